@@ -1,0 +1,165 @@
+//! Embedded kernel images and kernel launches.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use crate::context::{Context, check};
+use crate::error::{Error, Result};
+use crate::stream::Stream;
+use crate::sys;
+
+/// A fatbin embedded in the binary, with the targets it was built for.
+#[derive(Debug, Clone, Copy)]
+pub struct KernelImage {
+    /// The image's name: its `.cu` source without the extension.
+    pub name: &'static str,
+    /// The fatbin bytes.
+    pub image: &'static [u8],
+    /// Machine-code targets (`sm_90`) and PTX targets (`compute_80`) in the image.
+    pub targets: &'static [&'static str],
+}
+
+/// Whether an image built for `targets` can run on a device of compute capability `cc`: it
+/// holds machine code for exactly that architecture, or PTX for one at or below it (which the
+/// driver compiles just in time).
+pub fn image_supports(targets: &[&str], cc: (u32, u32)) -> bool {
+    let arch = format!("sm_{}{}", cc.0, cc.1);
+    let cc = cc.0 * 10 + cc.1;
+    targets.iter().any(|t| *t == arch)
+        || targets.iter().any(|t| {
+            t.strip_prefix("compute_")
+                .and_then(|v| v.parse::<u32>().ok())
+                .is_some_and(|v| v <= cc)
+        })
+}
+
+/// Grid and block dimensions of a launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaunchConfig {
+    /// Blocks in x, y, z.
+    pub grid: (u32, u32, u32),
+    /// Threads per block in x, y, z.
+    pub block: (u32, u32, u32),
+    /// Dynamic shared memory in bytes.
+    pub shared_bytes: u32,
+}
+
+impl LaunchConfig {
+    /// A one-dimensional launch of `blocks` blocks of `threads` threads.
+    pub fn linear(blocks: u32, threads: u32) -> LaunchConfig {
+        LaunchConfig {
+            grid: (blocks, 1, 1),
+            block: (threads, 1, 1),
+            shared_bytes: 0,
+        }
+    }
+}
+
+/// A kernel function of a loaded image. Holds its context, so the module stays loaded.
+pub struct Kernel {
+    ctx: Arc<Context>,
+    raw: sys::CUfunction,
+    name: &'static str,
+}
+
+// SAFETY: a CUfunction handle is immutable and valid while its module is loaded, which the held
+// context guarantees (modules are unloaded only in Context::drop).
+unsafe impl Send for Kernel {}
+// SAFETY: as above.
+unsafe impl Sync for Kernel {}
+
+impl std::fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kernel")
+            .field("name", &self.name)
+            .field("device", &self.ctx.ordinal())
+            .finish()
+    }
+}
+
+impl Kernel {
+    /// Looks up kernel `name` in `image` on `ctx`, loading the image on first use.
+    pub fn get(ctx: &Arc<Context>, image: &KernelImage, name: &'static str) -> Result<Kernel> {
+        let raw = ctx.function(image, name)?;
+        Ok(Kernel {
+            ctx: Arc::clone(ctx),
+            raw,
+            name,
+        })
+    }
+
+    /// The kernel's name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// Queues the kernel on `stream`.
+    ///
+    /// # Safety
+    ///
+    /// `params` must hold one pointer per kernel parameter, each pointing to a value of exactly
+    /// the parameter's type, and every device address passed must be valid for the accesses the
+    /// kernel makes until the launch has completed.
+    pub unsafe fn launch(
+        &self,
+        stream: &Stream,
+        config: LaunchConfig,
+        params: &mut [*mut c_void],
+    ) -> Result<()> {
+        if !Arc::ptr_eq(&self.ctx, stream.context()) {
+            return Err(Error::InvalidArgument {
+                op: "Kernel::launch",
+                reason: format!(
+                    "kernel `{}` is on device {} but the stream is on device {}",
+                    self.name,
+                    self.ctx.ordinal(),
+                    stream.context().ordinal()
+                ),
+            });
+        }
+        let (gx, gy, gz) = config.grid;
+        let (bx, by, bz) = config.block;
+        if gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 {
+            return Err(Error::InvalidArgument {
+                op: "Kernel::launch",
+                reason: format!("empty launch {config:?} of `{}`", self.name),
+            });
+        }
+        self.ctx.bind()?;
+        // SAFETY: the function belongs to the current context; the caller guarantees `params`
+        // matches the kernel's signature and that the memory it names stays valid.
+        check("cuLaunchKernel", unsafe {
+            sys::cuLaunchKernel(
+                self.raw,
+                gx,
+                gy,
+                gz,
+                bx,
+                by,
+                bz,
+                config.shared_bytes,
+                stream.raw(),
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::image_supports;
+
+    #[test]
+    fn arch_support() {
+        let t = ["sm_80", "sm_86", "sm_89", "sm_90", "compute_80"];
+        assert!(image_supports(&t, (9, 0)));
+        assert!(image_supports(&t, (10, 0)), "JIT from compute_80");
+        assert!(!image_supports(&t, (7, 5)), "nothing for sm_75");
+        assert!(
+            !image_supports(&["sm_80"], (9, 0)),
+            "sm_80 SASS does not run on sm_90"
+        );
+        assert!(image_supports(&["sm_80"], (8, 0)));
+    }
+}

@@ -1,0 +1,117 @@
+//! The driver entry points this crate calls, declared with an integer result.
+//!
+//! `cust_raw` types every entry point as returning `CUresult`, a Rust `enum` of the CUDA 11.4
+//! codes. A newer driver can return a code outside that enum, and a Rust enum holding an unlisted
+//! value is undefined behaviour. So the entry points we call are declared here returning
+//! `c_int`; `cust_raw` still provides the handle types and the link to `libcuda` (its build
+//! script finds the library, or the stub that `cargo xtask` generates).
+#![allow(non_snake_case, dead_code)]
+
+use std::ffi::{c_char, c_int, c_uint, c_void};
+
+pub(crate) use cust_raw::{
+    CUcontext, CUdevice, CUdeviceptr, CUevent, CUfunction, CUmodule, CUstream,
+};
+
+pub(crate) const CUDA_SUCCESS: c_int = 0;
+pub(crate) const CUDA_ERROR_NOT_READY: c_int = 600;
+pub(crate) const CUDA_ERROR_NO_DEVICE: c_int = 100;
+pub(crate) const CUDA_ERROR_STUB_LIBRARY: c_int = 34;
+pub(crate) const CUDA_ERROR_NO_BINARY_FOR_GPU: c_int = 209;
+pub(crate) const CUDA_ERROR_INVALID_PTX: c_int = 218;
+pub(crate) const CUDA_ERROR_UNSUPPORTED_PTX_VERSION: c_int = 222;
+
+pub(crate) const ATTR_MULTIPROCESSOR_COUNT: c_int = 16;
+pub(crate) const ATTR_COMPUTE_CAPABILITY_MAJOR: c_int = 75;
+pub(crate) const ATTR_COMPUTE_CAPABILITY_MINOR: c_int = 76;
+pub(crate) const ATTR_MAX_THREADS_PER_MULTIPROCESSOR: c_int = 39;
+
+pub(crate) const CU_STREAM_NON_BLOCKING: c_uint = 1;
+pub(crate) const CU_EVENT_DEFAULT: c_uint = 0;
+pub(crate) const CU_EVENT_DISABLE_TIMING: c_uint = 2;
+
+#[link(name = "cuda")]
+unsafe extern "C" {
+    pub(crate) fn cuInit(flags: c_uint) -> c_int;
+    pub(crate) fn cuDriverGetVersion(version: *mut c_int) -> c_int;
+    pub(crate) fn cuDeviceGetCount(count: *mut c_int) -> c_int;
+    pub(crate) fn cuDeviceGet(device: *mut CUdevice, ordinal: c_int) -> c_int;
+    pub(crate) fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: CUdevice) -> c_int;
+    pub(crate) fn cuDeviceGetAttribute(pi: *mut c_int, attrib: c_int, dev: CUdevice) -> c_int;
+    #[link_name = "cuDeviceTotalMem_v2"]
+    pub(crate) fn cuDeviceTotalMem(bytes: *mut usize, dev: CUdevice) -> c_int;
+    pub(crate) fn cuDevicePrimaryCtxRetain(ctx: *mut CUcontext, dev: CUdevice) -> c_int;
+    #[link_name = "cuDevicePrimaryCtxRelease_v2"]
+    pub(crate) fn cuDevicePrimaryCtxRelease(dev: CUdevice) -> c_int;
+    pub(crate) fn cuCtxSetCurrent(ctx: CUcontext) -> c_int;
+    pub(crate) fn cuCtxGetCurrent(ctx: *mut CUcontext) -> c_int;
+    pub(crate) fn cuCtxSynchronize() -> c_int;
+    #[link_name = "cuMemGetInfo_v2"]
+    pub(crate) fn cuMemGetInfo(free: *mut usize, total: *mut usize) -> c_int;
+    #[link_name = "cuMemAlloc_v2"]
+    pub(crate) fn cuMemAlloc(dptr: *mut CUdeviceptr, bytes: usize) -> c_int;
+    #[link_name = "cuMemFree_v2"]
+    pub(crate) fn cuMemFree(dptr: CUdeviceptr) -> c_int;
+    #[link_name = "cuMemcpyHtoD_v2"]
+    pub(crate) fn cuMemcpyHtoD(dst: CUdeviceptr, src: *const c_void, bytes: usize) -> c_int;
+    #[link_name = "cuMemcpyDtoH_v2"]
+    pub(crate) fn cuMemcpyDtoH(dst: *mut c_void, src: CUdeviceptr, bytes: usize) -> c_int;
+    #[link_name = "cuMemcpyDtoD_v2"]
+    pub(crate) fn cuMemcpyDtoD(dst: CUdeviceptr, src: CUdeviceptr, bytes: usize) -> c_int;
+    #[link_name = "cuMemcpyHtoDAsync_v2"]
+    pub(crate) fn cuMemcpyHtoDAsync(
+        dst: CUdeviceptr,
+        src: *const c_void,
+        bytes: usize,
+        stream: CUstream,
+    ) -> c_int;
+    #[link_name = "cuMemcpyDtoHAsync_v2"]
+    pub(crate) fn cuMemcpyDtoHAsync(
+        dst: *mut c_void,
+        src: CUdeviceptr,
+        bytes: usize,
+        stream: CUstream,
+    ) -> c_int;
+    #[link_name = "cuMemcpyDtoDAsync_v2"]
+    pub(crate) fn cuMemcpyDtoDAsync(
+        dst: CUdeviceptr,
+        src: CUdeviceptr,
+        bytes: usize,
+        stream: CUstream,
+    ) -> c_int;
+    pub(crate) fn cuMemsetD8Async(dst: CUdeviceptr, value: u8, n: usize, stream: CUstream)
+    -> c_int;
+    pub(crate) fn cuModuleLoadData(module: *mut CUmodule, image: *const c_void) -> c_int;
+    pub(crate) fn cuModuleUnload(module: CUmodule) -> c_int;
+    pub(crate) fn cuModuleGetFunction(
+        func: *mut CUfunction,
+        module: CUmodule,
+        name: *const c_char,
+    ) -> c_int;
+    pub(crate) fn cuLaunchKernel(
+        f: CUfunction,
+        grid_x: c_uint,
+        grid_y: c_uint,
+        grid_z: c_uint,
+        block_x: c_uint,
+        block_y: c_uint,
+        block_z: c_uint,
+        shared_bytes: c_uint,
+        stream: CUstream,
+        params: *mut *mut c_void,
+        extra: *mut *mut c_void,
+    ) -> c_int;
+    pub(crate) fn cuStreamCreate(stream: *mut CUstream, flags: c_uint) -> c_int;
+    #[link_name = "cuStreamDestroy_v2"]
+    pub(crate) fn cuStreamDestroy(stream: CUstream) -> c_int;
+    pub(crate) fn cuStreamSynchronize(stream: CUstream) -> c_int;
+    pub(crate) fn cuStreamQuery(stream: CUstream) -> c_int;
+    pub(crate) fn cuStreamWaitEvent(stream: CUstream, event: CUevent, flags: c_uint) -> c_int;
+    pub(crate) fn cuEventCreate(event: *mut CUevent, flags: c_uint) -> c_int;
+    #[link_name = "cuEventDestroy_v2"]
+    pub(crate) fn cuEventDestroy(event: CUevent) -> c_int;
+    pub(crate) fn cuEventRecord(event: CUevent, stream: CUstream) -> c_int;
+    pub(crate) fn cuEventSynchronize(event: CUevent) -> c_int;
+    pub(crate) fn cuEventQuery(event: CUevent) -> c_int;
+    pub(crate) fn cuEventElapsedTime(ms: *mut f32, start: CUevent, end: CUevent) -> c_int;
+}

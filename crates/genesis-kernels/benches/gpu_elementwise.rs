@@ -1,0 +1,172 @@
+//! GPU timings of the elementwise kernels (device events, warm-up, median of many runs).
+//!
+//! `gpu_elementwise [--json PATH]`: prints a table and, with `--json`, writes the figures.
+//! Without a GPU (or without the `cuda` feature) it says so and exits successfully.
+
+#[cfg(not(feature = "cuda"))]
+fn main() {
+    println!("gpu_elementwise: skipped: built without the `cuda` feature");
+}
+
+#[cfg(feature = "cuda")]
+fn main() {
+    if let Err(e) = gpu::run() {
+        eprintln!("gpu_elementwise: error: {e}");
+        std::process::exit(1);
+    }
+}
+
+#[cfg(feature = "cuda")]
+mod gpu {
+    use std::sync::Arc;
+
+    use genesis_cuda::{Context, DeviceBuffer, Event, Stream};
+    use genesis_kernels::{Element, gpu};
+    use half::{bf16, f16};
+    use rand::rngs::SmallRng;
+    use rand::{Rng, SeedableRng};
+
+    const N: usize = 64 << 20;
+    const WARMUP: usize = 5;
+    const RUNS: usize = 50;
+
+    type BoxResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
+
+    struct Row {
+        name: String,
+        bytes: usize,
+        median_ms: f64,
+        min_ms: f64,
+    }
+
+    fn time(
+        stream: &Stream,
+        ctx: &Arc<Context>,
+        mut f: impl FnMut() -> BoxResult,
+    ) -> BoxResult<(f64, f64)> {
+        for _ in 0..WARMUP {
+            f()?;
+        }
+        stream.synchronize()?;
+        let mut ms = Vec::with_capacity(RUNS);
+        let (start, end) = (Event::new(ctx, true)?, Event::new(ctx, true)?);
+        for _ in 0..RUNS {
+            start.record(stream)?;
+            f()?;
+            end.record(stream)?;
+            end.synchronize()?;
+            ms.push(f64::from(end.elapsed_ms(&start)?));
+        }
+        ms.sort_by(f64::total_cmp);
+        Ok((ms[RUNS / 2], ms[0]))
+    }
+
+    fn random_buffer<T: Element>(
+        ctx: &Arc<Context>,
+        rng: &mut SmallRng,
+        conv: impl Fn(f32) -> T,
+    ) -> BoxResult<DeviceBuffer> {
+        let v: Vec<T> = (0..N)
+            .map(|_| conv(rng.random_range(-100.0f32..100.0)))
+            .collect();
+        // SAFETY: Element types are plain-old-data.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v.as_slice()))
+        };
+        Ok(DeviceBuffer::from_host(ctx, bytes)?)
+    }
+
+    fn bench_type<T: Element>(
+        rows: &mut Vec<Row>,
+        ctx: &Arc<Context>,
+        stream: &Stream,
+        rng: &mut SmallRng,
+        conv: impl Fn(f32) -> T + Copy,
+    ) -> BoxResult {
+        let a = random_buffer::<T>(ctx, rng, conv)?;
+        let b = random_buffer::<T>(ctx, rng, conv)?;
+        let out = DeviceBuffer::alloc(ctx, N * size_of::<T>())?;
+        let (pa, pb, po) = (a.device_ptr(), b.device_ptr(), out.device_ptr());
+        // SAFETY: the three buffers hold N elements of T and live past the timing loop.
+        let (med, min) = time(stream, ctx, || {
+            Ok(unsafe { gpu::add::<T>(stream, pa, pb, po, N)? })
+        })?;
+        rows.push(Row {
+            name: format!("add_{}", T::NAME),
+            bytes: 3 * N * size_of::<T>(),
+            median_ms: med,
+            min_ms: min,
+        });
+        let v = conv(1.5);
+        // SAFETY: as above.
+        let (med, min) = time(stream, ctx, || {
+            Ok(unsafe { gpu::fill::<T>(stream, po, v, N)? })
+        })?;
+        rows.push(Row {
+            name: format!("fill_{}", T::NAME),
+            bytes: N * size_of::<T>(),
+            median_ms: med,
+            min_ms: min,
+        });
+        Ok(())
+    }
+
+    pub(crate) fn run() -> BoxResult {
+        if genesis_cuda::skip_without_gpu("gpu_elementwise") {
+            return Ok(());
+        }
+        let json_path = std::env::args().skip_while(|a| a != "--json").nth(1);
+        let ctx = Context::get(0)?;
+        let stream = Stream::new(&ctx)?;
+        let mut rng = SmallRng::seed_from_u64(42);
+        let mut rows = Vec::new();
+        bench_type::<f32>(&mut rows, &ctx, &stream, &mut rng, |x| x)?;
+        bench_type::<bf16>(&mut rows, &ctx, &stream, &mut rng, bf16::from_f32)?;
+        bench_type::<f16>(&mut rows, &ctx, &stream, &mut rng, f16::from_f32)?;
+        bench_type::<i32>(&mut rows, &ctx, &stream, &mut rng, |x| x as i32)?;
+        bench_type::<i64>(&mut rows, &ctx, &stream, &mut rng, |x| x as i64)?;
+        // The copy ceiling: a 256 MiB device-to-device copy, read + write counted.
+        let src = random_buffer::<f32>(&ctx, &mut rng, |x| x)?;
+        let mut dst = DeviceBuffer::alloc(&ctx, src.len())?;
+        let (med, min) = time(&stream, &ctx, || Ok(dst.copy_from_device(&src, &stream)?))?;
+        rows.push(Row {
+            name: "copy_d2d_256MiB".into(),
+            bytes: 2 * src.len(),
+            median_ms: med,
+            min_ms: min,
+        });
+
+        println!(
+            "device: {} ({}), {} elements, median of {RUNS} after {WARMUP} warm-up",
+            ctx.name(),
+            ctx.arch(),
+            N
+        );
+        println!(
+            "{:<18} {:>10} {:>10} {:>10}",
+            "case", "median ms", "min ms", "GB/s"
+        );
+        let mut json = Vec::new();
+        for r in &rows {
+            let gbs = r.bytes as f64 / (r.median_ms * 1e-3) / 1e9;
+            println!(
+                "{:<18} {:>10.4} {:>10.4} {:>10.1}",
+                r.name, r.median_ms, r.min_ms, gbs
+            );
+            json.push(format!(
+                "{{\"name\":\"{}\",\"bytes\":{},\"median_ms\":{},\"min_ms\":{},\"gb_per_s\":{}}}",
+                r.name, r.bytes, r.median_ms, r.min_ms, gbs
+            ));
+        }
+        if let Some(p) = json_path {
+            let text = format!(
+                "{{\"device\":\"{}\",\"arch\":\"{}\",\"elements\":{N},\"runs\":{RUNS},\"results\":[{}]}}\n",
+                ctx.name(),
+                ctx.arch(),
+                json.join(",")
+            );
+            std::fs::write(&p, text)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,74 @@
+//! CPU twins of the kernels: the reference the GPU results are checked against, and the CPU
+//! execution path of the storages above.
+
+use crate::{Element, Error, Result};
+
+/// `out[i] = a[i] + b[i]`, as the `add` kernel computes it.
+pub fn add<T: Element>(a: &[T], b: &[T], out: &mut [T]) -> Result<()> {
+    same_len("add", a.len(), b.len())?;
+    same_len("add", a.len(), out.len())?;
+    for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+        *o = T::add(x, y);
+    }
+    Ok(())
+}
+
+/// `a[i] = a[i] + b[i]`, in place.
+pub fn add_assign<T: Element>(a: &mut [T], b: &[T]) -> Result<()> {
+    same_len("add", a.len(), b.len())?;
+    for (x, &y) in a.iter_mut().zip(b) {
+        *x = T::add(*x, y);
+    }
+    Ok(())
+}
+
+/// Sets every element of `out` to `value`.
+pub fn fill<T: Element>(out: &mut [T], value: T) {
+    out.fill(value);
+}
+
+fn same_len(op: &'static str, expected: usize, got: usize) -> Result<()> {
+    if expected == got {
+        Ok(())
+    } else {
+        Err(Error::LengthMismatch { op, expected, got })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use half::bf16;
+
+    #[test]
+    fn add_matches_definition() {
+        let a = [1.5f32, -2.0, 3.25];
+        let b = [0.5f32, 2.0, 1e-8];
+        let mut out = [0f32; 3];
+        add(&a, &b, &mut out).unwrap();
+        assert_eq!(out, [2.0, 0.0, 3.25 + 1e-8]);
+    }
+
+    #[test]
+    fn add_rejects_mismatched_lengths() {
+        let mut out = [0i64; 2];
+        let err = add(&[1i64, 2], &[1i64], &mut out).unwrap_err();
+        assert_eq!(
+            err,
+            Error::LengthMismatch {
+                op: "add",
+                expected: 2,
+                got: 1
+            }
+        );
+        assert_eq!(out, [0, 0], "nothing written on error");
+    }
+
+    #[test]
+    fn fill_and_add_assign() {
+        let mut v = vec![bf16::ZERO; 5];
+        fill(&mut v, bf16::from_f32(1.5));
+        add_assign(&mut v, &[bf16::from_f32(0.25); 5]).unwrap();
+        assert!(v.iter().all(|x| x.to_f32() == 1.75));
+    }
+}

@@ -1,0 +1,41 @@
+//! CUDA C kernels of Genesis and their CPU twins.
+//!
+//! The kernels are written in `kernels/*.cu` at the workspace root and compiled by
+//! `cargo xtask build-kernels` into fatbins (machine code for sm_80, sm_86, sm_89, sm_90 and PTX
+//! for compute_80) that this crate embeds with `include_bytes!`; nobody needs nvcc to build.
+//! Every kernel has a CPU twin in [`cpu`] that gives bit-identical results (NaN payloads aside),
+//! and the GPU tests compare the two.
+//!
+//! Kernels are launched on raw device addresses ([`gpu`], behind the `cuda` feature); typed
+//! storages live in `genesis-storage`.
+#![warn(missing_docs)]
+
+pub mod cpu;
+mod element;
+#[cfg(feature = "cuda")]
+pub mod gpu;
+pub mod images;
+
+pub use element::Element;
+
+/// Errors of kernel launches and their CPU twins.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Operands of different lengths.
+    #[error("{op}: operand lengths differ ({expected} vs {got} elements)")]
+    LengthMismatch {
+        /// The kernel.
+        op: &'static str,
+        /// Length of the first operand.
+        expected: usize,
+        /// Length of the operand that differs.
+        got: usize,
+    },
+    /// An error from the CUDA runtime (launch, module load, ...).
+    #[error(transparent)]
+    Cuda(#[from] genesis_cuda::Error),
+}
+
+/// Result type of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

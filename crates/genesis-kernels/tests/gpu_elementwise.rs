@@ -1,0 +1,278 @@
+//! The CUDA kernels against their CPU twins, on random bit patterns (NaN, inf and subnormals
+//! included), for every dtype and sizes from 0 to 2^26 elements, aligned and misaligned.
+#![cfg(feature = "cuda")]
+
+use std::sync::Arc;
+
+use genesis_cuda::{
+    Context, DeviceBuffer, Error as CudaError, KernelImage, Stream, skip_without_gpu,
+};
+use genesis_kernels::{Element, cpu, gpu};
+use half::{bf16, f16};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+const SIZES: &[usize] = &[
+    0,
+    1,
+    2,
+    3,
+    5,
+    7,
+    8,
+    9,
+    15,
+    16,
+    17,
+    31,
+    33,
+    63,
+    255,
+    256,
+    257,
+    1000,
+    1023,
+    1024,
+    1025,
+    4095,
+    4097,
+    65_535,
+    65_537,
+    1 << 20,
+    (1 << 20) + 7,
+    (1 << 24) + 3,
+    (1 << 26) - 1,
+    1 << 26,
+];
+
+trait Random: Element {
+    fn random(rng: &mut SmallRng) -> Self;
+}
+impl Random for f32 {
+    fn random(rng: &mut SmallRng) -> Self {
+        f32::from_bits(rng.random())
+    }
+}
+impl Random for f16 {
+    fn random(rng: &mut SmallRng) -> Self {
+        f16::from_bits(rng.random())
+    }
+}
+impl Random for bf16 {
+    fn random(rng: &mut SmallRng) -> Self {
+        bf16::from_bits(rng.random())
+    }
+}
+impl Random for i32 {
+    fn random(rng: &mut SmallRng) -> Self {
+        rng.random()
+    }
+}
+impl Random for i64 {
+    fn random(rng: &mut SmallRng) -> Self {
+        rng.random()
+    }
+}
+
+fn bytes_of<T: Element>(v: &[T]) -> &[u8] {
+    // SAFETY: every Element type is plain-old-data without padding.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast(), std::mem::size_of_val(v)) }
+}
+
+fn from_bytes<T: Element + Default>(b: &[u8]) -> Vec<T> {
+    let mut v = vec![T::default(); b.len() / size_of::<T>()];
+    // SAFETY: `v` has exactly `b.len()` bytes of plain-old-data storage.
+    unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), v.as_mut_ptr().cast::<u8>(), b.len()) };
+    v
+}
+
+fn first_difference<T: Element>(got: &[T], want: &[T]) -> Option<(usize, T, T)> {
+    got.iter()
+        .zip(want)
+        .enumerate()
+        .find(|(_, (g, w))| !T::same(**g, **w))
+        .map(|(i, (g, w))| (i, *g, *w))
+}
+
+/// `add` on `n` elements whose operands start `offset` elements into their buffers.
+fn check_add<T: Random + Default>(ctx: &Arc<Context>, rng: &mut SmallRng, n: usize, offset: usize) {
+    let a: Vec<T> = (0..n + offset).map(|_| T::random(rng)).collect();
+    let b: Vec<T> = (0..n + offset).map(|_| T::random(rng)).collect();
+    let mut want = vec![T::default(); n];
+    cpu::add(&a[offset..], &b[offset..], &mut want).unwrap();
+    let da = DeviceBuffer::from_host(ctx, bytes_of(&a)).unwrap();
+    let db = DeviceBuffer::from_host(ctx, bytes_of(&b)).unwrap();
+    // Poison the output so an unwritten element cannot pass.
+    let poison: Vec<u8> = vec![0xA5; (n + offset) * size_of::<T>()];
+    let dout = DeviceBuffer::from_host(ctx, &poison).unwrap();
+    let s = Stream::new(ctx).unwrap();
+    let off = (offset * size_of::<T>()) as u64;
+    // SAFETY: all three buffers hold n + offset elements and outlive the synchronize below.
+    unsafe {
+        gpu::add::<T>(
+            &s,
+            da.device_ptr() + off,
+            db.device_ptr() + off,
+            dout.device_ptr() + off,
+            n,
+        )
+        .unwrap();
+    }
+    s.synchronize().unwrap();
+    let out_bytes = dout.to_host_vec().unwrap();
+    assert!(
+        out_bytes[..offset * size_of::<T>()]
+            .iter()
+            .all(|&x| x == 0xA5),
+        "wrote before the range"
+    );
+    let got: Vec<T> = from_bytes(&out_bytes[offset * size_of::<T>()..]);
+    if let Some((i, g, w)) = first_difference(&got, &want) {
+        panic!(
+            "add_{} n={n} offset={offset}: element {i}: gpu {g:?} cpu {w:?}",
+            T::NAME
+        );
+    }
+}
+
+fn check_fill<T: Random + Default>(
+    ctx: &Arc<Context>,
+    rng: &mut SmallRng,
+    n: usize,
+    offset: usize,
+) {
+    let value = T::random(rng);
+    let dout =
+        DeviceBuffer::from_host(ctx, &vec![0x5Au8; (n + offset + 3) * size_of::<T>()]).unwrap();
+    let s = Stream::new(ctx).unwrap();
+    // SAFETY: the buffer holds n + offset + 3 elements and outlives the synchronize below.
+    unsafe {
+        gpu::fill::<T>(
+            &s,
+            dout.device_ptr() + (offset * size_of::<T>()) as u64,
+            value,
+            n,
+        )
+        .unwrap()
+    };
+    s.synchronize().unwrap();
+    let bytes = dout.to_host_vec().unwrap();
+    let (lo, hi) = (offset * size_of::<T>(), (offset + n) * size_of::<T>());
+    assert!(
+        bytes[..lo].iter().chain(&bytes[hi..]).all(|&x| x == 0x5A),
+        "fill_{} wrote outside n={n}",
+        T::NAME
+    );
+    let got: Vec<T> = from_bytes(&bytes[lo..hi]);
+    let mut want = vec![T::default(); n];
+    cpu::fill(&mut want, value);
+    assert!(
+        first_difference(&got, &want).is_none(),
+        "fill_{} n={n} offset={offset}",
+        T::NAME
+    );
+}
+
+fn run_all<T: Random + Default>(seed: u64) {
+    if skip_without_gpu(&format!("add/fill {}", T::NAME)) {
+        return;
+    }
+    let ctx = Context::get(0).unwrap();
+    let mut rng = SmallRng::seed_from_u64(seed);
+    for &n in SIZES {
+        check_add::<T>(&ctx, &mut rng, n, 0);
+        check_fill::<T>(&ctx, &mut rng, n, 0);
+        if n <= 1 << 20 {
+            // Misaligned operands take the scalar path.
+            check_add::<T>(&ctx, &mut rng, n, 1);
+            check_fill::<T>(&ctx, &mut rng, n, 3);
+        }
+    }
+}
+
+#[test]
+fn add_fill_f32() {
+    run_all::<f32>(1);
+}
+#[test]
+fn add_fill_f16() {
+    run_all::<f16>(2);
+}
+#[test]
+fn add_fill_bf16() {
+    run_all::<bf16>(3);
+}
+#[test]
+fn add_fill_i32() {
+    run_all::<i32>(4);
+}
+#[test]
+fn add_fill_i64() {
+    run_all::<i64>(5);
+}
+
+#[test]
+fn in_place_add() {
+    if skip_without_gpu("in_place_add") {
+        return;
+    }
+    let ctx = Context::get(0).unwrap();
+    let mut rng = SmallRng::seed_from_u64(9);
+    let a: Vec<f32> = (0..100_003).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let b: Vec<f32> = (0..100_003).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let da = DeviceBuffer::from_host(&ctx, bytes_of(&a)).unwrap();
+    let db = DeviceBuffer::from_host(&ctx, bytes_of(&b)).unwrap();
+    let s = Stream::new(&ctx).unwrap();
+    // SAFETY: both buffers hold 100_003 f32 and outlive the synchronize.
+    unsafe {
+        gpu::add::<f32>(
+            &s,
+            da.device_ptr(),
+            db.device_ptr(),
+            da.device_ptr(),
+            a.len(),
+        )
+        .unwrap()
+    };
+    s.synchronize().unwrap();
+    let got: Vec<f32> = from_bytes(&da.to_host_vec().unwrap());
+    let mut want = a.clone();
+    cpu::add_assign(&mut want, &b).unwrap();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn image_without_code_for_the_gpu_is_a_typed_error() {
+    if skip_without_gpu("image_without_code_for_the_gpu") {
+        return;
+    }
+    let ctx = Context::get(0).unwrap();
+    if ctx.compute_capability() == (8, 0) {
+        eprintln!("skipped: this GPU is sm_80, which the probe image targets");
+        return;
+    }
+    static PROBE: &[u8] = include_bytes!("data/probe_sm80.fatbin");
+    // Honest targets: refused before the driver is asked.
+    let honest = KernelImage {
+        name: "probe_sm80",
+        image: PROBE,
+        targets: &["sm_80"],
+    };
+    let e = genesis_cuda::Kernel::get(&ctx, &honest, "probe").unwrap_err();
+    assert!(
+        matches!(&e, CudaError::NoBinaryForArch { arch, .. } if *arch == ctx.arch()),
+        "{e}"
+    );
+    // Targets that lie: the driver refuses (CUDA_ERROR_NO_BINARY_FOR_GPU) and we say the same.
+    let lying = KernelImage {
+        name: "probe_sm80_lying",
+        image: PROBE,
+        targets: &["sm_80", "sm_90", "sm_100", "sm_120"],
+    };
+    let e = genesis_cuda::Kernel::get(&ctx, &lying, "probe").unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains(&ctx.arch()) && msg.contains("cargo xtask build-kernels"),
+        "{msg}"
+    );
+}

@@ -1,0 +1,76 @@
+use crate::{DType, Device};
+
+/// Errors of the storage layer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Two operands of different dtypes.
+    #[error("{op}: dtype mismatch, {lhs} vs {rhs}")]
+    DTypeMismatch {
+        /// The operation.
+        op: &'static str,
+        /// The first operand's dtype.
+        lhs: DType,
+        /// The second operand's dtype.
+        rhs: DType,
+    },
+    /// Two operands on different devices.
+    #[error("{op}: device mismatch, {lhs} vs {rhs}")]
+    DeviceMismatch {
+        /// The operation.
+        op: &'static str,
+        /// The first operand's device.
+        lhs: Device,
+        /// The second operand's device.
+        rhs: Device,
+    },
+    /// Two operands of different lengths.
+    #[error("{op}: length mismatch, {lhs} vs {rhs} elements")]
+    LengthMismatch {
+        /// The operation.
+        op: &'static str,
+        /// The first operand's length.
+        lhs: usize,
+        /// The second operand's length.
+        rhs: usize,
+    },
+    /// An operation that has no kernel for this dtype.
+    #[error("{op} is not supported for dtype {dtype}")]
+    UnsupportedDType {
+        /// The operation.
+        op: &'static str,
+        /// The dtype.
+        dtype: DType,
+    },
+    /// A device string that does not parse.
+    #[error("invalid device {input:?}: expected \"cpu\", \"cuda\" or \"cuda:N\"")]
+    InvalidDeviceString {
+        /// The string given.
+        input: String,
+    },
+    /// A CUDA device in a build without the `cuda` feature.
+    #[error(
+        "{device} requested, but Genesis was built without CUDA support: rebuild with `--features cuda`"
+    )]
+    CudaNotCompiled {
+        /// The device asked for.
+        device: Device,
+    },
+    /// A byte count that overflows `usize`.
+    #[error("{len} elements of {dtype} do not fit in the address space")]
+    SizeOverflow {
+        /// Elements asked for.
+        len: usize,
+        /// Their dtype.
+        dtype: DType,
+    },
+    /// An error from the CUDA runtime.
+    #[error(transparent)]
+    Cuda(#[from] genesis_cuda::Error),
+    /// An error from a kernel or its CPU twin.
+    #[error(transparent)]
+    Kernel(#[from] genesis_kernels::Error),
+}
+
+/// Result type of the storage layer.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,22 @@
+//! The Genesis storage layer: dtypes, devices, layouts, and byte storages on CPU and CUDA.
+//!
+//! A [`Storage`] is a flat run of elements of one [`DType`] on one [`Device`]. CPU storages are
+//! 64-byte aligned host memory; CUDA storages are device memory on any device id (today plain
+//! `cuMemAlloc`; the caching allocator of `genesis-mem` takes over in its own issue).
+//! Elementwise work runs through `genesis-kernels`: the CUDA kernels on the GPU, their CPU twins
+//! on the CPU.
+#![warn(missing_docs)]
+
+mod cpu;
+mod device;
+mod dtype;
+mod error;
+mod layout;
+mod storage;
+
+pub use cpu::CpuStorage;
+pub use device::Device;
+pub use dtype::{DType, WithDType};
+pub use error::{Error, Result};
+pub use layout::Layout;
+pub use storage::Storage;

@@ -1,0 +1,71 @@
+//! A short tour of Genesis: create tensors, add them, read them back, on the CPU and (when built
+//! with `--features cuda` on a machine with a GPU) on the GPU.
+//!
+//! ```text
+//! cargo run --example quickstart                   # CPU
+//! cargo run --example quickstart --features cuda   # CPU, then GPU 0 if there is one
+//! ```
+
+use genesis::{DType, Device, Tensor, bf16};
+
+fn tour(device: Device) -> genesis::Result<()> {
+    println!("--- on {device} ---");
+    let a = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3], device)?;
+    let b = Tensor::full(&[2, 3], 0.5f32, device)?;
+    println!("a     = {a}");
+    println!("b     = {b}");
+    let c = (&a + &b)?;
+    println!("a + b = {c}");
+    assert_eq!(c.to_vec::<f32>()?, vec![1.5, 2.5, 3.5, 4.5, 5.5, 6.5]);
+
+    let h = Tensor::from_slice(&[bf16::from_f32(1.0), bf16::from_f32(0.25)], &[2], device)?;
+    let h2 = h.add(&h)?;
+    println!("bf16: {h} + itself = {h2}");
+    let big = Tensor::full(&[1024, 1024], 7i64, device)?;
+    let big2 = big.add(&big)?;
+    println!(
+        "a {:?} {} tensor of {} elements, summed with itself: first = {}",
+        big2.shape(),
+        big2.dtype(),
+        big2.numel(),
+        big2.to_vec::<i64>()?[0]
+    );
+
+    // Errors are values, not panics.
+    let wrong_shape = Tensor::full(&[3, 2], 1.0f32, device)?;
+    println!("shape mismatch -> {}", a.add(&wrong_shape).unwrap_err());
+    let wrong_dtype = Tensor::full(&[2, 3], 1i32, device)?;
+    println!("dtype mismatch -> {}", a.add(&wrong_dtype).unwrap_err());
+    assert_eq!(c.dtype(), DType::F32);
+    Ok(())
+}
+
+fn main() -> genesis::Result<()> {
+    tour(Device::Cpu)?;
+    if genesis::cuda::is_available() {
+        #[cfg(feature = "cuda")]
+        println!(
+            "CUDA: {} device(s); device 0 is {} (compute capability {:?})",
+            genesis::cuda::device_count(),
+            genesis::cuda::get_device_name(0)?,
+            genesis::cuda::get_device_capability(0)?
+        );
+        tour(Device::Cuda(0))?;
+        let cpu = Tensor::full(&[2, 3], 1.0f32, Device::Cpu)?;
+        let gpu = Tensor::full(&[2, 3], 1.0f32, Device::Cuda(0))?;
+        println!("device mismatch -> {}", cpu.add(&gpu).unwrap_err());
+        let back = gpu.to(Device::Cpu)?;
+        println!("copied back to the host: {back}");
+    } else if cfg!(feature = "cuda") {
+        println!("(no CUDA device found: the GPU part of the tour is skipped)");
+    } else {
+        println!(
+            "(built without the `cuda` feature: rebuild with `--features cuda` for the GPU tour)"
+        );
+        println!(
+            "asking for cuda:0 anyway -> {}",
+            Tensor::full(&[1], 1.0f32, Device::Cuda(0)).unwrap_err()
+        );
+    }
+    Ok(())
+}

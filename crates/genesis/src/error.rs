@@ -1,0 +1,55 @@
+use genesis_storage::{DType, Device};
+
+/// The one error type of the facade.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Operands whose shapes do not fit the operation.
+    #[error("{op}: shape mismatch between {lhs:?} and {rhs:?}")]
+    ShapeMismatch {
+        /// The operation.
+        op: &'static str,
+        /// The first operand's shape.
+        lhs: Vec<usize>,
+        /// The second operand's shape.
+        rhs: Vec<usize>,
+    },
+    /// Operands of different dtypes.
+    #[error("{op}: dtype mismatch between {lhs} and {rhs}")]
+    DTypeMismatch {
+        /// The operation.
+        op: &'static str,
+        /// The first operand's dtype.
+        lhs: DType,
+        /// The second operand's dtype.
+        rhs: DType,
+    },
+    /// Operands on different devices.
+    #[error("{op}: device mismatch between {lhs} and {rhs}")]
+    DeviceMismatch {
+        /// The operation.
+        op: &'static str,
+        /// The first operand's device.
+        lhs: Device,
+        /// The second operand's device.
+        rhs: Device,
+    },
+    /// Data whose length does not match the shape it is given.
+    #[error("{op}: shape {shape:?} holds {expected} elements but {got} were given")]
+    DataLength {
+        /// The operation.
+        op: &'static str,
+        /// The shape asked for.
+        shape: Vec<usize>,
+        /// Elements the shape holds.
+        expected: usize,
+        /// Elements given.
+        got: usize,
+    },
+    /// An error of the storage layer (devices, CUDA, kernels).
+    #[error(transparent)]
+    Storage(#[from] genesis_storage::Error),
+}
+
+/// Result type of the facade.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

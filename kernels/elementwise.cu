@@ -1,0 +1,137 @@
+// Elementwise kernels of Genesis: fill and add, for f32, f16, bf16, i32 and i64.
+//
+// Built by `cargo xtask build-kernels` into crates/genesis-kernels/images/elementwise.fatbin.
+// The CPU twins live in crates/genesis-kernels/src/cpu.rs and must give bit-identical results:
+//   * f16 / bf16 are computed in f32 and rounded to nearest-even. For a single add this equals
+//     the correctly rounded half-precision sum (f32 has more than 2p+2 bits for both formats).
+//   * integers wrap on overflow (two's complement), done in unsigned arithmetic.
+//
+// Launch contract (see src/gpu.rs): one-dimensional blocks of GX_THREADS threads. When `vec_ok`
+// is non-zero every pointer is 16-byte aligned and the kernel moves 16 bytes per load/store; the
+// last n % (16 / sizeof(T)) elements are done one by one. Each block handles tiles of
+// GX_THREADS * GX_UNROLL vectors and strides over the tiles by gridDim.x, so any grid size >= 1
+// covers all n elements.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#define GX_THREADS 256
+#define GX_UNROLL 4
+
+template <typename T> struct Arith {
+    static __device__ __forceinline__ T add(T x, T y) { return x + y; }
+};
+template <> struct Arith<float> {
+    // __fadd_rn: never contracted into an FMA, always round-to-nearest-even.
+    static __device__ __forceinline__ float add(float x, float y) { return __fadd_rn(x, y); }
+};
+template <> struct Arith<int32_t> {
+    static __device__ __forceinline__ int32_t add(int32_t x, int32_t y) {
+        return (int32_t)((uint32_t)x + (uint32_t)y);
+    }
+};
+template <> struct Arith<int64_t> {
+    static __device__ __forceinline__ int64_t add(int64_t x, int64_t y) {
+        return (int64_t)((uint64_t)x + (uint64_t)y);
+    }
+};
+template <> struct Arith<__half> {
+    static __device__ __forceinline__ __half add(__half x, __half y) {
+        return __float2half_rn(__fadd_rn(__half2float(x), __half2float(y)));
+    }
+};
+template <> struct Arith<__nv_bfloat16> {
+    static __device__ __forceinline__ __nv_bfloat16 add(__nv_bfloat16 x, __nv_bfloat16 y) {
+        return __float2bfloat16_rn(__fadd_rn(__bfloat162float(x), __bfloat162float(y)));
+    }
+};
+
+template <typename T> union Vec16 {
+    uint4 raw;
+    T v[16 / sizeof(T)];
+};
+
+template <typename T>
+__device__ __forceinline__ void add_impl(const T *a, const T *b, T *out, uint64_t n, int vec_ok) {
+    if (vec_ok) {
+        constexpr int V = 16 / sizeof(T);
+        const uint64_t nvec = n / V;
+        const uint64_t tile = (uint64_t)GX_THREADS * GX_UNROLL;
+        const uint4 *a4 = reinterpret_cast<const uint4 *>(a);
+        const uint4 *b4 = reinterpret_cast<const uint4 *>(b);
+        uint4 *o4 = reinterpret_cast<uint4 *>(out);
+        for (uint64_t base = (uint64_t)blockIdx.x * tile; base < nvec; base += (uint64_t)gridDim.x * tile) {
+            Vec16<T> x[GX_UNROLL], y[GX_UNROLL];
+#pragma unroll
+            for (int u = 0; u < GX_UNROLL; ++u) {
+                uint64_t i = base + (uint64_t)u * GX_THREADS + threadIdx.x;
+                if (i < nvec) {
+                    x[u].raw = a4[i];
+                    y[u].raw = b4[i];
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < GX_UNROLL; ++u) {
+                uint64_t i = base + (uint64_t)u * GX_THREADS + threadIdx.x;
+                if (i < nvec) {
+#pragma unroll
+                    for (int k = 0; k < V; ++k) x[u].v[k] = Arith<T>::add(x[u].v[k], y[u].v[k]);
+                    o4[i] = x[u].raw;
+                }
+            }
+        }
+        // The tail that does not fill a vector: done by the first threads of block 0.
+        if (blockIdx.x == 0) {
+            uint64_t i = nvec * V + threadIdx.x;
+            if (i < n) out[i] = Arith<T>::add(a[i], b[i]);
+        }
+    } else {
+        const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+        for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+            out[i] = Arith<T>::add(a[i], b[i]);
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void fill_impl(T *out, T value, uint64_t n, int vec_ok) {
+    if (vec_ok) {
+        constexpr int V = 16 / sizeof(T);
+        const uint64_t nvec = n / V;
+        const uint64_t tile = (uint64_t)GX_THREADS * GX_UNROLL;
+        Vec16<T> x;
+#pragma unroll
+        for (int k = 0; k < V; ++k) x.v[k] = value;
+        uint4 *o4 = reinterpret_cast<uint4 *>(out);
+        for (uint64_t base = (uint64_t)blockIdx.x * tile; base < nvec; base += (uint64_t)gridDim.x * tile) {
+#pragma unroll
+            for (int u = 0; u < GX_UNROLL; ++u) {
+                uint64_t i = base + (uint64_t)u * GX_THREADS + threadIdx.x;
+                if (i < nvec) o4[i] = x.raw;
+            }
+        }
+        if (blockIdx.x == 0) {
+            uint64_t i = nvec * V + threadIdx.x;
+            if (i < n) out[i] = value;
+        }
+    } else {
+        const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+        for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+            out[i] = value;
+    }
+}
+
+#define GX_DEFINE(NAME, T)                                                                     \
+    extern "C" __global__ void __launch_bounds__(GX_THREADS)                                    \
+        add_##NAME(const T *a, const T *b, T *out, uint64_t n, int vec_ok) {                    \
+        add_impl<T>(a, b, out, n, vec_ok);                                                      \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(GX_THREADS)                                    \
+        fill_##NAME(T *out, T value, uint64_t n, int vec_ok) {                                  \
+        fill_impl<T>(out, value, n, vec_ok);                                                    \
+    }
+
+GX_DEFINE(f32, float)
+GX_DEFINE(f16, __half)
+GX_DEFINE(bf16, __nv_bfloat16)
+GX_DEFINE(i32, int32_t)
+GX_DEFINE(i64, int64_t)

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Runs the Genesis GPU bundle on a GPU machine (written into .gpu/ by `cargo xtask gpu-bundle`).
+#
+#   bash .gpu/run.sh [tests] [sanitize] [bench] [examples]     (default: all four)
+#
+# Logs and JSON go to $OUT (the device tool's output folder), or .gpu/out when $OUT is unset.
+# The script's exit status is non-zero when any test, sanitizer run or bench failed; the last
+# lines it prints are a summary.
+set -u
+B=$(cd "$(dirname "$0")" && pwd)
+OUT=${OUT:-$B/out}
+mkdir -p "$OUT"
+export GENESIS_REPO_ROOT=${GENESIS_REPO_ROOT:-$(cd "$B/.." && pwd)}
+steps=${*:-tests sanitize bench examples}
+summary=()
+status=0
+tests=$(grep '^test-' "$B/bin/LIST")
+
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; date -u; } > "$OUT/gpu.txt" 2>&1
+cat "$OUT/gpu.txt"
+
+for step in $steps; do
+  case $step in
+    tests)
+      : > "$OUT/tests.log"
+      for t in $tests; do
+        echo "== $t" >> "$OUT/tests.log"
+        if "$B/bin/$t" >> "$OUT/tests.log" 2>&1; then r=ok; else r=FAILED; status=1; fi
+        summary+=("tests     $t: $r $(grep -E '^test result' "$OUT/tests.log" | tail -1 | cut -c14-60)")
+      done
+      ;;
+    sanitize)
+      : > "$OUT/sanitize.log"
+      for t in $tests; do
+        case $t in *gpu*|*tensor*|*quickstart*) ;; *) continue ;; esac
+        echo "== memcheck $t" >> "$OUT/sanitize.log"
+        if compute-sanitizer --tool memcheck --error-exitcode 99 --leak-check full \
+             "$B/bin/$t" --test-threads=1 >> "$OUT/sanitize.log" 2>&1; then r=clean; else r="FAILED ($?)"; status=1; fi
+        summary+=("memcheck  $t: $r $(grep -E 'ERROR SUMMARY' "$OUT/sanitize.log" | tail -1)")
+      done
+      ;;
+    bench)
+      for b in $(grep '^bench-' "$B/bin/LIST"); do
+        if "$B/bin/$b" --json "$OUT/${b#bench-}.json" > "$OUT/${b#bench-}.log" 2>&1; then r=ok; else r=FAILED; status=1; fi
+        cat "$OUT/${b#bench-}.log"
+        summary+=("bench     $b: $r")
+      done
+      if python3 "$B/torch_ref.py" "$OUT/torch_ref.json" > "$OUT/torch_ref.log" 2>&1; then r=ok; else r=FAILED; status=1; fi
+      cat "$OUT/torch_ref.log"
+      summary+=("torch     torch_ref.py: $r")
+      python3 "$B/compare.py" "$OUT/gpu_elementwise.json" "$OUT/torch_ref.json" | tee "$OUT/compare.txt"
+      ;;
+    examples)
+      for e in $(grep '^example-' "$B/bin/LIST"); do
+        if "$B/bin/$e" > "$OUT/$e.log" 2>&1; then r=ok; else r=FAILED; status=1; fi
+        summary+=("example   $e: $r")
+      done
+      ;;
+    *) echo "unknown step $step"; status=2 ;;
+  esac
+done
+
+echo
+echo "== summary (exit $status)"
+printf '%s\n' "${summary[@]}"
+exit $status

@@ -1,0 +1,62 @@
+"""PyTorch reference timings for the cases of Genesis's gpu_elementwise bench.
+
+Same sizes, random data, CUDA events around each run, warm-up, median of 50 runs.
+Usage: python3 torch_ref.py OUT.json
+"""
+import json
+import sys
+
+import torch
+
+N = 64 << 20
+WARMUP, RUNS = 5, 50
+
+
+def timed(fn):
+    for _ in range(WARMUP):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    ms = []
+    for _ in range(RUNS):
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        ms.append(start.elapsed_time(end))
+    ms.sort()
+    return ms[RUNS // 2], ms[0]
+
+
+def main():
+    dev = torch.device("cuda:0")
+    rows = []
+    for name, dt in [("f32", torch.float32), ("bf16", torch.bfloat16), ("f16", torch.float16),
+                     ("i32", torch.int32), ("i64", torch.int64)]:
+        if dt.is_floating_point:
+            a = (torch.rand(N, device=dev) * 200 - 100).to(dt)
+            b = (torch.rand(N, device=dev) * 200 - 100).to(dt)
+        else:
+            a = torch.randint(-100, 100, (N,), device=dev, dtype=dt)
+            b = torch.randint(-100, 100, (N,), device=dev, dtype=dt)
+        out = torch.empty_like(a)
+        size = a.element_size()
+        med, mn = timed(lambda: torch.add(a, b, out=out))
+        rows.append({"name": f"add_{name}", "bytes": 3 * N * size, "median_ms": med, "min_ms": mn})
+        med, mn = timed(lambda: out.fill_(1.5 if dt.is_floating_point else 1))
+        rows.append({"name": f"fill_{name}", "bytes": N * size, "median_ms": med, "min_ms": mn})
+        del a, b, out
+    src = torch.rand(N, device=dev)
+    dst = torch.empty_like(src)
+    med, mn = timed(lambda: dst.copy_(src))
+    rows.append({"name": "copy_d2d_256MiB", "bytes": 2 * N * 4, "median_ms": med, "min_ms": mn})
+    for r in rows:
+        r["gb_per_s"] = r["bytes"] / (r["median_ms"] * 1e-3) / 1e9
+        print(f'{r["name"]:<18} {r["median_ms"]:>10.4f} {r["min_ms"]:>10.4f} {r["gb_per_s"]:>10.1f}')
+    with open(sys.argv[1], "w") as f:
+        json.dump({"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+                   "elements": N, "runs": RUNS, "results": rows}, f)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+//! Development tasks for Genesis, run as `cargo xtask <task>` (see `cargo xtask help`).
+//!
+//! - `build-kernels [--check]`: compile `kernels/*.cu` into fatbins embedded by
+//!   `genesis-kernels`, or verify the committed images match their sources (no nvcc needed).
+//! - `cuda-stub`: generate the stub `libcuda.so` that lets the `cuda` feature link without CUDA.
+//! - `test`: the tests, without and with the `cuda` feature.
+//! - `ci`: everything CI checks.
+//! - `gpu-bundle`: the release GPU test and bench binaries, stripped, with one run script.
+
+mod cuda;
+mod kernels;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+type DynResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
+
+const HELP: &str = "\
+cargo xtask <task>
+
+tasks:
+  build-kernels [--check]  compile kernels/*.cu into crates/genesis-kernels/images (nvcc from
+                           CUDA_PATH or PATH, else the pinned PyPI toolchain in a cache dir);
+                           --check verifies the committed images match the sources, no nvcc
+  cuda-stub                generate the stub libcuda.so (target/cuda-stub) and print its path
+  test                     run the tests without and with the `cuda` feature
+  ci                       fmt check, clippy -D warnings (both feature sets), tests (both),
+                           build-kernels --check, the layering test, cargo doc
+  gpu-bundle               build the cuda-feature test and bench binaries in release, strip
+                           them and write them with run.sh into .gpu/ (for the device machine)
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("build-kernels") => kernels::build_kernels(args.iter().any(|a| a == "--check")),
+        Some("cuda-stub") => cuda::ensure_link_env().map(|env| match env.library_path {
+            Some(p) => println!("CUDA_LIBRARY_PATH={}", p.display()),
+            None => println!("a CUDA installation was found; no stub needed"),
+        }),
+        Some("test") => test(),
+        Some("ci") => ci(),
+        Some("gpu-bundle") => cuda::gpu_bundle(),
+        Some("help") | Some("--help") | Some("-h") | None => {
+            print!("{HELP}");
+            Ok(())
+        }
+        Some(other) => Err(format!("unknown task `{other}`\n\n{HELP}").into()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The workspace root (the parent of this crate's directory).
+pub(crate) fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+pub(crate) fn cargo() -> Command {
+    let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    c.current_dir(root());
+    c
+}
+
+/// Runs a command, echoing it, and fails if it fails.
+pub(crate) fn run(step: &str, cmd: &mut Command) -> DynResult {
+    eprintln!("xtask: [{step}] {cmd:?}");
+    let status = cmd
+        .status()
+        .map_err(|e| format!("{step}: cannot start {cmd:?}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{step} failed ({status})").into())
+    }
+}
+
+fn test() -> DynResult {
+    run(
+        "test (no cuda)",
+        cargo().args(["test", "--workspace", "--exclude", "xtask"]),
+    )?;
+    let env = cuda::ensure_link_env()?;
+    let mut c = cargo();
+    c.args([
+        "test",
+        "--workspace",
+        "--exclude",
+        "xtask",
+        "--features",
+        "cuda",
+    ]);
+    env.apply(&mut c);
+    run("test (cuda feature)", &mut c)?;
+    run("test (xtask)", cargo().args(["test", "-p", "xtask"]))
+}
+
+fn ci() -> DynResult {
+    run("fmt", cargo().args(["fmt", "--all", "--", "--check"]))?;
+    run("build-kernels --check", &mut {
+        let mut c = cargo();
+        c.args([
+            "run",
+            "--quiet",
+            "-p",
+            "xtask",
+            "--",
+            "build-kernels",
+            "--check",
+        ]);
+        c
+    })?;
+    run(
+        "clippy (no cuda)",
+        cargo().args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]),
+    )?;
+    let env = cuda::ensure_link_env()?;
+    let mut c = cargo();
+    c.args([
+        "clippy",
+        "--workspace",
+        "--exclude",
+        "xtask",
+        "--all-targets",
+        "--features",
+        "cuda",
+        "--",
+        "-D",
+        "warnings",
+    ]);
+    env.apply(&mut c);
+    run("clippy (cuda feature)", &mut c)?;
+    test()?;
+    let mut c = cargo();
+    c.args([
+        "doc",
+        "--workspace",
+        "--exclude",
+        "xtask",
+        "--no-deps",
+        "--features",
+        "cuda",
+    ]);
+    c.env("RUSTDOCFLAGS", "-D warnings");
+    env.apply(&mut c);
+    run("doc", &mut c)?;
+    eprintln!("xtask: ci passed");
+    Ok(())
+}

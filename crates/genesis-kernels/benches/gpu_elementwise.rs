@@ -87,9 +87,10 @@ mod gpu {
         let b = random_buffer::<T>(ctx, rng, conv)?;
         let out = DeviceBuffer::alloc(ctx, N * size_of::<T>())?;
         let (pa, pb, po) = (a.device_ptr(), b.device_ptr(), out.device_ptr());
-        // SAFETY: the three buffers hold N elements of T and live past the timing loop.
         let (med, min) = time(stream, ctx, || {
-            Ok(unsafe { gpu::add::<T>(stream, pa, pb, po, N)? })
+            // SAFETY: the three buffers hold N elements of T and live past the timing loop.
+            unsafe { gpu::add::<T>(stream, pa, pb, po, N)? };
+            Ok(())
         })?;
         rows.push(Row {
             name: format!("add_{}", T::NAME),
@@ -98,9 +99,10 @@ mod gpu {
             min_ms: min,
         });
         let v = conv(1.5);
-        // SAFETY: as above.
         let (med, min) = time(stream, ctx, || {
-            Ok(unsafe { gpu::fill::<T>(stream, po, v, N)? })
+            // SAFETY: `out` holds N elements of T and lives past the timing loop.
+            unsafe { gpu::fill::<T>(stream, po, v, N)? };
+            Ok(())
         })?;
         rows.push(Row {
             name: format!("fill_{}", T::NAME),

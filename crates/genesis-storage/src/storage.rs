@@ -55,10 +55,13 @@ impl Storage {
                 let buf = genesis_cuda::DeviceBuffer::alloc(&ctx, nbytes)?;
                 let stream = genesis_cuda::Stream::legacy(&ctx);
                 crate::dispatch_kernel_dtype!(dtype, K => {
-                    // SAFETY: `T` and `K` are the same type (both are the dtype's type), and the
-                    // buffer holds `len` elements and outlives the launch (the legacy stream is
-                    // synchronised before the buffer can be freed: cuMemFree synchronises).
-                    let v: K = unsafe { std::mem::transmute_copy(&value) };
+                    // `K` is the dtype's type, which is `T`; the downcast proves it safely.
+                    let v: K = *(&value as &dyn std::any::Any)
+                        .downcast_ref::<K>()
+                        .expect("WithDType::DTYPE names the type itself");
+                    // SAFETY: the buffer holds `len` elements of `K` on the stream's device and
+                    // outlives the launch (cuMemFree and every host copy synchronise with the
+                    // legacy stream).
                     unsafe { genesis_kernels::gpu::fill::<K>(&stream, buf.device_ptr(), v, len)? }
                 }, _ => {
                     let cpu = Storage::full(len, value, Device::Cpu)?;

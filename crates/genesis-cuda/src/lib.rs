@@ -22,6 +22,8 @@ mod memory;
 #[cfg(feature = "cuda")]
 mod module;
 #[cfg(feature = "cuda")]
+pub mod raw;
+#[cfg(feature = "cuda")]
 mod stream;
 #[cfg(feature = "cuda")]
 mod sys;

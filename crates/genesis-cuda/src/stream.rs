@@ -53,6 +53,25 @@ impl Stream {
         }
     }
 
+    /// A non-owning handle for a stream created elsewhere (e.g. by another library).
+    ///
+    /// # Safety
+    ///
+    /// `raw` must be a stream of `ctx` (or 0 for the legacy stream) that stays alive as long as
+    /// the returned value is used; it is not destroyed on drop.
+    pub unsafe fn borrowed(ctx: &Arc<Context>, raw: u64) -> Stream {
+        Stream {
+            ctx: Arc::clone(ctx),
+            raw: raw as usize as sys::CUstream,
+            owned: false,
+        }
+    }
+
+    /// The stream as an integer id (the raw handle; 0 for the legacy stream).
+    pub fn id(&self) -> u64 {
+        self.raw as usize as u64
+    }
+
     /// The context the stream belongs to.
     pub fn context(&self) -> &Arc<Context> {
         &self.ctx

@@ -30,6 +30,40 @@ pub(crate) const CU_STREAM_NON_BLOCKING: c_uint = 1;
 pub(crate) const CU_EVENT_DEFAULT: c_uint = 0;
 pub(crate) const CU_EVENT_DISABLE_TIMING: c_uint = 2;
 
+pub(crate) const CU_MEM_ALLOCATION_TYPE_PINNED: u32 = 1;
+pub(crate) const CU_MEM_HANDLE_TYPE_NONE: u32 = 0;
+pub(crate) const CU_MEM_LOCATION_TYPE_DEVICE: u32 = 1;
+pub(crate) const CU_MEM_ACCESS_FLAGS_PROT_READWRITE: u32 = 3;
+pub(crate) const CU_MEM_ALLOC_GRANULARITY_MINIMUM: u32 = 0;
+pub(crate) const CU_MEMHOSTALLOC_PORTABLE: c_uint = 1;
+
+/// `CUmemLocation`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MemLocation {
+    pub(crate) type_: u32,
+    pub(crate) id: c_int,
+}
+
+/// `CUmemAllocationProp` (32 bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MemAllocationProp {
+    pub(crate) type_: u32,
+    pub(crate) requested_handle_types: u32,
+    pub(crate) location: MemLocation,
+    pub(crate) win32_handle_meta_data: *mut c_void,
+    pub(crate) alloc_flags: [u8; 8],
+}
+
+/// `CUmemAccessDesc` (12 bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MemAccessDesc {
+    pub(crate) location: MemLocation,
+    pub(crate) flags: u32,
+}
+
 #[link(name = "cuda")]
 unsafe extern "C" {
     pub(crate) fn cuInit(flags: c_uint) -> c_int;
@@ -114,4 +148,40 @@ unsafe extern "C" {
     pub(crate) fn cuEventSynchronize(event: CUevent) -> c_int;
     pub(crate) fn cuEventQuery(event: CUevent) -> c_int;
     pub(crate) fn cuEventElapsedTime(ms: *mut f32, start: CUevent, end: CUevent) -> c_int;
+    pub(crate) fn cuMemGetAllocationGranularity(
+        granularity: *mut usize,
+        prop: *const MemAllocationProp,
+        option: u32,
+    ) -> c_int;
+    pub(crate) fn cuMemAddressReserve(
+        ptr: *mut CUdeviceptr,
+        size: usize,
+        alignment: usize,
+        addr: CUdeviceptr,
+        flags: u64,
+    ) -> c_int;
+    pub(crate) fn cuMemAddressFree(ptr: CUdeviceptr, size: usize) -> c_int;
+    pub(crate) fn cuMemCreate(
+        handle: *mut u64,
+        size: usize,
+        prop: *const MemAllocationProp,
+        flags: u64,
+    ) -> c_int;
+    pub(crate) fn cuMemRelease(handle: u64) -> c_int;
+    pub(crate) fn cuMemMap(
+        ptr: CUdeviceptr,
+        size: usize,
+        offset: usize,
+        handle: u64,
+        flags: u64,
+    ) -> c_int;
+    pub(crate) fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> c_int;
+    pub(crate) fn cuMemSetAccess(
+        ptr: CUdeviceptr,
+        size: usize,
+        desc: *const MemAccessDesc,
+        count: usize,
+    ) -> c_int;
+    pub(crate) fn cuMemHostAlloc(pp: *mut *mut c_void, bytes: usize, flags: c_uint) -> c_int;
+    pub(crate) fn cuMemFreeHost(p: *mut c_void) -> c_int;
 }

@@ -1,0 +1,206 @@
+//! Raw memory calls for allocators: plain device allocations, the virtual-memory API
+//! (reserve / create / map / unmap), pinned host memory and memsets on raw addresses.
+//!
+//! These are what `genesis-mem`'s CUDA backends call; nothing here caches or tracks.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use crate::context::{Context, check};
+use crate::error::{Error, Result};
+use crate::sys;
+
+fn prop(ctx: &Context) -> sys::MemAllocationProp {
+    sys::MemAllocationProp {
+        type_: sys::CU_MEM_ALLOCATION_TYPE_PINNED,
+        requested_handle_types: sys::CU_MEM_HANDLE_TYPE_NONE,
+        location: sys::MemLocation {
+            type_: sys::CU_MEM_LOCATION_TYPE_DEVICE,
+            id: ctx.ordinal() as i32,
+        },
+        win32_handle_meta_data: std::ptr::null_mut(),
+        alloc_flags: [0; 8],
+    }
+}
+
+/// The minimum physical granularity of the VMM API on this device (2 MiB on current GPUs).
+pub fn vmm_granularity(ctx: &Arc<Context>) -> Result<usize> {
+    ctx.bind()?;
+    let p = prop(ctx);
+    let mut g = 0usize;
+    // SAFETY: `p` is a valid property struct and `g` a valid out-pointer.
+    check("cuMemGetAllocationGranularity", unsafe {
+        sys::cuMemGetAllocationGranularity(&mut g, &p, sys::CU_MEM_ALLOC_GRANULARITY_MINIMUM)
+    })?;
+    Ok(g)
+}
+
+/// `cuMemAlloc`: `bytes` of device memory.
+pub fn mem_alloc(ctx: &Arc<Context>, bytes: usize) -> Result<u64> {
+    ctx.bind()?;
+    let mut p = 0u64;
+    // SAFETY: the context is current and `p` is a valid out-pointer.
+    check("cuMemAlloc", unsafe { sys::cuMemAlloc(&mut p, bytes) })?;
+    Ok(p)
+}
+
+/// `cuMemFree`.
+///
+/// # Safety
+///
+/// `ptr` must come from [`mem_alloc`] on this context and not be freed yet, and no queued work
+/// may still use it.
+pub unsafe fn mem_free(ctx: &Arc<Context>, ptr: u64) -> Result<()> {
+    ctx.bind()?;
+    // SAFETY: the caller guarantees `ptr` is a live cuMemAlloc allocation.
+    check("cuMemFree", unsafe { sys::cuMemFree(ptr) })
+}
+
+/// `cuMemAddressReserve`: `bytes` of address space, aligned to `align`.
+pub fn reserve_address_space(ctx: &Arc<Context>, bytes: usize, align: usize) -> Result<u64> {
+    ctx.bind()?;
+    let mut va = 0u64;
+    // SAFETY: valid out-pointer; no fixed address is requested.
+    check("cuMemAddressReserve", unsafe {
+        sys::cuMemAddressReserve(&mut va, bytes, align, 0, 0)
+    })?;
+    Ok(va)
+}
+
+/// `cuMemAddressFree`.
+///
+/// # Safety
+///
+/// `va`/`bytes` must be a reservation from [`reserve_address_space`] with nothing mapped in it.
+pub unsafe fn free_address_space(ctx: &Arc<Context>, va: u64, bytes: usize) -> Result<()> {
+    ctx.bind()?;
+    // SAFETY: guaranteed by the caller.
+    check("cuMemAddressFree", unsafe {
+        sys::cuMemAddressFree(va, bytes)
+    })
+}
+
+/// `cuMemCreate`: a physical allocation of `bytes` (a multiple of the granularity) on the
+/// context's device. Returns the handle.
+pub fn create_physical(ctx: &Arc<Context>, bytes: usize) -> Result<u64> {
+    ctx.bind()?;
+    let p = prop(ctx);
+    let mut h = 0u64;
+    // SAFETY: valid property struct and out-pointer.
+    check("cuMemCreate", unsafe {
+        sys::cuMemCreate(&mut h, bytes, &p, 0)
+    })?;
+    Ok(h)
+}
+
+/// `cuMemRelease`.
+///
+/// # Safety
+///
+/// `handle` must come from [`create_physical`] and be released once; it may still be mapped
+/// (the memory is freed when the last mapping goes).
+pub unsafe fn release_physical(ctx: &Arc<Context>, handle: u64) -> Result<()> {
+    ctx.bind()?;
+    // SAFETY: guaranteed by the caller.
+    check("cuMemRelease", unsafe { sys::cuMemRelease(handle) })
+}
+
+/// `cuMemMap` of the whole of `handle` (`bytes` long) at `va`.
+///
+/// # Safety
+///
+/// `[va, va + bytes)` must lie inside a reservation with nothing mapped there, and `handle` must
+/// be a live physical allocation of exactly `bytes`.
+pub unsafe fn map(ctx: &Arc<Context>, va: u64, bytes: usize, handle: u64) -> Result<()> {
+    ctx.bind()?;
+    // SAFETY: guaranteed by the caller.
+    check("cuMemMap", unsafe {
+        sys::cuMemMap(va, bytes, 0, handle, 0)
+    })
+}
+
+/// `cuMemSetAccess`: makes `[va, va + bytes)` readable and writable from the context's device.
+///
+/// # Safety
+///
+/// The range must be fully mapped.
+pub unsafe fn set_access(ctx: &Arc<Context>, va: u64, bytes: usize) -> Result<()> {
+    ctx.bind()?;
+    let desc = sys::MemAccessDesc {
+        location: sys::MemLocation {
+            type_: sys::CU_MEM_LOCATION_TYPE_DEVICE,
+            id: ctx.ordinal() as i32,
+        },
+        flags: sys::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+    };
+    // SAFETY: the caller guarantees the range is mapped; `desc` is one valid descriptor.
+    check("cuMemSetAccess", unsafe {
+        sys::cuMemSetAccess(va, bytes, &desc, 1)
+    })
+}
+
+/// `cuMemUnmap`.
+///
+/// # Safety
+///
+/// `[va, va + bytes)` must be exactly one or more whole mappings, and no queued work may still
+/// use it.
+pub unsafe fn unmap(ctx: &Arc<Context>, va: u64, bytes: usize) -> Result<()> {
+    ctx.bind()?;
+    // SAFETY: guaranteed by the caller.
+    check("cuMemUnmap", unsafe { sys::cuMemUnmap(va, bytes) })
+}
+
+/// `cuMemHostAlloc` (portable): `bytes` of page-locked host memory.
+pub fn host_alloc_pinned(ctx: &Arc<Context>, bytes: usize) -> Result<*mut u8> {
+    if bytes == 0 {
+        return Err(Error::InvalidArgument {
+            op: "host_alloc_pinned",
+            reason: "zero bytes".into(),
+        });
+    }
+    ctx.bind()?;
+    let mut p: *mut c_void = std::ptr::null_mut();
+    // SAFETY: valid out-pointer; the context is current.
+    check("cuMemHostAlloc", unsafe {
+        sys::cuMemHostAlloc(&mut p, bytes, sys::CU_MEMHOSTALLOC_PORTABLE)
+    })?;
+    Ok(p.cast())
+}
+
+/// `cuMemFreeHost`.
+///
+/// # Safety
+///
+/// `p` must come from [`host_alloc_pinned`] and not be freed yet; nothing may use it after.
+pub unsafe fn host_free_pinned(ctx: &Arc<Context>, p: *mut u8) -> Result<()> {
+    ctx.bind()?;
+    // SAFETY: guaranteed by the caller.
+    check("cuMemFreeHost", unsafe { sys::cuMemFreeHost(p.cast()) })
+}
+
+/// Sets `bytes` bytes at device address `ptr` to `value`, ordered on `stream`.
+///
+/// # Safety
+///
+/// `[ptr, ptr + bytes)` must be mapped device memory of the stream's context.
+pub unsafe fn memset_d8(stream: &crate::Stream, ptr: u64, value: u8, bytes: usize) -> Result<()> {
+    stream.context().bind()?;
+    // SAFETY: guaranteed by the caller.
+    check("cuMemsetD8Async", unsafe {
+        sys::cuMemsetD8Async(ptr, value, bytes, stream.raw())
+    })
+}
+
+/// Copies `dst.len()` bytes from device address `src` to the host, synchronously.
+///
+/// # Safety
+///
+/// `[src, src + dst.len())` must be mapped device memory of the context.
+pub unsafe fn copy_to_host(ctx: &Arc<Context>, src: u64, dst: &mut [u8]) -> Result<()> {
+    ctx.bind()?;
+    // SAFETY: guaranteed by the caller; `dst` is writable for its length.
+    check("cuMemcpyDtoH", unsafe {
+        sys::cuMemcpyDtoH(dst.as_mut_ptr().cast(), src, dst.len())
+    })
+}

@@ -1,0 +1,1542 @@
+//! The caching allocator: policy, block bookkeeping, limits and recovery.
+//!
+//! # Policy
+//!
+//! Requests are rounded up to 512 bytes. Each stream has its own free blocks; a block is handed
+//! out again only on the stream it was freed on, or once events show the other streams' work on
+//! it is done.
+//!
+//! - **Fast path.** A freed block goes to a per-(stream, size) quick list without coalescing; a
+//!   request of the same size pops it in O(1). Quick lists are flushed (coalesced into the free
+//!   index) whenever the free index cannot serve a request, so they never cause growth.
+//! - **Best fit.** The free index is ordered by (size, address): the smallest block that fits,
+//!   lowest address first. The block is split; the remainder stays free.
+//! - **Growth with virtual memory** (when the backend supports it): each stream has one region
+//!   of reserved address space that grows at its end. Growth first *moves* physical handles
+//!   that lie wholly under free ranges elsewhere to the end (unmap + map, no new memory), and
+//!   only then creates new handles for the rest. Free ranges never pin physical memory that a
+//!   growth could use, and no address of a live block ever moves.
+//! - **Growth with plain segments**: a segment of exactly the rounded request (2 MiB for small
+//!   requests). Before reserved memory would pass its earlier peak, wholly free segments are
+//!   freed, least recently used first.
+//! - **Out of memory**: release every cached byte the allocator can (waiting for pending
+//!   events), retry once, then return [`Error::OutOfMemory`] with the numbers and the largest
+//!   live allocations and their call sites. The allocator stays usable.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::panic::Location;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use smallvec::SmallVec;
+
+use crate::backend::{Backend, BackendError, CallCounts, EventId, PhysHandle, StreamId};
+use crate::stats::{Pool, Stats};
+
+/// Every block is a multiple of this many bytes, and aligned to it.
+pub const ALIGNMENT: usize = 512;
+
+const NONE: u32 = u32::MAX;
+
+/// Errors of the allocator.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The device could not provide the memory, even after releasing the cache.
+    #[error(
+        "out of memory: tried to allocate {} ({requested} bytes); {} allocated, {} reserved, \
+         largest free block {}, device free {} of {}{}{}",
+        crate::stats::human(*requested as i64),
+        crate::stats::human(*allocated as i64),
+        crate::stats::human(*reserved as i64),
+        crate::stats::human(*largest_free as i64),
+        crate::stats::human(*device_free as i64),
+        crate::stats::human(*device_total as i64),
+        limit.map(|l| format!("; limit {}", crate::stats::human(l as i64))).unwrap_or_default(),
+        format_top(top_allocations)
+    )]
+    OutOfMemory {
+        /// Bytes asked for.
+        requested: usize,
+        /// Bytes in allocated blocks.
+        allocated: usize,
+        /// Bytes held from the device.
+        reserved: usize,
+        /// Largest free block.
+        largest_free: usize,
+        /// Free device memory, as the driver reported it.
+        device_free: usize,
+        /// Total device memory.
+        device_total: usize,
+        /// The memory-fraction limit in bytes, if one applies.
+        limit: Option<usize>,
+        /// The largest live allocations: (bytes, call site).
+        top_allocations: Vec<(usize, String)>,
+    },
+    /// A request for zero bytes.
+    #[error("zero-size allocation")]
+    ZeroSize,
+    /// A request larger than the device (or than the address space).
+    #[error("requested {requested} bytes, more than the device's {total}")]
+    TooLarge {
+        /// Bytes asked for.
+        requested: usize,
+        /// Device memory in bytes.
+        total: usize,
+    },
+    /// A memory fraction outside (0, 1].
+    #[error("memory fraction {0} is outside (0, 1]")]
+    InvalidFraction(f64),
+    /// A size string that did not parse.
+    #[error(transparent)]
+    Size(#[from] crate::size::SizeError),
+    /// An allocation given back to an allocator that did not make it.
+    #[error("the allocation at {ptr:#x} belongs to another allocator")]
+    ForeignAllocation {
+        /// Its address.
+        ptr: u64,
+    },
+    /// A backend call failed for a reason other than memory.
+    #[error("backend: {0}")]
+    Backend(BackendError),
+}
+
+fn format_top(top: &[(usize, String)]) -> String {
+    if top.is_empty() {
+        return String::new();
+    }
+    let parts: Vec<String> = top
+        .iter()
+        .map(|(b, site)| format!("{} at {site}", crate::stats::human(*b as i64)))
+        .collect();
+    format!("; largest live allocations: {}", parts.join(", "))
+}
+
+/// Allocator settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Use the virtual-memory arena when the backend supports it.
+    pub use_vmm: bool,
+    /// At most this share of device memory is reserved, in (0, 1].
+    pub memory_fraction: f64,
+    /// At most this many bytes are kept cached (reserved but not allocated); `None`: no limit.
+    pub cache_limit: Option<usize>,
+    /// Largest physical handle the VMM arena creates; smaller handles can be moved and given
+    /// back at a finer grain, at the cost of more driver calls.
+    pub max_handle_bytes: usize,
+    /// Address space reserved per VMM region.
+    pub region_bytes: usize,
+    /// When set, the cache is released after a free that leaves fragmentation
+    /// ((reserved − allocated) / reserved) above this share of at least 64 MiB reserved.
+    pub compact_threshold: Option<f64>,
+    /// Record call sites of allocations (`#[track_caller]`), for leak reports and snapshots.
+    pub record_sites: bool,
+    /// Keep freed blocks in per-size quick lists (coalesced lazily) for O(1) reuse.
+    pub quick_lists: bool,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            use_vmm: true,
+            memory_fraction: 1.0,
+            cache_limit: None,
+            max_handle_bytes: 1 << 40,
+            region_bytes: 1 << 40,
+            compact_threshold: None,
+            record_sites: true,
+            quick_lists: true,
+        }
+    }
+}
+
+/// A live allocation. Give it back with [`CachingAllocator::free`]; it is neither `Copy` nor
+/// `Clone`, so it cannot be freed twice.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "an allocation that is dropped without `free` stays allocated"]
+pub struct Allocation {
+    ptr: u64,
+    size: usize,
+    requested: usize,
+    block: u32,
+    generation: u32,
+    allocator: u64,
+    stream: StreamId,
+}
+
+impl Allocation {
+    /// The device address (512-byte aligned).
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// Usable bytes (the request rounded up to 512).
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Bytes that were asked for.
+    pub fn requested(&self) -> usize {
+        self.requested
+    }
+
+    /// The stream it was allocated on.
+    pub fn stream(&self) -> StreamId {
+        self.stream
+    }
+}
+
+/// State of a block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockState {
+    /// Handed out.
+    Allocated,
+    /// Freed, waiting for events on other streams.
+    PendingFree,
+    /// Free and coalesced, in the free index.
+    Free,
+    /// Free, in a quick list (not yet coalesced).
+    Cached,
+    /// Address space with no physical memory behind it.
+    Unmapped,
+}
+
+#[derive(Debug, Clone)]
+struct Block {
+    addr: u64,
+    size: usize,
+    requested: usize,
+    prev: u32,
+    next: u32,
+    region: u32,
+    state: BlockState,
+    generation: u32,
+    stream: StreamId,
+    other_streams: SmallVec<[StreamId; 2]>,
+    site: Option<&'static Location<'static>>,
+    seq: u64,
+}
+
+#[derive(Debug)]
+enum RegionKind {
+    Vmm {
+        reserved: usize,
+        handles: BTreeMap<u64, (usize, PhysHandle)>,
+    },
+    Plain,
+}
+
+#[derive(Debug)]
+struct Region {
+    base: u64,
+    len: usize,
+    stream: StreamId,
+    kind: RegionKind,
+    first: u32,
+    last: u32,
+    live: bool,
+    last_use: u64,
+}
+
+/// A cheap hasher for the quick lists (keys are a stream and a multiple of 512).
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+}
+
+type QuickMap = HashMap<(StreamId, usize), Vec<u32>, BuildHasherDefault<KeyHasher>>;
+
+struct State<B: Backend> {
+    backend: B,
+    config: Config,
+    stats: Stats,
+    blocks: Vec<Block>,
+    spare_blocks: Vec<u32>,
+    regions: Vec<Region>,
+    /// The growing VMM region of each stream.
+    arena_of: HashMap<StreamId, u32>,
+    /// Free blocks by stream, ordered by (size, address).
+    free: HashMap<StreamId, BTreeSet<(usize, u64, u32)>>,
+    quick: QuickMap,
+    quick_count: usize,
+    /// Quick-list keys that may be non-empty (each listed once).
+    quick_dirty: Vec<(StreamId, usize)>,
+    pending: Vec<(u32, SmallVec<[EventId; 2]>)>,
+    device_total: usize,
+    clock: u64,
+    peak_reserved_bytes: usize,
+    history: Option<crate::history::History>,
+}
+
+static NEXT_ALLOCATOR_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A caching allocator over one device's [`Backend`]. `Send + Sync`; one per device.
+pub struct CachingAllocator<B: Backend> {
+    id: u64,
+    state: Mutex<State<B>>,
+}
+
+impl<B: Backend> std::fmt::Debug for CachingAllocator<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CachingAllocator")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+fn round_up(n: usize, to: usize) -> Option<usize> {
+    n.checked_add(to - 1).map(|v| v / to * to)
+}
+
+impl<B: Backend> CachingAllocator<B> {
+    /// An allocator over `backend` with `config`.
+    pub fn new(mut backend: B, config: Config) -> Result<Self, Error> {
+        if !(config.memory_fraction > 0.0 && config.memory_fraction <= 1.0) {
+            return Err(Error::InvalidFraction(config.memory_fraction));
+        }
+        let (_, total) = backend.mem_info().map_err(Error::Backend)?;
+        Ok(CachingAllocator {
+            id: NEXT_ALLOCATOR_ID.fetch_add(1, Ordering::Relaxed),
+            state: Mutex::new(State {
+                backend,
+                config,
+                stats: Stats::default(),
+                blocks: Vec::new(),
+                spare_blocks: Vec::new(),
+                regions: Vec::new(),
+                arena_of: HashMap::new(),
+                free: HashMap::new(),
+                quick: QuickMap::default(),
+                quick_count: 0,
+                quick_dirty: Vec::new(),
+                pending: Vec::new(),
+                device_total: total,
+                clock: 0,
+                peak_reserved_bytes: 0,
+                history: None,
+            }),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<B>> {
+        // A panic while holding the lock cannot leave the bookkeeping half-updated in a way we
+        // could repair, but refusing all further service is worse: keep going.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Allocates `bytes` on `stream`.
+    #[track_caller]
+    pub fn alloc(&self, bytes: usize, stream: StreamId) -> Result<Allocation, Error> {
+        let site = Location::caller();
+        let mut st = self.lock();
+        let a = st.alloc(bytes, stream, site)?;
+        Ok(Allocation {
+            ptr: a.0,
+            size: a.1,
+            requested: bytes,
+            block: a.2,
+            generation: a.3,
+            allocator: self.id,
+            stream,
+        })
+    }
+
+    /// Gives an allocation back. If it was used on other streams ([`Self::record_stream`]),
+    /// it is reused only after the work queued on them so far has completed.
+    pub fn free(&self, allocation: Allocation) -> Result<(), Error> {
+        if allocation.allocator != self.id {
+            return Err(Error::ForeignAllocation {
+                ptr: allocation.ptr,
+            });
+        }
+        let mut st = self.lock();
+        st.free(allocation.block, allocation.generation)
+    }
+
+    /// Marks `allocation` as used by work queued on `stream` (not the one it was allocated on).
+    pub fn record_stream(&self, allocation: &Allocation, stream: StreamId) -> Result<(), Error> {
+        if allocation.allocator != self.id {
+            return Err(Error::ForeignAllocation {
+                ptr: allocation.ptr,
+            });
+        }
+        let mut st = self.lock();
+        let b = &mut st.blocks[allocation.block as usize];
+        if stream != b.stream && !b.other_streams.contains(&stream) {
+            b.other_streams.push(stream);
+        }
+        Ok(())
+    }
+
+    /// A copy of the statistics.
+    pub fn stats(&self) -> Stats {
+        let mut st = self.lock();
+        st.refresh_largest_free();
+        st.stats.clone()
+    }
+
+    /// Resets every peak statistic to its current value.
+    pub fn reset_peak_stats(&self) {
+        let mut st = self.lock();
+        st.stats.reset_peak();
+    }
+
+    /// Gives every cached byte back to the device (waiting for pending events first).
+    pub fn empty_cache(&self) -> Result<(), Error> {
+        let mut st = self.lock();
+        st.release_cached(usize::MAX, true)
+    }
+
+    /// Releases cached memory until at most `keep` bytes are cached.
+    pub fn trim_cache(&self, keep: usize) -> Result<(), Error> {
+        let mut st = self.lock();
+        let cached = st.cached_bytes();
+        if cached > keep {
+            st.release_cached(cached - keep, false)?;
+        }
+        Ok(())
+    }
+
+    /// Sets the memory fraction (0 < f ≤ 1 of device memory).
+    pub fn set_memory_fraction(&self, fraction: f64) -> Result<(), Error> {
+        if !(fraction > 0.0 && fraction <= 1.0) {
+            return Err(Error::InvalidFraction(fraction));
+        }
+        self.lock().config.memory_fraction = fraction;
+        Ok(())
+    }
+
+    /// Sets the cache limit in bytes (`None`: unlimited) and trims the cache to it.
+    pub fn set_cache_limit(&self, limit: Option<usize>) -> Result<(), Error> {
+        let mut st = self.lock();
+        st.config.cache_limit = limit;
+        st.enforce_cache_limit()
+    }
+
+    /// Sets the cache limit from a string such as `"2GB"` or `"512MiB"`.
+    pub fn set_cache_size(&self, limit: &str) -> Result<(), Error> {
+        let bytes = crate::size::parse_size(limit)?;
+        self.set_cache_limit(Some(usize::try_from(bytes).unwrap_or(usize::MAX)))
+    }
+
+    /// Allocates and frees blocks of the given sizes so later requests of them hit the cache.
+    pub fn warm_up(&self, sizes: &[usize], stream: StreamId) -> Result<(), Error> {
+        let mut held = Vec::with_capacity(sizes.len());
+        for &s in sizes {
+            match self.alloc(s, stream) {
+                Ok(a) => held.push(a),
+                Err(e) => {
+                    for a in held {
+                        self.free(a)?;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        for a in held {
+            self.free(a)?;
+        }
+        Ok(())
+    }
+
+    /// Whether `ptr` lies in memory this allocator holds from its backend (for a pinned-host
+    /// pool: whether a host pointer is pinned memory of this pool).
+    pub fn owns(&self, ptr: u64) -> bool {
+        let st = self.lock();
+        st.regions
+            .iter()
+            .any(|r| r.live && ptr >= r.base && ptr < r.base + r.len as u64)
+    }
+
+    /// The backend's call counts.
+    pub fn driver_calls(&self) -> CallCounts {
+        self.lock().backend.counts()
+    }
+
+    /// Runs `f` on the backend (for tests and tools).
+    pub fn with_backend<R>(&self, f: impl FnOnce(&mut B) -> R) -> R {
+        f(&mut self.lock().backend)
+    }
+
+    /// The allocator's logical clock (one tick per alloc or free).
+    pub(crate) fn clock_now(&self) -> u64 {
+        self.lock().clock
+    }
+
+    /// Every region and block, for snapshots.
+    pub fn snapshot(&self) -> crate::snapshot::Snapshot {
+        let st = self.lock();
+        st.snapshot()
+    }
+
+    /// Live allocations: (address, bytes requested, call site), oldest first.
+    pub fn live_allocations(&self) -> Vec<crate::leaks::LiveAllocation> {
+        self.lock().live_allocations()
+    }
+
+    /// Starts recording alloc / free / segment events, keeping the last `capacity`.
+    pub fn record_history(&self, capacity: usize) {
+        self.lock().history = Some(crate::history::History::new(capacity));
+    }
+
+    /// Stops recording and returns what was recorded.
+    pub fn take_history(&self) -> Option<crate::history::History> {
+        self.lock().history.take()
+    }
+
+    /// Checks every internal invariant (for tests): blocks tile their regions, free blocks are
+    /// indexed, no two allocated blocks overlap, and the statistics equal a recount.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.lock().check_invariants()
+    }
+}
+
+impl<B: Backend> State<B> {
+    fn new_block(&mut self, b: Block) -> u32 {
+        if let Some(id) = self.spare_blocks.pop() {
+            let generation = self.blocks[id as usize].generation.wrapping_add(1);
+            self.blocks[id as usize] = Block { generation, ..b };
+            id
+        } else {
+            self.blocks.push(b);
+            (self.blocks.len() - 1) as u32
+        }
+    }
+
+    fn drop_block(&mut self, id: u32) {
+        self.spare_blocks.push(id);
+    }
+
+    fn is_whole(&self, id: u32) -> bool {
+        let b = &self.blocks[id as usize];
+        b.prev == NONE && b.next == NONE
+    }
+
+    /// Accounts a block that becomes free (Free or Cached).
+    fn count_inactive(&mut self, id: u32, sign: i64) {
+        if !self.is_whole(id) {
+            let size = self.blocks[id as usize].size;
+            let pool = Pool::of(size);
+            self.stats.inactive_split.add(pool, sign);
+            self.stats
+                .inactive_split_bytes
+                .add(pool, sign * size as i64);
+        }
+    }
+
+    fn index_free(&mut self, id: u32) {
+        let b = &mut self.blocks[id as usize];
+        b.state = BlockState::Free;
+        let key = (b.size, b.addr, id);
+        let stream = b.stream;
+        self.free.entry(stream).or_default().insert(key);
+        self.count_inactive(id, 1);
+    }
+
+    fn unindex_free(&mut self, id: u32) {
+        let b = &self.blocks[id as usize];
+        debug_assert_eq!(b.state, BlockState::Free);
+        let key = (b.size, b.addr, id);
+        let stream = b.stream;
+        if let Some(set) = self.free.get_mut(&stream) {
+            set.remove(&key);
+        }
+        self.count_inactive(id, -1);
+    }
+
+    fn alloc(
+        &mut self,
+        requested: usize,
+        stream: StreamId,
+        site: &'static Location<'static>,
+    ) -> Result<(u64, usize, u32, u32), Error> {
+        if requested == 0 {
+            return Err(Error::ZeroSize);
+        }
+        if requested > self.device_total {
+            return Err(Error::TooLarge {
+                requested,
+                total: self.device_total,
+            });
+        }
+        let size = round_up(requested, ALIGNMENT).ok_or(Error::TooLarge {
+            requested,
+            total: self.device_total,
+        })?;
+        self.clock += 1;
+        if !self.pending.is_empty() {
+            self.process_pending(false)?;
+        }
+        let id = match self.quick.get_mut(&(stream, size)).and_then(Vec::pop) {
+            Some(id) => {
+                self.quick_count -= 1;
+                self.count_inactive(id, -1);
+                self.stats.num_cache_hits += 1;
+                id
+            }
+            None => match self.flush_then_best_fit(stream, size) {
+                Some(id) => {
+                    self.stats.num_cache_hits += 1;
+                    id
+                }
+                None => {
+                    self.stats.num_cache_misses += 1;
+                    self.grow_or_recover(stream, size)?
+                }
+            },
+        };
+        let record_sites = self.config.record_sites;
+        let seq = self.clock;
+        let b = &mut self.blocks[id as usize];
+        b.state = BlockState::Allocated;
+        b.requested = requested;
+        b.other_streams.clear();
+        b.site = if record_sites { Some(site) } else { None };
+        b.seq = seq;
+        let (addr, generation) = (b.addr, b.generation);
+        let region = b.region;
+        self.regions[region as usize].last_use = seq;
+        let pool = Pool::of(size);
+        self.stats.allocation.add(pool, 1);
+        self.stats.active.add(pool, 1);
+        self.stats.allocated_bytes.add(pool, size as i64);
+        self.stats.active_bytes.add(pool, size as i64);
+        self.stats.requested_bytes.add(pool, requested as i64);
+        if let Some(h) = &mut self.history {
+            h.push(
+                crate::history::Event::Alloc {
+                    addr,
+                    size,
+                    requested,
+                    stream,
+                    site: Some(site),
+                },
+                &self.stats,
+            );
+        }
+        Ok((addr, size, id, generation))
+    }
+
+    /// Best fit after coalescing the stream's quick lists: placement decisions always see
+    /// coalesced free space.
+    fn flush_then_best_fit(&mut self, stream: StreamId, size: usize) -> Option<u32> {
+        self.flush_quick(Some(stream));
+        self.take_best_fit(stream, size)
+    }
+
+    /// Pops the best-fitting free block of `stream` and splits it to `size`.
+    fn take_best_fit(&mut self, stream: StreamId, size: usize) -> Option<u32> {
+        let set = self.free.get(&stream)?;
+        let &(bsize, baddr, id) = set.range((size, 0, 0)..).next()?;
+        let _ = (bsize, baddr);
+        self.unindex_free(id);
+        self.split(id, size);
+        Some(id)
+    }
+
+    /// Splits block `id` (just removed from the free index) to `size`, indexing the rest.
+    fn split(&mut self, id: u32, size: usize) {
+        let b = &self.blocks[id as usize];
+        if b.size - size < ALIGNMENT {
+            return;
+        }
+        let rest = Block {
+            addr: b.addr + size as u64,
+            size: b.size - size,
+            requested: 0,
+            prev: id,
+            next: b.next,
+            region: b.region,
+            state: BlockState::Free,
+            generation: 0,
+            stream: b.stream,
+            other_streams: SmallVec::new(),
+            site: None,
+            seq: 0,
+        };
+        let next = b.next;
+        let region = b.region;
+        let rid = self.new_block(rest);
+        if next != NONE {
+            self.blocks[next as usize].prev = rid;
+        } else {
+            self.regions[region as usize].last = rid;
+        }
+        let b = &mut self.blocks[id as usize];
+        b.next = rid;
+        b.size = size;
+        self.index_free(rid);
+    }
+
+    fn free(&mut self, id: u32, generation: u32) -> Result<(), Error> {
+        let b = self
+            .blocks
+            .get(id as usize)
+            .filter(|b| b.generation == generation && b.state == BlockState::Allocated)
+            .ok_or(Error::ForeignAllocation { ptr: 0 })?;
+        let (size, requested, addr, stream) = (b.size, b.requested, b.addr, b.stream);
+        let pool = Pool::of(size);
+        self.stats.allocation.add(pool, -1);
+        self.stats.allocated_bytes.add(pool, -(size as i64));
+        self.stats.requested_bytes.add(pool, -(requested as i64));
+        self.clock += 1;
+        if let Some(h) = &mut self.history {
+            h.push(
+                crate::history::Event::Free { addr, size, stream },
+                &self.stats,
+            );
+        }
+        if !self.blocks[id as usize].other_streams.is_empty() {
+            let streams = self.blocks[id as usize].other_streams.clone();
+            let mut events = SmallVec::new();
+            for s in streams {
+                match self.backend.record_event(s) {
+                    Ok(e) => events.push(e),
+                    Err(err) => {
+                        // Without an event nobody can tell when the other stream's work ends:
+                        // the block is quarantined (never reused) rather than risk corruption.
+                        for e in events {
+                            self.backend.destroy_event(e);
+                        }
+                        self.blocks[id as usize].state = BlockState::PendingFree;
+                        return Err(Error::Backend(err));
+                    }
+                }
+            }
+            self.blocks[id as usize].state = BlockState::PendingFree;
+            self.pending.push((id, events));
+            return Ok(());
+        }
+        self.blocks[id as usize].state = BlockState::PendingFree;
+        self.release_block(id);
+        self.after_free()
+    }
+
+    /// A block whose work is done becomes cached (quick list).
+    fn release_block(&mut self, id: u32) {
+        let b = &mut self.blocks[id as usize];
+        let (size, stream) = (b.size, b.stream);
+        b.state = BlockState::Cached;
+        b.site = None;
+        let pool = Pool::of(size);
+        self.stats.active.add(pool, -1);
+        self.stats.active_bytes.add(pool, -(size as i64));
+        self.count_inactive(id, 1);
+        let list = self.quick.entry((stream, size)).or_default();
+        if list.is_empty() {
+            self.quick_dirty.push((stream, size));
+        }
+        list.push(id);
+        self.quick_count += 1;
+        if !self.config.quick_lists {
+            self.flush_quick(Some(stream));
+        }
+    }
+
+    fn after_free(&mut self) -> Result<(), Error> {
+        if self.config.cache_limit.is_some() {
+            self.enforce_cache_limit()?;
+        }
+        if let Some(t) = self.config.compact_threshold {
+            let reserved = self.stats.reserved_bytes.all().current;
+            if reserved >= 64 << 20 && self.stats.fragmentation() > t {
+                self.release_cached(usize::MAX, false)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn cached_bytes(&self) -> usize {
+        let s = &self.stats;
+        (s.reserved_bytes.all().current - s.active_bytes.all().current).max(0) as usize
+    }
+
+    fn enforce_cache_limit(&mut self) -> Result<(), Error> {
+        if let Some(limit) = self.config.cache_limit {
+            let cached = self.cached_bytes();
+            if cached > limit {
+                self.release_cached(cached - limit, false)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn process_pending(&mut self, wait: bool) -> Result<(), Error> {
+        let mut i = 0;
+        while i < self.pending.len() {
+            let mut done = true;
+            for &e in &self.pending[i].1 {
+                let complete = if wait {
+                    self.backend.wait_event(e).map(|()| true)
+                } else {
+                    self.backend.event_complete(e)
+                };
+                match complete {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        done = false;
+                        break;
+                    }
+                    Err(err) => return Err(Error::Backend(err)),
+                }
+            }
+            if done {
+                let (id, events) = self.pending.swap_remove(i);
+                for e in events {
+                    self.backend.destroy_event(e);
+                }
+                self.release_block(id);
+            } else {
+                i += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Coalesces every cached block of `stream` (or of all streams) into the free index.
+    fn flush_quick(&mut self, stream: Option<StreamId>) {
+        if self.quick_count == 0 {
+            return;
+        }
+        let mut keys = std::mem::take(&mut self.quick_dirty);
+        if let Some(s) = stream {
+            let (mine, others): (Vec<_>, Vec<_>) = keys.into_iter().partition(|k| k.0 == s);
+            self.quick_dirty = others;
+            keys = mine;
+        }
+        for k in keys {
+            let Some(list) = self.quick.get_mut(&k) else {
+                continue;
+            };
+            let ids = std::mem::take(list);
+            self.quick_count -= ids.len();
+            for id in ids {
+                self.count_inactive(id, -1);
+                self.coalesce_into_free(id);
+            }
+        }
+    }
+
+    /// Makes a Cached/PendingFree block Free, merging it with free neighbours.
+    fn coalesce_into_free(&mut self, mut id: u32) {
+        let prev = self.blocks[id as usize].prev;
+        if prev != NONE && self.blocks[prev as usize].state == BlockState::Free {
+            self.unindex_free(prev);
+            self.merge_next_into(prev);
+            id = prev;
+        }
+        let next = self.blocks[id as usize].next;
+        if next != NONE && self.blocks[next as usize].state == BlockState::Free {
+            self.unindex_free(next);
+            self.merge_next_into(id);
+        }
+        self.index_free(id);
+    }
+
+    /// Absorbs the block after `id` into `id` (neither is indexed).
+    fn merge_next_into(&mut self, id: u32) {
+        let next = self.blocks[id as usize].next;
+        let (nsize, nnext) = {
+            let n = &self.blocks[next as usize];
+            (n.size, n.next)
+        };
+        let region = self.blocks[id as usize].region;
+        let b = &mut self.blocks[id as usize];
+        b.size += nsize;
+        b.next = nnext;
+        if nnext != NONE {
+            self.blocks[nnext as usize].prev = id;
+        } else {
+            self.regions[region as usize].last = id;
+        }
+        self.drop_block(next);
+    }
+
+    fn grow_or_recover(&mut self, stream: StreamId, size: usize) -> Result<u32, Error> {
+        self.flush_quick(Some(stream));
+        if let Some(id) = self.take_best_fit(stream, size) {
+            return Ok(id);
+        }
+        match self.grow(stream, size) {
+            Ok(id) => Ok(id),
+            Err(GrowError::Backend(e)) => Err(Error::Backend(e)),
+            Err(GrowError::OutOfMemory) => {
+                self.stats.num_alloc_retries += 1;
+                self.release_cached(usize::MAX, true)?;
+                if let Some(id) = self.take_best_fit(stream, size) {
+                    return Ok(id);
+                }
+                match self.grow(stream, size) {
+                    Ok(id) => Ok(id),
+                    Err(GrowError::Backend(e)) => Err(Error::Backend(e)),
+                    Err(GrowError::OutOfMemory) => {
+                        self.stats.num_ooms += 1;
+                        Err(self.oom_error(size))
+                    }
+                }
+            }
+        }
+    }
+
+    fn limit_bytes(&self) -> usize {
+        (self.device_total as f64 * self.config.memory_fraction) as usize
+    }
+
+    fn reserved(&self) -> usize {
+        self.stats.reserved_bytes.all().current as usize
+    }
+
+    fn oom_error(&mut self, requested: usize) -> Error {
+        self.refresh_largest_free();
+        let (device_free, device_total) = self.backend.mem_info().unwrap_or((0, self.device_total));
+        let mut live: Vec<(usize, String)> = self
+            .blocks
+            .iter()
+            .filter(|b| b.state == BlockState::Allocated)
+            .map(|b| {
+                (
+                    b.requested,
+                    b.site
+                        .map(|s| s.to_string())
+                        .unwrap_or_else(|| "unknown".into()),
+                )
+            })
+            .collect();
+        live.sort_by_key(|e| std::cmp::Reverse(e.0));
+        live.truncate(5);
+        let limit = (self.config.memory_fraction < 1.0).then(|| self.limit_bytes());
+        Error::OutOfMemory {
+            requested,
+            allocated: self.stats.allocated_bytes.all().current as usize,
+            reserved: self.reserved(),
+            largest_free: self.stats.largest_free_block as usize,
+            device_free,
+            device_total,
+            limit,
+            top_allocations: live,
+        }
+    }
+
+    fn grow(&mut self, stream: StreamId, size: usize) -> Result<u32, GrowError> {
+        if self.config.use_vmm && self.backend.supports_vmm() {
+            self.grow_vmm(stream, size)
+        } else {
+            self.grow_plain(stream, size)
+        }
+    }
+
+    fn add_reserved(&mut self, pool: Pool, bytes: usize, sign: i64) {
+        self.stats.reserved_bytes.add(pool, sign * bytes as i64);
+        self.stats.segment.add(pool, sign);
+        if sign > 0 {
+            self.stats.num_device_alloc += 1;
+        } else {
+            self.stats.num_device_free += 1;
+        }
+        self.peak_reserved_bytes = self.peak_reserved_bytes.max(self.reserved());
+    }
+
+    fn grow_plain(&mut self, stream: StreamId, size: usize) -> Result<u32, GrowError> {
+        let g = self.backend.granularity();
+        let seg = round_up(size, g).ok_or(GrowError::OutOfMemory)?;
+        if self.reserved() + seg > self.limit_bytes() {
+            self.release_free_segments(self.reserved() + seg - self.limit_bytes());
+            if self.reserved() + seg > self.limit_bytes() {
+                return Err(GrowError::OutOfMemory);
+            }
+        }
+        if self.reserved() + seg > self.peak_reserved_bytes {
+            let over = self.reserved() + seg - self.peak_reserved_bytes;
+            self.release_free_segments(over);
+        }
+        let addr = match self.backend.alloc(seg) {
+            Ok(a) => a,
+            Err(BackendError::OutOfMemory) => return Err(GrowError::OutOfMemory),
+            Err(e) => return Err(GrowError::Backend(e)),
+        };
+        let pool = if seg <= g { Pool::Small } else { Pool::Large };
+        self.add_reserved(pool, seg, 1);
+        let rid = self.regions.len() as u32;
+        let id = self.new_block(Block {
+            addr,
+            size: seg,
+            requested: 0,
+            prev: NONE,
+            next: NONE,
+            region: rid,
+            state: BlockState::Free,
+            generation: 0,
+            stream,
+            other_streams: SmallVec::new(),
+            site: None,
+            seq: 0,
+        });
+        self.regions.push(Region {
+            base: addr,
+            len: seg,
+            stream,
+            kind: RegionKind::Plain,
+            first: id,
+            last: id,
+            live: true,
+            last_use: self.clock,
+        });
+        if let Some(h) = &mut self.history {
+            h.push(
+                crate::history::Event::SegmentAlloc {
+                    addr,
+                    size: seg,
+                    stream,
+                },
+                &self.stats,
+            );
+        }
+        self.split(id, size);
+        Ok(id)
+    }
+
+    /// Frees wholly free plain segments, least recently used first, until `target` bytes are
+    /// released or none is left.
+    fn release_free_segments(&mut self, target: usize) -> usize {
+        let mut cands: Vec<(u64, u32)> = self
+            .regions
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.live && matches!(r.kind, RegionKind::Plain))
+            .filter(|(_, r)| {
+                r.first == r.last && self.blocks[r.first as usize].state == BlockState::Free
+            })
+            .map(|(i, r)| (r.last_use, i as u32))
+            .collect();
+        cands.sort_unstable();
+        let mut released = 0;
+        for (_, rid) in cands {
+            if released >= target {
+                break;
+            }
+            let r = &self.regions[rid as usize];
+            let (base, len, block) = (r.base, r.len, r.first);
+            if self.backend.free(base, len).is_err() {
+                continue;
+            }
+            self.unindex_free(block);
+            self.drop_block(block);
+            self.regions[rid as usize].live = false;
+            let pool = if len <= self.backend.granularity() {
+                Pool::Small
+            } else {
+                Pool::Large
+            };
+            self.add_reserved(pool, len, -1);
+            if let Some(h) = &mut self.history {
+                let stream = self.regions[rid as usize].stream;
+                h.push(
+                    crate::history::Event::SegmentFree {
+                        addr: base,
+                        size: len,
+                        stream,
+                    },
+                    &self.stats,
+                );
+            }
+            released += len;
+        }
+        released
+    }
+
+    /// The stream's VMM region with room for `extra` more bytes, reserving one if needed.
+    fn arena(&mut self, stream: StreamId, extra: usize) -> Result<u32, GrowError> {
+        if let Some(&rid) = self.arena_of.get(&stream) {
+            let r = &self.regions[rid as usize];
+            if let RegionKind::Vmm { reserved, .. } = r.kind
+                && r.len + extra <= reserved
+            {
+                return Ok(rid);
+            }
+        }
+        let bytes = self
+            .config
+            .region_bytes
+            .max(round_up(extra, self.backend.granularity()).unwrap_or(extra));
+        let base = self.backend.reserve(bytes).map_err(|e| match e {
+            BackendError::OutOfMemory => GrowError::OutOfMemory,
+            e => GrowError::Backend(e),
+        })?;
+        let rid = self.regions.len() as u32;
+        self.regions.push(Region {
+            base,
+            len: 0,
+            stream,
+            kind: RegionKind::Vmm {
+                reserved: bytes,
+                handles: BTreeMap::new(),
+            },
+            first: NONE,
+            last: NONE,
+            live: true,
+            last_use: self.clock,
+        });
+        self.arena_of.insert(stream, rid);
+        Ok(rid)
+    }
+
+    /// Appends `len` bytes of mapped memory backed by `handle` at the end of region `rid`.
+    fn append_mapped(
+        &mut self,
+        rid: u32,
+        len: usize,
+        handle: PhysHandle,
+    ) -> Result<(), BackendError> {
+        let (va, stream) = {
+            let r = &self.regions[rid as usize];
+            (r.base + r.len as u64, r.stream)
+        };
+        self.backend.map(va, len, handle)?;
+        let r = &mut self.regions[rid as usize];
+        r.len += len;
+        if let RegionKind::Vmm { handles, .. } = &mut r.kind {
+            handles.insert(va, (len, handle));
+        }
+        let last = r.last;
+        let id = self.new_block(Block {
+            addr: va,
+            size: len,
+            requested: 0,
+            prev: last,
+            next: NONE,
+            region: rid,
+            state: BlockState::Cached,
+            generation: 0,
+            stream,
+            other_streams: SmallVec::new(),
+            site: None,
+            seq: 0,
+        });
+        if last != NONE {
+            self.blocks[last as usize].next = id;
+        } else {
+            self.regions[rid as usize].first = id;
+        }
+        self.regions[rid as usize].last = id;
+        self.coalesce_into_free(id);
+        if let Some(h) = &mut self.history {
+            h.push(
+                crate::history::Event::SegmentMap {
+                    addr: va,
+                    size: len,
+                    stream,
+                },
+                &self.stats,
+            );
+        }
+        Ok(())
+    }
+
+    /// Cuts the range of handle (`va`, `len`) out of the free block containing it and unmaps it,
+    /// leaving an `Unmapped` block. Returns the handle.
+    fn carve_out(&mut self, block: u32, va: u64, len: usize) -> Result<(), BackendError> {
+        let stream = self.blocks[block as usize].stream;
+        self.backend.synchronize(stream)?;
+        self.backend.unmap(va, len)?;
+        self.unindex_free(block);
+        let (addr, size, region) = {
+            let b = &self.blocks[block as usize];
+            (b.addr, b.size, b.region)
+        };
+        // [addr, va) free | [va, va+len) unmapped | [va+len, addr+size) free
+        let mut mid = block;
+        if va > addr {
+            self.split_at(block, (va - addr) as usize);
+            mid = self.blocks[block as usize].next;
+            self.index_free(block);
+        }
+        let end = addr + size as u64;
+        if va + (len as u64) < end {
+            self.split_at(mid, len);
+            let right = self.blocks[mid as usize].next;
+            self.index_free(right);
+        }
+        self.blocks[mid as usize].state = BlockState::Unmapped;
+        if let RegionKind::Vmm { handles, .. } = &mut self.regions[region as usize].kind {
+            handles.remove(&va);
+        }
+        if let Some(h) = &mut self.history {
+            let stream = self.regions[region as usize].stream;
+            h.push(
+                crate::history::Event::SegmentUnmap {
+                    addr: va,
+                    size: len,
+                    stream,
+                },
+                &self.stats,
+            );
+        }
+        Ok(())
+    }
+
+    /// Splits block `id` (not indexed) at `at` bytes; the new second half is not indexed.
+    fn split_at(&mut self, id: u32, at: usize) {
+        let b = self.blocks[id as usize].clone();
+        let second = self.new_block(Block {
+            addr: b.addr + at as u64,
+            size: b.size - at,
+            requested: 0,
+            prev: id,
+            next: b.next,
+            region: b.region,
+            state: b.state,
+            generation: 0,
+            stream: b.stream,
+            other_streams: SmallVec::new(),
+            site: None,
+            seq: 0,
+        });
+        if b.next != NONE {
+            self.blocks[b.next as usize].prev = second;
+        } else {
+            self.regions[b.region as usize].last = second;
+        }
+        let first = &mut self.blocks[id as usize];
+        first.size = at;
+        first.next = second;
+    }
+
+    /// Handles lying wholly inside free blocks: (block, va, len, handle, region).
+    fn free_handles(
+        &self,
+        exclude_tail_of: Option<u32>,
+    ) -> Vec<(u32, u64, usize, PhysHandle, u32)> {
+        let mut out = Vec::new();
+        for set in self.free.values() {
+            for &(size, addr, id) in set {
+                let region = self.blocks[id as usize].region;
+                if Some(region) == exclude_tail_of && self.regions[region as usize].last == id {
+                    continue;
+                }
+                if let RegionKind::Vmm { handles, .. } = &self.regions[region as usize].kind {
+                    for (&va, &(len, h)) in handles.range(addr..addr + size as u64) {
+                        if va + len as u64 <= addr + size as u64 {
+                            out.push((id, va, len, h, region));
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn grow_vmm(&mut self, stream: StreamId, size: usize) -> Result<u32, GrowError> {
+        let g = self.backend.granularity();
+        let rid = self.arena(stream, round_up(size, g).ok_or(GrowError::OutOfMemory)?)?;
+        let tail_free = {
+            let last = self.regions[rid as usize].last;
+            if last != NONE && self.blocks[last as usize].state == BlockState::Free {
+                self.blocks[last as usize].size
+            } else {
+                0
+            }
+        };
+        let mut need = round_up(size - tail_free.min(size), g).unwrap_or(usize::MAX);
+        // 1. Move physical handles that lie under free ranges to the end: no new memory.
+        let mut cands = self.free_handles(Some(rid));
+        cands.sort_by(|a, b| b.2.cmp(&a.2).then(a.1.cmp(&b.1)));
+        for (_, va, len, h, _) in cands {
+            if need == 0 {
+                break;
+            }
+            // The containing free block may have been split by an earlier carve: find it again.
+            let Some(block) = self.free_block_containing(va, len) else {
+                continue;
+            };
+            if let Err(e) = self.carve_out(block, va, len) {
+                return Err(GrowError::Backend(e));
+            }
+            if let Err(e) = self.append_mapped(rid, len, h) {
+                // Keep the handle accounted: give it back to the device.
+                let _ = self.backend.release(h, len);
+                let pool = if len <= g { Pool::Small } else { Pool::Large };
+                self.add_reserved(pool, len, -1);
+                return Err(GrowError::Backend(e));
+            }
+            need = need.saturating_sub(len);
+        }
+        // 2. New physical memory for the rest.
+        while need > 0 {
+            let chunk = need.min(self.config.max_handle_bytes.max(g) / g * g);
+            if self.reserved() + chunk > self.limit_bytes() {
+                return Err(GrowError::OutOfMemory);
+            }
+            let h = match self.backend.create(chunk) {
+                Ok(h) => h,
+                Err(BackendError::OutOfMemory) => return Err(GrowError::OutOfMemory),
+                Err(e) => return Err(GrowError::Backend(e)),
+            };
+            let pool = if chunk <= g { Pool::Small } else { Pool::Large };
+            self.add_reserved(pool, chunk, 1);
+            if let Err(e) = self.append_mapped(rid, chunk, h) {
+                let _ = self.backend.release(h, chunk);
+                self.add_reserved(pool, chunk, -1);
+                return Err(match e {
+                    BackendError::OutOfMemory => GrowError::OutOfMemory,
+                    e => GrowError::Backend(e),
+                });
+            }
+            need -= chunk;
+        }
+        let last = self.regions[rid as usize].last;
+        debug_assert_eq!(self.blocks[last as usize].state, BlockState::Free);
+        debug_assert!(self.blocks[last as usize].size >= size);
+        self.unindex_free(last);
+        self.split(last, size);
+        Ok(last)
+    }
+
+    fn free_block_containing(&self, va: u64, len: usize) -> Option<u32> {
+        for set in self.free.values() {
+            for &(size, addr, id) in set {
+                if addr <= va && va + len as u64 <= addr + size as u64 {
+                    return Some(id);
+                }
+            }
+        }
+        None
+    }
+
+    /// Gives back up to `target` bytes of cached memory: wholly free plain segments, and
+    /// physical handles lying under free ranges. With `wait`, pending frees are waited for.
+    fn release_cached(&mut self, target: usize, wait: bool) -> Result<(), Error> {
+        if wait && !self.pending.is_empty() {
+            self.process_pending(true)?;
+        }
+        self.flush_quick(None);
+        let mut released = self.release_free_segments(target);
+        let g = self.backend.granularity();
+        let mut cands = self.free_handles(None);
+        cands.sort_by_key(|c| std::cmp::Reverse(c.2));
+        for (_, va, len, h, _) in cands {
+            if released >= target {
+                break;
+            }
+            let Some(block) = self.free_block_containing(va, len) else {
+                continue;
+            };
+            self.carve_out(block, va, len).map_err(Error::Backend)?;
+            self.backend.release(h, len).map_err(Error::Backend)?;
+            let pool = if len <= g { Pool::Small } else { Pool::Large };
+            self.add_reserved(pool, len, -1);
+            released += len;
+        }
+        Ok(())
+    }
+
+    fn refresh_largest_free(&mut self) {
+        let mut largest = 0;
+        for set in self.free.values() {
+            if let Some(&(s, _, _)) = set.iter().next_back() {
+                largest = largest.max(s);
+            }
+        }
+        for (k, v) in &self.quick {
+            if !v.is_empty() {
+                largest = largest.max(k.1);
+            }
+        }
+        self.stats.largest_free_block = largest as u64;
+    }
+
+    fn live_allocations(&self) -> Vec<crate::leaks::LiveAllocation> {
+        let mut v: Vec<crate::leaks::LiveAllocation> = self
+            .blocks
+            .iter()
+            .filter(|b| b.state == BlockState::Allocated)
+            .map(|b| crate::leaks::LiveAllocation {
+                addr: b.addr,
+                size: b.size,
+                requested: b.requested,
+                stream: b.stream,
+                seq: b.seq,
+                site: b.site,
+            })
+            .collect();
+        v.sort_by_key(|a| a.seq);
+        v
+    }
+
+    fn snapshot(&self) -> crate::snapshot::Snapshot {
+        use crate::snapshot::{BlockInfo, SegmentInfo, Snapshot};
+        let mut segments = Vec::new();
+        for r in self.regions.iter().filter(|r| r.live) {
+            let mut blocks = Vec::new();
+            let mut id = r.first;
+            while id != NONE {
+                let b = &self.blocks[id as usize];
+                blocks.push(BlockInfo {
+                    addr: b.addr,
+                    size: b.size,
+                    requested: if b.state == BlockState::Allocated {
+                        b.requested
+                    } else {
+                        0
+                    },
+                    state: b.state,
+                    site: b.site.map(|s| s.to_string()),
+                });
+                id = b.next;
+            }
+            segments.push(SegmentInfo {
+                addr: r.base,
+                total_size: r.len,
+                stream: r.stream,
+                vmm: matches!(r.kind, RegionKind::Vmm { .. }),
+                blocks,
+            });
+        }
+        Snapshot {
+            segments,
+            device_total: self.device_total,
+        }
+    }
+
+    fn check_invariants(&self) -> Result<(), String> {
+        let mut allocated = 0i64;
+        let mut requested = 0i64;
+        let mut active = 0i64;
+        let mut n_alloc = 0i64;
+        let mut reserved = 0i64;
+        let mut mapped_free = 0usize;
+        for (rid, r) in self.regions.iter().enumerate().filter(|(_, r)| r.live) {
+            let mut id = r.first;
+            let mut expect = r.base;
+            let mut prev = NONE;
+            let mut total = 0usize;
+            let mut last_state = None;
+            while id != NONE {
+                let b = &self.blocks[id as usize];
+                if b.addr != expect {
+                    return Err(format!(
+                        "region {rid}: block {id} at {:#x}, expected {expect:#x}",
+                        b.addr
+                    ));
+                }
+                if b.prev != prev || b.region != rid as u32 {
+                    return Err(format!("region {rid}: block {id} has broken links"));
+                }
+                if b.size == 0
+                    || !b.size.is_multiple_of(ALIGNMENT)
+                    || !b.addr.is_multiple_of(ALIGNMENT as u64)
+                {
+                    return Err(format!(
+                        "block {id}: size {} / addr {:#x} not aligned",
+                        b.size, b.addr
+                    ));
+                }
+                if b.state == BlockState::Free && last_state == Some(BlockState::Free) {
+                    return Err(format!(
+                        "block {id}: two adjacent free blocks were not coalesced"
+                    ));
+                }
+                match b.state {
+                    BlockState::Allocated => {
+                        allocated += b.size as i64;
+                        requested += b.requested as i64;
+                        active += b.size as i64;
+                        n_alloc += 1;
+                    }
+                    BlockState::PendingFree => active += b.size as i64,
+                    BlockState::Free => {
+                        let indexed = self
+                            .free
+                            .get(&b.stream)
+                            .is_some_and(|s| s.contains(&(b.size, b.addr, id)));
+                        if !indexed {
+                            return Err(format!("free block {id} is not indexed"));
+                        }
+                        mapped_free += b.size;
+                    }
+                    BlockState::Cached => {
+                        let listed = self
+                            .quick
+                            .get(&(b.stream, b.size))
+                            .is_some_and(|v| v.contains(&id));
+                        if !listed {
+                            return Err(format!("cached block {id} is in no quick list"));
+                        }
+                    }
+                    BlockState::Unmapped => {}
+                }
+                last_state = Some(b.state);
+                total += b.size;
+                expect += b.size as u64;
+                prev = id;
+                id = b.next;
+            }
+            if prev != r.last || total != r.len {
+                return Err(format!(
+                    "region {rid}: blocks cover {total} of {} bytes",
+                    r.len
+                ));
+            }
+            reserved += match &r.kind {
+                RegionKind::Plain => r.len as i64,
+                RegionKind::Vmm { handles, .. } => {
+                    // Every handle must lie under mapped (non-Unmapped) blocks.
+                    handles.values().map(|&(l, _)| l as i64).sum()
+                }
+            };
+        }
+        let indexed: usize = self
+            .free
+            .values()
+            .map(|s| s.iter().map(|k| k.0).sum::<usize>())
+            .sum();
+        if indexed != mapped_free {
+            return Err(format!(
+                "free index holds {indexed} bytes, the blocks {mapped_free}"
+            ));
+        }
+        let s = &self.stats;
+        let checks = [
+            (
+                "allocated_bytes",
+                s.allocated_bytes.all().current,
+                allocated,
+            ),
+            (
+                "requested_bytes",
+                s.requested_bytes.all().current,
+                requested,
+            ),
+            ("active_bytes", s.active_bytes.all().current, active),
+            ("allocation", s.allocation.all().current, n_alloc),
+            ("reserved_bytes", s.reserved_bytes.all().current, reserved),
+        ];
+        for (name, stat, recount) in checks {
+            if stat != recount {
+                return Err(format!("{name}: stat {stat} but a recount gives {recount}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug)]
+enum GrowError {
+    OutOfMemory,
+    Backend(BackendError),
+}

@@ -1,0 +1,433 @@
+//! The raw-memory backends the caching allocator sits on.
+//!
+//! A [`Backend`] hands out device memory in one of two ways:
+//! - **virtual memory** ([`Backend::supports_vmm`]): reserve address space once, create physical
+//!   handles, map them into the reservation and unmap them again, so the allocator can grow a
+//!   region in place and give physical pages back without moving any address;
+//! - **plain segments**: `alloc` / `free` of contiguous memory (`cuMemAlloc`).
+//!
+//! Streams and events are part of the trait because a block freed while queued work still uses
+//! it must not be reused until that work is done.
+//!
+//! [`SimBackend`] simulates a device in host bookkeeping only (addresses, capacity, call counts,
+//! injectable failures, controllable events): the allocator's tests and the trace replay run on
+//! it with no GPU.
+
+use std::collections::HashMap;
+
+/// A stream, as the backend names it (for CUDA: the `CUstream` handle as an integer; 0 is the
+/// legacy default stream).
+pub type StreamId = u64;
+
+/// An event recorded on a stream.
+pub type EventId = u64;
+
+/// A physical memory handle (for CUDA: `CUmemGenericAllocationHandle`).
+pub type PhysHandle = u64;
+
+/// Why a backend call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BackendError {
+    /// The device has no memory left for this request.
+    #[error("out of device memory")]
+    OutOfMemory,
+    /// Any other failure, with the call and a static description.
+    #[error("{call} failed: {message}")]
+    Failed {
+        /// The backend operation.
+        call: &'static str,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// How many calls of each kind a backend has made: the allocator's cost in driver calls.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CallCounts {
+    /// Address-space reservations (`cuMemAddressReserve`).
+    pub reserve: u64,
+    /// Address-space releases (`cuMemAddressFree`).
+    pub unreserve: u64,
+    /// Physical allocations (`cuMemCreate`, or `cuMemAlloc` for plain segments).
+    pub alloc: u64,
+    /// Physical frees (`cuMemRelease`, or `cuMemFree`).
+    pub free: u64,
+    /// Maps (`cuMemMap`).
+    pub map: u64,
+    /// Access grants after a map (`cuMemSetAccess`).
+    pub set_access: u64,
+    /// Unmaps (`cuMemUnmap`).
+    pub unmap: u64,
+}
+
+impl CallCounts {
+    /// Every driver call that allocates, maps, unmaps or frees memory (events not included).
+    pub fn total(&self) -> u64 {
+        self.reserve
+            + self.unreserve
+            + self.alloc
+            + self.free
+            + self.map
+            + self.set_access
+            + self.unmap
+    }
+}
+
+/// Raw device memory for the caching allocator.
+///
+/// Implementations make the real driver calls; the allocator decides when. Every method is
+/// fallible and must leave the backend consistent when it fails.
+pub trait Backend: Send + 'static {
+    /// Physical allocation granularity in bytes (2 MiB for CUDA).
+    fn granularity(&self) -> usize;
+    /// Whether the virtual-memory calls are available.
+    fn supports_vmm(&self) -> bool;
+    /// `(free, total)` device memory in bytes.
+    fn mem_info(&mut self) -> Result<(usize, usize), BackendError>;
+
+    /// Allocates a plain segment of `bytes` (a multiple of the granularity).
+    fn alloc(&mut self, bytes: usize) -> Result<u64, BackendError>;
+    /// Frees a plain segment.
+    fn free(&mut self, addr: u64, bytes: usize) -> Result<(), BackendError>;
+
+    /// Reserves `bytes` of address space (VMM).
+    fn reserve(&mut self, bytes: usize) -> Result<u64, BackendError>;
+    /// Releases an address-space reservation (VMM). Nothing may be mapped in it.
+    fn unreserve(&mut self, va: u64, bytes: usize) -> Result<(), BackendError>;
+    /// Creates a physical handle of `bytes` (VMM).
+    fn create(&mut self, bytes: usize) -> Result<PhysHandle, BackendError>;
+    /// Releases a physical handle (VMM). It must not be mapped.
+    fn release(&mut self, handle: PhysHandle, bytes: usize) -> Result<(), BackendError>;
+    /// Maps `handle` (`bytes` long) at `va` and makes it readable and writable (VMM).
+    fn map(&mut self, va: u64, bytes: usize, handle: PhysHandle) -> Result<(), BackendError>;
+    /// Unmaps the `bytes` mapped at `va` (VMM).
+    fn unmap(&mut self, va: u64, bytes: usize) -> Result<(), BackendError>;
+
+    /// Blocks until all work queued on `stream` has finished (before memory freed on it is
+    /// unmapped: unlike `cuMemFree`, `cuMemUnmap` does not wait for the device).
+    fn synchronize(&mut self, stream: StreamId) -> Result<(), BackendError>;
+    /// Records an event at the current end of `stream`.
+    fn record_event(&mut self, stream: StreamId) -> Result<EventId, BackendError>;
+    /// Whether the work before `event` has completed.
+    fn event_complete(&mut self, event: EventId) -> Result<bool, BackendError>;
+    /// Blocks until `event` has completed.
+    fn wait_event(&mut self, event: EventId) -> Result<(), BackendError>;
+    /// Returns an event to the backend (it may pool it).
+    fn destroy_event(&mut self, event: EventId);
+
+    /// The calls made so far.
+    fn counts(&self) -> CallCounts;
+}
+
+/// Which simulated call should fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultPoint {
+    /// `alloc` and `create`.
+    Alloc,
+    /// `map`.
+    Map,
+    /// `reserve`.
+    Reserve,
+}
+
+/// A device simulated in host bookkeeping: capacity, addresses, calls, events, injected faults.
+///
+/// No memory is allocated: addresses are numbers. Used by the allocator's tests and by the
+/// trace replay (`genesis-mem replay`).
+#[derive(Debug)]
+pub struct SimBackend {
+    total: usize,
+    used: usize,
+    vmm: bool,
+    granularity: usize,
+    next_va: u64,
+    next_handle: u64,
+    handles: HashMap<PhysHandle, usize>,
+    mapped: HashMap<u64, (usize, PhysHandle)>,
+    segments: HashMap<u64, usize>,
+    reservations: HashMap<u64, usize>,
+    counts: CallCounts,
+    events: HashMap<EventId, bool>,
+    next_event: EventId,
+    auto_complete_events: bool,
+    fault_rate: f64,
+    fault_points: Vec<FaultPoint>,
+    rng: u64,
+    fail_next: u32,
+}
+
+impl SimBackend {
+    /// A simulated device of `total` bytes; `vmm` selects the virtual-memory calls.
+    pub fn new(total: usize, vmm: bool) -> SimBackend {
+        SimBackend {
+            total,
+            used: 0,
+            vmm,
+            granularity: 2 << 20,
+            next_va: 0x7f00_0000_0000,
+            next_handle: 1,
+            handles: HashMap::new(),
+            mapped: HashMap::new(),
+            segments: HashMap::new(),
+            reservations: HashMap::new(),
+            counts: CallCounts::default(),
+            events: HashMap::new(),
+            next_event: 1,
+            auto_complete_events: true,
+            fault_rate: 0.0,
+            fault_points: Vec::new(),
+            rng: 0x9E37_79B9_7F4A_7C15,
+            fail_next: 0,
+        }
+    }
+
+    /// Makes `alloc`/`create` (and the other chosen points) fail at random with probability
+    /// `rate`, from a seeded generator.
+    pub fn inject_faults(&mut self, rate: f64, points: &[FaultPoint], seed: u64) {
+        self.fault_rate = rate;
+        self.fault_points = points.to_vec();
+        self.rng = seed | 1;
+    }
+
+    /// Makes the next `n` physical allocations fail with `OutOfMemory`.
+    pub fn fail_next_allocs(&mut self, n: u32) {
+        self.fail_next = n;
+    }
+
+    /// When `false`, recorded events stay incomplete until [`SimBackend::complete_events`].
+    pub fn set_auto_complete_events(&mut self, on: bool) {
+        self.auto_complete_events = on;
+    }
+
+    /// Completes every recorded event (the queued work has finished).
+    pub fn complete_events(&mut self) {
+        for done in self.events.values_mut() {
+            *done = true;
+        }
+    }
+
+    /// Physical bytes currently held (created handles plus plain segments).
+    pub fn used(&self) -> usize {
+        self.used
+    }
+
+    /// Live handles, mappings, plain segments and reservations (for leak checks in tests).
+    pub fn live_objects(&self) -> (usize, usize, usize, usize) {
+        (
+            self.handles.len(),
+            self.mapped.len(),
+            self.segments.len(),
+            self.reservations.len(),
+        )
+    }
+
+    fn roll(&mut self, point: FaultPoint) -> bool {
+        if self.fault_rate <= 0.0 || !self.fault_points.contains(&point) {
+            return false;
+        }
+        // xorshift64*
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        let x = self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D);
+        ((x >> 11) as f64 / (1u64 << 53) as f64) < self.fault_rate
+    }
+
+    fn take_physical(&mut self, bytes: usize) -> Result<(), BackendError> {
+        if self.fail_next > 0 {
+            self.fail_next -= 1;
+            return Err(BackendError::OutOfMemory);
+        }
+        if self.roll(FaultPoint::Alloc) || self.used + bytes > self.total {
+            return Err(BackendError::OutOfMemory);
+        }
+        self.used += bytes;
+        Ok(())
+    }
+
+    fn fresh_va(&mut self, bytes: usize) -> u64 {
+        let va = self.next_va;
+        // Leave a gap so that separate regions are never adjacent by accident.
+        self.next_va +=
+            (bytes as u64).next_multiple_of(self.granularity as u64) + self.granularity as u64;
+        va
+    }
+}
+
+fn failed(call: &'static str, message: &str) -> BackendError {
+    BackendError::Failed {
+        call,
+        message: message.to_string(),
+    }
+}
+
+impl Backend for SimBackend {
+    fn granularity(&self) -> usize {
+        self.granularity
+    }
+
+    fn supports_vmm(&self) -> bool {
+        self.vmm
+    }
+
+    fn mem_info(&mut self) -> Result<(usize, usize), BackendError> {
+        Ok((self.total - self.used, self.total))
+    }
+
+    fn alloc(&mut self, bytes: usize) -> Result<u64, BackendError> {
+        self.counts.alloc += 1;
+        self.take_physical(bytes)?;
+        let va = self.fresh_va(bytes);
+        self.segments.insert(va, bytes);
+        Ok(va)
+    }
+
+    fn free(&mut self, addr: u64, bytes: usize) -> Result<(), BackendError> {
+        self.counts.free += 1;
+        match self.segments.remove(&addr) {
+            Some(b) if b == bytes => {
+                self.used -= bytes;
+                Ok(())
+            }
+            Some(b) => {
+                self.segments.insert(addr, b);
+                Err(failed("free", "size differs from the allocation"))
+            }
+            None => Err(failed("free", "not an allocated segment")),
+        }
+    }
+
+    fn reserve(&mut self, bytes: usize) -> Result<u64, BackendError> {
+        self.counts.reserve += 1;
+        if self.roll(FaultPoint::Reserve) {
+            return Err(failed("reserve", "injected fault"));
+        }
+        let va = self.fresh_va(bytes);
+        self.reservations.insert(va, bytes);
+        Ok(va)
+    }
+
+    fn unreserve(&mut self, va: u64, bytes: usize) -> Result<(), BackendError> {
+        self.counts.unreserve += 1;
+        if self
+            .mapped
+            .keys()
+            .any(|&m| m >= va && m < va + bytes as u64)
+        {
+            return Err(failed("unreserve", "memory is still mapped in the range"));
+        }
+        match self.reservations.remove(&va) {
+            Some(b) if b == bytes => Ok(()),
+            _ => Err(failed("unreserve", "not a reservation")),
+        }
+    }
+
+    fn create(&mut self, bytes: usize) -> Result<PhysHandle, BackendError> {
+        self.counts.alloc += 1;
+        if bytes == 0 || !bytes.is_multiple_of(self.granularity) {
+            return Err(failed(
+                "create",
+                "size is not a multiple of the granularity",
+            ));
+        }
+        self.take_physical(bytes)?;
+        let h = self.next_handle;
+        self.next_handle += 1;
+        self.handles.insert(h, bytes);
+        Ok(h)
+    }
+
+    fn release(&mut self, handle: PhysHandle, bytes: usize) -> Result<(), BackendError> {
+        self.counts.free += 1;
+        if self.mapped.values().any(|&(_, h)| h == handle) {
+            return Err(failed("release", "the handle is still mapped"));
+        }
+        match self.handles.remove(&handle) {
+            Some(b) if b == bytes => {
+                self.used -= bytes;
+                Ok(())
+            }
+            _ => Err(failed("release", "not a live handle of that size")),
+        }
+    }
+
+    fn map(&mut self, va: u64, bytes: usize, handle: PhysHandle) -> Result<(), BackendError> {
+        self.counts.map += 1;
+        self.counts.set_access += 1;
+        if self.roll(FaultPoint::Map) {
+            return Err(failed("map", "injected fault"));
+        }
+        if self.handles.get(&handle) != Some(&bytes) {
+            return Err(failed("map", "not a live handle of that size"));
+        }
+        let inside = self
+            .reservations
+            .iter()
+            .any(|(&r, &len)| va >= r && va + bytes as u64 <= r + len as u64);
+        if !inside {
+            return Err(failed("map", "outside every reservation"));
+        }
+        let overlaps = self
+            .mapped
+            .iter()
+            .any(|(&m, &(len, _))| va < m + len as u64 && m < va + bytes as u64);
+        if overlaps {
+            return Err(failed("map", "overlaps an existing mapping"));
+        }
+        self.mapped.insert(va, (bytes, handle));
+        Ok(())
+    }
+
+    fn unmap(&mut self, va: u64, bytes: usize) -> Result<(), BackendError> {
+        self.counts.unmap += 1;
+        match self.mapped.remove(&va) {
+            Some((len, h)) if len == bytes => {
+                let _ = h;
+                Ok(())
+            }
+            Some(m) => {
+                self.mapped.insert(va, m);
+                Err(failed("unmap", "the range is not one whole mapping"))
+            }
+            None => Err(failed("unmap", "nothing is mapped there")),
+        }
+    }
+
+    fn synchronize(&mut self, _stream: StreamId) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    fn record_event(&mut self, _stream: StreamId) -> Result<EventId, BackendError> {
+        let e = self.next_event;
+        self.next_event += 1;
+        self.events.insert(e, self.auto_complete_events);
+        Ok(e)
+    }
+
+    fn event_complete(&mut self, event: EventId) -> Result<bool, BackendError> {
+        self.events
+            .get(&event)
+            .copied()
+            .ok_or_else(|| failed("event_complete", "unknown event"))
+    }
+
+    fn wait_event(&mut self, event: EventId) -> Result<(), BackendError> {
+        // A simulated wait: the work completes.
+        match self.events.get_mut(&event) {
+            Some(done) => {
+                *done = true;
+                Ok(())
+            }
+            None => Err(failed("wait_event", "unknown event")),
+        }
+    }
+
+    fn destroy_event(&mut self, event: EventId) {
+        self.events.remove(&event);
+    }
+
+    fn counts(&self) -> CallCounts {
+        self.counts
+    }
+}

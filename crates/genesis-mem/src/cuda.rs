@@ -1,0 +1,356 @@
+//! CUDA backends: device memory (virtual-memory arena or plain `cuMemAlloc` segments) and
+//! pinned host memory (`cuMemHostAlloc`). The driver calls themselves live in
+//! `genesis_cuda::raw`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use genesis_cuda::{Context, Event, Stream, raw};
+
+use crate::backend::{Backend, BackendError, CallCounts, EventId, PhysHandle, StreamId};
+use crate::{CachingAllocator, Config, Error};
+
+fn backend_error(call: &'static str, e: genesis_cuda::Error) -> BackendError {
+    if e.is_out_of_memory() {
+        BackendError::OutOfMemory
+    } else {
+        BackendError::Failed {
+            call,
+            message: e.to_string(),
+        }
+    }
+}
+
+/// Events recorded for the allocator, reused from a pool.
+#[derive(Debug, Default)]
+struct EventPool {
+    live: HashMap<EventId, Event>,
+    spare: Vec<Event>,
+    next: EventId,
+}
+
+impl EventPool {
+    fn record(&mut self, ctx: &Arc<Context>, stream: StreamId) -> Result<EventId, BackendError> {
+        let event = match self.spare.pop() {
+            Some(e) => e,
+            None => Event::new(ctx, false).map_err(|e| backend_error("cuEventCreate", e))?,
+        };
+        // SAFETY: stream ids handed to the allocator are streams of this context (the
+        // allocator's contract, see `CudaBackend`), alive while work is queued on them.
+        let s = unsafe { Stream::borrowed(ctx, stream) };
+        event
+            .record(&s)
+            .map_err(|e| backend_error("cuEventRecord", e))?;
+        self.next += 1;
+        self.live.insert(self.next, event);
+        Ok(self.next)
+    }
+
+    fn get(&self, id: EventId) -> Result<&Event, BackendError> {
+        self.live.get(&id).ok_or(BackendError::Failed {
+            call: "event",
+            message: "unknown event".into(),
+        })
+    }
+
+    fn destroy(&mut self, id: EventId) {
+        if let Some(e) = self.live.remove(&id) {
+            self.spare.push(e);
+        }
+    }
+}
+
+/// Device memory of one GPU through the CUDA driver.
+///
+/// Stream ids given to an allocator over this backend must be `Stream::id()` of streams of the
+/// same context (0 for the legacy stream).
+#[derive(Debug)]
+pub struct CudaBackend {
+    ctx: Arc<Context>,
+    vmm: bool,
+    granularity: usize,
+    counts: CallCounts,
+    events: EventPool,
+}
+
+impl CudaBackend {
+    /// A backend for `ctx`'s device; `vmm` selects the virtual-memory arena (when the device
+    /// supports it) over plain segments.
+    pub fn new(ctx: &Arc<Context>, vmm: bool) -> Result<CudaBackend, genesis_cuda::Error> {
+        let (granularity, vmm) = match raw::vmm_granularity(ctx) {
+            Ok(g) if vmm => (g.max(2 << 20), true),
+            _ => (2 << 20, false),
+        };
+        Ok(CudaBackend {
+            ctx: Arc::clone(ctx),
+            vmm,
+            granularity,
+            counts: CallCounts::default(),
+            events: EventPool::default(),
+        })
+    }
+
+    /// The context.
+    pub fn context(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+}
+
+impl Backend for CudaBackend {
+    fn granularity(&self) -> usize {
+        self.granularity
+    }
+
+    fn supports_vmm(&self) -> bool {
+        self.vmm
+    }
+
+    fn mem_info(&mut self) -> Result<(usize, usize), BackendError> {
+        self.ctx
+            .mem_info()
+            .map_err(|e| backend_error("cuMemGetInfo", e))
+    }
+
+    fn alloc(&mut self, bytes: usize) -> Result<u64, BackendError> {
+        self.counts.alloc += 1;
+        raw::mem_alloc(&self.ctx, bytes).map_err(|e| backend_error("cuMemAlloc", e))
+    }
+
+    fn free(&mut self, addr: u64, _bytes: usize) -> Result<(), BackendError> {
+        self.counts.free += 1;
+        // SAFETY: the allocator frees only segments it allocated, once, when no block in them
+        // is in use and no pending event refers to them.
+        unsafe { raw::mem_free(&self.ctx, addr) }.map_err(|e| backend_error("cuMemFree", e))
+    }
+
+    fn reserve(&mut self, bytes: usize) -> Result<u64, BackendError> {
+        self.counts.reserve += 1;
+        raw::reserve_address_space(&self.ctx, bytes, self.granularity)
+            .map_err(|e| backend_error("cuMemAddressReserve", e))
+    }
+
+    fn unreserve(&mut self, va: u64, bytes: usize) -> Result<(), BackendError> {
+        self.counts.unreserve += 1;
+        // SAFETY: the allocator unreserves only its own empty reservations.
+        unsafe { raw::free_address_space(&self.ctx, va, bytes) }
+            .map_err(|e| backend_error("cuMemAddressFree", e))
+    }
+
+    fn create(&mut self, bytes: usize) -> Result<PhysHandle, BackendError> {
+        self.counts.alloc += 1;
+        raw::create_physical(&self.ctx, bytes).map_err(|e| backend_error("cuMemCreate", e))
+    }
+
+    fn release(&mut self, handle: PhysHandle, _bytes: usize) -> Result<(), BackendError> {
+        self.counts.free += 1;
+        // SAFETY: the allocator releases each handle it created once, after unmapping it.
+        unsafe { raw::release_physical(&self.ctx, handle) }
+            .map_err(|e| backend_error("cuMemRelease", e))
+    }
+
+    fn map(&mut self, va: u64, bytes: usize, handle: PhysHandle) -> Result<(), BackendError> {
+        self.counts.map += 1;
+        // SAFETY: the allocator maps a live handle of exactly `bytes` at the unmapped end of
+        // one of its reservations.
+        unsafe { raw::map(&self.ctx, va, bytes, handle) }
+            .map_err(|e| backend_error("cuMemMap", e))?;
+        self.counts.set_access += 1;
+        // SAFETY: the range was just mapped.
+        if let Err(e) = unsafe { raw::set_access(&self.ctx, va, bytes) } {
+            // SAFETY: undo the mapping made above; nothing uses it yet.
+            let _ = unsafe { raw::unmap(&self.ctx, va, bytes) };
+            self.counts.unmap += 1;
+            return Err(backend_error("cuMemSetAccess", e));
+        }
+        Ok(())
+    }
+
+    fn unmap(&mut self, va: u64, bytes: usize) -> Result<(), BackendError> {
+        self.counts.unmap += 1;
+        // SAFETY: the allocator unmaps one whole mapping that lies under free memory (no block
+        // in it allocated or pending) after synchronising the region's stream, so no queued
+        // work uses it.
+        unsafe { raw::unmap(&self.ctx, va, bytes) }.map_err(|e| backend_error("cuMemUnmap", e))
+    }
+
+    fn synchronize(&mut self, stream: StreamId) -> Result<(), BackendError> {
+        // SAFETY: stream ids given to this allocator are streams of this context.
+        let s = unsafe { Stream::borrowed(&self.ctx, stream) };
+        s.synchronize()
+            .map_err(|e| backend_error("cuStreamSynchronize", e))
+    }
+
+    fn record_event(&mut self, stream: StreamId) -> Result<EventId, BackendError> {
+        self.events.record(&self.ctx, stream)
+    }
+
+    fn event_complete(&mut self, event: EventId) -> Result<bool, BackendError> {
+        self.events
+            .get(event)?
+            .is_complete()
+            .map_err(|e| backend_error("cuEventQuery", e))
+    }
+
+    fn wait_event(&mut self, event: EventId) -> Result<(), BackendError> {
+        self.events
+            .get(event)?
+            .synchronize()
+            .map_err(|e| backend_error("cuEventSynchronize", e))
+    }
+
+    fn destroy_event(&mut self, event: EventId) {
+        self.events.destroy(event);
+    }
+
+    fn counts(&self) -> CallCounts {
+        self.counts
+    }
+}
+
+/// Page-locked host memory (`cuMemHostAlloc`), for fast asynchronous transfers.
+///
+/// Addresses are host pointers. Served as plain segments; the pool's limit is host memory.
+#[derive(Debug)]
+pub struct PinnedHostBackend {
+    ctx: Arc<Context>,
+    counts: CallCounts,
+    events: EventPool,
+    total: usize,
+}
+
+impl PinnedHostBackend {
+    /// A pinned-host backend registered with `ctx`, allowing up to `limit` bytes.
+    pub fn new(ctx: &Arc<Context>, limit: usize) -> PinnedHostBackend {
+        PinnedHostBackend {
+            ctx: Arc::clone(ctx),
+            counts: CallCounts::default(),
+            events: EventPool::default(),
+            total: limit,
+        }
+    }
+}
+
+fn unsupported(call: &'static str) -> BackendError {
+    BackendError::Failed {
+        call,
+        message: "not supported for pinned host memory".into(),
+    }
+}
+
+impl Backend for PinnedHostBackend {
+    fn granularity(&self) -> usize {
+        2 << 20
+    }
+
+    fn supports_vmm(&self) -> bool {
+        false
+    }
+
+    fn mem_info(&mut self) -> Result<(usize, usize), BackendError> {
+        Ok((self.total, self.total))
+    }
+
+    fn alloc(&mut self, bytes: usize) -> Result<u64, BackendError> {
+        self.counts.alloc += 1;
+        raw::host_alloc_pinned(&self.ctx, bytes)
+            .map(|p| p as u64)
+            .map_err(|e| backend_error("cuMemHostAlloc", e))
+    }
+
+    fn free(&mut self, addr: u64, _bytes: usize) -> Result<(), BackendError> {
+        self.counts.free += 1;
+        // SAFETY: the allocator frees each segment it allocated once, when nothing in it is in
+        // use.
+        unsafe { raw::host_free_pinned(&self.ctx, addr as usize as *mut u8) }
+            .map_err(|e| backend_error("cuMemFreeHost", e))
+    }
+
+    fn reserve(&mut self, _bytes: usize) -> Result<u64, BackendError> {
+        Err(unsupported("reserve"))
+    }
+
+    fn unreserve(&mut self, _va: u64, _bytes: usize) -> Result<(), BackendError> {
+        Err(unsupported("unreserve"))
+    }
+
+    fn create(&mut self, _bytes: usize) -> Result<PhysHandle, BackendError> {
+        Err(unsupported("create"))
+    }
+
+    fn release(&mut self, _handle: PhysHandle, _bytes: usize) -> Result<(), BackendError> {
+        Err(unsupported("release"))
+    }
+
+    fn map(&mut self, _va: u64, _bytes: usize, _handle: PhysHandle) -> Result<(), BackendError> {
+        Err(unsupported("map"))
+    }
+
+    fn unmap(&mut self, _va: u64, _bytes: usize) -> Result<(), BackendError> {
+        Err(unsupported("unmap"))
+    }
+
+    fn synchronize(&mut self, stream: StreamId) -> Result<(), BackendError> {
+        // SAFETY: stream ids given to this allocator are streams of this context.
+        let s = unsafe { Stream::borrowed(&self.ctx, stream) };
+        s.synchronize()
+            .map_err(|e| backend_error("cuStreamSynchronize", e))
+    }
+
+    fn record_event(&mut self, stream: StreamId) -> Result<EventId, BackendError> {
+        self.events.record(&self.ctx, stream)
+    }
+
+    fn event_complete(&mut self, event: EventId) -> Result<bool, BackendError> {
+        self.events
+            .get(event)?
+            .is_complete()
+            .map_err(|e| backend_error("cuEventQuery", e))
+    }
+
+    fn wait_event(&mut self, event: EventId) -> Result<(), BackendError> {
+        self.events
+            .get(event)?
+            .synchronize()
+            .map_err(|e| backend_error("cuEventSynchronize", e))
+    }
+
+    fn destroy_event(&mut self, event: EventId) {
+        self.events.destroy(event);
+    }
+
+    fn counts(&self) -> CallCounts {
+        self.counts
+    }
+}
+
+/// A caching allocator over device `ctx` (VMM arena when supported).
+pub fn device_allocator(
+    ctx: &Arc<Context>,
+    config: Config,
+) -> Result<CachingAllocator<CudaBackend>, Error> {
+    let backend = CudaBackend::new(ctx, config.use_vmm)
+        .map_err(|e| Error::Backend(backend_error("CudaBackend::new", e)))?;
+    let total = ctx.total_memory();
+    let config = Config {
+        region_bytes: config
+            .region_bytes
+            .min(total.saturating_mul(4))
+            .max(1 << 30),
+        ..config
+    };
+    CachingAllocator::new(backend, config)
+}
+
+/// A caching pool of pinned host memory registered with `ctx`, up to `limit` bytes.
+pub fn pinned_allocator(
+    ctx: &Arc<Context>,
+    limit: usize,
+) -> Result<CachingAllocator<PinnedHostBackend>, Error> {
+    CachingAllocator::new(
+        PinnedHostBackend::new(ctx, limit),
+        Config {
+            use_vmm: false,
+            ..Config::default()
+        },
+    )
+}

@@ -1,0 +1,266 @@
+//! genesis-trace files and their replay through the real allocator over a simulated driver.
+//!
+//! Format (one event a line): `a ID SIZE STREAM` allocates SIZE bytes as ID on STREAM, `f ID`
+//! frees it; `#` lines are metadata (`# key=value ...`).
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::time::Instant;
+
+use crate::backend::SimBackend;
+use crate::{Allocation, CachingAllocator, Config};
+
+/// One event of a trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TraceEvent {
+    /// Allocate `size` bytes as `id` on `stream`.
+    Alloc {
+        /// The id.
+        id: u64,
+        /// Bytes.
+        size: usize,
+        /// The stream.
+        stream: u64,
+    },
+    /// Free `id`.
+    Free {
+        /// The id.
+        id: u64,
+    },
+}
+
+/// A parsed trace.
+#[derive(Debug, Clone, Default)]
+pub struct Trace {
+    /// Its name (the file name without `.trace` / `.trace.gz`).
+    pub name: String,
+    /// Metadata from `#` lines (`segment_allocs`, `peak_reserved`, ...).
+    pub meta: HashMap<String, String>,
+    /// The events.
+    pub events: Vec<TraceEvent>,
+}
+
+/// Errors reading a trace.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TraceError {
+    /// The file could not be read.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A line that is not an event.
+    #[error("{path}:{line}: {message}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl Trace {
+    /// Reads a `.trace` or `.trace.gz` file.
+    pub fn read(path: &Path) -> Result<Trace, TraceError> {
+        let p = path.display().to_string();
+        let file = std::fs::File::open(path).map_err(|source| TraceError::Io {
+            path: p.clone(),
+            source,
+        })?;
+        let gz = path.extension().is_some_and(|e| e == "gz");
+        let reader: Box<dyn Read> = if gz {
+            Box::new(flate2::read::MultiGzDecoder::new(file))
+        } else {
+            Box::new(file)
+        };
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+            .trim_end_matches(".gz")
+            .trim_end_matches(".trace")
+            .to_string();
+        Trace::parse(&name, &p, BufReader::new(reader))
+    }
+
+    /// Parses a trace from text.
+    pub fn parse(name: &str, path: &str, reader: impl BufRead) -> Result<Trace, TraceError> {
+        let mut t = Trace {
+            name: name.to_string(),
+            ..Trace::default()
+        };
+        for (i, line) in reader.lines().enumerate() {
+            let line = line.map_err(|source| TraceError::Io {
+                path: path.to_string(),
+                source,
+            })?;
+            let err = |message: String| TraceError::Parse {
+                path: path.to_string(),
+                line: i + 1,
+                message,
+            };
+            let line = line.trim();
+            if line.is_empty() {
+                continue;
+            }
+            if let Some(meta) = line.strip_prefix('#') {
+                for kv in meta.split_whitespace() {
+                    if let Some((k, v)) = kv.split_once('=') {
+                        t.meta.insert(k.to_string(), v.to_string());
+                    }
+                }
+                continue;
+            }
+            let mut parts = line.split_whitespace();
+            let num = |s: Option<&str>, what: &str| -> Result<u64, TraceError> {
+                s.ok_or_else(|| err(format!("missing {what}")))?
+                    .parse::<u64>()
+                    .map_err(|_| err(format!("bad {what}")))
+            };
+            match parts.next() {
+                Some("a") => {
+                    let id = num(parts.next(), "id")?;
+                    let size = num(parts.next(), "size")? as usize;
+                    let stream = match parts.next() {
+                        Some(s) => s.parse().map_err(|_| err("bad stream".into()))?,
+                        None => 0,
+                    };
+                    t.events.push(TraceEvent::Alloc { id, size, stream });
+                }
+                Some("f") => t.events.push(TraceEvent::Free {
+                    id: num(parts.next(), "id")?,
+                }),
+                Some(other) => return Err(err(format!("unknown event {other:?}"))),
+                None => {}
+            }
+        }
+        Ok(t)
+    }
+
+    /// PyTorch's segment count for the run (`segment_allocs`), when recorded.
+    pub fn pytorch_segments(&self) -> Option<u64> {
+        self.meta.get("segment_allocs").and_then(|v| v.parse().ok())
+    }
+}
+
+/// What a replay measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplayResult {
+    /// The trace's name.
+    pub trace: String,
+    /// Events replayed.
+    pub events: usize,
+    /// Peak of the sum of requested sizes of live ids.
+    pub peak_live_bytes: u64,
+    /// Peak reserved bytes of the allocator.
+    pub peak_reserved_bytes: u64,
+    /// peak reserved / peak live.
+    pub ratio: f64,
+    /// Driver calls the backend made (allocations, maps, unmaps, frees, reservations).
+    pub driver_calls: u64,
+    /// PyTorch's segment count, when the trace records it.
+    pub pytorch_segments: Option<u64>,
+    /// Host nanoseconds per operation (alloc or free), averaged.
+    pub ns_per_op: f64,
+    /// Frees of ids that were never allocated (or already freed): skipped.
+    pub unknown_frees: usize,
+    /// (event index, allocated bytes, reserved bytes) samples, for the timeline.
+    pub timeline: Vec<(f64, f64, f64)>,
+}
+
+/// Replays `trace` through a [`CachingAllocator`] over a simulated device of `device_bytes`.
+pub fn replay(
+    trace: &Trace,
+    config: Config,
+    device_bytes: usize,
+) -> Result<ReplayResult, crate::Error> {
+    let alloc = CachingAllocator::new(SimBackend::new(device_bytes, config.use_vmm), config)?;
+    let mut live: HashMap<u64, Allocation> = HashMap::with_capacity(1024);
+    let mut sizes: HashMap<u64, usize> = HashMap::with_capacity(1024);
+    let (mut cur, mut peak) = (0u64, 0u64);
+    let mut unknown = 0;
+    let mut timeline = Vec::new();
+    let sample = (trace.events.len() / 20_000).max(1);
+    let mut host_ns = 0u128;
+    for (i, ev) in trace.events.iter().enumerate() {
+        match *ev {
+            TraceEvent::Alloc { id, size, stream } => {
+                if size == 0 {
+                    continue;
+                }
+                if let Some(old) = live.remove(&id) {
+                    // An id reused without a free: the old one is freed first.
+                    cur -= sizes.remove(&id).unwrap_or(0) as u64;
+                    alloc.free(old)?;
+                }
+                let t = Instant::now();
+                let a = alloc.alloc(size, stream)?;
+                host_ns += t.elapsed().as_nanos();
+                live.insert(id, a);
+                sizes.insert(id, size);
+                cur += size as u64;
+                peak = peak.max(cur);
+            }
+            TraceEvent::Free { id } => match live.remove(&id) {
+                Some(a) => {
+                    cur -= sizes.remove(&id).unwrap_or(0) as u64;
+                    let t = Instant::now();
+                    alloc.free(a)?;
+                    host_ns += t.elapsed().as_nanos();
+                }
+                None => unknown += 1,
+            },
+        }
+        if i % sample == 0 {
+            let s = alloc.stats();
+            timeline.push((
+                i as f64,
+                s.allocated_bytes.all().current as f64,
+                s.reserved_bytes.all().current as f64,
+            ));
+        }
+    }
+    let stats = alloc.stats();
+    let peak_reserved = stats.reserved_bytes.all().peak as u64;
+    let ops = trace.events.len().max(1);
+    Ok(ReplayResult {
+        trace: trace.name.clone(),
+        events: trace.events.len(),
+        peak_live_bytes: peak,
+        peak_reserved_bytes: peak_reserved,
+        ratio: if peak == 0 {
+            0.0
+        } else {
+            peak_reserved as f64 / peak as f64
+        },
+        driver_calls: alloc.driver_calls().total(),
+        pytorch_segments: trace.pytorch_segments(),
+        ns_per_op: host_ns as f64 / ops as f64,
+        unknown_frees: unknown,
+        timeline,
+    })
+}
+
+impl ReplayResult {
+    /// One JSON object (one line).
+    pub fn to_json(&self) -> String {
+        serde_json::json!({
+            "trace": self.trace,
+            "events": self.events,
+            "peak_live_bytes": self.peak_live_bytes,
+            "peak_reserved_bytes": self.peak_reserved_bytes,
+            "ratio": self.ratio,
+            "driver_calls": self.driver_calls,
+            "pytorch_segments": self.pytorch_segments,
+            "ns_per_op": self.ns_per_op,
+            "unknown_frees": self.unknown_frees,
+        })
+        .to_string()
+    }
+}

@@ -1,0 +1,375 @@
+//! The caching allocator on the simulated backend: behaviour, invariants, faults, streams,
+//! limits and threads.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use genesis_mem::{
+    Allocation, BackendError, CachingAllocator, Config, Error, FaultPoint, SimBackend, parse_size,
+};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+const MIB: usize = 1 << 20;
+
+fn allocator(total: usize, vmm: bool) -> CachingAllocator<SimBackend> {
+    CachingAllocator::new(SimBackend::new(total, vmm), Config::default()).unwrap()
+}
+
+#[test]
+fn rounds_aligns_and_reuses() {
+    for vmm in [true, false] {
+        let a = allocator(1 << 30, vmm);
+        let x = a.alloc(1, 0).unwrap();
+        assert_eq!(x.size(), 512);
+        assert_eq!(x.ptr() % 512, 0);
+        let p = x.ptr();
+        a.free(x).unwrap();
+        let y = a.alloc(300, 0).unwrap();
+        assert_eq!(y.ptr(), p, "the cached block is reused");
+        let s = a.stats();
+        assert_eq!(s.num_cache_hits, 1);
+        assert_eq!(s.allocated_bytes.all().current, 512);
+        assert_eq!(s.requested_bytes.all().current, 300);
+        a.free(y).unwrap();
+        a.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn bad_input_is_a_typed_error() {
+    let a = allocator(1 << 30, true);
+    assert_eq!(a.alloc(0, 0).unwrap_err(), Error::ZeroSize);
+    assert!(matches!(
+        a.alloc(2 << 30, 0).unwrap_err(),
+        Error::TooLarge { .. }
+    ));
+    assert!(matches!(
+        a.alloc(usize::MAX, 0).unwrap_err(),
+        Error::TooLarge { .. }
+    ));
+    for f in [0.0, -0.5, 1.5, f64::NAN] {
+        assert!(
+            matches!(a.set_memory_fraction(f), Err(Error::InvalidFraction(_))),
+            "{f}"
+        );
+    }
+    assert!(matches!(a.set_cache_size("lots"), Err(Error::Size(_))));
+    assert!(
+        CachingAllocator::new(
+            SimBackend::new(1 << 30, true),
+            Config {
+                memory_fraction: 0.0,
+                ..Config::default()
+            }
+        )
+        .is_err()
+    );
+    // An allocation from another allocator is refused, and stays valid where it belongs.
+    let b = allocator(1 << 30, true);
+    let x = b.alloc(1024, 0).unwrap();
+    let ptr = x.ptr();
+    let e = a.free(x).unwrap_err();
+    assert_eq!(e, Error::ForeignAllocation { ptr });
+    assert_eq!(b.stats().allocation.all().current, 1);
+}
+
+/// Random alloc/free sequences; after every step: invariants, no overlap, stats equal a recount.
+fn random_ops(seed: u64, ops: usize, vmm: bool, max_handle: usize) {
+    let cfg = Config {
+        max_handle_bytes: max_handle,
+        ..Config::default()
+    };
+    let a = CachingAllocator::new(SimBackend::new(4 << 30, vmm), cfg).unwrap();
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut live: Vec<Allocation> = Vec::new();
+    let mut ranges: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut requested = 0usize;
+    for step in 0..ops {
+        let grow = live.len() < 8 || (live.len() < 96 && rng.random_bool(0.55));
+        if grow {
+            let size = match rng.random_range(0..10) {
+                0..=5 => rng.random_range(1..4096),
+                6..=8 => rng.random_range(4096..4 * MIB),
+                _ => rng.random_range(4 * MIB..64 * MIB),
+            };
+            let stream = rng.random_range(0..2u64);
+            let x = a.alloc(size, stream).unwrap();
+            let (start, end) = (x.ptr(), x.ptr() + x.size() as u64);
+            if let Some((&s, &e)) = ranges.range(..end).next_back() {
+                assert!(
+                    e <= start || s >= end,
+                    "step {step}: [{start:#x},{end:#x}) overlaps [{s:#x},{e:#x})"
+                );
+            }
+            ranges.insert(start, end);
+            requested += size;
+            live.push(x);
+        } else {
+            let i = rng.random_range(0..live.len());
+            let x = live.swap_remove(i);
+            ranges.remove(&x.ptr());
+            requested -= x.requested();
+            a.free(x).unwrap();
+        }
+        if step % 64 == 0 && rng.random_bool(0.02) {
+            a.empty_cache().unwrap();
+        }
+        a.check_invariants()
+            .unwrap_or_else(|e| panic!("seed {seed} step {step}: {e}"));
+        assert_eq!(a.stats().requested_bytes.all().current as usize, requested);
+    }
+    for x in live {
+        a.free(x).unwrap();
+    }
+    a.empty_cache().unwrap();
+    a.check_invariants().unwrap();
+    let s = a.stats();
+    assert_eq!(s.reserved_bytes.all().current, 0, "everything given back");
+    assert_eq!(a.with_backend(|b| b.used()), 0);
+}
+
+#[test]
+fn property_vmm_large_handles() {
+    for seed in 0..4 {
+        random_ops(seed, 100_000, true, 1 << 40);
+    }
+}
+
+#[test]
+fn property_vmm_small_handles() {
+    for seed in 10..14 {
+        random_ops(seed, 100_000, true, 8 * MIB);
+    }
+}
+
+#[test]
+fn property_plain_segments() {
+    for seed in 20..22 {
+        random_ops(seed, 100_000, false, 1 << 40);
+    }
+}
+
+#[test]
+fn faults_never_panic_leak_or_corrupt() {
+    for (vmm, seed) in [(true, 1u64), (false, 2), (true, 3)] {
+        let a = allocator(512 * MIB, vmm);
+        a.with_backend(|b| b.inject_faults(0.2, &[FaultPoint::Alloc, FaultPoint::Map], seed));
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let mut live = Vec::new();
+        let (mut ok, mut failed) = (0, 0);
+        for _ in 0..20_000 {
+            if live.len() < 40 && rng.random_bool(0.6) {
+                match a.alloc(rng.random_range(1..16 * MIB), 0) {
+                    Ok(x) => {
+                        ok += 1;
+                        live.push(x)
+                    }
+                    Err(Error::OutOfMemory { requested, .. }) => {
+                        assert!(requested > 0);
+                        failed += 1
+                    }
+                    Err(Error::Backend(BackendError::Failed { .. })) => failed += 1,
+                    Err(e) => panic!("unexpected error {e}"),
+                }
+            } else if !live.is_empty() {
+                let x = live.swap_remove(rng.random_range(0..live.len()));
+                a.free(x).unwrap();
+            }
+            if rng.random_bool(0.05) {
+                // Give memory back so the backend (and its faults) are asked again.
+                a.empty_cache().unwrap();
+            }
+            a.check_invariants().unwrap();
+        }
+        assert!(ok > 1000 && failed > 50, "ok {ok} failed {failed}");
+        a.with_backend(|b| b.inject_faults(0.0, &[], 0));
+        for x in live {
+            a.free(x).unwrap();
+        }
+        a.empty_cache().unwrap();
+        assert_eq!(a.with_backend(|b| b.used()), 0, "no physical memory leaked");
+        let (handles, mapped, segments, _) = a.with_backend(|b| b.live_objects());
+        assert_eq!((handles, mapped, segments), (0, 0, 0));
+    }
+}
+
+#[test]
+fn out_of_memory_recovers() {
+    for vmm in [true, false] {
+        let a = allocator(64 * MIB, vmm);
+        let mut live = Vec::new();
+        let err = loop {
+            match a.alloc(10 * MIB, 0) {
+                Ok(x) => live.push(x),
+                Err(e) => break e,
+            }
+        };
+        match &err {
+            Error::OutOfMemory {
+                requested,
+                allocated,
+                device_total,
+                top_allocations,
+                ..
+            } => {
+                assert_eq!(*requested, 10 * MIB);
+                assert_eq!(*allocated, live.len() * 10 * MIB);
+                assert_eq!(*device_total, 64 * MIB);
+                assert!(!top_allocations.is_empty());
+                assert!(
+                    top_allocations[0].1.contains("allocator.rs"),
+                    "{:?}",
+                    top_allocations
+                );
+            }
+            e => panic!("expected OutOfMemory, got {e}"),
+        }
+        let msg = err.to_string();
+        assert!(
+            msg.contains("out of memory") && msg.contains("largest live allocations"),
+            "{msg}"
+        );
+        let s = a.stats();
+        assert_eq!(s.num_ooms, 1);
+        assert_eq!(s.num_alloc_retries, 1);
+        for x in live.drain(..) {
+            a.free(x).unwrap();
+        }
+        // Cached memory of other sizes is released and reused for a larger request.
+        let big = a.alloc(60 * MIB, 0).unwrap();
+        a.free(big).unwrap();
+        a.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn memory_fraction_and_cache_limit() {
+    let a = CachingAllocator::new(
+        SimBackend::new(256 * MIB, true),
+        Config {
+            max_handle_bytes: 2 * MIB,
+            ..Config::default()
+        },
+    )
+    .unwrap();
+    a.set_memory_fraction(0.25).unwrap();
+    let x = a.alloc(60 * MIB, 0).unwrap();
+    let e = a.alloc(10 * MIB, 0).unwrap_err();
+    assert!(
+        matches!(e, Error::OutOfMemory { limit: Some(l), .. } if l == 64 * MIB),
+        "{e}"
+    );
+    a.free(x).unwrap();
+    a.set_memory_fraction(1.0).unwrap();
+    let xs: Vec<_> = (0..8).map(|_| a.alloc(8 * MIB, 0).unwrap()).collect();
+    a.set_cache_size("4MiB").unwrap();
+    for x in xs {
+        a.free(x).unwrap();
+    }
+    let s = a.stats();
+    let cached = s.reserved_bytes.all().current - s.active_bytes.all().current;
+    assert!(cached <= 4 * MIB as i64, "cached {cached}");
+    assert_eq!(parse_size("4MiB").unwrap(), 4 * MIB as u64);
+    a.check_invariants().unwrap();
+}
+
+#[test]
+fn blocks_used_on_other_streams_wait_for_their_events() {
+    let a = allocator(1 << 30, true);
+    a.with_backend(|b| b.set_auto_complete_events(false));
+    let x = a.alloc(MIB, 1).unwrap();
+    let p = x.ptr();
+    a.record_stream(&x, 2).unwrap();
+    a.free(x).unwrap();
+    let s = a.stats();
+    assert_eq!(s.allocated_bytes.all().current, 0);
+    assert_eq!(
+        s.active_bytes.all().current,
+        MIB as i64,
+        "still active until the event"
+    );
+    let y = a.alloc(MIB, 1).unwrap();
+    assert_ne!(y.ptr(), p, "not reused while stream 2 may still use it");
+    a.with_backend(|b| b.complete_events());
+    let z = a.alloc(MIB, 1).unwrap();
+    assert_eq!(z.ptr(), p, "reused once the event completed");
+    a.free(y).unwrap();
+    a.free(z).unwrap();
+    // A block of stream 1 is never handed to stream 3.
+    let w = a.alloc(MIB, 3).unwrap();
+    assert_ne!(w.ptr(), p);
+    a.free(w).unwrap();
+    a.check_invariants().unwrap();
+}
+
+#[test]
+fn eight_threads() {
+    let a = Arc::new(allocator(8 << 30, true));
+    let threads: Vec<_> = (0..8u64)
+        .map(|t| {
+            let a = Arc::clone(&a);
+            std::thread::spawn(move || {
+                let mut rng = SmallRng::seed_from_u64(t);
+                let mut live = Vec::new();
+                for _ in 0..50_000 {
+                    if live.len() < 32 && rng.random_bool(0.55) {
+                        live.push(a.alloc(rng.random_range(1..2 * MIB), t % 3).unwrap());
+                    } else if let Some(x) = live.pop() {
+                        a.free(x).unwrap();
+                    }
+                }
+                for x in live {
+                    a.free(x).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    a.check_invariants().unwrap();
+    let s = a.stats();
+    assert_eq!(s.allocation.all().current, 0);
+    assert_eq!(s.allocation.all().allocated, s.allocation.all().freed);
+}
+
+#[test]
+fn snapshot_history_leaks_summary() {
+    let a = allocator(1 << 30, true);
+    a.record_history(1000);
+    let keep = a.alloc(3 * MIB, 0).unwrap();
+    let scope = a.leak_scope();
+    let leaked = a.alloc(5000, 0).unwrap();
+    let freed = a.alloc(7000, 0).unwrap();
+    a.free(freed).unwrap();
+    let report = scope.check(&a);
+    assert_eq!(report.leaks.len(), 1);
+    assert_eq!(report.leaks[0].requested, 5000);
+    assert!(
+        report.to_string().contains("tests/allocator.rs"),
+        "{report}"
+    );
+    assert_eq!(a.large_allocations(MIB).len(), 1);
+
+    let snap = a.snapshot();
+    let json: serde_json::Value = serde_json::from_str(&snap.to_json()).unwrap();
+    let blocks = json["segments"][0]["blocks"].as_array().unwrap();
+    assert!(
+        blocks
+            .iter()
+            .any(|b| b["state"] == "active_allocated" && b["requested_size"] == 5000)
+    );
+    assert!(blocks.iter().any(|b| b["state"] == "inactive"));
+
+    let h = a.take_history().unwrap();
+    assert!(h.records().count() >= 5);
+    assert!(h.summary().contains("allocations: 3"), "{}", h.summary());
+    let svg = h.timeline_svg();
+    assert!(svg.starts_with("<svg") && svg.contains("reserved"));
+    let table = a.stats().summary("sim");
+    assert!(table.contains("Allocated memory") && table.contains("GPU reserved memory"));
+    a.free(keep).unwrap();
+    a.free(leaked).unwrap();
+    assert!(scope.check(&a).is_clean());
+}

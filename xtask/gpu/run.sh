@@ -16,10 +16,11 @@ export GENESIS_REPO_ROOT=${GENESIS_REPO_ROOT:-$(cd "$B/.." && pwd)}
 steps=${*:-tests sanitize bench examples}
 summary=()
 status=0
-tests=$(grep '^test-' "$B/bin/LIST")
+# GENESIS_ONLY=substring runs only the test binaries whose name contains it.
+tests=$(grep '^test-' "$B/bin/LIST" | grep -- "${GENESIS_ONLY:-}")
 
-{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; date -u; } > "$OUT/gpu.txt" 2>&1
-cat "$OUT/gpu.txt"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1
+date -u
 
 for step in $steps; do
   case $step in
@@ -50,19 +51,24 @@ for step in $steps; do
       done
       ;;
     bench)
-      for b in $(grep '^bench-' "$B/bin/LIST"); do
-        if "$B/bin/$b" --json "$OUT/${b#bench-}.json" > "$OUT/${b#bench-}.log" 2>&1; then r=ok; else r=FAILED; status=1; fi
-        cat "$OUT/${b#bench-}.log"
+      : > "$OUT/bench.log"
+      for b in $(grep "^bench-" "$B/bin/LIST"); do
+        echo "== $b" >> "$OUT/bench.log"
+        if "$B/bin/$b" --json "$OUT/${b#bench-}.json" >> "$OUT/bench.log" 2>&1; then r=ok; else r=FAILED; status=1; fi
         summary+=("bench     $b: $r")
       done
-      if python3 "$B/torch_ref.py" "$OUT/torch_ref.json" > "$OUT/torch_ref.log" 2>&1; then r=ok; else r=FAILED; status=1; fi
-      cat "$OUT/torch_ref.log"
+      echo "== torch_ref.py" >> "$OUT/bench.log"
+      if python3 "$B/torch_ref.py" "$OUT/torch_ref.json" >> "$OUT/bench.log" 2>&1; then r=ok; else r=FAILED; status=1; fi
       summary+=("torch     torch_ref.py: $r")
-      python3 "$B/compare.py" "$OUT/gpu_elementwise.json" "$OUT/torch_ref.json" | tee "$OUT/compare.txt"
+      echo "== genesis vs torch" >> "$OUT/bench.log"
+      python3 "$B/compare.py" "$OUT/gpu_elementwise.json" "$OUT/torch_ref.json" >> "$OUT/bench.log" 2>&1
+      cat "$OUT/bench.log"
       ;;
     examples)
+      : > "$OUT/examples.log"
       for e in $(grep '^example-' "$B/bin/LIST"); do
-        if "$B/bin/$e" > "$OUT/$e.log" 2>&1; then r=ok; else r=FAILED; status=1; fi
+        echo "== $e" >> "$OUT/examples.log"
+        if "$B/bin/$e" >> "$OUT/examples.log" 2>&1; then r=ok; else r=FAILED; status=1; fi
         summary+=("example   $e: $r")
       done
       ;;

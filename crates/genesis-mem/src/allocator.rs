@@ -507,6 +507,39 @@ impl<B: Backend> CachingAllocator<B> {
     }
 }
 
+impl<B: Backend> Drop for CachingAllocator<B> {
+    /// Gives every cached byte and every empty address reservation back to the device. Memory
+    /// under live allocations is left alone (their owners still hold the pointers): it is
+    /// reported, not freed.
+    fn drop(&mut self) {
+        let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+        if let Err(e) = st.release_cached(usize::MAX, true) {
+            tracing::error!(error = %e, "releasing the cache when dropping the allocator failed");
+        }
+        let live = st
+            .blocks
+            .iter()
+            .filter(|b| matches!(b.state, BlockState::Allocated | BlockState::PendingFree))
+            .count();
+        if live > 0 {
+            tracing::warn!(
+                live,
+                "allocator dropped with live allocations; their memory stays reserved"
+            );
+        }
+        for r in st.regions.iter_mut().filter(|r| r.live) {
+            if let RegionKind::Vmm { reserved, handles } = &r.kind
+                && handles.is_empty()
+            {
+                if let Err(e) = st.backend.unreserve(r.base, *reserved) {
+                    tracing::error!(error = %e, "releasing address space failed");
+                }
+                r.live = false;
+            }
+        }
+    }
+}
+
 impl<B: Backend> State<B> {
     fn new_block(&mut self, b: Block) -> u32 {
         if let Some(id) = self.spare_blocks.pop() {
@@ -1070,10 +1103,9 @@ impl<B: Backend> State<B> {
                 return Ok(rid);
             }
         }
-        let bytes = self
-            .config
-            .region_bytes
-            .max(round_up(extra, self.backend.granularity()).unwrap_or(extra));
+        let g = self.backend.granularity();
+        let bytes =
+            round_up(self.config.region_bytes.max(extra), g).ok_or(GrowError::OutOfMemory)?;
         let base = self.backend.reserve(bytes).map_err(|e| match e {
             BackendError::OutOfMemory => GrowError::OutOfMemory,
             e => GrowError::Backend(e),

@@ -155,6 +155,7 @@ pub struct SimBackend {
     fault_points: Vec<FaultPoint>,
     rng: u64,
     fail_next: u32,
+    probe: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl SimBackend {
@@ -179,6 +180,7 @@ impl SimBackend {
             fault_points: Vec::new(),
             rng: 0x9E37_79B9_7F4A_7C15,
             fail_next: 0,
+            probe: Default::default(),
         }
     }
 
@@ -205,6 +207,19 @@ impl SimBackend {
         for done in self.events.values_mut() {
             *done = true;
         }
+    }
+
+    /// A counter that follows the physical bytes held plus one byte per live reservation, and
+    /// stays readable after the backend is dropped with its allocator.
+    pub fn probe(&self) -> std::sync::Arc<std::sync::atomic::AtomicUsize> {
+        std::sync::Arc::clone(&self.probe)
+    }
+
+    fn update_probe(&self) {
+        self.probe.store(
+            self.used + self.reservations.len(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     /// Physical bytes currently held (created handles plus plain segments).
@@ -243,6 +258,7 @@ impl SimBackend {
             return Err(BackendError::OutOfMemory);
         }
         self.used += bytes;
+        self.update_probe();
         Ok(())
     }
 
@@ -288,6 +304,7 @@ impl Backend for SimBackend {
         match self.segments.remove(&addr) {
             Some(b) if b == bytes => {
                 self.used -= bytes;
+                self.update_probe();
                 Ok(())
             }
             Some(b) => {
@@ -305,6 +322,7 @@ impl Backend for SimBackend {
         }
         let va = self.fresh_va(bytes);
         self.reservations.insert(va, bytes);
+        self.update_probe();
         Ok(va)
     }
 
@@ -318,7 +336,10 @@ impl Backend for SimBackend {
             return Err(failed("unreserve", "memory is still mapped in the range"));
         }
         match self.reservations.remove(&va) {
-            Some(b) if b == bytes => Ok(()),
+            Some(b) if b == bytes => {
+                self.update_probe();
+                Ok(())
+            }
             _ => Err(failed("unreserve", "not a reservation")),
         }
     }
@@ -346,6 +367,7 @@ impl Backend for SimBackend {
         match self.handles.remove(&handle) {
             Some(b) if b == bytes => {
                 self.used -= bytes;
+                self.update_probe();
                 Ok(())
             }
             _ => Err(failed("release", "not a live handle of that size")),

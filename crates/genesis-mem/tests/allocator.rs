@@ -373,3 +373,23 @@ fn snapshot_history_leaks_summary() {
     a.free(leaked).unwrap();
     assert!(scope.check(&a).is_clean());
 }
+
+#[test]
+fn dropping_the_allocator_returns_its_cache() {
+    for vmm in [true, false] {
+        let backend = SimBackend::new(1 << 30, vmm);
+        let probe = backend.probe();
+        let a = CachingAllocator::new(backend, Config::default()).unwrap();
+        let x = a.alloc(5 * MIB, 0).unwrap();
+        let y = a.alloc(100, 1).unwrap();
+        a.free(x).unwrap();
+        a.free(y).unwrap();
+        assert!(probe.load(std::sync::atomic::Ordering::Relaxed) > 0);
+        drop(a);
+        assert_eq!(
+            probe.load(std::sync::atomic::Ordering::Relaxed),
+            0,
+            "vmm={vmm}: memory and reservations returned"
+        );
+    }
+}

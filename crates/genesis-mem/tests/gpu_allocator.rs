@@ -13,6 +13,13 @@ use genesis_mem::{Config, Error};
 
 const GIB: usize = 1 << 30;
 
+/// The tests compare against `cuMemGetInfo` and fill the device: one at a time.
+static DEVICE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn device_lock() -> std::sync::MutexGuard<'static, ()> {
+    DEVICE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn trace(name: &str) -> Trace {
     let root = std::env::var_os("GENESIS_REPO_ROOT")
         .map(|r| PathBuf::from(r).join("crates/genesis-mem"))
@@ -104,6 +111,7 @@ fn vmm_replays_resnet_with_real_memory() {
     if skip_without_gpu("vmm_replays_resnet_with_real_memory") {
         return;
     }
+    let _one_at_a_time = device_lock();
     replay_on_device("resnet50_train", true);
 }
 
@@ -112,6 +120,7 @@ fn plain_segments_replay_gpt2_train() {
     if skip_without_gpu("plain_segments_replay_gpt2_train") {
         return;
     }
+    let _one_at_a_time = device_lock();
     replay_on_device("gpt2_train", false);
 }
 
@@ -120,6 +129,7 @@ fn out_of_memory_for_real_then_recover() {
     if skip_without_gpu("out_of_memory_for_real_then_recover") {
         return;
     }
+    let _one_at_a_time = device_lock();
     let ctx = Context::get(0).unwrap();
     let a = device_allocator(&ctx, Config::default()).unwrap();
     let mut held = Vec::new();
@@ -165,6 +175,7 @@ fn streams_and_pinned_pool() {
     if skip_without_gpu("streams_and_pinned_pool") {
         return;
     }
+    let _one_at_a_time = device_lock();
     let ctx = Context::get(0).unwrap();
     let s1 = Stream::new(&ctx).unwrap();
     let s2 = Stream::new(&ctx).unwrap();

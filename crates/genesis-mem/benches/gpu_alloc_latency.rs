@@ -19,6 +19,11 @@ fn pairs<B: Backend>(a: &CachingAllocator<B>, size: usize, n: usize) -> f64 {
         samples.push(t.elapsed().as_nanos() as f64 / n as f64);
     }
     samples.sort_by(f64::total_cmp);
+    eprintln!(
+        "  (min {:.1} ns, max {:.1} ns)",
+        samples[0],
+        samples[samples.len() - 1]
+    );
     samples[samples.len() / 2]
 }
 

@@ -27,7 +27,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::panic::Location;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
 
 use smallvec::SmallVec;
 
@@ -260,7 +259,7 @@ impl Hasher for KeyHasher {
     }
 }
 
-type QuickMap = HashMap<(StreamId, usize), Vec<u32>, BuildHasherDefault<KeyHasher>>;
+type QuickMap = HashMap<(StreamId, usize), usize, BuildHasherDefault<KeyHasher>>;
 
 struct State<B: Backend> {
     backend: B,
@@ -273,7 +272,11 @@ struct State<B: Backend> {
     arena_of: HashMap<StreamId, u32>,
     /// Free blocks by stream, ordered by (size, address).
     free: HashMap<StreamId, BTreeSet<(usize, u64, u32)>>,
+    /// (stream, size) → slot in `quick_lists`.
     quick: QuickMap,
+    quick_lists: Vec<Vec<u32>>,
+    /// The last key looked up and its slot: repeated sizes skip the hash.
+    quick_memo: ((StreamId, usize), usize),
     quick_count: usize,
     /// Quick-list keys that may be non-empty (each listed once).
     quick_dirty: Vec<(StreamId, usize)>,
@@ -289,7 +292,7 @@ static NEXT_ALLOCATOR_ID: AtomicU64 = AtomicU64::new(1);
 /// A caching allocator over one device's [`Backend`]. `Send + Sync`; one per device.
 pub struct CachingAllocator<B: Backend> {
     id: u64,
-    state: Mutex<State<B>>,
+    state: crate::lock::Lock<State<B>>,
 }
 
 impl<B: Backend> std::fmt::Debug for CachingAllocator<B> {
@@ -313,7 +316,7 @@ impl<B: Backend> CachingAllocator<B> {
         let (_, total) = backend.mem_info().map_err(Error::Backend)?;
         Ok(CachingAllocator {
             id: NEXT_ALLOCATOR_ID.fetch_add(1, Ordering::Relaxed),
-            state: Mutex::new(State {
+            state: crate::lock::Lock::new(State {
                 backend,
                 config,
                 stats: Stats::default(),
@@ -323,6 +326,8 @@ impl<B: Backend> CachingAllocator<B> {
                 arena_of: HashMap::new(),
                 free: HashMap::new(),
                 quick: QuickMap::default(),
+                quick_lists: Vec::new(),
+                quick_memo: ((StreamId::MAX, 0), usize::MAX),
                 quick_count: 0,
                 quick_dirty: Vec::new(),
                 pending: Vec::new(),
@@ -334,10 +339,8 @@ impl<B: Backend> CachingAllocator<B> {
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, State<B>> {
-        // A panic while holding the lock cannot leave the bookkeeping half-updated in a way we
-        // could repair, but refusing all further service is worse: keep going.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> crate::lock::Guard<'_, State<B>> {
+        self.state.lock()
     }
 
     /// Allocates `bytes` on `stream`.
@@ -512,7 +515,7 @@ impl<B: Backend> Drop for CachingAllocator<B> {
     /// under live allocations is left alone (their owners still hold the pointers): it is
     /// reported, not freed.
     fn drop(&mut self) {
-        let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+        let st = self.state.get_mut();
         if let Err(e) = st.release_cached(usize::MAX, true) {
             tracing::error!(error = %e, "releasing the cache when dropping the allocator failed");
         }
@@ -541,6 +544,26 @@ impl<B: Backend> Drop for CachingAllocator<B> {
 }
 
 impl<B: Backend> State<B> {
+    /// The quick-list slot of `key`, created if `create`.
+    #[inline]
+    fn quick_slot(&mut self, key: (StreamId, usize), create: bool) -> Option<usize> {
+        if self.quick_memo.0 == key {
+            return Some(self.quick_memo.1);
+        }
+        let slot = match self.quick.get(&key) {
+            Some(&slot) => slot,
+            None if create => {
+                self.quick_lists.push(Vec::new());
+                let slot = self.quick_lists.len() - 1;
+                self.quick.insert(key, slot);
+                slot
+            }
+            None => return None,
+        };
+        self.quick_memo = (key, slot);
+        Some(slot)
+    }
+
     fn new_block(&mut self, b: Block) -> u32 {
         if let Some(id) = self.spare_blocks.pop() {
             let generation = self.blocks[id as usize].generation.wrapping_add(1);
@@ -616,7 +639,11 @@ impl<B: Backend> State<B> {
         if !self.pending.is_empty() {
             self.process_pending(false)?;
         }
-        let id = match self.quick.get_mut(&(stream, size)).and_then(Vec::pop) {
+        let cached = match self.quick_slot((stream, size), false) {
+            Some(slot) => self.quick_lists[slot].pop(),
+            None => None,
+        };
+        let id = match cached {
             Some(id) => {
                 self.quick_count -= 1;
                 self.count_inactive(id, -1);
@@ -643,8 +670,6 @@ impl<B: Backend> State<B> {
         b.site = if record_sites { Some(site) } else { None };
         b.seq = seq;
         let (addr, generation) = (b.addr, b.generation);
-        let region = b.region;
-        self.regions[region as usize].last_use = seq;
         let pool = Pool::of(size);
         self.stats.allocation.add(pool, 1);
         self.stats.active.add(pool, 1);
@@ -771,7 +796,10 @@ impl<B: Backend> State<B> {
         self.stats.active.add(pool, -1);
         self.stats.active_bytes.add(pool, -(size as i64));
         self.count_inactive(id, 1);
-        let list = self.quick.entry((stream, size)).or_default();
+        let slot = self
+            .quick_slot((stream, size), true)
+            .expect("created on demand");
+        let list = &mut self.quick_lists[slot];
         if list.is_empty() {
             self.quick_dirty.push((stream, size));
         }
@@ -854,10 +882,10 @@ impl<B: Backend> State<B> {
             keys = mine;
         }
         for k in keys {
-            let Some(list) = self.quick.get_mut(&k) else {
+            let Some(&slot) = self.quick.get(&k) else {
                 continue;
             };
-            let ids = std::mem::take(list);
+            let ids = std::mem::take(&mut self.quick_lists[slot]);
             self.quick_count -= ids.len();
             for id in ids {
                 self.count_inactive(id, -1);
@@ -868,6 +896,8 @@ impl<B: Backend> State<B> {
 
     /// Makes a Cached/PendingFree block Free, merging it with free neighbours.
     fn coalesce_into_free(&mut self, mut id: u32) {
+        let region = self.blocks[id as usize].region;
+        self.regions[region as usize].last_use = self.clock;
         let prev = self.blocks[id as usize].prev;
         if prev != NONE && self.blocks[prev as usize].state == BlockState::Free {
             self.unindex_free(prev);
@@ -1384,8 +1414,8 @@ impl<B: Backend> State<B> {
                 largest = largest.max(s);
             }
         }
-        for (k, v) in &self.quick {
-            if !v.is_empty() {
+        for (k, &slot) in &self.quick {
+            if !self.quick_lists[slot].is_empty() {
                 largest = largest.max(k.1);
             }
         }
@@ -1505,7 +1535,7 @@ impl<B: Backend> State<B> {
                         let listed = self
                             .quick
                             .get(&(b.stream, b.size))
-                            .is_some_and(|v| v.contains(&id));
+                            .is_some_and(|&slot| self.quick_lists[slot].contains(&id));
                         if !listed {
                             return Err(format!("cached block {id} is in no quick list"));
                         }

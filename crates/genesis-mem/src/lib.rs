@@ -27,6 +27,7 @@ pub mod backend;
 pub mod cuda;
 pub mod history;
 pub mod leaks;
+mod lock;
 mod size;
 pub mod snapshot;
 pub mod stats;

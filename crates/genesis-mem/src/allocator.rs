@@ -215,6 +215,8 @@ struct Block {
     other_streams: SmallVec<[StreamId; 2]>,
     site: Option<&'static Location<'static>>,
     seq: u64,
+    /// When the block last became free (set when coalesced into the free index).
+    freed_at: Option<std::time::Instant>,
 }
 
 #[derive(Debug)]
@@ -416,6 +418,14 @@ impl<B: Backend> CachingAllocator<B> {
         Ok(())
     }
 
+    /// Gives back the physical memory under free ranges that have been free for at least
+    /// `idle` (whole handles with VMM, wholly free segments otherwise). Returns the bytes
+    /// released.
+    pub fn garbage_collect(&self, idle: std::time::Duration) -> Result<usize, Error> {
+        let mut st = self.lock();
+        st.garbage_collect(idle)
+    }
+
     /// Sets the memory fraction (0 < f ≤ 1 of device memory).
     pub fn set_memory_fraction(&self, fraction: f64) -> Result<(), Error> {
         if !(fraction > 0.0 && fraction <= 1.0) {
@@ -486,6 +496,18 @@ impl<B: Backend> CachingAllocator<B> {
     pub fn snapshot(&self) -> crate::snapshot::Snapshot {
         let st = self.lock();
         st.snapshot()
+    }
+
+    /// The snapshot as a PyTorch memory-snapshot pickle, with the recorded history (if any) as
+    /// its device trace: open it in PyTorch's memory viewer.
+    pub fn pytorch_snapshot(&self, device: usize) -> Vec<u8> {
+        let st = self.lock();
+        let traces = st
+            .history
+            .as_ref()
+            .map(|h| h.trace_entries())
+            .unwrap_or_default();
+        st.snapshot().to_pytorch_pickle(device, &traces)
     }
 
     /// Live allocations: (address, bytes requested, call site), oldest first.
@@ -727,6 +749,7 @@ impl<B: Backend> State<B> {
             other_streams: SmallVec::new(),
             site: None,
             seq: 0,
+            freed_at: None,
         };
         let next = b.next;
         let region = b.region;
@@ -909,6 +932,7 @@ impl<B: Backend> State<B> {
             self.unindex_free(next);
             self.merge_next_into(id);
         }
+        self.blocks[id as usize].freed_at = Some(std::time::Instant::now());
         self.index_free(id);
     }
 
@@ -1049,6 +1073,7 @@ impl<B: Backend> State<B> {
             other_streams: SmallVec::new(),
             site: None,
             seq: 0,
+            freed_at: None,
         });
         self.regions.push(Region {
             base: addr,
@@ -1093,34 +1118,42 @@ impl<B: Backend> State<B> {
             if released >= target {
                 break;
             }
-            let r = &self.regions[rid as usize];
-            let (base, len, block) = (r.base, r.len, r.first);
-            if self.backend.free(base, len).is_err() {
+            let len = self.regions[rid as usize].len;
+            if !self.free_segment(rid) {
                 continue;
-            }
-            self.unindex_free(block);
-            self.drop_block(block);
-            self.regions[rid as usize].live = false;
-            let pool = if len <= self.backend.granularity() {
-                Pool::Small
-            } else {
-                Pool::Large
-            };
-            self.add_reserved(pool, len, -1);
-            if let Some(h) = &mut self.history {
-                let stream = self.regions[rid as usize].stream;
-                h.push(
-                    crate::history::Event::SegmentFree {
-                        addr: base,
-                        size: len,
-                        stream,
-                    },
-                    &self.stats,
-                );
             }
             released += len;
         }
         released
+    }
+
+    /// Frees wholly free plain segment `rid` to the device; false if the backend refused.
+    fn free_segment(&mut self, rid: u32) -> bool {
+        let r = &self.regions[rid as usize];
+        let (base, len, block, stream) = (r.base, r.len, r.first, r.stream);
+        if self.backend.free(base, len).is_err() {
+            return false;
+        }
+        self.unindex_free(block);
+        self.drop_block(block);
+        self.regions[rid as usize].live = false;
+        let pool = if len <= self.backend.granularity() {
+            Pool::Small
+        } else {
+            Pool::Large
+        };
+        self.add_reserved(pool, len, -1);
+        if let Some(h) = &mut self.history {
+            h.push(
+                crate::history::Event::SegmentFree {
+                    addr: base,
+                    size: len,
+                    stream,
+                },
+                &self.stats,
+            );
+        }
+        true
     }
 
     /// The stream's VMM region with room for `extra` more bytes, reserving one if needed.
@@ -1189,6 +1222,7 @@ impl<B: Backend> State<B> {
             other_streams: SmallVec::new(),
             site: None,
             seq: 0,
+            freed_at: None,
         });
         if last != NONE {
             self.blocks[last as usize].next = id;
@@ -1268,6 +1302,7 @@ impl<B: Backend> State<B> {
             other_streams: SmallVec::new(),
             site: None,
             seq: 0,
+            freed_at: None,
         });
         if b.next != NONE {
             self.blocks[b.next as usize].prev = second;
@@ -1405,6 +1440,45 @@ impl<B: Backend> State<B> {
             released += len;
         }
         Ok(())
+    }
+
+    fn garbage_collect(&mut self, idle: std::time::Duration) -> Result<usize, Error> {
+        self.flush_quick(None);
+        let now = std::time::Instant::now();
+        let old = |b: &Block| b.freed_at.is_some_and(|t| now.duration_since(t) >= idle);
+        let before = self.reserved();
+        // Plain segments: wholly free and idle.
+        let idle_segments: Vec<u32> = self
+            .regions
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.live && matches!(r.kind, RegionKind::Plain) && r.first == r.last)
+            .filter(|(_, r)| {
+                let b = &self.blocks[r.first as usize];
+                b.state == BlockState::Free && old(b)
+            })
+            .map(|(i, _)| i as u32)
+            .collect();
+        for rid in idle_segments {
+            self.free_segment(rid);
+        }
+        // VMM: handles under idle free blocks.
+        let g = self.backend.granularity();
+        let cands: Vec<_> = self
+            .free_handles(None)
+            .into_iter()
+            .filter(|c| old(&self.blocks[c.0 as usize]))
+            .collect();
+        for (_, va, len, h, _) in cands {
+            let Some(block) = self.free_block_containing(va, len) else {
+                continue;
+            };
+            self.carve_out(block, va, len).map_err(Error::Backend)?;
+            self.backend.release(h, len).map_err(Error::Backend)?;
+            let pool = if len <= g { Pool::Small } else { Pool::Large };
+            self.add_reserved(pool, len, -1);
+        }
+        Ok(before - self.reserved())
     }
 
     fn refresh_largest_free(&mut self) {

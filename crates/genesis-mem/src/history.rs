@@ -214,15 +214,21 @@ pub fn timeline_svg(
     let max_y = points.iter().map(|p| p.2.max(p.1)).fold(1.0, f64::max);
     let sx = |x: f64| left + x / max_x * (w - left - right);
     let sy = |y: f64| h - bottom - y / max_y * (h - bottom - top);
-    // Keep at most ~4000 points per line so large traces stay light.
+    // At most ~4000 points per line so large traces stay light; each kept point carries the
+    // maximum of its window, so peaks are never dropped.
     let step = (points.len() / 4000).max(1);
+    let points: Vec<(f64, f64, f64)> = points
+        .chunks(step)
+        .map(|w| {
+            let a = w.iter().map(|p| p.1).fold(f64::MIN, f64::max);
+            let r = w.iter().map(|p| p.2).fold(f64::MIN, f64::max);
+            (w[0].0, a, r)
+        })
+        .collect();
     let line = |pick: &dyn Fn(&(f64, f64, f64)) -> f64| {
         let mut d = String::new();
         let mut prev_y = None;
-        for (i, p) in points.iter().enumerate() {
-            if i % step != 0 && i + 1 != points.len() {
-                continue;
-            }
+        for p in &points {
             let (x, y) = (sx(p.0), sy(pick(p)));
             match prev_y {
                 None => {
@@ -276,12 +282,14 @@ pub fn timeline_svg(
         left + 80.0
     );
     marks.sort_by_key(|m| std::cmp::Reverse(m.1));
-    for (x, size, label) in marks.into_iter().take(8) {
+    for (k, (x, size, label)) in marks.into_iter().take(8).enumerate() {
+        let (cx, top_y) = (sx(x), top + 12.0 * k as f64);
         let _ = writeln!(
             s,
-            r##"<circle cx="{:.1}" cy="{:.1}" r="3" fill="#2ca02c"><title>{} {}</title></circle>"##,
-            sx(x),
+            r##"<line x1="{cx:.1}" x2="{cx:.1}" y1="{top_y:.1}" y2="{:.1}" stroke="#2ca02c" stroke-dasharray="2,2"/><text x="{:.1}" y="{:.1}" fill="#2ca02c">{} <title>{}</title></text>"##,
             h - bottom,
+            cx + 3.0,
+            top_y + 9.0,
             human(size as i64),
             xml_escape(&label)
         );

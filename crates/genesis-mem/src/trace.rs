@@ -172,6 +172,8 @@ pub struct ReplayResult {
     pub unknown_frees: usize,
     /// (event index, allocated bytes, reserved bytes) samples, for the timeline.
     pub timeline: Vec<(f64, f64, f64)>,
+    /// The largest allocations: (event index, bytes, label), for the timeline.
+    pub largest: Vec<(f64, usize, String)>,
 }
 
 /// Replays `trace` through a [`CachingAllocator`] over a simulated device of `device_bytes`.
@@ -188,6 +190,7 @@ pub fn replay(
     let mut timeline = Vec::new();
     let sample = (trace.events.len() / 20_000).max(1);
     let mut host_ns = 0u128;
+    let mut largest: Vec<(f64, usize, String)> = Vec::new();
     for (i, ev) in trace.events.iter().enumerate() {
         match *ev {
             TraceEvent::Alloc { id, size, stream } => {
@@ -204,6 +207,13 @@ pub fn replay(
                 host_ns += t.elapsed().as_nanos();
                 live.insert(id, a);
                 sizes.insert(id, size);
+                if largest.len() < 8
+                    || size > largest.last().map_or(0, |l: &(f64, usize, String)| l.1)
+                {
+                    largest.push((i as f64, size, format!("id {id}, event {i}")));
+                    largest.sort_by_key(|l| std::cmp::Reverse(l.1));
+                    largest.truncate(8);
+                }
                 cur += size as u64;
                 peak = peak.max(cur);
             }
@@ -244,6 +254,7 @@ pub fn replay(
         ns_per_op: host_ns as f64 / ops as f64,
         unknown_frees: unknown,
         timeline,
+        largest,
     })
 }
 

@@ -112,8 +112,11 @@ fn run_replay(args: &[String]) -> Result<ExitCode, String> {
             } else {
                 path.clone()
             };
-            let svg =
-                genesis_mem::history::timeline_svg(r.timeline.clone(), Vec::new(), "trace event");
+            let svg = genesis_mem::history::timeline_svg(
+                r.timeline.clone(),
+                r.largest.clone(),
+                "trace event",
+            );
             std::fs::write(&out, svg).map_err(|e| format!("{}: {e}", out.display()))?;
         }
     }

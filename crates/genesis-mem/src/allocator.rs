@@ -277,6 +277,8 @@ struct State<B: Backend> {
     /// (stream, size) → slot in `quick_lists`.
     quick: QuickMap,
     quick_lists: Vec<Vec<u32>>,
+    /// Whether each slot's key is in `quick_dirty`.
+    quick_in_dirty: Vec<bool>,
     /// The last key looked up and its slot: repeated sizes skip the hash.
     quick_memo: ((StreamId, usize), usize),
     quick_count: usize,
@@ -329,6 +331,7 @@ impl<B: Backend> CachingAllocator<B> {
                 free: HashMap::new(),
                 quick: QuickMap::default(),
                 quick_lists: Vec::new(),
+                quick_in_dirty: Vec::new(),
                 quick_memo: ((StreamId::MAX, 0), usize::MAX),
                 quick_count: 0,
                 quick_dirty: Vec::new(),
@@ -576,6 +579,7 @@ impl<B: Backend> State<B> {
             Some(&slot) => slot,
             None if create => {
                 self.quick_lists.push(Vec::new());
+                self.quick_in_dirty.push(false);
                 let slot = self.quick_lists.len() - 1;
                 self.quick.insert(key, slot);
                 slot
@@ -607,6 +611,7 @@ impl<B: Backend> State<B> {
     }
 
     /// Accounts a block that becomes free (Free or Cached).
+    #[inline(always)]
     fn count_inactive(&mut self, id: u32, sign: i64) {
         if !self.is_whole(id) {
             let size = self.blocks[id as usize].size;
@@ -653,7 +658,7 @@ impl<B: Backend> State<B> {
                 total: self.device_total,
             });
         }
-        let size = round_up(requested, ALIGNMENT).ok_or(Error::TooLarge {
+        let size = round_up(requested, ALIGNMENT).ok_or_else(|| Error::TooLarge {
             requested,
             total: self.device_total,
         })?;
@@ -770,7 +775,7 @@ impl<B: Backend> State<B> {
             .blocks
             .get(id as usize)
             .filter(|b| b.generation == generation && b.state == BlockState::Allocated)
-            .ok_or(Error::ForeignAllocation { ptr: 0 })?;
+            .ok_or_else(|| Error::ForeignAllocation { ptr: 0 })?;
         let (size, requested, addr, stream) = (b.size, b.requested, b.addr, b.stream);
         let pool = Pool::of(size);
         self.stats.allocation.add(pool, -1);
@@ -822,11 +827,11 @@ impl<B: Backend> State<B> {
         let slot = self
             .quick_slot((stream, size), true)
             .expect("created on demand");
-        let list = &mut self.quick_lists[slot];
-        if list.is_empty() {
+        self.quick_lists[slot].push(id);
+        if !self.quick_in_dirty[slot] {
+            self.quick_in_dirty[slot] = true;
             self.quick_dirty.push((stream, size));
         }
-        list.push(id);
         self.quick_count += 1;
         if !self.config.quick_lists {
             self.flush_quick(Some(stream));
@@ -908,6 +913,7 @@ impl<B: Backend> State<B> {
             let Some(&slot) = self.quick.get(&k) else {
                 continue;
             };
+            self.quick_in_dirty[slot] = false;
             let ids = std::mem::take(&mut self.quick_lists[slot]);
             self.quick_count -= ids.len();
             for id in ids {

@@ -25,6 +25,7 @@ impl Pool {
         }
     }
 
+    #[inline(always)]
     fn index(self) -> usize {
         match self {
             Pool::Small => 1,
@@ -47,6 +48,7 @@ pub struct Stat {
 }
 
 impl Stat {
+    #[inline(always)]
     fn add(&mut self, n: i64) {
         if n >= 0 {
             self.current += n;
@@ -66,6 +68,7 @@ pub struct StatArray(pub [Stat; 3]);
 
 impl StatArray {
     /// Adds `n` (negative to remove) to the pool's stat and to the total.
+    #[inline(always)]
     pub(crate) fn add(&mut self, pool: Pool, n: i64) {
         self.0[0].add(n);
         self.0[pool.index()].add(n);

@@ -658,10 +658,8 @@ impl<B: Backend> State<B> {
                 total: self.device_total,
             });
         }
-        let size = round_up(requested, ALIGNMENT).ok_or_else(|| Error::TooLarge {
-            requested,
-            total: self.device_total,
-        })?;
+        // `requested <= device_total`, so rounding cannot overflow.
+        let size = requested.next_multiple_of(ALIGNMENT);
         self.clock += 1;
         if !self.pending.is_empty() {
             self.process_pending(false)?;
@@ -771,11 +769,13 @@ impl<B: Backend> State<B> {
     }
 
     fn free(&mut self, id: u32, generation: u32) -> Result<(), Error> {
-        let b = self
+        let Some(b) = self
             .blocks
             .get(id as usize)
             .filter(|b| b.generation == generation && b.state == BlockState::Allocated)
-            .ok_or_else(|| Error::ForeignAllocation { ptr: 0 })?;
+        else {
+            return Err(Error::ForeignAllocation { ptr: 0 });
+        };
         let (size, requested, addr, stream) = (b.size, b.requested, b.addr, b.stream);
         let pool = Pool::of(size);
         self.stats.allocation.add(pool, -1);

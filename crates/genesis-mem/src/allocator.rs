@@ -658,8 +658,12 @@ impl<B: Backend> State<B> {
                 total: self.device_total,
             });
         }
-        // `requested <= device_total`, so rounding cannot overflow.
-        let size = requested.next_multiple_of(ALIGNMENT);
+        let Some(size) = requested.checked_next_multiple_of(ALIGNMENT) else {
+            return Err(Error::TooLarge {
+                requested,
+                total: self.device_total,
+            });
+        };
         self.clock += 1;
         if !self.pending.is_empty() {
             self.process_pending(false)?;

@@ -1,30 +1,154 @@
+//! `Layout`: shape, strides (in elements) and offset, as a plain value. View operations return
+//! new layouts or a typed error; nothing here touches memory.
+
 use smallvec::SmallVec;
 
-/// Shape, strides (in elements) and offset of a view over a storage.
-///
-/// A plain value: view operations return new layouts. The full set of view operations and the
-/// strided-blocks classifier come with the storage issue; today only contiguous layouts are
-/// made.
+/// Dimensions and strides of a layout (inline up to 6 dimensions).
+pub type Dims = SmallVec<[usize; 6]>;
+/// Strides in elements (negative strides are allowed in layouts, never produced by views here).
+pub type Strides = SmallVec<[isize; 6]>;
+
+/// Why a view operation was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LayoutError {
+    /// A reshape whose element count differs.
+    #[error("cannot reshape {from:?} ({from_numel} elements) into {to:?} ({to_numel} elements)")]
+    ElementCount {
+        /// The current shape.
+        from: Vec<usize>,
+        /// Its element count.
+        from_numel: usize,
+        /// The shape asked for.
+        to: Vec<usize>,
+        /// Its element count.
+        to_numel: usize,
+    },
+    /// A view (no copy) that the strides do not allow; `reshape` copies instead.
+    #[error(
+        "view of shape {shape:?} with strides {strides:?} as {to:?} needs a copy: use reshape or contiguous"
+    )]
+    NotViewable {
+        /// The current shape.
+        shape: Vec<usize>,
+        /// The current strides.
+        strides: Vec<isize>,
+        /// The shape asked for.
+        to: Vec<usize>,
+    },
+    /// A dimension index outside the rank.
+    #[error("dimension {dim} is out of range for a tensor of {rank} dimension(s)")]
+    DimOutOfRange {
+        /// The dimension given (may be negative).
+        dim: isize,
+        /// The rank.
+        rank: usize,
+    },
+    /// A permutation that is not one.
+    #[error("{perm:?} is not a permutation of 0..{rank}")]
+    BadPermutation {
+        /// The permutation given.
+        perm: Vec<usize>,
+        /// The rank.
+        rank: usize,
+    },
+    /// A range outside a dimension.
+    #[error("range {start}..{end} is out of bounds for dimension {dim} of size {size}")]
+    RangeOutOfBounds {
+        /// The dimension.
+        dim: usize,
+        /// Range start.
+        start: usize,
+        /// Range end.
+        end: usize,
+        /// The dimension's size.
+        size: usize,
+    },
+    /// A zero step (negative steps are not views in Genesis, as in PyTorch).
+    #[error("step must be positive, got {step}")]
+    BadStep {
+        /// The step given.
+        step: isize,
+    },
+    /// An expand to a shape the layout does not broadcast to.
+    #[error("cannot expand shape {from:?} to {to:?}")]
+    BadExpand {
+        /// The current shape.
+        from: Vec<usize>,
+        /// The shape asked for.
+        to: Vec<usize>,
+    },
+    /// A layout that reaches outside its storage.
+    #[error("layout reaches element {needed} but the storage holds {len}")]
+    OutOfStorage {
+        /// One past the largest element index the layout touches.
+        needed: usize,
+        /// The storage's length in elements.
+        len: usize,
+    },
+}
+
+/// How the elements of a layout lie in memory, for copies: one block (a `memcpy`), uniform
+/// blocks (a 2-D copy), or general strides (a kernel).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StridedBlocks {
+    /// All elements are contiguous, starting at `start` (elements).
+    Single {
+        /// First element.
+        start: usize,
+        /// Number of elements.
+        len: usize,
+    },
+    /// `count` blocks of `len` contiguous elements, block `i` starting at `start + i * pitch`.
+    Uniform {
+        /// First element of the first block.
+        start: usize,
+        /// Elements per block.
+        len: usize,
+        /// Number of blocks.
+        count: usize,
+        /// Distance between block starts, in elements.
+        pitch: usize,
+    },
+    /// Anything else.
+    General,
+}
+
+/// Shape, strides in elements, and the offset of the first element.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Layout {
-    shape: SmallVec<[usize; 6]>,
-    strides: SmallVec<[isize; 6]>,
+    shape: Dims,
+    strides: Strides,
     offset: usize,
+}
+
+fn contiguous_strides(shape: &[usize]) -> Strides {
+    let mut strides: Strides = SmallVec::from_elem(0, shape.len());
+    let mut s: isize = 1;
+    for (i, &d) in shape.iter().enumerate().rev() {
+        strides[i] = s;
+        s = s.saturating_mul(d.max(1) as isize);
+    }
+    strides
 }
 
 impl Layout {
     /// The row-major contiguous layout of `shape`.
     pub fn contiguous(shape: &[usize]) -> Layout {
-        let mut strides: SmallVec<[isize; 6]> = SmallVec::from_elem(0, shape.len());
-        let mut s: isize = 1;
-        for (i, &d) in shape.iter().enumerate().rev() {
-            strides[i] = s;
-            s = s.saturating_mul(d.max(1) as isize);
-        }
         Layout {
             shape: shape.into(),
-            strides,
+            strides: contiguous_strides(shape),
             offset: 0,
+        }
+    }
+
+    /// A layout from parts (checked against a storage with [`Layout::check_bounds`]).
+    pub fn new(shape: &[usize], strides: &[isize], offset: usize) -> Layout {
+        assert_eq!(shape.len(), strides.len(), "one stride per dimension");
+        Layout {
+            shape: shape.into(),
+            strides: strides.into(),
+            offset,
         }
     }
 
@@ -41,6 +165,11 @@ impl Layout {
     /// Offset of the first element, in elements.
     pub fn offset(&self) -> usize {
         self.offset
+    }
+
+    /// Number of dimensions.
+    pub fn rank(&self) -> usize {
+        self.shape.len()
     }
 
     /// Number of elements (1 for a scalar, 0 if any dimension is 0).
@@ -65,11 +194,404 @@ impl Layout {
         }
         true
     }
+
+    /// The smallest and one-past-largest element index the layout touches (`None` if empty).
+    pub fn span(&self) -> Option<(usize, usize)> {
+        if self.numel() == 0 {
+            return None;
+        }
+        let (mut lo, mut hi) = (self.offset as isize, self.offset as isize);
+        for (&d, &s) in self.shape.iter().zip(&self.strides) {
+            let reach = (d as isize - 1) * s;
+            if reach < 0 {
+                lo += reach;
+            } else {
+                hi += reach;
+            }
+        }
+        Some((lo.max(0) as usize, hi as usize + 1))
+    }
+
+    /// Checks that every element lies inside a storage of `len` elements.
+    pub fn check_bounds(&self, len: usize) -> Result<(), LayoutError> {
+        match self.span() {
+            Some((_, end)) if end > len => Err(LayoutError::OutOfStorage { needed: end, len }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Normalises a possibly negative dimension index.
+    pub fn dim(&self, dim: isize) -> Result<usize, LayoutError> {
+        let rank = self.rank() as isize;
+        let d = if dim < 0 { dim + rank } else { dim };
+        if (0..rank).contains(&d) {
+            Ok(d as usize)
+        } else {
+            Err(LayoutError::DimOutOfRange {
+                dim,
+                rank: self.rank(),
+            })
+        }
+    }
+
+    /// A view with `shape` and the same elements, when the strides allow it (PyTorch's
+    /// `view`); see [`Layout::reshape`] for the copy-or-view version.
+    pub fn view(&self, shape: &[usize]) -> Result<Layout, LayoutError> {
+        let (from_numel, to_numel) = (self.numel(), shape.iter().product::<usize>());
+        if from_numel != to_numel {
+            return Err(LayoutError::ElementCount {
+                from: self.shape.to_vec(),
+                from_numel,
+                to: shape.to_vec(),
+                to_numel,
+            });
+        }
+        if self.is_contiguous() {
+            return Ok(Layout {
+                shape: shape.into(),
+                strides: contiguous_strides(shape),
+                offset: self.offset,
+            });
+        }
+        // Compute strides as PyTorch's `computeStride`: walk chunks of the old shape that are
+        // contiguous among themselves and split them into the new dimensions.
+        let not_viewable = || LayoutError::NotViewable {
+            shape: self.shape.to_vec(),
+            strides: self.strides.to_vec(),
+            to: shape.to_vec(),
+        };
+        if from_numel == 0 {
+            return Ok(Layout {
+                shape: shape.into(),
+                strides: contiguous_strides(shape),
+                offset: self.offset,
+            });
+        }
+        let mut new_strides: Strides = SmallVec::from_elem(0, shape.len());
+        let old_shape = &self.shape;
+        let old_strides = &self.strides;
+        let mut view_d = shape.len() as isize - 1;
+        let mut chunk_base_stride = *old_strides.last().unwrap_or(&1);
+        let mut tensor_numel: usize = 1;
+        let mut view_numel: usize = 1;
+        for tensor_d in (0..old_shape.len()).rev() {
+            tensor_numel *= old_shape[tensor_d];
+            let at_chunk_end = tensor_d == 0
+                || (old_shape[tensor_d - 1] != 1
+                    && old_strides[tensor_d - 1] != (tensor_numel as isize) * chunk_base_stride);
+            if at_chunk_end {
+                while view_d >= 0 && (view_numel < tensor_numel || shape[view_d as usize] == 1) {
+                    new_strides[view_d as usize] = (view_numel as isize) * chunk_base_stride;
+                    view_numel *= shape[view_d as usize];
+                    view_d -= 1;
+                }
+                if view_numel != tensor_numel {
+                    return Err(not_viewable());
+                }
+                if tensor_d > 0 {
+                    chunk_base_stride = old_strides[tensor_d - 1];
+                    tensor_numel = 1;
+                    view_numel = 1;
+                }
+            }
+        }
+        if view_d != -1 {
+            return Err(not_viewable());
+        }
+        Ok(Layout {
+            shape: shape.into(),
+            strides: new_strides,
+            offset: self.offset,
+        })
+    }
+
+    /// `shape` with at most one `-1` replaced by the size that keeps the element count.
+    pub fn infer_shape(&self, shape: &[isize]) -> Result<Dims, LayoutError> {
+        let numel = self.numel();
+        let mut out: Dims = SmallVec::new();
+        let mut infer = None;
+        let mut known = 1usize;
+        for (i, &d) in shape.iter().enumerate() {
+            if d == -1 && infer.is_none() {
+                infer = Some(i);
+                out.push(0);
+            } else if d < 0 {
+                return Err(LayoutError::ElementCount {
+                    from: self.shape.to_vec(),
+                    from_numel: numel,
+                    to: shape.iter().map(|&x| x.max(0) as usize).collect(),
+                    to_numel: 0,
+                });
+            } else {
+                known *= d as usize;
+                out.push(d as usize);
+            }
+        }
+        if let Some(i) = infer {
+            if known == 0 || numel % known != 0 {
+                return Err(LayoutError::ElementCount {
+                    from: self.shape.to_vec(),
+                    from_numel: numel,
+                    to: out.to_vec(),
+                    to_numel: known,
+                });
+            }
+            out[i] = numel / known;
+        }
+        Ok(out)
+    }
+
+    /// Swaps two dimensions.
+    pub fn transpose(&self, a: isize, b: isize) -> Result<Layout, LayoutError> {
+        let (a, b) = (self.dim(a)?, self.dim(b)?);
+        let mut l = self.clone();
+        l.shape.swap(a, b);
+        l.strides.swap(a, b);
+        Ok(l)
+    }
+
+    /// Reorders the dimensions: dimension `i` of the result is dimension `perm[i]` of `self`.
+    pub fn permute(&self, perm: &[usize]) -> Result<Layout, LayoutError> {
+        let rank = self.rank();
+        let mut seen = vec![false; rank];
+        if perm.len() != rank
+            || perm
+                .iter()
+                .any(|&p| p >= rank || std::mem::replace(&mut seen[p], true))
+        {
+            return Err(LayoutError::BadPermutation {
+                perm: perm.to_vec(),
+                rank,
+            });
+        }
+        Ok(Layout {
+            shape: perm.iter().map(|&p| self.shape[p]).collect(),
+            strides: perm.iter().map(|&p| self.strides[p]).collect(),
+            offset: self.offset,
+        })
+    }
+
+    /// Elements `start..start + len` of dimension `dim`.
+    pub fn narrow(&self, dim: isize, start: usize, len: usize) -> Result<Layout, LayoutError> {
+        self.slice(dim, start, start.saturating_add(len), 1)
+    }
+
+    /// Elements `start..end` of dimension `dim`, every `step`-th (`step > 0`).
+    pub fn slice(
+        &self,
+        dim: isize,
+        start: usize,
+        end: usize,
+        step: isize,
+    ) -> Result<Layout, LayoutError> {
+        let d = self.dim(dim)?;
+        if step <= 0 {
+            return Err(LayoutError::BadStep { step });
+        }
+        let size = self.shape[d];
+        if start > end || end > size {
+            return Err(LayoutError::RangeOutOfBounds {
+                dim: d,
+                start,
+                end,
+                size,
+            });
+        }
+        let mut l = self.clone();
+        let n = (end - start).div_ceil(step as usize);
+        if n > 0 {
+            l.offset = (l.offset as isize + start as isize * self.strides[d]) as usize;
+        }
+        l.shape[d] = n;
+        l.strides[d] = self.strides[d] * step;
+        Ok(l)
+    }
+
+    /// Broadcasts to `shape` (new leading dimensions, and size-1 dimensions stretched), with
+    /// stride 0 where elements repeat.
+    pub fn expand(&self, shape: &[usize]) -> Result<Layout, LayoutError> {
+        let bad = || LayoutError::BadExpand {
+            from: self.shape.to_vec(),
+            to: shape.to_vec(),
+        };
+        if shape.len() < self.rank() {
+            return Err(bad());
+        }
+        let lead = shape.len() - self.rank();
+        let mut strides: Strides = SmallVec::from_elem(0, shape.len());
+        for (i, &target) in shape.iter().enumerate() {
+            if i < lead {
+                continue;
+            }
+            let (d, s) = (self.shape[i - lead], self.strides[i - lead]);
+            strides[i] = if d == target {
+                s
+            } else if d == 1 {
+                0
+            } else {
+                return Err(bad());
+            };
+        }
+        Ok(Layout {
+            shape: shape.into(),
+            strides,
+            offset: self.offset,
+        })
+    }
+
+    /// Removes dimension `dim` if it has size 1 (otherwise returns the layout unchanged, as
+    /// PyTorch does).
+    pub fn squeeze(&self, dim: isize) -> Result<Layout, LayoutError> {
+        let d = self.dim(dim)?;
+        let mut l = self.clone();
+        if l.shape[d] == 1 {
+            l.shape.remove(d);
+            l.strides.remove(d);
+        }
+        Ok(l)
+    }
+
+    /// Removes every dimension of size 1.
+    pub fn squeeze_all(&self) -> Layout {
+        let mut l = self.clone();
+        let keep: Vec<bool> = l.shape.iter().map(|&d| d != 1).collect();
+        let mut i = 0;
+        l.shape.retain(|_| {
+            i += 1;
+            keep[i - 1]
+        });
+        let mut j = 0;
+        l.strides.retain(|_| {
+            j += 1;
+            keep[j - 1]
+        });
+        l
+    }
+
+    /// Inserts a dimension of size 1 at `dim` (which may equal the rank).
+    pub fn unsqueeze(&self, dim: isize) -> Result<Layout, LayoutError> {
+        let rank = self.rank() as isize + 1;
+        let d = if dim < 0 { dim + rank } else { dim };
+        if !(0..rank).contains(&d) {
+            return Err(LayoutError::DimOutOfRange {
+                dim,
+                rank: self.rank(),
+            });
+        }
+        let d = d as usize;
+        let stride = if d < self.rank() {
+            self.strides[d] * self.shape[d] as isize
+        } else {
+            1
+        };
+        let mut l = self.clone();
+        l.shape.insert(d, 1);
+        l.strides.insert(d, stride);
+        Ok(l)
+    }
+
+    /// Merges adjacent dimensions that are contiguous with each other and drops size-1
+    /// dimensions: the same elements in the same order with the fewest dimensions.
+    pub fn coalesced(&self) -> Layout {
+        let mut shape: Dims = SmallVec::new();
+        let mut strides: Strides = SmallVec::new();
+        for (&d, &s) in self.shape.iter().zip(&self.strides) {
+            if d == 1 {
+                continue;
+            }
+            if let (Some(&last_d), Some(&last_s)) = (shape.last(), strides.last())
+                && last_s == s * d as isize
+            {
+                *shape.last_mut().expect("non-empty") = last_d * d;
+                *strides.last_mut().expect("non-empty") = s;
+                continue;
+            }
+            shape.push(d);
+            strides.push(s);
+        }
+        if self.numel() == 0 {
+            return Layout {
+                shape: SmallVec::from_slice(&[0]),
+                strides: SmallVec::from_slice(&[1]),
+                offset: self.offset,
+            };
+        }
+        Layout {
+            shape,
+            strides,
+            offset: self.offset,
+        }
+    }
+
+    /// How the elements lie in memory (see [`StridedBlocks`]).
+    pub fn strided_blocks(&self) -> StridedBlocks {
+        let n = self.numel();
+        if n == 0 {
+            return StridedBlocks::Single {
+                start: self.offset,
+                len: 0,
+            };
+        }
+        let c = self.coalesced();
+        match c.rank() {
+            0 => StridedBlocks::Single {
+                start: self.offset,
+                len: 1,
+            },
+            1 if c.strides[0] == 1 => StridedBlocks::Single {
+                start: self.offset,
+                len: n,
+            },
+            1 if c.strides[0] > 0 => StridedBlocks::Uniform {
+                start: self.offset,
+                len: 1,
+                count: n,
+                pitch: c.strides[0] as usize,
+            },
+            2 if c.strides[1] == 1 && c.strides[0] > 0 => StridedBlocks::Uniform {
+                start: self.offset,
+                len: c.shape[1],
+                count: c.shape[0],
+                pitch: c.strides[0] as usize,
+            },
+            _ => StridedBlocks::General,
+        }
+    }
+
+    /// The storage index of every element, in row-major order (for CPU copies and tests).
+    pub fn indices(&self) -> impl Iterator<Item = usize> + '_ {
+        let rank = self.rank();
+        let n = self.numel();
+        let mut idx: Dims = SmallVec::from_elem(0, rank);
+        let mut pos = self.offset as isize;
+        let mut k = 0usize;
+        std::iter::from_fn(move || {
+            if k >= n {
+                return None;
+            }
+            let out = pos as usize;
+            k += 1;
+            for d in (0..rank).rev() {
+                idx[d] += 1;
+                pos += self.strides[d];
+                if idx[d] < self.shape[d] {
+                    break;
+                }
+                pos -= self.strides[d] * self.shape[d] as isize;
+                idx[d] = 0;
+            }
+            Some(out)
+        })
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn idx(l: &Layout) -> Vec<usize> {
+        l.indices().collect()
+    }
 
     #[test]
     fn contiguous_strides() {
@@ -79,5 +601,164 @@ mod tests {
         assert!(l.is_contiguous());
         assert_eq!(Layout::contiguous(&[]).numel(), 1);
         assert_eq!(Layout::contiguous(&[3, 0]).numel(), 0);
+        assert_eq!(idx(&Layout::contiguous(&[2, 2])), vec![0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn transpose_permute_and_indices() {
+        let l = Layout::contiguous(&[2, 3]);
+        let t = l.transpose(0, 1).unwrap();
+        assert_eq!(t.shape(), &[3, 2]);
+        assert_eq!(idx(&t), vec![0, 3, 1, 4, 2, 5]);
+        assert!(!t.is_contiguous());
+        let p = Layout::contiguous(&[2, 3, 4]).permute(&[2, 0, 1]).unwrap();
+        assert_eq!(p.shape(), &[4, 2, 3]);
+        assert_eq!(p.strides(), &[1, 12, 4]);
+        assert!(matches!(
+            l.permute(&[0, 0]),
+            Err(LayoutError::BadPermutation { .. })
+        ));
+        assert!(matches!(
+            l.permute(&[0]),
+            Err(LayoutError::BadPermutation { .. })
+        ));
+        assert!(matches!(
+            l.transpose(0, 2),
+            Err(LayoutError::DimOutOfRange { dim: 2, rank: 2 })
+        ));
+        assert_eq!(l.transpose(-1, -2).unwrap(), t);
+    }
+
+    #[test]
+    fn slices_and_narrow() {
+        let l = Layout::contiguous(&[4, 6]);
+        let s = l.slice(0, 1, 4, 2).unwrap().slice(1, 0, 6, 3).unwrap();
+        assert_eq!(s.shape(), &[2, 2]);
+        assert_eq!(idx(&s), vec![6, 9, 18, 21]);
+        let n = l.narrow(1, 2, 3).unwrap();
+        assert_eq!(idx(&n), vec![2, 3, 4, 8, 9, 10, 14, 15, 16, 20, 21, 22]);
+        assert!(matches!(
+            l.slice(0, 0, 4, 0),
+            Err(LayoutError::BadStep { step: 0 })
+        ));
+        assert!(matches!(
+            l.slice(0, 0, 4, -1),
+            Err(LayoutError::BadStep { .. })
+        ));
+        assert!(matches!(
+            l.narrow(1, 4, 3),
+            Err(LayoutError::RangeOutOfBounds { .. })
+        ));
+        assert_eq!(l.slice(0, 2, 2, 1).unwrap().numel(), 0);
+    }
+
+    #[test]
+    fn view_follows_pytorch() {
+        let l = Layout::contiguous(&[2, 3, 4]);
+        assert_eq!(l.view(&[6, 4]).unwrap().strides(), &[4, 1]);
+        let t = l.transpose(1, 2).unwrap(); // [2,4,3] strides [12,1,4]
+        assert!(matches!(
+            t.view(&[8, 3]),
+            Err(LayoutError::NotViewable { .. })
+        ));
+        assert_eq!(
+            t.view(&[2, 12])
+                .err()
+                .map(|e| matches!(e, LayoutError::NotViewable { .. })),
+            Some(true)
+        );
+        // Splitting the first (contiguous) dimension of a transposed tensor works.
+        let u = Layout::contiguous(&[4, 3]).transpose(0, 1).unwrap(); // [3,4] strides [1,3]
+        let v = u.view(&[3, 2, 2]).unwrap();
+        assert_eq!(v.strides(), &[1, 6, 3]);
+        assert_eq!(idx(&v), idx(&u));
+        assert!(matches!(
+            l.view(&[5, 5]),
+            Err(LayoutError::ElementCount {
+                from_numel: 24,
+                to_numel: 25,
+                ..
+            })
+        ));
+        assert_eq!(l.infer_shape(&[-1, 4]).unwrap().as_slice(), &[6, 4]);
+        assert!(l.infer_shape(&[-1, 5]).is_err());
+        assert!(l.infer_shape(&[-1, -1]).is_err());
+    }
+
+    #[test]
+    fn expand_squeeze_unsqueeze() {
+        let l = Layout::contiguous(&[3, 1]);
+        let e = l.expand(&[2, 3, 4]).unwrap();
+        assert_eq!(e.strides(), &[0, 1, 0]);
+        assert_eq!(idx(&e)[..5], [0, 0, 0, 0, 1]);
+        assert!(matches!(
+            l.expand(&[2, 2]),
+            Err(LayoutError::BadExpand { .. })
+        ));
+        let u = l.unsqueeze(0).unwrap();
+        assert_eq!(u.shape(), &[1, 3, 1]);
+        assert_eq!(u.squeeze(0).unwrap(), l);
+        assert_eq!(l.squeeze(1).unwrap().shape(), &[3]);
+        assert_eq!(
+            l.squeeze(0).unwrap().shape(),
+            &[3, 1],
+            "size 3 is not squeezed"
+        );
+        assert_eq!(Layout::contiguous(&[1, 2, 1]).squeeze_all().shape(), &[2]);
+        assert_eq!(l.unsqueeze(2).unwrap().shape(), &[3, 1, 1]);
+        assert!(l.unsqueeze(4).is_err());
+    }
+
+    #[test]
+    fn classifier() {
+        let l = Layout::contiguous(&[8, 8]);
+        assert_eq!(
+            l.strided_blocks(),
+            StridedBlocks::Single { start: 0, len: 64 }
+        );
+        let rows = l.narrow(1, 2, 4).unwrap();
+        assert_eq!(
+            rows.strided_blocks(),
+            StridedBlocks::Uniform {
+                start: 2,
+                len: 4,
+                count: 8,
+                pitch: 8
+            }
+        );
+        let band = l.narrow(0, 2, 3).unwrap();
+        assert_eq!(
+            band.strided_blocks(),
+            StridedBlocks::Single { start: 16, len: 24 }
+        );
+        assert_eq!(
+            l.transpose(0, 1).unwrap().strided_blocks(),
+            StridedBlocks::General
+        );
+        let every_other = Layout::contiguous(&[10]).slice(0, 0, 10, 2).unwrap();
+        assert_eq!(
+            every_other.strided_blocks(),
+            StridedBlocks::Uniform {
+                start: 0,
+                len: 1,
+                count: 5,
+                pitch: 2
+            }
+        );
+        assert!(matches!(
+            l.expand(&[2, 8, 8]).unwrap().strided_blocks(),
+            StridedBlocks::General
+        ));
+    }
+
+    #[test]
+    fn bounds() {
+        let l = Layout::new(&[2, 2], &[4, 1], 1);
+        assert_eq!(l.span(), Some((1, 7)));
+        assert!(l.check_bounds(7).is_ok());
+        assert_eq!(
+            l.check_bounds(6),
+            Err(LayoutError::OutOfStorage { needed: 7, len: 6 })
+        );
     }
 }

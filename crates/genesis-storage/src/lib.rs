@@ -18,5 +18,5 @@ pub use cpu::CpuStorage;
 pub use device::Device;
 pub use dtype::{DType, WithDType};
 pub use error::{Error, Result};
-pub use layout::Layout;
+pub use layout::{Dims, Layout, LayoutError, StridedBlocks, Strides};
 pub use storage::Storage;

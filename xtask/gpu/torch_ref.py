@@ -46,6 +46,15 @@ def main():
         med, mn = timed(lambda: out.fill_(1.5 if dt.is_floating_point else 1))
         rows.append({"name": f"fill_{name}", "bytes": N * size, "median_ms": med, "min_ms": mn})
         del a, b, out
+    m = torch.rand(8192, 8192, device=dev)
+    med, mn = timed(lambda: m.t().contiguous())
+    rows.append({"name": "transpose_8192_f32", "bytes": 2 * 8192 * 8192 * 4, "median_ms": med, "min_ms": mn})
+    s = m[::2, ::3]
+    med, mn = timed(lambda: s.contiguous())
+    rows.append({"name": "slice_2_3_8192_f32", "bytes": 2 * s.numel() * 4, "median_ms": med, "min_ms": mn})
+    med, mn = timed(lambda: m.to(torch.bfloat16))
+    rows.append({"name": "cast_f32_bf16_64Mi", "bytes": 8192 * 8192 * 6, "median_ms": med, "min_ms": mn})
+    del m, s
     src = torch.rand(N, device=dev)
     dst = torch.empty_like(src)
     med, mn = timed(lambda: dst.copy_(src))

@@ -113,6 +113,70 @@ mod gpu {
         Ok(())
     }
 
+    /// Transpose of 8192 x 8192 f32 to contiguous, `m[::2, ::3]` of it, and a cast to bf16.
+    fn bench_copies(
+        rows: &mut Vec<Row>,
+        ctx: &Arc<Context>,
+        stream: &Stream,
+        rng: &mut SmallRng,
+    ) -> BoxResult {
+        const M: usize = 8192;
+        let m = random_buffer::<f32>(ctx, rng, |x| x)?;
+        let out = DeviceBuffer::alloc(ctx, M * M * 4)?;
+        let (pm, po) = (m.device_ptr(), out.device_ptr());
+        let (med, min) = time(stream, ctx, || {
+            // SAFETY: both buffers hold M * M f32 and live past the timing loop.
+            unsafe { gpu::transpose(stream, 4, pm, po, 1, M, M, M, M * M, M * M)? };
+            Ok(())
+        })?;
+        rows.push(Row {
+            name: "transpose_8192_f32".into(),
+            bytes: 2 * M * M * 4,
+            median_ms: med,
+            min_ms: min,
+        });
+        let (r, c) = (M.div_ceil(2), M.div_ceil(3));
+        let desc = genesis_kernels::StridedCopy::new(
+            &[r, c],
+            &[2 * M as isize, 3],
+            0,
+            &[c as isize, 1],
+            0,
+        )?;
+        let (med, min) = time(stream, ctx, || {
+            // SAFETY: the source covers the slice, the output r * c f32.
+            unsafe { gpu::strided_copy(stream, 4, pm, po, &desc)? };
+            Ok(())
+        })?;
+        rows.push(Row {
+            name: "slice_2_3_8192_f32".into(),
+            bytes: 2 * r * c * 4,
+            median_ms: med,
+            min_ms: min,
+        });
+        let (med, min) = time(stream, ctx, || {
+            // SAFETY: M * M f32 in, M * M bf16 out (the output buffer is larger).
+            unsafe {
+                gpu::cast(
+                    stream,
+                    genesis_kernels::Scalar::F32,
+                    pm,
+                    genesis_kernels::Scalar::BF16,
+                    po,
+                    M * M,
+                )?
+            };
+            Ok(())
+        })?;
+        rows.push(Row {
+            name: "cast_f32_bf16_64Mi".into(),
+            bytes: M * M * 6,
+            median_ms: med,
+            min_ms: min,
+        });
+        Ok(())
+    }
+
     pub(crate) fn run() -> BoxResult {
         if genesis_cuda::skip_without_gpu("gpu_elementwise") {
             return Ok(());
@@ -127,6 +191,7 @@ mod gpu {
         bench_type::<f16>(&mut rows, &ctx, &stream, &mut rng, f16::from_f32)?;
         bench_type::<i32>(&mut rows, &ctx, &stream, &mut rng, |x| x as i32)?;
         bench_type::<i64>(&mut rows, &ctx, &stream, &mut rng, |x| x as i64)?;
+        bench_copies(&mut rows, &ctx, &stream, &mut rng)?;
         // The copy ceiling: a 256 MiB device-to-device copy, read + write counted.
         let src = random_buffer::<f32>(&ctx, &mut rng, |x| x)?;
         let mut dst = DeviceBuffer::alloc(&ctx, src.len())?;

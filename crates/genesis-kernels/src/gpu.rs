@@ -83,3 +83,204 @@ pub unsafe fn fill<T: Element>(stream: &Stream, out: u64, value: T, n: usize) ->
     unsafe { kernel.launch(stream, config, &mut params)? };
     Ok(())
 }
+
+fn elem_suffix(op: &'static str, elem_bytes: usize) -> Result<&'static str> {
+    Ok(match (op, elem_bytes) {
+        ("strided_copy", 1) => "strided_copy_e1",
+        ("strided_copy", 2) => "strided_copy_e2",
+        ("strided_copy", 4) => "strided_copy_e4",
+        ("strided_copy", 8) => "strided_copy_e8",
+        ("transpose", 1) => "transpose_e1",
+        ("transpose", 2) => "transpose_e2",
+        ("transpose", 4) => "transpose_e4",
+        ("transpose", 8) => "transpose_e8",
+        _ => {
+            return Err(crate::Error::Unsupported {
+                op,
+                reason: format!("element size {elem_bytes}"),
+            });
+        }
+    })
+}
+
+/// Queues a strided copy of `desc.numel()` elements of `elem_bytes` bytes from `src` to `dst`.
+///
+/// # Safety
+///
+/// `src` and `dst` must be device memory of the stream's device covering every index the
+/// descriptor reaches (see [`crate::StridedCopy::extents`]), valid until the copy completes, and
+/// the destination indices must not repeat (no two elements written to the same place).
+pub unsafe fn strided_copy(
+    stream: &Stream,
+    elem_bytes: usize,
+    src: u64,
+    dst: u64,
+    desc: &crate::StridedCopy,
+) -> Result<()> {
+    let n = desc.numel();
+    if n == 0 {
+        return Ok(());
+    }
+    let kernel = Kernel::get(
+        stream.context(),
+        &images::COPY,
+        elem_suffix("strided_copy", elem_bytes)?,
+    )?;
+    let threads = 256u64;
+    let cap = u64::from(stream.context().multiprocessors().max(1)) * 16;
+    let blocks = (n as u64).div_ceil(threads).clamp(1, cap);
+    let (mut src, mut dst, mut n64, mut d) = (src, dst, n as u64, *desc);
+    let mut params: [*mut c_void; 4] = [
+        (&raw mut src).cast(),
+        (&raw mut dst).cast(),
+        (&raw mut n64).cast(),
+        (&raw mut d).cast(),
+    ];
+    // SAFETY: the parameters match `strided_copy_eN(const T*, T*, uint64_t, GxStrided)` (the
+    // descriptor is `#[repr(C)]` with the kernel struct's layout); the caller vouches for the
+    // memory.
+    unsafe {
+        kernel.launch(
+            stream,
+            LaunchConfig::linear(blocks as u32, threads as u32),
+            &mut params,
+        )?
+    };
+    Ok(())
+}
+
+/// Queues `out[b][c][r] = in[b][r][c]` for `batch` matrices of `rows` x `cols` elements of
+/// `elem_bytes` bytes; input rows are `ld_in` elements apart and matrices `batch_in` apart; the
+/// output is dense (`batch_out` apart).
+///
+/// # Safety
+///
+/// Both ranges must be device memory of the stream's device large enough for the shapes given,
+/// valid until the kernel completes, and must not overlap.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn transpose(
+    stream: &Stream,
+    elem_bytes: usize,
+    input: u64,
+    out: u64,
+    batch: usize,
+    rows: usize,
+    cols: usize,
+    ld_in: usize,
+    batch_in: usize,
+    batch_out: usize,
+) -> Result<()> {
+    if batch == 0 || rows == 0 || cols == 0 {
+        return Ok(());
+    }
+    if batch > 65_535 {
+        return Err(crate::Error::Unsupported {
+            op: "transpose",
+            reason: format!("batch {batch} > 65535"),
+        });
+    }
+    let kernel = Kernel::get(
+        stream.context(),
+        &images::COPY,
+        elem_suffix("transpose", elem_bytes)?,
+    )?;
+    let gx = cols.div_ceil(32);
+    let gy = rows.div_ceil(32);
+    if gy > 65_535 || gx > (1 << 31) - 1 {
+        return Err(crate::Error::Unsupported {
+            op: "transpose",
+            reason: format!("{rows} x {cols} is too large"),
+        });
+    }
+    let config = LaunchConfig {
+        grid: (gx as u32, gy as u32, batch as u32),
+        block: (32, 8, 1),
+        shared_bytes: 0,
+    };
+    let (mut i, mut o) = (input, out);
+    let (mut r, mut c, mut ld, mut bi, mut bo) = (
+        rows as i64,
+        cols as i64,
+        ld_in as i64,
+        batch_in as i64,
+        batch_out as i64,
+    );
+    let mut params: [*mut c_void; 7] = [
+        (&raw mut i).cast(),
+        (&raw mut o).cast(),
+        (&raw mut r).cast(),
+        (&raw mut c).cast(),
+        (&raw mut ld).cast(),
+        (&raw mut bi).cast(),
+        (&raw mut bo).cast(),
+    ];
+    // SAFETY: the parameters match `transpose_eN(const T*, T*, int64 x5)`; the caller vouches
+    // for the memory.
+    unsafe { kernel.launch(stream, config, &mut params)? };
+    Ok(())
+}
+
+/// Queues a conversion of `n` contiguous elements from `src_kind` at `src` to `dst_kind` at
+/// `dst` (semantics: [`crate::copy::cast`], the CPU twin).
+///
+/// # Safety
+///
+/// `src` must hold `n` elements of `src_kind` (bools as 0 or 1) and `dst` room for `n` of
+/// `dst_kind`, both device memory of the stream's device, valid until the kernel completes.
+pub unsafe fn cast(
+    stream: &Stream,
+    src_kind: crate::Scalar,
+    src: u64,
+    dst_kind: crate::Scalar,
+    dst: u64,
+    n: usize,
+) -> Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    let name = cast_kernel_name(src_kind, dst_kind);
+    let kernel = Kernel::get(stream.context(), &images::COPY, name)?;
+    let threads = 256u64;
+    let cap = u64::from(stream.context().multiprocessors().max(1)) * 32;
+    let blocks = (n as u64).div_ceil(threads).clamp(1, cap);
+    let (mut s, mut d, mut n64) = (src, dst, n as u64);
+    let mut params: [*mut c_void; 3] = [
+        (&raw mut s).cast(),
+        (&raw mut d).cast(),
+        (&raw mut n64).cast(),
+    ];
+    // SAFETY: the parameters match `cast_S_D(const S*, D*, uint64_t)`; the caller vouches for
+    // the memory.
+    unsafe {
+        kernel.launch(
+            stream,
+            LaunchConfig::linear(blocks as u32, threads as u32),
+            &mut params,
+        )?
+    };
+    Ok(())
+}
+
+/// The kernel name `cast_<src>_<dst>` as a static string.
+fn cast_kernel_name(s: crate::Scalar, d: crate::Scalar) -> &'static str {
+    use std::sync::OnceLock;
+    static NAMES: OnceLock<Vec<&'static str>> = OnceLock::new();
+    let names = NAMES.get_or_init(|| {
+        let mut v = Vec::with_capacity(100);
+        for s in crate::Scalar::ALL {
+            for d in crate::Scalar::ALL {
+                v.push(&*Box::leak(
+                    format!("cast_{}_{}", s.kernel_name(), d.kernel_name()).into_boxed_str(),
+                ));
+            }
+        }
+        v
+    });
+    let pos = |k: crate::Scalar| {
+        crate::Scalar::ALL
+            .iter()
+            .position(|&x| x == k)
+            .expect("listed")
+    };
+    names[pos(s) * 10 + pos(d)]
+}

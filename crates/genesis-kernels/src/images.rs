@@ -4,6 +4,17 @@
 /// Targets every image holds: machine code (`sm_*`) and PTX (`compute_*`).
 pub const TARGETS: &[&str] = &["sm_80", "sm_86", "sm_89", "sm_90", "compute_80"];
 
+/// The fatbin built from `kernels/copy.cu`.
+#[cfg(feature = "cuda")]
+pub static COPY: genesis_cuda::KernelImage = genesis_cuda::KernelImage {
+    name: "copy",
+    image: include_bytes!("../images/copy.fatbin"),
+    targets: TARGETS,
+};
+
+/// Bytes of the `copy` image, for size reports.
+pub const COPY_BYTES: usize = include_bytes!("../images/copy.fatbin").len();
+
 /// The fatbin built from `kernels/elementwise.cu`.
 #[cfg(feature = "cuda")]
 pub static ELEMENTWISE: genesis_cuda::KernelImage = genesis_cuda::KernelImage {

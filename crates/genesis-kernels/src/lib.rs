@@ -10,12 +10,14 @@
 //! storages live in `genesis-storage`.
 #![warn(missing_docs)]
 
+pub mod copy;
 pub mod cpu;
 mod element;
 #[cfg(feature = "cuda")]
 pub mod gpu;
 pub mod images;
 
+pub use copy::{MAX_DIMS, Scalar, StridedCopy};
 pub use element::Element;
 
 /// Errors of kernel launches and their CPU twins.
@@ -31,6 +33,14 @@ pub enum Error {
         expected: usize,
         /// Length of the operand that differs.
         got: usize,
+    },
+    /// A request the kernels do not handle.
+    #[error("{op}: unsupported: {reason}")]
+    Unsupported {
+        /// The kernel.
+        op: &'static str,
+        /// Why.
+        reason: String,
     },
     /// An error from the CUDA runtime (launch, module load, ...).
     #[error(transparent)]

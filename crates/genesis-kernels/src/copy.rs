@@ -1,0 +1,466 @@
+//! Descriptors and CPU twins of the copy kernels (`kernels/copy.cu`): strided copies and dtype
+//! casts.
+
+use half::{bf16, f16};
+
+use crate::{Error, Result};
+
+/// Most dimensions a strided copy handles (`GX_MAX_DIMS`).
+pub const MAX_DIMS: usize = 8;
+
+/// Source and destination layouts of a strided copy, as the kernel takes them (`GxStrided`).
+/// Strides and offsets are in elements.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StridedCopy {
+    /// Sizes of the dimensions (the first `rank`).
+    pub shape: [i64; MAX_DIMS],
+    /// Source strides.
+    pub src_strides: [i64; MAX_DIMS],
+    /// Destination strides.
+    pub dst_strides: [i64; MAX_DIMS],
+    /// Source offset.
+    pub src_offset: i64,
+    /// Destination offset.
+    pub dst_offset: i64,
+    /// Number of dimensions.
+    pub rank: i32,
+    pad: i32,
+}
+
+impl StridedCopy {
+    /// A descriptor; fails when the rank exceeds [`MAX_DIMS`] or the slices disagree.
+    pub fn new(
+        shape: &[usize],
+        src_strides: &[isize],
+        src_offset: usize,
+        dst_strides: &[isize],
+        dst_offset: usize,
+    ) -> Result<StridedCopy> {
+        let rank = shape.len();
+        if rank > MAX_DIMS || src_strides.len() != rank || dst_strides.len() != rank {
+            return Err(Error::Unsupported {
+                op: "strided_copy",
+                reason: format!("rank {rank} (at most {MAX_DIMS}, one stride per dimension)"),
+            });
+        }
+        let mut d = StridedCopy {
+            shape: [1; MAX_DIMS],
+            src_strides: [0; MAX_DIMS],
+            dst_strides: [0; MAX_DIMS],
+            src_offset: src_offset as i64,
+            dst_offset: dst_offset as i64,
+            rank: rank as i32,
+            pad: 0,
+        };
+        for i in 0..rank {
+            d.shape[i] = shape[i] as i64;
+            d.src_strides[i] = src_strides[i] as i64;
+            d.dst_strides[i] = dst_strides[i] as i64;
+        }
+        Ok(d)
+    }
+
+    /// Number of elements copied.
+    pub fn numel(&self) -> usize {
+        self.shape[..self.rank as usize].iter().product::<i64>() as usize
+    }
+
+    /// Visits every (source index, destination index) pair in row-major order.
+    pub fn for_each(&self, mut f: impl FnMut(usize, usize)) {
+        let rank = self.rank as usize;
+        let n = self.numel();
+        let mut idx = [0i64; MAX_DIMS];
+        let (mut s, mut d) = (self.src_offset, self.dst_offset);
+        for _ in 0..n {
+            f(s as usize, d as usize);
+            for k in (0..rank).rev() {
+                idx[k] += 1;
+                s += self.src_strides[k];
+                d += self.dst_strides[k];
+                if idx[k] < self.shape[k] {
+                    break;
+                }
+                s -= self.src_strides[k] * self.shape[k];
+                d -= self.dst_strides[k] * self.shape[k];
+                idx[k] = 0;
+            }
+        }
+    }
+
+    /// The largest source and destination index touched (+1), to check bounds.
+    pub fn extents(&self) -> (usize, usize) {
+        if self.numel() == 0 {
+            return (0, 0);
+        }
+        let rank = self.rank as usize;
+        let reach = |strides: &[i64], off: i64| {
+            let hi: i64 = (0..rank)
+                .map(|k| (self.shape[k] - 1) * strides[k].max(0))
+                .sum();
+            (off + hi + 1) as usize
+        };
+        (
+            reach(&self.src_strides, self.src_offset),
+            reach(&self.dst_strides, self.dst_offset),
+        )
+    }
+}
+
+/// The CPU twin of `strided_copy_e*`: `dst[dst_index(i)] = src[src_index(i)]`.
+pub fn strided_copy<T: Copy>(src: &[T], dst: &mut [T], desc: &StridedCopy) -> Result<()> {
+    let (se, de) = desc.extents();
+    if se > src.len() || de > dst.len() {
+        return Err(Error::LengthMismatch {
+            op: "strided_copy",
+            expected: se.max(de),
+            got: src.len().min(dst.len()),
+        });
+    }
+    desc.for_each(|s, d| dst[d] = src[s]);
+    Ok(())
+}
+
+/// The CPU twin of `transpose_e*`: `out[c * rows + r] = input[r * ld_in + c]`.
+pub fn transpose<T: Copy>(
+    input: &[T],
+    out: &mut [T],
+    rows: usize,
+    cols: usize,
+    ld_in: usize,
+) -> Result<()> {
+    if rows * cols > out.len() || (rows > 0 && (rows - 1) * ld_in + cols > input.len()) {
+        return Err(Error::LengthMismatch {
+            op: "transpose",
+            expected: rows * cols,
+            got: out.len(),
+        });
+    }
+    for r in 0..rows {
+        for c in 0..cols {
+            out[c * rows + r] = input[r * ld_in + c];
+        }
+    }
+    Ok(())
+}
+
+/// Element types of the cast kernels (the kernel-level twin of `genesis_storage::DType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Scalar {
+    /// `bool` (one byte, 0 or 1).
+    Bool,
+    /// `u8`.
+    U8,
+    /// `i8`.
+    I8,
+    /// `i16`.
+    I16,
+    /// `i32`.
+    I32,
+    /// `i64`.
+    I64,
+    /// IEEE binary16.
+    F16,
+    /// bfloat16.
+    BF16,
+    /// IEEE binary32.
+    F32,
+    /// IEEE binary64.
+    F64,
+}
+
+impl Scalar {
+    /// Every scalar type.
+    pub const ALL: [Scalar; 10] = [
+        Scalar::Bool,
+        Scalar::U8,
+        Scalar::I8,
+        Scalar::I16,
+        Scalar::I32,
+        Scalar::I64,
+        Scalar::F16,
+        Scalar::BF16,
+        Scalar::F32,
+        Scalar::F64,
+    ];
+
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            Scalar::Bool | Scalar::U8 | Scalar::I8 => 1,
+            Scalar::I16 | Scalar::F16 | Scalar::BF16 => 2,
+            Scalar::I32 | Scalar::F32 => 4,
+            Scalar::I64 | Scalar::F64 => 8,
+        }
+    }
+
+    /// The name used in kernel names (`"bf16"`).
+    pub fn kernel_name(self) -> &'static str {
+        match self {
+            Scalar::Bool => "bool",
+            Scalar::U8 => "u8",
+            Scalar::I8 => "i8",
+            Scalar::I16 => "i16",
+            Scalar::I32 => "i32",
+            Scalar::I64 => "i64",
+            Scalar::F16 => "f16",
+            Scalar::BF16 => "bf16",
+            Scalar::F32 => "f32",
+            Scalar::F64 => "f64",
+        }
+    }
+}
+
+/// A value on its way through a cast: integers (and bool) as i64, f16/bf16/f32 as f32, f64 as
+/// f64, exactly as the kernel's carriers.
+#[derive(Debug, Clone, Copy)]
+enum Carrier {
+    I(i64),
+    F(f32),
+    D(f64),
+}
+
+fn read(kind: Scalar, b: &[u8]) -> Carrier {
+    match kind {
+        Scalar::Bool => Carrier::I(i64::from(b[0] != 0)),
+        Scalar::U8 => Carrier::I(i64::from(b[0])),
+        Scalar::I8 => Carrier::I(i64::from(b[0] as i8)),
+        Scalar::I16 => Carrier::I(i64::from(i16::from_le_bytes([b[0], b[1]]))),
+        Scalar::I32 => Carrier::I(i64::from(i32::from_le_bytes(
+            b[..4].try_into().expect("4 bytes"),
+        ))),
+        Scalar::I64 => Carrier::I(i64::from_le_bytes(b[..8].try_into().expect("8 bytes"))),
+        Scalar::F16 => Carrier::F(f16::from_le_bytes([b[0], b[1]]).to_f32()),
+        Scalar::BF16 => Carrier::F(bf16::from_le_bytes([b[0], b[1]]).to_f32()),
+        Scalar::F32 => Carrier::F(f32::from_le_bytes(b[..4].try_into().expect("4 bytes"))),
+        Scalar::F64 => Carrier::D(f64::from_le_bytes(b[..8].try_into().expect("8 bytes"))),
+    }
+}
+
+/// `x` rounded to f32 with round-to-odd: truncate toward zero and set the last bit when
+/// inexact. A second rounding of that to f16 / bf16 (nearest-even) is then correctly rounded,
+/// which rounding to nearest first would not be (double rounding).
+pub fn f64_to_f32_round_odd(x: f64) -> f32 {
+    if !x.is_finite() {
+        return x as f32;
+    }
+    let mut f = x as f32;
+    if f64::from(f) == x {
+        return f;
+    }
+    if f.is_infinite() || f64::from(f).abs() > x.abs() {
+        // Step one ulp toward zero (for inf this gives MAX).
+        f = f32::from_bits(f.to_bits() - 1);
+    }
+    f32::from_bits(f.to_bits() | 1)
+}
+
+fn write(kind: Scalar, v: Carrier, out: &mut [u8]) {
+    // Rust's `as` from floats to integers truncates, saturates and maps NaN to 0; between
+    // integers it wraps; from i64 to floats it rounds to nearest-even: the kernel's semantics.
+    match kind {
+        Scalar::Bool => {
+            out[0] = u8::from(match v {
+                Carrier::I(x) => x != 0,
+                Carrier::F(x) => x != 0.0,
+                Carrier::D(x) => x != 0.0,
+            })
+        }
+        Scalar::U8 => {
+            out[0] = match v {
+                Carrier::I(x) => x as u8,
+                Carrier::F(x) => x as u8,
+                Carrier::D(x) => x as u8,
+            }
+        }
+        Scalar::I8 => {
+            out[0] = (match v {
+                Carrier::I(x) => x as i8,
+                Carrier::F(x) => x as i8,
+                Carrier::D(x) => x as i8,
+            }) as u8
+        }
+        Scalar::I16 => out[..2].copy_from_slice(
+            &(match v {
+                Carrier::I(x) => x as i16,
+                Carrier::F(x) => x as i16,
+                Carrier::D(x) => x as i16,
+            })
+            .to_le_bytes(),
+        ),
+        Scalar::I32 => out[..4].copy_from_slice(
+            &(match v {
+                Carrier::I(x) => x as i32,
+                Carrier::F(x) => x as i32,
+                Carrier::D(x) => x as i32,
+            })
+            .to_le_bytes(),
+        ),
+        Scalar::I64 => out[..8].copy_from_slice(
+            &(match v {
+                Carrier::I(x) => x,
+                Carrier::F(x) => x as i64,
+                Carrier::D(x) => x as i64,
+            })
+            .to_le_bytes(),
+        ),
+        Scalar::F16 => out[..2].copy_from_slice(
+            &(match v {
+                Carrier::I(x) => f16::from_f32(x as f32),
+                Carrier::F(x) => f16::from_f32(x),
+                Carrier::D(x) => f16::from_f32(f64_to_f32_round_odd(x)),
+            })
+            .to_le_bytes(),
+        ),
+        Scalar::BF16 => out[..2].copy_from_slice(
+            &(match v {
+                Carrier::I(x) => bf16::from_f32(x as f32),
+                Carrier::F(x) => bf16::from_f32(x),
+                Carrier::D(x) => bf16::from_f32(f64_to_f32_round_odd(x)),
+            })
+            .to_le_bytes(),
+        ),
+        Scalar::F32 => out[..4].copy_from_slice(
+            &(match v {
+                Carrier::I(x) => x as f32,
+                Carrier::F(x) => x,
+                Carrier::D(x) => x as f32,
+            })
+            .to_le_bytes(),
+        ),
+        Scalar::F64 => out[..8].copy_from_slice(
+            &(match v {
+                Carrier::I(x) => x as f64,
+                Carrier::F(x) => f64::from(x),
+                Carrier::D(x) => x,
+            })
+            .to_le_bytes(),
+        ),
+    }
+}
+
+/// The CPU twin of `cast_<src>_<dst>` on raw little-endian bytes: `n` elements.
+pub fn cast(
+    src_kind: Scalar,
+    src: &[u8],
+    dst_kind: Scalar,
+    dst: &mut [u8],
+    n: usize,
+) -> Result<()> {
+    let (ss, ds) = (src_kind.size(), dst_kind.size());
+    if src.len() < n * ss || dst.len() < n * ds {
+        return Err(Error::LengthMismatch {
+            op: "cast",
+            expected: n,
+            got: (src.len() / ss).min(dst.len() / ds),
+        });
+    }
+    for i in 0..n {
+        let v = read(src_kind, &src[i * ss..(i + 1) * ss]);
+        write(dst_kind, v, &mut dst[i * ds..(i + 1) * ds]);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cast1(s: Scalar, bytes: &[u8], d: Scalar) -> Vec<u8> {
+        let mut out = vec![0u8; d.size()];
+        cast(s, bytes, d, &mut out, 1).unwrap();
+        out
+    }
+
+    #[test]
+    fn float_to_int_truncates_saturates_and_zeroes_nan() {
+        let f = |x: f32| x.to_le_bytes();
+        assert_eq!(
+            cast1(Scalar::F32, &f(-2.7), Scalar::I32),
+            (-2i32).to_le_bytes()
+        );
+        assert_eq!(
+            cast1(Scalar::F32, &f(1e20), Scalar::I32),
+            i32::MAX.to_le_bytes()
+        );
+        assert_eq!(
+            cast1(Scalar::F32, &f(f32::NAN), Scalar::I64),
+            0i64.to_le_bytes()
+        );
+        assert_eq!(cast1(Scalar::F32, &f(300.0), Scalar::U8), [255]);
+        assert_eq!(cast1(Scalar::F32, &f(-1.0), Scalar::U8), [0]);
+        assert_eq!(
+            cast1(Scalar::I32, &300i32.to_le_bytes(), Scalar::U8),
+            [44],
+            "integers wrap"
+        );
+        assert_eq!(cast1(Scalar::F32, &f(f32::NAN), Scalar::Bool), [1]);
+        assert_eq!(cast1(Scalar::Bool, &[1], Scalar::F64), 1f64.to_le_bytes());
+    }
+
+    #[test]
+    fn half_rounding_is_nearest_even() {
+        // 2049 is a tie between 2048 and 2050 in f16: even mantissa wins (2048).
+        let h = cast1(Scalar::I32, &2049i32.to_le_bytes(), Scalar::F16);
+        assert_eq!(f16::from_le_bytes([h[0], h[1]]).to_f32(), 2048.0);
+        let b = cast1(
+            Scalar::F64,
+            &(1.0f64 + 2f64.powi(-8) + 2f64.powi(-30)).to_le_bytes(),
+            Scalar::BF16,
+        );
+        assert_eq!(
+            bf16::from_le_bytes([b[0], b[1]]).to_f64(),
+            1.0 + 2f64.powi(-7),
+            "above the tie rounds up"
+        );
+    }
+
+    #[test]
+    fn round_odd_gives_correct_double_rounding() {
+        // Exhaustive over the f16 grid's ties neighbourhood: compare with exact rounding done in
+        // integer arithmetic on the f64 mantissa for values in [1, 2).
+        for k in 0..1024u64 {
+            for delta in [-1i64, 0, 1] {
+                // x = 1 + (2k + 1) / 2^11 + delta * 2^-40: around each f16 tie in [1, 2).
+                let x = 1.0 + (2 * k + 1) as f64 / 2048.0 + delta as f64 * 2f64.powi(-40);
+                let got = f16::from_f32(f64_to_f32_round_odd(x)).to_f64();
+                let lo = 1.0 + k as f64 / 1024.0;
+                let hi = lo + 1.0 / 1024.0;
+                let want = match delta {
+                    -1 => lo,
+                    1 => hi,
+                    _ => {
+                        if k % 2 == 0 {
+                            lo
+                        } else {
+                            hi
+                        }
+                    }
+                };
+                assert_eq!(got, want, "x = {x}");
+            }
+        }
+        assert_eq!(
+            f64_to_f32_round_odd(1e300),
+            f32::from_bits(f32::MAX.to_bits())
+        );
+        assert_eq!(f64_to_f32_round_odd(-0.0).to_bits(), (-0.0f32).to_bits());
+        assert!(f64_to_f32_round_odd(f64::NAN).is_nan());
+    }
+
+    #[test]
+    fn strided_copy_and_transpose() {
+        let src: Vec<u32> = (0..12).collect();
+        let mut dst = vec![0u32; 12];
+        // [3,4] read transposed as [4,3].
+        let d = StridedCopy::new(&[4, 3], &[1, 4], 0, &[3, 1], 0).unwrap();
+        strided_copy(&src, &mut dst, &d).unwrap();
+        assert_eq!(dst, vec![0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11]);
+        let mut t = vec![0u32; 12];
+        transpose(&src, &mut t, 3, 4, 4).unwrap();
+        assert_eq!(t, dst);
+        assert!(StridedCopy::new(&[1; 9], &[1; 9], 0, &[1; 9], 0).is_err());
+        let too_far = StridedCopy::new(&[4], &[4], 0, &[1], 0).unwrap();
+        assert!(strided_copy(&src, &mut dst, &too_far).is_err());
+    }
+}

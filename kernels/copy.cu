@@ -1,0 +1,195 @@
+// Copy kernels of Genesis: strided copies, a tiled 2-D transpose, and dtype casts.
+//
+// The CPU twins are in crates/genesis-kernels/src/cpu.rs (`strided_copy`, `cast`).
+//
+// * strided_copy_e{1,2,4,8}: dst[layout_dst(i)] = src[layout_src(i)] for i < n, where both
+//   layouts are given by a GxStrided descriptor (up to GX_MAX_DIMS dimensions, strides in
+//   elements). Copies move bytes, so the kernels are per element size, not per dtype.
+// * transpose_e{1,2,4,8}: out[c * rows + r] = in[r * ld_in + c] for a rows x cols matrix
+//   (batched over gridDim.z with batch strides), through 32 x 32 shared-memory tiles.
+// * cast_<src>_<dst>: elementwise conversion of n contiguous elements. Semantics (the twin's):
+//   float -> integer truncates toward zero, saturates at the target's range, NaN -> 0;
+//   integer -> integer wraps (two's complement); anything -> bool is `x != 0`; bool -> x is 0/1;
+//   -> f16 / bf16 rounds to nearest-even through f32 (exact: f32 carries more than 2p + 2 bits);
+//   f64 -> f16 / bf16 goes through f32 with round-to-odd, which makes it correctly rounded too.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#define GX_MAX_DIMS 8
+
+struct GxStrided {
+    int64_t shape[GX_MAX_DIMS];
+    int64_t src_strides[GX_MAX_DIMS];
+    int64_t dst_strides[GX_MAX_DIMS];
+    int64_t src_offset;
+    int64_t dst_offset;
+    int32_t rank;
+    int32_t pad;
+};
+
+template <typename T>
+__device__ __forceinline__ void strided_copy_impl(const T *src, T *dst, uint64_t n, const GxStrided &d) {
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        uint64_t rem = i;
+        int64_t so = d.src_offset, doff = d.dst_offset;
+        for (int k = d.rank - 1; k >= 0; --k) {
+            const uint64_t sz = (uint64_t)d.shape[k];
+            const uint64_t idx = rem % sz;
+            rem /= sz;
+            so += (int64_t)idx * d.src_strides[k];
+            doff += (int64_t)idx * d.dst_strides[k];
+        }
+        dst[doff] = src[so];
+    }
+}
+
+#define GX_TILE 32
+#define GX_ROWS 8
+
+template <typename T>
+__device__ __forceinline__ void transpose_impl(const T *in, T *out, int64_t rows, int64_t cols, int64_t ld_in,
+                                               int64_t batch_in, int64_t batch_out) {
+    __shared__ T tile[GX_TILE][GX_TILE + 1];
+    in += (int64_t)blockIdx.z * batch_in;
+    out += (int64_t)blockIdx.z * batch_out;
+    const int64_t c0 = (int64_t)blockIdx.x * GX_TILE, r0 = (int64_t)blockIdx.y * GX_TILE;
+#pragma unroll
+    for (int j = 0; j < GX_TILE; j += GX_ROWS) {
+        const int64_t r = r0 + threadIdx.y + j, c = c0 + threadIdx.x;
+        if (r < rows && c < cols) tile[threadIdx.y + j][threadIdx.x] = in[r * ld_in + c];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < GX_TILE; j += GX_ROWS) {
+        const int64_t c = c0 + threadIdx.y + j, r = r0 + threadIdx.x;
+        if (r < rows && c < cols) out[c * rows + r] = tile[threadIdx.x][threadIdx.y + j];
+    }
+}
+
+#define GX_COPY(E, T)                                                                            \
+    extern "C" __global__ void strided_copy_e##E(const T *src, T *dst, uint64_t n, GxStrided d) { \
+        strided_copy_impl<T>(src, dst, n, d);                                                     \
+    }                                                                                             \
+    extern "C" __global__ void __launch_bounds__(GX_TILE *GX_ROWS)                                \
+        transpose_e##E(const T *in, T *out, int64_t rows, int64_t cols, int64_t ld_in,            \
+                       int64_t batch_in, int64_t batch_out) {                                     \
+        transpose_impl<T>(in, out, rows, cols, ld_in, batch_in, batch_out);                       \
+    }
+
+GX_COPY(1, uint8_t)
+GX_COPY(2, uint16_t)
+GX_COPY(4, uint32_t)
+GX_COPY(8, uint64_t)
+
+// ---- casts ----------------------------------------------------------------------------------
+
+typedef bool gx_bool;
+typedef uint8_t gx_u8;
+typedef int8_t gx_i8;
+typedef int16_t gx_i16;
+typedef int32_t gx_i32;
+typedef int64_t gx_i64;
+typedef __half gx_f16;
+typedef __nv_bfloat16 gx_bf16;
+typedef float gx_f32;
+typedef double gx_f64;
+
+// Every source goes through one of three carriers: int64 (integers and bool), float (f16, bf16,
+// f32) or double (f64).
+template <typename T> struct Src;
+template <> struct Src<gx_bool> { typedef int64_t C; static __device__ __forceinline__ int64_t get(gx_bool v) { return v ? 1 : 0; } };
+template <> struct Src<gx_u8> { typedef int64_t C; static __device__ __forceinline__ int64_t get(gx_u8 v) { return v; } };
+template <> struct Src<gx_i8> { typedef int64_t C; static __device__ __forceinline__ int64_t get(gx_i8 v) { return v; } };
+template <> struct Src<gx_i16> { typedef int64_t C; static __device__ __forceinline__ int64_t get(gx_i16 v) { return v; } };
+template <> struct Src<gx_i32> { typedef int64_t C; static __device__ __forceinline__ int64_t get(gx_i32 v) { return v; } };
+template <> struct Src<gx_i64> { typedef int64_t C; static __device__ __forceinline__ int64_t get(gx_i64 v) { return v; } };
+template <> struct Src<gx_f16> { typedef float C; static __device__ __forceinline__ float get(gx_f16 v) { return __half2float(v); } };
+template <> struct Src<gx_bf16> { typedef float C; static __device__ __forceinline__ float get(gx_bf16 v) { return __bfloat162float(v); } };
+template <> struct Src<gx_f32> { typedef float C; static __device__ __forceinline__ float get(gx_f32 v) { return v; } };
+template <> struct Src<gx_f64> { typedef double C; static __device__ __forceinline__ double get(gx_f64 v) { return v; } };
+
+// Float to integer: truncate, saturate, NaN -> 0. `lo` / `hi` are the target's range as the
+// carrier type; `hi_excl` is the smallest carrier value above the range (2^k), used so that
+// rounding of `hi` to the carrier type cannot let an out-of-range value through.
+template <typename I, typename F>
+__device__ __forceinline__ I f2i(F x, F lo, F hi_excl, I min, I max) {
+    if (x != x) return 0;
+    if (x <= lo) return min;
+    if (x >= hi_excl) return max;
+    return (I)x;
+}
+
+// f64 -> f32 with round-to-odd (truncate, then set the last bit if inexact): rounding that to
+// f16 / bf16 with nearest-even is correctly rounded (no double-rounding error).
+__device__ __forceinline__ float d2f_odd(double x) {
+    if (!isfinite(x)) return (float)x;
+    float f = __double2float_rz(x);
+    if ((double)f != x) f = __int_as_float(__float_as_int(f) | 1);
+    return f;
+}
+
+template <typename D> struct Dst;
+#define GX_INT_DST(T, MIN, MAX, LO, HIX)                                                         \
+    template <> struct Dst<T> {                                                                   \
+        static __device__ __forceinline__ T from(int64_t v) { return (T)(uint64_t)v; }            \
+        static __device__ __forceinline__ T from(float v) { return f2i<T, float>(v, LO, HIX, MIN, MAX); } \
+        static __device__ __forceinline__ T from(double v) { return f2i<T, double>(v, LO, HIX, MIN, MAX); } \
+    };
+GX_INT_DST(gx_u8, 0, 255, 0.0, 256.0)
+GX_INT_DST(gx_i8, -128, 127, -128.0, 128.0)
+GX_INT_DST(gx_i16, -32768, 32767, -32768.0, 32768.0)
+GX_INT_DST(gx_i32, INT32_MIN, INT32_MAX, -2147483648.0, 2147483648.0)
+GX_INT_DST(gx_i64, INT64_MIN, INT64_MAX, -9223372036854775808.0, 9223372036854775808.0)
+template <> struct Dst<gx_bool> {
+    static __device__ __forceinline__ gx_bool from(int64_t v) { return v != 0; }
+    static __device__ __forceinline__ gx_bool from(float v) { return v != 0.0f; }
+    static __device__ __forceinline__ gx_bool from(double v) { return v != 0.0; }
+};
+template <> struct Dst<gx_f32> {
+    static __device__ __forceinline__ float from(int64_t v) { return __ll2float_rn(v); }
+    static __device__ __forceinline__ float from(float v) { return v; }
+    static __device__ __forceinline__ float from(double v) { return __double2float_rn(v); }
+};
+template <> struct Dst<gx_f64> {
+    static __device__ __forceinline__ double from(int64_t v) { return __ll2double_rn(v); }
+    static __device__ __forceinline__ double from(float v) { return (double)v; }
+    static __device__ __forceinline__ double from(double v) { return v; }
+};
+template <> struct Dst<gx_f16> {
+    static __device__ __forceinline__ __half from(int64_t v) { return __float2half_rn(__ll2float_rn(v)); }
+    static __device__ __forceinline__ __half from(float v) { return __float2half_rn(v); }
+    static __device__ __forceinline__ __half from(double v) { return __float2half_rn(d2f_odd(v)); }
+};
+template <> struct Dst<gx_bf16> {
+    static __device__ __forceinline__ __nv_bfloat16 from(int64_t v) { return __float2bfloat16_rn(__ll2float_rn(v)); }
+    static __device__ __forceinline__ __nv_bfloat16 from(float v) { return __float2bfloat16_rn(v); }
+    static __device__ __forceinline__ __nv_bfloat16 from(double v) { return __float2bfloat16_rn(d2f_odd(v)); }
+};
+
+template <typename S, typename D>
+__device__ __forceinline__ void cast_impl(const S *src, D *dst, uint64_t n) {
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        dst[i] = Dst<D>::from(Src<S>::get(src[i]));
+}
+
+#define GX_CAST(S, D)                                                                          \
+    extern "C" __global__ void cast_##S##_##D(const gx_##S *src, gx_##D *dst, uint64_t n) {    \
+        cast_impl<gx_##S, gx_##D>(src, dst, n);                                                 \
+    }
+#define GX_CAST_FROM(S)                                                                        \
+    GX_CAST(S, bool) GX_CAST(S, u8) GX_CAST(S, i8) GX_CAST(S, i16) GX_CAST(S, i32) GX_CAST(S, i64) \
+    GX_CAST(S, f16) GX_CAST(S, bf16) GX_CAST(S, f32) GX_CAST(S, f64)
+
+GX_CAST_FROM(bool)
+GX_CAST_FROM(u8)
+GX_CAST_FROM(i8)
+GX_CAST_FROM(i16)
+GX_CAST_FROM(i32)
+GX_CAST_FROM(i64)
+GX_CAST_FROM(f16)
+GX_CAST_FROM(bf16)
+GX_CAST_FROM(f32)
+GX_CAST_FROM(f64)

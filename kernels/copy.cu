@@ -45,6 +45,37 @@ __device__ __forceinline__ void strided_copy_impl(const T *src, T *dst, uint64_t
     }
 }
 
+// The same with 32-bit indices and division by multiplication (n < 2^31): each dimension's
+// size d has a magic number m and shift s with n / d == (umulhi(n, m) + n) >> s.
+struct GxStrided32 {
+    uint32_t size[GX_MAX_DIMS];
+    uint32_t magic[GX_MAX_DIMS];
+    uint32_t shift[GX_MAX_DIMS];
+    int64_t src_strides[GX_MAX_DIMS];
+    int64_t dst_strides[GX_MAX_DIMS];
+    int64_t src_offset;
+    int64_t dst_offset;
+    int32_t rank;
+    int32_t pad;
+};
+
+template <typename T>
+__device__ __forceinline__ void strided_copy32_impl(const T *src, T *dst, uint32_t n, const GxStrided32 &d) {
+    const uint32_t stride = gridDim.x * blockDim.x;
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        uint32_t rem = i;
+        int64_t so = d.src_offset, doff = d.dst_offset;
+        for (int k = d.rank - 1; k >= 0; --k) {
+            const uint32_t q = (__umulhi(rem, d.magic[k]) + rem) >> d.shift[k];
+            const uint32_t idx = rem - q * d.size[k];
+            rem = q;
+            so += (int64_t)idx * d.src_strides[k];
+            doff += (int64_t)idx * d.dst_strides[k];
+        }
+        dst[doff] = src[so];
+    }
+}
+
 #define GX_TILE 32
 #define GX_ROWS 8
 
@@ -71,6 +102,9 @@ __device__ __forceinline__ void transpose_impl(const T *in, T *out, int64_t rows
 #define GX_COPY(E, T)                                                                            \
     extern "C" __global__ void strided_copy_e##E(const T *src, T *dst, uint64_t n, GxStrided d) { \
         strided_copy_impl<T>(src, dst, n, d);                                                     \
+    }                                                                                             \
+    extern "C" __global__ void strided_copy32_e##E(const T *src, T *dst, uint32_t n, GxStrided32 d) { \
+        strided_copy32_impl<T>(src, dst, n, d);                                                   \
     }                                                                                             \
     extern "C" __global__ void __launch_bounds__(GX_TILE *GX_ROWS)                                \
         transpose_e##E(const T *in, T *out, int64_t rows, int64_t cols, int64_t ld_in,            \
@@ -168,16 +202,36 @@ template <> struct Dst<gx_bf16> {
     static __device__ __forceinline__ __nv_bfloat16 from(double v) { return __float2bfloat16_rn(d2f_odd(v)); }
 };
 
+template <typename T, int N> struct alignas(sizeof(T) * N) GxVec {
+    T v[N];
+};
+
+// When `vec` is set, both pointers are aligned to 4 elements: each thread converts 4 elements
+// with one load and one store; the last n % 4 elements go one by one.
 template <typename S, typename D>
-__device__ __forceinline__ void cast_impl(const S *src, D *dst, uint64_t n) {
+__device__ __forceinline__ void cast_impl(const S *src, D *dst, uint64_t n, int vec) {
     const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
-    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+    uint64_t start = 0;
+    if (vec) {
+        const uint64_t nv = n / 4;
+        const GxVec<S, 4> *s4 = reinterpret_cast<const GxVec<S, 4> *>(src);
+        GxVec<D, 4> *d4 = reinterpret_cast<GxVec<D, 4> *>(dst);
+        for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < nv; i += stride) {
+            GxVec<S, 4> a = s4[i];
+            GxVec<D, 4> b;
+#pragma unroll
+            for (int k = 0; k < 4; ++k) b.v[k] = Dst<D>::from(Src<S>::get(a.v[k]));
+            d4[i] = b;
+        }
+        start = nv * 4;
+    }
+    for (uint64_t i = start + (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
         dst[i] = Dst<D>::from(Src<S>::get(src[i]));
 }
 
 #define GX_CAST(S, D)                                                                          \
-    extern "C" __global__ void cast_##S##_##D(const gx_##S *src, gx_##D *dst, uint64_t n) {    \
-        cast_impl<gx_##S, gx_##D>(src, dst, n);                                                 \
+    extern "C" __global__ void cast_##S##_##D(const gx_##S *src, gx_##D *dst, uint64_t n, int vec) { \
+        cast_impl<gx_##S, gx_##D>(src, dst, n, vec);                                            \
     }
 #define GX_CAST_FROM(S)                                                                        \
     GX_CAST(S, bool) GX_CAST(S, u8) GX_CAST(S, i8) GX_CAST(S, i16) GX_CAST(S, i32) GX_CAST(S, i64) \

@@ -81,6 +81,13 @@ impl DeviceBuffer {
         // SAFETY: `ptr` is a live allocation of `len` bytes and `src` holds `len` readable bytes.
         check("cuMemcpyHtoD", unsafe {
             sys::cuMemcpyHtoD(self.ptr, src.as_ptr().cast::<c_void>(), self.len)
+        })?;
+        // From pageable memory, cuMemcpyHtoD may return once the data is staged, before the DMA
+        // lands; work on non-blocking streams is not ordered after it. Wait for it here so the
+        // copy is complete for every stream when this returns.
+        // SAFETY: synchronising the legacy stream of the current context has no preconditions.
+        check("cuStreamSynchronize", unsafe {
+            sys::cuStreamSynchronize(std::ptr::null_mut())
         })
     }
 

@@ -107,6 +107,61 @@ impl StridedCopy {
     }
 }
 
+/// The 32-bit form of a [`StridedCopy`] (`GxStrided32`): dimension sizes with the magic
+/// numbers that turn division into a multiply-high and a shift.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StridedCopy32 {
+    size: [u32; MAX_DIMS],
+    magic: [u32; MAX_DIMS],
+    shift: [u32; MAX_DIMS],
+    src_strides: [i64; MAX_DIMS],
+    dst_strides: [i64; MAX_DIMS],
+    src_offset: i64,
+    dst_offset: i64,
+    rank: i32,
+    pad: i32,
+}
+
+/// Magic number and shift for dividing 31-bit values by `d` (as PyTorch's `IntDivider`).
+pub fn magic_divider(d: u32) -> (u32, u32) {
+    let d = d.max(1);
+    let mut shift = 0u32;
+    while (1u64 << shift) < u64::from(d) {
+        shift += 1;
+    }
+    let magic = ((1u64 << 32) * ((1u64 << shift) - u64::from(d))) / u64::from(d) + 1;
+    (magic as u32, shift)
+}
+
+impl StridedCopy {
+    /// The 32-bit form, when every index fits (fewer than 2^31 elements and dimensions).
+    pub fn to_32(&self) -> Option<StridedCopy32> {
+        if self.numel() >= 1 << 31 {
+            return None;
+        }
+        let mut d = StridedCopy32 {
+            size: [1; MAX_DIMS],
+            magic: [0; MAX_DIMS],
+            shift: [0; MAX_DIMS],
+            src_strides: self.src_strides,
+            dst_strides: self.dst_strides,
+            src_offset: self.src_offset,
+            dst_offset: self.dst_offset,
+            rank: self.rank,
+            pad: 0,
+        };
+        for k in 0..self.rank as usize {
+            let size = u32::try_from(self.shape[k]).ok()?;
+            let (m, s) = magic_divider(size);
+            d.size[k] = size;
+            d.magic[k] = m;
+            d.shift[k] = s;
+        }
+        Some(d)
+    }
+}
+
 /// The CPU twin of `strided_copy_e*`: `dst[dst_index(i)] = src[src_index(i)]`.
 pub fn strided_copy<T: Copy>(src: &[T], dst: &mut [T], desc: &StridedCopy) -> Result<()> {
     let (se, de) = desc.extents();
@@ -446,6 +501,46 @@ mod tests {
         );
         assert_eq!(f64_to_f32_round_odd(-0.0).to_bits(), (-0.0f32).to_bits());
         assert!(f64_to_f32_round_odd(f64::NAN).is_nan());
+    }
+
+    #[test]
+    fn magic_division_is_exact() {
+        for d in [
+            1u32,
+            2,
+            3,
+            5,
+            7,
+            10,
+            31,
+            32,
+            33,
+            100,
+            1000,
+            4095,
+            8192,
+            65537,
+            1 << 20,
+            (1 << 31) - 1,
+        ] {
+            let (m, s) = magic_divider(d);
+            for n in [
+                0u32,
+                1,
+                2,
+                d - 1,
+                d,
+                d + 1,
+                12345,
+                999_999,
+                (1 << 31) - 1,
+                (1 << 31) - 2,
+            ] {
+                let q = ((u64::from(n) * u64::from(m)) >> 32) as u32;
+                let q = (u64::from(q) + u64::from(n)) >> s;
+                assert_eq!(q, u64::from(n / d), "{n} / {d}");
+            }
+        }
     }
 
     #[test]

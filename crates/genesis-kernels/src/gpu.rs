@@ -90,6 +90,10 @@ fn elem_suffix(op: &'static str, elem_bytes: usize) -> Result<&'static str> {
         ("strided_copy", 2) => "strided_copy_e2",
         ("strided_copy", 4) => "strided_copy_e4",
         ("strided_copy", 8) => "strided_copy_e8",
+        ("strided_copy32", 1) => "strided_copy32_e1",
+        ("strided_copy32", 2) => "strided_copy32_e2",
+        ("strided_copy32", 4) => "strided_copy32_e4",
+        ("strided_copy32", 8) => "strided_copy32_e8",
         ("transpose", 1) => "transpose_e1",
         ("transpose", 2) => "transpose_e2",
         ("transpose", 4) => "transpose_e4",
@@ -121,15 +125,36 @@ pub unsafe fn strided_copy(
     if n == 0 {
         return Ok(());
     }
+    let threads = 256u64;
+    let cap = u64::from(stream.context().multiprocessors().max(1)) * 16;
+    let blocks = (n as u64).div_ceil(threads).clamp(1, cap);
+    let config = LaunchConfig::linear(blocks as u32, threads as u32);
+    let (mut src, mut dst) = (src, dst);
+    if let Some(mut d32) = desc.to_32() {
+        let kernel = Kernel::get(
+            stream.context(),
+            &images::COPY,
+            elem_suffix("strided_copy32", elem_bytes)?,
+        )?;
+        let mut n32 = n as u32;
+        let mut params: [*mut c_void; 4] = [
+            (&raw mut src).cast(),
+            (&raw mut dst).cast(),
+            (&raw mut n32).cast(),
+            (&raw mut d32).cast(),
+        ];
+        // SAFETY: the parameters match `strided_copy32_eN(const T*, T*, uint32_t, GxStrided32)`
+        // (`StridedCopy32` is `#[repr(C)]` with the kernel struct's layout); the caller vouches
+        // for the memory.
+        unsafe { kernel.launch(stream, config, &mut params)? };
+        return Ok(());
+    }
     let kernel = Kernel::get(
         stream.context(),
         &images::COPY,
         elem_suffix("strided_copy", elem_bytes)?,
     )?;
-    let threads = 256u64;
-    let cap = u64::from(stream.context().multiprocessors().max(1)) * 16;
-    let blocks = (n as u64).div_ceil(threads).clamp(1, cap);
-    let (mut src, mut dst, mut n64, mut d) = (src, dst, n as u64, *desc);
+    let (mut n64, mut d) = (n as u64, *desc);
     let mut params: [*mut c_void; 4] = [
         (&raw mut src).cast(),
         (&raw mut dst).cast(),
@@ -139,13 +164,7 @@ pub unsafe fn strided_copy(
     // SAFETY: the parameters match `strided_copy_eN(const T*, T*, uint64_t, GxStrided)` (the
     // descriptor is `#[repr(C)]` with the kernel struct's layout); the caller vouches for the
     // memory.
-    unsafe {
-        kernel.launch(
-            stream,
-            LaunchConfig::linear(blocks as u32, threads as u32),
-            &mut params,
-        )?
-    };
+    unsafe { kernel.launch(stream, config, &mut params)? };
     Ok(())
 }
 
@@ -243,13 +262,15 @@ pub unsafe fn cast(
     let threads = 256u64;
     let cap = u64::from(stream.context().multiprocessors().max(1)) * 32;
     let blocks = (n as u64).div_ceil(threads).clamp(1, cap);
-    let (mut s, mut d, mut n64) = (src, dst, n as u64);
-    let mut params: [*mut c_void; 3] = [
+    let vec_ok = src % (4 * src_kind.size() as u64) == 0 && dst % (4 * dst_kind.size() as u64) == 0;
+    let (mut s, mut d, mut n64, mut v) = (src, dst, n as u64, i32::from(vec_ok));
+    let mut params: [*mut c_void; 4] = [
         (&raw mut s).cast(),
         (&raw mut d).cast(),
         (&raw mut n64).cast(),
+        (&raw mut v).cast(),
     ];
-    // SAFETY: the parameters match `cast_S_D(const S*, D*, uint64_t)`; the caller vouches for
+    // SAFETY: the parameters match `cast_S_D(const S*, D*, uint64_t, int)`; the caller vouches for
     // the memory.
     unsafe {
         kernel.launch(

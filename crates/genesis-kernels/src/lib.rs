@@ -17,7 +17,7 @@ mod element;
 pub mod gpu;
 pub mod images;
 
-pub use copy::{MAX_DIMS, Scalar, StridedCopy};
+pub use copy::{MAX_DIMS, Scalar, StridedCopy, StridedCopy32};
 pub use element::Element;
 
 /// Errors of kernel launches and their CPU twins.

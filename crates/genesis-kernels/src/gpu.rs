@@ -262,7 +262,8 @@ pub unsafe fn cast(
     let threads = 256u64;
     let cap = u64::from(stream.context().multiprocessors().max(1)) * 32;
     let blocks = (n as u64).div_ceil(threads).clamp(1, cap);
-    let vec_ok = src % (4 * src_kind.size() as u64) == 0 && dst % (4 * dst_kind.size() as u64) == 0;
+    let vec_ok = src.is_multiple_of(4 * src_kind.size() as u64)
+        && dst.is_multiple_of(4 * dst_kind.size() as u64);
     let (mut s, mut d, mut n64, mut v) = (src, dst, n as u64, i32::from(vec_ok));
     let mut params: [*mut c_void; 4] = [
         (&raw mut s).cast(),

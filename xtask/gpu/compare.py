@@ -1,13 +1,18 @@
 """Joins a Genesis bench JSON and a PyTorch reference JSON into one table.
 
-Usage: python3 compare.py GENESIS.json TORCH.json
+Usage: python3 compare.py TORCH.json GENESIS.json [GENESIS.json ...]
 ratio = PyTorch time / Genesis time (above 1: Genesis is faster).
 """
 import json
 import sys
 
-ours = {r["name"]: r for r in json.load(open(sys.argv[1]))["results"]}
-ref_doc = json.load(open(sys.argv[2]))
+ours = {}
+for path in sys.argv[2:]:
+    try:
+        ours.update({r["name"]: r for r in json.load(open(path))["results"]})
+    except (OSError, KeyError, ValueError) as e:
+        print(f"(skipping {path}: {e})")
+ref_doc = json.load(open(sys.argv[1]))
 ref = {r["name"]: r for r in ref_doc["results"]}
 print(f'device: {ref_doc.get("device")}, torch {ref_doc.get("torch")}')
 print(f'{"case":<18} {"genesis ms":>11} {"GB/s":>8} {"torch ms":>10} {"GB/s":>8} {"ratio":>7}')

@@ -271,6 +271,10 @@ impl Context {
         }
     }
 
+    pub(crate) fn raw(&self) -> sys::CUcontext {
+        self.raw
+    }
+
     /// The loaded module for `image`, loading it on first use.
     ///
     /// `targets` lists what the image holds (`sm_80`, ..., `compute_80`); when the device's

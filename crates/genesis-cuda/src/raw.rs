@@ -204,3 +204,104 @@ pub unsafe fn copy_to_host(ctx: &Arc<Context>, src: u64, dst: &mut [u8]) -> Resu
         sys::cuMemcpyDtoH(dst.as_mut_ptr().cast(), src, dst.len())
     })
 }
+
+/// Copies `src` to device address `dst`, complete for every stream when it returns.
+///
+/// # Safety
+///
+/// `[dst, dst + src.len())` must be device memory of the context.
+pub unsafe fn copy_from_host(ctx: &Arc<Context>, dst: u64, src: &[u8]) -> Result<()> {
+    if src.is_empty() {
+        return Ok(());
+    }
+    ctx.bind()?;
+    // SAFETY: guaranteed by the caller; `src` is readable for its length.
+    check("cuMemcpyHtoD", unsafe {
+        sys::cuMemcpyHtoD(dst, src.as_ptr().cast(), src.len())
+    })?;
+    // Pageable sources may still be in flight (staged DMA): wait on the legacy stream.
+    // SAFETY: no preconditions.
+    check("cuStreamSynchronize", unsafe {
+        sys::cuStreamSynchronize(std::ptr::null_mut())
+    })
+}
+
+/// Queues a copy of `bytes` from `src` to `dst` (both device memory of the stream's context).
+///
+/// # Safety
+///
+/// Both ranges must be device memory of the context, valid until the copy completes.
+pub unsafe fn copy_device_async(
+    stream: &crate::Stream,
+    dst: u64,
+    src: u64,
+    bytes: usize,
+) -> Result<()> {
+    if bytes == 0 {
+        return Ok(());
+    }
+    stream.context().bind()?;
+    // SAFETY: guaranteed by the caller.
+    check("cuMemcpyDtoDAsync", unsafe {
+        sys::cuMemcpyDtoDAsync(dst, src, bytes, stream.raw())
+    })
+}
+
+/// Queues a copy of `bytes` from `src` on `src_ctx`'s device to `dst` on `dst_ctx`'s device,
+/// ordered on `stream` (of the destination context). The driver uses peer access when it is
+/// enabled and stages through host memory otherwise.
+///
+/// # Safety
+///
+/// Both ranges must be device memory of their contexts, valid until the copy completes.
+pub unsafe fn copy_peer_async(
+    stream: &crate::Stream,
+    dst_ctx: &Arc<Context>,
+    dst: u64,
+    src_ctx: &Arc<Context>,
+    src: u64,
+    bytes: usize,
+) -> Result<()> {
+    if bytes == 0 {
+        return Ok(());
+    }
+    dst_ctx.bind()?;
+    // SAFETY: guaranteed by the caller; both contexts are retained.
+    check("cuMemcpyPeerAsync", unsafe {
+        sys::cuMemcpyPeerAsync(dst, dst_ctx.raw(), src, src_ctx.raw(), bytes, stream.raw())
+    })
+}
+
+/// Queues a copy of `src.len()` bytes from pinned host memory to the device, on `stream`.
+///
+/// # Safety
+///
+/// `src` must be page-locked host memory (from [`host_alloc_pinned`]) that stays valid and
+/// unmodified until the copy completes; `[dst, dst + src.len())` device memory of the context.
+pub unsafe fn copy_from_pinned_async(stream: &crate::Stream, dst: u64, src: &[u8]) -> Result<()> {
+    if src.is_empty() {
+        return Ok(());
+    }
+    stream.context().bind()?;
+    // SAFETY: guaranteed by the caller.
+    check("cuMemcpyHtoDAsync", unsafe {
+        sys::cuMemcpyHtoDAsync(dst, src.as_ptr().cast(), src.len(), stream.raw())
+    })
+}
+
+/// Queues a copy of `dst.len()` bytes from the device into pinned host memory, on `stream`.
+///
+/// # Safety
+///
+/// `dst` must be page-locked host memory that stays valid (and is not read) until the copy
+/// completes; `[src, src + dst.len())` device memory of the context.
+pub unsafe fn copy_to_pinned_async(stream: &crate::Stream, src: u64, dst: &mut [u8]) -> Result<()> {
+    if dst.is_empty() {
+        return Ok(());
+    }
+    stream.context().bind()?;
+    // SAFETY: guaranteed by the caller.
+    check("cuMemcpyDtoHAsync", unsafe {
+        sys::cuMemcpyDtoHAsync(dst.as_mut_ptr().cast(), src, dst.len(), stream.raw())
+    })
+}

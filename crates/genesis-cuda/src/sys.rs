@@ -182,6 +182,14 @@ unsafe extern "C" {
         desc: *const MemAccessDesc,
         count: usize,
     ) -> c_int;
+    pub(crate) fn cuMemcpyPeerAsync(
+        dst: CUdeviceptr,
+        dst_ctx: CUcontext,
+        src: CUdeviceptr,
+        src_ctx: CUcontext,
+        bytes: usize,
+        stream: CUstream,
+    ) -> c_int;
     pub(crate) fn cuMemHostAlloc(pp: *mut *mut c_void, bytes: usize, flags: c_uint) -> c_int;
     pub(crate) fn cuMemFreeHost(p: *mut c_void) -> c_int;
 }

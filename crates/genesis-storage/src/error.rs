@@ -1,7 +1,7 @@
 use crate::{DType, Device};
 
 /// Errors of the storage layer.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// Two operands of different dtypes.
@@ -64,6 +64,36 @@ pub enum Error {
         /// Their dtype.
         dtype: DType,
     },
+    /// Operands whose shapes differ.
+    #[error("{op}: shape mismatch, {lhs:?} vs {rhs:?}")]
+    ShapeMismatch {
+        /// The operation.
+        op: &'static str,
+        /// The first operand's shape.
+        lhs: Vec<usize>,
+        /// The second operand's shape.
+        rhs: Vec<usize>,
+    },
+    /// Host access to memory that lives on a device.
+    #[error("{op} needs host memory, but the storage is on {device}")]
+    NotOnHost {
+        /// The operation.
+        op: &'static str,
+        /// Where the storage is.
+        device: Device,
+    },
+    /// Bool data holding a byte other than 0 or 1.
+    #[error("bool data must hold only 0 and 1")]
+    InvalidBool,
+    /// A copy whose destination layout repeats elements (stride 0).
+    #[error("the destination of a copy has repeated elements (stride 0): writes would collide")]
+    OverlappingDestination,
+    /// A view or layout error.
+    #[error(transparent)]
+    Layout(#[from] crate::LayoutError),
+    /// An error of the caching allocator (out of memory, limits).
+    #[error(transparent)]
+    Memory(genesis_mem::Error),
     /// An error from the CUDA runtime.
     #[error(transparent)]
     Cuda(#[from] genesis_cuda::Error),
@@ -74,3 +104,9 @@ pub enum Error {
 
 /// Result type of the storage layer.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<genesis_mem::Error> for Error {
+    fn from(e: genesis_mem::Error) -> Error {
+        Error::Memory(e)
+    }
+}

@@ -328,7 +328,7 @@ impl Layout {
             }
         }
         if let Some(i) = infer {
-            if known == 0 || numel % known != 0 {
+            if known == 0 || !numel.is_multiple_of(known) {
                 return Err(LayoutError::ElementCount {
                     from: self.shape.to_vec(),
                     from_numel: numel,

@@ -8,6 +8,8 @@
 #![warn(missing_docs)]
 
 mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 mod device;
 mod dtype;
 mod error;

@@ -1,13 +1,23 @@
 //! The `Storage` type: a flat run of elements of one dtype on one device.
+//!
+//! Kinds: CPU (64-byte aligned host memory), pinned host memory (from the pinned pool), and
+//! CUDA memory on any device (from that device's `genesis-mem` pool). Storages are shared by
+//! `Arc` in the layers above; each gives its memory back to its pool when dropped.
+//!
+//! Every operation here is synchronous with respect to the host unless its name says `async`:
+//! device work is queued on the legacy stream, which orders it with the synchronous copies.
 
 use crate::cpu::{CpuStorage, byte_len};
+use crate::layout::{Layout, StridedBlocks};
 use crate::{DType, Device, Error, Result, WithDType};
 
 #[derive(Debug)]
 enum Inner {
     Cpu(CpuStorage),
     #[cfg(feature = "cuda")]
-    Cuda(genesis_cuda::DeviceBuffer),
+    Pinned(crate::cuda::PinnedMem),
+    #[cfg(feature = "cuda")]
+    Cuda(crate::cuda::CudaMem),
 }
 
 /// `len` elements of `dtype` on a [`Device`].
@@ -18,21 +28,117 @@ pub struct Storage {
     len: usize,
 }
 
+/// The kernel-level scalar type of a dtype.
+pub(crate) fn scalar(d: DType) -> genesis_kernels::Scalar {
+    use genesis_kernels::Scalar as S;
+    match d {
+        DType::Bool => S::Bool,
+        DType::U8 => S::U8,
+        DType::I8 => S::I8,
+        DType::I16 => S::I16,
+        DType::I32 => S::I32,
+        DType::I64 => S::I64,
+        DType::F16 => S::F16,
+        DType::BF16 => S::BF16,
+        DType::F32 => S::F32,
+        DType::F64 => S::F64,
+    }
+}
+
 #[cfg(feature = "cuda")]
-fn cuda_context(ordinal: usize) -> Result<std::sync::Arc<genesis_cuda::Context>> {
-    Ok(genesis_cuda::Context::get(ordinal)?)
+fn legacy(mem: &crate::cuda::CudaMem) -> genesis_cuda::Stream {
+    genesis_cuda::Stream::legacy(mem.ctx())
 }
 
 impl Storage {
-    /// A storage holding a copy of `data` on `device`.
-    pub fn from_slice<T: WithDType>(data: &[T], device: Device) -> Result<Storage> {
-        let cpu = CpuStorage::from_slice(data);
+    fn cpu(cpu: CpuStorage, dtype: DType, len: usize) -> Storage {
         Storage {
             inner: Inner::Cpu(cpu),
-            dtype: T::DTYPE,
-            len: data.len(),
+            dtype,
+            len,
         }
-        .to_device(device)
+    }
+
+    /// `len` zeroed elements of `dtype` on `device`.
+    pub fn zeros(len: usize, dtype: DType, device: Device) -> Result<Storage> {
+        let nbytes = byte_len(len, dtype)?;
+        match device {
+            Device::Cpu => Ok(Storage::cpu(CpuStorage::zeroed(nbytes), dtype, len)),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(i) => {
+                let mem = crate::cuda::CudaMem::new(i, nbytes)?;
+                let s = Storage {
+                    inner: Inner::Cuda(mem),
+                    dtype,
+                    len,
+                };
+                if let Inner::Cuda(m) = &s.inner {
+                    // SAFETY: the memory is `nbytes` long on this context.
+                    unsafe { genesis_cuda::raw::memset_d8(&legacy(m), m.ptr(), 0, nbytes)? };
+                }
+                Ok(s)
+            }
+            #[cfg(not(feature = "cuda"))]
+            Device::Cuda(_) => Err(Error::CudaNotCompiled { device }),
+        }
+    }
+
+    /// `len` zeroed elements of `dtype` in pinned (page-locked) host memory, for fast and
+    /// asynchronous transfers.
+    pub fn zeros_pinned(len: usize, dtype: DType) -> Result<Storage> {
+        let nbytes = byte_len(len, dtype)?;
+        #[cfg(feature = "cuda")]
+        {
+            let mut mem = crate::cuda::PinnedMem::new(nbytes)?;
+            mem.as_bytes_mut().fill(0);
+            Ok(Storage {
+                inner: Inner::Pinned(mem),
+                dtype,
+                len,
+            })
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = nbytes;
+            Err(Error::CudaNotCompiled {
+                device: Device::Cuda(0),
+            })
+        }
+    }
+
+    /// A storage holding a copy of `data` on `device`.
+    pub fn from_slice<T: WithDType>(data: &[T], device: Device) -> Result<Storage> {
+        let cpu = Storage::cpu(CpuStorage::from_slice(data), T::DTYPE, data.len());
+        if device == Device::Cpu {
+            Ok(cpu)
+        } else {
+            cpu.to_device(device)
+        }
+    }
+
+    /// A storage of `dtype` holding a copy of raw little-endian `bytes` on `device`
+    /// (`create_storage`). Bool bytes must be 0 or 1.
+    pub fn from_bytes(bytes: &[u8], dtype: DType, device: Device) -> Result<Storage> {
+        if !bytes.len().is_multiple_of(dtype.size()) {
+            return Err(Error::LengthMismatch {
+                op: "from_bytes",
+                lhs: bytes.len(),
+                rhs: dtype.size(),
+            });
+        }
+        if dtype == DType::Bool && bytes.iter().any(|&b| b > 1) {
+            return Err(Error::InvalidBool);
+        }
+        let cpu = Storage::cpu(
+            CpuStorage::from_bytes(bytes),
+            dtype,
+            bytes.len() / dtype.size(),
+        );
+        if device == Device::Cpu {
+            Ok(cpu)
+        } else {
+            cpu.to_device(device)
+        }
     }
 
     /// `len` elements, every one `value`, on `device` (the `fill` kernel on CUDA).
@@ -43,32 +149,26 @@ impl Storage {
             Device::Cpu => {
                 let mut cpu = CpuStorage::zeroed(nbytes);
                 cpu.as_mut_slice::<T>().fill(value);
-                Ok(Storage {
-                    inner: Inner::Cpu(cpu),
-                    dtype,
-                    len,
-                })
+                Ok(Storage::cpu(cpu, dtype, len))
             }
             #[cfg(feature = "cuda")]
             Device::Cuda(i) => {
-                let ctx = cuda_context(i)?;
-                let buf = genesis_cuda::DeviceBuffer::alloc(&ctx, nbytes)?;
-                let stream = genesis_cuda::Stream::legacy(&ctx);
+                let mem = crate::cuda::CudaMem::new(i, nbytes)?;
+                let stream = legacy(&mem);
                 crate::dispatch_kernel_dtype!(dtype, K => {
                     // `K` is the dtype's type, which is `T`; the downcast proves it safely.
                     let v: K = *(&value as &dyn std::any::Any)
                         .downcast_ref::<K>()
                         .expect("WithDType::DTYPE names the type itself");
-                    // SAFETY: the buffer holds `len` elements of `K` on the stream's device and
-                    // outlives the launch (cuMemFree and every host copy synchronise with the
-                    // legacy stream).
-                    unsafe { genesis_kernels::gpu::fill::<K>(&stream, buf.device_ptr(), v, len)? }
+                    // SAFETY: the memory holds `len` elements of `K` on the stream's device and
+                    // outlives the launch (its pool reuses it only in stream order).
+                    unsafe { genesis_kernels::gpu::fill::<K>(&stream, mem.ptr(), v, len)? }
                 }, _ => {
                     let cpu = Storage::full(len, value, Device::Cpu)?;
                     return cpu.to_device(device);
                 });
                 Ok(Storage {
-                    inner: Inner::Cuda(buf),
+                    inner: Inner::Cuda(mem),
                     dtype,
                     len,
                 })
@@ -78,12 +178,23 @@ impl Storage {
         }
     }
 
-    /// The device.
+    /// The device (`Cpu` for pinned host memory too).
     pub fn device(&self) -> Device {
         match &self.inner {
             Inner::Cpu(_) => Device::Cpu,
             #[cfg(feature = "cuda")]
-            Inner::Cuda(b) => Device::Cuda(b.context().ordinal()),
+            Inner::Pinned(_) => Device::Cpu,
+            #[cfg(feature = "cuda")]
+            Inner::Cuda(m) => Device::Cuda(m.ordinal()),
+        }
+    }
+
+    /// Whether this is pinned (page-locked) host memory.
+    pub fn is_pinned(&self) -> bool {
+        match &self.inner {
+            #[cfg(feature = "cuda")]
+            Inner::Pinned(_) => true,
+            _ => false,
         }
     }
 
@@ -107,51 +218,114 @@ impl Storage {
         self.len * self.dtype.size()
     }
 
-    /// The CPU storage, if this is on the CPU.
+    /// The address of the first byte: a device address for CUDA storages, a host address
+    /// otherwise (0 for an empty device storage).
+    pub fn data_ptr(&self) -> u64 {
+        match &self.inner {
+            Inner::Cpu(c) => c.as_ptr() as usize as u64,
+            #[cfg(feature = "cuda")]
+            Inner::Pinned(p) => p.as_bytes().as_ptr() as usize as u64,
+            #[cfg(feature = "cuda")]
+            Inner::Cuda(m) => m.ptr(),
+        }
+    }
+
+    /// The CPU storage, if this is plain CPU memory.
     pub fn as_cpu(&self) -> Option<&CpuStorage> {
         match &self.inner {
             Inner::Cpu(c) => Some(c),
             #[cfg(feature = "cuda")]
-            Inner::Cuda(_) => None,
+            _ => None,
         }
     }
 
     /// The device address, if this is on a CUDA device.
     pub fn device_ptr(&self) -> Option<u64> {
         match &self.inner {
-            Inner::Cpu(_) => None,
             #[cfg(feature = "cuda")]
-            Inner::Cuda(b) => Some(b.device_ptr()),
+            Inner::Cuda(m) => Some(m.ptr()),
+            _ => None,
+        }
+    }
+
+    /// The bytes of a host storage (CPU or pinned); `None` on a device.
+    pub fn host_bytes(&self) -> Option<&[u8]> {
+        match &self.inner {
+            Inner::Cpu(c) => Some(c.as_bytes()),
+            #[cfg(feature = "cuda")]
+            Inner::Pinned(p) => Some(p.as_bytes()),
+            #[cfg(feature = "cuda")]
+            Inner::Cuda(_) => None,
+        }
+    }
+
+    fn host_bytes_mut(&mut self) -> Option<&mut [u8]> {
+        match &mut self.inner {
+            Inner::Cpu(c) => Some(c.as_bytes_mut()),
+            #[cfg(feature = "cuda")]
+            Inner::Pinned(p) => Some(p.as_bytes_mut()),
+            #[cfg(feature = "cuda")]
+            Inner::Cuda(_) => None,
+        }
+    }
+
+    /// The elements of a host storage as `T` (which must be the dtype).
+    pub fn as_slice<T: WithDType>(&self) -> Result<&[T]> {
+        self.check_type::<T>("as_slice")?;
+        let bytes = self.host_bytes().ok_or(Error::NotOnHost {
+            op: "as_slice",
+            device: self.device(),
+        })?;
+        // SAFETY: host storages are at least 64 (CPU) or 512 (pinned) byte aligned, hold
+        // `len * size_of::<T>()` initialised bytes, and every bit pattern is a valid `T`
+        // (WithDType is sealed to plain-old-data types).
+        Ok(unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<T>(), self.len) })
+    }
+
+    /// The elements of a host storage as `T`, mutably.
+    pub fn as_mut_slice<T: WithDType>(&mut self) -> Result<&mut [T]> {
+        self.check_type::<T>("as_mut_slice")?;
+        let (len, device) = (self.len, self.device());
+        let bytes = self.host_bytes_mut().ok_or(Error::NotOnHost {
+            op: "as_mut_slice",
+            device,
+        })?;
+        // SAFETY: as in `as_slice`, with a unique borrow.
+        Ok(unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast::<T>(), len) })
+    }
+
+    fn check_type<T: WithDType>(&self, op: &'static str) -> Result<()> {
+        if T::DTYPE == self.dtype {
+            Ok(())
+        } else {
+            Err(Error::DTypeMismatch {
+                op,
+                lhs: self.dtype,
+                rhs: T::DTYPE,
+            })
         }
     }
 
     /// The bytes, copied to the host.
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         match &self.inner {
-            Inner::Cpu(c) => Ok(c.as_bytes().to_vec()),
             #[cfg(feature = "cuda")]
-            Inner::Cuda(b) => Ok(b.to_host_vec()?),
+            Inner::Cuda(m) => {
+                let mut v = vec![0u8; self.nbytes()];
+                // SAFETY: the memory holds `nbytes` bytes on its context.
+                unsafe { genesis_cuda::raw::copy_to_host(m.ctx(), m.ptr(), &mut v)? };
+                Ok(v)
+            }
+            _ => Ok(self.host_bytes().expect("host storage").to_vec()),
         }
     }
 
     /// The elements copied into a `Vec<T>`; `T` must be the storage's dtype.
     pub fn to_vec<T: WithDType>(&self) -> Result<Vec<T>> {
-        if T::DTYPE != self.dtype {
-            return Err(Error::DTypeMismatch {
-                op: "to_vec",
-                lhs: self.dtype,
-                rhs: T::DTYPE,
-            });
-        }
-        match &self.inner {
-            Inner::Cpu(c) => Ok(c.as_slice::<T>().to_vec()),
-            #[cfg(feature = "cuda")]
-            Inner::Cuda(b) => {
-                let mut host = CpuStorage::zeroed(b.len());
-                b.copy_to_host(host.as_bytes_mut())?;
-                Ok(host.as_slice::<T>().to_vec())
-            }
-        }
+        self.check_type::<T>("to_vec")?;
+        let bytes = self.to_bytes()?;
+        let host = CpuStorage::from_bytes(&bytes);
+        Ok(host.as_slice::<T>().to_vec())
     }
 
     /// The elements converted to `f64`, for display and reference checks.
@@ -160,53 +334,276 @@ impl Storage {
             bool => Ok(self.to_bytes()?.into_iter().map(|b| f64::from(u8::from(b != 0))).collect()))
     }
 
-    /// A copy of this storage on `device` (a plain copy when it is already there).
+    /// A copy on `device` (plain CPU memory for `Device::Cpu`).
     pub fn to_device(&self, device: Device) -> Result<Storage> {
-        let (dtype, len) = (self.dtype, self.len);
-        match (&self.inner, device) {
-            (Inner::Cpu(c), Device::Cpu) => Ok(Storage {
-                inner: Inner::Cpu(c.clone()),
+        let mut out = Storage::uninit(self.len, self.dtype, device)?;
+        out.copy_from(self)?;
+        Ok(out)
+    }
+
+    /// A copy in pinned host memory.
+    pub fn to_pinned(&self) -> Result<Storage> {
+        let mut out = Storage::zeros_pinned(self.len, self.dtype)?;
+        out.copy_from(self)?;
+        Ok(out)
+    }
+
+    /// A copy of the same kind on the same device.
+    pub fn try_clone(&self) -> Result<Storage> {
+        if self.is_pinned() {
+            self.to_pinned()
+        } else {
+            self.to_device(self.device())
+        }
+    }
+
+    /// Memory for `len` elements whose contents will be overwritten.
+    fn uninit(len: usize, dtype: DType, device: Device) -> Result<Storage> {
+        let nbytes = byte_len(len, dtype)?;
+        match device {
+            Device::Cpu => Ok(Storage::cpu(CpuStorage::zeroed(nbytes), dtype, len)),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(i) => Ok(Storage {
+                inner: Inner::Cuda(crate::cuda::CudaMem::new(i, nbytes)?),
                 dtype,
                 len,
             }),
-            #[cfg(feature = "cuda")]
-            (Inner::Cpu(c), Device::Cuda(i)) => {
-                let ctx = cuda_context(i)?;
-                let buf = genesis_cuda::DeviceBuffer::from_host(&ctx, c.as_bytes())?;
-                Ok(Storage {
-                    inner: Inner::Cuda(buf),
-                    dtype,
-                    len,
-                })
-            }
-            #[cfg(feature = "cuda")]
-            (Inner::Cuda(b), Device::Cpu) => {
-                let mut host = CpuStorage::zeroed(b.len());
-                b.copy_to_host(host.as_bytes_mut())?;
-                Ok(Storage {
-                    inner: Inner::Cpu(host),
-                    dtype,
-                    len,
-                })
-            }
-            #[cfg(feature = "cuda")]
-            (Inner::Cuda(b), Device::Cuda(i)) => {
-                if b.context().ordinal() == i {
-                    let mut dst = genesis_cuda::DeviceBuffer::alloc(b.context(), b.len())?;
-                    dst.copy_from_device(b, &genesis_cuda::Stream::legacy(b.context()))?;
-                    Ok(Storage {
-                        inner: Inner::Cuda(dst),
-                        dtype,
-                        len,
-                    })
-                } else {
-                    // Staged through the host until peer copies arrive with the storage issue.
-                    self.to_device(Device::Cpu)?.to_device(device)
-                }
-            }
             #[cfg(not(feature = "cuda"))]
-            (Inner::Cpu(_), Device::Cuda(_)) => Err(Error::CudaNotCompiled { device }),
+            Device::Cuda(_) => Err(Error::CudaNotCompiled { device }),
         }
+    }
+
+    /// Copies all of `src` (same dtype and length, any device) into this storage.
+    pub fn copy_from(&mut self, src: &Storage) -> Result<()> {
+        if self.dtype != src.dtype {
+            return Err(Error::DTypeMismatch {
+                op: "copy_from",
+                lhs: self.dtype,
+                rhs: src.dtype,
+            });
+        }
+        if self.len != src.len {
+            return Err(Error::LengthMismatch {
+                op: "copy_from",
+                lhs: self.len,
+                rhs: src.len,
+            });
+        }
+        self.copy_bytes_from(0, src, 0, self.nbytes())
+    }
+
+    /// Copies `bytes` bytes from `src` at byte `src_at` to this storage at byte `dst_at`.
+    fn copy_bytes_from(
+        &mut self,
+        dst_at: usize,
+        src: &Storage,
+        src_at: usize,
+        bytes: usize,
+    ) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        match (&mut self.inner, &src.inner) {
+            #[cfg(feature = "cuda")]
+            (Inner::Cuda(d), Inner::Cuda(s)) => {
+                let stream = legacy(d);
+                let (dp, sp) = (d.ptr() + dst_at as u64, s.ptr() + src_at as u64);
+                if d.ordinal() == s.ordinal() {
+                    // SAFETY: both ranges lie inside live allocations of this device.
+                    unsafe { genesis_cuda::raw::copy_device_async(&stream, dp, sp, bytes)? };
+                } else {
+                    // The source's pending writes (on its own device) must be complete first.
+                    genesis_cuda::Stream::legacy(s.ctx()).synchronize()?;
+                    // SAFETY: both ranges lie inside live allocations of their devices.
+                    unsafe {
+                        genesis_cuda::raw::copy_peer_async(
+                            &stream,
+                            d.ctx(),
+                            dp,
+                            s.ctx(),
+                            sp,
+                            bytes,
+                        )?
+                    };
+                }
+                stream.synchronize()?;
+                Ok(())
+            }
+            #[cfg(feature = "cuda")]
+            (Inner::Cuda(d), _) => {
+                let host = &src.host_bytes().expect("host storage")[src_at..src_at + bytes];
+                // SAFETY: the destination range lies inside a live allocation of its device.
+                unsafe {
+                    genesis_cuda::raw::copy_from_host(d.ctx(), d.ptr() + dst_at as u64, host)?
+                };
+                Ok(())
+            }
+            #[cfg(feature = "cuda")]
+            (_, Inner::Cuda(s)) => {
+                let host =
+                    &mut self.host_bytes_mut().expect("host storage")[dst_at..dst_at + bytes];
+                // SAFETY: the source range lies inside a live allocation of its device; the
+                // synchronous copy waits for the work queued before it on the legacy stream.
+                unsafe { genesis_cuda::raw::copy_to_host(s.ctx(), s.ptr() + src_at as u64, host)? };
+                Ok(())
+            }
+            _ => {
+                let s = &src.host_bytes().expect("host storage")[src_at..src_at + bytes];
+                self.host_bytes_mut().expect("host storage")[dst_at..dst_at + bytes]
+                    .copy_from_slice(s);
+                Ok(())
+            }
+        }
+    }
+
+    /// The elements of `layout` (a view of this storage) gathered row-major into a new storage
+    /// on the same device: a memcpy for one block, a strided kernel (or the tiled transpose for
+    /// a 2-D transpose) otherwise.
+    pub fn contiguous(&self, layout: &Layout) -> Result<Storage> {
+        layout.check_bounds(self.len)?;
+        let n = layout.numel();
+        let device = self.device();
+        let mut out = Storage::uninit(
+            n,
+            self.dtype,
+            if self.is_pinned() {
+                Device::Cpu
+            } else {
+                device
+            },
+        )?;
+        let dst_layout = Layout::contiguous(layout.shape());
+        out.copy_strided_from(&dst_layout, self, layout)?;
+        Ok(out)
+    }
+
+    /// Copies the elements of `src` under `src_layout` into this storage under `dst_layout`
+    /// (same shape, same dtype; the destination must not overlap itself). Both storages must
+    /// be on the same device, or both on the host.
+    pub fn copy_strided_from(
+        &mut self,
+        dst_layout: &Layout,
+        src: &Storage,
+        src_layout: &Layout,
+    ) -> Result<()> {
+        if self.dtype != src.dtype {
+            return Err(Error::DTypeMismatch {
+                op: "copy_strided_from",
+                lhs: self.dtype,
+                rhs: src.dtype,
+            });
+        }
+        if dst_layout.shape() != src_layout.shape() {
+            return Err(Error::ShapeMismatch {
+                op: "copy_strided_from",
+                lhs: dst_layout.shape().to_vec(),
+                rhs: src_layout.shape().to_vec(),
+            });
+        }
+        dst_layout.check_bounds(self.len)?;
+        src_layout.check_bounds(src.len)?;
+        if dst_layout.strides().contains(&0) && dst_layout.numel() > 1 {
+            return Err(Error::OverlappingDestination);
+        }
+        let size = self.dtype.size();
+        // One block on both sides: a plain byte copy (any device pair).
+        if let (StridedBlocks::Single { start: ds, len }, StridedBlocks::Single { start: ss, .. }) =
+            (dst_layout.strided_blocks(), src_layout.strided_blocks())
+            && dst_layout.is_contiguous()
+            && src_layout.is_contiguous()
+        {
+            return self.copy_bytes_from(ds * size, src, ss * size, len * size);
+        }
+        let desc = genesis_kernels::StridedCopy::new(
+            src_layout.shape(),
+            src_layout.strides(),
+            src_layout.offset(),
+            dst_layout.strides(),
+            dst_layout.offset(),
+        )?;
+        match (&mut self.inner, &src.inner) {
+            #[cfg(feature = "cuda")]
+            (Inner::Cuda(d), Inner::Cuda(s)) if d.ordinal() == s.ordinal() => {
+                let stream = legacy(d);
+                let (dp, sp) = (d.ptr(), s.ptr());
+                // A 2-D transpose into a dense destination takes the tiled kernel.
+                if let Some((rows, cols, ld)) = transpose_shape(src_layout, dst_layout) {
+                    let (so, dof) = (
+                        (src_layout.offset() * size) as u64,
+                        (dst_layout.offset() * size) as u64,
+                    );
+                    // SAFETY: the layouts were checked against both storages; the destination
+                    // is dense and does not overlap the source (different storages).
+                    unsafe {
+                        genesis_kernels::gpu::transpose(
+                            &stream,
+                            size,
+                            sp + so,
+                            dp + dof,
+                            1,
+                            rows,
+                            cols,
+                            ld,
+                            0,
+                            0,
+                        )?
+                    };
+                } else {
+                    // SAFETY: the layouts were checked against both storages and the
+                    // destination has no repeated indices.
+                    unsafe { genesis_kernels::gpu::strided_copy(&stream, size, sp, dp, &desc)? };
+                }
+                Ok(())
+            }
+            #[cfg(feature = "cuda")]
+            (Inner::Cuda(_), _) | (_, Inner::Cuda(_)) => {
+                // Different devices: gather on the source's device, then copy the dense block.
+                let dense = src.contiguous(src_layout)?;
+                if dst_layout.is_contiguous() {
+                    let at = dst_layout.offset() * size;
+                    return self.copy_bytes_from(at, &dense, 0, dense.nbytes());
+                }
+                let staged = dense.to_device(self.device())?;
+                self.copy_strided_from(dst_layout, &staged, &Layout::contiguous(src_layout.shape()))
+            }
+            _ => {
+                let s = src.host_bytes().expect("host storage");
+                let d = self.host_bytes_mut().expect("host storage");
+                host_strided_copy(size, s, d, &desc)
+            }
+        }
+    }
+
+    /// A copy converted to `dtype` (same device; the conversion kernel on CUDA, its twin on
+    /// the CPU). Rounding to f16/bf16 is to nearest-even; floats to integers truncate and
+    /// saturate, NaN becoming 0; integers wrap; bool is `x != 0`.
+    pub fn to_dtype(&self, dtype: DType) -> Result<Storage> {
+        if dtype == self.dtype {
+            return self.try_clone();
+        }
+        let mut out = Storage::uninit(self.len, dtype, self.device())?;
+        match (&mut out.inner, &self.inner) {
+            #[cfg(feature = "cuda")]
+            (Inner::Cuda(d), Inner::Cuda(s)) => {
+                // SAFETY: both hold `len` elements of their dtypes on this device.
+                unsafe {
+                    genesis_kernels::gpu::cast(
+                        &legacy(d),
+                        scalar(self.dtype),
+                        s.ptr(),
+                        scalar(dtype),
+                        d.ptr(),
+                        self.len,
+                    )?
+                };
+            }
+            _ => {
+                let src = self.host_bytes().expect("host storage");
+                let dst = out.host_bytes_mut().expect("host storage");
+                genesis_kernels::copy::cast(scalar(self.dtype), src, scalar(dtype), dst, self.len)?;
+            }
+        }
+        Ok(out)
     }
 
     fn check_binary(&self, op: &'static str, other: &Storage) -> Result<()> {
@@ -239,35 +636,72 @@ impl Storage {
         self.check_binary("add", other)?;
         let (dtype, len) = (self.dtype, self.len);
         match (&self.inner, &other.inner) {
-            (Inner::Cpu(a), Inner::Cpu(b)) => {
-                crate::dispatch_kernel_dtype!(dtype, T => {
-                    let mut out = CpuStorage::zeroed(a.nbytes());
-                    genesis_kernels::cpu::add::<T>(a.as_slice(), b.as_slice(), out.as_mut_slice())?;
-                    Ok(Storage { inner: Inner::Cpu(out), dtype, len })
-                }, _ => Err(Error::UnsupportedDType { op: "add", dtype }))
-            }
             #[cfg(feature = "cuda")]
             (Inner::Cuda(a), Inner::Cuda(b)) => {
                 crate::dispatch_kernel_dtype!(dtype, T => {
-                    let out = genesis_cuda::DeviceBuffer::alloc(a.context(), a.len())?;
-                    let stream = genesis_cuda::Stream::legacy(a.context());
-                    // SAFETY: all three buffers are on the same device (checked above), hold
-                    // `len` elements of `T`, and live until the launch completes (cuMemFree
-                    // and the host copies synchronise with the legacy stream).
-                    unsafe {
-                        genesis_kernels::gpu::add::<T>(&stream, a.device_ptr(), b.device_ptr(), out.device_ptr(), len)?
-                    };
+                    let out = crate::cuda::CudaMem::new(a.ordinal(), a.nbytes())?;
+                    // SAFETY: all three hold `len` elements of `T` on the same device and live
+                    // until the launch completes (the pool reuses memory in stream order).
+                    unsafe { genesis_kernels::gpu::add::<T>(&legacy(a), a.ptr(), b.ptr(), out.ptr(), len)? };
                     Ok(Storage { inner: Inner::Cuda(out), dtype, len })
                 }, _ => Err(Error::UnsupportedDType { op: "add", dtype }))
             }
-            #[cfg(feature = "cuda")]
-            _ => Err(Error::DeviceMismatch {
-                op: "add",
-                lhs: self.device(),
-                rhs: other.device(),
-            }),
+            _ => {
+                crate::dispatch_kernel_dtype!(dtype, T => {
+                    let mut out = CpuStorage::zeroed(self.nbytes());
+                    genesis_kernels::cpu::add::<T>(self.as_slice()?, other.as_slice()?, out.as_mut_slice())?;
+                    Ok(Storage::cpu(out, dtype, len))
+                }, _ => Err(Error::UnsupportedDType { op: "add", dtype }))
+            }
         }
     }
+}
+
+#[cfg(feature = "cuda")]
+/// `(rows, cols, ld)` when `src` is a 2-D transpose of a row-major matrix (strides `[1, ld]`)
+/// and `dst` is dense row-major: the tiled transpose kernel's case.
+fn transpose_shape(src: &Layout, dst: &Layout) -> Option<(usize, usize, usize)> {
+    if src.rank() != 2 || !dst.is_contiguous() {
+        return None;
+    }
+    let (sh, st) = (src.shape(), src.strides());
+    // Output is [sh0, sh1]; input matrix has rows = sh1 (stride st1 = ld) and cols = sh0.
+    (st[0] == 1 && st[1] >= sh[0] as isize && sh[0] > 1 && sh[1] > 1)
+        .then(|| (sh[1], sh[0], st[1] as usize))
+}
+
+fn host_strided_copy(
+    size: usize,
+    src: &[u8],
+    dst: &mut [u8],
+    desc: &genesis_kernels::StridedCopy,
+) -> Result<()> {
+    macro_rules! as_words {
+        ($t:ty) => {{
+            let s =
+                // SAFETY: host storages are 64-byte aligned and `$t` is a plain integer whose
+                // size divides the buffers' lengths (they hold whole elements of `size` bytes).
+                unsafe { std::slice::from_raw_parts(src.as_ptr().cast::<$t>(), src.len() / size) };
+            // SAFETY: as above, with the unique borrow of `dst`.
+            let d = unsafe {
+                std::slice::from_raw_parts_mut(dst.as_mut_ptr().cast::<$t>(), dst.len() / size)
+            };
+            genesis_kernels::copy::strided_copy(s, d, desc)?;
+        }};
+    }
+    match size {
+        1 => as_words!(u8),
+        2 => as_words!(u16),
+        4 => as_words!(u32),
+        8 => as_words!(u64),
+        _ => {
+            return Err(Error::UnsupportedDType {
+                op: "strided copy",
+                dtype: DType::U8,
+            });
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -306,6 +740,64 @@ mod tests {
         let s = Storage::full(5, bf16::from_f32(2.5), Device::Cpu).unwrap();
         assert_eq!(s.to_f64_vec().unwrap(), vec![2.5; 5]);
         assert_eq!(s.nbytes(), 10);
+    }
+
+    #[test]
+    fn contiguous_of_views_on_cpu() {
+        let s = Storage::from_slice(&(0..24).collect::<Vec<i32>>(), Device::Cpu).unwrap();
+        let l = Layout::contiguous(&[2, 3, 4]).permute(&[2, 0, 1]).unwrap();
+        let c = s.contiguous(&l).unwrap();
+        let want: Vec<i32> = l.indices().map(|i| i as i32).collect();
+        assert_eq!(c.to_vec::<i32>().unwrap(), want);
+        let t = Layout::contiguous(&[4, 6])
+            .transpose(0, 1)
+            .unwrap()
+            .slice(0, 1, 6, 2)
+            .unwrap();
+        let want: Vec<i32> = t.indices().map(|i| i as i32).collect();
+        assert_eq!(s.contiguous(&t).unwrap().to_vec::<i32>().unwrap(), want);
+        let bad = Layout::new(&[5, 5], &[5, 1], 0);
+        assert!(matches!(s.contiguous(&bad), Err(Error::Layout(_))));
+    }
+
+    #[test]
+    fn copy_checks_and_casts() {
+        let mut dst = Storage::zeros(3, DType::F32, Device::Cpu).unwrap();
+        let src = Storage::from_slice(&[1.0f32, 2.0, 3.0], Device::Cpu).unwrap();
+        dst.copy_from(&src).unwrap();
+        assert_eq!(dst.to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0]);
+        let short = Storage::from_slice(&[1.0f32], Device::Cpu).unwrap();
+        assert!(matches!(
+            dst.copy_from(&short),
+            Err(Error::LengthMismatch { .. })
+        ));
+        assert_eq!(
+            dst.to_vec::<f32>().unwrap(),
+            vec![1.0, 2.0, 3.0],
+            "unchanged after an error"
+        );
+        let i = src.to_dtype(DType::I64).unwrap();
+        assert_eq!(i.to_vec::<i64>().unwrap(), vec![1, 2, 3]);
+        let b = Storage::from_bytes(&[0, 1, 1], DType::Bool, Device::Cpu).unwrap();
+        assert_eq!(
+            b.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap(),
+            vec![0.0, 1.0, 1.0]
+        );
+        assert!(matches!(
+            Storage::from_bytes(&[2], DType::Bool, Device::Cpu),
+            Err(Error::InvalidBool)
+        ));
+        assert!(matches!(
+            Storage::from_bytes(&[1, 2, 3], DType::F16, Device::Cpu),
+            Err(Error::LengthMismatch { .. })
+        ));
+        let mut overlap = Storage::zeros(4, DType::F32, Device::Cpu).unwrap();
+        let e = overlap.copy_strided_from(
+            &Layout::new(&[4], &[0], 0),
+            &src.try_clone().unwrap(),
+            &Layout::new(&[4], &[0], 0),
+        );
+        assert!(matches!(e, Err(Error::OverlappingDestination)));
     }
 
     #[cfg(not(feature = "cuda"))]

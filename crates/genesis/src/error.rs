@@ -1,7 +1,7 @@
 use genesis_storage::{DType, Device};
 
 /// The one error type of the facade.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// Operands whose shapes do not fit the operation.

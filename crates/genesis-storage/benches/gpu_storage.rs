@@ -1,0 +1,92 @@
+//! GPU timings of storage transfers and `contiguous` (device events on the legacy stream,
+//! warm-up, median of 30). `gpu_storage [--json PATH]`.
+
+#[cfg(not(feature = "cuda"))]
+fn main() {
+    println!("gpu_storage: skipped: built without the `cuda` feature");
+}
+
+#[cfg(feature = "cuda")]
+fn main() {
+    if let Err(e) = gpu::run() {
+        eprintln!("gpu_storage: error: {e}");
+        std::process::exit(1);
+    }
+}
+
+#[cfg(feature = "cuda")]
+mod gpu {
+    use genesis_cuda::{Context, Event, Stream};
+    use genesis_storage::{DType, Device, Layout, Storage};
+
+    type BoxResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
+
+    fn time(ctx: &std::sync::Arc<Context>, mut f: impl FnMut() -> BoxResult) -> BoxResult<f64> {
+        let s = Stream::legacy(ctx);
+        for _ in 0..3 {
+            f()?;
+        }
+        s.synchronize()?;
+        let (a, b) = (Event::new(ctx, true)?, Event::new(ctx, true)?);
+        let mut ms = Vec::new();
+        for _ in 0..30 {
+            a.record(&s)?;
+            f()?;
+            b.record(&s)?;
+            b.synchronize()?;
+            ms.push(f64::from(b.elapsed_ms(&a)?));
+        }
+        ms.sort_by(f64::total_cmp);
+        Ok(ms[ms.len() / 2])
+    }
+
+    pub(crate) fn run() -> BoxResult {
+        if genesis_cuda::skip_without_gpu("gpu_storage") {
+            return Ok(());
+        }
+        let json = std::env::args().skip_while(|a| a != "--json").nth(1);
+        let ctx = Context::get(0)?;
+        let n = 64 << 20; // f32 elements: 256 MiB
+        let bytes: Vec<u8> = (0..n * 4).map(|i| (i * 7 + 3) as u8).collect();
+        let host = Storage::from_bytes(&bytes, DType::F32, Device::Cpu)?;
+        let pinned = host.to_pinned()?;
+        let mut dev = Storage::zeros(n, DType::F32, Device::Cuda(0))?;
+        let mut dev2 = Storage::zeros(n, DType::F32, Device::Cuda(0))?;
+        let mut pinned_out = Storage::zeros_pinned(n, DType::F32)?;
+        let mut rows: Vec<(String, usize, f64)> = Vec::new();
+        let t = time(&ctx, || Ok(dev.copy_from(&pinned)?))?;
+        rows.push(("pinned_h2d_256MiB".into(), n * 4, t));
+        let t = time(&ctx, || Ok(pinned_out.copy_from(&dev)?))?;
+        rows.push(("pinned_d2h_256MiB".into(), n * 4, t));
+        let t = time(&ctx, || Ok(dev.copy_from(&host)?))?;
+        rows.push(("pageable_h2d_256MiB".into(), n * 4, t));
+        let t = time(&ctx, || Ok(dev2.copy_from(&dev)?))?;
+        rows.push(("storage_d2d_256MiB".into(), 2 * n * 4, t));
+        let m = 8192;
+        let tl = Layout::contiguous(&[m, m]).transpose(0, 1)?;
+        let t = time(&ctx, || {
+            let c = dev.contiguous(&tl)?;
+            drop(c);
+            Ok(())
+        })?;
+        rows.push(("contiguous_t_8192_f32".into(), 2 * m * m * 4, t));
+        let mut out = Vec::new();
+        println!("{:<24} {:>10} {:>10}", "case", "median ms", "GB/s");
+        for (name, b, ms) in &rows {
+            let gbs = *b as f64 / (ms * 1e-3) / 1e9;
+            println!("{name:<24} {ms:>10.4} {gbs:>10.1}");
+            out.push(format!("{{\"name\":\"{name}\",\"bytes\":{b},\"median_ms\":{ms},\"min_ms\":{ms},\"gb_per_s\":{gbs}}}"));
+        }
+        if let Some(p) = json {
+            std::fs::write(
+                p,
+                format!(
+                    "{{\"device\":\"{}\",\"results\":[{}]}}\n",
+                    ctx.name(),
+                    out.join(",")
+                ),
+            )?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,176 @@
+//! CUDA memory for storages: one caching allocator (`genesis-mem`) per device, and a pool of
+//! pinned host memory.
+
+use std::sync::{Arc, OnceLock};
+
+use genesis_cuda::Context;
+use genesis_mem::cuda::{CudaBackend, PinnedHostBackend, device_allocator, pinned_allocator};
+use genesis_mem::{Allocation, CachingAllocator, Config};
+
+use crate::{Error, Result};
+
+/// The caching allocator of one device, with its context.
+#[derive(Debug)]
+pub struct DevicePool {
+    ctx: Arc<Context>,
+    allocator: CachingAllocator<CudaBackend>,
+}
+
+impl DevicePool {
+    /// The device's context.
+    pub fn context(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+
+    /// The device's caching allocator (statistics, snapshots, limits).
+    pub fn allocator(&self) -> &CachingAllocator<CudaBackend> {
+        &self.allocator
+    }
+}
+
+fn pools() -> &'static Vec<OnceLock<DevicePool>> {
+    static POOLS: OnceLock<Vec<OnceLock<DevicePool>>> = OnceLock::new();
+    POOLS.get_or_init(|| {
+        let n = genesis_cuda::device_count().unwrap_or(0);
+        (0..n).map(|_| OnceLock::new()).collect()
+    })
+}
+
+/// The caching allocator of device `ordinal`, created on first use and kept for the process.
+pub fn device_pool(ordinal: usize) -> Result<&'static DevicePool> {
+    let pools = pools();
+    let missing = if pools.is_empty() {
+        genesis_cuda::Error::NoDevice
+    } else {
+        genesis_cuda::Error::InvalidDevice {
+            ordinal,
+            count: pools.len(),
+        }
+    };
+    let Some(slot) = pools.get(ordinal) else {
+        return Err(Error::Cuda(missing));
+    };
+    if let Some(p) = slot.get() {
+        return Ok(p);
+    }
+    let ctx = Context::get(ordinal)?;
+    let allocator = device_allocator(&ctx, Config::default())?;
+    // Another thread may have won the race: its pool is kept and ours dropped (which gives its
+    // empty cache back).
+    let _ = slot.set(DevicePool { ctx, allocator });
+    Ok(slot.get().expect("just set"))
+}
+
+/// The pinned host memory pool (registered with device 0), created on first use.
+pub fn pinned_pool() -> Result<&'static CachingAllocator<PinnedHostBackend>> {
+    static PINNED: OnceLock<CachingAllocator<PinnedHostBackend>> = OnceLock::new();
+    if let Some(p) = PINNED.get() {
+        return Ok(p);
+    }
+    let ctx = Context::get(0)?;
+    let pool = pinned_allocator(&ctx, usize::MAX / 2)?;
+    let _ = PINNED.set(pool);
+    Ok(PINNED.get().expect("just set"))
+}
+
+/// Device memory from a device's pool, given back on drop.
+#[derive(Debug)]
+pub(crate) struct CudaMem {
+    alloc: Option<Allocation>,
+    pool: &'static DevicePool,
+    nbytes: usize,
+}
+
+impl CudaMem {
+    /// `nbytes` of uninitialised memory on device `ordinal` (stream-ordered on the legacy
+    /// stream).
+    pub(crate) fn new(ordinal: usize, nbytes: usize) -> Result<CudaMem> {
+        let pool = device_pool(ordinal)?;
+        let alloc = if nbytes == 0 {
+            None
+        } else {
+            Some(pool.allocator.alloc(nbytes, 0)?)
+        };
+        Ok(CudaMem {
+            alloc,
+            pool,
+            nbytes,
+        })
+    }
+
+    pub(crate) fn ptr(&self) -> u64 {
+        self.alloc.as_ref().map_or(0, Allocation::ptr)
+    }
+
+    pub(crate) fn nbytes(&self) -> usize {
+        self.nbytes
+    }
+
+    pub(crate) fn ctx(&self) -> &Arc<Context> {
+        &self.pool.ctx
+    }
+
+    pub(crate) fn ordinal(&self) -> usize {
+        self.pool.ctx.ordinal()
+    }
+}
+
+impl Drop for CudaMem {
+    fn drop(&mut self) {
+        if let Some(a) = self.alloc.take()
+            && let Err(e) = self.pool.allocator.free(a)
+        {
+            tracing::error!(error = %e, "returning device memory to the pool failed");
+        }
+    }
+}
+
+/// Pinned host memory from the pinned pool, given back on drop.
+#[derive(Debug)]
+pub(crate) struct PinnedMem {
+    alloc: Option<Allocation>,
+    nbytes: usize,
+}
+
+impl PinnedMem {
+    pub(crate) fn new(nbytes: usize) -> Result<PinnedMem> {
+        let alloc = if nbytes == 0 {
+            None
+        } else {
+            Some(pinned_pool()?.alloc(nbytes, 0)?)
+        };
+        Ok(PinnedMem { alloc, nbytes })
+    }
+
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        match &self.alloc {
+            // SAFETY: the allocation is `nbytes` (rounded up) of pinned host memory owned by
+            // this value until drop.
+            Some(a) => unsafe {
+                std::slice::from_raw_parts(a.ptr() as usize as *const u8, self.nbytes)
+            },
+            None => &[],
+        }
+    }
+
+    pub(crate) fn as_bytes_mut(&mut self) -> &mut [u8] {
+        match &self.alloc {
+            // SAFETY: as in `as_bytes`, with a unique borrow of `self`.
+            Some(a) => unsafe {
+                std::slice::from_raw_parts_mut(a.ptr() as usize as *mut u8, self.nbytes)
+            },
+            None => &mut [],
+        }
+    }
+}
+
+impl Drop for PinnedMem {
+    fn drop(&mut self) {
+        if let Some(a) = self.alloc.take()
+            && let Ok(pool) = pinned_pool()
+            && let Err(e) = pool.free(a)
+        {
+            tracing::error!(error = %e, "returning pinned memory to the pool failed");
+        }
+    }
+}

@@ -1,0 +1,186 @@
+//! Storages on the GPU: round trips of every dtype over every device pair, casts matching the
+//! CPU for every dtype pair, strided copies and `contiguous` against the CPU, typed errors.
+#![cfg(feature = "cuda")]
+
+use genesis_cuda::skip_without_gpu;
+use genesis_storage::{DType, Device, Error, Layout, Storage};
+use rand::rngs::SmallRng;
+use rand::{RngCore, SeedableRng};
+
+/// Random bytes valid for `dtype` (bools 0/1), with float specials sprinkled in.
+fn bytes_for(dtype: DType, n: usize, rng: &mut SmallRng) -> Vec<u8> {
+    let mut b = vec![0u8; n * dtype.size()];
+    rng.fill_bytes(&mut b);
+    if dtype == DType::Bool {
+        b.iter_mut().for_each(|x| *x &= 1);
+    }
+    if dtype == DType::F32 && n > 40 {
+        for (i, v) in [f32::NAN, f32::INFINITY, -0.0, 1e-40, 65520.0, 2.5, -3.5]
+            .iter()
+            .enumerate()
+        {
+            b[i * 20..i * 20 + 4].copy_from_slice(&v.to_le_bytes());
+        }
+    }
+    b
+}
+
+fn same(dtype: DType, a: &[u8], b: &[u8]) -> bool {
+    if a == b {
+        return true;
+    }
+    let s = dtype.size();
+    a.chunks(s).zip(b.chunks(s)).all(|(x, y)| {
+        x == y
+            || match dtype {
+                DType::F16 => {
+                    half::f16::from_le_bytes([x[0], x[1]]).is_nan()
+                        && half::f16::from_le_bytes([y[0], y[1]]).is_nan()
+                }
+                DType::BF16 => {
+                    half::bf16::from_le_bytes([x[0], x[1]]).is_nan()
+                        && half::bf16::from_le_bytes([y[0], y[1]]).is_nan()
+                }
+                DType::F32 => {
+                    f32::from_le_bytes(x.try_into().unwrap()).is_nan()
+                        && f32::from_le_bytes(y.try_into().unwrap()).is_nan()
+                }
+                DType::F64 => {
+                    f64::from_le_bytes(x.try_into().unwrap()).is_nan()
+                        && f64::from_le_bytes(y.try_into().unwrap()).is_nan()
+                }
+                _ => false,
+            }
+    })
+}
+
+#[test]
+fn round_trips_are_bit_exact() {
+    if skip_without_gpu("round_trips_are_bit_exact") {
+        return;
+    }
+    let mut rng = SmallRng::seed_from_u64(1);
+    let n_dev = genesis_cuda::device_count().unwrap();
+    for dtype in DType::ALL {
+        let bytes = bytes_for(dtype, 10_007, &mut rng);
+        let cpu = Storage::from_bytes(&bytes, dtype, Device::Cpu).unwrap();
+        let pinned = cpu.to_pinned().unwrap();
+        assert!(pinned.is_pinned() && pinned.device() == Device::Cpu);
+        assert_eq!(pinned.to_bytes().unwrap(), bytes, "{dtype}: cpu -> pinned");
+        for src in [&cpu, &pinned] {
+            let g = src.to_device(Device::Cuda(0)).unwrap();
+            assert_eq!(g.to_bytes().unwrap(), bytes, "{dtype}: -> cuda:0");
+            let back = g.to_device(Device::Cpu).unwrap();
+            assert_eq!(back.to_bytes().unwrap(), bytes, "{dtype}: cuda:0 -> cpu");
+            let mut into_pinned = Storage::zeros_pinned(src.len(), dtype).unwrap();
+            into_pinned.copy_from(&g).unwrap();
+            assert_eq!(
+                into_pinned.to_bytes().unwrap(),
+                bytes,
+                "{dtype}: cuda:0 -> pinned"
+            );
+            let g2 = g.try_clone().unwrap();
+            assert_eq!(g2.to_bytes().unwrap(), bytes, "{dtype}: cuda:0 -> cuda:0");
+            if n_dev > 1 {
+                let g1 = g.to_device(Device::Cuda(1)).unwrap();
+                assert_eq!(g1.device(), Device::Cuda(1));
+                assert_eq!(g1.to_bytes().unwrap(), bytes, "{dtype}: cuda:0 -> cuda:1");
+                assert_eq!(
+                    g1.to_device(Device::Cuda(0)).unwrap().to_bytes().unwrap(),
+                    bytes,
+                    "{dtype}: cuda:1 -> cuda:0"
+                );
+            }
+        }
+    }
+    if n_dev < 2 {
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "cuda:0 <-> cuda:1 skipped: one GPU");
+    }
+}
+
+#[test]
+fn casts_match_the_cpu_for_every_pair() {
+    if skip_without_gpu("casts_match_the_cpu_for_every_pair") {
+        return;
+    }
+    let mut rng = SmallRng::seed_from_u64(2);
+    for from in DType::ALL {
+        let bytes = bytes_for(from, 4099, &mut rng);
+        let cpu = Storage::from_bytes(&bytes, from, Device::Cpu).unwrap();
+        let gpu = cpu.to_device(Device::Cuda(0)).unwrap();
+        for to in DType::ALL {
+            let want = cpu.to_dtype(to).unwrap().to_bytes().unwrap();
+            let got = gpu.to_dtype(to).unwrap().to_bytes().unwrap();
+            assert!(same(to, &got, &want), "{from} -> {to}");
+        }
+    }
+}
+
+#[test]
+fn contiguous_and_strided_copies_match_the_cpu() {
+    if skip_without_gpu("contiguous_and_strided_copies_match_the_cpu") {
+        return;
+    }
+    let data: Vec<i32> = (0..(64 * 48)).collect();
+    let cpu = Storage::from_slice(&data, Device::Cpu).unwrap();
+    let gpu = cpu.to_device(Device::Cuda(0)).unwrap();
+    let base = Layout::contiguous(&[64, 48]);
+    let views = [
+        base.transpose(0, 1).unwrap(),
+        base.slice(0, 1, 64, 2).unwrap().slice(1, 0, 48, 3).unwrap(),
+        base.view(&[4, 16, 48])
+            .unwrap()
+            .permute(&[2, 0, 1])
+            .unwrap(),
+        base.narrow(1, 5, 20).unwrap(),
+        base.narrow(0, 3, 7).unwrap(),
+        Layout::contiguous(&[48])
+            .unsqueeze(0)
+            .unwrap()
+            .expand(&[5, 48])
+            .unwrap(),
+        base.transpose(0, 1).unwrap().narrow(0, 2, 30).unwrap(),
+    ];
+    for v in &views {
+        let want = cpu.contiguous(v).unwrap().to_vec::<i32>().unwrap();
+        let reference: Vec<i32> = v.indices().map(|i| data[i]).collect();
+        assert_eq!(want, reference, "cpu {v:?}");
+        let got = gpu.contiguous(v).unwrap();
+        assert_eq!(got.device(), Device::Cuda(0));
+        assert_eq!(got.to_vec::<i32>().unwrap(), reference, "cuda {v:?}");
+    }
+    // Strided destination: write the transpose into the odd columns of a wider matrix.
+    let mut dst = Storage::zeros(48 * 130, DType::I32, Device::Cuda(0)).unwrap();
+    let dst_layout = Layout::contiguous(&[48, 130]).slice(1, 1, 129, 2).unwrap();
+    dst.copy_strided_from(&dst_layout, &gpu, &base.transpose(0, 1).unwrap())
+        .unwrap();
+    let host = dst.to_vec::<i32>().unwrap();
+    for r in 0..48 {
+        for c in 0..64 {
+            assert_eq!(host[r * 130 + 1 + 2 * c], data[c * 48 + r]);
+        }
+    }
+}
+
+#[test]
+fn bad_input_is_a_typed_error() {
+    if skip_without_gpu("storage bad_input_is_a_typed_error") {
+        return;
+    }
+    let n = genesis_cuda::device_count().unwrap();
+    let e = Storage::zeros(4, DType::F32, Device::Cuda(n + 2)).unwrap_err();
+    assert!(
+        matches!(e, Error::Cuda(genesis_cuda::Error::InvalidDevice { .. })),
+        "{e}"
+    );
+    let a = Storage::zeros(4, DType::F32, Device::Cuda(0)).unwrap();
+    let mut b = Storage::zeros(5, DType::F32, Device::Cuda(0)).unwrap();
+    assert!(matches!(b.copy_from(&a), Err(Error::LengthMismatch { .. })));
+    assert!(matches!(a.as_slice::<f32>(), Err(Error::NotOnHost { .. })));
+    let huge = Storage::zeros(usize::MAX / 16, DType::F64, Device::Cuda(0)).unwrap_err();
+    assert!(
+        matches!(huge, Error::Memory(_) | Error::SizeOverflow { .. }),
+        "{huge}"
+    );
+}

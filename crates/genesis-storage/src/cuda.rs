@@ -174,3 +174,17 @@ impl Drop for PinnedMem {
         }
     }
 }
+
+/// Gives the cached (unused) memory of every device pool and of the pinned pool back to the
+/// driver. Memory of live storages is untouched.
+pub fn empty_caches() -> Result<()> {
+    for slot in pools() {
+        if let Some(p) = slot.get() {
+            p.allocator.empty_cache()?;
+        }
+    }
+    if let Ok(p) = pinned_pool() {
+        p.empty_cache()?;
+    }
+    Ok(())
+}

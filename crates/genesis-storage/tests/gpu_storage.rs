@@ -56,6 +56,7 @@ fn same(dtype: DType, a: &[u8], b: &[u8]) -> bool {
 
 #[test]
 fn round_trips_are_bit_exact() {
+    let _release = Release;
     if skip_without_gpu("round_trips_are_bit_exact") {
         return;
     }
@@ -101,6 +102,7 @@ fn round_trips_are_bit_exact() {
 
 #[test]
 fn casts_match_the_cpu_for_every_pair() {
+    let _release = Release;
     if skip_without_gpu("casts_match_the_cpu_for_every_pair") {
         return;
     }
@@ -119,6 +121,7 @@ fn casts_match_the_cpu_for_every_pair() {
 
 #[test]
 fn contiguous_and_strided_copies_match_the_cpu() {
+    let _release = Release;
     if skip_without_gpu("contiguous_and_strided_copies_match_the_cpu") {
         return;
     }
@@ -165,6 +168,7 @@ fn contiguous_and_strided_copies_match_the_cpu() {
 
 #[test]
 fn bad_input_is_a_typed_error() {
+    let _release = Release;
     if skip_without_gpu("storage bad_input_is_a_typed_error") {
         return;
     }
@@ -183,4 +187,15 @@ fn bad_input_is_a_typed_error() {
         matches!(huge, Error::Memory(_) | Error::SizeOverflow { .. }),
         "{huge}"
     );
+}
+
+/// Gives the pools' cached memory back when a test ends, so nothing is held at exit.
+struct Release;
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        if genesis_cuda::is_available() {
+            let _ = genesis_storage::cuda::empty_caches();
+        }
+    }
 }

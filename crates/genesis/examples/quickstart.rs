@@ -56,6 +56,10 @@ fn main() -> genesis::Result<()> {
         println!("device mismatch -> {}", cpu.add(&gpu).unwrap_err());
         let back = gpu.to(Device::Cpu)?;
         println!("copied back to the host: {back}");
+        drop((cpu, gpu));
+        // Give the allocator's cached memory back to the driver.
+        #[cfg(feature = "cuda")]
+        genesis::cuda::empty_cache()?;
     } else if cfg!(feature = "cuda") {
         println!("(no CUDA device found: the GPU part of the tour is skipped)");
     } else {

@@ -44,6 +44,13 @@ pub mod cuda {
             .to_string())
     }
 
+    /// Gives the cached memory of every device's pool (and the pinned pool) back to the
+    /// driver; memory of live tensors stays.
+    #[cfg(feature = "cuda")]
+    pub fn empty_cache() -> crate::Result<()> {
+        Ok(genesis_storage::cuda::empty_caches()?)
+    }
+
     /// The compute capability `(major, minor)` of device `ordinal`.
     #[cfg(feature = "cuda")]
     pub fn get_device_capability(ordinal: usize) -> crate::Result<(u32, u32)> {

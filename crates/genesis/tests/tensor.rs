@@ -18,6 +18,7 @@ fn devices() -> Vec<Device> {
 
 #[test]
 fn add_reads_back_on_every_device() {
+    let _release = Release;
     for dev in devices() {
         let a = Tensor::from_slice(&[1.0f32, -2.0, 3.5], &[3], dev).unwrap();
         let b = Tensor::from_slice(&[0.5f32, 2.0, -0.25], &[3], dev).unwrap();
@@ -49,6 +50,7 @@ fn add_reads_back_on_every_device() {
 
 #[test]
 fn cuda_matches_cpu_on_odd_shapes() {
+    let _release = Release;
     if !genesis::cuda::is_available() {
         return;
     }
@@ -70,6 +72,7 @@ fn cuda_matches_cpu_on_odd_shapes() {
 
 #[test]
 fn mismatches_are_typed_errors() {
+    let _release = Release;
     for dev in devices() {
         let a = Tensor::full(&[2, 3], 1.0f32, dev).unwrap();
         let b = Tensor::full(&[3, 2], 1.0f32, dev).unwrap();
@@ -133,6 +136,7 @@ fn mismatches_are_typed_errors() {
 
 #[test]
 fn cuda_device_without_gpu_is_a_typed_error() {
+    let _release = Release;
     if genesis::cuda::is_available() {
         return;
     }
@@ -142,4 +146,25 @@ fn cuda_device_without_gpu_is_a_typed_error() {
         msg.contains("no CUDA device") || msg.contains("--features cuda"),
         "{msg}"
     );
+}
+
+/// Runs last in spirit: every test ends by giving cached device memory back, so nothing is
+/// held when the process exits (compute-sanitizer's leak check).
+#[cfg(feature = "cuda")]
+fn release() {
+    if genesis::cuda::is_available() {
+        genesis::cuda::empty_cache().unwrap();
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn release() {}
+
+/// Gives cached memory back when a test ends (even by panicking).
+struct Release;
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        release();
+    }
 }

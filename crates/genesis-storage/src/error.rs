@@ -88,6 +88,59 @@ pub enum Error {
     /// A copy whose destination layout repeats elements (stride 0).
     #[error("the destination of a copy has repeated elements (stride 0): writes would collide")]
     OverlappingDestination,
+    /// A file or shared-memory operation failed.
+    #[error("{path}: {message}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The operating system's message.
+        message: String,
+    },
+    /// A mapped file shorter than the storage asked for.
+    #[error("{path} holds {len} bytes but the mapping needs {needed}")]
+    FileTooShort {
+        /// The file.
+        path: String,
+        /// Bytes needed (offset + length).
+        needed: usize,
+        /// The file's length.
+        len: usize,
+    },
+    /// A mapping offset that is not a multiple of the element size.
+    #[error("offset {offset} is not a multiple of the element size {align}")]
+    MisalignedOffset {
+        /// The offset given.
+        offset: usize,
+        /// The element size.
+        align: usize,
+    },
+    /// A mapping of zero bytes.
+    #[error("a mapped or shared storage must hold at least one element")]
+    EmptyMapping,
+    /// A shared-memory name with characters other than letters, digits, `-`, `_`, `.`.
+    #[error("invalid shared-memory name {name:?}: use 1-200 letters, digits, '-', '_' or '.'")]
+    BadSharedName {
+        /// The name given.
+        name: String,
+    },
+    /// Creating shared memory whose name exists.
+    #[error("shared memory {name:?} already exists")]
+    SharedExists {
+        /// The name.
+        name: String,
+    },
+    /// Attaching to (or unlinking) shared memory that does not exist.
+    #[error("shared memory {name:?} does not exist")]
+    SharedNotFound {
+        /// The name.
+        name: String,
+    },
+    /// A write to a read-only storage.
+    #[error("{op}: the storage is read-only")]
+    ReadOnly {
+        /// The operation.
+        op: &'static str,
+    },
     /// A view or layout error.
     #[error(transparent)]
     Layout(#[from] crate::LayoutError),

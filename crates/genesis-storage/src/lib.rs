@@ -14,6 +14,7 @@ mod device;
 mod dtype;
 mod error;
 mod layout;
+mod mapped;
 mod storage;
 
 pub use cpu::CpuStorage;
@@ -21,4 +22,5 @@ pub use device::Device;
 pub use dtype::{DType, WithDType};
 pub use error::{Error, Result};
 pub use layout::{Dims, Layout, LayoutError, StridedBlocks, Strides};
+pub use mapped::MapMode;
 pub use storage::Storage;

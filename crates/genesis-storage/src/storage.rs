@@ -14,6 +14,7 @@ use crate::{DType, Device, Error, Result, WithDType};
 #[derive(Debug)]
 enum Inner {
     Cpu(CpuStorage),
+    Mapped(crate::mapped::Mapped),
     #[cfg(feature = "cuda")]
     Pinned(crate::cuda::PinnedMem),
     #[cfg(feature = "cuda")]
@@ -106,6 +107,65 @@ impl Storage {
         }
     }
 
+    /// `len` elements of `dtype` mapped from byte `offset` of the file at `path` (zero-copy;
+    /// `ReadWrite` writes go to the file, made durable by [`Storage::flush`]).
+    pub fn map_file(
+        path: impl AsRef<std::path::Path>,
+        dtype: DType,
+        offset: usize,
+        len: usize,
+        mode: crate::MapMode,
+    ) -> Result<Storage> {
+        let m = crate::mapped::map_file(path.as_ref(), dtype, offset, len, mode)?;
+        Ok(Storage {
+            inner: Inner::Mapped(m),
+            dtype,
+            len,
+        })
+    }
+
+    /// Creates named shared memory of `len` zeroed elements, usable as this storage by any
+    /// process that attaches to the name. Fails if the name exists.
+    pub fn create_shared(name: &str, dtype: DType, len: usize) -> Result<Storage> {
+        let m = crate::mapped::create_shared(name, dtype, len)?;
+        Ok(Storage {
+            inner: Inner::Mapped(m),
+            dtype,
+            len,
+        })
+    }
+
+    /// Attaches to existing named shared memory.
+    pub fn attach_shared(name: &str, dtype: DType) -> Result<Storage> {
+        let (m, len) = crate::mapped::attach_shared(name, dtype)?;
+        Ok(Storage {
+            inner: Inner::Mapped(m),
+            dtype,
+            len,
+        })
+    }
+
+    /// Removes the name of shared memory `name` (attached storages stay valid).
+    pub fn unlink_shared(name: &str) -> Result<()> {
+        crate::mapped::unlink_shared(name)
+    }
+
+    /// Writes a read-write mapped or shared storage back to its file (no-op otherwise).
+    pub fn flush(&self) -> Result<()> {
+        match &self.inner {
+            Inner::Mapped(m) => m.flush(),
+            _ => Ok(()),
+        }
+    }
+
+    /// The shared-memory name, for a shared storage.
+    pub fn shared_name(&self) -> Option<&str> {
+        match &self.inner {
+            Inner::Mapped(m) => m.shared_name.as_deref(),
+            _ => None,
+        }
+    }
+
     /// A storage holding a copy of `data` on `device`.
     pub fn from_slice<T: WithDType>(data: &[T], device: Device) -> Result<Storage> {
         let cpu = Storage::cpu(CpuStorage::from_slice(data), T::DTYPE, data.len());
@@ -181,7 +241,7 @@ impl Storage {
     /// The device (`Cpu` for pinned host memory too).
     pub fn device(&self) -> Device {
         match &self.inner {
-            Inner::Cpu(_) => Device::Cpu,
+            Inner::Cpu(_) | Inner::Mapped(_) => Device::Cpu,
             #[cfg(feature = "cuda")]
             Inner::Pinned(_) => Device::Cpu,
             #[cfg(feature = "cuda")]
@@ -223,6 +283,7 @@ impl Storage {
     pub fn data_ptr(&self) -> u64 {
         match &self.inner {
             Inner::Cpu(c) => c.as_ptr() as usize as u64,
+            Inner::Mapped(m) => m.bytes().as_ptr() as usize as u64,
             #[cfg(feature = "cuda")]
             Inner::Pinned(p) => p.as_bytes().as_ptr() as usize as u64,
             #[cfg(feature = "cuda")]
@@ -234,7 +295,6 @@ impl Storage {
     pub fn as_cpu(&self) -> Option<&CpuStorage> {
         match &self.inner {
             Inner::Cpu(c) => Some(c),
-            #[cfg(feature = "cuda")]
             _ => None,
         }
     }
@@ -252,6 +312,7 @@ impl Storage {
     pub fn host_bytes(&self) -> Option<&[u8]> {
         match &self.inner {
             Inner::Cpu(c) => Some(c.as_bytes()),
+            Inner::Mapped(m) => Some(m.bytes()),
             #[cfg(feature = "cuda")]
             Inner::Pinned(p) => Some(p.as_bytes()),
             #[cfg(feature = "cuda")]
@@ -259,13 +320,17 @@ impl Storage {
         }
     }
 
-    fn host_bytes_mut(&mut self) -> Option<&mut [u8]> {
+    fn host_bytes_mut(&mut self, op: &'static str) -> Result<&mut [u8]> {
         match &mut self.inner {
-            Inner::Cpu(c) => Some(c.as_bytes_mut()),
+            Inner::Cpu(c) => Ok(c.as_bytes_mut()),
+            Inner::Mapped(m) => m.bytes_mut().ok_or(Error::ReadOnly { op }),
             #[cfg(feature = "cuda")]
-            Inner::Pinned(p) => Some(p.as_bytes_mut()),
+            Inner::Pinned(p) => Ok(p.as_bytes_mut()),
             #[cfg(feature = "cuda")]
-            Inner::Cuda(_) => None,
+            Inner::Cuda(m) => Err(Error::NotOnHost {
+                op,
+                device: Device::Cuda(m.ordinal()),
+            }),
         }
     }
 
@@ -285,11 +350,8 @@ impl Storage {
     /// The elements of a host storage as `T`, mutably.
     pub fn as_mut_slice<T: WithDType>(&mut self) -> Result<&mut [T]> {
         self.check_type::<T>("as_mut_slice")?;
-        let (len, device) = (self.len, self.device());
-        let bytes = self.host_bytes_mut().ok_or(Error::NotOnHost {
-            op: "as_mut_slice",
-            device,
-        })?;
+        let len = self.len;
+        let bytes = self.host_bytes_mut("as_mut_slice")?;
         // SAFETY: as in `as_slice`, with a unique borrow.
         Ok(unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast::<T>(), len) })
     }
@@ -440,8 +502,7 @@ impl Storage {
             }
             #[cfg(feature = "cuda")]
             (_, Inner::Cuda(s)) => {
-                let host =
-                    &mut self.host_bytes_mut().expect("host storage")[dst_at..dst_at + bytes];
+                let host = &mut self.host_bytes_mut("copy_from")?[dst_at..dst_at + bytes];
                 // SAFETY: the source range lies inside a live allocation of its device; the
                 // synchronous copy waits for the work queued before it on the legacy stream.
                 unsafe { genesis_cuda::raw::copy_to_host(s.ctx(), s.ptr() + src_at as u64, host)? };
@@ -449,8 +510,7 @@ impl Storage {
             }
             _ => {
                 let s = &src.host_bytes().expect("host storage")[src_at..src_at + bytes];
-                self.host_bytes_mut().expect("host storage")[dst_at..dst_at + bytes]
-                    .copy_from_slice(s);
+                self.host_bytes_mut("copy_from")?[dst_at..dst_at + bytes].copy_from_slice(s);
                 Ok(())
             }
         }
@@ -568,7 +628,7 @@ impl Storage {
             }
             _ => {
                 let s = src.host_bytes().expect("host storage");
-                let d = self.host_bytes_mut().expect("host storage");
+                let d = self.host_bytes_mut("copy_strided_from")?;
                 host_strided_copy(size, s, d, &desc)
             }
         }
@@ -599,7 +659,7 @@ impl Storage {
             }
             _ => {
                 let src = self.host_bytes().expect("host storage");
-                let dst = out.host_bytes_mut().expect("host storage");
+                let dst = out.host_bytes_mut("to_dtype")?;
                 genesis_kernels::copy::cast(scalar(self.dtype), src, scalar(dtype), dst, self.len)?;
             }
         }

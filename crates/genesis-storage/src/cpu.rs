@@ -1,35 +1,62 @@
-//! 64-byte aligned host memory.
+//! Aligned host memory.
+
+use std::alloc::Layout as AllocLayout;
+use std::ptr::NonNull;
 
 use crate::{DType, Error, Result, WithDType};
 
-/// One cache line: the unit of a [`CpuStorage`]'s allocation, which makes it 64-byte aligned.
-#[derive(Clone, Copy)]
-#[repr(C, align(64))]
-struct Line([u8; 64]);
+/// The default alignment of CPU storages: one cache line (and any SIMD width in use).
+pub const DEFAULT_ALIGN: usize = 64;
 
-/// Host memory holding `len` elements of one dtype, 64-byte aligned (so any element type, and
-/// SIMD loads, are aligned).
-#[derive(Clone)]
+/// Zeroed host memory of `nbytes`, aligned to a chosen power of two (64 by default).
 pub struct CpuStorage {
-    lines: Vec<Line>,
+    ptr: NonNull<u8>,
     nbytes: usize,
+    align: usize,
 }
+
+// SAFETY: the buffer is uniquely owned plain memory; no thread affinity.
+unsafe impl Send for CpuStorage {}
+// SAFETY: shared access only reads through `&self`.
+unsafe impl Sync for CpuStorage {}
 
 impl std::fmt::Debug for CpuStorage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CpuStorage")
             .field("nbytes", &self.nbytes)
+            .field("align", &self.align)
             .finish()
     }
 }
 
+impl Clone for CpuStorage {
+    fn clone(&self) -> CpuStorage {
+        let mut c = CpuStorage::zeroed_aligned(self.nbytes, self.align)
+            .expect("same layout as an existing buffer");
+        c.as_bytes_mut().copy_from_slice(self.as_bytes());
+        c
+    }
+}
+
 impl CpuStorage {
-    /// `nbytes` zeroed bytes.
+    /// `nbytes` zeroed bytes, 64-byte aligned.
     pub fn zeroed(nbytes: usize) -> CpuStorage {
-        CpuStorage {
-            lines: vec![Line([0; 64]); nbytes.div_ceil(64)],
-            nbytes,
+        CpuStorage::zeroed_aligned(nbytes, DEFAULT_ALIGN).expect("64 is a valid alignment")
+    }
+
+    /// `nbytes` zeroed bytes aligned to `align` (a power of two; at least 16 is used, which
+    /// every element type needs).
+    pub fn zeroed_aligned(nbytes: usize, align: usize) -> Result<CpuStorage> {
+        if !align.is_power_of_two() {
+            return Err(Error::BadAlignment { align });
         }
+        let align = align.max(16);
+        let layout = AllocLayout::from_size_align(nbytes.max(1), align)
+            .map_err(|_| Error::BadAlignment { align })?;
+        // SAFETY: the layout has a non-zero size.
+        let raw = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(raw).ok_or(Error::HostOutOfMemory { bytes: nbytes })?;
+        Ok(CpuStorage { ptr, nbytes, align })
     }
 
     /// A copy of `data`.
@@ -51,38 +78,62 @@ impl CpuStorage {
         self.nbytes
     }
 
-    /// Address of the first byte (64-byte aligned).
+    /// The alignment of the first byte.
+    pub fn align(&self) -> usize {
+        self.align
+    }
+
+    /// Address of the first byte.
     pub fn as_ptr(&self) -> *const u8 {
-        self.lines.as_ptr().cast()
+        self.ptr.as_ptr()
     }
 
     /// The bytes.
     pub fn as_bytes(&self) -> &[u8] {
-        // SAFETY: `lines` owns at least `nbytes` initialised bytes (`Line` is a plain byte
-        // array), and the returned slice borrows `self`.
-        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<u8>(), self.nbytes) }
+        // SAFETY: `ptr` owns `nbytes` initialised (zeroed, then written) bytes; the slice
+        // borrows `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.nbytes) }
     }
 
     /// The bytes, mutably.
     pub fn as_bytes_mut(&mut self) -> &mut [u8] {
         // SAFETY: as in `as_bytes`, with a unique borrow of `self`.
-        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<u8>(), self.nbytes) }
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.nbytes) }
     }
 
     /// The elements as `T`; the length is `nbytes / size_of::<T>()`.
     pub fn as_slice<T: WithDType>(&self) -> &[T] {
+        assert!(
+            self.align >= align_of::<T>()
+                || (self.ptr.as_ptr() as usize).is_multiple_of(align_of::<T>()),
+            "misaligned for T"
+        );
         let n = self.nbytes / size_of::<T>();
-        // SAFETY: the memory is 64-byte aligned (>= align_of::<T>() for every WithDType type),
-        // holds at least `n * size_of::<T>()` initialised bytes, and every bit pattern is a valid
-        // `T` (WithDType is sealed to plain-old-data types).
-        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<T>(), n) }
+        // SAFETY: the memory is aligned for `T` (checked above), holds at least
+        // `n * size_of::<T>()` initialised bytes, and every bit pattern is a valid `T`
+        // (WithDType is sealed to plain-old-data types).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().cast::<T>(), n) }
     }
 
     /// The elements as `T`, mutably.
     pub fn as_mut_slice<T: WithDType>(&mut self) -> &mut [T] {
+        assert!(
+            self.align >= align_of::<T>()
+                || (self.ptr.as_ptr() as usize).is_multiple_of(align_of::<T>()),
+            "misaligned for T"
+        );
         let n = self.nbytes / size_of::<T>();
         // SAFETY: as in `as_slice`, with a unique borrow of `self`.
-        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<T>(), n) }
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().cast::<T>(), n) }
+    }
+}
+
+impl Drop for CpuStorage {
+    fn drop(&mut self) {
+        let layout = AllocLayout::from_size_align(self.nbytes.max(1), self.align)
+            .expect("validated at allocation");
+        // SAFETY: `ptr` was allocated with exactly this layout and is freed once.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) };
     }
 }
 
@@ -103,5 +154,13 @@ mod tests {
         assert_eq!(s.as_slice::<f64>(), &[1.0, 2.0, 3.0]);
         let empty = CpuStorage::zeroed(0);
         assert!(empty.as_slice::<f32>().is_empty());
+        let page = CpuStorage::zeroed_aligned(10_000, 4096).unwrap();
+        assert_eq!(page.as_ptr() as usize % 4096, 0);
+        assert!(page.as_bytes().iter().all(|&b| b == 0));
+        assert_eq!(page.clone().align(), 4096);
+        assert!(matches!(
+            CpuStorage::zeroed_aligned(8, 3),
+            Err(Error::BadAlignment { align: 3 })
+        ));
     }
 }

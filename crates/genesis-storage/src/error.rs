@@ -135,6 +135,18 @@ pub enum Error {
         /// The name.
         name: String,
     },
+    /// An alignment that is not a power of two.
+    #[error("alignment {align} is not a power of two")]
+    BadAlignment {
+        /// The alignment given.
+        align: usize,
+    },
+    /// The host could not allocate memory.
+    #[error("host out of memory allocating {bytes} bytes")]
+    HostOutOfMemory {
+        /// Bytes asked for.
+        bytes: usize,
+    },
     /// A write to a read-only storage.
     #[error("{op}: the storage is read-only")]
     ReadOnly {

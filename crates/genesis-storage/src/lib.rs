@@ -16,11 +16,12 @@ mod error;
 mod layout;
 mod mapped;
 mod storage;
+pub mod tracker;
 
-pub use cpu::CpuStorage;
+pub use cpu::{CpuStorage, DEFAULT_ALIGN};
 pub use device::Device;
 pub use dtype::{DType, WithDType};
 pub use error::{Error, Result};
 pub use layout::{Dims, Layout, LayoutError, StridedBlocks, Strides};
 pub use mapped::MapMode;
-pub use storage::Storage;
+pub use storage::{PoolInfo, Storage, StorageInfo, ViewInfo};

@@ -27,6 +27,98 @@ pub struct Storage {
     inner: Inner,
     dtype: DType,
     len: usize,
+    /// The tracker's id (0 when tracking was off at creation).
+    track: u64,
+}
+
+impl Drop for Storage {
+    fn drop(&mut self) {
+        crate::tracker::unregister(self.track);
+    }
+}
+
+/// Pool statistics of a CUDA storage's device.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolInfo {
+    /// Bytes allocated from the pool.
+    pub allocated_bytes: u64,
+    /// Bytes the pool holds from the driver.
+    pub reserved_bytes: u64,
+    /// (reserved − allocated) / reserved.
+    pub fragmentation: f64,
+}
+
+/// A view's layout, as [`Storage::inspect_view`] reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ViewInfo {
+    /// Shape.
+    pub shape: Vec<usize>,
+    /// Strides in elements.
+    pub strides: Vec<isize>,
+    /// Offset in elements.
+    pub offset: usize,
+    /// Whether the view is contiguous.
+    pub contiguous: bool,
+    /// How a copy would move it.
+    pub blocks: StridedBlocks,
+    /// Whether the view lies inside the storage.
+    pub in_bounds: bool,
+}
+
+/// What [`Storage::inspect`] reports.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StorageInfo {
+    /// `"cpu"`, `"pinned"`, `"cuda"`, `"mapped"` or `"shared"`.
+    pub kind: &'static str,
+    /// The device.
+    pub device: Device,
+    /// The dtype.
+    pub dtype: DType,
+    /// Elements.
+    pub len: usize,
+    /// Bytes.
+    pub nbytes: usize,
+    /// Address of the first byte (device or host).
+    pub ptr: u64,
+    /// The device pool's figures, for CUDA storages.
+    pub pool: Option<PoolInfo>,
+    /// The view, for [`Storage::inspect_view`].
+    pub view: Option<ViewInfo>,
+}
+
+impl std::fmt::Display for StorageInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} storage: {} x {} ({} bytes) on {} at {:#x}",
+            self.kind, self.len, self.dtype, self.nbytes, self.device, self.ptr
+        )?;
+        if let Some(v) = &self.view {
+            write!(
+                f,
+                "; view shape {:?} strides {:?} offset {} ({}{})",
+                v.shape,
+                v.strides,
+                v.offset,
+                if v.contiguous {
+                    "contiguous"
+                } else {
+                    "strided"
+                },
+                if v.in_bounds { "" } else { ", OUT OF BOUNDS" }
+            )?;
+        }
+        if let Some(p) = &self.pool {
+            write!(
+                f,
+                "; pool {} allocated / {} reserved ({:.1}% free)",
+                p.allocated_bytes,
+                p.reserved_bytes,
+                100.0 * p.fragmentation
+            )?;
+        }
+        Ok(())
+    }
 }
 
 /// The kernel-level scalar type of a dtype.
@@ -52,15 +144,88 @@ fn legacy(mem: &crate::cuda::CudaMem) -> genesis_cuda::Stream {
 }
 
 impl Storage {
+    #[track_caller]
     fn cpu(cpu: CpuStorage, dtype: DType, len: usize) -> Storage {
-        Storage {
-            inner: Inner::Cpu(cpu),
-            dtype,
-            len,
+        Storage::make(Inner::Cpu(cpu), dtype, len)
+    }
+
+    /// `"cpu"`, `"pinned"`, `"cuda"`, `"mapped"` or `"shared"`.
+    pub fn kind(&self) -> &'static str {
+        match &self.inner {
+            Inner::Cpu(_) => "cpu",
+            Inner::Mapped(m) if m.shared_name.is_some() => "shared",
+            Inner::Mapped(_) => "mapped",
+            #[cfg(feature = "cuda")]
+            Inner::Pinned(_) => "pinned",
+            #[cfg(feature = "cuda")]
+            Inner::Cuda(_) => "cuda",
         }
     }
 
+    /// Shape, dtype, device, bytes, pointer and pool information of this storage.
+    pub fn inspect(&self) -> StorageInfo {
+        #[cfg(feature = "cuda")]
+        let pool = match &self.inner {
+            Inner::Cuda(m) => crate::cuda::device_pool(m.ordinal()).ok().map(|p| {
+                let st = p.allocator().stats();
+                PoolInfo {
+                    allocated_bytes: st.allocated_bytes.all().current as u64,
+                    reserved_bytes: st.reserved_bytes.all().current as u64,
+                    fragmentation: st.fragmentation(),
+                }
+            }),
+            _ => None,
+        };
+        #[cfg(not(feature = "cuda"))]
+        let pool = None;
+        StorageInfo {
+            kind: self.kind(),
+            device: self.device(),
+            dtype: self.dtype,
+            len: self.len,
+            nbytes: self.nbytes(),
+            ptr: self.data_ptr(),
+            pool,
+            view: None,
+        }
+    }
+
+    /// [`Storage::inspect`] plus the view `layout` of this storage: shape, strides, offset,
+    /// contiguity and how a copy would move it.
+    pub fn inspect_view(&self, layout: &Layout) -> StorageInfo {
+        let mut info = self.inspect();
+        info.view = Some(ViewInfo {
+            shape: layout.shape().to_vec(),
+            strides: layout.strides().to_vec(),
+            offset: layout.offset(),
+            contiguous: layout.is_contiguous(),
+            blocks: layout.strided_blocks(),
+            in_bounds: layout.check_bounds(self.len).is_ok(),
+        });
+        info
+    }
+
+    /// Every storage is made here (and registered with the tracker when it is on).
+    #[track_caller]
+    fn make(inner: Inner, dtype: DType, len: usize) -> Storage {
+        let mut s = Storage {
+            inner,
+            dtype,
+            len,
+            track: 0,
+        };
+        s.track = crate::tracker::register(
+            s.kind(),
+            s.device(),
+            dtype,
+            len,
+            std::panic::Location::caller(),
+        );
+        s
+    }
+
     /// `len` zeroed elements of `dtype` on `device`.
+    #[track_caller]
     pub fn zeros(len: usize, dtype: DType, device: Device) -> Result<Storage> {
         let nbytes = byte_len(len, dtype)?;
         match device {
@@ -68,11 +233,7 @@ impl Storage {
             #[cfg(feature = "cuda")]
             Device::Cuda(i) => {
                 let mem = crate::cuda::CudaMem::new(i, nbytes)?;
-                let s = Storage {
-                    inner: Inner::Cuda(mem),
-                    dtype,
-                    len,
-                };
+                let s = Storage::make(Inner::Cuda(mem), dtype, len);
                 if let Inner::Cuda(m) = &s.inner {
                     // SAFETY: the memory is `nbytes` long on this context.
                     unsafe { genesis_cuda::raw::memset_d8(&legacy(m), m.ptr(), 0, nbytes)? };
@@ -84,19 +245,29 @@ impl Storage {
         }
     }
 
+    /// `len` zeroed elements of `dtype` in host memory aligned to `align` bytes (a power of
+    /// two; CPU storages are 64-byte aligned by default).
+    #[track_caller]
+    pub fn zeros_aligned(len: usize, dtype: DType, align: usize) -> Result<Storage> {
+        let nbytes = byte_len(len, dtype)?;
+        let align = align.max(dtype.size());
+        Ok(Storage::cpu(
+            CpuStorage::zeroed_aligned(nbytes, align)?,
+            dtype,
+            len,
+        ))
+    }
+
     /// `len` zeroed elements of `dtype` in pinned (page-locked) host memory, for fast and
     /// asynchronous transfers.
+    #[track_caller]
     pub fn zeros_pinned(len: usize, dtype: DType) -> Result<Storage> {
         let nbytes = byte_len(len, dtype)?;
         #[cfg(feature = "cuda")]
         {
             let mut mem = crate::cuda::PinnedMem::new(nbytes)?;
             mem.as_bytes_mut().fill(0);
-            Ok(Storage {
-                inner: Inner::Pinned(mem),
-                dtype,
-                len,
-            })
+            Ok(Storage::make(Inner::Pinned(mem), dtype, len))
         }
         #[cfg(not(feature = "cuda"))]
         {
@@ -109,6 +280,7 @@ impl Storage {
 
     /// `len` elements of `dtype` mapped from byte `offset` of the file at `path` (zero-copy;
     /// `ReadWrite` writes go to the file, made durable by [`Storage::flush`]).
+    #[track_caller]
     pub fn map_file(
         path: impl AsRef<std::path::Path>,
         dtype: DType,
@@ -117,32 +289,22 @@ impl Storage {
         mode: crate::MapMode,
     ) -> Result<Storage> {
         let m = crate::mapped::map_file(path.as_ref(), dtype, offset, len, mode)?;
-        Ok(Storage {
-            inner: Inner::Mapped(m),
-            dtype,
-            len,
-        })
+        Ok(Storage::make(Inner::Mapped(m), dtype, len))
     }
 
     /// Creates named shared memory of `len` zeroed elements, usable as this storage by any
     /// process that attaches to the name. Fails if the name exists.
+    #[track_caller]
     pub fn create_shared(name: &str, dtype: DType, len: usize) -> Result<Storage> {
         let m = crate::mapped::create_shared(name, dtype, len)?;
-        Ok(Storage {
-            inner: Inner::Mapped(m),
-            dtype,
-            len,
-        })
+        Ok(Storage::make(Inner::Mapped(m), dtype, len))
     }
 
     /// Attaches to existing named shared memory.
+    #[track_caller]
     pub fn attach_shared(name: &str, dtype: DType) -> Result<Storage> {
         let (m, len) = crate::mapped::attach_shared(name, dtype)?;
-        Ok(Storage {
-            inner: Inner::Mapped(m),
-            dtype,
-            len,
-        })
+        Ok(Storage::make(Inner::Mapped(m), dtype, len))
     }
 
     /// Removes the name of shared memory `name` (attached storages stay valid).
@@ -167,6 +329,7 @@ impl Storage {
     }
 
     /// A storage holding a copy of `data` on `device`.
+    #[track_caller]
     pub fn from_slice<T: WithDType>(data: &[T], device: Device) -> Result<Storage> {
         let cpu = Storage::cpu(CpuStorage::from_slice(data), T::DTYPE, data.len());
         if device == Device::Cpu {
@@ -178,6 +341,7 @@ impl Storage {
 
     /// A storage of `dtype` holding a copy of raw little-endian `bytes` on `device`
     /// (`create_storage`). Bool bytes must be 0 or 1.
+    #[track_caller]
     pub fn from_bytes(bytes: &[u8], dtype: DType, device: Device) -> Result<Storage> {
         if !bytes.len().is_multiple_of(dtype.size()) {
             return Err(Error::LengthMismatch {
@@ -202,6 +366,7 @@ impl Storage {
     }
 
     /// `len` elements, every one `value`, on `device` (the `fill` kernel on CUDA).
+    #[track_caller]
     pub fn full<T: WithDType>(len: usize, value: T, device: Device) -> Result<Storage> {
         let dtype = T::DTYPE;
         let nbytes = byte_len(len, dtype)?;
@@ -227,11 +392,7 @@ impl Storage {
                     let cpu = Storage::full(len, value, Device::Cpu)?;
                     return cpu.to_device(device);
                 });
-                Ok(Storage {
-                    inner: Inner::Cuda(mem),
-                    dtype,
-                    len,
-                })
+                Ok(Storage::make(Inner::Cuda(mem), dtype, len))
             }
             #[cfg(not(feature = "cuda"))]
             Device::Cuda(_) => Err(Error::CudaNotCompiled { device }),
@@ -397,6 +558,7 @@ impl Storage {
     }
 
     /// A copy on `device` (plain CPU memory for `Device::Cpu`).
+    #[track_caller]
     pub fn to_device(&self, device: Device) -> Result<Storage> {
         let mut out = Storage::uninit(self.len, self.dtype, device)?;
         out.copy_from(self)?;
@@ -404,6 +566,7 @@ impl Storage {
     }
 
     /// A copy in pinned host memory.
+    #[track_caller]
     pub fn to_pinned(&self) -> Result<Storage> {
         let mut out = Storage::zeros_pinned(self.len, self.dtype)?;
         out.copy_from(self)?;
@@ -411,6 +574,7 @@ impl Storage {
     }
 
     /// A copy of the same kind on the same device.
+    #[track_caller]
     pub fn try_clone(&self) -> Result<Storage> {
         if self.is_pinned() {
             self.to_pinned()
@@ -420,16 +584,17 @@ impl Storage {
     }
 
     /// Memory for `len` elements whose contents will be overwritten.
+    #[track_caller]
     fn uninit(len: usize, dtype: DType, device: Device) -> Result<Storage> {
         let nbytes = byte_len(len, dtype)?;
         match device {
             Device::Cpu => Ok(Storage::cpu(CpuStorage::zeroed(nbytes), dtype, len)),
             #[cfg(feature = "cuda")]
-            Device::Cuda(i) => Ok(Storage {
-                inner: Inner::Cuda(crate::cuda::CudaMem::new(i, nbytes)?),
+            Device::Cuda(i) => Ok(Storage::make(
+                Inner::Cuda(crate::cuda::CudaMem::new(i, nbytes)?),
                 dtype,
                 len,
-            }),
+            )),
             #[cfg(not(feature = "cuda"))]
             Device::Cuda(_) => Err(Error::CudaNotCompiled { device }),
         }
@@ -519,6 +684,7 @@ impl Storage {
     /// The elements of `layout` (a view of this storage) gathered row-major into a new storage
     /// on the same device: a memcpy for one block, a strided kernel (or the tiled transpose for
     /// a 2-D transpose) otherwise.
+    #[track_caller]
     pub fn contiguous(&self, layout: &Layout) -> Result<Storage> {
         layout.check_bounds(self.len)?;
         let n = layout.numel();
@@ -637,6 +803,7 @@ impl Storage {
     /// A copy converted to `dtype` (same device; the conversion kernel on CUDA, its twin on
     /// the CPU). Rounding to f16/bf16 is to nearest-even; floats to integers truncate and
     /// saturate, NaN becoming 0; integers wrap; bool is `x != 0`.
+    #[track_caller]
     pub fn to_dtype(&self, dtype: DType) -> Result<Storage> {
         if dtype == self.dtype {
             return self.try_clone();
@@ -692,6 +859,7 @@ impl Storage {
     }
 
     /// Elementwise `self + other` into a new storage on the same device.
+    #[track_caller]
     pub fn add(&self, other: &Storage) -> Result<Storage> {
         self.check_binary("add", other)?;
         let (dtype, len) = (self.dtype, self.len);
@@ -703,7 +871,7 @@ impl Storage {
                     // SAFETY: all three hold `len` elements of `T` on the same device and live
                     // until the launch completes (the pool reuses memory in stream order).
                     unsafe { genesis_kernels::gpu::add::<T>(&legacy(a), a.ptr(), b.ptr(), out.ptr(), len)? };
-                    Ok(Storage { inner: Inner::Cuda(out), dtype, len })
+                    Ok(Storage::make(Inner::Cuda(out), dtype, len))
                 }, _ => Err(Error::UnsupportedDType { op: "add", dtype }))
             }
             _ => {

@@ -71,6 +71,13 @@ def main():
     m2 = torch.rand(8192, 8192, device=dev)
     med, mn = timed(lambda: m2.t().contiguous())
     rows.append({"name": "contiguous_t_8192_f32", "bytes": 2 * 8192 * 8192 * 4, "median_ms": med, "min_ms": mn})
+    if torch.cuda.device_count() > 1:
+        other = torch.empty(N, device="cuda:1")
+        med, mn = timed(lambda: other.copy_(dst))
+        rows.append({"name": "peer_0_to_1_256MiB", "bytes": N * 4, "median_ms": med, "min_ms": mn})
+        med, mn = timed(lambda: dst.copy_(other))
+        rows.append({"name": "peer_1_to_0_256MiB", "bytes": N * 4, "median_ms": med, "min_ms": mn})
+        del other
     del host, pinned, dst, pinned_out, dst2, m2
     src = torch.rand(N, device=dev)
     dst = torch.empty_like(src)

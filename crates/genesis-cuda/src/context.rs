@@ -271,6 +271,32 @@ impl Context {
         }
     }
 
+    /// Lets kernels and copies of this context reach `peer`'s memory directly (NVLink or
+    /// PCIe peer-to-peer). Returns `false` when the devices cannot (copies between them are
+    /// then staged by the driver); enabling twice is fine.
+    pub fn enable_peer_access(&self, peer: &Context) -> Result<bool> {
+        if self.ordinal == peer.ordinal {
+            return Ok(true);
+        }
+        let mut can: c_int = 0;
+        // SAFETY: both device handles are valid; `can` is a valid out-pointer.
+        check("cuDeviceCanAccessPeer", unsafe {
+            sys::cuDeviceCanAccessPeer(&mut can, self.device, peer.device)
+        })?;
+        if can == 0 {
+            return Ok(false);
+        }
+        self.bind()?;
+        // SAFETY: `peer.raw` is a retained context; flags must be 0.
+        match unsafe { sys::cuCtxEnablePeerAccess(peer.raw, 0) } {
+            sys::CUDA_SUCCESS | 704 => Ok(true), // 704: already enabled
+            code => Err(Error::Driver {
+                call: "cuCtxEnablePeerAccess",
+                code,
+            }),
+        }
+    }
+
     pub(crate) fn raw(&self) -> sys::CUcontext {
         self.raw
     }

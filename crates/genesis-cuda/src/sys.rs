@@ -190,6 +190,8 @@ unsafe extern "C" {
         bytes: usize,
         stream: CUstream,
     ) -> c_int;
+    pub(crate) fn cuDeviceCanAccessPeer(can: *mut c_int, dev: CUdevice, peer: CUdevice) -> c_int;
+    pub(crate) fn cuCtxEnablePeerAccess(peer: CUcontext, flags: c_uint) -> c_int;
     pub(crate) fn cuMemHostAlloc(pp: *mut *mut c_void, bytes: usize, flags: c_uint) -> c_int;
     pub(crate) fn cuMemFreeHost(p: *mut c_void) -> c_int;
 }

@@ -70,6 +70,54 @@ mod gpu {
             Ok(())
         })?;
         rows.push(("contiguous_t_8192_f32".into(), 2 * m * m * 4, t));
+        // Batched copies: 4 host -> device and 4 device -> host of 32 MiB, sequential and
+        // spread over 4 streams (copies in both directions can overlap).
+        let chunk = 8 << 20; // f32 elements: 32 MiB
+        let up: Vec<Storage> = (0..4)
+            .map(|_| Storage::zeros_pinned(chunk, DType::F32))
+            .collect::<Result<_, _>>()?;
+        let mut up_dst: Vec<Storage> = (0..4)
+            .map(|_| Storage::zeros(chunk, DType::F32, Device::Cuda(0)))
+            .collect::<Result<_, _>>()?;
+        let down: Vec<Storage> = (0..4)
+            .map(|_| Storage::zeros(chunk, DType::F32, Device::Cuda(0)))
+            .collect::<Result<_, _>>()?;
+        let mut down_dst: Vec<Storage> = (0..4)
+            .map(|_| Storage::zeros_pinned(chunk, DType::F32))
+            .collect::<Result<_, _>>()?;
+        let mut run = |streams: usize| -> BoxResult<f64> {
+            let mut best = f64::MAX;
+            for _ in 0..5 {
+                let t = std::time::Instant::now();
+                let mut pairs: Vec<(&mut Storage, &Storage)> = Vec::new();
+                for (d, s) in up_dst.iter_mut().zip(&up) {
+                    pairs.push((d, s));
+                }
+                for (d, s) in down_dst.iter_mut().zip(&down) {
+                    pairs.push((d, s));
+                }
+                if streams == 0 {
+                    for (d, s) in pairs {
+                        d.copy_from(s)?;
+                    }
+                } else {
+                    genesis_storage::batched_copy(&mut pairs, streams)?;
+                }
+                best = best.min(t.elapsed().as_secs_f64() * 1e3);
+            }
+            Ok(best)
+        };
+        if genesis_cuda::device_count()? > 1 {
+            let mut other = Storage::zeros(n, DType::F32, Device::Cuda(1))?;
+            let t = time(&ctx, || Ok(other.copy_from(&dev)?))?;
+            rows.push(("peer_0_to_1_256MiB".into(), n * 4, t));
+            let t = time(&ctx, || Ok(dev.copy_from(&other)?))?;
+            rows.push(("peer_1_to_0_256MiB".into(), n * 4, t));
+        }
+        let seq = run(0)?;
+        let batched = run(4)?;
+        rows.push(("copies_8x32MiB_sequential".into(), 8 * chunk * 4, seq));
+        rows.push(("copies_8x32MiB_4streams".into(), 8 * chunk * 4, batched));
         let mut out = Vec::new();
         println!("{:<24} {:>10} {:>10}", "case", "median ms", "GB/s");
         for (name, b, ms) in &rows {

@@ -188,3 +188,29 @@ pub fn empty_caches() -> Result<()> {
     }
     Ok(())
 }
+
+/// Enables peer access between two devices once per pair (both directions); failures only
+/// mean the driver stages the copies, so they are logged, not returned.
+pub(crate) fn ensure_peer_access(a: &Arc<Context>, b: &Arc<Context>) {
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+    static DONE: Mutex<Option<HashSet<(usize, usize)>>> = Mutex::new(None);
+    let key = (a.ordinal().min(b.ordinal()), a.ordinal().max(b.ordinal()));
+    let mut done = DONE.lock().unwrap_or_else(|p| p.into_inner());
+    if !done.get_or_insert_with(HashSet::new).insert(key) {
+        return;
+    }
+    for (x, y) in [(a, b), (b, a)] {
+        match x.enable_peer_access(y) {
+            Ok(true) => {
+                tracing::debug!(from = x.ordinal(), to = y.ordinal(), "peer access enabled")
+            }
+            Ok(false) => tracing::info!(
+                from = x.ordinal(),
+                to = y.ordinal(),
+                "no peer access: copies are staged"
+            ),
+            Err(e) => tracing::warn!(error = %e, "enabling peer access failed: copies are staged"),
+        }
+    }
+}

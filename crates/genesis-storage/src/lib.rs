@@ -17,6 +17,7 @@ mod layout;
 mod mapped;
 mod storage;
 pub mod tracker;
+mod transfer;
 
 pub use cpu::{CpuStorage, DEFAULT_ALIGN};
 pub use device::Device;
@@ -25,3 +26,4 @@ pub use error::{Error, Result};
 pub use layout::{Dims, Layout, LayoutError, StridedBlocks, Strides};
 pub use mapped::MapMode;
 pub use storage::{PoolInfo, Storage, StorageInfo, ViewInfo};
+pub use transfer::{PendingCopy, batched_copy};

@@ -12,7 +12,7 @@ use crate::layout::{Layout, StridedBlocks};
 use crate::{DType, Device, Error, Result, WithDType};
 
 #[derive(Debug)]
-enum Inner {
+pub(crate) enum Inner {
     Cpu(CpuStorage),
     Mapped(crate::mapped::Mapped),
     #[cfg(feature = "cuda")]
@@ -24,7 +24,7 @@ enum Inner {
 /// `len` elements of `dtype` on a [`Device`].
 #[derive(Debug)]
 pub struct Storage {
-    inner: Inner,
+    pub(crate) inner: Inner,
     dtype: DType,
     len: usize,
     /// The tracker's id (0 when tracking was off at creation).
@@ -641,6 +641,7 @@ impl Storage {
                 } else {
                     // The source's pending writes (on its own device) must be complete first.
                     genesis_cuda::Stream::legacy(s.ctx()).synchronize()?;
+                    crate::cuda::ensure_peer_access(d.ctx(), s.ctx());
                     // SAFETY: both ranges lie inside live allocations of their devices.
                     unsafe {
                         genesis_cuda::raw::copy_peer_async(

@@ -199,3 +199,52 @@ impl Drop for Release {
         }
     }
 }
+
+#[test]
+fn async_and_batched_copies() {
+    let _release = Release;
+    if skip_without_gpu("async_and_batched_copies") {
+        return;
+    }
+    let ctx = genesis_cuda::Context::get(0).unwrap();
+    let stream = genesis_cuda::Stream::new(&ctx).unwrap();
+    let host: Vec<f32> = (0..1_000_003).map(|i| i as f32 * 0.5).collect();
+    let pinned = Storage::from_slice(&host, Device::Cpu)
+        .unwrap()
+        .to_pinned()
+        .unwrap();
+    let mut dev = Storage::zeros(host.len(), DType::F32, Device::Cuda(0)).unwrap();
+    let copy = dev.copy_from_async(&pinned, &stream).unwrap();
+    copy.wait().unwrap();
+    let mut back = Storage::zeros_pinned(host.len(), DType::F32).unwrap();
+    {
+        let pending = back.copy_from_async(&dev, &stream).unwrap();
+        let _ = pending.is_done().unwrap();
+        // Dropping waits.
+    }
+    assert_eq!(back.as_slice::<f32>().unwrap(), host.as_slice());
+    // A stream of another device (or a bad pairing) is refused.
+    let mut small = Storage::zeros(3, DType::F32, Device::Cuda(0)).unwrap();
+    assert!(matches!(
+        small.copy_from_async(&pinned, &stream),
+        Err(Error::LengthMismatch { .. })
+    ));
+
+    let srcs: Vec<Storage> = (0..8)
+        .map(|i| {
+            Storage::full(1 << 20, i, Device::Cpu)
+                .unwrap()
+                .to_pinned()
+                .unwrap()
+        })
+        .collect();
+    let mut dsts: Vec<Storage> = (0..8)
+        .map(|_| Storage::zeros(1 << 20, DType::I32, Device::Cuda(0)).unwrap())
+        .collect();
+    let mut pairs: Vec<(&mut Storage, &Storage)> = dsts.iter_mut().zip(srcs.iter()).collect();
+    genesis_storage::batched_copy(&mut pairs, 4).unwrap();
+    for (i, d) in dsts.iter().enumerate() {
+        let v = d.to_vec::<i32>().unwrap();
+        assert!(v.iter().all(|&x| x == i as i32), "pair {i}");
+    }
+}

@@ -119,24 +119,54 @@ pub unsafe fn map(ctx: &Arc<Context>, va: u64, bytes: usize, handle: u64) -> Res
     })
 }
 
-/// `cuMemSetAccess`: makes `[va, va + bytes)` readable and writable from the context's device.
+/// `cuMemSetAccess`: makes `[va, va + bytes)` readable and writable from the context's device
+/// and from each device ordinal in `peers` (devices that can reach this one peer-to-peer; VMM
+/// mappings are not covered by `cuCtxEnablePeerAccess`).
 ///
 /// # Safety
 ///
 /// The range must be fully mapped.
-pub unsafe fn set_access(ctx: &Arc<Context>, va: u64, bytes: usize) -> Result<()> {
+pub unsafe fn set_access(ctx: &Arc<Context>, va: u64, bytes: usize, peers: &[usize]) -> Result<()> {
     ctx.bind()?;
-    let desc = sys::MemAccessDesc {
+    let desc = |ordinal: usize| sys::MemAccessDesc {
         location: sys::MemLocation {
             type_: sys::CU_MEM_LOCATION_TYPE_DEVICE,
-            id: ctx.ordinal() as i32,
+            id: ordinal as i32,
         },
         flags: sys::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
     };
-    // SAFETY: the caller guarantees the range is mapped; `desc` is one valid descriptor.
+    let mut descs = vec![desc(ctx.ordinal())];
+    descs.extend(
+        peers
+            .iter()
+            .filter(|&&p| p != ctx.ordinal())
+            .map(|&p| desc(p)),
+    );
+    // SAFETY: the caller guarantees the range is mapped; `descs` holds `descs.len()` valid
+    // descriptors.
     check("cuMemSetAccess", unsafe {
-        sys::cuMemSetAccess(va, bytes, &desc, 1)
+        sys::cuMemSetAccess(va, bytes, descs.as_ptr(), descs.len())
     })
+}
+
+/// Whether device `peer` can access memory of device `device` peer-to-peer.
+pub fn can_access_peer(device: usize, peer: usize) -> Result<bool> {
+    crate::context::init()?;
+    let (mut d, mut p) = (0, 0);
+    // SAFETY: the driver is initialised; out-pointers are valid.
+    check("cuDeviceGet", unsafe {
+        sys::cuDeviceGet(&mut d, device as i32)
+    })?;
+    // SAFETY: as above.
+    check("cuDeviceGet", unsafe {
+        sys::cuDeviceGet(&mut p, peer as i32)
+    })?;
+    let mut can = 0;
+    // SAFETY: valid device handles and out-pointer.
+    check("cuDeviceCanAccessPeer", unsafe {
+        sys::cuDeviceCanAccessPeer(&mut can, p, d)
+    })?;
+    Ok(can != 0)
 }
 
 /// `cuMemUnmap`.

@@ -67,6 +67,8 @@ impl EventPool {
 #[derive(Debug)]
 pub struct CudaBackend {
     ctx: Arc<Context>,
+    /// Devices that can reach this one peer-to-peer: VMM mappings grant them access too.
+    peers: Vec<usize>,
     vmm: bool,
     granularity: usize,
     counts: CallCounts,
@@ -81,8 +83,14 @@ impl CudaBackend {
             Ok(g) if vmm => (g.max(2 << 20), true),
             _ => (2 << 20, false),
         };
+        let count = genesis_cuda::device_count()?;
+        let me = ctx.ordinal();
+        let peers = (0..count)
+            .filter(|&p| p != me && raw::can_access_peer(me, p).unwrap_or(false))
+            .collect();
         Ok(CudaBackend {
             ctx: Arc::clone(ctx),
+            peers,
             vmm,
             granularity,
             counts: CallCounts::default(),
@@ -156,7 +164,7 @@ impl Backend for CudaBackend {
             .map_err(|e| backend_error("cuMemMap", e))?;
         self.counts.set_access += 1;
         // SAFETY: the range was just mapped.
-        if let Err(e) = unsafe { raw::set_access(&self.ctx, va, bytes) } {
+        if let Err(e) = unsafe { raw::set_access(&self.ctx, va, bytes, &self.peers) } {
             // SAFETY: undo the mapping made above; nothing uses it yet.
             let _ = unsafe { raw::unmap(&self.ctx, va, bytes) };
             self.counts.unmap += 1;

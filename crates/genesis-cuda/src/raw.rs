@@ -335,3 +335,78 @@ pub unsafe fn copy_to_pinned_async(stream: &crate::Stream, src: u64, dst: &mut [
         sys::cuMemcpyDtoHAsync(dst.as_mut_ptr().cast(), src, dst.len(), stream.raw())
     })
 }
+
+/// One side of a 2-D copy: host or device memory, and the distance between rows in bytes.
+#[derive(Debug, Clone, Copy)]
+pub enum Pitched {
+    /// Host memory starting at this address.
+    Host(*const u8),
+    /// Device memory starting at this address.
+    Device(u64),
+}
+
+/// Queues a 2-D copy of `height` rows of `width` bytes, rows `src_pitch` / `dst_pitch` bytes
+/// apart, on `stream` (`cuMemcpy2DAsync`; the copy engines do the strides).
+///
+/// # Safety
+///
+/// Both sides must cover `(height - 1) * pitch + width` bytes of valid memory (device memory of
+/// the stream's context, or host memory; pageable host memory is copied before the call
+/// returns, pinned memory must stay valid until the copy completes), and the destination must
+/// not overlap the source.
+pub unsafe fn copy_2d_async(
+    stream: &crate::Stream,
+    dst: Pitched,
+    dst_pitch: usize,
+    src: Pitched,
+    src_pitch: usize,
+    width: usize,
+    height: usize,
+) -> Result<()> {
+    if width == 0 || height == 0 {
+        return Ok(());
+    }
+    stream.context().bind()?;
+    let mut c = sys::Memcpy2D {
+        src_x_in_bytes: 0,
+        src_y: 0,
+        src_memory_type: 0,
+        src_host: std::ptr::null(),
+        src_device: 0,
+        src_array: std::ptr::null_mut(),
+        src_pitch,
+        dst_x_in_bytes: 0,
+        dst_y: 0,
+        dst_memory_type: 0,
+        dst_host: std::ptr::null_mut(),
+        dst_device: 0,
+        dst_array: std::ptr::null_mut(),
+        dst_pitch,
+        width_in_bytes: width,
+        height,
+    };
+    match src {
+        Pitched::Host(p) => {
+            c.src_memory_type = sys::CU_MEMORYTYPE_HOST;
+            c.src_host = p.cast();
+        }
+        Pitched::Device(d) => {
+            c.src_memory_type = sys::CU_MEMORYTYPE_DEVICE;
+            c.src_device = d;
+        }
+    }
+    match dst {
+        Pitched::Host(p) => {
+            c.dst_memory_type = sys::CU_MEMORYTYPE_HOST;
+            c.dst_host = p.cast_mut().cast();
+        }
+        Pitched::Device(d) => {
+            c.dst_memory_type = sys::CU_MEMORYTYPE_DEVICE;
+            c.dst_device = d;
+        }
+    }
+    // SAFETY: `c` describes ranges the caller guarantees; the struct matches CUDA_MEMCPY2D.
+    check("cuMemcpy2DAsync", unsafe {
+        sys::cuMemcpy2DAsync(&c, stream.raw())
+    })
+}

@@ -37,6 +37,31 @@ pub(crate) const CU_MEM_ACCESS_FLAGS_PROT_READWRITE: u32 = 3;
 pub(crate) const CU_MEM_ALLOC_GRANULARITY_MINIMUM: u32 = 0;
 pub(crate) const CU_MEMHOSTALLOC_PORTABLE: c_uint = 1;
 
+pub(crate) const CU_MEMORYTYPE_HOST: u32 = 1;
+pub(crate) const CU_MEMORYTYPE_DEVICE: u32 = 2;
+
+/// `CUDA_MEMCPY2D` (v2).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Memcpy2D {
+    pub(crate) src_x_in_bytes: usize,
+    pub(crate) src_y: usize,
+    pub(crate) src_memory_type: u32,
+    pub(crate) src_host: *const c_void,
+    pub(crate) src_device: CUdeviceptr,
+    pub(crate) src_array: *mut c_void,
+    pub(crate) src_pitch: usize,
+    pub(crate) dst_x_in_bytes: usize,
+    pub(crate) dst_y: usize,
+    pub(crate) dst_memory_type: u32,
+    pub(crate) dst_host: *mut c_void,
+    pub(crate) dst_device: CUdeviceptr,
+    pub(crate) dst_array: *mut c_void,
+    pub(crate) dst_pitch: usize,
+    pub(crate) width_in_bytes: usize,
+    pub(crate) height: usize,
+}
+
 /// `CUmemLocation`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -192,6 +217,8 @@ unsafe extern "C" {
     ) -> c_int;
     pub(crate) fn cuDeviceCanAccessPeer(can: *mut c_int, dev: CUdevice, peer: CUdevice) -> c_int;
     pub(crate) fn cuCtxEnablePeerAccess(peer: CUcontext, flags: c_uint) -> c_int;
+    #[link_name = "cuMemcpy2DAsync_v2"]
+    pub(crate) fn cuMemcpy2DAsync(copy: *const Memcpy2D, stream: CUstream) -> c_int;
     pub(crate) fn cuMemHostAlloc(pp: *mut *mut c_void, bytes: usize, flags: c_uint) -> c_int;
     pub(crate) fn cuMemFreeHost(p: *mut c_void) -> c_int;
 }

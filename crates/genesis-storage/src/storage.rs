@@ -741,6 +741,14 @@ impl Storage {
         {
             return self.copy_bytes_from(ds * size, src, ss * size, len * size);
         }
+        // Rows of contiguous elements on both sides (uniform blocks): a 2-D copy.
+        if let (Some(d2), Some(s2)) = (rows_of(dst_layout), rows_of(src_layout))
+            && d2.1 == s2.1
+            && d2.2 == s2.2
+            && self.copy_2d_from(d2, src, s2, size)?
+        {
+            return Ok(());
+        }
         let desc = genesis_kernels::StridedCopy::new(
             src_layout.shape(),
             src_layout.strides(),
@@ -797,6 +805,91 @@ impl Storage {
                 let s = src.host_bytes().expect("host storage");
                 let d = self.host_bytes_mut("copy_strided_from")?;
                 host_strided_copy(size, s, d, &desc)
+            }
+        }
+    }
+
+    /// Copies `count` rows of `len` elements (row starts `pitch` elements apart) with a 2-D
+    /// copy when the pair of memories suits one; `Ok(false)` when a kernel would do better.
+    fn copy_2d_from(
+        &mut self,
+        d: (usize, usize, usize, usize),
+        src: &Storage,
+        s: (usize, usize, usize, usize),
+        size: usize,
+    ) -> Result<bool> {
+        let (ds, len, count, dp) = d;
+        let (ss, _, _, sp) = s;
+        let width = len * size;
+        match (&mut self.inner, &src.inner) {
+            #[cfg(feature = "cuda")]
+            (Inner::Cuda(dm), Inner::Cuda(sm)) => {
+                // Narrow rows are faster through the strided kernel than the copy engines.
+                if width < 1024 || dm.ordinal() != sm.ordinal() {
+                    return Ok(false);
+                }
+                let stream = legacy(dm);
+                // SAFETY: both layouts were checked against their storages' lengths.
+                unsafe {
+                    genesis_cuda::raw::copy_2d_async(
+                        &stream,
+                        genesis_cuda::raw::Pitched::Device(dm.ptr() + (ds * size) as u64),
+                        dp * size,
+                        genesis_cuda::raw::Pitched::Device(sm.ptr() + (ss * size) as u64),
+                        sp * size,
+                        width,
+                        count,
+                    )?
+                };
+                Ok(true)
+            }
+            #[cfg(feature = "cuda")]
+            (Inner::Cuda(dm), _) => {
+                let host = src.host_bytes().expect("host storage");
+                let stream = legacy(dm);
+                // SAFETY: the layouts were checked against both storages; the host bytes stay
+                // borrowed until the legacy stream is synchronised below.
+                unsafe {
+                    genesis_cuda::raw::copy_2d_async(
+                        &stream,
+                        genesis_cuda::raw::Pitched::Device(dm.ptr() + (ds * size) as u64),
+                        dp * size,
+                        genesis_cuda::raw::Pitched::Host(host[ss * size..].as_ptr()),
+                        sp * size,
+                        width,
+                        count,
+                    )?
+                };
+                stream.synchronize()?;
+                Ok(true)
+            }
+            #[cfg(feature = "cuda")]
+            (_, Inner::Cuda(sm)) => {
+                let stream = legacy(sm);
+                let host = self.host_bytes_mut("copy_strided_from")?;
+                // SAFETY: as above, with the destination on the host.
+                unsafe {
+                    genesis_cuda::raw::copy_2d_async(
+                        &stream,
+                        genesis_cuda::raw::Pitched::Host(host[ds * size..].as_ptr()),
+                        dp * size,
+                        genesis_cuda::raw::Pitched::Device(sm.ptr() + (ss * size) as u64),
+                        sp * size,
+                        width,
+                        count,
+                    )?
+                };
+                stream.synchronize()?;
+                Ok(true)
+            }
+            _ => {
+                let s = src.host_bytes().expect("host storage");
+                let d = self.host_bytes_mut("copy_strided_from")?;
+                for r in 0..count {
+                    let (so, doff) = ((ss + r * sp) * size, (ds + r * dp) * size);
+                    d[doff..doff + width].copy_from_slice(&s[so..so + width]);
+                }
+                Ok(true)
             }
         }
     }
@@ -883,6 +976,21 @@ impl Storage {
                 }, _ => Err(Error::UnsupportedDType { op: "add", dtype }))
             }
         }
+    }
+}
+
+/// `(start, len, count, pitch)` when the layout's elements are `count` rows of `len`
+/// contiguous elements, `pitch` apart (one row for a contiguous layout).
+fn rows_of(l: &Layout) -> Option<(usize, usize, usize, usize)> {
+    match l.strided_blocks() {
+        StridedBlocks::Uniform {
+            start,
+            len,
+            count,
+            pitch,
+        } => Some((start, len, count, pitch)),
+        StridedBlocks::Single { start, len } => Some((start, len, 1, len)),
+        StridedBlocks::General => None,
     }
 }
 

@@ -248,3 +248,37 @@ fn async_and_batched_copies() {
         assert!(v.iter().all(|&x| x == i as i32), "pair {i}");
     }
 }
+
+#[test]
+fn two_dimensional_copies_between_host_and_device() {
+    let _release = Release;
+    if skip_without_gpu("two_dimensional_copies_between_host_and_device") {
+        return;
+    }
+    let data: Vec<f32> = (0..(256 * 512)).map(|i| i as f32).collect();
+    let host = Storage::from_slice(&data, Device::Cpu).unwrap();
+    let dev = host.to_device(Device::Cuda(0)).unwrap();
+    let wide = Layout::contiguous(&[256, 512]).narrow(1, 7, 300).unwrap(); // rows of 1200 bytes
+    let reference: Vec<f32> = wide.indices().map(|i| data[i]).collect();
+    // device -> device (copy engines), host -> device and device -> host (2-D DMA).
+    assert_eq!(
+        dev.contiguous(&wide).unwrap().to_vec::<f32>().unwrap(),
+        reference
+    );
+    let mut d = Storage::zeros(256 * 300, DType::F32, Device::Cuda(0)).unwrap();
+    d.copy_strided_from(&Layout::contiguous(&[256, 300]), &host, &wide)
+        .unwrap();
+    assert_eq!(d.to_vec::<f32>().unwrap(), reference);
+    let mut h = Storage::zeros(256 * 300, DType::F32, Device::Cpu).unwrap();
+    h.copy_strided_from(&Layout::contiguous(&[256, 300]), &dev, &wide)
+        .unwrap();
+    assert_eq!(h.to_vec::<f32>().unwrap(), reference);
+    // Dense source into a strided device destination.
+    let mut big = Storage::zeros(256 * 512, DType::F32, Device::Cuda(0)).unwrap();
+    big.copy_strided_from(&wide, &d, &Layout::contiguous(&[256, 300]))
+        .unwrap();
+    let back = big.to_vec::<f32>().unwrap();
+    for (k, i) in wide.indices().enumerate() {
+        assert_eq!(back[i], reference[k]);
+    }
+}

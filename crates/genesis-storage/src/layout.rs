@@ -235,7 +235,7 @@ impl Layout {
     }
 
     /// A view with `shape` and the same elements, when the strides allow it (PyTorch's
-    /// `view`); see [`Layout::reshape`] for the copy-or-view version.
+    /// `view`); when it fails, copy with `Storage::contiguous` first (what `reshape` does).
     pub fn view(&self, shape: &[usize]) -> Result<Layout, LayoutError> {
         let (from_numel, to_numel) = (self.numel(), shape.iter().product::<usize>());
         if from_numel != to_numel {

@@ -966,29 +966,25 @@ impl<B: Backend> State<B> {
     }
 
     fn grow_or_recover(&mut self, stream: StreamId, size: usize) -> Result<u32, Error> {
-        self.flush_quick(Some(stream));
-        if let Some(id) = self.take_best_fit(stream, size) {
-            return Ok(id);
-        }
-        match self.grow(stream, size) {
-            Ok(id) => Ok(id),
-            Err(GrowError::Backend(e)) => Err(Error::Backend(e)),
-            Err(GrowError::OutOfMemory) => {
+        for attempt in 0..2 {
+            if attempt == 0 {
+                self.flush_quick(Some(stream));
+            } else {
+                // The device refused: give back everything cached and try once more.
                 self.stats.num_alloc_retries += 1;
                 self.release_cached(usize::MAX, true)?;
-                if let Some(id) = self.take_best_fit(stream, size) {
-                    return Ok(id);
-                }
-                match self.grow(stream, size) {
-                    Ok(id) => Ok(id),
-                    Err(GrowError::Backend(e)) => Err(Error::Backend(e)),
-                    Err(GrowError::OutOfMemory) => {
-                        self.stats.num_ooms += 1;
-                        Err(self.oom_error(size))
-                    }
-                }
+            }
+            if let Some(id) = self.take_best_fit(stream, size) {
+                return Ok(id);
+            }
+            match self.grow(stream, size) {
+                Ok(id) => return Ok(id),
+                Err(GrowError::Backend(e)) => return Err(Error::Backend(e)),
+                Err(GrowError::OutOfMemory) => {}
             }
         }
+        self.stats.num_ooms += 1;
+        Err(self.oom_error(size))
     }
 
     fn limit_bytes(&self) -> usize {

@@ -60,6 +60,44 @@ impl EventPool {
     }
 }
 
+/// The stream and event methods both CUDA backends share (they differ only in memory calls).
+macro_rules! stream_and_event_methods {
+    () => {
+        fn synchronize(&mut self, stream: StreamId) -> Result<(), BackendError> {
+            // SAFETY: stream ids given to this allocator are streams of this context.
+            let s = unsafe { Stream::borrowed(&self.ctx, stream) };
+            s.synchronize()
+                .map_err(|e| backend_error("cuStreamSynchronize", e))
+        }
+
+        fn record_event(&mut self, stream: StreamId) -> Result<EventId, BackendError> {
+            self.events.record(&self.ctx, stream)
+        }
+
+        fn event_complete(&mut self, event: EventId) -> Result<bool, BackendError> {
+            self.events
+                .get(event)?
+                .is_complete()
+                .map_err(|e| backend_error("cuEventQuery", e))
+        }
+
+        fn wait_event(&mut self, event: EventId) -> Result<(), BackendError> {
+            self.events
+                .get(event)?
+                .synchronize()
+                .map_err(|e| backend_error("cuEventSynchronize", e))
+        }
+
+        fn destroy_event(&mut self, event: EventId) {
+            self.events.destroy(event);
+        }
+
+        fn counts(&self) -> CallCounts {
+            self.counts
+        }
+    };
+}
+
 /// Device memory of one GPU through the CUDA driver.
 ///
 /// Stream ids given to an allocator over this backend must be `Stream::id()` of streams of the
@@ -181,38 +219,7 @@ impl Backend for CudaBackend {
         unsafe { raw::unmap(&self.ctx, va, bytes) }.map_err(|e| backend_error("cuMemUnmap", e))
     }
 
-    fn synchronize(&mut self, stream: StreamId) -> Result<(), BackendError> {
-        // SAFETY: stream ids given to this allocator are streams of this context.
-        let s = unsafe { Stream::borrowed(&self.ctx, stream) };
-        s.synchronize()
-            .map_err(|e| backend_error("cuStreamSynchronize", e))
-    }
-
-    fn record_event(&mut self, stream: StreamId) -> Result<EventId, BackendError> {
-        self.events.record(&self.ctx, stream)
-    }
-
-    fn event_complete(&mut self, event: EventId) -> Result<bool, BackendError> {
-        self.events
-            .get(event)?
-            .is_complete()
-            .map_err(|e| backend_error("cuEventQuery", e))
-    }
-
-    fn wait_event(&mut self, event: EventId) -> Result<(), BackendError> {
-        self.events
-            .get(event)?
-            .synchronize()
-            .map_err(|e| backend_error("cuEventSynchronize", e))
-    }
-
-    fn destroy_event(&mut self, event: EventId) {
-        self.events.destroy(event);
-    }
-
-    fn counts(&self) -> CallCounts {
-        self.counts
-    }
+    stream_and_event_methods!();
 }
 
 /// Page-locked host memory (`cuMemHostAlloc`), for fast asynchronous transfers.
@@ -297,38 +304,7 @@ impl Backend for PinnedHostBackend {
         Err(unsupported("unmap"))
     }
 
-    fn synchronize(&mut self, stream: StreamId) -> Result<(), BackendError> {
-        // SAFETY: stream ids given to this allocator are streams of this context.
-        let s = unsafe { Stream::borrowed(&self.ctx, stream) };
-        s.synchronize()
-            .map_err(|e| backend_error("cuStreamSynchronize", e))
-    }
-
-    fn record_event(&mut self, stream: StreamId) -> Result<EventId, BackendError> {
-        self.events.record(&self.ctx, stream)
-    }
-
-    fn event_complete(&mut self, event: EventId) -> Result<bool, BackendError> {
-        self.events
-            .get(event)?
-            .is_complete()
-            .map_err(|e| backend_error("cuEventQuery", e))
-    }
-
-    fn wait_event(&mut self, event: EventId) -> Result<(), BackendError> {
-        self.events
-            .get(event)?
-            .synchronize()
-            .map_err(|e| backend_error("cuEventSynchronize", e))
-    }
-
-    fn destroy_event(&mut self, event: EventId) {
-        self.events.destroy(event);
-    }
-
-    fn counts(&self) -> CallCounts {
-        self.counts
-    }
+    stream_and_event_methods!();
 }
 
 /// A caching allocator over device `ctx` (VMM arena when supported).

@@ -18,6 +18,7 @@ mod mapped;
 mod storage;
 pub mod tracker;
 mod transfer;
+mod view;
 
 pub use cpu::{CpuStorage, DEFAULT_ALIGN};
 pub use device::Device;
@@ -27,3 +28,4 @@ pub use layout::{Dims, Layout, LayoutError, StridedBlocks, Strides};
 pub use mapped::MapMode;
 pub use storage::{PoolInfo, Storage, StorageInfo, ViewInfo};
 pub use transfer::{PendingCopy, batched_copy};
+pub use view::View;

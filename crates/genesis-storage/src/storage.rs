@@ -481,7 +481,12 @@ impl Storage {
         }
     }
 
-    fn host_bytes_mut(&mut self, op: &'static str) -> Result<&mut [u8]> {
+    /// The bytes of a host storage, mutably (an error on a device or for a read-only mapping).
+    pub fn host_bytes_mut(&mut self) -> Result<&mut [u8]> {
+        self.host_bytes_mut_for("host_bytes_mut")
+    }
+
+    fn host_bytes_mut_for(&mut self, op: &'static str) -> Result<&mut [u8]> {
         match &mut self.inner {
             Inner::Cpu(c) => Ok(c.as_bytes_mut()),
             Inner::Mapped(m) => m.bytes_mut().ok_or(Error::ReadOnly { op }),
@@ -512,7 +517,7 @@ impl Storage {
     pub fn as_mut_slice<T: WithDType>(&mut self) -> Result<&mut [T]> {
         self.check_type::<T>("as_mut_slice")?;
         let len = self.len;
-        let bytes = self.host_bytes_mut("as_mut_slice")?;
+        let bytes = self.host_bytes_mut_for("as_mut_slice")?;
         // SAFETY: as in `as_slice`, with a unique borrow.
         Ok(unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast::<T>(), len) })
     }
@@ -668,7 +673,7 @@ impl Storage {
             }
             #[cfg(feature = "cuda")]
             (_, Inner::Cuda(s)) => {
-                let host = &mut self.host_bytes_mut("copy_from")?[dst_at..dst_at + bytes];
+                let host = &mut self.host_bytes_mut_for("copy_from")?[dst_at..dst_at + bytes];
                 // SAFETY: the source range lies inside a live allocation of its device; the
                 // synchronous copy waits for the work queued before it on the legacy stream.
                 unsafe { genesis_cuda::raw::copy_to_host(s.ctx(), s.ptr() + src_at as u64, host)? };
@@ -676,7 +681,7 @@ impl Storage {
             }
             _ => {
                 let s = &src.host_bytes().expect("host storage")[src_at..src_at + bytes];
-                self.host_bytes_mut("copy_from")?[dst_at..dst_at + bytes].copy_from_slice(s);
+                self.host_bytes_mut_for("copy_from")?[dst_at..dst_at + bytes].copy_from_slice(s);
                 Ok(())
             }
         }
@@ -803,7 +808,7 @@ impl Storage {
             }
             _ => {
                 let s = src.host_bytes().expect("host storage");
-                let d = self.host_bytes_mut("copy_strided_from")?;
+                let d = self.host_bytes_mut_for("copy_strided_from")?;
                 host_strided_copy(size, s, d, &desc)
             }
         }
@@ -866,7 +871,7 @@ impl Storage {
             #[cfg(feature = "cuda")]
             (_, Inner::Cuda(sm)) => {
                 let stream = legacy(sm);
-                let host = self.host_bytes_mut("copy_strided_from")?;
+                let host = self.host_bytes_mut_for("copy_strided_from")?;
                 // SAFETY: as above, with the destination on the host.
                 unsafe {
                     genesis_cuda::raw::copy_2d_async(
@@ -884,7 +889,7 @@ impl Storage {
             }
             _ => {
                 let s = src.host_bytes().expect("host storage");
-                let d = self.host_bytes_mut("copy_strided_from")?;
+                let d = self.host_bytes_mut_for("copy_strided_from")?;
                 for r in 0..count {
                     let (so, doff) = ((ss + r * sp) * size, (ds + r * dp) * size);
                     d[doff..doff + width].copy_from_slice(&s[so..so + width]);
@@ -920,7 +925,7 @@ impl Storage {
             }
             _ => {
                 let src = self.host_bytes().expect("host storage");
-                let dst = out.host_bytes_mut("to_dtype")?;
+                let dst = out.host_bytes_mut_for("to_dtype")?;
                 genesis_kernels::copy::cast(scalar(self.dtype), src, scalar(dtype), dst, self.len)?;
             }
         }

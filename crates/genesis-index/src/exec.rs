@@ -1,0 +1,193 @@
+//! Executing plans on host storages (the CPU executor).
+
+use std::sync::Arc;
+
+use genesis_storage::{DType, Device, Layout, Storage, View, WithDType};
+use half::{bf16, f16};
+
+use crate::plan::{IndexPlan, PlanKind, broadcast_shapes, plan};
+use crate::spec::IndexItem;
+use crate::{Error, Result};
+
+/// The right-hand side of an assignment.
+#[derive(Debug)]
+pub enum Value<'a> {
+    /// One value for every indexed element (converted to the target's dtype).
+    Scalar(f64),
+    /// A tensor broadcast to the indexed shape: a view of a storage of the target's dtype.
+    Tensor(&'a View),
+}
+
+/// `input[items]`: a view sharing the storage for basic indexing, a new contiguous storage
+/// otherwise.
+pub fn get(input: &View, items: &[IndexItem]) -> Result<View> {
+    let p = plan(input.layout(), items, false)?;
+    execute_get(input, &p)
+}
+
+/// Executes a read plan made for `input`'s layout.
+pub fn execute_get(input: &View, p: &IndexPlan) -> Result<View> {
+    match p.kind {
+        PlanKind::View => Ok(input.relayout(p.view.clone())?),
+        PlanKind::Gather => {
+            let storage = input.storage();
+            host_only(storage, "gather")?;
+            let size = storage.dtype().size();
+            let src = storage.host_bytes().expect("checked host");
+            let offsets = p.source_offsets();
+            let mut out = vec![0u8; offsets.len() * size];
+            for (k, &o) in offsets.iter().enumerate() {
+                out[k * size..(k + 1) * size].copy_from_slice(&src[o * size..(o + 1) * size]);
+            }
+            let s = Storage::from_bytes(&out, storage.dtype(), Device::Cpu)?;
+            Ok(View::with_layout(
+                Arc::new(s),
+                Layout::contiguous(&p.result_shape),
+            )?)
+        }
+        k => Err(Error::InvalidIndex {
+            reason: format!("a {k:?} plan is for assignment, not reading"),
+        }),
+    }
+}
+
+fn host_only(s: &Storage, op: &'static str) -> Result<()> {
+    if s.host_bytes().is_some() {
+        Ok(())
+    } else {
+        Err(Error::UnsupportedDevice {
+            op,
+            device: s.device(),
+        })
+    }
+}
+
+/// `target[items] = value` (with `accumulate`, `+=` that adds at duplicate indices). The
+/// target is left unchanged when anything is wrong (every check runs before the first write).
+/// Duplicate indices without `accumulate`: the last value in row-major order wins.
+pub fn set(
+    target: &mut Storage,
+    layout: &Layout,
+    items: &[IndexItem],
+    value: Value<'_>,
+    accumulate: bool,
+) -> Result<()> {
+    let mut p = plan(layout, items, true)?;
+    if p.kind == PlanKind::Copy && matches!(value, Value::Scalar(_)) {
+        p.kind = PlanKind::Fill;
+    }
+    host_only(target, "set")?;
+    let dtype = target.dtype();
+    let size = dtype.size();
+    let n: usize = p.result_shape.iter().product();
+    // The values: one element (a scalar, repeated) or one per indexed position (broadcast).
+    let values: Storage = match value {
+        Value::Scalar(x) => Storage::from_slice(&[x], Device::Cpu)?.to_dtype(dtype)?,
+        Value::Tensor(v) => {
+            if v.storage().dtype() != dtype {
+                return Err(Error::DTypeMismatch {
+                    target: dtype,
+                    value: v.storage().dtype(),
+                });
+            }
+            let vshape = v.layout().shape();
+            let ok = vshape.len() <= p.result_shape.len()
+                && broadcast_shapes(&[vshape, &p.result_shape]).as_deref()
+                    == Some(p.result_shape.as_slice());
+            if !ok {
+                return Err(Error::ShapeMismatch {
+                    what: format!(
+                        "value of shape {vshape:?} cannot be broadcast to the indexed shape {:?}",
+                        p.result_shape
+                    ),
+                });
+            }
+            let expanded = v.layout().expand(&p.result_shape)?;
+            v.storage().contiguous(&expanded)?.to_device(Device::Cpu)?
+        }
+    };
+    let offsets = p.source_offsets();
+    let scalar = values.len() == 1 && n != 1;
+    let pick = |k: usize| if scalar { 0 } else { k };
+    if accumulate {
+        accumulate_into(dtype, target, &offsets, &values, pick)?;
+    } else {
+        let vals = values.host_bytes().expect("a CPU storage");
+        let bytes = target.host_bytes_mut()?;
+        for (k, &o) in offsets.iter().enumerate() {
+            let v = pick(k);
+            bytes[o * size..(o + 1) * size].copy_from_slice(&vals[v * size..(v + 1) * size]);
+        }
+    }
+    Ok(())
+}
+
+trait AddElem: WithDType {
+    fn add(a: Self, b: Self) -> Self;
+}
+macro_rules! add_int {
+    ($($t:ty),*) => { $(impl AddElem for $t { fn add(a: Self, b: Self) -> Self { a.wrapping_add(b) } })* };
+}
+add_int!(u8, i8, i16, i32, i64);
+impl AddElem for f32 {
+    fn add(a: Self, b: Self) -> Self {
+        a + b
+    }
+}
+impl AddElem for f64 {
+    fn add(a: Self, b: Self) -> Self {
+        a + b
+    }
+}
+impl AddElem for f16 {
+    fn add(a: Self, b: Self) -> Self {
+        f16::from_f32(a.to_f32() + b.to_f32())
+    }
+}
+impl AddElem for bf16 {
+    fn add(a: Self, b: Self) -> Self {
+        bf16::from_f32(a.to_f32() + b.to_f32())
+    }
+}
+
+fn accumulate_typed<T: AddElem>(
+    target: &mut Storage,
+    offsets: &[usize],
+    values: &Storage,
+    pick: impl Fn(usize) -> usize,
+) -> Result<()> {
+    let vals = values.as_slice::<T>()?.to_vec();
+    let dst = target.as_mut_slice::<T>()?;
+    for (k, &o) in offsets.iter().enumerate() {
+        dst[o] = T::add(dst[o], vals[pick(k)]);
+    }
+    Ok(())
+}
+
+fn accumulate_into(
+    dtype: DType,
+    target: &mut Storage,
+    offsets: &[usize],
+    values: &Storage,
+    pick: impl Fn(usize) -> usize,
+) -> Result<()> {
+    match dtype {
+        DType::Bool => {
+            let vals = values.host_bytes().expect("a CPU storage").to_vec();
+            let dst = target.host_bytes_mut()?;
+            for (k, &o) in offsets.iter().enumerate() {
+                dst[o] |= vals[pick(k)];
+            }
+            Ok(())
+        }
+        DType::U8 => accumulate_typed::<u8>(target, offsets, values, pick),
+        DType::I8 => accumulate_typed::<i8>(target, offsets, values, pick),
+        DType::I16 => accumulate_typed::<i16>(target, offsets, values, pick),
+        DType::I32 => accumulate_typed::<i32>(target, offsets, values, pick),
+        DType::I64 => accumulate_typed::<i64>(target, offsets, values, pick),
+        DType::F16 => accumulate_typed::<f16>(target, offsets, values, pick),
+        DType::BF16 => accumulate_typed::<bf16>(target, offsets, values, pick),
+        DType::F32 => accumulate_typed::<f32>(target, offsets, values, pick),
+        DType::F64 => accumulate_typed::<f64>(target, offsets, values, pick),
+    }
+}

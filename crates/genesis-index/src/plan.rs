@@ -1,0 +1,465 @@
+//! Planning: an index expression and a layout become an [`IndexPlan`]. Pure data: no device
+//! calls, no data read except the host-side index tensors.
+
+use genesis_storage::Layout;
+
+use crate::spec::{IndexDType, IndexItem};
+use crate::{Error, Result};
+
+/// What executing a plan does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlanKind {
+    /// A zero-copy view: the result shares the input's storage.
+    View,
+    /// Advanced indexing: gather elements into a new storage.
+    Gather,
+    /// Assignment through advanced indexing.
+    Scatter,
+    /// Assignment of a tensor into a basic view (a strided copy).
+    Copy,
+    /// Assignment of a scalar into a basic view.
+    Fill,
+}
+
+/// How a boolean mask is turned into indices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MaskStrategy {
+    /// A mask over every dimension it covers, compacted in one row-major pass.
+    FullCompaction,
+    /// A mask over leading dimensions: the selected row indices, then a row gather.
+    RowIndices,
+}
+
+/// The advanced (tensor) part of a plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Advanced {
+    /// Dimensions of the basic view indexed by tensors, in order.
+    pub dims: Vec<usize>,
+    /// The broadcast shape of the index tensors.
+    pub index_shape: Vec<usize>,
+    /// One index array per entry of `dims`, broadcast to `index_shape` (row-major) and
+    /// normalised to `0..size`.
+    pub indices: Vec<Vec<i64>>,
+    /// Where the broadcast dimensions go in the result: at `dims[0]`'s place when the indexed
+    /// dimensions are adjacent, else at the front.
+    pub position: usize,
+}
+
+/// An inspectable plan for `x[index]` or `x[index] = value`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexPlan {
+    /// What execution does.
+    pub kind: PlanKind,
+    /// The basic-indexing view of the input (integers, slices, new axes applied; dimensions
+    /// indexed by tensors kept whole).
+    pub view: Layout,
+    /// The advanced part, if any index is a tensor.
+    pub advanced: Option<Advanced>,
+    /// Shape of the result (for assignment: the shape the value broadcasts to).
+    pub result_shape: Vec<usize>,
+    /// Whether a boolean mask is compacted into indices, and how.
+    pub mask: Option<MaskStrategy>,
+    /// Bytes of temporary memory execution needs (index arrays on the device).
+    pub temp_bytes: usize,
+}
+
+/// Integer index `i` along a dimension of `size`, wrapped if negative.
+fn wrap(i: i64, size: usize, dim: usize) -> Result<usize> {
+    let s = size as i64;
+    let j = if i < 0 { i + s } else { i };
+    if j < 0 || j >= s {
+        return Err(Error::IndexOutOfRange {
+            dim,
+            index: i,
+            size,
+        });
+    }
+    Ok(j as usize)
+}
+
+/// NumPy's slice bounds for a positive step: `(start, stop)` clamped to `0..=size`.
+fn slice_bounds(start: Option<i64>, stop: Option<i64>, size: usize) -> (usize, usize) {
+    let s = size as i64;
+    let clamp = |v: i64| -> i64 {
+        let v = if v < 0 { v + s } else { v };
+        v.clamp(0, s)
+    };
+    let a = start.map_or(0, clamp);
+    let b = stop.map_or(s, clamp);
+    (a as usize, b.max(a) as usize)
+}
+
+/// Broadcasts shapes NumPy's way; `None` if they do not broadcast.
+pub fn broadcast_shapes(shapes: &[&[usize]]) -> Option<Vec<usize>> {
+    let rank = shapes.iter().map(|s| s.len()).max().unwrap_or(0);
+    let mut out = vec![1usize; rank];
+    for s in shapes {
+        for (i, &d) in s.iter().enumerate() {
+            let o = &mut out[rank - s.len() + i];
+            if *o == 1 {
+                *o = d;
+            } else if d != 1 && d != *o {
+                return None;
+            }
+        }
+    }
+    Some(out)
+}
+
+/// Expands `data` of `shape` to `target` (row-major), repeating along broadcast dimensions.
+fn broadcast_to(data: &[i64], shape: &[usize], target: &[usize]) -> Vec<i64> {
+    let n: usize = target.iter().product();
+    let lead = target.len() - shape.len();
+    let mut strides = vec![0usize; target.len()];
+    let mut acc = 1;
+    for i in (0..shape.len()).rev() {
+        strides[lead + i] = if shape[i] == 1 { 0 } else { acc };
+        acc *= shape[i];
+    }
+    let mut out = Vec::with_capacity(n);
+    let mut idx = vec![0usize; target.len()];
+    for _ in 0..n {
+        let off: usize = idx.iter().zip(&strides).map(|(i, s)| i * s).sum();
+        out.push(data[off]);
+        for d in (0..target.len()).rev() {
+            idx[d] += 1;
+            if idx[d] < target[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    out
+}
+
+/// Plans `input[items]` (a read when `assign` is false).
+pub fn plan(input: &Layout, items: &[IndexItem], assign: bool) -> Result<IndexPlan> {
+    let ndim = input.rank();
+    // Validate items and count the input dimensions they consume.
+    let mut ellipses = 0;
+    let mut consumed = 0;
+    for it in items {
+        match it {
+            IndexItem::Int(_) | IndexItem::Slice { .. } => consumed += 1,
+            IndexItem::Tensor(t) if t.dtype == IndexDType::Bool => consumed += t.shape.len(),
+            IndexItem::Tensor(t) => {
+                if t.data.len() != t.shape.iter().product::<usize>() {
+                    return Err(Error::InvalidIndex {
+                        reason: format!(
+                            "index tensor of shape {:?} holds {} values",
+                            t.shape,
+                            t.data.len()
+                        ),
+                    });
+                }
+                consumed += 1
+            }
+            IndexItem::NewAxis => {}
+            IndexItem::Ellipsis => ellipses += 1,
+            IndexItem::BadTensor(dtype) => {
+                return Err(Error::InvalidIndex {
+                    reason: format!("tensors used as indices must be integer or bool, got {dtype}"),
+                });
+            }
+        }
+    }
+    if ellipses > 1 {
+        return Err(Error::InvalidIndex {
+            reason: "an index can only have a single ellipsis ('...')".into(),
+        });
+    }
+    if consumed > ndim {
+        return Err(Error::TooManyIndices {
+            given: consumed,
+            ndim,
+        });
+    }
+    let any_tensor = items.iter().any(|i| matches!(i, IndexItem::Tensor(_)));
+    // Walk the items, building the basic view; advanced indices are recorded against the
+    // dimension of the view they index (kept whole there).
+    let mut view = input.clone();
+    let mut vdim = 0usize; // current dimension of `view`
+    let mut in_dim = 0usize; // current dimension of the input (for error messages)
+    let mut adv: Vec<(usize, Vec<usize>, Vec<i64>)> = Vec::new(); // (view dim, shape, data)
+    let mut mask = None;
+    for it in items {
+        match it {
+            IndexItem::Ellipsis => {
+                let skip = ndim - consumed;
+                vdim += skip;
+                in_dim += skip;
+            }
+            IndexItem::NewAxis => {
+                view = view.unsqueeze(vdim as isize)?;
+                vdim += 1;
+            }
+            IndexItem::Int(i) => {
+                let size = view.shape()[vdim];
+                let j = wrap(*i, size, in_dim)?;
+                if any_tensor {
+                    // With advanced indices present, integers are 0-d index arrays.
+                    adv.push((vdim, vec![], vec![j as i64]));
+                    vdim += 1;
+                } else {
+                    view = view.narrow(vdim as isize, j, 1)?.squeeze(vdim as isize)?;
+                }
+                in_dim += 1;
+            }
+            IndexItem::Slice { start, stop, step } => {
+                let step = step.unwrap_or(1);
+                if step <= 0 {
+                    return Err(Error::InvalidStep { step });
+                }
+                let size = view.shape()[vdim];
+                let (a, b) = slice_bounds(*start, *stop, size);
+                view = view.slice(vdim as isize, a, b, step as isize)?;
+                vdim += 1;
+                in_dim += 1;
+            }
+            IndexItem::Tensor(t) if t.dtype == IndexDType::Bool => {
+                let k = t.shape.len();
+                let covered = &view.shape()[vdim..vdim + k];
+                if covered != t.shape.as_slice() {
+                    return Err(Error::ShapeMismatch {
+                        what: format!(
+                            "mask of shape {:?} does not match the indexed dimensions {:?} (from dimension {in_dim})",
+                            t.shape, covered
+                        ),
+                    });
+                }
+                // nonzero(): one index array per mask dimension, in row-major order.
+                let mut coords: Vec<Vec<i64>> = vec![Vec::new(); k];
+                let mut idx = vec![0usize; k];
+                for &v in &t.data {
+                    if v != 0 {
+                        for d in 0..k {
+                            coords[d].push(idx[d] as i64);
+                        }
+                    }
+                    for d in (0..k).rev() {
+                        idx[d] += 1;
+                        if idx[d] < t.shape[d] {
+                            break;
+                        }
+                        idx[d] = 0;
+                    }
+                }
+                let n = coords
+                    .first()
+                    .map_or(usize::from(t.data.first() == Some(&1)), Vec::len);
+                if k == 0 {
+                    // A 0-d mask: a new axis of size 1 (true) or 0 (false), indexed.
+                    view = view.unsqueeze(vdim as isize)?;
+                    adv.push((vdim, vec![n], vec![0; n]));
+                    vdim += 1;
+                } else {
+                    for (d, c) in coords.into_iter().enumerate() {
+                        adv.push((vdim + d, vec![n], c));
+                    }
+                    vdim += k;
+                }
+                // A mask over every input dimension is compacted in one pass; a mask over some
+                // of them selects rows, then gathers them.
+                mask = Some(if k == ndim {
+                    MaskStrategy::FullCompaction
+                } else {
+                    MaskStrategy::RowIndices
+                });
+                in_dim += k;
+            }
+            IndexItem::Tensor(t) => {
+                let size = view.shape()[vdim];
+                let mut data = Vec::with_capacity(t.data.len());
+                for &i in &t.data {
+                    data.push(wrap(i, size, in_dim)? as i64);
+                }
+                adv.push((vdim, t.shape.clone(), data));
+                vdim += 1;
+                in_dim += 1;
+            }
+            IndexItem::BadTensor(_) => unreachable!("rejected above"),
+        }
+    }
+    let value_kind =
+        |assign_kind: PlanKind, read_kind: PlanKind| if assign { assign_kind } else { read_kind };
+    if adv.is_empty() {
+        let result_shape = view.shape().to_vec();
+        return Ok(IndexPlan {
+            kind: value_kind(PlanKind::Copy, PlanKind::View),
+            view,
+            advanced: None,
+            result_shape,
+            mask: None,
+            temp_bytes: 0,
+        });
+    }
+    let shapes: Vec<&[usize]> = adv.iter().map(|(_, s, _)| s.as_slice()).collect();
+    let index_shape = broadcast_shapes(&shapes).ok_or_else(|| Error::ShapeMismatch {
+        what: format!("indexing arrays of shapes {shapes:?} could not be broadcast together"),
+    })?;
+    let dims: Vec<usize> = adv.iter().map(|(d, _, _)| *d).collect();
+    let indices: Vec<Vec<i64>> = adv
+        .iter()
+        .map(|(_, s, data)| broadcast_to(data, s, &index_shape))
+        .collect();
+    let adjacent = dims.windows(2).all(|w| w[1] == w[0] + 1);
+    let position = if adjacent { dims[0] } else { 0 };
+    let mut result_shape: Vec<usize> = view
+        .shape()
+        .iter()
+        .enumerate()
+        .filter(|(d, _)| !dims.contains(d))
+        .map(|(_, &s)| s)
+        .collect();
+    for (k, &s) in index_shape.iter().enumerate() {
+        result_shape.insert(position + k, s);
+    }
+    let temp_bytes = indices.iter().map(|v| v.len() * 8).sum();
+    Ok(IndexPlan {
+        kind: value_kind(PlanKind::Scatter, PlanKind::Gather),
+        view,
+        advanced: Some(Advanced {
+            dims,
+            index_shape,
+            indices,
+            position,
+        }),
+        result_shape,
+        mask,
+        temp_bytes,
+    })
+}
+
+impl IndexPlan {
+    /// The view offset (in elements) of every result element, row-major: where `result[i]`
+    /// comes from (or, for assignment, goes to).
+    pub fn source_offsets(&self) -> Vec<usize> {
+        let n: usize = self.result_shape.iter().product();
+        let mut out = Vec::with_capacity(n);
+        let (shape, strides, base) = (
+            self.view.shape(),
+            self.view.strides(),
+            self.view.offset() as isize,
+        );
+        let Some(adv) = &self.advanced else {
+            out.extend(self.view.indices());
+            return out;
+        };
+        let k = adv.index_shape.len();
+        let rest_dims: Vec<usize> = (0..shape.len()).filter(|d| !adv.dims.contains(d)).collect();
+        let mut idx = vec![0usize; self.result_shape.len()];
+        for _ in 0..n {
+            // Position within the broadcast index shape.
+            let mut b = 0usize;
+            for j in 0..k {
+                b = b * adv.index_shape[j] + idx[adv.position + j];
+            }
+            let mut off = base;
+            for (a, &d) in adv.dims.iter().enumerate() {
+                off += adv.indices[a][b] as isize * strides[d];
+            }
+            let mut r = 0;
+            for (p, &i) in idx.iter().enumerate() {
+                if p >= adv.position && p < adv.position + k {
+                    continue;
+                }
+                off += i as isize * strides[rest_dims[r]];
+                r += 1;
+            }
+            out.push(off as usize);
+            for d in (0..idx.len()).rev() {
+                idx[d] += 1;
+                if idx[d] < self.result_shape[d] {
+                    break;
+                }
+                idx[d] = 0;
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::s;
+    use crate::spec::IndexTensor;
+
+    fn offsets(shape: &[usize], items: &[IndexItem]) -> (Vec<usize>, Vec<usize>, PlanKind) {
+        let p = plan(&Layout::contiguous(shape), items, false).unwrap();
+        (p.result_shape.clone(), p.source_offsets(), p.kind)
+    }
+
+    #[test]
+    fn basic_indexing_is_a_view() {
+        let (shape, offs, kind) = offsets(&[4, 5], &s![1..3, ..;2]);
+        assert_eq!(kind, PlanKind::View);
+        assert_eq!(shape, vec![2, 3]);
+        assert_eq!(offs, vec![5, 7, 9, 10, 12, 14]);
+        let (shape, _, _) = offsets(&[2, 3, 4], &s![ELLIPSIS, 1, NEW]);
+        assert_eq!(shape, vec![2, 3, 1]);
+    }
+
+    #[test]
+    fn advanced_placement_follows_numpy() {
+        // Adjacent advanced indices stay in place.
+        let (shape, _, kind) = offsets(
+            &[3, 4, 5, 6],
+            &s![.., @IndexTensor::i64(&[2], vec![0, 2]), @IndexTensor::i64(&[2], vec![1, 3]), ..],
+        );
+        assert_eq!((shape, kind), (vec![3, 2, 6], PlanKind::Gather));
+        // Separated ones go to the front.
+        let (shape, _, _) = offsets(
+            &[3, 4, 5],
+            &s![@IndexTensor::i64(&[2], vec![0, 2]), .., @IndexTensor::i64(&[2], vec![1, 3])],
+        );
+        assert_eq!(shape, vec![2, 4]);
+        // An integer among tensors is a 0-d index array (adjacent here).
+        let (shape, offs, _) = offsets(&[3, 4, 5], &s![.., 1, @IndexTensor::i64(&[2], vec![4, 0])]);
+        assert_eq!(shape, vec![3, 2]);
+        assert_eq!(&offs[..2], &[9, 5]);
+    }
+
+    #[test]
+    fn errors_are_typed() {
+        let l = Layout::contiguous(&[4, 5]);
+        assert!(matches!(
+            plan(&l, &s![4], false),
+            Err(Error::IndexOutOfRange {
+                dim: 0,
+                index: 4,
+                size: 4
+            })
+        ));
+        assert!(matches!(
+            plan(&l, &s![0, 0, 0], false),
+            Err(Error::TooManyIndices { given: 3, ndim: 2 })
+        ));
+        assert!(matches!(
+            plan(&l, &s![ELLIPSIS, ELLIPSIS], false),
+            Err(Error::InvalidIndex { .. })
+        ));
+        assert!(matches!(
+            plan(&l, &s![..;0], false),
+            Err(Error::InvalidStep { step: 0 })
+        ));
+        assert!(matches!(
+            plan(&l, &[IndexItem::BadTensor("float32")], false),
+            Err(Error::InvalidIndex { .. })
+        ));
+        let a = IndexTensor::i64(&[2], vec![0, 1]);
+        let b = IndexTensor::i64(&[3], vec![0, 1, 2]);
+        assert!(matches!(
+            plan(&l, &s![@a, @b], false),
+            Err(Error::ShapeMismatch { .. })
+        ));
+        assert!(matches!(
+            plan(
+                &l,
+                &s![@IndexTensor::mask(&[3], &[true, false, true])],
+                false
+            ),
+            Err(Error::ShapeMismatch { .. })
+        ));
+    }
+}

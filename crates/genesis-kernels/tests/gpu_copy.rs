@@ -35,6 +35,17 @@ fn source(kind: Scalar, n: usize, rng: &mut SmallRng) -> Vec<u8> {
                 1.0 + f32::EPSILON,
                 3.0e38,
                 1e-40,
+                // Exact rounding ties for f16 (1 + 2^-11, 1 + 3 * 2^-11, 2049) and bf16
+                // (1 + 2^-8, 1 + 3 * 2^-8, 257), and an f16 subnormal tie.
+                1.0 + 2f32.powi(-11),
+                1.0 + 3.0 * 2f32.powi(-11),
+                2049.0,
+                -2049.0,
+                1.0 + 2f32.powi(-8),
+                1.0 + 3.0 * 2f32.powi(-8),
+                257.0,
+                3.0 * 2f32.powi(-25),
+                -2.5,
             ];
             for (i, v) in specials.iter().enumerate() {
                 put(&mut b, i * 7, &v.to_le_bytes());
@@ -61,6 +72,11 @@ fn source(kind: Scalar, n: usize, rng: &mut SmallRng) -> Vec<u8> {
                 1.0 + 2f64.powi(-11) + 2f64.powi(-40),
                 1e39,
                 4e-45,
+                1.0 + 2f64.powi(-8),
+                1.0 + 2f64.powi(-8) - 2f64.powi(-40),
+                1.0 + 2f64.powi(-8) + 2f64.powi(-40),
+                2049.0,
+                3.0 * 2f64.powi(-25),
             ];
             for (i, v) in specials.iter().enumerate() {
                 put(&mut b, i * 5, &v.to_le_bytes());

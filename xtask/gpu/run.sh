@@ -34,7 +34,7 @@ for step in $steps; do
       ;;
     sanitize)
       : > "$OUT/sanitize.log"
-      for t in $tests $(grep '^example-' "$B/bin/LIST"); do
+      for t in $tests $(grep '^example-quickstart' "$B/bin/LIST"); do
         case $t in test-*) args=--test-threads=1 ;; *) args= ;; esac
         echo "== memcheck $t" >> "$OUT/sanitize.log"
         log=$(mktemp)
@@ -61,14 +61,26 @@ for step in $steps; do
       if python3 "$B/torch_ref.py" "$OUT/torch_ref.json" >> "$OUT/bench.log" 2>&1; then r=ok; else r=FAILED; status=1; fi
       summary+=("torch     torch_ref.py: $r")
       echo "== genesis vs torch" >> "$OUT/bench.log"
-      python3 "$B/compare.py" "$OUT/torch_ref.json" "$OUT/gpu_elementwise.json" "$OUT/gpu_storage.json" >> "$OUT/bench.log" 2>&1
+      python3 "$B/compare.py" "$OUT/torch_ref.json" "$OUT/gpu_elementwise.json" "$OUT/gpu_storage.json" "$OUT/gpu_index.json" >> "$OUT/bench.log" 2>&1
       cat "$OUT/bench.log"
       ;;
     examples)
       : > "$OUT/examples.log"
       for e in $(grep '^example-' "$B/bin/LIST"); do
         echo "== $e" >> "$OUT/examples.log"
-        if "$B/bin/$e" >> "$OUT/examples.log" 2>&1; then r=ok; else r=FAILED; status=1; fi
+        case $e in
+          example-conformance)
+            # The indexing corpora on the GPU executor.
+            args=()
+            for f in "$GENESIS_REPO_ROOT"/crates/genesis-index/tests/data/*.json; do
+              if "$B/bin/$e" "$f" --device cuda >> "$OUT/examples.log" 2>&1; then r=ok; else r=FAILED; status=1; fi
+              summary+=("example   $e $(basename "$f"): $r $(tail -1 "$OUT/examples.log")")
+            done
+            continue ;;
+          example-hot_pair) args=(1000000) ;;
+          *) args=() ;;
+        esac
+        if "$B/bin/$e" "${args[@]}" >> "$OUT/examples.log" 2>&1; then r=ok; else r=FAILED; status=1; fi
         summary+=("example   $e: $r")
       done
       ;;

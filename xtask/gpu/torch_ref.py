@@ -78,6 +78,15 @@ def main():
         med, mn = timed(lambda: dst.copy_(other))
         rows.append({"name": "peer_1_to_0_256MiB", "bytes": N * 4, "median_ms": med, "min_ms": mn})
         del other
+    g = torch.Generator(device="cpu").manual_seed(0)
+    ridx = torch.randperm(8192, generator=g)[:4096].to(dev)
+    rows_bytes = 2 * 4096 * 8192 * 4
+    med, mn = timed(lambda: m2[ridx])
+    rows.append({"name": "gather_4096_rows_8192_f32", "bytes": rows_bytes, "median_ms": med, "min_ms": mn})
+    vals = torch.zeros(4096, 8192, device=dev)
+    med, mn = timed(lambda: m2.index_put_((ridx,), vals))
+    rows.append({"name": "index_put_4096_rows_8192_f32", "bytes": rows_bytes, "median_ms": med, "min_ms": mn})
+    del vals, ridx
     del host, pinned, dst, pinned_out, dst2, m2
     src = torch.rand(N, device=dev)
     dst = torch.empty_like(src)

@@ -31,6 +31,10 @@ pub fn execute_get(input: &View, p: &IndexPlan) -> Result<View> {
         PlanKind::View => Ok(input.relayout(p.view.clone())?),
         PlanKind::Gather => {
             let storage = input.storage();
+            #[cfg(feature = "cuda")]
+            if storage.device().is_cuda() {
+                return crate::gpu::gather(input, p);
+            }
             host_only(storage, "gather")?;
             let size = storage.dtype().size();
             let src = storage.host_bytes().expect("checked host");
@@ -76,39 +80,17 @@ pub fn set(
     if p.kind == PlanKind::Copy && matches!(value, Value::Scalar(_)) {
         p.kind = PlanKind::Fill;
     }
+    #[cfg(feature = "cuda")]
+    if target.device().is_cuda() {
+        return set_on_device(target, &p, value, accumulate);
+    }
     host_only(target, "set")?;
     let dtype = target.dtype();
     let size = dtype.size();
-    let n: usize = p.result_shape.iter().product();
-    // The values: one element (a scalar, repeated) or one per indexed position (broadcast).
-    let values: Storage = match value {
-        Value::Scalar(x) => Storage::from_slice(&[x], Device::Cpu)?.to_dtype(dtype)?,
-        Value::Tensor(v) => {
-            if v.storage().dtype() != dtype {
-                return Err(Error::DTypeMismatch {
-                    target: dtype,
-                    value: v.storage().dtype(),
-                });
-            }
-            let vshape = v.layout().shape();
-            let ok = vshape.len() <= p.result_shape.len()
-                && broadcast_shapes(&[vshape, &p.result_shape]).as_deref()
-                    == Some(p.result_shape.as_slice());
-            if !ok {
-                return Err(Error::ShapeMismatch {
-                    what: format!(
-                        "value of shape {vshape:?} cannot be broadcast to the indexed shape {:?}",
-                        p.result_shape
-                    ),
-                });
-            }
-            let expanded = v.layout().expand(&p.result_shape)?;
-            v.storage().contiguous(&expanded)?.to_device(Device::Cpu)?
-        }
-    };
+    // The value broadcast to the indexed shape, dense.
+    let values = dense_values(&p, value, dtype, Device::Cpu)?;
     let offsets = p.source_offsets();
-    let scalar = values.len() == 1 && n != 1;
-    let pick = |k: usize| if scalar { 0 } else { k };
+    let pick = |k: usize| k;
     if accumulate {
         accumulate_into(dtype, target, &offsets, &values, pick)?;
     } else {
@@ -120,6 +102,70 @@ pub fn set(
         }
     }
     Ok(())
+}
+
+/// The value broadcast to the plan's result shape, dense, on `device`.
+fn dense_values(p: &IndexPlan, value: Value<'_>, dtype: DType, device: Device) -> Result<Storage> {
+    let (storage, layout) = match value {
+        Value::Scalar(x) => {
+            let one = Storage::from_slice(&[x], Device::Cpu)?
+                .to_dtype(dtype)?
+                .to_device(device)?;
+            (Arc::new(one), Layout::contiguous(&[]))
+        }
+        Value::Tensor(v) => {
+            if v.storage().dtype() != dtype {
+                return Err(Error::DTypeMismatch {
+                    target: dtype,
+                    value: v.storage().dtype(),
+                });
+            }
+            (Arc::clone(v.storage()), v.layout().clone())
+        }
+    };
+    let vshape = layout.shape();
+    let ok = vshape.len() <= p.result_shape.len()
+        && broadcast_shapes(&[vshape, &p.result_shape]).as_deref()
+            == Some(p.result_shape.as_slice());
+    if !ok {
+        return Err(Error::ShapeMismatch {
+            what: format!(
+                "value of shape {vshape:?} cannot be broadcast to the indexed shape {:?}",
+                p.result_shape
+            ),
+        });
+    }
+    let expanded = layout.expand(&p.result_shape)?;
+    let dense = storage.contiguous(&expanded)?;
+    Ok(if dense.device() == device {
+        dense
+    } else {
+        dense.to_device(device)?
+    })
+}
+
+#[cfg(feature = "cuda")]
+fn set_on_device(
+    target: &mut Storage,
+    p: &IndexPlan,
+    value: Value<'_>,
+    accumulate: bool,
+) -> Result<()> {
+    let values = dense_values(p, value, target.dtype(), target.device())?;
+    match p.kind {
+        PlanKind::Scatter => crate::gpu::scatter(target, p, &values, accumulate),
+        _ => {
+            let dense = Layout::contiguous(&p.result_shape);
+            if accumulate {
+                let current = target.contiguous(&p.view)?;
+                let sum = current.add(&values)?;
+                target.copy_strided_from(&p.view, &sum, &dense)?;
+            } else {
+                target.copy_strided_from(&p.view, &values, &dense)?;
+            }
+            Ok(())
+        }
+    }
 }
 
 trait AddElem: WithDType {

@@ -13,11 +13,14 @@
 //! assert_eq!(v.contiguous()?.to_vec::<i32>()?, vec![5, 7, 9, 10, 12, 14]);
 //! # Ok::<(), genesis_storage::Error>(())
 //! ```
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod conformance;
 mod exec;
+#[cfg(feature = "cuda")]
+#[allow(unsafe_code)] // kernel launches: the GPU executor is the one place that needs it
+mod gpu;
 mod plan;
 mod spec;
 
@@ -92,6 +95,18 @@ pub enum Error {
 
 impl From<genesis_storage::LayoutError> for Error {
     fn from(e: genesis_storage::LayoutError) -> Error {
+        Error::Storage(e.into())
+    }
+}
+
+impl From<genesis_kernels::Error> for Error {
+    fn from(e: genesis_kernels::Error) -> Error {
+        Error::Storage(e.into())
+    }
+}
+
+impl From<genesis_cuda::Error> for Error {
+    fn from(e: genesis_cuda::Error) -> Error {
         Error::Storage(e.into())
     }
 }

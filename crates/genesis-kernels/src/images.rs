@@ -25,3 +25,14 @@ pub static ELEMENTWISE: genesis_cuda::KernelImage = genesis_cuda::KernelImage {
 
 /// Bytes of the `elementwise` image, for size reports.
 pub const ELEMENTWISE_BYTES: usize = include_bytes!("../images/elementwise.fatbin").len();
+
+/// The fatbin built from `kernels/index.cu`.
+#[cfg(feature = "cuda")]
+pub static INDEX: genesis_cuda::KernelImage = genesis_cuda::KernelImage {
+    name: "index",
+    image: include_bytes!("../images/index.fatbin"),
+    targets: TARGETS,
+};
+
+/// Bytes of the `index` image, for size reports.
+pub const INDEX_BYTES: usize = include_bytes!("../images/index.fatbin").len();

@@ -16,6 +16,8 @@ mod element;
 #[cfg(feature = "cuda")]
 pub mod gpu;
 pub mod images;
+#[cfg(feature = "cuda")]
+pub mod index;
 
 pub use copy::{MAX_DIMS, Scalar, StridedCopy, StridedCopy32};
 pub use element::Element;

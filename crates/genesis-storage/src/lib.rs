@@ -26,6 +26,6 @@ pub use dtype::{DType, WithDType};
 pub use error::{Error, Result};
 pub use layout::{Dims, Layout, LayoutError, StridedBlocks, Strides};
 pub use mapped::MapMode;
-pub use storage::{PoolInfo, Storage, StorageInfo, ViewInfo};
+pub use storage::{PoolInfo, Storage, StorageInfo, ViewInfo, scalar};
 pub use transfer::{PendingCopy, batched_copy};
 pub use view::View;

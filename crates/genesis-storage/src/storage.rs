@@ -122,7 +122,7 @@ impl std::fmt::Display for StorageInfo {
 }
 
 /// The kernel-level scalar type of a dtype.
-pub(crate) fn scalar(d: DType) -> genesis_kernels::Scalar {
+pub fn scalar(d: DType) -> genesis_kernels::Scalar {
     use genesis_kernels::Scalar as S;
     match d {
         DType::Bool => S::Bool,
@@ -586,6 +586,13 @@ impl Storage {
         } else {
             self.to_device(self.device())
         }
+    }
+
+    /// `len` elements of `dtype` on `device` whose contents are unspecified (zero on the host;
+    /// whatever the pool's memory held on a device): for outputs that are written whole.
+    #[track_caller]
+    pub fn empty(len: usize, dtype: DType, device: Device) -> Result<Storage> {
+        Storage::uninit(len, dtype, device)
     }
 
     /// Memory for `len` elements whose contents will be overwritten.

@@ -1,0 +1,174 @@
+//! The CUDA executor: advanced-indexing kernels driven by a plan.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use genesis_kernels::index::{Groups, IndexDesc, MAX_INDEX_DIMS};
+use genesis_storage::{Device, Layout, Storage, View};
+
+use crate::plan::{Advanced, IndexPlan};
+use crate::{Error, Result};
+
+fn desc(p: &IndexPlan, adv: &Advanced) -> Result<IndexDesc> {
+    let rank = p.result_shape.len();
+    if rank > MAX_INDEX_DIMS || adv.dims.len() > MAX_INDEX_DIMS {
+        return Err(Error::InvalidIndex {
+            reason: format!("more than {MAX_INDEX_DIMS} result dimensions or index arrays"),
+        });
+    }
+    let k = adv.index_shape.len();
+    let (vshape, vstrides) = (p.view.shape(), p.view.strides());
+    let rest: Vec<usize> = (0..vshape.len())
+        .filter(|d| !adv.dims.contains(d))
+        .collect();
+    let mut d = IndexDesc {
+        res_shape: [1; MAX_INDEX_DIMS],
+        res_stride: [0; MAX_INDEX_DIMS],
+        adv_stride: [0; MAX_INDEX_DIMS],
+        base: p.view.offset() as i64,
+        nb: adv.index_shape.iter().product::<usize>() as i64,
+        rank: rank as i32,
+        pos: adv.position as i32,
+        k: k as i32,
+        n_adv: adv.dims.len() as i32,
+    };
+    let mut r = 0;
+    for (i, &s) in p.result_shape.iter().enumerate() {
+        d.res_shape[i] = s as i64;
+        if i < adv.position || i >= adv.position + k {
+            d.res_stride[i] = vstrides[rest[r]] as i64;
+            r += 1;
+        }
+    }
+    for (a, &dim) in adv.dims.iter().enumerate() {
+        d.adv_stride[a] = vstrides[dim] as i64;
+    }
+    Ok(d)
+}
+
+fn ordinal(s: &Storage) -> Result<usize> {
+    match s.device() {
+        Device::Cuda(i) => Ok(i),
+        d => Err(Error::UnsupportedDevice {
+            op: "gpu indexing",
+            device: d,
+        }),
+    }
+}
+
+fn legacy(device: usize) -> Result<genesis_cuda::Stream> {
+    let pool = genesis_storage::cuda::device_pool(device)?;
+    Ok(genesis_cuda::Stream::legacy(pool.context()))
+}
+
+/// The normalised index arrays, concatenated, on the device.
+fn upload_indices(adv: &Advanced, device: Device) -> Result<Storage> {
+    let flat: Vec<i64> = adv.indices.iter().flatten().copied().collect();
+    let flat = if flat.is_empty() { vec![0] } else { flat };
+    Ok(Storage::from_slice(&flat, device)?)
+}
+
+/// Gathers a plan's result from a CUDA view.
+pub(crate) fn gather(input: &View, p: &IndexPlan) -> Result<View> {
+    let adv = p
+        .advanced
+        .as_ref()
+        .expect("a gather plan has an advanced part");
+    let src = input.storage();
+    let device = ordinal(src)?;
+    let n: usize = p.result_shape.iter().product();
+    let d = desc(p, adv)?;
+    let idx = upload_indices(adv, src.device())?;
+    let out = Storage::empty(n, src.dtype(), src.device())?;
+    let stream = legacy(device)?;
+    let (sp, op, ip) = (
+        src.device_ptr().unwrap_or(0),
+        out.device_ptr().unwrap_or(0),
+        idx.device_ptr().unwrap_or(0),
+    );
+    // SAFETY: planning checked every index against the view, and the view against the
+    // storage; `out` holds n elements; all three live until the legacy stream has run the
+    // kernel (the pool reuses memory in stream order).
+    unsafe { genesis_kernels::index::gather(&stream, src.dtype().size(), sp, op, n, &d, ip)? };
+    Ok(View::with_layout(
+        Arc::new(out),
+        Layout::contiguous(&p.result_shape),
+    )?)
+}
+
+/// Which index positions repeat an index tuple of a later position, and the groups of equal
+/// tuples in order.
+fn groups(adv: &Advanced) -> (Vec<u8>, Vec<i64>, Vec<i64>, Vec<i64>) {
+    let nb: usize = adv.index_shape.iter().product();
+    let mut by_tuple: HashMap<Vec<i64>, Vec<usize>> = HashMap::new();
+    for b in 0..nb {
+        let tuple: Vec<i64> = adv.indices.iter().map(|ix| ix[b]).collect();
+        by_tuple.entry(tuple).or_default().push(b);
+    }
+    let mut dead = vec![1u8; nb];
+    let (mut start, mut len, mut members) =
+        (vec![0i64; nb], vec![0i64; nb], Vec::with_capacity(nb));
+    for positions in by_tuple.values() {
+        let rep = *positions.last().expect("groups are non-empty");
+        dead[rep] = 0;
+        start[rep] = members.len() as i64;
+        len[rep] = positions.len() as i64;
+        members.extend(positions.iter().map(|&b| b as i64));
+    }
+    (dead, start, len, members)
+}
+
+/// Writes dense `values` (result-shaped, same device) through an advanced plan.
+pub(crate) fn scatter(
+    target: &mut Storage,
+    p: &IndexPlan,
+    values: &Storage,
+    accumulate: bool,
+) -> Result<()> {
+    let adv = p
+        .advanced
+        .as_ref()
+        .expect("a scatter plan has an advanced part");
+    let device = ordinal(target)?;
+    let n: usize = p.result_shape.iter().product();
+    if n == 0 {
+        return Ok(());
+    }
+    let d = desc(p, adv)?;
+    let dev = target.device();
+    let idx = upload_indices(adv, dev)?;
+    let (dead, start, len, members) = groups(adv);
+    let dead_s = Storage::from_slice(&dead, dev)?;
+    let stream = legacy(device)?;
+    let (tp, vp, ip, dp) = (
+        target.device_ptr().unwrap_or(0),
+        values.device_ptr().unwrap_or(0),
+        idx.device_ptr().unwrap_or(0),
+        dead_s.device_ptr().unwrap_or(0),
+    );
+    let size = target.dtype().size();
+    if accumulate {
+        let (st, ln, mb) = (
+            Storage::from_slice(&start, dev)?,
+            Storage::from_slice(&len, dev)?,
+            Storage::from_slice(&members, dev)?,
+        );
+        let g = Groups {
+            dead: dp,
+            start: st.device_ptr().unwrap_or(0),
+            len: ln.device_ptr().unwrap_or(0),
+            members: mb.device_ptr().unwrap_or(0),
+        };
+        let scalar = genesis_storage::scalar(target.dtype());
+        // SAFETY: as in `gather`, with `values` holding n elements and the groups nb entries;
+        // only group representatives write, each to its own offsets.
+        unsafe { genesis_kernels::index::scatter_add(&stream, scalar, tp, vp, n, &d, ip, g)? };
+        stream.synchronize()?;
+    } else {
+        // SAFETY: as in `gather`; live positions have distinct index tuples, so they write
+        // distinct offsets.
+        unsafe { genesis_kernels::index::scatter(&stream, size, tp, vp, n, &d, ip, dp)? };
+        stream.synchronize()?;
+    }
+    Ok(())
+}

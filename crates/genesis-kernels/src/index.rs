@@ -1,0 +1,196 @@
+//! Launchers of the advanced-indexing kernels (`kernels/index.cu`).
+
+use std::ffi::c_void;
+
+use genesis_cuda::{Kernel, LaunchConfig, Stream};
+
+use crate::{Error, Result, Scalar, images};
+
+/// Most result dimensions, and most index arrays, a kernel handles.
+pub const MAX_INDEX_DIMS: usize = 8;
+
+/// How result elements map to source offsets (`GxIndex`): see `kernels/index.cu`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IndexDesc {
+    /// Result shape (first `rank`).
+    pub res_shape: [i64; MAX_INDEX_DIMS],
+    /// Source stride of each result dimension outside the index dimensions.
+    pub res_stride: [i64; MAX_INDEX_DIMS],
+    /// Source stride of each indexed dimension.
+    pub adv_stride: [i64; MAX_INDEX_DIMS],
+    /// Offset of the view's first element.
+    pub base: i64,
+    /// Number of index positions (product of the broadcast index shape).
+    pub nb: i64,
+    /// Result rank.
+    pub rank: i32,
+    /// First result dimension of the index dimensions.
+    pub pos: i32,
+    /// Number of index dimensions in the result.
+    pub k: i32,
+    /// Number of index arrays.
+    pub n_adv: i32,
+}
+
+fn launch_config(stream: &Stream, n: usize) -> LaunchConfig {
+    let cap = u64::from(stream.context().multiprocessors().max(1)) * 16;
+    LaunchConfig::linear((n as u64).div_ceil(256).clamp(1, cap) as u32, 256)
+}
+
+fn by_size(prefix: &'static str, elem: usize) -> Result<&'static str> {
+    Ok(match (prefix, elem) {
+        ("gather", 1) => "index_gather_e1",
+        ("gather", 2) => "index_gather_e2",
+        ("gather", 4) => "index_gather_e4",
+        ("gather", 8) => "index_gather_e8",
+        ("scatter", 1) => "index_scatter_e1",
+        ("scatter", 2) => "index_scatter_e2",
+        ("scatter", 4) => "index_scatter_e4",
+        ("scatter", 8) => "index_scatter_e8",
+        _ => {
+            return Err(Error::Unsupported {
+                op: prefix,
+                reason: format!("element size {elem}"),
+            });
+        }
+    })
+}
+
+/// Queues `dst[i] = src[offset(i)]` for the `n` result elements.
+///
+/// # Safety
+///
+/// `src` must cover every offset the descriptor and the `n_adv * nb` indices at `idx` reach
+/// (indices already normalised and in range), `dst` must hold `n` elements, all device memory
+/// of the stream's device valid until the kernel completes.
+pub unsafe fn gather(
+    stream: &Stream,
+    elem: usize,
+    src: u64,
+    dst: u64,
+    n: usize,
+    desc: &IndexDesc,
+    idx: u64,
+) -> Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    let kernel = Kernel::get(stream.context(), &images::INDEX, by_size("gather", elem)?)?;
+    let (mut s, mut d, mut n64, mut de, mut ix) = (src, dst, n as u64, *desc, idx);
+    let mut params: [*mut c_void; 5] = [
+        (&raw mut s).cast(),
+        (&raw mut d).cast(),
+        (&raw mut n64).cast(),
+        (&raw mut de).cast(),
+        (&raw mut ix).cast(),
+    ];
+    // SAFETY: the parameters match `index_gather_eN(const T*, T*, uint64_t, GxIndex, const
+    // int64_t*)`; the caller vouches for the memory.
+    unsafe { kernel.launch(stream, launch_config(stream, n), &mut params)? };
+    Ok(())
+}
+
+/// Queues `dst[offset(i)] = vals[i]` for the `n` result elements whose index position is not
+/// marked in `dead` (one byte per position: later positions with the same index tuple win).
+///
+/// # Safety
+///
+/// As [`gather`], with `vals` holding `n` elements and `dead` `nb` bytes; the live positions
+/// must write distinct offsets.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn scatter(
+    stream: &Stream,
+    elem: usize,
+    dst: u64,
+    vals: u64,
+    n: usize,
+    desc: &IndexDesc,
+    idx: u64,
+    dead: u64,
+) -> Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    let kernel = Kernel::get(stream.context(), &images::INDEX, by_size("scatter", elem)?)?;
+    let (mut d, mut v, mut n64, mut de, mut ix, mut dd) = (dst, vals, n as u64, *desc, idx, dead);
+    let mut params: [*mut c_void; 6] = [
+        (&raw mut d).cast(),
+        (&raw mut v).cast(),
+        (&raw mut n64).cast(),
+        (&raw mut de).cast(),
+        (&raw mut ix).cast(),
+        (&raw mut dd).cast(),
+    ];
+    // SAFETY: the parameters match `index_scatter_eN(T*, const T*, uint64_t, GxIndex, const
+    // int64_t*, const uint8_t*)`; the caller vouches for the memory.
+    unsafe { kernel.launch(stream, launch_config(stream, n), &mut params)? };
+    Ok(())
+}
+
+/// The device addresses of the accumulate groups: for each representative index position `b`,
+/// its members (positions with the same index tuple, in order) are
+/// `members[start[b] .. start[b] + len[b]]`.
+#[derive(Debug, Clone, Copy)]
+pub struct Groups {
+    /// `nb` bytes: non-zero for positions that are not their group's representative.
+    pub dead: u64,
+    /// `nb` i64: where each group starts in `members`.
+    pub start: u64,
+    /// `nb` i64: each group's length.
+    pub len: u64,
+    /// `nb` i64: the positions, grouped.
+    pub members: u64,
+}
+
+/// Queues `dst[offset] += vals[...]` summing each group's contributions in index order
+/// (deterministic), for elements of type `scalar`.
+///
+/// # Safety
+///
+/// As [`scatter`], with `groups` describing `nb` positions.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn scatter_add(
+    stream: &Stream,
+    scalar: Scalar,
+    dst: u64,
+    vals: u64,
+    n: usize,
+    desc: &IndexDesc,
+    idx: u64,
+    groups: Groups,
+) -> Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    let name: &'static str = match scalar {
+        Scalar::Bool => "index_scatter_add_bool",
+        Scalar::U8 => "index_scatter_add_u8",
+        Scalar::I8 => "index_scatter_add_i8",
+        Scalar::I16 => "index_scatter_add_i16",
+        Scalar::I32 => "index_scatter_add_i32",
+        Scalar::I64 => "index_scatter_add_i64",
+        Scalar::F16 => "index_scatter_add_f16",
+        Scalar::BF16 => "index_scatter_add_bf16",
+        Scalar::F32 => "index_scatter_add_f32",
+        Scalar::F64 => "index_scatter_add_f64",
+    };
+    let kernel = Kernel::get(stream.context(), &images::INDEX, name)?;
+    let (mut d, mut v, mut n64, mut de, mut ix) = (dst, vals, n as u64, *desc, idx);
+    let (mut dd, mut st, mut ln, mut mb) = (groups.dead, groups.start, groups.len, groups.members);
+    let mut params: [*mut c_void; 9] = [
+        (&raw mut d).cast(),
+        (&raw mut v).cast(),
+        (&raw mut n64).cast(),
+        (&raw mut de).cast(),
+        (&raw mut ix).cast(),
+        (&raw mut dd).cast(),
+        (&raw mut st).cast(),
+        (&raw mut ln).cast(),
+        (&raw mut mb).cast(),
+    ];
+    // SAFETY: the parameters match `index_scatter_add_<T>(T*, const T*, uint64_t, GxIndex,
+    // const int64_t*, const uint8_t*, const int64_t* x3)`; the caller vouches for the memory.
+    unsafe { kernel.launch(stream, launch_config(stream, n), &mut params)? };
+    Ok(())
+}

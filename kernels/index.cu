@@ -1,0 +1,174 @@
+// Advanced-indexing kernels of Genesis: gather, scatter (last write wins, deterministically)
+// and scatter-add (contributions summed in index order, deterministically).
+//
+// The CPU twin is genesis-index's executor (`IndexPlan::source_offsets` and `set`).
+//
+// A result element i (row-major over the result shape) decomposes into result coordinates. The
+// result dimensions [pos, pos + k) are the broadcast index dimensions: their coordinates form
+// the index position b (row-major over those k sizes, nb positions in all). The other result
+// dimensions step through the source by `res_stride`. The indexed source dimensions add
+// idx[a * nb + b] * adv_stride[a] for each index array a.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#define GX_MAX_DIMS 8
+#define GX_MAX_ADV 8
+
+struct GxIndex {
+    int64_t res_shape[GX_MAX_DIMS];
+    int64_t res_stride[GX_MAX_DIMS];
+    int64_t adv_stride[GX_MAX_ADV];
+    int64_t base;
+    int64_t nb;
+    int32_t rank;
+    int32_t pos;
+    int32_t k;
+    int32_t n_adv;
+};
+
+// Source offset of result element i; also its index position b and the "before" / "after"
+// coordinates (result dims before pos, and after pos + k, each row-major) for value lookups.
+__device__ __forceinline__ int64_t gx_offset(const GxIndex &d, const int64_t *idx, uint64_t i, int64_t *b_out,
+                                             uint64_t *before_out, uint64_t *after_out, uint64_t *after_size_out) {
+    uint64_t rem = i;
+    int64_t off = d.base, b = 0, bmul = 1;
+    uint64_t after = 0, amul = 1, before = 0, befmul = 1;
+    for (int r = d.rank - 1; r >= 0; --r) {
+        const uint64_t sz = (uint64_t)d.res_shape[r];
+        const uint64_t c = rem % sz;
+        rem /= sz;
+        if (r >= d.pos && r < d.pos + d.k) {
+            b += (int64_t)c * bmul;
+            bmul *= (int64_t)sz;
+        } else {
+            off += (int64_t)c * d.res_stride[r];
+            if (r >= d.pos + d.k) {
+                after += c * amul;
+                amul *= sz;
+            } else {
+                before += c * befmul;
+                befmul *= sz;
+            }
+        }
+    }
+    for (int a = 0; a < d.n_adv; ++a) off += idx[(int64_t)a * d.nb + b] * d.adv_stride[a];
+    *b_out = b;
+    *before_out = before;
+    *after_out = after;
+    *after_size_out = amul;
+    return off;
+}
+
+template <typename T>
+__device__ __forceinline__ void gather_impl(const T *src, T *dst, uint64_t n, const GxIndex &d, const int64_t *idx) {
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        int64_t b;
+        uint64_t be, af, as;
+        dst[i] = src[gx_offset(d, idx, i, &b, &be, &af, &as)];
+    }
+}
+
+// dead[b] != 0: a later index position writes the same elements; skip (the last one wins).
+template <typename T>
+__device__ __forceinline__ void scatter_impl(T *dst, const T *vals, uint64_t n, const GxIndex &d, const int64_t *idx,
+                                             const uint8_t *dead) {
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        int64_t b;
+        uint64_t be, af, as;
+        const int64_t off = gx_offset(d, idx, i, &b, &be, &af, &as);
+        if (!dead[b]) dst[off] = vals[i];
+    }
+}
+
+template <typename T> struct GxAdd {
+    static __device__ __forceinline__ T add(T a, T b) { return a + b; }
+};
+template <> struct GxAdd<float> {
+    static __device__ __forceinline__ float add(float a, float b) { return __fadd_rn(a, b); }
+};
+template <> struct GxAdd<double> {
+    static __device__ __forceinline__ double add(double a, double b) { return __dadd_rn(a, b); }
+};
+template <> struct GxAdd<__half> {
+    static __device__ __forceinline__ __half add(__half a, __half b) {
+        return __float2half_rn(__fadd_rn(__half2float(a), __half2float(b)));
+    }
+};
+template <> struct GxAdd<__nv_bfloat16> {
+    static __device__ __forceinline__ __nv_bfloat16 add(__nv_bfloat16 a, __nv_bfloat16 b) {
+        return __float2bfloat16_rn(__fadd_rn(__bfloat162float(a), __bfloat162float(b)));
+    }
+};
+template <> struct GxAdd<uint8_t> {
+    static __device__ __forceinline__ uint8_t add(uint8_t a, uint8_t b) { return (uint8_t)(a + b); }
+};
+template <> struct GxAdd<int8_t> {
+    static __device__ __forceinline__ int8_t add(int8_t a, int8_t b) { return (int8_t)(uint8_t)((uint8_t)a + (uint8_t)b); }
+};
+template <> struct GxAdd<int16_t> {
+    static __device__ __forceinline__ int16_t add(int16_t a, int16_t b) { return (int16_t)(uint16_t)((uint16_t)a + (uint16_t)b); }
+};
+template <> struct GxAdd<int32_t> {
+    static __device__ __forceinline__ int32_t add(int32_t a, int32_t b) { return (int32_t)((uint32_t)a + (uint32_t)b); }
+};
+template <> struct GxAdd<int64_t> {
+    static __device__ __forceinline__ int64_t add(int64_t a, int64_t b) { return (int64_t)((uint64_t)a + (uint64_t)b); }
+};
+template <> struct GxAdd<bool> {
+    static __device__ __forceinline__ bool add(bool a, bool b) { return a || b; }
+};
+
+// Accumulate: only representative positions (the last of each group of equal index tuples)
+// run; each adds its group's values in index order: members[start[b] .. start[b] + len[b]).
+template <typename T>
+__device__ __forceinline__ void scatter_add_impl(T *dst, const T *vals, uint64_t n, const GxIndex &d,
+                                                 const int64_t *idx, const uint8_t *dead, const int64_t *start,
+                                                 const int64_t *len, const int64_t *members) {
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        int64_t b;
+        uint64_t before, after, after_size;
+        const int64_t off = gx_offset(d, idx, i, &b, &before, &after, &after_size);
+        if (dead[b]) continue;
+        T acc = dst[off];
+        for (int64_t m = start[b]; m < start[b] + len[b]; ++m) {
+            const uint64_t vi = ((before * (uint64_t)d.nb) + (uint64_t)members[m]) * after_size + after;
+            acc = GxAdd<T>::add(acc, vals[vi]);
+        }
+        dst[off] = acc;
+    }
+}
+
+#define GX_MOVE(E, T)                                                                                       \
+    extern "C" __global__ void index_gather_e##E(const T *src, T *dst, uint64_t n, GxIndex d, const int64_t *idx) { \
+        gather_impl<T>(src, dst, n, d, idx);                                                                \
+    }                                                                                                       \
+    extern "C" __global__ void index_scatter_e##E(T *dst, const T *vals, uint64_t n, GxIndex d, const int64_t *idx, \
+                                                  const uint8_t *dead) {                                   \
+        scatter_impl<T>(dst, vals, n, d, idx, dead);                                                        \
+    }
+GX_MOVE(1, uint8_t)
+GX_MOVE(2, uint16_t)
+GX_MOVE(4, uint32_t)
+GX_MOVE(8, uint64_t)
+
+#define GX_ADD(NAME, T)                                                                                     \
+    extern "C" __global__ void index_scatter_add_##NAME(T *dst, const T *vals, uint64_t n, GxIndex d,       \
+                                                        const int64_t *idx, const uint8_t *dead,            \
+                                                        const int64_t *start, const int64_t *len,           \
+                                                        const int64_t *members) {                           \
+        scatter_add_impl<T>(dst, vals, n, d, idx, dead, start, len, members);                               \
+    }
+GX_ADD(bool, bool)
+GX_ADD(u8, uint8_t)
+GX_ADD(i8, int8_t)
+GX_ADD(i16, int16_t)
+GX_ADD(i32, int32_t)
+GX_ADD(i64, int64_t)
+GX_ADD(f16, __half)
+GX_ADD(bf16, __nv_bfloat16)
+GX_ADD(f32, float)
+GX_ADD(f64, double)

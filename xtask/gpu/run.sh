@@ -10,9 +10,16 @@
 # lines it prints are a summary.
 set -u
 B=$(cd "$(dirname "$0")" && pwd)
+export GENESIS_REPO_ROOT=${GENESIS_REPO_ROOT:-$(cd "$B/.." && pwd)}
+# The binaries travel compressed: unpack them next to a copy of this script's folder.
+if [ -f "$B/bin.tar.gz" ]; then
+  U=$(mktemp -d /tmp/genesis-gpu.XXXXXX)
+  tar -xzf "$B/bin.tar.gz" -C "$U"
+  cp "$B"/*.py "$B"/run.sh "$U"/ 2>/dev/null
+  B=$U
+fi
 OUT=${OUT:-$B/out}
 mkdir -p "$OUT"
-export GENESIS_REPO_ROOT=${GENESIS_REPO_ROOT:-$(cd "$B/.." && pwd)}
 steps=${*:-tests sanitize bench examples}
 summary=()
 status=0

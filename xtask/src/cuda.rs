@@ -243,6 +243,18 @@ pub(crate) fn gpu_bundle() -> DynResult {
         std::fs::copy(&src, out_dir.join(script)).map_err(|e| format!("{}: {e}", src.display()))?;
     }
     std::fs::write(out_dir.join("bin/LIST"), copied.join("\n") + "\n")?;
+    // Compress: the binaries embed the kernel images and the bundle must stay far below the
+    // device tool's 64 MiB. run.sh unpacks them.
+    run(
+        "gpu-bundle: compress",
+        Command::new("tar")
+            .arg("-czf")
+            .arg(out_dir.join("bin.tar.gz"))
+            .arg("-C")
+            .arg(&out_dir)
+            .arg("bin"),
+    )?;
+    std::fs::remove_dir_all(out_dir.join("bin"))?;
     let size = dir_size(&out_dir)?;
     eprintln!(
         "xtask: .gpu/ holds {} binaries, {:.1} MiB; on the device: `bash .gpu/run.sh` with carry [\".gpu\"]",

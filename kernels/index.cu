@@ -172,3 +172,31 @@ GX_ADD(f16, __half)
 GX_ADD(bf16, __nv_bfloat16)
 GX_ADD(f32, float)
 GX_ADD(f64, double)
+
+// Row fast path: one index array over the leading dimension of a view whose rows are
+// contiguous (x[idx] for a row-major matrix): each index position copies a whole row in 16-byte
+// units. Rows are `row_units` units long, `stride_units` apart in the source, starting at
+// `base_units`. blockIdx.y strides over rows, the x-dimension over the units of a row.
+extern "C" __global__ void index_gather_rows16(const uint4 *src, uint4 *dst, const int64_t *idx, int64_t nrows,
+                                               int64_t row_units, int64_t base_units, int64_t stride_units) {
+    for (int64_t r = blockIdx.y; r < nrows; r += gridDim.y) {
+        const uint4 *s = src + base_units + idx[r] * stride_units;
+        uint4 *d = dst + r * row_units;
+        for (int64_t u = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; u < row_units; u += (int64_t)gridDim.x * blockDim.x)
+            d[u] = s[u];
+    }
+}
+
+// The assignment twin: rows whose position is marked dead (a later position writes the same
+// row) are skipped, so exactly one writer per row.
+extern "C" __global__ void index_scatter_rows16(uint4 *dst, const uint4 *vals, const int64_t *idx, const uint8_t *dead,
+                                                int64_t nrows, int64_t row_units, int64_t base_units,
+                                                int64_t stride_units) {
+    for (int64_t r = blockIdx.y; r < nrows; r += gridDim.y) {
+        if (dead[r]) continue;
+        uint4 *d = dst + base_units + idx[r] * stride_units;
+        const uint4 *v = vals + r * row_units;
+        for (int64_t u = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; u < row_units; u += (int64_t)gridDim.x * blockDim.x)
+            d[u] = v[u];
+    }
+}

@@ -46,6 +46,34 @@ fn desc(p: &IndexPlan, adv: &Advanced) -> Result<IndexDesc> {
     Ok(d)
 }
 
+/// The row fast path applies: one 1-D index array over the view's leading dimension, whose
+/// remaining dimensions are contiguous rows, everything a multiple of 16 bytes.
+fn rows16(p: &IndexPlan, adv: &Advanced, size: usize) -> Option<genesis_kernels::index::Rows16> {
+    if adv.dims != [0] || adv.index_shape.len() != 1 || adv.position != 0 {
+        return None;
+    }
+    let (shape, strides) = (p.view.shape(), p.view.strides());
+    let row = Layout::contiguous(&shape[1..]);
+    let rest_contiguous = shape[1..]
+        .iter()
+        .zip(&strides[1..])
+        .zip(row.strides())
+        .all(|((&d, &s), &c)| d == 1 || s == c);
+    let row_bytes = row.numel() * size;
+    let (base_bytes, stride_bytes) = (p.view.offset() * size, strides[0].max(0) as usize * size);
+    let ok = rest_contiguous
+        && strides[0] > 0
+        && row_bytes.is_multiple_of(16)
+        && base_bytes.is_multiple_of(16)
+        && stride_bytes.is_multiple_of(16);
+    ok.then(|| genesis_kernels::index::Rows16 {
+        nrows: adv.index_shape[0],
+        row_units: row_bytes / 16,
+        base_units: base_bytes / 16,
+        stride_units: stride_bytes / 16,
+    })
+}
+
 fn ordinal(s: &Storage) -> Result<usize> {
     match s.device() {
         Device::Cuda(i) => Ok(i),
@@ -163,6 +191,10 @@ pub(crate) fn scatter(
         // SAFETY: as in `gather`, with `values` holding n elements and the groups nb entries;
         // only group representatives write, each to its own offsets.
         unsafe { genesis_kernels::index::scatter_add(&stream, scalar, tp, vp, n, &d, ip, g)? };
+        stream.synchronize()?;
+    } else if let Some(rows) = rows16(p, adv, size) {
+        // SAFETY: as in `gather`, on 16-byte aligned rows; live rows are distinct.
+        unsafe { genesis_kernels::index::scatter_rows16(&stream, tp, vp, ip, dp, &rows)? };
         stream.synchronize()?;
     } else {
         // SAFETY: as in `gather`; live positions have distinct index tuples, so they write

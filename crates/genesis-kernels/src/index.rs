@@ -194,3 +194,105 @@ pub unsafe fn scatter_add(
     unsafe { kernel.launch(stream, launch_config(stream, n), &mut params)? };
     Ok(())
 }
+
+/// A row copy in 16-byte units: `nrows` rows of `row_units` units, source rows `stride_units`
+/// apart from `base_units` (see `index_gather_rows16`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rows16 {
+    /// Number of index positions (rows).
+    pub nrows: usize,
+    /// 16-byte units per row.
+    pub row_units: usize,
+    /// Offset of the view's first element, in units.
+    pub base_units: usize,
+    /// Distance between source rows, in units.
+    pub stride_units: usize,
+}
+
+fn rows_config(stream: &Stream, r: &Rows16) -> LaunchConfig {
+    let sms = stream.context().multiprocessors().max(1) as usize;
+    let gx = r.row_units.div_ceil(256).clamp(1, 64);
+    let gy = r.nrows.clamp(1, (sms * 16).min(65_535));
+    LaunchConfig {
+        grid: (gx as u32, gy as u32, 1),
+        block: (256, 1, 1),
+        shared_bytes: 0,
+    }
+}
+
+/// Queues a row gather: `dst[r] = src[base + idx[r] * stride]` row by row, 16 bytes at a time.
+///
+/// # Safety
+///
+/// `src` and `dst` must be 16-byte aligned device memory of the stream's device covering the
+/// rows described (indices in range), `idx` `nrows` i64, all valid until the kernel completes.
+pub unsafe fn gather_rows16(
+    stream: &Stream,
+    src: u64,
+    dst: u64,
+    idx: u64,
+    rows: &Rows16,
+) -> Result<()> {
+    if rows.nrows == 0 || rows.row_units == 0 {
+        return Ok(());
+    }
+    let kernel = Kernel::get(stream.context(), &images::INDEX, "index_gather_rows16")?;
+    let (mut s, mut d, mut i) = (src, dst, idx);
+    let (mut n, mut ru, mut bu, mut su) = (
+        rows.nrows as i64,
+        rows.row_units as i64,
+        rows.base_units as i64,
+        rows.stride_units as i64,
+    );
+    let mut params: [*mut c_void; 7] = [
+        (&raw mut s).cast(),
+        (&raw mut d).cast(),
+        (&raw mut i).cast(),
+        (&raw mut n).cast(),
+        (&raw mut ru).cast(),
+        (&raw mut bu).cast(),
+        (&raw mut su).cast(),
+    ];
+    // SAFETY: the parameters match `index_gather_rows16`; the caller vouches for the memory.
+    unsafe { kernel.launch(stream, rows_config(stream, rows), &mut params)? };
+    Ok(())
+}
+
+/// Queues a row scatter: `dst[base + idx[r] * stride] = vals[r]` for rows not marked in `dead`.
+///
+/// # Safety
+///
+/// As [`gather_rows16`], with `dead` holding `nrows` bytes and the live rows distinct.
+pub unsafe fn scatter_rows16(
+    stream: &Stream,
+    dst: u64,
+    vals: u64,
+    idx: u64,
+    dead: u64,
+    rows: &Rows16,
+) -> Result<()> {
+    if rows.nrows == 0 || rows.row_units == 0 {
+        return Ok(());
+    }
+    let kernel = Kernel::get(stream.context(), &images::INDEX, "index_scatter_rows16")?;
+    let (mut d, mut v, mut i, mut dd) = (dst, vals, idx, dead);
+    let (mut n, mut ru, mut bu, mut su) = (
+        rows.nrows as i64,
+        rows.row_units as i64,
+        rows.base_units as i64,
+        rows.stride_units as i64,
+    );
+    let mut params: [*mut c_void; 8] = [
+        (&raw mut d).cast(),
+        (&raw mut v).cast(),
+        (&raw mut i).cast(),
+        (&raw mut dd).cast(),
+        (&raw mut n).cast(),
+        (&raw mut ru).cast(),
+        (&raw mut bu).cast(),
+        (&raw mut su).cast(),
+    ];
+    // SAFETY: the parameters match `index_scatter_rows16`; the caller vouches for the memory.
+    unsafe { kernel.launch(stream, rows_config(stream, rows), &mut params)? };
+    Ok(())
+}

@@ -410,3 +410,23 @@ pub unsafe fn copy_2d_async(
         sys::cuMemcpy2DAsync(&c, stream.raw())
     })
 }
+
+/// Queues a copy of `src` (pageable host memory) to device address `dst` on `stream`. The
+/// driver stages the bytes before returning, so `src` may be reused at once; work queued on
+/// `stream` afterwards sees the data.
+///
+/// # Safety
+///
+/// `[dst, dst + src.len())` must be device memory of the stream's context, valid until the copy
+/// completes. `src` must not be page-locked memory that is modified before the copy completes
+/// (pinned memory is not staged).
+pub unsafe fn copy_from_host_async(stream: &crate::Stream, dst: u64, src: &[u8]) -> Result<()> {
+    if src.is_empty() {
+        return Ok(());
+    }
+    stream.context().bind()?;
+    // SAFETY: guaranteed by the caller.
+    check("cuMemcpyHtoDAsync", unsafe {
+        sys::cuMemcpyHtoDAsync(dst, src.as_ptr().cast(), src.len(), stream.raw())
+    })
+}

@@ -93,7 +93,7 @@ fn legacy(device: usize) -> Result<genesis_cuda::Stream> {
 fn upload_indices(adv: &Advanced, device: Device) -> Result<Storage> {
     let flat: Vec<i64> = adv.indices.iter().flatten().copied().collect();
     let flat = if flat.is_empty() { vec![0] } else { flat };
-    Ok(Storage::from_slice(&flat, device)?)
+    Ok(Storage::upload(&flat, device)?)
 }
 
 /// Gathers a plan's result from a CUDA view.
@@ -166,7 +166,7 @@ pub(crate) fn scatter(
     let dev = target.device();
     let idx = upload_indices(adv, dev)?;
     let (dead, start, len, members) = groups(adv);
-    let dead_s = Storage::from_slice(&dead, dev)?;
+    let dead_s = Storage::upload(&dead, dev)?;
     let stream = legacy(device)?;
     let (tp, vp, ip, dp) = (
         target.device_ptr().unwrap_or(0),
@@ -177,9 +177,9 @@ pub(crate) fn scatter(
     let size = target.dtype().size();
     if accumulate {
         let (st, ln, mb) = (
-            Storage::from_slice(&start, dev)?,
-            Storage::from_slice(&len, dev)?,
-            Storage::from_slice(&members, dev)?,
+            Storage::upload(&start, dev)?,
+            Storage::upload(&len, dev)?,
+            Storage::upload(&members, dev)?,
         );
         let g = Groups {
             dead: dp,

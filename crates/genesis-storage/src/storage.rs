@@ -339,6 +339,32 @@ impl Storage {
         }
     }
 
+    /// Like [`Storage::from_slice`], but on a CUDA device the copy is only queued on the legacy
+    /// stream (the driver stages the host data before returning) instead of waited for: for
+    /// small uploads (index arrays) that device work queued after it consumes.
+    #[track_caller]
+    pub fn upload<T: WithDType>(data: &[T], device: Device) -> Result<Storage> {
+        match device {
+            #[cfg(feature = "cuda")]
+            Device::Cuda(i) => {
+                let nbytes = std::mem::size_of_val(data);
+                let mem = crate::cuda::CudaMem::new(i, nbytes)?;
+                let host = CpuStorage::from_slice(data);
+                // SAFETY: `mem` holds `nbytes` on device `i`; the host bytes are pageable (a
+                // fresh CpuStorage), which the driver stages before returning.
+                unsafe {
+                    genesis_cuda::raw::copy_from_host_async(
+                        &legacy(&mem),
+                        mem.ptr(),
+                        host.as_bytes(),
+                    )?
+                };
+                Ok(Storage::make(Inner::Cuda(mem), T::DTYPE, data.len()))
+            }
+            _ => Storage::from_slice(data, device),
+        }
+    }
+
     /// A storage of `dtype` holding a copy of raw little-endian `bytes` on `device`
     /// (`create_storage`). Bool bytes must be 0 or 1.
     #[track_caller]

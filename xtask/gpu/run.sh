@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the Genesis GPU bundle on a GPU machine (written into .gpu/ by `cargo xtask gpu-bundle`).
 #
-#   bash .gpu/run.sh [tests] [sanitize] [bench] [examples]     (default: all four)
+#   bash .gpu/run.sh [tests] [sanitize] [racecheck] [bench] [examples]     (default: all)
 #
 # Logs and JSON go to $OUT (the device tool's output folder), or .gpu/out when $OUT is unset.
 # memcheck runs with --report-api-errors no: tests provoke driver errors on purpose (OOM,
@@ -20,7 +20,7 @@ if [ -f "$B/bin.tar.gz" ]; then
 fi
 OUT=${OUT:-$B/out}
 mkdir -p "$OUT"
-steps=${*:-tests sanitize bench examples}
+steps=${*:-tests sanitize racecheck bench examples}
 summary=()
 status=0
 # GENESIS_ONLY=substring runs only the test binaries whose name contains it.
@@ -55,6 +55,19 @@ for step in $steps; do
         fi
         cat "$log" >> "$OUT/sanitize.log"; rm -f "$log"
         summary+=("memcheck  $t: $r")
+      done
+      ;;
+    racecheck)
+      # Kernels with shared memory (the tiled transpose) under racecheck.
+      : > "$OUT/racecheck.log"
+      for t in $(grep -E '^test-.*gpu_copy' "$B/bin/LIST"); do
+        if compute-sanitizer --tool racecheck --error-exitcode 99 --report-api-errors no \
+             "$B/bin/$t" --test-threads=1 >> "$OUT/racecheck.log" 2>&1; then
+          r="clean: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/racecheck.log" | tail -1 | sed 's/=* *//')"
+        else
+          r="FAILED: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/racecheck.log" | tail -1 | sed 's/=* *//')"; status=1
+        fi
+        summary+=("racecheck $t: $r")
       done
       ;;
     bench)

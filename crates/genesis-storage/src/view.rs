@@ -33,6 +33,12 @@ impl View {
         &self.base
     }
 
+    /// The shared storage, mutably (to check for or take exclusive access with
+    /// `Arc::get_mut`).
+    pub fn storage_mut(&mut self) -> &mut Arc<Storage> {
+        &mut self.base
+    }
+
     /// The layout.
     pub fn layout(&self) -> &Layout {
         &self.layout

@@ -6,7 +6,7 @@
 //! cargo run --example quickstart --features cuda   # CPU, then GPU 0 if there is one
 //! ```
 
-use genesis::{DType, Device, Tensor, bf16};
+use genesis::{DType, Device, IndexTensor, Tensor, bf16, s};
 
 fn tour(device: Device) -> genesis::Result<()> {
     println!("--- on {device} ---");
@@ -30,6 +30,26 @@ fn tour(device: Device) -> genesis::Result<()> {
         big2.numel(),
         big2.to_vec::<i64>()?[0]
     );
+
+    // Views share memory; indexing follows NumPy.
+    let m = Tensor::arange(0.0, 20.0, 1.0, DType::F32, device)?.reshape(&[4, 5])?;
+    println!(
+        "m = arange(20).reshape(4, 5); m[1:3, ::2] = {} (a view: {})",
+        m.i(&s![1..3, ..;2])?,
+        m.i(&s![1..3, ..;2])?.shares_storage(&m)
+    );
+    println!(
+        "m[[3, 0]] = {}",
+        m.i(&s![@IndexTensor::i64(&[2], vec![3, 0])])?
+    );
+    println!(
+        "m.t() is contiguous: {}, m.t().contiguous() is: {}",
+        m.t()?.is_contiguous(),
+        m.t()?.contiguous()?.is_contiguous()
+    );
+    let mut z = Tensor::zeros(&[3, 4], DType::F32, device)?;
+    z.index_fill(&s![.., 1..3], 5.0)?;
+    println!("z[:, 1:3] = 5 -> {z}");
 
     // Errors are values, not panics.
     let wrong_shape = Tensor::full(&[3, 2], 1.0f32, device)?;
@@ -57,6 +77,15 @@ fn main() -> genesis::Result<()> {
         let back = gpu.to(Device::Cpu)?;
         println!("copied back to the host: {back}");
         drop((cpu, gpu));
+        #[cfg(feature = "cuda")]
+        {
+            println!(
+                "cuda:0 memory: {} bytes allocated, {} reserved, peak {}",
+                genesis::cuda::memory_allocated(0)?,
+                genesis::cuda::memory_reserved(0)?,
+                genesis::cuda::max_memory_allocated(0)?
+            );
+        }
         // Give the allocator's cached memory back to the driver.
         #[cfg(feature = "cuda")]
         genesis::cuda::empty_cache()?;

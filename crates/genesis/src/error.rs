@@ -46,6 +46,20 @@ pub enum Error {
         /// Elements given.
         got: usize,
     },
+    /// An argument the operation refuses.
+    #[error("{op}: {reason}")]
+    InvalidArgument {
+        /// The operation.
+        op: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// An indexing error (out of range, bad step, shapes that do not broadcast, ...).
+    #[error(transparent)]
+    Index(#[from] genesis_index::Error),
+    /// An error of the caching allocator.
+    #[error(transparent)]
+    Memory(#[from] genesis_mem::Error),
     /// An error of the storage layer (devices, CUDA, kernels).
     #[error(transparent)]
     Storage(#[from] genesis_storage::Error),

@@ -19,11 +19,12 @@ mod error;
 mod tensor;
 
 pub use error::{Error, Result};
-pub use genesis_storage::{DType, Device, WithDType};
+pub use genesis_index::{IndexItem, IndexTensor, s};
+pub use genesis_storage::{DType, Device, Layout, WithDType};
 pub use half::{bf16, f16};
 pub use tensor::Tensor;
 
-/// CUDA device queries.
+/// CUDA devices and their memory (PyTorch's `torch.cuda` names).
 pub mod cuda {
     /// Whether a CUDA device can be used (always `false` without the `cuda` feature).
     pub fn is_available() -> bool {
@@ -35,13 +36,139 @@ pub mod cuda {
         genesis_cuda::device_count().unwrap_or(0)
     }
 
+    #[cfg(feature = "cuda")]
+    fn context(ordinal: usize) -> crate::Result<std::sync::Arc<genesis_cuda::Context>> {
+        Ok(genesis_cuda::Context::get(ordinal).map_err(genesis_storage::Error::from)?)
+    }
+
+    #[cfg(feature = "cuda")]
+    fn pool(ordinal: usize) -> crate::Result<&'static genesis_storage::cuda::DevicePool> {
+        Ok(genesis_storage::cuda::device_pool(ordinal)?)
+    }
+
     /// The name of device `ordinal`, e.g. `"NVIDIA H200"`.
     #[cfg(feature = "cuda")]
     pub fn get_device_name(ordinal: usize) -> crate::Result<String> {
-        Ok(genesis_cuda::Context::get(ordinal)
-            .map_err(genesis_storage::Error::from)?
-            .name()
-            .to_string())
+        Ok(context(ordinal)?.name().to_string())
+    }
+
+    /// The compute capability `(major, minor)` of device `ordinal`.
+    #[cfg(feature = "cuda")]
+    pub fn get_device_capability(ordinal: usize) -> crate::Result<(u32, u32)> {
+        Ok(context(ordinal)?.compute_capability())
+    }
+
+    /// Waits for all work on device `ordinal`.
+    #[cfg(feature = "cuda")]
+    pub fn synchronize(ordinal: usize) -> crate::Result<()> {
+        Ok(context(ordinal)?
+            .synchronize()
+            .map_err(genesis_storage::Error::from)?)
+    }
+
+    /// Bytes of tensors currently allocated on device `ordinal`.
+    #[cfg(feature = "cuda")]
+    pub fn memory_allocated(ordinal: usize) -> crate::Result<u64> {
+        Ok(pool(ordinal)?
+            .allocator()
+            .stats()
+            .allocated_bytes
+            .all()
+            .current as u64)
+    }
+
+    /// Peak of [`memory_allocated`] since the start or the last reset.
+    #[cfg(feature = "cuda")]
+    pub fn max_memory_allocated(ordinal: usize) -> crate::Result<u64> {
+        Ok(pool(ordinal)?
+            .allocator()
+            .stats()
+            .allocated_bytes
+            .all()
+            .peak as u64)
+    }
+
+    /// Bytes the allocator holds from the driver on device `ordinal`.
+    #[cfg(feature = "cuda")]
+    pub fn memory_reserved(ordinal: usize) -> crate::Result<u64> {
+        Ok(pool(ordinal)?
+            .allocator()
+            .stats()
+            .reserved_bytes
+            .all()
+            .current as u64)
+    }
+
+    /// The old name of [`memory_reserved`].
+    #[cfg(feature = "cuda")]
+    pub fn memory_cached(ordinal: usize) -> crate::Result<u64> {
+        memory_reserved(ordinal)
+    }
+
+    /// Every statistic with PyTorch's key names (`"allocated_bytes.all.current"`, ...).
+    #[cfg(feature = "cuda")]
+    pub fn memory_stats(ordinal: usize) -> crate::Result<std::collections::BTreeMap<String, i64>> {
+        Ok(pool(ordinal)?.allocator().stats().to_map())
+    }
+
+    /// A table like PyTorch's `memory_summary()`.
+    #[cfg(feature = "cuda")]
+    pub fn memory_summary(ordinal: usize) -> crate::Result<String> {
+        Ok(pool(ordinal)?
+            .allocator()
+            .stats()
+            .summary(&format!("cuda:{ordinal}")))
+    }
+
+    /// Every segment and block of device `ordinal`'s allocator.
+    #[cfg(feature = "cuda")]
+    pub fn memory_snapshot(ordinal: usize) -> crate::Result<genesis_mem::Snapshot> {
+        Ok(pool(ordinal)?.allocator().snapshot())
+    }
+
+    /// Resets the peak statistics of device `ordinal`.
+    #[cfg(feature = "cuda")]
+    pub fn reset_peak_memory_stats(ordinal: usize) -> crate::Result<()> {
+        pool(ordinal)?.allocator().reset_peak_stats();
+        Ok(())
+    }
+
+    /// Limits device `ordinal`'s allocator to `fraction` (0 < f ≤ 1) of its memory.
+    #[cfg(feature = "cuda")]
+    pub fn set_memory_fraction(fraction: f64, ordinal: usize) -> crate::Result<()> {
+        Ok(pool(ordinal)?.allocator().set_memory_fraction(fraction)?)
+    }
+
+    /// Limits the cached (reserved but unused) memory of device `ordinal`, e.g. `"2GB"`.
+    #[cfg(feature = "cuda")]
+    pub fn set_cache_size(limit: &str, ordinal: usize) -> crate::Result<()> {
+        Ok(pool(ordinal)?.allocator().set_cache_size(limit)?)
+    }
+
+    /// Starts recording allocator events of device `ordinal` (the last `capacity`).
+    #[cfg(feature = "cuda")]
+    pub fn record_memory_history(ordinal: usize, capacity: usize) -> crate::Result<()> {
+        pool(ordinal)?.allocator().record_history(capacity);
+        Ok(())
+    }
+
+    /// Stops recording and returns the history (report, timeline picture).
+    #[cfg(feature = "cuda")]
+    pub fn take_memory_history(ordinal: usize) -> crate::Result<Option<genesis_mem::History>> {
+        Ok(pool(ordinal)?.allocator().take_history())
+    }
+
+    /// Starts a leak scope on device `ordinal`: `.check(...)` lists what was allocated since
+    /// and is still live, with call sites.
+    #[cfg(feature = "cuda")]
+    pub fn leak_scope(
+        ordinal: usize,
+    ) -> crate::Result<(
+        genesis_mem::LeakScope,
+        &'static genesis_mem::CachingAllocator<genesis_mem::cuda::CudaBackend>,
+    )> {
+        let a = pool(ordinal)?.allocator();
+        Ok((a.leak_scope(), a))
     }
 
     /// Gives the cached memory of every device's pool (and the pinned pool) back to the
@@ -49,13 +176,5 @@ pub mod cuda {
     #[cfg(feature = "cuda")]
     pub fn empty_cache() -> crate::Result<()> {
         Ok(genesis_storage::cuda::empty_caches()?)
-    }
-
-    /// The compute capability `(major, minor)` of device `ordinal`.
-    #[cfg(feature = "cuda")]
-    pub fn get_device_capability(ordinal: usize) -> crate::Result<(u32, u32)> {
-        Ok(genesis_cuda::Context::get(ordinal)
-            .map_err(genesis_storage::Error::from)?
-            .compute_capability())
     }
 }

@@ -1,17 +1,19 @@
 use std::fmt;
 use std::sync::Arc;
 
-use genesis_storage::{DType, Device, Layout, Storage, WithDType};
+use genesis_index::{IndexItem, Value};
+use genesis_storage::{DType, Device, Layout, Storage, View, WithDType};
 
 use crate::{Error, Result};
 
-/// A multi-dimensional array on a device: a shared [`Storage`], a [`Layout`] and a dtype.
+/// A multi-dimensional array on a device: a shared [`Storage`] seen through a [`Layout`].
 ///
-/// Cloning a tensor is cheap: the clone shares the storage.
+/// Cloning a tensor is cheap: the clone shares the storage. View operations (`view`,
+/// `transpose`, `narrow`, basic indexing, ...) return tensors sharing the storage too; it stays
+/// alive, and its memory out of the pool, until the last of them is dropped.
 #[derive(Clone)]
 pub struct Tensor {
-    storage: Arc<Storage>,
-    layout: Layout,
+    view: View,
 }
 
 fn numel_of(op: &'static str, shape: &[usize]) -> Result<usize> {
@@ -27,6 +29,18 @@ fn numel_of(op: &'static str, shape: &[usize]) -> Result<usize> {
 }
 
 impl Tensor {
+    fn from_storage(storage: Storage, shape: &[usize]) -> Result<Tensor> {
+        Ok(Tensor {
+            view: View::with_layout(Arc::new(storage), Layout::contiguous(shape))?,
+        })
+    }
+
+    fn with_layout(&self, layout: Layout) -> Result<Tensor> {
+        Ok(Tensor {
+            view: self.view.relayout(layout)?,
+        })
+    }
+
     /// A tensor of `shape` holding a copy of `data` (row-major) on `device`.
     pub fn from_slice<T: WithDType>(data: &[T], shape: &[usize], device: Device) -> Result<Tensor> {
         let n = numel_of("from_slice", shape)?;
@@ -38,59 +52,140 @@ impl Tensor {
                 got: data.len(),
             });
         }
-        let storage = Storage::from_slice(data, device)?;
-        Ok(Tensor {
-            storage: Arc::new(storage),
-            layout: Layout::contiguous(shape),
-        })
+        Tensor::from_storage(Storage::from_slice(data, device)?, shape)
     }
 
     /// A tensor of `shape` with every element `value`.
     pub fn full<T: WithDType>(shape: &[usize], value: T, device: Device) -> Result<Tensor> {
         let n = numel_of("full", shape)?;
-        let storage = Storage::full(n, value, device)?;
-        Ok(Tensor {
-            storage: Arc::new(storage),
-            layout: Layout::contiguous(shape),
-        })
+        Tensor::from_storage(Storage::full(n, value, device)?, shape)
+    }
+
+    /// Zeros of `dtype`.
+    pub fn zeros(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
+        let n = numel_of("zeros", shape)?;
+        Tensor::from_storage(Storage::zeros(n, dtype, device)?, shape)
+    }
+
+    /// Ones of `dtype`.
+    pub fn ones(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
+        let n = numel_of("ones", shape)?;
+        let one = Storage::full(n, 1.0f64, Device::Cpu)?.to_dtype(dtype)?;
+        Tensor::from_storage(
+            if device == Device::Cpu {
+                one
+            } else {
+                one.to_device(device)?
+            },
+            shape,
+        )
+    }
+
+    /// A tensor whose contents are unspecified (to be overwritten whole).
+    pub fn empty(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
+        let n = numel_of("empty", shape)?;
+        Tensor::from_storage(Storage::empty(n, dtype, device)?, shape)
+    }
+
+    /// `start, start + step, ...` below `end` (as `f64` arithmetic, converted to `dtype`).
+    pub fn arange(start: f64, end: f64, step: f64, dtype: DType, device: Device) -> Result<Tensor> {
+        if step == 0.0 || !step.is_finite() || !start.is_finite() || !end.is_finite() {
+            return Err(Error::InvalidArgument {
+                op: "arange",
+                reason: format!("start {start}, end {end}, step {step}"),
+            });
+        }
+        let n = ((end - start) / step).ceil().max(0.0) as usize;
+        let values: Vec<f64> = (0..n).map(|i| start + i as f64 * step).collect();
+        let s = Storage::from_slice(&values, Device::Cpu)?.to_dtype(dtype)?;
+        Tensor::from_storage(
+            if device == Device::Cpu {
+                s
+            } else {
+                s.to_device(device)?
+            },
+            &[n],
+        )
+    }
+
+    /// Zeros with this tensor's shape, dtype and device.
+    pub fn zeros_like(&self) -> Result<Tensor> {
+        Tensor::zeros(self.shape(), self.dtype(), self.device())
+    }
+
+    /// Ones with this tensor's shape, dtype and device.
+    pub fn ones_like(&self) -> Result<Tensor> {
+        Tensor::ones(self.shape(), self.dtype(), self.device())
     }
 
     /// The shape.
     pub fn shape(&self) -> &[usize] {
-        self.layout.shape()
+        self.view.layout().shape()
     }
 
     /// The strides, in elements.
     pub fn strides(&self) -> &[isize] {
-        self.layout.strides()
+        self.view.layout().strides()
+    }
+
+    /// The layout (shape, strides, offset).
+    pub fn layout(&self) -> &Layout {
+        self.view.layout()
     }
 
     /// Number of elements.
     pub fn numel(&self) -> usize {
-        self.layout.numel()
+        self.view.layout().numel()
+    }
+
+    /// Number of dimensions.
+    pub fn dim(&self) -> usize {
+        self.view.layout().rank()
     }
 
     /// The element type.
     pub fn dtype(&self) -> DType {
-        self.storage.dtype()
+        self.view.storage().dtype()
     }
 
     /// The device.
     pub fn device(&self) -> Device {
-        self.storage.device()
+        self.view.storage().device()
     }
 
     /// Whether the elements are row-major with no gaps.
     pub fn is_contiguous(&self) -> bool {
-        self.layout.is_contiguous()
+        self.view.layout().is_contiguous()
     }
 
-    /// A copy on `device`.
+    /// Whether two tensors share one storage (one is a view of the other).
+    pub fn shares_storage(&self, other: &Tensor) -> bool {
+        self.view.shares_storage(&other.view)
+    }
+
+    /// A contiguous tensor with the same elements: this one (shared) when it already is one.
+    pub fn contiguous(&self) -> Result<Tensor> {
+        if self.is_contiguous() {
+            return Ok(self.clone());
+        }
+        Tensor::from_storage(self.view.contiguous()?, self.shape())
+    }
+
+    /// A contiguous copy on `device`.
     pub fn to(&self, device: Device) -> Result<Tensor> {
-        Ok(Tensor {
-            storage: Arc::new(self.storage.to_device(device)?),
-            layout: self.layout.clone(),
-        })
+        let dense = self.view.contiguous()?;
+        let moved = if dense.device() == device && !dense.is_pinned() {
+            dense
+        } else {
+            dense.to_device(device)?
+        };
+        Tensor::from_storage(moved, self.shape())
+    }
+
+    /// A copy converted to `dtype` (round to nearest-even into f16/bf16; floats to integers
+    /// truncate and saturate).
+    pub fn to_dtype(&self, dtype: DType) -> Result<Tensor> {
+        Tensor::from_storage(self.view.contiguous()?.to_dtype(dtype)?, self.shape())
     }
 
     /// The elements, row-major, copied to the host; `T` must match the dtype.
@@ -102,17 +197,145 @@ impl Tensor {
                 rhs: T::DTYPE,
             });
         }
-        Ok(self.storage.to_vec::<T>()?)
+        Ok(self.view.contiguous()?.to_vec::<T>()?)
+    }
+
+    /// A view with another shape (one entry may be -1); an error when the strides do not allow
+    /// it (use [`Tensor::reshape`]).
+    pub fn view(&self, shape: &[isize]) -> Result<Tensor> {
+        let shape = self
+            .layout()
+            .infer_shape(shape)
+            .map_err(genesis_storage::Error::from)?;
+        self.with_layout(
+            self.layout()
+                .view(&shape)
+                .map_err(genesis_storage::Error::from)?,
+        )
+    }
+
+    /// [`Tensor::view`] when possible, else a contiguous copy with the new shape.
+    pub fn reshape(&self, shape: &[isize]) -> Result<Tensor> {
+        match self.view(shape) {
+            Ok(t) => Ok(t),
+            Err(Error::Storage(genesis_storage::Error::Layout(
+                genesis_storage::LayoutError::NotViewable { .. },
+            ))) => self.contiguous()?.view(shape),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Swaps two dimensions (negative counts from the end).
+    pub fn transpose(&self, a: isize, b: isize) -> Result<Tensor> {
+        self.with_layout(
+            self.layout()
+                .transpose(a, b)
+                .map_err(genesis_storage::Error::from)?,
+        )
+    }
+
+    /// The transpose of a matrix (`transpose(0, 1)`; a 0-d or 1-d tensor is returned as is).
+    pub fn t(&self) -> Result<Tensor> {
+        if self.dim() < 2 {
+            Ok(self.clone())
+        } else {
+            self.transpose(0, 1)
+        }
+    }
+
+    /// Reorders the dimensions.
+    pub fn permute(&self, perm: &[usize]) -> Result<Tensor> {
+        self.with_layout(
+            self.layout()
+                .permute(perm)
+                .map_err(genesis_storage::Error::from)?,
+        )
+    }
+
+    /// The elements as one dimension (a view when possible).
+    pub fn flatten(&self) -> Result<Tensor> {
+        self.reshape(&[-1])
+    }
+
+    /// Removes dimension `dim` if its size is 1.
+    pub fn squeeze(&self, dim: isize) -> Result<Tensor> {
+        self.with_layout(
+            self.layout()
+                .squeeze(dim)
+                .map_err(genesis_storage::Error::from)?,
+        )
+    }
+
+    /// Inserts a dimension of size 1.
+    pub fn unsqueeze(&self, dim: isize) -> Result<Tensor> {
+        self.with_layout(
+            self.layout()
+                .unsqueeze(dim)
+                .map_err(genesis_storage::Error::from)?,
+        )
+    }
+
+    /// Broadcasts to `shape` without copying (stride 0 where elements repeat).
+    pub fn expand(&self, shape: &[usize]) -> Result<Tensor> {
+        self.with_layout(
+            self.layout()
+                .expand(shape)
+                .map_err(genesis_storage::Error::from)?,
+        )
+    }
+
+    /// Elements `start..start + len` of dimension `dim`.
+    pub fn narrow(&self, dim: isize, start: usize, len: usize) -> Result<Tensor> {
+        self.with_layout(
+            self.layout()
+                .narrow(dim, start, len)
+                .map_err(genesis_storage::Error::from)?,
+        )
+    }
+
+    /// `self[items]` (build `items` with `genesis::s![...]`): a view for basic indexing, a new
+    /// tensor for advanced indexing.
+    pub fn i(&self, items: &[IndexItem]) -> Result<Tensor> {
+        Ok(Tensor {
+            view: genesis_index::get(&self.view, items)?,
+        })
+    }
+
+    fn assign(&mut self, items: &[IndexItem], value: Value<'_>, accumulate: bool) -> Result<()> {
+        // Writes go to the shared storage: every view of it sees them, as in PyTorch.
+        let layout = self.layout().clone();
+        let storage = Arc::get_mut(self.view_storage_mut()).ok_or(Error::InvalidArgument {
+            op: "index_put",
+            reason: "the tensor shares its storage with other tensors; assignment through a shared storage needs an exclusive handle (clone the data first with contiguous().to(...))".into(),
+        })?;
+        genesis_index::set(storage, &layout, items, value, accumulate)?;
+        Ok(())
+    }
+
+    fn view_storage_mut(&mut self) -> &mut Arc<Storage> {
+        self.view.storage_mut()
+    }
+
+    /// `self[items] = value` (`value` broadcast to the indexed shape).
+    pub fn index_put(&mut self, items: &[IndexItem], value: &Tensor) -> Result<()> {
+        self.assign(items, Value::Tensor(&value.view), false)
+    }
+
+    /// `self[items] += value`, adding at duplicate indices.
+    pub fn index_add(&mut self, items: &[IndexItem], value: &Tensor) -> Result<()> {
+        self.assign(items, Value::Tensor(&value.view), true)
+    }
+
+    /// `self[items] = value` for a scalar.
+    pub fn index_fill(&mut self, items: &[IndexItem], value: f64) -> Result<()> {
+        self.assign(items, Value::Scalar(value), false)
     }
 
     /// Elementwise sum of two tensors of the same shape, dtype and device.
     pub fn add(&self, other: &Tensor) -> Result<Tensor> {
         self.check_binary("add", other)?;
-        let storage = self.storage.add(&other.storage)?;
-        Ok(Tensor {
-            storage: Arc::new(storage),
-            layout: Layout::contiguous(self.shape()),
-        })
+        let (a, b) = (self.view.contiguous()?, other.view.contiguous()?);
+        Tensor::from_storage(a.add(&b)?, self.shape())
     }
 
     fn check_binary(&self, op: &'static str, other: &Tensor) -> Result<()> {
@@ -165,7 +388,11 @@ impl fmt::Display for Tensor {
     /// Prints up to 16 elements, then the shape, dtype and device.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         const SHOW: usize = 16;
-        let values = self.storage.to_f64_vec().map_err(|_| fmt::Error)?;
+        let values = self
+            .view
+            .contiguous()
+            .and_then(|s| s.to_f64_vec())
+            .map_err(|_| fmt::Error)?;
         write!(f, "tensor([")?;
         for (i, v) in values.iter().take(SHOW).enumerate() {
             if i > 0 {

@@ -307,6 +307,16 @@ impl<B: Backend> std::fmt::Debug for CachingAllocator<B> {
     }
 }
 
+/// The statistics pool of a device allocation (segment or handle): small when it is one
+/// granule (PyTorch's small pool allocates 2 MiB segments), large otherwise.
+fn segment_pool(bytes: usize, granularity: usize) -> Pool {
+    if bytes <= granularity {
+        Pool::Small
+    } else {
+        Pool::Large
+    }
+}
+
 fn round_up(n: usize, to: usize) -> Option<usize> {
     n.checked_add(to - 1).map(|v| v / to * to)
 }
@@ -1058,12 +1068,8 @@ impl<B: Backend> State<B> {
             let over = self.reserved() + seg - self.peak_reserved_bytes;
             self.release_free_segments(over);
         }
-        let addr = match self.backend.alloc(seg) {
-            Ok(a) => a,
-            Err(BackendError::OutOfMemory) => return Err(GrowError::OutOfMemory),
-            Err(e) => return Err(GrowError::Backend(e)),
-        };
-        let pool = if seg <= g { Pool::Small } else { Pool::Large };
+        let addr = self.backend.alloc(seg)?;
+        let pool = segment_pool(seg, g);
         self.add_reserved(pool, seg, 1);
         let rid = self.regions.len() as u32;
         let id = self.new_block(Block {
@@ -1143,11 +1149,7 @@ impl<B: Backend> State<B> {
         self.unindex_free(block);
         self.drop_block(block);
         self.regions[rid as usize].live = false;
-        let pool = if len <= self.backend.granularity() {
-            Pool::Small
-        } else {
-            Pool::Large
-        };
+        let pool = segment_pool(len, self.backend.granularity());
         self.add_reserved(pool, len, -1);
         if let Some(h) = &mut self.history {
             h.push(
@@ -1175,10 +1177,7 @@ impl<B: Backend> State<B> {
         let g = self.backend.granularity();
         let bytes =
             round_up(self.config.region_bytes.max(extra), g).ok_or(GrowError::OutOfMemory)?;
-        let base = self.backend.reserve(bytes).map_err(|e| match e {
-            BackendError::OutOfMemory => GrowError::OutOfMemory,
-            e => GrowError::Backend(e),
-        })?;
+        let base = self.backend.reserve(bytes)?;
         let rid = self.regions.len() as u32;
         self.regions.push(Region {
             base,
@@ -1373,7 +1372,7 @@ impl<B: Backend> State<B> {
             if let Err(e) = self.append_mapped(rid, len, h) {
                 // Keep the handle accounted: give it back to the device.
                 let _ = self.backend.release(h, len);
-                let pool = if len <= g { Pool::Small } else { Pool::Large };
+                let pool = segment_pool(len, g);
                 self.add_reserved(pool, len, -1);
                 return Err(GrowError::Backend(e));
             }
@@ -1385,20 +1384,13 @@ impl<B: Backend> State<B> {
             if self.reserved() + chunk > self.limit_bytes() {
                 return Err(GrowError::OutOfMemory);
             }
-            let h = match self.backend.create(chunk) {
-                Ok(h) => h,
-                Err(BackendError::OutOfMemory) => return Err(GrowError::OutOfMemory),
-                Err(e) => return Err(GrowError::Backend(e)),
-            };
-            let pool = if chunk <= g { Pool::Small } else { Pool::Large };
+            let h = self.backend.create(chunk)?;
+            let pool = segment_pool(chunk, g);
             self.add_reserved(pool, chunk, 1);
             if let Err(e) = self.append_mapped(rid, chunk, h) {
                 let _ = self.backend.release(h, chunk);
                 self.add_reserved(pool, chunk, -1);
-                return Err(match e {
-                    BackendError::OutOfMemory => GrowError::OutOfMemory,
-                    e => GrowError::Backend(e),
-                });
+                return Err(e.into());
             }
             need -= chunk;
         }
@@ -1441,7 +1433,7 @@ impl<B: Backend> State<B> {
             };
             self.carve_out(block, va, len).map_err(Error::Backend)?;
             self.backend.release(h, len).map_err(Error::Backend)?;
-            let pool = if len <= g { Pool::Small } else { Pool::Large };
+            let pool = segment_pool(len, g);
             self.add_reserved(pool, len, -1);
             released += len;
         }
@@ -1481,7 +1473,7 @@ impl<B: Backend> State<B> {
             };
             self.carve_out(block, va, len).map_err(Error::Backend)?;
             self.backend.release(h, len).map_err(Error::Backend)?;
-            let pool = if len <= g { Pool::Small } else { Pool::Large };
+            let pool = segment_pool(len, g);
             self.add_reserved(pool, len, -1);
         }
         Ok(before - self.reserved())
@@ -1681,4 +1673,13 @@ impl<B: Backend> State<B> {
 enum GrowError {
     OutOfMemory,
     Backend(BackendError),
+}
+
+impl From<BackendError> for GrowError {
+    fn from(e: BackendError) -> GrowError {
+        match e {
+            BackendError::OutOfMemory => GrowError::OutOfMemory,
+            e => GrowError::Backend(e),
+        }
+    }
 }

@@ -84,6 +84,7 @@ pub(crate) struct CudaMem {
 impl CudaMem {
     /// `nbytes` of uninitialised memory on device `ordinal` (stream-ordered on the legacy
     /// stream).
+    #[track_caller]
     pub(crate) fn new(ordinal: usize, nbytes: usize) -> Result<CudaMem> {
         let pool = device_pool(ordinal)?;
         let alloc = if nbytes == 0 {
@@ -133,6 +134,7 @@ pub(crate) struct PinnedMem {
 }
 
 impl PinnedMem {
+    #[track_caller]
     pub(crate) fn new(nbytes: usize) -> Result<PinnedMem> {
         let alloc = if nbytes == 0 {
             None

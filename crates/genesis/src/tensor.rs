@@ -29,6 +29,7 @@ fn numel_of(op: &'static str, shape: &[usize]) -> Result<usize> {
 }
 
 impl Tensor {
+    #[track_caller]
     fn from_storage(storage: Storage, shape: &[usize]) -> Result<Tensor> {
         Ok(Tensor {
             view: View::with_layout(Arc::new(storage), Layout::contiguous(shape))?,
@@ -42,6 +43,7 @@ impl Tensor {
     }
 
     /// A tensor of `shape` holding a copy of `data` (row-major) on `device`.
+    #[track_caller]
     pub fn from_slice<T: WithDType>(data: &[T], shape: &[usize], device: Device) -> Result<Tensor> {
         let n = numel_of("from_slice", shape)?;
         if n != data.len() {
@@ -56,18 +58,21 @@ impl Tensor {
     }
 
     /// A tensor of `shape` with every element `value`.
+    #[track_caller]
     pub fn full<T: WithDType>(shape: &[usize], value: T, device: Device) -> Result<Tensor> {
         let n = numel_of("full", shape)?;
         Tensor::from_storage(Storage::full(n, value, device)?, shape)
     }
 
     /// Zeros of `dtype`.
+    #[track_caller]
     pub fn zeros(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
         let n = numel_of("zeros", shape)?;
         Tensor::from_storage(Storage::zeros(n, dtype, device)?, shape)
     }
 
     /// Ones of `dtype`.
+    #[track_caller]
     pub fn ones(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
         let n = numel_of("ones", shape)?;
         let one = Storage::full(n, 1.0f64, Device::Cpu)?.to_dtype(dtype)?;
@@ -82,12 +87,14 @@ impl Tensor {
     }
 
     /// A tensor whose contents are unspecified (to be overwritten whole).
+    #[track_caller]
     pub fn empty(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
         let n = numel_of("empty", shape)?;
         Tensor::from_storage(Storage::empty(n, dtype, device)?, shape)
     }
 
     /// `start, start + step, ...` below `end` (as `f64` arithmetic, converted to `dtype`).
+    #[track_caller]
     pub fn arange(start: f64, end: f64, step: f64, dtype: DType, device: Device) -> Result<Tensor> {
         if step == 0.0 || !step.is_finite() || !start.is_finite() || !end.is_finite() {
             return Err(Error::InvalidArgument {
@@ -109,11 +116,13 @@ impl Tensor {
     }
 
     /// Zeros with this tensor's shape, dtype and device.
+    #[track_caller]
     pub fn zeros_like(&self) -> Result<Tensor> {
         Tensor::zeros(self.shape(), self.dtype(), self.device())
     }
 
     /// Ones with this tensor's shape, dtype and device.
+    #[track_caller]
     pub fn ones_like(&self) -> Result<Tensor> {
         Tensor::ones(self.shape(), self.dtype(), self.device())
     }
@@ -164,6 +173,7 @@ impl Tensor {
     }
 
     /// A contiguous tensor with the same elements: this one (shared) when it already is one.
+    #[track_caller]
     pub fn contiguous(&self) -> Result<Tensor> {
         if self.is_contiguous() {
             return Ok(self.clone());
@@ -172,6 +182,7 @@ impl Tensor {
     }
 
     /// A contiguous copy on `device`.
+    #[track_caller]
     pub fn to(&self, device: Device) -> Result<Tensor> {
         let dense = self.view.contiguous()?;
         let moved = if dense.device() == device && !dense.is_pinned() {
@@ -184,6 +195,7 @@ impl Tensor {
 
     /// A copy converted to `dtype` (round to nearest-even into f16/bf16; floats to integers
     /// truncate and saturate).
+    #[track_caller]
     pub fn to_dtype(&self, dtype: DType) -> Result<Tensor> {
         Tensor::from_storage(self.view.contiguous()?.to_dtype(dtype)?, self.shape())
     }
@@ -215,6 +227,7 @@ impl Tensor {
     }
 
     /// [`Tensor::view`] when possible, else a contiguous copy with the new shape.
+    #[track_caller]
     pub fn reshape(&self, shape: &[isize]) -> Result<Tensor> {
         match self.view(shape) {
             Ok(t) => Ok(t),
@@ -253,6 +266,7 @@ impl Tensor {
     }
 
     /// The elements as one dimension (a view when possible).
+    #[track_caller]
     pub fn flatten(&self) -> Result<Tensor> {
         self.reshape(&[-1])
     }
@@ -295,6 +309,7 @@ impl Tensor {
 
     /// `self[items]` (build `items` with `genesis::s![...]`): a view for basic indexing, a new
     /// tensor for advanced indexing.
+    #[track_caller]
     pub fn i(&self, items: &[IndexItem]) -> Result<Tensor> {
         Ok(Tensor {
             view: genesis_index::get(&self.view, items)?,
@@ -332,6 +347,7 @@ impl Tensor {
     }
 
     /// Elementwise sum of two tensors of the same shape, dtype and device.
+    #[track_caller]
     pub fn add(&self, other: &Tensor) -> Result<Tensor> {
         self.check_binary("add", other)?;
         let (a, b) = (self.view.contiguous()?, other.view.contiguous()?);

@@ -1,4 +1,5 @@
-// Elementwise kernels of Genesis: fill and add, for f32, f16, bf16, i32 and i64.
+// Elementwise kernels of Genesis: fill and the binary ops add, sub, mul, maximum, minimum (f32,
+// f16, bf16, i32, i64) and div (f32, f16, bf16).
 //
 // Built by `cargo xtask build-kernels` into crates/genesis-kernels/images/elementwise.fatbin.
 // The CPU twins live in crates/genesis-kernels/src/cpu.rs and must give bit-identical results:
@@ -18,41 +19,72 @@
 #define GX_THREADS 256
 #define GX_UNROLL 4
 
-template <typename T> struct Arith {
-    static __device__ __forceinline__ T add(T x, T y) { return x + y; }
+// Binary operations. Floats: f32 arithmetic with the _rn intrinsics (never contracted into an
+// FMA); f16/bf16 are widened to f32, computed once and rounded to nearest-even, which is the
+// correctly rounded result for +, -, *, / (f32 has at least 2p+2 bits for both formats).
+// maximum/minimum propagate NaN (like torch.maximum). Integers wrap (unsigned arithmetic).
+struct OpAdd {
+    static __device__ __forceinline__ float f(float x, float y) { return __fadd_rn(x, y); }
+    template <typename U> static __device__ __forceinline__ U u(U x, U y) { return x + y; }
 };
-template <> struct Arith<float> {
-    // __fadd_rn: never contracted into an FMA, always round-to-nearest-even.
-    static __device__ __forceinline__ float add(float x, float y) { return __fadd_rn(x, y); }
+struct OpSub {
+    static __device__ __forceinline__ float f(float x, float y) { return __fsub_rn(x, y); }
+    template <typename U> static __device__ __forceinline__ U u(U x, U y) { return x - y; }
 };
-template <> struct Arith<int32_t> {
-    static __device__ __forceinline__ int32_t add(int32_t x, int32_t y) {
-        return (int32_t)((uint32_t)x + (uint32_t)y);
+struct OpMul {
+    static __device__ __forceinline__ float f(float x, float y) { return __fmul_rn(x, y); }
+    template <typename U> static __device__ __forceinline__ U u(U x, U y) { return x * y; }
+};
+struct OpDiv {
+    static __device__ __forceinline__ float f(float x, float y) { return __fdiv_rn(x, y); }
+};
+struct OpMax {
+    static __device__ __forceinline__ float f(float x, float y) {
+        return x != x ? x : (y != y ? y : (x > y ? x : y));
+    }
+    template <typename S> static __device__ __forceinline__ S s(S x, S y) { return x > y ? x : y; }
+};
+struct OpMin {
+    static __device__ __forceinline__ float f(float x, float y) {
+        return x != x ? x : (y != y ? y : (x < y ? x : y));
+    }
+    template <typename S> static __device__ __forceinline__ S s(S x, S y) { return x < y ? x : y; }
+};
+
+template <typename Op, typename T> struct Apply;
+template <typename Op> struct Apply<Op, float> {
+    static __device__ __forceinline__ float go(float x, float y) { return Op::f(x, y); }
+};
+template <typename Op> struct Apply<Op, __half> {
+    static __device__ __forceinline__ __half go(__half x, __half y) {
+        return __float2half_rn(Op::f(__half2float(x), __half2float(y)));
     }
 };
-template <> struct Arith<int64_t> {
-    static __device__ __forceinline__ int64_t add(int64_t x, int64_t y) {
-        return (int64_t)((uint64_t)x + (uint64_t)y);
+template <typename Op> struct Apply<Op, __nv_bfloat16> {
+    static __device__ __forceinline__ __nv_bfloat16 go(__nv_bfloat16 x, __nv_bfloat16 y) {
+        return __float2bfloat16_rn(Op::f(__bfloat162float(x), __bfloat162float(y)));
     }
 };
-template <> struct Arith<__half> {
-    static __device__ __forceinline__ __half add(__half x, __half y) {
-        return __float2half_rn(__fadd_rn(__half2float(x), __half2float(y)));
-    }
+// Integers: wrapping ops go through the unsigned type, max/min compare signed values.
+template <typename Op, typename S, typename U> struct ApplyInt {
+    static __device__ __forceinline__ S go(S x, S y) { return (S)Op::template u<U>((U)x, (U)y); }
 };
-template <> struct Arith<__nv_bfloat16> {
-    static __device__ __forceinline__ __nv_bfloat16 add(__nv_bfloat16 x, __nv_bfloat16 y) {
-        return __float2bfloat16_rn(__fadd_rn(__bfloat162float(x), __bfloat162float(y)));
-    }
+template <typename S, typename U> struct ApplyInt<OpMax, S, U> {
+    static __device__ __forceinline__ S go(S x, S y) { return OpMax::s<S>(x, y); }
 };
+template <typename S, typename U> struct ApplyInt<OpMin, S, U> {
+    static __device__ __forceinline__ S go(S x, S y) { return OpMin::s<S>(x, y); }
+};
+template <typename Op> struct Apply<Op, int32_t> : ApplyInt<Op, int32_t, uint32_t> {};
+template <typename Op> struct Apply<Op, int64_t> : ApplyInt<Op, int64_t, uint64_t> {};
 
 template <typename T> union Vec16 {
     uint4 raw;
     T v[16 / sizeof(T)];
 };
 
-template <typename T>
-__device__ __forceinline__ void add_impl(const T *a, const T *b, T *out, uint64_t n, int vec_ok) {
+template <typename Op, typename T>
+__device__ __forceinline__ void binary_impl(const T *a, const T *b, T *out, uint64_t n, int vec_ok) {
     if (vec_ok) {
         constexpr int V = 16 / sizeof(T);
         const uint64_t nvec = n / V;
@@ -75,7 +107,7 @@ __device__ __forceinline__ void add_impl(const T *a, const T *b, T *out, uint64_
                 uint64_t i = base + (uint64_t)u * GX_THREADS + threadIdx.x;
                 if (i < nvec) {
 #pragma unroll
-                    for (int k = 0; k < V; ++k) x[u].v[k] = Arith<T>::add(x[u].v[k], y[u].v[k]);
+                    for (int k = 0; k < V; ++k) x[u].v[k] = Apply<Op, T>::go(x[u].v[k], y[u].v[k]);
                     o4[i] = x[u].raw;
                 }
             }
@@ -83,12 +115,12 @@ __device__ __forceinline__ void add_impl(const T *a, const T *b, T *out, uint64_
         // The tail that does not fill a vector: done by the first threads of block 0.
         if (blockIdx.x == 0) {
             uint64_t i = nvec * V + threadIdx.x;
-            if (i < n) out[i] = Arith<T>::add(a[i], b[i]);
+            if (i < n) out[i] = Apply<Op, T>::go(a[i], b[i]);
         }
     } else {
         const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
         for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-            out[i] = Arith<T>::add(a[i], b[i]);
+            out[i] = Apply<Op, T>::go(a[i], b[i]);
     }
 }
 
@@ -120,11 +152,18 @@ __device__ __forceinline__ void fill_impl(T *out, T value, uint64_t n, int vec_o
     }
 }
 
-#define GX_DEFINE(NAME, T)                                                                     \
+#define GX_BINARY(OPNAME, OP, NAME, T)                                                         \
     extern "C" __global__ void __launch_bounds__(GX_THREADS)                                    \
-        add_##NAME(const T *a, const T *b, T *out, uint64_t n, int vec_ok) {                    \
-        add_impl<T>(a, b, out, n, vec_ok);                                                      \
-    }                                                                                           \
+        OPNAME##_##NAME(const T *a, const T *b, T *out, uint64_t n, int vec_ok) {               \
+        binary_impl<OP, T>(a, b, out, n, vec_ok);                                               \
+    }
+
+#define GX_DEFINE(NAME, T)                                                                     \
+    GX_BINARY(add, OpAdd, NAME, T)                                                              \
+    GX_BINARY(sub, OpSub, NAME, T)                                                              \
+    GX_BINARY(mul, OpMul, NAME, T)                                                              \
+    GX_BINARY(maximum, OpMax, NAME, T)                                                          \
+    GX_BINARY(minimum, OpMin, NAME, T)                                                          \
     extern "C" __global__ void __launch_bounds__(GX_THREADS)                                    \
         fill_##NAME(T *out, T value, uint64_t n, int vec_ok) {                                  \
         fill_impl<T>(out, value, n, vec_ok);                                                    \
@@ -135,3 +174,8 @@ GX_DEFINE(f16, __half)
 GX_DEFINE(bf16, __nv_bfloat16)
 GX_DEFINE(i32, int32_t)
 GX_DEFINE(i64, int64_t)
+
+// True division only for floating types (integer operands are converted by the caller).
+GX_BINARY(div, OpDiv, f32, float)
+GX_BINARY(div, OpDiv, f16, __half)
+GX_BINARY(div, OpDiv, bf16, __nv_bfloat16)

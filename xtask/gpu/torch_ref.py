@@ -43,6 +43,11 @@ def main():
         size = a.element_size()
         med, mn = timed(lambda: torch.add(a, b, out=out))
         rows.append({"name": f"add_{name}", "bytes": 3 * N * size, "median_ms": med, "min_ms": mn})
+        med, mn = timed(lambda: torch.mul(a, b, out=out))
+        rows.append({"name": f"mul_{name}", "bytes": 3 * N * size, "median_ms": med, "min_ms": mn})
+        if dt.is_floating_point:
+            med, mn = timed(lambda: torch.maximum(a, b, out=out))
+            rows.append({"name": f"maximum_{name}", "bytes": 3 * N * size, "median_ms": med, "min_ms": mn})
         med, mn = timed(lambda: out.fill_(1.5 if dt.is_floating_point else 1))
         rows.append({"name": f"fill_{name}", "bytes": N * size, "median_ms": med, "min_ms": mn})
         del a, b, out

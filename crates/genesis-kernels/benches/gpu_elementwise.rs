@@ -21,7 +21,7 @@ mod gpu {
     use std::sync::Arc;
 
     use genesis_cuda::{Context, DeviceBuffer, Event, Stream};
-    use genesis_kernels::{Element, gpu};
+    use genesis_kernels::{BinaryOp, Element, gpu};
     use half::{bf16, f16};
     use rand::rngs::SmallRng;
     use rand::{Rng, SeedableRng};
@@ -87,17 +87,22 @@ mod gpu {
         let b = random_buffer::<T>(ctx, rng, conv)?;
         let out = DeviceBuffer::alloc(ctx, N * size_of::<T>())?;
         let (pa, pb, po) = (a.device_ptr(), b.device_ptr(), out.device_ptr());
-        let (med, min) = time(stream, ctx, || {
-            // SAFETY: the three buffers hold N elements of T and live past the timing loop.
-            unsafe { gpu::add::<T>(stream, pa, pb, po, N)? };
-            Ok(())
-        })?;
-        rows.push(Row {
-            name: format!("add_{}", T::NAME),
-            bytes: 3 * N * size_of::<T>(),
-            median_ms: med,
-            min_ms: min,
-        });
+        for op in [BinaryOp::Add, BinaryOp::Mul, BinaryOp::Maximum] {
+            if op == BinaryOp::Maximum && !T::IS_FLOAT {
+                continue;
+            }
+            let (med, min) = time(stream, ctx, || {
+                // SAFETY: the three buffers hold N elements of T and live past the timing loop.
+                unsafe { gpu::binary::<T>(stream, op, pa, pb, po, N)? };
+                Ok(())
+            })?;
+            rows.push(Row {
+                name: format!("{}_{}", op.name(), T::NAME),
+                bytes: 3 * N * size_of::<T>(),
+                median_ms: med,
+                min_ms: min,
+            });
+        }
         let v = conv(1.5);
         let (med, min) = time(stream, ctx, || {
             // SAFETY: `out` holds N elements of T and lives past the timing loop.

@@ -1,7 +1,7 @@
 //! CPU twins of the kernels: the reference the GPU results are checked against, and the CPU
 //! execution path of the storages above.
 
-use crate::{Element, Error, Result};
+use crate::{BinaryOp, Element, Error, Result};
 
 /// `out[i] = a[i] + b[i]`, as the `add` kernel computes it.
 pub fn add<T: Element>(a: &[T], b: &[T], out: &mut [T]) -> Result<()> {
@@ -11,6 +11,35 @@ pub fn add<T: Element>(a: &[T], b: &[T], out: &mut [T]) -> Result<()> {
         *o = T::add(x, y);
     }
     Ok(())
+}
+
+/// `out[i] = op(a[i], b[i])`, as the kernel of `op` computes it. Nothing is written when the
+/// lengths differ or `T` does not support `op` (integer division).
+pub fn binary<T: Element>(op: BinaryOp, a: &[T], b: &[T], out: &mut [T]) -> Result<()> {
+    supports::<T>(op)?;
+    same_len(op.name(), a.len(), b.len())?;
+    same_len(op.name(), a.len(), out.len())?;
+    for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+        *o = T::binary(op, x, y);
+    }
+    Ok(())
+}
+
+/// `a[i] = op(a[i], b[i])`, in place.
+pub fn binary_assign<T: Element>(op: BinaryOp, a: &mut [T], b: &[T]) -> Result<()> {
+    supports::<T>(op)?;
+    same_len(op.name(), a.len(), b.len())?;
+    for (x, &y) in a.iter_mut().zip(b) {
+        *x = T::binary(op, *x, y);
+    }
+    Ok(())
+}
+
+pub(crate) fn supports<T: Element>(op: BinaryOp) -> Result<&'static str> {
+    T::binary_kernel(op).ok_or_else(|| Error::Unsupported {
+        op: op.name(),
+        reason: format!("element type {}", T::NAME),
+    })
 }
 
 /// `a[i] = a[i] + b[i]`, in place.

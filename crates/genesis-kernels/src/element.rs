@@ -4,6 +4,47 @@ mod sealed {
     pub trait Sealed {}
 }
 
+/// A binary elementwise operation of the `elementwise` kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BinaryOp {
+    /// `a + b`.
+    Add,
+    /// `a - b`.
+    Sub,
+    /// `a * b`.
+    Mul,
+    /// `a / b` (floating types only).
+    Div,
+    /// The larger of `a` and `b`; NaN if either is NaN.
+    Maximum,
+    /// The smaller of `a` and `b`; NaN if either is NaN.
+    Minimum,
+}
+
+impl BinaryOp {
+    /// Every operation, for tests and dispatch tables.
+    pub const ALL: [BinaryOp; 6] = [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Maximum,
+        BinaryOp::Minimum,
+    ];
+
+    /// The operation's name (`"add"`), also the prefix of its kernels.
+    pub const fn name(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "add",
+            BinaryOp::Sub => "sub",
+            BinaryOp::Mul => "mul",
+            BinaryOp::Div => "div",
+            BinaryOp::Maximum => "maximum",
+            BinaryOp::Minimum => "minimum",
+        }
+    }
+}
+
 /// An element type the elementwise kernels support: `f32`, `f16`, `bf16`, `i32`, `i64`.
 ///
 /// The arithmetic here is the CPU twin's definition of each kernel's operation.
@@ -16,48 +57,127 @@ pub trait Element:
     const ADD_KERNEL: &'static str;
     /// Name of the `fill` kernel for this type.
     const FILL_KERNEL: &'static str;
-    /// `a + b` as the kernel computes it: round-to-nearest-even for floats (f16 and bf16 through
-    /// f32, which is exact for one addition), wrapping for integers.
-    fn add(a: Self, b: Self) -> Self;
+    /// Whether this is a floating-point type.
+    const IS_FLOAT: bool;
+    /// Name of the kernel of `op` for this type; `None` when the type does not support it
+    /// (integer division).
+    fn binary_kernel(op: BinaryOp) -> Option<&'static str>;
+    /// `op(a, b)` as the kernel computes it: floats are computed in f32 with round-to-nearest-even
+    /// (f16 and bf16 widened, computed once, rounded back: the correctly rounded result), integers
+    /// wrap. Integer division is not an operation of the kernels; here it gives 0 for a zero or
+    /// overflowing divisor, and the callers reject it before any element is computed.
+    fn binary(op: BinaryOp, a: Self, b: Self) -> Self;
+    /// `a + b` as the kernel computes it.
+    fn add(a: Self, b: Self) -> Self {
+        Self::binary(BinaryOp::Add, a, b)
+    }
     /// Whether two values are the same result: equal bits, or both NaN.
     fn same(a: Self, b: Self) -> bool;
 }
 
-macro_rules! element {
-    ($t:ty, $name:literal, |$a:ident, $b:ident| $add:expr, |$x:ident, $y:ident| $same:expr) => {
+#[inline]
+fn f32_op(op: BinaryOp, x: f32, y: f32) -> f32 {
+    match op {
+        BinaryOp::Add => x + y,
+        BinaryOp::Sub => x - y,
+        BinaryOp::Mul => x * y,
+        BinaryOp::Div => x / y,
+        // Same expression as the kernel: NaN from either side wins, then the plain comparison.
+        BinaryOp::Maximum => {
+            if x.is_nan() {
+                x
+            } else if y.is_nan() || y >= x {
+                y
+            } else {
+                x
+            }
+        }
+        BinaryOp::Minimum => {
+            if x.is_nan() {
+                x
+            } else if y.is_nan() || y <= x {
+                y
+            } else {
+                x
+            }
+        }
+    }
+}
+
+macro_rules! float_element {
+    ($t:ty, $name:literal, |$v:ident| $to:expr, |$f:ident| $from:expr) => {
         impl sealed::Sealed for $t {}
         impl Element for $t {
             const NAME: &'static str = $name;
             const ADD_KERNEL: &'static str = concat!("add_", $name);
             const FILL_KERNEL: &'static str = concat!("fill_", $name);
-            #[inline]
-            fn add($a: Self, $b: Self) -> Self {
-                $add
+            const IS_FLOAT: bool = true;
+            fn binary_kernel(op: BinaryOp) -> Option<&'static str> {
+                Some(match op {
+                    BinaryOp::Add => concat!("add_", $name),
+                    BinaryOp::Sub => concat!("sub_", $name),
+                    BinaryOp::Mul => concat!("mul_", $name),
+                    BinaryOp::Div => concat!("div_", $name),
+                    BinaryOp::Maximum => concat!("maximum_", $name),
+                    BinaryOp::Minimum => concat!("minimum_", $name),
+                })
             }
             #[inline]
-            fn same($x: Self, $y: Self) -> bool {
-                $same
+            fn binary(op: BinaryOp, a: Self, b: Self) -> Self {
+                let to = |$v: Self| -> f32 { $to };
+                let $f = f32_op(op, to(a), to(b));
+                $from
+            }
+            #[inline]
+            fn same(x: Self, y: Self) -> bool {
+                x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan())
             }
         }
     };
 }
 
-element!(f32, "f32", |a, b| a + b, |x, y| x.to_bits() == y.to_bits()
-    || (x.is_nan() && y.is_nan()));
-element!(
-    f16,
-    "f16",
-    |a, b| f16::from_f32(a.to_f32() + b.to_f32()),
-    |x, y| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan())
-);
-element!(
-    bf16,
-    "bf16",
-    |a, b| bf16::from_f32(a.to_f32() + b.to_f32()),
-    |x, y| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan())
-);
-element!(i32, "i32", |a, b| a.wrapping_add(b), |x, y| x == y);
-element!(i64, "i64", |a, b| a.wrapping_add(b), |x, y| x == y);
+macro_rules! int_element {
+    ($t:ty, $name:literal) => {
+        impl sealed::Sealed for $t {}
+        impl Element for $t {
+            const NAME: &'static str = $name;
+            const ADD_KERNEL: &'static str = concat!("add_", $name);
+            const FILL_KERNEL: &'static str = concat!("fill_", $name);
+            const IS_FLOAT: bool = false;
+            fn binary_kernel(op: BinaryOp) -> Option<&'static str> {
+                Some(match op {
+                    BinaryOp::Add => concat!("add_", $name),
+                    BinaryOp::Sub => concat!("sub_", $name),
+                    BinaryOp::Mul => concat!("mul_", $name),
+                    BinaryOp::Div => return None,
+                    BinaryOp::Maximum => concat!("maximum_", $name),
+                    BinaryOp::Minimum => concat!("minimum_", $name),
+                })
+            }
+            #[inline]
+            fn binary(op: BinaryOp, a: Self, b: Self) -> Self {
+                match op {
+                    BinaryOp::Add => a.wrapping_add(b),
+                    BinaryOp::Sub => a.wrapping_sub(b),
+                    BinaryOp::Mul => a.wrapping_mul(b),
+                    BinaryOp::Div => a.checked_div(b).unwrap_or(0),
+                    BinaryOp::Maximum => a.max(b),
+                    BinaryOp::Minimum => a.min(b),
+                }
+            }
+            #[inline]
+            fn same(x: Self, y: Self) -> bool {
+                x == y
+            }
+        }
+    };
+}
+
+float_element!(f32, "f32", |v| v, |r| r);
+float_element!(f16, "f16", |v| v.to_f32(), |r| f16::from_f32(r));
+float_element!(bf16, "bf16", |v| v.to_f32(), |r| bf16::from_f32(r));
+int_element!(i32, "i32");
+int_element!(i64, "i64");
 
 #[cfg(test)]
 mod tests {
@@ -80,6 +200,27 @@ mod tests {
     fn integers_wrap() {
         assert_eq!(i32::add(i32::MAX, 1), i32::MIN);
         assert_eq!(i64::add(i64::MIN, -1), i64::MAX);
+    }
+
+    #[test]
+    fn binary_ops_follow_their_definitions() {
+        use BinaryOp::*;
+        assert_eq!(f32::binary(Sub, 1.0, 3.0), -2.0);
+        assert_eq!(f32::binary(Mul, 1.5, -2.0), -3.0);
+        assert_eq!(f32::binary(Div, 1.0, 0.0), f32::INFINITY);
+        assert!(f32::binary(Maximum, f32::NAN, 1.0).is_nan());
+        assert!(f32::binary(Minimum, 1.0, f32::NAN).is_nan());
+        assert_eq!(f32::binary(Maximum, -1.0, 2.0), 2.0);
+        assert_eq!(f32::binary(Minimum, -1.0, 2.0), -1.0);
+        // 1/3 in bf16 is the correctly rounded quotient.
+        let q = bf16::binary(Div, bf16::from_f32(1.0), bf16::from_f32(3.0));
+        assert_eq!(q, bf16::from_f64(1.0 / 3.0));
+        assert_eq!(i32::binary(Mul, i32::MAX, 2), -2);
+        assert_eq!(i64::binary(Sub, i64::MIN, 1), i64::MAX);
+        assert_eq!(i32::binary(Maximum, -5, 3), 3);
+        assert_eq!(i64::binary(Minimum, -5, 3), -5);
+        assert_eq!(i32::binary_kernel(Div), None);
+        assert_eq!(f16::binary_kernel(Maximum), Some("maximum_f16"));
     }
 
     #[test]

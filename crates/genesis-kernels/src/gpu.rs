@@ -7,7 +7,7 @@ use std::ffi::c_void;
 
 use genesis_cuda::{Kernel, LaunchConfig, Stream};
 
-use crate::{Element, Result, images};
+use crate::{BinaryOp, Element, Result, images};
 
 /// Threads per block of the elementwise kernels (`GX_THREADS` in `elementwise.cu`).
 pub const ELEMENTWISE_THREADS: u32 = 256;
@@ -35,13 +35,32 @@ fn aligned16(ptrs: &[u64]) -> bool {
 ///
 /// # Safety
 ///
+/// As for [`binary`].
+pub unsafe fn add<T: Element>(stream: &Stream, a: u64, b: u64, out: u64, n: usize) -> Result<()> {
+    // SAFETY: forwarded contract.
+    unsafe { binary::<T>(stream, BinaryOp::Add, a, b, out, n) }
+}
+
+/// Queues `out[i] = op(a[i], b[i])` for `i < n` on `stream`. `out` may be `a` or `b` (in
+/// place). Fails before launching when `T` does not support `op` (integer division).
+///
+/// # Safety
+///
 /// `a`, `b` and `out` must be device addresses on the stream's device, each valid for `n`
 /// elements of `T` (and suitably aligned for `T`) until the launch completes.
-pub unsafe fn add<T: Element>(stream: &Stream, a: u64, b: u64, out: u64, n: usize) -> Result<()> {
+pub unsafe fn binary<T: Element>(
+    stream: &Stream,
+    op: BinaryOp,
+    a: u64,
+    b: u64,
+    out: u64,
+    n: usize,
+) -> Result<()> {
+    let name = crate::cpu::supports::<T>(op)?;
     if n == 0 {
         return Ok(());
     }
-    let kernel = Kernel::get(stream.context(), &images::ELEMENTWISE, T::ADD_KERNEL)?;
+    let kernel = Kernel::get(stream.context(), &images::ELEMENTWISE, name)?;
     let vec_ok = aligned16(&[a, b, out]);
     let config = elementwise_config(stream, n, size_of::<T>(), vec_ok);
     let (mut a, mut b, mut out, mut n64, mut v) = (a, b, out, n as u64, i32::from(vec_ok));
@@ -52,8 +71,8 @@ pub unsafe fn add<T: Element>(stream: &Stream, a: u64, b: u64, out: u64, n: usiz
         (&raw mut n64).cast(),
         (&raw mut v).cast(),
     ];
-    // SAFETY: the parameters match `add_<T>(const T*, const T*, T*, uint64_t, int)`; the caller
-    // guarantees the addresses.
+    // SAFETY: the parameters match `<op>_<T>(const T*, const T*, T*, uint64_t, int)`; the
+    // caller guarantees the addresses.
     unsafe { kernel.launch(stream, config, &mut params)? };
     Ok(())
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use genesis_cuda::{
     Context, DeviceBuffer, Error as CudaError, KernelImage, Stream, skip_without_gpu,
 };
-use genesis_kernels::{Element, cpu, gpu};
+use genesis_kernels::{BinaryOp, Element, cpu, gpu};
 use half::{bf16, f16};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -96,10 +96,21 @@ fn first_difference<T: Element>(got: &[T], want: &[T]) -> Option<(usize, T, T)> 
 
 /// `add` on `n` elements whose operands start `offset` elements into their buffers.
 fn check_add<T: Random + Default>(ctx: &Arc<Context>, rng: &mut SmallRng, n: usize, offset: usize) {
+    check_binary::<T>(ctx, rng, BinaryOp::Add, n, offset)
+}
+
+/// `op` on `n` elements whose operands start `offset` elements into their buffers.
+fn check_binary<T: Random + Default>(
+    ctx: &Arc<Context>,
+    rng: &mut SmallRng,
+    op: BinaryOp,
+    n: usize,
+    offset: usize,
+) {
     let a: Vec<T> = (0..n + offset).map(|_| T::random(rng)).collect();
     let b: Vec<T> = (0..n + offset).map(|_| T::random(rng)).collect();
     let mut want = vec![T::default(); n];
-    cpu::add(&a[offset..], &b[offset..], &mut want).unwrap();
+    cpu::binary(op, &a[offset..], &b[offset..], &mut want).unwrap();
     let da = DeviceBuffer::from_host(ctx, bytes_of(&a)).unwrap();
     let db = DeviceBuffer::from_host(ctx, bytes_of(&b)).unwrap();
     // Poison the output so an unwritten element cannot pass.
@@ -109,8 +120,9 @@ fn check_add<T: Random + Default>(ctx: &Arc<Context>, rng: &mut SmallRng, n: usi
     let off = (offset * size_of::<T>()) as u64;
     // SAFETY: all three buffers hold n + offset elements and outlive the synchronize below.
     unsafe {
-        gpu::add::<T>(
+        gpu::binary::<T>(
             &s,
+            op,
             da.device_ptr() + off,
             db.device_ptr() + off,
             dout.device_ptr() + off,
@@ -129,7 +141,8 @@ fn check_add<T: Random + Default>(ctx: &Arc<Context>, rng: &mut SmallRng, n: usi
     let got: Vec<T> = from_bytes(&out_bytes[offset * size_of::<T>()..]);
     if let Some((i, g, w)) = first_difference(&got, &want) {
         panic!(
-            "add_{} n={n} offset={offset}: element {i}: gpu {g:?} cpu {w:?}",
+            "{}_{} n={n} offset={offset}: element {i}: gpu {g:?} cpu {w:?}",
+            op.name(),
             T::NAME
         );
     }
@@ -187,7 +200,28 @@ fn run_all<T: Random + Default>(seed: u64) {
             check_add::<T>(&ctx, &mut rng, n, 1);
             check_fill::<T>(&ctx, &mut rng, n, 3);
         }
+        if n <= (1 << 20) + 7 {
+            for op in BinaryOp::ALL {
+                if op == BinaryOp::Add || T::binary_kernel(op).is_none() {
+                    continue;
+                }
+                check_binary::<T>(&ctx, &mut rng, op, n, 0);
+                check_binary::<T>(&ctx, &mut rng, op, n, 1);
+            }
+        }
     }
+}
+
+#[test]
+fn integer_division_is_refused_before_launch() {
+    if skip_without_gpu("integer_division_is_refused") {
+        return;
+    }
+    let ctx = Context::get(0).unwrap();
+    let s = Stream::new(&ctx).unwrap();
+    // SAFETY: the launcher fails before touching the (null) addresses.
+    let e = unsafe { gpu::binary::<i32>(&s, BinaryOp::Div, 0, 0, 0, 4) }.unwrap_err();
+    assert!(e.to_string().contains("div"), "{e}");
 }
 
 #[test]

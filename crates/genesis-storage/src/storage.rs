@@ -10,6 +10,7 @@
 use crate::cpu::{CpuStorage, byte_len};
 use crate::layout::{Layout, StridedBlocks};
 use crate::{DType, Device, Error, Result, WithDType};
+use genesis_kernels::BinaryOp;
 
 #[derive(Debug)]
 pub(crate) enum Inner {
@@ -993,8 +994,19 @@ impl Storage {
     /// Elementwise `self + other` into a new storage on the same device.
     #[track_caller]
     pub fn add(&self, other: &Storage) -> Result<Storage> {
-        self.check_binary("add", other)?;
+        self.binary(BinaryOp::Add, other)
+    }
+
+    /// Elementwise `op(self, other)` into a new storage on the same device (f32, f16, bf16,
+    /// i32, i64; `Div` for the floating types only).
+    #[track_caller]
+    pub fn binary(&self, op: BinaryOp, other: &Storage) -> Result<Storage> {
+        let name = op.name();
+        self.check_binary(name, other)?;
         let (dtype, len) = (self.dtype, self.len);
+        if op == BinaryOp::Div && !dtype.is_float() {
+            return Err(Error::UnsupportedDType { op: name, dtype });
+        }
         match (&self.inner, &other.inner) {
             #[cfg(feature = "cuda")]
             (Inner::Cuda(a), Inner::Cuda(b)) => {
@@ -1002,16 +1014,16 @@ impl Storage {
                     let out = crate::cuda::CudaMem::new(a.ordinal(), a.nbytes())?;
                     // SAFETY: all three hold `len` elements of `T` on the same device and live
                     // until the launch completes (the pool reuses memory in stream order).
-                    unsafe { genesis_kernels::gpu::add::<T>(&legacy(a), a.ptr(), b.ptr(), out.ptr(), len)? };
+                    unsafe { genesis_kernels::gpu::binary::<T>(&legacy(a), op, a.ptr(), b.ptr(), out.ptr(), len)? };
                     Ok(Storage::make(Inner::Cuda(out), dtype, len))
-                }, _ => Err(Error::UnsupportedDType { op: "add", dtype }))
+                }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
             }
             _ => {
                 crate::dispatch_kernel_dtype!(dtype, T => {
                     let mut out = CpuStorage::zeroed(self.nbytes());
-                    genesis_kernels::cpu::add::<T>(self.as_slice()?, other.as_slice()?, out.as_mut_slice())?;
+                    genesis_kernels::cpu::binary::<T>(op, self.as_slice()?, other.as_slice()?, out.as_mut_slice())?;
                     Ok(Storage::cpu(out, dtype, len))
-                }, _ => Err(Error::UnsupportedDType { op: "add", dtype }))
+                }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
             }
         }
     }

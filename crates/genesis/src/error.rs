@@ -54,6 +54,17 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// A scalar operand that the tensor's dtype cannot represent exactly (a fraction or an
+    /// out-of-range value for an integer dtype).
+    #[error("{op}: scalar {value} is not representable in {dtype}")]
+    ScalarOutOfRange {
+        /// The operation.
+        op: &'static str,
+        /// The scalar.
+        value: f64,
+        /// The tensor's dtype.
+        dtype: DType,
+    },
     /// An indexing error (out of range, bad step, shapes that do not broadcast, ...).
     #[error(transparent)]
     Index(#[from] genesis_index::Error),

@@ -20,9 +20,10 @@ mod tensor;
 
 pub use error::{Error, Result};
 pub use genesis_index::{IndexItem, IndexTensor, s};
+pub use genesis_storage::BinaryOp;
 pub use genesis_storage::{DType, Device, Layout, WithDType};
 pub use half::{bf16, f16};
-pub use tensor::Tensor;
+pub use tensor::{Tensor, broadcast_shape};
 
 /// CUDA devices and their memory (PyTorch's `torch.cuda` names).
 pub mod cuda {

@@ -2,7 +2,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use genesis_index::{IndexItem, Value};
-use genesis_storage::{DType, Device, Layout, Storage, View, WithDType};
+use genesis_storage::{BinaryOp, DType, Device, Layout, Storage, View, WithDType};
 
 use crate::{Error, Result};
 
@@ -346,22 +346,95 @@ impl Tensor {
         self.assign(items, Value::Scalar(value), false)
     }
 
-    /// Elementwise sum of two tensors of the same shape, dtype and device.
+    /// Elementwise `self + other`, broadcasting NumPy-style; same dtype and device.
     #[track_caller]
     pub fn add(&self, other: &Tensor) -> Result<Tensor> {
-        self.check_binary("add", other)?;
-        let (a, b) = (self.view.contiguous()?, other.view.contiguous()?);
-        Tensor::from_storage(a.add(&b)?, self.shape())
+        self.binary(BinaryOp::Add, other)
     }
 
-    fn check_binary(&self, op: &'static str, other: &Tensor) -> Result<()> {
-        if self.shape() != other.shape() {
-            return Err(Error::ShapeMismatch {
-                op,
-                lhs: self.shape().to_vec(),
-                rhs: other.shape().to_vec(),
-            });
+    /// Elementwise `self - other`, broadcasting.
+    #[track_caller]
+    pub fn sub(&self, other: &Tensor) -> Result<Tensor> {
+        self.binary(BinaryOp::Sub, other)
+    }
+
+    /// Elementwise `self * other`, broadcasting.
+    #[track_caller]
+    pub fn mul(&self, other: &Tensor) -> Result<Tensor> {
+        self.binary(BinaryOp::Mul, other)
+    }
+
+    /// Elementwise `self / other` (IEEE division), broadcasting; floating dtypes only.
+    #[track_caller]
+    pub fn div(&self, other: &Tensor) -> Result<Tensor> {
+        self.binary(BinaryOp::Div, other)
+    }
+
+    /// Elementwise maximum, broadcasting; NaN if either element is NaN (like `torch.maximum`).
+    #[track_caller]
+    pub fn maximum(&self, other: &Tensor) -> Result<Tensor> {
+        self.binary(BinaryOp::Maximum, other)
+    }
+
+    /// Elementwise minimum, broadcasting; NaN if either element is NaN.
+    #[track_caller]
+    pub fn minimum(&self, other: &Tensor) -> Result<Tensor> {
+        self.binary(BinaryOp::Minimum, other)
+    }
+
+    /// `op(self, scalar)` elementwise: the scalar is converted to `self`'s dtype first (for
+    /// integer dtypes it must be a whole number in range).
+    #[track_caller]
+    pub fn binary_scalar(&self, op: BinaryOp, scalar: f64) -> Result<Tensor> {
+        let s = self.scalar_like(op.name(), scalar)?;
+        self.binary(op, &s)
+    }
+
+    /// `op(self, other)` elementwise with NumPy broadcasting: the shapes are aligned at their
+    /// last dimension and each pair of sizes must be equal or contain a 1. Both operands must
+    /// have the same dtype and device. The result is a new contiguous tensor.
+    ///
+    /// Operands that are not contiguous, or that are broadcast, are first gathered into
+    /// contiguous temporaries (one strided-copy kernel each), then the binary kernel runs.
+    #[track_caller]
+    pub fn binary(&self, op: BinaryOp, other: &Tensor) -> Result<Tensor> {
+        let name = op.name();
+        self.check_operands(name, other)?;
+        let shape = broadcast_shape(name, self.shape(), other.shape())?;
+        if op == BinaryOp::Div && !self.dtype().is_float() {
+            return Err(Error::Storage(genesis_storage::Error::UnsupportedDType {
+                op: name,
+                dtype: self.dtype(),
+            }));
         }
+        let dense = |t: &Tensor| -> Result<Storage> {
+            if t.shape() == shape.as_slice() {
+                Ok(t.view.contiguous()?)
+            } else {
+                Ok(t.expand(&shape)?.view.contiguous()?)
+            }
+        };
+        let (a, b) = (dense(self)?, dense(other)?);
+        Tensor::from_storage(a.binary(op, &b)?, &shape)
+    }
+
+    /// A 0-dimensional tensor holding `value` in `self`'s dtype, on `self`'s device.
+    fn scalar_like(&self, op: &'static str, value: f64) -> Result<Tensor> {
+        let dtype = self.dtype();
+        if !dtype.is_float() && (value.fract() != 0.0 || !value.is_finite()) {
+            return Err(Error::ScalarOutOfRange { op, value, dtype });
+        }
+        let host = Storage::from_slice(&[value], Device::Cpu)?.to_dtype(dtype)?;
+        if !dtype.is_float() {
+            let back = host.to_f64_vec()?;
+            if back.first() != Some(&value) {
+                return Err(Error::ScalarOutOfRange { op, value, dtype });
+            }
+        }
+        Tensor::from_storage(host.to_device(self.device())?, &[])
+    }
+
+    fn check_operands(&self, op: &'static str, other: &Tensor) -> Result<()> {
         if self.dtype() != other.dtype() {
             return Err(Error::DTypeMismatch {
                 op,
@@ -380,12 +453,75 @@ impl Tensor {
     }
 }
 
-impl std::ops::Add for &Tensor {
-    type Output = Result<Tensor>;
+/// `std::ops` operators on tensors and references; they return `Result<Tensor>` because an
+/// operation can fail (shapes, dtypes, devices, out of memory): `(&a + &b)?`.
+macro_rules! tensor_operator {
+    ($trait:ident, $method:ident, $op:expr) => {
+        impl std::ops::$trait<&Tensor> for &Tensor {
+            type Output = Result<Tensor>;
+            #[track_caller]
+            fn $method(self, rhs: &Tensor) -> Result<Tensor> {
+                self.binary($op, rhs)
+            }
+        }
+        impl std::ops::$trait<Tensor> for Tensor {
+            type Output = Result<Tensor>;
+            #[track_caller]
+            fn $method(self, rhs: Tensor) -> Result<Tensor> {
+                self.binary($op, &rhs)
+            }
+        }
+        impl std::ops::$trait<&Tensor> for Tensor {
+            type Output = Result<Tensor>;
+            #[track_caller]
+            fn $method(self, rhs: &Tensor) -> Result<Tensor> {
+                self.binary($op, rhs)
+            }
+        }
+        impl std::ops::$trait<f64> for &Tensor {
+            type Output = Result<Tensor>;
+            #[track_caller]
+            fn $method(self, rhs: f64) -> Result<Tensor> {
+                self.binary_scalar($op, rhs)
+            }
+        }
+        impl std::ops::$trait<f64> for Tensor {
+            type Output = Result<Tensor>;
+            #[track_caller]
+            fn $method(self, rhs: f64) -> Result<Tensor> {
+                self.binary_scalar($op, rhs)
+            }
+        }
+    };
+}
 
-    fn add(self, rhs: &Tensor) -> Result<Tensor> {
-        Tensor::add(self, rhs)
-    }
+tensor_operator!(Add, add, BinaryOp::Add);
+tensor_operator!(Sub, sub, BinaryOp::Sub);
+tensor_operator!(Mul, mul, BinaryOp::Mul);
+tensor_operator!(Div, div, BinaryOp::Div);
+
+/// The NumPy broadcast of two shapes: aligned at the last dimension, each pair of sizes equal
+/// or one of them 1.
+pub fn broadcast_shape(op: &'static str, a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
+    let rank = a.len().max(b.len());
+    let at = |s: &[usize], i: usize| {
+        if i + s.len() >= rank {
+            s[i + s.len() - rank]
+        } else {
+            1
+        }
+    };
+    (0..rank)
+        .map(|i| match (at(a, i), at(b, i)) {
+            (x, y) if x == y || y == 1 => Ok(x),
+            (1, y) => Ok(y),
+            _ => Err(Error::ShapeMismatch {
+                op,
+                lhs: a.to_vec(),
+                rhs: b.to_vec(),
+            }),
+        })
+        .collect()
 }
 
 impl fmt::Debug for Tensor {

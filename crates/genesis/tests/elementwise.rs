@@ -1,0 +1,229 @@
+//! Binary elementwise ops with broadcasting, against f64 references computed here, on CPU and
+//! (when present) CUDA, for every kernel dtype, with odd, empty, broadcast and strided shapes.
+
+use genesis::{BinaryOp, DType, Device, Error, Tensor, broadcast_shape};
+
+const DTYPES: [DType; 5] = [DType::F32, DType::F16, DType::BF16, DType::I32, DType::I64];
+
+fn devices() -> Vec<Device> {
+    let mut d = vec![Device::Cpu];
+    if genesis::cuda::is_available() {
+        d.push(Device::Cuda(0));
+    } else {
+        eprintln!("elementwise tests: CUDA part skipped: no CUDA device found");
+    }
+    d
+}
+
+/// Deterministic values in [-40, 40] with fractional parts (whole numbers for integers), zeros
+/// included so that division meets 0/0 and x/0.
+fn values(n: usize, seed: u64, dtype: DType) -> Vec<f64> {
+    let mut x = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+    (0..n)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            let k = ((x >> 33) % 641) as f64 - 320.0;
+            if dtype.is_float() {
+                k / 8.0 + k / 1000.0
+            } else {
+                (k / 8.0).trunc()
+            }
+        })
+        .collect()
+}
+
+/// A tensor of `dtype` from f64 values (rounded to the dtype), and the values it really holds.
+fn tensor(vals: &[f64], shape: &[usize], dtype: DType, dev: Device) -> (Tensor, Vec<f64>) {
+    let t = Tensor::from_slice(vals, shape, Device::Cpu)
+        .unwrap()
+        .to_dtype(dtype)
+        .unwrap();
+    let held = t.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap();
+    (t.to(dev).unwrap(), held)
+}
+
+/// `x` rounded to `dtype` as a correctly rounded kernel result would be.
+fn round_to(x: f64, dtype: DType) -> f64 {
+    match dtype {
+        DType::F32 => x as f32 as f64,
+        DType::F16 => genesis::f16::from_f64(x).to_f64(),
+        DType::BF16 => genesis::bf16::from_f64(x).to_f64(),
+        DType::I32 => (x as i64) as i32 as f64,
+        DType::I64 => x,
+        _ => unreachable!(),
+    }
+}
+
+fn reference(op: BinaryOp, x: f64, y: f64) -> f64 {
+    match op {
+        BinaryOp::Add => x + y,
+        BinaryOp::Sub => x - y,
+        BinaryOp::Mul => x * y,
+        BinaryOp::Div => x / y,
+        BinaryOp::Maximum => x.max(y),
+        BinaryOp::Minimum => x.min(y),
+    }
+}
+
+/// Row-major index of the operand element that broadcasts to output multi-index `idx`.
+fn source_index(idx: &[usize], shape: &[usize]) -> usize {
+    let lead = idx.len() - shape.len();
+    shape.iter().enumerate().fold(0, |acc, (d, &n)| {
+        acc * n + if n == 1 { 0 } else { idx[lead + d] }
+    })
+}
+
+fn expected(op: BinaryOp, a: (&[f64], &[usize]), b: (&[f64], &[usize]), dtype: DType) -> Vec<f64> {
+    let out = broadcast_shape("test", a.1, b.1).unwrap();
+    let n: usize = out.iter().product();
+    let mut idx = vec![0usize; out.len()];
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (x, y) = (a.0[source_index(&idx, a.1)], b.0[source_index(&idx, b.1)]);
+        v.push(round_to(reference(op, x, y), dtype));
+        for d in (0..out.len()).rev() {
+            idx[d] += 1;
+            if idx[d] < out[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    v
+}
+
+fn same(got: &[f64], want: &[f64]) -> bool {
+    got.len() == want.len()
+        && got
+            .iter()
+            .zip(want)
+            .all(|(g, w)| g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()) || g == w)
+}
+
+const SHAPES: &[(&[usize], &[usize])] = &[
+    (&[7], &[7]),
+    (&[3, 1, 5], &[4, 1]),
+    (&[], &[2, 3]),
+    (&[2, 3], &[]),
+    (&[1], &[17, 1]),
+    (&[0, 3], &[1, 3]),
+    (&[2, 1], &[1, 0]),
+    (&[33, 65], &[65]),
+    (&[1000, 3], &[1000, 1]),
+];
+
+#[test]
+fn binary_ops_broadcast_and_match_f64_references() {
+    for dev in devices() {
+        for dtype in DTYPES {
+            for op in BinaryOp::ALL {
+                if op == BinaryOp::Div && !dtype.is_float() {
+                    continue;
+                }
+                for (k, &(sa, sb)) in SHAPES.iter().enumerate() {
+                    let na: usize = sa.iter().product();
+                    let nb: usize = sb.iter().product();
+                    let (a, va) = tensor(&values(na, k as u64, dtype), sa, dtype, dev);
+                    let (b, vb) = tensor(&values(nb, 100 + k as u64, dtype), sb, dtype, dev);
+                    let got = a.binary(op, &b).unwrap();
+                    assert_eq!(
+                        got.shape(),
+                        broadcast_shape("t", sa, sb).unwrap().as_slice()
+                    );
+                    assert_eq!((got.dtype(), got.device()), (dtype, dev));
+                    let got = got.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap();
+                    let want = expected(op, (&va, sa), (&vb, sb), dtype);
+                    assert!(
+                        same(&got, &want),
+                        "{} {dtype} {sa:?} {sb:?} on {dev}:\n got {:?}\nwant {:?}",
+                        op.name(),
+                        &got[..got.len().min(8)],
+                        &want[..want.len().min(8)]
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn strided_operands_and_operators() {
+    for dev in devices() {
+        let (m, vm) = tensor(&values(12, 7, DType::F32), &[3, 4], DType::F32, dev);
+        let mt = m.t().unwrap(); // [4, 3], not contiguous
+        let (r, vr) = tensor(&values(3, 8, DType::F32), &[3], DType::F32, dev);
+        let got = (&mt * &r).unwrap().to_vec::<f32>().unwrap();
+        let want: Vec<f32> = (0..12)
+            .map(|i| (vm[(i % 3) * 4 + i / 3] * vr[i % 3]) as f32)
+            .collect();
+        assert_eq!(got, want, "{dev}");
+        // Owned operands, references, scalars.
+        let sum = (mt.clone() + &mt).unwrap();
+        let twice = (&mt * 2.0).unwrap();
+        assert_eq!(sum.to_vec::<f32>().unwrap(), twice.to_vec::<f32>().unwrap());
+        let halves = (mt.clone() / 2.0).unwrap();
+        let back = (halves - (&mt * 0.5).unwrap()).unwrap();
+        assert!(back.to_vec::<f32>().unwrap().iter().all(|&x| x == 0.0));
+        let ints = Tensor::from_slice(&[5i32, -7, 9], &[3], dev).unwrap();
+        assert_eq!(
+            (&ints - 10.0).unwrap().to_vec::<i32>().unwrap(),
+            vec![-5, -17, -1]
+        );
+        assert_eq!(
+            ints.maximum(&Tensor::from_slice(&[0i32], &[1], dev).unwrap())
+                .unwrap()
+                .to_vec::<i32>()
+                .unwrap(),
+            vec![5, 0, 9]
+        );
+    }
+}
+
+#[test]
+fn nan_propagates_through_maximum_and_minimum() {
+    for dev in devices() {
+        let a = Tensor::from_slice(&[f32::NAN, 1.0, 2.0, f32::NAN], &[4], dev).unwrap();
+        let b = Tensor::from_slice(&[0.0f32, f32::NAN, 1.0, f32::NAN], &[4], dev).unwrap();
+        for got in [a.maximum(&b).unwrap(), a.minimum(&b).unwrap()] {
+            let v = got.to_vec::<f32>().unwrap();
+            assert!(
+                v[0].is_nan() && v[1].is_nan() && v[3].is_nan(),
+                "{v:?} on {dev}"
+            );
+        }
+        assert_eq!(a.maximum(&b).unwrap().to_vec::<f32>().unwrap()[2], 2.0);
+        assert_eq!(a.minimum(&b).unwrap().to_vec::<f32>().unwrap()[2], 1.0);
+    }
+}
+
+#[test]
+fn bad_operands_are_typed_errors_that_name_the_op() {
+    let a = Tensor::zeros(&[3], DType::F32, Device::Cpu).unwrap();
+    let b = Tensor::zeros(&[4], DType::F32, Device::Cpu).unwrap();
+    let e = a.mul(&b).unwrap_err();
+    assert!(matches!(e, Error::ShapeMismatch { op: "mul", .. }), "{e}");
+    assert_eq!(e.to_string(), "mul: shape mismatch between [3] and [4]");
+    let i = Tensor::zeros(&[3], DType::I32, Device::Cpu).unwrap();
+    let e = a.sub(&i).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "sub: dtype mismatch between float32 and int32"
+    );
+    let e = i.div(&i).unwrap_err();
+    assert!(e.to_string().contains("div"), "{e}");
+    let e = (&i + 0.5).unwrap_err();
+    assert!(matches!(e, Error::ScalarOutOfRange { .. }), "{e}");
+    let e = (&i * 1e10).unwrap_err();
+    assert!(matches!(e, Error::ScalarOutOfRange { .. }), "{e}");
+    // Unsupported dtypes are refused, not miscomputed.
+    let u = Tensor::zeros(&[2], DType::U8, Device::Cpu).unwrap();
+    assert!(u.add(&u).is_err());
+    // Shapes that do not broadcast.
+    assert!(broadcast_shape("t", &[2, 3], &[3, 2]).is_err());
+    assert_eq!(
+        broadcast_shape("t", &[5, 1, 3], &[4, 1]).unwrap(),
+        vec![5, 4, 3]
+    );
+}

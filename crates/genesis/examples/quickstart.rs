@@ -18,6 +18,19 @@ fn tour(device: Device) -> genesis::Result<()> {
     println!("a + b = {c}");
     assert_eq!(c.to_vec::<f32>()?, vec![1.5, 2.5, 3.5, 4.5, 5.5, 6.5]);
 
+    // Broadcasting like NumPy: a [3] row against a [2, 3] matrix, scalars too.
+    let row = Tensor::from_slice(&[10.0f32, 20.0, 30.0], &[3], device)?;
+    let scaled = ((&a * &row)? / 2.0)?;
+    println!("a * [10, 20, 30] / 2 = {scaled}");
+    assert_eq!(
+        scaled.to_vec::<f32>()?,
+        vec![5.0, 20.0, 45.0, 20.0, 50.0, 90.0]
+    );
+    println!(
+        "maximum(a, 3.5) = {}",
+        a.maximum(&Tensor::full(&[1], 3.5f32, device)?)?
+    );
+
     let h = Tensor::from_slice(&[bf16::from_f32(1.0), bf16::from_f32(0.25)], &[2], device)?;
     let h2 = h.add(&h)?;
     println!("bf16: {h} + itself = {h2}");

@@ -396,6 +396,20 @@ impl Tensor {
     ///
     /// Operands that are not contiguous, or that are broadcast, are first gathered into
     /// contiguous temporaries (one strided-copy kernel each), then the binary kernel runs.
+    ///
+    /// ```
+    /// use genesis::{BinaryOp, DType, Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3], Device::Cpu)?;
+    /// let row = Tensor::from_slice(&[10.0f32, 20.0, 30.0], &[3], Device::Cpu)?;
+    /// let y = ((&x * &row)? - 1.0)?; // [2, 3] * [3] broadcasts
+    /// assert_eq!(y.to_vec::<f32>()?, [9.0, 39.0, 89.0, 39.0, 99.0, 179.0]);
+    /// let m = x.binary(BinaryOp::Maximum, &Tensor::full(&[1], 3.5f32, Device::Cpu)?)?;
+    /// assert_eq!(m.to_vec::<f32>()?, [3.5, 3.5, 3.5, 4.0, 5.0, 6.0]);
+    /// assert!(x.mul(&Tensor::zeros(&[2], DType::F32, Device::Cpu)?).is_err());
+    /// # Ok(())
+    /// # }
+    /// ```
     #[track_caller]
     pub fn binary(&self, op: BinaryOp, other: &Tensor) -> Result<Tensor> {
         let name = op.name();

@@ -19,6 +19,10 @@
 #define GX_THREADS 256
 #define GX_UNROLL 4
 
+template <typename S> struct Unsigned;
+template <> struct Unsigned<int32_t> { typedef uint32_t T; };
+template <> struct Unsigned<int64_t> { typedef uint64_t T; };
+
 // Binary operations. Floats: f32 arithmetic with the _rn intrinsics (never contracted into an
 // FMA); f16/bf16 are widened to f32, computed once and rounded to nearest-even, which is the
 // correctly rounded result for +, -, *, / (f32 has at least 2p+2 bits for both formats).
@@ -124,6 +128,96 @@ __device__ __forceinline__ void binary_impl(const T *a, const T *b, T *out, uint
     }
 }
 
+// Unary operations. Floats are computed in f32 (halves widened and rounded back once) with the
+// CUDA math library: sqrt is correctly rounded, expf/logf/tanhf are within 2 ulp (CUDA C
+// Programming Guide, "Mathematical Functions"). The CPU twins use Rust's libm, so the two agree
+// exactly for neg/abs/relu/sqrt and within 2 ulp of the result type for the others.
+struct UNeg {
+    static __device__ __forceinline__ float f(float x) { return -x; }
+    template <typename S> static __device__ __forceinline__ S s(S x) { return (S)(0 - (typename Unsigned<S>::T)x); }
+};
+struct UAbs {
+    static __device__ __forceinline__ float f(float x) { return fabsf(x); }
+    template <typename S> static __device__ __forceinline__ S s(S x) {
+        return x < 0 ? (S)(0 - (typename Unsigned<S>::T)x) : x;
+    }
+};
+struct URelu {
+    // NaN stays NaN (like torch.relu); -0.0 becomes +0.0 only through x > 0 being false.
+    static __device__ __forceinline__ float f(float x) { return x != x ? x : (x > 0.0f ? x : 0.0f); }
+    template <typename S> static __device__ __forceinline__ S s(S x) { return x > 0 ? x : 0; }
+};
+struct UExp {
+    static __device__ __forceinline__ float f(float x) { return expf(x); }
+};
+struct ULog {
+    static __device__ __forceinline__ float f(float x) { return logf(x); }
+};
+struct USqrt {
+    static __device__ __forceinline__ float f(float x) { return __fsqrt_rn(x); }
+};
+struct UTanh {
+    static __device__ __forceinline__ float f(float x) { return tanhf(x); }
+};
+struct USigmoid {
+    static __device__ __forceinline__ float f(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x))); }
+};
+
+template <typename Op, typename T> struct ApplyU;
+template <typename Op> struct ApplyU<Op, float> {
+    static __device__ __forceinline__ float go(float x) { return Op::f(x); }
+};
+template <typename Op> struct ApplyU<Op, __half> {
+    static __device__ __forceinline__ __half go(__half x) { return __float2half_rn(Op::f(__half2float(x))); }
+};
+template <typename Op> struct ApplyU<Op, __nv_bfloat16> {
+    static __device__ __forceinline__ __nv_bfloat16 go(__nv_bfloat16 x) {
+        return __float2bfloat16_rn(Op::f(__bfloat162float(x)));
+    }
+};
+template <typename Op> struct ApplyU<Op, int32_t> {
+    static __device__ __forceinline__ int32_t go(int32_t x) { return Op::template s<int32_t>(x); }
+};
+template <typename Op> struct ApplyU<Op, int64_t> {
+    static __device__ __forceinline__ int64_t go(int64_t x) { return Op::template s<int64_t>(x); }
+};
+
+template <typename Op, typename T>
+__device__ __forceinline__ void unary_impl(const T *a, T *out, uint64_t n, int vec_ok) {
+    if (vec_ok) {
+        constexpr int V = 16 / sizeof(T);
+        const uint64_t nvec = n / V;
+        const uint64_t tile = (uint64_t)GX_THREADS * GX_UNROLL;
+        const uint4 *a4 = reinterpret_cast<const uint4 *>(a);
+        uint4 *o4 = reinterpret_cast<uint4 *>(out);
+        for (uint64_t base = (uint64_t)blockIdx.x * tile; base < nvec; base += (uint64_t)gridDim.x * tile) {
+            Vec16<T> x[GX_UNROLL];
+#pragma unroll
+            for (int u = 0; u < GX_UNROLL; ++u) {
+                uint64_t i = base + (uint64_t)u * GX_THREADS + threadIdx.x;
+                if (i < nvec) x[u].raw = a4[i];
+            }
+#pragma unroll
+            for (int u = 0; u < GX_UNROLL; ++u) {
+                uint64_t i = base + (uint64_t)u * GX_THREADS + threadIdx.x;
+                if (i < nvec) {
+#pragma unroll
+                    for (int k = 0; k < V; ++k) x[u].v[k] = ApplyU<Op, T>::go(x[u].v[k]);
+                    o4[i] = x[u].raw;
+                }
+            }
+        }
+        if (blockIdx.x == 0) {
+            uint64_t i = nvec * V + threadIdx.x;
+            if (i < n) out[i] = ApplyU<Op, T>::go(a[i]);
+        }
+    } else {
+        const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+        for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+            out[i] = ApplyU<Op, T>::go(a[i]);
+    }
+}
+
 template <typename T>
 __device__ __forceinline__ void fill_impl(T *out, T value, uint64_t n, int vec_ok) {
     if (vec_ok) {
@@ -179,3 +273,28 @@ GX_DEFINE(i64, int64_t)
 GX_BINARY(div, OpDiv, f32, float)
 GX_BINARY(div, OpDiv, f16, __half)
 GX_BINARY(div, OpDiv, bf16, __nv_bfloat16)
+
+#define GX_UNARY(OPNAME, OP, NAME, T)                                                          \
+    extern "C" __global__ void __launch_bounds__(GX_THREADS)                                    \
+        OPNAME##_##NAME(const T *a, T *out, uint64_t n, int vec_ok) {                           \
+        unary_impl<OP, T>(a, out, n, vec_ok);                                                   \
+    }
+#define GX_UNARY_ALL(NAME, T)                                                                  \
+    GX_UNARY(neg, UNeg, NAME, T)                                                                \
+    GX_UNARY(abs, UAbs, NAME, T)                                                                \
+    GX_UNARY(relu, URelu, NAME, T)
+#define GX_UNARY_FLOAT(NAME, T)                                                                \
+    GX_UNARY(exp, UExp, NAME, T)                                                                \
+    GX_UNARY(log, ULog, NAME, T)                                                                \
+    GX_UNARY(sqrt, USqrt, NAME, T)                                                              \
+    GX_UNARY(tanh, UTanh, NAME, T)                                                              \
+    GX_UNARY(sigmoid, USigmoid, NAME, T)
+
+GX_UNARY_ALL(f32, float)
+GX_UNARY_ALL(f16, __half)
+GX_UNARY_ALL(bf16, __nv_bfloat16)
+GX_UNARY_ALL(i32, int32_t)
+GX_UNARY_ALL(i64, int64_t)
+GX_UNARY_FLOAT(f32, float)
+GX_UNARY_FLOAT(f16, __half)
+GX_UNARY_FLOAT(bf16, __nv_bfloat16)

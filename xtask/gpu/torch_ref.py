@@ -48,6 +48,8 @@ def main():
         if dt.is_floating_point:
             med, mn = timed(lambda: torch.maximum(a, b, out=out))
             rows.append({"name": f"maximum_{name}", "bytes": 3 * N * size, "median_ms": med, "min_ms": mn})
+            med, mn = timed(lambda: torch.exp(a, out=out))
+            rows.append({"name": f"exp_{name}", "bytes": 2 * N * size, "median_ms": med, "min_ms": mn})
         med, mn = timed(lambda: out.fill_(1.5 if dt.is_floating_point else 1))
         rows.append({"name": f"fill_{name}", "bytes": N * size, "median_ms": med, "min_ms": mn})
         del a, b, out

@@ -21,7 +21,7 @@ mod gpu {
     use std::sync::Arc;
 
     use genesis_cuda::{Context, DeviceBuffer, Event, Stream};
-    use genesis_kernels::{BinaryOp, Element, gpu};
+    use genesis_kernels::{BinaryOp, Element, UnaryOp, gpu};
     use half::{bf16, f16};
     use rand::rngs::SmallRng;
     use rand::{Rng, SeedableRng};
@@ -99,6 +99,19 @@ mod gpu {
             rows.push(Row {
                 name: format!("{}_{}", op.name(), T::NAME),
                 bytes: 3 * N * size_of::<T>(),
+                median_ms: med,
+                min_ms: min,
+            });
+        }
+        if T::IS_FLOAT {
+            let (med, min) = time(stream, ctx, || {
+                // SAFETY: `a` and `out` hold N elements of T and live past the timing loop.
+                unsafe { gpu::unary::<T>(stream, UnaryOp::Exp, pa, po, N)? };
+                Ok(())
+            })?;
+            rows.push(Row {
+                name: format!("exp_{}", T::NAME),
+                bytes: 2 * N * size_of::<T>(),
                 median_ms: med,
                 min_ms: min,
             });

@@ -1,7 +1,7 @@
 //! CPU twins of the kernels: the reference the GPU results are checked against, and the CPU
 //! execution path of the storages above.
 
-use crate::{BinaryOp, Element, Error, Result};
+use crate::{BinaryOp, Element, Error, Result, UnaryOp};
 
 /// `out[i] = a[i] + b[i]`, as the `add` kernel computes it.
 pub fn add<T: Element>(a: &[T], b: &[T], out: &mut [T]) -> Result<()> {
@@ -33,6 +33,24 @@ pub fn binary_assign<T: Element>(op: BinaryOp, a: &mut [T], b: &[T]) -> Result<(
         *x = T::binary(op, *x, y);
     }
     Ok(())
+}
+
+/// `out[i] = op(a[i])`. Nothing is written when the lengths differ or `T` does not support
+/// `op` (transcendental ops on integers).
+pub fn unary<T: Element>(op: UnaryOp, a: &[T], out: &mut [T]) -> Result<()> {
+    supports_unary::<T>(op)?;
+    same_len(op.name(), a.len(), out.len())?;
+    for (o, &x) in out.iter_mut().zip(a) {
+        *o = T::unary(op, x);
+    }
+    Ok(())
+}
+
+pub(crate) fn supports_unary<T: Element>(op: UnaryOp) -> Result<&'static str> {
+    T::unary_kernel(op).ok_or_else(|| Error::Unsupported {
+        op: op.name(),
+        reason: format!("element type {}", T::NAME),
+    })
 }
 
 pub(crate) fn supports<T: Element>(op: BinaryOp) -> Result<&'static str> {

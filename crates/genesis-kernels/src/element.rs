@@ -45,6 +45,65 @@ impl BinaryOp {
     }
 }
 
+/// A unary elementwise operation of the `elementwise` kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UnaryOp {
+    /// `-x` (wrapping for integers).
+    Neg,
+    /// `|x|` (wrapping for the most negative integer).
+    Abs,
+    /// `max(x, 0)`; NaN stays NaN.
+    Relu,
+    /// `e^x` (floating types only).
+    Exp,
+    /// Natural logarithm (floating types only).
+    Log,
+    /// Square root, correctly rounded (floating types only).
+    Sqrt,
+    /// Hyperbolic tangent (floating types only).
+    Tanh,
+    /// `1 / (1 + e^-x)` (floating types only).
+    Sigmoid,
+}
+
+impl UnaryOp {
+    /// Every operation, for tests and dispatch tables.
+    pub const ALL: [UnaryOp; 8] = [
+        UnaryOp::Neg,
+        UnaryOp::Abs,
+        UnaryOp::Relu,
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Sqrt,
+        UnaryOp::Tanh,
+        UnaryOp::Sigmoid,
+    ];
+
+    /// The operation's name (`"exp"`), also the prefix of its kernels.
+    pub const fn name(self) -> &'static str {
+        match self {
+            UnaryOp::Neg => "neg",
+            UnaryOp::Abs => "abs",
+            UnaryOp::Relu => "relu",
+            UnaryOp::Exp => "exp",
+            UnaryOp::Log => "log",
+            UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Tanh => "tanh",
+            UnaryOp::Sigmoid => "sigmoid",
+        }
+    }
+
+    /// Whether the GPU kernel and the CPU twin give identical bits. The transcendental ops use
+    /// CUDA's math library on the GPU and Rust's on the CPU: both within 2 ulp of the exact
+    /// value, so the twins agree within 4 ulp of the result type (see [`Element::ulps_apart`]).
+    pub const fn exact_twin(self) -> bool {
+        matches!(
+            self,
+            UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu | UnaryOp::Sqrt
+        )
+    }
+}
+
 /// An element type the elementwise kernels support: `f32`, `f16`, `bf16`, `i32`, `i64`.
 ///
 /// The arithmetic here is the CPU twin's definition of each kernel's operation.
@@ -67,6 +126,15 @@ pub trait Element:
     /// wrap. Integer division is not an operation of the kernels; here it gives 0 for a zero or
     /// overflowing divisor, and the callers reject it before any element is computed.
     fn binary(op: BinaryOp, a: Self, b: Self) -> Self;
+    /// Name of the kernel of unary `op` for this type; `None` when the type does not support
+    /// it (transcendental ops on integers).
+    fn unary_kernel(op: UnaryOp) -> Option<&'static str>;
+    /// `op(x)` on the CPU: floats in f32 (halves widened and rounded back once), integers
+    /// wrapping. Integer transcendental ops are rejected by the callers; here they return `x`.
+    fn unary(op: UnaryOp, x: Self) -> Self;
+    /// How many representable values lie between `a` and `b` (0 when [`Element::same`]);
+    /// `u64::MAX` when exactly one is NaN.
+    fn ulps_apart(a: Self, b: Self) -> u64;
     /// `a + b` as the kernel computes it.
     fn add(a: Self, b: Self) -> Self {
         Self::binary(BinaryOp::Add, a, b)
@@ -104,6 +172,37 @@ fn f32_op(op: BinaryOp, x: f32, y: f32) -> f32 {
     }
 }
 
+#[inline]
+fn f32_unary(op: UnaryOp, x: f32) -> f32 {
+    match op {
+        UnaryOp::Neg => -x,
+        UnaryOp::Abs => x.abs(),
+        UnaryOp::Relu => {
+            if x.is_nan() || x > 0.0 {
+                x
+            } else {
+                0.0
+            }
+        }
+        UnaryOp::Exp => x.exp(),
+        UnaryOp::Log => x.ln(),
+        UnaryOp::Sqrt => x.sqrt(),
+        UnaryOp::Tanh => x.tanh(),
+        UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+    }
+}
+
+/// Position of a float's bits on a line where adjacent representable values are adjacent
+/// integers (sign-magnitude to two's complement).
+#[inline]
+fn ordered(bits: u64, sign: u64) -> i128 {
+    if bits & sign != 0 {
+        -((bits & !sign) as i128)
+    } else {
+        bits as i128
+    }
+}
+
 macro_rules! float_element {
     ($t:ty, $name:literal, |$v:ident| $to:expr, |$f:ident| $from:expr) => {
         impl sealed::Sealed for $t {}
@@ -121,6 +220,38 @@ macro_rules! float_element {
                     BinaryOp::Maximum => concat!("maximum_", $name),
                     BinaryOp::Minimum => concat!("minimum_", $name),
                 })
+            }
+            fn unary_kernel(op: UnaryOp) -> Option<&'static str> {
+                Some(match op {
+                    UnaryOp::Neg => concat!("neg_", $name),
+                    UnaryOp::Abs => concat!("abs_", $name),
+                    UnaryOp::Relu => concat!("relu_", $name),
+                    UnaryOp::Exp => concat!("exp_", $name),
+                    UnaryOp::Log => concat!("log_", $name),
+                    UnaryOp::Sqrt => concat!("sqrt_", $name),
+                    UnaryOp::Tanh => concat!("tanh_", $name),
+                    UnaryOp::Sigmoid => concat!("sigmoid_", $name),
+                })
+            }
+            #[inline]
+            fn unary(op: UnaryOp, x: Self) -> Self {
+                let to = |$v: Self| -> f32 { $to };
+                let $f = f32_unary(op, to(x));
+                $from
+            }
+            fn ulps_apart(a: Self, b: Self) -> u64 {
+                if Self::same(a, b) {
+                    return 0;
+                }
+                if a.is_nan() || b.is_nan() {
+                    return u64::MAX;
+                }
+                let sign = 1u64 << (8 * size_of::<Self>() - 1);
+                let (x, y) = (
+                    ordered(u64::from(a.to_bits()), sign),
+                    ordered(u64::from(b.to_bits()), sign),
+                );
+                (x - y).unsigned_abs().min(u128::from(u64::MAX)) as u64
             }
             #[inline]
             fn binary(op: BinaryOp, a: Self, b: Self) -> Self {
@@ -153,6 +284,26 @@ macro_rules! int_element {
                     BinaryOp::Maximum => concat!("maximum_", $name),
                     BinaryOp::Minimum => concat!("minimum_", $name),
                 })
+            }
+            fn unary_kernel(op: UnaryOp) -> Option<&'static str> {
+                Some(match op {
+                    UnaryOp::Neg => concat!("neg_", $name),
+                    UnaryOp::Abs => concat!("abs_", $name),
+                    UnaryOp::Relu => concat!("relu_", $name),
+                    _ => return None,
+                })
+            }
+            #[inline]
+            fn unary(op: UnaryOp, x: Self) -> Self {
+                match op {
+                    UnaryOp::Neg => x.wrapping_neg(),
+                    UnaryOp::Abs => x.wrapping_abs(),
+                    UnaryOp::Relu => x.max(0),
+                    _ => x,
+                }
+            }
+            fn ulps_apart(a: Self, b: Self) -> u64 {
+                (i128::from(a) - i128::from(b)).unsigned_abs() as u64
             }
             #[inline]
             fn binary(op: BinaryOp, a: Self, b: Self) -> Self {
@@ -221,6 +372,26 @@ mod tests {
         assert_eq!(i64::binary(Minimum, -5, 3), -5);
         assert_eq!(i32::binary_kernel(Div), None);
         assert_eq!(f16::binary_kernel(Maximum), Some("maximum_f16"));
+    }
+
+    #[test]
+    fn unary_ops_and_ulp_distance() {
+        use UnaryOp::*;
+        assert_eq!(f32::unary(Relu, -0.0).to_bits(), 0.0f32.to_bits());
+        assert!(f32::unary(Relu, f32::NAN).is_nan());
+        assert_eq!(f32::unary(Sqrt, 2.0), std::f32::consts::SQRT_2);
+        assert_eq!(bf16::unary(Neg, bf16::ONE), bf16::NEG_ONE);
+        assert_eq!(i32::unary(Abs, i32::MIN), i32::MIN);
+        assert_eq!(i64::unary(Relu, -3), 0);
+        assert_eq!(i32::unary_kernel(Exp), None);
+        assert_eq!(
+            f32::ulps_apart(1.0, f32::from_bits(1.0f32.to_bits() + 3)),
+            3
+        );
+        assert_eq!(f32::ulps_apart(-0.0, 0.0), 0);
+        assert_eq!(f32::ulps_apart(f32::from_bits(1), -f32::from_bits(1)), 2);
+        assert_eq!(f16::ulps_apart(f16::NAN, f16::ONE), u64::MAX);
+        assert_eq!(bf16::ulps_apart(bf16::NAN, bf16::NAN), 0);
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::ffi::c_void;
 
 use genesis_cuda::{Kernel, LaunchConfig, Stream};
 
-use crate::{BinaryOp, Element, Result, images};
+use crate::{BinaryOp, Element, Result, UnaryOp, images};
 
 /// Threads per block of the elementwise kernels (`GX_THREADS` in `elementwise.cu`).
 pub const ELEMENTWISE_THREADS: u32 = 256;
@@ -73,6 +73,40 @@ pub unsafe fn binary<T: Element>(
     ];
     // SAFETY: the parameters match `<op>_<T>(const T*, const T*, T*, uint64_t, int)`; the
     // caller guarantees the addresses.
+    unsafe { kernel.launch(stream, config, &mut params)? };
+    Ok(())
+}
+
+/// Queues `out[i] = op(a[i])` for `i < n` on `stream`. `out` may be `a` (in place). Fails
+/// before launching when `T` does not support `op` (transcendental ops on integers).
+///
+/// # Safety
+///
+/// `a` and `out` must be device addresses on the stream's device, each valid for `n` elements
+/// of `T` (and suitably aligned for `T`) until the launch completes.
+pub unsafe fn unary<T: Element>(
+    stream: &Stream,
+    op: UnaryOp,
+    a: u64,
+    out: u64,
+    n: usize,
+) -> Result<()> {
+    let name = crate::cpu::supports_unary::<T>(op)?;
+    if n == 0 {
+        return Ok(());
+    }
+    let kernel = Kernel::get(stream.context(), &images::ELEMENTWISE, name)?;
+    let vec_ok = aligned16(&[a, out]);
+    let config = elementwise_config(stream, n, size_of::<T>(), vec_ok);
+    let (mut a, mut out, mut n64, mut v) = (a, out, n as u64, i32::from(vec_ok));
+    let mut params: [*mut c_void; 4] = [
+        (&raw mut a).cast(),
+        (&raw mut out).cast(),
+        (&raw mut n64).cast(),
+        (&raw mut v).cast(),
+    ];
+    // SAFETY: the parameters match `<op>_<T>(const T*, T*, uint64_t, int)`; the caller
+    // guarantees the addresses.
     unsafe { kernel.launch(stream, config, &mut params)? };
     Ok(())
 }

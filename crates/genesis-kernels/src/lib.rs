@@ -20,7 +20,7 @@ pub mod images;
 pub mod index;
 
 pub use copy::{MAX_DIMS, Scalar, StridedCopy, StridedCopy32};
-pub use element::{BinaryOp, Element};
+pub use element::{BinaryOp, Element, UnaryOp};
 
 /// Errors of kernel launches and their CPU twins.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use genesis_cuda::{
     Context, DeviceBuffer, Error as CudaError, KernelImage, Stream, skip_without_gpu,
 };
-use genesis_kernels::{BinaryOp, Element, cpu, gpu};
+use genesis_kernels::{BinaryOp, Element, UnaryOp, cpu, gpu};
 use half::{bf16, f16};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -47,10 +47,18 @@ const SIZES: &[usize] = &[
 
 trait Random: Element {
     fn random(rng: &mut SmallRng) -> Self;
+    /// Magnitude below f32's smallest normal (where a 2-ulp difference in an intermediate
+    /// `exp` can move a sigmoid between 0 and a subnormal).
+    fn tiny(self) -> bool {
+        false
+    }
 }
 impl Random for f32 {
     fn random(rng: &mut SmallRng) -> Self {
         f32::from_bits(rng.random())
+    }
+    fn tiny(self) -> bool {
+        self.abs() < f32::MIN_POSITIVE
     }
 }
 impl Random for f16 {
@@ -62,6 +70,9 @@ impl Random for bf16 {
     fn random(rng: &mut SmallRng) -> Self {
         bf16::from_bits(rng.random())
     }
+    fn tiny(self) -> bool {
+        self.to_f32().abs() < f32::MIN_POSITIVE
+    }
 }
 impl Random for i32 {
     fn random(rng: &mut SmallRng) -> Self {
@@ -71,6 +82,41 @@ impl Random for i32 {
 impl Random for i64 {
     fn random(rng: &mut SmallRng) -> Self {
         rng.random()
+    }
+}
+
+/// `op` on `n` elements starting `offset` elements into the buffers: bit-identical to the CPU
+/// twin for the exact ops, within 4 ulp for the transcendental ones.
+fn check_unary<T: Random + Default>(
+    ctx: &Arc<Context>,
+    rng: &mut SmallRng,
+    op: UnaryOp,
+    n: usize,
+    offset: usize,
+) {
+    let a: Vec<T> = (0..n + offset).map(|_| T::random(rng)).collect();
+    let mut want = vec![T::default(); n];
+    cpu::unary(op, &a[offset..], &mut want).unwrap();
+    let da = DeviceBuffer::from_host(ctx, bytes_of(&a)).unwrap();
+    let dout = DeviceBuffer::from_host(ctx, &vec![0xA5u8; (n + offset) * size_of::<T>()]).unwrap();
+    let s = Stream::new(ctx).unwrap();
+    let off = (offset * size_of::<T>()) as u64;
+    // SAFETY: both buffers hold n + offset elements and outlive the synchronize below.
+    unsafe { gpu::unary::<T>(&s, op, da.device_ptr() + off, dout.device_ptr() + off, n).unwrap() };
+    s.synchronize().unwrap();
+    let bytes = dout.to_host_vec().unwrap();
+    assert!(bytes[..offset * size_of::<T>()].iter().all(|&x| x == 0xA5));
+    let got: Vec<T> = from_bytes(&bytes[offset * size_of::<T>()..]);
+    let tol = if op.exact_twin() { 0 } else { 4 };
+    for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+        let d = T::ulps_apart(g, w);
+        assert!(
+            d <= tol || (g.tiny() && w.tiny()),
+            "{}_{} n={n} offset={offset}: element {i} (input {:?}): gpu {g:?} cpu {w:?} ({d} ulp)",
+            op.name(),
+            T::NAME,
+            a[offset + i]
+        );
     }
 }
 
@@ -207,6 +253,12 @@ fn run_all<T: Random + Default>(seed: u64) {
                 }
                 check_binary::<T>(&ctx, &mut rng, op, n, 0);
                 check_binary::<T>(&ctx, &mut rng, op, n, 1);
+            }
+            for op in UnaryOp::ALL {
+                if T::unary_kernel(op).is_some() {
+                    check_unary::<T>(&ctx, &mut rng, op, n, 0);
+                    check_unary::<T>(&ctx, &mut rng, op, n, 2);
+                }
             }
         }
     }

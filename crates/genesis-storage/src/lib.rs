@@ -24,8 +24,8 @@ pub use cpu::{CpuStorage, DEFAULT_ALIGN};
 pub use device::Device;
 pub use dtype::{DType, WithDType};
 pub use error::{Error, Result};
-/// The binary elementwise operations ([`Storage::binary`]).
-pub use genesis_kernels::BinaryOp;
+/// The elementwise operations ([`Storage::binary`], [`Storage::unary`]).
+pub use genesis_kernels::{BinaryOp, UnaryOp};
 pub use layout::{Dims, Layout, LayoutError, StridedBlocks, Strides};
 pub use mapped::MapMode;
 pub use storage::{PoolInfo, Storage, StorageInfo, ViewInfo, scalar};

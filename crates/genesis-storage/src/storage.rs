@@ -10,7 +10,7 @@
 use crate::cpu::{CpuStorage, byte_len};
 use crate::layout::{Layout, StridedBlocks};
 use crate::{DType, Device, Error, Result, WithDType};
-use genesis_kernels::BinaryOp;
+use genesis_kernels::{BinaryOp, UnaryOp};
 
 #[derive(Debug)]
 pub(crate) enum Inner {
@@ -995,6 +995,37 @@ impl Storage {
     #[track_caller]
     pub fn add(&self, other: &Storage) -> Result<Storage> {
         self.binary(BinaryOp::Add, other)
+    }
+
+    /// Elementwise `op(self)` into a new storage on the same device (neg, abs, relu for f32,
+    /// f16, bf16, i32, i64; the transcendental ops for the floating types only).
+    #[track_caller]
+    pub fn unary(&self, op: UnaryOp) -> Result<Storage> {
+        let name = op.name();
+        let (dtype, len) = (self.dtype, self.len);
+        let float_only = !matches!(op, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu);
+        if float_only && !dtype.is_float() {
+            return Err(Error::UnsupportedDType { op: name, dtype });
+        }
+        match &self.inner {
+            #[cfg(feature = "cuda")]
+            Inner::Cuda(a) => {
+                crate::dispatch_kernel_dtype!(dtype, T => {
+                    let out = crate::cuda::CudaMem::new(a.ordinal(), a.nbytes())?;
+                    // SAFETY: both hold `len` elements of `T` on one device and live until the
+                    // launch completes (the pool reuses memory in stream order).
+                    unsafe { genesis_kernels::gpu::unary::<T>(&legacy(a), op, a.ptr(), out.ptr(), len)? };
+                    Ok(Storage::make(Inner::Cuda(out), dtype, len))
+                }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
+            }
+            _ => {
+                crate::dispatch_kernel_dtype!(dtype, T => {
+                    let mut out = CpuStorage::zeroed(self.nbytes());
+                    genesis_kernels::cpu::unary::<T>(op, self.as_slice()?, out.as_mut_slice())?;
+                    Ok(Storage::cpu(out, dtype, len))
+                }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
+            }
+        }
     }
 
     /// Elementwise `op(self, other)` into a new storage on the same device (f32, f16, bf16,

@@ -20,7 +20,7 @@ mod tensor;
 
 pub use error::{Error, Result};
 pub use genesis_index::{IndexItem, IndexTensor, s};
-pub use genesis_storage::BinaryOp;
+pub use genesis_storage::{BinaryOp, UnaryOp};
 pub use genesis_storage::{DType, Device, Layout, WithDType};
 pub use half::{bf16, f16};
 pub use tensor::{Tensor, broadcast_shape};

@@ -2,7 +2,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use genesis_index::{IndexItem, Value};
-use genesis_storage::{BinaryOp, DType, Device, Layout, Storage, View, WithDType};
+use genesis_storage::{BinaryOp, DType, Device, Layout, Storage, UnaryOp, View, WithDType};
 
 use crate::{Error, Result};
 
@@ -382,6 +382,64 @@ impl Tensor {
         self.binary(BinaryOp::Minimum, other)
     }
 
+    /// Elementwise `-self` (wrapping for integers).
+    #[track_caller]
+    pub fn neg(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Neg)
+    }
+
+    /// Elementwise `|self|` (wrapping for the most negative integer).
+    #[track_caller]
+    pub fn abs(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Abs)
+    }
+
+    /// Elementwise `max(self, 0)`; NaN stays NaN.
+    #[track_caller]
+    pub fn relu(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Relu)
+    }
+
+    /// Elementwise `e^self` (float dtypes).
+    #[track_caller]
+    pub fn exp(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Exp)
+    }
+
+    /// Elementwise Natural logarithm (float dtypes).
+    #[track_caller]
+    pub fn log(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Log)
+    }
+
+    /// Elementwise Square root, correctly rounded (float dtypes).
+    #[track_caller]
+    pub fn sqrt(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Sqrt)
+    }
+
+    /// Elementwise Hyperbolic tangent (float dtypes).
+    #[track_caller]
+    pub fn tanh(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Tanh)
+    }
+
+    /// Elementwise `1 / (1 + e^-self)` (float dtypes).
+    #[track_caller]
+    pub fn sigmoid(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Sigmoid)
+    }
+
+    /// `op(self)` elementwise into a new contiguous tensor of the same shape, dtype and
+    /// device. Floats are computed in f32 (f16/bf16 widened and rounded once); exp, log, tanh
+    /// and sigmoid are within a few ulp of the exact value (CUDA's math library on the GPU,
+    /// Rust's on the CPU), the other ops exact.
+    #[track_caller]
+    pub fn unary(&self, op: UnaryOp) -> Result<Tensor> {
+        let a = self.view.contiguous()?;
+        Tensor::from_storage(a.unary(op)?, self.shape())
+    }
+
     /// `op(self, scalar)` elementwise: the scalar is converted to `self`'s dtype first (for
     /// integer dtypes it must be a whole number in range).
     #[track_caller]
@@ -507,6 +565,22 @@ macro_rules! tensor_operator {
             }
         }
     };
+}
+
+impl std::ops::Neg for &Tensor {
+    type Output = Result<Tensor>;
+    #[track_caller]
+    fn neg(self) -> Result<Tensor> {
+        self.unary(UnaryOp::Neg)
+    }
+}
+
+impl std::ops::Neg for Tensor {
+    type Output = Result<Tensor>;
+    #[track_caller]
+    fn neg(self) -> Result<Tensor> {
+        self.unary(UnaryOp::Neg)
+    }
 }
 
 tensor_operator!(Add, add, BinaryOp::Add);

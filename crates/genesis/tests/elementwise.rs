@@ -1,7 +1,7 @@
 //! Binary elementwise ops with broadcasting, against f64 references computed here, on CPU and
 //! (when present) CUDA, for every kernel dtype, with odd, empty, broadcast and strided shapes.
 
-use genesis::{BinaryOp, DType, Device, Error, Tensor, broadcast_shape};
+use genesis::{BinaryOp, DType, Device, Error, Tensor, UnaryOp, broadcast_shape};
 
 const DTYPES: [DType; 5] = [DType::F32, DType::F16, DType::BF16, DType::I32, DType::I64];
 
@@ -229,6 +229,83 @@ fn bad_operands_are_typed_errors_that_name_the_op() {
         broadcast_shape("t", &[5, 1, 3], &[4, 1]).unwrap(),
         vec![5, 4, 3]
     );
+}
+
+fn unary_reference(op: UnaryOp, x: f64) -> f64 {
+    match op {
+        UnaryOp::Neg => -x,
+        UnaryOp::Abs => x.abs(),
+        UnaryOp::Relu => {
+            if x.is_nan() || x > 0.0 {
+                x
+            } else {
+                0.0
+            }
+        }
+        UnaryOp::Exp => x.exp(),
+        UnaryOp::Log => x.ln(),
+        UnaryOp::Sqrt => x.sqrt(),
+        UnaryOp::Tanh => x.tanh(),
+        UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+    }
+}
+
+/// Relative spacing of the dtype's values near 1 (one ulp, relative).
+fn eps(dtype: DType) -> f64 {
+    match dtype {
+        DType::F32 => f32::EPSILON as f64,
+        DType::F16 => 2f64.powi(-10),
+        DType::BF16 => 2f64.powi(-7),
+        _ => 0.0,
+    }
+}
+
+#[test]
+fn unary_ops_match_f64_references() {
+    let _release = Release;
+    for dev in devices() {
+        for dtype in DTYPES {
+            for op in UnaryOp::ALL {
+                let float_only = !matches!(op, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu);
+                for shape in [&[0usize][..], &[1], &[7, 3], &[4, 33, 2]] {
+                    let n: usize = shape.iter().product();
+                    let (t, held) = tensor(&values(n, 7 + n as u64, dtype), shape, dtype, dev);
+                    if float_only && !dtype.is_float() {
+                        let e = t.unary(op).unwrap_err();
+                        assert!(e.to_string().contains(op.name()), "{e}");
+                        continue;
+                    }
+                    // A strided view: the op reads through it.
+                    let t = if shape.len() == 2 { t.t().unwrap() } else { t };
+                    let got = t.unary(op).unwrap();
+                    assert_eq!(got.shape(), t.shape());
+                    let got = got.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap();
+                    let inputs = t.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap();
+                    if shape.len() != 2 {
+                        assert_eq!(inputs, held);
+                    }
+                    for (x, g) in inputs.iter().zip(&got) {
+                        let w = round_to(unary_reference(op, *x), dtype);
+                        let ok = if g.is_nan() || w.is_nan() {
+                            g.is_nan() && w.is_nan()
+                        } else if op.exact_twin() || !dtype.is_float() || g == &w {
+                            g == &w
+                        } else {
+                            // Within 4 ulp (relative) of the rounded exact value.
+                            (g - w).abs() <= 4.0 * eps(dtype) * w.abs().max(f64::MIN_POSITIVE)
+                        };
+                        assert!(ok, "{}({x}) {dtype} on {dev}: got {g}, want {w}", op.name());
+                    }
+                }
+            }
+        }
+        let x = Tensor::from_slice(&[1.5f32, -2.0], &[2], dev).unwrap();
+        assert_eq!((-&x).unwrap().to_vec::<f32>().unwrap(), vec![-1.5, 2.0]);
+        assert_eq!(
+            (-x).unwrap().relu().unwrap().to_vec::<f32>().unwrap(),
+            vec![0.0, 2.0]
+        );
+    }
 }
 
 /// Gives cached device memory back when a test ends (even by panicking), so nothing is held

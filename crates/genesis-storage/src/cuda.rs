@@ -78,7 +78,6 @@ pub fn pinned_pool() -> Result<&'static CachingAllocator<PinnedHostBackend>> {
 pub(crate) struct CudaMem {
     alloc: Option<Allocation>,
     pool: &'static DevicePool,
-    nbytes: usize,
 }
 
 impl CudaMem {
@@ -92,19 +91,11 @@ impl CudaMem {
         } else {
             Some(pool.allocator.alloc(nbytes, 0)?)
         };
-        Ok(CudaMem {
-            alloc,
-            pool,
-            nbytes,
-        })
+        Ok(CudaMem { alloc, pool })
     }
 
     pub(crate) fn ptr(&self) -> u64 {
         self.alloc.as_ref().map_or(0, Allocation::ptr)
-    }
-
-    pub(crate) fn nbytes(&self) -> usize {
-        self.nbytes
     }
 
     pub(crate) fn ctx(&self) -> &Arc<Context> {

@@ -147,6 +147,18 @@ pub enum Error {
         /// Bytes asked for.
         bytes: usize,
     },
+    /// An element range past the end of a storage.
+    #[error("{op}: elements {start}..{start}+{len} are outside a storage of {storage_len}")]
+    OutOfBounds {
+        /// The operation.
+        op: &'static str,
+        /// First element of the range.
+        start: usize,
+        /// Elements in the range.
+        len: usize,
+        /// Elements in the storage.
+        storage_len: usize,
+    },
     /// A write to a read-only storage.
     #[error("{op}: the storage is read-only")]
     ReadOnly {

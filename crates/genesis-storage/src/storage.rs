@@ -967,6 +967,18 @@ impl Storage {
     }
 
     fn check_binary(&self, op: &'static str, other: &Storage) -> Result<()> {
+        self.check_binary_types(op, other)?;
+        if self.len != other.len {
+            return Err(Error::LengthMismatch {
+                op,
+                lhs: self.len,
+                rhs: other.len,
+            });
+        }
+        Ok(())
+    }
+
+    fn check_binary_types(&self, op: &'static str, other: &Storage) -> Result<()> {
         if self.dtype != other.dtype {
             return Err(Error::DTypeMismatch {
                 op,
@@ -981,13 +993,6 @@ impl Storage {
                 rhs: other.device(),
             });
         }
-        if self.len != other.len {
-            return Err(Error::LengthMismatch {
-                op,
-                lhs: self.len,
-                rhs: other.len,
-            });
-        }
         Ok(())
     }
 
@@ -997,31 +1002,130 @@ impl Storage {
         self.binary(BinaryOp::Add, other)
     }
 
-    /// Elementwise `op(self)` into a new storage on the same device (neg, abs, relu for f32,
-    /// f16, bf16, i32, i64; the transcendental ops for the floating types only).
+    /// In place: `self[start + i] = op(self[start + i], other[other_start + i])` for
+    /// `i < len`. Allocates nothing; on CUDA the kernel is queued on the legacy stream. Fails,
+    /// writing nothing, on a dtype or device mismatch, a range past the end, an unsupported
+    /// dtype, or a read-only mapping.
     #[track_caller]
-    pub fn unary(&self, op: UnaryOp) -> Result<Storage> {
+    pub fn binary_assign(
+        &mut self,
+        op: BinaryOp,
+        start: usize,
+        other: &Storage,
+        other_start: usize,
+        len: usize,
+    ) -> Result<()> {
         let name = op.name();
-        let (dtype, len) = (self.dtype, self.len);
+        self.check_binary_types(name, other)?;
+        let dtype = self.dtype;
+        self.check_range(name, start, len)?;
+        other.check_range(name, other_start, len)?;
+        if op == BinaryOp::Div && !dtype.is_float() {
+            return Err(Error::UnsupportedDType { op: name, dtype });
+        }
+        match (&mut self.inner, &other.inner) {
+            #[cfg(feature = "cuda")]
+            (Inner::Cuda(a), Inner::Cuda(b)) => {
+                crate::dispatch_kernel_dtype!(dtype, T => {
+                    let dst = a.ptr() + (start * size_of::<T>()) as u64;
+                    let src = b.ptr() + (other_start * size_of::<T>()) as u64;
+                    // SAFETY: `dst` and `src` hold `len` elements of `T` (ranges checked
+                    // above); both live until the launch completes (stream-ordered reuse).
+                    unsafe { genesis_kernels::gpu::binary::<T>(&legacy(a), op, dst, src, dst, len)? };
+                    Ok(())
+                }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
+            }
+            _ => {
+                crate::dispatch_kernel_dtype!(dtype, T => {
+                    let rhs = &other.as_slice::<T>()?[other_start..other_start + len];
+                    let dst = &mut self.as_mut_slice::<T>()?[start..start + len];
+                    genesis_kernels::cpu::binary_assign::<T>(op, dst, rhs)?;
+                    Ok(())
+                }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
+            }
+        }
+    }
+
+    /// In place: `self[i] = op(self[i])` for `start <= i < start + len`. Allocates nothing.
+    #[track_caller]
+    pub fn unary_assign(&mut self, op: UnaryOp, start: usize, len: usize) -> Result<()> {
+        let name = op.name();
+        let dtype = self.dtype;
+        self.check_range(name, start, len)?;
         let float_only = !matches!(op, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu);
         if float_only && !dtype.is_float() {
             return Err(Error::UnsupportedDType { op: name, dtype });
         }
+        match &mut self.inner {
+            #[cfg(feature = "cuda")]
+            Inner::Cuda(a) => {
+                crate::dispatch_kernel_dtype!(dtype, T => {
+                    let dst = a.ptr() + (start * size_of::<T>()) as u64;
+                    // SAFETY: `dst` holds `len` elements of `T` (range checked above) and lives
+                    // until the launch completes (stream-ordered reuse).
+                    unsafe { genesis_kernels::gpu::unary::<T>(&legacy(a), op, dst, dst, len)? };
+                    Ok(())
+                }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
+            }
+            _ => {
+                crate::dispatch_kernel_dtype!(dtype, T => {
+                    let v = &mut self.as_mut_slice::<T>()?[start..start + len];
+                    for x in v.iter_mut() {
+                        *x = <T as genesis_kernels::Element>::unary(op, *x);
+                    }
+                    Ok(())
+                }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
+            }
+        }
+    }
+
+    fn check_range(&self, op: &'static str, start: usize, len: usize) -> Result<()> {
+        match start.checked_add(len) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(Error::OutOfBounds {
+                op,
+                start,
+                len,
+                storage_len: self.len,
+            }),
+        }
+    }
+
+    /// Elementwise `op(self)` into a new storage on the same device (neg, abs, relu for f32,
+    /// f16, bf16, i32, i64; the transcendental ops for the floating types only).
+    #[track_caller]
+    pub fn unary(&self, op: UnaryOp) -> Result<Storage> {
+        self.unary_at(op, 0, self.len)
+    }
+
+    /// Elementwise `op(self[start + i])` for `i < len` into a new storage of `len` elements,
+    /// reading the operand where it is.
+    #[track_caller]
+    pub fn unary_at(&self, op: UnaryOp, start: usize, len: usize) -> Result<Storage> {
+        let name = op.name();
+        let dtype = self.dtype;
+        self.check_range(name, start, len)?;
+        let float_only = !matches!(op, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu);
+        if float_only && !dtype.is_float() {
+            return Err(Error::UnsupportedDType { op: name, dtype });
+        }
+        let nbytes = byte_len(len, dtype)?;
         match &self.inner {
             #[cfg(feature = "cuda")]
             Inner::Cuda(a) => {
                 crate::dispatch_kernel_dtype!(dtype, T => {
-                    let out = crate::cuda::CudaMem::new(a.ordinal(), a.nbytes())?;
-                    // SAFETY: both hold `len` elements of `T` on one device and live until the
-                    // launch completes (the pool reuses memory in stream order).
-                    unsafe { genesis_kernels::gpu::unary::<T>(&legacy(a), op, a.ptr(), out.ptr(), len)? };
+                    let out = crate::cuda::CudaMem::new(a.ordinal(), nbytes)?;
+                    let pa = a.ptr() + (start * size_of::<T>()) as u64;
+                    // SAFETY: the range was checked; both live until the launch completes
+                    // (the pool reuses memory in stream order).
+                    unsafe { genesis_kernels::gpu::unary::<T>(&legacy(a), op, pa, out.ptr(), len)? };
                     Ok(Storage::make(Inner::Cuda(out), dtype, len))
                 }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
             }
             _ => {
                 crate::dispatch_kernel_dtype!(dtype, T => {
-                    let mut out = CpuStorage::zeroed(self.nbytes());
-                    genesis_kernels::cpu::unary::<T>(op, self.as_slice()?, out.as_mut_slice())?;
+                    let mut out = CpuStorage::zeroed(nbytes);
+                    genesis_kernels::cpu::unary::<T>(op, &self.as_slice::<T>()?[start..start + len], out.as_mut_slice())?;
                     Ok(Storage::cpu(out, dtype, len))
                 }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
             }
@@ -1032,27 +1136,55 @@ impl Storage {
     /// i32, i64; `Div` for the floating types only).
     #[track_caller]
     pub fn binary(&self, op: BinaryOp, other: &Storage) -> Result<Storage> {
+        self.check_binary(op.name(), other)?;
+        self.binary_at(op, 0, other, 0, self.len)
+    }
+
+    /// Elementwise `op(self[a_start + i], other[b_start + i])` for `i < len`, into a new
+    /// storage of `len` elements on the same device. Reads the operands where they are (no
+    /// copies): the path for contiguous views into larger storages.
+    #[track_caller]
+    pub fn binary_at(
+        &self,
+        op: BinaryOp,
+        a_start: usize,
+        other: &Storage,
+        b_start: usize,
+        len: usize,
+    ) -> Result<Storage> {
         let name = op.name();
-        self.check_binary(name, other)?;
-        let (dtype, len) = (self.dtype, self.len);
+        self.check_binary_types(name, other)?;
+        self.check_range(name, a_start, len)?;
+        other.check_range(name, b_start, len)?;
+        let dtype = self.dtype;
         if op == BinaryOp::Div && !dtype.is_float() {
             return Err(Error::UnsupportedDType { op: name, dtype });
         }
+        let nbytes = byte_len(len, dtype)?;
         match (&self.inner, &other.inner) {
             #[cfg(feature = "cuda")]
             (Inner::Cuda(a), Inner::Cuda(b)) => {
                 crate::dispatch_kernel_dtype!(dtype, T => {
-                    let out = crate::cuda::CudaMem::new(a.ordinal(), a.nbytes())?;
-                    // SAFETY: all three hold `len` elements of `T` on the same device and live
+                    let out = crate::cuda::CudaMem::new(a.ordinal(), nbytes)?;
+                    let (pa, pb) = (
+                        a.ptr() + (a_start * size_of::<T>()) as u64,
+                        b.ptr() + (b_start * size_of::<T>()) as u64,
+                    );
+                    // SAFETY: the ranges were checked against both storages; all three live
                     // until the launch completes (the pool reuses memory in stream order).
-                    unsafe { genesis_kernels::gpu::binary::<T>(&legacy(a), op, a.ptr(), b.ptr(), out.ptr(), len)? };
+                    unsafe { genesis_kernels::gpu::binary::<T>(&legacy(a), op, pa, pb, out.ptr(), len)? };
                     Ok(Storage::make(Inner::Cuda(out), dtype, len))
                 }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
             }
             _ => {
                 crate::dispatch_kernel_dtype!(dtype, T => {
-                    let mut out = CpuStorage::zeroed(self.nbytes());
-                    genesis_kernels::cpu::binary::<T>(op, self.as_slice()?, other.as_slice()?, out.as_mut_slice())?;
+                    let mut out = CpuStorage::zeroed(nbytes);
+                    genesis_kernels::cpu::binary::<T>(
+                        op,
+                        &self.as_slice::<T>()?[a_start..a_start + len],
+                        &other.as_slice::<T>()?[b_start..b_start + len],
+                        out.as_mut_slice(),
+                    )?;
                     Ok(Storage::cpu(out, dtype, len))
                 }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
             }
@@ -1151,6 +1283,50 @@ mod tests {
         ));
         let u = Storage::from_slice(&[1u8], Device::Cpu).unwrap();
         assert!(matches!(u.add(&u), Err(Error::UnsupportedDType { .. })));
+    }
+
+    #[test]
+    fn ranged_and_in_place_ops() {
+        use genesis_kernels::{BinaryOp, UnaryOp};
+        let a = Storage::from_slice(&[1.0f32, 2.0, 3.0, 4.0], Device::Cpu).unwrap();
+        let b = Storage::from_slice(&[10.0f32, 20.0, 30.0], Device::Cpu).unwrap();
+        let r = a.binary_at(BinaryOp::Mul, 1, &b, 0, 3).unwrap();
+        assert_eq!(r.to_vec::<f32>().unwrap(), vec![20.0, 60.0, 120.0]);
+        assert!(matches!(
+            a.binary_at(BinaryOp::Mul, 2, &b, 0, 3),
+            Err(Error::OutOfBounds {
+                start: 2,
+                len: 3,
+                storage_len: 4,
+                ..
+            })
+        ));
+        assert!(a.binary_at(BinaryOp::Mul, 0, &b, usize::MAX, 2).is_err());
+        let mut m = Storage::from_slice(&[1.0f32, 2.0, 3.0, 4.0], Device::Cpu).unwrap();
+        m.binary_assign(BinaryOp::Sub, 2, &b, 1, 2).unwrap();
+        assert_eq!(m.to_vec::<f32>().unwrap(), vec![1.0, 2.0, -17.0, -26.0]);
+        assert!(m.binary_assign(BinaryOp::Sub, 3, &b, 0, 2).is_err());
+        m.unary_assign(UnaryOp::Abs, 2, 2).unwrap();
+        assert_eq!(m.to_vec::<f32>().unwrap(), vec![1.0, 2.0, 17.0, 26.0]);
+        assert_eq!(
+            m.unary_at(UnaryOp::Sqrt, 0, 1)
+                .unwrap()
+                .to_vec::<f32>()
+                .unwrap(),
+            vec![1.0]
+        );
+        let mut i = Storage::from_slice(&[4i64], Device::Cpu).unwrap();
+        assert!(matches!(
+            i.unary_assign(UnaryOp::Exp, 0, 1),
+            Err(Error::UnsupportedDType { op: "exp", .. })
+        ));
+        let j = Storage::from_slice(&[2i64], Device::Cpu).unwrap();
+        assert!(i.binary_assign(BinaryOp::Div, 0, &j, 0, 1).is_err());
+        assert_eq!(
+            i.to_vec::<i64>().unwrap(),
+            vec![4],
+            "failed ops write nothing"
+        );
     }
 
     #[test]

@@ -319,10 +319,7 @@ impl Tensor {
     fn assign(&mut self, items: &[IndexItem], value: Value<'_>, accumulate: bool) -> Result<()> {
         // Writes go to the shared storage: every view of it sees them, as in PyTorch.
         let layout = self.layout().clone();
-        let storage = Arc::get_mut(self.view_storage_mut()).ok_or(Error::InvalidArgument {
-            op: "index_put",
-            reason: "the tensor shares its storage with other tensors; assignment through a shared storage needs an exclusive handle (clone the data first with contiguous().to(...))".into(),
-        })?;
+        let storage = self.exclusive_storage("index_put")?;
         genesis_index::set(storage, &layout, items, value, accumulate)?;
         Ok(())
     }
@@ -436,8 +433,98 @@ impl Tensor {
     /// Rust's on the CPU), the other ops exact.
     #[track_caller]
     pub fn unary(&self, op: UnaryOp) -> Result<Tensor> {
-        let a = self.view.contiguous()?;
-        Tensor::from_storage(a.unary(op)?, self.shape())
+        let (a, start) = self.dense_operand(self.shape())?;
+        Tensor::from_storage(a.unary_at(op, start, self.numel())?, self.shape())
+    }
+
+    /// In place: `self = op(self, other)`, `other` broadcast to `self`'s shape. `self` must be
+    /// contiguous and hold its storage alone (no other tensor shares it). When `other` already
+    /// has `self`'s shape and is contiguous, nothing is allocated; otherwise it is first
+    /// gathered into a contiguous temporary.
+    #[track_caller]
+    pub fn binary_(&mut self, op: BinaryOp, other: &Tensor) -> Result<()> {
+        let name = op.name();
+        self.check_operands(name, other)?;
+        let shape = broadcast_shape(name, self.shape(), other.shape())?;
+        if shape != self.shape() {
+            return Err(Error::ShapeMismatch {
+                op: name,
+                lhs: self.shape().to_vec(),
+                rhs: other.shape().to_vec(),
+            });
+        }
+        let (rhs, rhs_start) = other.dense_operand(self.shape())?;
+        let (start, n) = (self.in_place_start(name)?, self.numel());
+        self.exclusive_storage(name)?
+            .binary_assign(op, start, &rhs, rhs_start, n)?;
+        Ok(())
+    }
+
+    /// In place: `self = op(self)`. `self` must be contiguous and hold its storage alone.
+    /// Allocates nothing.
+    #[track_caller]
+    pub fn unary_(&mut self, op: UnaryOp) -> Result<()> {
+        let (start, n) = (self.in_place_start(op.name())?, self.numel());
+        self.exclusive_storage(op.name())?
+            .unary_assign(op, start, n)?;
+        Ok(())
+    }
+
+    /// In place `self += other` (see [`Tensor::binary_`]).
+    #[track_caller]
+    pub fn add_(&mut self, other: &Tensor) -> Result<()> {
+        self.binary_(BinaryOp::Add, other)
+    }
+
+    /// In place `self -= other`.
+    #[track_caller]
+    pub fn sub_(&mut self, other: &Tensor) -> Result<()> {
+        self.binary_(BinaryOp::Sub, other)
+    }
+
+    /// In place `self *= other`.
+    #[track_caller]
+    pub fn mul_(&mut self, other: &Tensor) -> Result<()> {
+        self.binary_(BinaryOp::Mul, other)
+    }
+
+    /// In place `self /= other` (float dtypes).
+    #[track_caller]
+    pub fn div_(&mut self, other: &Tensor) -> Result<()> {
+        self.binary_(BinaryOp::Div, other)
+    }
+
+    /// In place `self = e^self` (float dtypes).
+    #[track_caller]
+    pub fn exp_(&mut self) -> Result<()> {
+        self.unary_(UnaryOp::Exp)
+    }
+
+    /// In place `self = max(self, 0)`.
+    #[track_caller]
+    pub fn relu_(&mut self) -> Result<()> {
+        self.unary_(UnaryOp::Relu)
+    }
+
+    fn in_place_start(&self, op: &'static str) -> Result<usize> {
+        if !self.is_contiguous() {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: format!(
+                    "in-place ops need a contiguous tensor; this one has shape {:?} and strides {:?} (call contiguous() first)",
+                    self.shape(),
+                    self.strides()
+                ),
+            });
+        }
+        Ok(self.layout().offset())
+    }
+
+    fn exclusive_storage(&mut self, op: &'static str) -> Result<&mut Storage> {
+        Arc::get_mut(self.view_storage_mut()).ok_or(Error::InvalidArgument {
+            op,
+            reason: "the tensor shares its storage with other tensors; an in-place op needs an exclusive handle (drop the other views, or work on a copy)".into(),
+        })
     }
 
     /// `op(self, scalar)` elementwise: the scalar is converted to `self`'s dtype first (for
@@ -479,15 +566,25 @@ impl Tensor {
                 dtype: self.dtype(),
             }));
         }
-        let dense = |t: &Tensor| -> Result<Storage> {
-            if t.shape() == shape.as_slice() {
-                Ok(t.view.contiguous()?)
-            } else {
-                Ok(t.expand(&shape)?.view.contiguous()?)
-            }
+        let (a, a_start) = self.dense_operand(&shape)?;
+        let (b, b_start) = other.dense_operand(&shape)?;
+        let n = numel_of(name, &shape)?;
+        Tensor::from_storage(a.binary_at(op, a_start, &b, b_start, n)?, &shape)
+    }
+
+    /// This tensor's elements in row-major order at `shape` as `(storage, first element)`:
+    /// its own storage when it is contiguous at that shape (no copy), otherwise a contiguous
+    /// temporary gathered by the strided-copy kernel.
+    fn dense_operand(&self, shape: &[usize]) -> Result<(Arc<Storage>, usize)> {
+        if self.shape() == shape && self.is_contiguous() {
+            return Ok((Arc::clone(self.view.storage()), self.layout().offset()));
+        }
+        let t = if self.shape() == shape {
+            self.view.contiguous()?
+        } else {
+            self.expand(shape)?.view.contiguous()?
         };
-        let (a, b) = (dense(self)?, dense(other)?);
-        Tensor::from_storage(a.binary(op, &b)?, &shape)
+        Ok((Arc::new(t), 0))
     }
 
     /// A 0-dimensional tensor holding `value` in `self`'s dtype, on `self`'s device.

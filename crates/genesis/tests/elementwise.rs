@@ -168,6 +168,17 @@ fn strided_operands_and_operators() {
         let halves = (mt.clone() / 2.0).unwrap();
         let back = (halves - (&mt * 0.5).unwrap()).unwrap();
         assert!(back.to_vec::<f32>().unwrap().iter().all(|&x| x == 0.0));
+        // Contiguous views at an offset are read in place.
+        let v = Tensor::arange(0.0, 10.0, 1.0, DType::F32, dev).unwrap();
+        let mid = v.narrow(0, 3, 4).unwrap();
+        assert_eq!(
+            (&mid + &mid).unwrap().to_vec::<f32>().unwrap(),
+            vec![6.0, 8.0, 10.0, 12.0]
+        );
+        assert_eq!(
+            mid.neg().unwrap().to_vec::<f32>().unwrap(),
+            vec![-3.0, -4.0, -5.0, -6.0]
+        );
         let ints = Tensor::from_slice(&[5i32, -7, 9], &[3], dev).unwrap();
         assert_eq!(
             (&ints - 10.0).unwrap().to_vec::<i32>().unwrap(),
@@ -305,6 +316,115 @@ fn unary_ops_match_f64_references() {
             (-x).unwrap().relu().unwrap().to_vec::<f32>().unwrap(),
             vec![0.0, 2.0]
         );
+    }
+}
+
+#[test]
+fn in_place_ops_match_out_of_place_and_allocate_nothing() {
+    let _release = Release;
+    for dev in devices() {
+        for dtype in [DType::F32, DType::BF16, DType::I64] {
+            let (a, _) = tensor(&values(1000, 3, dtype), &[10, 100], dtype, dev);
+            let (b, _) = tensor(&values(1000, 4, dtype), &[10, 100], dtype, dev);
+            let (row, _) = tensor(&values(100, 5, dtype), &[100], dtype, dev);
+            let mut ops = vec![
+                BinaryOp::Add,
+                BinaryOp::Sub,
+                BinaryOp::Mul,
+                BinaryOp::Maximum,
+            ];
+            if dtype.is_float() {
+                ops.push(BinaryOp::Div);
+            }
+            for op in ops {
+                let want = f64s(&a.binary(op, &b).unwrap());
+                let mut x = (&a + 0.0).unwrap(); // a fresh storage of its own
+                let x_copy = x.to(Device::Cpu).unwrap(); // keep the data, not the storage
+                let before = allocations(dev);
+                x.binary_(op, &b).unwrap();
+                assert_eq!(
+                    allocations(dev),
+                    before,
+                    "{} {dtype} on {dev} allocated",
+                    op.name()
+                );
+                assert_eq!(f64s(&x), want, "{} {dtype} on {dev}", op.name());
+                // A broadcast operand (gathered into a temporary first).
+                let mut y = x_copy.to(dev).unwrap();
+                y.binary_(op, &row).unwrap();
+                let want = x_copy.to(dev).unwrap().binary(op, &row).unwrap();
+                assert_eq!(f64s(&y), f64s(&want));
+            }
+            let mut r = (&a + 0.0).unwrap();
+            let before = allocations(dev);
+            r.relu_().unwrap();
+            if dtype.is_float() {
+                r.exp_().unwrap();
+            }
+            assert_eq!(
+                allocations(dev),
+                before,
+                "unary in place on {dev} allocated"
+            );
+            let mut want = a.relu().unwrap();
+            if dtype.is_float() {
+                want = want.exp().unwrap();
+            }
+            assert_eq!(f64s(&r), f64s(&want));
+        }
+        // A view into the middle of a storage: only the view's elements change.
+        let mut base = Tensor::arange(0.0, 12.0, 1.0, DType::F32, dev).unwrap();
+        {
+            let mut mid = base.narrow(0, 4, 4).unwrap();
+            let ones = Tensor::ones(&[4], DType::F32, dev).unwrap();
+            // `mid` shares `base`'s storage: refused while `base` is alive.
+            assert!(mid.add_(&ones).is_err());
+        }
+        let mut mid = base.narrow(0, 4, 4).unwrap();
+        drop(std::mem::replace(
+            &mut base,
+            Tensor::zeros(&[1], DType::F32, dev).unwrap(),
+        ));
+        mid.add_(&Tensor::ones(&[4], DType::F32, dev).unwrap())
+            .unwrap();
+        assert_eq!(mid.to_vec::<f32>().unwrap(), vec![5.0, 6.0, 7.0, 8.0]);
+    }
+    // Errors: non-contiguous, shape that would grow, dtype mismatch.
+    let m = Tensor::zeros(&[3, 4], DType::F32, Device::Cpu).unwrap();
+    let mut t = m.t().unwrap();
+    drop(m);
+    let e = t
+        .add_(&Tensor::zeros(&[4, 3], DType::F32, Device::Cpu).unwrap())
+        .unwrap_err();
+    assert!(e.to_string().contains("contiguous"), "{e}");
+    let mut v = Tensor::zeros(&[3], DType::F32, Device::Cpu).unwrap();
+    let e = v
+        .add_(&Tensor::zeros(&[2, 3], DType::F32, Device::Cpu).unwrap())
+        .unwrap_err();
+    assert!(matches!(e, Error::ShapeMismatch { op: "add", .. }), "{e}");
+    assert!(
+        v.mul_(&Tensor::zeros(&[3], DType::I32, Device::Cpu).unwrap())
+            .is_err()
+    );
+    let mut i = Tensor::zeros(&[3], DType::I32, Device::Cpu).unwrap();
+    assert!(i.exp_().is_err());
+    assert_eq!(
+        v.to_vec::<f32>().unwrap(),
+        vec![0.0; 3],
+        "failed ops write nothing"
+    );
+}
+
+fn f64s(t: &Tensor) -> Vec<f64> {
+    t.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap()
+}
+
+/// Allocations made so far by the device's pool (0 on the CPU, which has no pool).
+fn allocations(dev: Device) -> i64 {
+    match dev {
+        #[cfg(feature = "cuda")]
+        Device::Cuda(i) => genesis::cuda::memory_stats(i).unwrap()["allocation.all.allocated"],
+        _ => 0,
     }
 }
 

@@ -307,6 +307,86 @@ impl Tensor {
         )
     }
 
+    /// Concatenates tensors along `dim` (negative counts from the end) into a new tensor.
+    /// All must have the same dtype, device and rank, and the same sizes outside `dim`.
+    #[track_caller]
+    pub fn cat(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
+        let first = tensors.first().ok_or_else(|| Error::InvalidArgument {
+            op: "cat",
+            reason: "needs at least one tensor".into(),
+        })?;
+        let d = first
+            .layout()
+            .dim(dim)
+            .map_err(genesis_storage::Error::from)?;
+        let mut shape = first.shape().to_vec();
+        shape[d] = 0;
+        for t in tensors {
+            first.check_operands("cat", t)?;
+            let fits = t.dim() == first.dim()
+                && t.shape()
+                    .iter()
+                    .zip(first.shape())
+                    .enumerate()
+                    .all(|(k, (a, b))| k == d || a == b);
+            if !fits {
+                return Err(Error::ShapeMismatch {
+                    op: "cat",
+                    lhs: first.shape().to_vec(),
+                    rhs: t.shape().to_vec(),
+                });
+            }
+            shape[d] =
+                shape[d]
+                    .checked_add(t.shape()[d])
+                    .ok_or_else(|| Error::InvalidArgument {
+                        op: "cat",
+                        reason: "the result's size overflows".into(),
+                    })?;
+        }
+        let mut out = Tensor::empty(&shape, first.dtype(), first.device())?;
+        let mut at = 0usize;
+        for t in tensors {
+            let n = t.shape()[d];
+            if n > 0 && t.numel() > 0 {
+                let mut items = vec![
+                    IndexItem::Slice {
+                        start: None,
+                        stop: None,
+                        step: None
+                    };
+                    d
+                ];
+                items.push(IndexItem::range(at as i64, (at + n) as i64));
+                out.index_put(&items, t)?;
+            }
+            at += n;
+        }
+        Ok(out)
+    }
+
+    /// Stacks tensors of one shape along a new dimension `dim` (in `-(rank+1)..=rank`).
+    #[track_caller]
+    pub fn stack(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
+        let first = tensors.first().ok_or_else(|| Error::InvalidArgument {
+            op: "stack",
+            reason: "needs at least one tensor".into(),
+        })?;
+        let mut parts = Vec::with_capacity(tensors.len());
+        for t in tensors {
+            if t.shape() != first.shape() {
+                return Err(Error::ShapeMismatch {
+                    op: "stack",
+                    lhs: first.shape().to_vec(),
+                    rhs: t.shape().to_vec(),
+                });
+            }
+            parts.push(t.unsqueeze(dim)?);
+        }
+        let refs: Vec<&Tensor> = parts.iter().collect();
+        Tensor::cat(&refs, dim.rem_euclid(first.dim() as isize + 1))
+    }
+
     /// `self[items]` (build `items` with `genesis::s![...]`): a view for basic indexing, a new
     /// tensor for advanced indexing.
     #[track_caller]

@@ -32,6 +32,11 @@ impl BinaryOp {
         BinaryOp::Minimum,
     ];
 
+    /// Whether only the floating types support the operation (division).
+    pub const fn float_only(self) -> bool {
+        matches!(self, BinaryOp::Div)
+    }
+
     /// The operation's name (`"add"`), also the prefix of its kernels.
     pub const fn name(self) -> &'static str {
         match self {
@@ -78,6 +83,11 @@ impl UnaryOp {
         UnaryOp::Tanh,
         UnaryOp::Sigmoid,
     ];
+
+    /// Whether only the floating types support the operation (the transcendental ones).
+    pub const fn float_only(self) -> bool {
+        !matches!(self, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu)
+    }
 
     /// The operation's name (`"exp"`), also the prefix of its kernels.
     pub const fn name(self) -> &'static str {

@@ -1020,9 +1020,7 @@ impl Storage {
         let dtype = self.dtype;
         self.check_range(name, start, len)?;
         other.check_range(name, other_start, len)?;
-        if op == BinaryOp::Div && !dtype.is_float() {
-            return Err(Error::UnsupportedDType { op: name, dtype });
-        }
+        check_float_only(name, op.float_only(), dtype)?;
         match (&mut self.inner, &other.inner) {
             #[cfg(feature = "cuda")]
             (Inner::Cuda(a), Inner::Cuda(b)) => {
@@ -1052,10 +1050,7 @@ impl Storage {
         let name = op.name();
         let dtype = self.dtype;
         self.check_range(name, start, len)?;
-        let float_only = !matches!(op, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu);
-        if float_only && !dtype.is_float() {
-            return Err(Error::UnsupportedDType { op: name, dtype });
-        }
+        check_float_only(name, op.float_only(), dtype)?;
         match &mut self.inner {
             #[cfg(feature = "cuda")]
             Inner::Cuda(a) => {
@@ -1105,10 +1100,7 @@ impl Storage {
         let name = op.name();
         let dtype = self.dtype;
         self.check_range(name, start, len)?;
-        let float_only = !matches!(op, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu);
-        if float_only && !dtype.is_float() {
-            return Err(Error::UnsupportedDType { op: name, dtype });
-        }
+        check_float_only(name, op.float_only(), dtype)?;
         let nbytes = byte_len(len, dtype)?;
         match &self.inner {
             #[cfg(feature = "cuda")]
@@ -1157,9 +1149,7 @@ impl Storage {
         self.check_range(name, a_start, len)?;
         other.check_range(name, b_start, len)?;
         let dtype = self.dtype;
-        if op == BinaryOp::Div && !dtype.is_float() {
-            return Err(Error::UnsupportedDType { op: name, dtype });
-        }
+        check_float_only(name, op.float_only(), dtype)?;
         let nbytes = byte_len(len, dtype)?;
         match (&self.inner, &other.inner) {
             #[cfg(feature = "cuda")]
@@ -1189,6 +1179,15 @@ impl Storage {
                 }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
             }
         }
+    }
+}
+
+/// An `UnsupportedDType` error for an operation only the floating types support.
+fn check_float_only(op: &'static str, float_only: bool, dtype: DType) -> Result<()> {
+    if float_only && !dtype.is_float() {
+        Err(Error::UnsupportedDType { op, dtype })
+    } else {
+        Ok(())
     }
 }
 

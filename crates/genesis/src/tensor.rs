@@ -640,12 +640,6 @@ impl Tensor {
         let name = op.name();
         self.check_operands(name, other)?;
         let shape = broadcast_shape(name, self.shape(), other.shape())?;
-        if op == BinaryOp::Div && !self.dtype().is_float() {
-            return Err(Error::Storage(genesis_storage::Error::UnsupportedDType {
-                op: name,
-                dtype: self.dtype(),
-            }));
-        }
         let (a, a_start) = self.dense_operand(&shape)?;
         let (b, b_start) = other.dense_operand(&shape)?;
         let n = numel_of(name, &shape)?;

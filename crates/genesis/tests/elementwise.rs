@@ -3,17 +3,10 @@
 
 use genesis::{BinaryOp, DType, Device, Error, Tensor, UnaryOp, broadcast_shape};
 
-const DTYPES: [DType; 5] = [DType::F32, DType::F16, DType::BF16, DType::I32, DType::I64];
+mod common;
+use common::{Release, devices};
 
-fn devices() -> Vec<Device> {
-    let mut d = vec![Device::Cpu];
-    if genesis::cuda::is_available() {
-        d.push(Device::Cuda(0));
-    } else {
-        eprintln!("elementwise tests: CUDA part skipped: no CUDA device found");
-    }
-    d
-}
+const DTYPES: [DType; 5] = [DType::F32, DType::F16, DType::BF16, DType::I32, DType::I64];
 
 /// Deterministic values in [-40, 40] with fractional parts (whole numbers for integers), zeros
 /// included so that division meets 0/0 and x/0.
@@ -425,18 +418,5 @@ fn allocations(dev: Device) -> i64 {
         #[cfg(feature = "cuda")]
         Device::Cuda(i) => genesis::cuda::memory_stats(i).unwrap()["allocation.all.allocated"],
         _ => 0,
-    }
-}
-
-/// Gives cached device memory back when a test ends (even by panicking), so nothing is held
-/// at exit (compute-sanitizer's leak check).
-struct Release;
-
-impl Drop for Release {
-    fn drop(&mut self) {
-        #[cfg(feature = "cuda")]
-        if genesis::cuda::is_available() {
-            genesis::cuda::empty_cache().unwrap();
-        }
     }
 }

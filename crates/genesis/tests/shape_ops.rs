@@ -2,15 +2,8 @@
 
 use genesis::{DType, Device, Error, Tensor};
 
-fn devices() -> Vec<Device> {
-    let mut d = vec![Device::Cpu];
-    if genesis::cuda::is_available() {
-        d.push(Device::Cuda(0));
-    } else {
-        eprintln!("shape op tests: CUDA part skipped: no CUDA device found");
-    }
-    d
-}
+mod common;
+use common::{Release, devices};
 
 fn seq(n: usize, from: i64, shape: &[usize], dev: Device) -> Tensor {
     let v: Vec<i64> = (0..n as i64).map(|i| from + i).collect();
@@ -95,16 +88,4 @@ fn bad_inputs_are_typed_errors() {
     ));
     assert!(Tensor::stack(&[&a, &a], 3).is_err());
     assert_eq!(Tensor::stack(&[&scalar, &scalar], 0).unwrap().shape(), &[2]);
-}
-
-/// Gives cached device memory back when a test ends (compute-sanitizer's leak check).
-struct Release;
-
-impl Drop for Release {
-    fn drop(&mut self) {
-        #[cfg(feature = "cuda")]
-        if genesis::cuda::is_available() {
-            genesis::cuda::empty_cache().unwrap();
-        }
-    }
 }

@@ -2,19 +2,8 @@
 
 use genesis::{DType, Device, Error, Tensor, bf16, f16};
 
-fn devices() -> Vec<Device> {
-    let mut d = vec![Device::Cpu];
-    if genesis::cuda::is_available() {
-        d.push(Device::Cuda(0));
-    } else {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "tensor tests: CUDA part skipped: no CUDA device found"
-        );
-    }
-    d
-}
+mod common;
+use common::{Release, devices};
 
 #[test]
 fn add_reads_back_on_every_device() {
@@ -146,25 +135,4 @@ fn cuda_device_without_gpu_is_a_typed_error() {
         msg.contains("no CUDA device") || msg.contains("--features cuda"),
         "{msg}"
     );
-}
-
-/// Runs last in spirit: every test ends by giving cached device memory back, so nothing is
-/// held when the process exits (compute-sanitizer's leak check).
-#[cfg(feature = "cuda")]
-fn release() {
-    if genesis::cuda::is_available() {
-        genesis::cuda::empty_cache().unwrap();
-    }
-}
-
-#[cfg(not(feature = "cuda"))]
-fn release() {}
-
-/// Gives cached memory back when a test ends (even by panicking).
-struct Release;
-
-impl Drop for Release {
-    fn drop(&mut self) {
-        release();
-    }
 }

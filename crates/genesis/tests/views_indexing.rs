@@ -1,30 +1,12 @@
 //! Views, reshapes, indexing and assignment through the facade, on CPU and (when present) CUDA.
 
-use genesis::{DType, Device, Error, IndexTensor, Tensor, s};
+use genesis::{DType, Error, IndexTensor, Tensor, s};
 
-fn devices() -> Vec<Device> {
-    let mut d = vec![Device::Cpu];
-    if genesis::cuda::is_available() {
-        d.push(Device::Cuda(0));
-    }
-    d
-}
-
-#[cfg(feature = "cuda")]
-struct Release;
-
-#[cfg(feature = "cuda")]
-impl Drop for Release {
-    fn drop(&mut self) {
-        if genesis::cuda::is_available() {
-            let _ = genesis::cuda::empty_cache();
-        }
-    }
-}
+mod common;
+use common::{Release, devices};
 
 #[test]
 fn views_share_storage_and_copies_do_not() {
-    #[cfg(feature = "cuda")]
     let _release = Release;
     for dev in devices() {
         let x = Tensor::arange(0.0, 24.0, 1.0, DType::I64, dev).unwrap();
@@ -77,7 +59,6 @@ fn views_share_storage_and_copies_do_not() {
 
 #[test]
 fn indexing_and_assignment() {
-    #[cfg(feature = "cuda")]
     let _release = Release;
     for dev in devices() {
         let m = Tensor::arange(0.0, 20.0, 1.0, DType::F32, dev)
@@ -143,7 +124,7 @@ fn memory_api_reports_the_pool() {
         return;
     }
     let before = genesis::cuda::memory_allocated(0).unwrap();
-    let t = Tensor::zeros(&[1 << 20], DType::F32, Device::Cuda(0)).unwrap();
+    let t = Tensor::zeros(&[1 << 20], DType::F32, genesis::Device::Cuda(0)).unwrap();
     assert!(genesis::cuda::memory_allocated(0).unwrap() >= before + (4 << 20));
     assert!(
         genesis::cuda::memory_reserved(0).unwrap() >= genesis::cuda::memory_allocated(0).unwrap()

@@ -30,6 +30,11 @@ fn tour(device: Device) -> genesis::Result<()> {
         "maximum(a, 3.5) = {}",
         a.maximum(&Tensor::full(&[1], 3.5f32, device)?)?
     );
+    // In place: writes into the tensor's own storage, allocating nothing.
+    let mut acc = (&a + 0.0)?;
+    acc.add_(&b)?;
+    acc.exp_()?;
+    println!("exp(a + b), in place = {acc}");
 
     let h = Tensor::from_slice(&[bf16::from_f32(1.0), bf16::from_f32(0.25)], &[2], device)?;
     let h2 = h.add(&h)?;

@@ -81,7 +81,7 @@ for step in $steps; do
       if python3 "$B/torch_ref.py" "$OUT/torch_ref.json" >> "$OUT/bench.log" 2>&1; then r=ok; else r=FAILED; status=1; fi
       summary+=("torch     torch_ref.py: $r")
       echo "== genesis vs torch" >> "$OUT/bench.log"
-      python3 "$B/compare.py" "$OUT/torch_ref.json" "$OUT/gpu_elementwise.json" "$OUT/gpu_storage.json" "$OUT/gpu_index.json" >> "$OUT/bench.log" 2>&1
+      python3 "$B/compare.py" "$OUT/torch_ref.json" "$OUT/gpu_elementwise.json" "$OUT/gpu_storage.json" "$OUT/gpu_index.json" "$OUT/gpu_facade.json" >> "$OUT/bench.log" 2>&1
       cat "$OUT/bench.log"
       ;;
     examples)

@@ -62,6 +62,22 @@ def main():
     med, mn = timed(lambda: m.to(torch.bfloat16))
     rows.append({"name": "cast_f32_bf16_64Mi", "bytes": 8192 * 8192 * 6, "median_ms": med, "min_ms": mn})
     del m, s
+    # Reductions: all 64 Mi elements, and each dim of 8192 x 8192 (input bytes counted).
+    for name, dt in [("f32", torch.float32), ("bf16", torch.bfloat16)]:
+        x = (torch.rand(N, device=dev) * 200 - 100).to(dt)
+        size = x.element_size()
+        for op, fn in [("sum", torch.sum), ("mean", torch.mean), ("max", torch.max)]:
+            med, mn = timed(lambda: fn(x))
+            rows.append({"name": f"{op}_{name}", "bytes": N * size, "median_ms": med, "min_ms": mn})
+        m = x.view(8192, 8192)
+        cases = [("sum_dim1", lambda: m.sum(1)), ("sum_dim0", lambda: m.sum(0))]
+        if name == "f32":
+            cases += [("mean_dim0", lambda: m.mean(0)), ("max_dim1", lambda: m.max(1)),
+                      ("max_dim0", lambda: m.max(0))]
+        for op, fn in cases:
+            med, mn = timed(fn)
+            rows.append({"name": f"{op}_{name}", "bytes": N * size, "median_ms": med, "min_ms": mn})
+        del x, m
     host = torch.rand(N)
     pinned = host.pin_memory()
     dst = torch.empty(N, device=dev)
@@ -99,6 +115,45 @@ def main():
     dst = torch.empty_like(src)
     med, mn = timed(lambda: dst.copy_(src))
     rows.append({"name": "copy_d2d_256MiB", "bytes": 2 * N * 4, "median_ms": med, "min_ms": mn})
+    # The facade bench (gpu_facade): wall clock with synchronize, as Genesis measures it.
+    import time
+
+    def wall(fn, runs):
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        ms = []
+        for _ in range(runs):
+            t = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            ms.append((time.perf_counter() - t) * 1e3)
+        ms.sort()
+        return ms[runs // 2], ms[0]
+
+    one = torch.ones(1, device=dev)
+
+    def adds():
+        x = torch.zeros(1, device=dev)
+        for _ in range(1000):
+            x = x.add(one)
+        return x.item()
+    med, mn = wall(adds, 21)
+    rows.append({"name": "add_1elem_x1000", "bytes": 0, "median_ms": med, "min_ms": mn})
+    xi = torch.zeros(1, device=dev)
+
+    def adds_inplace():
+        for _ in range(1000):
+            xi.add_(one)
+    med, mn = wall(adds_inplace, 21)
+    rows.append({"name": "add_inplace_1elem_x1000", "bytes": 0, "median_ms": med, "min_ms": mn})
+    m = torch.rand(8192, 8192, device=dev)
+    for name, fn in [("t_sum_f32", lambda: m.sum()), ("t_mean_f32", lambda: m.mean()),
+                     ("t_max_f32", lambda: m.max()), ("t_sum_dim1_f32", lambda: m.sum(1)),
+                     ("t_sum_dim0_f32", lambda: m.sum(0)), ("t_max_dim1_f32", lambda: m.max(1))]:
+        med, mn = wall(fn, 30)
+        rows.append({"name": name, "bytes": m.numel() * 4, "median_ms": med, "min_ms": mn})
+    del m
     for r in rows:
         r["gb_per_s"] = r["bytes"] / (r["median_ms"] * 1e-3) / 1e9
         print(f'{r["name"]:<18} {r["median_ms"]:>10.4f} {r["min_ms"]:>10.4f} {r["gb_per_s"]:>10.1f}')

@@ -21,7 +21,8 @@ mod gpu {
     use std::sync::Arc;
 
     use genesis_cuda::{Context, DeviceBuffer, Event, Stream};
-    use genesis_kernels::{BinaryOp, Element, UnaryOp, gpu};
+    use genesis_kernels::reduce::{self, ReducePlan};
+    use genesis_kernels::{BinaryOp, Element, ReduceOp, ReduceShape, UnaryOp, gpu};
     use half::{bf16, f16};
     use rand::rngs::SmallRng;
     use rand::{Rng, SeedableRng};
@@ -131,6 +132,158 @@ mod gpu {
         Ok(())
     }
 
+    /// One reduction of `input` (`shape`), timed with both passes; values and indices written.
+    fn bench_reduce<T: Element>(
+        rows: &mut Vec<Row>,
+        ctx: &Arc<Context>,
+        stream: &Stream,
+        input: &DeviceBuffer,
+        name: &str,
+        op: ReduceOp,
+        shape: ReduceShape,
+    ) -> BoxResult {
+        let plan = ReducePlan::new(shape, ctx.multiprocessors() as usize);
+        let ws_len = plan.workspace_bytes::<T>(op).max(1);
+        let ws = DeviceBuffer::alloc(ctx, ws_len)?;
+        let out = DeviceBuffer::alloc(ctx, shape.output_len() * 8)?;
+        let idx = DeviceBuffer::alloc(ctx, shape.output_len() * 8)?;
+        let pi = if op.has_indices() {
+            idx.device_ptr()
+        } else {
+            0
+        };
+        let (med, min) = time(stream, ctx, || {
+            // SAFETY: the input holds the shape's elements of T, the outputs and workspace
+            // their sizes; all live past the timing loop.
+            unsafe {
+                reduce::gpu_reduce::<T>(
+                    stream,
+                    op,
+                    input.device_ptr(),
+                    shape,
+                    out.device_ptr(),
+                    pi,
+                    ws.device_ptr(),
+                    ws_len,
+                )?
+            };
+            Ok(())
+        })?;
+        rows.push(Row {
+            name: name.to_string(),
+            bytes: shape.input_len().unwrap_or(0) * size_of::<T>(),
+            median_ms: med,
+            min_ms: min,
+        });
+        Ok(())
+    }
+
+    /// sum/mean/max over all 64 Mi elements (f32, bf16) and over each dim of 8192 x 8192 f32.
+    fn bench_reductions(
+        rows: &mut Vec<Row>,
+        ctx: &Arc<Context>,
+        stream: &Stream,
+        rng: &mut SmallRng,
+    ) -> BoxResult {
+        let all = ReduceShape {
+            outer: 1,
+            r: N,
+            inner: 1,
+        };
+        let x = random_buffer::<f32>(ctx, rng, |v| v)?;
+        for (name, op) in [
+            ("sum", ReduceOp::Sum),
+            ("mean", ReduceOp::Mean),
+            ("max", ReduceOp::Max),
+        ] {
+            bench_reduce::<f32>(rows, ctx, stream, &x, &format!("{name}_f32"), op, all)?;
+        }
+        let side = 8192;
+        let rows_shape = ReduceShape {
+            outer: side,
+            r: side,
+            inner: 1,
+        };
+        let cols_shape = ReduceShape {
+            outer: 1,
+            r: side,
+            inner: side,
+        };
+        bench_reduce::<f32>(
+            rows,
+            ctx,
+            stream,
+            &x,
+            "sum_dim1_f32",
+            ReduceOp::Sum,
+            rows_shape,
+        )?;
+        bench_reduce::<f32>(
+            rows,
+            ctx,
+            stream,
+            &x,
+            "sum_dim0_f32",
+            ReduceOp::Sum,
+            cols_shape,
+        )?;
+        bench_reduce::<f32>(
+            rows,
+            ctx,
+            stream,
+            &x,
+            "mean_dim0_f32",
+            ReduceOp::Mean,
+            cols_shape,
+        )?;
+        bench_reduce::<f32>(
+            rows,
+            ctx,
+            stream,
+            &x,
+            "max_dim1_f32",
+            ReduceOp::ArgMax,
+            rows_shape,
+        )?;
+        bench_reduce::<f32>(
+            rows,
+            ctx,
+            stream,
+            &x,
+            "max_dim0_f32",
+            ReduceOp::ArgMax,
+            cols_shape,
+        )?;
+        drop(x);
+        let y = random_buffer::<bf16>(ctx, rng, bf16::from_f32)?;
+        for (name, op) in [
+            ("sum", ReduceOp::Sum),
+            ("mean", ReduceOp::Mean),
+            ("max", ReduceOp::Max),
+        ] {
+            bench_reduce::<bf16>(rows, ctx, stream, &y, &format!("{name}_bf16"), op, all)?;
+        }
+        bench_reduce::<bf16>(
+            rows,
+            ctx,
+            stream,
+            &y,
+            "sum_dim1_bf16",
+            ReduceOp::Sum,
+            rows_shape,
+        )?;
+        bench_reduce::<bf16>(
+            rows,
+            ctx,
+            stream,
+            &y,
+            "sum_dim0_bf16",
+            ReduceOp::Sum,
+            cols_shape,
+        )?;
+        Ok(())
+    }
+
     /// Transpose of 8192 x 8192 f32 to contiguous, `m[::2, ::3]` of it, and a cast to bf16.
     fn bench_copies(
         rows: &mut Vec<Row>,
@@ -210,6 +363,7 @@ mod gpu {
         bench_type::<i32>(&mut rows, &ctx, &stream, &mut rng, |x| x as i32)?;
         bench_type::<i64>(&mut rows, &ctx, &stream, &mut rng, |x| x as i64)?;
         bench_copies(&mut rows, &ctx, &stream, &mut rng)?;
+        bench_reductions(&mut rows, &ctx, &stream, &mut rng)?;
         // The copy ceiling: a 256 MiB device-to-device copy, read + write counted.
         let src = random_buffer::<f32>(&ctx, &mut rng, |x| x)?;
         let mut dst = DeviceBuffer::alloc(&ctx, src.len())?;

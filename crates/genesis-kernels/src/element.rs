@@ -151,6 +151,14 @@ pub trait Element:
     }
     /// Whether two values are the same result: equal bits, or both NaN.
     fn same(a: Self, b: Self) -> bool;
+    /// The value as f64 (exact for every type but large i64).
+    fn to_f64(self) -> f64;
+    /// The value as i64 (floats: truncated, saturating).
+    fn to_i64(self) -> i64;
+    /// `x` rounded to nearest-even (integers: truncated, saturating).
+    fn from_f64(x: f64) -> Self;
+    /// `x` converted (integers: wrapping; floats: rounded).
+    fn from_i64(x: i64) -> Self;
 }
 
 #[inline]
@@ -273,6 +281,23 @@ macro_rules! float_element {
             fn same(x: Self, y: Self) -> bool {
                 x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan())
             }
+            #[inline]
+            fn to_f64(self) -> f64 {
+                let $v = self;
+                f64::from($to)
+            }
+            #[inline]
+            fn to_i64(self) -> i64 {
+                self.to_f64() as i64
+            }
+            #[inline]
+            fn from_f64(x: f64) -> Self {
+                <$t>::from_f64_rounded(x)
+            }
+            #[inline]
+            fn from_i64(x: i64) -> Self {
+                Self::from_f64(x as f64)
+            }
         }
     };
 }
@@ -330,8 +355,44 @@ macro_rules! int_element {
             fn same(x: Self, y: Self) -> bool {
                 x == y
             }
+            #[inline]
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+            #[inline]
+            fn to_i64(self) -> i64 {
+                i64::from(self)
+            }
+            #[inline]
+            fn from_f64(x: f64) -> Self {
+                x as Self
+            }
+            #[inline]
+            fn from_i64(x: i64) -> Self {
+                x as Self
+            }
         }
     };
+}
+
+/// Rounding from f64 to nearest-even.
+trait FromF64 {
+    fn from_f64_rounded(x: f64) -> Self;
+}
+impl FromF64 for f32 {
+    fn from_f64_rounded(x: f64) -> f32 {
+        x as f32
+    }
+}
+impl FromF64 for f16 {
+    fn from_f64_rounded(x: f64) -> f16 {
+        f16::from_f64(x)
+    }
+}
+impl FromF64 for bf16 {
+    fn from_f64_rounded(x: f64) -> bf16 {
+        bf16::from_f64(x)
+    }
 }
 
 float_element!(f32, "f32", |v| v, |r| r);

@@ -36,3 +36,14 @@ pub static INDEX: genesis_cuda::KernelImage = genesis_cuda::KernelImage {
 
 /// Bytes of the `index` image, for size reports.
 pub const INDEX_BYTES: usize = include_bytes!("../images/index.fatbin").len();
+
+/// The fatbin built from `kernels/reduce.cu`.
+#[cfg(feature = "cuda")]
+pub static REDUCE: genesis_cuda::KernelImage = genesis_cuda::KernelImage {
+    name: "reduce",
+    image: include_bytes!("../images/reduce.fatbin"),
+    targets: TARGETS,
+};
+
+/// Bytes of the `reduce` image, for size reports.
+pub const REDUCE_BYTES: usize = include_bytes!("../images/reduce.fatbin").len();

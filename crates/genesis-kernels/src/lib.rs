@@ -18,9 +18,11 @@ pub mod gpu;
 pub mod images;
 #[cfg(feature = "cuda")]
 pub mod index;
+pub mod reduce;
 
 pub use copy::{MAX_DIMS, Scalar, StridedCopy, StridedCopy32};
 pub use element::{BinaryOp, Element, UnaryOp};
+pub use reduce::{ReduceOp, ReduceShape};
 
 /// Errors of kernel launches and their CPU twins.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

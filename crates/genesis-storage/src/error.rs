@@ -159,6 +159,12 @@ pub enum Error {
         /// Elements in the storage.
         storage_len: usize,
     },
+    /// max, min, argmax or argmin over an empty axis (they have no identity).
+    #[error("{op}: cannot reduce an empty axis (the operation has no identity)")]
+    EmptyReduction {
+        /// The operation.
+        op: &'static str,
+    },
     /// A write to a read-only storage.
     #[error("{op}: the storage is read-only")]
     ReadOnly {

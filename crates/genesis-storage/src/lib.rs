@@ -25,9 +25,9 @@ pub use device::Device;
 pub use dtype::{DType, WithDType};
 pub use error::{Error, Result};
 /// The elementwise operations ([`Storage::binary`], [`Storage::unary`]).
-pub use genesis_kernels::{BinaryOp, UnaryOp};
+pub use genesis_kernels::{BinaryOp, ReduceOp, ReduceShape, UnaryOp};
 pub use layout::{Dims, Layout, LayoutError, StridedBlocks, Strides};
 pub use mapped::MapMode;
-pub use storage::{PoolInfo, Storage, StorageInfo, ViewInfo, scalar};
+pub use storage::{PoolInfo, Reduced, Storage, StorageInfo, ViewInfo, reduce_dtype, scalar};
 pub use transfer::{PendingCopy, batched_copy};
 pub use view::View;

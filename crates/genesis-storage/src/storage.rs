@@ -1401,3 +1401,6 @@ mod tests {
         assert!(e.to_string().contains("--features cuda"));
     }
 }
+
+mod reduce;
+pub use reduce::{Reduced, reduce_dtype};

@@ -13,7 +13,7 @@ use crate::{Error, Result};
 /// alive, and its memory out of the pool, until the last of them is dropped.
 #[derive(Clone)]
 pub struct Tensor {
-    view: View,
+    pub(crate) view: View,
 }
 
 fn numel_of(op: &'static str, shape: &[usize]) -> Result<usize> {
@@ -30,7 +30,7 @@ fn numel_of(op: &'static str, shape: &[usize]) -> Result<usize> {
 
 impl Tensor {
     #[track_caller]
-    fn from_storage(storage: Storage, shape: &[usize]) -> Result<Tensor> {
+    pub(crate) fn from_storage(storage: Storage, shape: &[usize]) -> Result<Tensor> {
         Ok(Tensor {
             view: View::with_layout(Arc::new(storage), Layout::contiguous(shape))?,
         })

@@ -8,6 +8,15 @@ use common::{Release, devices};
 
 const DTYPES: [DType; 5] = [DType::F32, DType::F16, DType::BF16, DType::I32, DType::I64];
 
+/// The tests of this file run one at a time: one of them counts the device pool's allocations,
+/// which the others would move from their threads.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// Deterministic values in [-40, 40] with fractional parts (whole numbers for integers), zeros
 /// included so that division meets 0/0 and x/0.
 fn values(n: usize, seed: u64, dtype: DType) -> Vec<f64> {
@@ -109,6 +118,7 @@ const SHAPES: &[(&[usize], &[usize])] = &[
 
 #[test]
 fn binary_ops_broadcast_and_match_f64_references() {
+    let _serial = serial();
     let _release = Release;
     for dev in devices() {
         for dtype in DTYPES {
@@ -144,6 +154,7 @@ fn binary_ops_broadcast_and_match_f64_references() {
 
 #[test]
 fn strided_operands_and_operators() {
+    let _serial = serial();
     let _release = Release;
     for dev in devices() {
         let (m, vm) = tensor(&values(12, 7, DType::F32), &[3, 4], DType::F32, dev);
@@ -189,6 +200,7 @@ fn strided_operands_and_operators() {
 
 #[test]
 fn nan_propagates_through_maximum_and_minimum() {
+    let _serial = serial();
     let _release = Release;
     for dev in devices() {
         let a = Tensor::from_slice(&[f32::NAN, 1.0, 2.0, f32::NAN], &[4], dev).unwrap();
@@ -207,6 +219,7 @@ fn nan_propagates_through_maximum_and_minimum() {
 
 #[test]
 fn bad_operands_are_typed_errors_that_name_the_op() {
+    let _serial = serial();
     let a = Tensor::zeros(&[3], DType::F32, Device::Cpu).unwrap();
     let b = Tensor::zeros(&[4], DType::F32, Device::Cpu).unwrap();
     let e = a.mul(&b).unwrap_err();
@@ -266,6 +279,7 @@ fn eps(dtype: DType) -> f64 {
 
 #[test]
 fn unary_ops_match_f64_references() {
+    let _serial = serial();
     let _release = Release;
     for dev in devices() {
         for dtype in DTYPES {
@@ -314,6 +328,7 @@ fn unary_ops_match_f64_references() {
 
 #[test]
 fn in_place_ops_match_out_of_place_and_allocate_nothing() {
+    let _serial = serial();
     let _release = Release;
     for dev in devices() {
         for dtype in [DType::F32, DType::BF16, DType::I64] {

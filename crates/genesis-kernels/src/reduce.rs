@@ -1,0 +1,663 @@
+//! Reductions over one axis: sum, mean, max, min, argmax, argmin (`kernels/reduce.cu`) and
+//! their CPU twin.
+//!
+//! A contiguous array is seen as `[outer, r, inner]` and reduced over `r`, giving
+//! `[outer, inner]`. A full reduction is `outer = inner = 1`; reducing the last axis is
+//! `inner = 1`. Several adjacent axes reduce as one (`r` is their product).
+//!
+//! Semantics (PyTorch's): f16/bf16/f32 accumulate in f32 on the GPU (the CPU twin accumulates
+//! sums in f64, so the two agree within rounding), integer sums wrap in i64 and give i64 (the
+//! sum of i32 is i64), `mean` is for floating types (the mean of nothing is NaN), max/min
+//! propagate NaN, argmax/argmin give the index of the first extreme value (the first NaN when
+//! there is one). max, min, argmax and argmin of an empty axis are errors. Except for sums, the
+//! kernels and the twin agree bit for bit whatever the launch shape, because their combine step
+//! is associative and commutative (ties go to the smaller index).
+
+use crate::{Element, Error, Result};
+
+/// A reduction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    /// Sum (integers: wrapping, as i64).
+    Sum,
+    /// Arithmetic mean (floating types only).
+    Mean,
+    /// Largest value; NaN if any is NaN.
+    Max,
+    /// Smallest value; NaN if any is NaN.
+    Min,
+    /// Index of the first largest value (values too, for `max(dim)`).
+    ArgMax,
+    /// Index of the first smallest value (values too, for `min(dim)`).
+    ArgMin,
+}
+
+impl ReduceOp {
+    /// Every reduction, for tests.
+    pub const ALL: [ReduceOp; 6] = [
+        ReduceOp::Sum,
+        ReduceOp::Mean,
+        ReduceOp::Max,
+        ReduceOp::Min,
+        ReduceOp::ArgMax,
+        ReduceOp::ArgMin,
+    ];
+
+    /// The operation's name (`"sum"`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Mean => "mean",
+            ReduceOp::Max => "max",
+            ReduceOp::Min => "min",
+            ReduceOp::ArgMax => "argmax",
+            ReduceOp::ArgMin => "argmin",
+        }
+    }
+
+    /// Whether the operation yields indices.
+    pub const fn has_indices(self) -> bool {
+        matches!(self, ReduceOp::ArgMax | ReduceOp::ArgMin)
+    }
+
+    /// Whether only floating types support it (`mean`).
+    pub const fn float_only(self) -> bool {
+        matches!(self, ReduceOp::Mean)
+    }
+
+    /// Whether reducing an empty axis is an error (there is no identity).
+    pub const fn needs_elements(self) -> bool {
+        !matches!(self, ReduceOp::Sum | ReduceOp::Mean)
+    }
+
+    /// The name of the type of the values produced for input type `T`: `T`'s, except sums of
+    /// integers (`"i64"`).
+    pub fn value_type<T: Element>(self) -> &'static str {
+        if self == ReduceOp::Sum && !T::IS_FLOAT {
+            "i64"
+        } else {
+            T::NAME
+        }
+    }
+}
+
+/// The `[outer, r, inner]` view of a reduction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReduceShape {
+    /// Product of the axes before the reduced ones.
+    pub outer: usize,
+    /// Product of the reduced axes.
+    pub r: usize,
+    /// Product of the axes after the reduced ones.
+    pub inner: usize,
+}
+
+impl ReduceShape {
+    /// Elements read.
+    pub fn input_len(&self) -> Option<usize> {
+        self.outer.checked_mul(self.r)?.checked_mul(self.inner)
+    }
+
+    /// Elements produced.
+    pub fn output_len(&self) -> usize {
+        self.outer * self.inner
+    }
+}
+
+fn check<T: Element>(op: ReduceOp, s: ReduceShape, input_len: usize) -> Result<()> {
+    if op.float_only() && !T::IS_FLOAT {
+        return Err(Error::Unsupported {
+            op: op.name(),
+            reason: format!("element type {} (floating types only)", T::NAME),
+        });
+    }
+    if s.input_len() != Some(input_len) {
+        return Err(Error::LengthMismatch {
+            op: op.name(),
+            expected: s.input_len().unwrap_or(usize::MAX),
+            got: input_len,
+        });
+    }
+    if op.needs_elements() && s.r == 0 && s.output_len() > 0 {
+        return Err(Error::Unsupported {
+            op: op.name(),
+            reason: "an empty axis has no extreme value".into(),
+        });
+    }
+    Ok(())
+}
+
+fn check_outputs<T: Element, O: Element>(
+    op: ReduceOp,
+    s: ReduceShape,
+    values: Option<&[O]>,
+    indices: Option<&[i64]>,
+) -> Result<()> {
+    if O::NAME != op.value_type::<T>() {
+        return Err(Error::Unsupported {
+            op: op.name(),
+            reason: format!(
+                "values of {} are {}, not {}",
+                T::NAME,
+                op.value_type::<T>(),
+                O::NAME
+            ),
+        });
+    }
+    if indices.is_some() && !op.has_indices() {
+        return Err(Error::Unsupported {
+            op: op.name(),
+            reason: "gives no indices".into(),
+        });
+    }
+    for len in values
+        .map(<[O]>::len)
+        .into_iter()
+        .chain(indices.map(<[i64]>::len))
+    {
+        if len != s.output_len() {
+            return Err(Error::LengthMismatch {
+                op: op.name(),
+                expected: s.output_len(),
+                got: len,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The better of two (value, index) states of `op` (NaN wins max/min; ties: smaller index).
+fn better<V: PartialOrd + Copy>(
+    op: ReduceOp,
+    a: (V, i64),
+    b: (V, i64),
+    nan: fn(V) -> bool,
+) -> (V, i64) {
+    let (an, bn) = (nan(a.0), nan(b.0));
+    if an || bn {
+        return if an && bn {
+            if a.1 <= b.1 { a } else { b }
+        } else if an {
+            a
+        } else {
+            b
+        };
+    }
+    let a_wins = match op {
+        ReduceOp::Max | ReduceOp::ArgMax => a.0 > b.0,
+        _ => a.0 < b.0,
+    };
+    if a_wins || (a.0 == b.0 && a.1 <= b.1) {
+        a
+    } else {
+        b
+    }
+}
+
+/// CPU twin: reduces `input` (`[outer, r, inner]`, contiguous) into `values` (`[outer,
+/// inner]`, of type [`ReduceOp::value_type`]) and, for argmax/argmin, `indices`. Nothing is
+/// written on error.
+pub fn reduce<T: Element, O: Element>(
+    op: ReduceOp,
+    input: &[T],
+    s: ReduceShape,
+    mut values: Option<&mut [O]>,
+    mut indices: Option<&mut [i64]>,
+) -> Result<()> {
+    check::<T>(op, s, input.len())?;
+    check_outputs::<T, O>(op, s, values.as_deref(), indices.as_deref())?;
+    for o in 0..s.outer {
+        for c in 0..s.inner {
+            let at = |k: usize| input[(o * s.r + k) * s.inner + c];
+            let t = o * s.inner + c;
+            let (value, index) = if T::IS_FLOAT {
+                match op {
+                    ReduceOp::Sum | ReduceOp::Mean => {
+                        let sum: f64 = (0..s.r).map(|k| at(k).to_f64()).sum();
+                        let v = if op == ReduceOp::Mean {
+                            sum / s.r as f64
+                        } else {
+                            sum
+                        };
+                        (O::from_f64(v), 0)
+                    }
+                    _ => {
+                        let mut best = (at(0).to_f64(), 0i64);
+                        for k in 1..s.r {
+                            best = better(op, best, (at(k).to_f64(), k as i64), f64::is_nan);
+                        }
+                        (O::from_f64(best.0), best.1)
+                    }
+                }
+            } else {
+                match op {
+                    ReduceOp::Sum => {
+                        let sum = (0..s.r).fold(0i64, |acc, k| acc.wrapping_add(at(k).to_i64()));
+                        (O::from_i64(sum), 0)
+                    }
+                    _ => {
+                        let mut best = (at(0).to_i64(), 0i64);
+                        for k in 1..s.r {
+                            best = better(op, best, (at(k).to_i64(), k as i64), |_| false);
+                        }
+                        (O::from_i64(best.0), best.1)
+                    }
+                }
+            };
+            if let Some(v) = values.as_deref_mut() {
+                v[t] = value;
+            }
+            if let Some(i) = indices.as_deref_mut() {
+                i[t] = index;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// How the kernels split a reduction: `splits` chunks of `chunk` elements per reduced line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReducePlan {
+    /// The reduction's shape.
+    pub shape: ReduceShape,
+    /// Partial results per output.
+    pub splits: usize,
+    /// Elements of the reduced axis per split.
+    pub chunk: usize,
+    /// Rows kernel with a warp per row (short rows, `inner == 1`).
+    pub warp_rows: bool,
+}
+
+/// Elements per vector-aligned unit of a chunk (a multiple of every 16-byte vector).
+const CHUNK_ALIGN: usize = 64;
+
+impl ReducePlan {
+    /// The plan for `shape` on a device with `sms` multiprocessors.
+    pub fn new(shape: ReduceShape, sms: usize) -> ReducePlan {
+        let target = sms.max(1) * 8; // blocks that fill the device
+        let r = shape.r;
+        if r == 0 || shape.output_len() == 0 {
+            return ReducePlan {
+                shape,
+                splits: 1,
+                chunk: r,
+                warp_rows: shape.inner == 1,
+            };
+        }
+        if shape.inner == 1 {
+            if r <= 1024 {
+                return ReducePlan {
+                    shape,
+                    splits: 1,
+                    chunk: r,
+                    warp_rows: true,
+                };
+            }
+            let want = target.div_ceil(shape.outer).min(r.div_ceil(4096)).max(1);
+            let chunk = r.div_ceil(want).next_multiple_of(CHUNK_ALIGN);
+            ReducePlan {
+                shape,
+                splits: r.div_ceil(chunk),
+                chunk,
+                warp_rows: false,
+            }
+        } else {
+            let blocks = shape.inner.div_ceil(32) * shape.outer.min(65535);
+            let want = target.div_ceil(blocks).min(r.div_ceil(64)).clamp(1, 65535);
+            let chunk = r.div_ceil(want);
+            ReducePlan {
+                shape,
+                splits: r.div_ceil(chunk),
+                chunk,
+                warp_rows: false,
+            }
+        }
+    }
+
+    /// Partial states the first pass writes.
+    pub fn partials(&self) -> usize {
+        self.shape.output_len() * self.splits
+    }
+
+    /// Bytes of device workspace the reduction of `T` needs (partial values, then indices).
+    pub fn workspace_bytes<T: Element>(&self, op: ReduceOp) -> usize {
+        let vals = (self.partials() * acc_bytes::<T>()).next_multiple_of(256);
+        vals + if op.has_indices() {
+            self.partials() * 8
+        } else {
+            0
+        }
+    }
+}
+
+fn acc_bytes<T: Element>() -> usize {
+    if T::IS_FLOAT { 4 } else { 8 }
+}
+
+macro_rules! kernel_names {
+    ($op:expr, $t:expr; $($o:literal),*; $($ty:literal),*) => {
+        kernel_names!(@ops $op, $t; [$($ty),*]; $($o),*)
+    };
+    (@ops $op:expr, $t:expr; $tys:tt; $($o:literal),*) => {
+        match $op {
+            $( $o => kernel_names!(@tys $t; $o; $tys), )*
+            _ => None,
+        }
+    };
+    (@tys $t:expr; $o:literal; [$($ty:literal),*]) => {
+        match $t {
+            $( $ty => Some([
+                concat!("reduce_rows_", $o, "_", $ty),
+                concat!("reduce_cols_", $o, "_", $ty),
+                concat!("reduce_final_", $o, "_", $ty),
+            ]), )*
+            _ => None,
+        }
+    };
+}
+
+/// The rows, cols and final kernels of `op` for `T`.
+pub fn kernels<T: Element>(op: ReduceOp) -> Option<[&'static str; 3]> {
+    let base = if op == ReduceOp::Mean {
+        "sum"
+    } else {
+        op.name()
+    };
+    kernel_names!(base, T::NAME; "sum", "max", "min", "argmax", "argmin"; "f32", "f16", "bf16", "i32", "i64")
+}
+
+/// Queues the reduction of `input` into `values` (of [`ReduceOp::value_type`]; 0 for none) and
+/// `indices` (i64, arg ops only; 0 for none) on `stream`, using `workspace`
+/// ([`ReducePlan::workspace_bytes`] of `ReducePlan::new(shape, sms)` bytes).
+///
+/// # Safety
+///
+/// Every address must be device memory of the stream's device, valid until the work completes:
+/// `input` for `shape.input_len()` elements of `T`, `values` and `indices` for
+/// `shape.output_len()` elements, `workspace` for `workspace_len` bytes.
+#[cfg(feature = "cuda")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gpu_reduce<T: Element>(
+    stream: &genesis_cuda::Stream,
+    op: ReduceOp,
+    input: u64,
+    shape: ReduceShape,
+    values: u64,
+    indices: u64,
+    workspace: u64,
+    workspace_len: usize,
+) -> Result<()> {
+    use genesis_cuda::{Kernel, LaunchConfig};
+    use std::ffi::c_void;
+
+    let len = shape.input_len().ok_or(Error::Unsupported {
+        op: op.name(),
+        reason: "shape overflows".into(),
+    })?;
+    check::<T>(op, shape, len)?;
+    if indices != 0 && !op.has_indices() {
+        return Err(Error::Unsupported {
+            op: op.name(),
+            reason: "gives no indices".into(),
+        });
+    }
+    let names = kernels::<T>(op).ok_or_else(|| Error::Unsupported {
+        op: op.name(),
+        reason: format!("element type {}", T::NAME),
+    })?;
+    if shape.output_len() == 0 {
+        return Ok(());
+    }
+    let plan = ReducePlan::new(shape, stream.context().multiprocessors() as usize);
+    let need = plan.workspace_bytes::<T>(op);
+    if workspace_len < need {
+        return Err(Error::LengthMismatch {
+            op: "reduce workspace",
+            expected: need,
+            got: workspace_len,
+        });
+    }
+    let ctx = stream.context();
+    let pv = workspace;
+    let pi = if op.has_indices() {
+        workspace + (plan.partials() * acc_bytes::<T>()).next_multiple_of(256) as u64
+    } else {
+        0
+    };
+    let (mut in_, mut pv_, mut pi_) = (input, pv, pi);
+    let (mut outer, mut r, mut inner) = (shape.outer as u64, shape.r as u64, shape.inner as u64);
+    let (mut splits, mut chunk) = (plan.splits as u64, plan.chunk as u64);
+    if shape.inner == 1 {
+        let kernel = Kernel::get(ctx, &crate::images::REDUCE, names[0])?;
+        let elem = size_of::<T>() as u64;
+        let mut vec_ok = i32::from(
+            input.is_multiple_of(16)
+                && (outer == 1 || (r * elem).is_multiple_of(16))
+                && (chunk * elem).is_multiple_of(16),
+        );
+        let mut warp = i32::from(plan.warp_rows);
+        let blocks = if plan.warp_rows {
+            outer.div_ceil(8)
+        } else {
+            outer * splits
+        };
+        let mut params: [*mut c_void; 9] = [
+            (&raw mut in_).cast(),
+            (&raw mut pv_).cast(),
+            (&raw mut pi_).cast(),
+            (&raw mut outer).cast(),
+            (&raw mut r).cast(),
+            (&raw mut splits).cast(),
+            (&raw mut chunk).cast(),
+            (&raw mut vec_ok).cast(),
+            (&raw mut warp).cast(),
+        ];
+        // SAFETY: the parameters match `reduce_rows_<op>_<T>`; the workspace holds the plan's
+        // partials; the caller vouches for the input.
+        unsafe {
+            kernel.launch(
+                stream,
+                LaunchConfig::linear(blocks as u32, 256),
+                &mut params,
+            )?
+        };
+    } else {
+        let kernel = Kernel::get(ctx, &crate::images::REDUCE, names[1])?;
+        let config = LaunchConfig {
+            grid: (
+                shape.inner.div_ceil(32) as u32,
+                shape.outer.min(65535) as u32,
+                plan.splits as u32,
+            ),
+            block: (32, 8, 1),
+            shared_bytes: 0,
+        };
+        let mut params: [*mut c_void; 8] = [
+            (&raw mut in_).cast(),
+            (&raw mut pv_).cast(),
+            (&raw mut pi_).cast(),
+            (&raw mut outer).cast(),
+            (&raw mut r).cast(),
+            (&raw mut inner).cast(),
+            (&raw mut splits).cast(),
+            (&raw mut chunk).cast(),
+        ];
+        // SAFETY: as above, for `reduce_cols_<op>_<T>`.
+        unsafe { kernel.launch(stream, config, &mut params)? };
+    }
+    let kernel = Kernel::get(ctx, &crate::images::REDUCE, names[2])?;
+    let warp_final = shape.inner == 1 && plan.splits > 32;
+    let (mut out, mut out_idx) = (values, indices);
+    let mut mean = i32::from(op == ReduceOp::Mean);
+    let mut warp = i32::from(warp_final);
+    let total = shape.output_len() as u64;
+    let blocks = if warp_final {
+        total.div_ceil(8)
+    } else {
+        total.div_ceil(256)
+    };
+    let mut params: [*mut c_void; 10] = [
+        (&raw mut pv_).cast(),
+        (&raw mut pi_).cast(),
+        (&raw mut out).cast(),
+        (&raw mut out_idx).cast(),
+        (&raw mut outer).cast(),
+        (&raw mut splits).cast(),
+        (&raw mut inner).cast(),
+        (&raw mut r).cast(),
+        (&raw mut mean).cast(),
+        (&raw mut warp).cast(),
+    ];
+    // SAFETY: the parameters match `reduce_final_<op>_<T>`; outputs as the caller vouches.
+    unsafe {
+        kernel.launch(
+            stream,
+            LaunchConfig::linear(blocks as u32, 256),
+            &mut params,
+        )?
+    };
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use half::bf16;
+
+    fn run<T: Element, O: Element>(op: ReduceOp, x: &[T], s: ReduceShape) -> (Vec<O>, Vec<i64>) {
+        let mut v = vec![O::from_i64(0); s.output_len()];
+        let mut i = vec![-1i64; s.output_len()];
+        let idx = if op.has_indices() {
+            Some(&mut i[..])
+        } else {
+            None
+        };
+        reduce::<T, O>(op, x, s, Some(&mut v), idx).unwrap();
+        (v, i)
+    }
+
+    #[test]
+    fn sums_means_and_extremes_along_each_axis() {
+        // [2, 3] reduced over rows (inner 3) and over columns (inner 1).
+        let x = [1.0f32, 5.0, -2.0, 4.0, 5.0, 7.0];
+        let cols = ReduceShape {
+            outer: 1,
+            r: 2,
+            inner: 3,
+        };
+        let rows = ReduceShape {
+            outer: 2,
+            r: 3,
+            inner: 1,
+        };
+        assert_eq!(
+            run::<f32, f32>(ReduceOp::Sum, &x, cols).0,
+            vec![5.0, 10.0, 5.0]
+        );
+        assert_eq!(
+            run::<f32, f32>(ReduceOp::Mean, &x, rows).0,
+            vec![4.0 / 3.0, 16.0 / 3.0]
+        );
+        let (v, i) = run::<f32, f32>(ReduceOp::ArgMax, &x, cols);
+        assert_eq!(
+            (v, i),
+            (vec![4.0, 5.0, 7.0], vec![1, 0, 1]),
+            "ties: first index"
+        );
+        let (v, i) = run::<f32, f32>(ReduceOp::ArgMin, &x, rows);
+        assert_eq!((v, i), (vec![-2.0, 4.0], vec![2, 0]));
+    }
+
+    #[test]
+    fn nan_wins_and_the_first_nan_is_the_index() {
+        let x = [1.0f32, f32::NAN, 3.0, f32::NAN];
+        let s = ReduceShape {
+            outer: 1,
+            r: 4,
+            inner: 1,
+        };
+        assert!(run::<f32, f32>(ReduceOp::Max, &x, s).0[0].is_nan());
+        assert_eq!(run::<f32, f32>(ReduceOp::ArgMin, &x, s).1, vec![1]);
+    }
+
+    #[test]
+    fn integer_sums_wrap_in_i64_and_types_are_checked() {
+        let x = [i32::MAX, i32::MAX, 2];
+        let s = ReduceShape {
+            outer: 1,
+            r: 3,
+            inner: 1,
+        };
+        assert_eq!(
+            run::<i32, i64>(ReduceOp::Sum, &x, s).0,
+            vec![2 * i64::from(i32::MAX) + 2]
+        );
+        let mut out = [0i32; 1];
+        assert!(reduce::<i32, i32>(ReduceOp::Sum, &x, s, Some(&mut out), None).is_err());
+        assert!(reduce::<i32, i32>(ReduceOp::Mean, &x, s, Some(&mut out), None).is_err());
+        assert_eq!(
+            run::<i64, i64>(
+                ReduceOp::Sum,
+                &[i64::MAX, 1],
+                ReduceShape {
+                    outer: 1,
+                    r: 2,
+                    inner: 1
+                }
+            )
+            .0,
+            vec![i64::MIN]
+        );
+    }
+
+    #[test]
+    fn empty_axes() {
+        let s = ReduceShape {
+            outer: 2,
+            r: 0,
+            inner: 1,
+        };
+        assert_eq!(
+            run::<bf16, bf16>(ReduceOp::Sum, &[], s).0,
+            vec![bf16::ZERO; 2]
+        );
+        assert!(run::<bf16, bf16>(ReduceOp::Mean, &[], s).0[0].is_nan());
+        let mut out = [0f32; 2];
+        assert!(reduce::<f32, f32>(ReduceOp::Max, &[], s, Some(&mut out), None).is_err());
+    }
+
+    #[test]
+    fn plans_cover_the_axis() {
+        for (outer, r, inner) in [
+            (1, 1 << 26, 1),
+            (4096, 4096, 1),
+            (1, 8192, 8192),
+            (3, 5, 7),
+            (1, 0, 1),
+            (100_000, 3, 1),
+        ] {
+            let shape = ReduceShape { outer, r, inner };
+            let p = ReducePlan::new(shape, 132);
+            assert!(p.splits >= 1 && p.splits * p.chunk >= r, "{p:?}");
+            assert!(
+                r == 0 || (p.splits - 1) * p.chunk < r,
+                "no empty split: {p:?}"
+            );
+            if inner == 1 && !p.warp_rows {
+                assert_eq!(p.chunk % CHUNK_ALIGN, 0);
+            }
+        }
+        let big = ReducePlan::new(
+            ReduceShape {
+                outer: 1,
+                r: 1 << 26,
+                inner: 1,
+            },
+            132,
+        );
+        assert!(
+            big.splits >= 132,
+            "a full reduction spreads over the device: {big:?}"
+        );
+    }
+}

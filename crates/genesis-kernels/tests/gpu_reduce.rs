@@ -1,0 +1,254 @@
+//! The reduction kernels against their CPU twin for every op and dtype, over full, row and
+//! column reductions of odd and large shapes, aligned and misaligned. max/min/argmax/argmin
+//! must agree exactly (random bit patterns: NaN, inf, ties); sums and means within rounding.
+#![cfg(feature = "cuda")]
+
+use std::sync::Arc;
+
+use genesis_cuda::{Context, DeviceBuffer, Stream, skip_without_gpu};
+use genesis_kernels::reduce::{self, ReducePlan};
+use genesis_kernels::{Element, ReduceOp, ReduceShape};
+use half::{bf16, f16};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+const SHAPES: &[(usize, usize, usize)] = &[
+    (1, 0, 1),
+    (1, 1, 1),
+    (1, 31, 1),
+    (1, 1000, 1),
+    (1, 1025, 1),
+    (1, 4097, 1),
+    (1, (1 << 20) + 3, 1),
+    (1, (1 << 24) + 5, 1),
+    (7, 5000, 1),
+    (1000, 33, 1),
+    (3, 1000, 7),
+    (2, 4097, 100),
+    (1, 3, 70_000),
+    (66_000, 2, 3),
+    (0, 5, 3),
+    (4, 0, 3),
+    (5, 70_000, 2),
+];
+
+trait Gen: Element + Default {
+    /// Random bits (NaN, inf, subnormals), for the exact ops.
+    fn bits(rng: &mut SmallRng) -> Self;
+    /// A value in [-1, 1], or a small integer, for sums.
+    fn small(rng: &mut SmallRng) -> Self;
+    /// Unit roundoff of the type (0 for integers).
+    const EPS: f64;
+}
+impl Gen for f32 {
+    fn bits(rng: &mut SmallRng) -> Self {
+        f32::from_bits(rng.random())
+    }
+    fn small(rng: &mut SmallRng) -> Self {
+        rng.random_range(-1.0..1.0)
+    }
+    const EPS: f64 = f32::EPSILON as f64;
+}
+impl Gen for f16 {
+    fn bits(rng: &mut SmallRng) -> Self {
+        f16::from_bits(rng.random())
+    }
+    fn small(rng: &mut SmallRng) -> Self {
+        f16::from_f32(rng.random_range(-1.0..1.0))
+    }
+    const EPS: f64 = 0.000_976_562_5;
+}
+impl Gen for bf16 {
+    fn bits(rng: &mut SmallRng) -> Self {
+        bf16::from_bits(rng.random())
+    }
+    fn small(rng: &mut SmallRng) -> Self {
+        bf16::from_f32(rng.random_range(-1.0..1.0))
+    }
+    const EPS: f64 = 0.007_812_5;
+}
+impl Gen for i32 {
+    fn bits(rng: &mut SmallRng) -> Self {
+        // A narrow range, so that ties are common.
+        rng.random_range(-50..50)
+    }
+    fn small(rng: &mut SmallRng) -> Self {
+        rng.random()
+    }
+    const EPS: f64 = 0.0;
+}
+impl Gen for i64 {
+    fn bits(rng: &mut SmallRng) -> Self {
+        if rng.random_bool(0.5) {
+            rng.random()
+        } else {
+            rng.random_range(-3..3)
+        }
+    }
+    fn small(rng: &mut SmallRng) -> Self {
+        rng.random()
+    }
+    const EPS: f64 = 0.0;
+}
+
+fn bytes_of<T: Copy>(v: &[T]) -> &[u8] {
+    // SAFETY: the element types are plain-old-data without padding.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast(), std::mem::size_of_val(v)) }
+}
+
+fn from_bytes<T: Copy + Default>(b: &[u8]) -> Vec<T> {
+    let mut v = vec![T::default(); b.len() / size_of::<T>()];
+    // SAFETY: `v` has exactly `b.len()` bytes of plain-old-data storage.
+    unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), v.as_mut_ptr().cast::<u8>(), b.len()) };
+    v
+}
+
+/// Runs `op` over `x[offset..]` seen as `shape` on the GPU; returns (values, indices).
+fn gpu_run<T: Gen, O: Element + Default>(
+    ctx: &Arc<Context>,
+    op: ReduceOp,
+    x: &[T],
+    offset: usize,
+    shape: ReduceShape,
+) -> (Vec<O>, Vec<i64>) {
+    let n_out = shape.output_len();
+    let dx = DeviceBuffer::from_host(ctx, bytes_of(x)).unwrap();
+    let poison = vec![0xA5u8; (n_out * 8).max(1)];
+    let dv = DeviceBuffer::from_host(ctx, &poison).unwrap();
+    let di = DeviceBuffer::from_host(ctx, &poison).unwrap();
+    let plan = ReducePlan::new(shape, ctx.multiprocessors() as usize);
+    let ws_len = plan.workspace_bytes::<T>(op).max(1);
+    let ws = DeviceBuffer::from_host(ctx, &vec![0x5Au8; ws_len]).unwrap();
+    let s = Stream::new(ctx).unwrap();
+    let idx = if op.has_indices() { di.device_ptr() } else { 0 };
+    // SAFETY: the buffers have the sizes the plan and shape need and outlive the synchronize.
+    unsafe {
+        reduce::gpu_reduce::<T>(
+            &s,
+            op,
+            dx.device_ptr() + (offset * size_of::<T>()) as u64,
+            shape,
+            dv.device_ptr(),
+            idx,
+            ws.device_ptr(),
+            ws_len,
+        )
+        .unwrap();
+    }
+    s.synchronize().unwrap();
+    let v: Vec<O> = from_bytes(&dv.to_host_vec().unwrap()[..n_out * size_of::<O>()]);
+    let i: Vec<i64> = from_bytes(&di.to_host_vec().unwrap()[..n_out * 8]);
+    (v, i)
+}
+
+fn check<T: Gen, O: Element + Default>(ctx: &Arc<Context>, rng: &mut SmallRng, op: ReduceOp) {
+    for &(outer, r, inner) in SHAPES {
+        let shape = ReduceShape { outer, r, inner };
+        if op.needs_elements() && r == 0 && shape.output_len() > 0 {
+            continue;
+        }
+        // The biggest shapes once (aligned), the others aligned and one element in.
+        let offsets: &[usize] = if outer * r * inner > 1 << 22 {
+            &[0]
+        } else {
+            &[0, 1]
+        };
+        for &offset in offsets {
+            let n = outer * r * inner;
+            let exact = op.needs_elements();
+            let x: Vec<T> = (0..n + offset)
+                .map(|_| if exact { T::bits(rng) } else { T::small(rng) })
+                .collect();
+            let mut want = vec![O::default(); shape.output_len()];
+            let mut want_i = vec![0i64; shape.output_len()];
+            let wi = if op.has_indices() {
+                Some(&mut want_i[..])
+            } else {
+                None
+            };
+            reduce::reduce::<T, O>(op, &x[offset..], shape, Some(&mut want), wi).unwrap();
+            let (got, got_i) = gpu_run::<T, O>(ctx, op, &x, offset, shape);
+            let what = format!("{}_{} {shape:?} offset {offset}", op.name(), T::NAME);
+            if op.has_indices() {
+                assert_eq!(got_i, want_i, "{what}: indices");
+            }
+            for (t, (g, w)) in got.iter().zip(&want).enumerate() {
+                let (gf, wf) = (g.to_f64(), w.to_f64());
+                let ok = if exact || T::EPS == 0.0 {
+                    // Exact (-0.0 and +0.0 may swap in max/min: equal values).
+                    O::same(*g, *w) || gf == wf
+                } else if wf.is_nan() {
+                    gf.is_nan()
+                } else {
+                    // f32 accumulation error bound, then rounding to the output type.
+                    let (o, c) = (t / inner, t % inner);
+                    let abs: f64 = (0..r)
+                        .map(|k| x[offset + (o * r + k) * inner + c].to_f64().abs())
+                        .sum();
+                    let scale = if op == ReduceOp::Mean {
+                        1.0 / r as f64
+                    } else {
+                        1.0
+                    };
+                    (gf - wf).abs() <= 1e-5 * abs * scale + 2.0 * T::EPS * wf.abs()
+                };
+                assert!(ok, "{what}: output {t}: gpu {g:?} cpu {w:?}");
+            }
+        }
+    }
+}
+
+fn check_all<T: Gen>(ctx: &Arc<Context>, rng: &mut SmallRng) {
+    for op in ReduceOp::ALL {
+        if op.float_only() && !T::IS_FLOAT {
+            continue;
+        }
+        if op == ReduceOp::Sum && !T::IS_FLOAT {
+            check::<T, i64>(ctx, rng, op);
+        } else {
+            check::<T, T>(ctx, rng, op);
+        }
+    }
+}
+
+#[test]
+fn reductions_match_the_cpu_twin() {
+    if skip_without_gpu("reductions") {
+        return;
+    }
+    let ctx = Context::get(0).unwrap();
+    let mut rng = SmallRng::seed_from_u64(0x5eed_0003);
+    check_all::<f32>(&ctx, &mut rng);
+    check_all::<bf16>(&ctx, &mut rng);
+    check_all::<f16>(&ctx, &mut rng);
+    check_all::<i32>(&ctx, &mut rng);
+    check_all::<i64>(&ctx, &mut rng);
+}
+
+#[test]
+fn bad_requests_fail_before_launch() {
+    if skip_without_gpu("reduction errors") {
+        return;
+    }
+    let ctx = Context::get(0).unwrap();
+    let s = Stream::new(&ctx).unwrap();
+    let shape = ReduceShape {
+        outer: 1,
+        r: 1000,
+        inner: 1,
+    };
+    // SAFETY: every call below fails its checks before touching memory.
+    unsafe {
+        assert!(reduce::gpu_reduce::<i32>(&s, ReduceOp::Mean, 0, shape, 0, 0, 0, 1 << 20).is_err());
+        assert!(reduce::gpu_reduce::<f32>(&s, ReduceOp::Sum, 0, shape, 0, 8, 0, 1 << 20).is_err());
+        assert!(reduce::gpu_reduce::<f32>(&s, ReduceOp::Sum, 0, shape, 0, 0, 0, 0).is_err());
+        let empty = ReduceShape {
+            outer: 3,
+            r: 0,
+            inner: 1,
+        };
+        assert!(
+            reduce::gpu_reduce::<f32>(&s, ReduceOp::ArgMax, 0, empty, 0, 0, 0, 1 << 20).is_err()
+        );
+    }
+}

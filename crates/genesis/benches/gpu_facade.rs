@@ -1,0 +1,158 @@
+//! GPU timings through the `genesis` facade: the host cost of a small op (1000 dependent adds
+//! on 1-element tensors, wall clock) and whole-path reductions (output allocation included).
+//!
+//! `gpu_facade [--json PATH]`: prints a table and, with `--json`, writes the figures. Without a
+//! GPU (or without the `cuda` feature) it says so and exits successfully.
+
+#[cfg(not(feature = "cuda"))]
+fn main() {
+    println!("gpu_facade: skipped: built without the `cuda` feature");
+}
+
+#[cfg(feature = "cuda")]
+fn main() {
+    if let Err(e) = gpu::run() {
+        eprintln!("gpu_facade: error: {e}");
+        std::process::exit(1);
+    }
+}
+
+#[cfg(feature = "cuda")]
+mod gpu {
+    use std::time::Instant;
+
+    use genesis::{DType, Device, Tensor};
+
+    type BoxResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
+
+    struct Row {
+        name: String,
+        bytes: usize,
+        median_ms: f64,
+        min_ms: f64,
+        note: String,
+    }
+
+    fn median_min(mut v: Vec<f64>) -> (f64, f64) {
+        v.sort_by(f64::total_cmp);
+        (v[v.len() / 2], v[0])
+    }
+
+    /// Wall time of `f` (synchronised), median and min over `runs` after warm-up.
+    fn wall(runs: usize, mut f: impl FnMut() -> BoxResult) -> BoxResult<(f64, f64)> {
+        for _ in 0..3 {
+            f()?;
+        }
+        genesis::cuda::synchronize(0)?;
+        let mut ms = Vec::with_capacity(runs);
+        for _ in 0..runs {
+            let t = Instant::now();
+            f()?;
+            genesis::cuda::synchronize(0)?;
+            ms.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        Ok(median_min(ms))
+    }
+
+    pub(crate) fn run() -> BoxResult {
+        if !genesis::cuda::is_available() {
+            println!("gpu_facade: skipped: no CUDA device found");
+            return Ok(());
+        }
+        let json_path = std::env::args().skip_while(|a| a != "--json").nth(1);
+        let dev = Device::Cuda(0);
+        let mut rows = Vec::new();
+
+        // Host cost of a small op: 1000 dependent adds on 1-element tensors.
+        const ADDS: usize = 1000;
+        let one = Tensor::full(&[1], 1.0f32, dev)?;
+        let mut result = 0.0f32;
+        let (med, min) = wall(21, || {
+            let mut x = Tensor::zeros(&[1], DType::F32, dev)?;
+            for _ in 0..ADDS {
+                x = x.add(&one)?;
+            }
+            result = x.to_vec::<f32>()?[0];
+            Ok(())
+        })?;
+        if result != ADDS as f32 {
+            return Err(format!("1000 adds gave {result}").into());
+        }
+        rows.push(Row {
+            name: "add_1elem_x1000".into(),
+            bytes: 0,
+            median_ms: med,
+            min_ms: min,
+            note: format!("{:.2} us per op", med * 1e3 / ADDS as f64),
+        });
+        let mut x = Tensor::zeros(&[1], DType::F32, dev)?;
+        let (med, min) = wall(21, || {
+            for _ in 0..ADDS {
+                x.add_(&one)?;
+            }
+            Ok(())
+        })?;
+        rows.push(Row {
+            name: "add_inplace_1elem_x1000".into(),
+            bytes: 0,
+            median_ms: med,
+            min_ms: min,
+            note: format!("{:.2} us per op", med * 1e3 / ADDS as f64),
+        });
+
+        // Whole-path reductions of 64 Mi f32 (8192 x 8192), output allocation included.
+        let side = 8192usize;
+        let n = side * side;
+        let data: Vec<f32> = (0..n)
+            .map(|i| ((i * 2_654_435_761) % 1000) as f32 * 1e-3)
+            .collect();
+        let m = Tensor::from_slice(&data, &[side, side], dev)?;
+        type Case<'a> = (&'a str, Box<dyn Fn() -> genesis::Result<Tensor> + 'a>);
+        let cases: Vec<Case<'_>> = vec![
+            ("t_sum_f32", Box::new(|| m.sum())),
+            ("t_mean_f32", Box::new(|| m.mean())),
+            ("t_max_f32", Box::new(|| m.max())),
+            ("t_sum_dim1_f32", Box::new(|| m.sum_dim(&[1], false))),
+            ("t_sum_dim0_f32", Box::new(|| m.sum_dim(&[0], false))),
+            ("t_max_dim1_f32", Box::new(|| Ok(m.max_dim(1, false)?.0))),
+        ];
+        for (name, f) in &cases {
+            let (med, min) = wall(30, || {
+                f()?;
+                Ok(())
+            })?;
+            rows.push(Row {
+                name: (*name).into(),
+                bytes: n * 4,
+                median_ms: med,
+                min_ms: min,
+                note: "wall clock incl. launch + sync".into(),
+            });
+        }
+
+        println!(
+            "device: {}, wall clock (Instant + synchronize), median",
+            genesis::cuda::get_device_name(0)?
+        );
+        println!(
+            "{:<24} {:>10} {:>10} {:>9}  note",
+            "case", "median ms", "min ms", "GB/s"
+        );
+        let mut json = Vec::new();
+        for r in &rows {
+            let gbs = r.bytes as f64 / (r.median_ms * 1e-3) / 1e9;
+            println!(
+                "{:<24} {:>10.4} {:>10.4} {:>9.1}  {}",
+                r.name, r.median_ms, r.min_ms, gbs, r.note
+            );
+            json.push(format!(
+                "{{\"name\":\"{}\",\"bytes\":{},\"median_ms\":{},\"min_ms\":{},\"gb_per_s\":{}}}",
+                r.name, r.bytes, r.median_ms, r.min_ms, gbs
+            ));
+        }
+        if let Some(p) = json_path {
+            std::fs::write(&p, format!("{{\"results\":[{}]}}\n", json.join(",")))?;
+        }
+        Ok(())
+    }
+}

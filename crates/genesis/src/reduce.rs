@@ -1,0 +1,219 @@
+//! Reductions: sum, mean, max, min, argmax, argmin over all elements or given dimensions.
+
+use std::sync::Arc;
+
+use genesis_storage::{ReduceOp, ReduceShape, Storage};
+
+use crate::{Error, Result, Tensor};
+
+impl Tensor {
+    /// Sum of all elements, as a 0-dimensional tensor. Floating types accumulate in f32 on the
+    /// GPU (f64 on the CPU) and keep their dtype; integer sums wrap and are i64 (PyTorch's
+    /// rule).
+    ///
+    /// ```
+    /// use genesis::{Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3], Device::Cpu)?;
+    /// assert_eq!(x.sum()?.to_vec::<f32>()?, [21.0]);
+    /// assert_eq!(x.sum_dim(&[0], false)?.to_vec::<f32>()?, [5.0, 7.0, 9.0]);
+    /// assert_eq!(x.mean_dim(&[-1], true)?.shape(), &[2, 1]);
+    /// let (values, indices) = x.max_dim(1, false)?;
+    /// assert_eq!((values.to_vec::<f32>()?, indices.to_vec::<i64>()?), (vec![3.0, 6.0], vec![2, 2]));
+    /// assert_eq!(x.argmin()?.to_vec::<i64>()?, [0]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn sum(&self) -> Result<Tensor> {
+        Ok(self.reduce(ReduceOp::Sum, None, false)?.0)
+    }
+
+    /// Sum over `dims` (negative counts from the end; an empty list means every dimension);
+    /// `keepdim` keeps them as size 1.
+    #[track_caller]
+    pub fn sum_dim(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        Ok(self.reduce(ReduceOp::Sum, Some(dims), keepdim)?.0)
+    }
+
+    /// Mean of all elements (floating dtypes; the mean of no elements is NaN).
+    #[track_caller]
+    pub fn mean(&self) -> Result<Tensor> {
+        Ok(self.reduce(ReduceOp::Mean, None, false)?.0)
+    }
+
+    /// Mean over `dims` (as [`Tensor::sum_dim`]).
+    #[track_caller]
+    pub fn mean_dim(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        Ok(self.reduce(ReduceOp::Mean, Some(dims), keepdim)?.0)
+    }
+
+    /// Largest element (NaN if any is NaN); an error for an empty tensor.
+    #[track_caller]
+    pub fn max(&self) -> Result<Tensor> {
+        Ok(self.reduce(ReduceOp::Max, None, false)?.0)
+    }
+
+    /// Smallest element (NaN if any is NaN); an error for an empty tensor.
+    #[track_caller]
+    pub fn min(&self) -> Result<Tensor> {
+        Ok(self.reduce(ReduceOp::Min, None, false)?.0)
+    }
+
+    /// Largest values over `dims` (PyTorch's `amax`).
+    #[track_caller]
+    pub fn amax(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        Ok(self.reduce(ReduceOp::Max, Some(dims), keepdim)?.0)
+    }
+
+    /// Smallest values over `dims` (PyTorch's `amin`).
+    #[track_caller]
+    pub fn amin(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        Ok(self.reduce(ReduceOp::Min, Some(dims), keepdim)?.0)
+    }
+
+    /// `(values, indices)` of the largest elements along `dim` (PyTorch's `max(dim)`): the
+    /// index of the first maximum, or of the first NaN.
+    #[track_caller]
+    pub fn max_dim(&self, dim: isize, keepdim: bool) -> Result<(Tensor, Tensor)> {
+        self.with_indices(ReduceOp::ArgMax, dim, keepdim)
+    }
+
+    /// `(values, indices)` of the smallest elements along `dim` (PyTorch's `min(dim)`).
+    #[track_caller]
+    pub fn min_dim(&self, dim: isize, keepdim: bool) -> Result<(Tensor, Tensor)> {
+        self.with_indices(ReduceOp::ArgMin, dim, keepdim)
+    }
+
+    /// Index (i64, into the flattened tensor) of the first largest element.
+    #[track_caller]
+    pub fn argmax(&self) -> Result<Tensor> {
+        Ok(self
+            .reduce(ReduceOp::ArgMax, None, false)?
+            .1
+            .expect("arg op"))
+    }
+
+    /// Index (i64, into the flattened tensor) of the first smallest element.
+    #[track_caller]
+    pub fn argmin(&self) -> Result<Tensor> {
+        Ok(self
+            .reduce(ReduceOp::ArgMin, None, false)?
+            .1
+            .expect("arg op"))
+    }
+
+    /// Indices of the first largest elements along `dim`.
+    #[track_caller]
+    pub fn argmax_dim(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
+        Ok(self.with_indices(ReduceOp::ArgMax, dim, keepdim)?.1)
+    }
+
+    /// Indices of the first smallest elements along `dim`.
+    #[track_caller]
+    pub fn argmin_dim(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
+        Ok(self.with_indices(ReduceOp::ArgMin, dim, keepdim)?.1)
+    }
+
+    fn with_indices(&self, op: ReduceOp, dim: isize, keepdim: bool) -> Result<(Tensor, Tensor)> {
+        let (values, indices) = self.reduce(op, Some(&[dim]), keepdim)?;
+        Ok((values, indices.expect("arg op")))
+    }
+
+    /// The general reduction: `op` over `dims` (`None`: every element; `Some(&[])`: every
+    /// dimension too), keeping reduced dimensions as size 1 when `keepdim`. Returns the values
+    /// and, for argmax/argmin, the indices (i64). argmax/argmin take one dimension or all.
+    ///
+    /// Reduced dimensions that are adjacent in a contiguous tensor are read in place (one
+    /// kernel pass and a small combine); otherwise the tensor is first copied with the reduced
+    /// dimensions moved last.
+    #[track_caller]
+    pub fn reduce(
+        &self,
+        op: ReduceOp,
+        dims: Option<&[isize]>,
+        keepdim: bool,
+    ) -> Result<(Tensor, Option<Tensor>)> {
+        let name = op.name();
+        let rank = self.dim();
+        let mut reduced = vec![false; rank];
+        match dims {
+            Some(list) if !list.is_empty() => {
+                for &d in list {
+                    let i = self.layout().dim(d).map_err(genesis_storage::Error::from)?;
+                    if std::mem::replace(&mut reduced[i], true) {
+                        return Err(Error::InvalidArgument {
+                            op: name,
+                            reason: format!("dimension {d} appears twice in {list:?}"),
+                        });
+                    }
+                }
+            }
+            _ => reduced.fill(true),
+        }
+        let all = reduced.iter().all(|&r| r);
+        if op.has_indices() && !all && reduced.iter().filter(|&&r| r).count() != 1 {
+            return Err(Error::InvalidArgument {
+                op: name,
+                reason: "takes one dimension (or none, for the flattened tensor)".into(),
+            });
+        }
+        let shape = self.shape();
+        let out_shape: Vec<usize> = shape
+            .iter()
+            .zip(&reduced)
+            .filter_map(|(&s, &r)| match (r, keepdim) {
+                (false, _) => Some(s),
+                (true, true) => Some(1),
+                (true, false) => None,
+            })
+            .collect();
+        if op.needs_elements() && shape.iter().zip(&reduced).any(|(&s, &r)| r && s == 0) {
+            return Err(Error::InvalidArgument {
+                op: name,
+                reason: format!(
+                    "cannot reduce an empty dimension of a tensor of shape {shape:?} (the operation has no identity)"
+                ),
+            });
+        }
+        // The reduced dimensions as one run [first, last] of a contiguous tensor, read in
+        // place; anything else is first made so (reduced dimensions moved last).
+        let first = reduced.iter().position(|&r| r).unwrap_or(rank);
+        let last = reduced.iter().rposition(|&r| r).map_or(rank, |l| l + 1);
+        let adjacent = reduced[first..last].iter().all(|&r| r);
+        let (storage, start, rshape): (Arc<Storage>, usize, ReduceShape) =
+            if self.is_contiguous() && adjacent {
+                let prod = |s: &[usize]| s.iter().product::<usize>();
+                (
+                    Arc::clone(self.view.storage()),
+                    self.layout().offset(),
+                    ReduceShape {
+                        outer: prod(&shape[..first]),
+                        r: prod(&shape[first..last]),
+                        inner: prod(&shape[last..]),
+                    },
+                )
+            } else {
+                let kept: Vec<usize> = (0..rank).filter(|&i| !reduced[i]).collect();
+                let perm: Vec<usize> = kept
+                    .iter()
+                    .copied()
+                    .chain((0..rank).filter(|&i| reduced[i]))
+                    .collect();
+                let moved = self.permute(&perm)?.view.contiguous()?;
+                let outer = kept.iter().map(|&i| shape[i]).product();
+                let r = (0..rank)
+                    .filter(|&i| reduced[i])
+                    .map(|i| shape[i])
+                    .product();
+                (Arc::new(moved), 0, ReduceShape { outer, r, inner: 1 })
+            };
+        let out = storage.reduce(op, start, rshape)?;
+        let values = Tensor::from_storage(out.values, &out_shape)?;
+        let indices = out
+            .indices
+            .map(|i| Tensor::from_storage(i, &out_shape))
+            .transpose()?;
+        Ok((values, indices))
+    }
+}

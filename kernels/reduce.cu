@@ -1,0 +1,317 @@
+// Reduction kernels of Genesis: sum (and mean), max, min, argmax, argmin over one axis of a
+// contiguous array seen as [outer, r, inner], for f32, f16, bf16, i32, i64.
+//
+// Built by `cargo xtask build-kernels` into crates/genesis-kernels/images/reduce.fatbin. The
+// CPU twin is crates/genesis-kernels/src/reduce.rs.
+//
+// Accumulation: floating types in f32 (f16/bf16 widened exactly), integers in i64 (sums wrap).
+// max/min propagate NaN; argmax/argmin return the index of the first maximum (minimum), a NaN
+// counting as larger (smaller) than everything, so the first NaN wins: PyTorch's rules. The
+// combine step of max/min/argmax/argmin is associative and commutative (ties broken by the
+// smaller index), so those results do not depend on the launch shape and equal the CPU twin
+// bit for bit; sums are computed in a different order than the twin's and agree within
+// rounding.
+//
+// Two passes (see src/reduce.rs for the launch plan):
+//   1. `reduce_rows_*` (inner == 1) or `reduce_cols_*` (inner > 1) reduce `splits` chunks of
+//      each reduced line into partial states [outer, splits, inner] (values in the accumulator
+//      type, indices in i64 for the arg ops);
+//   2. `reduce_final_*` combines the splits of each output and writes it in the output type
+//      (sum of integers: i64; mean: sum / r).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#define RD_THREADS 256
+#define RD_WARPS (RD_THREADS / 32)
+#define RD_UNROLL 4
+#define RD_COLS_X 32
+#define RD_COLS_Y 8
+
+typedef long long i64;
+
+template <typename T> struct Tr;
+template <> struct Tr<float> {
+    typedef float A;
+    static __device__ __forceinline__ float load(float x) { return x; }
+    static __device__ __forceinline__ float store(float a) { return a; }
+};
+template <> struct Tr<__half> {
+    typedef float A;
+    static __device__ __forceinline__ float load(__half x) { return __half2float(x); }
+    static __device__ __forceinline__ __half store(float a) { return __float2half_rn(a); }
+};
+template <> struct Tr<__nv_bfloat16> {
+    typedef float A;
+    static __device__ __forceinline__ float load(__nv_bfloat16 x) { return __bfloat162float(x); }
+    static __device__ __forceinline__ __nv_bfloat16 store(float a) { return __float2bfloat16_rn(a); }
+};
+template <> struct Tr<int32_t> {
+    typedef i64 A;
+    static __device__ __forceinline__ i64 load(int32_t x) { return x; }
+    static __device__ __forceinline__ int32_t store(i64 a) { return (int32_t)a; }
+};
+template <> struct Tr<int64_t> {
+    typedef i64 A;
+    static __device__ __forceinline__ i64 load(int64_t x) { return x; }
+    static __device__ __forceinline__ int64_t store(i64 a) { return a; }
+};
+
+template <typename A> struct St {
+    A v;
+    i64 i;
+};
+
+__device__ __forceinline__ bool isnan_(float x) { return x != x; }
+__device__ __forceinline__ bool isnan_(i64) { return false; }
+__device__ __forceinline__ float lowest(float) { return -__int_as_float(0x7f800000); }
+__device__ __forceinline__ float highest(float) { return __int_as_float(0x7f800000); }
+__device__ __forceinline__ i64 lowest(i64) { return (i64)(-9223372036854775807LL - 1); }
+__device__ __forceinline__ i64 highest(i64) { return 9223372036854775807LL; }
+__device__ __forceinline__ float add_(float a, float b) { return a + b; }
+__device__ __forceinline__ i64 add_(i64 a, i64 b) { return (i64)((unsigned long long)a + (unsigned long long)b); }
+
+struct RSum {
+    static const bool IDX = false;
+    template <typename A> static __device__ __forceinline__ St<A> id() { return St<A>{(A)0, 0}; }
+    template <typename A> static __device__ __forceinline__ St<A> combine(St<A> a, St<A> b) {
+        return St<A>{add_(a.v, b.v), 0};
+    }
+};
+struct RMax {
+    static const bool IDX = false;
+    template <typename A> static __device__ __forceinline__ St<A> id() { return St<A>{lowest(A()), 0}; }
+    template <typename A> static __device__ __forceinline__ St<A> combine(St<A> a, St<A> b) {
+        return isnan_(a.v) ? a : (isnan_(b.v) ? b : (a.v >= b.v ? a : b));
+    }
+};
+struct RMin {
+    static const bool IDX = false;
+    template <typename A> static __device__ __forceinline__ St<A> id() { return St<A>{highest(A()), 0}; }
+    template <typename A> static __device__ __forceinline__ St<A> combine(St<A> a, St<A> b) {
+        return isnan_(a.v) ? a : (isnan_(b.v) ? b : (a.v <= b.v ? a : b));
+    }
+};
+// The arg ops: the better value wins, NaN beating everything; equal values (or two NaNs): the
+// smaller index.
+struct RArgMax {
+    static const bool IDX = true;
+    template <typename A> static __device__ __forceinline__ St<A> id() {
+        return St<A>{lowest(A()), highest(i64())};
+    }
+    template <typename A> static __device__ __forceinline__ St<A> combine(St<A> a, St<A> b) {
+        bool an = isnan_(a.v), bn = isnan_(b.v);
+        if (an || bn) return (an && bn) ? (a.i <= b.i ? a : b) : (an ? a : b);
+        if (a.v != b.v) return a.v > b.v ? a : b;
+        return a.i <= b.i ? a : b;
+    }
+};
+struct RArgMin {
+    static const bool IDX = true;
+    template <typename A> static __device__ __forceinline__ St<A> id() {
+        return St<A>{highest(A()), highest(i64())};
+    }
+    template <typename A> static __device__ __forceinline__ St<A> combine(St<A> a, St<A> b) {
+        bool an = isnan_(a.v), bn = isnan_(b.v);
+        if (an || bn) return (an && bn) ? (a.i <= b.i ? a : b) : (an ? a : b);
+        if (a.v != b.v) return a.v < b.v ? a : b;
+        return a.i <= b.i ? a : b;
+    }
+};
+
+template <typename Op, typename A> __device__ __forceinline__ St<A> warp_reduce(St<A> s) {
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) {
+        St<A> o;
+        o.v = __shfl_down_sync(0xffffffffu, s.v, d);
+        o.i = __shfl_down_sync(0xffffffffu, s.i, d);
+        s = Op::combine(s, o);
+    }
+    return s;
+}
+
+template <typename Op, typename A> __device__ __forceinline__ St<A> block_reduce(St<A> s) {
+    __shared__ A sv[RD_WARPS];
+    __shared__ i64 si[RD_WARPS];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    s = warp_reduce<Op, A>(s);
+    if (lane == 0) {
+        sv[warp] = s.v;
+        si[warp] = s.i;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        s = lane < RD_WARPS ? St<A>{sv[lane], si[lane]} : Op::template id<A>();
+        s = warp_reduce<Op, A>(s);
+    }
+    return s;
+}
+
+template <typename T> union Vec16 {
+    uint4 raw;
+    T v[16 / sizeof(T)];
+};
+
+// inner == 1. Block mode (warp_mode == 0): block b reduces chunk b % splits of row b / splits.
+// Warp mode (splits == 1, short rows): each warp reduces one row. vec_ok: every chunk starts
+// 16-byte aligned.
+template <typename Op, typename T>
+__device__ __forceinline__ void rows_impl(const T *in, typename Tr<T>::A *pv, i64 *pi, uint64_t outer,
+                                          uint64_t r, uint64_t splits, uint64_t chunk, int vec_ok,
+                                          int warp_mode) {
+    typedef typename Tr<T>::A A;
+    if (warp_mode) {
+        const uint64_t row = (uint64_t)blockIdx.x * RD_WARPS + (threadIdx.x >> 5);
+        if (row >= outer) return;
+        const int lane = threadIdx.x & 31;
+        const T *p = in + row * r;
+        St<A> s = Op::template id<A>();
+        for (uint64_t k = lane; k < r; k += 32) s = Op::combine(s, St<A>{Tr<T>::load(p[k]), (i64)k});
+        s = warp_reduce<Op, A>(s);
+        if (lane == 0) {
+            pv[row] = s.v;
+            if (Op::IDX) pi[row] = s.i;
+        }
+        return;
+    }
+    const uint64_t row = blockIdx.x / splits, part = blockIdx.x % splits;
+    const uint64_t begin = part * chunk;
+    const uint64_t end = min(r, begin + chunk);
+    const T *p = in + row * r;
+    St<A> s = Op::template id<A>();
+    uint64_t k0 = begin;
+    if (vec_ok && begin < end) {
+        constexpr int V = 16 / sizeof(T);
+        const uint64_t nvec = (end - begin) / V;
+        const uint4 *p4 = reinterpret_cast<const uint4 *>(p + begin);
+        uint64_t j = threadIdx.x;
+        for (; j + (RD_UNROLL - 1) * RD_THREADS < nvec; j += RD_UNROLL * RD_THREADS) {
+            Vec16<T> x[RD_UNROLL];
+#pragma unroll
+            for (int u = 0; u < RD_UNROLL; ++u) x[u].raw = p4[j + u * RD_THREADS];
+#pragma unroll
+            for (int u = 0; u < RD_UNROLL; ++u)
+#pragma unroll
+                for (int e = 0; e < V; ++e)
+                    s = Op::combine(s, St<A>{Tr<T>::load(x[u].v[e]), (i64)(begin + (j + u * RD_THREADS) * V + e)});
+        }
+        for (; j < nvec; j += RD_THREADS) {
+            Vec16<T> x;
+            x.raw = p4[j];
+#pragma unroll
+            for (int e = 0; e < V; ++e) s = Op::combine(s, St<A>{Tr<T>::load(x.v[e]), (i64)(begin + j * V + e)});
+        }
+        k0 = begin + nvec * V;
+    }
+    for (uint64_t k = k0 + threadIdx.x; k < end; k += RD_THREADS)
+        s = Op::combine(s, St<A>{Tr<T>::load(p[k]), (i64)k});
+    s = block_reduce<Op, A>(s);
+    if (threadIdx.x == 0) {
+        pv[blockIdx.x] = s.v;
+        if (Op::IDX) pi[blockIdx.x] = s.i;
+    }
+}
+
+// inner > 1. Blocks of 32 x 8 threads: x over columns (coalesced), y over the chunk's rows;
+// grid (column tiles, outer (strided), splits).
+template <typename Op, typename T>
+__device__ __forceinline__ void cols_impl(const T *in, typename Tr<T>::A *pv, i64 *pi, uint64_t outer,
+                                          uint64_t r, uint64_t inner, uint64_t splits, uint64_t chunk) {
+    typedef typename Tr<T>::A A;
+    __shared__ A sv[RD_COLS_Y][RD_COLS_X];
+    __shared__ i64 si[RD_COLS_Y][RD_COLS_X];
+    const uint64_t c = (uint64_t)blockIdx.x * RD_COLS_X + threadIdx.x;
+    const uint64_t part = blockIdx.z;
+    const uint64_t begin = part * chunk;
+    const uint64_t end = min(r, begin + chunk);
+    for (uint64_t o = blockIdx.y; o < outer; o += gridDim.y) {
+        St<A> s = Op::template id<A>();
+        if (c < inner) {
+            const T *p = in + o * r * inner + c;
+            for (uint64_t k = begin + threadIdx.y; k < end; k += RD_COLS_Y)
+                s = Op::combine(s, St<A>{Tr<T>::load(p[k * inner]), (i64)k});
+        }
+        sv[threadIdx.y][threadIdx.x] = s.v;
+        si[threadIdx.y][threadIdx.x] = s.i;
+        __syncthreads();
+        if (threadIdx.y == 0) {
+#pragma unroll
+            for (int y = 1; y < RD_COLS_Y; ++y) s = Op::combine(s, St<A>{sv[y][threadIdx.x], si[y][threadIdx.x]});
+            if (c < inner) {
+                const uint64_t at = (o * splits + part) * inner + c;
+                pv[at] = s.v;
+                if (Op::IDX) pi[at] = s.i;
+            }
+        }
+        __syncthreads();
+    }
+}
+
+template <typename Op, typename T> struct OutOf { typedef T O; };
+template <> struct OutOf<RSum, int32_t> { typedef int64_t O; };
+template <typename T> __device__ __forceinline__ T store_out(typename Tr<T>::A a) { return Tr<T>::store(a); }
+
+// Output t = (o, c) combines partials (o, 0..splits, c). warp_mode: a warp per output (many
+// splits, inner == 1), else a thread per output. mean: the value is divided by r.
+template <typename Op, typename T>
+__device__ __forceinline__ void final_impl(const typename Tr<T>::A *pv, const i64 *pi,
+                                           typename OutOf<Op, T>::O *out, i64 *out_idx, uint64_t outer,
+                                           uint64_t splits, uint64_t inner, uint64_t r, int mean,
+                                           int warp_mode) {
+    typedef typename Tr<T>::A A;
+    typedef typename OutOf<Op, T>::O O;
+    const uint64_t total = outer * inner;
+    uint64_t t;
+    St<A> s = Op::template id<A>();
+    if (warp_mode) {
+        t = (uint64_t)blockIdx.x * RD_WARPS + (threadIdx.x >> 5);
+        if (t >= total) return;
+        const int lane = threadIdx.x & 31;
+        for (uint64_t p = lane; p < splits; p += 32)
+            s = Op::combine(s, St<A>{pv[t * splits + p], Op::IDX ? pi[t * splits + p] : 0});
+        s = warp_reduce<Op, A>(s);
+        if (lane != 0) return;
+    } else {
+        t = (uint64_t)blockIdx.x * RD_THREADS + threadIdx.x;
+        if (t >= total) return;
+        const uint64_t o = t / inner, c = t % inner;
+        for (uint64_t p = 0; p < splits; ++p) {
+            const uint64_t at = (o * splits + p) * inner + c;
+            s = Op::combine(s, St<A>{pv[at], Op::IDX ? pi[at] : 0});
+        }
+    }
+    A v = s.v;
+    if (mean) v = (A)((float)v / (float)r);
+    if (out) out[t] = (O)Tr<O>::store((typename Tr<O>::A)v);
+    if (Op::IDX && out_idx) out_idx[t] = s.i;
+}
+
+#define RD_KERNELS(OPNAME, OP, NAME, T)                                                                  \
+    extern "C" __global__ void __launch_bounds__(RD_THREADS)                                              \
+        reduce_rows_##OPNAME##_##NAME(const T *in, Tr<T>::A *pv, i64 *pi, uint64_t outer, uint64_t r,    \
+                                      uint64_t splits, uint64_t chunk, int vec_ok, int warp_mode) {      \
+        rows_impl<OP, T>(in, pv, pi, outer, r, splits, chunk, vec_ok, warp_mode);                        \
+    }                                                                                                     \
+    extern "C" __global__ void __launch_bounds__(RD_COLS_X * RD_COLS_Y)                                   \
+        reduce_cols_##OPNAME##_##NAME(const T *in, Tr<T>::A *pv, i64 *pi, uint64_t outer, uint64_t r,    \
+                                      uint64_t inner, uint64_t splits, uint64_t chunk) {                 \
+        cols_impl<OP, T>(in, pv, pi, outer, r, inner, splits, chunk);                                    \
+    }                                                                                                     \
+    extern "C" __global__ void __launch_bounds__(RD_THREADS) reduce_final_##OPNAME##_##NAME(              \
+        const Tr<T>::A *pv, const i64 *pi, OutOf<OP, T>::O *out, i64 *out_idx, uint64_t outer,           \
+        uint64_t splits, uint64_t inner, uint64_t r, int mean, int warp_mode) {                          \
+        final_impl<OP, T>(pv, pi, out, out_idx, outer, splits, inner, r, mean, warp_mode);               \
+    }
+
+#define RD_ALL(NAME, T)                                                                                  \
+    RD_KERNELS(sum, RSum, NAME, T)                                                                        \
+    RD_KERNELS(max, RMax, NAME, T)                                                                        \
+    RD_KERNELS(min, RMin, NAME, T)                                                                        \
+    RD_KERNELS(argmax, RArgMax, NAME, T)                                                                  \
+    RD_KERNELS(argmin, RArgMin, NAME, T)
+
+RD_ALL(f32, float)
+RD_ALL(f16, __half)
+RD_ALL(bf16, __nv_bfloat16)
+RD_ALL(i32, int32_t)
+RD_ALL(i64, int64_t)

@@ -213,38 +213,71 @@ __device__ __forceinline__ void rows_impl(const T *in, typename Tr<T>::A *pv, i6
 }
 
 // inner > 1. Blocks of 32 x 8 threads: x over columns (coalesced), y over the chunk's rows;
-// grid (column tiles, outer (strided), splits).
-template <typename Op, typename T>
-__device__ __forceinline__ void cols_impl(const T *in, typename Tr<T>::A *pv, i64 *pi, uint64_t outer,
-                                          uint64_t r, uint64_t inner, uint64_t splits, uint64_t chunk) {
+// grid (column tiles, outer (strided), splits). Each thread owns V adjacent columns: with
+// V = 16 / sizeof(T) it reads them with one 16-byte load (the host passes vec_ok only when
+// inner % V == 0 and the input is 16-byte aligned).
+template <typename Op, typename T, int V>
+__device__ __forceinline__ void cols_v(const T *in, typename Tr<T>::A *pv, i64 *pi, uint64_t outer, uint64_t r,
+                                       uint64_t inner, uint64_t splits, uint64_t chunk) {
     typedef typename Tr<T>::A A;
-    __shared__ A sv[RD_COLS_Y][RD_COLS_X];
-    __shared__ i64 si[RD_COLS_Y][RD_COLS_X];
-    const uint64_t c = (uint64_t)blockIdx.x * RD_COLS_X + threadIdx.x;
+    __shared__ A sv[RD_COLS_Y][RD_COLS_X * V];
+    __shared__ i64 si[Op::IDX ? RD_COLS_Y : 1][Op::IDX ? RD_COLS_X * V : 1];
+    const uint64_t c0 = ((uint64_t)blockIdx.x * RD_COLS_X + threadIdx.x) * V;
     const uint64_t part = blockIdx.z;
     const uint64_t begin = part * chunk;
     const uint64_t end = min(r, begin + chunk);
     for (uint64_t o = blockIdx.y; o < outer; o += gridDim.y) {
-        St<A> s = Op::template id<A>();
-        if (c < inner) {
-            const T *p = in + o * r * inner + c;
-            for (uint64_t k = begin + threadIdx.y; k < end; k += RD_COLS_Y)
-                s = Op::combine(s, St<A>{Tr<T>::load(p[k * inner]), (i64)k});
+        St<A> s[V];
+#pragma unroll
+        for (int e = 0; e < V; ++e) s[e] = Op::template id<A>();
+        if (c0 < inner) {
+            const T *p = in + o * r * inner + c0;
+            if (V > 1) {
+#pragma unroll 4
+                for (uint64_t k = begin + threadIdx.y; k < end; k += RD_COLS_Y) {
+                    Vec16<T> x;
+                    x.raw = *reinterpret_cast<const uint4 *>(p + k * inner);
+#pragma unroll
+                    for (int e = 0; e < V; ++e) s[e] = Op::combine(s[e], St<A>{Tr<T>::load(x.v[e % (16 / sizeof(T))]), (i64)k});
+                }
+            } else {
+                for (uint64_t k = begin + threadIdx.y; k < end; k += RD_COLS_Y)
+                    s[0] = Op::combine(s[0], St<A>{Tr<T>::load(p[k * inner]), (i64)k});
+            }
         }
-        sv[threadIdx.y][threadIdx.x] = s.v;
-        si[threadIdx.y][threadIdx.x] = s.i;
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+            sv[threadIdx.y][threadIdx.x * V + e] = s[e].v;
+            if (Op::IDX) si[threadIdx.y][threadIdx.x * V + e] = s[e].i;
+        }
         __syncthreads();
         if (threadIdx.y == 0) {
 #pragma unroll
-            for (int y = 1; y < RD_COLS_Y; ++y) s = Op::combine(s, St<A>{sv[y][threadIdx.x], si[y][threadIdx.x]});
-            if (c < inner) {
-                const uint64_t at = (o * splits + part) * inner + c;
-                pv[at] = s.v;
-                if (Op::IDX) pi[at] = s.i;
+            for (int e = 0; e < V; ++e) {
+                St<A> t = s[e];
+                const int col = threadIdx.x * V + e;
+#pragma unroll
+                for (int y = 1; y < RD_COLS_Y; ++y)
+                    t = Op::combine(t, St<A>{sv[y][col], Op::IDX ? si[y][col] : 0});
+                if (c0 + e < inner) {
+                    const uint64_t at = (o * splits + part) * inner + c0 + e;
+                    pv[at] = t.v;
+                    if (Op::IDX) pi[at] = t.i;
+                }
             }
         }
         __syncthreads();
     }
+}
+
+template <typename Op, typename T>
+__device__ __forceinline__ void cols_impl(const T *in, typename Tr<T>::A *pv, i64 *pi, uint64_t outer,
+                                          uint64_t r, uint64_t inner, uint64_t splits, uint64_t chunk,
+                                          int vec_ok) {
+    if (vec_ok)
+        cols_v<Op, T, 16 / sizeof(T)>(in, pv, pi, outer, r, inner, splits, chunk);
+    else
+        cols_v<Op, T, 1>(in, pv, pi, outer, r, inner, splits, chunk);
 }
 
 template <typename Op, typename T> struct OutOf { typedef T O; };
@@ -294,8 +327,8 @@ __device__ __forceinline__ void final_impl(const typename Tr<T>::A *pv, const i6
     }                                                                                                     \
     extern "C" __global__ void __launch_bounds__(RD_COLS_X * RD_COLS_Y)                                   \
         reduce_cols_##OPNAME##_##NAME(const T *in, Tr<T>::A *pv, i64 *pi, uint64_t outer, uint64_t r,    \
-                                      uint64_t inner, uint64_t splits, uint64_t chunk) {                 \
-        cols_impl<OP, T>(in, pv, pi, outer, r, inner, splits, chunk);                                    \
+                                      uint64_t inner, uint64_t splits, uint64_t chunk, int vec_ok) {     \
+        cols_impl<OP, T>(in, pv, pi, outer, r, inner, splits, chunk, vec_ok);                            \
     }                                                                                                     \
     extern "C" __global__ void __launch_bounds__(RD_THREADS) reduce_final_##OPNAME##_##NAME(              \
         const Tr<T>::A *pv, const i64 *pi, OutOf<OP, T>::O *out, i64 *out_idx, uint64_t outer,           \

@@ -142,7 +142,7 @@ mod gpu {
         op: ReduceOp,
         shape: ReduceShape,
     ) -> BoxResult {
-        let plan = ReducePlan::new(shape, ctx.multiprocessors() as usize);
+        let plan = ReducePlan::new(shape, ctx.multiprocessors() as usize, size_of::<T>());
         let ws_len = plan.workspace_bytes::<T>(op).max(1);
         let ws = DeviceBuffer::alloc(ctx, ws_len)?;
         let out = DeviceBuffer::alloc(ctx, shape.output_len() * 8)?;

@@ -116,7 +116,7 @@ fn gpu_run<T: Gen, O: Element + Default>(
     let poison = vec![0xA5u8; (n_out * 8).max(1)];
     let dv = DeviceBuffer::from_host(ctx, &poison).unwrap();
     let di = DeviceBuffer::from_host(ctx, &poison).unwrap();
-    let plan = ReducePlan::new(shape, ctx.multiprocessors() as usize);
+    let plan = ReducePlan::new(shape, ctx.multiprocessors() as usize, size_of::<T>());
     let ws_len = plan.workspace_bytes::<T>(op).max(1);
     let ws = DeviceBuffer::from_host(ctx, &vec![0x5Au8; ws_len]).unwrap();
     let s = Stream::new(ctx).unwrap();

@@ -78,6 +78,68 @@ mod gpu {
         if result != ADDS as f32 {
             return Err(format!("1000 adds gave {result}").into());
         }
+        // The host's share: time to queue the 1000 adds (before synchronising), and the same
+        // for bare kernel launches (no tensors, no allocation) on the legacy stream and on a
+        // stream of our own: the floor the driver sets.
+        let mut host = Vec::new();
+        for _ in 0..21 {
+            let mut x = Tensor::zeros(&[1], DType::F32, dev)?;
+            genesis::cuda::synchronize(0)?;
+            let t = Instant::now();
+            for _ in 0..ADDS {
+                x = x.add(&one)?;
+            }
+            host.push(t.elapsed().as_secs_f64() * 1e3);
+            genesis::cuda::synchronize(0)?;
+        }
+        let (hmed, hmin) = median_min(host);
+        rows.push(Row {
+            name: "add_1elem_x1000_host".into(),
+            bytes: 0,
+            median_ms: hmed,
+            min_ms: hmin,
+            note: format!(
+                "{:.2} us per op queued (host only)",
+                hmed * 1e3 / ADDS as f64
+            ),
+        });
+        let ctx = genesis_cuda::Context::get(0)?;
+        let buf = genesis_cuda::DeviceBuffer::alloc(&ctx, 256)?;
+        let p = buf.device_ptr();
+        for (label, stream) in [
+            (
+                "raw_launch_legacy_x1000",
+                genesis_cuda::Stream::legacy(&ctx),
+            ),
+            ("raw_launch_stream_x1000", genesis_cuda::Stream::new(&ctx)?),
+        ] {
+            let mut host = Vec::new();
+            let mut walls = Vec::new();
+            for _ in 0..21 {
+                stream.synchronize()?;
+                let t = Instant::now();
+                for _ in 0..ADDS {
+                    // SAFETY: `buf` holds 64 f32 and outlives the synchronize below.
+                    unsafe { genesis_kernels::gpu::add::<f32>(&stream, p, p, p, 1)? };
+                }
+                host.push(t.elapsed().as_secs_f64() * 1e3);
+                stream.synchronize()?;
+                walls.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+            let (hmed, _) = median_min(host);
+            let (wmed, wmin) = median_min(walls);
+            rows.push(Row {
+                name: label.into(),
+                bytes: 0,
+                median_ms: wmed,
+                min_ms: wmin,
+                note: format!(
+                    "{:.2} us per launch wall, {:.2} us host",
+                    wmed * 1e3 / ADDS as f64,
+                    hmed * 1e3 / ADDS as f64
+                ),
+            });
+        }
         rows.push(Row {
             name: "add_1elem_x1000".into(),
             bytes: 0,

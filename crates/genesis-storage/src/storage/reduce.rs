@@ -2,9 +2,9 @@
 
 #[cfg(feature = "cuda")]
 use super::Inner;
+use genesis_kernels::reduce;
 #[cfg(feature = "cuda")]
 use genesis_kernels::reduce::ReducePlan;
-use genesis_kernels::reduce;
 use genesis_kernels::{ReduceOp, ReduceShape};
 
 use super::{Storage, byte_len, check_float_only};
@@ -59,7 +59,7 @@ impl Storage {
                     let ordinal = a.ordinal();
                     let values = CudaMem::new(ordinal, vbytes)?;
                     let indices = if op.has_indices() { Some(CudaMem::new(ordinal, ibytes)?) } else { None };
-                    let plan = ReducePlan::new(shape, a.ctx().multiprocessors() as usize);
+                    let plan = ReducePlan::new(shape, a.ctx().multiprocessors() as usize, size_of::<T>());
                     let ws_len = plan.workspace_bytes::<T>(op);
                     let ws = CudaMem::new(ordinal, ws_len)?;
                     let input = a.ptr() + (start * size_of::<T>()) as u64;

@@ -42,6 +42,9 @@ struct OpMul {
 struct OpDiv {
     static __device__ __forceinline__ float f(float x, float y) { return __fdiv_rn(x, y); }
 };
+struct OpPow {
+    static __device__ __forceinline__ float f(float x, float y) { return powf(x, y); }
+};
 struct OpMax {
     static __device__ __forceinline__ float f(float x, float y) {
         return x != x ? x : (y != y ? y : (x > y ? x : y));
@@ -273,6 +276,10 @@ GX_DEFINE(i64, int64_t)
 GX_BINARY(div, OpDiv, f32, float)
 GX_BINARY(div, OpDiv, f16, __half)
 GX_BINARY(div, OpDiv, bf16, __nv_bfloat16)
+// pow for the floating types: CUDA's powf (within 2 ulp; the CPU twin's powf too).
+GX_BINARY(pow, OpPow, f32, float)
+GX_BINARY(pow, OpPow, f16, __half)
+GX_BINARY(pow, OpPow, bf16, __nv_bfloat16)
 
 #define GX_UNARY(OPNAME, OP, NAME, T)                                                          \
     extern "C" __global__ void __launch_bounds__(GX_THREADS)                                    \
@@ -298,3 +305,53 @@ GX_UNARY_ALL(i64, int64_t)
 GX_UNARY_FLOAT(f32, float)
 GX_UNARY_FLOAT(f16, __half)
 GX_UNARY_FLOAT(bf16, __nv_bfloat16)
+
+// Comparisons: out[i] = a[i] OP b[i] as a bool (0 or 1). Floats compare as IEEE values (halves
+// widened exactly): NaN is unequal to everything, -0 == +0. Grid-stride loop, any grid size.
+struct CEq { template <typename S> static __device__ __forceinline__ bool c(S x, S y) { return x == y; } };
+struct CNe { template <typename S> static __device__ __forceinline__ bool c(S x, S y) { return x != y; } };
+struct CLt { template <typename S> static __device__ __forceinline__ bool c(S x, S y) { return x < y; } };
+struct CLe { template <typename S> static __device__ __forceinline__ bool c(S x, S y) { return x <= y; } };
+struct CGt { template <typename S> static __device__ __forceinline__ bool c(S x, S y) { return x > y; } };
+struct CGe { template <typename S> static __device__ __forceinline__ bool c(S x, S y) { return x >= y; } };
+
+template <typename T> struct Wide { typedef T W; static __device__ __forceinline__ T w(T x) { return x; } };
+template <> struct Wide<__half> { typedef float W; static __device__ __forceinline__ float w(__half x) { return __half2float(x); } };
+template <> struct Wide<__nv_bfloat16> {
+    typedef float W;
+    static __device__ __forceinline__ float w(__nv_bfloat16 x) { return __bfloat162float(x); }
+};
+
+#define GX_COMPARE(OPNAME, OP, NAME, T)                                                        \
+    extern "C" __global__ void __launch_bounds__(GX_THREADS)                                    \
+        OPNAME##_##NAME(const T *a, const T *b, uint8_t *out, uint64_t n) {                    \
+        const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;                               \
+        for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) \
+            out[i] = OP::c(Wide<T>::w(a[i]), Wide<T>::w(b[i])) ? 1 : 0;                        \
+    }
+#define GX_COMPARE_ALL(NAME, T)                                                                \
+    GX_COMPARE(eq, CEq, NAME, T)                                                                \
+    GX_COMPARE(ne, CNe, NAME, T)                                                                \
+    GX_COMPARE(lt, CLt, NAME, T)                                                                \
+    GX_COMPARE(le, CLe, NAME, T)                                                                \
+    GX_COMPARE(gt, CGt, NAME, T)                                                                \
+    GX_COMPARE(ge, CGe, NAME, T)
+
+GX_COMPARE_ALL(f32, float)
+GX_COMPARE_ALL(f16, __half)
+GX_COMPARE_ALL(bf16, __nv_bfloat16)
+GX_COMPARE_ALL(i32, int32_t)
+GX_COMPARE_ALL(i64, int64_t)
+
+// where: out[i] = cond[i] ? a[i] : b[i], by element size (a pure selection of bits).
+#define GX_WHERE(NAME, T)                                                                      \
+    extern "C" __global__ void __launch_bounds__(GX_THREADS)                                    \
+        where_##NAME(const uint8_t *cond, const T *a, const T *b, T *out, uint64_t n) {         \
+        const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;                               \
+        for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) \
+            out[i] = cond[i] ? a[i] : b[i];                                                     \
+    }
+GX_WHERE(e1, uint8_t)
+GX_WHERE(e2, uint16_t)
+GX_WHERE(e4, uint32_t)
+GX_WHERE(e8, uint64_t)

@@ -1,7 +1,7 @@
 //! CPU twins of the kernels: the reference the GPU results are checked against, and the CPU
 //! execution path of the storages above.
 
-use crate::{BinaryOp, Element, Error, Result, UnaryOp};
+use crate::{BinaryOp, CompareOp, Element, Error, Result, UnaryOp};
 
 /// `out[i] = a[i] + b[i]`, as the `add` kernel computes it.
 pub fn add<T: Element>(a: &[T], b: &[T], out: &mut [T]) -> Result<()> {
@@ -58,6 +58,27 @@ pub(crate) fn supports<T: Element>(op: BinaryOp) -> Result<&'static str> {
         op: op.name(),
         reason: format!("element type {}", T::NAME),
     })
+}
+
+/// `out[i] = a[i] op b[i]` as 0 or 1 (bools), as the comparison kernels compute it.
+pub fn compare<T: Element>(op: CompareOp, a: &[T], b: &[T], out: &mut [u8]) -> Result<()> {
+    same_len(op.name(), a.len(), b.len())?;
+    same_len(op.name(), a.len(), out.len())?;
+    for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+        *o = u8::from(T::compare(op, x, y));
+    }
+    Ok(())
+}
+
+/// `out[i] = if cond[i] != 0 { a[i] } else { b[i] }`, for any plain element type.
+pub fn select<T: Copy>(cond: &[u8], a: &[T], b: &[T], out: &mut [T]) -> Result<()> {
+    same_len("where", cond.len(), a.len())?;
+    same_len("where", cond.len(), b.len())?;
+    same_len("where", cond.len(), out.len())?;
+    for (((o, &c), &x), &y) in out.iter_mut().zip(cond).zip(a).zip(b) {
+        *o = if c != 0 { x } else { y };
+    }
+    Ok(())
 }
 
 /// `a[i] = a[i] + b[i]`, in place.

@@ -19,22 +19,32 @@ pub enum BinaryOp {
     Maximum,
     /// The smaller of `a` and `b`; NaN if either is NaN.
     Minimum,
+    /// `a` to the power `b` (floating types only).
+    Pow,
 }
 
 impl BinaryOp {
     /// Every operation, for tests and dispatch tables.
-    pub const ALL: [BinaryOp; 6] = [
+    pub const ALL: [BinaryOp; 7] = [
         BinaryOp::Add,
         BinaryOp::Sub,
         BinaryOp::Mul,
         BinaryOp::Div,
         BinaryOp::Maximum,
         BinaryOp::Minimum,
+        BinaryOp::Pow,
     ];
 
-    /// Whether only the floating types support the operation (division).
+    /// Whether only the floating types support the operation (division, pow).
     pub const fn float_only(self) -> bool {
-        matches!(self, BinaryOp::Div)
+        matches!(self, BinaryOp::Div | BinaryOp::Pow)
+    }
+
+    /// Whether the GPU kernel and the CPU twin give identical bits: all but `pow`, which uses
+    /// CUDA's `powf` on the GPU and Rust's on the CPU (both within 2 ulp, so the twins agree
+    /// within 4 ulp of the result type).
+    pub const fn exact_twin(self) -> bool {
+        !matches!(self, BinaryOp::Pow)
     }
 
     /// The operation's name (`"add"`), also the prefix of its kernels.
@@ -46,6 +56,61 @@ impl BinaryOp {
             BinaryOp::Div => "div",
             BinaryOp::Maximum => "maximum",
             BinaryOp::Minimum => "minimum",
+            BinaryOp::Pow => "pow",
+        }
+    }
+}
+
+/// A comparison of the `elementwise` kernels, giving bools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CompareOp {
+    /// `a == b` (NaN is unequal to everything).
+    Eq,
+    /// `a != b`.
+    Ne,
+    /// `a < b`.
+    Lt,
+    /// `a <= b`.
+    Le,
+    /// `a > b`.
+    Gt,
+    /// `a >= b`.
+    Ge,
+}
+
+impl CompareOp {
+    /// Every comparison, for tests and dispatch tables.
+    pub const ALL: [CompareOp; 6] = [
+        CompareOp::Eq,
+        CompareOp::Ne,
+        CompareOp::Lt,
+        CompareOp::Le,
+        CompareOp::Gt,
+        CompareOp::Ge,
+    ];
+
+    /// The comparison's name (`"lt"`), also the prefix of its kernels.
+    pub const fn name(self) -> &'static str {
+        match self {
+            CompareOp::Eq => "eq",
+            CompareOp::Ne => "ne",
+            CompareOp::Lt => "lt",
+            CompareOp::Le => "le",
+            CompareOp::Gt => "gt",
+            CompareOp::Ge => "ge",
+        }
+    }
+
+    /// `a op b` for any partially ordered values.
+    #[inline]
+    pub fn apply<V: PartialOrd>(self, a: V, b: V) -> bool {
+        match self {
+            CompareOp::Eq => a == b,
+            CompareOp::Ne => a != b,
+            CompareOp::Lt => a < b,
+            CompareOp::Le => a <= b,
+            CompareOp::Gt => a > b,
+            CompareOp::Ge => a >= b,
         }
     }
 }
@@ -136,6 +201,10 @@ pub trait Element:
     /// wrap. Integer division is not an operation of the kernels; here it gives 0 for a zero or
     /// overflowing divisor, and the callers reject it before any element is computed.
     fn binary(op: BinaryOp, a: Self, b: Self) -> Self;
+    /// Name of the comparison kernel of `op` for this type.
+    fn compare_kernel(op: CompareOp) -> &'static str;
+    /// `a op b` as the comparison kernel computes it (IEEE comparisons for floats).
+    fn compare(op: CompareOp, a: Self, b: Self) -> bool;
     /// Name of the kernel of unary `op` for this type; `None` when the type does not support
     /// it (transcendental ops on integers).
     fn unary_kernel(op: UnaryOp) -> Option<&'static str>;
@@ -187,6 +256,7 @@ fn f32_op(op: BinaryOp, x: f32, y: f32) -> f32 {
                 x
             }
         }
+        BinaryOp::Pow => x.powf(y),
     }
 }
 
@@ -237,7 +307,23 @@ macro_rules! float_element {
                     BinaryOp::Div => concat!("div_", $name),
                     BinaryOp::Maximum => concat!("maximum_", $name),
                     BinaryOp::Minimum => concat!("minimum_", $name),
+                    BinaryOp::Pow => concat!("pow_", $name),
                 })
+            }
+            fn compare_kernel(op: CompareOp) -> &'static str {
+                match op {
+                    CompareOp::Eq => concat!("eq_", $name),
+                    CompareOp::Ne => concat!("ne_", $name),
+                    CompareOp::Lt => concat!("lt_", $name),
+                    CompareOp::Le => concat!("le_", $name),
+                    CompareOp::Gt => concat!("gt_", $name),
+                    CompareOp::Ge => concat!("ge_", $name),
+                }
+            }
+            #[inline]
+            fn compare(op: CompareOp, a: Self, b: Self) -> bool {
+                let to = |$v: Self| -> f32 { $to };
+                op.apply(to(a), to(b))
             }
             fn unary_kernel(op: UnaryOp) -> Option<&'static str> {
                 Some(match op {
@@ -315,10 +401,24 @@ macro_rules! int_element {
                     BinaryOp::Add => concat!("add_", $name),
                     BinaryOp::Sub => concat!("sub_", $name),
                     BinaryOp::Mul => concat!("mul_", $name),
-                    BinaryOp::Div => return None,
+                    BinaryOp::Div | BinaryOp::Pow => return None,
                     BinaryOp::Maximum => concat!("maximum_", $name),
                     BinaryOp::Minimum => concat!("minimum_", $name),
                 })
+            }
+            fn compare_kernel(op: CompareOp) -> &'static str {
+                match op {
+                    CompareOp::Eq => concat!("eq_", $name),
+                    CompareOp::Ne => concat!("ne_", $name),
+                    CompareOp::Lt => concat!("lt_", $name),
+                    CompareOp::Le => concat!("le_", $name),
+                    CompareOp::Gt => concat!("gt_", $name),
+                    CompareOp::Ge => concat!("ge_", $name),
+                }
+            }
+            #[inline]
+            fn compare(op: CompareOp, a: Self, b: Self) -> bool {
+                op.apply(a, b)
             }
             fn unary_kernel(op: UnaryOp) -> Option<&'static str> {
                 Some(match op {
@@ -349,6 +449,7 @@ macro_rules! int_element {
                     BinaryOp::Div => a.checked_div(b).unwrap_or(0),
                     BinaryOp::Maximum => a.max(b),
                     BinaryOp::Minimum => a.min(b),
+                    BinaryOp::Pow => a,
                 }
             }
             #[inline]

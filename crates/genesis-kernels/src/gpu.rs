@@ -7,7 +7,7 @@ use std::ffi::c_void;
 
 use genesis_cuda::{Kernel, LaunchConfig, Stream};
 
-use crate::{BinaryOp, Element, Result, UnaryOp, images};
+use crate::{BinaryOp, CompareOp, Element, Result, UnaryOp, images};
 
 /// Threads per block of the elementwise kernels (`GX_THREADS` in `elementwise.cu`).
 pub const ELEMENTWISE_THREADS: u32 = 256;
@@ -108,6 +108,91 @@ pub unsafe fn unary<T: Element>(
     // SAFETY: the parameters match `<op>_<T>(const T*, T*, uint64_t, int)`; the caller
     // guarantees the addresses.
     unsafe { kernel.launch(stream, config, &mut params)? };
+    Ok(())
+}
+
+fn grid_stride_config(stream: &Stream, n: usize) -> LaunchConfig {
+    elementwise_config(stream, n, 1, false)
+}
+
+/// Queues `out[i] = (a[i] op b[i]) as u8` for `i < n` on `stream`.
+///
+/// # Safety
+///
+/// `a` and `b` must be device addresses on the stream's device valid for `n` elements of `T`,
+/// `out` for `n` bytes, until the launch completes.
+pub unsafe fn compare<T: Element>(
+    stream: &Stream,
+    op: CompareOp,
+    a: u64,
+    b: u64,
+    out: u64,
+    n: usize,
+) -> Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    let kernel = Kernel::get(
+        stream.context(),
+        &images::ELEMENTWISE,
+        T::compare_kernel(op),
+    )?;
+    let (mut a, mut b, mut out, mut n64) = (a, b, out, n as u64);
+    let mut params: [*mut c_void; 4] = [
+        (&raw mut a).cast(),
+        (&raw mut b).cast(),
+        (&raw mut out).cast(),
+        (&raw mut n64).cast(),
+    ];
+    // SAFETY: the parameters match `<op>_<T>(const T*, const T*, uint8_t*, uint64_t)`; the
+    // caller guarantees the addresses.
+    unsafe { kernel.launch(stream, grid_stride_config(stream, n), &mut params)? };
+    Ok(())
+}
+
+/// Queues `out[i] = cond[i] ? a[i] : b[i]` for `i < n` elements of `elem_bytes` bytes (1, 2,
+/// 4 or 8) on `stream`.
+///
+/// # Safety
+///
+/// `cond` must be valid for `n` bytes, `a`, `b` and `out` for `n` elements, all device memory
+/// of the stream's device (aligned for the element size) until the launch completes.
+pub unsafe fn select(
+    stream: &Stream,
+    elem_bytes: usize,
+    cond: u64,
+    a: u64,
+    b: u64,
+    out: u64,
+    n: usize,
+) -> Result<()> {
+    let name = match elem_bytes {
+        1 => "where_e1",
+        2 => "where_e2",
+        4 => "where_e4",
+        8 => "where_e8",
+        _ => {
+            return Err(crate::Error::Unsupported {
+                op: "where",
+                reason: format!("element size {elem_bytes}"),
+            });
+        }
+    };
+    if n == 0 {
+        return Ok(());
+    }
+    let kernel = Kernel::get(stream.context(), &images::ELEMENTWISE, name)?;
+    let (mut c, mut a, mut b, mut out, mut n64) = (cond, a, b, out, n as u64);
+    let mut params: [*mut c_void; 5] = [
+        (&raw mut c).cast(),
+        (&raw mut a).cast(),
+        (&raw mut b).cast(),
+        (&raw mut out).cast(),
+        (&raw mut n64).cast(),
+    ];
+    // SAFETY: the parameters match `where_eN(const uint8_t*, const T*, const T*, T*,
+    // uint64_t)`; the caller guarantees the addresses.
+    unsafe { kernel.launch(stream, grid_stride_config(stream, n), &mut params)? };
     Ok(())
 }
 

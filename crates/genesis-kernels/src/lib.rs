@@ -21,7 +21,7 @@ pub mod index;
 pub mod reduce;
 
 pub use copy::{MAX_DIMS, Scalar, StridedCopy, StridedCopy32};
-pub use element::{BinaryOp, Element, UnaryOp};
+pub use element::{BinaryOp, CompareOp, Element, UnaryOp};
 pub use reduce::{ReduceOp, ReduceShape};
 
 /// Errors of kernel launches and their CPU twins.

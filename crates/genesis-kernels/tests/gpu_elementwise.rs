@@ -7,7 +7,7 @@ use std::sync::Arc;
 use genesis_cuda::{
     Context, DeviceBuffer, Error as CudaError, KernelImage, Stream, skip_without_gpu,
 };
-use genesis_kernels::{BinaryOp, Element, UnaryOp, cpu, gpu};
+use genesis_kernels::{BinaryOp, CompareOp, Element, UnaryOp, cpu, gpu};
 use half::{bf16, f16};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -185,10 +185,78 @@ fn check_binary<T: Random + Default>(
         "wrote before the range"
     );
     let got: Vec<T> = from_bytes(&out_bytes[offset * size_of::<T>()..]);
-    if let Some((i, g, w)) = first_difference(&got, &want) {
-        panic!(
-            "{}_{} n={n} offset={offset}: element {i}: gpu {g:?} cpu {w:?}",
-            op.name(),
+    if op.exact_twin() {
+        if let Some((i, g, w)) = first_difference(&got, &want) {
+            panic!(
+                "{}_{} n={n} offset={offset}: element {i}: gpu {g:?} cpu {w:?}",
+                op.name(),
+                T::NAME
+            );
+        }
+    } else {
+        for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+            let d = T::ulps_apart(g, w);
+            assert!(
+                d <= 4 || (g.tiny() && w.tiny()),
+                "{}_{} n={n} offset={offset}: element {i}: gpu {g:?} cpu {w:?} ({d} ulp)",
+                op.name(),
+                T::NAME
+            );
+        }
+    }
+}
+
+/// Comparisons and `where` on `n` elements against the CPU twins. Half of the second operand
+/// repeats the first, so that equality is common.
+fn check_compare_select<T: Random + Default>(ctx: &Arc<Context>, rng: &mut SmallRng, n: usize) {
+    let a: Vec<T> = (0..n).map(|_| T::random(rng)).collect();
+    let b: Vec<T> = a
+        .iter()
+        .map(|&x| {
+            if rng.random_bool(0.5) {
+                x
+            } else {
+                T::random(rng)
+            }
+        })
+        .collect();
+    let da = DeviceBuffer::from_host(ctx, bytes_of(&a)).unwrap();
+    let db = DeviceBuffer::from_host(ctx, bytes_of(&b)).unwrap();
+    let dc = DeviceBuffer::from_host(ctx, &vec![0xA5u8; n.max(1)]).unwrap();
+    let s = Stream::new(ctx).unwrap();
+    for op in CompareOp::ALL {
+        let mut want = vec![0u8; n];
+        cpu::compare(op, &a, &b, &mut want).unwrap();
+        // SAFETY: the buffers hold n elements and outlive the synchronize below.
+        unsafe {
+            gpu::compare::<T>(&s, op, da.device_ptr(), db.device_ptr(), dc.device_ptr(), n)
+                .unwrap();
+        }
+        s.synchronize().unwrap();
+        let got = dc.to_host_vec().unwrap();
+        assert_eq!(&got[..n], &want[..], "{}_{} n={n}", op.name(), T::NAME);
+        // where(a < b ... , a, b) with that mask.
+        let mut want_sel = vec![T::default(); n];
+        cpu::select(&want, &a, &b, &mut want_sel).unwrap();
+        let dout = DeviceBuffer::alloc(ctx, (n * size_of::<T>()).max(1)).unwrap();
+        // SAFETY: as above.
+        unsafe {
+            gpu::select(
+                &s,
+                size_of::<T>(),
+                dc.device_ptr(),
+                da.device_ptr(),
+                db.device_ptr(),
+                dout.device_ptr(),
+                n,
+            )
+            .unwrap();
+        }
+        s.synchronize().unwrap();
+        let got_sel: Vec<T> = from_bytes(&dout.to_host_vec().unwrap()[..n * size_of::<T>()]);
+        assert!(
+            got_sel.iter().zip(&want_sel).all(|(g, w)| T::same(*g, *w)),
+            "where_{} n={n}",
             T::NAME
         );
     }
@@ -253,6 +321,9 @@ fn run_all<T: Random + Default>(seed: u64) {
                 }
                 check_binary::<T>(&ctx, &mut rng, op, n, 0);
                 check_binary::<T>(&ctx, &mut rng, op, n, 1);
+            }
+            if n <= 65_537 {
+                check_compare_select::<T>(&ctx, &mut rng, n);
             }
             for op in UnaryOp::ALL {
                 if T::unary_kernel(op).is_some() {

@@ -1403,4 +1403,5 @@ mod tests {
 }
 
 mod reduce;
+mod select;
 pub use reduce::{Reduced, reduce_dtype};

@@ -16,12 +16,13 @@
 #![warn(missing_docs)]
 
 mod error;
+mod ops;
 mod reduce;
 mod tensor;
 
 pub use error::{Error, Result};
 pub use genesis_index::{IndexItem, IndexTensor, s};
-pub use genesis_storage::{BinaryOp, ReduceOp, UnaryOp};
+pub use genesis_storage::{BinaryOp, CompareOp, ReduceOp, UnaryOp};
 pub use genesis_storage::{DType, Device, Layout, WithDType};
 pub use half::{bf16, f16};
 pub use tensor::{Tensor, broadcast_shape};

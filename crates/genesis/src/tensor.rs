@@ -57,6 +57,23 @@ impl Tensor {
         Tensor::from_storage(Storage::from_slice(data, device)?, shape)
     }
 
+    /// A `Bool` tensor of `shape` holding `data` (row-major) on `device`: masks for indexing
+    /// and conditions for [`Tensor::where_cond`].
+    #[track_caller]
+    pub fn from_bools(data: &[bool], shape: &[usize], device: Device) -> Result<Tensor> {
+        let n = numel_of("from_bools", shape)?;
+        if n != data.len() {
+            return Err(Error::DataLength {
+                op: "from_bools",
+                shape: shape.to_vec(),
+                expected: n,
+                got: data.len(),
+            });
+        }
+        let bytes: Vec<u8> = data.iter().map(|&b| u8::from(b)).collect();
+        Tensor::from_storage(Storage::from_bytes(&bytes, DType::Bool, device)?, shape)
+    }
+
     /// A tensor of `shape` with every element `value`.
     #[track_caller]
     pub fn full<T: WithDType>(shape: &[usize], value: T, device: Device) -> Result<Tensor> {
@@ -210,6 +227,19 @@ impl Tensor {
             });
         }
         Ok(self.view.contiguous()?.to_vec::<T>()?)
+    }
+
+    /// The elements of a `Bool` tensor, row-major, copied to the host.
+    pub fn to_bool_vec(&self) -> Result<Vec<bool>> {
+        if self.dtype() != DType::Bool {
+            return Err(Error::DTypeMismatch {
+                op: "to_bool_vec",
+                lhs: self.dtype(),
+                rhs: DType::Bool,
+            });
+        }
+        let bytes = self.view.contiguous()?.to_bytes()?;
+        Ok(bytes.into_iter().map(|b| b != 0).collect())
     }
 
     /// A view with another shape (one entry may be -1); an error when the strides do not allow
@@ -586,7 +616,7 @@ impl Tensor {
         self.unary_(UnaryOp::Relu)
     }
 
-    fn in_place_start(&self, op: &'static str) -> Result<usize> {
+    pub(crate) fn in_place_start(&self, op: &'static str) -> Result<usize> {
         if !self.is_contiguous() {
             return Err(Error::InvalidArgument {
                 op,
@@ -600,7 +630,7 @@ impl Tensor {
         Ok(self.layout().offset())
     }
 
-    fn exclusive_storage(&mut self, op: &'static str) -> Result<&mut Storage> {
+    pub(crate) fn exclusive_storage(&mut self, op: &'static str) -> Result<&mut Storage> {
         Arc::get_mut(self.view_storage_mut()).ok_or(Error::InvalidArgument {
             op,
             reason: "the tensor shares its storage with other tensors; an in-place op needs an exclusive handle (drop the other views, or work on a copy)".into(),
@@ -649,7 +679,7 @@ impl Tensor {
     /// This tensor's elements in row-major order at `shape` as `(storage, first element)`:
     /// its own storage when it is contiguous at that shape (no copy), otherwise a contiguous
     /// temporary gathered by the strided-copy kernel.
-    fn dense_operand(&self, shape: &[usize]) -> Result<(Arc<Storage>, usize)> {
+    pub(crate) fn dense_operand(&self, shape: &[usize]) -> Result<(Arc<Storage>, usize)> {
         if self.shape() == shape && self.is_contiguous() {
             return Ok((Arc::clone(self.view.storage()), self.layout().offset()));
         }
@@ -662,7 +692,7 @@ impl Tensor {
     }
 
     /// A 0-dimensional tensor holding `value` in `self`'s dtype, on `self`'s device.
-    fn scalar_like(&self, op: &'static str, value: f64) -> Result<Tensor> {
+    pub(crate) fn scalar_like(&self, op: &'static str, value: f64) -> Result<Tensor> {
         let dtype = self.dtype();
         if !dtype.is_float() && (value.fract() != 0.0 || !value.is_finite()) {
             return Err(Error::ScalarOutOfRange { op, value, dtype });
@@ -677,7 +707,7 @@ impl Tensor {
         Tensor::from_storage(host.to_device(self.device())?, &[])
     }
 
-    fn check_operands(&self, op: &'static str, other: &Tensor) -> Result<()> {
+    pub(crate) fn check_operands(&self, op: &'static str, other: &Tensor) -> Result<()> {
         if self.dtype() != other.dtype() {
             return Err(Error::DTypeMismatch {
                 op,

@@ -1,7 +1,7 @@
 //! Binary elementwise ops with broadcasting, against f64 references computed here, on CPU and
 //! (when present) CUDA, for every kernel dtype, with odd, empty, broadcast and strided shapes.
 
-use genesis::{BinaryOp, DType, Device, Error, Tensor, UnaryOp, broadcast_shape};
+use genesis::{BinaryOp, CompareOp, DType, Device, Error, Tensor, UnaryOp, broadcast_shape};
 
 mod common;
 use common::{Release, devices};
@@ -66,6 +66,7 @@ fn reference(op: BinaryOp, x: f64, y: f64) -> f64 {
         BinaryOp::Div => x / y,
         BinaryOp::Maximum => x.max(y),
         BinaryOp::Minimum => x.min(y),
+        BinaryOp::Pow => x.powf(y),
     }
 }
 
@@ -104,6 +105,27 @@ fn same(got: &[f64], want: &[f64]) -> bool {
             .all(|(g, w)| g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()) || g == w)
 }
 
+/// Within 4 units in the last place of `dtype` (ops computed through the math library), or
+/// both NaN, or the same infinity. Subnormal results get the smallest normal's spacing.
+fn close(got: &[f64], want: &[f64], dtype: DType) -> bool {
+    let (eps, tiny) = match dtype {
+        DType::F32 => (f64::from(f32::EPSILON), f64::from(f32::MIN_POSITIVE)),
+        DType::F16 => (
+            genesis::f16::EPSILON.to_f64(),
+            genesis::f16::MIN_POSITIVE.to_f64(),
+        ),
+        DType::BF16 => (
+            genesis::bf16::EPSILON.to_f64(),
+            genesis::bf16::MIN_POSITIVE.to_f64(),
+        ),
+        _ => (0.0, 0.0),
+    };
+    got.len() == want.len()
+        && got.iter().zip(want).all(|(&g, &w)| {
+            g == w || (g.is_nan() && w.is_nan()) || (g - w).abs() <= 4.0 * eps * w.abs().max(tiny)
+        })
+}
+
 const SHAPES: &[(&[usize], &[usize])] = &[
     (&[7], &[7]),
     (&[3, 1, 5], &[4, 1]),
@@ -123,7 +145,7 @@ fn binary_ops_broadcast_and_match_f64_references() {
     for dev in devices() {
         for dtype in DTYPES {
             for op in BinaryOp::ALL {
-                if op == BinaryOp::Div && !dtype.is_float() {
+                if op.float_only() && !dtype.is_float() {
                     continue;
                 }
                 for (k, &(sa, sb)) in SHAPES.iter().enumerate() {
@@ -139,8 +161,13 @@ fn binary_ops_broadcast_and_match_f64_references() {
                     assert_eq!((got.dtype(), got.device()), (dtype, dev));
                     let got = got.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap();
                     let want = expected(op, (&va, sa), (&vb, sb), dtype);
+                    let ok = if op.exact_twin() {
+                        same(&got, &want)
+                    } else {
+                        close(&got, &want, dtype)
+                    };
                     assert!(
-                        same(&got, &want),
+                        ok,
                         "{} {dtype} {sa:?} {sb:?} on {dev}:\n got {:?}\nwant {:?}",
                         op.name(),
                         &got[..got.len().min(8)],
@@ -433,5 +460,333 @@ fn allocations(dev: Device) -> i64 {
         #[cfg(feature = "cuda")]
         Device::Cuda(i) => genesis::cuda::memory_stats(i).unwrap()["allocation.all.allocated"],
         _ => 0,
+    }
+}
+
+fn compare_reference(op: CompareOp, x: f64, y: f64) -> bool {
+    match op {
+        CompareOp::Eq => x == y,
+        CompareOp::Ne => x != y,
+        CompareOp::Lt => x < y,
+        CompareOp::Le => x <= y,
+        CompareOp::Gt => x > y,
+        CompareOp::Ge => x >= y,
+    }
+}
+
+/// `f(x, y)` over the broadcast of two operands, against the f64 values they hold.
+fn broadcast_map<R>(
+    a: (&[f64], &[usize]),
+    b: (&[f64], &[usize]),
+    f: impl Fn(f64, f64) -> R,
+) -> Vec<R> {
+    let out = broadcast_shape("test", a.1, b.1).unwrap();
+    let n: usize = out.iter().product();
+    let mut idx = vec![0usize; out.len()];
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        v.push(f(
+            a.0[source_index(&idx, a.1)],
+            b.0[source_index(&idx, b.1)],
+        ));
+        for d in (0..out.len()).rev() {
+            idx[d] += 1;
+            if idx[d] < out[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    v
+}
+
+#[test]
+fn comparisons_broadcast_to_bools_and_match_f64_references() {
+    let _serial = serial();
+    let _release = Release;
+    for dev in devices() {
+        for dtype in DTYPES {
+            for op in CompareOp::ALL {
+                for (k, &(sa, sb)) in SHAPES.iter().enumerate() {
+                    let na: usize = sa.iter().product();
+                    let nb: usize = sb.iter().product();
+                    // Few distinct values, so that equality is met often.
+                    let small = |v: Vec<f64>| {
+                        v.into_iter()
+                            .map(|x| (x / 16.0).round())
+                            .collect::<Vec<_>>()
+                    };
+                    let (a, va) = tensor(&small(values(na, k as u64, dtype)), sa, dtype, dev);
+                    let (b, vb) = tensor(&small(values(nb, 50 + k as u64, dtype)), sb, dtype, dev);
+                    let got = a.compare(op, &b).unwrap();
+                    assert_eq!((got.dtype(), got.device()), (DType::Bool, dev));
+                    assert_eq!(
+                        got.shape(),
+                        broadcast_shape("t", sa, sb).unwrap().as_slice()
+                    );
+                    let want =
+                        broadcast_map((&va, sa), (&vb, sb), |x, y| compare_reference(op, x, y));
+                    assert_eq!(
+                        got.to_bool_vec().unwrap(),
+                        want,
+                        "{} {dtype} {sa:?} {sb:?} on {dev}",
+                        op.name()
+                    );
+                }
+            }
+        }
+        // NaN compares unequal to everything, itself included; scalars convert to the dtype.
+        let x = Tensor::from_slice(&[1.0f32, f32::NAN, 3.0], &[3], dev).unwrap();
+        assert_eq!(
+            x.eq(&x).unwrap().to_bool_vec().unwrap(),
+            [true, false, true]
+        );
+        assert_eq!(
+            x.ne(&x).unwrap().to_bool_vec().unwrap(),
+            [false, true, false]
+        );
+        assert_eq!(
+            x.ge_scalar(1.0).unwrap().to_bool_vec().unwrap(),
+            [true, false, true]
+        );
+        assert_eq!(
+            x.lt_scalar(2.0).unwrap().to_bool_vec().unwrap(),
+            [true, false, false]
+        );
+        let i = Tensor::from_slice(&[1i64, 2, 3], &[3], dev).unwrap();
+        assert_eq!(
+            i.gt_scalar(1.0).unwrap().to_bool_vec().unwrap(),
+            [false, true, true]
+        );
+        assert_eq!(
+            i.le_scalar(2.0).unwrap().to_bool_vec().unwrap(),
+            [true, true, false]
+        );
+        assert!(matches!(
+            i.lt_scalar(1.5),
+            Err(Error::ScalarOutOfRange { .. })
+        ));
+        // Strided operands.
+        let m = Tensor::arange(0.0, 6.0, 1.0, DType::F32, dev)
+            .unwrap()
+            .reshape(&[2, 3])
+            .unwrap();
+        let mt = m.t().unwrap();
+        assert_eq!(
+            mt.gt_scalar(2.0).unwrap().to_bool_vec().unwrap(),
+            [false, true, false, true, false, true]
+        );
+        // Mismatches are errors naming both operands.
+        let f = Tensor::zeros(&[3], DType::F32, dev).unwrap();
+        assert!(matches!(
+            f.eq(&i),
+            Err(Error::DTypeMismatch { op: "eq", .. })
+        ));
+        let g = Tensor::zeros(&[2], DType::F32, dev).unwrap();
+        assert!(matches!(
+            f.lt(&g),
+            Err(Error::ShapeMismatch { op: "lt", .. })
+        ));
+        let b = f.eq(&f).unwrap();
+        assert!(b.eq(&b).is_err(), "bools do not compare");
+    }
+}
+
+#[test]
+fn where_selects_with_three_way_broadcasting_for_every_dtype() {
+    let _serial = serial();
+    let _release = Release;
+    for dev in devices() {
+        for dtype in [
+            DType::F32,
+            DType::F16,
+            DType::BF16,
+            DType::I32,
+            DType::I64,
+            DType::F64,
+            DType::U8,
+        ] {
+            // cond [2, 1, 3], a [4, 1], b [] -> [2, 4, 3]
+            let cbits = [true, false, true, false, false, true];
+            let cond = Tensor::from_bools(&cbits, &[2, 1, 3], dev).unwrap();
+            let va = [1.0, 2.0, 3.0, 4.0];
+            let a = Tensor::from_slice(&va, &[4, 1], dev)
+                .unwrap()
+                .to_dtype(dtype)
+                .unwrap();
+            let b = Tensor::full(&[], 9.0f64, dev)
+                .unwrap()
+                .to_dtype(dtype)
+                .unwrap();
+            let got = Tensor::where_cond(&cond, &a, &b).unwrap();
+            assert_eq!(got.shape(), [2, 4, 3]);
+            assert_eq!((got.dtype(), got.device()), (dtype, dev));
+            let mut want = Vec::new();
+            for i in 0..2 {
+                for &aj in &va {
+                    for k in 0..3 {
+                        want.push(if cbits[i * 3 + k] { aj } else { 9.0 });
+                    }
+                }
+            }
+            assert_eq!(f64s(&got), want, "{dtype} on {dev}");
+        }
+        // Conditions from comparisons; empty shapes; odd lengths.
+        let n = 1001;
+        let vx = values(n, 3, DType::F32);
+        let (x, vx) = tensor(&vx, &[n], DType::F32, dev);
+        let zero = Tensor::zeros(&[], DType::F32, dev).unwrap();
+        let relu = Tensor::where_cond(&x.gt_scalar(0.0).unwrap(), &x, &zero).unwrap();
+        let want: Vec<f64> = vx.iter().map(|&v| if v > 0.0 { v } else { 0.0 }).collect();
+        assert_eq!(f64s(&relu), want);
+        let e = Tensor::zeros(&[0, 3], DType::F32, dev).unwrap();
+        let ec = e.gt(&e).unwrap();
+        assert_eq!(Tensor::where_cond(&ec, &e, &e).unwrap().shape(), [0, 3]);
+        // Errors: a non-bool condition, mismatched values, shapes that do not broadcast.
+        assert!(matches!(
+            Tensor::where_cond(&x, &x, &x),
+            Err(Error::InvalidArgument { op: "where", .. })
+        ));
+        let xi = x.to_dtype(DType::I32).unwrap();
+        let c = x.gt_scalar(0.0).unwrap();
+        assert!(matches!(
+            Tensor::where_cond(&c, &x, &xi),
+            Err(Error::DTypeMismatch { .. })
+        ));
+        let short = Tensor::zeros(&[2], DType::F32, dev).unwrap();
+        assert!(matches!(
+            Tensor::where_cond(&c, &x, &short),
+            Err(Error::ShapeMismatch { .. })
+        ));
+    }
+}
+
+#[test]
+fn pow_with_tensor_and_scalar_exponents() {
+    let _serial = serial();
+    let _release = Release;
+    for dev in devices() {
+        for dtype in [DType::F32, DType::F16, DType::BF16] {
+            let base = [0.5, 2.0, 3.0, 10.0, 0.0, 1.5];
+            let (x, vx) = tensor(&base, &[2, 3], dtype, dev);
+            let got = f64s(&x.pow_scalar(2.0).unwrap());
+            let want: Vec<f64> = vx.iter().map(|v| round_to(v * v, dtype)).collect();
+            assert!(
+                close(&got, &want, dtype),
+                "{dtype} on {dev}: {got:?} vs {want:?}"
+            );
+            let (e, ve) = tensor(&[0.5, -1.0, 3.0], &[3], dtype, dev);
+            let got = f64s(&x.pow(&e).unwrap());
+            let want = broadcast_map((&vx, &[2, 3]), (&ve, &[3]), |a, b| {
+                round_to(a.powf(b), dtype)
+            });
+            assert!(
+                close(&got, &want, dtype),
+                "{dtype} on {dev}: {got:?} vs {want:?}"
+            );
+        }
+        let i = Tensor::from_slice(&[2i32], &[1], dev).unwrap();
+        assert!(i.pow_scalar(2.0).is_err(), "pow is for float dtypes");
+    }
+}
+
+#[test]
+fn out_forms_write_into_the_given_tensor_and_allocate_nothing() {
+    let _serial = serial();
+    let _release = Release;
+    for dev in devices() {
+        for dtype in DTYPES {
+            let n = 4097;
+            let (a, va) = tensor(&values(n, 1, dtype), &[n], dtype, dev);
+            let (b, vb) = tensor(&values(n, 2, dtype), &[n], dtype, dev);
+            let mut out = Tensor::zeros(&[n], dtype, dev).unwrap();
+            for op in BinaryOp::ALL {
+                if op.float_only() && !dtype.is_float() {
+                    continue;
+                }
+                let before = allocations(dev);
+                a.binary_out(op, &b, &mut out).unwrap();
+                assert_eq!(
+                    allocations(dev),
+                    before,
+                    "{} {dtype} on {dev} allocated",
+                    op.name()
+                );
+                let want = expected(op, (&va, &[n]), (&vb, &[n]), dtype);
+                let got = f64s(&out);
+                let ok = if op.exact_twin() {
+                    same(&got, &want)
+                } else {
+                    close(&got, &want, dtype)
+                };
+                assert!(ok, "{}_out {dtype} on {dev}", op.name());
+                assert!(same(&f64s(&out), &f64s(&a.binary(op, &b).unwrap())));
+            }
+            if dtype.is_float() {
+                let before = allocations(dev);
+                a.exp_out(&mut out).unwrap();
+                assert_eq!(
+                    allocations(dev),
+                    before,
+                    "exp_out {dtype} on {dev} allocated"
+                );
+                assert_eq!(f64s(&out), f64s(&a.exp().unwrap()));
+            }
+            a.unary_out(UnaryOp::Neg, &mut out).unwrap();
+            assert_eq!(f64s(&out), va.iter().map(|v| -v).collect::<Vec<_>>());
+        }
+        // Broadcast operands and an out at an offset inside a larger tensor.
+        let a = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3], dev).unwrap();
+        let row = Tensor::from_slice(&[10.0f32, 20.0, 30.0], &[3], dev).unwrap();
+        let mut out = Tensor::zeros(&[2, 3], DType::F32, dev).unwrap();
+        a.add_out(&row, &mut out).unwrap();
+        assert_eq!(
+            out.to_vec::<f32>().unwrap(),
+            [11.0, 22.0, 33.0, 14.0, 25.0, 36.0]
+        );
+        a.mul_out(&row, &mut out).unwrap();
+        assert_eq!(
+            out.to_vec::<f32>().unwrap(),
+            [10.0, 40.0, 90.0, 40.0, 100.0, 180.0]
+        );
+        let mut tail = Tensor::zeros(&[8], DType::F32, dev)
+            .unwrap()
+            .narrow(0, 5, 3)
+            .unwrap();
+        row.sub_out(&row, &mut tail).unwrap();
+        row.div_out(&row, &mut tail).unwrap();
+        assert_eq!(tail.to_vec::<f32>().unwrap(), [1.0, 1.0, 1.0]);
+        // Refused: wrong shape (no resizing), dtype, device, non-contiguous or shared out; out
+        // is left unchanged.
+        let keep = out.to_vec::<f32>().unwrap();
+        let mut small = Tensor::zeros(&[3], DType::F32, dev).unwrap();
+        assert!(matches!(
+            a.add_out(&row, &mut small),
+            Err(Error::InvalidArgument { op: "add", .. })
+        ));
+        let mut wrong = Tensor::zeros(&[2, 3], DType::F16, dev).unwrap();
+        assert!(matches!(
+            a.add_out(&a, &mut wrong),
+            Err(Error::DTypeMismatch { .. })
+        ));
+        let mut strided = Tensor::zeros(&[3, 2], DType::F32, dev)
+            .unwrap()
+            .t()
+            .unwrap();
+        assert!(a.add_out(&a, &mut strided).is_err());
+        let alias = out.clone();
+        assert!(
+            a.add_out(&a, &mut out).is_err(),
+            "out shared with another tensor"
+        );
+        drop(alias);
+        assert_eq!(out.to_vec::<f32>().unwrap(), keep);
+        if dev != Device::Cpu {
+            let mut host = Tensor::zeros(&[2, 3], DType::F32, Device::Cpu).unwrap();
+            assert!(matches!(
+                a.add_out(&a, &mut host),
+                Err(Error::DeviceMismatch { .. })
+            ));
+        }
     }
 }

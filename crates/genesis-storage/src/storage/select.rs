@@ -1,0 +1,228 @@
+//! Comparisons to bools, `where` selection, and elementwise ops written into a given storage
+//! (the facade's `_out` forms).
+
+#[cfg(feature = "cuda")]
+use super::{Inner, legacy};
+use super::{Storage, byte_len, check_float_only};
+use crate::{CpuStorage, DType, Error, Result};
+use genesis_kernels::{BinaryOp, CompareOp, UnaryOp};
+
+impl Storage {
+    /// `self[a_start + i] op other[b_start + i]` for `i < len` as a new `Bool` storage (f32,
+    /// f16, bf16, i32, i64; IEEE comparisons, NaN unequal to everything).
+    #[track_caller]
+    pub fn compare_at(
+        &self,
+        op: CompareOp,
+        a_start: usize,
+        other: &Storage,
+        b_start: usize,
+        len: usize,
+    ) -> Result<Storage> {
+        let name = op.name();
+        self.check_binary_types(name, other)?;
+        self.check_range(name, a_start, len)?;
+        other.check_range(name, b_start, len)?;
+        let dtype = self.dtype;
+        match (&self.inner, &other.inner) {
+            #[cfg(feature = "cuda")]
+            (Inner::Cuda(a), Inner::Cuda(b)) => {
+                crate::dispatch_kernel_dtype!(dtype, T => {
+                    let out = crate::cuda::CudaMem::new(a.ordinal(), len)?;
+                    let (pa, pb) = (
+                        a.ptr() + (a_start * size_of::<T>()) as u64,
+                        b.ptr() + (b_start * size_of::<T>()) as u64,
+                    );
+                    // SAFETY: ranges checked; all three live until the launch completes (the
+                    // pool reuses memory in stream order).
+                    unsafe { genesis_kernels::gpu::compare::<T>(&legacy(a), op, pa, pb, out.ptr(), len)? };
+                    Ok(Storage::make(Inner::Cuda(out), DType::Bool, len))
+                }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
+            }
+            _ => {
+                crate::dispatch_kernel_dtype!(dtype, T => {
+                    let mut out = CpuStorage::zeroed(len);
+                    genesis_kernels::cpu::compare::<T>(
+                        op,
+                        &self.as_slice::<T>()?[a_start..a_start + len],
+                        &other.as_slice::<T>()?[b_start..b_start + len],
+                        out.as_mut_slice::<u8>(),
+                    )?;
+                    Ok(Storage::cpu(out, DType::Bool, len))
+                }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
+            }
+        }
+    }
+
+    /// `cond[c_start + i] ? a[a_start + i] : b[b_start + i]` for `i < len` as a new storage of
+    /// `a`'s dtype (any dtype; `cond` must be `Bool`, all on one device).
+    #[track_caller]
+    pub fn select_at(
+        cond: (&Storage, usize),
+        a: (&Storage, usize),
+        b: (&Storage, usize),
+        len: usize,
+    ) -> Result<Storage> {
+        let name = "where";
+        let ((c, cs), (a, as_), (b, bs)) = (cond, a, b);
+        if c.dtype != DType::Bool {
+            return Err(Error::UnsupportedDType {
+                op: name,
+                dtype: c.dtype,
+            });
+        }
+        a.check_binary_types(name, b)?;
+        if c.device() != a.device() {
+            return Err(Error::DeviceMismatch {
+                op: name,
+                lhs: c.device(),
+                rhs: a.device(),
+            });
+        }
+        c.check_range(name, cs, len)?;
+        a.check_range(name, as_, len)?;
+        b.check_range(name, bs, len)?;
+        let dtype = a.dtype;
+        let es = dtype.size();
+        let nbytes = byte_len(len, dtype)?;
+        match (&c.inner, &a.inner, &b.inner) {
+            #[cfg(feature = "cuda")]
+            (Inner::Cuda(cm), Inner::Cuda(am), Inner::Cuda(bm)) => {
+                let out = crate::cuda::CudaMem::new(am.ordinal(), nbytes)?;
+                // SAFETY: ranges checked; all live until the launch completes (stream-ordered
+                // reuse).
+                unsafe {
+                    genesis_kernels::gpu::select(
+                        &legacy(am),
+                        es,
+                        cm.ptr() + cs as u64,
+                        am.ptr() + (as_ * es) as u64,
+                        bm.ptr() + (bs * es) as u64,
+                        out.ptr(),
+                        len,
+                    )?
+                };
+                Ok(Storage::make(Inner::Cuda(out), dtype, len))
+            }
+            _ => {
+                let host = |s: &Storage| -> Result<Vec<u8>> {
+                    s.host_bytes().map(<[u8]>::to_vec).ok_or(Error::NotOnHost {
+                        op: name,
+                        device: s.device(),
+                    })
+                };
+                let (cb, ab, bb) = (host(c)?, host(a)?, host(b)?);
+                let mut out = CpuStorage::zeroed(nbytes);
+                let o = out.as_mut_slice::<u8>();
+                for i in 0..len {
+                    let src = if cb[cs + i] != 0 {
+                        &ab[(as_ + i) * es..]
+                    } else {
+                        &bb[(bs + i) * es..]
+                    };
+                    o[i * es..(i + 1) * es].copy_from_slice(&src[..es]);
+                }
+                Ok(Storage::cpu(out, dtype, len))
+            }
+        }
+    }
+
+    /// `out[out_start + i] = op(self[a_start + i], other[b_start + i])` for `i < len`: writes
+    /// into an existing storage (allocates nothing). `out` may not be `self` or `other` (the
+    /// borrow rules see to it); it must have their dtype and device.
+    #[track_caller]
+    #[allow(clippy::too_many_arguments)]
+    pub fn binary_into(
+        &self,
+        op: BinaryOp,
+        a_start: usize,
+        other: &Storage,
+        b_start: usize,
+        out: &mut Storage,
+        out_start: usize,
+        len: usize,
+    ) -> Result<()> {
+        let name = op.name();
+        self.check_binary_types(name, other)?;
+        self.check_binary_types(name, out)?;
+        self.check_range(name, a_start, len)?;
+        other.check_range(name, b_start, len)?;
+        out.check_range(name, out_start, len)?;
+        let dtype = self.dtype;
+        check_float_only(name, op.float_only(), dtype)?;
+        match (&self.inner, &other.inner, &mut out.inner) {
+            #[cfg(feature = "cuda")]
+            (Inner::Cuda(a), Inner::Cuda(b), Inner::Cuda(o)) => {
+                crate::dispatch_kernel_dtype!(dtype, T => {
+                    let sz = size_of::<T>() as u64;
+                    // SAFETY: ranges checked; all three live until the launch completes.
+                    unsafe {
+                        genesis_kernels::gpu::binary::<T>(
+                            &legacy(a),
+                            op,
+                            a.ptr() + a_start as u64 * sz,
+                            b.ptr() + b_start as u64 * sz,
+                            o.ptr() + out_start as u64 * sz,
+                            len,
+                        )?
+                    };
+                    Ok(())
+                }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
+            }
+            _ => {
+                crate::dispatch_kernel_dtype!(dtype, T => {
+                    let a = &self.as_slice::<T>()?[a_start..a_start + len];
+                    let b = &other.as_slice::<T>()?[b_start..b_start + len];
+                    let o = &mut out.as_mut_slice::<T>()?[out_start..out_start + len];
+                    genesis_kernels::cpu::binary::<T>(op, a, b, o)?;
+                    Ok(())
+                }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
+            }
+        }
+    }
+
+    /// `out[out_start + i] = op(self[start + i])` for `i < len`, into an existing storage.
+    #[track_caller]
+    pub fn unary_into(
+        &self,
+        op: UnaryOp,
+        start: usize,
+        out: &mut Storage,
+        out_start: usize,
+        len: usize,
+    ) -> Result<()> {
+        let name = op.name();
+        self.check_binary_types(name, out)?;
+        self.check_range(name, start, len)?;
+        out.check_range(name, out_start, len)?;
+        let dtype = self.dtype;
+        check_float_only(name, op.float_only(), dtype)?;
+        match (&self.inner, &mut out.inner) {
+            #[cfg(feature = "cuda")]
+            (Inner::Cuda(a), Inner::Cuda(o)) => {
+                crate::dispatch_kernel_dtype!(dtype, T => {
+                    let sz = size_of::<T>() as u64;
+                    // SAFETY: ranges checked; both live until the launch completes.
+                    unsafe {
+                        genesis_kernels::gpu::unary::<T>(
+                            &legacy(a),
+                            op,
+                            a.ptr() + start as u64 * sz,
+                            o.ptr() + out_start as u64 * sz,
+                            len,
+                        )?
+                    };
+                    Ok(())
+                }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
+            }
+            _ => {
+                crate::dispatch_kernel_dtype!(dtype, T => {
+                    let a = &self.as_slice::<T>()?[start..start + len];
+                    let o = &mut out.as_mut_slice::<T>()?[out_start..out_start + len];
+                    genesis_kernels::cpu::unary::<T>(op, a, o)?;
+                    Ok(())
+                }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
+            }
+        }
+    }
+}

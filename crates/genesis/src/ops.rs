@@ -1,0 +1,218 @@
+//! Comparisons to bools, `where`, `pow`, and the `_out` forms that write into a given tensor.
+
+use crate::tensor::broadcast_shape;
+use crate::{BinaryOp, CompareOp, DType, Error, Result, Tensor, UnaryOp};
+
+/// Generates a named comparison against a tensor and against a scalar.
+macro_rules! comparisons {
+    ($($op:ident, $scalar:ident, $variant:ident, $doc:literal;)*) => {
+        impl Tensor {
+            $(
+                #[doc = concat!("`self ", $doc, " other` elementwise, broadcast, as a `Bool` tensor (see [`Tensor::compare`]).")]
+                #[track_caller]
+                pub fn $op(&self, other: &Tensor) -> Result<Tensor> {
+                    self.compare(CompareOp::$variant, other)
+                }
+
+                #[doc = concat!("`self ", $doc, " scalar` elementwise as a `Bool` tensor (see [`Tensor::compare_scalar`]).")]
+                #[track_caller]
+                pub fn $scalar(&self, scalar: f64) -> Result<Tensor> {
+                    self.compare_scalar(CompareOp::$variant, scalar)
+                }
+            )*
+        }
+    };
+}
+
+comparisons! {
+    eq, eq_scalar, Eq, "==";
+    ne, ne_scalar, Ne, "!=";
+    lt, lt_scalar, Lt, "<";
+    le, le_scalar, Le, "<=";
+    gt, gt_scalar, Gt, ">";
+    ge, ge_scalar, Ge, ">=";
+}
+
+impl Tensor {
+    /// `op(self, other)` elementwise with NumPy broadcasting, as a new `Bool` tensor. Both
+    /// operands must have the same dtype (f32, f16, bf16, i32, i64) and device. Comparisons
+    /// are IEEE's: NaN is unequal to everything, including itself.
+    ///
+    /// ```
+    /// use genesis::{DType, Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let x = Tensor::from_slice(&[1.0f32, 5.0, 3.0, f32::NAN], &[4], Device::Cpu)?;
+    /// let y = Tensor::from_slice(&[3.0f32], &[1], Device::Cpu)?;
+    /// let m = x.lt(&y)?;
+    /// assert_eq!(m.dtype(), DType::Bool);
+    /// assert_eq!(m.to_bool_vec()?, [true, false, false, false]);
+    /// assert_eq!(x.ne(&x)?.to_bool_vec()?, [false, false, false, true]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn compare(&self, op: CompareOp, other: &Tensor) -> Result<Tensor> {
+        let name = op.name();
+        self.check_operands(name, other)?;
+        let shape = broadcast_shape(name, self.shape(), other.shape())?;
+        let (a, a_start) = self.dense_operand(&shape)?;
+        let (b, b_start) = other.dense_operand(&shape)?;
+        let n = shape.iter().product();
+        Tensor::from_storage(a.compare_at(op, a_start, &b, b_start, n)?, &shape)
+    }
+
+    /// `op(self, scalar)` elementwise as a `Bool` tensor. The scalar is converted to `self`'s
+    /// dtype first; for integer dtypes it must be a whole number in range (otherwise
+    /// [`Error::ScalarOutOfRange`]; convert the tensor with `to_dtype` to compare with a
+    /// fraction).
+    #[track_caller]
+    pub fn compare_scalar(&self, op: CompareOp, scalar: f64) -> Result<Tensor> {
+        let s = self.scalar_like(op.name(), scalar)?;
+        self.compare(op, &s)
+    }
+
+    /// `cond ? a : b` elementwise, the three broadcast together (PyTorch's `torch.where`).
+    /// `cond` must be `Bool`; `a` and `b` share a dtype (any) and all three a device.
+    ///
+    /// ```
+    /// use genesis::{Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let x = Tensor::from_slice(&[-2.0f32, 3.0, -1.0, 4.0], &[2, 2], Device::Cpu)?;
+    /// let zero = Tensor::zeros(&[], x.dtype(), Device::Cpu)?;
+    /// let y = Tensor::where_cond(&x.gt_scalar(0.0)?, &x, &zero)?; // relu
+    /// assert_eq!(y.to_vec::<f32>()?, [0.0, 3.0, 0.0, 4.0]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn where_cond(cond: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        let name = "where";
+        if cond.dtype() != DType::Bool {
+            return Err(Error::InvalidArgument {
+                op: name,
+                reason: format!("the condition must be a bool tensor, not {}", cond.dtype()),
+            });
+        }
+        a.check_operands(name, b)?;
+        if cond.device() != a.device() {
+            return Err(Error::DeviceMismatch {
+                op: name,
+                lhs: cond.device(),
+                rhs: a.device(),
+            });
+        }
+        let shape = broadcast_shape(name, a.shape(), b.shape())?;
+        let shape = broadcast_shape(name, cond.shape(), &shape)?;
+        let (c, c_start) = cond.dense_operand(&shape)?;
+        let (x, x_start) = a.dense_operand(&shape)?;
+        let (y, y_start) = b.dense_operand(&shape)?;
+        let n = shape.iter().product();
+        let out =
+            genesis_storage::Storage::select_at((&c, c_start), (&x, x_start), (&y, y_start), n)?;
+        Tensor::from_storage(out, &shape)
+    }
+
+    /// `self ^ exponent` elementwise, broadcast (float dtypes; computed in f32 with CUDA's
+    /// `powf` on the GPU and Rust's on the CPU, within a few ulp of the exact value).
+    #[track_caller]
+    pub fn pow(&self, exponent: &Tensor) -> Result<Tensor> {
+        self.binary(BinaryOp::Pow, exponent)
+    }
+
+    /// `self ^ exponent` elementwise with a scalar exponent (float dtypes).
+    #[track_caller]
+    pub fn pow_scalar(&self, exponent: f64) -> Result<Tensor> {
+        self.binary_scalar(BinaryOp::Pow, exponent)
+    }
+
+    /// Writes `op(self, other)` into `out`, which must already have the broadcast shape,
+    /// the operands' dtype and device, be contiguous, and hold its storage alone (PyTorch's
+    /// `out=`). Nothing is allocated when both operands are contiguous at the output's shape.
+    /// On error `out` is unchanged.
+    ///
+    /// ```
+    /// use genesis::{BinaryOp, Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let a = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[3], Device::Cpu)?;
+    /// let mut out = Tensor::zeros_like(&a)?;
+    /// a.binary_out(BinaryOp::Mul, &a, &mut out)?;
+    /// assert_eq!(out.to_vec::<f32>()?, [1.0, 4.0, 9.0]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn binary_out(&self, op: BinaryOp, other: &Tensor, out: &mut Tensor) -> Result<()> {
+        let name = op.name();
+        self.check_operands(name, other)?;
+        let shape = broadcast_shape(name, self.shape(), other.shape())?;
+        let out_start = check_out(name, self, &shape, out)?;
+        let (a, a_start) = self.dense_operand(&shape)?;
+        let (b, b_start) = other.dense_operand(&shape)?;
+        let n = out.numel();
+        let dst = out.exclusive_storage(name)?;
+        a.binary_into(op, a_start, &b, b_start, dst, out_start, n)?;
+        Ok(())
+    }
+
+    /// Writes `op(self)` into `out` (same shape, dtype and device; contiguous; exclusive).
+    #[track_caller]
+    pub fn unary_out(&self, op: UnaryOp, out: &mut Tensor) -> Result<()> {
+        let name = op.name();
+        let out_start = check_out(name, self, self.shape(), out)?;
+        let (a, a_start) = self.dense_operand(self.shape())?;
+        let n = out.numel();
+        let dst = out.exclusive_storage(name)?;
+        a.unary_into(op, a_start, dst, out_start, n)?;
+        Ok(())
+    }
+
+    /// `out = self + other` (see [`Tensor::binary_out`]).
+    #[track_caller]
+    pub fn add_out(&self, other: &Tensor, out: &mut Tensor) -> Result<()> {
+        self.binary_out(BinaryOp::Add, other, out)
+    }
+
+    /// `out = self - other` (see [`Tensor::binary_out`]).
+    #[track_caller]
+    pub fn sub_out(&self, other: &Tensor, out: &mut Tensor) -> Result<()> {
+        self.binary_out(BinaryOp::Sub, other, out)
+    }
+
+    /// `out = self * other` (see [`Tensor::binary_out`]).
+    #[track_caller]
+    pub fn mul_out(&self, other: &Tensor, out: &mut Tensor) -> Result<()> {
+        self.binary_out(BinaryOp::Mul, other, out)
+    }
+
+    /// `out = self / other` (float dtypes; see [`Tensor::binary_out`]).
+    #[track_caller]
+    pub fn div_out(&self, other: &Tensor, out: &mut Tensor) -> Result<()> {
+        self.binary_out(BinaryOp::Div, other, out)
+    }
+
+    /// `out = e^self` (float dtypes; see [`Tensor::unary_out`]).
+    #[track_caller]
+    pub fn exp_out(&self, out: &mut Tensor) -> Result<()> {
+        self.unary_out(UnaryOp::Exp, out)
+    }
+}
+
+/// Checks an `_out` destination against the result it is to hold; returns its first element.
+pub(crate) fn check_out(
+    op: &'static str,
+    like: &Tensor,
+    shape: &[usize],
+    out: &Tensor,
+) -> Result<usize> {
+    if out.shape() != shape {
+        return Err(Error::InvalidArgument {
+            op,
+            reason: format!(
+                "the result has shape {shape:?} but `out` has shape {:?} (`out` is not resized)",
+                out.shape()
+            ),
+        });
+    }
+    like.check_operands(op, out)?;
+    out.in_place_start(op)
+}

@@ -37,6 +37,17 @@ pub static INDEX: genesis_cuda::KernelImage = genesis_cuda::KernelImage {
 /// Bytes of the `index` image, for size reports.
 pub const INDEX_BYTES: usize = include_bytes!("../images/index.fatbin").len();
 
+/// The fatbin built from `kernels/random.cu`.
+#[cfg(feature = "cuda")]
+pub static RANDOM: genesis_cuda::KernelImage = genesis_cuda::KernelImage {
+    name: "random",
+    image: include_bytes!("../images/random.fatbin"),
+    targets: TARGETS,
+};
+
+/// Bytes of the `random` image, for size reports.
+pub const RANDOM_BYTES: usize = include_bytes!("../images/random.fatbin").len();
+
 /// The fatbin built from `kernels/reduce.cu`.
 #[cfg(feature = "cuda")]
 pub static REDUCE: genesis_cuda::KernelImage = genesis_cuda::KernelImage {

@@ -1402,6 +1402,7 @@ mod tests {
     }
 }
 
+mod random;
 mod reduce;
 mod select;
 pub use reduce::{Reduced, reduce_dtype};

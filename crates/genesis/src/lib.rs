@@ -17,6 +17,7 @@
 
 mod error;
 mod ops;
+mod random;
 mod reduce;
 mod tensor;
 
@@ -25,6 +26,7 @@ pub use genesis_index::{IndexItem, IndexTensor, s};
 pub use genesis_storage::{BinaryOp, CompareOp, ReduceOp, UnaryOp};
 pub use genesis_storage::{DType, Device, Layout, WithDType};
 pub use half::{bf16, f16};
+pub use random::{DEFAULT_SEED, Generator, default_generator, manual_seed};
 pub use tensor::{Tensor, broadcast_shape};
 
 /// CUDA devices and their memory (PyTorch's `torch.cuda` names).

@@ -37,6 +37,17 @@ pub static INDEX: genesis_cuda::KernelImage = genesis_cuda::KernelImage {
 /// Bytes of the `index` image, for size reports.
 pub const INDEX_BYTES: usize = include_bytes!("../images/index.fatbin").len();
 
+/// The fatbin built from `kernels/matmul.cu`.
+#[cfg(feature = "cuda")]
+pub static MATMUL: genesis_cuda::KernelImage = genesis_cuda::KernelImage {
+    name: "matmul",
+    image: include_bytes!("../images/matmul.fatbin"),
+    targets: TARGETS,
+};
+
+/// Bytes of the `matmul` image, for size reports.
+pub const MATMUL_BYTES: usize = include_bytes!("../images/matmul.fatbin").len();
+
 /// The fatbin built from `kernels/random.cu`.
 #[cfg(feature = "cuda")]
 pub static RANDOM: genesis_cuda::KernelImage = genesis_cuda::KernelImage {

@@ -18,11 +18,13 @@ pub mod gpu;
 pub mod images;
 #[cfg(feature = "cuda")]
 pub mod index;
+pub mod matmul;
 pub mod random;
 pub mod reduce;
 
 pub use copy::{MAX_DIMS, Scalar, StridedCopy, StridedCopy32};
 pub use element::{BinaryOp, CompareOp, Element, UnaryOp};
+pub use matmul::{MatmulElement, MatmulShape};
 pub use random::{RandomElement, Sampler};
 pub use reduce::{ReduceOp, ReduceShape};
 

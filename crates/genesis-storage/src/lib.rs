@@ -25,7 +25,9 @@ pub use device::Device;
 pub use dtype::{DType, WithDType};
 pub use error::{Error, Result};
 /// The elementwise operations ([`Storage::binary`], [`Storage::unary`]).
-pub use genesis_kernels::{BinaryOp, CompareOp, ReduceOp, ReduceShape, Sampler, UnaryOp};
+pub use genesis_kernels::{
+    BinaryOp, CompareOp, MatmulShape, ReduceOp, ReduceShape, Sampler, UnaryOp,
+};
 pub use layout::{Dims, Layout, LayoutError, StridedBlocks, Strides};
 pub use mapped::MapMode;
 pub use storage::{PoolInfo, Reduced, Storage, StorageInfo, ViewInfo, reduce_dtype, scalar};

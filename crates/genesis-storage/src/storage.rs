@@ -1402,6 +1402,7 @@ mod tests {
     }
 }
 
+mod matmul;
 mod random;
 mod reduce;
 mod select;

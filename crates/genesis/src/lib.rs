@@ -16,6 +16,8 @@
 #![warn(missing_docs)]
 
 mod error;
+mod interop;
+mod matmul;
 mod ops;
 mod random;
 mod reduce;
@@ -26,6 +28,11 @@ pub use genesis_index::{IndexItem, IndexTensor, s};
 pub use genesis_storage::{BinaryOp, CompareOp, ReduceOp, UnaryOp};
 pub use genesis_storage::{DType, Device, Layout, WithDType};
 pub use half::{bf16, f16};
+pub use interop::{
+    deserialize_safetensors, deserialize_safetensors_with_metadata, load_safetensors,
+    load_safetensors_map, load_safetensors_with_metadata, save_safetensors,
+    save_safetensors_with_metadata, serialize_safetensors,
+};
 pub use random::{DEFAULT_SEED, Generator, default_generator, manual_seed};
 pub use tensor::{Tensor, broadcast_shape};
 

@@ -1,0 +1,115 @@
+//! Batched matrix multiplication of storages (`genesis_kernels::matmul`).
+
+#[cfg(feature = "cuda")]
+use super::{Inner, legacy};
+use super::{Storage, byte_len};
+use crate::{CpuStorage, DType, Error, Result};
+use genesis_kernels::matmul::MatmulShape;
+
+/// Runs `$body` with `$T` bound to the Rust type of `$dtype` for the matmul dtypes.
+macro_rules! dispatch_matmul {
+    ($dtype:expr, $T:ident => $body:expr, _ => $otherwise:expr) => {
+        match $dtype {
+            DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            DType::F16 => {
+                type $T = half::f16;
+                $body
+            }
+            DType::BF16 => {
+                type $T = half::bf16;
+                $body
+            }
+            _ => $otherwise,
+        }
+    };
+}
+
+fn overflow() -> Error {
+    Error::Kernel(genesis_kernels::Error::Unsupported {
+        op: "matmul",
+        reason: "the product's shape overflows the address space".into(),
+    })
+}
+
+impl Storage {
+    /// `C[b] = A[b] @ B[b]` (see [`MatmulShape`]) reading `self` from `a_start` and `other`
+    /// from `b_start`, into a new contiguous storage of `batch * m * n` elements. f32, f16,
+    /// bf16 (accumulated in f32); both operands on one device.
+    #[track_caller]
+    pub fn matmul(
+        &self,
+        a_start: usize,
+        other: &Storage,
+        b_start: usize,
+        shape: MatmulShape,
+    ) -> Result<Storage> {
+        let len = shape.c_len().ok_or_else(overflow)?;
+        let mut out = Storage::empty_like_device(self, len)?;
+        self.matmul_into(a_start, other, b_start, shape, &mut out, 0)?;
+        Ok(out)
+    }
+
+    /// Uninitialised-by-contract storage of `len` elements of `self`'s dtype on its device
+    /// (zeroed on the CPU; the matmul overwrites every element).
+    fn empty_like_device(like: &Storage, len: usize) -> Result<Storage> {
+        let nbytes = byte_len(len, like.dtype)?;
+        match &like.inner {
+            #[cfg(feature = "cuda")]
+            Inner::Cuda(m) => Ok(Storage::make(
+                Inner::Cuda(crate::cuda::CudaMem::new(m.ordinal(), nbytes)?),
+                like.dtype,
+                len,
+            )),
+            _ => Ok(Storage::cpu(CpuStorage::zeroed(nbytes), like.dtype, len)),
+        }
+    }
+
+    /// [`Storage::matmul`] into `out` from `out_start` (allocates nothing). `out` must have the
+    /// operands' dtype and device; the borrow rules keep it apart from them.
+    #[track_caller]
+    pub fn matmul_into(
+        &self,
+        a_start: usize,
+        other: &Storage,
+        b_start: usize,
+        shape: MatmulShape,
+        out: &mut Storage,
+        out_start: usize,
+    ) -> Result<()> {
+        let name = "matmul";
+        self.check_binary_types(name, other)?;
+        self.check_binary_types(name, out)?;
+        self.check_range(name, a_start, shape.a_len().ok_or_else(overflow)?)?;
+        other.check_range(name, b_start, shape.b_len().ok_or_else(overflow)?)?;
+        out.check_range(name, out_start, shape.c_len().ok_or_else(overflow)?)?;
+        let dtype = self.dtype;
+        match (&self.inner, &other.inner, &mut out.inner) {
+            #[cfg(feature = "cuda")]
+            (Inner::Cuda(a), Inner::Cuda(b), Inner::Cuda(o)) => dispatch_matmul!(dtype, T => {
+                let sz = size_of::<T>() as u64;
+                // SAFETY: ranges checked above; all three live until the launch completes
+                // (stream-ordered reuse); `out` is a distinct storage (`&mut`).
+                unsafe {
+                    genesis_kernels::matmul::gpu_matmul::<T>(
+                        &legacy(a),
+                        shape,
+                        a.ptr() + a_start as u64 * sz,
+                        b.ptr() + b_start as u64 * sz,
+                        o.ptr() + out_start as u64 * sz,
+                    )?
+                };
+                Ok(())
+            }, _ => Err(Error::UnsupportedDType { op: name, dtype })),
+            _ => dispatch_matmul!(dtype, T => {
+                let a = &self.as_slice::<T>()?[a_start..];
+                let b = &other.as_slice::<T>()?[b_start..];
+                let c = &mut out.as_mut_slice::<T>()?[out_start..];
+                genesis_kernels::matmul::matmul::<T>(shape, a, b, c)?;
+                Ok(())
+            }, _ => Err(Error::UnsupportedDType { op: name, dtype })),
+        }
+    }
+}

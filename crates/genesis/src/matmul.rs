@@ -1,0 +1,162 @@
+//! `matmul`, `bmm` and `matmul_out`.
+
+use std::sync::Arc;
+
+use genesis_storage::{MatmulShape, Storage};
+
+use crate::ops::check_out;
+use crate::tensor::broadcast_shape;
+use crate::{Error, Result, Tensor};
+
+/// An operand's storage and first element.
+type Operand = (Arc<Storage>, usize);
+
+/// How a `matmul` maps onto the batched kernel.
+struct Plan {
+    out_shape: Vec<usize>,
+    batch_shape: Vec<usize>,
+    m: usize,
+    n: usize,
+    k: usize,
+}
+
+fn mismatch(a: &Tensor, b: &Tensor) -> Error {
+    Error::ShapeMismatch {
+        op: "matmul",
+        lhs: a.shape().to_vec(),
+        rhs: b.shape().to_vec(),
+    }
+}
+
+fn plan(a: &Tensor, b: &Tensor) -> Result<Plan> {
+    let (sa, sb) = (a.shape(), b.shape());
+    if sa.is_empty() || sb.is_empty() {
+        return Err(Error::InvalidArgument {
+            op: "matmul",
+            reason: format!("both operands need at least one dimension, got {sa:?} and {sb:?}"),
+        });
+    }
+    // A 1-D left operand is a row [1, k], a 1-D right operand a column [k, 1]; the added
+    // dimension is dropped from the result (NumPy/PyTorch rules).
+    let (m, k) = if sa.len() == 1 {
+        (1, sa[0])
+    } else {
+        (sa[sa.len() - 2], sa[sa.len() - 1])
+    };
+    let (kb, n) = if sb.len() == 1 {
+        (sb[0], 1)
+    } else {
+        (sb[sb.len() - 2], sb[sb.len() - 1])
+    };
+    if k != kb {
+        return Err(mismatch(a, b));
+    }
+    let ba = &sa[..sa.len().saturating_sub(2)];
+    let bb = &sb[..sb.len().saturating_sub(2)];
+    let batch_shape = broadcast_shape("matmul", ba, bb).map_err(|_| mismatch(a, b))?;
+    let mut out_shape = batch_shape.clone();
+    if sa.len() > 1 {
+        out_shape.push(m);
+    }
+    if sb.len() > 1 {
+        out_shape.push(n);
+    }
+    Ok(Plan {
+        out_shape,
+        batch_shape,
+        m,
+        n,
+        k,
+    })
+}
+
+/// The operand as `(storage, first element, batch stride)`: one matrix for every batch
+/// (stride 0) when its batch dimensions are all 1, its own contiguous batches when they are the
+/// full batch shape, otherwise a broadcast copy.
+fn operand(
+    t: &Tensor,
+    batch: &[usize],
+    rows: usize,
+    cols: usize,
+) -> Result<(Arc<Storage>, usize, usize)> {
+    let mat = rows * cols;
+    let own_batch: usize = t.shape()[..t.dim().saturating_sub(2)].iter().product();
+    if own_batch == 1 {
+        let m = t.reshape(&[rows as isize, cols as isize])?;
+        let (s, start) = m.dense_operand(&[rows, cols])?;
+        return Ok((s, start, 0));
+    }
+    let mut full = batch.to_vec();
+    full.extend([rows, cols]);
+    let (s, start) = t.dense_operand(&full)?;
+    Ok((s, start, mat))
+}
+
+impl Tensor {
+    fn matmul_parts(&self, other: &Tensor) -> Result<(Plan, MatmulShape, [Operand; 2])> {
+        self.check_operands("matmul", other)?;
+        let p = plan(self, other)?;
+        let batch: usize = p.batch_shape.iter().product();
+        let (a, a_start, sa) = operand(self, &p.batch_shape, p.m, p.k)?;
+        let (b, b_start, sb) = operand(other, &p.batch_shape, p.k, p.n)?;
+        let shape = MatmulShape {
+            batch,
+            m: p.m,
+            n: p.n,
+            k: p.k,
+            a_batch_stride: sa,
+            b_batch_stride: sb,
+        };
+        Ok((p, shape, [(a, a_start), (b, b_start)]))
+    }
+
+    /// Matrix product with NumPy/PyTorch rules: 2-D @ 2-D is the matrix product; a 1-D left
+    /// operand is a row and a 1-D right operand a column (that dimension is dropped from the
+    /// result, so 1-D @ 1-D is a dot product of shape `[]`); leading dimensions are batch
+    /// dimensions and broadcast. f32, f16 and bf16 (accumulated in f32), on the CPU and CUDA.
+    ///
+    /// ```
+    /// use genesis::{Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let a = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3], Device::Cpu)?;
+    /// let b = Tensor::from_slice(&[7.0f32, 8.0, 9.0, 10.0, 11.0, 12.0], &[3, 2], Device::Cpu)?;
+    /// assert_eq!(a.matmul(&b)?.to_vec::<f32>()?, [58.0, 64.0, 139.0, 154.0]);
+    /// let err = Tensor::zeros(&[1000, 1000], a.dtype(), Device::Cpu)?
+    ///     .matmul(&Tensor::zeros(&[500, 500], a.dtype(), Device::Cpu)?)
+    ///     .unwrap_err();
+    /// assert_eq!(err.to_string(), "matmul: shape mismatch between [1000, 1000] and [500, 500]");
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
+        let (p, shape, [(a, a0), (b, b0)]) = self.matmul_parts(other)?;
+        Tensor::from_storage(a.matmul(a0, &b, b0, shape)?, &p.out_shape)
+    }
+
+    /// Batched matrix product of two 3-D tensors `[b, m, k] @ [b, k, n] -> [b, m, n]` (no
+    /// broadcasting: PyTorch's `bmm`).
+    #[track_caller]
+    pub fn bmm(&self, other: &Tensor) -> Result<Tensor> {
+        if self.dim() != 3 || other.dim() != 3 || self.shape()[0] != other.shape()[0] {
+            return Err(Error::ShapeMismatch {
+                op: "bmm",
+                lhs: self.shape().to_vec(),
+                rhs: other.shape().to_vec(),
+            });
+        }
+        self.matmul(other)
+    }
+
+    /// [`Tensor::matmul`] written into `out`, which must have the result's shape, dtype and
+    /// device, be contiguous and hold its storage alone. Allocates nothing when the operands
+    /// are contiguous.
+    #[track_caller]
+    pub fn matmul_out(&self, other: &Tensor, out: &mut Tensor) -> Result<()> {
+        let (p, shape, [(a, a0), (b, b0)]) = self.matmul_parts(other)?;
+        let out_start = check_out("matmul", self, &p.out_shape, out)?;
+        let dst = out.exclusive_storage("matmul")?;
+        a.matmul_into(a0, &b, b0, shape, dst, out_start)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,250 @@
+//! matmul, bmm and matmul_out against f64 references, on the CPU and (when present) CUDA, for
+//! f32, f16 and bf16, with odd, empty, 1-D and broadcast batch shapes.
+
+use genesis::{DType, Device, Error, Generator, Tensor};
+
+mod common;
+use common::{Release, devices};
+
+/// The tests of this file run one at a time: one counts the device pool's allocations.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+const DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
+
+/// A random tensor of `dtype` on `dev`, and the f64 values it holds.
+fn random(g: &Generator, shape: &[usize], dtype: DType, dev: Device) -> (Tensor, Vec<f64>) {
+    let t = g.randn(shape, dtype, Device::Cpu).unwrap();
+    let held = t.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap();
+    (t.to(dev).unwrap(), held)
+}
+
+fn eps(dtype: DType) -> f64 {
+    match dtype {
+        DType::F16 => 2f64.powi(-11),
+        DType::BF16 => 2f64.powi(-8),
+        _ => 2f64.powi(-24),
+    }
+}
+
+/// `a @ b` in f64 with NumPy's rules, and for each output the sum of |a||b| (the error scale).
+fn reference(a: (&[f64], &[usize]), b: (&[f64], &[usize])) -> (Vec<usize>, Vec<f64>, Vec<f64>) {
+    let (sa, sb) = (a.1, b.1);
+    let (ma, ka) = if sa.len() == 1 {
+        (1, sa[0])
+    } else {
+        (sa[sa.len() - 2], sa[sa.len() - 1])
+    };
+    let (kb, nb) = if sb.len() == 1 {
+        (sb[0], 1)
+    } else {
+        (sb[sb.len() - 2], sb[sb.len() - 1])
+    };
+    assert_eq!(ka, kb);
+    let ba = &sa[..sa.len().saturating_sub(2)];
+    let bb = &sb[..sb.len().saturating_sub(2)];
+    let batch = genesis::broadcast_shape("t", ba, bb).unwrap();
+    let nbatch: usize = batch.iter().product();
+    let index = |bshape: &[usize], flat: usize| -> usize {
+        // Broadcast batch index of `flat` (over `batch`) in an operand with batch shape `bshape`.
+        let mut rem = flat;
+        let mut idx = vec![0; batch.len()];
+        for d in (0..batch.len()).rev() {
+            idx[d] = rem % batch[d];
+            rem /= batch[d];
+        }
+        let lead = batch.len() - bshape.len();
+        bshape.iter().enumerate().fold(0, |acc, (d, &n)| {
+            acc * n + if n == 1 { 0 } else { idx[lead + d] }
+        })
+    };
+    let (mut out, mut scale) = (Vec::new(), Vec::new());
+    for bi in 0..nbatch {
+        let (oa, ob) = (index(ba, bi) * ma * ka, index(bb, bi) * ka * nb);
+        for i in 0..ma {
+            for j in 0..nb {
+                let (mut s, mut t) = (0.0, 0.0);
+                for k in 0..ka {
+                    let (x, y) = (a.0[oa + i * ka + k], b.0[ob + k * nb + j]);
+                    s += x * y;
+                    t += (x * y).abs();
+                }
+                out.push(s);
+                scale.push(t);
+            }
+        }
+    }
+    let mut shape = batch;
+    if sa.len() > 1 {
+        shape.push(ma);
+    }
+    if sb.len() > 1 {
+        shape.push(nb);
+    }
+    (shape, out, scale)
+}
+
+fn check(got: &Tensor, want: &[f64], scale: &[f64], k: usize, dtype: DType, what: &str) {
+    let got = got.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap();
+    assert_eq!(got.len(), want.len(), "{what}");
+    for (i, ((g, w), s)) in got.iter().zip(want).zip(scale).enumerate() {
+        // f32 accumulation over k terms, then one rounding to the output type.
+        let tol = (k as f64 + 2.0) * 2f64.powi(-24) * s + eps(dtype) * w.abs() + 1e-30;
+        assert!(
+            (g - w).abs() <= tol,
+            "{what}: element {i}: {g} vs {w} (tolerance {tol})"
+        );
+    }
+}
+
+const CASES: &[(&[usize], &[usize])] = &[
+    (&[2, 3], &[3, 4]),
+    (&[1, 1], &[1, 1]),
+    (&[7], &[7]),
+    (&[5], &[5, 3]),
+    (&[4, 5], &[5]),
+    (&[3, 2, 4], &[4, 5]),
+    (&[4, 5], &[3, 5, 2]),
+    (&[2, 1, 3, 4], &[5, 4, 6]),
+    (&[0, 3], &[3, 2]),
+    (&[3, 0], &[0, 2]),
+    (&[129, 257], &[257, 131]),
+    (&[2, 130, 70], &[2, 70, 129]),
+];
+
+#[test]
+fn matmul_matches_f64_references_with_numpy_shape_rules() {
+    let _serial = serial();
+    let _release = Release;
+    let g = Generator::new(11);
+    for dev in devices() {
+        for dtype in DTYPES {
+            for &(sa, sb) in CASES {
+                let (a, va) = random(&g, sa, dtype, dev);
+                let (b, vb) = random(&g, sb, dtype, dev);
+                let got = a.matmul(&b).unwrap();
+                let (shape, want, scale) = reference((&va, sa), (&vb, sb));
+                assert_eq!(got.shape(), shape.as_slice(), "{sa:?} @ {sb:?}");
+                assert_eq!((got.dtype(), got.device()), (dtype, dev));
+                let k = if sa.len() == 1 {
+                    sa[0]
+                } else {
+                    sa[sa.len() - 1]
+                };
+                check(
+                    &got,
+                    &want,
+                    &scale,
+                    k,
+                    dtype,
+                    &format!("{dtype} {sa:?} @ {sb:?} on {dev}"),
+                );
+            }
+            // Non-contiguous operands.
+            let (a, va) = random(&g, &[6, 4], dtype, dev);
+            let (b, vb) = random(&g, &[5, 6], dtype, dev);
+            let got = a.t().unwrap().matmul(&b.t().unwrap()).unwrap();
+            let at: Vec<f64> = (0..24).map(|i| va[(i % 6) * 4 + i / 6]).collect();
+            let bt: Vec<f64> = (0..30).map(|i| vb[(i % 5) * 6 + i / 5]).collect();
+            let (_, want, scale) = reference((&at, &[4, 6]), (&bt, &[6, 5]));
+            check(
+                &got,
+                &want,
+                &scale,
+                6,
+                dtype,
+                &format!("transposed {dtype} on {dev}"),
+            );
+            // bmm.
+            let (x, vx) = random(&g, &[3, 4, 5], dtype, dev);
+            let (y, vy) = random(&g, &[3, 5, 2], dtype, dev);
+            let (_, want, scale) = reference((&vx, &[3, 4, 5]), (&vy, &[3, 5, 2]));
+            check(&x.bmm(&y).unwrap(), &want, &scale, 5, dtype, "bmm");
+        }
+    }
+}
+
+#[test]
+fn gpu_matches_its_cpu_twin_on_a_larger_product() {
+    let _serial = serial();
+    let _release = Release;
+    let g = Generator::new(5);
+    let devs = devices();
+    if devs.len() < 2 {
+        return;
+    }
+    for dtype in DTYPES {
+        let (a, va) = random(&g, &[300, 513], dtype, Device::Cpu);
+        let (b, vb) = random(&g, &[513, 257], dtype, Device::Cpu);
+        let cpu = a.matmul(&b).unwrap();
+        let gpu = a
+            .to(devs[1])
+            .unwrap()
+            .matmul(&b.to(devs[1]).unwrap())
+            .unwrap();
+        let (_, want, scale) = reference((&va, &[300, 513]), (&vb, &[513, 257]));
+        check(&cpu, &want, &scale, 513, dtype, "cpu");
+        check(&gpu, &want, &scale, 513, dtype, "gpu");
+    }
+}
+
+#[test]
+fn matmul_out_writes_in_place_and_errors_name_both_shapes() {
+    let _serial = serial();
+    let _release = Release;
+    let g = Generator::new(3);
+    for dev in devices() {
+        let (a, _) = random(&g, &[2, 8, 16], DType::F32, dev);
+        let (b, _) = random(&g, &[16, 4], DType::F32, dev);
+        let mut out = Tensor::zeros(&[2, 8, 4], DType::F32, dev).unwrap();
+        let before = allocations(dev);
+        a.matmul_out(&b, &mut out).unwrap();
+        assert_eq!(allocations(dev), before, "matmul_out on {dev} allocated");
+        assert_eq!(
+            out.to_vec::<f32>().unwrap(),
+            a.matmul(&b).unwrap().to_vec::<f32>().unwrap()
+        );
+        let mut wrong = Tensor::zeros(&[2, 8, 5], DType::F32, dev).unwrap();
+        assert!(matches!(
+            a.matmul_out(&b, &mut wrong),
+            Err(Error::InvalidArgument { op: "matmul", .. })
+        ));
+        // The seed's example: 1000x1000 by 500x500.
+        let x = Tensor::zeros(&[1000, 1000], DType::F32, dev).unwrap();
+        let y = Tensor::zeros(&[500, 500], DType::F32, dev).unwrap();
+        let err = x.matmul(&y).unwrap_err();
+        assert!(matches!(err, Error::ShapeMismatch { op: "matmul", .. }));
+        assert_eq!(
+            err.to_string(),
+            "matmul: shape mismatch between [1000, 1000] and [500, 500]"
+        );
+        // Batch dimensions that do not broadcast; 0-d operands; dtypes; bmm's stricter rule.
+        let p = Tensor::zeros(&[2, 3, 4], DType::F32, dev).unwrap();
+        let q = Tensor::zeros(&[3, 4, 5], DType::F32, dev).unwrap();
+        assert!(matches!(p.matmul(&q), Err(Error::ShapeMismatch { .. })));
+        let s = Tensor::zeros(&[], DType::F32, dev).unwrap();
+        assert!(matches!(s.matmul(&p), Err(Error::InvalidArgument { .. })));
+        let h = Tensor::zeros(&[4, 5], DType::F16, dev).unwrap();
+        assert!(matches!(p.matmul(&h), Err(Error::DTypeMismatch { .. })));
+        let i = Tensor::zeros(&[4, 4], DType::I32, dev).unwrap();
+        assert!(i.matmul(&i).is_err(), "integer matmul is refused");
+        let r = Tensor::zeros(&[4, 5], DType::F32, dev).unwrap();
+        assert!(matches!(
+            p.bmm(&r),
+            Err(Error::ShapeMismatch { op: "bmm", .. })
+        ));
+    }
+}
+
+/// Allocations made so far by the device's pool (0 on the CPU, which has no pool).
+fn allocations(dev: Device) -> i64 {
+    match dev {
+        #[cfg(feature = "cuda")]
+        Device::Cuda(i) => genesis::cuda::memory_stats(i).unwrap()["allocation.all.allocated"],
+        _ => 0,
+    }
+}

@@ -1,0 +1,101 @@
+// Batched matrix multiplication of Genesis: C[b] = A[b] @ B[b] for row-major A [m, k],
+// B [k, n], C [m, n] (f32, f16, bf16; products accumulated in f32, rounded once to the output
+// type). A and B advance by their own batch strides (0 broadcasts one matrix to every batch);
+// C is contiguous. This is the correct-first kernel: a 128x128 tile per block, 8x8 outputs per
+// thread, k-slices of 8 staged through shared memory (tensor cores come with the dedicated
+// matmul work).
+//
+// The CPU twin (crates/genesis-kernels/src/matmul.rs) accumulates in f32 in the same k order;
+// the GPU contracts multiply-adds into FMAs, so the two agree within the usual f32 rounding
+// bound (k * 2^-24 * sum |a||b|), not bit for bit.
+//
+// Launch contract (src/matmul.rs): blocks of 256 threads, grid (ceil(n / 128), ceil(m / 128),
+// min(batch, 65535)); blocks stride over the batch by gridDim.z.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#define BM 128
+#define BN 128
+#define BK 8
+#define TM 8
+#define TN 8
+
+__device__ __forceinline__ float load_f(const float* p) { return *p; }
+__device__ __forceinline__ float load_f(const __half* p) { return __half2float(*p); }
+__device__ __forceinline__ float load_f(const __nv_bfloat16* p) { return __bfloat162float(*p); }
+__device__ __forceinline__ void store_f(float* p, float x) { *p = x; }
+__device__ __forceinline__ void store_f(__half* p, float x) { *p = __float2half_rn(x); }
+__device__ __forceinline__ void store_f(__nv_bfloat16* p, float x) { *p = __float2bfloat16_rn(x); }
+
+template <typename T>
+__device__ void gemm(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
+                     uint64_t batch, uint64_t M, uint64_t N, uint64_t K, uint64_t sa,
+                     uint64_t sb) {
+    __shared__ float As[BK][BM + 4];
+    __shared__ float Bs[BK][BN + 4];
+    const int tid = threadIdx.x;
+    const int tx = tid % 16, ty = tid / 16;
+    const uint64_t m0 = (uint64_t)blockIdx.y * BM, n0 = (uint64_t)blockIdx.x * BN;
+    for (uint64_t b = blockIdx.z; b < batch; b += gridDim.z) {
+        const T* a = A + b * sa;
+        const T* bm = B + b * sb;
+        T* c = C + b * M * N;
+        float acc[TM][TN];
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+            for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
+        for (uint64_t k0 = 0; k0 < K; k0 += BK) {
+#pragma unroll
+            for (int l = 0; l < (BM * BK) / 256; ++l) {
+                int idx = tid + 256 * l;
+                int r = idx / BK, kk = idx % BK;
+                uint64_t gr = m0 + r, gk = k0 + kk;
+                As[kk][r] = (gr < M && gk < K) ? load_f(a + gr * K + gk) : 0.0f;
+            }
+#pragma unroll
+            for (int l = 0; l < (BN * BK) / 256; ++l) {
+                int idx = tid + 256 * l;
+                int kk = idx / BN, col = idx % BN;
+                uint64_t gk = k0 + kk, gc = n0 + col;
+                Bs[kk][col] = (gk < K && gc < N) ? load_f(bm + gk * N + gc) : 0.0f;
+            }
+            __syncthreads();
+#pragma unroll
+            for (int kk = 0; kk < BK; ++kk) {
+                float av[TM], bv[TN];
+#pragma unroll
+                for (int i = 0; i < TM; ++i) av[i] = As[kk][ty + 16 * i];
+#pragma unroll
+                for (int j = 0; j < TN; ++j) bv[j] = Bs[kk][tx + 16 * j];
+#pragma unroll
+                for (int i = 0; i < TM; ++i)
+#pragma unroll
+                    for (int j = 0; j < TN; ++j) acc[i][j] += av[i] * bv[j];
+            }
+            __syncthreads();
+        }
+#pragma unroll
+        for (int i = 0; i < TM; ++i) {
+            uint64_t gr = m0 + ty + 16 * i;
+            if (gr >= M) continue;
+#pragma unroll
+            for (int j = 0; j < TN; ++j) {
+                uint64_t gc = n0 + tx + 16 * j;
+                if (gc < N) store_f(c + gr * N + gc, acc[i][j]);
+            }
+        }
+    }
+}
+
+#define GEMM(name, T)                                                                          \
+    extern "C" __global__ void __launch_bounds__(256)                                          \
+        name(const T* A, const T* B, T* C, uint64_t batch, uint64_t M, uint64_t N, uint64_t K, \
+             uint64_t sa, uint64_t sb) {                                                       \
+        gemm<T>(A, B, C, batch, M, N, K, sa, sb);                                              \
+    }
+
+GEMM(matmul_f32, float)
+GEMM(matmul_f16, __half)
+GEMM(matmul_bf16, __nv_bfloat16)

@@ -10,8 +10,8 @@
 //   * rand  f64:          P = 2, words 2(i % 2) and 2(i % 2) + 1 as a u64, top 53 bits * 2^-53.
 //   * randn (any float):  P = 2, Box-Muller on u1 = (top 53 bits of words 0,1 + 1) * 2^-53 in
 //     (0, 1] and u2 = top 53 bits of words 2,3 * 2^-53: r = sqrt(-2 ln u1), element 2j gets
-//     r cos(2 pi u2) and element 2j + 1 gets r sin(2 pi u2), computed in f64 and rounded once to
-//     the output type. ln, cos and sin are Genesis's own (series below) evaluated with
+//     r cos(2 pi u2) and element 2j + 1 gets r sin(2 pi u2), computed in f64 and rounded to the
+//     output type (f16 and bf16 through f32). ln, cos and sin are Genesis's own (series below) evaluated with
 //     explicitly rounded operations (no FMA contraction), so the CPU twin, which runs the same
 //     sequence of IEEE operations, gets the same bits.
 //   * randint (i32, i64): P = 2, low + (u64 of words 2(i % 2), 2(i % 2) + 1) mod range.
@@ -97,8 +97,9 @@ __device__ __forceinline__ void normals(uint64_t block, uint64_t seed, double* z
 template <typename T> __device__ __forceinline__ T from_f64(double x);
 template <> __device__ __forceinline__ float from_f64<float>(double x) { return __double2float_rn(x); }
 template <> __device__ __forceinline__ double from_f64<double>(double x) { return x; }
-template <> __device__ __forceinline__ __half from_f64<__half>(double x) { return __double2half(x); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f64<__nv_bfloat16>(double x) { return __double2bfloat16(x); }
+// f16 and bf16 through f32 (both steps round to nearest-even), exactly as the CPU twin does.
+template <> __device__ __forceinline__ __half from_f64<__half>(double x) { return __float2half_rn(__double2float_rn(x)); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f64<__nv_bfloat16>(double x) { return __float2bfloat16_rn(__double2float_rn(x)); }
 
 // Uniform from one 32-bit word with the top P bits: exact in every type.
 template <typename T, int P> __device__ __forceinline__ T unit(uint32_t w) {

@@ -154,6 +154,13 @@ def main():
         med, mn = wall(fn, 30)
         rows.append({"name": name, "bytes": m.numel() * 4, "median_ms": med, "min_ms": mn})
     del m
+    for dt, name in [(torch.float32, "matmul_4096_f32"), (torch.bfloat16, "matmul_4096_bf16")]:
+        a = torch.randn(4096, 4096, device=dev, dtype=dt)
+        b = torch.randn(4096, 4096, device=dev, dtype=dt)
+        med, mn = wall(lambda: a @ b, 10)
+        rows.append({"name": name, "bytes": 0, "median_ms": med, "min_ms": mn,
+                     "tflops": 2 * 4096 ** 3 / (med * 1e-3) / 1e12})
+        del a, b
     for r in rows:
         r["gb_per_s"] = r["bytes"] / (r["median_ms"] * 1e-3) / 1e9
         print(f'{r["name"]:<18} {r["median_ms"]:>10.4f} {r["min_ms"]:>10.4f} {r["gb_per_s"]:>10.1f}')

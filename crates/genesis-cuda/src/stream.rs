@@ -44,6 +44,22 @@ impl Stream {
         })
     }
 
+    /// A new blocking stream: work on it is ordered after earlier work on the legacy default
+    /// stream, and later legacy work waits for it (CUDA's `CU_STREAM_DEFAULT` flag).
+    pub fn new_blocking(ctx: &Arc<Context>) -> Result<Stream> {
+        ctx.bind()?;
+        let mut raw: sys::CUstream = std::ptr::null_mut();
+        // SAFETY: the context is current and `raw` is a valid out-pointer.
+        check("cuStreamCreate", unsafe {
+            sys::cuStreamCreate(&mut raw, sys::CU_STREAM_DEFAULT)
+        })?;
+        Ok(Stream {
+            ctx: Arc::clone(ctx),
+            raw,
+            owned: true,
+        })
+    }
+
     /// The context's legacy default stream (it synchronises with every blocking stream).
     pub fn legacy(ctx: &Arc<Context>) -> Stream {
         Stream {
@@ -120,11 +136,16 @@ impl Drop for Stream {
         if !self.owned {
             return;
         }
-        // SAFETY: the stream was created by cuStreamCreate in this context and is destroyed once.
-        let result = self
-            .ctx
-            .bind()
-            .and_then(|()| check("cuStreamDestroy", unsafe { sys::cuStreamDestroy(self.raw) }));
+        // Work still queued finishes first: memory pools key their blocks by the stream handle,
+        // and a new stream may get the same handle once this one is gone.
+        let result = self.ctx.bind().and_then(|()| {
+            // SAFETY: the stream was created by cuStreamCreate in this context and is alive.
+            check("cuStreamSynchronize", unsafe {
+                sys::cuStreamSynchronize(self.raw)
+            })?;
+            // SAFETY: the stream is alive and destroyed once, here.
+            check("cuStreamDestroy", unsafe { sys::cuStreamDestroy(self.raw) })
+        });
         if let Err(e) = result {
             self.ctx.record_error(e);
         }

@@ -27,6 +27,7 @@ pub(crate) const ATTR_COMPUTE_CAPABILITY_MINOR: c_int = 76;
 pub(crate) const ATTR_MAX_THREADS_PER_MULTIPROCESSOR: c_int = 39;
 
 pub(crate) const CU_STREAM_NON_BLOCKING: c_uint = 1;
+pub(crate) const CU_STREAM_DEFAULT: c_uint = 0;
 pub(crate) const CU_EVENT_DEFAULT: c_uint = 0;
 pub(crate) const CU_EVENT_DISABLE_TIMING: c_uint = 2;
 

@@ -84,9 +84,10 @@ fn ordinal(s: &Storage) -> Result<usize> {
     }
 }
 
-fn legacy(device: usize) -> Result<genesis_cuda::Stream> {
+/// The stream to queue work on: this thread's current stream of `device`, or the legacy one.
+fn queue(device: usize) -> Result<genesis_storage::cuda::Queue> {
     let pool = genesis_storage::cuda::device_pool(device)?;
-    Ok(genesis_cuda::Stream::legacy(pool.context()))
+    Ok(genesis_storage::cuda::queue_on(pool.context()))
 }
 
 /// The normalised index arrays, concatenated, on the device.
@@ -108,7 +109,7 @@ pub(crate) fn gather(input: &View, p: &IndexPlan) -> Result<View> {
     let d = desc(p, adv)?;
     let idx = upload_indices(adv, src.device())?;
     let out = Storage::empty(n, src.dtype(), src.device())?;
-    let stream = legacy(device)?;
+    let stream = queue(device)?;
     let (sp, op, ip) = (
         src.device_ptr().unwrap_or(0),
         out.device_ptr().unwrap_or(0),
@@ -167,7 +168,7 @@ pub(crate) fn scatter(
     let idx = upload_indices(adv, dev)?;
     let (dead, start, len, members) = groups(adv);
     let dead_s = Storage::upload(&dead, dev)?;
-    let stream = legacy(device)?;
+    let stream = queue(device)?;
     let (tp, vp, ip, dp) = (
         target.device_ptr().unwrap_or(0),
         values.device_ptr().unwrap_or(0),

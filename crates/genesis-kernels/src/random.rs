@@ -23,7 +23,8 @@ pub enum Sampler {
     /// Uniform in `[0, 1)` (float types): the top `p` bits of a 32-bit word times `2^-p`, `p`
     /// the type's significand width (f64: 53 bits of a 64-bit word).
     Uniform,
-    /// Standard normal (float types), computed in f64 and rounded once.
+    /// Standard normal (float types), computed in f64 and rounded to nearest-even (f16 and
+    /// bf16 through f32).
     Normal,
     /// Integers uniform in `[low, low + range)` (integer types), `range >= 1`: `low + w mod
     /// range` for a 64-bit word `w` (bias at most `range / 2^64`).
@@ -87,7 +88,8 @@ pub trait RandomElement: Copy + Send + Sync + 'static + sealed::Sealed {
     const IS_FLOAT: bool;
     /// Bits of a uniform draw (the significand width; 0 for integers).
     const UNIFORM_BITS: u32;
-    /// `x` rounded to nearest-even (floats) or truncated to the type's width (integers).
+    /// `x` rounded to nearest-even (f32, f64; f16 and bf16 through f32, as the kernels do, so
+    /// that no library's f64-to-half conversion can differ) or truncated (integers).
     fn from_f64(x: f64) -> Self;
     /// The low bits of `x` as this type (two's complement).
     fn from_wrapping(x: u64) -> Self;
@@ -111,8 +113,8 @@ macro_rules! random_float {
 }
 
 random_float!(f32, "f32", 24, |x| x as f32);
-random_float!(f16, "f16", 11, |x| f16::from_f64(x));
-random_float!(bf16, "bf16", 8, |x| bf16::from_f64(x));
+random_float!(f16, "f16", 11, |x| f16::from_f32(x as f32));
+random_float!(bf16, "bf16", 8, |x| bf16::from_f32(x as f32));
 random_float!(f64, "f64", 53, |x| x);
 
 macro_rules! random_int {

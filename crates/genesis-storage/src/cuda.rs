@@ -81,15 +81,15 @@ pub(crate) struct CudaMem {
 }
 
 impl CudaMem {
-    /// `nbytes` of uninitialised memory on device `ordinal` (stream-ordered on the legacy
-    /// stream).
+    /// `nbytes` of uninitialised memory on device `ordinal`, stream-ordered on this thread's
+    /// current stream of that device (the legacy stream unless one was set).
     #[track_caller]
     pub(crate) fn new(ordinal: usize, nbytes: usize) -> Result<CudaMem> {
         let pool = device_pool(ordinal)?;
         let alloc = if nbytes == 0 {
             None
         } else {
-            Some(pool.allocator.alloc(nbytes, 0)?)
+            Some(pool.allocator.alloc(nbytes, current_stream_id(ordinal))?)
         };
         Ok(CudaMem { alloc, pool })
     }
@@ -173,6 +173,9 @@ impl Drop for PinnedMem {
 pub fn empty_caches() -> Result<()> {
     for slot in pools() {
         if let Some(p) = slot.get() {
+            // Work queued on any stream may still use memory freed in its order: let it finish
+            // before the pages go back to the driver.
+            p.ctx.synchronize()?;
             p.allocator.empty_cache()?;
         }
     }
@@ -206,4 +209,78 @@ pub(crate) fn ensure_peer_access(a: &Arc<Context>, b: &Arc<Context>) {
             Err(e) => tracing::warn!(error = %e, "enabling peer access failed: copies are staged"),
         }
     }
+}
+
+thread_local! {
+    /// The streams this thread has made current, per device (none: the legacy stream).
+    static CURRENT_STREAMS: std::cell::RefCell<Vec<(usize, Arc<genesis_cuda::Stream>)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The stream this thread queues device `ordinal`'s work on, when one was set with
+/// [`set_current_stream`]; `None` means the legacy default stream.
+pub fn current_stream(ordinal: usize) -> Option<Arc<genesis_cuda::Stream>> {
+    CURRENT_STREAMS.with(|c| {
+        c.borrow()
+            .iter()
+            .find(|(o, _)| *o == ordinal)
+            .map(|(_, s)| Arc::clone(s))
+    })
+}
+
+/// Makes `stream` the stream this thread queues device `ordinal`'s work on (`None`: back to
+/// the legacy default stream); returns the previous one. Storages allocated while a stream is
+/// current belong to it in the device's pool (their memory is reused in that stream's order).
+///
+/// The stream should be a blocking one ([`genesis_cuda::Stream::new_blocking`]): the legacy
+/// stream, which transfers and the pool's other users order their work on, then waits for it.
+pub fn set_current_stream(
+    ordinal: usize,
+    stream: Option<Arc<genesis_cuda::Stream>>,
+) -> Option<Arc<genesis_cuda::Stream>> {
+    CURRENT_STREAMS.with(|c| {
+        let mut v = c.borrow_mut();
+        let old = v
+            .iter()
+            .position(|(o, _)| *o == ordinal)
+            .map(|i| v.swap_remove(i).1);
+        if let Some(s) = stream {
+            v.push((ordinal, s));
+        }
+        old
+    })
+}
+
+/// A handle of the stream to queue work on (see [`queue_on`]); it keeps a user stream alive.
+#[derive(Debug)]
+pub struct Queue {
+    stream: genesis_cuda::Stream,
+    _keep: Option<Arc<genesis_cuda::Stream>>,
+}
+
+impl std::ops::Deref for Queue {
+    type Target = genesis_cuda::Stream;
+    fn deref(&self) -> &genesis_cuda::Stream {
+        &self.stream
+    }
+}
+
+/// The stream to queue work on `ctx`'s device: this thread's current stream, or the legacy one.
+pub fn queue_on(ctx: &Arc<Context>) -> Queue {
+    match current_stream(ctx.ordinal()) {
+        Some(s) => Queue {
+            // SAFETY: `_keep` holds the stream alive as long as the handle exists.
+            stream: unsafe { genesis_cuda::Stream::borrowed(ctx, s.id()) },
+            _keep: Some(s),
+        },
+        None => Queue {
+            stream: genesis_cuda::Stream::legacy(ctx),
+            _keep: None,
+        },
+    }
+}
+
+/// The allocator's stream id for new memory on device `ordinal` (the current stream's).
+fn current_stream_id(ordinal: usize) -> u64 {
+    current_stream(ordinal).map_or(0, |s| s.id())
 }

@@ -29,17 +29,33 @@ impl fmt::Display for Device {
     }
 }
 
+thread_local! {
+    static CURRENT_CUDA: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// This thread's current CUDA device: what `"cuda"` stands for (0 unless changed).
+pub fn current_cuda_device() -> usize {
+    CURRENT_CUDA.with(std::cell::Cell::get)
+}
+
+/// Sets this thread's current CUDA device (the facade's `genesis::cuda::set_device` checks the
+/// ordinal first).
+pub fn set_current_cuda_device(ordinal: usize) {
+    CURRENT_CUDA.with(|c| c.set(ordinal));
+}
+
 impl FromStr for Device {
     type Err = Error;
 
-    /// Parses `"cpu"`, `"cuda"` (device 0) and `"cuda:N"`.
+    /// Parses `"cpu"`, `"cuda"` (this thread's current CUDA device, 0 unless changed) and
+    /// `"cuda:N"`.
     fn from_str(s: &str) -> Result<Self, Error> {
         let bad = || Error::InvalidDeviceString {
             input: s.to_string(),
         };
         match s.trim() {
             "cpu" => Ok(Device::Cpu),
-            "cuda" => Ok(Device::Cuda(0)),
+            "cuda" => Ok(Device::Cuda(current_cuda_device())),
             other => {
                 let n = other.strip_prefix("cuda:").ok_or_else(bad)?;
                 if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {

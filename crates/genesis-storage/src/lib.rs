@@ -21,7 +21,7 @@ mod transfer;
 mod view;
 
 pub use cpu::{CpuStorage, DEFAULT_ALIGN};
-pub use device::Device;
+pub use device::{Device, current_cuda_device, set_current_cuda_device};
 pub use dtype::{DType, WithDType};
 pub use error::{Error, Result};
 /// The elementwise operations ([`Storage::binary`], [`Storage::unary`]).

@@ -139,9 +139,11 @@ pub fn scalar(d: DType) -> genesis_kernels::Scalar {
     }
 }
 
+/// The stream to queue work on `mem`'s device: this thread's current stream of that device,
+/// or the legacy default stream.
 #[cfg(feature = "cuda")]
-fn legacy(mem: &crate::cuda::CudaMem) -> genesis_cuda::Stream {
-    genesis_cuda::Stream::legacy(mem.ctx())
+fn queue(mem: &crate::cuda::CudaMem) -> crate::cuda::Queue {
+    crate::cuda::queue_on(mem.ctx())
 }
 
 impl Storage {
@@ -237,7 +239,7 @@ impl Storage {
                 let s = Storage::make(Inner::Cuda(mem), dtype, len);
                 if let Inner::Cuda(m) = &s.inner {
                     // SAFETY: the memory is `nbytes` long on this context.
-                    unsafe { genesis_cuda::raw::memset_d8(&legacy(m), m.ptr(), 0, nbytes)? };
+                    unsafe { genesis_cuda::raw::memset_d8(&queue(m), m.ptr(), 0, nbytes)? };
                 }
                 Ok(s)
             }
@@ -355,7 +357,7 @@ impl Storage {
                 // fresh CpuStorage), which the driver stages before returning.
                 unsafe {
                     genesis_cuda::raw::copy_from_host_async(
-                        &legacy(&mem),
+                        &queue(&mem),
                         mem.ptr(),
                         host.as_bytes(),
                     )?
@@ -406,7 +408,7 @@ impl Storage {
             #[cfg(feature = "cuda")]
             Device::Cuda(i) => {
                 let mem = crate::cuda::CudaMem::new(i, nbytes)?;
-                let stream = legacy(&mem);
+                let stream = queue(&mem);
                 crate::dispatch_kernel_dtype!(dtype, K => {
                     // `K` is the dtype's type, which is `T`; the downcast proves it safely.
                     let v: K = *(&value as &dyn std::any::Any)
@@ -672,13 +674,14 @@ impl Storage {
         match (&mut self.inner, &src.inner) {
             #[cfg(feature = "cuda")]
             (Inner::Cuda(d), Inner::Cuda(s)) => {
-                let stream = legacy(d);
+                let stream = queue(d);
                 let (dp, sp) = (d.ptr() + dst_at as u64, s.ptr() + src_at as u64);
                 if d.ordinal() == s.ordinal() {
                     // SAFETY: both ranges lie inside live allocations of this device.
                     unsafe { genesis_cuda::raw::copy_device_async(&stream, dp, sp, bytes)? };
                 } else {
                     // The source's pending writes (on its own device) must be complete first.
+                    crate::cuda::queue_on(s.ctx()).synchronize()?;
                     genesis_cuda::Stream::legacy(s.ctx()).synchronize()?;
                     crate::cuda::ensure_peer_access(d.ctx(), s.ctx());
                     // SAFETY: both ranges lie inside live allocations of their devices.
@@ -798,7 +801,7 @@ impl Storage {
         match (&mut self.inner, &src.inner) {
             #[cfg(feature = "cuda")]
             (Inner::Cuda(d), Inner::Cuda(s)) if d.ordinal() == s.ordinal() => {
-                let stream = legacy(d);
+                let stream = queue(d);
                 let (dp, sp) = (d.ptr(), s.ptr());
                 // A 2-D transpose into a dense destination takes the tiled kernel.
                 if let Some((rows, cols, ld)) = transpose_shape(src_layout, dst_layout) {
@@ -867,7 +870,7 @@ impl Storage {
                 if width < 1024 || dm.ordinal() != sm.ordinal() {
                     return Ok(false);
                 }
-                let stream = legacy(dm);
+                let stream = queue(dm);
                 // SAFETY: both layouts were checked against their storages' lengths.
                 unsafe {
                     genesis_cuda::raw::copy_2d_async(
@@ -885,7 +888,7 @@ impl Storage {
             #[cfg(feature = "cuda")]
             (Inner::Cuda(dm), _) => {
                 let host = src.host_bytes().expect("host storage");
-                let stream = legacy(dm);
+                let stream = queue(dm);
                 // SAFETY: the layouts were checked against both storages; the host bytes stay
                 // borrowed until the legacy stream is synchronised below.
                 unsafe {
@@ -904,7 +907,7 @@ impl Storage {
             }
             #[cfg(feature = "cuda")]
             (_, Inner::Cuda(sm)) => {
-                let stream = legacy(sm);
+                let stream = queue(sm);
                 let host = self.host_bytes_mut_for("copy_strided_from")?;
                 // SAFETY: as above, with the destination on the host.
                 unsafe {
@@ -948,7 +951,7 @@ impl Storage {
                 // SAFETY: both hold `len` elements of their dtypes on this device.
                 unsafe {
                     genesis_kernels::gpu::cast(
-                        &legacy(d),
+                        &queue(d),
                         scalar(self.dtype),
                         s.ptr(),
                         scalar(dtype),
@@ -1029,7 +1032,7 @@ impl Storage {
                     let src = b.ptr() + (other_start * size_of::<T>()) as u64;
                     // SAFETY: `dst` and `src` hold `len` elements of `T` (ranges checked
                     // above); both live until the launch completes (stream-ordered reuse).
-                    unsafe { genesis_kernels::gpu::binary::<T>(&legacy(a), op, dst, src, dst, len)? };
+                    unsafe { genesis_kernels::gpu::binary::<T>(&queue(a), op, dst, src, dst, len)? };
                     Ok(())
                 }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
             }
@@ -1058,7 +1061,7 @@ impl Storage {
                     let dst = a.ptr() + (start * size_of::<T>()) as u64;
                     // SAFETY: `dst` holds `len` elements of `T` (range checked above) and lives
                     // until the launch completes (stream-ordered reuse).
-                    unsafe { genesis_kernels::gpu::unary::<T>(&legacy(a), op, dst, dst, len)? };
+                    unsafe { genesis_kernels::gpu::unary::<T>(&queue(a), op, dst, dst, len)? };
                     Ok(())
                 }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
             }
@@ -1110,7 +1113,7 @@ impl Storage {
                     let pa = a.ptr() + (start * size_of::<T>()) as u64;
                     // SAFETY: the range was checked; both live until the launch completes
                     // (the pool reuses memory in stream order).
-                    unsafe { genesis_kernels::gpu::unary::<T>(&legacy(a), op, pa, out.ptr(), len)? };
+                    unsafe { genesis_kernels::gpu::unary::<T>(&queue(a), op, pa, out.ptr(), len)? };
                     Ok(Storage::make(Inner::Cuda(out), dtype, len))
                 }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
             }
@@ -1162,7 +1165,7 @@ impl Storage {
                     );
                     // SAFETY: the ranges were checked against both storages; all three live
                     // until the launch completes (the pool reuses memory in stream order).
-                    unsafe { genesis_kernels::gpu::binary::<T>(&legacy(a), op, pa, pb, out.ptr(), len)? };
+                    unsafe { genesis_kernels::gpu::binary::<T>(&queue(a), op, pa, pb, out.ptr(), len)? };
                     Ok(Storage::make(Inner::Cuda(out), dtype, len))
                 }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
             }

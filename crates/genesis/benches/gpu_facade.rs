@@ -192,6 +192,28 @@ mod gpu {
             });
         }
 
+        drop(cases);
+        drop(m);
+        // matmul at 4096 (f32 and bf16), output allocation included.
+        let side = 4096usize;
+        let g = genesis::Generator::new(1);
+        for (dtype, label) in [(DType::F32, "f32"), (DType::BF16, "bf16")] {
+            let a = g.randn(&[side, side], dtype, dev)?;
+            let b = g.randn(&[side, side], dtype, dev)?;
+            let (med, min) = wall(10, || {
+                a.matmul(&b)?;
+                Ok(())
+            })?;
+            let flops = 2.0 * (side as f64).powi(3);
+            rows.push(Row {
+                name: format!("matmul_4096_{label}"),
+                bytes: 0,
+                median_ms: med,
+                min_ms: min,
+                note: format!("{:.1} TFLOP/s", flops / (med * 1e-3) / 1e12),
+            });
+        }
+
         println!(
             "device: {}, wall clock (Instant + synchronize), median",
             genesis::cuda::get_device_name(0)?

@@ -38,6 +38,13 @@ pub use tensor::{Tensor, broadcast_shape};
 
 /// CUDA devices and their memory (PyTorch's `torch.cuda` names).
 pub mod cuda {
+    mod streams;
+    pub use streams::{DeviceGuard, current, current_device, set_device, with_device};
+    #[cfg(feature = "cuda")]
+    pub use streams::{
+        DeviceProperties, Event, Stream, StreamGuard, get_device_properties, with_stream,
+    };
+
     /// Whether a CUDA device can be used (always `false` without the `cuda` feature).
     pub fn is_available() -> bool {
         genesis_cuda::is_available()

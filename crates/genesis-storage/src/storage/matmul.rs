@@ -1,7 +1,7 @@
 //! Batched matrix multiplication of storages (`genesis_kernels::matmul`).
 
 #[cfg(feature = "cuda")]
-use super::{Inner, legacy};
+use super::{Inner, queue};
 use super::{Storage, byte_len};
 use crate::{CpuStorage, DType, Error, Result};
 use genesis_kernels::matmul::MatmulShape;
@@ -94,7 +94,7 @@ impl Storage {
                 // (stream-ordered reuse); `out` is a distinct storage (`&mut`).
                 unsafe {
                     genesis_kernels::matmul::gpu_matmul::<T>(
-                        &legacy(a),
+                        &queue(a),
                         shape,
                         a.ptr() + a_start as u64 * sz,
                         b.ptr() + b_start as u64 * sz,

@@ -1,7 +1,7 @@
 //! Random storages from the counter-based generator of `genesis_kernels::random`.
 
 #[cfg(feature = "cuda")]
-use super::{Inner, legacy};
+use super::{Inner, queue};
 use super::{Storage, byte_len};
 use crate::{CpuStorage, DType, Device, Error, Result};
 use genesis_kernels::random::{RandomElement, Sampler};
@@ -83,7 +83,7 @@ impl Storage {
                 // SAFETY: the memory holds `len` elements of `T` and lives until the launch
                 // completes (stream-ordered reuse).
                 unsafe {
-                    genesis_kernels::random::gpu_sample::<T>(&legacy(&mem), sampler, seed, offset, mem.ptr(), len)?
+                    genesis_kernels::random::gpu_sample::<T>(&queue(&mem), sampler, seed, offset, mem.ptr(), len)?
                 };
                 Ok(Storage::make(Inner::Cuda(mem), dtype, len))
             }, _ => Err(unsupported)),

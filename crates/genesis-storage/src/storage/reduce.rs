@@ -68,7 +68,7 @@ impl Storage {
                     // (the pool reuses memory in stream order).
                     unsafe {
                         reduce::gpu_reduce::<T>(
-                            &super::legacy(a),
+                            &super::queue(a),
                             op,
                             input,
                             shape,

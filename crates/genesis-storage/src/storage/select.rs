@@ -2,7 +2,7 @@
 //! (the facade's `_out` forms).
 
 #[cfg(feature = "cuda")]
-use super::{Inner, legacy};
+use super::{Inner, queue};
 use super::{Storage, byte_len, check_float_only};
 use crate::{CpuStorage, DType, Error, Result};
 use genesis_kernels::{BinaryOp, CompareOp, UnaryOp};
@@ -35,7 +35,7 @@ impl Storage {
                     );
                     // SAFETY: ranges checked; all three live until the launch completes (the
                     // pool reuses memory in stream order).
-                    unsafe { genesis_kernels::gpu::compare::<T>(&legacy(a), op, pa, pb, out.ptr(), len)? };
+                    unsafe { genesis_kernels::gpu::compare::<T>(&queue(a), op, pa, pb, out.ptr(), len)? };
                     Ok(Storage::make(Inner::Cuda(out), DType::Bool, len))
                 }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
             }
@@ -93,7 +93,7 @@ impl Storage {
                 // reuse).
                 unsafe {
                     genesis_kernels::gpu::select(
-                        &legacy(am),
+                        &queue(am),
                         es,
                         cm.ptr() + cs as u64,
                         am.ptr() + (as_ * es) as u64,
@@ -158,7 +158,7 @@ impl Storage {
                     // SAFETY: ranges checked; all three live until the launch completes.
                     unsafe {
                         genesis_kernels::gpu::binary::<T>(
-                            &legacy(a),
+                            &queue(a),
                             op,
                             a.ptr() + a_start as u64 * sz,
                             b.ptr() + b_start as u64 * sz,
@@ -205,7 +205,7 @@ impl Storage {
                     // SAFETY: ranges checked; both live until the launch completes.
                     unsafe {
                         genesis_kernels::gpu::unary::<T>(
-                            &legacy(a),
+                            &queue(a),
                             op,
                             a.ptr() + start as u64 * sz,
                             o.ptr() + out_start as u64 * sz,

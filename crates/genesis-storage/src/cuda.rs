@@ -284,3 +284,31 @@ pub fn queue_on(ctx: &Arc<Context>) -> Queue {
 fn current_stream_id(ordinal: usize) -> u64 {
     current_stream(ordinal).map_or(0, |s| s.id())
 }
+
+/// Blocking streams per device in the stream pool.
+pub const STREAMS_PER_DEVICE: usize = 32;
+
+/// A stream of device `ordinal` from its pool of [`STREAMS_PER_DEVICE`] blocking streams, handed
+/// out round-robin (PyTorch's stream pool). Pooled streams live as long as the process, so the
+/// device's memory pool, which keys blocks by stream, never meets a destroyed stream.
+pub fn pooled_stream(ordinal: usize) -> Result<Arc<genesis_cuda::Stream>> {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    type Pool = Mutex<Vec<Arc<genesis_cuda::Stream>>>;
+    static POOLS: OnceLock<Vec<(Pool, AtomicUsize)>> = OnceLock::new();
+    let pools = POOLS.get_or_init(|| {
+        (0..pools().len())
+            .map(|_| (Mutex::new(Vec::new()), AtomicUsize::new(0)))
+            .collect()
+    });
+    let pool = device_pool(ordinal)?;
+    let (streams, next) = &pools[ordinal];
+    let i = next.fetch_add(1, Ordering::Relaxed) % STREAMS_PER_DEVICE;
+    let mut v = streams.lock().unwrap_or_else(|p| p.into_inner());
+    while v.len() <= i {
+        v.push(Arc::new(genesis_cuda::Stream::new_blocking(
+            pool.context(),
+        )?));
+    }
+    Ok(Arc::clone(&v[i]))
+}

@@ -121,7 +121,8 @@ mod imp {
     /// tensor allocated under one stream and used under another must be kept alive until that
     /// use completes (synchronise before dropping it).
     ///
-    /// Clones share the stream; the last one waits for its work and destroys it.
+    /// Streams come from a per-device pool of 32 (as in PyTorch), so two `Stream` values may
+    /// share a CUDA stream; their work is then ordered, which is always safe.
     #[derive(Debug, Clone)]
     pub struct Stream {
         inner: Arc<genesis_cuda::Stream>,
@@ -129,12 +130,13 @@ mod imp {
     }
 
     impl Stream {
-        /// A new stream on device `ordinal`.
+        /// A stream of device `ordinal` from its pool of 32, handed out round-robin (as
+        /// PyTorch's `torch.cuda.Stream()` does): the 33rd call gives the first stream again.
+        /// Pooled streams live as long as the process.
         pub fn new(ordinal: usize) -> Result<Stream> {
             check_ordinal("Stream::new", ordinal)?;
-            let ctx = context(ordinal)?;
             Ok(Stream {
-                inner: Arc::new(cuda(genesis_cuda::Stream::new_blocking(&ctx))?),
+                inner: genesis_storage::cuda::pooled_stream(ordinal)?,
                 device: ordinal,
             })
         }

@@ -96,7 +96,7 @@ fn test() -> DynResult {
         "--exclude",
         "xtask",
         "--features",
-        "cuda",
+        "cuda,genesis/ndarray",
     ]);
     env.apply(&mut c);
     run("test (cuda feature)", &mut c)?;
@@ -127,7 +127,7 @@ fn ci() -> DynResult {
         "xtask",
         "--all-targets",
         "--features",
-        "cuda",
+        "cuda,genesis/ndarray",
         "--",
         "-D",
         "warnings",
@@ -143,7 +143,7 @@ fn ci() -> DynResult {
         "xtask",
         "--no-deps",
         "--features",
-        "cuda",
+        "cuda,genesis/ndarray",
     ]);
     c.env("RUSTDOCFLAGS", "-D warnings");
     env.apply(&mut c);

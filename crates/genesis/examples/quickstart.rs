@@ -1,12 +1,14 @@
-//! A short tour of Genesis: create tensors, add them, read them back, on the CPU and (when built
-//! with `--features cuda` on a machine with a GPU) on the GPU.
+//! A short tour of Genesis on the CPU and (when built with `--features cuda` on a machine with a
+//! GPU) on the GPU: creation, arithmetic with broadcasting, in-place ops, views and indexing,
+//! seeded random numbers, matmul, reductions, comparisons and `where`, `_out` forms, typed
+//! errors, and the GPU memory statistics before and after, with a snapshot.
 //!
 //! ```text
 //! cargo run --example quickstart                   # CPU
 //! cargo run --example quickstart --features cuda   # CPU, then GPU 0 if there is one
 //! ```
 
-use genesis::{DType, Device, IndexTensor, Tensor, bf16, s};
+use genesis::{DType, Device, Generator, IndexTensor, Tensor, bf16, s};
 
 fn tour(device: Device) -> genesis::Result<()> {
     println!("--- on {device} ---");
@@ -69,7 +71,36 @@ fn tour(device: Device) -> genesis::Result<()> {
     z.index_fill(&s![.., 1..3], 5.0)?;
     println!("z[:, 1:3] = 5 -> {z}");
 
+    // Seeded random numbers: the same seed gives the same values on every device.
+    let g = Generator::new(2024);
+    let x = g.randn(&[4, 8], DType::F32, device)?;
+    let w = g.rand(&[8, 3], DType::F32, device)?;
+    let replay = Generator::new(2024).randn(&[4, 8], DType::F32, Device::Cpu)?;
+    assert_eq!(x.to_vec::<f32>()?, replay.to_vec::<f32>()?);
+    // Matrix products, reductions, comparisons and `where`.
+    let y = x.matmul(&w)?; // [4, 8] @ [8, 3]
+    println!("randn(4, 8) @ rand(8, 3) = {y}");
+    println!(
+        "sum = {}, mean over dim 1 = {}",
+        y.sum()?,
+        y.mean_dim(&[1], false)?
+    );
+    let (best, at) = y.max_dim(1, false)?;
+    println!("max over dim 1 = {best} at {at}");
+    let positive = y.gt_scalar(0.0)?;
+    let relu = Tensor::where_cond(&positive, &y, &Tensor::zeros(&[], DType::F32, device)?)?;
+    println!("where(y > 0, y, 0) = {relu}");
+    let mut out = Tensor::zeros(&[4, 3], DType::F32, device)?;
+    y.mul_out(&relu, &mut out)?; // writes into `out`, allocating nothing
+    println!("y * relu(y) into a given tensor = {out}");
+
     // Errors are values, not panics.
+    println!(
+        "matmul of [1000, 1000] by [500, 500] -> {}",
+        Tensor::zeros(&[1000, 1000], DType::F32, device)?
+            .matmul(&Tensor::zeros(&[500, 500], DType::F32, device)?)
+            .unwrap_err()
+    );
     let wrong_shape = Tensor::full(&[3, 2], 1.0f32, device)?;
     println!("shape mismatch -> {}", a.add(&wrong_shape).unwrap_err());
     let wrong_dtype = Tensor::full(&[2, 3], 1i32, device)?;
@@ -88,7 +119,28 @@ fn main() -> genesis::Result<()> {
             genesis::cuda::get_device_name(0)?,
             genesis::cuda::get_device_capability(0)?
         );
+        #[cfg(feature = "cuda")]
+        let before = genesis::cuda::memory_allocated(0)?;
         tour(Device::Cuda(0))?;
+        #[cfg(feature = "cuda")]
+        {
+            // The tour's tensors are gone: their memory is back in the pool's cache.
+            println!(
+                "cuda:0 memory before the tour: {before} bytes allocated; after: {} allocated, {} reserved (cached for reuse), peak {}",
+                genesis::cuda::memory_allocated(0)?,
+                genesis::cuda::memory_reserved(0)?,
+                genesis::cuda::max_memory_allocated(0)?
+            );
+            let kept = Tensor::zeros(&[256, 1024], DType::F32, Device::Cuda(0))?;
+            let snap = genesis::cuda::memory_snapshot(0)?;
+            println!(
+                "snapshot with a 1 MiB tensor alive: {} segment(s), {} block(s); as JSON {} bytes (memory_tour writes PyTorch's format)",
+                snap.segments.len(),
+                snap.segments.iter().map(|s| s.blocks.len()).sum::<usize>(),
+                snap.to_json().len()
+            );
+            drop(kept);
+        }
         let cpu = Tensor::full(&[2, 3], 1.0f32, Device::Cpu)?;
         let gpu = Tensor::full(&[2, 3], 1.0f32, Device::Cuda(0))?;
         println!("device mismatch -> {}", cpu.add(&gpu).unwrap_err());

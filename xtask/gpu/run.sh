@@ -60,7 +60,7 @@ for step in $steps; do
     racecheck)
       # Kernels with shared memory (tiled transpose, reductions, matmul) under racecheck.
       : > "$OUT/racecheck.log"
-      for t in $(grep -E '^test-.*(gpu_copy|gpu_reduce|genesis-matmul)$' "$B/bin/LIST" | grep -- "${GENESIS_ONLY:-}"); do
+      for t in $(grep -E '^test-.*(gpu_copy|gpu_reduce|genesis-matmul|genesis-masks)$' "$B/bin/LIST" | grep -- "${GENESIS_ONLY:-}"); do
         if compute-sanitizer --tool racecheck --error-exitcode 99 --report-api-errors no \
              "$B/bin/$t" --test-threads=1 >> "$OUT/racecheck.log" 2>&1; then
           r="clean: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/racecheck.log" | tail -1 | sed 's/=* *//')"

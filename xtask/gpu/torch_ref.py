@@ -154,6 +154,17 @@ def main():
         med, mn = wall(fn, 30)
         rows.append({"name": name, "bytes": m.numel() * 4, "median_ms": med, "min_ms": mn})
     del m
+    x = torch.rand(8192 * 8192, device=dev)
+    mask = torch.rand(8192 * 8192, device=dev) < 0.5
+    n = x.numel()
+    med, mn = wall(lambda: x[mask], 30)
+    rows.append({"name": "masked_select_50pct_64Mi_f32", "bytes": n * 4 + 2 * n + n * 2,
+                 "median_ms": med, "min_ms": mn})
+    y = x.clone()
+    med, mn = wall(lambda: y.masked_fill_(mask, 1.5), 30)
+    rows.append({"name": "masked_fill_50pct_64Mi_f32", "bytes": n * 4 + n + n * 2,
+                 "median_ms": med, "min_ms": mn})
+    del x, mask, y
     for dt, name in [(torch.float32, "matmul_4096_f32"), (torch.bfloat16, "matmul_4096_bf16")]:
         a = torch.randn(4096, 4096, device=dev, dtype=dt)
         b = torch.randn(4096, 4096, device=dev, dtype=dt)

@@ -115,24 +115,55 @@ pub(crate) fn gather(input: &View, p: &IndexPlan) -> Result<View> {
         out.device_ptr().unwrap_or(0),
         idx.device_ptr().unwrap_or(0),
     );
-    // SAFETY: planning checked every index against the view, and the view against the
-    // storage; `out` holds n elements; all three live until the legacy stream has run the
-    // kernel (the pool reuses memory in stream order).
-    unsafe { genesis_kernels::index::gather(&stream, src.dtype().size(), sp, op, n, &d, ip)? };
+    let size = src.dtype().size();
+    if let Some(rows) = rows16(p, adv, size).filter(|_| sp % 16 == 0 && op % 16 == 0) {
+        // SAFETY: planning checked every index against the view and the view against the
+        // storage; the rows are 16-byte aligned; `out` holds the result's rows; all live until
+        // the stream has run the kernel (the pool reuses memory in stream order).
+        unsafe { genesis_kernels::index::gather_rows16(&stream, sp, op, ip, &rows)? };
+    } else {
+        // SAFETY: planning checked every index against the view, and the view against the
+        // storage; `out` holds n elements; all three live until the stream has run the kernel
+        // (the pool reuses memory in stream order).
+        unsafe { genesis_kernels::index::gather(&stream, size, sp, op, n, &d, ip)? };
+    }
     Ok(View::with_layout(
         Arc::new(out),
         Layout::contiguous(&p.result_shape),
     )?)
 }
 
+/// The index tuple of position `b` packed for hashing: the value itself for one index array.
+fn tuple_key(adv: &Advanced, b: usize) -> smallvec::SmallVec<[i64; 2]> {
+    adv.indices.iter().map(|ix| ix[b]).collect()
+}
+
+/// Marks the index positions whose tuple repeats at a later position (1: skip it, a later
+/// position writes the same elements; the last one wins).
+fn dead_positions(adv: &Advanced) -> Vec<u8> {
+    let nb: usize = adv.index_shape.iter().product();
+    let mut dead = vec![0u8; nb];
+    if let [only] = adv.indices.as_slice() {
+        let mut seen = std::collections::HashSet::with_capacity(nb);
+        for b in (0..nb).rev() {
+            dead[b] = u8::from(!seen.insert(only[b]));
+        }
+    } else {
+        let mut seen = std::collections::HashSet::with_capacity(nb);
+        for b in (0..nb).rev() {
+            dead[b] = u8::from(!seen.insert(tuple_key(adv, b)));
+        }
+    }
+    dead
+}
+
 /// Which index positions repeat an index tuple of a later position, and the groups of equal
 /// tuples in order.
 fn groups(adv: &Advanced) -> (Vec<u8>, Vec<i64>, Vec<i64>, Vec<i64>) {
     let nb: usize = adv.index_shape.iter().product();
-    let mut by_tuple: HashMap<Vec<i64>, Vec<usize>> = HashMap::new();
+    let mut by_tuple: HashMap<smallvec::SmallVec<[i64; 2]>, Vec<usize>> = HashMap::new();
     for b in 0..nb {
-        let tuple: Vec<i64> = adv.indices.iter().map(|ix| ix[b]).collect();
-        by_tuple.entry(tuple).or_default().push(b);
+        by_tuple.entry(tuple_key(adv, b)).or_default().push(b);
     }
     let mut dead = vec![1u8; nb];
     let (mut start, mut len, mut members) =
@@ -166,7 +197,11 @@ pub(crate) fn scatter(
     let d = desc(p, adv)?;
     let dev = target.device();
     let idx = upload_indices(adv, dev)?;
-    let (dead, start, len, members) = groups(adv);
+    let (dead, start, len, members) = if accumulate {
+        groups(adv)
+    } else {
+        (dead_positions(adv), Vec::new(), Vec::new(), Vec::new())
+    };
     let dead_s = Storage::upload(&dead, dev)?;
     let stream = queue(device)?;
     let (tp, vp, ip, dp) = (
@@ -192,16 +227,13 @@ pub(crate) fn scatter(
         // SAFETY: as in `gather`, with `values` holding n elements and the groups nb entries;
         // only group representatives write, each to its own offsets.
         unsafe { genesis_kernels::index::scatter_add(&stream, scalar, tp, vp, n, &d, ip, g)? };
-        stream.synchronize()?;
     } else if let Some(rows) = rows16(p, adv, size) {
         // SAFETY: as in `gather`, on 16-byte aligned rows; live rows are distinct.
         unsafe { genesis_kernels::index::scatter_rows16(&stream, tp, vp, ip, dp, &rows)? };
-        stream.synchronize()?;
     } else {
         // SAFETY: as in `gather`; live positions have distinct index tuples, so they write
         // distinct offsets.
         unsafe { genesis_kernels::index::scatter(&stream, size, tp, vp, n, &d, ip, dp)? };
-        stream.synchronize()?;
     }
     Ok(())
 }

@@ -37,6 +37,17 @@ pub static INDEX: genesis_cuda::KernelImage = genesis_cuda::KernelImage {
 /// Bytes of the `index` image, for size reports.
 pub const INDEX_BYTES: usize = include_bytes!("../images/index.fatbin").len();
 
+/// The fatbin built from `kernels/mask.cu`.
+#[cfg(feature = "cuda")]
+pub static MASK: genesis_cuda::KernelImage = genesis_cuda::KernelImage {
+    name: "mask",
+    image: include_bytes!("../images/mask.fatbin"),
+    targets: TARGETS,
+};
+
+/// Bytes of the `mask` image, for size reports.
+pub const MASK_BYTES: usize = include_bytes!("../images/mask.fatbin").len();
+
 /// The fatbin built from `kernels/matmul.cu`.
 #[cfg(feature = "cuda")]
 pub static MATMUL: genesis_cuda::KernelImage = genesis_cuda::KernelImage {

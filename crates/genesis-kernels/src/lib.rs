@@ -18,6 +18,7 @@ pub mod gpu;
 pub mod images;
 #[cfg(feature = "cuda")]
 pub mod index;
+pub mod mask;
 pub mod matmul;
 pub mod random;
 pub mod reduce;

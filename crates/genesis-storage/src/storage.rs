@@ -1405,6 +1405,7 @@ mod tests {
     }
 }
 
+mod mask;
 mod matmul;
 mod random;
 mod reduce;

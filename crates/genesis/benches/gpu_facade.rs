@@ -194,6 +194,36 @@ mod gpu {
 
         drop(cases);
         drop(m);
+        // Boolean masks on the device: select 50% of 64 Mi f32 (x[mask]), and masked_fill_.
+        let g = genesis::Generator::new(7);
+        let x = g.rand(&[n], DType::F32, dev)?;
+        let mask = g.rand(&[n], DType::F32, dev)?.lt_scalar(0.5)?;
+        let (med, min) = wall(30, || {
+            x.masked_select(&mask)?;
+            Ok(())
+        })?;
+        // Bytes: data read once, mask read twice, half the data written.
+        rows.push(Row {
+            name: "masked_select_50pct_64Mi_f32".into(),
+            bytes: n * 4 + 2 * n + n * 2,
+            median_ms: med,
+            min_ms: min,
+            note: "wall clock incl. count readback".into(),
+        });
+        let mut y = x.contiguous()?;
+        let (med, min) = wall(30, || {
+            y.masked_fill_(&mask, 1.5)?;
+            Ok(())
+        })?;
+        rows.push(Row {
+            name: "masked_fill_50pct_64Mi_f32".into(),
+            bytes: n * 4 + n + n * 2,
+            median_ms: med,
+            min_ms: min,
+            note: "wall clock incl. launch + sync".into(),
+        });
+        drop((x, mask, y));
+
         // matmul at 4096 (f32 and bf16), output allocation included.
         let side = 4096usize;
         let g = genesis::Generator::new(1);

@@ -17,6 +17,7 @@
 
 mod error;
 mod interop;
+mod mask;
 mod matmul;
 mod ops;
 mod random;

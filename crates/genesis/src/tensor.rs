@@ -693,17 +693,7 @@ impl Tensor {
 
     /// A 0-dimensional tensor holding `value` in `self`'s dtype, on `self`'s device.
     pub(crate) fn scalar_like(&self, op: &'static str, value: f64) -> Result<Tensor> {
-        let dtype = self.dtype();
-        if !dtype.is_float() && (value.fract() != 0.0 || !value.is_finite()) {
-            return Err(Error::ScalarOutOfRange { op, value, dtype });
-        }
-        let host = Storage::from_slice(&[value], Device::Cpu)?.to_dtype(dtype)?;
-        if !dtype.is_float() {
-            let back = host.to_f64_vec()?;
-            if back.first() != Some(&value) {
-                return Err(Error::ScalarOutOfRange { op, value, dtype });
-            }
-        }
+        let host = host_scalar(op, self.dtype(), value)?;
         Tensor::from_storage(host.to_device(self.device())?, &[])
     }
 
@@ -724,6 +714,22 @@ impl Tensor {
         }
         Ok(())
     }
+}
+
+/// `value` as a one-element host storage of `dtype`; for integer dtypes (and bool) it must be a
+/// whole number the dtype represents exactly.
+pub(crate) fn host_scalar(op: &'static str, dtype: DType, value: f64) -> Result<Storage> {
+    if !dtype.is_float() && (value.fract() != 0.0 || !value.is_finite()) {
+        return Err(Error::ScalarOutOfRange { op, value, dtype });
+    }
+    let host = Storage::from_slice(&[value], Device::Cpu)?.to_dtype(dtype)?;
+    if !dtype.is_float() {
+        let back = host.to_f64_vec()?;
+        if back.first() != Some(&value) {
+            return Err(Error::ScalarOutOfRange { op, value, dtype });
+        }
+    }
+    Ok(host)
 }
 
 /// `std::ops` operators on tensors and references; they return `Result<Tensor>` because an

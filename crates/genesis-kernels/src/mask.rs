@@ -1,0 +1,221 @@
+//! Boolean-mask kernels (`kernels/mask.cu`) and their CPU twins: compaction (`masked_select`:
+//! the elements where the mask is set, in row-major order) and `masked_fill`, on elements of
+//! 1, 2, 4 or 8 bytes (a copy of bytes, so the twins are exact).
+
+use crate::{Error, Result};
+
+/// Elements per tile of the compaction kernels (`MK_TILE`).
+pub const TILE: usize = 256 * 16;
+
+fn check_size(op: &'static str, elem_bytes: usize) -> Result<()> {
+    if matches!(elem_bytes, 1 | 2 | 4 | 8) {
+        Ok(())
+    } else {
+        Err(Error::Unsupported {
+            op,
+            reason: format!("{elem_bytes}-byte elements"),
+        })
+    }
+}
+
+/// The CPU twin of compaction: the `elem_bytes`-byte elements of `src` whose mask byte is
+/// non-zero, in order.
+pub fn masked_select(src: &[u8], mask: &[u8], elem_bytes: usize) -> Result<Vec<u8>> {
+    check_size("masked_select", elem_bytes)?;
+    if src.len() != mask.len() * elem_bytes {
+        return Err(Error::LengthMismatch {
+            op: "masked_select",
+            expected: mask.len() * elem_bytes,
+            got: src.len(),
+        });
+    }
+    let mut out = Vec::with_capacity(src.len() / 2);
+    for (e, &m) in src.chunks_exact(elem_bytes).zip(mask) {
+        if m != 0 {
+            out.extend_from_slice(e);
+        }
+    }
+    Ok(out)
+}
+
+/// The CPU twin of `masked_fill`: every element of `dst` whose mask byte is non-zero becomes
+/// `value` (`elem_bytes` bytes).
+pub fn masked_fill(dst: &mut [u8], mask: &[u8], value: &[u8]) -> Result<()> {
+    check_size("masked_fill", value.len())?;
+    if dst.len() != mask.len() * value.len() {
+        return Err(Error::LengthMismatch {
+            op: "masked_fill",
+            expected: mask.len() * value.len(),
+            got: dst.len(),
+        });
+    }
+    for (e, &m) in dst.chunks_exact_mut(value.len()).zip(mask) {
+        if m != 0 {
+            e.copy_from_slice(value);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(feature = "cuda")]
+pub use gpu::*;
+
+#[cfg(feature = "cuda")]
+mod gpu {
+    use std::ffi::c_void;
+
+    use genesis_cuda::{Kernel, LaunchConfig, Stream};
+
+    use super::{TILE, check_size};
+    use crate::{Result, images};
+
+    /// Device workspace of a compaction of `n` elements: tile counts (u32), tile offsets (u64)
+    /// and the total (u64), in bytes.
+    pub fn compaction_workspace_bytes(n: usize) -> usize {
+        let tiles = n.div_ceil(TILE).max(1);
+        (tiles * 4).next_multiple_of(16) + tiles * 8 + 8
+    }
+
+    /// The first two launches of a compaction: counts the set mask bytes of each tile and
+    /// scans them; the total lands in the workspace's last 8 bytes (returned as a device
+    /// address), which the caller reads to size the output before [`compact`].
+    ///
+    /// # Safety
+    ///
+    /// `mask` must be `n` bytes and `workspace` [`compaction_workspace_bytes`] bytes of device
+    /// memory of the stream's device, valid until the kernels complete.
+    pub unsafe fn count_and_scan(
+        stream: &Stream,
+        mask: u64,
+        n: usize,
+        workspace: u64,
+    ) -> Result<u64> {
+        let tiles = n.div_ceil(TILE).max(1);
+        let counts = workspace;
+        let offsets = workspace + (tiles * 4).next_multiple_of(16) as u64;
+        let total = offsets + (tiles * 8) as u64;
+        let ctx = stream.context();
+        let count = Kernel::get(ctx, &images::MASK, "mask_count")?;
+        let (mut m, mut n64, mut c) = (mask, n as u64, counts);
+        let mut params: [*mut c_void; 3] = [
+            (&raw mut m).cast(),
+            (&raw mut n64).cast(),
+            (&raw mut c).cast(),
+        ];
+        // SAFETY: the parameters match `mask_count(const u8*, u64, u32*)`; one block per tile.
+        unsafe { count.launch(stream, LaunchConfig::linear(tiles as u32, 256), &mut params)? };
+        let scan = Kernel::get(ctx, &images::MASK, "mask_scan")?;
+        let (mut c, mut t64, mut o, mut tot) = (counts, tiles as u64, offsets, total);
+        let mut params: [*mut c_void; 4] = [
+            (&raw mut c).cast(),
+            (&raw mut t64).cast(),
+            (&raw mut o).cast(),
+            (&raw mut tot).cast(),
+        ];
+        // SAFETY: the parameters match `mask_scan(const u32*, u64, u64*, u64*)`.
+        unsafe { scan.launch(stream, LaunchConfig::linear(1, 1024), &mut params)? };
+        Ok(total)
+    }
+
+    /// The last launch of a compaction: writes the selected `elem_bytes`-byte elements of `src`
+    /// to `out` in order.
+    ///
+    /// # Safety
+    ///
+    /// As [`count_and_scan`] (after it, with the same mask and workspace), `src` holding `n`
+    /// elements and `out` the total, 16-byte aligned or not, all valid until the kernel
+    /// completes.
+    pub unsafe fn compact(
+        stream: &Stream,
+        elem_bytes: usize,
+        src: u64,
+        mask: u64,
+        n: usize,
+        workspace: u64,
+        out: u64,
+    ) -> Result<()> {
+        check_size("masked_select", elem_bytes)?;
+        if n == 0 {
+            return Ok(());
+        }
+        let tiles = n.div_ceil(TILE);
+        let offsets = workspace + (tiles * 4).next_multiple_of(16) as u64;
+        let name = match elem_bytes {
+            1 => "mask_compact_e1",
+            2 => "mask_compact_e2",
+            4 => "mask_compact_e4",
+            _ => "mask_compact_e8",
+        };
+        let kernel = Kernel::get(stream.context(), &images::MASK, name)?;
+        let (mut s, mut m, mut n64, mut o, mut d) = (src, mask, n as u64, offsets, out);
+        let mut params: [*mut c_void; 5] = [
+            (&raw mut s).cast(),
+            (&raw mut m).cast(),
+            (&raw mut n64).cast(),
+            (&raw mut o).cast(),
+            (&raw mut d).cast(),
+        ];
+        // SAFETY: the parameters match `mask_compact_e<E>(const T*, const u8*, u64, const u64*,
+        // T*)`; one block per tile, as in `count_and_scan`.
+        unsafe { kernel.launch(stream, LaunchConfig::linear(tiles as u32, 256), &mut params)? };
+        Ok(())
+    }
+
+    /// Queues `dst[i] = value` where `mask[i] != 0`, for `i < n` (`value` is one element's
+    /// bytes, 1, 2, 4 or 8 of them).
+    ///
+    /// # Safety
+    ///
+    /// `dst` must hold `n` elements and `mask` `n` bytes of device memory of the stream's
+    /// device, valid until the kernel completes.
+    pub unsafe fn fill(stream: &Stream, dst: u64, mask: u64, n: usize, value: &[u8]) -> Result<()> {
+        check_size("masked_fill", value.len())?;
+        if n == 0 {
+            return Ok(());
+        }
+        let name = match value.len() {
+            1 => "mask_fill_e1",
+            2 => "mask_fill_e2",
+            4 => "mask_fill_e4",
+            _ => "mask_fill_e8",
+        };
+        let kernel = Kernel::get(stream.context(), &images::MASK, name)?;
+        let mut v = [0u8; 8];
+        v[..value.len()].copy_from_slice(value);
+        let mut v64 = u64::from_le_bytes(v);
+        let (mut d, mut m, mut n64) = (dst, mask, n as u64);
+        let mut params: [*mut c_void; 4] = [
+            (&raw mut d).cast(),
+            (&raw mut m).cast(),
+            (&raw mut n64).cast(),
+            (&raw mut v64).cast(),
+        ];
+        let cap = u64::from(stream.context().multiprocessors().max(1)) * 16;
+        let blocks = (n as u64).div_ceil(256).clamp(1, cap) as u32;
+        // SAFETY: the parameters match `mask_fill_e<E>(T*, const u8*, u64, T)`: the value is
+        // passed in the first `E` bytes of an 8-byte little-endian word, which is how the
+        // driver reads a `T` argument from the pointed-to bytes.
+        unsafe { kernel.launch(stream, LaunchConfig::linear(blocks, 256), &mut params)? };
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn twins_select_and_fill_in_order() {
+        let src: Vec<u8> = (0..20u8).collect();
+        let mask = [1u8, 0, 1, 1, 0];
+        assert_eq!(
+            masked_select(&src, &mask, 4).unwrap(),
+            [0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15]
+        );
+        let mut dst = src.clone();
+        masked_fill(&mut dst, &mask, &[9, 9, 9, 9]).unwrap();
+        assert_eq!(&dst[..8], &[9, 9, 9, 9, 4, 5, 6, 7]);
+        assert!(masked_select(&src, &mask, 3).is_err());
+        assert!(masked_select(&src[..19], &mask, 4).is_err());
+    }
+}

@@ -1,0 +1,142 @@
+//! Boolean-mask selection and fill (`genesis_kernels::mask`).
+
+use super::Storage;
+#[cfg(feature = "cuda")]
+use super::{Inner, byte_len, queue};
+use crate::{DType, Device, Error, Result};
+
+impl Storage {
+    fn check_mask(&self, op: &'static str, mask: &Storage) -> Result<()> {
+        if mask.dtype != DType::Bool {
+            return Err(Error::UnsupportedDType {
+                op,
+                dtype: mask.dtype,
+            });
+        }
+        if mask.device() != self.device() {
+            return Err(Error::DeviceMismatch {
+                op,
+                lhs: self.device(),
+                rhs: mask.device(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The elements `self[start + i]` whose mask byte `mask[mask_start + i]` is set, for
+    /// `i < len`, in order, as a new storage (any dtype; `mask` is `Bool` on the same device).
+    /// On the GPU: a count, a scan, and a single compaction pass that keeps the order (the
+    /// host reads the count in between to size the output).
+    #[track_caller]
+    pub fn masked_select_at(
+        &self,
+        start: usize,
+        mask: &Storage,
+        mask_start: usize,
+        len: usize,
+    ) -> Result<Storage> {
+        let op = "masked_select";
+        self.check_mask(op, mask)?;
+        self.check_range(op, start, len)?;
+        mask.check_range(op, mask_start, len)?;
+        let es = self.dtype.size();
+        match (&self.inner, &mask.inner) {
+            #[cfg(feature = "cuda")]
+            (Inner::Cuda(s), Inner::Cuda(m)) => {
+                let ws_len = genesis_kernels::mask::compaction_workspace_bytes(len);
+                let ws = crate::cuda::CudaMem::new(s.ordinal(), ws_len)?;
+                let stream = queue(s);
+                let (sp, mp) = (s.ptr() + (start * es) as u64, m.ptr() + mask_start as u64);
+                // SAFETY: the ranges were checked; the workspace has the size the kernels need;
+                // all live until the kernels complete (stream-ordered pool).
+                let total_ptr =
+                    unsafe { genesis_kernels::mask::count_and_scan(&stream, mp, len, ws.ptr())? };
+                let mut total = [0u8; 8];
+                stream.synchronize()?;
+                // SAFETY: `total_ptr` is 8 bytes inside the workspace, written by the scan.
+                unsafe { genesis_cuda::raw::copy_to_host(s.ctx(), total_ptr, &mut total)? };
+                let count = u64::from_le_bytes(total) as usize;
+                let nbytes = byte_len(count, self.dtype)?;
+                let out = crate::cuda::CudaMem::new(s.ordinal(), nbytes)?;
+                // SAFETY: as above; `out` holds `count` elements.
+                unsafe {
+                    genesis_kernels::mask::compact(&stream, es, sp, mp, len, ws.ptr(), out.ptr())?
+                };
+                Ok(Storage::make(Inner::Cuda(out), self.dtype, count))
+            }
+            _ => {
+                let src = self.host_bytes().ok_or(Error::NotOnHost {
+                    op,
+                    device: self.device(),
+                })?;
+                let m = mask.host_bytes().ok_or(Error::NotOnHost {
+                    op,
+                    device: mask.device(),
+                })?;
+                let bytes = genesis_kernels::mask::masked_select(
+                    &src[start * es..(start + len) * es],
+                    &m[mask_start..mask_start + len],
+                    es,
+                )?;
+                Storage::from_bytes(&bytes, self.dtype, Device::Cpu)
+            }
+        }
+    }
+
+    /// `self[start + i] = value` where `mask[mask_start + i]` is set, for `i < len`, in place
+    /// (`value`'s bytes in `self`'s dtype; allocates nothing).
+    #[track_caller]
+    pub fn masked_fill_at(
+        &mut self,
+        start: usize,
+        mask: &Storage,
+        mask_start: usize,
+        len: usize,
+        value: &[u8],
+    ) -> Result<()> {
+        let op = "masked_fill";
+        self.check_mask(op, mask)?;
+        self.check_range(op, start, len)?;
+        mask.check_range(op, mask_start, len)?;
+        let es = self.dtype.size();
+        if value.len() != es {
+            return Err(Error::LengthMismatch {
+                op,
+                lhs: es,
+                rhs: value.len(),
+            });
+        }
+        match (&mut self.inner, &mask.inner) {
+            #[cfg(feature = "cuda")]
+            (Inner::Cuda(d), Inner::Cuda(m)) => {
+                // SAFETY: the ranges were checked; both live until the kernel completes.
+                unsafe {
+                    genesis_kernels::mask::fill(
+                        &queue(d),
+                        d.ptr() + (start * es) as u64,
+                        m.ptr() + mask_start as u64,
+                        len,
+                        value,
+                    )?
+                };
+                Ok(())
+            }
+            _ => {
+                let m = mask
+                    .host_bytes()
+                    .ok_or(Error::NotOnHost {
+                        op,
+                        device: mask.device(),
+                    })?
+                    .to_vec();
+                let dst = self.host_bytes_mut_for(op)?;
+                genesis_kernels::mask::masked_fill(
+                    &mut dst[start * es..(start + len) * es],
+                    &m[mask_start..mask_start + len],
+                    value,
+                )?;
+                Ok(())
+            }
+        }
+    }
+}

@@ -1,0 +1,83 @@
+//! Boolean masks on any device: `masked_select` (`x[mask]`) and `masked_fill`.
+
+use crate::tensor::{broadcast_shape, host_scalar};
+use crate::{DType, Error, Result, Tensor};
+
+fn check_mask(op: &'static str, x: &Tensor, mask: &Tensor) -> Result<()> {
+    if mask.dtype() != DType::Bool {
+        return Err(Error::InvalidArgument {
+            op,
+            reason: format!("the mask must be a bool tensor, not {}", mask.dtype()),
+        });
+    }
+    if mask.device() != x.device() {
+        return Err(Error::DeviceMismatch {
+            op,
+            lhs: x.device(),
+            rhs: mask.device(),
+        });
+    }
+    Ok(())
+}
+
+impl Tensor {
+    /// The elements where `mask` is true, in row-major order, as a 1-D tensor (PyTorch's
+    /// `masked_select`, and `x[mask]` for a mask of `x`'s shape). `self` and `mask` (a `Bool`
+    /// tensor on the same device) broadcast together. On the GPU the mask stays on the device:
+    /// a count, a scan and one compaction pass that keeps the order; the host reads the count
+    /// (one synchronisation) to size the result.
+    ///
+    /// ```
+    /// use genesis::{Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let x = Tensor::from_slice(&[3.0f32, -1.0, 4.0, -1.5, 5.0], &[5], Device::Cpu)?;
+    /// let positive = x.masked_select(&x.gt_scalar(0.0)?)?;
+    /// assert_eq!(positive.to_vec::<f32>()?, [3.0, 4.0, 5.0]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn masked_select(&self, mask: &Tensor) -> Result<Tensor> {
+        let op = "masked_select";
+        check_mask(op, self, mask)?;
+        let shape = broadcast_shape(op, self.shape(), mask.shape())?;
+        let (x, x0) = self.dense_operand(&shape)?;
+        let (m, m0) = mask.dense_operand(&shape)?;
+        let n = shape.iter().product();
+        let out = x.masked_select_at(x0, &m, m0, n)?;
+        let len = out.len();
+        Tensor::from_storage(out, &[len])
+    }
+
+    /// In place: `self[mask] = value`, `mask` (`Bool`, same device) broadcast to `self`'s
+    /// shape. `self` must be contiguous and hold its storage alone; `value` must be
+    /// representable in its dtype. Allocates nothing when `mask` has `self`'s shape and is
+    /// contiguous.
+    #[track_caller]
+    pub fn masked_fill_(&mut self, mask: &Tensor, value: f64) -> Result<()> {
+        let op = "masked_fill";
+        check_mask(op, self, mask)?;
+        let shape = broadcast_shape(op, self.shape(), mask.shape())?;
+        if shape != self.shape() {
+            return Err(Error::ShapeMismatch {
+                op,
+                lhs: self.shape().to_vec(),
+                rhs: mask.shape().to_vec(),
+            });
+        }
+        let bytes = host_scalar(op, self.dtype(), value)?.to_bytes()?;
+        let (m, m0) = mask.dense_operand(self.shape())?;
+        let (start, n) = (self.in_place_start(op)?, self.numel());
+        self.exclusive_storage(op)?
+            .masked_fill_at(start, &m, m0, n, &bytes)?;
+        Ok(())
+    }
+
+    /// A copy of `self` with `value` where `mask` is true (see [`Tensor::masked_fill_`]).
+    #[track_caller]
+    pub fn masked_fill(&self, mask: &Tensor, value: f64) -> Result<Tensor> {
+        let mut out = Tensor::from_storage(self.view.contiguous()?, self.shape())?;
+        out.masked_fill_(mask, value)?;
+        Ok(out)
+    }
+}

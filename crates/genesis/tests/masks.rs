@@ -1,0 +1,188 @@
+//! Boolean masks on every device: `masked_select` (`x[mask]`) and `masked_fill`, against
+//! references computed here, for every dtype, odd sizes (tile boundaries), broadcast and
+//! strided operands, and typed errors.
+
+use genesis::{DType, Device, Error, Generator, IndexTensor, Tensor, s};
+
+mod common;
+use common::{Release, devices};
+
+const DTYPES: [DType; 8] = [
+    DType::F32,
+    DType::F16,
+    DType::BF16,
+    DType::F64,
+    DType::I32,
+    DType::I64,
+    DType::U8,
+    DType::I16,
+];
+
+fn f64s(t: &Tensor) -> Vec<f64> {
+    t.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap()
+}
+
+#[test]
+fn masked_select_keeps_row_major_order_for_every_dtype_and_density() {
+    let _release = Release;
+    let g = Generator::new(8);
+    for dev in devices() {
+        for n in [0usize, 1, 17, 4095, 4096, 4097, 100_003] {
+            for density in [0.0, 0.1, 0.5, 1.0] {
+                let mask = g
+                    .rand(&[n], DType::F32, dev)
+                    .unwrap()
+                    .lt_scalar(density)
+                    .unwrap();
+                let bits = mask.to_bool_vec().unwrap();
+                for dtype in DTYPES {
+                    let x = Tensor::arange(0.0, n as f64, 1.0, DType::F64, dev)
+                        .unwrap()
+                        .to_dtype(dtype)
+                        .unwrap();
+                    let held = f64s(&x);
+                    let got = x.masked_select(&mask).unwrap();
+                    assert_eq!((got.dtype(), got.device()), (dtype, dev));
+                    let want: Vec<f64> = held
+                        .iter()
+                        .zip(&bits)
+                        .filter(|(_, b)| **b)
+                        .map(|(v, _)| *v)
+                        .collect();
+                    assert_eq!(got.shape(), [want.len()]);
+                    assert_eq!(f64s(&got), want, "{dtype} n={n} density={density} on {dev}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn masked_select_broadcasts_and_reads_strided_or_offset_operands() {
+    let _release = Release;
+    let g = Generator::new(9);
+    for dev in devices() {
+        // A [5, 1] row mask over a [5, 3] matrix: whole rows.
+        let x = Tensor::arange(0.0, 15.0, 1.0, DType::F32, dev)
+            .unwrap()
+            .reshape(&[5, 3])
+            .unwrap();
+        let rows = Tensor::from_bools(&[true, false, false, true, true], &[5, 1], dev).unwrap();
+        assert_eq!(
+            x.masked_select(&rows).unwrap().to_vec::<f32>().unwrap(),
+            [0.0, 1.0, 2.0, 9.0, 10.0, 11.0, 12.0, 13.0, 14.0]
+        );
+        // A transposed operand and a view at an offset (not 16-byte aligned).
+        let m = g.randn(&[300, 70], DType::F32, dev).unwrap();
+        let mt = m.t().unwrap();
+        let mask = mt.gt_scalar(0.0).unwrap();
+        let want: Vec<f32> = mt
+            .contiguous()
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap()
+            .into_iter()
+            .filter(|&v| v > 0.0)
+            .collect();
+        assert_eq!(
+            mt.masked_select(&mask).unwrap().to_vec::<f32>().unwrap(),
+            want
+        );
+        let flat = m.reshape(&[-1]).unwrap();
+        let tail = flat.narrow(0, 1, 20_000).unwrap();
+        let tmask = tail.lt_scalar(0.5).unwrap();
+        let want: Vec<f32> = tail
+            .to_vec::<f32>()
+            .unwrap()
+            .into_iter()
+            .filter(|&v| v < 0.5)
+            .collect();
+        assert_eq!(
+            tail.masked_select(&tmask).unwrap().to_vec::<f32>().unwrap(),
+            want
+        );
+        // The same as indexing with a host mask through the index plan.
+        let host_bits = tmask.to_bool_vec().unwrap();
+        let via_plan = tail
+            .i(&s![@IndexTensor::mask(&[20_000], &host_bits)])
+            .unwrap();
+        assert_eq!(via_plan.to_vec::<f32>().unwrap(), want);
+    }
+}
+
+#[test]
+fn masked_fill_in_place_and_out_of_place() {
+    let _release = Release;
+    let g = Generator::new(10);
+    for dev in devices() {
+        for dtype in DTYPES {
+            let n = 10_001;
+            let mut x = Tensor::arange(0.0, n as f64, 1.0, DType::F64, dev)
+                .unwrap()
+                .to_dtype(dtype)
+                .unwrap();
+            let held = f64s(&x);
+            let mask = g
+                .rand(&[n], DType::F32, dev)
+                .unwrap()
+                .lt_scalar(0.3)
+                .unwrap();
+            let bits = mask.to_bool_vec().unwrap();
+            let filled = x.masked_fill(&mask, 7.0).unwrap();
+            assert_eq!(f64s(&x), held, "out of place leaves the input");
+            x.masked_fill_(&mask, 7.0).unwrap();
+            let want: Vec<f64> = held
+                .iter()
+                .zip(&bits)
+                .map(|(&v, &b)| if b { 7.0 } else { v })
+                .collect();
+            assert_eq!(f64s(&x), want, "{dtype} on {dev}");
+            assert_eq!(f64s(&filled), want);
+        }
+        // A broadcast mask: whole columns.
+        let mut m = Tensor::zeros(&[3, 4], DType::F32, dev).unwrap();
+        let cols = Tensor::from_bools(&[false, true, false, true], &[4], dev).unwrap();
+        m.masked_fill_(&cols, -1.5).unwrap();
+        assert_eq!(m.to_vec::<f32>().unwrap(), [0.0, -1.5, 0.0, -1.5].repeat(3));
+        // Errors leave the tensor unchanged.
+        let keep = m.to_vec::<f32>().unwrap();
+        let not_bool = Tensor::zeros(&[4], DType::F32, dev).unwrap();
+        assert!(matches!(
+            m.masked_fill_(&not_bool, 1.0),
+            Err(Error::InvalidArgument {
+                op: "masked_fill",
+                ..
+            })
+        ));
+        let big = Tensor::from_bools(&[true; 24], &[2, 3, 4], dev).unwrap();
+        assert!(matches!(
+            m.masked_fill_(&big, 1.0),
+            Err(Error::ShapeMismatch { .. })
+        ));
+        let wrong = Tensor::from_bools(&[true; 3], &[3], dev).unwrap();
+        assert!(matches!(
+            m.masked_fill_(&wrong, 1.0),
+            Err(Error::ShapeMismatch { .. })
+        ));
+        let mut ints = Tensor::zeros(&[4], DType::I32, dev).unwrap();
+        assert!(matches!(
+            ints.masked_fill_(&cols, 0.5),
+            Err(Error::ScalarOutOfRange { .. })
+        ));
+        let alias = m.clone();
+        assert!(m.masked_fill_(&cols, 2.0).is_err(), "shared storage");
+        drop(alias);
+        assert_eq!(m.to_vec::<f32>().unwrap(), keep);
+        assert!(matches!(
+            m.masked_select(&not_bool),
+            Err(Error::InvalidArgument { .. })
+        ));
+        if dev != Device::Cpu {
+            let host_mask = Tensor::from_bools(&[true; 4], &[4], Device::Cpu).unwrap();
+            assert!(matches!(
+                m.masked_select(&host_mask),
+                Err(Error::DeviceMismatch { .. })
+            ));
+        }
+    }
+}

@@ -184,15 +184,30 @@ GX_ADD(f64, double)
 // Row fast path: one index array over the leading dimension of a view whose rows are
 // contiguous (x[idx] for a row-major matrix): each index position copies a whole row in 16-byte
 // units. Rows are `row_units` units long, `stride_units` apart in the source, starting at
-// `base_units`. blockIdx.y strides over rows, the x-dimension over the units of a row.
+// `base_units`. blockIdx.y strides over rows; blockIdx.x picks a chunk of RW_UNROLL * blockDim.x
+// units of the row, and each thread issues its RW_UNROLL loads before its stores (several
+// 16-byte requests in flight per thread).
+#define RW_UNROLL 4
+
+__device__ __forceinline__ void copy_row_chunk(uint4 *d, const uint4 *s, int64_t row_units) {
+    const int64_t chunk = (int64_t)blockIdx.x * blockDim.x * RW_UNROLL;
+    uint4 v[RW_UNROLL];
+#pragma unroll
+    for (int q = 0; q < RW_UNROLL; ++q) {
+        const int64_t u = chunk + q * (int64_t)blockDim.x + threadIdx.x;
+        if (u < row_units) v[q] = s[u];
+    }
+#pragma unroll
+    for (int q = 0; q < RW_UNROLL; ++q) {
+        const int64_t u = chunk + q * (int64_t)blockDim.x + threadIdx.x;
+        if (u < row_units) d[u] = v[q];
+    }
+}
+
 extern "C" __global__ void index_gather_rows16(const uint4 *src, uint4 *dst, const int64_t *idx, int64_t nrows,
                                                int64_t row_units, int64_t base_units, int64_t stride_units) {
-    for (int64_t r = blockIdx.y; r < nrows; r += gridDim.y) {
-        const uint4 *s = src + base_units + idx[r] * stride_units;
-        uint4 *d = dst + r * row_units;
-        for (int64_t u = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; u < row_units; u += (int64_t)gridDim.x * blockDim.x)
-            d[u] = s[u];
-    }
+    for (int64_t r = blockIdx.y; r < nrows; r += gridDim.y)
+        copy_row_chunk(dst + r * row_units, src + base_units + idx[r] * stride_units, row_units);
 }
 
 // The assignment twin: rows whose position is marked dead (a later position writes the same
@@ -202,9 +217,6 @@ extern "C" __global__ void index_scatter_rows16(uint4 *dst, const uint4 *vals, c
                                                 int64_t stride_units) {
     for (int64_t r = blockIdx.y; r < nrows; r += gridDim.y) {
         if (dead[r]) continue;
-        uint4 *d = dst + base_units + idx[r] * stride_units;
-        const uint4 *v = vals + r * row_units;
-        for (int64_t u = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; u < row_units; u += (int64_t)gridDim.x * blockDim.x)
-            d[u] = v[u];
+        copy_row_chunk(dst + base_units + idx[r] * stride_units, vals + r * row_units, row_units);
     }
 }

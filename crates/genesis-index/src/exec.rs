@@ -151,6 +151,20 @@ fn set_on_device(
     value: Value<'_>,
     accumulate: bool,
 ) -> Result<()> {
+    // A value that already is the dense result (same dtype and device, contiguous at offset 0,
+    // of the indexed shape) is read where it is; anything else is gathered into a temporary.
+    if let (PlanKind::Scatter, Value::Tensor(v)) = (p.kind, &value) {
+        let s = v.storage();
+        let l = v.layout();
+        if s.dtype() == target.dtype()
+            && s.device() == target.device()
+            && l.is_contiguous()
+            && l.offset() == 0
+            && l.shape() == p.result_shape.as_slice()
+        {
+            return crate::gpu::scatter(target, p, s, accumulate);
+        }
+    }
     let values = dense_values(p, value, target.dtype(), target.device())?;
     match p.kind {
         PlanKind::Scatter => crate::gpu::scatter(target, p, &values, accumulate),

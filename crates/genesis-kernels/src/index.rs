@@ -209,10 +209,10 @@ pub struct Rows16 {
     pub stride_units: usize,
 }
 
-fn rows_config(stream: &Stream, r: &Rows16) -> LaunchConfig {
-    let sms = stream.context().multiprocessors().max(1) as usize;
-    let gx = r.row_units.div_ceil(256).clamp(1, 64);
-    let gy = r.nrows.clamp(1, (sms * 16).min(65_535));
+fn rows_config(_stream: &Stream, r: &Rows16) -> LaunchConfig {
+    // A block per (row, chunk of 4 x 256 units): `RW_UNROLL` in `index.cu`.
+    let gx = r.row_units.div_ceil(256 * 4).clamp(1, 65_535);
+    let gy = r.nrows.clamp(1, 65_535);
     LaunchConfig {
         grid: (gx as u32, gy as u32, 1),
         block: (256, 1, 1),

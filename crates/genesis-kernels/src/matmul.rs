@@ -2,9 +2,9 @@
 //!
 //! `C[b] = A[b] @ B[b]` for row-major `A [m, k]`, `B [k, n]`, contiguous `C [batch, m, n]`,
 //! with per-operand batch strides (0 broadcasts one matrix to every batch). f32, f16 and bf16;
-//! products are accumulated in f32 in increasing `k` and rounded once to the element type.
-//! The GPU fuses multiply-adds, the CPU does not: the two agree within f32 rounding of the
-//! accumulation, not bit for bit.
+//! products are accumulated in f32 and rounded once to the element type (the CPU in increasing
+//! `k`; the GPU fuses multiply-adds, and f16/bf16 run on tensor cores in their own order), so
+//! the two agree within the f32 rounding bound of the accumulation, not bit for bit.
 
 use crate::{Element, Error, Result};
 use half::{bf16, f16};
@@ -59,6 +59,8 @@ fn span(batch: usize, stride: usize, one: usize) -> Option<usize> {
 pub trait MatmulElement: Element {
     /// The kernel's name.
     const MATMUL_KERNEL: &'static str;
+    /// The tensor-core kernel's name, for the types that have one (f16, bf16).
+    const TENSOR_CORE_KERNEL: Option<&'static str>;
     /// The value widened to f32.
     fn to_f32(self) -> f32;
     /// `x` rounded to nearest-even.
@@ -67,6 +69,7 @@ pub trait MatmulElement: Element {
 
 impl MatmulElement for f32 {
     const MATMUL_KERNEL: &'static str = "matmul_f32";
+    const TENSOR_CORE_KERNEL: Option<&'static str> = None;
     fn to_f32(self) -> f32 {
         self
     }
@@ -77,6 +80,7 @@ impl MatmulElement for f32 {
 
 impl MatmulElement for f16 {
     const MATMUL_KERNEL: &'static str = "matmul_f16";
+    const TENSOR_CORE_KERNEL: Option<&'static str> = Some("matmul_tc_f16");
     fn to_f32(self) -> f32 {
         f16::to_f32(self)
     }
@@ -87,6 +91,7 @@ impl MatmulElement for f16 {
 
 impl MatmulElement for bf16 {
     const MATMUL_KERNEL: &'static str = "matmul_bf16";
+    const TENSOR_CORE_KERNEL: Option<&'static str> = Some("matmul_tc_bf16");
     fn to_f32(self) -> f32 {
         bf16::to_f32(self)
     }
@@ -174,7 +179,9 @@ pub unsafe fn gpu_matmul<T: MatmulElement>(
     if need == 0 {
         return Ok(());
     }
-    let kernel = Kernel::get(stream.context(), &crate::images::MATMUL, T::MATMUL_KERNEL)?;
+    // f16 and bf16 use tensor cores (every architecture the images target has them).
+    let name = T::TENSOR_CORE_KERNEL.unwrap_or(T::MATMUL_KERNEL);
+    let kernel = Kernel::get(stream.context(), &crate::images::MATMUL, name)?;
     let gx = shape.n.div_ceil(128);
     let gy = shape.m.div_ceil(128);
     if gx > u32::MAX as usize || gy > 65535 {

@@ -31,27 +31,21 @@ impl std::fmt::Debug for Stream {
 impl Stream {
     /// A new non-blocking stream.
     pub fn new(ctx: &Arc<Context>) -> Result<Stream> {
-        ctx.bind()?;
-        let mut raw: sys::CUstream = std::ptr::null_mut();
-        // SAFETY: the context is current and `raw` is a valid out-pointer.
-        check("cuStreamCreate", unsafe {
-            sys::cuStreamCreate(&mut raw, sys::CU_STREAM_NON_BLOCKING)
-        })?;
-        Ok(Stream {
-            ctx: Arc::clone(ctx),
-            raw,
-            owned: true,
-        })
+        Stream::create(ctx, sys::CU_STREAM_NON_BLOCKING)
     }
 
     /// A new blocking stream: work on it is ordered after earlier work on the legacy default
     /// stream, and later legacy work waits for it (CUDA's `CU_STREAM_DEFAULT` flag).
     pub fn new_blocking(ctx: &Arc<Context>) -> Result<Stream> {
+        Stream::create(ctx, sys::CU_STREAM_DEFAULT)
+    }
+
+    fn create(ctx: &Arc<Context>, flags: std::ffi::c_uint) -> Result<Stream> {
         ctx.bind()?;
         let mut raw: sys::CUstream = std::ptr::null_mut();
         // SAFETY: the context is current and `raw` is a valid out-pointer.
         check("cuStreamCreate", unsafe {
-            sys::cuStreamCreate(&mut raw, sys::CU_STREAM_DEFAULT)
+            sys::cuStreamCreate(&mut raw, flags)
         })?;
         Ok(Stream {
             ctx: Arc::clone(ctx),

@@ -91,13 +91,7 @@ impl Generator {
         dtype: DType,
         device: Device,
     ) -> Result<Tensor> {
-        let n = shape
-            .iter()
-            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-            .ok_or_else(|| Error::InvalidArgument {
-                op,
-                reason: format!("shape {shape:?} has more elements than fit in memory"),
-            })?;
+        let n = crate::tensor::numel_of(op, shape)?;
         let float = matches!(dtype, DType::F32 | DType::F16 | DType::BF16 | DType::F64);
         if !float {
             return Err(Error::InvalidArgument {
@@ -162,13 +156,7 @@ impl Generator {
                 });
             }
         };
-        let n = shape
-            .iter()
-            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-            .ok_or_else(|| Error::InvalidArgument {
-                op,
-                reason: format!("shape {shape:?} has more elements than fit in memory"),
-            })?;
+        let n = crate::tensor::numel_of(op, shape)?;
         let sampler = Sampler::Int {
             low,
             range: high.wrapping_sub(low) as u64,

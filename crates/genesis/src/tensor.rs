@@ -16,7 +16,7 @@ pub struct Tensor {
     pub(crate) view: View,
 }
 
-fn numel_of(op: &'static str, shape: &[usize]) -> Result<usize> {
+pub(crate) fn numel_of(op: &'static str, shape: &[usize]) -> Result<usize> {
     shape
         .iter()
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))

@@ -1,9 +1,10 @@
 // Batched matrix multiplication of Genesis: C[b] = A[b] @ B[b] for row-major A [m, k],
 // B [k, n], C [m, n] (f32, f16, bf16; products accumulated in f32, rounded once to the output
 // type). A and B advance by their own batch strides (0 broadcasts one matrix to every batch);
-// C is contiguous. This is the correct-first kernel: a 128x128 tile per block, 8x8 outputs per
-// thread, k-slices of 8 staged through shared memory (tensor cores come with the dedicated
-// matmul work).
+// C is contiguous. f32 runs on the CUDA cores (a 128x128 tile per block, 8x8 outputs per thread,
+// k-slices of 8 staged through shared memory); f16 and bf16 run on tensor cores (WMMA, below).
+// Both are straightforward kernels without software pipelining: correct first, well short of
+// cuBLAS (see docs/benchmarks.md).
 //
 // The CPU twin (crates/genesis-kernels/src/matmul.rs) accumulates in f32 in the same k order;
 // the GPU contracts multiply-adds into FMAs, so the two agree within the usual f32 rounding

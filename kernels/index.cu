@@ -187,7 +187,7 @@ GX_ADD(f64, double)
 // `base_units`. blockIdx.y strides over rows; blockIdx.x picks a chunk of RW_UNROLL * blockDim.x
 // units of the row, and each thread issues its RW_UNROLL loads before its stores (several
 // 16-byte requests in flight per thread).
-#define RW_UNROLL 4
+#define RW_UNROLL 8
 
 __device__ __forceinline__ void copy_row_chunk(uint4 *d, const uint4 *s, int64_t row_units) {
     const int64_t chunk = (int64_t)blockIdx.x * blockDim.x * RW_UNROLL;

@@ -130,15 +130,46 @@ __device__ __forceinline__ void compact_impl(const T *src, const uint8_t *mask, 
     for (int i = threadIdx.x; i < count; i += MK_THREADS) dst[i] = staged[i];
 }
 
+// masked_fill: each thread takes MK_PER_THREAD elements and their 16 mask bytes at once. All set:
+// the value is written as whole 16-byte vectors; none set: nothing is touched; mixed: the
+// elements are read, blended and written back as whole vectors (no partial-sector writes).
+// Unaligned operands and the tail go element by element.
+template <typename T>
+__device__ __forceinline__ void fill_impl(T *dst, const uint8_t *mask, uint64_t n, T value) {
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x * MK_PER_THREAD;
+    const bool aligned = ((((uintptr_t)dst) | ((uintptr_t)mask)) & 15) == 0;
+    for (uint64_t first = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) * MK_PER_THREAD; first < n;
+         first += stride) {
+        if (aligned && first + MK_PER_THREAD <= n) {
+            uint32_t bits;
+            const int c = thread_bits(mask, n, first, &bits);
+            if (c == 0) continue;
+            __align__(16) T vals[MK_PER_THREAD];
+            uint4 *v4 = reinterpret_cast<uint4 *>(vals);
+            uint4 *d4 = reinterpret_cast<uint4 *>(dst + first);
+            if (c < MK_PER_THREAD) {
+#pragma unroll
+                for (int q = 0; q < (int)(MK_PER_THREAD * sizeof(T) / 16); ++q) v4[q] = d4[q];
+            }
+#pragma unroll
+            for (int j = 0; j < MK_PER_THREAD; ++j)
+                if (bits & (1u << j)) vals[j] = value;
+#pragma unroll
+            for (int q = 0; q < (int)(MK_PER_THREAD * sizeof(T) / 16); ++q) d4[q] = v4[q];
+        } else {
+            for (uint64_t i = first; i < n && i < first + MK_PER_THREAD; ++i)
+                if (mask[i] != 0) dst[i] = value;
+        }
+    }
+}
+
 #define MASK_KERNELS(E, T)                                                                                       \
     extern "C" __global__ void __launch_bounds__(MK_THREADS)                                                     \
         mask_compact_e##E(const T *src, const uint8_t *mask, uint64_t n, const uint64_t *offsets, T *out) {      \
         compact_impl<T>(src, mask, n, offsets, out);                                                             \
     }                                                                                                            \
     extern "C" __global__ void mask_fill_e##E(T *dst, const uint8_t *mask, uint64_t n, T value) {                \
-        const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;                                                \
-        for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)                  \
-            if (mask[i] != 0) dst[i] = value;                                                                    \
+        fill_impl<T>(dst, mask, n, value);                                                                       \
     }
 
 MASK_KERNELS(1, uint8_t)

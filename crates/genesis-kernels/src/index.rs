@@ -210,8 +210,8 @@ pub struct Rows16 {
 }
 
 fn rows_config(_stream: &Stream, r: &Rows16) -> LaunchConfig {
-    // A block per (row, chunk of 4 x 256 units): `RW_UNROLL` in `index.cu`.
-    let gx = r.row_units.div_ceil(256 * 4).clamp(1, 65_535);
+    // A block per (row, chunk of 8 x 256 units): `RW_UNROLL` in `index.cu`.
+    let gx = r.row_units.div_ceil(256 * 8).clamp(1, 65_535);
     let gy = r.nrows.clamp(1, 65_535);
     LaunchConfig {
         grid: (gx as u32, gy as u32, 1),

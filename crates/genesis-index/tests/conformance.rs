@@ -4,7 +4,11 @@
 use genesis_storage::Device;
 
 fn run(file: &str) {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+    // The GPU bundle runs this binary away from the source tree: GENESIS_REPO_ROOT says where
+    // the repository is (as for the other data-reading tests).
+    let path = std::env::var_os("GENESIS_REPO_ROOT")
+        .map(|r| std::path::PathBuf::from(r).join("crates/genesis-index"))
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")))
         .join("tests/data")
         .join(file);
     let doc: serde_json::Value =

@@ -193,14 +193,12 @@ __device__ __forceinline__ void unary_impl(const T *a, T *out, uint64_t n, int v
         const uint64_t tile = (uint64_t)GX_THREADS * GX_UNROLL;
         const uint4 *a4 = reinterpret_cast<const uint4 *>(a);
         uint4 *o4 = reinterpret_cast<uint4 *>(out);
-        // The data is touched once: streaming loads and stores (evict-first), so the tile's
-        // lines do not displace anything in L2.
         for (uint64_t base = (uint64_t)blockIdx.x * tile; base < nvec; base += (uint64_t)gridDim.x * tile) {
             Vec16<T> x[GX_UNROLL];
 #pragma unroll
             for (int u = 0; u < GX_UNROLL; ++u) {
                 uint64_t i = base + (uint64_t)u * GX_THREADS + threadIdx.x;
-                if (i < nvec) x[u].raw = __ldcs(a4 + i);
+                if (i < nvec) x[u].raw = a4[i];
             }
 #pragma unroll
             for (int u = 0; u < GX_UNROLL; ++u) {
@@ -208,7 +206,7 @@ __device__ __forceinline__ void unary_impl(const T *a, T *out, uint64_t n, int v
                 if (i < nvec) {
 #pragma unroll
                     for (int k = 0; k < V; ++k) x[u].v[k] = ApplyU<Op, T>::go(x[u].v[k]);
-                    __stcs(o4 + i, x[u].raw);
+                    o4[i] = x[u].raw;
                 }
             }
         }

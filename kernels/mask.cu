@@ -130,32 +130,37 @@ __device__ __forceinline__ void compact_impl(const T *src, const uint8_t *mask, 
     for (int i = threadIdx.x; i < count; i += MK_THREADS) dst[i] = staged[i];
 }
 
-// masked_fill: each thread takes MK_PER_THREAD elements and their 16 mask bytes at once. All set:
-// the value is written as whole 16-byte vectors; none set: nothing is touched; mixed: the
-// elements are read, blended and written back as whole vectors (no partial-sector writes).
-// Unaligned operands and the tail go element by element.
+// masked_fill: each thread takes MK_PER_THREAD elements and their 16 mask bytes at once, loads
+// both together, blends, and writes whole 16-byte vectors back (none when no byte is set): no
+// partial-sector writes. Unaligned operands and the tail go element by element.
 template <typename T>
 __device__ __forceinline__ void fill_impl(T *dst, const uint8_t *mask, uint64_t n, T value) {
     const uint64_t stride = (uint64_t)gridDim.x * blockDim.x * MK_PER_THREAD;
     const bool aligned = ((((uintptr_t)dst) | ((uintptr_t)mask)) & 15) == 0;
+    constexpr int Q = (int)(MK_PER_THREAD * sizeof(T) / 16);
     for (uint64_t first = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) * MK_PER_THREAD; first < n;
          first += stride) {
         if (aligned && first + MK_PER_THREAD <= n) {
-            uint32_t bits;
-            const int c = thread_bits(mask, n, first, &bits);
-            if (c == 0) continue;
+            // The mask and the data are loaded together (no dependent second round trip).
             __align__(16) T vals[MK_PER_THREAD];
             uint4 *v4 = reinterpret_cast<uint4 *>(vals);
             uint4 *d4 = reinterpret_cast<uint4 *>(dst + first);
-            if (c < MK_PER_THREAD) {
+            const uint4 m4 = *reinterpret_cast<const uint4 *>(mask + first);
 #pragma unroll
-                for (int q = 0; q < (int)(MK_PER_THREAD * sizeof(T) / 16); ++q) v4[q] = d4[q];
+            for (int q = 0; q < Q; ++q) v4[q] = d4[q];
+            const uint32_t w[4] = {m4.x, m4.y, m4.z, m4.w};
+            bool any = false;
+#pragma unroll
+            for (int j = 0; j < MK_PER_THREAD; ++j) {
+                if ((w[j / 4] >> (8 * (j % 4))) & 0xff) {
+                    vals[j] = value;
+                    any = true;
+                }
             }
+            if (any) {
 #pragma unroll
-            for (int j = 0; j < MK_PER_THREAD; ++j)
-                if (bits & (1u << j)) vals[j] = value;
-#pragma unroll
-            for (int q = 0; q < (int)(MK_PER_THREAD * sizeof(T) / 16); ++q) d4[q] = v4[q];
+                for (int q = 0; q < Q; ++q) d4[q] = v4[q];
+            }
         } else {
             for (uint64_t i = first; i < n && i < first + MK_PER_THREAD; ++i)
                 if (mask[i] != 0) dst[i] = value;

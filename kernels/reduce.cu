@@ -184,12 +184,6 @@ __device__ __forceinline__ void rows_impl(const T *in, typename Tr<T>::A *pv, i6
         constexpr int V = 16 / sizeof(T);
         const uint64_t nvec = (end - begin) / V;
         const uint4 *p4 = reinterpret_cast<const uint4 *>(p + begin);
-        // One partial state per vector lane: V independent dependency chains instead of one
-        // (the combine of max/min/arg ops is several dependent instructions). Every combine is
-        // associative and commutative (ties broken by index), so the split changes no result.
-        St<A> acc[V];
-#pragma unroll
-        for (int e = 0; e < V; ++e) acc[e] = Op::template id<A>();
         uint64_t j = threadIdx.x;
         for (; j + (RD_UNROLL - 1) * RD_THREADS < nvec; j += RD_UNROLL * RD_THREADS) {
             Vec16<T> x[RD_UNROLL];
@@ -199,16 +193,14 @@ __device__ __forceinline__ void rows_impl(const T *in, typename Tr<T>::A *pv, i6
             for (int u = 0; u < RD_UNROLL; ++u)
 #pragma unroll
                 for (int e = 0; e < V; ++e)
-                    acc[e] = Op::combine(acc[e], St<A>{Tr<T>::load(x[u].v[e]), (i64)(begin + (j + u * RD_THREADS) * V + e)});
+                    s = Op::combine(s, St<A>{Tr<T>::load(x[u].v[e]), (i64)(begin + (j + u * RD_THREADS) * V + e)});
         }
         for (; j < nvec; j += RD_THREADS) {
             Vec16<T> x;
             x.raw = p4[j];
 #pragma unroll
-            for (int e = 0; e < V; ++e) acc[e] = Op::combine(acc[e], St<A>{Tr<T>::load(x.v[e]), (i64)(begin + j * V + e)});
+            for (int e = 0; e < V; ++e) s = Op::combine(s, St<A>{Tr<T>::load(x.v[e]), (i64)(begin + j * V + e)});
         }
-#pragma unroll
-        for (int e = 0; e < V; ++e) s = Op::combine(s, acc[e]);
         k0 = begin + nvec * V;
     }
     for (uint64_t k = k0 + threadIdx.x; k < end; k += RD_THREADS)

@@ -190,9 +190,8 @@ mod gpu {
             (&raw mut n64).cast(),
             (&raw mut v64).cast(),
         ];
-        // 16 elements a thread (`MK_PER_THREAD`), a grid-stride loop over several waves.
-        let cap = u64::from(stream.context().multiprocessors().max(1)) * 16;
-        let blocks = (n as u64).div_ceil(256 * 16).clamp(1, cap) as u32;
+        // 16 elements a thread (`MK_PER_THREAD`): one pass of the grid-stride loop.
+        let blocks = (n as u64).div_ceil(256 * 16).clamp(1, (1 << 31) - 1) as u32;
         // SAFETY: the parameters match `mask_fill_e<E>(T*, const u8*, u64, T)`: the value is
         // passed in the first `E` bytes of an 8-byte little-endian word, which is how the
         // driver reads a `T` argument from the pointed-to bytes.

@@ -185,23 +185,23 @@ template <typename Op> struct ApplyU<Op, int64_t> {
     static __device__ __forceinline__ int64_t go(int64_t x) { return Op::template s<int64_t>(x); }
 };
 
-template <typename Op, typename T>
+template <typename Op, typename T, int U = GX_UNROLL>
 __device__ __forceinline__ void unary_impl(const T *a, T *out, uint64_t n, int vec_ok) {
     if (vec_ok) {
         constexpr int V = 16 / sizeof(T);
         const uint64_t nvec = n / V;
-        const uint64_t tile = (uint64_t)GX_THREADS * GX_UNROLL;
+        const uint64_t tile = (uint64_t)GX_THREADS * U;
         const uint4 *a4 = reinterpret_cast<const uint4 *>(a);
         uint4 *o4 = reinterpret_cast<uint4 *>(out);
         for (uint64_t base = (uint64_t)blockIdx.x * tile; base < nvec; base += (uint64_t)gridDim.x * tile) {
-            Vec16<T> x[GX_UNROLL];
+            Vec16<T> x[U];
 #pragma unroll
-            for (int u = 0; u < GX_UNROLL; ++u) {
+            for (int u = 0; u < U; ++u) {
                 uint64_t i = base + (uint64_t)u * GX_THREADS + threadIdx.x;
                 if (i < nvec) x[u].raw = a4[i];
             }
 #pragma unroll
-            for (int u = 0; u < GX_UNROLL; ++u) {
+            for (int u = 0; u < U; ++u) {
                 uint64_t i = base + (uint64_t)u * GX_THREADS + threadIdx.x;
                 if (i < nvec) {
 #pragma unroll
@@ -296,6 +296,20 @@ GX_BINARY(pow, OpPow, bf16, __nv_bfloat16)
     GX_UNARY(sqrt, USqrt, NAME, T)                                                              \
     GX_UNARY(tanh, UTanh, NAME, T)                                                              \
     GX_UNARY(sigmoid, USigmoid, NAME, T)
+
+// Launch-shape variants of exp, for the bench that tunes the unary kernels (vectors a thread
+// per tile: 1, 2, 8; the default is GX_UNROLL = 4).
+#define GX_EXP_VARIANT(U, NAME, T)                                                             \
+    extern "C" __global__ void __launch_bounds__(GX_THREADS)                                    \
+        exp_u##U##_##NAME(const T *a, T *out, uint64_t n, int vec_ok) {                         \
+        unary_impl<UExp, T, U>(a, out, n, vec_ok);                                              \
+    }
+GX_EXP_VARIANT(1, f32, float)
+GX_EXP_VARIANT(2, f32, float)
+GX_EXP_VARIANT(8, f32, float)
+GX_EXP_VARIANT(1, bf16, __nv_bfloat16)
+GX_EXP_VARIANT(2, bf16, __nv_bfloat16)
+GX_EXP_VARIANT(8, bf16, __nv_bfloat16)
 
 GX_UNARY_ALL(f32, float)
 GX_UNARY_ALL(f16, __half)

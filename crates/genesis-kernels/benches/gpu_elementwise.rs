@@ -116,6 +116,59 @@ mod gpu {
                 median_ms: med,
                 min_ms: min,
             });
+            // Launch-shape variants (vectors per thread per tile; one tile per block, or a
+            // grid of 8 blocks per SM striding over the tiles).
+            let sms = u64::from(ctx.multiprocessors());
+            let nvec = (N / (16 / size_of::<T>())) as u64;
+            for (u, persistent) in [(1u64, false), (2, false), (8, false), (4, true), (8, true)] {
+                let name: &'static str = match (u, T::NAME) {
+                    (1, "f32") => "exp_u1_f32",
+                    (2, "f32") => "exp_u2_f32",
+                    (8, "f32") => "exp_u8_f32",
+                    (4, "f32") => "exp_f32",
+                    (1, "bf16") => "exp_u1_bf16",
+                    (2, "bf16") => "exp_u2_bf16",
+                    (8, "bf16") => "exp_u8_bf16",
+                    (4, "bf16") => "exp_bf16",
+                    _ => continue,
+                };
+                let kernel =
+                    genesis_cuda::Kernel::get(ctx, &genesis_kernels::images::ELEMENTWISE, name)?;
+                let blocks = if persistent {
+                    sms * 8
+                } else {
+                    nvec.div_ceil(256 * u)
+                };
+                let (med, min) = time(stream, ctx, || {
+                    let (mut a, mut o, mut n, mut v) = (pa, po, N as u64, 1i32);
+                    let mut params: [*mut std::ffi::c_void; 4] = [
+                        (&raw mut a).cast(),
+                        (&raw mut o).cast(),
+                        (&raw mut n).cast(),
+                        (&raw mut v).cast(),
+                    ];
+                    // SAFETY: `exp_*` take (const T*, T*, u64, int); both buffers hold N
+                    // 16-byte aligned elements and outlive the timing loop.
+                    unsafe {
+                        kernel.launch(
+                            stream,
+                            genesis_cuda::LaunchConfig::linear(blocks as u32, 256),
+                            &mut params,
+                        )?
+                    };
+                    Ok(())
+                })?;
+                rows.push(Row {
+                    name: format!(
+                        "exp_{}_u{u}{}",
+                        T::NAME,
+                        if persistent { "_persistent" } else { "" }
+                    ),
+                    bytes: 2 * N * size_of::<T>(),
+                    median_ms: med,
+                    min_ms: min,
+                });
+            }
         }
         let v = conv(1.5);
         let (med, min) = time(stream, ctx, || {

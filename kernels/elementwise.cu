@@ -18,6 +18,10 @@
 
 #define GX_THREADS 256
 #define GX_UNROLL 4
+// Unary kernels: one vector a thread per tile, one tile per block (measured on the H200: exp
+// f32 at 4110 GB/s against 3864 with four vectors a thread; `gpu_elementwise` times the
+// variants).
+#define GX_UNARY_UNROLL 1
 
 template <typename S> struct Unsigned;
 template <> struct Unsigned<int32_t> { typedef uint32_t T; };
@@ -185,7 +189,7 @@ template <typename Op> struct ApplyU<Op, int64_t> {
     static __device__ __forceinline__ int64_t go(int64_t x) { return Op::template s<int64_t>(x); }
 };
 
-template <typename Op, typename T, int U = GX_UNROLL>
+template <typename Op, typename T, int U = GX_UNARY_UNROLL>
 __device__ __forceinline__ void unary_impl(const T *a, T *out, uint64_t n, int vec_ok) {
     if (vec_ok) {
         constexpr int V = 16 / sizeof(T);
@@ -298,16 +302,16 @@ GX_BINARY(pow, OpPow, bf16, __nv_bfloat16)
     GX_UNARY(sigmoid, USigmoid, NAME, T)
 
 // Launch-shape variants of exp, for the bench that tunes the unary kernels (vectors a thread
-// per tile: 1, 2, 8; the default is GX_UNROLL = 4).
+// per tile; the default is GX_UNARY_UNROLL).
 #define GX_EXP_VARIANT(U, NAME, T)                                                             \
     extern "C" __global__ void __launch_bounds__(GX_THREADS)                                    \
         exp_u##U##_##NAME(const T *a, T *out, uint64_t n, int vec_ok) {                         \
         unary_impl<UExp, T, U>(a, out, n, vec_ok);                                              \
     }
-GX_EXP_VARIANT(1, f32, float)
+GX_EXP_VARIANT(4, f32, float)
 GX_EXP_VARIANT(2, f32, float)
 GX_EXP_VARIANT(8, f32, float)
-GX_EXP_VARIANT(1, bf16, __nv_bfloat16)
+GX_EXP_VARIANT(4, bf16, __nv_bfloat16)
 GX_EXP_VARIANT(2, bf16, __nv_bfloat16)
 GX_EXP_VARIANT(8, bf16, __nv_bfloat16)
 

@@ -14,6 +14,11 @@
 // Mask bytes are 0 or 1 (genesis bool); any non-zero byte counts as set.
 #include <stdint.h>
 
+template <typename T> union MkVec16 {
+    uint4 raw;
+    T v[16 / sizeof(T)];
+};
+
 #define MK_THREADS 256
 #define MK_PER_THREAD 16
 #define MK_TILE (MK_THREADS * MK_PER_THREAD)
@@ -109,14 +114,14 @@ __device__ __forceinline__ void compact_impl(const T *src, const uint8_t *mask, 
     if (bits != 0) {
         if (first + MK_PER_THREAD <= n && (((uintptr_t)(src + first)) & 15) == 0) {
             // The thread's 16 elements in 16-byte loads.
-            __align__(16) T vals[MK_PER_THREAD];
+            constexpr int PER = 16 / sizeof(T);
+            MkVec16<T> x[MK_PER_THREAD / PER];
             const uint4 *s4 = reinterpret_cast<const uint4 *>(src + first);
-            uint4 *v4 = reinterpret_cast<uint4 *>(vals);
 #pragma unroll
-            for (int q = 0; q < (int)(MK_PER_THREAD * sizeof(T) / 16); ++q) v4[q] = s4[q];
+            for (int q = 0; q < MK_PER_THREAD / PER; ++q) x[q].raw = s4[q];
 #pragma unroll
             for (int j = 0; j < MK_PER_THREAD; ++j)
-                if (bits & (1u << j)) staged[at++] = vals[j];
+                if (bits & (1u << j)) staged[at++] = x[j / PER].v[j % PER];
         } else {
             while (bits) {
                 const int j = __ffs(bits) - 1;
@@ -137,29 +142,30 @@ template <typename T>
 __device__ __forceinline__ void fill_impl(T *dst, const uint8_t *mask, uint64_t n, T value) {
     const uint64_t stride = (uint64_t)gridDim.x * blockDim.x * MK_PER_THREAD;
     const bool aligned = ((((uintptr_t)dst) | ((uintptr_t)mask)) & 15) == 0;
-    constexpr int Q = (int)(MK_PER_THREAD * sizeof(T) / 16);
+    constexpr int PER = 16 / sizeof(T);              // elements per 16-byte vector
+    constexpr int Q = MK_PER_THREAD / PER;           // vectors per thread
     for (uint64_t first = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) * MK_PER_THREAD; first < n;
          first += stride) {
         if (aligned && first + MK_PER_THREAD <= n) {
-            // The mask and the data are loaded together (no dependent second round trip).
-            __align__(16) T vals[MK_PER_THREAD];
-            uint4 *v4 = reinterpret_cast<uint4 *>(vals);
+            // The mask and the data are loaded together (no dependent second round trip), in
+            // registers (unions, no address-taken arrays).
             uint4 *d4 = reinterpret_cast<uint4 *>(dst + first);
             const uint4 m4 = *reinterpret_cast<const uint4 *>(mask + first);
+            MkVec16<T> x[Q];
 #pragma unroll
-            for (int q = 0; q < Q; ++q) v4[q] = d4[q];
+            for (int q = 0; q < Q; ++q) x[q].raw = d4[q];
             const uint32_t w[4] = {m4.x, m4.y, m4.z, m4.w};
             bool any = false;
 #pragma unroll
             for (int j = 0; j < MK_PER_THREAD; ++j) {
                 if ((w[j / 4] >> (8 * (j % 4))) & 0xff) {
-                    vals[j] = value;
+                    x[j / PER].v[j % PER] = value;
                     any = true;
                 }
             }
             if (any) {
 #pragma unroll
-                for (int q = 0; q < Q; ++q) d4[q] = v4[q];
+                for (int q = 0; q < Q; ++q) d4[q] = x[q].raw;
             }
         } else {
             for (uint64_t i = first; i < n && i < first + MK_PER_THREAD; ++i)

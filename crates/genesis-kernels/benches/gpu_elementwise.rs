@@ -117,19 +117,17 @@ mod gpu {
                 min_ms: min,
             });
             // Launch-shape variants (vectors per thread per tile; one tile per block, or a
-            // grid of 8 blocks per SM striding over the tiles).
+            // grid of 8 blocks per SM striding over the tiles). The default is one vector.
             let sms = u64::from(ctx.multiprocessors());
             let nvec = (N / (16 / size_of::<T>())) as u64;
-            for (u, persistent) in [(1u64, false), (2, false), (8, false), (4, true), (8, true)] {
+            for (u, persistent) in [(2u64, false), (4, false), (8, false), (4, true)] {
                 let name: &'static str = match (u, T::NAME) {
-                    (1, "f32") => "exp_u1_f32",
                     (2, "f32") => "exp_u2_f32",
+                    (4, "f32") => "exp_u4_f32",
                     (8, "f32") => "exp_u8_f32",
-                    (4, "f32") => "exp_f32",
-                    (1, "bf16") => "exp_u1_bf16",
                     (2, "bf16") => "exp_u2_bf16",
+                    (4, "bf16") => "exp_u4_bf16",
                     (8, "bf16") => "exp_u8_bf16",
-                    (4, "bf16") => "exp_bf16",
                     _ => continue,
                 };
                 let kernel =

@@ -13,12 +13,26 @@ use crate::{BinaryOp, CompareOp, Element, Result, UnaryOp, images};
 pub const ELEMENTWISE_THREADS: u32 = 256;
 /// 16-byte vectors per thread per tile (`GX_UNROLL` in `elementwise.cu`).
 pub const ELEMENTWISE_UNROLL: u64 = 4;
+/// 16-byte vectors per thread per tile of the unary kernels (`GX_UNARY_UNROLL`).
+pub const UNARY_UNROLL: u64 = 1;
 
 fn elementwise_config(stream: &Stream, n: usize, elem_bytes: usize, vec_ok: bool) -> LaunchConfig {
+    tiled_config(stream, n, elem_bytes, vec_ok, ELEMENTWISE_UNROLL)
+}
+
+/// One tile of `unroll` vectors a thread per block when vectorised; otherwise a grid-stride
+/// loop over enough blocks to fill the device a few times over.
+fn tiled_config(
+    stream: &Stream,
+    n: usize,
+    elem_bytes: usize,
+    vec_ok: bool,
+    unroll: u64,
+) -> LaunchConfig {
     let threads = u64::from(ELEMENTWISE_THREADS);
     let blocks = if vec_ok {
         let nvec = (n / (16 / elem_bytes)) as u64;
-        nvec.div_ceil(threads * ELEMENTWISE_UNROLL)
+        nvec.div_ceil(threads * unroll)
     } else {
         // Grid-stride loop: enough blocks to fill the device a few times over.
         let cap = u64::from(stream.context().multiprocessors().max(1)) * 32;
@@ -97,7 +111,7 @@ pub unsafe fn unary<T: Element>(
     }
     let kernel = Kernel::get(stream.context(), &images::ELEMENTWISE, name)?;
     let vec_ok = aligned16(&[a, out]);
-    let config = elementwise_config(stream, n, size_of::<T>(), vec_ok);
+    let config = tiled_config(stream, n, size_of::<T>(), vec_ok, UNARY_UNROLL);
     let (mut a, mut out, mut n64, mut v) = (a, out, n as u64, i32::from(vec_ok));
     let mut params: [*mut c_void; 4] = [
         (&raw mut a).cast(),

@@ -135,43 +135,58 @@ __device__ __forceinline__ void compact_impl(const T *src, const uint8_t *mask, 
     for (int i = threadIdx.x; i < count; i += MK_THREADS) dst[i] = staged[i];
 }
 
-// masked_fill: each thread takes MK_PER_THREAD elements and their 16 mask bytes at once, loads
-// both together, blends, and writes whole 16-byte vectors back (none when no byte is set): no
-// partial-sector writes. Unaligned operands and the tail go element by element.
+// masked_fill, laid out like the elementwise kernels: thread i of the grid takes 16-byte data
+// vector i and its PER = 16 / sizeof(T) mask bytes (one coalesced load each), and writes the
+// whole vector back when any byte is set: the value splatted when all are, a blend of the
+// loaded data otherwise. The tail and unaligned operands go element by element.
+template <int PER> __device__ __forceinline__ uint32_t mask_bits(const uint8_t *m) {
+    uint32_t w[4] = {0, 0, 0, 0};
+    if constexpr (PER == 16) {
+        const uint4 v = *reinterpret_cast<const uint4 *>(m);
+        w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w;
+    } else if constexpr (PER == 8) {
+        const uint2 v = *reinterpret_cast<const uint2 *>(m);
+        w[0] = v.x; w[1] = v.y;
+    } else if constexpr (PER == 4) {
+        w[0] = *reinterpret_cast<const uint32_t *>(m);
+    } else {
+        w[0] = *reinterpret_cast<const uint16_t *>(m);
+    }
+    uint32_t b = 0;
+#pragma unroll
+    for (int j = 0; j < PER; ++j) b |= (((w[j / 4] >> (8 * (j % 4))) & 0xff) != 0 ? 1u : 0u) << j;
+    return b;
+}
+
 template <typename T>
 __device__ __forceinline__ void fill_impl(T *dst, const uint8_t *mask, uint64_t n, T value) {
-    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x * MK_PER_THREAD;
+    constexpr int PER = 16 / sizeof(T);
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    const uint64_t tid = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
     const bool aligned = ((((uintptr_t)dst) | ((uintptr_t)mask)) & 15) == 0;
-    constexpr int PER = 16 / sizeof(T);              // elements per 16-byte vector
-    constexpr int Q = MK_PER_THREAD / PER;           // vectors per thread
-    for (uint64_t first = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) * MK_PER_THREAD; first < n;
-         first += stride) {
-        if (aligned && first + MK_PER_THREAD <= n) {
-            // The mask and the data are loaded together (no dependent second round trip), in
-            // registers (unions, no address-taken arrays).
-            uint4 *d4 = reinterpret_cast<uint4 *>(dst + first);
-            const uint4 m4 = *reinterpret_cast<const uint4 *>(mask + first);
-            MkVec16<T> x[Q];
+    uint64_t done = 0;
+    if (aligned) {
+        const uint64_t nvec = n / PER;
+        uint4 *d4 = reinterpret_cast<uint4 *>(dst);
+        for (uint64_t i = tid; i < nvec; i += stride) {
+            const uint32_t bits = mask_bits<PER>(mask + i * PER);
+            if (bits == 0) continue;
+            MkVec16<T> x;
+            if (bits == (PER == 32 ? 0xffffffffu : ((1u << PER) - 1))) {
 #pragma unroll
-            for (int q = 0; q < Q; ++q) x[q].raw = d4[q];
-            const uint32_t w[4] = {m4.x, m4.y, m4.z, m4.w};
-            bool any = false;
+                for (int j = 0; j < PER; ++j) x.v[j] = value;
+            } else {
+                x.raw = d4[i];
 #pragma unroll
-            for (int j = 0; j < MK_PER_THREAD; ++j) {
-                if ((w[j / 4] >> (8 * (j % 4))) & 0xff) {
-                    x[j / PER].v[j % PER] = value;
-                    any = true;
-                }
+                for (int j = 0; j < PER; ++j)
+                    if (bits & (1u << j)) x.v[j] = value;
             }
-            if (any) {
-#pragma unroll
-                for (int q = 0; q < Q; ++q) d4[q] = x[q].raw;
-            }
-        } else {
-            for (uint64_t i = first; i < n && i < first + MK_PER_THREAD; ++i)
-                if (mask[i] != 0) dst[i] = value;
+            d4[i] = x.raw;
         }
+        done = nvec * PER;
     }
+    for (uint64_t i = done + tid; i < n; i += stride)
+        if (mask[i] != 0) dst[i] = value;
 }
 
 #define MASK_KERNELS(E, T)                                                                                       \

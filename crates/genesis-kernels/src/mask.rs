@@ -190,8 +190,9 @@ mod gpu {
             (&raw mut n64).cast(),
             (&raw mut v64).cast(),
         ];
-        // 16 elements a thread (`MK_PER_THREAD`): one pass of the grid-stride loop.
-        let blocks = (n as u64).div_ceil(256 * 16).clamp(1, (1 << 31) - 1) as u32;
+        // One 16-byte vector a thread (a grid-stride loop also covers unaligned operands).
+        let per = (16 / value.len()) as u64;
+        let blocks = (n as u64).div_ceil(256 * per).clamp(1, (1 << 31) - 1) as u32;
         // SAFETY: the parameters match `mask_fill_e<E>(T*, const u8*, u64, T)`: the value is
         // passed in the first `E` bytes of an 8-byte little-endian word, which is how the
         // driver reads a `T` argument from the pointed-to bytes.

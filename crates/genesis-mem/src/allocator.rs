@@ -9,21 +9,43 @@
 //! - **Fast path.** A freed block goes to a per-(stream, size) quick list without coalescing; a
 //!   request of the same size pops it in O(1). Quick lists are flushed (coalesced into the free
 //!   index) whenever the free index cannot serve a request, so they never cause growth.
-//! - **Best fit.** The free index is ordered by (size, address): the smallest block that fits,
-//!   lowest address first. The block is split; the remainder stays free.
+//! - **Placement** over the coalesced free blocks (indexed by size, then address), looking at
+//!   no more than the 64 smallest blocks that fit. The block is split; the rest stays free.
+//!   - *Small* requests (at most [`Config::small_bytes`], 64 KiB) go first fit: the lowest
+//!     address that fits. Small, short-lived blocks pack together at the low end instead of
+//!     cutting into the holes that larger blocks leave.
+//!   - Other requests go best fit (the smallest block, lowest address first). With virtual
+//!     memory a placement that would pin a *wholly free* physical handle of 8 granules
+//!     (16 MiB) or more is avoided: the request goes to the other end of the block, or to the
+//!     next fitting block, and pins such a handle only when every choice does (the fewest
+//!     bytes of them). Free big handles stay whole, for a large request or for a growth to
+//!     move.
+//!   - *Large* requests (at least [`Config::large_bytes`], 64 MiB; virtual memory only) first
+//!     look for a run of consecutive wholly free handles that they fill with at most 1/8 left
+//!     over, best fill first; a run within a granule of the request is taken whole. Otherwise
+//!     they are placed as other requests.
 //! - **Growth with virtual memory** (when the backend supports it): each stream has one region
-//!   of reserved address space that grows at its end. Growth first *moves* physical handles
-//!   that lie wholly under free ranges elsewhere to the end (unmap + map, no new memory), and
-//!   only then creates new handles for the rest. Free ranges never pin physical memory that a
-//!   growth could use, and no address of a live block ever moves.
+//!   of reserved address space. New memory goes where it needs the fewest new bytes: after the
+//!   free block at the end of the region, or into an unmapped hole of the region next to free
+//!   blocks (filled from its front or its back). It comes first from *moving* physical handles
+//!   that lie wholly under free ranges elsewhere (unmap + map, no new memory), and only then
+//!   from new handles. A large request is rounded up to the granularity and starts at a handle
+//!   boundary, on handles of its own: once freed, its memory is reused whole by the next large
+//!   request or moved by a growth in a few remaps. Growths that come within 64 operations of
+//!   each other are a burst (loading a model, a first training step); there the region grows
+//!   ahead of the request, by 16 MiB doubling up to 1/32 of reserved memory, as long as what
+//!   is left cached stays within max(16 MiB, 1/32 of allocated memory): far fewer driver calls
+//!   for little memory ahead. A lone growth maps exactly what the request lacks. Handles that
+//!   lie wholly under free ranges are used before any new memory, and no address of a live
+//!   block ever moves.
 //! - **Growth with plain segments**: a segment of exactly the rounded request (2 MiB for small
 //!   requests). Before reserved memory would pass its earlier peak, wholly free segments are
-//!   freed, least recently used first.
+//!   freed, least recently used first. Placement is best fit.
 //! - **Out of memory**: release every cached byte the allocator can (waiting for pending
 //!   events), retry once, then return [`Error::OutOfMemory`] with the numbers and the largest
 //!   live allocations and their call sites. The allocator stays usable.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::panic::Location;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,6 +59,25 @@ use crate::stats::{Pool, Stats};
 pub const ALIGNMENT: usize = 512;
 
 const NONE: u32 = u32::MAX;
+
+/// A growth that comes within this many operations (allocs and frees) of the previous one
+/// continues a burst of growth.
+const BURST_OPS: u64 = 64;
+
+/// During a burst, growth runs ahead by up to 1/`HEADROOM_DIV` of reserved memory, leaving at
+/// most max(`HEADROOM_GRANULES` granules, 1/`HEADROOM_DIV` of allocated memory) cached.
+const HEADROOM_DIV: usize = 32;
+const HEADROOM_GRANULES: usize = 8;
+
+/// Wholly free handles of at least this many granules are kept whole by placement when it can.
+const PROTECT_GRANULES: usize = 8;
+
+/// A large request reuses a run of wholly free handles that exceeds it by at most
+/// 1/`LARGE_SLACK_DIV`.
+const LARGE_SLACK_DIV: usize = 8;
+
+/// Placement looks at no more than this many fitting free blocks (smallest first).
+const SCAN_LIMIT: usize = 64;
 
 /// Errors of the allocator.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -133,6 +174,14 @@ pub struct Config {
     pub record_sites: bool,
     /// Keep freed blocks in per-size quick lists (coalesced lazily) for O(1) reuse.
     pub quick_lists: bool,
+    /// VMM: a request of at least this many bytes is a *large* block: it is rounded up to the
+    /// granularity and starts at a handle boundary, on handles of its own when it grows the
+    /// arena, so that once freed its memory is reused whole or moved in a few remaps.
+    pub large_bytes: usize,
+    /// Requests of at most this many bytes are placed first fit (lowest address among the
+    /// fitting blocks), larger ones best fit: small blocks pack together instead of cutting
+    /// into the holes larger blocks leave.
+    pub small_bytes: usize,
 }
 
 impl Default for Config {
@@ -146,6 +195,8 @@ impl Default for Config {
             compact_threshold: None,
             record_sites: true,
             quick_lists: true,
+            large_bytes: 64 << 20,
+            small_bytes: 64 << 10,
         }
     }
 }
@@ -221,11 +272,55 @@ struct Block {
 
 #[derive(Debug)]
 enum RegionKind {
-    Vmm {
-        reserved: usize,
-        handles: BTreeMap<u64, (usize, PhysHandle)>,
-    },
+    Vmm { reserved: usize, handles: Handles },
     Plain,
+}
+
+/// The physical handles mapped in a VMM region, ordered by address: (va, len, handle).
+/// Placement reads them on every slow-path allocation; they change only when memory is mapped
+/// or unmapped, so a sorted vector serves better than a tree.
+#[derive(Debug, Default)]
+struct Handles(Vec<(u64, usize, PhysHandle)>);
+
+impl Handles {
+    fn insert(&mut self, va: u64, len: usize, handle: PhysHandle) {
+        let i = self.0.partition_point(|h| h.0 < va);
+        self.0.insert(i, (va, len, handle));
+    }
+
+    fn remove(&mut self, va: u64) {
+        let i = self.0.partition_point(|h| h.0 < va);
+        if self.0.get(i).is_some_and(|h| h.0 == va) {
+            self.0.remove(i);
+        }
+    }
+
+    /// The handles that start in [start, end).
+    fn starting_in(&self, start: u64, end: u64) -> &[(u64, usize, PhysHandle)] {
+        let i = self.0.partition_point(|h| h.0 < start);
+        let j = i + self.0[i..].partition_point(|h| h.0 < end);
+        &self.0[i..j]
+    }
+
+    /// The handles lying wholly inside [start, end).
+    fn within(
+        &self,
+        start: u64,
+        end: u64,
+    ) -> impl DoubleEndedIterator<Item = (u64, usize, PhysHandle)> + Clone + '_ {
+        self.starting_in(start, end)
+            .iter()
+            .copied()
+            .filter(move |h| h.0 + h.1 as u64 <= end)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn bytes(&self) -> usize {
+        self.0.iter().map(|h| h.1).sum()
+    }
 }
 
 #[derive(Debug)]
@@ -289,6 +384,9 @@ struct State<B: Backend> {
     clock: u64,
     peak_reserved_bytes: usize,
     history: Option<crate::history::History>,
+    /// The clock at the last VMM growth, and how many growths in a row came close together.
+    last_grow_clock: u64,
+    burst: u32,
 }
 
 static NEXT_ALLOCATOR_ID: AtomicU64 = AtomicU64::new(1);
@@ -350,6 +448,8 @@ impl<B: Backend> CachingAllocator<B> {
                 clock: 0,
                 peak_reserved_bytes: 0,
                 history: None,
+                last_grow_clock: 0,
+                burst: 0,
             }),
         })
     }
@@ -702,6 +802,10 @@ impl<B: Backend> State<B> {
         };
         let record_sites = self.config.record_sites;
         let seq = self.clock;
+        // A large block may be a little longer than asked (rounded to the granularity): the
+        // statistics count the block, the caller sees the rounded request.
+        let rounded = size;
+        let size = self.blocks[id as usize].size;
         let b = &mut self.blocks[id as usize];
         b.state = BlockState::Allocated;
         b.requested = requested;
@@ -727,7 +831,7 @@ impl<B: Backend> State<B> {
                 &self.stats,
             );
         }
-        Ok((addr, size, id, generation))
+        Ok((addr, rounded, id, generation))
     }
 
     /// Best fit after coalescing the stream's quick lists: placement decisions always see
@@ -737,14 +841,142 @@ impl<B: Backend> State<B> {
         self.take_best_fit(stream, size)
     }
 
-    /// Pops the best-fitting free block of `stream` and splits it to `size`.
+    /// Takes a free block of `stream` for `size` bytes (the placement policy at the top of the
+    /// file), or `None` when none fits.
     fn take_best_fit(&mut self, stream: StreamId, size: usize) -> Option<u32> {
-        let set = self.free.get(&stream)?;
-        let &(bsize, baddr, id) = set.range((size, 0, 0)..).next()?;
-        let _ = (bsize, baddr);
+        let found = if self.is_vmm() && size >= self.config.large_bytes {
+            self.fit_large(stream, size)
+        } else {
+            None
+        };
+        let (mut id, off, bsize) = found.or_else(|| {
+            self.fit_general(stream, size)
+                .map(|(id, off)| (id, off, size))
+        })?;
         self.unindex_free(id);
-        self.split(id, size);
+        if off > 0 {
+            self.split_at(id, off);
+            let second = self.blocks[id as usize].next;
+            self.index_free(id);
+            id = second;
+        }
+        self.split(id, bsize);
         Some(id)
+    }
+
+    fn is_vmm(&self) -> bool {
+        self.config.use_vmm && self.backend.supports_vmm()
+    }
+
+    /// A free block and the offset in it for `size` bytes: first fit for small requests; best
+    /// fit otherwise, skipping (with VMM) placements that would pin wholly free big handles.
+    fn fit_general(&self, stream: StreamId, size: usize) -> Option<(u32, usize)> {
+        let set = self.free.get(&stream)?;
+        if !self.is_vmm() {
+            return set.range((size, 0, 0)..).next().map(|e| (e.2, 0));
+        }
+        let fitting = set.range((size, 0, 0)..).take(SCAN_LIMIT);
+        if size <= self.config.small_bytes {
+            return fitting.min_by_key(|e| e.1).map(|e| (e.2, 0));
+        }
+        let protect = PROTECT_GRANULES * self.backend.granularity();
+        let mut best: Option<(usize, u32, usize)> = None;
+        for &(_, _, id) in fitting {
+            let (pinned, off) = self.pinned_by(id, size, protect);
+            if best.is_none_or(|b| pinned < b.0) {
+                best = Some((pinned, id, off));
+                if pinned == 0 {
+                    break;
+                }
+            }
+        }
+        best.map(|b| (b.1, b.2))
+    }
+
+    /// The handles lying wholly inside free block `id`, in address order: (va, len).
+    fn whole_handles(&self, id: u32) -> SmallVec<[(u64, usize); 16]> {
+        let b = &self.blocks[id as usize];
+        let mut out = SmallVec::new();
+        if let RegionKind::Vmm { handles, .. } = &self.regions[b.region as usize].kind {
+            out.extend(
+                handles
+                    .within(b.addr, b.addr + b.size as u64)
+                    .map(|h| (h.0, h.1)),
+            );
+        }
+        out
+    }
+
+    /// Bytes of wholly free handles of at least `protect` bytes that `size` bytes placed in
+    /// free block `id` would pin, with the offset (its start or its end) that pins fewer.
+    fn pinned_by(&self, id: u32, size: usize, protect: usize) -> (usize, usize) {
+        let b = &self.blocks[id as usize];
+        if b.size < protect {
+            return (0, 0);
+        }
+        let RegionKind::Vmm { handles, .. } = &self.regions[b.region as usize].kind else {
+            return (0, 0);
+        };
+        let (start, end, s) = (b.addr, b.addr + b.size as u64, size as u64);
+        let inside = handles.within(start, end).filter(|h| h.1 >= protect);
+        // Room before the first protected handle, or after the last: nothing pinned.
+        let Some(first) = inside.clone().next() else {
+            return (0, 0);
+        };
+        if s <= first.0 - start {
+            return (0, 0);
+        }
+        let last_end = inside.clone().next_back().map_or(end, |h| h.0 + h.1 as u64);
+        let tail = (end - start - s) as usize;
+        if s <= end - last_end {
+            return (0, tail);
+        }
+        let (mut front, mut back) = (0, 0);
+        for (va, len, _) in inside {
+            if va < start + s {
+                front += len;
+            }
+            if va + len as u64 > end - s {
+                back += len;
+            }
+        }
+        if back < front {
+            (back, tail)
+        } else {
+            (front, 0)
+        }
+    }
+
+    /// For a large request: the run of consecutive wholly free handles that it fills best
+    /// (at most 1/`LARGE_SLACK_DIV` left over). Returns (block, offset, block size): a run
+    /// within a granule of the request is taken whole.
+    fn fit_large(&self, stream: StreamId, size: usize) -> Option<(u32, usize, usize)> {
+        let set = self.free.get(&stream)?;
+        let g = self.backend.granularity();
+        let slack = size / LARGE_SLACK_DIV;
+        // (excess, va, block, offset, block size)
+        let mut best: Option<(usize, u64, u32, usize, usize)> = None;
+        for &(_, addr, id) in set.range((size, 0, 0)..).take(SCAN_LIMIT) {
+            let hs = self.whole_handles(id);
+            // The shortest run reaching `size` from each first handle (two pointers).
+            let (mut j, mut sum) = (0, 0usize);
+            for i in 0..hs.len() {
+                while j < hs.len() && sum < size {
+                    sum += hs[j].1;
+                    j += 1;
+                }
+                if sum < size {
+                    break;
+                }
+                let excess = sum - size;
+                if excess <= slack && best.is_none_or(|b| (excess, hs[i].0) < (b.0, b.1)) {
+                    let bsize = if excess < g { sum } else { size };
+                    best = Some((excess, hs[i].0, id, (hs[i].0 - addr) as usize, bsize));
+                }
+                sum -= hs[i].1;
+            }
+        }
+        best.map(|b| (b.2, b.3, b.4))
     }
 
     /// Splits block `id` (just removed from the free index) to `size`, indexing the rest.
@@ -766,7 +998,8 @@ impl<B: Backend> State<B> {
             other_streams: SmallVec::new(),
             site: None,
             seq: 0,
-            freed_at: None,
+            // The rest has been free as long as the block it is cut from.
+            freed_at: b.freed_at,
         };
         let next = b.next;
         let region = b.region;
@@ -1185,7 +1418,7 @@ impl<B: Backend> State<B> {
             stream,
             kind: RegionKind::Vmm {
                 reserved: bytes,
-                handles: BTreeMap::new(),
+                handles: Handles::default(),
             },
             first: NONE,
             last: NONE,
@@ -1211,7 +1444,7 @@ impl<B: Backend> State<B> {
         let r = &mut self.regions[rid as usize];
         r.len += len;
         if let RegionKind::Vmm { handles, .. } = &mut r.kind {
-            handles.insert(va, (len, handle));
+            handles.insert(va, len, handle);
         }
         let last = r.last;
         let id = self.new_block(Block {
@@ -1275,7 +1508,16 @@ impl<B: Backend> State<B> {
         }
         self.blocks[mid as usize].state = BlockState::Unmapped;
         if let RegionKind::Vmm { handles, .. } = &mut self.regions[region as usize].kind {
-            handles.remove(&va);
+            handles.remove(va);
+        }
+        // Neighbouring unmapped ranges make one hole.
+        let next = self.blocks[mid as usize].next;
+        if next != NONE && self.blocks[next as usize].state == BlockState::Unmapped {
+            self.merge_next_into(mid);
+        }
+        let prev = self.blocks[mid as usize].prev;
+        if prev != NONE && self.blocks[prev as usize].state == BlockState::Unmapped {
+            self.merge_next_into(prev);
         }
         if let Some(h) = &mut self.history {
             let stream = self.regions[region as usize].stream;
@@ -1307,7 +1549,7 @@ impl<B: Backend> State<B> {
             other_streams: SmallVec::new(),
             site: None,
             seq: 0,
-            freed_at: None,
+            freed_at: b.freed_at,
         });
         if b.next != NONE {
             self.blocks[b.next as usize].prev = second;
@@ -1320,22 +1562,17 @@ impl<B: Backend> State<B> {
     }
 
     /// Handles lying wholly inside free blocks: (block, va, len, handle, region).
-    fn free_handles(
-        &self,
-        exclude_tail_of: Option<u32>,
-    ) -> Vec<(u32, u64, usize, PhysHandle, u32)> {
+    fn free_handles(&self, exclude: &[u32]) -> Vec<(u32, u64, usize, PhysHandle, u32)> {
         let mut out = Vec::new();
         for set in self.free.values() {
             for &(size, addr, id) in set {
-                let region = self.blocks[id as usize].region;
-                if Some(region) == exclude_tail_of && self.regions[region as usize].last == id {
+                if exclude.contains(&id) {
                     continue;
                 }
+                let region = self.blocks[id as usize].region;
                 if let RegionKind::Vmm { handles, .. } = &self.regions[region as usize].kind {
-                    for (&va, &(len, h)) in handles.range(addr..addr + size as u64) {
-                        if va + len as u64 <= addr + size as u64 {
-                            out.push((id, va, len, h, region));
-                        }
+                    for (va, len, h) in handles.within(addr, addr + size as u64) {
+                        out.push((id, va, len, h, region));
                     }
                 }
             }
@@ -1343,24 +1580,210 @@ impl<B: Backend> State<B> {
         out
     }
 
-    fn grow_vmm(&mut self, stream: StreamId, size: usize) -> Result<u32, GrowError> {
+    /// Maps `handle` (`len` bytes) at the front, or the back, of unmapped block `u`. Returns
+    /// what is left of `u` (`NONE` when nothing is).
+    fn map_into_hole(
+        &mut self,
+        u: u32,
+        at_end: bool,
+        len: usize,
+        handle: PhysHandle,
+    ) -> Result<u32, BackendError> {
+        let (addr, size, rid, stream) = {
+            let b = &self.blocks[u as usize];
+            (b.addr, b.size, b.region, b.stream)
+        };
+        debug_assert_eq!(self.blocks[u as usize].state, BlockState::Unmapped);
+        debug_assert!(len <= size);
+        let va = if at_end {
+            addr + (size - len) as u64
+        } else {
+            addr
+        };
+        self.backend.map(va, len, handle)?;
+        if let RegionKind::Vmm { handles, .. } = &mut self.regions[rid as usize].kind {
+            handles.insert(va, len, handle);
+        }
+        let (mapped, rest) = if len == size {
+            (u, NONE)
+        } else if at_end {
+            self.split_at(u, size - len);
+            (self.blocks[u as usize].next, u)
+        } else {
+            self.split_at(u, len);
+            (u, self.blocks[u as usize].next)
+        };
+        self.blocks[mapped as usize].state = BlockState::Cached;
+        self.coalesce_into_free(mapped);
+        if let Some(h) = &mut self.history {
+            h.push(
+                crate::history::Event::SegmentMap {
+                    addr: va,
+                    size: len,
+                    stream,
+                },
+                &self.stats,
+            );
+        }
+        Ok(rest)
+    }
+
+    /// The unmapped hole of region `rid` where a block of `bsize` bytes needs the fewest new
+    /// bytes, counting the free blocks on either side: (hole, whether to map at its end, new
+    /// bytes). `None` when every hole needs more than the end of the region does (`tail_need`).
+    fn best_hole(&self, rid: u32, bsize: usize, tail_need: usize) -> Option<(u32, bool, usize)> {
         let g = self.backend.granularity();
-        let rid = self.arena(stream, round_up(size, g).ok_or(GrowError::OutOfMemory)?)?;
-        let tail_free = {
-            let last = self.regions[rid as usize].last;
-            if last != NONE && self.blocks[last as usize].state == BlockState::Free {
-                self.blocks[last as usize].size
+        let free_size = |id: u32| -> usize {
+            if id != NONE && self.blocks[id as usize].state == BlockState::Free {
+                self.blocks[id as usize].size
             } else {
                 0
             }
         };
-        let mut need = round_up(size - tail_free.min(size), g).unwrap_or(usize::MAX);
-        // 1. Move physical handles that lie under free ranges to the end: no new memory.
-        let mut cands = self.free_handles(Some(rid));
+        let mut best: Option<(u32, bool, usize)> = None;
+        let mut id = self.regions[rid as usize].first;
+        while id != NONE {
+            let b = &self.blocks[id as usize];
+            if b.state == BlockState::Unmapped {
+                let (before, after) = (free_size(b.prev), free_size(b.next));
+                if before + b.size + after >= bsize {
+                    for (at_end, near) in [(false, before), (true, after)] {
+                        let short = bsize.saturating_sub(near);
+                        if short == 0 {
+                            continue;
+                        }
+                        let n = round_up(short, g).unwrap_or(b.size).min(b.size);
+                        let better = match best {
+                            None => n <= tail_need,
+                            Some(h) => n < h.2,
+                        };
+                        if better {
+                            best = Some((id, at_end, n));
+                        }
+                    }
+                }
+            }
+            id = b.next;
+        }
+        best
+    }
+
+    fn grow_vmm(&mut self, stream: StreamId, size: usize) -> Result<u32, GrowError> {
+        let g = self.backend.granularity();
+        let rid = self.arena(stream, round_up(size, g).ok_or(GrowError::OutOfMemory)?)?;
+        let large = size >= self.config.large_bytes;
+        // A large block is rounded to the granularity and starts at a handle boundary.
+        let bsize = if large {
+            round_up(size, g).ok_or(GrowError::OutOfMemory)?
+        } else {
+            size
+        };
+        let end = {
+            let r = &self.regions[rid as usize];
+            r.base + r.len as u64
+        };
+        // A smaller block extends the free block at the end of the region; a large one starts
+        // at the end, on handles of its own.
+        let last = self.regions[rid as usize].last;
+        let tail_block =
+            (!large && last != NONE && self.blocks[last as usize].state == BlockState::Free)
+                .then_some(last);
+        let start_va = tail_block.map_or(end, |t| self.blocks[t as usize].addr);
+        let tail_free = (end - start_va) as usize;
+        let mut need = round_up(bsize - tail_free.min(bsize), g).unwrap_or(usize::MAX);
+        // Fill an unmapped hole instead of the end when that needs less new memory.
+        let hole = if large {
+            None
+        } else {
+            self.best_hole(rid, bsize, need)
+        };
+        if let Some(h) = hole {
+            need = h.2;
+        }
+        // In a burst of growth, run ahead of the request (fewer driver calls), within a
+        // headroom; a growth far from the previous one takes what it needs.
+        let mut want = need;
+        if hole.is_none() && !large {
+            if self.clock.saturating_sub(self.last_grow_clock) <= BURST_OPS {
+                self.burst = (self.burst + 1).min(30);
+            } else {
+                self.burst = 0;
+            }
+            if self.burst > 0 {
+                let floor = HEADROOM_GRANULES * g;
+                let cap = (self.reserved() / HEADROOM_DIV).max(floor);
+                let chunk = (g as u64)
+                    .saturating_mul(1 << (self.burst + 2))
+                    .min(cap as u64) as usize;
+                want = want.max(round_up(chunk, g).unwrap_or(want));
+                let allocated = self.stats.allocated_bytes.all().current as usize + bsize;
+                let allowed = floor.max(allocated / HEADROOM_DIV);
+                let cached_after = (self.reserved() + want).saturating_sub(allocated);
+                if cached_after > allowed {
+                    want = want
+                        .saturating_sub((cached_after - allowed) / g * g)
+                        .max(need);
+                }
+            }
+        }
+        self.last_grow_clock = self.clock;
+        // The free blocks the new memory joins must stay where they are.
+        let keep: SmallVec<[u32; 2]> = match hole {
+            Some((u, _, _)) => {
+                let b = &self.blocks[u as usize];
+                [b.prev, b.next]
+                    .into_iter()
+                    .filter(|&x| x != NONE)
+                    .collect()
+            }
+            None => tail_block.into_iter().collect(),
+        };
+        // The first byte the new memory maps, for a hole.
+        let anchor = hole.map(|(u, at_end, n)| {
+            let b = &self.blocks[u as usize];
+            if at_end {
+                b.addr + (b.size - n) as u64
+            } else {
+                b.addr
+            }
+        });
+        let mut hole_rest = hole.map_or(NONE, |h| h.0);
+        let at_end = hole.is_some_and(|h| h.1);
+        // 1. Move physical handles that lie under free ranges: no new memory. A hole takes
+        //    only handles that fit in it.
+        let mut cands = self.free_handles(&keep);
         cands.sort_by(|a, b| b.2.cmp(&a.2).then(a.1.cmp(&b.1)));
+        if hole.is_none() {
+            // Handles that fit in what is wanted, largest first; then, if the need is not
+            // covered, the smallest of the others that covers it (a hole takes only handles
+            // that fit in it).
+            let mut sum = 0;
+            let (mut fit, rest): (Vec<_>, Vec<_>) = cands.into_iter().partition(|c| {
+                let take = sum + c.2 <= want;
+                if take {
+                    sum += c.2;
+                }
+                take
+            });
+            if sum < need {
+                let short = need - sum;
+                let cover = rest.iter().filter(|c| c.2 >= short).min_by_key(|c| c.2);
+                match cover {
+                    Some(&c) => fit.push(c),
+                    None => fit.extend(rest),
+                }
+            }
+            cands = fit;
+        }
+        let mut moved = 0usize;
         for (_, va, len, h, _) in cands {
-            if need == 0 {
-                break;
+            let fits = if hole.is_some() {
+                len <= need - moved
+            } else {
+                moved < want
+            };
+            if !fits {
+                continue;
             }
             // The containing free block may have been split by an earlier carve: find it again.
             let Some(block) = self.free_block_containing(va, len) else {
@@ -1369,37 +1792,72 @@ impl<B: Backend> State<B> {
             if let Err(e) = self.carve_out(block, va, len) {
                 return Err(GrowError::Backend(e));
             }
-            if let Err(e) = self.append_mapped(rid, len, h) {
+            let mapped = if hole.is_some() {
+                self.map_into_hole(hole_rest, at_end, len, h)
+                    .map(|rest| hole_rest = rest)
+            } else {
+                self.append_mapped(rid, len, h)
+            };
+            if let Err(e) = mapped {
                 // Keep the handle accounted: give it back to the device.
                 let _ = self.backend.release(h, len);
                 let pool = segment_pool(len, g);
                 self.add_reserved(pool, len, -1);
                 return Err(GrowError::Backend(e));
             }
-            need = need.saturating_sub(len);
+            moved += len;
         }
         // 2. New physical memory for the rest.
-        while need > 0 {
-            let chunk = need.min(self.config.max_handle_bytes.max(g) / g * g);
+        let mut rest = want.saturating_sub(moved);
+        while rest > 0 {
+            let chunk = rest.min(self.config.max_handle_bytes.max(g) / g * g);
             if self.reserved() + chunk > self.limit_bytes() {
                 return Err(GrowError::OutOfMemory);
             }
             let h = self.backend.create(chunk)?;
             let pool = segment_pool(chunk, g);
             self.add_reserved(pool, chunk, 1);
-            if let Err(e) = self.append_mapped(rid, chunk, h) {
+            let mapped = if hole.is_some() {
+                self.map_into_hole(hole_rest, at_end, chunk, h)
+                    .map(|rest| hole_rest = rest)
+            } else {
+                self.append_mapped(rid, chunk, h)
+            };
+            if let Err(e) = mapped {
                 let _ = self.backend.release(h, chunk);
                 self.add_reserved(pool, chunk, -1);
                 return Err(e.into());
             }
-            need -= chunk;
+            rest -= chunk;
         }
-        let last = self.regions[rid as usize].last;
-        debug_assert_eq!(self.blocks[last as usize].state, BlockState::Free);
-        debug_assert!(self.blocks[last as usize].size >= size);
-        self.unindex_free(last);
-        self.split(last, size);
-        Ok(last)
+        // 3. The block: at the start of the free block the new memory joined (a large one at
+        //    the first new byte).
+        let id = match anchor {
+            Some(a) => {
+                let f = self
+                    .free_block_containing(a, 1)
+                    .expect("memory mapped into a hole is free");
+                self.unindex_free(f);
+                f
+            }
+            None => {
+                let last = self.regions[rid as usize].last;
+                debug_assert_eq!(self.blocks[last as usize].state, BlockState::Free);
+                self.unindex_free(last);
+                let addr = self.blocks[last as usize].addr;
+                if addr < start_va {
+                    self.split_at(last, (start_va - addr) as usize);
+                    let second = self.blocks[last as usize].next;
+                    self.index_free(last);
+                    second
+                } else {
+                    last
+                }
+            }
+        };
+        debug_assert!(self.blocks[id as usize].size >= bsize);
+        self.split(id, bsize);
+        Ok(id)
     }
 
     fn free_block_containing(&self, va: u64, len: usize) -> Option<u32> {
@@ -1422,7 +1880,7 @@ impl<B: Backend> State<B> {
         self.flush_quick(None);
         let mut released = self.release_free_segments(target);
         let g = self.backend.granularity();
-        let mut cands = self.free_handles(None);
+        let mut cands = self.free_handles(&[]);
         cands.sort_by_key(|c| std::cmp::Reverse(c.2));
         for (_, va, len, h, _) in cands {
             if released >= target {
@@ -1463,7 +1921,7 @@ impl<B: Backend> State<B> {
         // VMM: handles under idle free blocks.
         let g = self.backend.granularity();
         let cands: Vec<_> = self
-            .free_handles(None)
+            .free_handles(&[])
             .into_iter()
             .filter(|c| old(&self.blocks[c.0 as usize]))
             .collect();
@@ -1630,7 +2088,7 @@ impl<B: Backend> State<B> {
                 RegionKind::Plain => r.len as i64,
                 RegionKind::Vmm { handles, .. } => {
                     // Every handle must lie under mapped (non-Unmapped) blocks.
-                    handles.values().map(|&(l, _)| l as i64).sum()
+                    handles.bytes() as i64
                 }
             };
         }

@@ -490,3 +490,96 @@ fn garbage_collection_releases_idle_memory() {
         a.free(keep).unwrap();
     }
 }
+
+#[test]
+fn large_blocks_come_back_whole() {
+    let a = allocator(4 << 30, true);
+    // A large block starts at a handle boundary, on handles of its own.
+    let big = a.alloc(100 * MIB + 12_345, 0).unwrap();
+    let p = big.ptr();
+    assert_eq!(p % (2 * MIB) as u64, 0);
+    assert_eq!(big.size(), (100 * MIB + 12_345).next_multiple_of(512));
+    let small = a.alloc(3 * MIB, 0).unwrap();
+    a.free(small).unwrap();
+    a.free(big).unwrap();
+    // A smaller request does not cut into the free large block's handle while other free
+    // memory fits it...
+    let medium = a.alloc(2 * MIB, 0).unwrap();
+    assert!(
+        medium.ptr() >= p + 100 * MIB as u64,
+        "placed at {:#x}, in the free large block at {p:#x}",
+        medium.ptr()
+    );
+    // ...so the next large request of about that size gets the same handles, with no driver
+    // call.
+    let calls = a.driver_calls().total();
+    let again = a.alloc(96 * MIB, 0).unwrap();
+    assert_eq!(again.ptr(), p);
+    assert_eq!(a.driver_calls().total(), calls);
+    a.check_invariants().unwrap();
+    a.free(again).unwrap();
+    a.free(medium).unwrap();
+    a.empty_cache().unwrap();
+    assert_eq!(a.with_backend(|b| b.used()), 0);
+}
+
+#[test]
+fn bursts_of_growth_make_few_driver_calls() {
+    let a = allocator(4 << 30, true);
+    // 200 blocks of 3 MiB in a row: one growth per block would make ~600 calls.
+    let held: Vec<_> = (0..200).map(|_| a.alloc(3 * MIB, 0).unwrap()).collect();
+    let calls = a.driver_calls().total();
+    assert!(calls < 200, "{calls} driver calls");
+    let s = a.stats();
+    let (allocated, reserved) = (
+        s.allocated_bytes.all().current,
+        s.reserved_bytes.all().current,
+    );
+    assert!(
+        reserved <= allocated + allocated / 32 + 16 * MIB as i64,
+        "reserved {reserved} for {allocated} allocated"
+    );
+    // Far from the burst, a growth maps only what the request lacks.
+    for _ in 0..100 {
+        let x = a.alloc(3 * MIB, 0).unwrap();
+        a.free(x).unwrap();
+    }
+    let tail = a.alloc(3 * MIB, 0).unwrap();
+    let before = a.stats().reserved_bytes.all().current;
+    let lone = a.alloc(40 * MIB, 0).unwrap();
+    let grown = a.stats().reserved_bytes.all().current - before;
+    assert!(grown <= 40 * MIB as i64, "grew by {grown}");
+    a.check_invariants().unwrap();
+    for x in held.into_iter().chain([tail, lone]) {
+        a.free(x).unwrap();
+    }
+}
+
+#[test]
+fn small_requests_go_first_fit_others_best_fit() {
+    let a = allocator(1 << 30, true);
+    let x1 = a.alloc(2 * MIB, 0).unwrap();
+    let y = a.alloc(MIB, 0).unwrap();
+    let x2 = a.alloc(MIB, 0).unwrap();
+    let z = a.alloc(MIB, 0).unwrap();
+    let (p1, p2) = (x1.ptr(), x2.ptr());
+    a.free(x1).unwrap();
+    a.free(x2).unwrap();
+    // Holes: 2 MiB at the lowest address, 1 MiB above it, and the free end of the region.
+    let small = a.alloc(4096, 0).unwrap();
+    assert_eq!(
+        small.ptr(),
+        p1,
+        "a small request takes the lowest address that fits"
+    );
+    let medium = a.alloc(512 << 10, 0).unwrap();
+    assert_eq!(
+        medium.ptr(),
+        p2,
+        "a larger one takes the smallest block that fits"
+    );
+    a.check_invariants().unwrap();
+    for b in [y, z, small, medium] {
+        a.free(b).unwrap();
+    }
+}

@@ -116,6 +116,17 @@ fn vmm_replays_resnet_with_real_memory() {
 }
 
 #[test]
+fn vmm_replays_gpt2_with_real_memory() {
+    if skip_without_gpu("vmm_replays_gpt2_with_real_memory") {
+        return;
+    }
+    let _one_at_a_time = device_lock();
+    // Large blocks on handles of their own, handles moved and mapped into holes.
+    replay_on_device("gpt2_train", true);
+    replay_on_device("gpt2_generate", true);
+}
+
+#[test]
 fn plain_segments_replay_gpt2_train() {
     if skip_without_gpu("plain_segments_replay_gpt2_train") {
         return;

@@ -105,7 +105,12 @@ pub fn set(
 }
 
 /// The value broadcast to the plan's result shape, dense, on `device`.
-fn dense_values(p: &IndexPlan, value: Value<'_>, dtype: DType, device: Device) -> Result<Storage> {
+fn dense_values(
+    p: &IndexPlan,
+    value: Value<'_>,
+    dtype: DType,
+    device: Device,
+) -> Result<Arc<Storage>> {
     let (storage, layout) = match value {
         Value::Scalar(x) => {
             let one = Storage::from_slice(&[x], Device::Cpu)?
@@ -135,13 +140,24 @@ fn dense_values(p: &IndexPlan, value: Value<'_>, dtype: DType, device: Device) -
             ),
         });
     }
+    // Already the dense result on the right device (contiguous from the storage's first
+    // element, nothing more): read where it is.
+    let n: usize = p.result_shape.iter().product();
+    if storage.device() == device
+        && layout.is_contiguous()
+        && layout.offset() == 0
+        && vshape == p.result_shape.as_slice()
+        && storage.len() == n
+    {
+        return Ok(storage);
+    }
     let expanded = layout.expand(&p.result_shape)?;
     let dense = storage.contiguous(&expanded)?;
-    Ok(if dense.device() == device {
+    Ok(Arc::new(if dense.device() == device {
         dense
     } else {
         dense.to_device(device)?
-    })
+    }))
 }
 
 #[cfg(feature = "cuda")]
@@ -151,20 +167,6 @@ fn set_on_device(
     value: Value<'_>,
     accumulate: bool,
 ) -> Result<()> {
-    // A value that already is the dense result (same dtype and device, contiguous at offset 0,
-    // of the indexed shape) is read where it is; anything else is gathered into a temporary.
-    if let (PlanKind::Scatter, Value::Tensor(v)) = (p.kind, &value) {
-        let s = v.storage();
-        let l = v.layout();
-        if s.dtype() == target.dtype()
-            && s.device() == target.device()
-            && l.is_contiguous()
-            && l.offset() == 0
-            && l.shape() == p.result_shape.as_slice()
-        {
-            return crate::gpu::scatter(target, p, s, accumulate);
-        }
-    }
     let values = dense_values(p, value, target.dtype(), target.device())?;
     match p.kind {
         PlanKind::Scatter => crate::gpu::scatter(target, p, &values, accumulate),

@@ -1,5 +1,19 @@
 use half::{bf16, f16};
 
+/// The comparison kernel of `op` for the type named `$name` (`"lt_f32"`).
+macro_rules! compare_kernel_name {
+    ($op:expr, $name:literal) => {
+        match $op {
+            CompareOp::Eq => concat!("eq_", $name),
+            CompareOp::Ne => concat!("ne_", $name),
+            CompareOp::Lt => concat!("lt_", $name),
+            CompareOp::Le => concat!("le_", $name),
+            CompareOp::Gt => concat!("gt_", $name),
+            CompareOp::Ge => concat!("ge_", $name),
+        }
+    };
+}
+
 mod sealed {
     pub trait Sealed {}
 }
@@ -311,14 +325,7 @@ macro_rules! float_element {
                 })
             }
             fn compare_kernel(op: CompareOp) -> &'static str {
-                match op {
-                    CompareOp::Eq => concat!("eq_", $name),
-                    CompareOp::Ne => concat!("ne_", $name),
-                    CompareOp::Lt => concat!("lt_", $name),
-                    CompareOp::Le => concat!("le_", $name),
-                    CompareOp::Gt => concat!("gt_", $name),
-                    CompareOp::Ge => concat!("ge_", $name),
-                }
+                compare_kernel_name!(op, $name)
             }
             #[inline]
             fn compare(op: CompareOp, a: Self, b: Self) -> bool {
@@ -407,14 +414,7 @@ macro_rules! int_element {
                 })
             }
             fn compare_kernel(op: CompareOp) -> &'static str {
-                match op {
-                    CompareOp::Eq => concat!("eq_", $name),
-                    CompareOp::Ne => concat!("ne_", $name),
-                    CompareOp::Lt => concat!("lt_", $name),
-                    CompareOp::Le => concat!("le_", $name),
-                    CompareOp::Gt => concat!("gt_", $name),
-                    CompareOp::Ge => concat!("ge_", $name),
-                }
+                compare_kernel_name!(op, $name)
             }
             #[inline]
             fn compare(op: CompareOp, a: Self, b: Self) -> bool {

@@ -679,6 +679,14 @@ impl<B: Backend> Drop for CachingAllocator<B> {
 }
 
 impl<B: Backend> State<B> {
+    /// Appends `event` to the history when recording is on.
+    #[inline]
+    fn log_event(&mut self, event: crate::history::Event) {
+        if let Some(h) = &mut self.history {
+            h.push(event, &self.stats);
+        }
+    }
+
     /// The quick-list slot of `key`, created if `create`.
     #[inline]
     fn quick_slot(&mut self, key: (StreamId, usize), create: bool) -> Option<usize> {
@@ -819,18 +827,13 @@ impl<B: Backend> State<B> {
         self.stats.allocated_bytes.add(pool, size as i64);
         self.stats.active_bytes.add(pool, size as i64);
         self.stats.requested_bytes.add(pool, requested as i64);
-        if let Some(h) = &mut self.history {
-            h.push(
-                crate::history::Event::Alloc {
-                    addr,
-                    size,
-                    requested,
-                    stream,
-                    site: Some(site),
-                },
-                &self.stats,
-            );
-        }
+        self.log_event(crate::history::Event::Alloc {
+            addr,
+            size,
+            requested,
+            stream,
+            site: Some(site),
+        });
         Ok((addr, rounded, id, generation))
     }
 
@@ -1029,12 +1032,7 @@ impl<B: Backend> State<B> {
         self.stats.allocated_bytes.add(pool, -(size as i64));
         self.stats.requested_bytes.add(pool, -(requested as i64));
         self.clock += 1;
-        if let Some(h) = &mut self.history {
-            h.push(
-                crate::history::Event::Free { addr, size, stream },
-                &self.stats,
-            );
-        }
+        self.log_event(crate::history::Event::Free { addr, size, stream });
         if !self.blocks[id as usize].other_streams.is_empty() {
             let streams = self.blocks[id as usize].other_streams.clone();
             let mut events = SmallVec::new();
@@ -1330,16 +1328,11 @@ impl<B: Backend> State<B> {
             live: true,
             last_use: self.clock,
         });
-        if let Some(h) = &mut self.history {
-            h.push(
-                crate::history::Event::SegmentAlloc {
-                    addr,
-                    size: seg,
-                    stream,
-                },
-                &self.stats,
-            );
-        }
+        self.log_event(crate::history::Event::SegmentAlloc {
+            addr,
+            size: seg,
+            stream,
+        });
         self.split(id, size);
         Ok(id)
     }
@@ -1384,16 +1377,11 @@ impl<B: Backend> State<B> {
         self.regions[rid as usize].live = false;
         let pool = segment_pool(len, self.backend.granularity());
         self.add_reserved(pool, len, -1);
-        if let Some(h) = &mut self.history {
-            h.push(
-                crate::history::Event::SegmentFree {
-                    addr: base,
-                    size: len,
-                    stream,
-                },
-                &self.stats,
-            );
-        }
+        self.log_event(crate::history::Event::SegmentFree {
+            addr: base,
+            size: len,
+            stream,
+        });
         true
     }
 
@@ -1469,16 +1457,11 @@ impl<B: Backend> State<B> {
         }
         self.regions[rid as usize].last = id;
         self.coalesce_into_free(id);
-        if let Some(h) = &mut self.history {
-            h.push(
-                crate::history::Event::SegmentMap {
-                    addr: va,
-                    size: len,
-                    stream,
-                },
-                &self.stats,
-            );
-        }
+        self.log_event(crate::history::Event::SegmentMap {
+            addr: va,
+            size: len,
+            stream,
+        });
         Ok(())
     }
 
@@ -1615,16 +1598,11 @@ impl<B: Backend> State<B> {
         };
         self.blocks[mapped as usize].state = BlockState::Cached;
         self.coalesce_into_free(mapped);
-        if let Some(h) = &mut self.history {
-            h.push(
-                crate::history::Event::SegmentMap {
-                    addr: va,
-                    size: len,
-                    stream,
-                },
-                &self.stats,
-            );
-        }
+        self.log_event(crate::history::Event::SegmentMap {
+            addr: va,
+            size: len,
+            stream,
+        });
         Ok(rest)
     }
 

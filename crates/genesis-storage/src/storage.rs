@@ -1104,27 +1104,10 @@ impl Storage {
         let dtype = self.dtype;
         self.check_range(name, start, len)?;
         check_float_only(name, op.float_only(), dtype)?;
-        let nbytes = byte_len(len, dtype)?;
-        match &self.inner {
-            #[cfg(feature = "cuda")]
-            Inner::Cuda(a) => {
-                crate::dispatch_kernel_dtype!(dtype, T => {
-                    let out = crate::cuda::CudaMem::new(a.ordinal(), nbytes)?;
-                    let pa = a.ptr() + (start * size_of::<T>()) as u64;
-                    // SAFETY: the range was checked; both live until the launch completes
-                    // (the pool reuses memory in stream order).
-                    unsafe { genesis_kernels::gpu::unary::<T>(&queue(a), op, pa, out.ptr(), len)? };
-                    Ok(Storage::make(Inner::Cuda(out), dtype, len))
-                }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
-            }
-            _ => {
-                crate::dispatch_kernel_dtype!(dtype, T => {
-                    let mut out = CpuStorage::zeroed(nbytes);
-                    genesis_kernels::cpu::unary::<T>(op, &self.as_slice::<T>()?[start..start + len], out.as_mut_slice())?;
-                    Ok(Storage::cpu(out, dtype, len))
-                }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
-            }
-        }
+        check_kernel_dtype(name, dtype)?;
+        let mut out = Storage::uninit(len, dtype, self.device())?;
+        self.unary_into(op, start, &mut out, 0, len)?;
+        Ok(out)
     }
 
     /// Elementwise `op(self, other)` into a new storage on the same device (f32, f16, bf16,
@@ -1153,36 +1136,17 @@ impl Storage {
         other.check_range(name, b_start, len)?;
         let dtype = self.dtype;
         check_float_only(name, op.float_only(), dtype)?;
-        let nbytes = byte_len(len, dtype)?;
-        match (&self.inner, &other.inner) {
-            #[cfg(feature = "cuda")]
-            (Inner::Cuda(a), Inner::Cuda(b)) => {
-                crate::dispatch_kernel_dtype!(dtype, T => {
-                    let out = crate::cuda::CudaMem::new(a.ordinal(), nbytes)?;
-                    let (pa, pb) = (
-                        a.ptr() + (a_start * size_of::<T>()) as u64,
-                        b.ptr() + (b_start * size_of::<T>()) as u64,
-                    );
-                    // SAFETY: the ranges were checked against both storages; all three live
-                    // until the launch completes (the pool reuses memory in stream order).
-                    unsafe { genesis_kernels::gpu::binary::<T>(&queue(a), op, pa, pb, out.ptr(), len)? };
-                    Ok(Storage::make(Inner::Cuda(out), dtype, len))
-                }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
-            }
-            _ => {
-                crate::dispatch_kernel_dtype!(dtype, T => {
-                    let mut out = CpuStorage::zeroed(nbytes);
-                    genesis_kernels::cpu::binary::<T>(
-                        op,
-                        &self.as_slice::<T>()?[a_start..a_start + len],
-                        &other.as_slice::<T>()?[b_start..b_start + len],
-                        out.as_mut_slice(),
-                    )?;
-                    Ok(Storage::cpu(out, dtype, len))
-                }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
-            }
-        }
+        check_kernel_dtype(name, dtype)?;
+        let mut out = Storage::uninit(len, dtype, self.device())?;
+        self.binary_into(op, a_start, other, b_start, &mut out, 0, len)?;
+        Ok(out)
     }
+}
+
+/// An `UnsupportedDType` error for a dtype the elementwise kernels do not have (checked
+/// before an output is allocated).
+fn check_kernel_dtype(op: &'static str, dtype: DType) -> Result<()> {
+    crate::dispatch_kernel_dtype!(dtype, _T => Ok(()), _ => Err(Error::UnsupportedDType { op, dtype }))
 }
 
 /// An `UnsupportedDType` error for an operation only the floating types support.

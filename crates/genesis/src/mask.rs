@@ -1,6 +1,6 @@
 //! Boolean masks on any device: `masked_select` (`x[mask]`) and `masked_fill`.
 
-use crate::tensor::{broadcast_shape, host_scalar};
+use crate::tensor::{broadcast_shape, host_scalar, numel_of};
 use crate::{DType, Error, Result, Tensor};
 
 fn check_mask(op: &'static str, x: &Tensor, mask: &Tensor) -> Result<()> {
@@ -43,7 +43,7 @@ impl Tensor {
         let shape = broadcast_shape(op, self.shape(), mask.shape())?;
         let (x, x0) = self.dense_operand(&shape)?;
         let (m, m0) = mask.dense_operand(&shape)?;
-        let n = shape.iter().product();
+        let n = numel_of(op, &shape)?;
         let out = x.masked_select_at(x0, &m, m0, n)?;
         let len = out.len();
         Tensor::from_storage(out, &[len])

@@ -1,6 +1,6 @@
 //! Comparisons to bools, `where`, `pow`, and the `_out` forms that write into a given tensor.
 
-use crate::tensor::broadcast_shape;
+use crate::tensor::{broadcast_shape, numel_of};
 use crate::{BinaryOp, CompareOp, DType, Error, Result, Tensor, UnaryOp};
 
 /// Generates a named comparison against a tensor and against a scalar.
@@ -57,7 +57,7 @@ impl Tensor {
         let shape = broadcast_shape(name, self.shape(), other.shape())?;
         let (a, a_start) = self.dense_operand(&shape)?;
         let (b, b_start) = other.dense_operand(&shape)?;
-        let n = shape.iter().product();
+        let n = numel_of(name, &shape)?;
         Tensor::from_storage(a.compare_at(op, a_start, &b, b_start, n)?, &shape)
     }
 
@@ -106,7 +106,7 @@ impl Tensor {
         let (c, c_start) = cond.dense_operand(&shape)?;
         let (x, x_start) = a.dense_operand(&shape)?;
         let (y, y_start) = b.dense_operand(&shape)?;
-        let n = shape.iter().product();
+        let n = numel_of(name, &shape)?;
         let out =
             genesis_storage::Storage::select_at((&c, c_start), (&x, x_start), (&y, y_start), n)?;
         Tensor::from_storage(out, &shape)

@@ -92,8 +92,7 @@ impl Generator {
         device: Device,
     ) -> Result<Tensor> {
         let n = crate::tensor::numel_of(op, shape)?;
-        let float = matches!(dtype, DType::F32 | DType::F16 | DType::BF16 | DType::F64);
-        if !float {
+        if !dtype.is_float() {
             return Err(Error::InvalidArgument {
                 op,
                 reason: format!("{dtype} is not a float dtype (f32, f16, bf16, f64)"),

@@ -122,13 +122,10 @@ impl Storage {
                 Ok(())
             }
             _ => {
-                let m = mask
-                    .host_bytes()
-                    .ok_or(Error::NotOnHost {
-                        op,
-                        device: mask.device(),
-                    })?
-                    .to_vec();
+                let m = mask.host_bytes().ok_or(Error::NotOnHost {
+                    op,
+                    device: mask.device(),
+                })?;
                 let dst = self.host_bytes_mut_for(op)?;
                 genesis_kernels::mask::masked_fill(
                     &mut dst[start * es..(start + len) * es],

@@ -1,9 +1,9 @@
 //! Batched matrix multiplication of storages (`genesis_kernels::matmul`).
 
+use super::Storage;
 #[cfg(feature = "cuda")]
 use super::{Inner, queue};
-use super::{Storage, byte_len};
-use crate::{CpuStorage, DType, Error, Result};
+use crate::{DType, Error, Result};
 use genesis_kernels::matmul::MatmulShape;
 
 /// Runs `$body` with `$T` bound to the Rust type of `$dtype` for the matmul dtypes.
@@ -47,24 +47,9 @@ impl Storage {
         shape: MatmulShape,
     ) -> Result<Storage> {
         let len = shape.c_len().ok_or_else(overflow)?;
-        let mut out = Storage::empty_like_device(self, len)?;
+        let mut out = Storage::uninit(len, self.dtype, self.device())?;
         self.matmul_into(a_start, other, b_start, shape, &mut out, 0)?;
         Ok(out)
-    }
-
-    /// Uninitialised-by-contract storage of `len` elements of `self`'s dtype on its device
-    /// (zeroed on the CPU; the matmul overwrites every element).
-    fn empty_like_device(like: &Storage, len: usize) -> Result<Storage> {
-        let nbytes = byte_len(len, like.dtype)?;
-        match &like.inner {
-            #[cfg(feature = "cuda")]
-            Inner::Cuda(m) => Ok(Storage::make(
-                Inner::Cuda(crate::cuda::CudaMem::new(m.ordinal(), nbytes)?),
-                like.dtype,
-                len,
-            )),
-            _ => Ok(Storage::cpu(CpuStorage::zeroed(nbytes), like.dtype, len)),
-        }
     }
 
     /// [`Storage::matmul`] into `out` from `out_start` (allocates nothing). `out` must have the

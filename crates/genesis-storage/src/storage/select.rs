@@ -105,13 +105,13 @@ impl Storage {
                 Ok(Storage::make(Inner::Cuda(out), dtype, len))
             }
             _ => {
-                let host = |s: &Storage| -> Result<Vec<u8>> {
-                    s.host_bytes().map(<[u8]>::to_vec).ok_or(Error::NotOnHost {
-                        op: name,
+                fn host<'s>(op: &'static str, s: &'s Storage) -> Result<&'s [u8]> {
+                    s.host_bytes().ok_or(Error::NotOnHost {
+                        op,
                         device: s.device(),
                     })
-                };
-                let (cb, ab, bb) = (host(c)?, host(a)?, host(b)?);
+                }
+                let (cb, ab, bb) = (host(name, c)?, host(name, a)?, host(name, b)?);
                 let mut out = CpuStorage::zeroed(nbytes);
                 let o = out.as_mut_slice::<u8>();
                 for i in 0..len {

@@ -144,6 +144,20 @@ impl Tensor {
         Tensor::ones(self.shape(), self.dtype(), self.device())
     }
 
+    /// `value` everywhere, with this tensor's shape, dtype and device (`value` must be
+    /// representable in the dtype).
+    #[track_caller]
+    pub fn full_like(&self, value: f64) -> Result<Tensor> {
+        let one = self.scalar_like("full_like", value)?;
+        Tensor::from_storage(one.expand(self.shape())?.view.contiguous()?, self.shape())
+    }
+
+    /// Uninitialised memory (zeros on the CPU) with this tensor's shape, dtype and device.
+    #[track_caller]
+    pub fn empty_like(&self) -> Result<Tensor> {
+        Tensor::empty(self.shape(), self.dtype(), self.device())
+    }
+
     /// The shape.
     pub fn shape(&self) -> &[usize] {
         self.view.layout().shape()

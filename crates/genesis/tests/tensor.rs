@@ -136,3 +136,46 @@ fn cuda_device_without_gpu_is_a_typed_error() {
         "{msg}"
     );
 }
+
+#[test]
+fn like_constructors_keep_shape_dtype_and_device() {
+    let _release = Release;
+    for dev in devices() {
+        let x = Tensor::zeros(&[2, 0, 3], DType::I32, dev).unwrap();
+        for t in [
+            x.zeros_like().unwrap(),
+            x.ones_like().unwrap(),
+            x.empty_like().unwrap(),
+            x.full_like(7.0).unwrap(),
+        ] {
+            assert_eq!(
+                (t.shape(), t.dtype(), t.device()),
+                (x.shape(), x.dtype(), dev)
+            );
+        }
+        let y = Tensor::zeros(&[3, 5], DType::BF16, dev).unwrap();
+        let f = y.full_like(-2.5).unwrap();
+        assert_eq!((f.shape(), f.dtype()), (&[3, 5][..], DType::BF16));
+        assert!(
+            f.to_dtype(DType::F32)
+                .unwrap()
+                .to_vec::<f32>()
+                .unwrap()
+                .iter()
+                .all(|&v| v == -2.5)
+        );
+        assert_eq!(
+            Tensor::zeros(&[2], DType::I64, dev)
+                .unwrap()
+                .full_like(-3.0)
+                .unwrap()
+                .to_vec::<i64>()
+                .unwrap(),
+            [-3, -3]
+        );
+        assert!(matches!(
+            x.full_like(0.5),
+            Err(Error::ScalarOutOfRange { .. })
+        ));
+    }
+}

@@ -220,3 +220,91 @@ extern "C" __global__ void index_scatter_rows16(uint4 *dst, const uint4 *vals, c
         copy_row_chunk(dst + base_units + idx[r] * stride_units, vals + r * row_units, row_units);
     }
 }
+
+// Index arrays that live on the device: `index_normalise_*` reads array values through a
+// (broadcast) layout, wraps negative values, checks them against the dimension's size and
+// writes the normalised int64 array the kernels above read. An out-of-range value is written as
+// 0 (a safe address) and the smallest such position lands in *bad (initialised to all ones by
+// the host, which reads it back to report the error).
+struct GxStrided {
+    int64_t shape[GX_MAX_DIMS];
+    int64_t stride[GX_MAX_DIMS];
+    int64_t offset;
+    int32_t rank;
+};
+
+template <typename I>
+__device__ __forceinline__ void normalise_impl(const I *src, const GxStrided &l, uint64_t nb, int64_t size,
+                                               int64_t *out, unsigned long long *bad) {
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    for (uint64_t b = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; b < nb; b += stride) {
+        uint64_t rem = b;
+        int64_t off = l.offset;
+        for (int r = l.rank - 1; r >= 0; --r) {
+            const uint64_t sz = (uint64_t)l.shape[r];
+            off += (int64_t)(rem % sz) * l.stride[r];
+            rem /= sz;
+        }
+        int64_t v = (int64_t)src[off];
+        if (v < 0) v += size;
+        if (v < 0 || v >= size) {
+            atomicMin(bad, (unsigned long long)b);
+            v = 0;
+        }
+        out[b] = v;
+    }
+}
+
+extern "C" __global__ void index_normalise_i64(const int64_t *src, GxStrided l, uint64_t nb, int64_t size,
+                                               int64_t *out, unsigned long long *bad) {
+    normalise_impl<int64_t>(src, l, nb, size, out, bad);
+}
+extern "C" __global__ void index_normalise_i32(const int32_t *src, GxStrided l, uint64_t nb, int64_t size,
+                                               int64_t *out, unsigned long long *bad) {
+    normalise_impl<int32_t>(src, l, nb, size, out, bad);
+}
+
+// Duplicate index tuples on the device, for assignment (the last position wins, as on the
+// host): every position b writes b + 1 into winner[key] with atomicMax (key: the tuple as a
+// row-major number over the indexed sizes); a position is dead unless it is its key's winner.
+// Every position is dead when any normalisation reported a bad index, so that the scatter
+// after it writes nothing and the target stays unchanged.
+struct GxKeys {
+    int64_t mul[GX_MAX_ADV];
+    int32_t n_adv;
+};
+
+__device__ __forceinline__ int64_t gx_key(const int64_t *idx, uint64_t nb, uint64_t b, const GxKeys &k) {
+    int64_t key = 0;
+    for (int a = 0; a < k.n_adv; ++a) key += idx[(uint64_t)a * nb + b] * k.mul[a];
+    return key;
+}
+
+extern "C" __global__ void index_winner(const int64_t *idx, uint64_t nb, GxKeys k, unsigned long long *winner) {
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    for (uint64_t b = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; b < nb; b += stride)
+        atomicMax(winner + gx_key(idx, nb, b, k), (unsigned long long)(b + 1));
+}
+
+extern "C" __global__ void index_dead(const int64_t *idx, uint64_t nb, GxKeys k, const unsigned long long *winner,
+                                      const unsigned long long *bad, int32_t nbad, uint8_t *dead) {
+    bool err = false;
+    for (int a = 0; a < nbad; ++a) err |= bad[a] != ~0ull;
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    for (uint64_t b = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; b < nb; b += stride)
+        dead[b] = (err || winner[gx_key(idx, nb, b, k)] != b + 1) ? 1 : 0;
+}
+
+// Flat row-major positions (a mask's nonzero) to one coordinate array per dimension:
+// out[d * n + i] = coordinate d of lin[i] over `shape` (first `rank` entries).
+extern "C" __global__ void index_unravel(const int64_t *lin, uint64_t n, GxStrided s, int64_t *out) {
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        uint64_t rem = (uint64_t)lin[i];
+        for (int r = s.rank - 1; r >= 0; --r) {
+            const uint64_t sz = (uint64_t)s.shape[r];
+            out[(uint64_t)r * n + i] = (int64_t)(rem % sz);
+            rem /= sz;
+        }
+    }
+}

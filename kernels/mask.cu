@@ -202,3 +202,40 @@ MASK_KERNELS(1, uint8_t)
 MASK_KERNELS(2, uint16_t)
 MASK_KERNELS(4, uint32_t)
 MASK_KERNELS(8, uint64_t)
+
+// nonzero for a mask: the row-major positions of its set bytes, in order, as int64 (the third
+// launch of a compaction, after mask_count and mask_scan, writing positions instead of
+// elements).
+extern "C" __global__ void __launch_bounds__(MK_THREADS)
+    mask_positions(const uint8_t *mask, uint64_t n, const uint64_t *offsets, int64_t *out) {
+    __shared__ int64_t staged[MK_TILE];
+    __shared__ int warp_sums[MK_THREADS / 32];
+    const uint64_t tile = blockIdx.x;
+    const uint64_t first = tile * MK_TILE + (uint64_t)threadIdx.x * MK_PER_THREAD;
+    uint32_t bits = 0;
+    const int c = first < n ? thread_bits(mask, n, first, &bits) : 0;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int incl = c;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int v = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += v;
+    }
+    if (lane == 31) warp_sums[warp] = incl;
+    __syncthreads();
+    int before = 0, count = 0;
+#pragma unroll
+    for (int w = 0; w < MK_THREADS / 32; ++w) {
+        before += w < warp ? warp_sums[w] : 0;
+        count += warp_sums[w];
+    }
+    int at = before + incl - c;
+    while (bits) {
+        const int j = __ffs(bits) - 1;
+        bits &= bits - 1;
+        staged[at++] = (int64_t)(first + j);
+    }
+    __syncthreads();
+    int64_t *dst = out + offsets[tile];
+    for (int i = threadIdx.x; i < count; i += MK_THREADS) dst[i] = staged[i];
+}

@@ -1,5 +1,6 @@
 //! GPU timings of indexing (device events on the legacy stream, warm-up, median of 30):
-//! gathering 4096 random rows of an 8192 x 8192 f32 matrix, and assigning 4096 rows.
+//! gathering 4096 random rows of an 8192 x 8192 f32 matrix, and assigning 4096 rows, with the
+//! row indices in a device tensor (as PyTorch holds them) and, for comparison, on the host.
 //! `gpu_index [--json PATH]`.
 
 #[cfg(not(feature = "cuda"))]
@@ -70,13 +71,21 @@ mod gpu {
         }
         rows.truncate(4096);
         let idx = IndexTensor::i64(&[4096], rows.clone());
+        // The same indices in a device tensor (as PyTorch's benchmark holds them).
+        let didx = View::new(Storage::from_slice(&rows, Device::Cuda(0))?);
         let mut out = Vec::new();
+        let t = time(&ctx, || {
+            let r = get(&x, &s![@&didx])?;
+            drop(r);
+            Ok(())
+        })?;
+        out.push(("gather_4096_rows_8192_f32", 2 * 4096 * m * 4, t));
         let t = time(&ctx, || {
             let r = get(&x, &s![@idx.clone()])?;
             drop(r);
             Ok(())
         })?;
-        out.push(("gather_4096_rows_8192_f32", 2 * 4096 * m * 4, t));
+        out.push(("gather_4096_rows_8192_f32_host_idx", 2 * 4096 * m * 4, t));
         let vals = View::with_layout(
             Arc::new(Storage::zeros(4096 * m, DType::F32, Device::Cuda(0))?),
             Layout::contiguous(&[4096, m]),
@@ -86,12 +95,22 @@ mod gpu {
             Ok(set(
                 &mut target,
                 &Layout::contiguous(&[m, m]),
-                &s![@idx.clone()],
+                &s![@&didx],
                 Value::Tensor(&vals),
                 false,
             )?)
         })?;
         out.push(("index_put_4096_rows_8192_f32", 2 * 4096 * m * 4, t));
+        let t = time(&ctx, || {
+            Ok(set(
+                &mut target,
+                &Layout::contiguous(&[m, m]),
+                &s![@idx.clone()],
+                Value::Tensor(&vals),
+                false,
+            )?)
+        })?;
+        out.push(("index_put_4096_rows_8192_f32_host_idx", 2 * 4096 * m * 4, t));
         println!("{:<30} {:>10} {:>10}", "case", "median ms", "GB/s");
         let mut rows_json = Vec::new();
         for (name, bytes, ms) in &out {

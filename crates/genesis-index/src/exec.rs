@@ -1,12 +1,13 @@
 //! Executing plans on host storages (the CPU executor).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use genesis_storage::{DType, Device, Layout, Storage, View, WithDType};
 use half::{bf16, f16};
 
 use crate::plan::{IndexPlan, PlanKind, broadcast_shapes, plan};
-use crate::spec::IndexItem;
+use crate::spec::{IndexDType, IndexItem};
 use crate::{Error, Result};
 
 /// The right-hand side of an assignment.
@@ -21,8 +22,65 @@ pub enum Value<'a> {
 /// `input[items]`: a view sharing the storage for basic indexing, a new contiguous storage
 /// otherwise.
 pub fn get(input: &View, items: &[IndexItem]) -> Result<View> {
-    let p = plan(input.layout(), items, false)?;
+    if let Some(v) = full_mask_select(input, items)? {
+        return Ok(v);
+    }
+    let items = resolve_masks(items)?;
+    let p = plan(input.layout(), &items, false)?;
     execute_get(input, &p)
+}
+
+/// `x[mask]` for a device mask of `x`'s whole shape, both contiguous: the single-pass
+/// compaction (a count, a scan, one ordered pass over the data), no coordinates.
+fn full_mask_select(input: &View, items: &[IndexItem]) -> Result<Option<View>> {
+    let [IndexItem::Stored(m)] = items else {
+        return Ok(None);
+    };
+    let (l, ml) = (input.layout(), m.view.layout());
+    if m.dtype != IndexDType::Bool
+        || m.on_host()
+        || m.view.storage().device() != input.storage().device()
+        || ml.shape() != l.shape()
+        || !l.is_contiguous()
+        || !ml.is_contiguous()
+    {
+        return Ok(None);
+    }
+    let out =
+        input
+            .storage()
+            .masked_select_at(l.offset(), m.view.storage(), ml.offset(), l.numel())?;
+    let n = out.len();
+    Ok(Some(View::with_layout(
+        Arc::new(out),
+        Layout::contiguous(&[n]),
+    )?))
+}
+
+/// Turns the boolean masks held on a device among `items` into coordinates on that device
+/// ([`IndexItem::Nonzero`]), so that [`plan`] can size the result; everything else is kept.
+/// Each such mask costs a count that the host reads (one synchronisation) and one pass.
+pub fn resolve_masks(items: &[IndexItem]) -> Result<Cow<'_, [IndexItem]>> {
+    let device_mask = |i: &IndexItem| matches!(i, IndexItem::Stored(t) if t.dtype == IndexDType::Bool && !t.on_host());
+    if !items.iter().any(device_mask) {
+        return Ok(Cow::Borrowed(items));
+    }
+    let mut out = Vec::with_capacity(items.len());
+    for it in items {
+        out.push(match it {
+            #[cfg(feature = "cuda")]
+            IndexItem::Stored(t) if device_mask(it) => crate::gpu::resolve_mask(t)?,
+            #[cfg(not(feature = "cuda"))]
+            IndexItem::Stored(t) if device_mask(it) => {
+                return Err(Error::UnsupportedDevice {
+                    op: "a device mask",
+                    device: t.view.storage().device(),
+                });
+            }
+            other => other.clone(),
+        });
+    }
+    Ok(Cow::Owned(out))
 }
 
 /// Executes a read plan made for `input`'s layout.
@@ -38,7 +96,7 @@ pub fn execute_get(input: &View, p: &IndexPlan) -> Result<View> {
             host_only(storage, "gather")?;
             let size = storage.dtype().size();
             let src = storage.host_bytes().expect("checked host");
-            let offsets = p.source_offsets();
+            let offsets = p.source_offsets()?;
             let mut out = vec![0u8; offsets.len() * size];
             for (k, &o) in offsets.iter().enumerate() {
                 out[k * size..(k + 1) * size].copy_from_slice(&src[o * size..(o + 1) * size]);
@@ -76,7 +134,8 @@ pub fn set(
     value: Value<'_>,
     accumulate: bool,
 ) -> Result<()> {
-    let mut p = plan(layout, items, true)?;
+    let items = resolve_masks(items)?;
+    let mut p = plan(layout, &items, true)?;
     if p.kind == PlanKind::Copy && matches!(value, Value::Scalar(_)) {
         p.kind = PlanKind::Fill;
     }
@@ -89,7 +148,7 @@ pub fn set(
     let size = dtype.size();
     // The value broadcast to the indexed shape, dense.
     let values = dense_values(&p, value, dtype, Device::Cpu)?;
-    let offsets = p.source_offsets();
+    let offsets = p.source_offsets()?;
     let pick = |k: usize| k;
     if accumulate {
         accumulate_into(dtype, target, &offsets, &values, pick)?;

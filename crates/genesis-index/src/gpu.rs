@@ -3,10 +3,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use genesis_kernels::index::{Groups, IndexDesc, MAX_INDEX_DIMS};
-use genesis_storage::{Device, Layout, Storage, View};
+use genesis_kernels::index::{Groups, IndexDesc, Keys, MAX_INDEX_DIMS, Strided};
+use genesis_storage::{DType, Device, Layout, Storage, View};
 
-use crate::plan::{Advanced, IndexPlan};
+use crate::plan::{Advanced, IndexArray, IndexPlan};
+use crate::spec::{IndexDType, IndexItem, MaskCoords, StoredIndex};
 use crate::{Error, Result};
 
 fn desc(p: &IndexPlan, adv: &Advanced) -> Result<IndexDesc> {
@@ -90,11 +91,169 @@ fn queue(device: usize) -> Result<genesis_storage::cuda::Queue> {
     Ok(genesis_storage::cuda::queue_on(pool.context()))
 }
 
-/// The normalised index arrays, concatenated, on the device.
-fn upload_indices(adv: &Advanced, device: Device) -> Result<Storage> {
-    let flat: Vec<i64> = adv.indices.iter().flatten().copied().collect();
-    let flat = if flat.is_empty() { vec![0] } else { flat };
-    Ok(Storage::upload(&flat, device)?)
+/// The normalised index arrays of a plan, concatenated (`n_adv * nb` int64), on the device,
+/// and what is needed to report a bad value of a device array afterwards.
+struct Indices {
+    idx: Storage,
+    /// One word per index array, all ones unless the normalisation of a device array met an
+    /// out-of-range value (then: its smallest position).
+    bad: Option<Storage>,
+}
+
+fn layout_desc(v: &View) -> Result<Strided> {
+    let l = v.layout();
+    Strided::new(l.shape(), l.strides(), l.offset()).ok_or_else(|| Error::InvalidIndex {
+        reason: format!("index tensors of more than {MAX_INDEX_DIMS} dimensions"),
+    })
+}
+
+/// Host arrays uploaded (one copy), device arrays normalised and checked on the device (no
+/// synchronisation: [`check_bad`] reads the result after the work that uses it is queued).
+fn prepare_indices(adv: &Advanced, device: Device) -> Result<Indices> {
+    let nb: usize = adv.index_shape.iter().product();
+    let on_device = adv
+        .indices
+        .iter()
+        .any(|a| matches!(a, IndexArray::Device { .. }));
+    if !on_device {
+        let mut flat: Vec<i64> = Vec::with_capacity(adv.indices.len() * nb);
+        for a in &adv.indices {
+            flat.extend_from_slice(a.host().expect("host arrays"));
+        }
+        if flat.is_empty() {
+            flat.push(0);
+        }
+        return Ok(Indices {
+            idx: Storage::upload(&flat, device)?,
+            bad: None,
+        });
+    }
+    let total = (adv.indices.len() * nb).max(1);
+    let idx = if adv.indices.iter().all(|a| a.host().is_none()) {
+        Storage::empty(total, DType::I64, device)?
+    } else {
+        let mut flat = vec![0i64; total];
+        for (a, arr) in adv.indices.iter().enumerate() {
+            if let Some(h) = arr.host() {
+                flat[a * nb..(a + 1) * nb].copy_from_slice(h);
+            }
+        }
+        Storage::upload(&flat, device)?
+    };
+    let bad = Storage::full::<i64>(adv.indices.len(), -1, device)?;
+    let ordinal = ordinal(&idx)?;
+    let stream = queue(ordinal)?;
+    for (a, arr) in adv.indices.iter().enumerate() {
+        let IndexArray::Device { index, size, dim } = arr else {
+            continue;
+        };
+        let src = index.view.storage();
+        if src.device() != device {
+            return Err(Error::Storage(genesis_storage::Error::DeviceMismatch {
+                op: "indexing",
+                lhs: device,
+                rhs: src.device(),
+            }));
+        }
+        if nb > 0 && *size == 0 {
+            // Every value is out of range: report the first without running anything.
+            return Err(out_of_range(index, 0, *dim, 0));
+        }
+        let layout = layout_desc(&index.view)?;
+        let (sp, op, bp) = (
+            src.device_ptr().unwrap_or(0),
+            idx.device_ptr().unwrap_or(0) + (a * nb * 8) as u64,
+            bad.device_ptr().unwrap_or(0) + (a * 8) as u64,
+        );
+        // SAFETY: the view's layout was checked against its storage when it was made (and
+        // broadcast by planning); `idx` holds `n_adv * nb` int64 and `bad` one word per array;
+        // all live until the kernel completes (stream-ordered pool, and the plan holds `src`).
+        unsafe {
+            genesis_kernels::index::normalise(
+                &stream,
+                index.dtype == IndexDType::I32,
+                sp,
+                &layout,
+                nb,
+                *size,
+                op,
+                bp,
+            )?
+        };
+    }
+    Ok(Indices {
+        idx,
+        bad: Some(bad),
+    })
+}
+
+/// The out-of-range error for position `b` of a device index array (reads that one value).
+fn out_of_range(index: &StoredIndex, b: usize, dim: usize, size: usize) -> Error {
+    let l = index.view.layout();
+    let (mut rem, mut off) = (b, l.offset() as isize);
+    for (&d, &st) in l.shape().iter().zip(l.strides()).rev() {
+        if d > 0 {
+            off += (rem % d) as isize * st;
+            rem /= d;
+        }
+    }
+    let one = Layout::new(&[1], &[1], off.max(0) as usize);
+    let value = index
+        .view
+        .relayout(one)
+        .map_err(Error::from)
+        .and_then(|v| {
+            Ok(StoredIndex {
+                view: v,
+                dtype: index.dtype,
+            }
+            .to_host()?)
+        })
+        .map(|t| t.data.first().copied().unwrap_or(0))
+        .unwrap_or(i64::MIN);
+    Error::IndexOutOfRange {
+        dim,
+        index: value,
+        size,
+    }
+}
+
+/// Reads the normalisation's reports (one synchronisation): the first bad value, as an error.
+fn check_bad(adv: &Advanced, ix: &Indices) -> Result<()> {
+    let Some(bad) = &ix.bad else { return Ok(()) };
+    let mut bytes = vec![0u8; adv.indices.len() * 8];
+    let stream = queue(ordinal(bad)?)?;
+    // SAFETY: `bad` holds one word per index array; it lives until the copy completes (the
+    // read synchronises).
+    unsafe {
+        genesis_storage::cuda::read_back(&stream, bad.device_ptr().unwrap_or(0), &mut bytes)?
+    };
+    let words: Vec<i64> = bytes
+        .chunks_exact(8)
+        .map(|w| i64::from_le_bytes(w.try_into().expect("8 bytes")))
+        .collect();
+    for (arr, &w) in adv.indices.iter().zip(&words) {
+        if let (IndexArray::Device { index, size, dim }, true) = (arr, w != -1) {
+            return Err(out_of_range(index, w as usize, *dim, *size));
+        }
+    }
+    Ok(())
+}
+
+/// The normalised index arrays, read back to the host (after [`check_bad`]).
+fn host_indices(adv: &Advanced, ix: &Indices) -> Result<Vec<Vec<i64>>> {
+    let nb: usize = adv.index_shape.iter().product();
+    if ix.bad.is_none() {
+        return Ok(adv
+            .indices
+            .iter()
+            .map(|a| a.host().expect("host arrays").to_vec())
+            .collect());
+    }
+    let flat = ix.idx.to_vec::<i64>()?;
+    Ok((0..adv.indices.len())
+        .map(|a| flat[a * nb..(a + 1) * nb].to_vec())
+        .collect())
 }
 
 /// Gathers a plan's result from a CUDA view.
@@ -107,7 +266,8 @@ pub(crate) fn gather(input: &View, p: &IndexPlan) -> Result<View> {
     let device = ordinal(src)?;
     let n: usize = p.result_shape.iter().product();
     let d = desc(p, adv)?;
-    let idx = upload_indices(adv, src.device())?;
+    let ix = prepare_indices(adv, src.device())?;
+    let idx = &ix.idx;
     let out = Storage::empty(n, src.dtype(), src.device())?;
     let stream = queue(device)?;
     let (sp, op, ip) = (
@@ -127,6 +287,9 @@ pub(crate) fn gather(input: &View, p: &IndexPlan) -> Result<View> {
         // (the pool reuses memory in stream order).
         unsafe { genesis_kernels::index::gather(&stream, size, sp, op, n, &d, ip)? };
     }
+    // Device arrays were checked by their normalisation (bad values read as 0, in range):
+    // report one now; the result is then dropped.
+    check_bad(adv, &ix)?;
     Ok(View::with_layout(
         Arc::new(out),
         Layout::contiguous(&p.result_shape),
@@ -134,16 +297,15 @@ pub(crate) fn gather(input: &View, p: &IndexPlan) -> Result<View> {
 }
 
 /// The index tuple of position `b` packed for hashing: the value itself for one index array.
-fn tuple_key(adv: &Advanced, b: usize) -> smallvec::SmallVec<[i64; 2]> {
-    adv.indices.iter().map(|ix| ix[b]).collect()
+fn tuple_key(indices: &[Vec<i64>], b: usize) -> smallvec::SmallVec<[i64; 2]> {
+    indices.iter().map(|ix| ix[b]).collect()
 }
 
 /// Marks the index positions whose tuple repeats at a later position (1: skip it, a later
 /// position writes the same elements; the last one wins).
-fn dead_positions(adv: &Advanced) -> Vec<u8> {
-    let nb: usize = adv.index_shape.iter().product();
+fn dead_positions(indices: &[Vec<i64>], nb: usize) -> Vec<u8> {
     let mut dead = vec![0u8; nb];
-    if let [only] = adv.indices.as_slice() {
+    if let [only] = indices {
         let mut seen = std::collections::HashSet::with_capacity(nb);
         for b in (0..nb).rev() {
             dead[b] = u8::from(!seen.insert(only[b]));
@@ -151,7 +313,7 @@ fn dead_positions(adv: &Advanced) -> Vec<u8> {
     } else {
         let mut seen = std::collections::HashSet::with_capacity(nb);
         for b in (0..nb).rev() {
-            dead[b] = u8::from(!seen.insert(tuple_key(adv, b)));
+            dead[b] = u8::from(!seen.insert(tuple_key(indices, b)));
         }
     }
     dead
@@ -159,11 +321,10 @@ fn dead_positions(adv: &Advanced) -> Vec<u8> {
 
 /// Which index positions repeat an index tuple of a later position, and the groups of equal
 /// tuples in order.
-fn groups(adv: &Advanced) -> (Vec<u8>, Vec<i64>, Vec<i64>, Vec<i64>) {
-    let nb: usize = adv.index_shape.iter().product();
+fn groups(indices: &[Vec<i64>], nb: usize) -> (Vec<u8>, Vec<i64>, Vec<i64>, Vec<i64>) {
     let mut by_tuple: HashMap<smallvec::SmallVec<[i64; 2]>, Vec<usize>> = HashMap::new();
     for b in 0..nb {
-        by_tuple.entry(tuple_key(adv, b)).or_default().push(b);
+        by_tuple.entry(tuple_key(indices, b)).or_default().push(b);
     }
     let mut dead = vec![1u8; nb];
     let (mut start, mut len, mut members) =
@@ -196,14 +357,51 @@ pub(crate) fn scatter(
     }
     let d = desc(p, adv)?;
     let dev = target.device();
-    let idx = upload_indices(adv, dev)?;
-    let (dead, start, len, members) = if accumulate {
-        groups(adv)
-    } else {
-        (dead_positions(adv), Vec::new(), Vec::new(), Vec::new())
-    };
-    let dead_s = Storage::upload(&dead, dev)?;
+    let nb: usize = adv.index_shape.iter().product();
+    let ix = prepare_indices(adv, dev)?;
+    let idx = &ix.idx;
     let stream = queue(device)?;
+    // Duplicate tuples: on the device when the arrays are there and their keys are few enough;
+    // else (accumulate, or many keys) on the host, after checking the device arrays.
+    let keys = ix
+        .bad
+        .as_ref()
+        .filter(|_| !accumulate)
+        .and_then(|bad| device_keys(p, adv).map(|k| (k, bad)));
+    let (dead_s, start, len, members) = if let Some(((keys, nkeys), bad)) = keys {
+        let winner = Storage::zeros(nkeys.max(1), DType::I64, dev)?;
+        let dead = Storage::empty(nb.max(1), DType::U8, dev)?;
+        // SAFETY: `idx` holds the normalised arrays (bad values as 0: in range), `winner` one
+        // word per key, `bad` one per array, `dead` nb bytes; all live until the kernels
+        // complete (stream-ordered pool).
+        unsafe {
+            genesis_kernels::index::dead_positions(
+                &stream,
+                idx.device_ptr().unwrap_or(0),
+                nb,
+                &keys,
+                winner.device_ptr().unwrap_or(0),
+                bad.device_ptr().unwrap_or(0),
+                adv.indices.len(),
+                dead.device_ptr().unwrap_or(0),
+            )?
+        };
+        (dead, Vec::new(), Vec::new(), Vec::new())
+    } else {
+        check_bad(adv, &ix)?;
+        let host = host_indices(adv, &ix)?;
+        let (dead, start, len, members) = if accumulate {
+            groups(&host, nb)
+        } else {
+            (
+                dead_positions(&host, nb),
+                Vec::new(),
+                Vec::new(),
+                Vec::new(),
+            )
+        };
+        (Storage::upload(&dead, dev)?, start, len, members)
+    };
     let (tp, vp, ip, dp) = (
         target.device_ptr().unwrap_or(0),
         values.device_ptr().unwrap_or(0),
@@ -235,5 +433,78 @@ pub(crate) fn scatter(
         // distinct offsets.
         unsafe { genesis_kernels::index::scatter(&stream, size, tp, vp, n, &d, ip, dp)? };
     }
-    Ok(())
+    // With a bad device index every position was dead: nothing was written.
+    check_bad(adv, &ix)
+}
+
+/// Most keys (index tuples) the device deduplicates with a table of one word per key.
+const MAX_DEVICE_KEYS: usize = 1 << 22;
+
+/// The keys of the plan's index tuples (row-major over the indexed sizes) and their count,
+/// when a table of them is small enough for the device.
+fn device_keys(p: &IndexPlan, adv: &Advanced) -> Option<(Keys, usize)> {
+    let nb: usize = adv.index_shape.iter().product();
+    let mut keys = Keys {
+        mul: [0; MAX_INDEX_DIMS],
+        n_adv: adv.dims.len() as i32,
+    };
+    let mut count = 1usize;
+    for (a, &dim) in adv.dims.iter().enumerate().rev() {
+        keys.mul[a] = count as i64;
+        count = count.checked_mul(p.view.shape()[dim])?;
+    }
+    (count <= MAX_DEVICE_KEYS.max(nb.saturating_mul(4))).then_some((keys, count))
+}
+
+/// Turns the masks on a CUDA device among `items` into coordinates there ([`MaskCoords`]):
+/// a count (read by the host: one synchronisation), one pass writing the set positions in
+/// order, and for a mask of several dimensions one pass splitting them into coordinates.
+pub(crate) fn resolve_mask(mask: &StoredIndex) -> Result<IndexItem> {
+    let v = &mask.view;
+    let shape = v.layout().shape().to_vec();
+    let len: usize = shape.iter().product();
+    let dense;
+    let (storage, start) = if v.layout().is_contiguous() {
+        (v.storage().as_ref(), v.layout().offset())
+    } else {
+        dense = v.contiguous()?;
+        (&dense, 0)
+    };
+    let positions = Arc::new(storage.nonzero_at(start, len)?);
+    let n = positions.len();
+    let k = shape.len();
+    let coords_storage = if k <= 1 {
+        positions
+    } else {
+        let out = Storage::empty(k * n, DType::I64, storage.device())?;
+        let stream = queue(ordinal(&out)?)?;
+        let desc = Strided::new(&shape, &vec![0; k], 0).ok_or_else(|| Error::InvalidIndex {
+            reason: format!("masks of more than {MAX_INDEX_DIMS} dimensions"),
+        })?;
+        // SAFETY: `positions` holds n positions below the mask's size; `out` k * n int64;
+        // both live until the kernel completes (stream-ordered pool).
+        unsafe {
+            genesis_kernels::index::unravel(
+                &stream,
+                positions.device_ptr().unwrap_or(0),
+                n,
+                &desc,
+                out.device_ptr().unwrap_or(0),
+            )?
+        };
+        Arc::new(out)
+    };
+    let mut coords = Vec::with_capacity(k);
+    for d in 0..k {
+        let layout = Layout::new(&[n], &[1], d * n);
+        coords.push(StoredIndex {
+            view: View::with_layout(Arc::clone(&coords_storage), layout)?,
+            dtype: IndexDType::I64,
+        });
+    }
+    Ok(IndexItem::Nonzero(MaskCoords {
+        mask_shape: shape,
+        selected: n,
+        coords,
+    }))
 }

@@ -24,10 +24,12 @@ mod gpu;
 mod plan;
 mod spec;
 
-pub use exec::{Value, execute_get, get, set};
+pub use exec::{Value, execute_get, get, resolve_masks, set};
 pub use genesis_storage::Layout;
-pub use plan::{Advanced, IndexPlan, MaskStrategy, PlanKind, broadcast_shapes, plan};
-pub use spec::{IndexDType, IndexItem, IndexTensor};
+pub use plan::{
+    Advanced, IndexArray, IndexPlan, MaskPlan, MaskStrategy, PlanKind, broadcast_shapes, plan,
+};
+pub use spec::{IndexDType, IndexItem, IndexTensor, MaskCoords, StoredIndex, ToIndex};
 
 use genesis_storage::{DType, Device};
 

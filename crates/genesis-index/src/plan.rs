@@ -1,9 +1,11 @@
 //! Planning: an index expression and a layout become an [`IndexPlan`]. Pure data: no device
 //! calls, no data read except the host-side index tensors.
 
+use std::borrow::Cow;
+
 use genesis_storage::Layout;
 
-use crate::spec::{IndexDType, IndexItem};
+use crate::spec::{IndexDType, IndexItem, StoredIndex};
 use crate::{Error, Result};
 
 /// What executing a plan does.
@@ -30,6 +32,55 @@ pub enum MaskStrategy {
     RowIndices,
 }
 
+/// A boolean mask in a plan: how it becomes indices, and its measured density.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MaskPlan {
+    /// How the mask is turned into indices.
+    pub strategy: MaskStrategy,
+    /// Set elements of the mask (counted on the host, or on the device for a CUDA mask).
+    pub selected: usize,
+    /// Elements of the mask.
+    pub total: usize,
+}
+
+impl MaskPlan {
+    /// The fraction of the mask that is set (0 for an empty mask).
+    pub fn density(&self) -> f64 {
+        if self.total == 0 {
+            0.0
+        } else {
+            self.selected as f64 / self.total as f64
+        }
+    }
+}
+
+/// One index array of a plan, broadcast to the plan's index shape.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IndexArray {
+    /// Values on the host, row-major over the index shape, normalised to `0..size`.
+    Host(Vec<i64>),
+    /// Values in a device storage, read through a layout broadcast to the index shape; they are
+    /// wrapped and checked against `size` on the device when the plan runs.
+    Device {
+        /// The values (the view's layout has the index shape; broadcast dimensions have stride 0).
+        index: StoredIndex,
+        /// Size of the dimension it indexes.
+        size: usize,
+        /// The input dimension it indexes (for error messages).
+        dim: usize,
+    },
+}
+
+impl IndexArray {
+    /// The host values, if they are on the host.
+    pub fn host(&self) -> Option<&[i64]> {
+        match self {
+            IndexArray::Host(v) => Some(v),
+            IndexArray::Device { .. } => None,
+        }
+    }
+}
+
 /// The advanced (tensor) part of a plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Advanced {
@@ -37,9 +88,8 @@ pub struct Advanced {
     pub dims: Vec<usize>,
     /// The broadcast shape of the index tensors.
     pub index_shape: Vec<usize>,
-    /// One index array per entry of `dims`, broadcast to `index_shape` (row-major) and
-    /// normalised to `0..size`.
-    pub indices: Vec<Vec<i64>>,
+    /// One index array per entry of `dims`, broadcast to `index_shape`.
+    pub indices: Vec<IndexArray>,
     /// Where the broadcast dimensions go in the result: at `dims[0]`'s place when the indexed
     /// dimensions are adjacent, else at the front.
     pub position: usize,
@@ -57,10 +107,50 @@ pub struct IndexPlan {
     pub advanced: Option<Advanced>,
     /// Shape of the result (for assignment: the shape the value broadcasts to).
     pub result_shape: Vec<usize>,
-    /// Whether a boolean mask is compacted into indices, and how.
-    pub mask: Option<MaskStrategy>,
-    /// Bytes of temporary memory execution needs (index arrays on the device).
+    /// Whether a boolean mask is compacted into indices, how, and its density.
+    pub mask: Option<MaskPlan>,
+    /// Bytes of temporary memory execution needs on a device (the index arrays, normalised).
     pub temp_bytes: usize,
+}
+
+/// Where an advanced index's values are while planning.
+enum Src {
+    Host(Vec<i64>),
+    /// A device array, the size of the dimension it indexes, and that input dimension.
+    Device(StoredIndex, usize, usize),
+}
+
+/// Index tensors in host storages read into host index tensors; everything else as given.
+fn host_items(items: &[IndexItem]) -> Result<Cow<'_, [IndexItem]>> {
+    if !items
+        .iter()
+        .any(|i| matches!(i, IndexItem::Stored(t) if t.on_host()))
+    {
+        return Ok(Cow::Borrowed(items));
+    }
+    let mut out = Vec::with_capacity(items.len());
+    for it in items {
+        out.push(match it {
+            IndexItem::Stored(t) if t.on_host() => IndexItem::Tensor(t.to_host()?),
+            other => other.clone(),
+        });
+    }
+    Ok(Cow::Owned(out))
+}
+
+/// A mask over `k` of `ndim` dimensions, `selected` of `total` set: a mask over every
+/// dimension is compacted in one row-major pass; a mask over leading dimensions selects rows,
+/// then gathers them.
+fn mask_plan(k: usize, ndim: usize, selected: usize, total: usize) -> MaskPlan {
+    MaskPlan {
+        strategy: if k == ndim {
+            MaskStrategy::FullCompaction
+        } else {
+            MaskStrategy::RowIndices
+        },
+        selected,
+        total,
+    }
 }
 
 /// Integer index `i` along a dimension of `size`, wrapped if negative.
@@ -133,7 +223,15 @@ fn broadcast_to(data: &[i64], shape: &[usize], target: &[usize]) -> Vec<i64> {
 }
 
 /// Plans `input[items]` (a read when `assign` is false).
+///
+/// Index tensors on the host ([`IndexItem::Tensor`], or [`IndexItem::Stored`] in a host storage)
+/// are read and checked here. Integer index tensors on a device stay there: the plan refers to
+/// them and execution checks them. A boolean mask on a device must first be turned into
+/// coordinates with [`resolve_masks`](crate::resolve_masks) (its count decides the result's
+/// shape); [`get`](crate::get) and [`set`](crate::set) do that themselves.
 pub fn plan(input: &Layout, items: &[IndexItem], assign: bool) -> Result<IndexPlan> {
+    let items = host_items(items)?;
+    let items: &[IndexItem] = &items;
     let ndim = input.rank();
     // Validate items and count the input dimensions they consume.
     let mut ellipses = 0;
@@ -142,6 +240,17 @@ pub fn plan(input: &Layout, items: &[IndexItem], assign: bool) -> Result<IndexPl
         match it {
             IndexItem::Int(_) | IndexItem::Slice { .. } => consumed += 1,
             IndexItem::Tensor(t) if t.dtype == IndexDType::Bool => consumed += t.shape.len(),
+            IndexItem::Nonzero(m) => consumed += m.mask_shape.len(),
+            IndexItem::Stored(t) if t.dtype == IndexDType::Bool => {
+                return Err(Error::InvalidIndex {
+                    reason: format!(
+                        "a boolean mask on {} must be turned into coordinates on its device first \
+                         (genesis_index::resolve_masks): its count decides the result's shape",
+                        t.view.storage().device()
+                    ),
+                });
+            }
+            IndexItem::Stored(_) => consumed += 1,
             IndexItem::Tensor(t) => {
                 if t.data.len() != t.shape.iter().product::<usize>() {
                     return Err(Error::InvalidIndex {
@@ -174,13 +283,18 @@ pub fn plan(input: &Layout, items: &[IndexItem], assign: bool) -> Result<IndexPl
             ndim,
         });
     }
-    let any_tensor = items.iter().any(|i| matches!(i, IndexItem::Tensor(_)));
+    let any_tensor = items.iter().any(|i| {
+        matches!(
+            i,
+            IndexItem::Tensor(_) | IndexItem::Stored(_) | IndexItem::Nonzero(_)
+        )
+    });
     // Walk the items, building the basic view; advanced indices are recorded against the
     // dimension of the view they index (kept whole there).
     let mut view = input.clone();
     let mut vdim = 0usize; // current dimension of `view`
     let mut in_dim = 0usize; // current dimension of the input (for error messages)
-    let mut adv: Vec<(usize, Vec<usize>, Vec<i64>)> = Vec::new(); // (view dim, shape, data)
+    let mut adv: Vec<(usize, Vec<usize>, Src)> = Vec::new(); // (view dim, shape, values)
     let mut mask = None;
     for it in items {
         match it {
@@ -198,7 +312,7 @@ pub fn plan(input: &Layout, items: &[IndexItem], assign: bool) -> Result<IndexPl
                 let j = wrap(*i, size, in_dim)?;
                 if any_tensor {
                     // With advanced indices present, integers are 0-d index arrays.
-                    adv.push((vdim, vec![], vec![j as i64]));
+                    adv.push((vdim, vec![], Src::Host(vec![j as i64])));
                     vdim += 1;
                 } else {
                     view = view.narrow(vdim as isize, j, 1)?.squeeze(vdim as isize)?;
@@ -250,22 +364,74 @@ pub fn plan(input: &Layout, items: &[IndexItem], assign: bool) -> Result<IndexPl
                 if k == 0 {
                     // A 0-d mask: a new axis of size 1 (true) or 0 (false), indexed.
                     view = view.unsqueeze(vdim as isize)?;
-                    adv.push((vdim, vec![n], vec![0; n]));
+                    adv.push((vdim, vec![n], Src::Host(vec![0; n])));
                     vdim += 1;
                 } else {
                     for (d, c) in coords.into_iter().enumerate() {
-                        adv.push((vdim + d, vec![n], c));
+                        adv.push((vdim + d, vec![n], Src::Host(c)));
                     }
                     vdim += k;
                 }
-                // A mask over every input dimension is compacted in one pass; a mask over some
-                // of them selects rows, then gathers them.
-                mask = Some(if k == ndim {
-                    MaskStrategy::FullCompaction
-                } else {
-                    MaskStrategy::RowIndices
-                });
+                mask = Some(mask_plan(k, ndim, n, t.data.len()));
                 in_dim += k;
+            }
+            IndexItem::Nonzero(m) => {
+                let k = m.mask_shape.len();
+                let covered = &view.shape()[vdim..vdim + k];
+                if covered != m.mask_shape.as_slice() {
+                    return Err(Error::ShapeMismatch {
+                        what: format!(
+                            "mask of shape {:?} does not match the indexed dimensions {:?} (from dimension {in_dim})",
+                            m.mask_shape, covered
+                        ),
+                    });
+                }
+                let n = m.selected;
+                if k == 0 || m.coords.len() != k {
+                    if k != 0 {
+                        return Err(Error::InvalidIndex {
+                            reason: format!(
+                                "mask coordinates: {} arrays for a mask of {k} dimension(s)",
+                                m.coords.len()
+                            ),
+                        });
+                    }
+                    view = view.unsqueeze(vdim as isize)?;
+                    adv.push((vdim, vec![n], Src::Host(vec![0; n])));
+                    vdim += 1;
+                } else {
+                    for (d, c) in m.coords.iter().enumerate() {
+                        if c.shape() != [n] || c.dtype == IndexDType::Bool {
+                            return Err(Error::InvalidIndex {
+                                reason: format!(
+                                    "mask coordinates must be {n} integers, got {:?} of shape {:?}",
+                                    c.dtype,
+                                    c.shape()
+                                ),
+                            });
+                        }
+                        adv.push((
+                            vdim + d,
+                            vec![n],
+                            Src::Device(c.clone(), covered[d], in_dim + d),
+                        ));
+                    }
+                    vdim += k;
+                }
+                let total = m.mask_shape.iter().product();
+                mask = Some(mask_plan(k, ndim, n, total));
+                in_dim += k;
+            }
+            IndexItem::Stored(t) => {
+                // An integer index tensor on a device (host ones became `Tensor` above).
+                let size = view.shape()[vdim];
+                adv.push((
+                    vdim,
+                    t.shape().to_vec(),
+                    Src::Device(t.clone(), size, in_dim),
+                ));
+                vdim += 1;
+                in_dim += 1;
             }
             IndexItem::Tensor(t) => {
                 let size = view.shape()[vdim];
@@ -273,7 +439,7 @@ pub fn plan(input: &Layout, items: &[IndexItem], assign: bool) -> Result<IndexPl
                 for &i in &t.data {
                     data.push(wrap(i, size, in_dim)? as i64);
                 }
-                adv.push((vdim, t.shape.clone(), data));
+                adv.push((vdim, t.shape.clone(), Src::Host(data)));
                 vdim += 1;
                 in_dim += 1;
             }
@@ -298,10 +464,23 @@ pub fn plan(input: &Layout, items: &[IndexItem], assign: bool) -> Result<IndexPl
         what: format!("indexing arrays of shapes {shapes:?} could not be broadcast together"),
     })?;
     let dims: Vec<usize> = adv.iter().map(|(d, _, _)| *d).collect();
-    let indices: Vec<Vec<i64>> = adv
-        .iter()
-        .map(|(_, s, data)| broadcast_to(data, s, &index_shape))
-        .collect();
+    let mut indices = Vec::with_capacity(adv.len());
+    for (_, s, src) in &adv {
+        indices.push(match src {
+            Src::Host(data) => IndexArray::Host(broadcast_to(data, s, &index_shape)),
+            Src::Device(t, size, dim) => {
+                let layout = t.view.layout().expand(&index_shape)?;
+                IndexArray::Device {
+                    index: StoredIndex {
+                        view: t.view.relayout(layout)?,
+                        dtype: t.dtype,
+                    },
+                    size: *size,
+                    dim: *dim,
+                }
+            }
+        });
+    }
     let adjacent = dims.windows(2).all(|w| w[1] == w[0] + 1);
     let position = if adjacent { dims[0] } else { 0 };
     let mut result_shape: Vec<usize> = view
@@ -314,7 +493,7 @@ pub fn plan(input: &Layout, items: &[IndexItem], assign: bool) -> Result<IndexPl
     for (k, &s) in index_shape.iter().enumerate() {
         result_shape.insert(position + k, s);
     }
-    let temp_bytes = indices.iter().map(|v| v.len() * 8).sum();
+    let temp_bytes = indices.len() * index_shape.iter().product::<usize>() * 8;
     Ok(IndexPlan {
         kind: value_kind(PlanKind::Scatter, PlanKind::Gather),
         view,
@@ -333,7 +512,9 @@ pub fn plan(input: &Layout, items: &[IndexItem], assign: bool) -> Result<IndexPl
 impl IndexPlan {
     /// The view offset (in elements) of every result element, row-major: where `result[i]`
     /// comes from (or, for assignment, goes to).
-    pub fn source_offsets(&self) -> Vec<usize> {
+    ///
+    /// Host plans only: index arrays on a device give [`Error::UnsupportedDevice`].
+    pub fn source_offsets(&self) -> Result<Vec<usize>> {
         let n: usize = self.result_shape.iter().product();
         let mut out = Vec::with_capacity(n);
         let (shape, strides, base) = (
@@ -343,8 +524,20 @@ impl IndexPlan {
         );
         let Some(adv) = &self.advanced else {
             out.extend(self.view.indices());
-            return out;
+            return Ok(out);
         };
+        let mut host = Vec::with_capacity(adv.indices.len());
+        for a in &adv.indices {
+            match a {
+                IndexArray::Host(v) => host.push(v.as_slice()),
+                IndexArray::Device { index, .. } => {
+                    return Err(Error::UnsupportedDevice {
+                        op: "indexing a host tensor with a device index tensor",
+                        device: index.view.storage().device(),
+                    });
+                }
+            }
+        }
         let k = adv.index_shape.len();
         let rest_dims: Vec<usize> = (0..shape.len()).filter(|d| !adv.dims.contains(d)).collect();
         let mut idx = vec![0usize; self.result_shape.len()];
@@ -356,7 +549,7 @@ impl IndexPlan {
             }
             let mut off = base;
             for (a, &d) in adv.dims.iter().enumerate() {
-                off += adv.indices[a][b] as isize * strides[d];
+                off += host[a][b] as isize * strides[d];
             }
             let mut r = 0;
             for (p, &i) in idx.iter().enumerate() {
@@ -375,7 +568,7 @@ impl IndexPlan {
                 idx[d] = 0;
             }
         }
-        out
+        Ok(out)
     }
 }
 
@@ -387,7 +580,7 @@ mod tests {
 
     fn offsets(shape: &[usize], items: &[IndexItem]) -> (Vec<usize>, Vec<usize>, PlanKind) {
         let p = plan(&Layout::contiguous(shape), items, false).unwrap();
-        (p.result_shape.clone(), p.source_offsets(), p.kind)
+        (p.result_shape.clone(), p.source_offsets().unwrap(), p.kind)
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! Index expressions: what a user writes between the brackets.
 
+use genesis_storage::{DType, View};
+
 /// The element type of an index tensor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IndexDType {
@@ -42,6 +44,72 @@ impl IndexTensor {
     }
 }
 
+/// An index tensor held in a storage, on any device: int64, int32 or a bool mask. A CUDA one
+/// stays on its device: its values are wrapped and checked there when the plan runs (an
+/// out-of-range value is still reported as [`Error::IndexOutOfRange`](crate::Error), and an
+/// assignment then writes nothing), and a CUDA mask is turned into coordinates there.
+#[derive(Debug, Clone)]
+pub struct StoredIndex {
+    /// The tensor: a view of its storage.
+    pub view: View,
+    /// Its element type.
+    pub dtype: IndexDType,
+}
+
+impl PartialEq for StoredIndex {
+    /// The same storage seen through the same layout.
+    fn eq(&self, other: &StoredIndex) -> bool {
+        self.dtype == other.dtype
+            && std::sync::Arc::ptr_eq(self.view.storage(), other.view.storage())
+            && self.view.layout() == other.view.layout()
+    }
+}
+
+impl Eq for StoredIndex {}
+
+impl StoredIndex {
+    /// The tensor's shape.
+    pub fn shape(&self) -> &[usize] {
+        self.view.layout().shape()
+    }
+
+    /// Whether its storage is on the host (its values can be read while planning).
+    pub fn on_host(&self) -> bool {
+        self.view.storage().host_bytes().is_some()
+    }
+
+    /// Its values as a host [`IndexTensor`] (a copy; from the device when it is there).
+    pub fn to_host(&self) -> Result<IndexTensor, genesis_storage::Error> {
+        let dense = self.view.contiguous()?;
+        let data: Vec<i64> = match self.dtype {
+            IndexDType::I64 => dense.to_vec::<i64>()?,
+            IndexDType::I32 => dense.to_vec::<i32>()?.into_iter().map(i64::from).collect(),
+            IndexDType::Bool => dense
+                .to_bytes()?
+                .into_iter()
+                .map(|b| i64::from(b != 0))
+                .collect(),
+        };
+        Ok(IndexTensor {
+            dtype: self.dtype,
+            shape: self.shape().to_vec(),
+            data,
+        })
+    }
+}
+
+/// A boolean mask as coordinates: for a mask of `mask_shape`, one int64 array of `selected`
+/// positions per mask dimension (NumPy's `nonzero`), in row-major order of the mask.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MaskCoords {
+    /// The mask's shape.
+    pub mask_shape: Vec<usize>,
+    /// Set elements.
+    pub selected: usize,
+    /// One coordinate array (shape `[selected]`) per mask dimension.
+    pub coords: Vec<StoredIndex>,
+}
+
 /// One item of an index expression (`x[1:5:2, ..., None, idx]`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IndexItem {
@@ -60,8 +128,13 @@ pub enum IndexItem {
     NewAxis,
     /// `...`: as many full slices as needed.
     Ellipsis,
-    /// An index tensor (integers, or a boolean mask).
+    /// An index tensor given on the host (integers, or a boolean mask).
     Tensor(IndexTensor),
+    /// An index tensor in a storage, on any device (see [`IndexItem::stored`]).
+    Stored(StoredIndex),
+    /// A boolean mask already turned into coordinates on its device (what
+    /// [`resolve_masks`](crate::resolve_masks) makes of a device mask).
+    Nonzero(MaskCoords),
     /// A tensor of a dtype that cannot index (floats): always an error, kept so the planner can
     /// say so.
     BadTensor(&'static str),
@@ -77,6 +150,18 @@ impl IndexItem {
         }
     }
 
+    /// An index tensor in a storage, on any device: `I64`, `I32` or `Bool` (a mask); any
+    /// other dtype gives [`IndexItem::BadTensor`], which planning rejects.
+    pub fn stored(view: View) -> IndexItem {
+        let dtype = match view.storage().dtype() {
+            DType::I64 => IndexDType::I64,
+            DType::I32 => IndexDType::I32,
+            DType::Bool => IndexDType::Bool,
+            other => return IndexItem::BadTensor(other.name()),
+        };
+        IndexItem::Stored(StoredIndex { view, dtype })
+    }
+
     /// `::` (everything).
     pub fn full() -> IndexItem {
         IndexItem::Slice {
@@ -87,16 +172,53 @@ impl IndexItem {
     }
 }
 
+/// What can stand as an index tensor in [`s!`]'s `@t` form: a host [`IndexTensor`], a
+/// [`StoredIndex`], a storage [`View`] (any device), or an [`IndexItem`] itself.
+pub trait ToIndex {
+    /// The index item.
+    fn to_index_item(self) -> IndexItem;
+}
+
+impl ToIndex for IndexItem {
+    fn to_index_item(self) -> IndexItem {
+        self
+    }
+}
+
+impl ToIndex for IndexTensor {
+    fn to_index_item(self) -> IndexItem {
+        IndexItem::Tensor(self)
+    }
+}
+
+impl ToIndex for StoredIndex {
+    fn to_index_item(self) -> IndexItem {
+        IndexItem::Stored(self)
+    }
+}
+
+impl ToIndex for View {
+    fn to_index_item(self) -> IndexItem {
+        IndexItem::stored(self)
+    }
+}
+
+impl ToIndex for &View {
+    fn to_index_item(self) -> IndexItem {
+        IndexItem::stored(self.clone())
+    }
+}
+
 /// Builds a `Vec<IndexItem>` reading close to Python: `s![1, 2..5, ..;2, NEW, ELLIPSIS]`.
 ///
 /// Items: an integer expression; a range `a..b` (either end optional); a range with a step
 /// `a..b;step` or `..;step`; `NEW` for `None`; `ELLIPSIS` for `...`; `@t` for an index tensor
-/// expression `t` (an [`IndexTensor`]).
+/// expression `t` (anything [`ToIndex`]: a host [`IndexTensor`], a tensor on any device).
 #[macro_export]
 macro_rules! s {
     (@item NEW) => { $crate::IndexItem::NewAxis };
     (@item ELLIPSIS) => { $crate::IndexItem::Ellipsis };
-    (@item @ $t:expr) => { $crate::IndexItem::Tensor($t) };
+    (@item @ $t:expr) => { $crate::ToIndex::to_index_item($t) };
     (@item .. ; $step:expr) => { $crate::IndexItem::Slice { start: None, stop: None, step: Some($step) } };
     (@item ..) => { $crate::IndexItem::Slice { start: None, stop: None, step: None } };
     (@item $a:literal .. $b:literal ; $step:expr) => { $crate::IndexItem::Slice { start: Some($a), stop: Some($b), step: Some($step) } };

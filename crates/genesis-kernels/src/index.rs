@@ -296,3 +296,173 @@ pub unsafe fn scatter_rows16(
     unsafe { kernel.launch(stream, rows_config(stream, rows), &mut params)? };
     Ok(())
 }
+
+/// A strided read of an index array (`GxStrided`): element `b` (row-major over `shape`) is at
+/// `offset + sum(coord[r] * stride[r])`; strides of 0 broadcast.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Strided {
+    /// Shape (first `rank`).
+    pub shape: [i64; MAX_INDEX_DIMS],
+    /// Stride of each dimension, in elements.
+    pub stride: [i64; MAX_INDEX_DIMS],
+    /// Offset of the first element, in elements.
+    pub offset: i64,
+    /// Rank.
+    pub rank: i32,
+}
+
+impl Strided {
+    /// The layout `shape` / `stride` from `offset`; `None` past [`MAX_INDEX_DIMS`] dimensions.
+    pub fn new(shape: &[usize], stride: &[isize], offset: usize) -> Option<Strided> {
+        if shape.len() > MAX_INDEX_DIMS || stride.len() != shape.len() {
+            return None;
+        }
+        let mut s = Strided {
+            shape: [1; MAX_INDEX_DIMS],
+            stride: [0; MAX_INDEX_DIMS],
+            offset: offset as i64,
+            rank: shape.len() as i32,
+        };
+        for (r, (&d, &st)) in shape.iter().zip(stride).enumerate() {
+            s.shape[r] = d as i64;
+            s.stride[r] = st as i64;
+        }
+        Some(s)
+    }
+}
+
+/// Index tuples as keys (`GxKeys`): key = sum of `idx[a] * mul[a]` over the `n_adv` arrays.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keys {
+    /// Multiplier of each index array (row-major over the indexed sizes).
+    pub mul: [i64; MAX_INDEX_DIMS],
+    /// Number of index arrays.
+    pub n_adv: i32,
+}
+
+fn launch(stream: &Stream, name: &'static str, n: usize, params: &mut [*mut c_void]) -> Result<()> {
+    let kernel = Kernel::get(stream.context(), &images::INDEX, name)?;
+    // SAFETY: forwarded from the callers, which match each kernel's parameter list.
+    unsafe { kernel.launch(stream, launch_config(stream, n), params)? };
+    Ok(())
+}
+
+/// Queues the normalisation of a device index array: `out[b]` = the value at position `b` of
+/// `src` (int32 when `i32`, else int64) read through `layout`, wrapped when negative; a value
+/// outside `0..size` is written as 0 and the smallest such `b` lands in `*bad` (atomic min; the
+/// caller initialises it to `u64::MAX`).
+///
+/// # Safety
+///
+/// `src` must cover every offset `layout` reaches, `out` hold `nb` int64 and `bad` one u64, all
+/// device memory of the stream's device valid until the kernel completes.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn normalise(
+    stream: &Stream,
+    i32: bool,
+    src: u64,
+    layout: &Strided,
+    nb: usize,
+    size: usize,
+    out: u64,
+    bad: u64,
+) -> Result<()> {
+    if nb == 0 {
+        return Ok(());
+    }
+    let name = if i32 {
+        "index_normalise_i32"
+    } else {
+        "index_normalise_i64"
+    };
+    let (mut s, mut l, mut n64, mut sz, mut o, mut b) =
+        (src, *layout, nb as u64, size as i64, out, bad);
+    let mut params: [*mut c_void; 6] = [
+        (&raw mut s).cast(),
+        (&raw mut l).cast(),
+        (&raw mut n64).cast(),
+        (&raw mut sz).cast(),
+        (&raw mut o).cast(),
+        (&raw mut b).cast(),
+    ];
+    // Parameters of `index_normalise_*(const I*, GxStrided, u64, i64, i64*, u64*)`.
+    launch(stream, name, nb, &mut params)
+}
+
+/// Queues the dead-position marks of an assignment through `n_adv` normalised index arrays of
+/// `nb` positions at `idx`: `winner` (one zeroed u64 per key, keys below the product of the
+/// indexed sizes) receives each key's last position; `dead[b]` is 1 unless `b` is its key's
+/// last position, and 1 everywhere when any of the `nbad` words at `bad` was set by
+/// [`normalise`].
+///
+/// # Safety
+///
+/// `idx` must hold `n_adv * nb` in-range int64, `winner` cover every key, `bad` hold `nbad` u64
+/// and `dead` `nb` bytes, all device memory of the stream's device valid until the kernels
+/// complete.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn dead_positions(
+    stream: &Stream,
+    idx: u64,
+    nb: usize,
+    keys: &Keys,
+    winner: u64,
+    bad: u64,
+    nbad: usize,
+    dead: u64,
+) -> Result<()> {
+    if nb == 0 {
+        return Ok(());
+    }
+    let (mut ix, mut n64, mut k, mut w) = (idx, nb as u64, *keys, winner);
+    let mut params: [*mut c_void; 4] = [
+        (&raw mut ix).cast(),
+        (&raw mut n64).cast(),
+        (&raw mut k).cast(),
+        (&raw mut w).cast(),
+    ];
+    // Parameters of `index_winner(const i64*, u64, GxKeys, u64*)`.
+    launch(stream, "index_winner", nb, &mut params)?;
+    let (mut b, mut nbd, mut d) = (bad, nbad as i32, dead);
+    let mut params: [*mut c_void; 7] = [
+        (&raw mut ix).cast(),
+        (&raw mut n64).cast(),
+        (&raw mut k).cast(),
+        (&raw mut w).cast(),
+        (&raw mut b).cast(),
+        (&raw mut nbd).cast(),
+        (&raw mut d).cast(),
+    ];
+    // Parameters of `index_dead(const i64*, u64, GxKeys, const u64*, const u64*, i32, u8*)`.
+    launch(stream, "index_dead", nb, &mut params)
+}
+
+/// Queues `out[d * n + i]` = coordinate `d` of the row-major position `lin[i]` over `shape`
+/// (the `rank` entries of a [`Strided`]; strides unused).
+///
+/// # Safety
+///
+/// `lin` must hold `n` positions below the shape's product, `out` `rank * n` int64, device
+/// memory of the stream's device valid until the kernel completes.
+pub unsafe fn unravel(
+    stream: &Stream,
+    lin: u64,
+    n: usize,
+    shape: &Strided,
+    out: u64,
+) -> Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    let (mut l, mut n64, mut s, mut o) = (lin, n as u64, *shape, out);
+    let mut params: [*mut c_void; 4] = [
+        (&raw mut l).cast(),
+        (&raw mut n64).cast(),
+        (&raw mut s).cast(),
+        (&raw mut o).cast(),
+    ];
+    // Parameters of `index_unravel(const i64*, u64, GxStrided, i64*)`.
+    launch(stream, "index_unravel", n, &mut params)
+}

@@ -161,6 +161,38 @@ mod gpu {
         Ok(())
     }
 
+    /// The last launch of a `nonzero`: writes the row-major positions of the set mask bytes to
+    /// `out` (int64), in order.
+    ///
+    /// # Safety
+    ///
+    /// As [`compact`], with `out` holding the total int64.
+    pub unsafe fn positions(
+        stream: &Stream,
+        mask: u64,
+        n: usize,
+        workspace: u64,
+        out: u64,
+    ) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        let tiles = n.div_ceil(TILE);
+        let offsets = workspace + (tiles * 4).next_multiple_of(16) as u64;
+        let kernel = Kernel::get(stream.context(), &images::MASK, "mask_positions")?;
+        let (mut m, mut n64, mut o, mut d) = (mask, n as u64, offsets, out);
+        let mut params: [*mut c_void; 4] = [
+            (&raw mut m).cast(),
+            (&raw mut n64).cast(),
+            (&raw mut o).cast(),
+            (&raw mut d).cast(),
+        ];
+        // SAFETY: the parameters match `mask_positions(const u8*, u64, const u64*, i64*)`; one
+        // block per tile, as in `count_and_scan`.
+        unsafe { kernel.launch(stream, LaunchConfig::linear(tiles as u32, 256), &mut params)? };
+        Ok(())
+    }
+
     /// Queues `dst[i] = value` where `mask[i] != 0`, for `i < n` (`value` is one element's
     /// bytes, 1, 2, 4 or 8 of them).
     ///

@@ -312,3 +312,21 @@ pub fn pooled_stream(ordinal: usize) -> Result<Arc<genesis_cuda::Stream>> {
     }
     Ok(Arc::clone(&v[i]))
 }
+
+/// Reads `out.len()` bytes of device memory at `src` once the work queued on `stream` before it
+/// has run: one asynchronous copy into pinned memory of the host pool and one synchronisation
+/// (for counts and flags that kernels leave on the device).
+///
+/// # Safety
+///
+/// `[src, src + out.len())` must be device memory of the stream's context that stays valid
+/// until the copy completes.
+pub unsafe fn read_back(stream: &genesis_cuda::Stream, src: u64, out: &mut [u8]) -> Result<()> {
+    let mut staging = PinnedMem::new(out.len())?;
+    // SAFETY: `staging` is page-locked, not read until the synchronisation below; the caller
+    // vouches for `src`.
+    unsafe { genesis_cuda::raw::copy_to_pinned_async(stream, src, staging.as_bytes_mut())? };
+    stream.synchronize()?;
+    out.copy_from_slice(&staging.as_bytes()[..out.len()]);
+    Ok(())
+}

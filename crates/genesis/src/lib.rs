@@ -25,7 +25,7 @@ mod reduce;
 mod tensor;
 
 pub use error::{Error, Result};
-pub use genesis_index::{IndexItem, IndexTensor, s};
+pub use genesis_index::{IndexItem, IndexTensor, ToIndex, s};
 pub use genesis_storage::{BinaryOp, CompareOp, ReduceOp, UnaryOp};
 pub use genesis_storage::{DType, Device, Layout, WithDType};
 pub use half::{bf16, f16};

@@ -809,6 +809,46 @@ tensor_operator!(Sub, sub, BinaryOp::Sub);
 tensor_operator!(Mul, mul, BinaryOp::Mul);
 tensor_operator!(Div, div, BinaryOp::Div);
 
+macro_rules! tensor_assign_operator {
+    ($trait:ident, $method:ident, $op:expr, $fallible:literal) => {
+        /// In place, `self` op= `rhs` (`rhs` broadcast to `self`'s shape): the compound
+        /// assignment form of
+        #[doc = concat!("[`Tensor::", $fallible, "`],")]
+        /// allocating nothing when `rhs` has `self`'s shape and is contiguous.
+        ///
+        /// # Panics
+        ///
+        /// When the in-place op fails (shapes that do not broadcast to `self`'s, another dtype
+        /// or device, a `self` that is not contiguous or shares its storage): Rust's compound
+        /// assignment cannot return an error, so the error's message becomes the panic's,
+        /// and nothing is written. Use
+        #[doc = concat!("[`Tensor::", $fallible, "`]")]
+        /// to get the error as a value.
+        impl std::ops::$trait<&Tensor> for Tensor {
+            #[track_caller]
+            fn $method(&mut self, rhs: &Tensor) {
+                if let Err(e) = self.binary_($op, rhs) {
+                    panic!("{e}");
+                }
+            }
+        }
+        /// As the form taking `&Tensor`.
+        impl std::ops::$trait<Tensor> for Tensor {
+            #[track_caller]
+            fn $method(&mut self, rhs: Tensor) {
+                if let Err(e) = self.binary_($op, &rhs) {
+                    panic!("{e}");
+                }
+            }
+        }
+    };
+}
+
+tensor_assign_operator!(AddAssign, add_assign, BinaryOp::Add, "add_");
+tensor_assign_operator!(SubAssign, sub_assign, BinaryOp::Sub, "sub_");
+tensor_assign_operator!(MulAssign, mul_assign, BinaryOp::Mul, "mul_");
+tensor_assign_operator!(DivAssign, div_assign, BinaryOp::Div, "div_");
+
 /// The NumPy broadcast of two shapes: aligned at the last dimension, each pair of sizes equal
 /// or one of them 1.
 pub fn broadcast_shape(op: &'static str, a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
@@ -831,6 +871,22 @@ pub fn broadcast_shape(op: &'static str, a: &[usize], b: &[usize]) -> Result<Vec
             }),
         })
         .collect()
+}
+
+/// A tensor as an index tensor (`x.i(&s![@&idx])`): `I64`, `I32` or `Bool` (a mask), on any
+/// device; a CUDA index tensor stays on its device (its values are checked there; a mask is
+/// counted there, which the host reads to size the result). Other dtypes are rejected with
+/// [`genesis_index::Error::InvalidIndex`] when the index is planned.
+impl genesis_index::ToIndex for &Tensor {
+    fn to_index_item(self) -> IndexItem {
+        IndexItem::stored(self.view.clone())
+    }
+}
+
+impl genesis_index::ToIndex for Tensor {
+    fn to_index_item(self) -> IndexItem {
+        IndexItem::stored(self.view)
+    }
 }
 
 impl fmt::Debug for Tensor {

@@ -790,3 +790,47 @@ fn out_forms_write_into_the_given_tensor_and_allocate_nothing() {
         }
     }
 }
+
+#[test]
+fn compound_assignment_operators_work_in_place_and_allocate_nothing() {
+    let _serial = serial();
+    let _release = Release;
+    for dev in devices() {
+        let a: Vec<f32> = (0..1000).map(|i| i as f32 * 0.25 - 40.0).collect();
+        let b: Vec<f32> = (0..1000).map(|i| (i % 7) as f32 + 1.0).collect();
+        let mut x = Tensor::from_slice(&a, &[10, 100], dev).unwrap();
+        let y = Tensor::from_slice(&b, &[10, 100], dev).unwrap();
+        let before = allocations(dev);
+        x += &y;
+        x *= &y;
+        x -= &y;
+        x /= &y;
+        assert_eq!(
+            allocations(dev),
+            before,
+            "compound assignment allocated on {dev}"
+        );
+        let want: Vec<f32> = a
+            .iter()
+            .zip(&b)
+            .map(|(&p, &q)| (((p + q) * q) - q) / q)
+            .collect();
+        assert_eq!(x.to_vec::<f32>().unwrap(), want, "on {dev}");
+        // A broadcast right-hand side (a row), taken by value.
+        x += Tensor::from_slice(&b[..100], &[100], dev).unwrap();
+        let want: Vec<f32> = want
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| v + b[i % 100])
+            .collect();
+        assert_eq!(x.to_vec::<f32>().unwrap(), want);
+        // Bad input panics with the error's message and writes nothing.
+        let held = x.to_vec::<f32>().unwrap();
+        let wrong = Tensor::from_slice(&[1.0f32; 3], &[3], dev).unwrap();
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| x += &wrong));
+        let msg = r.unwrap_err();
+        let msg = msg.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(msg.contains("add"), "{msg}");
+        assert_eq!(x.to_vec::<f32>().unwrap(), held);
+    }
+}

@@ -43,19 +43,9 @@ impl Storage {
         match (&self.inner, &mask.inner) {
             #[cfg(feature = "cuda")]
             (Inner::Cuda(s), Inner::Cuda(m)) => {
-                let ws_len = genesis_kernels::mask::compaction_workspace_bytes(len);
-                let ws = crate::cuda::CudaMem::new(s.ordinal(), ws_len)?;
                 let stream = queue(s);
                 let (sp, mp) = (s.ptr() + (start * es) as u64, m.ptr() + mask_start as u64);
-                // SAFETY: the ranges were checked; the workspace has the size the kernels need;
-                // all live until the kernels complete (stream-ordered pool).
-                let total_ptr =
-                    unsafe { genesis_kernels::mask::count_and_scan(&stream, mp, len, ws.ptr())? };
-                let mut total = [0u8; 8];
-                stream.synchronize()?;
-                // SAFETY: `total_ptr` is 8 bytes inside the workspace, written by the scan.
-                unsafe { genesis_cuda::raw::copy_to_host(s.ctx(), total_ptr, &mut total)? };
-                let count = u64::from_le_bytes(total) as usize;
+                let (ws, count) = count_on_device(m, mp, len, &stream)?;
                 let nbytes = byte_len(count, self.dtype)?;
                 let out = crate::cuda::CudaMem::new(s.ordinal(), nbytes)?;
                 // SAFETY: as above; `out` holds `count` elements.
@@ -79,6 +69,42 @@ impl Storage {
                     es,
                 )?;
                 Storage::from_bytes(&bytes, self.dtype, Device::Cpu)
+            }
+        }
+    }
+
+    /// The positions `i < len` whose mask byte `self[start + i]` is set (`self` is `Bool`), in
+    /// order, as a new `I64` storage on `self`'s device (NumPy's `flatnonzero`). On the GPU: a
+    /// count, a scan and one pass writing positions (the host reads the count in between).
+    #[track_caller]
+    pub fn nonzero_at(&self, start: usize, len: usize) -> Result<Storage> {
+        let op = "nonzero";
+        self.check_mask(op, self)?;
+        self.check_range(op, start, len)?;
+        match &self.inner {
+            #[cfg(feature = "cuda")]
+            Inner::Cuda(m) => {
+                let stream = queue(m);
+                let mp = m.ptr() + start as u64;
+                let (ws, count) = count_on_device(m, mp, len, &stream)?;
+                let out = crate::cuda::CudaMem::new(m.ordinal(), byte_len(count, DType::I64)?)?;
+                // SAFETY: the range was checked; `out` holds `count` int64; all live until the
+                // kernel completes (stream-ordered pool).
+                unsafe { genesis_kernels::mask::positions(&stream, mp, len, ws.ptr(), out.ptr())? };
+                Ok(Storage::make(Inner::Cuda(out), DType::I64, count))
+            }
+            _ => {
+                let m = self.host_bytes().ok_or(Error::NotOnHost {
+                    op,
+                    device: self.device(),
+                })?;
+                let pos: Vec<i64> = m[start..start + len]
+                    .iter()
+                    .enumerate()
+                    .filter(|&(_, &b)| b != 0)
+                    .map(|(i, _)| i as i64)
+                    .collect();
+                Storage::from_slice(&pos, Device::Cpu)
             }
         }
     }
@@ -136,4 +162,25 @@ impl Storage {
             }
         }
     }
+}
+
+/// Counts the set bytes of the `len` mask bytes at `mask` on the device: the compaction
+/// workspace (tile offsets for the pass that follows) and the count, read by the host (one
+/// synchronisation of `stream`).
+#[cfg(feature = "cuda")]
+fn count_on_device(
+    m: &crate::cuda::CudaMem,
+    mask: u64,
+    len: usize,
+    stream: &crate::cuda::Queue,
+) -> Result<(crate::cuda::CudaMem, usize)> {
+    let ws_len = genesis_kernels::mask::compaction_workspace_bytes(len);
+    let ws = crate::cuda::CudaMem::new(m.ordinal(), ws_len)?;
+    // SAFETY: the caller checked the mask's range; the workspace has the size the kernels need;
+    // both live until the kernels complete (stream-ordered pool).
+    let total_ptr = unsafe { genesis_kernels::mask::count_and_scan(stream, mask, len, ws.ptr())? };
+    let mut total = [0u8; 8];
+    // SAFETY: `total_ptr` is 8 bytes inside the workspace, written by the scan.
+    unsafe { crate::cuda::read_back(stream, total_ptr, &mut total)? };
+    Ok((ws, u64::from_le_bytes(total) as usize))
 }

@@ -35,8 +35,9 @@ fn tour(device: Device) -> genesis::Result<()> {
     // In place: writes into the tensor's own storage, allocating nothing.
     let mut acc = (&a + 0.0)?;
     acc.add_(&b)?;
+    acc *= &b; // the operator form (it panics on bad input, where mul_ returns the error)
     acc.exp_()?;
-    println!("exp(a + b), in place = {acc}");
+    println!("exp((a + b) * b), in place = {acc}");
 
     let h = Tensor::from_slice(&[bf16::from_f32(1.0), bf16::from_f32(0.25)], &[2], device)?;
     let h2 = h.add(&h)?;
@@ -62,6 +63,10 @@ fn tour(device: Device) -> genesis::Result<()> {
         "m[[3, 0]] = {}",
         m.i(&s![@IndexTensor::i64(&[2], vec![3, 0])])?
     );
+    // Index tensors and masks on the tensor's device stay there (checked there, too).
+    let rows = Tensor::from_slice(&[-1i64, 1], &[2], device)?;
+    println!("m[[-1, 1], 0] = {}", m.i(&s![@&rows, 0])?);
+    println!("m[m > 15] = {}", m.i(&s![@&m.gt_scalar(15.0)?])?);
     println!(
         "m.t() is contiguous: {}, m.t().contiguous() is: {}",
         m.t()?.is_contiguous(),

@@ -172,7 +172,7 @@ impl IndexItem {
     }
 }
 
-/// What can stand as an index tensor in [`s!`]'s `@t` form: a host [`IndexTensor`], a
+/// What can stand as an index tensor in [`s!`](crate::s)'s `@t` form: a host [`IndexTensor`], a
 /// [`StoredIndex`], a storage [`View`] (any device), or an [`IndexItem`] itself.
 pub trait ToIndex {
     /// The index item.

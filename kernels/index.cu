@@ -308,3 +308,22 @@ extern "C" __global__ void index_unravel(const int64_t *lin, uint64_t n, GxStrid
         }
     }
 }
+
+// The row gather reading a device index array as it is (int32 or int64, `idx_stride` elements
+// apart): each row's index is wrapped and checked by the blocks copying it; an out-of-range row
+// is not copied and sets *bad (host-mapped pinned memory, read by the host after the stream
+// synchronises; every writer stores the same value). The host then finds the first bad value
+// to report; the result is dropped.
+extern "C" __global__ void index_gather_rows16_checked(const uint4 *src, uint4 *dst, const void *idx, int32_t idx_i32,
+                                                       int64_t idx_stride, int64_t size, int32_t *bad, int64_t nrows,
+                                                       int64_t row_units, int64_t base_units, int64_t stride_units) {
+    for (int64_t r = blockIdx.y; r < nrows; r += gridDim.y) {
+        int64_t v = idx_i32 ? (int64_t)((const int32_t *)idx)[r * idx_stride] : ((const int64_t *)idx)[r * idx_stride];
+        if (v < 0) v += size;
+        if (v < 0 || v >= size) {
+            if (threadIdx.x == 0) *(volatile int32_t *)bad = 1;
+            continue;
+        }
+        copy_row_chunk(dst + r * row_units, src + base_units + v * stride_units, row_units);
+    }
+}

@@ -2,13 +2,14 @@
 // and `masked_fill`, for elements of 1, 2, 4 or 8 bytes.
 //
 // Compaction keeps row-major order in three launches over tiles of MK_TILE elements:
-//   1. mask_count:   the number of set mask bytes of each tile;
+//   1. mask_count:   the number of set mask bytes of each tile, and the mask packed into bits
+//                    (16 bits a thread of the later passes, an eighth of the mask's bytes);
 //   2. mask_scan:    one block turns the tile counts into exclusive offsets, and the total;
 //   3. mask_compact: each tile scans its threads' counts, stages its selected elements in
 //                    shared memory in order, and writes them as one coalesced run from its
 //                    offset.
-// The host reads the total between 2 and 3 to size the output. The mask is read twice, the data
-// once, the output written once. The CPU twin (crates/genesis-kernels/src/mask.rs) gives the
+// The host reads the total between 2 and 3 to size the output. The mask is read once (the
+// bits twice, written once), the data once, the output written once. The CPU twin (crates/genesis-kernels/src/mask.rs) gives the
 // same bytes (a copy: no arithmetic).
 //
 // Mask bytes are 0 or 1 (genesis bool); any non-zero byte counts as set.
@@ -23,77 +24,141 @@ template <typename T> union MkVec16 {
 #define MK_PER_THREAD 16
 #define MK_TILE (MK_THREADS * MK_PER_THREAD)
 
-// The number of set bytes among the MK_PER_THREAD mask bytes of thread t of a tile.
-__device__ __forceinline__ int thread_bits(const uint8_t *mask, uint64_t n, uint64_t first, uint32_t *bits) {
-    uint32_t b = 0;
-    if (first + MK_PER_THREAD <= n && (((uintptr_t)(mask + first)) & 15) == 0) {
-        const uint4 v = *reinterpret_cast<const uint4 *>(mask + first);
-        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int q = 0; q < 4; ++q)
-#pragma unroll
-            for (int k = 0; k < 4; ++k) b |= (((w[q] >> (8 * k)) & 0xff) != 0 ? 1u : 0u) << (4 * q + k);
-    } else {
-        for (int j = 0; j < MK_PER_THREAD; ++j)
-            if (first + j < n && mask[first + j] != 0) b |= 1u << j;
-    }
-    *bits = b;
-    return __popc(b);
+// One bit per byte of a 32-bit word, set when the byte is non-zero: bit 7 of each byte of
+// ((w & 0x7f7f7f7f) + 0x7f7f7f7f) | w is set exactly when that byte is (no carry crosses
+// bytes); the four bits are gathered into the low nibble.
+__device__ __forceinline__ uint32_t nonzero_nibble(uint32_t w) {
+    const uint32_t t = (((w & 0x7f7f7f7fu) + 0x7f7f7f7fu) | w) & 0x80808080u;
+    return ((t >> 7) & 1u) | ((t >> 14) & 2u) | ((t >> 21) & 4u) | ((t >> 28) & 8u);
 }
 
-extern "C" __global__ void __launch_bounds__(MK_THREADS) mask_count(const uint8_t *mask, uint64_t n, uint32_t *counts) {
-    const uint64_t tile = blockIdx.x;
-    const uint64_t first = tile * MK_TILE + (uint64_t)threadIdx.x * MK_PER_THREAD;
-    uint32_t bits;
-    int c = first < n ? thread_bits(mask, n, first, &bits) : 0;
+// One warp per tile (eight tiles a block, no shared memory): lane l reads 16-byte vectors
+// l, l + 32, ... of the tile (each load instruction of the warp covers 512 contiguous bytes),
+// eight in flight at once; vector g becomes the 16 bits bits[tile * MK_THREADS + g] (bits past
+// n are clear); a warp reduction gives the tile's count.
+#define MK_COUNT_VECS (MK_TILE / 16 / 32)
+extern "C" __global__ void __launch_bounds__(256) mask_count(const uint8_t *mask, uint64_t n, uint64_t tiles,
+                                                             uint32_t *counts, uint16_t *bits) {
+    const uint64_t tile = (uint64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
+    if (tile >= tiles) return;
+    const int lane = threadIdx.x & 31;
+    const uint64_t base = tile * MK_TILE;
+    uint16_t *tb = bits + tile * MK_THREADS;
+    int c = 0;
+    if (base + MK_TILE <= n && (((uintptr_t)(mask + base)) & 15) == 0) {
+        const uint4 *m4 = reinterpret_cast<const uint4 *>(mask + base);
+        uint4 v[MK_COUNT_VECS];
+#pragma unroll
+        for (int q = 0; q < MK_COUNT_VECS; ++q) v[q] = m4[q * 32 + lane];
+#pragma unroll
+        for (int q = 0; q < MK_COUNT_VECS; ++q) {
+            const uint32_t b = nonzero_nibble(v[q].x) | (nonzero_nibble(v[q].y) << 4) |
+                               (nonzero_nibble(v[q].z) << 8) | (nonzero_nibble(v[q].w) << 12);
+            tb[q * 32 + lane] = (uint16_t)b;
+            c += __popc(b);
+        }
+    } else {
+        for (int g = lane; g < MK_THREADS; g += 32) {
+            const uint64_t first = base + (uint64_t)g * MK_PER_THREAD;
+            uint32_t b = 0;
+            for (int j = 0; j < MK_PER_THREAD; ++j)
+                if (first + j < n && mask[first + j] != 0) b |= 1u << j;
+            tb[g] = (uint16_t)b;
+            c += __popc(b);
+        }
+    }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) c += __shfl_down_sync(0xffffffffu, c, o);
-    __shared__ int warp_sums[MK_THREADS / 32];
-    if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = c;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        int t = 0;
-        for (int w = 0; w < MK_THREADS / 32; ++w) t += warp_sums[w];
-        counts[tile] = (uint32_t)t;
-    }
+    if (lane == 0) counts[tile] = (uint32_t)c;
 }
 
-// One block of 1024 threads: offsets[i] = sum of counts[0..i), total[0] = sum of all.
+// One block of 1024 threads: offsets[i] = sum of counts[0..i), total[0] = sum of all. Each
+// thread takes a run of `per` tiles (a multiple of 4, so that its counts load as 16-byte
+// vectors, four in flight at once): it sums them, the block scans the 1024 sums (warp shuffles,
+// then across warps), and each thread writes its run's offsets in 16-byte stores.
 extern "C" __global__ void __launch_bounds__(1024) mask_scan(const uint32_t *counts, uint64_t tiles, uint64_t *offsets,
                                                              uint64_t *total) {
-    __shared__ uint64_t sums[1024];
-    const uint64_t per = (tiles + 1023) / 1024;
-    const uint64_t lo = threadIdx.x * per, hi = min(tiles, lo + per);
+    __shared__ uint64_t warp_sums[32];
+    const uint64_t per = (((tiles + 1023) / 1024) + 3) & ~3ull;
+    const uint64_t lo = min(tiles, threadIdx.x * per), hi = min(tiles, lo + per);
     uint64_t s = 0;
-    for (uint64_t i = lo; i < hi; ++i) s += counts[i];
-    sums[threadIdx.x] = s;
-    __syncthreads();
-    // Inclusive scan of the 1024 partial sums (Hillis-Steele).
-    for (int o = 1; o < 1024; o <<= 1) {
-        const uint64_t v = threadIdx.x >= (unsigned)o ? sums[threadIdx.x - o] : 0;
-        __syncthreads();
-        sums[threadIdx.x] += v;
-        __syncthreads();
+    uint64_t i = lo;
+    for (; i + 16 <= hi; i += 16) {
+        uint4 v[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) v[q] = *reinterpret_cast<const uint4 *>(counts + i + 4 * q);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) s += (uint64_t)v[q].x + v[q].y + v[q].z + v[q].w;
     }
-    uint64_t run = threadIdx.x == 0 ? 0 : sums[threadIdx.x - 1];
-    for (uint64_t i = lo; i < hi; ++i) {
+    for (; i < hi; ++i) s += counts[i];
+    // Inclusive scan of the threads' sums.
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    uint64_t incl = s;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const uint64_t v = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += v;
+    }
+    if (lane == 31) warp_sums[warp] = incl;
+    __syncthreads();
+    if (warp == 0) {
+        uint64_t w = warp_sums[lane];
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const uint64_t v = __shfl_up_sync(0xffffffffu, w, o);
+            if (lane >= o) w += v;
+        }
+        warp_sums[lane] = w;
+    }
+    __syncthreads();
+    incl += warp == 0 ? 0 : warp_sums[warp - 1];
+    uint64_t run = incl - s;
+    i = lo;
+    for (; i + 16 <= hi; i += 16) {
+        uint4 v[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) v[q] = *reinterpret_cast<const uint4 *>(counts + i + 4 * q);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            ulonglong2 a, b;
+            a.x = run;
+            a.y = run + v[q].x;
+            b.x = a.y + v[q].y;
+            b.y = b.x + v[q].z;
+            run = b.y + v[q].w;
+            *reinterpret_cast<ulonglong2 *>(offsets + i + 4 * q) = a;
+            *reinterpret_cast<ulonglong2 *>(offsets + i + 4 * q + 2) = b;
+        }
+    }
+    for (; i < hi; ++i) {
         offsets[i] = run;
         run += counts[i];
     }
-    if (threadIdx.x == 1023) total[0] = sums[1023];
+    if (threadIdx.x == 1023) total[0] = incl;
 }
 
-template <typename T>
-__device__ __forceinline__ void compact_impl(const T *src, const uint8_t *mask, uint64_t n, const uint64_t *offsets,
-                                             T *out) {
+// EAGER: a thread loads its 16 elements together with its mask bytes (both requests in flight
+// at once), for dense masks; otherwise only when one of its mask bytes is set (sparse masks
+// skip most of the data). The host picks by the measured density (the count it reads anyway).
+template <typename T, bool EAGER>
+__device__ __forceinline__ void compact_impl(const T *src, const uint16_t *mbits, uint64_t n,
+                                             const uint64_t *offsets, T *out) {
     // The tile's selected elements are staged in shared memory in order, then written out as one
     // contiguous, coalesced run.
     __shared__ T staged[MK_TILE];
     __shared__ int warp_sums[MK_THREADS / 32];
     const uint64_t tile = blockIdx.x;
     const uint64_t first = tile * MK_TILE + (uint64_t)threadIdx.x * MK_PER_THREAD;
-    uint32_t bits = 0;
-    const int c = first < n ? thread_bits(mask, n, first, &bits) : 0;
+    constexpr int PER = 16 / sizeof(T);
+    const bool vec = first + MK_PER_THREAD <= n && (((uintptr_t)(src + first)) & 15) == 0;
+    MkVec16<T> x[MK_PER_THREAD / PER];
+    if (EAGER && vec) {
+        const uint4 *s4 = reinterpret_cast<const uint4 *>(src + first);
+#pragma unroll
+        for (int q = 0; q < MK_PER_THREAD / PER; ++q) x[q].raw = s4[q];
+    }
+    uint32_t bits = first < n ? mbits[tile * MK_THREADS + threadIdx.x] : 0;
+    const int c = __popc(bits);
     // Exclusive scan of the threads' counts: within warps by shuffles, then across warps.
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int incl = c;
@@ -112,13 +177,13 @@ __device__ __forceinline__ void compact_impl(const T *src, const uint8_t *mask, 
     }
     int at = before + incl - c;
     if (bits != 0) {
-        if (first + MK_PER_THREAD <= n && (((uintptr_t)(src + first)) & 15) == 0) {
+        if (vec) {
             // The thread's 16 elements in 16-byte loads.
-            constexpr int PER = 16 / sizeof(T);
-            MkVec16<T> x[MK_PER_THREAD / PER];
-            const uint4 *s4 = reinterpret_cast<const uint4 *>(src + first);
+            if (!EAGER) {
+                const uint4 *s4 = reinterpret_cast<const uint4 *>(src + first);
 #pragma unroll
-            for (int q = 0; q < MK_PER_THREAD / PER; ++q) x[q].raw = s4[q];
+                for (int q = 0; q < MK_PER_THREAD / PER; ++q) x[q].raw = s4[q];
+            }
 #pragma unroll
             for (int j = 0; j < MK_PER_THREAD; ++j)
                 if (bits & (1u << j)) staged[at++] = x[j / PER].v[j % PER];
@@ -191,8 +256,12 @@ __device__ __forceinline__ void fill_impl(T *dst, const uint8_t *mask, uint64_t 
 
 #define MASK_KERNELS(E, T)                                                                                       \
     extern "C" __global__ void __launch_bounds__(MK_THREADS)                                                     \
-        mask_compact_e##E(const T *src, const uint8_t *mask, uint64_t n, const uint64_t *offsets, T *out) {      \
-        compact_impl<T>(src, mask, n, offsets, out);                                                             \
+        mask_compact_e##E(const T *src, const uint16_t *bits, uint64_t n, const uint64_t *offsets, T *out) {     \
+        compact_impl<T, false>(src, bits, n, offsets, out);                                                      \
+    }                                                                                                            \
+    extern "C" __global__ void __launch_bounds__(MK_THREADS) mask_compact_eager_e##E(                            \
+        const T *src, const uint16_t *bits, uint64_t n, const uint64_t *offsets, T *out) {                       \
+        compact_impl<T, true>(src, bits, n, offsets, out);                                                       \
     }                                                                                                            \
     extern "C" __global__ void mask_fill_e##E(T *dst, const uint8_t *mask, uint64_t n, T value) {                \
         fill_impl<T>(dst, mask, n, value);                                                                       \
@@ -207,13 +276,13 @@ MASK_KERNELS(8, uint64_t)
 // launch of a compaction, after mask_count and mask_scan, writing positions instead of
 // elements).
 extern "C" __global__ void __launch_bounds__(MK_THREADS)
-    mask_positions(const uint8_t *mask, uint64_t n, const uint64_t *offsets, int64_t *out) {
+    mask_positions(const uint16_t *mbits, uint64_t n, const uint64_t *offsets, int64_t *out) {
     __shared__ int64_t staged[MK_TILE];
     __shared__ int warp_sums[MK_THREADS / 32];
     const uint64_t tile = blockIdx.x;
     const uint64_t first = tile * MK_TILE + (uint64_t)threadIdx.x * MK_PER_THREAD;
-    uint32_t bits = 0;
-    const int c = first < n ? thread_bits(mask, n, first, &bits) : 0;
+    uint32_t bits = first < n ? mbits[tile * MK_THREADS + threadIdx.x] : 0;
+    const int c = __popc(bits);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int incl = c;
 #pragma unroll

@@ -111,6 +111,112 @@ mod gpu {
             )?)
         })?;
         out.push(("index_put_4096_rows_8192_f32_host_idx", 2 * 4096 * m * 4, t));
+        // Breakdown: the row kernel alone (indices already normalised on the device, output
+        // allocated once), to separate kernel time from the launches and the check around it.
+        let out_rows = Storage::empty(4096 * m, DType::F32, Device::Cuda(0))?;
+        let legacy = Stream::legacy(&ctx);
+        let rows16 = genesis_kernels::index::Rows16 {
+            nrows: 4096,
+            row_units: m * 4 / 16,
+            base_units: 0,
+            stride_units: m * 4 / 16,
+        };
+        let t = time(&ctx, || {
+            // SAFETY: every index is a row of `x`; `out_rows` holds 4096 rows; all live until
+            // the kernel completes (the closure is timed to completion).
+            unsafe {
+                genesis_kernels::index::gather_rows16(
+                    &legacy,
+                    x.storage().device_ptr().unwrap_or(0),
+                    out_rows.device_ptr().unwrap_or(0),
+                    didx.storage().device_ptr().unwrap_or(0),
+                    &rows16,
+                )?
+            };
+            Ok(())
+        })?;
+        out.push(("gather_rows16_kernel_only", 2 * 4096 * m * 4, t));
+        // Masks: 50 % of 64 Mi f32, the storage-level select (count, read-back, compaction) and
+        // its kernels alone.
+        let n = 64usize << 20;
+        let mut bits = vec![0u8; n];
+        for b in bits.iter_mut() {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            *b = (state & 1) as u8;
+        }
+        let mask = Storage::from_bytes(&bits, DType::Bool, Device::Cuda(0))?;
+        let big = Storage::zeros(n, DType::F32, Device::Cuda(0))?;
+        let t = time(&ctx, || {
+            drop(big.masked_select_at(0, &mask, 0, n)?);
+            Ok(())
+        })?;
+        out.push(("masked_select_storage_50pct_64Mi", n * 4 + 2 * n + n * 2, t));
+        let ws = Storage::empty(
+            genesis_kernels::mask::compaction_workspace_bytes(n),
+            DType::U8,
+            Device::Cuda(0),
+        )?;
+        let sel = Storage::empty(n, DType::F32, Device::Cuda(0))?;
+        let (mp, wp) = (mask.device_ptr().unwrap_or(0), ws.device_ptr().unwrap_or(0));
+        let t = time(&ctx, || {
+            // SAFETY: the mask is n bytes, the workspace sized for n.
+            unsafe { genesis_kernels::mask::count_and_scan(&legacy, mp, n, wp)? };
+            Ok(())
+        })?;
+        out.push(("mask_count_scan_kernels_64Mi", n, t));
+        for (eager, name) in [
+            (true, "mask_compact_eager_50pct_64Mi_f32"),
+            (false, "mask_compact_lazy_50pct_64Mi_f32"),
+        ] {
+            let t = time(&ctx, || {
+                // SAFETY: after count_and_scan on the same mask and workspace; `sel` holds n
+                // f32.
+                unsafe {
+                    genesis_kernels::mask::compact(
+                        &legacy,
+                        eager,
+                        4,
+                        big.device_ptr().unwrap_or(0),
+                        n,
+                        wp,
+                        sel.device_ptr().unwrap_or(0),
+                    )?
+                };
+                Ok(())
+            })?;
+            out.push((name, n * 4 + n + n * 2, t));
+        }
+        // A sparse mask (1 in 32): which loading wins there.
+        for (i, b) in bits.iter_mut().enumerate() {
+            *b = u8::from(i % 32 == 7);
+        }
+        let sparse = Storage::from_bytes(&bits, DType::Bool, Device::Cuda(0))?;
+        let sp_ptr = sparse.device_ptr().unwrap_or(0);
+        // SAFETY: as above, for the sparse mask.
+        unsafe { genesis_kernels::mask::count_and_scan(&legacy, sp_ptr, n, wp)? };
+        for (eager, name) in [
+            (true, "mask_compact_eager_3pct_64Mi_f32"),
+            (false, "mask_compact_lazy_3pct_64Mi_f32"),
+        ] {
+            let t = time(&ctx, || {
+                // SAFETY: as above, after the sparse mask's count_and_scan.
+                unsafe {
+                    genesis_kernels::mask::compact(
+                        &legacy,
+                        eager,
+                        4,
+                        big.device_ptr().unwrap_or(0),
+                        n,
+                        wp,
+                        sel.device_ptr().unwrap_or(0),
+                    )?
+                };
+                Ok(())
+            })?;
+            out.push((name, n * 4 + n + n / 8, t));
+        }
         println!("{:<30} {:>10} {:>10}", "case", "median ms", "GB/s");
         let mut rows_json = Vec::new();
         for (name, bytes, ms) in &out {

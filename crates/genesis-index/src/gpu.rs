@@ -266,25 +266,28 @@ pub(crate) fn gather(input: &View, p: &IndexPlan) -> Result<View> {
     let device = ordinal(src)?;
     let n: usize = p.result_shape.iter().product();
     let d = desc(p, adv)?;
+    let size = src.dtype().size();
+    let sp = src.device_ptr().unwrap_or(0);
+    let rows = rows16(p, adv, size).filter(|_| sp.is_multiple_of(16));
+    if let (Some(rows), [IndexArray::Device { index, size, dim }]) = (rows, adv.indices.as_slice())
+        && index.view.storage().device() == src.device()
+        && index.view.layout().rank() == 1
+    {
+        return gather_rows_raw(p, src, index, *size, *dim, &rows);
+    }
     let ix = prepare_indices(adv, src.device())?;
     let idx = &ix.idx;
     let out = Storage::empty(n, src.dtype(), src.device())?;
     let stream = queue(device)?;
-    let (sp, op, ip) = (
-        src.device_ptr().unwrap_or(0),
-        out.device_ptr().unwrap_or(0),
-        idx.device_ptr().unwrap_or(0),
-    );
-    let size = src.dtype().size();
-    if let Some(rows) = rows16(p, adv, size).filter(|_| sp % 16 == 0 && op % 16 == 0) {
-        // SAFETY: planning checked every index against the view and the view against the
-        // storage; the rows are 16-byte aligned; `out` holds the result's rows; all live until
-        // the stream has run the kernel (the pool reuses memory in stream order).
+    let (op, ip) = (out.device_ptr().unwrap_or(0), idx.device_ptr().unwrap_or(0));
+    if let Some(rows) = rows.filter(|_| op.is_multiple_of(16)) {
+        // SAFETY: every index is in range (checked by planning, or normalised on the device)
+        // and the view fits the storage; the rows are 16-byte aligned; `out` holds the
+        // result's rows; all live until the stream has run the kernel (the pool reuses memory
+        // in stream order).
         unsafe { genesis_kernels::index::gather_rows16(&stream, sp, op, ip, &rows)? };
     } else {
-        // SAFETY: planning checked every index against the view, and the view against the
-        // storage; `out` holds n elements; all three live until the stream has run the kernel
-        // (the pool reuses memory in stream order).
+        // SAFETY: as above; `out` holds n elements.
         unsafe { genesis_kernels::index::gather(&stream, size, sp, op, n, &d, ip)? };
     }
     // Device arrays were checked by their normalisation (bad values read as 0, in range):
@@ -294,6 +297,77 @@ pub(crate) fn gather(input: &View, p: &IndexPlan) -> Result<View> {
         Arc::new(out),
         Layout::contiguous(&p.result_shape),
     )?)
+}
+
+/// `x[idx]` for whole rows with one 1-D index tensor on the device: a single kernel reads the
+/// index values as they are (no normalisation pass), checks them, and raises a flag in pinned
+/// host memory for a bad one; the host synchronises once and reads it.
+fn gather_rows_raw(
+    p: &IndexPlan,
+    src: &Storage,
+    index: &StoredIndex,
+    size: usize,
+    dim: usize,
+    rows: &genesis_kernels::index::Rows16,
+) -> Result<View> {
+    let n: usize = p.result_shape.iter().product();
+    if rows.nrows > 0 && size == 0 {
+        return Err(out_of_range(index, 0, dim, 0));
+    }
+    let out = Storage::empty(n, src.dtype(), src.device())?;
+    let stream = queue(ordinal(src)?)?;
+    let l = index.view.layout();
+    let es = if index.dtype == IndexDType::I32 { 4 } else { 8 };
+    let raw = genesis_kernels::index::RawIndex {
+        ptr: index.view.storage().device_ptr().unwrap_or(0) + (l.offset() * es) as u64,
+        i32: index.dtype == IndexDType::I32,
+        stride: l.strides()[0] as i64,
+        size,
+    };
+    let flag = Storage::zeros_pinned(1, DType::I32)?;
+    let fp = flag.host_bytes().expect("a pinned storage").as_ptr();
+    let (sp, op) = (src.device_ptr().unwrap_or(0), out.device_ptr().unwrap_or(0));
+    // SAFETY: the view fits the storage and every row read is checked against `size` (its
+    // row count) first; the rows are 16-byte aligned (the output comes from the pool, 512-byte
+    // aligned); the index view fits its storage; `flag` is page-locked host memory, which the
+    // device addresses by the same pointer (unified addressing); all live until the
+    // synchronisation below.
+    unsafe {
+        genesis_kernels::index::gather_rows16_checked(&stream, sp, op, &raw, fp as u64, rows)?;
+    }
+    stream.synchronize()?;
+    // SAFETY: the kernel has completed (the stream is synchronised); `fp` points at the
+    // pinned storage's 4 bytes, which the device may have written behind Rust's back.
+    let bad = unsafe { fp.cast::<i32>().read_volatile() };
+    if bad != 0 {
+        return Err(first_out_of_range(index, size, dim));
+    }
+    Ok(View::with_layout(
+        Arc::new(out),
+        Layout::contiguous(&p.result_shape),
+    )?)
+}
+
+/// The out-of-range error for the first bad value of a device index array (reads it back: the
+/// error path).
+fn first_out_of_range(index: &StoredIndex, size: usize, dim: usize) -> Error {
+    let values = match index.to_host() {
+        Ok(t) => t.data,
+        Err(e) => return e.into(),
+    };
+    let s = size as i64;
+    let value = values
+        .into_iter()
+        .find(|&v| {
+            let w = if v < 0 { v + s } else { v };
+            w < 0 || w >= s
+        })
+        .unwrap_or(i64::MIN);
+    Error::IndexOutOfRange {
+        dim,
+        index: value,
+        size,
+    }
 }
 
 /// The index tuple of position `b` packed for hashing: the value itself for one index array.

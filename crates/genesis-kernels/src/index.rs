@@ -297,6 +297,71 @@ pub unsafe fn scatter_rows16(
     Ok(())
 }
 
+/// A device index array as it is: its address, whether its values are int32 (else int64), the
+/// distance between them in elements, and the size of the dimension they index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawIndex {
+    /// Address of the first value.
+    pub ptr: u64,
+    /// int32 values (else int64).
+    pub i32: bool,
+    /// Distance between values, in elements.
+    pub stride: i64,
+    /// Size of the indexed dimension.
+    pub size: usize,
+}
+
+/// Queues a row gather reading a raw device index array ([`RawIndex`]): negative values wrap;
+/// a row whose value is out of range is not copied and sets the int32 at `bad` to 1.
+///
+/// # Safety
+///
+/// As [`gather_rows16`], with `idx.ptr` covering `nrows` values `idx.stride` apart, `size` the
+/// number of source rows, and `bad` a 4-byte location the device may write (device memory, or
+/// page-locked host memory under unified addressing), all valid until the kernel completes.
+pub unsafe fn gather_rows16_checked(
+    stream: &Stream,
+    src: u64,
+    dst: u64,
+    idx: &RawIndex,
+    bad: u64,
+    rows: &Rows16,
+) -> Result<()> {
+    if rows.nrows == 0 || rows.row_units == 0 {
+        return Ok(());
+    }
+    let kernel = Kernel::get(
+        stream.context(),
+        &images::INDEX,
+        "index_gather_rows16_checked",
+    )?;
+    let (mut s, mut d, mut i, mut b) = (src, dst, idx.ptr, bad);
+    let (mut i32f, mut istr, mut size) = (i32::from(idx.i32), idx.stride, idx.size as i64);
+    let (mut n, mut ru, mut bu, mut su) = (
+        rows.nrows as i64,
+        rows.row_units as i64,
+        rows.base_units as i64,
+        rows.stride_units as i64,
+    );
+    let mut params: [*mut c_void; 11] = [
+        (&raw mut s).cast(),
+        (&raw mut d).cast(),
+        (&raw mut i).cast(),
+        (&raw mut i32f).cast(),
+        (&raw mut istr).cast(),
+        (&raw mut size).cast(),
+        (&raw mut b).cast(),
+        (&raw mut n).cast(),
+        (&raw mut ru).cast(),
+        (&raw mut bu).cast(),
+        (&raw mut su).cast(),
+    ];
+    // SAFETY: the parameters match `index_gather_rows16_checked(const uint4*, uint4*, const
+    // void*, i32, i64, i64, i32*, i64, i64, i64, i64)`; the caller vouches for the memory.
+    unsafe { kernel.launch(stream, rows_config(stream, rows), &mut params)? };
+    Ok(())
+}
+
 /// A strided read of an index array (`GxStrided`): element `b` (row-major over `shape`) is at
 /// `offset + sum(coord[r] * stride[r])`; strides of 0 broadcast.
 #[repr(C)]

@@ -62,6 +62,18 @@ fn gathers_with_index_tensors_on_their_device() {
                 assert_eq!(f32s(&got), f32s(&want), "{dtype} on {dev}");
             }
         }
+        // A 1-D index tensor with a stride and an offset (the row kernel reads it as it is).
+        for dtype in [DType::I64, DType::I32] {
+            let every_other = Tensor::from_slice(&[7i64, 5, 0, 2, 9, -1, 3], &[7], dev)
+                .unwrap()
+                .to_dtype(dtype)
+                .unwrap()
+                .i(&s![1..;2])
+                .unwrap();
+            let got = x.i(&s![@&every_other]).unwrap();
+            let want = xc.i(&s![@host_index(&[5, 2, -1], &[3])]).unwrap();
+            assert_eq!(f32s(&got), f32s(&want), "{dtype} on {dev}");
+        }
         // A strided index tensor (a transposed view): read through its layout.
         let idx2 = Tensor::from_slice(&[0i64, 1, 2, 3, 4, 5], &[2, 3], dev)
             .unwrap()

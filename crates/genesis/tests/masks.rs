@@ -186,3 +186,27 @@ fn masked_fill_in_place_and_out_of_place() {
         }
     }
 }
+
+#[test]
+fn masked_select_of_tens_of_millions_keeps_every_element() {
+    // Enough tiles (16 388 of 4096) for the scan's vector path and a partial last tile.
+    let _release = Release;
+    let n = (64usize << 20) + 12_345;
+    let bits: Vec<bool> = (0..n)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 7) % 10 < 3)
+        .collect();
+    let data: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
+    let want: Vec<u8> = data
+        .iter()
+        .zip(&bits)
+        .filter(|(_, b)| **b)
+        .map(|(v, _)| *v)
+        .collect();
+    for dev in devices() {
+        let x = Tensor::from_slice(&data, &[n], dev).unwrap();
+        let mask = Tensor::from_bools(&bits, &[n], dev).unwrap();
+        let got = x.masked_select(&mask).unwrap();
+        assert_eq!(got.shape(), [want.len()], "on {dev}");
+        assert!(got.to_vec::<u8>().unwrap() == want, "on {dev}");
+    }
+}

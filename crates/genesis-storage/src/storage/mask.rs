@@ -50,7 +50,15 @@ impl Storage {
                 let out = crate::cuda::CudaMem::new(s.ordinal(), nbytes)?;
                 // SAFETY: as above; `out` holds `count` elements.
                 unsafe {
-                    genesis_kernels::mask::compact(&stream, es, sp, mp, len, ws.ptr(), out.ptr())?
+                    genesis_kernels::mask::compact(
+                        &stream,
+                        genesis_kernels::mask::eager_compaction(count, len),
+                        es,
+                        sp,
+                        len,
+                        ws.ptr(),
+                        out.ptr(),
+                    )?
                 };
                 Ok(Storage::make(Inner::Cuda(out), self.dtype, count))
             }
@@ -90,7 +98,7 @@ impl Storage {
                 let out = crate::cuda::CudaMem::new(m.ordinal(), byte_len(count, DType::I64)?)?;
                 // SAFETY: the range was checked; `out` holds `count` int64; all live until the
                 // kernel completes (stream-ordered pool).
-                unsafe { genesis_kernels::mask::positions(&stream, mp, len, ws.ptr(), out.ptr())? };
+                unsafe { genesis_kernels::mask::positions(&stream, len, ws.ptr(), out.ptr())? };
                 Ok(Storage::make(Inner::Cuda(out), DType::I64, count))
             }
             _ => {

@@ -4,10 +4,11 @@
 // Compaction keeps row-major order in three launches over tiles of MK_TILE elements:
 //   1. mask_count:   the number of set mask bytes of each tile, and the mask packed into bits
 //                    (16 bits a thread of the later passes, an eighth of the mask's bytes);
-//   2. mask_scan:    one block turns the tile counts into exclusive offsets, and the total;
-//   3. mask_compact: each tile scans its threads' counts, stages its selected elements in
-//                    shared memory in order, and writes them as one coalesced run from its
-//                    offset.
+//                    and the sum of each group of MK_GROUP tiles (one block);
+//   2. mask_scan:    one block turns the group sums into exclusive offsets, and the total;
+//   3. mask_compact: each tile adds the counts of the tiles before it in its group to its
+//                    group's offset, scans its threads' counts, stages its selected elements in
+//                    shared memory in order, and writes them as one coalesced run from there.
 // The host reads the total between 2 and 3 to size the output. The mask is read once (the
 // bits twice, written once), the data once, the output written once. The CPU twin (crates/genesis-kernels/src/mask.rs) gives the
 // same bytes (a copy: no arithmetic).
@@ -37,15 +38,18 @@ __device__ __forceinline__ uint32_t nonzero_nibble(uint32_t w) {
 // eight in flight at once; vector g becomes the 16 bits bits[tile * MK_THREADS + g] (bits past
 // n are clear); a warp reduction gives the tile's count.
 #define MK_COUNT_VECS (MK_TILE / 16 / 32)
+#define MK_GROUP 8
 extern "C" __global__ void __launch_bounds__(256) mask_count(const uint8_t *mask, uint64_t n, uint64_t tiles,
-                                                             uint32_t *counts, uint16_t *bits) {
-    const uint64_t tile = (uint64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
-    if (tile >= tiles) return;
+                                                             uint32_t *counts, uint32_t *group_sums, uint16_t *bits) {
+    __shared__ int warp_counts[MK_GROUP];
+    const uint64_t tile = (uint64_t)blockIdx.x * MK_GROUP + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     const uint64_t base = tile * MK_TILE;
     uint16_t *tb = bits + tile * MK_THREADS;
     int c = 0;
-    if (base + MK_TILE <= n && (((uintptr_t)(mask + base)) & 15) == 0) {
+    if (tile >= tiles) {
+        // Past the last tile: counts nothing (the block's sum still needs this warp).
+    } else if (base + MK_TILE <= n && (((uintptr_t)(mask + base)) & 15) == 0) {
         const uint4 *m4 = reinterpret_cast<const uint4 *>(mask + base);
         uint4 v[MK_COUNT_VECS];
 #pragma unroll
@@ -69,10 +73,36 @@ extern "C" __global__ void __launch_bounds__(256) mask_count(const uint8_t *mask
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) c += __shfl_down_sync(0xffffffffu, c, o);
-    if (lane == 0) counts[tile] = (uint32_t)c;
+    if (lane == 0) {
+        if (tile < tiles) counts[tile] = (uint32_t)c;
+        warp_counts[threadIdx.x >> 5] = c;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int g = 0;
+#pragma unroll
+        for (int w = 0; w < MK_GROUP; ++w) g += warp_counts[w];
+        group_sums[blockIdx.x] = (uint32_t)g;
+    }
 }
 
-// One block of 1024 threads: offsets[i] = sum of counts[0..i), total[0] = sum of all. Each
+// The offset of a tile's first selected element: its group's offset plus the counts of the
+// tiles before it in the group. Computed by warp 0 of the tile's block into *dst_base (shared),
+// read after a __syncthreads.
+__device__ __forceinline__ void tile_base(const uint32_t *counts, const uint64_t *group_offsets, uint64_t tile,
+                                          uint64_t *dst_base) {
+    if (threadIdx.x < 32) {
+        const uint64_t g = tile / MK_GROUP;
+        const uint64_t t = g * MK_GROUP + threadIdx.x;
+        uint32_t v = (threadIdx.x < MK_GROUP && t < tile) ? counts[t] : 0;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+        if (threadIdx.x == 0) *dst_base = group_offsets[g] + v;
+    }
+}
+
+// One block of 1024 threads: offsets[i] = sum of counts[0..i), total[0] = sum of all (over the
+// group sums of mask_count). Each
 // thread takes a run of `per` tiles (a multiple of 4, so that its counts load as 16-byte
 // vectors, four in flight at once): it sums them, the block scans the 1024 sums (warp shuffles,
 // then across warps), and each thread writes its run's offsets in 16-byte stores.
@@ -137,26 +167,23 @@ extern "C" __global__ void __launch_bounds__(1024) mask_scan(const uint32_t *cou
     if (threadIdx.x == 1023) total[0] = incl;
 }
 
-// EAGER: a thread loads its 16 elements together with its mask bytes (both requests in flight
-// at once), for dense masks; otherwise only when one of its mask bytes is set (sparse masks
-// skip most of the data). The host picks by the measured density (the count it reads anyway).
-template <typename T, bool EAGER>
-__device__ __forceinline__ void compact_impl(const T *src, const uint16_t *mbits, uint64_t n,
+// A thread loads its 16 elements only when one of its 16 mask bits is set (sparse masks skip
+// most of the data). (Loading them together with the bits measured slower on the H200 at 50 %
+// and at 1 in 32, once the bits replaced the mask bytes here.)
+template <typename T>
+__device__ __forceinline__ void compact_impl(const T *src, const uint16_t *mbits, uint64_t n, const uint32_t *counts,
                                              const uint64_t *offsets, T *out) {
     // The tile's selected elements are staged in shared memory in order, then written out as one
     // contiguous, coalesced run.
     __shared__ T staged[MK_TILE];
     __shared__ int warp_sums[MK_THREADS / 32];
+    __shared__ uint64_t dst_base;
     const uint64_t tile = blockIdx.x;
+    tile_base(counts, offsets, tile, &dst_base);
     const uint64_t first = tile * MK_TILE + (uint64_t)threadIdx.x * MK_PER_THREAD;
     constexpr int PER = 16 / sizeof(T);
     const bool vec = first + MK_PER_THREAD <= n && (((uintptr_t)(src + first)) & 15) == 0;
     MkVec16<T> x[MK_PER_THREAD / PER];
-    if (EAGER && vec) {
-        const uint4 *s4 = reinterpret_cast<const uint4 *>(src + first);
-#pragma unroll
-        for (int q = 0; q < MK_PER_THREAD / PER; ++q) x[q].raw = s4[q];
-    }
     uint32_t bits = first < n ? mbits[tile * MK_THREADS + threadIdx.x] : 0;
     const int c = __popc(bits);
     // Exclusive scan of the threads' counts: within warps by shuffles, then across warps.
@@ -179,11 +206,9 @@ __device__ __forceinline__ void compact_impl(const T *src, const uint16_t *mbits
     if (bits != 0) {
         if (vec) {
             // The thread's 16 elements in 16-byte loads.
-            if (!EAGER) {
-                const uint4 *s4 = reinterpret_cast<const uint4 *>(src + first);
+            const uint4 *s4 = reinterpret_cast<const uint4 *>(src + first);
 #pragma unroll
-                for (int q = 0; q < MK_PER_THREAD / PER; ++q) x[q].raw = s4[q];
-            }
+            for (int q = 0; q < MK_PER_THREAD / PER; ++q) x[q].raw = s4[q];
 #pragma unroll
             for (int j = 0; j < MK_PER_THREAD; ++j)
                 if (bits & (1u << j)) staged[at++] = x[j / PER].v[j % PER];
@@ -196,7 +221,7 @@ __device__ __forceinline__ void compact_impl(const T *src, const uint16_t *mbits
         }
     }
     __syncthreads();
-    T *dst = out + offsets[tile];
+    T *dst = out + dst_base;
     for (int i = threadIdx.x; i < count; i += MK_THREADS) dst[i] = staged[i];
 }
 
@@ -223,48 +248,61 @@ template <int PER> __device__ __forceinline__ uint32_t mask_bits(const uint8_t *
     return b;
 }
 
-template <typename T>
+// V vectors a thread per step (V = 1, 2, 4): vector j of a step is b + j * blockDim.x +
+// threadIdx.x, so that each of the V loads is coalesced across the warp, and the V mask loads
+// (then the V data loads) are in flight together.
+template <typename T, int V>
 __device__ __forceinline__ void fill_impl(T *dst, const uint8_t *mask, uint64_t n, T value) {
     constexpr int PER = 16 / sizeof(T);
-    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    constexpr uint32_t FULL = PER == 32 ? 0xffffffffu : ((1u << PER) - 1);
     const uint64_t tid = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
     const bool aligned = ((((uintptr_t)dst) | ((uintptr_t)mask)) & 15) == 0;
     uint64_t done = 0;
     if (aligned) {
         const uint64_t nvec = n / PER;
         uint4 *d4 = reinterpret_cast<uint4 *>(dst);
-        for (uint64_t i = tid; i < nvec; i += stride) {
-            const uint32_t bits = mask_bits<PER>(mask + i * PER);
-            if (bits == 0) continue;
-            MkVec16<T> x;
-            if (bits == (PER == 32 ? 0xffffffffu : ((1u << PER) - 1))) {
+        const uint64_t step = (uint64_t)gridDim.x * blockDim.x * V;
+        for (uint64_t b = (uint64_t)blockIdx.x * blockDim.x * V + threadIdx.x; b < nvec; b += step) {
+            uint32_t bits[V];
+            MkVec16<T> x[V];
 #pragma unroll
-                for (int j = 0; j < PER; ++j) x.v[j] = value;
-            } else {
-                x.raw = d4[i];
-#pragma unroll
-                for (int j = 0; j < PER; ++j)
-                    if (bits & (1u << j)) x.v[j] = value;
+            for (int j = 0; j < V; ++j) {
+                const uint64_t i = b + (uint64_t)j * blockDim.x;
+                bits[j] = i < nvec ? mask_bits<PER>(mask + i * PER) : 0;
             }
-            d4[i] = x.raw;
+#pragma unroll
+            for (int j = 0; j < V; ++j)
+                if (bits[j] != 0 && bits[j] != FULL) x[j].raw = d4[b + (uint64_t)j * blockDim.x];
+#pragma unroll
+            for (int j = 0; j < V; ++j) {
+                if (bits[j] == 0) continue;
+#pragma unroll
+                for (int k = 0; k < PER; ++k)
+                    if (bits[j] & (1u << k)) x[j].v[k] = value;
+                d4[b + (uint64_t)j * blockDim.x] = x[j].raw;
+            }
         }
         done = nvec * PER;
     }
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
     for (uint64_t i = done + tid; i < n; i += stride)
         if (mask[i] != 0) dst[i] = value;
 }
 
 #define MASK_KERNELS(E, T)                                                                                       \
     extern "C" __global__ void __launch_bounds__(MK_THREADS)                                                     \
-        mask_compact_e##E(const T *src, const uint16_t *bits, uint64_t n, const uint64_t *offsets, T *out) {     \
-        compact_impl<T, false>(src, bits, n, offsets, out);                                                      \
-    }                                                                                                            \
-    extern "C" __global__ void __launch_bounds__(MK_THREADS) mask_compact_eager_e##E(                            \
-        const T *src, const uint16_t *bits, uint64_t n, const uint64_t *offsets, T *out) {                       \
-        compact_impl<T, true>(src, bits, n, offsets, out);                                                       \
+        mask_compact_e##E(const T *src, const uint16_t *bits, uint64_t n, const uint32_t *counts,                \
+                          const uint64_t *offsets, T *out) {                                                     \
+        compact_impl<T>(src, bits, n, counts, offsets, out);                                                     \
     }                                                                                                            \
     extern "C" __global__ void mask_fill_e##E(T *dst, const uint8_t *mask, uint64_t n, T value) {                \
-        fill_impl<T>(dst, mask, n, value);                                                                       \
+        fill_impl<T, 1>(dst, mask, n, value);                                                                    \
+    }                                                                                                            \
+    extern "C" __global__ void mask_fill_v2_e##E(T *dst, const uint8_t *mask, uint64_t n, T value) {             \
+        fill_impl<T, 2>(dst, mask, n, value);                                                                    \
+    }                                                                                                            \
+    extern "C" __global__ void mask_fill_v4_e##E(T *dst, const uint8_t *mask, uint64_t n, T value) {             \
+        fill_impl<T, 4>(dst, mask, n, value);                                                                    \
     }
 
 MASK_KERNELS(1, uint8_t)
@@ -276,10 +314,12 @@ MASK_KERNELS(8, uint64_t)
 // launch of a compaction, after mask_count and mask_scan, writing positions instead of
 // elements).
 extern "C" __global__ void __launch_bounds__(MK_THREADS)
-    mask_positions(const uint16_t *mbits, uint64_t n, const uint64_t *offsets, int64_t *out) {
+    mask_positions(const uint16_t *mbits, uint64_t n, const uint32_t *counts, const uint64_t *offsets, int64_t *out) {
     __shared__ int64_t staged[MK_TILE];
     __shared__ int warp_sums[MK_THREADS / 32];
+    __shared__ uint64_t dst_base;
     const uint64_t tile = blockIdx.x;
+    tile_base(counts, offsets, tile, &dst_base);
     const uint64_t first = tile * MK_TILE + (uint64_t)threadIdx.x * MK_PER_THREAD;
     uint32_t bits = first < n ? mbits[tile * MK_THREADS + threadIdx.x] : 0;
     const int c = __popc(bits);
@@ -305,6 +345,6 @@ extern "C" __global__ void __launch_bounds__(MK_THREADS)
         staged[at++] = (int64_t)(first + j);
     }
     __syncthreads();
-    int64_t *dst = out + offsets[tile];
+    int64_t *dst = out + dst_base;
     for (int i = threadIdx.x; i < count; i += MK_THREADS) dst[i] = staged[i];
 }

@@ -166,22 +166,37 @@ mod gpu {
             Ok(())
         })?;
         out.push(("mask_count_scan_kernels_64Mi", n, t));
-        for (eager, name) in [
-            (true, "mask_compact_eager_50pct_64Mi_f32"),
-            (false, "mask_compact_lazy_50pct_64Mi_f32"),
+        let t = time(&ctx, || {
+            // SAFETY: after count_and_scan on the same mask and workspace; `sel` holds n f32.
+            unsafe {
+                genesis_kernels::mask::compact(
+                    &legacy,
+                    4,
+                    big.device_ptr().unwrap_or(0),
+                    n,
+                    wp,
+                    sel.device_ptr().unwrap_or(0),
+                )?
+            };
+            Ok(())
+        })?;
+        out.push(("mask_compact_50pct_64Mi_f32", n * 4 + n / 8 + n * 2, t));
+        // masked_fill of the 50 % mask, 1, 2 or 4 vectors a thread.
+        for (vectors, name) in [
+            (1u32, "mask_fill_v1_50pct_64Mi_f32"),
+            (2, "mask_fill_v2_50pct_64Mi_f32"),
+            (4, "mask_fill_v4_50pct_64Mi_f32"),
         ] {
             let t = time(&ctx, || {
-                // SAFETY: after count_and_scan on the same mask and workspace; `sel` holds n
-                // f32.
+                // SAFETY: `sel` holds n f32 (its values do not matter), the mask n bytes.
                 unsafe {
-                    genesis_kernels::mask::compact(
+                    genesis_kernels::mask::fill_with(
                         &legacy,
-                        eager,
-                        4,
-                        big.device_ptr().unwrap_or(0),
-                        n,
-                        wp,
+                        vectors,
                         sel.device_ptr().unwrap_or(0),
+                        mp,
+                        n,
+                        &1.5f32.to_le_bytes(),
                     )?
                 };
                 Ok(())
@@ -196,27 +211,21 @@ mod gpu {
         let sp_ptr = sparse.device_ptr().unwrap_or(0);
         // SAFETY: as above, for the sparse mask.
         unsafe { genesis_kernels::mask::count_and_scan(&legacy, sp_ptr, n, wp)? };
-        for (eager, name) in [
-            (true, "mask_compact_eager_3pct_64Mi_f32"),
-            (false, "mask_compact_lazy_3pct_64Mi_f32"),
-        ] {
-            let t = time(&ctx, || {
-                // SAFETY: as above, after the sparse mask's count_and_scan.
-                unsafe {
-                    genesis_kernels::mask::compact(
-                        &legacy,
-                        eager,
-                        4,
-                        big.device_ptr().unwrap_or(0),
-                        n,
-                        wp,
-                        sel.device_ptr().unwrap_or(0),
-                    )?
-                };
-                Ok(())
-            })?;
-            out.push((name, n * 4 + n + n / 8, t));
-        }
+        let t = time(&ctx, || {
+            // SAFETY: as above, after the sparse mask's count_and_scan.
+            unsafe {
+                genesis_kernels::mask::compact(
+                    &legacy,
+                    4,
+                    big.device_ptr().unwrap_or(0),
+                    n,
+                    wp,
+                    sel.device_ptr().unwrap_or(0),
+                )?
+            };
+            Ok(())
+        })?;
+        out.push(("mask_compact_3pct_64Mi_f32", n * 2 + n / 8 + n / 8, t));
         println!("{:<30} {:>10} {:>10}", "case", "median ms", "GB/s");
         let mut rows_json = Vec::new();
         for (name, bytes, ms) in &out {

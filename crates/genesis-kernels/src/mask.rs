@@ -69,17 +69,9 @@ mod gpu {
     use super::{TILE, check_size};
     use crate::{Result, images};
 
-    /// Whether a compaction selecting `selected` of `n` elements loads its data eagerly: when
-    /// at least one element in 4 is selected. Then a thread's 16 mask bytes are all clear for
-    /// at most 1 % of threads, and loading the data without waiting for them hides a memory
-    /// latency (H200: 1.5 % faster at 50 %); below, skipping the data of clear threads wins
-    /// (24 % faster at 1 in 32).
-    pub fn eager_compaction(selected: usize, n: usize) -> bool {
-        selected.saturating_mul(4) >= n
-    }
-
-    /// Device workspace of a compaction of `n` elements: tile counts (u32), tile offsets (u64),
-    /// the total (u64) and the mask packed into bits, in bytes.
+    /// Device workspace of a compaction of `n` elements: tile counts (u32), the sums of groups
+    /// of 8 tiles (u32) and their offsets (u64), the total (u64) and the mask packed into bits,
+    /// in bytes.
     pub fn compaction_workspace_bytes(n: usize) -> usize {
         let w = Workspace::at(0, n);
         w.bits as usize + w.tiles * TILE / 8
@@ -88,20 +80,29 @@ mod gpu {
     /// Where the parts of a compaction workspace are.
     struct Workspace {
         tiles: usize,
+        groups: usize,
         counts: u64,
+        group_sums: u64,
         offsets: u64,
         total: u64,
         bits: u64,
     }
 
+    /// Tiles per group (`MK_GROUP`): the blocks of `mask_count`.
+    const GROUP: usize = 8;
+
     impl Workspace {
         fn at(workspace: u64, n: usize) -> Workspace {
             let tiles = n.div_ceil(TILE).max(1);
-            let offsets = workspace + (tiles * 4).next_multiple_of(16) as u64;
-            let total = offsets + (tiles * 8) as u64;
+            let groups = tiles.div_ceil(GROUP);
+            let group_sums = workspace + (tiles * 4).next_multiple_of(16) as u64;
+            let offsets = group_sums + (groups * 4).next_multiple_of(16) as u64;
+            let total = offsets + (groups * 8) as u64;
             Workspace {
                 tiles,
+                groups,
                 counts: workspace,
+                group_sums,
                 offsets,
                 total,
                 bits: (total + 8).next_multiple_of(16),
@@ -125,27 +126,36 @@ mod gpu {
     ) -> Result<u64> {
         let Workspace {
             tiles,
+            groups,
             counts,
+            group_sums,
             offsets,
             total,
             bits,
         } = Workspace::at(workspace, n);
         let ctx = stream.context();
         let count = Kernel::get(ctx, &images::MASK, "mask_count")?;
-        let (mut m, mut n64, mut t64, mut c, mut b) = (mask, n as u64, tiles as u64, counts, bits);
-        let mut params: [*mut c_void; 5] = [
+        let (mut m, mut n64, mut t64, mut c, mut g, mut b) =
+            (mask, n as u64, tiles as u64, counts, group_sums, bits);
+        let mut params: [*mut c_void; 6] = [
             (&raw mut m).cast(),
             (&raw mut n64).cast(),
             (&raw mut t64).cast(),
             (&raw mut c).cast(),
+            (&raw mut g).cast(),
             (&raw mut b).cast(),
         ];
-        let blocks = tiles.div_ceil(8) as u32;
-        // SAFETY: the parameters match `mask_count(const u8*, u64, u64, u32*, u16*)`; one warp
-        // per tile, eight a block.
-        unsafe { count.launch(stream, LaunchConfig::linear(blocks, 256), &mut params)? };
+        // SAFETY: the parameters match `mask_count(const u8*, u64, u64, u32*, u32*, u16*)`; one
+        // warp per tile, a group of tiles a block.
+        unsafe {
+            count.launch(
+                stream,
+                LaunchConfig::linear(groups as u32, 256),
+                &mut params,
+            )?
+        };
         let scan = Kernel::get(ctx, &images::MASK, "mask_scan")?;
-        let (mut c, mut t64, mut o, mut tot) = (counts, tiles as u64, offsets, total);
+        let (mut c, mut t64, mut o, mut tot) = (group_sums, groups as u64, offsets, total);
         let mut params: [*mut c_void; 4] = [
             (&raw mut c).cast(),
             (&raw mut t64).cast(),
@@ -158,20 +168,16 @@ mod gpu {
     }
 
     /// The last launch of a compaction: writes the selected `elem_bytes`-byte elements of `src`
-    /// to `out` in order (the mask as [`count_and_scan`] left it in the workspace). `eager`:
-    /// each thread loads its data together with its mask bits (for dense masks: both requests
-    /// in flight at once); otherwise only when one of its bits is set (sparse masks skip most
-    /// of the data); see [`eager_compaction`].
+    /// to `out` in order (the mask as [`count_and_scan`] left it in the workspace, as bits: a
+    /// thread whose 16 bits are clear reads none of its data).
     ///
     /// # Safety
     ///
     /// After [`count_and_scan`] of `n` mask bytes into `workspace`, on the same stream; `src`
     /// holding `n` elements and `out` the total, 16-byte aligned or not, all valid until the
     /// kernel completes.
-    #[allow(clippy::too_many_arguments)]
     pub unsafe fn compact(
         stream: &Stream,
-        eager: bool,
         elem_bytes: usize,
         src: u64,
         n: usize,
@@ -184,31 +190,30 @@ mod gpu {
         }
         let Workspace {
             tiles,
+            counts,
             offsets,
             bits,
             ..
         } = Workspace::at(workspace, n);
-        let name = match (eager, elem_bytes) {
-            (false, 1) => "mask_compact_e1",
-            (false, 2) => "mask_compact_e2",
-            (false, 4) => "mask_compact_e4",
-            (false, _) => "mask_compact_e8",
-            (true, 1) => "mask_compact_eager_e1",
-            (true, 2) => "mask_compact_eager_e2",
-            (true, 4) => "mask_compact_eager_e4",
-            (true, _) => "mask_compact_eager_e8",
+        let name = match elem_bytes {
+            1 => "mask_compact_e1",
+            2 => "mask_compact_e2",
+            4 => "mask_compact_e4",
+            _ => "mask_compact_e8",
         };
         let kernel = Kernel::get(stream.context(), &images::MASK, name)?;
-        let (mut s, mut m, mut n64, mut o, mut d) = (src, bits, n as u64, offsets, out);
-        let mut params: [*mut c_void; 5] = [
+        let (mut s, mut m, mut n64, mut c, mut o, mut d) =
+            (src, bits, n as u64, counts, offsets, out);
+        let mut params: [*mut c_void; 6] = [
             (&raw mut s).cast(),
             (&raw mut m).cast(),
             (&raw mut n64).cast(),
+            (&raw mut c).cast(),
             (&raw mut o).cast(),
             (&raw mut d).cast(),
         ];
         // SAFETY: the parameters match `mask_compact_e<E>(const T*, const u16*, u64, const
-        // u64*, T*)`; one block per tile, as in `count_and_scan`.
+        // u32*, const u64*, T*)`; one block per tile, as in `count_and_scan`.
         unsafe { kernel.launch(stream, LaunchConfig::linear(tiles as u32, 256), &mut params)? };
         Ok(())
     }
@@ -225,19 +230,22 @@ mod gpu {
         }
         let Workspace {
             tiles,
+            counts,
             offsets,
             bits,
             ..
         } = Workspace::at(workspace, n);
         let kernel = Kernel::get(stream.context(), &images::MASK, "mask_positions")?;
-        let (mut m, mut n64, mut o, mut d) = (bits, n as u64, offsets, out);
-        let mut params: [*mut c_void; 4] = [
+        let (mut m, mut n64, mut c, mut o, mut d) = (bits, n as u64, counts, offsets, out);
+        let mut params: [*mut c_void; 5] = [
             (&raw mut m).cast(),
             (&raw mut n64).cast(),
+            (&raw mut c).cast(),
             (&raw mut o).cast(),
             (&raw mut d).cast(),
         ];
-        // SAFETY: the parameters match `mask_positions(const u16*, u64, const u64*, i64*)`; one
+        // SAFETY: the parameters match `mask_positions(const u16*, u64, const u32*, const u64*,
+        // i64*)`; one
         // block per tile, as in `count_and_scan`.
         unsafe { kernel.launch(stream, LaunchConfig::linear(tiles as u32, 256), &mut params)? };
         Ok(())
@@ -251,16 +259,46 @@ mod gpu {
     /// `dst` must hold `n` elements and `mask` `n` bytes of device memory of the stream's
     /// device, valid until the kernel completes.
     pub unsafe fn fill(stream: &Stream, dst: u64, mask: u64, n: usize, value: &[u8]) -> Result<()> {
+        // SAFETY: forwarded.
+        unsafe { fill_with(stream, FILL_VECTORS, dst, mask, n, value) }
+    }
+
+    /// 16-byte vectors a thread of [`fill`] takes per step (H200, 50 % of 64 Mi f32: 0.1564 ms
+    /// with 1, 0.1524 with 2, 0.1516 with 4).
+    pub const FILL_VECTORS: u32 = 4;
+
+    /// [`fill`] with `vectors` (1, 2 or 4) 16-byte vectors a thread per step (for tuning).
+    ///
+    /// # Safety
+    ///
+    /// As [`fill`].
+    pub unsafe fn fill_with(
+        stream: &Stream,
+        vectors: u32,
+        dst: u64,
+        mask: u64,
+        n: usize,
+        value: &[u8],
+    ) -> Result<()> {
         check_size("masked_fill", value.len())?;
         if n == 0 {
             return Ok(());
         }
-        let name = match value.len() {
-            1 => "mask_fill_e1",
-            2 => "mask_fill_e2",
-            4 => "mask_fill_e4",
-            _ => "mask_fill_e8",
+        let name = match (vectors, value.len()) {
+            (4, 1) => "mask_fill_v4_e1",
+            (4, 2) => "mask_fill_v4_e2",
+            (4, 4) => "mask_fill_v4_e4",
+            (4, _) => "mask_fill_v4_e8",
+            (2, 1) => "mask_fill_v2_e1",
+            (2, 2) => "mask_fill_v2_e2",
+            (2, 4) => "mask_fill_v2_e4",
+            (2, _) => "mask_fill_v2_e8",
+            (_, 1) => "mask_fill_e1",
+            (_, 2) => "mask_fill_e2",
+            (_, 4) => "mask_fill_e4",
+            (_, _) => "mask_fill_e8",
         };
+        let vectors = if matches!(vectors, 2 | 4) { vectors } else { 1 };
         let kernel = Kernel::get(stream.context(), &images::MASK, name)?;
         let mut v = [0u8; 8];
         v[..value.len()].copy_from_slice(value);
@@ -272,11 +310,12 @@ mod gpu {
             (&raw mut n64).cast(),
             (&raw mut v64).cast(),
         ];
-        // One 16-byte vector a thread (a grid-stride loop also covers unaligned operands).
-        let per = (16 / value.len()) as u64;
+        // `vectors` 16-byte vectors a thread (a grid-stride loop also covers unaligned
+        // operands).
+        let per = (16 / value.len()) as u64 * u64::from(vectors);
         let blocks = (n as u64).div_ceil(256 * per).clamp(1, (1 << 31) - 1) as u32;
-        // SAFETY: the parameters match `mask_fill_e<E>(T*, const u8*, u64, T)`: the value is
-        // passed in the first `E` bytes of an 8-byte little-endian word, which is how the
+        // SAFETY: the parameters match `mask_fill[_vV]_e<E>(T*, const u8*, u64, T)`: the value
+        // is passed in the first `E` bytes of an 8-byte little-endian word, which is how the
         // driver reads a `T` argument from the pointed-to bytes.
         unsafe { kernel.launch(stream, LaunchConfig::linear(blocks, 256), &mut params)? };
         Ok(())

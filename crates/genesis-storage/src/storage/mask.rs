@@ -50,15 +50,7 @@ impl Storage {
                 let out = crate::cuda::CudaMem::new(s.ordinal(), nbytes)?;
                 // SAFETY: as above; `out` holds `count` elements.
                 unsafe {
-                    genesis_kernels::mask::compact(
-                        &stream,
-                        genesis_kernels::mask::eager_compaction(count, len),
-                        es,
-                        sp,
-                        len,
-                        ws.ptr(),
-                        out.ptr(),
-                    )?
+                    genesis_kernels::mask::compact(&stream, es, sp, len, ws.ptr(), out.ptr())?
                 };
                 Ok(Storage::make(Inner::Cuda(out), self.dtype, count))
             }

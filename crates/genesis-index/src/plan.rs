@@ -410,11 +410,18 @@ pub fn plan(input: &Layout, items: &[IndexItem], assign: bool) -> Result<IndexPl
                                 ),
                             });
                         }
-                        adv.push((
-                            vdim + d,
-                            vec![n],
-                            Src::Device(c.clone(), covered[d], in_dim + d),
-                        ));
+                        let src = if c.on_host() {
+                            // Coordinates in a host storage: read and checked like any host
+                            // index array.
+                            let mut data = Vec::with_capacity(n);
+                            for &i in &c.to_host()?.data {
+                                data.push(wrap(i, covered[d], in_dim + d)? as i64);
+                            }
+                            Src::Host(data)
+                        } else {
+                            Src::Device(c.clone(), covered[d], in_dim + d)
+                        };
+                        adv.push((vdim + d, vec![n], src));
                     }
                     vdim += k;
                 }

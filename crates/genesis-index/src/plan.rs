@@ -23,12 +23,16 @@ pub enum PlanKind {
     Fill,
 }
 
-/// How a boolean mask is turned into indices.
+/// How a boolean mask is turned into indices (chosen by what the mask covers; its measured
+/// density is in [`MaskPlan`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MaskStrategy {
-    /// A mask over every dimension it covers, compacted in one row-major pass.
+    /// A mask over every dimension of the tensor: its set positions in one ordered pass (on a
+    /// CUDA device: a count, a scan and one pass writing positions), then a gather of single
+    /// elements. [`get`](crate::get) with a device mask over a whole contiguous tensor skips the
+    /// positions and compacts the elements themselves in that one pass.
     FullCompaction,
-    /// A mask over leading dimensions: the selected row indices, then a row gather.
+    /// A mask over leading dimensions: the selected row indices, then a gather of whole rows.
     RowIndices,
 }
 

@@ -822,11 +822,11 @@ impl<B: Backend> State<B> {
         b.seq = seq;
         let (addr, generation) = (b.addr, b.generation);
         let pool = Pool::of(size);
-        self.stats.allocation.add(pool, 1);
-        self.stats.active.add(pool, 1);
-        self.stats.allocated_bytes.add(pool, size as i64);
-        self.stats.active_bytes.add(pool, size as i64);
-        self.stats.requested_bytes.add(pool, requested as i64);
+        self.stats.allocation.inc(pool, 1);
+        self.stats.active.inc(pool, 1);
+        self.stats.allocated_bytes.inc(pool, size as i64);
+        self.stats.active_bytes.inc(pool, size as i64);
+        self.stats.requested_bytes.inc(pool, requested as i64);
         self.log_event(crate::history::Event::Alloc {
             addr,
             size,
@@ -1028,9 +1028,9 @@ impl<B: Backend> State<B> {
         };
         let (size, requested, addr, stream) = (b.size, b.requested, b.addr, b.stream);
         let pool = Pool::of(size);
-        self.stats.allocation.add(pool, -1);
-        self.stats.allocated_bytes.add(pool, -(size as i64));
-        self.stats.requested_bytes.add(pool, -(requested as i64));
+        self.stats.allocation.dec(pool, 1);
+        self.stats.allocated_bytes.dec(pool, size as i64);
+        self.stats.requested_bytes.dec(pool, requested as i64);
         self.clock += 1;
         self.log_event(crate::history::Event::Free { addr, size, stream });
         if !self.blocks[id as usize].other_streams.is_empty() {
@@ -1066,8 +1066,8 @@ impl<B: Backend> State<B> {
         b.state = BlockState::Cached;
         b.site = None;
         let pool = Pool::of(size);
-        self.stats.active.add(pool, -1);
-        self.stats.active_bytes.add(pool, -(size as i64));
+        self.stats.active.dec(pool, 1);
+        self.stats.active_bytes.dec(pool, size as i64);
         self.count_inactive(id, 1);
         let slot = self
             .quick_slot((stream, size), true)

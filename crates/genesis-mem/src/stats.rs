@@ -28,8 +28,8 @@ impl Pool {
     #[inline(always)]
     fn index(self) -> usize {
         match self {
-            Pool::Small => 1,
-            Pool::Large => 2,
+            Pool::Small => 0,
+            Pool::Large => 1,
         }
     }
 }
@@ -47,52 +47,73 @@ pub struct Stat {
     pub freed: i64,
 }
 
-impl Stat {
-    #[inline(always)]
-    fn add(&mut self, n: i64) {
-        if n >= 0 {
-            self.current += n;
-            self.allocated += n;
-            self.peak = self.peak.max(self.current);
-        } else {
-            self.current += n;
-            self.freed -= n;
-        }
-    }
+/// A statistic for all pools, the small pool and the large pool (`.all`, `.small_pool`,
+/// `.large_pool`). The allocator's hot path updates one pool's figures and the peak of the
+/// total; the total's current value and sums are the pools' added up when read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatArray {
+    /// The small and the large pool.
+    pools: [Stat; 2],
+    /// Highest value of the total since the last reset of peaks.
+    all_peak: i64,
 }
 
-/// A statistic for all pools, the small pool and the large pool (`.all`, `.small_pool`,
-/// `.large_pool`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct StatArray(pub [Stat; 3]);
-
 impl StatArray {
-    /// Adds `n` (negative to remove) to the pool's stat and to the total.
+    /// Adds `n` (negative to remove) to the pool's stat (and so to the total).
     #[inline(always)]
     pub(crate) fn add(&mut self, pool: Pool, n: i64) {
-        self.0[0].add(n);
-        self.0[pool.index()].add(n);
+        if n >= 0 {
+            self.inc(pool, n);
+        } else {
+            self.dec(pool, -n);
+        }
+    }
+
+    /// Adds `n` ≥ 0 to the pool's stat.
+    #[inline(always)]
+    pub(crate) fn inc(&mut self, pool: Pool, n: i64) {
+        let p = &mut self.pools[pool.index()];
+        p.current += n;
+        p.allocated += n;
+        p.peak = p.peak.max(p.current);
+        let all = self.pools[0].current + self.pools[1].current;
+        self.all_peak = self.all_peak.max(all);
+    }
+
+    /// Removes `n` ≥ 0 from the pool's stat.
+    #[inline(always)]
+    pub(crate) fn dec(&mut self, pool: Pool, n: i64) {
+        let p = &mut self.pools[pool.index()];
+        p.current -= n;
+        p.freed += n;
     }
 
     /// All pools.
     pub fn all(&self) -> Stat {
-        self.0[0]
+        let [s, l] = self.pools;
+        Stat {
+            current: s.current + l.current,
+            peak: self.all_peak,
+            allocated: s.allocated + l.allocated,
+            freed: s.freed + l.freed,
+        }
     }
 
     /// The small pool.
     pub fn small_pool(&self) -> Stat {
-        self.0[1]
+        self.pools[0]
     }
 
     /// The large pool.
     pub fn large_pool(&self) -> Stat {
-        self.0[2]
+        self.pools[1]
     }
 
     fn reset_peak(&mut self) {
-        for s in &mut self.0 {
+        for s in &mut self.pools {
             s.peak = s.current;
         }
+        self.all_peak = self.all().current;
     }
 }
 
@@ -204,9 +225,9 @@ impl Stats {
         let mut m = BTreeMap::new();
         for (name, arr) in self.arrays() {
             for (pool, stat) in [
-                ("all", arr.0[0]),
-                ("small_pool", arr.0[1]),
-                ("large_pool", arr.0[2]),
+                ("all", arr.all()),
+                ("small_pool", arr.small_pool()),
+                ("large_pool", arr.large_pool()),
             ] {
                 for (field, v) in [
                     ("current", stat.current),

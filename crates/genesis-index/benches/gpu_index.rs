@@ -166,21 +166,28 @@ mod gpu {
             Ok(())
         })?;
         out.push(("mask_count_scan_kernels_64Mi", n, t));
-        let t = time(&ctx, || {
-            // SAFETY: after count_and_scan on the same mask and workspace; `sel` holds n f32.
-            unsafe {
-                genesis_kernels::mask::compact(
-                    &legacy,
-                    4,
-                    big.device_ptr().unwrap_or(0),
-                    n,
-                    wp,
-                    sel.device_ptr().unwrap_or(0),
-                )?
-            };
-            Ok(())
-        })?;
-        out.push(("mask_compact_50pct_64Mi_f32", n * 4 + n / 8 + n * 2, t));
+        // The compaction kernel alone, after a count_and_scan of the mask into `wp`.
+        let compact_ms = || {
+            time(&ctx, || {
+                // SAFETY: after count_and_scan on the workspace; `sel` holds n f32.
+                unsafe {
+                    genesis_kernels::mask::compact(
+                        &legacy,
+                        4,
+                        big.device_ptr().unwrap_or(0),
+                        n,
+                        wp,
+                        sel.device_ptr().unwrap_or(0),
+                    )?
+                };
+                Ok(())
+            })
+        };
+        out.push((
+            "mask_compact_50pct_64Mi_f32",
+            n * 4 + n / 8 + n * 2,
+            compact_ms()?,
+        ));
         // masked_fill of the 50 % mask, 1, 2 or 4 vectors a thread.
         for (vectors, name) in [
             (1u32, "mask_fill_v1_50pct_64Mi_f32"),
@@ -203,29 +210,21 @@ mod gpu {
             })?;
             out.push((name, n * 4 + n + n * 2, t));
         }
-        // A sparse mask (1 in 32): which loading wins there.
+        // A sparse mask (1 in 32): the compaction skips the data of threads whose bits are
+        // clear.
         for (i, b) in bits.iter_mut().enumerate() {
             *b = u8::from(i % 32 == 7);
         }
         let sparse = Storage::from_bytes(&bits, DType::Bool, Device::Cuda(0))?;
-        let sp_ptr = sparse.device_ptr().unwrap_or(0);
         // SAFETY: as above, for the sparse mask.
-        unsafe { genesis_kernels::mask::count_and_scan(&legacy, sp_ptr, n, wp)? };
-        let t = time(&ctx, || {
-            // SAFETY: as above, after the sparse mask's count_and_scan.
-            unsafe {
-                genesis_kernels::mask::compact(
-                    &legacy,
-                    4,
-                    big.device_ptr().unwrap_or(0),
-                    n,
-                    wp,
-                    sel.device_ptr().unwrap_or(0),
-                )?
-            };
-            Ok(())
-        })?;
-        out.push(("mask_compact_3pct_64Mi_f32", n * 2 + n / 8 + n / 8, t));
+        unsafe {
+            genesis_kernels::mask::count_and_scan(&legacy, sparse.device_ptr().unwrap_or(0), n, wp)?
+        };
+        out.push((
+            "mask_compact_3pct_64Mi_f32",
+            n * 2 + n / 8 + n / 8,
+            compact_ms()?,
+        ));
         println!("{:<30} {:>10} {:>10}", "case", "median ms", "GB/s");
         let mut rows_json = Vec::new();
         for (name, bytes, ms) in &out {

@@ -157,7 +157,7 @@ fn prepare_indices(adv: &Advanced, device: Device) -> Result<Indices> {
         }
         if nb > 0 && *size == 0 {
             // Every value is out of range: report the first without running anything.
-            return Err(out_of_range(index, 0, *dim, 0));
+            return Err(first_out_of_range(index, 0, *dim));
         }
         let layout = layout_desc(&index.view)?;
         let (sp, op, bp) = (
@@ -187,37 +187,6 @@ fn prepare_indices(adv: &Advanced, device: Device) -> Result<Indices> {
     })
 }
 
-/// The out-of-range error for position `b` of a device index array (reads that one value).
-fn out_of_range(index: &StoredIndex, b: usize, dim: usize, size: usize) -> Error {
-    let l = index.view.layout();
-    let (mut rem, mut off) = (b, l.offset() as isize);
-    for (&d, &st) in l.shape().iter().zip(l.strides()).rev() {
-        if d > 0 {
-            off += (rem % d) as isize * st;
-            rem /= d;
-        }
-    }
-    let one = Layout::new(&[1], &[1], off.max(0) as usize);
-    let value = index
-        .view
-        .relayout(one)
-        .map_err(Error::from)
-        .and_then(|v| {
-            Ok(StoredIndex {
-                view: v,
-                dtype: index.dtype,
-            }
-            .to_host()?)
-        })
-        .map(|t| t.data.first().copied().unwrap_or(0))
-        .unwrap_or(i64::MIN);
-    Error::IndexOutOfRange {
-        dim,
-        index: value,
-        size,
-    }
-}
-
 /// Reads the normalisation's reports (one synchronisation): the first bad value, as an error.
 fn check_bad(adv: &Advanced, ix: &Indices) -> Result<()> {
     let Some(bad) = &ix.bad else { return Ok(()) };
@@ -232,9 +201,11 @@ fn check_bad(adv: &Advanced, ix: &Indices) -> Result<()> {
         .chunks_exact(8)
         .map(|w| i64::from_le_bytes(w.try_into().expect("8 bytes")))
         .collect();
+    // A word names the array's first bad position; the error reads the array back to name its
+    // value (the same first one, in row-major order).
     for (arr, &w) in adv.indices.iter().zip(&words) {
         if let (IndexArray::Device { index, size, dim }, true) = (arr, w != -1) {
-            return Err(out_of_range(index, w as usize, *dim, *size));
+            return Err(first_out_of_range(index, *size, *dim));
         }
     }
     Ok(())
@@ -264,8 +235,6 @@ pub(crate) fn gather(input: &View, p: &IndexPlan) -> Result<View> {
         .expect("a gather plan has an advanced part");
     let src = input.storage();
     let device = ordinal(src)?;
-    let n: usize = p.result_shape.iter().product();
-    let d = desc(p, adv)?;
     let size = src.dtype().size();
     let sp = src.device_ptr().unwrap_or(0);
     let rows = rows16(p, adv, size).filter(|_| sp.is_multiple_of(16));
@@ -275,6 +244,8 @@ pub(crate) fn gather(input: &View, p: &IndexPlan) -> Result<View> {
     {
         return gather_rows_raw(p, src, index, *size, *dim, &rows);
     }
+    let n: usize = p.result_shape.iter().product();
+    let d = desc(p, adv)?;
     let ix = prepare_indices(adv, src.device())?;
     let idx = &ix.idx;
     let out = Storage::empty(n, src.dtype(), src.device())?;
@@ -312,7 +283,7 @@ fn gather_rows_raw(
 ) -> Result<View> {
     let n: usize = p.result_shape.iter().product();
     if rows.nrows > 0 && size == 0 {
-        return Err(out_of_range(index, 0, dim, 0));
+        return Err(first_out_of_range(index, 0, dim));
     }
     let out = Storage::empty(n, src.dtype(), src.device())?;
     let stream = queue(ordinal(src)?)?;
@@ -348,8 +319,8 @@ fn gather_rows_raw(
     )?)
 }
 
-/// The out-of-range error for the first bad value of a device index array (reads it back: the
-/// error path).
+/// The out-of-range error for the first bad value (row-major) of a device index array: reads
+/// the array back (the error path only).
 fn first_out_of_range(index: &StoredIndex, size: usize, dim: usize) -> Error {
     let values = match index.to_host() {
         Ok(t) => t.data,

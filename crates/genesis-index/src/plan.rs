@@ -142,6 +142,25 @@ fn host_items(items: &[IndexItem]) -> Result<Cow<'_, [IndexItem]>> {
     Ok(Cow::Owned(out))
 }
 
+/// The `mask_shape.len()` dimensions of `view` from `vdim` that a mask indexes; an error unless
+/// the mask has their shape (`in_dim`: the first input dimension, for the message).
+fn mask_covers<'a>(
+    view: &'a Layout,
+    vdim: usize,
+    mask_shape: &[usize],
+    in_dim: usize,
+) -> Result<&'a [usize]> {
+    let covered = &view.shape()[vdim..vdim + mask_shape.len()];
+    if covered != mask_shape {
+        return Err(Error::ShapeMismatch {
+            what: format!(
+                "mask of shape {mask_shape:?} does not match the indexed dimensions {covered:?} (from dimension {in_dim})"
+            ),
+        });
+    }
+    Ok(covered)
+}
+
 /// A mask over `k` of `ndim` dimensions, `selected` of `total` set: a mask over every
 /// dimension is compacted in one row-major pass; a mask over leading dimensions selects rows,
 /// then gathers them.
@@ -336,15 +355,7 @@ pub fn plan(input: &Layout, items: &[IndexItem], assign: bool) -> Result<IndexPl
             }
             IndexItem::Tensor(t) if t.dtype == IndexDType::Bool => {
                 let k = t.shape.len();
-                let covered = &view.shape()[vdim..vdim + k];
-                if covered != t.shape.as_slice() {
-                    return Err(Error::ShapeMismatch {
-                        what: format!(
-                            "mask of shape {:?} does not match the indexed dimensions {:?} (from dimension {in_dim})",
-                            t.shape, covered
-                        ),
-                    });
-                }
+                mask_covers(&view, vdim, &t.shape, in_dim)?;
                 // nonzero(): one index array per mask dimension, in row-major order.
                 let mut coords: Vec<Vec<i64>> = vec![Vec::new(); k];
                 let mut idx = vec![0usize; k];
@@ -381,25 +392,17 @@ pub fn plan(input: &Layout, items: &[IndexItem], assign: bool) -> Result<IndexPl
             }
             IndexItem::Nonzero(m) => {
                 let k = m.mask_shape.len();
-                let covered = &view.shape()[vdim..vdim + k];
-                if covered != m.mask_shape.as_slice() {
-                    return Err(Error::ShapeMismatch {
-                        what: format!(
-                            "mask of shape {:?} does not match the indexed dimensions {:?} (from dimension {in_dim})",
-                            m.mask_shape, covered
+                let covered = mask_covers(&view, vdim, &m.mask_shape, in_dim)?.to_vec();
+                let n = m.selected;
+                if k != 0 && m.coords.len() != k {
+                    return Err(Error::InvalidIndex {
+                        reason: format!(
+                            "mask coordinates: {} arrays for a mask of {k} dimension(s)",
+                            m.coords.len()
                         ),
                     });
                 }
-                let n = m.selected;
-                if k == 0 || m.coords.len() != k {
-                    if k != 0 {
-                        return Err(Error::InvalidIndex {
-                            reason: format!(
-                                "mask coordinates: {} arrays for a mask of {k} dimension(s)",
-                                m.coords.len()
-                            ),
-                        });
-                    }
+                if k == 0 {
                     view = view.unsqueeze(vdim as isize)?;
                     adv.push((vdim, vec![n], Src::Host(vec![0; n])));
                     vdim += 1;

@@ -187,25 +187,38 @@ GX_ADD(f64, double)
 // `base_units`. blockIdx.y strides over rows; blockIdx.x picks a chunk of RW_UNROLL * blockDim.x
 // units of the row, and each thread issues its RW_UNROLL loads before its stores (several
 // 16-byte requests in flight per thread).
+// Blocks are RW_THREADS threads (the launcher's block size). A chunk that lies wholly inside
+// the row (every chunk of a long row but the last) is copied without bounds checks through
+// 32-bit offsets from one base pointer; the checked gather (the x[idx] fast path) then needs 44
+// registers and is bounded to five resident blocks an SM (68 registers before: three). The
+// unchecked kernels keep their 72 registers: bounding them made ptxas spill.
 #define RW_UNROLL 8
+#define RW_THREADS 256
 
 __device__ __forceinline__ void copy_row_chunk(uint4 *d, const uint4 *s, int64_t row_units) {
-    const int64_t chunk = (int64_t)blockIdx.x * blockDim.x * RW_UNROLL;
+    const int64_t first = (int64_t)blockIdx.x * (RW_THREADS * RW_UNROLL) + threadIdx.x;
+    const uint4 *sp = s + first;
+    uint4 *dp = d + first;
+    const int64_t left = row_units - first;
     uint4 v[RW_UNROLL];
+    if (left > (RW_UNROLL - 1) * RW_THREADS) {
 #pragma unroll
-    for (int q = 0; q < RW_UNROLL; ++q) {
-        const int64_t u = chunk + q * (int64_t)blockDim.x + threadIdx.x;
-        if (u < row_units) v[q] = s[u];
+        for (int q = 0; q < RW_UNROLL; ++q) v[q] = sp[q * RW_THREADS];
+#pragma unroll
+        for (int q = 0; q < RW_UNROLL; ++q) dp[q * RW_THREADS] = v[q];
+        return;
     }
 #pragma unroll
-    for (int q = 0; q < RW_UNROLL; ++q) {
-        const int64_t u = chunk + q * (int64_t)blockDim.x + threadIdx.x;
-        if (u < row_units) d[u] = v[q];
-    }
+    for (int q = 0; q < RW_UNROLL; ++q)
+        if (q * RW_THREADS < left) v[q] = sp[q * RW_THREADS];
+#pragma unroll
+    for (int q = 0; q < RW_UNROLL; ++q)
+        if (q * RW_THREADS < left) dp[q * RW_THREADS] = v[q];
 }
 
 extern "C" __global__ void index_gather_rows16(const uint4 *src, uint4 *dst, const int64_t *idx, int64_t nrows,
                                                int64_t row_units, int64_t base_units, int64_t stride_units) {
+#pragma unroll 1
     for (int64_t r = blockIdx.y; r < nrows; r += gridDim.y)
         copy_row_chunk(dst + r * row_units, src + base_units + idx[r] * stride_units, row_units);
 }
@@ -215,6 +228,7 @@ extern "C" __global__ void index_gather_rows16(const uint4 *src, uint4 *dst, con
 extern "C" __global__ void index_scatter_rows16(uint4 *dst, const uint4 *vals, const int64_t *idx, const uint8_t *dead,
                                                 int64_t nrows, int64_t row_units, int64_t base_units,
                                                 int64_t stride_units) {
+#pragma unroll 1
     for (int64_t r = blockIdx.y; r < nrows; r += gridDim.y) {
         if (dead[r]) continue;
         copy_row_chunk(dst + base_units + idx[r] * stride_units, vals + r * row_units, row_units);
@@ -314,7 +328,7 @@ extern "C" __global__ void index_unravel(const int64_t *lin, uint64_t n, GxStrid
 // is not copied and sets *bad (host-mapped pinned memory, read by the host after the stream
 // synchronises; every writer stores the same value). The host then finds the first bad value
 // to report; the result is dropped.
-extern "C" __global__ void index_gather_rows16_checked(const uint4 *src, uint4 *dst, const void *idx, int32_t idx_i32,
+extern "C" __global__ void __launch_bounds__(RW_THREADS, 5) index_gather_rows16_checked(const uint4 *src, uint4 *dst, const void *idx, int32_t idx_i32,
                                                        int64_t idx_stride, int64_t size, int32_t *bad, int64_t nrows,
                                                        int64_t row_units, int64_t base_units, int64_t stride_units) {
     for (int64_t r = blockIdx.y; r < nrows; r += gridDim.y) {

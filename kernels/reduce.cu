@@ -9,8 +9,15 @@
 // counting as larger (smaller) than everything, so the first NaN wins: PyTorch's rules. The
 // combine step of max/min/argmax/argmin is associative and commutative (ties broken by the
 // smaller index), so those results do not depend on the launch shape and equal the CPU twin
-// bit for bit; sums are computed in a different order than the twin's and agree within
-// rounding.
+// (a NaN maximum of floats is the canonical NaN: `max.NaN` does not keep payloads; -0.0 and
+// +0.0 are equal values and either may be returned); sums are computed in a different order
+// than the twin's and agree within rounding.
+//
+// Speed: float max/min are one `max.NaN`/`min.NaN` instruction (sm_80+), and each thread keeps
+// several independent accumulators, so the dependent chain per element is one instruction
+// long and the loads stay in flight. The arg ops accumulate with `step`, which relies on the
+// indices a thread sees only growing: a strictly better value (or the first NaN) takes the
+// place, so no index comparison is needed.
 //
 // Two passes (see src/reduce.rs for the launch plan):
 //   1. `reduce_rows_*` (inner == 1) or `reduce_cols_*` (inner > 1) reduce `splits` chunks of
@@ -69,28 +76,55 @@ __device__ __forceinline__ float highest(float) { return __int_as_float(0x7f8000
 __device__ __forceinline__ i64 lowest(i64) { return (i64)(-9223372036854775807LL - 1); }
 __device__ __forceinline__ i64 highest(i64) { return 9223372036854775807LL; }
 __device__ __forceinline__ float add_(float a, float b) { return a + b; }
+// NaN-propagating max/min: one instruction on sm_80+.
+__device__ __forceinline__ float max_(float a, float b) {
+    float d;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+}
+__device__ __forceinline__ float min_(float a, float b) {
+    float d;
+    asm("min.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+}
+__device__ __forceinline__ i64 max_(i64 a, i64 b) { return a > b ? a : b; }
+__device__ __forceinline__ i64 min_(i64 a, i64 b) { return a < b ? a : b; }
 __device__ __forceinline__ i64 add_(i64 a, i64 b) { return (i64)((unsigned long long)a + (unsigned long long)b); }
 
+// Each op has `combine` (any two states) and `step` (a state and the value at index k, where
+// k is larger than every index the state has seen and the state is not the identity).
 struct RSum {
     static const bool IDX = false;
     template <typename A> static __device__ __forceinline__ St<A> id() { return St<A>{(A)0, 0}; }
     template <typename A> static __device__ __forceinline__ St<A> combine(St<A> a, St<A> b) {
         return St<A>{add_(a.v, b.v), 0};
     }
+    template <typename A> static __device__ __forceinline__ St<A> step(St<A> s, A x, i64) {
+        return St<A>{add_(s.v, x), 0};
+    }
+    template <typename A> static __device__ __forceinline__ bool take(A, A) { return false; }
 };
 struct RMax {
     static const bool IDX = false;
     template <typename A> static __device__ __forceinline__ St<A> id() { return St<A>{lowest(A()), 0}; }
     template <typename A> static __device__ __forceinline__ St<A> combine(St<A> a, St<A> b) {
-        return isnan_(a.v) ? a : (isnan_(b.v) ? b : (a.v >= b.v ? a : b));
+        return St<A>{max_(a.v, b.v), 0};
     }
+    template <typename A> static __device__ __forceinline__ St<A> step(St<A> s, A x, i64) {
+        return St<A>{max_(s.v, x), 0};
+    }
+    template <typename A> static __device__ __forceinline__ bool take(A, A) { return false; }
 };
 struct RMin {
     static const bool IDX = false;
     template <typename A> static __device__ __forceinline__ St<A> id() { return St<A>{highest(A()), 0}; }
     template <typename A> static __device__ __forceinline__ St<A> combine(St<A> a, St<A> b) {
-        return isnan_(a.v) ? a : (isnan_(b.v) ? b : (a.v <= b.v ? a : b));
+        return St<A>{min_(a.v, b.v), 0};
     }
+    template <typename A> static __device__ __forceinline__ St<A> step(St<A> s, A x, i64) {
+        return St<A>{min_(s.v, x), 0};
+    }
+    template <typename A> static __device__ __forceinline__ bool take(A, A) { return false; }
 };
 // The arg ops: the better value wins, NaN beating everything; equal values (or two NaNs): the
 // smaller index.
@@ -105,6 +139,13 @@ struct RArgMax {
         if (a.v != b.v) return a.v > b.v ? a : b;
         return a.i <= b.i ? a : b;
     }
+    // Later index: only a strictly larger value, or a NaN over a number, takes the place.
+    template <typename A> static __device__ __forceinline__ bool take(A x, A cur) {
+        return !(x <= cur) && !isnan_(cur);
+    }
+    template <typename A> static __device__ __forceinline__ St<A> step(St<A> s, A x, i64 k) {
+        return take(x, s.v) ? St<A>{x, k} : s;
+    }
 };
 struct RArgMin {
     static const bool IDX = true;
@@ -116,6 +157,12 @@ struct RArgMin {
         if (an || bn) return (an && bn) ? (a.i <= b.i ? a : b) : (an ? a : b);
         if (a.v != b.v) return a.v < b.v ? a : b;
         return a.i <= b.i ? a : b;
+    }
+    template <typename A> static __device__ __forceinline__ bool take(A x, A cur) {
+        return !(x >= cur) && !isnan_(cur);
+    }
+    template <typename A> static __device__ __forceinline__ St<A> step(St<A> s, A x, i64 k) {
+        return take(x, s.v) ? St<A>{x, k} : s;
     }
 };
 
@@ -178,7 +225,10 @@ __device__ __forceinline__ void rows_impl(const T *in, typename Tr<T>::A *pv, i6
     const uint64_t begin = part * chunk;
     const uint64_t end = min(r, begin + chunk);
     const T *p = in + row * r;
-    St<A> s = Op::template id<A>();
+    // One accumulator per unrolled load: RD_UNROLL independent chains.
+    St<A> acc[RD_UNROLL];
+#pragma unroll
+    for (int u = 0; u < RD_UNROLL; ++u) acc[u] = Op::template id<A>();
     uint64_t k0 = begin;
     if (vec_ok && begin < end) {
         constexpr int V = 16 / sizeof(T);
@@ -193,24 +243,39 @@ __device__ __forceinline__ void rows_impl(const T *in, typename Tr<T>::A *pv, i6
             for (int u = 0; u < RD_UNROLL; ++u)
 #pragma unroll
                 for (int e = 0; e < V; ++e)
-                    s = Op::combine(s, St<A>{Tr<T>::load(x[u].v[e]), (i64)(begin + (j + u * RD_THREADS) * V + e)});
+                    acc[u] = Op::combine(acc[u], St<A>{Tr<T>::load(x[u].v[e]), (i64)(begin + (j + u * RD_THREADS) * V + e)});
         }
         for (; j < nvec; j += RD_THREADS) {
             Vec16<T> x;
             x.raw = p4[j];
 #pragma unroll
-            for (int e = 0; e < V; ++e) s = Op::combine(s, St<A>{Tr<T>::load(x.v[e]), (i64)(begin + j * V + e)});
+            for (int e = 0; e < V; ++e) acc[0] = Op::combine(acc[0], St<A>{Tr<T>::load(x.v[e]), (i64)(begin + j * V + e)});
         }
         k0 = begin + nvec * V;
     }
     for (uint64_t k = k0 + threadIdx.x; k < end; k += RD_THREADS)
-        s = Op::combine(s, St<A>{Tr<T>::load(p[k]), (i64)k});
+        acc[RD_UNROLL - 1] = Op::combine(acc[RD_UNROLL - 1], St<A>{Tr<T>::load(p[k]), (i64)k});
+    St<A> s = acc[0];
+#pragma unroll
+    for (int u = 1; u < RD_UNROLL; ++u) s = Op::combine(s, acc[u]);
     s = block_reduce<Op, A>(s);
     if (threadIdx.x == 0) {
         pv[blockIdx.x] = s.v;
         if (Op::IDX) pi[blockIdx.x] = s.i;
     }
 }
+
+// V adjacent values of a row, widened to the accumulator type: one 16-byte load when V > 1.
+template <typename T, int V> struct RowVals {
+    Vec16<T> x;
+    __device__ __forceinline__ explicit RowVals(const T *p) { x.raw = *reinterpret_cast<const uint4 *>(p); }
+    __device__ __forceinline__ typename Tr<T>::A get(int e) const { return Tr<T>::load(x.v[e]); }
+};
+template <typename T> struct RowVals<T, 1> {
+    T x;
+    __device__ __forceinline__ explicit RowVals(const T *p) : x(*p) {}
+    __device__ __forceinline__ typename Tr<T>::A get(int) const { return Tr<T>::load(x); }
+};
 
 // inner > 1. Blocks of 32 x 8 threads: x over columns (coalesced), y over the chunk's rows;
 // grid (column tiles, outer (strided), splits). Each thread owns V adjacent columns: with
@@ -230,19 +295,54 @@ __device__ __forceinline__ void cols_v(const T *in, typename Tr<T>::A *pv, i64 *
         St<A> s[V];
 #pragma unroll
         for (int e = 0; e < V; ++e) s[e] = Op::template id<A>();
-        if (c0 < inner) {
+        uint64_t k = begin + threadIdx.y;
+        if (Op::IDX && c0 < inner && k < end) {
+            // The arg ops keep values and 32-bit row offsets from the thread's first row (the
+            // plan keeps chunks below 2^31 rows): fewer registers and selects than i64 states.
+            const T *p = in + o * r * inner + c0;
+            A bv[V];
+            uint32_t bi[V];
+            const uint64_t k0 = k;
+            {
+                const RowVals<T, V> x(p + k * inner);
+#pragma unroll
+                for (int e = 0; e < V; ++e) {
+                    bv[e] = x.get(e);
+                    bi[e] = 0;
+                }
+            }
+            uint32_t rel = RD_COLS_Y;
+#pragma unroll 4
+            for (k += RD_COLS_Y; k < end; k += RD_COLS_Y, rel += RD_COLS_Y) {
+                const RowVals<T, V> x(p + k * inner);
+#pragma unroll
+                for (int e = 0; e < V; ++e) {
+                    const A v = x.get(e);
+                    const bool t = Op::take(v, bv[e]);
+                    bv[e] = t ? v : bv[e];
+                    bi[e] = t ? rel : bi[e];
+                }
+            }
+#pragma unroll
+            for (int e = 0; e < V; ++e) s[e] = St<A>{bv[e], (i64)(k0 + bi[e])};
+        } else if (c0 < inner && k < end) {
+            // The first row sets the state (no identity in `step`), then rows in order.
             const T *p = in + o * r * inner + c0;
             if (V > 1) {
+                Vec16<T> x;
+                x.raw = *reinterpret_cast<const uint4 *>(p + k * inner);
+#pragma unroll
+                for (int e = 0; e < V; ++e) s[e] = St<A>{Tr<T>::load(x.v[e % (16 / sizeof(T))]), (i64)k};
 #pragma unroll 4
-                for (uint64_t k = begin + threadIdx.y; k < end; k += RD_COLS_Y) {
-                    Vec16<T> x;
+                for (k += RD_COLS_Y; k < end; k += RD_COLS_Y) {
                     x.raw = *reinterpret_cast<const uint4 *>(p + k * inner);
 #pragma unroll
-                    for (int e = 0; e < V; ++e) s[e] = Op::combine(s[e], St<A>{Tr<T>::load(x.v[e % (16 / sizeof(T))]), (i64)k});
+                    for (int e = 0; e < V; ++e) s[e] = Op::step(s[e], Tr<T>::load(x.v[e % (16 / sizeof(T))]), (i64)k);
                 }
             } else {
-                for (uint64_t k = begin + threadIdx.y; k < end; k += RD_COLS_Y)
-                    s[0] = Op::combine(s[0], St<A>{Tr<T>::load(p[k * inner]), (i64)k});
+                s[0] = St<A>{Tr<T>::load(p[k * inner]), (i64)k};
+                for (k += RD_COLS_Y; k < end; k += RD_COLS_Y)
+                    s[0] = Op::step(s[0], Tr<T>::load(p[k * inner]), (i64)k);
             }
         }
 #pragma unroll
@@ -256,7 +356,7 @@ __device__ __forceinline__ void cols_v(const T *in, typename Tr<T>::A *pv, i64 *
             for (int e = 0; e < V; ++e) {
                 St<A> t = s[e];
                 const int col = threadIdx.x * V + e;
-#pragma unroll
+#pragma unroll 1
                 for (int y = 1; y < RD_COLS_Y; ++y)
                     t = Op::combine(t, St<A>{sv[y][col], Op::IDX ? si[y][col] : 0});
                 if (c0 + e < inner) {

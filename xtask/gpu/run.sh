@@ -12,9 +12,9 @@ set -u
 B=$(cd "$(dirname "$0")" && pwd)
 export GENESIS_REPO_ROOT=${GENESIS_REPO_ROOT:-$(cd "$B/.." && pwd)}
 # The binaries travel compressed: unpack them next to a copy of this script's folder.
-if [ -f "$B/bin.tar.gz" ]; then
+if [ -f "$B/bin.tar.xz" ]; then
   U=$(mktemp -d /tmp/genesis-gpu.XXXXXX)
-  tar -xzf "$B/bin.tar.gz" -C "$U"
+  xz -dc "$B/bin.tar.xz" | tar -xf - -C "$U"
   cp "$B"/*.py "$B"/run.sh "$U"/ 2>/dev/null
   B=$U
 fi

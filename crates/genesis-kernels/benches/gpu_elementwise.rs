@@ -193,7 +193,36 @@ mod gpu {
         op: ReduceOp,
         shape: ReduceShape,
     ) -> BoxResult {
-        let plan = ReducePlan::new(shape, ctx.multiprocessors() as usize, size_of::<T>());
+        bench_reduce_rows::<T>(
+            rows,
+            ctx,
+            stream,
+            input,
+            name,
+            op,
+            shape,
+            reduce::COL_MIN_ROWS,
+        )
+    }
+
+    /// [`bench_reduce`] with column chunks of at least `min_rows` rows.
+    #[allow(clippy::too_many_arguments)]
+    fn bench_reduce_rows<T: Element>(
+        rows: &mut Vec<Row>,
+        ctx: &Arc<Context>,
+        stream: &Stream,
+        input: &DeviceBuffer,
+        name: &str,
+        op: ReduceOp,
+        shape: ReduceShape,
+        min_rows: usize,
+    ) -> BoxResult {
+        let plan = ReducePlan::with_col_rows(
+            shape,
+            ctx.multiprocessors() as usize,
+            size_of::<T>(),
+            min_rows,
+        );
         let ws_len = plan.workspace_bytes::<T>(op).max(1);
         let ws = DeviceBuffer::alloc(ctx, ws_len)?;
         let out = DeviceBuffer::alloc(ctx, shape.output_len() * 8)?;
@@ -207,11 +236,11 @@ mod gpu {
             // SAFETY: the input holds the shape's elements of T, the outputs and workspace
             // their sizes; all live past the timing loop.
             unsafe {
-                reduce::gpu_reduce::<T>(
+                reduce::gpu_reduce_planned::<T>(
                     stream,
                     op,
                     input.device_ptr(),
-                    shape,
+                    plan,
                     out.device_ptr(),
                     pi,
                     ws.device_ptr(),
@@ -305,6 +334,21 @@ mod gpu {
             ReduceOp::ArgMax,
             cols_shape,
         )?;
+        // Column chunk length sweep (tuning COL_MIN_ROWS).
+        for min_rows in [128, 256] {
+            for (name, op) in [("sum", ReduceOp::Sum), ("max", ReduceOp::ArgMax)] {
+                bench_reduce_rows::<f32>(
+                    rows,
+                    ctx,
+                    stream,
+                    &x,
+                    &format!("{name}_dim0_f32_rows{min_rows}"),
+                    op,
+                    cols_shape,
+                    min_rows,
+                )?;
+            }
+        }
         drop(x);
         let y = random_buffer::<bf16>(ctx, rng, bf16::from_f32)?;
         for (name, op) in [
@@ -332,6 +376,18 @@ mod gpu {
             ReduceOp::Sum,
             cols_shape,
         )?;
+        for min_rows in [128, 256] {
+            bench_reduce_rows::<bf16>(
+                rows,
+                ctx,
+                stream,
+                &y,
+                &format!("sum_dim0_bf16_rows{min_rows}"),
+                ReduceOp::Sum,
+                cols_shape,
+                min_rows,
+            )?;
+        }
         Ok(())
     }
 

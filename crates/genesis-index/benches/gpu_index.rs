@@ -136,6 +136,31 @@ mod gpu {
             Ok(())
         })?;
         out.push(("gather_rows16_kernel_only", 2 * 4096 * m * 4, t));
+        // The checked row kernel alone (the one `x[idx]` runs: raw int64 indices, the flag in
+        // device memory here).
+        let flag = Storage::zeros(1, DType::I32, Device::Cuda(0))?;
+        let raw = genesis_kernels::index::RawIndex {
+            ptr: didx.storage().device_ptr().unwrap_or(0),
+            i32: false,
+            stride: 1,
+            size: 8192,
+        };
+        let t = time(&ctx, || {
+            // SAFETY: as above; every index is below `size`; `flag` holds 4 bytes of device
+            // memory.
+            unsafe {
+                genesis_kernels::index::gather_rows16_checked(
+                    &legacy,
+                    x.storage().device_ptr().unwrap_or(0),
+                    out_rows.device_ptr().unwrap_or(0),
+                    &raw,
+                    flag.device_ptr().unwrap_or(0),
+                    &rows16,
+                )?
+            };
+            Ok(())
+        })?;
+        out.push(("gather_rows16_checked_kernel_only", 2 * 4096 * m * 4, t));
         // Masks: 50 % of 64 Mi f32, the storage-level select (count, read-back, compaction) and
         // its kernels alone.
         let n = 64usize << 20;

@@ -728,16 +728,19 @@ impl<B: Backend> State<B> {
         b.prev == NONE && b.next == NONE
     }
 
-    /// Accounts a block that becomes free (Free or Cached).
+    /// Accounts a block that becomes free (Free or Cached) with `ADD`, or stops being free.
     #[inline(always)]
-    fn count_inactive(&mut self, id: u32, sign: i64) {
+    fn count_inactive<const ADD: bool>(&mut self, id: u32) {
         if !self.is_whole(id) {
             let size = self.blocks[id as usize].size;
             let pool = Pool::of(size);
-            self.stats.inactive_split.add(pool, sign);
-            self.stats
-                .inactive_split_bytes
-                .add(pool, sign * size as i64);
+            if ADD {
+                self.stats.inactive_split.inc(pool, 1);
+                self.stats.inactive_split_bytes.inc(pool, size as i64);
+            } else {
+                self.stats.inactive_split.dec(pool, 1);
+                self.stats.inactive_split_bytes.dec(pool, size as i64);
+            }
         }
     }
 
@@ -747,7 +750,7 @@ impl<B: Backend> State<B> {
         let key = (b.size, b.addr, id);
         let stream = b.stream;
         self.free.entry(stream).or_default().insert(key);
-        self.count_inactive(id, 1);
+        self.count_inactive::<true>(id);
     }
 
     fn unindex_free(&mut self, id: u32) {
@@ -758,7 +761,7 @@ impl<B: Backend> State<B> {
         if let Some(set) = self.free.get_mut(&stream) {
             set.remove(&key);
         }
-        self.count_inactive(id, -1);
+        self.count_inactive::<false>(id);
     }
 
     fn alloc(
@@ -793,7 +796,7 @@ impl<B: Backend> State<B> {
         let id = match cached {
             Some(id) => {
                 self.quick_count -= 1;
-                self.count_inactive(id, -1);
+                self.count_inactive::<false>(id);
                 self.stats.num_cache_hits += 1;
                 id
             }
@@ -817,7 +820,9 @@ impl<B: Backend> State<B> {
         let b = &mut self.blocks[id as usize];
         b.state = BlockState::Allocated;
         b.requested = requested;
-        b.other_streams.clear();
+        // Blocks leave `Allocated` with no other streams (`free` takes them), so a reused
+        // block has none to clear.
+        debug_assert!(b.other_streams.is_empty());
         b.site = if record_sites { Some(site) } else { None };
         b.seq = seq;
         let (addr, generation) = (b.addr, b.generation);
@@ -827,13 +832,15 @@ impl<B: Backend> State<B> {
         self.stats.allocated_bytes.inc(pool, size as i64);
         self.stats.active_bytes.inc(pool, size as i64);
         self.stats.requested_bytes.inc(pool, requested as i64);
-        self.log_event(crate::history::Event::Alloc {
-            addr,
-            size,
-            requested,
-            stream,
-            site: Some(site),
-        });
+        if self.history.is_some() {
+            self.log_event(crate::history::Event::Alloc {
+                addr,
+                size,
+                requested,
+                stream,
+                site: Some(site),
+            });
+        }
         Ok((addr, rounded, id, generation))
     }
 
@@ -1032,9 +1039,11 @@ impl<B: Backend> State<B> {
         self.stats.allocated_bytes.dec(pool, size as i64);
         self.stats.requested_bytes.dec(pool, requested as i64);
         self.clock += 1;
-        self.log_event(crate::history::Event::Free { addr, size, stream });
+        if self.history.is_some() {
+            self.log_event(crate::history::Event::Free { addr, size, stream });
+        }
         if !self.blocks[id as usize].other_streams.is_empty() {
-            let streams = self.blocks[id as usize].other_streams.clone();
+            let streams = std::mem::take(&mut self.blocks[id as usize].other_streams);
             let mut events = SmallVec::new();
             for s in streams {
                 match self.backend.record_event(s) {
@@ -1068,7 +1077,7 @@ impl<B: Backend> State<B> {
         let pool = Pool::of(size);
         self.stats.active.dec(pool, 1);
         self.stats.active_bytes.dec(pool, size as i64);
-        self.count_inactive(id, 1);
+        self.count_inactive::<true>(id);
         let slot = self
             .quick_slot((stream, size), true)
             .expect("created on demand");
@@ -1162,7 +1171,7 @@ impl<B: Backend> State<B> {
             let ids = std::mem::take(&mut self.quick_lists[slot]);
             self.quick_count -= ids.len();
             for id in ids {
-                self.count_inactive(id, -1);
+                self.count_inactive::<false>(id);
                 self.coalesce_into_free(id);
             }
         }
@@ -2019,6 +2028,12 @@ impl<B: Backend> State<B> {
                 if b.state == BlockState::Free && last_state == Some(BlockState::Free) {
                     return Err(format!(
                         "block {id}: two adjacent free blocks were not coalesced"
+                    ));
+                }
+                if b.state != BlockState::Allocated && !b.other_streams.is_empty() {
+                    return Err(format!(
+                        "block {id}: {:?} but still lists other streams",
+                        b.state
                     ));
                 }
                 match b.state {

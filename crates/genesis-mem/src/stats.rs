@@ -49,7 +49,9 @@ pub struct Stat {
 
 /// A statistic for all pools, the small pool and the large pool (`.all`, `.small_pool`,
 /// `.large_pool`). The allocator's hot path updates one pool's figures and the peak of the
-/// total; the total's current value and sums are the pools' added up when read.
+/// total; the total's current value and sums are the pools' added up when read, and `freed` is
+/// `allocated - current` (every change goes through `inc` or `dec`), so a decrease is one
+/// subtraction.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StatArray {
     /// The small and the large pool.
@@ -83,14 +85,21 @@ impl StatArray {
     /// Removes `n` ≥ 0 from the pool's stat.
     #[inline(always)]
     pub(crate) fn dec(&mut self, pool: Pool, n: i64) {
-        let p = &mut self.pools[pool.index()];
-        p.current -= n;
-        p.freed += n;
+        self.pools[pool.index()].current -= n;
+    }
+
+    /// A pool's figures with `freed` filled in.
+    fn pool(&self, i: usize) -> Stat {
+        let p = self.pools[i];
+        Stat {
+            freed: p.allocated - p.current,
+            ..p
+        }
     }
 
     /// All pools.
     pub fn all(&self) -> Stat {
-        let [s, l] = self.pools;
+        let (s, l) = (self.pool(0), self.pool(1));
         Stat {
             current: s.current + l.current,
             peak: self.all_peak,
@@ -101,12 +110,12 @@ impl StatArray {
 
     /// The small pool.
     pub fn small_pool(&self) -> Stat {
-        self.pools[0]
+        self.pool(0)
     }
 
     /// The large pool.
     pub fn large_pool(&self) -> Stat {
-        self.pools[1]
+        self.pool(1)
     }
 
     fn reset_peak(&mut self) {

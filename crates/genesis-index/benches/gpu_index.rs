@@ -250,6 +250,87 @@ mod gpu {
             n * 2 + n / 8 + n / 8,
             compact_ms()?,
         ));
+        drop((big, sel, mask, sparse));
+        // Host masks over a 16 Mi f32 CUDA tensor: the route the density picks (the mask's
+        // bytes at 1/2 and 1/8, positions at 1/32) against the positions route (plan, then
+        // the gather of int64 positions) and each route of `get_routed` forced, at each density.
+        let n16 = 16usize << 20;
+        let x16 = View::with_layout(
+            Arc::new(Storage::zeros(n16, DType::F32, Device::Cuda(0))?),
+            Layout::contiguous(&[n16]),
+        )?;
+        for (every, names) in [
+            (
+                2usize,
+                [
+                    "host_mask_50pct_16Mi_chosen",
+                    "host_mask_50pct_16Mi_positions",
+                    "host_mask_50pct_16Mi_bytes",
+                    "host_mask_50pct_16Mi_device_positions",
+                ],
+            ),
+            (
+                8,
+                [
+                    "host_mask_12pct_16Mi_chosen",
+                    "host_mask_12pct_16Mi_positions",
+                    "host_mask_12pct_16Mi_bytes",
+                    "host_mask_12pct_16Mi_device_positions",
+                ],
+            ),
+            (
+                32,
+                [
+                    "host_mask_3pct_16Mi_chosen",
+                    "host_mask_3pct_16Mi_positions",
+                    "host_mask_3pct_16Mi_bytes",
+                    "host_mask_3pct_16Mi_device_positions",
+                ],
+            ),
+            (
+                256,
+                [
+                    "host_mask_0.4pct_16Mi_chosen",
+                    "host_mask_0.4pct_16Mi_positions",
+                    "host_mask_0.4pct_16Mi_bytes",
+                    "host_mask_0.4pct_16Mi_device_positions",
+                ],
+            ),
+        ] {
+            let hb: Vec<u8> = (0..n16)
+                .map(|i| {
+                    let h = (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40;
+                    u8::from(h % every as u64 == 0)
+                })
+                .collect();
+            let hm = genesis_index::IndexItem::stored(View::with_layout(
+                Arc::new(Storage::from_bytes(&hb, DType::Bool, Device::Cpu)?),
+                Layout::contiguous(&[n16]),
+            )?);
+            let items = vec![hm];
+            let t = time(&ctx, || {
+                get(&x16, &items)?;
+                Ok(())
+            })?;
+            out.push((names[0], n16 * 4, t));
+            let t = time(&ctx, || {
+                let p = genesis_index::plan(x16.layout(), &items, false)?;
+                genesis_index::execute_get(&x16, &p)?;
+                Ok(())
+            })?;
+            out.push((names[1], n16 * 4, t));
+            // Each route forced (the same code as the chosen one).
+            let t = time(&ctx, || {
+                genesis_index::get_routed(&x16, &items, Some(true))?;
+                Ok(())
+            })?;
+            out.push((names[2], n16 * 4, t));
+            let t = time(&ctx, || {
+                genesis_index::get_routed(&x16, &items, Some(false))?;
+                Ok(())
+            })?;
+            out.push((names[3], n16 * 4, t));
+        }
         println!("{:<30} {:>10} {:>10}", "case", "median ms", "GB/s");
         let mut rows_json = Vec::new();
         for (name, bytes, ms) in &out {

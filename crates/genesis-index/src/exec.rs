@@ -22,8 +22,37 @@ pub enum Value<'a> {
 /// `input[items]`: a view sharing the storage for basic indexing, a new contiguous storage
 /// otherwise.
 pub fn get(input: &View, items: &[IndexItem]) -> Result<View> {
+    get_routed(input, items, None)
+}
+
+/// [`get`], with the route of a host mask over a whole contiguous CUDA tensor forced: `Some(true)`
+/// sends the mask's bytes, `Some(false)` the positions of its set elements, `None` lets the
+/// measured density choose ([`MaskPlan::uploads_mask`](crate::MaskPlan)). For measuring the
+/// routes; anything else indexes as [`get`] does.
+pub fn get_routed(input: &View, items: &[IndexItem], upload_mask: Option<bool>) -> Result<View> {
     if let Some(v) = full_mask_select(input, items)? {
         return Ok(v);
+    }
+    #[cfg(not(feature = "cuda"))]
+    let _ = upload_mask;
+    #[cfg(feature = "cuda")]
+    if let Some((route, n)) = host_mask_route(input.storage(), input.layout(), items, upload_mask)?
+    {
+        let l = input.layout();
+        return match route {
+            HostMaskRoute::Bytes(mask) => {
+                let out = input.storage().masked_select_at(l.offset(), &mask, 0, n)?;
+                let k = out.len();
+                Ok(View::with_layout(Arc::new(out), Layout::contiguous(&[k]))?)
+            }
+            HostMaskRoute::Positions(pos) => {
+                let flat = View::with_layout(
+                    Arc::clone(input.storage()),
+                    Layout::new(&[n], &[1], l.offset()),
+                )?;
+                get(&flat, &[pos])
+            }
+        };
     }
     let items = resolve_masks(items)?;
     let p = plan(input.layout(), &items, false)?;
@@ -55,6 +84,75 @@ fn full_mask_select(input: &View, items: &[IndexItem]) -> Result<Option<View>> {
         Arc::new(out),
         Layout::contiguous(&[n]),
     )?))
+}
+
+/// How a host mask reaches a CUDA tensor.
+#[cfg(feature = "cuda")]
+enum HostMaskRoute {
+    /// The mask's bytes on the device, for the compaction (or the masked fill).
+    Bytes(Storage),
+    /// The int64 positions of its set elements on the device, as an index into the flattened
+    /// tensor.
+    Positions(IndexItem),
+}
+
+/// A host mask over the whole of a contiguous CUDA tensor (`items` is that mask alone): sent
+/// to the tensor's device as its bytes or as the positions of its set elements, as the
+/// measured density decides ([`MaskPlan::uploads_mask`](crate::MaskPlan)), with the number of
+/// elements it covers. `None` for anything else (planning handles it).
+#[cfg(feature = "cuda")]
+fn host_mask_route(
+    storage: &Storage,
+    layout: &Layout,
+    items: &[IndexItem],
+    upload_mask: Option<bool>,
+) -> Result<Option<(HostMaskRoute, usize)>> {
+    if !storage.device().is_cuda() || !layout.is_contiguous() || layout.rank() == 0 {
+        return Ok(None);
+    }
+    // The mask's bytes: borrowed from a contiguous host storage (the kernels read any nonzero
+    // byte as set), else gathered.
+    let bytes: Cow<'_, [u8]> = match items {
+        [IndexItem::Tensor(t)] if t.dtype == IndexDType::Bool && t.shape == layout.shape() => {
+            Cow::Owned(t.data.iter().map(|&v| u8::from(v != 0)).collect())
+        }
+        [IndexItem::Stored(t)]
+            if t.dtype == IndexDType::Bool
+                && t.on_host()
+                && t.view.layout().shape() == layout.shape() =>
+        {
+            let ml = t.view.layout();
+            match t.view.storage().host_bytes() {
+                Some(all) if ml.is_contiguous() => {
+                    Cow::Borrowed(&all[ml.offset()..ml.offset() + ml.numel()])
+                }
+                _ => Cow::Owned(t.view.contiguous()?.to_bytes()?),
+            }
+        }
+        _ => return Ok(None),
+    };
+    let total = bytes.len();
+    let selected = bytes.iter().filter(|&&b| b != 0).count();
+    let choice = crate::plan::mask_plan(layout.rank(), layout.rank(), selected, total);
+    if total == 0 {
+        return Ok(None);
+    }
+    let route = if upload_mask.unwrap_or(choice.uploads_mask()) {
+        HostMaskRoute::Bytes(Storage::from_bytes(&bytes, DType::Bool, storage.device())?)
+    } else {
+        let pos: Vec<i64> = bytes
+            .iter()
+            .enumerate()
+            .filter(|&(_, &b)| b != 0)
+            .map(|(i, _)| i as i64)
+            .collect();
+        let k = pos.len();
+        HostMaskRoute::Positions(IndexItem::stored(View::with_layout(
+            Arc::new(Storage::from_slice(&pos, storage.device())?),
+            Layout::contiguous(&[k]),
+        )?))
+    };
+    Ok(Some((route, total)))
 }
 
 /// Turns the boolean masks held on a device among `items` into coordinates on that device
@@ -134,6 +232,26 @@ pub fn set(
     value: Value<'_>,
     accumulate: bool,
 ) -> Result<()> {
+    #[cfg(feature = "cuda")]
+    if let (Value::Scalar(x), false) = (&value, accumulate)
+        && let Some((route, n)) = host_mask_route(target, layout, items, None)?
+    {
+        return match route {
+            HostMaskRoute::Bytes(mask) => {
+                let one = Storage::from_slice(&[*x], Device::Cpu)?.to_dtype(target.dtype())?;
+                let bytes = one.host_bytes().expect("a CPU storage").to_vec();
+                target.masked_fill_at(layout.offset(), &mask, 0, n, &bytes)?;
+                Ok(())
+            }
+            HostMaskRoute::Positions(pos) => set(
+                target,
+                &Layout::new(&[n], &[1], layout.offset()),
+                &[pos],
+                Value::Scalar(*x),
+                false,
+            ),
+        };
+    }
     let items = resolve_masks(items)?;
     let mut p = plan(layout, &items, true)?;
     if p.kind == PlanKind::Copy && matches!(value, Value::Scalar(_)) {

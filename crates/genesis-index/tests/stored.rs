@@ -95,6 +95,30 @@ fn masks_record_their_measured_density() {
     let m = p.mask.unwrap();
     assert_eq!(m.strategy, MaskStrategy::RowIndices);
     assert_eq!((m.selected, m.total), (1, 2));
+    assert!(!m.uploads_mask(), "row masks always become row indices");
+    // The density decides how a host mask over a whole CUDA tensor travels: as bytes from
+    // UPLOAD_MASK_DENSITY on, as positions below.
+    let n = 64;
+    let layout = Layout::contiguous(&[n]);
+    for set in [0, 1, 3, 4, 5, 8, 9, 32, 64] {
+        let bits: Vec<bool> = (0..n).map(|i| i < set).collect();
+        let m = plan(&layout, &s![@IndexTensor::mask(&[n], &bits)], false)
+            .unwrap()
+            .mask
+            .unwrap();
+        assert_eq!(
+            m.uploads_mask(),
+            set as f64 / n as f64 >= genesis_index::UPLOAD_MASK_DENSITY,
+            "{set} of {n}"
+        );
+    }
+    assert!(
+        !plan(&layout, &s![@IndexTensor::mask(&[n], &[false; 64])], false)
+            .unwrap()
+            .mask
+            .unwrap()
+            .uploads_mask()
+    );
     // Host masks need no resolution: the items come back as they are.
     let items = s![@bools(&[true, false], &[2])];
     assert!(matches!(

@@ -300,7 +300,7 @@ mod gpu {
             let hb: Vec<u8> = (0..n16)
                 .map(|i| {
                     let h = (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40;
-                    u8::from(h % every as u64 == 0)
+                    u8::from(h.is_multiple_of(every as u64))
                 })
                 .collect();
             let hm = genesis_index::IndexItem::stored(View::with_layout(

@@ -27,7 +27,7 @@ fn mask(shape: &[usize], every: u64, seed: u64) -> Vec<bool> {
             state ^= state << 13;
             state ^= state >> 7;
             state ^= state << 17;
-            state % every == 0
+            state.is_multiple_of(every)
         })
         .collect()
 }

@@ -54,6 +54,9 @@ pub fn get_routed(input: &View, items: &[IndexItem], upload_mask: Option<bool>) 
             }
         };
     }
+    if let Some(v) = host_mask_select(input, items)? {
+        return Ok(v);
+    }
     let items = resolve_masks(items)?;
     let p = plan(input.layout(), &items, false)?;
     execute_get(input, &p)
@@ -86,6 +89,53 @@ fn full_mask_select(input: &View, items: &[IndexItem]) -> Result<Option<View>> {
     )?))
 }
 
+/// The bytes of a host mask over the whole of a contiguous `layout` (`items` is that mask
+/// alone), any non-zero byte set: borrowed from a contiguous host storage, else gathered.
+/// `None` for anything else.
+fn host_mask_bytes<'a>(layout: &Layout, items: &'a [IndexItem]) -> Result<Option<Cow<'a, [u8]>>> {
+    if !layout.is_contiguous() || layout.rank() == 0 {
+        return Ok(None);
+    }
+    Ok(Some(match items {
+        [IndexItem::Tensor(t)] if t.dtype == IndexDType::Bool && t.shape == layout.shape() => {
+            Cow::Owned(t.data.iter().map(|&v| u8::from(v != 0)).collect())
+        }
+        [IndexItem::Stored(t)]
+            if t.dtype == IndexDType::Bool
+                && t.on_host()
+                && t.view.layout().shape() == layout.shape() =>
+        {
+            let ml = t.view.layout();
+            match t.view.storage().host_bytes() {
+                Some(all) if ml.is_contiguous() => {
+                    Cow::Borrowed(&all[ml.offset()..ml.offset() + ml.numel()])
+                }
+                _ => Cow::Owned(t.view.contiguous()?.to_bytes()?),
+            }
+        }
+        _ => return Ok(None),
+    }))
+}
+
+/// `x[mask]` for a host mask of a contiguous host tensor's whole shape: one ordered pass.
+fn host_mask_select(input: &View, items: &[IndexItem]) -> Result<Option<View>> {
+    let storage = input.storage();
+    let (Some(src), l) = (storage.host_bytes(), input.layout()) else {
+        return Ok(None);
+    };
+    let Some(mask) = host_mask_bytes(l, items)? else {
+        return Ok(None);
+    };
+    let (es, off, n) = (storage.dtype().size(), l.offset(), mask.len());
+    let out = genesis_kernels::mask::masked_select(&src[off * es..(off + n) * es], &mask, es)?;
+    let k = out.len() / es;
+    let s = Storage::from_bytes(&out, storage.dtype(), Device::Cpu)?;
+    Ok(Some(View::with_layout(
+        Arc::new(s),
+        Layout::contiguous(&[k]),
+    )?))
+}
+
 /// How a host mask reaches a CUDA tensor.
 #[cfg(feature = "cuda")]
 enum HostMaskRoute {
@@ -107,29 +157,11 @@ fn host_mask_route(
     items: &[IndexItem],
     upload_mask: Option<bool>,
 ) -> Result<Option<(HostMaskRoute, usize)>> {
-    if !storage.device().is_cuda() || !layout.is_contiguous() || layout.rank() == 0 {
+    if !storage.device().is_cuda() {
         return Ok(None);
     }
-    // The mask's bytes: borrowed from a contiguous host storage (the kernels read any nonzero
-    // byte as set), else gathered.
-    let bytes: Cow<'_, [u8]> = match items {
-        [IndexItem::Tensor(t)] if t.dtype == IndexDType::Bool && t.shape == layout.shape() => {
-            Cow::Owned(t.data.iter().map(|&v| u8::from(v != 0)).collect())
-        }
-        [IndexItem::Stored(t)]
-            if t.dtype == IndexDType::Bool
-                && t.on_host()
-                && t.view.layout().shape() == layout.shape() =>
-        {
-            let ml = t.view.layout();
-            match t.view.storage().host_bytes() {
-                Some(all) if ml.is_contiguous() => {
-                    Cow::Borrowed(&all[ml.offset()..ml.offset() + ml.numel()])
-                }
-                _ => Cow::Owned(t.view.contiguous()?.to_bytes()?),
-            }
-        }
-        _ => return Ok(None),
+    let Some(bytes) = host_mask_bytes(layout, items)? else {
+        return Ok(None);
     };
     let total = bytes.len();
     let selected = bytes.iter().filter(|&&b| b != 0).count();
@@ -251,6 +283,18 @@ pub fn set(
                 false,
             ),
         };
+    }
+    if let (Value::Scalar(x), false) = (&value, accumulate)
+        && target.host_bytes().is_some()
+        && let Some(mask) = host_mask_bytes(layout, items)?
+    {
+        // A host mask over a whole contiguous host tensor: one pass (ranges checked by
+        // `masked_fill_at` before it writes).
+        let one = Storage::from_slice(&[*x], Device::Cpu)?.to_dtype(target.dtype())?;
+        let bytes = one.host_bytes().expect("a CPU storage").to_vec();
+        let m = Storage::from_bytes(&mask, DType::Bool, target.device())?;
+        target.masked_fill_at(layout.offset(), &m, 0, mask.len(), &bytes)?;
+        return Ok(());
     }
     let items = resolve_masks(items)?;
     let mut p = plan(layout, &items, true)?;

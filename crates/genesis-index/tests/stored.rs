@@ -192,3 +192,66 @@ fn mask_coordinates_are_checked_against_the_indexed_dimensions() {
         vec![9, 1]
     );
 }
+
+#[test]
+fn whole_host_masks_take_one_pass_with_the_planned_results() {
+    // x[mask] and x[mask] = v for a host mask of a contiguous host tensor's whole shape (a view
+    // with an offset) give what planning gives, for masks as index tensors and as storages.
+    let shape = [7, 13];
+    let n = 7 * 13;
+    let data: Vec<f32> = (0..n + 3).map(|i| i as f32 - 20.0).collect();
+    let x = View::with_layout(
+        Arc::new(Storage::from_slice(&data, Device::Cpu).unwrap()),
+        Layout::new(&shape, &[13, 1], 3),
+    )
+    .unwrap();
+    for every in [1, 2, 5, n + 1] {
+        let bits: Vec<bool> = (0..n).map(|i| i % every == 0 && every <= n).collect();
+        for items in [
+            s![@IndexTensor::mask(&shape, &bits)],
+            s![@bools(&bits, &shape)],
+        ] {
+            let want = genesis_index::execute_get(&x, &plan(x.layout(), &items, false).unwrap())
+                .unwrap()
+                .contiguous()
+                .unwrap()
+                .to_vec::<f32>()
+                .unwrap();
+            let got = get(&x, &items).unwrap();
+            assert_eq!(got.layout().shape(), &[want.len()]);
+            assert_eq!(
+                got.contiguous().unwrap().to_vec::<f32>().unwrap(),
+                want,
+                "one in {every}"
+            );
+            let mut target = Storage::from_slice(&data, Device::Cpu).unwrap();
+            genesis_index::set(
+                &mut target,
+                x.layout(),
+                &items,
+                genesis_index::Value::Scalar(0.5),
+                false,
+            )
+            .unwrap();
+            let filled = target.to_vec::<f32>().unwrap();
+            for (i, (&f, &d)) in filled.iter().zip(&data).enumerate() {
+                let set = i >= 3 && bits[i - 3];
+                assert_eq!(f, if set { 0.5 } else { d }, "element {i}, one in {every}");
+            }
+        }
+    }
+    // A layout reaching past the storage is an error, and nothing is written.
+    let mut short = Storage::from_slice(&data[..n], Device::Cpu).unwrap();
+    let bits = vec![true; n];
+    assert!(
+        genesis_index::set(
+            &mut short,
+            &Layout::new(&shape, &[13, 1], 3),
+            &s![@IndexTensor::mask(&shape, &bits)],
+            genesis_index::Value::Scalar(0.5),
+            false,
+        )
+        .is_err()
+    );
+    assert_eq!(short.to_vec::<f32>().unwrap(), &data[..n]);
+}

@@ -29,13 +29,28 @@ pub fn masked_select(src: &[u8], mask: &[u8], elem_bytes: usize) -> Result<Vec<u
             got: src.len(),
         });
     }
-    let mut out = Vec::with_capacity(src.len() / 2);
-    for (e, &m) in src.chunks_exact(elem_bytes).zip(mask) {
-        if m != 0 {
-            out.extend_from_slice(e);
-        }
-    }
+    let count = mask.iter().filter(|&&m| m != 0).count();
+    let out = match elem_bytes {
+        1 => select_n::<1>(src, mask, count),
+        2 => select_n::<2>(src, mask, count),
+        4 => select_n::<4>(src, mask, count),
+        _ => select_n::<8>(src, mask, count),
+    };
     Ok(out)
+}
+
+/// Compaction of `N`-byte elements without a branch per element: every element is written at
+/// the next free place, which advances only past the selected ones (one spare place at the end
+/// takes the last unselected writes).
+fn select_n<const N: usize>(src: &[u8], mask: &[u8], count: usize) -> Vec<u8> {
+    let mut out = vec![0u8; (count + 1) * N];
+    let mut j = 0;
+    for (e, &m) in src.chunks_exact(N).zip(mask) {
+        out[j..j + N].copy_from_slice(e);
+        j += N * usize::from(m != 0);
+    }
+    out.truncate(count * N);
+    out
 }
 
 /// The CPU twin of `masked_fill`: every element of `dst` whose mask byte is non-zero becomes
@@ -49,12 +64,22 @@ pub fn masked_fill(dst: &mut [u8], mask: &[u8], value: &[u8]) -> Result<()> {
             got: dst.len(),
         });
     }
-    for (e, &m) in dst.chunks_exact_mut(value.len()).zip(mask) {
-        if m != 0 {
-            e.copy_from_slice(value);
-        }
+    match value.len() {
+        1 => fill_n::<1>(dst, mask, value),
+        2 => fill_n::<2>(dst, mask, value),
+        4 => fill_n::<4>(dst, mask, value),
+        _ => fill_n::<8>(dst, mask, value),
     }
     Ok(())
+}
+
+/// `masked_fill` of `N`-byte elements, choosing each element's new bytes without a branch.
+fn fill_n<const N: usize>(dst: &mut [u8], mask: &[u8], value: &[u8]) {
+    let v: [u8; N] = value.try_into().expect("checked size");
+    for (e, &m) in dst.chunks_exact_mut(N).zip(mask) {
+        let old: [u8; N] = (&*e).try_into().expect("N-byte chunks");
+        e.copy_from_slice(if m != 0 { &v } else { &old });
+    }
 }
 
 #[cfg(feature = "cuda")]
@@ -339,5 +364,50 @@ mod tests {
         assert_eq!(&dst[..8], &[9, 9, 9, 9, 4, 5, 6, 7]);
         assert!(masked_select(&src, &mask, 3).is_err());
         assert!(masked_select(&src[..19], &mask, 4).is_err());
+    }
+
+    #[test]
+    fn twins_match_a_plain_loop_for_every_size_and_density() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for es in [1usize, 2, 4, 8] {
+            for (n, every) in [(0, 2), (1, 1), (7, 2), (1000, 3), (1000, 1), (999, 1000)] {
+                let src: Vec<u8> = (0..n * es).map(|_| next() as u8).collect();
+                // Mask bytes: any non-zero value counts as set.
+                let mask: Vec<u8> = (0..n)
+                    .map(|_| {
+                        let r = next();
+                        if r.is_multiple_of(every) {
+                            (r >> 8) as u8 | 1
+                        } else {
+                            0
+                        }
+                    })
+                    .collect();
+                let want: Vec<u8> = src
+                    .chunks_exact(es)
+                    .zip(&mask)
+                    .filter(|(_, m)| **m != 0)
+                    .flat_map(|(e, _)| e.to_vec())
+                    .collect();
+                assert_eq!(
+                    masked_select(&src, &mask, es).unwrap(),
+                    want,
+                    "{es} {n} {every}"
+                );
+                let value: Vec<u8> = (0..es).map(|i| 0xa0 + i as u8).collect();
+                let mut got = src.clone();
+                masked_fill(&mut got, &mask, &value).unwrap();
+                for (k, (g, o)) in got.chunks_exact(es).zip(src.chunks_exact(es)).enumerate() {
+                    let w: &[u8] = if mask[k] != 0 { &value } else { o };
+                    assert_eq!(g, w, "fill {es} {n} {every} at {k}");
+                }
+            }
+        }
     }
 }

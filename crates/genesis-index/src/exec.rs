@@ -228,9 +228,9 @@ pub fn execute_get(input: &View, p: &IndexPlan) -> Result<View> {
             let src = storage.host_bytes().expect("checked host");
             let offsets = p.source_offsets()?;
             let mut out = vec![0u8; offsets.len() * size];
-            for (k, &o) in offsets.iter().enumerate() {
-                out[k * size..(k + 1) * size].copy_from_slice(&src[o * size..(o + 1) * size]);
-            }
+            for_each_run(&offsets, |k, o, len| {
+                out[k * size..(k + len) * size].copy_from_slice(&src[o * size..(o + len) * size]);
+            });
             let s = Storage::from_bytes(&out, storage.dtype(), Device::Cpu)?;
             Ok(View::with_layout(
                 Arc::new(s),
@@ -240,6 +240,21 @@ pub fn execute_get(input: &View, p: &IndexPlan) -> Result<View> {
         k => Err(Error::InvalidIndex {
             reason: format!("a {k:?} plan is for assignment, not reading"),
         }),
+    }
+}
+
+/// Calls `f(k, start, len)` for each maximal run `offsets[k..k + len]` of consecutive values
+/// `start, start + 1, ...`, in order: row gathers and scatters copy whole runs at a time.
+fn for_each_run(offsets: &[usize], mut f: impl FnMut(usize, usize, usize)) {
+    let mut k = 0;
+    while k < offsets.len() {
+        let start = offsets[k];
+        let mut len = 1;
+        while k + len < offsets.len() && offsets[k + len] == start + len {
+            len += 1;
+        }
+        f(k, start, len);
+        k += len;
     }
 }
 
@@ -317,10 +332,10 @@ pub fn set(
     } else {
         let vals = values.host_bytes().expect("a CPU storage");
         let bytes = target.host_bytes_mut()?;
-        for (k, &o) in offsets.iter().enumerate() {
-            let v = pick(k);
-            bytes[o * size..(o + 1) * size].copy_from_slice(&vals[v * size..(v + 1) * size]);
-        }
+        // In order, so that the last of duplicate positions wins.
+        for_each_run(&offsets, |k, o, len| {
+            bytes[o * size..(o + len) * size].copy_from_slice(&vals[k * size..(k + len) * size]);
+        });
     }
     Ok(())
 }

@@ -577,7 +577,7 @@ impl IndexPlan {
         // When the result's last dimension is a basic one (x[idx] over rows, and most gathers),
         // compute each line's first offset and step along it.
         let rank = self.result_shape.len();
-        let last_basic = rank > 0 && (rank - 1 < adv.position || rank - 1 >= adv.position + k);
+        let last_basic = rank > 0 && (rank - 1 < adv.position || rank > adv.position + k);
         if last_basic && n > 0 {
             let len = self.result_shape[rank - 1];
             let step = strides[*rest_dims.last().expect("a basic dimension")];

@@ -575,41 +575,20 @@ impl IndexPlan {
         let rest_dims: Vec<usize> = (0..shape.len()).filter(|d| !adv.dims.contains(d)).collect();
         let mut idx = vec![0usize; self.result_shape.len()];
         // When the result's last dimension is a basic one (x[idx] over rows, and most gathers),
-        // compute each line's first offset and step along it.
+        // each line's first offset is computed and the line stepped along; else every element
+        // is a line of one.
         let rank = self.result_shape.len();
         let last_basic = rank > 0 && (rank - 1 < adv.position || rank > adv.position + k);
-        if last_basic && n > 0 {
-            let len = self.result_shape[rank - 1];
+        let (line, step, outer_rank) = if last_basic {
             let step = strides[*rest_dims.last().expect("a basic dimension")];
-            for _ in 0..n / len {
-                let mut b = 0usize;
-                for j in 0..k {
-                    b = b * adv.index_shape[j] + idx[adv.position + j];
-                }
-                let mut off = base;
-                for (a, &d) in adv.dims.iter().enumerate() {
-                    off += host[a][b] as isize * strides[d];
-                }
-                let mut r = 0;
-                for (p, &i) in idx.iter().enumerate() {
-                    if p >= adv.position && p < adv.position + k {
-                        continue;
-                    }
-                    off += i as isize * strides[rest_dims[r]];
-                    r += 1;
-                }
-                out.extend((0..len as isize).map(|i| (off + i * step) as usize));
-                for d in (0..rank - 1).rev() {
-                    idx[d] += 1;
-                    if idx[d] < self.result_shape[d] {
-                        break;
-                    }
-                    idx[d] = 0;
-                }
-            }
+            (self.result_shape[rank - 1], step, rank - 1)
+        } else {
+            (1, 0, rank)
+        };
+        if n == 0 {
             return Ok(out);
         }
-        for _ in 0..n {
+        for _ in 0..n / line {
             // Position within the broadcast index shape.
             let mut b = 0usize;
             for j in 0..k {
@@ -627,8 +606,8 @@ impl IndexPlan {
                 off += i as isize * strides[rest_dims[r]];
                 r += 1;
             }
-            out.push(off as usize);
-            for d in (0..idx.len()).rev() {
+            out.extend((0..line as isize).map(|i| (off + i * step) as usize));
+            for d in (0..outer_rank).rev() {
                 idx[d] += 1;
                 if idx[d] < self.result_shape[d] {
                     break;

@@ -33,15 +33,13 @@ pub fn get_routed(input: &View, items: &[IndexItem], upload_mask: Option<bool>) 
     if let Some(v) = full_mask_select(input, items)? {
         return Ok(v);
     }
-    #[cfg(not(feature = "cuda"))]
-    let _ = upload_mask;
-    #[cfg(feature = "cuda")]
     if let Some((route, n)) = host_mask_route(input.storage(), input.layout(), items, upload_mask)?
     {
         let l = input.layout();
         return match route {
             HostMaskRoute::Bytes(mask) => {
-                let out = input.storage().masked_select_at(l.offset(), &mask, 0, n)?;
+                let (m, m0) = mask.parts();
+                let out = input.storage().masked_select_at(l.offset(), m, m0, n)?;
                 let k = out.len();
                 Ok(View::with_layout(Arc::new(out), Layout::contiguous(&[k]))?)
             }
@@ -53,9 +51,6 @@ pub fn get_routed(input: &View, items: &[IndexItem], upload_mask: Option<bool>) 
                 get(&flat, &[pos])
             }
         };
-    }
-    if let Some(v) = host_mask_select(input, items)? {
-        return Ok(v);
     }
     let items = resolve_masks(items)?;
     let p = plan(input.layout(), &items, false)?;
@@ -89,16 +84,33 @@ fn full_mask_select(input: &View, items: &[IndexItem]) -> Result<Option<View>> {
     )?))
 }
 
-/// The bytes of a host mask over the whole of a contiguous `layout` (`items` is that mask
-/// alone), any non-zero byte set: borrowed from a contiguous host storage, else gathered.
+/// A host mask over the whole of a contiguous layout: a contiguous range of a host `Bool`
+/// storage, or bytes gathered from elsewhere (0 or 1).
+enum HostMask<'a> {
+    Stored(&'a Storage, usize, usize),
+    Owned(Vec<u8>),
+}
+
+impl HostMask<'_> {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            HostMask::Stored(s, offset, len) => {
+                &s.host_bytes().expect("a host storage")[*offset..offset + len]
+            }
+            HostMask::Owned(v) => v,
+        }
+    }
+}
+
+/// The host mask over the whole of a contiguous `layout` that `items` is (that mask alone);
 /// `None` for anything else.
-fn host_mask_bytes<'a>(layout: &Layout, items: &'a [IndexItem]) -> Result<Option<Cow<'a, [u8]>>> {
+fn host_mask<'a>(layout: &Layout, items: &'a [IndexItem]) -> Result<Option<HostMask<'a>>> {
     if !layout.is_contiguous() || layout.rank() == 0 {
         return Ok(None);
     }
     Ok(Some(match items {
         [IndexItem::Tensor(t)] if t.dtype == IndexDType::Bool && t.shape == layout.shape() => {
-            Cow::Owned(t.data.iter().map(|&v| u8::from(v != 0)).collect())
+            HostMask::Owned(t.data.iter().map(|&v| u8::from(v != 0)).collect())
         }
         [IndexItem::Stored(t)]
             if t.dtype == IndexDType::Bool
@@ -106,71 +118,80 @@ fn host_mask_bytes<'a>(layout: &Layout, items: &'a [IndexItem]) -> Result<Option
                 && t.view.layout().shape() == layout.shape() =>
         {
             let ml = t.view.layout();
-            match t.view.storage().host_bytes() {
-                Some(all) if ml.is_contiguous() => {
-                    Cow::Borrowed(&all[ml.offset()..ml.offset() + ml.numel()])
-                }
-                _ => Cow::Owned(t.view.contiguous()?.to_bytes()?),
+            if ml.is_contiguous() {
+                HostMask::Stored(t.view.storage(), ml.offset(), ml.numel())
+            } else {
+                HostMask::Owned(t.view.contiguous()?.to_bytes()?)
             }
         }
         _ => return Ok(None),
     }))
 }
 
-/// `x[mask]` for a host mask of a contiguous host tensor's whole shape: one ordered pass.
-fn host_mask_select(input: &View, items: &[IndexItem]) -> Result<Option<View>> {
-    let storage = input.storage();
-    let (Some(src), l) = (storage.host_bytes(), input.layout()) else {
-        return Ok(None);
-    };
-    let Some(mask) = host_mask_bytes(l, items)? else {
-        return Ok(None);
-    };
-    let (es, off, n) = (storage.dtype().size(), l.offset(), mask.len());
-    let out = genesis_kernels::mask::masked_select(&src[off * es..(off + n) * es], &mask, es)?;
-    let k = out.len() / es;
-    let s = Storage::from_bytes(&out, storage.dtype(), Device::Cpu)?;
-    Ok(Some(View::with_layout(
-        Arc::new(s),
-        Layout::contiguous(&[k]),
-    )?))
+/// A `Bool` storage on the tensor's device holding the mask from an offset.
+enum MaskStorage<'a> {
+    Borrowed(&'a Storage, usize),
+    Owned(Storage),
 }
 
-/// How a host mask reaches a CUDA tensor.
-#[cfg(feature = "cuda")]
-enum HostMaskRoute {
-    /// The mask's bytes on the device, for the compaction (or the masked fill).
-    Bytes(Storage),
+impl MaskStorage<'_> {
+    fn parts(&self) -> (&Storage, usize) {
+        match self {
+            MaskStorage::Borrowed(s, offset) => (s, *offset),
+            MaskStorage::Owned(s) => (s, 0),
+        }
+    }
+}
+
+/// How a host mask reaches the tensor it indexes.
+enum HostMaskRoute<'a> {
+    /// The mask as a `Bool` storage on the tensor's device, for the compaction or the masked
+    /// fill (`masked_select_at`, `masked_fill_at`).
+    Bytes(MaskStorage<'a>),
     /// The int64 positions of its set elements on the device, as an index into the flattened
     /// tensor.
     Positions(IndexItem),
 }
 
-/// A host mask over the whole of a contiguous CUDA tensor (`items` is that mask alone): sent
-/// to the tensor's device as its bytes or as the positions of its set elements, as the
-/// measured density decides ([`MaskPlan::uploads_mask`](crate::MaskPlan)), with the number of
-/// elements it covers. `None` for anything else (planning handles it).
-#[cfg(feature = "cuda")]
-fn host_mask_route(
+/// A host mask over the whole of a contiguous tensor (`items` is that mask alone), with the
+/// number of elements it covers: on the host, one pass over the mask itself; on a CUDA device,
+/// sent as its bytes or as the positions of its set elements, as the measured density decides
+/// ([`MaskPlan::uploads_mask`](crate::MaskPlan); `upload_mask` forces it). `None` for anything
+/// else (planning handles it).
+fn host_mask_route<'a>(
     storage: &Storage,
     layout: &Layout,
-    items: &[IndexItem],
+    items: &'a [IndexItem],
     upload_mask: Option<bool>,
-) -> Result<Option<(HostMaskRoute, usize)>> {
-    if !storage.device().is_cuda() {
+) -> Result<Option<(HostMaskRoute<'a>, usize)>> {
+    let on_host = storage.host_bytes().is_some();
+    if !on_host && !storage.device().is_cuda() {
         return Ok(None);
     }
-    let Some(bytes) = host_mask_bytes(layout, items)? else {
+    let Some(mask) = host_mask(layout, items)? else {
         return Ok(None);
     };
+    let bytes = mask.bytes();
     let total = bytes.len();
-    let selected = bytes.iter().filter(|&&b| b != 0).count();
-    let choice = crate::plan::mask_plan(layout.rank(), layout.rank(), selected, total);
     if total == 0 {
         return Ok(None);
     }
-    let route = if upload_mask.unwrap_or(choice.uploads_mask()) {
-        HostMaskRoute::Bytes(Storage::from_bytes(&bytes, DType::Bool, storage.device())?)
+    if on_host {
+        let m = match mask {
+            HostMask::Stored(s, offset, _) => MaskStorage::Borrowed(s, offset),
+            HostMask::Owned(v) => {
+                MaskStorage::Owned(Storage::from_bytes(&v, DType::Bool, storage.device())?)
+            }
+        };
+        return Ok(Some((HostMaskRoute::Bytes(m), total)));
+    }
+    let upload = upload_mask.unwrap_or_else(|| {
+        let selected = bytes.iter().filter(|&&b| b != 0).count();
+        crate::plan::mask_plan(layout.rank(), layout.rank(), selected, total).uploads_mask()
+    });
+    let route = if upload {
+        let m = Storage::from_bytes(bytes, DType::Bool, storage.device())?;
+        HostMaskRoute::Bytes(MaskStorage::Owned(m))
     } else {
         let pos: Vec<i64> = bytes
             .iter()
@@ -279,15 +300,16 @@ pub fn set(
     value: Value<'_>,
     accumulate: bool,
 ) -> Result<()> {
-    #[cfg(feature = "cuda")]
     if let (Value::Scalar(x), false) = (&value, accumulate)
         && let Some((route, n)) = host_mask_route(target, layout, items, None)?
     {
         return match route {
             HostMaskRoute::Bytes(mask) => {
+                // Ranges are checked by `masked_fill_at` before it writes.
                 let one = Storage::from_slice(&[*x], Device::Cpu)?.to_dtype(target.dtype())?;
                 let bytes = one.host_bytes().expect("a CPU storage").to_vec();
-                target.masked_fill_at(layout.offset(), &mask, 0, n, &bytes)?;
+                let (m, m0) = mask.parts();
+                target.masked_fill_at(layout.offset(), m, m0, n, &bytes)?;
                 Ok(())
             }
             HostMaskRoute::Positions(pos) => set(
@@ -298,18 +320,6 @@ pub fn set(
                 false,
             ),
         };
-    }
-    if let (Value::Scalar(x), false) = (&value, accumulate)
-        && target.host_bytes().is_some()
-        && let Some(mask) = host_mask_bytes(layout, items)?
-    {
-        // A host mask over a whole contiguous host tensor: one pass (ranges checked by
-        // `masked_fill_at` before it writes).
-        let one = Storage::from_slice(&[*x], Device::Cpu)?.to_dtype(target.dtype())?;
-        let bytes = one.host_bytes().expect("a CPU storage").to_vec();
-        let m = Storage::from_bytes(&mask, DType::Bool, target.device())?;
-        target.masked_fill_at(layout.offset(), &m, 0, mask.len(), &bytes)?;
-        return Ok(());
     }
     let items = resolve_masks(items)?;
     let mut p = plan(layout, &items, true)?;

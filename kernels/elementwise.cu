@@ -373,3 +373,118 @@ GX_WHERE(e1, uint8_t)
 GX_WHERE(e2, uint16_t)
 GX_WHERE(e4, uint32_t)
 GX_WHERE(e8, uint64_t)
+
+// ---------------------------------------------------------------------------------------------
+// The tape: small elementwise operations batched into one launch (genesis_cuda::batch). One
+// block of GX_THREADS threads runs the records in order, with a barrier between records, so a
+// record sees everything the records before it wrote (a barrier orders global memory accesses
+// within the block). The parameter block is BATCH_PARAM_BYTES (4096) bytes: the record count at
+// offset 0, the records from offset 16. Codes, shared with src/gpu.rs (`tape_*`):
+//   code = kind | op << 8 | type << 16
+//   kind: 0 binary (out = op(a, b)), 1 unary (out = op(a)), 2 fill (out = the bits in b)
+//   op:   BinaryOp / UnaryOp in declaration order
+//   type: 0 f32, 1 f16, 2 bf16, 3 i32, 4 i64
+// Records of unsupported (op, type) pairs are never written (the launchers check first); the
+// kernel skips them.
+#define TAPE_RECORDS 127
+struct TapeRecord {
+    uint32_t code;
+    uint32_t n;
+    uint64_t a, b, out;
+};
+struct Tape {
+    uint32_t count;
+    uint32_t pad[3];
+    TapeRecord r[TAPE_RECORDS];
+};
+static_assert(sizeof(TapeRecord) == 32, "record layout shared with gpu.rs");
+static_assert(sizeof(Tape) <= 4096, "one parameter block");
+
+template <typename Op, typename T> __device__ __forceinline__ void tape_binary(const TapeRecord &r) {
+    const T *a = reinterpret_cast<const T *>(r.a);
+    const T *b = reinterpret_cast<const T *>(r.b);
+    T *o = reinterpret_cast<T *>(r.out);
+    for (uint32_t i = threadIdx.x; i < r.n; i += GX_THREADS) o[i] = Apply<Op, T>::go(a[i], b[i]);
+}
+template <typename Op, typename T> __device__ __forceinline__ void tape_unary(const TapeRecord &r) {
+    const T *a = reinterpret_cast<const T *>(r.a);
+    T *o = reinterpret_cast<T *>(r.out);
+    for (uint32_t i = threadIdx.x; i < r.n; i += GX_THREADS) o[i] = ApplyU<Op, T>::go(a[i]);
+}
+template <typename T> __device__ __forceinline__ void tape_fill(const TapeRecord &r) {
+    T v;
+    memcpy(&v, &r.b, sizeof(T));
+    T *o = reinterpret_cast<T *>(r.out);
+    for (uint32_t i = threadIdx.x; i < r.n; i += GX_THREADS) o[i] = v;
+}
+
+template <typename Op> __device__ __forceinline__ void tape_binary_all(uint32_t t, const TapeRecord &r) {
+    switch (t) {
+    case 0: tape_binary<Op, float>(r); break;
+    case 1: tape_binary<Op, __half>(r); break;
+    case 2: tape_binary<Op, __nv_bfloat16>(r); break;
+    case 3: tape_binary<Op, int32_t>(r); break;
+    case 4: tape_binary<Op, int64_t>(r); break;
+    }
+}
+template <typename Op> __device__ __forceinline__ void tape_binary_float(uint32_t t, const TapeRecord &r) {
+    switch (t) {
+    case 0: tape_binary<Op, float>(r); break;
+    case 1: tape_binary<Op, __half>(r); break;
+    case 2: tape_binary<Op, __nv_bfloat16>(r); break;
+    }
+}
+template <typename Op> __device__ __forceinline__ void tape_unary_all(uint32_t t, const TapeRecord &r) {
+    switch (t) {
+    case 0: tape_unary<Op, float>(r); break;
+    case 1: tape_unary<Op, __half>(r); break;
+    case 2: tape_unary<Op, __nv_bfloat16>(r); break;
+    case 3: tape_unary<Op, int32_t>(r); break;
+    case 4: tape_unary<Op, int64_t>(r); break;
+    }
+}
+template <typename Op> __device__ __forceinline__ void tape_unary_float(uint32_t t, const TapeRecord &r) {
+    switch (t) {
+    case 0: tape_unary<Op, float>(r); break;
+    case 1: tape_unary<Op, __half>(r); break;
+    case 2: tape_unary<Op, __nv_bfloat16>(r); break;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(GX_THREADS) tape(const __grid_constant__ Tape t) {
+    for (uint32_t k = 0; k < t.count && k < TAPE_RECORDS; ++k) {
+        const TapeRecord &r = t.r[k];
+        const uint32_t kind = r.code & 0xff, op = (r.code >> 8) & 0xff, ty = r.code >> 16;
+        if (kind == 0) {
+            switch (op) {
+            case 0: tape_binary_all<OpAdd>(ty, r); break;
+            case 1: tape_binary_all<OpSub>(ty, r); break;
+            case 2: tape_binary_all<OpMul>(ty, r); break;
+            case 3: tape_binary_float<OpDiv>(ty, r); break;
+            case 4: tape_binary_all<OpMax>(ty, r); break;
+            case 5: tape_binary_all<OpMin>(ty, r); break;
+            case 6: tape_binary_float<OpPow>(ty, r); break;
+            }
+        } else if (kind == 1) {
+            switch (op) {
+            case 0: tape_unary_all<UNeg>(ty, r); break;
+            case 1: tape_unary_all<UAbs>(ty, r); break;
+            case 2: tape_unary_all<URelu>(ty, r); break;
+            case 3: tape_unary_float<UExp>(ty, r); break;
+            case 4: tape_unary_float<ULog>(ty, r); break;
+            case 5: tape_unary_float<USqrt>(ty, r); break;
+            case 6: tape_unary_float<UTanh>(ty, r); break;
+            case 7: tape_unary_float<USigmoid>(ty, r); break;
+            }
+        } else if (kind == 2) {
+            switch (ty) {
+            case 0: tape_fill<float>(r); break;
+            case 1: tape_fill<__half>(r); break;
+            case 2: tape_fill<__nv_bfloat16>(r); break;
+            case 3: tape_fill<int32_t>(r); break;
+            case 4: tape_fill<int64_t>(r); break;
+            }
+        }
+        __syncthreads();
+    }
+}

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use crate::error::{Error, Result};
@@ -91,6 +91,13 @@ pub struct Context {
     functions: Mutex<HashMap<(&'static str, &'static str), sys::CUfunction>>,
     has_pending: AtomicBool,
     pending: Mutex<Vec<Error>>,
+    /// Whether `batch` holds records (see `crate::batch`).
+    pub(crate) has_batch: AtomicBool,
+    pub(crate) batching: AtomicBool,
+    pub(crate) batch: Mutex<crate::batch::Batch>,
+    /// Records pushed and batch launches made, for [`Context::batch_counts`].
+    pub(crate) batch_records: AtomicU64,
+    pub(crate) batch_launches: AtomicU64,
 }
 
 // SAFETY: a CUcontext handle may be used from any thread (the driver API is thread-safe and
@@ -185,6 +192,11 @@ impl Context {
             functions: Mutex::new(HashMap::new()),
             has_pending: AtomicBool::new(false),
             pending: Mutex::new(Vec::new()),
+            has_batch: AtomicBool::new(false),
+            batching: AtomicBool::new(std::env::var_os("GENESIS_NO_BATCH").is_none()),
+            batch: Mutex::new(crate::batch::Batch::new()),
+            batch_records: AtomicU64::new(0),
+            batch_launches: AtomicU64::new(0),
         })
     }
 
@@ -218,8 +230,10 @@ impl Context {
         self.total_memory
     }
 
-    /// Makes this context current on the calling thread, after surfacing any error a `Drop` left.
+    /// Makes this context current on the calling thread, after launching the pending batch of
+    /// small operations (see [`crate::batch`]) and surfacing any error a `Drop` left.
     pub fn bind(&self) -> Result<()> {
+        self.flush_batch()?;
         self.check_pending()?;
         // SAFETY: `raw` is a retained primary context, alive as long as `self`.
         check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(self.raw) })
@@ -383,6 +397,11 @@ impl Context {
 impl Drop for Context {
     fn drop(&mut self) {
         let mut errors = Vec::new();
+        // Records still pending reference memory of this context: queue them before the
+        // modules go (the release of the primary context below waits for them).
+        if let Err(e) = self.flush_batch() {
+            errors.push(e);
+        }
         // SAFETY: `raw` is still retained here; making it current lets us unload the modules.
         let code = unsafe { sys::cuCtxSetCurrent(self.raw) };
         if let Err(e) = check("cuCtxSetCurrent", code) {

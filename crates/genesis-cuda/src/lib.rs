@@ -16,6 +16,8 @@ mod error;
 pub use error::{Error, Result, code_message, code_name};
 
 #[cfg(feature = "cuda")]
+pub mod batch;
+#[cfg(feature = "cuda")]
 mod context;
 #[cfg(feature = "cuda")]
 mod memory;

@@ -120,7 +120,7 @@ impl DeviceBuffer {
         self.ctx.bind()?;
         // SAFETY: both are live allocations of `len` bytes; the stream belongs to this context.
         check("cuMemcpyDtoDAsync", unsafe {
-            sys::cuMemcpyDtoDAsync(self.ptr, src.ptr, self.len, stream.raw())
+            sys::cuMemcpyDtoDAsync(self.ptr, src.ptr, self.len, stream.raw_unflushed())
         })
     }
 
@@ -132,7 +132,7 @@ impl DeviceBuffer {
         self.ctx.bind()?;
         // SAFETY: live allocation of `len` bytes; the stream belongs to this context.
         check("cuMemsetD8Async", unsafe {
-            sys::cuMemsetD8Async(self.ptr, value, self.len, stream.raw())
+            sys::cuMemsetD8Async(self.ptr, value, self.len, stream.raw_unflushed())
         })
     }
 }

@@ -93,6 +93,15 @@ impl Kernel {
         self.name
     }
 
+    /// The context the kernel is loaded in.
+    pub fn context(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+
+    pub(crate) fn raw(&self) -> sys::CUfunction {
+        self.raw
+    }
+
     /// Queues the kernel on `stream`.
     ///
     /// # Safety
@@ -138,7 +147,7 @@ impl Kernel {
                 by,
                 bz,
                 config.shared_bytes,
-                stream.raw(),
+                stream.raw_unflushed(),
                 params.as_mut_ptr(),
                 std::ptr::null_mut(),
             )

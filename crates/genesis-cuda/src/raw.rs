@@ -218,7 +218,7 @@ pub unsafe fn memset_d8(stream: &crate::Stream, ptr: u64, value: u8, bytes: usiz
     stream.context().bind()?;
     // SAFETY: guaranteed by the caller.
     check("cuMemsetD8Async", unsafe {
-        sys::cuMemsetD8Async(ptr, value, bytes, stream.raw())
+        sys::cuMemsetD8Async(ptr, value, bytes, stream.raw_unflushed())
     })
 }
 
@@ -273,7 +273,7 @@ pub unsafe fn copy_device_async(
     stream.context().bind()?;
     // SAFETY: guaranteed by the caller.
     check("cuMemcpyDtoDAsync", unsafe {
-        sys::cuMemcpyDtoDAsync(dst, src, bytes, stream.raw())
+        sys::cuMemcpyDtoDAsync(dst, src, bytes, stream.raw_unflushed())
     })
 }
 
@@ -295,10 +295,19 @@ pub unsafe fn copy_peer_async(
     if bytes == 0 {
         return Ok(());
     }
+    // The source may be written by small operations still pending on its own context.
+    src_ctx.flush_batch()?;
     dst_ctx.bind()?;
     // SAFETY: guaranteed by the caller; both contexts are retained.
     check("cuMemcpyPeerAsync", unsafe {
-        sys::cuMemcpyPeerAsync(dst, dst_ctx.raw(), src, src_ctx.raw(), bytes, stream.raw())
+        sys::cuMemcpyPeerAsync(
+            dst,
+            dst_ctx.raw(),
+            src,
+            src_ctx.raw(),
+            bytes,
+            stream.raw_unflushed(),
+        )
     })
 }
 
@@ -315,7 +324,7 @@ pub unsafe fn copy_from_pinned_async(stream: &crate::Stream, dst: u64, src: &[u8
     stream.context().bind()?;
     // SAFETY: guaranteed by the caller.
     check("cuMemcpyHtoDAsync", unsafe {
-        sys::cuMemcpyHtoDAsync(dst, src.as_ptr().cast(), src.len(), stream.raw())
+        sys::cuMemcpyHtoDAsync(dst, src.as_ptr().cast(), src.len(), stream.raw_unflushed())
     })
 }
 
@@ -332,7 +341,12 @@ pub unsafe fn copy_to_pinned_async(stream: &crate::Stream, src: u64, dst: &mut [
     stream.context().bind()?;
     // SAFETY: guaranteed by the caller.
     check("cuMemcpyDtoHAsync", unsafe {
-        sys::cuMemcpyDtoHAsync(dst.as_mut_ptr().cast(), src, dst.len(), stream.raw())
+        sys::cuMemcpyDtoHAsync(
+            dst.as_mut_ptr().cast(),
+            src,
+            dst.len(),
+            stream.raw_unflushed(),
+        )
     })
 }
 
@@ -407,7 +421,7 @@ pub unsafe fn copy_2d_async(
     }
     // SAFETY: `c` describes ranges the caller guarantees; the struct matches CUDA_MEMCPY2D.
     check("cuMemcpy2DAsync", unsafe {
-        sys::cuMemcpy2DAsync(&c, stream.raw())
+        sys::cuMemcpy2DAsync(&c, stream.raw_unflushed())
     })
 }
 
@@ -427,6 +441,6 @@ pub unsafe fn copy_from_host_async(stream: &crate::Stream, dst: u64, src: &[u8])
     stream.context().bind()?;
     // SAFETY: guaranteed by the caller.
     check("cuMemcpyHtoDAsync", unsafe {
-        sys::cuMemcpyHtoDAsync(dst, src.as_ptr().cast(), src.len(), stream.raw())
+        sys::cuMemcpyHtoDAsync(dst, src.as_ptr().cast(), src.len(), stream.raw_unflushed())
     })
 }

@@ -87,8 +87,21 @@ impl Stream {
         &self.ctx
     }
 
-    /// The raw handle (null for the legacy stream).
+    /// The raw handle (null for the legacy stream), for work queued outside this crate.
+    ///
+    /// Launches the context's pending batch of small operations first (see [`crate::batch`]),
+    /// so that work queued through the handle runs after everything queued before; an error of
+    /// that launch is recorded on the context and returned by its next fallible call.
     pub fn raw(&self) -> sys::CUstream {
+        if let Err(e) = self.ctx.flush_batch() {
+            self.ctx.record_error(e);
+        }
+        self.raw
+    }
+
+    /// The raw handle, without launching the pending batch: for calls made right after
+    /// [`Context::bind`] (which launched it).
+    pub(crate) fn raw_unflushed(&self) -> sys::CUstream {
         self.raw
     }
 
@@ -190,7 +203,7 @@ impl Event {
         self.ctx.bind()?;
         // SAFETY: both handles are alive; the stream's context is current.
         check("cuEventRecord", unsafe {
-            sys::cuEventRecord(self.raw, stream.raw())
+            sys::cuEventRecord(self.raw, stream.raw_unflushed())
         })
     }
 

@@ -207,6 +207,8 @@ pub trait Element:
     const FILL_KERNEL: &'static str;
     /// Whether this is a floating-point type.
     const IS_FLOAT: bool;
+    /// The type's index in the kernels' type tables: f32 0, f16 1, bf16 2, i32 3, i64 4.
+    const TYPE_CODE: u32;
     /// Name of the kernel of `op` for this type; `None` when the type does not support it
     /// (integer division).
     fn binary_kernel(op: BinaryOp) -> Option<&'static str>;
@@ -306,10 +308,11 @@ fn ordered(bits: u64, sign: u64) -> i128 {
 }
 
 macro_rules! float_element {
-    ($t:ty, $name:literal, |$v:ident| $to:expr, |$f:ident| $from:expr) => {
+    ($t:ty, $name:literal, $code:literal, |$v:ident| $to:expr, |$f:ident| $from:expr) => {
         impl sealed::Sealed for $t {}
         impl Element for $t {
             const NAME: &'static str = $name;
+            const TYPE_CODE: u32 = $code;
             const ADD_KERNEL: &'static str = concat!("add_", $name);
             const FILL_KERNEL: &'static str = concat!("fill_", $name);
             const IS_FLOAT: bool = true;
@@ -396,10 +399,11 @@ macro_rules! float_element {
 }
 
 macro_rules! int_element {
-    ($t:ty, $name:literal) => {
+    ($t:ty, $name:literal, $code:literal) => {
         impl sealed::Sealed for $t {}
         impl Element for $t {
             const NAME: &'static str = $name;
+            const TYPE_CODE: u32 = $code;
             const ADD_KERNEL: &'static str = concat!("add_", $name);
             const FILL_KERNEL: &'static str = concat!("fill_", $name);
             const IS_FLOAT: bool = false;
@@ -496,11 +500,11 @@ impl FromF64 for bf16 {
     }
 }
 
-float_element!(f32, "f32", |v| v, |r| r);
-float_element!(f16, "f16", |v| v.to_f32(), |r| f16::from_f32(r));
-float_element!(bf16, "bf16", |v| v.to_f32(), |r| bf16::from_f32(r));
-int_element!(i32, "i32");
-int_element!(i64, "i64");
+float_element!(f32, "f32", 0, |v| v, |r| r);
+float_element!(f16, "f16", 1, |v| v.to_f32(), |r| f16::from_f32(r));
+float_element!(bf16, "bf16", 2, |v| v.to_f32(), |r| bf16::from_f32(r));
+int_element!(i32, "i32", 3);
+int_element!(i64, "i64", 4);
 
 #[cfg(test)]
 mod tests {

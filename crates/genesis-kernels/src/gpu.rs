@@ -41,6 +41,51 @@ fn tiled_config(
     LaunchConfig::linear(blocks.clamp(1, (1 << 31) - 1) as u32, ELEMENTWISE_THREADS)
 }
 
+/// Largest elementwise operation, in elements, that is queued on the context's batch of small
+/// operations (one launch runs many; see `genesis_cuda::batch`) instead of launched alone.
+pub const BATCH_MAX_ELEMS: usize = 2048;
+
+/// Kinds of the `tape` kernel's records (`elementwise.cu`).
+const TAPE_BINARY: u32 = 0;
+const TAPE_UNARY: u32 = 1;
+const TAPE_FILL: u32 = 2;
+
+/// Queues one record of the `tape` kernel on the context's batch when the operation is small
+/// and batching is on; `false` when the caller must launch the operation itself.
+///
+/// # Safety
+///
+/// As for the launcher that calls it: the addresses are valid for `n` elements until the work
+/// completes.
+#[allow(clippy::too_many_arguments)]
+unsafe fn tape_push(
+    stream: &Stream,
+    kind: u32,
+    op: u32,
+    ty: u32,
+    n: usize,
+    a: u64,
+    b: u64,
+    out: u64,
+) -> Result<bool> {
+    let ctx = stream.context();
+    if n > BATCH_MAX_ELEMS || !ctx.batching() {
+        return Ok(false);
+    }
+    let kernel = Kernel::get(ctx, &images::ELEMENTWISE, "tape")?;
+    let mut rec = [0u8; 32];
+    rec[0..4].copy_from_slice(&(kind | op << 8 | ty << 16).to_le_bytes());
+    rec[4..8].copy_from_slice(&(n as u32).to_le_bytes());
+    rec[8..16].copy_from_slice(&a.to_le_bytes());
+    rec[16..24].copy_from_slice(&b.to_le_bytes());
+    rec[24..32].copy_from_slice(&out.to_le_bytes());
+    // SAFETY: `tape` takes a 4096-byte parameter block of 32-byte records in this layout
+    // (`TapeRecord` in elementwise.cu), run by one block of ELEMENTWISE_THREADS threads; the
+    // caller guarantees the addresses.
+    unsafe { ctx.batch_push(stream, &kernel, ELEMENTWISE_THREADS, &rec)? };
+    Ok(true)
+}
+
 fn aligned16(ptrs: &[u64]) -> bool {
     ptrs.iter().all(|p| p % 16 == 0)
 }
@@ -72,6 +117,10 @@ pub unsafe fn binary<T: Element>(
 ) -> Result<()> {
     let name = crate::cpu::supports::<T>(op)?;
     if n == 0 {
+        return Ok(());
+    }
+    // SAFETY: forwarded contract.
+    if unsafe { tape_push(stream, TAPE_BINARY, op as u32, T::TYPE_CODE, n, a, b, out)? } {
         return Ok(());
     }
     let kernel = Kernel::get(stream.context(), &images::ELEMENTWISE, name)?;
@@ -107,6 +156,10 @@ pub unsafe fn unary<T: Element>(
 ) -> Result<()> {
     let name = crate::cpu::supports_unary::<T>(op)?;
     if n == 0 {
+        return Ok(());
+    }
+    // SAFETY: forwarded contract.
+    if unsafe { tape_push(stream, TAPE_UNARY, op as u32, T::TYPE_CODE, n, a, 0, out)? } {
         return Ok(());
     }
     let kernel = Kernel::get(stream.context(), &images::ELEMENTWISE, name)?;
@@ -218,6 +271,16 @@ pub unsafe fn select(
 /// the launch completes.
 pub unsafe fn fill<T: Element>(stream: &Stream, out: u64, value: T, n: usize) -> Result<()> {
     if n == 0 {
+        return Ok(());
+    }
+    let mut bits = [0u8; 8];
+    // SAFETY: `T` is a plain value of at most 8 bytes (f32, f16, bf16, i32, i64), read as bytes.
+    let raw =
+        unsafe { std::slice::from_raw_parts((&raw const value).cast::<u8>(), size_of::<T>()) };
+    bits[..raw.len()].copy_from_slice(raw);
+    let b = u64::from_ne_bytes(bits);
+    // SAFETY: forwarded contract.
+    if unsafe { tape_push(stream, TAPE_FILL, 0, T::TYPE_CODE, n, 0, b, out)? } {
         return Ok(());
     }
     let kernel = Kernel::get(stream.context(), &images::ELEMENTWISE, T::FILL_KERNEL)?;

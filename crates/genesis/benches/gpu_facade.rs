@@ -63,47 +63,78 @@ mod gpu {
         let dev = Device::Cuda(0);
         let mut rows = Vec::new();
 
-        // Host cost of a small op: 1000 dependent adds on 1-element tensors.
+        // Host cost of a small op: 1000 dependent adds on 1-element tensors, with small ops
+        // batched (the default: one launch runs up to 127 of them, see genesis_cuda::batch) and
+        // with batching off (one launch an op).
         const ADDS: usize = 1000;
-        let one = Tensor::full(&[1], 1.0f32, dev)?;
-        let mut result = 0.0f32;
-        let (med, min) = wall(21, || {
-            let mut x = Tensor::zeros(&[1], DType::F32, dev)?;
-            for _ in 0..ADDS {
-                x = x.add(&one)?;
-            }
-            result = x.to_vec::<f32>()?[0];
-            Ok(())
-        })?;
-        if result != ADDS as f32 {
-            return Err(format!("1000 adds gave {result}").into());
-        }
-        // The host's share: time to queue the 1000 adds (before synchronising), and the same
-        // for bare kernel launches (no tensors, no allocation) on the legacy stream and on a
-        // stream of our own: the floor the driver sets.
-        let mut host = Vec::new();
-        for _ in 0..21 {
-            let mut x = Tensor::zeros(&[1], DType::F32, dev)?;
-            genesis::cuda::synchronize(0)?;
-            let t = Instant::now();
-            for _ in 0..ADDS {
-                x = x.add(&one)?;
-            }
-            host.push(t.elapsed().as_secs_f64() * 1e3);
-            genesis::cuda::synchronize(0)?;
-        }
-        let (hmed, hmin) = median_min(host);
-        rows.push(Row {
-            name: "add_1elem_x1000_host".into(),
-            bytes: 0,
-            median_ms: hmed,
-            min_ms: hmin,
-            note: format!(
-                "{:.2} us per op queued (host only)",
-                hmed * 1e3 / ADDS as f64
-            ),
-        });
         let ctx = genesis_cuda::Context::get(0)?;
+        let one = Tensor::full(&[1], 1.0f32, dev)?;
+        for (batching, suffix) in [(true, ""), (false, "_unbatched")] {
+            ctx.set_batching(batching)?;
+            let mut result = 0.0f32;
+            let (med, min) = wall(21, || {
+                let mut x = Tensor::zeros(&[1], DType::F32, dev)?;
+                for _ in 0..ADDS {
+                    x = x.add(&one)?;
+                }
+                result = x.to_vec::<f32>()?[0];
+                Ok(())
+            })?;
+            if result != ADDS as f32 {
+                return Err(format!("1000 adds gave {result}").into());
+            }
+            // The host's share: time to queue the 1000 adds (before synchronising).
+            let mut host = Vec::new();
+            for _ in 0..21 {
+                let mut x = Tensor::zeros(&[1], DType::F32, dev)?;
+                genesis::cuda::synchronize(0)?;
+                let t = Instant::now();
+                for _ in 0..ADDS {
+                    x = x.add(&one)?;
+                }
+                host.push(t.elapsed().as_secs_f64() * 1e3);
+                genesis::cuda::synchronize(0)?;
+            }
+            let (hmed, hmin) = median_min(host);
+            rows.push(Row {
+                name: format!("add_1elem_x1000_host{suffix}"),
+                bytes: 0,
+                median_ms: hmed,
+                min_ms: hmin,
+                note: format!(
+                    "{:.2} us per op queued (host only)",
+                    hmed * 1e3 / ADDS as f64
+                ),
+            });
+            rows.push(Row {
+                name: format!("add_1elem_x1000{suffix}"),
+                bytes: 0,
+                median_ms: med,
+                min_ms: min,
+                note: format!("{:.2} us per op", med * 1e3 / ADDS as f64),
+            });
+            let mut x = Tensor::zeros(&[1], DType::F32, dev)?;
+            let (med, min) = wall(21, || {
+                for _ in 0..ADDS {
+                    x.add_(&one)?;
+                }
+                Ok(())
+            })?;
+            let mut check = x.to_vec::<f32>()?[0];
+            check -= 24.0 * ADDS as f32; // 3 warm-up runs + 21 timed runs of ADDS adds
+            if check != 0.0 {
+                return Err(format!("in-place adds off by {check}").into());
+            }
+            rows.push(Row {
+                name: format!("add_inplace_1elem_x1000{suffix}"),
+                bytes: 0,
+                median_ms: med,
+                min_ms: min,
+                note: format!("{:.2} us per op", med * 1e3 / ADDS as f64),
+            });
+        }
+        // The driver's floor: bare kernel launches (no tensors, no allocation, batching off)
+        // on the legacy stream and on a stream of our own.
         let buf = genesis_cuda::DeviceBuffer::alloc(&ctx, 256)?;
         let p = buf.device_ptr();
         for (label, stream) in [
@@ -140,27 +171,7 @@ mod gpu {
                 ),
             });
         }
-        rows.push(Row {
-            name: "add_1elem_x1000".into(),
-            bytes: 0,
-            median_ms: med,
-            min_ms: min,
-            note: format!("{:.2} us per op", med * 1e3 / ADDS as f64),
-        });
-        let mut x = Tensor::zeros(&[1], DType::F32, dev)?;
-        let (med, min) = wall(21, || {
-            for _ in 0..ADDS {
-                x.add_(&one)?;
-            }
-            Ok(())
-        })?;
-        rows.push(Row {
-            name: "add_inplace_1elem_x1000".into(),
-            bytes: 0,
-            median_ms: med,
-            min_ms: min,
-            note: format!("{:.2} us per op", med * 1e3 / ADDS as f64),
-        });
+        ctx.set_batching(true)?;
 
         // Whole-path reductions of 64 Mi f32 (8192 x 8192), output allocation included.
         let side = 8192usize;

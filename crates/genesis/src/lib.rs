@@ -86,6 +86,27 @@ pub mod cuda {
             .map_err(genesis_storage::Error::from)?)
     }
 
+    /// Turns batching of small elementwise ops on device `ordinal` on or off (on by default, or
+    /// off when `GENESIS_NO_BATCH` is set). Batched ops (at most
+    /// [`genesis_kernels::gpu::BATCH_MAX_ELEMS`] elements) are queued on the host and run by one
+    /// launch of up to 127 of them, before anything else of the device reaches the driver: the
+    /// results and their order are those of one launch per op, at a fraction of the host cost.
+    /// Turn it off to see one kernel per op in a profiler.
+    #[cfg(feature = "cuda")]
+    pub fn set_batching(ordinal: usize, on: bool) -> crate::Result<()> {
+        // The pool's context: it lives as long as the process, so the setting sticks.
+        Ok(pool(ordinal)?
+            .context()
+            .set_batching(on)
+            .map_err(genesis_storage::Error::from)?)
+    }
+
+    /// Whether small elementwise ops on device `ordinal` are batched (see [`set_batching`]).
+    #[cfg(feature = "cuda")]
+    pub fn batching(ordinal: usize) -> crate::Result<bool> {
+        Ok(pool(ordinal)?.context().batching())
+    }
+
     /// Bytes of tensors currently allocated on device `ordinal`.
     #[cfg(feature = "cuda")]
     pub fn memory_allocated(ordinal: usize) -> crate::Result<u64> {

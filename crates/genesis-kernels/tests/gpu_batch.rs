@@ -1,0 +1,194 @@
+//! Small elementwise operations batched into one launch (`genesis_cuda::batch`): the same bits
+//! as one launch per operation, in the same order with respect to everything else queued.
+//!
+//! One test function: batching is a switch of the (shared) context, so the parts run in turn.
+#![cfg(feature = "cuda")]
+
+use std::sync::Arc;
+
+use genesis_cuda::{Context, DeviceBuffer, Event, Stream, skip_without_gpu};
+use genesis_kernels::{BinaryOp, Element, UnaryOp, gpu};
+use half::{bf16, f16};
+
+fn bytes_of<T: Element>(v: &[T]) -> &[u8] {
+    // SAFETY: every Element type is plain-old-data without padding.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast(), std::mem::size_of_val(v)) }
+}
+
+fn from_bytes<T: Element + Default>(b: &[u8]) -> Vec<T> {
+    let mut v = vec![T::default(); b.len() / size_of::<T>()];
+    // SAFETY: `v` has exactly `b.len()` bytes of plain-old-data storage.
+    unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), v.as_mut_ptr().cast::<u8>(), b.len()) };
+    v
+}
+
+/// Values from small integers, so that every op of every type gives finite, exact-ish results
+/// (the comparison is on bits anyway).
+trait Small: Element + Default {
+    fn small(i: usize) -> Self;
+}
+impl Small for f32 {
+    fn small(i: usize) -> Self {
+        (i % 13) as f32 * 0.25 + 0.5
+    }
+}
+impl Small for f16 {
+    fn small(i: usize) -> Self {
+        f16::from_f32((i % 13) as f32 * 0.25 + 0.5)
+    }
+}
+impl Small for bf16 {
+    fn small(i: usize) -> Self {
+        bf16::from_f32((i % 13) as f32 * 0.25 + 0.5)
+    }
+}
+impl Small for i32 {
+    fn small(i: usize) -> Self {
+        (i % 13) as i32 - 6
+    }
+}
+impl Small for i64 {
+    fn small(i: usize) -> Self {
+        (i % 13) as i64 - 6
+    }
+}
+
+/// Runs a program of dependent small operations (each reads the previous result) of every op
+/// the type supports, at sizes 1 to BATCH_MAX_ELEMS, and returns the final buffers' bytes.
+fn program<T: Small>(ctx: &Arc<Context>, s: &Stream) -> Vec<Vec<u8>> {
+    let mut outs = Vec::new();
+    for n in [1usize, 7, 300, gpu::BATCH_MAX_ELEMS] {
+        let a: Vec<T> = (0..n).map(T::small).collect();
+        let b: Vec<T> = (0..n).map(|i| T::small(i + 5)).collect();
+        let da = DeviceBuffer::from_host(ctx, bytes_of(&a)).unwrap();
+        let db = DeviceBuffer::from_host(ctx, bytes_of(&b)).unwrap();
+        let x = DeviceBuffer::alloc(ctx, n * size_of::<T>()).unwrap();
+        let (pa, pb, px) = (da.device_ptr(), db.device_ptr(), x.device_ptr());
+        // SAFETY: every buffer holds n elements of T and outlives the synchronize below.
+        unsafe {
+            gpu::fill::<T>(s, px, T::small(3), n).unwrap();
+            for op in BinaryOp::ALL {
+                if T::binary_kernel(op).is_none() {
+                    continue;
+                }
+                gpu::binary::<T>(s, op, px, pa, px, n).unwrap();
+                gpu::binary::<T>(s, op, pb, px, px, n).unwrap();
+            }
+            for op in UnaryOp::ALL {
+                if T::unary_kernel(op).is_none() {
+                    continue;
+                }
+                gpu::unary::<T>(s, op, px, px, n).unwrap();
+                // Keep values in range for the next op.
+                gpu::binary::<T>(s, BinaryOp::Minimum, px, pb, px, n).unwrap();
+            }
+        }
+        s.synchronize().unwrap();
+        outs.push(x.to_host_vec().unwrap());
+    }
+    outs
+}
+
+fn same_as_unbatched<T: Small>(ctx: &Arc<Context>, s: &Stream) {
+    ctx.set_batching(false).unwrap();
+    let (r0, l0) = ctx.batch_counts();
+    let want = program::<T>(ctx, s);
+    assert_eq!(
+        ctx.batch_counts(),
+        (r0, l0),
+        "batching off: nothing batched"
+    );
+    ctx.set_batching(true).unwrap();
+    let got = program::<T>(ctx, s);
+    let (r1, l1) = ctx.batch_counts();
+    assert!(r1 > r0 && l1 > l0, "{}: small ops were batched", T::NAME);
+    assert_eq!(got, want, "{}: batched results differ", T::NAME);
+}
+
+#[test]
+fn batched_small_ops() {
+    if skip_without_gpu("batched_small_ops") {
+        return;
+    }
+    let ctx = Context::get(0).unwrap();
+    let s = Stream::new(&ctx).unwrap();
+
+    // 1. Every op and type: the same bits batched as launched one by one.
+    same_as_unbatched::<f32>(&ctx, &s);
+    same_as_unbatched::<f16>(&ctx, &s);
+    same_as_unbatched::<bf16>(&ctx, &s);
+    same_as_unbatched::<i32>(&ctx, &s);
+    same_as_unbatched::<i64>(&ctx, &s);
+    ctx.set_batching(true).unwrap();
+
+    // 2. A chain of 1000 dependent adds spans several full batches.
+    let one = DeviceBuffer::from_host(&ctx, bytes_of(&[1.0f32])).unwrap();
+    let x = DeviceBuffer::from_host(&ctx, bytes_of(&[0.0f32])).unwrap();
+    let (r0, l0) = ctx.batch_counts();
+    for _ in 0..1000 {
+        // SAFETY: one f32 each, alive until the synchronize.
+        unsafe { gpu::add::<f32>(&s, x.device_ptr(), one.device_ptr(), x.device_ptr(), 1) }
+            .unwrap();
+    }
+    s.synchronize().unwrap();
+    assert_eq!(from_bytes::<f32>(&x.to_host_vec().unwrap()), [1000.0]);
+    let (r1, l1) = ctx.batch_counts();
+    assert_eq!(r1 - r0, 1000);
+    let cap = genesis_cuda::batch::batch_capacity(32) as u64;
+    assert!(
+        l1 - l0 <= 1000 / cap + 1,
+        "{} launches for 1000 records",
+        l1 - l0
+    );
+
+    // 3. A large op (launched alone) after small ones reads what they wrote, and a small op
+    //    after it reads what it wrote.
+    let n = 1 << 20;
+    let big = DeviceBuffer::from_host(&ctx, bytes_of(&vec![2.0f32; n])).unwrap();
+    let out = DeviceBuffer::alloc(&ctx, n * 4).unwrap();
+    // SAFETY: the buffers hold n (big, out) or 1 (x, one) f32 and outlive the synchronize.
+    unsafe {
+        gpu::add::<f32>(&s, big.device_ptr(), one.device_ptr(), big.device_ptr(), 1).unwrap();
+        gpu::add::<f32>(&s, big.device_ptr(), big.device_ptr(), out.device_ptr(), n).unwrap();
+        gpu::add::<f32>(&s, out.device_ptr(), one.device_ptr(), x.device_ptr(), 1).unwrap();
+    }
+    s.synchronize().unwrap();
+    let o: Vec<f32> = from_bytes(&out.to_host_vec().unwrap());
+    assert_eq!((o[0], o[1], o[n - 1]), (6.0, 4.0, 4.0));
+    assert_eq!(from_bytes::<f32>(&x.to_host_vec().unwrap()), [7.0]);
+
+    // 4. Across streams: an event recorded after a small op on one stream orders a small op on
+    //    another stream after it.
+    let s2 = Stream::new(&ctx).unwrap();
+    let ev = Event::new(&ctx, false).unwrap();
+    let y = DeviceBuffer::alloc(&ctx, 4).unwrap();
+    // SAFETY: one f32 each, alive until the synchronize.
+    unsafe {
+        gpu::fill::<f32>(&s, x.device_ptr(), 41.0, 1).unwrap();
+        ev.record(&s).unwrap();
+        s2.wait_event(&ev).unwrap();
+        gpu::add::<f32>(&s2, x.device_ptr(), one.device_ptr(), y.device_ptr(), 1).unwrap();
+    }
+    s2.synchronize().unwrap();
+    assert_eq!(from_bytes::<f32>(&y.to_host_vec().unwrap()), [42.0]);
+
+    // 5. Dropping a stream launches what is pending on it and waits for it.
+    let s3 = Stream::new(&ctx).unwrap();
+    // SAFETY: one f32, alive until the stream's drop synchronises.
+    unsafe { gpu::fill::<f32>(&s3, y.device_ptr(), 5.0, 1).unwrap() };
+    drop(s3);
+    assert_eq!(from_bytes::<f32>(&y.to_host_vec().unwrap()), [5.0]);
+
+    // 6. Stream::raw (work queued by other libraries) launches the batch first.
+    // SAFETY: one f32, alive until the synchronize.
+    unsafe { gpu::fill::<f32>(&s, y.device_ptr(), 6.0, 1).unwrap() };
+    let l_before = ctx.batch_counts().1;
+    let _ = s.raw();
+    assert_eq!(
+        ctx.batch_counts().1,
+        l_before + 1,
+        "raw() launched the batch"
+    );
+    s.synchronize().unwrap();
+    assert_eq!(from_bytes::<f32>(&y.to_host_vec().unwrap()), [6.0]);
+}

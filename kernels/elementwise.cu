@@ -400,16 +400,48 @@ struct Tape {
 static_assert(sizeof(TapeRecord) == 32, "record layout shared with gpu.rs");
 static_assert(sizeof(Tape) <= 4096, "one parameter block");
 
+// Each thread loads TAPE_UNROLL elements before it stores any (two rounds cover a record of
+// BATCH_MAX_ELEMS): a memory latency per round instead of per element (8: 128 registers and a
+// spill). An element is read
+// and written by the same thread, so `out` may be `a` or `b`.
+#define TAPE_UNROLL 4
 template <typename Op, typename T> __device__ __forceinline__ void tape_binary(const TapeRecord &r) {
     const T *a = reinterpret_cast<const T *>(r.a);
     const T *b = reinterpret_cast<const T *>(r.b);
     T *o = reinterpret_cast<T *>(r.out);
-    for (uint32_t i = threadIdx.x; i < r.n; i += GX_THREADS) o[i] = Apply<Op, T>::go(a[i], b[i]);
+    for (uint32_t base = threadIdx.x; base < r.n; base += TAPE_UNROLL * GX_THREADS) {
+        T x[TAPE_UNROLL], y[TAPE_UNROLL];
+#pragma unroll
+        for (int u = 0; u < TAPE_UNROLL; ++u) {
+            const uint32_t i = base + u * GX_THREADS;
+            if (i < r.n) {
+                x[u] = a[i];
+                y[u] = b[i];
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < TAPE_UNROLL; ++u) {
+            const uint32_t i = base + u * GX_THREADS;
+            if (i < r.n) o[i] = Apply<Op, T>::go(x[u], y[u]);
+        }
+    }
 }
 template <typename Op, typename T> __device__ __forceinline__ void tape_unary(const TapeRecord &r) {
     const T *a = reinterpret_cast<const T *>(r.a);
     T *o = reinterpret_cast<T *>(r.out);
-    for (uint32_t i = threadIdx.x; i < r.n; i += GX_THREADS) o[i] = ApplyU<Op, T>::go(a[i]);
+    for (uint32_t base = threadIdx.x; base < r.n; base += TAPE_UNROLL * GX_THREADS) {
+        T x[TAPE_UNROLL];
+#pragma unroll
+        for (int u = 0; u < TAPE_UNROLL; ++u) {
+            const uint32_t i = base + u * GX_THREADS;
+            if (i < r.n) x[u] = a[i];
+        }
+#pragma unroll
+        for (int u = 0; u < TAPE_UNROLL; ++u) {
+            const uint32_t i = base + u * GX_THREADS;
+            if (i < r.n) o[i] = ApplyU<Op, T>::go(x[u]);
+        }
+    }
 }
 template <typename T> __device__ __forceinline__ void tape_fill(const TapeRecord &r) {
     T v;

@@ -133,6 +133,33 @@ mod gpu {
                 note: format!("{:.2} us per op", med * 1e3 / ADDS as f64),
             });
         }
+        // Larger small ops: 1000 dependent in-place adds of 256 and of 2048 (the largest
+        // batched size) f32, batched and not: what the GPU's time per op becomes when one block
+        // runs each batched op.
+        for n in [256usize, genesis_kernels::gpu::BATCH_MAX_ELEMS] {
+            let y = Tensor::full(&[n], 1.0f32, dev)?;
+            for (batching, suffix) in [(true, ""), (false, "_unbatched")] {
+                ctx.set_batching(batching)?;
+                let mut x = Tensor::zeros(&[n], DType::F32, dev)?;
+                let (med, min) = wall(21, || {
+                    for _ in 0..ADDS {
+                        x.add_(&y)?;
+                    }
+                    Ok(())
+                })?;
+                if x.to_vec::<f32>()?[n - 1] != 24.0 * ADDS as f32 {
+                    return Err(format!("{n}-element in-place adds went wrong").into());
+                }
+                rows.push(Row {
+                    name: format!("add_inplace_{n}elem_x1000{suffix}"),
+                    bytes: 0,
+                    median_ms: med,
+                    min_ms: min,
+                    note: format!("{:.2} us per op", med * 1e3 / ADDS as f64),
+                });
+            }
+        }
+        ctx.set_batching(true)?;
         // The driver's floor: bare kernel launches (no tensors, no allocation, batching off)
         // on the legacy stream and on a stream of our own.
         let buf = genesis_cuda::DeviceBuffer::alloc(&ctx, 256)?;

@@ -186,7 +186,7 @@ fn host_mask_route<'a>(
         return Ok(Some((HostMaskRoute::Bytes(m), total)));
     }
     let upload = upload_mask.unwrap_or_else(|| {
-        let selected = bytes.iter().filter(|&&b| b != 0).count();
+        let selected = genesis_kernels::mask::count_nonzero(bytes);
         crate::plan::mask_plan(layout.rank(), layout.rank(), selected, total).uploads_mask()
     });
     let route = if upload {

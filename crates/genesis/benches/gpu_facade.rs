@@ -113,30 +113,11 @@ mod gpu {
                 min_ms: min,
                 note: format!("{:.2} us per op", med * 1e3 / ADDS as f64),
             });
-            let mut x = Tensor::zeros(&[1], DType::F32, dev)?;
-            let (med, min) = wall(21, || {
-                for _ in 0..ADDS {
-                    x.add_(&one)?;
-                }
-                Ok(())
-            })?;
-            let mut check = x.to_vec::<f32>()?[0];
-            check -= 24.0 * ADDS as f32; // 3 warm-up runs + 21 timed runs of ADDS adds
-            if check != 0.0 {
-                return Err(format!("in-place adds off by {check}").into());
-            }
-            rows.push(Row {
-                name: format!("add_inplace_1elem_x1000{suffix}"),
-                bytes: 0,
-                median_ms: med,
-                min_ms: min,
-                note: format!("{:.2} us per op", med * 1e3 / ADDS as f64),
-            });
         }
-        // Larger small ops: 1000 dependent in-place adds of 256 and of 2048 (the largest
-        // batched size) f32, batched and not: what the GPU's time per op becomes when one block
-        // runs each batched op.
-        for n in [256usize, genesis_kernels::gpu::BATCH_MAX_ELEMS] {
+        // In place: 1000 dependent adds of 1, 256 and 2048 (the largest batched size) f32,
+        // batched and not: what the GPU's time per op becomes when one block runs each
+        // batched op.
+        for n in [1usize, 256, genesis_kernels::gpu::BATCH_MAX_ELEMS] {
             let y = Tensor::full(&[n], 1.0f32, dev)?;
             for (batching, suffix) in [(true, ""), (false, "_unbatched")] {
                 ctx.set_batching(batching)?;
@@ -147,6 +128,7 @@ mod gpu {
                     }
                     Ok(())
                 })?;
+                // 3 warm-up runs and 21 timed runs of ADDS adds of 1.
                 if x.to_vec::<f32>()?[n - 1] != 24.0 * ADDS as f32 {
                     return Err(format!("{n}-element in-place adds went wrong").into());
                 }
@@ -159,9 +141,9 @@ mod gpu {
                 });
             }
         }
-        ctx.set_batching(true)?;
         // The driver's floor: bare kernel launches (no tensors, no allocation, batching off)
         // on the legacy stream and on a stream of our own.
+        ctx.set_batching(false)?;
         let buf = genesis_cuda::DeviceBuffer::alloc(&ctx, 256)?;
         let p = buf.device_ptr();
         for (label, stream) in [

@@ -54,6 +54,31 @@ mod gpu {
         Ok(median_min(ms))
     }
 
+    /// Device time of `f` between two events on the legacy stream (where the facade queues
+    /// by default): 5 warm-up runs, median and min of 50. (`torch_ref.py` times these ops
+    /// with the wall clock, as [`wall`] does: the rows it compares are the wall-clock ones.)
+    fn events(mut f: impl FnMut() -> BoxResult) -> BoxResult<(f64, f64)> {
+        let ctx = genesis_cuda::Context::get(0)?;
+        let s = genesis_cuda::Stream::legacy(&ctx);
+        for _ in 0..5 {
+            f()?;
+        }
+        s.synchronize()?;
+        let (a, b) = (
+            genesis_cuda::Event::new(&ctx, true)?,
+            genesis_cuda::Event::new(&ctx, true)?,
+        );
+        let mut ms = Vec::with_capacity(50);
+        for _ in 0..50 {
+            a.record(&s)?;
+            f()?;
+            b.record(&s)?;
+            b.synchronize()?;
+            ms.push(f64::from(b.elapsed_ms(&a)?));
+        }
+        Ok(median_min(ms))
+    }
+
     pub(crate) fn run() -> BoxResult {
         if !genesis::cuda::is_available() {
             println!("gpu_facade: skipped: no CUDA device found");
@@ -208,7 +233,18 @@ mod gpu {
                 bytes: n * 4,
                 median_ms: med,
                 min_ms: min,
-                note: "wall clock incl. launch + sync".into(),
+                note: "wall clock incl. launch + sync, as torch_ref".into(),
+            });
+            let (med, min) = events(|| {
+                f()?;
+                Ok(())
+            })?;
+            rows.push(Row {
+                name: format!("{name}_events"),
+                bytes: n * 4,
+                median_ms: med,
+                min_ms: min,
+                note: "device time between events around the op".into(),
             });
         }
 
@@ -218,29 +254,54 @@ mod gpu {
         let g = genesis::Generator::new(7);
         let x = g.rand(&[n], DType::F32, dev)?;
         let mask = g.rand(&[n], DType::F32, dev)?.lt_scalar(0.5)?;
+        // Bytes: data read once, mask read twice, half the data written.
+        let select_bytes = n * 4 + 2 * n + n * 2;
         let (med, min) = wall(30, || {
             x.masked_select(&mask)?;
             Ok(())
         })?;
-        // Bytes: data read once, mask read twice, half the data written.
         rows.push(Row {
             name: "masked_select_50pct_64Mi_f32".into(),
-            bytes: n * 4 + 2 * n + n * 2,
+            bytes: select_bytes,
             median_ms: med,
             min_ms: min,
-            note: "wall clock incl. count readback".into(),
+            note: "wall clock incl. count readback, as torch_ref".into(),
+        });
+        let (med, min) = events(|| {
+            x.masked_select(&mask)?;
+            Ok(())
+        })?;
+        rows.push(Row {
+            name: "masked_select_50pct_64Mi_f32_events".into(),
+            bytes: select_bytes,
+            median_ms: med,
+            min_ms: min,
+            note: "device time between events around the op".into(),
         });
         let mut y = (&x * 1.0)?; // a copy of its own
+        // Bytes as before and as torch_ref counts them: data and mask read, half the data written.
+        let fill_bytes = n * 4 + n + n * 2;
         let (med, min) = wall(30, || {
             y.masked_fill_(&mask, 1.5)?;
             Ok(())
         })?;
         rows.push(Row {
             name: "masked_fill_50pct_64Mi_f32".into(),
-            bytes: n * 4 + n + n * 2,
+            bytes: fill_bytes,
             median_ms: med,
             min_ms: min,
-            note: "wall clock incl. launch + sync".into(),
+            note: "wall clock incl. launch + sync, as torch_ref".into(),
+        });
+        let (med, min) = events(|| {
+            y.masked_fill_(&mask, 1.5)?;
+            Ok(())
+        })?;
+        rows.push(Row {
+            name: "masked_fill_50pct_64Mi_f32_events".into(),
+            bytes: fill_bytes,
+            median_ms: med,
+            min_ms: min,
+            note: "device time between events around the op".into(),
         });
         drop((x, mask, y));
 

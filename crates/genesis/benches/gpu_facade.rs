@@ -57,9 +57,17 @@ mod gpu {
     /// Device time of `f` between two events on the legacy stream (where the facade queues
     /// by default): 5 warm-up runs, median and min of 50. (`torch_ref.py` times these ops
     /// with the wall clock, as [`wall`] does: the rows it compares are the wall-clock ones.)
-    fn events(mut f: impl FnMut() -> BoxResult) -> BoxResult<(f64, f64)> {
+    fn events(f: impl FnMut() -> BoxResult) -> BoxResult<(f64, f64)> {
         let ctx = genesis_cuda::Context::get(0)?;
-        let s = genesis_cuda::Stream::legacy(&ctx);
+        events_on(&genesis_cuda::Stream::legacy(&ctx), f)
+    }
+
+    /// [`events`] on stream `s`.
+    fn events_on(
+        s: &genesis_cuda::Stream,
+        mut f: impl FnMut() -> BoxResult,
+    ) -> BoxResult<(f64, f64)> {
+        let ctx = std::sync::Arc::clone(s.context());
         for _ in 0..5 {
             f()?;
         }
@@ -70,9 +78,9 @@ mod gpu {
         );
         let mut ms = Vec::with_capacity(50);
         for _ in 0..50 {
-            a.record(&s)?;
+            a.record(s)?;
             f()?;
-            b.record(&s)?;
+            b.record(s)?;
             b.synchronize()?;
             ms.push(f64::from(b.elapsed_ms(&a)?));
         }
@@ -248,6 +256,84 @@ mod gpu {
             });
         }
 
+        // Where the facade's sum over all loses time against the kernel-level bench: the same
+        // reduction launched directly, on pool (VMM arena) memory or a cuMemAlloc buffer, on the
+        // legacy stream or a stream of our own; and the facade's sum on a stream of our own.
+        {
+            let pool =
+                genesis_storage::Storage::from_slice(&data, genesis_storage::Device::Cuda(0))?;
+            let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let plain = genesis_cuda::DeviceBuffer::from_host(&ctx, &bytes)?;
+            let shape = genesis_kernels::ReduceShape {
+                outer: 1,
+                r: n,
+                inner: 1,
+            };
+            let plan =
+                genesis_kernels::reduce::ReducePlan::new(shape, ctx.multiprocessors() as usize, 4);
+            let ws_len = plan
+                .workspace_bytes::<f32>(genesis_kernels::ReduceOp::Sum)
+                .max(1);
+            let ws = genesis_cuda::DeviceBuffer::alloc(&ctx, ws_len)?;
+            let out = genesis_cuda::DeviceBuffer::alloc(&ctx, 8)?;
+            let own = genesis_cuda::Stream::new(&ctx)?;
+            let legacy = genesis_cuda::Stream::legacy(&ctx);
+            for (label, input, stream) in [
+                (
+                    "k_sum_f32_pool_legacy",
+                    pool.device_ptr().unwrap_or(0),
+                    &legacy,
+                ),
+                ("k_sum_f32_cumemalloc_legacy", plain.device_ptr(), &legacy),
+                (
+                    "k_sum_f32_pool_own_stream",
+                    pool.device_ptr().unwrap_or(0),
+                    &own,
+                ),
+                ("k_sum_f32_cumemalloc_own_stream", plain.device_ptr(), &own),
+            ] {
+                let (med, min) = events_on(stream, || {
+                    // SAFETY: `input` holds n f32, `out` and `ws` the plan's sizes; all live
+                    // until the events' synchronisation.
+                    unsafe {
+                        genesis_kernels::reduce::gpu_reduce::<f32>(
+                            stream,
+                            genesis_kernels::ReduceOp::Sum,
+                            input,
+                            shape,
+                            out.device_ptr(),
+                            0,
+                            ws.device_ptr(),
+                            ws_len,
+                        )?
+                    };
+                    Ok(())
+                })?;
+                rows.push(Row {
+                    name: label.into(),
+                    bytes: n * 4,
+                    median_ms: med,
+                    min_ms: min,
+                    note: "kernels alone, events".into(),
+                });
+            }
+            let s = genesis::cuda::Stream::new(0)?;
+            // SAFETY: `s` is a stream of device 0's context and outlives `raw`.
+            let raw = unsafe { genesis_cuda::Stream::borrowed(&ctx, s.id()) };
+            let (med, min) = genesis::cuda::with_stream(&s, || {
+                events_on(&raw, || {
+                    m.sum()?;
+                    Ok(())
+                })
+            })?;
+            rows.push(Row {
+                name: "t_sum_f32_events_own_stream".into(),
+                bytes: n * 4,
+                median_ms: med,
+                min_ms: min,
+                note: "facade sum on a stream of our own, events".into(),
+            });
+        }
         drop(cases);
         drop(m);
         // Boolean masks on the device: select 50% of 64 Mi f32 (x[mask]), and masked_fill_.

@@ -33,6 +33,17 @@ mod gpu {
         note: String,
     }
 
+    /// A row for `ops` ops timed together: the note gives the time per op.
+    fn per_op(name: String, (median_ms, min_ms): (f64, f64), ops: usize) -> Row {
+        Row {
+            name,
+            bytes: 0,
+            median_ms,
+            min_ms,
+            note: format!("{:.2} us per op", median_ms * 1e3 / ops as f64),
+        }
+    }
+
     fn median_min(mut v: Vec<f64>) -> (f64, f64) {
         v.sort_by(f64::total_cmp);
         (v[v.len() / 2], v[0])
@@ -139,13 +150,7 @@ mod gpu {
                     hmed * 1e3 / ADDS as f64
                 ),
             });
-            rows.push(Row {
-                name: format!("add_1elem_x1000{suffix}"),
-                bytes: 0,
-                median_ms: med,
-                min_ms: min,
-                note: format!("{:.2} us per op", med * 1e3 / ADDS as f64),
-            });
+            rows.push(per_op(format!("add_1elem_x1000{suffix}"), (med, min), ADDS));
         }
         // In place: 1000 dependent adds of 1, 256 and 2048 (the largest batched size) f32,
         // batched and not: what the GPU's time per op becomes when one block runs each
@@ -165,13 +170,11 @@ mod gpu {
                 if x.to_vec::<f32>()?[n - 1] != 24.0 * ADDS as f32 {
                     return Err(format!("{n}-element in-place adds went wrong").into());
                 }
-                rows.push(Row {
-                    name: format!("add_inplace_{n}elem_x1000{suffix}"),
-                    bytes: 0,
-                    median_ms: med,
-                    min_ms: min,
-                    note: format!("{:.2} us per op", med * 1e3 / ADDS as f64),
-                });
+                rows.push(per_op(
+                    format!("add_inplace_{n}elem_x1000{suffix}"),
+                    (med, min),
+                    ADDS,
+                ));
             }
         }
         // The driver's floor: bare kernel launches (no tensors, no allocation, batching off)

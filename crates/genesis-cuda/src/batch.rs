@@ -216,3 +216,22 @@ impl Context {
         result
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capacity_fills_the_parameter_block() {
+        assert_eq!(batch_capacity(32), 127);
+        assert_eq!(BATCH_HEADER_BYTES + 127 * 32, 4080);
+        assert_eq!(batch_capacity(8), (4096 - 16) / 8);
+        assert_eq!(batch_capacity(4080), 1);
+        assert_eq!(
+            batch_capacity(4081),
+            0,
+            "a record larger than the block fits none"
+        );
+        assert_eq!(batch_capacity(0), 0);
+    }
+}

@@ -336,6 +336,42 @@ mod gpu {
                 min_ms: min,
                 note: "facade sum on a stream of our own, events".into(),
             });
+            // The wall clock's parts: the host's time in `m.sum()` (queuing, no wait), and a
+            // synchronisation with nothing queued.
+            let mut host = Vec::with_capacity(30);
+            let mut idle = Vec::with_capacity(30);
+            for _ in 0..30 {
+                genesis::cuda::synchronize(0)?;
+                let t = Instant::now();
+                genesis::cuda::synchronize(0)?;
+                idle.push(t.elapsed().as_secs_f64() * 1e3);
+                let t = Instant::now();
+                let r = m.sum()?;
+                host.push(t.elapsed().as_secs_f64() * 1e3);
+                genesis::cuda::synchronize(0)?;
+                drop(r);
+            }
+            for (name, v, note) in [
+                (
+                    "t_sum_f32_host_only",
+                    host,
+                    "host time in m.sum() (queuing only)",
+                ),
+                (
+                    "synchronize_idle",
+                    idle,
+                    "genesis::cuda::synchronize with nothing queued",
+                ),
+            ] {
+                let (med, min) = median_min(v);
+                rows.push(Row {
+                    name: name.into(),
+                    bytes: 0,
+                    median_ms: med,
+                    min_ms: min,
+                    note: note.into(),
+                });
+            }
         }
         drop(cases);
         drop(m);

@@ -1,22 +1,17 @@
 //! Host masks indexing CUDA tensors: dense masks cross the bus as bytes and are compacted on
 //! the device, sparse ones as the positions of their set elements, gathered on the device (the
-//! choice `MaskPlan::uploads_mask` makes from the measured density). Both routes must give the CPU executor's results, for reads and for
-//! scalar assignment, including on views with an offset.
+//! choice `MaskPlan::uploads_mask` makes from the measured density). Both routes must give the
+//! CPU executor's results, for reads and for scalar assignment, including on views with an
+//! offset.
 #![cfg(feature = "cuda")]
+
+mod common;
 
 use std::sync::Arc;
 
-use genesis_index::{IndexItem, IndexTensor, Value, get, plan, s, set};
+use common::{Release, get_f32};
+use genesis_index::{IndexItem, IndexTensor, Value, plan, s, set};
 use genesis_storage::{DType, Device, Layout, Storage, View};
-
-/// Gives the pools' cached memory back after everything of the test is dropped.
-struct Release;
-
-impl Drop for Release {
-    fn drop(&mut self) {
-        let _ = genesis_storage::cuda::empty_caches();
-    }
-}
 
 /// A mask of `shape` with about one element in `every` set (xorshift).
 fn mask(shape: &[usize], every: u64, seed: u64) -> Vec<bool> {
@@ -83,18 +78,8 @@ fn dense_and_sparse_host_masks_match_the_cpu() {
                 View::with_layout(Arc::new(data(n + 5, Device::Cpu)), layout.clone()).unwrap();
             let gpu =
                 View::with_layout(Arc::new(data(n + 5, Device::Cuda(0))), layout.clone()).unwrap();
-            let want = get(&cpu, &items)
-                .unwrap()
-                .contiguous()
-                .unwrap()
-                .to_vec::<f32>()
-                .unwrap();
-            let got = get(&gpu, &items)
-                .unwrap()
-                .contiguous()
-                .unwrap()
-                .to_vec::<f32>()
-                .unwrap();
+            let want = get_f32(&cpu, &items);
+            let got = get_f32(&gpu, &items);
             assert_eq!(got, want, "x[mask], one in {every}");
             assert_eq!(want.len(), bits.iter().filter(|&&b| b).count());
             // x[mask] = 2.5, in place, the elements before the view untouched.

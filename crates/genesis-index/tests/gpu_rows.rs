@@ -2,8 +2,11 @@
 //! executor: gathers from views with an offset, and assignments with duplicate rows.
 #![cfg(feature = "cuda")]
 
+mod common;
+
 use std::sync::Arc;
 
+use common::{Release, get_f32};
 use genesis_index::{IndexTensor, Value, get, s, set};
 use genesis_storage::{Device, Layout, Storage, View};
 
@@ -16,15 +19,6 @@ fn matrix(device: Device) -> View {
     .unwrap()
 }
 
-/// Gives the pools' cached memory back after everything of the test is dropped.
-struct Release;
-
-impl Drop for Release {
-    fn drop(&mut self) {
-        let _ = genesis_storage::cuda::empty_caches();
-    }
-}
-
 #[test]
 fn row_gathers_and_assignments_match_the_cpu() {
     if genesis_cuda::skip_without_gpu("row_gathers_and_assignments_match_the_cpu") {
@@ -35,35 +29,15 @@ fn row_gathers_and_assignments_match_the_cpu() {
     let (cpu, gpu) = (matrix(Device::Cpu), matrix(Device::Cuda(0)));
     // x[idx] and x[2:][idx] (a view with an offset of 2 rows).
     for items in [s![@rows.clone()], s![2.., ..]] {
-        let want = get(&cpu, &items)
-            .unwrap()
-            .contiguous()
-            .unwrap()
-            .to_vec::<f32>()
-            .unwrap();
-        let got = get(&gpu, &items)
-            .unwrap()
-            .contiguous()
-            .unwrap()
-            .to_vec::<f32>()
-            .unwrap();
+        let want = get_f32(&cpu, &items);
+        let got = get_f32(&gpu, &items);
         assert_eq!(got, want);
     }
     let shifted_cpu = get(&cpu, &s![2..]).unwrap();
     let shifted_gpu = get(&gpu, &s![2..]).unwrap();
     let idx = IndexTensor::i64(&[3], vec![0, 61, 7]);
-    let want = get(&shifted_cpu, &s![@idx.clone()])
-        .unwrap()
-        .contiguous()
-        .unwrap()
-        .to_vec::<f32>()
-        .unwrap();
-    let got = get(&shifted_gpu, &s![@idx])
-        .unwrap()
-        .contiguous()
-        .unwrap()
-        .to_vec::<f32>()
-        .unwrap();
+    let want = get_f32(&shifted_cpu, &s![@idx.clone()]);
+    let got = get_f32(&shifted_gpu, &s![@idx]);
     assert_eq!(got, want);
     // x[idx] = v with duplicate rows: the last one wins on both.
     let vals: Vec<f32> = (0..6 * 8).map(|i| -(i as f32)).collect();

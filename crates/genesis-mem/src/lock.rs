@@ -3,9 +3,9 @@
 //! An uncontended `std::sync::Mutex` costs two atomic read-modify-writes (lock and unlock);
 //! this lock costs one (a compare-exchange to lock, a plain release store to unlock), which is
 //! a third of a cached allocation + free pair on the machines we measured. Waiters spin with
-//! exponential backoff and then yield, so contention degrades gracefully. A panic while the lock is held releases
-//! it (no poisoning): the allocator's operations leave the state consistent at every early
-//! return, and refusing all later service would be worse.
+//! exponential backoff and then yield, so contention degrades gracefully. A panic while the
+//! lock is held releases it (no poisoning): the allocator's operations leave the state
+//! consistent at every early return, and refusing all later service would be worse.
 
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};

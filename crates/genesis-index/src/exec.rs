@@ -306,7 +306,7 @@ pub fn set(
         return match route {
             HostMaskRoute::Bytes(mask) => {
                 // Ranges are checked by `masked_fill_at` before it writes.
-                let one = Storage::from_slice(&[*x], Device::Cpu)?.to_dtype(target.dtype())?;
+                let one = scalar_as(*x, target.dtype())?;
                 let bytes = one.host_bytes().expect("a CPU storage").to_vec();
                 let (m, m0) = mask.parts();
                 target.masked_fill_at(layout.offset(), m, m0, n, &bytes)?;
@@ -350,6 +350,11 @@ pub fn set(
     Ok(())
 }
 
+/// A scalar as one element of `dtype` in a CPU storage (converted as `to_dtype` converts).
+fn scalar_as(x: f64, dtype: DType) -> Result<Storage> {
+    Ok(Storage::from_slice(&[x], Device::Cpu)?.to_dtype(dtype)?)
+}
+
 /// The value broadcast to the plan's result shape, dense, on `device`.
 fn dense_values(
     p: &IndexPlan,
@@ -359,9 +364,7 @@ fn dense_values(
 ) -> Result<Arc<Storage>> {
     let (storage, layout) = match value {
         Value::Scalar(x) => {
-            let one = Storage::from_slice(&[x], Device::Cpu)?
-                .to_dtype(dtype)?
-                .to_device(device)?;
+            let one = scalar_as(x, dtype)?.to_device(device)?;
             (Arc::new(one), Layout::contiguous(&[]))
         }
         Value::Tensor(v) => {

@@ -209,6 +209,14 @@ fn wrap(i: i64, size: usize, dim: usize) -> Result<usize> {
     Ok(j as usize)
 }
 
+/// [`wrap`] for every value of a host index array.
+fn wrap_all(values: &[i64], size: usize, dim: usize) -> Result<Vec<i64>> {
+    values
+        .iter()
+        .map(|&i| wrap(i, size, dim).map(|j| j as i64))
+        .collect()
+}
+
 /// NumPy's slice bounds for a positive step: `(start, stop)` clamped to `0..=size`.
 fn slice_bounds(start: Option<i64>, stop: Option<i64>, size: usize) -> (usize, usize) {
     let s = size as i64;
@@ -439,11 +447,7 @@ pub fn plan(input: &Layout, items: &[IndexItem], assign: bool) -> Result<IndexPl
                         let src = if c.on_host() {
                             // Coordinates in a host storage: read and checked like any host
                             // index array.
-                            let mut data = Vec::with_capacity(n);
-                            for &i in &c.to_host()?.data {
-                                data.push(wrap(i, covered[d], in_dim + d)? as i64);
-                            }
-                            Src::Host(data)
+                            Src::Host(wrap_all(&c.to_host()?.data, covered[d], in_dim + d)?)
                         } else {
                             Src::Device(c.clone(), covered[d], in_dim + d)
                         };
@@ -468,10 +472,7 @@ pub fn plan(input: &Layout, items: &[IndexItem], assign: bool) -> Result<IndexPl
             }
             IndexItem::Tensor(t) => {
                 let size = view.shape()[vdim];
-                let mut data = Vec::with_capacity(t.data.len());
-                for &i in &t.data {
-                    data.push(wrap(i, size, in_dim)? as i64);
-                }
+                let data = wrap_all(&t.data, size, in_dim)?;
                 adv.push((vdim, t.shape.clone(), Src::Host(data)));
                 vdim += 1;
                 in_dim += 1;

@@ -379,6 +379,11 @@ struct State<B: Backend> {
     quick_count: usize,
     /// Quick-list keys that may be non-empty (each listed once).
     quick_dirty: Vec<(StreamId, usize)>,
+    /// `(clock, block)` after a hot-path alloc or free of `block`, when nothing else has touched
+    /// the state since: the next hot-path operation on the same block undoes that one's change
+    /// to the statistics it shares, so those stay within their peaks. Every other entry point
+    /// clears it ([`CachingAllocator::lock`]), and the general paths advance the clock.
+    undo: (u64, u32),
     pending: Vec<(u32, SmallVec<[EventId; 2]>)>,
     device_total: usize,
     clock: u64,
@@ -443,6 +448,7 @@ impl<B: Backend> CachingAllocator<B> {
                 quick_memo: ((StreamId::MAX, 0), usize::MAX),
                 quick_count: 0,
                 quick_dirty: Vec::new(),
+                undo: (0, NONE),
                 pending: Vec::new(),
                 device_total: total,
                 clock: 0,
@@ -454,25 +460,58 @@ impl<B: Backend> CachingAllocator<B> {
         })
     }
 
+    /// The state, for every entry point but the hot paths of `alloc` and `free`.
     fn lock(&self) -> crate::lock::Guard<'_, State<B>> {
-        self.state.lock()
+        let mut st = self.state.lock();
+        st.undo.1 = NONE;
+        st
     }
 
     /// Allocates `bytes` on `stream`.
     #[track_caller]
     pub fn alloc(&self, bytes: usize, stream: StreamId) -> Result<Allocation, Error> {
         let site = Location::caller();
-        let mut st = self.lock();
+        let mut st = self.state.lock();
+        match st.alloc_cached(bytes, stream, site) {
+            Some(a) => {
+                drop(st);
+                Ok(self.allocation(a, bytes, stream))
+            }
+            None => self.alloc_general(st, bytes, stream, site),
+        }
+    }
+
+    /// `alloc` past its hot path (kept out of line so that the hot path saves no registers).
+    #[cold]
+    #[inline(never)]
+    fn alloc_general(
+        &self,
+        mut st: crate::lock::Guard<'_, State<B>>,
+        bytes: usize,
+        stream: StreamId,
+        site: &'static Location<'static>,
+    ) -> Result<Allocation, Error> {
         let a = st.alloc(bytes, stream, site)?;
-        Ok(Allocation {
-            ptr: a.0,
-            size: a.1,
-            requested: bytes,
-            block: a.2,
-            generation: a.3,
+        drop(st);
+        Ok(self.allocation(a, bytes, stream))
+    }
+
+    #[inline(always)]
+    fn allocation(
+        &self,
+        (ptr, size, block, generation): (u64, usize, u32, u32),
+        requested: usize,
+        stream: StreamId,
+    ) -> Allocation {
+        Allocation {
+            ptr,
+            size,
+            requested,
+            block,
+            generation,
             allocator: self.id,
             stream,
-        })
+        }
     }
 
     /// Gives an allocation back. If it was used on other streams ([`Self::record_stream`]),
@@ -483,8 +522,22 @@ impl<B: Backend> CachingAllocator<B> {
                 ptr: allocation.ptr,
             });
         }
-        let mut st = self.lock();
-        st.free(allocation.block, allocation.generation)
+        let mut st = self.state.lock();
+        if st.free_cached(allocation.block, allocation.generation) {
+            return Ok(());
+        }
+        Self::free_general(st, allocation.block, allocation.generation)
+    }
+
+    /// `free` past its hot path (out of line, as [`Self::alloc_general`]).
+    #[cold]
+    #[inline(never)]
+    fn free_general(
+        mut st: crate::lock::Guard<'_, State<B>>,
+        block: u32,
+        generation: u32,
+    ) -> Result<(), Error> {
+        st.free(block, generation)
     }
 
     /// Marks `allocation` as used by work queued on `stream` (not the one it was allocated on).
@@ -762,6 +815,130 @@ impl<B: Backend> State<B> {
             set.remove(&key);
         }
         self.count_inactive::<false>(id);
+    }
+
+    /// The hot path of [`Self::alloc`]: a block of exactly this stream and rounded size in the
+    /// quick list looked up last, nothing pending and no history recorded. `None` sends the
+    /// request down the general path, which does the same on this path (the property tests
+    /// check both against a recount after every step).
+    #[inline(always)]
+    fn alloc_cached(
+        &mut self,
+        requested: usize,
+        stream: StreamId,
+        site: &'static Location<'static>,
+    ) -> Option<(u64, usize, u32, u32)> {
+        // Zero and more than the device have errors of their own (general path).
+        if requested.wrapping_sub(1) >= self.device_total
+            || !self.pending.is_empty()
+            || self.history.is_some()
+        {
+            return None;
+        }
+        let size = requested.checked_next_multiple_of(ALIGNMENT)?;
+        if self.quick_memo.0 != (stream, size) {
+            return None;
+        }
+        let id = self.quick_lists.get_mut(self.quick_memo.1)?.pop()?;
+        // Reusing the block the operation just before freed: the four statistics that free
+        // lowered by this block come back to where they were, within their peaks.
+        let undo = self.undo == (self.clock, id);
+        self.clock += 1;
+        self.undo = (self.clock, id);
+        self.quick_count -= 1;
+        self.stats.num_cache_hits += 1;
+        let seq = self.clock;
+        let record_sites = self.config.record_sites;
+        let b = &mut self.blocks[id as usize];
+        debug_assert_eq!((b.size, b.state), (size, BlockState::Cached));
+        debug_assert!(b.other_streams.is_empty());
+        let whole = b.prev == NONE && b.next == NONE;
+        let requested_within = undo && requested <= b.requested;
+        b.state = BlockState::Allocated;
+        b.requested = requested;
+        b.site = if record_sites { Some(site) } else { None };
+        b.seq = seq;
+        let (addr, generation) = (b.addr, b.generation);
+        let pool = Pool::of(size);
+        if !whole {
+            self.stats.inactive_split.dec(pool, 1);
+            self.stats.inactive_split_bytes.dec(pool, size as i64);
+        }
+        let s = &mut self.stats;
+        if undo {
+            s.allocation.inc_within_peak(pool, 1);
+            s.active.inc_within_peak(pool, 1);
+            s.allocated_bytes.inc_within_peak(pool, size as i64);
+            s.active_bytes.inc_within_peak(pool, size as i64);
+        } else {
+            s.allocation.inc(pool, 1);
+            s.active.inc(pool, 1);
+            s.allocated_bytes.inc(pool, size as i64);
+            s.active_bytes.inc(pool, size as i64);
+        }
+        if requested_within {
+            s.requested_bytes.inc_within_peak(pool, requested as i64);
+        } else {
+            s.requested_bytes.inc(pool, requested as i64);
+        }
+        Some((addr, size, id, generation))
+    }
+
+    /// The hot path of [`Self::free`]: a block used on its own stream only, whose quick list
+    /// is the one looked up last, with no cache limit, compaction or history to attend to.
+    /// `false` leaves everything to the general path.
+    #[inline(always)]
+    fn free_cached(&mut self, id: u32, generation: u32) -> bool {
+        if self.history.is_some()
+            || !self.config.quick_lists
+            || self.config.cache_limit.is_some()
+            || self.config.compact_threshold.is_some()
+        {
+            return false;
+        }
+        let Some(b) = self.blocks.get_mut(id as usize) else {
+            return false;
+        };
+        if b.generation != generation
+            || b.state != BlockState::Allocated
+            || !b.other_streams.is_empty()
+            || self.quick_memo.0 != (b.stream, b.size)
+        {
+            return false;
+        }
+        let (size, requested) = (b.size, b.requested);
+        let whole = b.prev == NONE && b.next == NONE;
+        b.state = BlockState::Cached;
+        b.site = None;
+        // Freeing the block the operation just before allocated: the split statistics it
+        // lowered come back to where they were.
+        let undo = self.undo == (self.clock, id);
+        self.clock += 1;
+        self.undo = (self.clock, id);
+        let pool = Pool::of(size);
+        let s = &mut self.stats;
+        s.allocation.dec(pool, 1);
+        s.allocated_bytes.dec(pool, size as i64);
+        s.requested_bytes.dec(pool, requested as i64);
+        s.active.dec(pool, 1);
+        s.active_bytes.dec(pool, size as i64);
+        if !whole {
+            if undo {
+                s.inactive_split.inc_within_peak(pool, 1);
+                s.inactive_split_bytes.inc_within_peak(pool, size as i64);
+            } else {
+                s.inactive_split.inc(pool, 1);
+                s.inactive_split_bytes.inc(pool, size as i64);
+            }
+        }
+        let slot = self.quick_memo.1;
+        self.quick_lists[slot].push(id);
+        if !self.quick_in_dirty[slot] {
+            self.quick_in_dirty[slot] = true;
+            self.quick_dirty.push(self.quick_memo.0);
+        }
+        self.quick_count += 1;
+        true
     }
 
     fn alloc(

@@ -82,6 +82,17 @@ impl StatArray {
         self.all_peak = self.all_peak.max(all);
     }
 
+    /// Adds `n` ≥ 0 to the pool's stat when the caller knows the result stays within the peaks
+    /// (it undoes a removal made by the operation just before, with no reset in between).
+    #[inline(always)]
+    pub(crate) fn inc_within_peak(&mut self, pool: Pool, n: i64) {
+        let p = &mut self.pools[pool.index()];
+        p.current += n;
+        p.allocated += n;
+        debug_assert!(p.current <= p.peak);
+        debug_assert!(self.pools[0].current + self.pools[1].current <= self.all_peak);
+    }
+
     /// Removes `n` ≥ 0 from the pool's stat.
     #[inline(always)]
     pub(crate) fn dec(&mut self, pool: Pool, n: i64) {

@@ -583,3 +583,73 @@ fn small_requests_go_first_fit_others_best_fit() {
         a.free(b).unwrap();
     }
 }
+
+/// The hot paths of `alloc` and `free` (a cached block of the size looked up last) against the
+/// general paths on the same sequence: an allocator recording history takes the general paths
+/// only. Sizes repeat and frees are mostly of the newest allocation, so that most operations
+/// take the hot paths and many undo the one just before (where the hot paths leave the peaks
+/// alone); stream uses, peak resets and cache releases come in between. Every address and,
+/// at checkpoints, every statistic (peaks included) must be equal.
+#[test]
+fn hot_paths_match_the_general_paths() {
+    for (seed, vmm) in [(40u64, true), (41, true), (42, false)] {
+        let fast = allocator(4 << 30, vmm);
+        let general = allocator(4 << 30, vmm);
+        general.record_history(16);
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let sizes = [512usize, 700, 4096, 4000, 96 << 10, 3 * MIB];
+        let mut live: Vec<(Allocation, Allocation)> = Vec::new();
+        let mut hits = 0u64;
+        for step in 0..200_000u32 {
+            if live.len() < 2 || (live.len() < 24 && rng.random_bool(0.5)) {
+                let size = sizes[rng.random_range(0..sizes.len())] - rng.random_range(0..3);
+                let stream = u64::from(rng.random_range(0..8u32) == 0);
+                let x = fast.alloc(size, stream).unwrap();
+                let y = general.alloc(size, stream).unwrap();
+                assert_eq!(
+                    (x.ptr(), x.size()),
+                    (y.ptr(), y.size()),
+                    "seed {seed} step {step}"
+                );
+                live.push((x, y));
+            } else {
+                let i = if rng.random_bool(0.8) {
+                    live.len() - 1
+                } else {
+                    rng.random_range(0..live.len())
+                };
+                let (x, y) = live.swap_remove(i);
+                if rng.random_range(0..50) == 0 {
+                    fast.record_stream(&x, 7).unwrap();
+                    general.record_stream(&y, 7).unwrap();
+                }
+                fast.free(x).unwrap();
+                general.free(y).unwrap();
+            }
+            match rng.random_range(0..4000) {
+                0 => {
+                    fast.reset_peak_stats();
+                    general.reset_peak_stats();
+                }
+                1 => {
+                    fast.empty_cache().unwrap();
+                    general.empty_cache().unwrap();
+                }
+                2..=4 => {
+                    let (s, t) = (fast.stats(), general.stats());
+                    assert_eq!(s, t, "seed {seed} step {step}");
+                    hits = s.num_cache_hits as u64;
+                }
+                _ => {}
+            }
+        }
+        for (x, y) in live {
+            fast.free(x).unwrap();
+            general.free(y).unwrap();
+        }
+        assert_eq!(fast.stats(), general.stats(), "seed {seed} at the end");
+        assert!(hits > 50_000, "the hot paths were taken: {hits} cache hits");
+        fast.check_invariants().unwrap();
+        general.check_invariants().unwrap();
+    }
+}

@@ -638,7 +638,7 @@ fn hot_paths_match_the_general_paths() {
                 2..=4 => {
                     let (s, t) = (fast.stats(), general.stats());
                     assert_eq!(s, t, "seed {seed} step {step}");
-                    hits = s.num_cache_hits as u64;
+                    hits = s.num_cache_hits;
                 }
                 _ => {}
             }

@@ -64,6 +64,21 @@ template <> struct Tr<int64_t> {
     static __device__ __forceinline__ int64_t store(i64 a) { return a; }
 };
 
+// Programmatic dependent launch (compute 9.0+): the first pass lets the final pass be
+// scheduled while it runs (`launch_dependents`); the final pass waits for the first pass to
+// complete and its writes to be visible (`wait`) before reading the partial states. Both are
+// no-ops when the final pass was launched plainly (src/reduce.rs: Kernel::launch_dependent).
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 template <typename A> struct St {
     A v;
     i64 i;
@@ -393,6 +408,7 @@ __device__ __forceinline__ void final_impl(const typename Tr<T>::A *pv, const i6
                                            int warp_mode) {
     typedef typename Tr<T>::A A;
     typedef typename OutOf<Op, T>::O O;
+    pdl_wait();
     const uint64_t total = outer * inner;
     uint64_t t;
     St<A> s = Op::template id<A>();
@@ -423,11 +439,13 @@ __device__ __forceinline__ void final_impl(const typename Tr<T>::A *pv, const i6
     extern "C" __global__ void __launch_bounds__(RD_THREADS)                                              \
         reduce_rows_##OPNAME##_##NAME(const T *in, Tr<T>::A *pv, i64 *pi, uint64_t outer, uint64_t r,    \
                                       uint64_t splits, uint64_t chunk, int vec_ok, int warp_mode) {      \
+        pdl_trigger();                                                                                    \
         rows_impl<OP, T>(in, pv, pi, outer, r, splits, chunk, vec_ok, warp_mode);                        \
     }                                                                                                     \
     extern "C" __global__ void __launch_bounds__(RD_COLS_X * RD_COLS_Y)                                   \
         reduce_cols_##OPNAME##_##NAME(const T *in, Tr<T>::A *pv, i64 *pi, uint64_t outer, uint64_t r,    \
                                       uint64_t inner, uint64_t splits, uint64_t chunk, int vec_ok) {     \
+        pdl_trigger();                                                                                    \
         cols_impl<OP, T>(in, pv, pi, outer, r, inner, splits, chunk, vec_ok);                            \
     }                                                                                                     \
     extern "C" __global__ void __launch_bounds__(RD_THREADS) reduce_final_##OPNAME##_##NAME(              \

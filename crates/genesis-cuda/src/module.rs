@@ -102,19 +102,58 @@ impl Kernel {
         self.raw
     }
 
-    /// Queues the kernel on `stream`.
+    /// Queues the kernel on `stream` as [`Self::launch`] does, allowing it to start while the
+    /// kernel queued just before it on the stream is still running (programmatic dependent
+    /// launch, compute capability 9.0 and newer; elsewhere, and with `GENESIS_NO_PDL` set, a
+    /// plain launch). The kernel must execute `griddepcontrol.wait` before it touches anything
+    /// the earlier kernel writes (or that later work of the earlier kernel reads); the earlier
+    /// kernel may run `griddepcontrol.launch_dependents` to let this one be scheduled early.
+    /// Work queued after this kernel waits for it as usual.
     ///
     /// # Safety
     ///
-    /// `params` must hold one pointer per kernel parameter, each pointing to a value of exactly
-    /// the parameter's type, and every device address passed must be valid for the accesses the
-    /// kernel makes until the launch has completed.
-    pub unsafe fn launch(
+    /// As [`Self::launch`], and the kernel must wait as above.
+    pub unsafe fn launch_dependent(
         &self,
         stream: &Stream,
         config: LaunchConfig,
         params: &mut [*mut c_void],
     ) -> Result<()> {
+        static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let off = *OFF.get_or_init(|| std::env::var_os("GENESIS_NO_PDL").is_some());
+        if off || self.ctx.compute_capability().0 < 9 {
+            // SAFETY: as the caller vouches.
+            return unsafe { self.launch(stream, config, params) };
+        }
+        self.check_launch(stream, &config)?;
+        self.ctx.bind()?;
+        let mut attr = sys::CUlaunchAttribute {
+            id: sys::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+            pad: [0; 4],
+            value: [1, 0, 0, 0, 0, 0, 0, 0],
+        };
+        let cfg = sys::CUlaunchConfig {
+            grid: [config.grid.0, config.grid.1, config.grid.2],
+            block: [config.block.0, config.block.1, config.block.2],
+            shared_bytes: config.shared_bytes,
+            stream: stream.raw_unflushed(),
+            attrs: &raw mut attr,
+            num_attrs: 1,
+        };
+        // SAFETY: `cfg` and the attribute it points to live across the call; the function
+        // belongs to the current context; the caller vouches for `params` and the memory.
+        check("cuLaunchKernelEx", unsafe {
+            sys::cuLaunchKernelEx(
+                &raw const cfg,
+                self.raw,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        })
+    }
+
+    /// The checks every launch makes: the stream's context, a non-empty grid and block.
+    fn check_launch(&self, stream: &Stream, config: &LaunchConfig) -> Result<()> {
         if !Arc::ptr_eq(&self.ctx, stream.context()) {
             return Err(Error::InvalidArgument {
                 op: "Kernel::launch",
@@ -134,6 +173,25 @@ impl Kernel {
                 reason: format!("empty launch {config:?} of `{}`", self.name),
             });
         }
+        Ok(())
+    }
+
+    /// Queues the kernel on `stream`.
+    ///
+    /// # Safety
+    ///
+    /// `params` must hold one pointer per kernel parameter, each pointing to a value of exactly
+    /// the parameter's type, and every device address passed must be valid for the accesses the
+    /// kernel makes until the launch has completed.
+    pub unsafe fn launch(
+        &self,
+        stream: &Stream,
+        config: LaunchConfig,
+        params: &mut [*mut c_void],
+    ) -> Result<()> {
+        self.check_launch(stream, &config)?;
+        let (gx, gy, gz) = config.grid;
+        let (bx, by, bz) = config.block;
         self.ctx.bind()?;
         // SAFETY: the function belongs to the current context; the caller guarantees `params`
         // matches the kernel's signature and that the memory it names stays valid.

@@ -26,6 +26,29 @@ pub(crate) const ATTR_COMPUTE_CAPABILITY_MAJOR: c_int = 75;
 pub(crate) const ATTR_COMPUTE_CAPABILITY_MINOR: c_int = 76;
 pub(crate) const ATTR_MAX_THREADS_PER_MULTIPROCESSOR: c_int = 39;
 
+/// `CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION` (CUDA 12.0+, compute 9.0+).
+pub(crate) const CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION: c_int = 6;
+
+/// `CUlaunchAttribute` (cuda.h): an id padded to 8 bytes and a 64-byte value union, of which
+/// only the leading `int` is used here.
+#[repr(C)]
+pub(crate) struct CUlaunchAttribute {
+    pub(crate) id: c_int,
+    pub(crate) pad: [u8; 4],
+    pub(crate) value: [u64; 8],
+}
+
+/// `CUlaunchConfig` (cuda.h).
+#[repr(C)]
+pub(crate) struct CUlaunchConfig {
+    pub(crate) grid: [c_uint; 3],
+    pub(crate) block: [c_uint; 3],
+    pub(crate) shared_bytes: c_uint,
+    pub(crate) stream: CUstream,
+    pub(crate) attrs: *mut CUlaunchAttribute,
+    pub(crate) num_attrs: c_uint,
+}
+
 pub(crate) const CU_STREAM_NON_BLOCKING: c_uint = 1;
 pub(crate) const CU_STREAM_DEFAULT: c_uint = 0;
 pub(crate) const CU_EVENT_DEFAULT: c_uint = 0;
@@ -158,6 +181,12 @@ unsafe extern "C" {
         block_z: c_uint,
         shared_bytes: c_uint,
         stream: CUstream,
+        params: *mut *mut c_void,
+        extra: *mut *mut c_void,
+    ) -> c_int;
+    pub(crate) fn cuLaunchKernelEx(
+        config: *const CUlaunchConfig,
+        f: CUfunction,
         params: *mut *mut c_void,
         extra: *mut *mut c_void,
     ) -> c_int;

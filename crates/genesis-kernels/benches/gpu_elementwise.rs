@@ -223,6 +223,20 @@ mod gpu {
             size_of::<T>(),
             min_rows,
         );
+        bench_reduce_plan::<T>(rows, ctx, stream, input, name, op, plan)
+    }
+
+    /// [`bench_reduce`] with a given plan.
+    fn bench_reduce_plan<T: Element>(
+        rows: &mut Vec<Row>,
+        ctx: &Arc<Context>,
+        stream: &Stream,
+        input: &DeviceBuffer,
+        name: &str,
+        op: ReduceOp,
+        plan: ReducePlan,
+    ) -> BoxResult {
+        let shape = plan.shape;
         let ws_len = plan.workspace_bytes::<T>(op).max(1);
         let ws = DeviceBuffer::alloc(ctx, ws_len)?;
         let out = DeviceBuffer::alloc(ctx, shape.output_len() * 8)?;
@@ -334,6 +348,32 @@ mod gpu {
             ReduceOp::ArgMax,
             cols_shape,
         )?;
+        // Blocks of the whole-tensor row pass, per multiprocessor (the plan's choice: 8).
+        let sms = ctx.multiprocessors() as usize;
+        for per_sm in [2usize, 3, 4, 5, 8] {
+            let chunk = N.div_ceil(sms * per_sm).next_multiple_of(64);
+            let plan = ReducePlan {
+                shape: all,
+                splits: N.div_ceil(chunk),
+                chunk,
+                warp_rows: false,
+            };
+            for (name, op) in [
+                ("sum", ReduceOp::Sum),
+                ("max", ReduceOp::Max),
+                ("argmax", ReduceOp::ArgMax),
+            ] {
+                bench_reduce_plan::<f32>(
+                    rows,
+                    ctx,
+                    stream,
+                    &x,
+                    &format!("{name}_f32_blocks{per_sm}x"),
+                    op,
+                    plan,
+                )?;
+            }
+        }
         // Column chunk length sweep (tuning COL_MIN_ROWS).
         for min_rows in [128, 256] {
             for (name, op) in [("sum", ReduceOp::Sum), ("max", ReduceOp::ArgMax)] {
@@ -357,6 +397,24 @@ mod gpu {
             ("max", ReduceOp::Max),
         ] {
             bench_reduce::<bf16>(rows, ctx, stream, &y, &format!("{name}_bf16"), op, all)?;
+        }
+        for per_sm in [2usize, 3, 4, 5, 8] {
+            let chunk = N.div_ceil(sms * per_sm).next_multiple_of(64);
+            let plan = ReducePlan {
+                shape: all,
+                splits: N.div_ceil(chunk),
+                chunk,
+                warp_rows: false,
+            };
+            bench_reduce_plan::<bf16>(
+                rows,
+                ctx,
+                stream,
+                &y,
+                &format!("sum_bf16_blocks{per_sm}x"),
+                ReduceOp::Sum,
+                plan,
+            )?;
         }
         bench_reduce::<bf16>(
             rows,

@@ -304,11 +304,14 @@ impl ReducePlan {
         // Column reductions: chunks of `min_rows` rows or more (long per-thread runs make the
         // block's closing combine and the partials small), but split further, down to
         // COL_FLOOR_ROWS rows, until there are blocks for half a wave of the device.
-        // Row reductions keep one full wave of 256-thread blocks: more,
-        // smaller chunks made the whole-tensor sum 15% slower on the H100 (more partials for
-        // the final pass, less work per block to hide its start).
+        // Row reductions split a few long lines into 4 blocks of 256 threads per
+        // multiprocessor (2 for 2-byte elements): on the H200 (64 Mi elements, one line) 4 a
+        // multiprocessor beat 2, 3, 5 and 8 for f32 sum / max (0.0698-0.0700 ms against
+        // 0.0729 with 8) and argmax (0.0796 against 0.1012), and 2 was best for bf16 (0.0405
+        // against 0.0419): long chunks hide each block's start, and the f32 row kernels (40-44
+        // registers) fit 5 blocks a multiprocessor, so 8 left a second, partial wave.
         let target = sms.max(1) * 32;
-        let row_target = sms.max(1) * 8;
+        let row_target = sms.max(1) * if elem_bytes <= 2 { 2 } else { 4 };
         let r = shape.r;
         if r == 0 || shape.output_len() == 0 {
             return ReducePlan {
@@ -616,8 +619,10 @@ pub unsafe fn gpu_reduce_planned<T: Element>(
         (&raw mut warp).cast(),
     ];
     // SAFETY: the parameters match `reduce_final_<op>_<T>`; outputs as the caller vouches.
+    // The final pass waits for the first (`pdl_wait` in reduce.cu) before reading its partials,
+    // so it may be scheduled while the first pass runs.
     unsafe {
-        kernel.launch(
+        kernel.launch_dependent(
             stream,
             LaunchConfig::linear(blocks as u32, 256),
             &mut params,

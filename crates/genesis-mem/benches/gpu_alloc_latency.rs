@@ -93,6 +93,14 @@ fn main() {
             &mut rows,
         );
     }
+    // The simulated backend again, after the CUDA runs: whether the order of the runs (the
+    // machine warming up, the driver's threads) moves the figures.
+    #[cfg(feature = "cuda")]
+    run(
+        "sim-after",
+        CachingAllocator::new(SimBackend::new(1 << 40, true), cfg).unwrap(),
+        &mut rows,
+    );
     if let Some(p) = json {
         std::fs::write(p, format!("{{\"results\":[{}]}}\n", rows.join(","))).unwrap();
     }

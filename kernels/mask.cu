@@ -16,6 +16,8 @@
 // Mask bytes are 0 or 1 (genesis bool); any non-zero byte counts as set.
 #include <stdint.h>
 
+#include "pdl.cuh"
+
 template <typename T> union MkVec16 {
     uint4 raw;
     T v[16 / sizeof(T)];
@@ -42,6 +44,7 @@ __device__ __forceinline__ uint32_t nonzero_nibble(uint32_t w) {
 extern "C" __global__ void __launch_bounds__(256) mask_count(const uint8_t *mask, uint64_t n, uint64_t tiles,
                                                              uint32_t *counts, uint32_t *group_sums, uint16_t *bits) {
     __shared__ int warp_counts[MK_GROUP];
+    pdl_trigger();  // mask_scan follows (pdl.cuh)
     const uint64_t tile = (uint64_t)blockIdx.x * MK_GROUP + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     const uint64_t base = tile * MK_TILE;
@@ -109,6 +112,7 @@ __device__ __forceinline__ void tile_base(const uint32_t *counts, const uint64_t
 extern "C" __global__ void __launch_bounds__(1024) mask_scan(const uint32_t *counts, uint64_t tiles, uint64_t *offsets,
                                                              uint64_t *total) {
     __shared__ uint64_t warp_sums[32];
+    pdl_wait();  // for mask_count's counts (pdl.cuh)
     const uint64_t per = (((tiles + 1023) / 1024) + 3) & ~3ull;
     const uint64_t lo = min(tiles, threadIdx.x * per), hi = min(tiles, lo + per);
     uint64_t s = 0;
@@ -251,7 +255,8 @@ template <int PER> __device__ __forceinline__ uint32_t mask_bits(const uint8_t *
 // V vectors a thread per step (V = 1, 2, 4): vector j of a step is b + j * blockDim.x +
 // threadIdx.x, so that each of the V loads is coalesced across the warp, and the V mask loads
 // (then the V data loads) are in flight together.
-template <typename T, int V>
+// DENSE (for tuning): every vector is read and written back whole, as a branch-free select.
+template <typename T, int V, bool DENSE = false>
 __device__ __forceinline__ void fill_impl(T *dst, const uint8_t *mask, uint64_t n, T value) {
     constexpr int PER = 16 / sizeof(T);
     constexpr uint32_t FULL = PER == 32 ? 0xffffffffu : ((1u << PER) - 1);
@@ -272,10 +277,11 @@ __device__ __forceinline__ void fill_impl(T *dst, const uint8_t *mask, uint64_t 
             }
 #pragma unroll
             for (int j = 0; j < V; ++j)
-                if (bits[j] != 0 && bits[j] != FULL) x[j].raw = d4[b + (uint64_t)j * blockDim.x];
+                if (DENSE ? b + (uint64_t)j * blockDim.x < nvec : (bits[j] != 0 && bits[j] != FULL))
+                    x[j].raw = d4[b + (uint64_t)j * blockDim.x];
 #pragma unroll
             for (int j = 0; j < V; ++j) {
-                if (bits[j] == 0) continue;
+                if (DENSE ? b + (uint64_t)j * blockDim.x >= nvec : bits[j] == 0) continue;
 #pragma unroll
                 for (int k = 0; k < PER; ++k)
                     if (bits[j] & (1u << k)) x[j].v[k] = value;
@@ -295,11 +301,11 @@ __device__ __forceinline__ void fill_impl(T *dst, const uint8_t *mask, uint64_t 
                           const uint64_t *offsets, T *out) {                                                     \
         compact_impl<T>(src, bits, n, counts, offsets, out);                                                     \
     }                                                                                                            \
-    extern "C" __global__ void mask_fill_e##E(T *dst, const uint8_t *mask, uint64_t n, T value) {                \
-        fill_impl<T, 1>(dst, mask, n, value);                                                                    \
+    extern "C" __global__ void mask_fill_dense_e##E(T *dst, const uint8_t *mask, uint64_t n, T value) {          \
+        fill_impl<T, 4, true>(dst, mask, n, value);                                                              \
     }                                                                                                            \
-    extern "C" __global__ void mask_fill_v2_e##E(T *dst, const uint8_t *mask, uint64_t n, T value) {             \
-        fill_impl<T, 2>(dst, mask, n, value);                                                                    \
+    extern "C" __global__ void mask_fill_v8_e##E(T *dst, const uint8_t *mask, uint64_t n, T value) {             \
+        fill_impl<T, 8>(dst, mask, n, value);                                                                    \
     }                                                                                                            \
     extern "C" __global__ void mask_fill_v4_e##E(T *dst, const uint8_t *mask, uint64_t n, T value) {             \
         fill_impl<T, 4>(dst, mask, n, value);                                                                    \

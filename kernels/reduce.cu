@@ -29,6 +29,8 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "pdl.cuh"
+
 #define RD_THREADS 256
 #define RD_WARPS (RD_THREADS / 32)
 #define RD_UNROLL 4
@@ -64,20 +66,8 @@ template <> struct Tr<int64_t> {
     static __device__ __forceinline__ int64_t store(i64 a) { return a; }
 };
 
-// Programmatic dependent launch (compute 9.0+): the first pass lets the final pass be
-// scheduled while it runs (`launch_dependents`); the final pass waits for the first pass to
-// complete and its writes to be visible (`wait`) before reading the partial states. Both are
-// no-ops when the final pass was launched plainly (src/reduce.rs: Kernel::launch_dependent).
-__device__ __forceinline__ void pdl_trigger() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
+// The first pass lets the final pass be scheduled while it runs (`pdl_trigger`); the final
+// pass waits for it (`pdl_wait`) before reading the partial states (pdl.cuh).
 
 template <typename A> struct St {
     A v;

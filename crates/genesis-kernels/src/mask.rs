@@ -196,8 +196,9 @@ mod gpu {
             (&raw mut o).cast(),
             (&raw mut tot).cast(),
         ];
-        // SAFETY: the parameters match `mask_scan(const u32*, u64, u64*, u64*)`.
-        unsafe { scan.launch(stream, LaunchConfig::linear(1, 1024), &mut params)? };
+        // SAFETY: the parameters match `mask_scan(const u32*, u64, u64*, u64*)`; the scan
+        // waits for the count (`pdl_wait`) before it reads or writes anything.
+        unsafe { scan.launch_dependent(stream, LaunchConfig::linear(1, 1024), &mut params)? };
         Ok(total)
     }
 
@@ -301,7 +302,9 @@ mod gpu {
     /// with 1, 0.1524 with 2, 0.1516 with 4).
     pub const FILL_VECTORS: u32 = 4;
 
-    /// [`fill`] with `vectors` (1, 2 or 4) 16-byte vectors a thread per step (for tuning).
+    /// [`fill`] in another shape, for tuning: `vectors` 4 (what [`fill`] runs) or 8 16-byte
+    /// vectors a thread per step, or 0: 4 vectors, each read and written back whole (a
+    /// branch-free select, as PyTorch's kernel does).
     ///
     /// # Safety
     ///
@@ -319,20 +322,20 @@ mod gpu {
             return Ok(());
         }
         let name = match (vectors, value.len()) {
-            (4, 1) => "mask_fill_v4_e1",
-            (4, 2) => "mask_fill_v4_e2",
-            (4, 4) => "mask_fill_v4_e4",
-            (4, _) => "mask_fill_v4_e8",
-            (2, 1) => "mask_fill_v2_e1",
-            (2, 2) => "mask_fill_v2_e2",
-            (2, 4) => "mask_fill_v2_e4",
-            (2, _) => "mask_fill_v2_e8",
-            (_, 1) => "mask_fill_e1",
-            (_, 2) => "mask_fill_e2",
-            (_, 4) => "mask_fill_e4",
-            (_, _) => "mask_fill_e8",
+            (8, 1) => "mask_fill_v8_e1",
+            (8, 2) => "mask_fill_v8_e2",
+            (8, 4) => "mask_fill_v8_e4",
+            (8, _) => "mask_fill_v8_e8",
+            (0, 1) => "mask_fill_dense_e1",
+            (0, 2) => "mask_fill_dense_e2",
+            (0, 4) => "mask_fill_dense_e4",
+            (0, _) => "mask_fill_dense_e8",
+            (_, 1) => "mask_fill_v4_e1",
+            (_, 2) => "mask_fill_v4_e2",
+            (_, 4) => "mask_fill_v4_e4",
+            (_, _) => "mask_fill_v4_e8",
         };
-        let vectors = if matches!(vectors, 2 | 4) { vectors } else { 1 };
+        let vectors: u32 = if vectors == 8 { 8 } else { 4 };
         let kernel = Kernel::get(stream.context(), &images::MASK, name)?;
         let mut v = [0u8; 8];
         v[..value.len()].copy_from_slice(value);

@@ -325,12 +325,29 @@ extern "C" __global__ void index_unravel(const int64_t *lin, uint64_t n, GxStrid
 
 // The row gather reading a device index array as it is (int32 or int64, `idx_stride` elements
 // apart): each row's index is wrapped and checked by the blocks copying it; an out-of-range row
-// is not copied and sets *bad (host-mapped pinned memory, read by the host after the stream
-// synchronises; every writer stores the same value). The host then finds the first bad value
-// to report; the result is dropped.
+// is not copied and sets bad[0] (host-mapped pinned memory; every writer stores the same
+// value). The host then finds the first bad value to report; the result is dropped.
+// With `early`, block (0, 0) first checks every index, stores bad[0] = 1 if one is out of
+// range and then bad[1] = 1 (after a system-wide fence): the host learns the verdict a few
+// microseconds after the kernel starts instead of waiting for the copy to finish.
 extern "C" __global__ void __launch_bounds__(RW_THREADS, 5) index_gather_rows16_checked(const uint4 *src, uint4 *dst, const void *idx, int32_t idx_i32,
                                                        int64_t idx_stride, int64_t size, int32_t *bad, int64_t nrows,
-                                                       int64_t row_units, int64_t base_units, int64_t stride_units) {
+                                                       int64_t row_units, int64_t base_units, int64_t stride_units,
+                                                       int32_t early) {
+    if (early && blockIdx.x == 0 && blockIdx.y == 0) {
+        int any = 0;
+        for (int64_t r = threadIdx.x; r < nrows; r += blockDim.x) {
+            int64_t v = idx_i32 ? (int64_t)((const int32_t *)idx)[r * idx_stride] : ((const int64_t *)idx)[r * idx_stride];
+            if (v < 0) v += size;
+            any |= (v < 0 || v >= size);
+        }
+        any = __syncthreads_or(any);
+        if (threadIdx.x == 0) {
+            if (any) *(volatile int32_t *)bad = 1;
+            __threadfence_system();
+            *(volatile int32_t *)(bad + 1) = 1;
+        }
+    }
     for (int64_t r = blockIdx.y; r < nrows; r += gridDim.y) {
         int64_t v = idx_i32 ? (int64_t)((const int32_t *)idx)[r * idx_stride] : ((const int64_t *)idx)[r * idx_stride];
         if (v < 0) v += size;

@@ -255,8 +255,7 @@ template <int PER> __device__ __forceinline__ uint32_t mask_bits(const uint8_t *
 // V vectors a thread per step (V = 1, 2, 4): vector j of a step is b + j * blockDim.x +
 // threadIdx.x, so that each of the V loads is coalesced across the warp, and the V mask loads
 // (then the V data loads) are in flight together.
-// DENSE (for tuning): every vector is read and written back whole, as a branch-free select.
-template <typename T, int V, bool DENSE = false>
+template <typename T, int V>
 __device__ __forceinline__ void fill_impl(T *dst, const uint8_t *mask, uint64_t n, T value) {
     constexpr int PER = 16 / sizeof(T);
     constexpr uint32_t FULL = PER == 32 ? 0xffffffffu : ((1u << PER) - 1);
@@ -277,11 +276,10 @@ __device__ __forceinline__ void fill_impl(T *dst, const uint8_t *mask, uint64_t 
             }
 #pragma unroll
             for (int j = 0; j < V; ++j)
-                if (DENSE ? b + (uint64_t)j * blockDim.x < nvec : (bits[j] != 0 && bits[j] != FULL))
-                    x[j].raw = d4[b + (uint64_t)j * blockDim.x];
+                if (bits[j] != 0 && bits[j] != FULL) x[j].raw = d4[b + (uint64_t)j * blockDim.x];
 #pragma unroll
             for (int j = 0; j < V; ++j) {
-                if (DENSE ? b + (uint64_t)j * blockDim.x >= nvec : bits[j] == 0) continue;
+                if (bits[j] == 0) continue;
 #pragma unroll
                 for (int k = 0; k < PER; ++k)
                     if (bits[j] & (1u << k)) x[j].v[k] = value;
@@ -301,13 +299,7 @@ __device__ __forceinline__ void fill_impl(T *dst, const uint8_t *mask, uint64_t 
                           const uint64_t *offsets, T *out) {                                                     \
         compact_impl<T>(src, bits, n, counts, offsets, out);                                                     \
     }                                                                                                            \
-    extern "C" __global__ void mask_fill_dense_e##E(T *dst, const uint8_t *mask, uint64_t n, T value) {          \
-        fill_impl<T, 4, true>(dst, mask, n, value);                                                              \
-    }                                                                                                            \
-    extern "C" __global__ void mask_fill_v8_e##E(T *dst, const uint8_t *mask, uint64_t n, T value) {             \
-        fill_impl<T, 8>(dst, mask, n, value);                                                                    \
-    }                                                                                                            \
-    extern "C" __global__ void mask_fill_v4_e##E(T *dst, const uint8_t *mask, uint64_t n, T value) {             \
+    extern "C" __global__ void mask_fill_e##E(T *dst, const uint8_t *mask, uint64_t n, T value) {                \
         fill_impl<T, 4>(dst, mask, n, value);                                                                    \
     }
 

@@ -168,7 +168,7 @@ mod gpu {
         out.push(("gather_rows16_kernel_only", 2 * 4096 * m * 4, t));
         // The checked row kernel alone (the one `x[idx]` runs: raw int64 indices, the flag in
         // device memory here).
-        let flag = Storage::zeros(1, DType::I32, Device::Cuda(0))?;
+        let flag = Storage::zeros(2, DType::I32, Device::Cuda(0))?;
         let raw = genesis_kernels::index::RawIndex {
             ptr: didx.storage().device_ptr().unwrap_or(0),
             i32: false,
@@ -176,9 +176,9 @@ mod gpu {
             size: 8192,
         };
         let t = time(&ctx, || {
-            // SAFETY: as above; every index is below `size`; `flag` holds 4 bytes of device
+            // SAFETY: as above; every index is below `size`; `flag` holds 8 bytes of device
             // memory.
-            unsafe {
+            let _early = unsafe {
                 genesis_kernels::index::gather_rows16_checked(
                     &legacy,
                     x.storage().device_ptr().unwrap_or(0),
@@ -243,29 +243,21 @@ mod gpu {
             n * 4 + n / 8 + n * 2,
             compact_ms()?,
         ));
-        // masked_fill of the 50 % mask: 4 (the kernel used) or 8 vectors a thread, or 4 read
-        // and written back whole.
-        for (vectors, name) in [
-            (4u32, "mask_fill_v4_50pct_64Mi_f32"),
-            (8, "mask_fill_v8_50pct_64Mi_f32"),
-            (0, "mask_fill_dense_50pct_64Mi_f32"),
-        ] {
-            let t = time(&ctx, || {
-                // SAFETY: `sel` holds n f32 (its values do not matter), the mask n bytes.
-                unsafe {
-                    genesis_kernels::mask::fill_with(
-                        &legacy,
-                        vectors,
-                        sel.device_ptr().unwrap_or(0),
-                        mp,
-                        n,
-                        &1.5f32.to_le_bytes(),
-                    )?
-                };
-                Ok(())
-            })?;
-            out.push((name, n * 4 + n + n * 2, t));
-        }
+        // masked_fill of the 50 % mask, the kernel alone.
+        let t = time(&ctx, || {
+            // SAFETY: `sel` holds n f32 (its values do not matter), the mask n bytes.
+            unsafe {
+                genesis_kernels::mask::fill(
+                    &legacy,
+                    sel.device_ptr().unwrap_or(0),
+                    mp,
+                    n,
+                    &1.5f32.to_le_bytes(),
+                )?
+            };
+            Ok(())
+        })?;
+        out.push(("mask_fill_50pct_64Mi_f32", n * 4 + n + n * 2, t));
         // A sparse mask (1 in 32): the compaction skips the data of threads whose bits are
         // clear.
         for (i, b) in bits.iter_mut().enumerate() {

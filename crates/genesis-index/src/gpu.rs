@@ -272,7 +272,11 @@ pub(crate) fn gather(input: &View, p: &IndexPlan) -> Result<View> {
 
 /// `x[idx]` for whole rows with one 1-D index tensor on the device: a single kernel reads the
 /// index values as they are (no normalisation pass), checks them, and raises a flag in pinned
-/// host memory for a bad one; the host synchronises once and reads it.
+/// host memory for a bad one. For short index arrays the kernel's first block checks them all
+/// before copying and posts the verdict to pinned memory: the host waits for that verdict (a
+/// few microseconds after the kernel starts) rather than for the copy, and returns while the
+/// copy runs (stream-ordered, like any op). Otherwise, and on a bad index, the host
+/// synchronises the stream and reads the flag.
 fn gather_rows_raw(
     p: &IndexPlan,
     src: &Storage,
@@ -295,29 +299,67 @@ fn gather_rows_raw(
         stride: l.strides()[0] as i64,
         size,
     };
-    let flag = Storage::zeros_pinned(1, DType::I32)?;
-    let fp = flag.host_bytes().expect("a pinned storage").as_ptr();
+    let flag = Storage::zeros_pinned(2, DType::I32)?;
+    let fp = flag
+        .host_bytes()
+        .expect("a pinned storage")
+        .as_ptr()
+        .cast::<i32>();
     let (sp, op) = (src.device_ptr().unwrap_or(0), out.device_ptr().unwrap_or(0));
     // SAFETY: the view fits the storage and every row read is checked against `size` (its
     // row count) first; the rows are 16-byte aligned (the output comes from the pool, 512-byte
-    // aligned); the index view fits its storage; `flag` is page-locked host memory, which the
-    // device addresses by the same pointer (unified addressing); all live until the
-    // synchronisation below.
-    unsafe {
-        genesis_kernels::index::gather_rows16_checked(&stream, sp, op, &raw, fp as u64, rows)?;
-    }
-    stream.synchronize()?;
-    // SAFETY: the kernel has completed (the stream is synchronised); `fp` points at the
-    // pinned storage's 4 bytes, which the device may have written behind Rust's back.
-    let bad = unsafe { fp.cast::<i32>().read_volatile() };
-    if bad != 0 {
-        return Err(first_out_of_range(index, size, dim));
+    // aligned); the index view fits its storage; `flag` is 8 bytes of page-locked host memory,
+    // which the device addresses by the same pointer (unified addressing); it lives until the
+    // synchronisation below, or until the early verdict says no block will write it again.
+    let early = unsafe {
+        genesis_kernels::index::gather_rows16_checked(&stream, sp, op, &raw, fp as u64, rows)?
+    };
+    // SAFETY: `fp` points at the pinned storage's two int32, alive for this call.
+    let clean = early && unsafe { early_verdict_clean(fp) };
+    if !clean {
+        stream.synchronize()?;
+        // SAFETY: the kernel has completed (the stream is synchronised); `fp` points at the
+        // pinned storage's 4 bytes, which the device may have written behind Rust's back.
+        let bad = unsafe { fp.read_volatile() };
+        if bad != 0 {
+            return Err(first_out_of_range(index, size, dim));
+        }
     }
     Ok(View::with_layout(
         Arc::new(out),
         Layout::contiguous(&p.result_shape),
     )?)
 }
+
+/// Waits (spinning, at most [`VERDICT_SPIN`]) for the early verdict of
+/// `gather_rows16_checked` at `fp[1]`; true when it came and says every index is in range. False
+/// otherwise (a bad index, or no verdict in time because earlier work holds the stream): the
+/// caller then synchronises the stream and reads `fp[0]`.
+///
+/// # Safety
+///
+/// `fp` must point at two int32 of page-locked host memory that a queued kernel may write.
+unsafe fn early_verdict_clean(fp: *const i32) -> bool {
+    let start = std::time::Instant::now();
+    let mut spins = 0u32;
+    loop {
+        // SAFETY: as the caller vouches; the device writes the verdict behind Rust's back.
+        if unsafe { fp.add(1).read_volatile() } != 0 {
+            // The device stored fp[0] before fp[1] behind a system-wide fence.
+            std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+            // SAFETY: as above.
+            return unsafe { fp.read_volatile() } == 0;
+        }
+        spins = spins.wrapping_add(1);
+        if spins.is_multiple_of(64) && start.elapsed() > VERDICT_SPIN {
+            return false;
+        }
+        std::hint::spin_loop();
+    }
+}
+
+/// How long the host spins for an early verdict before it synchronises the stream instead.
+const VERDICT_SPIN: std::time::Duration = std::time::Duration::from_micros(200);
 
 /// The out-of-range error for the first bad value (row-major) of a device index array: reads
 /// the array back (the error path only).

@@ -312,14 +312,25 @@ pub struct RawIndex {
     pub size: usize,
 }
 
+/// Index arrays of at most this many values get an early verdict from
+/// [`gather_rows16_checked`] (one block checks them all before copying: about 2 µs for 4096).
+pub const EARLY_VERDICT_MAX_ROWS: usize = 16 << 10;
+
 /// Queues a row gather reading a raw device index array ([`RawIndex`]): negative values wrap;
 /// a row whose value is out of range is not copied and sets the int32 at `bad` to 1.
+///
+/// Returns whether the kernel also gives an early verdict (at most
+/// [`EARLY_VERDICT_MAX_ROWS`] rows, and a kernel queued): one block first checks every index,
+/// sets the int32 at `bad` to 1 if one is out of range, and then the int32 at `bad + 4` to 1,
+/// behind a system-wide fence. Once the host sees the second int32 set, the first is final when
+/// it is 0 (no block writes it later); when it is 1, other blocks may still write it.
 ///
 /// # Safety
 ///
 /// As [`gather_rows16`], with `idx.ptr` covering `nrows` values `idx.stride` apart, `size` the
-/// number of source rows, and `bad` a 4-byte location the device may write (device memory, or
-/// page-locked host memory under unified addressing), all valid until the kernel completes.
+/// number of source rows, and `bad` 8 bytes the device may write (device memory, or page-locked
+/// host memory under unified addressing), all valid until the kernel completes (after an early
+/// verdict of 0, `bad` need only live until the verdict was read).
 pub unsafe fn gather_rows16_checked(
     stream: &Stream,
     src: u64,
@@ -327,10 +338,11 @@ pub unsafe fn gather_rows16_checked(
     idx: &RawIndex,
     bad: u64,
     rows: &Rows16,
-) -> Result<()> {
+) -> Result<bool> {
     if rows.nrows == 0 || rows.row_units == 0 {
-        return Ok(());
+        return Ok(false);
     }
+    let early = rows.nrows <= EARLY_VERDICT_MAX_ROWS;
     let kernel = Kernel::get(
         stream.context(),
         &images::INDEX,
@@ -344,7 +356,8 @@ pub unsafe fn gather_rows16_checked(
         rows.base_units as i64,
         rows.stride_units as i64,
     );
-    let mut params: [*mut c_void; 11] = [
+    let mut e = i32::from(early);
+    let mut params: [*mut c_void; 12] = [
         (&raw mut s).cast(),
         (&raw mut d).cast(),
         (&raw mut i).cast(),
@@ -356,11 +369,12 @@ pub unsafe fn gather_rows16_checked(
         (&raw mut ru).cast(),
         (&raw mut bu).cast(),
         (&raw mut su).cast(),
+        (&raw mut e).cast(),
     ];
     // SAFETY: the parameters match `index_gather_rows16_checked(const uint4*, uint4*, const
-    // void*, i32, i64, i64, i32*, i64, i64, i64, i64)`; the caller vouches for the memory.
+    // void*, i32, i64, i64, i32*, i64, i64, i64, i64, i32)`; the caller vouches for the memory.
     unsafe { kernel.launch(stream, rows_config(stream, rows), &mut params)? };
-    Ok(())
+    Ok(early)
 }
 
 /// A strided read of an index array (`GxStrided`): element `b` (row-major over `shape`) is at

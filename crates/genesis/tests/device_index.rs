@@ -249,3 +249,46 @@ fn transpose(v: &[bool], rows: usize, cols: usize) -> Vec<bool> {
         .map(|(r, c)| v[r * cols + c])
         .collect()
 }
+
+/// A row gather with a device index tensor learns early whether every index is in range (the
+/// kernel's first block checks them and posts the verdict) and returns while the copy runs;
+/// queued behind long work the verdict comes late and the host synchronises instead. Both ways
+/// a bad index is a typed error and good ones give the rows.
+#[test]
+fn device_index_row_gathers_check_early_or_behind_long_work() {
+    let _release = Release;
+    for dev in devices() {
+        if dev == Device::Cpu {
+            continue;
+        }
+        let x = matrix(64, 4, dev);
+        let xc = matrix(64, 4, Device::Cpu);
+        let a = Tensor::ones(&[2048, 2048], DType::F32, dev).unwrap();
+        for behind_long_work in [false, true] {
+            for (idx, bad) in [([3i64, -1, 0], None), ([3, 64, 0], Some(64i64))] {
+                let i = Tensor::from_slice(&idx, &[3], dev).unwrap();
+                // A 2048² matmul (about a millisecond) queued next delays the gather's start.
+                let busy = behind_long_work.then(|| a.matmul(&a).unwrap());
+                match (x.i(&s![@&i]), bad) {
+                    (Ok(got), None) => {
+                        let want = xc.i(&s![@host_index(&idx, &[3])]).unwrap();
+                        assert_eq!(f32s(&got), f32s(&want), "behind work: {behind_long_work}");
+                    }
+                    (Err(e), Some(v)) => assert!(
+                        matches!(
+                            e,
+                            Error::Index(genesis_index::Error::IndexOutOfRange {
+                                dim: 0,
+                                index,
+                                size: 64
+                            }) if index == v
+                        ),
+                        "{e:?}"
+                    ),
+                    (r, _) => panic!("{idx:?} behind work {behind_long_work}: {r:?}"),
+                }
+                drop(busy);
+            }
+        }
+    }
+}

@@ -26,8 +26,11 @@ mod gpu {
 
     type BoxResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
-    fn time(
+    /// Median of 30 timings of `f` on the legacy stream after 3 warm-up runs: between two
+    /// events around it (`events`), or on the wall clock to a synchronisation after it.
+    fn measure(
         ctx: &std::sync::Arc<genesis_cuda::Context>,
+        events: bool,
         mut f: impl FnMut() -> BoxResult,
     ) -> BoxResult<f64> {
         let s = Stream::legacy(ctx);
@@ -38,35 +41,37 @@ mod gpu {
         let (a, b) = (Event::new(ctx, true)?, Event::new(ctx, true)?);
         let mut ms = Vec::new();
         for _ in 0..30 {
-            a.record(&s)?;
-            f()?;
-            b.record(&s)?;
-            b.synchronize()?;
-            ms.push(f64::from(b.elapsed_ms(&a)?));
+            if events {
+                a.record(&s)?;
+                f()?;
+                b.record(&s)?;
+                b.synchronize()?;
+                ms.push(f64::from(b.elapsed_ms(&a)?));
+            } else {
+                let t = std::time::Instant::now();
+                f()?;
+                s.synchronize()?;
+                ms.push(t.elapsed().as_secs_f64() * 1e3);
+            }
         }
         ms.sort_by(f64::total_cmp);
         Ok(ms[ms.len() / 2])
     }
 
-    /// Median wall clock of `f` and a synchronisation of the legacy stream, after warm-up.
+    /// Device time of `f` between events ([`measure`]).
+    fn time(
+        ctx: &std::sync::Arc<genesis_cuda::Context>,
+        f: impl FnMut() -> BoxResult,
+    ) -> BoxResult<f64> {
+        measure(ctx, true, f)
+    }
+
+    /// Wall clock of `f` and a synchronisation ([`measure`]).
     fn wall(
         ctx: &std::sync::Arc<genesis_cuda::Context>,
-        mut f: impl FnMut() -> BoxResult,
+        f: impl FnMut() -> BoxResult,
     ) -> BoxResult<f64> {
-        let s = Stream::legacy(ctx);
-        for _ in 0..3 {
-            f()?;
-        }
-        s.synchronize()?;
-        let mut ms = Vec::new();
-        for _ in 0..30 {
-            let t = std::time::Instant::now();
-            f()?;
-            s.synchronize()?;
-            ms.push(t.elapsed().as_secs_f64() * 1e3);
-        }
-        ms.sort_by(f64::total_cmp);
-        Ok(ms[ms.len() / 2])
+        measure(ctx, false, f)
     }
 
     pub(crate) fn run() -> BoxResult {

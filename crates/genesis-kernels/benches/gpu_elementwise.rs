@@ -183,7 +183,8 @@ mod gpu {
         Ok(())
     }
 
-    /// One reduction of `input` (`shape`), timed with both passes; values and indices written.
+    /// One reduction of `input` (`shape`, the plan the library picks), timed with both passes;
+    /// values and indices written.
     fn bench_reduce<T: Element>(
         rows: &mut Vec<Row>,
         ctx: &Arc<Context>,
@@ -193,37 +194,29 @@ mod gpu {
         op: ReduceOp,
         shape: ReduceShape,
     ) -> BoxResult {
-        bench_reduce_rows::<T>(
-            rows,
-            ctx,
-            stream,
-            input,
-            name,
-            op,
-            shape,
-            reduce::COL_MIN_ROWS,
-        )
+        let plan = ReducePlan::new(shape, ctx.multiprocessors() as usize, size_of::<T>());
+        bench_reduce_plan::<T>(rows, ctx, stream, input, name, op, plan)
     }
 
-    /// [`bench_reduce`] with column chunks of at least `min_rows` rows.
-    #[allow(clippy::too_many_arguments)]
-    fn bench_reduce_rows<T: Element>(
-        rows: &mut Vec<Row>,
-        ctx: &Arc<Context>,
-        stream: &Stream,
-        input: &DeviceBuffer,
-        name: &str,
-        op: ReduceOp,
-        shape: ReduceShape,
-        min_rows: usize,
-    ) -> BoxResult {
-        let plan = ReducePlan::with_col_rows(
+    /// A row plan (`inner == 1`) splitting each line into about `blocks` chunks.
+    fn row_blocks_plan(shape: ReduceShape, blocks: usize) -> ReducePlan {
+        let chunk = shape.r.div_ceil(blocks).next_multiple_of(64);
+        ReducePlan {
+            shape,
+            splits: shape.r.div_ceil(chunk),
+            chunk,
+            warp_rows: false,
+        }
+    }
+
+    /// A plan with column chunks of at least `min_rows` rows.
+    fn col_rows_plan<T: Element>(ctx: &Context, shape: ReduceShape, min_rows: usize) -> ReducePlan {
+        ReducePlan::with_col_rows(
             shape,
             ctx.multiprocessors() as usize,
             size_of::<T>(),
             min_rows,
-        );
-        bench_reduce_plan::<T>(rows, ctx, stream, input, name, op, plan)
+        )
     }
 
     /// [`bench_reduce`] with a given plan.
@@ -348,16 +341,11 @@ mod gpu {
             ReduceOp::ArgMax,
             cols_shape,
         )?;
-        // Blocks of the whole-tensor row pass, per multiprocessor (the plan's choice: 8).
+        // Blocks of the whole-tensor row pass, per multiprocessor (the plan's choice: 4 for
+        // f32, 2 for bf16).
         let sms = ctx.multiprocessors() as usize;
         for per_sm in [2usize, 3, 4, 5, 8] {
-            let chunk = N.div_ceil(sms * per_sm).next_multiple_of(64);
-            let plan = ReducePlan {
-                shape: all,
-                splits: N.div_ceil(chunk),
-                chunk,
-                warp_rows: false,
-            };
+            let plan = row_blocks_plan(all, sms * per_sm);
             for (name, op) in [
                 ("sum", ReduceOp::Sum),
                 ("max", ReduceOp::Max),
@@ -377,15 +365,14 @@ mod gpu {
         // Column chunk length sweep (tuning COL_MIN_ROWS).
         for min_rows in [128, 256] {
             for (name, op) in [("sum", ReduceOp::Sum), ("max", ReduceOp::ArgMax)] {
-                bench_reduce_rows::<f32>(
+                bench_reduce_plan::<f32>(
                     rows,
                     ctx,
                     stream,
                     &x,
                     &format!("{name}_dim0_f32_rows{min_rows}"),
                     op,
-                    cols_shape,
-                    min_rows,
+                    col_rows_plan::<f32>(ctx, cols_shape, min_rows),
                 )?;
             }
         }
@@ -399,13 +386,7 @@ mod gpu {
             bench_reduce::<bf16>(rows, ctx, stream, &y, &format!("{name}_bf16"), op, all)?;
         }
         for per_sm in [2usize, 3, 4, 5, 8] {
-            let chunk = N.div_ceil(sms * per_sm).next_multiple_of(64);
-            let plan = ReducePlan {
-                shape: all,
-                splits: N.div_ceil(chunk),
-                chunk,
-                warp_rows: false,
-            };
+            let plan = row_blocks_plan(all, sms * per_sm);
             bench_reduce_plan::<bf16>(
                 rows,
                 ctx,
@@ -435,15 +416,14 @@ mod gpu {
             cols_shape,
         )?;
         for min_rows in [128, 256] {
-            bench_reduce_rows::<bf16>(
+            bench_reduce_plan::<bf16>(
                 rows,
                 ctx,
                 stream,
                 &y,
                 &format!("sum_dim0_bf16_rows{min_rows}"),
                 ReduceOp::Sum,
-                cols_shape,
-                min_rows,
+                col_rows_plan::<bf16>(ctx, cols_shape, min_rows),
             )?;
         }
         Ok(())

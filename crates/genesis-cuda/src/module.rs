@@ -110,6 +110,12 @@ impl Kernel {
     /// kernel may run `griddepcontrol.launch_dependents` to let this one be scheduled early.
     /// Work queued after this kernel waits for it as usual.
     ///
+    /// The wait covers the kernel just before on the stream, and through it everything before
+    /// that, as long as that kernel itself completed after its predecessors (a plain launch, or
+    /// a dependent one that waits): Genesis queues its dependent kernels right behind the kernel
+    /// they read, and its own dependent launches always wait. A stream shared with another
+    /// thread queuing dependent launches that do not wait could break the chain.
+    ///
     /// # Safety
     ///
     /// As [`Self::launch`], and the kernel must wait as above.

@@ -450,36 +450,24 @@ template <typename T> __device__ __forceinline__ void tape_fill(const TapeRecord
     for (uint32_t i = threadIdx.x; i < r.n; i += GX_THREADS) o[i] = v;
 }
 
-template <typename Op> __device__ __forceinline__ void tape_binary_all(uint32_t t, const TapeRecord &r) {
+// The dtype switches of a record: f32, f16, bf16, and with INTS also i32, i64 (the float-only
+// ops never get an integer code from gpu.rs; with INTS false such a record does nothing).
+template <typename Op, bool INTS> __device__ __forceinline__ void tape_binary_as(uint32_t t, const TapeRecord &r) {
     switch (t) {
     case 0: tape_binary<Op, float>(r); break;
     case 1: tape_binary<Op, __half>(r); break;
     case 2: tape_binary<Op, __nv_bfloat16>(r); break;
-    case 3: tape_binary<Op, int32_t>(r); break;
-    case 4: tape_binary<Op, int64_t>(r); break;
+    case 3: if constexpr (INTS) tape_binary<Op, int32_t>(r); break;
+    case 4: if constexpr (INTS) tape_binary<Op, int64_t>(r); break;
     }
 }
-template <typename Op> __device__ __forceinline__ void tape_binary_float(uint32_t t, const TapeRecord &r) {
-    switch (t) {
-    case 0: tape_binary<Op, float>(r); break;
-    case 1: tape_binary<Op, __half>(r); break;
-    case 2: tape_binary<Op, __nv_bfloat16>(r); break;
-    }
-}
-template <typename Op> __device__ __forceinline__ void tape_unary_all(uint32_t t, const TapeRecord &r) {
+template <typename Op, bool INTS> __device__ __forceinline__ void tape_unary_as(uint32_t t, const TapeRecord &r) {
     switch (t) {
     case 0: tape_unary<Op, float>(r); break;
     case 1: tape_unary<Op, __half>(r); break;
     case 2: tape_unary<Op, __nv_bfloat16>(r); break;
-    case 3: tape_unary<Op, int32_t>(r); break;
-    case 4: tape_unary<Op, int64_t>(r); break;
-    }
-}
-template <typename Op> __device__ __forceinline__ void tape_unary_float(uint32_t t, const TapeRecord &r) {
-    switch (t) {
-    case 0: tape_unary<Op, float>(r); break;
-    case 1: tape_unary<Op, __half>(r); break;
-    case 2: tape_unary<Op, __nv_bfloat16>(r); break;
+    case 3: if constexpr (INTS) tape_unary<Op, int32_t>(r); break;
+    case 4: if constexpr (INTS) tape_unary<Op, int64_t>(r); break;
     }
 }
 
@@ -489,24 +477,24 @@ extern "C" __global__ void __launch_bounds__(GX_THREADS) tape(const __grid_const
         const uint32_t kind = r.code & 0xff, op = (r.code >> 8) & 0xff, ty = r.code >> 16;
         if (kind == 0) {
             switch (op) {
-            case 0: tape_binary_all<OpAdd>(ty, r); break;
-            case 1: tape_binary_all<OpSub>(ty, r); break;
-            case 2: tape_binary_all<OpMul>(ty, r); break;
-            case 3: tape_binary_float<OpDiv>(ty, r); break;
-            case 4: tape_binary_all<OpMax>(ty, r); break;
-            case 5: tape_binary_all<OpMin>(ty, r); break;
-            case 6: tape_binary_float<OpPow>(ty, r); break;
+            case 0: tape_binary_as<OpAdd, true>(ty, r); break;
+            case 1: tape_binary_as<OpSub, true>(ty, r); break;
+            case 2: tape_binary_as<OpMul, true>(ty, r); break;
+            case 3: tape_binary_as<OpDiv, false>(ty, r); break;
+            case 4: tape_binary_as<OpMax, true>(ty, r); break;
+            case 5: tape_binary_as<OpMin, true>(ty, r); break;
+            case 6: tape_binary_as<OpPow, false>(ty, r); break;
             }
         } else if (kind == 1) {
             switch (op) {
-            case 0: tape_unary_all<UNeg>(ty, r); break;
-            case 1: tape_unary_all<UAbs>(ty, r); break;
-            case 2: tape_unary_all<URelu>(ty, r); break;
-            case 3: tape_unary_float<UExp>(ty, r); break;
-            case 4: tape_unary_float<ULog>(ty, r); break;
-            case 5: tape_unary_float<USqrt>(ty, r); break;
-            case 6: tape_unary_float<UTanh>(ty, r); break;
-            case 7: tape_unary_float<USigmoid>(ty, r); break;
+            case 0: tape_unary_as<UNeg, true>(ty, r); break;
+            case 1: tape_unary_as<UAbs, true>(ty, r); break;
+            case 2: tape_unary_as<URelu, true>(ty, r); break;
+            case 3: tape_unary_as<UExp, false>(ty, r); break;
+            case 4: tape_unary_as<ULog, false>(ty, r); break;
+            case 5: tape_unary_as<USqrt, false>(ty, r); break;
+            case 6: tape_unary_as<UTanh, false>(ty, r); break;
+            case 7: tape_unary_as<USigmoid, false>(ty, r); break;
             }
         } else if (kind == 2) {
             switch (ty) {

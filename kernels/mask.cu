@@ -171,26 +171,11 @@ extern "C" __global__ void __launch_bounds__(1024) mask_scan(const uint32_t *cou
     if (threadIdx.x == 1023) total[0] = incl;
 }
 
-// A thread loads its 16 elements only when one of its 16 mask bits is set (sparse masks skip
-// most of the data). (Loading them together with the bits measured slower on the H200 at 50 %
-// and at 1 in 32, once the bits replaced the mask bytes here.)
-template <typename T>
-__device__ __forceinline__ void compact_impl(const T *src, const uint16_t *mbits, uint64_t n, const uint32_t *counts,
-                                             const uint64_t *offsets, T *out) {
-    // The tile's selected elements are staged in shared memory in order, then written out as one
-    // contiguous, coalesced run.
-    __shared__ T staged[MK_TILE];
+// The tile's exclusive scan of each thread's count `c` (shuffles within warps, then across
+// warps): where the thread's first selected element goes in the tile; the tile's total in
+// *count. Every thread of the block must call it (it synchronises the block).
+__device__ __forceinline__ int tile_scan(int c, int *count) {
     __shared__ int warp_sums[MK_THREADS / 32];
-    __shared__ uint64_t dst_base;
-    const uint64_t tile = blockIdx.x;
-    tile_base(counts, offsets, tile, &dst_base);
-    const uint64_t first = tile * MK_TILE + (uint64_t)threadIdx.x * MK_PER_THREAD;
-    constexpr int PER = 16 / sizeof(T);
-    const bool vec = first + MK_PER_THREAD <= n && (((uintptr_t)(src + first)) & 15) == 0;
-    MkVec16<T> x[MK_PER_THREAD / PER];
-    uint32_t bits = first < n ? mbits[tile * MK_THREADS + threadIdx.x] : 0;
-    const int c = __popc(bits);
-    // Exclusive scan of the threads' counts: within warps by shuffles, then across warps.
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int incl = c;
 #pragma unroll
@@ -200,13 +185,35 @@ __device__ __forceinline__ void compact_impl(const T *src, const uint16_t *mbits
     }
     if (lane == 31) warp_sums[warp] = incl;
     __syncthreads();
-    int before = 0, count = 0;
+    int before = 0, total = 0;
 #pragma unroll
     for (int w = 0; w < MK_THREADS / 32; ++w) {
         before += w < warp ? warp_sums[w] : 0;
-        count += warp_sums[w];
+        total += warp_sums[w];
     }
-    int at = before + incl - c;
+    *count = total;
+    return before + incl - c;
+}
+
+// A thread loads its 16 elements only when one of its 16 mask bits is set (sparse masks skip
+// most of the data). (Loading them together with the bits measured slower on the H200 at 50 %
+// and at 1 in 32, once the bits replaced the mask bytes here.)
+template <typename T>
+__device__ __forceinline__ void compact_impl(const T *src, const uint16_t *mbits, uint64_t n, const uint32_t *counts,
+                                             const uint64_t *offsets, T *out) {
+    // The tile's selected elements are staged in shared memory in order, then written out as one
+    // contiguous, coalesced run.
+    __shared__ T staged[MK_TILE];
+    __shared__ uint64_t dst_base;
+    const uint64_t tile = blockIdx.x;
+    tile_base(counts, offsets, tile, &dst_base);
+    const uint64_t first = tile * MK_TILE + (uint64_t)threadIdx.x * MK_PER_THREAD;
+    constexpr int PER = 16 / sizeof(T);
+    const bool vec = first + MK_PER_THREAD <= n && (((uintptr_t)(src + first)) & 15) == 0;
+    MkVec16<T> x[MK_PER_THREAD / PER];
+    uint32_t bits = first < n ? mbits[tile * MK_THREADS + threadIdx.x] : 0;
+    int count;
+    int at = tile_scan(__popc(bits), &count);
     if (bits != 0) {
         if (vec) {
             // The thread's 16 elements in 16-byte loads.
@@ -314,29 +321,13 @@ MASK_KERNELS(8, uint64_t)
 extern "C" __global__ void __launch_bounds__(MK_THREADS)
     mask_positions(const uint16_t *mbits, uint64_t n, const uint32_t *counts, const uint64_t *offsets, int64_t *out) {
     __shared__ int64_t staged[MK_TILE];
-    __shared__ int warp_sums[MK_THREADS / 32];
     __shared__ uint64_t dst_base;
     const uint64_t tile = blockIdx.x;
     tile_base(counts, offsets, tile, &dst_base);
     const uint64_t first = tile * MK_TILE + (uint64_t)threadIdx.x * MK_PER_THREAD;
     uint32_t bits = first < n ? mbits[tile * MK_THREADS + threadIdx.x] : 0;
-    const int c = __popc(bits);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int incl = c;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        const int v = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += v;
-    }
-    if (lane == 31) warp_sums[warp] = incl;
-    __syncthreads();
-    int before = 0, count = 0;
-#pragma unroll
-    for (int w = 0; w < MK_THREADS / 32; ++w) {
-        before += w < warp ? warp_sums[w] : 0;
-        count += warp_sums[w];
-    }
-    int at = before + incl - c;
+    int count;
+    int at = tile_scan(__popc(bits), &count);
     while (bits) {
         const int j = __ffs(bits) - 1;
         bits &= bits - 1;

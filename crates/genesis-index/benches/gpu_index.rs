@@ -263,6 +263,31 @@ mod gpu {
             Ok(())
         })?;
         out.push(("mask_fill_50pct_64Mi_f32", n * 4 + n + n * 2, t));
+        // Ten launches back to back between the events: the time of one without the gap before
+        // the first (torch_ref times PyTorch's kernel the same way).
+        let ten = |f: &mut dyn FnMut() -> BoxResult| -> BoxResult<f64> {
+            Ok(time(&ctx, || {
+                for _ in 0..10 {
+                    f()?;
+                }
+                Ok(())
+            })? / 10.0)
+        };
+        let t = ten(&mut || {
+            // SAFETY: as above.
+            unsafe {
+                genesis_kernels::mask::fill(
+                    &legacy,
+                    sel.device_ptr().unwrap_or(0),
+                    mp,
+                    n,
+                    &1.5f32.to_le_bytes(),
+                )?
+            };
+            Ok(())
+        })?;
+        out.push(("mask_fill_x10_50pct_64Mi_f32", n * 4 + n + n * 4, t));
+
         // A sparse mask (1 in 32): the compaction skips the data of threads whose bits are
         // clear.
         for (i, b) in bits.iter_mut().enumerate() {
@@ -278,6 +303,24 @@ mod gpu {
             n * 2 + n / 8 + n / 8,
             compact_ms()?,
         ));
+        let spp = sparse.device_ptr().unwrap_or(0);
+        let t = time(&ctx, || {
+            for _ in 0..10 {
+                // SAFETY: as above, with the sparse mask.
+                unsafe {
+                    genesis_kernels::mask::fill(
+                        &legacy,
+                        sel.device_ptr().unwrap_or(0),
+                        spp,
+                        n,
+                        &1.5f32.to_le_bytes(),
+                    )?
+                };
+            }
+            Ok(())
+        })? / 10.0;
+        out.push(("mask_fill_x10_3pct_64Mi_f32", n * 4 + n + n * 4, t));
+
         drop((big, sel, mask, sparse));
         // Host masks over a 16 Mi f32 CUDA tensor: the route the density picks (the mask's
         // bytes at 1/2 and 1/8, positions at 1/32) against the positions route (plan, then

@@ -248,45 +248,36 @@ mod gpu {
             n * 4 + n / 8 + n * 2,
             compact_ms()?,
         ));
-        // masked_fill of the 50 % mask, the kernel alone.
-        let t = time(&ctx, || {
+        // masked_fill with the mask at `mask_ptr`: the kernel alone, and ten launches back to
+        // back between the events (the time of one without the gap before the first;
+        // torch_ref times PyTorch's kernel the same way).
+        let fill = |mask_ptr: u64| -> BoxResult {
             // SAFETY: `sel` holds n f32 (its values do not matter), the mask n bytes.
             unsafe {
                 genesis_kernels::mask::fill(
                     &legacy,
                     sel.device_ptr().unwrap_or(0),
-                    mp,
+                    mask_ptr,
                     n,
                     &1.5f32.to_le_bytes(),
                 )?
             };
             Ok(())
-        })?;
-        out.push(("mask_fill_50pct_64Mi_f32", n * 4 + n + n * 2, t));
-        // Ten launches back to back between the events: the time of one without the gap before
-        // the first (torch_ref times PyTorch's kernel the same way).
-        let ten = |f: &mut dyn FnMut() -> BoxResult| -> BoxResult<f64> {
+        };
+        let ten = |mask_ptr: u64| -> BoxResult<f64> {
             Ok(time(&ctx, || {
                 for _ in 0..10 {
-                    f()?;
+                    fill(mask_ptr)?;
                 }
                 Ok(())
             })? / 10.0)
         };
-        let t = ten(&mut || {
-            // SAFETY: as above.
-            unsafe {
-                genesis_kernels::mask::fill(
-                    &legacy,
-                    sel.device_ptr().unwrap_or(0),
-                    mp,
-                    n,
-                    &1.5f32.to_le_bytes(),
-                )?
-            };
-            Ok(())
-        })?;
-        out.push(("mask_fill_x10_50pct_64Mi_f32", n * 4 + n + n * 4, t));
+        out.push((
+            "mask_fill_50pct_64Mi_f32",
+            n * 4 + n + n * 2,
+            time(&ctx, || fill(mp))?,
+        ));
+        out.push(("mask_fill_x10_50pct_64Mi_f32", n * 4 + n + n * 4, ten(mp)?));
 
         // A sparse mask (1 in 32): the compaction skips the data of threads whose bits are
         // clear.
@@ -303,23 +294,11 @@ mod gpu {
             n * 2 + n / 8 + n / 8,
             compact_ms()?,
         ));
-        let spp = sparse.device_ptr().unwrap_or(0);
-        let t = time(&ctx, || {
-            for _ in 0..10 {
-                // SAFETY: as above, with the sparse mask.
-                unsafe {
-                    genesis_kernels::mask::fill(
-                        &legacy,
-                        sel.device_ptr().unwrap_or(0),
-                        spp,
-                        n,
-                        &1.5f32.to_le_bytes(),
-                    )?
-                };
-            }
-            Ok(())
-        })? / 10.0;
-        out.push(("mask_fill_x10_3pct_64Mi_f32", n * 4 + n + n * 4, t));
+        out.push((
+            "mask_fill_x10_3pct_64Mi_f32",
+            n * 4 + n + n * 4,
+            ten(sparse.device_ptr().unwrap_or(0))?,
+        ));
 
         drop((big, sel, mask, sparse));
         // Host masks over a 16 Mi f32 CUDA tensor: the route the density picks (the mask's

@@ -817,6 +817,51 @@ impl<B: Backend> State<B> {
         self.count_inactive::<false>(id);
     }
 
+    /// Marks block `id` allocated for `requested` bytes (at clock `self.clock`) and counts it;
+    /// `undo`: it is the block the operation just before freed, so the statistics it restores
+    /// stay within their peaks. Returns its address and generation.
+    #[inline(always)]
+    fn hand_out(
+        &mut self,
+        id: u32,
+        requested: usize,
+        site: &'static Location<'static>,
+        undo: bool,
+    ) -> (u64, u32) {
+        let record_sites = self.config.record_sites;
+        let seq = self.clock;
+        let b = &mut self.blocks[id as usize];
+        // Blocks leave `Allocated` with no other streams (`free` takes them), so a reused
+        // block has none to clear.
+        debug_assert!(b.other_streams.is_empty());
+        let requested_within = undo && requested <= b.requested;
+        b.state = BlockState::Allocated;
+        b.requested = requested;
+        b.site = if record_sites { Some(site) } else { None };
+        b.seq = seq;
+        let (addr, generation, size) = (b.addr, b.generation, b.size);
+        let pool = Pool::of(size);
+        let s = &mut self.stats;
+        s.allocation.inc_known(pool, 1, undo);
+        s.active.inc_known(pool, 1, undo);
+        s.allocated_bytes.inc_known(pool, size as i64, undo);
+        s.active_bytes.inc_known(pool, size as i64, undo);
+        s.requested_bytes
+            .inc_known(pool, requested as i64, requested_within);
+        (addr, generation)
+    }
+
+    /// Puts block `id` on quick list `slot` (key `key`), marking the key dirty.
+    #[inline(always)]
+    fn push_quick(&mut self, slot: usize, key: (StreamId, usize), id: u32) {
+        self.quick_lists[slot].push(id);
+        if !self.quick_in_dirty[slot] {
+            self.quick_in_dirty[slot] = true;
+            self.quick_dirty.push(key);
+        }
+        self.quick_count += 1;
+    }
+
     /// The hot path of [`Self::alloc`]: a block of exactly this stream and rounded size in the
     /// quick list looked up last, nothing pending and no history recorded. `None` sends the
     /// request down the general path, which does the same on this path (the property tests
@@ -847,40 +892,10 @@ impl<B: Backend> State<B> {
         self.undo = (self.clock, id);
         self.quick_count -= 1;
         self.stats.num_cache_hits += 1;
-        let seq = self.clock;
-        let record_sites = self.config.record_sites;
-        let b = &mut self.blocks[id as usize];
+        let b = &self.blocks[id as usize];
         debug_assert_eq!((b.size, b.state), (size, BlockState::Cached));
-        debug_assert!(b.other_streams.is_empty());
-        let whole = b.prev == NONE && b.next == NONE;
-        let requested_within = undo && requested <= b.requested;
-        b.state = BlockState::Allocated;
-        b.requested = requested;
-        b.site = if record_sites { Some(site) } else { None };
-        b.seq = seq;
-        let (addr, generation) = (b.addr, b.generation);
-        let pool = Pool::of(size);
-        if !whole {
-            self.stats.inactive_split.dec(pool, 1);
-            self.stats.inactive_split_bytes.dec(pool, size as i64);
-        }
-        let s = &mut self.stats;
-        if undo {
-            s.allocation.inc_within_peak(pool, 1);
-            s.active.inc_within_peak(pool, 1);
-            s.allocated_bytes.inc_within_peak(pool, size as i64);
-            s.active_bytes.inc_within_peak(pool, size as i64);
-        } else {
-            s.allocation.inc(pool, 1);
-            s.active.inc(pool, 1);
-            s.allocated_bytes.inc(pool, size as i64);
-            s.active_bytes.inc(pool, size as i64);
-        }
-        if requested_within {
-            s.requested_bytes.inc_within_peak(pool, requested as i64);
-        } else {
-            s.requested_bytes.inc(pool, requested as i64);
-        }
+        self.count_inactive::<false>(id);
+        let (addr, generation) = self.hand_out(id, requested, site, undo);
         Some((addr, size, id, generation))
     }
 
@@ -923,21 +938,11 @@ impl<B: Backend> State<B> {
         s.active.dec(pool, 1);
         s.active_bytes.dec(pool, size as i64);
         if !whole {
-            if undo {
-                s.inactive_split.inc_within_peak(pool, 1);
-                s.inactive_split_bytes.inc_within_peak(pool, size as i64);
-            } else {
-                s.inactive_split.inc(pool, 1);
-                s.inactive_split_bytes.inc(pool, size as i64);
-            }
+            s.inactive_split.inc_known(pool, 1, undo);
+            s.inactive_split_bytes.inc_known(pool, size as i64, undo);
         }
-        let slot = self.quick_memo.1;
-        self.quick_lists[slot].push(id);
-        if !self.quick_in_dirty[slot] {
-            self.quick_in_dirty[slot] = true;
-            self.quick_dirty.push(self.quick_memo.0);
-        }
-        self.quick_count += 1;
+        let (key, slot) = self.quick_memo;
+        self.push_quick(slot, key, id);
         true
     }
 
@@ -988,27 +993,11 @@ impl<B: Backend> State<B> {
                 }
             },
         };
-        let record_sites = self.config.record_sites;
-        let seq = self.clock;
         // A large block may be a little longer than asked (rounded to the granularity): the
         // statistics count the block, the caller sees the rounded request.
         let rounded = size;
         let size = self.blocks[id as usize].size;
-        let b = &mut self.blocks[id as usize];
-        b.state = BlockState::Allocated;
-        b.requested = requested;
-        // Blocks leave `Allocated` with no other streams (`free` takes them), so a reused
-        // block has none to clear.
-        debug_assert!(b.other_streams.is_empty());
-        b.site = if record_sites { Some(site) } else { None };
-        b.seq = seq;
-        let (addr, generation) = (b.addr, b.generation);
-        let pool = Pool::of(size);
-        self.stats.allocation.inc(pool, 1);
-        self.stats.active.inc(pool, 1);
-        self.stats.allocated_bytes.inc(pool, size as i64);
-        self.stats.active_bytes.inc(pool, size as i64);
-        self.stats.requested_bytes.inc(pool, requested as i64);
+        let (addr, generation) = self.hand_out(id, requested, site, false);
         if self.history.is_some() {
             self.log_event(crate::history::Event::Alloc {
                 addr,
@@ -1258,12 +1247,7 @@ impl<B: Backend> State<B> {
         let slot = self
             .quick_slot((stream, size), true)
             .expect("created on demand");
-        self.quick_lists[slot].push(id);
-        if !self.quick_in_dirty[slot] {
-            self.quick_in_dirty[slot] = true;
-            self.quick_dirty.push((stream, size));
-        }
-        self.quick_count += 1;
+        self.push_quick(slot, (stream, size), id);
         if !self.config.quick_lists {
             self.flush_quick(Some(stream));
         }

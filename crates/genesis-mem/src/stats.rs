@@ -82,10 +82,14 @@ impl StatArray {
         self.all_peak = self.all_peak.max(all);
     }
 
-    /// Adds `n` ≥ 0 to the pool's stat when the caller knows the result stays within the peaks
-    /// (it undoes a removal made by the operation just before, with no reset in between).
+    /// [`Self::inc`], skipping the peaks when the caller knows the result stays within them
+    /// (`within_peak`: it undoes a removal made by the operation just before, with no reset in
+    /// between).
     #[inline(always)]
-    pub(crate) fn inc_within_peak(&mut self, pool: Pool, n: i64) {
+    pub(crate) fn inc_known(&mut self, pool: Pool, n: i64, within_peak: bool) {
+        if !within_peak {
+            return self.inc(pool, n);
+        }
         let p = &mut self.pools[pool.index()];
         p.current += n;
         p.allocated += n;

@@ -589,7 +589,8 @@ fn small_requests_go_first_fit_others_best_fit() {
 /// only. Sizes repeat and frees are mostly of the newest allocation, so that most operations
 /// take the hot paths and many undo the one just before (where the hot paths leave the peaks
 /// alone); stream uses, peak resets and cache releases come in between. Every address and,
-/// at checkpoints, every statistic (peaks included) must be equal.
+/// at checkpoints, every statistic (peaks included) must be equal, and the allocation,
+/// allocated-bytes and requested-bytes figures must match a model kept by the test.
 #[test]
 fn hot_paths_match_the_general_paths() {
     for (seed, vmm) in [(40u64, true), (41, true), (42, false)] {
@@ -600,6 +601,9 @@ fn hot_paths_match_the_general_paths() {
         let sizes = [512usize, 700, 4096, 4000, 96 << 10, 3 * MIB];
         let mut live: Vec<(Allocation, Allocation)> = Vec::new();
         let mut hits = 0u64;
+        // An independent model of three statistics (both paths share the code that counts):
+        // current values from the live allocations, peaks as their running maxima.
+        let (mut cur, mut peak) = ([0i64; 3], [0i64; 3]);
         for step in 0..200_000u32 {
             if live.len() < 2 || (live.len() < 24 && rng.random_bool(0.5)) {
                 let size = sizes[rng.random_range(0..sizes.len())] - rng.random_range(0..3);
@@ -611,6 +615,12 @@ fn hot_paths_match_the_general_paths() {
                     (y.ptr(), y.size()),
                     "seed {seed} step {step}"
                 );
+                cur[0] += 1;
+                cur[1] += x.size() as i64;
+                cur[2] += x.requested() as i64;
+                for k in 0..3 {
+                    peak[k] = peak[k].max(cur[k]);
+                }
                 live.push((x, y));
             } else {
                 let i = if rng.random_bool(0.8) {
@@ -619,6 +629,9 @@ fn hot_paths_match_the_general_paths() {
                     rng.random_range(0..live.len())
                 };
                 let (x, y) = live.swap_remove(i);
+                cur[0] -= 1;
+                cur[1] -= x.size() as i64;
+                cur[2] -= x.requested() as i64;
                 if rng.random_range(0..50) == 0 {
                     fast.record_stream(&x, 7).unwrap();
                     general.record_stream(&y, 7).unwrap();
@@ -630,6 +643,7 @@ fn hot_paths_match_the_general_paths() {
                 0 => {
                     fast.reset_peak_stats();
                     general.reset_peak_stats();
+                    peak = cur;
                 }
                 1 => {
                     fast.empty_cache().unwrap();
@@ -639,6 +653,10 @@ fn hot_paths_match_the_general_paths() {
                     let (s, t) = (fast.stats(), general.stats());
                     assert_eq!(s, t, "seed {seed} step {step}");
                     hits = s.num_cache_hits;
+                    let got = [&s.allocation, &s.allocated_bytes, &s.requested_bytes]
+                        .map(|a| (a.all().current, a.all().peak));
+                    let want = [0, 1, 2].map(|k| (cur[k], peak[k]));
+                    assert_eq!(got, want, "seed {seed} step {step}: against the model");
                 }
                 _ => {}
             }

@@ -384,6 +384,13 @@ struct State<B: Backend> {
     /// to the statistics it shares, so those stay within their peaks. Every other entry point
     /// clears it ([`CachingAllocator::lock`]), and the general paths advance the clock.
     undo: (u64, u32),
+    /// The block whose hot-path free has not lowered the five in-use statistics (allocation,
+    /// active, allocated, active and requested bytes) yet, or `NONE`. If the next operation
+    /// allocates that block again, the pair leaves them where they were (only their totals
+    /// grow); anything else lowers them first ([`State::settle`]): every entry point but the
+    /// hot paths ([`CachingAllocator::lock`], the general paths), and the hot paths themselves
+    /// for any other block.
+    deferred: u32,
     pending: Vec<(u32, SmallVec<[EventId; 2]>)>,
     device_total: usize,
     clock: u64,
@@ -449,6 +456,7 @@ impl<B: Backend> CachingAllocator<B> {
                 quick_count: 0,
                 quick_dirty: Vec::new(),
                 undo: (0, NONE),
+                deferred: NONE,
                 pending: Vec::new(),
                 device_total: total,
                 clock: 0,
@@ -464,6 +472,7 @@ impl<B: Backend> CachingAllocator<B> {
     fn lock(&self) -> crate::lock::Guard<'_, State<B>> {
         let mut st = self.state.lock();
         st.undo.1 = NONE;
+        st.settle();
         st
     }
 
@@ -491,6 +500,7 @@ impl<B: Backend> CachingAllocator<B> {
         stream: StreamId,
         site: &'static Location<'static>,
     ) -> Result<Allocation, Error> {
+        st.settle();
         let a = st.alloc(bytes, stream, site)?;
         drop(st);
         Ok(self.allocation(a, bytes, stream))
@@ -537,6 +547,7 @@ impl<B: Backend> CachingAllocator<B> {
         block: u32,
         generation: u32,
     ) -> Result<(), Error> {
+        st.settle();
         st.free(block, generation)
     }
 
@@ -704,6 +715,7 @@ impl<B: Backend> Drop for CachingAllocator<B> {
     /// reported, not freed.
     fn drop(&mut self) {
         let st = self.state.get_mut();
+        st.settle();
         if let Err(e) = st.release_cached(usize::MAX, true) {
             tracing::error!(error = %e, "releasing the cache when dropping the allocator failed");
         }
@@ -818,15 +830,16 @@ impl<B: Backend> State<B> {
     }
 
     /// Marks block `id` allocated for `requested` bytes (at clock `self.clock`) and counts it;
-    /// `undo`: it is the block the operation just before freed, so the statistics it restores
-    /// stay within their peaks. Returns its address and generation.
+    /// `again`: it is the block whose free was deferred ([`Self::deferred`]), so the in-use
+    /// statistics still count it and only their totals grow. Returns its address and
+    /// generation.
     #[inline(always)]
     fn hand_out(
         &mut self,
         id: u32,
         requested: usize,
         site: &'static Location<'static>,
-        undo: bool,
+        again: bool,
     ) -> (u64, u32) {
         let record_sites = self.config.record_sites;
         let seq = self.clock;
@@ -834,7 +847,7 @@ impl<B: Backend> State<B> {
         // Blocks leave `Allocated` with no other streams (`free` takes them), so a reused
         // block has none to clear.
         debug_assert!(b.other_streams.is_empty());
-        let requested_within = undo && requested <= b.requested;
+        let before = b.requested;
         b.state = BlockState::Allocated;
         b.requested = requested;
         b.site = if record_sites { Some(site) } else { None };
@@ -842,13 +855,49 @@ impl<B: Backend> State<B> {
         let (addr, generation, size) = (b.addr, b.generation, b.size);
         let pool = Pool::of(size);
         let s = &mut self.stats;
-        s.allocation.inc_known(pool, 1, undo);
-        s.active.inc_known(pool, 1, undo);
-        s.allocated_bytes.inc_known(pool, size as i64, undo);
-        s.active_bytes.inc_known(pool, size as i64, undo);
-        s.requested_bytes
-            .inc_known(pool, requested as i64, requested_within);
+        if again {
+            s.allocation.add_total(pool, 1);
+            s.active.add_total(pool, 1);
+            s.allocated_bytes.add_total(pool, size as i64);
+            s.active_bytes.add_total(pool, size as i64);
+            if requested == before {
+                s.requested_bytes.add_total(pool, requested as i64);
+            } else {
+                // From `before` to `requested`: within the peak when it shrinks.
+                s.requested_bytes.dec(pool, before as i64);
+                s.requested_bytes
+                    .inc_known(pool, requested as i64, requested < before);
+            }
+        } else {
+            s.allocation.inc(pool, 1);
+            s.active.inc(pool, 1);
+            s.allocated_bytes.inc(pool, size as i64);
+            s.active_bytes.inc(pool, size as i64);
+            s.requested_bytes.inc(pool, requested as i64);
+        }
         (addr, generation)
+    }
+
+    /// Lowers the in-use statistics for the block whose hot-path free deferred it, if any.
+    #[inline(always)]
+    fn settle(&mut self) {
+        if self.deferred != NONE {
+            self.settle_deferred();
+        }
+    }
+
+    #[inline(never)]
+    fn settle_deferred(&mut self) {
+        let id = std::mem::replace(&mut self.deferred, NONE);
+        let b = &self.blocks[id as usize];
+        let (size, requested) = (b.size as i64, b.requested as i64);
+        let pool = Pool::of(b.size);
+        let s = &mut self.stats;
+        s.allocation.dec(pool, 1);
+        s.allocated_bytes.dec(pool, size);
+        s.requested_bytes.dec(pool, requested);
+        s.active.dec(pool, 1);
+        s.active_bytes.dec(pool, size);
     }
 
     /// Puts block `id` on quick list `slot` (key `key`), marking the key dirty.
@@ -885,9 +934,13 @@ impl<B: Backend> State<B> {
             return None;
         }
         let id = self.quick_lists.get_mut(self.quick_memo.1)?.pop()?;
-        // Reusing the block the operation just before freed: the four statistics that free
-        // lowered by this block come back to where they were, within their peaks.
-        let undo = self.undo == (self.clock, id);
+        // Reusing the block whose free was deferred: the in-use statistics still count it.
+        let again = self.deferred == id;
+        if again {
+            self.deferred = NONE;
+        } else {
+            self.settle();
+        }
         self.clock += 1;
         self.undo = (self.clock, id);
         self.quick_count -= 1;
@@ -895,7 +948,7 @@ impl<B: Backend> State<B> {
         let b = &self.blocks[id as usize];
         debug_assert_eq!((b.size, b.state), (size, BlockState::Cached));
         self.count_inactive::<false>(id);
-        let (addr, generation) = self.hand_out(id, requested, site, undo);
+        let (addr, generation) = self.hand_out(id, requested, site, again);
         Some((addr, size, id, generation))
     }
 
@@ -921,7 +974,7 @@ impl<B: Backend> State<B> {
         {
             return false;
         }
-        let (size, requested) = (b.size, b.requested);
+        let size = b.size;
         let whole = b.prev == NONE && b.next == NONE;
         b.state = BlockState::Cached;
         b.site = None;
@@ -930,13 +983,12 @@ impl<B: Backend> State<B> {
         let undo = self.undo == (self.clock, id);
         self.clock += 1;
         self.undo = (self.clock, id);
+        // The in-use statistics are lowered later, or never if the block comes straight back
+        // (`deferred`); another block's deferred free is settled first.
+        self.settle();
+        self.deferred = id;
         let pool = Pool::of(size);
         let s = &mut self.stats;
-        s.allocation.dec(pool, 1);
-        s.allocated_bytes.dec(pool, size as i64);
-        s.requested_bytes.dec(pool, requested as i64);
-        s.active.dec(pool, 1);
-        s.active_bytes.dec(pool, size as i64);
         if !whole {
             s.inactive_split.inc_known(pool, 1, undo);
             s.inactive_split_bytes.inc_known(pool, size as i64, undo);

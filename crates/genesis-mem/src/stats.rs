@@ -97,6 +97,13 @@ impl StatArray {
         debug_assert!(self.pools[0].current + self.pools[1].current <= self.all_peak);
     }
 
+    /// Adds `n` ≥ 0 to the pool's total of increases only: an increase and a decrease of `n`
+    /// that cancelled out (the current value and the peaks stay).
+    #[inline(always)]
+    pub(crate) fn add_total(&mut self, pool: Pool, n: i64) {
+        self.pools[pool.index()].allocated += n;
+    }
+
     /// Removes `n` ≥ 0 from the pool's stat.
     #[inline(always)]
     pub(crate) fn dec(&mut self, pool: Pool, n: i64) {

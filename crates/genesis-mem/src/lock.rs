@@ -232,20 +232,22 @@ impl<T> Lock<T> {
         let owner = self.bias.load(Ordering::Relaxed);
         if owner != 0 {
             self.bias.store(0, Ordering::Relaxed);
-            // The calling thread revoking its own bias (it holds another lock through a bias)
-            // knows that it is not inside this one.
-            if my_slot().is_none_or(|s| s as *const Slot as usize != owner) {
-                if !membarrier::barrier() {
-                    // Unreachable after a successful registration (`membarrier::barrier`);
-                    // should it happen, let the owner's store buffer drain before looking.
-                    std::thread::sleep(std::time::Duration::from_millis(1));
-                }
-                // SAFETY: `bias` holds only addresses of slots, which are never freed.
-                let slot = unsafe { &*(owner as *const Slot) };
-                let mut backoff = 1u32;
-                while slot.inside.load(Ordering::Acquire) == self.addr() {
-                    backoff = Self::wait(backoff);
-                }
+            // A thread revoking its own bias (it holds another lock through a bias) needs no
+            // barrier: its own slot's stores are in order for it.
+            let mine = my_slot().is_some_and(|s| s as *const Slot as usize == owner);
+            if !mine && !membarrier::barrier() {
+                // Unreachable after a successful registration (`membarrier::barrier`); should
+                // it happen, let the owner's store buffer drain before looking.
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            // SAFETY: `bias` holds only addresses of slots, which are never freed.
+            let slot = unsafe { &*(owner as *const Slot) };
+            // For the owner itself this waits only if it is already inside this lock (taking
+            // it again): that deadlocks, as the plain lock does, rather than letting two
+            // guards alias.
+            let mut backoff = 1u32;
+            while slot.inside.load(Ordering::Acquire) == self.addr() {
+                backoff = Self::wait(backoff);
             }
             // SAFETY: `run` is accessed only while `locked` is held, which it is.
             let run = unsafe { &mut *self.run.get() };

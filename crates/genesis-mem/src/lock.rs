@@ -15,8 +15,10 @@
 //! until the owner's slot no longer names this lock. This is the asymmetric form of Dekker's handshake: either the owner's flag store is
 //! visible to the revoker after the barrier, or the owner's check after its store sees that it
 //! is no longer the owner. A revocation costs a system call (microseconds), so the number of
-//! acquisitions in a row that earns a thread the bias doubles after every revocation: a lock
-//! shared by several threads settles on the plain protocol.
+//! acquisitions in a row that earns a thread the bias doubles after every revocation of a bias
+//! held less than 10 ms, and goes back to 64 after one held longer: a lock shared by threads
+//! taking turns settles on the plain protocol, and one mostly used by one thread (another
+//! reading the statistics now and then) stays biased.
 //!
 //! Without `membarrier` (other systems, or a kernel or sandbox that refuses it) the lock never
 //! biases and every thread takes the plain path. Waiters spin with exponential backoff and then
@@ -35,8 +37,12 @@ const MAX_BACKOFF: u32 = 1 << 10;
 /// Plain-path acquisitions in a row by one thread that bias the lock to it, at first.
 const FIRST_BIAS_RUN: u32 = 64;
 
-/// The most that run can grow to (it doubles after every revocation).
+/// The most that run can grow to (it doubles after every revocation of a short-lived bias).
 const MAX_BIAS_RUN: u32 = 1 << 20;
+
+/// A bias revoked after holding at least this long was worth its revocation (a `membarrier`
+/// costs microseconds): the run that earns the next one goes back to [`FIRST_BIAS_RUN`].
+const LONG_BIAS: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// A thread's flag: the address of the lock it holds through a bias, 0 when none. Slots are
 /// never freed (a revoker may read the flag of a thread that has since exited); an exiting
@@ -167,6 +173,10 @@ struct Run {
     count: u32,
     /// The run that biases the lock.
     needed: u32,
+    /// When the current bias was granted.
+    granted: Option<std::time::Instant>,
+    /// [`LONG_BIAS`] (tests change it).
+    long_bias: std::time::Duration,
 }
 
 pub(crate) struct Lock<T> {
@@ -195,6 +205,8 @@ impl<T> Lock<T> {
                 slot: 0,
                 count: 0,
                 needed: FIRST_BIAS_RUN,
+                granted: None,
+                long_bias: LONG_BIAS,
             }),
             value: UnsafeCell::new(value),
         }
@@ -251,7 +263,17 @@ impl<T> Lock<T> {
             }
             // SAFETY: `run` is accessed only while `locked` is held, which it is.
             let run = unsafe { &mut *self.run.get() };
-            run.needed = run.needed.saturating_mul(2).min(MAX_BIAS_RUN);
+            // Biases revoked soon after they were granted (threads taking turns) make the next
+            // one harder to earn; one that held long enough paid for its revocation.
+            let held_long = run
+                .granted
+                .take()
+                .is_some_and(|t| t.elapsed() >= run.long_bias);
+            run.needed = if held_long {
+                FIRST_BIAS_RUN
+            } else {
+                run.needed.saturating_mul(2).min(MAX_BIAS_RUN)
+            };
         }
         Guard {
             lock: self,
@@ -304,6 +326,7 @@ impl<T> Lock<T> {
             }
             if run.count >= run.needed && bias_supported() {
                 run.count = 0;
+                run.granted = Some(std::time::Instant::now());
                 // Release: the owner's first biased entry (an acquire load of `bias`) sees
                 // everything done under `locked` before.
                 self.bias.store(me, Ordering::Release);
@@ -480,6 +503,46 @@ mod tests {
             h.join().unwrap();
         }
         assert_eq!((*l1.lock(), *l2.lock()), (201_000, 201_000));
+    }
+
+    /// Revocations soon after the grant double the run that earns the bias; a bias that held
+    /// long brings it back to the first run.
+    #[test]
+    fn the_run_that_earns_the_bias_adapts() {
+        if !bias_supported() {
+            return;
+        }
+        let l = Arc::new(Lock::new(0u32));
+        // `run` is touched only under `locked`; the tests below read and set it while no other
+        // thread uses the lock.
+        let needed = |l: &Lock<u32>| {
+            let _g = l.lock();
+            // SAFETY: no other thread uses the lock now.
+            unsafe { (*l.run.get()).needed }
+        };
+        let set_long = |l: &Lock<u32>, d: std::time::Duration| {
+            let _g = l.lock();
+            // SAFETY: as above.
+            unsafe { (*l.run.get()).long_bias = d }
+        };
+        set_long(&l, std::time::Duration::from_secs(3600));
+        let revoke = |l: &Arc<Lock<u32>>| {
+            let l2 = Arc::clone(l);
+            std::thread::spawn(move || *l2.lock() += 1).join().unwrap();
+        };
+        for _ in 0..FIRST_BIAS_RUN {
+            *l.lock() += 1;
+        }
+        assert!(l.biased_to_me());
+        revoke(&l);
+        assert_eq!(needed(&l), 2 * FIRST_BIAS_RUN);
+        for _ in 0..2 * FIRST_BIAS_RUN {
+            *l.lock() += 1;
+        }
+        assert!(l.biased_to_me());
+        set_long(&l, std::time::Duration::ZERO);
+        revoke(&l);
+        assert_eq!(needed(&l), FIRST_BIAS_RUN);
     }
 
     #[test]

@@ -27,6 +27,33 @@ fn pairs<B: Backend>(a: &CachingAllocator<B>, size: usize, n: usize) -> f64 {
     samples[samples.len() / 2]
 }
 
+/// [`pairs`] while another thread reads the statistics every millisecond (each read revokes
+/// the lock's bias, which the allocating thread then earns back).
+fn pairs_with_reader<B: Backend + 'static>(
+    a: &Arc<CachingAllocator<B>>,
+    size: usize,
+    n: usize,
+) -> f64 {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (a, stop) = (Arc::clone(a), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let mut reads = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::hint::black_box(a.stats());
+                reads += 1;
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            reads
+        })
+    };
+    let ns = pairs(a, size, n);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let reads = reader.join().unwrap();
+    eprintln!("  ({reads} statistics reads meanwhile)");
+    ns
+}
+
 fn threads<B: Backend>(a: &Arc<CachingAllocator<B>>, n_threads: usize, n: usize) -> f64 {
     let t = Instant::now();
     let hs: Vec<_> = (0..n_threads)
@@ -47,7 +74,7 @@ fn threads<B: Backend>(a: &Arc<CachingAllocator<B>>, n_threads: usize, n: usize)
     (n_threads * n) as f64 / t.elapsed().as_secs_f64()
 }
 
-fn run<B: Backend>(label: &str, a: CachingAllocator<B>, rows: &mut Vec<String>) {
+fn run<B: Backend + 'static>(label: &str, a: CachingAllocator<B>, rows: &mut Vec<String>) {
     let a = Arc::new(a);
     for size in [512usize, 1 << 20, 64 << 20] {
         let ns = pairs(&a, size, 200_000);
@@ -56,6 +83,13 @@ fn run<B: Backend>(label: &str, a: CachingAllocator<B>, rows: &mut Vec<String>) 
             "{{\"backend\":\"{label}\",\"bytes\":{size},\"ns_per_pair\":{ns}}}"
         ));
     }
+    let ns = pairs_with_reader(&a, 4096, 200_000);
+    println!(
+        "{label:<10} alloc+free pair      4096 B: {ns:>7.1} ns, another thread reading the stats every 1 ms"
+    );
+    rows.push(format!(
+        "{{\"backend\":\"{label}\",\"bytes\":4096,\"stats_reader_ms\":1,\"ns_per_pair\":{ns}}}"
+    ));
     let per_s = threads(&a, 8, 200_000);
     println!("{label:<10} 8 threads: {:.1} M pairs/s", per_s / 1e6);
     rows.push(format!(

@@ -2,6 +2,7 @@
 //! one), one thread, and throughput with 8 threads. `gpu_alloc_latency [--json PATH]`.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use genesis_mem::{Backend, CachingAllocator, Config, SimBackend};
@@ -34,12 +35,12 @@ fn pairs_with_reader<B: Backend + 'static>(
     size: usize,
     n: usize,
 ) -> f64 {
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
     let reader = {
         let (a, stop) = (Arc::clone(a), Arc::clone(&stop));
         std::thread::spawn(move || {
             let mut reads = 0u64;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            while !stop.load(Ordering::Relaxed) {
                 std::hint::black_box(a.stats());
                 reads += 1;
                 std::thread::sleep(std::time::Duration::from_millis(1));
@@ -48,7 +49,7 @@ fn pairs_with_reader<B: Backend + 'static>(
         })
     };
     let ns = pairs(a, size, n);
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
     let reads = reader.join().unwrap();
     eprintln!("  ({reads} statistics reads meanwhile)");
     ns

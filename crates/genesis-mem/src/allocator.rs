@@ -379,10 +379,11 @@ struct State<B: Backend> {
     quick_count: usize,
     /// Quick-list keys that may be non-empty (each listed once).
     quick_dirty: Vec<(StreamId, usize)>,
-    /// `(clock, block)` after a hot-path alloc or free of `block`, when nothing else has touched
-    /// the state since: the next hot-path operation on the same block undoes that one's change
-    /// to the statistics it shares, so those stay within their peaks. Every other entry point
-    /// clears it ([`CachingAllocator::lock`]), and the general paths advance the clock.
+    /// `(clock, block)` after a hot-path alloc of `block`: a hot-path free of that block with
+    /// nothing else in between restores the split statistics the alloc lowered, within their
+    /// peaks. Every other entry point clears it ([`CachingAllocator::lock`]), and every other
+    /// operation advances the clock. (The reverse, an alloc of the block just freed, is
+    /// [`Self::deferred`].)
     undo: (u64, u32),
     /// The block whose hot-path free has not lowered the five in-use statistics (allocation,
     /// active, allocated, active and requested bytes) yet, or `NONE`. If the next operation
@@ -982,7 +983,6 @@ impl<B: Backend> State<B> {
         // lowered come back to where they were.
         let undo = self.undo == (self.clock, id);
         self.clock += 1;
-        self.undo = (self.clock, id);
         // The in-use statistics are lowered later, or never if the block comes straight back
         // (`deferred`); another block's deferred free is settled first.
         self.settle();

@@ -12,9 +12,9 @@
 //! reordering, and checks that it is still the owner; it leaves by clearing its slot. Any other
 //! thread takes the plain lock and revokes the bias: it clears the owner, runs Linux's
 //! `membarrier` (every running thread of the process passes a full memory barrier), then waits
-//! until the owner's slot no longer names this lock. This is the asymmetric form of Dekker's handshake: either the owner's flag store is
-//! visible to the revoker after the barrier, or the owner's check after its store sees that it
-//! is no longer the owner. A revocation costs a system call (microseconds), so the number of
+//! until the owner's slot no longer names this lock. This is the asymmetric form of Dekker's
+//! handshake: either the owner's store to its slot is visible to the revoker after the
+//! barrier, or the owner's check after that store sees that it is no longer the owner. A revocation costs a system call (microseconds), so the number of
 //! acquisitions in a row that earns a thread the bias doubles after every revocation of a bias
 //! held less than 250 µs, and goes back to 64 after one held longer: a lock shared by threads
 //! taking turns settles on the plain protocol, and one mostly used by one thread (another

@@ -491,6 +491,64 @@ fn garbage_collection_releases_idle_memory() {
     }
 }
 
+/// Compaction: with a threshold, a free that leaves fragmentation above it gives back the
+/// physical memory under free ranges (with VMM, the live blocks keep their addresses); without
+/// one the cache stays until asked (`trim_cache`, `empty_cache`).
+#[test]
+fn compaction_past_the_threshold_and_on_demand() {
+    for (vmm, threshold) in [(true, Some(0.3)), (true, None), (false, Some(0.3))] {
+        let a = CachingAllocator::new(
+            SimBackend::new(1 << 30, vmm),
+            Config {
+                max_handle_bytes: 2 * MIB,
+                compact_threshold: threshold,
+                ..Config::default()
+            },
+        )
+        .unwrap();
+        let blocks: Vec<_> = (0..64).map(|_| a.alloc(2 * MIB, 0).unwrap()).collect();
+        let reserved = |a: &CachingAllocator<SimBackend>| a.stats().reserved_bytes.all().current;
+        assert_eq!(reserved(&a), 128 * MIB as i64, "vmm={vmm}");
+        let (kept, freed): (Vec<_>, Vec<_>) = blocks
+            .into_iter()
+            .enumerate()
+            .partition(|(i, _)| i % 2 == 0);
+        let kept: Vec<_> = kept.into_iter().map(|(_, b)| b).collect();
+        let addresses: Vec<u64> = kept.iter().map(Allocation::ptr).collect();
+        for (_, b) in freed {
+            a.free(b).unwrap();
+        }
+        a.check_invariants().unwrap();
+        let s = a.stats();
+        let after = s.reserved_bytes.all().current;
+        match threshold {
+            Some(t) => {
+                // Fragmentation passed the threshold on the way: the free memory went back.
+                assert!(
+                    after < 128 * MIB as i64 && s.fragmentation() <= t,
+                    "vmm={vmm}: reserved {after}, fragmentation {}",
+                    s.fragmentation()
+                );
+            }
+            None => {
+                assert_eq!(after, 128 * MIB as i64, "no threshold: the cache stays");
+                assert!(s.fragmentation() >= 0.49);
+                // On demand: everything cached goes back, live blocks stay where they are.
+                a.trim_cache(0).unwrap();
+                assert_eq!(reserved(&a), 64 * MIB as i64);
+            }
+        }
+        assert_eq!(
+            kept.iter().map(Allocation::ptr).collect::<Vec<_>>(),
+            addresses
+        );
+        a.check_invariants().unwrap();
+        for b in kept {
+            a.free(b).unwrap();
+        }
+    }
+}
+
 #[test]
 fn large_blocks_come_back_whole() {
     let a = allocator(4 << 30, true);

@@ -12,8 +12,10 @@
 #![warn(missing_docs)]
 
 mod error;
+mod span;
 
 pub use error::{Error, Result, code_message, code_name};
+pub use span::{DeviceSpan, DeviceSpanMut};
 
 #[cfg(feature = "cuda")]
 pub mod batch;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use crate::context::{Context, check};
 use crate::error::Result;
+use crate::span::{DeviceSpan, DeviceSpanMut};
 use crate::stream::Stream;
 use crate::sys;
 
@@ -69,6 +70,19 @@ impl DeviceBuffer {
     /// Whether the buffer holds no bytes.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// The buffer as elements of `T` (its length a whole number of `T`s), for reading.
+    pub fn as_span<T: Copy>(&self) -> Result<DeviceSpan<'_, T>> {
+        // SAFETY: the buffer's `len` bytes are allocated for as long as it is borrowed, and its
+        // `Drop` (`cuMemFree`) waits for the work queued on them.
+        unsafe { DeviceSpan::<u8>::from_raw(self.ptr, self.len) }.cast::<T>()
+    }
+
+    /// The buffer as elements of `T` (its length a whole number of `T`s), for writing.
+    pub fn as_span_mut<T: Copy>(&mut self) -> Result<DeviceSpanMut<'_, T>> {
+        // SAFETY: as for `as_span`; the exclusive borrow keeps other spans of it away.
+        unsafe { DeviceSpanMut::<u8>::from_raw(self.ptr, self.len) }.cast::<T>()
     }
 
     /// Copies `src` (exactly `self.len()` bytes) from the host, synchronously.

@@ -508,7 +508,7 @@ pub(crate) fn scatter(
             len: ln.device_ptr().unwrap_or(0),
             members: mb.device_ptr().unwrap_or(0),
         };
-        let scalar = genesis_storage::scalar(target.dtype());
+        let scalar = target.dtype();
         // SAFETY: as in `gather`, with `values` holding n elements and the groups nb entries;
         // only group representatives write, each to its own offsets.
         unsafe { genesis_kernels::index::scatter_add(&stream, scalar, tp, vp, n, &d, ip, g)? };

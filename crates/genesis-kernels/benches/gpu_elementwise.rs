@@ -475,9 +475,9 @@ mod gpu {
             unsafe {
                 gpu::cast(
                     stream,
-                    genesis_kernels::Scalar::F32,
+                    genesis_kernels::DType::F32,
                     pm,
-                    genesis_kernels::Scalar::BF16,
+                    genesis_kernels::DType::BF16,
                     po,
                     M * M,
                 )?

@@ -3,7 +3,7 @@
 
 use half::{bf16, f16};
 
-use crate::{Error, Result};
+use crate::{DType, Error, Result};
 
 /// Most dimensions a strided copy handles (`GX_MAX_DIMS`).
 pub const MAX_DIMS: usize = 8;
@@ -199,73 +199,6 @@ pub fn transpose<T: Copy>(
     Ok(())
 }
 
-/// Element types of the cast kernels (the kernel-level twin of `genesis_storage::DType`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Scalar {
-    /// `bool` (one byte, 0 or 1).
-    Bool,
-    /// `u8`.
-    U8,
-    /// `i8`.
-    I8,
-    /// `i16`.
-    I16,
-    /// `i32`.
-    I32,
-    /// `i64`.
-    I64,
-    /// IEEE binary16.
-    F16,
-    /// bfloat16.
-    BF16,
-    /// IEEE binary32.
-    F32,
-    /// IEEE binary64.
-    F64,
-}
-
-impl Scalar {
-    /// Every scalar type.
-    pub const ALL: [Scalar; 10] = [
-        Scalar::Bool,
-        Scalar::U8,
-        Scalar::I8,
-        Scalar::I16,
-        Scalar::I32,
-        Scalar::I64,
-        Scalar::F16,
-        Scalar::BF16,
-        Scalar::F32,
-        Scalar::F64,
-    ];
-
-    /// Bytes per element.
-    pub fn size(self) -> usize {
-        match self {
-            Scalar::Bool | Scalar::U8 | Scalar::I8 => 1,
-            Scalar::I16 | Scalar::F16 | Scalar::BF16 => 2,
-            Scalar::I32 | Scalar::F32 => 4,
-            Scalar::I64 | Scalar::F64 => 8,
-        }
-    }
-
-    /// The name used in kernel names (`"bf16"`).
-    pub fn kernel_name(self) -> &'static str {
-        match self {
-            Scalar::Bool => "bool",
-            Scalar::U8 => "u8",
-            Scalar::I8 => "i8",
-            Scalar::I16 => "i16",
-            Scalar::I32 => "i32",
-            Scalar::I64 => "i64",
-            Scalar::F16 => "f16",
-            Scalar::BF16 => "bf16",
-            Scalar::F32 => "f32",
-            Scalar::F64 => "f64",
-        }
-    }
-}
-
 /// A value on its way through a cast: integers (and bool) as i64, f16/bf16/f32 as f32, f64 as
 /// f64, exactly as the kernel's carriers.
 #[derive(Debug, Clone, Copy)]
@@ -275,20 +208,20 @@ enum Carrier {
     D(f64),
 }
 
-fn read(kind: Scalar, b: &[u8]) -> Carrier {
+fn read(kind: DType, b: &[u8]) -> Carrier {
     match kind {
-        Scalar::Bool => Carrier::I(i64::from(b[0] != 0)),
-        Scalar::U8 => Carrier::I(i64::from(b[0])),
-        Scalar::I8 => Carrier::I(i64::from(b[0] as i8)),
-        Scalar::I16 => Carrier::I(i64::from(i16::from_le_bytes([b[0], b[1]]))),
-        Scalar::I32 => Carrier::I(i64::from(i32::from_le_bytes(
+        DType::Bool => Carrier::I(i64::from(b[0] != 0)),
+        DType::U8 => Carrier::I(i64::from(b[0])),
+        DType::I8 => Carrier::I(i64::from(b[0] as i8)),
+        DType::I16 => Carrier::I(i64::from(i16::from_le_bytes([b[0], b[1]]))),
+        DType::I32 => Carrier::I(i64::from(i32::from_le_bytes(
             b[..4].try_into().expect("4 bytes"),
         ))),
-        Scalar::I64 => Carrier::I(i64::from_le_bytes(b[..8].try_into().expect("8 bytes"))),
-        Scalar::F16 => Carrier::F(f16::from_le_bytes([b[0], b[1]]).to_f32()),
-        Scalar::BF16 => Carrier::F(bf16::from_le_bytes([b[0], b[1]]).to_f32()),
-        Scalar::F32 => Carrier::F(f32::from_le_bytes(b[..4].try_into().expect("4 bytes"))),
-        Scalar::F64 => Carrier::D(f64::from_le_bytes(b[..8].try_into().expect("8 bytes"))),
+        DType::I64 => Carrier::I(i64::from_le_bytes(b[..8].try_into().expect("8 bytes"))),
+        DType::F16 => Carrier::F(f16::from_le_bytes([b[0], b[1]]).to_f32()),
+        DType::BF16 => Carrier::F(bf16::from_le_bytes([b[0], b[1]]).to_f32()),
+        DType::F32 => Carrier::F(f32::from_le_bytes(b[..4].try_into().expect("4 bytes"))),
+        DType::F64 => Carrier::D(f64::from_le_bytes(b[..8].try_into().expect("8 bytes"))),
     }
 }
 
@@ -310,32 +243,32 @@ pub fn f64_to_f32_round_odd(x: f64) -> f32 {
     f32::from_bits(f.to_bits() | 1)
 }
 
-fn write(kind: Scalar, v: Carrier, out: &mut [u8]) {
+fn write(kind: DType, v: Carrier, out: &mut [u8]) {
     // Rust's `as` from floats to integers truncates, saturates and maps NaN to 0; between
     // integers it wraps; from i64 to floats it rounds to nearest-even: the kernel's semantics.
     match kind {
-        Scalar::Bool => {
+        DType::Bool => {
             out[0] = u8::from(match v {
                 Carrier::I(x) => x != 0,
                 Carrier::F(x) => x != 0.0,
                 Carrier::D(x) => x != 0.0,
             })
         }
-        Scalar::U8 => {
+        DType::U8 => {
             out[0] = match v {
                 Carrier::I(x) => x as u8,
                 Carrier::F(x) => x as u8,
                 Carrier::D(x) => x as u8,
             }
         }
-        Scalar::I8 => {
+        DType::I8 => {
             out[0] = (match v {
                 Carrier::I(x) => x as i8,
                 Carrier::F(x) => x as i8,
                 Carrier::D(x) => x as i8,
             }) as u8
         }
-        Scalar::I16 => out[..2].copy_from_slice(
+        DType::I16 => out[..2].copy_from_slice(
             &(match v {
                 Carrier::I(x) => x as i16,
                 Carrier::F(x) => x as i16,
@@ -343,7 +276,7 @@ fn write(kind: Scalar, v: Carrier, out: &mut [u8]) {
             })
             .to_le_bytes(),
         ),
-        Scalar::I32 => out[..4].copy_from_slice(
+        DType::I32 => out[..4].copy_from_slice(
             &(match v {
                 Carrier::I(x) => x as i32,
                 Carrier::F(x) => x as i32,
@@ -351,7 +284,7 @@ fn write(kind: Scalar, v: Carrier, out: &mut [u8]) {
             })
             .to_le_bytes(),
         ),
-        Scalar::I64 => out[..8].copy_from_slice(
+        DType::I64 => out[..8].copy_from_slice(
             &(match v {
                 Carrier::I(x) => x,
                 Carrier::F(x) => x as i64,
@@ -359,7 +292,7 @@ fn write(kind: Scalar, v: Carrier, out: &mut [u8]) {
             })
             .to_le_bytes(),
         ),
-        Scalar::F16 => out[..2].copy_from_slice(
+        DType::F16 => out[..2].copy_from_slice(
             &(match v {
                 Carrier::I(x) => f16::from_f32(x as f32),
                 Carrier::F(x) => f16::from_f32(x),
@@ -367,7 +300,7 @@ fn write(kind: Scalar, v: Carrier, out: &mut [u8]) {
             })
             .to_le_bytes(),
         ),
-        Scalar::BF16 => out[..2].copy_from_slice(
+        DType::BF16 => out[..2].copy_from_slice(
             &(match v {
                 Carrier::I(x) => bf16::from_f32(x as f32),
                 Carrier::F(x) => bf16::from_f32(x),
@@ -375,7 +308,7 @@ fn write(kind: Scalar, v: Carrier, out: &mut [u8]) {
             })
             .to_le_bytes(),
         ),
-        Scalar::F32 => out[..4].copy_from_slice(
+        DType::F32 => out[..4].copy_from_slice(
             &(match v {
                 Carrier::I(x) => x as f32,
                 Carrier::F(x) => x,
@@ -383,7 +316,7 @@ fn write(kind: Scalar, v: Carrier, out: &mut [u8]) {
             })
             .to_le_bytes(),
         ),
-        Scalar::F64 => out[..8].copy_from_slice(
+        DType::F64 => out[..8].copy_from_slice(
             &(match v {
                 Carrier::I(x) => x as f64,
                 Carrier::F(x) => f64::from(x),
@@ -395,13 +328,7 @@ fn write(kind: Scalar, v: Carrier, out: &mut [u8]) {
 }
 
 /// The CPU twin of `cast_<src>_<dst>` on raw little-endian bytes: `n` elements.
-pub fn cast(
-    src_kind: Scalar,
-    src: &[u8],
-    dst_kind: Scalar,
-    dst: &mut [u8],
-    n: usize,
-) -> Result<()> {
+pub fn cast(src_kind: DType, src: &[u8], dst_kind: DType, dst: &mut [u8], n: usize) -> Result<()> {
     let (ss, ds) = (src_kind.size(), dst_kind.size());
     if src.len() < n * ss || dst.len() < n * ds {
         return Err(Error::LengthMismatch {
@@ -421,7 +348,7 @@ pub fn cast(
 mod tests {
     use super::*;
 
-    fn cast1(s: Scalar, bytes: &[u8], d: Scalar) -> Vec<u8> {
+    fn cast1(s: DType, bytes: &[u8], d: DType) -> Vec<u8> {
         let mut out = vec![0u8; d.size()];
         cast(s, bytes, d, &mut out, 1).unwrap();
         out
@@ -431,37 +358,37 @@ mod tests {
     fn float_to_int_truncates_saturates_and_zeroes_nan() {
         let f = |x: f32| x.to_le_bytes();
         assert_eq!(
-            cast1(Scalar::F32, &f(-2.7), Scalar::I32),
+            cast1(DType::F32, &f(-2.7), DType::I32),
             (-2i32).to_le_bytes()
         );
         assert_eq!(
-            cast1(Scalar::F32, &f(1e20), Scalar::I32),
+            cast1(DType::F32, &f(1e20), DType::I32),
             i32::MAX.to_le_bytes()
         );
         assert_eq!(
-            cast1(Scalar::F32, &f(f32::NAN), Scalar::I64),
+            cast1(DType::F32, &f(f32::NAN), DType::I64),
             0i64.to_le_bytes()
         );
-        assert_eq!(cast1(Scalar::F32, &f(300.0), Scalar::U8), [255]);
-        assert_eq!(cast1(Scalar::F32, &f(-1.0), Scalar::U8), [0]);
+        assert_eq!(cast1(DType::F32, &f(300.0), DType::U8), [255]);
+        assert_eq!(cast1(DType::F32, &f(-1.0), DType::U8), [0]);
         assert_eq!(
-            cast1(Scalar::I32, &300i32.to_le_bytes(), Scalar::U8),
+            cast1(DType::I32, &300i32.to_le_bytes(), DType::U8),
             [44],
             "integers wrap"
         );
-        assert_eq!(cast1(Scalar::F32, &f(f32::NAN), Scalar::Bool), [1]);
-        assert_eq!(cast1(Scalar::Bool, &[1], Scalar::F64), 1f64.to_le_bytes());
+        assert_eq!(cast1(DType::F32, &f(f32::NAN), DType::Bool), [1]);
+        assert_eq!(cast1(DType::Bool, &[1], DType::F64), 1f64.to_le_bytes());
     }
 
     #[test]
     fn half_rounding_is_nearest_even() {
         // 2049 is a tie between 2048 and 2050 in f16: even mantissa wins (2048).
-        let h = cast1(Scalar::I32, &2049i32.to_le_bytes(), Scalar::F16);
+        let h = cast1(DType::I32, &2049i32.to_le_bytes(), DType::F16);
         assert_eq!(f16::from_le_bytes([h[0], h[1]]).to_f32(), 2048.0);
         let b = cast1(
-            Scalar::F64,
+            DType::F64,
             &(1.0f64 + 2f64.powi(-8) + 2f64.powi(-30)).to_le_bytes(),
-            Scalar::BF16,
+            DType::BF16,
         );
         assert_eq!(
             bf16::from_le_bytes([b[0], b[1]]).to_f64(),

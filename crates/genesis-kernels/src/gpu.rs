@@ -463,9 +463,9 @@ pub unsafe fn transpose(
 /// `dst_kind`, both device memory of the stream's device, valid until the kernel completes.
 pub unsafe fn cast(
     stream: &Stream,
-    src_kind: crate::Scalar,
+    src_kind: crate::DType,
     src: u64,
-    dst_kind: crate::Scalar,
+    dst_kind: crate::DType,
     dst: u64,
     n: usize,
 ) -> Result<()> {
@@ -499,13 +499,13 @@ pub unsafe fn cast(
 }
 
 /// The kernel name `cast_<src>_<dst>` as a static string.
-fn cast_kernel_name(s: crate::Scalar, d: crate::Scalar) -> &'static str {
+fn cast_kernel_name(s: crate::DType, d: crate::DType) -> &'static str {
     use std::sync::OnceLock;
     static NAMES: OnceLock<Vec<&'static str>> = OnceLock::new();
     let names = NAMES.get_or_init(|| {
         let mut v = Vec::with_capacity(100);
-        for s in crate::Scalar::ALL {
-            for d in crate::Scalar::ALL {
+        for s in crate::DType::ALL {
+            for d in crate::DType::ALL {
                 v.push(&*Box::leak(
                     format!("cast_{}_{}", s.kernel_name(), d.kernel_name()).into_boxed_str(),
                 ));
@@ -513,8 +513,8 @@ fn cast_kernel_name(s: crate::Scalar, d: crate::Scalar) -> &'static str {
         }
         v
     });
-    let pos = |k: crate::Scalar| {
-        crate::Scalar::ALL
+    let pos = |k: crate::DType| {
+        crate::DType::ALL
             .iter()
             .position(|&x| x == k)
             .expect("listed")

@@ -4,7 +4,7 @@ use std::ffi::c_void;
 
 use genesis_cuda::{Kernel, LaunchConfig, Stream};
 
-use crate::{Error, Result, Scalar, images};
+use crate::{DType, Error, Result, images};
 
 /// Most result dimensions, and most index arrays, a kernel handles.
 pub const MAX_INDEX_DIMS: usize = 8;
@@ -152,7 +152,7 @@ pub struct Groups {
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn scatter_add(
     stream: &Stream,
-    scalar: Scalar,
+    scalar: DType,
     dst: u64,
     vals: u64,
     n: usize,
@@ -164,16 +164,16 @@ pub unsafe fn scatter_add(
         return Ok(());
     }
     let name: &'static str = match scalar {
-        Scalar::Bool => "index_scatter_add_bool",
-        Scalar::U8 => "index_scatter_add_u8",
-        Scalar::I8 => "index_scatter_add_i8",
-        Scalar::I16 => "index_scatter_add_i16",
-        Scalar::I32 => "index_scatter_add_i32",
-        Scalar::I64 => "index_scatter_add_i64",
-        Scalar::F16 => "index_scatter_add_f16",
-        Scalar::BF16 => "index_scatter_add_bf16",
-        Scalar::F32 => "index_scatter_add_f32",
-        Scalar::F64 => "index_scatter_add_f64",
+        DType::Bool => "index_scatter_add_bool",
+        DType::U8 => "index_scatter_add_u8",
+        DType::I8 => "index_scatter_add_i8",
+        DType::I16 => "index_scatter_add_i16",
+        DType::I32 => "index_scatter_add_i32",
+        DType::I64 => "index_scatter_add_i64",
+        DType::F16 => "index_scatter_add_f16",
+        DType::BF16 => "index_scatter_add_bf16",
+        DType::F32 => "index_scatter_add_f32",
+        DType::F64 => "index_scatter_add_f64",
     };
     let kernel = Kernel::get(stream.context(), &images::INDEX, name)?;
     let (mut d, mut v, mut n64, mut de, mut ix) = (dst, vals, n as u64, *desc, idx);

@@ -12,6 +12,7 @@
 
 pub mod copy;
 pub mod cpu;
+mod dtype;
 mod element;
 #[cfg(feature = "cuda")]
 pub mod gpu;
@@ -23,8 +24,11 @@ pub mod matmul;
 pub mod random;
 pub mod reduce;
 
-pub use copy::{MAX_DIMS, Scalar, StridedCopy, StridedCopy32};
+pub use copy::{MAX_DIMS, StridedCopy, StridedCopy32};
+pub use dtype::DType;
 pub use element::{BinaryOp, CompareOp, Element, UnaryOp};
+#[doc(hidden)]
+pub use half as __half;
 pub use matmul::{MatmulElement, MatmulShape};
 pub use random::{RandomElement, Sampler};
 pub use reduce::{ReduceOp, ReduceShape};

@@ -3,21 +3,21 @@
 
 use genesis_cuda::{Context, DeviceBuffer, Stream, skip_without_gpu};
 use genesis_kernels::copy::{cast, strided_copy, transpose};
-use genesis_kernels::{Scalar, StridedCopy, gpu};
+use genesis_kernels::{DType, StridedCopy, gpu};
 use half::{bf16, f16};
 use rand::rngs::SmallRng;
 use rand::{Rng, RngCore, SeedableRng};
 
 /// Random source bytes: random bit patterns plus special values for floats; bools are 0/1.
-fn source(kind: Scalar, n: usize, rng: &mut SmallRng) -> Vec<u8> {
+fn source(kind: DType, n: usize, rng: &mut SmallRng) -> Vec<u8> {
     let mut b = vec![0u8; n * kind.size()];
     rng.fill_bytes(&mut b);
     let put = |b: &mut Vec<u8>, i: usize, bytes: &[u8]| {
         b[i * bytes.len()..(i + 1) * bytes.len()].copy_from_slice(bytes)
     };
     match kind {
-        Scalar::Bool => b.iter_mut().for_each(|x| *x &= 1),
-        Scalar::F32 => {
+        DType::Bool => b.iter_mut().for_each(|x| *x &= 1),
+        DType::F32 => {
             let specials = [
                 0.0f32,
                 -0.0,
@@ -59,7 +59,7 @@ fn source(kind: Scalar, n: usize, rng: &mut SmallRng) -> Vec<u8> {
                 );
             }
         }
-        Scalar::F64 => {
+        DType::F64 => {
             let specials = [
                 0.0f64,
                 -0.0,
@@ -85,7 +85,7 @@ fn source(kind: Scalar, n: usize, rng: &mut SmallRng) -> Vec<u8> {
                 put(&mut b, i, &(rng.random_range(-1e6f64..1e6)).to_le_bytes());
             }
         }
-        Scalar::F16 => {
+        DType::F16 => {
             for (i, v) in [
                 f16::NAN,
                 f16::INFINITY,
@@ -99,7 +99,7 @@ fn source(kind: Scalar, n: usize, rng: &mut SmallRng) -> Vec<u8> {
                 put(&mut b, i * 3, &v.to_le_bytes());
             }
         }
-        Scalar::BF16 => {
+        DType::BF16 => {
             for (i, v) in [
                 bf16::NAN,
                 bf16::INFINITY,
@@ -117,12 +117,12 @@ fn source(kind: Scalar, n: usize, rng: &mut SmallRng) -> Vec<u8> {
     b
 }
 
-fn is_nan(kind: Scalar, b: &[u8]) -> bool {
+fn is_nan(kind: DType, b: &[u8]) -> bool {
     match kind {
-        Scalar::F16 => f16::from_le_bytes([b[0], b[1]]).is_nan(),
-        Scalar::BF16 => bf16::from_le_bytes([b[0], b[1]]).is_nan(),
-        Scalar::F32 => f32::from_le_bytes(b.try_into().unwrap()).is_nan(),
-        Scalar::F64 => f64::from_le_bytes(b.try_into().unwrap()).is_nan(),
+        DType::F16 => f16::from_le_bytes([b[0], b[1]]).is_nan(),
+        DType::BF16 => bf16::from_le_bytes([b[0], b[1]]).is_nan(),
+        DType::F32 => f32::from_le_bytes(b.try_into().unwrap()).is_nan(),
+        DType::F64 => f64::from_le_bytes(b.try_into().unwrap()).is_nan(),
         _ => false,
     }
 }
@@ -136,10 +136,10 @@ fn every_cast_pair_matches_the_twin() {
     let stream = Stream::new(&ctx).unwrap();
     let mut rng = SmallRng::seed_from_u64(7);
     let n = 100_003;
-    for s in Scalar::ALL {
+    for s in DType::ALL {
         let src = source(s, n, &mut rng);
         let dsrc = DeviceBuffer::from_host(&ctx, &src).unwrap();
-        for d in Scalar::ALL {
+        for d in DType::ALL {
             let mut want = vec![0u8; n * d.size()];
             cast(s, &src, d, &mut want, n).unwrap();
             let ddst = DeviceBuffer::from_host(&ctx, &vec![0xA5; n * d.size()]).unwrap();

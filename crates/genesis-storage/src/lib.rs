@@ -30,6 +30,9 @@ pub use genesis_kernels::{
 };
 pub use layout::{Dims, Layout, LayoutError, StridedBlocks, Strides};
 pub use mapped::MapMode;
-pub use storage::{PoolInfo, Reduced, Storage, StorageInfo, ViewInfo, reduce_dtype, scalar};
+pub use storage::{PoolInfo, Reduced, Storage, StorageInfo, ViewInfo, reduce_dtype};
 pub use transfer::{PendingCopy, batched_copy};
 pub use view::View;
+
+#[doc(hidden)]
+pub use genesis_kernels as __kernels;

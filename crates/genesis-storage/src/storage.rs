@@ -122,23 +122,6 @@ impl std::fmt::Display for StorageInfo {
     }
 }
 
-/// The kernel-level scalar type of a dtype.
-pub fn scalar(d: DType) -> genesis_kernels::Scalar {
-    use genesis_kernels::Scalar as S;
-    match d {
-        DType::Bool => S::Bool,
-        DType::U8 => S::U8,
-        DType::I8 => S::I8,
-        DType::I16 => S::I16,
-        DType::I32 => S::I32,
-        DType::I64 => S::I64,
-        DType::F16 => S::F16,
-        DType::BF16 => S::BF16,
-        DType::F32 => S::F32,
-        DType::F64 => S::F64,
-    }
-}
-
 /// The stream to queue work on `mem`'s device: this thread's current stream of that device,
 /// or the legacy default stream.
 #[cfg(feature = "cuda")]
@@ -952,9 +935,9 @@ impl Storage {
                 unsafe {
                     genesis_kernels::gpu::cast(
                         &queue(d),
-                        scalar(self.dtype),
+                        self.dtype,
                         s.ptr(),
-                        scalar(dtype),
+                        dtype,
                         d.ptr(),
                         self.len,
                     )?
@@ -963,7 +946,7 @@ impl Storage {
             _ => {
                 let src = self.host_bytes().expect("host storage");
                 let dst = out.host_bytes_mut_for("to_dtype")?;
-                genesis_kernels::copy::cast(scalar(self.dtype), src, scalar(dtype), dst, self.len)?;
+                genesis_kernels::copy::cast(self.dtype, src, dtype, dst, self.len)?;
             }
         }
         Ok(out)

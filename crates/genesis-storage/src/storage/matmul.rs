@@ -3,29 +3,8 @@
 use super::Storage;
 #[cfg(feature = "cuda")]
 use super::{Inner, queue};
-use crate::{DType, Error, Result};
+use crate::{Error, Result};
 use genesis_kernels::matmul::MatmulShape;
-
-/// Runs `$body` with `$T` bound to the Rust type of `$dtype` for the matmul dtypes.
-macro_rules! dispatch_matmul {
-    ($dtype:expr, $T:ident => $body:expr, _ => $otherwise:expr) => {
-        match $dtype {
-            DType::F32 => {
-                type $T = f32;
-                $body
-            }
-            DType::F16 => {
-                type $T = half::f16;
-                $body
-            }
-            DType::BF16 => {
-                type $T = half::bf16;
-                $body
-            }
-            _ => $otherwise,
-        }
-    };
-}
 
 fn overflow() -> Error {
     Error::Kernel(genesis_kernels::Error::Unsupported {
@@ -73,7 +52,8 @@ impl Storage {
         let dtype = self.dtype;
         match (&self.inner, &other.inner, &mut out.inner) {
             #[cfg(feature = "cuda")]
-            (Inner::Cuda(a), Inner::Cuda(b), Inner::Cuda(o)) => dispatch_matmul!(dtype, T => {
+            (Inner::Cuda(a), Inner::Cuda(b), Inner::Cuda(o)) => {
+                genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16], T => {
                 let sz = size_of::<T>() as u64;
                 // SAFETY: ranges checked above; all three live until the launch completes
                 // (stream-ordered reuse); `out` is a distinct storage (`&mut`).
@@ -87,8 +67,9 @@ impl Storage {
                     )?
                 };
                 Ok(())
-            }, _ => Err(Error::UnsupportedDType { op: name, dtype })),
-            _ => dispatch_matmul!(dtype, T => {
+            }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
+            }
+            _ => genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16], T => {
                 let a = &self.as_slice::<T>()?[a_start..];
                 let b = &other.as_slice::<T>()?[b_start..];
                 let c = &mut out.as_mut_slice::<T>()?[out_start..];

@@ -6,40 +6,6 @@ use super::{Storage, byte_len};
 use crate::{CpuStorage, DType, Device, Error, Result};
 use genesis_kernels::random::{RandomElement, Sampler};
 
-/// Runs `$body` with `$T` bound to the Rust type of `$dtype` for the dtypes the random kernels
-/// write (f32, f16, bf16, f64, i32, i64).
-macro_rules! dispatch_random {
-    ($dtype:expr, $T:ident => $body:expr, _ => $otherwise:expr) => {
-        match $dtype {
-            DType::F32 => {
-                type $T = f32;
-                $body
-            }
-            DType::F16 => {
-                type $T = half::f16;
-                $body
-            }
-            DType::BF16 => {
-                type $T = half::bf16;
-                $body
-            }
-            DType::F64 => {
-                type $T = f64;
-                $body
-            }
-            DType::I32 => {
-                type $T = i32;
-                $body
-            }
-            DType::I64 => {
-                type $T = i64;
-                $body
-            }
-            _ => $otherwise,
-        }
-    };
-}
-
 fn check<T: RandomElement>(sampler: Sampler, dtype: DType) -> Result<()> {
     sampler.check::<T>().map_err(|_| Error::UnsupportedDType {
         op: match sampler {
@@ -70,14 +36,17 @@ impl Storage {
             dtype,
         };
         match device {
-            Device::Cpu => dispatch_random!(dtype, T => {
+            Device::Cpu => {
+                genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64, I32, I64], T => {
                 check::<T>(sampler, dtype)?;
                 let mut out = CpuStorage::zeroed(nbytes);
                 genesis_kernels::random::sample::<T>(sampler, seed, offset, out.as_mut_slice::<T>())?;
                 Ok(Storage::cpu(out, dtype, len))
-            }, _ => Err(unsupported)),
+            }, _ => Err(unsupported))
+            }
             #[cfg(feature = "cuda")]
-            Device::Cuda(i) => dispatch_random!(dtype, T => {
+            Device::Cuda(i) => {
+                genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64, I32, I64], T => {
                 check::<T>(sampler, dtype)?;
                 let mem = crate::cuda::CudaMem::new(i, nbytes)?;
                 // SAFETY: the memory holds `len` elements of `T` and lives until the launch
@@ -86,7 +55,8 @@ impl Storage {
                     genesis_kernels::random::gpu_sample::<T>(&queue(&mem), sampler, seed, offset, mem.ptr(), len)?
                 };
                 Ok(Storage::make(Inner::Cuda(mem), dtype, len))
-            }, _ => Err(unsupported)),
+            }, _ => Err(unsupported))
+            }
             #[cfg(not(feature = "cuda"))]
             Device::Cuda(_) => Err(Error::CudaNotCompiled { device }),
         }
@@ -94,6 +64,6 @@ impl Storage {
 
     /// Philox blocks a [`Storage::random`] call of `len` elements of `dtype` consumes.
     pub fn random_blocks(sampler: Sampler, len: usize, dtype: DType) -> u64 {
-        dispatch_random!(dtype, T => sampler.blocks::<T>(len), _ => (len as u64).div_ceil(2))
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64, I32, I64], T => sampler.blocks::<T>(len), _ => (len as u64).div_ceil(2))
     }
 }

@@ -29,19 +29,19 @@ impl std::fmt::Debug for CpuStorage {
     }
 }
 
-impl Clone for CpuStorage {
-    fn clone(&self) -> CpuStorage {
-        let mut c = CpuStorage::zeroed_aligned(self.nbytes, self.align)
-            .expect("same layout as an existing buffer");
-        c.as_bytes_mut().copy_from_slice(self.as_bytes());
-        c
-    }
-}
-
 impl CpuStorage {
-    /// `nbytes` zeroed bytes, 64-byte aligned.
-    pub fn zeroed(nbytes: usize) -> CpuStorage {
-        CpuStorage::zeroed_aligned(nbytes, DEFAULT_ALIGN).expect("64 is a valid alignment")
+    /// A copy of this buffer (same size and alignment); [`Error::HostOutOfMemory`] when the
+    /// host cannot hold it.
+    pub fn try_clone(&self) -> Result<CpuStorage> {
+        let mut c = CpuStorage::zeroed_aligned(self.nbytes, self.align)?;
+        c.as_bytes_mut().copy_from_slice(self.as_bytes());
+        Ok(c)
+    }
+
+    /// `nbytes` zeroed bytes, 64-byte aligned; [`Error::HostOutOfMemory`] when the host cannot
+    /// provide them (never a panic or an abort).
+    pub fn zeroed(nbytes: usize) -> Result<CpuStorage> {
+        CpuStorage::zeroed_aligned(nbytes, DEFAULT_ALIGN)
     }
 
     /// `nbytes` zeroed bytes aligned to `align` (a power of two; at least 16 is used, which
@@ -51,26 +51,29 @@ impl CpuStorage {
             return Err(Error::BadAlignment { align });
         }
         let align = align.max(16);
+        // `from_size_align` refuses sizes that overflow `isize` once rounded up to `align`:
+        // that is a request no host can satisfy, so it is out of memory, not a bad alignment
+        // (the alignment was checked above).
         let layout = AllocLayout::from_size_align(nbytes.max(1), align)
-            .map_err(|_| Error::BadAlignment { align })?;
+            .map_err(|_| Error::HostOutOfMemory { bytes: nbytes })?;
         // SAFETY: the layout has a non-zero size.
         let raw = unsafe { std::alloc::alloc_zeroed(layout) };
         let ptr = NonNull::new(raw).ok_or(Error::HostOutOfMemory { bytes: nbytes })?;
         Ok(CpuStorage { ptr, nbytes, align })
     }
 
-    /// A copy of `data`.
-    pub fn from_slice<T: WithDType>(data: &[T]) -> CpuStorage {
-        let mut s = CpuStorage::zeroed(std::mem::size_of_val(data));
+    /// A copy of `data` ([`Error::HostOutOfMemory`] when the host cannot hold it).
+    pub fn from_slice<T: WithDType>(data: &[T]) -> Result<CpuStorage> {
+        let mut s = CpuStorage::zeroed(std::mem::size_of_val(data))?;
         s.as_mut_slice::<T>().copy_from_slice(data);
-        s
+        Ok(s)
     }
 
-    /// A copy of raw bytes.
-    pub fn from_bytes(bytes: &[u8]) -> CpuStorage {
-        let mut s = CpuStorage::zeroed(bytes.len());
+    /// A copy of raw bytes ([`Error::HostOutOfMemory`] when the host cannot hold them).
+    pub fn from_bytes(bytes: &[u8]) -> Result<CpuStorage> {
+        let mut s = CpuStorage::zeroed(bytes.len())?;
         s.as_bytes_mut().copy_from_slice(bytes);
-        s
+        Ok(s)
     }
 
     /// Size in bytes.
@@ -148,19 +151,36 @@ mod tests {
 
     #[test]
     fn aligned_and_round_trips() {
-        let s = CpuStorage::from_slice(&[1.0f64, 2.0, 3.0]);
+        let s = CpuStorage::from_slice(&[1.0f64, 2.0, 3.0]).unwrap();
         assert_eq!(s.as_ptr() as usize % 64, 0);
         assert_eq!(s.nbytes(), 24);
         assert_eq!(s.as_slice::<f64>(), &[1.0, 2.0, 3.0]);
-        let empty = CpuStorage::zeroed(0);
+        let empty = CpuStorage::zeroed(0).unwrap();
         assert!(empty.as_slice::<f32>().is_empty());
         let page = CpuStorage::zeroed_aligned(10_000, 4096).unwrap();
         assert_eq!(page.as_ptr() as usize % 4096, 0);
         assert!(page.as_bytes().iter().all(|&b| b == 0));
-        assert_eq!(page.clone().align(), 4096);
+        assert_eq!(page.try_clone().unwrap().align(), 4096);
         assert!(matches!(
             CpuStorage::zeroed_aligned(8, 3),
             Err(Error::BadAlignment { align: 3 })
+        ));
+    }
+
+    #[test]
+    fn host_out_of_memory_is_an_error() {
+        // Issue 16, item 5: more than any host has, and more than `isize::MAX`.
+        assert!(matches!(
+            CpuStorage::zeroed(1 << 50),
+            Err(Error::HostOutOfMemory { .. })
+        ));
+        assert!(matches!(
+            CpuStorage::zeroed(usize::MAX),
+            Err(Error::HostOutOfMemory { .. })
+        ));
+        assert!(matches!(
+            CpuStorage::zeroed_aligned(isize::MAX as usize, 4096),
+            Err(Error::HostOutOfMemory { .. })
         ));
     }
 }

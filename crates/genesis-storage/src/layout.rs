@@ -86,6 +86,51 @@ pub enum LayoutError {
         /// The storage's length in elements.
         len: usize,
     },
+    /// A shape whose element count is not representable: the product of its sizes exceeds
+    /// `isize::MAX` (no storage can hold that many elements, whatever their size).
+    #[error("shape {shape:?} has too many elements (the product of its sizes exceeds isize::MAX)")]
+    TooManyElements {
+        /// The shape.
+        shape: Vec<usize>,
+    },
+    /// A layout whose strides reach before the storage's first element, or whose reach
+    /// (offset plus `(size - 1) * stride` over the dimensions) is not representable.
+    #[error(
+        "layout of shape {shape:?}, strides {strides:?} and offset {offset} reaches outside any storage"
+    )]
+    BadStrides {
+        /// The shape.
+        shape: Vec<usize>,
+        /// The strides.
+        strides: Vec<isize>,
+        /// The offset.
+        offset: usize,
+    },
+    /// A layout given a different number of strides than dimensions.
+    #[error("{strides} stride(s) for {rank} dimension(s)")]
+    StrideCount {
+        /// Dimensions.
+        rank: usize,
+        /// Strides given.
+        strides: usize,
+    },
+}
+
+/// The number of elements of `shape`, checked: the one element count every shape goes through
+/// (views, reshapes, expansions, creation). 0 when a size is 0 (whatever the others);
+/// [`LayoutError::TooManyElements`] when the product exceeds `isize::MAX`, so that every
+/// element index and stride of a contiguous layout of the shape fits an `isize`.
+pub fn checked_numel(shape: &[usize]) -> Result<usize, LayoutError> {
+    if shape.contains(&0) {
+        return Ok(0);
+    }
+    shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .filter(|&n| n <= isize::MAX as usize)
+        .ok_or_else(|| LayoutError::TooManyElements {
+            shape: shape.to_vec(),
+        })
 }
 
 /// How the elements of a layout lie in memory, for copies: one block (a `memcpy`), uniform
@@ -133,7 +178,9 @@ fn contiguous_strides(shape: &[usize]) -> Strides {
 }
 
 impl Layout {
-    /// The row-major contiguous layout of `shape`.
+    /// The row-major contiguous layout of `shape`. A shape with too many elements gives a
+    /// layout that [`Layout::check_bounds`] refuses for every storage (its [`Layout::numel`] is
+    /// `usize::MAX`); [`Layout::try_contiguous`] says so up front.
     pub fn contiguous(shape: &[usize]) -> Layout {
         Layout {
             shape: shape.into(),
@@ -142,14 +189,33 @@ impl Layout {
         }
     }
 
-    /// A layout from parts (checked against a storage with [`Layout::check_bounds`]).
+    /// The row-major contiguous layout of `shape`, or [`LayoutError::TooManyElements`].
+    pub fn try_contiguous(shape: &[usize]) -> Result<Layout, LayoutError> {
+        checked_numel(shape)?;
+        Ok(Layout::contiguous(shape))
+    }
+
+    /// A layout from parts, not checked: [`Layout::check_bounds`] (which every storage
+    /// operation runs on the layouts it is given) refuses one that reaches outside a storage,
+    /// whose element count or reach overflows, or whose stride count differs from its rank.
     pub fn new(shape: &[usize], strides: &[isize], offset: usize) -> Layout {
-        assert_eq!(shape.len(), strides.len(), "one stride per dimension");
         Layout {
             shape: shape.into(),
             strides: strides.into(),
             offset,
         }
+    }
+
+    /// [`Layout::new`], checked now: one stride per dimension, a representable element count,
+    /// and a reach that starts at element 0 or later and is representable.
+    pub fn try_new(
+        shape: &[usize],
+        strides: &[isize],
+        offset: usize,
+    ) -> Result<Layout, LayoutError> {
+        let l = Layout::new(shape, strides, offset);
+        l.span()?;
+        Ok(l)
     }
 
     /// The shape.
@@ -172,9 +238,17 @@ impl Layout {
         self.shape.len()
     }
 
-    /// Number of elements (1 for a scalar, 0 if any dimension is 0).
+    /// Number of elements (1 for a scalar, 0 if any dimension is 0), through
+    /// [`checked_numel`]; `usize::MAX` for a shape whose count is not representable (such a
+    /// layout fits no storage: [`Layout::check_bounds`] refuses it). [`Layout::try_numel`]
+    /// gives the error instead.
     pub fn numel(&self) -> usize {
-        self.shape.iter().product()
+        checked_numel(&self.shape).unwrap_or(usize::MAX)
+    }
+
+    /// Number of elements, or [`LayoutError::TooManyElements`].
+    pub fn try_numel(&self) -> Result<usize, LayoutError> {
+        checked_numel(&self.shape)
     }
 
     /// Whether the elements are laid out row-major with no gaps (dimensions of size 1 and empty
@@ -189,32 +263,61 @@ impl Layout {
                 if s != expected {
                     return false;
                 }
-                expected *= d as isize;
+                // Overflow means more elements than any storage holds: not contiguous.
+                let Some(e) = isize::try_from(d)
+                    .ok()
+                    .and_then(|d| expected.checked_mul(d))
+                else {
+                    return false;
+                };
+                expected = e;
             }
         }
         true
     }
 
-    /// The smallest and one-past-largest element index the layout touches (`None` if empty).
-    pub fn span(&self) -> Option<(usize, usize)> {
-        if self.numel() == 0 {
-            return None;
+    /// The smallest and one-past-largest element index the layout touches (`None` if empty),
+    /// computed exactly: [`LayoutError::BadStrides`] when the layout reaches before element 0
+    /// or its reach is not representable, [`LayoutError::TooManyElements`] and
+    /// [`LayoutError::StrideCount`] for those faults.
+    pub fn span(&self) -> Result<Option<(usize, usize)>, LayoutError> {
+        if self.shape.len() != self.strides.len() {
+            return Err(LayoutError::StrideCount {
+                rank: self.shape.len(),
+                strides: self.strides.len(),
+            });
         }
-        let (mut lo, mut hi) = (self.offset as isize, self.offset as isize);
+        if checked_numel(&self.shape)? == 0 {
+            return Ok(None);
+        }
+        let bad = || LayoutError::BadStrides {
+            shape: self.shape.to_vec(),
+            strides: self.strides.to_vec(),
+            offset: self.offset,
+        };
+        // In i128: `(d - 1) * s` is below 2^127 in magnitude for one dimension; the sums are
+        // checked.
+        let (mut lo, mut hi) = (self.offset as i128, self.offset as i128);
         for (&d, &s) in self.shape.iter().zip(&self.strides) {
-            let reach = (d as isize - 1) * s;
+            let reach = (d as i128 - 1).checked_mul(s as i128).ok_or_else(bad)?;
             if reach < 0 {
-                lo += reach;
+                lo = lo.checked_add(reach).ok_or_else(bad)?;
             } else {
-                hi += reach;
+                hi = hi.checked_add(reach).ok_or_else(bad)?;
             }
         }
-        Some((lo.max(0) as usize, hi as usize + 1))
+        // Every element index must be an `isize` too (offsets are walked in `isize`).
+        if lo < 0 || hi >= isize::MAX as i128 {
+            return Err(bad());
+        }
+        Ok(Some((lo as usize, hi as usize + 1)))
     }
 
-    /// Checks that every element lies inside a storage of `len` elements.
+    /// Checks that every element lies inside a storage of `len` elements, with exact
+    /// arithmetic: a layout reaching before element 0, one whose element count or reach
+    /// overflows, or one with a stride count other than its rank is refused too.
     pub fn check_bounds(&self, len: usize) -> Result<(), LayoutError> {
-        match self.span() {
+        match self.span()? {
             Some((_, end)) if end > len => Err(LayoutError::OutOfStorage { needed: end, len }),
             _ => Ok(()),
         }
@@ -237,7 +340,7 @@ impl Layout {
     /// A view with `shape` and the same elements, when the strides allow it (PyTorch's
     /// `view`); when it fails, copy with `Storage::contiguous` first (what `reshape` does).
     pub fn view(&self, shape: &[usize]) -> Result<Layout, LayoutError> {
-        let (from_numel, to_numel) = (self.numel(), shape.iter().product::<usize>());
+        let (from_numel, to_numel) = (self.try_numel()?, checked_numel(shape)?);
         if from_numel != to_numel {
             return Err(LayoutError::ElementCount {
                 from: self.shape.to_vec(),
@@ -274,14 +377,19 @@ impl Layout {
         let mut chunk_base_stride = *old_strides.last().unwrap_or(&1);
         let mut tensor_numel: usize = 1;
         let mut view_numel: usize = 1;
+        // Element counts below are partial products of a checked count (no overflow); the
+        // strides are products of a count and a stride of `self`, checked.
         for tensor_d in (0..old_shape.len()).rev() {
             tensor_numel *= old_shape[tensor_d];
             let at_chunk_end = tensor_d == 0
                 || (old_shape[tensor_d - 1] != 1
-                    && old_strides[tensor_d - 1] != (tensor_numel as isize) * chunk_base_stride);
+                    && Some(old_strides[tensor_d - 1])
+                        != (tensor_numel as isize).checked_mul(chunk_base_stride));
             if at_chunk_end {
                 while view_d >= 0 && (view_numel < tensor_numel || shape[view_d as usize] == 1) {
-                    new_strides[view_d as usize] = (view_numel as isize) * chunk_base_stride;
+                    new_strides[view_d as usize] = (view_numel as isize)
+                        .checked_mul(chunk_base_stride)
+                        .ok_or_else(not_viewable)?;
                     view_numel *= shape[view_d as usize];
                     view_d -= 1;
                 }
@@ -307,10 +415,13 @@ impl Layout {
 
     /// `shape` with at most one `-1` replaced by the size that keeps the element count.
     pub fn infer_shape(&self, shape: &[isize]) -> Result<Dims, LayoutError> {
-        let numel = self.numel();
+        let numel = self.try_numel()?;
         let mut out: Dims = SmallVec::new();
         let mut infer = None;
         let mut known = 1usize;
+        let too_many = |out: &[isize]| LayoutError::TooManyElements {
+            shape: out.iter().map(|&x| x.max(0) as usize).collect(),
+        };
         for (i, &d) in shape.iter().enumerate() {
             if d == -1 && infer.is_none() {
                 infer = Some(i);
@@ -323,9 +434,16 @@ impl Layout {
                     to_numel: 0,
                 });
             } else {
-                known *= d as usize;
+                known = known
+                    .checked_mul(d as usize)
+                    .ok_or_else(|| too_many(shape))?;
                 out.push(d as usize);
             }
+        }
+        if infer.is_none() {
+            checked_numel(&out)?;
+        } else if known > isize::MAX as usize {
+            return Err(too_many(shape));
         }
         if let Some(i) = infer {
             if known == 0 || !numel.is_multiple_of(known) {
@@ -399,11 +517,28 @@ impl Layout {
         }
         let mut l = self.clone();
         let n = (end - start).div_ceil(step as usize);
+        let bad = || LayoutError::BadStrides {
+            shape: self.shape.to_vec(),
+            strides: self.strides.to_vec(),
+            offset: self.offset,
+        };
         if n > 0 {
-            l.offset = (l.offset as isize + start as isize * self.strides[d]) as usize;
+            // Exact: a layout that fits a storage gives an offset inside it; anything else is
+            // refused here rather than wrapped.
+            let off = (start as i128)
+                .checked_mul(self.strides[d] as i128)
+                .and_then(|x| x.checked_add(l.offset as i128))
+                .filter(|&o| (0..=isize::MAX as i128).contains(&o))
+                .ok_or_else(bad)?;
+            l.offset = off as usize;
         }
         l.shape[d] = n;
-        l.strides[d] = self.strides[d] * step;
+        l.strides[d] = if n > 1 {
+            self.strides[d].checked_mul(step).ok_or_else(bad)?
+        } else {
+            // The stride of a dimension of size 0 or 1 is never walked.
+            self.strides[d].wrapping_mul(step)
+        };
         Ok(l)
     }
 
@@ -417,6 +552,7 @@ impl Layout {
         if shape.len() < self.rank() {
             return Err(bad());
         }
+        checked_numel(shape)?;
         let lead = shape.len() - self.rank();
         let mut strides: Strides = SmallVec::from_elem(0, shape.len());
         for (i, &target) in shape.iter().enumerate() {
@@ -479,8 +615,9 @@ impl Layout {
             });
         }
         let d = d as usize;
+        // The stride of a size-1 dimension is never walked: wrapping is harmless there.
         let stride = if d < self.rank() {
-            self.strides[d] * self.shape[d] as isize
+            self.strides[d].wrapping_mul(self.shape[d] as isize)
         } else {
             1
         };
@@ -500,7 +637,7 @@ impl Layout {
                 continue;
             }
             if let (Some(&last_d), Some(&last_s)) = (shape.last(), strides.last())
-                && last_s == s * d as isize
+                && Some(last_s) == s.checked_mul(d as isize)
             {
                 *shape.last_mut().expect("non-empty") = last_d * d;
                 *strides.last_mut().expect("non-empty") = s;
@@ -571,13 +708,15 @@ impl Layout {
             }
             let out = pos as usize;
             k += 1;
+            // Wrapping: the positions yielded are in range for a layout that passed
+            // `check_bounds`; only the intermediate step past a dimension's end may not be.
             for d in (0..rank).rev() {
                 idx[d] += 1;
-                pos += self.strides[d];
+                pos = pos.wrapping_add(self.strides[d]);
                 if idx[d] < self.shape[d] {
                     break;
                 }
-                pos -= self.strides[d] * self.shape[d] as isize;
+                pos = pos.wrapping_sub(self.strides[d].wrapping_mul(self.shape[d] as isize));
                 idx[d] = 0;
             }
             Some(out)
@@ -754,11 +893,79 @@ mod tests {
     #[test]
     fn bounds() {
         let l = Layout::new(&[2, 2], &[4, 1], 1);
-        assert_eq!(l.span(), Some((1, 7)));
+        assert_eq!(l.span(), Ok(Some((1, 7))));
         assert!(l.check_bounds(7).is_ok());
         assert_eq!(
             l.check_bounds(6),
             Err(LayoutError::OutOfStorage { needed: 7, len: 6 })
         );
+    }
+
+    /// Issue 16, item 12: layouts whose reach wraps or starts before element 0 are refused.
+    #[test]
+    fn bounds_are_exact() {
+        let refused = |l: Layout, len: usize| {
+            let r = l.check_bounds(len);
+            assert!(r.is_err(), "{l:?} passed check_bounds({len})");
+        };
+        refused(Layout::new(&[2], &[1], usize::MAX), 2);
+        refused(Layout::new(&[2], &[(1 << 62) + 1], 0), 2);
+        refused(Layout::new(&[3], &[(1 << 62) + 1], 0), 4);
+        refused(Layout::new(&[2, 2], &[isize::MIN, -8], 0), 2);
+        refused(Layout::new(&[2, 2], &[isize::MIN, -8], 16), 32);
+        refused(Layout::new(&[2], &[-1], 0), 2);
+        refused(Layout::new(&[2, 2], &[1], 0), 4);
+        refused(Layout::new(&[1 << 32, 1 << 32], &[0, 0], 0), 1);
+        refused(Layout::contiguous(&[1 << 32, 1 << 32]), usize::MAX);
+        refused(Layout::new(&[2], &[isize::MAX], 0), usize::MAX);
+        // Negative strides that stay inside are fine.
+        assert!(Layout::new(&[2], &[-1], 1).check_bounds(2).is_ok());
+        assert_eq!(Layout::new(&[3, 2], &[-2, 1], 4).span(), Ok(Some((0, 6))));
+        // A size-1 dimension's stride is never walked.
+        assert!(
+            Layout::new(&[1, 2], &[isize::MAX, 1], 0)
+                .check_bounds(2)
+                .is_ok()
+        );
+        assert!(matches!(
+            Layout::try_new(&[2], &[1, 1], 0),
+            Err(LayoutError::StrideCount {
+                rank: 1,
+                strides: 2
+            })
+        ));
+    }
+
+    /// Issue 16, item 7 (and 12): element counts are checked, in debug and release.
+    #[test]
+    fn element_counts_are_checked() {
+        assert_eq!(Layout::contiguous(&[1 << 32, 1 << 32]).numel(), usize::MAX);
+        assert!(matches!(
+            Layout::contiguous(&[1 << 32, 1 << 32]).try_numel(),
+            Err(LayoutError::TooManyElements { .. })
+        ));
+        assert!(Layout::try_contiguous(&[1 << 32, 1 << 32]).is_err());
+        assert_eq!(checked_numel(&[1 << 32, 1 << 32, 0]), Ok(0));
+        assert_eq!(checked_numel(&[]), Ok(1));
+        assert!(checked_numel(&[1 << 62, 2]).is_err());
+        assert_eq!(checked_numel(&[1 << 62, 1]), Ok(1 << 62));
+        let empty = Layout::contiguous(&[0]);
+        assert!(matches!(
+            empty.view(&[1 << 32, 1 << 32]),
+            Err(LayoutError::TooManyElements { .. })
+        ));
+        let six = Layout::contiguous(&[6]);
+        assert!(six.view(&[3, 2, (1 << 62) + 1, (1 << 62) + 1]).is_err());
+        assert!(
+            six.infer_shape(&[3, 2, (1 << 62) + 1, (1 << 62) + 1])
+                .is_err()
+        );
+        assert!(six.infer_shape(&[-1, 1 << 40, 1 << 40]).is_err());
+        assert!(matches!(
+            Layout::contiguous(&[1]).expand(&[1 << 40, 1 << 40]),
+            Err(LayoutError::TooManyElements { .. })
+        ));
+        assert!(six.slice(0, 0, 6, isize::MAX).is_ok());
+        assert!(Layout::new(&[3], &[1 << 62], 0).slice(0, 2, 3, 1).is_err());
     }
 }

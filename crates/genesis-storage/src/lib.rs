@@ -28,7 +28,7 @@ pub use error::{Error, Result};
 pub use genesis_kernels::{
     BinaryOp, CompareOp, MatmulShape, ReduceOp, ReduceShape, Sampler, UnaryOp,
 };
-pub use layout::{Dims, Layout, LayoutError, StridedBlocks, Strides};
+pub use layout::{Dims, Layout, LayoutError, StridedBlocks, Strides, checked_numel};
 pub use mapped::MapMode;
 pub use storage::{PoolInfo, Reduced, Storage, StorageInfo, ViewInfo, reduce_dtype};
 pub use transfer::{PendingCopy, batched_copy};

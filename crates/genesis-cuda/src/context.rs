@@ -315,6 +315,44 @@ impl Context {
         self.raw
     }
 
+    /// The context handle as an opaque integer, comparable with [`Context::thread_current`].
+    pub fn handle(&self) -> usize {
+        self.raw as usize
+    }
+
+    /// The calling thread's current driver context as an opaque integer (0 when none), whoever
+    /// made it current (Genesis, the CUDA runtime, another library).
+    ///
+    /// [`Context::bind`] changes the thread's current context; code called by another library on
+    /// that library's threads (a C ABI allocator called by PyTorch) saves the context with this
+    /// and puts it back with [`Context::set_thread_current`], so that the caller's notion of the
+    /// current device does not change under it.
+    pub fn thread_current() -> Result<usize> {
+        init()?;
+        let mut raw: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: the driver is initialised and `raw` is a valid out-pointer.
+        check("cuCtxGetCurrent", unsafe { sys::cuCtxGetCurrent(&mut raw) })?;
+        Ok(raw as usize)
+    }
+
+    /// Makes `handle` (a value [`Context::thread_current`] returned) the calling thread's current
+    /// context again. 0 leaves the current context as it is (a thread with none keeps the one
+    /// it has now: unbinding would only make the next caller bind again).
+    ///
+    /// # Safety
+    ///
+    /// `handle` must be 0 or a context that is still alive (for a primary context: still
+    /// retained by someone, as the CUDA runtime retains the primary contexts it uses).
+    pub unsafe fn set_thread_current(handle: usize) -> Result<()> {
+        if handle == 0 {
+            return Ok(());
+        }
+        // SAFETY: the caller vouches that `handle` is a live context.
+        check("cuCtxSetCurrent", unsafe {
+            sys::cuCtxSetCurrent(handle as sys::CUcontext)
+        })
+    }
+
     /// The loaded module for `image`, loading it on first use.
     ///
     /// `targets` lists what the image holds (`sm_80`, ..., `compute_80`); when the device's

@@ -350,9 +350,10 @@ pub fn set(
     Ok(())
 }
 
-/// A scalar as one element of `dtype` in a CPU storage (converted as `to_dtype` converts).
+/// A scalar as one element of `dtype` in a CPU storage, through the one exact conversion
+/// ([`Storage::scalar`]: a value the dtype does not represent is an error, not saturated).
 fn scalar_as(x: f64, dtype: DType) -> Result<Storage> {
-    Ok(Storage::from_slice(&[x], Device::Cpu)?.to_dtype(dtype)?)
+    Ok(Storage::scalar(x, dtype)?)
 }
 
 /// The value broadcast to the plan's result shape, dense, on `device`.

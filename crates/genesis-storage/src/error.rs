@@ -147,6 +147,16 @@ pub enum Error {
         /// Bytes asked for.
         bytes: usize,
     },
+    /// A scalar that the dtype does not represent as given (a fraction or an out-of-range
+    /// value for an integer dtype, a finite value that would overflow to an infinity in a
+    /// float dtype): see [`Storage::scalar`](crate::Storage::scalar).
+    #[error("scalar {value} is not representable in {dtype}")]
+    ScalarOutOfRange {
+        /// The scalar.
+        value: f64,
+        /// The dtype.
+        dtype: DType,
+    },
     /// An element range past the end of a storage.
     #[error("{op}: elements {start}..{start}+{len} are outside a storage of {storage_len}")]
     OutOfBounds {

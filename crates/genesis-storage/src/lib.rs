@@ -15,6 +15,7 @@ mod dtype;
 mod error;
 mod layout;
 mod mapped;
+mod scalar;
 mod storage;
 pub mod tracker;
 mod transfer;

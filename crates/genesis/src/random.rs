@@ -118,9 +118,10 @@ impl Generator {
         self.draw("randn", Sampler::Normal, shape, dtype, device)
     }
 
-    /// Integers uniform in `[low, high)`. `dtype` may be `I32` or `I64` (drawn directly) or a
-    /// float dtype (drawn as `I64` and converted); `low < high`, both representable in
-    /// `dtype`.
+    /// Integers uniform in `[low, high)`. `dtype` may be `I32` or `I64` (drawn directly), `U8`,
+    /// `I8` or `I16` (drawn as `I32` and converted) or a float dtype (drawn as `I64`
+    /// and converted); `low < high`, `low` and `high - 1` representable in `dtype` (a float
+    /// range beyond the dtype's finite values is an error, not infinities).
     #[track_caller]
     pub fn randint(
         &self,
@@ -137,23 +138,36 @@ impl Generator {
                 reason: format!("the range [{low}, {high}) is empty"),
             });
         }
-        let direct = match dtype {
-            DType::I32 => {
-                if i32::try_from(low).is_err() || i32::try_from(high - 1).is_err() {
-                    return Err(Error::InvalidArgument {
-                        op,
-                        reason: format!("[{low}, {high}) does not fit in i32"),
-                    });
-                }
-                DType::I32
-            }
-            DType::I64 | DType::F32 | DType::F16 | DType::BF16 | DType::F64 => DType::I64,
-            _ => {
+        // Both ends of the range must be values of the dtype (exactly, as any scalar: no
+        // saturation, no infinity), as PyTorch checks `from` and `to - 1`.
+        let (lo, hi) = match dtype {
+            DType::Bool => {
                 return Err(Error::InvalidArgument {
                     op,
-                    reason: format!("{dtype} is not an integer or float dtype"),
+                    reason: "bool is not an integer or float dtype".into(),
                 });
             }
+            DType::U8 => (0, i64::from(u8::MAX)),
+            DType::I8 => (i64::from(i8::MIN), i64::from(i8::MAX)),
+            DType::I16 => (i64::from(i16::MIN), i64::from(i16::MAX)),
+            DType::I32 => (i64::from(i32::MIN), i64::from(i32::MAX)),
+            _ => (i64::MIN, i64::MAX),
+        };
+        for v in [low, high - 1] {
+            let float_overflows =
+                dtype.is_float() && genesis_storage::Storage::scalar(v as f64, dtype).is_err();
+            if v < lo || v > hi || float_overflows {
+                return Err(Error::InvalidArgument {
+                    op,
+                    reason: format!("[{low}, {high}) does not fit in {dtype}"),
+                });
+            }
+        }
+        // I32 and I64 are drawn directly; the narrower integer dtypes and bool through I32,
+        // the float dtypes through I64 (the range fits, checked above).
+        let direct = match dtype {
+            DType::I32 | DType::U8 | DType::I8 | DType::I16 => DType::I32,
+            _ => DType::I64,
         };
         let n = crate::tensor::numel_of(op, shape)?;
         let sampler = Sampler::Int {

@@ -16,16 +16,10 @@ pub struct Tensor {
     pub(crate) view: View,
 }
 
-pub(crate) fn numel_of(op: &'static str, shape: &[usize]) -> Result<usize> {
-    shape
-        .iter()
-        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| Error::DataLength {
-            op,
-            shape: shape.to_vec(),
-            expected: usize::MAX,
-            got: 0,
-        })
+/// The element count of `shape` for `op`: [`genesis_storage::checked_numel`], the one checked
+/// count every shape goes through (an error when it exceeds `isize::MAX`).
+pub(crate) fn numel_of(_op: &'static str, shape: &[usize]) -> Result<usize> {
+    Ok(genesis_storage::checked_numel(shape).map_err(genesis_storage::Error::from)?)
 }
 
 impl Tensor {
@@ -119,9 +113,36 @@ impl Tensor {
                 reason: format!("start {start}, end {end}, step {step}"),
             });
         }
-        let n = ((end - start) / step).ceil().max(0.0) as usize;
-        let values: Vec<f64> = (0..n).map(|i| start + i as f64 * step).collect();
-        let s = Storage::from_slice(&values, Device::Cpu)?.to_dtype(dtype)?;
+        let count = ((end - start) / step).ceil().max(0.0);
+        // The count is checked as any shape is (below 2^63 first, so the cast is exact), and
+        // the values are written into a fallible allocation: never a panic or an abort.
+        if count.is_nan() || count >= 9_223_372_036_854_775_808.0 {
+            return Err(Error::InvalidArgument {
+                op: "arange",
+                reason: format!("start {start}, end {end}, step {step}: too many elements"),
+            });
+        }
+        let n = count as usize;
+        numel_of("arange", &[n])?;
+        // Every value must be representable in the dtype (no saturation, no infinity): the
+        // first and the last bound the rest.
+        if n > 0 {
+            for v in [start, start + (n - 1) as f64 * step] {
+                let v = if dtype.is_float() { v } else { v.trunc() };
+                if Storage::scalar(v, dtype).is_err() {
+                    return Err(Error::ScalarOutOfRange {
+                        op: "arange",
+                        value: v,
+                        dtype,
+                    });
+                }
+            }
+        }
+        let mut values = Storage::zeros(n, DType::F64, Device::Cpu)?;
+        for (i, v) in values.as_mut_slice::<f64>()?.iter_mut().enumerate() {
+            *v = start + i as f64 * step;
+        }
+        let s = values.to_dtype(dtype)?;
         Tensor::from_storage(
             if device == Device::Cpu {
                 s
@@ -462,8 +483,10 @@ impl Tensor {
         self.assign(items, Value::Tensor(&value.view), true)
     }
 
-    /// `self[items] = value` for a scalar.
+    /// `self[items] = value` for a scalar, which must be representable in the dtype (as for
+    /// [`Tensor::masked_fill`] and [`Tensor::full_like`]).
     pub fn index_fill(&mut self, items: &[IndexItem], value: f64) -> Result<()> {
+        host_scalar("index_fill", self.dtype(), value)?;
         self.assign(items, Value::Scalar(value), false)
     }
 
@@ -730,20 +753,16 @@ impl Tensor {
     }
 }
 
-/// `value` as a one-element host storage of `dtype`; for integer dtypes (and bool) it must be a
-/// whole number the dtype represents exactly.
+/// `value` as a one-element host storage of `dtype` through [`Storage::scalar`], the one exact
+/// scalar conversion: for integer dtypes (and bool) a whole number in range, for float dtypes
+/// a value that does not overflow to an infinity.
 pub(crate) fn host_scalar(op: &'static str, dtype: DType, value: f64) -> Result<Storage> {
-    if !dtype.is_float() && (value.fract() != 0.0 || !value.is_finite()) {
-        return Err(Error::ScalarOutOfRange { op, value, dtype });
-    }
-    let host = Storage::from_slice(&[value], Device::Cpu)?.to_dtype(dtype)?;
-    if !dtype.is_float() {
-        let back = host.to_f64_vec()?;
-        if back.first() != Some(&value) {
-            return Err(Error::ScalarOutOfRange { op, value, dtype });
+    match Storage::scalar(value, dtype) {
+        Err(genesis_storage::Error::ScalarOutOfRange { .. }) => {
+            Err(Error::ScalarOutOfRange { op, value, dtype })
         }
+        r => Ok(r?),
     }
-    Ok(host)
 }
 
 /// `std::ops` operators on tensors and references; they return `Result<Tensor>` because an
@@ -889,6 +908,25 @@ impl genesis_index::ToIndex for Tensor {
     }
 }
 
+impl Tensor {
+    /// The first `k` elements in row-major order, as `f64`, copying only them.
+    fn first_values(&self, k: usize) -> Result<Vec<f64>> {
+        let layout = self.layout();
+        let offsets: Vec<i64> = layout.indices().take(k).map(|o| o as i64).collect();
+        let storage = self.view.storage();
+        let flat = View::with_layout(Arc::clone(storage), Layout::new(&[storage.len()], &[1], 0))?;
+        let n = offsets.len();
+        let picked = genesis_index::get(
+            &flat,
+            &[IndexItem::Tensor(genesis_index::IndexTensor::i64(
+                &[n],
+                offsets,
+            ))],
+        )?;
+        Ok(picked.contiguous()?.to_f64_vec()?)
+    }
+}
+
 impl fmt::Debug for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -905,20 +943,24 @@ impl fmt::Display for Tensor {
     /// Prints up to 16 elements, then the shape, dtype and device.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         const SHOW: usize = 16;
-        let values = self
-            .view
-            .contiguous()
-            .and_then(|s| s.to_f64_vec())
-            .map_err(|_| fmt::Error)?;
+        // Only the elements shown are copied (a huge broadcast view prints without
+        // materialising it); an error reading them is printed, not returned (`to_string`
+        // would panic on `fmt::Error`).
+        let n = self.numel();
         write!(f, "tensor([")?;
-        for (i, v) in values.iter().take(SHOW).enumerate() {
-            if i > 0 {
-                write!(f, ", ")?;
+        match self.first_values(SHOW) {
+            Ok(values) => {
+                for (i, v) in values.iter().enumerate() {
+                    if i > 0 {
+                        write!(f, ", ")?;
+                    }
+                    write!(f, "{v}")?;
+                }
+                if n > values.len() {
+                    write!(f, ", ... ({} more)", n - values.len())?;
+                }
             }
-            write!(f, "{v}")?;
-        }
-        if values.len() > SHOW {
-            write!(f, ", ... ({} more)", values.len() - SHOW)?;
+            Err(e) => write!(f, "<{e}>")?,
         }
         write!(
             f,

@@ -1,0 +1,174 @@
+//! Regression tests of issue 16's facade items: host out-of-memory, huge `arange`, checked
+//! element counts, exact scalar conversion (also `index_fill`), and silent infinities or
+//! saturation. Each asserts a typed error and no panic.
+
+use genesis::{DType, Device, Error, IndexItem, Tensor, s};
+
+fn is_oom(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Storage(genesis_storage::Error::HostOutOfMemory { .. })
+            | Error::Index(genesis_index::Error::Storage(
+                genesis_storage::Error::HostOutOfMemory { .. }
+            ))
+    )
+}
+
+/// Item 5: creation and materialisation beyond the host's memory return `HostOutOfMemory`.
+#[test]
+fn host_out_of_memory_is_an_error() {
+    let cpu = Device::Cpu;
+    let huge = [1usize << 40];
+    let errs = [
+        Tensor::zeros(&huge, DType::F32, cpu).unwrap_err(),
+        Tensor::empty(&huge, DType::F32, cpu).unwrap_err(),
+        Tensor::full(&huge, 1.0f32, cpu).unwrap_err(),
+        Tensor::ones(&huge, DType::F32, cpu).unwrap_err(),
+        Tensor::rand(&huge, DType::F32, cpu).unwrap_err(),
+        Tensor::randn(&huge, DType::F32, cpu).unwrap_err(),
+        Tensor::randint(0, 5, &huge, DType::I64, cpu).unwrap_err(),
+    ];
+    for e in &errs {
+        assert!(is_oom(e), "{e:?}");
+    }
+    let one = Tensor::zeros(&[1], DType::F32, cpu).unwrap();
+    let wide = one.expand(&[1 << 20, 1 << 20]).unwrap();
+    assert!(is_oom(&wide.contiguous().unwrap_err()));
+    assert!(is_oom(&wide.to_dtype(DType::F64).unwrap_err()));
+    assert!(is_oom(&wide.add(&wide).unwrap_err()));
+    assert!(is_oom(&wide.full_like(1.0).unwrap_err()));
+    assert!(is_oom(&wide.zeros_like().unwrap_err()));
+    let m = Tensor::zeros(&[1, 1], DType::F32, cpu)
+        .unwrap()
+        .expand(&[1 << 20, 1 << 10, 1 << 10])
+        .unwrap();
+    let r = m.matmul(&m);
+    assert!(r.is_err(), "batched matmul of a huge broadcast view");
+    // Display prints the first elements without materialising the view.
+    let shown = format!("{wide}");
+    assert!(shown.starts_with("tensor([0, 0, 0"), "{shown}");
+    assert!(shown.contains("more"), "{shown}");
+}
+
+/// Item 6: `arange` with a huge count is a typed error, neither a panic nor an abort.
+#[test]
+fn arange_with_huge_counts() {
+    let cpu = Device::Cpu;
+    assert!(Tensor::arange(0., 1e20, 1., DType::F32, cpu).is_err());
+    let e = Tensor::arange(0., 1e12, 1., DType::F64, cpu).unwrap_err();
+    assert!(is_oom(&e), "{e:?}");
+    assert!(Tensor::arange(0., f64::MAX, 1e-300, DType::F32, cpu).is_err());
+    let t = Tensor::arange(0., 5., 2., DType::I32, cpu).unwrap();
+    assert_eq!(t.to_vec::<i32>().unwrap(), vec![0, 2, 4]);
+}
+
+/// Item 7: every shape goes through one checked element count, in debug and release.
+#[test]
+fn element_counts_are_checked() {
+    let cpu = Device::Cpu;
+    let empty = Tensor::zeros(&[0], DType::F32, cpu).unwrap();
+    assert!(empty.reshape(&[1 << 32, 1 << 32]).is_err());
+    assert!(empty.view(&[1 << 32, 1 << 32]).is_err());
+    let one = Tensor::zeros(&[1], DType::F32, cpu).unwrap();
+    assert!(one.expand(&[1 << 40, 1 << 40]).is_err());
+    let six = Tensor::zeros(&[6], DType::F32, cpu).unwrap();
+    assert!(six.reshape(&[3, 2, (1 << 62) + 1, (1 << 62) + 1]).is_err());
+    assert!(six.reshape(&[-1, 1 << 40, 1 << 40]).is_err());
+    for shape in [&[1usize << 32, 1 << 32][..], &[usize::MAX, 2], &[1 << 63]] {
+        assert!(Tensor::zeros(shape, DType::U8, cpu).is_err());
+        assert!(Tensor::empty(shape, DType::U8, cpu).is_err());
+        assert!(Tensor::full(shape, 1u8, cpu).is_err());
+        assert!(Tensor::ones(shape, DType::U8, cpu).is_err());
+        assert!(Tensor::rand(shape, DType::F32, cpu).is_err());
+        assert!(Tensor::from_slice::<u8>(&[], shape, cpu).is_err());
+    }
+    // A zero size makes the count 0 whatever the others.
+    let z = Tensor::zeros(&[1 << 40, 1 << 40, 0], DType::F32, cpu).unwrap();
+    assert_eq!(z.numel(), 0);
+}
+
+/// Item 8: a scalar goes through one exact conversion (2^63 is not an i64).
+#[test]
+fn scalars_are_exact() {
+    let cpu = Device::Cpu;
+    let two63 = 9_223_372_036_854_775_808.0;
+    let x = Tensor::from_slice(&[7i64], &[1], cpu).unwrap();
+    assert!(matches!(
+        (&x + two63).unwrap_err(),
+        Error::ScalarOutOfRange { .. }
+    ));
+    let m = Tensor::from_slice(&[i64::MAX], &[1], cpu).unwrap();
+    assert!(matches!(
+        m.eq_scalar(two63).unwrap_err(),
+        Error::ScalarOutOfRange { .. }
+    ));
+    assert!(m.full_like(two63).is_err());
+    assert!((&x + -two63).is_ok());
+    let b = Tensor::from_slice(&[1u8], &[1], cpu).unwrap();
+    assert!(
+        b.masked_fill(&Tensor::from_bools(&[true], &[1], cpu).unwrap(), 256.0)
+            .is_err()
+    );
+}
+
+/// Item 9: `index_fill` checks its scalar as `masked_fill` does.
+#[test]
+fn index_fill_checks_its_scalar() {
+    let cpu = Device::Cpu;
+    let mut u = Tensor::zeros(&[3], DType::U8, cpu).unwrap();
+    let mut i = Tensor::zeros(&[3], DType::I32, cpu).unwrap();
+    let mut j = Tensor::zeros(&[3], DType::I32, cpu).unwrap();
+    let idx: Vec<IndexItem> = s![..];
+    for (t, v) in [(&mut u, 300.0), (&mut i, f64::NAN), (&mut j, 1.7)] {
+        assert!(matches!(
+            t.index_fill(&idx, v).unwrap_err(),
+            Error::ScalarOutOfRange {
+                op: "index_fill",
+                ..
+            }
+        ));
+    }
+    assert_eq!(
+        u.to_vec::<u8>().unwrap(),
+        vec![0, 0, 0],
+        "unchanged on error"
+    );
+    u.index_fill(&idx, 255.0).unwrap();
+    assert_eq!(u.to_vec::<u8>().unwrap(), vec![255; 3]);
+    // The index layer checks a scalar too, whatever calls it.
+    let mut raw = genesis_storage::Storage::zeros(3, DType::U8, cpu).unwrap();
+    let l = genesis_storage::Layout::contiguous(&[3]);
+    assert!(
+        genesis_index::set(
+            &mut raw,
+            &l,
+            &idx,
+            genesis_index::Value::Scalar(300.0),
+            false
+        )
+        .is_err()
+    );
+}
+
+/// Item 10: no silent infinity or saturation in `randint`, `full_like`, `arange`.
+#[test]
+fn no_silent_infinities_or_saturation() {
+    let cpu = Device::Cpu;
+    assert!(Tensor::randint(0, 1 << 40, &[4], DType::F16, cpu).is_err());
+    let h = Tensor::zeros(&[2], DType::F16, cpu).unwrap();
+    assert!(matches!(
+        h.full_like(1e6).unwrap_err(),
+        Error::ScalarOutOfRange { .. }
+    ));
+    assert!(
+        h.full_like(f64::INFINITY).is_ok(),
+        "an infinity given is kept"
+    );
+    assert!(Tensor::arange(3e9, 3e9 + 3., 1., DType::I32, cpu).is_err());
+    assert!(Tensor::arange(0., 70000., 1000., DType::F16, cpu).is_err());
+    let u = Tensor::randint(0, 256, &[64], DType::U8, cpu).unwrap();
+    assert_eq!(u.dtype(), DType::U8);
+    assert!(Tensor::randint(0, 257, &[4], DType::U8, cpu).is_err());
+    assert!(Tensor::randint(-3, 3, &[8], DType::I8, cpu).is_ok());
+    assert!(Tensor::randint(0, i64::MAX, &[2], DType::I64, cpu).is_ok());
+}

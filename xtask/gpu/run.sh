@@ -3,7 +3,7 @@
 #
 #   bash .gpu/run.sh [tests] [sanitize] [racecheck] [bench] [examples]     (default: all)
 #
-# Logs and JSON go to $OUT (the device tool's output folder), or .gpu/out when $OUT is unset.
+# Logs and JSON go to $OUT; when it is unset, to out/ in the temporary folder of the binaries.
 # memcheck runs with --report-api-errors no: tests provoke driver errors on purpose (OOM,
 # an image with no code for the GPU) and check them as values; memcheck looks for bad accesses.
 # The script's exit status is non-zero when any test, sanitizer run or bench failed; the last

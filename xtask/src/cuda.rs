@@ -243,10 +243,10 @@ pub(crate) fn gpu_bundle() -> DynResult {
         std::fs::copy(&src, out_dir.join(script)).map_err(|e| format!("{}: {e}", src.display()))?;
     }
     std::fs::write(out_dir.join("bin/LIST"), copied.join("\n") + "\n")?;
-    // Compress: the binaries embed the same kernel images, and the bundle must stay far below
-    // the device tool's 64 MiB (with the tracked tree). xz -9's 64 MiB window spans several
-    // binaries and stores the shared images once (203 MiB of binaries: 50 MiB with gzip, 6 MiB
-    // with xz). run.sh unpacks them.
+    // Compress: every binary embeds the same kernel images, and the bundle must stay within
+    // the 40 MiB budget checked below to travel to the GPU machine. xz -9's 64 MiB window spans
+    // several binaries, so the shared images are stored about once (gzip's 32 KiB window cannot
+    // do that). run.sh unpacks them.
     let tar = out_dir.join("bin.tar");
     run(
         "gpu-bundle: tar",

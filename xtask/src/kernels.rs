@@ -12,7 +12,8 @@ use crate::{DynResult, root, run};
 pub(crate) const SASS_TARGETS: [&str; 4] = ["sm_80", "sm_86", "sm_89", "sm_90"];
 pub(crate) const PTX_TARGET: &str = "compute_80";
 
-/// The PyPI toolchain pinned to the device machines' CUDA 13.0 (DESIGN.md §2).
+/// The PyPI toolchain, pinned to CUDA 13.0 as the GPU machines' driver is: PTX from a newer
+/// toolkit would not JIT on that driver, and these exact versions work together.
 const PIP_PACKAGES: [&str; 5] = [
     "nvidia-cuda-nvcc==13.0.88",
     "nvidia-cuda-runtime==13.0.96",

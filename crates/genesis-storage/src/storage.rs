@@ -215,7 +215,7 @@ impl Storage {
     pub fn zeros(len: usize, dtype: DType, device: Device) -> Result<Storage> {
         let nbytes = byte_len(len, dtype)?;
         match device {
-            Device::Cpu => Ok(Storage::cpu(CpuStorage::zeroed(nbytes), dtype, len)),
+            Device::Cpu => Ok(Storage::cpu(CpuStorage::zeroed(nbytes)?, dtype, len)),
             #[cfg(feature = "cuda")]
             Device::Cuda(i) => {
                 let mem = crate::cuda::CudaMem::new(i, nbytes)?;
@@ -317,7 +317,7 @@ impl Storage {
     /// A storage holding a copy of `data` on `device`.
     #[track_caller]
     pub fn from_slice<T: WithDType>(data: &[T], device: Device) -> Result<Storage> {
-        let cpu = Storage::cpu(CpuStorage::from_slice(data), T::DTYPE, data.len());
+        let cpu = Storage::cpu(CpuStorage::from_slice(data)?, T::DTYPE, data.len());
         if device == Device::Cpu {
             Ok(cpu)
         } else {
@@ -335,7 +335,7 @@ impl Storage {
             Device::Cuda(i) => {
                 let nbytes = std::mem::size_of_val(data);
                 let mem = crate::cuda::CudaMem::new(i, nbytes)?;
-                let host = CpuStorage::from_slice(data);
+                let host = CpuStorage::from_slice(data)?;
                 // SAFETY: `mem` holds `nbytes` on device `i`; the host bytes are pageable (a
                 // fresh CpuStorage), which the driver stages before returning.
                 unsafe {
@@ -366,7 +366,7 @@ impl Storage {
             return Err(Error::InvalidBool);
         }
         let cpu = Storage::cpu(
-            CpuStorage::from_bytes(bytes),
+            CpuStorage::from_bytes(bytes)?,
             dtype,
             bytes.len() / dtype.size(),
         );
@@ -384,7 +384,7 @@ impl Storage {
         let nbytes = byte_len(len, dtype)?;
         match device {
             Device::Cpu => {
-                let mut cpu = CpuStorage::zeroed(nbytes);
+                let mut cpu = CpuStorage::zeroed(nbytes)?;
                 cpu.as_mut_slice::<T>().fill(value);
                 Ok(Storage::cpu(cpu, dtype, len))
             }
@@ -564,7 +564,7 @@ impl Storage {
     pub fn to_vec<T: WithDType>(&self) -> Result<Vec<T>> {
         self.check_type::<T>("to_vec")?;
         let bytes = self.to_bytes()?;
-        let host = CpuStorage::from_bytes(&bytes);
+        let host = CpuStorage::from_bytes(&bytes)?;
         Ok(host.as_slice::<T>().to_vec())
     }
 
@@ -612,7 +612,7 @@ impl Storage {
     fn uninit(len: usize, dtype: DType, device: Device) -> Result<Storage> {
         let nbytes = byte_len(len, dtype)?;
         match device {
-            Device::Cpu => Ok(Storage::cpu(CpuStorage::zeroed(nbytes), dtype, len)),
+            Device::Cpu => Ok(Storage::cpu(CpuStorage::zeroed(nbytes)?, dtype, len)),
             #[cfg(feature = "cuda")]
             Device::Cuda(i) => Ok(Storage::make(
                 Inner::Cuda(crate::cuda::CudaMem::new(i, nbytes)?),

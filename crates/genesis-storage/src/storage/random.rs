@@ -39,7 +39,7 @@ impl Storage {
             Device::Cpu => {
                 genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64, I32, I64], T => {
                 check::<T>(sampler, dtype)?;
-                let mut out = CpuStorage::zeroed(nbytes);
+                let mut out = CpuStorage::zeroed(nbytes)?;
                 genesis_kernels::random::sample::<T>(sampler, seed, offset, out.as_mut_slice::<T>())?;
                 Ok(Storage::cpu(out, dtype, len))
             }, _ => Err(unsupported))

@@ -87,8 +87,8 @@ impl Storage {
             _ => {
                 crate::dispatch_kernel_dtype!(dtype, T => {
                     let input = &self.as_slice::<T>()?[start..start + n];
-                    let mut idx = op.has_indices().then(|| CpuStorage::zeroed(ibytes));
-                    let mut vals = CpuStorage::zeroed(vbytes);
+                    let mut idx = op.has_indices().then(|| CpuStorage::zeroed(ibytes)).transpose()?;
+                    let mut vals = CpuStorage::zeroed(vbytes)?;
                     let islice = idx.as_mut().map(|s| s.as_mut_slice::<i64>());
                     if vdtype == dtype {
                         reduce::reduce::<T, T>(op, input, shape, Some(vals.as_mut_slice::<T>()), islice)?;

@@ -41,7 +41,7 @@ impl Storage {
             }
             _ => {
                 crate::dispatch_kernel_dtype!(dtype, T => {
-                    let mut out = CpuStorage::zeroed(len);
+                    let mut out = CpuStorage::zeroed(len)?;
                     genesis_kernels::cpu::compare::<T>(
                         op,
                         &self.as_slice::<T>()?[a_start..a_start + len],
@@ -112,7 +112,7 @@ impl Storage {
                     })
                 }
                 let (cb, ab, bb) = (host(name, c)?, host(name, a)?, host(name, b)?);
-                let mut out = CpuStorage::zeroed(nbytes);
+                let mut out = CpuStorage::zeroed(nbytes)?;
                 let o = out.as_mut_slice::<u8>();
                 for i in 0..len {
                     let src = if cb[cs + i] != 0 {

@@ -1,25 +1,46 @@
-// Elementwise kernels of Genesis: fill and the binary ops add, sub, mul, maximum, minimum (f32,
-// f16, bf16, i32, i64) and div (f32, f16, bf16).
+// Elementwise kernels of Genesis.
 //
-// Built by `cargo xtask build-kernels` into crates/genesis-kernels/images/elementwise.fatbin.
-// The CPU twins live in crates/genesis-kernels/src/cpu.rs and must give bit-identical results:
-//   * f16 / bf16 are computed in f32 and rounded to nearest-even. For a single add this equals
-//     the correctly rounded half-precision sum (f32 has more than 2p+2 bits for both formats).
+// What is here:
+//   * `<op>_<T>`: the binary ops (add, sub, mul, maximum, minimum for f32, f16, bf16, i32, i64;
+//     div and pow for the float types) over contiguous operands of equal length.
+//   * `<op>_nd_<T>`: the same ops over operands read in place through their layouts: each
+//     operand has a stride per output dimension (0 for a broadcast dimension, any other value
+//     for a strided view), and the right operand may instead be a scalar kernel argument. The
+//     output is contiguous. So `x + bias` and `x + 1.0` read each input element once and write
+//     each output element once, with no materialised temporary.
+//   * `<op>_<T>` unary ops (neg, abs, relu; exp, log, sqrt, tanh, sigmoid for floats), `fill`,
+//     the comparisons to bool bytes, `where` selection by element size, and `tape`, which runs
+//     a batch of small operations in one launch.
+//
+// Arithmetic (the CPU twins in crates/genesis-kernels/src/element.rs give the same bits):
+//   * f16 / bf16 are computed in f32 and rounded to nearest-even once. For +, -, *, / this is
+//     the correctly rounded half-precision result (f32 has more than 2p+2 bits for both).
 //   * integers wrap on overflow (two's complement), done in unsigned arithmetic.
+//   * maximum/minimum propagate NaN (like torch.maximum).
 //
-// Launch contract (see src/gpu.rs): one-dimensional blocks of GX_THREADS threads. When `vec_ok`
-// is non-zero every pointer is 16-byte aligned and the kernel moves 16 bytes per load/store; the
-// last n % (16 / sizeof(T)) elements are done one by one. Each block handles tiles of
-// GX_THREADS * GX_UNROLL vectors and strides over the tiles by gridDim.x, so any grid size >= 1
-// covers all n elements.
+// Launch contract (src/gpu.rs): one-dimensional blocks of GX_THREADS threads. The contiguous
+// kernels, when `vec_ok` is non-zero (every pointer 16-byte aligned), move 16 bytes a load and
+// store; the last n % (16 / sizeof(T)) elements are done one by one. Each block handles tiles
+// of GX_THREADS * GX_UNROLL vectors and strides over the tiles by gridDim.x, so any grid size
+// >= 1 covers every element; several independent 16-byte loads in flight per thread hide the
+// memory latency.
+//
+// The `_nd` kernels take a `GxBinaryNd` descriptor: the output's dimensions (after the
+// launcher merged every pair of adjacent dimensions that both operands walk contiguously, and
+// dropped dimensions of size 1), each with the magic number and shift that turn division into a
+// multiply-high (n < 2^31), and each operand's strides. An output position is split into
+// coordinates once per element, or, when `vec` is set, once per group of 16 bytes: the
+// innermost size is then a multiple of the group, each operand's innermost stride is 0 (one
+// value broadcast over the group) or 1 (one aligned 16-byte load), so a broadcast add runs at
+// the speed of the contiguous one.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
 
 #define GX_THREADS 256
 #define GX_UNROLL 4
-// Unary kernels: one vector a thread per tile, one tile per block (measured on the H200: exp
-// f32 at 4110 GB/s against 3864 with four vectors a thread; `gpu_elementwise` times the
+// Unary kernels: one vector a thread per tile (the transcendental ops have enough arithmetic
+// per load to hide the latency with fewer loads in flight; `gpu_elementwise` times the
 // variants).
 #define GX_UNARY_UNROLL 1
 
@@ -132,6 +153,104 @@ __device__ __forceinline__ void binary_impl(const T *a, const T *b, T *out, uint
         const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
         for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
             out[i] = Apply<Op, T>::go(a[i], b[i]);
+    }
+}
+
+// Operand layouts of an `_nd` kernel (`BinaryNd` in src/element.rs, same layout).
+#define GX_ND_DIMS 8
+struct GxBinaryNd {
+    uint32_t size[GX_ND_DIMS];
+    uint32_t magic[GX_ND_DIMS];
+    uint32_t shift[GX_ND_DIMS];
+    int64_t a_strides[GX_ND_DIMS];
+    int64_t b_strides[GX_ND_DIMS];
+    int64_t a_offset;
+    int64_t b_offset;
+    int32_t rank;
+    int32_t vec;
+};
+
+// The offsets of both operands at output position i (i < 2^31).
+__device__ __forceinline__ void nd_offsets(uint32_t i, const GxBinaryNd &d, int64_t &oa, int64_t &ob) {
+    oa = d.a_offset;
+    ob = d.b_offset;
+    for (int k = d.rank - 1; k >= 0; --k) {
+        const uint32_t q = (__umulhi(i, d.magic[k]) + i) >> d.shift[k];
+        const uint32_t idx = i - q * d.size[k];
+        i = q;
+        oa += (int64_t)idx * d.a_strides[k];
+        ob += (int64_t)idx * d.b_strides[k];
+    }
+}
+
+// A group of 16 bytes of an operand whose innermost stride is 1 (an aligned vector load) or 0
+// (one value repeated).
+template <typename T> __device__ __forceinline__ void nd_load(Vec16<T> &v, const T *p, int64_t inner) {
+    if (inner == 1) {
+        v.raw = *reinterpret_cast<const uint4 *>(p);
+    } else {
+        const T x = *p;
+#pragma unroll
+        for (int k = 0; k < (int)(16 / sizeof(T)); ++k) v.v[k] = x;
+    }
+}
+
+// out[i] = op(a[offset_a(i)], b ? b[offset_b(i)] : scalar) for i < n.
+template <typename Op, typename T>
+__device__ __forceinline__ void binary_nd_impl(const T *a, const T *b, T scalar, T *out, uint32_t n,
+                                               const GxBinaryNd &d) {
+    const uint32_t tile = GX_THREADS * GX_UNROLL;
+    if (d.vec) {
+        constexpr uint32_t V = 16 / sizeof(T);
+        const uint32_t groups = n / V;
+        const int64_t ia = d.a_strides[d.rank - 1], ib = d.b_strides[d.rank - 1];
+        uint4 *o4 = reinterpret_cast<uint4 *>(out);
+        for (uint32_t base = blockIdx.x * tile; base < groups; base += gridDim.x * tile) {
+            Vec16<T> x[GX_UNROLL], y[GX_UNROLL];
+#pragma unroll
+            for (int u = 0; u < GX_UNROLL; ++u) {
+                const uint32_t g = base + u * GX_THREADS + threadIdx.x;
+                if (g < groups) {
+                    int64_t oa, ob;
+                    nd_offsets(g * V, d, oa, ob);
+                    nd_load<T>(x[u], a + oa, ia);
+                    if (b) {
+                        nd_load<T>(y[u], b + ob, ib);
+                    } else {
+#pragma unroll
+                        for (int k = 0; k < (int)V; ++k) y[u].v[k] = scalar;
+                    }
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < GX_UNROLL; ++u) {
+                const uint32_t g = base + u * GX_THREADS + threadIdx.x;
+                if (g < groups) {
+#pragma unroll
+                    for (int k = 0; k < (int)V; ++k) x[u].v[k] = Apply<Op, T>::go(x[u].v[k], y[u].v[k]);
+                    o4[g] = x[u].raw;
+                }
+            }
+        }
+    } else {
+        for (uint32_t base = blockIdx.x * tile; base < n; base += gridDim.x * tile) {
+            T x[GX_UNROLL], y[GX_UNROLL];
+#pragma unroll
+            for (int u = 0; u < GX_UNROLL; ++u) {
+                const uint32_t i = base + u * GX_THREADS + threadIdx.x;
+                if (i < n) {
+                    int64_t oa, ob;
+                    nd_offsets(i, d, oa, ob);
+                    x[u] = a[oa];
+                    y[u] = b ? b[ob] : scalar;
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < GX_UNROLL; ++u) {
+                const uint32_t i = base + u * GX_THREADS + threadIdx.x;
+                if (i < n) out[i] = Apply<Op, T>::go(x[u], y[u]);
+            }
+        }
     }
 }
 
@@ -257,6 +376,10 @@ __device__ __forceinline__ void fill_impl(T *out, T value, uint64_t n, int vec_o
     extern "C" __global__ void __launch_bounds__(GX_THREADS)                                    \
         OPNAME##_##NAME(const T *a, const T *b, T *out, uint64_t n, int vec_ok) {               \
         binary_impl<OP, T>(a, b, out, n, vec_ok);                                               \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(GX_THREADS) OPNAME##_nd_##NAME(                \
+        const T *a, const T *b, T scalar, T *out, uint32_t n, const __grid_constant__ GxBinaryNd d) { \
+        binary_nd_impl<OP, T>(a, b, scalar, out, n, d);                                         \
     }
 
 #define GX_DEFINE(NAME, T)                                                                     \
@@ -381,7 +504,8 @@ GX_WHERE(e8, uint64_t)
 // within the block). The parameter block is BATCH_PARAM_BYTES (4096) bytes: the record count at
 // offset 0, the records from offset 16. Codes, shared with src/gpu.rs (`tape_*`):
 //   code = kind | op << 8 | type << 16
-//   kind: 0 binary (out = op(a, b)), 1 unary (out = op(a)), 2 fill (out = the bits in b)
+//   kind: 0 binary (out = op(a, b)), 1 unary (out = op(a)), 2 fill (out = the bits in b),
+//         3 binary with a scalar (out = op(a, the bits in b))
 //   op:   BinaryOp / UnaryOp in declaration order
 //   type: 0 f32, 1 f16, 2 bf16, 3 i32, 4 i64
 // Records of unsupported (op, type) pairs are never written (the launchers check first); the
@@ -405,9 +529,12 @@ static_assert(sizeof(Tape) <= 4096, "one parameter block");
 // spill). An element is read
 // and written by the same thread, so `out` may be `a` or `b`.
 #define TAPE_UNROLL 4
-template <typename Op, typename T> __device__ __forceinline__ void tape_binary(const TapeRecord &r) {
+template <typename Op, typename T, bool SCALAR>
+__device__ __forceinline__ void tape_binary(const TapeRecord &r) {
     const T *a = reinterpret_cast<const T *>(r.a);
     const T *b = reinterpret_cast<const T *>(r.b);
+    T s;
+    memcpy(&s, &r.b, sizeof(T));
     T *o = reinterpret_cast<T *>(r.out);
     for (uint32_t base = threadIdx.x; base < r.n; base += TAPE_UNROLL * GX_THREADS) {
         T x[TAPE_UNROLL], y[TAPE_UNROLL];
@@ -416,7 +543,7 @@ template <typename Op, typename T> __device__ __forceinline__ void tape_binary(c
             const uint32_t i = base + u * GX_THREADS;
             if (i < r.n) {
                 x[u] = a[i];
-                y[u] = b[i];
+                y[u] = SCALAR ? s : b[i];
             }
         }
 #pragma unroll
@@ -452,13 +579,25 @@ template <typename T> __device__ __forceinline__ void tape_fill(const TapeRecord
 
 // The dtype switches of a record: f32, f16, bf16, and with INTS also i32, i64 (the float-only
 // ops never get an integer code from gpu.rs; with INTS false such a record does nothing).
-template <typename Op, bool INTS> __device__ __forceinline__ void tape_binary_as(uint32_t t, const TapeRecord &r) {
+template <typename Op, bool INTS, bool SCALAR>
+__device__ __forceinline__ void tape_binary_as(uint32_t t, const TapeRecord &r) {
     switch (t) {
-    case 0: tape_binary<Op, float>(r); break;
-    case 1: tape_binary<Op, __half>(r); break;
-    case 2: tape_binary<Op, __nv_bfloat16>(r); break;
-    case 3: if constexpr (INTS) tape_binary<Op, int32_t>(r); break;
-    case 4: if constexpr (INTS) tape_binary<Op, int64_t>(r); break;
+    case 0: tape_binary<Op, float, SCALAR>(r); break;
+    case 1: tape_binary<Op, __half, SCALAR>(r); break;
+    case 2: tape_binary<Op, __nv_bfloat16, SCALAR>(r); break;
+    case 3: if constexpr (INTS) tape_binary<Op, int32_t, SCALAR>(r); break;
+    case 4: if constexpr (INTS) tape_binary<Op, int64_t, SCALAR>(r); break;
+    }
+}
+template <bool SCALAR> __device__ __forceinline__ void tape_binary_op(uint32_t op, uint32_t ty, const TapeRecord &r) {
+    switch (op) {
+    case 0: tape_binary_as<OpAdd, true, SCALAR>(ty, r); break;
+    case 1: tape_binary_as<OpSub, true, SCALAR>(ty, r); break;
+    case 2: tape_binary_as<OpMul, true, SCALAR>(ty, r); break;
+    case 3: tape_binary_as<OpDiv, false, SCALAR>(ty, r); break;
+    case 4: tape_binary_as<OpMax, true, SCALAR>(ty, r); break;
+    case 5: tape_binary_as<OpMin, true, SCALAR>(ty, r); break;
+    case 6: tape_binary_as<OpPow, false, SCALAR>(ty, r); break;
     }
 }
 template <typename Op, bool INTS> __device__ __forceinline__ void tape_unary_as(uint32_t t, const TapeRecord &r) {
@@ -476,15 +615,9 @@ extern "C" __global__ void __launch_bounds__(GX_THREADS) tape(const __grid_const
         const TapeRecord &r = t.r[k];
         const uint32_t kind = r.code & 0xff, op = (r.code >> 8) & 0xff, ty = r.code >> 16;
         if (kind == 0) {
-            switch (op) {
-            case 0: tape_binary_as<OpAdd, true>(ty, r); break;
-            case 1: tape_binary_as<OpSub, true>(ty, r); break;
-            case 2: tape_binary_as<OpMul, true>(ty, r); break;
-            case 3: tape_binary_as<OpDiv, false>(ty, r); break;
-            case 4: tape_binary_as<OpMax, true>(ty, r); break;
-            case 5: tape_binary_as<OpMin, true>(ty, r); break;
-            case 6: tape_binary_as<OpPow, false>(ty, r); break;
-            }
+            tape_binary_op<false>(op, ty, r);
+        } else if (kind == 3) {
+            tape_binary_op<true>(op, ty, r);
         } else if (kind == 1) {
             switch (op) {
             case 0: tape_unary_as<UNeg, true>(ty, r); break;

@@ -177,6 +177,18 @@ def main():
     rows.append({"name": "mask_fill_x10_50pct_64Mi_f32", "bytes": n * 4 + n + n * 4,
                  "median_ms": med / 10, "min_ms": mn / 10})
     del x, mask, y
+    x = torch.rand(8192, 8192, device=dev)
+    bias = torch.rand(8192, device=dev)
+    halves = [torch.rand(4096, 8192, device=dev), torch.rand(4096, 8192, device=dev)]
+    n2 = 8192 * 8192
+    for name, nbytes, fn in [
+            ("add_bias_8192x8192_f32", 2 * n2 * 4 + 8192 * 4, lambda: x + bias),
+            ("add_scalar_8192x8192_f32", 2 * n2 * 4, lambda: x + 1.0),
+            ("cat_2x4096x8192_f32", 2 * n2 * 4, lambda: torch.cat(halves, 0)),
+            ("cat_dim1_2x4096x8192_f32", 2 * n2 * 4, lambda: torch.cat(halves, 1))]:
+        med, mn = wall(fn, 30)
+        rows.append({"name": name, "bytes": nbytes, "median_ms": med, "min_ms": mn})
+    del x, bias, halves
     for dt, name in [(torch.float32, "matmul_4096_f32"), (torch.bfloat16, "matmul_4096_bf16")]:
         a = torch.randn(4096, 4096, device=dev, dtype=dt)
         b = torch.randn(4096, 4096, device=dev, dtype=dt)

@@ -5,9 +5,9 @@
 
 use std::ffi::c_void;
 
-use genesis_cuda::{Kernel, LaunchConfig, Stream};
+use genesis_cuda::{DeviceSpan, DeviceSpanMut, Kernel, LaunchConfig, Stream};
 
-use crate::{BinaryOp, CompareOp, Element, Result, UnaryOp, images};
+use crate::{BinaryNd, BinaryOp, CompareOp, Element, Result, Rhs, UnaryOp, images};
 
 /// Threads per block of the elementwise kernels (`GX_THREADS` in `elementwise.cu`).
 pub const ELEMENTWISE_THREADS: u32 = 256;
@@ -49,6 +49,7 @@ pub const BATCH_MAX_ELEMS: usize = 2048;
 const TAPE_BINARY: u32 = 0;
 const TAPE_UNARY: u32 = 1;
 const TAPE_FILL: u32 = 2;
+const TAPE_BINARY_SCALAR: u32 = 3;
 
 /// Queues one record of the `tape` kernel on the context's batch when the operation is small
 /// and batching is on; `false` when the caller must launch the operation itself.
@@ -178,6 +179,131 @@ pub unsafe fn unary<T: Element>(
     Ok(())
 }
 
+/// The bits of a value of at most 8 bytes, zero-extended, as a tape record carries them.
+fn value_bits<T: Element>(value: T) -> u64 {
+    let mut bits = [0u8; 8];
+    // SAFETY: `T` is a plain value of at most 8 bytes (f32, f16, bf16, i32, i64), read as bytes.
+    let raw =
+        unsafe { std::slice::from_raw_parts((&raw const value).cast::<u8>(), size_of::<T>()) };
+    bits[..raw.len()].copy_from_slice(raw);
+    u64::from_ne_bytes(bits)
+}
+
+/// The kernel `<op>_nd_<T>`.
+fn nd_kernel_name<T: Element>(op: BinaryOp) -> &'static str {
+    use std::sync::OnceLock;
+    static NAMES: OnceLock<Vec<&'static str>> = OnceLock::new();
+    let names = NAMES.get_or_init(|| {
+        let types = ["f32", "f16", "bf16", "i32", "i64"];
+        BinaryOp::ALL
+            .iter()
+            .flat_map(|op| {
+                types
+                    .iter()
+                    .map(move |t| &*Box::leak(format!("{}_nd_{t}", op.name()).into_boxed_str()))
+            })
+            .collect()
+    });
+    let pos = BinaryOp::ALL.iter().position(|&o| o == op).expect("listed");
+    names[pos * 5 + T::TYPE_CODE as usize]
+}
+
+/// Queues `out[i] = op(a[offset_a(i)], b[offset_b(i)])` (or `op(a[..], scalar)`) for every
+/// output position `i` of `desc` on `stream`: operands read in place through their strides
+/// (broadcast dimensions have stride 0), the output contiguous. Fails before launching when
+/// `T` does not support `op` or `desc` reaches outside a span or does not match `out`.
+///
+/// Small operations on contiguous operands go on the context's batch (see [`BATCH_MAX_ELEMS`]).
+pub fn binary_nd<T: Element>(
+    stream: &Stream,
+    op: BinaryOp,
+    desc: &BinaryNd,
+    a: DeviceSpan<'_, T>,
+    b: Rhs<DeviceSpan<'_, T>, T>,
+    out: DeviceSpanMut<'_, T>,
+) -> Result<()> {
+    crate::cpu::supports::<T>(op)?;
+    let b_len = match b {
+        Rhs::Tensor(s) => Some(s.len()),
+        Rhs::Scalar(_) => None,
+    };
+    desc.check(a.len(), b_len, out.len())?;
+    let n = desc.numel();
+    if n == 0 {
+        return Ok(());
+    }
+    let at = |s: DeviceSpan<'_, T>, off: usize| s.addr() + (off * size_of::<T>()) as u64;
+    if let Some((a_off, b_off)) = desc.contiguous() {
+        let record = match b {
+            Rhs::Scalar(v) => Some((TAPE_BINARY_SCALAR, value_bits(v))),
+            Rhs::Tensor(s) => b_off.map(|o| (TAPE_BINARY, at(s, o))),
+        };
+        if let Some((kind, b_word)) = record {
+            // SAFETY: `desc.check` put `n` elements of `a` from `a_off` (and of `b` from `b_off`)
+            // inside their spans, and `out` holds `n`; spans are valid until the work completes.
+            let queued = unsafe {
+                tape_push(
+                    stream,
+                    kind,
+                    op as u32,
+                    T::TYPE_CODE,
+                    n,
+                    at(a, a_off),
+                    b_word,
+                    out.addr(),
+                )?
+            };
+            if queued {
+                return Ok(());
+            }
+        }
+    }
+    let mut d = *desc;
+    let b_aligned = match b {
+        Rhs::Tensor(s) => Some(s.is_aligned_to(16)),
+        Rhs::Scalar(_) => None,
+    };
+    let vec = d.vector_ok(
+        size_of::<T>(),
+        a.is_aligned_to(16),
+        b_aligned,
+        out.is_aligned_to(16),
+    );
+    d.set_vector(vec);
+    let kernel = Kernel::get(
+        stream.context(),
+        &images::ELEMENTWISE,
+        nd_kernel_name::<T>(op),
+    )?;
+    let work = if vec { n / (16 / size_of::<T>()) } else { n } as u64;
+    let blocks = work.div_ceil(u64::from(ELEMENTWISE_THREADS) * ELEMENTWISE_UNROLL);
+    let config = LaunchConfig::linear(blocks.clamp(1, (1 << 31) - 1) as u32, ELEMENTWISE_THREADS);
+    let (mut pa, mut pb, mut scalar) = match b {
+        Rhs::Tensor(s) => (a.addr(), s.addr(), a_zero::<T>()),
+        Rhs::Scalar(v) => (a.addr(), 0u64, v),
+    };
+    let (mut po, mut n32) = (out.addr(), n as u32);
+    let mut params: [*mut c_void; 6] = [
+        (&raw mut pa).cast(),
+        (&raw mut pb).cast(),
+        (&raw mut scalar).cast(),
+        (&raw mut po).cast(),
+        (&raw mut n32).cast(),
+        (&raw mut d).cast(),
+    ];
+    // SAFETY: the parameters match `<op>_nd_<T>(const T*, const T*, T, T*, uint32_t,
+    // GxBinaryNd)` (`BinaryNd` is `#[repr(C)]` with the kernel struct's layout; `T` has the
+    // kernel element type's size and layout); `desc.check` put every element read inside the
+    // spans and the `n` written inside `out`, which are valid until the launch completes.
+    unsafe { kernel.launch(stream, config, &mut params)? };
+    Ok(())
+}
+
+/// A value of `T` whose bits are zero (the scalar argument when the right operand is a span).
+fn a_zero<T: Element>() -> T {
+    T::from_i64(0)
+}
+
 fn grid_stride_config(stream: &Stream, n: usize) -> LaunchConfig {
     elementwise_config(stream, n, 1, false)
 }
@@ -273,12 +399,7 @@ pub unsafe fn fill<T: Element>(stream: &Stream, out: u64, value: T, n: usize) ->
     if n == 0 {
         return Ok(());
     }
-    let mut bits = [0u8; 8];
-    // SAFETY: `T` is a plain value of at most 8 bytes (f32, f16, bf16, i32, i64), read as bytes.
-    let raw =
-        unsafe { std::slice::from_raw_parts((&raw const value).cast::<u8>(), size_of::<T>()) };
-    bits[..raw.len()].copy_from_slice(raw);
-    let b = u64::from_ne_bytes(bits);
+    let b = value_bits(value);
     // SAFETY: forwarded contract.
     if unsafe { tape_push(stream, TAPE_FILL, 0, T::TYPE_CODE, n, 0, b, out)? } {
         return Ok(());

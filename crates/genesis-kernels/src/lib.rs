@@ -21,6 +21,7 @@ pub mod images;
 pub mod index;
 pub mod mask;
 pub mod matmul;
+pub mod nd;
 pub mod random;
 pub mod reduce;
 
@@ -30,6 +31,7 @@ pub use element::{BinaryOp, CompareOp, Element, UnaryOp};
 #[doc(hidden)]
 pub use half as __half;
 pub use matmul::{MatmulElement, MatmulShape};
+pub use nd::{BinaryNd, Rhs};
 pub use random::{RandomElement, Sampler};
 pub use reduce::{ReduceOp, ReduceShape};
 

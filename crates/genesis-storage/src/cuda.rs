@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use genesis_cuda::Context;
+use genesis_cuda::{Context, DeviceSpan, DeviceSpanMut};
 use genesis_mem::cuda::{CudaBackend, PinnedHostBackend, device_allocator, pinned_allocator};
 use genesis_mem::{Allocation, CachingAllocator, Config};
 
@@ -100,6 +100,38 @@ impl CudaMem {
 
     pub(crate) fn ctx(&self) -> &Arc<Context> {
         &self.pool.ctx
+    }
+
+    /// The memory as `len` elements of `T`, for kernels that read it; an error when the
+    /// allocation holds fewer bytes.
+    pub(crate) fn span<T>(&self, len: usize) -> Result<DeviceSpan<'_, T>> {
+        let bytes = self.checked_bytes::<T>(len)?;
+        // SAFETY: the allocation holds at least `bytes` bytes (checked) and is only given back
+        // to the pool when this `CudaMem` drops, which the borrow prevents; the pool reuses it
+        // in the order of its stream, after the work queued on it. Alignment: pool blocks are
+        // 512-byte aligned.
+        Ok(unsafe { DeviceSpan::from_raw(self.ptr(), bytes / size_of::<T>().max(1)) })
+    }
+
+    /// The memory as `len` elements of `T`, for kernels that write it.
+    pub(crate) fn span_mut<T>(&mut self, len: usize) -> Result<DeviceSpanMut<'_, T>> {
+        let bytes = self.checked_bytes::<T>(len)?;
+        // SAFETY: as for `span`; the exclusive borrow keeps every other span of it away.
+        Ok(unsafe { DeviceSpanMut::from_raw(self.ptr(), bytes / size_of::<T>().max(1)) })
+    }
+
+    fn checked_bytes<T>(&self, len: usize) -> Result<usize> {
+        let have = self.alloc.as_ref().map_or(0, Allocation::size);
+        match len.checked_mul(size_of::<T>()) {
+            Some(b) if b <= have => Ok(b),
+            _ => Err(Error::Cuda(genesis_cuda::Error::InvalidArgument {
+                op: "CudaMem::span",
+                reason: format!(
+                    "{len} elements of {} bytes in an allocation of {have}",
+                    size_of::<T>()
+                ),
+            })),
+        }
     }
 
     pub(crate) fn ordinal(&self) -> usize {

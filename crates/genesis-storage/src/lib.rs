@@ -31,7 +31,7 @@ pub use genesis_kernels::{
 };
 pub use layout::{Dims, Layout, LayoutError, StridedBlocks, Strides, checked_numel};
 pub use mapped::MapMode;
-pub use storage::{PoolInfo, Reduced, Storage, StorageInfo, ViewInfo, reduce_dtype};
+pub use storage::{BinaryRhs, PoolInfo, Reduced, Storage, StorageInfo, ViewInfo, reduce_dtype};
 pub use transfer::{PendingCopy, batched_copy};
 pub use view::View;
 

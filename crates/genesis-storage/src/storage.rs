@@ -1354,7 +1354,10 @@ mod tests {
 
 mod mask;
 mod matmul;
+mod nd;
 mod random;
 mod reduce;
 mod select;
+
+pub use nd::BinaryRhs;
 pub use reduce::{Reduced, reduce_dtype};

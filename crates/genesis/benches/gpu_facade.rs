@@ -1,5 +1,6 @@
 //! GPU timings through the `genesis` facade: the host cost of a small op (1000 dependent adds
-//! on 1-element tensors, wall clock) and whole-path reductions (output allocation included).
+//! on 1-element tensors, wall clock), whole-path reductions, broadcast and scalar adds, `cat`,
+//! masks and matmul (output allocation included).
 //!
 //! `gpu_facade [--json PATH]`: prints a table and, with `--json`, writes the figures. Without a
 //! GPU (or without the `cuda` feature) it says so and exits successfully.
@@ -430,6 +431,46 @@ mod gpu {
             note: "device time between events around the op".into(),
         });
         drop((x, mask, y));
+
+        // Broadcast and scalar operands read in place, and cat as strided copies, on 8192^2
+        // f32 (output allocation included; wall clock, as torch_ref).
+        let g = genesis::Generator::new(3);
+        let x = g.rand(&[8192, 8192], DType::F32, dev)?;
+        let bias = g.rand(&[8192], DType::F32, dev)?;
+        let (n2, row) = (8192 * 8192usize, 8192usize);
+        let halves = [
+            g.rand(&[4096, 8192], DType::F32, dev)?,
+            g.rand(&[4096, 8192], DType::F32, dev)?,
+        ];
+        let cases: [(&str, usize, &dyn Fn() -> BoxResult); 4] = [
+            ("add_bias_8192x8192_f32", 2 * n2 * 4 + row * 4, &|| {
+                (&x + &bias)?;
+                Ok(())
+            }),
+            ("add_scalar_8192x8192_f32", 2 * n2 * 4, &|| {
+                (&x + 1.0)?;
+                Ok(())
+            }),
+            ("cat_2x4096x8192_f32", 2 * n2 * 4, &|| {
+                Tensor::cat(&[&halves[0], &halves[1]], 0)?;
+                Ok(())
+            }),
+            ("cat_dim1_2x4096x8192_f32", 2 * n2 * 4, &|| {
+                Tensor::cat(&[&halves[0], &halves[1]], 1)?;
+                Ok(())
+            }),
+        ];
+        for (name, bytes, f) in cases {
+            let (med, min) = wall(30, f)?;
+            rows.push(Row {
+                name: name.into(),
+                bytes,
+                median_ms: med,
+                min_ms: min,
+                note: "wall clock incl. output allocation, as torch_ref".into(),
+            });
+        }
+        drop((x, bias, halves));
 
         // matmul at 4096 (f32 and bf16), output allocation included.
         let side = 4096usize;

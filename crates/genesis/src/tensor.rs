@@ -2,7 +2,9 @@ use std::fmt;
 use std::sync::Arc;
 
 use genesis_index::{IndexItem, Value};
-use genesis_storage::{BinaryOp, DType, Device, Layout, Storage, UnaryOp, View, WithDType};
+use genesis_storage::{
+    BinaryOp, BinaryRhs, DType, Device, Layout, Storage, UnaryOp, View, WithDType,
+};
 
 use crate::{Error, Result};
 
@@ -409,21 +411,19 @@ impl Tensor {
                         reason: "the result's size overflows".into(),
                     })?;
         }
+        // Each input is one strided copy into its slice of the output (a byte copy, a 2-D copy
+        // or the strided kernel, as the two layouts allow).
         let mut out = Tensor::empty(&shape, first.dtype(), first.device())?;
+        let full = Layout::contiguous(&shape);
+        let dst = out.exclusive_storage("cat")?;
         let mut at = 0usize;
         for t in tensors {
             let n = t.shape()[d];
             if n > 0 && t.numel() > 0 {
-                let mut items = vec![
-                    IndexItem::Slice {
-                        start: None,
-                        stop: None,
-                        step: None
-                    };
-                    d
-                ];
-                items.push(IndexItem::range(at as i64, (at + n) as i64));
-                out.index_put(&items, t)?;
+                let part = full
+                    .narrow(d as isize, at, n)
+                    .map_err(genesis_storage::Error::from)?;
+                dst.copy_strided_from(&part, t.view.storage(), t.layout())?;
             }
             at += n;
         }
@@ -678,16 +678,20 @@ impl Tensor {
     /// integer dtypes it must be a whole number in range).
     #[track_caller]
     pub fn binary_scalar(&self, op: BinaryOp, scalar: f64) -> Result<Tensor> {
-        let s = self.scalar_like(op.name(), scalar)?;
-        self.binary(op, &s)
+        let s = host_scalar(op.name(), self.dtype(), scalar)?;
+        let out = self
+            .view
+            .storage()
+            .binary_strided(op, self.layout(), BinaryRhs::Scalar(&s))?;
+        Tensor::from_storage(out, self.shape())
     }
 
     /// `op(self, other)` elementwise with NumPy broadcasting: the shapes are aligned at their
     /// last dimension and each pair of sizes must be equal or contain a 1. Both operands must
     /// have the same dtype and device. The result is a new contiguous tensor.
     ///
-    /// Operands that are not contiguous, or that are broadcast, are first gathered into
-    /// contiguous temporaries (one strided-copy kernel each), then the binary kernel runs.
+    /// Operands that are not contiguous, or that are broadcast, are read in place through
+    /// their strides (stride 0 along broadcast dimensions): no temporary is made.
     ///
     /// ```
     /// use genesis::{BinaryOp, DType, Device, Tensor};
@@ -707,10 +711,25 @@ impl Tensor {
         let name = op.name();
         self.check_operands(name, other)?;
         let shape = broadcast_shape(name, self.shape(), other.shape())?;
-        let (a, a_start) = self.dense_operand(&shape)?;
-        let (b, b_start) = other.dense_operand(&shape)?;
-        let n = numel_of(name, &shape)?;
-        Tensor::from_storage(a.binary_at(op, a_start, &b, b_start, n)?, &shape)
+        let dense = |t: &Tensor| t.shape() == shape && t.is_contiguous();
+        if dense(self) && dense(other) {
+            let (a, a_start) = self.dense_operand(&shape)?;
+            let (b, b_start) = other.dense_operand(&shape)?;
+            let n = numel_of(name, &shape)?;
+            return Tensor::from_storage(a.binary_at(op, a_start, &b, b_start, n)?, &shape);
+        }
+        let expand = |t: &Tensor| {
+            t.layout()
+                .expand(&shape)
+                .map_err(genesis_storage::Error::from)
+        };
+        let (a, b) = (expand(self)?, expand(other)?);
+        let out = self.view.storage().binary_strided(
+            op,
+            &a,
+            BinaryRhs::Tensor(other.view.storage(), &b),
+        )?;
+        Tensor::from_storage(out, &shape)
     }
 
     /// This tensor's elements in row-major order at `shape` as `(storage, first element)`:

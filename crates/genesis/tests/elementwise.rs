@@ -136,6 +136,9 @@ const SHAPES: &[(&[usize], &[usize])] = &[
     (&[2, 1], &[1, 0]),
     (&[33, 65], &[65]),
     (&[1000, 3], &[1000, 1]),
+    // Wide rows: the broadcast operand is read in 16-byte groups.
+    (&[64, 256], &[256]),
+    (&[64, 256], &[64, 1]),
 ];
 
 #[test]
@@ -173,6 +176,57 @@ fn binary_ops_broadcast_and_match_f64_references() {
                         &got[..got.len().min(8)],
                         &want[..want.len().min(8)]
                     );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn scalar_operands_on_views_match_f64_references() {
+    let _serial = serial();
+    let _release = Release;
+    for dev in devices() {
+        for dtype in DTYPES {
+            let scalar = if dtype.is_float() { 2.5 } else { 3.0 };
+            for op in BinaryOp::ALL {
+                if op.float_only() && !dtype.is_float() {
+                    continue;
+                }
+                for (rows, cols) in [(5usize, 7usize), (48, 64), (1, 1)] {
+                    let n = rows * cols;
+                    let (m, vm) = tensor(&values(n + 3, 9, dtype), &[n + 3], dtype, dev);
+                    // The whole run at an offset, and its transpose: contiguous and strided.
+                    let shape = [rows as isize, cols as isize];
+                    let flat = m.narrow(0, 3, n).unwrap().reshape(&shape).unwrap();
+                    let views = [(flat.clone(), false), (flat.t().unwrap(), true)];
+                    for (view, transposed) in views {
+                        let got = view.binary_scalar(op, scalar).unwrap();
+                        assert_eq!(got.shape(), view.shape());
+                        let got = got.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap();
+                        let want: Vec<f64> = (0..n)
+                            .map(|i| {
+                                let src = if transposed {
+                                    (i % rows) * cols + i / rows
+                                } else {
+                                    i
+                                };
+                                round_to(reference(op, vm[3 + src], scalar), dtype)
+                            })
+                            .collect();
+                        let ok = if op.exact_twin() {
+                            same(&got, &want)
+                        } else {
+                            close(&got, &want, dtype)
+                        };
+                        assert!(
+                            ok,
+                            "{} {dtype} {rows}x{cols} transposed={transposed} on {dev}:\n got {:?}\nwant {:?}",
+                            op.name(),
+                            &got[..got.len().min(8)],
+                            &want[..want.len().min(8)]
+                        );
+                    }
                 }
             }
         }

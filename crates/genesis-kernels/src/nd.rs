@@ -1,0 +1,326 @@
+//! Binary ops over operands read in place through their layouts (`<op>_nd_<T>` in
+//! `elementwise.cu`): the descriptor and its CPU twin.
+//!
+//! Each operand has a stride per output dimension (0 where it is broadcast) and an offset; the
+//! right operand may be a scalar instead. The output is contiguous. The descriptor merges
+//! adjacent dimensions that both operands walk contiguously and drops dimensions of size 1, so
+//! a contiguous operand is one dimension and a row broadcast `[n, c] + [c]` is two.
+
+use crate::copy::magic_divider;
+use crate::{BinaryOp, Element, Error, Result};
+
+/// Most dimensions of a [`BinaryNd`] (`GX_ND_DIMS`).
+pub const ND_DIMS: usize = 8;
+
+/// Output dimensions and operand strides of an `_nd` kernel (`GxBinaryNd`, same layout).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BinaryNd {
+    size: [u32; ND_DIMS],
+    magic: [u32; ND_DIMS],
+    shift: [u32; ND_DIMS],
+    a_strides: [i64; ND_DIMS],
+    b_strides: [i64; ND_DIMS],
+    a_offset: i64,
+    b_offset: i64,
+    rank: i32,
+    vec: i32,
+}
+
+/// The right operand of a binary op: elements read through the descriptor's strides, or one
+/// value for every position.
+#[derive(Debug, Clone, Copy)]
+pub enum Rhs<S, T> {
+    /// Elements of a buffer (a host slice or a device span).
+    Tensor(S),
+    /// One value, passed to the kernel as an argument.
+    Scalar(T),
+}
+
+impl BinaryNd {
+    /// The descriptor of an output of `shape` (fewer than 2^31 elements) with operand `a` at
+    /// `a_strides` from element `a_offset`, and `b` likewise (`None`: a scalar). Strides are in
+    /// elements, one per dimension of `shape`.
+    pub fn new(
+        shape: &[usize],
+        a_strides: &[isize],
+        a_offset: usize,
+        b: Option<(&[isize], usize)>,
+    ) -> Result<BinaryNd> {
+        let unsupported = |reason: String| Error::Unsupported {
+            op: "binary_nd",
+            reason,
+        };
+        let rank = shape.len();
+        let b_strides = b.map(|(s, _)| s);
+        if a_strides.len() != rank || b_strides.is_some_and(|s| s.len() != rank) {
+            return Err(unsupported(format!(
+                "one stride per dimension of {shape:?}"
+            )));
+        }
+        let numel = shape
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .filter(|&n| n < 1 << 31)
+            .ok_or_else(|| unsupported(format!("{shape:?} has 2^31 elements or more")))?;
+        // (size, a stride, b stride) from the innermost dimension out, merged.
+        let mut dims: Vec<(usize, i64, i64)> = Vec::with_capacity(rank);
+        for k in (0..rank).rev() {
+            let (size, sa) = (shape[k], a_strides[k] as i64);
+            let sb = b_strides.map_or(0, |s| s[k] as i64);
+            if size == 1 {
+                continue;
+            }
+            match dims.last_mut() {
+                Some((inner, ia, ib)) if sa == *ia * *inner as i64 && sb == *ib * *inner as i64 => {
+                    *inner *= size;
+                }
+                _ => dims.push((size, sa, sb)),
+            }
+        }
+        if dims.is_empty() {
+            dims.push((numel, 0, 0));
+        }
+        if dims.len() > ND_DIMS {
+            return Err(unsupported(format!(
+                "{} dimensions after merging (at most {ND_DIMS})",
+                dims.len()
+            )));
+        }
+        let mut d = BinaryNd {
+            size: [1; ND_DIMS],
+            magic: [0; ND_DIMS],
+            shift: [0; ND_DIMS],
+            a_strides: [0; ND_DIMS],
+            b_strides: [0; ND_DIMS],
+            a_offset: a_offset as i64,
+            b_offset: b.map_or(0, |(_, o)| o as i64),
+            rank: dims.len() as i32,
+            vec: 0,
+        };
+        for (k, &(size, sa, sb)) in dims.iter().rev().enumerate() {
+            let size = size as u32;
+            let (m, s) = magic_divider(size);
+            d.size[k] = size;
+            d.magic[k] = m;
+            d.shift[k] = s;
+            d.a_strides[k] = sa;
+            d.b_strides[k] = sb;
+        }
+        Ok(d)
+    }
+
+    /// Number of output elements.
+    pub fn numel(&self) -> usize {
+        self.dims().map(|k| self.size[k] as usize).product()
+    }
+
+    /// Number of dimensions after merging.
+    pub fn rank(&self) -> usize {
+        self.rank as usize
+    }
+
+    fn dims(&self) -> std::ops::Range<usize> {
+        0..self.rank as usize
+    }
+
+    /// The lowest and one past the highest element of `a` (`false`) or `b` (`true`) read.
+    fn reach(&self, b: bool) -> (i64, i64) {
+        let (strides, offset) = if b {
+            (&self.b_strides, self.b_offset)
+        } else {
+            (&self.a_strides, self.a_offset)
+        };
+        if self.numel() == 0 {
+            return (offset, offset);
+        }
+        let (mut lo, mut hi) = (offset, offset);
+        for k in self.dims() {
+            let span = (i64::from(self.size[k]) - 1) * strides[k];
+            if span < 0 {
+                lo += span;
+            } else {
+                hi += span;
+            }
+        }
+        (lo, hi + 1)
+    }
+
+    /// Checks that every element read lies in operands of `a_len` and `b_len` elements
+    /// (`None`: a scalar `b`) and that the output holds `out_len` elements.
+    pub fn check(&self, a_len: usize, b_len: Option<usize>, out_len: usize) -> Result<()> {
+        let fits = |(lo, hi): (i64, i64), len: usize| lo >= 0 && hi <= len as i64;
+        let n = self.numel();
+        if out_len != n {
+            return Err(Error::LengthMismatch {
+                op: "binary_nd",
+                expected: n,
+                got: out_len,
+            });
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        let bad = |len: usize, (lo, hi): (i64, i64)| Error::Unsupported {
+            op: "binary_nd",
+            reason: format!("reads elements {lo}..{hi} of an operand of {len}"),
+        };
+        if !fits(self.reach(false), a_len) {
+            return Err(bad(a_len, self.reach(false)));
+        }
+        if let Some(b_len) = b_len
+            && !fits(self.reach(true), b_len)
+        {
+            return Err(bad(b_len, self.reach(true)));
+        }
+        Ok(())
+    }
+
+    /// Whether the kernel may work in groups of 16 bytes for elements of `elem` bytes, given
+    /// whether each operand's first element and the output are 16-byte aligned (`b_aligned`
+    /// `None` for a scalar): the innermost size is a multiple of the group, every operand's
+    /// innermost stride is 0 or 1, and an operand read with stride 1 starts every group on a
+    /// 16-byte boundary.
+    pub fn vector_ok(
+        &self,
+        elem: usize,
+        a_aligned: bool,
+        b_aligned: Option<bool>,
+        out_aligned: bool,
+    ) -> bool {
+        let v = (16 / elem) as i64;
+        let inner = self.rank as usize - 1;
+        let operand_ok = |strides: &[i64; ND_DIMS], offset: i64, aligned: bool| match strides[inner]
+        {
+            0 => true,
+            1 => {
+                aligned && offset % v == 0 && self.dims().all(|k| strides[k] % v == 0 || k == inner)
+            }
+            _ => false,
+        };
+        out_aligned
+            && i64::from(self.size[inner]) % v == 0
+            && operand_ok(&self.a_strides, self.a_offset, a_aligned)
+            && b_aligned.is_none_or(|al| operand_ok(&self.b_strides, self.b_offset, al))
+    }
+
+    /// Sets the kernel's vector mode (see [`BinaryNd::vector_ok`]).
+    pub fn set_vector(&mut self, on: bool) {
+        self.vec = i32::from(on);
+    }
+
+    /// Whether both operands are contiguous runs in output order (one dimension, stride 1; a
+    /// scalar `b` counts as contiguous): the form of the plain kernels.
+    pub fn contiguous(&self) -> Option<(usize, Option<usize>)> {
+        let flat = |s: i64| s == 1 || self.size[0] == 1;
+        (self.rank == 1 && flat(self.a_strides[0])).then_some(())?;
+        let b = if flat(self.b_strides[0]) {
+            Some(self.b_offset as usize)
+        } else {
+            None
+        };
+        Some((self.a_offset as usize, b))
+    }
+
+    /// Visits `(output index, a offset, b offset)` in output order.
+    pub fn for_each(&self, mut f: impl FnMut(usize, usize, usize)) {
+        let n = self.numel();
+        let rank = self.rank as usize;
+        let mut idx = [0u32; ND_DIMS];
+        let (mut oa, mut ob) = (self.a_offset, self.b_offset);
+        for i in 0..n {
+            f(i, oa as usize, ob as usize);
+            for k in (0..rank).rev() {
+                idx[k] += 1;
+                oa += self.a_strides[k];
+                ob += self.b_strides[k];
+                if idx[k] < self.size[k] {
+                    break;
+                }
+                oa -= self.a_strides[k] * i64::from(self.size[k]);
+                ob -= self.b_strides[k] * i64::from(self.size[k]);
+                idx[k] = 0;
+            }
+        }
+    }
+}
+
+/// The CPU twin of `<op>_nd_<T>`: `out[i] = op(a[offset_a(i)], b[offset_b(i)] or the scalar)`.
+pub fn binary_nd<T: Element>(
+    op: BinaryOp,
+    desc: &BinaryNd,
+    a: &[T],
+    b: Rhs<&[T], T>,
+    out: &mut [T],
+) -> Result<()> {
+    crate::cpu::supports::<T>(op)?;
+    let b_len = match b {
+        Rhs::Tensor(s) => Some(s.len()),
+        Rhs::Scalar(_) => None,
+    };
+    desc.check(a.len(), b_len, out.len())?;
+    match b {
+        Rhs::Tensor(b) => desc.for_each(|i, ia, ib| out[i] = T::binary(op, a[ia], b[ib])),
+        Rhs::Scalar(s) => desc.for_each(|i, ia, _| out[i] = T::binary(op, a[ia], s)),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merges_contiguous_and_broadcast_dimensions() {
+        // [4, 6] + [6]: two dimensions, b broadcast over rows.
+        let d = BinaryNd::new(&[4, 6], &[6, 1], 0, Some((&[0, 1], 0))).unwrap();
+        assert_eq!(d.rank(), 2);
+        assert_eq!(d.numel(), 24);
+        assert!(!d.vector_ok(4, true, Some(false), true));
+        // f32 rows of 6 are not a whole number of 16-byte groups.
+        assert!(!d.vector_ok(4, true, Some(true), true));
+        let d = BinaryNd::new(&[4, 8], &[8, 1], 0, Some((&[0, 1], 0))).unwrap();
+        assert!(d.vector_ok(4, true, Some(true), true));
+        // A contiguous [2, 3, 4] with a scalar is one dimension.
+        let d = BinaryNd::new(&[2, 3, 4], &[12, 4, 1], 5, None).unwrap();
+        assert_eq!(d.rank(), 1);
+        assert_eq!(d.contiguous(), Some((5, None)));
+        assert!(
+            !d.vector_ok(4, true, None, true),
+            "offset 5 is not a group boundary"
+        );
+        // A transposed operand keeps two dimensions and is not vectorised.
+        let d = BinaryNd::new(&[3, 4], &[1, 3], 0, Some((&[4, 1], 0))).unwrap();
+        assert_eq!(d.rank(), 2);
+        assert!(!d.vector_ok(4, true, Some(true), true));
+        assert!(d.contiguous().is_none());
+        // Size-1 dimensions vanish; an empty shape is one element.
+        assert_eq!(
+            BinaryNd::new(&[1, 5, 1], &[0, 1, 0], 0, None)
+                .unwrap()
+                .rank(),
+            1
+        );
+        assert_eq!(BinaryNd::new(&[], &[], 0, None).unwrap().numel(), 1);
+        assert!(BinaryNd::new(&[1 << 16, 1 << 15], &[1 << 15, 1], 0, None).is_err());
+    }
+
+    #[test]
+    fn the_twin_reads_through_strides_and_checks_bounds() {
+        let a: Vec<f32> = (0..12).map(|x| x as f32).collect();
+        let bias = [100.0f32, 200.0, 300.0, 400.0];
+        let d = BinaryNd::new(&[3, 4], &[4, 1], 0, Some((&[0, 1], 0))).unwrap();
+        let mut out = vec![0.0f32; 12];
+        binary_nd(BinaryOp::Add, &d, &a, Rhs::Tensor(&bias[..]), &mut out).unwrap();
+        assert_eq!(out[5], 5.0 + 200.0);
+        // a transposed: out[i][j] = a[j][i] * 2 for a 4x3 `a`.
+        let d = BinaryNd::new(&[3, 4], &[1, 3], 0, None).unwrap();
+        binary_nd(BinaryOp::Mul, &d, &a, Rhs::Scalar(2.0), &mut out).unwrap();
+        assert_eq!(out[1], 2.0 * 3.0);
+        assert_eq!(out[4], 2.0 * 1.0);
+        // Reaching past the end of an operand is an error, not a panic.
+        let d = BinaryNd::new(&[3, 4], &[4, 1], 1, None).unwrap();
+        assert!(binary_nd(BinaryOp::Add, &d, &a, Rhs::Scalar(0.0), &mut out).is_err());
+        assert!(binary_nd(BinaryOp::Div, &d, &[1i32; 13], Rhs::Scalar(1), &mut [0; 12]).is_err());
+    }
+}

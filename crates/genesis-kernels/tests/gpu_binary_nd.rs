@@ -1,0 +1,201 @@
+//! The `_nd` binary kernels (operands read through strides, broadcast dimensions, scalar
+//! operands) against their CPU twin, for every op and elementwise dtype, on layouts that take
+//! the vector path, the per-element path and the batch of small operations.
+#![cfg(feature = "cuda")]
+
+use genesis_cuda::{Context, DeviceBuffer, Stream, skip_without_gpu};
+use genesis_kernels::{BinaryNd, BinaryOp, Element, Rhs, gpu, nd};
+use half::{bf16, f16};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+trait Random: Element + Default {
+    fn random(rng: &mut SmallRng) -> Self;
+}
+impl Random for f32 {
+    fn random(rng: &mut SmallRng) -> Self {
+        f32::from_bits(rng.random())
+    }
+}
+impl Random for f16 {
+    fn random(rng: &mut SmallRng) -> Self {
+        f16::from_bits(rng.random())
+    }
+}
+impl Random for bf16 {
+    fn random(rng: &mut SmallRng) -> Self {
+        bf16::from_bits(rng.random())
+    }
+}
+impl Random for i32 {
+    fn random(rng: &mut SmallRng) -> Self {
+        rng.random()
+    }
+}
+impl Random for i64 {
+    fn random(rng: &mut SmallRng) -> Self {
+        rng.random()
+    }
+}
+
+fn bytes_of<T: Element>(v: &[T]) -> &[u8] {
+    // SAFETY: every Element type is plain-old-data without padding.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast(), std::mem::size_of_val(v)) }
+}
+
+fn from_bytes<T: Element + Default>(b: &[u8]) -> Vec<T> {
+    let mut v = vec![T::default(); b.len() / size_of::<T>()];
+    // SAFETY: `v` has exactly `b.len()` bytes of plain-old-data storage.
+    unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), v.as_mut_ptr().cast::<u8>(), b.len()) };
+    v
+}
+
+/// One case: the output shape, `a`'s strides and offset, `b`'s (or a scalar), and the lengths
+/// of the buffers they are read from.
+struct Case {
+    shape: Vec<usize>,
+    a: (Vec<isize>, usize, usize),
+    b: Option<(Vec<isize>, usize, usize)>,
+}
+
+fn cases() -> Vec<Case> {
+    let c =
+        |shape: &[usize], a: (&[isize], usize, usize), b: Option<(&[isize], usize, usize)>| Case {
+            shape: shape.to_vec(),
+            a: (a.0.to_vec(), a.1, a.2),
+            b: b.map(|(s, o, l)| (s.to_vec(), o, l)),
+        };
+    vec![
+        // Row broadcast (the bias add), vector path for every dtype.
+        c(
+            &[512, 256],
+            (&[256, 1], 0, 512 * 256),
+            Some((&[0, 1], 0, 256)),
+        ),
+        // Row broadcast with rows that are not whole 16-byte groups.
+        c(&[300, 7], (&[7, 1], 0, 2100), Some((&[0, 1], 0, 7))),
+        // Column broadcast: [r, c] + [r, 1].
+        c(&[333, 64], (&[64, 1], 0, 333 * 64), Some((&[1, 0], 0, 333))),
+        // Broadcast on the left: [c] + [r, c].
+        c(&[64, 96], (&[0, 1], 0, 96), Some((&[96, 1], 0, 64 * 96))),
+        // A transposed operand and a misaligned offset.
+        c(&[40, 50], (&[1, 40], 3, 2003), Some((&[50, 1], 1, 2001))),
+        // Three dimensions, middle broadcast.
+        c(
+            &[6, 5, 32],
+            (&[160, 32, 1], 0, 960),
+            Some((&[32, 0, 1], 0, 192)),
+        ),
+        // Scalars: contiguous large (vector path), small (the batch), strided, misaligned.
+        c(&[1 << 20], (&[1], 0, 1 << 20), None),
+        c(&[100], (&[1], 0, 100), None),
+        c(&[64, 33], (&[1, 64], 0, 64 * 33), None),
+        c(&[999], (&[1], 1, 1000), None),
+        // Empty and single elements.
+        c(&[0, 4], (&[4, 1], 0, 0), Some((&[0, 1], 0, 4))),
+        c(&[], (&[], 5, 6), Some((&[], 2, 3))),
+    ]
+}
+
+fn check<T: Random>(ctx: &std::sync::Arc<Context>, rng: &mut SmallRng) {
+    let s = Stream::new(ctx).unwrap();
+    for case in cases() {
+        for op in BinaryOp::ALL {
+            if op.float_only() && !T::IS_FLOAT {
+                continue;
+            }
+            let desc = BinaryNd::new(
+                &case.shape,
+                &case.a.0,
+                case.a.1,
+                case.b.as_ref().map(|(st, o, _)| (&st[..], *o)),
+            )
+            .unwrap();
+            let n = desc.numel();
+            let a: Vec<T> = (0..case.a.2).map(|_| T::random(rng)).collect();
+            let b: Vec<T> = (0..case.b.as_ref().map_or(0, |b| b.2))
+                .map(|_| T::random(rng))
+                .collect();
+            let scalar = T::random(rng);
+            let mut want = vec![T::default(); n];
+            let host_rhs = if case.b.is_some() {
+                Rhs::Tensor(&b[..])
+            } else {
+                Rhs::Scalar(scalar)
+            };
+            nd::binary_nd(op, &desc, &a, host_rhs, &mut want).unwrap();
+
+            let da = DeviceBuffer::from_host(ctx, bytes_of(&a)).unwrap();
+            let db = DeviceBuffer::from_host(ctx, bytes_of(&b)).unwrap();
+            // One element more than the output, poisoned, to catch writes past the end.
+            let mut dout =
+                DeviceBuffer::from_host(ctx, &vec![0xA5u8; (n + 1) * size_of::<T>()]).unwrap();
+            {
+                let out = dout.as_span_mut::<T>().unwrap().into_slice(..n).unwrap();
+                let rhs = if case.b.is_some() {
+                    Rhs::Tensor(db.as_span::<T>().unwrap())
+                } else {
+                    Rhs::Scalar(scalar)
+                };
+                gpu::binary_nd::<T>(&s, op, &desc, da.as_span::<T>().unwrap(), rhs, out).unwrap();
+            }
+            // Synchronising launches the context's batch first (small operations queue there).
+            s.synchronize().unwrap();
+            let bytes = dout.to_host_vec().unwrap();
+            assert!(
+                bytes[n * size_of::<T>()..].iter().all(|&x| x == 0xA5),
+                "wrote past the end"
+            );
+            let got: Vec<T> = from_bytes(&bytes[..n * size_of::<T>()]);
+            let tol = if op.exact_twin() { 0 } else { 4 };
+            for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+                // pow: a 2-ulp difference in an intermediate may move a result between 0 and a
+                // subnormal.
+                let tiny = |x: T| x.to_f64().abs() < f64::from(f32::MIN_POSITIVE);
+                assert!(
+                    T::ulps_apart(g, w) <= tol || (tol > 0 && tiny(g) && tiny(w)),
+                    "{}_nd_{} {:?}: element {i}: gpu {g:?} cpu {w:?}",
+                    op.name(),
+                    T::NAME,
+                    case.shape
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn nd_kernels_match_their_twin() {
+    if skip_without_gpu("nd_kernels_match_their_twin") {
+        return;
+    }
+    let ctx = Context::get(0).unwrap();
+    let mut rng = SmallRng::seed_from_u64(17);
+    check::<f32>(&ctx, &mut rng);
+    check::<f16>(&ctx, &mut rng);
+    check::<bf16>(&ctx, &mut rng);
+    check::<i32>(&ctx, &mut rng);
+    check::<i64>(&ctx, &mut rng);
+}
+
+#[test]
+fn out_of_range_layouts_are_refused_before_launch() {
+    if skip_without_gpu("out_of_range_layouts_are_refused_before_launch") {
+        return;
+    }
+    let ctx = Context::get(0).unwrap();
+    let s = Stream::new(&ctx).unwrap();
+    let da = DeviceBuffer::alloc(&ctx, 16 * 4).unwrap();
+    let mut dout = DeviceBuffer::alloc(&ctx, 16 * 4).unwrap();
+    // Reads 17 elements of a 16-element operand.
+    let desc = BinaryNd::new(&[16], &[1], 1, None).unwrap();
+    let r = gpu::binary_nd::<f32>(
+        &s,
+        BinaryOp::Add,
+        &desc,
+        da.as_span().unwrap(),
+        Rhs::Scalar(1.0),
+        dout.as_span_mut().unwrap(),
+    );
+    assert!(r.is_err());
+}

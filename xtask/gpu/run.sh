@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Runs the Genesis GPU bundle on a GPU machine (written into .gpu/ by `cargo xtask gpu-bundle`).
 #
-#   bash .gpu/run.sh [tests] [sanitize] [racecheck] [bench] [examples]     (default: all)
+#   bash .gpu/run.sh [tests] [sanitize] [racecheck] [bench] [examples] [torch] [torch-memcheck]
+#   (default: all but torch-memcheck)
+#
+# torch: Genesis as PyTorch's allocator (lib/libgenesis_mem_capi.so, python/genesis_torch),
+# python/tests/test_genesis_torch.py, when torch is importable; torch-memcheck: the same under
+# compute-sanitizer memcheck.
 #
 # Logs and JSON go to $OUT; when it is unset, to out/ in the temporary folder of the binaries.
 # memcheck runs with --report-api-errors no: tests provoke driver errors on purpose (OOM,
@@ -16,11 +21,12 @@ if [ -f "$B/bin.tar.xz" ]; then
   U=$(mktemp -d /tmp/genesis-gpu.XXXXXX)
   xz -dc "$B/bin.tar.xz" | tar -xf - -C "$U"
   cp "$B"/*.py "$B"/run.sh "$U"/ 2>/dev/null
+  cp -r "$B"/lib "$B"/python "$U"/ 2>/dev/null
   B=$U
 fi
 OUT=${OUT:-$B/out}
 mkdir -p "$OUT"
-steps=${*:-tests sanitize racecheck bench examples}
+steps=${*:-tests sanitize racecheck bench examples torch}
 summary=()
 status=0
 # GENESIS_ONLY=substring runs only the test binaries whose name contains it.
@@ -103,6 +109,27 @@ for step in $steps; do
         if "$B/bin/$e" "${args[@]}" >> "$OUT/examples.log" 2>&1; then r=ok; else r=FAILED; status=1; fi
         summary+=("example   $e: $r")
       done
+      ;;
+    torch|torch-memcheck)
+      # Genesis as PyTorch's CUDA allocator: install, two streams, training equal to PyTorch's
+      # own step for step through an out-of-memory, statistics (see the script's docstring).
+      log="$OUT/$step.log"
+      if ! python3 -c 'import torch' > /dev/null 2>&1; then
+        summary+=("$step genesis_torch: skipped (torch is not importable)")
+        continue
+      fi
+      if [ ! -f "$B/lib/libgenesis_mem_capi.so" ]; then
+        summary+=("$step genesis_torch: FAILED (no lib/libgenesis_mem_capi.so in the bundle)"); status=1
+        continue
+      fi
+      run=(python3 "$B/python/tests/test_genesis_torch.py" --json "$OUT/$step.json")
+      if [ "$step" = torch-memcheck ]; then
+        run=(compute-sanitizer --tool memcheck --error-exitcode 99 --report-api-errors no "${run[@]}")
+      fi
+      if GENESIS_TORCH_LIB="$B/lib/libgenesis_mem_capi.so" PYTHONPATH="$B/python${PYTHONPATH:+:$PYTHONPATH}" \
+           "${run[@]}" > "$log" 2>&1; then r=ok; else r=FAILED; status=1; fi
+      summary+=("$step genesis_torch: $r $(grep -E 'ERROR SUMMARY' "$log" | tail -1 | sed 's/=* *//')")
+      sed -n '/^== summary/,$p' "$log"
       ;;
     *) echo "unknown step $step"; status=2 ;;
   esac

@@ -168,7 +168,8 @@ fn build_stub(dir: &Path) -> DynResult {
     Ok(())
 }
 
-/// Builds the release `cuda` test and GPU bench binaries into `.gpu/` with `run.sh`.
+/// Builds the release `cuda` test and GPU bench binaries into `.gpu/` with `run.sh`, and the
+/// C library of the allocator with the `genesis_torch` Python module and its GPU test.
 pub(crate) fn gpu_bundle() -> DynResult {
     let env = ensure_link_env()?;
     let out_dir = root().join(".gpu");
@@ -243,6 +244,7 @@ pub(crate) fn gpu_bundle() -> DynResult {
         std::fs::copy(&src, out_dir.join(script)).map_err(|e| format!("{}: {e}", src.display()))?;
     }
     std::fs::write(out_dir.join("bin/LIST"), copied.join("\n") + "\n")?;
+    bundle_torch_allocator(&env, &out_dir)?;
     // Compress: every binary embeds the same kernel images, and the bundle must stay within
     // the 40 MiB budget checked below to travel to the GPU machine. xz -9's 64 MiB window spans
     // several binaries, so the shared images are stored about once (gzip's 32 KiB window cannot
@@ -270,6 +272,68 @@ pub(crate) fn gpu_bundle() -> DynResult {
     );
     if size > 40 << 20 {
         return Err(format!("the bundle is {size} bytes, over the 40 MiB budget").into());
+    }
+    Ok(())
+}
+
+/// Genesis as PyTorch's allocator: the release C library (`cuda` feature) into `lib/` and the
+/// Python module with its GPU test into `python/`, for run.sh's `torch` step.
+fn bundle_torch_allocator(env: &LinkEnv, out_dir: &Path) -> DynResult {
+    let mut c = cargo();
+    c.args([
+        "build",
+        "--release",
+        "-p",
+        "genesis-mem-capi",
+        "--features",
+        "cuda",
+        "--lib",
+        "--message-format=json-render-diagnostics",
+    ]);
+    env.apply(&mut c);
+    eprintln!("xtask: [gpu-bundle] {c:?}");
+    let out = c.stderr(std::process::Stdio::inherit()).output()?;
+    if !out.status.success() {
+        return Err("gpu-bundle: building genesis-mem-capi failed".into());
+    }
+    let so = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "genesis_mem_capi")
+        .flat_map(|m| {
+            m["filenames"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|f| f.as_str().map(PathBuf::from))
+                .collect::<Vec<_>>()
+        })
+        .find(|f| f.extension().is_some_and(|e| e == "so"))
+        .ok_or("gpu-bundle: cargo reported no libgenesis_mem_capi.so")?;
+    std::fs::create_dir_all(out_dir.join("lib"))?;
+    let dst = out_dir.join("lib/libgenesis_mem_capi.so");
+    std::fs::copy(&so, &dst)?;
+    let _ = Command::new("strip")
+        .arg("--strip-unneeded")
+        .arg(&dst)
+        .status();
+    copy_tree(&root().join("python"), &out_dir.join("python"))
+}
+
+/// Copies a source folder (no `__pycache__`).
+fn copy_tree(src: &Path, dst: &Path) -> DynResult {
+    std::fs::create_dir_all(dst)?;
+    for e in std::fs::read_dir(src).map_err(|e| format!("{}: {e}", src.display()))? {
+        let e = e?;
+        let name = e.file_name();
+        if name == "__pycache__" {
+            continue;
+        }
+        if e.file_type()?.is_dir() {
+            copy_tree(&e.path(), &dst.join(&name))?;
+        } else {
+            std::fs::copy(e.path(), dst.join(&name))?;
+        }
     }
     Ok(())
 }

@@ -5,7 +5,8 @@
 //! - `cuda-stub`: generate the stub `libcuda.so` that lets the `cuda` feature link without CUDA.
 //! - `test`: the tests, without and with the `cuda` feature.
 //! - `ci`: everything CI checks.
-//! - `gpu-bundle`: the release GPU test and bench binaries, stripped, with one run script.
+//! - `gpu-bundle`: the release GPU test and bench binaries, stripped, with one run script, and
+//!   the allocator's C library with the `genesis_torch` Python module.
 
 mod cuda;
 mod kernels;
@@ -27,7 +28,8 @@ tasks:
   ci                       fmt check, clippy -D warnings (both feature sets), tests (both),
                            build-kernels --check, the layering test, cargo doc
   gpu-bundle               build the cuda-feature test and bench binaries in release, strip
-                           them and write them with run.sh into .gpu/ (for the device machine)
+                           them and write them with run.sh into .gpu/ (for the device machine),
+                           with lib/libgenesis_mem_capi.so and python/ (genesis_torch)
 ";
 
 fn main() -> ExitCode {

@@ -8,10 +8,10 @@
 //! char*       genesis_memory_stats_json(int device);                 /* free with genesis_free_buffer */
 //! uint8_t*    genesis_memory_snapshot_pickle(int device, size_t* len); /* likewise */
 //! void        genesis_free_buffer(void* buffer);
-//! int         genesis_empty_cache(int device);
+//! int         genesis_empty_cache(int device);                 /* device < 0: all in use */
 //! int         genesis_set_memory_fraction(double fraction, int device);
-//! int         genesis_reset_peak_stats(int device);
-//! int         genesis_guard_all_streams(int device, int on);
+//! int         genesis_reset_peak_stats(int device);            /* device < 0: all in use */
+//! int         genesis_guard_all_streams(int device, int on);   /* device < 0: all, and later */
 //! int         genesis_register_stream(int device, cudaStream_t stream);
 //! const char* genesis_last_error(void);       /* this thread's last failure, or NULL */
 //! int         genesis_last_error_code(void);  /* 0 none, 1 out of memory, 2 other */
@@ -541,12 +541,24 @@ pub unsafe extern "C" fn genesis_free_buffer(buffer: *mut c_void) {
     })
 }
 
-/// Gives every cached byte of `device` back to the driver (blocks in use stay). 0, or -1.
+/// The devices a call names: `device`, or for `device < 0` every device whose allocator exists
+/// (no allocator, and no context, is created for a device the program has not used).
+fn devices_named(device: c_int) -> Result<Vec<&'static devices::Device>, Failure> {
+    if device < 0 {
+        Ok(devices::created())
+    } else {
+        Ok(vec![devices::get(device)?])
+    }
+}
+
+/// Gives every cached byte of `device` (every device in use when `device < 0`) back to the
+/// driver; blocks in use stay. 0, or -1.
 #[unsafe(no_mangle)]
 pub extern "C" fn genesis_empty_cache(device: c_int) -> c_int {
     guarded(-1, || {
-        let dev = devices::get(device)?;
-        dev.with_context(|| dev.registry.empty_cache())?;
+        for dev in devices_named(device)? {
+            dev.with_context(|| dev.registry.empty_cache())?;
+        }
         Ok(0)
     })
 }
@@ -562,12 +574,14 @@ pub extern "C" fn genesis_set_memory_fraction(fraction: f64, device: c_int) -> c
     })
 }
 
-/// Resets every peak statistic of `device` to its current value. 0, or -1.
+/// Resets every peak statistic of `device` (every device in use when `device < 0`) to its
+/// current value. 0, or -1.
 #[unsafe(no_mangle)]
 pub extern "C" fn genesis_reset_peak_stats(device: c_int) -> c_int {
     guarded(-1, || {
-        let dev = devices::get(device)?;
-        dev.with_context(|| dev.registry.reset_peak_stats());
+        for dev in devices_named(device)? {
+            dev.with_context(|| dev.registry.reset_peak_stats());
+        }
         Ok(0)
     })
 }

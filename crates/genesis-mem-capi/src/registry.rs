@@ -97,8 +97,11 @@ impl From<genesis_mem::Error> for RegistryError {
 pub struct Registry<B: Backend> {
     allocator: CachingAllocator<B>,
     shards: [Mutex<AddrMap>; SHARDS],
-    /// Every stream allocations were made on, while the all-streams guard is on.
+    /// Every stream allocations were made on (or registered), for the all-streams guard.
     streams: Mutex<Vec<StreamId>>,
+    /// The stream of the last allocation whose stream was noted: most programs allocate on
+    /// one stream at a time, so noting streams costs one relaxed load per allocation.
+    last_stream: AtomicU64,
     guard_all_streams: AtomicBool,
     unknown_frees: AtomicU64,
 }
@@ -125,6 +128,7 @@ impl<B: Backend> Registry<B> {
             allocator,
             shards: std::array::from_fn(|_| Mutex::new(AddrMap::default())),
             streams: Mutex::new(Vec::new()),
+            last_stream: AtomicU64::new(u64::MAX),
             guard_all_streams: AtomicBool::new(false),
             unknown_frees: AtomicU64::new(0),
         }
@@ -145,11 +149,9 @@ impl<B: Backend> Registry<B> {
         if size == 0 {
             return Ok(0);
         }
-        if self.guard_all_streams.load(Ordering::Relaxed) {
-            let mut streams = lock(&self.streams);
-            if !streams.contains(&stream) {
-                streams.push(stream);
-            }
+        if self.last_stream.load(Ordering::Relaxed) != stream {
+            self.register_stream(stream);
+            self.last_stream.store(stream, Ordering::Relaxed);
         }
         let a = self.allocator.alloc(size, stream)?;
         let ptr = a.ptr();
@@ -210,9 +212,10 @@ impl<B: Backend> Registry<B> {
         Ok(self.allocator.record_stream(a, stream)?)
     }
 
-    /// Makes every free wait for all streams this registry has seen allocations on (from now
-    /// on), not only for the block's own stream: the safe choice when tensors cross streams
-    /// without `record_stream`, at the cost of one event per other stream per free.
+    /// Makes every free wait for all streams this registry has seen allocations on (or that
+    /// were registered), not only for the block's own stream: the safe choice when tensors
+    /// cross streams without `record_stream`, at the cost of one event per other stream per
+    /// free.
     pub fn set_guard_all_streams(&self, on: bool) {
         self.guard_all_streams.store(on, Ordering::Relaxed);
     }

@@ -53,8 +53,10 @@ fn without_a_device_every_call_fails_with_a_message() {
     // SAFETY: as above.
     let r = unsafe { genesis_register_stream(0, std::ptr::null_mut()) };
     assert_eq!(r, -1);
-    // The all-devices form only sets the default: it succeeds with no device.
+    // The all-devices forms act on the devices in use: none, so they succeed.
     assert_eq!(genesis_guard_all_streams(-1, 0), 0);
+    assert_eq!(genesis_empty_cache(-1), 0);
+    assert_eq!(genesis_reset_peak_stats(-1), 0);
     assert!(last_error().is_some());
 }
 

@@ -99,11 +99,11 @@ fn cross_stream_free_and_record_stream_wait_for_events() {
             .with_backend(|b| b.set_auto_complete_events(false));
         let side = 0x7777_0000u64;
         if how == "guard" {
-            r.set_guard_all_streams(true);
-            assert!(r.guard_all_streams());
-            // The side stream allocates once, so the guard knows it.
+            // The side stream allocates once (before the guard is on), so the guard knows it.
             let s = r.malloc(512, side).unwrap();
             r.free(s, side).unwrap();
+            r.set_guard_all_streams(true);
+            assert!(r.guard_all_streams());
         }
         let a = r.malloc(1 << 20, 0).unwrap();
         match how {

@@ -100,8 +100,14 @@ macro_rules! stream_and_event_methods {
 
 /// Device memory of one GPU through the CUDA driver.
 ///
-/// Stream ids given to an allocator over this backend must be `Stream::id()` of streams of the
-/// same context (0 for the legacy stream).
+/// Stream ids given to an allocator over this backend are raw `CUstream` handles as integers:
+/// `Stream::id()` of streams of the same context, 0 for the legacy stream, or streams created
+/// outside Genesis on the same context — a CUDA runtime `cudaStream_t` is the same handle, so a
+/// caller such as PyTorch (through `genesis-mem-capi`) passes its streams as they are, and
+/// `cudaStreamLegacy` / `cudaStreamPerThread` (1 and 2) are the driver's special handles. The
+/// backend synchronises and records events on the stream the id names (`Stream::borrowed`,
+/// never destroyed here), so a stream must stay alive as long as the allocator holds memory
+/// allocated on it or recorded for it.
 #[derive(Debug)]
 pub struct CudaBackend {
     ctx: Arc<Context>,

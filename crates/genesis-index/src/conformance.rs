@@ -165,7 +165,8 @@ pub fn run_case(case: &serde_json::Value, device: Device) -> Result<(), String> 
                 View::with_layout(Arc::new(storage), layout.clone()).map_err(|e| e.to_string())?;
             get(&base, &items).and_then(|v| {
                 let shares = v.shares_storage(&base);
-                let data = v.contiguous()?.to_f64_vec()?;
+                // Read through the any-rank copy (views of more than eight dimensions).
+                let data = crate::strided::dense(v.storage(), v.layout())?.to_f64_vec()?;
                 Ok((v.layout().shape().to_vec(), data, shares))
             })
         }

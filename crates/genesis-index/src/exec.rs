@@ -6,7 +6,7 @@ use std::sync::Arc;
 use genesis_storage::{DType, Device, Layout, Storage, View, WithDType};
 use half::{bf16, f16};
 
-use crate::plan::{IndexPlan, PlanKind, broadcast_shapes, plan};
+use crate::plan::{IndexPlan, PlanKind, plan};
 use crate::spec::{IndexDType, IndexItem};
 use crate::{Error, Result};
 
@@ -378,18 +378,9 @@ fn dense_values(
             (Arc::clone(v.storage()), v.layout().clone())
         }
     };
+    // NumPy's broadcast of the value (leading size-1 dimensions dropped first).
+    let expanded = p.broadcast_value(&layout)?;
     let vshape = layout.shape();
-    let ok = vshape.len() <= p.result_shape.len()
-        && broadcast_shapes(&[vshape, &p.result_shape]).as_deref()
-            == Some(p.result_shape.as_slice());
-    if !ok {
-        return Err(Error::ShapeMismatch {
-            what: format!(
-                "value of shape {vshape:?} cannot be broadcast to the indexed shape {:?}",
-                p.result_shape
-            ),
-        });
-    }
     // Already the dense result on the right device (contiguous from the storage's first
     // element, nothing more): read where it is.
     let n: usize = p.result_shape.iter().product();
@@ -401,8 +392,7 @@ fn dense_values(
     {
         return Ok(storage);
     }
-    let expanded = layout.expand(&p.result_shape)?;
-    let dense = storage.contiguous(&expanded)?;
+    let dense = crate::strided::dense(&storage, &expanded)?;
     Ok(Arc::new(if dense.device() == device {
         dense
     } else {
@@ -422,12 +412,13 @@ fn set_on_device(
         PlanKind::Scatter => crate::gpu::scatter(target, p, &values, accumulate),
         _ => {
             let dense = Layout::contiguous(&p.result_shape);
+            // Any rank (the strided copy takes at most eight dimensions after reduction).
             if accumulate {
-                let current = target.contiguous(&p.view)?;
+                let current = crate::strided::dense(target, &p.view)?;
                 let sum = current.add(&values)?;
-                target.copy_strided_from(&p.view, &sum, &dense)?;
+                crate::strided::copy_into(target, &p.view, &sum, &dense)?;
             } else {
-                target.copy_strided_from(&p.view, &values, &dense)?;
+                crate::strided::copy_into(target, &p.view, &values, &dense)?;
             }
             Ok(())
         }

@@ -23,6 +23,7 @@ mod exec;
 mod gpu;
 mod plan;
 mod spec;
+mod strided;
 
 pub use exec::{Value, execute_get, get, get_routed, resolve_masks, set};
 pub use genesis_storage::Layout;

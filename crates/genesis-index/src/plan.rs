@@ -138,7 +138,13 @@ pub struct IndexPlan {
 
 /// Where an advanced index's values are while planning.
 enum Src {
+    /// Values already wrapped and checked (integers, mask coordinates).
     Host(Vec<i64>),
+    /// Values of a host index array of one or more dimensions, not yet checked: they are
+    /// wrapped and checked against `size` (input dimension `dim`) once the broadcast shape is
+    /// known, and only if it has elements (NumPy and PyTorch check no value of an index array
+    /// whose broadcast is empty).
+    Unchecked(Vec<i64>, usize, usize),
     /// A device array, the size of the dimension it indexes, and that input dimension.
     Device(StoredIndex, usize, usize),
 }
@@ -345,8 +351,12 @@ pub fn plan(input: &Layout, items: &[IndexItem], assign: bool) -> Result<IndexPl
     let mut vdim = 0usize; // current dimension of `view`
     let mut in_dim = 0usize; // current dimension of the input (for error messages)
     let mut adv: Vec<(usize, Vec<usize>, Src)> = Vec::new(); // (view dim, shape, values)
+    // The item each entry of `adv` comes from: advanced indices are adjacent when their items
+    // are, whatever lies between them in dimensions (NumPy: an ellipsis standing for no
+    // dimension still separates them).
+    let mut adv_items: Vec<usize> = Vec::new();
     let mut mask = None;
-    for it in items {
+    for (item, it) in items.iter().enumerate() {
         match it {
             IndexItem::Ellipsis => {
                 let skip = ndim - consumed;
@@ -472,13 +482,24 @@ pub fn plan(input: &Layout, items: &[IndexItem], assign: bool) -> Result<IndexPl
             }
             IndexItem::Tensor(t) => {
                 let size = view.shape()[vdim];
-                let data = wrap_all(&t.data, size, in_dim)?;
-                adv.push((vdim, t.shape.clone(), Src::Host(data)));
+                let src = if t.shape.is_empty() {
+                    // A 0-d index array is an integer: checked now, as NumPy does.
+                    Src::Host(wrap_all(&t.data, size, in_dim)?)
+                } else {
+                    Src::Unchecked(t.data.clone(), size, in_dim)
+                };
+                adv.push((vdim, t.shape.clone(), src));
                 vdim += 1;
                 in_dim += 1;
             }
-            IndexItem::BadTensor(_) => unreachable!("rejected above"),
+            IndexItem::BadTensor(dtype) => {
+                // Rejected by the validation pass above; kept as an error, not a panic.
+                return Err(Error::InvalidIndex {
+                    reason: format!("tensors used as indices must be integer or bool, got {dtype}"),
+                });
+            }
         }
+        adv_items.resize(adv.len(), item);
     }
     let value_kind =
         |assign_kind: PlanKind, read_kind: PlanKind| if assign { assign_kind } else { read_kind };
@@ -497,11 +518,18 @@ pub fn plan(input: &Layout, items: &[IndexItem], assign: bool) -> Result<IndexPl
     let index_shape = broadcast_shapes(&shapes).ok_or_else(|| Error::ShapeMismatch {
         what: format!("indexing arrays of shapes {shapes:?} could not be broadcast together"),
     })?;
+    genesis_storage::checked_numel(&index_shape)?;
+    let index_numel: usize = index_shape.iter().product();
     let dims: Vec<usize> = adv.iter().map(|(d, _, _)| *d).collect();
     let mut indices = Vec::with_capacity(adv.len());
     for (_, s, src) in &adv {
         indices.push(match src {
             Src::Host(data) => IndexArray::Host(broadcast_to(data, s, &index_shape)),
+            Src::Unchecked(_, _, _) if index_numel == 0 => IndexArray::Host(Vec::new()),
+            Src::Unchecked(data, size, dim) => {
+                let data = wrap_all(data, *size, *dim)?;
+                IndexArray::Host(broadcast_to(&data, s, &index_shape))
+            }
             Src::Device(t, size, dim) => {
                 let layout = t.view.layout().expand(&index_shape)?;
                 IndexArray::Device {
@@ -515,7 +543,11 @@ pub fn plan(input: &Layout, items: &[IndexItem], assign: bool) -> Result<IndexPl
             }
         });
     }
-    let adjacent = dims.windows(2).all(|w| w[1] == w[0] + 1);
+    // NumPy's rule: the broadcast dimensions replace the indexed ones where they are when the
+    // advanced items are consecutive in the index (integers count as advanced here), else go
+    // first. An item between them separates them even when it stands for no dimension (an
+    // ellipsis of zero dimensions).
+    let adjacent = adv_items.windows(2).all(|w| w[1] <= w[0] + 1);
     let position = if adjacent { dims[0] } else { 0 };
     let mut result_shape: Vec<usize> = view
         .shape()
@@ -527,7 +559,7 @@ pub fn plan(input: &Layout, items: &[IndexItem], assign: bool) -> Result<IndexPl
     for (k, &s) in index_shape.iter().enumerate() {
         result_shape.insert(position + k, s);
     }
-    let temp_bytes = indices.len() * index_shape.iter().product::<usize>() * 8;
+    let temp_bytes = indices.len().saturating_mul(index_numel).saturating_mul(8);
     Ok(IndexPlan {
         kind: value_kind(PlanKind::Scatter, PlanKind::Gather),
         view,
@@ -544,13 +576,43 @@ pub fn plan(input: &Layout, items: &[IndexItem], assign: bool) -> Result<IndexPl
 }
 
 impl IndexPlan {
+    /// The layout of an assigned value (`value`: its layout) broadcast to the indexed shape,
+    /// NumPy's and PyTorch's way: leading dimensions of size 1 beyond the indexed shape's rank
+    /// are dropped, then the value broadcasts (aligned at the last dimension, sizes equal or
+    /// 1). [`Error::ShapeMismatch`] otherwise.
+    pub fn broadcast_value(&self, value: &Layout) -> Result<Layout> {
+        let target = self.result_shape.as_slice();
+        let vshape = value.shape();
+        let mismatch = || Error::ShapeMismatch {
+            what: format!(
+                "value of shape {vshape:?} cannot be broadcast to the indexed shape {target:?}"
+            ),
+        };
+        let extra = vshape.len().saturating_sub(target.len());
+        if vshape[..extra].iter().any(|&d| d != 1) {
+            return Err(mismatch());
+        }
+        let mut l = value.clone();
+        for _ in 0..extra {
+            l = l.squeeze(0)?;
+        }
+        if broadcast_shapes(&[l.shape(), target]).as_deref() != Some(target) {
+            return Err(mismatch());
+        }
+        Ok(l.expand(target)?)
+    }
+
     /// The view offset (in elements) of every result element, row-major: where `result[i]`
     /// comes from (or, for assignment, goes to).
     ///
     /// Host plans only: index arrays on a device give [`Error::UnsupportedDevice`].
     pub fn source_offsets(&self) -> Result<Vec<usize>> {
-        let n: usize = self.result_shape.iter().product();
-        let mut out = Vec::with_capacity(n);
+        let n = genesis_storage::checked_numel(&self.result_shape)?;
+        let mut out = Vec::new();
+        out.try_reserve_exact(n)
+            .map_err(|_| genesis_storage::Error::HostOutOfMemory {
+                bytes: n.saturating_mul(size_of::<usize>()),
+            })?;
         let (shape, strides, base) = (
             self.view.shape(),
             self.view.strides(),

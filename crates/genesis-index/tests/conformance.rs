@@ -3,16 +3,10 @@
 
 use genesis_storage::Device;
 
+mod corpus;
+
 fn run(file: &str) {
-    // The GPU bundle runs this binary away from the source tree: GENESIS_REPO_ROOT says where
-    // the repository is (as for the other data-reading tests).
-    let path = std::env::var_os("GENESIS_REPO_ROOT")
-        .map(|r| std::path::PathBuf::from(r).join("crates/genesis-index"))
-        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")))
-        .join("tests/data")
-        .join(file);
-    let doc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let doc = corpus::load(file);
     let report = genesis_index::conformance::run_corpus(&doc, Device::Cpu).unwrap();
     let n = doc["cases"].as_array().unwrap().len();
     assert!(n > 0);
@@ -35,6 +29,20 @@ fn shared_corpus_on_cpu() {
 #[test]
 fn numpy_generated_extra_cases_on_cpu() {
     run("extra-cases.json");
+}
+
+/// Random cases with NumPy as the oracle (`tests/gen_random_cases.py --seed 16`): leading-1
+/// values, empty ellipses between advanced indices, ranks up to 64, empty index arrays, every
+/// dtype, zero-size dimensions, assignment with accumulate, and one injected fault in some.
+#[test]
+fn numpy_random_cases_on_cpu() {
+    run("random-cases.json.gz");
+}
+
+/// The held-out set: generated independently (`--seed 1016`), not looked at while fixing.
+#[test]
+fn numpy_heldout_cases_on_cpu() {
+    run("heldout-cases.json.gz");
 }
 
 #[test]

@@ -3,16 +3,13 @@
 
 use genesis_storage::Device;
 
+mod corpus;
+
 fn run(file: &str) {
     if genesis_cuda::skip_without_gpu(&format!("gpu conformance {file}")) {
         return;
     }
-    let root = std::env::var_os("GENESIS_REPO_ROOT")
-        .map(|r| std::path::PathBuf::from(r).join("crates/genesis-index"))
-        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")));
-    let doc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(root.join("tests/data").join(file)).unwrap())
-            .unwrap();
+    let doc = corpus::load(file);
     let report = genesis_index::conformance::run_corpus(&doc, Device::Cuda(0)).unwrap();
     for f in &report.failures {
         eprintln!("FAIL {}: {}", f.id, f.message);
@@ -33,4 +30,14 @@ fn shared_corpus_on_cuda() {
 #[test]
 fn numpy_generated_extra_cases_on_cuda() {
     run("extra-cases.json");
+}
+
+#[test]
+fn numpy_random_cases_on_cuda() {
+    run("random-cases.json.gz");
+}
+
+#[test]
+fn numpy_heldout_cases_on_cuda() {
+    run("heldout-cases.json.gz");
 }

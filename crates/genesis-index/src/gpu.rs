@@ -11,6 +11,10 @@ use crate::spec::{IndexDType, IndexItem, MaskCoords, StoredIndex};
 use crate::{Error, Result};
 
 fn desc(p: &IndexPlan, adv: &Advanced) -> Result<IndexDesc> {
+    // The same elements in the same order with size-1 and mergeable basic dimensions removed,
+    // so that high-rank views fit the kernel's dimensions (the advanced part is unchanged).
+    let compact = p.compacted();
+    let (p, adv) = (&compact, compact.advanced.as_ref().unwrap_or(adv));
     let rank = p.result_shape.len();
     if rank > MAX_INDEX_DIMS || adv.dims.len() > MAX_INDEX_DIMS {
         return Err(Error::InvalidIndex {

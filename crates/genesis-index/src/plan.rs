@@ -602,6 +602,70 @@ impl IndexPlan {
         Ok(l.expand(target)?)
     }
 
+    /// An equivalent plan for executors with a rank limit: the same result elements in the same
+    /// order, with the basic (non-advanced) dimensions of size 1 dropped and neighbouring basic
+    /// dimensions that are contiguous with each other merged; the advanced part (index shape
+    /// and arrays) is unchanged. Its `result_shape` is the reduced one: allocate outputs with
+    /// the original plan's. Plans without an advanced part come back unchanged.
+    pub fn compacted(&self) -> IndexPlan {
+        let Some(adv) = &self.advanced else {
+            return self.clone();
+        };
+        if self.result_shape.contains(&0) {
+            return self.clone();
+        }
+        let (shape, strides) = (self.view.shape(), self.view.strides());
+        // (size, stride, advanced entry) of the kept view dimensions.
+        let mut kept: Vec<(usize, isize, Option<usize>)> = Vec::new();
+        for d in 0..shape.len() {
+            let a = adv.dims.iter().position(|&x| x == d);
+            if a.is_none() && shape[d] == 1 {
+                continue;
+            }
+            if a.is_none()
+                && let Some(last) = kept.last_mut()
+                && last.2.is_none()
+                && Some(last.1) == strides[d].checked_mul(shape[d] as isize)
+            {
+                last.0 *= shape[d];
+                last.1 = strides[d];
+                continue;
+            }
+            kept.push((shape[d], strides[d], a));
+        }
+        let vshape: Vec<usize> = kept.iter().map(|k| k.0).collect();
+        let vstrides: Vec<isize> = kept.iter().map(|k| k.1).collect();
+        let mut dims = vec![0usize; adv.dims.len()];
+        for (d, k) in kept.iter().enumerate() {
+            if let Some(a) = k.2 {
+                dims[a] = d;
+            }
+        }
+        let position = if adv.position == 0 && adv.dims[0] != 0 {
+            0
+        } else {
+            dims[0]
+        };
+        let mut result_shape: Vec<usize> =
+            kept.iter().filter(|k| k.2.is_none()).map(|k| k.0).collect();
+        for (j, &s) in adv.index_shape.iter().enumerate() {
+            result_shape.insert(position + j, s);
+        }
+        IndexPlan {
+            kind: self.kind,
+            view: Layout::new(&vshape, &vstrides, self.view.offset()),
+            advanced: Some(Advanced {
+                dims,
+                index_shape: adv.index_shape.clone(),
+                indices: adv.indices.clone(),
+                position,
+            }),
+            result_shape,
+            mask: self.mask,
+            temp_bytes: self.temp_bytes,
+        }
+    }
+
     /// The view offset (in elements) of every result element, row-major: where `result[i]`
     /// comes from (or, for assignment, goes to).
     ///

@@ -179,3 +179,27 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    /// The compacted plan (for executors with a rank limit) visits the same elements in the
+    /// same order.
+    #[test]
+    fn compacted_plans_visit_the_same_elements(
+        shape in prop::collection::vec(1usize..4, 0..6),
+        items in index_strategy(),
+        assign in any::<bool>(),
+    ) {
+        let l = Layout::contiguous(&shape);
+        if let Ok(p) = genesis_index::plan(&l, &items, assign) {
+            let c = p.compacted();
+            prop_assert!(c.result_shape.len() <= p.result_shape.len());
+            prop_assert_eq!(
+                c.result_shape.iter().product::<usize>(),
+                p.result_shape.iter().product::<usize>()
+            );
+            prop_assert_eq!(c.source_offsets().unwrap(), p.source_offsets().unwrap());
+        }
+    }
+}

@@ -260,13 +260,13 @@ fn decode(op: &'static str, bytes: &[u8], device: Device) -> Result<Decoded> {
                 format!("tensor {name:?}: data offsets {start}..{end} are out of the file"),
             )
         })?;
-        let numel: usize = shape.iter().product();
-        if raw.len() != numel * dtype.size() {
+        let numel = crate::tensor::numel_of(op, shape)?;
+        if Some(raw.len()) != numel.checked_mul(dtype.size()) {
             return Err(invalid(
                 op,
                 format!(
                     "tensor {name:?}: shape {shape:?} of {dtype} needs {} bytes, the file has {}",
-                    numel * dtype.size(),
+                    numel.saturating_mul(dtype.size()),
                     raw.len()
                 ),
             ));

@@ -61,6 +61,10 @@ fn plan(a: &Tensor, b: &Tensor) -> Result<Plan> {
     if sb.len() > 1 {
         out_shape.push(n);
     }
+    // Element counts through the one checked count (a broadcast batch may not be
+    // representable even when each operand is).
+    crate::tensor::numel_of("matmul", &batch_shape)?;
+    crate::tensor::numel_of("matmul", &out_shape)?;
     Ok(Plan {
         out_shape,
         batch_shape,

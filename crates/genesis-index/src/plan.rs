@@ -252,9 +252,11 @@ pub fn broadcast_shapes(shapes: &[&[usize]]) -> Option<Vec<usize>> {
     Some(out)
 }
 
-/// Expands `data` of `shape` to `target` (row-major), repeating along broadcast dimensions.
-fn broadcast_to(data: &[i64], shape: &[usize], target: &[usize]) -> Vec<i64> {
-    let n: usize = target.iter().product();
+/// Expands `data` of `shape` to `target` (row-major), repeating along broadcast dimensions;
+/// [`genesis_storage::Error::HostOutOfMemory`] when the host cannot hold the result (index
+/// arrays can broadcast to far more values than they hold).
+fn broadcast_to(data: &[i64], shape: &[usize], target: &[usize]) -> Result<Vec<i64>> {
+    let n = genesis_storage::checked_numel(target)?;
     let lead = target.len() - shape.len();
     let mut strides = vec![0usize; target.len()];
     let mut acc = 1;
@@ -262,7 +264,11 @@ fn broadcast_to(data: &[i64], shape: &[usize], target: &[usize]) -> Vec<i64> {
         strides[lead + i] = if shape[i] == 1 { 0 } else { acc };
         acc *= shape[i];
     }
-    let mut out = Vec::with_capacity(n);
+    let mut out = Vec::new();
+    out.try_reserve_exact(n)
+        .map_err(|_| genesis_storage::Error::HostOutOfMemory {
+            bytes: n.saturating_mul(8),
+        })?;
     let mut idx = vec![0usize; target.len()];
     for _ in 0..n {
         let off: usize = idx.iter().zip(&strides).map(|(i, s)| i * s).sum();
@@ -275,7 +281,7 @@ fn broadcast_to(data: &[i64], shape: &[usize], target: &[usize]) -> Vec<i64> {
             idx[d] = 0;
         }
     }
-    out
+    Ok(out)
 }
 
 /// Plans `input[items]` (a read when `assign` is false).
@@ -524,11 +530,11 @@ pub fn plan(input: &Layout, items: &[IndexItem], assign: bool) -> Result<IndexPl
     let mut indices = Vec::with_capacity(adv.len());
     for (_, s, src) in &adv {
         indices.push(match src {
-            Src::Host(data) => IndexArray::Host(broadcast_to(data, s, &index_shape)),
+            Src::Host(data) => IndexArray::Host(broadcast_to(data, s, &index_shape)?),
             Src::Unchecked(_, _, _) if index_numel == 0 => IndexArray::Host(Vec::new()),
             Src::Unchecked(data, size, dim) => {
                 let data = wrap_all(data, *size, *dim)?;
-                IndexArray::Host(broadcast_to(&data, s, &index_shape))
+                IndexArray::Host(broadcast_to(&data, s, &index_shape)?)
             }
             Src::Device(t, size, dim) => {
                 let layout = t.view.layout().expand(&index_shape)?;

@@ -200,3 +200,16 @@ fn empty_broadcasts_are_not_bounds_checked() {
     );
     let _ = DType::F32;
 }
+
+/// Index arrays that broadcast to more values than the host holds: a typed error, no abort.
+#[test]
+fn huge_index_broadcasts_are_errors() {
+    let l = Layout::contiguous(&[4, 4]);
+    let a = idx(&[1 << 20, 1], vec![0; 1 << 20]);
+    let b = idx(&[1, 1 << 20], vec![0; 1 << 20]);
+    // 2^40 positions: the plan's arrays alone need 16 TiB.
+    let r = plan(&l, &[a, b], false);
+    assert!(r.is_err(), "{:?}", r.map(|p| p.result_shape));
+    let c = idx(&[1 << 31, 1], vec![]);
+    assert!(plan(&l, &[c], false).is_err(), "data length checked first");
+}

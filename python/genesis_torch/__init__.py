@@ -69,6 +69,7 @@ _state: dict = {"lib": None, "path": None, "oom": None, "allocator": None, "shim
 # request; a c10::Error (RuntimeError) for other failures (no device, driver error).
 _SHIM_SOURCE = r"""
 #include <cstddef>
+#include <string>
 #include <c10/util/Exception.h>
 
 extern "C" {
@@ -77,16 +78,22 @@ void genesis_free(void* ptr, size_t size, int device, void* stream);
 const char* genesis_last_error(void);
 int genesis_last_error_code(void);
 
+// The message is built with std::string alone: no iostreams (TORCH_CHECK formats through an
+// ostringstream, which crashed when called from this library).
 void* genesis_torch_malloc(size_t size, int device, void* stream) {
   void* p = genesis_malloc(size, device, stream);
   if (p == nullptr && size != 0) {
     const char* why = genesis_last_error();
-    if (why == nullptr) why = "allocation failed";
-    TORCH_CHECK_WITH(OutOfMemoryError, genesis_last_error_code() != 1,
-        "CUDA out of memory (Genesis allocator). Tried to allocate ", size,
-        " bytes on device ", device, ": ", why);
-    TORCH_CHECK(false, "Genesis allocator failed to allocate ", size, " bytes on device ",
-        device, ": ", why);
+    std::string msg = std::string(genesis_last_error_code() == 1
+                                      ? "CUDA out of memory (Genesis allocator). Tried to allocate "
+                                      : "Genesis allocator failed to allocate ") +
+        std::to_string(size) + " bytes on device " + std::to_string(device) + ": " +
+        (why != nullptr ? why : "allocation failed");
+    c10::SourceLocation loc{__func__, __FILE__, static_cast<uint32_t>(__LINE__)};
+    if (genesis_last_error_code() == 1) {
+      throw c10::OutOfMemoryError(loc, msg);
+    }
+    throw c10::Error(loc, msg);
   }
   return p;
 }

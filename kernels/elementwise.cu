@@ -174,6 +174,7 @@ struct GxBinaryNd {
 __device__ __forceinline__ void nd_offsets(uint32_t i, const GxBinaryNd &d, int64_t &oa, int64_t &ob) {
     oa = d.a_offset;
     ob = d.b_offset;
+#pragma unroll 1
     for (int k = d.rank - 1; k >= 0; --k) {
         const uint32_t q = (__umulhi(i, d.magic[k]) + i) >> d.shift[k];
         const uint32_t idx = i - q * d.size[k];
@@ -233,23 +234,11 @@ __device__ __forceinline__ void binary_nd_impl(const T *a, const T *b, T scalar,
             }
         }
     } else {
-        for (uint32_t base = blockIdx.x * tile; base < n; base += gridDim.x * tile) {
-            T x[GX_UNROLL], y[GX_UNROLL];
-#pragma unroll
-            for (int u = 0; u < GX_UNROLL; ++u) {
-                const uint32_t i = base + u * GX_THREADS + threadIdx.x;
-                if (i < n) {
-                    int64_t oa, ob;
-                    nd_offsets(i, d, oa, ob);
-                    x[u] = a[oa];
-                    y[u] = b ? b[ob] : scalar;
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < GX_UNROLL; ++u) {
-                const uint32_t i = base + u * GX_THREADS + threadIdx.x;
-                if (i < n) out[i] = Apply<Op, T>::go(x[u], y[u]);
-            }
+        // Any other layout: one element a thread per step of a grid-stride loop.
+        for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+            int64_t oa, ob;
+            nd_offsets(i, d, oa, ob);
+            out[i] = Apply<Op, T>::go(a[oa], b ? b[ob] : scalar);
         }
     }
 }

@@ -86,15 +86,15 @@ mod gpu {
     ) -> BoxResult {
         let a = random_buffer::<T>(ctx, rng, conv)?;
         let b = random_buffer::<T>(ctx, rng, conv)?;
-        let out = DeviceBuffer::alloc(ctx, N * size_of::<T>())?;
-        let (pa, pb, po) = (a.device_ptr(), b.device_ptr(), out.device_ptr());
+        let mut out = DeviceBuffer::alloc(ctx, N * size_of::<T>())?;
+        let (pa, po) = (a.device_ptr(), out.device_ptr());
         for op in [BinaryOp::Add, BinaryOp::Mul, BinaryOp::Maximum] {
             if op == BinaryOp::Maximum && !T::IS_FLOAT {
                 continue;
             }
             let (med, min) = time(stream, ctx, || {
-                // SAFETY: the three buffers hold N elements of T and live past the timing loop.
-                unsafe { gpu::binary::<T>(stream, op, pa, pb, po, N)? };
+                let (x, y) = (a.as_span::<T>()?, b.as_span::<T>()?);
+                gpu::binary::<T>(stream, op, x, y, out.as_span_mut::<T>()?)?;
                 Ok(())
             })?;
             rows.push(Row {
@@ -106,8 +106,7 @@ mod gpu {
         }
         if T::IS_FLOAT {
             let (med, min) = time(stream, ctx, || {
-                // SAFETY: `a` and `out` hold N elements of T and live past the timing loop.
-                unsafe { gpu::unary::<T>(stream, UnaryOp::Exp, pa, po, N)? };
+                gpu::unary::<T>(stream, UnaryOp::Exp, a.as_span()?, out.as_span_mut()?)?;
                 Ok(())
             })?;
             rows.push(Row {
@@ -170,8 +169,7 @@ mod gpu {
         }
         let v = conv(1.5);
         let (med, min) = time(stream, ctx, || {
-            // SAFETY: `out` holds N elements of T and lives past the timing loop.
-            unsafe { gpu::fill::<T>(stream, po, v, N)? };
+            gpu::fill::<T>(stream, out.as_span_mut()?, v)?;
             Ok(())
         })?;
         rows.push(Row {
@@ -438,11 +436,10 @@ mod gpu {
     ) -> BoxResult {
         const M: usize = 8192;
         let m = random_buffer::<f32>(ctx, rng, |x| x)?;
-        let out = DeviceBuffer::alloc(ctx, M * M * 4)?;
-        let (pm, po) = (m.device_ptr(), out.device_ptr());
+        let mut out = DeviceBuffer::alloc(ctx, M * M * 4)?;
         let (med, min) = time(stream, ctx, || {
-            // SAFETY: both buffers hold M * M f32 and live past the timing loop.
-            unsafe { gpu::transpose(stream, 4, pm, po, 1, M, M, M, M * M, M * M)? };
+            let (from, to) = (m.as_span()?, out.as_span_mut()?);
+            gpu::transpose(stream, 4, from, to, 1, M, M, M, M * M, M * M)?;
             Ok(())
         })?;
         rows.push(Row {
@@ -460,8 +457,7 @@ mod gpu {
             0,
         )?;
         let (med, min) = time(stream, ctx, || {
-            // SAFETY: the source covers the slice, the output r * c f32.
-            unsafe { gpu::strided_copy(stream, 4, pm, po, &desc)? };
+            gpu::strided_copy(stream, 4, m.as_span()?, out.as_span_mut()?, &desc)?;
             Ok(())
         })?;
         rows.push(Row {
@@ -471,17 +467,14 @@ mod gpu {
             min_ms: min,
         });
         let (med, min) = time(stream, ctx, || {
-            // SAFETY: M * M f32 in, M * M bf16 out (the output buffer is larger).
-            unsafe {
-                gpu::cast(
-                    stream,
-                    genesis_kernels::DType::F32,
-                    pm,
-                    genesis_kernels::DType::BF16,
-                    po,
-                    M * M,
-                )?
-            };
+            gpu::cast(
+                stream,
+                genesis_kernels::DType::F32,
+                m.as_span()?,
+                genesis_kernels::DType::BF16,
+                out.as_span_mut()?,
+                M * M,
+            )?;
             Ok(())
         })?;
         rows.push(Row {

@@ -1,13 +1,23 @@
-//! Launchers for the CUDA kernels, on raw device addresses.
+//! Launchers for the elementwise and copy kernels, on typed device spans.
 //!
-//! Every launcher is `unsafe`: the caller vouches that the addresses are live device memory of
-//! the stream's device, large enough for `n` elements, and kept alive until the work completes.
+//! Every launcher checks the extent it reads and writes against its spans before launching, so
+//! it is safe to call: the promise that a span is live device memory until the work completes
+//! was made when the span was created (`DeviceSpan::from_raw`).
 
 use std::ffi::c_void;
 
 use genesis_cuda::{DeviceSpan, DeviceSpanMut, Kernel, LaunchConfig, Stream};
 
-use crate::{BinaryNd, BinaryOp, CompareOp, Element, Result, Rhs, UnaryOp, images};
+use crate::{BinaryNd, BinaryOp, CompareOp, Element, Error, Result, Rhs, UnaryOp, images};
+
+/// `Err(LengthMismatch)` unless `got == expected`.
+fn same_len(op: &'static str, expected: usize, got: usize) -> Result<()> {
+    if expected == got {
+        Ok(())
+    } else {
+        Err(Error::LengthMismatch { op, expected, got })
+    }
+}
 
 /// Threads per block of the elementwise kernels (`GX_THREADS` in `elementwise.cu`).
 pub const ELEMENTWISE_THREADS: u32 = 256;
@@ -91,24 +101,50 @@ fn aligned16(ptrs: &[u64]) -> bool {
     ptrs.iter().all(|p| p % 16 == 0)
 }
 
-/// Queues `out[i] = a[i] + b[i]` for `i < n` on `stream`. `out` may be `a` or `b` (in place).
-///
-/// # Safety
-///
-/// As for [`binary`].
-pub unsafe fn add<T: Element>(stream: &Stream, a: u64, b: u64, out: u64, n: usize) -> Result<()> {
-    // SAFETY: forwarded contract.
-    unsafe { binary::<T>(stream, BinaryOp::Add, a, b, out, n) }
+/// Queues `out[i] = a[i] + b[i]` on `stream` (see [`binary`]).
+pub fn add<T: Element>(
+    stream: &Stream,
+    a: DeviceSpan<'_, T>,
+    b: DeviceSpan<'_, T>,
+    out: DeviceSpanMut<'_, T>,
+) -> Result<()> {
+    binary::<T>(stream, BinaryOp::Add, a, b, out)
 }
 
-/// Queues `out[i] = op(a[i], b[i])` for `i < n` on `stream`. `out` may be `a` or `b` (in
-/// place). Fails before launching when `T` does not support `op` (integer division).
-///
+/// Queues `out[i] = op(a[i], b[i])` for every element of `out` on `stream`. Fails before
+/// launching when the lengths differ or `T` does not support `op` (integer division).
+pub fn binary<T: Element>(
+    stream: &Stream,
+    op: BinaryOp,
+    a: DeviceSpan<'_, T>,
+    b: DeviceSpan<'_, T>,
+    out: DeviceSpanMut<'_, T>,
+) -> Result<()> {
+    same_len(op.name(), out.len(), a.len())?;
+    same_len(op.name(), out.len(), b.len())?;
+    // SAFETY: all three spans hold `out.len()` elements (checked above).
+    unsafe { binary_raw::<T>(stream, op, a.addr(), b.addr(), out.addr(), out.len()) }
+}
+
+/// In place: `a_out[i] = op(a_out[i], b[i])` for every element on `stream`.
+pub fn binary_assign<T: Element>(
+    stream: &Stream,
+    op: BinaryOp,
+    a_out: DeviceSpanMut<'_, T>,
+    b: DeviceSpan<'_, T>,
+) -> Result<()> {
+    same_len(op.name(), a_out.len(), b.len())?;
+    let p = a_out.addr();
+    // SAFETY: both spans hold `a_out.len()` elements; every element is read and written by the
+    // same thread, so the output may be the first operand.
+    unsafe { binary_raw::<T>(stream, op, p, b.addr(), p, a_out.len()) }
+}
+
 /// # Safety
 ///
-/// `a`, `b` and `out` must be device addresses on the stream's device, each valid for `n`
-/// elements of `T` (and suitably aligned for `T`) until the launch completes.
-pub unsafe fn binary<T: Element>(
+/// `a`, `b` and `out` are device addresses valid for `n` elements of `T` (aligned for `T`)
+/// until the launch completes; `out` may equal `a` or `b`.
+unsafe fn binary_raw<T: Element>(
     stream: &Stream,
     op: BinaryOp,
     a: u64,
@@ -141,14 +177,35 @@ pub unsafe fn binary<T: Element>(
     Ok(())
 }
 
-/// Queues `out[i] = op(a[i])` for `i < n` on `stream`. `out` may be `a` (in place). Fails
-/// before launching when `T` does not support `op` (transcendental ops on integers).
-///
+/// Queues `out[i] = op(a[i])` for every element of `out` on `stream`. Fails before launching
+/// when the lengths differ or `T` does not support `op` (transcendental ops on integers).
+pub fn unary<T: Element>(
+    stream: &Stream,
+    op: UnaryOp,
+    a: DeviceSpan<'_, T>,
+    out: DeviceSpanMut<'_, T>,
+) -> Result<()> {
+    same_len(op.name(), out.len(), a.len())?;
+    // SAFETY: both spans hold `out.len()` elements.
+    unsafe { unary_raw::<T>(stream, op, a.addr(), out.addr(), out.len()) }
+}
+
+/// In place: `a_out[i] = op(a_out[i])` on `stream`.
+pub fn unary_assign<T: Element>(
+    stream: &Stream,
+    op: UnaryOp,
+    a_out: DeviceSpanMut<'_, T>,
+) -> Result<()> {
+    let p = a_out.addr();
+    // SAFETY: the span holds `a_out.len()` elements, each read and written by one thread.
+    unsafe { unary_raw::<T>(stream, op, p, p, a_out.len()) }
+}
+
 /// # Safety
 ///
-/// `a` and `out` must be device addresses on the stream's device, each valid for `n` elements
-/// of `T` (and suitably aligned for `T`) until the launch completes.
-pub unsafe fn unary<T: Element>(
+/// `a` and `out` are device addresses valid for `n` elements of `T` until the launch
+/// completes; `out` may equal `a`.
+unsafe fn unary_raw<T: Element>(
     stream: &Stream,
     op: UnaryOp,
     a: u64,
@@ -308,20 +365,17 @@ fn grid_stride_config(stream: &Stream, n: usize) -> LaunchConfig {
     elementwise_config(stream, n, 1, false)
 }
 
-/// Queues `out[i] = (a[i] op b[i]) as u8` for `i < n` on `stream`.
-///
-/// # Safety
-///
-/// `a` and `b` must be device addresses on the stream's device valid for `n` elements of `T`,
-/// `out` for `n` bytes, until the launch completes.
-pub unsafe fn compare<T: Element>(
+/// Queues `out[i] = (a[i] op b[i]) as u8` for every element of `out` on `stream`.
+pub fn compare<T: Element>(
     stream: &Stream,
     op: CompareOp,
-    a: u64,
-    b: u64,
-    out: u64,
-    n: usize,
+    a: DeviceSpan<'_, T>,
+    b: DeviceSpan<'_, T>,
+    out: DeviceSpanMut<'_, u8>,
 ) -> Result<()> {
+    let n = out.len();
+    same_len(op.name(), n, a.len())?;
+    same_len(op.name(), n, b.len())?;
     if n == 0 {
         return Ok(());
     }
@@ -330,7 +384,7 @@ pub unsafe fn compare<T: Element>(
         &images::ELEMENTWISE,
         T::compare_kernel(op),
     )?;
-    let (mut a, mut b, mut out, mut n64) = (a, b, out, n as u64);
+    let (mut a, mut b, mut out, mut n64) = (a.addr(), b.addr(), out.addr(), n as u64);
     let mut params: [*mut c_void; 4] = [
         (&raw mut a).cast(),
         (&raw mut b).cast(),
@@ -338,27 +392,35 @@ pub unsafe fn compare<T: Element>(
         (&raw mut n64).cast(),
     ];
     // SAFETY: the parameters match `<op>_<T>(const T*, const T*, uint8_t*, uint64_t)`; the
-    // caller guarantees the addresses.
+    // spans hold `n` elements each (checked).
     unsafe { kernel.launch(stream, grid_stride_config(stream, n), &mut params)? };
     Ok(())
 }
 
-/// Queues `out[i] = cond[i] ? a[i] : b[i]` for `i < n` elements of `elem_bytes` bytes (1, 2,
-/// 4 or 8) on `stream`.
-///
-/// # Safety
-///
-/// `cond` must be valid for `n` bytes, `a`, `b` and `out` for `n` elements, all device memory
-/// of the stream's device (aligned for the element size) until the launch completes.
-pub unsafe fn select(
+/// Queues `out[i] = cond[i] ? a[i] : b[i]` for the `cond.len()` elements of `elem_bytes` bytes
+/// (1, 2, 4 or 8) that `a`, `b` and `out` hold as bytes, on `stream`.
+pub fn select(
     stream: &Stream,
     elem_bytes: usize,
-    cond: u64,
-    a: u64,
-    b: u64,
-    out: u64,
-    n: usize,
+    cond: DeviceSpan<'_, u8>,
+    a: DeviceSpan<'_, u8>,
+    b: DeviceSpan<'_, u8>,
+    out: DeviceSpanMut<'_, u8>,
 ) -> Result<()> {
+    let n = cond.len();
+    let bytes = n.saturating_mul(elem_bytes);
+    same_len("where", bytes, a.len())?;
+    same_len("where", bytes, b.len())?;
+    same_len("where", bytes, out.len())?;
+    if [a.addr(), b.addr(), out.addr()]
+        .iter()
+        .any(|p| !p.is_multiple_of(elem_bytes.max(1) as u64))
+    {
+        return Err(Error::Unsupported {
+            op: "where",
+            reason: format!("operands not aligned to {elem_bytes} bytes"),
+        });
+    }
     let name = match elem_bytes {
         1 => "where_e1",
         2 => "where_e2",
@@ -375,7 +437,8 @@ pub unsafe fn select(
         return Ok(());
     }
     let kernel = Kernel::get(stream.context(), &images::ELEMENTWISE, name)?;
-    let (mut c, mut a, mut b, mut out, mut n64) = (cond, a, b, out, n as u64);
+    let (mut c, mut a, mut b, mut out, mut n64) =
+        (cond.addr(), a.addr(), b.addr(), out.addr(), n as u64);
     let mut params: [*mut c_void; 5] = [
         (&raw mut c).cast(),
         (&raw mut a).cast(),
@@ -384,23 +447,19 @@ pub unsafe fn select(
         (&raw mut n64).cast(),
     ];
     // SAFETY: the parameters match `where_eN(const uint8_t*, const T*, const T*, T*,
-    // uint64_t)`; the caller guarantees the addresses.
+    // uint64_t)`; the spans hold `n` elements each, aligned (checked).
     unsafe { kernel.launch(stream, grid_stride_config(stream, n), &mut params)? };
     Ok(())
 }
 
-/// Queues `out[i] = value` for `i < n` on `stream`.
-///
-/// # Safety
-///
-/// `out` must be a device address on the stream's device valid for `n` elements of `T` until
-/// the launch completes.
-pub unsafe fn fill<T: Element>(stream: &Stream, out: u64, value: T, n: usize) -> Result<()> {
+/// Queues `out[i] = value` for every element of `out` on `stream`.
+pub fn fill<T: Element>(stream: &Stream, out: DeviceSpanMut<'_, T>, value: T) -> Result<()> {
+    let (n, out) = (out.len(), out.addr());
     if n == 0 {
         return Ok(());
     }
     let b = value_bits(value);
-    // SAFETY: forwarded contract.
+    // SAFETY: the span holds `n` elements.
     if unsafe { tape_push(stream, TAPE_FILL, 0, T::TYPE_CODE, n, 0, b, out)? } {
         return Ok(());
     }
@@ -415,7 +474,7 @@ pub unsafe fn fill<T: Element>(stream: &Stream, out: u64, value: T, n: usize) ->
         (&raw mut v).cast(),
     ];
     // SAFETY: the parameters match `fill_<T>(T*, T, uint64_t, int)` (`T` has the same size and
-    // layout as the kernel's element type); the caller guarantees the address.
+    // layout as the kernel's element type); the span holds `n` elements.
     unsafe { kernel.launch(stream, config, &mut params)? };
     Ok(())
 }
@@ -443,24 +502,35 @@ fn elem_suffix(op: &'static str, elem_bytes: usize) -> Result<&'static str> {
     })
 }
 
-/// Queues a strided copy of `desc.numel()` elements of `elem_bytes` bytes from `src` to `dst`.
-///
-/// # Safety
-///
-/// `src` and `dst` must be device memory of the stream's device covering every index the
-/// descriptor reaches (see [`crate::StridedCopy::extents`]), valid until the copy completes, and
-/// the destination indices must not repeat (no two elements written to the same place).
-pub unsafe fn strided_copy(
+/// Queues a strided copy of `desc.numel()` elements of `elem_bytes` bytes from `src` to `dst`
+/// (both as bytes). Fails before launching when the descriptor reaches outside a span. The
+/// destination indices should not repeat (otherwise which write lands is unspecified).
+pub fn strided_copy(
     stream: &Stream,
     elem_bytes: usize,
-    src: u64,
-    dst: u64,
+    src: DeviceSpan<'_, u8>,
+    dst: DeviceSpanMut<'_, u8>,
     desc: &crate::StridedCopy,
 ) -> Result<()> {
     let n = desc.numel();
     if n == 0 {
         return Ok(());
     }
+    let (se, de) = desc.extents();
+    if se.saturating_mul(elem_bytes) > src.len() || de.saturating_mul(elem_bytes) > dst.len() {
+        return Err(Error::LengthMismatch {
+            op: "strided_copy",
+            expected: se.max(de).saturating_mul(elem_bytes),
+            got: src.len().min(dst.len()),
+        });
+    }
+    if !src.is_aligned_to(elem_bytes as u64) || !dst.is_aligned_to(elem_bytes as u64) {
+        return Err(Error::Unsupported {
+            op: "strided_copy",
+            reason: format!("operands not aligned to {elem_bytes} bytes"),
+        });
+    }
+    let (src, dst) = (src.addr(), dst.addr());
     let threads = 256u64;
     let cap = u64::from(stream.context().multiprocessors().max(1)) * 16;
     let blocks = (n as u64).div_ceil(threads).clamp(1, cap);
@@ -480,8 +550,8 @@ pub unsafe fn strided_copy(
             (&raw mut d32).cast(),
         ];
         // SAFETY: the parameters match `strided_copy32_eN(const T*, T*, uint32_t, GxStrided32)`
-        // (`StridedCopy32` is `#[repr(C)]` with the kernel struct's layout); the caller vouches
-        // for the memory.
+        // (`StridedCopy32` is `#[repr(C)]` with the kernel struct's layout); every index the
+        // descriptor reaches lies in the spans (checked).
         unsafe { kernel.launch(stream, config, &mut params)? };
         return Ok(());
     }
@@ -498,8 +568,8 @@ pub unsafe fn strided_copy(
         (&raw mut d).cast(),
     ];
     // SAFETY: the parameters match `strided_copy_eN(const T*, T*, uint64_t, GxStrided)` (the
-    // descriptor is `#[repr(C)]` with the kernel struct's layout); the caller vouches for the
-    // memory.
+    // descriptor is `#[repr(C)]` with the kernel struct's layout); every index the descriptor
+    // reaches lies in the spans (checked).
     unsafe { kernel.launch(stream, config, &mut params)? };
     Ok(())
 }
@@ -508,16 +578,13 @@ pub unsafe fn strided_copy(
 /// `elem_bytes` bytes; input rows are `ld_in` elements apart and matrices `batch_in` apart; the
 /// output is dense (`batch_out` apart).
 ///
-/// # Safety
-///
-/// Both ranges must be device memory of the stream's device large enough for the shapes given,
-/// valid until the kernel completes, and must not overlap.
+/// Both are spans of bytes; fails before launching when the shapes reach outside them.
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn transpose(
+pub fn transpose(
     stream: &Stream,
     elem_bytes: usize,
-    input: u64,
-    out: u64,
+    input: DeviceSpan<'_, u8>,
+    out: DeviceSpanMut<'_, u8>,
     batch: usize,
     rows: usize,
     cols: usize,
@@ -528,6 +595,33 @@ pub unsafe fn transpose(
     if batch == 0 || rows == 0 || cols == 0 {
         return Ok(());
     }
+    // The last element each side touches, +1, in elements (saturating: too large is refused).
+    let reach = |batch_stride: usize, row_stride: usize, last_row: usize, last_col: usize| {
+        (batch - 1)
+            .saturating_mul(batch_stride)
+            .saturating_add(last_row.saturating_mul(row_stride))
+            .saturating_add(last_col)
+            .saturating_add(1)
+            .saturating_mul(elem_bytes)
+    };
+    let (need_in, need_out) = (
+        reach(batch_in, ld_in, rows - 1, cols - 1),
+        reach(batch_out, rows, cols - 1, rows - 1),
+    );
+    if need_in > input.len() || need_out > out.len() {
+        return Err(Error::LengthMismatch {
+            op: "transpose",
+            expected: need_in.max(need_out),
+            got: input.len().min(out.len()),
+        });
+    }
+    if !input.is_aligned_to(elem_bytes as u64) || !out.is_aligned_to(elem_bytes as u64) {
+        return Err(Error::Unsupported {
+            op: "transpose",
+            reason: format!("operands not aligned to {elem_bytes} bytes"),
+        });
+    }
+    let (input, out) = (input.addr(), out.addr());
     if batch > 65_535 {
         return Err(crate::Error::Unsupported {
             op: "transpose",
@@ -569,30 +663,45 @@ pub unsafe fn transpose(
         (&raw mut bi).cast(),
         (&raw mut bo).cast(),
     ];
-    // SAFETY: the parameters match `transpose_eN(const T*, T*, int64 x5)`; the caller vouches
-    // for the memory.
+    // SAFETY: the parameters match `transpose_eN(const T*, T*, int64 x5)`; every element the
+    // shapes reach lies in the spans (checked).
     unsafe { kernel.launch(stream, config, &mut params)? };
     Ok(())
 }
 
-/// Queues a conversion of `n` contiguous elements from `src_kind` at `src` to `dst_kind` at
-/// `dst` (semantics: [`crate::copy::cast`], the CPU twin).
-///
-/// # Safety
-///
-/// `src` must hold `n` elements of `src_kind` (bools as 0 or 1) and `dst` room for `n` of
-/// `dst_kind`, both device memory of the stream's device, valid until the kernel completes.
-pub unsafe fn cast(
+/// Queues a conversion of `n` contiguous elements from `src_kind` in `src` to `dst_kind` in
+/// `dst` (both as bytes; semantics: [`crate::copy::cast`], the CPU twin). Bools are read as
+/// any non-zero byte being true.
+pub fn cast(
     stream: &Stream,
     src_kind: crate::DType,
-    src: u64,
+    src: DeviceSpan<'_, u8>,
     dst_kind: crate::DType,
-    dst: u64,
+    dst: DeviceSpanMut<'_, u8>,
     n: usize,
 ) -> Result<()> {
     if n == 0 {
         return Ok(());
     }
+    let fits = |kind: crate::DType, len: usize, addr_ok: bool| {
+        n.checked_mul(kind.size()).is_some_and(|b| b <= len) && addr_ok
+    };
+    if !fits(
+        src_kind,
+        src.len(),
+        src.is_aligned_to(src_kind.size() as u64),
+    ) || !fits(
+        dst_kind,
+        dst.len(),
+        dst.is_aligned_to(dst_kind.size() as u64),
+    ) {
+        return Err(Error::LengthMismatch {
+            op: "cast",
+            expected: n,
+            got: (src.len() / src_kind.size()).min(dst.len() / dst_kind.size()),
+        });
+    }
+    let (src, dst) = (src.addr(), dst.addr());
     let name = cast_kernel_name(src_kind, dst_kind);
     let kernel = Kernel::get(stream.context(), &images::COPY, name)?;
     let threads = 256u64;
@@ -607,8 +716,8 @@ pub unsafe fn cast(
         (&raw mut n64).cast(),
         (&raw mut v).cast(),
     ];
-    // SAFETY: the parameters match `cast_S_D(const S*, D*, uint64_t, int)`; the caller vouches for
-    // the memory.
+    // SAFETY: the parameters match `cast_S_D(const S*, D*, uint64_t, int)`; the spans hold `n`
+    // elements of their kinds, aligned (checked).
     unsafe {
         kernel.launch(
             stream,

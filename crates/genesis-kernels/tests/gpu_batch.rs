@@ -6,7 +6,9 @@
 
 use std::sync::Arc;
 
-use genesis_cuda::{Context, DeviceBuffer, Event, Stream, skip_without_gpu};
+use genesis_cuda::{
+    Context, DeviceBuffer, DeviceSpan, DeviceSpanMut, Event, Stream, skip_without_gpu,
+};
 use genesis_kernels::{BinaryOp, Element, UnaryOp, gpu};
 use half::{bf16, f16};
 
@@ -20,6 +22,24 @@ fn from_bytes<T: Element + Default>(b: &[u8]) -> Vec<T> {
     // SAFETY: `v` has exactly `b.len()` bytes of plain-old-data storage.
     unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), v.as_mut_ptr().cast::<u8>(), b.len()) };
     v
+}
+
+/// `x` as an operand and as the output of the same launch: the elementwise kernels read and
+/// write each element in one thread, so an output may be one of the operands.
+fn in_place<T: Element>(x: &DeviceBuffer) -> (DeviceSpan<'_, T>, DeviceSpanMut<'_, T>) {
+    let n = x.len() / size_of::<T>();
+    // SAFETY: `x` holds `n` elements of `T` for as long as it is borrowed, and its drop waits
+    // for the work queued on it; the two spans alias only as the kernels allow (above).
+    unsafe {
+        (
+            DeviceSpan::from_raw(x.device_ptr(), n),
+            DeviceSpanMut::from_raw(x.device_ptr(), n),
+        )
+    }
+}
+
+fn span<T: Element>(x: &DeviceBuffer) -> DeviceSpan<'_, T> {
+    x.as_span().unwrap()
 }
 
 /// Values from small integers, so that every op of every type gives finite, exact-ish results
@@ -63,25 +83,26 @@ fn program<T: Small>(ctx: &Arc<Context>, s: &Stream) -> Vec<Vec<u8>> {
         let da = DeviceBuffer::from_host(ctx, bytes_of(&a)).unwrap();
         let db = DeviceBuffer::from_host(ctx, bytes_of(&b)).unwrap();
         let x = DeviceBuffer::alloc(ctx, n * size_of::<T>()).unwrap();
-        let (pa, pb, px) = (da.device_ptr(), db.device_ptr(), x.device_ptr());
-        // SAFETY: every buffer holds n elements of T and outlives the synchronize below.
-        unsafe {
-            gpu::fill::<T>(s, px, T::small(3), n).unwrap();
-            for op in BinaryOp::ALL {
-                if T::binary_kernel(op).is_none() {
-                    continue;
-                }
-                gpu::binary::<T>(s, op, px, pa, px, n).unwrap();
-                gpu::binary::<T>(s, op, pb, px, px, n).unwrap();
+        let (pa, pb) = (span::<T>(&da), span::<T>(&db));
+        gpu::fill::<T>(s, in_place::<T>(&x).1, T::small(3)).unwrap();
+        for op in BinaryOp::ALL {
+            if T::binary_kernel(op).is_none() {
+                continue;
             }
-            for op in UnaryOp::ALL {
-                if T::unary_kernel(op).is_none() {
-                    continue;
-                }
-                gpu::unary::<T>(s, op, px, px, n).unwrap();
-                // Keep values in range for the next op.
-                gpu::binary::<T>(s, BinaryOp::Minimum, px, pb, px, n).unwrap();
+            let (xr, xw) = in_place::<T>(&x);
+            gpu::binary::<T>(s, op, xr, pa, xw).unwrap();
+            let (xr, xw) = in_place::<T>(&x);
+            gpu::binary::<T>(s, op, pb, xr, xw).unwrap();
+        }
+        for op in UnaryOp::ALL {
+            if T::unary_kernel(op).is_none() {
+                continue;
             }
+            let (xr, xw) = in_place::<T>(&x);
+            gpu::unary::<T>(s, op, xr, xw).unwrap();
+            // Keep values in range for the next op.
+            let (xr, xw) = in_place::<T>(&x);
+            gpu::binary::<T>(s, BinaryOp::Minimum, xr, pb, xw).unwrap();
         }
         s.synchronize().unwrap();
         outs.push(x.to_host_vec().unwrap());
@@ -126,9 +147,8 @@ fn batched_small_ops() {
     let x = DeviceBuffer::from_host(&ctx, bytes_of(&[0.0f32])).unwrap();
     let (r0, l0) = ctx.batch_counts();
     for _ in 0..1000 {
-        // SAFETY: one f32 each, alive until the synchronize.
-        unsafe { gpu::add::<f32>(&s, x.device_ptr(), one.device_ptr(), x.device_ptr(), 1) }
-            .unwrap();
+        let (xr, xw) = in_place::<f32>(&x);
+        gpu::add::<f32>(&s, xr, span(&one), xw).unwrap();
     }
     s.synchronize().unwrap();
     assert_eq!(from_bytes::<f32>(&x.to_host_vec().unwrap()), [1000.0]);
@@ -145,13 +165,18 @@ fn batched_small_ops() {
     //    after it reads what it wrote.
     let n = 1 << 20;
     let big = DeviceBuffer::from_host(&ctx, bytes_of(&vec![2.0f32; n])).unwrap();
-    let out = DeviceBuffer::alloc(&ctx, n * 4).unwrap();
-    // SAFETY: the buffers hold n (big, out) or 1 (x, one) f32 and outlive the synchronize.
-    unsafe {
-        gpu::add::<f32>(&s, big.device_ptr(), one.device_ptr(), big.device_ptr(), 1).unwrap();
-        gpu::add::<f32>(&s, big.device_ptr(), big.device_ptr(), out.device_ptr(), n).unwrap();
-        gpu::add::<f32>(&s, out.device_ptr(), one.device_ptr(), x.device_ptr(), 1).unwrap();
-    }
+    let mut out = DeviceBuffer::alloc(&ctx, n * 4).unwrap();
+    let (br, bw) = in_place::<f32>(&big);
+    gpu::add::<f32>(
+        &s,
+        br.slice(..1).unwrap(),
+        span(&one),
+        bw.into_slice(..1).unwrap(),
+    )
+    .unwrap();
+    gpu::add::<f32>(&s, span(&big), span(&big), out.as_span_mut().unwrap()).unwrap();
+    let head = span::<f32>(&out).slice(..1).unwrap();
+    gpu::add::<f32>(&s, head, span(&one), in_place::<f32>(&x).1).unwrap();
     s.synchronize().unwrap();
     let o: Vec<f32> = from_bytes(&out.to_host_vec().unwrap());
     assert_eq!((o[0], o[1], o[n - 1]), (6.0, 4.0, 4.0));
@@ -161,27 +186,22 @@ fn batched_small_ops() {
     //    another stream after it.
     let s2 = Stream::new(&ctx).unwrap();
     let ev = Event::new(&ctx, false).unwrap();
-    let y = DeviceBuffer::alloc(&ctx, 4).unwrap();
-    // SAFETY: one f32 each, alive until the synchronize.
-    unsafe {
-        gpu::fill::<f32>(&s, x.device_ptr(), 41.0, 1).unwrap();
-        ev.record(&s).unwrap();
-        s2.wait_event(&ev).unwrap();
-        gpu::add::<f32>(&s2, x.device_ptr(), one.device_ptr(), y.device_ptr(), 1).unwrap();
-    }
+    let mut y = DeviceBuffer::alloc(&ctx, 4).unwrap();
+    gpu::fill::<f32>(&s, in_place::<f32>(&x).1, 41.0).unwrap();
+    ev.record(&s).unwrap();
+    s2.wait_event(&ev).unwrap();
+    gpu::add::<f32>(&s2, span(&x), span(&one), y.as_span_mut().unwrap()).unwrap();
     s2.synchronize().unwrap();
     assert_eq!(from_bytes::<f32>(&y.to_host_vec().unwrap()), [42.0]);
 
     // 5. Dropping a stream launches what is pending on it and waits for it.
     let s3 = Stream::new(&ctx).unwrap();
-    // SAFETY: one f32, alive until the stream's drop synchronises.
-    unsafe { gpu::fill::<f32>(&s3, y.device_ptr(), 5.0, 1).unwrap() };
+    gpu::fill::<f32>(&s3, y.as_span_mut().unwrap(), 5.0).unwrap();
     drop(s3);
     assert_eq!(from_bytes::<f32>(&y.to_host_vec().unwrap()), [5.0]);
 
     // 6. Stream::raw (work queued by other libraries) launches the batch first.
-    // SAFETY: one f32, alive until the synchronize.
-    unsafe { gpu::fill::<f32>(&s, y.device_ptr(), 6.0, 1).unwrap() };
+    gpu::fill::<f32>(&s, y.as_span_mut().unwrap(), 6.0).unwrap();
     let l_before = ctx.batch_counts().1;
     let _ = s.raw();
     assert_eq!(

@@ -142,9 +142,9 @@ fn every_cast_pair_matches_the_twin() {
         for d in DType::ALL {
             let mut want = vec![0u8; n * d.size()];
             cast(s, &src, d, &mut want, n).unwrap();
-            let ddst = DeviceBuffer::from_host(&ctx, &vec![0xA5; n * d.size()]).unwrap();
-            // SAFETY: both buffers hold n elements of their kinds and outlive the synchronize.
-            unsafe { gpu::cast(&stream, s, dsrc.device_ptr(), d, ddst.device_ptr(), n).unwrap() };
+            let mut ddst = DeviceBuffer::from_host(&ctx, &vec![0xA5; n * d.size()]).unwrap();
+            let (from, to) = (dsrc.as_span().unwrap(), ddst.as_span_mut().unwrap());
+            gpu::cast(&stream, s, from, d, to, n).unwrap();
             stream.synchronize().unwrap();
             let got = ddst.to_host_vec().unwrap();
             for i in 0..n {
@@ -203,12 +203,10 @@ fn strided_copies_and_transposes_match_the_twin() {
             let src_el = typed(&src);
             let mut want_el = vec![0u64; dst_ext.max(1)];
             strided_copy(&src_el, &mut want_el, desc).unwrap();
-            let ddst = DeviceBuffer::from_host(&ctx, &vec![0u8; dst_ext.max(1) * elem]).unwrap();
-            // SAFETY: the buffers cover the descriptor's extents and outlive the synchronize.
-            unsafe {
-                gpu::strided_copy(&stream, elem, dsrc.device_ptr(), ddst.device_ptr(), desc)
-                    .unwrap()
-            };
+            let mut ddst =
+                DeviceBuffer::from_host(&ctx, &vec![0u8; dst_ext.max(1) * elem]).unwrap();
+            let (from, to) = (dsrc.as_span().unwrap(), ddst.as_span_mut().unwrap());
+            gpu::strided_copy(&stream, elem, from, to, desc).unwrap();
             stream.synchronize().unwrap();
             let got = typed(&ddst.to_host_vec().unwrap());
             assert_eq!(
@@ -239,23 +237,20 @@ fn strided_copies_and_transposes_match_the_twin() {
                 )
                 .unwrap();
             }
-            let dout = DeviceBuffer::alloc(&ctx, batch * rows * cols * elem).unwrap();
-            // SAFETY: the input covers batch * rows * ld elements, the output batch * rows * cols.
-            unsafe {
-                gpu::transpose(
-                    &stream,
-                    elem,
-                    dsrc.device_ptr(),
-                    dout.device_ptr(),
-                    batch,
-                    rows,
-                    cols,
-                    ld,
-                    rows * ld,
-                    rows * cols,
-                )
-                .unwrap()
-            };
+            let mut dout = DeviceBuffer::alloc(&ctx, batch * rows * cols * elem).unwrap();
+            gpu::transpose(
+                &stream,
+                elem,
+                dsrc.as_span().unwrap(),
+                dout.as_span_mut().unwrap(),
+                batch,
+                rows,
+                cols,
+                ld,
+                rows * ld,
+                rows * cols,
+            )
+            .unwrap();
             stream.synchronize().unwrap();
             let got = words(&dout.to_host_vec().unwrap(), elem);
             assert_eq!(

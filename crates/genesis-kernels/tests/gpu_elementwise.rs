@@ -98,11 +98,16 @@ fn check_unary<T: Random + Default>(
     let mut want = vec![T::default(); n];
     cpu::unary(op, &a[offset..], &mut want).unwrap();
     let da = DeviceBuffer::from_host(ctx, bytes_of(&a)).unwrap();
-    let dout = DeviceBuffer::from_host(ctx, &vec![0xA5u8; (n + offset) * size_of::<T>()]).unwrap();
+    let mut dout =
+        DeviceBuffer::from_host(ctx, &vec![0xA5u8; (n + offset) * size_of::<T>()]).unwrap();
     let s = Stream::new(ctx).unwrap();
-    let off = (offset * size_of::<T>()) as u64;
-    // SAFETY: both buffers hold n + offset elements and outlive the synchronize below.
-    unsafe { gpu::unary::<T>(&s, op, da.device_ptr() + off, dout.device_ptr() + off, n).unwrap() };
+    let from = da.as_span::<T>().unwrap().slice(offset..).unwrap();
+    let to = dout
+        .as_span_mut::<T>()
+        .unwrap()
+        .into_slice(offset..)
+        .unwrap();
+    gpu::unary::<T>(&s, op, from, to).unwrap();
     s.synchronize().unwrap();
     let bytes = dout.to_host_vec().unwrap();
     assert!(bytes[..offset * size_of::<T>()].iter().all(|&x| x == 0xA5));
@@ -161,21 +166,19 @@ fn check_binary<T: Random + Default>(
     let db = DeviceBuffer::from_host(ctx, bytes_of(&b)).unwrap();
     // Poison the output so an unwritten element cannot pass.
     let poison: Vec<u8> = vec![0xA5; (n + offset) * size_of::<T>()];
-    let dout = DeviceBuffer::from_host(ctx, &poison).unwrap();
+    let mut dout = DeviceBuffer::from_host(ctx, &poison).unwrap();
     let s = Stream::new(ctx).unwrap();
-    let off = (offset * size_of::<T>()) as u64;
-    // SAFETY: all three buffers hold n + offset elements and outlive the synchronize below.
-    unsafe {
-        gpu::binary::<T>(
-            &s,
-            op,
-            da.device_ptr() + off,
-            db.device_ptr() + off,
-            dout.device_ptr() + off,
-            n,
-        )
-        .unwrap();
-    }
+    gpu::binary::<T>(
+        &s,
+        op,
+        da.as_span::<T>().unwrap().slice(offset..).unwrap(),
+        db.as_span::<T>().unwrap().slice(offset..).unwrap(),
+        dout.as_span_mut::<T>()
+            .unwrap()
+            .into_slice(offset..)
+            .unwrap(),
+    )
+    .unwrap();
     s.synchronize().unwrap();
     let out_bytes = dout.to_host_vec().unwrap();
     assert!(
@@ -222,36 +225,35 @@ fn check_compare_select<T: Random + Default>(ctx: &Arc<Context>, rng: &mut Small
         .collect();
     let da = DeviceBuffer::from_host(ctx, bytes_of(&a)).unwrap();
     let db = DeviceBuffer::from_host(ctx, bytes_of(&b)).unwrap();
-    let dc = DeviceBuffer::from_host(ctx, &vec![0xA5u8; n.max(1)]).unwrap();
+    let mut dc = DeviceBuffer::from_host(ctx, &vec![0xA5u8; n.max(1)]).unwrap();
     let s = Stream::new(ctx).unwrap();
     for op in CompareOp::ALL {
         let mut want = vec![0u8; n];
         cpu::compare(op, &a, &b, &mut want).unwrap();
-        // SAFETY: the buffers hold n elements and outlive the synchronize below.
-        unsafe {
-            gpu::compare::<T>(&s, op, da.device_ptr(), db.device_ptr(), dc.device_ptr(), n)
-                .unwrap();
-        }
+        let out = dc.as_span_mut::<u8>().unwrap().into_slice(..n).unwrap();
+        let (pa, pb) = (da.as_span::<T>().unwrap(), db.as_span::<T>().unwrap());
+        gpu::compare::<T>(&s, op, pa.slice(..n).unwrap(), pb.slice(..n).unwrap(), out).unwrap();
         s.synchronize().unwrap();
         let got = dc.to_host_vec().unwrap();
         assert_eq!(&got[..n], &want[..], "{}_{} n={n}", op.name(), T::NAME);
         // where(a < b ... , a, b) with that mask.
         let mut want_sel = vec![T::default(); n];
         cpu::select(&want, &a, &b, &mut want_sel).unwrap();
-        let dout = DeviceBuffer::alloc(ctx, (n * size_of::<T>()).max(1)).unwrap();
-        // SAFETY: as above.
-        unsafe {
-            gpu::select(
-                &s,
-                size_of::<T>(),
-                dc.device_ptr(),
-                da.device_ptr(),
-                db.device_ptr(),
-                dout.device_ptr(),
-                n,
-            )
-            .unwrap();
-        }
+        let mut dout = DeviceBuffer::alloc(ctx, (n * size_of::<T>()).max(1)).unwrap();
+        let bytes = n * size_of::<T>();
+        let (pa, pb) = (da.as_span::<u8>().unwrap(), db.as_span::<u8>().unwrap());
+        gpu::select(
+            &s,
+            size_of::<T>(),
+            dc.as_span::<u8>().unwrap().slice(..n).unwrap(),
+            pa.slice(..bytes).unwrap(),
+            pb.slice(..bytes).unwrap(),
+            dout.as_span_mut::<u8>()
+                .unwrap()
+                .into_slice(..bytes)
+                .unwrap(),
+        )
+        .unwrap();
         s.synchronize().unwrap();
         let got_sel: Vec<T> = from_bytes(&dout.to_host_vec().unwrap()[..n * size_of::<T>()]);
         assert!(
@@ -269,19 +271,11 @@ fn check_fill<T: Random + Default>(
     offset: usize,
 ) {
     let value = T::random(rng);
-    let dout =
+    let mut dout =
         DeviceBuffer::from_host(ctx, &vec![0x5Au8; (n + offset + 3) * size_of::<T>()]).unwrap();
     let s = Stream::new(ctx).unwrap();
-    // SAFETY: the buffer holds n + offset + 3 elements and outlives the synchronize below.
-    unsafe {
-        gpu::fill::<T>(
-            &s,
-            dout.device_ptr() + (offset * size_of::<T>()) as u64,
-            value,
-            n,
-        )
-        .unwrap()
-    };
+    let to = dout.as_span_mut::<T>().unwrap();
+    gpu::fill::<T>(&s, to.into_slice(offset..offset + n).unwrap(), value).unwrap();
     s.synchronize().unwrap();
     let bytes = dout.to_host_vec().unwrap();
     let (lo, hi) = (offset * size_of::<T>(), (offset + n) * size_of::<T>());
@@ -342,8 +336,12 @@ fn integer_division_is_refused_before_launch() {
     }
     let ctx = Context::get(0).unwrap();
     let s = Stream::new(&ctx).unwrap();
-    // SAFETY: the launcher fails before touching the (null) addresses.
-    let e = unsafe { gpu::binary::<i32>(&s, BinaryOp::Div, 0, 0, 0, 4) }.unwrap_err();
+    let (a, mut out) = (
+        DeviceBuffer::alloc(&ctx, 16).unwrap(),
+        DeviceBuffer::alloc(&ctx, 16).unwrap(),
+    );
+    let pa = a.as_span::<i32>().unwrap();
+    let e = gpu::binary::<i32>(&s, BinaryOp::Div, pa, pa, out.as_span_mut().unwrap()).unwrap_err();
     assert!(e.to_string().contains("div"), "{e}");
 }
 
@@ -377,20 +375,11 @@ fn in_place_add() {
     let mut rng = SmallRng::seed_from_u64(9);
     let a: Vec<f32> = (0..100_003).map(|_| rng.random_range(-1.0..1.0)).collect();
     let b: Vec<f32> = (0..100_003).map(|_| rng.random_range(-1.0..1.0)).collect();
-    let da = DeviceBuffer::from_host(&ctx, bytes_of(&a)).unwrap();
+    let mut da = DeviceBuffer::from_host(&ctx, bytes_of(&a)).unwrap();
     let db = DeviceBuffer::from_host(&ctx, bytes_of(&b)).unwrap();
     let s = Stream::new(&ctx).unwrap();
-    // SAFETY: both buffers hold 100_003 f32 and outlive the synchronize.
-    unsafe {
-        gpu::add::<f32>(
-            &s,
-            da.device_ptr(),
-            db.device_ptr(),
-            da.device_ptr(),
-            a.len(),
-        )
-        .unwrap()
-    };
+    let (to, from) = (da.as_span_mut::<f32>().unwrap(), db.as_span().unwrap());
+    gpu::binary_assign::<f32>(&s, BinaryOp::Add, to, from).unwrap();
     s.synchronize().unwrap();
     let got: Vec<f32> = from_bytes(&da.to_host_vec().unwrap());
     let mut want = a.clone();

@@ -390,16 +390,14 @@ impl Storage {
             }
             #[cfg(feature = "cuda")]
             Device::Cuda(i) => {
-                let mem = crate::cuda::CudaMem::new(i, nbytes)?;
+                let mut mem = crate::cuda::CudaMem::new(i, nbytes)?;
                 let stream = queue(&mem);
                 crate::dispatch_kernel_dtype!(dtype, K => {
                     // `K` is the dtype's type, which is `T`; the downcast proves it safely.
                     let v: K = *(&value as &dyn std::any::Any)
                         .downcast_ref::<K>()
                         .expect("WithDType::DTYPE names the type itself");
-                    // SAFETY: the memory holds `len` elements of `K` on the stream's device and
-                    // outlives the launch (its pool reuses it only in stream order).
-                    unsafe { genesis_kernels::gpu::fill::<K>(&stream, mem.ptr(), v, len)? }
+                    genesis_kernels::gpu::fill::<K>(&stream, mem.span_mut::<K>(len)?, v)?;
                 }, _ => {
                     let cpu = Storage::full(len, value, Device::Cpu)?;
                     return cpu.to_device(device);
@@ -785,33 +783,24 @@ impl Storage {
             #[cfg(feature = "cuda")]
             (Inner::Cuda(d), Inner::Cuda(s)) if d.ordinal() == s.ordinal() => {
                 let stream = queue(d);
-                let (dp, sp) = (d.ptr(), s.ptr());
+                let (src_bytes, dst_bytes) = (src.nbytes(), self.len * size);
+                let (sp, dp) = (s.span::<u8>(src_bytes)?, d.span_mut::<u8>(dst_bytes)?);
                 // A 2-D transpose into a dense destination takes the tiled kernel.
                 if let Some((rows, cols, ld)) = transpose_shape(src_layout, dst_layout) {
-                    let (so, dof) = (
-                        (src_layout.offset() * size) as u64,
-                        (dst_layout.offset() * size) as u64,
-                    );
-                    // SAFETY: the layouts were checked against both storages; the destination
-                    // is dense and does not overlap the source (different storages).
-                    unsafe {
-                        genesis_kernels::gpu::transpose(
-                            &stream,
-                            size,
-                            sp + so,
-                            dp + dof,
-                            1,
-                            rows,
-                            cols,
-                            ld,
-                            0,
-                            0,
-                        )?
-                    };
+                    genesis_kernels::gpu::transpose(
+                        &stream,
+                        size,
+                        sp.slice(src_layout.offset() * size..)?,
+                        dp.into_slice(dst_layout.offset() * size..)?,
+                        1,
+                        rows,
+                        cols,
+                        ld,
+                        0,
+                        0,
+                    )?;
                 } else {
-                    // SAFETY: the layouts were checked against both storages and the
-                    // destination has no repeated indices.
-                    unsafe { genesis_kernels::gpu::strided_copy(&stream, size, sp, dp, &desc)? };
+                    genesis_kernels::gpu::strided_copy(&stream, size, sp, dp, &desc)?;
                 }
                 Ok(())
             }
@@ -931,17 +920,14 @@ impl Storage {
         match (&mut out.inner, &self.inner) {
             #[cfg(feature = "cuda")]
             (Inner::Cuda(d), Inner::Cuda(s)) => {
-                // SAFETY: both hold `len` elements of their dtypes on this device.
-                unsafe {
-                    genesis_kernels::gpu::cast(
-                        &queue(d),
-                        self.dtype,
-                        s.ptr(),
-                        dtype,
-                        d.ptr(),
-                        self.len,
-                    )?
-                };
+                genesis_kernels::gpu::cast(
+                    &queue(d),
+                    self.dtype,
+                    s.span::<u8>(self.nbytes())?,
+                    dtype,
+                    d.span_mut::<u8>(self.len * dtype.size())?,
+                    self.len,
+                )?;
             }
             _ => {
                 let src = self.host_bytes().expect("host storage");
@@ -1011,11 +997,10 @@ impl Storage {
             #[cfg(feature = "cuda")]
             (Inner::Cuda(a), Inner::Cuda(b)) => {
                 crate::dispatch_kernel_dtype!(dtype, T => {
-                    let dst = a.ptr() + (start * size_of::<T>()) as u64;
-                    let src = b.ptr() + (other_start * size_of::<T>()) as u64;
-                    // SAFETY: `dst` and `src` hold `len` elements of `T` (ranges checked
-                    // above); both live until the launch completes (stream-ordered reuse).
-                    unsafe { genesis_kernels::gpu::binary::<T>(&queue(a), op, dst, src, dst, len)? };
+                    let stream = queue(a);
+                    let src = b.span::<T>(other.len)?.slice(other_start..other_start + len)?;
+                    let dst = a.span_mut::<T>(self.len)?.into_slice(start..start + len)?;
+                    genesis_kernels::gpu::binary_assign::<T>(&stream, op, dst, src)?;
                     Ok(())
                 }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
             }
@@ -1041,10 +1026,9 @@ impl Storage {
             #[cfg(feature = "cuda")]
             Inner::Cuda(a) => {
                 crate::dispatch_kernel_dtype!(dtype, T => {
-                    let dst = a.ptr() + (start * size_of::<T>()) as u64;
-                    // SAFETY: `dst` holds `len` elements of `T` (range checked above) and lives
-                    // until the launch completes (stream-ordered reuse).
-                    unsafe { genesis_kernels::gpu::unary::<T>(&queue(a), op, dst, dst, len)? };
+                    let stream = queue(a);
+                    let dst = a.span_mut::<T>(self.len)?.into_slice(start..start + len)?;
+                    genesis_kernels::gpu::unary_assign::<T>(&stream, op, dst)?;
                     Ok(())
                 }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
             }

@@ -181,8 +181,9 @@ mod gpu {
         // The driver's floor: bare kernel launches (no tensors, no allocation, batching off)
         // on the legacy stream and on a stream of our own.
         ctx.set_batching(false)?;
-        let buf = genesis_cuda::DeviceBuffer::alloc(&ctx, 256)?;
-        let p = buf.device_ptr();
+        let mut buf = genesis_cuda::DeviceBuffer::alloc(&ctx, 256)?;
+        let (head, mut tail) = buf.as_span_mut::<f32>()?.split_at_mut(32)?;
+        let x = head.as_span().slice(..1)?;
         for (label, stream) in [
             (
                 "raw_launch_legacy_x1000",
@@ -196,8 +197,9 @@ mod gpu {
                 stream.synchronize()?;
                 let t = Instant::now();
                 for _ in 0..ADDS {
-                    // SAFETY: `buf` holds 64 f32 and outlives the synchronize below.
-                    unsafe { genesis_kernels::gpu::add::<f32>(&stream, p, p, p, 1)? };
+                    // One element of `buf` read twice, another one written.
+                    let out = tail.slice_mut(..1)?;
+                    genesis_kernels::gpu::add::<f32>(&stream, x, x, out)?;
                 }
                 host.push(t.elapsed().as_secs_f64() * 1e3);
                 stream.synchronize()?;

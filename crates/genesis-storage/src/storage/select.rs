@@ -28,14 +28,14 @@ impl Storage {
             #[cfg(feature = "cuda")]
             (Inner::Cuda(a), Inner::Cuda(b)) => {
                 crate::dispatch_kernel_dtype!(dtype, T => {
-                    let out = crate::cuda::CudaMem::new(a.ordinal(), len)?;
-                    let (pa, pb) = (
-                        a.ptr() + (a_start * size_of::<T>()) as u64,
-                        b.ptr() + (b_start * size_of::<T>()) as u64,
-                    );
-                    // SAFETY: ranges checked; all three live until the launch completes (the
-                    // pool reuses memory in stream order).
-                    unsafe { genesis_kernels::gpu::compare::<T>(&queue(a), op, pa, pb, out.ptr(), len)? };
+                    let mut out = crate::cuda::CudaMem::new(a.ordinal(), len)?;
+                    genesis_kernels::gpu::compare::<T>(
+                        &queue(a),
+                        op,
+                        a.span::<T>(self.len)?.slice(a_start..a_start + len)?,
+                        b.span::<T>(other.len)?.slice(b_start..b_start + len)?,
+                        out.span_mut::<u8>(len)?,
+                    )?;
                     Ok(Storage::make(Inner::Cuda(out), DType::Bool, len))
                 }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
             }
@@ -88,20 +88,17 @@ impl Storage {
         match (&c.inner, &a.inner, &b.inner) {
             #[cfg(feature = "cuda")]
             (Inner::Cuda(cm), Inner::Cuda(am), Inner::Cuda(bm)) => {
-                let out = crate::cuda::CudaMem::new(am.ordinal(), nbytes)?;
-                // SAFETY: ranges checked; all live until the launch completes (stream-ordered
-                // reuse).
-                unsafe {
-                    genesis_kernels::gpu::select(
-                        &queue(am),
-                        es,
-                        cm.ptr() + cs as u64,
-                        am.ptr() + (as_ * es) as u64,
-                        bm.ptr() + (bs * es) as u64,
-                        out.ptr(),
-                        len,
-                    )?
-                };
+                let mut out = crate::cuda::CudaMem::new(am.ordinal(), nbytes)?;
+                genesis_kernels::gpu::select(
+                    &queue(am),
+                    es,
+                    cm.span::<u8>(c.len)?.slice(cs..cs + len)?,
+                    am.span::<u8>(a.nbytes())?
+                        .slice(as_ * es..as_ * es + nbytes)?,
+                    bm.span::<u8>(b.nbytes())?
+                        .slice(bs * es..bs * es + nbytes)?,
+                    out.span_mut::<u8>(nbytes)?,
+                )?;
                 Ok(Storage::make(Inner::Cuda(out), dtype, len))
             }
             _ => {
@@ -154,18 +151,13 @@ impl Storage {
             #[cfg(feature = "cuda")]
             (Inner::Cuda(a), Inner::Cuda(b), Inner::Cuda(o)) => {
                 crate::dispatch_kernel_dtype!(dtype, T => {
-                    let sz = size_of::<T>() as u64;
-                    // SAFETY: ranges checked; all three live until the launch completes.
-                    unsafe {
-                        genesis_kernels::gpu::binary::<T>(
-                            &queue(a),
-                            op,
-                            a.ptr() + a_start as u64 * sz,
-                            b.ptr() + b_start as u64 * sz,
-                            o.ptr() + out_start as u64 * sz,
-                            len,
-                        )?
-                    };
+                    genesis_kernels::gpu::binary::<T>(
+                        &queue(a),
+                        op,
+                        a.span::<T>(self.len)?.slice(a_start..a_start + len)?,
+                        b.span::<T>(other.len)?.slice(b_start..b_start + len)?,
+                        o.span_mut::<T>(out.len)?.into_slice(out_start..out_start + len)?,
+                    )?;
                     Ok(())
                 }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
             }
@@ -201,17 +193,12 @@ impl Storage {
             #[cfg(feature = "cuda")]
             (Inner::Cuda(a), Inner::Cuda(o)) => {
                 crate::dispatch_kernel_dtype!(dtype, T => {
-                    let sz = size_of::<T>() as u64;
-                    // SAFETY: ranges checked; both live until the launch completes.
-                    unsafe {
-                        genesis_kernels::gpu::unary::<T>(
-                            &queue(a),
-                            op,
-                            a.ptr() + start as u64 * sz,
-                            o.ptr() + out_start as u64 * sz,
-                            len,
-                        )?
-                    };
+                    genesis_kernels::gpu::unary::<T>(
+                        &queue(a),
+                        op,
+                        a.span::<T>(self.len)?.slice(start..start + len)?,
+                        o.span_mut::<T>(out.len)?.into_slice(out_start..out_start + len)?,
+                    )?;
                     Ok(())
                 }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
             }

@@ -66,6 +66,16 @@ mod gpu {
         measure(ctx, true, f)
     }
 
+    /// A writable span over a CUDA storage the bench owns: the kernel-only rows write scratch
+    /// storages (workspaces, outputs) that nothing else reads or writes meanwhile.
+    fn scratch<T>(s: &Storage) -> genesis_cuda::DeviceSpanMut<'_, T> {
+        let n = s.nbytes() / size_of::<T>();
+        // SAFETY: the storage's device memory holds `nbytes` bytes while it is borrowed, every
+        // launch on the span is synchronised by the timing events before the storage drops, and
+        // no other span of a scratch storage is alive during a launch.
+        unsafe { genesis_cuda::DeviceSpanMut::from_raw(s.device_ptr().unwrap_or(0), n) }
+    }
+
     /// Wall clock of `f` and a synchronisation ([`measure`]).
     fn wall(
         ctx: &std::sync::Arc<genesis_cuda::Context>,
@@ -219,10 +229,9 @@ mod gpu {
             Device::Cuda(0),
         )?;
         let sel = Storage::empty(n, DType::F32, Device::Cuda(0))?;
-        let (mp, wp) = (mask.device_ptr().unwrap_or(0), ws.device_ptr().unwrap_or(0));
+        let mp = mask.cuda_span::<u8>()?;
         let t = time(&ctx, || {
-            // SAFETY: the mask is n bytes, the workspace sized for n.
-            unsafe { genesis_kernels::mask::count_and_scan(&legacy, mp, n, wp)? };
+            genesis_kernels::mask::count_and_scan(&legacy, mp, scratch(&ws))?;
             Ok(())
         })?;
         out.push(("mask_count_scan_kernels_64Mi", n, t));
@@ -234,10 +243,9 @@ mod gpu {
                     genesis_kernels::mask::compact(
                         &legacy,
                         4,
-                        big.device_ptr().unwrap_or(0),
-                        n,
-                        wp,
-                        sel.device_ptr().unwrap_or(0),
+                        big.cuda_span::<u8>()?,
+                        ws.cuda_span::<u8>()?,
+                        scratch(&sel),
                     )?
                 };
                 Ok(())
@@ -251,20 +259,11 @@ mod gpu {
         // masked_fill with the mask at `mask_ptr`: the kernel alone, and ten launches back to
         // back between the events (the time of one without the gap before the first;
         // torch_ref times PyTorch's kernel the same way).
-        let fill = |mask_ptr: u64| -> BoxResult {
-            // SAFETY: `sel` holds n f32 (its values do not matter), the mask n bytes.
-            unsafe {
-                genesis_kernels::mask::fill(
-                    &legacy,
-                    sel.device_ptr().unwrap_or(0),
-                    mask_ptr,
-                    n,
-                    &1.5f32.to_le_bytes(),
-                )?
-            };
+        let fill = |mask: genesis_cuda::DeviceSpan<'_, u8>| -> BoxResult {
+            genesis_kernels::mask::fill(&legacy, scratch(&sel), mask, &1.5f32.to_le_bytes())?;
             Ok(())
         };
-        let ten = |mask_ptr: u64| -> BoxResult<f64> {
+        let ten = |mask_ptr: genesis_cuda::DeviceSpan<'_, u8>| -> BoxResult<f64> {
             Ok(time(&ctx, || {
                 for _ in 0..10 {
                     fill(mask_ptr)?;
@@ -285,10 +284,7 @@ mod gpu {
             *b = u8::from(i % 32 == 7);
         }
         let sparse = Storage::from_bytes(&bits, DType::Bool, Device::Cuda(0))?;
-        // SAFETY: as above, for the sparse mask.
-        unsafe {
-            genesis_kernels::mask::count_and_scan(&legacy, sparse.device_ptr().unwrap_or(0), n, wp)?
-        };
+        genesis_kernels::mask::count_and_scan(&legacy, sparse.cuda_span()?, scratch(&ws))?;
         out.push((
             "mask_compact_3pct_64Mi_f32",
             n * 2 + n / 8 + n / 8,
@@ -297,7 +293,7 @@ mod gpu {
         out.push((
             "mask_fill_x10_3pct_64Mi_f32",
             n * 4 + n + n * 4,
-            ten(sparse.device_ptr().unwrap_or(0))?,
+            ten(sparse.cuda_span()?)?,
         ));
 
         drop((big, sel, mask, sparse));

@@ -196,11 +196,8 @@ fn check_bad(adv: &Advanced, ix: &Indices) -> Result<()> {
     let Some(bad) = &ix.bad else { return Ok(()) };
     let mut bytes = vec![0u8; adv.indices.len() * 8];
     let stream = queue(ordinal(bad)?)?;
-    // SAFETY: `bad` holds one word per index array; it lives until the copy completes (the
-    // read synchronises).
-    unsafe {
-        genesis_storage::cuda::read_back(&stream, bad.device_ptr().unwrap_or(0), &mut bytes)?
-    };
+    let words = bad.cuda_span::<u8>()?.slice(..bytes.len())?;
+    genesis_storage::cuda::read_back(&stream, words, &mut bytes)?;
     let words: Vec<i64> = bytes
         .chunks_exact(8)
         .map(|w| i64::from_le_bytes(w.try_into().expect("8 bytes")))

@@ -229,29 +229,24 @@ mod gpu {
     ) -> BoxResult {
         let shape = plan.shape;
         let ws_len = plan.workspace_bytes::<T>(op).max(1);
-        let ws = DeviceBuffer::alloc(ctx, ws_len)?;
-        let out = DeviceBuffer::alloc(ctx, shape.output_len() * 8)?;
-        let idx = DeviceBuffer::alloc(ctx, shape.output_len() * 8)?;
-        let pi = if op.has_indices() {
-            idx.device_ptr()
-        } else {
-            0
-        };
+        let mut ws = DeviceBuffer::alloc(ctx, ws_len)?;
+        let mut out = DeviceBuffer::alloc(ctx, shape.output_len() * 8)?;
+        let mut idx = DeviceBuffer::alloc(ctx, shape.output_len() * 8)?;
         let (med, min) = time(stream, ctx, || {
-            // SAFETY: the input holds the shape's elements of T, the outputs and workspace
-            // their sizes; all live past the timing loop.
-            unsafe {
-                reduce::gpu_reduce_planned::<T>(
-                    stream,
-                    op,
-                    input.device_ptr(),
-                    plan,
-                    out.device_ptr(),
-                    pi,
-                    ws.device_ptr(),
-                    ws_len,
-                )?
+            let pi = if op.has_indices() {
+                Some(idx.as_span_mut::<i64>()?)
+            } else {
+                None
             };
+            reduce::gpu_reduce_planned::<T>(
+                stream,
+                op,
+                input.as_span()?,
+                plan,
+                out.as_span_mut()?,
+                pi,
+                ws.as_span_mut()?,
+            )?;
             Ok(())
         })?;
         rows.push(Row {

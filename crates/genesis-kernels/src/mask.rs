@@ -18,9 +18,9 @@ fn check_size(op: &'static str, elem_bytes: usize) -> Result<()> {
     }
 }
 
-/// How many bytes of `mask` are non-zero. Counts in `u8` lanes over chunks of 255 bytes, which
-/// the compiler vectorises: ~10x a `filter().count()` (16 Mi bytes: ~1 ms against ~9.5 on a
-/// 2-core VM).
+/// How many bytes of `mask` are non-zero. Counts in `u8` lanes over chunks of 255 bytes (a
+/// lane cannot overflow within a chunk), which the compiler vectorises, unlike a
+/// `filter().count()`.
 pub fn count_nonzero(mask: &[u8]) -> usize {
     mask.chunks(255)
         .map(|c| usize::from(c.iter().fold(0u8, |s, &b| s + u8::from(b != 0))))
@@ -98,10 +98,22 @@ pub use gpu::*;
 mod gpu {
     use std::ffi::c_void;
 
-    use genesis_cuda::{Kernel, LaunchConfig, Stream};
+    use genesis_cuda::{DeviceSpan, DeviceSpanMut, Kernel, LaunchConfig, Stream};
 
     use super::{TILE, check_size};
-    use crate::{Result, images};
+    use crate::{Error, Result, images};
+
+    /// `Err(LengthMismatch)` when `got < need`.
+    fn at_least(op: &'static str, need: usize, got: usize) -> Result<()> {
+        if got < need {
+            return Err(Error::LengthMismatch {
+                op,
+                expected: need,
+                got,
+            });
+        }
+        Ok(())
+    }
 
     /// Device workspace of a compaction of `n` elements: tile counts (u32), the sums of groups
     /// of 8 tiles (u32) and their offsets (u64), the total (u64) and the mask packed into bits,
@@ -145,19 +157,27 @@ mod gpu {
     }
 
     /// The first two launches of a compaction: counts the set mask bytes of each tile and
-    /// scans them; the total lands in the workspace's last 8 bytes (returned as a device
-    /// address), which the caller reads to size the output before [`compact`].
-    ///
-    /// # Safety
-    ///
-    /// `mask` must be `n` bytes and `workspace` [`compaction_workspace_bytes`] bytes of device
-    /// memory of the stream's device, valid until the kernels complete.
-    pub unsafe fn count_and_scan(
+    /// scans them; the total (a u64) lands in the workspace at the byte offset returned, which
+    /// the caller reads to size the output before [`compact`]. The workspace must hold
+    /// [`compaction_workspace_bytes`] of the mask's length.
+    pub fn count_and_scan(
         stream: &Stream,
-        mask: u64,
-        n: usize,
-        workspace: u64,
-    ) -> Result<u64> {
+        mask: DeviceSpan<'_, u8>,
+        workspace: DeviceSpanMut<'_, u8>,
+    ) -> Result<usize> {
+        let n = mask.len();
+        at_least(
+            "mask workspace",
+            compaction_workspace_bytes(n),
+            workspace.len(),
+        )?;
+        if !workspace.is_aligned_to(16) {
+            return Err(Error::Unsupported {
+                op: "mask workspace",
+                reason: "not 16-byte aligned".into(),
+            });
+        }
+        let (mask, workspace) = (mask.addr(), workspace.addr());
         let Workspace {
             tiles,
             groups,
@@ -180,7 +200,8 @@ mod gpu {
             (&raw mut b).cast(),
         ];
         // SAFETY: the parameters match `mask_count(const u8*, u64, u64, u32*, u32*, u16*)`; one
-        // warp per tile, a group of tiles a block.
+        // warp per tile, a group of tiles a block; the mask holds `n` bytes and the workspace
+        // the parts laid out by `Workspace::at` (checked).
         unsafe {
             count.launch(
                 stream,
@@ -199,7 +220,7 @@ mod gpu {
         // SAFETY: the parameters match `mask_scan(const u32*, u64, u64*, u64*)`; the scan
         // waits for the count (`pdl_wait`) before it reads or writes anything.
         unsafe { scan.launch_dependent(stream, LaunchConfig::linear(1, 1024), &mut params)? };
-        Ok(total)
+        Ok((total - workspace) as usize)
     }
 
     /// The last launch of a compaction: writes the selected `elem_bytes`-byte elements of `src`
@@ -208,21 +229,27 @@ mod gpu {
     ///
     /// # Safety
     ///
-    /// After [`count_and_scan`] of `n` mask bytes into `workspace`, on the same stream; `src`
-    /// holding `n` elements and `out` the total, 16-byte aligned or not, all valid until the
-    /// kernel completes.
+    /// `workspace` holds what [`count_and_scan`] of `n` mask bytes wrote, queued before on the
+    /// same stream, with `src` holding `n` elements, and `out` holds at least the total the scan
+    /// found (`elem_bytes` each): the kernel writes that many, which no check here can see.
     pub unsafe fn compact(
         stream: &Stream,
         elem_bytes: usize,
-        src: u64,
-        n: usize,
-        workspace: u64,
-        out: u64,
+        src: DeviceSpan<'_, u8>,
+        workspace: DeviceSpan<'_, u8>,
+        out: DeviceSpanMut<'_, u8>,
     ) -> Result<()> {
         check_size("masked_select", elem_bytes)?;
+        let n = src.len() / elem_bytes;
         if n == 0 {
             return Ok(());
         }
+        at_least(
+            "mask workspace",
+            compaction_workspace_bytes(n),
+            workspace.len(),
+        )?;
+        let (src, workspace, out) = (src.addr(), workspace.addr(), out.addr());
         let Workspace {
             tiles,
             counts,
@@ -258,11 +285,22 @@ mod gpu {
     ///
     /// # Safety
     ///
-    /// As [`compact`], with `out` holding the total int64.
-    pub unsafe fn positions(stream: &Stream, n: usize, workspace: u64, out: u64) -> Result<()> {
+    /// As [`compact`] for a mask of `n` bytes, with `out` holding the total int64.
+    pub unsafe fn positions(
+        stream: &Stream,
+        n: usize,
+        workspace: DeviceSpan<'_, u8>,
+        out: DeviceSpanMut<'_, i64>,
+    ) -> Result<()> {
         if n == 0 {
             return Ok(());
         }
+        at_least(
+            "mask workspace",
+            compaction_workspace_bytes(n),
+            workspace.len(),
+        )?;
+        let (workspace, out) = (workspace.addr(), out.addr());
         let Workspace {
             tiles,
             counts,
@@ -288,19 +326,33 @@ mod gpu {
 
     /// Queues `dst[i] = value` where `mask[i] != 0`, for `i < n` (`value` is one element's
     /// bytes, 1, 2, 4 or 8 of them). One 16-byte vector a thread, data and mask loaded
-    /// together; a vector is written back unless its whole 32-byte sector has no set mask byte
-    /// (H200, 64 Mi f32, ten launches back to back: 0.1447-0.1450 ms a launch at 50 % density,
-    /// PyTorch's kernel 0.1452; 0.1228 at 1 in 32).
-    ///
-    /// # Safety
-    ///
-    /// `dst` must hold `n` elements and `mask` `n` bytes of device memory of the stream's
-    /// device, valid until the kernel completes.
-    pub unsafe fn fill(stream: &Stream, dst: u64, mask: u64, n: usize, value: &[u8]) -> Result<()> {
+    /// together; a vector is written back unless its whole 32-byte sector has no set mask byte,
+    /// so sparse masks write less than the whole tensor. `dst` holds `mask.len()` elements.
+    pub fn fill(
+        stream: &Stream,
+        dst: DeviceSpanMut<'_, u8>,
+        mask: DeviceSpan<'_, u8>,
+        value: &[u8],
+    ) -> Result<()> {
         check_size("masked_fill", value.len())?;
+        let n = mask.len();
+        if dst.len() != n * value.len() {
+            return Err(Error::LengthMismatch {
+                op: "masked_fill",
+                expected: n * value.len(),
+                got: dst.len(),
+            });
+        }
         if n == 0 {
             return Ok(());
         }
+        if !dst.is_aligned_to(value.len() as u64) {
+            return Err(Error::Unsupported {
+                op: "masked_fill",
+                reason: format!("destination not aligned to {} bytes", value.len()),
+            });
+        }
+        let (dst, mask) = (dst.addr(), mask.addr());
         let name = match value.len() {
             1 => "mask_fill_e1",
             2 => "mask_fill_e2",
@@ -323,7 +375,8 @@ mod gpu {
         let blocks = (n as u64).div_ceil(256 * per).clamp(1, (1 << 31) - 1) as u32;
         // SAFETY: the parameters match `mask_fill_e<E>(T*, const u8*, u64, T)`: the value
         // is passed in the first `E` bytes of an 8-byte little-endian word, which is how the
-        // driver reads a `T` argument from the pointed-to bytes.
+        // driver reads a `T` argument from the pointed-to bytes; `dst` holds `n` elements and
+        // `mask` `n` bytes (checked).
         unsafe { kernel.launch(stream, LaunchConfig::linear(blocks, 256), &mut params)? };
         Ok(())
     }

@@ -154,31 +154,42 @@ pub fn matmul<T: MatmulElement>(shape: MatmulShape, a: &[T], b: &[T], c: &mut [T
     Ok(())
 }
 
-/// Queues `c = a @ b` (see the module docs) on `stream`.
-///
-/// # Safety
-///
-/// `a`, `b` and `c` must be device memory of the stream's device holding at least
-/// [`MatmulShape::a_len`], [`MatmulShape::b_len`] and [`MatmulShape::c_len`] elements of `T`,
-/// live until the launch completes; `c` must not overlap `a` or `b`.
+/// Queues `c = a @ b` (see the module docs) on `stream`. Fails before launching unless `a`,
+/// `b` and `c` hold at least [`MatmulShape::a_len`], [`MatmulShape::b_len`] and
+/// [`MatmulShape::c_len`] elements.
 #[cfg(feature = "cuda")]
-pub unsafe fn gpu_matmul<T: MatmulElement>(
+pub fn gpu_matmul<T: MatmulElement>(
     stream: &genesis_cuda::Stream,
     shape: MatmulShape,
-    a: u64,
-    b: u64,
-    c: u64,
+    a: genesis_cuda::DeviceSpan<'_, T>,
+    b: genesis_cuda::DeviceSpan<'_, T>,
+    c: genesis_cuda::DeviceSpanMut<'_, T>,
 ) -> Result<()> {
     use genesis_cuda::{Kernel, LaunchConfig};
     use std::ffi::c_void;
 
-    let need = shape.c_len().ok_or(Error::Unsupported {
+    let overflow = || Error::Unsupported {
         op: "matmul",
         reason: "shape overflows".into(),
-    })?;
+    };
+    let need = shape.c_len().ok_or_else(overflow)?;
     if need == 0 {
         return Ok(());
     }
+    for (expected, got) in [
+        (shape.a_len().ok_or_else(overflow)?, a.len()),
+        (shape.b_len().ok_or_else(overflow)?, b.len()),
+        (need, c.len()),
+    ] {
+        if got < expected {
+            return Err(Error::LengthMismatch {
+                op: "matmul",
+                expected,
+                got,
+            });
+        }
+    }
+    let (a, b, c) = (a.addr(), b.addr(), c.addr());
     // f16 and bf16 use tensor cores (every architecture the images target has them).
     let name = T::TENSOR_CORE_KERNEL.unwrap_or(T::MATMUL_KERNEL);
     let kernel = Kernel::get(stream.context(), &crate::images::MATMUL, name)?;
@@ -217,7 +228,8 @@ pub unsafe fn gpu_matmul<T: MatmulElement>(
         std::ptr::from_mut(d5).cast(),
     ];
     // SAFETY: the parameters match `matmul_<T>(const T*, const T*, T*, u64 batch, u64 m,
-    // u64 n, u64 k, u64 sa, u64 sb)`; the caller vouches for the memory.
+    // u64 n, u64 k, u64 sa, u64 sb)`; the spans hold the shape's operands (checked), and `c`
+    // is borrowed exclusively, so it overlaps neither input.
     unsafe { kernel.launch(stream, config, &mut params)? };
     Ok(())
 }

@@ -286,22 +286,17 @@ fn kernel_name<T: RandomElement>(sampler: Sampler) -> Option<&'static str> {
     })
 }
 
-/// Queues the random kernel of `sampler` writing `n` elements of `T` at `out`: the same values
-/// as [`sample`] with the same `(seed, offset)`.
-///
-/// # Safety
-///
-/// `out` must be device memory of the stream's device valid for `n` elements of `T` until the
-/// launch completes.
+/// Queues the random kernel of `sampler` filling `out`: the same values as [`sample`] with the
+/// same `(seed, offset)`.
 #[cfg(feature = "cuda")]
-pub unsafe fn gpu_sample<T: RandomElement>(
+pub fn gpu_sample<T: RandomElement>(
     stream: &genesis_cuda::Stream,
     sampler: Sampler,
     seed: u64,
     offset: u64,
-    out: u64,
-    n: usize,
+    out: genesis_cuda::DeviceSpanMut<'_, T>,
 ) -> Result<()> {
+    let (n, out) = (out.len(), out.addr());
     use genesis_cuda::{Kernel, LaunchConfig};
     use std::ffi::c_void;
 
@@ -337,7 +332,7 @@ pub unsafe fn gpu_sample<T: RandomElement>(
     };
     // SAFETY: the first `count` parameters match the kernel's signature
     // (`T*, uint64_t n, uint64_t seed, uint64_t offset[, int64_t low, uint64_t range]`); the
-    // caller vouches for `out`.
+    // span holds the `n` elements written.
     unsafe {
         kernel.launch(
             stream,

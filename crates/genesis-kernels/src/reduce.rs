@@ -419,65 +419,39 @@ pub fn kernels<T: Element>(op: ReduceOp) -> Option<[&'static str; 3]> {
     kernel_names!(base, T::NAME; "sum", "max", "min", "argmax", "argmin"; "f32", "f16", "bf16", "i32", "i64")
 }
 
-/// Queues the reduction of `input` into `values` (of [`ReduceOp::value_type`]; 0 for none) and
-/// `indices` (i64, arg ops only; 0 for none) on `stream`, using `workspace`
+/// Queues the reduction of `input` into `values` (bytes of elements of
+/// [`ReduceOp::value_type`]) and `indices` (arg ops only) on `stream`, using `workspace`
 /// ([`ReducePlan::workspace_bytes`] of `ReducePlan::new(shape, sms, size_of::<T>())` bytes).
-///
-/// # Safety
-///
-/// Every address must be device memory of the stream's device, valid until the work completes:
-/// `input` for `shape.input_len()` elements of `T`, `values` and `indices` for
-/// `shape.output_len()` elements, `workspace` for `workspace_len` bytes.
+/// Every span is checked against the shape and plan before anything is launched.
 #[cfg(feature = "cuda")]
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn gpu_reduce<T: Element>(
+pub fn gpu_reduce<T: Element>(
     stream: &genesis_cuda::Stream,
     op: ReduceOp,
-    input: u64,
+    input: genesis_cuda::DeviceSpan<'_, T>,
     shape: ReduceShape,
-    values: u64,
-    indices: u64,
-    workspace: u64,
-    workspace_len: usize,
+    values: genesis_cuda::DeviceSpanMut<'_, u8>,
+    indices: Option<genesis_cuda::DeviceSpanMut<'_, i64>>,
+    workspace: genesis_cuda::DeviceSpanMut<'_, u8>,
 ) -> Result<()> {
     let plan = ReducePlan::new(
         shape,
         stream.context().multiprocessors() as usize,
         size_of::<T>(),
     );
-    // SAFETY: as the caller vouches, with the plan for the shape.
-    unsafe {
-        gpu_reduce_planned::<T>(
-            stream,
-            op,
-            input,
-            plan,
-            values,
-            indices,
-            workspace,
-            workspace_len,
-        )
-    }
+    gpu_reduce_planned::<T>(stream, op, input, plan, values, indices, workspace)
 }
 
 /// [`gpu_reduce`] with a given plan (from [`ReducePlan::with_col_rows`], for tuning). A plan
 /// whose chunks do not cover the axis exactly once is an error.
-///
-/// # Safety
-///
-/// As [`gpu_reduce`], with `plan.shape` as the shape and `workspace_len` at least
-/// `plan.workspace_bytes::<T>(op)`.
 #[cfg(feature = "cuda")]
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn gpu_reduce_planned<T: Element>(
+pub fn gpu_reduce_planned<T: Element>(
     stream: &genesis_cuda::Stream,
     op: ReduceOp,
-    input: u64,
+    input: genesis_cuda::DeviceSpan<'_, T>,
     plan: ReducePlan,
-    values: u64,
-    indices: u64,
-    workspace: u64,
-    workspace_len: usize,
+    values: genesis_cuda::DeviceSpanMut<'_, u8>,
+    indices: Option<genesis_cuda::DeviceSpanMut<'_, i64>>,
+    workspace: genesis_cuda::DeviceSpanMut<'_, u8>,
 ) -> Result<()> {
     use genesis_cuda::{Kernel, LaunchConfig};
     use std::ffi::c_void;
@@ -488,12 +462,42 @@ pub unsafe fn gpu_reduce_planned<T: Element>(
         reason: "shape overflows".into(),
     })?;
     check::<T>(op, shape, len)?;
-    if indices != 0 && !op.has_indices() {
+    if indices.is_some() != op.has_indices() {
         return Err(Error::Unsupported {
             op: op.name(),
-            reason: "gives no indices".into(),
+            reason: if op.has_indices() {
+                "needs a buffer for its indices".into()
+            } else {
+                "gives no indices".into()
+            },
         });
     }
+    let out_len = shape.output_len();
+    let value_bytes = if op.value_type::<T>() == "i64" {
+        8
+    } else {
+        size_of::<T>()
+    };
+    let short = |what: &'static str, expected: usize, got: usize| Error::LengthMismatch {
+        op: what,
+        expected,
+        got,
+    };
+    if input.len() < len {
+        return Err(short("reduce input", len, input.len()));
+    }
+    if values.len() < out_len.saturating_mul(value_bytes) {
+        return Err(short("reduce values", out_len * value_bytes, values.len()));
+    }
+    if let Some(ix) = &indices
+        && ix.len() < out_len
+    {
+        return Err(short("reduce indices", out_len, ix.len()));
+    }
+    let (input, values) = (input.addr(), values.addr());
+    let indices = indices.map_or(0, |ix| ix.addr());
+    let workspace_len = workspace.len();
+    let workspace = workspace.addr();
     let names = kernels::<T>(op).ok_or_else(|| Error::Unsupported {
         op: op.name(),
         reason: format!("element type {}", T::NAME),
@@ -559,7 +563,7 @@ pub unsafe fn gpu_reduce_planned<T: Element>(
             (&raw mut warp).cast(),
         ];
         // SAFETY: the parameters match `reduce_rows_<op>_<T>`; the workspace holds the plan's
-        // partials; the caller vouches for the input.
+        // partials and the input the shape's elements (checked).
         unsafe {
             kernel.launch(
                 stream,
@@ -618,7 +622,8 @@ pub unsafe fn gpu_reduce_planned<T: Element>(
         (&raw mut mean).cast(),
         (&raw mut warp).cast(),
     ];
-    // SAFETY: the parameters match `reduce_final_<op>_<T>`; outputs as the caller vouches.
+    // SAFETY: the parameters match `reduce_final_<op>_<T>`; the outputs hold the shape's
+    // results (checked).
     // The final pass waits for the first (`pdl_wait` in reduce.cu) before reading its partials,
     // so it may be scheduled while the first pass runs.
     unsafe {

@@ -114,27 +114,27 @@ fn gpu_run<T: Gen, O: Element + Default>(
     let n_out = shape.output_len();
     let dx = DeviceBuffer::from_host(ctx, bytes_of(x)).unwrap();
     let poison = vec![0xA5u8; (n_out * 8).max(1)];
-    let dv = DeviceBuffer::from_host(ctx, &poison).unwrap();
-    let di = DeviceBuffer::from_host(ctx, &poison).unwrap();
+    let mut dv = DeviceBuffer::from_host(ctx, &poison).unwrap();
+    let mut di = DeviceBuffer::from_host(ctx, &poison).unwrap();
     let plan = ReducePlan::new(shape, ctx.multiprocessors() as usize, size_of::<T>());
     let ws_len = plan.workspace_bytes::<T>(op).max(1);
-    let ws = DeviceBuffer::from_host(ctx, &vec![0x5Au8; ws_len]).unwrap();
+    let mut ws = DeviceBuffer::from_host(ctx, &vec![0x5Au8; ws_len]).unwrap();
     let s = Stream::new(ctx).unwrap();
-    let idx = if op.has_indices() { di.device_ptr() } else { 0 };
-    // SAFETY: the buffers have the sizes the plan and shape need and outlive the synchronize.
-    unsafe {
-        reduce::gpu_reduce::<T>(
-            &s,
-            op,
-            dx.device_ptr() + (offset * size_of::<T>()) as u64,
-            shape,
-            dv.device_ptr(),
-            idx,
-            ws.device_ptr(),
-            ws_len,
-        )
-        .unwrap();
-    }
+    let idx = if op.has_indices() {
+        Some(di.as_span_mut::<i64>().unwrap())
+    } else {
+        None
+    };
+    reduce::gpu_reduce::<T>(
+        &s,
+        op,
+        dx.as_span::<T>().unwrap().slice(offset..).unwrap(),
+        shape,
+        dv.as_span_mut().unwrap(),
+        idx,
+        ws.as_span_mut().unwrap(),
+    )
+    .unwrap();
     s.synchronize().unwrap();
     let v: Vec<O> = from_bytes(&dv.to_host_vec().unwrap()[..n_out * size_of::<O>()]);
     let i: Vec<i64> = from_bytes(&di.to_host_vec().unwrap()[..n_out * 8]);
@@ -238,18 +238,43 @@ fn bad_requests_fail_before_launch() {
         r: 1000,
         inner: 1,
     };
-    // SAFETY: every call below fails its checks before touching memory.
-    unsafe {
-        assert!(reduce::gpu_reduce::<i32>(&s, ReduceOp::Mean, 0, shape, 0, 0, 0, 1 << 20).is_err());
-        assert!(reduce::gpu_reduce::<f32>(&s, ReduceOp::Sum, 0, shape, 0, 8, 0, 1 << 20).is_err());
-        assert!(reduce::gpu_reduce::<f32>(&s, ReduceOp::Sum, 0, shape, 0, 0, 0, 0).is_err());
-        let empty = ReduceShape {
-            outer: 3,
-            r: 0,
-            inner: 1,
-        };
-        assert!(
-            reduce::gpu_reduce::<f32>(&s, ReduceOp::ArgMax, 0, empty, 0, 0, 0, 1 << 20).is_err()
+    let input = DeviceBuffer::alloc(&ctx, 1000 * 8).unwrap();
+    let (mut out, mut idx) = (
+        DeviceBuffer::alloc(&ctx, 64).unwrap(),
+        DeviceBuffer::alloc(&ctx, 64).unwrap(),
+    );
+    let mut ws = DeviceBuffer::alloc(&ctx, 1 << 20).unwrap();
+    let mut run = |op: ReduceOp, shape: ReduceShape, with_idx: bool, ws_len: usize, int: bool| {
+        let ix = with_idx.then(|| idx.as_span_mut::<i64>().unwrap());
+        let (o, w) = (
+            out.as_span_mut::<u8>().unwrap(),
+            ws.as_span_mut::<u8>()
+                .unwrap()
+                .into_slice(..ws_len)
+                .unwrap(),
         );
-    }
+        if int {
+            reduce::gpu_reduce::<i32>(&s, op, input.as_span().unwrap(), shape, o, ix, w)
+        } else {
+            reduce::gpu_reduce::<f32>(&s, op, input.as_span().unwrap(), shape, o, ix, w)
+        }
+    };
+    // Mean of integers; indices for a sum; no workspace; an empty axis for argmax; an arg op
+    // without an index buffer; an input shorter than the shape.
+    assert!(run(ReduceOp::Mean, shape, false, 1 << 20, true).is_err());
+    assert!(run(ReduceOp::Sum, shape, true, 1 << 20, false).is_err());
+    assert!(run(ReduceOp::Sum, shape, false, 0, false).is_err());
+    let empty = ReduceShape {
+        outer: 3,
+        r: 0,
+        inner: 1,
+    };
+    assert!(run(ReduceOp::ArgMax, empty, true, 1 << 20, false).is_err());
+    assert!(run(ReduceOp::ArgMax, shape, false, 1 << 20, false).is_err());
+    let long = ReduceShape {
+        outer: 1,
+        r: 3000,
+        inner: 1,
+    };
+    assert!(run(ReduceOp::Sum, long, false, 1 << 20, false).is_err());
 }

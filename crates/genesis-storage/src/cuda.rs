@@ -73,6 +73,30 @@ pub fn pinned_pool() -> Result<&'static CachingAllocator<PinnedHostBackend>> {
     Ok(PINNED.get().expect("just set"))
 }
 
+impl crate::Storage {
+    /// The device memory of a CUDA storage as elements of `T` (its dtype's type, or `u8` for
+    /// its bytes), for launching kernels on it; an error for other kinds of storage.
+    pub fn cuda_span<T: Copy>(&self) -> Result<DeviceSpan<'_, T>> {
+        match &self.inner {
+            crate::storage::Inner::Cuda(m) => {
+                let n = self.nbytes() / size_of::<T>().max(1);
+                if n * size_of::<T>() != self.nbytes() {
+                    return Err(Error::LengthMismatch {
+                        op: "cuda_span",
+                        lhs: self.nbytes(),
+                        rhs: size_of::<T>(),
+                    });
+                }
+                m.span::<T>(n)
+            }
+            _ => Err(Error::NotOnDevice {
+                op: "cuda_span",
+                device: self.device(),
+            }),
+        }
+    }
+}
+
 /// Device memory from a device's pool, given back on drop.
 #[derive(Debug)]
 pub(crate) struct CudaMem {
@@ -345,19 +369,25 @@ pub fn pooled_stream(ordinal: usize) -> Result<Arc<genesis_cuda::Stream>> {
     Ok(Arc::clone(&v[i]))
 }
 
-/// Reads `out.len()` bytes of device memory at `src` once the work queued on `stream` before it
-/// has run: one asynchronous copy into pinned memory of the host pool and one synchronisation
-/// (for counts and flags that kernels leave on the device).
-///
-/// # Safety
-///
-/// `[src, src + out.len())` must be device memory of the stream's context that stays valid
-/// until the copy completes.
-pub unsafe fn read_back(stream: &genesis_cuda::Stream, src: u64, out: &mut [u8]) -> Result<()> {
+/// Reads the bytes of `src` into `out` (of the same length) once the work queued on `stream`
+/// before it has run: one asynchronous copy into pinned memory of the host pool and one
+/// synchronisation (for counts and flags that kernels leave on the device).
+pub fn read_back(
+    stream: &genesis_cuda::Stream,
+    src: DeviceSpan<'_, u8>,
+    out: &mut [u8],
+) -> Result<()> {
+    if src.len() != out.len() {
+        return Err(Error::LengthMismatch {
+            op: "read_back",
+            lhs: src.len(),
+            rhs: out.len(),
+        });
+    }
     let mut staging = PinnedMem::new(out.len())?;
-    // SAFETY: `staging` is page-locked, not read until the synchronisation below; the caller
-    // vouches for `src`.
-    unsafe { genesis_cuda::raw::copy_to_pinned_async(stream, src, staging.as_bytes_mut())? };
+    // SAFETY: `staging` is page-locked, not read until the synchronisation below; `src` is
+    // live device memory for as long as it is borrowed, which covers the synchronisation.
+    unsafe { genesis_cuda::raw::copy_to_pinned_async(stream, src.addr(), staging.as_bytes_mut())? };
     stream.synchronize()?;
     out.copy_from_slice(&staging.as_bytes()[..out.len()]);
     Ok(())

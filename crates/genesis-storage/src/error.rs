@@ -82,6 +82,14 @@ pub enum Error {
         /// Where the storage is.
         device: Device,
     },
+    /// Device access to memory that lives on the host.
+    #[error("{op} needs CUDA memory, but the storage is on {device}")]
+    NotOnDevice {
+        /// The operation.
+        op: &'static str,
+        /// Where the storage is.
+        device: Device,
+    },
     /// Bool data holding a byte other than 0 or 1.
     #[error("bool data must hold only 0 and 1")]
     InvalidBool,

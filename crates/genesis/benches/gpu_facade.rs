@@ -281,39 +281,32 @@ mod gpu {
             let ws_len = plan
                 .workspace_bytes::<f32>(genesis_kernels::ReduceOp::Sum)
                 .max(1);
-            let ws = genesis_cuda::DeviceBuffer::alloc(&ctx, ws_len)?;
-            let out = genesis_cuda::DeviceBuffer::alloc(&ctx, 8)?;
+            let mut ws = genesis_cuda::DeviceBuffer::alloc(&ctx, ws_len)?;
+            let mut out = genesis_cuda::DeviceBuffer::alloc(&ctx, 8)?;
             let own = genesis_cuda::Stream::new(&ctx)?;
             let legacy = genesis_cuda::Stream::legacy(&ctx);
+            // SAFETY: `pool` holds n f32 on device 0 and outlives every launch below (each is
+            // synchronised by its events before the next row); nothing writes it meanwhile.
+            let pooled = unsafe {
+                genesis_cuda::DeviceSpan::<f32>::from_raw(pool.device_ptr().unwrap_or(0), n)
+            };
+            let plain_span = plain.as_span::<f32>()?;
             for (label, input, stream) in [
-                (
-                    "k_sum_f32_pool_legacy",
-                    pool.device_ptr().unwrap_or(0),
-                    &legacy,
-                ),
-                ("k_sum_f32_cumemalloc_legacy", plain.device_ptr(), &legacy),
-                (
-                    "k_sum_f32_pool_own_stream",
-                    pool.device_ptr().unwrap_or(0),
-                    &own,
-                ),
-                ("k_sum_f32_cumemalloc_own_stream", plain.device_ptr(), &own),
+                ("k_sum_f32_pool_legacy", pooled, &legacy),
+                ("k_sum_f32_cumemalloc_legacy", plain_span, &legacy),
+                ("k_sum_f32_pool_own_stream", pooled, &own),
+                ("k_sum_f32_cumemalloc_own_stream", plain_span, &own),
             ] {
                 let (med, min) = events_on(stream, || {
-                    // SAFETY: `input` holds n f32, `out` and `ws` the plan's sizes; all live
-                    // until the events' synchronisation.
-                    unsafe {
-                        genesis_kernels::reduce::gpu_reduce::<f32>(
-                            stream,
-                            genesis_kernels::ReduceOp::Sum,
-                            input,
-                            shape,
-                            out.device_ptr(),
-                            0,
-                            ws.device_ptr(),
-                            ws_len,
-                        )?
-                    };
+                    genesis_kernels::reduce::gpu_reduce::<f32>(
+                        stream,
+                        genesis_kernels::ReduceOp::Sum,
+                        input,
+                        shape,
+                        out.as_span_mut()?,
+                        None,
+                        ws.as_span_mut()?,
+                    )?;
                     Ok(())
                 })?;
                 rows.push(Row {

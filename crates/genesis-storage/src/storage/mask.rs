@@ -44,13 +44,27 @@ impl Storage {
             #[cfg(feature = "cuda")]
             (Inner::Cuda(s), Inner::Cuda(m)) => {
                 let stream = queue(s);
-                let (sp, mp) = (s.ptr() + (start * es) as u64, m.ptr() + mask_start as u64);
-                let (ws, count) = count_on_device(m, mp, len, &stream)?;
+                let mp = m
+                    .span::<u8>(mask.len)?
+                    .slice(mask_start..mask_start + len)?;
+                let src = s
+                    .span::<u8>(self.nbytes())?
+                    .slice(start * es..(start + len) * es)?;
+                let (ws, count) = count_on_device(m.ordinal(), mp, &stream)?;
                 let nbytes = byte_len(count, self.dtype)?;
-                let out = crate::cuda::CudaMem::new(s.ordinal(), nbytes)?;
-                // SAFETY: as above; `out` holds `count` elements.
+                let mut out = crate::cuda::CudaMem::new(s.ordinal(), nbytes)?;
+                let ws_span =
+                    ws.span::<u8>(genesis_kernels::mask::compaction_workspace_bytes(len))?;
+                // SAFETY: the workspace holds the counts of this mask, queued before on this
+                // stream, and `out` the `count` elements the scan found.
                 unsafe {
-                    genesis_kernels::mask::compact(&stream, es, sp, len, ws.ptr(), out.ptr())?
+                    genesis_kernels::mask::compact(
+                        &stream,
+                        es,
+                        src,
+                        ws_span,
+                        out.span_mut(nbytes)?,
+                    )?
                 };
                 Ok(Storage::make(Inner::Cuda(out), self.dtype, count))
             }
@@ -85,12 +99,16 @@ impl Storage {
             #[cfg(feature = "cuda")]
             Inner::Cuda(m) => {
                 let stream = queue(m);
-                let mp = m.ptr() + start as u64;
-                let (ws, count) = count_on_device(m, mp, len, &stream)?;
-                let out = crate::cuda::CudaMem::new(m.ordinal(), byte_len(count, DType::I64)?)?;
-                // SAFETY: the range was checked; `out` holds `count` int64; all live until the
-                // kernel completes (stream-ordered pool).
-                unsafe { genesis_kernels::mask::positions(&stream, len, ws.ptr(), out.ptr())? };
+                let mp = m.span::<u8>(self.len)?.slice(start..start + len)?;
+                let (ws, count) = count_on_device(m.ordinal(), mp, &stream)?;
+                let mut out = crate::cuda::CudaMem::new(m.ordinal(), byte_len(count, DType::I64)?)?;
+                let ws_span =
+                    ws.span::<u8>(genesis_kernels::mask::compaction_workspace_bytes(len))?;
+                // SAFETY: the workspace holds the counts of this mask, queued before on this
+                // stream, and `out` the `count` positions the scan found.
+                unsafe {
+                    genesis_kernels::mask::positions(&stream, len, ws_span, out.span_mut(count)?)?
+                };
                 Ok(Storage::make(Inner::Cuda(out), DType::I64, count))
             }
             _ => {
@@ -135,16 +153,15 @@ impl Storage {
         match (&mut self.inner, &mask.inner) {
             #[cfg(feature = "cuda")]
             (Inner::Cuda(d), Inner::Cuda(m)) => {
-                // SAFETY: the ranges were checked; both live until the kernel completes.
-                unsafe {
-                    genesis_kernels::mask::fill(
-                        &queue(d),
-                        d.ptr() + (start * es) as u64,
-                        m.ptr() + mask_start as u64,
-                        len,
-                        value,
-                    )?
-                };
+                let stream = queue(d);
+                let dst = d.span_mut::<u8>(self.len * es)?;
+                genesis_kernels::mask::fill(
+                    &stream,
+                    dst.into_slice(start * es..(start + len) * es)?,
+                    m.span::<u8>(mask.len)?
+                        .slice(mask_start..mask_start + len)?,
+                    value,
+                )?;
                 Ok(())
             }
             _ => {
@@ -164,23 +181,23 @@ impl Storage {
     }
 }
 
-/// Counts the set bytes of the `len` mask bytes at `mask` on the device: the compaction
-/// workspace (tile offsets for the pass that follows) and the count, read by the host (one
-/// synchronisation of `stream`).
+/// Counts the set bytes of `mask` on device `ordinal`: the compaction workspace (tile offsets
+/// for the pass that follows) and the count, read by the host (one synchronisation of
+/// `stream`).
 #[cfg(feature = "cuda")]
 fn count_on_device(
-    m: &crate::cuda::CudaMem,
-    mask: u64,
-    len: usize,
+    ordinal: usize,
+    mask: genesis_cuda::DeviceSpan<'_, u8>,
     stream: &crate::cuda::Queue,
 ) -> Result<(crate::cuda::CudaMem, usize)> {
-    let ws_len = genesis_kernels::mask::compaction_workspace_bytes(len);
-    let ws = crate::cuda::CudaMem::new(m.ordinal(), ws_len)?;
-    // SAFETY: the caller checked the mask's range; the workspace has the size the kernels need;
-    // both live until the kernels complete (stream-ordered pool).
-    let total_ptr = unsafe { genesis_kernels::mask::count_and_scan(stream, mask, len, ws.ptr())? };
+    let ws_len = genesis_kernels::mask::compaction_workspace_bytes(mask.len());
+    let mut ws = crate::cuda::CudaMem::new(ordinal, ws_len)?;
+    let at = genesis_kernels::mask::count_and_scan(stream, mask, ws.span_mut::<u8>(ws_len)?)?;
     let mut total = [0u8; 8];
-    // SAFETY: `total_ptr` is 8 bytes inside the workspace, written by the scan.
-    unsafe { crate::cuda::read_back(stream, total_ptr, &mut total)? };
+    crate::cuda::read_back(
+        stream,
+        ws.span::<u8>(ws_len)?.slice(at..at + 8)?,
+        &mut total,
+    )?;
     Ok((ws, u64::from_le_bytes(total) as usize))
 }

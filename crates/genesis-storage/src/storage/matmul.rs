@@ -54,18 +54,13 @@ impl Storage {
             #[cfg(feature = "cuda")]
             (Inner::Cuda(a), Inner::Cuda(b), Inner::Cuda(o)) => {
                 genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16], T => {
-                let sz = size_of::<T>() as u64;
-                // SAFETY: ranges checked above; all three live until the launch completes
-                // (stream-ordered reuse); `out` is a distinct storage (`&mut`).
-                unsafe {
-                    genesis_kernels::matmul::gpu_matmul::<T>(
-                        &queue(a),
-                        shape,
-                        a.ptr() + a_start as u64 * sz,
-                        b.ptr() + b_start as u64 * sz,
-                        o.ptr() + out_start as u64 * sz,
-                    )?
-                };
+                genesis_kernels::matmul::gpu_matmul::<T>(
+                    &queue(a),
+                    shape,
+                    a.span::<T>(self.len)?.slice(a_start..)?,
+                    b.span::<T>(other.len)?.slice(b_start..)?,
+                    o.span_mut::<T>(out.len)?.into_slice(out_start..)?,
+                )?;
                 Ok(())
             }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
             }

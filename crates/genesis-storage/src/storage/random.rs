@@ -48,12 +48,9 @@ impl Storage {
             Device::Cuda(i) => {
                 genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64, I32, I64], T => {
                 check::<T>(sampler, dtype)?;
-                let mem = crate::cuda::CudaMem::new(i, nbytes)?;
-                // SAFETY: the memory holds `len` elements of `T` and lives until the launch
-                // completes (stream-ordered reuse).
-                unsafe {
-                    genesis_kernels::random::gpu_sample::<T>(&queue(&mem), sampler, seed, offset, mem.ptr(), len)?
-                };
+                let mut mem = crate::cuda::CudaMem::new(i, nbytes)?;
+                let stream = queue(&mem);
+                genesis_kernels::random::gpu_sample::<T>(&stream, sampler, seed, offset, mem.span_mut::<T>(len)?)?;
                 Ok(Storage::make(Inner::Cuda(mem), dtype, len))
             }, _ => Err(unsupported))
             }

@@ -57,27 +57,20 @@ impl Storage {
                 use crate::cuda::CudaMem;
                 crate::dispatch_kernel_dtype!(dtype, T => {
                     let ordinal = a.ordinal();
-                    let values = CudaMem::new(ordinal, vbytes)?;
-                    let indices = if op.has_indices() { Some(CudaMem::new(ordinal, ibytes)?) } else { None };
+                    let mut values = CudaMem::new(ordinal, vbytes)?;
+                    let mut indices = if op.has_indices() { Some(CudaMem::new(ordinal, ibytes)?) } else { None };
                     let plan = ReducePlan::new(shape, a.ctx().multiprocessors() as usize, size_of::<T>());
                     let ws_len = plan.workspace_bytes::<T>(op);
-                    let ws = CudaMem::new(ordinal, ws_len)?;
-                    let input = a.ptr() + (start * size_of::<T>()) as u64;
-                    // SAFETY: the input range was checked; the outputs and the workspace have
-                    // the sizes the shape and plan need; all live until the launch completes
-                    // (the pool reuses memory in stream order).
-                    unsafe {
-                        reduce::gpu_reduce::<T>(
-                            &super::queue(a),
-                            op,
-                            input,
-                            shape,
-                            values.ptr(),
-                            indices.as_ref().map_or(0, |m| m.ptr()),
-                            ws.ptr(),
-                            ws_len,
-                        )?
-                    };
+                    let mut ws = CudaMem::new(ordinal, ws_len)?;
+                    reduce::gpu_reduce::<T>(
+                        &super::queue(a),
+                        op,
+                        a.span::<T>(self.len)?.slice(start..start + n)?,
+                        shape,
+                        values.span_mut::<u8>(vbytes)?,
+                        indices.as_mut().map(|m| m.span_mut::<i64>(out_len)).transpose()?,
+                        ws.span_mut::<u8>(ws_len)?,
+                    )?;
                     Ok(Reduced {
                         values: Storage::make(Inner::Cuda(values), vdtype, out_len),
                         indices: indices.map(|m| Storage::make(Inner::Cuda(m), DType::I64, out_len)),

@@ -97,6 +97,32 @@ impl crate::Storage {
     }
 }
 
+/// One past the last byte of `rows` rows of `width` bytes, `pitch` apart from byte `at`.
+fn rows_end(at: usize, pitch: usize, width: usize, rows: usize) -> Result<usize> {
+    if rows == 0 || width == 0 {
+        return Ok(at);
+    }
+    let end = (rows - 1)
+        .checked_mul(pitch)
+        .and_then(|b| b.checked_add(at)?.checked_add(width))
+        .filter(|_| pitch >= width);
+    end.ok_or(Error::LengthMismatch {
+        op: "copy_2d",
+        lhs: pitch,
+        rhs: width,
+    })
+}
+
+/// The host bytes of `rows` rows of `width` bytes, `pitch` apart from byte `at` of `host`.
+fn host_rows(host: &[u8], at: usize, pitch: usize, width: usize, rows: usize) -> Result<&[u8]> {
+    let end = rows_end(at, pitch, width, rows)?;
+    host.get(at..end).ok_or(Error::LengthMismatch {
+        op: "copy_2d",
+        lhs: end,
+        rhs: host.len(),
+    })
+}
+
 /// Device memory from a device's pool, given back on drop.
 #[derive(Debug)]
 pub(crate) struct CudaMem {
@@ -142,6 +168,192 @@ impl CudaMem {
         let bytes = self.checked_bytes::<T>(len)?;
         // SAFETY: as for `span`; the exclusive borrow keeps every other span of it away.
         Ok(unsafe { DeviceSpanMut::from_raw(self.ptr(), bytes / size_of::<T>().max(1)) })
+    }
+
+    /// Sets the first `bytes` bytes to zero, queued on `stream`.
+    pub(crate) fn zero(&mut self, stream: &genesis_cuda::Stream, bytes: usize) -> Result<()> {
+        let dst = self.span_mut::<u8>(bytes)?;
+        // SAFETY: `dst` is `bytes` bytes of this allocation (checked), released only in stream
+        // order after the memset.
+        unsafe { genesis_cuda::raw::memset_d8(stream, dst.addr(), 0, bytes)? };
+        Ok(())
+    }
+
+    /// Copies `host` (pageable memory, which the driver stages before returning) to the start
+    /// of this memory, queued on `stream`.
+    pub(crate) fn upload_pageable(
+        &mut self,
+        stream: &genesis_cuda::Stream,
+        host: &crate::CpuStorage,
+    ) -> Result<()> {
+        let bytes = host.as_bytes();
+        let dst = self.span_mut::<u8>(bytes.len())?;
+        // SAFETY: `dst` holds the bytes (checked); a `CpuStorage` is pageable memory, so the
+        // driver has read it by the time the call returns.
+        unsafe { genesis_cuda::raw::copy_from_host_async(stream, dst.addr(), bytes)? };
+        Ok(())
+    }
+
+    /// Copies `host` to byte `at` of this memory, synchronously.
+    pub(crate) fn write_from_host(&mut self, at: usize, host: &[u8]) -> Result<()> {
+        let dst = self
+            .span_mut::<u8>(at + host.len())?
+            .into_slice(at..)?
+            .addr();
+        // SAFETY: `dst` holds `host.len()` bytes (checked); the copy completes before return.
+        unsafe { genesis_cuda::raw::copy_from_host(self.ctx(), dst, host)? };
+        Ok(())
+    }
+
+    /// Copies `host.len()` bytes from byte `at` of this memory to `host`, synchronously (after
+    /// the work queued before it on the legacy stream).
+    pub(crate) fn read_to_host(&self, at: usize, host: &mut [u8]) -> Result<()> {
+        let src = self.span::<u8>(at + host.len())?.slice(at..)?;
+        // SAFETY: `src` holds `host.len()` bytes (checked); the copy completes before return.
+        unsafe { genesis_cuda::raw::copy_to_host(self.ctx(), src.addr(), host)? };
+        Ok(())
+    }
+
+    /// Copies `bytes` bytes from byte `src_at` of `src` to byte `dst_at` of this memory, queued
+    /// on `stream` (a peer copy when `src` is on another device).
+    pub(crate) fn copy_from_device(
+        &mut self,
+        stream: &genesis_cuda::Stream,
+        dst_at: usize,
+        src: &CudaMem,
+        src_at: usize,
+        bytes: usize,
+    ) -> Result<()> {
+        let dst = self
+            .span_mut::<u8>(dst_at + bytes)?
+            .into_slice(dst_at..)?
+            .addr();
+        let from = src.span::<u8>(src_at + bytes)?.slice(src_at..)?.addr();
+        if self.ordinal() == src.ordinal() {
+            // SAFETY: both ranges lie in live allocations of this device (checked); they are
+            // released only in stream order after the copy.
+            unsafe { genesis_cuda::raw::copy_device_async(stream, dst, from, bytes)? };
+        } else {
+            // SAFETY: as above, on two devices.
+            unsafe {
+                genesis_cuda::raw::copy_peer_async(stream, self.ctx(), dst, src.ctx(), from, bytes)?
+            };
+        }
+        Ok(())
+    }
+
+    /// Queues a 2-D copy of `rows` rows of `width` bytes, rows `pitch` bytes apart on each side,
+    /// from `src` (on this device) starting at its byte `src_at` to this memory at byte `dst_at`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn copy_2d_from_device(
+        &mut self,
+        stream: &genesis_cuda::Stream,
+        (dst_at, dst_pitch): (usize, usize),
+        src: &CudaMem,
+        (src_at, src_pitch): (usize, usize),
+        width: usize,
+        rows: usize,
+    ) -> Result<()> {
+        let dst = self.rows_mut(dst_at, dst_pitch, width, rows)?.addr();
+        let from = src.rows(src_at, src_pitch, width, rows)?.addr();
+        // SAFETY: both row sets lie in live allocations of this device (checked), released
+        // only in stream order after the copy.
+        unsafe {
+            genesis_cuda::raw::copy_2d_async(
+                stream,
+                genesis_cuda::raw::Pitched::Device(dst),
+                dst_pitch,
+                genesis_cuda::raw::Pitched::Device(from),
+                src_pitch,
+                width,
+                rows,
+            )?
+        };
+        Ok(())
+    }
+
+    /// [`CudaMem::copy_2d_from_device`] from host bytes (`src_at` an offset into `host`); waits
+    /// for the copy before returning.
+    pub(crate) fn copy_2d_from_host(
+        &mut self,
+        stream: &genesis_cuda::Stream,
+        (dst_at, dst_pitch): (usize, usize),
+        host: &[u8],
+        (src_at, src_pitch): (usize, usize),
+        width: usize,
+        rows: usize,
+    ) -> Result<()> {
+        let dst = self.rows_mut(dst_at, dst_pitch, width, rows)?.addr();
+        let src = host_rows(host, src_at, src_pitch, width, rows)?;
+        // SAFETY: the device rows lie in a live allocation (checked) and the host rows in
+        // `host` (checked), which stays borrowed until the synchronisation below.
+        unsafe {
+            genesis_cuda::raw::copy_2d_async(
+                stream,
+                genesis_cuda::raw::Pitched::Device(dst),
+                dst_pitch,
+                genesis_cuda::raw::Pitched::Host(src.as_ptr()),
+                src_pitch,
+                width,
+                rows,
+            )?
+        };
+        stream.synchronize()?;
+        Ok(())
+    }
+
+    /// A 2-D copy from this memory to host bytes (`dst_at` an offset into `host`); waits for
+    /// the copy before returning.
+    pub(crate) fn copy_2d_to_host(
+        &self,
+        stream: &genesis_cuda::Stream,
+        host: &mut [u8],
+        (dst_at, dst_pitch): (usize, usize),
+        (src_at, src_pitch): (usize, usize),
+        width: usize,
+        rows: usize,
+    ) -> Result<()> {
+        let from = self.rows(src_at, src_pitch, width, rows)?.addr();
+        let len = host_rows(host, dst_at, dst_pitch, width, rows)?.len();
+        let dst = host[dst_at..dst_at + len].as_mut_ptr().cast_const();
+        // SAFETY: the device rows lie in a live allocation (checked) and the host rows in
+        // `host` (checked), which stays borrowed mutably until the synchronisation below.
+        unsafe {
+            genesis_cuda::raw::copy_2d_async(
+                stream,
+                genesis_cuda::raw::Pitched::Host(dst),
+                dst_pitch,
+                genesis_cuda::raw::Pitched::Device(from),
+                src_pitch,
+                width,
+                rows,
+            )?
+        };
+        stream.synchronize()?;
+        Ok(())
+    }
+
+    /// The bytes `rows` rows of `width` bytes, `pitch` apart from byte `at`, reach.
+    fn rows(
+        &self,
+        at: usize,
+        pitch: usize,
+        width: usize,
+        rows: usize,
+    ) -> Result<DeviceSpan<'_, u8>> {
+        let end = rows_end(at, pitch, width, rows)?;
+        Ok(self.span::<u8>(end)?.slice(at..)?)
+    }
+
+    fn rows_mut(
+        &mut self,
+        at: usize,
+        pitch: usize,
+        width: usize,
+        rows: usize,
+    ) -> Result<DeviceSpanMut<'_, u8>> {
+        let end = rows_end(at, pitch, width, rows)?;
+        Ok(self.span_mut::<u8>(end)?.into_slice(at..)?)
     }
 
     fn checked_bytes<T>(&self, len: usize) -> Result<usize> {

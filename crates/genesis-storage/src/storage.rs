@@ -218,13 +218,9 @@ impl Storage {
             Device::Cpu => Ok(Storage::cpu(CpuStorage::zeroed(nbytes)?, dtype, len)),
             #[cfg(feature = "cuda")]
             Device::Cuda(i) => {
-                let mem = crate::cuda::CudaMem::new(i, nbytes)?;
-                let s = Storage::make(Inner::Cuda(mem), dtype, len);
-                if let Inner::Cuda(m) = &s.inner {
-                    // SAFETY: the memory is `nbytes` long on this context.
-                    unsafe { genesis_cuda::raw::memset_d8(&queue(m), m.ptr(), 0, nbytes)? };
-                }
-                Ok(s)
+                let mut mem = crate::cuda::CudaMem::new(i, nbytes)?;
+                mem.zero(&queue(&mem), nbytes)?;
+                Ok(Storage::make(Inner::Cuda(mem), dtype, len))
             }
             #[cfg(not(feature = "cuda"))]
             Device::Cuda(_) => Err(Error::CudaNotCompiled { device }),
@@ -334,17 +330,9 @@ impl Storage {
             #[cfg(feature = "cuda")]
             Device::Cuda(i) => {
                 let nbytes = std::mem::size_of_val(data);
-                let mem = crate::cuda::CudaMem::new(i, nbytes)?;
+                let mut mem = crate::cuda::CudaMem::new(i, nbytes)?;
                 let host = CpuStorage::from_slice(data)?;
-                // SAFETY: `mem` holds `nbytes` on device `i`; the host bytes are pageable (a
-                // fresh CpuStorage), which the driver stages before returning.
-                unsafe {
-                    genesis_cuda::raw::copy_from_host_async(
-                        &queue(&mem),
-                        mem.ptr(),
-                        host.as_bytes(),
-                    )?
-                };
+                mem.upload_pageable(&queue(&mem), &host)?;
                 Ok(Storage::make(Inner::Cuda(mem), T::DTYPE, data.len()))
             }
             _ => Storage::from_slice(data, device),
@@ -550,8 +538,7 @@ impl Storage {
             #[cfg(feature = "cuda")]
             Inner::Cuda(m) => {
                 let mut v = vec![0u8; self.nbytes()];
-                // SAFETY: the memory holds `nbytes` bytes on its context.
-                unsafe { genesis_cuda::raw::copy_to_host(m.ctx(), m.ptr(), &mut v)? };
+                m.read_to_host(0, &mut v)?;
                 Ok(v)
             }
             _ => Ok(self.host_bytes().expect("host storage").to_vec()),
@@ -656,45 +643,27 @@ impl Storage {
             #[cfg(feature = "cuda")]
             (Inner::Cuda(d), Inner::Cuda(s)) => {
                 let stream = queue(d);
-                let (dp, sp) = (d.ptr() + dst_at as u64, s.ptr() + src_at as u64);
-                if d.ordinal() == s.ordinal() {
-                    // SAFETY: both ranges lie inside live allocations of this device.
-                    unsafe { genesis_cuda::raw::copy_device_async(&stream, dp, sp, bytes)? };
-                } else {
+                if d.ordinal() != s.ordinal() {
                     // The source's pending writes (on its own device) must be complete first.
                     crate::cuda::queue_on(s.ctx()).synchronize()?;
                     genesis_cuda::Stream::legacy(s.ctx()).synchronize()?;
                     crate::cuda::ensure_peer_access(d.ctx(), s.ctx());
-                    // SAFETY: both ranges lie inside live allocations of their devices.
-                    unsafe {
-                        genesis_cuda::raw::copy_peer_async(
-                            &stream,
-                            d.ctx(),
-                            dp,
-                            s.ctx(),
-                            sp,
-                            bytes,
-                        )?
-                    };
                 }
+                d.copy_from_device(&stream, dst_at, s, src_at, bytes)?;
                 stream.synchronize()?;
                 Ok(())
             }
             #[cfg(feature = "cuda")]
             (Inner::Cuda(d), _) => {
                 let host = &src.host_bytes().expect("host storage")[src_at..src_at + bytes];
-                // SAFETY: the destination range lies inside a live allocation of its device.
-                unsafe {
-                    genesis_cuda::raw::copy_from_host(d.ctx(), d.ptr() + dst_at as u64, host)?
-                };
+                d.write_from_host(dst_at, host)?;
                 Ok(())
             }
             #[cfg(feature = "cuda")]
             (_, Inner::Cuda(s)) => {
                 let host = &mut self.host_bytes_mut_for("copy_from")?[dst_at..dst_at + bytes];
-                // SAFETY: the source range lies inside a live allocation of its device; the
-                // synchronous copy waits for the work queued before it on the legacy stream.
-                unsafe { genesis_cuda::raw::copy_to_host(s.ctx(), s.ptr() + src_at as u64, host)? };
+                // The synchronous copy waits for the work queued before it on the legacy stream.
+                s.read_to_host(src_at, host)?;
                 Ok(())
             }
             _ => {
@@ -843,57 +812,24 @@ impl Storage {
                     return Ok(false);
                 }
                 let stream = queue(dm);
-                // SAFETY: both layouts were checked against their storages' lengths.
-                unsafe {
-                    genesis_cuda::raw::copy_2d_async(
-                        &stream,
-                        genesis_cuda::raw::Pitched::Device(dm.ptr() + (ds * size) as u64),
-                        dp * size,
-                        genesis_cuda::raw::Pitched::Device(sm.ptr() + (ss * size) as u64),
-                        sp * size,
-                        width,
-                        count,
-                    )?
-                };
+                let (dst, src_rows) = ((ds * size, dp * size), (ss * size, sp * size));
+                dm.copy_2d_from_device(&stream, dst, sm, src_rows, width, count)?;
                 Ok(true)
             }
             #[cfg(feature = "cuda")]
             (Inner::Cuda(dm), _) => {
                 let host = src.host_bytes().expect("host storage");
                 let stream = queue(dm);
-                // SAFETY: the layouts were checked against both storages; the host bytes stay
-                // borrowed until the legacy stream is synchronised below.
-                unsafe {
-                    genesis_cuda::raw::copy_2d_async(
-                        &stream,
-                        genesis_cuda::raw::Pitched::Device(dm.ptr() + (ds * size) as u64),
-                        dp * size,
-                        genesis_cuda::raw::Pitched::Host(host[ss * size..].as_ptr()),
-                        sp * size,
-                        width,
-                        count,
-                    )?
-                };
-                stream.synchronize()?;
+                let (dst, src_rows) = ((ds * size, dp * size), (ss * size, sp * size));
+                dm.copy_2d_from_host(&stream, dst, host, src_rows, width, count)?;
                 Ok(true)
             }
             #[cfg(feature = "cuda")]
             (_, Inner::Cuda(sm)) => {
                 let stream = queue(sm);
                 let host = self.host_bytes_mut_for("copy_strided_from")?;
-                // SAFETY: as above, with the destination on the host.
-                unsafe {
-                    genesis_cuda::raw::copy_2d_async(
-                        &stream,
-                        genesis_cuda::raw::Pitched::Host(host[ds * size..].as_ptr()),
-                        dp * size,
-                        genesis_cuda::raw::Pitched::Device(sm.ptr() + (ss * size) as u64),
-                        sp * size,
-                        width,
-                        count,
-                    )?
-                };
-                stream.synchronize()?;
+                let (dst, src_rows) = ((ds * size, dp * size), (ss * size, sp * size));
+                sm.copy_2d_to_host(&stream, host, dst, src_rows, width, count)?;
                 Ok(true)
             }
             _ => {

@@ -116,6 +116,11 @@ impl From<genesis_cuda::Error> for Error {
 }
 
 impl Error {
+    /// Whether memory ran out in the storage layer (device or host).
+    pub fn is_out_of_memory(&self) -> bool {
+        matches!(self, Error::Storage(e) if e.is_out_of_memory())
+    }
+
     /// The conformance corpus's name of this error: `index_out_of_range`, `too_many_indices`,
     /// `invalid_index`, `invalid_step` or `shape_mismatch` (other errors: `other`).
     pub fn kind(&self) -> &'static str {

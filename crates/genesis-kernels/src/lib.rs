@@ -62,5 +62,12 @@ pub enum Error {
     Cuda(#[from] genesis_cuda::Error),
 }
 
+impl Error {
+    /// Whether the error is the driver running out of device memory.
+    pub fn is_out_of_memory(&self) -> bool {
+        matches!(self, Error::Cuda(e) if e.is_out_of_memory())
+    }
+}
+
 /// Result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -206,6 +206,25 @@ pub enum Error {
 /// Result type of the storage layer.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+impl Error {
+    /// Whether memory ran out: the caching allocator's report (or a request larger than the
+    /// device), the driver's `CUDA_ERROR_OUT_OF_MEMORY` (directly or from a kernel launch), or
+    /// the host's allocator.
+    pub fn is_out_of_memory(&self) -> bool {
+        match self {
+            Error::Memory(
+                genesis_mem::Error::OutOfMemory { .. }
+                | genesis_mem::Error::TooLarge { .. }
+                | genesis_mem::Error::Backend(genesis_mem::BackendError::OutOfMemory),
+            )
+            | Error::HostOutOfMemory { .. } => true,
+            Error::Cuda(e) => e.is_out_of_memory(),
+            Error::Kernel(e) => e.is_out_of_memory(),
+            _ => false,
+        }
+    }
+}
+
 impl From<genesis_mem::Error> for Error {
     fn from(e: genesis_mem::Error) -> Error {
         Error::Memory(e)

@@ -65,15 +65,77 @@ pub enum Error {
         /// The tensor's dtype.
         dtype: DType,
     },
+    /// Memory ran out, whichever layer found it: device memory (the caching allocator's report
+    /// with its figures, or the driver's), or host memory. The storage-layer error says which.
+    #[error(transparent)]
+    OutOfMemory(genesis_storage::Error),
     /// An indexing error (out of range, bad step, shapes that do not broadcast, ...).
     #[error(transparent)]
-    Index(#[from] genesis_index::Error),
-    /// An error of the caching allocator.
+    Index(genesis_index::Error),
+    /// An error of the caching allocator (other than running out of memory).
     #[error(transparent)]
-    Memory(#[from] genesis_mem::Error),
-    /// An error of the storage layer (devices, CUDA, kernels).
+    Memory(genesis_mem::Error),
+    /// An error of the storage layer (devices, CUDA, kernels) other than running out of
+    /// memory.
     #[error(transparent)]
-    Storage(#[from] genesis_storage::Error),
+    Storage(genesis_storage::Error),
+}
+
+impl Error {
+    /// Whether memory ran out (device or host), as PyTorch's `torch.OutOfMemoryError`.
+    pub fn is_out_of_memory(&self) -> bool {
+        matches!(self, Error::OutOfMemory(_))
+    }
+}
+
+// The lower layers' errors are lifted here, once: `?` on any of them gives `Error`, and an
+// out-of-memory condition from any layer becomes `Error::OutOfMemory`.
+
+impl From<genesis_storage::Error> for Error {
+    fn from(e: genesis_storage::Error) -> Error {
+        if e.is_out_of_memory() {
+            Error::OutOfMemory(e)
+        } else {
+            Error::Storage(e)
+        }
+    }
+}
+
+impl From<genesis_index::Error> for Error {
+    fn from(e: genesis_index::Error) -> Error {
+        match e {
+            genesis_index::Error::Storage(s) if s.is_out_of_memory() => Error::OutOfMemory(s),
+            e => Error::Index(e),
+        }
+    }
+}
+
+impl From<genesis_mem::Error> for Error {
+    fn from(e: genesis_mem::Error) -> Error {
+        match genesis_storage::Error::from(e) {
+            s if s.is_out_of_memory() => Error::OutOfMemory(s),
+            genesis_storage::Error::Memory(m) => Error::Memory(m),
+            s => Error::Storage(s),
+        }
+    }
+}
+
+impl From<genesis_cuda::Error> for Error {
+    fn from(e: genesis_cuda::Error) -> Error {
+        genesis_storage::Error::from(e).into()
+    }
+}
+
+impl From<genesis_kernels::Error> for Error {
+    fn from(e: genesis_kernels::Error) -> Error {
+        genesis_storage::Error::from(e).into()
+    }
+}
+
+impl From<genesis_storage::LayoutError> for Error {
+    fn from(e: genesis_storage::LayoutError) -> Error {
+        genesis_storage::Error::from(e).into()
+    }
 }
 
 /// Result type of the facade.

@@ -58,7 +58,7 @@ pub mod cuda {
 
     #[cfg(feature = "cuda")]
     fn context(ordinal: usize) -> crate::Result<std::sync::Arc<genesis_cuda::Context>> {
-        Ok(genesis_cuda::Context::get(ordinal).map_err(genesis_storage::Error::from)?)
+        Ok(genesis_cuda::Context::get(ordinal)?)
     }
 
     #[cfg(feature = "cuda")]
@@ -81,9 +81,7 @@ pub mod cuda {
     /// Waits for all work on device `ordinal`.
     #[cfg(feature = "cuda")]
     pub fn synchronize(ordinal: usize) -> crate::Result<()> {
-        Ok(context(ordinal)?
-            .synchronize()
-            .map_err(genesis_storage::Error::from)?)
+        Ok(context(ordinal)?.synchronize()?)
     }
 
     /// Turns batching of small elementwise ops on device `ordinal` on or off (on by default, or
@@ -95,10 +93,7 @@ pub mod cuda {
     #[cfg(feature = "cuda")]
     pub fn set_batching(ordinal: usize, on: bool) -> crate::Result<()> {
         // The pool's context: it lives as long as the process, so the setting sticks.
-        Ok(pool(ordinal)?
-            .context()
-            .set_batching(on)
-            .map_err(genesis_storage::Error::from)?)
+        Ok(pool(ordinal)?.context().set_batching(on)?)
     }
 
     /// Whether small elementwise ops on device `ordinal` are batched (see [`set_batching`]).

@@ -140,7 +140,7 @@ impl Tensor {
         match dims {
             Some(list) if !list.is_empty() => {
                 for &d in list {
-                    let i = self.layout().dim(d).map_err(genesis_storage::Error::from)?;
+                    let i = self.layout().dim(d)?;
                     if std::mem::replace(&mut reduced[i], true) {
                         return Err(Error::InvalidArgument {
                             op: name,

@@ -21,7 +21,7 @@ pub struct Tensor {
 /// The element count of `shape` for `op`: [`genesis_storage::checked_numel`], the one checked
 /// count every shape goes through (an error when it exceeds `isize::MAX`).
 pub(crate) fn numel_of(_op: &'static str, shape: &[usize]) -> Result<usize> {
-    Ok(genesis_storage::checked_numel(shape).map_err(genesis_storage::Error::from)?)
+    Ok(genesis_storage::checked_numel(shape)?)
 }
 
 impl Tensor {
@@ -282,15 +282,8 @@ impl Tensor {
     /// A view with another shape (one entry may be -1); an error when the strides do not allow
     /// it (use [`Tensor::reshape`]).
     pub fn view(&self, shape: &[isize]) -> Result<Tensor> {
-        let shape = self
-            .layout()
-            .infer_shape(shape)
-            .map_err(genesis_storage::Error::from)?;
-        self.with_layout(
-            self.layout()
-                .view(&shape)
-                .map_err(genesis_storage::Error::from)?,
-        )
+        let shape = self.layout().infer_shape(shape)?;
+        self.with_layout(self.layout().view(&shape)?)
     }
 
     /// [`Tensor::view`] when possible, else a contiguous copy with the new shape.
@@ -307,11 +300,7 @@ impl Tensor {
 
     /// Swaps two dimensions (negative counts from the end).
     pub fn transpose(&self, a: isize, b: isize) -> Result<Tensor> {
-        self.with_layout(
-            self.layout()
-                .transpose(a, b)
-                .map_err(genesis_storage::Error::from)?,
-        )
+        self.with_layout(self.layout().transpose(a, b)?)
     }
 
     /// The transpose of a matrix (`transpose(0, 1)`; a 0-d or 1-d tensor is returned as is).
@@ -325,11 +314,7 @@ impl Tensor {
 
     /// Reorders the dimensions.
     pub fn permute(&self, perm: &[usize]) -> Result<Tensor> {
-        self.with_layout(
-            self.layout()
-                .permute(perm)
-                .map_err(genesis_storage::Error::from)?,
-        )
+        self.with_layout(self.layout().permute(perm)?)
     }
 
     /// The elements as one dimension (a view when possible).
@@ -340,38 +325,22 @@ impl Tensor {
 
     /// Removes dimension `dim` if its size is 1.
     pub fn squeeze(&self, dim: isize) -> Result<Tensor> {
-        self.with_layout(
-            self.layout()
-                .squeeze(dim)
-                .map_err(genesis_storage::Error::from)?,
-        )
+        self.with_layout(self.layout().squeeze(dim)?)
     }
 
     /// Inserts a dimension of size 1.
     pub fn unsqueeze(&self, dim: isize) -> Result<Tensor> {
-        self.with_layout(
-            self.layout()
-                .unsqueeze(dim)
-                .map_err(genesis_storage::Error::from)?,
-        )
+        self.with_layout(self.layout().unsqueeze(dim)?)
     }
 
     /// Broadcasts to `shape` without copying (stride 0 where elements repeat).
     pub fn expand(&self, shape: &[usize]) -> Result<Tensor> {
-        self.with_layout(
-            self.layout()
-                .expand(shape)
-                .map_err(genesis_storage::Error::from)?,
-        )
+        self.with_layout(self.layout().expand(shape)?)
     }
 
     /// Elements `start..start + len` of dimension `dim`.
     pub fn narrow(&self, dim: isize, start: usize, len: usize) -> Result<Tensor> {
-        self.with_layout(
-            self.layout()
-                .narrow(dim, start, len)
-                .map_err(genesis_storage::Error::from)?,
-        )
+        self.with_layout(self.layout().narrow(dim, start, len)?)
     }
 
     /// Concatenates tensors along `dim` (negative counts from the end) into a new tensor.
@@ -382,10 +351,7 @@ impl Tensor {
             op: "cat",
             reason: "needs at least one tensor".into(),
         })?;
-        let d = first
-            .layout()
-            .dim(dim)
-            .map_err(genesis_storage::Error::from)?;
+        let d = first.layout().dim(dim)?;
         let mut shape = first.shape().to_vec();
         shape[d] = 0;
         for t in tensors {
@@ -420,9 +386,7 @@ impl Tensor {
         for t in tensors {
             let n = t.shape()[d];
             if n > 0 && t.numel() > 0 {
-                let part = full
-                    .narrow(d as isize, at, n)
-                    .map_err(genesis_storage::Error::from)?;
+                let part = full.narrow(d as isize, at, n)?;
                 dst.copy_strided_from(&part, t.view.storage(), t.layout())?;
             }
             at += n;
@@ -718,11 +682,7 @@ impl Tensor {
             let n = numel_of(name, &shape)?;
             return Tensor::from_storage(a.binary_at(op, a_start, &b, b_start, n)?, &shape);
         }
-        let expand = |t: &Tensor| {
-            t.layout()
-                .expand(&shape)
-                .map_err(genesis_storage::Error::from)
-        };
+        let expand = |t: &Tensor| t.layout().expand(&shape).map_err(Error::from);
         let (a, b) = (expand(self)?, expand(other)?);
         let out = self.view.storage().binary_strided(
             op,

@@ -5,13 +5,11 @@
 use genesis::{DType, Device, Error, IndexItem, Tensor, s};
 
 fn is_oom(e: &Error) -> bool {
-    matches!(
-        e,
-        Error::Storage(genesis_storage::Error::HostOutOfMemory { .. })
-            | Error::Index(genesis_index::Error::Storage(
-                genesis_storage::Error::HostOutOfMemory { .. }
-            ))
-    )
+    e.is_out_of_memory()
+        && matches!(
+            e,
+            Error::OutOfMemory(genesis_storage::Error::HostOutOfMemory { .. })
+        )
 }
 
 /// Item 5: creation and materialisation beyond the host's memory return `HostOutOfMemory`.

@@ -73,11 +73,11 @@ mod imp {
     use crate::{Error, Result};
 
     fn context(ordinal: usize) -> Result<Arc<genesis_cuda::Context>> {
-        Ok(genesis_cuda::Context::get(ordinal).map_err(genesis_storage::Error::from)?)
+        Ok(genesis_cuda::Context::get(ordinal)?)
     }
 
     fn cuda<T>(r: std::result::Result<T, genesis_cuda::Error>) -> Result<T> {
-        r.map_err(|e| Error::Storage(e.into()))
+        r.map_err(Error::from)
     }
 
     /// What a device is (PyTorch's `get_device_properties`).

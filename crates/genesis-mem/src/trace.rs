@@ -145,7 +145,80 @@ impl Trace {
 
     /// PyTorch's segment count for the run (`segment_allocs`), when recorded.
     pub fn pytorch_segments(&self) -> Option<u64> {
-        self.meta.get("segment_allocs").and_then(|v| v.parse().ok())
+        self.meta_u64("segment_allocs")
+    }
+
+    fn meta_u64(&self, key: &str) -> Option<u64> {
+        self.meta.get(key).and_then(|v| v.parse().ok())
+    }
+
+    /// PyTorch's own figures for the workload, as far as the header records them.
+    pub fn pytorch_figures(&self) -> PytorchFigures {
+        PytorchFigures {
+            default_reserved: self.meta_u64("peak_reserved"),
+            segments: self.pytorch_segments(),
+            expandable_reserved: self.meta_u64("expandable_peak_reserved"),
+            expandable_maps: self.meta_u64("expandable_maps"),
+            async_reserved: self.meta_u64("async_peak_reserved"),
+        }
+    }
+}
+
+/// PyTorch's figures for a traced workload (header keys in parentheses): peak reserved bytes
+/// with its default allocator (`peak_reserved`) and the segments it made (`segment_allocs`),
+/// with `expandable_segments:True` (`expandable_peak_reserved`, `expandable_maps`), and with
+/// `backend:cudaMallocAsync` (`async_peak_reserved`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PytorchFigures {
+    /// Peak reserved bytes, default allocator.
+    pub default_reserved: Option<u64>,
+    /// Segments the default allocator made.
+    pub segments: Option<u64>,
+    /// Peak reserved bytes with expandable segments.
+    pub expandable_reserved: Option<u64>,
+    /// Maps made with expandable segments.
+    pub expandable_maps: Option<u64>,
+    /// Peak reserved bytes with `cudaMallocAsync`.
+    pub async_reserved: Option<u64>,
+}
+
+/// The fragmentation bound every trace is held to: peak reserved / peak live.
+pub const TARGET_RATIO: f64 = 1.03;
+
+/// Driver calls allowed per segment or map PyTorch made (the larger of the two counts).
+pub const CALLS_PER_PYTORCH_SEGMENT: u64 = 4;
+
+impl PytorchFigures {
+    /// Each of PyTorch's three peak-reserved figures divided by `peak_live` (default,
+    /// expandable segments, cudaMallocAsync).
+    pub fn ratios(&self, peak_live: u64) -> [Option<f64>; 3] {
+        let r = |b: Option<u64>| {
+            b.filter(|_| peak_live > 0)
+                .map(|b| b as f64 / peak_live as f64)
+        };
+        [
+            r(self.default_reserved),
+            r(self.expandable_reserved),
+            r(self.async_reserved),
+        ]
+    }
+
+    /// The ratio to meet: [`TARGET_RATIO`], or the lowest of PyTorch's figures if lower.
+    pub fn target_ratio(&self, peak_live: u64) -> f64 {
+        self.ratios(peak_live)
+            .into_iter()
+            .flatten()
+            .fold(TARGET_RATIO, f64::min)
+    }
+
+    /// The driver calls allowed: [`CALLS_PER_PYTORCH_SEGMENT`] times the larger of the
+    /// default allocator's segments and expandable segments' maps (`None` when neither is
+    /// recorded).
+    pub fn call_budget(&self) -> Option<u64> {
+        match (self.segments, self.expandable_maps) {
+            (None, None) => None,
+            (a, b) => Some(CALLS_PER_PYTORCH_SEGMENT * a.unwrap_or(0).max(b.unwrap_or(0))),
+        }
     }
 }
 
@@ -166,6 +239,8 @@ pub struct ReplayResult {
     pub driver_calls: u64,
     /// PyTorch's segment count, when the trace records it.
     pub pytorch_segments: Option<u64>,
+    /// PyTorch's figures from the trace's header.
+    pub pytorch: PytorchFigures,
     /// Host nanoseconds per operation (alloc or free), averaged.
     pub ns_per_op: f64,
     /// Frees of ids that were never allocated (or already freed): skipped.
@@ -251,6 +326,7 @@ pub fn replay(
         },
         driver_calls: alloc.driver_calls().total(),
         pytorch_segments: trace.pytorch_segments(),
+        pytorch: trace.pytorch_figures(),
         ns_per_op: host_ns as f64 / ops as f64,
         unknown_frees: unknown,
         timeline,
@@ -259,9 +335,33 @@ pub fn replay(
 }
 
 impl ReplayResult {
+    /// The ratio this trace must meet ([`PytorchFigures::target_ratio`]).
+    pub fn target_ratio(&self) -> f64 {
+        self.pytorch.target_ratio(self.peak_live_bytes)
+    }
+
+    /// The driver calls this trace may make ([`PytorchFigures::call_budget`]).
+    pub fn call_budget(&self) -> Option<u64> {
+        self.pytorch.call_budget()
+    }
+
+    /// Whether the replay met both targets (the ratio, and the call budget when known).
+    pub fn meets_targets(&self) -> bool {
+        self.ratio <= self.target_ratio()
+            && self.call_budget().is_none_or(|b| self.driver_calls <= b)
+    }
+
     /// One JSON object (one line).
     pub fn to_json(&self) -> String {
+        let [default, expandable, async_] = self.pytorch.ratios(self.peak_live_bytes);
         serde_json::json!({
+            "pytorch_default_ratio": default,
+            "pytorch_expandable_ratio": expandable,
+            "pytorch_expandable_maps": self.pytorch.expandable_maps,
+            "pytorch_async_ratio": async_,
+            "target_ratio": self.target_ratio(),
+            "call_budget": self.call_budget(),
+            "meets_targets": self.meets_targets(),
             "trace": self.trace,
             "events": self.events,
             "peak_live_bytes": self.peak_live_bytes,

@@ -24,7 +24,7 @@ fn trace(name: &str) -> Trace {
     let root = std::env::var_os("GENESIS_REPO_ROOT")
         .map(|r| PathBuf::from(r).join("crates/genesis-mem"))
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
-    Trace::read(&root.join("tests/data").join(format!("{name}.trace.gz"))).unwrap()
+    Trace::read(&root.join("corpus").join(format!("{name}.trace.gz"))).unwrap()
 }
 
 /// Replays `name` on the device, writing a distinct byte into every block and checking a

@@ -1,4 +1,4 @@
-//! Trace replay on the shared traces (copied into tests/data): peak live is exact, and the
+//! Trace replay on the corpus (`corpus/`, real PyTorch traces): peak live is exact, and the
 //! allocator stays within a regression bound of its recorded results.
 
 use std::path::Path;
@@ -8,7 +8,7 @@ use genesis_mem::trace::{Trace, TraceEvent, replay};
 
 fn data(name: &str) -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data")
+        .join("corpus")
         .join(name)
 }
 

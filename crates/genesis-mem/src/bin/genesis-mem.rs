@@ -5,14 +5,23 @@
 //! ```
 //!
 //! `replay` runs genesis-trace files (`.trace` or `.trace.gz`) through the real allocator over a
-//! simulated driver and prints, per trace, peak live bytes, peak reserved bytes, their ratio,
-//! driver calls and host nanoseconds per operation.
+//! simulated driver and prints, per trace, peak live bytes, peak reserved / peak live next to
+//! PyTorch's three figures from the trace's header (default allocator, expandable segments,
+//! cudaMallocAsync) and the target (the lowest of those and 1.03), driver calls next to their
+//! budget (4x the larger of PyTorch's segments and maps), host nanoseconds per operation, and
+//! whether both targets are met. A trace that cannot be read or replayed is reported and the
+//! others still run; the exit status is 1 if any failed.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use genesis_mem::trace::{Trace, replay};
 use genesis_mem::{Config, parse_size};
+
+/// The simulated device's size limits: below 1 MiB nothing useful fits; above 2^48 bytes
+/// (256 TiB, the GPUs' virtual address space) the simulated address arithmetic could overflow.
+const MIN_DEVICE_BYTES: usize = 1 << 20;
+const MAX_DEVICE_BYTES: usize = 1 << 48;
 
 const USAGE: &str = "usage: genesis-mem replay [--json] [--plain] [--device-bytes SIZE] [--max-handle SIZE] [--timeline FILE] FILE...";
 
@@ -71,10 +80,22 @@ fn run_replay(args: &[String]) -> Result<ExitCode, String> {
     if files.is_empty() {
         return Err(USAGE.to_string());
     }
+    if !(MIN_DEVICE_BYTES..=MAX_DEVICE_BYTES).contains(&device_bytes) {
+        return Err(format!(
+            "--device-bytes {device_bytes}: the simulated device holds 1 MiB to 256 TiB"
+        ));
+    }
     if !json {
         println!(
-            "{:<28} {:>14} {:>14} {:>7} {:>12} {:>10}",
-            "trace", "peak live", "peak reserved", "ratio", "driver calls", "ns/op"
+            "{:<38} {:>9} {:>7} {:>7} {:>24} {:>13} {:>7} {:>7}",
+            "trace",
+            "live MiB",
+            "ratio",
+            "target",
+            "PyTorch def / exp / async",
+            "calls/budget",
+            "ns/op",
+            "targets"
         );
     }
     let many = files.len() > 1;
@@ -88,22 +109,30 @@ fn run_replay(args: &[String]) -> Result<ExitCode, String> {
                 continue;
             }
         };
-        let r = replay(&trace, config.clone(), device_bytes)
-            .map_err(|e| format!("{}: {e}", trace.name))?;
+        let r = match replay(&trace, config.clone(), device_bytes) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("genesis-mem: {}: {e}", trace.name);
+                failed = true;
+                continue;
+            }
+        };
         if json {
             println!("{}", r.to_json());
         } else {
-            let calls = match r.pytorch_segments {
-                Some(s) => format!(
-                    "{} ({:.1}x)",
-                    r.driver_calls,
-                    r.driver_calls as f64 / s.max(1) as f64
-                ),
-                None => r.driver_calls.to_string(),
-            };
+            let fig = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.3}"));
+            let [d, e, a] = r.pytorch.ratios(r.peak_live_bytes);
+            let budget = r.call_budget().map_or("-".to_string(), |b| b.to_string());
             println!(
-                "{:<28} {:>14} {:>14} {:>7.4} {:>12} {:>10.1}",
-                r.trace, r.peak_live_bytes, r.peak_reserved_bytes, r.ratio, calls, r.ns_per_op
+                "{:<38} {:>9} {:>7.4} {:>7.4} {:>24} {:>13} {:>7.0} {:>7}",
+                r.trace,
+                r.peak_live_bytes >> 20,
+                r.ratio,
+                r.target_ratio(),
+                format!("{} / {} / {}", fig(d), fig(e), fig(a)),
+                format!("{}/{budget}", r.driver_calls),
+                r.ns_per_op,
+                if r.meets_targets() { "met" } else { "missed" }
             );
         }
         if let Some(path) = &timeline {

@@ -1,0 +1,431 @@
+#!/usr/bin/env python3
+"""Record the genesis-mem allocation corpus, and run corpus workloads live under four allocators.
+
+    corpus.py record --out DIR [--jobs N] [--scale S] [--only NAME ...]
+        Runs every workload of workloads.py three times, each in a fresh process: with PyTorch's
+        default caching allocator while recording its memory history (the trace), with
+        `expandable_segments:True` (history kept only to count maps), and with
+        `backend:cudaMallocAsync` (no history: that backend records none). Writes
+        DIR/NAME.trace.gz in the genesis-trace format with PyTorch's figures of the three modes
+        in its header, and DIR/summary.json.
+
+    corpus.py live --out DIR [--workloads A,B,...] [--modes default,expandable,async,genesis]
+        Runs each workload once per allocator, one process at a time, with deterministic
+        algorithms and the same seeds, and records each step's loss and time, the allocator's
+        peak reserved bytes and the device memory in use as the driver reports it. The genesis
+        mode installs Genesis's allocator through `genesis_torch` (python/ in this repository;
+        GENESIS_TORCH_LIB names the library). Writes DIR/live.json and DIR/live.md.
+
+    corpus.py table DIR
+        Prints the markdown table of DIR's traces (their header figures and peak live bytes),
+        as in crates/genesis-mem/corpus/README.md, with each trace's half of the split.
+
+    corpus.py worker NAME --mode MODE --json FILE [--trace FILE] [--scale S] [--deterministic]
+        One run in this process (used by the two commands above; the allocator mode must be set
+        in the environment before torch is imported, which the parent does).
+
+The genesis-trace format is described in crates/genesis-mem/corpus/README.md.
+"""
+
+import argparse
+import collections
+import concurrent.futures
+import gzip
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+SEED = 1234
+MAX_ENTRIES = 4_000_000
+
+ALLOC_CONF = {
+    "default": None,
+    "expandable": "expandable_segments:True",
+    "async": "backend:cudaMallocAsync",
+    "genesis": None,
+}
+
+
+# ---- one run ----------------------------------------------------------------------------------
+
+class DevicePoller:
+    """Samples device memory in use (total - free, as the driver reports it) from a thread."""
+
+    def __init__(self, index):
+        self.peak = 0
+        self.stop = threading.Event()
+        self.nvml = None
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self.nvml = pynvml
+            self.handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        except Exception:
+            self.nvml = None
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def used(self):
+        if self.nvml is not None:
+            return self.nvml.nvmlDeviceGetMemoryInfo(self.handle).used
+        return 0
+
+    def run(self):
+        while not self.stop.is_set():
+            self.peak = max(self.peak, self.used())
+            time.sleep(0.001)
+
+
+def worker(args):
+    import torch
+
+    from workloads import WORKLOADS
+
+    mode = args.mode
+    if mode == "genesis":
+        sys.path.insert(0, os.path.join(REPO, "python"))
+        import genesis_torch
+
+        genesis_torch.install()
+    if args.deterministic:
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.benchmark = False
+    torch.manual_seed(SEED)
+    dev = torch.device("cuda", 0)
+    torch.cuda.init()
+    record = args.trace is not None or mode == "expandable"
+    if record:
+        torch.cuda.memory._record_memory_history(context=None, max_entries=MAX_ENTRIES)
+    free0, total = torch.cuda.mem_get_info(dev)
+    base_used = total - free0
+    poller = DevicePoller(0)
+    if args.poll:
+        poller.thread.start()
+    rng = random.Random(SEED)
+    losses, times = [], []
+    t0 = time.perf_counter()
+    last = t0
+    for loss in WORKLOADS[args.name](dev, rng, args.scale):
+        torch.cuda.synchronize()
+        now = time.perf_counter()
+        losses.append(loss)
+        times.append(now - last)
+        last = now
+        free, _ = torch.cuda.mem_get_info(dev)
+        poller.peak = max(poller.peak, total - free)
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - t0
+    poller.stop.set()
+    out = {
+        "workload": args.name,
+        "mode": mode,
+        "torch": torch.__version__,
+        "gpu": torch.cuda.get_device_name(0),
+        "seconds": seconds,
+        "losses": losses,
+        "step_seconds": times,
+        "device_used_peak": poller.peak,
+        "device_used_base": base_used,
+    }
+    if mode == "genesis":
+        import genesis_torch
+
+        out["peak_reserved"] = genesis_torch.max_memory_reserved()
+        out["peak_allocated"] = genesis_torch.memory_stats().get("allocated_bytes.all.peak")
+    else:
+        out["peak_reserved"] = torch.cuda.max_memory_reserved()
+        out["peak_allocated"] = torch.cuda.max_memory_allocated()
+        out["num_alloc_retries"] = torch.cuda.memory_stats().get("num_alloc_retries", 0)
+    if record:
+        snap = torch.cuda.memory._snapshot()
+        torch.cuda.memory._record_memory_history(enabled=None)
+        entries = snap["device_traces"][0] if snap["device_traces"] else []
+        if len(entries) >= MAX_ENTRIES:
+            raise SystemExit(f"{args.name}: history truncated at {len(entries)} entries")
+        counts = collections.Counter(e["action"] for e in entries)
+        out["actions"] = dict(counts)
+        out["segment_allocs"] = counts.get("segment_alloc", 0)
+        out["segment_frees"] = counts.get("segment_free", 0)
+        out["segment_maps"] = counts.get("segment_map", 0)
+        out["segment_unmaps"] = counts.get("segment_unmap", 0)
+        if args.trace:
+            lines, info = convert(entries)
+            out.update(info)
+            header = [
+                f"# genesis-trace v1 source=pytorch-{torch.__version__} workload={args.name}",
+                f"# peak_allocated={out['peak_allocated']}",
+                f"# peak_reserved={out['peak_reserved']}",
+                f"# num_alloc_retries={out['num_alloc_retries']}",
+                f"# seconds={seconds:.1f}",
+                f"# segment_allocs={out['segment_allocs']}",
+                f"# segment_frees={out['segment_frees']}",
+                f"# streams={info['streams']}",
+            ]
+            with open(args.trace + ".body", "w") as f:
+                f.write("\n".join(header) + "\n")
+                f.write("\n".join(lines) + "\n")
+    with open(args.json, "w") as f:
+        json.dump(out, f)
+
+
+def convert(entries):
+    """PyTorch trace entries -> genesis-trace event lines (fresh id per allocation; the default
+    stream is 0, other streams 1, 2, ... in order of first use)."""
+    live, streams, lines = {}, {0: 0}, []
+    next_id, cur, peak, orphans = 0, 0, 0, 0
+    for e in entries:
+        a = e["action"]
+        if a == "alloc":
+            s = streams.setdefault(e["stream"], len(streams))
+            if e["addr"] in live:
+                orphans += 1
+            live[e["addr"]] = (next_id, e["size"])
+            lines.append(f"a {next_id} {e['size']} {s}")
+            next_id += 1
+            cur += e["size"]
+            peak = max(peak, cur)
+        elif a == "free_completed":
+            hit = live.pop(e["addr"], None)
+            if hit is None:
+                orphans += 1
+                continue
+            lines.append(f"f {hit[0]}")
+            cur -= hit[1]
+    return lines, {"allocations": next_id, "peak_live": peak, "streams": len(streams),
+                   "unmatched": orphans, "live_at_end": len(live)}
+
+
+# ---- the corpus -------------------------------------------------------------------------------
+
+def spawn(name, mode, json_path, *, trace=None, scale=1.0, deterministic=False, poll=False,
+          timeout=600, env_extra=None):
+    env = dict(os.environ)
+    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    if ALLOC_CONF[mode]:
+        env["PYTORCH_CUDA_ALLOC_CONF"] = ALLOC_CONF[mode]
+    env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+    env["PYTHONPATH"] = HERE + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(env_extra or {})
+    cmd = [sys.executable, os.path.abspath(__file__), "worker", name, "--mode", mode,
+           "--json", json_path, "--scale", str(scale)]
+    if trace:
+        cmd += ["--trace", trace]
+    if deterministic:
+        cmd.append("--deterministic")
+    if poll:
+        cmd.append("--poll")
+    t = time.time()
+    try:
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        ok, log = p.returncode == 0, p.stdout + p.stderr
+    except subprocess.TimeoutExpired as e:
+        ok, log = False, f"timeout after {timeout}s\n{e.stdout or ''}{e.stderr or ''}"
+    return ok, log, time.time() - t
+
+
+def record(args):
+    from workloads import WORKLOADS
+
+    os.makedirs(args.out, exist_ok=True)
+    names = args.only or list(WORKLOADS)
+    jobs = []
+    for n in names:
+        for mode in ("default", "expandable", "async"):
+            jobs.append((n, mode))
+    results = collections.defaultdict(dict)
+
+    def one(job):
+        n, mode = job
+        js = os.path.join(args.out, f"{n}.{mode}.json")
+        trace = os.path.join(args.out, f"{n}.trace") if mode == "default" else None
+        ok, log, secs = spawn(n, mode, js, trace=trace, scale=args.scale)
+        print(f"[{'ok' if ok else 'FAIL'}] {n} {mode} {secs:.0f}s", flush=True)
+        if not ok:
+            print(log[-3000:], flush=True)
+            return n, mode, None
+        with open(js) as f:
+            return n, mode, json.load(f)
+
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as ex:
+        for n, mode, r in ex.map(one, jobs):
+            if r is not None:
+                results[n][mode] = r
+    summary = {}
+    for n in names:
+        r = results.get(n, {})
+        if "default" not in r:
+            continue
+        body = os.path.join(args.out, f"{n}.trace.body")
+        extra = []
+        if "expandable" in r:
+            extra += [f"# expandable_peak_reserved={r['expandable']['peak_reserved']}",
+                      f"# expandable_maps={r['expandable']['segment_maps']}",
+                      f"# expandable_unmaps={r['expandable']['segment_unmaps']}"]
+        if "async" in r:
+            extra.append(f"# async_peak_reserved={r['async']['peak_reserved']}")
+        with open(body) as f:
+            text = f.read()
+        head, _, events = text.partition("\n# streams=")
+        streams_line, _, events = events.partition("\n")
+        text = head + "\n# streams=" + streams_line + "\n" + "\n".join(extra) + "\n" + events
+        with gzip.GzipFile(os.path.join(args.out, f"{n}.trace.gz"), "wb", mtime=0) as f:
+            f.write(text.encode())
+        os.remove(body)
+        d = r["default"]
+        summary[n] = {
+            "allocations": d["allocations"],
+            "peak_live": d["peak_live"],
+            "streams": d["streams"],
+            "unmatched": d["unmatched"],
+            "default_peak_reserved": d["peak_reserved"],
+            "default_segments": d["segment_allocs"],
+            "expandable_peak_reserved": r.get("expandable", {}).get("peak_reserved"),
+            "expandable_maps": r.get("expandable", {}).get("segment_maps"),
+            "async_peak_reserved": r.get("async", {}).get("peak_reserved"),
+            "losses_default": d["losses"],
+            "losses_expandable": r.get("expandable", {}).get("losses"),
+            "seconds": d["seconds"],
+        }
+    with open(os.path.join(args.out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    print(f"recorded {len(summary)} of {len(names)} workloads")
+
+
+# ---- the table --------------------------------------------------------------------------------
+
+def split_of(name):
+    """The tuning split: a trace belongs to the held-out half when the first byte of the
+    SHA-256 of its name is odd, except the three traces the allocator was first tuned on,
+    which are design traces whatever their hash. Policies are designed on the other half
+    only."""
+    import hashlib
+
+    if name in ("gpt2_train", "resnet50_train", "gpt2_generate"):
+        return "design"
+    return "held out" if hashlib.sha256(name.encode()).digest()[0] % 2 else "design"
+
+
+def read_trace(path):
+    meta, cur, peak, live, n = {}, 0, 0, {}, 0
+    with gzip.open(path, "rt") as f:
+        for line in f:
+            if line.startswith("#"):
+                for kv in line[1:].split():
+                    if "=" in kv:
+                        k, v = kv.split("=", 1)
+                        meta[k] = v
+                continue
+            p = line.split()
+            if p[0] == "a":
+                live[p[1]] = int(p[2])
+                cur += int(p[2])
+                peak = max(peak, cur)
+                n += 1
+            elif p[0] == "f" and p[1] in live:
+                cur -= live.pop(p[1])
+    return meta, peak, n
+
+
+def table(args):
+    import glob
+
+    rows = ["| workload | split | allocations | peak live (MiB) | PyTorch default: reserved / live "
+            "(segments) | expandable segments (maps) | cudaMallocAsync |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]
+    for path in sorted(glob.glob(os.path.join(args.dir, "*.trace.gz"))):
+        name = os.path.basename(path)[: -len(".trace.gz")]
+        meta, peak, n = read_trace(path)
+
+        def ratio(key):
+            return f"{int(meta[key]) / peak:.3f}" if key in meta and peak else "-"
+
+        rows.append(f"| `{name}` | {split_of(name)} | {n} | {peak / 2**20:.0f} | "
+                    f"{ratio('peak_reserved')} ({meta.get('segment_allocs', '-')}) | "
+                    f"{ratio('expandable_peak_reserved')} ({meta.get('expandable_maps', '-')}) | "
+                    f"{ratio('async_peak_reserved')} |")
+    print("\n".join(rows))
+
+
+# ---- live -------------------------------------------------------------------------------------
+
+def live(args):
+    os.makedirs(args.out, exist_ok=True)
+    results = {}
+    for n in args.workloads.split(","):
+        for mode in args.modes.split(","):
+            js = os.path.join(args.out, f"live.{n}.{mode}.json")
+            ok, log, secs = spawn(n, mode, js, deterministic=True, poll=True,
+                                  scale=args.scale, timeout=args.timeout)
+            print(f"[{'ok' if ok else 'FAIL'}] live {n} {mode} {secs:.0f}s", flush=True)
+            if not ok:
+                print(log[-3000:], flush=True)
+                continue
+            with open(js) as f:
+                results.setdefault(n, {})[mode] = json.load(f)
+    with open(os.path.join(args.out, "live.json"), "w") as f:
+        json.dump(results, f)
+    rows = ["| workload | allocator | peak reserved (MiB) | device used, peak (MiB) | "
+            "steps | time after 2 warm-up steps (s) | time / default | losses equal default |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+
+    def timed(r):
+        # Every allocator runs the same shapes in the same order: the sum of the steps after
+        # the first two (model set-up, first kernels) is the comparable figure.
+        return sum(r["step_seconds"][2:]) or sum(r["step_seconds"])
+
+    for n, modes in results.items():
+        base = modes.get("default")
+        for mode, r in modes.items():
+            t = timed(r)
+            rel = eq = ""
+            if base:
+                rel = f"{t / timed(base):.3f}"
+                eq = "yes" if r["losses"] == base["losses"] else "NO"
+            rows.append(f"| {n} | {mode} | {r['peak_reserved'] / 2**20:.0f} | "
+                        f"{r['device_used_peak'] / 2**20:.0f} | {len(r['losses'])} | {t:.3f} | "
+                        f"{rel} | {eq} |")
+    table = "\n".join(rows)
+    with open(os.path.join(args.out, "live.md"), "w") as f:
+        f.write(table + "\n")
+    print(table)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("record")
+    r.add_argument("--out", required=True)
+    r.add_argument("--jobs", type=int, default=6)
+    r.add_argument("--scale", type=float, default=1.0)
+    r.add_argument("--only", nargs="*")
+    lv = sub.add_parser("live")
+    lv.add_argument("--out", required=True)
+    lv.add_argument("--workloads", default="gpt2_train_varlen_bf16,bert_train_varbatch_varlen_bf16,"
+                    "resnet50_train_varres_fp32,vit_b16_train_bf16_varbatch")
+    lv.add_argument("--modes", default="default,expandable,async,genesis")
+    lv.add_argument("--scale", type=float, default=1.0)
+    lv.add_argument("--timeout", type=int, default=300)
+    t = sub.add_parser("table")
+    t.add_argument("dir")
+    w = sub.add_parser("worker")
+    w.add_argument("name")
+    w.add_argument("--mode", required=True, choices=list(ALLOC_CONF))
+    w.add_argument("--json", required=True)
+    w.add_argument("--trace")
+    w.add_argument("--scale", type=float, default=1.0)
+    w.add_argument("--deterministic", action="store_true")
+    w.add_argument("--poll", action="store_true")
+    args = ap.parse_args()
+    sys.path.insert(0, HERE)
+    {"record": record, "live": live, "table": table, "worker": worker}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()

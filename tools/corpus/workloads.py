@@ -1,0 +1,535 @@
+"""Real PyTorch workloads for the genesis-mem allocation corpus and the live allocator benchmark.
+
+Each workload is a generator `fn(dev, rng, scale)` that builds a randomly initialised model (no
+weights are downloaded), runs it, and yields one float per step (the loss, or a checksum of an
+inference step's output) so that runs under different allocators can be compared step for step.
+The shapes a workload uses (batch, sequence length, resolution) come from `rng`, a seeded
+`random.Random`, so every run of one workload sees the same sequence of shapes.
+
+They differ in the ways that fragment memory: variable sequence length and batch, activation
+checkpointing, gradient accumulation, prefill and decode with a growing KV cache, sampling and
+beam search, variable resolution, fp32 and bf16, train/eval interleaving, a side stream.
+`scale` multiplies the step count (1.0 for the corpus; smaller for a smoke test).
+"""
+
+import contextlib
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def steps(n, scale):
+    return max(2, int(round(n * scale)))
+
+
+def autocast(enabled):
+    if enabled:
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def _lm_batch(dev, rng, vocab, batches, lengths):
+    b = rng.choice(batches)
+    t = rng.choice(lengths)
+    g = torch.Generator(device="cpu").manual_seed(rng.randrange(1 << 30))
+    return torch.randint(0, vocab, (b, t), generator=g).to(dev)
+
+
+def _train_lm(model, dev, rng, scale, *, vocab, batches, lengths, n, bf16, accum=1, lr=3e-4):
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    model.train()
+    for _ in range(steps(n, scale)):
+        total = 0.0
+        for _ in range(accum):
+            ids = _lm_batch(dev, rng, vocab, batches, lengths)
+            with autocast(bf16):
+                loss = model(input_ids=ids, labels=ids).loss / accum
+            loss.backward()
+            total += loss.item()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        yield total
+
+
+def _gpt2(n_layer, n_embd, n_head, vocab=32000, ctx=1024):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(n_layer=n_layer, n_embd=n_embd, n_head=n_head, vocab_size=vocab,
+                     n_positions=ctx, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    return GPT2LMHeadModel(cfg)
+
+
+def _llama(layers, hidden, heads, kv_heads, inter, vocab=32000, ctx=2048):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter,
+                      num_hidden_layers=layers, num_attention_heads=heads,
+                      num_key_value_heads=kv_heads, max_position_embeddings=ctx,
+                      pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    return LlamaForCausalLM(cfg)
+
+
+# ---- LLM training -----------------------------------------------------------------------------
+
+def gpt2_train_varlen_bf16(dev, rng, scale):
+    m = _gpt2(8, 768, 12).to(dev)
+    yield from _train_lm(m, dev, rng, scale, vocab=32000, batches=[4, 8, 12, 16],
+                         lengths=[128, 256, 384, 512, 640, 768, 1024], n=24, bf16=True)
+
+
+def gpt2_train_ckpt_bf16(dev, rng, scale):
+    m = _gpt2(12, 768, 12).to(dev)
+    m.gradient_checkpointing_enable()
+    m.config.use_cache = False
+    yield from _train_lm(m, dev, rng, scale, vocab=32000, batches=[8, 16, 24],
+                         lengths=[256, 512, 768, 1024], n=20, bf16=True)
+
+
+def gpt2_train_accum_fp32(dev, rng, scale):
+    m = _gpt2(6, 512, 8).to(dev)
+    yield from _train_lm(m, dev, rng, scale, vocab=32000, batches=[2, 4, 6, 8],
+                         lengths=[64, 200, 333, 512, 700, 1024], n=12, bf16=False, accum=4)
+
+
+def llama_gqa_train_varlen_bf16(dev, rng, scale):
+    m = _llama(8, 1024, 16, 4, 2816).to(dev)
+    yield from _train_lm(m, dev, rng, scale, vocab=32000, batches=[2, 4, 6, 8],
+                         lengths=[256, 512, 1000, 1536, 2048], n=20, bf16=True)
+
+
+def llama_gqa_train_ckpt_accum_bf16(dev, rng, scale):
+    m = _llama(12, 1536, 12, 4, 4096).to(dev)
+    m.gradient_checkpointing_enable()
+    m.config.use_cache = False
+    yield from _train_lm(m, dev, rng, scale, vocab=32000, batches=[1, 2, 4],
+                         lengths=[512, 1024, 1777, 2048], n=10, bf16=True, accum=3)
+
+
+def t5_train_varlen_bf16(dev, rng, scale):
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    cfg = T5Config(d_model=512, d_ff=2048, num_layers=6, num_heads=8, vocab_size=32128,
+                   dropout_rate=0.0, decoder_start_token_id=0, pad_token_id=0)
+    m = T5ForConditionalGeneration(cfg).to(dev)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    m.train()
+    for _ in range(steps(20, scale)):
+        src = _lm_batch(dev, rng, 32128, [8, 16, 32], [64, 128, 256, 512])
+        tgt = _lm_batch(dev, rng, 32128, [src.shape[0]], [16, 32, 64, 128])
+        with autocast(True):
+            loss = m(input_ids=src, labels=tgt).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        yield loss.item()
+
+
+def gru_lm_train_varlen_fp32(dev, rng, scale):
+    class GruLm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(16000, 512)
+            self.rnn = nn.GRU(512, 1024, num_layers=2, batch_first=True)
+            self.out = nn.Linear(1024, 16000)
+
+        def forward(self, x):
+            h, _ = self.rnn(self.emb(x))
+            return self.out(h)
+
+    m = GruLm().to(dev)
+    opt = torch.optim.Adam(m.parameters(), lr=1e-3)
+    for _ in range(steps(20, scale)):
+        ids = _lm_batch(dev, rng, 16000, [16, 32, 48, 64], [32, 64, 100, 128, 200])
+        logits = m(ids[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        yield loss.item()
+
+
+def gpt2_train_eval_interleave_bf16(dev, rng, scale):
+    m = _gpt2(6, 768, 12).to(dev)
+    opt = torch.optim.AdamW(m.parameters(), lr=3e-4)
+    for step in range(steps(24, scale)):
+        m.train()
+        ids = _lm_batch(dev, rng, 32000, [8, 16], [256, 512, 1024])
+        with autocast(True):
+            loss = m(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        val = loss.item()
+        if step % 4 == 3:
+            m.eval()
+            with torch.no_grad(), autocast(True):
+                for _ in range(3):
+                    ids = _lm_batch(dev, rng, 32000, [32, 64], [128, 512, 1024])
+                    val += m(input_ids=ids, labels=ids).loss.item()
+        yield val
+
+
+# ---- LLM inference ----------------------------------------------------------------------------
+
+def _generate(m, dev, rng, scale, *, n, batches, prompts, new_tokens, **kw):
+    m.eval()
+    out = []
+    with torch.no_grad():
+        for _ in range(steps(n, scale)):
+            ids = _lm_batch(dev, rng, m.config.vocab_size, batches, prompts)
+            nt = rng.choice(new_tokens)
+            g = m.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=nt,
+                           min_new_tokens=nt, pad_token_id=0, **kw)
+            out.append(float(g.sum().item()))
+            yield out[-1]
+
+
+def gpt2_generate_sample_varbatch(dev, rng, scale):
+    torch.manual_seed(rng.randrange(1 << 30))
+    m = _gpt2(12, 768, 12, vocab=50257).to(dev)
+    yield from _generate(m, dev, rng, scale, n=8, batches=[1, 3, 8, 16], prompts=[16, 64, 200],
+                         new_tokens=[32, 64, 128], do_sample=True, top_k=50, top_p=0.95)
+
+
+def llama_generate_beam_bf16(dev, rng, scale):
+    m = _llama(8, 1024, 16, 4, 2816).to(dev, dtype=torch.bfloat16)
+    yield from _generate(m, dev, rng, scale, n=6, batches=[1, 2, 4], prompts=[32, 128, 300],
+                         new_tokens=[24, 48], num_beams=4, do_sample=False)
+
+
+def llama_generate_greedy_varbatch_fp32(dev, rng, scale):
+    m = _llama(6, 1024, 16, 4, 2816).to(dev)
+    yield from _generate(m, dev, rng, scale, n=8, batches=[1, 4, 8, 16], prompts=[8, 100, 512],
+                         new_tokens=[32, 96, 160], do_sample=False)
+
+
+def llama_decode_manual_kvcat_bf16(dev, rng, scale):
+    """A hand-written prefill + decode loop over the model's dynamic KV cache, which grows by
+    one position (a concatenation) each token."""
+    m = _llama(8, 2048, 16, 4, 5632).to(dev, dtype=torch.bfloat16)
+    m.eval()
+    with torch.no_grad():
+        for _ in range(steps(6, scale)):
+            ids = _lm_batch(dev, rng, 32000, [1, 2, 4, 8], [64, 256, 700])
+            out = m(input_ids=ids, use_cache=True)
+            cache = out.past_key_values
+            tok = out.logits[:, -1:].argmax(-1)
+            total = 0.0
+            for _ in range(rng.choice([48, 96, 128])):
+                out = m(input_ids=tok, past_key_values=cache, use_cache=True)
+                cache = out.past_key_values
+                tok = out.logits[:, -1:].argmax(-1)
+                total += float(tok.sum().item())
+            del out, cache
+            yield total
+
+
+# ---- encoders ---------------------------------------------------------------------------------
+
+def _bert(layers=12, hidden=768):
+    from transformers import BertConfig, BertForSequenceClassification
+
+    cfg = BertConfig(num_hidden_layers=layers, hidden_size=hidden,
+                     num_attention_heads=hidden // 64, intermediate_size=4 * hidden,
+                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=4)
+    return BertForSequenceClassification(cfg)
+
+
+def bert_train_varbatch_varlen_bf16(dev, rng, scale):
+    m = _bert().to(dev)
+    opt = torch.optim.AdamW(m.parameters(), lr=2e-5)
+    m.train()
+    for _ in range(steps(24, scale)):
+        ids = _lm_batch(dev, rng, 30522, [8, 16, 24, 32, 48], [32, 64, 128, 200, 256, 384, 512])
+        labels = torch.randint(0, 4, (ids.shape[0],), device=dev)
+        with autocast(True):
+            loss = m(input_ids=ids, labels=labels).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        yield loss.item()
+
+
+def bert_infer_varbatch_fp32(dev, rng, scale):
+    m = _bert(24, 1024).to(dev)
+    m.eval()
+    with torch.no_grad():
+        for _ in range(steps(30, scale)):
+            ids = _lm_batch(dev, rng, 30522, [1, 7, 32, 64, 128], [16, 48, 128, 256, 512])
+            yield float(m(input_ids=ids).logits.float().sum().item())
+
+
+# ---- vision -----------------------------------------------------------------------------------
+
+def _images(dev, rng, batches, sizes, channels_last=False):
+    b, s = rng.choice(batches), rng.choice(sizes)
+    g = torch.Generator(device="cpu").manual_seed(rng.randrange(1 << 30))
+    x = torch.randn(b, 3, s, s, generator=g).to(dev)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    return x
+
+
+def _train_classifier(m, dev, rng, scale, *, n, batches, sizes, bf16, classes=1000,
+                      opt=None, channels_last=False):
+    opt = opt or torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
+    m.train()
+    for _ in range(steps(n, scale)):
+        x = _images(dev, rng, batches, sizes, channels_last)
+        y = torch.randint(0, classes, (x.shape[0],), device=dev)
+        with autocast(bf16):
+            loss = F.cross_entropy(m(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        yield loss.item()
+
+
+def resnet50_train_varres_fp32(dev, rng, scale):
+    import torchvision
+
+    m = torchvision.models.resnet50(weights=None).to(dev)
+    yield from _train_classifier(m, dev, rng, scale, n=12, batches=[16, 32, 48],
+                                 sizes=[160, 192, 224, 256, 288], bf16=False)
+
+
+def resnet18_infer_varbatch_bf16_cl(dev, rng, scale):
+    import torchvision
+
+    m = torchvision.models.resnet18(weights=None).to(dev, memory_format=torch.channels_last)
+    m.eval()
+    with torch.no_grad():
+        for _ in range(steps(30, scale)):
+            x = _images(dev, rng, [1, 8, 64, 256], [224, 320], channels_last=True)
+            with autocast(True):
+                yield float(m(x).float().sum().item())
+
+
+def vit_b16_train_bf16_varbatch(dev, rng, scale):
+    import torchvision
+
+    m = torchvision.models.vit_b_16(weights=None).to(dev)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    yield from _train_classifier(m, dev, rng, scale, n=16, batches=[16, 32, 48, 64],
+                                 sizes=[224], bf16=True, opt=opt)
+
+
+def convnext_tiny_train_fp32(dev, rng, scale):
+    import timm
+
+    m = timm.create_model("convnext_tiny", pretrained=False, num_classes=100).to(dev)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    yield from _train_classifier(m, dev, rng, scale, n=12, batches=[16, 32, 64],
+                                 sizes=[160, 224], bf16=False, classes=100, opt=opt)
+
+
+def efficientnet_b0_train_bf16_varres_cl(dev, rng, scale):
+    import timm
+
+    m = timm.create_model("efficientnet_b0", pretrained=False, num_classes=200)
+    m = m.to(dev, memory_format=torch.channels_last)
+    opt = torch.optim.RMSprop(m.parameters(), lr=1e-3)
+    yield from _train_classifier(m, dev, rng, scale, n=16, batches=[32, 64, 96],
+                                 sizes=[192, 224, 256, 300], bf16=True, classes=200, opt=opt,
+                                 channels_last=True)
+
+
+def deeplabv3_train_varres(dev, rng, scale):
+    import torchvision
+
+    m = torchvision.models.segmentation.deeplabv3_resnet50(
+        weights=None, weights_backbone=None, num_classes=21, aux_loss=True).to(dev)
+    opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
+    m.train()
+    for _ in range(steps(10, scale)):
+        x = _images(dev, rng, [4, 8], [256, 320, 384, 448, 512])
+        y = torch.randint(0, 21, (x.shape[0], x.shape[2], x.shape[3]), device=dev)
+        with autocast(True):
+            out = m(x)
+            loss = F.cross_entropy(out["out"], y) + 0.5 * F.cross_entropy(out["aux"], y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        yield loss.item()
+
+
+def fasterrcnn_train_varres(dev, rng, scale):
+    import torchvision
+
+    m = torchvision.models.detection.fasterrcnn_mobilenet_v3_large_fpn(
+        weights=None, weights_backbone=None, num_classes=11).to(dev)
+    opt = torch.optim.SGD(m.parameters(), lr=0.005, momentum=0.9)
+    m.train()
+    for _ in range(steps(12, scale)):
+        images, targets = [], []
+        for _ in range(rng.choice([2, 4, 6])):
+            h, w = rng.choice([320, 480, 640, 800]), rng.choice([320, 512, 640, 800])
+            images.append(torch.rand(3, h, w, device=dev))
+            n = rng.randint(1, 12)
+            x0 = torch.rand(n, device=dev) * (w - 40)
+            y0 = torch.rand(n, device=dev) * (h - 40)
+            bw = 8 + torch.rand(n, device=dev) * 30
+            bh = 8 + torch.rand(n, device=dev) * 30
+            boxes = torch.stack([x0, y0, x0 + bw, y0 + bh], 1)
+            targets.append({"boxes": boxes, "labels": torch.randint(1, 11, (n,), device=dev)})
+        losses = m(images, targets)
+        loss = sum(losses.values())
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        yield loss.item()
+
+
+class _UNet(nn.Module):
+    """A diffusion-style UNet: residual blocks with a time embedding, self-attention at the two
+    lowest resolutions, skip connections."""
+
+    def __init__(self, ch=128, mult=(1, 2, 3, 4)):
+        super().__init__()
+        self.ch = ch
+        self.temb = nn.Sequential(nn.Linear(ch, 4 * ch), nn.SiLU(), nn.Linear(4 * ch, 4 * ch))
+        self.inp = nn.Conv2d(3, ch, 3, padding=1)
+        self.down, self.up = nn.ModuleList(), nn.ModuleList()
+        chans, c = [ch], ch
+        for i, m in enumerate(mult):
+            for _ in range(2):
+                self.down.append(_Res(c, m * ch, 4 * ch, attn=i >= 2))
+                c = m * ch
+                chans.append(c)
+            if i < len(mult) - 1:
+                self.down.append(nn.Conv2d(c, c, 3, stride=2, padding=1))
+                chans.append(c)
+        self.mid = _Res(c, c, 4 * ch, attn=True)
+        for i, m in reversed(list(enumerate(mult))):
+            for _ in range(3):
+                self.up.append(_Res(c + chans.pop(), m * ch, 4 * ch, attn=i >= 2))
+                c = m * ch
+            if i > 0:
+                self.up.append(nn.Upsample(scale_factor=2, mode="nearest"))
+        self.out = nn.Sequential(nn.GroupNorm(32, c), nn.SiLU(), nn.Conv2d(c, 3, 3, padding=1))
+
+    def forward(self, x, t):
+        half = self.ch // 2
+        freqs = torch.exp(-math.log(10000) * torch.arange(half, device=x.device) / half)
+        e = t.float()[:, None] * freqs[None]
+        temb = self.temb(torch.cat([e.sin(), e.cos()], 1))
+        h = self.inp(x)
+        hs = [h]
+        for layer in self.down:
+            h = layer(h, temb) if isinstance(layer, _Res) else layer(h)
+            hs.append(h)
+        h = self.mid(h, temb)
+        for layer in self.up:
+            if isinstance(layer, _Res):
+                h = layer(torch.cat([h, hs.pop()], 1), temb)
+            else:
+                h = layer(h)
+        return self.out(h)
+
+
+class _Res(nn.Module):
+    def __init__(self, cin, cout, tdim, attn):
+        super().__init__()
+        self.n1, self.c1 = nn.GroupNorm(32, cin), nn.Conv2d(cin, cout, 3, padding=1)
+        self.t = nn.Linear(tdim, cout)
+        self.n2, self.c2 = nn.GroupNorm(32, cout), nn.Conv2d(cout, cout, 3, padding=1)
+        self.skip = nn.Conv2d(cin, cout, 1) if cin != cout else nn.Identity()
+        self.attn = nn.MultiheadAttention(cout, 4, batch_first=True) if attn else None
+        self.na = nn.GroupNorm(32, cout) if attn else None
+
+    def forward(self, x, temb):
+        h = self.c1(F.silu(self.n1(x))) + self.t(F.silu(temb))[:, :, None, None]
+        h = self.c2(F.silu(self.n2(h))) + self.skip(x)
+        if self.attn is not None:
+            b, c, hh, ww = h.shape
+            q = self.na(h).flatten(2).transpose(1, 2)
+            h = h + self.attn(q, q, q, need_weights=False)[0].transpose(1, 2).reshape(b, c, hh, ww)
+        return h
+
+
+def unet_diffusion_train_bf16_ema(dev, rng, scale):
+    m = _UNet().to(dev)
+    ema = [p.detach().clone() for p in m.parameters()]
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    for _ in range(steps(14, scale)):
+        x0 = _images(dev, rng, [8, 16, 32], [32, 64])
+        t = torch.randint(0, 1000, (x0.shape[0],), device=dev)
+        a = torch.cos(t.float() / 1000 * math.pi / 2)[:, None, None, None]
+        noise = torch.randn_like(x0)
+        xt = a * x0 + (1 - a * a).sqrt() * noise
+        with autocast(True):
+            loss = F.mse_loss(m(xt, t).float(), noise)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            torch._foreach_lerp_(ema, [p.detach() for p in m.parameters()], 0.01)
+        yield loss.item()
+
+
+def resnet18_train_side_stream_prefetch(dev, rng, scale):
+    """Training whose inputs are copied from pinned host memory on a side stream, one batch
+    ahead, and handed to the main stream with `record_stream`."""
+    import torchvision
+
+    m = torchvision.models.resnet18(weights=None, num_classes=100).to(dev)
+    opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
+    side = torch.cuda.Stream(dev)
+    main = torch.cuda.current_stream(dev)
+
+    def host_batch():
+        b, s = rng.choice([32, 64, 128]), rng.choice([128, 160, 224])
+        g = torch.Generator().manual_seed(rng.randrange(1 << 30))
+        return (torch.randn(b, 3, s, s, generator=g).pin_memory(),
+                torch.randint(0, 100, (b,), generator=g).pin_memory())
+
+    def prefetch(batch):
+        with torch.cuda.stream(side):
+            x = batch[0].to(dev, non_blocking=True)
+            y = batch[1].to(dev, non_blocking=True)
+            x = (x - x.mean()) / x.std()
+        return x, y
+
+    nxt = prefetch(host_batch())
+    m.train()
+    for _ in range(steps(16, scale)):
+        main.wait_stream(side)
+        x, y = nxt
+        x.record_stream(main)
+        y.record_stream(main)
+        nxt = prefetch(host_batch())
+        loss = F.cross_entropy(m(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        del x, y
+        yield loss.item()
+
+
+WORKLOADS = {f.__name__: f for f in [
+    gpt2_train_varlen_bf16,
+    gpt2_train_ckpt_bf16,
+    gpt2_train_accum_fp32,
+    llama_gqa_train_varlen_bf16,
+    llama_gqa_train_ckpt_accum_bf16,
+    t5_train_varlen_bf16,
+    gru_lm_train_varlen_fp32,
+    gpt2_train_eval_interleave_bf16,
+    gpt2_generate_sample_varbatch,
+    llama_generate_beam_bf16,
+    llama_generate_greedy_varbatch_fp32,
+    llama_decode_manual_kvcat_bf16,
+    bert_train_varbatch_varlen_bf16,
+    bert_infer_varbatch_fp32,
+    resnet50_train_varres_fp32,
+    resnet18_infer_varbatch_bf16_cl,
+    vit_b16_train_bf16_varbatch,
+    convnext_tiny_train_fp32,
+    efficientnet_b0_train_bf16_varres_cl,
+    deeplabv3_train_varres,
+    fasterrcnn_train_varres,
+    unet_diffusion_train_bf16_ema,
+    resnet18_train_side_stream_prefetch,
+]}

@@ -17,45 +17,35 @@ fn main() {
 }
 
 #[cfg(feature = "cuda")]
+#[path = "../../genesis-cuda/benches/support/timing.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod timing;
+
+#[cfg(feature = "cuda")]
 mod gpu {
     use std::sync::Arc;
 
-    use genesis_cuda::{Event, Stream};
+    use genesis_cuda::Stream;
     use genesis_index::{IndexTensor, Value, get, s, set};
     use genesis_storage::{DType, Device, Layout, Storage, View};
 
-    type BoxResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
+    use super::timing;
+    use timing::BoxResult;
 
     /// Median of 30 timings of `f` on the legacy stream after 3 warm-up runs: between two
     /// events around it (`events`), or on the wall clock to a synchronisation after it.
     fn measure(
         ctx: &std::sync::Arc<genesis_cuda::Context>,
         events: bool,
-        mut f: impl FnMut() -> BoxResult,
+        f: impl FnMut() -> BoxResult,
     ) -> BoxResult<f64> {
         let s = Stream::legacy(ctx);
-        for _ in 0..3 {
-            f()?;
-        }
-        s.synchronize()?;
-        let (a, b) = (Event::new(ctx, true)?, Event::new(ctx, true)?);
-        let mut ms = Vec::new();
-        for _ in 0..30 {
-            if events {
-                a.record(&s)?;
-                f()?;
-                b.record(&s)?;
-                b.synchronize()?;
-                ms.push(f64::from(b.elapsed_ms(&a)?));
-            } else {
-                let t = std::time::Instant::now();
-                f()?;
-                s.synchronize()?;
-                ms.push(t.elapsed().as_secs_f64() * 1e3);
-            }
-        }
-        ms.sort_by(f64::total_cmp);
-        Ok(ms[ms.len() / 2])
+        let t = if events {
+            timing::events(&s, 3, 30, f)?
+        } else {
+            timing::wall(3, 30, || Ok(s.synchronize()?), f)?
+        };
+        Ok(t.median_ms)
     }
 
     /// Device time of `f` between events ([`measure`]).

@@ -17,10 +17,15 @@ fn main() {
 }
 
 #[cfg(feature = "cuda")]
+#[path = "../../genesis-cuda/benches/support/timing.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod timing;
+
+#[cfg(feature = "cuda")]
 mod gpu {
     use std::sync::Arc;
 
-    use genesis_cuda::{Context, DeviceBuffer, Event, Stream};
+    use genesis_cuda::{Context, DeviceBuffer, Stream};
     use genesis_kernels::reduce::{self, ReducePlan};
     use genesis_kernels::{BinaryOp, Element, ReduceOp, ReduceShape, UnaryOp, gpu};
     use half::{bf16, f16};
@@ -31,7 +36,8 @@ mod gpu {
     const WARMUP: usize = 5;
     const RUNS: usize = 50;
 
-    type BoxResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
+    use super::timing;
+    use timing::BoxResult;
 
     struct Row {
         name: String,
@@ -40,26 +46,14 @@ mod gpu {
         min_ms: f64,
     }
 
+    /// Device time of `f` on `stream`: median and min of RUNS after WARMUP.
     fn time(
         stream: &Stream,
-        ctx: &Arc<Context>,
-        mut f: impl FnMut() -> BoxResult,
+        _ctx: &Arc<Context>,
+        f: impl FnMut() -> BoxResult,
     ) -> BoxResult<(f64, f64)> {
-        for _ in 0..WARMUP {
-            f()?;
-        }
-        stream.synchronize()?;
-        let mut ms = Vec::with_capacity(RUNS);
-        let (start, end) = (Event::new(ctx, true)?, Event::new(ctx, true)?);
-        for _ in 0..RUNS {
-            start.record(stream)?;
-            f()?;
-            end.record(stream)?;
-            end.synchronize()?;
-            ms.push(f64::from(end.elapsed_ms(&start)?));
-        }
-        ms.sort_by(f64::total_cmp);
-        Ok((ms[RUNS / 2], ms[0]))
+        let t = timing::events(stream, WARMUP, RUNS, f)?;
+        Ok((t.median_ms, t.min_ms))
     }
 
     fn random_buffer<T: Element>(

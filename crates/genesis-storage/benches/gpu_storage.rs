@@ -15,29 +15,21 @@ fn main() {
 }
 
 #[cfg(feature = "cuda")]
+#[path = "../../genesis-cuda/benches/support/timing.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod timing;
+
+#[cfg(feature = "cuda")]
 mod gpu {
-    use genesis_cuda::{Context, Event, Stream};
+    use genesis_cuda::{Context, Stream};
     use genesis_storage::{DType, Device, Layout, Storage};
 
-    type BoxResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
+    use super::timing;
+    use timing::BoxResult;
 
-    fn time(ctx: &std::sync::Arc<Context>, mut f: impl FnMut() -> BoxResult) -> BoxResult<f64> {
-        let s = Stream::legacy(ctx);
-        for _ in 0..3 {
-            f()?;
-        }
-        s.synchronize()?;
-        let (a, b) = (Event::new(ctx, true)?, Event::new(ctx, true)?);
-        let mut ms = Vec::new();
-        for _ in 0..30 {
-            a.record(&s)?;
-            f()?;
-            b.record(&s)?;
-            b.synchronize()?;
-            ms.push(f64::from(b.elapsed_ms(&a)?));
-        }
-        ms.sort_by(f64::total_cmp);
-        Ok(ms[ms.len() / 2])
+    /// Device time of `f` on the legacy stream: 3 warm-up runs, median of 30.
+    fn time(ctx: &std::sync::Arc<Context>, f: impl FnMut() -> BoxResult) -> BoxResult<f64> {
+        Ok(timing::events(&Stream::legacy(ctx), 3, 30, f)?.median_ms)
     }
 
     pub(crate) fn run() -> BoxResult {

@@ -19,12 +19,18 @@ fn main() {
 }
 
 #[cfg(feature = "cuda")]
+#[path = "../../genesis-cuda/benches/support/timing.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod timing;
+
+#[cfg(feature = "cuda")]
 mod gpu {
     use std::time::Instant;
 
     use genesis::{DType, Device, Tensor};
 
-    type BoxResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
+    use super::timing;
+    use timing::BoxResult;
 
     struct Row {
         name: String,
@@ -45,25 +51,15 @@ mod gpu {
         }
     }
 
-    fn median_min(mut v: Vec<f64>) -> (f64, f64) {
-        v.sort_by(f64::total_cmp);
-        (v[v.len() / 2], v[0])
+    fn median_min(v: Vec<f64>) -> (f64, f64) {
+        let t = timing::Timing::of(v);
+        (t.median_ms, t.min_ms)
     }
 
     /// Wall time of `f` (synchronised), median and min over `runs` after warm-up.
-    fn wall(runs: usize, mut f: impl FnMut() -> BoxResult) -> BoxResult<(f64, f64)> {
-        for _ in 0..3 {
-            f()?;
-        }
-        genesis::cuda::synchronize(0)?;
-        let mut ms = Vec::with_capacity(runs);
-        for _ in 0..runs {
-            let t = Instant::now();
-            f()?;
-            genesis::cuda::synchronize(0)?;
-            ms.push(t.elapsed().as_secs_f64() * 1e3);
-        }
-        Ok(median_min(ms))
+    fn wall(runs: usize, f: impl FnMut() -> BoxResult) -> BoxResult<(f64, f64)> {
+        let t = timing::wall(3, runs, || Ok(genesis::cuda::synchronize(0)?), f)?;
+        Ok((t.median_ms, t.min_ms))
     }
 
     /// Device time of `f` between two events on the legacy stream (where the facade queues
@@ -75,28 +71,9 @@ mod gpu {
     }
 
     /// [`events`] on stream `s`.
-    fn events_on(
-        s: &genesis_cuda::Stream,
-        mut f: impl FnMut() -> BoxResult,
-    ) -> BoxResult<(f64, f64)> {
-        let ctx = std::sync::Arc::clone(s.context());
-        for _ in 0..5 {
-            f()?;
-        }
-        s.synchronize()?;
-        let (a, b) = (
-            genesis_cuda::Event::new(&ctx, true)?,
-            genesis_cuda::Event::new(&ctx, true)?,
-        );
-        let mut ms = Vec::with_capacity(50);
-        for _ in 0..50 {
-            a.record(s)?;
-            f()?;
-            b.record(s)?;
-            b.synchronize()?;
-            ms.push(f64::from(b.elapsed_ms(&a)?));
-        }
-        Ok(median_min(ms))
+    fn events_on(s: &genesis_cuda::Stream, f: impl FnMut() -> BoxResult) -> BoxResult<(f64, f64)> {
+        let t = timing::events(s, 5, 50, f)?;
+        Ok((t.median_ms, t.min_ms))
     }
 
     pub(crate) fn run() -> BoxResult {

@@ -12,17 +12,8 @@ use genesis_cuda::{
 use genesis_kernels::{BinaryOp, Element, UnaryOp, gpu};
 use half::{bf16, f16};
 
-fn bytes_of<T: Element>(v: &[T]) -> &[u8] {
-    // SAFETY: every Element type is plain-old-data without padding.
-    unsafe { std::slice::from_raw_parts(v.as_ptr().cast(), std::mem::size_of_val(v)) }
-}
-
-fn from_bytes<T: Element + Default>(b: &[u8]) -> Vec<T> {
-    let mut v = vec![T::default(); b.len() / size_of::<T>()];
-    // SAFETY: `v` has exactly `b.len()` bytes of plain-old-data storage.
-    unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), v.as_mut_ptr().cast::<u8>(), b.len()) };
-    v
-}
+mod common;
+use common::{bytes_of, from_bytes};
 
 /// `x` as an operand and as the output of the same launch: the elementwise kernels read and
 /// write each element in one thread, so an output may be one of the operands.

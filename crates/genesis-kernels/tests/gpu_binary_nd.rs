@@ -4,51 +4,13 @@
 #![cfg(feature = "cuda")]
 
 use genesis_cuda::{Context, DeviceBuffer, Stream, skip_without_gpu};
-use genesis_kernels::{BinaryNd, BinaryOp, Element, Rhs, gpu, nd};
+use genesis_kernels::{BinaryNd, BinaryOp, Rhs, gpu, nd};
 use half::{bf16, f16};
+use rand::SeedableRng;
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
 
-trait Random: Element + Default {
-    fn random(rng: &mut SmallRng) -> Self;
-}
-impl Random for f32 {
-    fn random(rng: &mut SmallRng) -> Self {
-        f32::from_bits(rng.random())
-    }
-}
-impl Random for f16 {
-    fn random(rng: &mut SmallRng) -> Self {
-        f16::from_bits(rng.random())
-    }
-}
-impl Random for bf16 {
-    fn random(rng: &mut SmallRng) -> Self {
-        bf16::from_bits(rng.random())
-    }
-}
-impl Random for i32 {
-    fn random(rng: &mut SmallRng) -> Self {
-        rng.random()
-    }
-}
-impl Random for i64 {
-    fn random(rng: &mut SmallRng) -> Self {
-        rng.random()
-    }
-}
-
-fn bytes_of<T: Element>(v: &[T]) -> &[u8] {
-    // SAFETY: every Element type is plain-old-data without padding.
-    unsafe { std::slice::from_raw_parts(v.as_ptr().cast(), std::mem::size_of_val(v)) }
-}
-
-fn from_bytes<T: Element + Default>(b: &[u8]) -> Vec<T> {
-    let mut v = vec![T::default(); b.len() / size_of::<T>()];
-    // SAFETY: `v` has exactly `b.len()` bytes of plain-old-data storage.
-    unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), v.as_mut_ptr().cast::<u8>(), b.len()) };
-    v
-}
+mod common;
+use common::{Random, bytes_of, from_bytes};
 
 /// One case: the output shape, `a`'s strides and offset, `b`'s (or a scalar), and the lengths
 /// of the buffers they are read from.

@@ -12,6 +12,9 @@ use half::{bf16, f16};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+mod common;
+use common::{Random, bytes_of, from_bytes};
+
 const SIZES: &[usize] = &[
     0,
     1,
@@ -45,49 +48,9 @@ const SIZES: &[usize] = &[
     1 << 26,
 ];
 
-trait Random: Element {
-    fn random(rng: &mut SmallRng) -> Self;
-    /// Magnitude below f32's smallest normal (where a 2-ulp difference in an intermediate
-    /// `exp` can move a sigmoid between 0 and a subnormal).
-    fn tiny(self) -> bool {
-        false
-    }
-}
-impl Random for f32 {
-    fn random(rng: &mut SmallRng) -> Self {
-        f32::from_bits(rng.random())
-    }
-    fn tiny(self) -> bool {
-        self.abs() < f32::MIN_POSITIVE
-    }
-}
-impl Random for f16 {
-    fn random(rng: &mut SmallRng) -> Self {
-        f16::from_bits(rng.random())
-    }
-}
-impl Random for bf16 {
-    fn random(rng: &mut SmallRng) -> Self {
-        bf16::from_bits(rng.random())
-    }
-    fn tiny(self) -> bool {
-        self.to_f32().abs() < f32::MIN_POSITIVE
-    }
-}
-impl Random for i32 {
-    fn random(rng: &mut SmallRng) -> Self {
-        rng.random()
-    }
-}
-impl Random for i64 {
-    fn random(rng: &mut SmallRng) -> Self {
-        rng.random()
-    }
-}
-
 /// `op` on `n` elements starting `offset` elements into the buffers: bit-identical to the CPU
 /// twin for the exact ops, within 4 ulp for the transcendental ones.
-fn check_unary<T: Random + Default>(
+fn check_unary<T: Random>(
     ctx: &Arc<Context>,
     rng: &mut SmallRng,
     op: UnaryOp,
@@ -125,18 +88,6 @@ fn check_unary<T: Random + Default>(
     }
 }
 
-fn bytes_of<T: Element>(v: &[T]) -> &[u8] {
-    // SAFETY: every Element type is plain-old-data without padding.
-    unsafe { std::slice::from_raw_parts(v.as_ptr().cast(), std::mem::size_of_val(v)) }
-}
-
-fn from_bytes<T: Element + Default>(b: &[u8]) -> Vec<T> {
-    let mut v = vec![T::default(); b.len() / size_of::<T>()];
-    // SAFETY: `v` has exactly `b.len()` bytes of plain-old-data storage.
-    unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), v.as_mut_ptr().cast::<u8>(), b.len()) };
-    v
-}
-
 fn first_difference<T: Element>(got: &[T], want: &[T]) -> Option<(usize, T, T)> {
     got.iter()
         .zip(want)
@@ -146,12 +97,12 @@ fn first_difference<T: Element>(got: &[T], want: &[T]) -> Option<(usize, T, T)> 
 }
 
 /// `add` on `n` elements whose operands start `offset` elements into their buffers.
-fn check_add<T: Random + Default>(ctx: &Arc<Context>, rng: &mut SmallRng, n: usize, offset: usize) {
+fn check_add<T: Random>(ctx: &Arc<Context>, rng: &mut SmallRng, n: usize, offset: usize) {
     check_binary::<T>(ctx, rng, BinaryOp::Add, n, offset)
 }
 
 /// `op` on `n` elements whose operands start `offset` elements into their buffers.
-fn check_binary<T: Random + Default>(
+fn check_binary<T: Random>(
     ctx: &Arc<Context>,
     rng: &mut SmallRng,
     op: BinaryOp,
@@ -211,7 +162,7 @@ fn check_binary<T: Random + Default>(
 
 /// Comparisons and `where` on `n` elements against the CPU twins. Half of the second operand
 /// repeats the first, so that equality is common.
-fn check_compare_select<T: Random + Default>(ctx: &Arc<Context>, rng: &mut SmallRng, n: usize) {
+fn check_compare_select<T: Random>(ctx: &Arc<Context>, rng: &mut SmallRng, n: usize) {
     let a: Vec<T> = (0..n).map(|_| T::random(rng)).collect();
     let b: Vec<T> = a
         .iter()
@@ -264,12 +215,7 @@ fn check_compare_select<T: Random + Default>(ctx: &Arc<Context>, rng: &mut Small
     }
 }
 
-fn check_fill<T: Random + Default>(
-    ctx: &Arc<Context>,
-    rng: &mut SmallRng,
-    n: usize,
-    offset: usize,
-) {
+fn check_fill<T: Random>(ctx: &Arc<Context>, rng: &mut SmallRng, n: usize, offset: usize) {
     let value = T::random(rng);
     let mut dout =
         DeviceBuffer::from_host(ctx, &vec![0x5Au8; (n + offset + 3) * size_of::<T>()]).unwrap();
@@ -294,7 +240,7 @@ fn check_fill<T: Random + Default>(
     );
 }
 
-fn run_all<T: Random + Default>(seed: u64) {
+fn run_all<T: Random>(seed: u64) {
     if skip_without_gpu(&format!("add/fill {}", T::NAME)) {
         return;
     }

@@ -12,6 +12,9 @@ use half::{bf16, f16};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+mod common;
+use common::{bytes_of, from_bytes};
+
 const SHAPES: &[(usize, usize, usize)] = &[
     (1, 0, 1),
     (1, 1, 1),
@@ -89,18 +92,6 @@ impl Gen for i64 {
         rng.random()
     }
     const EPS: f64 = 0.0;
-}
-
-fn bytes_of<T: Copy>(v: &[T]) -> &[u8] {
-    // SAFETY: the element types are plain-old-data without padding.
-    unsafe { std::slice::from_raw_parts(v.as_ptr().cast(), std::mem::size_of_val(v)) }
-}
-
-fn from_bytes<T: Copy + Default>(b: &[u8]) -> Vec<T> {
-    let mut v = vec![T::default(); b.len() / size_of::<T>()];
-    // SAFETY: `v` has exactly `b.len()` bytes of plain-old-data storage.
-    unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), v.as_mut_ptr().cast::<u8>(), b.len()) };
-    v
 }
 
 /// Runs `op` over `x[offset..]` seen as `shape` on the GPU; returns (values, indices).

@@ -166,7 +166,11 @@ fn replays_the_corpus() {
             }
         }
     }
-    assert_eq!(open_seen, OPEN.len(), "an OPEN trace is missing from the corpus");
+    assert_eq!(
+        open_seen,
+        OPEN.len(),
+        "an OPEN trace is missing from the corpus"
+    );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 

@@ -178,6 +178,9 @@ struct Run {
     granted: Option<std::time::Instant>,
     /// [`LONG_BIAS`] (tests change it).
     long_bias: std::time::Duration,
+    /// Tests turn biasing off for one lock, as `GENESIS_NO_BIASED_LOCK` does for all.
+    #[cfg(test)]
+    never_bias: bool,
 }
 
 pub(crate) struct Lock<T> {
@@ -208,6 +211,8 @@ impl<T> Lock<T> {
                 needed: FIRST_BIAS_RUN,
                 granted: None,
                 long_bias: LONG_BIAS,
+                #[cfg(test)]
+                never_bias: false,
             }),
             value: UnsafeCell::new(value),
         }
@@ -226,6 +231,7 @@ impl<T> Lock<T> {
                     return Guard {
                         lock: self,
                         slot: Some(slot),
+                        _not_send: std::marker::PhantomData,
                     };
                 }
                 slot.inside.store(0, Ordering::Release);
@@ -279,6 +285,7 @@ impl<T> Lock<T> {
         Guard {
             lock: self,
             slot: None,
+            _not_send: std::marker::PhantomData,
         }
     }
 
@@ -320,20 +327,36 @@ impl<T> Lock<T> {
             // SAFETY: `run` is accessed only while `locked` is held, which it is.
             let run = unsafe { &mut *self.run.get() };
             if run.slot == me {
-                run.count += 1;
+                // Saturating: without biasing nothing else resets the run, and a panic here
+                // (overflow checks) would leave `locked` set forever.
+                run.count = run.count.saturating_add(1);
             } else {
                 run.slot = me;
                 run.count = 1;
             }
-            if run.count >= run.needed && bias_supported() {
+            if run.count >= run.needed {
+                // A run that has earned the bias starts again whether or not the bias is
+                // granted, so the count stays below `needed` (at most `MAX_BIAS_RUN`).
                 run.count = 0;
-                run.granted = Some(std::time::Instant::now());
-                // Release: the owner's first biased entry (an acquire load of `bias`) sees
-                // everything done under `locked` before.
-                self.bias.store(me, Ordering::Release);
+                if self.may_bias(run) {
+                    run.granted = Some(std::time::Instant::now());
+                    // Release: the owner's first biased entry (an acquire load of `bias`)
+                    // sees everything done under `locked` before.
+                    self.bias.store(me, Ordering::Release);
+                }
             }
         }
         self.locked.store(false, Ordering::Release);
+    }
+
+    /// Whether this lock may be biased (the process supports it; tests may refuse it).
+    fn may_bias(&self, run: &Run) -> bool {
+        #[cfg(test)]
+        if run.never_bias {
+            return false;
+        }
+        let _ = run;
+        bias_supported()
     }
 
     pub(crate) fn get_mut(&mut self) -> &mut T {
@@ -351,7 +374,15 @@ pub(crate) struct Guard<'a, T> {
     lock: &'a Lock<T>,
     /// The owner's slot when it entered through the bias; `None` on the plain path.
     slot: Option<&'static Slot>,
+    /// `!Send`, as `std::sync::MutexGuard`: the guard is released on the thread that took it
+    /// (a biased guard clears that thread's slot; the plain path counts that thread's run).
+    _not_send: std::marker::PhantomData<*const ()>,
 }
+
+// SAFETY: a shared `&Guard` gives only `&T` (`Deref`), so sharing the guard between threads
+// shares `&T`, which needs exactly `T: Sync` (as `std::sync::MutexGuard`). The raw-pointer
+// marker above only removes the automatic `Send`/`Sync`.
+unsafe impl<T: Sync> Sync for Guard<'_, T> {}
 
 impl<T> Deref for Guard<'_, T> {
     type Target = T;
@@ -544,6 +575,85 @@ mod tests {
         set_long(&l, std::time::Duration::ZERO);
         revoke(&l);
         assert_eq!(needed(&l), FIRST_BIAS_RUN);
+    }
+
+    /// Without biasing nothing resets the run of one thread; 2^32 acquisitions must neither
+    /// overflow the counter (a panic in the guard's drop, with overflow checks, would leave the
+    /// lock held forever) nor stop the lock from working. The run starts near the limit.
+    #[test]
+    fn the_run_counter_survives_u32_max_acquisitions_without_bias() {
+        let l = Lock::new(0u64);
+        {
+            let _g = l.lock();
+            // SAFETY: `run` is accessed only while `locked` is held; the guard above holds it
+            // (plain path: the lock is new, so not biased).
+            let run = unsafe { &mut *l.run.get() };
+            run.never_bias = true;
+            run.needed = u32::MAX;
+            run.slot = my_slot().map_or(0, |s| s as *const Slot as usize);
+            run.count = u32::MAX - 3;
+        }
+        for _ in 0..16 {
+            *l.lock() += 1;
+        }
+        assert!(!l.biased_to_me());
+        // Taken and released from another thread too: the lock was never left held.
+        let l = Arc::new(l);
+        let l2 = Arc::clone(&l);
+        std::thread::spawn(move || *l2.lock() += 1).join().unwrap();
+        assert_eq!(*l.lock(), 17);
+        let _g = l.lock();
+        // SAFETY: as above.
+        let count = unsafe { (*l.run.get()).count };
+        assert!(count < u32::MAX, "count {count}");
+    }
+
+    /// With biasing on, a run reaching `needed` starts again, biased or not.
+    #[test]
+    fn the_run_counter_restarts_when_it_earns_the_bias() {
+        let l = Lock::new(0u32);
+        {
+            let _g = l.lock();
+            // SAFETY: as in the test above.
+            unsafe { (*l.run.get()).never_bias = true };
+        }
+        for _ in 0..3 * FIRST_BIAS_RUN {
+            *l.lock() += 1;
+        }
+        let _g = l.lock();
+        // SAFETY: as above.
+        let count = unsafe { (*l.run.get()).count };
+        assert!(count < FIRST_BIAS_RUN, "count {count}");
+    }
+
+    /// The guard is `Sync` only for a `Sync` value and never `Send` (as `MutexGuard`).
+    /// Inherent constants win over the trait's when their bounds hold (the `impls` trick).
+    #[test]
+    fn guard_auto_traits_match_mutex_guard() {
+        use std::marker::PhantomData;
+        trait Fallback {
+            const SEND: bool = false;
+            const SYNC: bool = false;
+        }
+        struct IsSend<T: ?Sized>(PhantomData<T>);
+        impl<T: ?Sized + Send> IsSend<T> {
+            const SEND: bool = true;
+        }
+        impl<T: ?Sized> Fallback for IsSend<T> {}
+        struct IsSync<T: ?Sized>(PhantomData<T>);
+        impl<T: ?Sized + Sync> IsSync<T> {
+            const SYNC: bool = true;
+        }
+        impl<T: ?Sized> Fallback for IsSync<T> {}
+        const { assert!(!<IsSend<Guard<'static, u32>>>::SEND) };
+        const { assert!(<IsSync<Guard<'static, u32>>>::SYNC) };
+        const { assert!(!<IsSync<Guard<'static, Cell<u32>>>>::SYNC) };
+        // std's guard, for comparison.
+        const { assert!(!<IsSend<std::sync::MutexGuard<'static, u32>>>::SEND) };
+        const { assert!(!<IsSync<std::sync::MutexGuard<'static, Cell<u32>>>>::SYNC) };
+        // The lock itself stays Send + Sync for a Send value.
+        const { assert!(<IsSync<Lock<Cell<u32>>>>::SYNC) };
+        const { assert!(<IsSend<Lock<Cell<u32>>>>::SEND) };
     }
 
     #[test]

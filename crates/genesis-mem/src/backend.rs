@@ -62,6 +62,14 @@ pub struct CallCounts {
 }
 
 impl CallCounts {
+    /// The calls that create, map, unmap or release memory (`alloc` + `free` + `map` +
+    /// `unmap`: `cuMemCreate`/`cuMemAlloc`, `cuMemRelease`/`cuMemFree`, `cuMemMap`,
+    /// `cuMemUnmap`): what the trace replay's budget counts. Access grants after a map and
+    /// address-space reservations come on top ([`Self::total`]).
+    pub fn memory(&self) -> u64 {
+        self.alloc + self.free + self.map + self.unmap
+    }
+
     /// Every driver call that allocates, maps, unmaps or frees memory (events not included).
     pub fn total(&self) -> u64 {
         self.reserve

@@ -235,8 +235,11 @@ pub struct ReplayResult {
     pub peak_reserved_bytes: u64,
     /// peak reserved / peak live.
     pub ratio: f64,
-    /// Driver calls the backend made (allocations, maps, unmaps, frees, reservations).
+    /// Driver calls that created, mapped, unmapped or released memory
+    /// ([`crate::CallCounts::memory`]): what the call budget counts.
     pub driver_calls: u64,
+    /// Every driver call, access grants and address reservations included.
+    pub all_driver_calls: u64,
     /// PyTorch's segment count, when the trace records it.
     pub pytorch_segments: Option<u64>,
     /// PyTorch's figures from the trace's header.
@@ -324,7 +327,8 @@ pub fn replay(
         } else {
             peak_reserved as f64 / peak as f64
         },
-        driver_calls: alloc.driver_calls().total(),
+        driver_calls: alloc.driver_calls().memory(),
+        all_driver_calls: alloc.driver_calls().total(),
         pytorch_segments: trace.pytorch_segments(),
         pytorch: trace.pytorch_figures(),
         ns_per_op: host_ns as f64 / ops as f64,
@@ -368,6 +372,7 @@ impl ReplayResult {
             "peak_reserved_bytes": self.peak_reserved_bytes,
             "ratio": self.ratio,
             "driver_calls": self.driver_calls,
+            "all_driver_calls": self.all_driver_calls,
             "pytorch_segments": self.pytorch_segments,
             "ns_per_op": self.ns_per_op,
             "unknown_frees": self.unknown_frees,

@@ -143,6 +143,40 @@ pub enum Error {
         /// The name.
         name: String,
     },
+    /// Shared memory whose bytes the file system cannot reserve (`/dev/shm` is full or
+    /// smaller than the segment); nothing is left at the name.
+    #[error("shared memory {name:?}: cannot reserve {bytes} bytes: {message}")]
+    SharedNoSpace {
+        /// The name.
+        name: String,
+        /// Bytes asked for.
+        bytes: usize,
+        /// The operating system's message.
+        message: String,
+    },
+    /// Shared memory whose name is not a regular file of this user (a symbolic link, another
+    /// kind of file, or a file owned by another user): it is not attached.
+    #[error("shared memory {name:?} refused: {reason}")]
+    SharedRefused {
+        /// The name.
+        name: String,
+        /// Why.
+        reason: &'static str,
+    },
+    /// Permission bits for new shared memory above `0o777`.
+    #[error("shared-memory mode {mode:#o} is not a set of permission bits (at most 0o777)")]
+    BadSharedMode {
+        /// The mode given.
+        mode: u32,
+    },
+    /// A mapped file or shared-memory segment that another process truncated while it was
+    /// mapped: the lost bytes read as zeros and writes to them are discarded
+    /// ([`Storage::check_mapping`](crate::Storage::check_mapping)).
+    #[error("{path} was truncated while mapped: the bytes past its end are lost")]
+    MappingTruncated {
+        /// The file.
+        path: String,
+    },
     /// An alignment that is not a power of two.
     #[error("alignment {align} is not a power of two")]
     BadAlignment {

@@ -30,7 +30,7 @@ pub use genesis_kernels::{
     BinaryOp, CompareOp, MatmulShape, ReduceOp, ReduceShape, Sampler, UnaryOp,
 };
 pub use layout::{Dims, Layout, LayoutError, StridedBlocks, Strides, checked_numel};
-pub use mapped::MapMode;
+pub use mapped::{DEFAULT_SHARED_MODE, MapMode};
 pub use storage::{BinaryRhs, PoolInfo, Reduced, Storage, StorageInfo, ViewInfo, reduce_dtype};
 pub use transfer::{PendingCopy, batched_copy};
 pub use view::View;

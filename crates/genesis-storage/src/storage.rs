@@ -193,7 +193,7 @@ impl Storage {
 
     /// Every storage is made here (and registered with the tracker when it is on).
     #[track_caller]
-    fn make(inner: Inner, dtype: DType, len: usize) -> Storage {
+    pub(crate) fn make(inner: Inner, dtype: DType, len: usize) -> Storage {
         let mut s = Storage {
             inner,
             dtype,

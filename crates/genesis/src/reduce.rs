@@ -186,7 +186,7 @@ impl Tensor {
                 let prod = |s: &[usize]| s.iter().product::<usize>();
                 (
                     Arc::clone(self.view.storage()),
-                    self.layout().offset(),
+                    self.first_element(),
                     ReduceShape {
                         outer: prod(&shape[..first]),
                         r: prod(&shape[first..last]),

@@ -628,7 +628,19 @@ impl Tensor {
                 ),
             });
         }
-        Ok(self.layout().offset())
+        Ok(self.first_element())
+    }
+
+    /// Where the elements start in the storage, for ops that take a contiguous run: the
+    /// layout's offset, or 0 when there are no elements (a view of nothing, such as
+    /// `narrow(0, 2, 0)` of an empty tensor, may have an offset past the end of its storage,
+    /// and the storage ops check `start..start + len` against it).
+    pub(crate) fn first_element(&self) -> usize {
+        if self.numel() == 0 {
+            0
+        } else {
+            self.layout().offset()
+        }
     }
 
     pub(crate) fn exclusive_storage(&mut self, op: &'static str) -> Result<&mut Storage> {
@@ -643,6 +655,14 @@ impl Tensor {
     #[track_caller]
     pub fn binary_scalar(&self, op: BinaryOp, scalar: f64) -> Result<Tensor> {
         let s = host_scalar(op.name(), self.dtype(), scalar)?;
+        // `x ** 0.5` is `sqrt(x)`, as in PyTorch and NumPy: the same values but where C's `pow`
+        // differs from `sqrt` (pow(-inf, 0.5) = inf and pow(-0, 0.5) = 0; sqrt gives NaN and -0).
+        if op == BinaryOp::Pow
+            && scalar == 0.5
+            && matches!(self.dtype(), DType::F32 | DType::F16 | DType::BF16)
+        {
+            return self.unary(UnaryOp::Sqrt);
+        }
         let out = self
             .view
             .storage()
@@ -697,7 +717,7 @@ impl Tensor {
     /// temporary gathered by the strided-copy kernel.
     pub(crate) fn dense_operand(&self, shape: &[usize]) -> Result<(Arc<Storage>, usize)> {
         if self.shape() == shape && self.is_contiguous() {
-            return Ok((Arc::clone(self.view.storage()), self.layout().offset()));
+            return Ok((Arc::clone(self.view.storage()), self.first_element()));
         }
         let t = if self.shape() == shape {
             self.view.contiguous()?

@@ -1,0 +1,601 @@
+//! The interpreter of the facade's differential cases (`tests/data/facade-*.json.gz`, written by
+//! `tests/gen_facade_cases.py` with NumPy as the oracle; the format is documented there). Each
+//! case runs through the public API only: inputs are built with `from_slice` / `from_bools`
+//! (and views of them), the op is the named `Tensor` method, results are read with `to_vec`.
+
+use genesis::{
+    BinaryOp, CompareOp, DType, Device, IndexItem, IndexTensor, Tensor, UnaryOp, bf16, f16,
+};
+use serde_json::Value;
+
+/// The cases of a fixture in `crates/genesis/tests/data`. The GPU bundle runs the test binaries
+/// away from the source tree: `GENESIS_REPO_ROOT` says where the repository is (as for the
+/// other data-reading tests).
+pub(crate) fn load(file: &str) -> Vec<Value> {
+    let path = std::env::var_os("GENESIS_REPO_ROOT")
+        .map(|r| std::path::PathBuf::from(r).join("crates/genesis"))
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+        .join("tests/data")
+        .join(file);
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut text)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut doc: Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(
+        doc["format"],
+        "genesis-facade-cases v1",
+        "{}: not a facade case file",
+        path.display()
+    );
+    match doc["cases"].take() {
+        Value::Array(cases) => cases,
+        _ => panic!("{}: no cases", path.display()),
+    }
+}
+
+/// A case's id (`"binary/17"`).
+pub(crate) fn id(case: &Value) -> &str {
+    case["id"].as_str().unwrap_or("?")
+}
+
+/// The family of a case (the part of the id before `/`).
+pub(crate) fn family(case: &Value) -> &str {
+    id(case).split('/').next().unwrap_or("?")
+}
+
+fn dtype(name: &str) -> DType {
+    DType::ALL
+        .into_iter()
+        .find(|d| d.name() == name)
+        .unwrap_or_else(|| panic!("unknown dtype {name}"))
+}
+
+/// A number of the data: a JSON integer, or a string Rust's `f64` parser reads exactly.
+fn num(v: &Value) -> f64 {
+    match v {
+        Value::Number(n) => n
+            .as_i64()
+            .map(|i| i as f64)
+            .or_else(|| n.as_f64())
+            .expect("number"),
+        Value::String(s) => s
+            .parse::<f64>()
+            .unwrap_or_else(|_| panic!("bad number {s}")),
+        _ => panic!("bad number {v}"),
+    }
+}
+
+fn int(v: &Value) -> i64 {
+    v.as_i64().unwrap_or_else(|| panic!("bad integer {v}"))
+}
+
+fn ints(v: &Value) -> Vec<i64> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("bad list {v}"))
+        .iter()
+        .map(int)
+        .collect()
+}
+
+fn usizes(v: &Value) -> Vec<usize> {
+    ints(v).into_iter().map(|i| i as usize).collect()
+}
+
+fn isizes(v: &Value) -> Vec<isize> {
+    ints(v).into_iter().map(|i| i as isize).collect()
+}
+
+fn arg_i(case: &Value, name: &str) -> isize {
+    int(&case["args"][name]) as isize
+}
+
+fn arg_bool(case: &Value, name: &str) -> bool {
+    case["args"][name].as_bool().unwrap_or(false)
+}
+
+fn arg_str<'c>(case: &'c Value, name: &str) -> &'c str {
+    case["args"][name]
+        .as_str()
+        .unwrap_or_else(|| panic!("{}: argument {name}", id(case)))
+}
+
+/// A tensor of the case data (`{"dt", "sh", "d"}`) on `device`, with its `mk` view applied.
+fn tensor(t: &Value, device: Device) -> genesis::Result<Tensor> {
+    let dt = dtype(t["dt"].as_str().expect("dt"));
+    let shape = usizes(&t["sh"]);
+    let d = t["d"].as_array().expect("d");
+    let base = match dt {
+        DType::Bool => {
+            let b: Vec<bool> = d.iter().map(|v| int(v) != 0).collect();
+            Tensor::from_bools(&b, &shape, device)?
+        }
+        DType::U8 => from(d.iter().map(|v| int(v) as u8), &shape, device)?,
+        DType::I8 => from(d.iter().map(|v| int(v) as i8), &shape, device)?,
+        DType::I16 => from(d.iter().map(|v| int(v) as i16), &shape, device)?,
+        DType::I32 => from(d.iter().map(|v| int(v) as i32), &shape, device)?,
+        DType::I64 => from(d.iter().map(int), &shape, device)?,
+        DType::F16 => from(d.iter().map(|v| f16::from_f64(num(v))), &shape, device)?,
+        DType::BF16 => from(d.iter().map(|v| bf16::from_f64(num(v))), &shape, device)?,
+        DType::F32 => from(d.iter().map(|v| num(v) as f32), &shape, device)?,
+        DType::F64 => from(d.iter().map(num), &shape, device)?,
+    };
+    let Some(mk) = t.get("mk") else {
+        return Ok(base);
+    };
+    if let Some(p) = mk.get("perm") {
+        base.permute(&usizes(p))
+    } else if let Some(n) = mk.get("narrow") {
+        let n = ints(n);
+        base.narrow(n[0] as isize, n[1] as usize, n[2] as usize)
+    } else if let Some(s) = mk.get("expand") {
+        base.expand(&usizes(s))
+    } else if mk.get("t").is_some() {
+        base.t()
+    } else {
+        panic!("unknown view {mk}")
+    }
+}
+
+fn from<T: genesis::WithDType>(
+    data: impl Iterator<Item = T>,
+    shape: &[usize],
+    device: Device,
+) -> genesis::Result<Tensor> {
+    let v: Vec<T> = data.collect();
+    Tensor::from_slice(&v, shape, device)
+}
+
+fn binary_op(name: &str) -> BinaryOp {
+    BinaryOp::ALL
+        .into_iter()
+        .find(|o| o.name() == name)
+        .unwrap_or_else(|| panic!("unknown binary op {name}"))
+}
+
+fn unary_op(name: &str) -> UnaryOp {
+    UnaryOp::ALL
+        .into_iter()
+        .find(|o| o.name() == name)
+        .unwrap_or_else(|| panic!("unknown unary op {name}"))
+}
+
+fn compare_op(name: &str) -> CompareOp {
+    CompareOp::ALL
+        .into_iter()
+        .find(|o| o.name() == name)
+        .unwrap_or_else(|| panic!("unknown comparison {name}"))
+}
+
+fn index_items(items: &Value) -> Vec<IndexItem> {
+    let opt = |v: &Value| v.as_i64();
+    items
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|it| match it {
+            Value::Number(_) => IndexItem::Int(int(it)),
+            Value::String(s) if s == "new" => IndexItem::NewAxis,
+            Value::String(s) if s == "..." => IndexItem::Ellipsis,
+            Value::Object(o) if o.contains_key("s") => {
+                let s = o["s"].as_array().expect("slice");
+                IndexItem::Slice {
+                    start: opt(&s[0]),
+                    stop: opt(&s[1]),
+                    step: opt(&s[2]),
+                }
+            }
+            Value::Object(o) if o.contains_key("i64") => {
+                let v = ints(&o["i64"]);
+                IndexItem::Tensor(IndexTensor::i64(&[v.len()], v))
+            }
+            Value::Object(o) if o.contains_key("mask") => {
+                let m: Vec<bool> = ints(&o["mask"]).into_iter().map(|b| b != 0).collect();
+                IndexItem::Tensor(IndexTensor::mask(&[m.len()], &m))
+            }
+            _ => panic!("unknown index item {it}"),
+        })
+        .collect()
+}
+
+/// Runs the case's op on `device`; the tensors it gives (several for `max_dim`).
+pub(crate) fn run(case: &Value, device: Device) -> genesis::Result<Vec<Tensor>> {
+    let inputs: Vec<Tensor> = case["in"]
+        .as_array()
+        .expect("in")
+        .iter()
+        .map(|t| tensor(t, device))
+        .collect::<genesis::Result<_>>()?;
+    let x = &inputs[0];
+    let dims = |c: &Value| -> Option<Vec<isize>> {
+        let d = &c["args"]["dims"];
+        (!d.is_null()).then(|| isizes(d))
+    };
+    let keep = arg_bool(case, "keepdim");
+    let one = |t: genesis::Result<Tensor>| t.map(|t| vec![t]);
+    let op = case["op"].as_str().expect("op");
+    match op {
+        "binary" => {
+            let y = &inputs[1];
+            one(match arg_str(case, "op") {
+                "add" => x.add(y),
+                "sub" => x.sub(y),
+                "mul" => x.mul(y),
+                "div" => x.div(y),
+                "maximum" => x.maximum(y),
+                "minimum" => x.minimum(y),
+                "pow" => x.pow(y),
+                o => x.binary(binary_op(o), y),
+            })
+        }
+        "binary_" => {
+            let mut own = tensor(&case["in"][0], device)?; // a fresh tensor: its storage alone
+            own.binary_(binary_op(arg_str(case, "op")), &inputs[1])?;
+            Ok(vec![own])
+        }
+        "binary_out" => {
+            let mut out = Tensor::zeros(x.shape(), x.dtype(), device)?;
+            x.binary_out(binary_op(arg_str(case, "op")), &inputs[1], &mut out)?;
+            Ok(vec![out])
+        }
+        "binary_scalar" => {
+            let s = num(&case["args"]["scalar"]);
+            one(match arg_str(case, "op") {
+                "pow" => x.pow_scalar(s),
+                o => x.binary_scalar(binary_op(o), s),
+            })
+        }
+        "compare_scalar" => {
+            let s = num(&case["args"]["scalar"]);
+            one(match arg_str(case, "op") {
+                "eq" => x.eq_scalar(s),
+                "ne" => x.ne_scalar(s),
+                "lt" => x.lt_scalar(s),
+                "le" => x.le_scalar(s),
+                "gt" => x.gt_scalar(s),
+                "ge" => x.ge_scalar(s),
+                o => panic!("unknown comparison {o}"),
+            })
+        }
+        "unary" => one(match arg_str(case, "op") {
+            "neg" => x.neg(),
+            "abs" => x.abs(),
+            "relu" => x.relu(),
+            "exp" => x.exp(),
+            "log" => x.log(),
+            "sqrt" => x.sqrt(),
+            "tanh" => x.tanh(),
+            "sigmoid" => x.sigmoid(),
+            o => x.unary(unary_op(o)),
+        }),
+        "unary_" => {
+            let mut own = tensor(&case["in"][0], device)?;
+            own.unary_(unary_op(arg_str(case, "op")))?;
+            Ok(vec![own])
+        }
+        "unary_out" => {
+            let mut out = Tensor::zeros(x.shape(), x.dtype(), device)?;
+            x.unary_out(unary_op(arg_str(case, "op")), &mut out)?;
+            Ok(vec![out])
+        }
+        "compare" => {
+            let y = &inputs[1];
+            one(match arg_str(case, "op") {
+                "eq" => x.eq(y),
+                "ne" => x.ne(y),
+                "lt" => x.lt(y),
+                "le" => x.le(y),
+                "gt" => x.gt(y),
+                "ge" => x.ge(y),
+                o => x.compare(compare_op(o), y),
+            })
+        }
+        "where" => one(Tensor::where_cond(x, &inputs[1], &inputs[2])),
+        "sum" => one(match dims(case) {
+            None => x.sum(),
+            Some(d) => x.sum_dim(&d, keep),
+        }),
+        "mean" => one(match dims(case) {
+            None => x.mean(),
+            Some(d) => x.mean_dim(&d, keep),
+        }),
+        "max" => one(match dims(case) {
+            None => x.max(),
+            Some(d) => x.amax(&d, keep),
+        }),
+        "min" => one(match dims(case) {
+            None => x.min(),
+            Some(d) => x.amin(&d, keep),
+        }),
+        "argmax" => one(x.argmax()),
+        "argmin" => one(x.argmin()),
+        "max_dim" | "min_dim" => {
+            let d = arg_i(case, "dim");
+            let (v, i) = if op == "max_dim" {
+                x.max_dim(d, keep)?
+            } else {
+                x.min_dim(d, keep)?
+            };
+            Ok(vec![v, i])
+        }
+        "argmax_dim" => one(x.argmax_dim(arg_i(case, "dim"), keep)),
+        "argmin_dim" => one(x.argmin_dim(arg_i(case, "dim"), keep)),
+        "matmul" => one(x.matmul(&inputs[1])),
+        "bmm" => one(x.bmm(&inputs[1])),
+        "cat" | "stack" => {
+            let refs: Vec<&Tensor> = inputs.iter().collect();
+            let d = arg_i(case, "dim");
+            one(if op == "cat" {
+                Tensor::cat(&refs, d)
+            } else {
+                Tensor::stack(&refs, d)
+            })
+        }
+        "reshape" => one(x.reshape(&isizes(&case["args"]["shape"]))),
+        "view" => one(x.view(&isizes(&case["args"]["shape"]))),
+        "permute" => one(x.permute(&usizes(&case["args"]["perm"]))),
+        "transpose" => one(x.transpose(arg_i(case, "a"), arg_i(case, "b"))),
+        "t" => one(x.t()),
+        "narrow" => one(x.narrow(
+            arg_i(case, "dim"),
+            arg_i(case, "start") as usize,
+            arg_i(case, "len") as usize,
+        )),
+        "squeeze" => one(x.squeeze(arg_i(case, "dim"))),
+        "unsqueeze" => one(x.unsqueeze(arg_i(case, "dim"))),
+        "expand" => one(x.expand(&usizes(&case["args"]["shape"]))),
+        "flatten" => one(x.flatten()),
+        "contiguous" => one(x.contiguous()),
+        "index" => one(x.i(&index_items(&case["args"]["items"]))),
+        "to_dtype" => one(x.to_dtype(dtype(arg_str(case, "dtype")))),
+        "masked_fill" => one(x.masked_fill(&inputs[1], num(&case["args"]["value"]))),
+        "masked_fill_" => {
+            let mut own = tensor(&case["in"][0], device)?;
+            own.masked_fill_(&inputs[1], num(&case["args"]["value"]))?;
+            Ok(vec![own])
+        }
+        "masked_select" => one(x.masked_select(&inputs[1])),
+        "index_fill" => {
+            let mut own = tensor(&case["in"][0], device)?;
+            own.index_fill(
+                &index_items(&case["args"]["items"]),
+                num(&case["args"]["value"]),
+            )?;
+            Ok(vec![own])
+        }
+        o => panic!("{}: unknown op {o}", id(case)),
+    }
+}
+
+/// The kind of an error as the cases name it: the path of variant names of its `Debug` form
+/// (`Storage(UnsupportedDType { .. })` is `Storage.UnsupportedDType`).
+pub(crate) fn error_kind(e: &genesis::Error) -> String {
+    let dbg = format!("{e:?}");
+    let mut parts = Vec::new();
+    let mut rest = dbg.as_str();
+    loop {
+        let end = rest
+            .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        parts.push(&rest[..end]);
+        if rest[end..].starts_with('(') {
+            rest = &rest[end + 1..];
+        } else {
+            break;
+        }
+    }
+    parts.join(".")
+}
+
+/// An element read back, for comparison.
+#[derive(Clone, Copy, Debug)]
+enum El {
+    F(f64),
+    I(i64),
+}
+
+impl std::fmt::Display for El {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            El::F(v) if *v == 0.0 && v.is_sign_negative() => write!(f, "-0.0"),
+            El::F(v) => write!(f, "{v:?}"),
+            El::I(v) => write!(f, "{v}"),
+        }
+    }
+}
+
+fn read(t: &Tensor) -> genesis::Result<Vec<El>> {
+    let f = |v: Vec<f64>| v.into_iter().map(El::F).collect();
+    let i = |v: Vec<i64>| v.into_iter().map(El::I).collect();
+    Ok(match t.dtype() {
+        DType::Bool => i(t.to_bool_vec()?.into_iter().map(i64::from).collect()),
+        DType::U8 => i(t.to_vec::<u8>()?.into_iter().map(i64::from).collect()),
+        DType::I8 => i(t.to_vec::<i8>()?.into_iter().map(i64::from).collect()),
+        DType::I16 => i(t.to_vec::<i16>()?.into_iter().map(i64::from).collect()),
+        DType::I32 => i(t.to_vec::<i32>()?.into_iter().map(i64::from).collect()),
+        DType::I64 => i(t.to_vec::<i64>()?),
+        DType::F16 => f(t.to_vec::<f16>()?.into_iter().map(f16::to_f64).collect()),
+        DType::BF16 => f(t.to_vec::<bf16>()?.into_iter().map(bf16::to_f64).collect()),
+        DType::F32 => f(t.to_vec::<f32>()?.into_iter().map(f64::from).collect()),
+        DType::F64 => f(t.to_vec::<f64>()?),
+    })
+}
+
+fn expected(t: &Value) -> Vec<El> {
+    let dt = dtype(t["dt"].as_str().expect("dt"));
+    t["d"]
+        .as_array()
+        .expect("d")
+        .iter()
+        .map(|v| {
+            if dt.is_float() {
+                El::F(round_to(num(v), dt))
+            } else {
+                El::I(int(v))
+            }
+        })
+        .collect()
+}
+
+/// `v` rounded to the float dtype `dt` (the data holds the shortest digits that round to it).
+fn round_to(v: f64, dt: DType) -> f64 {
+    match dt {
+        DType::F16 => f16::from_f64(v).to_f64(),
+        DType::BF16 => bf16::from_f64(v).to_f64(),
+        DType::F32 => f64::from(v as f32),
+        _ => v,
+    }
+}
+
+/// How floats are compared (the case's `tol`).
+#[derive(Clone, Copy)]
+enum Tol {
+    Exact,
+    Eqv,
+    Close(f64, f64),
+}
+
+fn tol(case: &Value) -> Tol {
+    match &case["tol"] {
+        Value::Null => Tol::Exact,
+        Value::String(s) if s == "eqv" => Tol::Eqv,
+        Value::Array(a) => Tol::Close(num(&a[0]), num(&a[1])),
+        t => panic!("{}: bad tol {t}", id(case)),
+    }
+}
+
+fn matches(got: El, want: El, tol: Tol) -> bool {
+    match (got, want) {
+        (El::I(g), El::I(w)) => g == w,
+        (El::F(g), El::F(w)) => {
+            if g.is_nan() || w.is_nan() {
+                return g.is_nan() && w.is_nan();
+            }
+            if g.is_infinite() || w.is_infinite() {
+                return g == w;
+            }
+            match tol {
+                Tol::Exact => g == w && g.is_sign_negative() == w.is_sign_negative(),
+                Tol::Eqv => g == w,
+                Tol::Close(rtol, atol) => (g - w).abs() <= atol + rtol * w.abs(),
+            }
+        }
+        _ => false,
+    }
+}
+
+/// Compares what the op gave with the case's expectation; a readable diff when they differ.
+pub(crate) fn check(case: &Value, got: genesis::Result<Vec<Tensor>>) -> Result<(), String> {
+    let got = match (got, case.get("err")) {
+        (Err(e), Some(want)) => {
+            let kind = error_kind(&e);
+            return if kind == want.as_str().unwrap_or("") {
+                Ok(())
+            } else {
+                Err(format!("expected error {want}, got error {kind}: {e}"))
+            };
+        }
+        (Err(e), None) => {
+            return Err(format!(
+                "expected a result, got error {}: {e}",
+                error_kind(&e)
+            ));
+        }
+        (Ok(_), Some(want)) => return Err(format!("expected error {want}, got a result")),
+        (Ok(t), None) => t,
+    };
+    let outs: Vec<&Value> = match &case["out"] {
+        Value::Array(a) => a.iter().collect(),
+        o => vec![o],
+    };
+    if outs.len() != got.len() {
+        return Err(format!(
+            "expected {} tensors, got {}",
+            outs.len(),
+            got.len()
+        ));
+    }
+    let tol = tol(case);
+    let mut report = String::new();
+    for (k, (want, t)) in outs.into_iter().zip(&got).enumerate() {
+        let which = if got.len() > 1 {
+            format!("output {k}: ")
+        } else {
+            String::new()
+        };
+        let (wdt, wsh) = (want["dt"].as_str().unwrap_or("?"), usizes(&want["sh"]));
+        if t.dtype().name() != wdt || t.shape() != wsh.as_slice() {
+            report += &format!(
+                "{which}expected {wdt} {wsh:?}, got {} {:?}\n",
+                t.dtype(),
+                t.shape()
+            );
+            continue;
+        }
+        let g = read(t).map_err(|e| format!("{which}reading the result: {e}"))?;
+        let w = expected(want);
+        let bad: Vec<usize> = (0..w.len())
+            .filter(|&i| !matches(g[i], w[i], tol))
+            .collect();
+        if !bad.is_empty() {
+            report += &format!(
+                "{which}{} of {} elements differ ({wdt} {wsh:?}):\n",
+                bad.len(),
+                w.len()
+            );
+            for &i in bad.iter().take(6) {
+                report += &format!(
+                    "    at {:?}: got {}, expected {}\n",
+                    unravel(i, &wsh),
+                    g[i],
+                    w[i]
+                );
+            }
+        }
+    }
+    if report.is_empty() {
+        Ok(())
+    } else {
+        Err(report.trim_end().to_string())
+    }
+}
+
+fn unravel(mut i: usize, shape: &[usize]) -> Vec<usize> {
+    let mut idx = vec![0; shape.len()];
+    for (k, &s) in shape.iter().enumerate().rev() {
+        if s > 0 {
+            idx[k] = i % s;
+            i /= s;
+        }
+    }
+    idx
+}
+
+/// A short description of the case for a failure report: op, arguments, input dtypes and
+/// shapes (and the view each input is made with).
+pub(crate) fn describe(case: &Value) -> String {
+    let ins: Vec<String> = case["in"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|t| {
+                    let mut s = format!("{}{}", t["dt"].as_str().unwrap_or("?"), t["sh"]);
+                    if let Some(mk) = t.get("mk") {
+                        s += &format!(".{mk}");
+                    }
+                    if t["d"].as_array().is_some_and(|d| d.len() <= 8) {
+                        s += &format!("={}", t["d"]);
+                    }
+                    s
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    format!(
+        "{}({}) args {}",
+        case["op"].as_str().unwrap_or("?"),
+        ins.join(", "),
+        case["args"]
+    )
+}

@@ -1,0 +1,1300 @@
+"""Random facade cases with NumPy as the oracle, for `tests/differential.rs`:
+`python3 gen_facade_cases.py --seed S --count N --out FILE` (needs numpy; only to regenerate).
+
+The outputs are committed and run by `cargo test -p genesis --test differential` on the CPU and,
+in the GPU bundle, on CUDA; no Python is needed to run them:
+
+    python3 gen_facade_cases.py --seed 16 --count 24000 --out data/facade-cases.json.gz
+    python3 gen_facade_cases.py --seed 1016 --count 6000 --out data/facade-heldout.json.gz
+
+The second set is held out: generated independently (another seed), not looked at while fixing
+failures of the first.
+
+Case format (`genesis-facade-cases v1`), one JSON object per case in `cases`:
+
+    {"id": "binary/17", "op": "binary", "in": [T, ...], "args": {...},
+     "out": T | [T, ...] | absent, "err": "Kind" | absent, "tol": [rtol, atol] | "eqv" | absent}
+
+- A tensor `T` is `{"dt": dtype, "sh": shape, "d": data}`: row-major data of `sh` (bools 0/1;
+  integers as JSON integers; floats as JSON integers when whole, below 2^53 and not -0.0, else as
+  strings that Rust's `f64` parser reads exactly ("nan", "inf", "-inf", "-0.0", "0.1"), then
+  rounded to the dtype: the generator checks that this gives the intended value). An input may
+  add `"mk"`: `{"perm": p}` (the input is `permute(p)` of that tensor), `{"narrow": [dim, start,
+  len]}`, `{"expand": shape}` or `{"t": 1}` (`transpose(0, 1)`): strided and broadcast operands.
+- `op` is a facade method (the interpreter in `tests/common/facade.rs` maps it, with `args`, to
+  the public API; see there for each op's arguments).
+- `out` is the expected result (a list for ops giving several tensors: `max_dim` gives values
+  and indices; in-place ops give the tensor after the op). `err` is the expected typed error
+  where Genesis deliberately refuses (the error's Debug variant path, e.g.
+  `Storage.UnsupportedDType`, `ShapeMismatch`, `Storage.Layout.DimOutOfRange`).
+- Comparison: no `tol` means exact (same values, NaN matching any NaN, and the same sign of
+  zero); `"eqv"` the same values with zeros of either sign equal; `[rtol, atol]` floats within
+  `atol + rtol * |expected|` (NaN and infinities exactly; used for the transcendental ops and
+  `pow`, within a few ulp of the dtype, and for sums, means and matmul, within the rounding of the
+  result plus the f32 accumulation bound `n * 2^-24 * sum |terms|`).
+
+Semantics: NumPy's, with PyTorch's where they differ or NumPy has none (bfloat16, computed as
+float32 and rounded to nearest-even; integer sums are int64 and wrap; argmax/argmin give the first
+extreme or the first NaN; `maximum`/`minimum` propagate NaN), and Genesis's documented choices
+where neither defines the result: float-to-integer casts truncate and saturate with NaN to 0;
+integer-to-bf16 casts round through float32 (as PyTorch's); `div` and `pow` are for float dtypes,
+and the elementwise, comparison and reduction kernels exist for float32/float16/bfloat16/int32/
+int64 (other dtypes: `Storage.UnsupportedDType`); `matmul` is for float32/float16/bfloat16;
+scalars must be representable in the tensor's dtype (`ScalarOutOfRange`).
+"""
+import argparse
+import gzip
+import json
+import math
+import random
+
+import numpy as np
+
+FORMAT = "genesis-facade-cases v1"
+DTYPES = ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
+FLOATS = ["float16", "bfloat16", "float32", "float64"]
+INTS = ["uint8", "int8", "int16", "int32", "int64"]
+KERNEL = ["float32", "float16", "bfloat16", "int32", "int64"]  # elementwise/compare/reduce kernels
+KFLOAT = ["float32", "float16", "bfloat16"]
+MATMUL = ["float32", "float16", "bfloat16"]
+IRANGE = {"uint8": (0, 255), "int8": (-128, 127), "int16": (-2**15, 2**15 - 1),
+          "int32": (-2**31, 2**31 - 1), "int64": (-2**63, 2**63 - 1), "bool": (0, 1)}
+# Significand bits (with the implicit one), smallest normal, largest finite.
+FINFO = {"float16": (11, 2.0**-14, 65504.0), "bfloat16": (8, 2.0**-126, 3.3895313892515355e38),
+         "float32": (24, 2.0**-126, 3.4028234663852886e38), "float64": (53, 2.0**-1022, 1.7976931348623157e308)}
+UNSUPPORTED = "Storage.UnsupportedDType"
+
+
+# ---------------------------------------------------------------------------------- dtypes
+
+def bf16_round(x):
+    """float64 array -> float64 array of the nearest bfloat16 values (ties to even)."""
+    x = np.array(x, dtype=np.float64, copy=True).reshape(-1)
+    bits = x.view(np.uint64)
+    lsb = (bits >> np.uint64(45)) & np.uint64(1)
+    r = (bits + np.uint64((1 << 44) - 1) + lsb) & np.uint64(~((1 << 45) - 1) & 0xFFFFFFFFFFFFFFFF)
+    y = r.view(np.float64).copy()
+    with np.errstate(all="ignore"):
+        y = np.where(np.abs(y) >= 2.0**128, np.copysign(np.inf, x), y)
+        small = np.abs(x) < 2.0**-126
+        y = np.where(small, np.round(x * 2.0**133) * 2.0**-133, y)
+        y = np.where(small & (y == 0), np.copysign(0.0, x), y)
+    y[np.isnan(x)] = np.nan
+    return y
+
+
+def round_to(dt, x):
+    """Values (any numeric array) rounded to float dtype `dt`, as float64."""
+    x = np.asarray(x, dtype=np.float64)
+    shape = x.shape
+    with np.errstate(all="ignore"):
+        if dt == "float16":
+            y = x.astype(np.float16).astype(np.float64)
+        elif dt == "bfloat16":
+            y = bf16_round(x)
+        elif dt == "float32":
+            y = x.astype(np.float32).astype(np.float64)
+        else:
+            y = x.copy()
+    return np.asarray(y, dtype=np.float64).reshape(shape)
+
+
+def wrap(dt, v):
+    """Python int -> two's complement wrap into integer dtype `dt`."""
+    lo, hi = IRANGE[dt]
+    if dt == "bool":
+        return int(v != 0)
+    m = hi - lo + 1
+    return (int(v) - lo) % m + lo
+
+
+class A:
+    """A tensor value: dtype name, shape, and data as a NumPy array (float64 for floats,
+    object ints for integers, bool for bool)."""
+
+    def __init__(self, dt, shape, data):
+        self.dt, self.shape = dt, tuple(shape)
+        if dt in FLOATS:
+            self.a = np.asarray(data, dtype=np.float64).reshape(self.shape)
+        elif dt == "bool":
+            self.a = np.asarray(data, dtype=bool).reshape(self.shape)
+        else:
+            self.a = np.asarray(data, dtype=object).reshape(self.shape)
+
+    def flat(self):
+        return list(np.asarray(self.a).reshape(-1))
+
+
+def fmt_float(dt, v):
+    v = float(v)
+    if math.isnan(v):
+        return "nan"
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    if v == 0.0:
+        return "-0.0" if math.copysign(1.0, v) < 0 else 0
+    if v == int(v) and abs(v) < 2.0**53:
+        return int(v)
+    # The shortest digits that come back to v through f64 and rounding to dt.
+    for p in range(1, 18):
+        s = "%.*g" % (p, v)
+        if float(round_to(dt, np.array([float(s)]))[0]) == v:
+            return s
+    return repr(v)
+
+
+def enc(t):
+    if t.dt in FLOATS:
+        d = [fmt_float(t.dt, v) for v in t.flat()]
+    elif t.dt == "bool":
+        d = [int(bool(v)) for v in t.flat()]
+    else:
+        d = [int(v) for v in t.flat()]
+    return {"dt": t.dt, "sh": list(t.shape), "d": d}
+
+
+# ---------------------------------------------------------------------------------- random data
+
+class Gen:
+    def __init__(self, seed):
+        self.r = random.Random(seed)
+        self.np = np.random.default_rng(seed)
+
+    def shape(self, max_rank=4, max_numel=48, zero=0.06):
+        r = self.r
+        rank = r.choice([0, 1, 1, 2, 2, 2, 3, 3, 4][: max_rank * 2 + 1])
+        while True:
+            s = [r.choice([1, 1, 2, 2, 3, 3, 4, 5]) for _ in range(rank)]
+            if s and r.random() < zero:
+                s[r.randrange(rank)] = 0
+            if int(np.prod(s)) <= max_numel:
+                return s
+
+    def float_values(self, dt, n, specials=True, heavy=False):
+        r = self.r
+        nbits, tiny, big = FINFO[dt]
+        style = r.random()
+        out = []
+        for _ in range(n):
+            k = r.random()
+            if specials and k < (0.25 if heavy else 0.08):
+                v = r.choice([math.nan, math.inf, -math.inf, -0.0, 0.0, big, -big, tiny, -tiny,
+                              tiny / 4, -tiny / 2 ** (nbits - 2), 1.0, -1.0, 0.5])
+            elif style < 0.3:
+                v = float(r.randint(-8, 8))
+            elif style < 0.5:
+                v = r.randint(-64, 64) / 16.0
+            else:
+                v = r.gauss(0, 1) * 10.0 ** r.uniform(-3, 3)
+            out.append(v)
+        return list(round_to(dt, np.array(out, dtype=np.float64)))
+
+    def int_values(self, dt, n, extremes=True):
+        r = self.r
+        lo, hi = IRANGE[dt]
+        out = []
+        style = r.random()
+        for _ in range(n):
+            k = r.random()
+            if extremes and k < 0.12:
+                v = r.choice([lo, hi, lo + 1, hi - 1, 0, wrap(dt, -1), 1])
+            elif style < 0.5:
+                v = r.randint(max(lo, -10), min(hi, 10))
+            else:
+                v = r.randint(lo, hi)
+            out.append(v)
+        return out
+
+    def values(self, dt, n, **kw):
+        if dt in FLOATS:
+            return self.float_values(dt, n, **{k: v for k, v in kw.items() if k in ("specials", "heavy")})
+        if dt == "bool":
+            return [self.r.random() < 0.5 for _ in range(n)]
+        return self.int_values(dt, n, **{k: v for k, v in kw.items() if k == "extremes"})
+
+    def tensor(self, dt, shape, **kw):
+        return A(dt, shape, self.values(dt, int(np.prod(shape)), **kw))
+
+    def operand(self, dt, shape, **kw):
+        """An input of logical `shape`, sometimes made as a strided or broadcast view.
+        Returns (encoded input, A of the logical value)."""
+        r = self.r
+        k = r.random()
+        rank = len(shape)
+        if k < 0.15 and rank >= 2:
+            perm = list(range(rank))
+            r.shuffle(perm)
+            inv = [perm.index(i) for i in range(rank)]
+            base_shape = [shape[inv[i]] for i in range(rank)]
+            # permute(perm) of base gives shape[i] = base_shape[perm[i]]
+            base_shape = [0] * rank
+            for i in range(rank):
+                base_shape[perm[i]] = shape[i]
+            base = self.tensor(dt, base_shape, **kw)
+            e = enc(base)
+            e["mk"] = {"perm": perm}
+            return e, A(dt, shape, np.transpose(base.a, perm))
+        if k < 0.25 and rank >= 1:
+            d = r.randrange(rank)
+            extra_before, extra_after = r.randint(0, 2), r.randint(0, 2)
+            base_shape = list(shape)
+            base_shape[d] += extra_before + extra_after
+            if int(np.prod(base_shape)) <= 96:
+                base = self.tensor(dt, base_shape, **kw)
+                e = enc(base)
+                e["mk"] = {"narrow": [d, extra_before, shape[d]]}
+                sl = [slice(None)] * rank
+                sl[d] = slice(extra_before, extra_before + shape[d])
+                return e, A(dt, shape, base.a[tuple(sl)])
+        if k < 0.33 and rank >= 1 and any(s != 1 for s in shape):
+            # a broadcast view: some dimensions of size 1 expanded, maybe fewer leading dims
+            base_shape = [1 if (s != 1 and r.random() < 0.5) else s for s in shape]
+            lead = r.randint(0, rank)
+            while lead > 0 and all(s == 1 for s in base_shape[:lead]) and r.random() < 0.5:
+                base_shape = base_shape[1:]
+                lead -= 1
+            base = self.tensor(dt, base_shape, **kw)
+            e = enc(base)
+            e["mk"] = {"expand": list(shape)}
+            return e, A(dt, shape, np.broadcast_to(base.a, shape))
+        t = self.tensor(dt, shape, **kw)
+        return enc(t), t
+
+
+# ---------------------------------------------------------------------------------- reference ops
+
+def f32_compute(dt, fn, *xs):
+    """fn over float32 arrays (the kernels' computation for f32/f16/bf16), rounded to dt."""
+    with np.errstate(all="ignore"):
+        ys = [np.asarray(x, dtype=np.float64).astype(np.float32) for x in xs]
+        out = fn(*ys)
+    return round_to(dt, np.asarray(out, dtype=np.float64))
+
+
+def f64_exact(dt, fn, *xs):
+    """fn over float64 (the 'exact' value for transcendental ops), rounded to dt."""
+    with np.errstate(all="ignore"):
+        out = fn(*[np.asarray(x, dtype=np.float64) for x in xs])
+    return round_to(dt, np.asarray(out, dtype=np.float64))
+
+
+def ulp_tol(dt, ulps):
+    nbits, tiny, _ = FINFO[dt]
+    return [ulps * 2.0 ** (1 - nbits), tiny]
+
+
+def np_max(a, b):
+    with np.errstate(all="ignore"):
+        return np.maximum(a, b)
+
+
+def np_min(a, b):
+    with np.errstate(all="ignore"):
+        return np.minimum(a, b)
+
+
+BIN_F = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
+         "maximum": np_max, "minimum": np_min}
+
+
+def int_binary(op, dt, a, b):
+    fn = {"add": lambda x, y: x + y, "sub": lambda x, y: x - y, "mul": lambda x, y: x * y,
+          "maximum": max, "minimum": min}[op]
+    a, b = np.broadcast_arrays(np.asarray(a, dtype=object), np.asarray(b, dtype=object))
+    out = np.empty(a.shape, dtype=object)
+    for idx in np.ndindex(a.shape):
+        out[idx] = wrap(dt, fn(int(a[idx]), int(b[idx])))
+    return out
+
+
+def binary_ref(op, dt, a, b, scalar=False):
+    """(value array, tol) of op(a, b) in dtype dt, or raises KeyError for unsupported."""
+    if dt in KFLOAT:
+        if op == "pow":
+            # NumPy computes x ** 0.5 with a 0-d exponent as sqrt (as PyTorch's pow with a
+            # scalar exponent does); with tensors, C's pow (as PyTorch's pow of two tensors).
+            def pw(x, y):
+                if scalar:
+                    return np.power(x, float(y))
+                shape = np.broadcast_shapes(np.shape(x), np.shape(y))
+                x, y = np.broadcast_arrays(np.atleast_1d(x), np.atleast_1d(y))
+                return np.power(x, y).reshape(shape)
+            return f64_exact(dt, pw, a, b), ulp_tol(dt, 8)
+        return f32_compute(dt, BIN_F[op], a, b), None
+    return int_binary(op, dt, a, b), None
+
+
+def sigmoid64(x):
+    with np.errstate(all="ignore"):
+        return np.where(x >= 0, 1.0 / (1.0 + np.exp(-x)), np.exp(x) / (1.0 + np.exp(x)))
+
+
+UN_EXACT = {"neg": np.negative, "abs": np.abs,
+            "relu": lambda x: np.where(np.isnan(x) | (x > 0), x, 0.0).astype(x.dtype),
+            "sqrt": np.sqrt}
+UN_TRANS = {"exp": np.exp, "log": np.log, "tanh": np.tanh, "sigmoid": sigmoid64}
+
+
+def unary_ref(op, dt, a):
+    if dt in KFLOAT:
+        if op in UN_EXACT:
+            return f32_compute(dt, UN_EXACT[op], a), None
+        return f64_exact(dt, UN_TRANS[op], a), ulp_tol(dt, 8)
+    fn = {"neg": lambda x: -x, "abs": abs, "relu": lambda x: max(x, 0)}[op]
+    out = np.empty(np.shape(a), dtype=object)
+    for idx in np.ndindex(np.shape(a)):
+        out[idx] = wrap(dt, fn(int(a[idx])))
+    return out, None
+
+
+CMP = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
+       "gt": np.greater, "ge": np.greater_equal}
+
+
+def cmp_ref(op, dt, a, b):
+    if dt in FLOATS:
+        with np.errstate(all="ignore"):
+            return CMP[op](np.asarray(a, np.float64), np.asarray(b, np.float64))
+    x, y = np.broadcast_arrays(np.asarray(a, dtype=object), np.asarray(b, dtype=object))
+    out = np.empty(x.shape, dtype=bool)
+    for idx in np.ndindex(x.shape):
+        out[idx] = bool(CMP[op](int(x[idx]), int(y[idx])))
+    return out
+
+
+def representable(v, dt):
+    """Storage::scalar's rule."""
+    if dt == "bool":
+        return v == 0.0 or v == 1.0
+    if dt in INTS:
+        lo, hi = IRANGE[dt]
+        return math.isfinite(v) and v == int(v) and lo <= v <= hi and not (dt == "int64" and v >= 2.0**63)
+    if dt == "float64" or not math.isfinite(v):
+        return True
+    return math.isfinite(float(round_to(dt, np.array([v]))[0]))
+
+
+def scalar_in(dt, v):
+    """The scalar converted to dt (as a value of A's storage type)."""
+    if dt in FLOATS:
+        return float(round_to(dt, np.array([v]))[0])
+    if dt == "bool":
+        return bool(v)
+    return int(v)
+
+
+def cast_ref(src, dst, a):
+    """to_dtype: Genesis's documented conversion."""
+    flat = list(np.asarray(a).reshape(-1))
+    shape = np.shape(a)
+    if dst == "bool":
+        out = [bool(v != 0) if not (isinstance(v, float) and math.isnan(v)) else True for v in flat]
+        return np.array(out, dtype=bool).reshape(shape)
+    if dst in INTS:
+        lo, hi = IRANGE[dst]
+        out = []
+        for v in flat:
+            if src in FLOATS:
+                v = float(v)
+                if math.isnan(v):
+                    out.append(0)
+                elif v >= hi:
+                    out.append(hi)
+                elif v <= lo:
+                    out.append(lo)
+                else:
+                    out.append(int(v))  # truncation
+            else:
+                out.append(wrap(dst, int(v)))
+        return np.array(out, dtype=object).reshape(shape)
+    # float destination
+    if src in FLOATS:
+        vals = np.array([float(v) for v in flat], dtype=np.float64)
+        return round_to(dst, vals).reshape(shape)
+    ints = [int(v) for v in flat]
+    # i64 -> f32 is correctly rounded; to f16/bf16 the value goes through f32 first
+    f32 = np.array([float(np.array([i], dtype=np.int64).astype(np.float32)[0]) for i in ints],
+                   dtype=np.float64).reshape(shape)
+    if dst in ("bfloat16", "float16", "float32"):
+        return round_to(dst, f32)
+    return np.array([float(i) for i in ints], dtype=np.float64).reshape(shape)  # correctly rounded
+
+
+# ---------------------------------------------------------------------------------- case makers
+
+def out_t(dt, arr):
+    arr = np.asarray(arr)
+    return enc(A(dt, arr.shape, arr.reshape(-1) if arr.size else []))
+
+
+def broadcast_shapes(g, shape, n):
+    """n operand shapes that broadcast to `shape`."""
+    r = g.r
+    outs = []
+    for _ in range(n):
+        s = list(shape)
+        drop = r.randint(0, len(s)) if r.random() < 0.3 else 0
+        s = s[drop:]
+        s = [1 if r.random() < 0.25 else d for d in s]
+        outs.append(s)
+    return outs
+
+
+def bad_broadcast(g, shape):
+    """A shape that does not broadcast with `shape` (or None when every size is 1)."""
+    cand = [i for i, d in enumerate(shape) if d != 1]
+    if not cand:
+        return None
+    i = g.r.choice(cand)
+    s = list(shape)
+    s[i] = shape[i] + g.r.choice([1, 2])
+    if s[i] == 1:
+        s[i] = 3
+    if g.r.random() < 0.5:
+        s = s[i:]  # fewer dimensions, still misaligned
+    try:
+        np.broadcast_shapes(tuple(shape), tuple(s))
+    except ValueError:
+        return s
+    return None
+
+
+def mk_binary(g, i):
+    r = g.r
+    op = r.choice(["add", "sub", "mul", "div", "maximum", "minimum", "pow"])
+    dt = r.choice(KERNEL * 3 + DTYPES)
+    shape = g.shape()
+    sa, sb = broadcast_shapes(g, shape, 2)
+    kind = r.random()
+    heavy = r.random() < 0.3
+    ea, a = g.operand(dt, sa, heavy=heavy)
+    eb, b = g.operand(dt, sb, heavy=heavy)
+    case = {"op": "binary", "args": {"op": op}, "in": [ea, eb]}
+    if kind < 0.05:
+        other = r.choice([d for d in DTYPES if d != dt])
+        eb2, _ = g.operand(other, sb)
+        case["in"][1] = eb2
+        case["err"] = "DTypeMismatch"
+        return case
+    if kind < 0.1:
+        bad = bad_broadcast(g, sa)
+        if bad is not None:
+            eb2, _ = g.operand(dt, bad)
+            case["in"][1] = eb2
+            case["err"] = "ShapeMismatch"
+            return case
+    if dt not in KERNEL or (op in ("div", "pow") and dt not in KFLOAT):
+        case["err"] = UNSUPPORTED
+        return case
+    val, tol = binary_ref(op, dt, a.a, b.a)
+    val = np.broadcast_to(val, np.broadcast_shapes(tuple(sa), tuple(sb)))
+    case["out"] = out_t(dt, val)
+    if tol:
+        case["tol"] = tol
+    return case
+
+
+def mk_binary_inplace(g, i):
+    """binary_ (in place) and binary_out: the result into a given tensor."""
+    r = g.r
+    op = r.choice(["add", "sub", "mul", "div", "maximum", "minimum"])
+    dt = r.choice(KERNEL)
+    shape = g.shape()
+    (sb,) = broadcast_shapes(g, shape, 1)
+    a = g.tensor(dt, shape)
+    eb, b = g.operand(dt, sb)
+    form = r.choice(["binary_", "binary_out"])
+    case = {"op": form, "args": {"op": op}, "in": [enc(a), eb]}
+    if op == "div" and dt not in KFLOAT:
+        case["err"] = UNSUPPORTED
+        return case
+    val, tol = binary_ref(op, dt, a.a, b.a)
+    case["out"] = out_t(dt, np.broadcast_to(val, tuple(shape)))
+    return case
+
+
+def mk_scalar(g, i):
+    r = g.r
+    dt = r.choice(KERNEL * 3 + DTYPES)
+    shape = g.shape()
+    ea, a = g.operand(dt, shape, heavy=r.random() < 0.3)
+    if r.random() < 0.6:
+        op = r.choice(["add", "sub", "mul", "div", "maximum", "minimum", "pow"])
+        fam = "binary_scalar"
+    else:
+        op = r.choice(list(CMP))
+        fam = "compare_scalar"
+    k = r.random()
+    if k < 0.5:
+        s = float(r.randint(-5, 5))
+    elif k < 0.65:
+        s = r.choice([0.5, -2.5, 1e-3, 0.1])
+    elif k < 0.8:
+        s = r.choice([math.nan, math.inf, -math.inf, -0.0, 1e6, 70000.0, 1e39, 3e38])
+    else:
+        if dt in IRANGE:
+            lo, hi = IRANGE[dt]
+            s = float(r.choice([lo, hi, lo - 1, hi + 1, 2**63, -2**63, 2**31, 256, -129]))
+        else:
+            s = r.choice([65504.0, 65520.0, 1e300, 5e-324])
+    if op == "pow" and fam == "binary_scalar" and r.random() < 0.5:
+        s = r.choice([2.0, 0.5, 3.0, -1.0, 0.0, 1.0])
+    case = {"op": fam, "args": {"op": op, "scalar": fmt_float("float64", s)}, "in": [ea]}
+    if not representable(s, dt):
+        case["err"] = "ScalarOutOfRange"
+        return case
+    if dt not in KERNEL or (fam == "binary_scalar" and op in ("div", "pow") and dt not in KFLOAT):
+        case["err"] = UNSUPPORTED
+        return case
+    sv = scalar_in(dt, s)
+    if fam == "binary_scalar":
+        bs = np.full((), sv, dtype=np.float64 if dt in FLOATS else object)
+        val, tol = binary_ref(op, dt, a.a, bs, scalar=True)
+        case["out"] = out_t(dt, np.broadcast_to(val, tuple(shape)))
+        if tol:
+            case["tol"] = tol
+    else:
+        bs = np.full((), sv, dtype=np.float64 if dt in FLOATS else object)
+        case["out"] = out_t("bool", np.broadcast_to(cmp_ref(op, dt, a.a, bs), tuple(shape)))
+    return case
+
+
+def mk_unary(g, i):
+    r = g.r
+    op = r.choice(["neg", "abs", "relu", "exp", "log", "sqrt", "tanh", "sigmoid"])
+    dt = r.choice(KERNEL * 3 + DTYPES)
+    shape = g.shape()
+    ea, a = g.operand(dt, shape, heavy=r.random() < 0.4)
+    form = r.choice(["unary", "unary", "unary_", "unary_out"])
+    if form != "unary":
+        a = g.tensor(dt, shape, heavy=r.random() < 0.4)
+        ea = enc(a)
+    case = {"op": form, "args": {"op": op}, "in": [ea]}
+    if dt not in KERNEL or (op not in ("neg", "abs", "relu") and dt not in KFLOAT):
+        case["err"] = UNSUPPORTED
+        return case
+    val, tol = unary_ref(op, dt, a.a)
+    case["out"] = out_t(dt, val)
+    if tol:
+        case["tol"] = tol
+    return case
+
+
+def mk_compare(g, i):
+    r = g.r
+    op = r.choice(list(CMP))
+    dt = r.choice(KERNEL * 3 + DTYPES)
+    shape = g.shape()
+    sa, sb = broadcast_shapes(g, shape, 2)
+    ea, a = g.operand(dt, sa, heavy=r.random() < 0.4)
+    if r.random() < 0.3 and a.a.size:
+        # compare against (some of) the same values: equality actually happens
+        b = A(dt, sa, a.a.copy())
+        eb = enc(b)
+        sb = sa
+    else:
+        eb, b = g.operand(dt, sb, heavy=r.random() < 0.4)
+    case = {"op": "compare", "args": {"op": op}, "in": [ea, eb]}
+    if r.random() < 0.05:
+        bad = bad_broadcast(g, sa)
+        if bad is not None:
+            case["in"][1], _ = g.operand(dt, bad)
+            case["err"] = "ShapeMismatch"
+            return case
+    if dt not in KERNEL:
+        case["err"] = UNSUPPORTED
+        return case
+    case["out"] = out_t("bool", cmp_ref(op, dt, a.a, b.a))
+    return case
+
+
+def mk_where(g, i):
+    r = g.r
+    dt = r.choice(DTYPES)
+    shape = g.shape()
+    sc, sa, sb = broadcast_shapes(g, shape, 3)
+    ec, c = g.operand("bool", sc)
+    ea, a = g.operand(dt, sa, heavy=True)
+    eb, b = g.operand(dt, sb, heavy=True)
+    case = {"op": "where", "in": [ec, ea, eb], "args": {}}
+    k = r.random()
+    if k < 0.04:
+        case["in"][0], _ = g.operand(r.choice(["uint8", "int32", "float32"]), sc)
+        case["err"] = "InvalidArgument"
+        return case
+    if k < 0.08:
+        case["in"][2], _ = g.operand(r.choice([d for d in DTYPES if d != dt]), sb)
+        case["err"] = "DTypeMismatch"
+        return case
+    out = np.where(c.a, a.a, b.a)
+    case["out"] = out_t(dt, out)
+    return case
+
+
+# --- reductions
+
+def red_tol(dt, absum, n):
+    """[rtol, atol]: the result's rounding plus the f32 accumulation bound."""
+    nbits, tiny, _ = FINFO[dt]
+    return [2.0 ** (1 - nbits), float(n) * 2.0**-24 * absum + tiny]
+
+
+def mk_reduce(g, i):
+    r = g.r
+    op = r.choice(["sum", "sum", "mean", "max", "min", "argmax", "argmin", "max_dim", "min_dim",
+                   "argmax_dim", "argmin_dim"])
+    dt = r.choice(KERNEL * 4 + DTYPES)
+    shape = g.shape(max_rank=4, max_numel=64, zero=0.1)
+    heavy = r.random() < 0.25
+    if dt in FLOATS and op in ("sum", "mean"):
+        a = A(dt, shape, g.float_values(dt, int(np.prod(shape)), specials=heavy, heavy=False))
+        # no largest-magnitude values in sums: the order of accumulation would decide overflow
+        a.a = np.where(np.abs(a.a) > 1e4, np.sign(a.a) * 3.0, a.a)
+        a.a = np.where(np.isinf(a.a) & (r.random() < 0.5), 1.0, a.a)
+        if not heavy:
+            a.a = np.where(np.isfinite(a.a), a.a, 2.0)
+        ea = enc(a)
+        if r.random() < 0.3 and len(shape) >= 2:
+            perm = list(range(len(shape)))
+            r.shuffle(perm)
+            ea["mk"] = {"perm": perm}
+            a = A(dt, np.transpose(a.a, perm).shape, np.transpose(a.a, perm))
+        shape = list(a.shape)
+    else:
+        ea, a = g.operand(dt, shape, heavy=heavy)
+    rank = len(shape)
+    case = {"op": op, "in": [ea], "args": {}}
+    x = a.a
+    if op in ("sum", "mean", "max", "min"):
+        if r.random() < 0.3:
+            dims = None
+        else:
+            k = r.randint(0, rank)
+            dims = sorted(r.sample(range(rank), k))
+            dims = [d - rank if r.random() < 0.3 else d for d in dims]
+        keep = r.random() < 0.4
+        if dims is not None and r.random() < 0.04 and rank > 0:
+            dims = dims + [rank + r.randint(0, 1)]
+            case["args"] = {"dims": dims, "keepdim": keep}
+            case["err"] = "Storage.Layout.DimOutOfRange"
+            return case
+        if dims is not None and r.random() < 0.03 and rank > 0:
+            d = r.randrange(rank)
+            case["args"] = {"dims": [d, d - rank], "keepdim": keep}
+            case["err"] = "InvalidArgument"
+            return case
+        case["args"] = {"dims": dims, "keepdim": keep}
+        axes = tuple(range(rank)) if not dims else tuple(sorted(d % rank for d in dims))
+        if dims is None:
+            keep = False
+        red_empty = any(shape[d] == 0 for d in axes)
+        if op in ("max", "min") and red_empty:
+            case["err"] = "InvalidArgument"
+            return case
+        if dt not in KERNEL or (op == "mean" and dt not in KFLOAT):
+            case["err"] = UNSUPPORTED
+            return case
+        n = int(np.prod([shape[d] for d in axes])) if axes else 1
+        if dt in FLOATS:
+            with np.errstate(all="ignore"):
+                if op in ("sum", "mean"):
+                    s = np.sum(x, axis=axes, keepdims=keep)
+                    if op == "mean":
+                        s = np.asarray(s, dtype=np.float64) / n if n else np.full(np.shape(s), np.nan)
+                    absum = np.sum(np.where(np.isfinite(x), np.abs(x), 0.0), axis=axes)
+                    absum = float(np.max(absum)) if np.size(absum) else 0.0
+                    if op == "mean" and n:
+                        absum /= n
+                    case["out"] = out_t(dt, round_to(dt, s))
+                    case["tol"] = red_tol(dt, absum, n)
+                    return case
+                fn = np.max if op == "max" else np.min
+                val = fn(x, axis=axes, keepdims=keep)
+                case["out"] = out_t(dt, val)
+                case["tol"] = "eqv"
+                return case
+        # integers
+        xi = np.asarray(x, dtype=object)
+        if op == "sum":
+            s = np.asarray(np.sum(xi, axis=axes, keepdims=keep), dtype=object)
+            s = np.vectorize(lambda v: wrap("int64", int(v)), otypes=[object])(s) if s.size else s
+            case["out"] = out_t("int64", s)
+            return case
+        fn = np.max if op == "max" else np.min
+        case["out"] = out_t(dt, np.asarray(fn(xi, axis=axes, keepdims=keep), dtype=object))
+        return case
+    # arg ops and max_dim/min_dim
+    if op in ("argmax", "argmin"):
+        if a.a.size == 0:
+            case["err"] = "InvalidArgument"
+            return case
+        if dt not in KERNEL:
+            case["err"] = UNSUPPORTED
+            return case
+        idx = arg_ref(op == "argmax", x.reshape(-1), dt)
+        case["out"] = out_t("int64", np.array(idx, dtype=object))
+        return case
+    if rank == 0:
+        d = r.choice([0, -1])
+    else:
+        d = r.randrange(-rank, rank)
+    keep = r.random() < 0.4
+    case["args"] = {"dim": d, "keepdim": keep}
+    if r.random() < 0.04:
+        case["args"]["dim"] = max(rank, 1) + r.randint(0, 2)
+        case["err"] = "Storage.Layout.DimOutOfRange"
+        return case
+    if rank == 0:
+        # a 0-d tensor: dims 0 and -1 are out of range (rank 0)
+        case["err"] = "Storage.Layout.DimOutOfRange"
+        return case
+    ax = d % rank
+    if shape[ax] == 0:
+        case["err"] = "InvalidArgument"
+        return case
+    if dt not in KERNEL:
+        case["err"] = UNSUPPORTED
+        return case
+    is_max = op in ("max_dim", "argmax_dim")
+    moved = np.moveaxis(x, ax, -1)
+    out_shape = moved.shape[:-1]
+    idx = np.empty(out_shape, dtype=object)
+    vals = np.empty(out_shape, dtype=x.dtype)
+    for j in np.ndindex(out_shape):
+        k = arg_ref(is_max, moved[j], dt)
+        idx[j] = k
+        vals[j] = moved[j][k]
+    if keep:
+        idx = np.expand_dims(idx, ax)
+        vals = np.expand_dims(vals, ax)
+    if op in ("max_dim", "min_dim"):
+        case["out"] = [out_t(dt, vals), out_t("int64", idx)]
+        if dt in FLOATS:
+            case["tol"] = "eqv"
+    else:
+        case["out"] = out_t("int64", idx)
+    return case
+
+
+def arg_ref(is_max, v, dt):
+    v = list(v)
+    if dt in FLOATS:
+        for k, x in enumerate(v):
+            if math.isnan(x):
+                return k
+    best = 0
+    for k in range(1, len(v)):
+        if (v[k] > v[best]) if is_max else (v[k] < v[best]):
+            best = k
+    return best
+
+
+# --- matmul
+
+def mk_matmul(g, i):
+    r = g.r
+    dt = r.choice(MATMUL * 5 + ["int32", "int64", "float64", "uint8"])
+    form = r.choice(["matmul"] * 4 + ["bmm"])
+    m, k, n = r.randint(0, 5), r.randint(0, 6), r.randint(0, 5)
+    if r.random() < 0.8:
+        m, k, n = max(m, 1), max(k, 1), max(n, 1)
+    if form == "bmm":
+        b = r.randint(0, 3)
+        sa, sb = [b, m, k], [b, k, n]
+    else:
+        ra, rb = r.choice([1, 2, 2, 3, 4]), r.choice([1, 2, 2, 3, 4])
+        batch = [r.choice([1, 2, 3]) for _ in range(max(ra, rb) - 2)]
+        sa = [k] if ra == 1 else [d if r.random() < 0.7 else 1 for d in batch[len(batch) - (ra - 2):]] + [m, k]
+        sb = [k] if rb == 1 else [d if r.random() < 0.7 else 1 for d in batch[len(batch) - (rb - 2):]] + [k, n]
+    heavy = r.random() < 0.1
+    vals = lambda s: A(dt, s, g.values(dt, int(np.prod(s)), specials=heavy) if dt in FLOATS else g.values(dt, int(np.prod(s))))
+    a, b = vals(sa), vals(sb)
+    if dt in FLOATS:
+        a.a = np.where(np.abs(a.a) > 1e3, 7.0, a.a)
+        b.a = np.where(np.abs(b.a) > 1e3, -5.0, b.a)
+    ea, eb = enc(a), enc(b)
+    if r.random() < 0.2 and len(sa) >= 2:
+        # a transposed operand: the data holds the transpose
+        ta = A(dt, list(sa[:-2]) + [sa[-1], sa[-2]], np.swapaxes(a.a, -1, -2))
+        ea = enc(ta)
+        ea["mk"] = {"perm": list(range(len(sa) - 2)) + [len(sa) - 1, len(sa) - 2]}
+    case = {"op": form, "in": [ea, eb], "args": {}}
+    kind = r.random()
+    if kind < 0.06:
+        eb2 = enc(A(dt, sb[:-2] + [k + 1, n] if len(sb) >= 2 else [k + 1], g.values(dt, int(np.prod(sb[:-2] + [k + 1, n] if len(sb) >= 2 else [k + 1])))))
+        case["in"][1] = eb2
+        case["err"] = "ShapeMismatch"
+        return case
+    if kind < 0.08 and form == "matmul":
+        case["in"][0] = enc(A(dt, [], g.values(dt, 1)))
+        case["err"] = "InvalidArgument"
+        return case
+    if kind < 0.1 and form == "bmm":
+        case["in"][1] = enc(A(dt, sb[1:], g.values(dt, int(np.prod(sb[1:])))))
+        case["err"] = "ShapeMismatch"
+        return case
+    try:
+        np.broadcast_shapes(tuple(sa[:-2]), tuple(sb[:-2]))
+    except ValueError:
+        case["err"] = "ShapeMismatch"
+        return case
+    if dt not in MATMUL:
+        case["err"] = UNSUPPORTED
+        return case
+    with np.errstate(all="ignore"):
+        exact = np.matmul(a.a, b.a)
+        absprod = np.matmul(np.where(np.isfinite(a.a), np.abs(a.a), 0), np.where(np.isfinite(b.a), np.abs(b.a), 0))
+    case["out"] = out_t(dt, round_to(dt, exact))
+    nbits, tiny, _ = FINFO[dt]
+    mx = float(np.max(absprod)) if np.size(absprod) else 0.0
+    case["tol"] = [2.0 ** (1 - nbits), k * 2.0**-24 * mx + tiny]
+    return case
+
+
+# --- cat / stack
+
+def mk_cat(g, i):
+    r = g.r
+    dt = r.choice(DTYPES)
+    form = r.choice(["cat", "cat", "stack"])
+    shape = g.shape(max_rank=4, max_numel=24, zero=0.1)
+    rank = len(shape)
+    cnt = r.randint(1, 4)
+    case = {"op": form, "in": [], "args": {}}
+    if form == "cat":
+        if rank == 0:
+            shape, rank = [2], 1
+        d = r.randrange(rank)
+        parts = []
+        for _ in range(cnt):
+            s = list(shape)
+            s[d] = r.randint(0, 3)
+            parts.append(s)
+        arrs = []
+        for s in parts:
+            e, t = g.operand(dt, s, heavy=True)
+            case["in"].append(e)
+            arrs.append(t.a)
+        dim = d - rank if r.random() < 0.3 else d
+        case["args"]["dim"] = dim
+        k = r.random()
+        if k < 0.05 and cnt > 1:
+            case["in"][1] = enc(g.tensor(r.choice([x for x in DTYPES if x != dt]), parts[1]))
+            case["err"] = "DTypeMismatch"
+            return case
+        if k < 0.1 and cnt > 1 and rank > 1:
+            s = list(parts[1])
+            o = r.choice([j for j in range(rank) if j != d])
+            s[o] += 1
+            case["in"][1] = enc(g.tensor(dt, s))
+            case["err"] = "ShapeMismatch"
+            return case
+        if k < 0.13:
+            case["args"]["dim"] = rank + r.randint(0, 1)
+            case["err"] = "Storage.Layout.DimOutOfRange"
+            return case
+        case["out"] = out_t(dt, np.concatenate(arrs, axis=d))
+        return case
+    arrs = []
+    for _ in range(cnt):
+        e, t = g.operand(dt, shape, heavy=True)
+        case["in"].append(e)
+        arrs.append(t.a)
+    d = r.randint(-(rank + 1), rank)
+    case["args"]["dim"] = d
+    k = r.random()
+    if k < 0.05 and cnt > 1 and rank > 0:
+        s = list(shape)
+        s[r.randrange(rank)] += 1
+        case["in"][1] = enc(g.tensor(dt, s))
+        case["err"] = "ShapeMismatch"
+        return case
+    if k < 0.08:
+        case["args"]["dim"] = rank + 1 + r.randint(0, 1)
+        case["err"] = "Storage.Layout.DimOutOfRange"
+        return case
+    case["out"] = out_t(dt, np.stack(arrs, axis=d))
+    return case
+
+
+# --- views
+
+def mk_view(g, i):
+    r = g.r
+    dt = r.choice(DTYPES)
+    op = r.choice(["reshape", "reshape", "view", "permute", "transpose", "t", "narrow", "squeeze",
+                   "unsqueeze", "expand", "flatten", "contiguous", "index", "index", "index"])
+    shape = g.shape(max_rank=4, max_numel=48, zero=0.08)
+    ea, a = g.operand(dt, shape, heavy=True)
+    x = a.a
+    rank = len(shape)
+    case = {"op": op, "in": [ea], "args": {}}
+    n = x.size
+    if op in ("reshape", "view"):
+        # a random factorisation of n (with one -1 sometimes)
+        if n == 0:
+            new = [0] + [r.choice([1, 2, 3]) for _ in range(r.randint(0, 2))]
+            r.shuffle(new)
+        else:
+            new, m = [], n
+            for p in [2, 2, 3, 5, 7, 2, 3]:
+                while m % p == 0 and r.random() < 0.5:
+                    new.append(p)
+                    m //= p
+            new.append(m)
+            r.shuffle(new)
+            if r.random() < 0.3:
+                new.insert(r.randint(0, len(new)), 1)
+        spec = list(new)
+        if spec and n > 0 and r.random() < 0.3:
+            spec[r.randrange(len(spec))] = -1
+        if r.random() < 0.06 and n > 0:
+            spec = list(new) + [2]
+            case["args"]["shape"] = spec
+            case["err"] = "Storage.Layout.ElementCount"
+            return case
+        case["args"]["shape"] = spec
+        if op == "view" and not viewable(ea, shape, new):
+            case["err"] = "Storage.Layout.NotViewable"
+            return case
+        case["out"] = out_t(dt, x.reshape(new))
+        return case
+    if op == "permute":
+        perm = list(range(rank))
+        r.shuffle(perm)
+        if r.random() < 0.06:
+            perm = perm + [rank] if r.random() < 0.5 else ([0] * max(rank, 2) if rank else [1])
+            case["args"]["perm"] = perm
+            case["err"] = "Storage.Layout.BadPermutation"
+            return case
+        case["args"]["perm"] = perm
+        case["out"] = out_t(dt, np.transpose(x, perm))
+        return case
+    if op == "transpose":
+        if rank == 0:
+            case["args"] = {"a": 0, "b": 0}
+            case["err"] = "Storage.Layout.DimOutOfRange"
+            return case
+        a1, b1 = r.randrange(-rank, rank), r.randrange(-rank, rank)
+        case["args"] = {"a": a1, "b": b1}
+        case["out"] = out_t(dt, np.swapaxes(x, a1, b1))
+        return case
+    if op == "t":
+        case["out"] = out_t(dt, x if rank < 2 else np.swapaxes(x, 0, 1))
+        return case
+    if op == "narrow":
+        if rank == 0:
+            case["args"] = {"dim": 0, "start": 0, "len": 1}
+            case["err"] = "Storage.Layout.DimOutOfRange"
+            return case
+        d = r.randrange(-rank, rank)
+        size = shape[d % rank]
+        start = r.randint(0, size)
+        ln = r.randint(0, size - start)
+        if r.random() < 0.06:
+            ln = size - start + 1
+            case["args"] = {"dim": d, "start": start, "len": ln}
+            case["err"] = "Storage.Layout.RangeOutOfBounds"
+            return case
+        case["args"] = {"dim": d, "start": start, "len": ln}
+        sl = [slice(None)] * rank
+        sl[d % rank] = slice(start, start + ln)
+        case["out"] = out_t(dt, x[tuple(sl)])
+        return case
+    if op == "squeeze":
+        if rank == 0:
+            case["args"] = {"dim": 0}
+            case["err"] = "Storage.Layout.DimOutOfRange"
+            return case
+        d = r.randrange(-rank, rank)
+        case["args"] = {"dim": d}
+        case["out"] = out_t(dt, np.squeeze(x, d % rank) if shape[d % rank] == 1 else x)
+        return case
+    if op == "unsqueeze":
+        d = r.randint(-(rank + 1), rank)
+        if r.random() < 0.05:
+            d = rank + 1
+            case["args"] = {"dim": d}
+            case["err"] = "Storage.Layout.DimOutOfRange"
+            return case
+        case["args"] = {"dim": d}
+        case["out"] = out_t(dt, np.expand_dims(x, d))
+        return case
+    if op == "expand":
+        new = [r.choice([1, 2, 3]) for _ in range(r.randint(0, 2))] + [
+            (r.choice([1, 2, 3]) if s == 1 else s) for s in shape]
+        if int(np.prod(new)) > 200:
+            new = list(shape)
+        if r.random() < 0.06:
+            bad = bad_broadcast(g, shape)
+            if bad is not None:
+                case["args"] = {"shape": bad}
+                case["err"] = "Storage.Layout.BadExpand"
+                return case
+        case["args"] = {"shape": new}
+        case["out"] = out_t(dt, np.broadcast_to(x, new))
+        return case
+    if op in ("flatten", "contiguous"):
+        case["out"] = out_t(dt, x.reshape(-1) if op == "flatten" else x)
+        return case
+    # index: basic items (and some integer arrays / masks)
+    items, np_items = [], []
+    d = 0
+    used_ell = False
+    while d < rank or (r.random() < 0.2 and len(items) < rank + 2):
+        k = r.random()
+        if k < 0.12:
+            items.append("new")
+            np_items.append(None)
+            continue
+        if k < 0.18 and not used_ell:
+            used_ell = True
+            items.append("...")
+            np_items.append(Ellipsis)
+            d = rank  # the rest is covered
+            continue
+        if d >= rank:
+            break
+        size = shape[d]
+        if k < 0.4 and size > 0:
+            v = r.randrange(-size, size)
+            items.append(v)
+            np_items.append(v)
+        elif k < 0.5 and size > 0 and not any(isinstance(t, dict) and ("i64" in t or "mask" in t) for t in items):
+            ln = r.randint(0, 3)
+            vals = [r.randrange(-size, size) for _ in range(ln)]
+            items.append({"i64": vals})
+            np_items.append(np.array(vals, dtype=np.int64))
+        elif k < 0.55 and not any(isinstance(t, dict) and ("i64" in t or "mask" in t) for t in items):
+            m = [r.random() < 0.5 for _ in range(size)]
+            items.append({"mask": [int(b) for b in m]})
+            np_items.append(np.array(m, dtype=bool))
+        else:
+            st = r.choice([None, r.randint(-size - 2, size + 2)])
+            sp = r.choice([None, r.randint(-size - 2, size + 2)])
+            step = r.choice([None, 1, 1, 2, 3])
+            items.append({"s": [st, sp, step]})
+            np_items.append(slice(st, sp, step))
+        d += 1
+    case["op"] = "index"
+    if r.random() < 0.05 and rank > 0 and shape[0] > 0:
+        items = [shape[0] + r.randint(0, 2)]
+        case["args"]["items"] = items
+        case["err"] = "Index.IndexOutOfRange"
+        return case
+    case["args"]["items"] = items
+    case["out"] = out_t(dt, np.array(x[tuple(np_items)]))
+    return case
+
+
+def viewable(e, shape, new):
+    """Whether `view(new)` works on the input as made (a view of contiguous data, or of the
+    strided view `mk` describes): PyTorch's rule, computed on the strides."""
+    mk = e.get("mk")
+    base = e["sh"]
+    strides = contiguous_strides(base)
+    if mk is None:
+        st = strides
+    elif "perm" in mk:
+        st = [strides[p] for p in mk["perm"]]
+    elif "narrow" in mk:
+        st = strides
+    elif "expand" in mk:
+        lead = len(shape) - len(base)
+        st = [0] * lead + [0 if (b == 1 and s != 1) else t for b, s, t in zip(base, shape[lead:], strides)]
+    else:
+        st = strides
+    return torch_view_ok(list(shape), st, list(new))
+
+
+def contiguous_strides(shape):
+    st, acc = [], 1
+    for s in reversed(shape):
+        st.append(acc)
+        acc *= s
+    return list(reversed(st))
+
+
+def torch_view_ok(shape, strides, new):
+    """PyTorch's computeStride: whether `new` can view `shape`/`strides`."""
+    numel = int(np.prod(shape))
+    if numel == 0 or not shape:
+        return True
+    view_d = len(new) - 1
+    chunk_base_stride = strides[-1] if strides else 1
+    tensor_numel = 1
+    view_numel = 1
+    for tensor_d in range(len(shape) - 1, -1, -1):
+        tensor_numel *= shape[tensor_d]
+        if tensor_d == 0 or (shape[tensor_d - 1] != 1 and strides[tensor_d - 1] != tensor_numel * chunk_base_stride):
+            while view_d >= 0 and (view_numel < tensor_numel or new[view_d] == 1):
+                view_numel *= new[view_d]
+                view_d -= 1
+            if view_numel != tensor_numel:
+                return False
+            if tensor_d > 0:
+                chunk_base_stride = strides[tensor_d - 1]
+                tensor_numel = 1
+                view_numel = 1
+    return view_d == -1
+
+
+# --- casts
+
+def mk_cast(g, i):
+    r = g.r
+    src, dst = r.choice(DTYPES), r.choice(DTYPES)
+    shape = g.shape(max_numel=32)
+    heavy = r.random() < 0.5
+    if src in FLOATS and r.random() < 0.5:
+        # values around the integer ranges and the rounding points of the destination
+        vals = []
+        for _ in range(int(np.prod(shape))):
+            k = r.random()
+            if dst in IRANGE and dst != "bool" and k < 0.5:
+                lo, hi = IRANGE[dst]
+                v = r.choice([lo, hi, lo - 1, hi + 1, lo - 0.5, hi + 0.5, 2.0**63, -2.0**63, 2.0**31, 1e30, -1e30])
+                v = float(v) + r.choice([0.0, 0.25, -0.75, 0.5])
+            elif dst in FLOATS and k < 0.5:
+                nb, tiny, big = FINFO[dst]
+                e = r.randint(-30, 20)
+                v = r.choice([1.0, -1.0]) * (1 + r.randint(0, 2**12) / 2**12) * 2.0**e
+                v = r.choice([v, big * (1 + r.random() * 2.0**-nb), tiny * r.random(), 65520.0, 65519.99])
+            else:
+                v = r.gauss(0, 100)
+            vals.append(v)
+        a = A(src, shape, round_to(src, np.array(vals)))
+        ea = enc(a)
+    else:
+        ea, a = g.operand(src, shape, heavy=heavy)
+    case = {"op": "to_dtype", "args": {"dtype": dst}, "in": [ea]}
+    case["out"] = out_t(dst, cast_ref(src, dst, a.a))
+    return case
+
+
+# --- masks
+
+def mk_mask(g, i):
+    r = g.r
+    dt = r.choice(DTYPES)
+    op = r.choice(["masked_fill", "masked_fill", "masked_fill_", "masked_select", "masked_select",
+                   "index_fill"])
+    shape = g.shape(max_numel=48, zero=0.08)
+    rank = len(shape)
+    if op == "index_fill":
+        x = g.tensor(dt, shape, heavy=True)
+        v = r.choice([0.0, 1.0, -1.0, 2.5, math.nan, math.inf, 300.0, -0.0, 1e6, 2.0**63, 127.0])
+        items, np_items = [], []
+        for d in range(rank):
+            k = r.random()
+            if k < 0.3 and shape[d] > 0:
+                j = r.randrange(-shape[d], shape[d])
+                items.append(j)
+                np_items.append(j)
+            elif k < 0.5 and shape[d] > 0 and not any(isinstance(t, dict) and "i64" in t for t in items):
+                vals = [r.randrange(-shape[d], shape[d]) for _ in range(r.randint(0, 3))]
+                items.append({"i64": vals})
+                np_items.append(np.array(vals, dtype=np.int64))
+            else:
+                st, sp = r.choice([None, 0, 1]), r.choice([None, shape[d], -1])
+                items.append({"s": [st, sp, r.choice([None, 1, 2])]})
+                np_items.append(slice(st, sp, items[-1]["s"][2]))
+        case = {"op": op, "in": [enc(x)], "args": {"items": items, "value": fmt_float("float64", v)}}
+        if not representable(v, dt):
+            case["err"] = "ScalarOutOfRange"
+            return case
+        y = x.a.copy()
+        y[tuple(np_items)] = scalar_in(dt, v)
+        case["out"] = out_t(dt, y)
+        return case
+    (ms,) = broadcast_shapes(g, shape, 1)
+    ex, x = g.operand(dt, shape, heavy=True)
+    em, m = g.operand("bool", ms)
+    case = {"op": op, "in": [ex, em], "args": {}}
+    if op == "masked_select":
+        if r.random() < 0.3:
+            # x broadcast against a larger mask
+            big = [r.choice([2, 3])] + list(shape)
+            em, m = g.operand("bool", big)
+            case["in"][1] = em
+        if r.random() < 0.04:
+            case["in"][1], _ = g.operand("uint8", ms)
+            case["err"] = "InvalidArgument"
+            return case
+        xb, mb = np.broadcast_arrays(x.a, m.a)
+        case["out"] = out_t(dt, xb[mb])
+        return case
+    if op == "masked_fill_":
+        x = g.tensor(dt, shape, heavy=True)
+        case["in"][0] = enc(x)
+    v = r.choice([0.0, 1.0, -2.0, 0.5, math.nan, -math.inf, 300.0, -0.0, 70000.0, 2.0**31, -129.0])
+    case["args"]["value"] = fmt_float("float64", v)
+    if r.random() < 0.04:
+        case["in"][1], _ = g.operand("int32", ms)
+        case["err"] = "InvalidArgument"
+        return case
+    if r.random() < 0.04 and rank >= 0:
+        case["in"][1], _ = g.operand("bool", [2] + list(shape) if shape != [] else [2])
+        case["err"] = "ShapeMismatch"
+        return case
+    if not representable(v, dt):
+        case["err"] = "ScalarOutOfRange"
+        return case
+    y = np.array(x.a, copy=True)
+    mb = np.broadcast_to(m.a, tuple(shape))
+    y[mb] = scalar_in(dt, v)
+    case["out"] = out_t(dt, y)
+    return case
+
+
+FAMILIES = [
+    ("binary", mk_binary, 0.14),
+    ("binary_inplace", mk_binary_inplace, 0.04),
+    ("scalar", mk_scalar, 0.10),
+    ("unary", mk_unary, 0.10),
+    ("compare", mk_compare, 0.07),
+    ("where", mk_where, 0.05),
+    ("reduce", mk_reduce, 0.14),
+    ("matmul", mk_matmul, 0.08),
+    ("cat", mk_cat, 0.05),
+    ("view", mk_view, 0.10),
+    ("cast", mk_cast, 0.08),
+    ("mask", mk_mask, 0.05),
+]
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--count", type=int, required=True)
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    g = Gen(args.seed)
+    names = [f[0] for f in FAMILIES]
+    weights = [f[2] for f in FAMILIES]
+    counters = {n: 0 for n in names}
+    cases = []
+    # every family gets its share, in a random order
+    plan = []
+    for (n, _, w) in FAMILIES:
+        plan += [n] * round(w * args.count)
+    while len(plan) < args.count:
+        plan.append(g.r.choices(names, weights)[0])
+    plan = plan[: args.count]
+    g.r.shuffle(plan)
+    makers = dict((f[0], f[1]) for f in FAMILIES)
+    for fam in plan:
+        c = makers[fam](g, counters[fam])
+        c = {"id": f"{fam}/{counters[fam]}", **c}
+        counters[fam] += 1
+        cases.append(c)
+    doc = {"format": FORMAT, "seed": args.seed, "count": len(cases),
+           "families": counters, "cases": cases}
+    text = json.dumps(doc, separators=(",", ":"))
+    with gzip.open(args.out, "wt", compresslevel=9) as f:
+        f.write(text)
+    print(f"{args.out}: {len(cases)} cases, {len(text)} bytes of JSON; {counters}")
+
+
+if __name__ == "__main__":
+    main()

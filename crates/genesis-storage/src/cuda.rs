@@ -9,6 +9,12 @@ use genesis_mem::{Allocation, CachingAllocator, Config};
 
 use crate::{Error, Result};
 
+mod ops;
+mod transfer;
+
+pub(crate) use genesis_cuda::Event;
+pub(crate) use transfer::batched_copy;
+
 /// The caching allocator of one device, with its context.
 #[derive(Debug)]
 pub struct DevicePool {
@@ -170,27 +176,25 @@ impl CudaMem {
         Ok(unsafe { DeviceSpanMut::from_raw(self.ptr(), bytes / size_of::<T>().max(1)) })
     }
 
-    /// Sets the first `bytes` bytes to zero, queued on `stream`.
-    pub(crate) fn zero(&mut self, stream: &genesis_cuda::Stream, bytes: usize) -> Result<()> {
+    /// Sets the first `bytes` bytes to zero, queued on the thread's current stream.
+    pub(crate) fn zero(&mut self, bytes: usize) -> Result<()> {
+        let stream = self.queue();
         let dst = self.span_mut::<u8>(bytes)?;
         // SAFETY: `dst` is `bytes` bytes of this allocation (checked), released only in stream
         // order after the memset.
-        unsafe { genesis_cuda::raw::memset_d8(stream, dst.addr(), 0, bytes)? };
+        unsafe { genesis_cuda::raw::memset_d8(&stream, dst.addr(), 0, bytes)? };
         Ok(())
     }
 
     /// Copies `host` (pageable memory, which the driver stages before returning) to the start
-    /// of this memory, queued on `stream`.
-    pub(crate) fn upload_pageable(
-        &mut self,
-        stream: &genesis_cuda::Stream,
-        host: &crate::CpuStorage,
-    ) -> Result<()> {
+    /// of this memory, queued on the thread's current stream.
+    pub(crate) fn upload_pageable(&mut self, host: &crate::CpuStorage) -> Result<()> {
         let bytes = host.as_bytes();
+        let stream = self.queue();
         let dst = self.span_mut::<u8>(bytes.len())?;
         // SAFETY: `dst` holds the bytes (checked); a `CpuStorage` is pageable memory, so the
         // driver has read it by the time the call returns.
-        unsafe { genesis_cuda::raw::copy_from_host_async(stream, dst.addr(), bytes)? };
+        unsafe { genesis_cuda::raw::copy_from_host_async(&stream, dst.addr(), bytes)? };
         Ok(())
     }
 
@@ -214,9 +218,28 @@ impl CudaMem {
         Ok(())
     }
 
-    /// Copies `bytes` bytes from byte `src_at` of `src` to byte `dst_at` of this memory, queued
-    /// on `stream` (a peer copy when `src` is on another device).
+    /// Copies `bytes` bytes from byte `src_at` of `src` to byte `dst_at` of this memory and
+    /// waits for the copy: on this device's current stream, or, from another device, a peer
+    /// copy once the source's pending writes are done (peer access enabled on first use).
     pub(crate) fn copy_from_device(
+        &mut self,
+        dst_at: usize,
+        src: &CudaMem,
+        src_at: usize,
+        bytes: usize,
+    ) -> Result<()> {
+        let stream = self.queue();
+        if self.ordinal() != src.ordinal() {
+            queue_on(src.ctx()).synchronize()?;
+            genesis_cuda::Stream::legacy(src.ctx()).synchronize()?;
+            ensure_peer_access(self.ctx(), src.ctx());
+        }
+        self.copy_from_device_on(&stream, dst_at, src, src_at, bytes)?;
+        stream.synchronize()?;
+        Ok(())
+    }
+
+    fn copy_from_device_on(
         &mut self,
         stream: &genesis_cuda::Stream,
         dst_at: usize,
@@ -247,20 +270,20 @@ impl CudaMem {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn copy_2d_from_device(
         &mut self,
-        stream: &genesis_cuda::Stream,
         (dst_at, dst_pitch): (usize, usize),
         src: &CudaMem,
         (src_at, src_pitch): (usize, usize),
         width: usize,
         rows: usize,
     ) -> Result<()> {
+        let stream = self.queue();
         let dst = self.rows_mut(dst_at, dst_pitch, width, rows)?.addr();
         let from = src.rows(src_at, src_pitch, width, rows)?.addr();
         // SAFETY: both row sets lie in live allocations of this device (checked), released
         // only in stream order after the copy.
         unsafe {
             genesis_cuda::raw::copy_2d_async(
-                stream,
+                &stream,
                 genesis_cuda::raw::Pitched::Device(dst),
                 dst_pitch,
                 genesis_cuda::raw::Pitched::Device(from),
@@ -276,20 +299,20 @@ impl CudaMem {
     /// for the copy before returning.
     pub(crate) fn copy_2d_from_host(
         &mut self,
-        stream: &genesis_cuda::Stream,
         (dst_at, dst_pitch): (usize, usize),
         host: &[u8],
         (src_at, src_pitch): (usize, usize),
         width: usize,
         rows: usize,
     ) -> Result<()> {
+        let stream = self.queue();
         let dst = self.rows_mut(dst_at, dst_pitch, width, rows)?.addr();
         let src = host_rows(host, src_at, src_pitch, width, rows)?;
         // SAFETY: the device rows lie in a live allocation (checked) and the host rows in
         // `host` (checked), which stays borrowed until the synchronisation below.
         unsafe {
             genesis_cuda::raw::copy_2d_async(
-                stream,
+                &stream,
                 genesis_cuda::raw::Pitched::Device(dst),
                 dst_pitch,
                 genesis_cuda::raw::Pitched::Host(src.as_ptr()),
@@ -306,13 +329,13 @@ impl CudaMem {
     /// the copy before returning.
     pub(crate) fn copy_2d_to_host(
         &self,
-        stream: &genesis_cuda::Stream,
         host: &mut [u8],
         (dst_at, dst_pitch): (usize, usize),
         (src_at, src_pitch): (usize, usize),
         width: usize,
         rows: usize,
     ) -> Result<()> {
+        let stream = self.queue();
         let from = self.rows(src_at, src_pitch, width, rows)?.addr();
         let len = host_rows(host, dst_at, dst_pitch, width, rows)?.len();
         let dst = host[dst_at..dst_at + len].as_mut_ptr().cast_const();
@@ -320,7 +343,7 @@ impl CudaMem {
         // `host` (checked), which stays borrowed mutably until the synchronisation below.
         unsafe {
             genesis_cuda::raw::copy_2d_async(
-                stream,
+                &stream,
                 genesis_cuda::raw::Pitched::Host(dst),
                 dst_pitch,
                 genesis_cuda::raw::Pitched::Device(from),
@@ -354,6 +377,53 @@ impl CudaMem {
     ) -> Result<DeviceSpanMut<'_, u8>> {
         let end = rows_end(at, pitch, width, rows)?;
         Ok(self.span_mut::<u8>(end)?.into_slice(at..)?)
+    }
+
+    /// Bytes of the allocation (at least the bytes asked for).
+    pub(crate) fn capacity(&self) -> usize {
+        self.alloc.as_ref().map_or(0, Allocation::size)
+    }
+
+    /// The figures of this memory's pool.
+    pub(crate) fn pool_info(&self) -> Option<crate::PoolInfo> {
+        let st = self.pool.allocator().stats();
+        Some(crate::PoolInfo {
+            allocated_bytes: st.allocated_bytes.all().current as u64,
+            reserved_bytes: st.reserved_bytes.all().current as u64,
+            fragmentation: st.fragmentation(),
+        })
+    }
+
+    /// Copies the `desc.numel()` elements of `size` bytes that `desc` maps from `src` (of
+    /// `src_bytes` bytes, on this device) into this memory (of `dst_bytes`): the tiled
+    /// transpose when `transpose` gives `(rows, cols, ld, src_offset, dst_offset)` of a 2-D
+    /// transpose into a dense destination, the strided-copy kernel otherwise.
+    pub(crate) fn strided_copy_from(
+        &mut self,
+        src: &CudaMem,
+        (src_bytes, dst_bytes, size): (usize, usize, usize),
+        desc: &genesis_kernels::StridedCopy,
+        transpose: Option<(usize, usize, usize, usize, usize)>,
+    ) -> Result<()> {
+        let stream = self.queue();
+        let (sp, dp) = (src.span::<u8>(src_bytes)?, self.span_mut::<u8>(dst_bytes)?);
+        if let Some((rows, cols, ld, so, dof)) = transpose {
+            genesis_kernels::gpu::transpose(
+                &stream,
+                size,
+                sp.slice(so * size..)?,
+                dp.into_slice(dof * size..)?,
+                1,
+                rows,
+                cols,
+                ld,
+                0,
+                0,
+            )?;
+        } else {
+            genesis_kernels::gpu::strided_copy(&stream, size, sp, dp, desc)?;
+        }
+        Ok(())
     }
 
     fn checked_bytes<T>(&self, len: usize) -> Result<usize> {

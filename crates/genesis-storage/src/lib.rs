@@ -7,9 +7,15 @@
 //! on the CPU.
 #![warn(missing_docs)]
 
+mod backend;
 mod cpu;
+// The CUDA backend, or without the `cuda` feature a stub whose memory cannot exist: the one
+// place the storage layer depends on the feature.
 #[cfg(feature = "cuda")]
 pub mod cuda;
+#[cfg(not(feature = "cuda"))]
+#[path = "cuda_stub.rs"]
+mod cuda;
 mod device;
 mod dtype;
 mod error;

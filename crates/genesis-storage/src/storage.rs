@@ -7,6 +7,7 @@
 //! Every operation here is synchronous with respect to the host unless its name says `async`:
 //! device work is queued on the legacy stream, which orders it with the synchronous copies.
 
+use crate::backend::Backend;
 use crate::cpu::{CpuStorage, byte_len};
 use crate::layout::{Layout, StridedBlocks};
 use crate::{DType, Device, Error, Result, WithDType};
@@ -16,10 +17,21 @@ use genesis_kernels::{BinaryOp, UnaryOp};
 pub(crate) enum Inner {
     Cpu(CpuStorage),
     Mapped(crate::mapped::Mapped),
-    #[cfg(feature = "cuda")]
     Pinned(crate::cuda::PinnedMem),
-    #[cfg(feature = "cuda")]
     Cuda(crate::cuda::CudaMem),
+}
+
+/// A storage's memory as its backend sees it (see `crate::backend`): host bytes or CUDA
+/// memory.
+pub(crate) enum Mem<'a> {
+    Host(&'a [u8]),
+    Cuda(&'a crate::cuda::CudaMem),
+}
+
+/// [`Mem`], writable.
+pub(crate) enum MemMut<'a> {
+    Host(&'a mut [u8]),
+    Cuda(&'a mut crate::cuda::CudaMem),
 }
 
 /// `len` elements of `dtype` on a [`Device`].
@@ -122,13 +134,6 @@ impl std::fmt::Display for StorageInfo {
     }
 }
 
-/// The stream to queue work on `mem`'s device: this thread's current stream of that device,
-/// or the legacy default stream.
-#[cfg(feature = "cuda")]
-fn queue(mem: &crate::cuda::CudaMem) -> crate::cuda::Queue {
-    crate::cuda::queue_on(mem.ctx())
-}
-
 impl Storage {
     #[track_caller]
     fn cpu(cpu: CpuStorage, dtype: DType, len: usize) -> Storage {
@@ -141,29 +146,17 @@ impl Storage {
             Inner::Cpu(_) => "cpu",
             Inner::Mapped(m) if m.shared_name.is_some() => "shared",
             Inner::Mapped(_) => "mapped",
-            #[cfg(feature = "cuda")]
             Inner::Pinned(_) => "pinned",
-            #[cfg(feature = "cuda")]
             Inner::Cuda(_) => "cuda",
         }
     }
 
     /// Shape, dtype, device, bytes, pointer and pool information of this storage.
     pub fn inspect(&self) -> StorageInfo {
-        #[cfg(feature = "cuda")]
         let pool = match &self.inner {
-            Inner::Cuda(m) => crate::cuda::device_pool(m.ordinal()).ok().map(|p| {
-                let st = p.allocator().stats();
-                PoolInfo {
-                    allocated_bytes: st.allocated_bytes.all().current as u64,
-                    reserved_bytes: st.reserved_bytes.all().current as u64,
-                    fragmentation: st.fragmentation(),
-                }
-            }),
+            Inner::Cuda(m) => m.pool_info(),
             _ => None,
         };
-        #[cfg(not(feature = "cuda"))]
-        let pool = None;
         StorageInfo {
             kind: self.kind(),
             device: self.device(),
@@ -216,14 +209,11 @@ impl Storage {
         let nbytes = byte_len(len, dtype)?;
         match device {
             Device::Cpu => Ok(Storage::cpu(CpuStorage::zeroed(nbytes)?, dtype, len)),
-            #[cfg(feature = "cuda")]
             Device::Cuda(i) => {
                 let mut mem = crate::cuda::CudaMem::new(i, nbytes)?;
-                mem.zero(&queue(&mem), nbytes)?;
+                mem.zero(nbytes)?;
                 Ok(Storage::make(Inner::Cuda(mem), dtype, len))
             }
-            #[cfg(not(feature = "cuda"))]
-            Device::Cuda(_) => Err(Error::CudaNotCompiled { device }),
         }
     }
 
@@ -245,19 +235,9 @@ impl Storage {
     #[track_caller]
     pub fn zeros_pinned(len: usize, dtype: DType) -> Result<Storage> {
         let nbytes = byte_len(len, dtype)?;
-        #[cfg(feature = "cuda")]
-        {
-            let mut mem = crate::cuda::PinnedMem::new(nbytes)?;
-            mem.as_bytes_mut().fill(0);
-            Ok(Storage::make(Inner::Pinned(mem), dtype, len))
-        }
-        #[cfg(not(feature = "cuda"))]
-        {
-            let _ = nbytes;
-            Err(Error::CudaNotCompiled {
-                device: Device::Cuda(0),
-            })
-        }
+        let mut mem = crate::cuda::PinnedMem::new(nbytes)?;
+        mem.as_bytes_mut().fill(0);
+        Ok(Storage::make(Inner::Pinned(mem), dtype, len))
     }
 
     /// `len` elements of `dtype` mapped from byte `offset` of the file at `path` (zero-copy;
@@ -327,12 +307,11 @@ impl Storage {
     #[track_caller]
     pub fn upload<T: WithDType>(data: &[T], device: Device) -> Result<Storage> {
         match device {
-            #[cfg(feature = "cuda")]
             Device::Cuda(i) => {
                 let nbytes = std::mem::size_of_val(data);
                 let mut mem = crate::cuda::CudaMem::new(i, nbytes)?;
                 let host = CpuStorage::from_slice(data)?;
-                mem.upload_pageable(&queue(&mem), &host)?;
+                mem.upload_pageable(&host)?;
                 Ok(Storage::make(Inner::Cuda(mem), T::DTYPE, data.len()))
             }
             _ => Storage::from_slice(data, device),
@@ -376,45 +355,30 @@ impl Storage {
                 cpu.as_mut_slice::<T>().fill(value);
                 Ok(Storage::cpu(cpu, dtype, len))
             }
-            #[cfg(feature = "cuda")]
             Device::Cuda(i) => {
+                // The fill kernel takes the elementwise dtypes; others are filled on the host.
+                if !crate::dispatch_kernel_dtype!(dtype, _K => true, _ => false) {
+                    return Storage::full(len, value, Device::Cpu)?.to_device(device);
+                }
                 let mut mem = crate::cuda::CudaMem::new(i, nbytes)?;
-                let stream = queue(&mem);
-                crate::dispatch_kernel_dtype!(dtype, K => {
-                    // `K` is the dtype's type, which is `T`; the downcast proves it safely.
-                    let v: K = *(&value as &dyn std::any::Any)
-                        .downcast_ref::<K>()
-                        .expect("WithDType::DTYPE names the type itself");
-                    genesis_kernels::gpu::fill::<K>(&stream, mem.span_mut::<K>(len)?, v)?;
-                }, _ => {
-                    let cpu = Storage::full(len, value, Device::Cpu)?;
-                    return cpu.to_device(device);
-                });
+                let one = CpuStorage::from_slice(std::slice::from_ref(&value))?;
+                mem.fill(dtype, one.as_bytes(), len)?;
                 Ok(Storage::make(Inner::Cuda(mem), dtype, len))
             }
-            #[cfg(not(feature = "cuda"))]
-            Device::Cuda(_) => Err(Error::CudaNotCompiled { device }),
         }
     }
 
     /// The device (`Cpu` for pinned host memory too).
     pub fn device(&self) -> Device {
         match &self.inner {
-            Inner::Cpu(_) | Inner::Mapped(_) => Device::Cpu,
-            #[cfg(feature = "cuda")]
-            Inner::Pinned(_) => Device::Cpu,
-            #[cfg(feature = "cuda")]
+            Inner::Cpu(_) | Inner::Mapped(_) | Inner::Pinned(_) => Device::Cpu,
             Inner::Cuda(m) => Device::Cuda(m.ordinal()),
         }
     }
 
     /// Whether this is pinned (page-locked) host memory.
     pub fn is_pinned(&self) -> bool {
-        match &self.inner {
-            #[cfg(feature = "cuda")]
-            Inner::Pinned(_) => true,
-            _ => false,
-        }
+        matches!(self.inner, Inner::Pinned(_))
     }
 
     /// The element type.
@@ -443,9 +407,7 @@ impl Storage {
         match &self.inner {
             Inner::Cpu(c) => c.as_ptr() as usize as u64,
             Inner::Mapped(m) => m.bytes().as_ptr() as usize as u64,
-            #[cfg(feature = "cuda")]
             Inner::Pinned(p) => p.as_bytes().as_ptr() as usize as u64,
-            #[cfg(feature = "cuda")]
             Inner::Cuda(m) => m.ptr(),
         }
     }
@@ -461,7 +423,6 @@ impl Storage {
     /// The device address, if this is on a CUDA device.
     pub fn device_ptr(&self) -> Option<u64> {
         match &self.inner {
-            #[cfg(feature = "cuda")]
             Inner::Cuda(m) => Some(m.ptr()),
             _ => None,
         }
@@ -472,9 +433,7 @@ impl Storage {
         match &self.inner {
             Inner::Cpu(c) => Some(c.as_bytes()),
             Inner::Mapped(m) => Some(m.bytes()),
-            #[cfg(feature = "cuda")]
             Inner::Pinned(p) => Some(p.as_bytes()),
-            #[cfg(feature = "cuda")]
             Inner::Cuda(_) => None,
         }
     }
@@ -488,9 +447,7 @@ impl Storage {
         match &mut self.inner {
             Inner::Cpu(c) => Ok(c.as_bytes_mut()),
             Inner::Mapped(m) => m.bytes_mut().ok_or(Error::ReadOnly { op }),
-            #[cfg(feature = "cuda")]
             Inner::Pinned(p) => Ok(p.as_bytes_mut()),
-            #[cfg(feature = "cuda")]
             Inner::Cuda(m) => Err(Error::NotOnHost {
                 op,
                 device: Device::Cuda(m.ordinal()),
@@ -535,7 +492,6 @@ impl Storage {
     /// The bytes, copied to the host.
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         match &self.inner {
-            #[cfg(feature = "cuda")]
             Inner::Cuda(m) => {
                 let mut v = vec![0u8; self.nbytes()];
                 m.read_to_host(0, &mut v)?;
@@ -598,14 +554,11 @@ impl Storage {
         let nbytes = byte_len(len, dtype)?;
         match device {
             Device::Cpu => Ok(Storage::cpu(CpuStorage::zeroed(nbytes)?, dtype, len)),
-            #[cfg(feature = "cuda")]
             Device::Cuda(i) => Ok(Storage::make(
                 Inner::Cuda(crate::cuda::CudaMem::new(i, nbytes)?),
                 dtype,
                 len,
             )),
-            #[cfg(not(feature = "cuda"))]
-            Device::Cuda(_) => Err(Error::CudaNotCompiled { device }),
         }
     }
 
@@ -640,26 +593,12 @@ impl Storage {
             return Ok(());
         }
         match (&mut self.inner, &src.inner) {
-            #[cfg(feature = "cuda")]
-            (Inner::Cuda(d), Inner::Cuda(s)) => {
-                let stream = queue(d);
-                if d.ordinal() != s.ordinal() {
-                    // The source's pending writes (on its own device) must be complete first.
-                    crate::cuda::queue_on(s.ctx()).synchronize()?;
-                    genesis_cuda::Stream::legacy(s.ctx()).synchronize()?;
-                    crate::cuda::ensure_peer_access(d.ctx(), s.ctx());
-                }
-                d.copy_from_device(&stream, dst_at, s, src_at, bytes)?;
-                stream.synchronize()?;
-                Ok(())
-            }
-            #[cfg(feature = "cuda")]
+            (Inner::Cuda(d), Inner::Cuda(s)) => d.copy_from_device(dst_at, s, src_at, bytes),
             (Inner::Cuda(d), _) => {
                 let host = &src.host_bytes().expect("host storage")[src_at..src_at + bytes];
                 d.write_from_host(dst_at, host)?;
                 Ok(())
             }
-            #[cfg(feature = "cuda")]
             (_, Inner::Cuda(s)) => {
                 let host = &mut self.host_bytes_mut_for("copy_from")?[dst_at..dst_at + bytes];
                 // The synchronous copy waits for the work queued before it on the legacy stream.
@@ -749,31 +688,13 @@ impl Storage {
             dst_layout.offset(),
         )?;
         match (&mut self.inner, &src.inner) {
-            #[cfg(feature = "cuda")]
             (Inner::Cuda(d), Inner::Cuda(s)) if d.ordinal() == s.ordinal() => {
-                let stream = queue(d);
-                let (src_bytes, dst_bytes) = (src.nbytes(), self.len * size);
-                let (sp, dp) = (s.span::<u8>(src_bytes)?, d.span_mut::<u8>(dst_bytes)?);
                 // A 2-D transpose into a dense destination takes the tiled kernel.
-                if let Some((rows, cols, ld)) = transpose_shape(src_layout, dst_layout) {
-                    genesis_kernels::gpu::transpose(
-                        &stream,
-                        size,
-                        sp.slice(src_layout.offset() * size..)?,
-                        dp.into_slice(dst_layout.offset() * size..)?,
-                        1,
-                        rows,
-                        cols,
-                        ld,
-                        0,
-                        0,
-                    )?;
-                } else {
-                    genesis_kernels::gpu::strided_copy(&stream, size, sp, dp, &desc)?;
-                }
-                Ok(())
+                let transpose = transpose_shape(src_layout, dst_layout)
+                    .map(|(r, c, ld)| (r, c, ld, src_layout.offset(), dst_layout.offset()));
+                let sizes = (src.nbytes(), self.len * size, size);
+                d.strided_copy_from(s, sizes, &desc, transpose)
             }
-            #[cfg(feature = "cuda")]
             (Inner::Cuda(_), _) | (_, Inner::Cuda(_)) => {
                 // Different devices: gather on the source's device, then copy the dense block.
                 let dense = src.contiguous(src_layout)?;
@@ -805,31 +726,25 @@ impl Storage {
         let (ss, _, _, sp) = s;
         let width = len * size;
         match (&mut self.inner, &src.inner) {
-            #[cfg(feature = "cuda")]
             (Inner::Cuda(dm), Inner::Cuda(sm)) => {
                 // Narrow rows are faster through the strided kernel than the copy engines.
                 if width < 1024 || dm.ordinal() != sm.ordinal() {
                     return Ok(false);
                 }
-                let stream = queue(dm);
                 let (dst, src_rows) = ((ds * size, dp * size), (ss * size, sp * size));
-                dm.copy_2d_from_device(&stream, dst, sm, src_rows, width, count)?;
+                dm.copy_2d_from_device(dst, sm, src_rows, width, count)?;
                 Ok(true)
             }
-            #[cfg(feature = "cuda")]
             (Inner::Cuda(dm), _) => {
                 let host = src.host_bytes().expect("host storage");
-                let stream = queue(dm);
                 let (dst, src_rows) = ((ds * size, dp * size), (ss * size, sp * size));
-                dm.copy_2d_from_host(&stream, dst, host, src_rows, width, count)?;
+                dm.copy_2d_from_host(dst, host, src_rows, width, count)?;
                 Ok(true)
             }
-            #[cfg(feature = "cuda")]
             (_, Inner::Cuda(sm)) => {
-                let stream = queue(sm);
                 let host = self.host_bytes_mut_for("copy_strided_from")?;
                 let (dst, src_rows) = ((ds * size, dp * size), (ss * size, sp * size));
-                sm.copy_2d_to_host(&stream, host, dst, src_rows, width, count)?;
+                sm.copy_2d_to_host(host, dst, src_rows, width, count)?;
                 Ok(true)
             }
             _ => {
@@ -853,23 +768,10 @@ impl Storage {
             return self.try_clone();
         }
         let mut out = Storage::uninit(self.len, dtype, self.device())?;
-        match (&mut out.inner, &self.inner) {
-            #[cfg(feature = "cuda")]
-            (Inner::Cuda(d), Inner::Cuda(s)) => {
-                genesis_kernels::gpu::cast(
-                    &queue(d),
-                    self.dtype,
-                    s.span::<u8>(self.nbytes())?,
-                    dtype,
-                    d.span_mut::<u8>(self.len * dtype.size())?,
-                    self.len,
-                )?;
-            }
-            _ => {
-                let src = self.host_bytes().expect("host storage");
-                let dst = out.host_bytes_mut_for("to_dtype")?;
-                genesis_kernels::copy::cast(self.dtype, src, dtype, dst, self.len)?;
-            }
+        match (self.mem(), out.mem_mut("to_dtype")?) {
+            (Mem::Host(a), MemMut::Host(o)) => a.cast(self.dtype, dtype, o, self.len)?,
+            (Mem::Cuda(a), MemMut::Cuda(o)) => a.cast(self.dtype, dtype, o, self.len)?,
+            _ => return Err(mixed("to_dtype")),
         }
         Ok(out)
     }
@@ -929,25 +831,15 @@ impl Storage {
         self.check_range(name, start, len)?;
         other.check_range(name, other_start, len)?;
         check_float_only(name, op.float_only(), dtype)?;
-        match (&mut self.inner, &other.inner) {
-            #[cfg(feature = "cuda")]
-            (Inner::Cuda(a), Inner::Cuda(b)) => {
-                crate::dispatch_kernel_dtype!(dtype, T => {
-                    let stream = queue(a);
-                    let src = b.span::<T>(other.len)?.slice(other_start..other_start + len)?;
-                    let dst = a.span_mut::<T>(self.len)?.into_slice(start..start + len)?;
-                    genesis_kernels::gpu::binary_assign::<T>(&stream, op, dst, src)?;
-                    Ok(())
-                }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
+        check_kernel_dtype(name, dtype)?;
+        match (self.mem_mut(name)?, other.mem()) {
+            (MemMut::Host(a), Mem::Host(b)) => {
+                a.binary_assign(op, dtype, start, b, other_start, len)
             }
-            _ => {
-                crate::dispatch_kernel_dtype!(dtype, T => {
-                    let rhs = &other.as_slice::<T>()?[other_start..other_start + len];
-                    let dst = &mut self.as_mut_slice::<T>()?[start..start + len];
-                    genesis_kernels::cpu::binary_assign::<T>(op, dst, rhs)?;
-                    Ok(())
-                }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
+            (MemMut::Cuda(a), Mem::Cuda(b)) => {
+                a.binary_assign(op, dtype, start, b, other_start, len)
             }
+            _ => Err(mixed(name)),
         }
     }
 
@@ -958,25 +850,31 @@ impl Storage {
         let dtype = self.dtype;
         self.check_range(name, start, len)?;
         check_float_only(name, op.float_only(), dtype)?;
+        check_kernel_dtype(name, dtype)?;
+        match self.mem_mut(name)? {
+            MemMut::Host(a) => a.unary_assign(op, dtype, start, len),
+            MemMut::Cuda(a) => a.unary_assign(op, dtype, start, len),
+        }
+    }
+
+    /// The memory, for its backend.
+    pub(crate) fn mem(&self) -> Mem<'_> {
+        match &self.inner {
+            Inner::Cuda(m) => Mem::Cuda(m),
+            _ => Mem::Host(self.host_bytes().expect("host kinds have host bytes")),
+        }
+    }
+
+    /// The memory, writable, for its backend (an error for a read-only mapping).
+    pub(crate) fn mem_mut(&mut self, op: &'static str) -> Result<MemMut<'_>> {
         match &mut self.inner {
-            #[cfg(feature = "cuda")]
-            Inner::Cuda(a) => {
-                crate::dispatch_kernel_dtype!(dtype, T => {
-                    let stream = queue(a);
-                    let dst = a.span_mut::<T>(self.len)?.into_slice(start..start + len)?;
-                    genesis_kernels::gpu::unary_assign::<T>(&stream, op, dst)?;
-                    Ok(())
-                }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
-            }
-            _ => {
-                crate::dispatch_kernel_dtype!(dtype, T => {
-                    let v = &mut self.as_mut_slice::<T>()?[start..start + len];
-                    for x in v.iter_mut() {
-                        *x = <T as genesis_kernels::Element>::unary(op, *x);
-                    }
-                    Ok(())
-                }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
-            }
+            Inner::Cuda(m) => Ok(MemMut::Cuda(m)),
+            Inner::Cpu(c) => Ok(MemMut::Host(c.as_bytes_mut())),
+            Inner::Mapped(m) => m
+                .bytes_mut()
+                .map(MemMut::Host)
+                .ok_or(Error::ReadOnly { op }),
+            Inner::Pinned(p) => Ok(MemMut::Host(p.as_bytes_mut())),
         }
     }
 
@@ -1046,6 +944,15 @@ impl Storage {
     }
 }
 
+/// The error of operands in different kinds of memory (the callers check devices first, so
+/// this is a defect rather than a user error, but not a panic).
+pub(crate) fn mixed(op: &'static str) -> Error {
+    Error::Kernel(genesis_kernels::Error::Unsupported {
+        op,
+        reason: "operands in host and device memory".into(),
+    })
+}
+
 /// An `UnsupportedDType` error for a dtype the elementwise kernels do not have (checked
 /// before an output is allocated).
 fn check_kernel_dtype(op: &'static str, dtype: DType) -> Result<()> {
@@ -1076,7 +983,6 @@ fn rows_of(l: &Layout) -> Option<(usize, usize, usize, usize)> {
     }
 }
 
-#[cfg(feature = "cuda")]
 /// `(rows, cols, ld)` when `src` is a 2-D transpose of a row-major matrix (strides `[1, ld]`)
 /// and `dst` is dense row-major: the tiled transpose kernel's case.
 fn transpose_shape(src: &Layout, dst: &Layout) -> Option<(usize, usize, usize)> {

@@ -1,8 +1,7 @@
 //! Batched matrix multiplication of storages (`genesis_kernels::matmul`).
 
-use super::Storage;
-#[cfg(feature = "cuda")]
-use super::{Inner, queue};
+use super::{Mem, MemMut, Storage};
+use crate::backend::Backend;
 use crate::{Error, Result};
 use genesis_kernels::matmul::MatmulShape;
 
@@ -50,27 +49,17 @@ impl Storage {
         other.check_range(name, b_start, shape.b_len().ok_or_else(overflow)?)?;
         out.check_range(name, out_start, shape.c_len().ok_or_else(overflow)?)?;
         let dtype = self.dtype;
-        match (&self.inner, &other.inner, &mut out.inner) {
-            #[cfg(feature = "cuda")]
-            (Inner::Cuda(a), Inner::Cuda(b), Inner::Cuda(o)) => {
-                genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16], T => {
-                genesis_kernels::matmul::gpu_matmul::<T>(
-                    &queue(a),
-                    shape,
-                    a.span::<T>(self.len)?.slice(a_start..)?,
-                    b.span::<T>(other.len)?.slice(b_start..)?,
-                    o.span_mut::<T>(out.len)?.into_slice(out_start..)?,
-                )?;
-                Ok(())
-            }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16], _T => (), _ => {
+            return Err(Error::UnsupportedDType { op: name, dtype })
+        });
+        match (self.mem(), other.mem(), out.mem_mut(name)?) {
+            (Mem::Host(a), Mem::Host(b), MemMut::Host(o)) => {
+                a.matmul(dtype, shape, a_start, b, b_start, o, out_start)
             }
-            _ => genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16], T => {
-                let a = &self.as_slice::<T>()?[a_start..];
-                let b = &other.as_slice::<T>()?[b_start..];
-                let c = &mut out.as_mut_slice::<T>()?[out_start..];
-                genesis_kernels::matmul::matmul::<T>(shape, a, b, c)?;
-                Ok(())
-            }, _ => Err(Error::UnsupportedDType { op: name, dtype })),
+            (Mem::Cuda(a), Mem::Cuda(b), MemMut::Cuda(o)) => {
+                a.matmul(dtype, shape, a_start, b, b_start, o, out_start)
+            }
+            _ => Err(super::mixed(name)),
         }
     }
 }

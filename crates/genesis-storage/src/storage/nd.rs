@@ -1,9 +1,8 @@
 //! Binary ops whose operands are read in place through their layouts: broadcast (stride 0)
 //! and strided operands, and scalar operands passed to the kernel as an argument.
 
-#[cfg(feature = "cuda")]
-use super::{Inner, queue};
-use super::{Storage, check_float_only, check_kernel_dtype};
+use super::{Mem, MemMut, Storage, check_float_only, check_kernel_dtype, mixed};
+use crate::backend::Backend;
 use crate::layout::Layout;
 use crate::{Device, Error, Result};
 use genesis_kernels::{BinaryNd, BinaryOp, Rhs};
@@ -64,43 +63,29 @@ impl Storage {
         };
         let n = desc.numel();
         let mut out = Storage::uninit(n, dtype, self.device())?;
-        let other = match rhs {
-            BinaryRhs::Tensor(o, _) => o,
-            BinaryRhs::Scalar(s) => s,
+        // The scalar's bytes (a host storage, checked above).
+        let scalar = match rhs {
+            BinaryRhs::Scalar(s) => s.host_bytes(),
+            BinaryRhs::Tensor(..) => None,
         };
-        let scalar = matches!(rhs, BinaryRhs::Scalar(_));
-        match (&self.inner, &other.inner, &mut out.inner) {
-            #[cfg(feature = "cuda")]
-            (Inner::Cuda(am), bm, Inner::Cuda(om)) => {
-                crate::dispatch_kernel_dtype!(dtype, T => {
-                    let b = match bm {
-                        _ if scalar => Rhs::Scalar(other.as_slice::<T>()?[0]),
-                        Inner::Cuda(bm) => Rhs::Tensor(bm.span::<T>(other.len)?),
-                        _ => unreachable!("same device, checked above"),
-                    };
-                    genesis_kernels::gpu::binary_nd::<T>(
-                        &queue(am),
-                        op,
-                        &desc,
-                        am.span::<T>(self.len)?,
-                        b,
-                        om.span_mut::<T>(n)?,
-                    )?;
-                    Ok(())
-                }, _ => Err(Error::UnsupportedDType { op: name, dtype }))?;
+        let tensor = match rhs {
+            BinaryRhs::Tensor(o, _) => Some(o.mem()),
+            BinaryRhs::Scalar(_) => None,
+        };
+        match (self.mem(), tensor, scalar, out.mem_mut(name)?) {
+            (Mem::Host(a), Some(Mem::Host(b)), _, MemMut::Host(o)) => {
+                a.binary_nd(op, dtype, &desc, Rhs::Tensor(b), o)?
             }
-            _ => {
-                crate::dispatch_kernel_dtype!(dtype, T => {
-                    let b = if scalar {
-                        Rhs::Scalar(other.as_slice::<T>()?[0])
-                    } else {
-                        Rhs::Tensor(other.as_slice::<T>()?)
-                    };
-                    let av = self.as_slice::<T>()?;
-                    genesis_kernels::nd::binary_nd::<T>(op, &desc, av, b, out.as_mut_slice::<T>()?)?;
-                    Ok(())
-                }, _ => Err(Error::UnsupportedDType { op: name, dtype }))?;
+            (Mem::Host(a), None, Some(s), MemMut::Host(o)) => {
+                a.binary_nd(op, dtype, &desc, Rhs::Scalar(s), o)?
             }
+            (Mem::Cuda(a), Some(Mem::Cuda(b)), _, MemMut::Cuda(o)) => {
+                a.binary_nd(op, dtype, &desc, Rhs::Tensor(b), o)?
+            }
+            (Mem::Cuda(a), None, Some(s), MemMut::Cuda(o)) => {
+                a.binary_nd(op, dtype, &desc, Rhs::Scalar(s), o)?
+            }
+            _ => return Err(mixed(name)),
         }
         Ok(out)
     }

@@ -1,9 +1,8 @@
 //! Random storages from the counter-based generator of `genesis_kernels::random`.
 
-#[cfg(feature = "cuda")]
-use super::{Inner, queue};
-use super::{Storage, byte_len};
-use crate::{CpuStorage, DType, Device, Error, Result};
+use super::{MemMut, Storage, byte_len};
+use crate::backend::Backend;
+use crate::{DType, Device, Error, Result};
 use genesis_kernels::random::{RandomElement, Sampler};
 
 fn check<T: RandomElement>(sampler: Sampler, dtype: DType) -> Result<()> {
@@ -30,33 +29,18 @@ impl Storage {
         seed: u64,
         offset: u64,
     ) -> Result<Storage> {
-        let nbytes = byte_len(len, dtype)?;
+        byte_len(len, dtype)?;
         let unsupported = Error::UnsupportedDType {
             op: "random",
             dtype,
         };
-        match device {
-            Device::Cpu => {
-                genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64, I32, I64], T => {
-                check::<T>(sampler, dtype)?;
-                let mut out = CpuStorage::zeroed(nbytes)?;
-                genesis_kernels::random::sample::<T>(sampler, seed, offset, out.as_mut_slice::<T>())?;
-                Ok(Storage::cpu(out, dtype, len))
-            }, _ => Err(unsupported))
-            }
-            #[cfg(feature = "cuda")]
-            Device::Cuda(i) => {
-                genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64, I32, I64], T => {
-                check::<T>(sampler, dtype)?;
-                let mut mem = crate::cuda::CudaMem::new(i, nbytes)?;
-                let stream = queue(&mem);
-                genesis_kernels::random::gpu_sample::<T>(&stream, sampler, seed, offset, mem.span_mut::<T>(len)?)?;
-                Ok(Storage::make(Inner::Cuda(mem), dtype, len))
-            }, _ => Err(unsupported))
-            }
-            #[cfg(not(feature = "cuda"))]
-            Device::Cuda(_) => Err(Error::CudaNotCompiled { device }),
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64, I32, I64], T => check::<T>(sampler, dtype)?, _ => return Err(unsupported));
+        let mut out = Storage::uninit(len, dtype, device)?;
+        match out.mem_mut("random")? {
+            MemMut::Host(o) => o.random(dtype, sampler, seed, offset, len)?,
+            MemMut::Cuda(o) => o.random(dtype, sampler, seed, offset, len)?,
         }
+        Ok(out)
     }
 
     /// Philox blocks a [`Storage::random`] call of `len` elements of `dtype` consumes.

@@ -1,14 +1,10 @@
 //! Reductions of storages (`Storage::reduce`), on the CPU twin or the CUDA kernels.
 
-#[cfg(feature = "cuda")]
-use super::Inner;
-use genesis_kernels::reduce;
-#[cfg(feature = "cuda")]
-use genesis_kernels::reduce::ReducePlan;
 use genesis_kernels::{ReduceOp, ReduceShape};
 
-use super::{Storage, byte_len, check_float_only};
-use crate::{CpuStorage, DType, Error, Result};
+use super::{Mem, MemMut, Storage, byte_len, check_float_only};
+use crate::backend::Backend;
+use crate::{DType, Error, Result};
 
 /// What [`Storage::reduce`] gives: the reduced values and, for argmax/argmin, their indices
 /// (i64).
@@ -49,51 +45,29 @@ impl Storage {
         }
         let out_len = shape.output_len();
         let vdtype = reduce_dtype(op, dtype);
-        let vbytes = byte_len(out_len, vdtype)?;
-        let ibytes = byte_len(out_len, DType::I64)?;
-        match &self.inner {
-            #[cfg(feature = "cuda")]
-            Inner::Cuda(a) => {
-                use crate::cuda::CudaMem;
-                crate::dispatch_kernel_dtype!(dtype, T => {
-                    let ordinal = a.ordinal();
-                    let mut values = CudaMem::new(ordinal, vbytes)?;
-                    let mut indices = if op.has_indices() { Some(CudaMem::new(ordinal, ibytes)?) } else { None };
-                    let plan = ReducePlan::new(shape, a.ctx().multiprocessors() as usize, size_of::<T>());
-                    let ws_len = plan.workspace_bytes::<T>(op);
-                    let mut ws = CudaMem::new(ordinal, ws_len)?;
-                    reduce::gpu_reduce::<T>(
-                        &super::queue(a),
-                        op,
-                        a.span::<T>(self.len)?.slice(start..start + n)?,
-                        shape,
-                        values.span_mut::<u8>(vbytes)?,
-                        indices.as_mut().map(|m| m.span_mut::<i64>(out_len)).transpose()?,
-                        ws.span_mut::<u8>(ws_len)?,
-                    )?;
-                    Ok(Reduced {
-                        values: Storage::make(Inner::Cuda(values), vdtype, out_len),
-                        indices: indices.map(|m| Storage::make(Inner::Cuda(m), DType::I64, out_len)),
-                    })
-                }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
+        byte_len(out_len, vdtype)?;
+        super::check_kernel_dtype(name, dtype)?;
+        let mut values = Storage::uninit(out_len, vdtype, self.device())?;
+        let mut indices = if op.has_indices() {
+            Some(Storage::uninit(out_len, DType::I64, self.device())?)
+        } else {
+            None
+        };
+        let ix = match indices.as_mut() {
+            Some(s) => Some(s.mem_mut(name)?),
+            None => None,
+        };
+        match (self.mem(), values.mem_mut(name)?, ix) {
+            (Mem::Host(a), MemMut::Host(v), None) => a.reduce(op, dtype, start, shape, v, None)?,
+            (Mem::Host(a), MemMut::Host(v), Some(MemMut::Host(i))) => {
+                a.reduce(op, dtype, start, shape, v, Some(i))?
             }
-            _ => {
-                crate::dispatch_kernel_dtype!(dtype, T => {
-                    let input = &self.as_slice::<T>()?[start..start + n];
-                    let mut idx = op.has_indices().then(|| CpuStorage::zeroed(ibytes)).transpose()?;
-                    let mut vals = CpuStorage::zeroed(vbytes)?;
-                    let islice = idx.as_mut().map(|s| s.as_mut_slice::<i64>());
-                    if vdtype == dtype {
-                        reduce::reduce::<T, T>(op, input, shape, Some(vals.as_mut_slice::<T>()), islice)?;
-                    } else {
-                        reduce::reduce::<T, i64>(op, input, shape, Some(vals.as_mut_slice::<i64>()), islice)?;
-                    }
-                    Ok(Reduced {
-                        values: Storage::cpu(vals, vdtype, out_len),
-                        indices: idx.map(|s| Storage::cpu(s, DType::I64, out_len)),
-                    })
-                }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
+            (Mem::Cuda(a), MemMut::Cuda(v), None) => a.reduce(op, dtype, start, shape, v, None)?,
+            (Mem::Cuda(a), MemMut::Cuda(v), Some(MemMut::Cuda(i))) => {
+                a.reduce(op, dtype, start, shape, v, Some(i))?
             }
+            _ => return Err(super::mixed(name)),
         }
+        Ok(Reduced { values, indices })
     }
 }

@@ -1,10 +1,9 @@
 //! Comparisons to bools, `where` selection, and elementwise ops written into a given storage
 //! (the facade's `_out` forms).
 
-#[cfg(feature = "cuda")]
-use super::{Inner, queue};
-use super::{Storage, byte_len, check_float_only};
-use crate::{CpuStorage, DType, Error, Result};
+use super::{Mem, MemMut, Storage, check_float_only, check_kernel_dtype, mixed};
+use crate::backend::Backend;
+use crate::{DType, Error, Result};
 use genesis_kernels::{BinaryOp, CompareOp, UnaryOp};
 
 impl Storage {
@@ -24,34 +23,18 @@ impl Storage {
         self.check_range(name, a_start, len)?;
         other.check_range(name, b_start, len)?;
         let dtype = self.dtype;
-        match (&self.inner, &other.inner) {
-            #[cfg(feature = "cuda")]
-            (Inner::Cuda(a), Inner::Cuda(b)) => {
-                crate::dispatch_kernel_dtype!(dtype, T => {
-                    let mut out = crate::cuda::CudaMem::new(a.ordinal(), len)?;
-                    genesis_kernels::gpu::compare::<T>(
-                        &queue(a),
-                        op,
-                        a.span::<T>(self.len)?.slice(a_start..a_start + len)?,
-                        b.span::<T>(other.len)?.slice(b_start..b_start + len)?,
-                        out.span_mut::<u8>(len)?,
-                    )?;
-                    Ok(Storage::make(Inner::Cuda(out), DType::Bool, len))
-                }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
+        check_kernel_dtype(name, dtype)?;
+        let mut out = Storage::uninit(len, DType::Bool, self.device())?;
+        match (self.mem(), other.mem(), out.mem_mut(name)?) {
+            (Mem::Host(a), Mem::Host(b), MemMut::Host(o)) => {
+                a.compare(op, dtype, a_start, b, b_start, o, len)?
             }
-            _ => {
-                crate::dispatch_kernel_dtype!(dtype, T => {
-                    let mut out = CpuStorage::zeroed(len)?;
-                    genesis_kernels::cpu::compare::<T>(
-                        op,
-                        &self.as_slice::<T>()?[a_start..a_start + len],
-                        &other.as_slice::<T>()?[b_start..b_start + len],
-                        out.as_mut_slice::<u8>(),
-                    )?;
-                    Ok(Storage::cpu(out, DType::Bool, len))
-                }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
+            (Mem::Cuda(a), Mem::Cuda(b), MemMut::Cuda(o)) => {
+                a.compare(op, dtype, a_start, b, b_start, o, len)?
             }
+            _ => return Err(mixed(name)),
         }
+        Ok(out)
     }
 
     /// `cond[c_start + i] ? a[a_start + i] : b[b_start + i]` for `i < len` as a new storage of
@@ -84,44 +67,17 @@ impl Storage {
         b.check_range(name, bs, len)?;
         let dtype = a.dtype;
         let es = dtype.size();
-        let nbytes = byte_len(len, dtype)?;
-        match (&c.inner, &a.inner, &b.inner) {
-            #[cfg(feature = "cuda")]
-            (Inner::Cuda(cm), Inner::Cuda(am), Inner::Cuda(bm)) => {
-                let mut out = crate::cuda::CudaMem::new(am.ordinal(), nbytes)?;
-                genesis_kernels::gpu::select(
-                    &queue(am),
-                    es,
-                    cm.span::<u8>(c.len)?.slice(cs..cs + len)?,
-                    am.span::<u8>(a.nbytes())?
-                        .slice(as_ * es..as_ * es + nbytes)?,
-                    bm.span::<u8>(b.nbytes())?
-                        .slice(bs * es..bs * es + nbytes)?,
-                    out.span_mut::<u8>(nbytes)?,
-                )?;
-                Ok(Storage::make(Inner::Cuda(out), dtype, len))
+        let mut out = Storage::uninit(len, dtype, a.device())?;
+        match (c.mem(), a.mem(), b.mem(), out.mem_mut(name)?) {
+            (Mem::Host(cm), Mem::Host(am), Mem::Host(bm), MemMut::Host(o)) => {
+                cm.select(es, cs, am, as_, bm, bs, o, len)?
             }
-            _ => {
-                fn host<'s>(op: &'static str, s: &'s Storage) -> Result<&'s [u8]> {
-                    s.host_bytes().ok_or(Error::NotOnHost {
-                        op,
-                        device: s.device(),
-                    })
-                }
-                let (cb, ab, bb) = (host(name, c)?, host(name, a)?, host(name, b)?);
-                let mut out = CpuStorage::zeroed(nbytes)?;
-                let o = out.as_mut_slice::<u8>();
-                for i in 0..len {
-                    let src = if cb[cs + i] != 0 {
-                        &ab[(as_ + i) * es..]
-                    } else {
-                        &bb[(bs + i) * es..]
-                    };
-                    o[i * es..(i + 1) * es].copy_from_slice(&src[..es]);
-                }
-                Ok(Storage::cpu(out, dtype, len))
+            (Mem::Cuda(cm), Mem::Cuda(am), Mem::Cuda(bm), MemMut::Cuda(o)) => {
+                cm.select(es, cs, am, as_, bm, bs, o, len)?
             }
+            _ => return Err(mixed(name)),
         }
+        Ok(out)
     }
 
     /// `out[out_start + i] = op(self[a_start + i], other[b_start + i])` for `i < len`: writes
@@ -147,29 +103,15 @@ impl Storage {
         out.check_range(name, out_start, len)?;
         let dtype = self.dtype;
         check_float_only(name, op.float_only(), dtype)?;
-        match (&self.inner, &other.inner, &mut out.inner) {
-            #[cfg(feature = "cuda")]
-            (Inner::Cuda(a), Inner::Cuda(b), Inner::Cuda(o)) => {
-                crate::dispatch_kernel_dtype!(dtype, T => {
-                    genesis_kernels::gpu::binary::<T>(
-                        &queue(a),
-                        op,
-                        a.span::<T>(self.len)?.slice(a_start..a_start + len)?,
-                        b.span::<T>(other.len)?.slice(b_start..b_start + len)?,
-                        o.span_mut::<T>(out.len)?.into_slice(out_start..out_start + len)?,
-                    )?;
-                    Ok(())
-                }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
+        check_kernel_dtype(name, dtype)?;
+        match (self.mem(), other.mem(), out.mem_mut(name)?) {
+            (Mem::Host(a), Mem::Host(b), MemMut::Host(o)) => {
+                a.binary(op, dtype, a_start, b, b_start, o, out_start, len)
             }
-            _ => {
-                crate::dispatch_kernel_dtype!(dtype, T => {
-                    let a = &self.as_slice::<T>()?[a_start..a_start + len];
-                    let b = &other.as_slice::<T>()?[b_start..b_start + len];
-                    let o = &mut out.as_mut_slice::<T>()?[out_start..out_start + len];
-                    genesis_kernels::cpu::binary::<T>(op, a, b, o)?;
-                    Ok(())
-                }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
+            (Mem::Cuda(a), Mem::Cuda(b), MemMut::Cuda(o)) => {
+                a.binary(op, dtype, a_start, b, b_start, o, out_start, len)
             }
+            _ => Err(mixed(name)),
         }
     }
 
@@ -189,27 +131,11 @@ impl Storage {
         out.check_range(name, out_start, len)?;
         let dtype = self.dtype;
         check_float_only(name, op.float_only(), dtype)?;
-        match (&self.inner, &mut out.inner) {
-            #[cfg(feature = "cuda")]
-            (Inner::Cuda(a), Inner::Cuda(o)) => {
-                crate::dispatch_kernel_dtype!(dtype, T => {
-                    genesis_kernels::gpu::unary::<T>(
-                        &queue(a),
-                        op,
-                        a.span::<T>(self.len)?.slice(start..start + len)?,
-                        o.span_mut::<T>(out.len)?.into_slice(out_start..out_start + len)?,
-                    )?;
-                    Ok(())
-                }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
-            }
-            _ => {
-                crate::dispatch_kernel_dtype!(dtype, T => {
-                    let a = &self.as_slice::<T>()?[start..start + len];
-                    let o = &mut out.as_mut_slice::<T>()?[out_start..out_start + len];
-                    genesis_kernels::cpu::unary::<T>(op, a, o)?;
-                    Ok(())
-                }, _ => Err(Error::UnsupportedDType { op: name, dtype }))
-            }
+        check_kernel_dtype(name, dtype)?;
+        match (self.mem(), out.mem_mut(name)?) {
+            (Mem::Host(a), MemMut::Host(o)) => a.unary(op, dtype, start, o, out_start, len),
+            (Mem::Cuda(a), MemMut::Cuda(o)) => a.unary(op, dtype, start, o, out_start, len),
+            _ => Err(mixed(name)),
         }
     }
 }

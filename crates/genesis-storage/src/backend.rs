@@ -1,0 +1,437 @@
+//! The operations of each kind of memory behind one crate-private trait, [`Backend`]:
+//!
+//! - host memory (`[u8]`: the bytes of a CPU, pinned, memory-mapped or shared storage), where
+//!   the kernels' CPU twins run;
+//! - CUDA memory of a device pool (`cuda::CudaMem`), where the kernels run;
+//! - without the `cuda` feature, a stub CUDA memory that cannot exist (`cuda_stub.rs`), so
+//!   that the storage code names CUDA memory without feature gates.
+//!
+//! `Storage` checks dtypes, devices and ranges, allocates outputs and picks the backend of its
+//! operands' memory; a backend only computes. Positions and lengths are in elements of the
+//! dtype given; every operand of one call lives in the same backend.
+
+use genesis_kernels::{BinaryNd, BinaryOp, CompareOp, MatmulShape, ReduceOp, ReduceShape};
+use genesis_kernels::{Rhs, Sampler, UnaryOp};
+
+use crate::storage::Inner;
+use crate::{CpuStorage, DType, Error, Result, WithDType};
+
+/// The operations of one kind of memory (see the module documentation).
+#[allow(clippy::too_many_arguments)]
+pub(crate) trait Backend {
+    /// `out[out_at + i] = op(self[a_at + i], b[b_at + i])` for `i < len`.
+    fn binary(
+        &self,
+        op: BinaryOp,
+        dtype: DType,
+        a_at: usize,
+        b: &Self,
+        b_at: usize,
+        out: &mut Self,
+        out_at: usize,
+        len: usize,
+    ) -> Result<()>;
+
+    /// In place: `self[at + i] = op(self[at + i], b[b_at + i])` for `i < len`.
+    fn binary_assign(
+        &mut self,
+        op: BinaryOp,
+        dtype: DType,
+        at: usize,
+        b: &Self,
+        b_at: usize,
+        len: usize,
+    ) -> Result<()>;
+
+    /// `out[i] = op(self[a(i)], b[b(i)] or the scalar)` over `desc`'s positions (the scalar as
+    /// one element's bytes).
+    fn binary_nd(
+        &self,
+        op: BinaryOp,
+        dtype: DType,
+        desc: &BinaryNd,
+        b: Rhs<&Self, &[u8]>,
+        out: &mut Self,
+    ) -> Result<()>;
+
+    /// `out[out_at + i] = op(self[at + i])` for `i < len`.
+    fn unary(
+        &self,
+        op: UnaryOp,
+        dtype: DType,
+        at: usize,
+        out: &mut Self,
+        out_at: usize,
+        len: usize,
+    ) -> Result<()>;
+
+    /// In place: `self[at + i] = op(self[at + i])` for `i < len`.
+    fn unary_assign(&mut self, op: UnaryOp, dtype: DType, at: usize, len: usize) -> Result<()>;
+
+    /// `out[i] = self[a_at + i] op b[b_at + i]` as bool bytes, for `i < len`.
+    fn compare(
+        &self,
+        op: CompareOp,
+        dtype: DType,
+        a_at: usize,
+        b: &Self,
+        b_at: usize,
+        out: &mut Self,
+        len: usize,
+    ) -> Result<()>;
+
+    /// `out[i] = self[c_at + i] ? a[a_at + i] : b[b_at + i]` (`self` the bool condition) for
+    /// `i < len` elements of `elem` bytes.
+    fn select(
+        &self,
+        elem: usize,
+        c_at: usize,
+        a: &Self,
+        a_at: usize,
+        b: &Self,
+        b_at: usize,
+        out: &mut Self,
+        len: usize,
+    ) -> Result<()>;
+
+    /// `self[i] = value` (one element's bytes) for `i < len`.
+    fn fill(&mut self, dtype: DType, value: &[u8], len: usize) -> Result<()>;
+
+    /// `out[i] = self[i] as to` for `i < len`.
+    fn cast(&self, from: DType, to: DType, out: &mut Self, len: usize) -> Result<()>;
+
+    /// The reduction of `shape.input_len()` elements from `self[at]` into `values` (of
+    /// `crate::reduce_dtype`) and, for the arg ops, `indices` (i64).
+    fn reduce(
+        &self,
+        op: ReduceOp,
+        dtype: DType,
+        at: usize,
+        shape: ReduceShape,
+        values: &mut Self,
+        indices: Option<&mut Self>,
+    ) -> Result<()>;
+
+    /// `out[out_at..] = self[a_at..] @ b[b_at..]` (see [`MatmulShape`]).
+    fn matmul(
+        &self,
+        dtype: DType,
+        shape: MatmulShape,
+        a_at: usize,
+        b: &Self,
+        b_at: usize,
+        out: &mut Self,
+        out_at: usize,
+    ) -> Result<()>;
+
+    /// `len` samples of `sampler` for `(seed, offset)` into `self`.
+    fn random(
+        &mut self,
+        dtype: DType,
+        sampler: Sampler,
+        seed: u64,
+        offset: u64,
+        len: usize,
+    ) -> Result<()>;
+
+    /// `self[at + i] = value` where `mask[m_at + i]` is set, for `i < len` elements of
+    /// `value.len()` bytes.
+    fn masked_fill(
+        &mut self,
+        at: usize,
+        mask: &Self,
+        m_at: usize,
+        len: usize,
+        value: &[u8],
+    ) -> Result<()>;
+
+    /// The elements of `elem` bytes `self[at + i]` whose `mask[m_at + i]` is set, in order, as
+    /// new memory of this backend, and their count.
+    fn masked_select(
+        &self,
+        elem: usize,
+        at: usize,
+        mask: &Self,
+        m_at: usize,
+        len: usize,
+    ) -> Result<(Inner, usize)>;
+
+    /// The positions `i < len` whose byte `self[at + i]` is set, as new i64 memory of this
+    /// backend, and their count.
+    fn nonzero(&self, at: usize, len: usize) -> Result<(Inner, usize)>;
+}
+
+/// `len` elements of `T` from element `at` of host bytes.
+fn host<T: WithDType>(b: &[u8], at: usize, len: usize) -> Result<&[T]> {
+    let bytes = host_range::<T>(b.len(), at, len)?;
+    let b = &b[bytes];
+    // SAFETY: host storages are at least 64-byte aligned (CPU), 512 (pinned) or checked at
+    // mapping (files), so `b`, starting at a whole element, is aligned for `T`; it holds
+    // `len * size_of::<T>()` initialised bytes and every bit pattern is a valid `T`
+    // (WithDType is sealed to plain-old-data types).
+    Ok(unsafe { std::slice::from_raw_parts(b.as_ptr().cast::<T>(), len) })
+}
+
+/// [`host`], mutably.
+fn host_mut<T: WithDType>(b: &mut [u8], at: usize, len: usize) -> Result<&mut [T]> {
+    let bytes = host_range::<T>(b.len(), at, len)?;
+    let b = &mut b[bytes];
+    // SAFETY: as in `host`, with the unique borrow of `b`.
+    Ok(unsafe { std::slice::from_raw_parts_mut(b.as_mut_ptr().cast::<T>(), len) })
+}
+
+fn host_range<T>(have: usize, at: usize, len: usize) -> Result<std::ops::Range<usize>> {
+    let size = size_of::<T>();
+    let end = at.checked_add(len).and_then(|e| e.checked_mul(size));
+    match end {
+        Some(end) if end <= have => Ok(at * size..end),
+        _ => Err(Error::OutOfBounds {
+            op: "host memory",
+            start: at,
+            len,
+            storage_len: have / size.max(1),
+        }),
+    }
+}
+
+fn unsupported(op: &'static str, dtype: DType) -> Error {
+    Error::UnsupportedDType { op, dtype }
+}
+
+impl Backend for [u8] {
+    fn binary(
+        &self,
+        op: BinaryOp,
+        dtype: DType,
+        a_at: usize,
+        b: &[u8],
+        b_at: usize,
+        out: &mut [u8],
+        out_at: usize,
+        len: usize,
+    ) -> Result<()> {
+        crate::dispatch_kernel_dtype!(dtype, T => {
+            let (a, b) = (host::<T>(self, a_at, len)?, host::<T>(b, b_at, len)?);
+            genesis_kernels::cpu::binary::<T>(op, a, b, host_mut::<T>(out, out_at, len)?)?;
+            Ok(())
+        }, _ => Err(unsupported(op.name(), dtype)))
+    }
+
+    fn binary_assign(
+        &mut self,
+        op: BinaryOp,
+        dtype: DType,
+        at: usize,
+        b: &[u8],
+        b_at: usize,
+        len: usize,
+    ) -> Result<()> {
+        crate::dispatch_kernel_dtype!(dtype, T => {
+            let rhs = host::<T>(b, b_at, len)?;
+            genesis_kernels::cpu::binary_assign::<T>(op, host_mut::<T>(self, at, len)?, rhs)?;
+            Ok(())
+        }, _ => Err(unsupported(op.name(), dtype)))
+    }
+
+    fn binary_nd(
+        &self,
+        op: BinaryOp,
+        dtype: DType,
+        desc: &BinaryNd,
+        b: Rhs<&[u8], &[u8]>,
+        out: &mut [u8],
+    ) -> Result<()> {
+        crate::dispatch_kernel_dtype!(dtype, T => {
+            let a = host::<T>(self, 0, self.len() / size_of::<T>())?;
+            let b = match b {
+                Rhs::Tensor(b) => Rhs::Tensor(host::<T>(b, 0, b.len() / size_of::<T>())?),
+                Rhs::Scalar(s) => Rhs::Scalar(host::<T>(s, 0, 1)?[0]),
+            };
+            let out = host_mut::<T>(out, 0, desc.numel())?;
+            genesis_kernels::nd::binary_nd::<T>(op, desc, a, b, out)?;
+            Ok(())
+        }, _ => Err(unsupported(op.name(), dtype)))
+    }
+
+    fn unary(
+        &self,
+        op: UnaryOp,
+        dtype: DType,
+        at: usize,
+        out: &mut [u8],
+        out_at: usize,
+        len: usize,
+    ) -> Result<()> {
+        crate::dispatch_kernel_dtype!(dtype, T => {
+            let a = host::<T>(self, at, len)?;
+            genesis_kernels::cpu::unary::<T>(op, a, host_mut::<T>(out, out_at, len)?)?;
+            Ok(())
+        }, _ => Err(unsupported(op.name(), dtype)))
+    }
+
+    fn unary_assign(&mut self, op: UnaryOp, dtype: DType, at: usize, len: usize) -> Result<()> {
+        crate::dispatch_kernel_dtype!(dtype, T => {
+            for x in host_mut::<T>(self, at, len)?.iter_mut() {
+                *x = <T as genesis_kernels::Element>::unary(op, *x);
+            }
+            Ok(())
+        }, _ => Err(unsupported(op.name(), dtype)))
+    }
+
+    fn compare(
+        &self,
+        op: CompareOp,
+        dtype: DType,
+        a_at: usize,
+        b: &[u8],
+        b_at: usize,
+        out: &mut [u8],
+        len: usize,
+    ) -> Result<()> {
+        crate::dispatch_kernel_dtype!(dtype, T => {
+            let (a, b) = (host::<T>(self, a_at, len)?, host::<T>(b, b_at, len)?);
+            genesis_kernels::cpu::compare::<T>(op, a, b, host_mut::<u8>(out, 0, len)?)?;
+            Ok(())
+        }, _ => Err(unsupported(op.name(), dtype)))
+    }
+
+    fn select(
+        &self,
+        elem: usize,
+        c_at: usize,
+        a: &[u8],
+        a_at: usize,
+        b: &[u8],
+        b_at: usize,
+        out: &mut [u8],
+        len: usize,
+    ) -> Result<()> {
+        let cond = host::<u8>(self, c_at, len)?;
+        let (ab, bb) = (&a[a_at * elem..], &b[b_at * elem..]);
+        for i in 0..len {
+            let src = if cond[i] != 0 { ab } else { bb };
+            out[i * elem..(i + 1) * elem].copy_from_slice(&src[i * elem..(i + 1) * elem]);
+        }
+        Ok(())
+    }
+
+    fn fill(&mut self, _dtype: DType, value: &[u8], len: usize) -> Result<()> {
+        for chunk in self[..len * value.len()].chunks_exact_mut(value.len()) {
+            chunk.copy_from_slice(value);
+        }
+        Ok(())
+    }
+
+    fn cast(&self, from: DType, to: DType, out: &mut [u8], len: usize) -> Result<()> {
+        genesis_kernels::copy::cast(from, self, to, out, len)?;
+        Ok(())
+    }
+
+    fn reduce(
+        &self,
+        op: ReduceOp,
+        dtype: DType,
+        at: usize,
+        shape: ReduceShape,
+        values: &mut [u8],
+        indices: Option<&mut [u8]>,
+    ) -> Result<()> {
+        use genesis_kernels::reduce;
+        let n = shape.input_len().ok_or(Error::SizeOverflow {
+            len: usize::MAX,
+            dtype,
+        })?;
+        let out_len = shape.output_len();
+        crate::dispatch_kernel_dtype!(dtype, T => {
+            let input = host::<T>(self, at, n)?;
+            let islice = match indices {
+                Some(ix) => Some(host_mut::<i64>(ix, 0, out_len)?),
+                None => None,
+            };
+            if crate::reduce_dtype(op, dtype) == dtype {
+                reduce::reduce::<T, T>(op, input, shape, Some(host_mut::<T>(values, 0, out_len)?), islice)?;
+            } else {
+                reduce::reduce::<T, i64>(op, input, shape, Some(host_mut::<i64>(values, 0, out_len)?), islice)?;
+            }
+            Ok(())
+        }, _ => Err(unsupported(op.name(), dtype)))
+    }
+
+    fn matmul(
+        &self,
+        dtype: DType,
+        shape: MatmulShape,
+        a_at: usize,
+        b: &[u8],
+        b_at: usize,
+        out: &mut [u8],
+        out_at: usize,
+    ) -> Result<()> {
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16], T => {
+            let a = host::<T>(self, a_at, self.len() / size_of::<T>() - a_at)?;
+            let b = host::<T>(b, b_at, b.len() / size_of::<T>() - b_at)?;
+            let c = host_mut::<T>(out, out_at, out.len() / size_of::<T>() - out_at)?;
+            genesis_kernels::matmul::matmul::<T>(shape, a, b, c)?;
+            Ok(())
+        }, _ => Err(unsupported("matmul", dtype)))
+    }
+
+    fn random(
+        &mut self,
+        dtype: DType,
+        sampler: Sampler,
+        seed: u64,
+        offset: u64,
+        len: usize,
+    ) -> Result<()> {
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64, I32, I64], T => {
+            let out = host_mut::<T>(self, 0, len)?;
+            genesis_kernels::random::sample::<T>(sampler, seed, offset, out)?;
+            Ok(())
+        }, _ => Err(unsupported("random", dtype)))
+    }
+
+    fn masked_fill(
+        &mut self,
+        at: usize,
+        mask: &[u8],
+        m_at: usize,
+        len: usize,
+        value: &[u8],
+    ) -> Result<()> {
+        let es = value.len();
+        genesis_kernels::mask::masked_fill(
+            &mut self[at * es..(at + len) * es],
+            &mask[m_at..m_at + len],
+            value,
+        )?;
+        Ok(())
+    }
+
+    fn masked_select(
+        &self,
+        elem: usize,
+        at: usize,
+        mask: &[u8],
+        m_at: usize,
+        len: usize,
+    ) -> Result<(Inner, usize)> {
+        let bytes = genesis_kernels::mask::masked_select(
+            &self[at * elem..(at + len) * elem],
+            &mask[m_at..m_at + len],
+            elem,
+        )?;
+        let count = bytes.len() / elem;
+        Ok((Inner::Cpu(CpuStorage::from_bytes(&bytes)?), count))
+    }
+
+    fn nonzero(&self, at: usize, len: usize) -> Result<(Inner, usize)> {
+        let pos: Vec<i64> = self[at..at + len]
+            .iter()
+            .enumerate()
+            .filter(|&(_, &b)| b != 0)
+            .map(|(i, _)| i as i64)
+            .collect();
+        Ok((Inner::Cpu(CpuStorage::from_slice(&pos)?), pos.len()))
+    }
+}

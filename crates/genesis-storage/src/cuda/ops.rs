@@ -1,0 +1,352 @@
+//! The CUDA backend: [`Backend`] for device memory of a pool, launching the kernels of
+//! `genesis-kernels` on spans of it, on the calling thread's current stream of its device.
+
+use genesis_kernels::{BinaryNd, BinaryOp, CompareOp, MatmulShape, ReduceOp, ReduceShape};
+use genesis_kernels::{Rhs, Sampler, UnaryOp, gpu};
+
+use super::{CudaMem, Queue, queue_on};
+use crate::backend::Backend;
+use crate::storage::Inner;
+use crate::{DType, Error, Result};
+
+impl CudaMem {
+    /// The stream work on this memory is queued on: the thread's current stream of its device.
+    pub(crate) fn queue(&self) -> Queue {
+        queue_on(self.ctx())
+    }
+}
+
+/// Elements `at..at + len` of `elem` bytes of `m`, as bytes.
+fn elements(
+    m: &CudaMem,
+    elem: usize,
+    at: usize,
+    len: usize,
+) -> Result<genesis_cuda::DeviceSpan<'_, u8>> {
+    Ok(m.span::<u8>((at + len) * elem)?.slice(at * elem..)?)
+}
+
+fn unsupported(op: &'static str, dtype: DType) -> Error {
+    Error::UnsupportedDType { op, dtype }
+}
+
+impl Backend for CudaMem {
+    fn binary(
+        &self,
+        op: BinaryOp,
+        dtype: DType,
+        a_at: usize,
+        b: &CudaMem,
+        b_at: usize,
+        out: &mut CudaMem,
+        out_at: usize,
+        len: usize,
+    ) -> Result<()> {
+        crate::dispatch_kernel_dtype!(dtype, T => {
+            gpu::binary::<T>(
+                &self.queue(),
+                op,
+                self.span::<T>(a_at + len)?.slice(a_at..)?,
+                b.span::<T>(b_at + len)?.slice(b_at..)?,
+                out.span_mut::<T>(out_at + len)?.into_slice(out_at..)?,
+            )?;
+            Ok(())
+        }, _ => Err(unsupported(op.name(), dtype)))
+    }
+
+    fn binary_assign(
+        &mut self,
+        op: BinaryOp,
+        dtype: DType,
+        at: usize,
+        b: &CudaMem,
+        b_at: usize,
+        len: usize,
+    ) -> Result<()> {
+        crate::dispatch_kernel_dtype!(dtype, T => {
+            let stream = self.queue();
+            let src = b.span::<T>(b_at + len)?.slice(b_at..)?;
+            let dst = self.span_mut::<T>(at + len)?.into_slice(at..)?;
+            gpu::binary_assign::<T>(&stream, op, dst, src)?;
+            Ok(())
+        }, _ => Err(unsupported(op.name(), dtype)))
+    }
+
+    fn binary_nd(
+        &self,
+        op: BinaryOp,
+        dtype: DType,
+        desc: &BinaryNd,
+        b: Rhs<&CudaMem, &[u8]>,
+        out: &mut CudaMem,
+    ) -> Result<()> {
+        crate::dispatch_kernel_dtype!(dtype, T => {
+            let n = desc.numel();
+            let elems = |m: &CudaMem| m.capacity() / size_of::<T>();
+            let rhs = match b {
+                Rhs::Tensor(m) => Rhs::Tensor(m.span::<T>(elems(m))?),
+                Rhs::Scalar(bytes) => {
+                    let mut v = [0u8; 8];
+                    v[..size_of::<T>()].copy_from_slice(&bytes[..size_of::<T>()]);
+                    // SAFETY: `T` is a plain-old-data kernel element type of at most 8 bytes,
+                    // and `v` holds one of its values' bytes.
+                    Rhs::Scalar(unsafe { v.as_ptr().cast::<T>().read_unaligned() })
+                }
+            };
+            gpu::binary_nd::<T>(
+                &self.queue(),
+                op,
+                desc,
+                self.span::<T>(elems(self))?,
+                rhs,
+                out.span_mut::<T>(n)?,
+            )?;
+            Ok(())
+        }, _ => Err(unsupported(op.name(), dtype)))
+    }
+
+    fn unary(
+        &self,
+        op: UnaryOp,
+        dtype: DType,
+        at: usize,
+        out: &mut CudaMem,
+        out_at: usize,
+        len: usize,
+    ) -> Result<()> {
+        crate::dispatch_kernel_dtype!(dtype, T => {
+            gpu::unary::<T>(
+                &self.queue(),
+                op,
+                self.span::<T>(at + len)?.slice(at..)?,
+                out.span_mut::<T>(out_at + len)?.into_slice(out_at..)?,
+            )?;
+            Ok(())
+        }, _ => Err(unsupported(op.name(), dtype)))
+    }
+
+    fn unary_assign(&mut self, op: UnaryOp, dtype: DType, at: usize, len: usize) -> Result<()> {
+        crate::dispatch_kernel_dtype!(dtype, T => {
+            let stream = self.queue();
+            let dst = self.span_mut::<T>(at + len)?.into_slice(at..)?;
+            gpu::unary_assign::<T>(&stream, op, dst)?;
+            Ok(())
+        }, _ => Err(unsupported(op.name(), dtype)))
+    }
+
+    fn compare(
+        &self,
+        op: CompareOp,
+        dtype: DType,
+        a_at: usize,
+        b: &CudaMem,
+        b_at: usize,
+        out: &mut CudaMem,
+        len: usize,
+    ) -> Result<()> {
+        crate::dispatch_kernel_dtype!(dtype, T => {
+            gpu::compare::<T>(
+                &self.queue(),
+                op,
+                self.span::<T>(a_at + len)?.slice(a_at..)?,
+                b.span::<T>(b_at + len)?.slice(b_at..)?,
+                out.span_mut::<u8>(len)?,
+            )?;
+            Ok(())
+        }, _ => Err(unsupported(op.name(), dtype)))
+    }
+
+    fn select(
+        &self,
+        elem: usize,
+        c_at: usize,
+        a: &CudaMem,
+        a_at: usize,
+        b: &CudaMem,
+        b_at: usize,
+        out: &mut CudaMem,
+        len: usize,
+    ) -> Result<()> {
+        let bytes = len * elem;
+        gpu::select(
+            &a.queue(),
+            elem,
+            self.span::<u8>(c_at + len)?.slice(c_at..)?,
+            elements(a, elem, a_at, len)?,
+            elements(b, elem, b_at, len)?,
+            out.span_mut::<u8>(bytes)?,
+        )?;
+        Ok(())
+    }
+
+    fn fill(&mut self, dtype: DType, value: &[u8], len: usize) -> Result<()> {
+        crate::dispatch_kernel_dtype!(dtype, T => {
+            let mut v = [0u8; 8];
+            v[..size_of::<T>()].copy_from_slice(&value[..size_of::<T>()]);
+            // SAFETY: as in `binary_nd`: the bytes of one value of a plain-old-data type.
+            let v: T = unsafe { v.as_ptr().cast::<T>().read_unaligned() };
+            let stream = self.queue();
+            gpu::fill::<T>(&stream, self.span_mut::<T>(len)?, v)?;
+            Ok(())
+        }, _ => Err(unsupported("fill", dtype)))
+    }
+
+    fn cast(&self, from: DType, to: DType, out: &mut CudaMem, len: usize) -> Result<()> {
+        gpu::cast(
+            &out.queue(),
+            from,
+            self.span::<u8>(len * from.size())?,
+            to,
+            out.span_mut::<u8>(len * to.size())?,
+            len,
+        )?;
+        Ok(())
+    }
+
+    fn reduce(
+        &self,
+        op: ReduceOp,
+        dtype: DType,
+        at: usize,
+        shape: ReduceShape,
+        values: &mut CudaMem,
+        indices: Option<&mut CudaMem>,
+    ) -> Result<()> {
+        use genesis_kernels::reduce::{self, ReducePlan};
+        let n = shape.input_len().ok_or(Error::SizeOverflow {
+            len: usize::MAX,
+            dtype,
+        })?;
+        let out_len = shape.output_len();
+        let vbytes = out_len * crate::reduce_dtype(op, dtype).size();
+        crate::dispatch_kernel_dtype!(dtype, T => {
+            let plan = ReducePlan::new(shape, self.ctx().multiprocessors() as usize, size_of::<T>());
+            let ws_len = plan.workspace_bytes::<T>(op);
+            let mut ws = CudaMem::new(self.ordinal(), ws_len)?;
+            reduce::gpu_reduce::<T>(
+                &self.queue(),
+                op,
+                self.span::<T>(at + n)?.slice(at..)?,
+                shape,
+                values.span_mut::<u8>(vbytes)?,
+                indices.map(|m| m.span_mut::<i64>(out_len)).transpose()?,
+                ws.span_mut::<u8>(ws_len)?,
+            )?;
+            Ok(())
+        }, _ => Err(unsupported(op.name(), dtype)))
+    }
+
+    fn matmul(
+        &self,
+        dtype: DType,
+        shape: MatmulShape,
+        a_at: usize,
+        b: &CudaMem,
+        b_at: usize,
+        out: &mut CudaMem,
+        out_at: usize,
+    ) -> Result<()> {
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16], T => {
+            let all = |m: &CudaMem| m.capacity() / size_of::<T>();
+            let c_len = all(out);
+            genesis_kernels::matmul::gpu_matmul::<T>(
+                &self.queue(),
+                shape,
+                self.span::<T>(all(self))?.slice(a_at..)?,
+                b.span::<T>(all(b))?.slice(b_at..)?,
+                out.span_mut::<T>(c_len)?.into_slice(out_at..)?,
+            )?;
+            Ok(())
+        }, _ => Err(unsupported("matmul", dtype)))
+    }
+
+    fn random(
+        &mut self,
+        dtype: DType,
+        sampler: Sampler,
+        seed: u64,
+        offset: u64,
+        len: usize,
+    ) -> Result<()> {
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64, I32, I64], T => {
+            let stream = self.queue();
+            genesis_kernels::random::gpu_sample::<T>(&stream, sampler, seed, offset, self.span_mut::<T>(len)?)?;
+            Ok(())
+        }, _ => Err(unsupported("random", dtype)))
+    }
+
+    fn masked_fill(
+        &mut self,
+        at: usize,
+        mask: &CudaMem,
+        m_at: usize,
+        len: usize,
+        value: &[u8],
+    ) -> Result<()> {
+        let es = value.len();
+        let stream = self.queue();
+        let dst = self.span_mut::<u8>((at + len) * es)?;
+        genesis_kernels::mask::fill(
+            &stream,
+            dst.into_slice(at * es..)?,
+            mask.span::<u8>(m_at + len)?.slice(m_at..)?,
+            value,
+        )?;
+        Ok(())
+    }
+
+    fn masked_select(
+        &self,
+        elem: usize,
+        at: usize,
+        mask: &CudaMem,
+        m_at: usize,
+        len: usize,
+    ) -> Result<(Inner, usize)> {
+        let stream = self.queue();
+        let mp = mask.span::<u8>(m_at + len)?.slice(m_at..)?;
+        let src = self.span::<u8>((at + len) * elem)?.slice(at * elem..)?;
+        let (ws, count) = count_on_device(self.ordinal(), mp, &stream)?;
+        let nbytes = count * elem;
+        let mut out = CudaMem::new(self.ordinal(), nbytes)?;
+        let ws_span = ws.span::<u8>(genesis_kernels::mask::compaction_workspace_bytes(len))?;
+        // SAFETY: the workspace holds the counts of this mask, queued before on this stream,
+        // and `out` the `count` elements the scan found.
+        unsafe {
+            genesis_kernels::mask::compact(&stream, elem, src, ws_span, out.span_mut(nbytes)?)?
+        };
+        Ok((Inner::Cuda(out), count))
+    }
+
+    fn nonzero(&self, at: usize, len: usize) -> Result<(Inner, usize)> {
+        let stream = self.queue();
+        let mp = self.span::<u8>(at + len)?.slice(at..)?;
+        let (ws, count) = count_on_device(self.ordinal(), mp, &stream)?;
+        let mut out = CudaMem::new(self.ordinal(), count * 8)?;
+        let ws_span = ws.span::<u8>(genesis_kernels::mask::compaction_workspace_bytes(len))?;
+        // SAFETY: the workspace holds the counts of this mask, queued before on this stream,
+        // and `out` the `count` positions the scan found.
+        unsafe { genesis_kernels::mask::positions(&stream, len, ws_span, out.span_mut(count)?)? };
+        Ok((Inner::Cuda(out), count))
+    }
+}
+
+/// Counts the set bytes of `mask` on device `ordinal`: the compaction workspace (tile offsets
+/// for the pass that follows) and the count, read by the host (one synchronisation of
+/// `stream`).
+fn count_on_device(
+    ordinal: usize,
+    mask: genesis_cuda::DeviceSpan<'_, u8>,
+    stream: &Queue,
+) -> Result<(CudaMem, usize)> {
+    let ws_len = genesis_kernels::mask::compaction_workspace_bytes(mask.len());
+    let mut ws = CudaMem::new(ordinal, ws_len)?;
+    let at = genesis_kernels::mask::count_and_scan(stream, mask, ws.span_mut::<u8>(ws_len)?)?;
+    let mut total = [0u8; 8];
+    super::read_back(
+        stream,
+        ws.span::<u8>(ws_len)?.slice(at..at + 8)?,
+        &mut total,
+    )?;
+    Ok((ws, u64::from_le_bytes(total) as usize))
+}

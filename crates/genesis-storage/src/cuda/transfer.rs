@@ -1,0 +1,158 @@
+//! Stream-ordered transfers of the CUDA backend: [`Storage::copy_from_async`] and the
+//! streams of [`crate::batched_copy`].
+
+use std::marker::PhantomData;
+
+use crate::storage::Inner;
+use crate::transfer::PendingCopy;
+use crate::{Device, Error, Result, Storage};
+
+impl Storage {
+    /// Queues a copy of all of `src` into this storage on `stream` and returns at once.
+    ///
+    /// Asynchronous for device ↔ device and pinned host ↔ device copies (the stream must
+    /// belong to the device involved: the destination's, or the source's for device → host);
+    /// other pairs (pageable host memory) are copied synchronously and return a completed
+    /// copy. Work queued earlier on the legacy stream (how Genesis's synchronous operations
+    /// run) is ordered before the copy.
+    pub fn copy_from_async<'a>(
+        &'a mut self,
+        src: &'a Storage,
+        stream: &genesis_cuda::Stream,
+    ) -> Result<PendingCopy<'a>> {
+        if self.dtype() != src.dtype() {
+            return Err(Error::DTypeMismatch {
+                op: "copy_from_async",
+                lhs: self.dtype(),
+                rhs: src.dtype(),
+            });
+        }
+        if self.len() != src.len() {
+            return Err(Error::LengthMismatch {
+                op: "copy_from_async",
+                lhs: self.len(),
+                rhs: src.len(),
+            });
+        }
+        let bytes = self.nbytes();
+        let ordinal = stream.context().ordinal();
+        let on = |d: Device| {
+            if d == Device::Cuda(ordinal) {
+                Ok(())
+            } else {
+                Err(Error::DeviceMismatch {
+                    op: "copy_from_async (stream)",
+                    lhs: d,
+                    rhs: Device::Cuda(ordinal),
+                })
+            }
+        };
+        let order_after_legacy = |ctx: &std::sync::Arc<genesis_cuda::Context>| -> Result<()> {
+            let e = genesis_cuda::Event::new(ctx, false)?;
+            e.record(&genesis_cuda::Stream::legacy(ctx))?;
+            stream.wait_event(&e)?;
+            Ok(())
+        };
+        match (&mut self.inner, &src.inner) {
+            (Inner::Cuda(d), Inner::Cuda(s)) => {
+                on(Device::Cuda(d.ordinal()))?;
+                order_after_legacy(d.ctx())?;
+                if d.ordinal() == s.ordinal() {
+                    // SAFETY: both ranges are live allocations of this device, borrowed by the
+                    // returned PendingCopy until the copy completes.
+                    unsafe {
+                        genesis_cuda::raw::copy_device_async(stream, d.ptr(), s.ptr(), bytes)?
+                    };
+                } else {
+                    order_after_legacy(s.ctx())?;
+                    // SAFETY: as above, on two devices.
+                    unsafe {
+                        genesis_cuda::raw::copy_peer_async(
+                            stream,
+                            d.ctx(),
+                            d.ptr(),
+                            s.ctx(),
+                            s.ptr(),
+                            bytes,
+                        )?
+                    };
+                }
+            }
+            (Inner::Cuda(d), Inner::Pinned(p)) => {
+                on(Device::Cuda(d.ordinal()))?;
+                order_after_legacy(d.ctx())?;
+                // SAFETY: `p` is pinned memory borrowed (unmodified) until the copy completes.
+                unsafe {
+                    genesis_cuda::raw::copy_from_pinned_async(
+                        stream,
+                        d.ptr(),
+                        &p.as_bytes()[..bytes],
+                    )?
+                };
+            }
+            (Inner::Pinned(p), Inner::Cuda(s)) => {
+                on(Device::Cuda(s.ordinal()))?;
+                order_after_legacy(s.ctx())?;
+                // SAFETY: `p` is pinned memory borrowed mutably until the copy completes.
+                unsafe {
+                    genesis_cuda::raw::copy_to_pinned_async(
+                        stream,
+                        s.ptr(),
+                        &mut p.as_bytes_mut()[..bytes],
+                    )?
+                };
+            }
+            _ => {
+                self.copy_from(src)?;
+                return Ok(done());
+            }
+        }
+        let event = genesis_cuda::Event::new(stream.context(), false)?;
+        event.record(stream)?;
+        Ok(PendingCopy {
+            event: Some(event),
+            _borrows: PhantomData,
+        })
+    }
+}
+
+/// A copy that has already completed (made synchronously).
+fn done<'a>() -> PendingCopy<'a> {
+    PendingCopy {
+        event: None,
+        _borrows: PhantomData,
+    }
+}
+
+/// [`crate::batched_copy`]: copies spread round-robin over `streams` new streams of each
+/// pair's device.
+pub(crate) fn batched_copy(pairs: &mut [(&mut Storage, &Storage)], streams: usize) -> Result<()> {
+    use std::collections::HashMap;
+    let streams = streams.max(1);
+    let mut pools: HashMap<usize, Vec<genesis_cuda::Stream>> = HashMap::new();
+    let mut pending = Vec::with_capacity(pairs.len());
+    for (i, (dst, src)) in pairs.iter_mut().enumerate() {
+        let device = match (dst.device(), src.device()) {
+            (Device::Cuda(d), _) => Some(d),
+            (_, Device::Cuda(s)) => Some(s),
+            _ => None,
+        };
+        let Some(ordinal) = device else {
+            dst.copy_from(src)?;
+            continue;
+        };
+        if let std::collections::hash_map::Entry::Vacant(slot) = pools.entry(ordinal) {
+            let ctx = genesis_cuda::Context::get(ordinal)?;
+            let v = (0..streams)
+                .map(|_| genesis_cuda::Stream::new(&ctx))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            slot.insert(v);
+        }
+        let stream = &pools[&ordinal][i % streams];
+        pending.push(dst.copy_from_async(src, stream)?);
+    }
+    for p in pending {
+        p.wait()?;
+    }
+    Ok(())
+}

@@ -1,0 +1,287 @@
+//! CUDA memory in a build without the `cuda` feature: types with no values, so that the storage
+//! code names CUDA memory without feature gates, and creating any is the typed error
+//! [`Error::CudaNotCompiled`]. Every method of a value that cannot exist is an empty `match`.
+
+use genesis_kernels::{BinaryNd, BinaryOp, CompareOp, MatmulShape, ReduceOp, ReduceShape};
+use genesis_kernels::{Rhs, Sampler, UnaryOp};
+
+use crate::backend::Backend;
+use crate::storage::Inner;
+use crate::{DType, Device, Error, PoolInfo, Result};
+
+/// Device memory of a pool: none without the `cuda` feature.
+#[derive(Debug)]
+pub(crate) enum CudaMem {}
+
+/// Pinned host memory: none without the `cuda` feature.
+#[derive(Debug)]
+pub(crate) enum PinnedMem {}
+
+#[allow(clippy::unused_self)]
+impl CudaMem {
+    pub(crate) fn new(ordinal: usize, _nbytes: usize) -> Result<CudaMem> {
+        Err(Error::CudaNotCompiled {
+            device: Device::Cuda(ordinal),
+        })
+    }
+
+    pub(crate) fn ordinal(&self) -> usize {
+        match *self {}
+    }
+
+    pub(crate) fn ptr(&self) -> u64 {
+        match *self {}
+    }
+
+    pub(crate) fn pool_info(&self) -> Option<PoolInfo> {
+        match *self {}
+    }
+
+    pub(crate) fn zero(&mut self, _bytes: usize) -> Result<()> {
+        match *self {}
+    }
+
+    pub(crate) fn upload_pageable(&mut self, _host: &crate::CpuStorage) -> Result<()> {
+        match *self {}
+    }
+
+    pub(crate) fn write_from_host(&mut self, _at: usize, _host: &[u8]) -> Result<()> {
+        match *self {}
+    }
+
+    pub(crate) fn read_to_host(&self, _at: usize, _host: &mut [u8]) -> Result<()> {
+        match *self {}
+    }
+
+    pub(crate) fn copy_from_device(
+        &mut self,
+        _dst_at: usize,
+        _src: &CudaMem,
+        _src_at: usize,
+        _bytes: usize,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    pub(crate) fn copy_2d_from_device(
+        &mut self,
+        _dst: (usize, usize),
+        _src: &CudaMem,
+        _src_rows: (usize, usize),
+        _width: usize,
+        _rows: usize,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    pub(crate) fn copy_2d_from_host(
+        &mut self,
+        _dst: (usize, usize),
+        _host: &[u8],
+        _src_rows: (usize, usize),
+        _width: usize,
+        _rows: usize,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    pub(crate) fn copy_2d_to_host(
+        &self,
+        _host: &mut [u8],
+        _dst: (usize, usize),
+        _src_rows: (usize, usize),
+        _width: usize,
+        _rows: usize,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    pub(crate) fn strided_copy_from(
+        &mut self,
+        _src: &CudaMem,
+        _sizes: (usize, usize, usize),
+        _desc: &genesis_kernels::StridedCopy,
+        _transpose: Option<(usize, usize, usize, usize, usize)>,
+    ) -> Result<()> {
+        match *self {}
+    }
+}
+
+/// A device event: none without the `cuda` feature.
+#[derive(Debug)]
+pub(crate) enum Event {}
+
+impl Event {
+    pub(crate) fn is_complete(&self) -> genesis_cuda::Result<bool> {
+        match *self {}
+    }
+
+    pub(crate) fn synchronize(&self) -> genesis_cuda::Result<()> {
+        match *self {}
+    }
+}
+
+/// `crate::batched_copy` without streams: every pair copied in turn.
+pub(crate) fn batched_copy(
+    pairs: &mut [(&mut crate::Storage, &crate::Storage)],
+    _streams: usize,
+) -> Result<()> {
+    for (dst, src) in pairs.iter_mut() {
+        dst.copy_from(src)?;
+    }
+    Ok(())
+}
+
+impl PinnedMem {
+    pub(crate) fn new(_nbytes: usize) -> Result<PinnedMem> {
+        Err(Error::CudaNotCompiled {
+            device: Device::Cuda(0),
+        })
+    }
+
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        match *self {}
+    }
+
+    pub(crate) fn as_bytes_mut(&mut self) -> &mut [u8] {
+        match *self {}
+    }
+}
+
+impl Backend for CudaMem {
+    fn binary(
+        &self,
+        _: BinaryOp,
+        _: DType,
+        _: usize,
+        _: &CudaMem,
+        _: usize,
+        _: &mut CudaMem,
+        _: usize,
+        _: usize,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn binary_assign(
+        &mut self,
+        _: BinaryOp,
+        _: DType,
+        _: usize,
+        _: &CudaMem,
+        _: usize,
+        _: usize,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn binary_nd(
+        &self,
+        _: BinaryOp,
+        _: DType,
+        _: &BinaryNd,
+        _: Rhs<&CudaMem, &[u8]>,
+        _: &mut CudaMem,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn unary(
+        &self,
+        _: UnaryOp,
+        _: DType,
+        _: usize,
+        _: &mut CudaMem,
+        _: usize,
+        _: usize,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn unary_assign(&mut self, _: UnaryOp, _: DType, _: usize, _: usize) -> Result<()> {
+        match *self {}
+    }
+
+    fn compare(
+        &self,
+        _: CompareOp,
+        _: DType,
+        _: usize,
+        _: &CudaMem,
+        _: usize,
+        _: &mut CudaMem,
+        _: usize,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn select(
+        &self,
+        _: usize,
+        _: usize,
+        _: &CudaMem,
+        _: usize,
+        _: &CudaMem,
+        _: usize,
+        _: &mut CudaMem,
+        _: usize,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn fill(&mut self, _: DType, _: &[u8], _: usize) -> Result<()> {
+        match *self {}
+    }
+
+    fn cast(&self, _: DType, _: DType, _: &mut CudaMem, _: usize) -> Result<()> {
+        match *self {}
+    }
+
+    fn reduce(
+        &self,
+        _: ReduceOp,
+        _: DType,
+        _: usize,
+        _: ReduceShape,
+        _: &mut CudaMem,
+        _: Option<&mut CudaMem>,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn matmul(
+        &self,
+        _: DType,
+        _: MatmulShape,
+        _: usize,
+        _: &CudaMem,
+        _: usize,
+        _: &mut CudaMem,
+        _: usize,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn random(&mut self, _: DType, _: Sampler, _: u64, _: u64, _: usize) -> Result<()> {
+        match *self {}
+    }
+
+    fn masked_fill(&mut self, _: usize, _: &CudaMem, _: usize, _: usize, _: &[u8]) -> Result<()> {
+        match *self {}
+    }
+
+    fn masked_select(
+        &self,
+        _: usize,
+        _: usize,
+        _: &CudaMem,
+        _: usize,
+        _: usize,
+    ) -> Result<(Inner, usize)> {
+        match *self {}
+    }
+
+    fn nonzero(&self, _: usize, _: usize) -> Result<(Inner, usize)> {
+        match *self {}
+    }
+}

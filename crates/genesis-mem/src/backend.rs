@@ -167,7 +167,14 @@ pub struct SimBackend {
 }
 
 impl SimBackend {
-    /// A simulated device of `total` bytes; `vmm` selects the virtual-memory calls.
+    /// The largest simulated device, 1 PiB (2^50 bytes): its byte counts fit the allocator's
+    /// `i64` statistics and its addresses `u64` with room to spare. A larger `total` is refused
+    /// by `mem_info` (so [`CachingAllocator::new`](crate::CachingAllocator::new) returns
+    /// [`Error::Backend`](crate::Error::Backend)).
+    pub const MAX_TOTAL: usize = 1 << 50;
+
+    /// A simulated device of `total` bytes (at most [`SimBackend::MAX_TOTAL`]); `vmm` selects
+    /// the virtual-memory calls.
     pub fn new(total: usize, vmm: bool) -> SimBackend {
         SimBackend {
             total,
@@ -262,7 +269,9 @@ impl SimBackend {
             self.fail_next -= 1;
             return Err(BackendError::OutOfMemory);
         }
-        if self.roll(FaultPoint::Alloc) || self.used + bytes > self.total {
+        if self.roll(FaultPoint::Alloc)
+            || self.used.checked_add(bytes).is_none_or(|u| u > self.total)
+        {
             return Err(BackendError::OutOfMemory);
         }
         self.used += bytes;
@@ -270,12 +279,16 @@ impl SimBackend {
         Ok(())
     }
 
-    fn fresh_va(&mut self, bytes: usize) -> u64 {
+    fn fresh_va(&mut self, call: &'static str, bytes: usize) -> Result<u64, BackendError> {
         let va = self.next_va;
         // Leave a gap so that separate regions are never adjacent by accident.
-        self.next_va +=
-            (bytes as u64).next_multiple_of(self.granularity as u64) + self.granularity as u64;
-        va
+        let gran = self.granularity as u64;
+        self.next_va = (bytes as u64)
+            .checked_next_multiple_of(gran)
+            .and_then(|b| b.checked_add(gran))
+            .and_then(|b| b.checked_add(va))
+            .ok_or_else(|| failed(call, "out of simulated address space"))?;
+        Ok(va)
     }
 }
 
@@ -296,13 +309,26 @@ impl Backend for SimBackend {
     }
 
     fn mem_info(&mut self) -> Result<(usize, usize), BackendError> {
+        if self.total > SimBackend::MAX_TOTAL {
+            return Err(failed(
+                "mem_info",
+                "a simulated device holds at most SimBackend::MAX_TOTAL (2^50) bytes",
+            ));
+        }
         Ok((self.total - self.used, self.total))
     }
 
     fn alloc(&mut self, bytes: usize) -> Result<u64, BackendError> {
         self.counts.alloc += 1;
         self.take_physical(bytes)?;
-        let va = self.fresh_va(bytes);
+        let va = match self.fresh_va("alloc", bytes) {
+            Ok(va) => va,
+            Err(e) => {
+                self.used -= bytes;
+                self.update_probe();
+                return Err(e);
+            }
+        };
         self.segments.insert(va, bytes);
         Ok(va)
     }
@@ -328,7 +354,7 @@ impl Backend for SimBackend {
         if self.roll(FaultPoint::Reserve) {
             return Err(failed("reserve", "injected fault"));
         }
-        let va = self.fresh_va(bytes);
+        let va = self.fresh_va("reserve", bytes)?;
         self.reservations.insert(va, bytes);
         self.update_probe();
         Ok(va)
@@ -339,7 +365,7 @@ impl Backend for SimBackend {
         if self
             .mapped
             .keys()
-            .any(|&m| m >= va && m < va + bytes as u64)
+            .any(|&m| m >= va && m < va.saturating_add(bytes as u64))
         {
             return Err(failed("unreserve", "memory is still mapped in the range"));
         }
@@ -391,17 +417,15 @@ impl Backend for SimBackend {
         if self.handles.get(&handle) != Some(&bytes) {
             return Err(failed("map", "not a live handle of that size"));
         }
-        let inside = self
-            .reservations
-            .iter()
-            .any(|(&r, &len)| va >= r && va + bytes as u64 <= r + len as u64);
+        let inside = self.reservations.iter().any(|(&r, &len)| {
+            va >= r && va.saturating_add(bytes as u64) <= r.saturating_add(len as u64)
+        });
         if !inside {
             return Err(failed("map", "outside every reservation"));
         }
-        let overlaps = self
-            .mapped
-            .iter()
-            .any(|(&m, &(len, _))| va < m + len as u64 && m < va + bytes as u64);
+        let overlaps = self.mapped.iter().any(|(&m, &(len, _))| {
+            va < m.saturating_add(len as u64) && m < va.saturating_add(bytes as u64)
+        });
         if overlaps {
             return Err(failed("map", "overlaps an existing mapping"));
         }

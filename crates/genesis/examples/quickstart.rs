@@ -116,59 +116,57 @@ fn tour(device: Device) -> genesis::Result<()> {
 
 fn main() -> genesis::Result<()> {
     tour(Device::Cpu)?;
+    // The memory API exists on every build: without CUDA it reports zeros.
+    let before = genesis::cuda::memory_allocated(0)?;
     if genesis::cuda::is_available() {
-        #[cfg(feature = "cuda")]
         println!(
             "CUDA: {} device(s); device 0 is {} (compute capability {:?})",
             genesis::cuda::device_count(),
             genesis::cuda::get_device_name(0)?,
             genesis::cuda::get_device_capability(0)?
         );
-        #[cfg(feature = "cuda")]
-        let before = genesis::cuda::memory_allocated(0)?;
         tour(Device::Cuda(0))?;
-        #[cfg(feature = "cuda")]
-        {
-            // The tour's tensors are gone: their memory is back in the pool's cache.
-            println!(
-                "cuda:0 memory before the tour: {before} bytes allocated; after: {} allocated, {} reserved (cached for reuse), peak {}",
-                genesis::cuda::memory_allocated(0)?,
-                genesis::cuda::memory_reserved(0)?,
-                genesis::cuda::max_memory_allocated(0)?
-            );
-            let kept = Tensor::zeros(&[256, 1024], DType::F32, Device::Cuda(0))?;
-            let snap = genesis::cuda::memory_snapshot(0)?;
-            println!(
-                "snapshot with a 1 MiB tensor alive: {} segment(s), {} block(s); as JSON {} bytes (memory_tour writes PyTorch's format)",
-                snap.segments.len(),
-                snap.segments.iter().map(|s| s.blocks.len()).sum::<usize>(),
-                snap.to_json().len()
-            );
-            drop(kept);
-        }
+        // The tour's tensors are gone: their memory is back in the pool's cache.
+        println!(
+            "cuda:0 memory before the tour: {before} bytes allocated; after: {} allocated, {} reserved (cached for reuse), peak {}",
+            genesis::cuda::memory_allocated(0)?,
+            genesis::cuda::memory_reserved(0)?,
+            genesis::cuda::max_memory_allocated(0)?
+        );
+        let kept = Tensor::zeros(&[256, 1024], DType::F32, Device::Cuda(0))?;
+        let snap = genesis::cuda::memory_snapshot(0)?;
+        println!(
+            "snapshot with a 1 MiB tensor alive: {} segment(s), {} block(s); as JSON {} bytes (memory_tour writes PyTorch's format)",
+            snap.segments.len(),
+            snap.segments.iter().map(|s| s.blocks.len()).sum::<usize>(),
+            snap.to_json().len()
+        );
+        drop(kept);
         let cpu = Tensor::full(&[2, 3], 1.0f32, Device::Cpu)?;
         let gpu = Tensor::full(&[2, 3], 1.0f32, Device::Cuda(0))?;
         println!("device mismatch -> {}", cpu.add(&gpu).unwrap_err());
         let back = gpu.to(Device::Cpu)?;
         println!("copied back to the host: {back}");
         drop((cpu, gpu));
-        #[cfg(feature = "cuda")]
-        {
+        println!(
+            "cuda:0 memory: {} bytes allocated, {} reserved, peak {}",
+            genesis::cuda::memory_allocated(0)?,
+            genesis::cuda::memory_reserved(0)?,
+            genesis::cuda::max_memory_allocated(0)?
+        );
+        // Give the allocator's cached memory back to the driver.
+        genesis::cuda::empty_cache()?;
+    } else {
+        if cfg!(feature = "cuda") {
+            println!("(no CUDA device found: the GPU part of the tour is skipped)");
+        } else {
             println!(
-                "cuda:0 memory: {} bytes allocated, {} reserved, peak {}",
-                genesis::cuda::memory_allocated(0)?,
-                genesis::cuda::memory_reserved(0)?,
-                genesis::cuda::max_memory_allocated(0)?
+                "(built without the `cuda` feature: rebuild with `--features cuda` for the GPU tour)"
             );
         }
-        // Give the allocator's cached memory back to the driver.
-        #[cfg(feature = "cuda")]
-        genesis::cuda::empty_cache()?;
-    } else if cfg!(feature = "cuda") {
-        println!("(no CUDA device found: the GPU part of the tour is skipped)");
-    } else {
         println!(
-            "(built without the `cuda` feature: rebuild with `--features cuda` for the GPU tour)"
+            "cuda:0 memory without CUDA: {before} bytes allocated, {} reserved",
+            genesis::cuda::memory_reserved(0)?
         );
         println!(
             "asking for cuda:0 anyway -> {}",

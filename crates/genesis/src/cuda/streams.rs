@@ -62,6 +62,46 @@ pub fn with_device<R>(ordinal: usize, f: impl FnOnce() -> R) -> Result<R> {
     Ok(f())
 }
 
+/// What a device is (PyTorch's `get_device_properties`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DeviceProperties {
+    /// The name, e.g. `"NVIDIA H100 80GB HBM3"`.
+    pub name: String,
+    /// Compute capability, major.
+    pub major: u32,
+    /// Compute capability, minor.
+    pub minor: u32,
+    /// Device memory in bytes.
+    pub total_memory: usize,
+    /// Streaming multiprocessors.
+    pub multi_processor_count: u32,
+}
+
+/// The properties of device `ordinal` (an error when it does not exist, as always without
+/// the `cuda` feature).
+pub fn get_device_properties(ordinal: usize) -> Result<DeviceProperties> {
+    check_ordinal("get_device_properties", ordinal)?;
+    #[cfg(feature = "cuda")]
+    {
+        let ctx = genesis_cuda::Context::get(ordinal)?;
+        let (major, minor) = ctx.compute_capability();
+        Ok(DeviceProperties {
+            name: ctx.name().to_string(),
+            major,
+            minor,
+            total_memory: ctx.total_memory(),
+            multi_processor_count: ctx.multiprocessors(),
+        })
+    }
+    // No device passes `check_ordinal` without the `cuda` feature.
+    #[cfg(not(feature = "cuda"))]
+    Err(Error::InvalidArgument {
+        op: "get_device_properties",
+        reason: format!("device {ordinal} does not exist (built without the `cuda` feature)"),
+    })
+}
+
 #[cfg(feature = "cuda")]
 pub use imp::*;
 
@@ -78,36 +118,6 @@ mod imp {
 
     fn cuda<T>(r: std::result::Result<T, genesis_cuda::Error>) -> Result<T> {
         r.map_err(Error::from)
-    }
-
-    /// What a device is (PyTorch's `get_device_properties`).
-    #[derive(Debug, Clone, PartialEq, Eq)]
-    #[non_exhaustive]
-    pub struct DeviceProperties {
-        /// The name, e.g. `"NVIDIA H100 80GB HBM3"`.
-        pub name: String,
-        /// Compute capability, major.
-        pub major: u32,
-        /// Compute capability, minor.
-        pub minor: u32,
-        /// Device memory in bytes.
-        pub total_memory: usize,
-        /// Streaming multiprocessors.
-        pub multi_processor_count: u32,
-    }
-
-    /// The properties of device `ordinal`.
-    pub fn get_device_properties(ordinal: usize) -> Result<DeviceProperties> {
-        check_ordinal("get_device_properties", ordinal)?;
-        let ctx = context(ordinal)?;
-        let (major, minor) = ctx.compute_capability();
-        Ok(DeviceProperties {
-            name: ctx.name().to_string(),
-            major,
-            minor,
-            total_memory: ctx.total_memory(),
-            multi_processor_count: ctx.multiprocessors(),
-        })
     }
 
     /// A CUDA stream of one device. Work queued while it is current ([`StreamGuard`],

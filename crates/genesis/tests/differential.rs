@@ -125,7 +125,7 @@ fn error_kinds_are_variant_paths() {
         .unwrap()
         .transpose(0, 3)
         .unwrap_err();
-    assert_eq!(facade::error_kind(&e), "Storage.Layout.DimOutOfRange");
+    assert_eq!(facade::error_kind(&e), "DimOutOfRange");
 }
 
 /// Found by the cases: ops on a view of no elements whose offset lies past the end of its

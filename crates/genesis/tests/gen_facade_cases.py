@@ -26,7 +26,8 @@ Case format (`genesis-facade-cases v1`), one JSON object per case in `cases`:
 - `out` is the expected result (a list for ops giving several tensors: `max_dim` gives values
   and indices; in-place ops give the tensor after the op). `err` is the expected typed error
   where Genesis deliberately refuses (the error's Debug variant path, e.g.
-  `Storage.UnsupportedDType`, `ShapeMismatch`, `Storage.Layout.DimOutOfRange`).
+  `Storage.UnsupportedDType`, `ShapeMismatch`, `Index.IndexOutOfRange`; `DimOutOfRange` for a
+  dimension out of range, whichever layer reports it; `"A|B"` accepts either kind).
 - Comparison: no `tol` means exact (same values, NaN matching any NaN, and the same sign of
   zero); `"eqv"` the same values with zeros of either sign equal; `[rtol, atol]` floats within
   `atol + rtol * |expected|` (NaN and infinities exactly; used for the transcendental ops and
@@ -40,7 +41,15 @@ where neither defines the result: float-to-integer casts truncate and saturate w
 integer-to-bf16 casts round through float32 (as PyTorch's); `div` and `pow` are for float dtypes,
 and the elementwise, comparison and reduction kernels exist for float32/float16/bfloat16/int32/
 int64 (other dtypes: `Storage.UnsupportedDType`); `matmul` is for float32/float16/bfloat16;
-scalars must be representable in the tensor's dtype (`ScalarOutOfRange`).
+scalars must be representable in the tensor's dtype (`ScalarOutOfRange`). PyTorch's rules where
+NumPy has none: a 0-d tensor takes dimension 0 or -1 (`max_dim`, `squeeze`, `transpose`, sums);
+`x ** 0.5` with a scalar exponent is `sqrt(x)` (NumPy agrees), with a tensor exponent C's `pow`;
+`squeeze` of a dimension that is not 1 returns the tensor unchanged.
+
+Index items in `args.items`: integers, `{"s": [start, stop, step]}` (nulls for defaults), `"new"`,
+`"..."`, integer arrays on the host (`{"i64": [...]}`) or as device tensors (`{"t64": ...}`,
+`{"t32": ...}`), boolean masks on the host (`{"mask": bits, "sh": shape}`) or on the device
+(`{"tmask": ...}`).
 """
 import argparse
 import gzip
@@ -169,6 +178,21 @@ class Gen:
                 s[r.randrange(rank)] = 0
             if int(np.prod(s)) <= max_numel:
                 return s
+
+    def big(self, dt):
+        """A larger operand (past the GPU's batched small-op size of 2048 elements and over
+        several reduction blocks), with compact data: (shape, A)."""
+        r = self.r
+        shape = r.choice([[3000], [48, 65], [2, 1100], [5, 7, 90], [4100], [70, 70]])
+        n = int(np.prod(shape))
+        if dt in FLOATS:
+            vals = [r.randint(-64, 64) / 16.0 for _ in range(n)]
+        elif dt == "bool":
+            vals = [r.random() < 0.5 for _ in range(n)]
+        else:
+            lo, hi = IRANGE[dt]
+            vals = [r.randint(max(lo, -99), min(hi, 99)) for _ in range(n)]
+        return shape, A(dt, shape, vals)
 
     def float_values(self, dt, n, specials=True, heavy=False):
         r = self.r
@@ -316,12 +340,25 @@ def binary_ref(op, dt, a, b, scalar=False):
             def pw(x, y):
                 if scalar:
                     return np.power(x, float(y))
-                shape = np.broadcast_shapes(np.shape(x), np.shape(y))
-                x, y = np.broadcast_arrays(np.atleast_1d(x), np.atleast_1d(y))
-                return np.power(x, y).reshape(shape)
+                return np.vectorize(c_pow, otypes=[np.float64])(x, y)
             return f64_exact(dt, pw, a, b), ulp_tol(dt, 8)
         return f32_compute(dt, BIN_F[op], a, b), None
     return int_binary(op, dt, a, b), None
+
+
+def c_pow(x, y):
+    """C's pow (IEEE 754's special cases), which NumPy's power replaces by sqrt for an exponent
+    of 0.5 even when it is an array of one element."""
+    x, y = float(x), float(y)
+    odd = math.isfinite(y) and y == int(y) and int(y) % 2 == 1
+    try:
+        return math.pow(x, y)
+    except ValueError:
+        if x == 0.0 and y < 0:
+            return math.copysign(math.inf, x) if odd else math.inf
+        return math.nan
+    except OverflowError:
+        return -math.inf if (x < 0 and odd) else math.inf
 
 
 def sigmoid64(x):
@@ -486,6 +523,13 @@ def mk_binary(g, i):
     if dt not in KERNEL or (op in ("div", "pow") and dt not in KFLOAT):
         case["err"] = UNSUPPORTED
         return case
+    if r.random() < 0.007:
+        sa, a = g.big(dt)
+        sb, b = (sa, g.big(dt)[1]) if r.random() < 0.5 else ([1] * (len(sa) - 1) + [sa[-1]], None)
+        if b is None or b.shape != tuple(sa):
+            b = g.tensor(dt, sb)
+            sb = list(b.shape)
+        case["in"] = [enc(a), enc(b)]
     val, tol = binary_ref(op, dt, a.a, b.a)
     val = np.broadcast_to(val, np.broadcast_shapes(tuple(sa), tuple(sb)))
     case["out"] = out_t(dt, val)
@@ -573,6 +617,9 @@ def mk_unary(g, i):
     if dt not in KERNEL or (op not in ("neg", "abs", "relu") and dt not in KFLOAT):
         case["err"] = UNSUPPORTED
         return case
+    if r.random() < 0.007:
+        shape, a = g.big(dt)
+        case["in"] = [enc(a)]
     val, tol = unary_ref(op, dt, a.a)
     case["out"] = out_t(dt, val)
     if tol:
@@ -660,6 +707,10 @@ def mk_reduce(g, i):
             ea["mk"] = {"perm": perm}
             a = A(dt, np.transpose(a.a, perm).shape, np.transpose(a.a, perm))
         shape = list(a.shape)
+    elif r.random() < 0.015:
+        shape, a = g.big(dt)
+        ea = enc(a)
+        shape = list(shape)
     else:
         ea, a = g.operand(dt, shape, heavy=heavy)
     rank = len(shape)
@@ -668,6 +719,8 @@ def mk_reduce(g, i):
     if op in ("sum", "mean", "max", "min"):
         if r.random() < 0.3:
             dims = None
+        elif rank == 0:
+            dims = r.choice([[], [0], [-1]])  # a 0-d tensor takes dim 0 or -1 (PyTorch's rule)
         else:
             k = r.randint(0, rank)
             dims = sorted(r.sample(range(rank), k))
@@ -676,7 +729,7 @@ def mk_reduce(g, i):
         if dims is not None and r.random() < 0.04 and rank > 0:
             dims = dims + [rank + r.randint(0, 1)]
             case["args"] = {"dims": dims, "keepdim": keep}
-            case["err"] = "Storage.Layout.DimOutOfRange"
+            case["err"] = "DimOutOfRange"
             return case
         if dims is not None and r.random() < 0.03 and rank > 0:
             d = r.randrange(rank)
@@ -684,8 +737,8 @@ def mk_reduce(g, i):
             case["err"] = "InvalidArgument"
             return case
         case["args"] = {"dims": dims, "keepdim": keep}
-        axes = tuple(range(rank)) if not dims else tuple(sorted(d % rank for d in dims))
-        if dims is None:
+        axes = tuple(range(rank)) if not dims or rank == 0 else tuple(sorted(d % rank for d in dims))
+        if dims is None or rank == 0:
             keep = False
         red_empty = any(shape[d] == 0 for d in axes)
         if op in ("max", "min") and red_empty:
@@ -742,11 +795,17 @@ def mk_reduce(g, i):
     case["args"] = {"dim": d, "keepdim": keep}
     if r.random() < 0.04:
         case["args"]["dim"] = max(rank, 1) + r.randint(0, 2)
-        case["err"] = "Storage.Layout.DimOutOfRange"
+        case["err"] = "DimOutOfRange"
         return case
     if rank == 0:
-        # a 0-d tensor: dims 0 and -1 are out of range (rank 0)
-        case["err"] = "Storage.Layout.DimOutOfRange"
+        # a 0-d tensor takes dim 0 or -1 (PyTorch's rule): its element, at index 0
+        if dt not in KERNEL:
+            case["err"] = UNSUPPORTED
+            return case
+        if op in ("max_dim", "min_dim"):
+            case["out"] = [out_t(dt, x), out_t("int64", np.array(0, dtype=object))]
+        else:
+            case["out"] = out_t("int64", np.array(0, dtype=object))
         return case
     ax = d % rank
     if shape[ax] == 0:
@@ -845,6 +904,8 @@ def mk_matmul(g, i):
         exact = np.matmul(a.a, b.a)
         absprod = np.matmul(np.where(np.isfinite(a.a), np.abs(a.a), 0), np.where(np.isfinite(b.a), np.abs(b.a), 0))
     case["out"] = out_t(dt, round_to(dt, exact))
+    if form == "matmul" and r.random() < 0.15:
+        case["op"] = "matmul_out"
     nbits, tiny, _ = FINFO[dt]
     mx = float(np.max(absprod)) if np.size(absprod) else 0.0
     case["tol"] = [2.0 ** (1 - nbits), k * 2.0**-24 * mx + tiny]
@@ -891,7 +952,7 @@ def mk_cat(g, i):
             return case
         if k < 0.13:
             case["args"]["dim"] = rank + r.randint(0, 1)
-            case["err"] = "Storage.Layout.DimOutOfRange"
+            case["err"] = "DimOutOfRange"
             return case
         case["out"] = out_t(dt, np.concatenate(arrs, axis=d))
         return case
@@ -911,7 +972,7 @@ def mk_cat(g, i):
         return case
     if k < 0.08:
         case["args"]["dim"] = rank + 1 + r.randint(0, 1)
-        case["err"] = "Storage.Layout.DimOutOfRange"
+        case["err"] = "DimOutOfRange"
         return case
     case["out"] = out_t(dt, np.stack(arrs, axis=d))
     return case
@@ -965,15 +1026,15 @@ def mk_view(g, i):
         if r.random() < 0.06:
             perm = perm + [rank] if r.random() < 0.5 else ([0] * max(rank, 2) if rank else [1])
             case["args"]["perm"] = perm
-            case["err"] = "Storage.Layout.BadPermutation"
+            case["err"] = "Storage.Layout.BadPermutation|InvalidArgument|DimOutOfRange"
             return case
         case["args"]["perm"] = perm
         case["out"] = out_t(dt, np.transpose(x, perm))
         return case
     if op == "transpose":
         if rank == 0:
-            case["args"] = {"a": 0, "b": 0}
-            case["err"] = "Storage.Layout.DimOutOfRange"
+            case["args"] = {"a": r.choice([0, -1]), "b": r.choice([0, -1])}
+            case["out"] = out_t(dt, x)  # PyTorch's rule for 0-d tensors
             return case
         a1, b1 = r.randrange(-rank, rank), r.randrange(-rank, rank)
         case["args"] = {"a": a1, "b": b1}
@@ -985,7 +1046,7 @@ def mk_view(g, i):
     if op == "narrow":
         if rank == 0:
             case["args"] = {"dim": 0, "start": 0, "len": 1}
-            case["err"] = "Storage.Layout.DimOutOfRange"
+            case["err"] = "DimOutOfRange"
             return case
         d = r.randrange(-rank, rank)
         size = shape[d % rank]
@@ -1003,8 +1064,8 @@ def mk_view(g, i):
         return case
     if op == "squeeze":
         if rank == 0:
-            case["args"] = {"dim": 0}
-            case["err"] = "Storage.Layout.DimOutOfRange"
+            case["args"] = {"dim": r.choice([0, -1])}
+            case["out"] = out_t(dt, x)  # PyTorch's rule for 0-d tensors
             return case
         d = r.randrange(-rank, rank)
         case["args"] = {"dim": d}
@@ -1015,7 +1076,7 @@ def mk_view(g, i):
         if r.random() < 0.05:
             d = rank + 1
             case["args"] = {"dim": d}
-            case["err"] = "Storage.Layout.DimOutOfRange"
+            case["err"] = "DimOutOfRange"
             return case
         case["args"] = {"dim": d}
         case["out"] = out_t(dt, np.expand_dims(x, d))
@@ -1037,10 +1098,38 @@ def mk_view(g, i):
     if op in ("flatten", "contiguous"):
         case["out"] = out_t(dt, x.reshape(-1) if op == "flatten" else x)
         return case
-    # index: basic items (and some integer arrays / masks)
+    # index: basic items, integer arrays (host ones, and tensors on the device in i64 or i32)
+    # and boolean masks (host or device, covering one or two dimensions)
+    for _attempt in range(20):
+        items, np_items = index_expr(g, shape)
+        try:
+            val = np.array(x[tuple(np_items)])
+            break
+        except IndexError:
+            continue
+    else:
+        items, np_items = [], []
+        val = np.array(x)
+    case["op"] = "index"
+    if r.random() < 0.05 and rank > 0 and shape[0] > 0:
+        items = [shape[0] + r.randint(0, 2)]
+        case["args"]["items"] = items
+        case["err"] = "Index.IndexOutOfRange"
+        return case
+    case["args"]["items"] = items
+    case["out"] = out_t(dt, val)
+    return case
+
+
+def index_expr(g, shape):
+    """A random index expression NumPy accepts (mostly): (items as the cases write them, items
+    for NumPy)."""
+    r = g.r
+    rank = len(shape)
     items, np_items = [], []
     d = 0
     used_ell = False
+    arr_len = r.choice([0, 1, 2, 3])
     while d < rank or (r.random() < 0.2 and len(items) < rank + 2):
         k = r.random()
         if k < 0.12:
@@ -1060,15 +1149,20 @@ def mk_view(g, i):
             v = r.randrange(-size, size)
             items.append(v)
             np_items.append(v)
-        elif k < 0.5 and size > 0 and not any(isinstance(t, dict) and ("i64" in t or "mask" in t) for t in items):
-            ln = r.randint(0, 3)
+        elif k < 0.52 and size > 0:
+            ln = r.choice([arr_len, arr_len, 1])
             vals = [r.randrange(-size, size) for _ in range(ln)]
-            items.append({"i64": vals})
+            kind = r.choice(["i64", "i64", "t64", "t32"])
+            items.append({kind: vals})
             np_items.append(np.array(vals, dtype=np.int64))
-        elif k < 0.55 and not any(isinstance(t, dict) and ("i64" in t or "mask" in t) for t in items):
-            m = [r.random() < 0.5 for _ in range(size)]
-            items.append({"mask": [int(b) for b in m]})
-            np_items.append(np.array(m, dtype=bool))
+        elif k < 0.58:
+            two = d + 1 < rank and not used_ell and r.random() < 0.4
+            msh = [shape[d], shape[d + 1]] if two else [size]
+            m = [r.random() < 0.5 for _ in range(int(np.prod(msh)))]
+            kind = r.choice(["mask", "tmask"])
+            items.append({kind: [int(b) for b in m], "sh": msh})
+            np_items.append(np.array(m, dtype=bool).reshape(msh))
+            d += len(msh) - 1
         else:
             st = r.choice([None, r.randint(-size - 2, size + 2)])
             sp = r.choice([None, r.randint(-size - 2, size + 2)])
@@ -1076,15 +1170,7 @@ def mk_view(g, i):
             items.append({"s": [st, sp, step]})
             np_items.append(slice(st, sp, step))
         d += 1
-    case["op"] = "index"
-    if r.random() < 0.05 and rank > 0 and shape[0] > 0:
-        items = [shape[0] + r.randint(0, 2)]
-        case["args"]["items"] = items
-        case["err"] = "Index.IndexOutOfRange"
-        return case
-    case["args"]["items"] = items
-    case["out"] = out_t(dt, np.array(x[tuple(np_items)]))
-    return case
+    return items, np_items
 
 
 def viewable(e, shape, new):

@@ -59,11 +59,16 @@ impl Sampler {
     }
 
     /// Whether `T` can hold this sampler's values (floats for uniform and normal, integers
-    /// with a non-empty range for `Int`).
+    /// with a non-empty range for `Int` whose every value `T` holds).
     pub fn check<T: RandomElement>(self) -> Result<()> {
+        let fits = |low: i64, range: u64| {
+            let (min, max) = T::INT_RANGE;
+            let last = i128::from(low) + i128::from(range) - 1;
+            i128::from(low) >= min && last <= max
+        };
         let ok = match self {
             Sampler::Uniform | Sampler::Normal => T::IS_FLOAT,
-            Sampler::Int { range, .. } => !T::IS_FLOAT && range >= 1,
+            Sampler::Int { low, range } => !T::IS_FLOAT && range >= 1 && fits(low, range),
         };
         if ok {
             Ok(())
@@ -72,6 +77,10 @@ impl Sampler {
                 op: self.name(),
                 reason: match self {
                     Sampler::Int { range: 0, .. } => "an empty range".into(),
+                    Sampler::Int { low, range } if !T::IS_FLOAT => format!(
+                        "[{low}, {low} + {range}) is not inside the range of element type {}",
+                        T::NAME
+                    ),
                     _ => format!("element type {}", T::NAME),
                 },
             })
@@ -88,6 +97,8 @@ pub trait RandomElement: Copy + Send + Sync + 'static + sealed::Sealed {
     const IS_FLOAT: bool;
     /// Bits of a uniform draw (the significand width; 0 for integers).
     const UNIFORM_BITS: u32;
+    /// The smallest and largest values of an integer type (unused for floats).
+    const INT_RANGE: (i128, i128);
     /// `x` rounded to nearest-even (f32, f64; f16 and bf16 through f32, as the kernels do, so
     /// that no library's f64-to-half conversion can differ) or truncated (integers).
     fn from_f64(x: f64) -> Self;
@@ -102,6 +113,7 @@ macro_rules! random_float {
             const NAME: &'static str = $name;
             const IS_FLOAT: bool = true;
             const UNIFORM_BITS: u32 = $bits;
+            const INT_RANGE: (i128, i128) = (0, -1);
             fn from_f64($x: f64) -> Self {
                 $conv
             }
@@ -124,6 +136,7 @@ macro_rules! random_int {
             const NAME: &'static str = $name;
             const IS_FLOAT: bool = false;
             const UNIFORM_BITS: u32 = 0;
+            const INT_RANGE: (i128, i128) = (<$t>::MIN as i128, <$t>::MAX as i128);
             fn from_f64(x: f64) -> Self {
                 x as $t
             }
@@ -232,7 +245,8 @@ pub fn sample<T: RandomElement>(
             let p = T::UNIFORM_BITS;
             let scale = 1.0 / f64::from(1u32 << p);
             for (j, chunk) in out.chunks_mut(4).enumerate() {
-                let w = philox4x32_10(offset + j as u64, seed);
+                // Wrapping, as the kernel's `uint64_t` addition: the exact twin.
+                let w = philox4x32_10(offset.wrapping_add(j as u64), seed);
                 for (o, &word) in chunk.iter_mut().zip(&w) {
                     *o = T::from_f64(f64::from(word >> (32 - p)) * scale);
                 }
@@ -240,7 +254,7 @@ pub fn sample<T: RandomElement>(
         }
         _ => {
             for (j, chunk) in out.chunks_mut(2).enumerate() {
-                let block = offset + j as u64;
+                let block = offset.wrapping_add(j as u64);
                 let pair: [T; 2] = match sampler {
                     Sampler::Normal => {
                         let (z0, z1) = normals(block, seed);

@@ -325,8 +325,13 @@ impl Layout {
 
     /// Normalises a possibly negative dimension index.
     pub fn dim(&self, dim: isize) -> Result<usize, LayoutError> {
+        self.check_stride_count()?;
         let rank = self.rank() as isize;
-        let d = if dim < 0 { dim + rank } else { dim };
+        let d = if dim < 0 {
+            dim.saturating_add(rank)
+        } else {
+            dim
+        };
         if (0..rank).contains(&d) {
             Ok(d as usize)
         } else {
@@ -337,9 +342,23 @@ impl Layout {
         }
     }
 
+    /// [`LayoutError::StrideCount`] for a layout (from [`Layout::new`]) whose stride count
+    /// differs from its rank: every method that walks the dimensions checks it first.
+    fn check_stride_count(&self) -> Result<(), LayoutError> {
+        if self.strides.len() == self.shape.len() {
+            Ok(())
+        } else {
+            Err(LayoutError::StrideCount {
+                rank: self.shape.len(),
+                strides: self.strides.len(),
+            })
+        }
+    }
+
     /// A view with `shape` and the same elements, when the strides allow it (PyTorch's
     /// `view`); when it fails, copy with `Storage::contiguous` first (what `reshape` does).
     pub fn view(&self, shape: &[usize]) -> Result<Layout, LayoutError> {
+        self.check_stride_count()?;
         let (from_numel, to_numel) = (self.try_numel()?, checked_numel(shape)?);
         if from_numel != to_numel {
             return Err(LayoutError::ElementCount {
@@ -470,6 +489,7 @@ impl Layout {
 
     /// Reorders the dimensions: dimension `i` of the result is dimension `perm[i]` of `self`.
     pub fn permute(&self, perm: &[usize]) -> Result<Layout, LayoutError> {
+        self.check_stride_count()?;
         let rank = self.rank();
         let mut seen = vec![false; rank];
         if perm.len() != rank
@@ -545,6 +565,7 @@ impl Layout {
     /// Broadcasts to `shape` (new leading dimensions, and size-1 dimensions stretched), with
     /// stride 0 where elements repeat.
     pub fn expand(&self, shape: &[usize]) -> Result<Layout, LayoutError> {
+        self.check_stride_count()?;
         let bad = || LayoutError::BadExpand {
             from: self.shape.to_vec(),
             to: shape.to_vec(),
@@ -606,8 +627,13 @@ impl Layout {
 
     /// Inserts a dimension of size 1 at `dim` (which may equal the rank).
     pub fn unsqueeze(&self, dim: isize) -> Result<Layout, LayoutError> {
+        self.check_stride_count()?;
         let rank = self.rank() as isize + 1;
-        let d = if dim < 0 { dim + rank } else { dim };
+        let d = if dim < 0 {
+            dim.saturating_add(rank)
+        } else {
+            dim
+        };
         if !(0..rank).contains(&d) {
             return Err(LayoutError::DimOutOfRange {
                 dim,
@@ -638,8 +664,9 @@ impl Layout {
             }
             if let (Some(&last_d), Some(&last_s)) = (shape.last(), strides.last())
                 && Some(last_s) == s.checked_mul(d as isize)
+                && let Some(merged) = last_d.checked_mul(d)
             {
-                *shape.last_mut().expect("non-empty") = last_d * d;
+                *shape.last_mut().expect("non-empty") = merged;
                 *strides.last_mut().expect("non-empty") = s;
                 continue;
             }
@@ -662,7 +689,14 @@ impl Layout {
 
     /// How the elements lie in memory (see [`StridedBlocks`]).
     pub fn strided_blocks(&self) -> StridedBlocks {
-        let n = self.numel();
+        // A count that overflows, or strides that do not match the shape: no storage holds
+        // such a layout (`check_bounds` refuses it); `General` promises nothing about it.
+        let Ok(n) = self.try_numel() else {
+            return StridedBlocks::General;
+        };
+        if self.strides.len() != self.shape.len() {
+            return StridedBlocks::General;
+        }
         if n == 0 {
             return StridedBlocks::Single {
                 start: self.offset,

@@ -222,6 +222,9 @@ impl Storage {
     #[track_caller]
     pub fn zeros_aligned(len: usize, dtype: DType, align: usize) -> Result<Storage> {
         let nbytes = byte_len(len, dtype)?;
+        if !align.is_power_of_two() {
+            return Err(Error::BadAlignment { align });
+        }
         let align = align.max(dtype.size());
         Ok(Storage::cpu(
             CpuStorage::zeroed_aligned(nbytes, align)?,

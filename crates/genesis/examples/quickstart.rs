@@ -93,7 +93,7 @@ fn tour(device: Device) -> genesis::Result<()> {
     let (best, at) = y.max_dim(1, false)?;
     println!("max over dim 1 = {best} at {at}");
     let positive = y.gt_scalar(0.0)?;
-    let relu = Tensor::where_cond(&positive, &y, &Tensor::zeros(&[], DType::F32, device)?)?;
+    let relu = Tensor::where_cond(&positive, &y, &Tensor::zeros((), DType::F32, device)?)?;
     println!("where(y > 0, y, 0) = {relu}");
     let mut out = Tensor::zeros(&[4, 3], DType::F32, device)?;
     y.mul_out(&relu, &mut out)?; // writes into `out`, allocating nothing

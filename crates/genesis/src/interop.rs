@@ -166,7 +166,7 @@ pub fn serialize_safetensors(
 ///
 /// let path = std::env::temp_dir().join(format!("genesis-doc-{}.safetensors", std::process::id()));
 /// let w = Tensor::from_slice(&[1.5f32, -2.0, 3.25], &[3], Device::Cpu)?;
-/// let step = Tensor::from_slice(&[7i64], &[], Device::Cpu)?;
+/// let step = Tensor::from_slice(&[7i64], (), Device::Cpu)?;
 /// save_safetensors(&[("w", &w), ("step", &step)], &path)?;
 ///
 /// let loaded = load_safetensors(&path, Device::Cpu)?; // sorted by name

@@ -16,7 +16,9 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
+mod args;
 mod error;
+mod index;
 mod interop;
 mod mask;
 mod matmul;
@@ -25,11 +27,13 @@ mod random;
 mod reduce;
 mod tensor;
 
+pub use args::{Dims, Operand, OperandRef, Scalar, ScalarValue};
 pub use error::{Error, Result};
-pub use genesis_index::{IndexItem, IndexTensor, ToIndex, s};
+pub use genesis_index::{IndexItem, IndexTensor, ToIndex};
 pub use genesis_storage::{BinaryOp, CompareOp, ReduceOp, UnaryOp};
 pub use genesis_storage::{DType, Device, Layout, WithDType};
 pub use half::{bf16, f16};
+pub use index::{IndexArg, IndexInt, SliceArg};
 pub use interop::{
     deserialize_safetensors, deserialize_safetensors_with_metadata, load_safetensors,
     load_safetensors_map, load_safetensors_with_metadata, save_safetensors,

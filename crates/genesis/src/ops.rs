@@ -1,17 +1,17 @@
 //! Comparisons to bools, `where`, `pow`, and the `_out` forms that write into a given tensor.
 
 use crate::tensor::{broadcast_shape, numel_of};
-use crate::{BinaryOp, CompareOp, DType, Error, Result, Tensor, UnaryOp};
+use crate::{BinaryOp, CompareOp, DType, Error, Operand, OperandRef, Result, Tensor, UnaryOp};
 
 /// Generates a named comparison against a tensor and against a scalar.
 macro_rules! comparisons {
     ($($op:ident, $scalar:ident, $variant:ident, $doc:literal;)*) => {
         impl Tensor {
             $(
-                #[doc = concat!("`self ", $doc, " other` elementwise, broadcast, as a `Bool` tensor (see [`Tensor::compare`]).")]
+                #[doc = concat!("`self ", $doc, " other` elementwise, broadcast, as a `Bool` tensor; `other` is a tensor or a scalar (see [`Tensor::compare`]).")]
                 #[track_caller]
-                pub fn $op(&self, other: &Tensor) -> Result<Tensor> {
-                    self.compare(CompareOp::$variant, other)
+                pub fn $op(&self, other: impl Operand) -> Result<Tensor> {
+                    self.compare_operand(CompareOp::$variant, other.operand())
                 }
 
                 #[doc = concat!("`self ", $doc, " scalar` elementwise as a `Bool` tensor (see [`Tensor::compare_scalar`]).")]
@@ -61,6 +61,15 @@ impl Tensor {
         Tensor::from_storage(a.compare_at(op, a_start, &b, b_start, n)?, &shape)
     }
 
+    /// `op(self, other)` for a tensor or a scalar (converted exactly to `self`'s dtype).
+    #[track_caller]
+    pub(crate) fn compare_operand(&self, op: CompareOp, other: OperandRef<'_>) -> Result<Tensor> {
+        match other {
+            OperandRef::Tensor(t) => self.compare(op, t),
+            OperandRef::Scalar(v) => self.compare(op, &self.scalar_tensor_like(op.name(), v)?),
+        }
+    }
+
     /// `op(self, scalar)` elementwise as a `Bool` tensor. The scalar is converted to `self`'s
     /// dtype first; for integer dtypes it must be a whole number in range (otherwise
     /// [`Error::ScalarOutOfRange`]; convert the tensor with `to_dtype` to compare with a
@@ -78,7 +87,7 @@ impl Tensor {
     /// use genesis::{Device, Tensor};
     /// # fn main() -> genesis::Result<()> {
     /// let x = Tensor::from_slice(&[-2.0f32, 3.0, -1.0, 4.0], &[2, 2], Device::Cpu)?;
-    /// let zero = Tensor::zeros(&[], x.dtype(), Device::Cpu)?;
+    /// let zero = Tensor::zeros((), x.dtype(), Device::Cpu)?;
     /// let y = Tensor::where_cond(&x.gt_scalar(0.0)?, &x, &zero)?; // relu
     /// assert_eq!(y.to_vec::<f32>()?, [0.0, 3.0, 0.0, 4.0]);
     /// # Ok(())
@@ -115,8 +124,8 @@ impl Tensor {
     /// `self ^ exponent` elementwise, broadcast (float dtypes; computed in f32 with CUDA's
     /// `powf` on the GPU and Rust's on the CPU, within a few ulp of the exact value).
     #[track_caller]
-    pub fn pow(&self, exponent: &Tensor) -> Result<Tensor> {
-        self.binary(BinaryOp::Pow, exponent)
+    pub fn pow(&self, exponent: impl Operand) -> Result<Tensor> {
+        self.binary_operand(BinaryOp::Pow, exponent.operand())
     }
 
     /// `self ^ exponent` elementwise with a scalar exponent (float dtypes).

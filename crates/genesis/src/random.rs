@@ -4,6 +4,7 @@ use std::sync::Mutex;
 
 use genesis_storage::{Sampler, Storage};
 
+use crate::args::{Dims, sizes};
 use crate::{DType, Device, Error, Result, Tensor};
 
 /// A random number generator: a seed and an offset into the counter-based Philox4x32-10
@@ -108,14 +109,26 @@ impl Generator {
     /// Uniform values in `[0, 1)` (float dtypes): each the top `p` bits of a random word times
     /// `2^-p`, `p` the dtype's significand width, so every value is exact and 1 never occurs.
     #[track_caller]
-    pub fn rand(&self, shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
-        self.draw("rand", Sampler::Uniform, shape, dtype, device)
+    pub fn rand(&self, shape: impl Dims, dtype: DType, device: Device) -> Result<Tensor> {
+        self.draw(
+            "rand",
+            Sampler::Uniform,
+            &sizes("rand", &shape)?,
+            dtype,
+            device,
+        )
     }
 
     /// Standard normal values (float dtypes; Box-Muller in f64, rounded once).
     #[track_caller]
-    pub fn randn(&self, shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
-        self.draw("randn", Sampler::Normal, shape, dtype, device)
+    pub fn randn(&self, shape: impl Dims, dtype: DType, device: Device) -> Result<Tensor> {
+        self.draw(
+            "randn",
+            Sampler::Normal,
+            &sizes("randn", &shape)?,
+            dtype,
+            device,
+        )
     }
 
     /// Integers uniform in `[low, high)`. `dtype` may be `I32` or `I64` (drawn directly), `U8`,
@@ -127,11 +140,12 @@ impl Generator {
         &self,
         low: i64,
         high: i64,
-        shape: &[usize],
+        shape: impl Dims,
         dtype: DType,
         device: Device,
     ) -> Result<Tensor> {
         let op = "randint";
+        let shape = &sizes(op, &shape)?[..];
         if low >= high {
             return Err(Error::InvalidArgument {
                 op,
@@ -202,13 +216,13 @@ impl Tensor {
     /// # }
     /// ```
     #[track_caller]
-    pub fn rand(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
+    pub fn rand(shape: impl Dims, dtype: DType, device: Device) -> Result<Tensor> {
         GLOBAL.rand(shape, dtype, device)
     }
 
     /// Standard normal values from the global generator (see [`Generator::randn`]).
     #[track_caller]
-    pub fn randn(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
+    pub fn randn(shape: impl Dims, dtype: DType, device: Device) -> Result<Tensor> {
         GLOBAL.randn(shape, dtype, device)
     }
 
@@ -217,7 +231,7 @@ impl Tensor {
     pub fn randint(
         low: i64,
         high: i64,
-        shape: &[usize],
+        shape: impl Dims,
         dtype: DType,
         device: Device,
     ) -> Result<Tensor> {

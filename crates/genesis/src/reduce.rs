@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use genesis_storage::{ReduceOp, ReduceShape, Storage};
 
+use crate::args::{Dims, shape_spec, wrap_dim};
 use crate::{Error, Result, Tensor};
 
 impl Tensor {
@@ -32,8 +33,9 @@ impl Tensor {
     /// Sum over `dims` (negative counts from the end; an empty list means every dimension);
     /// `keepdim` keeps them as size 1.
     #[track_caller]
-    pub fn sum_dim(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
-        Ok(self.reduce(ReduceOp::Sum, Some(dims), keepdim)?.0)
+    pub fn sum_dim(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
+        let dims = shape_spec(&dims);
+        Ok(self.reduce(ReduceOp::Sum, Some(&dims), keepdim)?.0)
     }
 
     /// Mean of all elements (floating dtypes; the mean of no elements is NaN).
@@ -44,8 +46,9 @@ impl Tensor {
 
     /// Mean over `dims` (as [`Tensor::sum_dim`]).
     #[track_caller]
-    pub fn mean_dim(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
-        Ok(self.reduce(ReduceOp::Mean, Some(dims), keepdim)?.0)
+    pub fn mean_dim(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
+        let dims = shape_spec(&dims);
+        Ok(self.reduce(ReduceOp::Mean, Some(&dims), keepdim)?.0)
     }
 
     /// Largest element (NaN if any is NaN); an error for an empty tensor.
@@ -62,14 +65,16 @@ impl Tensor {
 
     /// Largest values over `dims` (PyTorch's `amax`).
     #[track_caller]
-    pub fn amax(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
-        Ok(self.reduce(ReduceOp::Max, Some(dims), keepdim)?.0)
+    pub fn amax(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
+        let dims = shape_spec(&dims);
+        Ok(self.reduce(ReduceOp::Max, Some(&dims), keepdim)?.0)
     }
 
     /// Smallest values over `dims` (PyTorch's `amin`).
     #[track_caller]
-    pub fn amin(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
-        Ok(self.reduce(ReduceOp::Min, Some(dims), keepdim)?.0)
+    pub fn amin(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
+        let dims = shape_spec(&dims);
+        Ok(self.reduce(ReduceOp::Min, Some(&dims), keepdim)?.0)
     }
 
     /// `(values, indices)` of the largest elements along `dim` (PyTorch's `max(dim)`): the
@@ -137,6 +142,17 @@ impl Tensor {
         let name = op.name();
         let rank = self.dim();
         let mut reduced = vec![false; rank];
+        // A 0-d tensor takes dimension 0 or -1 (PyTorch's rule): reducing it over them reduces
+        // its one element.
+        let dims = match dims {
+            Some(list) if rank == 0 => {
+                for &d in list {
+                    wrap_dim(name, d as i64, 0)?;
+                }
+                None
+            }
+            d => d,
+        };
         match dims {
             Some(list) if !list.is_empty() => {
                 for &d in list {

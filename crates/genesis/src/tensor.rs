@@ -6,6 +6,7 @@ use genesis_storage::{
     BinaryOp, BinaryRhs, DType, Device, Layout, Storage, UnaryOp, View, WithDType,
 };
 
+use crate::args::{Dims, Operand, Scalar, shape_spec, sizes, wrap_dim};
 use crate::{Error, Result};
 
 /// A multi-dimensional array on a device: a shared [`Storage`] seen through a [`Layout`].
@@ -40,7 +41,12 @@ impl Tensor {
 
     /// A tensor of `shape` holding a copy of `data` (row-major) on `device`.
     #[track_caller]
-    pub fn from_slice<T: WithDType>(data: &[T], shape: &[usize], device: Device) -> Result<Tensor> {
+    pub fn from_slice<T: WithDType>(
+        data: &[T],
+        shape: impl Dims,
+        device: Device,
+    ) -> Result<Tensor> {
+        let shape = &sizes("from_slice", &shape)?[..];
         let n = numel_of("from_slice", shape)?;
         if n != data.len() {
             return Err(Error::DataLength {
@@ -56,7 +62,8 @@ impl Tensor {
     /// A `Bool` tensor of `shape` holding `data` (row-major) on `device`: masks for indexing
     /// and conditions for [`Tensor::where_cond`].
     #[track_caller]
-    pub fn from_bools(data: &[bool], shape: &[usize], device: Device) -> Result<Tensor> {
+    pub fn from_bools(data: &[bool], shape: impl Dims, device: Device) -> Result<Tensor> {
+        let shape = &sizes("from_bools", &shape)?[..];
         let n = numel_of("from_bools", shape)?;
         if n != data.len() {
             return Err(Error::DataLength {
@@ -72,21 +79,24 @@ impl Tensor {
 
     /// A tensor of `shape` with every element `value`.
     #[track_caller]
-    pub fn full<T: WithDType>(shape: &[usize], value: T, device: Device) -> Result<Tensor> {
+    pub fn full<T: WithDType>(shape: impl Dims, value: T, device: Device) -> Result<Tensor> {
+        let shape = &sizes("full", &shape)?[..];
         let n = numel_of("full", shape)?;
         Tensor::from_storage(Storage::full(n, value, device)?, shape)
     }
 
     /// Zeros of `dtype`.
     #[track_caller]
-    pub fn zeros(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
+    pub fn zeros(shape: impl Dims, dtype: DType, device: Device) -> Result<Tensor> {
+        let shape = &sizes("zeros", &shape)?[..];
         let n = numel_of("zeros", shape)?;
         Tensor::from_storage(Storage::zeros(n, dtype, device)?, shape)
     }
 
     /// Ones of `dtype`.
     #[track_caller]
-    pub fn ones(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
+    pub fn ones(shape: impl Dims, dtype: DType, device: Device) -> Result<Tensor> {
+        let shape = &sizes("ones", &shape)?[..];
         let n = numel_of("ones", shape)?;
         let one = Storage::full(n, 1.0f64, Device::Cpu)?.to_dtype(dtype)?;
         Tensor::from_storage(
@@ -101,7 +111,8 @@ impl Tensor {
 
     /// A tensor whose contents are unspecified (to be overwritten whole).
     #[track_caller]
-    pub fn empty(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
+    pub fn empty(shape: impl Dims, dtype: DType, device: Device) -> Result<Tensor> {
+        let shape = &sizes("empty", &shape)?[..];
         let n = numel_of("empty", shape)?;
         Tensor::from_storage(Storage::empty(n, dtype, device)?, shape)
     }
@@ -281,25 +292,31 @@ impl Tensor {
 
     /// A view with another shape (one entry may be -1); an error when the strides do not allow
     /// it (use [`Tensor::reshape`]).
-    pub fn view(&self, shape: &[isize]) -> Result<Tensor> {
-        let shape = self.layout().infer_shape(shape)?;
+    pub fn view(&self, shape: impl Dims) -> Result<Tensor> {
+        let shape = self.layout().infer_shape(&shape_spec(&shape))?;
         self.with_layout(self.layout().view(&shape)?)
     }
 
     /// [`Tensor::view`] when possible, else a contiguous copy with the new shape.
     #[track_caller]
-    pub fn reshape(&self, shape: &[isize]) -> Result<Tensor> {
-        match self.view(shape) {
+    pub fn reshape(&self, shape: impl Dims) -> Result<Tensor> {
+        let shape = shape_spec(&shape);
+        match self.view(&shape) {
             Ok(t) => Ok(t),
             Err(Error::Storage(genesis_storage::Error::Layout(
                 genesis_storage::LayoutError::NotViewable { .. },
-            ))) => self.contiguous()?.view(shape),
+            ))) => self.contiguous()?.view(&shape),
             Err(e) => Err(e),
         }
     }
 
-    /// Swaps two dimensions (negative counts from the end).
+    /// Swaps two dimensions (negative counts from the end; a 0-d tensor takes 0 and -1).
     pub fn transpose(&self, a: isize, b: isize) -> Result<Tensor> {
+        if self.dim() == 0 {
+            wrap_dim("transpose", a as i64, 0)?;
+            wrap_dim("transpose", b as i64, 0)?;
+            return Ok(self.clone());
+        }
         self.with_layout(self.layout().transpose(a, b)?)
     }
 
@@ -312,9 +329,20 @@ impl Tensor {
         }
     }
 
-    /// Reorders the dimensions.
-    pub fn permute(&self, perm: &[usize]) -> Result<Tensor> {
-        self.with_layout(self.layout().permute(perm)?)
+    /// Reorders the dimensions: dimension `i` of the result is dimension `perm[i]` of `self`
+    /// (negative counts from the end).
+    pub fn permute(&self, perm: impl Dims) -> Result<Tensor> {
+        let rank = self.dim();
+        let perm = perm
+            .to_dims()
+            .into_iter()
+            .map(|d| match usize::try_from(d) {
+                // Non-negative entries go to the layout as they are: it checks the permutation.
+                Ok(d) => Ok(d),
+                Err(_) => Ok(wrap_dim("permute", d, rank)?.unwrap_or(0)),
+            })
+            .collect::<Result<Vec<usize>>>()?;
+        self.with_layout(self.layout().permute(&perm)?)
     }
 
     /// The elements as one dimension (a view when possible).
@@ -323,8 +351,11 @@ impl Tensor {
         self.reshape(&[-1])
     }
 
-    /// Removes dimension `dim` if its size is 1.
+    /// Removes dimension `dim` if its size is 1 (a 0-d tensor takes 0 and -1).
     pub fn squeeze(&self, dim: isize) -> Result<Tensor> {
+        if wrap_dim("squeeze", dim as i64, self.dim())?.is_none() {
+            return Ok(self.clone());
+        }
         self.with_layout(self.layout().squeeze(dim)?)
     }
 
@@ -333,9 +364,26 @@ impl Tensor {
         self.with_layout(self.layout().unsqueeze(dim)?)
     }
 
-    /// Broadcasts to `shape` without copying (stride 0 where elements repeat).
-    pub fn expand(&self, shape: &[usize]) -> Result<Tensor> {
-        self.with_layout(self.layout().expand(shape)?)
+    /// Broadcasts to `shape` without copying (stride 0 where elements repeat); -1 keeps the
+    /// size of that dimension (aligned at the last dimension), as in PyTorch.
+    pub fn expand(&self, shape: impl Dims) -> Result<Tensor> {
+        let want = shape.to_dims();
+        let extra = want.len().checked_sub(self.dim());
+        let shape = want
+            .iter()
+            .enumerate()
+            .map(|(i, &d)| match (d, extra) {
+                (-1, Some(extra)) if i >= extra => Ok(self.shape()[i - extra]),
+                _ => usize::try_from(d).map_err(|_| Error::InvalidArgument {
+                    op: "expand",
+                    reason: format!(
+                        "size {d} in {want:?} (-1 keeps a size, only for the tensor's own dimensions, {:?})",
+                        self.shape()
+                    ),
+                }),
+            })
+            .collect::<Result<Vec<usize>>>()?;
+        self.with_layout(self.layout().expand(&shape)?)
     }
 
     /// Elements `start..start + len` of dimension `dim`.
@@ -454,40 +502,41 @@ impl Tensor {
         self.assign(items, Value::Scalar(value), false)
     }
 
-    /// Elementwise `self + other`, broadcasting NumPy-style; same dtype and device.
+    /// Elementwise `self + other`, broadcasting NumPy-style; same dtype and device. `other` is
+    /// a tensor or a [`Scalar`](crate::Scalar) (converted exactly to `self`'s dtype): `a.add(1)`.
     #[track_caller]
-    pub fn add(&self, other: &Tensor) -> Result<Tensor> {
-        self.binary(BinaryOp::Add, other)
+    pub fn add(&self, other: impl Operand) -> Result<Tensor> {
+        self.binary_operand(BinaryOp::Add, other.operand())
     }
 
     /// Elementwise `self - other`, broadcasting.
     #[track_caller]
-    pub fn sub(&self, other: &Tensor) -> Result<Tensor> {
-        self.binary(BinaryOp::Sub, other)
+    pub fn sub(&self, other: impl Operand) -> Result<Tensor> {
+        self.binary_operand(BinaryOp::Sub, other.operand())
     }
 
     /// Elementwise `self * other`, broadcasting.
     #[track_caller]
-    pub fn mul(&self, other: &Tensor) -> Result<Tensor> {
-        self.binary(BinaryOp::Mul, other)
+    pub fn mul(&self, other: impl Operand) -> Result<Tensor> {
+        self.binary_operand(BinaryOp::Mul, other.operand())
     }
 
     /// Elementwise `self / other` (IEEE division), broadcasting; floating dtypes only.
     #[track_caller]
-    pub fn div(&self, other: &Tensor) -> Result<Tensor> {
-        self.binary(BinaryOp::Div, other)
+    pub fn div(&self, other: impl Operand) -> Result<Tensor> {
+        self.binary_operand(BinaryOp::Div, other.operand())
     }
 
     /// Elementwise maximum, broadcasting; NaN if either element is NaN (like `torch.maximum`).
     #[track_caller]
-    pub fn maximum(&self, other: &Tensor) -> Result<Tensor> {
-        self.binary(BinaryOp::Maximum, other)
+    pub fn maximum(&self, other: impl Operand) -> Result<Tensor> {
+        self.binary_operand(BinaryOp::Maximum, other.operand())
     }
 
     /// Elementwise minimum, broadcasting; NaN if either element is NaN.
     #[track_caller]
-    pub fn minimum(&self, other: &Tensor) -> Result<Tensor> {
-        self.binary(BinaryOp::Minimum, other)
+    pub fn minimum(&self, other: impl Operand) -> Result<Tensor> {
+        self.binary_operand(BinaryOp::Minimum, other.operand())
     }
 
     /// Elementwise `-self` (wrapping for integers).
@@ -581,28 +630,28 @@ impl Tensor {
         Ok(())
     }
 
-    /// In place `self += other` (see [`Tensor::binary_`]).
+    /// In place `self += other`, a tensor or a [`Scalar`](crate::Scalar) (see [`Tensor::binary_`]).
     #[track_caller]
-    pub fn add_(&mut self, other: &Tensor) -> Result<()> {
-        self.binary_(BinaryOp::Add, other)
+    pub fn add_(&mut self, other: impl Operand) -> Result<()> {
+        self.binary_operand_(BinaryOp::Add, other.operand())
     }
 
     /// In place `self -= other`.
     #[track_caller]
-    pub fn sub_(&mut self, other: &Tensor) -> Result<()> {
-        self.binary_(BinaryOp::Sub, other)
+    pub fn sub_(&mut self, other: impl Operand) -> Result<()> {
+        self.binary_operand_(BinaryOp::Sub, other.operand())
     }
 
     /// In place `self *= other`.
     #[track_caller]
-    pub fn mul_(&mut self, other: &Tensor) -> Result<()> {
-        self.binary_(BinaryOp::Mul, other)
+    pub fn mul_(&mut self, other: impl Operand) -> Result<()> {
+        self.binary_operand_(BinaryOp::Mul, other.operand())
     }
 
     /// In place `self /= other` (float dtypes).
     #[track_caller]
-    pub fn div_(&mut self, other: &Tensor) -> Result<()> {
-        self.binary_(BinaryOp::Div, other)
+    pub fn div_(&mut self, other: impl Operand) -> Result<()> {
+        self.binary_operand_(BinaryOp::Div, other.operand())
     }
 
     /// In place `self = e^self` (float dtypes).
@@ -789,18 +838,18 @@ macro_rules! tensor_operator {
                 self.binary($op, rhs)
             }
         }
-        impl std::ops::$trait<f64> for &Tensor {
+        impl<S: Scalar> std::ops::$trait<S> for &Tensor {
             type Output = Result<Tensor>;
             #[track_caller]
-            fn $method(self, rhs: f64) -> Result<Tensor> {
-                self.binary_scalar($op, rhs)
+            fn $method(self, rhs: S) -> Result<Tensor> {
+                self.binary_scalar_value($op, rhs.value())
             }
         }
-        impl std::ops::$trait<f64> for Tensor {
+        impl<S: Scalar> std::ops::$trait<S> for Tensor {
             type Output = Result<Tensor>;
             #[track_caller]
-            fn $method(self, rhs: f64) -> Result<Tensor> {
-                self.binary_scalar($op, rhs)
+            fn $method(self, rhs: S) -> Result<Tensor> {
+                self.binary_scalar_value($op, rhs.value())
             }
         }
     };
@@ -855,6 +904,15 @@ macro_rules! tensor_assign_operator {
             #[track_caller]
             fn $method(&mut self, rhs: Tensor) {
                 if let Err(e) = self.binary_($op, &rhs) {
+                    panic!("{e}");
+                }
+            }
+        }
+        /// As the form taking `&Tensor`, with a scalar converted to `self`'s dtype.
+        impl<S: Scalar> std::ops::$trait<S> for Tensor {
+            #[track_caller]
+            fn $method(&mut self, rhs: S) {
+                if let Err(e) = self.binary_operand_($op, rhs.operand()) {
                     panic!("{e}");
                 }
             }

@@ -668,7 +668,7 @@ fn where_selects_with_three_way_broadcasting_for_every_dtype() {
                 .unwrap()
                 .to_dtype(dtype)
                 .unwrap();
-            let b = Tensor::full(&[], 9.0f64, dev)
+            let b = Tensor::full((), 9.0f64, dev)
                 .unwrap()
                 .to_dtype(dtype)
                 .unwrap();
@@ -689,7 +689,7 @@ fn where_selects_with_three_way_broadcasting_for_every_dtype() {
         let n = 1001;
         let vx = values(n, 3, DType::F32);
         let (x, vx) = tensor(&vx, &[n], DType::F32, dev);
-        let zero = Tensor::zeros(&[], DType::F32, dev).unwrap();
+        let zero = Tensor::zeros((), DType::F32, dev).unwrap();
         let relu = Tensor::where_cond(&x.gt_scalar(0.0).unwrap(), &x, &zero).unwrap();
         let want: Vec<f64> = vx.iter().map(|&v| if v > 0.0 { v } else { 0.0 }).collect();
         assert_eq!(f64s(&relu), want);

@@ -65,13 +65,16 @@ fn arange_with_huge_counts() {
 fn element_counts_are_checked() {
     let cpu = Device::Cpu;
     let empty = Tensor::zeros(&[0], DType::F32, cpu).unwrap();
-    assert!(empty.reshape(&[1 << 32, 1 << 32]).is_err());
-    assert!(empty.view(&[1 << 32, 1 << 32]).is_err());
+    assert!(empty.reshape(&[1isize << 32, 1 << 32]).is_err());
+    assert!(empty.view(&[1isize << 32, 1 << 32]).is_err());
     let one = Tensor::zeros(&[1], DType::F32, cpu).unwrap();
-    assert!(one.expand(&[1 << 40, 1 << 40]).is_err());
+    assert!(one.expand(&[1usize << 40, 1 << 40]).is_err());
     let six = Tensor::zeros(&[6], DType::F32, cpu).unwrap();
-    assert!(six.reshape(&[3, 2, (1 << 62) + 1, (1 << 62) + 1]).is_err());
-    assert!(six.reshape(&[-1, 1 << 40, 1 << 40]).is_err());
+    assert!(
+        six.reshape(&[3, 2, (1isize << 62) + 1, (1 << 62) + 1])
+            .is_err()
+    );
+    assert!(six.reshape(&[-1, 1isize << 40, 1 << 40]).is_err());
     for shape in [&[1usize << 32, 1 << 32][..], &[usize::MAX, 2], &[1 << 63]] {
         assert!(Tensor::zeros(shape, DType::U8, cpu).is_err());
         assert!(Tensor::empty(shape, DType::U8, cpu).is_err());
@@ -81,11 +84,11 @@ fn element_counts_are_checked() {
         assert!(Tensor::from_slice::<u8>(&[], shape, cpu).is_err());
     }
     // A batch broadcast whose count overflows, from operands whose counts do not.
-    let a = Tensor::zeros(&[1 << 40, 1, 0, 1], DType::F32, cpu).unwrap();
-    let b = Tensor::zeros(&[1, 1 << 40, 1, 0], DType::F32, cpu).unwrap();
+    let a = Tensor::zeros(&[1usize << 40, 1, 0, 1], DType::F32, cpu).unwrap();
+    let b = Tensor::zeros(&[1, 1usize << 40, 1, 0], DType::F32, cpu).unwrap();
     assert!(a.matmul(&b).is_err());
     // A zero size makes the count 0 whatever the others.
-    let z = Tensor::zeros(&[1 << 40, 1 << 40, 0], DType::F32, cpu).unwrap();
+    let z = Tensor::zeros(&[1usize << 40, 1 << 40, 0], DType::F32, cpu).unwrap();
     assert_eq!(z.numel(), 0);
 }
 

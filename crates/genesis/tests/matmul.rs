@@ -226,7 +226,7 @@ fn matmul_out_writes_in_place_and_errors_name_both_shapes() {
         let p = Tensor::zeros(&[2, 3, 4], DType::F32, dev).unwrap();
         let q = Tensor::zeros(&[3, 4, 5], DType::F32, dev).unwrap();
         assert!(matches!(p.matmul(&q), Err(Error::ShapeMismatch { .. })));
-        let s = Tensor::zeros(&[], DType::F32, dev).unwrap();
+        let s = Tensor::zeros((), DType::F32, dev).unwrap();
         assert!(matches!(s.matmul(&p), Err(Error::InvalidArgument { .. })));
         let h = Tensor::zeros(&[4, 5], DType::F16, dev).unwrap();
         assert!(matches!(p.matmul(&h), Err(Error::DTypeMismatch { .. })));

@@ -80,7 +80,7 @@ fn bad_inputs_are_typed_errors() {
     assert!(Tensor::cat(&[&a], 2).is_err());
     let r1 = Tensor::zeros(&[3], DType::F32, Device::Cpu).unwrap();
     assert!(Tensor::cat(&[&a, &r1], 0).is_err());
-    let scalar = Tensor::zeros(&[], DType::F32, Device::Cpu).unwrap();
+    let scalar = Tensor::zeros((), DType::F32, Device::Cpu).unwrap();
     assert!(Tensor::cat(&[&scalar], 0).is_err());
     assert!(matches!(
         Tensor::stack(&[&a, &b], 0).unwrap_err(),

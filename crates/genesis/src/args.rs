@@ -1,0 +1,331 @@
+//! The argument types of the facade: shapes and lists of dimensions ([`Dims`]), scalars of
+//! every numeric type ([`Scalar`]) and right-hand operands that are a tensor or a scalar
+//! ([`Operand`]).
+
+use genesis_storage::{BinaryOp, BinaryRhs, DType, Storage};
+
+use crate::tensor::host_scalar;
+use crate::{Error, Result, Tensor};
+
+/// A shape or a list of dimensions, as every function of the facade takes them: a reference
+/// to an array (`&[2, 3]`), a slice or a vector of `usize`, `isize`, `i32`, `i64`, `u32` or
+/// `u64`; a single integer (one dimension); or `()` (no dimensions: a 0-d shape). Arrays and
+/// vectors are taken by reference only, so that `&[2, 3]` and `&v` are the one spelling
+/// (clippy's `needless_borrows_for_generic_args` would flag the borrow otherwise).
+///
+/// Negative entries mean what they mean in PyTorch: a dimension counted from the end
+/// (`permute(&[-1, 0])`, `sum_dim(-1, false)`), the one inferred size of `view`/`reshape`
+/// (`reshape(&[-1, 3])`), or "keep this size" in `expand`. A shape that makes a tensor
+/// (`zeros`, `full`, ...) must be non-negative.
+///
+/// An empty literal `&[]` has no element type: write `()` (or `&[0usize; 0]`) for a 0-d
+/// shape.
+///
+/// ```
+/// use genesis::{DType, Device, Tensor};
+/// # fn main() -> genesis::Result<()> {
+/// let a = Tensor::zeros(&[2, 3], DType::F32, Device::Cpu)?;   // an array
+/// let b = Tensor::zeros(&vec![2usize, 3], DType::F32, Device::Cpu)?; // a vector
+/// let c = Tensor::zeros(a.shape(), DType::F32, Device::Cpu)?; // a slice
+/// let s = Tensor::zeros((), DType::F32, Device::Cpu)?;        // 0-d
+/// assert_eq!(a.reshape(&[-1])?.shape(), &[6]);
+/// assert_eq!(a.reshape(b.shape())?.shape(), c.shape());
+/// assert_eq!(a.permute(&[-1, 0])?.shape(), &[3, 2]);
+/// assert_eq!(a.sum_dim(-1, false)?.shape(), &[2]);
+/// assert_eq!(s.shape(), &[] as &[usize]);
+/// # Ok(())
+/// # }
+/// ```
+pub trait Dims {
+    /// The entries as `i64` (values beyond `i64::MAX` saturate: no tensor is that large).
+    fn to_dims(&self) -> Vec<i64>;
+}
+
+macro_rules! dims_impls {
+    ($($t:ty),*) => {$(
+        impl Dims for [$t] {
+            fn to_dims(&self) -> Vec<i64> {
+                self.iter().map(|&d| i64::try_from(d).unwrap_or(i64::MAX)).collect()
+            }
+        }
+        impl<const N: usize> Dims for &[$t; N] {
+            fn to_dims(&self) -> Vec<i64> {
+                self[..].to_dims()
+            }
+        }
+        impl Dims for &Vec<$t> {
+            fn to_dims(&self) -> Vec<i64> {
+                self[..].to_dims()
+            }
+        }
+        impl Dims for $t {
+            fn to_dims(&self) -> Vec<i64> {
+                [*self][..].to_dims()
+            }
+        }
+    )*};
+}
+
+dims_impls!(usize, isize, i32, i64, u32, u64);
+
+impl Dims for () {
+    fn to_dims(&self) -> Vec<i64> {
+        Vec::new()
+    }
+}
+
+impl<D: Dims + ?Sized> Dims for &D {
+    fn to_dims(&self) -> Vec<i64> {
+        (**self).to_dims()
+    }
+}
+
+/// The sizes of a shape that makes a tensor: every entry non-negative.
+pub(crate) fn sizes(op: &'static str, dims: &(impl Dims + ?Sized)) -> Result<Vec<usize>> {
+    dims.to_dims()
+        .into_iter()
+        .map(|d| {
+            usize::try_from(d).map_err(|_| Error::InvalidArgument {
+                op,
+                reason: format!("negative size {d} in shape {:?}", dims.to_dims()),
+            })
+        })
+        .collect()
+}
+
+/// A shape for `view`/`reshape` (one entry may be -1) as `isize`s.
+pub(crate) fn shape_spec(dims: &(impl Dims + ?Sized)) -> Vec<isize> {
+    dims.to_dims()
+        .into_iter()
+        .map(|d| isize::try_from(d).unwrap_or(isize::MAX))
+        .collect()
+}
+
+/// Dimension `dim` of a tensor of rank `rank`, negative counting from the end, with PyTorch's
+/// rule for 0-d tensors: they take dimension 0 or -1 as if they had one dimension (`None` is
+/// returned for them).
+pub(crate) fn wrap_dim(op: &'static str, dim: i64, rank: usize) -> Result<Option<usize>> {
+    let _ = op;
+    let r = rank.max(1) as i64;
+    if dim < -r || dim >= r {
+        return Err(genesis_storage::LayoutError::DimOutOfRange {
+            dim: isize::try_from(dim).unwrap_or(isize::MIN),
+            rank,
+        }
+        .into());
+    }
+    Ok((rank > 0).then(|| dim.rem_euclid(r) as usize))
+}
+
+/// A scalar operand as the facade reads it: a float, or an integer kept exact (an `i64` of
+/// 2^62 + 1 added to an int64 tensor is not rounded through `f64`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ScalarValue {
+    /// A floating-point scalar.
+    Float(f64),
+    /// An integer scalar.
+    Int(i128),
+}
+
+impl ScalarValue {
+    /// The value as `f64` (rounded for integers beyond 2^53).
+    pub fn to_f64(self) -> f64 {
+        match self {
+            ScalarValue::Float(f) => f,
+            ScalarValue::Int(i) => i as f64,
+        }
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A Rust number usable as a scalar operand: `f64`, `f32`, `f16`, `bf16`, `i8`, `i16`, `i32`,
+/// `i64`, `isize`, `u8`, `u16`, `u32`, `u64`, `usize`. Any of them goes on the right of
+/// `+ - * /` and `+= -= *= /=` and into the named ops (`&a * 2.0f32`, `a.add(1)?`,
+/// `y.add_(0.5)?`, `a.gt(0)?`); on the left, `f64` and `i64`, which unsuffixed literals become
+/// (`2.0 * &a`, `1 - &a`).
+///
+/// The scalar is converted to the tensor's dtype, exactly: for an integer dtype it must be a
+/// whole number in range, for a float dtype it must not overflow (otherwise
+/// [`Error::ScalarOutOfRange`]). Integers stay exact for integer tensors.
+pub trait Scalar: Copy + sealed::Sealed {
+    /// The value.
+    fn value(self) -> ScalarValue;
+}
+
+macro_rules! scalar_impls {
+    (float: $($f:ty),*; int: $($i:ty),*) => {
+        $(
+            impl sealed::Sealed for $f {}
+            impl Scalar for $f {
+                fn value(self) -> ScalarValue {
+                    ScalarValue::Float(f64::from(self))
+                }
+            }
+        )*
+        $(
+            impl sealed::Sealed for $i {}
+            impl Scalar for $i {
+                fn value(self) -> ScalarValue {
+                    ScalarValue::Int(self as i128)
+                }
+            }
+        )*
+    };
+}
+
+scalar_impls!(float: f64, f32, half::f16, half::bf16; int: i8, i16, i32, i64, isize, u8, u16, u32, u64, usize);
+
+/// The right-hand side of a binary op, a comparison or an in-place op: a `&Tensor` or a
+/// [`Scalar`]. (Tensors are taken by reference only, so that clippy's
+/// `needless_borrows_for_generic_args` does not flag `a.add(&b)`.)
+pub trait Operand {
+    /// The operand.
+    fn operand(&self) -> OperandRef<'_>;
+}
+
+/// What an [`Operand`] is.
+#[derive(Debug, Clone, Copy)]
+pub enum OperandRef<'a> {
+    /// A tensor.
+    Tensor(&'a Tensor),
+    /// A scalar.
+    Scalar(ScalarValue),
+}
+
+impl Operand for &Tensor {
+    fn operand(&self) -> OperandRef<'_> {
+        OperandRef::Tensor(self)
+    }
+}
+
+impl<S: Scalar> Operand for S {
+    fn operand(&self) -> OperandRef<'_> {
+        OperandRef::Scalar(self.value())
+    }
+}
+
+fn is_integer(dtype: DType) -> bool {
+    !dtype.is_float() && dtype != DType::Bool
+}
+
+/// `value` as a one-element host storage of `dtype`: integers into integer dtypes exactly
+/// (checked against the dtype's range), anything else through [`host_scalar`].
+pub(crate) fn scalar_storage(
+    op: &'static str,
+    dtype: DType,
+    value: ScalarValue,
+) -> Result<Storage> {
+    match value {
+        ScalarValue::Int(i) if is_integer(dtype) => {
+            let (lo, hi): (i128, i128) = match dtype {
+                DType::U8 => (0, u8::MAX.into()),
+                DType::I8 => (i8::MIN.into(), i8::MAX.into()),
+                DType::I16 => (i16::MIN.into(), i16::MAX.into()),
+                DType::I32 => (i32::MIN.into(), i32::MAX.into()),
+                _ => (i64::MIN.into(), i64::MAX.into()),
+            };
+            if !(lo..=hi).contains(&i) {
+                return Err(Error::ScalarOutOfRange {
+                    op,
+                    value: i as f64,
+                    dtype,
+                });
+            }
+            let s = Storage::from_slice(&[i as i64], genesis_storage::Device::Cpu)?;
+            Ok(if dtype == DType::I64 {
+                s
+            } else {
+                s.to_dtype(dtype)?
+            })
+        }
+        v => host_scalar(op, dtype, v.to_f64()),
+    }
+}
+
+impl Tensor {
+    /// A 0-d tensor of `value` in this tensor's dtype, on its device.
+    pub(crate) fn scalar_tensor_like(
+        &self,
+        op: &'static str,
+        value: ScalarValue,
+    ) -> Result<Tensor> {
+        let host = scalar_storage(op, self.dtype(), value)?;
+        Tensor::from_storage(host.to_device(self.device())?, &[])
+    }
+
+    /// `op(self, value)`, the scalar converted exactly to `self`'s dtype.
+    pub(crate) fn binary_scalar_value(&self, op: BinaryOp, value: ScalarValue) -> Result<Tensor> {
+        match value {
+            ScalarValue::Int(_) if is_integer(self.dtype()) => {
+                let s = scalar_storage(op.name(), self.dtype(), value)?;
+                let out =
+                    self.view
+                        .storage()
+                        .binary_strided(op, self.layout(), BinaryRhs::Scalar(&s))?;
+                Tensor::from_storage(out, self.shape())
+            }
+            v => self.binary_scalar(op, v.to_f64()),
+        }
+    }
+
+    /// `op(self, rhs)` for a tensor or a scalar.
+    #[track_caller]
+    pub(crate) fn binary_operand(&self, op: BinaryOp, rhs: OperandRef<'_>) -> Result<Tensor> {
+        match rhs {
+            OperandRef::Tensor(t) => self.binary(op, t),
+            OperandRef::Scalar(v) => self.binary_scalar_value(op, v),
+        }
+    }
+
+    /// `op(value, self)`: a scalar on the left.
+    #[track_caller]
+    pub(crate) fn scalar_binary(value: ScalarValue, op: BinaryOp, rhs: &Tensor) -> Result<Tensor> {
+        rhs.scalar_tensor_like(op.name(), value)?.binary(op, rhs)
+    }
+
+    /// In place `self = op(self, rhs)` for a tensor or a scalar (see [`Tensor::binary_`]).
+    #[track_caller]
+    pub(crate) fn binary_operand_(&mut self, op: BinaryOp, rhs: OperandRef<'_>) -> Result<()> {
+        match rhs {
+            OperandRef::Tensor(t) => self.binary_(op, t),
+            OperandRef::Scalar(v) => {
+                let s = self.scalar_tensor_like(op.name(), v)?;
+                self.binary_(op, &s)
+            }
+        }
+    }
+}
+
+/// `scalar op tensor` with an `f64` or an `i64` on the left: `2.0 * &a`, `1 - a`. Only these
+/// two: with a second float (or integer) type on the left, an unsuffixed literal there would
+/// have no type Rust can infer before `?` or `.unwrap()` needs it (`(2.0 * &a)?` would not
+/// compile). Other scalar types go on the right (`&a * x`), or through `f64::from`.
+macro_rules! scalar_lhs_operators {
+    ($($s:ty),*) => {$(
+        scalar_lhs_operators!(@one $s, Add, add, BinaryOp::Add);
+        scalar_lhs_operators!(@one $s, Sub, sub, BinaryOp::Sub);
+        scalar_lhs_operators!(@one $s, Mul, mul, BinaryOp::Mul);
+        scalar_lhs_operators!(@one $s, Div, div, BinaryOp::Div);
+    )*};
+    (@one $s:ty, $trait:ident, $method:ident, $op:expr) => {
+        impl std::ops::$trait<&Tensor> for $s {
+            type Output = Result<Tensor>;
+            #[track_caller]
+            fn $method(self, rhs: &Tensor) -> Result<Tensor> {
+                Tensor::scalar_binary(self.value(), $op, rhs)
+            }
+        }
+        impl std::ops::$trait<Tensor> for $s {
+            type Output = Result<Tensor>;
+            #[track_caller]
+            fn $method(self, rhs: Tensor) -> Result<Tensor> {
+                Tensor::scalar_binary(self.value(), $op, &rhs)
+            }
+        }
+    };
+}
+
+scalar_lhs_operators!(f64, i64);

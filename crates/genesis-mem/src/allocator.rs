@@ -128,6 +128,16 @@ pub enum Error {
     /// A memory fraction outside (0, 1].
     #[error("memory fraction {0} is outside (0, 1]")]
     InvalidFraction(f64),
+    /// A [`Config`] field outside the values it can take.
+    #[error("invalid configuration: {field} {value}: {reason}")]
+    InvalidConfig {
+        /// The field.
+        field: &'static str,
+        /// Its value, as text.
+        value: String,
+        /// What it must be.
+        reason: &'static str,
+    },
     /// A size string that did not parse.
     #[error(transparent)]
     Size(#[from] crate::size::SizeError),
@@ -437,6 +447,33 @@ impl<B: Backend> CachingAllocator<B> {
     pub fn new(mut backend: B, config: Config) -> Result<Self, Error> {
         if !(config.memory_fraction > 0.0 && config.memory_fraction <= 1.0) {
             return Err(Error::InvalidFraction(config.memory_fraction));
+        }
+        let g = backend.granularity();
+        let bad = |field, value: String, reason| {
+            Err(Error::InvalidConfig {
+                field,
+                value,
+                reason,
+            })
+        };
+        if config.max_handle_bytes < g {
+            return bad(
+                "max_handle_bytes",
+                config.max_handle_bytes.to_string(),
+                "at least the backend's granularity",
+            );
+        }
+        if config.region_bytes < g {
+            return bad(
+                "region_bytes",
+                config.region_bytes.to_string(),
+                "at least the backend's granularity",
+            );
+        }
+        if let Some(t) = config.compact_threshold
+            && !(0.0..=1.0).contains(&t)
+        {
+            return bad("compact_threshold", t.to_string(), "a share in [0, 1]");
         }
         let (_, total) = backend.mem_info().map_err(Error::Backend)?;
         Ok(CachingAllocator {

@@ -227,9 +227,6 @@ fn allocator_configs() {
                 for bytes in [1usize, 512, 3 << 20, 100 << 20] {
                     match a.alloc(bytes, 0) {
                         Ok(x) => a.free(x).map_err(|e| format!("free: {e}"))?,
-                        // A region too small for any handle (`region_bytes` 0 or 1) fails at the
-                        // first mapping: a typed error, if a late one (`new` does not validate
-                        // the sizes of a `Config`).
                         Err(
                             Error::OutOfMemory { .. } | Error::TooLarge { .. } | Error::Backend(_),
                         ) => {}
@@ -642,4 +639,75 @@ fn traces_and_replay() {
         let _ = (r.to_json(), r.meets_targets(), r.call_budget());
     });
     s.finish();
+}
+
+#[test]
+fn configs_outside_their_range_are_refused_by_new() {
+    let d = Config::default();
+    let cases = [
+        (
+            "max_handle_bytes",
+            Config {
+                max_handle_bytes: 0,
+                ..d.clone()
+            },
+        ),
+        (
+            "max_handle_bytes",
+            Config {
+                max_handle_bytes: 1,
+                ..d.clone()
+            },
+        ),
+        (
+            "region_bytes",
+            Config {
+                region_bytes: 0,
+                ..d.clone()
+            },
+        ),
+        (
+            "region_bytes",
+            Config {
+                region_bytes: (2 << 20) - 1,
+                ..d.clone()
+            },
+        ),
+        (
+            "compact_threshold",
+            Config {
+                compact_threshold: Some(f64::NAN),
+                ..d.clone()
+            },
+        ),
+        (
+            "compact_threshold",
+            Config {
+                compact_threshold: Some(-1.0),
+                ..d.clone()
+            },
+        ),
+        (
+            "compact_threshold",
+            Config {
+                compact_threshold: Some(2.0),
+                ..d.clone()
+            },
+        ),
+    ];
+    for (field, config) in cases {
+        for vmm in [true, false] {
+            match sim(1 << 30, vmm, config.clone()) {
+                Err(Error::InvalidConfig { field: f, .. }) => assert_eq!(f, field),
+                Err(e) => panic!("{field}: {e}"),
+                Ok(_) => panic!("{field}: accepted {config:?}"),
+            }
+        }
+    }
+    let edge = Config {
+        compact_threshold: Some(1.0),
+        region_bytes: 2 << 20,
+        ..d
+    };
+    assert!(sim(1 << 30, true, edge).is_ok());
 }

@@ -157,14 +157,13 @@ mod gpu {
             stride_units: m * 4 / 16,
         };
         let t = time(&ctx, || {
-            // SAFETY: every index is a row of `x`; `out_rows` holds 4096 rows; all live until
-            // the kernel completes (the closure is timed to completion).
+            // SAFETY: every index is a row of `x`.
             unsafe {
                 genesis_kernels::index::gather_rows16(
                     &legacy,
-                    x.storage().device_ptr().unwrap_or(0),
-                    out_rows.device_ptr().unwrap_or(0),
-                    didx.storage().device_ptr().unwrap_or(0),
+                    x.storage().cuda_span::<u8>()?,
+                    scratch(&out_rows),
+                    didx.storage().cuda_span::<i64>()?,
                     &rows16,
                 )?
             };
@@ -174,20 +173,20 @@ mod gpu {
         // The checked row kernel alone (the one `x[idx]` runs: raw int64 indices, the flag in
         // device memory here).
         let flag = Storage::zeros(2, DType::I32, Device::Cuda(0))?;
-        let raw = genesis_kernels::index::RawIndex {
-            ptr: didx.storage().device_ptr().unwrap_or(0),
-            i32: false,
-            stride: 1,
-            size: 8192,
-        };
         let t = time(&ctx, || {
-            // SAFETY: as above; every index is below `size`; `flag` holds 8 bytes of device
-            // memory.
+            let raw = genesis_kernels::index::RawIndex {
+                values: didx.storage().cuda_span::<u8>()?,
+                i32: false,
+                stride: 1,
+                size: 8192,
+            };
+            // SAFETY: `x` holds `size` rows; `flag` holds 8 bytes of device memory that live
+            // until the closure is timed to completion.
             let _early = unsafe {
                 genesis_kernels::index::gather_rows16_checked(
                     &legacy,
-                    x.storage().device_ptr().unwrap_or(0),
-                    out_rows.device_ptr().unwrap_or(0),
+                    x.storage().cuda_span::<u8>()?,
+                    scratch(&out_rows),
                     &raw,
                     flag.device_ptr().unwrap_or(0),
                     &rows16,

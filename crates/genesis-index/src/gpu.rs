@@ -1,9 +1,11 @@
-//! The CUDA executor: advanced-indexing kernels driven by a plan.
+//! The CUDA executor: a plan turned into the storage layer's indexing operations (descriptors
+//! of the `index.cu` kernels, index arrays normalised on the device, duplicate positions); the
+//! kernels run in `genesis-storage`, which this module only calls.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use genesis_kernels::index::{Groups, IndexDesc, Keys, MAX_INDEX_DIMS, Strided};
+use genesis_kernels::index::{IndexDesc, Keys, MAX_INDEX_DIMS, Strided};
 use genesis_storage::{DType, Device, Layout, Storage, View};
 
 use crate::plan::{Advanced, IndexArray, IndexPlan};
@@ -133,7 +135,7 @@ fn prepare_indices(adv: &Advanced, device: Device) -> Result<Indices> {
         });
     }
     let total = (adv.indices.len() * nb).max(1);
-    let idx = if adv.indices.iter().all(|a| a.host().is_none()) {
+    let mut idx = if adv.indices.iter().all(|a| a.host().is_none()) {
         Storage::empty(total, DType::I64, device)?
     } else {
         let mut flat = vec![0i64; total];
@@ -144,9 +146,7 @@ fn prepare_indices(adv: &Advanced, device: Device) -> Result<Indices> {
         }
         Storage::upload(&flat, device)?
     };
-    let bad = Storage::full::<i64>(adv.indices.len(), -1, device)?;
-    let ordinal = ordinal(&idx)?;
-    let stream = queue(ordinal)?;
+    let mut bad = Storage::full::<i64>(adv.indices.len(), -1, device)?;
     for (a, arr) in adv.indices.iter().enumerate() {
         let IndexArray::Device { index, size, dim } = arr else {
             continue;
@@ -164,26 +164,7 @@ fn prepare_indices(adv: &Advanced, device: Device) -> Result<Indices> {
             return Err(first_out_of_range(index, 0, *dim));
         }
         let layout = layout_desc(&index.view)?;
-        let (sp, op, bp) = (
-            src.device_ptr().unwrap_or(0),
-            idx.device_ptr().unwrap_or(0) + (a * nb * 8) as u64,
-            bad.device_ptr().unwrap_or(0) + (a * 8) as u64,
-        );
-        // SAFETY: the view's layout was checked against its storage when it was made (and
-        // broadcast by planning); `idx` holds `n_adv * nb` int64 and `bad` one word per array;
-        // all live until the kernel completes (stream-ordered pool, and the plan holds `src`).
-        unsafe {
-            genesis_kernels::index::normalise(
-                &stream,
-                index.dtype == IndexDType::I32,
-                sp,
-                &layout,
-                nb,
-                *size,
-                op,
-                bp,
-            )?
-        };
+        idx.index_normalise(a * nb, nb, src, &layout, *size, &mut bad, a)?;
     }
     Ok(Indices {
         idx,
@@ -235,10 +216,10 @@ pub(crate) fn gather(input: &View, p: &IndexPlan) -> Result<View> {
         .as_ref()
         .expect("a gather plan has an advanced part");
     let src = input.storage();
-    let device = ordinal(src)?;
+    ordinal(src)?;
     let size = src.dtype().size();
-    let sp = src.device_ptr().unwrap_or(0);
-    let rows = rows16(p, adv, size).filter(|_| sp.is_multiple_of(16));
+    let aligned = src.cuda_span::<u8>().is_ok_and(|s| s.is_aligned_to(16));
+    let rows = rows16(p, adv, size).filter(|_| aligned);
     if let (Some(rows), [IndexArray::Device { index, size, dim }]) = (rows, adv.indices.as_slice())
         && index.view.storage().device() == src.device()
         && index.view.layout().rank() == 1
@@ -248,20 +229,10 @@ pub(crate) fn gather(input: &View, p: &IndexPlan) -> Result<View> {
     let n: usize = p.result_shape.iter().product();
     let d = desc(p, adv)?;
     let ix = prepare_indices(adv, src.device())?;
-    let idx = &ix.idx;
-    let out = Storage::empty(n, src.dtype(), src.device())?;
-    let stream = queue(device)?;
-    let (op, ip) = (out.device_ptr().unwrap_or(0), idx.device_ptr().unwrap_or(0));
-    if let Some(rows) = rows.filter(|_| op.is_multiple_of(16)) {
-        // SAFETY: every index is in range (checked by planning, or normalised on the device)
-        // and the view fits the storage; the rows are 16-byte aligned; `out` holds the
-        // result's rows; all live until the stream has run the kernel (the pool reuses memory
-        // in stream order).
-        unsafe { genesis_kernels::index::gather_rows16(&stream, sp, op, ip, &rows)? };
-    } else {
-        // SAFETY: as above; `out` holds n elements.
-        unsafe { genesis_kernels::index::gather(&stream, size, sp, op, n, &d, ip)? };
-    }
+    // SAFETY: every index value is in range: checked by planning (host arrays) or normalised
+    // on the device (device arrays: a bad value reads as 0 and is reported below), and the
+    // view fits its storage.
+    let out = unsafe { src.index_gather(&d, n, &ix.idx, rows.as_ref())? };
     // Device arrays were checked by their normalisation (bad values read as 0, in range):
     // report one now; the result is then dropped.
     check_bad(adv, &ix)?;
@@ -271,13 +242,9 @@ pub(crate) fn gather(input: &View, p: &IndexPlan) -> Result<View> {
     )?)
 }
 
-/// `x[idx]` for whole rows with one 1-D index tensor on the device: a single kernel reads the
-/// index values as they are (no normalisation pass), checks them, and raises a flag in pinned
-/// host memory for a bad one. For short index arrays the kernel's first block checks them all
-/// before copying and posts the verdict to pinned memory: the host waits for that verdict (a
-/// few microseconds after the kernel starts) rather than for the copy, and returns while the
-/// copy runs (stream-ordered, like any op). Otherwise, and on a bad index, the host
-/// synchronises the stream and reads the flag.
+/// `x[idx]` for whole rows with one 1-D index tensor on the device: one kernel reads the index
+/// values as they are (no normalisation pass) and checks them
+/// (`Storage::index_gather_rows_checked`).
 fn gather_rows_raw(
     p: &IndexPlan,
     src: &Storage,
@@ -290,77 +257,17 @@ fn gather_rows_raw(
     if rows.nrows > 0 && size == 0 {
         return Err(first_out_of_range(index, 0, dim));
     }
-    let out = Storage::empty(n, src.dtype(), src.device())?;
-    let stream = queue(ordinal(src)?)?;
     let l = index.view.layout();
-    let es = if index.dtype == IndexDType::I32 { 4 } else { 8 };
-    let raw = genesis_kernels::index::RawIndex {
-        ptr: index.view.storage().device_ptr().unwrap_or(0) + (l.offset() * es) as u64,
-        i32: index.dtype == IndexDType::I32,
-        stride: l.strides()[0] as i64,
-        size,
+    let layout = (l.offset(), l.strides()[0] as i64);
+    let Some(out) = src.index_gather_rows_checked(rows, index.view.storage(), layout, size, n)?
+    else {
+        return Err(first_out_of_range(index, size, dim));
     };
-    let flag = Storage::zeros_pinned(2, DType::I32)?;
-    let fp = flag
-        .host_bytes()
-        .expect("a pinned storage")
-        .as_ptr()
-        .cast::<i32>();
-    let (sp, op) = (src.device_ptr().unwrap_or(0), out.device_ptr().unwrap_or(0));
-    // SAFETY: the view fits the storage and every row read is checked against `size` (its
-    // row count) first; the rows are 16-byte aligned (the output comes from the pool, 512-byte
-    // aligned); the index view fits its storage; `flag` is 8 bytes of page-locked host memory,
-    // which the device addresses by the same pointer (unified addressing); it lives until the
-    // synchronisation below, or until the early verdict says no block will write it again.
-    let early = unsafe {
-        genesis_kernels::index::gather_rows16_checked(&stream, sp, op, &raw, fp as u64, rows)?
-    };
-    // SAFETY: `fp` points at the pinned storage's two int32, alive for this call.
-    let clean = early && unsafe { early_verdict_clean(fp) };
-    if !clean {
-        stream.synchronize()?;
-        // SAFETY: the kernel has completed (the stream is synchronised); `fp` points at the
-        // pinned storage's 4 bytes, which the device may have written behind Rust's back.
-        let bad = unsafe { fp.read_volatile() };
-        if bad != 0 {
-            return Err(first_out_of_range(index, size, dim));
-        }
-    }
     Ok(View::with_layout(
         Arc::new(out),
         Layout::contiguous(&p.result_shape),
     )?)
 }
-
-/// Waits (spinning, at most [`VERDICT_SPIN`]) for the early verdict of
-/// `gather_rows16_checked` at `fp[1]`; true when it came and says every index is in range. False
-/// otherwise (a bad index, or no verdict in time because earlier work holds the stream): the
-/// caller then synchronises the stream and reads `fp[0]`.
-///
-/// # Safety
-///
-/// `fp` must point at two int32 of page-locked host memory that a queued kernel may write.
-unsafe fn early_verdict_clean(fp: *const i32) -> bool {
-    let start = std::time::Instant::now();
-    let mut spins = 0u32;
-    loop {
-        // SAFETY: as the caller vouches; the device writes the verdict behind Rust's back.
-        if unsafe { fp.add(1).read_volatile() } != 0 {
-            // The device stored fp[0] before fp[1] behind a system-wide fence.
-            std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
-            // SAFETY: as above.
-            return unsafe { fp.read_volatile() } == 0;
-        }
-        spins = spins.wrapping_add(1);
-        if spins.is_multiple_of(64) && start.elapsed() > VERDICT_SPIN {
-            return false;
-        }
-        std::hint::spin_loop();
-    }
-}
-
-/// How long the host spins for an early verdict before it synchronises the stream instead.
-const VERDICT_SPIN: std::time::Duration = std::time::Duration::from_micros(200);
 
 /// The out-of-range error for the first bad value (row-major) of a device index array: reads
 /// the array back (the error path only).
@@ -438,7 +345,7 @@ pub(crate) fn scatter(
         .advanced
         .as_ref()
         .expect("a scatter plan has an advanced part");
-    let device = ordinal(target)?;
+    ordinal(target)?;
     let n: usize = p.result_shape.iter().product();
     if n == 0 {
         return Ok(());
@@ -448,7 +355,6 @@ pub(crate) fn scatter(
     let nb: usize = adv.index_shape.iter().product();
     let ix = prepare_indices(adv, dev)?;
     let idx = &ix.idx;
-    let stream = queue(device)?;
     // Duplicate tuples: on the device when the arrays are there and their keys are few enough;
     // else (accumulate, or many keys) on the host, after checking the device arrays.
     let keys = ix
@@ -457,23 +363,11 @@ pub(crate) fn scatter(
         .filter(|_| !accumulate)
         .and_then(|bad| device_keys(p, adv).map(|k| (k, bad)));
     let (dead_s, start, len, members) = if let Some(((keys, nkeys), bad)) = keys {
-        let winner = Storage::zeros(nkeys.max(1), DType::I64, dev)?;
-        let dead = Storage::empty(nb.max(1), DType::U8, dev)?;
-        // SAFETY: `idx` holds the normalised arrays (bad values as 0: in range), `winner` one
-        // word per key, `bad` one per array, `dead` nb bytes; all live until the kernels
-        // complete (stream-ordered pool).
-        unsafe {
-            genesis_kernels::index::dead_positions(
-                &stream,
-                idx.device_ptr().unwrap_or(0),
-                nb,
-                &keys,
-                winner.device_ptr().unwrap_or(0),
-                bad.device_ptr().unwrap_or(0),
-                adv.indices.len(),
-                dead.device_ptr().unwrap_or(0),
-            )?
-        };
+        let mut winner = Storage::zeros(nkeys.max(1), DType::I64, dev)?;
+        let mut dead = Storage::empty(nb.max(1), DType::U8, dev)?;
+        // SAFETY: `idx` holds the normalised arrays (bad values as 0: in range), so every key
+        // lies in `winner`.
+        unsafe { idx.index_dead_positions(&keys, &mut winner, bad, &mut dead, nb)? };
         (dead, Vec::new(), Vec::new(), Vec::new())
     } else {
         check_bad(adv, &ix)?;
@@ -490,12 +384,6 @@ pub(crate) fn scatter(
         };
         (Storage::upload(&dead, dev)?, start, len, members)
     };
-    let (tp, vp, ip, dp) = (
-        target.device_ptr().unwrap_or(0),
-        values.device_ptr().unwrap_or(0),
-        idx.device_ptr().unwrap_or(0),
-        dead_s.device_ptr().unwrap_or(0),
-    );
     let size = target.dtype().size();
     if accumulate {
         let (st, ln, mb) = (
@@ -503,23 +391,12 @@ pub(crate) fn scatter(
             Storage::upload(&len, dev)?,
             Storage::upload(&members, dev)?,
         );
-        let g = Groups {
-            dead: dp,
-            start: st.device_ptr().unwrap_or(0),
-            len: ln.device_ptr().unwrap_or(0),
-            members: mb.device_ptr().unwrap_or(0),
-        };
-        let scalar = target.dtype();
-        // SAFETY: as in `gather`, with `values` holding n elements and the groups nb entries;
-        // only group representatives write, each to its own offsets.
-        unsafe { genesis_kernels::index::scatter_add(&stream, scalar, tp, vp, n, &d, ip, g)? };
-    } else if let Some(rows) = rows16(p, adv, size) {
-        // SAFETY: as in `gather`, on 16-byte aligned rows; live rows are distinct.
-        unsafe { genesis_kernels::index::scatter_rows16(&stream, tp, vp, ip, dp, &rows)? };
+        // SAFETY: as in `gather`; only group representatives write, each to its own offsets.
+        unsafe { target.index_scatter_add(values, &d, idx, [&dead_s, &st, &ln, &mb])? };
     } else {
         // SAFETY: as in `gather`; live positions have distinct index tuples, so they write
         // distinct offsets.
-        unsafe { genesis_kernels::index::scatter(&stream, size, tp, vp, n, &d, ip, dp)? };
+        unsafe { target.index_scatter(values, &d, idx, &dead_s, rows16(p, adv, size).as_ref())? };
     }
     // With a bad device index every position was dead: nothing was written.
     check_bad(adv, &ix)
@@ -564,22 +441,11 @@ pub(crate) fn resolve_mask(mask: &StoredIndex) -> Result<IndexItem> {
     let coords_storage = if k <= 1 {
         positions
     } else {
-        let out = Storage::empty(k * n, DType::I64, storage.device())?;
-        let stream = queue(ordinal(&out)?)?;
+        let mut out = Storage::empty(k * n, DType::I64, storage.device())?;
         let desc = Strided::new(&shape, &vec![0; k], 0).ok_or_else(|| Error::InvalidIndex {
             reason: format!("masks of more than {MAX_INDEX_DIMS} dimensions"),
         })?;
-        // SAFETY: `positions` holds n positions below the mask's size; `out` k * n int64;
-        // both live until the kernel completes (stream-ordered pool).
-        unsafe {
-            genesis_kernels::index::unravel(
-                &stream,
-                positions.device_ptr().unwrap_or(0),
-                n,
-                &desc,
-                out.device_ptr().unwrap_or(0),
-            )?
-        };
+        positions.index_unravel(&desc, &mut out)?;
         Arc::new(out)
     };
     let mut coords = Vec::with_capacity(k);

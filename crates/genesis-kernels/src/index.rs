@@ -1,10 +1,34 @@
-//! Launchers of the advanced-indexing kernels (`kernels/index.cu`).
+//! Launchers of the advanced-indexing kernels (`kernels/index.cu`), on device spans.
+//!
+//! The gathers and scatters read and write at offsets computed from index values that live on
+//! the device, which no host check sees: those launchers are `unsafe`, with the promise that
+//! the values are in range (normalised by [`normalise`], or checked when the plan was made).
+//! Every other extent is checked against the spans.
 
 use std::ffi::c_void;
 
-use genesis_cuda::{Kernel, LaunchConfig, Stream};
+use genesis_cuda::{DeviceSpan, DeviceSpanMut, Kernel, LaunchConfig, Stream};
 
 use crate::{DType, Error, Result, images};
+
+/// `Err(LengthMismatch)` when `got < need`.
+fn at_least(op: &'static str, need: usize, got: usize) -> Result<()> {
+    if got < need {
+        return Err(Error::LengthMismatch {
+            op,
+            expected: need,
+            got,
+        });
+    }
+    Ok(())
+}
+
+impl IndexDesc {
+    /// Index values the descriptor reads: `n_adv * nb`.
+    fn index_len(&self) -> usize {
+        (self.n_adv.max(0) as usize).saturating_mul(self.nb.max(0) as usize)
+    }
+}
 
 /// Most result dimensions, and most index arrays, a kernel handles.
 pub const MAX_INDEX_DIMS: usize = 8;
@@ -57,25 +81,27 @@ fn by_size(prefix: &'static str, elem: usize) -> Result<&'static str> {
     })
 }
 
-/// Queues `dst[i] = src[offset(i)]` for the `n` result elements.
+/// Queues `dst[i] = src[offset(i)]` for the `dst.len() / elem` result elements (`src` and
+/// `dst` as bytes, `idx` the `n_adv * nb` index values).
 ///
 /// # Safety
 ///
-/// `src` must cover every offset the descriptor and the `n_adv * nb` indices at `idx` reach
-/// (indices already normalised and in range), `dst` must hold `n` elements, all device memory
-/// of the stream's device valid until the kernel completes.
+/// Every offset the descriptor and the index values reach lies in `src` (the values normalised
+/// and in range).
 pub unsafe fn gather(
     stream: &Stream,
     elem: usize,
-    src: u64,
-    dst: u64,
-    n: usize,
+    src: DeviceSpan<'_, u8>,
+    dst: DeviceSpanMut<'_, u8>,
     desc: &IndexDesc,
-    idx: u64,
+    idx: DeviceSpan<'_, i64>,
 ) -> Result<()> {
+    let n = dst.len() / elem.max(1);
     if n == 0 {
         return Ok(());
     }
+    at_least("index gather", desc.index_len(), idx.len())?;
+    let (src, dst, idx) = (src.addr(), dst.addr(), idx.addr());
     let kernel = Kernel::get(stream.context(), &images::INDEX, by_size("gather", elem)?)?;
     let (mut s, mut d, mut n64, mut de, mut ix) = (src, dst, n as u64, *desc, idx);
     let mut params: [*mut c_void; 5] = [
@@ -86,32 +112,35 @@ pub unsafe fn gather(
         (&raw mut ix).cast(),
     ];
     // SAFETY: the parameters match `index_gather_eN(const T*, T*, uint64_t, GxIndex, const
-    // int64_t*)`; the caller vouches for the memory.
+    // int64_t*)`; `dst` holds `n` elements and `idx` the index values (checked); the caller
+    // vouches that every offset read lies in `src`.
     unsafe { kernel.launch(stream, launch_config(stream, n), &mut params)? };
     Ok(())
 }
 
-/// Queues `dst[offset(i)] = vals[i]` for the `n` result elements whose index position is not
-/// marked in `dead` (one byte per position: later positions with the same index tuple win).
+/// Queues `dst[offset(i)] = vals[i]` for the `vals.len() / elem` result elements whose index
+/// position is not marked in `dead` (one byte per position: later positions with the same
+/// index tuple win).
 ///
 /// # Safety
 ///
-/// As [`gather`], with `vals` holding `n` elements and `dead` `nb` bytes; the live positions
-/// must write distinct offsets.
-#[allow(clippy::too_many_arguments)]
+/// As [`gather`], for `dst`; the live positions write distinct offsets.
 pub unsafe fn scatter(
     stream: &Stream,
     elem: usize,
-    dst: u64,
-    vals: u64,
-    n: usize,
+    dst: DeviceSpanMut<'_, u8>,
+    vals: DeviceSpan<'_, u8>,
     desc: &IndexDesc,
-    idx: u64,
-    dead: u64,
+    idx: DeviceSpan<'_, i64>,
+    dead: DeviceSpan<'_, u8>,
 ) -> Result<()> {
+    let n = vals.len() / elem.max(1);
     if n == 0 {
         return Ok(());
     }
+    at_least("index scatter", desc.index_len(), idx.len())?;
+    at_least("index scatter", desc.nb.max(0) as usize, dead.len())?;
+    let (dst, vals, idx, dead) = (dst.addr(), vals.addr(), idx.addr(), dead.addr());
     let kernel = Kernel::get(stream.context(), &images::INDEX, by_size("scatter", elem)?)?;
     let (mut d, mut v, mut n64, mut de, mut ix, mut dd) = (dst, vals, n as u64, *desc, idx, dead);
     let mut params: [*mut c_void; 6] = [
@@ -123,24 +152,24 @@ pub unsafe fn scatter(
         (&raw mut dd).cast(),
     ];
     // SAFETY: the parameters match `index_scatter_eN(T*, const T*, uint64_t, GxIndex, const
-    // int64_t*, const uint8_t*)`; the caller vouches for the memory.
+    // int64_t*, const uint8_t*)`; `vals`, `idx` and `dead` hold what is read (checked); the
+    // caller vouches for the offsets written.
     unsafe { kernel.launch(stream, launch_config(stream, n), &mut params)? };
     Ok(())
 }
 
-/// The device addresses of the accumulate groups: for each representative index position `b`,
-/// its members (positions with the same index tuple, in order) are
-/// `members[start[b] .. start[b] + len[b]]`.
+/// The accumulate groups: for each representative index position `b`, its members (positions
+/// with the same index tuple, in order) are `members[start[b] .. start[b] + len[b]]`.
 #[derive(Debug, Clone, Copy)]
-pub struct Groups {
+pub struct Groups<'a> {
     /// `nb` bytes: non-zero for positions that are not their group's representative.
-    pub dead: u64,
+    pub dead: DeviceSpan<'a, u8>,
     /// `nb` i64: where each group starts in `members`.
-    pub start: u64,
+    pub start: DeviceSpan<'a, i64>,
     /// `nb` i64: each group's length.
-    pub len: u64,
+    pub len: DeviceSpan<'a, i64>,
     /// `nb` i64: the positions, grouped.
-    pub members: u64,
+    pub members: DeviceSpan<'a, i64>,
 }
 
 /// Queues `dst[offset] += vals[...]` summing each group's contributions in index order
@@ -148,21 +177,27 @@ pub struct Groups {
 ///
 /// # Safety
 ///
-/// As [`scatter`], with `groups` describing `nb` positions.
-#[allow(clippy::too_many_arguments)]
+/// As [`scatter`], with `groups` describing the `nb` positions (starts and lengths within
+/// `members`, member positions below `nb`).
 pub unsafe fn scatter_add(
     stream: &Stream,
     scalar: DType,
-    dst: u64,
-    vals: u64,
-    n: usize,
+    dst: DeviceSpanMut<'_, u8>,
+    vals: DeviceSpan<'_, u8>,
     desc: &IndexDesc,
-    idx: u64,
-    groups: Groups,
+    idx: DeviceSpan<'_, i64>,
+    groups: Groups<'_>,
 ) -> Result<()> {
+    let n = vals.len() / scalar.size();
     if n == 0 {
         return Ok(());
     }
+    let nb = desc.nb.max(0) as usize;
+    at_least("index scatter_add", desc.index_len(), idx.len())?;
+    at_least("index scatter_add", nb, groups.dead.len())?;
+    at_least("index scatter_add", nb, groups.start.len())?;
+    at_least("index scatter_add", nb, groups.len.len())?;
+    let (dst, vals, idx) = (dst.addr(), vals.addr(), idx.addr());
     let name: &'static str = match scalar {
         DType::Bool => "index_scatter_add_bool",
         DType::U8 => "index_scatter_add_u8",
@@ -177,7 +212,12 @@ pub unsafe fn scatter_add(
     };
     let kernel = Kernel::get(stream.context(), &images::INDEX, name)?;
     let (mut d, mut v, mut n64, mut de, mut ix) = (dst, vals, n as u64, *desc, idx);
-    let (mut dd, mut st, mut ln, mut mb) = (groups.dead, groups.start, groups.len, groups.members);
+    let (mut dd, mut st, mut ln, mut mb) = (
+        groups.dead.addr(),
+        groups.start.addr(),
+        groups.len.addr(),
+        groups.members.addr(),
+    );
     let mut params: [*mut c_void; 9] = [
         (&raw mut d).cast(),
         (&raw mut v).cast(),
@@ -190,7 +230,8 @@ pub unsafe fn scatter_add(
         (&raw mut mb).cast(),
     ];
     // SAFETY: the parameters match `index_scatter_add_<T>(T*, const T*, uint64_t, GxIndex,
-    // const int64_t*, const uint8_t*, const int64_t* x3)`; the caller vouches for the memory.
+    // const int64_t*, const uint8_t*, const int64_t* x3)`; the spans hold what is read
+    // (checked); the caller vouches for the offsets written and the groups.
     unsafe { kernel.launch(stream, launch_config(stream, n), &mut params)? };
     Ok(())
 }
@@ -225,18 +266,21 @@ fn rows_config(_stream: &Stream, r: &Rows16) -> LaunchConfig {
 ///
 /// # Safety
 ///
-/// `src` and `dst` must be 16-byte aligned device memory of the stream's device covering the
-/// rows described (indices in range), `idx` `nrows` i64, all valid until the kernel completes.
+/// The rows the index values name lie in `src` (values in range); `src` and `dst` are 16-byte
+/// aligned.
 pub unsafe fn gather_rows16(
     stream: &Stream,
-    src: u64,
-    dst: u64,
-    idx: u64,
+    src: DeviceSpan<'_, u8>,
+    dst: DeviceSpanMut<'_, u8>,
+    idx: DeviceSpan<'_, i64>,
     rows: &Rows16,
 ) -> Result<()> {
     if rows.nrows == 0 || rows.row_units == 0 {
         return Ok(());
     }
+    at_least("gather_rows16", rows.nrows, idx.len())?;
+    at_least("gather_rows16", rows.nrows * rows.row_units * 16, dst.len())?;
+    let (src, dst, idx) = (src.addr(), dst.addr(), idx.addr());
     let kernel = Kernel::get(stream.context(), &images::INDEX, "index_gather_rows16")?;
     let (mut s, mut d, mut i) = (src, dst, idx);
     let (mut n, mut ru, mut bu, mut su) = (
@@ -254,7 +298,8 @@ pub unsafe fn gather_rows16(
         (&raw mut bu).cast(),
         (&raw mut su).cast(),
     ];
-    // SAFETY: the parameters match `index_gather_rows16`; the caller vouches for the memory.
+    // SAFETY: the parameters match `index_gather_rows16`; `dst` holds the rows and `idx` the
+    // values (checked); the caller vouches for the rows read.
     unsafe { kernel.launch(stream, rows_config(stream, rows), &mut params)? };
     Ok(())
 }
@@ -263,18 +308,26 @@ pub unsafe fn gather_rows16(
 ///
 /// # Safety
 ///
-/// As [`gather_rows16`], with `dead` holding `nrows` bytes and the live rows distinct.
+/// As [`gather_rows16`], for the rows written in `dst`; the live rows are distinct.
 pub unsafe fn scatter_rows16(
     stream: &Stream,
-    dst: u64,
-    vals: u64,
-    idx: u64,
-    dead: u64,
+    dst: DeviceSpanMut<'_, u8>,
+    vals: DeviceSpan<'_, u8>,
+    idx: DeviceSpan<'_, i64>,
+    dead: DeviceSpan<'_, u8>,
     rows: &Rows16,
 ) -> Result<()> {
     if rows.nrows == 0 || rows.row_units == 0 {
         return Ok(());
     }
+    at_least("scatter_rows16", rows.nrows, idx.len())?;
+    at_least("scatter_rows16", rows.nrows, dead.len())?;
+    at_least(
+        "scatter_rows16",
+        rows.nrows * rows.row_units * 16,
+        vals.len(),
+    )?;
+    let (dst, vals, idx, dead) = (dst.addr(), vals.addr(), idx.addr(), dead.addr());
     let kernel = Kernel::get(stream.context(), &images::INDEX, "index_scatter_rows16")?;
     let (mut d, mut v, mut i, mut dd) = (dst, vals, idx, dead);
     let (mut n, mut ru, mut bu, mut su) = (
@@ -293,17 +346,19 @@ pub unsafe fn scatter_rows16(
         (&raw mut bu).cast(),
         (&raw mut su).cast(),
     ];
-    // SAFETY: the parameters match `index_scatter_rows16`; the caller vouches for the memory.
+    // SAFETY: the parameters match `index_scatter_rows16`; `vals`, `idx` and `dead` hold what
+    // is read (checked); the caller vouches for the rows written.
     unsafe { kernel.launch(stream, rows_config(stream, rows), &mut params)? };
     Ok(())
 }
 
-/// A device index array as it is: its address, whether its values are int32 (else int64), the
-/// distance between them in elements, and the size of the dimension they index.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RawIndex {
-    /// Address of the first value.
-    pub ptr: u64,
+/// A device index array as it is: its values (as bytes, from the first), whether they are int32
+/// (else int64), the distance between them in elements, and the size of the dimension they
+/// index.
+#[derive(Debug, Clone, Copy)]
+pub struct RawIndex<'a> {
+    /// The values, from the first.
+    pub values: DeviceSpan<'a, u8>,
     /// int32 values (else int64).
     pub i32: bool,
     /// Distance between values, in elements.
@@ -325,30 +380,41 @@ pub const EARLY_VERDICT_MAX_ROWS: usize = 16 << 10;
 /// behind a system-wide fence. Once the host sees the second int32 set, the first is final when
 /// it is 0 (no block writes it later); when it is 1, other blocks may still write it.
 ///
+/// Every value is checked against `idx.size` on the device, so the rows read lie in `src`
+/// when it holds `size` rows.
+///
 /// # Safety
 ///
-/// As [`gather_rows16`], with `idx.ptr` covering `nrows` values `idx.stride` apart, `size` the
-/// number of source rows, and `bad` 8 bytes the device may write (device memory, or page-locked
-/// host memory under unified addressing), all valid until the kernel completes (after an early
-/// verdict of 0, `bad` need only live until the verdict was read).
+/// `src` holds `idx.size` rows of the layout `rows` describes; `bad` is 8 bytes the device may
+/// write (device memory, or page-locked host memory under unified addressing), valid until
+/// the kernel completes (after an early verdict of 0, until the verdict was read).
 pub unsafe fn gather_rows16_checked(
     stream: &Stream,
-    src: u64,
-    dst: u64,
-    idx: &RawIndex,
+    src: DeviceSpan<'_, u8>,
+    dst: DeviceSpanMut<'_, u8>,
+    idx: &RawIndex<'_>,
     bad: u64,
     rows: &Rows16,
 ) -> Result<bool> {
     if rows.nrows == 0 || rows.row_units == 0 {
         return Ok(false);
     }
+    let vsize = if idx.i32 { 4 } else { 8 };
+    let reach = (rows.nrows - 1) * idx.stride.max(0) as usize * vsize + vsize;
+    at_least("gather_rows16_checked", reach, idx.values.len())?;
+    at_least(
+        "gather_rows16_checked",
+        rows.nrows * rows.row_units * 16,
+        dst.len(),
+    )?;
+    let (src, dst) = (src.addr(), dst.addr());
     let early = rows.nrows <= EARLY_VERDICT_MAX_ROWS;
     let kernel = Kernel::get(
         stream.context(),
         &images::INDEX,
         "index_gather_rows16_checked",
     )?;
-    let (mut s, mut d, mut i, mut b) = (src, dst, idx.ptr, bad);
+    let (mut s, mut d, mut i, mut b) = (src, dst, idx.values.addr(), bad);
     let (mut i32f, mut istr, mut size) = (i32::from(idx.i32), idx.stride, idx.size as i64);
     let (mut n, mut ru, mut bu, mut su) = (
         rows.nrows as i64,
@@ -372,7 +438,8 @@ pub unsafe fn gather_rows16_checked(
         (&raw mut e).cast(),
     ];
     // SAFETY: the parameters match `index_gather_rows16_checked(const uint4*, uint4*, const
-    // void*, i32, i64, i64, i32*, i64, i64, i64, i64, i32)`; the caller vouches for the memory.
+    // void*, i32, i64, i64, i32*, i64, i64, i64, i64, i32)`; `dst` and the index values are
+    // in their spans (checked); the caller vouches for `src`'s rows and `bad`.
     unsafe { kernel.launch(stream, rows_config(stream, rows), &mut params)? };
     Ok(early)
 }
@@ -393,6 +460,19 @@ pub struct Strided {
 }
 
 impl Strided {
+    /// One past the last element the layout reaches (0 when empty); negative strides are
+    /// treated as reaching nothing below the offset, as the layouts here have none.
+    fn reach(&self) -> usize {
+        let dims = 0..self.rank.max(0) as usize;
+        if dims.clone().any(|r| self.shape[r] == 0) {
+            return 0;
+        }
+        let hi: i64 = dims
+            .map(|r| (self.shape[r] - 1) * self.stride[r].max(0))
+            .sum();
+        (self.offset + hi + 1).max(0) as usize
+    }
+
     /// The layout `shape` / `stride` from `offset`; `None` past [`MAX_INDEX_DIMS`] dimensions.
     pub fn new(shape: &[usize], stride: &[isize], offset: usize) -> Option<Strided> {
         if shape.len() > MAX_INDEX_DIMS || stride.len() != shape.len() {
@@ -422,9 +502,20 @@ pub struct Keys {
     pub n_adv: i32,
 }
 
-fn launch(stream: &Stream, name: &'static str, n: usize, params: &mut [*mut c_void]) -> Result<()> {
+/// Launches `name` over `n` elements.
+///
+/// # Safety
+///
+/// `params` match the kernel's parameter list, and the memory they point to is valid for what
+/// the kernel reads and writes until it completes.
+unsafe fn launch(
+    stream: &Stream,
+    name: &'static str,
+    n: usize,
+    params: &mut [*mut c_void],
+) -> Result<()> {
     let kernel = Kernel::get(stream.context(), &images::INDEX, name)?;
-    // SAFETY: forwarded from the callers, which match each kernel's parameter list.
+    // SAFETY: forwarded contract.
     unsafe { kernel.launch(stream, launch_config(stream, n), params)? };
     Ok(())
 }
@@ -434,24 +525,27 @@ fn launch(stream: &Stream, name: &'static str, n: usize, params: &mut [*mut c_vo
 /// outside `0..size` is written as 0 and the smallest such `b` lands in `*bad` (atomic min; the
 /// caller initialises it to `u64::MAX`).
 ///
-/// # Safety
-///
-/// `src` must cover every offset `layout` reaches, `out` hold `nb` int64 and `bad` one u64, all
-/// device memory of the stream's device valid until the kernel completes.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn normalise(
+/// `src` holds the values as bytes; `out` receives `nb` int64.
+pub fn normalise(
     stream: &Stream,
     i32: bool,
-    src: u64,
+    src: DeviceSpan<'_, u8>,
     layout: &Strided,
-    nb: usize,
     size: usize,
-    out: u64,
-    bad: u64,
+    out: DeviceSpanMut<'_, i64>,
+    bad: DeviceSpanMut<'_, u64>,
 ) -> Result<()> {
+    let nb = out.len();
     if nb == 0 {
         return Ok(());
     }
+    at_least("index normalise", 1, bad.len())?;
+    at_least(
+        "index normalise",
+        layout.reach().saturating_mul(if i32 { 4 } else { 8 }),
+        src.len(),
+    )?;
+    let (src, out, bad) = (src.addr(), out.addr(), bad.addr());
     let name = if i32 {
         "index_normalise_i32"
     } else {
@@ -467,8 +561,10 @@ pub unsafe fn normalise(
         (&raw mut o).cast(),
         (&raw mut b).cast(),
     ];
-    // Parameters of `index_normalise_*(const I*, GxStrided, u64, i64, i64*, u64*)`.
-    launch(stream, name, nb, &mut params)
+    // SAFETY: the parameters match `index_normalise_*(const I*, GxStrided, u64, i64, i64*,
+    // u64*)`; every offset the layout reaches lies in `src`, `out` holds `nb` values and `bad`
+    // one word (checked).
+    unsafe { launch(stream, name, nb, &mut params) }
 }
 
 /// Queues the dead-position marks of an assignment through `n_adv` normalised index arrays of
@@ -479,23 +575,26 @@ pub unsafe fn normalise(
 ///
 /// # Safety
 ///
-/// `idx` must hold `n_adv * nb` in-range int64, `winner` cover every key, `bad` hold `nbad` u64
-/// and `dead` `nb` bytes, all device memory of the stream's device valid until the kernels
-/// complete.
-#[allow(clippy::too_many_arguments)]
+/// The index values are in range, so that every key lies in `winner`.
 pub unsafe fn dead_positions(
     stream: &Stream,
-    idx: u64,
-    nb: usize,
+    idx: DeviceSpan<'_, i64>,
     keys: &Keys,
-    winner: u64,
-    bad: u64,
-    nbad: usize,
-    dead: u64,
+    winner: DeviceSpanMut<'_, u64>,
+    bad: DeviceSpan<'_, u64>,
+    dead: DeviceSpanMut<'_, u8>,
 ) -> Result<()> {
+    let nb = dead.len();
     if nb == 0 {
         return Ok(());
     }
+    let nbad = bad.len();
+    at_least(
+        "index dead_positions",
+        (keys.n_adv.max(0) as usize).saturating_mul(nb),
+        idx.len(),
+    )?;
+    let (idx, winner, bad, dead) = (idx.addr(), winner.addr(), bad.addr(), dead.addr());
     let (mut ix, mut n64, mut k, mut w) = (idx, nb as u64, *keys, winner);
     let mut params: [*mut c_void; 4] = [
         (&raw mut ix).cast(),
@@ -503,8 +602,9 @@ pub unsafe fn dead_positions(
         (&raw mut k).cast(),
         (&raw mut w).cast(),
     ];
-    // Parameters of `index_winner(const i64*, u64, GxKeys, u64*)`.
-    launch(stream, "index_winner", nb, &mut params)?;
+    // SAFETY: the parameters match `index_winner(const i64*, u64, GxKeys, u64*)`; `idx` holds
+    // the values (checked) and the caller vouches that every key lies in `winner`.
+    unsafe { launch(stream, "index_winner", nb, &mut params)? };
     let (mut b, mut nbd, mut d) = (bad, nbad as i32, dead);
     let mut params: [*mut c_void; 7] = [
         (&raw mut ix).cast(),
@@ -515,27 +615,32 @@ pub unsafe fn dead_positions(
         (&raw mut nbd).cast(),
         (&raw mut d).cast(),
     ];
-    // Parameters of `index_dead(const i64*, u64, GxKeys, const u64*, const u64*, i32, u8*)`.
-    launch(stream, "index_dead", nb, &mut params)
+    // SAFETY: the parameters match `index_dead(const i64*, u64, GxKeys, const u64*, const
+    // u64*, i32, u8*)`; `bad` holds `nbad` words and `dead` `nb` bytes (checked).
+    unsafe { launch(stream, "index_dead", nb, &mut params) }
 }
 
 /// Queues `out[d * n + i]` = coordinate `d` of the row-major position `lin[i]` over `shape`
 /// (the `rank` entries of a [`Strided`]; strides unused).
 ///
-/// # Safety
-///
-/// `lin` must hold `n` positions below the shape's product, `out` `rank * n` int64, device
-/// memory of the stream's device valid until the kernel completes.
-pub unsafe fn unravel(
+/// Each output position depends only on `i`, so any values are safe (positions at or past
+/// the shape's product give meaningless coordinates).
+pub fn unravel(
     stream: &Stream,
-    lin: u64,
-    n: usize,
+    lin: DeviceSpan<'_, i64>,
     shape: &Strided,
-    out: u64,
+    out: DeviceSpanMut<'_, i64>,
 ) -> Result<()> {
+    let n = lin.len();
     if n == 0 {
         return Ok(());
     }
+    at_least(
+        "index unravel",
+        (shape.rank.max(0) as usize).saturating_mul(n),
+        out.len(),
+    )?;
+    let (lin, out) = (lin.addr(), out.addr());
     let (mut l, mut n64, mut s, mut o) = (lin, n as u64, *shape, out);
     let mut params: [*mut c_void; 4] = [
         (&raw mut l).cast(),
@@ -543,6 +648,7 @@ pub unsafe fn unravel(
         (&raw mut s).cast(),
         (&raw mut o).cast(),
     ];
-    // Parameters of `index_unravel(const i64*, u64, GxStrided, i64*)`.
-    launch(stream, "index_unravel", n, &mut params)
+    // SAFETY: the parameters match `index_unravel(const i64*, u64, GxStrided, i64*)`; `lin`
+    // holds `n` values and `out` `rank * n` (checked).
+    unsafe { launch(stream, "index_unravel", n, &mut params) }
 }

@@ -9,6 +9,7 @@ use genesis_mem::{Allocation, CachingAllocator, Config};
 
 use crate::{Error, Result};
 
+mod index;
 mod ops;
 mod transfer;
 

@@ -20,6 +20,8 @@ mod args;
 mod error;
 mod index;
 mod interop;
+#[doc(hidden)]
+pub mod literal;
 mod mask;
 mod matmul;
 mod ops;
@@ -39,6 +41,7 @@ pub use interop::{
     load_safetensors_map, load_safetensors_with_metadata, save_safetensors,
     save_safetensors_with_metadata, serialize_safetensors,
 };
+pub use literal::{Element, TensorData};
 pub use random::{DEFAULT_SEED, Generator, default_generator, manual_seed};
 pub use tensor::{Tensor, broadcast_shape};
 

@@ -274,10 +274,8 @@ pub struct ReducePlan {
 const CHUNK_ALIGN: usize = 64;
 
 /// Rows of a column chunk (inner > 1) when the device stays busy with them: 64 rows a
-/// thread, so the block's closing combine is a small part of its work. H200, 8192 x 8192 over
-/// dim 0 (chunks of at least 64 / 128 / 256 / 512 rows): sum of f32 0.0797 / 0.0841 / 0.0762 /
-/// 0.0731 ms, sum of bf16 0.0625 / 0.0542 / 0.0537 / 0.0481, argmax of f32 (rows 128 / 256 /
-/// 512) 0.1173 / 0.0952 / 0.0963.
+/// thread, so the block's closing combine is a small part of its work (`gpu_elementwise`'s
+/// `sum_dim0_*_rows*` rows time the alternatives).
 pub const COL_MIN_ROWS: usize = 512;
 
 /// Shortest column chunk when splitting further to fill the device.
@@ -305,11 +303,9 @@ impl ReducePlan {
         // block's closing combine and the partials small), but split further, down to
         // COL_FLOOR_ROWS rows, until there are blocks for half a wave of the device.
         // Row reductions split a few long lines into 4 blocks of 256 threads per
-        // multiprocessor (2 for 2-byte elements): on the H200 (64 Mi elements, one line) 4 a
-        // multiprocessor beat 2, 3, 5 and 8 for f32 sum / max (0.0698-0.0700 ms against
-        // 0.0729 with 8) and argmax (0.0796 against 0.1012), and 2 was best for bf16 (0.0405
-        // against 0.0419): long chunks hide each block's start, and the f32 row kernels (40-44
-        // registers) fit 5 blocks a multiprocessor, so 8 left a second, partial wave.
+        // multiprocessor (2 for 2-byte elements): long chunks hide each block's start, and
+        // the f32 row kernels (40-44 registers) fit 5 blocks a multiprocessor, so more than
+        // 4 would leave a second, partial wave.
         let target = sms.max(1) * 32;
         let row_target = sms.max(1) * if elem_bytes <= 2 { 2 } else { 4 };
         let r = shape.r;

@@ -1,208 +1,518 @@
-// Batched matrix multiplication of Genesis: C[b] = A[b] @ B[b] for row-major A [m, k],
-// B [k, n], C [m, n] (f32, f16, bf16; products accumulated in f32, rounded once to the output
-// type). A and B advance by their own batch strides (0 broadcasts one matrix to every batch);
-// C is contiguous. f32 runs on the CUDA cores (a 128x128 tile per block, 8x8 outputs per thread,
-// k-slices of 8 staged through shared memory); f16 and bf16 run on tensor cores (WMMA, below).
-// Both are straightforward kernels without software pipelining: correct first, well short of
-// cuBLAS (see docs/benchmarks.md).
+// Batched matrix multiplication of Genesis: C[b] = A[b] @ B[b], A [m, k], B [k, n], C [m, n]
+// contiguous (row-major, batch stride m * n). Each operand is read in place from its own layout:
+// row-major ("n": A[i][p] at i * lda + p, B[p][j] at p * ldb + j) or column-major, i.e. a
+// transposed view ("t": A[i][p] at p * lda + i, B[p][j] at j * ldb + p), and advances by its own
+// batch stride (0 broadcasts one matrix to every batch). Kernel names end in the two layouts:
+// matmul_<in>[_f32out]_<a><b>, e.g. matmul_bf16_nt. Products are accumulated in f32 and
+// rounded once to the output type (the input type, or f32 for the _f32out kernels).
 //
-// The CPU twin (crates/genesis-kernels/src/matmul.rs) accumulates in f32 in the same k order;
-// the GPU contracts multiply-adds into FMAs, so the two agree within the usual f32 rounding
-// bound (k * 2^-24 * sum |a||b|), not bit for bit.
+// f16 and bf16: tensor cores through `mma.sync.aligned.m16n8k16` (sm_80 and newer; on sm_90 the
+// same instructions run, wgmma is not used here).
+//   * A block of 256 threads (8 warps as 2 x 4) computes a 128 x 128 tile of C; each warp a
+//     64 x 32 sub-tile: 4 x 4 mma tiles of 16 x 8, 64 f32 accumulators per thread.
+//   * K advances in slices of 32 through a 3-stage ring of shared-memory tiles (48 KiB, the
+//     static limit, so no launch attribute is needed) filled by `cp.async` 16-byte copies: the
+//     copies of slice t + 2 are in flight while slice t is multiplied. One barrier per slice.
+//   * Each operand tile is stored "k-major" (rows of 32 k values, 64 bytes, when k is the
+//     contiguous dimension in memory) or "mn-major" (rows of 128 m or n values, 256 bytes, when
+//     m or n is). Fragments come out with `ldmatrix` (k-major) or `ldmatrix.trans` (mn-major),
+//     so a transposed operand costs nothing but the other instruction.
+//   * Shared memory is swizzled: the 16-byte chunk c of row r is stored at chunk
+//     c ^ ((r >> 1) & 3) (64-byte rows) or c ^ (r & 7) (256-byte rows), so the eight rows one
+//     ldmatrix phase reads, and the chunks one cp.async phase writes, fall in eight different
+//     bank groups.
+//   * Edges are predicated: a chunk that runs past k (or m, n) is copied with a source size of
+//     the valid bytes and zero-filled by cp.async; a chunk wholly outside is zero-filled. When a
+//     16-byte copy is not possible (leading dimension or batch stride not a multiple of 8
+//     elements, or a base address not 16-byte aligned) the same tiles are filled by element
+//     loads instead. The epilogue stores pairs where the row allows, single elements otherwise.
+//   * Blocks are ordered in groups of 8 tile rows (consecutive blocks share B tiles and a small
+//     band of A tiles, which stay in L2); blocks stride over the batch by gridDim.y.
 //
-// Launch contract (src/matmul.rs): blocks of 256 threads, grid (ceil(n / 128), ceil(m / 128),
-// min(batch, 65535)); blocks stride over the batch by gridDim.z.
+// f32: CUDA cores, no TF32 (the default precision of PyTorch's matmul).
+//   * A block of 256 threads computes a 128 x 128 tile of C; each thread 8 x 8 outputs, as
+//     2 x 2 sub-tiles of 4 x 4 so that every shared-memory read is a float4 (rows ty*4 and
+//     64 + ty*4, columns tx*4 and 64 + tx*4).
+//   * K advances in slices of 8, double-buffered: the global loads (one float4 per thread and
+//     operand) of slice t + 1 are issued into registers before slice t is multiplied and stored
+//     to the other shared buffer after it; one barrier per slice. Both tiles are kept k-major
+//     in shared memory (A as As[k][m], padded by 4 so the transposing stores do not conflict).
+//   * Edges and unaligned operands are read element by element with bounds checks.
+//
+// The CPU twin (crates/genesis-kernels/src/matmul.rs) accumulates in f32 in increasing k; the
+// kernels accumulate in another order (per k slice and tensor-core instruction) and fuse
+// multiply-adds, so the two agree within the f32 accumulation bound (k * 2^-24 * sum |a||b|)
+// plus one rounding to the output type, not bit for bit.
+//
+// Launch contract (src/matmul.rs): blocks of 256 threads, grid (ceil(m / 128) * ceil(n / 128),
+// min(batch, 65535)). Parameters: (A, B, C, batch, m, n, k, lda, ldb, batch stride of A, batch
+// stride of B), every integer a u64, strides and leading dimensions in elements.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <mma.h>
 #include <stdint.h>
 
-#define BM 128
-#define BN 128
-#define BK 8
-#define TM 8
-#define TN 8
+namespace {
 
-__device__ __forceinline__ float load_f(const float* p) { return *p; }
-__device__ __forceinline__ float load_f(const __half* p) { return __half2float(*p); }
-__device__ __forceinline__ float load_f(const __nv_bfloat16* p) { return __bfloat162float(*p); }
-__device__ __forceinline__ void store_f(float* p, float x) { *p = x; }
-__device__ __forceinline__ void store_f(__half* p, float x) { *p = __float2half_rn(x); }
-__device__ __forceinline__ void store_f(__nv_bfloat16* p, float x) { *p = __float2bfloat16_rn(x); }
+constexpr int THREADS = 256;
+constexpr int GROUP_M = 8;
 
-template <typename T>
-__device__ void gemm(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
-                     uint64_t batch, uint64_t M, uint64_t N, uint64_t K, uint64_t sa,
-                     uint64_t sb) {
-    __shared__ float As[BK][BM + 4];
-    __shared__ float Bs[BK][BN + 4];
-    const int tid = threadIdx.x;
-    const int tx = tid % 16, ty = tid / 16;
-    const uint64_t m0 = (uint64_t)blockIdx.y * BM, n0 = (uint64_t)blockIdx.x * BN;
-    for (uint64_t b = blockIdx.z; b < batch; b += gridDim.z) {
-        const T* a = A + b * sa;
-        const T* bm = B + b * sb;
-        T* c = C + b * M * N;
-        float acc[TM][TN];
+// ---------------------------------------------------------------------------------------------
+// Shared helpers.
+
+__device__ __forceinline__ void store1(float* p, float x) { *p = x; }
+__device__ __forceinline__ void store1(__half* p, float x) { *p = __float2half_rn(x); }
+__device__ __forceinline__ void store1(__nv_bfloat16* p, float x) { *p = __float2bfloat16_rn(x); }
+__device__ __forceinline__ void store2(float* p, float x, float y) {
+    *reinterpret_cast<float2*>(p) = make_float2(x, y);
+}
+__device__ __forceinline__ void store2(__half* p, float x, float y) {
+    *reinterpret_cast<__half2*>(p) = __floats2half2_rn(x, y);
+}
+__device__ __forceinline__ void store2(__nv_bfloat16* p, float x, float y) {
+    *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
+}
+
+// The tile (tile_m, tile_n) of block `pid`, in groups of GROUP_M tile rows.
+__device__ __forceinline__ void tile_of(uint64_t pid, uint64_t tiles_m, uint64_t tiles_n,
+                                        uint64_t& tm, uint64_t& tn) {
+    const uint64_t in_group = GROUP_M * tiles_n;
+    const uint64_t group = pid / in_group;
+    const uint64_t first = group * GROUP_M;
+    const uint64_t size = min(tiles_m - first, (uint64_t)GROUP_M);
+    const uint64_t r = pid % in_group;
+    tm = first + r % size;
+    tn = r / size;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tensor-core kernel (f16, bf16).
+
+constexpr int TC_BM = 128, TC_BN = 128, TC_BK = 32, TC_STAGES = 3;
+constexpr int TC_CHUNKS = TC_BM * TC_BK / 8;  // 16-byte chunks per operand tile (512)
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1, __nv_bfloat16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1, __half) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Chunk offsets (in 16-byte chunks) inside a swizzled tile.
+// k-major: 128 rows (m or n) of 4 chunks (32 k values).
+__device__ __forceinline__ int kmajor_chunk(int row, int c) { return row * 4 + (c ^ ((row >> 1) & 3)); }
+// mn-major: 32 rows (k) of 16 chunks (128 m or n values).
+__device__ __forceinline__ int mnmajor_chunk(int row, int c) { return row * 16 + (c ^ (row & 7)); }
+
+// The loads of one thread into one operand's tiles: two 16-byte chunks per k slice. KMAJOR:
+// element (mn, k) at base[mn * ld + k], else at base[k * ld + mn]; `extent` is m (A) or n (B).
+// Chunk i of the thread is row (tid / 4 + 64 i) and chunk tid % 4 of a k-major tile, or row
+// (tid / 16 + 16 i) and chunk tid % 16 of an mn-major one.
+template <bool KMAJOR, bool VEC>
+struct TileLoader {
+    const uint16_t* src;  // the thread's first chunk at k slice 0
+    uint64_t step;        // elements between consecutive k slices
+    uint64_t next;        // elements between the thread's two chunks
+    int64_t inner_left;   // KMAJOR: k values from the chunk's start to K at slice 0;
+                          // else: m/n values from the chunk's start to the extent
+    int64_t outer_left[2];  // KMAJOR: 1 if the row is inside the extent, else 0;
+                            // else: k rows from the chunk's row to K at slice 0
+    uint32_t dst[2];      // byte offsets of the two chunks in the tile
+
+    __device__ __forceinline__ TileLoader(const uint16_t* base, uint64_t ld, uint64_t extent,
+                                          uint64_t K, uint64_t mn0, int tid) {
+        if (KMAJOR) {
+            const int row = tid >> 2, c = tid & 3;
+            src = base + (mn0 + row) * ld + c * 8;
+            step = TC_BK;
+            next = 64 * ld;
+            inner_left = (int64_t)K - c * 8;
 #pragma unroll
-        for (int i = 0; i < TM; ++i)
-#pragma unroll
-            for (int j = 0; j < TN; ++j) acc[i][j] = 0.0f;
-        for (uint64_t k0 = 0; k0 < K; k0 += BK) {
-#pragma unroll
-            for (int l = 0; l < (BM * BK) / 256; ++l) {
-                int idx = tid + 256 * l;
-                int r = idx / BK, kk = idx % BK;
-                uint64_t gr = m0 + r, gk = k0 + kk;
-                As[kk][r] = (gr < M && gk < K) ? load_f(a + gr * K + gk) : 0.0f;
+            for (int i = 0; i < 2; ++i) {
+                outer_left[i] = mn0 + row + 64 * i < extent;
+                dst[i] = kmajor_chunk(row + 64 * i, c) * 16;
             }
+        } else {
+            const int row = tid >> 4, c = tid & 15;
+            src = base + (uint64_t)row * ld + mn0 + c * 8;
+            step = TC_BK * ld;
+            next = 16 * ld;
+            inner_left = (int64_t)extent - (int64_t)(mn0 + c * 8);
 #pragma unroll
-            for (int l = 0; l < (BN * BK) / 256; ++l) {
-                int idx = tid + 256 * l;
-                int kk = idx / BN, col = idx % BN;
-                uint64_t gk = k0 + kk, gc = n0 + col;
-                Bs[kk][col] = (gk < K && gc < N) ? load_f(bm + gk * N + gc) : 0.0f;
+            for (int i = 0; i < 2; ++i) {
+                outer_left[i] = (int64_t)K - (row + 16 * i);
+                dst[i] = mnmajor_chunk(row + 16 * i, c) * 16;
             }
+        }
+    }
+
+    // Queues (VEC) or performs the loads of k slice `kt` into the tile at shared address `tile`.
+    __device__ __forceinline__ void load(uint32_t tile, int kt) const {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            int valid;
+            if (KMAJOR) {
+                const int64_t left = inner_left - (int64_t)kt * TC_BK;
+                valid = outer_left[i] ? (int)max((int64_t)0, min(left, (int64_t)8)) : 0;
+            } else {
+                valid = outer_left[i] - (int64_t)kt * TC_BK > 0
+                            ? (int)max((int64_t)0, min(inner_left, (int64_t)8))
+                            : 0;
+            }
+            const uint16_t* p = src + (uint64_t)kt * step + i * next;
+            if (VEC) {
+                cp_async16(tile + dst[i], valid > 0 ? p : src, valid * 2);
+            } else {
+                uint16_t v[8];
+#pragma unroll
+                for (int e = 0; e < 8; ++e) v[e] = e < valid ? p[e] : (uint16_t)0;
+                const uint32_t x = v[0] | ((uint32_t)v[1] << 16), y = v[2] | ((uint32_t)v[3] << 16);
+                const uint32_t z = v[4] | ((uint32_t)v[5] << 16), w = v[6] | ((uint32_t)v[7] << 16);
+                asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(tile + dst[i]), "r"(x),
+                             "r"(y), "r"(z), "r"(w));
+            }
+        }
+    }
+};
+
+constexpr int TC_TILE_BYTES = TC_CHUNKS * 16;               // one operand tile (8 KiB)
+constexpr int TC_STAGE_BYTES = 2 * TC_TILE_BYTES;           // A and B tiles of one k slice
+constexpr int TC_SMEM_BYTES = TC_STAGES * TC_STAGE_BYTES;   // 48 KiB
+
+template <typename T, typename O, bool TA, bool TB, bool VEC>
+__device__ __forceinline__ void gemm_tc(uint4* smem, const T* __restrict__ A,
+                                        const T* __restrict__ B, O* __restrict__ C,
+                                        uint64_t batch, uint64_t M, uint64_t N, uint64_t K,
+                                        uint64_t lda, uint64_t ldb, uint64_t sa, uint64_t sb) {
+    // A is k-major when row-major (not transposed); B is k-major when transposed.
+    constexpr bool A_KMAJOR = !TA;
+    constexpr bool B_KMAJOR = TB;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = warp >> 2, wn = warp & 3;  // 2 x 4 warps, 64 x 32 each
+    const uint64_t tiles_m = (M + TC_BM - 1) / TC_BM, tiles_n = (N + TC_BN - 1) / TC_BN;
+    uint64_t tm, tn;
+    tile_of(blockIdx.x, tiles_m, tiles_n, tm, tn);
+    const uint64_t m0 = tm * TC_BM, n0 = tn * TC_BN;
+    const int kt_n = (int)((K + TC_BK - 1) / TC_BK);
+    const int q = lane >> 3, r8 = lane & 7;
+    const uint32_t sbase = smem_addr(smem);
+
+    // ldmatrix addresses (byte offsets in a stage) of this lane for the first m16 tile of A and
+    // the first pair of n8 tiles of B at k step 0. The swizzle of a k-major row depends only on
+    // the lane (tiles start on multiples of 16 rows), so the other tiles are 1 KiB further and
+    // the second k step flips chunk bit 1; in an mn-major tile the tiles flip chunk bits 1-2 and
+    // the second k step is 16 rows (4 KiB) further.
+    const uint32_t la0 = 16 * (A_KMAJOR ? kmajor_chunk(wm * 64 + (q & 1) * 8 + r8, q >> 1)
+                                        : mnmajor_chunk((q >> 1) * 8 + r8, wm * 8 + (q & 1)));
+    const uint32_t lb0 = TC_TILE_BYTES +
+                         16 * (B_KMAJOR ? kmajor_chunk(wn * 32 + (q >> 1) * 8 + r8, q & 1)
+                                        : mnmajor_chunk((q & 1) * 8 + r8, wn * 4 + (q >> 1)));
+    auto a_off = [&](int ks, int mi) -> uint32_t {
+        return A_KMAJOR ? (la0 ^ (ks << 5)) + mi * 1024 : (la0 ^ (mi << 5)) + ks * 4096;
+    };
+    auto b_off = [&](int ks, int nj) -> uint32_t {
+        return B_KMAJOR ? (lb0 ^ (ks << 5)) + nj * 1024 : (lb0 ^ (nj << 5)) + ks * 4096;
+    };
+
+    for (uint64_t b = blockIdx.y; b < batch; b += gridDim.y) {
+        const TileLoader<A_KMAJOR, VEC> ga(reinterpret_cast<const uint16_t*>(A) + b * sa, lda, M, K,
+                                           m0, tid);
+        const TileLoader<B_KMAJOR, VEC> gb(reinterpret_cast<const uint16_t*>(B) + b * sb, ldb, N, K,
+                                           n0, tid);
+        float acc[4][4][4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+
+#pragma unroll
+        for (int s = 0; s < TC_STAGES - 1; ++s) {
+            if (s < kt_n) {
+                ga.load(sbase + s * TC_STAGE_BYTES, s);
+                gb.load(sbase + s * TC_STAGE_BYTES + TC_TILE_BYTES, s);
+            }
+            cp_async_commit();
+        }
+
+        int read = 0, write = TC_STAGES - 1;
+        for (int kt = 0; kt < kt_n; ++kt) {
+            cp_async_wait<TC_STAGES - 2>();
             __syncthreads();
+            if (kt + TC_STAGES - 1 < kt_n) {
+                ga.load(sbase + write * TC_STAGE_BYTES, kt + TC_STAGES - 1);
+                gb.load(sbase + write * TC_STAGE_BYTES + TC_TILE_BYTES, kt + TC_STAGES - 1);
+            }
+            cp_async_commit();
+            write = write == TC_STAGES - 1 ? 0 : write + 1;
+
+            const uint32_t stage = sbase + read * TC_STAGE_BYTES;
+            read = read == TC_STAGES - 1 ? 0 : read + 1;
 #pragma unroll
-            for (int kk = 0; kk < BK; ++kk) {
-                float av[TM], bv[TN];
+            for (int ks = 0; ks < TC_BK / 16; ++ks) {
+                uint32_t fb[4][2];
 #pragma unroll
-                for (int i = 0; i < TM; ++i) av[i] = As[kk][ty + 16 * i];
+                for (int nj = 0; nj < 2; ++nj) {
+                    uint32_t t[4];
+                    if (B_KMAJOR)
+                        ldmatrix_x4(t, stage + b_off(ks, nj));
+                    else
+                        ldmatrix_x4_trans(t, stage + b_off(ks, nj));
+                    fb[nj * 2][0] = t[0];
+                    fb[nj * 2][1] = t[1];
+                    fb[nj * 2 + 1][0] = t[2];
+                    fb[nj * 2 + 1][1] = t[3];
+                }
 #pragma unroll
-                for (int j = 0; j < TN; ++j) bv[j] = Bs[kk][tx + 16 * j];
+                for (int mi = 0; mi < 4; ++mi) {
+                    uint32_t fa[4];
+                    if (A_KMAJOR)
+                        ldmatrix_x4(fa, stage + a_off(ks, mi));
+                    else
+                        ldmatrix_x4_trans(fa, stage + a_off(ks, mi));
 #pragma unroll
-                for (int i = 0; i < TM; ++i)
+                    for (int nj = 0; nj < 4; ++nj) mma16816(acc[mi][nj], fa, fb[nj][0], fb[nj][1], T());
+                }
+            }
+        }
+        cp_async_wait<0>();
+        __syncthreads();  // the ring is refilled by the next batch
+
+        // Epilogue: thread (g = lane / 4, p = lane % 4) holds rows g and g + 8, columns 2p and
+        // 2p + 1 of each 16 x 8 tile.
+        O* c = C + b * M * N;
+        const bool pairs = N % 2 == 0 && ((uintptr_t)C & (2 * sizeof(O) - 1)) == 0;
 #pragma unroll
-                    for (int j = 0; j < TN; ++j) acc[i][j] += av[i] * bv[j];
+        for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const uint64_t gr = m0 + wm * 64 + mi * 16 + h * 8 + (lane >> 2);
+                if (gr >= M) continue;
+#pragma unroll
+                for (int nj = 0; nj < 4; ++nj) {
+                    const uint64_t gc = n0 + wn * 32 + nj * 8 + (lane & 3) * 2;
+                    O* p = c + gr * N + gc;
+                    const float x = acc[mi][nj][h * 2], y = acc[mi][nj][h * 2 + 1];
+                    if (pairs && gc + 1 < N) {
+                        store2(p, x, y);
+                    } else {
+                        if (gc < N) store1(p, x);
+                        if (gc + 1 < N) store1(p + 1, y);
+                    }
+                }
+            }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// f32 kernel (CUDA cores).
+
+constexpr int F_BM = 128, F_BN = 128, F_BK = 8, F_PAD = 4;
+
+// One float4 of the [mn0, mn0 + 128) x [k0, k0 + 8) tile of an operand, loaded into `v`.
+// KMAJOR: element (mn, k) at base[mn * ld + k] (the float4 runs along k), else at
+// base[k * ld + mn] (along mn).
+template <bool KMAJOR, bool VEC>
+__device__ __forceinline__ void f32_load(float4& v, const float* base, uint64_t ld, uint64_t extent,
+                                         uint64_t K, uint64_t mn0, uint64_t k0, int tid) {
+    uint64_t outer, inner, outer_n, inner_n;
+    if (KMAJOR) {
+        outer = mn0 + (tid >> 1);
+        inner = k0 + (tid & 1) * 4;
+        outer_n = extent;
+        inner_n = K;
+    } else {
+        outer = k0 + (tid >> 5);
+        inner = mn0 + (tid & 31) * 4;
+        outer_n = K;
+        inner_n = extent;
+    }
+    const float* src = base + outer * ld + inner;
+    if (VEC && outer < outer_n && inner + 4 <= inner_n) {
+        v = __ldg(reinterpret_cast<const float4*>(src));
+    } else {
+        const bool row = outer < outer_n;
+        v.x = row && inner + 0 < inner_n ? src[0] : 0.0f;
+        v.y = row && inner + 1 < inner_n ? src[1] : 0.0f;
+        v.z = row && inner + 2 < inner_n ? src[2] : 0.0f;
+        v.w = row && inner + 3 < inner_n ? src[3] : 0.0f;
+    }
+}
+
+// Stores a loaded float4 into the k-major shared tile s[k][mn].
+template <bool KMAJOR>
+__device__ __forceinline__ void f32_store(float (*s)[F_BM + F_PAD], const float4& v, int tid) {
+    if (KMAJOR) {
+        const int mn = tid >> 1, k = (tid & 1) * 4;
+        s[k + 0][mn] = v.x;
+        s[k + 1][mn] = v.y;
+        s[k + 2][mn] = v.z;
+        s[k + 3][mn] = v.w;
+    } else {
+        *reinterpret_cast<float4*>(&s[tid >> 5][(tid & 31) * 4]) = v;
+    }
+}
+
+template <bool TA, bool TB, bool VEC>
+__device__ __forceinline__ void gemm_f32(const float* __restrict__ A, const float* __restrict__ B,
+                                         float* __restrict__ C, uint64_t batch, uint64_t M,
+                                         uint64_t N, uint64_t K, uint64_t lda, uint64_t ldb,
+                                         uint64_t sa, uint64_t sb) {
+    constexpr bool A_KMAJOR = !TA;
+    constexpr bool B_KMAJOR = TB;
+    __shared__ __align__(16) float As[2][F_BK][F_BM + F_PAD];
+    __shared__ __align__(16) float Bs[2][F_BK][F_BN + F_PAD];
+    const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
+    const uint64_t tiles_m = (M + F_BM - 1) / F_BM, tiles_n = (N + F_BN - 1) / F_BN;
+    uint64_t tm, tn;
+    tile_of(blockIdx.x, tiles_m, tiles_n, tm, tn);
+    const uint64_t m0 = tm * F_BM, n0 = tn * F_BN;
+    const int kt_n = (int)((K + F_BK - 1) / F_BK);
+
+    for (uint64_t b = blockIdx.y; b < batch; b += gridDim.y) {
+        const float* a = A + b * sa;
+        const float* bm = B + b * sb;
+        float* c = C + b * M * N;
+        float acc[8][8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+#pragma unroll
+            for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
+
+        float4 va, vb;
+        if (kt_n > 0) {
+            f32_load<A_KMAJOR, VEC>(va, a, lda, M, K, m0, 0, tid);
+            f32_load<B_KMAJOR, VEC>(vb, bm, ldb, N, K, n0, 0, tid);
+            f32_store<A_KMAJOR>(As[0], va, tid);
+            f32_store<B_KMAJOR>(Bs[0], vb, tid);
+        }
+        __syncthreads();
+        for (int kt = 0; kt < kt_n; ++kt) {
+            const int cur = kt & 1;
+            const bool more = kt + 1 < kt_n;
+            if (more) {
+                const uint64_t k0 = (uint64_t)(kt + 1) * F_BK;
+                f32_load<A_KMAJOR, VEC>(va, a, lda, M, K, m0, k0, tid);
+                f32_load<B_KMAJOR, VEC>(vb, bm, ldb, N, K, n0, k0, tid);
+            }
+#pragma unroll
+            for (int k = 0; k < F_BK; ++k) {
+                const float4 a0 = *reinterpret_cast<const float4*>(&As[cur][k][ty * 4]);
+                const float4 a1 = *reinterpret_cast<const float4*>(&As[cur][k][64 + ty * 4]);
+                const float4 b0 = *reinterpret_cast<const float4*>(&Bs[cur][k][tx * 4]);
+                const float4 b1 = *reinterpret_cast<const float4*>(&Bs[cur][k][64 + tx * 4]);
+                const float av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+                const float bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+                for (int i = 0; i < 8; ++i)
+#pragma unroll
+                    for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+            }
+            if (more) {
+                f32_store<A_KMAJOR>(As[cur ^ 1], va, tid);
+                f32_store<B_KMAJOR>(Bs[cur ^ 1], vb, tid);
             }
             __syncthreads();
         }
+
+        const bool quads = N % 4 == 0 && ((uintptr_t)C & 15) == 0;
 #pragma unroll
-        for (int i = 0; i < TM; ++i) {
-            uint64_t gr = m0 + ty + 16 * i;
+        for (int i = 0; i < 8; ++i) {
+            const uint64_t gr = m0 + (i < 4 ? ty * 4 + i : 64 + ty * 4 + i - 4);
             if (gr >= M) continue;
 #pragma unroll
-            for (int j = 0; j < TN; ++j) {
-                uint64_t gc = n0 + tx + 16 * j;
-                if (gc < N) store_f(c + gr * N + gc, acc[i][j]);
+            for (int h = 0; h < 2; ++h) {
+                const uint64_t gc = n0 + h * 64 + tx * 4;
+                float* p = c + gr * N + gc;
+                const float* v = &acc[i][h * 4];
+                if (quads && gc + 4 <= N) {
+                    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+                } else {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        if (gc + e < N) p[e] = v[e];
+                }
             }
         }
     }
 }
 
-#define GEMM(name, T)                                                                          \
-    extern "C" __global__ void __launch_bounds__(256)                                          \
-        name(const T* A, const T* B, T* C, uint64_t batch, uint64_t M, uint64_t N, uint64_t K, \
-             uint64_t sa, uint64_t sb) {                                                       \
-        gemm<T>(A, B, C, batch, M, N, K, sa, sb);                                              \
+}  // namespace
+
+#define PARAMS(T, O)                                                                           \
+    const T *A, const T *B, O *C, uint64_t batch, uint64_t M, uint64_t N, uint64_t K,          \
+        uint64_t lda, uint64_t ldb, uint64_t sa, uint64_t sb
+#define ARGS A, B, C, batch, M, N, K, lda, ldb, sa, sb
+
+// 16-byte copies for an operand when its rows and batches start on 16-byte boundaries.
+#define TC_VEC(X, ld, s) ((ld) % 8 == 0 && (s) % 8 == 0 && ((uintptr_t)(X) & 15) == 0)
+// <name>: operands whose leading dimensions and batch strides are multiples of 8 elements and
+// whose addresses are 16-byte aligned (16-byte cp.async); <name>_any: any operands.
+#define TC(name, T, O, TA, TB)                                                                 \
+    extern "C" __global__ void __launch_bounds__(THREADS, 2) name(PARAMS(T, O)) {             \
+        __shared__ __align__(128) uint4 smem[TC_SMEM_BYTES / 16];                              \
+        gemm_tc<T, O, TA, TB, true>(smem, ARGS);                                               \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(THREADS, 2) name##_any(PARAMS(T, O)) {       \
+        __shared__ __align__(128) uint4 smem[TC_SMEM_BYTES / 16];                              \
+        gemm_tc<T, O, TA, TB, false>(smem, ARGS);                                              \
     }
+#define TC4(prefix, T, O)                                      \
+    TC(prefix##_nn, T, O, false, false)                        \
+    TC(prefix##_nt, T, O, false, true)                         \
+    TC(prefix##_tn, T, O, true, false)                         \
+    TC(prefix##_tt, T, O, true, true)
 
-GEMM(matmul_f32, float)
-GEMM(matmul_f16, __half)
-GEMM(matmul_bf16, __nv_bfloat16)
+TC4(matmul_bf16, __nv_bfloat16, __nv_bfloat16)
+TC4(matmul_bf16_f32out, __nv_bfloat16, float)
+TC4(matmul_f16, __half, __half)
+TC4(matmul_f16_f32out, __half, float)
 
-// Tensor-core kernel for f16 and bf16 (sm_80+): a 128x128 tile per block of 8 warps, each warp
-// a 32x64 sub-tile of 2x4 16x16x16 WMMA fragments accumulated in f32; k-slices of 32 staged in
-// shared memory (16-byte loads when the rows allow, zero-filled at the edges). Products are
-// exact in f32 and the accumulation order differs from the CPU twin's, so results agree within
-// the f32 accumulation bound.
-#define TC_BM 128
-#define TC_BN 128
-#define TC_BK 32
-#define TC_PAD 8
-
-template <typename T>
-__device__ void gemm_tc(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C,
-                        uint64_t batch, uint64_t M, uint64_t N, uint64_t K, uint64_t sa, uint64_t sb) {
-    using namespace nvcuda;
-    __shared__ __align__(32) T As[TC_BM][TC_BK + TC_PAD];
-    __shared__ __align__(32) T Bs[TC_BK][TC_BN + TC_PAD];
-    __shared__ __align__(32) float stage[8][16 * 16];
-    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-    const int wm = warp / 2, wn = warp % 2;  // 4 x 2 warps: 32 rows x 64 columns each
-    const uint64_t m0 = (uint64_t)blockIdx.y * TC_BM, n0 = (uint64_t)blockIdx.x * TC_BN;
-    const bool vec_a = (K % 8 == 0) && (sa % 8 == 0) && (((uintptr_t)A & 15) == 0);
-    const bool vec_b = (N % 8 == 0) && (sb % 8 == 0) && (((uintptr_t)B & 15) == 0);
-    const T zero = T(0.0f);
-    for (uint64_t b = blockIdx.z; b < batch; b += gridDim.z) {
-        const T* a = A + b * sa;
-        const T* bm = B + b * sb;
-        T* c = C + b * M * N;
-        wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][4];
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
-        for (uint64_t k0 = 0; k0 < K; k0 += TC_BK) {
-            // A tile: 128 rows x 32 columns = 512 vectors of 8.
-#pragma unroll
-            for (int l = 0; l < 2; ++l) {
-                const int v = tid + 256 * l;
-                const int r = v / 4, kk = (v % 4) * 8;
-                const uint64_t gr = m0 + r, gk = k0 + kk;
-                if (vec_a && gr < M && gk + 8 <= K) {
-                    *reinterpret_cast<uint4*>(&As[r][kk]) = *reinterpret_cast<const uint4*>(a + gr * K + gk);
-                } else {
-#pragma unroll
-                    for (int e = 0; e < 8; ++e)
-                        As[r][kk + e] = (gr < M && gk + e < K) ? a[gr * K + gk + e] : zero;
-                }
-            }
-            // B tile: 32 rows x 128 columns = 512 vectors of 8.
-#pragma unroll
-            for (int l = 0; l < 2; ++l) {
-                const int v = tid + 256 * l;
-                const int kk = v / 16, col = (v % 16) * 8;
-                const uint64_t gk = k0 + kk, gc = n0 + col;
-                if (vec_b && gk < K && gc + 8 <= N) {
-                    *reinterpret_cast<uint4*>(&Bs[kk][col]) = *reinterpret_cast<const uint4*>(bm + gk * N + gc);
-                } else {
-#pragma unroll
-                    for (int e = 0; e < 8; ++e)
-                        Bs[kk][col + e] = (gk < K && gc + e < N) ? bm[gk * N + gc + e] : zero;
-                }
-            }
-            __syncthreads();
-#pragma unroll
-            for (int kk = 0; kk < TC_BK; kk += 16) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa[2];
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb[4];
-#pragma unroll
-                for (int i = 0; i < 2; ++i) wmma::load_matrix_sync(fa[i], &As[wm * 32 + i * 16][kk], TC_BK + TC_PAD);
-#pragma unroll
-                for (int j = 0; j < 4; ++j) wmma::load_matrix_sync(fb[j], &Bs[kk][wn * 64 + j * 16], TC_BN + TC_PAD);
-#pragma unroll
-                for (int i = 0; i < 2; ++i)
-#pragma unroll
-                    for (int j = 0; j < 4; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
-            }
-            __syncthreads();
-        }
-        // Out through a per-warp 16x16 staging area: convert, bounds-check, store.
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                wmma::store_matrix_sync(stage[warp], acc[i][j], 16, wmma::mem_row_major);
-                __syncwarp();
-                const uint64_t r0 = m0 + wm * 32 + i * 16, c0 = n0 + wn * 64 + j * 16;
-#pragma unroll
-                for (int e = lane; e < 256; e += 32) {
-                    const uint64_t gr = r0 + e / 16, gc = c0 + e % 16;
-                    if (gr < M && gc < N) store_f(c + gr * N + gc, stage[warp][e]);
-                }
-                __syncwarp();
-            }
+// <name>: leading dimensions and batch strides multiples of 4, 16-byte aligned operands
+// (float4 loads); <name>_any: any operands.
+#define F32(name, TA, TB)                                                                      \
+    extern "C" __global__ void __launch_bounds__(THREADS, 1) name(PARAMS(float, float)) {     \
+        gemm_f32<TA, TB, true>(ARGS);                                                          \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(THREADS, 1) name##_any(PARAMS(float, float)) { \
+        gemm_f32<TA, TB, false>(ARGS);                                                         \
     }
-}
-
-#define GEMM_TC(name, T)                                                                       \
-    extern "C" __global__ void __launch_bounds__(256)                                          \
-        name(const T* A, const T* B, T* C, uint64_t batch, uint64_t M, uint64_t N, uint64_t K, \
-             uint64_t sa, uint64_t sb) {                                                       \
-        gemm_tc<T>(A, B, C, batch, M, N, K, sa, sb);                                           \
-    }
-
-GEMM_TC(matmul_tc_f16, __half)
-GEMM_TC(matmul_tc_bf16, __nv_bfloat16)
+F32(matmul_f32_nn, false, false)
+F32(matmul_f32_nt, false, true)
+F32(matmul_f32_tn, true, false)
+F32(matmul_f32_tt, true, true)

@@ -66,7 +66,7 @@ for step in $steps; do
     racecheck)
       # Kernels with shared memory (tiled transpose, reductions, matmul) under racecheck.
       : > "$OUT/racecheck.log"
-      for t in $(grep -E '^test-.*(gpu_copy|gpu_reduce|genesis-matmul|genesis-masks)$' "$B/bin/LIST" | grep -- "${GENESIS_ONLY:-}"); do
+      for t in $(grep -E '^test-.*(gpu_copy|gpu_reduce|gpu_matmul|genesis-matmul|genesis-masks)$' "$B/bin/LIST" | grep -- "${GENESIS_ONLY:-}"); do
         if compute-sanitizer --tool racecheck --error-exitcode 99 --report-api-errors no \
              "$B/bin/$t" --test-threads=1 >> "$OUT/racecheck.log" 2>&1; then
           r="clean: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/racecheck.log" | tail -1 | sed 's/=* *//')"
@@ -86,6 +86,11 @@ for step in $steps; do
       echo "== torch_ref.py" >> "$OUT/bench.log"
       if python3 "$B/torch_ref.py" "$OUT/torch_ref.json" >> "$OUT/bench.log" 2>&1; then r=ok; else r=FAILED; status=1; fi
       summary+=("torch     torch_ref.py: $r")
+      if [ -f "$OUT/gpu_matmul.json" ]; then
+        echo "== torch_matmul.py (torch.matmul on gpu_matmul's rows, with the ratios)" >> "$OUT/bench.log"
+        if python3 "$B/torch_matmul.py" "$OUT/gpu_matmul.json" "$OUT/torch_matmul.json" >> "$OUT/bench.log" 2>&1; then r=ok; else r=FAILED; status=1; fi
+        summary+=("torch     torch_matmul.py: $r")
+      fi
       echo "== genesis vs torch" >> "$OUT/bench.log"
       python3 "$B/compare.py" "$OUT/torch_ref.json" "$OUT/gpu_elementwise.json" "$OUT/gpu_storage.json" "$OUT/gpu_index.json" "$OUT/gpu_facade.json" >> "$OUT/bench.log" 2>&1
       cat "$OUT/bench.log"

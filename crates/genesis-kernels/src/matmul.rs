@@ -1,10 +1,13 @@
 //! Batched matrix multiplication: `kernels/matmul.cu` and its CPU twin.
 //!
-//! `C[b] = A[b] @ B[b]` for row-major `A [m, k]`, `B [k, n]`, contiguous `C [batch, m, n]`,
-//! with per-operand batch strides (0 broadcasts one matrix to every batch). f32, f16 and bf16;
-//! products are accumulated in f32 and rounded once to the element type (the CPU in increasing
-//! `k`; the GPU fuses multiply-adds, and f16/bf16 run on tensor cores in their own order), so
-//! the two agree within the f32 rounding bound of the accumulation, not bit for bit.
+//! `C[b] = A[b] @ B[b]` for `A [m, k]`, `B [k, n]` and contiguous `C [batch, m, n]`. Each
+//! operand is read where it lies: row-major or transposed (column-major, the layout of a
+//! transposed view), with its own leading dimension and batch stride (0 broadcasts one matrix
+//! to every batch) ([`MatmulLayout`]). f32, f16 and bf16; f16 and bf16 products can also be
+//! written as f32 ([`gpu_matmul_strided`] with an f32 output). Products are accumulated in f32
+//! and rounded once to the output type (the CPU in increasing `k`; the GPU fuses multiply-adds
+//! and f16/bf16 run on tensor cores in their own order), so the two agree within the f32
+//! rounding bound of the accumulation, not bit for bit.
 
 use crate::{Element, Error, Result};
 use half::{bf16, f16};
@@ -48,6 +51,95 @@ impl MatmulShape {
     }
 }
 
+/// Where one operand's elements lie: element `(i, j)` of an `[r, c]` operand is at
+/// `i * ld + j`, or at `j * ld + i` when `transposed` (a column-major matrix, as a transposed
+/// view of a row-major one is).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MatrixLayout {
+    /// Column-major (the operand is the transpose of the row-major matrix in memory).
+    pub transposed: bool,
+    /// Elements between consecutive rows (or columns, when `transposed`).
+    pub ld: usize,
+}
+
+impl MatrixLayout {
+    /// A contiguous row-major `[_, cols]` matrix.
+    pub fn row_major(cols: usize) -> MatrixLayout {
+        MatrixLayout {
+            transposed: false,
+            ld: cols,
+        }
+    }
+
+    /// A contiguous column-major `[rows, _]` matrix (the transpose of a contiguous
+    /// `[_, rows]` one).
+    pub fn col_major(rows: usize) -> MatrixLayout {
+        MatrixLayout {
+            transposed: true,
+            ld: rows,
+        }
+    }
+
+    /// Elements one `[rows, cols]` matrix of this layout spans from its first element.
+    pub fn span(&self, rows: usize, cols: usize) -> Option<usize> {
+        if rows == 0 || cols == 0 {
+            return Some(0);
+        }
+        let (outer, inner) = if self.transposed {
+            (cols, rows)
+        } else {
+            (rows, cols)
+        };
+        (outer - 1).checked_mul(self.ld)?.checked_add(inner)
+    }
+
+    /// The offset of element `(i, j)`.
+    fn at(&self, i: usize, j: usize) -> usize {
+        if self.transposed {
+            j * self.ld + i
+        } else {
+            i * self.ld + j
+        }
+    }
+}
+
+/// The layouts of the two operands of a [`MatmulShape`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MatmulLayout {
+    /// `A [m, k]`.
+    pub a: MatrixLayout,
+    /// `B [k, n]`.
+    pub b: MatrixLayout,
+}
+
+impl MatmulLayout {
+    /// Both operands contiguous and row-major (`lda = k`, `ldb = n`).
+    pub fn contiguous(shape: &MatmulShape) -> MatmulLayout {
+        MatmulLayout {
+            a: MatrixLayout::row_major(shape.k),
+            b: MatrixLayout::row_major(shape.n),
+        }
+    }
+
+    /// Elements of `A` the problem reads (from its first element).
+    pub fn a_len(&self, shape: &MatmulShape) -> Option<usize> {
+        span(
+            shape.batch,
+            shape.a_batch_stride,
+            self.a.span(shape.m, shape.k)?,
+        )
+    }
+
+    /// Elements of `B` the problem reads.
+    pub fn b_len(&self, shape: &MatmulShape) -> Option<usize> {
+        span(
+            shape.batch,
+            shape.b_batch_stride,
+            self.b.span(shape.k, shape.n)?,
+        )
+    }
+}
+
 fn span(batch: usize, stride: usize, one: usize) -> Option<usize> {
     if batch == 0 || one == 0 {
         return Some(0);
@@ -57,10 +149,6 @@ fn span(batch: usize, stride: usize, one: usize) -> Option<usize> {
 
 /// Element types of the matmul kernels.
 pub trait MatmulElement: Element {
-    /// The kernel's name.
-    const MATMUL_KERNEL: &'static str;
-    /// The tensor-core kernel's name, for the types that have one (f16, bf16).
-    const TENSOR_CORE_KERNEL: Option<&'static str>;
     /// The value widened to f32.
     fn to_f32(self) -> f32;
     /// `x` rounded to nearest-even.
@@ -68,8 +156,6 @@ pub trait MatmulElement: Element {
 }
 
 impl MatmulElement for f32 {
-    const MATMUL_KERNEL: &'static str = "matmul_f32";
-    const TENSOR_CORE_KERNEL: Option<&'static str> = None;
     fn to_f32(self) -> f32 {
         self
     }
@@ -79,8 +165,6 @@ impl MatmulElement for f32 {
 }
 
 impl MatmulElement for f16 {
-    const MATMUL_KERNEL: &'static str = "matmul_f16";
-    const TENSOR_CORE_KERNEL: Option<&'static str> = Some("matmul_tc_f16");
     fn to_f32(self) -> f32 {
         f16::to_f32(self)
     }
@@ -90,8 +174,6 @@ impl MatmulElement for f16 {
 }
 
 impl MatmulElement for bf16 {
-    const MATMUL_KERNEL: &'static str = "matmul_bf16";
-    const TENSOR_CORE_KERNEL: Option<&'static str> = Some("matmul_tc_bf16");
     fn to_f32(self) -> f32 {
         bf16::to_f32(self)
     }
@@ -100,14 +182,17 @@ impl MatmulElement for bf16 {
     }
 }
 
-fn check(shape: &MatmulShape, a: usize, b: usize, c: usize) -> Result<()> {
-    let overflow = || Error::Unsupported {
+fn overflow() -> Error {
+    Error::Unsupported {
         op: "matmul",
         reason: "shape overflows".into(),
-    };
+    }
+}
+
+fn check(shape: &MatmulShape, layout: &MatmulLayout, a: usize, b: usize, c: usize) -> Result<()> {
     for (need, got) in [
-        (shape.a_len().ok_or_else(overflow)?, a),
-        (shape.b_len().ok_or_else(overflow)?, b),
+        (layout.a_len(shape).ok_or_else(overflow)?, a),
+        (layout.b_len(shape).ok_or_else(overflow)?, b),
         (shape.c_len().ok_or_else(overflow)?, c),
     ] {
         if got < need {
@@ -121,24 +206,47 @@ fn check(shape: &MatmulShape, a: usize, b: usize, c: usize) -> Result<()> {
     Ok(())
 }
 
-/// The CPU twin: `c = a @ b` per batch, accumulated in f32 in increasing `k`.
-pub fn matmul<T: MatmulElement>(shape: MatmulShape, a: &[T], b: &[T], c: &mut [T]) -> Result<()> {
-    check(&shape, a.len(), b.len(), c.len())?;
+/// The CPU twin: `c = a @ b` per batch for contiguous row-major operands, accumulated in f32
+/// in increasing `k`.
+pub fn matmul<T: MatmulOutput<T>>(shape: MatmulShape, a: &[T], b: &[T], c: &mut [T]) -> Result<()> {
+    matmul_strided(shape, MatmulLayout::contiguous(&shape), a, b, c)
+}
+
+/// The CPU twin of [`gpu_matmul_strided`]: `c = a @ b` per batch with the operands where
+/// `layout` says, accumulated in f32 in increasing `k` and rounded once to `O`.
+pub fn matmul_strided<T: MatmulElement, O: MatmulOutput<T>>(
+    shape: MatmulShape,
+    layout: MatmulLayout,
+    a: &[T],
+    b: &[T],
+    c: &mut [O],
+) -> Result<()> {
+    check(&shape, &layout, a.len(), b.len(), c.len())?;
     let MatmulShape { m, n, k, .. } = shape;
+    if k == 0 {
+        c[..shape.c_len().ok_or_else(overflow)?].fill(O::from_f32(0.0));
+        return Ok(());
+    }
     let mut acc = vec![0f32; n];
+    // B of the current batch, widened and row-major.
     let mut bf = vec![0f32; k * n];
     for bi in 0..shape.batch {
+        if m == 0 || n == 0 {
+            break;
+        }
         let a = &a[bi * shape.a_batch_stride..];
         if bi == 0 || shape.b_batch_stride != 0 {
-            let b = &b[bi * shape.b_batch_stride..][..k * n];
-            for (d, s) in bf.iter_mut().zip(b) {
-                *d = s.to_f32();
+            let b = &b[bi * shape.b_batch_stride..];
+            for kk in 0..k {
+                for (j, d) in bf[kk * n..(kk + 1) * n].iter_mut().enumerate() {
+                    *d = b[layout.b.at(kk, j)].to_f32();
+                }
             }
         }
         for i in 0..m {
             acc.fill(0.0);
             for kk in 0..k {
-                let x = a[i * k + kk].to_f32();
+                let x = a[layout.a.at(i, kk)].to_f32();
                 for (s, &y) in acc.iter_mut().zip(&bf[kk * n..(kk + 1) * n]) {
                     *s += x * y;
                 }
@@ -147,89 +255,139 @@ pub fn matmul<T: MatmulElement>(shape: MatmulShape, a: &[T], b: &[T], c: &mut [T
                 .iter_mut()
                 .zip(&acc)
             {
-                *d = T::from_f32(s);
+                *d = O::from_f32(s);
             }
         }
     }
     Ok(())
 }
 
-/// Queues `c = a @ b` (see the module docs) on `stream`. Fails before launching unless `a`,
-/// `b` and `c` hold at least [`MatmulShape::a_len`], [`MatmulShape::b_len`] and
-/// [`MatmulShape::c_len`] elements.
+/// Output types of a matmul of `T` operands: `T` itself, and f32 for f16 and bf16.
+pub trait MatmulOutput<T: MatmulElement>: MatmulElement {
+    /// The kernels, indexed by `[a transposed][b transposed][any]` (`any`: the kernel that
+    /// reads operands of any alignment, element by element).
+    const KERNELS: [[[&'static str; 2]; 2]; 2];
+    /// The elements of a 16-byte vector of `T` (the fast kernels' alignment).
+    const VECTOR: usize = 16 / std::mem::size_of::<T>();
+}
+
+macro_rules! kernels {
+    ($t:ty => $o:ty, $p:literal) => {
+        impl MatmulOutput<$t> for $o {
+            const KERNELS: [[[&'static str; 2]; 2]; 2] = [
+                [
+                    [concat!($p, "_nn"), concat!($p, "_nn_any")],
+                    [concat!($p, "_nt"), concat!($p, "_nt_any")],
+                ],
+                [
+                    [concat!($p, "_tn"), concat!($p, "_tn_any")],
+                    [concat!($p, "_tt"), concat!($p, "_tt_any")],
+                ],
+            ];
+        }
+    };
+}
+kernels!(f32 => f32, "matmul_f32");
+kernels!(f16 => f16, "matmul_f16");
+kernels!(f16 => f32, "matmul_f16_f32out");
+kernels!(bf16 => bf16, "matmul_bf16");
+kernels!(bf16 => f32, "matmul_bf16_f32out");
+
+/// Queues `c = a @ b` for contiguous row-major operands (see the module docs) on `stream`.
+/// Fails before launching unless `a`, `b` and `c` hold at least [`MatmulShape::a_len`],
+/// [`MatmulShape::b_len`] and [`MatmulShape::c_len`] elements.
 #[cfg(feature = "cuda")]
-pub fn gpu_matmul<T: MatmulElement>(
+pub fn gpu_matmul<T: MatmulOutput<T>>(
     stream: &genesis_cuda::Stream,
     shape: MatmulShape,
     a: genesis_cuda::DeviceSpan<'_, T>,
     b: genesis_cuda::DeviceSpan<'_, T>,
     c: genesis_cuda::DeviceSpanMut<'_, T>,
 ) -> Result<()> {
+    gpu_matmul_strided(stream, shape, MatmulLayout::contiguous(&shape), a, b, c)
+}
+
+/// Block tile of every matmul kernel (`128 x 128` outputs).
+#[cfg(feature = "cuda")]
+const TILE: usize = 128;
+
+/// Queues `c = a @ b` with the operands read where `layout` says (transposed views without a
+/// copy) on `stream`, written as `O` (`T`, or f32 for f16 and bf16 operands). Fails before
+/// launching unless `a`, `b` and `c` hold at least [`MatmulLayout::a_len`],
+/// [`MatmulLayout::b_len`] and [`MatmulShape::c_len`] elements.
+#[cfg(feature = "cuda")]
+pub fn gpu_matmul_strided<T: MatmulElement, O: MatmulOutput<T>>(
+    stream: &genesis_cuda::Stream,
+    shape: MatmulShape,
+    layout: MatmulLayout,
+    a: genesis_cuda::DeviceSpan<'_, T>,
+    b: genesis_cuda::DeviceSpan<'_, T>,
+    c: genesis_cuda::DeviceSpanMut<'_, O>,
+) -> Result<()> {
     use genesis_cuda::{Kernel, LaunchConfig};
     use std::ffi::c_void;
 
-    let overflow = || Error::Unsupported {
-        op: "matmul",
-        reason: "shape overflows".into(),
-    };
     let need = shape.c_len().ok_or_else(overflow)?;
     if need == 0 {
         return Ok(());
     }
-    for (expected, got) in [
-        (shape.a_len().ok_or_else(overflow)?, a.len()),
-        (shape.b_len().ok_or_else(overflow)?, b.len()),
-        (need, c.len()),
-    ] {
-        if got < expected {
-            return Err(Error::LengthMismatch {
+    check(&shape, &layout, a.len(), b.len(), c.len())?;
+    // The 16-byte kernels need every row and batch of both operands to start on 16 bytes.
+    let v = O::VECTOR;
+    let aligned = layout.a.ld.is_multiple_of(v)
+        && layout.b.ld.is_multiple_of(v)
+        && shape.a_batch_stride.is_multiple_of(v)
+        && shape.b_batch_stride.is_multiple_of(v)
+        && a.is_aligned_to(16)
+        && b.is_aligned_to(16);
+    let name = O::KERNELS[usize::from(layout.a.transposed)][usize::from(layout.b.transposed)]
+        [usize::from(!aligned)];
+    let kernel = Kernel::get(stream.context(), &crate::images::MATMUL, name)?;
+    let tiles = shape.m.div_ceil(TILE).checked_mul(shape.n.div_ceil(TILE));
+    let tiles = match tiles {
+        Some(t) if t <= i32::MAX as usize => t as u32,
+        _ => {
+            return Err(Error::Unsupported {
                 op: "matmul",
-                expected,
-                got,
+                reason: format!("{} x {} outputs per matrix", shape.m, shape.n),
             });
         }
-    }
-    let (a, b, c) = (a.addr(), b.addr(), c.addr());
-    // f16 and bf16 use tensor cores (every architecture the images target has them).
-    let name = T::TENSOR_CORE_KERNEL.unwrap_or(T::MATMUL_KERNEL);
-    let kernel = Kernel::get(stream.context(), &crate::images::MATMUL, name)?;
-    let gx = shape.n.div_ceil(128);
-    let gy = shape.m.div_ceil(128);
-    if gx > u32::MAX as usize || gy > 65535 {
-        return Err(Error::Unsupported {
-            op: "matmul",
-            reason: format!("{} x {} outputs per matrix", shape.m, shape.n),
-        });
-    }
+    };
     let config = LaunchConfig {
-        grid: (gx as u32, gy as u32, shape.batch.min(65535) as u32),
+        grid: (tiles, shape.batch.min(65535) as u32, 1),
         block: (256, 1, 1),
         shared_bytes: 0,
     };
-    let (mut a, mut b, mut c) = (a, b, c);
+    let (mut pa, mut pb, mut pc) = (a.addr(), b.addr(), c.addr());
     let mut dims = [
         shape.batch as u64,
         shape.m as u64,
         shape.n as u64,
         shape.k as u64,
+        layout.a.ld as u64,
+        layout.b.ld as u64,
         shape.a_batch_stride as u64,
         shape.b_batch_stride as u64,
     ];
-    let [d0, d1, d2, d3, d4, d5] = &mut dims;
-    let mut params: [*mut c_void; 9] = [
-        (&raw mut a).cast(),
-        (&raw mut b).cast(),
-        (&raw mut c).cast(),
+    let [d0, d1, d2, d3, d4, d5, d6, d7] = &mut dims;
+    let mut params: [*mut c_void; 11] = [
+        (&raw mut pa).cast(),
+        (&raw mut pb).cast(),
+        (&raw mut pc).cast(),
         std::ptr::from_mut(d0).cast(),
         std::ptr::from_mut(d1).cast(),
         std::ptr::from_mut(d2).cast(),
         std::ptr::from_mut(d3).cast(),
         std::ptr::from_mut(d4).cast(),
         std::ptr::from_mut(d5).cast(),
+        std::ptr::from_mut(d6).cast(),
+        std::ptr::from_mut(d7).cast(),
     ];
-    // SAFETY: the parameters match `matmul_<T>(const T*, const T*, T*, u64 batch, u64 m,
-    // u64 n, u64 k, u64 sa, u64 sb)`; the spans hold the shape's operands (checked), and `c`
-    // is borrowed exclusively, so it overlaps neither input.
+    // SAFETY: the parameters match `matmul_<in>[_f32out]_<ab>[_any](const T*, const T*, O*,
+    // u64 batch, u64 m, u64 n, u64 k, u64 lda, u64 ldb, u64 sa, u64 sb)`; the spans hold every
+    // element the layout reads (checked), the `aligned` kernels are chosen only for operands
+    // whose rows and batches start on 16 bytes, and `c` is borrowed exclusively, so it
+    // overlaps neither input.
     unsafe { kernel.launch(stream, config, &mut params)? };
     Ok(())
 }

@@ -1,0 +1,216 @@
+//! GPU timings of the matmul kernels (xtask/gpu/torch_matmul.py times the same rows with
+//! `torch.matmul`): square products in f32, bf16 and f16, thin and irregular shapes, and
+//! transposed operands read in place. Device time between events (median after warm-up), and
+//! for the seed's small f32 sizes the wall clock of a launch and a synchronisation.
+//!
+//! `gpu_matmul [--json PATH]`: prints a table and, with `--json`, writes the figures.
+//! Without a GPU (or without the `cuda` feature) it says so and exits successfully.
+
+#[cfg(not(feature = "cuda"))]
+fn main() {
+    println!("gpu_matmul: skipped: built without the `cuda` feature");
+}
+
+#[cfg(feature = "cuda")]
+fn main() {
+    if let Err(e) = gpu::run() {
+        eprintln!("gpu_matmul: error: {e}");
+        std::process::exit(1);
+    }
+}
+
+#[cfg(feature = "cuda")]
+#[path = "../../genesis-cuda/benches/support/timing.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod timing;
+
+#[cfg(feature = "cuda")]
+mod gpu {
+    use std::sync::Arc;
+
+    use genesis_cuda::{Context, DeviceBuffer, Stream};
+    use genesis_kernels::MatmulElement;
+    use genesis_kernels::matmul::{
+        MatmulLayout, MatmulOutput, MatmulShape, MatrixLayout, gpu_matmul_strided,
+    };
+    use half::{bf16, f16};
+    use rand::rngs::SmallRng;
+    use rand::{Rng, SeedableRng};
+
+    use super::timing;
+    use timing::BoxResult;
+
+    /// One row: `[batch] [m, k] @ [k, n]` with A and/or B transposed in memory.
+    #[derive(Clone, Copy)]
+    struct Case {
+        dtype: &'static str,
+        m: usize,
+        n: usize,
+        k: usize,
+        ta: bool,
+        tb: bool,
+        /// Wall clock of launch + synchronize instead of device time.
+        wall: bool,
+    }
+
+    const fn case(dtype: &'static str, m: usize, n: usize, k: usize) -> Case {
+        Case {
+            dtype,
+            m,
+            n,
+            k,
+            ta: false,
+            tb: false,
+            wall: false,
+        }
+    }
+
+    fn cases() -> Vec<Case> {
+        let mut v = Vec::new();
+        for s in [100, 500, 1000, 2000] {
+            v.push(Case {
+                wall: true,
+                ..case("f32", s, s, s)
+            });
+        }
+        for d in ["f32", "bf16", "f16"] {
+            v.push(case(d, 4096, 4096, 4096));
+            v.push(case(d, 8192, 8192, 8192));
+        }
+        for d in ["f32", "bf16"] {
+            v.push(case(d, 64, 4096, 1024));
+            v.push(case(d, 1, 11008, 4096));
+            v.push(case(d, 4095, 4097, 1023));
+            v.push(case(d, 8192, 64, 8192));
+            for (ta, tb) in [(false, true), (true, false), (true, true)] {
+                v.push(Case {
+                    ta,
+                    tb,
+                    ..case(d, 4096, 4096, 4096)
+                });
+            }
+        }
+        v
+    }
+
+    fn name(c: &Case) -> String {
+        format!(
+            "mm_{}_{}x{}x{}_{}{}",
+            c.dtype,
+            c.m,
+            c.n,
+            c.k,
+            if c.ta { 't' } else { 'n' },
+            if c.tb { 't' } else { 'n' }
+        )
+    }
+
+    fn upload<T: MatmulElement>(
+        ctx: &Arc<Context>,
+        len: usize,
+        rng: &mut SmallRng,
+    ) -> BoxResult<DeviceBuffer> {
+        let v: Vec<T> = (0..len)
+            .map(|_| T::from_f32(rng.random_range(-1.0f32..1.0)))
+            .collect();
+        // SAFETY: plain element types without padding, read as bytes.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(&v[..]))
+        };
+        Ok(DeviceBuffer::from_host(ctx, bytes)?)
+    }
+
+    fn time_case<T: MatmulOutput<T>>(
+        ctx: &Arc<Context>,
+        stream: &Stream,
+        c: &Case,
+        rng: &mut SmallRng,
+    ) -> BoxResult<timing::Timing> {
+        let shape = MatmulShape {
+            batch: 1,
+            m: c.m,
+            n: c.n,
+            k: c.k,
+            a_batch_stride: 0,
+            b_batch_stride: 0,
+        };
+        let layout = MatmulLayout {
+            a: if c.ta {
+                MatrixLayout::col_major(c.m)
+            } else {
+                MatrixLayout::row_major(c.k)
+            },
+            b: if c.tb {
+                MatrixLayout::col_major(c.k)
+            } else {
+                MatrixLayout::row_major(c.n)
+            },
+        };
+        let a = upload::<T>(ctx, c.m * c.k, rng)?;
+        let b = upload::<T>(ctx, c.k * c.n, rng)?;
+        let mut out = DeviceBuffer::alloc(ctx, c.m * c.n * std::mem::size_of::<T>())?;
+        let flops = 2.0 * (c.m * c.n * c.k) as f64;
+        let (warmup, runs) = if flops > 2e11 { (3, 10) } else { (5, 30) };
+        let mut f = || -> BoxResult {
+            gpu_matmul_strided::<T, T>(
+                stream,
+                shape,
+                layout,
+                a.as_span()?,
+                b.as_span()?,
+                out.as_span_mut()?,
+            )?;
+            Ok(())
+        };
+        if c.wall {
+            timing::wall(warmup, runs, || Ok(stream.synchronize()?), f)
+        } else {
+            timing::events(stream, warmup, runs, &mut f)
+        }
+    }
+
+    pub(crate) fn run() -> BoxResult {
+        if genesis_cuda::device_count().unwrap_or(0) == 0 {
+            println!("gpu_matmul: skipped: no CUDA device");
+            return Ok(());
+        }
+        let json = std::env::args().skip_while(|a| a != "--json").nth(1);
+        let ctx = Context::get(0)?;
+        let stream = Stream::new(&ctx)?;
+        let mut rng = SmallRng::seed_from_u64(5);
+        let mut rows = Vec::new();
+        println!("device: {} ({} SMs)", ctx.name(), ctx.multiprocessors());
+        println!(
+            "{:<34} {:>10} {:>10} {:>9}  clock",
+            "case", "median ms", "min ms", "TFLOP/s"
+        );
+        for c in cases() {
+            let t = match c.dtype {
+                "f32" => time_case::<f32>(&ctx, &stream, &c, &mut rng)?,
+                "bf16" => time_case::<bf16>(&ctx, &stream, &c, &mut rng)?,
+                _ => time_case::<f16>(&ctx, &stream, &c, &mut rng)?,
+            };
+            let tflops = 2.0 * (c.m * c.n * c.k) as f64 / (t.median_ms * 1e-3) / 1e12;
+            let clock = if c.wall { "wall" } else { "device" };
+            println!(
+                "{:<34} {:>10.4} {:>10.4} {:>9.1}  {clock}",
+                name(&c),
+                t.median_ms,
+                t.min_ms,
+                tflops
+            );
+            rows.push(serde_json::json!({
+                "name": name(&c),
+                "median_ms": t.median_ms,
+                "min_ms": t.min_ms,
+                "tflops": tflops,
+                "clock": clock,
+            }));
+        }
+        if let Some(path) = json {
+            let doc = serde_json::json!({ "device": ctx.name(), "results": rows });
+            std::fs::write(path, serde_json::to_string_pretty(&doc)?)?;
+        }
+        Ok(())
+    }
+}

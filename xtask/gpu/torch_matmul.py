@@ -1,0 +1,79 @@
+"""torch.matmul timings for the rows of Genesis's gpu_matmul bench, and the comparison.
+
+Same shapes and layouts (a transposed operand is a transposed view, read in place by cuBLAS),
+random data, CUDA events around each run (wall clock of the call and a synchronisation for the
+rows the bench times that way), warm-up, median. TF32 stays off (PyTorch's default).
+Usage: python3 torch_matmul.py GENESIS.json OUT.json
+"""
+import json
+import re
+import sys
+import time
+
+import torch
+
+PEAK = {"f32": 67.0, "bf16": 989.0, "f16": 989.0}  # H200 SXM datasheet dense TFLOP/s
+DT = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+
+
+def timed(fn, warmup, runs, wall):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    ms = []
+    if wall:
+        for _ in range(runs):
+            t = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            ms.append((time.perf_counter() - t) * 1e3)
+    else:
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        for _ in range(runs):
+            s.record()
+            fn()
+            e.record()
+            e.synchronize()
+            ms.append(s.elapsed_time(e))
+    ms.sort()
+    return ms[len(ms) // 2], ms[0]
+
+
+def main():
+    torch.backends.cuda.matmul.allow_tf32 = False
+    ours = json.load(open(sys.argv[1]))["results"]
+    dev = torch.device("cuda:0")
+    rows = []
+    print(f'{"case":<34} {"ours ms":>9} {"torch ms":>9} {"ratio":>6} {"TFLOP/s":>8} {"peak":>6}')
+    for r in ours:
+        m = re.match(r"mm_(\w+?)_(\d+)x(\d+)x(\d+)_([nt])([nt])", r["name"])
+        d, M, N, K, ta, tb = m.group(1), *map(int, m.group(2, 3, 4)), m.group(5), m.group(6)
+        dt = DT[d]
+        a = (torch.rand(K, M, device=dev) * 2 - 1).to(dt).t() if ta == "t" else \
+            (torch.rand(M, K, device=dev) * 2 - 1).to(dt)
+        b = (torch.rand(N, K, device=dev) * 2 - 1).to(dt).t() if tb == "t" else \
+            (torch.rand(K, N, device=dev) * 2 - 1).to(dt)
+        out = torch.empty(M, N, device=dev, dtype=dt)
+        flops = 2.0 * M * N * K
+        warmup, runs = (3, 10) if flops > 2e11 else (5, 30)
+        wall = r["clock"] == "wall"
+        if wall:
+            fn = lambda: a @ b  # the seed's measure: allocation included on torch's side
+        else:
+            fn = lambda: torch.matmul(a, b, out=out)
+        med, mn = timed(fn, warmup, runs, wall)
+        tf = flops / (r["median_ms"] * 1e-3) / 1e12
+        row = {"name": r["name"], "ours_ms": r["median_ms"], "torch_ms": med, "torch_min_ms": mn,
+               "ratio": med / r["median_ms"], "tflops": tf, "torch_tflops": flops / (med * 1e-3) / 1e12,
+               "peak_fraction": tf / PEAK[d], "clock": r["clock"]}
+        rows.append(row)
+        print(f'{r["name"]:<34} {r["median_ms"]:>9.4f} {med:>9.4f} {row["ratio"]:>6.3f} {tf:>8.1f} '
+              f'{row["peak_fraction"]:>6.3f}')
+        del a, b, out
+    with open(sys.argv[2], "w") as f:
+        json.dump({"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+                   "results": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -240,6 +240,19 @@ impl CudaMem {
         Ok(())
     }
 
+    /// Queues a copy of `bytes` bytes from byte `src_at` of `src` (on this device) to byte
+    /// `dst_at` of this memory on the thread's current stream, without waiting for it.
+    pub(crate) fn copy_within_device(
+        &mut self,
+        dst_at: usize,
+        src: &CudaMem,
+        src_at: usize,
+        bytes: usize,
+    ) -> Result<()> {
+        let stream = self.queue();
+        self.copy_from_device_on(&stream, dst_at, src, src_at, bytes)
+    }
+
     fn copy_from_device_on(
         &mut self,
         stream: &genesis_cuda::Stream,

@@ -63,6 +63,16 @@ impl CudaMem {
         match *self {}
     }
 
+    pub(crate) fn copy_within_device(
+        &mut self,
+        _dst_at: usize,
+        _src: &CudaMem,
+        _src_at: usize,
+        _bytes: usize,
+    ) -> Result<()> {
+        match *self {}
+    }
+
     pub(crate) fn copy_2d_from_device(
         &mut self,
         _dst: (usize, usize),

@@ -667,13 +667,20 @@ impl Storage {
             return Err(Error::OverlappingDestination);
         }
         let size = self.dtype.size();
-        // One block on both sides: a plain byte copy (any device pair).
+        // One block on both sides: a plain byte copy (any device pair); stream-ordered, as the
+        // kernels below, within one device.
         if let (StridedBlocks::Single { start: ds, len }, StridedBlocks::Single { start: ss, .. }) =
             (dst_layout.strided_blocks(), src_layout.strided_blocks())
             && dst_layout.is_contiguous()
             && src_layout.is_contiguous()
         {
-            return self.copy_bytes_from(ds * size, src, ss * size, len * size);
+            let (dst_at, src_at, bytes) = (ds * size, ss * size, len * size);
+            if let (Inner::Cuda(d), Inner::Cuda(s)) = (&mut self.inner, &src.inner)
+                && d.ordinal() == s.ordinal()
+            {
+                return d.copy_within_device(dst_at, s, src_at, bytes);
+            }
+            return self.copy_bytes_from(dst_at, src, src_at, bytes);
         }
         // Rows of contiguous elements on both sides (uniform blocks): a 2-D copy.
         if let (Some(d2), Some(s2)) = (rows_of(dst_layout), rows_of(src_layout))

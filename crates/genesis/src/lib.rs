@@ -25,6 +25,7 @@ pub mod literal;
 mod mask;
 mod matmul;
 mod ops;
+mod print;
 mod random;
 mod reduce;
 mod tensor;
@@ -42,6 +43,7 @@ pub use interop::{
     save_safetensors_with_metadata, serialize_safetensors,
 };
 pub use literal::{Element, TensorData};
+pub use print::{PrintOptions, printoptions, set_printoptions};
 pub use random::{DEFAULT_SEED, Generator, default_generator, manual_seed};
 pub use tensor::{Tensor, broadcast_shape};
 

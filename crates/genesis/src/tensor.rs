@@ -965,63 +965,11 @@ impl genesis_index::ToIndex for Tensor {
     }
 }
 
-impl Tensor {
-    /// The first `k` elements in row-major order, as `f64`, copying only them.
-    fn first_values(&self, k: usize) -> Result<Vec<f64>> {
-        let layout = self.layout();
-        let offsets: Vec<i64> = layout.indices().take(k).map(|o| o as i64).collect();
-        let storage = self.view.storage();
-        let flat = View::with_layout(Arc::clone(storage), Layout::new(&[storage.len()], &[1], 0))?;
-        let n = offsets.len();
-        let picked = genesis_index::get(
-            &flat,
-            &[IndexItem::Tensor(genesis_index::IndexTensor::i64(
-                &[n],
-                offsets,
-            ))],
-        )?;
-        Ok(picked.contiguous()?.to_f64_vec()?)
-    }
-}
-
 impl fmt::Debug for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
             "Tensor(shape={:?}, dtype={}, device={})",
-            self.shape(),
-            self.dtype(),
-            self.device()
-        )
-    }
-}
-
-impl fmt::Display for Tensor {
-    /// Prints up to 16 elements, then the shape, dtype and device.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const SHOW: usize = 16;
-        // Only the elements shown are copied (a huge broadcast view prints without
-        // materialising it); an error reading them is printed, not returned (`to_string`
-        // would panic on `fmt::Error`).
-        let n = self.numel();
-        write!(f, "tensor([")?;
-        match self.first_values(SHOW) {
-            Ok(values) => {
-                for (i, v) in values.iter().enumerate() {
-                    if i > 0 {
-                        write!(f, ", ")?;
-                    }
-                    write!(f, "{v}")?;
-                }
-                if n > values.len() {
-                    write!(f, ", ... ({} more)", n - values.len())?;
-                }
-            }
-            Err(e) => write!(f, "<{e}>")?,
-        }
-        write!(
-            f,
-            "], shape={:?}, dtype={}, device={})",
             self.shape(),
             self.dtype(),
             self.device()

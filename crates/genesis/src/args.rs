@@ -80,6 +80,26 @@ impl<D: Dims + ?Sized> Dims for &D {
     }
 }
 
+/// One dimension (or a position along one), as the facade takes it: any integer type
+/// (`isize`, `i32`, `i64`, `usize`, `u32`, `u64`), negative counting from the end where PyTorch
+/// allows it (`transpose(0, -1)`, `max_dim(-1, false)`, `narrow(-1, -2, 2)`).
+pub trait Dim: Copy {
+    /// The value as `isize` (saturating: such a dimension is out of range anyway).
+    fn to_dim(self) -> isize;
+}
+
+macro_rules! dim_impls {
+    ($($t:ty),*) => {$(
+        impl Dim for $t {
+            fn to_dim(self) -> isize {
+                isize::try_from(self).unwrap_or(if self as i128 > 0 { isize::MAX } else { isize::MIN })
+            }
+        }
+    )*};
+}
+
+dim_impls!(isize, i32, i64, usize, u32, u64);
+
 /// The sizes of a shape that makes a tensor: every entry non-negative.
 pub(crate) fn sizes(op: &'static str, dims: &(impl Dims + ?Sized)) -> Result<Vec<usize>> {
     dims.to_dims()

@@ -30,7 +30,7 @@ mod random;
 mod reduce;
 mod tensor;
 
-pub use args::{Dims, Operand, OperandRef, Scalar, ScalarValue};
+pub use args::{Dim, Dims, Operand, OperandRef, Scalar, ScalarValue};
 pub use error::{Error, Result};
 pub use genesis_index::{IndexItem, IndexTensor, ToIndex};
 pub use genesis_storage::{BinaryOp, CompareOp, ReduceOp, UnaryOp};

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use genesis_storage::{ReduceOp, ReduceShape, Storage};
 
-use crate::args::{Dims, shape_spec, wrap_dim};
+use crate::args::{Dim, Dims, shape_spec, wrap_dim};
 use crate::{Error, Result, Tensor};
 
 impl Tensor {
@@ -80,13 +80,15 @@ impl Tensor {
     /// `(values, indices)` of the largest elements along `dim` (PyTorch's `max(dim)`): the
     /// index of the first maximum, or of the first NaN.
     #[track_caller]
-    pub fn max_dim(&self, dim: isize, keepdim: bool) -> Result<(Tensor, Tensor)> {
+    pub fn max_dim(&self, dim: impl Dim, keepdim: bool) -> Result<(Tensor, Tensor)> {
+        let dim = dim.to_dim();
         self.with_indices(ReduceOp::ArgMax, dim, keepdim)
     }
 
     /// `(values, indices)` of the smallest elements along `dim` (PyTorch's `min(dim)`).
     #[track_caller]
-    pub fn min_dim(&self, dim: isize, keepdim: bool) -> Result<(Tensor, Tensor)> {
+    pub fn min_dim(&self, dim: impl Dim, keepdim: bool) -> Result<(Tensor, Tensor)> {
+        let dim = dim.to_dim();
         self.with_indices(ReduceOp::ArgMin, dim, keepdim)
     }
 
@@ -110,13 +112,15 @@ impl Tensor {
 
     /// Indices of the first largest elements along `dim`.
     #[track_caller]
-    pub fn argmax_dim(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
+    pub fn argmax_dim(&self, dim: impl Dim, keepdim: bool) -> Result<Tensor> {
+        let dim = dim.to_dim();
         Ok(self.with_indices(ReduceOp::ArgMax, dim, keepdim)?.1)
     }
 
     /// Indices of the first smallest elements along `dim`.
     #[track_caller]
-    pub fn argmin_dim(&self, dim: isize, keepdim: bool) -> Result<Tensor> {
+    pub fn argmin_dim(&self, dim: impl Dim, keepdim: bool) -> Result<Tensor> {
+        let dim = dim.to_dim();
         Ok(self.with_indices(ReduceOp::ArgMin, dim, keepdim)?.1)
     }
 

@@ -6,7 +6,7 @@ use genesis_storage::{
     BinaryOp, BinaryRhs, DType, Device, Layout, Storage, UnaryOp, View, WithDType,
 };
 
-use crate::args::{Dims, Operand, Scalar, shape_spec, sizes, wrap_dim};
+use crate::args::{Dim, Dims, Operand, Scalar, shape_spec, sizes, wrap_dim};
 use crate::{Error, Result};
 
 /// A multi-dimensional array on a device: a shared [`Storage`] seen through a [`Layout`].
@@ -311,7 +311,8 @@ impl Tensor {
     }
 
     /// Swaps two dimensions (negative counts from the end; a 0-d tensor takes 0 and -1).
-    pub fn transpose(&self, a: isize, b: isize) -> Result<Tensor> {
+    pub fn transpose(&self, a: impl Dim, b: impl Dim) -> Result<Tensor> {
+        let (a, b) = (a.to_dim(), b.to_dim());
         if self.dim() == 0 {
             wrap_dim("transpose", a as i64, 0)?;
             wrap_dim("transpose", b as i64, 0)?;
@@ -352,7 +353,8 @@ impl Tensor {
     }
 
     /// Removes dimension `dim` if its size is 1 (a 0-d tensor takes 0 and -1).
-    pub fn squeeze(&self, dim: isize) -> Result<Tensor> {
+    pub fn squeeze(&self, dim: impl Dim) -> Result<Tensor> {
+        let dim = dim.to_dim();
         if wrap_dim("squeeze", dim as i64, self.dim())?.is_none() {
             return Ok(self.clone());
         }
@@ -360,7 +362,8 @@ impl Tensor {
     }
 
     /// Inserts a dimension of size 1.
-    pub fn unsqueeze(&self, dim: isize) -> Result<Tensor> {
+    pub fn unsqueeze(&self, dim: impl Dim) -> Result<Tensor> {
+        let dim = dim.to_dim();
         self.with_layout(self.layout().unsqueeze(dim)?)
     }
 
@@ -386,15 +389,34 @@ impl Tensor {
         self.with_layout(self.layout().expand(&shape)?)
     }
 
-    /// Elements `start..start + len` of dimension `dim`.
-    pub fn narrow(&self, dim: isize, start: usize, len: usize) -> Result<Tensor> {
+    /// Elements `start..start + len` of dimension `dim` (both negative from the end).
+    pub fn narrow(&self, dim: impl Dim, start: impl Dim, len: usize) -> Result<Tensor> {
+        let (dim, start) = (dim.to_dim(), start.to_dim());
+        // A negative start counts from the end of the dimension, as in PyTorch.
+        let start = if start < 0 {
+            let size = self.layout().dim(dim).map(|d| self.shape()[d]).unwrap_or(0);
+            match usize::try_from(start + size as isize) {
+                Ok(s) => s,
+                Err(_) => {
+                    return Err(Error::InvalidArgument {
+                        op: "narrow",
+                        reason: format!(
+                            "start {start} is out of range for a dimension of size {size}"
+                        ),
+                    });
+                }
+            }
+        } else {
+            start as usize
+        };
         self.with_layout(self.layout().narrow(dim, start, len)?)
     }
 
     /// Concatenates tensors along `dim` (negative counts from the end) into a new tensor.
     /// All must have the same dtype, device and rank, and the same sizes outside `dim`.
     #[track_caller]
-    pub fn cat(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
+    pub fn cat(tensors: &[&Tensor], dim: impl Dim) -> Result<Tensor> {
+        let dim = dim.to_dim();
         let first = tensors.first().ok_or_else(|| Error::InvalidArgument {
             op: "cat",
             reason: "needs at least one tensor".into(),
@@ -444,7 +466,8 @@ impl Tensor {
 
     /// Stacks tensors of one shape along a new dimension `dim` (in `-(rank+1)..=rank`).
     #[track_caller]
-    pub fn stack(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
+    pub fn stack(tensors: &[&Tensor], dim: impl Dim) -> Result<Tensor> {
+        let dim = dim.to_dim();
         let first = tensors.first().ok_or_else(|| Error::InvalidArgument {
             op: "stack",
             reason: "needs at least one tensor".into(),

@@ -183,6 +183,23 @@ fn one_dims_type_for_shapes_and_dimension_lists() {
     assert_eq!(x.amin(2usize, false).unwrap().shape(), &[2, 3]);
     assert_eq!(x.narrow(-1, 1, 2).unwrap().shape(), &[2, 3, 2]);
     assert_eq!(x.transpose(-1, 0).unwrap().shape(), &[4, 3, 2]);
+    // Single dimensions: any integer type, negative from the end.
+    let (d, last) = (1usize, -1i64);
+    assert_eq!(x.transpose(d, last).unwrap().shape(), &[2, 4, 3]);
+    assert_eq!(
+        x.unsqueeze(d).unwrap().squeeze(d).unwrap().shape(),
+        &[2, 3, 4]
+    );
+    assert_eq!(x.max_dim(last, false).unwrap().0.shape(), &[2, 3]);
+    assert_eq!(x.argmin_dim(d, true).unwrap().shape(), &[2, 1, 4]);
+    assert_eq!(Tensor::cat(&[&x, &x], last).unwrap().shape(), &[2, 3, 8]);
+    assert_eq!(Tensor::stack(&[&x, &x], d).unwrap().shape(), &[2, 2, 3, 4]);
+    // narrow: a negative start counts from the end too.
+    let row = Tensor::arange(0.0, 5.0, 1.0, DType::F32, cpu()).unwrap();
+    assert_eq!(f32s(&row.narrow(0, -2, 2).unwrap()), [3.0, 4.0]);
+    assert_eq!(f32s(&row.narrow(-1, 1usize, 2).unwrap()), [1.0, 2.0]);
+    assert!(row.narrow(0, -6, 1).is_err());
+    assert!(row.narrow(0, -2, 3).is_err());
 }
 
 #[test]

@@ -48,3 +48,8 @@ pub use random::{DEFAULT_SEED, Generator, default_generator, manual_seed};
 pub use tensor::{Tensor, broadcast_shape};
 
 pub mod cuda;
+
+/// The snippets of `docs/guide.md`, run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/guide.md")]
+pub struct GuideDoctests;

@@ -5,8 +5,8 @@
 //! statistics are zeros, [`memory_snapshot`] is empty and the cache functions do nothing (as
 //! PyTorch's `torch.cuda.memory_allocated()` is 0 before CUDA is initialised), while the
 //! functions about one device ([`get_device_name`], [`synchronize`], ...) return an error
-//! saying the device does not exist. Streams and events ([`Stream`], [`Event`],
-//! [`with_stream`]) need the `cuda` feature.
+//! saying the device does not exist. Streams and events (`Stream`, `Event`,
+//! `with_stream`) need the `cuda` feature.
 //!
 //! ```
 //! // Compiles and runs with and without the `cuda` feature, with and without a GPU.
@@ -102,9 +102,9 @@ pub fn synchronize(ordinal: usize) -> crate::Result<()> {
 }
 
 /// Turns batching of small elementwise ops on device `ordinal` on or off (on by default, or
-/// off when `GENESIS_NO_BATCH` is set). Batched ops (at most
-/// [`genesis_kernels::gpu::BATCH_MAX_ELEMS`] elements) are queued on the host and run by one
-/// launch of up to 127 of them, before anything else of the device reaches the driver: the
+/// off when `GENESIS_NO_BATCH` is set). Batched ops (at most 2048 elements,
+/// `genesis_kernels::gpu::BATCH_MAX_ELEMS`) are queued on the host and run by one launch of up
+/// to 127 of them, before anything else of the device reaches the driver: the
 /// results and their order are those of one launch per op, at a fraction of the host cost.
 /// Turn it off to see one kernel per op in a profiler. An error when the device does not
 /// exist.

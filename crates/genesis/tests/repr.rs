@@ -291,10 +291,16 @@ fn build(case: &serde_json::Value, device: Device) -> Tensor {
 #[test]
 fn repr_matches_pytorch_fixture() {
     let _shared = shared();
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/repr-cases.json");
-    let Ok(text) = std::fs::read_to_string(path) else {
+    // The GPU bundle runs the test binaries away from the source tree: `GENESIS_REPO_ROOT` says
+    // where the repository is (as for the other data-reading tests).
+    let path = std::env::var_os("GENESIS_REPO_ROOT")
+        .map(|r| std::path::PathBuf::from(r).join("crates/genesis"))
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+        .join("tests/data/repr-cases.json");
+    let Ok(text) = std::fs::read_to_string(&path) else {
         eprintln!(
-            "repr fixture skipped: {path} is not there yet (run `python3 crates/genesis/tests/gen_repr_cases.py` where PyTorch is installed)"
+            "repr fixture skipped: {} is not there yet (run `python3 crates/genesis/tests/gen_repr_cases.py` where PyTorch is installed)",
+            path.display()
         );
         return;
     };

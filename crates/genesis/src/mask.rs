@@ -1,7 +1,8 @@
 //! Boolean masks on any device: `masked_select` (`x[mask]`) and `masked_fill`.
 
-use crate::tensor::{broadcast_shape, host_scalar, numel_of};
-use crate::{DType, Error, Result, Tensor};
+use crate::args::scalar_storage;
+use crate::tensor::{broadcast_shape, numel_of};
+use crate::{DType, Error, Result, Scalar, Tensor};
 
 fn check_mask(op: &'static str, x: &Tensor, mask: &Tensor) -> Result<()> {
     if mask.dtype() != DType::Bool {
@@ -54,7 +55,7 @@ impl Tensor {
     /// representable in its dtype. Allocates nothing when `mask` has `self`'s shape and is
     /// contiguous.
     #[track_caller]
-    pub fn masked_fill_(&mut self, mask: &Tensor, value: f64) -> Result<()> {
+    pub fn masked_fill_(&mut self, mask: &Tensor, value: impl Scalar) -> Result<()> {
         let op = "masked_fill";
         check_mask(op, self, mask)?;
         let shape = broadcast_shape(op, self.shape(), mask.shape())?;
@@ -65,7 +66,7 @@ impl Tensor {
                 rhs: mask.shape().to_vec(),
             });
         }
-        let bytes = host_scalar(op, self.dtype(), value)?.to_bytes()?;
+        let bytes = scalar_storage(op, self.dtype(), value.value())?.to_bytes()?;
         let (m, m0) = mask.dense_operand(self.shape())?;
         let (start, n) = (self.in_place_start(op)?, self.numel());
         self.exclusive_storage(op)?
@@ -75,7 +76,7 @@ impl Tensor {
 
     /// A copy of `self` with `value` where `mask` is true (see [`Tensor::masked_fill_`]).
     #[track_caller]
-    pub fn masked_fill(&self, mask: &Tensor, value: f64) -> Result<Tensor> {
+    pub fn masked_fill(&self, mask: &Tensor, value: impl Scalar) -> Result<Tensor> {
         let mut out = Tensor::from_storage(self.view.contiguous()?, self.shape())?;
         out.masked_fill_(mask, value)?;
         Ok(out)

@@ -1,7 +1,9 @@
 //! Comparisons to bools, `where`, `pow`, and the `_out` forms that write into a given tensor.
 
 use crate::tensor::{broadcast_shape, numel_of};
-use crate::{BinaryOp, CompareOp, DType, Error, Operand, OperandRef, Result, Tensor, UnaryOp};
+use crate::{
+    BinaryOp, CompareOp, DType, Error, Operand, OperandRef, Result, Scalar, Tensor, UnaryOp,
+};
 
 /// Generates a named comparison against a tensor and against a scalar.
 macro_rules! comparisons {
@@ -16,7 +18,7 @@ macro_rules! comparisons {
 
                 #[doc = concat!("`self ", $doc, " scalar` elementwise as a `Bool` tensor (see [`Tensor::compare_scalar`]).")]
                 #[track_caller]
-                pub fn $scalar(&self, scalar: f64) -> Result<Tensor> {
+                pub fn $scalar(&self, scalar: impl Scalar) -> Result<Tensor> {
                     self.compare_scalar(CompareOp::$variant, scalar)
                 }
             )*
@@ -75,9 +77,8 @@ impl Tensor {
     /// [`Error::ScalarOutOfRange`]; convert the tensor with `to_dtype` to compare with a
     /// fraction).
     #[track_caller]
-    pub fn compare_scalar(&self, op: CompareOp, scalar: f64) -> Result<Tensor> {
-        let s = self.scalar_like(op.name(), scalar)?;
-        self.compare(op, &s)
+    pub fn compare_scalar(&self, op: CompareOp, scalar: impl Scalar) -> Result<Tensor> {
+        self.compare_operand(op, OperandRef::Scalar(scalar.value()))
     }
 
     /// `cond ? a : b` elementwise, the three broadcast together (PyTorch's `torch.where`).
@@ -130,8 +131,8 @@ impl Tensor {
 
     /// `self ^ exponent` elementwise with a scalar exponent (float dtypes).
     #[track_caller]
-    pub fn pow_scalar(&self, exponent: f64) -> Result<Tensor> {
-        self.binary_scalar(BinaryOp::Pow, exponent)
+    pub fn pow_scalar(&self, exponent: impl Scalar) -> Result<Tensor> {
+        self.binary_scalar_value(BinaryOp::Pow, exponent.value())
     }
 
     /// Writes `op(self, other)` into `out`, which must already have the broadcast shape,

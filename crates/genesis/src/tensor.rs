@@ -6,7 +6,7 @@ use genesis_storage::{
     BinaryOp, BinaryRhs, DType, Device, Layout, Storage, UnaryOp, View, WithDType,
 };
 
-use crate::args::{Dim, Dims, Operand, Scalar, shape_spec, sizes, wrap_dim};
+use crate::args::{Dim, Dims, Operand, Scalar, ScalarValue, shape_spec, sizes, wrap_dim};
 use crate::{Error, Result};
 
 /// A multi-dimensional array on a device: a shared [`Storage`] seen through a [`Layout`].
@@ -181,8 +181,8 @@ impl Tensor {
     /// `value` everywhere, with this tensor's shape, dtype and device (`value` must be
     /// representable in the dtype).
     #[track_caller]
-    pub fn full_like(&self, value: f64) -> Result<Tensor> {
-        let one = self.scalar_like("full_like", value)?;
+    pub fn full_like(&self, value: impl Scalar) -> Result<Tensor> {
+        let one = self.scalar_tensor_like("full_like", value.value())?;
         Tensor::from_storage(one.expand(self.shape())?.view.contiguous()?, self.shape())
     }
 
@@ -520,9 +520,16 @@ impl Tensor {
 
     /// `self[items] = value` for a scalar, which must be representable in the dtype (as for
     /// [`Tensor::masked_fill`] and [`Tensor::full_like`]).
-    pub fn index_fill(&mut self, items: &[IndexItem], value: f64) -> Result<()> {
-        host_scalar("index_fill", self.dtype(), value)?;
-        self.assign(items, Value::Scalar(value), false)
+    pub fn index_fill(&mut self, items: &[IndexItem], value: impl Scalar) -> Result<()> {
+        let v = value.value();
+        let s = self.scalar_tensor_like("index_fill", v)?;
+        match v {
+            // Integers beyond 2^53 are not f64 values: they go as a 0-d tensor.
+            ScalarValue::Int(i) if i.unsigned_abs() > 1 << 53 => {
+                self.assign(items, Value::Tensor(&s.view), false)
+            }
+            v => self.assign(items, Value::Scalar(v.to_f64()), false),
+        }
     }
 
     /// Elementwise `self + other`, broadcasting NumPy-style; same dtype and device. `other` is
@@ -797,12 +804,6 @@ impl Tensor {
             self.expand(shape)?.view.contiguous()?
         };
         Ok((Arc::new(t), 0))
-    }
-
-    /// A 0-dimensional tensor holding `value` in `self`'s dtype, on `self`'s device.
-    pub(crate) fn scalar_like(&self, op: &'static str, value: f64) -> Result<Tensor> {
-        let host = host_scalar(op, self.dtype(), value)?;
-        Tensor::from_storage(host.to_device(self.device())?, &[])
     }
 
     pub(crate) fn check_operands(&self, op: &'static str, other: &Tensor) -> Result<()> {

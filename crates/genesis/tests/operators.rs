@@ -129,6 +129,38 @@ fn integer_scalars_stay_exact_and_are_checked() {
 }
 
 #[test]
+fn fills_and_scalar_comparisons_take_any_scalar_exactly() {
+    let big = (1i64 << 62) + 1;
+    for dev in devices() {
+        let z = Tensor::zeros(&[3], DType::I64, dev).unwrap();
+        let f = z.full_like(big).unwrap();
+        assert_eq!(f.to_vec::<i64>().unwrap(), [big; 3]);
+        assert_eq!(f.eq_scalar(big).unwrap().to_bool_vec().unwrap(), [true; 3]);
+        assert_eq!(
+            f.eq_scalar(big - 1).unwrap().to_bool_vec().unwrap(),
+            [false; 3]
+        );
+        let mask = Tensor::from_bools(&[true, false, true], &[3], dev).unwrap();
+        let m = z.masked_fill(&mask, big).unwrap();
+        assert_eq!(m.to_vec::<i64>().unwrap(), [big, 0, big]);
+        let mut w = z.masked_fill(&mask, 7u8).unwrap();
+        assert_eq!(w.to_vec::<i64>().unwrap(), [7, 0, 7]);
+        w.index_fill(&s![1..], big).unwrap();
+        assert_eq!(w.to_vec::<i64>().unwrap(), [7, big, big]);
+        w.index_fill(&s![0], -3i32).unwrap();
+        assert_eq!(w.to_vec::<i64>().unwrap(), [-3, big, big]);
+        let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[3], dev).unwrap();
+        assert_eq!(f32s(&x.pow_scalar(2).unwrap()), [1.0, 4.0, 9.0]);
+        assert_eq!(f32s(&x.full_like(0.5f32).unwrap()), [0.5; 3]);
+        assert_eq!(
+            x.lt_scalar(2u8).unwrap().to_bool_vec().unwrap(),
+            [true, false, false]
+        );
+        assert!(x.masked_fill(&mask, 1e39).is_err(), "overflows float32");
+    }
+}
+
+#[test]
 fn one_dims_type_for_shapes_and_dimension_lists() {
     let a = Tensor::zeros(&[2, 3], DType::F32, cpu()).unwrap();
     let dims64 = vec![2i64, 3];

@@ -3,8 +3,8 @@
 //! `select.rs`).
 
 use super::{Mem, MemMut, Storage, check_float_only, check_kernel_dtype, mixed};
-use crate::backend::Backend;
 use crate::Result;
+use crate::backend::Backend;
 use genesis_kernels::{BinaryOp, UnaryOp};
 
 impl Storage {

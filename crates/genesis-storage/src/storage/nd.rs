@@ -21,8 +21,9 @@ impl Storage {
     /// contiguous storage: `a` (and a tensor `rhs`'s layout, of the same shape) may broadcast
     /// (stride 0) or be any strided view; nothing is materialised first. A scalar `rhs` goes
     /// to the kernel as an argument. f32, f16, bf16, i32, i64 (`Div`, `Pow` for the floating
-    /// types). Results of 2^31 elements or more, or layouts that do not merge to 8 dimensions,
-    /// are computed from contiguous copies of the operands.
+    /// types). Results of 2^31 elements or more, or of more than eight dimensions once the
+    /// layouts' mergeable neighbours are merged, go through contiguous copies of the operands
+    /// (`Storage::contiguous`, with its own limits).
     #[track_caller]
     pub fn binary_strided(&self, op: BinaryOp, a: &Layout, rhs: BinaryRhs<'_>) -> Result<Storage> {
         let name = op.name();
@@ -106,5 +107,78 @@ impl Storage {
                 lhs.binary_at(op, 0, &full, 0, n)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::DType;
+
+    /// `op` over `a` and `b` element by element through their layouts, as the reference.
+    fn reference(a: &[f32], la: &Layout, b: &[f32], lb: &Layout) -> Vec<f32> {
+        la.indices()
+            .zip(lb.indices())
+            .map(|(i, j)| a[i] - b[j])
+            .collect()
+    }
+
+    #[test]
+    fn strided_broadcast_and_scalar_operands_on_the_host() {
+        let a: Vec<f32> = (0..24).map(|x| x as f32 * 0.5).collect();
+        let sa = Storage::from_slice(&a, Device::Cpu).unwrap();
+        let b: Vec<f32> = (0..4).map(|x| 100.0 + x as f32).collect();
+        let sb = Storage::from_slice(&b, Device::Cpu).unwrap();
+        // A transposed [4, 6] view of `a` minus a row broadcast of `b` along the columns.
+        let la = Layout::new(&[4, 6], &[1, 4], 0);
+        let lb = Layout::new(&[4, 6], &[1, 0], 0);
+        let out = sa
+            .binary_strided(BinaryOp::Sub, &la, BinaryRhs::Tensor(&sb, &lb))
+            .unwrap();
+        assert_eq!(out.to_vec::<f32>().unwrap(), reference(&a, &la, &b, &lb));
+        // A scalar, passed by value.
+        let s = Storage::from_slice(&[2.0f32], Device::Cpu).unwrap();
+        let out = sa
+            .binary_strided(BinaryOp::Sub, &la, BinaryRhs::Scalar(&s))
+            .unwrap();
+        let two = [2.0f32];
+        let zero = Layout::new(&[4, 6], &[0, 0], 0);
+        assert_eq!(
+            out.to_vec::<f32>().unwrap(),
+            reference(&a, &la, &two, &zero)
+        );
+        // A scalar of another dtype, or a shape that differs, is refused.
+        let wrong = Storage::from_slice(&[2.0f64], Device::Cpu).unwrap();
+        assert!(
+            sa.binary_strided(BinaryOp::Sub, &la, BinaryRhs::Scalar(&wrong))
+                .is_err()
+        );
+        let short = Layout::new(&[4, 5], &[1, 0], 0);
+        assert!(
+            sa.binary_strided(BinaryOp::Sub, &la, BinaryRhs::Tensor(&sb, &short))
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn layouts_of_many_dimensions_merge_into_the_descriptor() {
+        // Nine dimensions of size 2: contiguous on the left and broadcast on the right in the
+        // last one, so they merge into two.
+        let shape = [2usize; 9];
+        let n = 1 << 9;
+        let a: Vec<f32> = (0..n).map(|x| x as f32).collect();
+        let sa = Storage::from_slice(&a, Device::Cpu).unwrap();
+        let sb = Storage::from_slice(&a[..256], Device::Cpu).unwrap();
+        let la = Layout::contiguous(&shape);
+        let mut strides = Layout::contiguous(&shape[..8]).strides().to_vec();
+        strides.push(0);
+        let lb = Layout::new(&shape, &strides, 0);
+        let d = BinaryNd::new(&shape, la.strides(), 0, Some((lb.strides(), 0))).unwrap();
+        assert_eq!(d.rank(), 2);
+        let out = sa
+            .binary_strided(BinaryOp::Sub, &la, BinaryRhs::Tensor(&sb, &lb))
+            .unwrap();
+        assert_eq!(out.dtype(), DType::F32);
+        assert_eq!(out.to_vec::<f32>().unwrap(), reference(&a, &la, &a, &lb));
     }
 }

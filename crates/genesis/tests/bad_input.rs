@@ -1,0 +1,445 @@
+//! Issue 16, "what to build" 3: the facade's public entry points called with the invalid inputs
+//! a user can pass, each under `catch_unwind`: a panic fails the test with the call named, and
+//! the call must return an error. `issue16_safety.rs` holds the regression tests of the
+//! numbered items (host out-of-memory, huge `arange`, element counts, exact scalars,
+//! `index_fill`, silent infinities); this sweep covers the rest of the surface: creation with
+//! bad shapes, lengths, devices and dtypes; views with dims out of range; elementwise ops,
+//! comparisons, `where`, reductions, matmul, masks, cat/stack, indexing, `_out` and in-place
+//! forms with mismatched or shared outputs; wrong `to_vec` types; random tensors; safetensors
+//! bytes and files.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use genesis::{DType, Device, Error, IndexItem, Tensor, s};
+
+#[derive(Default)]
+struct Sweep {
+    failures: Vec<String>,
+    calls: usize,
+}
+
+impl Sweep {
+    /// The call must return an error, without panicking.
+    fn err<T: std::fmt::Debug>(&mut self, name: &str, f: impl FnOnce() -> Result<T, Error>) {
+        self.calls += 1;
+        match catch_unwind(AssertUnwindSafe(f)) {
+            Ok(Err(_)) => {}
+            Ok(Ok(v)) => {
+                let shown: String = format!("{v:?}").chars().take(200).collect();
+                self.failures.push(format!("{name}: accepted: {shown}"));
+            }
+            Err(p) => {
+                let m = p
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| p.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                self.failures.push(format!("{name}: panicked: {m}"));
+            }
+        }
+    }
+
+    fn finish(self) {
+        assert!(
+            self.failures.is_empty(),
+            "{} of {} calls failed:\n{}",
+            self.failures.len(),
+            self.calls,
+            self.failures.join("\n")
+        );
+    }
+}
+
+const CPU: Device = Device::Cpu;
+
+fn t(shape: &[usize]) -> Tensor {
+    let n: usize = shape.iter().product();
+    let v: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    Tensor::from_slice(&v, &shape.to_vec(), CPU).unwrap()
+}
+
+fn mask(shape: &[usize]) -> Tensor {
+    let n: usize = shape.iter().product();
+    Tensor::from_bools(&vec![true; n], &shape.to_vec(), CPU).unwrap()
+}
+
+const DTYPES: [DType; 10] = [
+    DType::F32,
+    DType::F64,
+    DType::F16,
+    DType::BF16,
+    DType::I32,
+    DType::I64,
+    DType::U8,
+    DType::I8,
+    DType::I16,
+    DType::Bool,
+];
+
+#[test]
+fn creation() {
+    let mut s = Sweep::default();
+    let bad_shapes: Vec<Vec<i64>> = vec![
+        vec![-1],
+        vec![2, -3],
+        vec![i64::MIN],
+        vec![i64::MAX, i64::MAX],
+        vec![1 << 32, 1 << 32],
+    ];
+    for shape in &bad_shapes {
+        for dtype in DTYPES {
+            s.err(&format!("zeros({shape:?}, {dtype})"), || {
+                Tensor::zeros(shape, dtype, CPU)
+            });
+            s.err(&format!("ones({shape:?}, {dtype})"), || {
+                Tensor::ones(shape, dtype, CPU)
+            });
+            s.err(&format!("empty({shape:?}, {dtype})"), || {
+                Tensor::empty(shape, dtype, CPU)
+            });
+        }
+        s.err(&format!("full({shape:?})"), || {
+            Tensor::full(shape, 1.0f32, CPU)
+        });
+        s.err(&format!("from_slice({shape:?})"), || {
+            Tensor::from_slice(&[1.0f32; 6], shape, CPU)
+        });
+        s.err(&format!("from_bools({shape:?})"), || {
+            Tensor::from_bools(&[true; 6], shape, CPU)
+        });
+        s.err(&format!("rand({shape:?})"), || {
+            Tensor::rand(shape, DType::F32, CPU)
+        });
+        s.err(&format!("randn({shape:?})"), || {
+            Tensor::randn(shape, DType::F32, CPU)
+        });
+        s.err(&format!("randint({shape:?})"), || {
+            Tensor::randint(0, 10, shape, DType::I64, CPU)
+        });
+    }
+    // Lengths that do not match the shape.
+    s.err("from_slice(6 values, [2, 2])", || {
+        Tensor::from_slice(&[1.0f32; 6], &[2usize, 2], CPU)
+    });
+    s.err("from_slice(0 values, [1])", || {
+        Tensor::from_slice::<f32>(&[], &[1usize], CPU)
+    });
+    s.err("from_bools(3 values, [2])", || {
+        Tensor::from_bools(&[true; 3], &[2usize], CPU)
+    });
+    // Devices that do not exist here.
+    for device in [Device::Cuda(4096), Device::Cuda(usize::MAX)] {
+        s.err(&format!("zeros on {device}"), || {
+            Tensor::zeros(&[2usize], DType::F32, device)
+        });
+        s.err(&format!("from_slice on {device}"), || {
+            Tensor::from_slice(&[1.0f32], &[1usize], device)
+        });
+        s.err(&format!("to({device})"), || t(&[2]).to(device));
+        s.err(&format!("arange on {device}"), || {
+            Tensor::arange(0.0, 4.0, 1.0, DType::F32, device)
+        });
+    }
+    // arange with steps and ends that are not numbers.
+    for (start, end, step) in [
+        (0.0, 4.0, 0.0),
+        (f64::NAN, 4.0, 1.0),
+        (0.0, f64::NAN, 1.0),
+        (0.0, 4.0, f64::NAN),
+        (0.0, f64::INFINITY, 1.0),
+        (f64::NEG_INFINITY, 0.0, 1.0),
+    ] {
+        s.err(&format!("arange({start}, {end}, {step})"), || {
+            Tensor::arange(start, end, step, DType::F32, CPU)
+        });
+    }
+    // Random tensors of dtypes that cannot hold them, and empty integer ranges.
+    for dtype in [DType::I32, DType::U8, DType::Bool] {
+        s.err(&format!("rand({dtype})"), || {
+            Tensor::rand(&[4usize], dtype, CPU)
+        });
+        s.err(&format!("randn({dtype})"), || {
+            Tensor::randn(&[4usize], dtype, CPU)
+        });
+    }
+    for (low, high, dtype) in [
+        (5, 5, DType::I64),
+        (5, 0, DType::I64),
+        (0, 1 << 40, DType::I32),
+        (-1, 10, DType::U8),
+        (0, 2, DType::Bool),
+        (i64::MIN, i64::MAX, DType::I8),
+    ] {
+        s.err(&format!("randint({low}, {high}, {dtype})"), || {
+            Tensor::randint(low, high, &[4usize], dtype, CPU)
+        });
+    }
+    // Like-constructors with values the dtype does not hold.
+    let i = Tensor::zeros(&[2usize], DType::I32, CPU).unwrap();
+    for v in [f64::NAN, 0.5, 1e12, f64::INFINITY] {
+        s.err(&format!("full_like(i32, {v})"), || i.full_like(v));
+    }
+    s.err("rand_like(i32)", || i.rand_like());
+    s.err("randn_like(i32)", || i.randn_like());
+    s.finish();
+}
+
+#[test]
+fn views_and_shapes() {
+    let mut s = Sweep::default();
+    let x = t(&[2, 3, 4]);
+    for d in [3isize, -4, isize::MAX, isize::MIN] {
+        s.err(&format!("transpose(0, {d})"), || x.transpose(0, d));
+        s.err(&format!("squeeze({d})"), || x.squeeze(d));
+        s.err(&format!("narrow({d}, 0, 1)"), || x.narrow(d, 0, 1));
+        s.err(&format!("cat(dim {d})"), || Tensor::cat(&[&x, &x], d));
+        s.err(&format!("sum_dim({d})"), || x.sum_dim(&[d], false));
+        s.err(&format!("max_dim({d})"), || x.max_dim(d, false));
+        s.err(&format!("argmin_dim({d})"), || x.argmin_dim(d, true));
+    }
+    for d in [4isize, -5, isize::MAX, isize::MIN] {
+        s.err(&format!("unsqueeze({d})"), || x.unsqueeze(d));
+        s.err(&format!("stack(dim {d})"), || Tensor::stack(&[&x, &x], d));
+    }
+    for (start, len) in [(2usize, 1usize), (0, 3), (usize::MAX, 1), (1, usize::MAX)] {
+        s.err(&format!("narrow(0, {start}, {len})"), || {
+            x.narrow(0, start, len)
+        });
+    }
+    for perm in [
+        vec![0i64, 1],
+        vec![0, 1, 1],
+        vec![0, 1, 3],
+        vec![-1, 0, 1, 2],
+    ] {
+        s.err(&format!("permute({perm:?})"), || x.permute(&perm));
+    }
+    for shape in [
+        vec![25i64],
+        vec![-1, -1],
+        vec![-2, 12],
+        vec![5, -1],
+        vec![0, -1],
+        vec![1 << 32, 1 << 32],
+        vec![i64::MAX, 2],
+    ] {
+        s.err(&format!("view({shape:?})"), || x.view(&shape));
+        s.err(&format!("reshape({shape:?})"), || x.reshape(&shape));
+    }
+    for shape in [
+        vec![2i64, 3],
+        vec![3, 3, 4],
+        vec![-1, 2, 3, 4],
+        vec![1 << 40, 1 << 40, 2, 3, 4],
+    ] {
+        s.err(&format!("expand({shape:?})"), || x.expand(&shape));
+    }
+    // cat/stack of nothing, of shapes, dtypes and ranks that differ.
+    s.err("cat([])", || Tensor::cat(&[], 0));
+    s.err("stack([])", || Tensor::stack(&[], 0));
+    let y = t(&[2, 3, 5]);
+    let z = Tensor::zeros(&[2usize, 3, 4], DType::F64, CPU).unwrap();
+    s.err("cat(shapes differ off the dim)", || {
+        Tensor::cat(&[&x, &y], 0)
+    });
+    s.err("cat(dtypes differ)", || Tensor::cat(&[&x, &z], 0));
+    s.err("cat(ranks differ)", || Tensor::cat(&[&x, &t(&[2, 3])], 0));
+    s.err("stack(shapes differ)", || Tensor::stack(&[&x, &y], 0));
+    s.finish();
+}
+
+#[test]
+fn operations() {
+    let mut s = Sweep::default();
+    let a = t(&[2, 3]);
+    let b = t(&[4]);
+    let f64s = Tensor::zeros(&[2usize, 3], DType::F64, CPU).unwrap();
+    let bools = mask(&[2, 3]);
+    let ints = Tensor::zeros(&[2usize, 3], DType::I32, CPU).unwrap();
+    s.err("add(shapes that do not broadcast)", || a.add(&b));
+    s.err("sub(shapes that do not broadcast)", || a.sub(&b));
+    s.err("mul(shapes that do not broadcast)", || a.mul(&b));
+    s.err("div(shapes that do not broadcast)", || a.div(&b));
+    s.err("maximum(shapes that do not broadcast)", || a.maximum(&b));
+    s.err("pow(shapes that do not broadcast)", || a.pow(&b));
+    s.err("compare(shapes that do not broadcast)", || {
+        a.compare(genesis::CompareOp::Lt, &b)
+    });
+    s.err("where_cond(cond not bool)", || {
+        Tensor::where_cond(&a, &a, &a)
+    });
+    s.err("where_cond(shapes)", || {
+        Tensor::where_cond(&mask(&[4]), &a, &a)
+    });
+    s.err("where_cond(dtypes differ)", || {
+        Tensor::where_cond(&bools, &a, &f64s)
+    });
+    for (name, r) in [
+        ("neg", bools.neg()),
+        ("exp", bools.exp()),
+        ("log", ints.log()),
+        ("sqrt", bools.sqrt()),
+        ("sigmoid", ints.sigmoid()),
+    ] {
+        s.err(&format!("{name}(unsupported dtype)"), || r);
+    }
+    for v in [f64::NAN, 0.5, 1e12, -1e300] {
+        s.err(&format!("i32 + {v}"), || ints.add(v));
+        s.err(&format!("i32 == {v}"), || {
+            ints.compare_scalar(genesis::CompareOp::Eq, v)
+        });
+        s.err(&format!("masked_fill(i32, {v})"), || {
+            ints.masked_fill(&bools, v)
+        });
+    }
+    // _out forms: outputs of the wrong shape, dtype, or shared with an input.
+    let mut out_shape = t(&[3, 2]);
+    s.err("add_out(out shape)", || a.add_out(&a, &mut out_shape));
+    let mut out_dtype = f64s.clone();
+    s.err("mul_out(out dtype)", || a.mul_out(&a, &mut out_dtype));
+    let mut out_small = t(&[2]);
+    s.err("exp_out(out shape)", || a.exp_out(&mut out_small));
+    let mut out_mm = t(&[5, 5]);
+    s.err("matmul_out(out shape)", || {
+        t(&[2, 3]).matmul_out(&t(&[3, 2]), &mut out_mm)
+    });
+    // In-place ops where the result does not fit, or the tensor is a shared broadcast view.
+    let mut small = t(&[3]);
+    s.err("add_(broadcast would grow self)", || small.add_(&a));
+    let mut expanded = t(&[1, 3]).expand(&[4usize, 3]).unwrap();
+    s.err("add_(stride-0 view)", || expanded.add_(1.0f32));
+    let mut expanded2 = t(&[1, 3]).expand(&[4usize, 3]).unwrap();
+    s.err("masked_fill_(stride-0 view)", || {
+        expanded2.masked_fill_(&mask(&[4, 3]), 0.0)
+    });
+    let mut ints_mut = ints.clone();
+    s.err("exp_(i32)", || ints_mut.exp_());
+    s.err("div_(i32, f32 tensor)", || ints_mut.div_(&a));
+    // Reductions.
+    let empty = Tensor::zeros(&[0usize, 3], DType::F32, CPU).unwrap();
+    s.err("max(empty)", || empty.max());
+    s.err("argmin(empty)", || empty.argmin());
+    s.err("amax(empty dim 0)", || empty.amax(&[0i64], false));
+    s.err("min_dim(empty dim 0)", || empty.min_dim(0, false));
+    s.err("mean(i32)", || ints.mean());
+    s.err("sum_dim(repeated dims)", || a.sum_dim(&[0i64, 0], false));
+    s.err("mean_dim(dim out of range)", || a.mean_dim(&[5i64], true));
+    // matmul.
+    for (l, r) in [
+        (vec![2usize, 3], vec![2usize, 3]),
+        (vec![3], vec![4]),
+        (vec![2, 2, 3], vec![3, 3, 2]),
+        (vec![], vec![3]),
+    ] {
+        s.err(&format!("matmul({l:?} x {r:?})"), || t(&l).matmul(&t(&r)));
+    }
+    s.err("matmul(dtypes differ)", || a.matmul(&f64s.t().unwrap()));
+    s.err("matmul(bool)", || bools.matmul(&mask(&[3, 2])));
+    s.err("bmm(rank 2)", || a.bmm(&t(&[3, 2])));
+    s.err("bmm(batches differ)", || t(&[2, 2, 3]).bmm(&t(&[3, 3, 2])));
+    // Masks.
+    s.err("masked_select(mask not bool)", || a.masked_select(&a));
+    s.err("masked_select(mask shape)", || a.masked_select(&mask(&[4])));
+    s.err("masked_fill(mask shape)", || {
+        a.masked_fill(&mask(&[4]), 0.0)
+    });
+    // Wrong element types out.
+    s.err("to_vec::<f64>(f32)", || a.to_vec::<f64>());
+    s.err("to_vec::<i32>(f32)", || a.to_vec::<i32>());
+    s.err("to_vec::<u8>(bool)", || bools.to_vec::<u8>());
+    s.err("to_bool_vec(f32)", || a.to_bool_vec());
+    s.finish();
+}
+
+#[test]
+fn indexing() {
+    let mut s = Sweep::default();
+    let x = t(&[3, 4]);
+    for items in [
+        vec![IndexItem::Int(3i64)],
+        vec![IndexItem::Int(-4i64)],
+        vec![
+            IndexItem::Int(0i64),
+            IndexItem::Int(0i64),
+            IndexItem::Int(0i64),
+        ],
+        vec![IndexItem::Int(i64::MAX)],
+        vec![IndexItem::Int(i64::MIN)],
+    ] {
+        s.err(&format!("i({items:?})"), || x.i(&items));
+        let mut y = x.clone().contiguous().unwrap();
+        s.err(&format!("index_fill({items:?})"), || {
+            y.index_fill(&items, 0.0)
+        });
+    }
+    s.err("i(step 0)", || x.i(&s![.., 0..4;0]));
+    s.err("i(negative step)", || x.i(&s![.., 0..4;-1]));
+    let mut y = t(&[3, 4]);
+    s.err("index_put(value shape)", || y.index_put(&s![0], &t(&[5])));
+    s.err("index_put(value dtype)", || {
+        y.index_put(&s![0], &Tensor::zeros(&[4usize], DType::F64, CPU).unwrap())
+    });
+    s.err("index_add(value shape)", || {
+        y.index_add(&s![.., 0], &t(&[4]))
+    });
+    s.finish();
+}
+
+#[test]
+fn safetensors() {
+    let mut s = Sweep::default();
+    let good = genesis::serialize_safetensors(&[("x", &t(&[2, 2]))], None).unwrap();
+    let mut cases: Vec<(String, Vec<u8>)> = vec![
+        ("empty".into(), Vec::new()),
+        ("7 bytes".into(), vec![0; 7]),
+        (
+            "header length u64::MAX".into(),
+            u64::MAX.to_le_bytes().to_vec(),
+        ),
+        ("header length past the end".into(), {
+            let mut v = 1000u64.to_le_bytes().to_vec();
+            v.extend_from_slice(b"{}");
+            v
+        }),
+        ("header not JSON".into(), {
+            let mut v = 4u64.to_le_bytes().to_vec();
+            v.extend_from_slice(b"nope");
+            v
+        }),
+        ("truncated data".into(), good[..good.len() - 1].to_vec()),
+    ];
+    let header = |json: &str| {
+        let mut v = (json.len() as u64).to_le_bytes().to_vec();
+        v.extend_from_slice(json.as_bytes());
+        v.extend_from_slice(&[0u8; 16]);
+        v
+    };
+    for json in [
+        r#"{"x":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,16]}}"#,
+        r#"{"x":{"dtype":"F32","shape":[2],"data_offsets":[0,16]}}"#,
+        r#"{"x":{"dtype":"F32","shape":[4],"data_offsets":[8,0]}}"#,
+        r#"{"x":{"dtype":"F32","shape":[4],"data_offsets":[0,18446744073709551615]}}"#,
+        r#"{"x":{"dtype":"Q4","shape":[4],"data_offsets":[0,16]}}"#,
+        r#"{"x":{"dtype":"F32","shape":[-1],"data_offsets":[0,16]}}"#,
+    ] {
+        cases.push((format!("header {json}"), header(json)));
+    }
+    for (name, bytes) in &cases {
+        s.err(&format!("deserialize_safetensors({name})"), || {
+            genesis::deserialize_safetensors(bytes, CPU)
+        });
+    }
+    s.err("serialize_safetensors(duplicate names)", || {
+        genesis::serialize_safetensors(&[("x", &t(&[1])), ("x", &t(&[1]))], None)
+    });
+    s.err("load_safetensors(missing file)", || {
+        genesis::load_safetensors("/nonexistent/genesis.safetensors", CPU)
+    });
+    s.err("load_safetensors(a directory)", || {
+        genesis::load_safetensors(std::env::temp_dir(), CPU)
+    });
+    s.err("save_safetensors(into a missing directory)", || {
+        genesis::save_safetensors(&[("x", &t(&[1]))], "/nonexistent/dir/x.safetensors")
+    });
+    s.finish();
+}

@@ -356,6 +356,29 @@ pub fn binary_nd<T: Element>(
     Ok(())
 }
 
+/// In place: `a_out[i] = op(a_out[i], b[b(i)] or the scalar)` over `desc`, whose `a` must be
+/// read at the output's positions ([`BinaryNd::a_is_output`]); the same kernels as
+/// [`binary_nd`], each element read and written by one thread.
+pub fn binary_nd_assign<T: Element>(
+    stream: &Stream,
+    op: BinaryOp,
+    desc: &BinaryNd,
+    a_out: DeviceSpanMut<'_, T>,
+    b: Rhs<DeviceSpan<'_, T>, T>,
+) -> Result<()> {
+    if !desc.a_is_output() {
+        return Err(Error::Unsupported {
+            op: "binary_nd_assign",
+            reason: "the left operand is not read at the output's positions".into(),
+        });
+    }
+    // SAFETY: `a` and the output are the same elements, read at the same positions: each is
+    // read and then written by one thread (a 16-byte group by one thread in the vector path),
+    // which the kernels allow; the span stays borrowed through `a_out` meanwhile.
+    let a = unsafe { DeviceSpan::<T>::from_raw(a_out.addr(), a_out.len()) };
+    binary_nd::<T>(stream, op, desc, a, b, a_out)
+}
+
 /// A value of `T` whose bits are zero (the scalar argument when the right operand is a span).
 fn a_zero<T: Element>() -> T {
     T::from_i64(0)

@@ -222,6 +222,22 @@ impl BinaryNd {
         Some((self.a_offset as usize, b))
     }
 
+    /// Whether `a` is read at the output's own positions (offset 0, row-major strides): then
+    /// the output may be `a` itself, each element read and written by one thread.
+    pub fn a_is_output(&self) -> bool {
+        if self.numel() == 0 {
+            return true;
+        }
+        let mut expected = 1i64;
+        for k in self.dims().rev() {
+            if self.size[k] > 1 && self.a_strides[k] != expected {
+                return false;
+            }
+            expected *= i64::from(self.size[k]);
+        }
+        self.a_offset == 0
+    }
+
     /// Visits `(output index, a offset, b offset)` in output order.
     pub fn for_each(&self, mut f: impl FnMut(usize, usize, usize)) {
         let n = self.numel();
@@ -266,6 +282,33 @@ pub fn binary_nd<T: Element>(
     Ok(())
 }
 
+/// The CPU twin of an `_nd` kernel run in place: `a_out[i] = op(a_out[i], b[b(i)] or the
+/// scalar)`, for a descriptor whose `a` is the output ([`BinaryNd::a_is_output`]).
+pub fn binary_nd_assign<T: Element>(
+    op: BinaryOp,
+    desc: &BinaryNd,
+    a_out: &mut [T],
+    b: Rhs<&[T], T>,
+) -> Result<()> {
+    crate::cpu::supports::<T>(op)?;
+    if !desc.a_is_output() {
+        return Err(Error::Unsupported {
+            op: "binary_nd_assign",
+            reason: "the left operand is not read at the output's positions".into(),
+        });
+    }
+    let b_len = match b {
+        Rhs::Tensor(s) => Some(s.len()),
+        Rhs::Scalar(_) => None,
+    };
+    desc.check(a_out.len(), b_len, a_out.len())?;
+    match b {
+        Rhs::Tensor(b) => desc.for_each(|i, _, ib| a_out[i] = T::binary(op, a_out[i], b[ib])),
+        Rhs::Scalar(s) => desc.for_each(|i, _, _| a_out[i] = T::binary(op, a_out[i], s)),
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -303,6 +346,24 @@ mod tests {
         );
         assert_eq!(BinaryNd::new(&[], &[], 0, None).unwrap().numel(), 1);
         assert!(BinaryNd::new(&[1 << 16, 1 << 15], &[1 << 15, 1], 0, None).is_err());
+    }
+
+    #[test]
+    fn in_place_needs_the_output_layout() {
+        let d = BinaryNd::new(&[3, 4], &[4, 1], 0, Some((&[0, 1], 0))).unwrap();
+        assert!(d.a_is_output());
+        let mut x: Vec<f32> = (0..12).map(|v| v as f32).collect();
+        let bias = [1.0f32, 2.0, 3.0, 4.0];
+        binary_nd_assign(BinaryOp::Add, &d, &mut x, Rhs::Tensor(&bias[..])).unwrap();
+        assert_eq!(x[5], 5.0 + 2.0);
+        let transposed = BinaryNd::new(&[3, 4], &[1, 3], 0, None).unwrap();
+        assert!(!transposed.a_is_output());
+        assert!(binary_nd_assign(BinaryOp::Add, &transposed, &mut x, Rhs::Scalar(1.0)).is_err());
+        assert!(!BinaryNd::new(&[4], &[1], 2, None).unwrap().a_is_output());
+        // Nothing to read or write: any layout will do.
+        let empty = BinaryNd::new(&[2, 0, 3], &[0, 3, 1], 0, None).unwrap();
+        assert!(empty.a_is_output());
+        binary_nd_assign(BinaryOp::Add, &empty, &mut [0.0f32; 0], Rhs::Scalar(1.0)).unwrap();
     }
 
     #[test]

@@ -54,6 +54,17 @@ pub(crate) trait Backend {
         out: &mut Self,
     ) -> Result<()>;
 
+    /// In place over `desc`'s positions from element `at`: `self[at + i] = op(self[at + i],
+    /// b[b(i)] or the scalar)` (the descriptor's `a` is the output).
+    fn binary_nd_assign(
+        &mut self,
+        op: BinaryOp,
+        dtype: DType,
+        at: usize,
+        desc: &BinaryNd,
+        b: Rhs<&Self, &[u8]>,
+    ) -> Result<()>;
+
     /// `out[out_at + i] = op(self[at + i])` for `i < len`.
     fn unary(
         &self,
@@ -249,6 +260,25 @@ impl Backend for [u8] {
             };
             let out = host_mut::<T>(out, 0, desc.numel())?;
             genesis_kernels::nd::binary_nd::<T>(op, desc, a, b, out)?;
+            Ok(())
+        }, _ => Err(unsupported(op.name(), dtype)))
+    }
+
+    fn binary_nd_assign(
+        &mut self,
+        op: BinaryOp,
+        dtype: DType,
+        at: usize,
+        desc: &BinaryNd,
+        b: Rhs<&[u8], &[u8]>,
+    ) -> Result<()> {
+        crate::dispatch_kernel_dtype!(dtype, T => {
+            let b = match b {
+                Rhs::Tensor(b) => Rhs::Tensor(host::<T>(b, 0, b.len() / size_of::<T>())?),
+                Rhs::Scalar(s) => Rhs::Scalar(host::<T>(s, 0, 1)?[0]),
+            };
+            let a_out = host_mut::<T>(self, at, desc.numel())?;
+            genesis_kernels::nd::binary_nd_assign::<T>(op, desc, a_out, b)?;
             Ok(())
         }, _ => Err(unsupported(op.name(), dtype)))
     }

@@ -196,6 +196,17 @@ impl Backend for CudaMem {
         match *self {}
     }
 
+    fn binary_nd_assign(
+        &mut self,
+        _: BinaryOp,
+        _: DType,
+        _: usize,
+        _: &BinaryNd,
+        _: Rhs<&CudaMem, &[u8]>,
+    ) -> Result<()> {
+        match *self {}
+    }
+
     fn unary(
         &self,
         _: UnaryOp,

@@ -628,9 +628,8 @@ impl Tensor {
     }
 
     /// In place: `self = op(self, other)`, `other` broadcast to `self`'s shape. `self` must be
-    /// contiguous and hold its storage alone (no other tensor shares it). When `other` already
-    /// has `self`'s shape and is contiguous, nothing is allocated; otherwise it is first
-    /// gathered into a contiguous temporary.
+    /// contiguous and hold its storage alone (no other tensor shares it). Nothing is
+    /// allocated: a broadcast or strided `other` is read in place through its layout.
     #[track_caller]
     pub fn binary_(&mut self, op: BinaryOp, other: &Tensor) -> Result<()> {
         let name = op.name();
@@ -643,10 +642,23 @@ impl Tensor {
                 rhs: other.shape().to_vec(),
             });
         }
-        let (rhs, rhs_start) = other.dense_operand(self.shape())?;
-        let (start, n) = (self.in_place_start(name)?, self.numel());
-        self.exclusive_storage(name)?
-            .binary_assign(op, start, &rhs, rhs_start, n)?;
+        let start = self.in_place_start(name)?;
+        if other.shape() == self.shape() && other.is_contiguous() {
+            let (rhs, rhs_start) = other.dense_operand(self.shape())?;
+            let n = self.numel();
+            self.exclusive_storage(name)?
+                .binary_assign(op, start, &rhs, rhs_start, n)?;
+        } else {
+            // A broadcast or strided operand is read in place through its layout.
+            let layout = other.layout().expand(self.shape())?;
+            let (rhs, shape) = (Arc::clone(other.view.storage()), self.shape().to_vec());
+            self.exclusive_storage(name)?.binary_strided_assign(
+                op,
+                start,
+                &shape,
+                BinaryRhs::Tensor(&rhs, &layout),
+            )?;
+        }
         Ok(())
     }
 

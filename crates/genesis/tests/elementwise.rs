@@ -438,11 +438,23 @@ fn in_place_ops_match_out_of_place_and_allocate_nothing() {
                     op.name()
                 );
                 assert_eq!(f64s(&x), want, "{} {dtype} on {dev}", op.name());
-                // A broadcast operand (gathered into a temporary first).
+                // A broadcast operand, read in place (nothing allocated either), and a
+                // transposed one.
                 let mut y = x_copy.to(dev).unwrap();
+                let before = allocations(dev);
                 y.binary_(op, &row).unwrap();
+                assert_eq!(
+                    allocations(dev),
+                    before,
+                    "{} {dtype} on {dev} allocated for a broadcast operand",
+                    op.name()
+                );
                 let want = x_copy.to(dev).unwrap().binary(op, &row).unwrap();
                 assert_eq!(f64s(&y), f64s(&want));
+                let t = b.t().unwrap().contiguous().unwrap().t().unwrap();
+                let mut z = x_copy.to(dev).unwrap();
+                z.binary_(op, &t).unwrap();
+                assert_eq!(f64s(&z), f64s(&a.binary(op, &b).unwrap()));
             }
             let mut r = (&a + 0.0).unwrap();
             let before = allocations(dev);

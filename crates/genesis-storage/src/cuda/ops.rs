@@ -105,6 +105,32 @@ impl Backend for CudaMem {
         }, _ => Err(unsupported(op.name(), dtype)))
     }
 
+    fn binary_nd_assign(
+        &mut self,
+        op: BinaryOp,
+        dtype: DType,
+        at: usize,
+        desc: &BinaryNd,
+        b: Rhs<&CudaMem, &[u8]>,
+    ) -> Result<()> {
+        crate::dispatch_kernel_dtype!(dtype, T => {
+            let n = desc.numel();
+            let rhs = match b {
+                Rhs::Tensor(m) => Rhs::Tensor(m.span::<T>(m.capacity() / size_of::<T>())?),
+                Rhs::Scalar(bytes) => {
+                    let mut v = [0u8; 8];
+                    v[..size_of::<T>()].copy_from_slice(&bytes[..size_of::<T>()]);
+                    // SAFETY: as in `binary_nd`: the bytes of one value of a plain-old-data type.
+                    Rhs::Scalar(unsafe { v.as_ptr().cast::<T>().read_unaligned() })
+                }
+            };
+            let stream = self.queue();
+            let a_out = self.span_mut::<T>(at + n)?.into_slice(at..)?;
+            gpu::binary_nd_assign::<T>(&stream, op, desc, a_out, rhs)?;
+            Ok(())
+        }, _ => Err(unsupported(op.name(), dtype)))
+    }
+
     fn unary(
         &self,
         op: UnaryOp,

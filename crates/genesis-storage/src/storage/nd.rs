@@ -28,34 +28,7 @@ impl Storage {
     pub fn binary_strided(&self, op: BinaryOp, a: &Layout, rhs: BinaryRhs<'_>) -> Result<Storage> {
         let name = op.name();
         let dtype = self.dtype;
-        let b = match rhs {
-            BinaryRhs::Tensor(other, b) => {
-                self.check_binary_types(name, other)?;
-                if b.shape() != a.shape() {
-                    return Err(Error::ShapeMismatch {
-                        op: name,
-                        lhs: a.shape().to_vec(),
-                        rhs: b.shape().to_vec(),
-                    });
-                }
-                b.check_bounds(other.len)?;
-                Some((b.strides(), b.offset()))
-            }
-            BinaryRhs::Scalar(s) => {
-                if s.dtype != dtype || s.len != 1 || s.device() != Device::Cpu {
-                    return Err(Error::Kernel(genesis_kernels::Error::Unsupported {
-                        op: name,
-                        reason: format!(
-                            "a scalar operand is one {dtype} element on the host, not {} of {} on {}",
-                            s.len,
-                            s.dtype,
-                            s.device()
-                        ),
-                    }));
-                }
-                None
-            }
-        };
+        let b = self.check_rhs(name, a, rhs)?;
         a.check_bounds(self.len)?;
         check_float_only(name, op.float_only(), dtype)?;
         check_kernel_dtype(name, dtype)?;
@@ -89,6 +62,102 @@ impl Storage {
             _ => return Err(mixed(name)),
         }
         Ok(out)
+    }
+
+    /// In place: `self[start + i] = op(self[start + i], rhs[b(i)])` for every position `i`
+    /// of `shape` (row-major, `self`'s run from `start` contiguous): a tensor `rhs` read in
+    /// place through its layout of that shape (stride 0 where broadcast), or a scalar passed to
+    /// the kernel. Allocates nothing (but for layouts [`Storage::binary_strided`] takes through
+    /// copies). Fails, writing nothing, as [`Storage::binary_assign`] does.
+    #[track_caller]
+    pub fn binary_strided_assign(
+        &mut self,
+        op: BinaryOp,
+        start: usize,
+        shape: &[usize],
+        rhs: BinaryRhs<'_>,
+    ) -> Result<()> {
+        let name = op.name();
+        let dtype = self.dtype;
+        let n = crate::layout::checked_numel(shape)?;
+        self.check_range(name, start, n)?;
+        let own = Layout::contiguous(shape);
+        let b = self.check_rhs(name, &own, rhs)?;
+        check_float_only(name, op.float_only(), dtype)?;
+        check_kernel_dtype(name, dtype)?;
+        let Ok(desc) = BinaryNd::new(shape, own.strides(), 0, b) else {
+            let dense =
+                match rhs {
+                    BinaryRhs::Tensor(other, l) => other.contiguous(l)?,
+                    BinaryRhs::Scalar(s) => s
+                        .to_device(self.device())?
+                        .contiguous(&Layout::new(shape, &vec![0; shape.len()], 0))?,
+                };
+            return self.binary_assign(op, start, &dense, 0, n);
+        };
+        let scalar = match rhs {
+            BinaryRhs::Scalar(s) => s.host_bytes(),
+            BinaryRhs::Tensor(..) => None,
+        };
+        let tensor = match rhs {
+            BinaryRhs::Tensor(o, _) => Some(o.mem()),
+            BinaryRhs::Scalar(_) => None,
+        };
+        match (self.mem_mut(name)?, tensor, scalar) {
+            (MemMut::Host(a), Some(Mem::Host(b)), _) => {
+                a.binary_nd_assign(op, dtype, start, &desc, Rhs::Tensor(b))
+            }
+            (MemMut::Host(a), None, Some(s)) => {
+                a.binary_nd_assign(op, dtype, start, &desc, Rhs::Scalar(s))
+            }
+            (MemMut::Cuda(a), Some(Mem::Cuda(b)), _) => {
+                a.binary_nd_assign(op, dtype, start, &desc, Rhs::Tensor(b))
+            }
+            (MemMut::Cuda(a), None, Some(s)) => {
+                a.binary_nd_assign(op, dtype, start, &desc, Rhs::Scalar(s))
+            }
+            _ => Err(mixed(name)),
+        }
+    }
+
+    /// Checks a right operand against `self` and a left layout `a` of the result's shape: a
+    /// tensor of the same dtype and device with a layout of that shape inside its storage, or
+    /// one host element of the dtype. Its strides and offset (`None` for a scalar).
+    fn check_rhs<'r>(
+        &self,
+        name: &'static str,
+        a: &Layout,
+        rhs: BinaryRhs<'r>,
+    ) -> Result<Option<(&'r [isize], usize)>> {
+        let dtype = self.dtype;
+        Ok(match rhs {
+            BinaryRhs::Tensor(other, b) => {
+                self.check_binary_types(name, other)?;
+                if b.shape() != a.shape() {
+                    return Err(Error::ShapeMismatch {
+                        op: name,
+                        lhs: a.shape().to_vec(),
+                        rhs: b.shape().to_vec(),
+                    });
+                }
+                b.check_bounds(other.len)?;
+                Some((b.strides(), b.offset()))
+            }
+            BinaryRhs::Scalar(s) => {
+                if s.dtype != dtype || s.len != 1 || s.device() != Device::Cpu {
+                    return Err(Error::Kernel(genesis_kernels::Error::Unsupported {
+                        op: name,
+                        reason: format!(
+                            "a scalar operand is one {dtype} element on the host, not {} of {} on {}",
+                            s.len,
+                            s.dtype,
+                            s.device()
+                        ),
+                    }));
+                }
+                None
+            }
+        })
     }
 
     /// [`Storage::binary_strided`] through contiguous copies of the operands, for shapes the

@@ -231,8 +231,11 @@ def main() -> int:
             x = torch.ones(n, device="cuda")
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
+                # y is allocated before the sleep: an allocation that grows the pool may
+                # synchronise its stream (moving memory), which would end the sleep early.
+                y = torch.empty_like(x)
                 torch.cuda._sleep(200_000_000)  # keep the side stream busy (~0.1 s)
-                y = x * 2
+                torch.mul(x, 2, out=y)
             addr = x.untyped_storage().data_ptr()
             if mode == "record_stream":
                 gt.record_stream(x, side)

@@ -6,10 +6,17 @@ use std::path::Path;
 use genesis_mem::Config;
 use genesis_mem::trace::{Trace, TraceEvent, replay};
 
-fn data(name: &str) -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+/// The corpus folder: under `GENESIS_REPO_ROOT` when set (the GPU bundle runs test binaries
+/// away from the source tree), else in this crate.
+fn corpus() -> std::path::PathBuf {
+    std::env::var_os("GENESIS_REPO_ROOT")
+        .map(|r| std::path::PathBuf::from(r).join("crates/genesis-mem"))
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf())
         .join("corpus")
-        .join(name)
+}
+
+fn data(name: &str) -> std::path::PathBuf {
+    corpus().join(name)
 }
 
 fn peak_live(t: &Trace) -> u64 {
@@ -116,7 +123,7 @@ const OPEN: &[(&str, f64, u64)] = &[
 
 #[test]
 fn replays_the_corpus() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
+    let dir = corpus();
     let mut paths: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())

@@ -297,13 +297,12 @@ fn repr_matches_pytorch_fixture() {
         .map(|r| std::path::PathBuf::from(r).join("crates/genesis"))
         .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")))
         .join("tests/data/repr-cases.json");
-    let Ok(text) = std::fs::read_to_string(&path) else {
-        eprintln!(
-            "repr fixture skipped: {} is not there yet (run `python3 crates/genesis/tests/gen_repr_cases.py` where PyTorch is installed)",
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (written by `python3 crates/genesis/tests/gen_repr_cases.py` where PyTorch is installed)",
             path.display()
-        );
-        return;
-    };
+        )
+    });
     let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
     let mut devices = vec![(Device::Cpu, "repr")];
     if genesis::cuda::is_available() && doc["cuda"].as_bool() == Some(true) {

@@ -104,7 +104,9 @@ fn gpu_run<T: Gen, O: Element + Default>(
 ) -> (Vec<O>, Vec<i64>) {
     let n_out = shape.output_len();
     let dx = DeviceBuffer::from_host(ctx, bytes_of(x)).unwrap();
-    let poison = vec![0xA5u8; (n_out * 8).max(1)];
+    // At least one whole i64: an empty output still needs a (non-empty) buffer that casts to
+    // the indices' i64.
+    let poison = vec![0xA5u8; (n_out * 8).max(8)];
     let mut dv = DeviceBuffer::from_host(ctx, &poison).unwrap();
     let mut di = DeviceBuffer::from_host(ctx, &poison).unwrap();
     let plan = ReducePlan::new(shape, ctx.multiprocessors() as usize, size_of::<T>());

@@ -218,6 +218,19 @@ pub(crate) fn gather(input: &View, p: &IndexPlan) -> Result<View> {
     let src = input.storage();
     ordinal(src)?;
     let size = src.dtype().size();
+    let n: usize = p.result_shape.iter().product();
+    if n == 0 {
+        // Nothing to read (an empty view's offset need not lie in its storage, so no span of
+        // it is taken); device index values are still checked, as the CPU executor does.
+        if adv.index_shape.iter().product::<usize>() > 0 {
+            let ix = prepare_indices(adv, src.device())?;
+            check_bad(adv, &ix)?;
+        }
+        return Ok(View::with_layout(
+            Arc::new(Storage::empty(0, src.dtype(), src.device())?),
+            Layout::contiguous(&p.result_shape),
+        )?);
+    }
     let aligned = src.cuda_span::<u8>().is_ok_and(|s| s.is_aligned_to(16));
     let rows = rows16(p, adv, size).filter(|_| aligned);
     if let (Some(rows), [IndexArray::Device { index, size, dim }]) = (rows, adv.indices.as_slice())
@@ -226,7 +239,6 @@ pub(crate) fn gather(input: &View, p: &IndexPlan) -> Result<View> {
     {
         return gather_rows_raw(p, src, index, *size, *dim, &rows);
     }
-    let n: usize = p.result_shape.iter().product();
     let d = desc(p, adv)?;
     let ix = prepare_indices(adv, src.device())?;
     // SAFETY: every index value is in range: checked by planning (host arrays) or normalised

@@ -170,6 +170,26 @@ impl CudaMem {
         Ok(unsafe { DeviceSpan::from_raw(self.ptr(), bytes / size_of::<T>().max(1)) })
     }
 
+    /// Elements `at..at + len` of `T`, for kernels that read them: empty when `len` is 0,
+    /// wherever `at` lies (an empty view's offset need not lie inside its storage, which may
+    /// be an allocation of 0 bytes).
+    pub(crate) fn range<T>(&self, at: usize, len: usize) -> Result<DeviceSpan<'_, T>> {
+        if len == 0 {
+            return self.span::<T>(0);
+        }
+        let end = at.saturating_add(len);
+        Ok(self.span::<T>(end)?.slice(at..)?)
+    }
+
+    /// [`CudaMem::range`], for kernels that write the elements.
+    pub(crate) fn range_mut<T>(&mut self, at: usize, len: usize) -> Result<DeviceSpanMut<'_, T>> {
+        if len == 0 {
+            return self.span_mut::<T>(0);
+        }
+        let end = at.saturating_add(len);
+        Ok(self.span_mut::<T>(end)?.into_slice(at..)?)
+    }
+
     /// The memory as `len` elements of `T`, for kernels that write it.
     pub(crate) fn span_mut<T>(&mut self, len: usize) -> Result<DeviceSpanMut<'_, T>> {
         let bytes = self.checked_bytes::<T>(len)?;
@@ -201,10 +221,7 @@ impl CudaMem {
 
     /// Copies `host` to byte `at` of this memory, synchronously.
     pub(crate) fn write_from_host(&mut self, at: usize, host: &[u8]) -> Result<()> {
-        let dst = self
-            .span_mut::<u8>(at + host.len())?
-            .into_slice(at..)?
-            .addr();
+        let dst = self.range_mut::<u8>(at, host.len())?.addr();
         // SAFETY: `dst` holds `host.len()` bytes (checked); the copy completes before return.
         unsafe { genesis_cuda::raw::copy_from_host(self.ctx(), dst, host)? };
         Ok(())
@@ -213,7 +230,7 @@ impl CudaMem {
     /// Copies `host.len()` bytes from byte `at` of this memory to `host`, synchronously (after
     /// the work queued before it on the legacy stream).
     pub(crate) fn read_to_host(&self, at: usize, host: &mut [u8]) -> Result<()> {
-        let src = self.span::<u8>(at + host.len())?.slice(at..)?;
+        let src = self.range::<u8>(at, host.len())?;
         // SAFETY: `src` holds `host.len()` bytes (checked); the copy completes before return.
         unsafe { genesis_cuda::raw::copy_to_host(self.ctx(), src.addr(), host)? };
         Ok(())
@@ -261,11 +278,8 @@ impl CudaMem {
         src_at: usize,
         bytes: usize,
     ) -> Result<()> {
-        let dst = self
-            .span_mut::<u8>(dst_at + bytes)?
-            .into_slice(dst_at..)?
-            .addr();
-        let from = src.span::<u8>(src_at + bytes)?.slice(src_at..)?.addr();
+        let dst = self.range_mut::<u8>(dst_at, bytes)?.addr();
+        let from = src.range::<u8>(src_at, bytes)?.addr();
         if self.ordinal() == src.ordinal() {
             // SAFETY: both ranges lie in live allocations of this device (checked); they are
             // released only in stream order after the copy.
@@ -379,7 +393,7 @@ impl CudaMem {
         rows: usize,
     ) -> Result<DeviceSpan<'_, u8>> {
         let end = rows_end(at, pitch, width, rows)?;
-        Ok(self.span::<u8>(end)?.slice(at..)?)
+        self.range::<u8>(at, end - at)
     }
 
     fn rows_mut(
@@ -390,7 +404,7 @@ impl CudaMem {
         rows: usize,
     ) -> Result<DeviceSpanMut<'_, u8>> {
         let end = rows_end(at, pitch, width, rows)?;
-        Ok(self.span_mut::<u8>(end)?.into_slice(at..)?)
+        self.range_mut::<u8>(at, end - at)
     }
 
     /// Bytes of the allocation (at least the bytes asked for).

@@ -665,6 +665,11 @@ impl Storage {
         if dst_layout.strides().contains(&0) && dst_layout.numel() > 1 {
             return Err(Error::OverlappingDestination);
         }
+        // Nothing to copy; an empty view's offset need not lie inside its storage (which may be
+        // an allocation of 0 bytes), so no memory is named.
+        if dst_layout.numel() == 0 {
+            return Ok(());
+        }
         let size = self.dtype.size();
         // One block on both sides: a plain byte copy (any device pair); stream-ordered, as the
         // kernels below, within one device.
@@ -1032,6 +1037,18 @@ mod tests {
         assert_eq!(s.contiguous(&t).unwrap().to_vec::<i32>().unwrap(), want);
         let bad = Layout::new(&[5, 5], &[5, 1], 0);
         assert!(matches!(s.contiguous(&bad), Err(Error::Layout(_))));
+    }
+
+    #[test]
+    fn empty_views_past_an_empty_storage_copy_nothing() {
+        // An empty view's offset need not lie in its storage: `x[3:, ...]` of a [5, 0] tensor.
+        let s = Storage::zeros(0, DType::I16, Device::Cpu).unwrap();
+        let l = Layout::new(&[2, 0], &[1, 1], 3);
+        let c = s.contiguous(&l).unwrap();
+        assert_eq!(c.len(), 0);
+        let mut d = Storage::zeros(0, DType::I16, Device::Cpu).unwrap();
+        d.copy_strided_from(&Layout::new(&[2, 0], &[1, 1], 4), &s, &l)
+            .unwrap();
     }
 
     #[test]

@@ -23,7 +23,17 @@ fn elements(
     at: usize,
     len: usize,
 ) -> Result<genesis_cuda::DeviceSpan<'_, u8>> {
-    Ok(m.span::<u8>((at + len) * elem)?.slice(at * elem..)?)
+    m.range::<u8>(at.saturating_mul(elem), len.saturating_mul(elem))
+}
+
+/// [`elements`], for kernels that write them.
+fn elements_mut(
+    m: &mut CudaMem,
+    elem: usize,
+    at: usize,
+    len: usize,
+) -> Result<genesis_cuda::DeviceSpanMut<'_, u8>> {
+    m.range_mut::<u8>(at.saturating_mul(elem), len.saturating_mul(elem))
 }
 
 fn unsupported(op: &'static str, dtype: DType) -> Error {
@@ -46,9 +56,9 @@ impl Backend for CudaMem {
             gpu::binary::<T>(
                 &self.queue(),
                 op,
-                self.span::<T>(a_at + len)?.slice(a_at..)?,
-                b.span::<T>(b_at + len)?.slice(b_at..)?,
-                out.span_mut::<T>(out_at + len)?.into_slice(out_at..)?,
+                self.range::<T>(a_at, len)?,
+                b.range::<T>(b_at, len)?,
+                out.range_mut::<T>(out_at, len)?,
             )?;
             Ok(())
         }, _ => Err(unsupported(op.name(), dtype)))
@@ -65,8 +75,8 @@ impl Backend for CudaMem {
     ) -> Result<()> {
         crate::dispatch_kernel_dtype!(dtype, T => {
             let stream = self.queue();
-            let src = b.span::<T>(b_at + len)?.slice(b_at..)?;
-            let dst = self.span_mut::<T>(at + len)?.into_slice(at..)?;
+            let src = b.range::<T>(b_at, len)?;
+            let dst = self.range_mut::<T>(at, len)?;
             gpu::binary_assign::<T>(&stream, op, dst, src)?;
             Ok(())
         }, _ => Err(unsupported(op.name(), dtype)))
@@ -125,7 +135,7 @@ impl Backend for CudaMem {
                 }
             };
             let stream = self.queue();
-            let a_out = self.span_mut::<T>(at + n)?.into_slice(at..)?;
+            let a_out = self.range_mut::<T>(at, n)?;
             gpu::binary_nd_assign::<T>(&stream, op, desc, a_out, rhs)?;
             Ok(())
         }, _ => Err(unsupported(op.name(), dtype)))
@@ -144,8 +154,8 @@ impl Backend for CudaMem {
             gpu::unary::<T>(
                 &self.queue(),
                 op,
-                self.span::<T>(at + len)?.slice(at..)?,
-                out.span_mut::<T>(out_at + len)?.into_slice(out_at..)?,
+                self.range::<T>(at, len)?,
+                out.range_mut::<T>(out_at, len)?,
             )?;
             Ok(())
         }, _ => Err(unsupported(op.name(), dtype)))
@@ -154,7 +164,7 @@ impl Backend for CudaMem {
     fn unary_assign(&mut self, op: UnaryOp, dtype: DType, at: usize, len: usize) -> Result<()> {
         crate::dispatch_kernel_dtype!(dtype, T => {
             let stream = self.queue();
-            let dst = self.span_mut::<T>(at + len)?.into_slice(at..)?;
+            let dst = self.range_mut::<T>(at, len)?;
             gpu::unary_assign::<T>(&stream, op, dst)?;
             Ok(())
         }, _ => Err(unsupported(op.name(), dtype)))
@@ -174,8 +184,8 @@ impl Backend for CudaMem {
             gpu::compare::<T>(
                 &self.queue(),
                 op,
-                self.span::<T>(a_at + len)?.slice(a_at..)?,
-                b.span::<T>(b_at + len)?.slice(b_at..)?,
+                self.range::<T>(a_at, len)?,
+                b.range::<T>(b_at, len)?,
                 out.span_mut::<u8>(len)?,
             )?;
             Ok(())
@@ -197,7 +207,7 @@ impl Backend for CudaMem {
         gpu::select(
             &a.queue(),
             elem,
-            self.span::<u8>(c_at + len)?.slice(c_at..)?,
+            self.range::<u8>(c_at, len)?,
             elements(a, elem, a_at, len)?,
             elements(b, elem, b_at, len)?,
             out.span_mut::<u8>(bytes)?,
@@ -252,7 +262,7 @@ impl Backend for CudaMem {
             reduce::gpu_reduce::<T>(
                 &self.queue(),
                 op,
-                self.span::<T>(at + n)?.slice(at..)?,
+                self.range::<T>(at, n)?,
                 shape,
                 values.span_mut::<u8>(vbytes)?,
                 indices.map(|m| m.span_mut::<i64>(out_len)).transpose()?,
@@ -311,13 +321,8 @@ impl Backend for CudaMem {
     ) -> Result<()> {
         let es = value.len();
         let stream = self.queue();
-        let dst = self.span_mut::<u8>((at + len) * es)?;
-        genesis_kernels::mask::fill(
-            &stream,
-            dst.into_slice(at * es..)?,
-            mask.span::<u8>(m_at + len)?.slice(m_at..)?,
-            value,
-        )?;
+        let dst = elements_mut(self, es, at, len)?;
+        genesis_kernels::mask::fill(&stream, dst, mask.range::<u8>(m_at, len)?, value)?;
         Ok(())
     }
 
@@ -330,8 +335,8 @@ impl Backend for CudaMem {
         len: usize,
     ) -> Result<(Inner, usize)> {
         let stream = self.queue();
-        let mp = mask.span::<u8>(m_at + len)?.slice(m_at..)?;
-        let src = self.span::<u8>((at + len) * elem)?.slice(at * elem..)?;
+        let mp = mask.range::<u8>(m_at, len)?;
+        let src = elements(self, elem, at, len)?;
         let (ws, count) = count_on_device(self.ordinal(), mp, &stream)?;
         let nbytes = count * elem;
         let mut out = CudaMem::new(self.ordinal(), nbytes)?;
@@ -346,7 +351,7 @@ impl Backend for CudaMem {
 
     fn nonzero(&self, at: usize, len: usize) -> Result<(Inner, usize)> {
         let stream = self.queue();
-        let mp = self.span::<u8>(at + len)?.slice(at..)?;
+        let mp = self.range::<u8>(at, len)?;
         let (ws, count) = count_on_device(self.ordinal(), mp, &stream)?;
         let mut out = CudaMem::new(self.ordinal(), count * 8)?;
         let ws_span = ws.span::<u8>(genesis_kernels::mask::compaction_workspace_bytes(len))?;

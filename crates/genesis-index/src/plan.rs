@@ -265,6 +265,7 @@ fn broadcast_to(data: &[i64], shape: &[usize], target: &[usize]) -> Result<Vec<i
         acc *= shape[i];
     }
     let mut out = Vec::new();
+    genesis_storage::check_host_bytes(n.saturating_mul(8))?;
     out.try_reserve_exact(n)
         .map_err(|_| genesis_storage::Error::HostOutOfMemory {
             bytes: n.saturating_mul(8),
@@ -679,6 +680,7 @@ impl IndexPlan {
     pub fn source_offsets(&self) -> Result<Vec<usize>> {
         let n = genesis_storage::checked_numel(&self.result_shape)?;
         let mut out = Vec::new();
+        genesis_storage::check_host_bytes(n.saturating_mul(size_of::<usize>()))?;
         out.try_reserve_exact(n)
             .map_err(|_| genesis_storage::Error::HostOutOfMemory {
                 bytes: n.saturating_mul(size_of::<usize>()),

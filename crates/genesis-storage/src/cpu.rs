@@ -8,6 +8,43 @@ use crate::{DType, Error, Result, WithDType};
 /// The default alignment of CPU storages: one cache line (and any SIMD width in use).
 pub const DEFAULT_ALIGN: usize = 64;
 
+/// The most bytes one host allocation may ask for: the machine's physical memory plus swap
+/// (Linux, read once with `sysinfo`); `None` (no limit but the allocator's) elsewhere or when
+/// it cannot be read. A host that overcommits memory grants larger requests and kills the
+/// process when they are touched (zeroed), so they are refused up front.
+pub fn host_memory_limit() -> Option<usize> {
+    static LIMIT: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *LIMIT.get_or_init(read_host_memory_limit)
+}
+
+#[cfg(target_os = "linux")]
+fn read_host_memory_limit() -> Option<usize> {
+    // SAFETY: `sysinfo` only writes the zero-initialised struct it is given.
+    let mut info: libc::sysinfo = unsafe { std::mem::zeroed() };
+    // SAFETY: `info` is a valid, writable `struct sysinfo`.
+    if unsafe { libc::sysinfo(&mut info) } != 0 {
+        return None;
+    }
+    let unit = u128::from(info.mem_unit.max(1));
+    #[allow(clippy::unnecessary_cast)] // the field types differ between targets
+    let total = (info.totalram as u128 + info.totalswap as u128) * unit;
+    Some(usize::try_from(total).unwrap_or(usize::MAX))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn read_host_memory_limit() -> Option<usize> {
+    None
+}
+
+/// [`Error::HostOutOfMemory`] when `bytes` exceed [`host_memory_limit`]: the check every host
+/// allocation sized from user input makes before asking the allocator (touching nothing).
+pub fn check_host_bytes(bytes: usize) -> Result<()> {
+    match host_memory_limit() {
+        Some(limit) if bytes > limit => Err(Error::HostOutOfMemory { bytes }),
+        _ => Ok(()),
+    }
+}
+
 /// Zeroed host memory of `nbytes`, aligned to a chosen power of two (64 by default).
 pub struct CpuStorage {
     ptr: NonNull<u8>,
@@ -51,6 +88,7 @@ impl CpuStorage {
             return Err(Error::BadAlignment { align });
         }
         let align = align.max(16);
+        check_host_bytes(nbytes)?;
         // `from_size_align` refuses sizes that overflow `isize` once rounded up to `align`:
         // that is a request no host can satisfy, so it is out of memory, not a bad alignment
         // (the alignment was checked above).
@@ -165,6 +203,26 @@ mod tests {
             CpuStorage::zeroed_aligned(8, 3),
             Err(Error::BadAlignment { align: 3 })
         ));
+    }
+
+    #[test]
+    fn requests_beyond_physical_memory_and_swap_are_refused_untouched() {
+        let Some(limit) = host_memory_limit() else {
+            return;
+        };
+        assert!(limit > 0);
+        // One byte more than the machine has: refused before the allocator is asked (a host
+        // that overcommits would grant it and be killed zeroing it).
+        assert!(matches!(
+            CpuStorage::zeroed(limit.saturating_add(1)),
+            Err(Error::HostOutOfMemory { bytes }) if bytes == limit.saturating_add(1)
+        ));
+        assert!(matches!(
+            check_host_bytes(limit.saturating_add(1)),
+            Err(Error::HostOutOfMemory { .. })
+        ));
+        assert!(check_host_bytes(limit).is_ok());
+        assert_eq!(host_memory_limit(), Some(limit), "read once");
     }
 
     #[test]

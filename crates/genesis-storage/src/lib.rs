@@ -27,7 +27,7 @@ pub mod tracker;
 mod transfer;
 mod view;
 
-pub use cpu::{CpuStorage, DEFAULT_ALIGN};
+pub use cpu::{CpuStorage, DEFAULT_ALIGN, check_host_bytes, host_memory_limit};
 pub use device::{Device, current_cuda_device, set_current_cuda_device};
 pub use dtype::{DType, WithDType};
 pub use error::{Error, Result};

@@ -415,7 +415,7 @@ fn set_on_device(
             // Any rank (the strided copy takes at most eight dimensions after reduction).
             if accumulate {
                 let current = crate::strided::dense(target, &p.view)?;
-                let sum = current.add(&values)?;
+                let sum = add_dense(current, &values)?;
                 crate::strided::copy_into(target, &p.view, &sum, &dense)?;
             } else {
                 crate::strided::copy_into(target, &p.view, &values, &dense)?;
@@ -423,6 +423,25 @@ fn set_on_device(
             Ok(())
         }
     }
+}
+
+/// `current + values` (dense, same shape and device): the elementwise kernel for the dtypes it
+/// adds; the others (int8, uint8, int16, float64, and bool, whose accumulation is a logical
+/// or) on the host, as the CPU executor adds them, and back. Every position of a basic plan is
+/// distinct, so this is PyTorch's `index_put_(accumulate=True)`.
+#[cfg(feature = "cuda")]
+fn add_dense(current: Storage, values: &Storage) -> Result<Storage> {
+    match current.add(values) {
+        Err(genesis_storage::Error::UnsupportedDType { .. }) => {}
+        done => return Ok(done?),
+    }
+    let mut host = current.to_device(Device::Cpu)?;
+    let vals = values.to_device(Device::Cpu)?;
+    let n = host.len();
+    genesis_storage::check_host_bytes(n.saturating_mul(size_of::<usize>()))?;
+    let offsets: Vec<usize> = (0..n).collect();
+    accumulate_into(host.dtype(), &mut host, &offsets, &vals, |k| k)?;
+    Ok(host.to_device(current.device())?)
 }
 
 trait AddElem: WithDType {

@@ -88,7 +88,8 @@ impl CpuStorage {
             return Err(Error::BadAlignment { align });
         }
         let align = align.max(16);
-        check_host_bytes(nbytes)?;
+        // An alignment beyond the size takes that much address space (and more) too.
+        check_host_bytes(nbytes.max(align))?;
         // `from_size_align` refuses sizes that overflow `isize` once rounded up to `align`:
         // that is a request no host can satisfy, so it is out of memory, not a bad alignment
         // (the alignment was checked above).
@@ -219,6 +220,10 @@ mod tests {
         ));
         assert!(matches!(
             check_host_bytes(limit.saturating_add(1)),
+            Err(Error::HostOutOfMemory { .. })
+        ));
+        assert!(matches!(
+            CpuStorage::zeroed_aligned(4, (limit.saturating_add(1)).next_power_of_two()),
             Err(Error::HostOutOfMemory { .. })
         ));
         assert!(check_host_bytes(limit).is_ok());

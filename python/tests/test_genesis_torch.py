@@ -234,6 +234,10 @@ def main() -> int:
                 # y is allocated before the sleep: an allocation that grows the pool may
                 # synchronise its stream (moving memory), which would end the sleep early.
                 y = torch.empty_like(x)
+                # The first launch of a kernel may load its module, which waits for the device:
+                # the product runs once before the sleep too.
+                torch.mul(x, 2, out=y)
+                side.synchronize()
                 torch.cuda._sleep(200_000_000)  # keep the side stream busy (~0.1 s)
                 torch.mul(x, 2, out=y)
             addr = x.untyped_storage().data_ptr()

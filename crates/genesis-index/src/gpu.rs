@@ -12,16 +12,16 @@ use crate::plan::{Advanced, IndexArray, IndexPlan};
 use crate::spec::{IndexDType, IndexItem, MaskCoords, StoredIndex};
 use crate::{Error, Result};
 
-fn desc(p: &IndexPlan, adv: &Advanced) -> Result<IndexDesc> {
+/// The kernels' descriptor of a plan; `None` when it does not fit (more than
+/// [`MAX_INDEX_DIMS`] result dimensions after compaction, or index arrays): see [`flat`].
+fn desc(p: &IndexPlan, adv: &Advanced) -> Option<IndexDesc> {
     // The same elements in the same order with size-1 and mergeable basic dimensions removed,
     // so that high-rank views fit the kernel's dimensions (the advanced part is unchanged).
     let compact = p.compacted();
     let (p, adv) = (&compact, compact.advanced.as_ref().unwrap_or(adv));
     let rank = p.result_shape.len();
     if rank > MAX_INDEX_DIMS || adv.dims.len() > MAX_INDEX_DIMS {
-        return Err(Error::InvalidIndex {
-            reason: format!("more than {MAX_INDEX_DIMS} result dimensions or index arrays"),
-        });
+        return None;
     }
     let k = adv.index_shape.len();
     let (vshape, vstrides) = (p.view.shape(), p.view.strides());
@@ -50,7 +50,53 @@ fn desc(p: &IndexPlan, adv: &Advanced) -> Result<IndexDesc> {
     for (a, &dim) in adv.dims.iter().enumerate() {
         d.adv_stride[a] = vstrides[dim] as i64;
     }
-    Ok(d)
+    Some(d)
+}
+
+/// A plan too wide for [`desc`] (the rare case), made exact another way: the index arrays are
+/// normalised and checked (on the device for device arrays), read back, and every result
+/// element's source offset computed on the host as the CPU executor does
+/// (`IndexPlan::source_offsets`). The descriptor then reads them as one index array over one
+/// result dimension of stride 1 from offset 0, one position per result element, in the CPU
+/// executor's (row-major result) order, so duplicates resolve as there.
+struct Flat {
+    desc: IndexDesc,
+    /// The source offsets, on the device.
+    idx: Storage,
+    /// The same, on the host (for the scatter's duplicates).
+    offsets: Vec<i64>,
+}
+
+fn flat(p: &IndexPlan, adv: &Advanced, device: Device) -> Result<Flat> {
+    let ix = prepare_indices(adv, device)?;
+    check_bad(adv, &ix)?;
+    let host = host_indices(adv, &ix)?;
+    let mut hp = p.clone();
+    hp.advanced = Some(Advanced {
+        indices: host.into_iter().map(IndexArray::Host).collect(),
+        ..adv.clone()
+    });
+    let offsets: Vec<i64> = hp.source_offsets()?.into_iter().map(|o| o as i64).collect();
+    let n = offsets.len();
+    let mut desc = IndexDesc {
+        res_shape: [1; MAX_INDEX_DIMS],
+        res_stride: [0; MAX_INDEX_DIMS],
+        adv_stride: [0; MAX_INDEX_DIMS],
+        base: 0,
+        nb: n as i64,
+        rank: 1,
+        pos: 0,
+        k: 1,
+        n_adv: 1,
+    };
+    desc.res_shape[0] = n as i64;
+    desc.adv_stride[0] = 1;
+    let idx = if n == 0 {
+        Storage::upload(&[0i64], device)?
+    } else {
+        Storage::upload(&offsets, device)?
+    };
+    Ok(Flat { desc, idx, offsets })
 }
 
 /// The row fast path applies: one 1-D index array over the view's leading dimension, whose
@@ -163,13 +209,54 @@ fn prepare_indices(adv: &Advanced, device: Device) -> Result<Indices> {
             // Every value is out of range: report the first without running anything.
             return Err(first_out_of_range(index, 0, *dim));
         }
-        let layout = layout_desc(&index.view)?;
-        idx.index_normalise(a * nb, nb, src, &layout, *size, &mut bad, a)?;
+        match layout_desc(&index.view) {
+            Ok(layout) => idx.index_normalise(a * nb, nb, src, &layout, *size, &mut bad, a)?,
+            Err(_) => {
+                // An index tensor of more than MAX_INDEX_DIMS dimensions (rare): its values
+                // read on the host through its layout, checked there, and normalised on the
+                // device as one dense array (normalising normalised values changes nothing).
+                let values = wide_index_values(index)?;
+                let s = *size as i64;
+                if let Some(&v) = values.iter().find(|&&v| {
+                    let w = if v < 0 { v + s } else { v };
+                    w < 0 || w >= s
+                }) {
+                    return Err(Error::IndexOutOfRange {
+                        dim: *dim,
+                        index: v,
+                        size: *size,
+                    });
+                }
+                let dense = Storage::upload(&values, device)?;
+                let layout = Strided::new(&[nb], &[1], 0).expect("one dimension");
+                idx.index_normalise(a * nb, nb, &dense, &layout, *size, &mut bad, a)?;
+            }
+        }
     }
     Ok(Indices {
         idx,
         bad: Some(bad),
     })
+}
+
+/// The values of a device index tensor, row-major over its layout, read on the host from its
+/// whole storage (no strided copy on the device, which any rank takes).
+fn wide_index_values(index: &StoredIndex) -> Result<Vec<i64>> {
+    let storage = index.view.storage();
+    let all: Vec<i64> = match index.dtype {
+        IndexDType::I64 => storage.to_vec::<i64>()?,
+        IndexDType::I32 => storage
+            .to_vec::<i32>()?
+            .into_iter()
+            .map(i64::from)
+            .collect(),
+        IndexDType::Bool => storage
+            .to_bytes()?
+            .into_iter()
+            .map(|b| i64::from(b != 0))
+            .collect(),
+    };
+    Ok(index.view.layout().indices().map(|o| all[o]).collect())
 }
 
 /// Reads the normalisation's reports (one synchronisation): the first bad value, as an error.
@@ -239,7 +326,16 @@ pub(crate) fn gather(input: &View, p: &IndexPlan) -> Result<View> {
     {
         return gather_rows_raw(p, src, index, *size, *dim, &rows);
     }
-    let d = desc(p, adv)?;
+    let Some(d) = desc(p, adv) else {
+        let f = flat(p, adv, src.device())?;
+        // SAFETY: every offset is one the CPU executor reads (index values checked and
+        // normalised), inside the view, which fits its storage.
+        let out = unsafe { src.index_gather(&f.desc, n, &f.idx, None)? };
+        return Ok(View::with_layout(
+            Arc::new(out),
+            Layout::contiguous(&p.result_shape),
+        )?);
+    };
     let ix = prepare_indices(adv, src.device())?;
     // SAFETY: every index value is in range: checked by planning (host arrays) or normalised
     // on the device (device arrays: a bad value reads as 0 and is reported below), and the
@@ -362,7 +458,9 @@ pub(crate) fn scatter(
     if n == 0 {
         return Ok(());
     }
-    let d = desc(p, adv)?;
+    let Some(d) = desc(p, adv) else {
+        return scatter_flat(target, p, adv, values, accumulate);
+    };
     let dev = target.device();
     let nb: usize = adv.index_shape.iter().product();
     let ix = prepare_indices(adv, dev)?;
@@ -414,6 +512,38 @@ pub(crate) fn scatter(
     check_bad(adv, &ix)
 }
 
+/// [`scatter`] for a plan too wide for [`desc`], through [`flat`]: one position per result
+/// element, duplicates (equal offsets) resolved on the host in the CPU executor's order.
+fn scatter_flat(
+    target: &mut Storage,
+    p: &IndexPlan,
+    adv: &Advanced,
+    values: &Storage,
+    accumulate: bool,
+) -> Result<()> {
+    let dev = target.device();
+    let Flat { desc, idx, offsets } = flat(p, adv, dev)?;
+    let n = offsets.len();
+    let one = [offsets];
+    if accumulate {
+        let (dead, start, len, members) = groups(&one, n);
+        let (dead, st, ln, mb) = (
+            Storage::upload(&dead, dev)?,
+            Storage::upload(&start, dev)?,
+            Storage::upload(&len, dev)?,
+            Storage::upload(&members, dev)?,
+        );
+        // SAFETY: every offset is one the CPU executor writes (index values checked and
+        // normalised), inside the view; only group representatives write, each its own offset.
+        unsafe { target.index_scatter_add(values, &desc, &idx, [&dead, &st, &ln, &mb])? };
+    } else {
+        let dead = Storage::upload(&dead_positions(&one, n), dev)?;
+        // SAFETY: as above; live positions have distinct offsets.
+        unsafe { target.index_scatter(values, &desc, &idx, &dead, None)? };
+    }
+    Ok(())
+}
+
 /// Most keys (index tuples) the device deduplicates with a table of one word per key.
 const MAX_DEVICE_KEYS: usize = 1 << 22;
 
@@ -452,6 +582,22 @@ pub(crate) fn resolve_mask(mask: &StoredIndex) -> Result<IndexItem> {
     let k = shape.len();
     let coords_storage = if k <= 1 {
         positions
+    } else if k > MAX_INDEX_DIMS {
+        // Past the unravel kernel's dimensions (rare): split the positions on the host.
+        let flat = positions.to_vec::<i64>()?;
+        let mut coords = vec![0i64; k * n];
+        for (j, &f) in flat.iter().enumerate() {
+            let mut rem = f as usize;
+            for d in (0..k).rev() {
+                coords[d * n + j] = (rem % shape[d]) as i64;
+                rem /= shape[d];
+            }
+        }
+        Arc::new(if coords.is_empty() {
+            Storage::empty(0, DType::I64, storage.device())?
+        } else {
+            Storage::upload(&coords, storage.device())?
+        })
     } else {
         let mut out = Storage::empty(k * n, DType::I64, storage.device())?;
         let desc = Strided::new(&shape, &vec![0; k], 0).ok_or_else(|| Error::InvalidIndex {

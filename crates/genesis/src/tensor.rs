@@ -126,6 +126,24 @@ impl Tensor {
                 reason: format!("start {start}, end {end}, step {step}"),
             });
         }
+        // As PyTorch: a step whose sign points away from `end` is an error, not an empty
+        // tensor (`start == end` is empty for either sign).
+        if (step > 0.0 && end < start) || (step < 0.0 && end > start) {
+            return Err(Error::InvalidArgument {
+                op: "arange",
+                reason: format!(
+                    "start {start}, end {end}, step {step}: upper bound and lower bound \
+                     inconsistent with step sign"
+                ),
+            });
+        }
+        // As PyTorch: arange is not implemented for Bool.
+        if dtype == DType::Bool {
+            return Err(Error::InvalidArgument {
+                op: "arange",
+                reason: "arange is not implemented for bool".to_string(),
+            });
+        }
         let count = ((end - start) / step).ceil().max(0.0);
         // The count is checked as any shape is (below 2^63 first, so the cast is exact), and
         // the values are written into a fallible allocation: never a panic or an abort.
@@ -322,11 +340,15 @@ impl Tensor {
     }
 
     /// The transpose of a matrix (`transpose(0, 1)`; a 0-d or 1-d tensor is returned as is).
+    /// As PyTorch, more than 2 dimensions is an error (use [`Tensor::transpose`]).
     pub fn t(&self) -> Result<Tensor> {
-        if self.dim() < 2 {
-            Ok(self.clone())
-        } else {
-            self.transpose(0, 1)
+        match self.dim() {
+            0 | 1 => Ok(self.clone()),
+            2 => self.transpose(0, 1),
+            d => Err(Error::InvalidArgument {
+                op: "t",
+                reason: format!("t() expects a tensor with <= 2 dimensions, but self is {d}D"),
+            }),
         }
     }
 

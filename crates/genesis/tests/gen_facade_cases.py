@@ -1041,6 +1041,9 @@ def mk_view(g, i):
         case["out"] = out_t(dt, np.swapaxes(x, a1, b1))
         return case
     if op == "t":
+        if rank > 2:
+            case["err"] = "InvalidArgument"  # PyTorch: t() expects <= 2 dimensions
+            return case
         case["out"] = out_t(dt, x if rank < 2 else np.swapaxes(x, 0, 1))
         return case
     if op == "narrow":

@@ -180,3 +180,59 @@ fn no_silent_infinities_or_saturation() {
     assert!(Tensor::randint(-3, 3, &[8], DType::I8, cpu).is_ok());
     assert!(Tensor::randint(0, i64::MAX, &[2], DType::I64, cpu).is_ok());
 }
+
+/// Bad-input sweep: `t()` on more than 2 dimensions is an error, as in PyTorch; 0-d and 1-d
+/// tensors are returned as they are.
+#[test]
+fn t_rejects_more_than_two_dims() {
+    let cpu = Device::Cpu;
+    let e = Tensor::zeros(&[2, 3, 4], DType::F32, cpu)
+        .unwrap()
+        .t()
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { op: "t", .. }), "{e:?}");
+    let s = Tensor::zeros(&[] as &[usize], DType::F32, cpu).unwrap();
+    assert_eq!(s.t().unwrap().shape(), &[] as &[usize]);
+    let v = Tensor::zeros(&[5], DType::F32, cpu).unwrap();
+    assert_eq!(v.t().unwrap().shape(), &[5]);
+    let m = Tensor::zeros(&[2, 3], DType::F32, cpu).unwrap();
+    assert_eq!(m.t().unwrap().shape(), &[3, 2]);
+}
+
+/// Bad-input sweep: `arange` whose step points away from `end` is an error (PyTorch: "upper
+/// bound and larger bound inconsistent with step sign"), as is a zero step; `start == end`
+/// is empty for either sign.
+#[test]
+fn arange_rejects_inconsistent_step_sign() {
+    let cpu = Device::Cpu;
+    for (start, end, step) in [(0., 4., -1.), (4., 0., 1.), (0., 4., 0.), (0., 0., 0.)] {
+        let e = Tensor::arange(start, end, step, DType::F32, cpu).unwrap_err();
+        assert!(
+            matches!(e, Error::InvalidArgument { op: "arange", .. }),
+            "arange({start}, {end}, {step}): {e:?}"
+        );
+    }
+    for step in [1., -1.] {
+        assert_eq!(
+            Tensor::arange(2., 2., step, DType::F32, cpu)
+                .unwrap()
+                .shape(),
+            &[0]
+        );
+    }
+    let down = Tensor::arange(4., 0., -1.5, DType::F64, cpu).unwrap();
+    assert_eq!(down.to_vec::<f64>().unwrap(), vec![4.0, 2.5, 1.0]);
+}
+
+/// Bad-input sweep: `arange` is not implemented for bool, as in PyTorch.
+#[test]
+fn arange_rejects_bool() {
+    let cpu = Device::Cpu;
+    for (start, end) in [(0., 2.), (0., 0.)] {
+        let e = Tensor::arange(start, end, 1., DType::Bool, cpu).unwrap_err();
+        assert!(
+            matches!(e, Error::InvalidArgument { op: "arange", .. }),
+            "{e:?}"
+        );
+    }
+}

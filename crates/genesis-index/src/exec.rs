@@ -92,13 +92,13 @@ enum HostMask<'a> {
 }
 
 impl HostMask<'_> {
-    fn bytes(&self) -> &[u8] {
-        match self {
+    fn bytes(&self) -> Result<&[u8]> {
+        Ok(match self {
             HostMask::Stored(s, offset, len) => {
-                &s.host_bytes().expect("a host storage")[*offset..offset + len]
+                &host_bytes(s, "boolean mask")?[*offset..offset + len]
             }
             HostMask::Owned(v) => v,
-        }
+        })
     }
 }
 
@@ -171,7 +171,7 @@ fn host_mask_route<'a>(
     let Some(mask) = host_mask(layout, items)? else {
         return Ok(None);
     };
-    let bytes = mask.bytes();
+    let bytes = mask.bytes()?;
     let total = bytes.len();
     if total == 0 {
         return Ok(None);
@@ -244,9 +244,8 @@ pub fn execute_get(input: &View, p: &IndexPlan) -> Result<View> {
             if storage.device().is_cuda() {
                 return crate::gpu::gather(input, p);
             }
-            host_only(storage, "gather")?;
             let size = storage.dtype().size();
-            let src = storage.host_bytes().expect("checked host");
+            let src = host_bytes(storage, "gather")?;
             let offsets = p.source_offsets()?;
             let mut out = vec![0u8; offsets.len() * size];
             for_each_run(&offsets, |k, o, len| {
@@ -280,14 +279,15 @@ fn for_each_run(offsets: &[usize], mut f: impl FnMut(usize, usize, usize)) {
 }
 
 fn host_only(s: &Storage, op: &'static str) -> Result<()> {
-    if s.host_bytes().is_some() {
-        Ok(())
-    } else {
-        Err(Error::UnsupportedDevice {
-            op,
-            device: s.device(),
-        })
-    }
+    host_bytes(s, op).map(|_| ())
+}
+
+/// The bytes of a host storage; [`Error::UnsupportedDevice`] for a device storage.
+fn host_bytes<'a>(s: &'a Storage, op: &'static str) -> Result<&'a [u8]> {
+    s.host_bytes().ok_or(Error::UnsupportedDevice {
+        op,
+        device: s.device(),
+    })
 }
 
 /// `target[items] = value` (with `accumulate`, `+=` that adds at duplicate indices). The
@@ -307,7 +307,7 @@ pub fn set(
             HostMaskRoute::Bytes(mask) => {
                 // Ranges are checked by `masked_fill_at` before it writes.
                 let one = scalar_as(*x, target.dtype())?;
-                let bytes = one.host_bytes().expect("a CPU storage").to_vec();
+                let bytes = host_bytes(&one, "set")?.to_vec();
                 let (m, m0) = mask.parts();
                 target.masked_fill_at(layout.offset(), m, m0, n, &bytes)?;
                 Ok(())
@@ -340,7 +340,7 @@ pub fn set(
     if accumulate {
         accumulate_into(dtype, target, &offsets, &values, pick)?;
     } else {
-        let vals = values.host_bytes().expect("a CPU storage");
+        let vals = host_bytes(&values, "set")?;
         let bytes = target.host_bytes_mut()?;
         // In order, so that the last of duplicate positions wins.
         for_each_run(&offsets, |k, o, len| {
@@ -495,7 +495,7 @@ fn accumulate_into(
 ) -> Result<()> {
     match dtype {
         DType::Bool => {
-            let vals = values.host_bytes().expect("a CPU storage").to_vec();
+            let vals = host_bytes(values, "index_put")?.to_vec();
             let dst = target.host_bytes_mut()?;
             for (k, &o) in offsets.iter().enumerate() {
                 dst[o] |= vals[pick(k)];

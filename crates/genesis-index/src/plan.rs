@@ -714,11 +714,11 @@ impl IndexPlan {
         // is a line of one.
         let rank = self.result_shape.len();
         let last_basic = rank > 0 && (rank - 1 < adv.position || rank > adv.position + k);
-        let (line, step, outer_rank) = if last_basic {
-            let step = strides[*rest_dims.last().expect("a basic dimension")];
-            (self.result_shape[rank - 1], step, rank - 1)
-        } else {
-            (1, 0, rank)
+        // A basic last dimension is the last of `rest_dims`; were there none, lines of one
+        // element (the general walk) are still right.
+        let (line, step, outer_rank) = match rest_dims.last() {
+            Some(&d) if last_basic => (self.result_shape[rank - 1], strides[d], rank - 1),
+            _ => (1, 0, rank),
         };
         if n == 0 {
             return Ok(out);

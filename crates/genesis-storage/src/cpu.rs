@@ -172,6 +172,9 @@ impl CpuStorage {
 
 impl Drop for CpuStorage {
     fn drop(&mut self) {
+        // Cannot fail: `zeroed_aligned`, the only constructor, built this very layout with
+        // `from_size_align(nbytes.max(1), align)` and returned an error when that failed; the
+        // fields are private and never changed after, so the same call succeeds again here.
         let layout = AllocLayout::from_size_align(self.nbytes.max(1), self.align)
             .expect("validated at allocation");
         // SAFETY: `ptr` was allocated with exactly this layout and is freed once.

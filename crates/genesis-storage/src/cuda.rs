@@ -64,8 +64,7 @@ pub fn device_pool(ordinal: usize) -> Result<&'static DevicePool> {
     let allocator = device_allocator(&ctx, Config::default())?;
     // Another thread may have won the race: its pool is kept and ours dropped (which gives its
     // empty cache back).
-    let _ = slot.set(DevicePool { ctx, allocator });
-    Ok(slot.get().expect("just set"))
+    Ok(slot.get_or_init(|| DevicePool { ctx, allocator }))
 }
 
 /// The pinned host memory pool (registered with device 0), created on first use.
@@ -76,8 +75,7 @@ pub fn pinned_pool() -> Result<&'static CachingAllocator<PinnedHostBackend>> {
     }
     let ctx = Context::get(0)?;
     let pool = pinned_allocator(&ctx, usize::MAX / 2)?;
-    let _ = PINNED.set(pool);
-    Ok(PINNED.get().expect("just set"))
+    Ok(PINNED.get_or_init(|| pool))
 }
 
 impl crate::Storage {

@@ -662,12 +662,12 @@ impl Layout {
             if d == 1 {
                 continue;
             }
-            if let (Some(&last_d), Some(&last_s)) = (shape.last(), strides.last())
-                && Some(last_s) == s.checked_mul(d as isize)
+            if let (Some(last_d), Some(last_s)) = (shape.last_mut(), strides.last_mut())
+                && Some(*last_s) == s.checked_mul(d as isize)
                 && let Some(merged) = last_d.checked_mul(d)
             {
-                *shape.last_mut().expect("non-empty") = merged;
-                *strides.last_mut().expect("non-empty") = s;
+                *last_d = merged;
+                *last_s = s;
                 continue;
             }
             shape.push(d);

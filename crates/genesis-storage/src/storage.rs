@@ -440,6 +440,14 @@ impl Storage {
         }
     }
 
+    /// The bytes of a host storage (an error on a device), for `op`.
+    pub(crate) fn host_bytes_for(&self, op: &'static str) -> Result<&[u8]> {
+        self.host_bytes().ok_or(Error::NotOnHost {
+            op,
+            device: self.device(),
+        })
+    }
+
     /// The bytes of a host storage, mutably (an error on a device or for a read-only mapping).
     pub fn host_bytes_mut(&mut self) -> Result<&mut [u8]> {
         self.host_bytes_mut_for("host_bytes_mut")
@@ -499,7 +507,7 @@ impl Storage {
                 m.read_to_host(0, &mut v)?;
                 Ok(v)
             }
-            _ => Ok(self.host_bytes().expect("host storage").to_vec()),
+            _ => Ok(self.host_bytes_for("to_bytes")?.to_vec()),
         }
     }
 
@@ -597,7 +605,7 @@ impl Storage {
         match (&mut self.inner, &src.inner) {
             (Inner::Cuda(d), Inner::Cuda(s)) => d.copy_from_device(dst_at, s, src_at, bytes),
             (Inner::Cuda(d), _) => {
-                let host = &src.host_bytes().expect("host storage")[src_at..src_at + bytes];
+                let host = &src.host_bytes_for("copy_from")?[src_at..src_at + bytes];
                 d.write_from_host(dst_at, host)?;
                 Ok(())
             }
@@ -608,7 +616,7 @@ impl Storage {
                 Ok(())
             }
             _ => {
-                let s = &src.host_bytes().expect("host storage")[src_at..src_at + bytes];
+                let s = &src.host_bytes_for("copy_from")?[src_at..src_at + bytes];
                 self.host_bytes_mut_for("copy_from")?[dst_at..dst_at + bytes].copy_from_slice(s);
                 Ok(())
             }
@@ -720,7 +728,7 @@ impl Storage {
                 self.copy_strided_from(dst_layout, &staged, &Layout::contiguous(src_layout.shape()))
             }
             _ => {
-                let s = src.host_bytes().expect("host storage");
+                let s = src.host_bytes_for("copy_strided_from")?;
                 let d = self.host_bytes_mut_for("copy_strided_from")?;
                 host_strided_copy(size, s, d, &desc)
             }
@@ -750,7 +758,7 @@ impl Storage {
                 Ok(true)
             }
             (Inner::Cuda(dm), _) => {
-                let host = src.host_bytes().expect("host storage");
+                let host = src.host_bytes_for("copy_strided_from")?;
                 let (dst, src_rows) = ((ds * size, dp * size), (ss * size, sp * size));
                 dm.copy_2d_from_host(dst, host, src_rows, width, count)?;
                 Ok(true)
@@ -762,7 +770,7 @@ impl Storage {
                 Ok(true)
             }
             _ => {
-                let s = src.host_bytes().expect("host storage");
+                let s = src.host_bytes_for("copy_strided_from")?;
                 let d = self.host_bytes_mut_for("copy_strided_from")?;
                 for r in 0..count {
                     let (so, doff) = ((ss + r * sp) * size, (ds + r * dp) * size);
@@ -824,7 +832,9 @@ impl Storage {
     pub(crate) fn mem(&self) -> Mem<'_> {
         match &self.inner {
             Inner::Cuda(m) => Mem::Cuda(m),
-            _ => Mem::Host(self.host_bytes().expect("host kinds have host bytes")),
+            Inner::Cpu(c) => Mem::Host(c.as_bytes()),
+            Inner::Mapped(m) => Mem::Host(m.bytes()),
+            Inner::Pinned(p) => Mem::Host(p.as_bytes()),
         }
     }
 

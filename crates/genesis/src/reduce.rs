@@ -95,19 +95,13 @@ impl Tensor {
     /// Index (i64, into the flattened tensor) of the first largest element.
     #[track_caller]
     pub fn argmax(&self) -> Result<Tensor> {
-        Ok(self
-            .reduce(ReduceOp::ArgMax, None, false)?
-            .1
-            .expect("arg op"))
+        self.arg_indices(ReduceOp::ArgMax, None, false)
     }
 
     /// Index (i64, into the flattened tensor) of the first smallest element.
     #[track_caller]
     pub fn argmin(&self) -> Result<Tensor> {
-        Ok(self
-            .reduce(ReduceOp::ArgMin, None, false)?
-            .1
-            .expect("arg op"))
+        self.arg_indices(ReduceOp::ArgMin, None, false)
     }
 
     /// Indices of the first largest elements along `dim`.
@@ -126,7 +120,20 @@ impl Tensor {
 
     fn with_indices(&self, op: ReduceOp, dim: isize, keepdim: bool) -> Result<(Tensor, Tensor)> {
         let (values, indices) = self.reduce(op, Some(&[dim]), keepdim)?;
-        Ok((values, indices.expect("arg op")))
+        Ok((values, Self::indices_of(op, indices)?))
+    }
+
+    /// The indices of an arg reduction (`reduce` gives them for `ArgMax` and `ArgMin`).
+    fn arg_indices(&self, op: ReduceOp, dims: Option<&[isize]>, keepdim: bool) -> Result<Tensor> {
+        Self::indices_of(op, self.reduce(op, dims, keepdim)?.1)
+    }
+
+    /// `indices`, or a typed error were `reduce` ever to give none for an arg op.
+    fn indices_of(op: ReduceOp, indices: Option<Tensor>) -> Result<Tensor> {
+        indices.ok_or_else(|| Error::InvalidArgument {
+            op: "reduce",
+            reason: format!("{} gave no indices", op.name()),
+        })
     }
 
     /// The general reduction: `op` over `dims` (`None`: every element; `Some(&[])`: every

@@ -232,11 +232,7 @@ impl Storage {
         };
         let mut out = Storage::empty(n, self.dtype(), self.device())?;
         let flag = Storage::zeros_pinned(2, DType::I32)?;
-        let fp = flag
-            .host_bytes()
-            .expect("a pinned storage")
-            .as_ptr()
-            .cast::<i32>();
+        let fp = flag.host_bytes_for(op)?.as_ptr().cast::<i32>();
         let src = all::<u8>(op, self)?;
         let stream = cuda(op, self)?.queue();
         let dst = cuda_mut(op, &mut out)?.span_mut::<u8>(n * self.dtype().size())?;

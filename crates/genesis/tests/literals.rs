@@ -1,6 +1,9 @@
 //! Issue 20, nested literals: `tensor!` with PyTorch's default dtypes and the dtype and device
 //! options, `item::<T>()`, `to_vec2` / `to_vec3`.
 
+#[allow(dead_code)]
+mod common;
+
 use genesis::{DType, Device, Error, Tensor, bf16, f16, tensor};
 
 fn devices() -> Vec<Device> {
@@ -13,6 +16,7 @@ fn devices() -> Vec<Device> {
 
 #[test]
 fn nested_literals_with_pytorch_default_dtypes() {
+    let _release = common::Release;
     let a = tensor!([[1., 2.], [3., 4.]]).unwrap();
     assert_eq!(
         (a.shape(), a.dtype(), a.device()),
@@ -57,6 +61,7 @@ fn nested_literals_with_pytorch_default_dtypes() {
 
 #[test]
 fn dtype_and_device_options() {
+    let _release = common::Release;
     for dev in devices() {
         let d = tensor!([0.1, 0.2], dtype = DType::F64, device = dev).unwrap();
         assert_eq!((d.dtype(), d.device()), (DType::F64, dev));
@@ -101,6 +106,7 @@ fn dtype_and_device_options() {
 
 #[test]
 fn item_and_nested_vectors() {
+    let _release = common::Release;
     for dev in devices() {
         let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3], dev).unwrap();
         assert_eq!(x.sum().unwrap().item::<f32>().unwrap(), 21.0);

@@ -3,6 +3,9 @@
 //! slices, vectors, -1 and negative dims where PyTorch takes them, 0-d tensors taking dim 0
 //! and -1), and `s!` with bounds that are variables.
 
+#[allow(dead_code)]
+mod common;
+
 use genesis::{DType, Device, Error, Tensor, bf16, f16, s};
 
 fn cpu() -> Device {
@@ -23,6 +26,7 @@ fn f32s(t: &Tensor) -> Vec<f32> {
 
 #[test]
 fn scalars_of_every_numeric_type_on_either_side() {
+    let _release = common::Release;
     for dev in devices() {
         let a = Tensor::from_slice(&[1.0f32, 2.0, 4.0], &[3], dev).unwrap();
         assert_eq!(f32s(&(2.0 * &a).unwrap()), [2.0, 4.0, 8.0]);
@@ -85,6 +89,7 @@ fn scalars_of_every_numeric_type_on_either_side() {
 
 #[test]
 fn integer_scalars_stay_exact_and_are_checked() {
+    let _release = common::Release;
     for dev in devices() {
         let big = (1i64 << 62) + 1;
         let z = Tensor::zeros(&[2], DType::I64, dev).unwrap();
@@ -130,6 +135,7 @@ fn integer_scalars_stay_exact_and_are_checked() {
 
 #[test]
 fn fills_and_scalar_comparisons_take_any_scalar_exactly() {
+    let _release = common::Release;
     let big = (1i64 << 62) + 1;
     for dev in devices() {
         let z = Tensor::zeros(&[3], DType::I64, dev).unwrap();
@@ -162,6 +168,7 @@ fn fills_and_scalar_comparisons_take_any_scalar_exactly() {
 
 #[test]
 fn one_dims_type_for_shapes_and_dimension_lists() {
+    let _release = common::Release;
     let a = Tensor::zeros(&[2, 3], DType::F32, cpu()).unwrap();
     let dims64 = vec![2i64, 3];
     let shapes: Vec<Tensor> = vec![
@@ -236,6 +243,7 @@ fn one_dims_type_for_shapes_and_dimension_lists() {
 
 #[test]
 fn zero_dimensional_tensors_take_dim_zero_and_minus_one() {
+    let _release = common::Release;
     let s = Tensor::full((), 21.0f32, cpu()).unwrap();
     for d in [0isize, -1] {
         assert_eq!(f32s(&s.sum_dim(d, false).unwrap()), [21.0]);
@@ -266,6 +274,7 @@ fn zero_dimensional_tensors_take_dim_zero_and_minus_one() {
 
 #[test]
 fn index_expressions_with_variable_bounds() {
+    let _release = common::Release;
     let m = Tensor::arange(0.0, 20.0, 1.0, DType::F32, cpu())
         .unwrap()
         .reshape(&[4, 5])

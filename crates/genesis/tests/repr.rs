@@ -6,6 +6,9 @@
 //! has CUDA reprs, on CUDA device 0. The other tests hold strings PyTorch prints, written out
 //! by hand, so that the printer is checked where the fixture has not been generated yet.
 
+#[allow(dead_code)]
+mod common;
+
 use genesis::{DType, Device, PrintOptions, Tensor, tensor};
 
 fn cpu() -> Device {
@@ -21,6 +24,7 @@ fn shared() -> std::sync::RwLockReadGuard<'static, ()> {
 
 #[test]
 fn floats_print_with_pytorch_precision_and_modes() {
+    let _release = common::Release;
     let _shared = shared();
     let cases: Vec<(Tensor, &str)> = vec![
         (
@@ -89,6 +93,7 @@ fn floats_print_with_pytorch_precision_and_modes() {
 
 #[test]
 fn integers_and_bools_print_exactly() {
+    let _release = common::Release;
     let _shared = shared();
     let big = 1i64 << 62;
     let cases: Vec<(Tensor, &str)> = vec![
@@ -121,6 +126,7 @@ fn integers_and_bools_print_exactly() {
 
 #[test]
 fn empty_tensors_print_their_size_and_dtype() {
+    let _release = common::Release;
     let _shared = shared();
     let cases: Vec<(Tensor, &str)> = vec![
         (
@@ -147,6 +153,7 @@ fn empty_tensors_print_their_size_and_dtype() {
 
 #[test]
 fn large_tensors_are_summarised() {
+    let _release = common::Release;
     let _shared = shared();
     let a = Tensor::arange(0.0, 2000.0, 1.0, DType::I64, cpu()).unwrap();
     assert_eq!(
@@ -179,6 +186,7 @@ fn large_tensors_are_summarised() {
 
 #[test]
 fn views_print_their_own_elements() {
+    let _release = common::Release;
     let _shared = shared();
     let m = tensor!([[1, 2, 3], [4, 5, 6]]).unwrap();
     assert_eq!(
@@ -197,6 +205,7 @@ fn views_print_their_own_elements() {
 
 #[test]
 fn print_options_change_precision_and_summary() {
+    let _release = common::Release;
     let _alone = OPTIONS.write().unwrap_or_else(|e| e.into_inner());
     // One test changes the process-wide options, and restores them.
     genesis::set_printoptions(PrintOptions {
@@ -214,6 +223,7 @@ fn print_options_change_precision_and_summary() {
 
 #[test]
 fn cuda_tensors_name_their_device() {
+    let _release = common::Release;
     let _shared = shared();
     if !genesis::cuda::is_available() {
         eprintln!("CUDA part skipped: no CUDA device found");
@@ -290,6 +300,7 @@ fn build(case: &serde_json::Value, device: Device) -> Tensor {
 
 #[test]
 fn repr_matches_pytorch_fixture() {
+    let _release = common::Release;
     let _shared = shared();
     // The GPU bundle runs the test binaries away from the source tree: `GENESIS_REPO_ROOT` says
     // where the repository is (as for the other data-reading tests).

@@ -1333,6 +1333,8 @@ impl<B: Backend> State<B> {
         self.stats.active.dec(pool, 1);
         self.stats.active_bytes.dec(pool, size as i64);
         self.count_inactive::<true>(id);
+        // With `create` set, `quick_slot` returns a slot for any key: an existing one, or one it
+        // adds (only the `create == false` lookup can return `None`).
         let slot = self
             .quick_slot((stream, size), true)
             .expect("created on demand");
@@ -2071,6 +2073,9 @@ impl<B: Backend> State<B> {
         //    the first new byte).
         let id = match anchor {
             Some(a) => {
+                // `map_into_hole` turned the mapped range starting at `a` into a free block and
+                // coalesced it (`coalesce_into_free`), and nothing has been allocated since, so
+                // a free block contains `a`.
                 let f = self
                     .free_block_containing(a, 1)
                     .expect("memory mapped into a hole is free");

@@ -207,6 +207,7 @@ impl Snapshot {
                         if b.state == BlockState::Unmapped {
                             runs.push(Vec::new());
                         } else {
+                            // `runs` starts with one run and only ever grows.
                             runs.last_mut().expect("never empty").push(b);
                         }
                     }

@@ -208,6 +208,8 @@ enum Carrier {
     D(f64),
 }
 
+/// `b` is one element of `kind` (the caller slices `kind`'s size in bytes), so the fixed-size
+/// conversions below cannot fail.
 fn read(kind: DType, b: &[u8]) -> Carrier {
     match kind {
         DType::Bool => Carrier::I(i64::from(b[0] != 0)),

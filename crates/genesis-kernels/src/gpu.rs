@@ -261,6 +261,7 @@ fn nd_kernel_name<T: Element>(op: BinaryOp) -> &'static str {
             })
             .collect()
     });
+    // `BinaryOp::ALL` lists every variant, so every `op` has a position.
     let pos = BinaryOp::ALL.iter().position(|&o| o == op).expect("listed");
     names[pos * 5 + T::TYPE_CODE as usize]
 }
@@ -766,6 +767,7 @@ fn cast_kernel_name(s: crate::DType, d: crate::DType) -> &'static str {
         }
         v
     });
+    // `DType::ALL` lists every variant, so every dtype has a position.
     let pos = |k: crate::DType| {
         crate::DType::ALL
             .iter()

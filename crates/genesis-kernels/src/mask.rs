@@ -83,6 +83,8 @@ pub fn masked_fill(dst: &mut [u8], mask: &[u8], value: &[u8]) -> Result<()> {
 }
 
 /// `masked_fill` of `N`-byte elements, choosing each element's new bytes without a branch.
+/// `masked_fill` calls it with `N == value.len()` (its match), and `chunks_exact_mut(N)` yields
+/// only `N`-byte chunks: neither conversion can fail.
 fn fill_n<const N: usize>(dst: &mut [u8], mask: &[u8], value: &[u8]) {
     let v: [u8; N] = value.try_into().expect("checked size");
     for (e, &m) in dst.chunks_exact_mut(N).zip(mask) {

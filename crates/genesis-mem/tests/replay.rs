@@ -195,3 +195,43 @@ fn parses_unseen_and_malformed_traces() {
     let bad = Trace::parse("y", "y.trace", "x 1\n".as_bytes()).unwrap_err();
     assert!(bad.to_string().contains("unknown event"));
 }
+
+#[test]
+fn the_replay_command_reports_a_bad_trace_and_goes_on() {
+    let exe = env!("CARGO_BIN_EXE_genesis-mem");
+    if !Path::new(exe).exists() {
+        // The GPU bundle runs test binaries away from the build that made them.
+        eprintln!("skipped: {exe} is not on this machine");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("genesis-replay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.trace");
+    // Larger than the simulated device: out of memory for this trace only.
+    std::fs::write(&bad, "a 1 4000000000 0\n").unwrap();
+    let good = dir.join("good.trace");
+    std::fs::write(&good, "a 1 1000 0\nf 1\n").unwrap();
+    let out = std::process::Command::new(exe)
+        .args(["replay", "--device-bytes", "1GiB"])
+        .arg(&bad)
+        .arg(&good)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(stderr.contains("bad"), "{stderr}");
+    assert!(
+        stdout.contains("good"),
+        "the trace after the bad one ran: {stdout}"
+    );
+    for absurd in ["0", "1", "16EiB"] {
+        let out = std::process::Command::new(exe)
+            .args(["replay", "--device-bytes", absurd])
+            .arg(&good)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "--device-bytes {absurd}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -4,7 +4,10 @@
 //
 // * strided_copy_e{1,2,4,8}: dst[layout_dst(i)] = src[layout_src(i)] for i < n, where both
 //   layouts are given by a GxStrided descriptor (up to GX_MAX_DIMS dimensions, strides in
-//   elements). Copies move bytes, so the kernels are per element size, not per dtype.
+//   elements). Copies move bytes, so the kernels are per element size, not per dtype; the
+//   launcher widens elements to 16 bytes (e16) when rows are contiguous and aligned on both
+//   sides, so a copy into a slice of rows (`cat` along an inner dimension) moves 16 bytes an
+//   access.
 // * transpose_e{1,2,4,8}: out[c * rows + r] = in[r * ld_in + c] for a rows x cols matrix
 //   (batched over gridDim.z with batch strides), through 32 x 32 shared-memory tiles.
 // * cast_<src>_<dst>: elementwise conversion of n contiguous elements. Semantics (the twin's):
@@ -116,6 +119,7 @@ GX_COPY(1, uint8_t)
 GX_COPY(2, uint16_t)
 GX_COPY(4, uint32_t)
 GX_COPY(8, uint64_t)
+GX_COPY(16, uint4)
 
 // ---- casts ----------------------------------------------------------------------------------
 

@@ -32,7 +32,9 @@
 // coordinates once per element, or, when `vec` is set, once per group of 16 bytes: the
 // innermost size is then a multiple of the group, each operand's innermost stride is 0 (one
 // value broadcast over the group) or 1 (one aligned 16-byte load), so a broadcast add runs at
-// the speed of the contiguous one.
+// the speed of the contiguous one. A launch whose operands are both contiguous after merging
+// (rank 1, innermost strides 1, or a scalar right operand) skips the coordinate split
+// altogether: `x + 1.0` is then the contiguous kernel with one stream fewer to read.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
@@ -201,7 +203,37 @@ template <typename Op, typename T>
 __device__ __forceinline__ void binary_nd_impl(const T *a, const T *b, T scalar, T *out, uint32_t n,
                                                const GxBinaryNd &d) {
     const uint32_t tile = GX_THREADS * GX_UNROLL;
-    if (d.vec) {
+    if (d.vec && d.rank == 1 && d.a_strides[0] == 1 && (b == nullptr || d.b_strides[0] == 1)) {
+        // Contiguous operands (or a contiguous one and a scalar): no coordinates to split.
+        constexpr uint32_t V = 16 / sizeof(T);
+        const uint32_t groups = n / V;
+        const uint4 *a4 = reinterpret_cast<const uint4 *>(a + d.a_offset);
+        const uint4 *b4 = b ? reinterpret_cast<const uint4 *>(b + d.b_offset) : nullptr;
+        uint4 *o4 = reinterpret_cast<uint4 *>(out);
+        Vec16<T> s;
+#pragma unroll
+        for (int k = 0; k < (int)V; ++k) s.v[k] = scalar;
+        for (uint32_t base = blockIdx.x * tile; base < groups; base += gridDim.x * tile) {
+            Vec16<T> x[GX_UNROLL], y[GX_UNROLL];
+#pragma unroll
+            for (int u = 0; u < GX_UNROLL; ++u) {
+                const uint32_t g = base + u * GX_THREADS + threadIdx.x;
+                if (g < groups) {
+                    x[u].raw = a4[g];
+                    y[u].raw = b4 ? b4[g] : s.raw;
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < GX_UNROLL; ++u) {
+                const uint32_t g = base + u * GX_THREADS + threadIdx.x;
+                if (g < groups) {
+#pragma unroll
+                    for (int k = 0; k < (int)V; ++k) x[u].v[k] = Apply<Op, T>::go(x[u].v[k], y[u].v[k]);
+                    o4[g] = x[u].raw;
+                }
+            }
+        }
+    } else if (d.vec) {
         constexpr uint32_t V = 16 / sizeof(T);
         const uint32_t groups = n / V;
         const int64_t ia = d.a_strides[d.rank - 1], ib = d.b_strides[d.rank - 1];

@@ -88,6 +88,82 @@ impl StridedCopy {
         }
     }
 
+    /// The same copy with adjacent dimensions merged where both sides walk them contiguously,
+    /// and elements widened to the largest of 16, 8, 4 or 2 bytes that the layout allows (the
+    /// innermost dimension contiguous on both sides and every stride, offset, size and base
+    /// address divisible accordingly): a copy of rows moves 16 bytes an access instead of one
+    /// element. Returns the descriptor and its element size; the bytes copied are the same.
+    pub fn widened(&self, elem_bytes: usize, src_addr: u64, dst_addr: u64) -> (StridedCopy, usize) {
+        let mut d = *self;
+        // Merge: drop size-1 dimensions, then fold each dimension into the next inner one when
+        // both sides step over it by exactly the inner extent.
+        let mut k = 0usize;
+        let mut out = 0usize;
+        let rank = d.rank as usize;
+        while k < rank {
+            if d.shape[k] == 1 && rank > 1 {
+                k += 1;
+                continue;
+            }
+            d.shape[out] = d.shape[k];
+            d.src_strides[out] = d.src_strides[k];
+            d.dst_strides[out] = d.dst_strides[k];
+            if out > 0 {
+                let p = out - 1;
+                if d.src_strides[p] == d.src_strides[out] * d.shape[out]
+                    && d.dst_strides[p] == d.dst_strides[out] * d.shape[out]
+                {
+                    d.shape[p] *= d.shape[out];
+                    d.src_strides[p] = d.src_strides[out];
+                    d.dst_strides[p] = d.dst_strides[out];
+                    k += 1;
+                    continue;
+                }
+            }
+            out += 1;
+            k += 1;
+        }
+        let rank = out.max(1);
+        if out == 0 {
+            d.shape[0] = 1;
+            d.src_strides[0] = 1;
+            d.dst_strides[0] = 1;
+        }
+        d.rank = rank as i32;
+        for k in rank..MAX_DIMS {
+            d.shape[k] = 1;
+            d.src_strides[k] = 0;
+            d.dst_strides[k] = 0;
+        }
+        let inner = rank - 1;
+        if d.src_strides[inner] != 1 || d.dst_strides[inner] != 1 {
+            return (d, elem_bytes);
+        }
+        for wide in [16usize, 8, 4, 2] {
+            if wide <= elem_bytes || wide % elem_bytes != 0 {
+                continue;
+            }
+            let f = (wide / elem_bytes) as i64;
+            let ok = d.shape[inner] % f == 0
+                && d.src_offset % f == 0
+                && d.dst_offset % f == 0
+                && src_addr.is_multiple_of(wide as u64)
+                && dst_addr.is_multiple_of(wide as u64)
+                && (0..inner).all(|k| d.src_strides[k] % f == 0 && d.dst_strides[k] % f == 0);
+            if ok {
+                d.shape[inner] /= f;
+                for k in 0..inner {
+                    d.src_strides[k] /= f;
+                    d.dst_strides[k] /= f;
+                }
+                d.src_offset /= f;
+                d.dst_offset /= f;
+                return (d, wide);
+            }
+        }
+        (d, elem_bytes)
+    }
+
     /// The largest source and destination index touched (+1), to check bounds.
     pub fn extents(&self) -> (usize, usize) {
         if self.numel() == 0 {
@@ -470,6 +546,60 @@ mod tests {
                 assert_eq!(q, u64::from(n / d), "{n} / {d}");
             }
         }
+    }
+
+    #[test]
+    fn widened_copies_move_the_same_bytes() {
+        use rand::{Rng, SeedableRng};
+        // Copies `desc` of `elem`-byte elements between byte buffers.
+        fn copy_bytes(desc: &StridedCopy, elem: usize, src: &[u8], dst: &mut [u8]) {
+            desc.for_each(|s, d| {
+                dst[d * elem..(d + 1) * elem].copy_from_slice(&src[s * elem..(s + 1) * elem])
+            });
+        }
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
+        let mut widened_some = 0;
+        for _ in 0..2000 {
+            let elem = [1usize, 2, 4, 8][rng.random_range(0..4)];
+            let rank = rng.random_range(1..=4);
+            let shape: Vec<usize> = (0..rank)
+                .map(|_| [1, 2, 3, 4, 8, 16][rng.random_range(0..6)])
+                .collect();
+            // Each side is a view into a larger row-major parent, its dimensions possibly
+            // permuted: strides and an offset in elements.
+            let side = |rng: &mut rand::rngs::SmallRng| {
+                let parent: Vec<usize> = shape
+                    .iter()
+                    .map(|&n| n + [0, 0, 1, 4][rng.random_range(0..4)])
+                    .collect();
+                let mut order: Vec<usize> = (0..rank).collect();
+                if rng.random_bool(0.3) {
+                    order.swap(0, rank - 1);
+                }
+                let mut strides = vec![0isize; rank];
+                let mut acc = 1usize;
+                for &k in order.iter().rev() {
+                    strides[k] = acc as isize;
+                    acc *= parent[k];
+                }
+                let offset = rng.random_range(0..4) * [1, 2, 4][rng.random_range(0..3)];
+                (strides, offset, acc + offset)
+            };
+            let (ss, so, slen) = side(&mut rng);
+            let (ds, dof, dlen) = side(&mut rng);
+            let desc = StridedCopy::new(&shape, &ss, so, &ds, dof).unwrap();
+            let src: Vec<u8> = (0..slen * elem).map(|_| rng.random()).collect();
+            let mut want = vec![0u8; dlen * elem];
+            copy_bytes(&desc, elem, &src, &mut want);
+            let align = [1u64, 16, 32][rng.random_range(0..3)];
+            let (w, wide) = desc.widened(elem, align * 4096, 4096);
+            assert_eq!(w.numel() * wide, desc.numel() * elem, "{desc:?} -> {w:?}");
+            widened_some += usize::from(wide > elem);
+            let mut got = vec![0u8; dlen * elem];
+            copy_bytes(&w, wide, &src, &mut got);
+            assert_eq!(got, want, "{desc:?} ({elem} B) -> {w:?} ({wide} B)");
+        }
+        assert!(widened_some > 200, "only {widened_some} cases widened");
     }
 
     #[test]

@@ -509,14 +509,17 @@ fn elem_suffix(op: &'static str, elem_bytes: usize) -> Result<&'static str> {
         ("strided_copy", 2) => "strided_copy_e2",
         ("strided_copy", 4) => "strided_copy_e4",
         ("strided_copy", 8) => "strided_copy_e8",
+        ("strided_copy", 16) => "strided_copy_e16",
         ("strided_copy32", 1) => "strided_copy32_e1",
         ("strided_copy32", 2) => "strided_copy32_e2",
         ("strided_copy32", 4) => "strided_copy32_e4",
         ("strided_copy32", 8) => "strided_copy32_e8",
+        ("strided_copy32", 16) => "strided_copy32_e16",
         ("transpose", 1) => "transpose_e1",
         ("transpose", 2) => "transpose_e2",
         ("transpose", 4) => "transpose_e4",
         ("transpose", 8) => "transpose_e8",
+        ("transpose", 16) => "transpose_e16",
         _ => {
             return Err(crate::Error::Unsupported {
                 op,
@@ -555,6 +558,11 @@ pub fn strided_copy(
         });
     }
     let (src, dst) = (src.addr(), dst.addr());
+    // The same bytes in the widest elements the layout allows (bounds were checked above on
+    // the original descriptor, which covers the same bytes).
+    let (desc, elem_bytes) = desc.widened(elem_bytes, src, dst);
+    let desc = &desc;
+    let n = desc.numel();
     let threads = 256u64;
     let cap = u64::from(stream.context().multiprocessors().max(1)) * 16;
     let blocks = (n as u64).div_ceil(threads).clamp(1, cap);

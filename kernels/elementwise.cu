@@ -11,6 +11,8 @@
 //   * `<op>_<T>` unary ops (neg, abs, relu; exp, log, sqrt, tanh, sigmoid for floats), `fill`,
 //     the comparisons to bool bytes, `where` selection by element size, and `tape`, which runs
 //     a batch of small operations in one launch.
+//   * `<cmp>_nd_<T>` and `where_nd_e<N>`: comparisons and `where` with every operand read in
+//     place through its layout (broadcast or strided), a scalar operand passed as an argument.
 //
 // Arithmetic (the CPU twins in crates/genesis-kernels/src/element.rs give the same bits):
 //   * f16 / bf16 are computed in f32 and rounded to nearest-even once. For +, -, *, / this is
@@ -517,6 +519,93 @@ GX_WHERE(e1, uint8_t)
 GX_WHERE(e2, uint16_t)
 GX_WHERE(e4, uint32_t)
 GX_WHERE(e8, uint64_t)
+
+// Comparisons with operands read in place: out[i] = a[offset_a(i)] OP (b ? b[offset_b(i)] :
+// scalar), the output contiguous bools, the descriptor a GxBinaryNd (its `vec` is unused). One
+// element a thread per step of a grid-stride loop; a launch whose operands are contiguous skips
+// the coordinate split.
+template <typename Op, typename T>
+__device__ __forceinline__ void compare_nd_impl(const T *a, const T *b, T scalar, uint8_t *out, uint32_t n,
+                                                const GxBinaryNd &d) {
+    const bool flat = d.rank == 1 && d.a_strides[0] == 1 && (b == nullptr || d.b_strides[0] == 1);
+    const typename Wide<T>::W s = Wide<T>::w(scalar);
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        int64_t oa, ob;
+        if (flat) {
+            oa = d.a_offset + i;
+            ob = d.b_offset + i;
+        } else {
+            nd_offsets(i, d, oa, ob);
+        }
+        out[i] = Op::c(Wide<T>::w(a[oa]), b ? Wide<T>::w(b[ob]) : s) ? 1 : 0;
+    }
+}
+#define GX_COMPARE_ND(OPNAME, OP, NAME, T)                                                     \
+    extern "C" __global__ void __launch_bounds__(GX_THREADS) OPNAME##_nd_##NAME(                \
+        const T *a, const T *b, T scalar, uint8_t *out, uint32_t n, const __grid_constant__ GxBinaryNd d) { \
+        compare_nd_impl<OP, T>(a, b, scalar, out, n, d);                                        \
+    }
+#define GX_COMPARE_ND_ALL(NAME, T)                                                             \
+    GX_COMPARE_ND(eq, CEq, NAME, T)                                                             \
+    GX_COMPARE_ND(ne, CNe, NAME, T)                                                             \
+    GX_COMPARE_ND(lt, CLt, NAME, T)                                                             \
+    GX_COMPARE_ND(le, CLe, NAME, T)                                                             \
+    GX_COMPARE_ND(gt, CGt, NAME, T)                                                             \
+    GX_COMPARE_ND(ge, CGe, NAME, T)
+GX_COMPARE_ND_ALL(f32, float)
+GX_COMPARE_ND_ALL(f16, __half)
+GX_COMPARE_ND_ALL(bf16, __nv_bfloat16)
+GX_COMPARE_ND_ALL(i32, int32_t)
+GX_COMPARE_ND_ALL(i64, int64_t)
+
+// where with operands read in place: out[i] = cond[offset_c(i)] ? (a ? a[offset_a(i)] : the
+// bits of a_scalar) : (b ? b[offset_b(i)] : the bits of b_scalar), by element size; the output
+// is contiguous. `GxWhereNd` (WhereNd in src/nd.rs, same layout) has each operand's strides per
+// output dimension, merged like GxBinaryNd's; one element a thread per grid-stride step.
+struct GxWhereNd {
+    uint32_t size[GX_ND_DIMS];
+    uint32_t magic[GX_ND_DIMS];
+    uint32_t shift[GX_ND_DIMS];
+    int64_t c_strides[GX_ND_DIMS];
+    int64_t a_strides[GX_ND_DIMS];
+    int64_t b_strides[GX_ND_DIMS];
+    int64_t c_offset;
+    int64_t a_offset;
+    int64_t b_offset;
+    int32_t rank;
+    int32_t pad;
+};
+template <typename T>
+__device__ __forceinline__ void where_nd_impl(const uint8_t *cond, const T *a, const T *b, uint64_t a_bits,
+                                              uint64_t b_bits, T *out, uint32_t n, const GxWhereNd &d) {
+    T sa, sb;
+    memcpy(&sa, &a_bits, sizeof(T));
+    memcpy(&sb, &b_bits, sizeof(T));
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        int64_t oc = d.c_offset, oa = d.a_offset, ob = d.b_offset;
+        uint32_t r = i;
+#pragma unroll 1
+        for (int k = d.rank - 1; k >= 0; --k) {
+            const uint32_t q = (__umulhi(r, d.magic[k]) + r) >> d.shift[k];
+            const uint32_t idx = r - q * d.size[k];
+            r = q;
+            oc += (int64_t)idx * d.c_strides[k];
+            oa += (int64_t)idx * d.a_strides[k];
+            ob += (int64_t)idx * d.b_strides[k];
+        }
+        out[i] = cond[oc] ? (a ? a[oa] : sa) : (b ? b[ob] : sb);
+    }
+}
+#define GX_WHERE_ND(NAME, T)                                                                   \
+    extern "C" __global__ void __launch_bounds__(GX_THREADS) where_nd_##NAME(                   \
+        const uint8_t *cond, const T *a, const T *b, uint64_t a_bits, uint64_t b_bits, T *out,  \
+        uint32_t n, const __grid_constant__ GxWhereNd d) {                                      \
+        where_nd_impl<T>(cond, a, b, a_bits, b_bits, out, n, d);                                \
+    }
+GX_WHERE_ND(e1, uint8_t)
+GX_WHERE_ND(e2, uint16_t)
+GX_WHERE_ND(e4, uint32_t)
+GX_WHERE_ND(e8, uint64_t)
 
 // ---------------------------------------------------------------------------------------------
 // The tape: small elementwise operations batched into one launch (genesis_cuda::batch). One

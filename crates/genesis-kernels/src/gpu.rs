@@ -8,7 +8,7 @@ use std::ffi::c_void;
 
 use genesis_cuda::{DeviceSpan, DeviceSpanMut, Kernel, LaunchConfig, Stream};
 
-use crate::{BinaryNd, BinaryOp, CompareOp, Element, Error, Result, Rhs, UnaryOp, images};
+use crate::{BinaryNd, BinaryOp, CompareOp, Element, Error, Result, Rhs, UnaryOp, WhereNd, images};
 
 /// `Err(LengthMismatch)` unless `got == expected`.
 fn same_len(op: &'static str, expected: usize, got: usize) -> Result<()> {
@@ -472,6 +472,148 @@ pub fn select(
     ];
     // SAFETY: the parameters match `where_eN(const uint8_t*, const T*, const T*, T*,
     // uint64_t)`; the spans hold `n` elements each, aligned (checked).
+    unsafe { kernel.launch(stream, grid_stride_config(stream, n), &mut params)? };
+    Ok(())
+}
+
+/// The kernel `<cmp>_nd_<T>`.
+fn compare_nd_kernel_name<T: Element>(op: CompareOp) -> &'static str {
+    use std::sync::OnceLock;
+    static NAMES: OnceLock<Vec<&'static str>> = OnceLock::new();
+    let names = NAMES.get_or_init(|| {
+        let types = ["f32", "f16", "bf16", "i32", "i64"];
+        CompareOp::ALL
+            .iter()
+            .flat_map(|op| {
+                types
+                    .iter()
+                    .map(move |t| &*Box::leak(format!("{}_nd_{t}", op.name()).into_boxed_str()))
+            })
+            .collect()
+    });
+    // `CompareOp::ALL` lists every variant, so every `op` has a position.
+    let pos = CompareOp::ALL
+        .iter()
+        .position(|&o| o == op)
+        .expect("listed");
+    names[pos * 5 + T::TYPE_CODE as usize]
+}
+
+/// Queues `out[i] = a[offset_a(i)] op (b[offset_b(i)] or the scalar)` as bools (0 or 1) for
+/// every output position `i` of `desc` on `stream`: operands read in place through their
+/// strides (0 where broadcast), the output contiguous. Fails before launching when `desc`
+/// reaches outside a span or does not match `out`.
+pub fn compare_nd<T: Element>(
+    stream: &Stream,
+    op: CompareOp,
+    desc: &BinaryNd,
+    a: DeviceSpan<'_, T>,
+    b: Rhs<DeviceSpan<'_, T>, T>,
+    out: DeviceSpanMut<'_, u8>,
+) -> Result<()> {
+    let b_len = match b {
+        Rhs::Tensor(s) => Some(s.len()),
+        Rhs::Scalar(_) => None,
+    };
+    desc.check(a.len(), b_len, out.len())?;
+    let n = desc.numel();
+    if n == 0 {
+        return Ok(());
+    }
+    let kernel = Kernel::get(
+        stream.context(),
+        &images::ELEMENTWISE,
+        compare_nd_kernel_name::<T>(op),
+    )?;
+    let (mut pa, mut pb, mut scalar) = match b {
+        Rhs::Tensor(s) => (a.addr(), s.addr(), a_zero::<T>()),
+        Rhs::Scalar(v) => (a.addr(), 0u64, v),
+    };
+    let (mut po, mut n32, mut d) = (out.addr(), n as u32, *desc);
+    let mut params: [*mut c_void; 6] = [
+        (&raw mut pa).cast(),
+        (&raw mut pb).cast(),
+        (&raw mut scalar).cast(),
+        (&raw mut po).cast(),
+        (&raw mut n32).cast(),
+        (&raw mut d).cast(),
+    ];
+    // SAFETY: the parameters match `<cmp>_nd_<T>(const T*, const T*, T, uint8_t*, uint32_t,
+    // GxBinaryNd)` (`BinaryNd` is `#[repr(C)]` with the kernel struct's layout); `desc.check`
+    // put every element read inside the spans and the `n` written inside `out`, which are
+    // valid until the launch completes.
+    unsafe { kernel.launch(stream, grid_stride_config(stream, n), &mut params)? };
+    Ok(())
+}
+
+/// Queues `out[i] = cond[c(i)] ? a[a(i)] : b[b(i)]` for every output position `i` of `desc`,
+/// for elements of `elem_bytes` bytes (1, 2, 4 or 8) held as bytes: the condition and the
+/// values read in place through their strides; a value given as [`Rhs::Scalar`] (its bits,
+/// little-endian in the low bytes) stands for every position. Fails before launching when
+/// `desc` reaches outside a span or does not match `out`, or the spans are not aligned to the
+/// element size.
+pub fn where_nd(
+    stream: &Stream,
+    elem_bytes: usize,
+    desc: &WhereNd,
+    cond: DeviceSpan<'_, u8>,
+    a: Rhs<DeviceSpan<'_, u8>, u64>,
+    b: Rhs<DeviceSpan<'_, u8>, u64>,
+    out: DeviceSpanMut<'_, u8>,
+) -> Result<()> {
+    let name = match elem_bytes {
+        1 => "where_nd_e1",
+        2 => "where_nd_e2",
+        4 => "where_nd_e4",
+        8 => "where_nd_e8",
+        _ => {
+            return Err(Error::Unsupported {
+                op: "where",
+                reason: format!("element size {elem_bytes}"),
+            });
+        }
+    };
+    let elems = |r: &Rhs<DeviceSpan<'_, u8>, u64>| match r {
+        Rhs::Tensor(s) => Some(s.len() / elem_bytes),
+        Rhs::Scalar(_) => None,
+    };
+    desc.check(cond.len(), elems(&a), elems(&b), out.len() / elem_bytes)?;
+    let aligned = |addr: u64| addr.is_multiple_of(elem_bytes as u64);
+    let value_aligned = |r: &Rhs<DeviceSpan<'_, u8>, u64>| match r {
+        Rhs::Tensor(s) => aligned(s.addr()),
+        Rhs::Scalar(_) => true,
+    };
+    if !aligned(out.addr()) || !value_aligned(&a) || !value_aligned(&b) {
+        return Err(Error::Unsupported {
+            op: "where",
+            reason: format!("operands not aligned to {elem_bytes} bytes"),
+        });
+    }
+    let n = desc.numel();
+    if n == 0 {
+        return Ok(());
+    }
+    let kernel = Kernel::get(stream.context(), &images::ELEMENTWISE, name)?;
+    let split = |r: Rhs<DeviceSpan<'_, u8>, u64>| match r {
+        Rhs::Tensor(s) => (s.addr(), 0u64),
+        Rhs::Scalar(bits) => (0u64, bits),
+    };
+    let ((mut pa, mut a_bits), (mut pb, mut b_bits)) = (split(a), split(b));
+    let (mut pc, mut po, mut n32, mut d) = (cond.addr(), out.addr(), n as u32, *desc);
+    let mut params: [*mut c_void; 8] = [
+        (&raw mut pc).cast(),
+        (&raw mut pa).cast(),
+        (&raw mut pb).cast(),
+        (&raw mut a_bits).cast(),
+        (&raw mut b_bits).cast(),
+        (&raw mut po).cast(),
+        (&raw mut n32).cast(),
+        (&raw mut d).cast(),
+    ];
+    // SAFETY: the parameters match `where_nd_eN(const uint8_t*, const T*, const T*, uint64_t,
+    // uint64_t, T*, uint32_t, GxWhereNd)` (`WhereNd` is `#[repr(C)]` with the kernel struct's
+    // layout); `desc.check` put every element read inside the spans (a null pointer stands for
+    // a scalar, never read) and the `n` written inside `out`, all aligned to the element size.
     unsafe { kernel.launch(stream, grid_stride_config(stream, n), &mut params)? };
     Ok(())
 }

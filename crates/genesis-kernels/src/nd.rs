@@ -1,5 +1,6 @@
-//! Binary ops over operands read in place through their layouts (`<op>_nd_<T>` in
-//! `elementwise.cu`): the descriptor and its CPU twin.
+//! Binary ops, comparisons and `where` over operands read in place through their layouts
+//! (`<op>_nd_<T>`, `<cmp>_nd_<T>`, `where_nd_e<N>` in `elementwise.cu`): the descriptors and
+//! their CPU twins.
 //!
 //! Each operand has a stride per output dimension (0 where it is broadcast) and an offset; the
 //! right operand may be a scalar instead. The output is contiguous. The descriptor merges
@@ -7,7 +8,7 @@
 //! a contiguous operand is one dimension and a row broadcast `[n, c] + [c]` is two.
 
 use crate::copy::magic_divider;
-use crate::{BinaryOp, Element, Error, Result};
+use crate::{BinaryOp, CompareOp, Element, Error, Result};
 
 /// Most dimensions of a [`BinaryNd`] (`GX_ND_DIMS`).
 pub const ND_DIMS: usize = 8;
@@ -309,9 +310,296 @@ pub fn binary_nd_assign<T: Element>(
     Ok(())
 }
 
+/// The CPU twin of `<cmp>_nd_<T>`: `out[i] = a[offset_a(i)] op (b[offset_b(i)] or the
+/// scalar)` as a bool byte (0 or 1), the comparison of [`Element::compare`].
+pub fn compare_nd<T: Element>(
+    op: CompareOp,
+    desc: &BinaryNd,
+    a: &[T],
+    b: Rhs<&[T], T>,
+    out: &mut [u8],
+) -> Result<()> {
+    let b_len = match b {
+        Rhs::Tensor(s) => Some(s.len()),
+        Rhs::Scalar(_) => None,
+    };
+    desc.check(a.len(), b_len, out.len())?;
+    match b {
+        Rhs::Tensor(b) => {
+            desc.for_each(|i, ia, ib| out[i] = u8::from(T::compare(op, a[ia], b[ib])));
+        }
+        Rhs::Scalar(s) => desc.for_each(|i, ia, _| out[i] = u8::from(T::compare(op, a[ia], s))),
+    }
+    Ok(())
+}
+
+/// Output dimensions and operand strides of `where_nd_e<N>` (`GxWhereNd`, same layout): the
+/// condition and both values read in place through their strides (0 where broadcast), merged
+/// like a [`BinaryNd`]'s; the output is contiguous.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WhereNd {
+    size: [u32; ND_DIMS],
+    magic: [u32; ND_DIMS],
+    shift: [u32; ND_DIMS],
+    c_strides: [i64; ND_DIMS],
+    a_strides: [i64; ND_DIMS],
+    b_strides: [i64; ND_DIMS],
+    c_offset: i64,
+    a_offset: i64,
+    b_offset: i64,
+    rank: i32,
+    pad: i32,
+}
+
+impl WhereNd {
+    /// The descriptor of an output of `shape` (fewer than 2^31 elements) with the condition at
+    /// `cond` (strides, offset) and the values at `a` and `b` (`None`: a scalar, whose strides
+    /// count as 0). Strides are in elements, one per dimension of `shape`.
+    pub fn new(
+        shape: &[usize],
+        cond: (&[isize], usize),
+        a: Option<(&[isize], usize)>,
+        b: Option<(&[isize], usize)>,
+    ) -> Result<WhereNd> {
+        let unsupported = |reason: String| Error::Unsupported {
+            op: "where_nd",
+            reason,
+        };
+        let rank = shape.len();
+        let strides_of = |o: Option<(&[isize], usize)>, k: usize| o.map_or(0, |(s, _)| s[k] as i64);
+        if cond.0.len() != rank
+            || a.is_some_and(|(s, _)| s.len() != rank)
+            || b.is_some_and(|(s, _)| s.len() != rank)
+        {
+            return Err(unsupported(format!(
+                "one stride per dimension of {shape:?}"
+            )));
+        }
+        let numel = shape
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .filter(|&n| n < 1 << 31)
+            .ok_or_else(|| unsupported(format!("{shape:?} has 2^31 elements or more")))?;
+        // (size, [cond, a, b] strides) from the innermost dimension out, merged.
+        let mut dims: Vec<(usize, [i64; 3])> = Vec::with_capacity(rank);
+        for k in (0..rank).rev() {
+            let size = shape[k];
+            let st = [cond.0[k] as i64, strides_of(a, k), strides_of(b, k)];
+            if size == 1 {
+                continue;
+            }
+            match dims.last_mut() {
+                Some((inner, is)) if (0..3).all(|j| st[j] == is[j] * *inner as i64) => {
+                    *inner *= size;
+                }
+                _ => dims.push((size, st)),
+            }
+        }
+        if dims.is_empty() {
+            dims.push((numel, [0; 3]));
+        }
+        if dims.len() > ND_DIMS {
+            return Err(unsupported(format!(
+                "{} dimensions after merging (at most {ND_DIMS})",
+                dims.len()
+            )));
+        }
+        let mut d = WhereNd {
+            size: [1; ND_DIMS],
+            magic: [0; ND_DIMS],
+            shift: [0; ND_DIMS],
+            c_strides: [0; ND_DIMS],
+            a_strides: [0; ND_DIMS],
+            b_strides: [0; ND_DIMS],
+            c_offset: cond.1 as i64,
+            a_offset: a.map_or(0, |(_, o)| o as i64),
+            b_offset: b.map_or(0, |(_, o)| o as i64),
+            rank: dims.len() as i32,
+            pad: 0,
+        };
+        for (k, &(size, st)) in dims.iter().rev().enumerate() {
+            let size = size as u32;
+            let (m, s) = magic_divider(size);
+            d.size[k] = size;
+            d.magic[k] = m;
+            d.shift[k] = s;
+            d.c_strides[k] = st[0];
+            d.a_strides[k] = st[1];
+            d.b_strides[k] = st[2];
+        }
+        Ok(d)
+    }
+
+    /// Number of output elements.
+    pub fn numel(&self) -> usize {
+        (0..self.rank as usize)
+            .map(|k| self.size[k] as usize)
+            .product()
+    }
+
+    /// The lowest and one past the highest element read through `strides` from `offset`.
+    fn reach(&self, strides: &[i64; ND_DIMS], offset: i64) -> (i64, i64) {
+        if self.numel() == 0 {
+            return (offset, offset);
+        }
+        let (mut lo, mut hi) = (offset, offset);
+        let rank = self.rank as usize;
+        for (size, stride) in self.size[..rank].iter().zip(&strides[..rank]) {
+            let span = (i64::from(*size) - 1) * stride;
+            if span < 0 {
+                lo += span;
+            } else {
+                hi += span;
+            }
+        }
+        (lo, hi + 1)
+    }
+
+    /// Checks that every element read lies in a condition of `c_len` elements and values of
+    /// `a_len` and `b_len` (`None`: a scalar), and that the output holds `out_len`.
+    pub fn check(
+        &self,
+        c_len: usize,
+        a_len: Option<usize>,
+        b_len: Option<usize>,
+        out_len: usize,
+    ) -> Result<()> {
+        let n = self.numel();
+        if out_len != n {
+            return Err(Error::LengthMismatch {
+                op: "where_nd",
+                expected: n,
+                got: out_len,
+            });
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        let operands = [
+            (Some(c_len), &self.c_strides, self.c_offset),
+            (a_len, &self.a_strides, self.a_offset),
+            (b_len, &self.b_strides, self.b_offset),
+        ];
+        for (len, strides, offset) in operands {
+            let Some(len) = len else { continue };
+            let (lo, hi) = self.reach(strides, offset);
+            if lo < 0 || hi > len as i64 {
+                return Err(Error::Unsupported {
+                    op: "where_nd",
+                    reason: format!("reads elements {lo}..{hi} of an operand of {len}"),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Visits `(output index, cond offset, a offset, b offset)` in output order.
+    pub fn for_each(&self, mut f: impl FnMut(usize, usize, usize, usize)) {
+        let n = self.numel();
+        let rank = self.rank as usize;
+        let mut idx = [0u32; ND_DIMS];
+        let mut o = [self.c_offset, self.a_offset, self.b_offset];
+        for i in 0..n {
+            f(i, o[0] as usize, o[1] as usize, o[2] as usize);
+            for k in (0..rank).rev() {
+                idx[k] += 1;
+                let st = [self.c_strides[k], self.a_strides[k], self.b_strides[k]];
+                for (o, s) in o.iter_mut().zip(st) {
+                    *o += s;
+                }
+                if idx[k] < self.size[k] {
+                    break;
+                }
+                for (o, s) in o.iter_mut().zip(st) {
+                    *o -= s * i64::from(self.size[k]);
+                }
+                idx[k] = 0;
+            }
+        }
+    }
+}
+
+/// The CPU twin of `where_nd_e<N>`: `out[i] = cond[c(i)] != 0 ? a[a(i)] : b[b(i)]`, a scalar
+/// value standing for every position of its side.
+pub fn where_nd<T: Copy>(
+    desc: &WhereNd,
+    cond: &[u8],
+    a: Rhs<&[T], T>,
+    b: Rhs<&[T], T>,
+    out: &mut [T],
+) -> Result<()> {
+    let len = |r: &Rhs<&[T], T>| match r {
+        Rhs::Tensor(s) => Some(s.len()),
+        Rhs::Scalar(_) => None,
+    };
+    desc.check(cond.len(), len(&a), len(&b), out.len())?;
+    let pick = |r: &Rhs<&[T], T>, at: usize| match r {
+        Rhs::Tensor(s) => s[at],
+        Rhs::Scalar(v) => *v,
+    };
+    desc.for_each(|i, ic, ia, ib| {
+        out[i] = if cond[ic] != 0 {
+            pick(&a, ia)
+        } else {
+            pick(&b, ib)
+        };
+    });
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compare_and_where_read_operands_in_place() {
+        // [3, 4] against a [4] row (broadcast) and a scalar, then where over a column
+        // condition [3, 1] with a transposed value and a scalar.
+        let a: Vec<f32> = (0..12).map(|x| x as f32).collect();
+        let row = [1.0f32, 5.0, f32::NAN, 11.0];
+        let d = BinaryNd::new(&[3, 4], &[4, 1], 0, Some((&[0, 1], 0))).unwrap();
+        let mut out = vec![9u8; 12];
+        compare_nd(CompareOp::Lt, &d, &a, Rhs::Tensor(&row[..]), &mut out).unwrap();
+        let want: Vec<u8> = (0..12).map(|i| u8::from(a[i] < row[i % 4])).collect();
+        assert_eq!(out, want);
+        let d = BinaryNd::new(&[3, 4], &[4, 1], 0, None).unwrap();
+        compare_nd(CompareOp::Ge, &d, &a, Rhs::Scalar(6.5), &mut out).unwrap();
+        assert_eq!(
+            out,
+            (0..12)
+                .map(|i| u8::from(i as f32 >= 6.5))
+                .collect::<Vec<_>>()
+        );
+
+        let cond = [1u8, 0, 1];
+        let t: Vec<i64> = (0..12).collect(); // read as the transpose of a [4, 3]
+        let w = WhereNd::new(&[3, 4], (&[1, 0], 0), Some((&[1, 3], 0)), None).unwrap();
+        let mut got = vec![0i64; 12];
+        where_nd(&w, &cond, Rhs::Tensor(&t[..]), Rhs::Scalar(-1), &mut got).unwrap();
+        let want: Vec<i64> = (0..12)
+            .map(|i| {
+                if cond[i / 4] != 0 {
+                    t[(i % 4) * 3 + i / 4]
+                } else {
+                    -1
+                }
+            })
+            .collect();
+        assert_eq!(got, want);
+        // A read past an operand is refused before anything is written.
+        let bad = WhereNd::new(&[3, 4], (&[1, 0], 1), None, None).unwrap();
+        assert!(where_nd::<i64>(&bad, &cond, Rhs::Scalar(0), Rhs::Scalar(1), &mut got).is_err());
+        // Contiguous operands merge into one dimension.
+        let flat = WhereNd::new(
+            &[2, 3],
+            (&[3, 1], 0),
+            Some((&[3, 1], 2)),
+            Some((&[3, 1], 0)),
+        )
+        .unwrap();
+        assert_eq!(flat.rank, 1);
+    }
 
     #[test]
     fn merges_contiguous_and_broadcast_dimensions() {

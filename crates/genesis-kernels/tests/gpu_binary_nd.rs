@@ -4,7 +4,7 @@
 #![cfg(feature = "cuda")]
 
 use genesis_cuda::{Context, DeviceBuffer, Stream, skip_without_gpu};
-use genesis_kernels::{BinaryNd, BinaryOp, Rhs, gpu, nd};
+use genesis_kernels::{BinaryNd, BinaryOp, CompareOp, Rhs, WhereNd, gpu, nd};
 use half::{bf16, f16};
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
@@ -191,4 +191,156 @@ fn out_of_range_layouts_are_refused_before_launch() {
         dout.as_span_mut().unwrap(),
     );
     assert!(r.is_err());
+}
+
+/// The bits of `x` in the low bytes of a `u64`, as `gpu::where_nd` takes a scalar value.
+fn bits_of<T: Copy>(x: T) -> u64 {
+    let mut b = [0u8; 8];
+    b[..size_of::<T>()].copy_from_slice(bytes_of(&[x]));
+    u64::from_le_bytes(b)
+}
+
+fn check_compare_where<T: Random>(ctx: &std::sync::Arc<Context>, rng: &mut SmallRng) {
+    use rand::Rng;
+    let s = Stream::new(ctx).unwrap();
+    for (ci, case) in cases().into_iter().enumerate() {
+        let desc = BinaryNd::new(
+            &case.shape,
+            &case.a.0,
+            case.a.1,
+            case.b.as_ref().map(|(st, o, _)| (&st[..], *o)),
+        )
+        .unwrap();
+        let n = desc.numel();
+        let a: Vec<T> = (0..case.a.2).map(|_| T::random(rng)).collect();
+        // b repeats some of a's values so that equality is exercised.
+        let b: Vec<T> = (0..case.b.as_ref().map_or(0, |b| b.2))
+            .map(|i| {
+                if i % 3 == 0 && i < a.len() {
+                    a[i]
+                } else {
+                    T::random(rng)
+                }
+            })
+            .collect();
+        let scalar = if a.is_empty() {
+            T::random(rng)
+        } else {
+            a[a.len() / 2]
+        };
+        let da = DeviceBuffer::from_host(ctx, bytes_of(&a)).unwrap();
+        let db = DeviceBuffer::from_host(ctx, bytes_of(&b)).unwrap();
+        for op in CompareOp::ALL {
+            let host_rhs = if case.b.is_some() {
+                Rhs::Tensor(&b[..])
+            } else {
+                Rhs::Scalar(scalar)
+            };
+            let mut want = vec![0u8; n];
+            nd::compare_nd(op, &desc, &a, host_rhs, &mut want).unwrap();
+            let mut dout = DeviceBuffer::from_host(ctx, &vec![0xA5u8; n + 1]).unwrap();
+            {
+                let out = dout.as_span_mut::<u8>().unwrap().into_slice(..n).unwrap();
+                let rhs = if case.b.is_some() {
+                    Rhs::Tensor(db.as_span::<T>().unwrap())
+                } else {
+                    Rhs::Scalar(scalar)
+                };
+                gpu::compare_nd::<T>(&s, op, &desc, da.as_span::<T>().unwrap(), rhs, out).unwrap();
+            }
+            s.synchronize().unwrap();
+            let got = dout.to_host_vec().unwrap();
+            assert_eq!(got[n], 0xA5, "wrote past the end");
+            assert_eq!(
+                &got[..n],
+                &want[..],
+                "{}_nd_{} case {ci}",
+                op.name(),
+                T::NAME
+            );
+        }
+        // where: the condition through a's layout, the first value through b's (or a scalar),
+        // the second contiguous or a scalar.
+        let cond: Vec<u8> = (0..case.a.2)
+            .map(|_| u8::from(rng.random_bool(0.5)))
+            .collect();
+        let other: Vec<T> = (0..n).map(|_| T::random(rng)).collect();
+        let contiguous: Vec<isize> = {
+            let mut st = vec![0isize; case.shape.len()];
+            let mut acc = 1isize;
+            for k in (0..case.shape.len()).rev() {
+                st[k] = acc;
+                acc *= case.shape[k] as isize;
+            }
+            st
+        };
+        for second_scalar in [false, true] {
+            let w = WhereNd::new(
+                &case.shape,
+                (&case.a.0, case.a.1),
+                case.b.as_ref().map(|(st, o, _)| (&st[..], *o)),
+                (!second_scalar).then_some((&contiguous[..], 0)),
+            )
+            .unwrap();
+            let first = if case.b.is_some() {
+                Rhs::Tensor(&b[..])
+            } else {
+                Rhs::Scalar(scalar)
+            };
+            let second = if second_scalar {
+                Rhs::Scalar(scalar)
+            } else {
+                Rhs::Tensor(&other[..])
+            };
+            let mut want = vec![T::default(); n];
+            nd::where_nd(&w, &cond, first, second, &mut want).unwrap();
+            let dc = DeviceBuffer::from_host(ctx, &cond).unwrap();
+            let dother = DeviceBuffer::from_host(ctx, bytes_of(&other)).unwrap();
+            let es = size_of::<T>();
+            let mut dout = DeviceBuffer::from_host(ctx, &vec![0xA5u8; (n + 1) * es]).unwrap();
+            {
+                let out = dout
+                    .as_span_mut::<u8>()
+                    .unwrap()
+                    .into_slice(..n * es)
+                    .unwrap();
+                let first = if case.b.is_some() {
+                    Rhs::Tensor(db.as_span::<u8>().unwrap())
+                } else {
+                    Rhs::Scalar(bits_of(scalar))
+                };
+                let second = if second_scalar {
+                    Rhs::Scalar(bits_of(scalar))
+                } else {
+                    Rhs::Tensor(dother.as_span::<u8>().unwrap())
+                };
+                gpu::where_nd(&s, es, &w, dc.as_span::<u8>().unwrap(), first, second, out).unwrap();
+            }
+            s.synchronize().unwrap();
+            let bytes = dout.to_host_vec().unwrap();
+            assert!(
+                bytes[n * es..].iter().all(|&x| x == 0xA5),
+                "wrote past the end"
+            );
+            assert_eq!(
+                &bytes[..n * es],
+                bytes_of(&want),
+                "where_nd_e{es} case {ci}"
+            );
+        }
+    }
+}
+
+#[test]
+fn compare_and_where_nd_match_their_twin() {
+    if skip_without_gpu("compare_and_where_nd_match_their_twin") {
+        return;
+    }
+    let ctx = Context::get(0).unwrap();
+    let mut rng = SmallRng::seed_from_u64(23);
+    check_compare_where::<f32>(&ctx, &mut rng);
+    check_compare_where::<f16>(&ctx, &mut rng);
+    check_compare_where::<bf16>(&ctx, &mut rng);
+    check_compare_where::<i32>(&ctx, &mut rng);
+    check_compare_where::<i64>(&ctx, &mut rng);
 }

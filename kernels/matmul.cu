@@ -44,6 +44,8 @@
 // multiply-adds, so the two agree within the f32 accumulation bound (k * 2^-24 * sum |a||b|)
 // plus one rounding to the output type, not bit for bit.
 //
+// Products with m == 1 or n == 1 go to the matrix-vector kernels at the end of the file.
+//
 // Launch contract (src/matmul.rs): blocks of 256 threads, grid (ceil(m / 128) * ceil(n / 128),
 // min(batch, 65535)). Parameters: (A, B, C, batch, m, n, k, lda, ldb, batch stride of A, batch
 // stride of B), every integer a u64, strides and leading dimensions in elements.
@@ -516,3 +518,104 @@ F32(matmul_f32_nn, false, false)
 F32(matmul_f32_nt, false, true)
 F32(matmul_f32_tn, true, false)
 F32(matmul_f32_tt, true, true)
+
+// ---------------------------------------------------------------------------------------------
+// Matrix-vector products: m == 1 or n == 1 (decode-style `[1, k] @ [k, n]`, or `[m, k] @ [k, 1]`).
+// The launcher (src/matmul.rs) states the problem as out[b][o] = sum_p X[b][o][p] * v[b][p],
+// with X[o][p] at b * xb + o * so + p * sk, v[p] at b * vb + p * sv and `out` contiguous
+// [batch, outs] (the product's C, since one of its dimensions is 1). Reading X is the whole
+// cost, so both kernels are built to stream it at the memory's rate:
+//   * gemv_dot_* (X's k is contiguous, sk == 1, or neither stride is 1): a warp per output,
+//     lanes striding over k with 16-byte loads when the row and v are 16-byte aligned (element
+//     loads otherwise, and for the tail), then a butterfly sum over the warp.
+//   * gemv_axpy_* (X's outputs are contiguous, so == 1): a block of 8 warps owns 32 consecutive
+//     outputs, a lane each, so every load of a warp reads 32 neighbours; the warps split k
+//     (rows p = warp, warp + 8, ...) and sum their partials in shared memory in a fixed order.
+// Accumulation is in f32 with fused multiply-adds; blocks stride over the batch by gridDim.y.
+// Grid: (ceil(outs / 8) or ceil(outs / 32), min(batch, 65535)), blocks of 256 threads.
+namespace {
+
+__device__ __forceinline__ float tof(float x) { return x; }
+__device__ __forceinline__ float tof(__half x) { return __half2float(x); }
+__device__ __forceinline__ float tof(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T, typename O>
+__device__ __forceinline__ void gemv_dot(const T* X, const T* v, O* out, uint64_t batch,
+                                         uint64_t outs, uint64_t K, uint64_t so, uint64_t sk,
+                                         uint64_t sv, uint64_t xb, uint64_t vb) {
+    constexpr int V = 16 / sizeof(T);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const uint64_t o = (uint64_t)blockIdx.x * 8 + warp;
+    if (o >= outs) return;  // the whole warp: no barrier below
+    for (uint64_t b = blockIdx.y; b < batch; b += gridDim.y) {
+        const T* row = X + b * xb + o * so;
+        const T* vv = v + b * vb;
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+        uint64_t done = 0;
+        if (sk == 1 && sv == 1 && ((reinterpret_cast<uintptr_t>(row) | reinterpret_cast<uintptr_t>(vv)) & 15) == 0) {
+            const uint4* r4 = reinterpret_cast<const uint4*>(row);
+            const uint4* v4 = reinterpret_cast<const uint4*>(vv);
+            const uint64_t nv = K / V;
+#pragma unroll 4
+            for (uint64_t q = lane; q < nv; q += 32) {
+                const uint4 x = r4[q], y = v4[q];
+                const T* xs = reinterpret_cast<const T*>(&x);
+                const T* ys = reinterpret_cast<const T*>(&y);
+#pragma unroll
+                for (int e = 0; e < V; ++e) acc[e & 3] = fmaf(tof(xs[e]), tof(ys[e]), acc[e & 3]);
+            }
+            done = nv * V;
+        }
+        for (uint64_t p = done + lane; p < K; p += 32) acc[0] = fmaf(tof(row[p * sk]), tof(vv[p * sv]), acc[0]);
+        float sum = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+        if (lane == 0) store1(out + b * outs + o, sum);
+    }
+}
+
+template <typename T, typename O>
+__device__ __forceinline__ void gemv_axpy(const T* X, const T* v, O* out, uint64_t batch,
+                                          uint64_t outs, uint64_t K, uint64_t so, uint64_t sk,
+                                          uint64_t sv, uint64_t xb, uint64_t vb) {
+    __shared__ float part[8][33];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const uint64_t o = (uint64_t)blockIdx.x * 32 + lane;
+    for (uint64_t b = blockIdx.y; b < batch; b += gridDim.y) {
+        float acc = 0.f;
+        if (o < outs) {
+            const T* col = X + b * xb + o * so;
+            const T* vv = v + b * vb;
+#pragma unroll 8
+            for (uint64_t p = warp; p < K; p += 8) acc = fmaf(tof(col[p * sk]), tof(vv[p * sv]), acc);
+        }
+        part[warp][lane] = acc;
+        __syncthreads();
+        if (warp == 0 && o < outs) {
+            float sum = 0.f;
+#pragma unroll
+            for (int w = 0; w < 8; ++w) sum += part[w][lane];
+            store1(out + b * outs + o, sum);
+        }
+        __syncthreads();
+    }
+}
+
+}  // namespace
+
+#define GEMV_PARAMS(T, O)                                                                      \
+    const T *X, const T *v, O *out, uint64_t batch, uint64_t outs, uint64_t K, uint64_t so,    \
+        uint64_t sk, uint64_t sv, uint64_t xb, uint64_t vb
+#define GEMV_ARGS X, v, out, batch, outs, K, so, sk, sv, xb, vb
+#define GEMV(suffix, T, O)                                                                     \
+    extern "C" __global__ void __launch_bounds__(THREADS) gemv_dot_##suffix(GEMV_PARAMS(T, O)) { \
+        gemv_dot<T, O>(GEMV_ARGS);                                                             \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(THREADS) gemv_axpy_##suffix(GEMV_PARAMS(T, O)) { \
+        gemv_axpy<T, O>(GEMV_ARGS);                                                            \
+    }
+GEMV(f32, float, float)
+GEMV(f16, __half, __half)
+GEMV(f16_f32out, __half, float)
+GEMV(bf16, __nv_bfloat16, __nv_bfloat16)
+GEMV(bf16_f32out, __nv_bfloat16, float)

@@ -269,11 +269,14 @@ pub trait MatmulOutput<T: MatmulElement>: MatmulElement {
     const KERNELS: [[[&'static str; 2]; 2]; 2];
     /// The elements of a 16-byte vector of `T` (the fast kernels' alignment).
     const VECTOR: usize = 16 / std::mem::size_of::<T>();
+    /// The matrix-vector kernels (m == 1 or n == 1): `[dot, axpy]`.
+    const GEMV: [&'static str; 2];
 }
 
 macro_rules! kernels {
-    ($t:ty => $o:ty, $p:literal) => {
+    ($t:ty => $o:ty, $p:literal, $g:literal) => {
         impl MatmulOutput<$t> for $o {
+            const GEMV: [&'static str; 2] = [concat!("gemv_dot_", $g), concat!("gemv_axpy_", $g)];
             const KERNELS: [[[&'static str; 2]; 2]; 2] = [
                 [
                     [concat!($p, "_nn"), concat!($p, "_nn_any")],
@@ -287,11 +290,11 @@ macro_rules! kernels {
         }
     };
 }
-kernels!(f32 => f32, "matmul_f32");
-kernels!(f16 => f16, "matmul_f16");
-kernels!(f16 => f32, "matmul_f16_f32out");
-kernels!(bf16 => bf16, "matmul_bf16");
-kernels!(bf16 => f32, "matmul_bf16_f32out");
+kernels!(f32 => f32, "matmul_f32", "f32");
+kernels!(f16 => f16, "matmul_f16", "f16");
+kernels!(f16 => f32, "matmul_f16_f32out", "f16_f32out");
+kernels!(bf16 => bf16, "matmul_bf16", "bf16");
+kernels!(bf16 => f32, "matmul_bf16_f32out", "bf16_f32out");
 
 /// Queues `c = a @ b` for contiguous row-major operands (see the module docs) on `stream`.
 /// Fails before launching unless `a`, `b` and `c` hold at least [`MatmulShape::a_len`],
@@ -332,6 +335,9 @@ pub fn gpu_matmul_strided<T: MatmulElement, O: MatmulOutput<T>>(
         return Ok(());
     }
     check(&shape, &layout, a.len(), b.len(), c.len())?;
+    if shape.m == 1 || shape.n == 1 {
+        return gemv(stream, shape, layout, a, b, c);
+    }
     // The 16-byte kernels need every row and batch of both operands to start on 16 bytes.
     let v = O::VECTOR;
     let aligned = layout.a.ld.is_multiple_of(v)
@@ -388,6 +394,109 @@ pub fn gpu_matmul_strided<T: MatmulElement, O: MatmulOutput<T>>(
     // element the layout reads (checked), the `aligned` kernels are chosen only for operands
     // whose rows and batches start on 16 bytes, and `c` is borrowed exclusively, so it
     // overlaps neither input.
+    unsafe { kernel.launch(stream, config, &mut params)? };
+    Ok(())
+}
+
+/// A product with `m == 1` or `n == 1` as a matrix-vector product (`gemv_*` in
+/// `kernels/matmul.cu`): `out[b][o] = sum_p X[b][o][p] * v[b][p]`, where X is `B` read by
+/// columns and v `A`'s row when `m == 1`, X is `A` and v `B`'s column otherwise. The caller
+/// checked the spans against the layout.
+#[cfg(feature = "cuda")]
+fn gemv<T: MatmulElement, O: MatmulOutput<T>>(
+    stream: &genesis_cuda::Stream,
+    shape: MatmulShape,
+    layout: MatmulLayout,
+    a: genesis_cuda::DeviceSpan<'_, T>,
+    b: genesis_cuda::DeviceSpan<'_, T>,
+    c: genesis_cuda::DeviceSpanMut<'_, O>,
+) -> Result<()> {
+    use genesis_cuda::{Kernel, LaunchConfig};
+    use std::ffi::c_void;
+
+    // Strides of an operand's element (i, p) of a `[rows, k]` view: (per row, per p).
+    let (la, lb) = (layout.a, layout.b);
+    let a_strides = if la.transposed {
+        (1, la.ld)
+    } else {
+        (la.ld, 1)
+    };
+    // B[p][j]: per column j and per p.
+    let b_strides = if lb.transposed {
+        (lb.ld, 1)
+    } else {
+        (1, lb.ld)
+    };
+    let (x, v, outs, (so, sk), sv, xb, vb) = if shape.m == 1 {
+        (
+            b,
+            a,
+            shape.n,
+            b_strides,
+            a_strides.1,
+            shape.b_batch_stride,
+            shape.a_batch_stride,
+        )
+    } else {
+        (
+            a,
+            b,
+            shape.m,
+            a_strides,
+            b_strides.1,
+            shape.a_batch_stride,
+            shape.b_batch_stride,
+        )
+    };
+    let axpy = sk != 1 && so == 1;
+    let per_block = if axpy { 32 } else { 8 };
+    let blocks = outs.div_ceil(per_block);
+    if blocks > i32::MAX as usize {
+        return Err(Error::Unsupported {
+            op: "matmul",
+            reason: format!("{outs} outputs of a matrix-vector product"),
+        });
+    }
+    let kernel = Kernel::get(
+        stream.context(),
+        &crate::images::MATMUL,
+        O::GEMV[usize::from(axpy)],
+    )?;
+    let config = LaunchConfig {
+        grid: (blocks as u32, shape.batch.min(65535) as u32, 1),
+        block: (256, 1, 1),
+        shared_bytes: 0,
+    };
+    let (mut px, mut pv, mut pc) = (x.addr(), v.addr(), c.addr());
+    let mut dims = [
+        shape.batch as u64,
+        outs as u64,
+        shape.k as u64,
+        so as u64,
+        sk as u64,
+        sv as u64,
+        xb as u64,
+        vb as u64,
+    ];
+    let [d0, d1, d2, d3, d4, d5, d6, d7] = &mut dims;
+    let mut params: [*mut c_void; 11] = [
+        (&raw mut px).cast(),
+        (&raw mut pv).cast(),
+        (&raw mut pc).cast(),
+        std::ptr::from_mut(d0).cast(),
+        std::ptr::from_mut(d1).cast(),
+        std::ptr::from_mut(d2).cast(),
+        std::ptr::from_mut(d3).cast(),
+        std::ptr::from_mut(d4).cast(),
+        std::ptr::from_mut(d5).cast(),
+        std::ptr::from_mut(d6).cast(),
+        std::ptr::from_mut(d7).cast(),
+    ];
+    // SAFETY: the parameters match `gemv_<dot|axpy>_<in>[_f32out](const T*, const T*, O*, u64
+    // batch, u64 outs, u64 k, u64 so, u64 sk, u64 sv, u64 xb, u64 vb)`; every element read,
+    // X[b][o][p] and v[b][p] for b < batch, o < outs, p < k, is an element of A or B that the
+    // layout reads (checked by the caller), and `c` holds batch * outs elements (its length
+    // was checked against the shape) and is borrowed exclusively.
     unsafe { kernel.launch(stream, config, &mut params)? };
     Ok(())
 }

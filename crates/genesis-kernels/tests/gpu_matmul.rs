@@ -1,6 +1,7 @@
 //! The matmul kernels against f64 references (and the CPU twin against the same references):
 //! every input and output type, every operand layout (row-major or transposed, padded leading
-//! dimensions, misaligned starts), odd and degenerate shapes (0, 1, primes, k = 0, m = 1),
+//! dimensions, misaligned starts), odd and degenerate shapes (0, 1, primes, k = 0, m = 1 and
+//! n = 1: the matrix-vector kernels),
 //! batched and broadcast batches. The bound is the f32 accumulation bound plus one rounding to
 //! the output type: |got - want| <= (k + 2) 2^-24 sum |a||b| + eps(out) |want|. Outputs are
 //! poisoned with NaN first, so an element the kernel did not write fails.
@@ -21,6 +22,9 @@ const SHAPES: &[(usize, usize, usize)] = &[
     (1, 1, 1),
     (1, 257, 64),
     (1, 130, 131),
+    (1, 1100, 700),
+    (97, 1, 300),
+    (1000, 1, 64),
     (2, 3, 1000),
     (127, 129, 31),
     (128, 128, 32),

@@ -530,7 +530,8 @@ F32(matmul_f32_tt, true, true)
 //     loads otherwise, and for the tail), then a butterfly sum over the warp.
 //   * gemv_axpy_* (X's outputs are contiguous, so == 1): a block of 8 warps owns 32 consecutive
 //     outputs, a lane each, so every load of a warp reads 32 neighbours; the warps split k
-//     (rows p = warp, warp + 8, ...) and sum their partials in shared memory in a fixed order.
+//     (rows p = warp, warp + 8, ...), issuing 64 rows' loads before using any, and sum their
+//     partials in shared memory in a fixed order.
 // Accumulation is in f32 with fused multiply-adds; blocks stride over the batch by gridDim.y.
 // Grid: (ceil(outs / 8) or ceil(outs / 32), min(batch, 65535)), blocks of 256 threads.
 namespace {
@@ -574,6 +575,8 @@ __device__ __forceinline__ void gemv_dot(const T* X, const T* v, O* out, uint64_
     }
 }
 
+constexpr int GEMV_ROWS = 64;
+
 template <typename T, typename O>
 __device__ __forceinline__ void gemv_axpy(const T* X, const T* v, O* out, uint64_t batch,
                                           uint64_t outs, uint64_t K, uint64_t so, uint64_t sk,
@@ -586,8 +589,21 @@ __device__ __forceinline__ void gemv_axpy(const T* X, const T* v, O* out, uint64
         if (o < outs) {
             const T* col = X + b * xb + o * so;
             const T* vv = v + b * vb;
-#pragma unroll 8
-            for (uint64_t p = warp; p < K; p += 8) acc = fmaf(tof(col[p * sk]), tof(vv[p * sv]), acc);
+            // GEMV_ROWS rows a warp in flight: all loads of a batch are issued before the first
+            // multiply-add, so each warp keeps that many reads of 32 neighbours outstanding
+            // (fewer leave the memory idle on a 1 x 4096 x 11008 product).
+            uint64_t p = warp;
+            for (; p + (GEMV_ROWS - 1) * 8 < K; p += GEMV_ROWS * 8) {
+                T x[GEMV_ROWS], y[GEMV_ROWS];
+#pragma unroll
+                for (int u = 0; u < GEMV_ROWS; ++u) {
+                    x[u] = col[(p + u * 8) * sk];
+                    y[u] = vv[(p + u * 8) * sv];
+                }
+#pragma unroll
+                for (int u = 0; u < GEMV_ROWS; ++u) acc = fmaf(tof(x[u]), tof(y[u]), acc);
+            }
+            for (; p < K; p += 8) acc = fmaf(tof(col[p * sk]), tof(vv[p * sv]), acc);
         }
         part[warp][lane] = acc;
         __syncthreads();

@@ -6,7 +6,10 @@ use genesis_storage::{
     BinaryOp, BinaryRhs, DType, Device, Layout, Storage, UnaryOp, View, WithDType,
 };
 
-use crate::args::{Dim, Dims, Operand, Scalar, ScalarValue, shape_spec, sizes, wrap_dim};
+use crate::args::{
+    Dim, Dims, Operand, OperandRef, Scalar, ScalarValue, shape_spec, sizes, wrap_dim,
+};
+use crate::promote::has_kernels;
 use crate::{Error, Result};
 
 /// A multi-dimensional array on a device: a shared [`Storage`] seen through a [`Layout`].
@@ -651,9 +654,16 @@ impl Tensor {
 
     /// In place: `self = op(self, other)`, `other` broadcast to `self`'s shape. `self` must be
     /// contiguous and hold its storage alone (no other tensor shares it). Nothing is
-    /// allocated: a broadcast or strided `other` is read in place through its layout.
+    /// allocated when `other` has `self`'s dtype: a broadcast or strided `other` is read in
+    /// place through its layout. Otherwise the op computes in the promoted dtype
+    /// ([`result_type`](crate::result_type)) and the result is converted to `self`'s dtype,
+    /// which must be one it can be cast to (a float result into an integer tensor is an
+    /// error, as in PyTorch).
     #[track_caller]
     pub fn binary_(&mut self, op: BinaryOp, other: &Tensor) -> Result<()> {
+        if self.needs_promotion(op, OperandRef::Tensor(other)) {
+            return self.binary_promoted_(op, OperandRef::Tensor(other));
+        }
         let name = op.name();
         self.check_operands(name, other)?;
         let shape = broadcast_shape(name, self.shape(), other.shape())?;
@@ -763,11 +773,18 @@ impl Tensor {
         })
     }
 
-    /// `op(self, scalar)` elementwise: the scalar is converted to `self`'s dtype first (for
-    /// integer dtypes it must be a whole number in range).
+    /// `op(self, scalar)` elementwise, the scalar taken in `self`'s dtype: it is converted to
+    /// that dtype first (for integer dtypes it must be a whole number in range), and the op is
+    /// `op(self, s)` for `s` a 0-d tensor of `self`'s dtype, which keeps `self`'s dtype (but
+    /// for `Div` of integers, float32). The named ops and operators take a scalar by
+    /// PyTorch's rules instead (`int32 tensor + 0.5` is float32).
     #[track_caller]
     pub fn binary_scalar(&self, op: BinaryOp, scalar: f64) -> Result<Tensor> {
         let s = host_scalar(op.name(), self.dtype(), scalar)?;
+        if !has_kernels(self.dtype()) || (op.float_only() && !self.dtype().is_float()) {
+            let s = Tensor::from_storage(s.to_device(self.device())?, &[])?;
+            return self.binary(op, &s);
+        }
         // `x ** 0.5` is `sqrt(x)`, as in PyTorch and NumPy: the same values but where C's `pow`
         // differs from `sqrt` (pow(-inf, 0.5) = inf and pow(-0, 0.5) = 0; sqrt gives NaN and -0).
         if op == BinaryOp::Pow
@@ -785,7 +802,9 @@ impl Tensor {
 
     /// `op(self, other)` elementwise with NumPy broadcasting: the shapes are aligned at their
     /// last dimension and each pair of sizes must be equal or contain a 1. Both operands must
-    /// have the same dtype and device. The result is a new contiguous tensor.
+    /// be on one device; their dtypes promote by PyTorch's rules
+    /// ([`result_type`](crate::result_type); `Div` of integers gives float32). The result is
+    /// a new contiguous tensor.
     ///
     /// Operands that are not contiguous, or that are broadcast, are read in place through
     /// their strides (stride 0 along broadcast dimensions): no temporary is made.
@@ -805,6 +824,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn binary(&self, op: BinaryOp, other: &Tensor) -> Result<Tensor> {
+        if self.needs_promotion(op, OperandRef::Tensor(other)) {
+            return self.binary_promoted(op, OperandRef::Tensor(other));
+        }
         let name = op.name();
         self.check_operands(name, other)?;
         let shape = broadcast_shape(name, self.shape(), other.shape())?;

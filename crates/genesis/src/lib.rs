@@ -17,6 +17,7 @@
 #![warn(missing_docs)]
 
 mod args;
+pub mod cpu;
 mod error;
 mod host_f64;
 mod index;

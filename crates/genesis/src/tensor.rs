@@ -59,7 +59,7 @@ impl Tensor {
                 got: data.len(),
             });
         }
-        Tensor::from_storage(Storage::from_slice(data, device)?, shape)
+        Tensor::created(Storage::from_slice(data, device)?, shape)
     }
 
     /// A `Bool` tensor of `shape` holding `data` (row-major) on `device`: masks for indexing
@@ -77,7 +77,7 @@ impl Tensor {
             });
         }
         let bytes: Vec<u8> = data.iter().map(|&b| u8::from(b)).collect();
-        Tensor::from_storage(Storage::from_bytes(&bytes, DType::Bool, device)?, shape)
+        Tensor::created(Storage::from_bytes(&bytes, DType::Bool, device)?, shape)
     }
 
     /// A tensor of `shape` with every element `value`.
@@ -85,7 +85,7 @@ impl Tensor {
     pub fn full<T: WithDType>(shape: impl Dims, value: T, device: Device) -> Result<Tensor> {
         let shape = &sizes("full", &shape)?[..];
         let n = numel_of("full", shape)?;
-        Tensor::from_storage(Storage::full(n, value, device)?, shape)
+        Tensor::created(Storage::full(n, value, device)?, shape)
     }
 
     /// Zeros of `dtype`.
@@ -93,7 +93,7 @@ impl Tensor {
     pub fn zeros(shape: impl Dims, dtype: DType, device: Device) -> Result<Tensor> {
         let shape = &sizes("zeros", &shape)?[..];
         let n = numel_of("zeros", shape)?;
-        Tensor::from_storage(Storage::zeros(n, dtype, device)?, shape)
+        Tensor::created(Storage::zeros(n, dtype, device)?, shape)
     }
 
     /// Ones of `dtype`.
@@ -102,7 +102,7 @@ impl Tensor {
         let shape = &sizes("ones", &shape)?[..];
         let n = numel_of("ones", shape)?;
         let one = Storage::full(n, 1.0f64, Device::Cpu)?.to_dtype(dtype)?;
-        Tensor::from_storage(
+        Tensor::created(
             if device == Device::Cpu {
                 one
             } else {
@@ -117,7 +117,7 @@ impl Tensor {
     pub fn empty(shape: impl Dims, dtype: DType, device: Device) -> Result<Tensor> {
         let shape = &sizes("empty", &shape)?[..];
         let n = numel_of("empty", shape)?;
-        Tensor::from_storage(Storage::empty(n, dtype, device)?, shape)
+        Tensor::created(Storage::empty(n, dtype, device)?, shape)
     }
 
     /// `start, start + step, ...` below `end` (as `f64` arithmetic, converted to `dtype`).
@@ -177,7 +177,7 @@ impl Tensor {
             *v = start + i as f64 * step;
         }
         let s = values.to_dtype(dtype)?;
-        Tensor::from_storage(
+        Tensor::created(
             if device == Device::Cpu {
                 s
             } else {
@@ -267,7 +267,9 @@ impl Tensor {
         Tensor::from_storage(self.view.contiguous()?, self.shape())
     }
 
-    /// A contiguous copy on `device`.
+    /// A contiguous copy on `device` (pinned when it is the host and
+    /// [`crate::cpu::enable_pinned_memory`] is on). See [`Tensor::to_non_blocking`] for a copy
+    /// that does not wait.
     #[track_caller]
     pub fn to(&self, device: Device) -> Result<Tensor> {
         let dense = self.view.contiguous()?;
@@ -276,7 +278,7 @@ impl Tensor {
         } else {
             dense.to_device(device)?
         };
-        Tensor::from_storage(moved, self.shape())
+        Tensor::created(moved, self.shape())
     }
 
     /// A copy converted to `dtype` (round to nearest-even into f16/bf16; floats to integers

@@ -2,34 +2,40 @@
 //! (and their CPU twins) have no `float64` variant, and a float64 result must never be
 //! computed in float32. Operands arrive converted to float64; the results are new CPU tensors.
 
-use genesis_storage::{BinaryOp, CompareOp, DType, Device, ReduceOp, ReduceShape, Storage};
+use genesis_storage::{
+    BinaryOp, CompareOp, DType, Device, ReduceOp, ReduceShape, Storage, UnaryOp,
+};
 
 use crate::args::OperandRef;
 use crate::tensor::broadcast_shape;
 use crate::{Result, Tensor};
 
-/// `op(x, y)` in `f64`, with the kernels' semantics: IEEE arithmetic, NaN-propagating
-/// maximum and minimum.
+/// `op(x, y)` in `f64`, with the kernels' semantics (`genesis_kernels`' element ops): IEEE
+/// arithmetic, NaN-propagating maximum and minimum.
 fn apply(op: BinaryOp, x: f64, y: f64) -> f64 {
     match op {
         BinaryOp::Add => x + y,
         BinaryOp::Sub => x - y,
         BinaryOp::Mul => x * y,
         BinaryOp::Div => x / y,
-        BinaryOp::Maximum if x.is_nan() || y.is_nan() => f64::NAN,
+        // The kernels' rule: NaN from either side (`x`'s first), `y` on ties (so -0.0 and 0.0
+        // pick the second).
         BinaryOp::Maximum => {
-            if x >= y {
+            if x.is_nan() {
                 x
-            } else {
+            } else if y.is_nan() || y >= x {
                 y
+            } else {
+                x
             }
         }
-        BinaryOp::Minimum if x.is_nan() || y.is_nan() => f64::NAN,
         BinaryOp::Minimum => {
-            if x <= y {
+            if x.is_nan() {
                 x
-            } else {
+            } else if y.is_nan() || y <= x {
                 y
+            } else {
+                x
             }
         }
         BinaryOp::Pow => x.powf(y),
@@ -70,6 +76,36 @@ pub(crate) fn binary(op: BinaryOp, a: &Tensor, rhs: OperandRef<'_>) -> Result<Te
         }
     }
     Tensor::from_slice(&out, &shape, Device::Cpu)
+}
+
+/// `op(a)` for a float64 CPU tensor (`relu` keeps NaN; `sigmoid` in the form that does not
+/// overflow).
+pub(crate) fn unary(op: UnaryOp, a: &Tensor) -> Result<Tensor> {
+    let f = |x: f64| match op {
+        UnaryOp::Neg => -x,
+        UnaryOp::Abs => x.abs(),
+        UnaryOp::Relu => {
+            if x.is_nan() || x > 0.0 {
+                x
+            } else {
+                0.0
+            }
+        }
+        UnaryOp::Exp => x.exp(),
+        UnaryOp::Log => x.ln(),
+        UnaryOp::Sqrt => x.sqrt(),
+        UnaryOp::Tanh => x.tanh(),
+        UnaryOp::Sigmoid => {
+            if x >= 0.0 {
+                1.0 / (1.0 + (-x).exp())
+            } else {
+                let e = x.exp();
+                e / (1.0 + e)
+            }
+        }
+    };
+    let out: Vec<f64> = a.to_vec::<f64>()?.into_iter().map(f).collect();
+    Tensor::from_slice(&out, a.shape(), Device::Cpu)
 }
 
 /// `op(a, b)` for two float64 CPU tensors, broadcast, as a `Bool` tensor (IEEE comparisons).

@@ -23,7 +23,7 @@
 //! arithmetic on a CUDA device is [`Error::UnsupportedOnDevice`] (never silently computed in
 //! float32).
 
-use genesis_storage::{BinaryOp, CompareOp, DType, Device};
+use genesis_storage::{BinaryOp, CompareOp, DType, Device, UnaryOp};
 
 use crate::args::{Operand, OperandRef, ScalarValue, scalar_storage};
 use crate::tensor::broadcast_shape;
@@ -361,6 +361,55 @@ impl Tensor {
             }
             Compute::Kernel(c) => self.cast_via(r, c)?.compare(op, &rhs.cast_via(r, c)?),
         }
+    }
+
+    /// `op(self)` for the dtypes and ops the kernels lack: the float ops (exp, log, sqrt,
+    /// tanh, sigmoid) of integers and bools compute in float32 (PyTorch's rule for them);
+    /// `neg`, `abs`, `relu` of uint8/int8/int16 in int32, converted back (wrapping as
+    /// PyTorch's); float64 in Rust's `f64` on the CPU. `neg`, `abs` and `relu` of bools are
+    /// [`genesis_storage::Error::UnsupportedDType`].
+    #[track_caller]
+    pub(crate) fn unary_promoted(&self, op: UnaryOp) -> Result<Tensor> {
+        let d = self.dtype();
+        if op.float_only() && !d.is_float() {
+            return self.to_dtype(DType::F32)?.unary(op);
+        }
+        match compute_for(op.name(), d, self.device())? {
+            Compute::HostF64 => crate::host_f64::unary(op, self),
+            Compute::Kernel(_) if d == DType::Bool => {
+                Err(Error::Storage(genesis_storage::Error::UnsupportedDType {
+                    op: op.name(),
+                    dtype: d,
+                }))
+            }
+            Compute::Kernel(c) => self.cast_to(c)?.unary(op)?.cast_to(d),
+        }
+    }
+
+    /// In place `self = op(self)` through [`Tensor::unary_promoted`]: the result is converted
+    /// to `self`'s dtype, which must hold it (a float result into an integer or bool tensor
+    /// is an error, as in PyTorch).
+    #[track_caller]
+    pub(crate) fn unary_promoted_(&mut self, op: UnaryOp) -> Result<()> {
+        let name = op.name();
+        self.in_place_start(name)?;
+        let out = self.unary_promoted(op)?;
+        if !can_cast(out.dtype(), self.dtype()) {
+            return Err(Error::InvalidArgument {
+                op: name,
+                reason: format!(
+                    "result type {} can't be cast to the desired output type {}",
+                    out.dtype(),
+                    self.dtype()
+                ),
+            });
+        }
+        let out = out.cast_to(self.dtype())?;
+        let layout = self.layout().clone();
+        let src = std::sync::Arc::clone(out.view.storage());
+        self.exclusive_storage(name)?
+            .copy_strided_from(&layout, &src, out.layout())?;
+        Ok(())
     }
 
     /// A 0-d tensor of `value` in `dtype` on `device` (the value must be representable).

@@ -644,12 +644,18 @@ impl Tensor {
         self.unary(UnaryOp::Sigmoid)
     }
 
-    /// `op(self)` elementwise into a new contiguous tensor of the same shape, dtype and
-    /// device. Floats are computed in f32 (f16/bf16 widened and rounded once); exp, log, tanh
-    /// and sigmoid are within a few ulp of the exact value (CUDA's math library on the GPU,
-    /// Rust's on the CPU), the other ops exact.
+    /// `op(self)` elementwise into a new contiguous tensor of the same shape and device, and
+    /// the same dtype but for the float ops (exp, log, sqrt, tanh, sigmoid) of integers and
+    /// bools, which give float32 (PyTorch's rule). Floats are computed in f32 (f16/bf16
+    /// widened and rounded once; float64 in `f64`, on the CPU only); exp, log, tanh and
+    /// sigmoid are within a few ulp of the exact value (CUDA's math library on the GPU, Rust's
+    /// on the CPU), the other ops exact. `neg`, `abs` and `relu` of integers wrap; of bools
+    /// they are an error.
     #[track_caller]
     pub fn unary(&self, op: UnaryOp) -> Result<Tensor> {
+        if !has_kernels(self.dtype()) || (op.float_only() && !self.dtype().is_float()) {
+            return self.unary_promoted(op);
+        }
         let (a, start) = self.dense_operand(self.shape())?;
         Tensor::from_storage(a.unary_at(op, start, self.numel())?, self.shape())
     }
@@ -697,9 +703,13 @@ impl Tensor {
     }
 
     /// In place: `self = op(self)`. `self` must be contiguous and hold its storage alone.
-    /// Allocates nothing.
+    /// Allocates nothing for the dtypes the kernels have; a float result into an integer or
+    /// bool tensor is an error (as in PyTorch).
     #[track_caller]
     pub fn unary_(&mut self, op: UnaryOp) -> Result<()> {
+        if !has_kernels(self.dtype()) || (op.float_only() && !self.dtype().is_float()) {
+            return self.unary_promoted_(op);
+        }
         let (start, n) = (self.in_place_start(op.name())?, self.numel());
         self.exclusive_storage(op.name())?
             .unary_assign(op, start, n)?;

@@ -45,9 +45,11 @@ promote their operands by PyTorch's `torch.result_type` (`data/promotion.json`, 
 table) and compute in the result dtype: uint8/int8/int16 wrap, bool `add` is "or" and `mul`
 "and" (bool `sub` is `InvalidArgument`), `div` of integers is float32, `pow` of integers is
 `Storage.UnsupportedDType`; float64 computes exactly on the CPU (`cuda_err` on CUDA). Every dtype
-sums (integers and bools to int64) and takes max/min/argmax/argmin; `mean` is for floats. The
-unary kernels exist for float32/float16/bfloat16/int32/int64 (other dtypes:
-`Storage.UnsupportedDType`); `matmul` is for float32/float16/bfloat16. `binary_scalar(op, s)`
+sums (integers and bools to int64) and takes max/min/argmax/argmin; `mean` is for floats. Unary
+ops: `neg`/`abs`/`relu` of integers wrap (of bools: `Storage.UnsupportedDType`), the float ops
+of integers and bools give float32 (in place: `InvalidArgument`), float64 as above; `unary_out`
+needs a kernel dtype (float32/float16/bfloat16/int32/int64, the float ops float ones);
+`matmul` is for float32/float16/bfloat16. `binary_scalar(op, s)`
 takes `s` in the tensor's dtype (it must be representable: `ScalarOutOfRange`) as a 0-d tensor
 of it; `pow_scalar` and `compare_scalar` take `s` as a Python float (an integer or bool tensor
 computes in float32), which must be representable in the result dtype. PyTorch's rules where
@@ -423,6 +425,10 @@ def unary_ref(op, dt, a):
         if op in UN_EXACT:
             return f32_compute(dt, UN_EXACT[op], a), None
         return f64_exact(dt, UN_TRANS[op], a), ulp_tol(dt, 8)
+    if dt == "float64":
+        if op in UN_EXACT:
+            return f64_exact(dt, UN_EXACT[op], a), None
+        return f64_exact(dt, UN_TRANS[op], a), ulp_tol(dt, 8)
     fn = {"neg": lambda x: -x, "abs": abs, "relu": lambda x: max(x, 0)}[op]
     out = np.empty(np.shape(a), dtype=object)
     for idx in np.ndindex(np.shape(a)):
@@ -686,14 +692,28 @@ def mk_unary(g, i):
         a = g.tensor(dt, shape, heavy=r.random() < 0.4)
         ea = enc(a)
     case = {"op": form, "args": {"op": op}, "in": [ea]}
-    if dt not in KERNEL or (op not in ("neg", "abs", "relu") and dt not in KFLOAT):
+    float_op = op not in ("neg", "abs", "relu")
+    if form == "unary_out":
+        # `out=` has the operand's dtype: the kernels' dtypes only.
+        if dt not in KERNEL or (float_op and dt not in KFLOAT):
+            case["err"] = UNSUPPORTED
+            return case
+    elif dt == "bool" and not float_op:
         case["err"] = UNSUPPORTED
         return case
-    if r.random() < 0.007:
+    elif float_op and dt not in FLOATS and form == "unary_":
+        # The float32 result cannot go into an integer or bool tensor.
+        case["err"] = "InvalidArgument"
+        return case
+    odt = "float32" if float_op and dt not in FLOATS else dt
+    if odt == dt and r.random() < 0.007:
         shape, a = g.big(dt)
         case["in"] = [enc(a)]
-    val, tol = unary_ref(op, dt, a.a)
-    case["out"] = out_t(dt, val)
+    x = cast_ref(dt, odt, a.a) if odt != dt else a.a
+    if odt == "float64":
+        case["cuda_err"] = ON_CUDA
+    val, tol = unary_ref(op, odt, x)
+    case["out"] = out_t(odt, val)
     if tol:
         case["tol"] = tol
     return case

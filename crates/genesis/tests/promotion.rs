@@ -327,7 +327,17 @@ fn narrow_integers_wrap_and_bools_are_logic() {
         );
         let i = Tensor::from_slice(&[127i8, -128], &[2], dev).unwrap();
         assert_eq!((&i + 1).unwrap().to_vec::<i8>().unwrap(), [-128, -127]);
-        assert!(i.neg().is_err(), "no unary kernels for int8");
+        assert_eq!(
+            i.neg().unwrap().to_vec::<i8>().unwrap(),
+            [-127, -128],
+            "wraps"
+        );
+        assert_eq!(
+            i.abs().unwrap().to_vec::<i8>().unwrap(),
+            [127, -128],
+            "wraps"
+        );
+        assert_eq!(i.exp().unwrap().dtype(), DType::F32);
         let s = Tensor::from_slice(&[300i16, -2], &[2], dev).unwrap();
         assert_eq!(
             (&s * 300).unwrap().to_vec::<i16>().unwrap(),

@@ -90,9 +90,9 @@ fn mismatches_are_typed_errors() {
                 ..
             }
         ));
-        let u = Tensor::full(&[2], 1u8, dev).unwrap();
+        let u = Tensor::from_bools(&[true, false], &[2], dev).unwrap();
         assert!(matches!(
-            u.exp(),
+            u.neg(),
             Err(Error::Storage(
                 genesis_storage::Error::UnsupportedDType { .. }
             ))

@@ -268,7 +268,7 @@ fn detached_copies_from_pinned_memory_keep_their_source() {
                 .unwrap(),
         );
         let mut dst = Storage::zeros(n as usize, DType::I32, Device::Cuda(0)).unwrap();
-        dst.copy_from_pinned_detached(&src, &stream).unwrap();
+        dst.copy_from_async_detached(&src, &stream).unwrap();
         // The source goes at once; the copy still reads it (the pinned pool must not hand its
         // memory to the next round's source until the copy is done).
         drop(src);
@@ -286,7 +286,7 @@ fn detached_copies_from_pinned_memory_keep_their_source() {
     // Into host memory the copy is waited for: the result is there on return.
     let mut back = Storage::zeros_pinned(n as usize, DType::I32).unwrap();
     let from = std::sync::Arc::new(dsts.pop().unwrap().1);
-    back.copy_from_pinned_detached(&from, &stream).unwrap();
+    back.copy_from_async_detached(&from, &stream).unwrap();
     assert_eq!(
         back.as_slice::<i32>().unwrap(),
         from.to_vec::<i32>().unwrap()
@@ -294,11 +294,11 @@ fn detached_copies_from_pinned_memory_keep_their_source() {
     // Pageable memory is copied synchronously; mismatches are refused.
     let pageable = std::sync::Arc::new(Storage::full(n as usize, 7i32, Device::Cpu).unwrap());
     let mut d = Storage::zeros(n as usize, DType::I32, Device::Cuda(0)).unwrap();
-    d.copy_from_pinned_detached(&pageable, &stream).unwrap();
+    d.copy_from_async_detached(&pageable, &stream).unwrap();
     assert!(d.to_vec::<i32>().unwrap().iter().all(|&x| x == 7));
     let mut short = Storage::zeros(3, DType::I32, Device::Cuda(0)).unwrap();
     assert!(matches!(
-        short.copy_from_pinned_detached(&pageable, &stream),
+        short.copy_from_async_detached(&pageable, &stream),
         Err(Error::LengthMismatch { .. })
     ));
 }

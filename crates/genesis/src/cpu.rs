@@ -147,7 +147,7 @@ impl Tensor {
                 )?)),
             };
             let mut dst = Storage::empty(src.len(), self.dtype(), device)?;
-            dst.copy_from_pinned_detached(&src, &stream)?;
+            dst.copy_from_async_detached(&src, &stream)?;
             return Tensor::from_storage(dst, self.shape());
         }
         self.to(device)

@@ -1,5 +1,5 @@
 //! Stream-ordered transfers of the CUDA backend: [`Storage::copy_from_async`],
-//! [`Storage::copy_from_pinned_detached`] and the streams of [`crate::batched_copy`].
+//! [`Storage::copy_from_async_detached`] and the streams of [`crate::batched_copy`].
 
 use std::marker::PhantomData;
 
@@ -157,7 +157,7 @@ pub(crate) fn batched_copy(pairs: &mut [(&mut Storage, &Storage)], streams: usiz
     Ok(())
 }
 
-/// The pinned sources of copies queued by [`Storage::copy_from_pinned_detached`], each with an
+/// The pinned sources of copies queued by [`Storage::copy_from_async_detached`], each with an
 /// event recorded after its copy: a source stays alive (its memory out of the pinned pool)
 /// until its event completes.
 static IN_FLIGHT: std::sync::Mutex<Vec<(genesis_cuda::Event, std::sync::Arc<Storage>)>> =
@@ -178,7 +178,7 @@ impl Storage {
     /// copied, as in PyTorch. The stream must belong to this storage's device. Other pairs of
     /// storages are copied as [`Storage::copy_from_async`] copies them (pageable host memory
     /// synchronously), and the call returns when that is done.
-    pub fn copy_from_pinned_detached(
+    pub fn copy_from_async_detached(
         &mut self,
         src: &std::sync::Arc<Storage>,
         stream: &genesis_cuda::Stream,

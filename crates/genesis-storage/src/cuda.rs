@@ -15,6 +15,7 @@ mod transfer;
 
 pub(crate) use genesis_cuda::Event;
 pub(crate) use transfer::batched_copy;
+pub use transfer::release_completed_copies;
 
 /// The caching allocator of one device, with its context.
 #[derive(Debug)]

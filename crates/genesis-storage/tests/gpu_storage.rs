@@ -250,6 +250,60 @@ fn async_and_batched_copies() {
 }
 
 #[test]
+fn detached_copies_from_pinned_memory_keep_their_source() {
+    let _release = Release;
+    if skip_without_gpu("detached_copies_from_pinned_memory_keep_their_source") {
+        return;
+    }
+    let ctx = genesis_cuda::Context::get(0).unwrap();
+    let stream = genesis_cuda::Stream::new(&ctx).unwrap();
+    let n = 1 << 22;
+    let mut dsts = Vec::new();
+    for round in 0..6 {
+        let host: Vec<i32> = (0..n).map(|i| i ^ round).collect();
+        let src = std::sync::Arc::new(
+            Storage::from_slice(&host, Device::Cpu)
+                .unwrap()
+                .to_pinned()
+                .unwrap(),
+        );
+        let mut dst = Storage::zeros(n as usize, DType::I32, Device::Cuda(0)).unwrap();
+        dst.copy_from_async_detached(&src, &stream).unwrap();
+        // The source goes at once; the copy still reads it (the pinned pool must not hand its
+        // memory to the next round's source until the copy is done).
+        drop(src);
+        dsts.push((round, dst));
+    }
+    stream.synchronize().unwrap();
+    for (round, d) in &dsts {
+        let v = d.to_vec::<i32>().unwrap();
+        assert!(
+            v.iter().enumerate().all(|(i, &x)| x == i as i32 ^ round),
+            "round {round}"
+        );
+    }
+    assert_eq!(genesis_storage::cuda::release_completed_copies(), 0);
+    // Into host memory the copy is waited for: the result is there on return.
+    let mut back = Storage::zeros_pinned(n as usize, DType::I32).unwrap();
+    let from = std::sync::Arc::new(dsts.pop().unwrap().1);
+    back.copy_from_async_detached(&from, &stream).unwrap();
+    assert_eq!(
+        back.as_slice::<i32>().unwrap(),
+        from.to_vec::<i32>().unwrap()
+    );
+    // Pageable memory is copied synchronously; mismatches are refused.
+    let pageable = std::sync::Arc::new(Storage::full(n as usize, 7i32, Device::Cpu).unwrap());
+    let mut d = Storage::zeros(n as usize, DType::I32, Device::Cuda(0)).unwrap();
+    d.copy_from_async_detached(&pageable, &stream).unwrap();
+    assert!(d.to_vec::<i32>().unwrap().iter().all(|&x| x == 7));
+    let mut short = Storage::zeros(3, DType::I32, Device::Cuda(0)).unwrap();
+    assert!(matches!(
+        short.copy_from_async_detached(&pageable, &stream),
+        Err(Error::LengthMismatch { .. })
+    ));
+}
+
+#[test]
 fn two_dimensional_copies_between_host_and_device() {
     let _release = Release;
     if skip_without_gpu("two_dimensional_copies_between_host_and_device") {

@@ -145,6 +145,9 @@ pub enum ScalarValue {
     Float(f64),
     /// An integer scalar.
     Int(i128),
+    /// A boolean scalar (promotes as PyTorch's Python `bool`: it never changes a tensor's
+    /// dtype; as a number it is 0 or 1).
+    Bool(bool),
 }
 
 impl ScalarValue {
@@ -153,6 +156,15 @@ impl ScalarValue {
         match self {
             ScalarValue::Float(f) => f,
             ScalarValue::Int(i) => i as f64,
+            ScalarValue::Bool(b) => f64::from(u8::from(b)),
+        }
+    }
+
+    /// The value as a number: a `Bool` becomes the integer 0 or 1, the rest is unchanged.
+    pub fn as_number(self) -> ScalarValue {
+        match self {
+            ScalarValue::Bool(b) => ScalarValue::Int(i128::from(b)),
+            v => v,
         }
     }
 }
@@ -162,14 +174,18 @@ mod sealed {
 }
 
 /// A Rust number usable as a scalar operand: `f64`, `f32`, `f16`, `bf16`, `i8`, `i16`, `i32`,
-/// `i64`, `isize`, `u8`, `u16`, `u32`, `u64`, `usize`. Any of them goes on the right of
+/// `i64`, `isize`, `u8`, `u16`, `u32`, `u64`, `usize`, and `bool`. Any of them goes on the right of
 /// `+ - * /` and `+= -= *= /=` and into the named ops (`&a * 2.0f32`, `a.add(1)?`,
 /// `y.add_(0.5)?`, `a.gt(0)?`); on the left, `f64` and `i64`, which unsuffixed literals become
 /// (`2.0 * &a`, `1 - &a`).
 ///
-/// The scalar is converted to the tensor's dtype, exactly: for an integer dtype it must be a
-/// whole number in range, for a float dtype it must not overflow (otherwise
-/// [`Error::ScalarOutOfRange`]). Integers stay exact for integer tensors.
+/// The op's dtype follows PyTorch's type promotion ([`result_type`](crate::result_type)):
+/// a Rust integer promotes as a Python `int`, a float as a Python `float`, a `bool` as a
+/// Python `bool`, so a scalar changes a tensor's dtype only when its category is higher
+/// (`int32 tensor + 2` is int32, `int32 tensor + 0.5` is float32). The scalar is then
+/// converted to that dtype, exactly: for an integer dtype it must be in range, for a float
+/// dtype it must not overflow (otherwise [`Error::ScalarOutOfRange`]). Integers stay exact
+/// for integer tensors.
 pub trait Scalar: Copy + sealed::Sealed {
     /// The value.
     fn value(self) -> ScalarValue;
@@ -197,6 +213,13 @@ macro_rules! scalar_impls {
 }
 
 scalar_impls!(float: f64, f32, half::f16, half::bf16; int: i8, i16, i32, i64, isize, u8, u16, u32, u64, usize);
+
+impl sealed::Sealed for bool {}
+impl Scalar for bool {
+    fn value(self) -> ScalarValue {
+        ScalarValue::Bool(self)
+    }
+}
 
 /// The right-hand side of a binary op, a comparison or an in-place op: a `&Tensor` or a
 /// [`Scalar`]. (Tensors are taken by reference only, so that clippy's
@@ -238,7 +261,7 @@ pub(crate) fn scalar_storage(
     dtype: DType,
     value: ScalarValue,
 ) -> Result<Storage> {
-    match value {
+    match value.as_number() {
         ScalarValue::Int(i) if is_integer(dtype) => {
             let (lo, hi): (i128, i128) = match dtype {
                 DType::U8 => (0, u8::MAX.into()),
@@ -276,9 +299,13 @@ impl Tensor {
         Tensor::from_storage(host.to_device(self.device())?, &[])
     }
 
-    /// `op(self, value)`, the scalar converted exactly to `self`'s dtype.
+    /// `op(self, value)` with PyTorch's promotion; in the result dtype (`self`'s unless the
+    /// scalar's category is higher) the scalar must be exact.
     pub(crate) fn binary_scalar_value(&self, op: BinaryOp, value: ScalarValue) -> Result<Tensor> {
-        match value {
+        if self.needs_promotion(op, OperandRef::Scalar(value)) {
+            return self.binary_promoted(op, OperandRef::Scalar(value));
+        }
+        match value.as_number() {
             ScalarValue::Int(_) if is_integer(self.dtype()) => {
                 let s = scalar_storage(op.name(), self.dtype(), value)?;
                 let out =
@@ -300,15 +327,21 @@ impl Tensor {
         }
     }
 
-    /// `op(value, self)`: a scalar on the left.
+    /// `op(value, self)`: a scalar on the left, as a 0-d tensor of the promoted dtype.
     #[track_caller]
     pub(crate) fn scalar_binary(value: ScalarValue, op: BinaryOp, rhs: &Tensor) -> Result<Tensor> {
-        rhs.scalar_tensor_like(op.name(), value)?.binary(op, rhs)
+        // The result dtype of `op(rhs, value)` is that of `op(value, rhs)`.
+        let r = rhs.binary_result_type(op, OperandRef::Scalar(value))?;
+        let lhs = Tensor::scalar_on(op.name(), r, value, rhs.device())?;
+        lhs.binary(op, rhs)
     }
 
     /// In place `self = op(self, rhs)` for a tensor or a scalar (see [`Tensor::binary_`]).
     #[track_caller]
     pub(crate) fn binary_operand_(&mut self, op: BinaryOp, rhs: OperandRef<'_>) -> Result<()> {
+        if self.needs_promotion(op, rhs) {
+            return self.binary_promoted_(op, rhs);
+        }
         match rhs {
             OperandRef::Tensor(t) => self.binary_(op, t),
             OperandRef::Scalar(v) => {

@@ -17,7 +17,9 @@
 #![warn(missing_docs)]
 
 mod args;
+pub mod cpu;
 mod error;
+mod host_f64;
 mod index;
 mod interop;
 #[doc(hidden)]
@@ -26,6 +28,7 @@ mod mask;
 mod matmul;
 mod ops;
 mod print;
+mod promote;
 mod random;
 mod reduce;
 mod tensor;
@@ -44,6 +47,7 @@ pub use interop::{
 };
 pub use literal::{Element, TensorData};
 pub use print::{PrintOptions, printoptions, set_printoptions};
+pub use promote::{can_cast, promote_types, result_type};
 pub use random::{DEFAULT_SEED, Generator, default_generator, manual_seed};
 pub use tensor::{Tensor, broadcast_shape};
 

@@ -1,5 +1,6 @@
 //! Comparisons to bools, `where`, `pow`, and the `_out` forms that write into a given tensor.
 
+use crate::promote::{has_kernels, where_type};
 use crate::tensor::{broadcast_shape, numel_of};
 use crate::{
     BinaryOp, CompareOp, DType, Error, Operand, OperandRef, Result, Scalar, Tensor, UnaryOp,
@@ -37,8 +38,9 @@ comparisons! {
 
 impl Tensor {
     /// `op(self, other)` elementwise with NumPy broadcasting, as a new `Bool` tensor. Both
-    /// operands must have the same dtype (f32, f16, bf16, i32, i64) and device. Comparisons
-    /// are IEEE's: NaN is unequal to everything, including itself.
+    /// operands must be on one device; they are compared in their promoted dtype
+    /// ([`result_type`](crate::result_type)), any dtype (float64 on the CPU only).
+    /// Comparisons are IEEE's: NaN is unequal to everything, including itself.
     ///
     /// ```
     /// use genesis::{DType, Device, Tensor};
@@ -54,6 +56,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn compare(&self, op: CompareOp, other: &Tensor) -> Result<Tensor> {
+        if self.dtype() != other.dtype() || !has_kernels(self.dtype()) {
+            return self.compare_promoted(op, OperandRef::Tensor(other));
+        }
         let name = op.name();
         self.check_operands(name, other)?;
         let shape = broadcast_shape(name, self.shape(), other.shape())?;
@@ -63,39 +68,43 @@ impl Tensor {
         Tensor::from_storage(a.compare_at(op, a_start, &b, b_start, n)?, &shape)
     }
 
-    /// `op(self, other)` for a tensor or a scalar (converted exactly to `self`'s dtype).
+    /// `op(self, other)` for a tensor or a scalar (promoted as PyTorch does).
     #[track_caller]
     pub(crate) fn compare_operand(&self, op: CompareOp, other: OperandRef<'_>) -> Result<Tensor> {
         match other {
             OperandRef::Tensor(t) => self.compare(op, t),
-            OperandRef::Scalar(v) => self.compare(op, &self.scalar_tensor_like(op.name(), v)?),
+            OperandRef::Scalar(_) => self.compare_promoted(op, other),
         }
     }
 
-    /// `op(self, scalar)` elementwise as a `Bool` tensor. The scalar is converted to `self`'s
-    /// dtype first; for integer dtypes it must be a whole number in range (otherwise
-    /// [`Error::ScalarOutOfRange`]; convert the tensor with `to_dtype` to compare with a
-    /// fraction).
+    /// `op(self, scalar)` elementwise as a `Bool` tensor. The two compare in their promoted
+    /// dtype: `self`'s, unless the scalar's category is higher (an integer tensor against
+    /// `0.5` compares in float32); the scalar must be representable in it (otherwise
+    /// [`Error::ScalarOutOfRange`]).
     #[track_caller]
     pub fn compare_scalar(&self, op: CompareOp, scalar: impl Scalar) -> Result<Tensor> {
         self.compare_operand(op, OperandRef::Scalar(scalar.value()))
     }
 
     /// `cond ? a : b` elementwise, the three broadcast together (PyTorch's `torch.where`).
-    /// `cond` must be `Bool`; `a` and `b` share a dtype (any) and all three a device.
+    /// `cond` must be `Bool`; `a` and `b` are tensors or scalars, promoted to their common
+    /// dtype ([`result_type`](crate::result_type)); tensors must be on `cond`'s device.
     ///
     /// ```
-    /// use genesis::{Device, Tensor};
+    /// use genesis::{DType, Device, Tensor};
     /// # fn main() -> genesis::Result<()> {
     /// let x = Tensor::from_slice(&[-2.0f32, 3.0, -1.0, 4.0], &[2, 2], Device::Cpu)?;
-    /// let zero = Tensor::zeros((), x.dtype(), Device::Cpu)?;
-    /// let y = Tensor::where_cond(&x.gt_scalar(0.0)?, &x, &zero)?; // relu
+    /// let y = Tensor::where_cond(&x.gt(0)?, &x, 0)?; // relu
     /// assert_eq!(y.to_vec::<f32>()?, [0.0, 3.0, 0.0, 4.0]);
+    /// let i = Tensor::from_slice(&[1i32, 2], &[2], Device::Cpu)?;
+    /// let mixed = Tensor::where_cond(&i.gt(1)?, &i, 0.5)?; // int32 and a float: float32
+    /// assert_eq!(mixed.dtype(), DType::F32);
+    /// assert_eq!(mixed.to_vec::<f32>()?, [0.5, 2.0]);
     /// # Ok(())
     /// # }
     /// ```
     #[track_caller]
-    pub fn where_cond(cond: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    pub fn where_cond(cond: &Tensor, a: impl Operand, b: impl Operand) -> Result<Tensor> {
         let name = "where";
         if cond.dtype() != DType::Bool {
             return Err(Error::InvalidArgument {
@@ -103,14 +112,24 @@ impl Tensor {
                 reason: format!("the condition must be a bool tensor, not {}", cond.dtype()),
             });
         }
-        a.check_operands(name, b)?;
-        if cond.device() != a.device() {
-            return Err(Error::DeviceMismatch {
-                op: name,
-                lhs: cond.device(),
-                rhs: a.device(),
-            });
-        }
+        let (a, b) = (a.operand(), b.operand());
+        let r = where_type(a, b);
+        let as_tensor = |o: OperandRef<'_>| -> Result<Tensor> {
+            match o {
+                OperandRef::Tensor(t) => {
+                    if t.device() != cond.device() {
+                        return Err(Error::DeviceMismatch {
+                            op: name,
+                            lhs: cond.device(),
+                            rhs: t.device(),
+                        });
+                    }
+                    t.cast_to(r)
+                }
+                OperandRef::Scalar(v) => Tensor::scalar_on(name, r, v, cond.device()),
+            }
+        };
+        let (a, b) = (as_tensor(a)?, as_tensor(b)?);
         let shape = broadcast_shape(name, a.shape(), b.shape())?;
         let shape = broadcast_shape(name, cond.shape(), &shape)?;
         let (c, c_start) = cond.dense_operand(&shape)?;
@@ -122,8 +141,10 @@ impl Tensor {
         Tensor::from_storage(out, &shape)
     }
 
-    /// `self ^ exponent` elementwise, broadcast (float dtypes; computed in f32 with CUDA's
-    /// `powf` on the GPU and Rust's on the CPU, within a few ulp of the exact value).
+    /// `self ^ exponent` elementwise, broadcast, in the promoted dtype, which must be a float
+    /// (an integer tensor to a float power is float32; integer powers of integers are not
+    /// supported). Computed in f32 with CUDA's `powf` on the GPU and Rust's on the CPU, within
+    /// a few ulp of the exact value; float64 (CPU) in `f64`.
     #[track_caller]
     pub fn pow(&self, exponent: impl Operand) -> Result<Tensor> {
         self.binary_operand(BinaryOp::Pow, exponent.operand())

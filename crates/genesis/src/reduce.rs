@@ -2,15 +2,16 @@
 
 use std::sync::Arc;
 
-use genesis_storage::{ReduceOp, ReduceShape, Storage};
+use genesis_storage::{DType, Device, ReduceOp, ReduceShape, Storage};
 
 use crate::args::{Dim, Dims, shape_spec, wrap_dim};
 use crate::{Error, Result, Tensor};
 
 impl Tensor {
     /// Sum of all elements, as a 0-dimensional tensor. Floating types accumulate in f32 on the
-    /// GPU (f64 on the CPU) and keep their dtype; integer sums wrap and are i64 (PyTorch's
-    /// rule).
+    /// GPU (f64 on the CPU) and keep their dtype; integer and bool sums wrap and are i64
+    /// (PyTorch's rule: `mask.sum()` counts the true elements). Every dtype reduces on the CPU;
+    /// float64 on a CUDA device is [`Error::UnsupportedOnDevice`].
     ///
     /// ```
     /// use genesis::{Device, Tensor};
@@ -38,7 +39,7 @@ impl Tensor {
         Ok(self.reduce(ReduceOp::Sum, Some(&dims), keepdim)?.0)
     }
 
-    /// Mean of all elements (floating dtypes; the mean of no elements is NaN).
+    /// Mean of all elements (floating dtypes, as PyTorch; the mean of no elements is NaN).
     #[track_caller]
     pub fn mean(&self) -> Result<Tensor> {
         Ok(self.reduce(ReduceOp::Mean, None, false)?.0)
@@ -151,6 +152,23 @@ impl Tensor {
         keepdim: bool,
     ) -> Result<(Tensor, Option<Tensor>)> {
         let name = op.name();
+        // The dtypes without reduction kernels reduce exactly in a wider one: integer and bool
+        // sums in int64 (their result dtype), max/min (and their indices) in int32, converted
+        // back. Float64 reduces on the CPU in Rust's f64 (below), and is an error on CUDA
+        // (once the arguments are checked).
+        match (self.dtype(), op) {
+            (DType::U8 | DType::I8 | DType::I16 | DType::Bool, ReduceOp::Sum) => {
+                return self.to_dtype(DType::I64)?.reduce(op, dims, keepdim);
+            }
+            // (A mean of them is refused by the storage layer, after the arguments' checks.)
+            (d @ (DType::U8 | DType::I8 | DType::I16 | DType::Bool), op)
+                if op != ReduceOp::Mean =>
+            {
+                let (values, indices) = self.to_dtype(DType::I32)?.reduce(op, dims, keepdim)?;
+                return Ok((values.to_dtype(d)?, indices));
+            }
+            _ => {}
+        }
         let rank = self.dim();
         let mut reduced = vec![false; rank];
         // A 0-d tensor takes dimension 0 or -1 (PyTorch's rule): reducing it over them reduces
@@ -235,10 +253,21 @@ impl Tensor {
                     .product();
                 (Arc::new(moved), 0, ReduceShape { outer, r, inner: 1 })
             };
-        let out = storage.reduce(op, start, rshape)?;
-        let values = Tensor::from_storage(out.values, &out_shape)?;
-        let indices = out
-            .indices
+        if storage.dtype() == DType::F64 && self.device() != Device::Cpu {
+            return Err(Error::UnsupportedOnDevice {
+                op: name,
+                dtype: DType::F64,
+                device: self.device(),
+            });
+        }
+        let (values, indices) = if storage.dtype() == DType::F64 {
+            crate::host_f64::reduce(&storage, op, start, rshape)?
+        } else {
+            let out = storage.reduce(op, start, rshape)?;
+            (out.values, out.indices)
+        };
+        let values = Tensor::from_storage(values, &out_shape)?;
+        let indices = indices
             .map(|i| Tensor::from_storage(i, &out_shape))
             .transpose()?;
         Ok((values, indices))

@@ -6,7 +6,10 @@ use genesis_storage::{
     BinaryOp, BinaryRhs, DType, Device, Layout, Storage, UnaryOp, View, WithDType,
 };
 
-use crate::args::{Dim, Dims, Operand, Scalar, ScalarValue, shape_spec, sizes, wrap_dim};
+use crate::args::{
+    Dim, Dims, Operand, OperandRef, Scalar, ScalarValue, shape_spec, sizes, wrap_dim,
+};
+use crate::promote::has_kernels;
 use crate::{Error, Result};
 
 /// A multi-dimensional array on a device: a shared [`Storage`] seen through a [`Layout`].
@@ -56,7 +59,7 @@ impl Tensor {
                 got: data.len(),
             });
         }
-        Tensor::from_storage(Storage::from_slice(data, device)?, shape)
+        Tensor::created(Storage::from_slice(data, device)?, shape)
     }
 
     /// A `Bool` tensor of `shape` holding `data` (row-major) on `device`: masks for indexing
@@ -74,7 +77,7 @@ impl Tensor {
             });
         }
         let bytes: Vec<u8> = data.iter().map(|&b| u8::from(b)).collect();
-        Tensor::from_storage(Storage::from_bytes(&bytes, DType::Bool, device)?, shape)
+        Tensor::created(Storage::from_bytes(&bytes, DType::Bool, device)?, shape)
     }
 
     /// A tensor of `shape` with every element `value`.
@@ -82,7 +85,7 @@ impl Tensor {
     pub fn full<T: WithDType>(shape: impl Dims, value: T, device: Device) -> Result<Tensor> {
         let shape = &sizes("full", &shape)?[..];
         let n = numel_of("full", shape)?;
-        Tensor::from_storage(Storage::full(n, value, device)?, shape)
+        Tensor::created(Storage::full(n, value, device)?, shape)
     }
 
     /// Zeros of `dtype`.
@@ -90,7 +93,7 @@ impl Tensor {
     pub fn zeros(shape: impl Dims, dtype: DType, device: Device) -> Result<Tensor> {
         let shape = &sizes("zeros", &shape)?[..];
         let n = numel_of("zeros", shape)?;
-        Tensor::from_storage(Storage::zeros(n, dtype, device)?, shape)
+        Tensor::created(Storage::zeros(n, dtype, device)?, shape)
     }
 
     /// Ones of `dtype`.
@@ -99,7 +102,7 @@ impl Tensor {
         let shape = &sizes("ones", &shape)?[..];
         let n = numel_of("ones", shape)?;
         let one = Storage::full(n, 1.0f64, Device::Cpu)?.to_dtype(dtype)?;
-        Tensor::from_storage(
+        Tensor::created(
             if device == Device::Cpu {
                 one
             } else {
@@ -114,7 +117,7 @@ impl Tensor {
     pub fn empty(shape: impl Dims, dtype: DType, device: Device) -> Result<Tensor> {
         let shape = &sizes("empty", &shape)?[..];
         let n = numel_of("empty", shape)?;
-        Tensor::from_storage(Storage::empty(n, dtype, device)?, shape)
+        Tensor::created(Storage::empty(n, dtype, device)?, shape)
     }
 
     /// `start, start + step, ...` below `end` (as `f64` arithmetic, converted to `dtype`).
@@ -174,7 +177,7 @@ impl Tensor {
             *v = start + i as f64 * step;
         }
         let s = values.to_dtype(dtype)?;
-        Tensor::from_storage(
+        Tensor::created(
             if device == Device::Cpu {
                 s
             } else {
@@ -264,7 +267,9 @@ impl Tensor {
         Tensor::from_storage(self.view.contiguous()?, self.shape())
     }
 
-    /// A contiguous copy on `device`.
+    /// A contiguous copy on `device` (pinned when it is the host and
+    /// [`crate::cpu::enable_pinned_memory`] is on). See [`Tensor::to_non_blocking`] for a copy
+    /// that does not wait.
     #[track_caller]
     pub fn to(&self, device: Device) -> Result<Tensor> {
         let dense = self.view.contiguous()?;
@@ -273,7 +278,7 @@ impl Tensor {
         } else {
             dense.to_device(device)?
         };
-        Tensor::from_storage(moved, self.shape())
+        Tensor::created(moved, self.shape())
     }
 
     /// A copy converted to `dtype` (round to nearest-even into f16/bf16; floats to integers
@@ -639,21 +644,34 @@ impl Tensor {
         self.unary(UnaryOp::Sigmoid)
     }
 
-    /// `op(self)` elementwise into a new contiguous tensor of the same shape, dtype and
-    /// device. Floats are computed in f32 (f16/bf16 widened and rounded once); exp, log, tanh
-    /// and sigmoid are within a few ulp of the exact value (CUDA's math library on the GPU,
-    /// Rust's on the CPU), the other ops exact.
+    /// `op(self)` elementwise into a new contiguous tensor of the same shape and device, and
+    /// the same dtype but for the float ops (exp, log, sqrt, tanh, sigmoid) of integers and
+    /// bools, which give float32 (PyTorch's rule). Floats are computed in f32 (f16/bf16
+    /// widened and rounded once; float64 in `f64`, on the CPU only); exp, log, tanh and
+    /// sigmoid are within a few ulp of the exact value (CUDA's math library on the GPU, Rust's
+    /// on the CPU), the other ops exact. `neg`, `abs` and `relu` of integers wrap; of bools
+    /// they are an error.
     #[track_caller]
     pub fn unary(&self, op: UnaryOp) -> Result<Tensor> {
+        if !has_kernels(self.dtype()) || (op.float_only() && !self.dtype().is_float()) {
+            return self.unary_promoted(op);
+        }
         let (a, start) = self.dense_operand(self.shape())?;
         Tensor::from_storage(a.unary_at(op, start, self.numel())?, self.shape())
     }
 
     /// In place: `self = op(self, other)`, `other` broadcast to `self`'s shape. `self` must be
     /// contiguous and hold its storage alone (no other tensor shares it). Nothing is
-    /// allocated: a broadcast or strided `other` is read in place through its layout.
+    /// allocated when `other` has `self`'s dtype: a broadcast or strided `other` is read in
+    /// place through its layout. Otherwise the op computes in the promoted dtype
+    /// ([`result_type`](crate::result_type)) and the result is converted to `self`'s dtype,
+    /// which must be one it can be cast to (a float result into an integer tensor is an
+    /// error, as in PyTorch).
     #[track_caller]
     pub fn binary_(&mut self, op: BinaryOp, other: &Tensor) -> Result<()> {
+        if self.needs_promotion(op, OperandRef::Tensor(other)) {
+            return self.binary_promoted_(op, OperandRef::Tensor(other));
+        }
         let name = op.name();
         self.check_operands(name, other)?;
         let shape = broadcast_shape(name, self.shape(), other.shape())?;
@@ -685,9 +703,13 @@ impl Tensor {
     }
 
     /// In place: `self = op(self)`. `self` must be contiguous and hold its storage alone.
-    /// Allocates nothing.
+    /// Allocates nothing for the dtypes the kernels have; a float result into an integer or
+    /// bool tensor is an error (as in PyTorch).
     #[track_caller]
     pub fn unary_(&mut self, op: UnaryOp) -> Result<()> {
+        if !has_kernels(self.dtype()) || (op.float_only() && !self.dtype().is_float()) {
+            return self.unary_promoted_(op);
+        }
         let (start, n) = (self.in_place_start(op.name())?, self.numel());
         self.exclusive_storage(op.name())?
             .unary_assign(op, start, n)?;
@@ -763,11 +785,18 @@ impl Tensor {
         })
     }
 
-    /// `op(self, scalar)` elementwise: the scalar is converted to `self`'s dtype first (for
-    /// integer dtypes it must be a whole number in range).
+    /// `op(self, scalar)` elementwise, the scalar taken in `self`'s dtype: it is converted to
+    /// that dtype first (for integer dtypes it must be a whole number in range), and the op is
+    /// `op(self, s)` for `s` a 0-d tensor of `self`'s dtype, which keeps `self`'s dtype (but
+    /// for `Div` of integers, float32). The named ops and operators take a scalar by
+    /// PyTorch's rules instead (`int32 tensor + 0.5` is float32).
     #[track_caller]
     pub fn binary_scalar(&self, op: BinaryOp, scalar: f64) -> Result<Tensor> {
         let s = host_scalar(op.name(), self.dtype(), scalar)?;
+        if !has_kernels(self.dtype()) || (op.float_only() && !self.dtype().is_float()) {
+            let s = Tensor::from_storage(s.to_device(self.device())?, &[])?;
+            return self.binary(op, &s);
+        }
         // `x ** 0.5` is `sqrt(x)`, as in PyTorch and NumPy: the same values but where C's `pow`
         // differs from `sqrt` (pow(-inf, 0.5) = inf and pow(-0, 0.5) = 0; sqrt gives NaN and -0).
         if op == BinaryOp::Pow
@@ -785,7 +814,9 @@ impl Tensor {
 
     /// `op(self, other)` elementwise with NumPy broadcasting: the shapes are aligned at their
     /// last dimension and each pair of sizes must be equal or contain a 1. Both operands must
-    /// have the same dtype and device. The result is a new contiguous tensor.
+    /// be on one device; their dtypes promote by PyTorch's rules
+    /// ([`result_type`](crate::result_type); `Div` of integers gives float32). The result is
+    /// a new contiguous tensor.
     ///
     /// Operands that are not contiguous, or that are broadcast, are read in place through
     /// their strides (stride 0 along broadcast dimensions): no temporary is made.
@@ -805,6 +836,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn binary(&self, op: BinaryOp, other: &Tensor) -> Result<Tensor> {
+        if self.needs_promotion(op, OperandRef::Tensor(other)) {
+            return self.binary_promoted(op, OperandRef::Tensor(other));
+        }
         let name = op.name();
         self.check_operands(name, other)?;
         let shape = broadcast_shape(name, self.shape(), other.shape())?;

@@ -136,6 +136,9 @@ fn creation() {
             Tensor::from_slice(&[1.0f32], &[1usize], device)
         });
         s.err(&format!("to({device})"), || t(&[2]).to(device));
+        s.err(&format!("to_non_blocking({device})"), || {
+            t(&[2]).to_non_blocking(device)
+        });
         s.err(&format!("arange on {device}"), || {
             Tensor::arange(0.0, 4.0, 1.0, DType::F32, device)
         });
@@ -271,23 +274,52 @@ fn operations() {
     s.err("where_cond(shapes)", || {
         Tensor::where_cond(&mask(&[4]), &a, &a)
     });
-    s.err("where_cond(dtypes differ)", || {
-        Tensor::where_cond(&bools, &a, &f64s)
+    s.err("where_cond(scalar out of the result dtype)", || {
+        Tensor::where_cond(&bools, &ints, 1u64 << 40)
     });
+    // Bools have no neg/abs/relu; a float result does not go into an integer tensor in place.
     for (name, r) in [
         ("neg", bools.neg()),
-        ("exp", bools.exp()),
-        ("log", ints.log()),
-        ("sqrt", bools.sqrt()),
-        ("sigmoid", ints.sigmoid()),
+        ("abs", bools.abs()),
+        ("relu", bools.relu()),
     ] {
         s.err(&format!("{name}(unsupported dtype)"), || r);
     }
-    for v in [f64::NAN, 0.5, 1e12, -1e300] {
-        s.err(&format!("i32 + {v}"), || ints.add(v));
-        s.err(&format!("i32 == {v}"), || {
-            ints.compare_scalar(genesis::CompareOp::Eq, v)
+    s.err("exp_(bool)", || bools.to_dtype(DType::Bool)?.exp_());
+    s.err("sqrt in place (i32)", || {
+        ints.to_dtype(DType::I32)?.unary_(genesis::UnaryOp::Sqrt)
+    });
+    s.err("exp_out(i32)", || {
+        let mut out = ints.zeros_like()?;
+        ints.exp_out(&mut out)
+    });
+    // A float scalar promotes an int32 tensor to float32 (a fraction is fine there); the
+    // scalar must fit the result dtype.
+    s.err("i32 + 2^40", || ints.add(1i64 << 40));
+    s.err("i32 == 2^40", || ints.eq(1i64 << 40));
+    s.err("f16 + 1e300", || ints.to_dtype(DType::F16)?.add(1e300));
+    s.err("i32 + 1e300", || ints.add(1e300));
+    s.err("i32 == -1e300", || ints.eq(-1e300));
+    s.err("i32 + 0.5 in place", || {
+        ints.to_dtype(DType::I32)?.add_(0.5)
+    });
+    s.err("bool - bool", || bools.sub(&bools));
+    s.err("bool + 1 in place", || bools.to_dtype(DType::Bool)?.add_(1));
+    s.err("i32 ** i32", || ints.pow(&ints));
+    s.err("i32 ** 2", || ints.pow_scalar(2));
+    s.err("i32 /= 2", || ints.to_dtype(DType::I32)?.div_(2));
+    s.err("mean(bool)", || bools.mean());
+    s.err("where(bool, i32, 2^40)", || {
+        Tensor::where_cond(&bools, &ints, 1i64 << 40)
+    });
+    // Pinned memory needs CUDA.
+    if !genesis::cuda::is_available() {
+        s.err("pin_memory without CUDA", || a.pin_memory());
+        s.err("enable_pinned_memory(true) without CUDA", || {
+            genesis::cpu::enable_pinned_memory(true)
         });
+    }
+    for v in [f64::NAN, 0.5, 1e12, -1e300] {
         s.err(&format!("masked_fill(i32, {v})"), || {
             ints.masked_fill(&bools, v)
         });

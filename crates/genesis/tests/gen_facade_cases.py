@@ -28,6 +28,8 @@ Case format (`genesis-facade-cases v1`), one JSON object per case in `cases`:
   where Genesis deliberately refuses (the error's Debug variant path, e.g.
   `Storage.UnsupportedDType`, `ShapeMismatch`, `Index.IndexOutOfRange`; `DimOutOfRange` for a
   dimension out of range, whichever layer reports it; `"A|B"` accepts either kind).
+- `cuda_err`: the expected error on a CUDA device where the CPU gives `out` (float64
+  arithmetic, comparisons and reductions, which have no kernel there: `UnsupportedOnDevice`).
 - Comparison: no `tol` means exact (same values, NaN matching any NaN, and the same sign of
   zero); `"eqv"` the same values with zeros of either sign equal; `[rtol, atol]` floats within
   `atol + rtol * |expected|` (NaN and infinities exactly; used for the transcendental ops and
@@ -38,10 +40,19 @@ Semantics: NumPy's, with PyTorch's where they differ or NumPy has none (bfloat16
 float32 and rounded to nearest-even; integer sums are int64 and wrap; argmax/argmin give the first
 extreme or the first NaN; `maximum`/`minimum` propagate NaN), and Genesis's documented choices
 where neither defines the result: float-to-integer casts truncate and saturate with NaN to 0;
-integer-to-bf16 casts round through float32 (as PyTorch's); `div` and `pow` are for float dtypes,
-and the elementwise, comparison and reduction kernels exist for float32/float16/bfloat16/int32/
-int64 (other dtypes: `Storage.UnsupportedDType`); `matmul` is for float32/float16/bfloat16;
-scalars must be representable in the tensor's dtype (`ScalarOutOfRange`). PyTorch's rules where
+integer-to-bf16 casts round through float32 (as PyTorch's). Binary ops, comparisons and `where`
+promote their operands by PyTorch's `torch.result_type` (`data/promotion.json`, PyTorch's own
+table) and compute in the result dtype: uint8/int8/int16 wrap, bool `add` is "or" and `mul`
+"and" (bool `sub` is `InvalidArgument`), `div` of integers is float32, `pow` of integers is
+`Storage.UnsupportedDType`; float64 computes exactly on the CPU (`cuda_err` on CUDA). Every dtype
+sums (integers and bools to int64) and takes max/min/argmax/argmin; `mean` is for floats. Unary
+ops: `neg`/`abs`/`relu` of integers wrap (of bools: `Storage.UnsupportedDType`), the float ops
+of integers and bools give float32 (in place: `InvalidArgument`), float64 as above; `unary_out`
+needs a kernel dtype (float32/float16/bfloat16/int32/int64, the float ops float ones);
+`matmul` is for float32/float16/bfloat16. `binary_scalar(op, s)`
+takes `s` in the tensor's dtype (it must be representable: `ScalarOutOfRange`) as a 0-d tensor
+of it; `pow_scalar` and `compare_scalar` take `s` as a Python float (an integer or bool tensor
+computes in float32), which must be representable in the result dtype. PyTorch's rules where
 NumPy has none: a 0-d tensor takes dimension 0 or -1 (`max_dim`, `squeeze`, `transpose`, sums);
 `x ** 0.5` with a scalar exponent is `sqrt(x)` (NumPy agrees), with a tensor exponent C's `pow`;
 `squeeze` of a dimension that is not 1 returns the tensor unchanged.
@@ -55,6 +66,7 @@ import argparse
 import gzip
 import json
 import math
+import os
 import random
 
 import numpy as np
@@ -72,6 +84,34 @@ IRANGE = {"uint8": (0, 255), "int8": (-128, 127), "int16": (-2**15, 2**15 - 1),
 FINFO = {"float16": (11, 2.0**-14, 65504.0), "bfloat16": (8, 2.0**-126, 3.3895313892515355e38),
          "float32": (24, 2.0**-126, 3.4028234663852886e38), "float64": (53, 2.0**-1022, 1.7976931348623157e308)}
 UNSUPPORTED = "Storage.UnsupportedDType"
+ON_CUDA = "UnsupportedOnDevice"
+
+_SHORT = {"bool": "bool", "u8": "uint8", "i8": "int8", "i16": "int16", "i32": "int32",
+          "i64": "int64", "f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64"}
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "promotion.json")) as _f:
+    _TABLE = json.load(_f)
+PROMOTE = {(_SHORT[e["a"]], e["a_0d"], _SHORT[e["b"]], e["b_0d"]): _SHORT[e["result"]]
+           for e in _TABLE["tensor_tensor"]}
+PROMOTE_SCALAR = {(_SHORT[e["a"]], e["scalar"]): _SHORT[e["result"]] for e in _TABLE["tensor_scalar"]}
+
+
+def promote(da, sa, db, sb):
+    """torch.result_type of tensors of dtypes da, db and shapes sa, sb (0-d when empty)."""
+    return PROMOTE[(da, len(sa) == 0, db, len(sb) == 0)]
+
+
+def binary_err(op, r):
+    """The typed error of op in result dtype r, or None."""
+    if op == "pow" and r not in FLOATS:
+        return UNSUPPORTED
+    if op == "sub" and r == "bool":
+        return "InvalidArgument"
+    return None
+
+
+def op_dtype(op, r):
+    """The dtype op computes and gives for operands promoting to r (true division: float32)."""
+    return "float32" if op == "div" and r not in FLOATS else r
 
 
 # ---------------------------------------------------------------------------------- dtypes
@@ -343,6 +383,14 @@ def binary_ref(op, dt, a, b, scalar=False):
                 return np.vectorize(c_pow, otypes=[np.float64])(x, y)
             return f64_exact(dt, pw, a, b), ulp_tol(dt, 8)
         return f32_compute(dt, BIN_F[op], a, b), None
+    if dt == "float64":
+        if op == "pow":
+            def pw64(x, y):
+                if scalar:
+                    return np.power(x, float(y))
+                return np.vectorize(c_pow, otypes=[np.float64])(x, y)
+            return f64_exact(dt, pw64, a, b), ulp_tol(dt, 8)
+        return f64_exact(dt, BIN_F[op], a, b), None
     return int_binary(op, dt, a, b), None
 
 
@@ -376,6 +424,10 @@ def unary_ref(op, dt, a):
     if dt in KFLOAT:
         if op in UN_EXACT:
             return f32_compute(dt, UN_EXACT[op], a), None
+        return f64_exact(dt, UN_TRANS[op], a), ulp_tol(dt, 8)
+    if dt == "float64":
+        if op in UN_EXACT:
+            return f64_exact(dt, UN_EXACT[op], a), None
         return f64_exact(dt, UN_TRANS[op], a), ulp_tol(dt, 8)
     fn = {"neg": lambda x: -x, "abs": abs, "relu": lambda x: max(x, 0)}[op]
     out = np.empty(np.shape(a), dtype=object)
@@ -507,32 +559,43 @@ def mk_binary(g, i):
     ea, a = g.operand(dt, sa, heavy=heavy)
     eb, b = g.operand(dt, sb, heavy=heavy)
     case = {"op": "binary", "args": {"op": op}, "in": [ea, eb]}
+    res = dt
+    a0, b0 = a, b
     if kind < 0.05:
+        # Operands of two dtypes: promoted as PyTorch does (converted to the result dtype).
         other = r.choice([d for d in DTYPES if d != dt])
-        eb2, _ = g.operand(other, sb)
-        case["in"][1] = eb2
-        case["err"] = "DTypeMismatch"
-        return case
-    if kind < 0.1:
+        eb, b0 = g.operand(other, sb, heavy=heavy)
+        case["in"][1] = eb
+        res = promote(dt, sa, other, sb)
+        a, b = A(res, sa, cast_ref(dt, res, a.a)), A(res, sb, cast_ref(other, res, b0.a))
+    elif kind < 0.1:
         bad = bad_broadcast(g, sa)
         if bad is not None:
             eb2, _ = g.operand(dt, bad)
             case["in"][1] = eb2
             case["err"] = "ShapeMismatch"
             return case
-    if dt not in KERNEL or (op in ("div", "pow") and dt not in KFLOAT):
-        case["err"] = UNSUPPORTED
+    err = binary_err(op, res)
+    if err:
+        case["err"] = err
         return case
-    if r.random() < 0.007:
+    odt = op_dtype(op, res)
+    if odt != res:
+        # True division converts integer operands straight to float32 (PyTorch's
+        # promote_integer_inputs_to_float), not through the integer result dtype.
+        a, b = A(odt, sa, cast_ref(a0.dt, odt, a0.a)), A(odt, sb, cast_ref(b0.dt, odt, b0.a))
+    if odt == "float64":
+        case["cuda_err"] = ON_CUDA
+    if kind >= 0.05 and odt == dt and r.random() < 0.007:
         sa, a = g.big(dt)
         sb, b = (sa, g.big(dt)[1]) if r.random() < 0.5 else ([1] * (len(sa) - 1) + [sa[-1]], None)
         if b is None or b.shape != tuple(sa):
             b = g.tensor(dt, sb)
             sb = list(b.shape)
         case["in"] = [enc(a), enc(b)]
-    val, tol = binary_ref(op, dt, a.a, b.a)
+    val, tol = binary_ref(op, odt, a.a, b.a)
     val = np.broadcast_to(val, np.broadcast_shapes(tuple(sa), tuple(sb)))
-    case["out"] = out_t(dt, val)
+    case["out"] = out_t(odt, val)
     if tol:
         case["tol"] = tol
     return case
@@ -550,7 +613,9 @@ def mk_binary_inplace(g, i):
     form = r.choice(["binary_", "binary_out"])
     case = {"op": form, "args": {"op": op}, "in": [enc(a), eb]}
     if op == "div" and dt not in KFLOAT:
-        case["err"] = UNSUPPORTED
+        # In place the float32 quotient cannot go into an integer tensor; `out=` must have the
+        # operands' dtype.
+        case["err"] = "InvalidArgument" if form == "binary_" else UNSUPPORTED
         return case
     val, tol = binary_ref(op, dt, a.a, b.a)
     case["out"] = out_t(dt, np.broadcast_to(val, tuple(shape)))
@@ -584,22 +649,35 @@ def mk_scalar(g, i):
     if op == "pow" and fam == "binary_scalar" and r.random() < 0.5:
         s = r.choice([2.0, 0.5, 3.0, -1.0, 0.0, 1.0])
     case = {"op": fam, "args": {"op": op, "scalar": fmt_float("float64", s)}, "in": [ea]}
-    if not representable(s, dt):
+    # binary_scalar takes the scalar in the tensor's dtype; pow_scalar and compare_scalar take
+    # it as a Python float (integer and bool tensors compute in float32).
+    promoting = op == "pow" or fam == "compare_scalar"
+    res = PROMOTE_SCALAR[(dt, "float")] if promoting else dt
+    if not representable(s, res):
         case["err"] = "ScalarOutOfRange"
         return case
-    if dt not in KERNEL or (fam == "binary_scalar" and op in ("div", "pow") and dt not in KFLOAT):
-        case["err"] = UNSUPPORTED
-        return case
-    sv = scalar_in(dt, s)
+    sv = scalar_in(res, s)
+    x = cast_ref(dt, res, a.a)
     if fam == "binary_scalar":
-        bs = np.full((), sv, dtype=np.float64 if dt in FLOATS else object)
-        val, tol = binary_ref(op, dt, a.a, bs, scalar=True)
-        case["out"] = out_t(dt, np.broadcast_to(val, tuple(shape)))
+        err = binary_err(op, res)
+        if err:
+            case["err"] = err
+            return case
+        odt = op_dtype(op, res)
+        if odt != res:
+            x = cast_ref(res, odt, x)
+            sv = float(cast_ref(res, odt, np.array([sv], dtype=object))[0])
+        bs = np.full((), sv, dtype=np.float64 if odt in FLOATS else object)
+        val, tol = binary_ref(op, odt, x, bs, scalar=True)
+        case["out"] = out_t(odt, np.broadcast_to(val, tuple(shape)))
         if tol:
             case["tol"] = tol
     else:
-        bs = np.full((), sv, dtype=np.float64 if dt in FLOATS else object)
-        case["out"] = out_t("bool", np.broadcast_to(cmp_ref(op, dt, a.a, bs), tuple(shape)))
+        odt = res
+        bs = np.full((), sv, dtype=np.float64 if res in FLOATS else object)
+        case["out"] = out_t("bool", np.broadcast_to(cmp_ref(op, res, x, bs), tuple(shape)))
+    if odt == "float64":
+        case["cuda_err"] = ON_CUDA
     return case
 
 
@@ -614,14 +692,28 @@ def mk_unary(g, i):
         a = g.tensor(dt, shape, heavy=r.random() < 0.4)
         ea = enc(a)
     case = {"op": form, "args": {"op": op}, "in": [ea]}
-    if dt not in KERNEL or (op not in ("neg", "abs", "relu") and dt not in KFLOAT):
+    float_op = op not in ("neg", "abs", "relu")
+    if form == "unary_out":
+        # `out=` has the operand's dtype: the kernels' dtypes only.
+        if dt not in KERNEL or (float_op and dt not in KFLOAT):
+            case["err"] = UNSUPPORTED
+            return case
+    elif dt == "bool" and not float_op:
         case["err"] = UNSUPPORTED
         return case
-    if r.random() < 0.007:
+    elif float_op and dt not in FLOATS and form == "unary_":
+        # The float32 result cannot go into an integer or bool tensor.
+        case["err"] = "InvalidArgument"
+        return case
+    odt = "float32" if float_op and dt not in FLOATS else dt
+    if odt == dt and r.random() < 0.007:
         shape, a = g.big(dt)
         case["in"] = [enc(a)]
-    val, tol = unary_ref(op, dt, a.a)
-    case["out"] = out_t(dt, val)
+    x = cast_ref(dt, odt, a.a) if odt != dt else a.a
+    if odt == "float64":
+        case["cuda_err"] = ON_CUDA
+    val, tol = unary_ref(op, odt, x)
+    case["out"] = out_t(odt, val)
     if tol:
         case["tol"] = tol
     return case
@@ -648,10 +740,17 @@ def mk_compare(g, i):
             case["in"][1], _ = g.operand(dt, bad)
             case["err"] = "ShapeMismatch"
             return case
-    if dt not in KERNEL:
-        case["err"] = UNSUPPORTED
-        return case
-    case["out"] = out_t("bool", cmp_ref(op, dt, a.a, b.a))
+    res = dt
+    if r.random() < 0.15:
+        # Operands of two dtypes: compared in their promoted dtype.
+        other = r.choice([d for d in DTYPES if d != dt])
+        eb, b = g.operand(other, sb, heavy=r.random() < 0.4)
+        case["in"][1] = eb
+        res = promote(dt, sa, other, sb)
+        a, b = A(res, sa, cast_ref(dt, res, a.a)), A(res, sb, cast_ref(other, res, b.a))
+    if res == "float64":
+        case["cuda_err"] = ON_CUDA
+    case["out"] = out_t("bool", cmp_ref(op, res, a.a, b.a))
     return case
 
 
@@ -669,12 +768,15 @@ def mk_where(g, i):
         case["in"][0], _ = g.operand(r.choice(["uint8", "int32", "float32"]), sc)
         case["err"] = "InvalidArgument"
         return case
-    if k < 0.08:
-        case["in"][2], _ = g.operand(r.choice([d for d in DTYPES if d != dt]), sb)
-        case["err"] = "DTypeMismatch"
-        return case
+    res = dt
+    if k < 0.12:
+        # Values of two dtypes: promoted as PyTorch does.
+        other = r.choice([d for d in DTYPES if d != dt])
+        case["in"][2], b = g.operand(other, sb, heavy=True)
+        res = promote(dt, sa, other, sb)
+        a, b = A(res, sa, cast_ref(dt, res, a.a)), A(res, sb, cast_ref(other, res, b.a))
     out = np.where(c.a, a.a, b.a)
-    case["out"] = out_t(dt, out)
+    case["out"] = out_t(res, out)
     return case
 
 
@@ -744,9 +846,11 @@ def mk_reduce(g, i):
         if op in ("max", "min") and red_empty:
             case["err"] = "InvalidArgument"
             return case
-        if dt not in KERNEL or (op == "mean" and dt not in KFLOAT):
+        if op == "mean" and dt not in FLOATS:
             case["err"] = UNSUPPORTED
             return case
+        if dt == "float64":
+            case["cuda_err"] = ON_CUDA
         n = int(np.prod([shape[d] for d in axes])) if axes else 1
         if dt in FLOATS:
             with np.errstate(all="ignore"):
@@ -781,9 +885,8 @@ def mk_reduce(g, i):
         if a.a.size == 0:
             case["err"] = "InvalidArgument"
             return case
-        if dt not in KERNEL:
-            case["err"] = UNSUPPORTED
-            return case
+        if dt == "float64":
+            case["cuda_err"] = ON_CUDA
         idx = arg_ref(op == "argmax", x.reshape(-1), dt)
         case["out"] = out_t("int64", np.array(idx, dtype=object))
         return case
@@ -799,9 +902,8 @@ def mk_reduce(g, i):
         return case
     if rank == 0:
         # a 0-d tensor takes dim 0 or -1 (PyTorch's rule): its element, at index 0
-        if dt not in KERNEL:
-            case["err"] = UNSUPPORTED
-            return case
+        if dt == "float64":
+            case["cuda_err"] = ON_CUDA
         if op in ("max_dim", "min_dim"):
             case["out"] = [out_t(dt, x), out_t("int64", np.array(0, dtype=object))]
         else:
@@ -811,9 +913,8 @@ def mk_reduce(g, i):
     if shape[ax] == 0:
         case["err"] = "InvalidArgument"
         return case
-    if dt not in KERNEL:
-        case["err"] = UNSUPPORTED
-        return case
+    if dt == "float64":
+        case["cuda_err"] = ON_CUDA
     is_max = op in ("max_dim", "argmax_dim")
     moved = np.moveaxis(x, ax, -1)
     out_shape = moved.shape[:-1]

@@ -95,23 +95,30 @@ fn element_counts_are_checked() {
     assert_eq!(z.numel(), 0);
 }
 
-/// Item 8: a scalar goes through one exact conversion (2^63 is not an i64).
+/// Item 8: a scalar goes through one exact conversion (2^63 is not an i64). An integer scalar
+/// keeps an int64 tensor's dtype and must fit it; a float scalar promotes it to float32
+/// (PyTorch's rule), where 2^63 is a value.
 #[test]
 fn scalars_are_exact() {
     let cpu = Device::Cpu;
     let two63 = 9_223_372_036_854_775_808.0;
+    let two63_int = 1u64 << 63;
     let x = Tensor::from_slice(&[7i64], &[1], cpu).unwrap();
     assert!(matches!(
-        (&x + two63).unwrap_err(),
+        (&x + two63_int).unwrap_err(),
         Error::ScalarOutOfRange { .. }
     ));
+    assert_eq!(
+        (&x + two63).unwrap().to_vec::<f32>().unwrap(),
+        [two63 as f32]
+    );
     let m = Tensor::from_slice(&[i64::MAX], &[1], cpu).unwrap();
     assert!(matches!(
-        m.eq_scalar(two63).unwrap_err(),
+        m.eq_scalar(two63_int).unwrap_err(),
         Error::ScalarOutOfRange { .. }
     ));
     assert!(m.full_like(two63).is_err());
-    assert!((&x + -two63).is_ok());
+    assert!((&x + i64::MIN).is_ok());
     let b = Tensor::from_slice(&[1u8], &[1], cpu).unwrap();
     assert!(
         b.masked_fill(&Tensor::from_bools(&[true], &[1], cpu).unwrap(), 256.0)

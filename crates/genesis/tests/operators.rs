@@ -110,7 +110,7 @@ fn integer_scalars_stay_exact_and_are_checked() {
             [big.wrapping_add(i64::MAX); 2]
         );
         let bytes = Tensor::from_slice(&[1u8, 2], &[2], dev).unwrap();
-        // (uint8 has no arithmetic yet; the scalar is checked first.)
+        // The scalar must fit the result dtype (uint8: an int scalar does not promote it).
         assert!(matches!(
             (&bytes + 256).unwrap_err(),
             Error::ScalarOutOfRange { value, dtype: DType::U8, .. } if value == 256.0
@@ -120,9 +120,10 @@ fn integer_scalars_stay_exact_and_are_checked() {
             Error::ScalarOutOfRange { .. }
         ));
         let ints = Tensor::from_slice(&[1i32, 2], &[2], dev).unwrap();
-        assert!(
-            (&ints + 0.5).is_err(),
-            "no promotion here: a fraction is refused"
+        assert_eq!(
+            (&ints + 0.5).unwrap().to_vec::<f32>().unwrap(),
+            [1.5, 2.5],
+            "a float scalar promotes an integer tensor to float32, as in PyTorch"
         );
         assert_eq!((&ints * 3u64).unwrap().to_vec::<i32>().unwrap(), [3, 6]);
         assert_eq!(

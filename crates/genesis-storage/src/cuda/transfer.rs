@@ -1,5 +1,5 @@
-//! Stream-ordered transfers of the CUDA backend: [`Storage::copy_from_async`] and the
-//! streams of [`crate::batched_copy`].
+//! Stream-ordered transfers of the CUDA backend: [`Storage::copy_from_async`],
+//! [`Storage::copy_from_async_detached`] and the streams of [`crate::batched_copy`].
 
 use std::marker::PhantomData;
 
@@ -155,4 +155,65 @@ pub(crate) fn batched_copy(pairs: &mut [(&mut Storage, &Storage)], streams: usiz
         p.wait()?;
     }
     Ok(())
+}
+
+/// The pinned sources of copies queued by [`Storage::copy_from_async_detached`], each with an
+/// event recorded after its copy: a source stays alive (its memory out of the pinned pool)
+/// until its event completes.
+static IN_FLIGHT: std::sync::Mutex<Vec<(genesis_cuda::Event, std::sync::Arc<Storage>)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Drops the sources of completed detached copies (an event whose query fails is kept: its
+/// copy may still run).
+fn release_completed(list: &mut Vec<(genesis_cuda::Event, std::sync::Arc<Storage>)>) {
+    list.retain(|(e, _)| !matches!(e.is_complete(), Ok(true)));
+}
+
+impl Storage {
+    /// Queues a copy of all of `src`, pinned host memory, into this CUDA storage on `stream`
+    /// and returns without waiting for it (PyTorch's `non_blocking=True` from pinned memory).
+    /// Work queued later on `stream` sees the copied data; the host does not, until it
+    /// synchronises with `stream`. `src` is held (its pinned memory not reused) until the copy
+    /// has completed, so it may be dropped at once; writing to it before then changes what is
+    /// copied, as in PyTorch. The stream must belong to this storage's device. Other pairs of
+    /// storages are copied as [`Storage::copy_from_async`] copies them (pageable host memory
+    /// synchronously), and the call returns when that is done.
+    pub fn copy_from_async_detached(
+        &mut self,
+        src: &std::sync::Arc<Storage>,
+        stream: &genesis_cuda::Stream,
+    ) -> Result<()> {
+        let detach = matches!(
+            (&self.inner, &src.inner),
+            (Inner::Cuda(_), Inner::Pinned(_))
+        );
+        let mut pending = self.copy_from_async(src, stream)?;
+        if !detach {
+            // A copy into host memory (or between devices) is waited for: the caller may read
+            // or free the memory as soon as this returns.
+            return pending.wait();
+        }
+        // Only the pinned source is still read by the device: it is kept with the event
+        // recorded after the copy instead of being waited for.
+        let event = pending.event.take();
+        drop(pending);
+        let mut list = IN_FLIGHT
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        release_completed(&mut list);
+        if let Some(e) = event {
+            list.push((e, std::sync::Arc::clone(src)));
+        }
+        Ok(())
+    }
+}
+
+/// Drops the sources of detached copies that have completed (they are also dropped as later
+/// detached copies are queued). Returns how many copies are still in flight.
+pub fn release_completed_copies() -> usize {
+    let mut list = IN_FLIGHT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    release_completed(&mut list);
+    list.len()
 }

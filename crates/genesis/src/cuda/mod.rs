@@ -96,7 +96,12 @@ pub fn get_device_capability(ordinal: usize) -> crate::Result<(u32, u32)> {
 /// Waits for all work on device `ordinal` (an error when it does not exist).
 pub fn synchronize(ordinal: usize) -> crate::Result<()> {
     #[cfg(feature = "cuda")]
-    return Ok(context(ordinal)?.synchronize()?);
+    {
+        context(ordinal)?.synchronize()?;
+        // The pinned sources of completed non-blocking copies can go back to the pool.
+        genesis_storage::cuda::release_completed_copies();
+        Ok(())
+    }
     #[cfg(not(feature = "cuda"))]
     Err(no_device("synchronize", ordinal))
 }
@@ -259,7 +264,12 @@ pub fn leak_scope(
 pub fn empty_cache() -> crate::Result<()> {
     #[cfg(feature = "cuda")]
     if is_available() {
+        // Emptying synchronises every device: the pinned sources of the non-blocking copies
+        // are then released, and their memory emptied too.
         genesis_storage::cuda::empty_caches()?;
+        if genesis_storage::cuda::release_completed_copies() == 0 {
+            genesis_storage::cuda::empty_caches()?;
+        }
     }
     Ok(())
 }

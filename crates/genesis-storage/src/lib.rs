@@ -22,6 +22,7 @@ mod error;
 mod layout;
 mod mapped;
 mod scalar;
+mod share;
 mod storage;
 pub mod tracker;
 mod transfer;
@@ -37,7 +38,10 @@ pub use genesis_kernels::{
 };
 pub use layout::{Dims, Layout, LayoutError, StridedBlocks, Strides, checked_numel};
 pub use mapped::{DEFAULT_SHARED_MODE, MapMode};
-pub use storage::{BinaryRhs, PoolInfo, Reduced, Storage, StorageInfo, ViewInfo, reduce_dtype};
+pub use storage::{
+    BinaryRhs, HostBytes, HostSlice, PoolInfo, Reduced, Storage, StorageInfo, ViewInfo,
+    reduce_dtype,
+};
 pub use transfer::{PendingCopy, batched_copy};
 pub use view::View;
 

@@ -308,7 +308,7 @@ impl Tensor {
 
     /// In place `self = op(self, rhs)` for a tensor or a scalar (see [`Tensor::binary_`]).
     #[track_caller]
-    pub(crate) fn binary_operand_(&mut self, op: BinaryOp, rhs: OperandRef<'_>) -> Result<()> {
+    pub(crate) fn binary_operand_(&self, op: BinaryOp, rhs: OperandRef<'_>) -> Result<()> {
         match rhs {
             OperandRef::Tensor(t) => self.binary_(op, t),
             OperandRef::Scalar(v) => {

@@ -53,7 +53,8 @@ impl Storage {
             stream.wait_event(&e)?;
             Ok(())
         };
-        match (&mut self.inner, &src.inner) {
+        let src_inner = src.read("copy_from_async")?;
+        let queued = match (self.inner.get_mut(), &*src_inner) {
             (Inner::Cuda(d), Inner::Cuda(s)) => {
                 on(Device::Cuda(d.ordinal()))?;
                 order_after_legacy(d.ctx())?;
@@ -77,6 +78,7 @@ impl Storage {
                         )?
                     };
                 }
+                true
             }
             (Inner::Cuda(d), Inner::Pinned(p)) => {
                 on(Device::Cuda(d.ordinal()))?;
@@ -89,6 +91,7 @@ impl Storage {
                         &p.as_bytes()[..bytes],
                     )?
                 };
+                true
             }
             (Inner::Pinned(p), Inner::Cuda(s)) => {
                 on(Device::Cuda(s.ordinal()))?;
@@ -101,11 +104,14 @@ impl Storage {
                         &mut p.as_bytes_mut()[..bytes],
                     )?
                 };
+                true
             }
-            _ => {
-                self.copy_from(src)?;
-                return Ok(done());
-            }
+            _ => false,
+        };
+        drop(src_inner);
+        if !queued {
+            self.copy_from(src)?;
+            return Ok(done());
         }
         let event = genesis_cuda::Event::new(stream.context(), false)?;
         event.record(stream)?;

@@ -153,7 +153,10 @@ impl<T> ShareCell<T> {
             self.wait_for(|| self.try_read());
         }
         READING.with(|r| r.borrow_mut().push(self.key()));
-        Ok(ReadGuard { cell: self })
+        Ok(ReadGuard {
+            cell: self,
+            _thread: std::marker::PhantomData,
+        })
     }
 
     /// The write lock (exclusive); [`Error::Aliased`] when this thread already reads or
@@ -168,13 +171,18 @@ impl<T> ShareCell<T> {
             self.wait_for(|| self.try_write());
         }
         self.writer.store(me(), Ordering::SeqCst);
-        Ok(WriteGuard { cell: self })
+        Ok(WriteGuard {
+            cell: self,
+            _thread: std::marker::PhantomData,
+        })
     }
 }
 
-/// A read lock of a [`ShareCell`]: the value, shared.
+/// A read lock of a [`ShareCell`]: the value, shared. Not `Send`: it is released by the
+/// thread that took it (whose record of the locks it holds it updates).
 pub(crate) struct ReadGuard<'a, T> {
     cell: &'a ShareCell<T>,
+    _thread: std::marker::PhantomData<*const ()>,
 }
 
 impl<T> std::ops::Deref for ReadGuard<'_, T> {
@@ -199,9 +207,10 @@ impl<T> Drop for ReadGuard<'_, T> {
     }
 }
 
-/// The write lock of a [`ShareCell`]: the value, exclusively.
+/// The write lock of a [`ShareCell`]: the value, exclusively. Not `Send`, as [`ReadGuard`].
 pub(crate) struct WriteGuard<'a, T> {
     cell: &'a ShareCell<T>,
+    _thread: std::marker::PhantomData<*const ()>,
 }
 
 impl<T> WriteGuard<'_, T> {

@@ -897,7 +897,7 @@ impl Tensor {
             return Err(Error::InvalidArgument {
                 op,
                 reason: format!(
-                    "in-place ops need a contiguous tensor; this one has shape {:?} and strides {:?} (call contiguous() first)",
+                    "the destination must be contiguous here; this one has shape {:?} and strides {:?}",
                     self.shape(),
                     self.strides()
                 ),
@@ -1104,12 +1104,13 @@ macro_rules! tensor_assign_operator {
         /// In place, `self` op= `rhs` (`rhs` broadcast to `self`'s shape): the compound
         /// assignment form of
         #[doc = concat!("[`Tensor::", $fallible, "`],")]
-        /// allocating nothing when `rhs` has `self`'s shape and is contiguous.
+        /// on any view (the write is seen through every tensor sharing the storage),
+        /// allocating nothing when `self` is contiguous.
         ///
         /// # Panics
         ///
         /// When the in-place op fails (shapes that do not broadcast to `self`'s, another dtype
-        /// or device, a `self` that is not contiguous or shares its storage): Rust's compound
+        /// or device, a `self` that repeats elements, as an `expand` does): Rust's compound
         /// assignment cannot return an error, so the error's message becomes the panic's,
         /// and nothing is written. Use
         #[doc = concat!("[`Tensor::", $fallible, "`]")]

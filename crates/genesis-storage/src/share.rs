@@ -26,6 +26,8 @@
 //!
 //! Device memory is written only by queued kernels and copies, in stream order; the lock
 //! orders the host-side launches (and the `CudaMem` handle), not the device's execution.
+//! The lock orders the threads of this process: a shared-memory or mapped storage may also be
+//! written by other processes, as with any memory shared between processes.
 
 use std::cell::{RefCell, UnsafeCell};
 use std::sync::atomic::{AtomicUsize, Ordering};

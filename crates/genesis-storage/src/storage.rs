@@ -2,7 +2,9 @@
 //!
 //! Kinds: CPU (64-byte aligned host memory), pinned host memory (from the pinned pool), and
 //! CUDA memory on any device (from that device's `genesis-mem` pool). Storages are shared by
-//! `Arc` in the layers above; each gives its memory back to its pool when dropped.
+//! `Arc` in the layers above, and written through any of their handles: the memory is behind
+//! a reader–writer lock (the aliasing model is in `share.rs`; the writes through `&Storage`
+//! in `storage/shared.rs`). Each gives its memory back to its pool when dropped.
 //!
 //! Every operation here is synchronous with respect to the host unless its name says `async`:
 //! device work is queued on the legacy stream, which orders it with the synchronous copies.

@@ -164,7 +164,7 @@ impl Tensor {
             return out.copy_(&self.matmul(other)?);
         }
         let out_start = check_out("matmul", self, &p.out_shape, out)?;
-        out.write_storage("matmul", |dst| {
+        out.write_storage("matmul", &[&a, &b], |dst| {
             Ok(a.matmul_into(a0, &b, b0, shape, dst, out_start)?)
         })
     }

@@ -165,7 +165,7 @@ impl Tensor {
         let (a, a_start) = self.dense_operand(&shape)?;
         let (b, b_start) = other.dense_operand(&shape)?;
         let n = out.numel();
-        out.write_storage(name, |dst| {
+        out.write_storage(name, &[&a, &b], |dst| {
             Ok(a.binary_into(op, a_start, &b, b_start, dst, out_start, n)?)
         })
     }
@@ -182,10 +182,9 @@ impl Tensor {
         let out_start = out.first_element();
         let (a, a_start) = self.dense_operand(self.shape())?;
         let n = out.numel();
-        out.write_storage(
-            name,
-            |dst| Ok(a.unary_into(op, a_start, dst, out_start, n)?),
-        )
+        out.write_storage(name, &[&a], |dst| {
+            Ok(a.unary_into(op, a_start, dst, out_start, n)?)
+        })
     }
 
     /// `out = self + other` (see [`Tensor::binary_out`]).

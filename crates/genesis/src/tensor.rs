@@ -562,8 +562,20 @@ impl Tensor {
             }
             v => v,
         };
+        // Every storage the assignment reads, for the lock order.
+        let mut sources: Vec<&Storage> = items
+            .iter()
+            .filter_map(|item| match item {
+                IndexItem::Stored(ix) => Some(&**ix.view.storage()),
+                _ => None,
+            })
+            .collect();
+        if let Value::Tensor(v) = &value {
+            sources.push(v.storage());
+        }
+        sources.dedup_by(|a, b| std::ptr::eq(*a, *b));
         let layout = self.layout();
-        storage.with_exclusive("index_put", |s| {
+        self.write_storage("index_put", &sources, |s| {
             genesis_index::set(s, layout, &items, value, accumulate).map_err(Error::from)
         })
     }
@@ -918,14 +930,16 @@ impl Tensor {
         }
     }
 
-    /// Runs `f` on this tensor's storage under its write lock (the way `_out` forms and new
-    /// in-place ops write a storage that views share; see [`Storage::with_exclusive`]).
+    /// Runs `f` on this tensor's storage under its write lock, `f` reading (only) the
+    /// storages `sources` (the way `_out` forms and in-place ops write a storage that views
+    /// share; see [`Storage::with_exclusive_reading`]).
     pub(crate) fn write_storage<R>(
         &self,
         op: &'static str,
+        sources: &[&Storage],
         f: impl FnOnce(&mut Storage) -> Result<R>,
     ) -> Result<R> {
-        self.view.storage().with_exclusive(op, f)
+        self.view.storage().with_exclusive_reading(op, sources, f)
     }
 
     /// `op(self, scalar)` elementwise: the scalar is converted to `self`'s dtype first (for

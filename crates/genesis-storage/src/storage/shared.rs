@@ -25,15 +25,17 @@ fn dense(shape: &[usize]) -> Layout {
 }
 
 impl Storage {
-    /// [`Storage::with_exclusive`], reading `sources` (other storages than `self`) while it
-    /// writes: their read locks and `self`'s write lock are taken in address order, the rule
-    /// that keeps threads that write each other's sources from waiting for each other forever.
-    fn write_reading<R>(
+    /// [`Storage::with_exclusive`] for an `f` that reads `sources` (other storages than
+    /// `self`) while it writes: their read locks and `self`'s write lock are taken in address
+    /// order, the rule that keeps threads that write each other's sources from waiting for
+    /// each other forever. Every storage `f` reads must be among `sources`; one that is
+    /// `self` makes the call fail with [`Error::Aliased`] (read it out first).
+    pub fn with_exclusive_reading<R, E: From<Error>>(
         &self,
         op: &'static str,
         sources: &[&Storage],
-        f: impl FnOnce(&mut Storage) -> Result<R>,
-    ) -> Result<R> {
+        f: impl FnOnce(&mut Storage) -> std::result::Result<R, E>,
+    ) -> std::result::Result<R, E> {
         let me = self as *const Storage as usize;
         let mut before: Vec<&Storage> = sources
             .iter()
@@ -45,6 +47,10 @@ impl Storage {
             .iter()
             .map(|s| s.read(op))
             .collect::<Result<Vec<_>>>()?;
+        // A source that is `self` would be read while written.
+        if sources.iter().any(|s| std::ptr::eq(*s, self)) {
+            return Err(Error::Aliased { op }.into());
+        }
         // The sources above `self` are read-locked by `f` itself, after the write lock.
         let r = self.with_exclusive(op, f);
         drop(guards);
@@ -69,7 +75,7 @@ impl Storage {
             let l = dense(src_layout.shape());
             return self.with_exclusive(op, |d| d.copy_strided_from(dst_layout, &tmp, &l));
         }
-        self.write_reading(op, &[src], |d| {
+        self.with_exclusive_reading(op, &[src], |d| {
             d.copy_strided_from(dst_layout, src, src_layout)
         })
     }
@@ -105,7 +111,7 @@ impl Storage {
         };
         let one = one.as_ref().unwrap_or(value);
         let src = Layout::new(layout.shape(), &vec![0; layout.rank()], 0);
-        self.write_reading(op, &[one], |d| d.copy_strided_from(layout, one, &src))
+        self.with_exclusive_reading(op, &[one], |d| d.copy_strided_from(layout, one, &src))
     }
 
     /// In place through a shared handle: `self[layout] = op(self[layout], rhs)` for every
@@ -137,7 +143,7 @@ impl Storage {
                 BinaryRhs::Tensor(o, _) => vec![o],
                 BinaryRhs::Scalar(_) => Vec::new(),
             };
-            return self.write_reading(name, &sources, |d| {
+            return self.with_exclusive_reading(name, &sources, |d| {
                 d.binary_strided_assign(op, start, layout.shape(), rhs)
             });
         }
@@ -182,7 +188,7 @@ impl Storage {
         };
         if layout.is_contiguous() {
             let start = start_of(layout);
-            return self.write_reading(op, &[mask], |d| {
+            return self.with_exclusive_reading(op, &[mask], |d| {
                 d.masked_fill_at(start, mask, mask_start, n, value)
             });
         }

@@ -272,7 +272,9 @@ impl Tensor {
         self.view.shares_storage(&other.view)
     }
 
-    /// A contiguous tensor with the same elements: this one (shared) when it already is one.
+    /// A contiguous tensor with the same elements: this one (another handle to its storage,
+    /// so writes through either are seen by both, as in PyTorch) when it already is one, else
+    /// a copy. [`Tensor::deep_clone`] always copies.
     #[track_caller]
     pub fn contiguous(&self) -> Result<Tensor> {
         if self.is_contiguous() {

@@ -14,7 +14,9 @@ impl Storage {
     /// belong to the device involved: the destination's, or the source's for device → host);
     /// other pairs (pageable host memory) are copied synchronously and return a completed
     /// copy. Work queued earlier on the legacy stream (how Genesis's synchronous operations
-    /// run) is ordered before the copy.
+    /// run) is ordered before the copy. The source's lock is held only while the copy is
+    /// queued: a write to pinned source memory through a tensor that shares it, before the
+    /// copy completes, races with the copy engine (wait for the [`PendingCopy`] first).
     pub fn copy_from_async<'a>(
         &'a mut self,
         src: &'a Storage,

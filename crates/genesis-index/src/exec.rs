@@ -91,13 +91,39 @@ enum HostMask<'a> {
     Owned(Vec<u8>),
 }
 
+/// The bytes of a [`HostMask`]; a stored mask's storage is read-locked while they live.
+enum MaskBytes<'a> {
+    Stored(genesis_storage::HostBytes<'a>, usize, usize),
+    Owned(&'a [u8]),
+}
+
+impl std::ops::Deref for MaskBytes<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            MaskBytes::Stored(b, offset, len) => &b[*offset..offset + len],
+            MaskBytes::Owned(v) => v,
+        }
+    }
+}
+
 impl HostMask<'_> {
-    fn bytes(&self) -> Result<&[u8]> {
+    fn bytes(&self) -> Result<MaskBytes<'_>> {
         Ok(match self {
             HostMask::Stored(s, offset, len) => {
-                &host_bytes(s, "boolean mask")?[*offset..offset + len]
+                let b = host_bytes(s, "boolean mask")?;
+                if offset.saturating_add(*len) > b.len() {
+                    return Err(genesis_storage::Error::OutOfBounds {
+                        op: "boolean mask",
+                        start: *offset,
+                        len: *len,
+                        storage_len: b.len(),
+                    }
+                    .into());
+                }
+                MaskBytes::Stored(b, *offset, *len)
             }
-            HostMask::Owned(v) => v,
+            HostMask::Owned(v) => MaskBytes::Owned(v),
         })
     }
 }
@@ -177,6 +203,7 @@ fn host_mask_route<'a>(
         return Ok(None);
     }
     if on_host {
+        drop(bytes);
         let m = match mask {
             HostMask::Stored(s, offset, _) => MaskStorage::Borrowed(s, offset),
             HostMask::Owned(v) => {
@@ -186,11 +213,11 @@ fn host_mask_route<'a>(
         return Ok(Some((HostMaskRoute::Bytes(m), total)));
     }
     let upload = upload_mask.unwrap_or_else(|| {
-        let selected = genesis_kernels::mask::count_nonzero(bytes);
+        let selected = genesis_kernels::mask::count_nonzero(&bytes);
         crate::plan::mask_plan(layout.rank(), layout.rank(), selected, total).uploads_mask()
     });
     let route = if upload {
-        let m = Storage::from_bytes(bytes, DType::Bool, storage.device())?;
+        let m = Storage::from_bytes(&bytes, DType::Bool, storage.device())?;
         HostMaskRoute::Bytes(MaskStorage::Owned(m))
     } else {
         let pos: Vec<i64> = bytes
@@ -283,7 +310,7 @@ fn host_only(s: &Storage, op: &'static str) -> Result<()> {
 }
 
 /// The bytes of a host storage; [`Error::UnsupportedDevice`] for a device storage.
-fn host_bytes<'a>(s: &'a Storage, op: &'static str) -> Result<&'a [u8]> {
+fn host_bytes<'a>(s: &'a Storage, op: &'static str) -> Result<genesis_storage::HostBytes<'a>> {
     s.host_bytes().ok_or(Error::UnsupportedDevice {
         op,
         device: s.device(),

@@ -82,21 +82,40 @@ pub fn pinned_pool() -> Result<&'static CachingAllocator<PinnedHostBackend>> {
 impl crate::Storage {
     /// The device memory of a CUDA storage as elements of `T` (its dtype's type, or `u8` for
     /// its bytes), for launching kernels on it; an error for other kinds of storage.
+    ///
+    /// A span is a device address and a length, borrowed from the storage (which keeps the
+    /// memory allocated); device memory is written only by work queued in stream order, so
+    /// the span may be used while tensors that share the storage write it: the writes are
+    /// ordered with kernels launched on the span by their streams.
     pub fn cuda_span<T: Copy>(&self) -> Result<DeviceSpan<'_, T>> {
-        match &self.inner {
+        let n = self.nbytes() / size_of::<T>().max(1);
+        if n * size_of::<T>() != self.nbytes() {
+            return Err(Error::LengthMismatch {
+                op: "cuda_span",
+                lhs: self.nbytes(),
+                rhs: size_of::<T>(),
+            });
+        }
+        self.cuda_span_of("cuda_span", n)
+    }
+
+    /// `len` elements of `T` from the start of a CUDA storage's memory (read under the lock;
+    /// the span itself is address data that borrows the storage).
+    pub(crate) fn cuda_span_of<T>(
+        &self,
+        op: &'static str,
+        len: usize,
+    ) -> Result<DeviceSpan<'_, T>> {
+        match &*self.read(op)? {
             crate::storage::Inner::Cuda(m) => {
-                let n = self.nbytes() / size_of::<T>().max(1);
-                if n * size_of::<T>() != self.nbytes() {
-                    return Err(Error::LengthMismatch {
-                        op: "cuda_span",
-                        lhs: self.nbytes(),
-                        rhs: size_of::<T>(),
-                    });
-                }
-                m.span::<T>(n)
+                let span = m.span::<T>(len)?;
+                // SAFETY: the span's memory belongs to this storage, which the returned span
+                // borrows, so it stays allocated for the span's lifetime; the lock only guards
+                // the `CudaMem` handle read here.
+                Ok(unsafe { DeviceSpan::from_raw(span.addr(), span.len()) })
             }
             _ => Err(Error::NotOnDevice {
-                op: "cuda_span",
+                op,
                 device: self.device(),
             }),
         }

@@ -217,6 +217,16 @@ pub enum Error {
         /// The operation.
         op: &'static str,
     },
+    /// A write to a storage that this thread is reading (or a read of one it is writing),
+    /// which would wait for itself (see the aliasing model of `Storage`): for example a
+    /// write while a [`HostBytes`](crate::HostBytes) guard of the same storage is alive.
+    #[error(
+        "{op}: the storage is already borrowed by this thread (a write while reading it, or a read while writing it); drop the guard first"
+    )]
+    Aliased {
+        /// The operation.
+        op: &'static str,
+    },
     /// A write to a read-only storage.
     #[error("{op}: the storage is read-only")]
     ReadOnly {

@@ -5,6 +5,12 @@
 //! `cuMemAlloc`; the caching allocator of `genesis-mem` takes over in its own issue).
 //! Elementwise work runs through `genesis-kernels`: the CUDA kernels on the GPU, their CPU twins
 //! on the CPU.
+//!
+//! A storage may be shared (`Arc<Storage>`) and written through any handle
+//! ([`Storage::with_exclusive`], [`Storage::copy_strided_from_shared`],
+//! [`Storage::fill_shared`], ...): its memory is behind a reader–writer lock, host bytes are
+//! lent only under guards ([`HostBytes`], [`HostSlice`]) that hold it, and each write through
+//! a shared handle bumps [`Storage::version`].
 #![warn(missing_docs)]
 
 mod backend;
@@ -22,6 +28,7 @@ mod error;
 mod layout;
 mod mapped;
 mod scalar;
+mod share;
 mod storage;
 pub mod tracker;
 mod transfer;
@@ -37,7 +44,10 @@ pub use genesis_kernels::{
 };
 pub use layout::{Dims, Layout, LayoutError, StridedBlocks, Strides, checked_numel};
 pub use mapped::{DEFAULT_SHARED_MODE, MapMode};
-pub use storage::{BinaryRhs, PoolInfo, Reduced, Storage, StorageInfo, ViewInfo, reduce_dtype};
+pub use storage::{
+    BinaryRhs, HostBytes, HostSlice, PoolInfo, Reduced, Storage, StorageInfo, ViewInfo,
+    reduce_dtype,
+};
 pub use transfer::{PendingCopy, batched_copy};
 pub use view::View;
 

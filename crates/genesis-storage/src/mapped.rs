@@ -135,7 +135,7 @@ impl Storage {
     /// reports a truncation no access has met yet. Check it after reading a mapping that
     /// others may change, before trusting what was read.
     pub fn check_mapping(&self) -> Result<()> {
-        match &self.inner {
+        match &*self.read("check_mapping")? {
             crate::storage::Inner::Mapped(m) => m.check(),
             _ => Ok(()),
         }

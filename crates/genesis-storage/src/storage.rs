@@ -2,14 +2,19 @@
 //!
 //! Kinds: CPU (64-byte aligned host memory), pinned host memory (from the pinned pool), and
 //! CUDA memory on any device (from that device's `genesis-mem` pool). Storages are shared by
-//! `Arc` in the layers above; each gives its memory back to its pool when dropped.
+//! `Arc` in the layers above, and written through any of their handles: the memory is behind
+//! a reader–writer lock (the aliasing model is in `share.rs`; the writes through `&Storage`
+//! in `storage/shared.rs`). Each gives its memory back to its pool when dropped.
 //!
 //! Every operation here is synchronous with respect to the host unless its name says `async`:
 //! device work is queued on the legacy stream, which orders it with the synchronous copies.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use crate::backend::Backend;
 use crate::cpu::{CpuStorage, byte_len};
 use crate::layout::{Layout, StridedBlocks};
+use crate::share::{ReadGuard, ShareCell, WriteGuard};
 use crate::{DType, Device, Error, Result, WithDType};
 
 #[derive(Debug)]
@@ -34,13 +39,126 @@ pub(crate) enum MemMut<'a> {
 }
 
 /// `len` elements of `dtype` on a [`Device`].
+///
+/// A storage is shared by the tensors that view it (`Arc<Storage>`), and any of them may
+/// write it: reads through `&Storage` hold a read lock of its memory, writes through
+/// `&Storage` ([`Storage::with_exclusive`], [`Storage::copy_strided_from_shared`],
+/// [`Storage::fill_shared`], ...) the write lock, and `&mut Storage` needs none (the aliasing
+/// model is documented in `share.rs` and in ARCHITECTURE.md). Every write through `&Storage`
+/// adds one to [`Storage::version`].
 #[derive(Debug)]
 pub struct Storage {
-    pub(crate) inner: Inner,
+    pub(crate) inner: ShareCell<Inner>,
     dtype: DType,
     len: usize,
     /// The tracker's id (0 when tracking was off at creation).
     track: u64,
+    /// What the memory is: fixed at creation (the lock is not needed to read them).
+    kind: &'static str,
+    device: Device,
+    ptr: u64,
+    /// Writes through shared handles (see [`Storage::version`]).
+    version: AtomicU64,
+}
+
+/// The bytes of a host storage, read-locked for as long as this guard lives (see
+/// [`Storage::host_bytes`]): no write of the storage can happen meanwhile.
+pub struct HostBytes<'a> {
+    guard: ReadGuard<'a, Inner>,
+}
+
+impl std::ops::Deref for HostBytes<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.guard.host().unwrap_or(&[])
+    }
+}
+
+impl std::fmt::Debug for HostBytes<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HostBytes({} bytes)", self.len())
+    }
+}
+
+/// The elements of a host storage as `T`, read-locked for as long as this guard lives (see
+/// [`Storage::as_slice`]).
+pub struct HostSlice<'a, T> {
+    bytes: HostBytes<'a>,
+    len: usize,
+    _t: std::marker::PhantomData<T>,
+}
+
+impl<T: WithDType> std::ops::Deref for HostSlice<'_, T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        // SAFETY: host storages are at least 64 (CPU) or 512 (pinned) byte aligned (mapped
+        // storages are checked for `T`'s alignment when mapped), hold `len * size_of::<T>()`
+        // initialised bytes, `T` is the storage's dtype (checked by `Storage::as_slice`), and
+        // every bit pattern is a valid `T` (WithDType is sealed to plain-old-data types). The
+        // read lock held by `bytes` keeps writers out while the slice is borrowed.
+        unsafe { std::slice::from_raw_parts(self.bytes.as_ptr().cast::<T>(), self.len) }
+    }
+}
+
+/// Compares the elements, as a slice does.
+impl<T: WithDType, U: ?Sized + AsRef<[T]>> PartialEq<U> for HostSlice<'_, T> {
+    fn eq(&self, other: &U) -> bool {
+        **self == *other.as_ref()
+    }
+}
+
+impl<T: WithDType + std::fmt::Debug> std::fmt::Debug for HostSlice<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl Inner {
+    /// The memory, for its backend.
+    pub(crate) fn mem(&self) -> Mem<'_> {
+        match self {
+            Inner::Cuda(m) => Mem::Cuda(m),
+            Inner::Cpu(c) => Mem::Host(c.as_bytes()),
+            Inner::Mapped(m) => Mem::Host(m.bytes()),
+            Inner::Pinned(p) => Mem::Host(p.as_bytes()),
+        }
+    }
+
+    /// The host bytes; `None` for device memory.
+    pub(crate) fn host(&self) -> Option<&[u8]> {
+        match self {
+            Inner::Cpu(c) => Some(c.as_bytes()),
+            Inner::Mapped(m) => Some(m.bytes()),
+            Inner::Pinned(p) => Some(p.as_bytes()),
+            Inner::Cuda(_) => None,
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Inner::Cpu(_) => "cpu",
+            Inner::Mapped(m) if m.shared_name.is_some() => "shared",
+            Inner::Mapped(_) => "mapped",
+            Inner::Pinned(_) => "pinned",
+            Inner::Cuda(_) => "cuda",
+        }
+    }
+
+    fn device(&self) -> Device {
+        match self {
+            Inner::Cpu(_) | Inner::Mapped(_) | Inner::Pinned(_) => Device::Cpu,
+            Inner::Cuda(m) => Device::Cuda(m.ordinal()),
+        }
+    }
+
+    fn ptr(&self) -> u64 {
+        match self {
+            Inner::Cpu(c) => c.as_ptr() as usize as u64,
+            Inner::Mapped(m) => m.bytes().as_ptr() as usize as u64,
+            Inner::Pinned(p) => p.as_bytes().as_ptr() as usize as u64,
+            Inner::Cuda(m) => m.ptr(),
+        }
+    }
 }
 
 impl Drop for Storage {
@@ -141,19 +259,13 @@ impl Storage {
 
     /// `"cpu"`, `"pinned"`, `"cuda"`, `"mapped"` or `"shared"`.
     pub fn kind(&self) -> &'static str {
-        match &self.inner {
-            Inner::Cpu(_) => "cpu",
-            Inner::Mapped(m) if m.shared_name.is_some() => "shared",
-            Inner::Mapped(_) => "mapped",
-            Inner::Pinned(_) => "pinned",
-            Inner::Cuda(_) => "cuda",
-        }
+        self.kind
     }
 
     /// Shape, dtype, device, bytes, pointer and pool information of this storage.
     pub fn inspect(&self) -> StorageInfo {
-        let pool = match &self.inner {
-            Inner::Cuda(m) => m.pool_info(),
+        let pool = match self.read("inspect").as_deref() {
+            Ok(Inner::Cuda(m)) => m.pool_info(),
             _ => None,
         };
         StorageInfo {
@@ -186,19 +298,19 @@ impl Storage {
     /// Every storage is made here (and registered with the tracker when it is on).
     #[track_caller]
     pub(crate) fn make(inner: Inner, dtype: DType, len: usize) -> Storage {
+        let (kind, device, ptr) = (inner.kind(), inner.device(), inner.ptr());
         let mut s = Storage {
-            inner,
+            inner: ShareCell::new(inner),
             dtype,
             len,
             track: 0,
+            kind,
+            device,
+            ptr,
+            version: AtomicU64::new(0),
         };
-        s.track = crate::tracker::register(
-            s.kind(),
-            s.device(),
-            dtype,
-            len,
-            std::panic::Location::caller(),
-        );
+        s.track =
+            crate::tracker::register(kind, device, dtype, len, std::panic::Location::caller());
         s
     }
 
@@ -278,16 +390,16 @@ impl Storage {
 
     /// Writes a read-write mapped or shared storage back to its file (no-op otherwise).
     pub fn flush(&self) -> Result<()> {
-        match &self.inner {
+        match &*self.read("flush")? {
             Inner::Mapped(m) => m.flush(),
             _ => Ok(()),
         }
     }
 
     /// The shared-memory name, for a shared storage.
-    pub fn shared_name(&self) -> Option<&str> {
-        match &self.inner {
-            Inner::Mapped(m) => m.shared_name.as_deref(),
+    pub fn shared_name(&self) -> Option<String> {
+        match self.read("shared_name").as_deref() {
+            Ok(Inner::Mapped(m)) => m.shared_name.clone(),
             _ => None,
         }
     }
@@ -372,15 +484,12 @@ impl Storage {
 
     /// The device (`Cpu` for pinned host memory too).
     pub fn device(&self) -> Device {
-        match &self.inner {
-            Inner::Cpu(_) | Inner::Mapped(_) | Inner::Pinned(_) => Device::Cpu,
-            Inner::Cuda(m) => Device::Cuda(m.ordinal()),
-        }
+        self.device
     }
 
     /// Whether this is pinned (page-locked) host memory.
     pub fn is_pinned(&self) -> bool {
-        matches!(self.inner, Inner::Pinned(_))
+        self.kind == "pinned"
     }
 
     /// The element type.
@@ -406,46 +515,106 @@ impl Storage {
     /// The address of the first byte: a device address for CUDA storages, a host address
     /// otherwise (0 for an empty device storage).
     pub fn data_ptr(&self) -> u64 {
-        match &self.inner {
-            Inner::Cpu(c) => c.as_ptr() as usize as u64,
-            Inner::Mapped(m) => m.bytes().as_ptr() as usize as u64,
-            Inner::Pinned(p) => p.as_bytes().as_ptr() as usize as u64,
-            Inner::Cuda(m) => m.ptr(),
-        }
-    }
-
-    /// The CPU storage, if this is plain CPU memory.
-    pub fn as_cpu(&self) -> Option<&CpuStorage> {
-        match &self.inner {
-            Inner::Cpu(c) => Some(c),
-            _ => None,
-        }
+        self.ptr
     }
 
     /// The device address, if this is on a CUDA device.
     pub fn device_ptr(&self) -> Option<u64> {
-        match &self.inner {
-            Inner::Cuda(m) => Some(m.ptr()),
-            _ => None,
-        }
+        matches!(self.device, Device::Cuda(_)).then_some(self.ptr)
     }
 
-    /// The bytes of a host storage (CPU or pinned); `None` on a device.
-    pub fn host_bytes(&self) -> Option<&[u8]> {
-        match &self.inner {
-            Inner::Cpu(c) => Some(c.as_bytes()),
-            Inner::Mapped(m) => Some(m.bytes()),
-            Inner::Pinned(p) => Some(p.as_bytes()),
-            Inner::Cuda(_) => None,
-        }
+    /// The bytes of a host storage (CPU, pinned, mapped or shared); `None` on a device, or
+    /// when this thread is writing the storage. The guard holds a read lock: writes to the
+    /// storage (through any tensor that shares it) wait until it is dropped, and a write from
+    /// this thread meanwhile fails with [`Error::Aliased`].
+    pub fn host_bytes(&self) -> Option<HostBytes<'_>> {
+        self.host_bytes_for("host_bytes").ok()
     }
 
     /// The bytes of a host storage (an error on a device), for `op`.
-    pub(crate) fn host_bytes_for(&self, op: &'static str) -> Result<&[u8]> {
-        self.host_bytes().ok_or(Error::NotOnHost {
-            op,
-            device: self.device(),
-        })
+    pub(crate) fn host_bytes_for(&self, op: &'static str) -> Result<HostBytes<'_>> {
+        let guard = self.read(op)?;
+        if guard.host().is_none() {
+            return Err(Error::NotOnHost {
+                op,
+                device: self.device(),
+            });
+        }
+        Ok(HostBytes { guard })
+    }
+
+    /// A read lock of the memory (see the aliasing model of [`Storage`]).
+    pub(crate) fn read(&self, op: &'static str) -> Result<ReadGuard<'_, Inner>> {
+        self.inner.read(op)
+    }
+
+    /// How many times the storage has been written through a shared handle (PyTorch's
+    /// `_version`): every write through `&Storage` adds one, whichever tensor made it. A
+    /// storage starts at 0; writes through `&mut Storage`, which only a storage's sole owner
+    /// can make (building a new storage), are not counted.
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::SeqCst)
+    }
+
+    /// Runs `f` with exclusive access to this shared storage: the write lock is held while `f`
+    /// runs (other readers and writers, in any thread, wait), and [`Storage::version`] goes up
+    /// by one. The way to apply any `&mut Storage` operation to a storage that tensors share.
+    /// `f`'s error type is any that a storage error converts into.
+    ///
+    /// Fails with [`Error::Aliased`] when this thread is reading or writing the storage (a
+    /// [`HostBytes`] guard of it is alive, or `f` itself reads it): `f` must not touch `self`
+    /// other than through its argument. `f` may replace the storage it is given only by one
+    /// of the same kind, device, dtype, length and memory (anything else aborts the process,
+    /// the one way to keep the tensors that share it sound).
+    pub fn with_exclusive<R, E: From<Error>>(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&mut Storage) -> std::result::Result<R, E>,
+    ) -> std::result::Result<R, E> {
+        let guard = self.inner.write(op)?;
+        self.version.fetch_add(1, Ordering::SeqCst);
+        /// Puts the memory back into the cell when `f` returns or panics.
+        struct Restore<'g, 'a> {
+            guard: &'g WriteGuard<'a, Inner>,
+            tmp: std::mem::ManuallyDrop<Storage>,
+            header: (&'static str, Device, u64, DType, usize),
+        }
+        impl Drop for Restore<'_, '_> {
+            fn drop(&mut self) {
+                let t = &self.tmp;
+                if (t.kind, t.device, t.ptr, t.dtype, t.len) != self.header {
+                    // The storage's memory was moved elsewhere: the shared handles would
+                    // point at memory another owner frees.
+                    std::process::abort();
+                }
+                // SAFETY: `tmp` is never dropped (ManuallyDrop) and its cell is not used after
+                // this: its memory moves back into the locked cell, which holds a bitwise copy
+                // that was moved out (and so is overwritten without being dropped).
+                unsafe {
+                    let inner = std::ptr::read(self.tmp.inner.value_ptr());
+                    std::ptr::write(self.guard.as_ptr(), inner);
+                }
+            }
+        }
+        // SAFETY: the write lock is held, so no reference to the cell's value exists; it is
+        // moved out bitwise into a storage that `f` borrows, and `Restore` moves it back
+        // (whatever `f` does, panics included) before the lock is released.
+        let inner = unsafe { std::ptr::read(guard.as_ptr()) };
+        let mut restore = Restore {
+            guard: &guard,
+            tmp: std::mem::ManuallyDrop::new(Storage {
+                inner: ShareCell::new(inner),
+                dtype: self.dtype,
+                len: self.len,
+                track: 0,
+                kind: self.kind,
+                device: self.device,
+                ptr: self.ptr,
+                version: AtomicU64::new(0),
+            }),
+            header: (self.kind, self.device, self.ptr, self.dtype, self.len),
+        };
+        f(&mut restore.tmp)
     }
 
     /// The bytes of a host storage, mutably (an error on a device or for a read-only mapping).
@@ -454,28 +623,19 @@ impl Storage {
     }
 
     fn host_bytes_mut_for(&mut self, op: &'static str) -> Result<&mut [u8]> {
-        match &mut self.inner {
-            Inner::Cpu(c) => Ok(c.as_bytes_mut()),
-            Inner::Mapped(m) => m.bytes_mut().ok_or(Error::ReadOnly { op }),
-            Inner::Pinned(p) => Ok(p.as_bytes_mut()),
-            Inner::Cuda(m) => Err(Error::NotOnHost {
-                op,
-                device: Device::Cuda(m.ordinal()),
-            }),
-        }
+        host_of_mut(self.inner.get_mut(), op)
     }
 
-    /// The elements of a host storage as `T` (which must be the dtype).
-    pub fn as_slice<T: WithDType>(&self) -> Result<&[T]> {
+    /// The elements of a host storage as `T` (which must be the dtype), read-locked while the
+    /// guard lives (as [`Storage::host_bytes`]).
+    pub fn as_slice<T: WithDType>(&self) -> Result<HostSlice<'_, T>> {
         self.check_type::<T>("as_slice")?;
-        let bytes = self.host_bytes().ok_or(Error::NotOnHost {
-            op: "as_slice",
-            device: self.device(),
-        })?;
-        // SAFETY: host storages are at least 64 (CPU) or 512 (pinned) byte aligned, hold
-        // `len * size_of::<T>()` initialised bytes, and every bit pattern is a valid `T`
-        // (WithDType is sealed to plain-old-data types).
-        Ok(unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<T>(), self.len) })
+        let bytes = self.host_bytes_for("as_slice")?;
+        Ok(HostSlice {
+            bytes,
+            len: self.len,
+            _t: std::marker::PhantomData,
+        })
     }
 
     /// The elements of a host storage as `T`, mutably.
@@ -501,13 +661,13 @@ impl Storage {
 
     /// The bytes, copied to the host.
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
-        match &self.inner {
+        match &*self.read("to_bytes")? {
             Inner::Cuda(m) => {
                 let mut v = vec![0u8; self.nbytes()];
                 m.read_to_host(0, &mut v)?;
                 Ok(v)
             }
-            _ => Ok(self.host_bytes_for("to_bytes")?.to_vec()),
+            inner => Ok(inner.host().unwrap_or(&[]).to_vec()),
         }
     }
 
@@ -602,22 +762,23 @@ impl Storage {
         if bytes == 0 {
             return Ok(());
         }
-        match (&mut self.inner, &src.inner) {
+        let src_inner = src.read("copy_from")?;
+        match (self.inner.get_mut(), &*src_inner) {
             (Inner::Cuda(d), Inner::Cuda(s)) => d.copy_from_device(dst_at, s, src_at, bytes),
-            (Inner::Cuda(d), _) => {
-                let host = &src.host_bytes_for("copy_from")?[src_at..src_at + bytes];
+            (Inner::Cuda(d), s) => {
+                let host = &host_of(s, "copy_from")?[src_at..src_at + bytes];
                 d.write_from_host(dst_at, host)?;
                 Ok(())
             }
-            (_, Inner::Cuda(s)) => {
-                let host = &mut self.host_bytes_mut_for("copy_from")?[dst_at..dst_at + bytes];
+            (d, Inner::Cuda(s)) => {
+                let host = &mut host_of_mut(d, "copy_from")?[dst_at..dst_at + bytes];
                 // The synchronous copy waits for the work queued before it on the legacy stream.
                 s.read_to_host(src_at, host)?;
                 Ok(())
             }
-            _ => {
-                let s = &src.host_bytes_for("copy_from")?[src_at..src_at + bytes];
-                self.host_bytes_mut_for("copy_from")?[dst_at..dst_at + bytes].copy_from_slice(s);
+            (d, s) => {
+                let s = &host_of(s, "copy_from")?[src_at..src_at + bytes];
+                host_of_mut(d, "copy_from")?[dst_at..dst_at + bytes].copy_from_slice(s);
                 Ok(())
             }
         }
@@ -687,7 +848,8 @@ impl Storage {
             && src_layout.is_contiguous()
         {
             let (dst_at, src_at, bytes) = (ds * size, ss * size, len * size);
-            if let (Inner::Cuda(d), Inner::Cuda(s)) = (&mut self.inner, &src.inner)
+            if let (Inner::Cuda(d), Inner::Cuda(s)) =
+                (self.inner.get_mut(), &*src.read("copy_strided_from")?)
                 && d.ordinal() == s.ordinal()
             {
                 return d.copy_within_device(dst_at, s, src_at, bytes);
@@ -709,7 +871,8 @@ impl Storage {
             dst_layout.strides(),
             dst_layout.offset(),
         )?;
-        match (&mut self.inner, &src.inner) {
+        let src_inner = src.read("copy_strided_from")?;
+        match (self.inner.get_mut(), &*src_inner) {
             (Inner::Cuda(d), Inner::Cuda(s)) if d.ordinal() == s.ordinal() => {
                 // A 2-D transpose into a dense destination takes the tiled kernel.
                 let transpose = transpose_shape(src_layout, dst_layout)
@@ -718,6 +881,7 @@ impl Storage {
                 d.strided_copy_from(s, sizes, &desc, transpose)
             }
             (Inner::Cuda(_), _) | (_, Inner::Cuda(_)) => {
+                drop(src_inner);
                 // Different devices: gather on the source's device, then copy the dense block.
                 let dense = src.contiguous(src_layout)?;
                 if dst_layout.is_contiguous() {
@@ -727,9 +891,9 @@ impl Storage {
                 let staged = dense.to_device(self.device())?;
                 self.copy_strided_from(dst_layout, &staged, &Layout::contiguous(src_layout.shape()))
             }
-            _ => {
-                let s = src.host_bytes_for("copy_strided_from")?;
-                let d = self.host_bytes_mut_for("copy_strided_from")?;
+            (d, s) => {
+                let s = host_of(s, "copy_strided_from")?;
+                let d = host_of_mut(d, "copy_strided_from")?;
                 host_strided_copy(size, s, d, &desc)
             }
         }
@@ -747,7 +911,8 @@ impl Storage {
         let (ds, len, count, dp) = d;
         let (ss, _, _, sp) = s;
         let width = len * size;
-        match (&mut self.inner, &src.inner) {
+        let src_inner = src.read("copy_strided_from")?;
+        match (self.inner.get_mut(), &*src_inner) {
             (Inner::Cuda(dm), Inner::Cuda(sm)) => {
                 // Narrow rows are faster through the strided kernel than the copy engines.
                 if width < 1024 || dm.ordinal() != sm.ordinal() {
@@ -757,21 +922,21 @@ impl Storage {
                 dm.copy_2d_from_device(dst, sm, src_rows, width, count)?;
                 Ok(true)
             }
-            (Inner::Cuda(dm), _) => {
-                let host = src.host_bytes_for("copy_strided_from")?;
+            (Inner::Cuda(dm), s) => {
+                let host = host_of(s, "copy_strided_from")?;
                 let (dst, src_rows) = ((ds * size, dp * size), (ss * size, sp * size));
                 dm.copy_2d_from_host(dst, host, src_rows, width, count)?;
                 Ok(true)
             }
-            (_, Inner::Cuda(sm)) => {
-                let host = self.host_bytes_mut_for("copy_strided_from")?;
+            (d, Inner::Cuda(sm)) => {
+                let host = host_of_mut(d, "copy_strided_from")?;
                 let (dst, src_rows) = ((ds * size, dp * size), (ss * size, sp * size));
                 sm.copy_2d_to_host(host, dst, src_rows, width, count)?;
                 Ok(true)
             }
-            _ => {
-                let s = src.host_bytes_for("copy_strided_from")?;
-                let d = self.host_bytes_mut_for("copy_strided_from")?;
+            (d, s) => {
+                let s = host_of(s, "copy_strided_from")?;
+                let d = host_of_mut(d, "copy_strided_from")?;
                 for r in 0..count {
                     let (so, doff) = ((ss + r * sp) * size, (ds + r * dp) * size);
                     d[doff..doff + width].copy_from_slice(&s[so..so + width]);
@@ -790,7 +955,7 @@ impl Storage {
             return self.try_clone();
         }
         let mut out = Storage::uninit(self.len, dtype, self.device())?;
-        match (self.mem(), out.mem_mut("to_dtype")?) {
+        match (self.read("to_dtype")?.mem(), out.mem_mut("to_dtype")?) {
             (Mem::Host(a), MemMut::Host(o)) => a.cast(self.dtype, dtype, o, self.len)?,
             (Mem::Cuda(a), MemMut::Cuda(o)) => a.cast(self.dtype, dtype, o, self.len)?,
             _ => return Err(mixed("to_dtype")),
@@ -828,19 +993,9 @@ impl Storage {
         Ok(())
     }
 
-    /// The memory, for its backend.
-    pub(crate) fn mem(&self) -> Mem<'_> {
-        match &self.inner {
-            Inner::Cuda(m) => Mem::Cuda(m),
-            Inner::Cpu(c) => Mem::Host(c.as_bytes()),
-            Inner::Mapped(m) => Mem::Host(m.bytes()),
-            Inner::Pinned(p) => Mem::Host(p.as_bytes()),
-        }
-    }
-
     /// The memory, writable, for its backend (an error for a read-only mapping).
     pub(crate) fn mem_mut(&mut self, op: &'static str) -> Result<MemMut<'_>> {
-        match &mut self.inner {
+        match self.inner.get_mut() {
             Inner::Cuda(m) => Ok(MemMut::Cuda(m)),
             Inner::Cpu(c) => Ok(MemMut::Host(c.as_bytes_mut())),
             Inner::Mapped(m) => m
@@ -861,6 +1016,27 @@ impl Storage {
                 storage_len: self.len,
             }),
         }
+    }
+}
+
+/// The bytes of host memory (an error for device memory), for `op`.
+fn host_of<'a>(inner: &'a Inner, op: &'static str) -> Result<&'a [u8]> {
+    inner.host().ok_or(Error::NotOnHost {
+        op,
+        device: inner.device(),
+    })
+}
+
+/// The bytes of host memory, writable (an error for device memory or a read-only mapping).
+fn host_of_mut<'a>(inner: &'a mut Inner, op: &'static str) -> Result<&'a mut [u8]> {
+    match inner {
+        Inner::Cpu(c) => Ok(c.as_bytes_mut()),
+        Inner::Mapped(m) => m.bytes_mut().ok_or(Error::ReadOnly { op }),
+        Inner::Pinned(p) => Ok(p.as_bytes_mut()),
+        Inner::Cuda(m) => Err(Error::NotOnHost {
+            op,
+            device: Device::Cuda(m.ordinal()),
+        }),
     }
 }
 
@@ -1117,6 +1293,7 @@ mod nd;
 mod random;
 mod reduce;
 mod select;
+mod shared;
 
 pub use nd::BinaryRhs;
 pub use reduce::{Reduced, reduce_dtype};

@@ -92,7 +92,7 @@ fn bad_mappings_are_typed_errors() {
 fn shared_names_are_checked() {
     let name = format!("t{}-names", std::process::id());
     let s = Storage::create_shared(&name, DType::I32, 16).unwrap();
-    assert_eq!(s.shared_name(), Some(name.as_str()));
+    assert_eq!(s.shared_name().as_deref(), Some(name.as_str()));
     assert!(matches!(
         Storage::create_shared(&name, DType::I32, 16),
         Err(Error::SharedExists { .. })

@@ -137,7 +137,7 @@ mod gpu {
             let y = Tensor::full(&[n], 1.0f32, dev)?;
             for (batching, suffix) in [(true, ""), (false, "_unbatched")] {
                 ctx.set_batching(batching)?;
-                let mut x = Tensor::zeros(&[n], DType::F32, dev)?;
+                let x = Tensor::zeros(&[n], DType::F32, dev)?;
                 let (med, min) = wall(21, || {
                     for _ in 0..ADDS {
                         x.add_(&y)?;
@@ -377,7 +377,7 @@ mod gpu {
             min_ms: min,
             note: "device time between events around the op".into(),
         });
-        let mut y = (&x * 1.0)?; // a copy of its own
+        let y = (&x * 1.0)?; // a copy of its own
         // Bytes as torch_ref counts them: data and mask read, half the data written.
         let fill_bytes = n * 4 + n + n * 2;
         let (med, min) = wall(30, || {

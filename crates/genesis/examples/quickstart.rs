@@ -72,7 +72,7 @@ fn tour(device: Device) -> genesis::Result<()> {
         m.t()?.is_contiguous(),
         m.t()?.contiguous()?.is_contiguous()
     );
-    let mut z = Tensor::zeros(&[3, 4], DType::F32, device)?;
+    let z = Tensor::zeros(&[3, 4], DType::F32, device)?;
     z.index_fill(&s![.., 1..3], 5.0)?;
     println!("z[:, 1:3] = 5 -> {z}");
 

@@ -338,7 +338,7 @@ impl Tensor {
 
     /// In place `self = op(self, rhs)` for a tensor or a scalar (see [`Tensor::binary_`]).
     #[track_caller]
-    pub(crate) fn binary_operand_(&mut self, op: BinaryOp, rhs: OperandRef<'_>) -> Result<()> {
+    pub(crate) fn binary_operand_(&self, op: BinaryOp, rhs: OperandRef<'_>) -> Result<()> {
         if self.needs_promotion(op, rhs) {
             return self.binary_promoted_(op, rhs);
         }

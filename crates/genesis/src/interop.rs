@@ -62,7 +62,23 @@ fn swap_bytes(bytes: &mut [u8], size: usize) {
 struct HostTensor<'a> {
     dtype: StDtype,
     shape: Vec<usize>,
-    data: Cow<'a, [u8]>,
+    data: HostData<'a>,
+}
+
+/// The bytes of a [`HostTensor`]: a range of a host storage, read-locked (no tensor sharing
+/// the storage writes it meanwhile), or a copy.
+enum HostData<'a> {
+    Locked(genesis_storage::HostBytes<'a>, std::ops::Range<usize>),
+    Owned(Vec<u8>),
+}
+
+impl HostData<'_> {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            HostData::Locked(b, r) => &b[r.clone()],
+            HostData::Owned(v) => v,
+        }
+    }
 }
 
 impl HostTensor<'_> {
@@ -73,20 +89,21 @@ impl HostTensor<'_> {
         let borrowed = if t.is_contiguous() {
             t.view.storage().host_bytes().and_then(|b| {
                 let start = t.layout().offset().checked_mul(size)?;
-                b.get(start..start.checked_add(t.numel().checked_mul(size)?)?)
+                let end = start.checked_add(t.numel().checked_mul(size)?)?;
+                (end <= b.len()).then_some(HostData::Locked(b, start..end))
             })
         } else {
             None
         };
         let data = match borrowed {
-            Some(b) => Cow::Borrowed(b),
-            None => Cow::Owned(t.view.contiguous()?.to_bytes()?),
+            Some(b) => b,
+            None => HostData::Owned(t.view.contiguous()?.to_bytes()?),
         };
         #[cfg(target_endian = "big")]
         let data = {
-            let mut v = data.into_owned();
+            let mut v = data.bytes().to_vec();
             swap_bytes(&mut v, size);
-            Cow::Owned(v)
+            HostData::Owned(v)
         };
         Ok(HostTensor {
             dtype: to_st_dtype(t.dtype()),
@@ -106,11 +123,11 @@ impl StView for &HostTensor<'_> {
     }
 
     fn data(&self) -> Cow<'_, [u8]> {
-        Cow::Borrowed(&self.data)
+        Cow::Borrowed(self.data.bytes())
     }
 
     fn data_len(&self) -> usize {
-        self.data.len()
+        self.data.bytes().len()
     }
 }
 

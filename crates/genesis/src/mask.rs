@@ -51,11 +51,26 @@ impl Tensor {
     }
 
     /// In place: `self[mask] = value`, `mask` (`Bool`, same device) broadcast to `self`'s
-    /// shape. `self` must be contiguous and hold its storage alone; `value` must be
-    /// representable in its dtype. Allocates nothing when `mask` has `self`'s shape and is
-    /// contiguous.
+    /// shape; `value` must be representable in the dtype. `self` may be any tensor, a
+    /// strided view included: the write goes to its storage and every tensor sharing it sees
+    /// it (PyTorch's semantics). Allocates nothing when `self` is contiguous and `mask` has
+    /// its shape and is contiguous; a strided `self` is filled through a temporary. Bumps
+    /// [`Tensor::version`].
+    ///
+    /// ```
+    /// use genesis::{Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let x = Tensor::from_slice(&[3.0f32, -1.0, 4.0, -1.5], &[2, 2], Device::Cpu)?;
+    /// let y = x.contiguous()?; // x is contiguous: y is x (as in PyTorch)
+    /// y.masked_fill_(&y.lt_scalar(0.0)?, 0.0)?;
+    /// assert_eq!(x.to_vec::<f32>()?, [3.0, 0.0, 4.0, 0.0]); // seen through x
+    /// x.t()?.masked_fill_(&Tensor::from_bools(&[true, false], &[2], Device::Cpu)?, 9.0)?;
+    /// assert_eq!(x.to_vec::<f32>()?, [9.0, 9.0, 4.0, 0.0]); // column 0 of x.t() is row 0 of x
+    /// # Ok(())
+    /// # }
+    /// ```
     #[track_caller]
-    pub fn masked_fill_(&mut self, mask: &Tensor, value: impl Scalar) -> Result<()> {
+    pub fn masked_fill_(&self, mask: &Tensor, value: impl Scalar) -> Result<()> {
         let op = "masked_fill";
         check_mask(op, self, mask)?;
         let shape = broadcast_shape(op, self.shape(), mask.shape())?;
@@ -68,16 +83,16 @@ impl Tensor {
         }
         let bytes = scalar_storage(op, self.dtype(), value.value())?.to_bytes()?;
         let (m, m0) = mask.dense_operand(self.shape())?;
-        let (start, n) = (self.in_place_start(op)?, self.numel());
-        self.exclusive_storage(op)?
-            .masked_fill_at(start, &m, m0, n, &bytes)?;
+        self.view
+            .storage()
+            .masked_fill_shared(self.layout(), &m, m0, &bytes)?;
         Ok(())
     }
 
     /// A copy of `self` with `value` where `mask` is true (see [`Tensor::masked_fill_`]).
     #[track_caller]
     pub fn masked_fill(&self, mask: &Tensor, value: impl Scalar) -> Result<Tensor> {
-        let mut out = Tensor::from_storage(self.view.contiguous()?, self.shape())?;
+        let out = Tensor::from_storage(self.view.contiguous()?, self.shape())?;
         out.masked_fill_(mask, value)?;
         Ok(out)
     }

@@ -153,14 +153,19 @@ impl Tensor {
     }
 
     /// [`Tensor::matmul`] written into `out`, which must have the result's shape, dtype and
-    /// device, be contiguous and hold its storage alone. Allocates nothing when the operands
-    /// are contiguous.
+    /// device (any tensor: a view's write is seen by every tensor sharing its storage).
+    /// Allocates nothing when the operands are contiguous and `out` is contiguous and shares
+    /// no storage with them; otherwise the product is computed first and copied in.
     #[track_caller]
     pub fn matmul_out(&self, other: &Tensor, out: &mut Tensor) -> Result<()> {
         let (p, shape, [(a, a0), (b, b0)]) = self.matmul_parts(other)?;
+        if !out.is_contiguous() || out.shares_storage(self) || out.shares_storage(other) {
+            crate::ops::check_out_shape("matmul", self, &p.out_shape, out)?;
+            return out.copy_(&self.matmul(other)?);
+        }
         let out_start = check_out("matmul", self, &p.out_shape, out)?;
-        let dst = out.exclusive_storage("matmul")?;
-        a.matmul_into(a0, &b, b0, shape, dst, out_start)?;
-        Ok(())
+        out.write_storage("matmul", &[&a, &b], |dst| {
+            Ok(a.matmul_into(a0, &b, b0, shape, dst, out_start)?)
+        })
     }
 }

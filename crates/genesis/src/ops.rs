@@ -156,10 +156,12 @@ impl Tensor {
         self.binary_scalar_value(BinaryOp::Pow, exponent.value())
     }
 
-    /// Writes `op(self, other)` into `out`, which must already have the broadcast shape,
-    /// the operands' dtype and device, be contiguous, and hold its storage alone (PyTorch's
-    /// `out=`). Nothing is allocated when both operands are contiguous at the output's shape.
-    /// On error `out` is unchanged.
+    /// Writes `op(self, other)` into `out`, which must already have the broadcast shape and
+    /// the operands' dtype and device (PyTorch's `out=`; `out` is not resized). `out` may be
+    /// any tensor, a view of a larger one included; the write is seen by every tensor that
+    /// shares its storage. Nothing is allocated when `out` is contiguous, shares no storage
+    /// with the operands, and both operands are contiguous at its shape; otherwise the result
+    /// is computed first and copied in. On error `out` is unchanged.
     ///
     /// ```
     /// use genesis::{BinaryOp, Device, Tensor};
@@ -176,25 +178,34 @@ impl Tensor {
         let name = op.name();
         self.check_operands(name, other)?;
         let shape = broadcast_shape(name, self.shape(), other.shape())?;
-        let out_start = check_out(name, self, &shape, out)?;
+        check_out_shape(name, self, &shape, out)?;
+        if !out.is_contiguous() || out.shares_storage(self) || out.shares_storage(other) {
+            return out.copy_(&self.binary(op, other)?);
+        }
+        let out_start = out.first_element();
         let (a, a_start) = self.dense_operand(&shape)?;
         let (b, b_start) = other.dense_operand(&shape)?;
         let n = out.numel();
-        let dst = out.exclusive_storage(name)?;
-        a.binary_into(op, a_start, &b, b_start, dst, out_start, n)?;
-        Ok(())
+        out.write_storage(name, &[&a, &b], |dst| {
+            Ok(a.binary_into(op, a_start, &b, b_start, dst, out_start, n)?)
+        })
     }
 
-    /// Writes `op(self)` into `out` (same shape, dtype and device; contiguous; exclusive).
+    /// Writes `op(self)` into `out` (same shape, dtype and device; any tensor, as for
+    /// [`Tensor::binary_out`]).
     #[track_caller]
     pub fn unary_out(&self, op: UnaryOp, out: &mut Tensor) -> Result<()> {
         let name = op.name();
-        let out_start = check_out(name, self, self.shape(), out)?;
+        check_out_shape(name, self, self.shape(), out)?;
+        if !out.is_contiguous() || out.shares_storage(self) {
+            return out.copy_(&self.unary(op)?);
+        }
+        let out_start = out.first_element();
         let (a, a_start) = self.dense_operand(self.shape())?;
         let n = out.numel();
-        let dst = out.exclusive_storage(name)?;
-        a.unary_into(op, a_start, dst, out_start, n)?;
-        Ok(())
+        out.write_storage(name, &[&a], |dst| {
+            Ok(a.unary_into(op, a_start, dst, out_start, n)?)
+        })
     }
 
     /// `out = self + other` (see [`Tensor::binary_out`]).
@@ -228,13 +239,26 @@ impl Tensor {
     }
 }
 
-/// Checks an `_out` destination against the result it is to hold; returns its first element.
+/// Checks an `_out` destination against the result it is to hold (as [`check_out_shape`]);
+/// returns its first element, for destinations that must be contiguous.
 pub(crate) fn check_out(
     op: &'static str,
     like: &Tensor,
     shape: &[usize],
     out: &Tensor,
 ) -> Result<usize> {
+    check_out_shape(op, like, shape, out)?;
+    out.in_place_start(op)
+}
+
+/// Checks an `_out` destination against the result it is to hold: its shape, dtype and
+/// device (it may be any view).
+pub(crate) fn check_out_shape(
+    op: &'static str,
+    like: &Tensor,
+    shape: &[usize],
+    out: &Tensor,
+) -> Result<()> {
     if out.shape() != shape {
         return Err(Error::InvalidArgument {
             op,
@@ -244,6 +268,5 @@ pub(crate) fn check_out(
             ),
         });
     }
-    like.check_operands(op, out)?;
-    out.in_place_start(op)
+    like.check_operands(op, out)
 }

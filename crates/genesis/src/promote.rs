@@ -302,7 +302,7 @@ impl Tensor {
     /// dtype and the result is converted to `self`'s, which must be a dtype it can be cast to
     /// (no float into an integer tensor, nothing but bool into a bool tensor).
     #[track_caller]
-    pub(crate) fn binary_promoted_(&mut self, op: BinaryOp, rhs: OperandRef<'_>) -> Result<()> {
+    pub(crate) fn binary_promoted_(&self, op: BinaryOp, rhs: OperandRef<'_>) -> Result<()> {
         let name = op.name();
         let r = self.binary_result_type(op, rhs)?;
         if !can_cast(r, self.dtype()) {
@@ -324,13 +324,8 @@ impl Tensor {
                 });
             }
         }
-        self.in_place_start(name)?;
         let out = self.binary_promoted(op, rhs)?.cast_to(self.dtype())?;
-        let layout = self.layout().clone();
-        let src = std::sync::Arc::clone(out.view.storage());
-        self.exclusive_storage(name)?
-            .copy_strided_from(&layout, &src, out.layout())?;
-        Ok(())
+        self.copy_(&out)
     }
 
     /// `op(self, other)` as a `Bool` tensor, the operands promoted to their common dtype.
@@ -390,9 +385,8 @@ impl Tensor {
     /// to `self`'s dtype, which must hold it (a float result into an integer or bool tensor
     /// is an error, as in PyTorch).
     #[track_caller]
-    pub(crate) fn unary_promoted_(&mut self, op: UnaryOp) -> Result<()> {
+    pub(crate) fn unary_promoted_(&self, op: UnaryOp) -> Result<()> {
         let name = op.name();
-        self.in_place_start(name)?;
         let out = self.unary_promoted(op)?;
         if !can_cast(out.dtype(), self.dtype()) {
             return Err(Error::InvalidArgument {
@@ -404,12 +398,7 @@ impl Tensor {
                 ),
             });
         }
-        let out = out.cast_to(self.dtype())?;
-        let layout = self.layout().clone();
-        let src = std::sync::Arc::clone(out.view.storage());
-        self.exclusive_storage(name)?
-            .copy_strided_from(&layout, &src, out.layout())?;
-        Ok(())
+        self.copy_(&out.cast_to(self.dtype())?)
     }
 
     /// A 0-d tensor of `value` in `dtype` on `device` (the value must be representable).

@@ -14,9 +14,26 @@ use crate::{Error, Result};
 
 /// A multi-dimensional array on a device: a shared [`Storage`] seen through a [`Layout`].
 ///
-/// Cloning a tensor is cheap: the clone shares the storage. View operations (`view`,
-/// `transpose`, `narrow`, basic indexing, ...) return tensors sharing the storage too; it stays
-/// alive, and its memory out of the pool, until the last of them is dropped.
+/// # Views and writes (PyTorch's semantics)
+///
+/// View operations (`view`, `transpose`, `narrow`, `expand`, basic indexing `i(...)`, ...)
+/// return tensors that share the storage; it stays alive, and its memory out of the pool,
+/// until the last of them is dropped. Writes through any of them — the in-place ops
+/// (`add_`, `mul_`, `exp_`, `binary_`, `unary_`, `masked_fill_`, `fill_`, `zero_`, `copy_`,
+/// `index_put`, `+=`, ...) — take `&self`, work on any view (strided ones included), and are
+/// seen through every tensor that shares the storage: `m.i(&s![2..5, 3..7])?.fill_(0.0)?` is
+/// PyTorch's `m[2:5, 3:7] = 0`. Each write bumps the storage's [`Tensor::version`].
+///
+/// Soundness: the storage's memory is behind a reader–writer lock (reads share it, a write
+/// holds it alone, across threads too); host bytes are only lent out under a guard that holds
+/// the read lock. An operand that overlaps the destination in one storage is read before the
+/// write, so the result is computed from the values before it.
+///
+/// # Two kinds of clone
+///
+/// [`Clone::clone`] (`t.clone()`) is cheap: another handle to the same storage (a view of
+/// all of it), so writes through either are seen by both. [`Tensor::deep_clone`] is
+/// PyTorch's `torch.clone`: a copy in a new storage.
 #[derive(Clone)]
 pub struct Tensor {
     pub(crate) view: View,
@@ -258,7 +275,9 @@ impl Tensor {
         self.view.shares_storage(&other.view)
     }
 
-    /// A contiguous tensor with the same elements: this one (shared) when it already is one.
+    /// A contiguous tensor with the same elements: this one (another handle to its storage,
+    /// so writes through either are seen by both, as in PyTorch) when it already is one, else
+    /// a copy. [`Tensor::deep_clone`] always copies.
     #[track_caller]
     pub fn contiguous(&self) -> Result<Tensor> {
         if self.is_contiguous() {
@@ -476,9 +495,8 @@ impl Tensor {
         }
         // Each input is one strided copy into its slice of the output (a byte copy, a 2-D copy
         // or the strided kernel, as the two layouts allow).
-        let mut out = Tensor::empty(&shape, first.dtype(), first.device())?;
+        let mut dst = Storage::empty(numel_of("cat", &shape)?, first.dtype(), first.device())?;
         let full = Layout::contiguous(&shape);
-        let dst = out.exclusive_storage("cat")?;
         let mut at = 0usize;
         for t in tensors {
             let n = t.shape()[d];
@@ -488,7 +506,7 @@ impl Tensor {
             }
             at += n;
         }
-        Ok(out)
+        Tensor::from_storage(dst, &shape)
     }
 
     /// Stacks tensors of one shape along a new dimension `dim` (in `-(rank+1)..=rank`).
@@ -523,31 +541,82 @@ impl Tensor {
         })
     }
 
-    fn assign(&mut self, items: &[IndexItem], value: Value<'_>, accumulate: bool) -> Result<()> {
-        // Writes go to the shared storage: every view of it sees them, as in PyTorch.
-        let layout = self.layout().clone();
-        let storage = self.exclusive_storage("index_put")?;
-        genesis_index::set(storage, &layout, items, value, accumulate)?;
-        Ok(())
+    fn assign(&self, items: &[IndexItem], value: Value<'_>, accumulate: bool) -> Result<()> {
+        // Writes go to the shared storage, under its write lock: every view of it sees them,
+        // as in PyTorch. Operands that live in the same storage are copied first (the answer
+        // of the values before the write, and no read of a storage being written).
+        let storage = self.view.storage();
+        let own = |v: &View| -> Result<View> {
+            Ok(View::with_layout(
+                Arc::new(v.contiguous()?),
+                Layout::contiguous(v.layout().shape()),
+            )?)
+        };
+        let items = items
+            .iter()
+            .map(|item| match item {
+                IndexItem::Stored(ix) if Arc::ptr_eq(ix.view.storage(), storage) => {
+                    Ok(IndexItem::stored(own(&ix.view)?))
+                }
+                other => Ok(other.clone()),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let own_value;
+        let value = match value {
+            Value::Tensor(v) if Arc::ptr_eq(v.storage(), storage) => {
+                own_value = own(v)?;
+                Value::Tensor(&own_value)
+            }
+            v => v,
+        };
+        // Every storage the assignment reads, for the lock order.
+        let mut sources: Vec<&Storage> = items
+            .iter()
+            .filter_map(|item| match item {
+                IndexItem::Stored(ix) => Some(&**ix.view.storage()),
+                _ => None,
+            })
+            .collect();
+        if let Value::Tensor(v) = &value {
+            sources.push(v.storage());
+        }
+        sources.dedup_by(|a, b| std::ptr::eq(*a, *b));
+        let layout = self.layout();
+        self.write_storage("index_put", &sources, |s| {
+            genesis_index::set(s, layout, &items, value, accumulate).map_err(Error::from)
+        })
     }
 
-    fn view_storage_mut(&mut self) -> &mut Arc<Storage> {
-        self.view.storage_mut()
-    }
-
-    /// `self[items] = value` (`value` broadcast to the indexed shape).
-    pub fn index_put(&mut self, items: &[IndexItem], value: &Tensor) -> Result<()> {
+    /// `self[items] = value` (`value` broadcast to the indexed shape), in place: the write goes
+    /// to the storage, so every tensor that shares it (a view of `self`, or `self` a view of
+    /// it) sees it, as in PyTorch. A `value` or an index tensor that shares `self`'s storage
+    /// is read before the write.
+    ///
+    /// ```
+    /// use genesis::{DType, Device, Tensor, s};
+    /// # fn main() -> genesis::Result<()> {
+    /// let m = Tensor::zeros(&[3, 4], DType::F32, Device::Cpu)?;
+    /// let row = m.i(&s![1])?; // a view of row 1
+    /// m.index_put(&s![1, 1..3], &Tensor::full(&[2], 5.0f32, Device::Cpu)?)?;
+    /// assert_eq!(row.to_vec::<f32>()?, [0.0, 5.0, 5.0, 0.0]);
+    /// row.index_fill(&s![..;3], -1.0)?; // through the view, seen by `m`
+    /// assert_eq!(m.i(&s![1])?.to_vec::<f32>()?, [-1.0, 5.0, 5.0, -1.0]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn index_put(&self, items: &[IndexItem], value: &Tensor) -> Result<()> {
         self.assign(items, Value::Tensor(&value.view), false)
     }
 
-    /// `self[items] += value`, adding at duplicate indices.
-    pub fn index_add(&mut self, items: &[IndexItem], value: &Tensor) -> Result<()> {
+    /// `self[items] += value`, adding at duplicate indices (in place, as
+    /// [`Tensor::index_put`]).
+    pub fn index_add(&self, items: &[IndexItem], value: &Tensor) -> Result<()> {
         self.assign(items, Value::Tensor(&value.view), true)
     }
 
     /// `self[items] = value` for a scalar, which must be representable in the dtype (as for
-    /// [`Tensor::masked_fill`] and [`Tensor::full_like`]).
-    pub fn index_fill(&mut self, items: &[IndexItem], value: impl Scalar) -> Result<()> {
+    /// [`Tensor::masked_fill`] and [`Tensor::full_like`]); in place, as [`Tensor::index_put`].
+    pub fn index_fill(&self, items: &[IndexItem], value: impl Scalar) -> Result<()> {
         let v = value.value();
         let s = self.scalar_tensor_like("index_fill", v)?;
         match v {
@@ -660,15 +729,29 @@ impl Tensor {
         Tensor::from_storage(a.unary_at(op, start, self.numel())?, self.shape())
     }
 
-    /// In place: `self = op(self, other)`, `other` broadcast to `self`'s shape. `self` must be
-    /// contiguous and hold its storage alone (no other tensor shares it). Nothing is
-    /// allocated when `other` has `self`'s dtype: a broadcast or strided `other` is read in
-    /// place through its layout. Otherwise the op computes in the promoted dtype
-    /// ([`result_type`](crate::result_type)) and the result is converted to `self`'s dtype,
-    /// which must be one it can be cast to (a float result into an integer tensor is an
-    /// error, as in PyTorch).
+    /// In place: `self = op(self, other)`, `other` broadcast to `self`'s shape. `self` may be
+    /// any tensor, a strided view included: the write goes to its storage, and every tensor
+    /// that shares the storage sees it (PyTorch's in-place semantics). A contiguous `self` is
+    /// written by the in-place kernel (nothing allocated; a broadcast or strided `other` is
+    /// read through its layout); a strided one is computed into a temporary and copied back.
+    /// An `other` that shares `self`'s storage is read before the write, so overlapping views
+    /// give the answer of the values before it. When `other` has another dtype the op computes
+    /// in the promoted dtype ([`result_type`](crate::result_type)) and the result is converted
+    /// to `self`'s dtype, which must be one it can be cast to (a float result into an integer
+    /// tensor is an error, as in PyTorch). Bumps [`Tensor::version`].
+    ///
+    /// ```
+    /// use genesis::{BinaryOp, DType, Device, Tensor, s};
+    /// # fn main() -> genesis::Result<()> {
+    /// let m = Tensor::arange(0.0, 6.0, 1.0, DType::F32, Device::Cpu)?.reshape(&[2, 3])?;
+    /// let col = m.i(&s![.., 1])?; // a strided view: column 1
+    /// col.binary_(BinaryOp::Mul, &Tensor::full(&[2], 10.0f32, Device::Cpu)?)?;
+    /// assert_eq!(m.to_vec::<f32>()?, [0.0, 10.0, 2.0, 3.0, 40.0, 5.0]);
+    /// # Ok(())
+    /// # }
+    /// ```
     #[track_caller]
-    pub fn binary_(&mut self, op: BinaryOp, other: &Tensor) -> Result<()> {
+    pub fn binary_(&self, op: BinaryOp, other: &Tensor) -> Result<()> {
         if self.needs_promotion(op, OperandRef::Tensor(other)) {
             return self.binary_promoted_(op, OperandRef::Tensor(other));
         }
@@ -682,82 +765,174 @@ impl Tensor {
                 rhs: other.shape().to_vec(),
             });
         }
-        let start = self.in_place_start(name)?;
-        if other.shape() == self.shape() && other.is_contiguous() {
-            let (rhs, rhs_start) = other.dense_operand(self.shape())?;
-            let n = self.numel();
-            self.exclusive_storage(name)?
-                .binary_assign(op, start, &rhs, rhs_start, n)?;
-        } else {
-            // A broadcast or strided operand is read in place through its layout.
-            let layout = other.layout().expand(self.shape())?;
-            let (rhs, shape) = (Arc::clone(other.view.storage()), self.shape().to_vec());
-            self.exclusive_storage(name)?.binary_strided_assign(
-                op,
-                start,
-                &shape,
-                BinaryRhs::Tensor(&rhs, &layout),
-            )?;
-        }
+        // A broadcast or strided operand is read in place through its layout.
+        let layout = other.layout().expand(self.shape())?;
+        self.view.storage().binary_assign_shared(
+            op,
+            self.layout(),
+            BinaryRhs::Tensor(other.view.storage(), &layout),
+        )?;
         Ok(())
     }
 
-    /// In place: `self = op(self)`. `self` must be contiguous and hold its storage alone.
-    /// Allocates nothing for the dtypes the kernels have; a float result into an integer or
-    /// bool tensor is an error (as in PyTorch).
+    /// In place: `self = op(self)`, for any tensor (a strided view included; see
+    /// [`Tensor::binary_`]). A contiguous `self` of a dtype the kernels have allocates
+    /// nothing; a float result into an integer or bool tensor is an error (as in PyTorch).
     #[track_caller]
-    pub fn unary_(&mut self, op: UnaryOp) -> Result<()> {
+    pub fn unary_(&self, op: UnaryOp) -> Result<()> {
         if !has_kernels(self.dtype()) || (op.float_only() && !self.dtype().is_float()) {
             return self.unary_promoted_(op);
         }
-        let (start, n) = (self.in_place_start(op.name())?, self.numel());
-        self.exclusive_storage(op.name())?
-            .unary_assign(op, start, n)?;
+        self.view.storage().unary_assign_shared(op, self.layout())?;
         Ok(())
     }
 
     /// In place `self += other`, a tensor or a [`Scalar`](crate::Scalar) (see [`Tensor::binary_`]).
     #[track_caller]
-    pub fn add_(&mut self, other: impl Operand) -> Result<()> {
+    pub fn add_(&self, other: impl Operand) -> Result<()> {
         self.binary_operand_(BinaryOp::Add, other.operand())
     }
 
     /// In place `self -= other`.
     #[track_caller]
-    pub fn sub_(&mut self, other: impl Operand) -> Result<()> {
+    pub fn sub_(&self, other: impl Operand) -> Result<()> {
         self.binary_operand_(BinaryOp::Sub, other.operand())
     }
 
     /// In place `self *= other`.
     #[track_caller]
-    pub fn mul_(&mut self, other: impl Operand) -> Result<()> {
+    pub fn mul_(&self, other: impl Operand) -> Result<()> {
         self.binary_operand_(BinaryOp::Mul, other.operand())
     }
 
     /// In place `self /= other` (float dtypes).
     #[track_caller]
-    pub fn div_(&mut self, other: impl Operand) -> Result<()> {
+    pub fn div_(&self, other: impl Operand) -> Result<()> {
         self.binary_operand_(BinaryOp::Div, other.operand())
     }
 
     /// In place `self = e^self` (float dtypes).
     #[track_caller]
-    pub fn exp_(&mut self) -> Result<()> {
+    pub fn exp_(&self) -> Result<()> {
         self.unary_(UnaryOp::Exp)
     }
 
     /// In place `self = max(self, 0)`.
     #[track_caller]
-    pub fn relu_(&mut self) -> Result<()> {
+    pub fn relu_(&self) -> Result<()> {
         self.unary_(UnaryOp::Relu)
     }
 
+    /// In place: every element of `self` becomes `value` (PyTorch's `fill_`), which must be
+    /// representable in the dtype. `self` may be any view (a slice, a column, a transpose):
+    /// the elements it sees are written in its storage, and every tensor sharing the storage
+    /// sees them. A view that repeats elements (an `expand`) is an error. On CUDA the value
+    /// is broadcast by the strided-copy kernel. Bumps [`Tensor::version`].
+    ///
+    /// ```
+    /// use genesis::{DType, Device, Tensor, s};
+    /// # fn main() -> genesis::Result<()> {
+    /// let m = Tensor::ones(&[6, 8], DType::F32, Device::Cpu)?;
+    /// m.i(&s![2..5, 3..7])?.fill_(0.0)?; // PyTorch's m[2:5, 3:7] = 0
+    /// assert_eq!(m.sum()?.to_vec::<f32>()?, [48.0 - 12.0]);
+    /// m.t()?.i(&s![0])?.fill_(7.0)?; // column 0, through a transpose
+    /// assert_eq!(m.i(&s![.., 0])?.to_vec::<f32>()?, [7.0; 6]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn fill_(&self, value: impl Scalar) -> Result<()> {
+        let one = crate::args::scalar_storage("fill_", self.dtype(), value.value())?;
+        self.view.storage().fill_shared(self.layout(), &one)?;
+        Ok(())
+    }
+
+    /// In place: every element of `self` becomes 0 (PyTorch's `zero_`; see [`Tensor::fill_`]).
+    #[track_caller]
+    pub fn zero_(&self) -> Result<()> {
+        self.fill_(0)
+    }
+
+    /// In place: `self`'s elements become `src`'s (PyTorch's `copy_`): `src` is broadcast to
+    /// `self`'s shape, converted to `self`'s dtype, and may be on any device. `self` may be
+    /// any view; an `src` that overlaps `self` in one storage is read before the write.
+    ///
+    /// ```
+    /// use genesis::{DType, Device, Tensor, s};
+    /// # fn main() -> genesis::Result<()> {
+    /// let x = Tensor::arange(0.0, 5.0, 1.0, DType::F32, Device::Cpu)?;
+    /// x.i(&s![1..])?.copy_(&x.i(&s![..4])?)?; // overlapping views: shift right by one
+    /// assert_eq!(x.to_vec::<f32>()?, [0.0, 0.0, 1.0, 2.0, 3.0]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn copy_(&self, src: &Tensor) -> Result<()> {
+        let op = "copy_";
+        let shape = broadcast_shape(op, self.shape(), src.shape())?;
+        if shape != self.shape() {
+            return Err(Error::ShapeMismatch {
+                op,
+                lhs: self.shape().to_vec(),
+                rhs: src.shape().to_vec(),
+            });
+        }
+        let converted;
+        let src = if src.dtype() == self.dtype() {
+            src
+        } else {
+            converted = src.to_dtype(self.dtype())?;
+            &converted
+        };
+        let layout = src.layout().expand(self.shape())?;
+        self.view
+            .storage()
+            .copy_strided_from_shared(self.layout(), src.view.storage(), &layout)?;
+        Ok(())
+    }
+
+    /// A new tensor with a copy of this one's elements (PyTorch's `torch.clone`): same shape,
+    /// dtype and device, contiguous, in its own storage, so writes to either are not seen by
+    /// the other. [`Clone::clone`] (`t.clone()`) is different: it makes another handle to the
+    /// same storage, as a view does.
+    ///
+    /// ```
+    /// use genesis::{Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let x = Tensor::from_slice(&[1.0f32, 2.0], &[2], Device::Cpu)?;
+    /// let (deep, handle) = (x.deep_clone()?, x.clone());
+    /// x.fill_(0.0)?;
+    /// assert_eq!(deep.to_vec::<f32>()?, [1.0, 2.0]); // its own storage
+    /// assert_eq!(handle.to_vec::<f32>()?, [0.0, 0.0]); // the same storage
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn deep_clone(&self) -> Result<Tensor> {
+        let s = self.view.storage();
+        let own = if s.is_pinned() {
+            self.view.contiguous()?.to_pinned()?
+        } else {
+            self.view.contiguous()?
+        };
+        Tensor::from_storage(own, self.shape())
+    }
+
+    /// How many times this tensor's storage has been written in place (PyTorch's
+    /// `_version`): every in-place op, fill, copy, index assignment or masked fill through
+    /// any tensor that shares the storage adds one. A new tensor starts at 0.
+    pub fn version(&self) -> u64 {
+        self.view.storage().version()
+    }
+
+    /// The first element of a contiguous tensor (an error for a strided one), for the `_out`
+    /// destinations, which are written as one run.
     pub(crate) fn in_place_start(&self, op: &'static str) -> Result<usize> {
         if !self.is_contiguous() {
             return Err(Error::InvalidArgument {
                 op,
                 reason: format!(
-                    "in-place ops need a contiguous tensor; this one has shape {:?} and strides {:?} (call contiguous() first)",
+                    "the destination must be contiguous here; this one has shape {:?} and strides {:?}",
                     self.shape(),
                     self.strides()
                 ),
@@ -778,11 +953,16 @@ impl Tensor {
         }
     }
 
-    pub(crate) fn exclusive_storage(&mut self, op: &'static str) -> Result<&mut Storage> {
-        Arc::get_mut(self.view_storage_mut()).ok_or(Error::InvalidArgument {
-            op,
-            reason: "the tensor shares its storage with other tensors; an in-place op needs an exclusive handle (drop the other views, or work on a copy)".into(),
-        })
+    /// Runs `f` on this tensor's storage under its write lock, `f` reading (only) the
+    /// storages `sources` (the way `_out` forms and in-place ops write a storage that views
+    /// share; see [`Storage::with_exclusive_reading`]).
+    pub(crate) fn write_storage<R>(
+        &self,
+        op: &'static str,
+        sources: &[&Storage],
+        f: impl FnOnce(&mut Storage) -> Result<R>,
+    ) -> Result<R> {
+        self.view.storage().with_exclusive_reading(op, sources, f)
     }
 
     /// `op(self, scalar)` elementwise, the scalar taken in `self`'s dtype: it is converted to
@@ -973,12 +1153,13 @@ macro_rules! tensor_assign_operator {
         /// In place, `self` op= `rhs` (`rhs` broadcast to `self`'s shape): the compound
         /// assignment form of
         #[doc = concat!("[`Tensor::", $fallible, "`],")]
-        /// allocating nothing when `rhs` has `self`'s shape and is contiguous.
+        /// on any view (the write is seen through every tensor sharing the storage),
+        /// allocating nothing when `self` is contiguous.
         ///
         /// # Panics
         ///
         /// When the in-place op fails (shapes that do not broadcast to `self`'s, another dtype
-        /// or device, a `self` that is not contiguous or shares its storage): Rust's compound
+        /// or device, a `self` that repeats elements, as an `expand` does): Rust's compound
         /// assignment cannot return an error, so the error's message becomes the panic's,
         /// and nothing is written. Use
         #[doc = concat!("[`Tensor::", $fallible, "`]")]

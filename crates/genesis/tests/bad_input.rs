@@ -336,15 +336,15 @@ fn operations() {
         t(&[2, 3]).matmul_out(&t(&[3, 2]), &mut out_mm)
     });
     // In-place ops where the result does not fit, or the tensor is a shared broadcast view.
-    let mut small = t(&[3]);
+    let small = t(&[3]);
     s.err("add_(broadcast would grow self)", || small.add_(&a));
-    let mut expanded = t(&[1, 3]).expand(&[4usize, 3]).unwrap();
+    let expanded = t(&[1, 3]).expand(&[4usize, 3]).unwrap();
     s.err("add_(stride-0 view)", || expanded.add_(1.0f32));
-    let mut expanded2 = t(&[1, 3]).expand(&[4usize, 3]).unwrap();
+    let expanded2 = t(&[1, 3]).expand(&[4usize, 3]).unwrap();
     s.err("masked_fill_(stride-0 view)", || {
         expanded2.masked_fill_(&mask(&[4, 3]), 0.0)
     });
-    let mut ints_mut = ints.clone();
+    let ints_mut = ints.clone();
     s.err("exp_(i32)", || ints_mut.exp_());
     s.err("div_(i32, f32 tensor)", || ints_mut.div_(&a));
     // Reductions.
@@ -399,14 +399,14 @@ fn indexing() {
         vec![IndexItem::Int(i64::MIN)],
     ] {
         s.err(&format!("i({items:?})"), || x.i(&items));
-        let mut y = x.clone().contiguous().unwrap();
+        let y = x.clone().contiguous().unwrap();
         s.err(&format!("index_fill({items:?})"), || {
             y.index_fill(&items, 0.0)
         });
     }
     s.err("i(step 0)", || x.i(&s![.., 0..4;0]));
     s.err("i(negative step)", || x.i(&s![.., 0..4;-1]));
-    let mut y = t(&[3, 4]);
+    let y = t(&[3, 4]);
     s.err("index_put(value shape)", || y.index_put(&s![0], &t(&[5])));
     s.err("index_put(value dtype)", || {
         y.index_put(&s![0], &Tensor::zeros(&[4usize], DType::F64, CPU).unwrap())

@@ -136,7 +136,7 @@ mod gpu {
         let a = {
             let _g = StreamGuard::new(&s1);
             start.record(&s1).unwrap();
-            let mut a = Tensor::zeros(&[n], DType::F32, dev).unwrap();
+            let a = Tensor::zeros(&[n], DType::F32, dev).unwrap();
             for _ in 0..20 {
                 a.add_(&Tensor::ones(&[n], DType::F32, dev).unwrap())
                     .unwrap();

@@ -92,7 +92,7 @@ fn gathers_with_index_tensors_on_their_device() {
 fn out_of_range_device_indices_are_typed_errors_and_write_nothing() {
     let _release = Release;
     for dev in devices() {
-        let mut x = matrix(5, 4, dev);
+        let x = matrix(5, 4, dev);
         let before = f32s(&x);
         for (bad, want) in [([0i64, 5, 1], 5i64), ([0, 1, -6], -6)] {
             let idx = Tensor::from_slice(&bad, &[3], dev).unwrap();
@@ -140,8 +140,8 @@ fn assignment_through_device_indices_matches_the_host() {
         let v = Tensor::from_slice(&vals, &[6, 8], dev).unwrap();
         let vc = Tensor::from_slice(&vals, &[6, 8], Device::Cpu).unwrap();
         for accumulate in [false, true] {
-            let mut x = matrix(9, 8, dev);
-            let mut xc = matrix(9, 8, Device::Cpu);
+            let x = matrix(9, 8, dev);
+            let xc = matrix(9, 8, Device::Cpu);
             if accumulate {
                 x.index_add(&s![@&idx], &v).unwrap();
                 xc.index_add(&s![@host_index(&rows, &[6])], &vc).unwrap();
@@ -153,8 +153,8 @@ fn assignment_through_device_indices_matches_the_host() {
         }
         // Two index arrays (element keys), a scalar fill, and a 16-byte row that does not
         // divide: the general kernels.
-        let mut x = matrix(9, 7, dev);
-        let mut xc = matrix(9, 7, Device::Cpu);
+        let x = matrix(9, 7, dev);
+        let xc = matrix(9, 7, Device::Cpu);
         let (a, b) = ([8i64, 0, 8, 3], [6i64, 6, 6, -7]);
         let ta = Tensor::from_slice(&a, &[4], dev).unwrap();
         let tb = Tensor::from_slice(&b, &[4], dev)
@@ -216,8 +216,8 @@ fn masks_on_their_device_select_and_assign() {
             assert_eq!(got.shape(), want.shape(), "case {k} on {dev}");
             assert_eq!(f32s(&got), f32s(&want), "case {k} on {dev}");
             // Assignment through the same mask.
-            let mut y = Tensor::from_slice(&f32s(&src), src.shape(), dev).unwrap();
-            let mut yc = Tensor::from_slice(&f32s(&src), src.shape(), Device::Cpu).unwrap();
+            let y = Tensor::from_slice(&f32s(&src), src.shape(), dev).unwrap();
+            let yc = Tensor::from_slice(&f32s(&src), src.shape(), Device::Cpu).unwrap();
             y.index_fill(&on_device, -5.0).unwrap();
             yc.index_fill(&on_host, -5.0).unwrap();
             assert_eq!(f32s(&y), f32s(&yc), "fill case {k} on {dev}");

@@ -161,7 +161,7 @@ fn empty_views_at_an_offset() {
         v.argmin_dim(0, true),
         Err(genesis::Error::InvalidArgument { .. })
     ));
-    let mut y = genesis::Tensor::zeros(&[0, 3], genesis::DType::F32, Device::Cpu).unwrap();
+    let y = genesis::Tensor::zeros(&[0, 3], genesis::DType::F32, Device::Cpu).unwrap();
     y.mul_(&v).unwrap();
 }
 

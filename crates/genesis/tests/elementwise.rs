@@ -437,7 +437,7 @@ fn in_place_ops_match_out_of_place_and_allocate_nothing() {
             }
             for op in ops {
                 let want = f64s(&a.binary(op, &b).unwrap());
-                let mut x = (&a + 0.0).unwrap(); // a fresh storage of its own
+                let x = (&a + 0.0).unwrap(); // a fresh storage of its own
                 let x_copy = x.to(Device::Cpu).unwrap(); // keep the data, not the storage
                 let before = allocations(dev);
                 x.binary_(op, &b).unwrap();
@@ -450,7 +450,7 @@ fn in_place_ops_match_out_of_place_and_allocate_nothing() {
                 assert_eq!(f64s(&x), want, "{} {dtype} on {dev}", op.name());
                 // A broadcast operand, read in place (nothing allocated either), and a
                 // transposed one.
-                let mut y = x_copy.to(dev).unwrap();
+                let y = x_copy.to(dev).unwrap();
                 let before = allocations(dev);
                 y.binary_(op, &row).unwrap();
                 assert_eq!(
@@ -462,11 +462,11 @@ fn in_place_ops_match_out_of_place_and_allocate_nothing() {
                 let want = x_copy.to(dev).unwrap().binary(op, &row).unwrap();
                 assert_eq!(f64s(&y), f64s(&want));
                 let t = b.t().unwrap().contiguous().unwrap().t().unwrap();
-                let mut z = x_copy.to(dev).unwrap();
+                let z = x_copy.to(dev).unwrap();
                 z.binary_(op, &t).unwrap();
                 assert_eq!(f64s(&z), f64s(&a.binary(op, &b).unwrap()));
             }
-            let mut r = (&a + 0.0).unwrap();
+            let r = (&a + 0.0).unwrap();
             let before = allocations(dev);
             r.relu_().unwrap();
             if dtype.is_float() {
@@ -483,43 +483,45 @@ fn in_place_ops_match_out_of_place_and_allocate_nothing() {
             }
             assert_eq!(f64s(&r), f64s(&want));
         }
-        // A view into the middle of a storage: only the view's elements change.
-        let mut base = Tensor::arange(0.0, 12.0, 1.0, DType::F32, dev).unwrap();
-        {
-            let mut mid = base.narrow(0, 4, 4).unwrap();
-            let ones = Tensor::ones(&[4], DType::F32, dev).unwrap();
-            // `mid` shares `base`'s storage: refused while `base` is alive.
-            assert!(mid.add_(&ones).is_err());
-        }
-        let mut mid = base.narrow(0, 4, 4).unwrap();
-        drop(std::mem::replace(
-            &mut base,
-            Tensor::zeros(&[1], DType::F32, dev).unwrap(),
-        ));
-        mid.add_(&Tensor::ones(&[4], DType::F32, dev).unwrap())
-            .unwrap();
+        // A view into the middle of a storage: only the view's elements change, and the base
+        // sees them (PyTorch's view semantics).
+        let base = Tensor::arange(0.0, 12.0, 1.0, DType::F32, dev).unwrap();
+        let mid = base.narrow(0, 4, 4).unwrap();
+        let ones = Tensor::ones(&[4], DType::F32, dev).unwrap();
+        mid.add_(&ones).unwrap();
         assert_eq!(mid.to_vec::<f32>().unwrap(), vec![5.0, 6.0, 7.0, 8.0]);
+        let want: Vec<f32> = (0..12)
+            .map(|i| i as f32 + if (4..8).contains(&i) { 1.0 } else { 0.0 })
+            .collect();
+        assert_eq!(base.to_vec::<f32>().unwrap(), want);
     }
-    // Errors: non-contiguous, shape that would grow, dtype mismatch.
+    // A strided view is written in place through its layout.
     let m = Tensor::zeros(&[3, 4], DType::F32, Device::Cpu).unwrap();
-    let mut t = m.t().unwrap();
-    drop(m);
-    let e = t
-        .add_(&Tensor::zeros(&[4, 3], DType::F32, Device::Cpu).unwrap())
-        .unwrap_err();
-    assert!(e.to_string().contains("contiguous"), "{e}");
-    let mut v = Tensor::zeros(&[3], DType::F32, Device::Cpu).unwrap();
+    let t = m.t().unwrap();
+    t.add_(
+        &Tensor::arange(0.0, 12.0, 1.0, DType::F32, Device::Cpu)
+            .unwrap()
+            .reshape(&[4, 3])
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        m.to_vec::<f32>().unwrap(),
+        [0.0, 3.0, 6.0, 9.0, 1.0, 4.0, 7.0, 10.0, 2.0, 5.0, 8.0, 11.0]
+    );
+    // Errors: shape that would grow, dtype mismatch.
+    let v = Tensor::zeros(&[3], DType::F32, Device::Cpu).unwrap();
     let e = v
         .add_(&Tensor::zeros(&[2, 3], DType::F32, Device::Cpu).unwrap())
         .unwrap_err();
     assert!(matches!(e, Error::ShapeMismatch { op: "add", .. }), "{e}");
-    let mut w = Tensor::zeros(&[3], DType::I32, Device::Cpu).unwrap();
+    let w = Tensor::zeros(&[3], DType::I32, Device::Cpu).unwrap();
     assert!(
         w.mul_(&Tensor::zeros(&[3], DType::F32, Device::Cpu).unwrap())
             .is_err(),
         "a float result does not go into an int32 tensor"
     );
-    let mut i = Tensor::zeros(&[3], DType::I32, Device::Cpu).unwrap();
+    let i = Tensor::zeros(&[3], DType::I32, Device::Cpu).unwrap();
     assert!(i.exp_().is_err());
     assert_eq!(
         v.to_vec::<f32>().unwrap(),
@@ -851,18 +853,23 @@ fn out_forms_write_into_the_given_tensor_and_allocate_nothing() {
             a.add_out(&a, &mut wrong),
             Err(Error::DTypeMismatch { .. })
         ));
-        let mut strided = Tensor::zeros(&[3, 2], DType::F32, dev)
-            .unwrap()
-            .t()
-            .unwrap();
-        assert!(a.add_out(&a, &mut strided).is_err());
-        let alias = out.clone();
-        assert!(
-            a.add_out(&a, &mut out).is_err(),
-            "out shared with another tensor"
-        );
-        drop(alias);
         assert_eq!(out.to_vec::<f32>().unwrap(), keep);
+        // A strided out, and an out that shares its storage with an operand, are written
+        // (through a temporary), as in PyTorch.
+        let base = Tensor::zeros(&[3, 2], DType::F32, dev).unwrap();
+        let mut strided = base.t().unwrap();
+        a.add_out(&a, &mut strided).unwrap();
+        assert_eq!(
+            base.to_vec::<f32>().unwrap(),
+            [2.0, 8.0, 4.0, 10.0, 6.0, 12.0]
+        );
+        let mut same = a.deep_clone().unwrap();
+        let alias = same.clone();
+        alias.mul_out(&same.clone(), &mut same).unwrap();
+        assert_eq!(
+            alias.to_vec::<f32>().unwrap(),
+            [1.0, 4.0, 9.0, 16.0, 25.0, 36.0]
+        );
         if dev != Device::Cpu {
             let mut host = Tensor::zeros(&[2, 3], DType::F32, Device::Cpu).unwrap();
             assert!(matches!(

@@ -100,7 +100,7 @@ fn integer_scalars_stay_exact_and_are_checked() {
             [false, false],
             "compared exactly, not through f64"
         );
-        let mut w = z.clone();
+        let w = z.clone();
         drop(z);
         w.add_(big).unwrap();
         assert_eq!(w.eq(big).unwrap().to_bool_vec().unwrap(), [true, true]);
@@ -150,7 +150,7 @@ fn fills_and_scalar_comparisons_take_any_scalar_exactly() {
         let mask = Tensor::from_bools(&[true, false, true], &[3], dev).unwrap();
         let m = z.masked_fill(&mask, big).unwrap();
         assert_eq!(m.to_vec::<i64>().unwrap(), [big, 0, big]);
-        let mut w = z.masked_fill(&mask, 7u8).unwrap();
+        let w = z.masked_fill(&mask, 7u8).unwrap();
         assert_eq!(w.to_vec::<i64>().unwrap(), [7, 0, 7]);
         w.index_fill(&s![1..], big).unwrap();
         assert_eq!(w.to_vec::<i64>().unwrap(), [7, big, big]);

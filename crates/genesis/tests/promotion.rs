@@ -510,7 +510,7 @@ fn float64_arithmetic_on_cuda_is_a_typed_error() {
 fn in_place_ops_cast_into_self_as_pytorch() {
     let _release = common::Release;
     for dev in common::devices() {
-        let mut i = Tensor::from_slice(&[1i32, 2], &[2], dev).unwrap();
+        let i = Tensor::from_slice(&[1i32, 2], &[2], dev).unwrap();
         // An integer result goes into an int32 tensor (int64 wraps into int32).
         let l = Tensor::from_slice(&[(1i64 << 32) + 5, 1], &[2], dev).unwrap();
         i.add_(&l).unwrap();
@@ -530,7 +530,7 @@ fn in_place_ops_cast_into_self_as_pytorch() {
             "unchanged by the failures"
         );
         // A float tensor takes an integer operand; f16 takes an f32 one (rounded once).
-        let mut h = Tensor::from_slice(&[genesis::f16::from_f32(1.0)], &[1], dev).unwrap();
+        let h = Tensor::from_slice(&[genesis::f16::from_f32(1.0)], &[1], dev).unwrap();
         h.mul_(&Tensor::from_slice(&[3i64], &[1], dev).unwrap())
             .unwrap();
         h.add_(&Tensor::from_slice(&[0.25f32], &[1], dev).unwrap())
@@ -540,12 +540,12 @@ fn in_place_ops_cast_into_self_as_pytorch() {
         let mut u = Tensor::from_slice(&[255u8, 1], &[2], dev).unwrap();
         u += 2;
         assert_eq!(u.to_vec::<u8>().unwrap(), [1, 3]);
-        let mut m = Tensor::from_bools(&[true, false], &[2], dev).unwrap();
+        let m = Tensor::from_bools(&[true, false], &[2], dev).unwrap();
         assert!(m.add_(1).is_err());
         m.add_(true).unwrap();
         assert_eq!(m.to_bool_vec().unwrap(), [true, true]);
         // The broadcast must give self's shape.
-        let mut small = Tensor::zeros(&[2], DType::F32, dev).unwrap();
+        let small = Tensor::zeros(&[2], DType::F32, dev).unwrap();
         let wide = Tensor::zeros(&[3, 2], DType::F16, dev).unwrap();
         assert!(matches!(
             small.add_(&wide),

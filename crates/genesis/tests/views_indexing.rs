@@ -86,7 +86,7 @@ fn indexing_and_assignment() {
             matches!(m.i(&s![4]), Err(Error::Index(genesis_index_error)) if genesis_index_error.kind() == "index_out_of_range")
         );
 
-        let mut x = Tensor::zeros(&[3, 4], DType::F32, dev).unwrap();
+        let x = Tensor::zeros(&[3, 4], DType::F32, dev).unwrap();
         x.index_fill(&s![1], 7.0).unwrap();
         let row = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[4], dev).unwrap();
         x.index_put(&s![@IndexTensor::i64(&[2], vec![0, 2])], &row)
@@ -105,14 +105,16 @@ fn indexing_and_assignment() {
             before,
             "unchanged after a failed assignment"
         );
-        // Assignment needs exclusive access to the storage.
+        // Assignment writes the shared storage: a view sees it, and assignment through a
+        // view is seen by its base (PyTorch's `x[0][1:3] = ...`).
         let view = x.i(&s![0]).unwrap();
-        assert!(matches!(
-            x.index_fill(&s![0], 1.0),
-            Err(Error::InvalidArgument { .. })
-        ));
-        drop(view);
         x.index_fill(&s![0], 1.0).unwrap();
+        assert_eq!(view.to_vec::<f32>().unwrap(), [1.0; 4]);
+        view.index_fill(&s![1..3], -2.0).unwrap();
+        assert_eq!(
+            x.i(&s![0]).unwrap().to_vec::<f32>().unwrap(),
+            [1.0, -2.0, -2.0, 1.0]
+        );
     }
 }
 

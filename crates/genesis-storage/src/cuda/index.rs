@@ -7,15 +7,17 @@
 
 use genesis_kernels::index::{self, Groups, IndexDesc, Keys, RawIndex, Rows16, Strided};
 
+use crate::share::ReadGuard;
 use crate::storage::Inner;
 use crate::{DType, Error, Result, Storage};
 
 use super::CudaMem;
 
-/// The CUDA memory of `s` (an error for other kinds of storage).
-fn cuda<'a>(op: &'static str, s: &'a Storage) -> Result<&'a CudaMem> {
-    match &s.inner {
-        Inner::Cuda(m) => Ok(m),
+/// The CUDA memory of `s` (an error for other kinds of storage), read-locked.
+fn cuda<'a>(op: &'static str, s: &'a Storage) -> Result<ReadGuard<'a, Inner>> {
+    let g = s.read(op)?;
+    match &*g {
+        Inner::Cuda(_) => Ok(g),
         _ => Err(Error::NotOnDevice {
             op,
             device: s.device(),
@@ -23,10 +25,18 @@ fn cuda<'a>(op: &'static str, s: &'a Storage) -> Result<&'a CudaMem> {
     }
 }
 
+/// The queue of the CUDA memory of `s`.
+fn queue(op: &'static str, s: &Storage) -> Result<super::Queue> {
+    match &*cuda(op, s)? {
+        Inner::Cuda(m) => Ok(m.queue()),
+        _ => unreachable!("checked by `cuda`"),
+    }
+}
+
 /// [`cuda`], writable.
 fn cuda_mut<'a>(op: &'static str, s: &'a mut Storage) -> Result<&'a mut CudaMem> {
     let device = s.device();
-    match &mut s.inner {
+    match s.inner.get_mut() {
         Inner::Cuda(m) => Ok(m),
         _ => Err(Error::NotOnDevice { op, device }),
     }
@@ -34,7 +44,7 @@ fn cuda_mut<'a>(op: &'static str, s: &'a mut Storage) -> Result<&'a mut CudaMem>
 
 /// The whole memory of `s` as elements of `T`.
 fn all<'a, T>(op: &'static str, s: &'a Storage) -> Result<genesis_cuda::DeviceSpan<'a, T>> {
-    cuda(op, s)?.span::<T>(s.nbytes() / size_of::<T>())
+    s.cuda_span_of::<T>(op, s.nbytes() / size_of::<T>())
 }
 
 impl Storage {
@@ -57,7 +67,7 @@ impl Storage {
         let mut out = Storage::empty(n, self.dtype(), self.device())?;
         let size = self.dtype().size();
         let (src, ip) = (all::<u8>(op, self)?, all::<i64>(op, idx)?);
-        let stream = cuda(op, self)?.queue();
+        let stream = queue(op, self)?;
         let dst = cuda_mut(op, &mut out)?.span_mut::<u8>(n * size)?;
         match rows.filter(|_| dst.is_aligned_to(16) && src.is_aligned_to(16)) {
             // SAFETY: the caller vouches for the index values; the rows are 16-byte aligned.
@@ -183,7 +193,7 @@ impl Storage {
     ) -> Result<()> {
         let op = "index dead_positions";
         let (idx, bad) = (all::<i64>(op, self)?, all::<u64>(op, bad)?);
-        let stream = cuda(op, self)?.queue();
+        let stream = queue(op, self)?;
         let wlen = winner.len();
         let winner = cuda_mut(op, winner)?.span_mut::<u64>(wlen)?;
         let dead = cuda_mut(op, dead)?.span_mut::<u8>(nb)?;
@@ -197,7 +207,7 @@ impl Storage {
     pub fn index_unravel(&self, shape: &Strided, out: &mut Storage) -> Result<()> {
         let op = "index unravel";
         let lin = all::<i64>(op, self)?;
-        let stream = cuda(op, self)?.queue();
+        let stream = queue(op, self)?;
         let olen = out.len();
         let dst = cuda_mut(op, out)?.span_mut::<i64>(olen)?;
         index::unravel(&stream, lin, shape, dst)?;
@@ -234,7 +244,7 @@ impl Storage {
         let flag = Storage::zeros_pinned(2, DType::I32)?;
         let fp = flag.host_bytes_for(op)?.as_ptr().cast::<i32>();
         let src = all::<u8>(op, self)?;
-        let stream = cuda(op, self)?.queue();
+        let stream = queue(op, self)?;
         let dst = cuda_mut(op, &mut out)?.span_mut::<u8>(n * self.dtype().size())?;
         if rows.nrows > 0 && !(src.is_aligned_to(16) && dst.is_aligned_to(16)) {
             return Err(Error::Kernel(genesis_kernels::Error::Unsupported {

@@ -14,7 +14,9 @@ impl Storage {
     /// belong to the device involved: the destination's, or the source's for device → host);
     /// other pairs (pageable host memory) are copied synchronously and return a completed
     /// copy. Work queued earlier on the legacy stream (how Genesis's synchronous operations
-    /// run) is ordered before the copy.
+    /// run) is ordered before the copy. The source's lock is held only while the copy is
+    /// queued: a write to pinned source memory through a tensor that shares it, before the
+    /// copy completes, races with the copy engine (wait for the [`PendingCopy`] first).
     pub fn copy_from_async<'a>(
         &'a mut self,
         src: &'a Storage,
@@ -53,7 +55,8 @@ impl Storage {
             stream.wait_event(&e)?;
             Ok(())
         };
-        match (&mut self.inner, &src.inner) {
+        let src_inner = src.read("copy_from_async")?;
+        let queued = match (self.inner.get_mut(), &*src_inner) {
             (Inner::Cuda(d), Inner::Cuda(s)) => {
                 on(Device::Cuda(d.ordinal()))?;
                 order_after_legacy(d.ctx())?;
@@ -77,6 +80,7 @@ impl Storage {
                         )?
                     };
                 }
+                true
             }
             (Inner::Cuda(d), Inner::Pinned(p)) => {
                 on(Device::Cuda(d.ordinal()))?;
@@ -89,6 +93,7 @@ impl Storage {
                         &p.as_bytes()[..bytes],
                     )?
                 };
+                true
             }
             (Inner::Pinned(p), Inner::Cuda(s)) => {
                 on(Device::Cuda(s.ordinal()))?;
@@ -101,11 +106,14 @@ impl Storage {
                         &mut p.as_bytes_mut()[..bytes],
                     )?
                 };
+                true
             }
-            _ => {
-                self.copy_from(src)?;
-                return Ok(done());
-            }
+            _ => false,
+        };
+        drop(src_inner);
+        if !queued {
+            self.copy_from(src)?;
+            return Ok(done());
         }
         let event = genesis_cuda::Event::new(stream.context(), false)?;
         event.record(stream)?;

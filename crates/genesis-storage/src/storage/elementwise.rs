@@ -34,7 +34,7 @@ impl Storage {
         other.check_range(name, other_start, len)?;
         check_float_only(name, op.float_only(), dtype)?;
         check_kernel_dtype(name, dtype)?;
-        match (self.mem_mut(name)?, other.mem()) {
+        match (self.mem_mut(name)?, other.read(name)?.mem()) {
             (MemMut::Host(a), Mem::Host(b)) => {
                 a.binary_assign(op, dtype, start, b, other_start, len)
             }

@@ -39,7 +39,7 @@ impl Storage {
         self.check_range(op, start, len)?;
         mask.check_range(op, mask_start, len)?;
         let es = self.dtype.size();
-        let (inner, count) = match (self.mem(), mask.mem()) {
+        let (inner, count) = match (self.read(op)?.mem(), mask.read(op)?.mem()) {
             (Mem::Host(a), Mem::Host(m)) => a.masked_select(es, start, m, mask_start, len)?,
             (Mem::Cuda(a), Mem::Cuda(m)) => a.masked_select(es, start, m, mask_start, len)?,
             _ => return Err(super::mixed(op)),
@@ -55,7 +55,7 @@ impl Storage {
         let op = "nonzero";
         self.check_mask(op, self)?;
         self.check_range(op, start, len)?;
-        let (inner, count) = match self.mem() {
+        let (inner, count) = match self.read(op)?.mem() {
             Mem::Host(m) => m.nonzero(start, len)?,
             Mem::Cuda(m) => m.nonzero(start, len)?,
         };
@@ -85,7 +85,7 @@ impl Storage {
                 rhs: value.len(),
             });
         }
-        match (self.mem_mut(op)?, mask.mem()) {
+        match (self.mem_mut(op)?, mask.read(op)?.mem()) {
             (MemMut::Host(d), Mem::Host(m)) => d.masked_fill(start, m, mask_start, len, value),
             (MemMut::Cuda(d), Mem::Cuda(m)) => d.masked_fill(start, m, mask_start, len, value),
             _ => Err(super::mixed(op)),

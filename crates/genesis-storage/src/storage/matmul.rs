@@ -52,7 +52,11 @@ impl Storage {
         genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16], _T => (), _ => {
             return Err(Error::UnsupportedDType { op: name, dtype })
         });
-        match (self.mem(), other.mem(), out.mem_mut(name)?) {
+        match (
+            self.read(name)?.mem(),
+            other.read(name)?.mem(),
+            out.mem_mut(name)?,
+        ) {
             (Mem::Host(a), Mem::Host(b), MemMut::Host(o)) => {
                 a.matmul(dtype, shape, a_start, b, b_start, o, out_start)
             }

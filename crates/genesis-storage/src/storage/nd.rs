@@ -1,7 +1,7 @@
 //! Binary ops whose operands are read in place through their layouts: broadcast (stride 0)
 //! and strided operands, and scalar operands passed to the kernel as an argument.
 
-use super::{Mem, MemMut, Storage, check_float_only, check_kernel_dtype, mixed};
+use super::{Inner, Mem, MemMut, Storage, check_float_only, check_kernel_dtype, mixed};
 use crate::backend::Backend;
 use crate::layout::Layout;
 use crate::{Device, Error, Result};
@@ -42,11 +42,13 @@ impl Storage {
             BinaryRhs::Scalar(s) => s.host_bytes(),
             BinaryRhs::Tensor(..) => None,
         };
+        let scalar = scalar.as_deref();
         let tensor = match rhs {
-            BinaryRhs::Tensor(o, _) => Some(o.mem()),
+            BinaryRhs::Tensor(o, _) => Some(o.read(name)?),
             BinaryRhs::Scalar(_) => None,
         };
-        match (self.mem(), tensor, scalar, out.mem_mut(name)?) {
+        let tensor = tensor.as_deref().map(Inner::mem);
+        match (self.read(name)?.mem(), tensor, scalar, out.mem_mut(name)?) {
             (Mem::Host(a), Some(Mem::Host(b)), _, MemMut::Host(o)) => {
                 a.binary_nd(op, dtype, &desc, Rhs::Tensor(b), o)?
             }
@@ -99,10 +101,12 @@ impl Storage {
             BinaryRhs::Scalar(s) => s.host_bytes(),
             BinaryRhs::Tensor(..) => None,
         };
+        let scalar = scalar.as_deref();
         let tensor = match rhs {
-            BinaryRhs::Tensor(o, _) => Some(o.mem()),
+            BinaryRhs::Tensor(o, _) => Some(o.read(name)?),
             BinaryRhs::Scalar(_) => None,
         };
+        let tensor = tensor.as_deref().map(Inner::mem);
         match (self.mem_mut(name)?, tensor, scalar) {
             (MemMut::Host(a), Some(Mem::Host(b)), _) => {
                 a.binary_nd_assign(op, dtype, start, &desc, Rhs::Tensor(b))

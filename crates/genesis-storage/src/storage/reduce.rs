@@ -57,7 +57,7 @@ impl Storage {
             Some(s) => Some(s.mem_mut(name)?),
             None => None,
         };
-        match (self.mem(), values.mem_mut(name)?, ix) {
+        match (self.read(name)?.mem(), values.mem_mut(name)?, ix) {
             (Mem::Host(a), MemMut::Host(v), None) => a.reduce(op, dtype, start, shape, v, None)?,
             (Mem::Host(a), MemMut::Host(v), Some(MemMut::Host(i))) => {
                 a.reduce(op, dtype, start, shape, v, Some(i))?

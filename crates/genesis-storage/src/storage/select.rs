@@ -25,7 +25,11 @@ impl Storage {
         let dtype = self.dtype;
         check_kernel_dtype(name, dtype)?;
         let mut out = Storage::uninit(len, DType::Bool, self.device())?;
-        match (self.mem(), other.mem(), out.mem_mut(name)?) {
+        match (
+            self.read(name)?.mem(),
+            other.read(name)?.mem(),
+            out.mem_mut(name)?,
+        ) {
             (Mem::Host(a), Mem::Host(b), MemMut::Host(o)) => {
                 a.compare(op, dtype, a_start, b, b_start, o, len)?
             }
@@ -68,7 +72,12 @@ impl Storage {
         let dtype = a.dtype;
         let es = dtype.size();
         let mut out = Storage::uninit(len, dtype, a.device())?;
-        match (c.mem(), a.mem(), b.mem(), out.mem_mut(name)?) {
+        match (
+            c.read(name)?.mem(),
+            a.read(name)?.mem(),
+            b.read(name)?.mem(),
+            out.mem_mut(name)?,
+        ) {
             (Mem::Host(cm), Mem::Host(am), Mem::Host(bm), MemMut::Host(o)) => {
                 cm.select(es, cs, am, as_, bm, bs, o, len)?
             }
@@ -104,7 +113,11 @@ impl Storage {
         let dtype = self.dtype;
         check_float_only(name, op.float_only(), dtype)?;
         check_kernel_dtype(name, dtype)?;
-        match (self.mem(), other.mem(), out.mem_mut(name)?) {
+        match (
+            self.read(name)?.mem(),
+            other.read(name)?.mem(),
+            out.mem_mut(name)?,
+        ) {
             (Mem::Host(a), Mem::Host(b), MemMut::Host(o)) => {
                 a.binary(op, dtype, a_start, b, b_start, o, out_start, len)
             }
@@ -132,7 +145,7 @@ impl Storage {
         let dtype = self.dtype;
         check_float_only(name, op.float_only(), dtype)?;
         check_kernel_dtype(name, dtype)?;
-        match (self.mem(), out.mem_mut(name)?) {
+        match (self.read(name)?.mem(), out.mem_mut(name)?) {
             (Mem::Host(a), MemMut::Host(o)) => a.unary(op, dtype, start, o, out_start, len),
             (Mem::Cuda(a), MemMut::Cuda(o)) => a.unary(op, dtype, start, o, out_start, len),
             _ => Err(mixed(name)),

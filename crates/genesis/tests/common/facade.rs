@@ -247,7 +247,7 @@ pub(crate) fn run(case: &Value, device: Device) -> genesis::Result<Vec<Tensor>> 
             })
         }
         "binary_" => {
-            let mut own = tensor(&case["in"][0], device)?; // a fresh tensor: its storage alone
+            let own = tensor(&case["in"][0], device)?; // a fresh tensor
             own.binary_(binary_op(arg_str(case, "op")), &inputs[1])?;
             Ok(vec![own])
         }
@@ -287,7 +287,7 @@ pub(crate) fn run(case: &Value, device: Device) -> genesis::Result<Vec<Tensor>> 
             o => x.unary(unary_op(o)),
         }),
         "unary_" => {
-            let mut own = tensor(&case["in"][0], device)?;
+            let own = tensor(&case["in"][0], device)?;
             own.unary_(unary_op(arg_str(case, "op")))?;
             Ok(vec![own])
         }
@@ -374,13 +374,13 @@ pub(crate) fn run(case: &Value, device: Device) -> genesis::Result<Vec<Tensor>> 
         "to_dtype" => one(x.to_dtype(dtype(arg_str(case, "dtype")))),
         "masked_fill" => one(x.masked_fill(&inputs[1], num(&case["args"]["value"]))),
         "masked_fill_" => {
-            let mut own = tensor(&case["in"][0], device)?;
+            let own = tensor(&case["in"][0], device)?;
             own.masked_fill_(&inputs[1], num(&case["args"]["value"]))?;
             Ok(vec![own])
         }
         "masked_select" => one(x.masked_select(&inputs[1])),
         "index_fill" => {
-            let mut own = tensor(&case["in"][0], device)?;
+            let own = tensor(&case["in"][0], device)?;
             own.index_fill(
                 &index_items(&case["args"]["items"], device)?,
                 num(&case["args"]["value"]),

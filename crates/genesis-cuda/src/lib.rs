@@ -57,7 +57,10 @@ pub fn is_available() -> bool {
 ///
 /// GPU tests start with `if genesis_cuda::skip_without_gpu("name") { return; }`. The line goes
 /// straight to the process's stderr (not through `eprintln!`, which the test harness captures),
-/// so a run without a GPU shows which tests skipped.
+/// so a run without a GPU shows which tests skipped. Test support, not part of the library's
+/// API: it exists only with the `test-support` feature, which the workspace's crates enable for
+/// their tests (a `dev-dependencies` entry).
+#[cfg(feature = "test-support")]
 pub fn skip_without_gpu(test: &str) -> bool {
     use std::io::Write;
     let reason = match device_count() {

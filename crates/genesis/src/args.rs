@@ -24,7 +24,7 @@ use crate::{Error, Result, Tensor};
 /// ```
 /// use genesis::{DType, Device, Tensor};
 /// # fn main() -> genesis::Result<()> {
-/// let a = Tensor::zeros(&[2, 3], DType::F32, Device::Cpu)?;   // an array
+/// let a = Tensor::zeros([2, 3], DType::F32, Device::Cpu)?;    // an array (or `&[2, 3]`)
 /// let b = Tensor::zeros(&vec![2usize, 3], DType::F32, Device::Cpu)?; // a vector
 /// let c = Tensor::zeros(a.shape(), DType::F32, Device::Cpu)?; // a slice
 /// let s = Tensor::zeros((), DType::F32, Device::Cpu)?;        // 0-d
@@ -48,12 +48,12 @@ macro_rules! dims_impls {
                 self.iter().map(|&d| i64::try_from(d).unwrap_or(i64::MAX)).collect()
             }
         }
-        impl<const N: usize> Dims for &[$t; N] {
+        impl<const N: usize> Dims for [$t; N] {
             fn to_dims(&self) -> Vec<i64> {
                 self[..].to_dims()
             }
         }
-        impl Dims for &Vec<$t> {
+        impl Dims for Vec<$t> {
             fn to_dims(&self) -> Vec<i64> {
                 self[..].to_dims()
             }

@@ -24,8 +24,6 @@
 mod streams;
 pub use streams::{DeviceGuard, current, current_device, set_device, with_device};
 pub use streams::{DeviceProperties, get_device_properties};
-#[cfg(feature = "cuda")]
-#[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
 pub use streams::{Event, Stream, StreamGuard, with_stream};
 
 use std::collections::BTreeMap;

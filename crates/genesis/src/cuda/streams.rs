@@ -102,7 +102,6 @@ pub fn get_device_properties(ordinal: usize) -> Result<DeviceProperties> {
     })
 }
 
-#[cfg(feature = "cuda")]
 pub use imp::*;
 
 #[cfg(feature = "cuda")]
@@ -276,5 +275,138 @@ mod imp {
     pub fn with_stream<R>(stream: &Stream, f: impl FnOnce() -> R) -> R {
         let _guard = StreamGuard::new(stream);
         f()
+    }
+}
+
+/// Without the `cuda` feature there is no device, so no stream or event can be made: the
+/// constructors return the "device does not exist" error and the types are uninhabited. The
+/// API is the same as with the feature, so code using streams builds on every build.
+#[cfg(not(feature = "cuda"))]
+mod imp {
+    use std::convert::Infallible;
+
+    use crate::{Error, Result};
+
+    fn no_device<T>(op: &'static str, ordinal: usize) -> Result<T> {
+        Err(Error::InvalidArgument {
+            op,
+            reason: format!("device {ordinal} does not exist (built without the `cuda` feature)"),
+        })
+    }
+
+    /// A CUDA stream of one device (none exists without the `cuda` feature).
+    #[derive(Debug, Clone)]
+    pub struct Stream {
+        never: Infallible,
+    }
+
+    impl Stream {
+        /// A pooled stream of device `ordinal`: an error without the `cuda` feature.
+        pub fn new(ordinal: usize) -> Result<Stream> {
+            no_device("Stream::new", ordinal)
+        }
+
+        /// The default stream of device `ordinal`: an error without the `cuda` feature.
+        pub fn default_stream(ordinal: usize) -> Result<Stream> {
+            no_device("Stream::default_stream", ordinal)
+        }
+
+        /// The current stream of device `ordinal`: an error without the `cuda` feature.
+        pub fn current(ordinal: usize) -> Result<Stream> {
+            Stream::default_stream(ordinal)
+        }
+
+        /// The device.
+        pub fn device(&self) -> usize {
+            match self.never {}
+        }
+
+        /// The raw `CUstream` handle as an integer.
+        pub fn id(&self) -> u64 {
+            match self.never {}
+        }
+
+        /// Waits until all work queued on the stream has completed.
+        pub fn synchronize(&self) -> Result<()> {
+            match self.never {}
+        }
+
+        /// Whether all work queued on the stream has completed.
+        pub fn query(&self) -> Result<bool> {
+            match self.never {}
+        }
+
+        /// Makes later work on this stream wait for `event`.
+        pub fn wait_event(&self, _event: &Event) -> Result<()> {
+            match self.never {}
+        }
+
+        /// Makes later work on this stream wait for the work queued on `other` so far.
+        pub fn wait_stream(&self, _other: &Stream) -> Result<()> {
+            match self.never {}
+        }
+
+        /// An event recorded on this stream now.
+        pub fn record_event(&self) -> Result<Event> {
+            match self.never {}
+        }
+    }
+
+    /// A CUDA event (none exists without the `cuda` feature).
+    #[derive(Debug)]
+    pub struct Event {
+        never: Infallible,
+    }
+
+    impl Event {
+        /// A new event on device `ordinal`: an error without the `cuda` feature.
+        pub fn new(ordinal: usize, _timing: bool) -> Result<Event> {
+            no_device("Event::new", ordinal)
+        }
+
+        /// Records the event on `stream`.
+        pub fn record(&self, _stream: &Stream) -> Result<()> {
+            match self.never {}
+        }
+
+        /// Waits until the event has completed.
+        pub fn synchronize(&self) -> Result<()> {
+            match self.never {}
+        }
+
+        /// Whether the event has completed.
+        pub fn query(&self) -> Result<bool> {
+            match self.never {}
+        }
+
+        /// Milliseconds from `start` to this event.
+        pub fn elapsed_ms(&self, _start: &Event) -> Result<f32> {
+            match self.never {}
+        }
+    }
+
+    /// Makes a stream current until dropped (no stream exists without the `cuda` feature).
+    #[derive(Debug)]
+    #[must_use = "the stream is current only while the guard lives"]
+    pub struct StreamGuard {
+        never: Infallible,
+    }
+
+    impl StreamGuard {
+        /// Makes `stream` current until the guard is dropped.
+        pub fn new(stream: &Stream) -> StreamGuard {
+            match stream.never {}
+        }
+    }
+
+    /// Runs `f` with `stream` current on its device.
+    pub fn with_stream<R>(stream: &Stream, _f: impl FnOnce() -> R) -> R {
+        match stream.never {}
+    }
+
+    impl Drop for StreamGuard {
+        fn drop(&mut self) {
+            match self.never {}
+        }
     }
 }

@@ -1111,6 +1111,7 @@ mod tests {
 }
 
 mod elementwise;
+mod everyday;
 mod mask;
 mod matmul;
 mod nd;

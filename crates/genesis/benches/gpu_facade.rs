@@ -444,6 +444,95 @@ mod gpu {
         }
         drop((x, bias, halves));
 
+        // The everyday ops on 8192^2 f32 (64 Mi elements; any of 64 Mi bools), output
+        // allocation included; wall clock, as torch_ref. Bytes: input plus output.
+        let g = genesis::Generator::new(4);
+        let x = g.rand(&[8192, 8192], DType::F32, dev)?;
+        let flags = g.rand(&[8192 * 8192], DType::F32, dev)?.lt_scalar(0.5)?;
+        let (n2, row) = (8192 * 8192usize, 8192usize);
+        let idx = g
+            .rand(&[8192, 8192], DType::F32, dev)?
+            .mul(8191.0)?
+            .to_dtype(DType::I64)?;
+        let picks = g
+            .rand(&[4096], DType::F32, dev)?
+            .mul(8191.0)?
+            .to_dtype(DType::I64)?;
+        let narrow = g.rand(&[8192, 1024], DType::F32, dev)?;
+        let cases: [(&str, usize, &dyn Fn() -> BoxResult); 12] = [
+            ("sort_8192x1024_f32", 8192 * 1024 * (4 + 4 + 8), &|| {
+                narrow.sort(1, false)?;
+                Ok(())
+            }),
+            (
+                "topk16_8192x1024_f32",
+                8192 * 1024 * 4 + 8192 * 16 * 12,
+                &|| {
+                    narrow.topk(16, 1, true, true)?;
+                    Ok(())
+                },
+            ),
+            ("cumsum_dim1_8192x8192_f32", 2 * n2 * 4, &|| {
+                x.cumsum(1)?;
+                Ok(())
+            }),
+            ("gather_dim1_8192x8192_f32", 2 * n2 * 4 + n2 * 8, &|| {
+                x.gather(1, &idx)?;
+                Ok(())
+            }),
+            (
+                "index_select_4096_rows_8192_f32",
+                2 * 4096 * row * 4,
+                &|| {
+                    x.index_select(0, &picks)?;
+                    Ok(())
+                },
+            ),
+            (
+                "scatter_add_dim0_8192x8192_f32",
+                3 * n2 * 4 + n2 * 8,
+                &|| {
+                    x.scatter_add(0, &idx, &x)?;
+                    Ok(())
+                },
+            ),
+            ("sin_8192x8192_f32", 2 * n2 * 4, &|| {
+                x.sin()?;
+                Ok(())
+            }),
+            ("clamp_8192x8192_f32", 2 * n2 * 4, &|| {
+                x.clamp(Some(0.25), Some(0.75))?;
+                Ok(())
+            }),
+            ("prod_dim1_8192x8192_f32", n2 * 4 + row * 4, &|| {
+                x.prod_dim(1, false)?;
+                Ok(())
+            }),
+            ("var_dim1_8192x8192_f32", n2 * 4 + row * 4, &|| {
+                x.var_dim(1, 1.0, false)?;
+                Ok(())
+            }),
+            ("var_dim0_8192x8192_f32", n2 * 4 + row * 4, &|| {
+                x.var_dim(0, 1.0, false)?;
+                Ok(())
+            }),
+            ("any_64Mi_bool", n2, &|| {
+                flags.any()?;
+                Ok(())
+            }),
+        ];
+        for (name, bytes, f) in cases {
+            let (med, min) = wall(30, f)?;
+            rows.push(Row {
+                name: name.into(),
+                bytes,
+                median_ms: med,
+                min_ms: min,
+                note: "wall clock incl. output allocation, as torch_ref".into(),
+            });
+        }
+        drop((x, flags, idx, picks, narrow));
+
         // matmul at 4096 (f32 and bf16), output allocation included.
         let side = 4096usize;
         let g = genesis::Generator::new(1);

@@ -18,6 +18,7 @@
 
 mod args;
 mod error;
+mod everyday;
 mod index;
 mod interop;
 #[doc(hidden)]

@@ -345,6 +345,8 @@ fn unary_reference(op: UnaryOp, x: f64) -> f64 {
         UnaryOp::Sqrt => x.sqrt(),
         UnaryOp::Tanh => x.tanh(),
         UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+        UnaryOp::Sin => x.sin(),
+        UnaryOp::Cos => x.cos(),
     }
 }
 

@@ -8,7 +8,8 @@
 //
 // inner == 1 (`scan_rows_*`): each row is cut into `chunks` chunks of `chunk` elements; block b
 // scans chunk b % chunks of row b / chunks in tiles of SC_THREADS * SC_ITEMS elements: a
-// coalesced load of the tile into shared memory, a sequential scan of SC_ITEMS consecutive
+// coalesced load of the tile into shared memory (padded against bank conflicts), a sequential
+// scan of SC_ITEMS consecutive
 // values per thread, a warp scan (shuffles) of the thread totals and a scan of the warp totals,
 // then a coalesced store; the running total carries from tile to tile. One chunk a row (many
 // rows: the launcher's choice when there are rows for every multiprocessor) reads the input
@@ -28,6 +29,9 @@
 #define SC_WARPS (SC_THREADS / 32)
 #define SC_ITEMS 8
 #define SC_TILE (SC_THREADS * SC_ITEMS)
+// Shared-memory slot of tile element i: one pad word every 32, so that the threads of a warp
+// reading SC_ITEMS consecutive elements each hit distinct banks.
+#define SC_PAD(i) ((i) + ((i) >> 5))
 
 typedef long long i64;
 
@@ -107,7 +111,7 @@ template <typename T>
 __device__ __forceinline__ void rows_impl(const T *in, typename Sc<T>::O *out, const typename Sc<T>::A *carry,
                                           uint64_t r, uint64_t chunks, uint64_t chunk) {
     typedef typename Sc<T>::A A;
-    __shared__ A tile[SC_TILE];
+    __shared__ A tile[SC_PAD(SC_TILE)];
     __shared__ A warp_tot[SC_WARPS];
     const uint64_t row = blockIdx.x / chunks, part = blockIdx.x % chunks;
     const uint64_t begin = part * chunk;
@@ -120,25 +124,25 @@ __device__ __forceinline__ void rows_impl(const T *in, typename Sc<T>::O *out, c
 #pragma unroll
         for (int k = 0; k < SC_ITEMS; ++k) {
             const uint64_t i = (uint64_t)k * SC_THREADS + threadIdx.x;
-            tile[i] = i < n ? Sc<T>::load(p[base + i]) : (A)0;
+            tile[SC_PAD(i)] = i < n ? Sc<T>::load(p[base + i]) : (A)0;
         }
         __syncthreads();
         A v[SC_ITEMS];
         A sum = (A)0;
 #pragma unroll
         for (int k = 0; k < SC_ITEMS; ++k) {
-            sum = Sc<T>::add(sum, tile[threadIdx.x * SC_ITEMS + k]);
+            sum = Sc<T>::add(sum, tile[SC_PAD(threadIdx.x * SC_ITEMS + k)]);
             v[k] = sum;
         }
         A total;
         const A offset = Sc<T>::add(run, block_scan<T>(sum, warp_tot, total));
 #pragma unroll
-        for (int k = 0; k < SC_ITEMS; ++k) tile[threadIdx.x * SC_ITEMS + k] = Sc<T>::add(offset, v[k]);
+        for (int k = 0; k < SC_ITEMS; ++k) tile[SC_PAD(threadIdx.x * SC_ITEMS + k)] = Sc<T>::add(offset, v[k]);
         __syncthreads();
 #pragma unroll
         for (int k = 0; k < SC_ITEMS; ++k) {
             const uint64_t i = (uint64_t)k * SC_THREADS + threadIdx.x;
-            if (i < n) q[base + i] = Sc<T>::store(tile[i]);
+            if (i < n) q[base + i] = Sc<T>::store(tile[SC_PAD(i)]);
         }
         run = Sc<T>::add(run, total);
         __syncthreads();

@@ -94,20 +94,20 @@ __device__ __forceinline__ void rows_impl(const T *in, T *out, int64_t *out_idx,
         }
     }
     __syncthreads();
+    // Each stage: npad / 2 pairs (i, i + j), i with bit j clear; thread t takes pair t.
     for (uint32_t k = 2; k <= npad; k <<= 1) {
         for (uint32_t j = k >> 1; j > 0; j >>= 1) {
-            for (uint32_t i = threadIdx.x; i < npad; i += blockDim.x) {
-                const uint32_t l = i ^ j;
-                if (l > i) {
-                    const bool up = (i & k) == 0;
-                    const u64 ki = key[i], kl = key[l];
-                    const uint32_t pi = pos[i], pl = pos[l];
-                    if (after(ki, pi, kl, pl) == up) {
-                        key[i] = kl;
-                        key[l] = ki;
-                        pos[i] = pl;
-                        pos[l] = pi;
-                    }
+            for (uint32_t t = threadIdx.x; t < npad / 2; t += blockDim.x) {
+                const uint32_t i = ((t & ~(j - 1)) << 1) | (t & (j - 1));
+                const uint32_t l = i + j;
+                const bool up = (i & k) == 0;
+                const u64 ki = key[i], kl = key[l];
+                const uint32_t pi = pos[i], pl = pos[l];
+                if (after(ki, pi, kl, pl) == up) {
+                    key[i] = kl;
+                    key[l] = ki;
+                    pos[i] = pl;
+                    pos[l] = pi;
                 }
             }
             __syncthreads();

@@ -187,6 +187,12 @@ pub fn gpu_sort<T: Element>(
     let mut desc = i32::from(descending);
     let (mut rows64, mut r64) = (rows as u64, r as u64);
     if plan.in_shared_memory() {
+        if rows > i32::MAX as usize {
+            return Err(Error::Unsupported {
+                op: "sort",
+                reason: format!("{rows} rows (below 2^31)"),
+            });
+        }
         let kernel = Kernel::get(ctx, &crate::images::SORT, names[0])?;
         let mut npad = plan.npad as u32;
         let threads = (plan.npad / 2).clamp(32, 512) as u32;
@@ -195,12 +201,6 @@ pub fn gpu_sort<T: Element>(
             block: (threads, 1, 1),
             shared_bytes: (plan.npad * 12) as u32,
         };
-        if rows > u32::MAX as usize {
-            return Err(Error::Unsupported {
-                op: "sort",
-                reason: format!("{rows} rows (below 2^32)"),
-            });
-        }
         let mut params: [*mut c_void; 6] = [
             (&raw mut pin).cast(),
             (&raw mut pv).cast(),

@@ -379,7 +379,7 @@ impl Backend for CudaMem {
         let (ni, _, nt) = d.reach()?;
         let es = dtype.size();
         let stream = self.queue();
-        let mut bad = bad_word(self.ordinal())?;
+        let mut bad = bad_word(self.ordinal(), &stream)?;
         let ix = idx.range::<i64>(idx_at, ni)?;
         genesis_kernels::gather::gpu_gather(
             &stream,
@@ -406,7 +406,7 @@ impl Backend for CudaMem {
         let (ni, nv, nt) = d.reach()?;
         let es = dtype.size();
         let stream = self.queue();
-        let mut bad = bad_word(self.ordinal())?;
+        let mut bad = bad_word(self.ordinal(), &stream)?;
         let ix = idx.range::<i64>(idx_at, ni)?;
         genesis_kernels::gather::gpu_scatter(
             &stream,
@@ -571,10 +571,11 @@ fn count_on_device(
     Ok((ws, u64::from_le_bytes(total) as usize))
 }
 
-/// A device word holding `u64::MAX`, for the kernels that report the first bad index position.
-fn bad_word(ordinal: usize) -> Result<CudaMem> {
+/// A device word set to `u64::MAX` on `stream` (queued, no synchronisation), for the kernels
+/// that report the first bad index position.
+fn bad_word(ordinal: usize, stream: &Queue) -> Result<CudaMem> {
     let mut bad = CudaMem::new(ordinal, 8)?;
-    bad.write_from_host(0, &u64::MAX.to_le_bytes())?;
+    gpu::fill::<i64>(stream, bad.span_mut::<i64>(1)?, -1)?;
     Ok(bad)
 }
 

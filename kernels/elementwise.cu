@@ -8,9 +8,10 @@
 //     for a strided view), and the right operand may instead be a scalar kernel argument. The
 //     output is contiguous. So `x + bias` and `x + 1.0` read each input element once and write
 //     each output element once, with no materialised temporary.
-//   * `<op>_<T>` unary ops (neg, abs, relu; exp, log, sqrt, tanh, sigmoid for floats), `fill`,
-//     the comparisons to bool bytes, `where` selection by element size, and `tape`, which runs
-//     a batch of small operations in one launch.
+//   * `<op>_<T>` unary ops (neg, abs, relu; exp, log, sqrt, tanh, sigmoid, sin, cos for
+//     floats), `clamp_<T>` (scalar bounds), `fill`, the comparisons to bool bytes, `where`
+//     selection by element size, and `tape`, which runs a batch of small operations in one
+//     launch.
 //   * `<cmp>_nd_<T>` and `where_nd_e<N>`: comparisons and `where` with every operand read in
 //     place through its layout (broadcast or strided), a scalar operand passed as an argument.
 //
@@ -311,6 +312,13 @@ struct UTanh {
 struct USigmoid {
     static __device__ __forceinline__ float f(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x))); }
 };
+// sinf/cosf: the full-range library functions (within 2 ulp), not the __sinf intrinsics.
+struct USin {
+    static __device__ __forceinline__ float f(float x) { return sinf(x); }
+};
+struct UCos {
+    static __device__ __forceinline__ float f(float x) { return cosf(x); }
+};
 
 template <typename Op, typename T> struct ApplyU;
 template <typename Op> struct ApplyU<Op, float> {
@@ -395,6 +403,82 @@ __device__ __forceinline__ void fill_impl(T *out, T value, uint64_t n, int vec_o
     }
 }
 
+// clamp: out = min(max(x, lo), hi), PyTorch's order (so lo > hi gives hi), each bound
+// optional (`flags` bit 0: lo, bit 1: hi). A NaN x stays x. Values are compared in f32 for the
+// halves (exact) and the result is one of the three inputs' bits, so the CPU twin is exact.
+template <typename T> struct ClampCmp {
+    static __device__ __forceinline__ bool lt(T a, T b) { return a < b; }
+    static __device__ __forceinline__ bool isnan(T) { return false; }
+};
+template <> struct ClampCmp<float> {
+    static __device__ __forceinline__ bool lt(float a, float b) { return a < b; }
+    static __device__ __forceinline__ bool isnan(float a) { return a != a; }
+};
+template <> struct ClampCmp<__half> {
+    static __device__ __forceinline__ bool lt(__half a, __half b) { return __half2float(a) < __half2float(b); }
+    static __device__ __forceinline__ bool isnan(__half a) { return __half2float(a) != __half2float(a); }
+};
+template <> struct ClampCmp<__nv_bfloat16> {
+    static __device__ __forceinline__ bool lt(__nv_bfloat16 a, __nv_bfloat16 b) {
+        return __bfloat162float(a) < __bfloat162float(b);
+    }
+    static __device__ __forceinline__ bool isnan(__nv_bfloat16 a) { return __bfloat162float(a) != __bfloat162float(a); }
+};
+template <typename T> __device__ __forceinline__ T clamp_one(T x, T lo, T hi, int flags) {
+    typedef ClampCmp<T> C;
+    if (C::isnan(x)) return x;
+    if ((flags & 1) && C::lt(x, lo)) x = lo;
+    if ((flags & 2) && C::lt(hi, x)) x = hi;
+    return x;
+}
+
+template <typename T>
+__device__ __forceinline__ void clamp_impl(const T *a, T *out, uint64_t n, int vec_ok, T lo, T hi, int flags) {
+    if (vec_ok) {
+        constexpr int V = 16 / sizeof(T);
+        const uint64_t nvec = n / V;
+        const uint64_t tile = (uint64_t)GX_THREADS * GX_UNROLL;
+        const uint4 *a4 = reinterpret_cast<const uint4 *>(a);
+        uint4 *o4 = reinterpret_cast<uint4 *>(out);
+        for (uint64_t base = (uint64_t)blockIdx.x * tile; base < nvec; base += (uint64_t)gridDim.x * tile) {
+            Vec16<T> x[GX_UNROLL];
+#pragma unroll
+            for (int u = 0; u < GX_UNROLL; ++u) {
+                uint64_t i = base + (uint64_t)u * GX_THREADS + threadIdx.x;
+                if (i < nvec) x[u].raw = a4[i];
+            }
+#pragma unroll
+            for (int u = 0; u < GX_UNROLL; ++u) {
+                uint64_t i = base + (uint64_t)u * GX_THREADS + threadIdx.x;
+                if (i < nvec) {
+#pragma unroll
+                    for (int k = 0; k < V; ++k) x[u].v[k] = clamp_one<T>(x[u].v[k], lo, hi, flags);
+                    o4[i] = x[u].raw;
+                }
+            }
+        }
+        if (blockIdx.x == 0) {
+            uint64_t i = nvec * V + threadIdx.x;
+            if (i < n) out[i] = clamp_one<T>(a[i], lo, hi, flags);
+        }
+    } else {
+        const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+        for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+            out[i] = clamp_one<T>(a[i], lo, hi, flags);
+    }
+}
+
+#define GX_CLAMP(NAME, T)                                                                      \
+    extern "C" __global__ void __launch_bounds__(GX_THREADS)                                    \
+        clamp_##NAME(const T *a, T *out, uint64_t n, int vec_ok, T lo, T hi, int flags) {       \
+        clamp_impl<T>(a, out, n, vec_ok, lo, hi, flags);                                        \
+    }
+GX_CLAMP(f32, float)
+GX_CLAMP(f16, __half)
+GX_CLAMP(bf16, __nv_bfloat16)
+GX_CLAMP(i32, int32_t)
+GX_CLAMP(i64, int64_t)
+
 #define GX_BINARY(OPNAME, OP, NAME, T)                                                         \
     extern "C" __global__ void __launch_bounds__(GX_THREADS)                                    \
         OPNAME##_##NAME(const T *a, const T *b, T *out, uint64_t n, int vec_ok) {               \
@@ -445,7 +529,9 @@ GX_BINARY(pow, OpPow, bf16, __nv_bfloat16)
     GX_UNARY(log, ULog, NAME, T)                                                                \
     GX_UNARY(sqrt, USqrt, NAME, T)                                                              \
     GX_UNARY(tanh, UTanh, NAME, T)                                                              \
-    GX_UNARY(sigmoid, USigmoid, NAME, T)
+    GX_UNARY(sigmoid, USigmoid, NAME, T)                                                        \
+    GX_UNARY(sin, USin, NAME, T)                                                                \
+    GX_UNARY(cos, UCos, NAME, T)
 
 // Launch-shape variants of exp, for the bench that tunes the unary kernels (vectors a thread
 // per tile; the default is GX_UNARY_UNROLL).
@@ -738,6 +824,8 @@ extern "C" __global__ void __launch_bounds__(GX_THREADS) tape(const __grid_const
             case 5: tape_unary_as<USqrt, false>(ty, r); break;
             case 6: tape_unary_as<UTanh, false>(ty, r); break;
             case 7: tape_unary_as<USigmoid, false>(ty, r); break;
+            case 8: tape_unary_as<USin, false>(ty, r); break;
+            case 9: tape_unary_as<UCos, false>(ty, r); break;
             }
         } else if (kind == 2) {
             switch (ty) {

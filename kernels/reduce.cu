@@ -1,10 +1,14 @@
-// Reduction kernels of Genesis: sum (and mean), max, min, argmax, argmin over one axis of a
-// contiguous array seen as [outer, r, inner], for f32, f16, bf16, i32, i64.
+// Reduction kernels of Genesis: sum (and mean), prod, max, min, argmax, argmin over one axis of
+// a contiguous array seen as [outer, r, inner], for f32, f16, bf16, i32, i64; any and all of
+// bool bytes (`_b8`); and the variance (`var_*`, with PyTorch's correction; std is its root)
+// of the floating types.
 //
 // Built by `cargo xtask build-kernels` into crates/genesis-kernels/images/reduce.fatbin. The
 // CPU twin is crates/genesis-kernels/src/reduce.rs.
 //
-// Accumulation: floating types in f32 (f16/bf16 widened exactly), integers in i64 (sums wrap).
+// Accumulation: floating types in f32 (f16/bf16 widened exactly), integers in i64 (sums and
+// products wrap; the sum and product of i32 are i64). any/all read a byte as true when it is not
+// zero and write 0 or 1; any of nothing is false, all of nothing true.
 // max/min propagate NaN; argmax/argmin return the index of the first maximum (minimum), a NaN
 // counting as larger (smaller) than everything, so the first NaN wins: PyTorch's rules. The
 // combine step of max/min/argmax/argmin is associative and commutative (ties broken by the
@@ -65,6 +69,12 @@ template <> struct Tr<int64_t> {
     static __device__ __forceinline__ i64 load(int64_t x) { return x; }
     static __device__ __forceinline__ int64_t store(i64 a) { return a; }
 };
+// Bool bytes: any byte but 0 is true.
+template <> struct Tr<uint8_t> {
+    typedef i64 A;
+    static __device__ __forceinline__ i64 load(uint8_t x) { return x != 0; }
+    static __device__ __forceinline__ uint8_t store(i64 a) { return a != 0; }
+};
 
 // The first pass lets the final pass be scheduled while it runs (`pdl_trigger`); the final
 // pass waits for it (`pdl_wait`) before reading the partial states (pdl.cuh).
@@ -95,6 +105,8 @@ __device__ __forceinline__ float min_(float a, float b) {
 __device__ __forceinline__ i64 max_(i64 a, i64 b) { return a > b ? a : b; }
 __device__ __forceinline__ i64 min_(i64 a, i64 b) { return a < b ? a : b; }
 __device__ __forceinline__ i64 add_(i64 a, i64 b) { return (i64)((unsigned long long)a + (unsigned long long)b); }
+__device__ __forceinline__ float mul_(float a, float b) { return a * b; }
+__device__ __forceinline__ i64 mul_(i64 a, i64 b) { return (i64)((unsigned long long)a * (unsigned long long)b); }
 
 // Each op has `combine` (any two states) and `step` (a state and the value at index k, where
 // k is larger than every index the state has seen and the state is not the identity).
@@ -106,6 +118,41 @@ struct RSum {
     }
     template <typename A> static __device__ __forceinline__ St<A> step(St<A> s, A x, i64) {
         return St<A>{add_(s.v, x), 0};
+    }
+    template <typename A> static __device__ __forceinline__ bool take(A, A) { return false; }
+};
+struct RProd {
+    static const bool IDX = false;
+    template <typename A> static __device__ __forceinline__ St<A> id() { return St<A>{(A)1, 0}; }
+    template <typename A> static __device__ __forceinline__ St<A> combine(St<A> a, St<A> b) {
+        return St<A>{mul_(a.v, b.v), 0};
+    }
+    template <typename A> static __device__ __forceinline__ St<A> step(St<A> s, A x, i64) {
+        return St<A>{mul_(s.v, x), 0};
+    }
+    template <typename A> static __device__ __forceinline__ bool take(A, A) { return false; }
+};
+// any/all of values already 0 or 1 (Tr<uint8_t>::load): the maximum and minimum, with the
+// identities 0 and 1.
+struct RAny {
+    static const bool IDX = false;
+    template <typename A> static __device__ __forceinline__ St<A> id() { return St<A>{(A)0, 0}; }
+    template <typename A> static __device__ __forceinline__ St<A> combine(St<A> a, St<A> b) {
+        return St<A>{max_(a.v, b.v), 0};
+    }
+    template <typename A> static __device__ __forceinline__ St<A> step(St<A> s, A x, i64) {
+        return St<A>{max_(s.v, x), 0};
+    }
+    template <typename A> static __device__ __forceinline__ bool take(A, A) { return false; }
+};
+struct RAll {
+    static const bool IDX = false;
+    template <typename A> static __device__ __forceinline__ St<A> id() { return St<A>{(A)1, 0}; }
+    template <typename A> static __device__ __forceinline__ St<A> combine(St<A> a, St<A> b) {
+        return St<A>{min_(a.v, b.v), 0};
+    }
+    template <typename A> static __device__ __forceinline__ St<A> step(St<A> s, A x, i64) {
+        return St<A>{min_(s.v, x), 0};
     }
     template <typename A> static __device__ __forceinline__ bool take(A, A) { return false; }
 };
@@ -387,6 +434,7 @@ __device__ __forceinline__ void cols_impl(const T *in, typename Tr<T>::A *pv, i6
 
 template <typename Op, typename T> struct OutOf { typedef T O; };
 template <> struct OutOf<RSum, int32_t> { typedef int64_t O; };
+template <> struct OutOf<RProd, int32_t> { typedef int64_t O; };
 template <typename T> __device__ __forceinline__ T store_out(typename Tr<T>::A a) { return Tr<T>::store(a); }
 
 // Output t = (o, c) combines partials (o, 0..splits, c). warp_mode: a warp per output (many
@@ -446,6 +494,7 @@ __device__ __forceinline__ void final_impl(const typename Tr<T>::A *pv, const i6
 
 #define RD_ALL(NAME, T)                                                                                  \
     RD_KERNELS(sum, RSum, NAME, T)                                                                        \
+    RD_KERNELS(prod, RProd, NAME, T)                                                                      \
     RD_KERNELS(max, RMax, NAME, T)                                                                        \
     RD_KERNELS(min, RMin, NAME, T)                                                                        \
     RD_KERNELS(argmax, RArgMax, NAME, T)                                                                  \
@@ -456,3 +505,186 @@ RD_ALL(f16, __half)
 RD_ALL(bf16, __nv_bfloat16)
 RD_ALL(i32, int32_t)
 RD_ALL(i64, int64_t)
+
+RD_KERNELS(any, RAny, b8, uint8_t)
+RD_KERNELS(all, RAll, b8, uint8_t)
+
+// ---------------------------------------------------------------------------------------------
+// Variance over the same [outer, r, inner] view and split plan (f32, f16, bf16). Each reduced
+// line is shifted by its first element K, and the partial states are (sum, sum of squares) of
+// x - K in f64, the values widened exactly. The final pass combines the splits of each output
+// and gives (Q - S^2 / n) / max(0, n - correction), clamped at 0, and its square root for std,
+// rounded once to the output type. With the shift and f64 sums the cancellation costs about
+// 2^-53 * (1 + ((K - mean) / std)^2) relative: far below the rounding of f32 for any line whose
+// first element lies within 10^6 standard deviations of its mean. n = 0 gives NaN; n <=
+// correction gives NaN or inf (a division by zero), as PyTorch.
+template <typename T>
+__device__ __forceinline__ void var_block_reduce(double &s, double &q) {
+    __shared__ double ss[RD_WARPS], sq[RD_WARPS];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) {
+        s += __shfl_down_sync(0xffffffffu, s, d);
+        q += __shfl_down_sync(0xffffffffu, q, d);
+    }
+    if (lane == 0) {
+        ss[warp] = s;
+        sq[warp] = q;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        s = lane < RD_WARPS ? ss[lane] : 0.0;
+        q = lane < RD_WARPS ? sq[lane] : 0.0;
+#pragma unroll
+        for (int d = 16; d > 0; d >>= 1) {
+            s += __shfl_down_sync(0xffffffffu, s, d);
+            q += __shfl_down_sync(0xffffffffu, q, d);
+        }
+    }
+}
+
+__device__ __forceinline__ void var_acc(double &s, double &q, float x, double k) {
+    const double d = (double)x - k;
+    s += d;
+    q = fma(d, d, q);
+}
+
+// inner == 1: as rows_impl (block mode: block b does chunk b % splits of row b / splits; warp
+// mode: a warp a row).
+template <typename T>
+__device__ __forceinline__ void var_rows_impl(const T *in, double2 *part, uint64_t outer, uint64_t r,
+                                              uint64_t splits, uint64_t chunk, int vec_ok, int warp_mode) {
+    if (warp_mode) {
+        const uint64_t row = (uint64_t)blockIdx.x * RD_WARPS + (threadIdx.x >> 5);
+        if (row >= outer) return;
+        const int lane = threadIdx.x & 31;
+        const T *p = in + row * r;
+        const double k = Tr<T>::load(p[0]);
+        double s = 0.0, q = 0.0;
+        for (uint64_t j = lane; j < r; j += 32) var_acc(s, q, Tr<T>::load(p[j]), k);
+#pragma unroll
+        for (int d = 16; d > 0; d >>= 1) {
+            s += __shfl_down_sync(0xffffffffu, s, d);
+            q += __shfl_down_sync(0xffffffffu, q, d);
+        }
+        if (lane == 0) part[row] = make_double2(s, q);
+        return;
+    }
+    const uint64_t row = blockIdx.x / splits, piece = blockIdx.x % splits;
+    const uint64_t begin = piece * chunk;
+    const uint64_t end = min(r, begin + chunk);
+    const T *p = in + row * r;
+    const double k = Tr<T>::load(p[0]);
+    double s[RD_UNROLL], q[RD_UNROLL];
+#pragma unroll
+    for (int u = 0; u < RD_UNROLL; ++u) s[u] = q[u] = 0.0;
+    uint64_t k0 = begin;
+    if (vec_ok && begin < end) {
+        constexpr int V = 16 / sizeof(T);
+        const uint64_t nvec = (end - begin) / V;
+        const uint4 *p4 = reinterpret_cast<const uint4 *>(p + begin);
+        uint64_t j = threadIdx.x;
+        for (; j + (RD_UNROLL - 1) * RD_THREADS < nvec; j += RD_UNROLL * RD_THREADS) {
+            Vec16<T> x[RD_UNROLL];
+#pragma unroll
+            for (int u = 0; u < RD_UNROLL; ++u) x[u].raw = p4[j + u * RD_THREADS];
+#pragma unroll
+            for (int u = 0; u < RD_UNROLL; ++u)
+#pragma unroll
+                for (int e = 0; e < V; ++e) var_acc(s[u], q[u], Tr<T>::load(x[u].v[e]), k);
+        }
+        for (; j < nvec; j += RD_THREADS) {
+            Vec16<T> x;
+            x.raw = p4[j];
+#pragma unroll
+            for (int e = 0; e < V; ++e) var_acc(s[0], q[0], Tr<T>::load(x.v[e]), k);
+        }
+        k0 = begin + nvec * V;
+    }
+    for (uint64_t j = k0 + threadIdx.x; j < end; j += RD_THREADS)
+        var_acc(s[RD_UNROLL - 1], q[RD_UNROLL - 1], Tr<T>::load(p[j]), k);
+#pragma unroll
+    for (int u = 1; u < RD_UNROLL; ++u) {
+        s[0] += s[u];
+        q[0] += q[u];
+    }
+    var_block_reduce<T>(s[0], q[0]);
+    if (threadIdx.x == 0) part[blockIdx.x] = make_double2(s[0], q[0]);
+}
+
+// inner > 1: blocks of 32 x 8 threads, x over columns, y over the chunk's rows; grid (column
+// tiles, outer (strided), splits). A column's shift is its value in the line's first row.
+template <typename T>
+__device__ __forceinline__ void var_cols_impl(const T *in, double2 *part, uint64_t outer, uint64_t r,
+                                              uint64_t inner, uint64_t splits, uint64_t chunk) {
+    __shared__ double ss[RD_COLS_Y][RD_COLS_X], sq[RD_COLS_Y][RD_COLS_X];
+    const uint64_t c = (uint64_t)blockIdx.x * RD_COLS_X + threadIdx.x;
+    const uint64_t piece = blockIdx.z;
+    const uint64_t begin = piece * chunk;
+    const uint64_t end = min(r, begin + chunk);
+    for (uint64_t o = blockIdx.y; o < outer; o += gridDim.y) {
+        double s = 0.0, q = 0.0;
+        if (c < inner) {
+            const T *p = in + o * r * inner + c;
+            const double k = Tr<T>::load(p[0]);
+#pragma unroll 4
+            for (uint64_t j = begin + threadIdx.y; j < end; j += RD_COLS_Y) var_acc(s, q, Tr<T>::load(p[j * inner]), k);
+        }
+        ss[threadIdx.y][threadIdx.x] = s;
+        sq[threadIdx.y][threadIdx.x] = q;
+        __syncthreads();
+        if (threadIdx.y == 0 && c < inner) {
+#pragma unroll
+            for (int y = 1; y < RD_COLS_Y; ++y) {
+                s += ss[y][threadIdx.x];
+                q += sq[y][threadIdx.x];
+            }
+            part[(o * splits + piece) * inner + c] = make_double2(s, q);
+        }
+        __syncthreads();
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void var_final_impl(const double2 *part, T *out, uint64_t outer, uint64_t splits,
+                                               uint64_t inner, uint64_t r, double correction, int root) {
+    pdl_wait();
+    const uint64_t t = (uint64_t)blockIdx.x * RD_THREADS + threadIdx.x;
+    if (t >= outer * inner) return;
+    const uint64_t o = t / inner, c = t % inner;
+    double s = 0.0, q = 0.0;
+    for (uint64_t p = 0; p < splits; ++p) {
+        const double2 v = part[(o * splits + p) * inner + c];
+        s += v.x;
+        q += v.y;
+    }
+    const double n = (double)r;
+    const double m2 = fmax(q - s * (s / n), 0.0);
+    double v = m2 / fmax(n - correction, 0.0);
+    if (r == 0) v = __longlong_as_double(0x7ff8000000000000LL);
+    if (root) v = sqrt(v);
+    out[t] = Tr<T>::store((float)v);
+}
+
+#define VAR_KERNELS(NAME, T)                                                                               \
+    extern "C" __global__ void __launch_bounds__(RD_THREADS)                                               \
+        var_rows_##NAME(const T *in, double2 *part, uint64_t outer, uint64_t r, uint64_t splits,          \
+                        uint64_t chunk, int vec_ok, int warp_mode) {                                      \
+        pdl_trigger();                                                                                     \
+        var_rows_impl<T>(in, part, outer, r, splits, chunk, vec_ok, warp_mode);                           \
+    }                                                                                                      \
+    extern "C" __global__ void __launch_bounds__(RD_COLS_X * RD_COLS_Y)                                    \
+        var_cols_##NAME(const T *in, double2 *part, uint64_t outer, uint64_t r, uint64_t inner,           \
+                        uint64_t splits, uint64_t chunk) {                                                \
+        pdl_trigger();                                                                                     \
+        var_cols_impl<T>(in, part, outer, r, inner, splits, chunk);                                       \
+    }                                                                                                      \
+    extern "C" __global__ void __launch_bounds__(RD_THREADS)                                               \
+        var_final_##NAME(const double2 *part, T *out, uint64_t outer, uint64_t splits, uint64_t inner,    \
+                         uint64_t r, double correction, int root) {                                       \
+        var_final_impl<T>(part, out, outer, splits, inner, r, correction, root);                          \
+    }
+
+VAR_KERNELS(f32, float)
+VAR_KERNELS(f16, __half)
+VAR_KERNELS(bf16, __nv_bfloat16)

@@ -189,6 +189,28 @@ def main():
         med, mn = wall(fn, 30)
         rows.append({"name": name, "bytes": nbytes, "median_ms": med, "min_ms": mn})
     del x, bias, halves
+    # The everyday ops of gpu_facade, on 8192^2 f32 (any: 64 Mi bools); bytes: input + output.
+    x = torch.rand(8192, 8192, device=dev)
+    flags = torch.rand(8192 * 8192, device=dev) < 0.5
+    idx = torch.randint(0, 8191, (8192, 8192), device=dev)
+    sel = torch.randint(0, 8191, (4096,), device=dev)
+    narrow = torch.rand(8192, 1024, device=dev)
+    for name, nbytes, fn in [
+            ("sort_8192x1024_f32", 8192 * 1024 * (4 + 4 + 8), lambda: narrow.sort(1, stable=True)),
+            ("topk16_8192x1024_f32", 8192 * 1024 * 4 + 8192 * 16 * 12, lambda: narrow.topk(16, 1)),
+            ("cumsum_dim1_8192x8192_f32", 2 * n2 * 4, lambda: x.cumsum(1)),
+            ("gather_dim1_8192x8192_f32", 2 * n2 * 4 + n2 * 8, lambda: x.gather(1, idx)),
+            ("index_select_4096_rows_8192_f32", 2 * 4096 * 8192 * 4, lambda: x.index_select(0, sel)),
+            ("scatter_add_dim0_8192x8192_f32", 3 * n2 * 4 + n2 * 8, lambda: x.scatter_add(0, idx, x)),
+            ("sin_8192x8192_f32", 2 * n2 * 4, lambda: x.sin()),
+            ("clamp_8192x8192_f32", 2 * n2 * 4, lambda: x.clamp(0.25, 0.75)),
+            ("prod_dim1_8192x8192_f32", n2 * 4 + 8192 * 4, lambda: x.prod(1)),
+            ("var_dim1_8192x8192_f32", n2 * 4 + 8192 * 4, lambda: x.var(1)),
+            ("var_dim0_8192x8192_f32", n2 * 4 + 8192 * 4, lambda: x.var(0)),
+            ("any_64Mi_bool", n2, lambda: flags.any())]:
+        med, mn = wall(fn, 30)
+        rows.append({"name": name, "bytes": nbytes, "median_ms": med, "min_ms": mn})
+    del x, flags, idx, sel, narrow
     for dt, name in [(torch.float32, "matmul_4096_f32"), (torch.bfloat16, "matmul_4096_bf16")]:
         a = torch.randn(4096, 4096, device=dev, dtype=dt)
         b = torch.randn(4096, 4096, device=dev, dtype=dt)

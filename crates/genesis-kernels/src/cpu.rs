@@ -46,6 +46,44 @@ pub fn unary<T: Element>(op: UnaryOp, a: &[T], out: &mut [T]) -> Result<()> {
     Ok(())
 }
 
+/// `out[i] = min(max(a[i], lo), hi)` as the `clamp` kernel computes it: PyTorch's order (so
+/// `lo > hi` gives `hi`), either bound optional, a NaN element kept; the result is always one
+/// of the three values, bit for bit. Nothing is written when the lengths differ.
+pub fn clamp<T: Element>(a: &[T], lo: Option<T>, hi: Option<T>, out: &mut [T]) -> Result<()> {
+    same_len("clamp", a.len(), out.len())?;
+    for (o, &x) in out.iter_mut().zip(a) {
+        *o = clamp_one(x, lo, hi);
+    }
+    Ok(())
+}
+
+/// One element of [`clamp`].
+#[inline]
+pub fn clamp_one<T: Element>(x: T, lo: Option<T>, hi: Option<T>) -> T {
+    let lt = |a: T, b: T| {
+        if T::IS_FLOAT {
+            a.to_f64() < b.to_f64()
+        } else {
+            a.to_i64() < b.to_i64()
+        }
+    };
+    if T::IS_FLOAT && x.to_f64().is_nan() {
+        return x;
+    }
+    let mut v = x;
+    if let Some(lo) = lo
+        && lt(v, lo)
+    {
+        v = lo;
+    }
+    if let Some(hi) = hi
+        && lt(hi, v)
+    {
+        v = hi;
+    }
+    v
+}
+
 pub(crate) fn supports_unary<T: Element>(op: UnaryOp) -> Result<&'static str> {
     T::unary_kernel(op).ok_or_else(|| Error::Unsupported {
         op: op.name(),

@@ -148,11 +148,15 @@ pub enum UnaryOp {
     Tanh,
     /// `1 / (1 + e^-x)` (floating types only).
     Sigmoid,
+    /// Sine, of radians (floating types only).
+    Sin,
+    /// Cosine, of radians (floating types only).
+    Cos,
 }
 
 impl UnaryOp {
     /// Every operation, for tests and dispatch tables.
-    pub const ALL: [UnaryOp; 8] = [
+    pub const ALL: [UnaryOp; 10] = [
         UnaryOp::Neg,
         UnaryOp::Abs,
         UnaryOp::Relu,
@@ -161,6 +165,8 @@ impl UnaryOp {
         UnaryOp::Sqrt,
         UnaryOp::Tanh,
         UnaryOp::Sigmoid,
+        UnaryOp::Sin,
+        UnaryOp::Cos,
     ];
 
     /// Whether only the floating types support the operation (the transcendental ones).
@@ -179,6 +185,8 @@ impl UnaryOp {
             UnaryOp::Sqrt => "sqrt",
             UnaryOp::Tanh => "tanh",
             UnaryOp::Sigmoid => "sigmoid",
+            UnaryOp::Sin => "sin",
+            UnaryOp::Cos => "cos",
         }
     }
 
@@ -293,6 +301,8 @@ fn f32_unary(op: UnaryOp, x: f32) -> f32 {
         UnaryOp::Sqrt => x.sqrt(),
         UnaryOp::Tanh => x.tanh(),
         UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+        UnaryOp::Sin => x.sin(),
+        UnaryOp::Cos => x.cos(),
     }
 }
 
@@ -345,6 +355,8 @@ macro_rules! float_element {
                     UnaryOp::Sqrt => concat!("sqrt_", $name),
                     UnaryOp::Tanh => concat!("tanh_", $name),
                     UnaryOp::Sigmoid => concat!("sigmoid_", $name),
+                    UnaryOp::Sin => concat!("sin_", $name),
+                    UnaryOp::Cos => concat!("cos_", $name),
                 })
             }
             #[inline]

@@ -236,6 +236,60 @@ unsafe fn unary_raw<T: Element>(
     Ok(())
 }
 
+/// Queues `out[i] = min(max(a[i], lo), hi)` on `stream` (see [`crate::cpu::clamp`]; a bound
+/// that is `None` is not applied). Memory-bound: 16-byte loads and stores, four in flight a
+/// thread. Fails before launching when the lengths differ.
+pub fn clamp<T: Element>(
+    stream: &Stream,
+    a: DeviceSpan<'_, T>,
+    lo: Option<T>,
+    hi: Option<T>,
+    out: DeviceSpanMut<'_, T>,
+) -> Result<()> {
+    same_len("clamp", out.len(), a.len())?;
+    let n = out.len();
+    if n == 0 {
+        return Ok(());
+    }
+    let name = match T::NAME {
+        "f32" => "clamp_f32",
+        "f16" => "clamp_f16",
+        "bf16" => "clamp_bf16",
+        "i32" => "clamp_i32",
+        "i64" => "clamp_i64",
+        other => {
+            return Err(Error::Unsupported {
+                op: "clamp",
+                reason: format!("element type {other}"),
+            });
+        }
+    };
+    let kernel = Kernel::get(stream.context(), &images::ELEMENTWISE, name)?;
+    let (mut pa, mut po) = (a.addr(), out.addr());
+    let vec_ok = aligned16(&[pa, po]);
+    let config = elementwise_config(stream, n, size_of::<T>(), vec_ok);
+    let (mut n64, mut v) = (n as u64, i32::from(vec_ok));
+    let mut flags = i32::from(lo.is_some()) | i32::from(hi.is_some()) << 1;
+    // An absent bound is never read by the kernel (its flag is clear); any value fills it.
+    let (mut lo, mut hi) = (
+        lo.or(hi).unwrap_or(a_zero::<T>()),
+        hi.or(lo).unwrap_or(a_zero::<T>()),
+    );
+    let mut params: [*mut c_void; 7] = [
+        (&raw mut pa).cast(),
+        (&raw mut po).cast(),
+        (&raw mut n64).cast(),
+        (&raw mut v).cast(),
+        (&raw mut lo).cast(),
+        (&raw mut hi).cast(),
+        (&raw mut flags).cast(),
+    ];
+    // SAFETY: the parameters match `clamp_<T>(const T*, T*, uint64_t, int, T, T, int)`; both
+    // spans hold `n` elements (checked).
+    unsafe { kernel.launch(stream, config, &mut params)? };
+    Ok(())
+}
+
 /// The bits of a value of at most 8 bytes, zero-extended, as a tape record carries them.
 fn value_bits<T: Element>(value: T) -> u64 {
     let mut bits = [0u8; 8];

@@ -26,6 +26,17 @@ pub static ELEMENTWISE: genesis_cuda::KernelImage = genesis_cuda::KernelImage {
 /// Bytes of the `elementwise` image, for size reports.
 pub const ELEMENTWISE_BYTES: usize = include_bytes!("../images/elementwise.fatbin").len();
 
+/// The fatbin built from `kernels/gather.cu`.
+#[cfg(feature = "cuda")]
+pub static GATHER: genesis_cuda::KernelImage = genesis_cuda::KernelImage {
+    name: "gather",
+    image: include_bytes!("../images/gather.fatbin"),
+    targets: TARGETS,
+};
+
+/// Bytes of the `gather` image, for size reports.
+pub const GATHER_BYTES: usize = include_bytes!("../images/gather.fatbin").len();
+
 /// The fatbin built from `kernels/index.cu`.
 #[cfg(feature = "cuda")]
 pub static INDEX: genesis_cuda::KernelImage = genesis_cuda::KernelImage {
@@ -80,3 +91,25 @@ pub static REDUCE: genesis_cuda::KernelImage = genesis_cuda::KernelImage {
 
 /// Bytes of the `reduce` image, for size reports.
 pub const REDUCE_BYTES: usize = include_bytes!("../images/reduce.fatbin").len();
+
+/// The fatbin built from `kernels/scan.cu`.
+#[cfg(feature = "cuda")]
+pub static SCAN: genesis_cuda::KernelImage = genesis_cuda::KernelImage {
+    name: "scan",
+    image: include_bytes!("../images/scan.fatbin"),
+    targets: TARGETS,
+};
+
+/// Bytes of the `scan` image, for size reports.
+pub const SCAN_BYTES: usize = include_bytes!("../images/scan.fatbin").len();
+
+/// The fatbin built from `kernels/sort.cu`.
+#[cfg(feature = "cuda")]
+pub static SORT: genesis_cuda::KernelImage = genesis_cuda::KernelImage {
+    name: "sort",
+    image: include_bytes!("../images/sort.fatbin"),
+    targets: TARGETS,
+};
+
+/// Bytes of the `sort` image, for size reports.
+pub const SORT_BYTES: usize = include_bytes!("../images/sort.fatbin").len();

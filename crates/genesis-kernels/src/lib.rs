@@ -14,6 +14,7 @@ pub mod copy;
 pub mod cpu;
 mod dtype;
 mod element;
+pub mod gather;
 #[cfg(feature = "cuda")]
 pub mod gpu;
 pub mod images;
@@ -24,6 +25,8 @@ pub mod matmul;
 pub mod nd;
 pub mod random;
 pub mod reduce;
+pub mod scan;
+pub mod sort;
 
 pub use copy::{MAX_DIMS, StridedCopy, StridedCopy32};
 pub use dtype::DType;
@@ -56,6 +59,18 @@ pub enum Error {
         op: &'static str,
         /// Why.
         reason: String,
+    },
+    /// An index value outside `0..size` (`gather`, `scatter`, `index_select`).
+    #[error("{op}: index {value} at position {position} is out of bounds for size {size}")]
+    IndexOutOfRange {
+        /// The kernel.
+        op: &'static str,
+        /// The first position (row-major over the index) holding a bad value.
+        position: usize,
+        /// The value.
+        value: i64,
+        /// The size of the indexed dimension.
+        size: i64,
     },
     /// An error from the CUDA runtime (launch, module load, ...).
     #[error(transparent)]

@@ -1,5 +1,5 @@
-//! Reductions over one axis: sum, mean, max, min, argmax, argmin (`kernels/reduce.cu`) and
-//! their CPU twin.
+//! Reductions over one axis: sum, mean, prod, max, min, argmax, argmin, any and all of bools,
+//! and the variance (`kernels/reduce.cu`), and their CPU twins.
 //!
 //! A contiguous array is seen as `[outer, r, inner]` and reduced over `r`, giving
 //! `[outer, inner]`. A full reduction is `outer = inner = 1`; reducing the last axis is
@@ -14,6 +14,12 @@
 //! associative and commutative (ties go to the smaller index): bit for bit, but for the payload
 //! of a NaN maximum or minimum (the GPU's `max.NaN` gives the canonical NaN) and the sign of a
 //! zero extreme (-0.0 and +0.0 are equal values).
+//!
+//! `prod` follows `sum` (f32 accumulation on the GPU, f64 in the twin; integers wrap in i64 and
+//! give i64; the product of nothing is 1). `any` and `all` take bool bytes (any non-zero byte is
+//! true) and give bool bytes; any of nothing is false, all of nothing true; the kernels and
+//! [`reduce_bool`] agree exactly. [`var`] is the variance with PyTorch's `correction`, for the
+//! floating types (see [`gpu_var`] for the arithmetic).
 
 use crate::{Element, Error, Result};
 
@@ -32,10 +38,18 @@ pub enum ReduceOp {
     ArgMax,
     /// Index of the first smallest value (values too, for `min(dim)`).
     ArgMin,
+    /// Product (integers: wrapping, as i64; the product of nothing is 1).
+    Prod,
+    /// Whether any element is true (bool input and output; false for nothing).
+    Any,
+    /// Whether every element is true (bool input and output; true for nothing).
+    All,
 }
 
 impl ReduceOp {
-    /// Every reduction, for tests.
+    /// The value reductions of every element type (sum, mean, max, min, argmax, argmin), for
+    /// tests; [`ReduceOp::Prod`] and the bool reductions [`ReduceOp::Any`] and [`ReduceOp::All`]
+    /// are not in it.
     pub const ALL: [ReduceOp; 6] = [
         ReduceOp::Sum,
         ReduceOp::Mean,
@@ -54,7 +68,15 @@ impl ReduceOp {
             ReduceOp::Min => "min",
             ReduceOp::ArgMax => "argmax",
             ReduceOp::ArgMin => "argmin",
+            ReduceOp::Prod => "prod",
+            ReduceOp::Any => "any",
+            ReduceOp::All => "all",
         }
+    }
+
+    /// Whether the operation reads and writes bools (`any`, `all`).
+    pub const fn bool_only(self) -> bool {
+        matches!(self, ReduceOp::Any | ReduceOp::All)
     }
 
     /// Whether the operation yields indices.
@@ -69,13 +91,16 @@ impl ReduceOp {
 
     /// Whether reducing an empty axis is an error (there is no identity).
     pub const fn needs_elements(self) -> bool {
-        !matches!(self, ReduceOp::Sum | ReduceOp::Mean)
+        !matches!(
+            self,
+            ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Prod | ReduceOp::Any | ReduceOp::All
+        )
     }
 
-    /// The name of the type of the values produced for input type `T`: `T`'s, except sums of
-    /// integers (`"i64"`).
+    /// The name of the type of the values produced for input type `T`: `T`'s, except sums and
+    /// products of integers (`"i64"`).
     pub fn value_type<T: Element>(self) -> &'static str {
-        if self == ReduceOp::Sum && !T::IS_FLOAT {
+        if matches!(self, ReduceOp::Sum | ReduceOp::Prod) && !T::IS_FLOAT {
             "i64"
         } else {
             T::NAME
@@ -107,12 +132,23 @@ impl ReduceShape {
 }
 
 fn check<T: Element>(op: ReduceOp, s: ReduceShape, input_len: usize) -> Result<()> {
+    if op.bool_only() {
+        return Err(Error::Unsupported {
+            op: op.name(),
+            reason: format!("element type {} (bool input only: reduce_bool)", T::NAME),
+        });
+    }
+    check_shape(op, s, input_len)?;
     if op.float_only() && !T::IS_FLOAT {
         return Err(Error::Unsupported {
             op: op.name(),
             reason: format!("element type {} (floating types only)", T::NAME),
         });
     }
+    Ok(())
+}
+
+fn check_shape(op: ReduceOp, s: ReduceShape, input_len: usize) -> Result<()> {
     if s.input_len() != Some(input_len) {
         return Err(Error::LengthMismatch {
             op: op.name(),
@@ -214,6 +250,10 @@ pub fn reduce<T: Element, O: Element>(
             let t = o * s.inner + c;
             let (value, index) = if T::IS_FLOAT {
                 match op {
+                    ReduceOp::Prod => {
+                        let p: f64 = (0..s.r).map(|k| at(k).to_f64()).product();
+                        (O::from_f64(p), 0)
+                    }
                     ReduceOp::Sum | ReduceOp::Mean => {
                         let sum: f64 = (0..s.r).map(|k| at(k).to_f64()).sum();
                         let v = if op == ReduceOp::Mean {
@@ -237,6 +277,10 @@ pub fn reduce<T: Element, O: Element>(
                         let sum = (0..s.r).fold(0i64, |acc, k| acc.wrapping_add(at(k).to_i64()));
                         (O::from_i64(sum), 0)
                     }
+                    ReduceOp::Prod => {
+                        let p = (0..s.r).fold(1i64, |acc, k| acc.wrapping_mul(at(k).to_i64()));
+                        (O::from_i64(p), 0)
+                    }
                     _ => {
                         let mut best = (at(0).to_i64(), 0i64);
                         for k in 1..s.r {
@@ -255,6 +299,101 @@ pub fn reduce<T: Element, O: Element>(
         }
     }
     Ok(())
+}
+
+/// CPU twin of `any` and `all` ([`ReduceOp::Any`], [`ReduceOp::All`]): reduces bool bytes
+/// `input` (`[outer, r, inner]`, any non-zero byte true) into bool bytes `values` (`[outer,
+/// inner]`, 0 or 1). Nothing is written on error.
+pub fn reduce_bool(op: ReduceOp, input: &[u8], s: ReduceShape, values: &mut [u8]) -> Result<()> {
+    if !op.bool_only() {
+        return Err(Error::Unsupported {
+            op: op.name(),
+            reason: "a reduction of bools is any or all".into(),
+        });
+    }
+    check_shape(op, s, input.len())?;
+    if values.len() != s.output_len() {
+        return Err(Error::LengthMismatch {
+            op: op.name(),
+            expected: s.output_len(),
+            got: values.len(),
+        });
+    }
+    for o in 0..s.outer {
+        for c in 0..s.inner {
+            let mut lane = (0..s.r).map(|k| input[(o * s.r + k) * s.inner + c] != 0);
+            let v = if op == ReduceOp::Any {
+                lane.any(|b| b)
+            } else {
+                lane.all(|b| b)
+            };
+            values[o * s.inner + c] = u8::from(v);
+        }
+    }
+    Ok(())
+}
+
+/// CPU twin of the variance ([`gpu_var`]): `values[o, c]` is the variance of `input[o, .., c]`
+/// with PyTorch's `correction` (`sum((x - mean)^2) / max(0, n - correction)`), or its square
+/// root when `std`, for the floating types. Computed as the kernels do (each line shifted by its
+/// first element, sums in f64), so the two agree within the rounding of the f64 sums. Nothing
+/// is written on error.
+pub fn var<T: Element>(
+    input: &[T],
+    s: ReduceShape,
+    correction: f64,
+    std: bool,
+    values: &mut [T],
+) -> Result<()> {
+    check_var::<T>(s, input.len(), correction)?;
+    if values.len() != s.output_len() {
+        return Err(Error::LengthMismatch {
+            op: "var",
+            expected: s.output_len(),
+            got: values.len(),
+        });
+    }
+    for o in 0..s.outer {
+        for c in 0..s.inner {
+            let at = |k: usize| input[(o * s.r + k) * s.inner + c].to_f64();
+            values[o * s.inner + c] = T::from_f64(var_of(s.r, at, correction, std) as f32 as f64);
+        }
+    }
+    Ok(())
+}
+
+/// The variance arithmetic of the kernels for one line of `n` values `at(k)`.
+fn var_of(n: usize, at: impl Fn(usize) -> f64, correction: f64, std: bool) -> f64 {
+    if n == 0 {
+        return f64::NAN;
+    }
+    let shift = at(0);
+    let (mut sum, mut squares) = (0.0f64, 0.0f64);
+    for k in 0..n {
+        let d = at(k) - shift;
+        sum += d;
+        squares = d.mul_add(d, squares);
+    }
+    let nf = n as f64;
+    let m2 = (squares - sum * (sum / nf)).max(0.0);
+    let v = m2 / (nf - correction).max(0.0);
+    if std { v.sqrt() } else { v }
+}
+
+fn check_var<T: Element>(s: ReduceShape, input_len: usize, correction: f64) -> Result<()> {
+    if !T::IS_FLOAT {
+        return Err(Error::Unsupported {
+            op: "var",
+            reason: format!("element type {} (floating types only)", T::NAME),
+        });
+    }
+    if !correction.is_finite() {
+        return Err(Error::Unsupported {
+            op: "var",
+            reason: format!("correction {correction} (a finite number)"),
+        });
+    }
+    check_shape(ReduceOp::Sum, s, input_len)
 }
 
 /// How the kernels split a reduction: `splits` chunks of `chunk` elements per reduced line.
@@ -364,7 +503,21 @@ impl ReducePlan {
 
     /// Bytes of device workspace the reduction of `T` needs (partial values, then indices).
     pub fn workspace_bytes<T: Element>(&self, op: ReduceOp) -> usize {
-        let vals = (self.partials() * acc_bytes::<T>()).next_multiple_of(256);
+        self.workspace_for(op, acc_bytes::<T>())
+    }
+
+    /// Bytes of device workspace `any` or `all` needs ([`gpu_reduce_bool`]).
+    pub fn workspace_bytes_bool(&self) -> usize {
+        self.workspace_for(ReduceOp::Any, 8)
+    }
+
+    /// Bytes of device workspace the variance needs ([`gpu_var`]): two f64 a partial.
+    pub fn workspace_bytes_var(&self) -> usize {
+        self.partials() * 16
+    }
+
+    fn workspace_for(&self, op: ReduceOp, acc: usize) -> usize {
+        let vals = (self.partials() * acc).next_multiple_of(256);
         vals + if op.has_indices() {
             self.partials() * 8
         } else {
@@ -412,7 +565,22 @@ pub fn kernels<T: Element>(op: ReduceOp) -> Option<[&'static str; 3]> {
     } else {
         op.name()
     };
-    kernel_names!(base, T::NAME; "sum", "max", "min", "argmax", "argmin"; "f32", "f16", "bf16", "i32", "i64")
+    kernel_names!(base, T::NAME; "sum", "prod", "max", "min", "argmax", "argmin"; "f32", "f16", "bf16", "i32", "i64")
+}
+
+/// The rows, cols and final kernels of `any` or `all` (bool bytes).
+pub fn bool_kernels(op: ReduceOp) -> Option<[&'static str; 3]> {
+    kernel_names!(op.name(), "b8"; "any", "all"; "b8")
+}
+
+/// The rows, cols and final kernels of the variance of `T`.
+pub fn var_kernels<T: Element>() -> Option<[&'static str; 3]> {
+    Some(match T::NAME {
+        "f32" => ["var_rows_f32", "var_cols_f32", "var_final_f32"],
+        "f16" => ["var_rows_f16", "var_cols_f16", "var_final_f16"],
+        "bf16" => ["var_rows_bf16", "var_cols_bf16", "var_final_bf16"],
+        _ => return None,
+    })
 }
 
 /// Queues the reduction of `input` into `values` (bytes of elements of
@@ -449,6 +617,103 @@ pub fn gpu_reduce_planned<T: Element>(
     indices: Option<genesis_cuda::DeviceSpanMut<'_, i64>>,
     workspace: genesis_cuda::DeviceSpanMut<'_, u8>,
 ) -> Result<()> {
+    let len = plan.shape.input_len().ok_or(Error::Unsupported {
+        op: op.name(),
+        reason: "shape overflows".into(),
+    })?;
+    check::<T>(op, plan.shape, len)?;
+    let value_bytes = if op.value_type::<T>() == "i64" {
+        8
+    } else {
+        size_of::<T>()
+    };
+    let names = kernels::<T>(op).ok_or_else(|| Error::Unsupported {
+        op: op.name(),
+        reason: format!("element type {}", T::NAME),
+    })?;
+    let input = RawInput {
+        addr: input.addr(),
+        len: input.len(),
+        elem: size_of::<T>(),
+    };
+    let need = plan.workspace_bytes::<T>(op);
+    launch_reduce(
+        stream,
+        op,
+        names,
+        input,
+        value_bytes,
+        (plan, need),
+        values,
+        indices,
+        workspace,
+    )
+}
+
+/// Queues `any` or `all` of bool bytes `input` (`shape`) into bool bytes `values` on `stream`,
+/// using `workspace` ([`ReducePlan::workspace_bytes_bool`] of `ReducePlan::new(shape, sms, 1)`
+/// bytes). Every span is checked before anything is launched.
+#[cfg(feature = "cuda")]
+pub fn gpu_reduce_bool(
+    stream: &genesis_cuda::Stream,
+    op: ReduceOp,
+    input: genesis_cuda::DeviceSpan<'_, u8>,
+    shape: ReduceShape,
+    values: genesis_cuda::DeviceSpanMut<'_, u8>,
+    workspace: genesis_cuda::DeviceSpanMut<'_, u8>,
+) -> Result<()> {
+    let names = bool_kernels(op).ok_or_else(|| Error::Unsupported {
+        op: op.name(),
+        reason: "a reduction of bools is any or all".into(),
+    })?;
+    let len = shape.input_len().ok_or(Error::Unsupported {
+        op: op.name(),
+        reason: "shape overflows".into(),
+    })?;
+    check_shape(op, shape, len)?;
+    let plan = ReducePlan::new(shape, stream.context().multiprocessors() as usize, 1);
+    let input = RawInput {
+        addr: input.addr(),
+        len: input.len(),
+        elem: 1,
+    };
+    let need = plan.workspace_bytes_bool();
+    launch_reduce(
+        stream,
+        op,
+        names,
+        input,
+        1,
+        (plan, need),
+        values,
+        None,
+        workspace,
+    )
+}
+
+/// The input of a reduction launch: device address, length and element size.
+#[cfg(feature = "cuda")]
+struct RawInput {
+    addr: u64,
+    len: usize,
+    elem: usize,
+}
+
+/// The launches of a checked reduction: `names` (rows, cols, final) over `input` with `plan`
+/// (and the workspace bytes it needs), into `values` of `value_bytes`-byte elements.
+#[cfg(feature = "cuda")]
+#[allow(clippy::too_many_arguments)]
+fn launch_reduce(
+    stream: &genesis_cuda::Stream,
+    op: ReduceOp,
+    names: [&'static str; 3],
+    input: RawInput,
+    value_bytes: usize,
+    (plan, need): (ReducePlan, usize),
+    values: genesis_cuda::DeviceSpanMut<'_, u8>,
+    indices: Option<genesis_cuda::DeviceSpanMut<'_, i64>>,
+    workspace: genesis_cuda::DeviceSpanMut<'_, u8>,
+) -> Result<()> {
     use genesis_cuda::{Kernel, LaunchConfig};
     use std::ffi::c_void;
 
@@ -457,7 +722,6 @@ pub fn gpu_reduce_planned<T: Element>(
         op: op.name(),
         reason: "shape overflows".into(),
     })?;
-    check::<T>(op, shape, len)?;
     if indices.is_some() != op.has_indices() {
         return Err(Error::Unsupported {
             op: op.name(),
@@ -469,18 +733,13 @@ pub fn gpu_reduce_planned<T: Element>(
         });
     }
     let out_len = shape.output_len();
-    let value_bytes = if op.value_type::<T>() == "i64" {
-        8
-    } else {
-        size_of::<T>()
-    };
     let short = |what: &'static str, expected: usize, got: usize| Error::LengthMismatch {
         op: what,
         expected,
         got,
     };
-    if input.len() < len {
-        return Err(short("reduce input", len, input.len()));
+    if input.len < len {
+        return Err(short("reduce input", len, input.len));
     }
     if values.len() < out_len.saturating_mul(value_bytes) {
         return Err(short("reduce values", out_len * value_bytes, values.len()));
@@ -490,14 +749,11 @@ pub fn gpu_reduce_planned<T: Element>(
     {
         return Err(short("reduce indices", out_len, ix.len()));
     }
-    let (input, values) = (input.addr(), values.addr());
+    let elem_bytes = input.elem;
+    let (input, values) = (input.addr, values.addr());
     let indices = indices.map_or(0, |ix| ix.addr());
     let workspace_len = workspace.len();
     let workspace = workspace.addr();
-    let names = kernels::<T>(op).ok_or_else(|| Error::Unsupported {
-        op: op.name(),
-        reason: format!("element type {}", T::NAME),
-    })?;
     if shape.output_len() == 0 {
         return Ok(());
     }
@@ -515,7 +771,6 @@ pub fn gpu_reduce_planned<T: Element>(
             reason: format!("a plan that does not cover the axis once: {plan:?}"),
         });
     }
-    let need = plan.workspace_bytes::<T>(op);
     if workspace_len < need {
         return Err(Error::LengthMismatch {
             op: "reduce workspace",
@@ -526,7 +781,7 @@ pub fn gpu_reduce_planned<T: Element>(
     let ctx = stream.context();
     let pv = workspace;
     let pi = if op.has_indices() {
-        workspace + (plan.partials() * acc_bytes::<T>()).next_multiple_of(256) as u64
+        workspace + (need - plan.partials() * 8) as u64
     } else {
         0
     };
@@ -535,7 +790,7 @@ pub fn gpu_reduce_planned<T: Element>(
     let (mut splits, mut chunk) = (plan.splits as u64, plan.chunk as u64);
     if shape.inner == 1 {
         let kernel = Kernel::get(ctx, &crate::images::REDUCE, names[0])?;
-        let elem = size_of::<T>() as u64;
+        let elem = elem_bytes as u64;
         let mut vec_ok = i32::from(
             input.is_multiple_of(16)
                 && (outer == 1 || (r * elem).is_multiple_of(16))
@@ -569,7 +824,7 @@ pub fn gpu_reduce_planned<T: Element>(
         };
     } else {
         let kernel = Kernel::get(ctx, &crate::images::REDUCE, names[1])?;
-        let v = cols_vector(shape.inner, size_of::<T>());
+        let v = cols_vector(shape.inner, elem_bytes);
         let vec = v > 1 && input.is_multiple_of(16);
         let mut vec_ok = i32::from(vec);
         let config = LaunchConfig {
@@ -622,6 +877,159 @@ pub fn gpu_reduce_planned<T: Element>(
     // results (checked).
     // The final pass waits for the first (`pdl_wait` in reduce.cu) before reading its partials,
     // so it may be scheduled while the first pass runs.
+    unsafe {
+        kernel.launch_dependent(
+            stream,
+            LaunchConfig::linear(blocks as u32, 256),
+            &mut params,
+        )?
+    };
+    Ok(())
+}
+
+/// Queues the variance (or, with `std`, the standard deviation) of `input` (`shape`, f32, f16,
+/// bf16) over its reduced axis into `values` (`[outer, inner]` of `T`) on `stream`, using
+/// `workspace` ([`ReducePlan::workspace_bytes_var`] of `ReducePlan::new(shape, sms,
+/// size_of::<T>())` bytes).
+///
+/// One pass reads the input (the split plan of the other reductions, 16-byte loads for rows);
+/// each line is shifted by its first element and summed as (sum, sum of squares) in f64, and a
+/// second pass gives `(Q - S^2 / n) / max(0, n - correction)` rounded once to `T` (see
+/// `kernels/reduce.cu`). A line of no elements gives NaN, as PyTorch.
+#[cfg(feature = "cuda")]
+pub fn gpu_var<T: Element>(
+    stream: &genesis_cuda::Stream,
+    input: genesis_cuda::DeviceSpan<'_, T>,
+    shape: ReduceShape,
+    correction: f64,
+    std: bool,
+    values: genesis_cuda::DeviceSpanMut<'_, T>,
+    workspace: genesis_cuda::DeviceSpanMut<'_, u8>,
+) -> Result<()> {
+    use genesis_cuda::{Kernel, LaunchConfig};
+    use std::ffi::c_void;
+
+    let len = shape.input_len().ok_or(Error::Unsupported {
+        op: "var",
+        reason: "shape overflows".into(),
+    })?;
+    check_var::<T>(shape, len, correction)?;
+    let names = var_kernels::<T>().ok_or_else(|| Error::Unsupported {
+        op: "var",
+        reason: format!("element type {}", T::NAME),
+    })?;
+    let out_len = shape.output_len();
+    if input.len() < len {
+        return Err(Error::LengthMismatch {
+            op: "var input",
+            expected: len,
+            got: input.len(),
+        });
+    }
+    if values.len() < out_len {
+        return Err(Error::LengthMismatch {
+            op: "var values",
+            expected: out_len,
+            got: values.len(),
+        });
+    }
+    let plan = ReducePlan::new(
+        shape,
+        stream.context().multiprocessors() as usize,
+        size_of::<T>(),
+    );
+    let need = plan.workspace_bytes_var();
+    if workspace.len() < need {
+        return Err(Error::LengthMismatch {
+            op: "var workspace",
+            expected: need,
+            got: workspace.len(),
+        });
+    }
+    if out_len == 0 {
+        return Ok(());
+    }
+    let ctx = stream.context();
+    let (mut in_, mut part, mut out) = (input.addr(), workspace.addr(), values.addr());
+    let (mut outer, mut r, mut inner) = (shape.outer as u64, shape.r as u64, shape.inner as u64);
+    let (mut splits, mut chunk) = (plan.splits as u64, plan.chunk as u64);
+    if shape.r > 0 {
+        if shape.inner == 1 {
+            let kernel = Kernel::get(ctx, &crate::images::REDUCE, names[0])?;
+            let elem = size_of::<T>() as u64;
+            let mut vec_ok = i32::from(
+                in_.is_multiple_of(16)
+                    && (outer == 1 || (r * elem).is_multiple_of(16))
+                    && (chunk * elem).is_multiple_of(16),
+            );
+            let mut warp = i32::from(plan.warp_rows);
+            let blocks = if plan.warp_rows {
+                outer.div_ceil(8)
+            } else {
+                outer * splits
+            };
+            let mut params: [*mut c_void; 8] = [
+                (&raw mut in_).cast(),
+                (&raw mut part).cast(),
+                (&raw mut outer).cast(),
+                (&raw mut r).cast(),
+                (&raw mut splits).cast(),
+                (&raw mut chunk).cast(),
+                (&raw mut vec_ok).cast(),
+                (&raw mut warp).cast(),
+            ];
+            // SAFETY: the parameters match `var_rows_<T>`; the workspace holds the plan's
+            // partials and the input the shape's elements (checked).
+            unsafe {
+                kernel.launch(
+                    stream,
+                    LaunchConfig::linear(blocks as u32, 256),
+                    &mut params,
+                )?
+            };
+        } else {
+            let kernel = Kernel::get(ctx, &crate::images::REDUCE, names[1])?;
+            let config = LaunchConfig {
+                grid: (
+                    shape.inner.div_ceil(32) as u32,
+                    shape.outer.min(65535) as u32,
+                    plan.splits as u32,
+                ),
+                block: (32, 8, 1),
+                shared_bytes: 0,
+            };
+            let mut params: [*mut c_void; 7] = [
+                (&raw mut in_).cast(),
+                (&raw mut part).cast(),
+                (&raw mut outer).cast(),
+                (&raw mut r).cast(),
+                (&raw mut inner).cast(),
+                (&raw mut splits).cast(),
+                (&raw mut chunk).cast(),
+            ];
+            // SAFETY: as above, for `var_cols_<T>`.
+            unsafe { kernel.launch(stream, config, &mut params)? };
+        }
+    } else {
+        // No elements: the final pass reads no partials (splits = 0) and writes NaN.
+        splits = 0;
+    }
+    let kernel = Kernel::get(ctx, &crate::images::REDUCE, names[2])?;
+    let mut corr = correction;
+    let mut root = i32::from(std);
+    let mut params: [*mut c_void; 8] = [
+        (&raw mut part).cast(),
+        (&raw mut out).cast(),
+        (&raw mut outer).cast(),
+        (&raw mut splits).cast(),
+        (&raw mut inner).cast(),
+        (&raw mut r).cast(),
+        (&raw mut corr).cast(),
+        (&raw mut root).cast(),
+    ];
+    let blocks = (out_len as u64).div_ceil(256);
+    // SAFETY: the parameters match `var_final_<T>`; the output holds the shape's results
+    // (checked); the final pass waits for the first (`pdl_wait`) before reading its partials.
     unsafe {
         kernel.launch_dependent(
             stream,

@@ -10,6 +10,7 @@
 //! operands' memory; a backend only computes. Positions and lengths are in elements of the
 //! dtype given; every operand of one call lives in the same backend.
 
+use genesis_kernels::gather::Along;
 use genesis_kernels::{BinaryNd, BinaryOp, CompareOp, MatmulShape, ReduceOp, ReduceShape};
 use genesis_kernels::{Rhs, Sampler, UnaryOp};
 
@@ -123,6 +124,75 @@ pub(crate) trait Backend {
         indices: Option<&mut Self>,
     ) -> Result<()>;
 
+    /// `out[i] = min(max(self[at + i], lo), hi)` for `i < len`, each bound (one element's
+    /// bytes) optional.
+    fn clamp(
+        &self,
+        dtype: DType,
+        at: usize,
+        len: usize,
+        lo: Option<&[u8]>,
+        hi: Option<&[u8]>,
+        out: &mut Self,
+    ) -> Result<()>;
+
+    /// The variance with `correction` (its root when `std`) of `shape.input_len()` elements
+    /// from `self[at]` over the reduced axis, into `values` (`dtype`, a floating type).
+    fn var(
+        &self,
+        dtype: DType,
+        at: usize,
+        shape: ReduceShape,
+        correction: f64,
+        std: bool,
+        values: &mut Self,
+    ) -> Result<()>;
+
+    /// The inclusive prefix sums of `shape.input_len()` elements from `self[at]` along the
+    /// reduced axis, into `out` (`dtype` for floats, i64 for integers).
+    fn cumsum(&self, dtype: DType, at: usize, shape: ReduceShape, out: &mut Self) -> Result<()>;
+
+    /// `out[i] = self[at + target(i, idx[idx_at + ..])]` over `d` for `dtype` elements (the
+    /// gather of `genesis_kernels::gather`); a bad index value is an error.
+    fn gather_along(
+        &self,
+        dtype: DType,
+        at: usize,
+        idx: &Self,
+        idx_at: usize,
+        d: &Along,
+        out: &mut Self,
+    ) -> Result<()>;
+
+    /// In place into `self` (from element 0): the scatter (`add`: scatter-add) of the values
+    /// from `vals[vals_at]` over `d`. A bad index value is an error, and `self` is then
+    /// incomplete: callers scatter into a new copy.
+    #[allow(clippy::too_many_arguments)]
+    fn scatter_along(
+        &mut self,
+        dtype: DType,
+        add: bool,
+        idx: &Self,
+        idx_at: usize,
+        vals: &Self,
+        vals_at: usize,
+        d: &Along,
+    ) -> Result<()>;
+
+    /// The stable sort of each of `rows` rows of `r` elements from `self[at]` (ascending, or
+    /// descending) into `values` (`dtype`) and `indices` (i64 positions in the row).
+    #[allow(clippy::too_many_arguments)]
+    fn sort_rows(
+        &self,
+        dtype: DType,
+        at: usize,
+        rows: usize,
+        r: usize,
+        descending: bool,
+        values: &mut Self,
+        indices: &mut Self,
+    ) -> Result<()>;
+
     /// `out[out_at..] = self[a_at..] @ b[b_at..]` (see [`MatmulShape`]).
     fn matmul(
         &self,
@@ -207,6 +277,22 @@ fn host_range<T>(have: usize, at: usize, len: usize) -> Result<std::ops::Range<u
 
 fn unsupported(op: &'static str, dtype: DType) -> Error {
     Error::UnsupportedDType { op, dtype }
+}
+
+/// The value of `T` in the first `size_of::<T>()` bytes of `b` (one element's bytes).
+pub(crate) fn element_from_bytes<T: WithDType>(op: &'static str, b: &[u8]) -> Result<T> {
+    if b.len() < size_of::<T>() {
+        return Err(Error::OutOfBounds {
+            op,
+            start: 0,
+            len: 1,
+            storage_len: 0,
+        });
+    }
+    // SAFETY: `b` holds at least `size_of::<T>()` initialised bytes (checked), read without
+    // alignment, and every bit pattern is a valid `T` (WithDType is sealed to plain-old-data
+    // types).
+    Ok(unsafe { b.as_ptr().cast::<T>().read_unaligned() })
 }
 
 impl Backend for [u8] {
@@ -372,6 +458,14 @@ impl Backend for [u8] {
             dtype,
         })?;
         let out_len = shape.output_len();
+        if op.bool_only() {
+            if dtype != DType::Bool {
+                return Err(unsupported(op.name(), dtype));
+            }
+            let input = host::<u8>(self, at, n)?;
+            reduce::reduce_bool(op, input, shape, host_mut::<u8>(values, 0, out_len)?)?;
+            return Ok(());
+        }
         crate::dispatch_kernel_dtype!(dtype, T => {
             let input = host::<T>(self, at, n)?;
             let islice = match indices {
@@ -385,6 +479,134 @@ impl Backend for [u8] {
             }
             Ok(())
         }, _ => Err(unsupported(op.name(), dtype)))
+    }
+
+    fn clamp(
+        &self,
+        dtype: DType,
+        at: usize,
+        len: usize,
+        lo: Option<&[u8]>,
+        hi: Option<&[u8]>,
+        out: &mut [u8],
+    ) -> Result<()> {
+        crate::dispatch_kernel_dtype!(dtype, T => {
+            let lo = lo.map(|b| element_from_bytes::<T>("clamp", b)).transpose()?;
+            let hi = hi.map(|b| element_from_bytes::<T>("clamp", b)).transpose()?;
+            let a = host::<T>(self, at, len)?;
+            genesis_kernels::cpu::clamp::<T>(a, lo, hi, host_mut::<T>(out, 0, len)?)?;
+            Ok(())
+        }, _ => Err(unsupported("clamp", dtype)))
+    }
+
+    fn var(
+        &self,
+        dtype: DType,
+        at: usize,
+        shape: ReduceShape,
+        correction: f64,
+        std: bool,
+        values: &mut [u8],
+    ) -> Result<()> {
+        let n = shape.input_len().ok_or(Error::SizeOverflow {
+            len: usize::MAX,
+            dtype,
+        })?;
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16], T => {
+            let input = host::<T>(self, at, n)?;
+            let out = host_mut::<T>(values, 0, shape.output_len())?;
+            genesis_kernels::reduce::var::<T>(input, shape, correction, std, out)?;
+            Ok(())
+        }, _ => Err(unsupported("var", dtype)))
+    }
+
+    fn cumsum(&self, dtype: DType, at: usize, shape: ReduceShape, out: &mut [u8]) -> Result<()> {
+        let n = shape.input_len().ok_or(Error::SizeOverflow {
+            len: usize::MAX,
+            dtype,
+        })?;
+        crate::dispatch_kernel_dtype!(dtype, T => {
+            let input = host::<T>(self, at, n)?;
+            if dtype.is_float() {
+                genesis_kernels::scan::cumsum::<T, T>(input, shape, host_mut::<T>(out, 0, n)?)?;
+            } else {
+                genesis_kernels::scan::cumsum::<T, i64>(input, shape, host_mut::<i64>(out, 0, n)?)?;
+            }
+            Ok(())
+        }, _ => Err(unsupported("cumsum", dtype)))
+    }
+
+    fn gather_along(
+        &self,
+        dtype: DType,
+        at: usize,
+        idx: &[u8],
+        idx_at: usize,
+        d: &Along,
+        out: &mut [u8],
+    ) -> Result<()> {
+        let (ni, _, nt) = d.reach()?;
+        let ix = host::<i64>(idx, idx_at, ni)?;
+        genesis_kernels::dispatch_dtype!(dtype, [Bool, U8, I8, I16, I32, I64, F16, BF16, F32, F64], T => {
+            let src = host::<T>(self, at, nt)?;
+            genesis_kernels::gather::gather::<T>(src, ix, d, host_mut::<T>(out, 0, d.numel())?)?;
+            Ok(())
+        }, _ => Err(unsupported("gather", dtype)))
+    }
+
+    fn scatter_along(
+        &mut self,
+        dtype: DType,
+        add: bool,
+        idx: &[u8],
+        idx_at: usize,
+        vals: &[u8],
+        vals_at: usize,
+        d: &Along,
+    ) -> Result<()> {
+        let (ni, nv, nt) = d.reach()?;
+        let ix = host::<i64>(idx, idx_at, ni)?;
+        if add {
+            crate::dispatch_kernel_dtype!(dtype, T => {
+                let v = host::<T>(vals, vals_at, nv)?;
+                genesis_kernels::gather::scatter_add::<T>(host_mut::<T>(self, 0, nt)?, ix, v, d)?;
+                Ok(())
+            }, _ => Err(unsupported("scatter_add", dtype)))
+        } else {
+            genesis_kernels::dispatch_dtype!(dtype, [Bool, U8, I8, I16, I32, I64, F16, BF16, F32, F64], T => {
+                let v = host::<T>(vals, vals_at, nv)?;
+                genesis_kernels::gather::scatter::<T>(host_mut::<T>(self, 0, nt)?, ix, v, d)?;
+                Ok(())
+            }, _ => Err(unsupported("scatter", dtype)))
+        }
+    }
+
+    fn sort_rows(
+        &self,
+        dtype: DType,
+        at: usize,
+        rows: usize,
+        r: usize,
+        descending: bool,
+        values: &mut [u8],
+        indices: &mut [u8],
+    ) -> Result<()> {
+        let n = rows.checked_mul(r).ok_or(Error::SizeOverflow {
+            len: usize::MAX,
+            dtype,
+        })?;
+        crate::dispatch_kernel_dtype!(dtype, T => {
+            let input = host::<T>(self, at, n)?;
+            genesis_kernels::sort::sort::<T>(
+                input,
+                rows,
+                r,
+                descending,
+                host_mut::<T>(values, 0, n)?,
+                host_mut::<i64>(indices, 0, n)?,
+            )?;
+            Ok(())
+        }, _ => Err(unsupported("sort", dtype)))
     }
 
     fn matmul(

@@ -2,6 +2,7 @@
 //! code names CUDA memory without feature gates, and creating any is the typed error
 //! [`Error::CudaNotCompiled`]. Every method of a value that cannot exist is an empty `match`.
 
+use genesis_kernels::gather::Along;
 use genesis_kernels::{BinaryNd, BinaryOp, CompareOp, MatmulShape, ReduceOp, ReduceShape};
 use genesis_kernels::{Rhs, Sampler, UnaryOp};
 
@@ -266,6 +267,72 @@ impl Backend for CudaMem {
         _: ReduceShape,
         _: &mut CudaMem,
         _: Option<&mut CudaMem>,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn clamp(
+        &self,
+        _: DType,
+        _: usize,
+        _: usize,
+        _: Option<&[u8]>,
+        _: Option<&[u8]>,
+        _: &mut CudaMem,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn var(
+        &self,
+        _: DType,
+        _: usize,
+        _: ReduceShape,
+        _: f64,
+        _: bool,
+        _: &mut CudaMem,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn cumsum(&self, _: DType, _: usize, _: ReduceShape, _: &mut CudaMem) -> Result<()> {
+        match *self {}
+    }
+
+    fn gather_along(
+        &self,
+        _: DType,
+        _: usize,
+        _: &CudaMem,
+        _: usize,
+        _: &Along,
+        _: &mut CudaMem,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn scatter_along(
+        &mut self,
+        _: DType,
+        _: bool,
+        _: &CudaMem,
+        _: usize,
+        _: &CudaMem,
+        _: usize,
+        _: &Along,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn sort_rows(
+        &self,
+        _: DType,
+        _: usize,
+        _: usize,
+        _: usize,
+        _: bool,
+        _: &mut CudaMem,
+        _: &mut CudaMem,
     ) -> Result<()> {
         match *self {}
     }

@@ -1287,6 +1287,7 @@ mod tests {
 }
 
 mod elementwise;
+mod everyday;
 mod mask;
 mod matmul;
 mod nd;

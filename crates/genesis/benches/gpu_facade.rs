@@ -90,12 +90,12 @@ mod gpu {
         // with batching off (one launch an op).
         const ADDS: usize = 1000;
         let ctx = genesis_cuda::Context::get(0)?;
-        let one = Tensor::full(&[1], 1.0f32, dev)?;
+        let one = Tensor::full([1], 1.0f32, dev)?;
         for (batching, suffix) in [(true, ""), (false, "_unbatched")] {
             ctx.set_batching(batching)?;
             let mut result = 0.0f32;
             let (med, min) = wall(21, || {
-                let mut x = Tensor::zeros(&[1], DType::F32, dev)?;
+                let mut x = Tensor::zeros([1], DType::F32, dev)?;
                 for _ in 0..ADDS {
                     x = x.add(&one)?;
                 }
@@ -108,7 +108,7 @@ mod gpu {
             // The host's share: time to queue the 1000 adds (before synchronising).
             let mut host = Vec::new();
             for _ in 0..21 {
-                let mut x = Tensor::zeros(&[1], DType::F32, dev)?;
+                let mut x = Tensor::zeros([1], DType::F32, dev)?;
                 genesis::cuda::synchronize(0)?;
                 let t = Instant::now();
                 for _ in 0..ADDS {
@@ -134,10 +134,10 @@ mod gpu {
         // batched and not: what the GPU's time per op becomes when one block runs each
         // batched op.
         for n in [1usize, 256, genesis_kernels::gpu::BATCH_MAX_ELEMS] {
-            let y = Tensor::full(&[n], 1.0f32, dev)?;
+            let y = Tensor::full([n], 1.0f32, dev)?;
             for (batching, suffix) in [(true, ""), (false, "_unbatched")] {
                 ctx.set_batching(batching)?;
-                let x = Tensor::zeros(&[n], DType::F32, dev)?;
+                let x = Tensor::zeros([n], DType::F32, dev)?;
                 let (med, min) = wall(21, || {
                     for _ in 0..ADDS {
                         x.add_(&y)?;
@@ -204,14 +204,14 @@ mod gpu {
         let data: Vec<f32> = (0..n)
             .map(|i| ((i * 2_654_435_761) % 1000) as f32 * 1e-3)
             .collect();
-        let m = Tensor::from_slice(&data, &[side, side], dev)?;
+        let m = Tensor::from_slice(&data, [side, side], dev)?;
         type Case<'a> = (&'a str, Box<dyn Fn() -> genesis::Result<Tensor> + 'a>);
         let cases: Vec<Case<'_>> = vec![
             ("t_sum_f32", Box::new(|| m.sum())),
             ("t_mean_f32", Box::new(|| m.mean())),
             ("t_max_f32", Box::new(|| m.max())),
-            ("t_sum_dim1_f32", Box::new(|| m.sum_dim(&[1], false))),
-            ("t_sum_dim0_f32", Box::new(|| m.sum_dim(&[0], false))),
+            ("t_sum_dim1_f32", Box::new(|| m.sum_dim([1], false))),
+            ("t_sum_dim0_f32", Box::new(|| m.sum_dim([0], false))),
             ("t_max_dim1_f32", Box::new(|| Ok(m.max_dim(1, false)?.0))),
         ];
         for (name, f) in &cases {
@@ -351,8 +351,8 @@ mod gpu {
         drop(m);
         // Boolean masks on the device: select 50% of 64 Mi f32 (x[mask]), and masked_fill_.
         let g = genesis::Generator::new(7);
-        let x = g.rand(&[n], DType::F32, dev)?;
-        let mask = g.rand(&[n], DType::F32, dev)?.lt_scalar(0.5)?;
+        let x = g.rand([n], DType::F32, dev)?;
+        let mask = g.rand([n], DType::F32, dev)?.lt_scalar(0.5)?;
         // Bytes: data read once, mask read twice, half the data written.
         let select_bytes = n * 4 + 2 * n + n * 2;
         let (med, min) = wall(30, || {
@@ -407,12 +407,12 @@ mod gpu {
         // Broadcast and scalar operands read in place, and cat as strided copies, on 8192^2
         // f32 (output allocation included; wall clock, as torch_ref).
         let g = genesis::Generator::new(3);
-        let x = g.rand(&[8192, 8192], DType::F32, dev)?;
-        let bias = g.rand(&[8192], DType::F32, dev)?;
+        let x = g.rand([8192, 8192], DType::F32, dev)?;
+        let bias = g.rand([8192], DType::F32, dev)?;
         let (n2, row) = (8192 * 8192usize, 8192usize);
         let halves = [
-            g.rand(&[4096, 8192], DType::F32, dev)?,
-            g.rand(&[4096, 8192], DType::F32, dev)?,
+            g.rand([4096, 8192], DType::F32, dev)?,
+            g.rand([4096, 8192], DType::F32, dev)?,
         ];
         let cases: [(&str, usize, &dyn Fn() -> BoxResult); 4] = [
             ("add_bias_8192x8192_f32", 2 * n2 * 4 + row * 4, &|| {
@@ -444,12 +444,101 @@ mod gpu {
         }
         drop((x, bias, halves));
 
+        // The everyday ops on 8192^2 f32 (64 Mi elements; any of 64 Mi bools), output
+        // allocation included; wall clock, as torch_ref. Bytes: input plus output.
+        let g = genesis::Generator::new(4);
+        let x = g.rand([8192, 8192], DType::F32, dev)?;
+        let flags = g.rand([8192 * 8192], DType::F32, dev)?.lt_scalar(0.5)?;
+        let (n2, row) = (8192 * 8192usize, 8192usize);
+        let idx = g
+            .rand([8192, 8192], DType::F32, dev)?
+            .mul(8191.0)?
+            .to_dtype(DType::I64)?;
+        let picks = g
+            .rand([4096], DType::F32, dev)?
+            .mul(8191.0)?
+            .to_dtype(DType::I64)?;
+        let narrow = g.rand([8192, 1024], DType::F32, dev)?;
+        let cases: [(&str, usize, &dyn Fn() -> BoxResult); 12] = [
+            ("sort_8192x1024_f32", 8192 * 1024 * (4 + 4 + 8), &|| {
+                narrow.sort(1, false)?;
+                Ok(())
+            }),
+            (
+                "topk16_8192x1024_f32",
+                8192 * 1024 * 4 + 8192 * 16 * 12,
+                &|| {
+                    narrow.topk(16, 1, true, true)?;
+                    Ok(())
+                },
+            ),
+            ("cumsum_dim1_8192x8192_f32", 2 * n2 * 4, &|| {
+                x.cumsum(1)?;
+                Ok(())
+            }),
+            ("gather_dim1_8192x8192_f32", 2 * n2 * 4 + n2 * 8, &|| {
+                x.gather(1, &idx)?;
+                Ok(())
+            }),
+            (
+                "index_select_4096_rows_8192_f32",
+                2 * 4096 * row * 4,
+                &|| {
+                    x.index_select(0, &picks)?;
+                    Ok(())
+                },
+            ),
+            (
+                "scatter_add_dim0_8192x8192_f32",
+                3 * n2 * 4 + n2 * 8,
+                &|| {
+                    x.scatter_add(0, &idx, &x)?;
+                    Ok(())
+                },
+            ),
+            ("sin_8192x8192_f32", 2 * n2 * 4, &|| {
+                x.sin()?;
+                Ok(())
+            }),
+            ("clamp_8192x8192_f32", 2 * n2 * 4, &|| {
+                x.clamp(Some(0.25), Some(0.75))?;
+                Ok(())
+            }),
+            ("prod_dim1_8192x8192_f32", n2 * 4 + row * 4, &|| {
+                x.prod_dim(1, false)?;
+                Ok(())
+            }),
+            ("var_dim1_8192x8192_f32", n2 * 4 + row * 4, &|| {
+                x.var_dim(1, 1.0, false)?;
+                Ok(())
+            }),
+            ("var_dim0_8192x8192_f32", n2 * 4 + row * 4, &|| {
+                x.var_dim(0, 1.0, false)?;
+                Ok(())
+            }),
+            ("any_64Mi_bool", n2, &|| {
+                flags.any()?;
+                Ok(())
+            }),
+        ];
+        for (name, bytes, f) in cases {
+            let (med, min) = wall(30, f)?;
+            rows.push(Row {
+                name: name.into(),
+                bytes,
+                median_ms: med,
+                min_ms: min,
+                note: "wall clock incl. output allocation, as torch_ref".into(),
+            });
+        }
+        drop((x, flags, idx, picks, narrow));
+
         // matmul at 4096 (f32 and bf16), output allocation included.
         let side = 4096usize;
         let g = genesis::Generator::new(1);
         for (dtype, label) in [(DType::F32, "f32"), (DType::BF16, "bf16")] {
-            let a = g.randn(&[side, side], dtype, dev)?;
-            let b = g.randn(&[side, side], dtype, dev)?;
+            let a = g.randn([side, side], dtype, dev)?;
+            let b = g.randn([side, side], dtype, dev)?;
             let (med, min) = wall(10, || {
                 a.matmul(&b)?;
                 Ok(())

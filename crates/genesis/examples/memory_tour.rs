@@ -26,11 +26,11 @@ fn main() -> genesis::Result<()> {
     let (scope, allocator) = genesis::cuda::leak_scope(0)?;
 
     // A small "training step": activations appear, are used, and go away.
-    let weights = Tensor::zeros(&[1024, 1024], DType::F32, dev)?;
+    let weights = Tensor::zeros([1024, 1024], DType::F32, dev)?;
     let mut kept = Vec::new();
     for step in 0..4 {
         let activations: Vec<Tensor> = (0..8)
-            .map(|i| Tensor::full(&[256 * (i + 1), 1024], step as f32, dev))
+            .map(|i| Tensor::full([256 * (i + 1), 1024], step as f32, dev))
             .collect::<genesis::Result<_>>()?;
         let summed = activations[0].add(&activations[0])?;
         if step == 3 {

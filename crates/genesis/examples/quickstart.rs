@@ -12,8 +12,8 @@ use genesis::{DType, Device, Generator, IndexTensor, Tensor, bf16, s};
 
 fn tour(device: Device) -> genesis::Result<()> {
     println!("--- on {device} ---");
-    let a = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3], device)?;
-    let b = Tensor::full(&[2, 3], 0.5f32, device)?;
+    let a = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], [2, 3], device)?;
+    let b = Tensor::full([2, 3], 0.5f32, device)?;
     println!("a     = {a}");
     println!("b     = {b}");
     let c = (&a + &b)?;
@@ -21,7 +21,7 @@ fn tour(device: Device) -> genesis::Result<()> {
     assert_eq!(c.to_vec::<f32>()?, vec![1.5, 2.5, 3.5, 4.5, 5.5, 6.5]);
 
     // Broadcasting like NumPy: a [3] row against a [2, 3] matrix, scalars too.
-    let row = Tensor::from_slice(&[10.0f32, 20.0, 30.0], &[3], device)?;
+    let row = Tensor::from_slice(&[10.0f32, 20.0, 30.0], [3], device)?;
     let scaled = ((&a * &row)? / 2.0)?;
     println!("a * [10, 20, 30] / 2 = {scaled}");
     assert_eq!(
@@ -30,7 +30,7 @@ fn tour(device: Device) -> genesis::Result<()> {
     );
     println!(
         "maximum(a, 3.5) = {}",
-        a.maximum(&Tensor::full(&[1], 3.5f32, device)?)?
+        a.maximum(&Tensor::full([1], 3.5f32, device)?)?
     );
     // In place: writes into the tensor's own storage, allocating nothing.
     let mut acc = (&a + 0.0)?;
@@ -39,10 +39,10 @@ fn tour(device: Device) -> genesis::Result<()> {
     acc.exp_()?;
     println!("exp((a + b) * b), in place = {acc}");
 
-    let h = Tensor::from_slice(&[bf16::from_f32(1.0), bf16::from_f32(0.25)], &[2], device)?;
+    let h = Tensor::from_slice(&[bf16::from_f32(1.0), bf16::from_f32(0.25)], [2], device)?;
     let h2 = h.add(&h)?;
     println!("bf16: {h} + itself = {h2}");
-    let big = Tensor::full(&[1024, 1024], 7i64, device)?;
+    let big = Tensor::full([1024, 1024], 7i64, device)?;
     let big2 = big.add(&big)?;
     println!(
         "a {:?} {} tensor of {} elements, summed with itself: first = {}",
@@ -53,7 +53,7 @@ fn tour(device: Device) -> genesis::Result<()> {
     );
 
     // Views share memory; indexing follows NumPy.
-    let m = Tensor::arange(0.0, 20.0, 1.0, DType::F32, device)?.reshape(&[4, 5])?;
+    let m = Tensor::arange(0.0, 20.0, 1.0, DType::F32, device)?.reshape([4, 5])?;
     println!(
         "m = arange(20).reshape(4, 5); m[1:3, ::2] = {} (a view: {})",
         m.i(&s![1..3, ..;2])?,
@@ -64,7 +64,7 @@ fn tour(device: Device) -> genesis::Result<()> {
         m.i(&s![@IndexTensor::i64(&[2], vec![3, 0])])?
     );
     // Index tensors and masks on the tensor's device stay there (checked there, too).
-    let rows = Tensor::from_slice(&[-1i64, 1], &[2], device)?;
+    let rows = Tensor::from_slice(&[-1i64, 1], [2], device)?;
     println!("m[[-1, 1], 0] = {}", m.i(&s![@&rows, 0])?);
     println!("m[m > 15] = {}", m.i(&s![@&m.gt_scalar(15.0)?])?);
     println!(
@@ -72,15 +72,15 @@ fn tour(device: Device) -> genesis::Result<()> {
         m.t()?.is_contiguous(),
         m.t()?.contiguous()?.is_contiguous()
     );
-    let z = Tensor::zeros(&[3, 4], DType::F32, device)?;
+    let z = Tensor::zeros([3, 4], DType::F32, device)?;
     z.index_fill(&s![.., 1..3], 5.0)?;
     println!("z[:, 1:3] = 5 -> {z}");
 
     // Seeded random numbers: the same seed gives the same values on every device.
     let g = Generator::new(2024);
-    let x = g.randn(&[4, 8], DType::F32, device)?;
-    let w = g.rand(&[8, 3], DType::F32, device)?;
-    let replay = Generator::new(2024).randn(&[4, 8], DType::F32, Device::Cpu)?;
+    let x = g.randn([4, 8], DType::F32, device)?;
+    let w = g.rand([8, 3], DType::F32, device)?;
+    let replay = Generator::new(2024).randn([4, 8], DType::F32, Device::Cpu)?;
     assert_eq!(x.to_vec::<f32>()?, replay.to_vec::<f32>()?);
     // Matrix products, reductions, comparisons and `where`.
     let y = x.matmul(&w)?; // [4, 8] @ [8, 3]
@@ -88,27 +88,27 @@ fn tour(device: Device) -> genesis::Result<()> {
     println!(
         "sum = {}, mean over dim 1 = {}",
         y.sum()?,
-        y.mean_dim(&[1], false)?
+        y.mean_dim([1], false)?
     );
     let (best, at) = y.max_dim(1, false)?;
     println!("max over dim 1 = {best} at {at}");
     let positive = y.gt_scalar(0.0)?;
     let relu = Tensor::where_cond(&positive, &y, &Tensor::zeros((), DType::F32, device)?)?;
     println!("where(y > 0, y, 0) = {relu}");
-    let mut out = Tensor::zeros(&[4, 3], DType::F32, device)?;
+    let mut out = Tensor::zeros([4, 3], DType::F32, device)?;
     y.mul_out(&relu, &mut out)?; // writes into `out`, allocating nothing
     println!("y * relu(y) into a given tensor = {out}");
 
     // Errors are values, not panics.
     println!(
         "matmul of [1000, 1000] by [500, 500] -> {}",
-        Tensor::zeros(&[1000, 1000], DType::F32, device)?
-            .matmul(&Tensor::zeros(&[500, 500], DType::F32, device)?)
+        Tensor::zeros([1000, 1000], DType::F32, device)?
+            .matmul(&Tensor::zeros([500, 500], DType::F32, device)?)
             .unwrap_err()
     );
-    let wrong_shape = Tensor::full(&[3, 2], 1.0f32, device)?;
+    let wrong_shape = Tensor::full([3, 2], 1.0f32, device)?;
     println!("shape mismatch -> {}", a.add(&wrong_shape).unwrap_err());
-    let wrong_dtype = Tensor::full(&[2, 3], 1i32, device)?;
+    let wrong_dtype = Tensor::full([2, 3], 1i32, device)?;
     println!("dtype mismatch -> {}", a.add(&wrong_dtype).unwrap_err());
     assert_eq!(c.dtype(), DType::F32);
     Ok(())
@@ -133,7 +133,7 @@ fn main() -> genesis::Result<()> {
             genesis::cuda::memory_reserved(0)?,
             genesis::cuda::max_memory_allocated(0)?
         );
-        let kept = Tensor::zeros(&[256, 1024], DType::F32, Device::Cuda(0))?;
+        let kept = Tensor::zeros([256, 1024], DType::F32, Device::Cuda(0))?;
         let snap = genesis::cuda::memory_snapshot(0)?;
         println!(
             "snapshot with a 1 MiB tensor alive: {} segment(s), {} block(s); as JSON {} bytes (memory_tour writes PyTorch's format)",
@@ -142,8 +142,8 @@ fn main() -> genesis::Result<()> {
             snap.to_json().len()
         );
         drop(kept);
-        let cpu = Tensor::full(&[2, 3], 1.0f32, Device::Cpu)?;
-        let gpu = Tensor::full(&[2, 3], 1.0f32, Device::Cuda(0))?;
+        let cpu = Tensor::full([2, 3], 1.0f32, Device::Cpu)?;
+        let gpu = Tensor::full([2, 3], 1.0f32, Device::Cuda(0))?;
         println!("device mismatch -> {}", cpu.add(&gpu).unwrap_err());
         let back = gpu.to(Device::Cpu)?;
         println!("copied back to the host: {back}");
@@ -170,7 +170,7 @@ fn main() -> genesis::Result<()> {
         );
         println!(
             "asking for cuda:0 anyway -> {}",
-            Tensor::full(&[1], 1.0f32, Device::Cuda(0)).unwrap_err()
+            Tensor::full([1], 1.0f32, Device::Cuda(0)).unwrap_err()
         );
     }
     Ok(())

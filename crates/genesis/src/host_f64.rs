@@ -95,6 +95,8 @@ pub(crate) fn unary(op: UnaryOp, a: &Tensor) -> Result<Tensor> {
         UnaryOp::Log => x.ln(),
         UnaryOp::Sqrt => x.sqrt(),
         UnaryOp::Tanh => x.tanh(),
+        UnaryOp::Sin => x.sin(),
+        UnaryOp::Cos => x.cos(),
         UnaryOp::Sigmoid => {
             if x >= 0.0 {
                 1.0 / (1.0 + (-x).exp())

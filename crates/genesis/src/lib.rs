@@ -19,6 +19,7 @@
 mod args;
 pub mod cpu;
 mod error;
+mod everyday;
 mod host_f64;
 mod index;
 mod interop;

@@ -86,7 +86,7 @@ fn operand(
     let mat = rows * cols;
     let own_batch: usize = t.shape()[..t.dim().saturating_sub(2)].iter().product();
     if own_batch == 1 {
-        let m = t.reshape(&[rows as isize, cols as isize])?;
+        let m = t.reshape([rows as isize, cols as isize])?;
         let (s, start) = m.dense_operand(&[rows, cols])?;
         return Ok((s, start, 0));
     }

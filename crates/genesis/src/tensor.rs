@@ -395,7 +395,7 @@ impl Tensor {
     /// The elements as one dimension (a view when possible).
     #[track_caller]
     pub fn flatten(&self) -> Result<Tensor> {
-        self.reshape(&[-1])
+        self.reshape([-1])
     }
 
     /// Removes dimension `dim` if its size is 1 (a 0-d tensor takes 0 and -1).

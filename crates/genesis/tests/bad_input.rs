@@ -55,12 +55,12 @@ const CPU: Device = Device::Cpu;
 fn t(shape: &[usize]) -> Tensor {
     let n: usize = shape.iter().product();
     let v: Vec<f32> = (0..n).map(|i| i as f32).collect();
-    Tensor::from_slice(&v, &shape.to_vec(), CPU).unwrap()
+    Tensor::from_slice(&v, shape.to_vec(), CPU).unwrap()
 }
 
 fn mask(shape: &[usize]) -> Tensor {
     let n: usize = shape.iter().product();
-    Tensor::from_bools(&vec![true; n], &shape.to_vec(), CPU).unwrap()
+    Tensor::from_bools(&vec![true; n], shape.to_vec(), CPU).unwrap()
 }
 
 const DTYPES: [DType; 10] = [
@@ -119,21 +119,21 @@ fn creation() {
     }
     // Lengths that do not match the shape.
     s.err("from_slice(6 values, [2, 2])", || {
-        Tensor::from_slice(&[1.0f32; 6], &[2usize, 2], CPU)
+        Tensor::from_slice(&[1.0f32; 6], [2usize, 2], CPU)
     });
     s.err("from_slice(0 values, [1])", || {
         Tensor::from_slice::<f32>(&[], &[1usize], CPU)
     });
     s.err("from_bools(3 values, [2])", || {
-        Tensor::from_bools(&[true; 3], &[2usize], CPU)
+        Tensor::from_bools(&[true; 3], [2usize], CPU)
     });
     // Devices that do not exist here.
     for device in [Device::Cuda(4096), Device::Cuda(usize::MAX)] {
         s.err(&format!("zeros on {device}"), || {
-            Tensor::zeros(&[2usize], DType::F32, device)
+            Tensor::zeros([2usize], DType::F32, device)
         });
         s.err(&format!("from_slice on {device}"), || {
-            Tensor::from_slice(&[1.0f32], &[1usize], device)
+            Tensor::from_slice(&[1.0f32], [1usize], device)
         });
         s.err(&format!("to({device})"), || t(&[2]).to(device));
         s.err(&format!("to_non_blocking({device})"), || {
@@ -159,10 +159,10 @@ fn creation() {
     // Random tensors of dtypes that cannot hold them, and empty integer ranges.
     for dtype in [DType::I32, DType::U8, DType::Bool] {
         s.err(&format!("rand({dtype})"), || {
-            Tensor::rand(&[4usize], dtype, CPU)
+            Tensor::rand([4usize], dtype, CPU)
         });
         s.err(&format!("randn({dtype})"), || {
-            Tensor::randn(&[4usize], dtype, CPU)
+            Tensor::randn([4usize], dtype, CPU)
         });
     }
     for (low, high, dtype) in [
@@ -174,11 +174,11 @@ fn creation() {
         (i64::MIN, i64::MAX, DType::I8),
     ] {
         s.err(&format!("randint({low}, {high}, {dtype})"), || {
-            Tensor::randint(low, high, &[4usize], dtype, CPU)
+            Tensor::randint(low, high, [4usize], dtype, CPU)
         });
     }
     // Like-constructors with values the dtype does not hold.
-    let i = Tensor::zeros(&[2usize], DType::I32, CPU).unwrap();
+    let i = Tensor::zeros([2usize], DType::I32, CPU).unwrap();
     for v in [f64::NAN, 0.5, 1e12, f64::INFINITY] {
         s.err(&format!("full_like(i32, {v})"), || i.full_like(v));
     }
@@ -196,7 +196,7 @@ fn views_and_shapes() {
         s.err(&format!("squeeze({d})"), || x.squeeze(d));
         s.err(&format!("narrow({d}, 0, 1)"), || x.narrow(d, 0, 1));
         s.err(&format!("cat(dim {d})"), || Tensor::cat(&[&x, &x], d));
-        s.err(&format!("sum_dim({d})"), || x.sum_dim(&[d], false));
+        s.err(&format!("sum_dim({d})"), || x.sum_dim([d], false));
         s.err(&format!("max_dim({d})"), || x.max_dim(d, false));
         s.err(&format!("argmin_dim({d})"), || x.argmin_dim(d, true));
     }
@@ -241,7 +241,7 @@ fn views_and_shapes() {
     s.err("cat([])", || Tensor::cat(&[], 0));
     s.err("stack([])", || Tensor::stack(&[], 0));
     let y = t(&[2, 3, 5]);
-    let z = Tensor::zeros(&[2usize, 3, 4], DType::F64, CPU).unwrap();
+    let z = Tensor::zeros([2usize, 3, 4], DType::F64, CPU).unwrap();
     s.err("cat(shapes differ off the dim)", || {
         Tensor::cat(&[&x, &y], 0)
     });
@@ -256,9 +256,9 @@ fn operations() {
     let mut s = Sweep::default();
     let a = t(&[2, 3]);
     let b = t(&[4]);
-    let f64s = Tensor::zeros(&[2usize, 3], DType::F64, CPU).unwrap();
+    let f64s = Tensor::zeros([2usize, 3], DType::F64, CPU).unwrap();
     let bools = mask(&[2, 3]);
-    let ints = Tensor::zeros(&[2usize, 3], DType::I32, CPU).unwrap();
+    let ints = Tensor::zeros([2usize, 3], DType::I32, CPU).unwrap();
     s.err("add(shapes that do not broadcast)", || a.add(&b));
     s.err("sub(shapes that do not broadcast)", || a.sub(&b));
     s.err("mul(shapes that do not broadcast)", || a.mul(&b));
@@ -338,9 +338,9 @@ fn operations() {
     // In-place ops where the result does not fit, or the tensor is a shared broadcast view.
     let small = t(&[3]);
     s.err("add_(broadcast would grow self)", || small.add_(&a));
-    let expanded = t(&[1, 3]).expand(&[4usize, 3]).unwrap();
+    let expanded = t(&[1, 3]).expand([4usize, 3]).unwrap();
     s.err("add_(stride-0 view)", || expanded.add_(1.0f32));
-    let expanded2 = t(&[1, 3]).expand(&[4usize, 3]).unwrap();
+    let expanded2 = t(&[1, 3]).expand([4usize, 3]).unwrap();
     s.err("masked_fill_(stride-0 view)", || {
         expanded2.masked_fill_(&mask(&[4, 3]), 0.0)
     });
@@ -348,14 +348,14 @@ fn operations() {
     s.err("exp_(i32)", || ints_mut.exp_());
     s.err("div_(i32, f32 tensor)", || ints_mut.div_(&a));
     // Reductions.
-    let empty = Tensor::zeros(&[0usize, 3], DType::F32, CPU).unwrap();
+    let empty = Tensor::zeros([0usize, 3], DType::F32, CPU).unwrap();
     s.err("max(empty)", || empty.max());
     s.err("argmin(empty)", || empty.argmin());
-    s.err("amax(empty dim 0)", || empty.amax(&[0i64], false));
+    s.err("amax(empty dim 0)", || empty.amax([0i64], false));
     s.err("min_dim(empty dim 0)", || empty.min_dim(0, false));
     s.err("mean(i32)", || ints.mean());
-    s.err("sum_dim(repeated dims)", || a.sum_dim(&[0i64, 0], false));
-    s.err("mean_dim(dim out of range)", || a.mean_dim(&[5i64], true));
+    s.err("sum_dim(repeated dims)", || a.sum_dim([0i64, 0], false));
+    s.err("mean_dim(dim out of range)", || a.mean_dim([5i64], true));
     // matmul.
     for (l, r) in [
         (vec![2usize, 3], vec![2usize, 3]),
@@ -409,7 +409,7 @@ fn indexing() {
     let y = t(&[3, 4]);
     s.err("index_put(value shape)", || y.index_put(&s![0], &t(&[5])));
     s.err("index_put(value dtype)", || {
-        y.index_put(&s![0], &Tensor::zeros(&[4usize], DType::F64, CPU).unwrap())
+        y.index_put(&s![0], &Tensor::zeros([4usize], DType::F64, CPU).unwrap())
     });
     s.err("index_add(value shape)", || {
         y.index_add(&s![.., 0], &t(&[4]))

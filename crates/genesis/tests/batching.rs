@@ -12,8 +12,8 @@ use genesis::{DType, Device, Tensor};
 /// host vector of `n` small integers: every result is an exact small integer in f32.
 fn chain(dev: Device, n: usize) -> Vec<f32> {
     let v: Vec<f32> = (0..n).map(|i| (i % 7) as f32 - 3.0).collect();
-    let a = Tensor::from_slice(&v, &[n], dev).unwrap();
-    let mut x = Tensor::zeros(&[n], DType::F32, dev).unwrap();
+    let a = Tensor::from_slice(&v, [n], dev).unwrap();
+    let mut x = Tensor::zeros([n], DType::F32, dev).unwrap();
     for k in 0..200 {
         x = match k % 5 {
             0 => x.add(&a).unwrap(),
@@ -64,10 +64,10 @@ fn memory_released_under_queued_ops_is_not_touched() {
         // 16 MiB source: its pages are given back by empty_cache once it is dropped. The small
         // op reading its first 1000 elements is queued on the host until something reaches the
         // driver, which empty_cache does before unmapping anything.
-        let big = Tensor::full(&[4 << 20], 3.0f32, gpu).unwrap();
+        let big = Tensor::full([4 << 20], 3.0f32, gpu).unwrap();
         let head = big.narrow(0, 0, 1000).unwrap();
         let y = head
-            .add(&Tensor::full(&[1000], round as f32, gpu).unwrap())
+            .add(&Tensor::full([1000], round as f32, gpu).unwrap())
             .unwrap();
         drop(head);
         drop(big);

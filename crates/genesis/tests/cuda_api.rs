@@ -82,7 +82,7 @@ mod gpu {
         let _release = Release;
         let dev = Device::Cuda(0);
         let g = genesis::Generator::new(1);
-        let x = g.rand(&[1 << 20], DType::F32, dev).unwrap();
+        let x = g.rand([1 << 20], DType::F32, dev).unwrap();
         let want = (((&x * 2.0).unwrap() + 1.0).unwrap())
             .sum()
             .unwrap()
@@ -136,9 +136,9 @@ mod gpu {
         let a = {
             let _g = StreamGuard::new(&s1);
             start.record(&s1).unwrap();
-            let a = Tensor::zeros(&[n], DType::F32, dev).unwrap();
+            let a = Tensor::zeros([n], DType::F32, dev).unwrap();
             for _ in 0..20 {
-                a.add_(&Tensor::ones(&[n], DType::F32, dev).unwrap())
+                a.add_(&Tensor::ones([n], DType::F32, dev).unwrap())
                     .unwrap();
             }
             end.record(&s1).unwrap();
@@ -159,7 +159,7 @@ mod gpu {
                     with_stream(&s, || {
                         let mut acc = 0.0f64;
                         for i in 0..10 {
-                            let v = Tensor::full(&[4096], (t * 100 + i) as f32, Device::Cuda(0))
+                            let v = Tensor::full([4096], (t * 100 + i) as f32, Device::Cuda(0))
                                 .unwrap();
                             acc += f64::from(v.sum().unwrap().to_vec::<f32>().unwrap()[0]);
                         }
@@ -177,7 +177,7 @@ mod gpu {
         with_stream(&d, || assert_eq!(Stream::current(0).unwrap().id(), 0));
         let s3 = Stream::new(0).unwrap();
         let keep = with_stream(&s3, || {
-            Tensor::ones(&[n], DType::F32, dev).unwrap().exp().unwrap()
+            Tensor::ones([n], DType::F32, dev).unwrap().exp().unwrap()
         });
         drop(s3);
         assert_eq!(

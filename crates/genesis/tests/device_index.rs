@@ -20,7 +20,7 @@ fn host_index(data: &[i64], shape: &[usize]) -> IndexTensor {
 fn matrix(rows: usize, cols: usize, dev: Device) -> Tensor {
     Tensor::arange(0.0, (rows * cols) as f64, 1.0, DType::F32, dev)
         .unwrap()
-        .reshape(&[rows as isize, cols as isize])
+        .reshape([rows as isize, cols as isize])
         .unwrap()
 }
 
@@ -33,11 +33,11 @@ fn gathers_with_index_tensors_on_their_device() {
         let rows = [3i64, -1, 0, 36, 3, -37];
         let cols = [11i64, 0, -2, 5];
         for dtype in [DType::I64, DType::I32] {
-            let r = Tensor::from_slice(&rows, &[rows.len()], dev)
+            let r = Tensor::from_slice(&rows, [rows.len()], dev)
                 .unwrap()
                 .to_dtype(dtype)
                 .unwrap();
-            let c = Tensor::from_slice(&cols, &[cols.len()], dev)
+            let c = Tensor::from_slice(&cols, [cols.len()], dev)
                 .unwrap()
                 .to_dtype(dtype)
                 .unwrap();
@@ -48,7 +48,7 @@ fn gathers_with_index_tensors_on_their_device() {
                 (s![2, @&c], s![2, @host_index(&cols, &[4])]),
                 // Two arrays broadcast together: [6, 1] with [4].
                 (
-                    s![@r.reshape(&[6, 1]).unwrap(), @&c],
+                    s![@r.reshape([6, 1]).unwrap(), @&c],
                     s![@host_index(&rows, &[6, 1]), @host_index(&cols, &[4])],
                 ),
                 // Separated by a slice: the index dimensions go first.
@@ -64,7 +64,7 @@ fn gathers_with_index_tensors_on_their_device() {
         }
         // A 1-D index tensor with a stride and an offset (the row kernel reads it as it is).
         for dtype in [DType::I64, DType::I32] {
-            let every_other = Tensor::from_slice(&[7i64, 5, 0, 2, 9, -1, 3], &[7], dev)
+            let every_other = Tensor::from_slice(&[7i64, 5, 0, 2, 9, -1, 3], [7], dev)
                 .unwrap()
                 .to_dtype(dtype)
                 .unwrap()
@@ -75,7 +75,7 @@ fn gathers_with_index_tensors_on_their_device() {
             assert_eq!(f32s(&got), f32s(&want), "{dtype} on {dev}");
         }
         // A strided index tensor (a transposed view): read through its layout.
-        let idx2 = Tensor::from_slice(&[0i64, 1, 2, 3, 4, 5], &[2, 3], dev)
+        let idx2 = Tensor::from_slice(&[0i64, 1, 2, 3, 4, 5], [2, 3], dev)
             .unwrap()
             .t()
             .unwrap();
@@ -95,7 +95,7 @@ fn out_of_range_device_indices_are_typed_errors_and_write_nothing() {
         let x = matrix(5, 4, dev);
         let before = f32s(&x);
         for (bad, want) in [([0i64, 5, 1], 5i64), ([0, 1, -6], -6)] {
-            let idx = Tensor::from_slice(&bad, &[3], dev).unwrap();
+            let idx = Tensor::from_slice(&bad, [3], dev).unwrap();
             let e = x.i(&s![@&idx]).unwrap_err();
             let Error::Index(genesis_index::Error::IndexOutOfRange { dim, index, size }) = e else {
                 panic!("unexpected {e:?} on {dev}");
@@ -114,14 +114,14 @@ fn out_of_range_device_indices_are_typed_errors_and_write_nothing() {
                 ),
                 "{e:?}"
             );
-            let v = Tensor::full(&[3, 4], 7.0f32, dev).unwrap();
+            let v = Tensor::full([3, 4], 7.0f32, dev).unwrap();
             assert!(x.index_put(&s![@&idx], &v).is_err());
             assert!(x.index_add(&s![@&idx], &v).is_err());
             assert!(x.index_fill(&s![@&idx], 9.0).is_err());
             assert_eq!(f32s(&x), before, "target changed on {dev}");
         }
         // Float index tensors are rejected.
-        let f = Tensor::from_slice(&[0.0f32], &[1], dev).unwrap();
+        let f = Tensor::from_slice(&[0.0f32], [1], dev).unwrap();
         assert!(matches!(
             x.i(&s![@&f]),
             Err(Error::Index(genesis_index::Error::InvalidIndex { .. }))
@@ -135,10 +135,10 @@ fn assignment_through_device_indices_matches_the_host() {
     for dev in devices() {
         // Duplicates: the last write wins (put), contributions add up (add).
         let rows = [4i64, 1, 4, -1, 0, 1];
-        let idx = Tensor::from_slice(&rows, &[6], dev).unwrap();
+        let idx = Tensor::from_slice(&rows, [6], dev).unwrap();
         let vals: Vec<f32> = (0..6 * 8).map(|v| v as f32 * 0.5 - 3.0).collect();
-        let v = Tensor::from_slice(&vals, &[6, 8], dev).unwrap();
-        let vc = Tensor::from_slice(&vals, &[6, 8], Device::Cpu).unwrap();
+        let v = Tensor::from_slice(&vals, [6, 8], dev).unwrap();
+        let vc = Tensor::from_slice(&vals, [6, 8], Device::Cpu).unwrap();
         for accumulate in [false, true] {
             let x = matrix(9, 8, dev);
             let xc = matrix(9, 8, Device::Cpu);
@@ -156,13 +156,13 @@ fn assignment_through_device_indices_matches_the_host() {
         let x = matrix(9, 7, dev);
         let xc = matrix(9, 7, Device::Cpu);
         let (a, b) = ([8i64, 0, 8, 3], [6i64, 6, 6, -7]);
-        let ta = Tensor::from_slice(&a, &[4], dev).unwrap();
-        let tb = Tensor::from_slice(&b, &[4], dev)
+        let ta = Tensor::from_slice(&a, [4], dev).unwrap();
+        let tb = Tensor::from_slice(&b, [4], dev)
             .unwrap()
             .to_dtype(DType::I32)
             .unwrap();
-        let val = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[4], dev).unwrap();
-        let valc = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[4], Device::Cpu).unwrap();
+        let val = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], [4], dev).unwrap();
+        let valc = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], [4], Device::Cpu).unwrap();
         x.index_put(&s![@&ta, @&tb], &val).unwrap();
         xc.index_put(&s![@host_index(&a, &[4]), @host_index(&b, &[4])], &valc)
             .unwrap();
@@ -178,14 +178,14 @@ fn masks_on_their_device_select_and_assign() {
     for dev in devices() {
         let x = Tensor::arange(0.0, 60.0, 1.0, DType::F32, dev)
             .unwrap()
-            .reshape(&[3, 4, 5])
+            .reshape([3, 4, 5])
             .unwrap();
         let bits: Vec<bool> = (0..60).map(|i| (i * 7) % 3 == 0).collect();
         let rows = [true, false, true];
         let plane: Vec<bool> = (0..12).map(|i| i % 5 < 2).collect();
-        let full = Tensor::from_bools(&bits, &[3, 4, 5], dev).unwrap();
-        let lead = Tensor::from_bools(&rows, &[3], dev).unwrap();
-        let two = Tensor::from_bools(&plane, &[3, 4], dev).unwrap();
+        let full = Tensor::from_bools(&bits, [3, 4, 5], dev).unwrap();
+        let lead = Tensor::from_bools(&rows, [3], dev).unwrap();
+        let two = Tensor::from_bools(&plane, [3, 4], dev).unwrap();
         let cases: Vec<(Vec<genesis::IndexItem>, Vec<genesis::IndexItem>)> = vec![
             (s![@&full], s![@IndexTensor::mask(&[3, 4, 5], &bits)]),
             (s![@&lead], s![@IndexTensor::mask(&[3], &rows)]),
@@ -223,7 +223,7 @@ fn masks_on_their_device_select_and_assign() {
             assert_eq!(f32s(&y), f32s(&yc), "fill case {k} on {dev}");
         }
         // A mask of the wrong shape.
-        let wrong = Tensor::from_bools(&[true, false], &[2], dev).unwrap();
+        let wrong = Tensor::from_bools(&[true, false], [2], dev).unwrap();
         assert!(matches!(
             x.i(&s![@&wrong]),
             Err(Error::Index(genesis_index::Error::ShapeMismatch { .. }))
@@ -263,10 +263,10 @@ fn device_index_row_gathers_check_early_or_behind_long_work() {
         }
         let x = matrix(64, 4, dev);
         let xc = matrix(64, 4, Device::Cpu);
-        let a = Tensor::ones(&[2048, 2048], DType::F32, dev).unwrap();
+        let a = Tensor::ones([2048, 2048], DType::F32, dev).unwrap();
         for behind_long_work in [false, true] {
             for (idx, bad) in [([3i64, -1, 0], None), ([3, 64, 0], Some(64i64))] {
-                let i = Tensor::from_slice(&idx, &[3], dev).unwrap();
+                let i = Tensor::from_slice(&idx, [3], dev).unwrap();
                 // A 2048² matmul (about a millisecond) queued next delays the gather's start.
                 let busy = behind_long_work.then(|| a.matmul(&a).unwrap());
                 match (x.i(&s![@&i]), bad) {

@@ -131,12 +131,12 @@ fn held_out_facade_cases_agree_with_numpy() {
 /// The interpreter's own checks: an error kind is the path of variant names.
 #[test]
 fn error_kinds_are_variant_paths() {
-    let e = genesis::Tensor::zeros(&[2], genesis::DType::Bool, Device::Cpu)
+    let e = genesis::Tensor::zeros([2], genesis::DType::Bool, Device::Cpu)
         .unwrap()
         .neg()
         .unwrap_err();
     assert_eq!(facade::error_kind(&e), "Storage.UnsupportedDType");
-    let e = genesis::Tensor::zeros(&[2], genesis::DType::F32, Device::Cpu)
+    let e = genesis::Tensor::zeros([2], genesis::DType::F32, Device::Cpu)
         .unwrap()
         .transpose(0, 3)
         .unwrap_err();
@@ -148,20 +148,20 @@ fn error_kinds_are_variant_paths() {
 /// an empty result.
 #[test]
 fn empty_views_at_an_offset() {
-    let x = genesis::Tensor::zeros(&[0, 6], genesis::DType::F32, Device::Cpu).unwrap();
+    let x = genesis::Tensor::zeros([0, 6], genesis::DType::F32, Device::Cpu).unwrap();
     let v = x.narrow(1, 1, 3).unwrap();
     assert_eq!(v.add(&v).unwrap().shape(), &[0, 3]);
     assert_eq!(v.exp().unwrap().shape(), &[0, 3]);
     assert_eq!(v.lt(&v).unwrap().shape(), &[0, 3]);
     assert_eq!(
-        v.sum_dim(&[0], false).unwrap().to_vec::<f32>().unwrap(),
+        v.sum_dim([0], false).unwrap().to_vec::<f32>().unwrap(),
         [0.0; 3]
     );
     assert!(matches!(
         v.argmin_dim(0, true),
         Err(genesis::Error::InvalidArgument { .. })
     ));
-    let y = genesis::Tensor::zeros(&[0, 3], genesis::DType::F32, Device::Cpu).unwrap();
+    let y = genesis::Tensor::zeros([0, 3], genesis::DType::F32, Device::Cpu).unwrap();
     y.mul_(&v).unwrap();
 }
 
@@ -169,8 +169,7 @@ fn empty_views_at_an_offset() {
 /// C's pow gives inf) and -0.0 (-0.0, where pow gives 0.0).
 #[test]
 fn pow_of_one_half_is_sqrt() {
-    let x =
-        genesis::Tensor::from_slice(&[f32::NEG_INFINITY, -0.0, 4.0], &[3], Device::Cpu).unwrap();
+    let x = genesis::Tensor::from_slice(&[f32::NEG_INFINITY, -0.0, 4.0], [3], Device::Cpu).unwrap();
     let y = x.pow_scalar(0.5).unwrap().to_vec::<f32>().unwrap();
     assert!(y[0].is_nan());
     assert!(y[1] == 0.0 && y[1].is_sign_negative());

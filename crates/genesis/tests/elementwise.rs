@@ -198,7 +198,7 @@ fn scalar_operands_on_views_match_f64_references() {
                     let (m, vm) = tensor(&values(n + 3, 9, dtype), &[n + 3], dtype, dev);
                     // The whole run at an offset, and its transpose: contiguous and strided.
                     let shape = [rows as isize, cols as isize];
-                    let flat = m.narrow(0, 3, n).unwrap().reshape(&shape).unwrap();
+                    let flat = m.narrow(0, 3, n).unwrap().reshape(shape).unwrap();
                     let views = [(flat.clone(), false), (flat.t().unwrap(), true)];
                     for (view, transposed) in views {
                         let got = view.binary_scalar(op, scalar).unwrap();
@@ -264,7 +264,7 @@ fn strided_operands_and_operators() {
             mid.neg().unwrap().to_vec::<f32>().unwrap(),
             vec![-3.0, -4.0, -5.0, -6.0]
         );
-        let ints = Tensor::from_slice(&[5i32, -7, 9], &[3], dev).unwrap();
+        let ints = Tensor::from_slice(&[5i32, -7, 9], [3], dev).unwrap();
         assert_eq!(
             (&ints - 10).unwrap().to_vec::<i32>().unwrap(),
             vec![-5, -17, -1]
@@ -274,7 +274,7 @@ fn strided_operands_and_operators() {
             vec![-5.0, -17.0, -1.0]
         );
         assert_eq!(
-            ints.maximum(&Tensor::from_slice(&[0i32], &[1], dev).unwrap())
+            ints.maximum(&Tensor::from_slice(&[0i32], [1], dev).unwrap())
                 .unwrap()
                 .to_vec::<i32>()
                 .unwrap(),
@@ -288,8 +288,8 @@ fn nan_propagates_through_maximum_and_minimum() {
     let _serial = serial();
     let _release = Release;
     for dev in devices() {
-        let a = Tensor::from_slice(&[f32::NAN, 1.0, 2.0, f32::NAN], &[4], dev).unwrap();
-        let b = Tensor::from_slice(&[0.0f32, f32::NAN, 1.0, f32::NAN], &[4], dev).unwrap();
+        let a = Tensor::from_slice(&[f32::NAN, 1.0, 2.0, f32::NAN], [4], dev).unwrap();
+        let b = Tensor::from_slice(&[0.0f32, f32::NAN, 1.0, f32::NAN], [4], dev).unwrap();
         for got in [a.maximum(&b).unwrap(), a.minimum(&b).unwrap()] {
             let v = got.to_vec::<f32>().unwrap();
             assert!(
@@ -305,21 +305,21 @@ fn nan_propagates_through_maximum_and_minimum() {
 #[test]
 fn bad_operands_are_typed_errors_that_name_the_op() {
     let _serial = serial();
-    let a = Tensor::zeros(&[3], DType::F32, Device::Cpu).unwrap();
-    let b = Tensor::zeros(&[4], DType::F32, Device::Cpu).unwrap();
+    let a = Tensor::zeros([3], DType::F32, Device::Cpu).unwrap();
+    let b = Tensor::zeros([4], DType::F32, Device::Cpu).unwrap();
     let e = a.mul(&b).unwrap_err();
     assert!(matches!(e, Error::ShapeMismatch { op: "mul", .. }), "{e}");
     assert_eq!(e.to_string(), "mul: shape mismatch between [3] and [4]");
-    let i = Tensor::zeros(&[3], DType::I32, Device::Cpu).unwrap();
+    let i = Tensor::zeros([3], DType::I32, Device::Cpu).unwrap();
     let e = i.pow(&i).unwrap_err();
     assert!(e.to_string().contains("pow"), "{e}");
     let e = (&i + (1i64 << 40)).unwrap_err();
     assert!(matches!(e, Error::ScalarOutOfRange { .. }), "{e}");
-    let h = Tensor::zeros(&[3], DType::F16, Device::Cpu).unwrap();
+    let h = Tensor::zeros([3], DType::F16, Device::Cpu).unwrap();
     let e = (&h * 1e10).unwrap_err();
     assert!(matches!(e, Error::ScalarOutOfRange { .. }), "{e}");
     // Unsupported ops are refused, not miscomputed.
-    let u = Tensor::zeros(&[2], DType::Bool, Device::Cpu).unwrap();
+    let u = Tensor::zeros([2], DType::Bool, Device::Cpu).unwrap();
     assert!(u.neg().is_err());
     // Shapes that do not broadcast.
     assert!(broadcast_shape("t", &[2, 3], &[3, 2]).is_err());
@@ -345,6 +345,8 @@ fn unary_reference(op: UnaryOp, x: f64) -> f64 {
         UnaryOp::Sqrt => x.sqrt(),
         UnaryOp::Tanh => x.tanh(),
         UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+        UnaryOp::Sin => x.sin(),
+        UnaryOp::Cos => x.cos(),
     }
 }
 
@@ -408,7 +410,7 @@ fn unary_ops_match_f64_references() {
                 }
             }
         }
-        let x = Tensor::from_slice(&[1.5f32, -2.0], &[2], dev).unwrap();
+        let x = Tensor::from_slice(&[1.5f32, -2.0], [2], dev).unwrap();
         assert_eq!((-&x).unwrap().to_vec::<f32>().unwrap(), vec![-1.5, 2.0]);
         assert_eq!(
             (-x).unwrap().relu().unwrap().to_vec::<f32>().unwrap(),
@@ -487,7 +489,7 @@ fn in_place_ops_match_out_of_place_and_allocate_nothing() {
         // sees them (PyTorch's view semantics).
         let base = Tensor::arange(0.0, 12.0, 1.0, DType::F32, dev).unwrap();
         let mid = base.narrow(0, 4, 4).unwrap();
-        let ones = Tensor::ones(&[4], DType::F32, dev).unwrap();
+        let ones = Tensor::ones([4], DType::F32, dev).unwrap();
         mid.add_(&ones).unwrap();
         assert_eq!(mid.to_vec::<f32>().unwrap(), vec![5.0, 6.0, 7.0, 8.0]);
         let want: Vec<f32> = (0..12)
@@ -496,12 +498,12 @@ fn in_place_ops_match_out_of_place_and_allocate_nothing() {
         assert_eq!(base.to_vec::<f32>().unwrap(), want);
     }
     // A strided view is written in place through its layout.
-    let m = Tensor::zeros(&[3, 4], DType::F32, Device::Cpu).unwrap();
+    let m = Tensor::zeros([3, 4], DType::F32, Device::Cpu).unwrap();
     let t = m.t().unwrap();
     t.add_(
         &Tensor::arange(0.0, 12.0, 1.0, DType::F32, Device::Cpu)
             .unwrap()
-            .reshape(&[4, 3])
+            .reshape([4, 3])
             .unwrap(),
     )
     .unwrap();
@@ -510,18 +512,18 @@ fn in_place_ops_match_out_of_place_and_allocate_nothing() {
         [0.0, 3.0, 6.0, 9.0, 1.0, 4.0, 7.0, 10.0, 2.0, 5.0, 8.0, 11.0]
     );
     // Errors: shape that would grow, dtype mismatch.
-    let v = Tensor::zeros(&[3], DType::F32, Device::Cpu).unwrap();
+    let v = Tensor::zeros([3], DType::F32, Device::Cpu).unwrap();
     let e = v
-        .add_(&Tensor::zeros(&[2, 3], DType::F32, Device::Cpu).unwrap())
+        .add_(&Tensor::zeros([2, 3], DType::F32, Device::Cpu).unwrap())
         .unwrap_err();
     assert!(matches!(e, Error::ShapeMismatch { op: "add", .. }), "{e}");
-    let w = Tensor::zeros(&[3], DType::I32, Device::Cpu).unwrap();
+    let w = Tensor::zeros([3], DType::I32, Device::Cpu).unwrap();
     assert!(
-        w.mul_(&Tensor::zeros(&[3], DType::F32, Device::Cpu).unwrap())
+        w.mul_(&Tensor::zeros([3], DType::F32, Device::Cpu).unwrap())
             .is_err(),
         "a float result does not go into an int32 tensor"
     );
-    let i = Tensor::zeros(&[3], DType::I32, Device::Cpu).unwrap();
+    let i = Tensor::zeros([3], DType::I32, Device::Cpu).unwrap();
     assert!(i.exp_().is_err());
     assert_eq!(
         v.to_vec::<f32>().unwrap(),
@@ -616,7 +618,7 @@ fn comparisons_broadcast_to_bools_and_match_f64_references() {
             }
         }
         // NaN compares unequal to everything, itself included; scalars convert to the dtype.
-        let x = Tensor::from_slice(&[1.0f32, f32::NAN, 3.0], &[3], dev).unwrap();
+        let x = Tensor::from_slice(&[1.0f32, f32::NAN, 3.0], [3], dev).unwrap();
         assert_eq!(
             x.eq(&x).unwrap().to_bool_vec().unwrap(),
             [true, false, true]
@@ -633,7 +635,7 @@ fn comparisons_broadcast_to_bools_and_match_f64_references() {
             x.lt_scalar(2.0).unwrap().to_bool_vec().unwrap(),
             [true, false, false]
         );
-        let i = Tensor::from_slice(&[1i64, 2, 3], &[3], dev).unwrap();
+        let i = Tensor::from_slice(&[1i64, 2, 3], [3], dev).unwrap();
         assert_eq!(
             i.gt_scalar(1.0).unwrap().to_bool_vec().unwrap(),
             [false, true, true]
@@ -650,7 +652,7 @@ fn comparisons_broadcast_to_bools_and_match_f64_references() {
         // Strided operands.
         let m = Tensor::arange(0.0, 6.0, 1.0, DType::F32, dev)
             .unwrap()
-            .reshape(&[2, 3])
+            .reshape([2, 3])
             .unwrap();
         let mt = m.t().unwrap();
         assert_eq!(
@@ -658,9 +660,9 @@ fn comparisons_broadcast_to_bools_and_match_f64_references() {
             [false, true, false, true, false, true]
         );
         // Dtypes promote (int64 against float32 compares in float32); shapes must broadcast.
-        let f = Tensor::zeros(&[3], DType::F32, dev).unwrap();
+        let f = Tensor::zeros([3], DType::F32, dev).unwrap();
         assert_eq!(f.lt(&i).unwrap().to_bool_vec().unwrap(), [true, true, true]);
-        let g = Tensor::zeros(&[2], DType::F32, dev).unwrap();
+        let g = Tensor::zeros([2], DType::F32, dev).unwrap();
         assert!(matches!(
             f.lt(&g),
             Err(Error::ShapeMismatch { op: "lt", .. })
@@ -690,9 +692,9 @@ fn where_selects_with_three_way_broadcasting_for_every_dtype() {
         ] {
             // cond [2, 1, 3], a [4, 1], b [] -> [2, 4, 3]
             let cbits = [true, false, true, false, false, true];
-            let cond = Tensor::from_bools(&cbits, &[2, 1, 3], dev).unwrap();
+            let cond = Tensor::from_bools(&cbits, [2, 1, 3], dev).unwrap();
             let va = [1.0, 2.0, 3.0, 4.0];
-            let a = Tensor::from_slice(&va, &[4, 1], dev)
+            let a = Tensor::from_slice(&va, [4, 1], dev)
                 .unwrap()
                 .to_dtype(dtype)
                 .unwrap();
@@ -721,7 +723,7 @@ fn where_selects_with_three_way_broadcasting_for_every_dtype() {
         let relu = Tensor::where_cond(&x.gt_scalar(0.0).unwrap(), &x, &zero).unwrap();
         let want: Vec<f64> = vx.iter().map(|&v| if v > 0.0 { v } else { 0.0 }).collect();
         assert_eq!(f64s(&relu), want);
-        let e = Tensor::zeros(&[0, 3], DType::F32, dev).unwrap();
+        let e = Tensor::zeros([0, 3], DType::F32, dev).unwrap();
         let ec = e.gt(&e).unwrap();
         assert_eq!(Tensor::where_cond(&ec, &e, &e).unwrap().shape(), [0, 3]);
         // Errors: a non-bool condition, mismatched values, shapes that do not broadcast.
@@ -736,7 +738,7 @@ fn where_selects_with_three_way_broadcasting_for_every_dtype() {
             x.dtype(),
             "promoted"
         );
-        let short = Tensor::zeros(&[2], DType::F32, dev).unwrap();
+        let short = Tensor::zeros([2], DType::F32, dev).unwrap();
         assert!(matches!(
             Tensor::where_cond(&c, &x, &short),
             Err(Error::ShapeMismatch { .. })
@@ -768,7 +770,7 @@ fn pow_with_tensor_and_scalar_exponents() {
                 "{dtype} on {dev}: {got:?} vs {want:?}"
             );
         }
-        let i = Tensor::from_slice(&[2i32], &[1], dev).unwrap();
+        let i = Tensor::from_slice(&[2i32], [1], dev).unwrap();
         assert!(i.pow_scalar(2).is_err(), "integer powers of integers");
         assert_eq!(i.pow_scalar(2.0).unwrap().dtype(), DType::F32, "promoted");
     }
@@ -783,7 +785,7 @@ fn out_forms_write_into_the_given_tensor_and_allocate_nothing() {
             let n = 4097;
             let (a, va) = tensor(&values(n, 1, dtype), &[n], dtype, dev);
             let (b, vb) = tensor(&values(n, 2, dtype), &[n], dtype, dev);
-            let mut out = Tensor::zeros(&[n], dtype, dev).unwrap();
+            let mut out = Tensor::zeros([n], dtype, dev).unwrap();
             for op in BinaryOp::ALL {
                 if op.float_only() && !dtype.is_float() {
                     continue;
@@ -820,9 +822,9 @@ fn out_forms_write_into_the_given_tensor_and_allocate_nothing() {
             assert_eq!(f64s(&out), va.iter().map(|v| -v).collect::<Vec<_>>());
         }
         // Broadcast operands and an out at an offset inside a larger tensor.
-        let a = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3], dev).unwrap();
-        let row = Tensor::from_slice(&[10.0f32, 20.0, 30.0], &[3], dev).unwrap();
-        let mut out = Tensor::zeros(&[2, 3], DType::F32, dev).unwrap();
+        let a = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], [2, 3], dev).unwrap();
+        let row = Tensor::from_slice(&[10.0f32, 20.0, 30.0], [3], dev).unwrap();
+        let mut out = Tensor::zeros([2, 3], DType::F32, dev).unwrap();
         a.add_out(&row, &mut out).unwrap();
         assert_eq!(
             out.to_vec::<f32>().unwrap(),
@@ -833,7 +835,7 @@ fn out_forms_write_into_the_given_tensor_and_allocate_nothing() {
             out.to_vec::<f32>().unwrap(),
             [10.0, 40.0, 90.0, 40.0, 100.0, 180.0]
         );
-        let mut tail = Tensor::zeros(&[8], DType::F32, dev)
+        let mut tail = Tensor::zeros([8], DType::F32, dev)
             .unwrap()
             .narrow(0, 5, 3)
             .unwrap();
@@ -843,12 +845,12 @@ fn out_forms_write_into_the_given_tensor_and_allocate_nothing() {
         // Refused: wrong shape (no resizing), dtype, device, non-contiguous or shared out; out
         // is left unchanged.
         let keep = out.to_vec::<f32>().unwrap();
-        let mut small = Tensor::zeros(&[3], DType::F32, dev).unwrap();
+        let mut small = Tensor::zeros([3], DType::F32, dev).unwrap();
         assert!(matches!(
             a.add_out(&row, &mut small),
             Err(Error::InvalidArgument { op: "add", .. })
         ));
-        let mut wrong = Tensor::zeros(&[2, 3], DType::F16, dev).unwrap();
+        let mut wrong = Tensor::zeros([2, 3], DType::F16, dev).unwrap();
         assert!(matches!(
             a.add_out(&a, &mut wrong),
             Err(Error::DTypeMismatch { .. })
@@ -856,7 +858,7 @@ fn out_forms_write_into_the_given_tensor_and_allocate_nothing() {
         assert_eq!(out.to_vec::<f32>().unwrap(), keep);
         // A strided out, and an out that shares its storage with an operand, are written
         // (through a temporary), as in PyTorch.
-        let base = Tensor::zeros(&[3, 2], DType::F32, dev).unwrap();
+        let base = Tensor::zeros([3, 2], DType::F32, dev).unwrap();
         let mut strided = base.t().unwrap();
         a.add_out(&a, &mut strided).unwrap();
         assert_eq!(
@@ -871,7 +873,7 @@ fn out_forms_write_into_the_given_tensor_and_allocate_nothing() {
             [1.0, 4.0, 9.0, 16.0, 25.0, 36.0]
         );
         if dev != Device::Cpu {
-            let mut host = Tensor::zeros(&[2, 3], DType::F32, Device::Cpu).unwrap();
+            let mut host = Tensor::zeros([2, 3], DType::F32, Device::Cpu).unwrap();
             assert!(matches!(
                 a.add_out(&a, &mut host),
                 Err(Error::DeviceMismatch { .. })
@@ -887,8 +889,8 @@ fn compound_assignment_operators_work_in_place_and_allocate_nothing() {
     for dev in devices() {
         let a: Vec<f32> = (0..1000).map(|i| i as f32 * 0.25 - 40.0).collect();
         let b: Vec<f32> = (0..1000).map(|i| (i % 7) as f32 + 1.0).collect();
-        let mut x = Tensor::from_slice(&a, &[10, 100], dev).unwrap();
-        let y = Tensor::from_slice(&b, &[10, 100], dev).unwrap();
+        let mut x = Tensor::from_slice(&a, [10, 100], dev).unwrap();
+        let y = Tensor::from_slice(&b, [10, 100], dev).unwrap();
         let before = allocations(dev);
         x += &y;
         x *= &y;
@@ -906,7 +908,7 @@ fn compound_assignment_operators_work_in_place_and_allocate_nothing() {
             .collect();
         assert_eq!(x.to_vec::<f32>().unwrap(), want, "on {dev}");
         // A broadcast right-hand side (a row), taken by value.
-        x += Tensor::from_slice(&b[..100], &[100], dev).unwrap();
+        x += Tensor::from_slice(&b[..100], [100], dev).unwrap();
         let want: Vec<f32> = want
             .iter()
             .enumerate()
@@ -915,7 +917,7 @@ fn compound_assignment_operators_work_in_place_and_allocate_nothing() {
         assert_eq!(x.to_vec::<f32>().unwrap(), want);
         // Bad input panics with the error's message and writes nothing.
         let held = x.to_vec::<f32>().unwrap();
-        let wrong = Tensor::from_slice(&[1.0f32; 3], &[3], dev).unwrap();
+        let wrong = Tensor::from_slice(&[1.0f32; 3], [3], dev).unwrap();
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| x += &wrong));
         let msg = r.unwrap_err();
         let msg = msg.downcast_ref::<String>().cloned().unwrap_or_default();

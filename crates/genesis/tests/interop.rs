@@ -292,7 +292,7 @@ fn views_are_saved_as_their_values() {
     for dev in devices() {
         let base = Tensor::arange(0.0, 24.0, 1.0, DType::F32, dev)
             .unwrap()
-            .reshape(&[4, 6])
+            .reshape([4, 6])
             .unwrap();
         let transposed = base.t().unwrap();
         assert!(!transposed.is_contiguous());
@@ -301,15 +301,15 @@ fn views_are_saved_as_their_values() {
         assert!(rows.is_contiguous() && rows.layout().offset() > 0);
         // Strided along the last dimension.
         let cols = base.narrow(1, 2, 3).unwrap();
-        let expanded = Tensor::from_slice(&[1i16, 2, 3], &[3], dev)
+        let expanded = Tensor::from_slice(&[1i16, 2, 3], [3], dev)
             .unwrap()
-            .expand(&[2, 3])
+            .expand([2, 3])
             .unwrap();
         let permuted = Tensor::arange(0.0, 24.0, 1.0, DType::I64, dev)
             .unwrap()
-            .reshape(&[2, 3, 4])
+            .reshape([2, 3, 4])
             .unwrap()
-            .permute(&[2, 0, 1])
+            .permute([2, 0, 1])
             .unwrap();
         let views = [
             ("transposed", &transposed),
@@ -568,7 +568,7 @@ mod nd {
             assert_eq!(t.to_ndarray::<bf16>().unwrap(), e);
 
             // A Genesis view comes out with its logical values.
-            let g = Tensor::from_slice(&[1u8, 2, 3, 4, 5, 6], &[2, 3], dev).unwrap();
+            let g = Tensor::from_slice(&[1u8, 2, 3, 4, 5, 6], [2, 3], dev).unwrap();
             assert_eq!(
                 g.t().unwrap().to_ndarray::<u8>().unwrap(),
                 array![[1u8, 4], [2, 5], [3, 6]].into_dyn()
@@ -598,7 +598,7 @@ mod nd {
 
     #[test]
     fn dtype_mismatch_is_an_error() {
-        let t = Tensor::from_slice(&[1.0f32, 2.0], &[2], Device::Cpu).unwrap();
+        let t = Tensor::from_slice(&[1.0f32, 2.0], [2], Device::Cpu).unwrap();
         assert!(matches!(
             t.to_ndarray::<f64>(),
             Err(Error::DTypeMismatch {
@@ -607,7 +607,7 @@ mod nd {
                 rhs: DType::F64
             })
         ));
-        let b = Tensor::from_bools(&[true], &[1], Device::Cpu).unwrap();
+        let b = Tensor::from_bools(&[true], [1], Device::Cpu).unwrap();
         assert!(b.to_ndarray::<u8>().is_err());
     }
 }

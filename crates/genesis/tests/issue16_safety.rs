@@ -18,27 +18,27 @@ fn host_out_of_memory_is_an_error() {
     let cpu = Device::Cpu;
     let huge = [1usize << 40];
     let errs = [
-        Tensor::zeros(&huge, DType::F32, cpu).unwrap_err(),
-        Tensor::empty(&huge, DType::F32, cpu).unwrap_err(),
-        Tensor::full(&huge, 1.0f32, cpu).unwrap_err(),
-        Tensor::ones(&huge, DType::F32, cpu).unwrap_err(),
-        Tensor::rand(&huge, DType::F32, cpu).unwrap_err(),
-        Tensor::randn(&huge, DType::F32, cpu).unwrap_err(),
-        Tensor::randint(0, 5, &huge, DType::I64, cpu).unwrap_err(),
+        Tensor::zeros(huge, DType::F32, cpu).unwrap_err(),
+        Tensor::empty(huge, DType::F32, cpu).unwrap_err(),
+        Tensor::full(huge, 1.0f32, cpu).unwrap_err(),
+        Tensor::ones(huge, DType::F32, cpu).unwrap_err(),
+        Tensor::rand(huge, DType::F32, cpu).unwrap_err(),
+        Tensor::randn(huge, DType::F32, cpu).unwrap_err(),
+        Tensor::randint(0, 5, huge, DType::I64, cpu).unwrap_err(),
     ];
     for e in &errs {
         assert!(is_oom(e), "{e:?}");
     }
-    let one = Tensor::zeros(&[1], DType::F32, cpu).unwrap();
-    let wide = one.expand(&[1 << 20, 1 << 20]).unwrap();
+    let one = Tensor::zeros([1], DType::F32, cpu).unwrap();
+    let wide = one.expand([1 << 20, 1 << 20]).unwrap();
     assert!(is_oom(&wide.contiguous().unwrap_err()));
     assert!(is_oom(&wide.to_dtype(DType::F64).unwrap_err()));
     assert!(is_oom(&wide.add(&wide).unwrap_err()));
     assert!(is_oom(&wide.full_like(1.0).unwrap_err()));
     assert!(is_oom(&wide.zeros_like().unwrap_err()));
-    let m = Tensor::zeros(&[1, 1], DType::F32, cpu)
+    let m = Tensor::zeros([1, 1], DType::F32, cpu)
         .unwrap()
-        .expand(&[1 << 20, 1 << 10, 1 << 10])
+        .expand([1 << 20, 1 << 10, 1 << 10])
         .unwrap();
     let r = m.matmul(&m);
     assert!(r.is_err(), "batched matmul of a huge broadcast view");
@@ -67,17 +67,17 @@ fn arange_with_huge_counts() {
 #[test]
 fn element_counts_are_checked() {
     let cpu = Device::Cpu;
-    let empty = Tensor::zeros(&[0], DType::F32, cpu).unwrap();
-    assert!(empty.reshape(&[1isize << 32, 1 << 32]).is_err());
-    assert!(empty.view(&[1isize << 32, 1 << 32]).is_err());
-    let one = Tensor::zeros(&[1], DType::F32, cpu).unwrap();
-    assert!(one.expand(&[1usize << 40, 1 << 40]).is_err());
-    let six = Tensor::zeros(&[6], DType::F32, cpu).unwrap();
+    let empty = Tensor::zeros([0], DType::F32, cpu).unwrap();
+    assert!(empty.reshape([1isize << 32, 1 << 32]).is_err());
+    assert!(empty.view([1isize << 32, 1 << 32]).is_err());
+    let one = Tensor::zeros([1], DType::F32, cpu).unwrap();
+    assert!(one.expand([1usize << 40, 1 << 40]).is_err());
+    let six = Tensor::zeros([6], DType::F32, cpu).unwrap();
     assert!(
-        six.reshape(&[3, 2, (1isize << 62) + 1, (1 << 62) + 1])
+        six.reshape([3, 2, (1isize << 62) + 1, (1 << 62) + 1])
             .is_err()
     );
-    assert!(six.reshape(&[-1, 1isize << 40, 1 << 40]).is_err());
+    assert!(six.reshape([-1, 1isize << 40, 1 << 40]).is_err());
     for shape in [&[1usize << 32, 1 << 32][..], &[usize::MAX, 2], &[1 << 63]] {
         assert!(Tensor::zeros(shape, DType::U8, cpu).is_err());
         assert!(Tensor::empty(shape, DType::U8, cpu).is_err());
@@ -87,11 +87,11 @@ fn element_counts_are_checked() {
         assert!(Tensor::from_slice::<u8>(&[], shape, cpu).is_err());
     }
     // A batch broadcast whose count overflows, from operands whose counts do not.
-    let a = Tensor::zeros(&[1usize << 40, 1, 0, 1], DType::F32, cpu).unwrap();
-    let b = Tensor::zeros(&[1, 1usize << 40, 1, 0], DType::F32, cpu).unwrap();
+    let a = Tensor::zeros([1usize << 40, 1, 0, 1], DType::F32, cpu).unwrap();
+    let b = Tensor::zeros([1, 1usize << 40, 1, 0], DType::F32, cpu).unwrap();
     assert!(a.matmul(&b).is_err());
     // A zero size makes the count 0 whatever the others.
-    let z = Tensor::zeros(&[1usize << 40, 1 << 40, 0], DType::F32, cpu).unwrap();
+    let z = Tensor::zeros([1usize << 40, 1 << 40, 0], DType::F32, cpu).unwrap();
     assert_eq!(z.numel(), 0);
 }
 
@@ -103,7 +103,7 @@ fn scalars_are_exact() {
     let cpu = Device::Cpu;
     let two63 = 9_223_372_036_854_775_808.0;
     let two63_int = 1u64 << 63;
-    let x = Tensor::from_slice(&[7i64], &[1], cpu).unwrap();
+    let x = Tensor::from_slice(&[7i64], [1], cpu).unwrap();
     assert!(matches!(
         (&x + two63_int).unwrap_err(),
         Error::ScalarOutOfRange { .. }
@@ -112,16 +112,16 @@ fn scalars_are_exact() {
         (&x + two63).unwrap().to_vec::<f32>().unwrap(),
         [two63 as f32]
     );
-    let m = Tensor::from_slice(&[i64::MAX], &[1], cpu).unwrap();
+    let m = Tensor::from_slice(&[i64::MAX], [1], cpu).unwrap();
     assert!(matches!(
         m.eq_scalar(two63_int).unwrap_err(),
         Error::ScalarOutOfRange { .. }
     ));
     assert!(m.full_like(two63).is_err());
     assert!((&x + i64::MIN).is_ok());
-    let b = Tensor::from_slice(&[1u8], &[1], cpu).unwrap();
+    let b = Tensor::from_slice(&[1u8], [1], cpu).unwrap();
     assert!(
-        b.masked_fill(&Tensor::from_bools(&[true], &[1], cpu).unwrap(), 256.0)
+        b.masked_fill(&Tensor::from_bools(&[true], [1], cpu).unwrap(), 256.0)
             .is_err()
     );
 }
@@ -130,9 +130,9 @@ fn scalars_are_exact() {
 #[test]
 fn index_fill_checks_its_scalar() {
     let cpu = Device::Cpu;
-    let mut u = Tensor::zeros(&[3], DType::U8, cpu).unwrap();
-    let mut i = Tensor::zeros(&[3], DType::I32, cpu).unwrap();
-    let mut j = Tensor::zeros(&[3], DType::I32, cpu).unwrap();
+    let mut u = Tensor::zeros([3], DType::U8, cpu).unwrap();
+    let mut i = Tensor::zeros([3], DType::I32, cpu).unwrap();
+    let mut j = Tensor::zeros([3], DType::I32, cpu).unwrap();
     let idx: Vec<IndexItem> = s![..];
     for (t, v) in [(&mut u, 300.0), (&mut i, f64::NAN), (&mut j, 1.7)] {
         assert!(matches!(
@@ -169,8 +169,8 @@ fn index_fill_checks_its_scalar() {
 #[test]
 fn no_silent_infinities_or_saturation() {
     let cpu = Device::Cpu;
-    assert!(Tensor::randint(0, 1 << 40, &[4], DType::F16, cpu).is_err());
-    let h = Tensor::zeros(&[2], DType::F16, cpu).unwrap();
+    assert!(Tensor::randint(0, 1 << 40, [4], DType::F16, cpu).is_err());
+    let h = Tensor::zeros([2], DType::F16, cpu).unwrap();
     assert!(matches!(
         h.full_like(1e6).unwrap_err(),
         Error::ScalarOutOfRange { .. }
@@ -181,11 +181,11 @@ fn no_silent_infinities_or_saturation() {
     );
     assert!(Tensor::arange(3e9, 3e9 + 3., 1., DType::I32, cpu).is_err());
     assert!(Tensor::arange(0., 70000., 1000., DType::F16, cpu).is_err());
-    let u = Tensor::randint(0, 256, &[64], DType::U8, cpu).unwrap();
+    let u = Tensor::randint(0, 256, [64], DType::U8, cpu).unwrap();
     assert_eq!(u.dtype(), DType::U8);
-    assert!(Tensor::randint(0, 257, &[4], DType::U8, cpu).is_err());
-    assert!(Tensor::randint(-3, 3, &[8], DType::I8, cpu).is_ok());
-    assert!(Tensor::randint(0, i64::MAX, &[2], DType::I64, cpu).is_ok());
+    assert!(Tensor::randint(0, 257, [4], DType::U8, cpu).is_err());
+    assert!(Tensor::randint(-3, 3, [8], DType::I8, cpu).is_ok());
+    assert!(Tensor::randint(0, i64::MAX, [2], DType::I64, cpu).is_ok());
 }
 
 /// Bad-input sweep: `t()` on more than 2 dimensions is an error, as in PyTorch; 0-d and 1-d
@@ -193,16 +193,16 @@ fn no_silent_infinities_or_saturation() {
 #[test]
 fn t_rejects_more_than_two_dims() {
     let cpu = Device::Cpu;
-    let e = Tensor::zeros(&[2, 3, 4], DType::F32, cpu)
+    let e = Tensor::zeros([2, 3, 4], DType::F32, cpu)
         .unwrap()
         .t()
         .unwrap_err();
     assert!(matches!(e, Error::InvalidArgument { op: "t", .. }), "{e:?}");
     let s = Tensor::zeros(&[] as &[usize], DType::F32, cpu).unwrap();
     assert_eq!(s.t().unwrap().shape(), &[] as &[usize]);
-    let v = Tensor::zeros(&[5], DType::F32, cpu).unwrap();
+    let v = Tensor::zeros([5], DType::F32, cpu).unwrap();
     assert_eq!(v.t().unwrap().shape(), &[5]);
-    let m = Tensor::zeros(&[2, 3], DType::F32, cpu).unwrap();
+    let m = Tensor::zeros([2, 3], DType::F32, cpu).unwrap();
     assert_eq!(m.t().unwrap().shape(), &[3, 2]);
 }
 

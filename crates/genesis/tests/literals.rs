@@ -108,7 +108,7 @@ fn dtype_and_device_options() {
 fn item_and_nested_vectors() {
     let _release = common::Release;
     for dev in devices() {
-        let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3], dev).unwrap();
+        let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], [2, 3], dev).unwrap();
         assert_eq!(x.sum().unwrap().item::<f32>().unwrap(), 21.0);
         assert_eq!(x.i(&genesis::s![1, 2]).unwrap().item::<f32>().unwrap(), 6.0);
         // One element of any shape, as in PyTorch.
@@ -137,17 +137,17 @@ fn item_and_nested_vectors() {
         );
         assert!(x.to_vec3::<f32>().is_err());
         assert!(x.flatten().unwrap().to_vec2::<f32>().is_err());
-        let ints = Tensor::from_slice(&[1i32, 2, 3], &[3], dev).unwrap();
+        let ints = Tensor::from_slice(&[1i32, 2, 3], [3], dev).unwrap();
         assert_eq!(
             ints.sum().unwrap().item::<i64>().unwrap(),
             6,
             "integer sums are i64"
         );
         assert!(x.gt(3).unwrap().to_vec2::<bool>().unwrap()[1][0]);
-        let none = Tensor::zeros(&[0, 3], DType::F32, dev).unwrap();
+        let none = Tensor::zeros([0, 3], DType::F32, dev).unwrap();
         assert_eq!(none.to_vec2::<f32>().unwrap(), Vec::<Vec<f32>>::new());
         assert_eq!(
-            Tensor::zeros(&[2, 0, 1], DType::I64, dev)
+            Tensor::zeros([2, 0, 1], DType::I64, dev)
                 .unwrap()
                 .to_vec3::<i64>()
                 .unwrap(),

@@ -30,7 +30,7 @@ fn masked_select_keeps_row_major_order_for_every_dtype_and_density() {
         for n in [0usize, 1, 17, 4095, 4096, 4097, 100_003] {
             for density in [0.0, 0.1, 0.5, 1.0] {
                 let mask = g
-                    .rand(&[n], DType::F32, dev)
+                    .rand([n], DType::F32, dev)
                     .unwrap()
                     .lt_scalar(density)
                     .unwrap();
@@ -65,15 +65,15 @@ fn masked_select_broadcasts_and_reads_strided_or_offset_operands() {
         // A [5, 1] row mask over a [5, 3] matrix: whole rows.
         let x = Tensor::arange(0.0, 15.0, 1.0, DType::F32, dev)
             .unwrap()
-            .reshape(&[5, 3])
+            .reshape([5, 3])
             .unwrap();
-        let rows = Tensor::from_bools(&[true, false, false, true, true], &[5, 1], dev).unwrap();
+        let rows = Tensor::from_bools(&[true, false, false, true, true], [5, 1], dev).unwrap();
         assert_eq!(
             x.masked_select(&rows).unwrap().to_vec::<f32>().unwrap(),
             [0.0, 1.0, 2.0, 9.0, 10.0, 11.0, 12.0, 13.0, 14.0]
         );
         // A transposed operand and a view at an offset (not 16-byte aligned).
-        let m = g.randn(&[300, 70], DType::F32, dev).unwrap();
+        let m = g.randn([300, 70], DType::F32, dev).unwrap();
         let mt = m.t().unwrap();
         let mask = mt.gt_scalar(0.0).unwrap();
         let want: Vec<f32> = mt
@@ -88,7 +88,7 @@ fn masked_select_broadcasts_and_reads_strided_or_offset_operands() {
             mt.masked_select(&mask).unwrap().to_vec::<f32>().unwrap(),
             want
         );
-        let flat = m.reshape(&[-1]).unwrap();
+        let flat = m.reshape([-1]).unwrap();
         let tail = flat.narrow(0, 1, 20_000).unwrap();
         let tmask = tail.lt_scalar(0.5).unwrap();
         let want: Vec<f32> = tail
@@ -125,7 +125,7 @@ fn masked_fill_in_place_and_out_of_place() {
                 .unwrap();
             let held = f64s(&x);
             let mask = g
-                .rand(&[n], DType::F32, dev)
+                .rand([n], DType::F32, dev)
                 .unwrap()
                 .lt_scalar(density)
                 .unwrap();
@@ -142,13 +142,13 @@ fn masked_fill_in_place_and_out_of_place() {
             assert_eq!(f64s(&filled), want);
         }
         // A broadcast mask: whole columns.
-        let m = Tensor::zeros(&[3, 4], DType::F32, dev).unwrap();
-        let cols = Tensor::from_bools(&[false, true, false, true], &[4], dev).unwrap();
+        let m = Tensor::zeros([3, 4], DType::F32, dev).unwrap();
+        let cols = Tensor::from_bools(&[false, true, false, true], [4], dev).unwrap();
         m.masked_fill_(&cols, -1.5).unwrap();
         assert_eq!(m.to_vec::<f32>().unwrap(), [0.0, -1.5, 0.0, -1.5].repeat(3));
         // Errors leave the tensor unchanged.
         let keep = m.to_vec::<f32>().unwrap();
-        let not_bool = Tensor::zeros(&[4], DType::F32, dev).unwrap();
+        let not_bool = Tensor::zeros([4], DType::F32, dev).unwrap();
         assert!(matches!(
             m.masked_fill_(&not_bool, 1.0),
             Err(Error::InvalidArgument {
@@ -156,17 +156,17 @@ fn masked_fill_in_place_and_out_of_place() {
                 ..
             })
         ));
-        let big = Tensor::from_bools(&[true; 24], &[2, 3, 4], dev).unwrap();
+        let big = Tensor::from_bools(&[true; 24], [2, 3, 4], dev).unwrap();
         assert!(matches!(
             m.masked_fill_(&big, 1.0),
             Err(Error::ShapeMismatch { .. })
         ));
-        let wrong = Tensor::from_bools(&[true; 3], &[3], dev).unwrap();
+        let wrong = Tensor::from_bools(&[true; 3], [3], dev).unwrap();
         assert!(matches!(
             m.masked_fill_(&wrong, 1.0),
             Err(Error::ShapeMismatch { .. })
         ));
-        let ints = Tensor::zeros(&[4], DType::I32, dev).unwrap();
+        let ints = Tensor::zeros([4], DType::I32, dev).unwrap();
         assert!(matches!(
             ints.masked_fill_(&cols, 0.5),
             Err(Error::ScalarOutOfRange { .. })
@@ -187,7 +187,7 @@ fn masked_fill_in_place_and_out_of_place() {
             Err(Error::InvalidArgument { .. })
         ));
         if dev != Device::Cpu {
-            let host_mask = Tensor::from_bools(&[true; 4], &[4], Device::Cpu).unwrap();
+            let host_mask = Tensor::from_bools(&[true; 4], [4], Device::Cpu).unwrap();
             assert!(matches!(
                 m.masked_select(&host_mask),
                 Err(Error::DeviceMismatch { .. })
@@ -212,8 +212,8 @@ fn masked_select_of_tens_of_millions_keeps_every_element() {
         .map(|(v, _)| *v)
         .collect();
     for dev in devices() {
-        let x = Tensor::from_slice(&data, &[n], dev).unwrap();
-        let mask = Tensor::from_bools(&bits, &[n], dev).unwrap();
+        let x = Tensor::from_slice(&data, [n], dev).unwrap();
+        let mask = Tensor::from_bools(&bits, [n], dev).unwrap();
         let got = x.masked_select(&mask).unwrap();
         assert_eq!(got.shape(), [want.len()], "on {dev}");
         assert!(got.to_vec::<u8>().unwrap() == want, "on {dev}");

@@ -200,7 +200,7 @@ fn matmul_out_writes_in_place_and_errors_name_both_shapes() {
     for dev in devices() {
         let (a, _) = random(&g, &[2, 8, 16], DType::F32, dev);
         let (b, _) = random(&g, &[16, 4], DType::F32, dev);
-        let mut out = Tensor::zeros(&[2, 8, 4], DType::F32, dev).unwrap();
+        let mut out = Tensor::zeros([2, 8, 4], DType::F32, dev).unwrap();
         let before = allocations(dev);
         a.matmul_out(&b, &mut out).unwrap();
         assert_eq!(allocations(dev), before, "matmul_out on {dev} allocated");
@@ -208,14 +208,14 @@ fn matmul_out_writes_in_place_and_errors_name_both_shapes() {
             out.to_vec::<f32>().unwrap(),
             a.matmul(&b).unwrap().to_vec::<f32>().unwrap()
         );
-        let mut wrong = Tensor::zeros(&[2, 8, 5], DType::F32, dev).unwrap();
+        let mut wrong = Tensor::zeros([2, 8, 5], DType::F32, dev).unwrap();
         assert!(matches!(
             a.matmul_out(&b, &mut wrong),
             Err(Error::InvalidArgument { op: "matmul", .. })
         ));
         // The seed's example: 1000x1000 by 500x500.
-        let x = Tensor::zeros(&[1000, 1000], DType::F32, dev).unwrap();
-        let y = Tensor::zeros(&[500, 500], DType::F32, dev).unwrap();
+        let x = Tensor::zeros([1000, 1000], DType::F32, dev).unwrap();
+        let y = Tensor::zeros([500, 500], DType::F32, dev).unwrap();
         let err = x.matmul(&y).unwrap_err();
         assert!(matches!(err, Error::ShapeMismatch { op: "matmul", .. }));
         assert_eq!(
@@ -223,16 +223,16 @@ fn matmul_out_writes_in_place_and_errors_name_both_shapes() {
             "matmul: shape mismatch between [1000, 1000] and [500, 500]"
         );
         // Batch dimensions that do not broadcast; 0-d operands; dtypes; bmm's stricter rule.
-        let p = Tensor::zeros(&[2, 3, 4], DType::F32, dev).unwrap();
-        let q = Tensor::zeros(&[3, 4, 5], DType::F32, dev).unwrap();
+        let p = Tensor::zeros([2, 3, 4], DType::F32, dev).unwrap();
+        let q = Tensor::zeros([3, 4, 5], DType::F32, dev).unwrap();
         assert!(matches!(p.matmul(&q), Err(Error::ShapeMismatch { .. })));
         let s = Tensor::zeros((), DType::F32, dev).unwrap();
         assert!(matches!(s.matmul(&p), Err(Error::InvalidArgument { .. })));
-        let h = Tensor::zeros(&[4, 5], DType::F16, dev).unwrap();
+        let h = Tensor::zeros([4, 5], DType::F16, dev).unwrap();
         assert!(matches!(p.matmul(&h), Err(Error::DTypeMismatch { .. })));
-        let i = Tensor::zeros(&[4, 4], DType::I32, dev).unwrap();
+        let i = Tensor::zeros([4, 4], DType::I32, dev).unwrap();
         assert!(i.matmul(&i).is_err(), "integer matmul is refused");
-        let r = Tensor::zeros(&[4, 5], DType::F32, dev).unwrap();
+        let r = Tensor::zeros([4, 5], DType::F32, dev).unwrap();
         assert!(matches!(
             p.bmm(&r),
             Err(Error::ShapeMismatch { op: "bmm", .. })

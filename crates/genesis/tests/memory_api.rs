@@ -48,12 +48,12 @@ fn the_memory_api_compiles_and_answers_on_every_build() {
     assert!(genesis::cuda::synchronize(0).is_err());
     assert!(genesis::cuda::set_batching(0, false).is_err());
     assert!(genesis::cuda::batching(0).is_err());
-    assert!(Tensor::zeros(&[2], DType::F32, Device::Cuda(0)).is_err());
+    assert!(Tensor::zeros([2], DType::F32, Device::Cuda(0)).is_err());
 }
 
 fn gpu() {
     let before = genesis::cuda::memory_allocated(0).unwrap();
-    let t = Tensor::zeros(&[1 << 20], DType::F32, Device::Cuda(0)).unwrap();
+    let t = Tensor::zeros([1 << 20], DType::F32, Device::Cuda(0)).unwrap();
     assert!(genesis::cuda::memory_allocated(0).unwrap() >= before + (4 << 20));
     assert!(genesis::cuda::max_memory_reserved(0).unwrap() >= 4 << 20);
     assert!(

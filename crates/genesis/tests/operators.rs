@@ -28,7 +28,7 @@ fn f32s(t: &Tensor) -> Vec<f32> {
 fn scalars_of_every_numeric_type_on_either_side() {
     let _release = common::Release;
     for dev in devices() {
-        let a = Tensor::from_slice(&[1.0f32, 2.0, 4.0], &[3], dev).unwrap();
+        let a = Tensor::from_slice(&[1.0f32, 2.0, 4.0], [3], dev).unwrap();
         assert_eq!(f32s(&(2.0 * &a).unwrap()), [2.0, 4.0, 8.0]);
         assert_eq!(f32s(&(&a * 2.0f32).unwrap()), [2.0, 4.0, 8.0]);
         assert_eq!(f32s(&(&a + 1).unwrap()), [2.0, 3.0, 5.0]);
@@ -92,7 +92,7 @@ fn integer_scalars_stay_exact_and_are_checked() {
     let _release = common::Release;
     for dev in devices() {
         let big = (1i64 << 62) + 1;
-        let z = Tensor::zeros(&[2], DType::I64, dev).unwrap();
+        let z = Tensor::zeros([2], DType::I64, dev).unwrap();
         assert_eq!((&z + big).unwrap().to_vec::<i64>().unwrap(), [big, big]);
         assert_eq!((big - &z).unwrap().to_vec::<i64>().unwrap(), [big, big]);
         assert_eq!(
@@ -109,7 +109,7 @@ fn integer_scalars_stay_exact_and_are_checked() {
             (&w + i64::MAX).unwrap().to_vec::<i64>().unwrap(),
             [big.wrapping_add(i64::MAX); 2]
         );
-        let bytes = Tensor::from_slice(&[1u8, 2], &[2], dev).unwrap();
+        let bytes = Tensor::from_slice(&[1u8, 2], [2], dev).unwrap();
         // The scalar must fit the result dtype (uint8: an int scalar does not promote it).
         assert!(matches!(
             (&bytes + 256).unwrap_err(),
@@ -119,7 +119,7 @@ fn integer_scalars_stay_exact_and_are_checked() {
             (&bytes + -1).unwrap_err(),
             Error::ScalarOutOfRange { .. }
         ));
-        let ints = Tensor::from_slice(&[1i32, 2], &[2], dev).unwrap();
+        let ints = Tensor::from_slice(&[1i32, 2], [2], dev).unwrap();
         assert_eq!(
             (&ints + 0.5).unwrap().to_vec::<f32>().unwrap(),
             [1.5, 2.5],
@@ -139,7 +139,7 @@ fn fills_and_scalar_comparisons_take_any_scalar_exactly() {
     let _release = common::Release;
     let big = (1i64 << 62) + 1;
     for dev in devices() {
-        let z = Tensor::zeros(&[3], DType::I64, dev).unwrap();
+        let z = Tensor::zeros([3], DType::I64, dev).unwrap();
         let f = z.full_like(big).unwrap();
         assert_eq!(f.to_vec::<i64>().unwrap(), [big; 3]);
         assert_eq!(f.eq_scalar(big).unwrap().to_bool_vec().unwrap(), [true; 3]);
@@ -147,7 +147,7 @@ fn fills_and_scalar_comparisons_take_any_scalar_exactly() {
             f.eq_scalar(big - 1).unwrap().to_bool_vec().unwrap(),
             [false; 3]
         );
-        let mask = Tensor::from_bools(&[true, false, true], &[3], dev).unwrap();
+        let mask = Tensor::from_bools(&[true, false, true], [3], dev).unwrap();
         let m = z.masked_fill(&mask, big).unwrap();
         assert_eq!(m.to_vec::<i64>().unwrap(), [big, 0, big]);
         let w = z.masked_fill(&mask, 7u8).unwrap();
@@ -156,7 +156,7 @@ fn fills_and_scalar_comparisons_take_any_scalar_exactly() {
         assert_eq!(w.to_vec::<i64>().unwrap(), [7, big, big]);
         w.index_fill(&s![0], -3i32).unwrap();
         assert_eq!(w.to_vec::<i64>().unwrap(), [-3, big, big]);
-        let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[3], dev).unwrap();
+        let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0], [3], dev).unwrap();
         assert_eq!(f32s(&x.pow_scalar(2).unwrap()), [1.0, 4.0, 9.0]);
         assert_eq!(f32s(&x.full_like(0.5f32).unwrap()), [0.5; 3]);
         assert_eq!(
@@ -170,56 +170,56 @@ fn fills_and_scalar_comparisons_take_any_scalar_exactly() {
 #[test]
 fn one_dims_type_for_shapes_and_dimension_lists() {
     let _release = common::Release;
-    let a = Tensor::zeros(&[2, 3], DType::F32, cpu()).unwrap();
+    let a = Tensor::zeros([2, 3], DType::F32, cpu()).unwrap();
     let dims64 = vec![2i64, 3];
     let shapes: Vec<Tensor> = vec![
-        Tensor::zeros(&[2, 3], DType::F32, cpu()).unwrap(),
-        Tensor::zeros(&vec![2usize, 3], DType::F32, cpu()).unwrap(),
+        Tensor::zeros([2, 3], DType::F32, cpu()).unwrap(),
+        Tensor::zeros(vec![2usize, 3], DType::F32, cpu()).unwrap(),
         Tensor::zeros(&dims64, DType::F32, cpu()).unwrap(),
         Tensor::zeros(a.shape(), DType::F32, cpu()).unwrap(),
         Tensor::ones(&[2isize, 3][..], DType::F32, cpu()).unwrap(),
-        Tensor::full(&[2u32, 3], 1.5f32, cpu()).unwrap(),
-        Tensor::empty(&[2u64, 3], DType::F32, cpu()).unwrap(),
-        Tensor::rand(&[2, 3], DType::F32, cpu()).unwrap(),
-        Tensor::randn(&vec![2, 3], DType::F32, cpu()).unwrap(),
-        Tensor::randint(0, 5, &[2, 3], DType::I64, cpu()).unwrap(),
-        Tensor::from_slice(&[0.0f32; 6], &[2, 3], cpu()).unwrap(),
-        Tensor::from_bools(&[true; 6], &vec![2, 3], cpu()).unwrap(),
+        Tensor::full([2u32, 3], 1.5f32, cpu()).unwrap(),
+        Tensor::empty([2u64, 3], DType::F32, cpu()).unwrap(),
+        Tensor::rand([2, 3], DType::F32, cpu()).unwrap(),
+        Tensor::randn(vec![2, 3], DType::F32, cpu()).unwrap(),
+        Tensor::randint(0, 5, [2, 3], DType::I64, cpu()).unwrap(),
+        Tensor::from_slice(&[0.0f32; 6], [2, 3], cpu()).unwrap(),
+        Tensor::from_bools(&[true; 6], vec![2, 3], cpu()).unwrap(),
     ];
     for t in &shapes {
         assert_eq!(t.shape(), &[2, 3]);
     }
     assert_eq!(Tensor::zeros(5, DType::F32, cpu()).unwrap().shape(), &[5]);
     assert_eq!(Tensor::zeros((), DType::F32, cpu()).unwrap().dim(), 0);
-    assert!(Tensor::zeros(&[2, -3], DType::F32, cpu()).is_err());
+    assert!(Tensor::zeros([2, -3], DType::F32, cpu()).is_err());
     // view/reshape: any of them, -1 inferred.
-    assert_eq!(a.reshape(&[-1]).unwrap().shape(), &[6]);
+    assert_eq!(a.reshape([-1]).unwrap().shape(), &[6]);
     assert_eq!(a.reshape(-1).unwrap().shape(), &[6]);
-    assert_eq!(a.view(&vec![3isize, -1]).unwrap().shape(), &[3, 2]);
+    assert_eq!(a.view(vec![3isize, -1]).unwrap().shape(), &[3, 2]);
     assert_eq!(
         a.reshape(shapes[0].t().unwrap().shape()).unwrap().shape(),
         &[3, 2]
     );
-    assert_eq!(a.view(&[1, 6]).unwrap().shape(), &[1, 6]);
-    assert!(a.reshape(&[-1, -1]).is_err());
+    assert_eq!(a.view([1, 6]).unwrap().shape(), &[1, 6]);
+    assert!(a.reshape([-1, -1]).is_err());
     // expand: -1 keeps a size.
-    let col = Tensor::zeros(&[3, 1], DType::F32, cpu()).unwrap();
-    assert_eq!(col.expand(&[2, -1, 4]).unwrap().shape(), &[2, 3, 4]);
-    assert_eq!(col.expand(&vec![3usize, 5]).unwrap().shape(), &[3, 5]);
-    assert!(col.expand(&[-1, 3, 4]).is_err(), "-1 for a new dimension");
+    let col = Tensor::zeros([3, 1], DType::F32, cpu()).unwrap();
+    assert_eq!(col.expand([2, -1, 4]).unwrap().shape(), &[2, 3, 4]);
+    assert_eq!(col.expand(vec![3usize, 5]).unwrap().shape(), &[3, 5]);
+    assert!(col.expand([-1, 3, 4]).is_err(), "-1 for a new dimension");
     // Dimension lists: negative counts from the end.
     let x = Tensor::arange(0.0, 24.0, 1.0, DType::F32, cpu())
         .unwrap()
-        .reshape(&[2, 3, 4])
+        .reshape([2, 3, 4])
         .unwrap();
-    assert_eq!(x.permute(&[-1, 0, 1]).unwrap().shape(), &[4, 2, 3]);
-    assert_eq!(x.permute(&[2, 0, 1]).unwrap().shape(), &[4, 2, 3]);
-    assert!(x.permute(&[-4, 0, 1]).is_err());
-    assert!(x.permute(&[0, 0, 1]).is_err());
+    assert_eq!(x.permute([-1, 0, 1]).unwrap().shape(), &[4, 2, 3]);
+    assert_eq!(x.permute([2, 0, 1]).unwrap().shape(), &[4, 2, 3]);
+    assert!(x.permute([-4, 0, 1]).is_err());
+    assert!(x.permute([0, 0, 1]).is_err());
     assert_eq!(x.sum_dim(-1, false).unwrap().shape(), &[2, 3]);
-    assert_eq!(x.sum_dim(&[0, -1], true).unwrap().shape(), &[1, 3, 1]);
-    assert_eq!(x.mean_dim(&vec![1], false).unwrap().shape(), &[2, 4]);
-    assert_eq!(x.amax(&[-2, -3], false).unwrap().shape(), &[4]);
+    assert_eq!(x.sum_dim([0, -1], true).unwrap().shape(), &[1, 3, 1]);
+    assert_eq!(x.mean_dim(vec![1], false).unwrap().shape(), &[2, 4]);
+    assert_eq!(x.amax([-2, -3], false).unwrap().shape(), &[4]);
     assert_eq!(x.amin(2usize, false).unwrap().shape(), &[2, 3]);
     assert_eq!(x.narrow(-1, 1, 2).unwrap().shape(), &[2, 3, 2]);
     assert_eq!(x.transpose(-1, 0).unwrap().shape(), &[4, 3, 2]);
@@ -249,7 +249,7 @@ fn zero_dimensional_tensors_take_dim_zero_and_minus_one() {
     for d in [0isize, -1] {
         assert_eq!(f32s(&s.sum_dim(d, false).unwrap()), [21.0]);
         assert_eq!(s.sum_dim(d, true).unwrap().dim(), 0);
-        assert_eq!(f32s(&s.mean_dim(&[d], false).unwrap()), [21.0]);
+        assert_eq!(f32s(&s.mean_dim([d], false).unwrap()), [21.0]);
         assert_eq!(f32s(&s.amax(d, false).unwrap()), [21.0]);
         let (v, i) = s.max_dim(d, false).unwrap();
         assert_eq!(
@@ -278,7 +278,7 @@ fn index_expressions_with_variable_bounds() {
     let _release = common::Release;
     let m = Tensor::arange(0.0, 20.0, 1.0, DType::F32, cpu())
         .unwrap()
-        .reshape(&[4, 5])
+        .reshape([4, 5])
         .unwrap();
     let (lo, hi) = (1usize, 3usize);
     let rows = m.i(&s![lo..hi]).unwrap();
@@ -305,7 +305,7 @@ fn index_expressions_with_variable_bounds() {
     );
     assert_eq!(f32s(&m.i(&s![1, ..lo + 1;hi - 2]).unwrap()), [5.0, 6.0]);
     assert_eq!(m.i(&s![NEW, ELLIPSIS, lo]).unwrap().shape(), &[1, 4]);
-    let idx = Tensor::from_slice(&[3i64, 0], &[2], cpu()).unwrap();
+    let idx = Tensor::from_slice(&[3i64, 0], [2], cpu()).unwrap();
     assert_eq!(f32s(&m.i(&s![@&idx, 0]).unwrap()), [15.0, 0.0]);
     assert_eq!(
         f32s(&m.i(&s![&idx, 0]).unwrap()),

@@ -13,16 +13,16 @@ fn every_layer_reports_one_out_of_memory_error() {
         // Far beyond any host or device: 2^40 f32.
         let huge = [1usize << 40];
         for e in [
-            Tensor::empty(&huge, DType::F32, dev).unwrap_err(),
-            Tensor::zeros(&huge, DType::F32, dev).unwrap_err(),
-            Tensor::full(&huge, 1.0f32, dev).unwrap_err(),
+            Tensor::empty(huge, DType::F32, dev).unwrap_err(),
+            Tensor::zeros(huge, DType::F32, dev).unwrap_err(),
+            Tensor::full(huge, 1.0f32, dev).unwrap_err(),
         ] {
             assert!(e.is_out_of_memory(), "{dev}: {e:?}");
             assert!(matches!(e, Error::OutOfMemory(_)), "{dev}: {e:?}");
         }
         // Materialising a broadcast view, and an elementwise result, of that size.
-        let one = Tensor::zeros(&[1], DType::F32, dev).unwrap();
-        let wide = one.expand(&[1 << 20, 1 << 20]).unwrap();
+        let one = Tensor::zeros([1], DType::F32, dev).unwrap();
+        let wide = one.expand([1 << 20, 1 << 20]).unwrap();
         for e in [
             wide.contiguous().unwrap_err(),
             wide.add(&wide).unwrap_err(),
@@ -31,11 +31,11 @@ fn every_layer_reports_one_out_of_memory_error() {
             assert!(e.is_out_of_memory(), "{dev}: {e:?}");
         }
         // Through indexing: gathering every row of the broadcast view.
-        let rows = Tensor::zeros(&[1 << 20], DType::I64, dev).unwrap();
+        let rows = Tensor::zeros([1 << 20], DType::I64, dev).unwrap();
         let e = wide.i(&s![@&rows]).map(|_| ()).unwrap_err();
         assert!(e.is_out_of_memory(), "{dev}: {e:?}");
         // Other errors are not.
-        let e = one.view(&[2]).unwrap_err();
+        let e = one.view([2]).unwrap_err();
         assert!(!e.is_out_of_memory(), "{e:?}");
     }
 }

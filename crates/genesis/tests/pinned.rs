@@ -38,7 +38,7 @@ fn gpu() -> bool {
 #[test]
 fn host_tensors_are_not_pinned_by_default_and_the_switch_needs_cuda() {
     let _serial = serial();
-    let x = Tensor::from_slice(&[1.0f32, 2.0], &[2], Device::Cpu).unwrap();
+    let x = Tensor::from_slice(&[1.0f32, 2.0], [2], Device::Cpu).unwrap();
     assert!(!x.is_pinned());
     assert!(!genesis::cpu::pinned_memory_enabled());
     genesis::cpu::enable_pinned_memory(false).unwrap();
@@ -54,7 +54,7 @@ fn host_tensors_are_not_pinned_by_default_and_the_switch_needs_cuda() {
         ));
         assert!(!genesis::cpu::pinned_memory_enabled());
         assert!(
-            !Tensor::zeros(&[2], DType::F32, Device::Cpu)
+            !Tensor::zeros([2], DType::F32, Device::Cpu)
                 .unwrap()
                 .is_pinned()
         );
@@ -76,14 +76,14 @@ fn pinned_tensors_round_trip_exactly() {
     let dev = Device::Cuda(0);
     let f: Vec<f32> = (0..1000).map(|i| (i as f32 * 0.37).sin()).collect();
     let cases = [
-        Tensor::from_slice(&f, &[10, 100], Device::Cpu).unwrap(),
-        Tensor::from_slice(&[1.5f64, -0.1, f64::NAN, f64::MAX], &[4], Device::Cpu).unwrap(),
-        Tensor::from_slice(&[f16::from_f32(0.1), f16::MAX], &[2], Device::Cpu).unwrap(),
-        Tensor::from_slice(&[bf16::from_f32(-3.5)], &[1], Device::Cpu).unwrap(),
-        Tensor::from_slice(&[i64::MIN, 7, i64::MAX], &[3], Device::Cpu).unwrap(),
-        Tensor::from_slice(&[255u8, 0, 3], &[3], Device::Cpu).unwrap(),
-        Tensor::from_bools(&[true, false, true], &[3], Device::Cpu).unwrap(),
-        Tensor::zeros(&[0, 3], DType::F32, Device::Cpu).unwrap(),
+        Tensor::from_slice(&f, [10, 100], Device::Cpu).unwrap(),
+        Tensor::from_slice(&[1.5f64, -0.1, f64::NAN, f64::MAX], [4], Device::Cpu).unwrap(),
+        Tensor::from_slice(&[f16::from_f32(0.1), f16::MAX], [2], Device::Cpu).unwrap(),
+        Tensor::from_slice(&[bf16::from_f32(-3.5)], [1], Device::Cpu).unwrap(),
+        Tensor::from_slice(&[i64::MIN, 7, i64::MAX], [3], Device::Cpu).unwrap(),
+        Tensor::from_slice(&[255u8, 0, 3], [3], Device::Cpu).unwrap(),
+        Tensor::from_bools(&[true, false, true], [3], Device::Cpu).unwrap(),
+        Tensor::zeros([0, 3], DType::F32, Device::Cpu).unwrap(),
     ];
     for x in &cases {
         let p = x.pin_memory().unwrap();
@@ -150,7 +150,7 @@ fn non_blocking_copies_are_queued_on_the_current_stream() {
         let s = Stream::new(0).unwrap();
         for round in 0..4 {
             // The source is dropped at once: it is kept alive until the copy completes.
-            let src = Tensor::from_slice(&v, &[n], Device::Cpu)
+            let src = Tensor::from_slice(&v, [n], Device::Cpu)
                 .unwrap()
                 .pin_memory()
                 .unwrap();
@@ -170,7 +170,7 @@ fn non_blocking_copies_are_queued_on_the_current_stream() {
             assert_eq!(sum, want);
         }
         // On the default stream too.
-        let src = Tensor::from_slice(&v[..1000], &[1000], Device::Cpu)
+        let src = Tensor::from_slice(&v[..1000], [1000], Device::Cpu)
             .unwrap()
             .pin_memory()
             .unwrap();
@@ -196,14 +196,14 @@ fn the_switch_makes_new_host_tensors_pinned() {
     genesis::cpu::enable_pinned_memory(true).unwrap();
     assert!(genesis::cpu::pinned_memory_enabled());
     let made = [
-        Tensor::zeros(&[3], DType::F32, Device::Cpu).unwrap(),
-        Tensor::ones(&[3], DType::I32, Device::Cpu).unwrap(),
-        Tensor::full(&[2, 2], 1.5f64, Device::Cpu).unwrap(),
-        Tensor::empty(&[4], DType::U8, Device::Cpu).unwrap(),
-        Tensor::from_slice(&[1.0f32, 2.0], &[2], Device::Cpu).unwrap(),
-        Tensor::from_bools(&[true], &[1], Device::Cpu).unwrap(),
+        Tensor::zeros([3], DType::F32, Device::Cpu).unwrap(),
+        Tensor::ones([3], DType::I32, Device::Cpu).unwrap(),
+        Tensor::full([2, 2], 1.5f64, Device::Cpu).unwrap(),
+        Tensor::empty([4], DType::U8, Device::Cpu).unwrap(),
+        Tensor::from_slice(&[1.0f32, 2.0], [2], Device::Cpu).unwrap(),
+        Tensor::from_bools(&[true], [1], Device::Cpu).unwrap(),
         Tensor::arange(0.0, 5.0, 1.0, DType::I64, Device::Cpu).unwrap(),
-        Tensor::from_slice(&[1.0f32, 2.0], &[2], dev)
+        Tensor::from_slice(&[1.0f32, 2.0], [2], dev)
             .unwrap()
             .to(Device::Cpu)
             .unwrap(),
@@ -215,14 +215,14 @@ fn the_switch_makes_new_host_tensors_pinned() {
     assert_eq!(made[6].to_vec::<i64>().unwrap(), [0, 1, 2, 3, 4]);
     assert_eq!(made[7].to_vec::<f32>().unwrap(), [1.0, 2.0]);
     // Device tensors are untouched; pinned tensors go to the device without waiting.
-    let d = Tensor::zeros(&[3], DType::F32, dev).unwrap();
+    let d = Tensor::zeros([3], DType::F32, dev).unwrap();
     assert!(!d.is_pinned());
     let y = made[4].to_non_blocking(dev).unwrap();
     genesis::cuda::synchronize(0).unwrap();
     assert_eq!(y.to_vec::<f32>().unwrap(), [1.0, 2.0]);
     genesis::cpu::enable_pinned_memory(false).unwrap();
     assert!(
-        !Tensor::zeros(&[3], DType::F32, Device::Cpu)
+        !Tensor::zeros([3], DType::F32, Device::Cpu)
             .unwrap()
             .is_pinned()
     );

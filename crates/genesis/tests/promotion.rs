@@ -179,7 +179,7 @@ fn check_ops(what: &str, a: &Tensor, b_vals: &[f64], b: impl Operand + Copy, r: 
         assert_eq!(values(&got), want, "{what} {op}");
     }
     // `where` selects without arithmetic: every dtype on every device.
-    let cond = Tensor::from_bools(&[true, false], &[2], a.device()).unwrap();
+    let cond = Tensor::from_bools(&[true, false], [2], a.device()).unwrap();
     let w = Tensor::where_cond(&cond, a, b).unwrap_or_else(|e| panic!("{what} where: {e}"));
     assert_eq!(w.dtype(), r, "{what} where");
     let want = expect(&av, b_vals, |x, _| x);
@@ -318,14 +318,14 @@ fn ops_follow_a_sample_of_the_table_on_cuda() {
 fn narrow_integers_wrap_and_bools_are_logic() {
     let _release = common::Release;
     for dev in common::devices() {
-        let u = Tensor::from_slice(&[250u8, 3], &[2], dev).unwrap();
+        let u = Tensor::from_slice(&[250u8, 3], [2], dev).unwrap();
         assert_eq!((&u + 10).unwrap().to_vec::<u8>().unwrap(), [4, 13]);
         assert_eq!((&u * &u).unwrap().to_vec::<u8>().unwrap(), [36, 9]);
         assert_eq!(
             (3 - &u.to_dtype(DType::I64).unwrap()).unwrap().dtype(),
             DType::I64
         );
-        let i = Tensor::from_slice(&[127i8, -128], &[2], dev).unwrap();
+        let i = Tensor::from_slice(&[127i8, -128], [2], dev).unwrap();
         assert_eq!((&i + 1).unwrap().to_vec::<i8>().unwrap(), [-128, -127]);
         assert_eq!(
             i.neg().unwrap().to_vec::<i8>().unwrap(),
@@ -338,7 +338,7 @@ fn narrow_integers_wrap_and_bools_are_logic() {
             "wraps"
         );
         assert_eq!(i.exp().unwrap().dtype(), DType::F32);
-        let s = Tensor::from_slice(&[300i16, -2], &[2], dev).unwrap();
+        let s = Tensor::from_slice(&[300i16, -2], [2], dev).unwrap();
         assert_eq!(
             (&s * 300).unwrap().to_vec::<i16>().unwrap(),
             [(300i16).wrapping_mul(300), -600]
@@ -353,8 +353,8 @@ fn narrow_integers_wrap_and_bools_are_logic() {
             Error::ScalarOutOfRange { .. }
         ));
         // Bools: add is "or", mul is "and", comparisons and sums work.
-        let m = Tensor::from_bools(&[true, false, true, false], &[4], dev).unwrap();
-        let n = Tensor::from_bools(&[true, true, false, false], &[4], dev).unwrap();
+        let m = Tensor::from_bools(&[true, false, true, false], [4], dev).unwrap();
+        let n = Tensor::from_bools(&[true, true, false, false], [4], dev).unwrap();
         assert_eq!(
             m.add(&n).unwrap().to_bool_vec().unwrap(),
             [true, true, true, false]
@@ -380,7 +380,7 @@ fn narrow_integers_wrap_and_bools_are_logic() {
         assert_eq!(m.min().unwrap().to_bool_vec().unwrap(), [false]);
         assert!(m.mean().is_err(), "mean is for floats only, as in PyTorch");
         // max/min/argmax of the narrow integers.
-        let x = Tensor::from_slice(&[-5i8, 7, 7, -9], &[2, 2], dev).unwrap();
+        let x = Tensor::from_slice(&[-5i8, 7, 7, -9], [2, 2], dev).unwrap();
         assert_eq!(x.max().unwrap().to_vec::<i8>().unwrap(), [7]);
         assert_eq!(x.min().unwrap().to_vec::<i8>().unwrap(), [-9]);
         assert_eq!(x.argmax().unwrap().to_vec::<i64>().unwrap(), [1]);
@@ -401,8 +401,8 @@ fn narrow_integers_wrap_and_bools_are_logic() {
 fn division_and_pow_of_integers_give_float32() {
     let _release = common::Release;
     for dev in common::devices() {
-        let a = Tensor::from_slice(&[7i32, -3], &[2], dev).unwrap();
-        let b = Tensor::from_slice(&[2i64, 4], &[2], dev).unwrap();
+        let a = Tensor::from_slice(&[7i32, -3], [2], dev).unwrap();
+        let b = Tensor::from_slice(&[2i64, 4], [2], dev).unwrap();
         let q = a.div(&b).unwrap();
         assert_eq!(q.dtype(), DType::F32);
         assert_eq!(q.to_vec::<f32>().unwrap(), [3.5, -0.75]);
@@ -422,16 +422,16 @@ fn division_and_pow_of_integers_give_float32() {
         assert_eq!(a.gt(0.5).unwrap().to_bool_vec().unwrap(), [true, false]);
         assert_eq!((&a + 0.5).unwrap().to_vec::<f32>().unwrap(), [7.5, -2.5]);
         // f16 with bf16 is f32.
-        let h = Tensor::from_slice(&[genesis::f16::from_f32(1.5)], &[1], dev).unwrap();
-        let g = Tensor::from_slice(&[genesis::bf16::from_f32(2.0)], &[1], dev).unwrap();
+        let h = Tensor::from_slice(&[genesis::f16::from_f32(1.5)], [1], dev).unwrap();
+        let g = Tensor::from_slice(&[genesis::bf16::from_f32(2.0)], [1], dev).unwrap();
         assert_eq!(h.mul(&g).unwrap().to_vec::<f32>().unwrap(), [3.0]);
     }
 }
 
 #[test]
 fn float64_is_exact_on_the_cpu() {
-    let x = Tensor::from_slice(&[0.1f64, 1e-17, f64::NAN, 3.0], &[4], Device::Cpu).unwrap();
-    let y = Tensor::from_slice(&[0.2f64, 1.0, 1.0, -1.0], &[4], Device::Cpu).unwrap();
+    let x = Tensor::from_slice(&[0.1f64, 1e-17, f64::NAN, 3.0], [4], Device::Cpu).unwrap();
+    let y = Tensor::from_slice(&[0.2f64, 1.0, 1.0, -1.0], [4], Device::Cpu).unwrap();
     let s = (&x + &y).unwrap().to_vec::<f64>().unwrap();
     assert_eq!(s[0], 0.1 + 0.2, "computed in f64, not f32");
     assert_eq!(s[1], 1.0 + 1e-17);
@@ -445,15 +445,15 @@ fn float64_is_exact_on_the_cpu() {
     );
     assert!(x.maximum(&y).unwrap().to_vec::<f64>().unwrap()[2].is_nan());
     // Promotions into float64 keep the other operand's values exactly.
-    let big = Tensor::from_slice(&[(1i64 << 53) - 1], &[1], Device::Cpu).unwrap();
-    let d = Tensor::zeros(&[1], DType::F64, Device::Cpu).unwrap();
+    let big = Tensor::from_slice(&[(1i64 << 53) - 1], [1], Device::Cpu).unwrap();
+    let d = Tensor::zeros([1], DType::F64, Device::Cpu).unwrap();
     assert_eq!(
         (&big + &d).unwrap().to_vec::<f64>().unwrap(),
         [((1i64 << 53) - 1) as f64]
     );
     // Reductions.
     let v: Vec<f64> = (0..1000).map(|i| 0.1 * i as f64).collect();
-    let t = Tensor::from_slice(&v, &[10, 100], Device::Cpu).unwrap();
+    let t = Tensor::from_slice(&v, [10, 100], Device::Cpu).unwrap();
     let want: f64 = v.iter().sum();
     assert_eq!(t.sum().unwrap().to_vec::<f64>().unwrap(), [want]);
     assert_eq!(t.mean().unwrap().to_vec::<f64>().unwrap(), [want / 1000.0]);
@@ -478,7 +478,7 @@ fn float64_arithmetic_on_cuda_is_a_typed_error() {
         return;
     }
     let dev = Device::Cuda(0);
-    let x = Tensor::from_slice(&[1.0f64, 2.0], &[2], dev).unwrap();
+    let x = Tensor::from_slice(&[1.0f64, 2.0], [2], dev).unwrap();
     for r in [x.add(&x), x.sum(), x.gt(1), (&x * 2.0)] {
         assert!(
             matches!(
@@ -492,7 +492,7 @@ fn float64_arithmetic_on_cuda_is_a_typed_error() {
         );
     }
     // Selection and conversion need no arithmetic.
-    let c = Tensor::from_bools(&[true, false], &[2], dev).unwrap();
+    let c = Tensor::from_bools(&[true, false], [2], dev).unwrap();
     let w = Tensor::where_cond(&c, &x, 0).unwrap();
     assert_eq!(w.to_vec::<f64>().unwrap(), [1.0, 0.0]);
     assert_eq!(
@@ -510,9 +510,9 @@ fn float64_arithmetic_on_cuda_is_a_typed_error() {
 fn in_place_ops_cast_into_self_as_pytorch() {
     let _release = common::Release;
     for dev in common::devices() {
-        let i = Tensor::from_slice(&[1i32, 2], &[2], dev).unwrap();
+        let i = Tensor::from_slice(&[1i32, 2], [2], dev).unwrap();
         // An integer result goes into an int32 tensor (int64 wraps into int32).
-        let l = Tensor::from_slice(&[(1i64 << 32) + 5, 1], &[2], dev).unwrap();
+        let l = Tensor::from_slice(&[(1i64 << 32) + 5, 1], [2], dev).unwrap();
         i.add_(&l).unwrap();
         assert_eq!(i.dtype(), DType::I32);
         assert_eq!(i.to_vec::<i32>().unwrap(), [6, 3]);
@@ -530,23 +530,23 @@ fn in_place_ops_cast_into_self_as_pytorch() {
             "unchanged by the failures"
         );
         // A float tensor takes an integer operand; f16 takes an f32 one (rounded once).
-        let h = Tensor::from_slice(&[genesis::f16::from_f32(1.0)], &[1], dev).unwrap();
-        h.mul_(&Tensor::from_slice(&[3i64], &[1], dev).unwrap())
+        let h = Tensor::from_slice(&[genesis::f16::from_f32(1.0)], [1], dev).unwrap();
+        h.mul_(&Tensor::from_slice(&[3i64], [1], dev).unwrap())
             .unwrap();
-        h.add_(&Tensor::from_slice(&[0.25f32], &[1], dev).unwrap())
+        h.add_(&Tensor::from_slice(&[0.25f32], [1], dev).unwrap())
             .unwrap();
         assert_eq!(h.to_vec::<genesis::f16>().unwrap()[0].to_f32(), 3.25);
         // uint8 in place wraps; a bool tensor takes only bools.
-        let mut u = Tensor::from_slice(&[255u8, 1], &[2], dev).unwrap();
+        let mut u = Tensor::from_slice(&[255u8, 1], [2], dev).unwrap();
         u += 2;
         assert_eq!(u.to_vec::<u8>().unwrap(), [1, 3]);
-        let m = Tensor::from_bools(&[true, false], &[2], dev).unwrap();
+        let m = Tensor::from_bools(&[true, false], [2], dev).unwrap();
         assert!(m.add_(1).is_err());
         m.add_(true).unwrap();
         assert_eq!(m.to_bool_vec().unwrap(), [true, true]);
         // The broadcast must give self's shape.
-        let small = Tensor::zeros(&[2], DType::F32, dev).unwrap();
-        let wide = Tensor::zeros(&[3, 2], DType::F16, dev).unwrap();
+        let small = Tensor::zeros([2], DType::F32, dev).unwrap();
+        let wide = Tensor::zeros([3, 2], DType::F16, dev).unwrap();
         assert!(matches!(
             small.add_(&wide),
             Err(Error::ShapeMismatch { .. })

@@ -27,10 +27,10 @@ fn the_same_seed_gives_the_same_bits_on_every_device() {
             let mut per_device = Vec::new();
             for &dev in &devs {
                 let g = Generator::new(1234);
-                let u = g.rand(&[n], dtype, dev).unwrap();
-                let z = g.randn(&[n], dtype, dev).unwrap();
-                let k = g.randint(-50, 50, &[n], DType::I64, dev).unwrap();
-                let k32 = g.randint(-7, 1 << 20, &[n], DType::I32, dev).unwrap();
+                let u = g.rand([n], dtype, dev).unwrap();
+                let z = g.randn([n], dtype, dev).unwrap();
+                let k = g.randint(-50, 50, [n], DType::I64, dev).unwrap();
+                let k32 = g.randint(-7, 1 << 20, [n], DType::I32, dev).unwrap();
                 assert_eq!((u.dtype(), u.device(), u.shape()), (dtype, dev, &[n][..]));
                 per_device.push((
                     bits(&u),
@@ -59,7 +59,7 @@ fn uniform_normal_and_integer_distributions() {
         let n = 200_000;
         for dtype in [DType::F32, DType::F16, DType::BF16, DType::F64] {
             let u = g
-                .rand(&[n], dtype, dev)
+                .rand([n], dtype, dev)
                 .unwrap()
                 .to_dtype(DType::F64)
                 .unwrap()
@@ -72,7 +72,7 @@ fn uniform_normal_and_integer_distributions() {
             let mean = u.iter().sum::<f64>() / n as f64;
             assert!((mean - 0.5).abs() < 0.01, "{dtype} rand mean {mean}");
             let z = g
-                .randn(&[n], dtype, dev)
+                .randn([n], dtype, dev)
                 .unwrap()
                 .to_dtype(DType::F64)
                 .unwrap()
@@ -91,7 +91,7 @@ fn uniform_normal_and_integer_distributions() {
             );
         }
         let k = g
-            .randint(3, 13, &[n], DType::I64, dev)
+            .randint(3, 13, [n], DType::I64, dev)
             .unwrap()
             .to_vec::<i64>()
             .unwrap();
@@ -101,12 +101,12 @@ fn uniform_normal_and_integer_distributions() {
         }
         assert!(k.iter().all(|x| (3..13).contains(x)));
         let big = g
-            .randint(i64::MIN, i64::MAX, &[1000], DType::I64, dev)
+            .randint(i64::MIN, i64::MAX, [1000], DType::I64, dev)
             .unwrap()
             .to_vec::<i64>()
             .unwrap();
         assert!(big.iter().any(|&x| x < 0) && big.iter().any(|&x| x > 0));
-        let f = g.randint(0, 4, &[100], DType::F32, dev).unwrap();
+        let f = g.randint(0, 4, [100], DType::F32, dev).unwrap();
         assert_eq!(f.dtype(), DType::F32);
         assert!(
             f.to_vec::<f32>()
@@ -115,11 +115,11 @@ fn uniform_normal_and_integer_distributions() {
                 .all(|&x| x == x.trunc() && (0.0..4.0).contains(&x))
         );
         // Successive draws differ; shapes are kept; empty shapes work.
-        let a = g.rand(&[3, 5], DType::F32, dev).unwrap();
-        let b = g.rand(&[3, 5], DType::F32, dev).unwrap();
+        let a = g.rand([3, 5], DType::F32, dev).unwrap();
+        let b = g.rand([3, 5], DType::F32, dev).unwrap();
         assert_eq!(a.shape(), [3, 5]);
         assert_ne!(a.to_vec::<f32>().unwrap(), b.to_vec::<f32>().unwrap());
-        assert_eq!(g.rand(&[0, 4], DType::F32, dev).unwrap().numel(), 0);
+        assert_eq!(g.rand([0, 4], DType::F32, dev).unwrap().numel(), 0);
         assert_eq!(a.rand_like().unwrap().shape(), [3, 5]);
         assert_eq!(a.randn_like().unwrap().device(), dev);
     }
@@ -128,47 +128,47 @@ fn uniform_normal_and_integer_distributions() {
 #[test]
 fn generator_state_replays_and_errors_are_typed() {
     let g = Generator::new(99);
-    let _ = g.rand(&[10], DType::F32, Device::Cpu).unwrap();
+    let _ = g.rand([10], DType::F32, Device::Cpu).unwrap();
     let (seed, offset) = (g.seed(), g.offset());
     assert_eq!(offset, 3, "10 f32 uniforms use three Philox blocks");
-    let x = g.randn(&[17], DType::F32, Device::Cpu).unwrap();
+    let x = g.randn([17], DType::F32, Device::Cpu).unwrap();
     g.set_state(seed, offset);
-    let y = g.randn(&[17], DType::F32, Device::Cpu).unwrap();
+    let y = g.randn([17], DType::F32, Device::Cpu).unwrap();
     assert_eq!(x.to_vec::<f32>().unwrap(), y.to_vec::<f32>().unwrap());
     // The global generator.
     manual_seed(5);
-    let a = Tensor::randn(&[8], DType::F32, Device::Cpu).unwrap();
+    let a = Tensor::randn([8], DType::F32, Device::Cpu).unwrap();
     manual_seed(5);
-    let b = Tensor::randn(&[8], DType::F32, Device::Cpu).unwrap();
+    let b = Tensor::randn([8], DType::F32, Device::Cpu).unwrap();
     assert_eq!(a.to_vec::<f32>().unwrap(), b.to_vec::<f32>().unwrap());
     assert_eq!(
         a.to_vec::<f32>().unwrap(),
         Generator::new(5)
-            .randn(&[8], DType::F32, Device::Cpu)
+            .randn([8], DType::F32, Device::Cpu)
             .unwrap()
             .to_vec::<f32>()
             .unwrap()
     );
     // Errors.
     assert!(matches!(
-        g.rand(&[2], DType::I32, Device::Cpu),
+        g.rand([2], DType::I32, Device::Cpu),
         Err(Error::InvalidArgument { op: "rand", .. })
     ));
     assert!(matches!(
-        g.randn(&[2], DType::Bool, Device::Cpu),
+        g.randn([2], DType::Bool, Device::Cpu),
         Err(Error::InvalidArgument { op: "randn", .. })
     ));
     assert!(matches!(
-        g.randint(5, 5, &[2], DType::I64, Device::Cpu),
+        g.randint(5, 5, [2], DType::I64, Device::Cpu),
         Err(Error::InvalidArgument { op: "randint", .. })
     ));
     assert!(matches!(
-        g.randint(0, 1 << 40, &[2], DType::I32, Device::Cpu),
+        g.randint(0, 1 << 40, [2], DType::I32, Device::Cpu),
         Err(Error::InvalidArgument { op: "randint", .. })
     ));
     assert!(matches!(
-        g.randint(0, 2, &[2], DType::Bool, Device::Cpu),
+        g.randint(0, 2, [2], DType::Bool, Device::Cpu),
         Err(Error::InvalidArgument { .. })
     ));
-    assert!(g.rand(&[usize::MAX, 2], DType::F32, Device::Cpu).is_err());
+    assert!(g.rand([usize::MAX, 2], DType::F32, Device::Cpu).is_err());
 }

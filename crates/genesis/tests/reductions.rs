@@ -216,8 +216,8 @@ fn non_contiguous_inputs_and_nan() {
     let _release = Release;
     for dev in devices() {
         let data: Vec<f32> = (0..24).map(|i| ((i * 7) % 11) as f32 - 5.0).collect();
-        let x = Tensor::from_slice(&data, &[2, 3, 4], dev).unwrap();
-        let t = x.permute(&[2, 0, 1]).unwrap(); // [4, 2, 3], not contiguous
+        let x = Tensor::from_slice(&data, [2, 3, 4], dev).unwrap();
+        let t = x.permute([2, 0, 1]).unwrap(); // [4, 2, 3], not contiguous
         let c = t.contiguous().unwrap();
         for dims in [&[0isize][..], &[1], &[2], &[0, 2], &[-1, 0]] {
             for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Mean] {
@@ -237,16 +237,16 @@ fn non_contiguous_inputs_and_nan() {
             vec![data[12..].iter().map(|&v| f64::from(v)).sum::<f64>()]
         );
         // NaN wins max/min and is the arg; the first NaN.
-        let v = Tensor::from_slice(&[1.0f32, f32::NAN, 9.0, f32::NAN], &[4], dev).unwrap();
+        let v = Tensor::from_slice(&[1.0f32, f32::NAN, 9.0, f32::NAN], [4], dev).unwrap();
         assert!(f64s(&v.max().unwrap())[0].is_nan());
         assert_eq!(v.argmin().unwrap().to_vec::<i64>().unwrap(), vec![1]);
         // 0-d results and integer sums as i64.
-        let i = Tensor::from_slice(&[i32::MAX, i32::MAX], &[2], dev).unwrap();
+        let i = Tensor::from_slice(&[i32::MAX, i32::MAX], [2], dev).unwrap();
         let s = i.sum().unwrap();
         assert_eq!((s.shape(), s.dtype()), (&[][..], DType::I64));
         assert_eq!(s.to_vec::<i64>().unwrap(), vec![2 * i64::from(i32::MAX)]);
         // mean of nothing is NaN, sum of nothing 0.
-        let e = Tensor::zeros(&[0], DType::F32, dev).unwrap();
+        let e = Tensor::zeros([0], DType::F32, dev).unwrap();
         assert!(f64s(&e.mean().unwrap())[0].is_nan());
         assert_eq!(f64s(&e.sum().unwrap()), vec![0.0]);
     }
@@ -254,27 +254,27 @@ fn non_contiguous_inputs_and_nan() {
 
 #[test]
 fn bad_arguments_are_typed_errors() {
-    let x = Tensor::zeros(&[2, 3], DType::F32, Device::Cpu).unwrap();
-    assert!(matches!(x.sum_dim(&[2], false), Err(Error::Storage(_))));
+    let x = Tensor::zeros([2, 3], DType::F32, Device::Cpu).unwrap();
+    assert!(matches!(x.sum_dim([2], false), Err(Error::Storage(_))));
     assert!(matches!(
-        x.sum_dim(&[0, -2], false),
+        x.sum_dim([0, -2], false),
         Err(Error::InvalidArgument { .. })
     ));
-    let x3 = Tensor::zeros(&[2, 3, 4], DType::F32, Device::Cpu).unwrap();
+    let x3 = Tensor::zeros([2, 3, 4], DType::F32, Device::Cpu).unwrap();
     assert!(matches!(
         x3.reduce(ReduceOp::ArgMax, Some(&[0, 1]), false),
         Err(Error::InvalidArgument { .. })
     ));
-    let e = Tensor::zeros(&[2, 0], DType::F32, Device::Cpu).unwrap();
+    let e = Tensor::zeros([2, 0], DType::F32, Device::Cpu).unwrap();
     let err = e.max_dim(1, false).unwrap_err();
     assert!(err.to_string().contains("empty"), "{err}");
     assert!(
         e.max_dim(0, false).is_ok(),
         "reducing a non-empty dim of an empty tensor"
     );
-    let i = Tensor::zeros(&[3], DType::I32, Device::Cpu).unwrap();
+    let i = Tensor::zeros([3], DType::I32, Device::Cpu).unwrap();
     assert!(i.mean().is_err());
-    let u = Tensor::zeros(&[3], DType::U8, Device::Cpu).unwrap();
+    let u = Tensor::zeros([3], DType::U8, Device::Cpu).unwrap();
     assert!(u.mean().is_err(), "mean is for floats, as in PyTorch");
     assert_eq!(u.sum().unwrap().dtype(), DType::I64);
 }

@@ -70,7 +70,7 @@ fn floats_print_with_pytorch_precision_and_modes() {
             "tensor([[1., 2.],\n        [3., 4.]])",
         ),
         (
-            Tensor::zeros(&[2, 2, 2], DType::F32, cpu()).unwrap(),
+            Tensor::zeros([2, 2, 2], DType::F32, cpu()).unwrap(),
             "tensor([[[0., 0.],\n         [0., 0.]],\n\n        [[0., 0.],\n         [0., 0.]]])",
         ),
         (
@@ -129,20 +129,17 @@ fn empty_tensors_print_their_size_and_dtype() {
     let _release = common::Release;
     let _shared = shared();
     let cases: Vec<(Tensor, &str)> = vec![
+        (Tensor::zeros([0], DType::F32, cpu()).unwrap(), "tensor([])"),
         (
-            Tensor::zeros(&[0], DType::F32, cpu()).unwrap(),
-            "tensor([])",
-        ),
-        (
-            Tensor::zeros(&[0], DType::I64, cpu()).unwrap(),
+            Tensor::zeros([0], DType::I64, cpu()).unwrap(),
             "tensor([], dtype=torch.int64)",
         ),
         (
-            Tensor::zeros(&[0, 3], DType::F32, cpu()).unwrap(),
+            Tensor::zeros([0, 3], DType::F32, cpu()).unwrap(),
             "tensor([], size=(0, 3))",
         ),
         (
-            Tensor::zeros(&[2, 0, 4], DType::Bool, cpu()).unwrap(),
+            Tensor::zeros([2, 0, 4], DType::Bool, cpu()).unwrap(),
             "tensor([], size=(2, 0, 4), dtype=torch.bool)",
         ),
     ];
@@ -160,7 +157,7 @@ fn large_tensors_are_summarised() {
         a.to_string(),
         "tensor([   0,    1,    2,  ..., 1997, 1998, 1999])"
     );
-    let z = Tensor::zeros(&[2000, 3], DType::F32, cpu()).unwrap();
+    let z = Tensor::zeros([2000, 3], DType::F32, cpu()).unwrap();
     assert_eq!(
         z.to_string(),
         "tensor([[0., 0., 0.],\n        [0., 0., 0.],\n        [0., 0., 0.],\n        ...,\n        [0., 0., 0.],\n        [0., 0., 0.],\n        [0., 0., 0.]])"
@@ -174,9 +171,9 @@ fn large_tensors_are_summarised() {
         "tensor([   0.,    1.,    2.,  ...,  998.,  999., 1000.])"
     );
     // A huge broadcast view prints without being materialised.
-    let huge = Tensor::full(&[1, 1], 7i32, cpu())
+    let huge = Tensor::full([1, 1], 7i32, cpu())
         .unwrap()
-        .expand(&[1usize << 30, 1 << 30])
+        .expand([1usize << 30, 1 << 30])
         .unwrap();
     assert!(
         huge.to_string()
@@ -292,7 +289,7 @@ fn build(case: &serde_json::Value, device: Device) -> Tensor {
         }
         Some("expand") => {
             let n = t.shape()[1];
-            t.expand(&[3, n]).unwrap()
+            t.expand([3, n]).unwrap()
         }
         Some(v) => panic!("unknown view {v}"),
     }

@@ -30,15 +30,15 @@ fn cat_along_each_dim() {
             vec![0, 1, 2, 50, 51, 3, 4, 5, 52, 53]
         );
         // Strided inputs and empty pieces.
-        let e = Tensor::zeros(&[2, 0], DType::I64, dev).unwrap();
+        let e = Tensor::zeros([2, 0], DType::I64, dev).unwrap();
         let t = seq(6, 10, &[3, 2], dev).t().unwrap();
         let c = Tensor::cat(&[&e, &t, &e], 1).unwrap();
         assert_eq!(c.to_vec::<i64>().unwrap(), vec![10, 12, 14, 11, 13, 15]);
         let only_empty = Tensor::cat(&[&e, &e], 1).unwrap();
         assert_eq!(only_empty.shape(), &[2, 0]);
         // f16 and a 3-D middle dimension.
-        let h = Tensor::ones(&[2, 1, 3], DType::F16, dev).unwrap();
-        let z = Tensor::zeros(&[2, 2, 3], DType::F16, dev).unwrap();
+        let h = Tensor::ones([2, 1, 3], DType::F16, dev).unwrap();
+        let z = Tensor::zeros([2, 2, 3], DType::F16, dev).unwrap();
         let c = Tensor::cat(&[&h, &z], 1).unwrap();
         assert_eq!(c.shape(), &[2, 3, 3]);
         let v = c.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
@@ -66,19 +66,19 @@ fn stack_inserts_a_dimension() {
 
 #[test]
 fn bad_inputs_are_typed_errors() {
-    let a = Tensor::zeros(&[2, 3], DType::F32, Device::Cpu).unwrap();
-    let b = Tensor::zeros(&[2, 4], DType::F32, Device::Cpu).unwrap();
+    let a = Tensor::zeros([2, 3], DType::F32, Device::Cpu).unwrap();
+    let b = Tensor::zeros([2, 4], DType::F32, Device::Cpu).unwrap();
     let e = Tensor::cat(&[&a, &b], 0).unwrap_err();
     assert!(matches!(e, Error::ShapeMismatch { op: "cat", .. }), "{e}");
     assert!(Tensor::cat(&[&a, &b], 1).is_ok());
-    let i = Tensor::zeros(&[2, 3], DType::I32, Device::Cpu).unwrap();
+    let i = Tensor::zeros([2, 3], DType::I32, Device::Cpu).unwrap();
     assert!(matches!(
         Tensor::cat(&[&a, &i], 0).unwrap_err(),
         Error::DTypeMismatch { op: "cat", .. }
     ));
     assert!(Tensor::cat(&[], 0).is_err());
     assert!(Tensor::cat(&[&a], 2).is_err());
-    let r1 = Tensor::zeros(&[3], DType::F32, Device::Cpu).unwrap();
+    let r1 = Tensor::zeros([3], DType::F32, Device::Cpu).unwrap();
     assert!(Tensor::cat(&[&a, &r1], 0).is_err());
     let scalar = Tensor::zeros((), DType::F32, Device::Cpu).unwrap();
     assert!(Tensor::cat(&[&scalar], 0).is_err());

@@ -9,20 +9,20 @@ use common::{Release, devices};
 fn add_reads_back_on_every_device() {
     let _release = Release;
     for dev in devices() {
-        let a = Tensor::from_slice(&[1.0f32, -2.0, 3.5], &[3], dev).unwrap();
-        let b = Tensor::from_slice(&[0.5f32, 2.0, -0.25], &[3], dev).unwrap();
+        let a = Tensor::from_slice(&[1.0f32, -2.0, 3.5], [3], dev).unwrap();
+        let b = Tensor::from_slice(&[0.5f32, 2.0, -0.25], [3], dev).unwrap();
         assert_eq!(
             a.add(&b).unwrap().to_vec::<f32>().unwrap(),
             vec![1.5, 0.0, 3.25],
             "{dev}"
         );
-        let i = Tensor::from_slice(&[i64::MAX, 5], &[2], dev).unwrap();
+        let i = Tensor::from_slice(&[i64::MAX, 5], [2], dev).unwrap();
         assert_eq!(
             i.add(&i).unwrap().to_vec::<i64>().unwrap(),
             vec![-2, 10],
             "wraps on {dev}"
         );
-        let h = Tensor::full(&[2, 2], f16::from_f32(0.1), dev).unwrap();
+        let h = Tensor::full([2, 2], f16::from_f32(0.1), dev).unwrap();
         let want = f16::from_f32(f16::from_f32(0.1).to_f32() * 2.0);
         assert_eq!(
             h.add(&h).unwrap().to_vec::<f16>().unwrap(),
@@ -44,7 +44,7 @@ fn cuda_matches_cpu_on_odd_shapes() {
         return;
     }
     let data: Vec<i32> = (0..(7 * 13 * 3)).map(|i| i * 7919 - 40_000).collect();
-    let cpu = Tensor::from_slice(&data, &[7, 13, 3], Device::Cpu).unwrap();
+    let cpu = Tensor::from_slice(&data, [7, 13, 3], Device::Cpu).unwrap();
     let gpu = cpu.to(Device::Cuda(0)).unwrap();
     let want = cpu.add(&cpu).unwrap().to_vec::<i32>().unwrap();
     assert_eq!(gpu.add(&gpu).unwrap().to_vec::<i32>().unwrap(), want);
@@ -63,8 +63,8 @@ fn cuda_matches_cpu_on_odd_shapes() {
 fn mismatches_are_typed_errors() {
     let _release = Release;
     for dev in devices() {
-        let a = Tensor::full(&[2, 3], 1.0f32, dev).unwrap();
-        let b = Tensor::full(&[3, 2], 1.0f32, dev).unwrap();
+        let a = Tensor::full([2, 3], 1.0f32, dev).unwrap();
+        let b = Tensor::full([3, 2], 1.0f32, dev).unwrap();
         let e = a.add(&b).unwrap_err();
         assert_eq!(
             e,
@@ -75,13 +75,13 @@ fn mismatches_are_typed_errors() {
             }
         );
         assert!(e.to_string().contains("[2, 3]") && e.to_string().contains("[3, 2]"));
-        let c = Tensor::full(&[2, 3], 1i32, dev).unwrap();
+        let c = Tensor::full([2, 3], 1i32, dev).unwrap();
         assert_eq!(a.add(&c).unwrap().dtype(), DType::F32, "promoted");
         assert!(matches!(
             a.to_vec::<f64>(),
             Err(Error::DTypeMismatch { .. })
         ));
-        let short = Tensor::from_slice(&[1.0f32; 5], &[2, 3], dev).unwrap_err();
+        let short = Tensor::from_slice(&[1.0f32; 5], [2, 3], dev).unwrap_err();
         assert!(matches!(
             short,
             Error::DataLength {
@@ -90,7 +90,7 @@ fn mismatches_are_typed_errors() {
                 ..
             }
         ));
-        let u = Tensor::from_bools(&[true, false], &[2], dev).unwrap();
+        let u = Tensor::from_bools(&[true, false], [2], dev).unwrap();
         assert!(matches!(
             u.neg(),
             Err(Error::Storage(
@@ -99,8 +99,8 @@ fn mismatches_are_typed_errors() {
         ));
     }
     if genesis::cuda::is_available() {
-        let a = Tensor::full(&[2], 1.0f32, Device::Cpu).unwrap();
-        let b = Tensor::full(&[2], 1.0f32, Device::Cuda(0)).unwrap();
+        let a = Tensor::full([2], 1.0f32, Device::Cpu).unwrap();
+        let b = Tensor::full([2], 1.0f32, Device::Cuda(0)).unwrap();
         let e = a.add(&b).unwrap_err();
         assert_eq!(
             e,
@@ -111,7 +111,7 @@ fn mismatches_are_typed_errors() {
             }
         );
         let n = genesis::cuda::device_count();
-        let e = Tensor::full(&[2], 1.0f32, Device::Cuda(n + 3)).unwrap_err();
+        let e = Tensor::full([2], 1.0f32, Device::Cuda(n + 3)).unwrap_err();
         assert!(e.to_string().contains("does not exist"), "{e}");
     }
 }
@@ -122,7 +122,7 @@ fn cuda_device_without_gpu_is_a_typed_error() {
     if genesis::cuda::is_available() {
         return;
     }
-    let e = Tensor::full(&[2], 1.0f32, Device::Cuda(0)).unwrap_err();
+    let e = Tensor::full([2], 1.0f32, Device::Cuda(0)).unwrap_err();
     let msg = e.to_string();
     assert!(
         msg.contains("no CUDA device") || msg.contains("--features cuda"),
@@ -134,7 +134,7 @@ fn cuda_device_without_gpu_is_a_typed_error() {
 fn like_constructors_keep_shape_dtype_and_device() {
     let _release = Release;
     for dev in devices() {
-        let x = Tensor::zeros(&[2, 0, 3], DType::I32, dev).unwrap();
+        let x = Tensor::zeros([2, 0, 3], DType::I32, dev).unwrap();
         for t in [
             x.zeros_like().unwrap(),
             x.ones_like().unwrap(),
@@ -146,7 +146,7 @@ fn like_constructors_keep_shape_dtype_and_device() {
                 (x.shape(), x.dtype(), dev)
             );
         }
-        let y = Tensor::zeros(&[3, 5], DType::BF16, dev).unwrap();
+        let y = Tensor::zeros([3, 5], DType::BF16, dev).unwrap();
         let f = y.full_like(-2.5).unwrap();
         assert_eq!((f.shape(), f.dtype()), (&[3, 5][..], DType::BF16));
         assert!(
@@ -158,7 +158,7 @@ fn like_constructors_keep_shape_dtype_and_device() {
                 .all(|&v| v == -2.5)
         );
         assert_eq!(
-            Tensor::zeros(&[2], DType::I64, dev)
+            Tensor::zeros([2], DType::I64, dev)
                 .unwrap()
                 .full_like(-3.0)
                 .unwrap()

@@ -26,13 +26,13 @@ fn the_issue_frictions_are_gone() {
     for dev in devices() {
         // The guide's `contiguous()` + `masked_fill_`: a contiguous tensor's `contiguous()`
         // is the tensor itself (as in PyTorch), and the fill is seen through both.
-        let x = Tensor::from_slice(&[1.0f32, -2.0, 3.0, -4.0], &[2, 2], dev).unwrap();
+        let x = Tensor::from_slice(&[1.0f32, -2.0, 3.0, -4.0], [2, 2], dev).unwrap();
         let y = x.contiguous().unwrap();
         let mask = y.lt_scalar(0.0).unwrap();
         y.masked_fill_(&mask, 0.0).unwrap();
         assert_eq!(f32s(&x), [1.0, 0.0, 3.0, 0.0], "{dev}");
         // m[2:5, 3:7] = 0 through a view.
-        let m = Tensor::ones(&[6, 8], DType::F32, dev).unwrap();
+        let m = Tensor::ones([6, 8], DType::F32, dev).unwrap();
         m.i(&s![2..5, 3..7]).unwrap().fill_(0.0).unwrap();
         let want: Vec<f32> = (0..48)
             .map(|k| {
@@ -65,7 +65,7 @@ fn the_issue_frictions_are_gone() {
         assert_eq!(deep.version(), 0, "a deep copy has its own counter");
         // `+=` on a view.
         let mut col = m.t().unwrap().i(&s![7]).unwrap();
-        col += &Tensor::full(&[6], 3.0f32, dev).unwrap();
+        col += &Tensor::full([6], 3.0f32, dev).unwrap();
         assert_eq!(f32s(&m.i(&s![.., 7]).unwrap()), [3.0; 6]);
     }
 }
@@ -77,11 +77,11 @@ type Write<'a> = Box<dyn Fn() -> genesis::Result<()> + 'a>;
 fn every_write_bumps_the_shared_version() {
     let _release = Release;
     for dev in devices() {
-        let x = Tensor::zeros(&[4, 4], DType::F32, dev).unwrap();
+        let x = Tensor::zeros([4, 4], DType::F32, dev).unwrap();
         let v = x.i(&s![1..3]).unwrap();
         assert_eq!((x.version(), v.version()), (0, 0));
-        let ones = Tensor::ones(&[2, 4], DType::F32, dev).unwrap();
-        let mask = Tensor::from_bools(&[true, false, true, false], &[4], dev).unwrap();
+        let ones = Tensor::ones([2, 4], DType::F32, dev).unwrap();
+        let mask = Tensor::from_bools(&[true, false, true, false], [4], dev).unwrap();
         let writes: Vec<(&str, Write<'_>)> = vec![
             ("add_", Box::new(|| v.add_(&ones))),
             ("sub_", Box::new(|| v.sub_(1.0))),
@@ -138,22 +138,22 @@ fn overlapping_views_read_before_the_write() {
         // A transpose of a square matrix copied onto itself.
         let m = Tensor::arange(0.0, 9.0, 1.0, DType::F32, dev)
             .unwrap()
-            .reshape(&[3, 3])
+            .reshape([3, 3])
             .unwrap();
         m.copy_(&m.t().unwrap()).unwrap();
         assert_eq!(f32s(&m), [0.0, 3.0, 6.0, 1.0, 4.0, 7.0, 2.0, 5.0, 8.0]);
         // A mask and index values that live in the storage being written.
-        let b = Tensor::from_bools(&[true, false, false, true], &[4], dev).unwrap();
+        let b = Tensor::from_bools(&[true, false, false, true], [4], dev).unwrap();
         b.masked_fill_(&b, 0).unwrap();
         assert_eq!(b.to_bool_vec().unwrap(), [false; 4]);
-        let ix = Tensor::from_slice(&[2i64, 0, 1, 3], &[4], dev).unwrap();
+        let ix = Tensor::from_slice(&[2i64, 0, 1, 3], [4], dev).unwrap();
         // ix[ix] = ix.flip(0): the positions and values are read before the write.
         ix.index_put(&s![@&ix], &flip(&ix)).unwrap();
         assert_eq!(ix.to_vec::<i64>().unwrap(), [1, 0, 3, 2]);
         // A destination that repeats elements is refused and writes nothing.
-        let e = Tensor::zeros(&[1, 3], DType::F32, dev)
+        let e = Tensor::zeros([1, 3], DType::F32, dev)
             .unwrap()
-            .expand(&[4usize, 3])
+            .expand([4usize, 3])
             .unwrap();
         assert!(e.fill_(1.0).is_err());
         assert!(e.add_(1.0).is_err());
@@ -296,7 +296,7 @@ fn generated_cases(dev: Device, seed: u64, cases: usize) -> Vec<Vec<f32>> {
         // Another view of the same storage with the view's shape (overlapping it, or not).
         let at = rng.random_range(0..=n - vn);
         let other = |b: &Tensor| {
-            b.reshape(&[-1])
+            b.reshape([-1])
                 .unwrap()
                 .narrow(0, at as isize, vn)
                 .unwrap()
@@ -351,7 +351,7 @@ fn generated_cases(dev: Device, seed: u64, cases: usize) -> Vec<Vec<f32>> {
             }
             9 if !vshape.is_empty() => {
                 let row = rhs
-                    .reshape(&[-1])
+                    .reshape([-1])
                     .unwrap()
                     .narrow(0, 0, *vshape.last().unwrap())
                     .unwrap();
@@ -416,7 +416,7 @@ fn threads_read_and_write_views_of_one_storage() {
     let _release = Release;
     for dev in devices() {
         let (rows, cols, rounds) = (8usize, 64usize, 200);
-        let m = Tensor::zeros(&[rows, cols], DType::F32, dev).unwrap();
+        let m = Tensor::zeros([rows, cols], DType::F32, dev).unwrap();
         let writers = 4usize;
         let barrier = std::sync::Barrier::new(writers);
         std::thread::scope(|scope| {
@@ -488,9 +488,9 @@ fn threads_that_write_each_others_sources_finish() {
     // assignments reading the other storage) cannot wait for each other forever.
     let _release = Release;
     for dev in devices() {
-        let a = Tensor::zeros(&[64], DType::F32, dev).unwrap();
-        let b = Tensor::ones(&[64], DType::F32, dev).unwrap();
-        let idx = Tensor::from_slice(&[0i64, 5, 9], &[3], dev).unwrap();
+        let a = Tensor::zeros([64], DType::F32, dev).unwrap();
+        let b = Tensor::ones([64], DType::F32, dev).unwrap();
+        let idx = Tensor::from_slice(&[0i64, 5, 9], [3], dev).unwrap();
         std::thread::scope(|scope| {
             for t in 0..4 {
                 let (x, y, idx) = if t % 2 == 0 {

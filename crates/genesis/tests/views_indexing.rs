@@ -10,16 +10,16 @@ fn views_share_storage_and_copies_do_not() {
     let _release = Release;
     for dev in devices() {
         let x = Tensor::arange(0.0, 24.0, 1.0, DType::I64, dev).unwrap();
-        let m = x.view(&[4, -1]).unwrap();
+        let m = x.view([4, -1]).unwrap();
         assert_eq!(m.shape(), &[4, 6]);
         assert!(m.shares_storage(&x));
         let t = m.t().unwrap();
         assert!(t.shares_storage(&x) && !t.is_contiguous());
         assert!(
-            matches!(t.view(&[24]), Err(Error::Storage(_))),
+            matches!(t.view([24]), Err(Error::Storage(_))),
             "a transposed view cannot be flattened without a copy"
         );
-        let flat = t.reshape(&[24]).unwrap();
+        let flat = t.reshape([24]).unwrap();
         assert!(!flat.shares_storage(&x) && flat.is_contiguous());
         assert_eq!(flat.to_vec::<i64>().unwrap()[..6], [0, 6, 12, 18, 1, 7]);
         let n = m.narrow(1, 2, 3).unwrap().unsqueeze(0).unwrap();
@@ -28,7 +28,7 @@ fn views_share_storage_and_copies_do_not() {
             n.squeeze(0).unwrap().to_vec::<i64>().unwrap(),
             vec![2, 3, 4, 8, 9, 10, 14, 15, 16, 20, 21, 22]
         );
-        let p = x.view(&[2, 3, 4]).unwrap().permute(&[2, 0, 1]).unwrap();
+        let p = x.view([2, 3, 4]).unwrap().permute([2, 0, 1]).unwrap();
         assert_eq!(p.shape(), &[4, 2, 3]);
         assert_eq!(
             p.contiguous().unwrap().to_vec::<i64>().unwrap()[..4],
@@ -38,7 +38,7 @@ fn views_share_storage_and_copies_do_not() {
             .unwrap()
             .unsqueeze(1)
             .unwrap()
-            .expand(&[3, 2])
+            .expand([3, 2])
             .unwrap();
         assert_eq!(
             e.to_vec::<f32>().unwrap(),
@@ -46,7 +46,7 @@ fn views_share_storage_and_copies_do_not() {
         );
         assert_eq!(x.to_dtype(DType::F16).unwrap().dtype(), DType::F16);
         assert_eq!(
-            Tensor::ones(&[2, 2], DType::BF16, dev)
+            Tensor::ones([2, 2], DType::BF16, dev)
                 .unwrap()
                 .to_dtype(DType::F32)
                 .unwrap()
@@ -63,7 +63,7 @@ fn indexing_and_assignment() {
     for dev in devices() {
         let m = Tensor::arange(0.0, 20.0, 1.0, DType::F32, dev)
             .unwrap()
-            .reshape(&[4, 5])
+            .reshape([4, 5])
             .unwrap();
         let v = m.i(&s![1..3, ..;2]).unwrap();
         assert!(v.shares_storage(&m));
@@ -86,9 +86,9 @@ fn indexing_and_assignment() {
             matches!(m.i(&s![4]), Err(Error::Index(genesis_index_error)) if genesis_index_error.kind() == "index_out_of_range")
         );
 
-        let x = Tensor::zeros(&[3, 4], DType::F32, dev).unwrap();
+        let x = Tensor::zeros([3, 4], DType::F32, dev).unwrap();
         x.index_fill(&s![1], 7.0).unwrap();
-        let row = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[4], dev).unwrap();
+        let row = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], [4], dev).unwrap();
         x.index_put(&s![@IndexTensor::i64(&[2], vec![0, 2])], &row)
             .unwrap();
         x.index_add(&s![@IndexTensor::i64(&[2], vec![2, 2])], &row)
@@ -97,7 +97,7 @@ fn indexing_and_assignment() {
             x.to_vec::<f32>().unwrap(),
             vec![1.0, 2.0, 3.0, 4.0, 7.0, 7.0, 7.0, 7.0, 3.0, 6.0, 9.0, 12.0]
         );
-        let bad = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[3], dev).unwrap();
+        let bad = Tensor::from_slice(&[1.0f32, 2.0, 3.0], [3], dev).unwrap();
         let before = x.to_vec::<f32>().unwrap();
         assert!(x.index_put(&s![..], &bad).is_err());
         assert_eq!(
@@ -127,7 +127,7 @@ fn memory_api_reports_the_pool() {
     }
     // Other tests of this binary allocate and free concurrently: only `t`'s own 4 MiB are
     // certain to be counted while it lives.
-    let t = Tensor::zeros(&[1 << 20], DType::F32, genesis::Device::Cuda(0)).unwrap();
+    let t = Tensor::zeros([1 << 20], DType::F32, genesis::Device::Cuda(0)).unwrap();
     assert!(genesis::cuda::memory_allocated(0).unwrap() >= 4 << 20);
     assert!(
         genesis::cuda::memory_reserved(0).unwrap() >= genesis::cuda::memory_allocated(0).unwrap()

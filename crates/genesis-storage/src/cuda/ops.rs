@@ -1,6 +1,7 @@
 //! The CUDA backend: [`Backend`] for device memory of a pool, launching the kernels of
 //! `genesis-kernels` on spans of it, on the calling thread's current stream of its device.
 
+use genesis_kernels::gather::Along;
 use genesis_kernels::{BinaryNd, BinaryOp, CompareOp, MatmulShape, ReduceOp, ReduceShape};
 use genesis_kernels::{Rhs, Sampler, UnaryOp, gpu};
 
@@ -255,6 +256,23 @@ impl Backend for CudaMem {
         })?;
         let out_len = shape.output_len();
         let vbytes = out_len * crate::reduce_dtype(op, dtype).size();
+        if op.bool_only() {
+            if dtype != DType::Bool {
+                return Err(unsupported(op.name(), dtype));
+            }
+            let plan = ReducePlan::new(shape, self.ctx().multiprocessors() as usize, 1);
+            let ws_len = plan.workspace_bytes_bool();
+            let mut ws = CudaMem::new(self.ordinal(), ws_len)?;
+            reduce::gpu_reduce_bool(
+                &self.queue(),
+                op,
+                self.range::<u8>(at, n)?,
+                shape,
+                values.span_mut::<u8>(out_len)?,
+                ws.span_mut::<u8>(ws_len)?,
+            )?;
+            return Ok(());
+        }
         crate::dispatch_kernel_dtype!(dtype, T => {
             let plan = ReducePlan::new(shape, self.ctx().multiprocessors() as usize, size_of::<T>());
             let ws_len = plan.workspace_bytes::<T>(op);
@@ -270,6 +288,177 @@ impl Backend for CudaMem {
             )?;
             Ok(())
         }, _ => Err(unsupported(op.name(), dtype)))
+    }
+
+    fn clamp(
+        &self,
+        dtype: DType,
+        at: usize,
+        len: usize,
+        lo: Option<&[u8]>,
+        hi: Option<&[u8]>,
+        out: &mut CudaMem,
+    ) -> Result<()> {
+        use crate::backend::element_from_bytes;
+        crate::dispatch_kernel_dtype!(dtype, T => {
+            let lo = lo.map(|b| element_from_bytes::<T>("clamp", b)).transpose()?;
+            let hi = hi.map(|b| element_from_bytes::<T>("clamp", b)).transpose()?;
+            gpu::clamp::<T>(
+                &self.queue(),
+                self.range::<T>(at, len)?,
+                lo,
+                hi,
+                out.span_mut::<T>(len)?,
+            )?;
+            Ok(())
+        }, _ => Err(unsupported("clamp", dtype)))
+    }
+
+    fn var(
+        &self,
+        dtype: DType,
+        at: usize,
+        shape: ReduceShape,
+        correction: f64,
+        std: bool,
+        values: &mut CudaMem,
+    ) -> Result<()> {
+        use genesis_kernels::reduce::{self, ReducePlan};
+        let n = shape.input_len().ok_or(Error::SizeOverflow {
+            len: usize::MAX,
+            dtype,
+        })?;
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16], T => {
+            let plan = ReducePlan::new(shape, self.ctx().multiprocessors() as usize, size_of::<T>());
+            let ws_len = plan.workspace_bytes_var();
+            let mut ws = CudaMem::new(self.ordinal(), ws_len)?;
+            reduce::gpu_var::<T>(
+                &self.queue(),
+                self.range::<T>(at, n)?,
+                shape,
+                correction,
+                std,
+                values.span_mut::<T>(shape.output_len())?,
+                ws.span_mut::<u8>(ws_len)?,
+            )?;
+            Ok(())
+        }, _ => Err(unsupported("var", dtype)))
+    }
+
+    fn cumsum(&self, dtype: DType, at: usize, shape: ReduceShape, out: &mut CudaMem) -> Result<()> {
+        use genesis_kernels::scan::{self, ScanPlan};
+        let n = shape.input_len().ok_or(Error::SizeOverflow {
+            len: usize::MAX,
+            dtype,
+        })?;
+        let out_bytes = n * if dtype.is_float() { dtype.size() } else { 8 };
+        crate::dispatch_kernel_dtype!(dtype, T => {
+            let plan = ScanPlan::new(shape, self.ctx().multiprocessors() as usize);
+            let ws_len = plan.workspace_bytes::<T>();
+            let mut ws = CudaMem::new(self.ordinal(), ws_len)?;
+            scan::gpu_cumsum::<T>(
+                &self.queue(),
+                self.range::<T>(at, n)?,
+                shape,
+                out.span_mut::<u8>(out_bytes)?,
+                ws.span_mut::<u8>(ws_len)?,
+            )?;
+            Ok(())
+        }, _ => Err(unsupported("cumsum", dtype)))
+    }
+
+    fn gather_along(
+        &self,
+        dtype: DType,
+        at: usize,
+        idx: &CudaMem,
+        idx_at: usize,
+        d: &Along,
+        out: &mut CudaMem,
+    ) -> Result<()> {
+        let (ni, _, nt) = d.reach()?;
+        let es = dtype.size();
+        let stream = self.queue();
+        let mut bad = bad_word(self.ordinal(), &stream)?;
+        let ix = idx.range::<i64>(idx_at, ni)?;
+        genesis_kernels::gather::gpu_gather(
+            &stream,
+            es,
+            elements(self, es, at, nt)?,
+            ix,
+            d,
+            out.span_mut::<u8>(d.numel() * es)?,
+            bad.span_mut::<u64>(1)?,
+        )?;
+        check_bad(&stream, "gather", &bad, idx, idx_at, d)
+    }
+
+    fn scatter_along(
+        &mut self,
+        dtype: DType,
+        add: bool,
+        idx: &CudaMem,
+        idx_at: usize,
+        vals: &CudaMem,
+        vals_at: usize,
+        d: &Along,
+    ) -> Result<()> {
+        let (ni, nv, nt) = d.reach()?;
+        let es = dtype.size();
+        let stream = self.queue();
+        let mut bad = bad_word(self.ordinal(), &stream)?;
+        let ix = idx.range::<i64>(idx_at, ni)?;
+        genesis_kernels::gather::gpu_scatter(
+            &stream,
+            dtype,
+            add,
+            self.span_mut::<u8>(nt * es)?,
+            ix,
+            elements(vals, es, vals_at, nv)?,
+            d,
+            bad.span_mut::<u64>(1)?,
+        )?;
+        check_bad(
+            &stream,
+            if add { "scatter_add" } else { "scatter" },
+            &bad,
+            idx,
+            idx_at,
+            d,
+        )
+    }
+
+    fn sort_rows(
+        &self,
+        dtype: DType,
+        at: usize,
+        rows: usize,
+        r: usize,
+        descending: bool,
+        values: &mut CudaMem,
+        indices: &mut CudaMem,
+    ) -> Result<()> {
+        use genesis_kernels::sort::{self, SortPlan};
+        let n = rows.checked_mul(r).ok_or(Error::SizeOverflow {
+            len: usize::MAX,
+            dtype,
+        })?;
+        let plan = SortPlan::new(rows, r)?;
+        let ws_len = plan.workspace_bytes()?;
+        crate::dispatch_kernel_dtype!(dtype, T => {
+            let mut ws = CudaMem::new(self.ordinal(), ws_len)?;
+            sort::gpu_sort::<T>(
+                &self.queue(),
+                self.range::<T>(at, n)?,
+                rows,
+                r,
+                descending,
+                values.span_mut::<T>(n)?,
+                indices.span_mut::<i64>(n)?,
+                ws.span_mut::<u8>(ws_len)?,
+            )?;
+            Ok(())
+        }, _ => Err(unsupported("sort", dtype)))
     }
 
     fn matmul(
@@ -380,4 +569,40 @@ fn count_on_device(
         &mut total,
     )?;
     Ok((ws, u64::from_le_bytes(total) as usize))
+}
+
+/// A device word set to `u64::MAX` on `stream` (queued, no synchronisation), for the kernels
+/// that report the first bad index position.
+fn bad_word(ordinal: usize, stream: &Queue) -> Result<CudaMem> {
+    let mut bad = CudaMem::new(ordinal, 8)?;
+    gpu::fill::<i64>(stream, bad.span_mut::<i64>(1)?, -1)?;
+    Ok(bad)
+}
+
+/// Reads the bad-position word back (one synchronisation of `stream`): an index error naming the
+/// first bad position and its value when a kernel set it.
+fn check_bad(
+    stream: &Queue,
+    op: &'static str,
+    bad: &CudaMem,
+    idx: &CudaMem,
+    idx_at: usize,
+    d: &Along,
+) -> Result<()> {
+    let mut word = [0u8; 8];
+    super::read_back(stream, bad.span::<u8>(8)?, &mut word)?;
+    let position = u64::from_le_bytes(word);
+    if position == u64::MAX {
+        return Ok(());
+    }
+    let position = position as usize;
+    let mut value = [0u8; 8];
+    idx.read_to_host((idx_at + d.index_offset(position)) * 8, &mut value)?;
+    Err(genesis_kernels::Error::IndexOutOfRange {
+        op,
+        position,
+        value: i64::from_le_bytes(value),
+        size: d.size,
+    }
+    .into())
 }

@@ -191,10 +191,7 @@ impl Storage {
         src: &std::sync::Arc<Storage>,
         stream: &genesis_cuda::Stream,
     ) -> Result<()> {
-        let detach = matches!(
-            (&self.inner, &src.inner),
-            (Inner::Cuda(_), Inner::Pinned(_))
-        );
+        let detach = matches!(self.device(), Device::Cuda(_)) && src.is_pinned();
         let mut pending = self.copy_from_async(src, stream)?;
         if !detach {
             // A copy into host memory (or between devices) is waited for: the caller may read

@@ -16,9 +16,12 @@ pub struct Reduced {
     pub indices: Option<Storage>,
 }
 
-/// The dtype of the values `op` gives for `dtype`.
+/// The dtype of the values `op` gives for `dtype`: i64 for sums and products of integers,
+/// bool for `any` and `all`, otherwise `dtype`.
 pub fn reduce_dtype(op: ReduceOp, dtype: DType) -> DType {
-    if op == ReduceOp::Sum && !dtype.is_float() {
+    if op.bool_only() {
+        DType::Bool
+    } else if matches!(op, ReduceOp::Sum | ReduceOp::Prod) && !dtype.is_float() {
         DType::I64
     } else {
         dtype
@@ -27,8 +30,8 @@ pub fn reduce_dtype(op: ReduceOp, dtype: DType) -> DType {
 
 impl Storage {
     /// Reduces `shape.input_len()` contiguous elements starting at `start`, seen as
-    /// `[outer, r, inner]`, over `r` (f32, f16, bf16, i32, i64; see
-    /// [`genesis_kernels::reduce`] for the semantics). The results are new storages on the
+    /// `[outer, r, inner]`, over `r` (f32, f16, bf16, i32, i64; `any` and `all` take bool and
+    /// only bool; see [`genesis_kernels::reduce`] for the semantics). The results are new storages on the
     /// same device.
     #[track_caller]
     pub fn reduce(&self, op: ReduceOp, start: usize, shape: ReduceShape) -> Result<Reduced> {
@@ -46,7 +49,12 @@ impl Storage {
         let out_len = shape.output_len();
         let vdtype = reduce_dtype(op, dtype);
         byte_len(out_len, vdtype)?;
-        super::check_kernel_dtype(name, dtype)?;
+        if op.bool_only() != (dtype == DType::Bool) {
+            return Err(Error::UnsupportedDType { op: name, dtype });
+        }
+        if !op.bool_only() {
+            super::check_kernel_dtype(name, dtype)?;
+        }
         let mut values = Storage::uninit(out_len, vdtype, self.device())?;
         let mut indices = if op.has_indices() {
             Some(Storage::uninit(out_len, DType::I64, self.device())?)

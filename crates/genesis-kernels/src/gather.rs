@@ -1,0 +1,456 @@
+//! Indexing along one dimension with int64 index tensors (`kernels/gather.cu`): `gather`,
+//! `index_select` (a gather with the index broadcast over the other dimensions), `scatter` and
+//! `scatter_add`, and their CPU twins.
+//!
+//! An [`Along`] describes the iteration: its shape (the gather's output, the scatter's index),
+//! the strides over it of the index, of the other operand and of the indexed target, the
+//! dimension and the target's size along it. Index values must lie in `0..size` (no negative
+//! wrapping, as PyTorch's `gather`/`scatter`/`index_select`); a bad value is
+//! [`Error::IndexOutOfRange`] and never reaches memory: the twins check every value before
+//! writing anything, the kernels write 0 (gather) or skip (scatter) and report the first bad
+//! position through a device word that the caller reads back before using the result.
+//!
+//! `scatter` with repeated target elements: the twin's last write wins, the kernels' is
+//! unspecified (as PyTorch's). `scatter_add` sums repeated targets: the twin in position order,
+//! the kernels with atomic adds in the type (f16/bf16 in their own precision, as PyTorch's), so
+//! float results agree within the rounding of the sums.
+
+use crate::{Element, Error, Result};
+
+/// Most dimensions of an [`Along`] (`GA_MAX_DIMS`).
+pub const ALONG_MAX_DIMS: usize = 8;
+
+/// The iteration of an op along one dimension (`GxAlong` in `gather.cu`, same layout).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Along {
+    /// The iteration shape (the first `rank` entries).
+    pub shape: [i64; ALONG_MAX_DIMS],
+    /// Element strides of the index over the shape.
+    pub idx_stride: [i64; ALONG_MAX_DIMS],
+    /// Element strides of the other operand (gather: the source; scatter: the values).
+    pub val_stride: [i64; ALONG_MAX_DIMS],
+    /// Element strides of the indexed target (gather: the source; scatter: the output).
+    pub tgt_stride: [i64; ALONG_MAX_DIMS],
+    /// The target's size along `dim`: index values lie in `0..size`.
+    pub size: i64,
+    /// Dimensions.
+    pub rank: i32,
+    /// The indexed dimension.
+    pub dim: i32,
+}
+
+impl Along {
+    /// The descriptor of an iteration over `shape` along `dim`; every stride list has one
+    /// non-negative entry per dimension. A 0-d iteration is one element (`dim` 0 with a size
+    /// given by `size`).
+    pub fn new(
+        shape: &[usize],
+        dim: usize,
+        idx_stride: &[usize],
+        val_stride: &[usize],
+        tgt_stride: &[usize],
+        size: usize,
+    ) -> Result<Along> {
+        let bad = |reason: String| Error::Unsupported {
+            op: "along",
+            reason,
+        };
+        let rank = shape.len();
+        if rank > ALONG_MAX_DIMS {
+            return Err(bad(format!("{rank} dimensions (at most {ALONG_MAX_DIMS})")));
+        }
+        if (rank > 0 && dim >= rank) || (rank == 0 && dim != 0) {
+            return Err(bad(format!("dimension {dim} of {rank}")));
+        }
+        if [idx_stride.len(), val_stride.len(), tgt_stride.len()]
+            .iter()
+            .any(|&l| l != rank)
+        {
+            return Err(bad("a stride list of another rank".into()));
+        }
+        let mut d = Along {
+            shape: [1; ALONG_MAX_DIMS],
+            idx_stride: [0; ALONG_MAX_DIMS],
+            val_stride: [0; ALONG_MAX_DIMS],
+            tgt_stride: [0; ALONG_MAX_DIMS],
+            size: i64::try_from(size).map_err(|_| bad("size".into()))?,
+            rank: rank as i32,
+            dim: dim as i32,
+        };
+        let to = |v: usize| i64::try_from(v).map_err(|_| bad("a size or stride past i64".into()));
+        for r in 0..rank {
+            d.shape[r] = to(shape[r])?;
+            d.idx_stride[r] = to(idx_stride[r])?;
+            d.val_stride[r] = to(val_stride[r])?;
+            d.tgt_stride[r] = to(tgt_stride[r])?;
+        }
+        if rank == 0 {
+            // One element; the "indexed dimension" is a virtual one of stride 0.
+            d.rank = 0;
+        }
+        d.reach()?;
+        Ok(d)
+    }
+
+    /// Positions of the iteration.
+    pub fn numel(&self) -> usize {
+        self.shape[..self.rank as usize]
+            .iter()
+            .map(|&s| s as usize)
+            .product()
+    }
+
+    /// Elements each operand must hold: (index, other operand, target), 0 when there are no
+    /// positions. The target's reach counts `size - 1` along `dim`.
+    pub fn reach(&self) -> Result<(usize, usize, usize)> {
+        if self.numel() == 0 {
+            return Ok((0, 0, 0));
+        }
+        let over = || Error::Unsupported {
+            op: "along",
+            reason: "offsets overflow".into(),
+        };
+        let end = |strides: &[i64; ALONG_MAX_DIMS], dim_extent: Option<i64>| -> Result<usize> {
+            let mut last = 0i64;
+            let rank = self.rank as usize;
+            for (r, (&stride, &len)) in strides.iter().zip(&self.shape).take(rank).enumerate() {
+                // Along `dim`, the target reaches `size - 1`; elsewhere the shape's extent.
+                let extent = match dim_extent {
+                    Some(e) if r as i32 == self.dim => e,
+                    _ => len - 1,
+                };
+                last = extent
+                    .checked_mul(stride)
+                    .and_then(|x| last.checked_add(x))
+                    .ok_or_else(over)?;
+            }
+            usize::try_from(last + 1).map_err(|_| over())
+        };
+        let tgt = if self.size == 0 {
+            0
+        } else {
+            end(&self.tgt_stride, Some(self.size - 1))?
+        };
+        Ok((
+            end(&self.idx_stride, None)?,
+            end(&self.val_stride, None)?,
+            tgt,
+        ))
+    }
+
+    /// Offsets of position `i`: into the index, the other operand, and the target without the
+    /// indexed dimension's term.
+    fn offsets(&self, i: usize) -> (usize, usize, usize) {
+        let (mut rem, mut oi, mut ov, mut ot) = (i, 0i64, 0i64, 0i64);
+        for r in (0..self.rank as usize).rev() {
+            let sz = self.shape[r] as usize;
+            let c = (rem % sz) as i64;
+            rem /= sz;
+            oi += c * self.idx_stride[r];
+            ov += c * self.val_stride[r];
+            if r as i32 != self.dim {
+                ot += c * self.tgt_stride[r];
+            }
+        }
+        (oi as usize, ov as usize, ot as usize)
+    }
+
+    /// The target offset of position `i` for index value `v`.
+    fn target(&self, base: usize, v: i64) -> usize {
+        let stride = if self.rank == 0 {
+            0
+        } else {
+            self.tgt_stride[self.dim as usize]
+        };
+        base + (v * stride) as usize
+    }
+
+    /// The index element read at position `i` (row-major over the shape).
+    pub fn index_offset(&self, i: usize) -> usize {
+        self.offsets(i).0
+    }
+
+    /// The first position whose index value is outside `0..size`, with the value.
+    pub fn first_bad(&self, idx: &[i64]) -> Option<(usize, i64)> {
+        (0..self.numel()).find_map(|i| {
+            let v = idx[self.offsets(i).0];
+            (v < 0 || v >= self.size).then_some((i, v))
+        })
+    }
+
+    fn check_lens(&self, op: &'static str, idx: usize, val: usize, tgt: usize) -> Result<()> {
+        let (ni, nv, nt) = self.reach()?;
+        for (need, got) in [(ni, idx), (nv, val), (nt, tgt)] {
+            if got < need {
+                return Err(Error::LengthMismatch {
+                    op,
+                    expected: need,
+                    got,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn check_values(&self, op: &'static str, idx: &[i64]) -> Result<()> {
+        match self.first_bad(idx) {
+            Some((position, value)) => Err(Error::IndexOutOfRange {
+                op,
+                position,
+                value,
+                size: self.size,
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+/// CPU twin of `gather`: `out[i] = src[target(i, idx[i])]` over the iteration (`out`
+/// contiguous in its shape; `src` is the target). Nothing is written on error.
+pub fn gather<T: Copy>(src: &[T], idx: &[i64], d: &Along, out: &mut [T]) -> Result<()> {
+    d.check_lens("gather", idx.len(), usize::MAX, src.len())?;
+    if out.len() != d.numel() {
+        return Err(Error::LengthMismatch {
+            op: "gather",
+            expected: d.numel(),
+            got: out.len(),
+        });
+    }
+    d.check_values("gather", idx)?;
+    for (i, o) in out.iter_mut().enumerate() {
+        let (oi, _, ot) = d.offsets(i);
+        *o = src[d.target(ot, idx[oi])];
+    }
+    Ok(())
+}
+
+/// CPU twin of `scatter`: `out[target(i, idx[i])] = vals[i]` over the iteration, in position
+/// order (the last write wins). Nothing is written on error.
+pub fn scatter<T: Copy>(out: &mut [T], idx: &[i64], vals: &[T], d: &Along) -> Result<()> {
+    d.check_lens("scatter", idx.len(), vals.len(), out.len())?;
+    d.check_values("scatter", idx)?;
+    for i in 0..d.numel() {
+        let (oi, ov, ot) = d.offsets(i);
+        out[d.target(ot, idx[oi])] = vals[ov];
+    }
+    Ok(())
+}
+
+/// CPU twin of `scatter_add`: `out[target(i, idx[i])] += vals[i]` in position order (floats
+/// in the type's arithmetic, integers wrapping). Nothing is written on error.
+pub fn scatter_add<T: Element>(out: &mut [T], idx: &[i64], vals: &[T], d: &Along) -> Result<()> {
+    d.check_lens("scatter_add", idx.len(), vals.len(), out.len())?;
+    d.check_values("scatter_add", idx)?;
+    for i in 0..d.numel() {
+        let (oi, ov, ot) = d.offsets(i);
+        let at = d.target(ot, idx[oi]);
+        out[at] = T::add(out[at], vals[ov]);
+    }
+    Ok(())
+}
+
+/// Queues `gather` on `stream`: `out[i] = src[target(i, idx[i])]` for elements of `elem`
+/// bytes (`src` and `out` as bytes). A bad index value writes 0 and its position lands in
+/// `bad[0]` (atomic minimum: initialise it to `u64::MAX` and read it back before using `out`).
+/// The spans are checked against the descriptor's reach before launching.
+#[cfg(feature = "cuda")]
+pub fn gpu_gather(
+    stream: &genesis_cuda::Stream,
+    elem: usize,
+    src: genesis_cuda::DeviceSpan<'_, u8>,
+    idx: genesis_cuda::DeviceSpan<'_, i64>,
+    d: &Along,
+    out: genesis_cuda::DeviceSpanMut<'_, u8>,
+    bad: genesis_cuda::DeviceSpanMut<'_, u64>,
+) -> Result<()> {
+    let elems = |b: usize| b / elem.max(1);
+    d.check_lens("gather", idx.len(), usize::MAX, elems(src.len()))?;
+    if elems(out.len()) < d.numel() {
+        return Err(Error::LengthMismatch {
+            op: "gather",
+            expected: d.numel(),
+            got: elems(out.len()),
+        });
+    }
+    let name = match elem {
+        1 => "along_gather_e1",
+        2 => "along_gather_e2",
+        4 => "along_gather_e4",
+        8 => "along_gather_e8",
+        _ => return Err(elem_error("gather", elem)),
+    };
+    launch(stream, name, [src.addr(), out.addr(), idx.addr()], d, bad)
+}
+
+/// Queues `scatter` (or, with `add`, `scatter_add`) of `dtype` elements on `stream`:
+/// `out[target(i, idx[i])] = vals[i]` (`+=`), `out` and `vals` as bytes. `scatter` takes any
+/// dtype, `scatter_add` f32, f16, bf16, i32, i64. A bad index value is skipped and its position
+/// lands in `bad[0]` (as [`gpu_gather`]); `out` is then incomplete and must be discarded.
+#[cfg(feature = "cuda")]
+#[allow(clippy::too_many_arguments)]
+pub fn gpu_scatter(
+    stream: &genesis_cuda::Stream,
+    dtype: crate::DType,
+    add: bool,
+    out: genesis_cuda::DeviceSpanMut<'_, u8>,
+    idx: genesis_cuda::DeviceSpan<'_, i64>,
+    vals: genesis_cuda::DeviceSpan<'_, u8>,
+    d: &Along,
+    bad: genesis_cuda::DeviceSpanMut<'_, u64>,
+) -> Result<()> {
+    use crate::DType;
+    let op = if add { "scatter_add" } else { "scatter" };
+    let elem = dtype.size();
+    d.check_lens(op, idx.len(), vals.len() / elem, out.len() / elem)?;
+    let name = if add {
+        match dtype {
+            DType::F32 => "along_scatter_add_f32",
+            DType::F16 => "along_scatter_add_f16",
+            DType::BF16 => "along_scatter_add_bf16",
+            DType::I32 => "along_scatter_add_i32",
+            DType::I64 => "along_scatter_add_i64",
+            _ => {
+                return Err(Error::Unsupported {
+                    op,
+                    reason: format!("element type {dtype}"),
+                });
+            }
+        }
+    } else {
+        match elem {
+            1 => "along_scatter_e1",
+            2 => "along_scatter_e2",
+            4 => "along_scatter_e4",
+            8 => "along_scatter_e8",
+            e => return Err(elem_error(op, e)),
+        }
+    };
+    launch(stream, name, [out.addr(), vals.addr(), idx.addr()], d, bad)
+}
+
+#[cfg(feature = "cuda")]
+fn elem_error(op: &'static str, elem: usize) -> Error {
+    Error::Unsupported {
+        op,
+        reason: format!("{elem}-byte elements"),
+    }
+}
+
+/// Launches a `gather.cu` kernel over the descriptor's positions with pointers `(a, b, idx)`
+/// (gather: src, out; scatter: out, vals), the descriptor and `bad`.
+#[cfg(feature = "cuda")]
+fn launch(
+    stream: &genesis_cuda::Stream,
+    name: &'static str,
+    [a, b, idx]: [u64; 3],
+    d: &Along,
+    bad: genesis_cuda::DeviceSpanMut<'_, u64>,
+) -> Result<()> {
+    use genesis_cuda::{Kernel, LaunchConfig};
+    use std::ffi::c_void;
+
+    let n = d.numel();
+    if n == 0 {
+        return Ok(());
+    }
+    if bad.is_empty() {
+        return Err(Error::LengthMismatch {
+            op: "along bad word",
+            expected: 1,
+            got: 0,
+        });
+    }
+    let kernel = Kernel::get(stream.context(), &crate::images::GATHER, name)?;
+    let cap = u64::from(stream.context().multiprocessors().max(1)) * 32;
+    let config = LaunchConfig::linear((n as u64).div_ceil(256).clamp(1, cap) as u32, 256);
+    let (mut pa, mut pb, mut pi, mut n64, mut desc, mut pbad) =
+        (a, b, idx, n as u64, *d, bad.addr());
+    let mut params: [*mut c_void; 6] = [
+        (&raw mut pa).cast(),
+        (&raw mut pb).cast(),
+        (&raw mut pi).cast(),
+        (&raw mut n64).cast(),
+        (&raw mut desc).cast(),
+        (&raw mut pbad).cast(),
+    ];
+    // SAFETY: the parameters match `along_<kind>_*(T*, T*, const int64_t*, uint64_t, GxAlong,
+    // unsigned long long*)` (`Along` has `GxAlong`'s layout); the callers checked that the
+    // index, the other operand and the output hold every offset the descriptor reaches, and the
+    // kernels read or write the target only at index values they checked to lie in `0..size`.
+    unsafe { kernel.launch(stream, config, &mut params)? };
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn contiguous(shape: &[usize]) -> Vec<usize> {
+        let mut s = vec![1; shape.len()];
+        for i in (0..shape.len().saturating_sub(1)).rev() {
+            s[i] = s[i + 1] * shape[i + 1];
+        }
+        s
+    }
+
+    #[test]
+    fn gather_scatter_and_scatter_add_along_a_dimension() {
+        // src [2, 3]; gather along dim 1 with index [[2, 0], [1, 1]].
+        let src = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let idx = [2i64, 0, 1, 1];
+        let shape = [2, 2];
+        let d = Along::new(&shape, 1, &contiguous(&shape), &[0, 0], &[3, 1], 3).unwrap();
+        let mut out = [0f32; 4];
+        gather(&src, &idx, &d, &mut out).unwrap();
+        assert_eq!(out, [3.0, 1.0, 5.0, 5.0]);
+        // scatter the values [10, 20, 30, 40] into zeros [2, 3] along dim 1.
+        let vals = [10.0f32, 20.0, 30.0, 40.0];
+        let s = Along::new(
+            &shape,
+            1,
+            &contiguous(&shape),
+            &contiguous(&shape),
+            &[3, 1],
+            3,
+        )
+        .unwrap();
+        let mut tgt = [0f32; 6];
+        scatter(&mut tgt, &idx, &vals, &s).unwrap();
+        assert_eq!(tgt, [20.0, 0.0, 10.0, 0.0, 40.0, 0.0], "last write wins");
+        let mut sum = [0f32; 6];
+        scatter_add(&mut sum, &idx, &vals, &s).unwrap();
+        assert_eq!(sum, [20.0, 0.0, 10.0, 0.0, 70.0, 0.0]);
+        // A bad value: an error naming it, nothing written.
+        let mut untouched = [7f32; 6];
+        let e = scatter(&mut untouched, &[0, 3, 0, 0], &vals, &s).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::IndexOutOfRange {
+                    position: 1,
+                    value: 3,
+                    size: 3,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert_eq!(untouched, [7.0; 6]);
+        assert!(gather(&src, &[-1, 0, 0, 0], &d, &mut out).is_err());
+        // Short operands are errors, not panics.
+        assert!(gather(&src[..4], &idx, &d, &mut out).is_err());
+        assert!(scatter(&mut tgt, &idx[..3], &vals, &s).is_err());
+    }
+
+    #[test]
+    fn descriptors_are_checked() {
+        assert!(Along::new(&[2; 9], 0, &[1; 9], &[1; 9], &[1; 9], 2).is_err());
+        assert!(Along::new(&[2, 2], 2, &[2, 1], &[2, 1], &[2, 1], 2).is_err());
+        assert!(Along::new(&[2, 2], 0, &[2], &[2, 1], &[2, 1], 2).is_err());
+        let d = Along::new(&[3, 4], 0, &[4, 1], &[0, 0], &[4, 1], 5).unwrap();
+        assert_eq!(d.reach().unwrap(), (12, 1, 20));
+        let e = Along::new(&[0, 4], 0, &[4, 1], &[4, 1], &[4, 1], 5).unwrap();
+        assert_eq!(e.reach().unwrap(), (0, 0, 0));
+    }
+}

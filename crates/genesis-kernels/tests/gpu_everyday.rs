@@ -1,0 +1,714 @@
+//! The everyday kernels against their CPU twins: prod, any/all, var/std over full, row and
+//! column reductions of odd and large shapes, aligned and misaligned, cumsum along rows (one
+//! pass and chunked) and columns, gather/scatter/scatter_add, sort (shared memory and the
+//! global network; exact), and clamp over random bit patterns (exact). sin/cos are in
+//! `gpu_elementwise` (`UnaryOp::ALL`).
+#![cfg(feature = "cuda")]
+
+use std::sync::Arc;
+
+use genesis_cuda::{Context, DeviceBuffer, Stream, skip_without_gpu};
+use genesis_kernels::reduce::{self, ReducePlan};
+use genesis_kernels::scan::{self, ScanPlan};
+use genesis_kernels::{Element, ReduceOp, ReduceShape, cpu, gpu};
+use half::{bf16, f16};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+mod common;
+use common::{Random, bytes_of, from_bytes};
+
+const SHAPES: &[(usize, usize, usize)] = &[
+    (1, 0, 1),
+    (1, 1, 1),
+    (1, 31, 1),
+    (1, 1025, 1),
+    (1, (1 << 20) + 3, 1),
+    (7, 5000, 1),
+    (1000, 33, 1),
+    (3, 1000, 7),
+    (2, 4097, 100),
+    (1, 3, 70_000),
+    (66_000, 2, 3),
+    (0, 5, 3),
+    (4, 0, 3),
+    (5, 7000, 32),
+];
+
+/// Values for products (near 1 in magnitude, so that long lines stay finite) and variances.
+trait Gen: Element + Default {
+    fn near_one(rng: &mut SmallRng) -> Self;
+    /// Unit roundoff of the type (0 for integers).
+    const EPS: f64;
+}
+impl Gen for f32 {
+    fn near_one(rng: &mut SmallRng) -> Self {
+        rng.random_range(0.999..1.001) * if rng.random_bool(0.5) { 1.0 } else { -1.0 }
+    }
+    const EPS: f64 = f32::EPSILON as f64;
+}
+impl Gen for f16 {
+    fn near_one(rng: &mut SmallRng) -> Self {
+        f16::from_f32(rng.random_range(0.999..1.001))
+    }
+    const EPS: f64 = 0.000_976_562_5;
+}
+impl Gen for bf16 {
+    fn near_one(rng: &mut SmallRng) -> Self {
+        bf16::from_f32(rng.random_range(0.999..1.001))
+    }
+    const EPS: f64 = 0.007_812_5;
+}
+impl Gen for i32 {
+    fn near_one(rng: &mut SmallRng) -> Self {
+        // Mostly +-1, sometimes larger, so that products wrap.
+        if rng.random_bool(0.99) {
+            if rng.random_bool(0.5) { 1 } else { -1 }
+        } else {
+            rng.random_range(-100..100)
+        }
+    }
+    const EPS: f64 = 0.0;
+}
+impl Gen for i64 {
+    fn near_one(rng: &mut SmallRng) -> Self {
+        i64::from(i32::near_one(rng))
+    }
+    const EPS: f64 = 0.0;
+}
+
+fn offsets(n: usize) -> &'static [usize] {
+    if n > 1 << 22 { &[0] } else { &[0, 1] }
+}
+
+fn gpu_prod<T: Gen, O: Element + Default>(
+    ctx: &Arc<Context>,
+    x: &[T],
+    offset: usize,
+    shape: ReduceShape,
+) -> Vec<O> {
+    let n_out = shape.output_len();
+    let dx = DeviceBuffer::from_host(ctx, bytes_of(x)).unwrap();
+    let mut dv = DeviceBuffer::from_host(ctx, &vec![0xA5u8; (n_out * 8).max(8)]).unwrap();
+    let plan = ReducePlan::new(shape, ctx.multiprocessors() as usize, size_of::<T>());
+    let ws_len = plan.workspace_bytes::<T>(ReduceOp::Prod).max(1);
+    let mut ws = DeviceBuffer::from_host(ctx, &vec![0x5Au8; ws_len]).unwrap();
+    let s = Stream::new(ctx).unwrap();
+    reduce::gpu_reduce::<T>(
+        &s,
+        ReduceOp::Prod,
+        dx.as_span::<T>().unwrap().slice(offset..).unwrap(),
+        shape,
+        dv.as_span_mut().unwrap(),
+        None,
+        ws.as_span_mut().unwrap(),
+    )
+    .unwrap();
+    s.synchronize().unwrap();
+    from_bytes(&dv.to_host_vec().unwrap()[..n_out * size_of::<O>()])
+}
+
+fn check_prod<T: Gen, O: Element + Default>(ctx: &Arc<Context>, rng: &mut SmallRng) {
+    for &(outer, r, inner) in SHAPES {
+        let shape = ReduceShape { outer, r, inner };
+        let n = outer * r * inner;
+        for &offset in offsets(n) {
+            let x: Vec<T> = (0..n + offset).map(|_| T::near_one(rng)).collect();
+            let mut want = vec![O::default(); shape.output_len()];
+            reduce::reduce::<T, O>(ReduceOp::Prod, &x[offset..], shape, Some(&mut want), None)
+                .unwrap();
+            let got = gpu_prod::<T, O>(ctx, &x, offset, shape);
+            for (t, (g, w)) in got.iter().zip(&want).enumerate() {
+                let (gf, wf) = (g.to_f64(), w.to_f64());
+                // f32 products: a relative error of about r ulps of f32, then the output's
+                // rounding.
+                let ok = if T::EPS == 0.0 {
+                    O::same(*g, *w)
+                } else {
+                    (gf - wf).abs()
+                        <= (r as f64 * f32::EPSILON as f64 + 2.0 * T::EPS) * wf.abs() + 1e-30
+                };
+                assert!(
+                    ok,
+                    "prod_{} {shape:?} offset {offset}: output {t}: gpu {g:?} cpu {w:?}",
+                    T::NAME
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn prod_matches_the_cpu_twin() {
+    if skip_without_gpu("prod") {
+        return;
+    }
+    let ctx = Context::get(0).unwrap();
+    let mut rng = SmallRng::seed_from_u64(0x5eed_0101);
+    check_prod::<f32, f32>(&ctx, &mut rng);
+    check_prod::<f16, f16>(&ctx, &mut rng);
+    check_prod::<bf16, bf16>(&ctx, &mut rng);
+    check_prod::<i32, i64>(&ctx, &mut rng);
+    check_prod::<i64, i64>(&ctx, &mut rng);
+}
+
+#[test]
+fn any_and_all_match_the_cpu_twin() {
+    if skip_without_gpu("any/all") {
+        return;
+    }
+    let ctx = Context::get(0).unwrap();
+    let s = Stream::new(&ctx).unwrap();
+    let mut rng = SmallRng::seed_from_u64(0x5eed_0102);
+    for &(outer, r, inner) in SHAPES {
+        let shape = ReduceShape { outer, r, inner };
+        let n = outer * r * inner;
+        // Sparse trues (any mostly false on short lines), dense trues (all mostly true), and
+        // bytes other than 0 and 1 (true).
+        for density in [0.001, 0.999] {
+            for &offset in offsets(n) {
+                let x: Vec<u8> = (0..n + offset)
+                    .map(|_| {
+                        if rng.random_bool(density) {
+                            rng.random_range(1..=255)
+                        } else {
+                            0
+                        }
+                    })
+                    .collect();
+                for op in [ReduceOp::Any, ReduceOp::All] {
+                    let mut want = vec![0u8; shape.output_len()];
+                    reduce::reduce_bool(op, &x[offset..], shape, &mut want).unwrap();
+                    let dx = DeviceBuffer::from_host(&ctx, &x).unwrap();
+                    let mut dv =
+                        DeviceBuffer::from_host(&ctx, &vec![0xA5u8; want.len().max(1)]).unwrap();
+                    let plan = ReducePlan::new(shape, ctx.multiprocessors() as usize, 1);
+                    let mut ws =
+                        DeviceBuffer::alloc(&ctx, plan.workspace_bytes_bool().max(1)).unwrap();
+                    reduce::gpu_reduce_bool(
+                        &s,
+                        op,
+                        dx.as_span::<u8>().unwrap().slice(offset..).unwrap(),
+                        shape,
+                        dv.as_span_mut().unwrap(),
+                        ws.as_span_mut().unwrap(),
+                    )
+                    .unwrap();
+                    s.synchronize().unwrap();
+                    let got = dv.to_host_vec().unwrap();
+                    assert_eq!(
+                        &got[..want.len()],
+                        &want[..],
+                        "{} {shape:?} density {density} offset {offset}",
+                        op.name()
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn check_var<T: Gen + Random>(ctx: &Arc<Context>, rng: &mut SmallRng) {
+    let s = Stream::new(ctx).unwrap();
+    for &(outer, r, inner) in SHAPES {
+        let shape = ReduceShape { outer, r, inner };
+        let n = outer * r * inner;
+        for &offset in offsets(n) {
+            // A large mean and a small spread: the shift by the first element matters.
+            let x: Vec<T> = (0..n + offset)
+                .map(|_| T::from_f64(100.0 + rng.random_range(-1.0..1.0)))
+                .collect();
+            for (correction, std) in [(1.0, false), (0.0, true), (2.5, false)] {
+                let mut want = vec![T::default(); shape.output_len()];
+                reduce::var::<T>(&x[offset..], shape, correction, std, &mut want).unwrap();
+                let dx = DeviceBuffer::from_host(ctx, bytes_of(&x)).unwrap();
+                let mut dv =
+                    DeviceBuffer::from_host(ctx, &vec![0xA5u8; (want.len() * 4).max(4)]).unwrap();
+                let plan = ReducePlan::new(shape, ctx.multiprocessors() as usize, size_of::<T>());
+                let mut ws = DeviceBuffer::alloc(ctx, plan.workspace_bytes_var().max(1)).unwrap();
+                reduce::gpu_var::<T>(
+                    &s,
+                    dx.as_span::<T>().unwrap().slice(offset..).unwrap(),
+                    shape,
+                    correction,
+                    std,
+                    dv.as_span_mut().unwrap(),
+                    ws.as_span_mut().unwrap(),
+                )
+                .unwrap();
+                s.synchronize().unwrap();
+                let got: Vec<T> =
+                    from_bytes(&dv.to_host_vec().unwrap()[..want.len() * size_of::<T>()]);
+                for (t, (g, w)) in got.iter().zip(&want).enumerate() {
+                    let (gf, wf) = (g.to_f64(), w.to_f64());
+                    // f64 sums in another order, rounded once: at most one ulp apart.
+                    let ok = (gf.is_nan() && wf.is_nan())
+                        || gf == wf
+                        || (gf - wf).abs() <= 1.01 * T::EPS * wf.abs();
+                    assert!(
+                        ok,
+                        "var_{} {shape:?} offset {offset} correction {correction} std {std}: \
+                         output {t}: gpu {g:?} cpu {w:?}",
+                        T::NAME
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn var_matches_the_cpu_twin() {
+    if skip_without_gpu("var") {
+        return;
+    }
+    let ctx = Context::get(0).unwrap();
+    let mut rng = SmallRng::seed_from_u64(0x5eed_0103);
+    check_var::<f32>(&ctx, &mut rng);
+    check_var::<f16>(&ctx, &mut rng);
+    check_var::<bf16>(&ctx, &mut rng);
+}
+
+fn check_clamp<T: Random>(ctx: &Arc<Context>, rng: &mut SmallRng) {
+    let s = Stream::new(ctx).unwrap();
+    for n in [0usize, 1, 7, 1000, 4099, (1 << 20) + 5] {
+        for offset in [0usize, 1] {
+            let x: Vec<T> = (0..n + offset).map(|_| T::random(rng)).collect();
+            let (a, b) = (T::random(rng), T::random(rng));
+            let nan = |v: T| v.to_f64().is_nan();
+            if nan(a) || nan(b) {
+                continue;
+            }
+            for (lo, hi) in [(Some(a), Some(b)), (Some(a), None), (None, Some(b))] {
+                let mut want = vec![T::default(); n];
+                cpu::clamp::<T>(&x[offset..], lo, hi, &mut want).unwrap();
+                let dx = DeviceBuffer::from_host(ctx, bytes_of(&x)).unwrap();
+                let mut dout = DeviceBuffer::alloc(ctx, (n * size_of::<T>()).max(16)).unwrap();
+                gpu::clamp::<T>(
+                    &s,
+                    dx.as_span::<T>().unwrap().slice(offset..).unwrap(),
+                    lo,
+                    hi,
+                    dout.as_span_mut::<T>().unwrap().into_slice(..n).unwrap(),
+                )
+                .unwrap();
+                s.synchronize().unwrap();
+                let got: Vec<T> = from_bytes(&dout.to_host_vec().unwrap()[..n * size_of::<T>()]);
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        T::same(*g, *w),
+                        "clamp_{} n {n} offset {offset} {lo:?}..{hi:?}: element {i}: gpu {g:?} \
+                         cpu {w:?}",
+                        T::NAME
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn clamp_matches_the_cpu_twin_exactly() {
+    if skip_without_gpu("clamp") {
+        return;
+    }
+    let ctx = Context::get(0).unwrap();
+    let mut rng = SmallRng::seed_from_u64(0x5eed_0104);
+    check_clamp::<f32>(&ctx, &mut rng);
+    check_clamp::<f16>(&ctx, &mut rng);
+    check_clamp::<bf16>(&ctx, &mut rng);
+    check_clamp::<i32>(&ctx, &mut rng);
+    check_clamp::<i64>(&ctx, &mut rng);
+}
+
+#[test]
+fn bad_requests_fail_before_launch() {
+    if skip_without_gpu("everyday errors") {
+        return;
+    }
+    let ctx = Context::get(0).unwrap();
+    let s = Stream::new(&ctx).unwrap();
+    let input = DeviceBuffer::alloc(&ctx, 1000 * 4).unwrap();
+    let mut out = DeviceBuffer::alloc(&ctx, 64).unwrap();
+    let mut ws = DeviceBuffer::alloc(&ctx, 1 << 20).unwrap();
+    let shape = ReduceShape {
+        outer: 1,
+        r: 1000,
+        inner: 1,
+    };
+    // Variance of integers, a NaN correction, an input shorter than the shape, no workspace.
+    let var_i32 = reduce::gpu_var::<i32>(
+        &s,
+        input.as_span().unwrap(),
+        shape,
+        1.0,
+        false,
+        out.as_span_mut().unwrap(),
+        ws.as_span_mut().unwrap(),
+    );
+    assert!(var_i32.is_err());
+    let var = |correction: f64,
+               r: usize,
+               ws_len: usize,
+               out: &mut DeviceBuffer,
+               ws: &mut DeviceBuffer| {
+        reduce::gpu_var::<f32>(
+            &s,
+            input.as_span().unwrap(),
+            ReduceShape {
+                outer: 1,
+                r,
+                inner: 1,
+            },
+            correction,
+            false,
+            out.as_span_mut().unwrap(),
+            ws.as_span_mut::<u8>()
+                .unwrap()
+                .into_slice(..ws_len)
+                .unwrap(),
+        )
+    };
+    assert!(var(f64::NAN, 1000, 1 << 20, &mut out, &mut ws).is_err());
+    assert!(var(1.0, 3000, 1 << 20, &mut out, &mut ws).is_err());
+    assert!(var(1.0, 1000, 0, &mut out, &mut ws).is_err());
+    // any of something that is not any/all; clamp into a shorter output.
+    assert!(
+        reduce::gpu_reduce_bool(
+            &s,
+            ReduceOp::Sum,
+            input.as_span().unwrap(),
+            shape,
+            out.as_span_mut().unwrap(),
+            ws.as_span_mut().unwrap(),
+        )
+        .is_err()
+    );
+    assert!(
+        gpu::clamp::<f32>(
+            &s,
+            input.as_span().unwrap(),
+            Some(0.0),
+            None,
+            out.as_span_mut().unwrap(),
+        )
+        .is_err()
+    );
+    // Prod with the indices of an arg op.
+    let mut idx = DeviceBuffer::alloc(&ctx, 64).unwrap();
+    assert!(
+        reduce::gpu_reduce::<f32>(
+            &s,
+            ReduceOp::Prod,
+            input.as_span().unwrap(),
+            shape,
+            out.as_span_mut().unwrap(),
+            Some(idx.as_span_mut().unwrap()),
+            ws.as_span_mut().unwrap(),
+        )
+        .is_err()
+    );
+}
+
+fn check_cumsum<T: Gen + Random, O: Element + Default>(ctx: &Arc<Context>, rng: &mut SmallRng) {
+    let s = Stream::new(ctx).unwrap();
+    let shapes: &[(usize, usize, usize)] = &[
+        (1, 0, 1),
+        (1, 1, 1),
+        (1, 2047, 1),
+        (1, 2049, 1),
+        (1, (1 << 22) + 3, 1),
+        (3, 100_003, 1),
+        (1000, 33, 1),
+        (600, 5000, 1),
+        (3, 1000, 7),
+        (2, 4097, 100),
+        (1, 3, 70_000),
+        (0, 5, 3),
+    ];
+    for &(outer, r, inner) in shapes {
+        let shape = ReduceShape { outer, r, inner };
+        let n = outer * r * inner;
+        for &offset in offsets(n) {
+            let x: Vec<T> = (0..n + offset)
+                .map(|_| {
+                    if T::IS_FLOAT {
+                        T::from_f64(rng.random_range(-1.0..1.0))
+                    } else {
+                        T::random(rng)
+                    }
+                })
+                .collect();
+            let mut want = vec![O::default(); n];
+            scan::cumsum::<T, O>(&x[offset..], shape, &mut want).unwrap();
+            let dx = DeviceBuffer::from_host(ctx, bytes_of(&x)).unwrap();
+            let mut dout = DeviceBuffer::alloc(ctx, (n * size_of::<O>()).max(16)).unwrap();
+            let plan = ScanPlan::new(shape, ctx.multiprocessors() as usize);
+            let mut ws = DeviceBuffer::alloc(ctx, plan.workspace_bytes::<T>().max(16)).unwrap();
+            scan::gpu_cumsum::<T>(
+                &s,
+                dx.as_span::<T>().unwrap().slice(offset..).unwrap(),
+                shape,
+                dout.as_span_mut().unwrap(),
+                ws.as_span_mut().unwrap(),
+            )
+            .unwrap();
+            s.synchronize().unwrap();
+            let got: Vec<O> = from_bytes(&dout.to_host_vec().unwrap()[..n * size_of::<O>()]);
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                let ok = if T::IS_FLOAT {
+                    // f32 running sums of values in [-1, 1]: at most (k + 1) ulps of f32 of the
+                    // sum of magnitudes, then the output's rounding.
+                    let k = (i / inner) % r.max(1);
+                    let tol =
+                        (k + 1) as f64 * f32::EPSILON as f64 + 2.0 * T::EPS * w.to_f64().abs();
+                    (g.to_f64() - w.to_f64()).abs() <= tol
+                } else {
+                    O::same(*g, *w)
+                };
+                assert!(
+                    ok,
+                    "cumsum_{} {shape:?} offset {offset} {plan:?}: element {i}: gpu {g:?} cpu {w:?}",
+                    T::NAME
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn cumsum_matches_the_cpu_twin() {
+    if skip_without_gpu("cumsum") {
+        return;
+    }
+    let ctx = Context::get(0).unwrap();
+    let mut rng = SmallRng::seed_from_u64(0x5eed_0105);
+    check_cumsum::<f32, f32>(&ctx, &mut rng);
+    check_cumsum::<f16, f16>(&ctx, &mut rng);
+    check_cumsum::<bf16, bf16>(&ctx, &mut rng);
+    check_cumsum::<i32, i64>(&ctx, &mut rng);
+    check_cumsum::<i64, i64>(&ctx, &mut rng);
+}
+
+/// Row-major strides of `shape`.
+fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * shape[i + 1];
+    }
+    s
+}
+
+#[test]
+fn gather_and_scatter_match_the_cpu_twins() {
+    use genesis_kernels::DType;
+    use genesis_kernels::gather::{self, Along};
+    if skip_without_gpu("gather/scatter") {
+        return;
+    }
+    let ctx = Context::get(0).unwrap();
+    let s = Stream::new(&ctx).unwrap();
+    let mut rng = SmallRng::seed_from_u64(0x5eed_0106);
+    // (target shape, index shape, dim)
+    let cases: &[(&[usize], &[usize], usize)] = &[
+        (&[1000], &[3000], 0),
+        (&[300, 200], &[300, 200], 0),
+        (&[300, 200], &[250, 500], 1),
+        (&[7, 9, 11], &[6, 20, 10], 1),
+        (&[2048, 1024], &[2048, 1024], 1),
+        (&[5, 3], &[0, 3], 0),
+    ];
+    for &(tshape, ishape, dim) in cases {
+        let size = tshape[dim];
+        let nt: usize = tshape.iter().product();
+        let ni: usize = ishape.iter().product();
+        let idx: Vec<i64> = (0..ni).map(|_| rng.random_range(0..size as i64)).collect();
+        let d = Along::new(
+            ishape,
+            dim,
+            &strides(ishape),
+            &strides(ishape),
+            &strides(tshape),
+            size,
+        )
+        .unwrap();
+        let src: Vec<f32> = (0..nt).map(|_| rng.random_range(-4..4) as f32).collect();
+        let vals: Vec<f32> = (0..ni).map(|_| rng.random_range(-4..4) as f32).collect();
+        let didx = DeviceBuffer::from_host(&ctx, bytes_of(&idx)).unwrap();
+        let dsrc = DeviceBuffer::from_host(&ctx, bytes_of(&src)).unwrap();
+        let dvals = DeviceBuffer::from_host(&ctx, bytes_of(&vals)).unwrap();
+        let mut bad = DeviceBuffer::from_host(&ctx, &u64::MAX.to_le_bytes()).unwrap();
+        let idx_span = || didx.as_span::<i64>().unwrap().slice(..ni).unwrap();
+        // gather: d's val strides are unused.
+        let mut want = vec![0f32; ni];
+        gather::gather(&src, &idx, &d, &mut want).unwrap();
+        let mut dout = DeviceBuffer::alloc(&ctx, (ni * 4).max(16)).unwrap();
+        gather::gpu_gather(
+            &s,
+            4,
+            dsrc.as_span::<u8>().unwrap().slice(..nt * 4).unwrap(),
+            idx_span(),
+            &d,
+            dout.as_span_mut::<u8>().unwrap(),
+            bad.as_span_mut().unwrap(),
+        )
+        .unwrap();
+        s.synchronize().unwrap();
+        let got: Vec<f32> = from_bytes(&dout.to_host_vec().unwrap()[..ni * 4]);
+        assert_eq!(got, want, "gather {tshape:?} {ishape:?} dim {dim}");
+        // scatter_add (whole numbers: exact in any order) and, with distinct targets, scatter.
+        let mut want = src.clone();
+        gather::scatter_add::<f32>(&mut want, &idx, &vals, &d).unwrap();
+        let mut dt = DeviceBuffer::from_host(&ctx, bytes_of(&src)).unwrap();
+        gather::gpu_scatter(
+            &s,
+            DType::F32,
+            true,
+            dt.as_span_mut::<u8>()
+                .unwrap()
+                .into_slice(..nt * 4)
+                .unwrap(),
+            idx_span(),
+            dvals.as_span::<u8>().unwrap().slice(..ni * 4).unwrap(),
+            &d,
+            bad.as_span_mut().unwrap(),
+        )
+        .unwrap();
+        s.synchronize().unwrap();
+        let got: Vec<f32> = from_bytes(&dt.to_host_vec().unwrap()[..nt * 4]);
+        assert_eq!(got, want, "scatter_add {tshape:?} {ishape:?} dim {dim}");
+        assert_eq!(
+            from_bytes::<u64>(&bad.to_host_vec().unwrap()),
+            [u64::MAX],
+            "no bad index"
+        );
+    }
+    // Distinct targets for scatter: index i of each line is (i + line) % size, over a full line.
+    let (tshape, dim) = ([64usize, 96], 1);
+    let size = tshape[dim];
+    let idx: Vec<i64> = (0..64 * 96)
+        .map(|i| ((i % 96 + i / 96) % size) as i64)
+        .collect();
+    let d = Along::new(
+        &tshape,
+        dim,
+        &strides(&tshape),
+        &strides(&tshape),
+        &strides(&tshape),
+        size,
+    )
+    .unwrap();
+    let vals: Vec<i64> = (0..64 * 96).map(|i| i as i64 * 7 - 100).collect();
+    let mut want = vec![0i64; 64 * 96];
+    gather::scatter(&mut want, &idx, &vals, &d).unwrap();
+    let didx = DeviceBuffer::from_host(&ctx, bytes_of(&idx)).unwrap();
+    let dvals = DeviceBuffer::from_host(&ctx, bytes_of(&vals)).unwrap();
+    let mut dt = DeviceBuffer::from_host(&ctx, &vec![0u8; 64 * 96 * 8]).unwrap();
+    let mut bad = DeviceBuffer::from_host(&ctx, &u64::MAX.to_le_bytes()).unwrap();
+    gather::gpu_scatter(
+        &s,
+        DType::I64,
+        false,
+        dt.as_span_mut::<u8>().unwrap(),
+        didx.as_span::<i64>().unwrap(),
+        dvals.as_span::<u8>().unwrap(),
+        &d,
+        bad.as_span_mut().unwrap(),
+    )
+    .unwrap();
+    s.synchronize().unwrap();
+    assert_eq!(from_bytes::<i64>(&dt.to_host_vec().unwrap()), want);
+    // A bad value: the first bad position is reported and nothing is written out of range.
+    let mut idx = vec![0i64; 1000];
+    idx[700] = -5;
+    idx[300] = 96;
+    let d = Along::new(&[1000], 0, &[1], &[1], &[1], 96).unwrap();
+    let didx = DeviceBuffer::from_host(&ctx, bytes_of(&idx)).unwrap();
+    let dsrc = DeviceBuffer::from_host(&ctx, &vec![1u8; 96 * 4]).unwrap();
+    let mut dout = DeviceBuffer::alloc(&ctx, 1000 * 4).unwrap();
+    let mut bad = DeviceBuffer::from_host(&ctx, &u64::MAX.to_le_bytes()).unwrap();
+    gather::gpu_gather(
+        &s,
+        4,
+        dsrc.as_span::<u8>().unwrap(),
+        didx.as_span::<i64>().unwrap(),
+        &d,
+        dout.as_span_mut::<u8>().unwrap(),
+        bad.as_span_mut().unwrap(),
+    )
+    .unwrap();
+    s.synchronize().unwrap();
+    assert_eq!(from_bytes::<u64>(&bad.to_host_vec().unwrap()), [300]);
+}
+
+fn check_sort<T: Random>(ctx: &Arc<Context>, rng: &mut SmallRng) {
+    use genesis_kernels::sort::{self, SortPlan};
+    let s = Stream::new(ctx).unwrap();
+    // Shared-memory rows (up to 2048), and longer rows through the global network.
+    for &(rows, r) in &[
+        (1usize, 1usize),
+        (3, 7),
+        (100, 1000),
+        (8192, 64),
+        (5, 2048),
+        (3, 2049),
+        (2, 70_000),
+        (0, 5),
+        (4, 0),
+    ] {
+        let n = rows * r;
+        // Random bits (NaN, signed zeros, infinities), with many repeats for the stability.
+        let pool: Vec<T> = (0..16).map(|_| T::random(rng)).collect();
+        let x: Vec<T> = (0..n)
+            .map(|_| pool[rng.random_range(0..pool.len())])
+            .collect();
+        for descending in [false, true] {
+            let (mut want_v, mut want_i) = (vec![T::default(); n], vec![0i64; n]);
+            sort::sort::<T>(&x, rows, r, descending, &mut want_v, &mut want_i).unwrap();
+            let plan = SortPlan::new(rows, r).unwrap();
+            let dx = DeviceBuffer::from_host(ctx, bytes_of(&x)).unwrap();
+            let mut dv = DeviceBuffer::alloc(ctx, (n * size_of::<T>()).max(16)).unwrap();
+            let mut di = DeviceBuffer::alloc(ctx, (n * 8).max(16)).unwrap();
+            let mut ws = DeviceBuffer::alloc(ctx, plan.workspace_bytes().unwrap().max(16)).unwrap();
+            sort::gpu_sort::<T>(
+                &s,
+                dx.as_span::<T>().unwrap().slice(..n).unwrap(),
+                rows,
+                r,
+                descending,
+                dv.as_span_mut::<T>().unwrap(),
+                di.as_span_mut::<i64>().unwrap(),
+                ws.as_span_mut().unwrap(),
+            )
+            .unwrap();
+            s.synchronize().unwrap();
+            let got_i: Vec<i64> = from_bytes(&di.to_host_vec().unwrap()[..n * 8]);
+            let got_v: Vec<T> = from_bytes(&dv.to_host_vec().unwrap()[..n * size_of::<T>()]);
+            assert_eq!(
+                got_i,
+                want_i,
+                "sort_{} {rows}x{r} descending {descending}",
+                T::NAME
+            );
+            assert!(
+                got_v.iter().zip(&want_v).all(|(g, w)| T::same(*g, *w)),
+                "sort_{} {rows}x{r} values",
+                T::NAME
+            );
+        }
+    }
+}
+
+#[test]
+fn sort_matches_the_cpu_twin_exactly() {
+    if skip_without_gpu("sort") {
+        return;
+    }
+    let ctx = Context::get(0).unwrap();
+    let mut rng = SmallRng::seed_from_u64(0x5eed_0107);
+    check_sort::<f32>(&ctx, &mut rng);
+    check_sort::<f16>(&ctx, &mut rng);
+    check_sort::<bf16>(&ctx, &mut rng);
+    check_sort::<i32>(&ctx, &mut rng);
+    check_sort::<i64>(&ctx, &mut rng);
+}

@@ -1,0 +1,808 @@
+//! Everyday ops PyTorch users reach for: `sin`, `cos`, `clamp`, `prod`, `any`, `all`, `var`,
+//! `std`, `cumsum`, `sort`, `argsort`, `topk`, `gather`, `index_select`, `scatter`,
+//! `scatter_add`, `eye`, `linspace`, `logspace`.
+
+use std::sync::Arc;
+
+use genesis_kernels::gather::Along;
+use genesis_storage::{DType, Device, ReduceOp, ReduceShape, Storage, UnaryOp};
+
+use crate::args::{Dim, Dims, shape_spec, wrap_dim};
+use crate::tensor::{host_scalar, numel_of};
+use crate::{Error, Result, Tensor};
+
+/// The reduced view of a tensor: the storage and first element to read, the `[outer, r,
+/// inner]` shape and the output shape.
+struct Reduction {
+    storage: Arc<Storage>,
+    start: usize,
+    shape: ReduceShape,
+    out_shape: Vec<usize>,
+}
+
+impl Tensor {
+    /// Sine of each element (radians), into a new tensor (f32, f16, bf16; computed in f32,
+    /// within 2 ulp of the exact value: CUDA's `sinf` on the GPU, Rust's on the CPU).
+    ///
+    /// ```
+    /// use genesis::{Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let x = Tensor::from_slice(&[0.0f32, std::f32::consts::FRAC_PI_2], &[2], Device::Cpu)?;
+    /// assert_eq!(x.sin()?.to_vec::<f32>()?, [0.0, 1.0]);
+    /// assert_eq!(x.cos()?.to_vec::<f32>()?[0], 1.0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn sin(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Sin)
+    }
+
+    /// Cosine of each element (radians), as [`Tensor::sin`].
+    #[track_caller]
+    pub fn cos(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Cos)
+    }
+
+    /// Each element limited to `[min, max]` (PyTorch's `clamp`): `min(max(x, min), max)`, so
+    /// `min > max` gives `max` everywhere; either bound may be `None`, not both. A NaN element
+    /// stays NaN; a NaN bound is an error. The bounds are converted exactly to the tensor's
+    /// dtype (f32, f16, bf16, i32, i64): a whole number in range for an integer tensor
+    /// ([`Error::ScalarOutOfRange`] otherwise; the result keeps the tensor's dtype). One pass
+    /// over the elements; the result is a new contiguous tensor.
+    ///
+    /// ```
+    /// use genesis::{Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let x = Tensor::from_slice(&[-2i32, 0, 5, 9], &[4], Device::Cpu)?;
+    /// assert_eq!(x.clamp(Some(0.0), Some(6.0))?.to_vec::<i32>()?, [0, 0, 5, 6]);
+    /// assert_eq!(x.clamp_min(1)?.to_vec::<i32>()?, [1, 1, 5, 9]);
+    /// assert!(x.clamp(None, None).is_err());
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn clamp(&self, min: Option<f64>, max: Option<f64>) -> Result<Tensor> {
+        if min.is_none() && max.is_none() {
+            return Err(Error::InvalidArgument {
+                op: "clamp",
+                reason: "at least one of min and max must be given".into(),
+            });
+        }
+        for v in [min, max].into_iter().flatten() {
+            if v.is_nan() {
+                return Err(Error::InvalidArgument {
+                    op: "clamp",
+                    reason: "a NaN bound".into(),
+                });
+            }
+            host_scalar("clamp", self.dtype(), v)?;
+        }
+        let (a, start) = self.dense_operand(self.shape())?;
+        Tensor::from_storage(a.clamp_at(start, self.numel(), min, max)?, self.shape())
+    }
+
+    /// `max(x, min)` for each element (PyTorch's `clamp_min`; see [`Tensor::clamp`]).
+    #[track_caller]
+    pub fn clamp_min(&self, min: impl crate::Scalar) -> Result<Tensor> {
+        self.clamp(Some(min.value().to_f64()), None)
+    }
+
+    /// `min(x, max)` for each element (PyTorch's `clamp_max`; see [`Tensor::clamp`]).
+    #[track_caller]
+    pub fn clamp_max(&self, max: impl crate::Scalar) -> Result<Tensor> {
+        self.clamp(None, Some(max.value().to_f64()))
+    }
+
+    /// Product of all elements, as a 0-dimensional tensor (the product of nothing is 1).
+    /// Floating types accumulate in f32 on the GPU (f64 on the CPU) and keep their dtype;
+    /// integer products wrap and are i64 (PyTorch's rule).
+    ///
+    /// ```
+    /// use genesis::{Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let x = Tensor::from_slice(&[1i32, 2, 3, 4, 5, 6], &[2, 3], Device::Cpu)?;
+    /// assert_eq!(x.prod()?.to_vec::<i64>()?, [720]);
+    /// assert_eq!(x.prod_dim(1, false)?.to_vec::<i64>()?, [6, 120]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn prod(&self) -> Result<Tensor> {
+        Ok(self.reduce(ReduceOp::Prod, None, false)?.0)
+    }
+
+    /// Product over dimension `dim` (negative counts from the end); `keepdim` keeps it as
+    /// size 1.
+    #[track_caller]
+    pub fn prod_dim(&self, dim: impl Dim, keepdim: bool) -> Result<Tensor> {
+        Ok(self
+            .reduce(ReduceOp::Prod, Some(&[dim.to_dim()]), keepdim)?
+            .0)
+    }
+
+    /// Whether any element is true (non-zero; NaN counts as true), as a 0-dimensional `Bool`
+    /// tensor; false for no elements. A tensor that is not `Bool` is first compared with 0
+    /// (one pass more).
+    ///
+    /// ```
+    /// use genesis::{Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let x = Tensor::from_slice(&[0.0f32, 0.0, 2.0, 0.0], &[2, 2], Device::Cpu)?;
+    /// assert_eq!(x.any()?.to_bool_vec()?, [true]);
+    /// assert_eq!(x.all()?.to_bool_vec()?, [false]);
+    /// assert_eq!(x.any_dim(1, false)?.to_bool_vec()?, [false, true]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn any(&self) -> Result<Tensor> {
+        self.truth().reduce_bool(ReduceOp::Any, None, false)
+    }
+
+    /// Whether every element is true (non-zero), as a 0-dimensional `Bool` tensor; true for
+    /// no elements (see [`Tensor::any`]).
+    #[track_caller]
+    pub fn all(&self) -> Result<Tensor> {
+        self.truth().reduce_bool(ReduceOp::All, None, false)
+    }
+
+    /// [`Tensor::any`] over `dims` (negative counts from the end; an empty list means every
+    /// dimension); `keepdim` keeps them as size 1.
+    #[track_caller]
+    pub fn any_dim(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
+        let dims = shape_spec(&dims);
+        self.truth()
+            .reduce_bool(ReduceOp::Any, Some(&dims), keepdim)
+    }
+
+    /// [`Tensor::all`] over `dims` (as [`Tensor::any_dim`]).
+    #[track_caller]
+    pub fn all_dim(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
+        let dims = shape_spec(&dims);
+        self.truth()
+            .reduce_bool(ReduceOp::All, Some(&dims), keepdim)
+    }
+
+    /// This tensor as bools: itself when it is `Bool`, else `self != 0`.
+    fn truth(&self) -> Truth<'_> {
+        if self.dtype() == DType::Bool {
+            Truth::Same(self)
+        } else {
+            Truth::Compared(self.ne_scalar(0))
+        }
+    }
+
+    /// The variance of all elements with PyTorch's `correction` (1: Bessel's, the sample
+    /// variance; 0: the population variance), as a 0-dimensional tensor of the same dtype (f32,
+    /// f16, bf16): `sum((x - mean)^2) / max(0, n - correction)`. No elements give NaN, as do
+    /// `n <= correction` with equal elements (a division by zero otherwise gives infinity).
+    /// Computed in one pass with f64 sums of each line shifted by its first element, then
+    /// rounded once.
+    ///
+    /// ```
+    /// use genesis::{Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[2, 2], Device::Cpu)?;
+    /// assert_eq!(x.var(1.0)?.to_vec::<f32>()?, [5.0 / 3.0]);
+    /// assert_eq!(x.var_dim(1, 0.0, false)?.to_vec::<f32>()?, [0.25, 0.25]);
+    /// assert_eq!(x.std_dim(0, 1.0, true)?.to_vec::<f32>()?, [2f32.sqrt(); 2]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn var(&self, correction: f64) -> Result<Tensor> {
+        self.variance(None, correction, false, false)
+    }
+
+    /// The variance over `dims` (negative counts from the end; an empty list means every
+    /// dimension), `keepdim` keeping them as size 1 (see [`Tensor::var`]).
+    #[track_caller]
+    pub fn var_dim(&self, dims: impl Dims, correction: f64, keepdim: bool) -> Result<Tensor> {
+        let dims = shape_spec(&dims);
+        self.variance(Some(&dims), correction, keepdim, false)
+    }
+
+    /// The standard deviation of all elements: the square root of [`Tensor::var`].
+    #[track_caller]
+    pub fn std(&self, correction: f64) -> Result<Tensor> {
+        self.variance(None, correction, false, true)
+    }
+
+    /// The standard deviation over `dims`: the square root of [`Tensor::var_dim`].
+    #[track_caller]
+    pub fn std_dim(&self, dims: impl Dims, correction: f64, keepdim: bool) -> Result<Tensor> {
+        let dims = shape_spec(&dims);
+        self.variance(Some(&dims), correction, keepdim, true)
+    }
+
+    fn variance(
+        &self,
+        dims: Option<&[isize]>,
+        correction: f64,
+        keepdim: bool,
+        std: bool,
+    ) -> Result<Tensor> {
+        let name = if std { "std" } else { "var" };
+        if !self.dtype().is_float() || self.dtype() == DType::F64 {
+            return Err(Error::InvalidArgument {
+                op: name,
+                reason: format!("dtype {} (f32, f16 and bf16 only)", self.dtype()),
+            });
+        }
+        if !correction.is_finite() {
+            return Err(Error::InvalidArgument {
+                op: name,
+                reason: format!("correction {correction} (a finite number)"),
+            });
+        }
+        let r = self.reduction(name, dims, keepdim)?;
+        let values = r.storage.var(r.start, r.shape, correction, std)?;
+        Tensor::from_storage(values, &r.out_shape)
+    }
+
+    /// The layout of a reduction over `dims` (as [`Tensor::reduce`]): the reduced dimensions
+    /// read in place when they are adjacent in a contiguous tensor, otherwise a copy with them
+    /// moved last.
+    fn reduction(
+        &self,
+        name: &'static str,
+        dims: Option<&[isize]>,
+        keepdim: bool,
+    ) -> Result<Reduction> {
+        let rank = self.dim();
+        let mut reduced = vec![false; rank];
+        let dims = match dims {
+            Some(list) if rank == 0 => {
+                for &d in list {
+                    wrap_dim(name, d as i64, 0)?;
+                }
+                None
+            }
+            d => d,
+        };
+        match dims {
+            Some(list) if !list.is_empty() => {
+                for &d in list {
+                    let i = self.layout().dim(d)?;
+                    if std::mem::replace(&mut reduced[i], true) {
+                        return Err(Error::InvalidArgument {
+                            op: name,
+                            reason: format!("dimension {d} appears twice in {list:?}"),
+                        });
+                    }
+                }
+            }
+            _ => reduced.fill(true),
+        }
+        let shape = self.shape();
+        let out_shape: Vec<usize> = shape
+            .iter()
+            .zip(&reduced)
+            .filter_map(|(&s, &r)| match (r, keepdim) {
+                (false, _) => Some(s),
+                (true, true) => Some(1),
+                (true, false) => None,
+            })
+            .collect();
+        let first = reduced.iter().position(|&r| r).unwrap_or(rank);
+        let last = reduced.iter().rposition(|&r| r).map_or(rank, |l| l + 1);
+        let prod = |s: &[usize]| s.iter().product::<usize>();
+        if self.is_contiguous() && reduced[first..last].iter().all(|&r| r) {
+            return Ok(Reduction {
+                storage: Arc::clone(self.view.storage()),
+                start: self.first_element(),
+                shape: ReduceShape {
+                    outer: prod(&shape[..first]),
+                    r: prod(&shape[first..last]),
+                    inner: prod(&shape[last..]),
+                },
+                out_shape,
+            });
+        }
+        let kept: Vec<usize> = (0..rank).filter(|&i| !reduced[i]).collect();
+        let perm: Vec<usize> = kept
+            .iter()
+            .copied()
+            .chain((0..rank).filter(|&i| reduced[i]))
+            .collect();
+        let moved = self.permute(&perm)?.view.contiguous()?;
+        let outer = kept.iter().map(|&i| shape[i]).product();
+        let r = (0..rank)
+            .filter(|&i| reduced[i])
+            .map(|i| shape[i])
+            .product();
+        Ok(Reduction {
+            storage: Arc::new(moved),
+            start: 0,
+            shape: ReduceShape { outer, r, inner: 1 },
+            out_shape,
+        })
+    }
+
+    /// The inclusive prefix sums along dimension `dim` (negative counts from the end; a 0-d
+    /// tensor takes 0 or -1), PyTorch's `cumsum`: a new contiguous tensor of the same shape.
+    /// Floats (f32, f16, bf16) keep their dtype and accumulate in f32 on the GPU (f64 on the
+    /// CPU); integers (i32, i64) give i64 and wrap. Along the last dimension of a tensor with
+    /// many rows one pass reads the input once; a strided tensor is copied first.
+    ///
+    /// ```
+    /// use genesis::{Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let x = Tensor::from_slice(&[1i32, 2, 3, 4, 5, 6], &[2, 3], Device::Cpu)?;
+    /// assert_eq!(x.cumsum(1)?.to_vec::<i64>()?, [1, 3, 6, 4, 9, 15]);
+    /// assert_eq!(x.cumsum(-2)?.to_vec::<i64>()?, [1, 2, 3, 5, 7, 9]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn cumsum(&self, dim: impl Dim) -> Result<Tensor> {
+        let rank = self.dim();
+        let d = wrap_dim("cumsum", dim.to_dim() as i64, rank)?;
+        let shape = self.shape().to_vec();
+        let rshape = match d {
+            None => ReduceShape {
+                outer: 1,
+                r: 1,
+                inner: 1,
+            },
+            Some(d) => ReduceShape {
+                outer: shape[..d].iter().product(),
+                r: shape[d],
+                inner: shape[d + 1..].iter().product(),
+            },
+        };
+        let (a, start) = self.dense_operand(&shape)?;
+        Tensor::from_storage(a.cumsum(start, rshape)?, &shape)
+    }
+
+    /// `(values, indices)` of the elements sorted along `dim` (negative counts from the end),
+    /// ascending or `descending` (PyTorch's `sort(dim, descending, stable=True)`): stable, so
+    /// equal values keep their order; NaN sorts after every number (first when descending);
+    /// -0.0 and +0.0 are equal. Indices are i64 positions along `dim`. f32, f16, bf16, i32,
+    /// i64. On the GPU, rows of up to 2048 elements along `dim` sort in shared memory (one
+    /// block a row, fast); longer rows run a slower global-memory network. A `dim` other than
+    /// the last is moved last (a copy) and back.
+    ///
+    /// ```
+    /// use genesis::{Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let x = Tensor::from_slice(&[3.0f32, 1.0, 2.0, 1.0], &[4], Device::Cpu)?;
+    /// let (v, i) = x.sort(0, false)?;
+    /// assert_eq!((v.to_vec::<f32>()?, i.to_vec::<i64>()?), (vec![1.0, 1.0, 2.0, 3.0], vec![1, 3, 2, 0]));
+    /// assert_eq!(x.argsort(-1, true)?.to_vec::<i64>()?, [0, 2, 1, 3]);
+    /// let (top, at) = x.topk(2, 0, true, true)?;
+    /// assert_eq!((top.to_vec::<f32>()?, at.to_vec::<i64>()?), (vec![3.0, 2.0], vec![0, 2]));
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn sort(&self, dim: impl Dim, descending: bool) -> Result<(Tensor, Tensor)> {
+        let rank = self.dim();
+        let d = wrap_dim("sort", dim.to_dim() as i64, rank)?;
+        let (last, moved) = match d {
+            Some(d) if d + 1 != rank => (d, self.transpose(d as isize, -1)?),
+            _ => (rank.saturating_sub(1), self.clone()),
+        };
+        let shape = moved.shape().to_vec();
+        let r = shape.last().copied().unwrap_or(1);
+        let rows = moved.numel().checked_div(r).unwrap_or(0);
+        let (a, start) = moved.dense_operand(&shape)?;
+        let (values, indices) = a.sort_rows(start, rows, r, descending)?;
+        let (values, indices) = (
+            Tensor::from_storage(values, &shape)?,
+            Tensor::from_storage(indices, &shape)?,
+        );
+        if rank == 0 || last + 1 == rank {
+            return Ok((values, indices));
+        }
+        let back = |t: Tensor| t.transpose(last as isize, -1)?.contiguous();
+        Ok((back(values)?, back(indices)?))
+    }
+
+    /// The indices (i64) that sort `self` along `dim` (see [`Tensor::sort`]; stable).
+    #[track_caller]
+    pub fn argsort(&self, dim: impl Dim, descending: bool) -> Result<Tensor> {
+        Ok(self.sort(dim, descending)?.1)
+    }
+
+    /// `(values, indices)` of the `k` largest (or, without `largest`, smallest) elements along
+    /// `dim` (PyTorch's `topk`), in sorted order (`sorted` is accepted for PyTorch's signature;
+    /// the result is always sorted), ties in their order along `dim`. `k` larger than the
+    /// dimension is an error. Computed as a sort along `dim` and its first `k` (see
+    /// [`Tensor::sort`] for speed).
+    #[track_caller]
+    pub fn topk(
+        &self,
+        k: usize,
+        dim: impl Dim,
+        largest: bool,
+        sorted: bool,
+    ) -> Result<(Tensor, Tensor)> {
+        let _ = sorted;
+        let rank = self.dim();
+        let d = wrap_dim("topk", dim.to_dim() as i64, rank)?;
+        let size = d.map_or(1, |d| self.shape()[d]);
+        if k > size {
+            return Err(Error::InvalidArgument {
+                op: "topk",
+                reason: format!("k {k} is larger than the dimension's size {size}"),
+            });
+        }
+        let (values, indices) = self.sort(dim.to_dim(), largest)?;
+        match d {
+            None => Ok((values, indices)),
+            Some(d) => Ok((
+                values.narrow(d as isize, 0, k)?.contiguous()?,
+                indices.narrow(d as isize, 0, k)?.contiguous()?,
+            )),
+        }
+    }
+
+    /// Values along `dim` picked by `index` (PyTorch's `gather`): `out[i][j][k] =
+    /// self[index[i][j][k]][j][k]` for `dim` 0, and so on. `index` is i64 on the same device,
+    /// of the same rank, no larger than `self` in the other dimensions; the result has its
+    /// shape. An index value outside `0..self.size(dim)` (negative ones included, as PyTorch) is
+    /// an error, checked on the device for CUDA tensors before the result is returned (one
+    /// synchronisation). Strided tensors are read in place.
+    ///
+    /// ```
+    /// use genesis::{Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[2, 2], Device::Cpu)?;
+    /// let i = Tensor::from_slice(&[0i64, 0, 1, 0], &[2, 2], Device::Cpu)?;
+    /// assert_eq!(x.gather(1, &i)?.to_vec::<f32>()?, [1.0, 1.0, 4.0, 3.0]);
+    /// let rows = Tensor::from_slice(&[1i64, 1, 0], &[3], Device::Cpu)?;
+    /// assert_eq!(x.index_select(0, &rows)?.to_vec::<f32>()?, [3.0, 4.0, 3.0, 4.0, 1.0, 2.0]);
+    /// let z = Tensor::zeros(&[2, 2], genesis::DType::F32, Device::Cpu)?;
+    /// assert_eq!(z.scatter_add(1, &i, &x)?.to_vec::<f32>()?, [3.0, 0.0, 4.0, 3.0]);
+    /// assert!(x.gather(1, &Tensor::from_slice(&[2i64], &[1, 1], Device::Cpu)?).is_err());
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn gather(&self, dim: impl Dim, index: &Tensor) -> Result<Tensor> {
+        let name = "gather";
+        let dim = self.along_dim(name, dim, index)?;
+        let rank = self.dim();
+        let shape = index.shape().to_vec();
+        for d in 0..rank {
+            if d != dim && shape[d] > self.shape()[d] {
+                return Err(Error::ShapeMismatch {
+                    op: name,
+                    lhs: self.shape().to_vec(),
+                    rhs: shape,
+                });
+            }
+        }
+        let (index, istart, istrides) = strided_operand(index)?;
+        let (src, sstart, sstrides) = strided_operand(self)?;
+        let d = Along::new(
+            &shape,
+            dim,
+            &istrides,
+            &vec![0; rank],
+            &sstrides,
+            self.shape().get(dim).copied().unwrap_or(1),
+        )?;
+        Tensor::from_storage(src.gather_along(sstart, &index, istart, &d)?, &shape)
+    }
+
+    /// The slices of `self` along `dim` named by the 1-D `index` (i64 or i32, on the same
+    /// device), in its order (PyTorch's `index_select`): the result has `self`'s shape with
+    /// `index.numel()` at `dim`. Values outside `0..self.size(dim)` are an error, as for
+    /// [`Tensor::gather`].
+    #[track_caller]
+    pub fn index_select(&self, dim: impl Dim, index: &Tensor) -> Result<Tensor> {
+        let name = "index_select";
+        if self.dim() == 0 || index.dim() > 1 {
+            return Err(Error::InvalidArgument {
+                op: name,
+                reason: format!(
+                    "takes a tensor of at least one dimension and a 1-D index (shapes {:?} and {:?})",
+                    self.shape(),
+                    index.shape()
+                ),
+            });
+        }
+        let index = match index.dtype() {
+            DType::I64 => index.clone(),
+            DType::I32 => index.to_dtype(DType::I64)?,
+            other => {
+                return Err(Error::InvalidArgument {
+                    op: name,
+                    reason: format!("index of dtype {other} (i64 or i32)"),
+                });
+            }
+        };
+        let dim = wrap_dim(name, dim.to_dim() as i64, self.dim())?.unwrap_or(0);
+        let mut shape = self.shape().to_vec();
+        shape[dim] = index.numel();
+        let (idx, istart, istrides) = strided_operand(&index)?;
+        let mut along = vec![0usize; self.dim()];
+        along[dim] = istrides.first().copied().unwrap_or(0);
+        let (src, sstart, sstrides) = strided_operand(self)?;
+        let rank = self.dim();
+        let d = Along::new(
+            &shape,
+            dim,
+            &along,
+            &vec![0; rank],
+            &sstrides,
+            self.shape()[dim],
+        )?;
+        let out = if index.device() == self.device() {
+            src.gather_along(sstart, &idx, istart, &d)?
+        } else {
+            return Err(Error::DeviceMismatch {
+                op: name,
+                lhs: self.device(),
+                rhs: index.device(),
+            });
+        };
+        Tensor::from_storage(out, &shape)
+    }
+
+    /// A copy of `self` with the values of `src` written along `dim` where `index` points
+    /// (PyTorch's out-of-place `scatter`): `out[index[i][j][k]][j][k] = src[i][j][k]` for
+    /// `dim` 0, over the positions of `index` (i64, same rank, no larger than `src`, nor than
+    /// `self` outside `dim`). When several positions name one element, which value lands is
+    /// unspecified on the GPU (the last one on the CPU), as in PyTorch. A bad index value is an
+    /// error and `self` is never changed.
+    #[track_caller]
+    pub fn scatter(&self, dim: impl Dim, index: &Tensor, src: &Tensor) -> Result<Tensor> {
+        self.scatter_impl("scatter", dim.to_dim(), index, src, false)
+    }
+
+    /// A copy of `self` with the values of `src` added along `dim` where `index` points
+    /// (PyTorch's out-of-place `scatter_add`; f32, f16, bf16, i32, i64), every contribution
+    /// counted: on the GPU with atomic adds (float sums depend on their order of arrival), on the
+    /// CPU in position order. Arguments as [`Tensor::scatter`].
+    #[track_caller]
+    pub fn scatter_add(&self, dim: impl Dim, index: &Tensor, src: &Tensor) -> Result<Tensor> {
+        self.scatter_impl("scatter_add", dim.to_dim(), index, src, true)
+    }
+
+    fn scatter_impl(
+        &self,
+        name: &'static str,
+        dim: isize,
+        index: &Tensor,
+        src: &Tensor,
+        add: bool,
+    ) -> Result<Tensor> {
+        let dim = self.along_dim(name, dim, index)?;
+        self.check_operands(name, src)?;
+        let rank = self.dim();
+        if src.dim() != rank {
+            return Err(Error::ShapeMismatch {
+                op: name,
+                lhs: src.shape().to_vec(),
+                rhs: index.shape().to_vec(),
+            });
+        }
+        let shape = index.shape().to_vec();
+        for d in 0..rank {
+            if shape[d] > src.shape()[d] || (d != dim && shape[d] > self.shape()[d]) {
+                return Err(Error::ShapeMismatch {
+                    op: name,
+                    lhs: self.shape().to_vec(),
+                    rhs: shape,
+                });
+            }
+        }
+        let mut out = self.view.contiguous()?;
+        let (idx, istart, istrides) = strided_operand(index)?;
+        let (vals, vstart, vstrides) = strided_operand(src)?;
+        let d = Along::new(
+            &shape,
+            dim,
+            &istrides,
+            &vstrides,
+            &contiguous_strides(self.shape()),
+            self.shape().get(dim).copied().unwrap_or(1),
+        )?;
+        out.scatter_along(add, &idx, istart, &vals, vstart, &d)?;
+        Tensor::from_storage(out, self.shape())
+    }
+
+    /// `dim` of `self` for an op with an i64 `index` of the same rank and device.
+    fn along_dim(&self, name: &'static str, dim: impl Dim, index: &Tensor) -> Result<usize> {
+        if index.dtype() != DType::I64 {
+            return Err(Error::InvalidArgument {
+                op: name,
+                reason: format!("index of dtype {} (i64)", index.dtype()),
+            });
+        }
+        if index.device() != self.device() {
+            return Err(Error::DeviceMismatch {
+                op: name,
+                lhs: self.device(),
+                rhs: index.device(),
+            });
+        }
+        if index.dim() != self.dim() {
+            return Err(Error::InvalidArgument {
+                op: name,
+                reason: format!(
+                    "index of {} dimension(s) for a tensor of {}",
+                    index.dim(),
+                    self.dim()
+                ),
+            });
+        }
+        Ok(wrap_dim(name, dim.to_dim() as i64, self.dim())?.unwrap_or(0))
+    }
+
+    /// The `n x m` identity matrix (`m` defaults to `n`): ones on the main diagonal, zeros
+    /// elsewhere, of any dtype (`Bool`: true on the diagonal). Built on the host and copied to
+    /// `device`.
+    ///
+    /// ```
+    /// use genesis::{DType, Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let e = Tensor::eye(2, Some(3), DType::I64, Device::Cpu)?;
+    /// assert_eq!(e.to_vec::<i64>()?, [1, 0, 0, 0, 1, 0]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn eye(n: usize, m: Option<usize>, dtype: DType, device: Device) -> Result<Tensor> {
+        let m = m.unwrap_or(n);
+        let len = numel_of("eye", &[n, m])?;
+        let mut s = Storage::zeros(len, dtype, Device::Cpu)?;
+        let one = host_scalar("eye", dtype, 1.0)?.to_bytes()?;
+        let es = one.len();
+        let bytes = s.host_bytes_mut()?;
+        for i in 0..n.min(m) {
+            let at = (i * m + i) * es;
+            bytes[at..at + es].copy_from_slice(&one);
+        }
+        Tensor::from_storage(on_device(s, device)?, &[n, m])
+    }
+
+    /// `steps` values evenly spaced from `start` to `end` inclusive (PyTorch's `linspace`):
+    /// `start + i * step` for the first half and `end - (steps - 1 - i) * step` for the
+    /// second, `step = (end - start) / (steps - 1)`, computed in f64 and rounded once to
+    /// `dtype` (integer dtypes: truncated toward zero; every value must be representable).
+    /// Built on the host and copied to `device`.
+    ///
+    /// ```
+    /// use genesis::{DType, Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let x = Tensor::linspace(0.0, 1.0, 5, DType::F32, Device::Cpu)?;
+    /// assert_eq!(x.to_vec::<f32>()?, [0.0, 0.25, 0.5, 0.75, 1.0]);
+    /// let y = Tensor::logspace(0.0, 2.0, 3, 10.0, DType::F32, Device::Cpu)?;
+    /// assert_eq!(y.to_vec::<f32>()?, [1.0, 10.0, 100.0]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn linspace(
+        start: f64,
+        end: f64,
+        steps: usize,
+        dtype: DType,
+        device: Device,
+    ) -> Result<Tensor> {
+        Self::spaced("linspace", start, end, steps, None, dtype, device)
+    }
+
+    /// `base` raised to each of [`Tensor::linspace`]`(start, end, steps)` (PyTorch's
+    /// `logspace`), computed in f64 and rounded once to `dtype`.
+    #[track_caller]
+    pub fn logspace(
+        start: f64,
+        end: f64,
+        steps: usize,
+        base: f64,
+        dtype: DType,
+        device: Device,
+    ) -> Result<Tensor> {
+        Self::spaced("logspace", start, end, steps, Some(base), dtype, device)
+    }
+
+    fn spaced(
+        op: &'static str,
+        start: f64,
+        end: f64,
+        steps: usize,
+        base: Option<f64>,
+        dtype: DType,
+        device: Device,
+    ) -> Result<Tensor> {
+        if !start.is_finite() || !end.is_finite() || base.is_some_and(|b| !b.is_finite()) {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: format!("start {start}, end {end} (finite numbers)"),
+            });
+        }
+        if dtype == DType::Bool {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: "not implemented for bool".into(),
+            });
+        }
+        numel_of(op, &[steps])?;
+        let mut values = Storage::zeros(steps, DType::F64, Device::Cpu)?;
+        let out = values.as_mut_slice::<f64>()?;
+        let step = if steps > 1 {
+            (end - start) / (steps - 1) as f64
+        } else {
+            0.0
+        };
+        let half = steps / 2;
+        for (i, v) in out.iter_mut().enumerate() {
+            let x = if i < half {
+                start + step * i as f64
+            } else {
+                end - step * (steps - 1 - i) as f64
+            };
+            let x = if steps == 1 { start } else { x };
+            let x = base.map_or(x, |b| b.powf(x));
+            let x = if dtype.is_float() { x } else { x.trunc() };
+            if host_scalar(op, dtype, x).is_err() {
+                return Err(Error::ScalarOutOfRange {
+                    op,
+                    value: x,
+                    dtype,
+                });
+            }
+            *v = x;
+        }
+        let s = values.to_dtype(dtype)?;
+        Tensor::from_storage(on_device(s, device)?, &[steps])
+    }
+}
+
+/// A tensor's storage, first element and strides for reading it in place (non-negative
+/// strides), or a contiguous copy's.
+fn strided_operand(t: &Tensor) -> Result<(Arc<Storage>, usize, Vec<usize>)> {
+    let strides: Option<Vec<usize>> = t
+        .strides()
+        .iter()
+        .map(|&s| usize::try_from(s).ok())
+        .collect();
+    match strides {
+        Some(s) => Ok((Arc::clone(t.view.storage()), t.first_element(), s)),
+        None => Ok((
+            Arc::new(t.view.contiguous()?),
+            0,
+            contiguous_strides(t.shape()),
+        )),
+    }
+}
+
+/// Row-major strides of `shape`.
+fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1usize; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * shape[i + 1];
+    }
+    s
+}
+
+/// A host storage moved to `device` (kept when it is the CPU).
+fn on_device(s: Storage, device: Device) -> Result<Storage> {
+    Ok(if device == Device::Cpu {
+        s
+    } else {
+        s.to_device(device)?
+    })
+}
+
+/// A tensor as bools for `any`/`all`: the tensor itself, or its comparison with 0.
+enum Truth<'a> {
+    Same(&'a Tensor),
+    Compared(Result<Tensor>),
+}
+
+impl Truth<'_> {
+    fn reduce_bool(self, op: ReduceOp, dims: Option<&[isize]>, keepdim: bool) -> Result<Tensor> {
+        let t = match self {
+            Truth::Same(t) => t.reduce(op, dims, keepdim)?,
+            Truth::Compared(t) => t?.reduce(op, dims, keepdim)?,
+        };
+        Ok(t.0)
+    }
+}

@@ -1,0 +1,954 @@
+//! The everyday ops (clamp, prod, any/all, var/std, cumsum, eye, linspace/logspace; sin/cos are in
+//! `elementwise.rs` with the other unary ops) against f64 references computed here, on the CPU
+//! and (when present) CUDA, for every dtype they take, over empty, 0-d, odd, strided and
+//! permuted shapes with negative and multiple dimensions.
+
+use genesis::{DType, Device, Error, Tensor};
+
+mod common;
+use common::{Release, devices};
+
+const DTYPES: [DType; 5] = [DType::F32, DType::F16, DType::BF16, DType::I32, DType::I64];
+const FLOATS: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
+
+/// Deterministic pseudo-random numbers in [0, 1).
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> f64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// A tensor of `dtype` holding `vals` (rounded to the dtype), and the values it really holds.
+fn tensor(vals: &[f64], shape: &[usize], dtype: DType, dev: Device) -> (Tensor, Vec<f64>) {
+    let t = Tensor::from_slice(vals, shape, Device::Cpu)
+        .unwrap()
+        .to_dtype(dtype)
+        .unwrap();
+    let held = t.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap();
+    (t.to(dev).unwrap(), held)
+}
+
+fn f64s(t: &Tensor) -> Vec<f64> {
+    t.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap()
+}
+
+fn eps(dtype: DType) -> f64 {
+    match dtype {
+        DType::F32 => f32::EPSILON as f64,
+        DType::F16 => 2f64.powi(-10),
+        DType::BF16 => 2f64.powi(-7),
+        _ => 0.0,
+    }
+}
+
+const SHAPES: &[&[usize]] = &[
+    &[],
+    &[0],
+    &[1],
+    &[7],
+    &[4, 5],
+    &[3, 0, 2],
+    &[2, 3, 4],
+    &[5, 1, 6],
+];
+
+/// The tensors a case runs on: the tensor, and for rank >= 2 its transpose (a strided view),
+/// each with its values in row-major order of the view.
+fn views(t: &Tensor, held: &[f64]) -> Vec<(Tensor, Vec<f64>)> {
+    let mut v = vec![(t.clone(), held.to_vec())];
+    if t.dim() >= 2 {
+        let tt = t.transpose(0, -1).unwrap();
+        let values = f64s(&tt);
+        v.push((tt, values));
+    }
+    v
+}
+
+/// Reduces `x` (row-major values of `shape`) over `dims` with `f`, as PyTorch lays out the
+/// result (`keepdim` keeping size 1).
+fn reduce_ref(
+    x: &[f64],
+    shape: &[usize],
+    dims: &[usize],
+    keepdim: bool,
+    f: &dyn Fn(&[f64]) -> f64,
+) -> (Vec<f64>, Vec<usize>) {
+    let rank = shape.len();
+    let red: Vec<bool> = (0..rank).map(|i| dims.contains(&i)).collect();
+    let out_shape: Vec<usize> = (0..rank)
+        .filter_map(|i| match (red[i], keepdim) {
+            (false, _) => Some(shape[i]),
+            (true, true) => Some(1),
+            (true, false) => None,
+        })
+        .collect();
+    let kept: Vec<usize> = (0..rank).filter(|&i| !red[i]).collect();
+    let n_out: usize = kept.iter().map(|&i| shape[i]).product();
+    let mut strides = vec![1usize; rank];
+    for i in (0..rank.saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1] * shape[i + 1];
+    }
+    let mut groups = vec![Vec::new(); n_out];
+    let n: usize = shape.iter().product();
+    for (flat, &v) in x.iter().enumerate().take(n) {
+        let mut o = 0;
+        for &k in &kept {
+            o = o * shape[k] + (flat / strides[k]) % shape[k];
+        }
+        groups[o].push(v);
+    }
+    (groups.iter().map(|g| f(g)).collect(), out_shape)
+}
+
+/// The dims lists a shape's reductions are tested over: each single dimension (as a negative
+/// index too), the first and last together, and none (every dimension).
+fn dim_lists(rank: usize) -> Vec<Vec<isize>> {
+    let mut d: Vec<Vec<isize>> = (0..rank as isize).map(|i| vec![i]).collect();
+    if rank > 0 {
+        d.push(vec![-1]);
+    }
+    if rank > 2 {
+        d.push(vec![0, rank as isize - 1]);
+    }
+    d.push(vec![]);
+    d
+}
+
+fn wrap(dims: &[isize], rank: usize) -> Vec<usize> {
+    if dims.is_empty() {
+        return (0..rank).collect();
+    }
+    dims.iter()
+        .map(|&d| d.rem_euclid(rank.max(1) as isize) as usize)
+        .collect()
+}
+
+#[test]
+fn clamp_matches_the_reference_exactly() {
+    let _release = Release;
+    let mut rng = Lcg(1);
+    for dev in devices() {
+        for dtype in DTYPES {
+            for shape in SHAPES {
+                let n: usize = shape.iter().product();
+                let vals: Vec<f64> = (0..n)
+                    .map(|_| {
+                        let v = (rng.next() - 0.5) * 40.0;
+                        if dtype.is_float() { v } else { v.trunc() }
+                    })
+                    .collect();
+                let (t, held) = tensor(&vals, shape, dtype, dev);
+                let (lo, hi) = if dtype.is_float() {
+                    (-3.5, 7.25)
+                } else {
+                    (-3.0, 7.0)
+                };
+                for (view, x) in views(&t, &held) {
+                    for (min, max) in [
+                        (Some(lo), Some(hi)),
+                        (Some(lo), None),
+                        (None, Some(hi)),
+                        (Some(hi), Some(lo)),
+                    ] {
+                        let got = view.clamp(min, max).unwrap();
+                        assert_eq!(got.shape(), view.shape());
+                        assert_eq!(got.dtype(), dtype);
+                        let want: Vec<f64> = x
+                            .iter()
+                            .map(|&v| {
+                                let v = min.map_or(v, |m| v.max(m));
+                                max.map_or(v, |m| v.min(m))
+                            })
+                            .collect();
+                        assert_eq!(
+                            f64s(&got),
+                            want,
+                            "{dev:?} {dtype} {shape:?} {min:?} {max:?}"
+                        );
+                    }
+                }
+            }
+            // NaN stays NaN; clamp_min / clamp_max are the one-sided forms.
+            if dtype.is_float() {
+                let (t, _) = tensor(&[f64::NAN, -9.0, 9.0], &[3], dtype, dev);
+                let got = f64s(&t.clamp(Some(-1.0), Some(1.0)).unwrap());
+                assert!(got[0].is_nan());
+                assert_eq!(&got[1..], &[-1.0, 1.0]);
+                assert_eq!(f64s(&t.clamp_min(0.5).unwrap())[1..], [0.5, 9.0]);
+                assert_eq!(f64s(&t.clamp_max(0.5).unwrap())[1..], [-9.0, 0.5]);
+            }
+        }
+    }
+}
+
+#[test]
+fn clamp_rejects_bad_bounds() {
+    let t = Tensor::from_slice(&[1i32, 2], [2], Device::Cpu).unwrap();
+    assert!(matches!(
+        t.clamp(None, None),
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert!(matches!(
+        t.clamp(Some(0.5), None),
+        Err(Error::ScalarOutOfRange { .. })
+    ));
+    assert!(matches!(
+        t.clamp(None, Some(1e12)),
+        Err(Error::ScalarOutOfRange { .. })
+    ));
+    let f = Tensor::from_slice(&[1.0f32], [1], Device::Cpu).unwrap();
+    assert!(matches!(
+        f.clamp(Some(f64::NAN), None),
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert!(
+        f.to_dtype(DType::F16)
+            .unwrap()
+            .clamp(Some(1e6), None)
+            .is_err()
+    );
+    let b = Tensor::from_bools(&[true], [1], Device::Cpu).unwrap();
+    assert!(b.clamp(Some(0.0), None).is_err());
+}
+
+#[test]
+fn prod_matches_the_f64_reference() {
+    let _release = Release;
+    let mut rng = Lcg(2);
+    for dev in devices() {
+        for dtype in DTYPES {
+            for shape in SHAPES {
+                let n: usize = shape.iter().product();
+                let vals: Vec<f64> = (0..n)
+                    .map(|_| {
+                        if dtype.is_float() {
+                            0.5 + rng.next()
+                        } else {
+                            (rng.next() * 7.0).trunc() - 3.0
+                        }
+                    })
+                    .collect();
+                let (t, held) = tensor(&vals, shape, dtype, dev);
+                let out_dtype = if dtype.is_float() { dtype } else { DType::I64 };
+                for (view, x) in views(&t, &held) {
+                    let rank = view.dim();
+                    for dims in dim_lists(rank) {
+                        if dims.len() > 1 {
+                            continue;
+                        }
+                        for keepdim in [false, true] {
+                            let got = if dims.is_empty() {
+                                if keepdim {
+                                    continue;
+                                }
+                                view.prod().unwrap()
+                            } else {
+                                view.prod_dim(dims[0], keepdim).unwrap()
+                            };
+                            let (want, want_shape) =
+                                reduce_ref(&x, view.shape(), &wrap(&dims, rank), keepdim, &|g| {
+                                    g.iter().product()
+                                });
+                            assert_eq!(got.shape(), &want_shape[..]);
+                            assert_eq!(got.dtype(), out_dtype);
+                            for (g, w) in f64s(&got).iter().zip(&want) {
+                                let tol = (x.len() as f64 * f32::EPSILON as f64 + 2.0 * eps(dtype))
+                                    * w.abs();
+                                assert!(
+                                    (g - w).abs() <= tol,
+                                    "{dev:?} {dtype} {shape:?} dims {dims:?}: {g} vs {w}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // Integer products wrap in i64, as PyTorch's.
+        let big = Tensor::from_slice(&[i64::MAX, 3], [2], dev).unwrap();
+        assert_eq!(
+            big.prod().unwrap().to_vec::<i64>().unwrap(),
+            [i64::MAX.wrapping_mul(3)]
+        );
+    }
+}
+
+#[test]
+fn any_and_all_match_the_reference() {
+    let _release = Release;
+    let mut rng = Lcg(3);
+    for dev in devices() {
+        for dtype in [DType::Bool, DType::F32, DType::BF16, DType::I32, DType::I64] {
+            for shape in SHAPES {
+                let n: usize = shape.iter().product();
+                for density in [0.1, 0.9] {
+                    let vals: Vec<f64> = (0..n)
+                        .map(|_| {
+                            let r = rng.next();
+                            if r < density {
+                                if dtype.is_float() && r < density / 4.0 {
+                                    f64::NAN
+                                } else {
+                                    1.0 + (r * 5.0).trunc()
+                                }
+                            } else {
+                                0.0
+                            }
+                        })
+                        .collect();
+                    let t = if dtype == DType::Bool {
+                        let b: Vec<bool> = vals.iter().map(|&v| v != 0.0).collect();
+                        Tensor::from_bools(&b, *shape, Device::Cpu)
+                            .unwrap()
+                            .to(dev)
+                            .unwrap()
+                    } else {
+                        tensor(&vals, shape, dtype, dev).0
+                    };
+                    let truth: Vec<f64> = vals
+                        .iter()
+                        .map(|&v| f64::from(u8::from(v != 0.0)))
+                        .collect();
+                    let (t, truth) = (t.clone(), truth);
+                    let mut cases = vec![(t.clone(), truth.clone())];
+                    if t.dim() >= 2 {
+                        let tt = t.transpose(0, -1).unwrap();
+                        let (tb, _) = tensor(&truth, shape, DType::F64, Device::Cpu);
+                        cases.push((tt, f64s(&tb.transpose(0, -1).unwrap())));
+                    }
+                    for (view, x) in cases {
+                        let rank = view.dim();
+                        for dims in dim_lists(rank) {
+                            for keepdim in [false, true] {
+                                for any in [true, false] {
+                                    let got = match (dims.is_empty() && !keepdim, any) {
+                                        (true, true) => view.any().unwrap(),
+                                        (true, false) => view.all().unwrap(),
+                                        (false, true) => view.any_dim(&dims[..], keepdim).unwrap(),
+                                        (false, false) => view.all_dim(&dims[..], keepdim).unwrap(),
+                                    };
+                                    let f: &dyn Fn(&[f64]) -> f64 = if any {
+                                        &|g| f64::from(u8::from(g.iter().any(|&v| v != 0.0)))
+                                    } else {
+                                        &|g| f64::from(u8::from(g.iter().all(|&v| v != 0.0)))
+                                    };
+                                    let (want, want_shape) = reduce_ref(
+                                        &x,
+                                        view.shape(),
+                                        &wrap(&dims, rank),
+                                        keepdim,
+                                        f,
+                                    );
+                                    assert_eq!(got.dtype(), DType::Bool);
+                                    assert_eq!(got.shape(), &want_shape[..]);
+                                    let got: Vec<f64> = got
+                                        .to_bool_vec()
+                                        .unwrap()
+                                        .iter()
+                                        .map(|&b| f64::from(u8::from(b)))
+                                        .collect();
+                                    assert_eq!(
+                                        got, want,
+                                        "{dev:?} {dtype} {shape:?} dims {dims:?} keepdim {keepdim} any {any}"
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Two-pass f64 variance of `g` with `correction`.
+fn var_ref(g: &[f64], correction: f64) -> f64 {
+    let n = g.len() as f64;
+    if g.is_empty() {
+        return f64::NAN;
+    }
+    let mean = g.iter().sum::<f64>() / n;
+    g.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / (n - correction).max(0.0)
+}
+
+#[test]
+fn var_and_std_match_the_f64_reference() {
+    let _release = Release;
+    let mut rng = Lcg(4);
+    for dev in devices() {
+        for dtype in FLOATS {
+            for shape in SHAPES {
+                let n: usize = shape.iter().product();
+                // A mean far from 0 and a small spread: a one-pass formula without a shift would
+                // lose every digit in f32.
+                let vals: Vec<f64> = (0..n).map(|_| 50.0 + rng.next() * 2.0).collect();
+                let (t, held) = tensor(&vals, shape, dtype, dev);
+                for (view, x) in views(&t, &held) {
+                    let rank = view.dim();
+                    for dims in dim_lists(rank) {
+                        for correction in [1.0, 0.0, 2.5] {
+                            for keepdim in [false, true] {
+                                for std in [false, true] {
+                                    let got = match (dims.is_empty() && !keepdim, std) {
+                                        (true, false) => view.var(correction).unwrap(),
+                                        (true, true) => view.std(correction).unwrap(),
+                                        (false, false) => {
+                                            view.var_dim(&dims[..], correction, keepdim).unwrap()
+                                        }
+                                        (false, true) => {
+                                            view.std_dim(&dims[..], correction, keepdim).unwrap()
+                                        }
+                                    };
+                                    let f = |g: &[f64]| {
+                                        let v = var_ref(g, correction);
+                                        if std { v.sqrt() } else { v }
+                                    };
+                                    let (want, want_shape) = reduce_ref(
+                                        &x,
+                                        view.shape(),
+                                        &wrap(&dims, rank),
+                                        keepdim,
+                                        &f,
+                                    );
+                                    assert_eq!(got.dtype(), dtype);
+                                    assert_eq!(got.shape(), &want_shape[..]);
+                                    for (g, w) in f64s(&got).iter().zip(&want) {
+                                        let ok = (g.is_nan() && w.is_nan())
+                                            || g == w
+                                            || (g - w).abs() <= 1.01 * eps(dtype) * w.abs();
+                                        assert!(
+                                            ok,
+                                            "{dev:?} {dtype} {shape:?} dims {dims:?} correction \
+                                             {correction} std {std}: {g} vs {w}"
+                                        );
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // One element with correction 1: 0 / 0.
+        let one = Tensor::from_slice(&[3.0f32], [1], dev).unwrap();
+        assert!(one.var(1.0).unwrap().to_vec::<f32>().unwrap()[0].is_nan());
+        assert_eq!(one.var(0.0).unwrap().to_vec::<f32>().unwrap(), [0.0]);
+    }
+}
+
+#[test]
+fn var_rejects_bad_input() {
+    let i = Tensor::from_slice(&[1i32, 2], [2], Device::Cpu).unwrap();
+    assert!(matches!(i.var(1.0), Err(Error::InvalidArgument { .. })));
+    let f = Tensor::from_slice(&[1.0f32, 2.0], [2], Device::Cpu).unwrap();
+    assert!(matches!(
+        f.var(f64::NAN),
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert!(f.var_dim(2, 1.0, false).is_err());
+    assert!(f.var_dim(&[0, 0][..], 1.0, false).is_err());
+    assert!(f.to_dtype(DType::F64).unwrap().std(1.0).is_err());
+    assert!(f.prod_dim(-2, false).is_err());
+    assert!(f.any_dim(5, false).is_err());
+}
+
+#[test]
+fn eye_linspace_and_logspace() {
+    let _release = Release;
+    for dev in devices() {
+        for dtype in [
+            DType::F32,
+            DType::BF16,
+            DType::I32,
+            DType::I64,
+            DType::Bool,
+            DType::F64,
+        ] {
+            for (n, m) in [
+                (0, None),
+                (1, None),
+                (3, None),
+                (2, Some(4)),
+                (4, Some(2)),
+                (3, Some(0)),
+            ] {
+                let e = Tensor::eye(n, m, dtype, dev).unwrap();
+                let cols = m.unwrap_or(n);
+                assert_eq!(e.shape(), &[n, cols]);
+                assert_eq!(e.dtype(), dtype);
+                let want: Vec<f64> = (0..n * cols)
+                    .map(|k| f64::from(u8::from(k / cols == k % cols)))
+                    .collect();
+                let got = if dtype == DType::Bool {
+                    e.to_bool_vec()
+                        .unwrap()
+                        .iter()
+                        .map(|&b| f64::from(u8::from(b)))
+                        .collect()
+                } else {
+                    f64s(&e)
+                };
+                assert_eq!(got, want, "{dev:?} {dtype} {n} {m:?}");
+            }
+        }
+        for (start, end, steps) in [
+            (0.0, 1.0, 5),
+            (-3.0, 7.0, 11),
+            (2.0, -2.0, 4),
+            (1.5, 1.5, 1),
+            (0.0, 9.0, 0),
+        ] {
+            let x = Tensor::linspace(start, end, steps, DType::F32, dev).unwrap();
+            let got = f64s(&x);
+            assert_eq!(got.len(), steps);
+            let step = if steps > 1 {
+                (end - start) / (steps - 1) as f64
+            } else {
+                0.0
+            };
+            for (i, g) in got.iter().enumerate() {
+                let w = start + step * i as f64;
+                assert!(
+                    (g - w).abs() <= 4.0 * f32::EPSILON as f64 * w.abs().max(1.0),
+                    "{g} vs {w}"
+                );
+            }
+            if steps > 1 {
+                assert_eq!((got[0], got[steps - 1]), (start, end), "the ends are exact");
+            }
+        }
+        let ints = Tensor::linspace(0.0, 10.0, 4, DType::I64, dev).unwrap();
+        assert_eq!(ints.to_vec::<i64>().unwrap(), [0, 3, 6, 10]);
+        let l = Tensor::logspace(-1.0, 2.0, 4, 10.0, DType::F64, dev).unwrap();
+        let got = l.to_vec::<f64>().unwrap();
+        for (g, w) in got.iter().zip([0.1, 1.0, 10.0, 100.0]) {
+            assert!((g - w).abs() <= 1e-12 * w, "{g} vs {w}");
+        }
+        assert!(Tensor::linspace(0.0, f64::INFINITY, 3, DType::F32, dev).is_err());
+        assert!(Tensor::linspace(0.0, 1.0, 3, DType::Bool, dev).is_err());
+        assert!(Tensor::linspace(0.0, 1e10, 3, DType::I32, dev).is_err());
+        assert!(Tensor::logspace(0.0, 1.0, 3, f64::NAN, DType::F32, dev).is_err());
+    }
+}
+
+#[test]
+fn sin_and_cos_of_known_angles() {
+    let _release = Release;
+    for dev in devices() {
+        for dtype in FLOATS {
+            let angles = [0.0, std::f64::consts::FRAC_PI_6, 1.0, -2.5, 10.0];
+            let (t, held) = tensor(&angles, &[5], dtype, dev);
+            for (got, f) in [
+                (t.sin().unwrap(), f64::sin as fn(f64) -> f64),
+                (t.cos().unwrap(), f64::cos),
+            ] {
+                for (g, x) in f64s(&got).iter().zip(&held) {
+                    let w = f(*x);
+                    assert!(
+                        (g - w).abs() <= 2.0 * eps(dtype) * w.abs().max(f32::EPSILON as f64),
+                        "{dtype} {x}: {g} vs {w}"
+                    );
+                }
+            }
+        }
+        let i = Tensor::from_slice(&[1i32], [1], dev).unwrap();
+        assert!(i.sin().is_err() && i.cos().is_err());
+    }
+}
+
+#[test]
+fn cumsum_matches_the_f64_reference() {
+    let _release = Release;
+    let mut rng = Lcg(5);
+    for dev in devices() {
+        for dtype in DTYPES {
+            for shape in SHAPES {
+                let n: usize = shape.iter().product();
+                let vals: Vec<f64> = (0..n)
+                    .map(|_| {
+                        let v = (rng.next() - 0.5) * 20.0;
+                        if dtype.is_float() { v } else { v.trunc() }
+                    })
+                    .collect();
+                let (t, held) = tensor(&vals, shape, dtype, dev);
+                let out_dtype = if dtype.is_float() { dtype } else { DType::I64 };
+                for (view, x) in views(&t, &held) {
+                    let rank = view.dim();
+                    let dims: Vec<isize> = if rank == 0 {
+                        vec![0, -1]
+                    } else {
+                        (-(rank as isize)..rank as isize).collect()
+                    };
+                    for dim in dims {
+                        let got = view.cumsum(dim).unwrap();
+                        assert_eq!(got.shape(), view.shape());
+                        assert_eq!(got.dtype(), out_dtype);
+                        let shp = view.shape().to_vec();
+                        let d = if rank == 0 {
+                            0
+                        } else {
+                            dim.rem_euclid(rank as isize) as usize
+                        };
+                        let (outer, r, inner) = if rank == 0 {
+                            (1, 1, 1)
+                        } else {
+                            (
+                                shp[..d].iter().product::<usize>(),
+                                shp[d],
+                                shp[d + 1..].iter().product::<usize>(),
+                            )
+                        };
+                        let got = f64s(&got);
+                        for o in 0..outer {
+                            for c in 0..inner {
+                                let (mut sum, mut abs) = (0.0, 0.0);
+                                for k in 0..r {
+                                    let at = (o * r + k) * inner + c;
+                                    sum += x[at];
+                                    abs += x[at].abs();
+                                    // f32 running sums, then the output's rounding.
+                                    let tol = (k + 1) as f64 * f32::EPSILON as f64 * abs
+                                        + eps(dtype) * sum.abs();
+                                    assert!(
+                                        (got[at] - sum).abs() <= tol,
+                                        "{dev:?} {dtype} {shape:?} dim {dim}: [{o}, {k}, {c}] {} vs {sum}",
+                                        got[at]
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let t = Tensor::from_slice(&[1.0f32, 2.0], [2], dev).unwrap();
+        assert!(t.cumsum(1).is_err() && t.cumsum(-2).is_err());
+        let b = Tensor::from_bools(&[true], [1], dev).unwrap();
+        assert!(b.cumsum(0).is_err());
+    }
+}
+
+/// Row-major coordinates of position `i` of `shape`.
+fn coords(mut i: usize, shape: &[usize]) -> Vec<usize> {
+    let mut c = vec![0; shape.len()];
+    for d in (0..shape.len()).rev() {
+        c[d] = i % shape[d];
+        i /= shape[d];
+    }
+    c
+}
+
+fn flat(c: &[usize], shape: &[usize]) -> usize {
+    c.iter().zip(shape).fold(0, |acc, (&x, &s)| acc * s + x)
+}
+
+const ALONG_SHAPES: &[&[usize]] = &[&[], &[5], &[4, 6], &[3, 4, 5], &[2, 0, 3]];
+
+#[test]
+fn gather_index_select_scatter_and_scatter_add_match_the_reference() {
+    let _release = Release;
+    let mut rng = Lcg(6);
+    for dev in devices() {
+        for dtype in DTYPES {
+            for shape in ALONG_SHAPES {
+                let rank = shape.len();
+                let n: usize = shape.iter().product();
+                // Whole numbers: exact sums in every dtype, whatever the order.
+                let vals: Vec<f64> = (0..n).map(|_| (rng.next() * 16.0).trunc() - 8.0).collect();
+                let (t, held) = tensor(&vals, shape, dtype, dev);
+                let mut cases = vec![(t.clone(), held.clone(), shape.to_vec())];
+                if rank >= 2 {
+                    let tt = t.transpose(0, -1).unwrap();
+                    let v = f64s(&tt);
+                    cases.push((tt.clone(), v, tt.shape().to_vec()));
+                }
+                for (x, xv, xs) in cases {
+                    let dims: Vec<isize> = if rank == 0 {
+                        vec![0, -1]
+                    } else {
+                        (-(rank as isize)..rank as isize).collect()
+                    };
+                    for dim in dims {
+                        let d = if rank == 0 {
+                            0
+                        } else {
+                            dim.rem_euclid(rank as isize) as usize
+                        };
+                        let size = xs.get(d).copied().unwrap_or(1);
+                        // An index no larger than x: one fewer along the other dims when it can.
+                        let ishape: Vec<usize> = (0..rank)
+                            .map(|k| {
+                                if k == d {
+                                    size + 2
+                                } else {
+                                    xs[k].saturating_sub(1).max(usize::from(xs[k] > 0))
+                                }
+                            })
+                            .collect();
+                        let ni: usize = ishape.iter().product();
+                        let ivals: Vec<i64> = (0..ni)
+                            .map(|_| {
+                                if size == 0 {
+                                    0
+                                } else {
+                                    (rng.next() * size as f64) as i64
+                                }
+                            })
+                            .collect();
+                        if size == 0 && ni > 0 {
+                            continue;
+                        }
+                        let index = Tensor::from_slice(&ivals, &ishape[..], dev).unwrap();
+                        // gather
+                        let got = x.gather(dim, &index).unwrap();
+                        assert_eq!(got.shape(), &ishape[..]);
+                        let want: Vec<f64> = (0..ni)
+                            .map(|i| {
+                                let mut c = coords(i, &ishape);
+                                if rank > 0 {
+                                    c[d] = ivals[i] as usize;
+                                }
+                                xv[flat(&c, &xs)]
+                            })
+                            .collect();
+                        assert_eq!(f64s(&got), want, "gather {dev:?} {dtype} {xs:?} dim {dim}");
+                        // index_select with a 1-D index along d
+                        if rank > 0 {
+                            let sel: Vec<i64> = ivals.iter().take(size + 1).copied().collect();
+                            let si = Tensor::from_slice(&sel, [sel.len()], dev).unwrap();
+                            let got = x.index_select(dim, &si).unwrap();
+                            let mut oshape = xs.clone();
+                            oshape[d] = sel.len();
+                            assert_eq!(got.shape(), &oshape[..]);
+                            let no: usize = oshape.iter().product();
+                            let want: Vec<f64> = (0..no)
+                                .map(|i| {
+                                    let mut c = coords(i, &oshape);
+                                    c[d] = sel[c[d]] as usize;
+                                    xv[flat(&c, &xs)]
+                                })
+                                .collect();
+                            assert_eq!(
+                                f64s(&got),
+                                want,
+                                "index_select {dev:?} {dtype} {xs:?} dim {dim}"
+                            );
+                            let si32 = si.to_dtype(DType::I32).unwrap();
+                            assert_eq!(f64s(&x.index_select(dim, &si32).unwrap()), want);
+                        }
+                        // scatter_add of an index into a target of x's shape (repeats summed)
+                        let src_vals: Vec<f64> =
+                            (0..ni).map(|_| (rng.next() * 8.0).trunc()).collect();
+                        let (src, src_held) = tensor(&src_vals, &ishape, dtype, dev);
+                        let mut want = xv.clone();
+                        for i in 0..ni {
+                            let mut c = coords(i, &ishape);
+                            if rank > 0 {
+                                c[d] = ivals[i] as usize;
+                            }
+                            want[flat(&c, &xs)] += src_held[i];
+                        }
+                        let got = x.scatter_add(dim, &index, &src).unwrap();
+                        assert_eq!(got.shape(), &xs[..]);
+                        let got = f64s(&got);
+                        // Small whole numbers: every partial sum is exact in every dtype.
+                        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+                            assert_eq!(g, w, "scatter_add {dev:?} {dtype} {xs:?} dim {dim} at {k}");
+                        }
+                        assert_eq!(f64s(&x), xv, "the target is unchanged");
+                        // scatter with distinct targets: each line's index a permutation prefix
+                        if rank > 0 && size > 0 {
+                            let pshape: Vec<usize> = (0..rank)
+                                .map(|k| if k == d { size } else { ishape[k] })
+                                .collect();
+                            let np: usize = pshape.iter().product();
+                            let perm: Vec<i64> = (0..np)
+                                .map(|i| {
+                                    let c = coords(i, &pshape);
+                                    ((c[d] + c.iter().sum::<usize>()) % size) as i64
+                                })
+                                .collect();
+                            let pidx = Tensor::from_slice(&perm, &pshape[..], dev).unwrap();
+                            let pv: Vec<f64> = (0..np).map(|i| i as f64 % 50.0).collect();
+                            let (psrc, pheld) = tensor(&pv, &pshape, dtype, dev);
+                            let mut want = xv.clone();
+                            for i in 0..np {
+                                let mut c = coords(i, &pshape);
+                                c[d] = perm[i] as usize;
+                                want[flat(&c, &xs)] = pheld[i];
+                            }
+                            let got = x.scatter(dim, &pidx, &psrc).unwrap();
+                            assert_eq!(
+                                f64s(&got),
+                                want,
+                                "scatter {dev:?} {dtype} {xs:?} dim {dim}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn index_ops_reject_bad_indices_and_shapes() {
+    let _release = Release;
+    for dev in devices() {
+        let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], [2, 3], dev).unwrap();
+        let i = |v: &[i64], s: &[usize]| Tensor::from_slice(v, s, dev).unwrap();
+        // Out of range (negative too), on the host and on the device.
+        for bad in [3i64, -1, i64::MAX, i64::MIN] {
+            let e = x.gather(1, &i(&[0, bad], &[1, 2])).unwrap_err();
+            assert!(e.to_string().contains("out of bounds"), "{dev:?}: {e}");
+            assert!(x.index_select(1, &i(&[bad], &[1])).is_err());
+            let src = Tensor::ones([1, 2], DType::F32, dev).unwrap();
+            assert!(x.scatter(1, &i(&[bad, 0], &[1, 2]), &src).is_err());
+            assert!(x.scatter_add(1, &i(&[0, bad], &[1, 2]), &src).is_err());
+            assert_eq!(x.to_vec::<f32>().unwrap(), [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        }
+        // Wrong dtypes, ranks, shapes and dims.
+        let f = Tensor::from_slice(&[0.0f32], [1, 1], dev).unwrap();
+        assert!(x.gather(1, &f).is_err());
+        assert!(x.gather(1, &i(&[0], &[1])).is_err());
+        assert!(x.gather(1, &i(&[0; 3], &[3, 1])).is_err());
+        assert!(x.gather(2, &i(&[0], &[1, 1])).is_err());
+        assert!(x.index_select(0, &i(&[0; 4], &[2, 2])).is_err());
+        assert!(x.index_select(0, &f).is_err());
+        let src = Tensor::ones([1, 1], DType::F64, dev).unwrap();
+        assert!(x.scatter(1, &i(&[0], &[1, 1]), &src).is_err());
+        let small = Tensor::ones([1, 1], DType::F32, dev).unwrap();
+        assert!(x.scatter(1, &i(&[0, 1], &[1, 2]), &small).is_err());
+        let b = Tensor::from_bools(&[true, false], [2], dev).unwrap();
+        let one = Tensor::from_bools(&[true], [1], dev).unwrap();
+        assert!(b.scatter_add(0, &i(&[0], &[1]), &one).is_err());
+        assert_eq!(
+            b.scatter(0, &i(&[1], &[1]), &one)
+                .unwrap()
+                .to_bool_vec()
+                .unwrap(),
+            [true, true]
+        );
+    }
+}
+
+/// The stable order of `g` (ascending or descending), NaN after every number, -0.0 == +0.0.
+fn sorted_positions(g: &[f64], descending: bool) -> Vec<usize> {
+    let key = |v: f64| if v.is_nan() { (1, 0.0) } else { (0, v) };
+    let mut p: Vec<usize> = (0..g.len()).collect();
+    p.sort_by(|&a, &b| {
+        let (x, y) = if descending {
+            (key(g[b]), key(g[a]))
+        } else {
+            (key(g[a]), key(g[b]))
+        };
+        x.partial_cmp(&y).unwrap()
+    });
+    p
+}
+
+#[test]
+fn sort_argsort_and_topk_match_the_reference() {
+    let _release = Release;
+    let mut rng = Lcg(7);
+    let shapes: &[&[usize]] = &[
+        &[],
+        &[0],
+        &[1],
+        &[9],
+        &[4, 7],
+        &[3, 0],
+        &[2, 3, 5],
+        &[2, 3000],
+        &[3, 2049],
+    ];
+    for dev in devices() {
+        for dtype in DTYPES {
+            for shape in shapes {
+                let n: usize = shape.iter().product();
+                // Few distinct values (ties), NaNs and signed zeros for floats.
+                let vals: Vec<f64> = (0..n)
+                    .map(|_| {
+                        let r = rng.next();
+                        if dtype.is_float() && r < 0.05 {
+                            f64::NAN
+                        } else if dtype.is_float() && r < 0.1 {
+                            -0.0
+                        } else {
+                            ((r * 12.0).trunc() - 6.0) * if dtype.is_float() { 0.5 } else { 1.0 }
+                        }
+                    })
+                    .collect();
+                let (t, _) = tensor(&vals, shape, dtype, dev);
+                for (x, xv) in views(&t, &vals) {
+                    let xs = x.shape().to_vec();
+                    let rank = xs.len();
+                    let dims: Vec<isize> = if rank == 0 {
+                        vec![0]
+                    } else {
+                        (-(rank as isize)..rank as isize).collect()
+                    };
+                    for dim in dims {
+                        for descending in [false, true] {
+                            let (v, i) = x.sort(dim, descending).unwrap();
+                            assert_eq!(v.shape(), &xs[..]);
+                            assert_eq!(i.dtype(), DType::I64);
+                            let (gv, gi) = (f64s(&v), i.to_vec::<i64>().unwrap());
+                            let d = if rank == 0 {
+                                0
+                            } else {
+                                dim.rem_euclid(rank as isize) as usize
+                            };
+                            let size = xs.get(d).copied().unwrap_or(1);
+                            let stride: usize = xs.get(d + 1..).map_or(1, |s| s.iter().product());
+                            // Each line along d: its values and positions.
+                            for line in 0..n / size.max(1) {
+                                let (o, c) = (line / stride, line % stride);
+                                let at = |k: usize| (o * size + k) * stride + c;
+                                let g: Vec<f64> = (0..size).map(|k| xv[at(k)]).collect();
+                                let want = sorted_positions(&g, descending);
+                                for (k, &p) in want.iter().enumerate() {
+                                    assert_eq!(
+                                        gi[at(k)],
+                                        p as i64,
+                                        "{dev:?} {dtype} {xs:?} dim {dim} desc {descending}"
+                                    );
+                                    let (a, b) = (gv[at(k)], g[p]);
+                                    assert!(
+                                        a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+                                    );
+                                }
+                            }
+                            assert_eq!(
+                                x.argsort(dim, descending).unwrap().to_vec::<i64>().unwrap(),
+                                gi
+                            );
+                            if rank > 0 {
+                                let k = size.min(3);
+                                let (tv, ti) = x.topk(k, dim, descending, true).unwrap();
+                                let want_v = v.narrow(d as isize, 0, k).unwrap();
+                                let want_i = i.narrow(d as isize, 0, k).unwrap();
+                                assert_eq!(
+                                    ti.to_vec::<i64>().unwrap(),
+                                    want_i.to_vec::<i64>().unwrap()
+                                );
+                                assert_eq!(tv.shape(), want_v.shape());
+                                assert!(x.topk(size + 1, dim, true, true).is_err());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let b = Tensor::from_bools(&[true, false], [2], dev).unwrap();
+        assert!(b.sort(0, false).is_err());
+        let f = Tensor::from_slice(&[1.0f32, 2.0], [2], dev).unwrap();
+        assert!(f.sort(1, false).is_err() && f.topk(1, -2, true, true).is_err());
+    }
+}

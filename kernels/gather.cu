@@ -1,0 +1,144 @@
+// Indexing along one dimension with int64 index tensors: `gather` (and `index_select`, a gather
+// whose index is broadcast over the other dimensions), `scatter` and `scatter_add`, by element
+// size (scatter_add by type: f32, f16, bf16, i32, i64).
+//
+// Built by `cargo xtask build-kernels` into crates/genesis-kernels/images/gather.fatbin. The CPU
+// twins are in crates/genesis-kernels/src/gather.rs.
+//
+// A `GxAlong` descriptor gives the iteration shape (rank <= 8; the gather's output, the
+// scatter's index), the element strides over it of the index, of the other operand (gather:
+// the source; scatter: the values) and of the target of the index (gather: the source;
+// scatter: the output), the dimension `dim` and that target's size along it. Position i is split
+// into coordinates (32-bit divisions while they fit); the index value v at the index's offset
+// must satisfy 0 <= v < size.
+//
+// Bad index values never reach memory: a gather writes 0 for them (the output is new memory),
+// a scatter skips them, and the smallest position holding one lands in *bad (atomicMin; the
+// host initialises it to all ones and reads it back to report the error, discarding the
+// result). The output of a scatter is a new copy of the target, so nothing the caller holds is
+// written before the error is known.
+//
+// scatter: when several positions write one element, which value lands is unspecified (as in
+// PyTorch). scatter_add: atomic adds (f16/bf16 in their own precision, as PyTorch's), so float
+// sums depend on the order of arrival; integers wrap.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#define GA_MAX_DIMS 8
+#define GA_THREADS 256
+
+struct GxAlong {
+    int64_t shape[GA_MAX_DIMS];
+    int64_t idx_stride[GA_MAX_DIMS];
+    int64_t val_stride[GA_MAX_DIMS];
+    int64_t tgt_stride[GA_MAX_DIMS];
+    int64_t size;
+    int32_t rank;
+    int32_t dim;
+};
+
+// Offsets of position i: into the index, the other operand, and the target without the
+// indexed dimension's term.
+__device__ __forceinline__ void ga_offsets(const GxAlong &d, uint64_t i, int64_t &oi, int64_t &ov, int64_t &ot) {
+    uint64_t rem = i;
+    oi = ov = ot = 0;
+    for (int r = d.rank - 1; r >= 0; --r) {
+        const uint64_t sz = (uint64_t)d.shape[r];
+        uint64_t c;
+        if (((rem | sz) >> 32) == 0) {
+            const uint32_t r32 = (uint32_t)rem, s32 = (uint32_t)sz;
+            c = r32 % s32;
+            rem = r32 / s32;
+        } else {
+            c = rem % sz;
+            rem /= sz;
+        }
+        oi += (int64_t)c * d.idx_stride[r];
+        ov += (int64_t)c * d.val_stride[r];
+        if (r != d.dim) ot += (int64_t)c * d.tgt_stride[r];
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void gather_impl(const T *src, T *out, const int64_t *idx, uint64_t n, GxAlong d,
+                                            unsigned long long *bad) {
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        int64_t oi, ov, ot;
+        ga_offsets(d, i, oi, ov, ot);
+        const int64_t v = idx[oi];
+        if (v < 0 || v >= d.size) {
+            atomicMin(bad, (unsigned long long)i);
+            out[i] = T();
+        } else {
+            out[i] = src[ot + v * d.tgt_stride[d.dim]];
+        }
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void scatter_impl(T *out, const T *vals, const int64_t *idx, uint64_t n, GxAlong d,
+                                             unsigned long long *bad) {
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        int64_t oi, ov, ot;
+        ga_offsets(d, i, oi, ov, ot);
+        const int64_t v = idx[oi];
+        if (v < 0 || v >= d.size)
+            atomicMin(bad, (unsigned long long)i);
+        else
+            out[ot + v * d.tgt_stride[d.dim]] = vals[ov];
+    }
+}
+
+__device__ __forceinline__ void atomic_add(float *p, float v) { atomicAdd(p, v); }
+__device__ __forceinline__ void atomic_add(__half *p, __half v) { atomicAdd(p, v); }
+__device__ __forceinline__ void atomic_add(__nv_bfloat16 *p, __nv_bfloat16 v) { atomicAdd(p, v); }
+__device__ __forceinline__ void atomic_add(int32_t *p, int32_t v) { atomicAdd(p, v); }
+__device__ __forceinline__ void atomic_add(int64_t *p, int64_t v) {
+    atomicAdd(reinterpret_cast<unsigned long long *>(p), (unsigned long long)v);
+}
+
+template <typename T>
+__device__ __forceinline__ void scatter_add_impl(T *out, const T *vals, const int64_t *idx, uint64_t n, GxAlong d,
+                                                 unsigned long long *bad) {
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        int64_t oi, ov, ot;
+        ga_offsets(d, i, oi, ov, ot);
+        const int64_t v = idx[oi];
+        if (v < 0 || v >= d.size)
+            atomicMin(bad, (unsigned long long)i);
+        else
+            atomic_add(out + ot + v * d.tgt_stride[d.dim], vals[ov]);
+    }
+}
+
+#define GA_BY_SIZE(E, T)                                                                                  \
+    extern "C" __global__ void __launch_bounds__(GA_THREADS)                                              \
+        along_gather_e##E(const T *src, T *out, const int64_t *idx, uint64_t n, const __grid_constant__ GxAlong d, \
+                          unsigned long long *bad) {                                                      \
+        gather_impl<T>(src, out, idx, n, d, bad);                                                         \
+    }                                                                                                     \
+    extern "C" __global__ void __launch_bounds__(GA_THREADS)                                              \
+        along_scatter_e##E(T *out, const T *vals, const int64_t *idx, uint64_t n, const __grid_constant__ GxAlong d, \
+                           unsigned long long *bad) {                                                     \
+        scatter_impl<T>(out, vals, idx, n, d, bad);                                                       \
+    }
+GA_BY_SIZE(1, uint8_t)
+GA_BY_SIZE(2, uint16_t)
+GA_BY_SIZE(4, uint32_t)
+GA_BY_SIZE(8, unsigned long long)
+
+#define GA_ADD(NAME, T)                                                                                   \
+    extern "C" __global__ void __launch_bounds__(GA_THREADS)                                              \
+        along_scatter_add_##NAME(T *out, const T *vals, const int64_t *idx, uint64_t n,                   \
+                                 const __grid_constant__ GxAlong d, unsigned long long *bad) {            \
+        scatter_add_impl<T>(out, vals, idx, n, d, bad);                                                   \
+    }
+GA_ADD(f32, float)
+GA_ADD(f16, __half)
+GA_ADD(bf16, __nv_bfloat16)
+GA_ADD(i32, int32_t)
+GA_ADD(i64, int64_t)

@@ -1,0 +1,224 @@
+// Scan kernels of Genesis: the inclusive prefix sum (`cumsum`) along one axis of a contiguous
+// array seen as [outer, r, inner], for f32, f16, bf16 (accumulated in f32, written in the input
+// type) and i32, i64 (accumulated in i64 with wrapping, written as i64: PyTorch's rule).
+//
+// Built by `cargo xtask build-kernels` into crates/genesis-kernels/images/scan.fatbin. The CPU
+// twin is `cumsum` in crates/genesis-kernels/src/scan.rs, which sums in the same order for
+// integers (exact) and in f64 for floats (the two agree within the f32 rounding of a sum).
+//
+// inner == 1 (`scan_rows_*`): each row is cut into `chunks` chunks of `chunk` elements; block b
+// scans chunk b % chunks of row b / chunks in tiles of SC_THREADS * SC_ITEMS elements: a
+// coalesced load of the tile into shared memory (padded against bank conflicts), a sequential
+// scan of SC_ITEMS consecutive
+// values per thread, a warp scan (shuffles) of the thread totals and a scan of the warp totals,
+// then a coalesced store; the running total carries from tile to tile. One chunk a row (many
+// rows: the launcher's choice when there are rows for every multiprocessor) reads the input
+// once and writes the output once. With several chunks a row (few long rows), `scan_sums_*`
+// first sums each chunk, `scan_carry` turns each row's chunk sums into exclusive prefix sums
+// (one thread a row, in order), and the scan starts each chunk from its carry: the input is
+// read twice.
+//
+// inner > 1 (`scan_cols_*`): a thread per column (o, c), in order along r; the threads of a warp
+// read adjacent columns (coalesced). Fast when outer * inner fills the device; a few long
+// columns are slow (one thread each).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#define SC_THREADS 256
+#define SC_WARPS (SC_THREADS / 32)
+#define SC_ITEMS 8
+#define SC_TILE (SC_THREADS * SC_ITEMS)
+// Shared-memory slot of tile element i: one pad word every 32, so that the threads of a warp
+// reading SC_ITEMS consecutive elements each hit distinct banks.
+#define SC_PAD(i) ((i) + ((i) >> 5))
+
+typedef long long i64;
+
+template <typename T> struct Sc;
+template <> struct Sc<float> {
+    typedef float A;
+    typedef float O;
+    static __device__ __forceinline__ float load(float x) { return x; }
+    static __device__ __forceinline__ float store(float a) { return a; }
+    static __device__ __forceinline__ float add(float a, float b) { return a + b; }
+};
+template <> struct Sc<__half> {
+    typedef float A;
+    typedef __half O;
+    static __device__ __forceinline__ float load(__half x) { return __half2float(x); }
+    static __device__ __forceinline__ __half store(float a) { return __float2half_rn(a); }
+    static __device__ __forceinline__ float add(float a, float b) { return a + b; }
+};
+template <> struct Sc<__nv_bfloat16> {
+    typedef float A;
+    typedef __nv_bfloat16 O;
+    static __device__ __forceinline__ float load(__nv_bfloat16 x) { return __bfloat162float(x); }
+    static __device__ __forceinline__ __nv_bfloat16 store(float a) { return __float2bfloat16_rn(a); }
+    static __device__ __forceinline__ float add(float a, float b) { return a + b; }
+};
+template <> struct Sc<int32_t> {
+    typedef i64 A;
+    typedef int64_t O;
+    static __device__ __forceinline__ i64 load(int32_t x) { return x; }
+    static __device__ __forceinline__ int64_t store(i64 a) { return a; }
+    static __device__ __forceinline__ i64 add(i64 a, i64 b) {
+        return (i64)((unsigned long long)a + (unsigned long long)b);
+    }
+};
+template <> struct Sc<int64_t> {
+    typedef i64 A;
+    typedef int64_t O;
+    static __device__ __forceinline__ i64 load(int64_t x) { return x; }
+    static __device__ __forceinline__ int64_t store(i64 a) { return a; }
+    static __device__ __forceinline__ i64 add(i64 a, i64 b) {
+        return (i64)((unsigned long long)a + (unsigned long long)b);
+    }
+};
+
+// Exclusive scan of `v` over the block's threads (in thread order): returns the sum of the
+// values of the threads before this one and sets `total` to the block's sum. Uses `warp_tot`
+// (SC_WARPS entries).
+template <typename T>
+__device__ __forceinline__ typename Sc<T>::A block_scan(typename Sc<T>::A v, typename Sc<T>::A *warp_tot,
+                                                       typename Sc<T>::A &total) {
+    typedef typename Sc<T>::A A;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+        const A o = __shfl_up_sync(0xffffffffu, v, d);
+        if (lane >= d) v = Sc<T>::add(o, v);
+    }
+    A excl = __shfl_up_sync(0xffffffffu, v, 1);
+    if (lane == 0) excl = (A)0;
+    if (lane == 31) warp_tot[warp] = v;
+    __syncthreads();
+    A before = (A)0;
+    total = (A)0;
+#pragma unroll
+    for (int w = 0; w < SC_WARPS; ++w) {
+        const A t = warp_tot[w];
+        if (w < warp) before = Sc<T>::add(before, t);
+        total = Sc<T>::add(total, t);
+    }
+    __syncthreads();
+    return Sc<T>::add(before, excl);
+}
+
+// Block b scans chunk b % chunks of row b / chunks, starting from carry[b] (when `carry` is
+// not null).
+template <typename T>
+__device__ __forceinline__ void rows_impl(const T *in, typename Sc<T>::O *out, const typename Sc<T>::A *carry,
+                                          uint64_t r, uint64_t chunks, uint64_t chunk) {
+    typedef typename Sc<T>::A A;
+    __shared__ A tile[SC_PAD(SC_TILE)];
+    __shared__ A warp_tot[SC_WARPS];
+    const uint64_t row = blockIdx.x / chunks, part = blockIdx.x % chunks;
+    const uint64_t begin = part * chunk;
+    const uint64_t end = min(r, begin + chunk);
+    const T *p = in + row * r;
+    typename Sc<T>::O *q = out + row * r;
+    A run = carry ? carry[blockIdx.x] : (A)0;
+    for (uint64_t base = begin; base < end; base += SC_TILE) {
+        const uint64_t n = min((uint64_t)SC_TILE, end - base);
+#pragma unroll
+        for (int k = 0; k < SC_ITEMS; ++k) {
+            const uint64_t i = (uint64_t)k * SC_THREADS + threadIdx.x;
+            tile[SC_PAD(i)] = i < n ? Sc<T>::load(p[base + i]) : (A)0;
+        }
+        __syncthreads();
+        A v[SC_ITEMS];
+        A sum = (A)0;
+#pragma unroll
+        for (int k = 0; k < SC_ITEMS; ++k) {
+            sum = Sc<T>::add(sum, tile[SC_PAD(threadIdx.x * SC_ITEMS + k)]);
+            v[k] = sum;
+        }
+        A total;
+        const A offset = Sc<T>::add(run, block_scan<T>(sum, warp_tot, total));
+#pragma unroll
+        for (int k = 0; k < SC_ITEMS; ++k) tile[SC_PAD(threadIdx.x * SC_ITEMS + k)] = Sc<T>::add(offset, v[k]);
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < SC_ITEMS; ++k) {
+            const uint64_t i = (uint64_t)k * SC_THREADS + threadIdx.x;
+            if (i < n) q[base + i] = Sc<T>::store(tile[SC_PAD(i)]);
+        }
+        run = Sc<T>::add(run, total);
+        __syncthreads();
+    }
+}
+
+// The sum of each chunk (block b: chunk b % chunks of row b / chunks), in the accumulator type.
+template <typename T>
+__device__ __forceinline__ void sums_impl(const T *in, typename Sc<T>::A *sums, uint64_t r, uint64_t chunks,
+                                          uint64_t chunk) {
+    typedef typename Sc<T>::A A;
+    __shared__ A warp_tot[SC_WARPS];
+    const uint64_t row = blockIdx.x / chunks, part = blockIdx.x % chunks;
+    const uint64_t begin = part * chunk;
+    const uint64_t end = min(r, begin + chunk);
+    const T *p = in + row * r;
+    A s = (A)0;
+    for (uint64_t i = begin + threadIdx.x; i < end; i += SC_THREADS) s = Sc<T>::add(s, Sc<T>::load(p[i]));
+    A total;
+    block_scan<T>(s, warp_tot, total);
+    if (threadIdx.x == 0) sums[blockIdx.x] = total;
+}
+
+// Each row's chunk sums become exclusive prefix sums, in order (thread t: row t).
+template <typename T>
+__device__ __forceinline__ void carry_impl(typename Sc<T>::A *sums, uint64_t outer, uint64_t chunks) {
+    typedef typename Sc<T>::A A;
+    const uint64_t row = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= outer) return;
+    A run = (A)0;
+    for (uint64_t c = 0; c < chunks; ++c) {
+        const A s = sums[row * chunks + c];
+        sums[row * chunks + c] = run;
+        run = Sc<T>::add(run, s);
+    }
+}
+
+// inner > 1: thread t scans column t % inner of line t / inner.
+template <typename T>
+__device__ __forceinline__ void cols_impl(const T *in, typename Sc<T>::O *out, uint64_t outer, uint64_t r,
+                                          uint64_t inner) {
+    typedef typename Sc<T>::A A;
+    const uint64_t t = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= outer * inner) return;
+    const uint64_t o = t / inner, c = t % inner;
+    const T *p = in + o * r * inner + c;
+    typename Sc<T>::O *q = out + o * r * inner + c;
+    A run = (A)0;
+#pragma unroll 4
+    for (uint64_t k = 0; k < r; ++k) {
+        run = Sc<T>::add(run, Sc<T>::load(p[k * inner]));
+        q[k * inner] = Sc<T>::store(run);
+    }
+}
+
+#define SC_KERNELS(NAME, T)                                                                              \
+    extern "C" __global__ void __launch_bounds__(SC_THREADS)                                             \
+        scan_rows_##NAME(const T *in, Sc<T>::O *out, const Sc<T>::A *carry, uint64_t r, uint64_t chunks, \
+                         uint64_t chunk) {                                                              \
+        rows_impl<T>(in, out, carry, r, chunks, chunk);                                                 \
+    }                                                                                                    \
+    extern "C" __global__ void __launch_bounds__(SC_THREADS)                                             \
+        scan_sums_##NAME(const T *in, Sc<T>::A *sums, uint64_t r, uint64_t chunks, uint64_t chunk) {     \
+        sums_impl<T>(in, sums, r, chunks, chunk);                                                       \
+    }                                                                                                    \
+    extern "C" __global__ void __launch_bounds__(SC_THREADS)                                             \
+        scan_carry_##NAME(Sc<T>::A *sums, uint64_t outer, uint64_t chunks) {                             \
+        carry_impl<T>(sums, outer, chunks);                                                             \
+    }                                                                                                    \
+    extern "C" __global__ void __launch_bounds__(SC_THREADS)                                             \
+        scan_cols_##NAME(const T *in, Sc<T>::O *out, uint64_t outer, uint64_t r, uint64_t inner) {       \
+        cols_impl<T>(in, out, outer, r, inner);                                                         \
+    }
+
+SC_KERNELS(f32, float)
+SC_KERNELS(f16, __half)
+SC_KERNELS(bf16, __nv_bfloat16)
+SC_KERNELS(i32, int32_t)
+SC_KERNELS(i64, int64_t)

@@ -153,16 +153,16 @@ impl Tensor {
     ) -> Result<(Tensor, Option<Tensor>)> {
         let name = op.name();
         // The dtypes without reduction kernels reduce exactly in a wider one: integer and bool
-        // sums in int64 (their result dtype), max/min (and their indices) in int32, converted
-        // back. Float64 reduces on the CPU in Rust's f64 (below), and is an error on CUDA
-        // (once the arguments are checked).
+        // sums and products in int64 (their result dtype), max/min (and their indices) in
+        // int32, converted back; any/all of bools have kernels. Float64 reduces on the CPU in
+        // Rust's f64 (below), and is an error on CUDA (once the arguments are checked).
         match (self.dtype(), op) {
-            (DType::U8 | DType::I8 | DType::I16 | DType::Bool, ReduceOp::Sum) => {
+            (DType::U8 | DType::I8 | DType::I16 | DType::Bool, ReduceOp::Sum | ReduceOp::Prod) => {
                 return self.to_dtype(DType::I64)?.reduce(op, dims, keepdim);
             }
             // (A mean of them is refused by the storage layer, after the arguments' checks.)
             (d @ (DType::U8 | DType::I8 | DType::I16 | DType::Bool), op)
-                if op != ReduceOp::Mean =>
+                if !matches!(op, ReduceOp::Mean | ReduceOp::Any | ReduceOp::All) =>
             {
                 let (values, indices) = self.to_dtype(DType::I32)?.reduce(op, dims, keepdim)?;
                 return Ok((values.to_dtype(d)?, indices));

@@ -12,7 +12,7 @@
 
 use genesis_kernels::gather::Along;
 use genesis_kernels::{BinaryNd, BinaryOp, CompareOp, MatmulShape, ReduceOp, ReduceShape};
-use genesis_kernels::{Rhs, Sampler, UnaryOp};
+use genesis_kernels::{Rhs, Sampler, UnaryOp, WhereNd};
 
 use crate::storage::Inner;
 use crate::{CpuStorage, DType, Error, Result, WithDType};
@@ -104,6 +104,29 @@ pub(crate) trait Backend {
         b_at: usize,
         out: &mut Self,
         len: usize,
+    ) -> Result<()>;
+
+    /// `out[i] = self[a(i)] op (b[b(i)] or the scalar)` as bool bytes over `desc`'s positions
+    /// (the scalar as one element's bytes).
+    fn compare_nd(
+        &self,
+        op: CompareOp,
+        dtype: DType,
+        desc: &BinaryNd,
+        b: Rhs<&Self, &[u8]>,
+        out: &mut Self,
+    ) -> Result<()>;
+
+    /// `out[i] = self[c(i)] ? (a[a(i)] or a's value) : (b[b(i)] or b's value)` over `desc`'s
+    /// positions (`self` the bool condition), elements of `elem` bytes; a value is one
+    /// element's bytes.
+    fn where_nd(
+        &self,
+        elem: usize,
+        desc: &WhereNd,
+        a: Rhs<&Self, &[u8]>,
+        b: Rhs<&Self, &[u8]>,
+        out: &mut Self,
     ) -> Result<()>;
 
     /// `self[i] = value` (one element's bytes) for `i < len`.
@@ -409,6 +432,64 @@ impl Backend for [u8] {
             genesis_kernels::cpu::compare::<T>(op, a, b, host_mut::<u8>(out, 0, len)?)?;
             Ok(())
         }, _ => Err(unsupported(op.name(), dtype)))
+    }
+
+    fn compare_nd(
+        &self,
+        op: CompareOp,
+        dtype: DType,
+        desc: &BinaryNd,
+        b: Rhs<&[u8], &[u8]>,
+        out: &mut [u8],
+    ) -> Result<()> {
+        crate::dispatch_kernel_dtype!(dtype, T => {
+            let a = host::<T>(self, 0, self.len() / size_of::<T>())?;
+            let b = match b {
+                Rhs::Tensor(b) => Rhs::Tensor(host::<T>(b, 0, b.len() / size_of::<T>())?),
+                Rhs::Scalar(s) => Rhs::Scalar(host::<T>(s, 0, 1)?[0]),
+            };
+            let out = host_mut::<u8>(out, 0, desc.numel())?;
+            genesis_kernels::nd::compare_nd::<T>(op, desc, a, b, out)?;
+            Ok(())
+        }, _ => Err(unsupported(op.name(), dtype)))
+    }
+
+    fn where_nd(
+        &self,
+        elem: usize,
+        desc: &WhereNd,
+        a: Rhs<&[u8], &[u8]>,
+        b: Rhs<&[u8], &[u8]>,
+        out: &mut [u8],
+    ) -> Result<()> {
+        fn run<T: WithDType>(
+            cond: &[u8],
+            desc: &WhereNd,
+            a: Rhs<&[u8], &[u8]>,
+            b: Rhs<&[u8], &[u8]>,
+            out: &mut [u8],
+        ) -> Result<()> {
+            fn side<'m, T: WithDType>(r: Rhs<&'m [u8], &[u8]>) -> Result<Rhs<&'m [T], T>> {
+                Ok(match r {
+                    Rhs::Tensor(m) => Rhs::Tensor(host::<T>(m, 0, m.len() / size_of::<T>())?),
+                    Rhs::Scalar(s) => Rhs::Scalar(host::<T>(s, 0, 1)?[0]),
+                })
+            }
+            let out = host_mut::<T>(out, 0, desc.numel())?;
+            genesis_kernels::nd::where_nd::<T>(desc, cond, side::<T>(a)?, side::<T>(b)?, out)?;
+            Ok(())
+        }
+        // A pure selection of bits: integer carriers of each size (no invalid bit patterns).
+        match elem {
+            1 => run::<u8>(self, desc, a, b, out),
+            2 => run::<i16>(self, desc, a, b, out),
+            4 => run::<i32>(self, desc, a, b, out),
+            8 => run::<i64>(self, desc, a, b, out),
+            _ => Err(Error::Kernel(genesis_kernels::Error::Unsupported {
+                op: "where",
+                reason: format!("element size {elem}"),
+            })),
+        }
     }
 
     fn select(

@@ -4,7 +4,7 @@
 
 use genesis_kernels::gather::Along;
 use genesis_kernels::{BinaryNd, BinaryOp, CompareOp, MatmulShape, ReduceOp, ReduceShape};
-use genesis_kernels::{Rhs, Sampler, UnaryOp};
+use genesis_kernels::{Rhs, Sampler, UnaryOp, WhereNd};
 
 use crate::backend::Backend;
 use crate::storage::Inner;
@@ -182,6 +182,28 @@ impl Backend for CudaMem {
         _: &CudaMem,
         _: usize,
         _: usize,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn compare_nd(
+        &self,
+        _: CompareOp,
+        _: DType,
+        _: &BinaryNd,
+        _: Rhs<&CudaMem, &[u8]>,
+        _: &mut CudaMem,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn where_nd(
+        &self,
+        _: usize,
+        _: &WhereNd,
+        _: Rhs<&CudaMem, &[u8]>,
+        _: Rhs<&CudaMem, &[u8]>,
+        _: &mut CudaMem,
     ) -> Result<()> {
         match *self {}
     }

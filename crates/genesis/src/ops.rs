@@ -1,7 +1,10 @@
 //! Comparisons to bools, `where`, `pow`, and the `_out` forms that write into a given tensor.
 
+use genesis_storage::{BinaryRhs, Layout, Storage};
+
+use crate::args::scalar_storage;
 use crate::promote::{has_kernels, where_type};
-use crate::tensor::{broadcast_shape, numel_of};
+use crate::tensor::broadcast_shape;
 use crate::{
     BinaryOp, CompareOp, DType, Error, Operand, OperandRef, Result, Scalar, Tensor, UnaryOp,
 };
@@ -62,10 +65,17 @@ impl Tensor {
         let name = op.name();
         self.check_operands(name, other)?;
         let shape = broadcast_shape(name, self.shape(), other.shape())?;
-        let (a, a_start) = self.dense_operand(&shape)?;
-        let (b, b_start) = other.dense_operand(&shape)?;
-        let n = numel_of(name, &shape)?;
-        Tensor::from_storage(a.compare_at(op, a_start, &b, b_start, n)?, &shape)
+        // Both operands are read in place through their layouts (stride 0 where broadcast).
+        let (la, lb) = (
+            self.layout().expand(&shape)?,
+            other.layout().expand(&shape)?,
+        );
+        let out = self.view.storage().compare_strided(
+            op,
+            &la,
+            BinaryRhs::Tensor(other.view.storage(), &lb),
+        )?;
+        Tensor::from_storage(out, &shape)
     }
 
     /// `op(self, other)` for a tensor or a scalar (promoted as PyTorch does).
@@ -114,7 +124,9 @@ impl Tensor {
         }
         let (a, b) = (a.operand(), b.operand());
         let r = where_type(a, b);
-        let as_tensor = |o: OperandRef<'_>| -> Result<Tensor> {
+        // A tensor value in the result dtype, or a scalar as one host element of it (passed to
+        // the kernel as an argument).
+        let value = |o: OperandRef<'_>| -> Result<WhereValue> {
             match o {
                 OperandRef::Tensor(t) => {
                     if t.device() != cond.device() {
@@ -124,20 +136,21 @@ impl Tensor {
                             rhs: t.device(),
                         });
                     }
-                    t.cast_to(r)
+                    Ok(WhereValue::Tensor(t.cast_to(r)?))
                 }
-                OperandRef::Scalar(v) => Tensor::scalar_on(name, r, v, cond.device()),
+                OperandRef::Scalar(v) => Ok(WhereValue::Scalar(scalar_storage(name, r, v)?)),
             }
         };
-        let (a, b) = (as_tensor(a)?, as_tensor(b)?);
+        let (a, b) = (value(a)?, value(b)?);
         let shape = broadcast_shape(name, a.shape(), b.shape())?;
         let shape = broadcast_shape(name, cond.shape(), &shape)?;
-        let (c, c_start) = cond.dense_operand(&shape)?;
-        let (x, x_start) = a.dense_operand(&shape)?;
-        let (y, y_start) = b.dense_operand(&shape)?;
-        let n = numel_of(name, &shape)?;
-        let out =
-            genesis_storage::Storage::select_at((&c, c_start), (&x, x_start), (&y, y_start), n)?;
+        // Everything is read in place through its layout (stride 0 where broadcast).
+        let (la, lb) = (a.layout(&shape)?, b.layout(&shape)?);
+        let out = genesis_storage::Storage::select_strided(
+            (cond.view.storage(), &cond.layout().expand(&shape)?),
+            a.rhs(la.as_ref()),
+            b.rhs(lb.as_ref()),
+        )?;
         Tensor::from_storage(out, &shape)
     }
 
@@ -269,4 +282,36 @@ pub(crate) fn check_out_shape(
         });
     }
     like.check_operands(op, out)
+}
+
+/// A value of [`Tensor::where_cond`]: a tensor in the result dtype or a scalar as one host
+/// element of it.
+enum WhereValue {
+    Tensor(Tensor),
+    Scalar(Storage),
+}
+
+impl WhereValue {
+    fn shape(&self) -> &[usize] {
+        match self {
+            WhereValue::Tensor(t) => t.shape(),
+            WhereValue::Scalar(_) => &[],
+        }
+    }
+
+    /// A tensor's layout expanded to `shape` (`None` for a scalar).
+    fn layout(&self, shape: &[usize]) -> Result<Option<Layout>> {
+        Ok(match self {
+            WhereValue::Tensor(t) => Some(t.layout().expand(shape)?),
+            WhereValue::Scalar(_) => None,
+        })
+    }
+
+    fn rhs<'a>(&'a self, layout: Option<&'a Layout>) -> BinaryRhs<'a> {
+        match (self, layout) {
+            (WhereValue::Tensor(t), Some(l)) => BinaryRhs::Tensor(t.view.storage(), l),
+            (WhereValue::Tensor(t), None) => BinaryRhs::Tensor(t.view.storage(), t.layout()),
+            (WhereValue::Scalar(s), _) => BinaryRhs::Scalar(s),
+        }
+    }
 }

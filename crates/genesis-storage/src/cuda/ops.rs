@@ -3,7 +3,7 @@
 
 use genesis_kernels::gather::Along;
 use genesis_kernels::{BinaryNd, BinaryOp, CompareOp, MatmulShape, ReduceOp, ReduceShape};
-use genesis_kernels::{Rhs, Sampler, UnaryOp, gpu};
+use genesis_kernels::{Rhs, Sampler, UnaryOp, WhereNd, gpu};
 
 use super::{CudaMem, Queue, queue_on};
 use crate::backend::Backend;
@@ -212,6 +212,72 @@ impl Backend for CudaMem {
             elements(a, elem, a_at, len)?,
             elements(b, elem, b_at, len)?,
             out.span_mut::<u8>(bytes)?,
+        )?;
+        Ok(())
+    }
+
+    fn compare_nd(
+        &self,
+        op: CompareOp,
+        dtype: DType,
+        desc: &BinaryNd,
+        b: Rhs<&CudaMem, &[u8]>,
+        out: &mut CudaMem,
+    ) -> Result<()> {
+        crate::dispatch_kernel_dtype!(dtype, T => {
+            let n = desc.numel();
+            let elems = |m: &CudaMem| m.capacity() / size_of::<T>();
+            let rhs = match b {
+                Rhs::Tensor(m) => Rhs::Tensor(m.span::<T>(elems(m))?),
+                Rhs::Scalar(bytes) => {
+                    let mut v = [0u8; 8];
+                    v[..size_of::<T>()].copy_from_slice(&bytes[..size_of::<T>()]);
+                    // SAFETY: as in `binary_nd`: the bytes of one value of a plain-old-data
+                    // kernel element type.
+                    Rhs::Scalar(unsafe { v.as_ptr().cast::<T>().read_unaligned() })
+                }
+            };
+            gpu::compare_nd::<T>(
+                &self.queue(),
+                op,
+                desc,
+                self.span::<T>(elems(self))?,
+                rhs,
+                out.span_mut::<u8>(n)?,
+            )?;
+            Ok(())
+        }, _ => Err(unsupported(op.name(), dtype)))
+    }
+
+    fn where_nd(
+        &self,
+        elem: usize,
+        desc: &WhereNd,
+        a: Rhs<&CudaMem, &[u8]>,
+        b: Rhs<&CudaMem, &[u8]>,
+        out: &mut CudaMem,
+    ) -> Result<()> {
+        fn side<'m>(
+            r: Rhs<&'m CudaMem, &[u8]>,
+            elem: usize,
+        ) -> Result<Rhs<genesis_cuda::DeviceSpan<'m, u8>, u64>> {
+            Ok(match r {
+                Rhs::Tensor(m) => Rhs::Tensor(m.span::<u8>(m.capacity())?),
+                Rhs::Scalar(bytes) => {
+                    let mut v = [0u8; 8];
+                    v[..elem.min(8)].copy_from_slice(&bytes[..elem.min(8)]);
+                    Rhs::Scalar(u64::from_le_bytes(v))
+                }
+            })
+        }
+        gpu::where_nd(
+            &self.queue(),
+            elem,
+            desc,
+            self.span::<u8>(self.capacity())?,
+            side(a, elem)?,
+            side(b, elem)?,
+            out.span_mut::<u8>(desc.numel() * elem)?,
         )?;
         Ok(())
     }

@@ -4,8 +4,8 @@
 use super::{Inner, Mem, MemMut, Storage, check_float_only, check_kernel_dtype, mixed};
 use crate::backend::Backend;
 use crate::layout::Layout;
-use crate::{Device, Error, Result};
-use genesis_kernels::{BinaryNd, BinaryOp, Rhs};
+use crate::{DType, Device, Error, Result};
+use genesis_kernels::{BinaryNd, BinaryOp, CompareOp, Rhs, WhereNd};
 
 /// The right operand of [`Storage::binary_strided`].
 #[derive(Debug, Clone, Copy)]
@@ -61,6 +61,135 @@ impl Storage {
             (Mem::Cuda(a), None, Some(s), MemMut::Cuda(o)) => {
                 a.binary_nd(op, dtype, &desc, Rhs::Scalar(s), o)?
             }
+            _ => return Err(mixed(name)),
+        }
+        Ok(out)
+    }
+
+    /// `self[a(i)] op rhs[b(i)]` for every position `i` of `a`'s shape as a new contiguous
+    /// `Bool` storage, the operands read in place through their layouts as in
+    /// [`Storage::binary_strided`] (a scalar `rhs` is a kernel argument). f32, f16, bf16,
+    /// i32, i64; IEEE comparisons (NaN unequal to everything). Layouts the in-place kernels do
+    /// not take go through contiguous copies.
+    #[track_caller]
+    pub fn compare_strided(
+        &self,
+        op: CompareOp,
+        a: &Layout,
+        rhs: BinaryRhs<'_>,
+    ) -> Result<Storage> {
+        let name = op.name();
+        let dtype = self.dtype;
+        let b = self.check_rhs(name, a, rhs)?;
+        a.check_bounds(self.len)?;
+        check_kernel_dtype(name, dtype)?;
+        let Ok(desc) = BinaryNd::new(a.shape(), a.strides(), a.offset(), b) else {
+            let n = a.try_numel()?;
+            let lhs = self.contiguous(a)?;
+            let rhs =
+                match rhs {
+                    BinaryRhs::Tensor(other, l) => other.contiguous(l)?,
+                    BinaryRhs::Scalar(s) => s
+                        .to_device(self.device())?
+                        .contiguous(&Layout::new(a.shape(), &vec![0; a.rank()], 0))?,
+                };
+            return lhs.compare_at(op, 0, &rhs, 0, n);
+        };
+        let mut out = Storage::uninit(desc.numel(), DType::Bool, self.device())?;
+        let scalar = match rhs {
+            BinaryRhs::Scalar(s) => s.host_bytes(),
+            BinaryRhs::Tensor(..) => None,
+        };
+        let scalar = scalar.as_deref();
+        let tensor = match rhs {
+            BinaryRhs::Tensor(o, _) => Some(o.read(name)?),
+            BinaryRhs::Scalar(_) => None,
+        };
+        let tensor = tensor.as_deref().map(Inner::mem);
+        match (self.read(name)?.mem(), tensor, scalar, out.mem_mut(name)?) {
+            (Mem::Host(a), Some(Mem::Host(b)), _, MemMut::Host(o)) => {
+                a.compare_nd(op, dtype, &desc, Rhs::Tensor(b), o)?
+            }
+            (Mem::Host(a), None, Some(s), MemMut::Host(o)) => {
+                a.compare_nd(op, dtype, &desc, Rhs::Scalar(s), o)?
+            }
+            (Mem::Cuda(a), Some(Mem::Cuda(b)), _, MemMut::Cuda(o)) => {
+                a.compare_nd(op, dtype, &desc, Rhs::Tensor(b), o)?
+            }
+            (Mem::Cuda(a), None, Some(s), MemMut::Cuda(o)) => {
+                a.compare_nd(op, dtype, &desc, Rhs::Scalar(s), o)?
+            }
+            _ => return Err(mixed(name)),
+        }
+        Ok(out)
+    }
+
+    /// `cond[c(i)] ? a[a(i)] : b[b(i)]` for every position `i` of `cond`'s layout's shape as a
+    /// new contiguous storage of `a`'s dtype: the condition (`Bool`) and both values read in
+    /// place through their layouts of that shape (stride 0 where broadcast); a value given as
+    /// [`BinaryRhs::Scalar`] (one host element of the dtype) is a kernel argument. Any dtype;
+    /// all on one device. Layouts the in-place kernel does not take go through contiguous
+    /// copies.
+    #[track_caller]
+    pub fn select_strided(
+        cond: (&Storage, &Layout),
+        a: BinaryRhs<'_>,
+        b: BinaryRhs<'_>,
+    ) -> Result<Storage> {
+        let name = "where";
+        let (c, cl) = cond;
+        if c.dtype != DType::Bool {
+            return Err(Error::UnsupportedDType {
+                op: name,
+                dtype: c.dtype,
+            });
+        }
+        cl.check_bounds(c.len)?;
+        let shape = cl.shape();
+        let (da, la) = where_value(name, c, shape, a)?;
+        let (db, lb) = where_value(name, c, shape, b)?;
+        if da != db {
+            return Err(Error::DTypeMismatch {
+                op: name,
+                lhs: da,
+                rhs: db,
+            });
+        }
+        let Ok(desc) = WhereNd::new(shape, (cl.strides(), cl.offset()), la, lb) else {
+            let n = cl.try_numel()?;
+            let (ca, cb) = (where_dense(c, shape, a)?, where_dense(c, shape, b)?);
+            return Storage::select_at((&c.contiguous(cl)?, 0), (&ca, 0), (&cb, 0), n);
+        };
+        let es = da.size();
+        let mut out = Storage::uninit(desc.numel(), da, c.device())?;
+        // Read guards of tensor values and the bytes of scalar ones, held for the launch.
+        let ga = match a {
+            BinaryRhs::Tensor(s, _) => Some(s.read(name)?),
+            BinaryRhs::Scalar(_) => None,
+        };
+        let gb = match b {
+            BinaryRhs::Tensor(s, _) => Some(s.read(name)?),
+            BinaryRhs::Scalar(_) => None,
+        };
+        let sa = match a {
+            BinaryRhs::Scalar(s) => s.host_bytes(),
+            BinaryRhs::Tensor(..) => None,
+        };
+        let sb = match b {
+            BinaryRhs::Scalar(s) => s.host_bytes(),
+            BinaryRhs::Tensor(..) => None,
+        };
+        let va = ga.as_deref().map(Inner::mem).ok_or(sa.as_deref());
+        let vb = gb.as_deref().map(Inner::mem).ok_or(sb.as_deref());
+        match (c.read(name)?.mem(), out.mem_mut(name)?) {
+            (Mem::Host(cm), MemMut::Host(o)) => match (host_value(va), host_value(vb)) {
+                (Some(x), Some(y)) => cm.where_nd(es, &desc, x, y, o)?,
+                _ => return Err(mixed(name)),
+            },
+            (Mem::Cuda(cm), MemMut::Cuda(o)) => match (cuda_value(va), cuda_value(vb)) {
+                (Some(x), Some(y)) => cm.where_nd(es, &desc, x, y, o)?,
+                _ => return Err(mixed(name)),
+            },
             _ => return Err(mixed(name)),
         }
         Ok(out)
@@ -180,6 +309,82 @@ impl Storage {
                 lhs.binary_at(op, 0, &full, 0, n)
             }
         }
+    }
+}
+
+/// A value of [`Storage::select_strided`] checked against the condition `c` and its `shape`:
+/// its dtype and, for a tensor, its strides and offset (`None` for a scalar).
+fn where_value<'v>(
+    name: &'static str,
+    c: &Storage,
+    shape: &[usize],
+    v: BinaryRhs<'v>,
+) -> Result<(DType, Option<(&'v [isize], usize)>)> {
+    match v {
+        BinaryRhs::Tensor(s, l) => {
+            if s.device() != c.device() {
+                return Err(Error::DeviceMismatch {
+                    op: name,
+                    lhs: c.device(),
+                    rhs: s.device(),
+                });
+            }
+            if l.shape() != shape {
+                return Err(Error::ShapeMismatch {
+                    op: name,
+                    lhs: shape.to_vec(),
+                    rhs: l.shape().to_vec(),
+                });
+            }
+            l.check_bounds(s.len)?;
+            Ok((s.dtype, Some((l.strides(), l.offset()))))
+        }
+        BinaryRhs::Scalar(s) => {
+            if s.len != 1 || s.device() != Device::Cpu {
+                return Err(Error::Kernel(genesis_kernels::Error::Unsupported {
+                    op: name,
+                    reason: format!(
+                        "a scalar value is one element on the host, not {} on {}",
+                        s.len,
+                        s.device()
+                    ),
+                }));
+            }
+            Ok((s.dtype, None))
+        }
+    }
+}
+
+/// A value of [`Storage::select_strided`] as a contiguous storage of `shape` on `c`'s device.
+fn where_dense(c: &Storage, shape: &[usize], v: BinaryRhs<'_>) -> Result<Storage> {
+    match v {
+        BinaryRhs::Tensor(s, l) => s.contiguous(l),
+        BinaryRhs::Scalar(s) => {
+            s.to_device(c.device())?
+                .contiguous(&Layout::new(shape, &vec![0; shape.len()], 0))
+        }
+    }
+}
+
+/// A value's memory (`Ok`) or a scalar's bytes (`Err`) as a host operand, `None` on a device.
+fn host_value<'m>(
+    v: std::result::Result<Mem<'m>, Option<&'m [u8]>>,
+) -> Option<Rhs<&'m [u8], &'m [u8]>> {
+    match v {
+        Ok(Mem::Host(m)) => Some(Rhs::Tensor(m)),
+        Err(Some(s)) => Some(Rhs::Scalar(s)),
+        _ => None,
+    }
+}
+
+/// A value's memory (`Ok`) or a scalar's bytes (`Err`) as a CUDA operand, `None` on the host.
+fn cuda_value<'m>(
+    v: std::result::Result<Mem<'m>, Option<&'m [u8]>>,
+) -> Option<Rhs<&'m crate::cuda::CudaMem, &'m [u8]>> {
+    match v {
+        Ok(Mem::Cuda(m)) => Some(Rhs::Tensor(m)),
+        Err(Some(s)) => Some(Rhs::Scalar(s)),
+        _ => None,
     }
 }
 

@@ -312,6 +312,9 @@ impl Storage {
     }
 }
 
+/// An operand's strides and offset, as the descriptors take them.
+type Strides<'v> = (&'v [isize], usize);
+
 /// A value of [`Storage::select_strided`] checked against the condition `c` and its `shape`:
 /// its dtype and, for a tensor, its strides and offset (`None` for a scalar).
 fn where_value<'v>(
@@ -319,7 +322,7 @@ fn where_value<'v>(
     c: &Storage,
     shape: &[usize],
     v: BinaryRhs<'v>,
-) -> Result<(DType, Option<(&'v [isize], usize)>)> {
+) -> Result<(DType, Option<Strides<'v>>)> {
     match v {
         BinaryRhs::Tensor(s, l) => {
             if s.device() != c.device() {

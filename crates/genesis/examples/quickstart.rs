@@ -32,8 +32,9 @@ fn tour(device: Device) -> genesis::Result<()> {
         "maximum(a, 3.5) = {}",
         a.maximum(&Tensor::full([1], 3.5f32, device)?)?
     );
-    // In place: writes into the tensor's own storage, allocating nothing.
-    let mut acc = (&a + 0.0)?;
+    // In place: writes into the tensor's storage, allocating nothing. `deep_clone` is PyTorch's
+    // `clone()` (a copy); Rust's `Clone` gives another handle to the same storage, as a view.
+    let mut acc = a.deep_clone()?;
     acc.add_(&b)?;
     acc *= &b; // the operator form (it panics on bad input, where mul_ returns the error)
     acc.exp_()?;
@@ -108,8 +109,11 @@ fn tour(device: Device) -> genesis::Result<()> {
     );
     let wrong_shape = Tensor::full([3, 2], 1.0f32, device)?;
     println!("shape mismatch -> {}", a.add(&wrong_shape).unwrap_err());
-    let wrong_dtype = Tensor::full([2, 3], 1i32, device)?;
-    println!("dtype mismatch -> {}", a.add(&wrong_dtype).unwrap_err());
+    // Dtypes promote as in PyTorch (float32 + int32 is float32), but a float result does not
+    // go into an integer tensor in place.
+    let ints = Tensor::full([2, 3], 1i32, device)?;
+    println!("float32 + int32 -> {}", a.add(&ints)?.dtype());
+    println!("int32 += 0.5 -> {}", ints.add_(0.5).unwrap_err());
     assert_eq!(c.dtype(), DType::F32);
     Ok(())
 }

@@ -439,7 +439,7 @@ fn in_place_ops_match_out_of_place_and_allocate_nothing() {
             }
             for op in ops {
                 let want = f64s(&a.binary(op, &b).unwrap());
-                let x = (&a + 0.0).unwrap(); // a fresh storage of its own
+                let x = a.deep_clone().unwrap(); // a fresh storage of its own
                 let x_copy = x.to(Device::Cpu).unwrap(); // keep the data, not the storage
                 let before = allocations(dev);
                 x.binary_(op, &b).unwrap();
@@ -468,7 +468,7 @@ fn in_place_ops_match_out_of_place_and_allocate_nothing() {
                 z.binary_(op, &t).unwrap();
                 assert_eq!(f64s(&z), f64s(&a.binary(op, &b).unwrap()));
             }
-            let r = (&a + 0.0).unwrap();
+            let r = a.deep_clone().unwrap();
             let before = allocations(dev);
             r.relu_().unwrap();
             if dtype.is_float() {

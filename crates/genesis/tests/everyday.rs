@@ -774,8 +774,12 @@ fn gather_index_select_scatter_and_scatter_add_match_the_reference() {
                             let np: usize = pshape.iter().product();
                             let perm: Vec<i64> = (0..np)
                                 .map(|i| {
+                                    // A rotation of the line by the other coordinates:
+                                    // distinct targets along `d` for every line.
                                     let c = coords(i, &pshape);
-                                    ((c[d] + c.iter().sum::<usize>()) % size) as i64
+                                    let others: usize =
+                                        (0..rank).filter(|&k| k != d).map(|k| c[k]).sum();
+                                    ((c[d] + others) % size) as i64
                                 })
                                 .collect();
                             let pidx = Tensor::from_slice(&perm, &pshape[..], dev).unwrap();

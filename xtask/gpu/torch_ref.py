@@ -196,7 +196,7 @@ def main():
     sel = torch.randint(0, 8191, (4096,), device=dev)
     narrow = torch.rand(8192, 1024, device=dev)
     for name, nbytes, fn in [
-            ("sort_8192x1024_f32", 8192 * 1024 * (4 + 4 + 8), lambda: narrow.sort(1, stable=True)),
+            ("sort_8192x1024_f32", 8192 * 1024 * (4 + 4 + 8), lambda: narrow.sort(dim=1, stable=True)),
             ("topk16_8192x1024_f32", 8192 * 1024 * 4 + 8192 * 16 * 12, lambda: narrow.topk(16, 1)),
             ("cumsum_dim1_8192x8192_f32", 2 * n2 * 4, lambda: x.cumsum(1)),
             ("gather_dim1_8192x8192_f32", 2 * n2 * 4 + n2 * 8, lambda: x.gather(1, idx)),

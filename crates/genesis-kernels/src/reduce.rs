@@ -427,17 +427,23 @@ impl ReducePlan {
     /// The plan for `shape` of `elem_bytes`-byte elements on a device with `sms`
     /// multiprocessors.
     pub fn new(shape: ReduceShape, sms: usize, elem_bytes: usize) -> ReducePlan {
-        Self::with_col_rows(shape, sms, elem_bytes, COL_MIN_ROWS)
+        Self::col_rows(shape, sms, elem_bytes, COL_MIN_ROWS)
     }
 
-    /// [`Self::new`] with column chunks of at least `min_rows` rows (when the axis has them):
-    /// for tuning; every thread of a column block reads `min_rows / 8` rows or more.
+    /// [`Self::new`] with column chunks of at least `min_rows` rows (when the axis has them),
+    /// for the benchmark that tunes the plan: every thread of a column block reads
+    /// `min_rows / 8` rows or more. Only with the `tuning` feature.
+    #[cfg(feature = "tuning")]
     pub fn with_col_rows(
         shape: ReduceShape,
         sms: usize,
         elem_bytes: usize,
         min_rows: usize,
     ) -> ReducePlan {
+        Self::col_rows(shape, sms, elem_bytes, min_rows)
+    }
+
+    fn col_rows(shape: ReduceShape, sms: usize, elem_bytes: usize, min_rows: usize) -> ReducePlan {
         // Column reductions: chunks of `min_rows` rows or more (long per-thread runs make the
         // block's closing combine and the partials small), but split further, down to
         // COL_FLOOR_ROWS rows, until there are blocks for half a wave of the device.
@@ -602,13 +608,27 @@ pub fn gpu_reduce<T: Element>(
         stream.context().multiprocessors() as usize,
         size_of::<T>(),
     );
-    gpu_reduce_planned::<T>(stream, op, input, plan, values, indices, workspace)
+    reduce_planned::<T>(stream, op, input, plan, values, indices, workspace)
 }
 
-/// [`gpu_reduce`] with a given plan (from [`ReducePlan::with_col_rows`], for tuning). A plan
-/// whose chunks do not cover the axis exactly once is an error.
-#[cfg(feature = "cuda")]
+/// [`gpu_reduce`] with a given plan, for the benchmark that tunes the plans (only with the
+/// `tuning` feature). A plan whose chunks do not cover the axis exactly once is an error.
+#[cfg(all(feature = "cuda", feature = "tuning"))]
 pub fn gpu_reduce_planned<T: Element>(
+    stream: &genesis_cuda::Stream,
+    op: ReduceOp,
+    input: genesis_cuda::DeviceSpan<'_, T>,
+    plan: ReducePlan,
+    values: genesis_cuda::DeviceSpanMut<'_, u8>,
+    indices: Option<genesis_cuda::DeviceSpanMut<'_, i64>>,
+    workspace: genesis_cuda::DeviceSpanMut<'_, u8>,
+) -> Result<()> {
+    reduce_planned::<T>(stream, op, input, plan, values, indices, workspace)
+}
+
+/// [`gpu_reduce`] with a given plan.
+#[cfg(feature = "cuda")]
+fn reduce_planned<T: Element>(
     stream: &genesis_cuda::Stream,
     op: ReduceOp,
     input: genesis_cuda::DeviceSpan<'_, T>,

@@ -300,21 +300,24 @@ fn value_bits<T: Element>(value: T) -> u64 {
     u64::from_ne_bytes(bits)
 }
 
+/// The names `<op>_nd_<type>` for every op name of `ops` and every elementwise type, in that
+/// order (op-major), made once.
+fn nd_names(ops: &[&'static str]) -> Vec<&'static str> {
+    let types = ["f32", "f16", "bf16", "i32", "i64"];
+    ops.iter()
+        .flat_map(|op| {
+            types
+                .iter()
+                .map(move |t| &*Box::leak(format!("{op}_nd_{t}").into_boxed_str()))
+        })
+        .collect()
+}
+
 /// The kernel `<op>_nd_<T>`.
 fn nd_kernel_name<T: Element>(op: BinaryOp) -> &'static str {
     use std::sync::OnceLock;
     static NAMES: OnceLock<Vec<&'static str>> = OnceLock::new();
-    let names = NAMES.get_or_init(|| {
-        let types = ["f32", "f16", "bf16", "i32", "i64"];
-        BinaryOp::ALL
-            .iter()
-            .flat_map(|op| {
-                types
-                    .iter()
-                    .map(move |t| &*Box::leak(format!("{}_nd_{t}", op.name()).into_boxed_str()))
-            })
-            .collect()
-    });
+    let names = NAMES.get_or_init(|| nd_names(&BinaryOp::ALL.map(BinaryOp::name)));
     // `BinaryOp::ALL` lists every variant, so every `op` has a position.
     let pos = BinaryOp::ALL.iter().position(|&o| o == op).expect("listed");
     names[pos * 5 + T::TYPE_CODE as usize]
@@ -534,17 +537,7 @@ pub fn select(
 fn compare_nd_kernel_name<T: Element>(op: CompareOp) -> &'static str {
     use std::sync::OnceLock;
     static NAMES: OnceLock<Vec<&'static str>> = OnceLock::new();
-    let names = NAMES.get_or_init(|| {
-        let types = ["f32", "f16", "bf16", "i32", "i64"];
-        CompareOp::ALL
-            .iter()
-            .flat_map(|op| {
-                types
-                    .iter()
-                    .map(move |t| &*Box::leak(format!("{}_nd_{t}", op.name()).into_boxed_str()))
-            })
-            .collect()
-    });
+    let names = NAMES.get_or_init(|| nd_names(&CompareOp::ALL.map(CompareOp::name)));
     // `CompareOp::ALL` lists every variant, so every `op` has a position.
     let pos = CompareOp::ALL
         .iter()

@@ -94,16 +94,7 @@ impl Backend for CudaMem {
         crate::dispatch_kernel_dtype!(dtype, T => {
             let n = desc.numel();
             let elems = |m: &CudaMem| m.capacity() / size_of::<T>();
-            let rhs = match b {
-                Rhs::Tensor(m) => Rhs::Tensor(m.span::<T>(elems(m))?),
-                Rhs::Scalar(bytes) => {
-                    let mut v = [0u8; 8];
-                    v[..size_of::<T>()].copy_from_slice(&bytes[..size_of::<T>()]);
-                    // SAFETY: `T` is a plain-old-data kernel element type of at most 8 bytes,
-                    // and `v` holds one of its values' bytes.
-                    Rhs::Scalar(unsafe { v.as_ptr().cast::<T>().read_unaligned() })
-                }
-            };
+            let rhs = device_rhs::<T>(b)?;
             gpu::binary_nd::<T>(
                 &self.queue(),
                 op,
@@ -126,15 +117,7 @@ impl Backend for CudaMem {
     ) -> Result<()> {
         crate::dispatch_kernel_dtype!(dtype, T => {
             let n = desc.numel();
-            let rhs = match b {
-                Rhs::Tensor(m) => Rhs::Tensor(m.span::<T>(m.capacity() / size_of::<T>())?),
-                Rhs::Scalar(bytes) => {
-                    let mut v = [0u8; 8];
-                    v[..size_of::<T>()].copy_from_slice(&bytes[..size_of::<T>()]);
-                    // SAFETY: as in `binary_nd`: the bytes of one value of a plain-old-data type.
-                    Rhs::Scalar(unsafe { v.as_ptr().cast::<T>().read_unaligned() })
-                }
-            };
+            let rhs = device_rhs::<T>(b)?;
             let stream = self.queue();
             let a_out = self.range_mut::<T>(at, n)?;
             gpu::binary_nd_assign::<T>(&stream, op, desc, a_out, rhs)?;
@@ -227,16 +210,7 @@ impl Backend for CudaMem {
         crate::dispatch_kernel_dtype!(dtype, T => {
             let n = desc.numel();
             let elems = |m: &CudaMem| m.capacity() / size_of::<T>();
-            let rhs = match b {
-                Rhs::Tensor(m) => Rhs::Tensor(m.span::<T>(elems(m))?),
-                Rhs::Scalar(bytes) => {
-                    let mut v = [0u8; 8];
-                    v[..size_of::<T>()].copy_from_slice(&bytes[..size_of::<T>()]);
-                    // SAFETY: as in `binary_nd`: the bytes of one value of a plain-old-data
-                    // kernel element type.
-                    Rhs::Scalar(unsafe { v.as_ptr().cast::<T>().read_unaligned() })
-                }
-            };
+            let rhs = device_rhs::<T>(b)?;
             gpu::compare_nd::<T>(
                 &self.queue(),
                 op,
@@ -639,6 +613,23 @@ fn count_on_device(
 
 /// A device word set to `u64::MAX` on `stream` (queued, no synchronisation), for the kernels
 /// that report the first bad index position.
+/// A right operand as a kernel takes it: a whole span of `T` (the descriptor says which
+/// elements), or one value of `T` from its bytes.
+fn device_rhs<'m, T: genesis_kernels::Element>(
+    b: Rhs<&'m CudaMem, &[u8]>,
+) -> Result<Rhs<genesis_cuda::DeviceSpan<'m, T>, T>> {
+    Ok(match b {
+        Rhs::Tensor(m) => Rhs::Tensor(m.span::<T>(m.capacity() / size_of::<T>())?),
+        Rhs::Scalar(bytes) => {
+            let mut v = [0u8; 8];
+            v[..size_of::<T>()].copy_from_slice(&bytes[..size_of::<T>()]);
+            // SAFETY: `T` is a plain-old-data kernel element type of at most 8 bytes, and `v`
+            // holds one of its values' bytes.
+            Rhs::Scalar(unsafe { v.as_ptr().cast::<T>().read_unaligned() })
+        }
+    })
+}
+
 fn bad_word(ordinal: usize, stream: &Queue) -> Result<CudaMem> {
     let mut bad = CudaMem::new(ordinal, 8)?;
     gpu::fill::<i64>(stream, bad.span_mut::<i64>(1)?, -1)?;

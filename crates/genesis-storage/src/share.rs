@@ -25,7 +25,9 @@
 //! also gives PyTorch's answer for overlapping views.
 //!
 //! Device memory is written only by queued kernels and copies, in stream order; the lock
-//! orders the host-side launches (and the `CudaMem` handle), not the device's execution.
+//! orders the host-side launches (and the `CudaMem` handle), not the device's execution. Work
+//! of threads on one stream (the legacy stream by default) runs in the order it was queued;
+//! across streams, events order it, as in PyTorch.
 //! The lock orders the threads of this process: a shared-memory or mapped storage may also be
 //! written by other processes, as with any memory shared between processes.
 

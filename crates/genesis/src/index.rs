@@ -169,6 +169,10 @@ impl IndexArg for Tensor {
 /// assert_eq!(m.i(&s![lo..hi, ..;2])?.to_vec::<f32>()?, m.i(&s![1..3, 0..5;2])?.to_vec::<f32>()?);
 /// assert_eq!(m.i(&s![-1, ..=2])?.to_vec::<f32>()?, [15.0, 16.0, 17.0]);
 /// assert_eq!(m.i(&s![m.shape()[0] - 1, NEW, ELLIPSIS])?.shape(), &[1, 5]);
+/// // Assignment, PyTorch's `m[1:3, ::2] = 0` and `m[:, 0] = -1`: through a view, or in place.
+/// m.i(&s![1..3, ..;2])?.fill_(0.0)?;
+/// m.index_fill(&s![.., 0], -1.0)?;
+/// assert_eq!(m.i(&s![1])?.to_vec::<f32>()?, [-1.0, 6.0, 0.0, 8.0, 0.0]);
 /// # Ok(())
 /// # }
 /// ```

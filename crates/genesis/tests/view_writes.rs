@@ -63,6 +63,24 @@ fn the_issue_frictions_are_gone() {
         assert_eq!(f32s(&handle), vec![0.0; 48]);
         assert_eq!(f32s(&deep)[..8], [2.0; 8]);
         assert_eq!(deep.version(), 0, "a deep copy has its own counter");
+        // copy_ into a strided view from another device and dtype, broadcast.
+        let src = Tensor::from_slice(&[1.5f64, -2.0, 8.0], &[3, 1], Device::Cpu).unwrap();
+        let h = Tensor::zeros(&[4, 3], DType::F16, dev).unwrap();
+        h.t()
+            .unwrap()
+            .i(&s![.., 1..3])
+            .unwrap()
+            .copy_(&src)
+            .unwrap();
+        assert_eq!(
+            h.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap(),
+            [0.0, 0.0, 0.0, 1.5, -2.0, 8.0, 1.5, -2.0, 8.0, 0.0, 0.0, 0.0],
+            "{dev}"
+        );
+        assert!(
+            h.copy_(&Tensor::zeros(&[5], DType::F16, dev).unwrap())
+                .is_err()
+        );
         // `+=` on a view.
         let mut col = m.t().unwrap().i(&s![7]).unwrap();
         col += &Tensor::full([6], 3.0f32, dev).unwrap();

@@ -64,8 +64,8 @@ fn the_issue_frictions_are_gone() {
         assert_eq!(f32s(&deep)[..8], [2.0; 8]);
         assert_eq!(deep.version(), 0, "a deep copy has its own counter");
         // copy_ into a strided view from another device and dtype, broadcast.
-        let src = Tensor::from_slice(&[1.5f64, -2.0, 8.0], &[3, 1], Device::Cpu).unwrap();
-        let h = Tensor::zeros(&[4, 3], DType::F16, dev).unwrap();
+        let src = Tensor::from_slice(&[1.5f64, -2.0, 8.0], [3, 1], Device::Cpu).unwrap();
+        let h = Tensor::zeros([4, 3], DType::F16, dev).unwrap();
         h.t()
             .unwrap()
             .i(&s![.., 1..3])
@@ -78,7 +78,7 @@ fn the_issue_frictions_are_gone() {
             "{dev}"
         );
         assert!(
-            h.copy_(&Tensor::zeros(&[5], DType::F16, dev).unwrap())
+            h.copy_(&Tensor::zeros([5], DType::F16, dev).unwrap())
                 .is_err()
         );
         // `+=` on a view.

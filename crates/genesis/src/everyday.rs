@@ -516,6 +516,15 @@ impl Tensor {
             }
         };
         let dim = wrap_dim(name, dim.to_dim() as i64, self.dim())?.unwrap_or(0);
+        // Whole rows with a 1-D index on the tensor's device: the indexing path's row gather,
+        // which moves rows in 16-byte accesses. `index_select` takes no negative positions
+        // (indexing wraps them): they become the row count, which the gather rejects as out of
+        // range, checked on the device.
+        if dim == 0 && index.dim() == 1 && index.device() == self.device() {
+            let rows = i64::try_from(self.shape()[0]).unwrap_or(i64::MAX);
+            let checked = Tensor::where_cond(&index.lt_scalar(0)?, rows, &index)?;
+            return self.i(&crate::s![@&checked]);
+        }
         let mut shape = self.shape().to_vec();
         shape[dim] = index.numel();
         let (idx, istart, istrides) = strided_operand(&index)?;

@@ -816,6 +816,8 @@ fn index_ops_reject_bad_indices_and_shapes() {
             let e = x.gather(1, &i(&[0, bad], &[1, 2])).unwrap_err();
             assert!(e.to_string().contains("out of bounds"), "{dev:?}: {e}");
             assert!(x.index_select(1, &i(&[bad], &[1])).is_err());
+            assert!(x.index_select(0, &i(&[0, bad], &[2])).is_err());
+            assert!(x.index_select(-2, &i(&[bad], &[1])).is_err());
             let src = Tensor::ones([1, 2], DType::F32, dev).unwrap();
             assert!(x.scatter(1, &i(&[bad, 0], &[1, 2]), &src).is_err());
             assert!(x.scatter_add(1, &i(&[0, bad], &[1, 2]), &src).is_err());

@@ -33,36 +33,12 @@ impl Storage {
         check_float_only(name, op.float_only(), dtype)?;
         check_kernel_dtype(name, dtype)?;
         let Ok(desc) = BinaryNd::new(a.shape(), a.strides(), a.offset(), b) else {
-            return self.binary_materialised(op, a, rhs);
+            let n = a.try_numel()?;
+            let rhs = dense_rhs(self.device(), a.shape(), rhs)?;
+            return self.contiguous(a)?.binary_at(op, 0, &rhs, 0, n);
         };
-        let n = desc.numel();
-        let mut out = Storage::uninit(n, dtype, self.device())?;
-        // The scalar's bytes (a host storage, checked above).
-        let scalar = match rhs {
-            BinaryRhs::Scalar(s) => s.host_bytes(),
-            BinaryRhs::Tensor(..) => None,
-        };
-        let scalar = scalar.as_deref();
-        let tensor = match rhs {
-            BinaryRhs::Tensor(o, _) => Some(o.read(name)?),
-            BinaryRhs::Scalar(_) => None,
-        };
-        let tensor = tensor.as_deref().map(Inner::mem);
-        match (self.read(name)?.mem(), tensor, scalar, out.mem_mut(name)?) {
-            (Mem::Host(a), Some(Mem::Host(b)), _, MemMut::Host(o)) => {
-                a.binary_nd(op, dtype, &desc, Rhs::Tensor(b), o)?
-            }
-            (Mem::Host(a), None, Some(s), MemMut::Host(o)) => {
-                a.binary_nd(op, dtype, &desc, Rhs::Scalar(s), o)?
-            }
-            (Mem::Cuda(a), Some(Mem::Cuda(b)), _, MemMut::Cuda(o)) => {
-                a.binary_nd(op, dtype, &desc, Rhs::Tensor(b), o)?
-            }
-            (Mem::Cuda(a), None, Some(s), MemMut::Cuda(o)) => {
-                a.binary_nd(op, dtype, &desc, Rhs::Scalar(s), o)?
-            }
-            _ => return Err(mixed(name)),
-        }
+        let mut out = Storage::uninit(desc.numel(), dtype, self.device())?;
+        self.run_nd(NdKernel::Binary(op), &desc, rhs, &mut out)?;
         Ok(out)
     }
 
@@ -85,17 +61,25 @@ impl Storage {
         check_kernel_dtype(name, dtype)?;
         let Ok(desc) = BinaryNd::new(a.shape(), a.strides(), a.offset(), b) else {
             let n = a.try_numel()?;
-            let lhs = self.contiguous(a)?;
-            let rhs =
-                match rhs {
-                    BinaryRhs::Tensor(other, l) => other.contiguous(l)?,
-                    BinaryRhs::Scalar(s) => s
-                        .to_device(self.device())?
-                        .contiguous(&Layout::new(a.shape(), &vec![0; a.rank()], 0))?,
-                };
-            return lhs.compare_at(op, 0, &rhs, 0, n);
+            let rhs = dense_rhs(self.device(), a.shape(), rhs)?;
+            return self.contiguous(a)?.compare_at(op, 0, &rhs, 0, n);
         };
         let mut out = Storage::uninit(desc.numel(), DType::Bool, self.device())?;
+        self.run_nd(NdKernel::Compare(op), &desc, rhs, &mut out)?;
+        Ok(out)
+    }
+
+    /// Runs `kernel` over `desc` with `self` the left operand and `rhs` (checked against it by
+    /// the caller) the right one, into `out`: the operands' read guards held for the launch, a
+    /// scalar passed as its bytes.
+    fn run_nd(
+        &self,
+        kernel: NdKernel,
+        desc: &BinaryNd,
+        rhs: BinaryRhs<'_>,
+        out: &mut Storage,
+    ) -> Result<()> {
+        let (name, dtype) = (kernel.name(), self.dtype);
         let scalar = match rhs {
             BinaryRhs::Scalar(s) => s.host_bytes(),
             BinaryRhs::Tensor(..) => None,
@@ -108,20 +92,19 @@ impl Storage {
         let tensor = tensor.as_deref().map(Inner::mem);
         match (self.read(name)?.mem(), tensor, scalar, out.mem_mut(name)?) {
             (Mem::Host(a), Some(Mem::Host(b)), _, MemMut::Host(o)) => {
-                a.compare_nd(op, dtype, &desc, Rhs::Tensor(b), o)?
+                kernel.run(a, dtype, desc, Rhs::Tensor(b), o)
             }
             (Mem::Host(a), None, Some(s), MemMut::Host(o)) => {
-                a.compare_nd(op, dtype, &desc, Rhs::Scalar(s), o)?
+                kernel.run(a, dtype, desc, Rhs::Scalar(s), o)
             }
             (Mem::Cuda(a), Some(Mem::Cuda(b)), _, MemMut::Cuda(o)) => {
-                a.compare_nd(op, dtype, &desc, Rhs::Tensor(b), o)?
+                kernel.run(a, dtype, desc, Rhs::Tensor(b), o)
             }
             (Mem::Cuda(a), None, Some(s), MemMut::Cuda(o)) => {
-                a.compare_nd(op, dtype, &desc, Rhs::Scalar(s), o)?
+                kernel.run(a, dtype, desc, Rhs::Scalar(s), o)
             }
-            _ => return Err(mixed(name)),
+            _ => Err(mixed(name)),
         }
-        Ok(out)
     }
 
     /// `cond[c(i)] ? a[a(i)] : b[b(i)]` for every position `i` of `cond`'s layout's shape as a
@@ -157,7 +140,10 @@ impl Storage {
         }
         let Ok(desc) = WhereNd::new(shape, (cl.strides(), cl.offset()), la, lb) else {
             let n = cl.try_numel()?;
-            let (ca, cb) = (where_dense(c, shape, a)?, where_dense(c, shape, b)?);
+            let (ca, cb) = (
+                dense_rhs(c.device(), shape, a)?,
+                dense_rhs(c.device(), shape, b)?,
+            );
             return Storage::select_at((&c.contiguous(cl)?, 0), (&ca, 0), (&cb, 0), n);
         };
         let es = da.size();
@@ -217,13 +203,7 @@ impl Storage {
         check_float_only(name, op.float_only(), dtype)?;
         check_kernel_dtype(name, dtype)?;
         let Ok(desc) = BinaryNd::new(shape, own.strides(), 0, b) else {
-            let dense =
-                match rhs {
-                    BinaryRhs::Tensor(other, l) => other.contiguous(l)?,
-                    BinaryRhs::Scalar(s) => s
-                        .to_device(self.device())?
-                        .contiguous(&Layout::new(shape, &vec![0; shape.len()], 0))?,
-                };
+            let dense = dense_rhs(self.device(), shape, rhs)?;
             return self.binary_assign(op, start, &dense, 0, n);
         };
         let scalar = match rhs {
@@ -292,24 +272,6 @@ impl Storage {
             }
         })
     }
-
-    /// [`Storage::binary_strided`] through contiguous copies of the operands, for shapes the
-    /// in-place kernels do not take.
-    fn binary_materialised(&self, op: BinaryOp, a: &Layout, rhs: BinaryRhs<'_>) -> Result<Storage> {
-        let n = a.try_numel()?;
-        let lhs = self.contiguous(a)?;
-        match rhs {
-            BinaryRhs::Tensor(other, b) => lhs.binary_at(op, 0, &other.contiguous(b)?, 0, n),
-            BinaryRhs::Scalar(s) => {
-                let full = s.to_device(self.device())?.contiguous(&Layout::new(
-                    a.shape(),
-                    &vec![0; a.rank()],
-                    0,
-                ))?;
-                lhs.binary_at(op, 0, &full, 0, n)
-            }
-        }
-    }
 }
 
 /// An operand's strides and offset, as the descriptors take them.
@@ -358,13 +320,44 @@ fn where_value<'v>(
     }
 }
 
-/// A value of [`Storage::select_strided`] as a contiguous storage of `shape` on `c`'s device.
-fn where_dense(c: &Storage, shape: &[usize], v: BinaryRhs<'_>) -> Result<Storage> {
+/// An operand as a contiguous storage of `shape` on `device` (a scalar repeated), for the
+/// layouts the in-place kernels do not take.
+fn dense_rhs(device: Device, shape: &[usize], v: BinaryRhs<'_>) -> Result<Storage> {
     match v {
         BinaryRhs::Tensor(s, l) => s.contiguous(l),
         BinaryRhs::Scalar(s) => {
-            s.to_device(c.device())?
+            s.to_device(device)?
                 .contiguous(&Layout::new(shape, &vec![0; shape.len()], 0))
+        }
+    }
+}
+
+/// The kernel a [`Storage::run_nd`] launch runs.
+#[derive(Clone, Copy)]
+enum NdKernel {
+    Binary(BinaryOp),
+    Compare(CompareOp),
+}
+
+impl NdKernel {
+    fn name(self) -> &'static str {
+        match self {
+            NdKernel::Binary(op) => op.name(),
+            NdKernel::Compare(op) => op.name(),
+        }
+    }
+
+    fn run<B: Backend + ?Sized>(
+        self,
+        a: &B,
+        dtype: DType,
+        desc: &BinaryNd,
+        b: Rhs<&B, &[u8]>,
+        out: &mut B,
+    ) -> Result<()> {
+        match self {
+            NdKernel::Binary(op) => a.binary_nd(op, dtype, desc, b, out),
+            NdKernel::Compare(op) => a.compare_nd(op, dtype, desc, b, out),
         }
     }
 }

@@ -93,6 +93,24 @@ impl Along {
         Ok(d)
     }
 
+    /// Whether positions group by four within rows along the last dimension with a contiguous
+    /// index (the layout of `along_gather4_*`): `dim` is the last dimension, its size a
+    /// multiple of 4, and the index's strides those of a row-major array of the shape.
+    pub fn rows_of_four(&self) -> bool {
+        let rank = self.rank as usize;
+        if rank == 0 || self.dim as usize != rank - 1 || self.shape[rank - 1] % 4 != 0 {
+            return false;
+        }
+        let mut expect = 1i64;
+        for r in (0..rank).rev() {
+            if self.shape[r] != 1 && self.idx_stride[r] != expect {
+                return false;
+            }
+            expect = expect.saturating_mul(self.shape[r]);
+        }
+        true
+    }
+
     /// Positions of the iteration.
     pub fn numel(&self) -> usize {
         self.shape[..self.rank as usize]
@@ -273,14 +291,18 @@ pub fn gpu_gather(
             got: elems(out.len()),
         });
     }
-    let name = match elem {
-        1 => "along_gather_e1",
-        2 => "along_gather_e2",
-        4 => "along_gather_e4",
-        8 => "along_gather_e8",
+    let [one, four] = match elem {
+        1 => ["along_gather_e1", "along_gather4_e1"],
+        2 => ["along_gather_e2", "along_gather4_e2"],
+        4 => ["along_gather_e4", "along_gather4_e4"],
+        8 => ["along_gather_e8", "along_gather4_e8"],
         _ => return Err(elem_error("gather", elem)),
     };
-    launch(stream, name, [src.addr(), out.addr(), idx.addr()], d, bad)
+    let ptrs = [src.addr(), out.addr(), idx.addr()];
+    if d.rows_of_four() && idx.addr() % 16 == 0 && out.addr() % (4 * elem as u64) == 0 {
+        return launch(stream, four, ptrs, d, d.numel() / 4, bad);
+    }
+    launch(stream, one, ptrs, d, d.numel(), bad)
 }
 
 /// Queues `scatter` (or, with `add`, `scatter_add`) of `dtype` elements on `stream`:
@@ -326,7 +348,14 @@ pub fn gpu_scatter(
             e => return Err(elem_error(op, e)),
         }
     };
-    launch(stream, name, [out.addr(), vals.addr(), idx.addr()], d, bad)
+    launch(
+        stream,
+        name,
+        [out.addr(), vals.addr(), idx.addr()],
+        d,
+        d.numel(),
+        bad,
+    )
 }
 
 #[cfg(feature = "cuda")]
@@ -337,20 +366,21 @@ fn elem_error(op: &'static str, elem: usize) -> Error {
     }
 }
 
-/// Launches a `gather.cu` kernel over the descriptor's positions with pointers `(a, b, idx)`
-/// (gather: src, out; scatter: out, vals), the descriptor and `bad`.
+/// Launches a `gather.cu` kernel over `n` threads' work (the descriptor's positions, or groups
+/// of four of them) with pointers `(a, b, idx)` (gather: src, out; scatter: out, vals), the
+/// descriptor and `bad`.
 #[cfg(feature = "cuda")]
 fn launch(
     stream: &genesis_cuda::Stream,
     name: &'static str,
     [a, b, idx]: [u64; 3],
     d: &Along,
+    n: usize,
     bad: genesis_cuda::DeviceSpanMut<'_, u64>,
 ) -> Result<()> {
     use genesis_cuda::{Kernel, LaunchConfig};
     use std::ffi::c_void;
 
-    let n = d.numel();
     if n == 0 {
         return Ok(());
     }
@@ -392,6 +422,26 @@ mod tests {
             s[i] = s[i + 1] * shape[i + 1];
         }
         s
+    }
+
+    #[test]
+    fn groups_of_four_need_the_last_dimension_and_a_contiguous_index() {
+        let four = |shape: &[usize], dim: usize, idx: &[usize]| {
+            let s = contiguous(shape);
+            Along::new(shape, dim, idx, &s, &s, 9)
+                .unwrap()
+                .rows_of_four()
+        };
+        assert!(four(&[3, 8], 1, &[8, 1]));
+        assert!(
+            four(&[1, 4], 1, &[99, 1]),
+            "a size-1 dimension's stride is free"
+        );
+        assert!(!four(&[3, 8], 0, &[8, 1]), "not the last dimension");
+        assert!(!four(&[3, 6], 1, &[6, 1]), "6 is not a multiple of 4");
+        assert!(!four(&[3, 8], 1, &[16, 1]), "rows of the index apart");
+        assert!(!four(&[3, 8], 1, &[8, 2]), "index strided along the row");
+        assert!(!Along::new(&[], 0, &[], &[], &[], 1).unwrap().rows_of_four());
     }
 
     #[test]

@@ -4,10 +4,16 @@
 //! -0.0 equals +0.0, as in PyTorch; the values are the input's own bits, read at the sorted
 //! positions, so the kernels and the twin agree exactly.
 //!
-//! Speed: rows of at most [`SMEM_ROW`] elements sort in shared memory, one block a row (a
-//! bitonic network; the row read once and written once). Longer rows run the same network in
-//! global memory, one launch a stage (`log2(n) * (log2(n) + 1) / 2` launches over the whole
-//! array): correct for any length, far slower than a radix sort.
+//! Every entry point keeps the first `k` of each sorted row (`k == r` for a whole sort, fewer
+//! for PyTorch's `topk`): the kernels write only those.
+//!
+//! Speed: rows of at most [`SMEM_ROW`] elements sort on chip, one block a row (a bitonic
+//! network; the row read once and written once). Rows of [`REG_ROW_MIN`] elements or more
+//! with keys of at most 32 bits (f32, f16, bf16, i32) hold each key packed with its position
+//! in one word, eight words a thread in registers, and exchange partners by warp shuffles
+//! (shared memory only between warps); others run the network in shared memory. Longer rows
+//! run the network in global memory, one launch a stage (`log2(n) * (log2(n) + 1) / 2`
+//! launches over the whole array): correct for any length, far slower than a radix sort.
 
 use std::cmp::Ordering;
 
@@ -15,6 +21,9 @@ use crate::{Element, Error, Result};
 
 /// Longest row sorted in shared memory by one block (`SO_SMEM`).
 pub const SMEM_ROW: usize = 2048;
+
+/// Shortest padded row sorted in registers (`RG_MIN`: a full warp of eight-word threads).
+pub const REG_ROW_MIN: usize = 256;
 
 /// The order of two values of a row: NaN after everything (NaNs equal), -0.0 equal to +0.0.
 fn order<T: Element>(a: T, b: T) -> Ordering {
@@ -32,25 +41,27 @@ fn order<T: Element>(a: T, b: T) -> Ordering {
 }
 
 /// CPU twin: sorts each of the `rows` rows of `r` elements of `input` (ascending, or
-/// descending), stably, into `values` and their positions in the row into `indices`. Nothing
-/// is written on error.
+/// descending), stably, and writes the first `k` of each sorted row into `values` and their
+/// positions in the row into `indices` (`rows * k` of each). Nothing is written on error.
 pub fn sort<T: Element>(
     input: &[T],
     rows: usize,
     r: usize,
+    k: usize,
     descending: bool,
     values: &mut [T],
     indices: &mut [i64],
 ) -> Result<()> {
-    let n = rows.checked_mul(r).ok_or(Error::Unsupported {
-        op: "sort",
-        reason: "shape overflows".into(),
-    })?;
-    for len in [input.len(), values.len(), indices.len()] {
-        if len != n {
+    let (n, kept) = sizes(rows, r, k)?;
+    for (len, want) in [
+        (input.len(), n),
+        (values.len(), kept),
+        (indices.len(), kept),
+    ] {
+        if len != want {
             return Err(Error::LengthMismatch {
                 op: "sort",
-                expected: n,
+                expected: want,
                 got: len,
             });
         }
@@ -65,12 +76,27 @@ pub fn sort<T: Element>(
         } else {
             pos.sort_by(|&a, &b| order(line[a], line[b]));
         }
-        for (k, &p) in pos.iter().enumerate() {
-            values[row * r + k] = line[p];
-            indices[row * r + k] = p as i64;
+        for (at, &p) in pos.iter().take(k).enumerate() {
+            values[row * k + at] = line[p];
+            indices[row * k + at] = p as i64;
         }
     }
     Ok(())
+}
+
+/// Elements of the input and of each output for `rows` rows of `r` keeping `k`.
+fn sizes(rows: usize, r: usize, k: usize) -> Result<(usize, usize)> {
+    if k > r {
+        return Err(Error::Unsupported {
+            op: "sort",
+            reason: format!("keeping {k} elements of rows of {r}"),
+        });
+    }
+    let n = rows.checked_mul(r).ok_or(Error::Unsupported {
+        op: "sort",
+        reason: "shape overflows".into(),
+    })?;
+    Ok((n, rows * k))
 }
 
 /// How the kernels sort `[rows, r]`: the row padded to `npad` (a power of two), in shared
@@ -122,8 +148,8 @@ impl SortPlan {
     }
 }
 
-/// Queues the sort of `input` (`rows` rows of `r` elements) into `values` and `indices` on
-/// `stream`, using `workspace` ([`SortPlan::workspace_bytes`]). Every span is checked before
+/// Queues the sort of `input` (`rows` rows of `r` elements), the first `k` of each sorted row
+/// into `values` and `indices` (`rows * k` of each), on `stream`, using `workspace` ([`SortPlan::workspace_bytes`]). Every span is checked before
 /// anything is launched.
 #[cfg(feature = "cuda")]
 #[allow(clippy::too_many_arguments)]
@@ -132,6 +158,7 @@ pub fn gpu_sort<T: Element>(
     input: genesis_cuda::DeviceSpan<'_, T>,
     rows: usize,
     r: usize,
+    k: usize,
     descending: bool,
     values: genesis_cuda::DeviceSpanMut<'_, T>,
     indices: genesis_cuda::DeviceSpanMut<'_, i64>,
@@ -140,12 +167,33 @@ pub fn gpu_sort<T: Element>(
     use genesis_cuda::{Kernel, LaunchConfig};
     use std::ffi::c_void;
 
+    // Shared-memory rows, registers rows (keys of at most 32 bits), prep and finish.
     let names = match T::NAME {
-        "f32" => ["sort_rows_f32", "sort_prep_f32", "sort_finish_f32"],
-        "f16" => ["sort_rows_f16", "sort_prep_f16", "sort_finish_f16"],
-        "bf16" => ["sort_rows_bf16", "sort_prep_bf16", "sort_finish_bf16"],
-        "i32" => ["sort_rows_i32", "sort_prep_i32", "sort_finish_i32"],
-        "i64" => ["sort_rows_i64", "sort_prep_i64", "sort_finish_i64"],
+        "f32" => [
+            "sort_rows_f32",
+            "sort_rows8_f32",
+            "sort_prep_f32",
+            "sort_finish_f32",
+        ],
+        "f16" => [
+            "sort_rows_f16",
+            "sort_rows8_f16",
+            "sort_prep_f16",
+            "sort_finish_f16",
+        ],
+        "bf16" => [
+            "sort_rows_bf16",
+            "sort_rows8_bf16",
+            "sort_prep_bf16",
+            "sort_finish_bf16",
+        ],
+        "i32" => [
+            "sort_rows_i32",
+            "sort_rows8_i32",
+            "sort_prep_i32",
+            "sort_finish_i32",
+        ],
+        "i64" => ["sort_rows_i64", "", "sort_prep_i64", "sort_finish_i64"],
         other => {
             return Err(Error::Unsupported {
                 op: "sort",
@@ -154,19 +202,16 @@ pub fn gpu_sort<T: Element>(
         }
     };
     let plan = SortPlan::new(rows, r)?;
-    let n = rows.checked_mul(r).ok_or(Error::Unsupported {
-        op: "sort",
-        reason: "shape overflows".into(),
-    })?;
-    for (what, len) in [
-        ("sort input", input.len()),
-        ("sort values", values.len()),
-        ("sort indices", indices.len()),
+    let (n, kept) = sizes(rows, r, k)?;
+    for (what, len, want) in [
+        ("sort input", input.len(), n),
+        ("sort values", values.len(), kept),
+        ("sort indices", indices.len(), kept),
     ] {
-        if len < n {
+        if len < want {
             return Err(Error::LengthMismatch {
                 op: what,
-                expected: n,
+                expected: want,
                 got: len,
             });
         }
@@ -179,13 +224,13 @@ pub fn gpu_sort<T: Element>(
             got: workspace.len(),
         });
     }
-    if n == 0 {
+    if kept == 0 {
         return Ok(());
     }
     let ctx = stream.context();
     let (mut pin, mut pv, mut pi) = (input.addr(), values.addr(), indices.addr());
     let mut desc = i32::from(descending);
-    let (mut rows64, mut r64) = (rows as u64, r as u64);
+    let (mut rows64, mut r64, mut k64) = (rows as u64, r as u64, k as u64);
     if plan.in_shared_memory() {
         if rows > i32::MAX as usize {
             return Err(Error::Unsupported {
@@ -193,24 +238,39 @@ pub fn gpu_sort<T: Element>(
                 reason: format!("{rows} rows (below 2^31)"),
             });
         }
-        let kernel = Kernel::get(ctx, &crate::images::SORT, names[0])?;
         let mut npad = plan.npad as u32;
-        let threads = (plan.npad / 2).clamp(32, 512) as u32;
-        let config = LaunchConfig {
-            grid: (rows as u32, 1, 1),
-            block: (threads, 1, 1),
-            shared_bytes: (plan.npad * 12) as u32,
+        let in_registers = plan.npad >= REG_ROW_MIN && !names[1].is_empty();
+        let (kernel, config) = if in_registers {
+            // Eight words a thread; the kernel's shared memory is static.
+            let kernel = Kernel::get(ctx, &crate::images::SORT, names[1])?;
+            let config = LaunchConfig {
+                grid: (rows as u32, 1, 1),
+                block: ((plan.npad / 8) as u32, 1, 1),
+                shared_bytes: 0,
+            };
+            (kernel, config)
+        } else {
+            let kernel = Kernel::get(ctx, &crate::images::SORT, names[0])?;
+            let config = LaunchConfig {
+                grid: (rows as u32, 1, 1),
+                block: ((plan.npad / 2).clamp(32, 512) as u32, 1, 1),
+                shared_bytes: (plan.npad * 12) as u32,
+            };
+            (kernel, config)
         };
-        let mut params: [*mut c_void; 6] = [
+        let mut params: [*mut c_void; 7] = [
             (&raw mut pin).cast(),
             (&raw mut pv).cast(),
             (&raw mut pi).cast(),
             (&raw mut r64).cast(),
             (&raw mut npad).cast(),
             (&raw mut desc).cast(),
+            (&raw mut k64).cast(),
         ];
-        // SAFETY: the parameters match `sort_rows_<T>`; input and outputs hold `rows * r`
-        // elements (checked); the shared memory holds `npad` keys and positions.
+        // SAFETY: the parameters match `sort_rows_<T>` and `sort_rows8_<T>`; the input holds
+        // `rows * r` elements and the outputs `rows * k` (checked); the shared memory holds
+        // `npad` keys and positions (dynamic for `sort_rows`, static in `sort_rows8`, whose
+        // block has `npad / 8` threads of eight words).
         unsafe { kernel.launch(stream, config, &mut params)? };
         return Ok(());
     }
@@ -220,7 +280,7 @@ pub fn gpu_sort<T: Element>(
     let mut key = workspace.addr();
     let mut pos = key + (rows * plan.npad * 8) as u64;
     let mut npad = plan.npad as u64;
-    let prep = Kernel::get(ctx, &crate::images::SORT, names[1])?;
+    let prep = Kernel::get(ctx, &crate::images::SORT, names[2])?;
     let mut params: [*mut c_void; 7] = [
         (&raw mut pin).cast(),
         (&raw mut key).cast(),
@@ -253,8 +313,8 @@ pub fn gpu_sort<T: Element>(
         }
         k *= 2;
     }
-    let finish = Kernel::get(ctx, &crate::images::SORT, names[2])?;
-    let mut params: [*mut c_void; 7] = [
+    let finish = Kernel::get(ctx, &crate::images::SORT, names[3])?;
+    let mut params: [*mut c_void; 8] = [
         (&raw mut pin).cast(),
         (&raw mut pos).cast(),
         (&raw mut pv).cast(),
@@ -262,9 +322,11 @@ pub fn gpu_sort<T: Element>(
         (&raw mut rows64).cast(),
         (&raw mut r64).cast(),
         (&raw mut npad).cast(),
+        (&raw mut k64).cast(),
     ];
-    let out_grid = LaunchConfig::linear((n as u64).div_ceil(256).clamp(1, cap) as u32, 256);
-    // SAFETY: the parameters match `sort_finish_<T>`; the positions index the input's rows.
+    let out_grid = LaunchConfig::linear((kept as u64).div_ceil(256).clamp(1, cap) as u32, 256);
+    // SAFETY: the parameters match `sort_finish_<T>`; the positions index the input's rows;
+    // the outputs hold `rows * k` elements (checked).
     unsafe { finish.launch(stream, out_grid, &mut params)? };
     Ok(())
 }
@@ -277,10 +339,10 @@ mod tests {
     fn stable_sorts_with_nan_last_and_signed_zeros_equal() {
         let x = [3.0f32, f32::NAN, -0.0, 1.0, 0.0, 3.0, -5.0];
         let (mut v, mut i) = ([0f32; 7], [0i64; 7]);
-        sort(&x, 1, 7, false, &mut v, &mut i).unwrap();
+        sort(&x, 1, 7, 7, false, &mut v, &mut i).unwrap();
         assert_eq!(i, [6, 2, 4, 3, 0, 5, 1]);
         assert!(v[6].is_nan() && v[1].to_bits() == (-0.0f32).to_bits());
-        sort(&x, 1, 7, true, &mut v, &mut i).unwrap();
+        sort(&x, 1, 7, 7, true, &mut v, &mut i).unwrap();
         assert_eq!(
             i,
             [1, 0, 5, 3, 2, 4, 6],
@@ -288,10 +350,15 @@ mod tests {
         );
         let ints = [2i64, -1, 2, i64::MIN, i64::MAX, 0];
         let (mut v, mut i) = ([0i64; 6], [0i64; 6]);
-        sort(&ints, 2, 3, false, &mut v, &mut i).unwrap();
+        sort(&ints, 2, 3, 3, false, &mut v, &mut i).unwrap();
         assert_eq!(v, [-1, 2, 2, i64::MIN, 0, i64::MAX]);
         assert_eq!(i, [1, 0, 2, 0, 2, 1]);
-        assert!(sort(&ints, 4, 2, false, &mut v, &mut i).is_err());
+        assert!(sort(&ints, 4, 2, 2, false, &mut v, &mut i).is_err());
+        // The first k of each row: the top-k of a descending sort.
+        let (mut v, mut i) = ([0i64; 2], [0i64; 2]);
+        sort(&ints, 2, 3, 1, true, &mut v, &mut i).unwrap();
+        assert_eq!((v, i), ([2, i64::MAX], [0, 1]));
+        assert!(sort(&ints, 2, 3, 4, true, &mut v, &mut i).is_err());
     }
 
     #[test]

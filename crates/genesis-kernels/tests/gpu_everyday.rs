@@ -516,6 +516,8 @@ fn gather_and_scatter_match_the_cpu_twins() {
         (&[300, 200], &[250, 500], 1),
         (&[7, 9, 11], &[6, 20, 10], 1),
         (&[2048, 1024], &[2048, 1024], 1),
+        // Along the last dimension in groups of four (`along_gather4_*`), rank 3.
+        (&[7, 9, 12], &[6, 9, 8], 2),
         (&[5, 3], &[0, 3], 0),
     ];
     for &(tshape, ishape, dim) in cases {
@@ -644,13 +646,19 @@ fn gather_and_scatter_match_the_cpu_twins() {
 fn check_sort<T: Random>(ctx: &Arc<Context>, rng: &mut SmallRng) {
     use genesis_kernels::sort::{self, SortPlan};
     let s = Stream::new(ctx).unwrap();
-    // Shared-memory rows (up to 2048), and longer rows through the global network.
+    // Shared-memory rows (below 256 padded), register rows (256..=2048, keys up to 32 bits),
+    // and longer rows through the global network; each kept whole, and its first k (top-k).
     for &(rows, r) in &[
         (1usize, 1usize),
         (3, 7),
         (100, 1000),
         (8192, 64),
         (5, 2048),
+        (7, 129),
+        (9, 256),
+        (11, 257),
+        (6, 511),
+        (4, 1500),
         (3, 2049),
         (2, 70_000),
         (0, 5),
@@ -662,19 +670,25 @@ fn check_sort<T: Random>(ctx: &Arc<Context>, rng: &mut SmallRng) {
         let x: Vec<T> = (0..n)
             .map(|_| pool[rng.random_range(0..pool.len())])
             .collect();
-        for descending in [false, true] {
-            let (mut want_v, mut want_i) = (vec![T::default(); n], vec![0i64; n]);
-            sort::sort::<T>(&x, rows, r, descending, &mut want_v, &mut want_i).unwrap();
+        let ks = [r, r.min(1), r.min(16), r / 3];
+        for (descending, &k) in [false, true]
+            .into_iter()
+            .flat_map(|d| ks.iter().map(move |k| (d, k)))
+        {
+            let kept = rows * k;
+            let (mut want_v, mut want_i) = (vec![T::default(); kept], vec![0i64; kept]);
+            sort::sort::<T>(&x, rows, r, k, descending, &mut want_v, &mut want_i).unwrap();
             let plan = SortPlan::new(rows, r).unwrap();
             let dx = DeviceBuffer::from_host(ctx, bytes_of(&x)).unwrap();
-            let mut dv = DeviceBuffer::alloc(ctx, (n * size_of::<T>()).max(16)).unwrap();
-            let mut di = DeviceBuffer::alloc(ctx, (n * 8).max(16)).unwrap();
+            let mut dv = DeviceBuffer::alloc(ctx, (kept * size_of::<T>()).max(16)).unwrap();
+            let mut di = DeviceBuffer::alloc(ctx, (kept * 8).max(16)).unwrap();
             let mut ws = DeviceBuffer::alloc(ctx, plan.workspace_bytes().unwrap().max(16)).unwrap();
             sort::gpu_sort::<T>(
                 &s,
                 dx.as_span::<T>().unwrap().slice(..n).unwrap(),
                 rows,
                 r,
+                k,
                 descending,
                 dv.as_span_mut::<T>().unwrap(),
                 di.as_span_mut::<i64>().unwrap(),
@@ -682,17 +696,17 @@ fn check_sort<T: Random>(ctx: &Arc<Context>, rng: &mut SmallRng) {
             )
             .unwrap();
             s.synchronize().unwrap();
-            let got_i: Vec<i64> = from_bytes(&di.to_host_vec().unwrap()[..n * 8]);
-            let got_v: Vec<T> = from_bytes(&dv.to_host_vec().unwrap()[..n * size_of::<T>()]);
+            let got_i: Vec<i64> = from_bytes(&di.to_host_vec().unwrap()[..kept * 8]);
+            let got_v: Vec<T> = from_bytes(&dv.to_host_vec().unwrap()[..kept * size_of::<T>()]);
             assert_eq!(
                 got_i,
                 want_i,
-                "sort_{} {rows}x{r} descending {descending}",
+                "sort_{} {rows}x{r} k {k} descending {descending}",
                 T::NAME
             );
             assert!(
                 got_v.iter().zip(&want_v).all(|(g, w)| T::same(*g, *w)),
-                "sort_{} {rows}x{r} values",
+                "sort_{} {rows}x{r} k {k} values",
                 T::NAME
             );
         }

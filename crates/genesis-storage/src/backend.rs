@@ -203,7 +203,8 @@ pub(crate) trait Backend {
     ) -> Result<()>;
 
     /// The stable sort of each of `rows` rows of `r` elements from `self[at]` (ascending, or
-    /// descending) into `values` (`dtype`) and `indices` (i64 positions in the row).
+    /// descending): the first `k` (at most `r`) of each sorted row into `values` (`dtype`)
+    /// and `indices` (i64 positions in the row), `rows * k` of each.
     #[allow(clippy::too_many_arguments)]
     fn sort_rows(
         &self,
@@ -211,6 +212,7 @@ pub(crate) trait Backend {
         at: usize,
         rows: usize,
         r: usize,
+        k: usize,
         descending: bool,
         values: &mut Self,
         indices: &mut Self,
@@ -668,6 +670,7 @@ impl Backend for [u8] {
         at: usize,
         rows: usize,
         r: usize,
+        k: usize,
         descending: bool,
         values: &mut [u8],
         indices: &mut [u8],
@@ -682,9 +685,10 @@ impl Backend for [u8] {
                 input,
                 rows,
                 r,
+                k,
                 descending,
-                host_mut::<T>(values, 0, n)?,
-                host_mut::<i64>(indices, 0, n)?,
+                host_mut::<T>(values, 0, rows * k)?,
+                host_mut::<i64>(indices, 0, rows * k)?,
             )?;
             Ok(())
         }, _ => Err(unsupported("sort", dtype)))

@@ -352,6 +352,7 @@ impl Backend for CudaMem {
         _: usize,
         _: usize,
         _: usize,
+        _: usize,
         _: bool,
         _: &mut CudaMem,
         _: &mut CudaMem,

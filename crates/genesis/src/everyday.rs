@@ -378,17 +378,34 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn sort(&self, dim: impl Dim, descending: bool) -> Result<(Tensor, Tensor)> {
+        self.sort_keep("sort", dim.to_dim() as i64, None, descending)
+    }
+
+    /// The sort along `dim` keeping the first `k` of each row along it (all without `k`):
+    /// `dim` is moved last (a copy when it is not), the kernels write only what is kept, and
+    /// the result is moved back.
+    fn sort_keep(
+        &self,
+        op: &'static str,
+        dim: i64,
+        k: Option<usize>,
+        descending: bool,
+    ) -> Result<(Tensor, Tensor)> {
         let rank = self.dim();
-        let d = wrap_dim("sort", dim.to_dim() as i64, rank)?;
+        let d = wrap_dim(op, dim, rank)?;
         let (last, moved) = match d {
             Some(d) if d + 1 != rank => (d, self.transpose(d as isize, -1)?),
             _ => (rank.saturating_sub(1), self.clone()),
         };
-        let shape = moved.shape().to_vec();
+        let mut shape = moved.shape().to_vec();
         let r = shape.last().copied().unwrap_or(1);
+        let k = k.unwrap_or(r);
         let rows = moved.numel().checked_div(r).unwrap_or(0);
         let (a, start) = moved.dense_operand(&shape)?;
-        let (values, indices) = a.sort_rows(start, rows, r, descending)?;
+        let (values, indices) = a.sort_rows(start, rows, r, k, descending)?;
+        if let Some(l) = shape.last_mut() {
+            *l = k;
+        }
         let (values, indices) = (
             Tensor::from_storage(values, &shape)?,
             Tensor::from_storage(indices, &shape)?,
@@ -409,8 +426,8 @@ impl Tensor {
     /// `(values, indices)` of the `k` largest (or, without `largest`, smallest) elements along
     /// `dim` (PyTorch's `topk`), in sorted order (`sorted` is accepted for PyTorch's signature;
     /// the result is always sorted), ties in their order along `dim`. `k` larger than the
-    /// dimension is an error. Computed as a sort along `dim` and its first `k` (see
-    /// [`Tensor::sort`] for speed).
+    /// dimension is an error. Computed as a sort along `dim` whose kernels write only the
+    /// first `k` of each row (see [`Tensor::sort`] for speed).
     #[track_caller]
     pub fn topk(
         &self,
@@ -429,14 +446,9 @@ impl Tensor {
                 reason: format!("k {k} is larger than the dimension's size {size}"),
             });
         }
-        let (values, indices) = self.sort(dim.to_dim(), largest)?;
-        match d {
-            None => Ok((values, indices)),
-            Some(d) => Ok((
-                values.narrow(d as isize, 0, k)?.contiguous()?,
-                indices.narrow(d as isize, 0, k)?.contiguous()?,
-            )),
-        }
+        // A 0-d tensor is its own single row (k is 0 or 1, as PyTorch's).
+        let keep = d.map(|_| k);
+        self.sort_keep("topk", dim.to_dim() as i64, keep, largest)
     }
 
     /// Values along `dim` picked by `index` (PyTorch's `gather`): `out[i][j][k] =

@@ -474,6 +474,7 @@ impl Backend for CudaMem {
         at: usize,
         rows: usize,
         r: usize,
+        k: usize,
         descending: bool,
         values: &mut CudaMem,
         indices: &mut CudaMem,
@@ -492,9 +493,10 @@ impl Backend for CudaMem {
                 self.range::<T>(at, n)?,
                 rows,
                 r,
+                k,
                 descending,
-                values.span_mut::<T>(n)?,
-                indices.span_mut::<i64>(n)?,
+                values.span_mut::<T>(rows * k)?,
+                indices.span_mut::<i64>(rows * k)?,
                 ws.span_mut::<u8>(ws_len)?,
             )?;
             Ok(())

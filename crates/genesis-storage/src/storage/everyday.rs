@@ -207,16 +207,18 @@ impl Storage {
 
 impl Storage {
     /// The stable sort of each of `rows` contiguous rows of `r` elements from `start`
-    /// (ascending, or descending; f32, f16, bf16, i32, i64): new storages of the sorted values
-    /// and of their positions in the row (i64), on the same device. NaN sorts after every
-    /// number (first when descending) and -0.0 equals +0.0, as PyTorch's; see
-    /// [`genesis_kernels::sort`] for what is fast on the GPU.
+    /// (ascending, or descending; f32, f16, bf16, i32, i64), keeping the first `k` of each
+    /// sorted row (`k == r` for a whole sort, fewer for a top-k): new storages of `rows * k`
+    /// sorted values and of their positions in the row (i64), on the same device. NaN sorts
+    /// after every number (first when descending) and -0.0 equals +0.0, as PyTorch's; see
+    /// [`genesis_kernels::sort`] for what is fast on the GPU. `k > r` is an error.
     #[track_caller]
     pub fn sort_rows(
         &self,
         start: usize,
         rows: usize,
         r: usize,
+        k: usize,
         descending: bool,
     ) -> Result<(Storage, Storage)> {
         let dtype = self.dtype;
@@ -226,19 +228,27 @@ impl Storage {
         })?;
         self.check_range("sort", start, n)?;
         check_kernel_dtype("sort", dtype)?;
-        byte_len(n, DType::I64)?;
-        let mut values = Storage::uninit(n, dtype, self.device())?;
-        let mut indices = Storage::uninit(n, DType::I64, self.device())?;
+        if k > r {
+            return Err(Error::LengthMismatch {
+                op: "sort: elements kept of a row",
+                lhs: k,
+                rhs: r,
+            });
+        }
+        let kept = rows * k;
+        byte_len(kept, DType::I64)?;
+        let mut values = Storage::uninit(kept, dtype, self.device())?;
+        let mut indices = Storage::uninit(kept, DType::I64, self.device())?;
         match (
             self.read("sort")?.mem(),
             values.mem_mut("sort")?,
             indices.mem_mut("sort")?,
         ) {
             (Mem::Host(a), MemMut::Host(v), MemMut::Host(i)) => {
-                a.sort_rows(dtype, start, rows, r, descending, v, i)?
+                a.sort_rows(dtype, start, rows, r, k, descending, v, i)?
             }
             (Mem::Cuda(a), MemMut::Cuda(v), MemMut::Cuda(i)) => {
-                a.sort_rows(dtype, start, rows, r, descending, v, i)?
+                a.sort_rows(dtype, start, rows, r, k, descending, v, i)?
             }
             _ => return Err(mixed("sort")),
         }

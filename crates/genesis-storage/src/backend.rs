@@ -187,14 +187,16 @@ pub(crate) trait Backend {
         out: &mut Self,
     ) -> Result<()>;
 
-    /// In place into `self` (from element 0): the scatter (`add`: scatter-add) of the values
-    /// from `vals[vals_at]` over `d`. A bad index value is an error, and `self` is then
-    /// incomplete: callers scatter into a new copy.
+    /// In place into `self` (targets counted from element `out_at`): the scatter (`add`:
+    /// scatter-add) of the values from `vals[vals_at]` over `d`. A bad index value is an
+    /// error, and `self` is then incomplete: callers check the index first or scatter into a
+    /// new copy.
     #[allow(clippy::too_many_arguments)]
     fn scatter_along(
         &mut self,
         dtype: DType,
         add: bool,
+        out_at: usize,
         idx: &Self,
         idx_at: usize,
         vals: &Self,
@@ -641,6 +643,7 @@ impl Backend for [u8] {
         &mut self,
         dtype: DType,
         add: bool,
+        out_at: usize,
         idx: &[u8],
         idx_at: usize,
         vals: &[u8],
@@ -652,13 +655,13 @@ impl Backend for [u8] {
         if add {
             crate::dispatch_kernel_dtype!(dtype, T => {
                 let v = host::<T>(vals, vals_at, nv)?;
-                genesis_kernels::gather::scatter_add::<T>(host_mut::<T>(self, 0, nt)?, ix, v, d)?;
+                genesis_kernels::gather::scatter_add::<T>(host_mut::<T>(self, out_at, nt)?, ix, v, d)?;
                 Ok(())
             }, _ => Err(unsupported("scatter_add", dtype)))
         } else {
             genesis_kernels::dispatch_dtype!(dtype, [Bool, U8, I8, I16, I32, I64, F16, BF16, F32, F64], T => {
                 let v = host::<T>(vals, vals_at, nv)?;
-                genesis_kernels::gather::scatter::<T>(host_mut::<T>(self, 0, nt)?, ix, v, d)?;
+                genesis_kernels::gather::scatter::<T>(host_mut::<T>(self, out_at, nt)?, ix, v, d)?;
                 Ok(())
             }, _ => Err(unsupported("scatter", dtype)))
         }

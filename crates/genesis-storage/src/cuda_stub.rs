@@ -337,6 +337,7 @@ impl Backend for CudaMem {
         &mut self,
         _: DType,
         _: bool,
+        _: usize,
         _: &CudaMem,
         _: usize,
         _: &CudaMem,

@@ -584,14 +584,91 @@ impl Tensor {
         self.scatter_impl("scatter_add", dim.to_dim(), index, src, true)
     }
 
-    fn scatter_impl(
+    /// In place: writes the values of `src` along `dim` of `self` where `index` points
+    /// (PyTorch's `scatter_`): `self[index[i][j][k]][j][k] = src[i][j][k]` for `dim = 0`, and
+    /// likewise for the other dimensions. Arguments and errors as [`Tensor::scatter`]; `self`
+    /// may be any view, and every tensor sharing its storage sees the write. Every index value
+    /// is checked before anything is written, so a bad one leaves `self` as it was. Where two
+    /// positions of `index` name the same element the last one in row-major order wins on the
+    /// CPU; on the GPU which one wins is unspecified (as in PyTorch).
+    ///
+    /// ```
+    /// use genesis::{tensor, Tensor};
+    /// let x = Tensor::zeros([2, 4], genesis::DType::F32, genesis::Device::Cpu)?;
+    /// x.scatter_(1, &tensor!([[3], [0]])?, &tensor!([[1.0], [2.0]])?)?;
+    /// assert_eq!(x.to_vec::<f32>()?, [0.0, 0.0, 0.0, 1.0, 2.0, 0.0, 0.0, 0.0]);
+    /// # Ok::<(), genesis::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn scatter_(&self, dim: impl Dim, index: &Tensor, src: &Tensor) -> Result<()> {
+        self.scatter_in_place("scatter_", dim.to_dim(), index, src, false)
+    }
+
+    /// In place: adds the values of `src` along `dim` of `self` where `index` points
+    /// (PyTorch's `scatter_add_`; f32, f16, bf16, i32, i64), every contribution counted (on the
+    /// GPU with atomic adds, so float sums depend on their order of arrival). Arguments and
+    /// errors as [`Tensor::scatter_add`]; as [`Tensor::scatter_`], `self` may be a view and is
+    /// left as it was when an index value is out of range.
+    ///
+    /// ```
+    /// use genesis::{tensor, Tensor};
+    /// let counts = Tensor::zeros([3], genesis::DType::I64, genesis::Device::Cpu)?;
+    /// let ones = Tensor::ones([4], genesis::DType::I64, genesis::Device::Cpu)?;
+    /// counts.scatter_add_(0, &tensor!([2, 0, 2, 2])?, &ones)?;
+    /// assert_eq!(counts.to_vec::<i64>()?, [1, 0, 3]);
+    /// # Ok::<(), genesis::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn scatter_add_(&self, dim: impl Dim, index: &Tensor, src: &Tensor) -> Result<()> {
+        self.scatter_in_place("scatter_add_", dim.to_dim(), index, src, true)
+    }
+
+    fn scatter_in_place(
         &self,
         name: &'static str,
         dim: isize,
         index: &Tensor,
         src: &Tensor,
         add: bool,
-    ) -> Result<Tensor> {
+    ) -> Result<()> {
+        let (dim, shape) = self.scatter_checks(name, dim, index, src)?;
+        let size = self.shape().get(dim).copied().unwrap_or(1);
+        check_index_range(name, index, size)?;
+        let strides: Option<Vec<usize>> = self
+            .strides()
+            .iter()
+            .map(|&s| usize::try_from(s).ok())
+            .collect();
+        let Some(strides) = strides else {
+            // A view with a negative stride: scattered into a copy, which is then written back.
+            let out = self.scatter_impl(name, dim as isize, index, src, add)?;
+            return self.copy_(&out);
+        };
+        let (idx, istart, istrides) = strided_operand(index)?;
+        let (vals, vstart, vstrides) = strided_operand(src)?;
+        let d = Along::new(&shape, dim, &istrides, &vstrides, &strides, size)?;
+        self.view.storage().scatter_along_shared(
+            self.layout(),
+            add,
+            &idx,
+            istart,
+            &vals,
+            vstart,
+            &d,
+        )?;
+        Ok(())
+    }
+
+    /// The checks shared by the scatters: `dim` wrapped, `src` of `self`'s dtype and device
+    /// and rank, `index` no larger than `src` anywhere nor than `self` off `dim`. Returns `dim`
+    /// and the iteration shape (`index`'s).
+    fn scatter_checks(
+        &self,
+        name: &'static str,
+        dim: isize,
+        index: &Tensor,
+        src: &Tensor,
+    ) -> Result<(usize, Vec<usize>)> {
         let dim = self.along_dim(name, dim, index)?;
         self.check_operands(name, src)?;
         let rank = self.dim();
@@ -612,6 +689,18 @@ impl Tensor {
                 });
             }
         }
+        Ok((dim, shape))
+    }
+
+    fn scatter_impl(
+        &self,
+        name: &'static str,
+        dim: isize,
+        index: &Tensor,
+        src: &Tensor,
+        add: bool,
+    ) -> Result<Tensor> {
+        let (dim, shape) = self.scatter_checks(name, dim, index, src)?;
         let mut out = self.view.contiguous()?;
         let (idx, istart, istrides) = strided_operand(index)?;
         let (vals, vstart, vstrides) = strided_operand(src)?;
@@ -623,7 +712,7 @@ impl Tensor {
             &contiguous_strides(self.shape()),
             self.shape().get(dim).copied().unwrap_or(1),
         )?;
-        out.scatter_along(add, &idx, istart, &vals, vstart, &d)?;
+        out.scatter_along(0, add, &idx, istart, &vals, vstart, &d)?;
         Tensor::from_storage(out, self.shape())
     }
 
@@ -778,6 +867,34 @@ impl Tensor {
 
 /// A tensor's storage, first element and strides for reading it in place (non-negative
 /// strides), or a contiguous copy's.
+/// Checks that every value of the i64 `index` lies in `0..size` (two reductions read back);
+/// the first bad one in row-major order is the error, as the kernels report it.
+fn check_index_range(op: &'static str, index: &Tensor, size: usize) -> Result<()> {
+    if index.numel() == 0 {
+        return Ok(());
+    }
+    let size = i64::try_from(size).unwrap_or(i64::MAX);
+    let (lo, hi) = (index.min()?.item::<i64>()?, index.max()?.item::<i64>()?);
+    if lo >= 0 && hi < size {
+        return Ok(());
+    }
+    let values = index.to_vec::<i64>()?;
+    let (position, &value) = values
+        .iter()
+        .enumerate()
+        .find(|(_, v)| !(0..size).contains(*v))
+        .unwrap_or((0, &lo));
+    Err(
+        genesis_storage::Error::Kernel(genesis_kernels::Error::IndexOutOfRange {
+            op,
+            position,
+            value,
+            size,
+        })
+        .into(),
+    )
+}
+
 fn strided_operand(t: &Tensor) -> Result<(Arc<Storage>, usize, Vec<usize>)> {
     let strides: Option<Vec<usize>> = t
         .strides()

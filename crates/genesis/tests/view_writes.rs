@@ -1,5 +1,5 @@
 //! PyTorch's view semantics: writes through any view of a storage (in-place ops, `fill_`,
-//! `zero_`, `copy_`, `masked_fill_`, index assignment, `+=`) are seen through every other view,
+//! `zero_`, `copy_`, `masked_fill_`, `scatter_`, `scatter_add_`, index assignment, `+=`) are seen through every other view,
 //! on strided views too; overlapping source and destination give the answer of the values
 //! before the write; every write bumps the storage's version; `deep_clone` does not alias;
 //! threads may read and write views of one storage.
@@ -298,7 +298,7 @@ fn generated_cases(dev: Device, seed: u64, cases: usize) -> Vec<Vec<f32>> {
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut finals = Vec::new();
     // How many cases each op had, and how many views were strided.
-    let (mut ops, mut strided) = ([0usize; 12], 0usize);
+    let (mut ops, mut strided) = ([0usize; 14], 0usize);
     for case in 0..cases {
         let rank = rng.random_range(2..=3);
         let shape: Vec<usize> = (0..rank).map(|_| rng.random_range(1..=5)).collect();
@@ -322,7 +322,7 @@ fn generated_cases(dev: Device, seed: u64, cases: usize) -> Vec<Vec<f32>> {
                 .unwrap()
         };
         let rhs = Tensor::from_slice(&ints(&mut rng, vn), vshape.as_slice(), dev).unwrap();
-        let op = rng.random_range(0..12);
+        let op = rng.random_range(0..14);
         ops[op] += 1;
         strided += usize::from(!view.is_contiguous());
         let what = format!("case {case} on {dev}: {shape:?} {steps:?} op {op}");
@@ -380,6 +380,38 @@ fn generated_cases(dev: Device, seed: u64, cases: usize) -> Vec<Vec<f32>> {
                 let mut v = view.clone();
                 v -= &rhs;
                 view_d.sub(&rhs).unwrap()
+            }
+            12 | 13 => {
+                // scatter_ (distinct targets along each line: a permutation prefix) or
+                // scatter_add_ (repeats allowed) along a random dimension of the view.
+                let vr = vshape.len();
+                let d = rng.random_range(0..vr);
+                let size = vshape[d];
+                let mut ishape = vshape.clone();
+                ishape[d] = rng.random_range(1..=size);
+                let mut perm: Vec<i64> = (0..size as i64).collect();
+                for i in (1..size).rev() {
+                    perm.swap(i, rng.random_range(0..=i));
+                }
+                let ni: usize = ishape.iter().product();
+                let inner: usize = ishape[d + 1..].iter().product();
+                let idx: Vec<i64> = (0..ni)
+                    .map(|k| {
+                        if op == 12 {
+                            perm[(k / inner) % ishape[d]]
+                        } else {
+                            rng.random_range(0..size as i64)
+                        }
+                    })
+                    .collect();
+                let idx = Tensor::from_slice(&idx, ishape.as_slice(), dev).unwrap();
+                if op == 12 {
+                    view.scatter_(d, &idx, &rhs).unwrap();
+                    view_d.scatter(d, &idx, &rhs).unwrap()
+                } else {
+                    view.scatter_add_(d, &idx, &rhs).unwrap();
+                    view_d.scatter_add(d, &idx, &rhs).unwrap()
+                }
             }
             _ => {
                 view.exp_().unwrap();
@@ -530,5 +562,61 @@ fn threads_that_write_each_others_sources_finish() {
         });
         assert!(f32s(&a).iter().chain(&f32s(&b)).all(|v| v.is_finite()));
         assert_eq!(a.version() + b.version(), 400, "{dev}");
+    }
+}
+
+#[test]
+fn an_in_place_scatter_with_a_bad_index_writes_nothing() {
+    let _release = Release;
+    for dev in devices() {
+        let base = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], [2, 3], dev).unwrap();
+        let view = base.transpose(0, 1).unwrap();
+        let src = Tensor::from_slice(&[9.0f32; 6], [3, 2], dev).unwrap();
+        for bad in [2i64, -1, 7] {
+            let idx = Tensor::from_slice(&[0i64, 1, 1, bad], [2, 2], dev).unwrap();
+            let before = base.version();
+            assert!(view.scatter_(1, &idx, &src).is_err(), "{dev} {bad}");
+            assert!(view.scatter_add_(1, &idx, &src).is_err(), "{dev} {bad}");
+            assert_eq!(f32s(&base), [1.0, 2.0, 3.0, 4.0, 5.0, 6.0], "{dev} {bad}");
+            assert_eq!(base.version(), before, "{dev} {bad}");
+        }
+        // Mismatched dtypes, devices and shapes are errors too, and write nothing.
+        let idx = Tensor::from_slice(&[0i64, 1], [1, 2], dev).unwrap();
+        let ints = Tensor::from_slice(&[1i32, 2], [1, 2], dev).unwrap();
+        assert!(view.scatter_(1, &idx, &ints).is_err());
+        let wide = Tensor::from_slice(&[0i64, 1, 0], [1, 3], dev).unwrap();
+        assert!(view.scatter_(1, &wide, &src).is_err());
+        assert!(view.scatter_(2, &idx, &src).is_err());
+        if dev != Device::Cpu {
+            let host = Tensor::from_slice(&[0i64, 1], [1, 2], Device::Cpu).unwrap();
+            assert!(view.scatter_(1, &host, &src).is_err());
+        }
+        assert_eq!(f32s(&base), [1.0, 2.0, 3.0, 4.0, 5.0, 6.0], "{dev}");
+        // A good index writes through the view and bumps the version.
+        let before = base.version();
+        view.scatter_(1, &idx, &src).unwrap();
+        assert_eq!(f32s(&base), [9.0, 2.0, 3.0, 9.0, 5.0, 6.0], "{dev}");
+        assert!(base.version() > before, "{dev}");
+    }
+}
+
+#[test]
+fn an_in_place_scatter_reads_its_own_storage_before_the_write() {
+    let _release = Release;
+    for dev in devices() {
+        // x.scatter_add_(0, idx, x): every addend is a value from before the write.
+        let x = Tensor::from_slice(&[1i64, 2, 3, 4], [4], dev).unwrap();
+        let idx = Tensor::from_slice(&[3i64, 3, 0, 1], [4], dev).unwrap();
+        x.scatter_add_(0, &idx, &x).unwrap();
+        assert_eq!(
+            x.to_vec::<i64>().unwrap(),
+            [1 + 3, 2 + 4, 3, 4 + 1 + 2],
+            "{dev}"
+        );
+        // An index living in the target's own storage.
+        let y = Tensor::from_slice(&[2i64, 0, 1], [3], dev).unwrap();
+        let vals = Tensor::from_slice(&[7i64, 8, 9], [3], dev).unwrap();
+        y.scatter_(0, &y, &vals).unwrap();
+        assert_eq!(y.to_vec::<i64>().unwrap(), [8, 9, 7], "{dev}");
     }
 }

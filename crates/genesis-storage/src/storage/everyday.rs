@@ -148,13 +148,15 @@ impl Storage {
     }
 
     /// In place: the scatter (`add`: scatter-add, f32, f16, bf16, i32, i64) of the values from
-    /// `values[values_start]` into this storage (from element 0) at `target(i, index[..])` over
+    /// `values[values_start]` into this storage at `out_start + target(i, index[..])` over
     /// `d`. A value outside `0..d.size` is an error, checked on the device for CUDA memory
     /// (and read back, one synchronisation); the storage is then partly written, so callers
-    /// scatter into a new copy of the target.
+    /// check the index first or scatter into a new copy of the target.
     #[track_caller]
+    #[allow(clippy::too_many_arguments)]
     pub fn scatter_along(
         &mut self,
+        out_start: usize,
         add: bool,
         index: &Storage,
         index_start: usize,
@@ -177,17 +179,17 @@ impl Storage {
         let (ni, nv, nt) = d.reach()?;
         index.check_index(name, index_start, ni)?;
         values.check_range(name, values_start, nv)?;
-        self.check_range(name, 0, nt)?;
+        self.check_range(name, out_start, nt)?;
         match (
             self.mem_mut(name)?,
             index.read(name)?.mem(),
             values.read(name)?.mem(),
         ) {
             (MemMut::Host(o), Mem::Host(i), Mem::Host(v)) => {
-                o.scatter_along(dtype, add, i, index_start, v, values_start, d)
+                o.scatter_along(dtype, add, out_start, i, index_start, v, values_start, d)
             }
             (MemMut::Cuda(o), Mem::Cuda(i), Mem::Cuda(v)) => {
-                o.scatter_along(dtype, add, i, index_start, v, values_start, d)
+                o.scatter_along(dtype, add, out_start, i, index_start, v, values_start, d)
             }
             _ => Err(mixed(name)),
         }

@@ -8,6 +8,7 @@ use super::{BinaryRhs, Storage};
 use crate::layout::Layout;
 use crate::{Error, Result, UnaryOp};
 use genesis_kernels::BinaryOp;
+use genesis_kernels::gather::Along;
 
 /// The first element of a layout's run, 0 for an empty one (whose offset may lie past the end
 /// of its storage).
@@ -195,6 +196,46 @@ impl Storage {
         let mut tmp = self.contiguous(layout)?;
         tmp.masked_fill_at(0, mask, mask_start, n, value)?;
         self.copy_strided_from_shared(layout, &tmp, &dense(layout.shape()))
+    }
+
+    /// In place through a shared handle: the scatter (`add`: scatter-add) of `values` into
+    /// this storage under `layout` (any view without negative strides), at the positions
+    /// `index` gives along `d.dim` ([`Storage::scatter_along`] with `d`'s target strides those
+    /// of `layout`). Every index value must already be known to lie in `0..d.size`: a bad one
+    /// is still an error, but leaves the view partly written. An index or values storage that
+    /// is this very one is read out first (the values from before the write).
+    #[allow(clippy::too_many_arguments)]
+    pub fn scatter_along_shared(
+        &self,
+        layout: &Layout,
+        add: bool,
+        index: &Storage,
+        index_start: usize,
+        values: &Storage,
+        values_start: usize,
+        d: &Along,
+    ) -> Result<()> {
+        let op = if add { "scatter_add_" } else { "scatter_" };
+        self.check_destination(op, layout)?;
+        let (ni, nv, _) = d.reach()?;
+        let own_index;
+        let (index, index_start) = if std::ptr::eq(index, self) {
+            own_index = index.contiguous(&Layout::new(&[ni], &[1], index_start))?;
+            (&own_index, 0)
+        } else {
+            (index, index_start)
+        };
+        let own_values;
+        let (values, values_start) = if std::ptr::eq(values, self) {
+            own_values = values.contiguous(&Layout::new(&[nv], &[1], values_start))?;
+            (&own_values, 0)
+        } else {
+            (values, values_start)
+        };
+        let start = start_of(layout);
+        self.with_exclusive_reading(op, &[index, values], |s| {
+            s.scatter_along(start, add, index, index_start, values, values_start, d)
+        })
     }
 
     /// Checks a destination view before a shared write: inside the storage, and no element

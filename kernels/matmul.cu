@@ -44,11 +44,41 @@
 // multiply-adds, so the two agree within the f32 accumulation bound (k * 2^-24 * sum |a||b|)
 // plus one rounding to the output type, not bit for bit.
 //
+// f32 with TF32 (opt-in, `matmul_tf32_*`): tensor cores through `mma.sync.aligned.m16n8k8`
+// with tf32 inputs and f32 accumulators (sm_80 and newer).
+//   * Every input is rounded to tf32 (`cvt.rna.tf32.f32`: 10 mantissa bits, nearest, ties away
+//     from zero) once, when it is stored to shared memory; products of tf32 values are exact
+//     in f32 and are accumulated in f32, so the result is the f32 product of the rounded
+//     inputs up to the f32 accumulation bound (the CPU twin `matmul_strided_tf32` rounds the
+//     same way).
+//   * A block of 256 threads (8 warps as 2 x 4) computes a 128 x 128 tile; each warp 64 x 32 as
+//     4 x 4 mma tiles of 16 x 8 (64 f32 accumulators per thread, the layout of the f16 kernel).
+//   * K advances in slices of 32: each thread loads four float4 per operand of slice t + 1
+//     into registers (the f32 kernel's bounds-checked loads) while slice t is multiplied from
+//     shared memory, then stores them after a barrier. One buffer per operand (36 KiB).
+//   * An operand whose k is contiguous in memory is kept as rows of 32 k values padded to 36
+//     ([mn][36]); otherwise as rows of 128 m or n values padded to 136 ([k][136]). A fragment
+//     load (lane: g = lane / 4, t = lane % 4) reads element (mn0 + g, k0 + t), at word
+//     36 g + t or 136 t + g: 4 g + t and 8 t + g are 32 different banks in both cases, and
+//     the float4 stores of 8 consecutive threads write 32 consecutive words.
+//
+// Split-k (every kernel above, `kslice` parameter): block z of the grid (blockIdx.z) computes
+// the partial product over k in [z * kslice, min(k, (z + 1) * kslice)) and writes it to
+// C + z * batch * m * n. It reads A and B from the slice's first k (A + k0 or A + k0 * lda,
+// B + k0 * ldb or B + k0, by layout) with k set to the slice's length, so the kernels' loops
+// and predicated edges are unchanged; the launcher keeps kslice a multiple of 32, so a
+// slice's first k is as aligned as k = 0 for the 16-byte loads. With one slice (gridDim.z ==
+// 1, kslice >= k) this is the plain product. The launcher gives split products a workspace of
+// slices * batch * m * n f32 values and an f32-output kernel, then `splitk_sum_<O>` adds the
+// slices' partials in the fixed order z = 0, 1, ... and rounds once to the output type: no
+// atomics, the same bits on every run.
+//
 // Products with m == 1 or n == 1 go to the matrix-vector kernels at the end of the file.
 //
 // Launch contract (src/matmul.rs): blocks of 256 threads, grid (ceil(m / 128) * ceil(n / 128),
-// min(batch, 65535)). Parameters: (A, B, C, batch, m, n, k, lda, ldb, batch stride of A, batch
-// stride of B), every integer a u64, strides and leading dimensions in elements.
+// min(batch, 65535), slices). Parameters: (A, B, C, batch, m, n, k, lda, ldb, batch stride of
+// A, batch stride of B, kslice), every integer a u64, strides and leading dimensions in
+// elements.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
@@ -474,12 +504,242 @@ __device__ __forceinline__ void gemm_f32(const float* __restrict__ A, const floa
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// f32 on tensor cores with TF32 inputs (opt-in).
+
+constexpr int X_BM = 128, X_BN = 128, X_BK = 32;
+constexpr int X_KSTRIDE = X_BK + 4;   // floats per row of a [mn][k] tile
+constexpr int X_MNSTRIDE = X_BM + 8;  // floats per row of a [k][mn] tile
+constexpr int X_TILE_FLOATS = X_BM * X_KSTRIDE;  // the larger of 128 x 36 and 32 x 136
+static_assert(X_BK * X_MNSTRIDE <= X_TILE_FLOATS, "a [k][mn] tile fits the buffer");
+static_assert(2 * X_TILE_FLOATS * 4 <= 48 * 1024, "static shared memory");
+
+__device__ __forceinline__ float to_tf32(float x) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return __uint_as_float(r);
+}
+
+__device__ __forceinline__ void mma1688(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                        uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// The four float4 of one thread in the [mn0, mn0 + 128) x [k0, k0 + 32) tile of an operand:
+// float4 i is number idx = tid + 256 i of the tile. KMAJOR (element (mn, k) at
+// base[mn * ld + k]): row mn0 + idx / 8, k values k0 + 4 (idx % 8) ...; else (element at
+// base[k * ld + mn]): k row k0 + idx / 32, mn values mn0 + 4 (idx % 32) .... A float4 that
+// crosses an edge, or any float4 when !VEC, is read element by element with bounds checks
+// (zeros outside).
+template <bool KMAJOR, bool VEC>
+__device__ __forceinline__ void x_load(float4 (&v)[4], const float* base, uint64_t ld,
+                                       uint64_t extent, uint64_t K, uint64_t mn0, uint64_t k0,
+                                       int tid) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int idx = tid + THREADS * i;
+        uint64_t outer, inner, outer_n, inner_n;
+        if (KMAJOR) {
+            outer = mn0 + (idx >> 3);
+            inner = k0 + (idx & 7) * 4;
+            outer_n = extent;
+            inner_n = K;
+        } else {
+            outer = k0 + (idx >> 5);
+            inner = mn0 + (idx & 31) * 4;
+            outer_n = K;
+            inner_n = extent;
+        }
+        const float* src = base + outer * ld + inner;
+        if (VEC && outer < outer_n && inner + 4 <= inner_n) {
+            v[i] = __ldg(reinterpret_cast<const float4*>(src));
+        } else {
+            const bool row = outer < outer_n;
+            v[i].x = row && inner + 0 < inner_n ? src[0] : 0.0f;
+            v[i].y = row && inner + 1 < inner_n ? src[1] : 0.0f;
+            v[i].z = row && inner + 2 < inner_n ? src[2] : 0.0f;
+            v[i].w = row && inner + 3 < inner_n ? src[3] : 0.0f;
+        }
+    }
+}
+
+// Stores the float4 of `x_load`, rounded to tf32, at the same tile positions: [mn][36] when
+// KMAJOR, else [k][136] (both strides multiples of 4 floats, so every float4 is 16-byte
+// aligned).
+template <bool KMAJOR>
+__device__ __forceinline__ void x_store(float* s, const float4 (&v)[4], int tid) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int idx = tid + THREADS * i;
+        const int at = KMAJOR ? (idx >> 3) * X_KSTRIDE + (idx & 7) * 4
+                              : (idx >> 5) * X_MNSTRIDE + (idx & 31) * 4;
+        *reinterpret_cast<float4*>(s + at) =
+            make_float4(to_tf32(v[i].x), to_tf32(v[i].y), to_tf32(v[i].z), to_tf32(v[i].w));
+    }
+}
+
+// Element (mn, k) of a tile in shared memory, as the bits of a tf32 register.
+template <bool KMAJOR>
+__device__ __forceinline__ uint32_t x_at(const float* s, int mn, int k) {
+    return __float_as_uint(KMAJOR ? s[mn * X_KSTRIDE + k] : s[k * X_MNSTRIDE + mn]);
+}
+
+template <bool TA, bool TB, bool VEC>
+__device__ __forceinline__ void gemm_tf32(const float* __restrict__ A,
+                                          const float* __restrict__ B, float* __restrict__ C,
+                                          uint64_t batch, uint64_t M, uint64_t N, uint64_t K,
+                                          uint64_t lda, uint64_t ldb, uint64_t sa, uint64_t sb) {
+    constexpr bool A_KMAJOR = !TA;
+    constexpr bool B_KMAJOR = TB;
+    __shared__ __align__(16) float As[X_TILE_FLOATS];
+    __shared__ __align__(16) float Bs[X_TILE_FLOATS];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = warp >> 2, wn = warp & 3;  // 2 x 4 warps, 64 x 32 each
+    const int g = lane >> 2, t = lane & 3;
+    const uint64_t tiles_m = (M + X_BM - 1) / X_BM, tiles_n = (N + X_BN - 1) / X_BN;
+    uint64_t tm, tn;
+    tile_of(blockIdx.x, tiles_m, tiles_n, tm, tn);
+    const uint64_t m0 = tm * X_BM, n0 = tn * X_BN;
+    const int kt_n = (int)((K + X_BK - 1) / X_BK);
+
+    for (uint64_t b = blockIdx.y; b < batch; b += gridDim.y) {
+        const float* a = A + b * sa;
+        const float* bm = B + b * sb;
+        float acc[4][4][4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+
+        float4 ra[4], rb[4];
+        if (kt_n > 0) {
+            x_load<A_KMAJOR, VEC>(ra, a, lda, M, K, m0, 0, tid);
+            x_load<B_KMAJOR, VEC>(rb, bm, ldb, N, K, n0, 0, tid);
+        }
+        for (int kt = 0; kt < kt_n; ++kt) {
+            // The previous slice's readers passed the barrier at the end of its iteration (or
+            // of the previous batch), so the buffers are free.
+            x_store<A_KMAJOR>(As, ra, tid);
+            x_store<B_KMAJOR>(Bs, rb, tid);
+            __syncthreads();
+            if (kt + 1 < kt_n) {
+                const uint64_t k0 = (uint64_t)(kt + 1) * X_BK;
+                x_load<A_KMAJOR, VEC>(ra, a, lda, M, K, m0, k0, tid);
+                x_load<B_KMAJOR, VEC>(rb, bm, ldb, N, K, n0, k0, tid);
+            }
+#pragma unroll
+            for (int ks = 0; ks < X_BK / 8; ++ks) {
+                const int k = ks * 8 + t;
+                uint32_t fb[4][2];
+#pragma unroll
+                for (int nj = 0; nj < 4; ++nj) {
+                    const int n = wn * 32 + nj * 8 + g;
+                    fb[nj][0] = x_at<B_KMAJOR>(Bs, n, k);
+                    fb[nj][1] = x_at<B_KMAJOR>(Bs, n, k + 4);
+                }
+#pragma unroll
+                for (int mi = 0; mi < 4; ++mi) {
+                    const int r = wm * 64 + mi * 16 + g;
+                    // A fragment of m16n8k8.tf32: a0 (g, t), a1 (g + 8, t), a2 (g, t + 4),
+                    // a3 (g + 8, t + 4); B: b0 (k t, n g), b1 (k t + 4, n g).
+                    const uint32_t fa[4] = {x_at<A_KMAJOR>(As, r, k), x_at<A_KMAJOR>(As, r + 8, k),
+                                            x_at<A_KMAJOR>(As, r, k + 4),
+                                            x_at<A_KMAJOR>(As, r + 8, k + 4)};
+#pragma unroll
+                    for (int nj = 0; nj < 4; ++nj) mma1688(acc[mi][nj], fa, fb[nj][0], fb[nj][1]);
+                }
+            }
+            __syncthreads();
+        }
+
+        // Epilogue (the accumulator layout of m16n8k16): thread (g, t) holds rows g and g + 8,
+        // columns 2t and 2t + 1 of each 16 x 8 tile.
+        float* c = C + b * M * N;
+        const bool pairs = N % 2 == 0 && ((uintptr_t)C & 7) == 0;
+#pragma unroll
+        for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const uint64_t gr = m0 + wm * 64 + mi * 16 + h * 8 + g;
+                if (gr >= M) continue;
+#pragma unroll
+                for (int nj = 0; nj < 4; ++nj) {
+                    const uint64_t gc = n0 + wn * 32 + nj * 8 + t * 2;
+                    float* p = c + gr * N + gc;
+                    const float x = acc[mi][nj][h * 2], y = acc[mi][nj][h * 2 + 1];
+                    if (pairs && gc + 1 < N) {
+                        store2(p, x, y);
+                    } else {
+                        if (gc < N) store1(p, x);
+                        if (gc + 1 < N) store1(p + 1, y);
+                    }
+                }
+            }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Split-k: the sum of the slices' partials.
+
+// out[i] = sum over z in 0..slices of ws[z * total + i], added in increasing z and rounded once
+// to O. Four consecutive outputs a thread when total is a multiple of 4 and ws is 16-byte
+// aligned (every slice then starts on 16 bytes), one otherwise; threads stride over the grid.
+template <typename O>
+__device__ __forceinline__ void splitk_sum(const float* __restrict__ ws, O* __restrict__ out,
+                                           uint64_t total, uint64_t slices) {
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    const uint64_t first = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (total % 4 == 0 && ((uintptr_t)ws & 15) == 0) {
+        const float4* w4 = reinterpret_cast<const float4*>(ws);
+        const uint64_t quads = total / 4;
+        for (uint64_t q = first; q < quads; q += stride) {
+            float4 s = w4[q];
+            for (uint64_t z = 1; z < slices; ++z) {
+                const float4 v = w4[z * quads + q];
+                s.x += v.x;
+                s.y += v.y;
+                s.z += v.z;
+                s.w += v.w;
+            }
+            O* p = out + q * 4;
+            store1(p, s.x);
+            store1(p + 1, s.y);
+            store1(p + 2, s.z);
+            store1(p + 3, s.w);
+        }
+    } else {
+        for (uint64_t i = first; i < total; i += stride) {
+            float s = ws[i];
+            for (uint64_t z = 1; z < slices; ++z) s += ws[z * total + i];
+            store1(out + i, s);
+        }
+    }
+}
+
 }  // namespace
 
 #define PARAMS(T, O)                                                                           \
     const T *A, const T *B, O *C, uint64_t batch, uint64_t M, uint64_t N, uint64_t K,          \
-        uint64_t lda, uint64_t ldb, uint64_t sa, uint64_t sb
+        uint64_t lda, uint64_t ldb, uint64_t sa, uint64_t sb, uint64_t kslice
 #define ARGS A, B, C, batch, M, N, K, lda, ldb, sa, sb
+
+// The k slice of this block (see "Split-k" at the top): moves A and B to the slice's first k
+// and C to the slice's partial product, and sets K to the slice's length (0 for a slice past
+// k, whose partial is then zeros).
+#define SPLIT(TA, TB)                                                                          \
+    {                                                                                          \
+        const uint64_t k0 = (uint64_t)blockIdx.z * kslice;                                     \
+        A += (TA) ? k0 * lda : k0;                                                             \
+        B += (TB) ? k0 : k0 * ldb;                                                             \
+        C += (uint64_t)blockIdx.z * batch * M * N;                                             \
+        K = K > k0 ? min(K - k0, kslice) : 0;                                                  \
+    }
 
 // 16-byte copies for an operand when its rows and batches start on 16-byte boundaries.
 #define TC_VEC(X, ld, s) ((ld) % 8 == 0 && (s) % 8 == 0 && ((uintptr_t)(X) & 15) == 0)
@@ -488,10 +748,12 @@ __device__ __forceinline__ void gemm_f32(const float* __restrict__ A, const floa
 #define TC(name, T, O, TA, TB)                                                                 \
     extern "C" __global__ void __launch_bounds__(THREADS, 2) name(PARAMS(T, O)) {             \
         __shared__ __align__(128) uint4 smem[TC_SMEM_BYTES / 16];                              \
+        SPLIT(TA, TB)                                                                          \
         gemm_tc<T, O, TA, TB, true>(smem, ARGS);                                               \
     }                                                                                          \
     extern "C" __global__ void __launch_bounds__(THREADS, 2) name##_any(PARAMS(T, O)) {       \
         __shared__ __align__(128) uint4 smem[TC_SMEM_BYTES / 16];                              \
+        SPLIT(TA, TB)                                                                          \
         gemm_tc<T, O, TA, TB, false>(smem, ARGS);                                              \
     }
 #define TC4(prefix, T, O)                                      \
@@ -507,17 +769,35 @@ TC4(matmul_f16_f32out, __half, float)
 
 // <name>: leading dimensions and batch strides multiples of 4, 16-byte aligned operands
 // (float4 loads); <name>_any: any operands.
-#define F32(name, TA, TB)                                                                      \
+#define F32(name, gemm, TA, TB)                                                                \
     extern "C" __global__ void __launch_bounds__(THREADS, 1) name(PARAMS(float, float)) {     \
-        gemm_f32<TA, TB, true>(ARGS);                                                          \
+        SPLIT(TA, TB)                                                                          \
+        gemm<TA, TB, true>(ARGS);                                                              \
     }                                                                                          \
     extern "C" __global__ void __launch_bounds__(THREADS, 1) name##_any(PARAMS(float, float)) { \
-        gemm_f32<TA, TB, false>(ARGS);                                                         \
+        SPLIT(TA, TB)                                                                          \
+        gemm<TA, TB, false>(ARGS);                                                             \
     }
-F32(matmul_f32_nn, false, false)
-F32(matmul_f32_nt, false, true)
-F32(matmul_f32_tn, true, false)
-F32(matmul_f32_tt, true, true)
+F32(matmul_f32_nn, gemm_f32, false, false)
+F32(matmul_f32_nt, gemm_f32, false, true)
+F32(matmul_f32_tn, gemm_f32, true, false)
+F32(matmul_f32_tt, gemm_f32, true, true)
+// TF32 (f32 operands and output, same alignment rule as the f32 kernels).
+F32(matmul_tf32_nn, gemm_tf32, false, false)
+F32(matmul_tf32_nt, gemm_tf32, false, true)
+F32(matmul_tf32_tn, gemm_tf32, true, false)
+F32(matmul_tf32_tt, gemm_tf32, true, true)
+
+// Split-k sums (see "Split-k" at the top): grid-stride, any grid; parameters (workspace,
+// output, outputs, slices).
+#define SPLITK_SUM(suffix, O)                                                                  \
+    extern "C" __global__ void __launch_bounds__(THREADS)                                     \
+        splitk_sum_##suffix(const float* ws, O* out, uint64_t total, uint64_t slices) {        \
+        splitk_sum<O>(ws, out, total, slices);                                                 \
+    }
+SPLITK_SUM(f32, float)
+SPLITK_SUM(f16, __half)
+SPLITK_SUM(bf16, __nv_bfloat16)
 
 // ---------------------------------------------------------------------------------------------
 // Matrix-vector products: m == 1 or n == 1 (decode-style `[1, k] @ [k, n]`, or `[m, k] @ [k, 1]`).

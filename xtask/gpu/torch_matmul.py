@@ -2,7 +2,9 @@
 
 Same shapes and layouts (a transposed operand is a transposed view, read in place by cuBLAS),
 random data, CUDA events around each run (wall clock of the call and a synchronisation for the
-rows the bench times that way), warm-up, median. TF32 stays off (PyTorch's default).
+rows the bench times that way), warm-up, median. TF32 stays off (PyTorch's default) but for
+the rows of dtype tf32: f32 products with torch.backends.cuda.matmul.allow_tf32 = True.
+A row name's `_s1` suffix (Genesis without split-k) does not change PyTorch's side.
 Usage: python3 torch_matmul.py GENESIS.json OUT.json
 """
 import json
@@ -12,8 +14,8 @@ import time
 
 import torch
 
-PEAK = {"f32": 67.0, "bf16": 989.0, "f16": 989.0}  # H200 SXM datasheet dense TFLOP/s
-DT = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+PEAK = {"f32": 67.0, "tf32": 494.0, "bf16": 989.0, "f16": 989.0}  # H200 SXM dense TFLOP/s
+DT = {"f32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 
 
 def timed(fn, warmup, runs, wall):
@@ -49,6 +51,7 @@ def main():
         m = re.match(r"mm_(\w+?)_(\d+)x(\d+)x(\d+)_([nt])([nt])", r["name"])
         d, M, N, K, ta, tb = m.group(1), *map(int, m.group(2, 3, 4)), m.group(5), m.group(6)
         dt = DT[d]
+        torch.backends.cuda.matmul.allow_tf32 = d == "tf32"
         a = (torch.rand(K, M, device=dev) * 2 - 1).to(dt).t() if ta == "t" else \
             (torch.rand(M, K, device=dev) * 2 - 1).to(dt)
         b = (torch.rand(N, K, device=dev) * 2 - 1).to(dt).t() if tb == "t" else \
@@ -65,7 +68,7 @@ def main():
         tf = flops / (r["median_ms"] * 1e-3) / 1e12
         row = {"name": r["name"], "ours_ms": r["median_ms"], "torch_ms": med, "torch_min_ms": mn,
                "ratio": med / r["median_ms"], "tflops": tf, "torch_tflops": flops / (med * 1e-3) / 1e12,
-               "peak_fraction": tf / PEAK[d], "clock": r["clock"]}
+               "peak_fraction": tf / PEAK[d], "clock": r["clock"], "splits": r.get("splits", 1)}
         rows.append(row)
         print(f'{r["name"]:<34} {r["median_ms"]:>9.4f} {med:>9.4f} {row["ratio"]:>6.3f} {tf:>8.1f} '
               f'{row["peak_fraction"]:>6.3f}')

@@ -1,7 +1,13 @@
 //! GPU timings of the matmul kernels (xtask/gpu/torch_matmul.py times the same rows with
-//! `torch.matmul`): square products in f32, bf16 and f16, thin and irregular shapes, and
+//! `torch.matmul`): square products in f32, TF32, bf16 and f16, thin and irregular shapes, and
 //! transposed operands read in place. Device time between events (median after warm-up), and
 //! for the seed's small f32 sizes the wall clock of a launch and a synchronisation.
+//!
+//! Every row runs the plan the storage layer makes (`MatmulPlan::new` with the device's SM
+//! count: split-k for thin products), with its workspace allocated once before timing; rows
+//! named `..._s1` force one slice (the same product without split-k), for comparison. Rows of
+//! dtype `tf32` are f32 products at `MatmulPrecision::High` (PyTorch's side sets
+//! `allow_tf32 = True` for them only).
 //!
 //! `gpu_matmul [--json PATH]`: prints a table and, with `--json`, writes the figures.
 //! Without a GPU (or without the `cuda` feature) it says so and exits successfully.
@@ -31,7 +37,8 @@ mod gpu {
     use genesis_cuda::{Context, DeviceBuffer, Stream};
     use genesis_kernels::MatmulElement;
     use genesis_kernels::matmul::{
-        MatmulLayout, MatmulOutput, MatmulShape, MatrixLayout, gpu_matmul_strided,
+        MatmulLayout, MatmulOutput, MatmulPlan, MatmulPrecision, MatmulShape, MatrixLayout,
+        gpu_matmul_planned,
     };
     use half::{bf16, f16};
     use rand::rngs::SmallRng;
@@ -51,6 +58,8 @@ mod gpu {
         tb: bool,
         /// Wall clock of launch + synchronize instead of device time.
         wall: bool,
+        /// Never split k (`_s1` rows).
+        unsplit: bool,
     }
 
     const fn case(dtype: &'static str, m: usize, n: usize, k: usize) -> Case {
@@ -62,6 +71,7 @@ mod gpu {
             ta: false,
             tb: false,
             wall: false,
+            unsplit: false,
         }
     }
 
@@ -73,7 +83,7 @@ mod gpu {
                 ..case("f32", s, s, s)
             });
         }
-        for d in ["f32", "bf16", "f16"] {
+        for d in ["f32", "tf32", "bf16", "f16"] {
             v.push(case(d, 4096, 4096, 4096));
             v.push(case(d, 8192, 8192, 8192));
         }
@@ -90,18 +100,35 @@ mod gpu {
                 });
             }
         }
+        // The thin products again without split-k, and in TF32.
+        for d in ["f32", "bf16"] {
+            for (m, n, k) in [(64, 4096, 1024), (8192, 64, 8192)] {
+                v.push(Case {
+                    unsplit: true,
+                    ..case(d, m, n, k)
+                });
+            }
+        }
+        v.push(case("tf32", 64, 4096, 1024));
+        v.push(case("tf32", 8192, 64, 8192));
+        v.push(Case {
+            ta: true,
+            tb: true,
+            ..case("tf32", 4096, 4096, 4096)
+        });
         v
     }
 
     fn name(c: &Case) -> String {
         format!(
-            "mm_{}_{}x{}x{}_{}{}",
+            "mm_{}_{}x{}x{}_{}{}{}",
             c.dtype,
             c.m,
             c.n,
             c.k,
             if c.ta { 't' } else { 'n' },
-            if c.tb { 't' } else { 'n' }
+            if c.tb { 't' } else { 'n' },
+            if c.unsplit { "_s1" } else { "" }
         )
     }
 
@@ -125,7 +152,7 @@ mod gpu {
         stream: &Stream,
         c: &Case,
         rng: &mut SmallRng,
-    ) -> BoxResult<timing::Timing> {
+    ) -> BoxResult<(timing::Timing, usize)> {
         let shape = MatmulShape {
             batch: 1,
             m: c.m,
@@ -149,24 +176,36 @@ mod gpu {
         let a = upload::<T>(ctx, c.m * c.k, rng)?;
         let b = upload::<T>(ctx, c.k * c.n, rng)?;
         let mut out = DeviceBuffer::alloc(ctx, c.m * c.n * std::mem::size_of::<T>())?;
+        let precision = if c.dtype == "tf32" {
+            MatmulPrecision::High
+        } else {
+            MatmulPrecision::Highest
+        };
+        let mut plan = MatmulPlan::new(shape, ctx.multiprocessors() as usize, precision);
+        if c.unsplit {
+            plan = plan.with_splits(1);
+        }
+        let mut ws = DeviceBuffer::alloc(ctx, plan.workspace_bytes().max(16))?;
         let flops = 2.0 * (c.m * c.n * c.k) as f64;
         let (warmup, runs) = if flops > 2e11 { (3, 10) } else { (5, 30) };
         let mut f = || -> BoxResult {
-            gpu_matmul_strided::<T, T>(
+            gpu_matmul_planned::<T, T>(
                 stream,
-                shape,
+                &plan,
                 layout,
                 a.as_span()?,
                 b.as_span()?,
                 out.as_span_mut()?,
+                ws.as_span_mut()?,
             )?;
             Ok(())
         };
-        if c.wall {
-            timing::wall(warmup, runs, || Ok(stream.synchronize()?), f)
+        let t = if c.wall {
+            timing::wall(warmup, runs, || Ok(stream.synchronize()?), f)?
         } else {
-            timing::events(stream, warmup, runs, &mut f)
-        }
+            timing::events(stream, warmup, runs, &mut f)?
+        };
+        Ok((t, plan.splits()))
     }
 
     pub(crate) fn run() -> BoxResult {
@@ -181,19 +220,19 @@ mod gpu {
         let mut rows = Vec::new();
         println!("device: {} ({} SMs)", ctx.name(), ctx.multiprocessors());
         println!(
-            "{:<34} {:>10} {:>10} {:>9}  clock",
-            "case", "median ms", "min ms", "TFLOP/s"
+            "{:<34} {:>10} {:>10} {:>9} {:>6}  clock",
+            "case", "median ms", "min ms", "TFLOP/s", "splits"
         );
         for c in cases() {
-            let t = match c.dtype {
-                "f32" => time_case::<f32>(&ctx, &stream, &c, &mut rng)?,
+            let (t, splits) = match c.dtype {
+                "f32" | "tf32" => time_case::<f32>(&ctx, &stream, &c, &mut rng)?,
                 "bf16" => time_case::<bf16>(&ctx, &stream, &c, &mut rng)?,
                 _ => time_case::<f16>(&ctx, &stream, &c, &mut rng)?,
             };
             let tflops = 2.0 * (c.m * c.n * c.k) as f64 / (t.median_ms * 1e-3) / 1e12;
             let clock = if c.wall { "wall" } else { "device" };
             println!(
-                "{:<34} {:>10.4} {:>10.4} {:>9.1}  {clock}",
+                "{:<34} {:>10.4} {:>10.4} {:>9.1} {splits:>6}  {clock}",
                 name(&c),
                 t.median_ms,
                 t.min_ms,
@@ -205,6 +244,7 @@ mod gpu {
                 "min_ms": t.min_ms,
                 "tflops": tflops,
                 "clock": clock,
+                "splits": splits,
             }));
         }
         if let Some(path) = json {

@@ -8,6 +8,14 @@
 //! and rounded once to the output type (the CPU in increasing `k`; the GPU fuses multiply-adds
 //! and f16/bf16 run on tensor cores in their own order), so the two agree within the f32
 //! rounding bound of the accumulation, not bit for bit.
+//!
+//! f32 products run at [`MatmulPrecision::Highest`] (full f32, the default) or, opted into,
+//! [`MatmulPrecision::High`]: inputs rounded to TF32 on tensor cores (PyTorch's
+//! `allow_tf32`), with the CPU twin [`matmul_strided_precision`] rounding the same way.
+//!
+//! A [`MatmulPlan`] also splits `k` when the output has too few `128 x 128` tiles to fill the
+//! GPU (split-k: slices of `k` into an f32 workspace, then a sum in a fixed order, so results
+//! are the same bits on every run); [`gpu_matmul_planned`] runs a plan.
 
 use crate::{Element, Error, Result};
 use half::{bf16, f16};
@@ -221,6 +229,37 @@ pub fn matmul_strided<T: MatmulElement, O: MatmulOutput<T>>(
     b: &[T],
     c: &mut [O],
 ) -> Result<()> {
+    matmul_strided_precision(shape, layout, MatmulPrecision::Highest, a, b, c)
+}
+
+/// `x` rounded to TF32 as the tensor cores' inputs are (`cvt.rna.tf32.f32`): to 10 mantissa
+/// bits, to nearest with ties away from zero; infinities and NaN are returned as they are. The
+/// result is an f32 whose low 13 mantissa bits are zero (a finite value may round up to
+/// infinity).
+pub fn to_tf32(x: f32) -> f32 {
+    if !x.is_finite() {
+        return x;
+    }
+    // Adding half of the dropped part's unit to the magnitude bits carries into the kept bits
+    // exactly when the dropped part is at least one half: nearest, ties away from zero.
+    f32::from_bits((x.to_bits() + 0x1000) & !0x1fff)
+}
+
+/// The CPU twin of [`gpu_matmul_planned`]: [`matmul_strided`], with every input rounded by
+/// [`to_tf32`] first at [`MatmulPrecision::High`] (the TF32 kernels' products; f16 and bf16
+/// values are exact in TF32, so only f32 inputs change).
+pub fn matmul_strided_precision<T: MatmulElement, O: MatmulOutput<T>>(
+    shape: MatmulShape,
+    layout: MatmulLayout,
+    precision: MatmulPrecision,
+    a: &[T],
+    b: &[T],
+    c: &mut [O],
+) -> Result<()> {
+    let widen: fn(T) -> f32 = match precision {
+        MatmulPrecision::Highest => T::to_f32,
+        MatmulPrecision::High => |x: T| to_tf32(x.to_f32()),
+    };
     check(&shape, &layout, a.len(), b.len(), c.len())?;
     let MatmulShape { m, n, k, .. } = shape;
     if k == 0 {
@@ -239,14 +278,14 @@ pub fn matmul_strided<T: MatmulElement, O: MatmulOutput<T>>(
             let b = &b[bi * shape.b_batch_stride..];
             for kk in 0..k {
                 for (j, d) in bf[kk * n..(kk + 1) * n].iter_mut().enumerate() {
-                    *d = b[layout.b.at(kk, j)].to_f32();
+                    *d = widen(b[layout.b.at(kk, j)]);
                 }
             }
         }
         for i in 0..m {
             acc.fill(0.0);
             for kk in 0..k {
-                let x = a[layout.a.at(i, kk)].to_f32();
+                let x = widen(a[layout.a.at(i, kk)]);
                 for (s, &y) in acc.iter_mut().zip(&bf[kk * n..(kk + 1) * n]) {
                     *s += x * y;
                 }
@@ -271,30 +310,184 @@ pub trait MatmulOutput<T: MatmulElement>: MatmulElement {
     const VECTOR: usize = 16 / std::mem::size_of::<T>();
     /// The matrix-vector kernels (m == 1 or n == 1): `[dot, axpy]`.
     const GEMV: [&'static str; 2];
+    /// The kernels of `T` operands with an f32 output (the split-k partial products), indexed
+    /// as [`MatmulOutput::KERNELS`].
+    const PARTIAL: [[[&'static str; 2]; 2]; 2];
+    /// The kernel that sums split-k partials into `Self`.
+    const SPLITK_SUM: &'static str;
+    /// The TF32 kernels when `T` and `Self` are f32 (indexed as [`MatmulOutput::KERNELS`]).
+    const TF32: Option<[[[&'static str; 2]; 2]; 2]> = None;
+}
+
+/// The kernel table `<prefix>_<ab>[_any]`.
+macro_rules! table {
+    ($p:literal) => {
+        [
+            [
+                [concat!($p, "_nn"), concat!($p, "_nn_any")],
+                [concat!($p, "_nt"), concat!($p, "_nt_any")],
+            ],
+            [
+                [concat!($p, "_tn"), concat!($p, "_tn_any")],
+                [concat!($p, "_tt"), concat!($p, "_tt_any")],
+            ],
+        ]
+    };
 }
 
 macro_rules! kernels {
-    ($t:ty => $o:ty, $p:literal, $g:literal) => {
+    ($t:ty => $o:ty, $p:literal, $g:literal, $partial:literal, $sum:literal $(, $tf32:literal)?) => {
         impl MatmulOutput<$t> for $o {
             const GEMV: [&'static str; 2] = [concat!("gemv_dot_", $g), concat!("gemv_axpy_", $g)];
-            const KERNELS: [[[&'static str; 2]; 2]; 2] = [
-                [
-                    [concat!($p, "_nn"), concat!($p, "_nn_any")],
-                    [concat!($p, "_nt"), concat!($p, "_nt_any")],
-                ],
-                [
-                    [concat!($p, "_tn"), concat!($p, "_tn_any")],
-                    [concat!($p, "_tt"), concat!($p, "_tt_any")],
-                ],
-            ];
+            const KERNELS: [[[&'static str; 2]; 2]; 2] = table!($p);
+            const PARTIAL: [[[&'static str; 2]; 2]; 2] = table!($partial);
+            const SPLITK_SUM: &'static str = $sum;
+            $(const TF32: Option<[[[&'static str; 2]; 2]; 2]> = Some(table!($tf32));)?
         }
     };
 }
-kernels!(f32 => f32, "matmul_f32", "f32");
-kernels!(f16 => f16, "matmul_f16", "f16");
-kernels!(f16 => f32, "matmul_f16_f32out", "f16_f32out");
-kernels!(bf16 => bf16, "matmul_bf16", "bf16");
-kernels!(bf16 => f32, "matmul_bf16_f32out", "bf16_f32out");
+kernels!(f32 => f32, "matmul_f32", "f32", "matmul_f32", "splitk_sum_f32", "matmul_tf32");
+kernels!(f16 => f16, "matmul_f16", "f16", "matmul_f16_f32out", "splitk_sum_f16");
+kernels!(f16 => f32, "matmul_f16_f32out", "f16_f32out", "matmul_f16_f32out", "splitk_sum_f32");
+kernels!(bf16 => bf16, "matmul_bf16", "bf16", "matmul_bf16_f32out", "splitk_sum_bf16");
+kernels!(bf16 => f32, "matmul_bf16_f32out", "bf16_f32out", "matmul_bf16_f32out", "splitk_sum_f32");
+
+/// The precision of f32 products, PyTorch's `torch.set_float32_matmul_precision`. f16 and bf16
+/// products are the same at every precision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum MatmulPrecision {
+    /// Full f32 inputs and accumulation (CUDA cores): PyTorch's default, `"highest"`.
+    #[default]
+    Highest,
+    /// Inputs rounded to TF32 (10 mantissa bits, [`to_tf32`]), products accumulated in f32
+    /// on tensor cores: PyTorch's `"high"` (`allow_tf32 = True`). A relative error of about
+    /// `2^-11` per input instead of `2^-24`. Matrix-vector products (`m` or `n` 1), which are
+    /// bound by memory, stay in full f32.
+    High,
+}
+
+/// Block tile of every matmul kernel (`128 x 128` outputs).
+const TILE: usize = 128;
+
+/// Granularity of a split-k slice: a multiple of every kernel's k step (32), which also keeps
+/// each slice's first element as aligned as the operand's first for the 16-byte loads.
+const SLICE_ALIGN: usize = 32;
+
+/// The shortest slice of `k` the split rule makes (shorter slices spend more on the partials'
+/// traffic and the prologue than they gain in parallelism).
+const MIN_SLICE: usize = 256;
+
+/// Most slices a split makes.
+const MAX_SPLITS: usize = 32;
+
+/// How [`gpu_matmul_planned`] runs one problem: the precision of f32 products and the split of
+/// `k` (made by [`MatmulPlan::new`] from the shape and the device's multiprocessor count).
+///
+/// Split rule: a problem of `tiles = batch * ceil(m / 128) * ceil(n / 128)` output tiles is
+/// split only when `tiles < sms` (one block per tile would leave multiprocessors idle) and it
+/// is not a matrix-vector product (`m` or `n` 1). It is then split into
+/// `S = min(ceil(2 sms / tiles), floor(k / 256), 32)` slices, when that is at least 2: enough
+/// blocks for about two waves of one block per multiprocessor, each slice at least 256 long.
+/// Slices are `kslice = ceil(k / S)` rounded up to a multiple of 32, so the last may be shorter
+/// and there are `ceil(k / kslice)` of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MatmulPlan {
+    shape: MatmulShape,
+    precision: MatmulPrecision,
+    splits: usize,
+    kslice: usize,
+}
+
+impl MatmulPlan {
+    /// The plan of `shape` at `precision` on a device of `sms` multiprocessors.
+    pub fn new(shape: MatmulShape, sms: usize, precision: MatmulPrecision) -> MatmulPlan {
+        let mut plan = MatmulPlan {
+            shape,
+            precision,
+            splits: 1,
+            kslice: shape.k,
+        };
+        if shape.m <= 1 || shape.n <= 1 || shape.batch == 0 {
+            return plan;
+        }
+        let tiles = shape
+            .m
+            .div_ceil(TILE)
+            .saturating_mul(shape.n.div_ceil(TILE))
+            .saturating_mul(shape.batch);
+        if tiles >= sms.max(1) {
+            return plan;
+        }
+        let want = (2 * sms.max(1)).div_ceil(tiles);
+        let splits = want.min(shape.k / MIN_SLICE).min(MAX_SPLITS);
+        if splits >= 2 {
+            plan.set_splits(splits);
+        }
+        plan
+    }
+
+    /// The plan with `k` split into (about) `splits` slices whatever the shape, for tests and
+    /// tuning (`splits` clamped to `1..=65535`): `kslice = ceil(k / splits)` rounded up to a
+    /// multiple of 32, and
+    /// [`MatmulPlan::splits`] then `ceil(k / kslice)` (1 when `k <= 32`, and for the
+    /// matrix-vector products of `m` or `n` 1, which never split).
+    #[cfg(feature = "tuning")]
+    pub fn with_splits(mut self, splits: usize) -> MatmulPlan {
+        self.splits = 1;
+        self.kslice = self.shape.k;
+        if self.shape.m > 1 && self.shape.n > 1 {
+            // At most 65535 slices: the grid's z extent.
+            self.set_splits(splits.clamp(1, 65535));
+        }
+        self
+    }
+
+    fn set_splits(&mut self, splits: usize) {
+        let k = self.shape.k;
+        let kslice = k.div_ceil(splits).div_ceil(SLICE_ALIGN) * SLICE_ALIGN;
+        if kslice == 0 || kslice >= k {
+            self.splits = 1;
+            self.kslice = k;
+        } else {
+            self.splits = k.div_ceil(kslice);
+            self.kslice = kslice;
+        }
+    }
+
+    /// The problem.
+    pub fn shape(&self) -> MatmulShape {
+        self.shape
+    }
+
+    /// The precision of f32 products.
+    pub fn precision(&self) -> MatmulPrecision {
+        self.precision
+    }
+
+    /// Slices of `k` (1: not split).
+    pub fn splits(&self) -> usize {
+        self.splits
+    }
+
+    /// Length of every slice of `k` but the last (`k` when not split).
+    pub fn kslice(&self) -> usize {
+        self.kslice
+    }
+
+    /// Bytes of device workspace the plan needs (16-byte aligned): the f32 partial products
+    /// of every slice, `splits * batch * m * n * 4`, or 0 when not split. Saturates at
+    /// `usize::MAX` (no workspace is that large, so the launch then fails with a length error).
+    pub fn workspace_bytes(&self) -> usize {
+        if self.splits <= 1 {
+            return 0;
+        }
+        self.shape
+            .c_len()
+            .unwrap_or(usize::MAX)
+            .saturating_mul(self.splits)
+            .saturating_mul(4)
+    }
+}
 
 /// Queues `c = a @ b` for contiguous row-major operands (see the module docs) on `stream`.
 /// Fails before launching unless `a`, `b` and `c` hold at least [`MatmulShape::a_len`],
@@ -310,14 +503,11 @@ pub fn gpu_matmul<T: MatmulOutput<T>>(
     gpu_matmul_strided(stream, shape, MatmulLayout::contiguous(&shape), a, b, c)
 }
 
-/// Block tile of every matmul kernel (`128 x 128` outputs).
-#[cfg(feature = "cuda")]
-const TILE: usize = 128;
-
 /// Queues `c = a @ b` with the operands read where `layout` says (transposed views without a
-/// copy) on `stream`, written as `O` (`T`, or f32 for f16 and bf16 operands). Fails before
-/// launching unless `a`, `b` and `c` hold at least [`MatmulLayout::a_len`],
-/// [`MatmulLayout::b_len`] and [`MatmulShape::c_len`] elements.
+/// copy) on `stream`, written as `O` (`T`, or f32 for f16 and bf16 operands), in full f32
+/// precision and without splitting `k` (no workspace; [`gpu_matmul_planned`] runs the
+/// split-k and TF32 paths). Fails before launching unless `a`, `b` and `c` hold at least
+/// [`MatmulLayout::a_len`], [`MatmulLayout::b_len`] and [`MatmulShape::c_len`] elements.
 #[cfg(feature = "cuda")]
 pub fn gpu_matmul_strided<T: MatmulElement, O: MatmulOutput<T>>(
     stream: &genesis_cuda::Stream,
@@ -327,9 +517,48 @@ pub fn gpu_matmul_strided<T: MatmulElement, O: MatmulOutput<T>>(
     b: genesis_cuda::DeviceSpan<'_, T>,
     c: genesis_cuda::DeviceSpanMut<'_, O>,
 ) -> Result<()> {
-    use genesis_cuda::{Kernel, LaunchConfig};
-    use std::ffi::c_void;
+    let plan = MatmulPlan {
+        shape,
+        precision: MatmulPrecision::Highest,
+        splits: 1,
+        kslice: shape.k,
+    };
+    run(stream, &plan, layout, a, b, c, None)
+}
 
+/// Queues `c = a @ b` as `plan` says (its shape, the precision of f32 products, the split of
+/// `k`), with the operands read where `layout` says, on `stream`. `workspace` must hold
+/// [`MatmulPlan::workspace_bytes`] bytes from a 16-byte aligned start (nothing when the plan
+/// does not split; it is overwritten). A split product writes each slice's f32 partial
+/// product to the workspace and then sums the slices in a fixed order into `c`: the result
+/// is deterministic, and within the same f32 accumulation bound of the CPU twin
+/// ([`matmul_strided_precision`]) as an unsplit one. Fails before launching on short spans
+/// (as [`gpu_matmul_strided`]) or a short or misaligned workspace.
+#[cfg(feature = "cuda")]
+pub fn gpu_matmul_planned<T: MatmulElement, O: MatmulOutput<T>>(
+    stream: &genesis_cuda::Stream,
+    plan: &MatmulPlan,
+    layout: MatmulLayout,
+    a: genesis_cuda::DeviceSpan<'_, T>,
+    b: genesis_cuda::DeviceSpan<'_, T>,
+    c: genesis_cuda::DeviceSpanMut<'_, O>,
+    workspace: genesis_cuda::DeviceSpanMut<'_, u8>,
+) -> Result<()> {
+    run(stream, plan, layout, a, b, c, Some(workspace))
+}
+
+/// The launches of [`gpu_matmul_planned`]; `workspace` is `None` only for unsplit plans.
+#[cfg(feature = "cuda")]
+fn run<T: MatmulElement, O: MatmulOutput<T>>(
+    stream: &genesis_cuda::Stream,
+    plan: &MatmulPlan,
+    layout: MatmulLayout,
+    a: genesis_cuda::DeviceSpan<'_, T>,
+    b: genesis_cuda::DeviceSpan<'_, T>,
+    c: genesis_cuda::DeviceSpanMut<'_, O>,
+    workspace: Option<genesis_cuda::DeviceSpanMut<'_, u8>>,
+) -> Result<()> {
+    let shape = plan.shape;
     let need = shape.c_len().ok_or_else(overflow)?;
     if need == 0 {
         return Ok(());
@@ -346,8 +575,91 @@ pub fn gpu_matmul_strided<T: MatmulElement, O: MatmulOutput<T>>(
         && shape.b_batch_stride.is_multiple_of(v)
         && a.is_aligned_to(16)
         && b.is_aligned_to(16);
-    let name = O::KERNELS[usize::from(layout.a.transposed)][usize::from(layout.b.transposed)]
-        [usize::from(!aligned)];
+    let tf32 = match plan.precision {
+        MatmulPrecision::High => O::TF32,
+        MatmulPrecision::Highest => None,
+    };
+    let at = |table: [[[&'static str; 2]; 2]; 2]| {
+        table[usize::from(layout.a.transposed)][usize::from(layout.b.transposed)]
+            [usize::from(!aligned)]
+    };
+    if plan.splits <= 1 {
+        let name = at(tf32.unwrap_or(O::KERNELS));
+        // SAFETY: `c` holds `need` elements of `O` (checked) and is borrowed exclusively.
+        return unsafe { gemm(stream, name, plan, layout, a, b, c.addr(), 1, shape.k) };
+    }
+    let Some(workspace) = workspace else {
+        return Err(Error::Unsupported {
+            op: "matmul",
+            reason: "a split-k plan needs a workspace".into(),
+        });
+    };
+    let ws_need = plan.workspace_bytes();
+    if workspace.len() < ws_need {
+        return Err(Error::LengthMismatch {
+            op: "matmul workspace",
+            expected: ws_need,
+            got: workspace.len(),
+        });
+    }
+    if !workspace.is_aligned_to(16) {
+        return Err(Error::Unsupported {
+            op: "matmul",
+            reason: "the split-k workspace must start on 16 bytes".into(),
+        });
+    }
+    let name = at(tf32.unwrap_or(O::PARTIAL));
+    // SAFETY: the partial kernels write f32 values (`PARTIAL` and `TF32` are f32-output
+    // kernels), `splits` slices of `need` elements each: `ws_need` bytes of the workspace,
+    // which is borrowed exclusively.
+    unsafe {
+        gemm(
+            stream,
+            name,
+            plan,
+            layout,
+            a,
+            b,
+            workspace.addr(),
+            plan.splits,
+            plan.kslice,
+        )?;
+    }
+    splitk_sum(
+        stream,
+        O::SPLITK_SUM,
+        workspace.addr(),
+        c,
+        need,
+        plan.splits,
+    )
+}
+
+/// Launches the matmul kernel `name` (see the launch contract in `kernels/matmul.cu`) with
+/// grid z `splits` and slices of `kslice`, writing to `out`.
+///
+/// # Safety
+///
+/// `out` must be device memory that nothing else uses until the launch completes, holding
+/// `splits * batch * m * n` elements of the kernel's output type, and `name` a kernel of
+/// `T` operands. The spans were checked against the layout by the caller.
+#[cfg(feature = "cuda")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm<T: MatmulElement>(
+    stream: &genesis_cuda::Stream,
+    name: &'static str,
+    plan: &MatmulPlan,
+    layout: MatmulLayout,
+    a: genesis_cuda::DeviceSpan<'_, T>,
+    b: genesis_cuda::DeviceSpan<'_, T>,
+    out: u64,
+    splits: usize,
+    kslice: usize,
+) -> Result<()> {
+    use genesis_cuda::{Kernel, LaunchConfig};
+    use std::ffi::c_void;
+
+    let shape = plan.shape;
     let kernel = Kernel::get(stream.context(), &crate::images::MATMUL, name)?;
     let tiles = shape.m.div_ceil(TILE).checked_mul(shape.n.div_ceil(TILE));
     let tiles = match tiles {
@@ -360,11 +672,12 @@ pub fn gpu_matmul_strided<T: MatmulElement, O: MatmulOutput<T>>(
         }
     };
     let config = LaunchConfig {
-        grid: (tiles, shape.batch.min(65535) as u32, 1),
+        // `splits <= 65535`: at most 32 from the rule, 65535 from `with_splits`.
+        grid: (tiles, shape.batch.min(65535) as u32, splits as u32),
         block: (256, 1, 1),
         shared_bytes: 0,
     };
-    let (mut pa, mut pb, mut pc) = (a.addr(), b.addr(), c.addr());
+    let (mut pa, mut pb, mut pc) = (a.addr(), b.addr(), out);
     let mut dims = [
         shape.batch as u64,
         shape.m as u64,
@@ -374,9 +687,10 @@ pub fn gpu_matmul_strided<T: MatmulElement, O: MatmulOutput<T>>(
         layout.b.ld as u64,
         shape.a_batch_stride as u64,
         shape.b_batch_stride as u64,
+        kslice as u64,
     ];
-    let [d0, d1, d2, d3, d4, d5, d6, d7] = &mut dims;
-    let mut params: [*mut c_void; 11] = [
+    let [d0, d1, d2, d3, d4, d5, d6, d7, d8] = &mut dims;
+    let mut params: [*mut c_void; 12] = [
         (&raw mut pa).cast(),
         (&raw mut pb).cast(),
         (&raw mut pc).cast(),
@@ -388,12 +702,56 @@ pub fn gpu_matmul_strided<T: MatmulElement, O: MatmulOutput<T>>(
         std::ptr::from_mut(d5).cast(),
         std::ptr::from_mut(d6).cast(),
         std::ptr::from_mut(d7).cast(),
+        std::ptr::from_mut(d8).cast(),
     ];
-    // SAFETY: the parameters match `matmul_<in>[_f32out]_<ab>[_any](const T*, const T*, O*,
-    // u64 batch, u64 m, u64 n, u64 k, u64 lda, u64 ldb, u64 sa, u64 sb)`; the spans hold every
-    // element the layout reads (checked), the `aligned` kernels are chosen only for operands
-    // whose rows and batches start on 16 bytes, and `c` is borrowed exclusively, so it
-    // overlaps neither input.
+    // SAFETY: the parameters match `matmul_<in>[_f32out]_<ab>[_any]` and
+    // `matmul_tf32_<ab>[_any]` (const T*, const T*, O*, u64 batch, u64 m, u64 n, u64 k, u64
+    // lda, u64 ldb, u64 sa, u64 sb, u64 kslice); the spans hold every element the layout
+    // reads (checked by the caller), and a slice reads only k values below k; the `aligned`
+    // kernels are chosen only for operands whose rows and batches start on 16 bytes, and a
+    // slice starts at a multiple of 32 k values, which keeps that; `out` is as the caller
+    // guarantees, so it overlaps neither input.
+    unsafe { kernel.launch(stream, config, &mut params)? };
+    Ok(())
+}
+
+/// Launches `name`, the `splitk_sum_<O>` kernel: `c[i] = sum over z < splits of ws[z * total + i]` (f32, in
+/// increasing z), rounded once to `O`.
+#[cfg(feature = "cuda")]
+fn splitk_sum<O: MatmulElement>(
+    stream: &genesis_cuda::Stream,
+    name: &'static str,
+    ws: u64,
+    c: genesis_cuda::DeviceSpanMut<'_, O>,
+    total: usize,
+    splits: usize,
+) -> Result<()> {
+    use genesis_cuda::{Kernel, LaunchConfig};
+    use std::ffi::c_void;
+
+    let kernel = Kernel::get(stream.context(), &crate::images::MATMUL, name)?;
+    let units = if total.is_multiple_of(4) {
+        total / 4
+    } else {
+        total
+    };
+    let config = LaunchConfig {
+        grid: (units.div_ceil(256).clamp(1, 65535) as u32, 1, 1),
+        block: (256, 1, 1),
+        shared_bytes: 0,
+    };
+    let (mut pw, mut pc) = (ws, c.addr());
+    let (mut n, mut s) = (total as u64, splits as u64);
+    let mut params: [*mut c_void; 4] = [
+        (&raw mut pw).cast(),
+        (&raw mut pc).cast(),
+        (&raw mut n).cast(),
+        (&raw mut s).cast(),
+    ];
+    // SAFETY: the parameters match `splitk_sum_<O>(const float* ws, O* out, u64 total, u64
+    // slices)`; the workspace holds `splits * total` f32 values written by the partial
+    // launch queued before on the same stream, `c` holds at least `total` elements of `O`
+    // (checked by the caller) and is borrowed exclusively.
     unsafe { kernel.launch(stream, config, &mut params)? };
     Ok(())
 }
@@ -504,6 +862,98 @@ fn gemv<T: MatmulElement, O: MatmulOutput<T>>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn shape(batch: usize, m: usize, n: usize, k: usize) -> MatmulShape {
+        MatmulShape {
+            batch,
+            m,
+            n,
+            k,
+            a_batch_stride: m * k,
+            b_batch_stride: k * n,
+        }
+    }
+
+    #[test]
+    fn plans_split_k_only_when_the_tiles_leave_the_gpu_idle() {
+        let full = MatmulPrecision::Highest;
+        // [64, 1024] @ [1024, 4096] on 132 SMs: 32 tiles, slices of 256 (k / 256 caps it).
+        let p = MatmulPlan::new(shape(1, 64, 4096, 1024), 132, full);
+        assert_eq!((p.splits(), p.kslice()), (4, 256));
+        assert_eq!(p.workspace_bytes(), 4 * 64 * 4096 * 4);
+        // [8192, 8192] @ [8192, 64]: 64 tiles, ceil(264 / 64) = 5 slices of 1664 (the last
+        // 1536).
+        let p = MatmulPlan::new(shape(1, 8192, 64, 8192), 132, MatmulPrecision::High);
+        assert_eq!((p.splits(), p.kslice()), (5, 1664));
+        assert_eq!(p.precision(), MatmulPrecision::High);
+        // Enough tiles, a short k, matrix-vector products, empty problems: no split.
+        for s in [
+            shape(1, 4096, 4096, 4096),
+            shape(1, 2048, 2048, 8192),
+            shape(64, 512, 512, 64),
+            shape(200, 128, 128, 100_000),
+            shape(1, 64, 64, 511),
+            shape(1, 1, 4096, 11008),
+            shape(1, 4096, 1, 11008),
+            shape(0, 64, 64, 4096),
+            shape(1, 64, 64, 0),
+        ] {
+            let p = MatmulPlan::new(s, 132, full);
+            assert_eq!(
+                (p.splits(), p.kslice(), p.workspace_bytes()),
+                (1, s.k, 0),
+                "{s:?}"
+            );
+        }
+        // At most 32 slices; on a one-SM device nothing splits.
+        let p = MatmulPlan::new(shape(1, 64, 64, 1 << 20), 132, full);
+        assert_eq!(p.splits(), 32);
+        assert_eq!(p.kslice(), (1 << 20) / 32);
+        assert_eq!(
+            MatmulPlan::new(shape(1, 64, 64, 1 << 20), 1, full).splits(),
+            1
+        );
+        // Every slice is a multiple of 32 but the last, and the slices cover k exactly.
+        for k in [512, 513, 1000, 1021, 4099, 8192, 65_537] {
+            for sms in [8, 46, 108, 132] {
+                let p = MatmulPlan::new(shape(1, 100, 100, k), sms, full);
+                if p.splits() > 1 {
+                    assert_eq!(p.kslice() % 32, 0);
+                    assert!(p.kslice() >= 256, "{p:?}");
+                    assert!((p.splits() - 1) * p.kslice() < k && p.splits() * p.kslice() >= k);
+                }
+            }
+        }
+    }
+
+    #[cfg(feature = "tuning")]
+    #[test]
+    fn forced_splits_cover_k_in_slices_of_32() {
+        let full = MatmulPrecision::Highest;
+        let s = shape(2, 37, 41, 97);
+        let p = MatmulPlan::new(s, 132, full).with_splits(4);
+        assert_eq!((p.splits(), p.kslice()), (4, 32));
+        assert_eq!(p.workspace_bytes(), 4 * 2 * 37 * 41 * 4);
+        // 3 slices would be 33 long: rounded up to 64, so 2.
+        for n in [2, 3] {
+            let p = MatmulPlan::new(s, 132, full).with_splits(n);
+            assert_eq!((p.splits(), p.kslice()), (2, 64));
+        }
+        // k of one slice, and matrix-vector products, stay whole.
+        assert_eq!(
+            MatmulPlan::new(shape(1, 8, 8, 32), 132, full)
+                .with_splits(4)
+                .splits(),
+            1
+        );
+        assert_eq!(
+            MatmulPlan::new(shape(1, 1, 8, 999), 132, full)
+                .with_splits(4)
+                .splits(),
+            1
+        );
+        assert_eq!(MatmulPlan::new(s, 132, full).with_splits(0).splits(), 1);
+    }
 
     #[test]
     fn small_products_and_broadcast_batches() {

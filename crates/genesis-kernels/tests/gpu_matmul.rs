@@ -5,10 +5,16 @@
 //! batched and broadcast batches. The bound is the f32 accumulation bound plus one rounding to
 //! the output type: |got - want| <= (k + 2) 2^-24 sum |a||b| + eps(out) |want|. Outputs are
 //! poisoned with NaN first, so an element the kernel did not write fails.
+//!
+//! Split-k (forced on small shapes through `MatmulPlan::with_splits`, the `tuning` hook, and
+//! chosen by `MatmulPlan::new` on thin ones) is held to the same bound and must give the same
+//! bits on every run; TF32 products to the TF32 bound, 2^-10 sum |a||b| more (each input off by
+//! at most 2^-11 of itself), and to the CPU twin that rounds its inputs the same way.
 
 use genesis_kernels::MatmulElement;
 use genesis_kernels::matmul::{
-    MatmulLayout, MatmulOutput, MatmulShape, MatrixLayout, matmul_strided,
+    MatmulLayout, MatmulOutput, MatmulPrecision, MatmulShape, MatrixLayout, matmul_strided,
+    matmul_strided_precision, to_tf32,
 };
 use half::{bf16, f16};
 use rand::rngs::SmallRng;
@@ -152,11 +158,25 @@ fn problem<T: MatmulElement>(c: Case, rng: &mut SmallRng) -> Problem<T> {
 }
 
 fn check<O: Out>(got: &[O], p: &Problem<impl MatmulElement>, what: &str) {
+    check_at(got, p, MatmulPrecision::Highest, what);
+}
+
+/// [`check`] at `precision`: at `High`, 2^-10 sum |a||b| more (TF32 inputs).
+fn check_at<O: Out>(
+    got: &[O],
+    p: &Problem<impl MatmulElement>,
+    precision: MatmulPrecision,
+    what: &str,
+) {
     assert_eq!(got.len(), p.want.len(), "{what}");
     let k = p.shape.k as f64;
+    let inputs = match precision {
+        MatmulPrecision::Highest => 0.0,
+        MatmulPrecision::High => unit(10.0),
+    };
     for (i, ((g, w), s)) in got.iter().zip(&p.want).zip(&p.scale).enumerate() {
         let g = f64::from(g.to_f32());
-        let tol = (k + 2.0) * unit(24.0) * s + O::EPS * w.abs() + O::TINY;
+        let tol = ((k + 2.0) * unit(24.0) + inputs) * s + O::EPS * w.abs() + O::TINY;
         assert!(
             (g - w).abs() <= tol,
             "{what}: element {i} of {}: {g} vs {w} (tolerance {tol})",
@@ -205,6 +225,64 @@ fn cpu_case<T: MatmulElement, O: MatmulOutput<T> + Out>(c: Case, rng: &mut Small
 }
 
 #[test]
+fn tf32_rounding_keeps_ten_mantissa_bits_to_nearest_ties_away() {
+    let one = 1.0f32;
+    // 1 + 2^-11 is the tie between 1 and 1 + 2^-10: away from zero.
+    assert_eq!(to_tf32(one + 2f32.powi(-11)), one + 2f32.powi(-10));
+    assert_eq!(to_tf32(-(one + 2f32.powi(-11))), -(one + 2f32.powi(-10)));
+    assert_eq!(to_tf32(one + 2f32.powi(-12)), one);
+    assert_eq!(
+        to_tf32(one + 2f32.powi(-11) + 2f32.powi(-20)),
+        one + 2f32.powi(-10)
+    );
+    assert_eq!(to_tf32(one + 2f32.powi(-10)), one + 2f32.powi(-10));
+    assert_eq!(to_tf32(f32::MAX), f32::INFINITY);
+    assert!(to_tf32(f32::NAN).is_nan());
+    assert_eq!(to_tf32(f32::NEG_INFINITY), f32::NEG_INFINITY);
+    assert_eq!(to_tf32(0.0).to_bits(), 0);
+    assert_eq!(to_tf32(-0.0).to_bits(), (-0.0f32).to_bits());
+    let mut rng = SmallRng::seed_from_u64(3);
+    for _ in 0..10_000 {
+        let x = f32::from_bits(rng.random::<u32>());
+        if !x.is_finite() {
+            continue;
+        }
+        let r = to_tf32(x);
+        assert_eq!(r.to_bits() & 0x1fff, 0, "{x}");
+        // Nearest: within half a unit of the 10-bit mantissa (2^-137 among the subnormals,
+        // whose spacing is 2^13 of 2^-149), or overflowed past f32::MAX.
+        if r.is_finite() {
+            let half = (f64::from(x).abs() * unit(11.0)).max(unit(137.0));
+            assert!(f64::from(r - x).abs() <= half, "{x} -> {r}");
+        }
+        // f16 and bf16 values are exact.
+        let h = half::f16::from_f32(x).to_f32();
+        assert!(!h.is_finite() || to_tf32(h) == h);
+        let b = half::bf16::from_f32(x).to_f32();
+        assert!(!b.is_finite() || to_tf32(b) == b);
+    }
+}
+
+#[test]
+fn cpu_tf32_twin_is_the_f32_product_of_rounded_inputs() {
+    let mut rng = SmallRng::seed_from_u64(8);
+    for c in cases() {
+        let p = problem::<f32>(c, &mut rng);
+        let len = p.shape.c_len().unwrap();
+        let mut got = vec![f32::NAN; len];
+        let (a, b) = (&p.a[c.offset..], &p.b[c.offset..]);
+        let high = MatmulPrecision::High;
+        matmul_strided_precision(p.shape, p.layout, high, a, b, &mut got).unwrap();
+        check_at(&got, &p, high, &format!("cpu tf32 {c:?}"));
+        let ra: Vec<f32> = a.iter().map(|&x| to_tf32(x)).collect();
+        let rb: Vec<f32> = b.iter().map(|&x| to_tf32(x)).collect();
+        let mut want = vec![f32::NAN; len];
+        matmul_strided(p.shape, p.layout, &ra, &rb, &mut want).unwrap();
+        assert_eq!(got, want, "{c:?}");
+    }
+}
+
+#[test]
 fn cpu_twin_matches_f64_references() {
     let mut rng = SmallRng::seed_from_u64(7);
     for c in cases() {
@@ -219,7 +297,7 @@ fn cpu_twin_matches_f64_references() {
 mod gpu {
     use super::*;
     use genesis_cuda::{Context, DeviceBuffer, Stream, skip_without_gpu};
-    use genesis_kernels::matmul::gpu_matmul_strided;
+    use genesis_kernels::matmul::{MatmulPlan, gpu_matmul_planned, gpu_matmul_strided};
     use std::sync::Arc;
 
     fn bytes<T: Copy>(v: &[T]) -> &[u8] {
@@ -234,20 +312,51 @@ mod gpu {
         rng: &mut SmallRng,
     ) {
         let p = problem::<T>(c, rng);
+        let got = run::<T, O>(ctx, stream, &p, c, None);
+        check(&got, &p, &format!("gpu {} -> {} {c:?}", T::NAME, O::NAME));
+    }
+
+    /// The product of `p` on the GPU: by `gpu_matmul_strided` (`plan` None) or as `plan`
+    /// says, into an output poisoned with NaN (and a workspace poisoned with NaN).
+    fn run<T: MatmulElement, O: MatmulOutput<T>>(
+        ctx: &Arc<Context>,
+        stream: &Stream,
+        p: &Problem<T>,
+        c: Case,
+        plan: Option<&MatmulPlan>,
+    ) -> Vec<O> {
         let a = DeviceBuffer::from_host(ctx, bytes(&p.a)).unwrap();
         let b = DeviceBuffer::from_host(ctx, bytes(&p.b)).unwrap();
         let len = p.shape.c_len().unwrap();
         let poison = vec![O::from_f32(f32::NAN); len];
         let mut out = DeviceBuffer::from_host(ctx, bytes(&poison)).unwrap();
-        gpu_matmul_strided::<T, O>(
-            stream,
-            p.shape,
-            p.layout,
-            a.as_span::<T>().unwrap().slice(c.offset..).unwrap(),
-            b.as_span::<T>().unwrap().slice(c.offset..).unwrap(),
-            out.as_span_mut::<O>().unwrap(),
-        )
-        .unwrap();
+        let a_span = a.as_span::<T>().unwrap().slice(c.offset..).unwrap();
+        let b_span = b.as_span::<T>().unwrap().slice(c.offset..).unwrap();
+        match plan {
+            None => gpu_matmul_strided::<T, O>(
+                stream,
+                p.shape,
+                p.layout,
+                a_span,
+                b_span,
+                out.as_span_mut::<O>().unwrap(),
+            )
+            .unwrap(),
+            Some(plan) => {
+                let ws_poison = vec![f32::NAN; plan.workspace_bytes().div_ceil(4).max(4)];
+                let mut ws = DeviceBuffer::from_host(ctx, bytes(&ws_poison)).unwrap();
+                gpu_matmul_planned::<T, O>(
+                    stream,
+                    plan,
+                    p.layout,
+                    a_span,
+                    b_span,
+                    out.as_span_mut::<O>().unwrap(),
+                    ws.as_span_mut::<u8>().unwrap(),
+                )
+                .unwrap();
+            }
+        }
         stream.synchronize().unwrap();
         let mut got = vec![O::from_f32(0.0); len];
         // SAFETY: as in `bytes`: any bit pattern is a value of these types.
@@ -258,7 +367,264 @@ mod gpu {
             )
         };
         out.copy_to_host(dst).unwrap();
-        check(&got, &p, &format!("gpu {} -> {} {c:?}", T::NAME, O::NAME));
+        got
+    }
+
+    /// Bits of an output, to compare runs.
+    fn bits<O: MatmulElement>(v: &[O]) -> Vec<u8> {
+        bytes(v).to_vec()
+    }
+
+    /// A product split into `splits` slices of k: within the bound, the same bits twice.
+    fn split_case<T: MatmulElement, O: MatmulOutput<T> + Out>(
+        ctx: &Arc<Context>,
+        stream: &Stream,
+        c: Case,
+        splits: usize,
+        precision: MatmulPrecision,
+        rng: &mut SmallRng,
+    ) {
+        let p = problem::<T>(c, rng);
+        let plan =
+            MatmulPlan::new(p.shape, ctx.multiprocessors() as usize, precision).with_splits(splits);
+        if c.m > 1 && c.n > 1 && c.k > 32 {
+            assert!(plan.splits() >= 2, "{c:?} split {splits}: {plan:?}");
+        }
+        assert!(
+            plan.kslice().is_multiple_of(32) || plan.splits() == 1,
+            "{plan:?}"
+        );
+        let what = format!(
+            "gpu split {} ({precision:?}) {} -> {} {c:?}",
+            plan.splits(),
+            T::NAME,
+            O::NAME
+        );
+        let got = run::<T, O>(ctx, stream, &p, c, Some(&plan));
+        check_at(&got, &p, precision, &what);
+        let again = run::<T, O>(ctx, stream, &p, c, Some(&plan));
+        assert!(bits(&got) == bits(&again), "{what}: two runs differ");
+    }
+
+    /// Shapes for split-k: odd and prime k, k not a multiple of the split, every layout,
+    /// padded, misaligned and batched operands (the rotation of `cases`).
+    fn split_cases() -> Vec<(Case, usize)> {
+        let mut v = Vec::new();
+        let shapes = [
+            (2, 2, 33),
+            (37, 41, 97),
+            (128, 128, 256),
+            (129, 131, 1000),
+            (200, 64, 1021),
+            (64, 300, 517),
+            (5, 7, 4096),
+        ];
+        for (si, &(m, n, k)) in shapes.iter().enumerate() {
+            for ta in [false, true] {
+                for tb in [false, true] {
+                    let r = si + 2 * usize::from(ta) + usize::from(tb);
+                    let c = Case {
+                        m,
+                        n,
+                        k,
+                        ta,
+                        tb,
+                        pad: [0, 8, 3, 0][r % 4],
+                        offset: [0, 0, 0, 1][(r / 2) % 4],
+                        batch: [1, 3, 1, 2][r % 4],
+                        broadcast: [0, 0, 1, 2][(r / 3) % 4],
+                    };
+                    v.push((c, [2, 3, 4, 7, 32][r % 5]));
+                }
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn split_k_products_match_f64_references_and_repeat_bit_for_bit() {
+        if skip_without_gpu("split_k_products_match_f64_references_and_repeat_bit_for_bit") {
+            return;
+        }
+        let ctx = Context::get(0).unwrap();
+        let stream = Stream::new(&ctx).unwrap();
+        let mut rng = SmallRng::seed_from_u64(21);
+        let full = MatmulPrecision::Highest;
+        for (c, s) in split_cases() {
+            split_case::<f32, f32>(&ctx, &stream, c, s, full, &mut rng);
+            split_case::<f16, f16>(&ctx, &stream, c, s, full, &mut rng);
+            split_case::<f16, f32>(&ctx, &stream, c, s, full, &mut rng);
+            split_case::<bf16, bf16>(&ctx, &stream, c, s, full, &mut rng);
+            split_case::<bf16, f32>(&ctx, &stream, c, s, full, &mut rng);
+            split_case::<f32, f32>(&ctx, &stream, c, s, MatmulPrecision::High, &mut rng);
+        }
+    }
+
+    #[test]
+    fn thin_products_split_k_by_the_plan_rule() {
+        if skip_without_gpu("thin_products_split_k_by_the_plan_rule") {
+            return;
+        }
+        let ctx = Context::get(0).unwrap();
+        let stream = Stream::new(&ctx).unwrap();
+        let sms = ctx.multiprocessors() as usize;
+        let mut rng = SmallRng::seed_from_u64(22);
+        // [64, 1024] @ [1024, 4096] and [8192-ish, 8192] @ [8192, 64] made smaller in the
+        // dimension that does not decide the split (so the f64 reference stays quick).
+        for (m, n, k) in [(64, 512, 1024), (200, 64, 3001), (256, 100, 2048)] {
+            for (ta, tb) in [(false, false), (true, true)] {
+                let c = Case {
+                    m,
+                    n,
+                    k,
+                    ta,
+                    tb,
+                    pad: 0,
+                    offset: 0,
+                    batch: 1,
+                    broadcast: 0,
+                };
+                let p = problem::<f32>(c, &mut rng);
+                for precision in [MatmulPrecision::Highest, MatmulPrecision::High] {
+                    let plan = MatmulPlan::new(p.shape, sms, precision);
+                    assert!(plan.splits() >= 2, "{c:?}: {plan:?}");
+                    let got = run::<f32, f32>(&ctx, &stream, &p, c, Some(&plan));
+                    check_at(&got, &p, precision, &format!("plan {plan:?} {c:?}"));
+                }
+                let p = problem::<bf16>(c, &mut rng);
+                let plan = MatmulPlan::new(p.shape, sms, MatmulPrecision::Highest);
+                let got = run::<bf16, bf16>(&ctx, &stream, &p, c, Some(&plan));
+                check(&got, &p, &format!("plan {plan:?} {c:?}"));
+            }
+        }
+    }
+
+    #[test]
+    fn tf32_kernels_match_f64_references_and_the_cpu_twin() {
+        if skip_without_gpu("tf32_kernels_match_f64_references_and_the_cpu_twin") {
+            return;
+        }
+        let ctx = Context::get(0).unwrap();
+        let stream = Stream::new(&ctx).unwrap();
+        let mut rng = SmallRng::seed_from_u64(23);
+        let high = MatmulPrecision::High;
+        let mut more = cases();
+        for (m, n, k) in [(512, 384, 1024), (255, 513, 1023)] {
+            for ta in [false, true] {
+                for tb in [false, true] {
+                    more.push(Case {
+                        m,
+                        n,
+                        k,
+                        ta,
+                        tb,
+                        pad: 0,
+                        offset: 0,
+                        batch: 1,
+                        broadcast: 0,
+                    });
+                }
+            }
+        }
+        for c in more {
+            let p = problem::<f32>(c, &mut rng);
+            // Unsplit (a plan for a device of one multiprocessor never splits).
+            let plan = MatmulPlan::new(p.shape, 1, high);
+            assert_eq!(plan.splits(), 1);
+            let got = run::<f32, f32>(&ctx, &stream, &p, c, Some(&plan));
+            let what = format!("gpu tf32 {c:?}");
+            check_at(&got, &p, high, &what);
+            // Against the twin: the same rounded inputs, so the f32 accumulation bound of the
+            // rounded problem (its scale is within 2^-10 of the original's). Matrix-vector
+            // products (m or n 1) compute in full f32 at every precision: only the bound above.
+            if c.m == 1 || c.n == 1 {
+                continue;
+            }
+            let mut twin = vec![f32::NAN; got.len()];
+            let (a, b) = (&p.a[c.offset..], &p.b[c.offset..]);
+            matmul_strided_precision(p.shape, p.layout, high, a, b, &mut twin).unwrap();
+            let k = c.k as f64;
+            for (i, ((g, t), s)) in got.iter().zip(&twin).zip(&p.scale).enumerate() {
+                let tol = 2.0 * (k + 2.0) * unit(24.0) * s * (1.0 + unit(9.0)) + 1e-30;
+                let d = (f64::from(*g) - f64::from(*t)).abs();
+                assert!(
+                    d <= tol,
+                    "{what}: element {i}: {g} vs twin {t} (tolerance {tol})"
+                );
+            }
+            // And TF32 is not the full-precision kernel: some output differs from the f32 one
+            // once k is long enough for the inputs' rounding to show.
+            if c.k >= 64 && c.m > 1 && c.n > 1 && c.m * c.n >= 64 {
+                let plain = run::<f32, f32>(&ctx, &stream, &p, c, None);
+                assert!(bits(&plain) != bits(&got), "{what}: TF32 equals full f32");
+            }
+        }
+    }
+
+    #[test]
+    fn split_plans_reject_a_short_or_misaligned_workspace_before_launching() {
+        if skip_without_gpu("split_plans_reject_a_short_or_misaligned_workspace_before_launching") {
+            return;
+        }
+        let ctx = Context::get(0).unwrap();
+        let stream = Stream::new(&ctx).unwrap();
+        let (m, n, k) = (8, 8, 256);
+        let shape = MatmulShape {
+            batch: 1,
+            m,
+            n,
+            k,
+            a_batch_stride: m * k,
+            b_batch_stride: k * n,
+        };
+        let layout = MatmulLayout::contiguous(&shape);
+        let plan = MatmulPlan::new(shape, 1, MatmulPrecision::Highest).with_splits(4);
+        assert_eq!((plan.splits(), plan.workspace_bytes()), (4, 4 * m * n * 4));
+        let a = DeviceBuffer::from_host(&ctx, bytes(&vec![1.0f32; m * k])).unwrap();
+        let b = DeviceBuffer::from_host(&ctx, bytes(&vec![1.0f32; k * n])).unwrap();
+        let mut out = DeviceBuffer::from_host(&ctx, bytes(&vec![f32::NAN; m * n])).unwrap();
+        let mut ws = DeviceBuffer::alloc(&ctx, plan.workspace_bytes() + 16).unwrap();
+        let launch = |out: &mut DeviceBuffer, ws: genesis_cuda::DeviceSpanMut<'_, u8>| {
+            gpu_matmul_planned::<f32, f32>(
+                &stream,
+                &plan,
+                layout,
+                a.as_span::<f32>().unwrap(),
+                b.as_span::<f32>().unwrap(),
+                out.as_span_mut::<f32>().unwrap(),
+                ws,
+            )
+        };
+        let whole = plan.workspace_bytes();
+        let short = ws
+            .as_span_mut::<u8>()
+            .unwrap()
+            .into_slice(..whole - 1)
+            .unwrap();
+        assert!(matches!(
+            launch(&mut out, short),
+            Err(genesis_kernels::Error::LengthMismatch { .. })
+        ));
+        let shifted = ws.as_span_mut::<u8>().unwrap().into_slice(4..).unwrap();
+        assert!(matches!(
+            launch(&mut out, shifted),
+            Err(genesis_kernels::Error::Unsupported { .. })
+        ));
+        // Nothing was written; then the whole workspace gives k in every output.
+        stream.synchronize().unwrap();
+        let mut got = vec![0.0f32; m * n];
+        // SAFETY: any bit pattern is an f32.
+        let dst =
+            unsafe { std::slice::from_raw_parts_mut(got.as_mut_ptr().cast::<u8>(), 4 * got.len()) };
+        out.copy_to_host(dst).unwrap();
+        assert!(got.iter().all(|x| x.is_nan()), "a refused launch wrote");
+        launch(&mut out, ws.as_span_mut::<u8>().unwrap()).unwrap();
+        stream.synchronize().unwrap();
+        // SAFETY: as above.
+        let dst =
+            unsafe { std::slice::from_raw_parts_mut(got.as_mut_ptr().cast::<u8>(), 4 * got.len()) };
+        out.copy_to_host(dst).unwrap();
+        assert!(got.iter().all(|&x| x == k as f32), "{got:?}");
     }
 
     #[test]

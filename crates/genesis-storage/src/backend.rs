@@ -11,7 +11,8 @@
 //! dtype given; every operand of one call lives in the same backend.
 
 use genesis_kernels::gather::Along;
-use genesis_kernels::{BinaryNd, BinaryOp, CompareOp, MatmulShape, ReduceOp, ReduceShape};
+use genesis_kernels::{BinaryNd, BinaryOp, CompareOp, MatmulPrecision, MatmulShape};
+use genesis_kernels::{ReduceOp, ReduceShape};
 use genesis_kernels::{Rhs, Sampler, UnaryOp, WhereNd};
 
 use crate::storage::Inner;
@@ -220,11 +221,14 @@ pub(crate) trait Backend {
         indices: &mut Self,
     ) -> Result<()>;
 
-    /// `out[out_at..] = self[a_at..] @ b[b_at..]` (see [`MatmulShape`]).
+    /// `out[out_at..] = self[a_at..] @ b[b_at..]` (see [`MatmulShape`]); `precision` applies to
+    /// f32 products on CUDA (the host computes in full f32).
+    #[allow(clippy::too_many_arguments)]
     fn matmul(
         &self,
         dtype: DType,
         shape: MatmulShape,
+        precision: MatmulPrecision,
         a_at: usize,
         b: &Self,
         b_at: usize,
@@ -701,6 +705,7 @@ impl Backend for [u8] {
         &self,
         dtype: DType,
         shape: MatmulShape,
+        _precision: MatmulPrecision,
         a_at: usize,
         b: &[u8],
         b_at: usize,

@@ -3,7 +3,8 @@
 //! [`Error::CudaNotCompiled`]. Every method of a value that cannot exist is an empty `match`.
 
 use genesis_kernels::gather::Along;
-use genesis_kernels::{BinaryNd, BinaryOp, CompareOp, MatmulShape, ReduceOp, ReduceShape};
+use genesis_kernels::{BinaryNd, BinaryOp, CompareOp, MatmulPrecision, MatmulShape};
+use genesis_kernels::{ReduceOp, ReduceShape};
 use genesis_kernels::{Rhs, Sampler, UnaryOp, WhereNd};
 
 use crate::backend::Backend;
@@ -365,6 +366,7 @@ impl Backend for CudaMem {
         &self,
         _: DType,
         _: MatmulShape,
+        _: MatmulPrecision,
         _: usize,
         _: &CudaMem,
         _: usize,

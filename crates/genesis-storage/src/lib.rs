@@ -40,7 +40,7 @@ pub use dtype::{DType, WithDType};
 pub use error::{Error, Result};
 /// The elementwise operations ([`Storage::binary`], [`Storage::unary`]).
 pub use genesis_kernels::{
-    BinaryOp, CompareOp, MatmulShape, ReduceOp, ReduceShape, Sampler, UnaryOp,
+    BinaryOp, CompareOp, MatmulPrecision, MatmulShape, ReduceOp, ReduceShape, Sampler, UnaryOp,
 };
 pub use layout::{Dims, Layout, LayoutError, StridedBlocks, Strides, checked_numel};
 pub use mapped::{DEFAULT_SHARED_MODE, MapMode};

@@ -12,7 +12,8 @@
 //! to_device, to_pinned, try_clone, copy_from, contiguous,
 //! copy_strided_from, to_dtype, add, binary, binary_at, binary_assign, binary_into,
 //! binary_strided, unary, unary_at, unary_assign, unary_into, compare_at, select_at,
-//! masked_select_at, masked_fill_at, nonzero_at, matmul, matmul_into, reduce, inspect,
+//! masked_select_at, masked_fill_at, nonzero_at, matmul, matmul_into, matmul_with,
+//! matmul_into_with, reduce, inspect,
 //! inspect_view}`, `batched_copy`, `View::{new, with_layout, relayout, contiguous}`,
 //! `Layout::{new, try_new, contiguous, try_contiguous, view, infer_shape, transpose, permute,
 //! narrow, slice, expand, squeeze, unsqueeze, dim, span, check_bounds, numel, try_numel,
@@ -25,8 +26,8 @@ use std::sync::Arc;
 
 use genesis_storage::{
     BinaryOp, BinaryRhs, CompareOp, CpuStorage, DType, Device, Error, Layout, LayoutError, MapMode,
-    MatmulShape, ReduceOp, ReduceShape, Sampler, Storage, UnaryOp, View, batched_copy,
-    checked_numel,
+    MatmulPrecision, MatmulShape, ReduceOp, ReduceShape, Sampler, Storage, UnaryOp, View,
+    batched_copy, checked_numel,
 };
 
 const DTYPES: [DType; 10] = [
@@ -713,6 +714,13 @@ fn operations() {
         s.err(&format!("matmul_into({shape:?})"), || {
             a.matmul_into(0, &a, 0, shape, &mut cpu(8, DType::F32), 0)
         });
+        let high = MatmulPrecision::High;
+        s.err(&format!("matmul_with({shape:?})"), || {
+            a.matmul_with(0, &a, 0, shape, high)
+        });
+        s.err(&format!("matmul_into_with({shape:?})"), || {
+            a.matmul_into_with(0, &a, 0, shape, &mut cpu(8, DType::F32), 0, high)
+        });
     }
     let ok = MatmulShape {
         batch: 1,
@@ -736,6 +744,20 @@ fn operations() {
     });
     s.err("matmul_into(out of another dtype)", || {
         a.matmul_into(0, &a, 0, ok, &mut cpu(8, DType::F64), 0)
+    });
+    s.err("matmul_with(start past the end)", || {
+        a.matmul_with(5, &a, 0, ok, MatmulPrecision::High)
+    });
+    s.err("matmul_into_with(out too short)", || {
+        a.matmul_into_with(
+            0,
+            &a,
+            0,
+            ok,
+            &mut cpu(3, DType::F32),
+            0,
+            MatmulPrecision::High,
+        )
     });
 
     // reduce: shapes whose count overflows or reaches past the end; empty axes.

@@ -17,6 +17,7 @@
 #![warn(missing_docs)]
 
 mod args;
+pub mod backends;
 pub mod cpu;
 mod error;
 mod everyday;

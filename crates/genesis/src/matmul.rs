@@ -118,6 +118,9 @@ impl Tensor {
     /// operand is a row and a 1-D right operand a column (that dimension is dropped from the
     /// result, so 1-D @ 1-D is a dot product of shape `[]`); leading dimensions are batch
     /// dimensions and broadcast. f32, f16 and bf16 (accumulated in f32), on the CPU and CUDA.
+    /// f32 products on CUDA run at the precision of
+    /// [`backends::set_float32_matmul_precision`](crate::backends::set_float32_matmul_precision)
+    /// (full f32 unless TF32 is allowed).
     ///
     /// ```
     /// use genesis::{Device, Tensor};
@@ -135,7 +138,8 @@ impl Tensor {
     #[track_caller]
     pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
         let (p, shape, [(a, a0), (b, b0)]) = self.matmul_parts(other)?;
-        Tensor::from_storage(a.matmul(a0, &b, b0, shape)?, &p.out_shape)
+        let precision = crate::backends::matmul_precision();
+        Tensor::from_storage(a.matmul_with(a0, &b, b0, shape, precision)?, &p.out_shape)
     }
 
     /// Batched matrix product of two 3-D tensors `[b, m, k] @ [b, k, n] -> [b, m, n]` (no
@@ -155,7 +159,9 @@ impl Tensor {
     /// [`Tensor::matmul`] written into `out`, which must have the result's shape, dtype and
     /// device (any tensor: a view's write is seen by every tensor sharing its storage).
     /// Allocates nothing when the operands are contiguous and `out` is contiguous and shares
-    /// no storage with them; otherwise the product is computed first and copied in.
+    /// no storage with them (but, on CUDA, the split-k workspace of a product with too few
+    /// output tiles to fill the GPU and a long `k`, from the device's pool); otherwise the
+    /// product is computed first and copied in.
     #[track_caller]
     pub fn matmul_out(&self, other: &Tensor, out: &mut Tensor) -> Result<()> {
         let (p, shape, [(a, a0), (b, b0)]) = self.matmul_parts(other)?;
@@ -164,8 +170,9 @@ impl Tensor {
             return out.copy_(&self.matmul(other)?);
         }
         let out_start = check_out("matmul", self, &p.out_shape, out)?;
+        let precision = crate::backends::matmul_precision();
         out.write_storage("matmul", &[&a, &b], |dst| {
-            Ok(a.matmul_into(a0, &b, b0, shape, dst, out_start)?)
+            Ok(a.matmul_into_with(a0, &b, b0, shape, dst, out_start, precision)?)
         })
     }
 }

@@ -192,6 +192,68 @@ fn gpu_matches_its_cpu_twin_on_a_larger_product() {
     }
 }
 
+/// Products with few output tiles and a long k, which CUDA splits over k (split-k: partial
+/// products over slices of k summed in a fixed order) on any GPU of 12 or more
+/// multiprocessors: within the f32 accumulation bound of the f64 reference on both devices,
+/// and the same bits when run twice.
+#[test]
+fn thin_products_with_a_long_k_match_f64_references_and_repeat_exactly() {
+    let _serial = serial();
+    let _release = Release;
+    let g = Generator::new(17);
+    // (a, b, transpose a): one tile of output rows and 3 of columns, k 2048 (8 slices); a
+    // broadcast batch of 6 with a prime k; prime m, n and k; a transposed left operand.
+    let cases: &[(&[usize], &[usize], bool)] = &[
+        (&[64, 2048], &[2048, 384], false),
+        (&[3, 1, 40, 1031], &[2, 1031, 200], false),
+        (&[131, 1543], &[1543, 127], false),
+        (&[1024, 96], &[1024, 160], true),
+    ];
+    for dev in devices() {
+        for dtype in DTYPES {
+            for &(sa, sb, ta) in cases {
+                let (a, va) = random(&g, sa, dtype, dev);
+                let (b, vb) = random(&g, sb, dtype, dev);
+                let (a, va, sa) = if ta {
+                    // `a.t()`: the values of the transposed matrix, row-major.
+                    let (r, c) = (sa[0], sa[1]);
+                    let vt: Vec<f64> = (0..r * c).map(|i| va[(i % r) * c + i / r]).collect();
+                    (a.t().unwrap(), vt, vec![c, r])
+                } else {
+                    (a, va, sa.to_vec())
+                };
+                let k = sa[sa.len() - 1];
+                let what = format!("{dtype} {sa:?} @ {sb:?} on {dev}");
+                let got = a.matmul(&b).unwrap();
+                let (shape, want, scale) = reference((&va, &sa), (&vb, sb));
+                assert_eq!(got.shape(), shape.as_slice(), "{what}");
+                check(&got, &want, &scale, k, dtype, &what);
+                let again = a.matmul(&b).unwrap();
+                assert_eq!(
+                    got.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap(),
+                    again.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap(),
+                    "{what}: two runs differ"
+                );
+                // Into a view of a larger tensor: the second half of its rows.
+                let mut rows = shape.clone();
+                let last = rows.len() - 2;
+                rows[last] *= 2;
+                let big = Tensor::zeros(rows, dtype, dev).unwrap();
+                let mut view = big.narrow(last, shape[last], shape[last]).unwrap();
+                a.matmul_out(&b, &mut view).unwrap();
+                check(
+                    &view,
+                    &want,
+                    &scale,
+                    k,
+                    dtype,
+                    &format!("{what}, matmul_out"),
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn matmul_out_writes_in_place_and_errors_name_both_shapes() {
     let _serial = serial();

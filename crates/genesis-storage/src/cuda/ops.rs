@@ -2,7 +2,8 @@
 //! `genesis-kernels` on spans of it, on the calling thread's current stream of its device.
 
 use genesis_kernels::gather::Along;
-use genesis_kernels::{BinaryNd, BinaryOp, CompareOp, MatmulShape, ReduceOp, ReduceShape};
+use genesis_kernels::{BinaryNd, BinaryOp, CompareOp, MatmulPrecision, MatmulShape};
+use genesis_kernels::{ReduceOp, ReduceShape};
 use genesis_kernels::{Rhs, Sampler, UnaryOp, WhereNd, gpu};
 
 use super::{CudaMem, Queue, queue_on};
@@ -508,21 +509,30 @@ impl Backend for CudaMem {
         &self,
         dtype: DType,
         shape: MatmulShape,
+        precision: MatmulPrecision,
         a_at: usize,
         b: &CudaMem,
         b_at: usize,
         out: &mut CudaMem,
         out_at: usize,
     ) -> Result<()> {
+        use genesis_kernels::matmul::{MatmulLayout, MatmulPlan, gpu_matmul_planned};
+        // Split-k partials (when the plan splits) in a workspace from the pool, on the
+        // thread's stream: released in stream order after the launches.
+        let plan = MatmulPlan::new(shape, self.ctx().multiprocessors() as usize, precision);
+        let ws_len = plan.workspace_bytes();
+        let mut ws = CudaMem::new(self.ordinal(), ws_len)?;
         genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16], T => {
             let all = |m: &CudaMem| m.capacity() / size_of::<T>();
             let c_len = all(out);
-            genesis_kernels::matmul::gpu_matmul::<T>(
+            gpu_matmul_planned::<T, T>(
                 &self.queue(),
-                shape,
+                &plan,
+                MatmulLayout::contiguous(&shape),
                 self.span::<T>(all(self))?.slice(a_at..)?,
                 b.span::<T>(all(b))?.slice(b_at..)?,
                 out.span_mut::<T>(c_len)?.into_slice(out_at..)?,
+                ws.span_mut::<u8>(ws_len)?,
             )?;
             Ok(())
         }, _ => Err(unsupported("matmul", dtype)))

@@ -3,7 +3,7 @@
 use super::{Mem, MemMut, Storage};
 use crate::backend::Backend;
 use crate::{Error, Result};
-use genesis_kernels::matmul::MatmulShape;
+use genesis_kernels::matmul::{MatmulPrecision, MatmulShape};
 
 fn overflow() -> Error {
     Error::Kernel(genesis_kernels::Error::Unsupported {
@@ -15,7 +15,8 @@ fn overflow() -> Error {
 impl Storage {
     /// `C[b] = A[b] @ B[b]` (see [`MatmulShape`]) reading `self` from `a_start` and `other`
     /// from `b_start`, into a new contiguous storage of `batch * m * n` elements. f32, f16,
-    /// bf16 (accumulated in f32); both operands on one device.
+    /// bf16 (accumulated in f32); both operands on one device. Full f32 precision
+    /// ([`Storage::matmul_with`] chooses).
     #[track_caller]
     pub fn matmul(
         &self,
@@ -24,14 +25,30 @@ impl Storage {
         b_start: usize,
         shape: MatmulShape,
     ) -> Result<Storage> {
+        self.matmul_with(a_start, other, b_start, shape, MatmulPrecision::Highest)
+    }
+
+    /// [`Storage::matmul`] at `precision`: [`MatmulPrecision::High`] runs f32 products on
+    /// CUDA with TF32 inputs on tensor cores; the CPU, and f16 and bf16 products, are the same
+    /// at every precision.
+    #[track_caller]
+    pub fn matmul_with(
+        &self,
+        a_start: usize,
+        other: &Storage,
+        b_start: usize,
+        shape: MatmulShape,
+        precision: MatmulPrecision,
+    ) -> Result<Storage> {
         let len = shape.c_len().ok_or_else(overflow)?;
         let mut out = Storage::uninit(len, self.dtype, self.device())?;
-        self.matmul_into(a_start, other, b_start, shape, &mut out, 0)?;
+        self.matmul_into_with(a_start, other, b_start, shape, &mut out, 0, precision)?;
         Ok(out)
     }
 
-    /// [`Storage::matmul`] into `out` from `out_start` (allocates nothing). `out` must have the
-    /// operands' dtype and device; the borrow rules keep it apart from them.
+    /// [`Storage::matmul`] into `out` from `out_start` (allocates nothing but, on CUDA, the
+    /// split-k workspace of a product with few output tiles). `out` must have the operands'
+    /// dtype and device; the borrow rules keep it apart from them.
     #[track_caller]
     pub fn matmul_into(
         &self,
@@ -41,6 +58,30 @@ impl Storage {
         shape: MatmulShape,
         out: &mut Storage,
         out_start: usize,
+    ) -> Result<()> {
+        self.matmul_into_with(
+            a_start,
+            other,
+            b_start,
+            shape,
+            out,
+            out_start,
+            MatmulPrecision::Highest,
+        )
+    }
+
+    /// [`Storage::matmul_into`] at `precision` (see [`Storage::matmul_with`]).
+    #[track_caller]
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul_into_with(
+        &self,
+        a_start: usize,
+        other: &Storage,
+        b_start: usize,
+        shape: MatmulShape,
+        out: &mut Storage,
+        out_start: usize,
+        precision: MatmulPrecision,
     ) -> Result<()> {
         let name = "matmul";
         self.check_binary_types(name, other)?;
@@ -58,10 +99,10 @@ impl Storage {
             out.mem_mut(name)?,
         ) {
             (Mem::Host(a), Mem::Host(b), MemMut::Host(o)) => {
-                a.matmul(dtype, shape, a_start, b, b_start, o, out_start)
+                a.matmul(dtype, shape, precision, a_start, b, b_start, o, out_start)
             }
             (Mem::Cuda(a), Mem::Cuda(b), MemMut::Cuda(o)) => {
-                a.matmul(dtype, shape, a_start, b, b_start, o, out_start)
+                a.matmul(dtype, shape, precision, a_start, b, b_start, o, out_start)
             }
             _ => Err(super::mixed(name)),
         }

@@ -429,7 +429,7 @@ pub struct RawIndex<'a> {
 }
 
 /// Index arrays of at most this many values get an early verdict from
-/// [`gather_rows16_checked`] (one block checks them all before copying: about 2 µs for 4096).
+/// `gather_rows16_checked` (one block checks them all before copying: about 2 µs for 4096).
 pub const EARLY_VERDICT_MAX_ROWS: usize = 16 << 10;
 
 /// Queues a row gather reading a raw device index array ([`RawIndex`]): negative values wrap;

@@ -542,6 +542,43 @@ fn upload_groups(g: &Groups, device: Device) -> Result<[Storage; 4]> {
     ])
 }
 
+/// `dst[k] += values[k]` for every element of `dst` (`values` of its dtype and device, at
+/// least as long), as the indexing kernels add (integers wrap, half types round once from f32,
+/// bool is a logical or), for every dtype: one scatter-add through a descriptor of no index
+/// arrays (one index position, whose group is itself) over the dense elements.
+pub(crate) fn add_in_place(dst: &mut Storage, values: &Storage) -> Result<()> {
+    let n = dst.len();
+    if n == 0 {
+        return Ok(());
+    }
+    let mut desc = IndexDesc {
+        res_shape: [1; MAX_INDEX_DIMS],
+        res_stride: [0; MAX_INDEX_DIMS],
+        adv_stride: [0; MAX_INDEX_DIMS],
+        base: 0,
+        nb: 1,
+        rank: 1,
+        pos: 0,
+        k: 0,
+        n_adv: 0,
+    };
+    desc.res_shape[0] = n as i64;
+    desc.res_stride[0] = 1;
+    let dev = dst.device();
+    let idx = Storage::zeros(1, DType::I64, dev)?;
+    let one = Groups {
+        dead: vec![0],
+        start: vec![0],
+        len: vec![1],
+        members: vec![0],
+    };
+    let [dead, st, ln, mb] = upload_groups(&one, dev)?;
+    // SAFETY: no index values: the offsets are 0..n, inside `dst`; the one position is its
+    // group's only member.
+    unsafe { dst.index_scatter_add(values, &desc, &idx, [&dead, &st, &ln, &mb])? };
+    Ok(())
+}
+
 /// Writes dense `values` (result-shaped, same device) through an advanced plan.
 pub(crate) fn scatter(
     target: &mut Storage,

@@ -6,9 +6,7 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use genesis_kernels::index::cpu::IndexAdd;
-use genesis_storage::{DType, Device, Layout, Storage, View, WithDType};
-use half::{bf16, f16};
+use genesis_storage::{DType, Device, Layout, Storage, View};
 
 use crate::plan::{IndexPlan, PlanKind, plan};
 use crate::spec::{IndexDType, IndexItem};
@@ -391,46 +389,15 @@ fn execute_set(
     }
 }
 
-/// `current + values` (dense, same shape and device): the elementwise kernel (or its twin) for
-/// the dtypes it adds; the others (int8, uint8, int16, float64, and bool, whose accumulation is
-/// a logical or) on the host, and back. Every position of a basic plan is distinct, so this is
-/// PyTorch's `index_put_(accumulate=True)`.
-fn add_dense(current: Storage, values: &Storage) -> Result<Storage> {
+/// `current + values` (dense, same shape and device): the elementwise addition for the dtypes
+/// it adds; the others (int8, uint8, int16, float64, and bool, whose accumulation is a logical
+/// or) by the indexing kernels' scatter-add ([`crate::advanced::add_in_place`]). Every position
+/// of a basic plan is distinct, so this is PyTorch's `index_put_(accumulate=True)`.
+fn add_dense(mut current: Storage, values: &Storage) -> Result<Storage> {
     match current.add(values) {
         Err(genesis_storage::Error::UnsupportedDType { .. }) => {}
         done => return Ok(done?),
     }
-    let mut host = current.to_device(Device::Cpu)?;
-    let vals = values.to_device(Device::Cpu)?;
-    add_in_place(&mut host, &vals)?;
-    Ok(host.to_device(current.device())?)
-}
-
-/// `dst[k] += vals[k]` on host storages of one dtype, as the indexing kernels add (integers
-/// wrap, half types round once from f32, bool is a logical or).
-fn add_in_place(dst: &mut Storage, vals: &Storage) -> Result<()> {
-    fn add_typed<T: WithDType + IndexAdd>(dst: &mut Storage, vals: &Storage) -> Result<()> {
-        let v = vals.as_slice::<T>()?;
-        for (a, &b) in dst.as_mut_slice::<T>()?.iter_mut().zip(v.iter()) {
-            *a = T::index_add(*a, b);
-        }
-        Ok(())
-    }
-    match dst.dtype() {
-        DType::Bool => {
-            let v = host_bytes(vals, "index_put")?;
-            let d = dst.host_bytes_mut()?;
-            d.iter_mut().zip(v.iter()).for_each(|(a, &b)| *a |= b);
-            Ok(())
-        }
-        DType::U8 => add_typed::<u8>(dst, vals),
-        DType::I8 => add_typed::<i8>(dst, vals),
-        DType::I16 => add_typed::<i16>(dst, vals),
-        DType::I32 => add_typed::<i32>(dst, vals),
-        DType::I64 => add_typed::<i64>(dst, vals),
-        DType::F16 => add_typed::<f16>(dst, vals),
-        DType::BF16 => add_typed::<bf16>(dst, vals),
-        DType::F32 => add_typed::<f32>(dst, vals),
-        DType::F64 => add_typed::<f64>(dst, vals),
-    }
+    crate::advanced::add_in_place(&mut current, values)?;
+    Ok(current)
 }

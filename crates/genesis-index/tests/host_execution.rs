@@ -4,7 +4,8 @@
 //! random index expressions on padded (non-contiguous) and contiguous layouts of up to ten
 //! dimensions, so that some results have more than eight dimensions (the executor's flat
 //! path), with duplicate index tuples, for `get`, `set` (the last duplicate wins) and `set`
-//! with `accumulate` (every duplicate adds, integers wrapping).
+//! with `accumulate` (every duplicate adds, integers wrapping); and basic accumulation in every
+//! dtype.
 
 use std::sync::Arc;
 
@@ -174,4 +175,68 @@ fn results_past_eight_dimensions_follow_the_source_offsets() {
         |a, b| a + b,
     )
     .unwrap();
+}
+
+/// `x[1:, ::2] += v` (a basic plan: the sum of the view and the values, written back) in every
+/// dtype, on a padded layout: integers and floats add (int8 wrapping), bool is a logical or.
+#[test]
+fn basic_accumulate_adds_in_every_dtype() {
+    let (layout, len) = layout_of(&[3, 5], true);
+    let items = [
+        IndexItem::Slice {
+            start: Some(1),
+            stop: None,
+            step: None,
+        },
+        IndexItem::Slice {
+            start: None,
+            stop: None,
+            step: Some(2),
+        },
+    ];
+    let offsets = plan(&layout, &items, true)
+        .unwrap()
+        .source_offsets()
+        .unwrap();
+    assert_eq!(offsets.len(), 6);
+    for dtype in genesis_storage::DType::ALL {
+        let small = |i: usize| match dtype {
+            genesis_storage::DType::Bool => (i % 2) as f64,
+            genesis_storage::DType::U8 => (i % 8) as f64,
+            _ => (i % 8) as f64 - 4.0,
+        };
+        let data: Vec<f64> = (0..len).map(small).collect();
+        let vals: Vec<f64> = (0..offsets.len()).map(|k| small(3 * k + 1)).collect();
+        let of = |v: &[f64]| {
+            Storage::from_slice(v, Device::Cpu)
+                .unwrap()
+                .to_dtype(dtype)
+                .unwrap()
+        };
+        let mut target = of(&data);
+        let value = View::with_layout(Arc::new(of(&vals)), Layout::contiguous(&[2, 3])).unwrap();
+        set(&mut target, &layout, &items, Value::Tensor(&value), true).unwrap();
+        let mut want = data.clone();
+        for (k, &o) in offsets.iter().enumerate() {
+            want[o] = if dtype == genesis_storage::DType::Bool {
+                f64::from(want[o] != 0.0 || vals[k] != 0.0)
+            } else {
+                want[o] + vals[k]
+            };
+        }
+        assert_eq!(target.to_f64_vec().unwrap(), want, "{dtype}");
+    }
+    // int8 wraps: 100 + 100 = -56.
+    let mut target = Storage::from_slice(&[100i8; 4], Device::Cpu).unwrap();
+    let value = View::with_layout(host(&[100i8, 27]), Layout::contiguous(&[2])).unwrap();
+    let items = [IndexItem::range(1, 3)];
+    set(
+        &mut target,
+        &Layout::contiguous(&[4]),
+        &items,
+        Value::Tensor(&value),
+        true,
+    )
+    .unwrap();
+    assert_eq!(target.to_vec::<i8>().unwrap(), [100, -56, 127, 100]);
 }

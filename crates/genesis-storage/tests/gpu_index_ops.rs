@@ -1,7 +1,7 @@
 //! The advanced-indexing methods of `Storage` on CUDA against the host backend (the kernels of
 //! `kernels/index.cu` against their CPU twins) on random cases: gathers (element and row
-//! paths), scatters, scatter-adds of every dtype, normalisation, dead positions, unravel and
-//! the checked row gather. Results must be bit-identical.
+//! paths), scatters, scatter-adds of every dtype (also through no index arrays), normalisation,
+//! dead positions, unravel and the checked row gather. Results must be bit-identical.
 #![cfg(feature = "cuda")]
 
 mod common;
@@ -291,5 +291,72 @@ fn row_paths_match_the_host() {
         }
         assert_eq!(outs[0], outs[1], "round {round}");
         assert_eq!(outs[0].2.is_none(), round % 3 == 0);
+    }
+}
+
+/// The scatter-add of a descriptor with no index arrays (`n_adv` and `k` 0: one index position
+/// whose group is itself), which `genesis-index` uses to add dense values in every dtype: over
+/// a strided view of two dimensions (every other column from an offset), CUDA against the host.
+#[test]
+fn scatter_add_without_index_arrays_matches_the_host() {
+    let _release = Release;
+    if skip_without_gpu("scatter_add_without_index_arrays_matches_the_host") {
+        return;
+    }
+    let mut rng = SmallRng::seed_from_u64(45);
+    for (round, dtype) in DType::ALL.into_iter().cycle().take(40).enumerate() {
+        let (rows, cols) = (rng.random_range(1..20usize), rng.random_range(1..40usize));
+        let base = rng.random_range(0..5usize);
+        let len = base + rows * 2 * cols;
+        let mut d = IndexDesc {
+            res_shape: [1; MAX_INDEX_DIMS],
+            res_stride: [0; MAX_INDEX_DIMS],
+            adv_stride: [0; MAX_INDEX_DIMS],
+            base: base as i64,
+            nb: 1,
+            rank: 2,
+            pos: round as i32 % 3,
+            k: 0,
+            n_adv: 0,
+        };
+        d.res_shape[0] = rows as i64;
+        d.res_shape[1] = cols as i64;
+        d.res_stride[0] = 2 * cols as i64;
+        d.res_stride[1] = 2;
+        let dst = values(&mut rng, dtype, len);
+        let vals = values(&mut rng, dtype, rows * cols);
+        let mut outs = Vec::new();
+        for device in [CPU, GPU] {
+            let mut t = on(device, &dst, dtype);
+            let g = [
+                on(device, &[0], DType::U8),
+                on(device, &i64_bytes(&[0]), DType::I64),
+                on(device, &i64_bytes(&[1]), DType::I64),
+                on(device, &i64_bytes(&[0]), DType::I64),
+            ];
+            let idx = on(device, &i64_bytes(&[0]), DType::I64);
+            // SAFETY: no index values; every offset lies in the storage.
+            unsafe {
+                t.index_scatter_add(
+                    &on(device, &vals, dtype),
+                    &d,
+                    &idx,
+                    [&g[0], &g[1], &g[2], &g[3]],
+                )
+            }
+            .unwrap();
+            outs.push(t.to_bytes().unwrap());
+        }
+        assert_eq!(outs[0], outs[1], "{dtype} round {round}");
+        // Elements outside the view are unchanged.
+        let unchanged = (0..len).filter(|&o| o < base || (o - base) % 2 == 1);
+        let es = dtype.size();
+        for o in unchanged {
+            assert_eq!(
+                outs[1][o * es..(o + 1) * es],
+                dst[o * es..(o + 1) * es],
+                "{dtype}"
+            );
+        }
     }
 }

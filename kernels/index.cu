@@ -1,7 +1,7 @@
 // Advanced-indexing kernels of Genesis: gather, scatter (last write wins, deterministically)
 // and scatter-add (contributions summed in index order, deterministically).
 //
-// The CPU twin is genesis-index's executor (`IndexPlan::source_offsets` and `set`).
+// The CPU twins are genesis-kernels' `index::cpu` (src/index/cpu.rs), one per launcher.
 //
 // A result element i (row-major over the result shape) decomposes into result coordinates. The
 // result dimensions [pos, pos + k) are the broadcast index dimensions: their coordinates form

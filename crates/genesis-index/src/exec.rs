@@ -1,10 +1,12 @@
-//! Executing plans on host storages (the CPU executor).
+//! Executing plans: `get` and `set` on any device. Views and basic assignments are strided
+//! copies of the storage layer; advanced plans run in [`crate::advanced`] through the storage
+//! layer's indexing operations; a host mask over a whole contiguous tensor is a masked select
+//! or fill.
 
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use genesis_storage::{DType, Device, Layout, Storage, View, WithDType};
-use half::{bf16, f16};
+use genesis_storage::{DType, Device, Layout, Storage, View};
 
 use crate::plan::{IndexPlan, PlanKind, plan};
 use crate::spec::{IndexDType, IndexItem};
@@ -246,15 +248,7 @@ pub fn resolve_masks(items: &[IndexItem]) -> Result<Cow<'_, [IndexItem]>> {
     let mut out = Vec::with_capacity(items.len());
     for it in items {
         out.push(match it {
-            #[cfg(feature = "cuda")]
-            IndexItem::Stored(t) if device_mask(it) => crate::gpu::resolve_mask(t)?,
-            #[cfg(not(feature = "cuda"))]
-            IndexItem::Stored(t) if device_mask(it) => {
-                return Err(Error::UnsupportedDevice {
-                    op: "a device mask",
-                    device: t.view.storage().device(),
-                });
-            }
+            IndexItem::Stored(t) if device_mask(it) => crate::advanced::resolve_mask(t)?,
             other => other.clone(),
         });
     }
@@ -265,48 +259,11 @@ pub fn resolve_masks(items: &[IndexItem]) -> Result<Cow<'_, [IndexItem]>> {
 pub fn execute_get(input: &View, p: &IndexPlan) -> Result<View> {
     match p.kind {
         PlanKind::View => Ok(input.relayout(p.view.clone())?),
-        PlanKind::Gather => {
-            let storage = input.storage();
-            #[cfg(feature = "cuda")]
-            if storage.device().is_cuda() {
-                return crate::gpu::gather(input, p);
-            }
-            let size = storage.dtype().size();
-            let src = host_bytes(storage, "gather")?;
-            let offsets = p.source_offsets()?;
-            let mut out = vec![0u8; offsets.len() * size];
-            for_each_run(&offsets, |k, o, len| {
-                out[k * size..(k + len) * size].copy_from_slice(&src[o * size..(o + len) * size]);
-            });
-            let s = Storage::from_bytes(&out, storage.dtype(), Device::Cpu)?;
-            Ok(View::with_layout(
-                Arc::new(s),
-                Layout::contiguous(&p.result_shape),
-            )?)
-        }
+        PlanKind::Gather => crate::advanced::gather(input, p),
         k => Err(Error::InvalidIndex {
             reason: format!("a {k:?} plan is for assignment, not reading"),
         }),
     }
-}
-
-/// Calls `f(k, start, len)` for each maximal run `offsets[k..k + len]` of consecutive values
-/// `start, start + 1, ...`, in order: row gathers and scatters copy whole runs at a time.
-fn for_each_run(offsets: &[usize], mut f: impl FnMut(usize, usize, usize)) {
-    let mut k = 0;
-    while k < offsets.len() {
-        let start = offsets[k];
-        let mut len = 1;
-        while k + len < offsets.len() && offsets[k + len] == start + len {
-            len += 1;
-        }
-        f(k, start, len);
-        k += len;
-    }
-}
-
-fn host_only(s: &Storage, op: &'static str) -> Result<()> {
-    host_bytes(s, op).map(|_| ())
 }
 
 /// The bytes of a host storage; [`Error::UnsupportedDevice`] for a device storage.
@@ -353,28 +310,7 @@ pub fn set(
     if p.kind == PlanKind::Copy && matches!(value, Value::Scalar(_)) {
         p.kind = PlanKind::Fill;
     }
-    #[cfg(feature = "cuda")]
-    if target.device().is_cuda() {
-        return set_on_device(target, &p, value, accumulate);
-    }
-    host_only(target, "set")?;
-    let dtype = target.dtype();
-    let size = dtype.size();
-    // The value broadcast to the indexed shape, dense.
-    let values = dense_values(&p, value, dtype, Device::Cpu)?;
-    let offsets = p.source_offsets()?;
-    let pick = |k: usize| k;
-    if accumulate {
-        accumulate_into(dtype, target, &offsets, &values, pick)?;
-    } else {
-        let vals = host_bytes(&values, "set")?;
-        let bytes = target.host_bytes_mut()?;
-        // In order, so that the last of duplicate positions wins.
-        for_each_run(&offsets, |k, o, len| {
-            bytes[o * size..(o + len) * size].copy_from_slice(&vals[k * size..(k + len) * size]);
-        });
-    }
-    Ok(())
+    execute_set(target, &p, value, accumulate)
 }
 
 /// A scalar as one element of `dtype` in a CPU storage, through the one exact conversion
@@ -427,8 +363,9 @@ fn dense_values(
     }))
 }
 
-#[cfg(feature = "cuda")]
-fn set_on_device(
+/// Executes an assignment plan made for the target's layout: an advanced plan through
+/// [`crate::advanced::scatter`], any other as a strided copy (with `accumulate`, of the sum).
+fn execute_set(
     target: &mut Storage,
     p: &IndexPlan,
     value: Value<'_>,
@@ -436,7 +373,7 @@ fn set_on_device(
 ) -> Result<()> {
     let values = dense_values(p, value, target.dtype(), target.device())?;
     match p.kind {
-        PlanKind::Scatter => crate::gpu::scatter(target, p, &values, accumulate),
+        PlanKind::Scatter => crate::advanced::scatter(target, p, &values, accumulate),
         _ => {
             let dense = Layout::contiguous(&p.result_shape);
             // Any rank (the strided copy takes at most eight dimensions after reduction).
@@ -452,91 +389,15 @@ fn set_on_device(
     }
 }
 
-/// `current + values` (dense, same shape and device): the elementwise kernel for the dtypes it
-/// adds; the others (int8, uint8, int16, float64, and bool, whose accumulation is a logical
-/// or) on the host, as the CPU executor adds them, and back. Every position of a basic plan is
-/// distinct, so this is PyTorch's `index_put_(accumulate=True)`.
-#[cfg(feature = "cuda")]
-fn add_dense(current: Storage, values: &Storage) -> Result<Storage> {
+/// `current + values` (dense, same shape and device): the elementwise addition for the dtypes
+/// it adds; the others (int8, uint8, int16, float64, and bool, whose accumulation is a logical
+/// or) by the indexing kernels' scatter-add ([`crate::advanced::add_in_place`]). Every position
+/// of a basic plan is distinct, so this is PyTorch's `index_put_(accumulate=True)`.
+fn add_dense(mut current: Storage, values: &Storage) -> Result<Storage> {
     match current.add(values) {
         Err(genesis_storage::Error::UnsupportedDType { .. }) => {}
         done => return Ok(done?),
     }
-    let mut host = current.to_device(Device::Cpu)?;
-    let vals = values.to_device(Device::Cpu)?;
-    let n = host.len();
-    genesis_storage::check_host_bytes(n.saturating_mul(size_of::<usize>()))?;
-    let offsets: Vec<usize> = (0..n).collect();
-    accumulate_into(host.dtype(), &mut host, &offsets, &vals, |k| k)?;
-    Ok(host.to_device(current.device())?)
-}
-
-trait AddElem: WithDType {
-    fn add(a: Self, b: Self) -> Self;
-}
-macro_rules! add_int {
-    ($($t:ty),*) => { $(impl AddElem for $t { fn add(a: Self, b: Self) -> Self { a.wrapping_add(b) } })* };
-}
-add_int!(u8, i8, i16, i32, i64);
-impl AddElem for f32 {
-    fn add(a: Self, b: Self) -> Self {
-        a + b
-    }
-}
-impl AddElem for f64 {
-    fn add(a: Self, b: Self) -> Self {
-        a + b
-    }
-}
-impl AddElem for f16 {
-    fn add(a: Self, b: Self) -> Self {
-        f16::from_f32(a.to_f32() + b.to_f32())
-    }
-}
-impl AddElem for bf16 {
-    fn add(a: Self, b: Self) -> Self {
-        bf16::from_f32(a.to_f32() + b.to_f32())
-    }
-}
-
-fn accumulate_typed<T: AddElem>(
-    target: &mut Storage,
-    offsets: &[usize],
-    values: &Storage,
-    pick: impl Fn(usize) -> usize,
-) -> Result<()> {
-    let vals = values.as_slice::<T>()?.to_vec();
-    let dst = target.as_mut_slice::<T>()?;
-    for (k, &o) in offsets.iter().enumerate() {
-        dst[o] = T::add(dst[o], vals[pick(k)]);
-    }
-    Ok(())
-}
-
-fn accumulate_into(
-    dtype: DType,
-    target: &mut Storage,
-    offsets: &[usize],
-    values: &Storage,
-    pick: impl Fn(usize) -> usize,
-) -> Result<()> {
-    match dtype {
-        DType::Bool => {
-            let vals = host_bytes(values, "index_put")?.to_vec();
-            let dst = target.host_bytes_mut()?;
-            for (k, &o) in offsets.iter().enumerate() {
-                dst[o] |= vals[pick(k)];
-            }
-            Ok(())
-        }
-        DType::U8 => accumulate_typed::<u8>(target, offsets, values, pick),
-        DType::I8 => accumulate_typed::<i8>(target, offsets, values, pick),
-        DType::I16 => accumulate_typed::<i16>(target, offsets, values, pick),
-        DType::I32 => accumulate_typed::<i32>(target, offsets, values, pick),
-        DType::I64 => accumulate_typed::<i64>(target, offsets, values, pick),
-        DType::F16 => accumulate_typed::<f16>(target, offsets, values, pick),
-        DType::BF16 => accumulate_typed::<bf16>(target, offsets, values, pick),
-        DType::F32 => accumulate_typed::<f32>(target, offsets, values, pick),
-        DType::F64 => accumulate_typed::<f64>(target, offsets, values, pick),
-    }
+    crate::advanced::add_in_place(&mut current, values)?;
+    Ok(current)
 }

@@ -1,15 +1,23 @@
-//! Launchers of the advanced-indexing kernels (`kernels/index.cu`), on device spans.
+//! The advanced-indexing kernels (`kernels/index.cu`): their descriptors, their launchers on
+//! device spans (behind the `cuda` feature) and their CPU twins ([`cpu`]).
 //!
 //! The gathers and scatters read and write at offsets computed from index values that live on
 //! the device, which no host check sees: those launchers are `unsafe`, with the promise that
-//! the values are in range (normalised by [`normalise`], or checked when the plan was made).
-//! Every other extent is checked against the spans.
+//! the values are in range (normalised by [`normalise`](cpu::normalise), or checked when the
+//! plan was made). Every other extent is checked against the spans. The twins check every
+//! offset and return [`Error::IndexOutOfRange`] for one outside their slices.
 
+#[cfg(feature = "cuda")]
 use std::ffi::c_void;
 
+#[cfg(feature = "cuda")]
 use genesis_cuda::{DeviceSpan, DeviceSpanMut, Kernel, LaunchConfig, Stream};
 
-use crate::{DType, Error, Result, images};
+#[cfg(feature = "cuda")]
+use crate::{DType, images};
+use crate::{Error, Result};
+
+pub mod cpu;
 
 /// `Err(LengthMismatch)` when `got < need`.
 fn at_least(op: &'static str, need: usize, got: usize) -> Result<()> {
@@ -25,8 +33,50 @@ fn at_least(op: &'static str, need: usize, got: usize) -> Result<()> {
 
 impl IndexDesc {
     /// Index values the descriptor reads: `n_adv * nb`.
-    fn index_len(&self) -> usize {
+    pub fn index_len(&self) -> usize {
         (self.n_adv.max(0) as usize).saturating_mul(self.nb.max(0) as usize)
+    }
+
+    /// Checks that the descriptor is well formed, and returns its number of result elements:
+    /// `rank` and `n_adv` at most [`MAX_INDEX_DIMS`], the index dimensions `pos..pos + k`
+    /// inside the result's, sizes not negative, `nb` the product of the index dimensions'
+    /// sizes, and the result's element count representable.
+    pub fn check(&self) -> Result<usize> {
+        let bad = |reason: String| Error::Unsupported {
+            op: "index descriptor",
+            reason,
+        };
+        let (rank, pos, k, n_adv) = (self.rank, self.pos, self.k, self.n_adv);
+        if !(0..=MAX_INDEX_DIMS as i32).contains(&rank)
+            || !(0..=MAX_INDEX_DIMS as i32).contains(&n_adv)
+        {
+            return Err(bad(format!(
+                "rank {rank} or {n_adv} index arrays past {MAX_INDEX_DIMS}"
+            )));
+        }
+        if pos < 0 || k < 0 || pos + k > rank {
+            return Err(bad(format!(
+                "index dimensions {pos}..{} outside rank {rank}",
+                pos + k
+            )));
+        }
+        let shape = &self.res_shape[..rank as usize];
+        if shape.iter().any(|&s| s < 0) || self.nb < 0 {
+            return Err(bad("negative size".into()));
+        }
+        let nb = shape[pos as usize..(pos + k) as usize]
+            .iter()
+            .try_fold(1usize, |a, &s| a.checked_mul(s as usize));
+        if nb != Some(self.nb as usize) {
+            return Err(bad(format!(
+                "nb {} is not the index dimensions' product",
+                self.nb
+            )));
+        }
+        shape
+            .iter()
+            .try_fold(1usize, |a, &s| a.checked_mul(s as usize))
+            .ok_or_else(|| bad("result size overflows".into()))
     }
 }
 
@@ -57,11 +107,13 @@ pub struct IndexDesc {
     pub n_adv: i32,
 }
 
+#[cfg(feature = "cuda")]
 fn launch_config(stream: &Stream, n: usize) -> LaunchConfig {
     let cap = u64::from(stream.context().multiprocessors().max(1)) * 16;
     LaunchConfig::linear((n as u64).div_ceil(256).clamp(1, cap) as u32, 256)
 }
 
+#[cfg(feature = "cuda")]
 fn by_size(prefix: &'static str, elem: usize) -> Result<&'static str> {
     Ok(match (prefix, elem) {
         ("gather", 1) => "index_gather_e1",
@@ -88,6 +140,7 @@ fn by_size(prefix: &'static str, elem: usize) -> Result<&'static str> {
 ///
 /// Every offset the descriptor and the index values reach lies in `src` (the values normalised
 /// and in range).
+#[cfg(feature = "cuda")]
 pub unsafe fn gather(
     stream: &Stream,
     elem: usize,
@@ -125,6 +178,7 @@ pub unsafe fn gather(
 /// # Safety
 ///
 /// As [`gather`], for `dst`; the live positions write distinct offsets.
+#[cfg(feature = "cuda")]
 pub unsafe fn scatter(
     stream: &Stream,
     elem: usize,
@@ -160,6 +214,7 @@ pub unsafe fn scatter(
 
 /// The accumulate groups: for each representative index position `b`, its members (positions
 /// with the same index tuple, in order) are `members[start[b] .. start[b] + len[b]]`.
+#[cfg(feature = "cuda")]
 #[derive(Debug, Clone, Copy)]
 pub struct Groups<'a> {
     /// `nb` bytes: non-zero for positions that are not their group's representative.
@@ -179,6 +234,7 @@ pub struct Groups<'a> {
 ///
 /// As [`scatter`], with `groups` describing the `nb` positions (starts and lengths within
 /// `members`, member positions below `nb`).
+#[cfg(feature = "cuda")]
 pub unsafe fn scatter_add(
     stream: &Stream,
     scalar: DType,
@@ -250,6 +306,7 @@ pub struct Rows16 {
     pub stride_units: usize,
 }
 
+#[cfg(feature = "cuda")]
 fn rows_config(_stream: &Stream, r: &Rows16) -> LaunchConfig {
     // A block per (row, chunk of 8 x 256 units): `RW_UNROLL` in `index.cu`. A block per row
     // rather than resident blocks looping over rows: each block's loads are independent, so
@@ -269,6 +326,7 @@ fn rows_config(_stream: &Stream, r: &Rows16) -> LaunchConfig {
 ///
 /// The rows the index values name lie in `src` (values in range); `src` and `dst` are 16-byte
 /// aligned.
+#[cfg(feature = "cuda")]
 pub unsafe fn gather_rows16(
     stream: &Stream,
     src: DeviceSpan<'_, u8>,
@@ -310,6 +368,7 @@ pub unsafe fn gather_rows16(
 /// # Safety
 ///
 /// As [`gather_rows16`], for the rows written in `dst`; the live rows are distinct.
+#[cfg(feature = "cuda")]
 pub unsafe fn scatter_rows16(
     stream: &Stream,
     dst: DeviceSpanMut<'_, u8>,
@@ -356,6 +415,7 @@ pub unsafe fn scatter_rows16(
 /// A device index array as it is: its values (as bytes, from the first), whether they are int32
 /// (else int64), the distance between them in elements, and the size of the dimension they
 /// index.
+#[cfg(feature = "cuda")]
 #[derive(Debug, Clone, Copy)]
 pub struct RawIndex<'a> {
     /// The values, from the first.
@@ -369,7 +429,7 @@ pub struct RawIndex<'a> {
 }
 
 /// Index arrays of at most this many values get an early verdict from
-/// [`gather_rows16_checked`] (one block checks them all before copying: about 2 µs for 4096).
+/// `gather_rows16_checked` (one block checks them all before copying: about 2 µs for 4096).
 pub const EARLY_VERDICT_MAX_ROWS: usize = 16 << 10;
 
 /// Queues a row gather reading a raw device index array ([`RawIndex`]): negative values wrap;
@@ -389,6 +449,7 @@ pub const EARLY_VERDICT_MAX_ROWS: usize = 16 << 10;
 /// `src` holds `idx.size` rows of the layout `rows` describes; `bad` is 8 bytes the device may
 /// write (device memory, or page-locked host memory under unified addressing), valid until
 /// the kernel completes (after an early verdict of 0, until the verdict was read).
+#[cfg(feature = "cuda")]
 pub unsafe fn gather_rows16_checked(
     stream: &Stream,
     src: DeviceSpan<'_, u8>,
@@ -462,8 +523,9 @@ pub struct Strided {
 
 impl Strided {
     /// One past the last element the layout reaches (0 when empty); negative strides are
-    /// treated as reaching nothing below the offset, as the layouts here have none.
-    fn reach(&self) -> usize {
+    /// treated as reaching nothing below the offset, as the layouts here have none (a layout
+    /// with one is rejected by the twins and by `genesis-storage`).
+    pub fn reach(&self) -> usize {
         let dims = 0..self.rank.max(0) as usize;
         if dims.clone().any(|r| self.shape[r] == 0) {
             return 0;
@@ -472,6 +534,26 @@ impl Strided {
             .map(|r| (self.shape[r] - 1) * self.stride[r].max(0))
             .sum();
         (self.offset + hi + 1).max(0) as usize
+    }
+
+    /// Checks what the twins and the storage layer need of a layout: rank at most
+    /// [`MAX_INDEX_DIMS`], sizes, strides and offset not negative.
+    pub fn check(&self) -> Result<()> {
+        let rank = usize::try_from(self.rank)
+            .ok()
+            .filter(|&r| r <= MAX_INDEX_DIMS);
+        let ok = rank.is_some_and(|r| {
+            self.offset >= 0
+                && self.shape[..r].iter().all(|&s| s >= 0)
+                && self.stride[..r].iter().all(|&s| s >= 0)
+        });
+        if !ok {
+            return Err(Error::Unsupported {
+                op: "index layout",
+                reason: format!("{self:?}"),
+            });
+        }
+        Ok(())
     }
 
     /// The layout `shape` / `stride` from `offset`; `None` past [`MAX_INDEX_DIMS`] dimensions.
@@ -509,6 +591,7 @@ pub struct Keys {
 ///
 /// `params` match the kernel's parameter list, and the memory they point to is valid for what
 /// the kernel reads and writes until it completes.
+#[cfg(feature = "cuda")]
 unsafe fn launch(
     stream: &Stream,
     name: &'static str,
@@ -527,6 +610,7 @@ unsafe fn launch(
 /// caller initialises it to `u64::MAX`).
 ///
 /// `src` holds the values as bytes; `out` receives `nb` int64.
+#[cfg(feature = "cuda")]
 pub fn normalise(
     stream: &Stream,
     i32: bool,
@@ -577,6 +661,7 @@ pub fn normalise(
 /// # Safety
 ///
 /// The index values are in range, so that every key lies in `winner`.
+#[cfg(feature = "cuda")]
 pub unsafe fn dead_positions(
     stream: &Stream,
     idx: DeviceSpan<'_, i64>,
@@ -626,6 +711,7 @@ pub unsafe fn dead_positions(
 ///
 /// Each output position depends only on `i`, so any values are safe (positions at or past
 /// the shape's product give meaningless coordinates).
+#[cfg(feature = "cuda")]
 pub fn unravel(
     stream: &Stream,
     lin: DeviceSpan<'_, i64>,

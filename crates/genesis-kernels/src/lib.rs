@@ -18,7 +18,6 @@ pub mod gather;
 #[cfg(feature = "cuda")]
 pub mod gpu;
 pub mod images;
-#[cfg(feature = "cuda")]
 pub mod index;
 pub mod mask;
 pub mod matmul;

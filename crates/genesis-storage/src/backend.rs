@@ -11,6 +11,7 @@
 //! dtype given; every operand of one call lives in the same backend.
 
 use genesis_kernels::gather::Along;
+use genesis_kernels::index::{IndexDesc, Keys, Rows16, Strided};
 use genesis_kernels::{BinaryNd, BinaryOp, CompareOp, MatmulPrecision, MatmulShape};
 use genesis_kernels::{ReduceOp, ReduceShape};
 use genesis_kernels::{Rhs, Sampler, UnaryOp, WhereNd};
@@ -271,6 +272,120 @@ pub(crate) trait Backend {
     /// The positions `i < len` whose byte `self[at + i]` is set, as new i64 memory of this
     /// backend, and their count.
     fn nonzero(&self, at: usize, len: usize) -> Result<(Inner, usize)>;
+
+    /// Advanced indexing (`kernels/index.cu`): `out[i] = self[offset(i)]` for the `n` result
+    /// elements of `elem` bytes that `desc` and the `desc.index_len()` i64 values of `idx` map
+    /// from the `len` elements of `self`; row by row in 16-byte units when `rows` is given
+    /// (and the memory allows it).
+    ///
+    /// # Safety
+    ///
+    /// Every offset the index values reach lies in `self[..len]`: the CUDA backend reads
+    /// where they point (the host backend checks them, an offset outside being an error).
+    unsafe fn index_gather(
+        &self,
+        elem: usize,
+        len: usize,
+        desc: &IndexDesc,
+        idx: &Self,
+        rows: Option<&Rows16>,
+        out: &mut Self,
+        n: usize,
+    ) -> Result<()>;
+
+    /// Advanced indexing: `self[offset(i)] = values[i]` for the `n` result elements of `elem`
+    /// bytes of `desc` into the `len` elements of `self`, skipping the positions marked in
+    /// `dead` (`desc.nb` bytes); row by row when `rows` is given.
+    ///
+    /// # Safety
+    ///
+    /// As [`Backend::index_gather`] for the offsets written; the live positions write
+    /// distinct offsets.
+    unsafe fn index_scatter(
+        &mut self,
+        elem: usize,
+        len: usize,
+        values: &Self,
+        desc: &IndexDesc,
+        idx: &Self,
+        dead: &Self,
+        rows: Option<&Rows16>,
+        n: usize,
+    ) -> Result<()>;
+
+    /// Advanced indexing: `self[offset] += values[..]` for the `n` result elements of `desc`
+    /// (`dtype`) into the `len` elements of `self`, each group of equal index tuples summed
+    /// in order by its representative; `groups` are `[dead, start, len, members]` (`nb`
+    /// bytes, `nb`, `nb` and `members` i64).
+    ///
+    /// # Safety
+    ///
+    /// As [`Backend::index_scatter`], with groups that partition the `nb` positions.
+    unsafe fn index_scatter_add(
+        &mut self,
+        dtype: DType,
+        len: usize,
+        values: &Self,
+        desc: &IndexDesc,
+        idx: &Self,
+        groups: [&Self; 4],
+        members: usize,
+        n: usize,
+    ) -> Result<()>;
+
+    /// Normalises the index array `src` (int32 when `i32`, else int64, read through `layout`)
+    /// into the `nb` i64 `self[at..at + nb]`: negative values wrap, a value outside `0..size`
+    /// is written as 0 and the smallest such position lands in word `bad_at` of `bad` when
+    /// smaller than the word.
+    fn index_normalise(
+        &mut self,
+        at: usize,
+        nb: usize,
+        src: &Self,
+        i32: bool,
+        layout: &Strided,
+        size: usize,
+        bad: &mut Self,
+        bad_at: usize,
+    ) -> Result<()>;
+
+    /// Marks in `dead` (`nb` bytes) the positions whose index tuple (`keys` of the
+    /// `keys.n_adv * nb` normalised i64 values in `self`) repeats at a later position, through
+    /// `winner` (`nwinner` zeroed words, one per key); every position is dead when one of the
+    /// `nbad` words of `bad` is set (not all ones).
+    ///
+    /// # Safety
+    ///
+    /// Every key lies in `winner` (the CUDA backend writes where they point; the host checks).
+    unsafe fn index_dead_positions(
+        &self,
+        nb: usize,
+        keys: &Keys,
+        winner: &mut Self,
+        nwinner: usize,
+        bad: &Self,
+        nbad: usize,
+        dead: &mut Self,
+    ) -> Result<()>;
+
+    /// `out[d * n + i]` = coordinate `d` of the row-major position `self[i]` (i64) over the
+    /// `shape.rank` sizes of `shape`, for `i < n`.
+    fn index_unravel(&self, n: usize, shape: &Strided, out: &mut Self) -> Result<()>;
+
+    /// Row `r < rows.nrows` of `out` is the row of `self` at the raw index value `r` of
+    /// `values` (int32 when `i32`, else int64; from element `offset`, `stride` apart; wrapped
+    /// when negative) for every value in `0..size`; `Ok(false)` when a value is not (its row is
+    /// then not copied). `self` holds `size` rows of the layout `rows` describes.
+    fn index_gather_rows_checked(
+        &self,
+        rows: &Rows16,
+        values: &Self,
+        i32: bool,
+        offset: usize,
+        stride: usize,
+        size: usize,
+        out: &mut Self,
+    ) -> Result<bool>;
 }
 
 /// `len` elements of `T` from element `at` of host bytes.
@@ -304,6 +419,14 @@ fn host_range<T>(have: usize, at: usize, len: usize) -> Result<std::ops::Range<u
             storage_len: have / size.max(1),
         }),
     }
+}
+
+/// The error of an element size no kernel moves.
+fn element_size(op: &'static str, elem: usize) -> Error {
+    Error::Kernel(genesis_kernels::Error::Unsupported {
+        op,
+        reason: format!("element size {elem}"),
+    })
 }
 
 fn unsupported(op: &'static str, dtype: DType) -> Error {
@@ -493,10 +616,7 @@ impl Backend for [u8] {
             2 => run::<i16>(self, desc, a, b, out),
             4 => run::<i32>(self, desc, a, b, out),
             8 => run::<i64>(self, desc, a, b, out),
-            _ => Err(Error::Kernel(genesis_kernels::Error::Unsupported {
-                op: "where",
-                reason: format!("element size {elem}"),
-            })),
+            _ => Err(element_size("where", elem)),
         }
     }
 
@@ -778,5 +898,190 @@ impl Backend for [u8] {
             .map(|(i, _)| i as i64)
             .collect();
         Ok((Inner::Cpu(CpuStorage::from_slice(&pos)?), pos.len()))
+    }
+
+    unsafe fn index_gather(
+        &self,
+        elem: usize,
+        len: usize,
+        desc: &IndexDesc,
+        idx: &[u8],
+        rows: Option<&Rows16>,
+        out: &mut [u8],
+        n: usize,
+    ) -> Result<()> {
+        use genesis_kernels::index::cpu;
+        let ix = host::<i64>(idx, 0, desc.index_len())?;
+        if let Some(r) = rows {
+            let src = host::<u8>(self, 0, len.saturating_mul(elem))?;
+            cpu::gather_rows16(src, host_mut::<u8>(out, 0, n.saturating_mul(elem))?, ix, r)?;
+            return Ok(());
+        }
+        // Elements moved as integers of their size, as the kernels move them.
+        fn run<T: WithDType>(
+            s: &[u8],
+            len: usize,
+            d: &IndexDesc,
+            ix: &[i64],
+            o: &mut [u8],
+            n: usize,
+        ) -> Result<()> {
+            genesis_kernels::index::cpu::gather(
+                host::<T>(s, 0, len)?,
+                host_mut::<T>(o, 0, n)?,
+                d,
+                ix,
+            )?;
+            Ok(())
+        }
+        match elem {
+            1 => run::<u8>(self, len, desc, ix, out, n),
+            2 => run::<i16>(self, len, desc, ix, out, n),
+            4 => run::<i32>(self, len, desc, ix, out, n),
+            8 => run::<i64>(self, len, desc, ix, out, n),
+            _ => Err(element_size("index gather", elem)),
+        }
+    }
+
+    unsafe fn index_scatter(
+        &mut self,
+        elem: usize,
+        len: usize,
+        values: &[u8],
+        desc: &IndexDesc,
+        idx: &[u8],
+        dead: &[u8],
+        rows: Option<&Rows16>,
+        n: usize,
+    ) -> Result<()> {
+        use genesis_kernels::index::cpu;
+        let ix = host::<i64>(idx, 0, desc.index_len())?;
+        let dead = host::<u8>(dead, 0, desc.nb.max(0) as usize)?;
+        if let Some(r) = rows {
+            let vals = host::<u8>(values, 0, n.saturating_mul(elem))?;
+            let dst = host_mut::<u8>(self, 0, len.saturating_mul(elem))?;
+            cpu::scatter_rows16(dst, vals, ix, dead, r)?;
+            return Ok(());
+        }
+        // Elements moved as integers of their size, as the kernels move them.
+        #[allow(clippy::too_many_arguments)]
+        fn run<T: WithDType>(
+            t: &mut [u8],
+            len: usize,
+            v: &[u8],
+            n: usize,
+            d: &IndexDesc,
+            ix: &[i64],
+            dead: &[u8],
+        ) -> Result<()> {
+            let vals = host::<T>(v, 0, n)?;
+            genesis_kernels::index::cpu::scatter(host_mut::<T>(t, 0, len)?, vals, d, ix, dead)?;
+            Ok(())
+        }
+        match elem {
+            1 => run::<u8>(self, len, values, n, desc, ix, dead),
+            2 => run::<i16>(self, len, values, n, desc, ix, dead),
+            4 => run::<i32>(self, len, values, n, desc, ix, dead),
+            8 => run::<i64>(self, len, values, n, desc, ix, dead),
+            _ => Err(element_size("index scatter", elem)),
+        }
+    }
+
+    unsafe fn index_scatter_add(
+        &mut self,
+        dtype: DType,
+        len: usize,
+        values: &[u8],
+        desc: &IndexDesc,
+        idx: &[u8],
+        groups: [&[u8]; 4],
+        members: usize,
+        n: usize,
+    ) -> Result<()> {
+        use genesis_kernels::index::cpu;
+        let nb = desc.nb.max(0) as usize;
+        let ix = host::<i64>(idx, 0, desc.index_len())?;
+        let g = cpu::HostGroups {
+            dead: host::<u8>(groups[0], 0, nb)?,
+            start: host::<i64>(groups[1], 0, nb)?,
+            len: host::<i64>(groups[2], 0, nb)?,
+            members: host::<i64>(groups[3], 0, members)?,
+        };
+        if dtype == DType::Bool {
+            let v = host::<u8>(values, 0, n)?;
+            cpu::scatter_add_bool(host_mut::<u8>(self, 0, len)?, v, desc, ix, g)?;
+            return Ok(());
+        }
+        genesis_kernels::dispatch_dtype!(dtype, [U8, I8, I16, I32, I64, F16, BF16, F32, F64], T => {
+            let v = host::<T>(values, 0, n)?;
+            cpu::scatter_add::<T>(host_mut::<T>(self, 0, len)?, v, desc, ix, g)?;
+            Ok(())
+        }, _ => Err(unsupported("index scatter_add", dtype)))
+    }
+
+    fn index_normalise(
+        &mut self,
+        at: usize,
+        nb: usize,
+        src: &[u8],
+        i32: bool,
+        layout: &Strided,
+        size: usize,
+        bad: &mut [u8],
+        bad_at: usize,
+    ) -> Result<()> {
+        let word = &mut host_mut::<i64>(bad, bad_at, 1)?[0];
+        let out = host_mut::<i64>(self, at, nb)?;
+        genesis_kernels::index::cpu::normalise(i32, src, layout, size, out, word)?;
+        Ok(())
+    }
+
+    unsafe fn index_dead_positions(
+        &self,
+        nb: usize,
+        keys: &Keys,
+        winner: &mut [u8],
+        nwinner: usize,
+        bad: &[u8],
+        nbad: usize,
+        dead: &mut [u8],
+    ) -> Result<()> {
+        let n_adv = keys.n_adv.max(0) as usize;
+        let idx = host::<i64>(self, 0, n_adv.saturating_mul(nb))?;
+        let bad = host::<i64>(bad, 0, nbad)?;
+        let winner = host_mut::<i64>(winner, 0, nwinner)?;
+        let dead = host_mut::<u8>(dead, 0, nb)?;
+        genesis_kernels::index::cpu::dead_positions(idx, keys, winner, bad, dead)?;
+        Ok(())
+    }
+
+    fn index_unravel(&self, n: usize, shape: &Strided, out: &mut [u8]) -> Result<()> {
+        let rank = shape.rank.max(0) as usize;
+        let lin = host::<i64>(self, 0, n)?;
+        let out = host_mut::<i64>(out, 0, rank.saturating_mul(n))?;
+        genesis_kernels::index::cpu::unravel(lin, shape, out)?;
+        Ok(())
+    }
+
+    fn index_gather_rows_checked(
+        &self,
+        rows: &Rows16,
+        values: &[u8],
+        i32: bool,
+        offset: usize,
+        stride: usize,
+        size: usize,
+        out: &mut [u8],
+    ) -> Result<bool> {
+        let es = if i32 { 4 } else { 8 };
+        let raw = genesis_kernels::index::cpu::HostRawIndex {
+            values: values.get(offset.saturating_mul(es)..).unwrap_or(&[]),
+            i32,
+            stride: stride as i64,
+            size,
+        };
+        Ok(genesis_kernels::index::cpu::gather_rows16_checked(
+            self, out, &raw, rows,
+        )?)
     }
 }

@@ -3,6 +3,7 @@
 //! [`Error::CudaNotCompiled`]. Every method of a value that cannot exist is an empty `match`.
 
 use genesis_kernels::gather::Along;
+use genesis_kernels::index::{IndexDesc, Keys, Rows16, Strided};
 use genesis_kernels::{BinaryNd, BinaryOp, CompareOp, MatmulPrecision, MatmulShape};
 use genesis_kernels::{ReduceOp, ReduceShape};
 use genesis_kernels::{Rhs, Sampler, UnaryOp, WhereNd};
@@ -396,6 +397,91 @@ impl Backend for CudaMem {
     }
 
     fn nonzero(&self, _: usize, _: usize) -> Result<(Inner, usize)> {
+        match *self {}
+    }
+
+    unsafe fn index_gather(
+        &self,
+        _: usize,
+        _: usize,
+        _: &IndexDesc,
+        _: &CudaMem,
+        _: Option<&Rows16>,
+        _: &mut CudaMem,
+        _: usize,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    unsafe fn index_scatter(
+        &mut self,
+        _: usize,
+        _: usize,
+        _: &CudaMem,
+        _: &IndexDesc,
+        _: &CudaMem,
+        _: &CudaMem,
+        _: Option<&Rows16>,
+        _: usize,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    unsafe fn index_scatter_add(
+        &mut self,
+        _: DType,
+        _: usize,
+        _: &CudaMem,
+        _: &IndexDesc,
+        _: &CudaMem,
+        _: [&CudaMem; 4],
+        _: usize,
+        _: usize,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn index_normalise(
+        &mut self,
+        _: usize,
+        _: usize,
+        _: &CudaMem,
+        _: bool,
+        _: &Strided,
+        _: usize,
+        _: &mut CudaMem,
+        _: usize,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    unsafe fn index_dead_positions(
+        &self,
+        _: usize,
+        _: &Keys,
+        _: &mut CudaMem,
+        _: usize,
+        _: &CudaMem,
+        _: usize,
+        _: &mut CudaMem,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn index_unravel(&self, _: usize, _: &Strided, _: &mut CudaMem) -> Result<()> {
+        match *self {}
+    }
+
+    fn index_gather_rows_checked(
+        &self,
+        _: &Rows16,
+        _: &CudaMem,
+        _: bool,
+        _: usize,
+        _: usize,
+        _: usize,
+        _: &mut CudaMem,
+    ) -> Result<bool> {
         match *self {}
     }
 }

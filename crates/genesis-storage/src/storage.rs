@@ -1288,6 +1288,7 @@ mod tests {
 
 mod elementwise;
 mod everyday;
+mod index;
 mod mask;
 mod matmul;
 mod nd;

@@ -2,6 +2,7 @@
 //! `genesis-kernels` on spans of it, on the calling thread's current stream of its device.
 
 use genesis_kernels::gather::Along;
+use genesis_kernels::index::{IndexDesc, Keys, Rows16, Strided};
 use genesis_kernels::{BinaryNd, BinaryOp, CompareOp, MatmulPrecision, MatmulShape};
 use genesis_kernels::{ReduceOp, ReduceShape};
 use genesis_kernels::{Rhs, Sampler, UnaryOp, WhereNd, gpu};
@@ -601,6 +602,97 @@ impl Backend for CudaMem {
         // and `out` the `count` positions the scan found.
         unsafe { genesis_kernels::mask::positions(&stream, len, ws_span, out.span_mut(count)?)? };
         Ok((Inner::Cuda(out), count))
+    }
+
+    unsafe fn index_gather(
+        &self,
+        elem: usize,
+        len: usize,
+        desc: &IndexDesc,
+        idx: &CudaMem,
+        rows: Option<&Rows16>,
+        out: &mut CudaMem,
+        n: usize,
+    ) -> Result<()> {
+        // SAFETY: forwarded contract.
+        unsafe { super::index::gather(self, elem, len, desc, idx, rows, out, n) }
+    }
+
+    unsafe fn index_scatter(
+        &mut self,
+        elem: usize,
+        len: usize,
+        values: &CudaMem,
+        desc: &IndexDesc,
+        idx: &CudaMem,
+        dead: &CudaMem,
+        rows: Option<&Rows16>,
+        n: usize,
+    ) -> Result<()> {
+        // SAFETY: forwarded contract.
+        unsafe { super::index::scatter(self, elem, len, values, desc, idx, dead, rows, n) }
+    }
+
+    unsafe fn index_scatter_add(
+        &mut self,
+        dtype: DType,
+        len: usize,
+        values: &CudaMem,
+        desc: &IndexDesc,
+        idx: &CudaMem,
+        groups: [&CudaMem; 4],
+        members: usize,
+        n: usize,
+    ) -> Result<()> {
+        // SAFETY: forwarded contract.
+        unsafe {
+            super::index::scatter_add(self, dtype, len, values, desc, idx, groups, members, n)
+        }
+    }
+
+    fn index_normalise(
+        &mut self,
+        at: usize,
+        nb: usize,
+        src: &CudaMem,
+        i32: bool,
+        layout: &Strided,
+        size: usize,
+        bad: &mut CudaMem,
+        bad_at: usize,
+    ) -> Result<()> {
+        super::index::normalise(self, at, nb, src, i32, layout, size, bad, bad_at)
+    }
+
+    unsafe fn index_dead_positions(
+        &self,
+        nb: usize,
+        keys: &Keys,
+        winner: &mut CudaMem,
+        nwinner: usize,
+        bad: &CudaMem,
+        nbad: usize,
+        dead: &mut CudaMem,
+    ) -> Result<()> {
+        // SAFETY: forwarded contract.
+        unsafe { super::index::dead_positions(self, nb, keys, winner, nwinner, bad, nbad, dead) }
+    }
+
+    fn index_unravel(&self, n: usize, shape: &Strided, out: &mut CudaMem) -> Result<()> {
+        super::index::unravel(self, n, shape, out)
+    }
+
+    fn index_gather_rows_checked(
+        &self,
+        rows: &Rows16,
+        values: &CudaMem,
+        i32: bool,
+        offset: usize,
+        stride: usize,
+        size: usize,
+        out: &mut CudaMem,
+    ) -> Result<bool> {
+        super::index::gather_rows_checked(self, rows, values, i32, offset, stride, size, out)
     }
 }
 

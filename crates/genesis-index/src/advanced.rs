@@ -1,7 +1,10 @@
-//! The CUDA executor: a plan turned into the storage layer's indexing operations (descriptors
-//! of the `index.cu` kernels, index arrays normalised on the device, duplicate positions); the
-//! kernels run in `genesis-storage`, which this module only calls.
+//! The executor of advanced plans (gathers and scatters through index arrays) on any device: a
+//! plan turned into the storage layer's indexing operations (`Storage::index_*`: descriptors of
+//! the `index.cu` kernels, index arrays normalised on the device, duplicate positions), which
+//! run the kernels on CUDA memory and their CPU twins on host memory. This module launches
+//! nothing and holds no device address.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -55,10 +58,10 @@ fn desc(p: &IndexPlan, adv: &Advanced) -> Option<IndexDesc> {
 
 /// A plan too wide for [`desc`] (the rare case), made exact another way: the index arrays are
 /// normalised and checked (on the device for device arrays), read back, and every result
-/// element's source offset computed on the host as the CPU executor does
-/// (`IndexPlan::source_offsets`). The descriptor then reads them as one index array over one
-/// result dimension of stride 1 from offset 0, one position per result element, in the CPU
-/// executor's (row-major result) order, so duplicates resolve as there.
+/// element's source offset computed on the host (`IndexPlan::source_offsets`). The descriptor
+/// then reads them as one index array over one result dimension of stride 1 from offset 0, one
+/// position per result element, in row-major result order, so that the last of duplicate
+/// offsets wins as in NumPy.
 struct Flat {
     desc: IndexDesc,
     /// The source offsets, on the device.
@@ -73,7 +76,10 @@ fn flat(p: &IndexPlan, adv: &Advanced, device: Device) -> Result<Flat> {
     let host = host_indices(adv, &ix)?;
     let mut hp = p.clone();
     hp.advanced = Some(Advanced {
-        indices: host.into_iter().map(IndexArray::Host).collect(),
+        indices: host
+            .into_iter()
+            .map(|a| IndexArray::Host(a.into_owned()))
+            .collect(),
         ..adv.clone()
     });
     let offsets: Vec<i64> = hp.source_offsets()?.into_iter().map(|o| o as i64).collect();
@@ -127,20 +133,21 @@ fn rows16(p: &IndexPlan, adv: &Advanced, size: usize) -> Option<genesis_kernels:
     })
 }
 
-fn ordinal(s: &Storage) -> Result<usize> {
-    match s.device() {
-        Device::Cuda(i) => Ok(i),
-        d => Err(Error::UnsupportedDevice {
-            op: "gpu indexing",
-            device: d,
-        }),
+/// An index array on a device indexing a host storage: an error (the values would have to be
+/// read back first), as planning reports it for the plans it executes itself.
+fn check_host_target(target: &Storage, adv: &Advanced) -> Result<()> {
+    if target.device().is_cuda() {
+        return Ok(());
     }
-}
-
-/// The stream to queue work on: this thread's current stream of `device`, or the legacy one.
-fn queue(device: usize) -> Result<genesis_storage::cuda::Queue> {
-    let pool = genesis_storage::cuda::device_pool(device)?;
-    Ok(genesis_storage::cuda::queue_on(pool.context()))
+    for a in &adv.indices {
+        if let IndexArray::Device { index, .. } = a {
+            return Err(Error::UnsupportedDevice {
+                op: "indexing a host tensor with a device index tensor",
+                device: index.view.storage().device(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The normalised index arrays of a plan, concatenated (`n_adv * nb` int64), on the device,
@@ -262,14 +269,7 @@ fn wide_index_values(index: &StoredIndex) -> Result<Vec<i64>> {
 /// Reads the normalisation's reports (one synchronisation): the first bad value, as an error.
 fn check_bad(adv: &Advanced, ix: &Indices) -> Result<()> {
     let Some(bad) = &ix.bad else { return Ok(()) };
-    let mut bytes = vec![0u8; adv.indices.len() * 8];
-    let stream = queue(ordinal(bad)?)?;
-    let words = bad.cuda_span::<u8>()?.slice(..bytes.len())?;
-    genesis_storage::cuda::read_back(&stream, words, &mut bytes)?;
-    let words: Vec<i64> = bytes
-        .chunks_exact(8)
-        .map(|w| i64::from_le_bytes(w.try_into().expect("8 bytes")))
-        .collect();
+    let words = bad.to_vec::<i64>()?;
     // A word names the array's first bad position; the error reads the array back to name its
     // value (the same first one, in row-major order).
     for (arr, &w) in adv.indices.iter().zip(&words) {
@@ -281,34 +281,34 @@ fn check_bad(adv: &Advanced, ix: &Indices) -> Result<()> {
 }
 
 /// The normalised index arrays, read back to the host (after [`check_bad`]).
-fn host_indices(adv: &Advanced, ix: &Indices) -> Result<Vec<Vec<i64>>> {
+fn host_indices<'a>(adv: &'a Advanced, ix: &Indices) -> Result<Vec<Cow<'a, [i64]>>> {
     let nb: usize = adv.index_shape.iter().product();
     if ix.bad.is_none() {
         return Ok(adv
             .indices
             .iter()
-            .map(|a| a.host().expect("host arrays").to_vec())
+            .map(|a| Cow::Borrowed(a.host().expect("host arrays")))
             .collect());
     }
     let flat = ix.idx.to_vec::<i64>()?;
     Ok((0..adv.indices.len())
-        .map(|a| flat[a * nb..(a + 1) * nb].to_vec())
+        .map(|a| Cow::Owned(flat[a * nb..(a + 1) * nb].to_vec()))
         .collect())
 }
 
-/// Gathers a plan's result from a CUDA view.
+/// Gathers a plan's result from a view on any device.
 pub(crate) fn gather(input: &View, p: &IndexPlan) -> Result<View> {
     let adv = p
         .advanced
         .as_ref()
         .expect("a gather plan has an advanced part");
     let src = input.storage();
-    ordinal(src)?;
+    check_host_target(src, adv)?;
     let size = src.dtype().size();
     let n: usize = p.result_shape.iter().product();
     if n == 0 {
         // Nothing to read (an empty view's offset need not lie in its storage, so no span of
-        // it is taken); device index values are still checked, as the CPU executor does.
+        // it is taken); device index values are still checked (an out-of-range one is an error).
         if adv.index_shape.iter().product::<usize>() > 0 {
             let ix = prepare_indices(adv, src.device())?;
             check_bad(adv, &ix)?;
@@ -318,8 +318,7 @@ pub(crate) fn gather(input: &View, p: &IndexPlan) -> Result<View> {
             Layout::contiguous(&p.result_shape),
         )?);
     }
-    let aligned = src.cuda_span::<u8>().is_ok_and(|s| s.is_aligned_to(16));
-    let rows = rows16(p, adv, size).filter(|_| aligned);
+    let rows = rows16(p, adv, size);
     if let (Some(rows), [IndexArray::Device { index, size, dim }]) = (rows, adv.indices.as_slice())
         && index.view.storage().device() == src.device()
         && index.view.layout().rank() == 1
@@ -328,9 +327,9 @@ pub(crate) fn gather(input: &View, p: &IndexPlan) -> Result<View> {
     }
     let Some(d) = desc(p, adv) else {
         let f = flat(p, adv, src.device())?;
-        // SAFETY: every offset is one the CPU executor reads (index values checked and
-        // normalised), inside the view, which fits its storage.
-        let out = unsafe { src.index_gather(&f.desc, n, &f.idx, None)? };
+        // SAFETY: every offset is one of the view (index values checked and normalised),
+        // which fits its storage.
+        let out = unsafe { src.index_gather(&f.desc, &f.idx, None)? };
         return Ok(View::with_layout(
             Arc::new(out),
             Layout::contiguous(&p.result_shape),
@@ -340,7 +339,7 @@ pub(crate) fn gather(input: &View, p: &IndexPlan) -> Result<View> {
     // SAFETY: every index value is in range: checked by planning (host arrays) or normalised
     // on the device (device arrays: a bad value reads as 0 and is reported below), and the
     // view fits its storage.
-    let out = unsafe { src.index_gather(&d, n, &ix.idx, rows.as_ref())? };
+    let out = unsafe { src.index_gather(&d, &ix.idx, rows.as_ref())? };
     // Device arrays were checked by their normalisation (bad values read as 0, in range):
     // report one now; the result is then dropped.
     check_bad(adv, &ix)?;
@@ -400,15 +399,56 @@ fn first_out_of_range(index: &StoredIndex, size: usize, dim: usize) -> Error {
 }
 
 /// The index tuple of position `b` packed for hashing: the value itself for one index array.
-fn tuple_key(indices: &[Vec<i64>], b: usize) -> smallvec::SmallVec<[i64; 2]> {
+fn tuple_key(indices: &[Cow<'_, [i64]>], b: usize) -> smallvec::SmallVec<[i64; 2]> {
     indices.iter().map(|ix| ix[b]).collect()
 }
 
+/// The index tuples' keys (row-major over `sizes`, the sizes of the indexed dimensions) and
+/// their count, when a table of one entry per key is small next to the positions (at most
+/// [`MAX_TABLE_KEYS`] or four per position); `None` otherwise (the tuples are hashed). The
+/// values are normalised (in range), else `None` too.
+fn table_keys(
+    indices: &[Cow<'_, [i64]>],
+    sizes: &[usize],
+    nb: usize,
+) -> Option<(Vec<usize>, usize)> {
+    let mut count = 1usize;
+    let mut mul = vec![0usize; sizes.len()];
+    for a in (0..sizes.len()).rev() {
+        mul[a] = count;
+        count = count.checked_mul(sizes[a])?;
+    }
+    if count > MAX_TABLE_KEYS.max(nb.saturating_mul(4)) {
+        return None;
+    }
+    let mut keys = Vec::with_capacity(nb);
+    for b in 0..nb {
+        let mut key = 0usize;
+        for (ix, (&m, &size)) in indices.iter().zip(mul.iter().zip(sizes)) {
+            let v = usize::try_from(ix[b]).ok().filter(|&v| v < size)?;
+            key += v * m;
+        }
+        keys.push(key);
+    }
+    Some((keys, count))
+}
+
+/// Most keys a host key table holds regardless of the number of positions.
+const MAX_TABLE_KEYS: usize = 1 << 16;
+
 /// Marks the index positions whose tuple repeats at a later position (1: skip it, a later
-/// position writes the same elements; the last one wins).
-fn dead_positions(indices: &[Vec<i64>], nb: usize) -> Vec<u8> {
+/// position writes the same elements; the last one wins). `sizes`: the indexed dimensions'.
+fn dead_positions(indices: &[Cow<'_, [i64]>], sizes: &[usize], nb: usize) -> Vec<u8> {
     let mut dead = vec![0u8; nb];
-    if let [only] = indices {
+    if let Some((keys, count)) = table_keys(indices, sizes, nb) {
+        let mut last = vec![usize::MAX; count];
+        for (b, &k) in keys.iter().enumerate() {
+            last[k] = b;
+        }
+        for (b, (d, &k)) in dead.iter_mut().zip(&keys).enumerate() {
+            *d = u8::from(last[k] != b);
+        }
+    } else if let [only] = indices {
         let mut seen = std::collections::HashSet::with_capacity(nb);
         for b in (0..nb).rev() {
             dead[b] = u8::from(!seen.insert(only[b]));
@@ -422,24 +462,121 @@ fn dead_positions(indices: &[Vec<i64>], nb: usize) -> Vec<u8> {
     dead
 }
 
-/// Which index positions repeat an index tuple of a later position, and the groups of equal
-/// tuples in order.
-fn groups(indices: &[Vec<i64>], nb: usize) -> (Vec<u8>, Vec<i64>, Vec<i64>, Vec<i64>) {
+/// The accumulate groups of equal index tuples, for `Storage::index_scatter_add`: `dead` (1
+/// for positions that are not their group's representative, the group's last position), and
+/// for each representative `b` its members (positions in order) `members[start[b] ..
+/// start[b] + len[b]]`.
+struct Groups {
+    dead: Vec<u8>,
+    start: Vec<i64>,
+    len: Vec<i64>,
+    members: Vec<i64>,
+}
+
+/// The [`Groups`] of the index tuples: by a counting sort over the keys when a key table is
+/// small ([`table_keys`]), else by hashing the tuples.
+fn groups(indices: &[Cow<'_, [i64]>], sizes: &[usize], nb: usize) -> Groups {
+    let mut g = Groups {
+        dead: vec![1u8; nb],
+        start: vec![0i64; nb],
+        len: vec![0i64; nb],
+        members: Vec::with_capacity(nb),
+    };
+    if let Some((keys, count)) = table_keys(indices, sizes, nb) {
+        // Where each key's members start, then the positions placed in order.
+        let mut at = vec![0usize; count + 1];
+        for &k in &keys {
+            at[k + 1] += 1;
+        }
+        for k in 0..count {
+            at[k + 1] += at[k];
+        }
+        let mut last = vec![0usize; count];
+        g.members.resize(nb, 0);
+        let mut next = at.clone();
+        for (b, &k) in keys.iter().enumerate() {
+            g.members[next[k]] = b as i64;
+            next[k] += 1;
+            last[k] = b;
+        }
+        for k in 0..count {
+            let n = at[k + 1] - at[k];
+            if n > 0 {
+                let rep = last[k];
+                g.dead[rep] = 0;
+                g.start[rep] = at[k] as i64;
+                g.len[rep] = n as i64;
+            }
+        }
+        return g;
+    }
     let mut by_tuple: HashMap<smallvec::SmallVec<[i64; 2]>, Vec<usize>> = HashMap::new();
     for b in 0..nb {
         by_tuple.entry(tuple_key(indices, b)).or_default().push(b);
     }
-    let mut dead = vec![1u8; nb];
-    let (mut start, mut len, mut members) =
-        (vec![0i64; nb], vec![0i64; nb], Vec::with_capacity(nb));
     for positions in by_tuple.values() {
         let rep = *positions.last().expect("groups are non-empty");
-        dead[rep] = 0;
-        start[rep] = members.len() as i64;
-        len[rep] = positions.len() as i64;
-        members.extend(positions.iter().map(|&b| b as i64));
+        g.dead[rep] = 0;
+        g.start[rep] = g.members.len() as i64;
+        g.len[rep] = positions.len() as i64;
+        g.members.extend(positions.iter().map(|&b| b as i64));
     }
-    (dead, start, len, members)
+    g
+}
+
+/// [`Groups`] on `device`, for `Storage::index_scatter_add`.
+fn upload_groups(g: &Groups, device: Device) -> Result<[Storage; 4]> {
+    // A storage of at least one element each (an empty upload is still a valid operand).
+    fn up<T: genesis_storage::WithDType + Default>(v: &[T], device: Device) -> Result<Storage> {
+        Ok(if v.is_empty() {
+            Storage::upload(&[T::default()], device)?
+        } else {
+            Storage::upload(v, device)?
+        })
+    }
+    Ok([
+        up(&g.dead, device)?,
+        up(&g.start, device)?,
+        up(&g.len, device)?,
+        up(&g.members, device)?,
+    ])
+}
+
+/// `dst[k] += values[k]` for every element of `dst` (`values` of its dtype and device, at
+/// least as long), as the indexing kernels add (integers wrap, half types round once from f32,
+/// bool is a logical or), for every dtype: one scatter-add through a descriptor of no index
+/// arrays (one index position, whose group is itself) over the dense elements.
+pub(crate) fn add_in_place(dst: &mut Storage, values: &Storage) -> Result<()> {
+    let n = dst.len();
+    if n == 0 {
+        return Ok(());
+    }
+    let mut desc = IndexDesc {
+        res_shape: [1; MAX_INDEX_DIMS],
+        res_stride: [0; MAX_INDEX_DIMS],
+        adv_stride: [0; MAX_INDEX_DIMS],
+        base: 0,
+        nb: 1,
+        rank: 1,
+        pos: 0,
+        k: 0,
+        n_adv: 0,
+    };
+    desc.res_shape[0] = n as i64;
+    desc.res_stride[0] = 1;
+    let dev = dst.device();
+    let idx = Storage::zeros(1, DType::I64, dev)?;
+    let one = Groups {
+        dead: vec![0],
+        start: vec![0],
+        len: vec![1],
+        members: vec![0],
+    };
+    let [dead, st, ln, mb] = upload_groups(&one, dev)?;
+    // SAFETY: no index values: the offsets are 0..n, inside `dst`; the one position is its
+    // group's only member.
+    unsafe { dst.index_scatter_add(values, &desc, &idx, [&dead, &st, &ln, &mb])? };
+    Ok(())
 }
 
 /// Writes dense `values` (result-shaped, same device) through an advanced plan.
@@ -453,7 +590,7 @@ pub(crate) fn scatter(
         .advanced
         .as_ref()
         .expect("a scatter plan has an advanced part");
-    ordinal(target)?;
+    check_host_target(target, adv)?;
     let n: usize = p.result_shape.iter().product();
     if n == 0 {
         return Ok(());
@@ -472,48 +609,37 @@ pub(crate) fn scatter(
         .as_ref()
         .filter(|_| !accumulate)
         .and_then(|bad| device_keys(p, adv).map(|k| (k, bad)));
-    let (dead_s, start, len, members) = if let Some(((keys, nkeys), bad)) = keys {
+    let size = target.dtype().size();
+    if let Some(((keys, nkeys), bad)) = keys {
         let mut winner = Storage::zeros(nkeys.max(1), DType::I64, dev)?;
         let mut dead = Storage::empty(nb.max(1), DType::U8, dev)?;
         // SAFETY: `idx` holds the normalised arrays (bad values as 0: in range), so every key
         // lies in `winner`.
         unsafe { idx.index_dead_positions(&keys, &mut winner, bad, &mut dead, nb)? };
-        (dead, Vec::new(), Vec::new(), Vec::new())
-    } else {
-        check_bad(adv, &ix)?;
-        let host = host_indices(adv, &ix)?;
-        let (dead, start, len, members) = if accumulate {
-            groups(&host, nb)
-        } else {
-            (
-                dead_positions(&host, nb),
-                Vec::new(),
-                Vec::new(),
-                Vec::new(),
-            )
-        };
-        (Storage::upload(&dead, dev)?, start, len, members)
-    };
-    let size = target.dtype().size();
-    if accumulate {
-        let (st, ln, mb) = (
-            Storage::upload(&start, dev)?,
-            Storage::upload(&len, dev)?,
-            Storage::upload(&members, dev)?,
-        );
-        // SAFETY: as in `gather`; only group representatives write, each to its own offsets.
-        unsafe { target.index_scatter_add(values, &d, idx, [&dead_s, &st, &ln, &mb])? };
-    } else {
         // SAFETY: as in `gather`; live positions have distinct index tuples, so they write
         // distinct offsets.
-        unsafe { target.index_scatter(values, &d, idx, &dead_s, rows16(p, adv, size).as_ref())? };
+        unsafe { target.index_scatter(values, &d, idx, &dead, rows16(p, adv, size).as_ref())? };
+        // With a bad device index every position was dead: nothing was written.
+        return check_bad(adv, &ix);
     }
-    // With a bad device index every position was dead: nothing was written.
-    check_bad(adv, &ix)
+    check_bad(adv, &ix)?;
+    let host = host_indices(adv, &ix)?;
+    let sizes: Vec<usize> = adv.dims.iter().map(|&d| p.view.shape()[d]).collect();
+    if accumulate {
+        let [dead, st, ln, mb] = upload_groups(&groups(&host, &sizes, nb), dev)?;
+        // SAFETY: as in `gather`; only group representatives write, each to its own offsets.
+        unsafe { target.index_scatter_add(values, &d, idx, [&dead, &st, &ln, &mb])? };
+    } else {
+        let dead = Storage::upload(&dead_positions(&host, &sizes, nb), dev)?;
+        // SAFETY: as in `gather`; live positions have distinct index tuples, so they write
+        // distinct offsets.
+        unsafe { target.index_scatter(values, &d, idx, &dead, rows16(p, adv, size).as_ref())? };
+    }
+    Ok(())
 }
 
 /// [`scatter`] for a plan too wide for [`desc`], through [`flat`]: one position per result
-/// element, duplicates (equal offsets) resolved on the host in the CPU executor's order.
+/// element, duplicates (equal offsets) resolved on the host in row-major result order.
 fn scatter_flat(
     target: &mut Storage,
     p: &IndexPlan,
@@ -524,20 +650,15 @@ fn scatter_flat(
     let dev = target.device();
     let Flat { desc, idx, offsets } = flat(p, adv, dev)?;
     let n = offsets.len();
-    let one = [offsets];
+    let one = [Cow::Owned(offsets)];
+    let sizes = [target.len()];
     if accumulate {
-        let (dead, start, len, members) = groups(&one, n);
-        let (dead, st, ln, mb) = (
-            Storage::upload(&dead, dev)?,
-            Storage::upload(&start, dev)?,
-            Storage::upload(&len, dev)?,
-            Storage::upload(&members, dev)?,
-        );
-        // SAFETY: every offset is one the CPU executor writes (index values checked and
-        // normalised), inside the view; only group representatives write, each its own offset.
+        let [dead, st, ln, mb] = upload_groups(&groups(&one, &sizes, n), dev)?;
+        // SAFETY: every offset is one of the view (index values checked and normalised), which
+        // fits its storage; only group representatives write, each its own offset.
         unsafe { target.index_scatter_add(values, &desc, &idx, [&dead, &st, &ln, &mb])? };
     } else {
-        let dead = Storage::upload(&dead_positions(&one, n), dev)?;
+        let dead = Storage::upload(&dead_positions(&one, &sizes, n), dev)?;
         // SAFETY: as above; live positions have distinct offsets.
         unsafe { target.index_scatter(values, &desc, &idx, &dead, None)? };
     }

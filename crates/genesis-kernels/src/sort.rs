@@ -146,6 +146,7 @@ pub fn gpu_sort<T: Element>(
         "bf16" => ["sort_rows_bf16", "sort_prep_bf16", "sort_finish_bf16"],
         "i32" => ["sort_rows_i32", "sort_prep_i32", "sort_finish_i32"],
         "i64" => ["sort_rows_i64", "sort_prep_i64", "sort_finish_i64"],
+        "f64" => ["sort_rows_f64", "sort_prep_f64", "sort_finish_f64"],
         other => {
             return Err(Error::Unsupported {
                 op: "sort",

@@ -21,8 +21,9 @@ struct Reduction {
 }
 
 impl Tensor {
-    /// Sine of each element (radians), into a new tensor (f32, f16, bf16; computed in f32,
-    /// within 2 ulp of the exact value: CUDA's `sinf` on the GPU, Rust's on the CPU).
+    /// Sine of each element (radians), into a new tensor (f64, f32, f16, bf16; computed in f32,
+    /// float64 in f64, within 2 ulp of the exact value: CUDA's `sinf` / `sin` on the GPU,
+    /// Rust's on the CPU; integers and bools give float32).
     ///
     /// ```
     /// use genesis::{Device, Tensor};
@@ -47,7 +48,7 @@ impl Tensor {
     /// Each element limited to `[min, max]` (PyTorch's `clamp`): `min(max(x, min), max)`, so
     /// `min > max` gives `max` everywhere; either bound may be `None`, not both. A NaN element
     /// stays NaN; a NaN bound is an error. The bounds are converted exactly to the tensor's
-    /// dtype (f32, f16, bf16, i32, i64): a whole number in range for an integer tensor
+    /// dtype (f64, f32, f16, bf16, i32, i64): a whole number in range for an integer tensor
     /// ([`Error::ScalarOutOfRange`] otherwise; the result keeps the tensor's dtype). One pass
     /// over the elements; the result is a new contiguous tensor.
     ///
@@ -95,8 +96,8 @@ impl Tensor {
     }
 
     /// Product of all elements, as a 0-dimensional tensor (the product of nothing is 1).
-    /// Floating types accumulate in f32 on the GPU (f64 on the CPU) and keep their dtype;
-    /// integer products wrap and are i64 (PyTorch's rule).
+    /// Floating types accumulate in f32 on the GPU (float64 in f64; every float in f64 on the
+    /// CPU) and keep their dtype; integer products wrap and are i64 (PyTorch's rule).
     ///
     /// ```
     /// use genesis::{Device, Tensor};
@@ -174,8 +175,8 @@ impl Tensor {
     }
 
     /// The variance of all elements with PyTorch's `correction` (1: Bessel's, the sample
-    /// variance; 0: the population variance), as a 0-dimensional tensor of the same dtype (f32,
-    /// f16, bf16): `sum((x - mean)^2) / max(0, n - correction)`. No elements give NaN, as do
+    /// variance; 0: the population variance), as a 0-dimensional tensor of the same dtype (f64,
+    /// f32, f16, bf16): `sum((x - mean)^2) / max(0, n - correction)`. No elements give NaN, as do
     /// `n <= correction` with equal elements (a division by zero otherwise gives infinity).
     /// Computed in one pass with f64 sums of each line shifted by its first element, then
     /// rounded once.
@@ -224,10 +225,13 @@ impl Tensor {
         std: bool,
     ) -> Result<Tensor> {
         let name = if std { "std" } else { "var" };
-        if !self.dtype().is_float() || self.dtype() == DType::F64 {
+        if !self.dtype().is_float() {
             return Err(Error::InvalidArgument {
                 op: name,
-                reason: format!("dtype {} (f32, f16 and bf16 only)", self.dtype()),
+                reason: format!(
+                    "dtype {} (floating dtypes only: f64, f32, f16, bf16)",
+                    self.dtype()
+                ),
             });
         }
         if !correction.is_finite() {
@@ -322,9 +326,10 @@ impl Tensor {
 
     /// The inclusive prefix sums along dimension `dim` (negative counts from the end; a 0-d
     /// tensor takes 0 or -1), PyTorch's `cumsum`: a new contiguous tensor of the same shape.
-    /// Floats (f32, f16, bf16) keep their dtype and accumulate in f32 on the GPU (f64 on the
-    /// CPU); integers (i32, i64) give i64 and wrap. Along the last dimension of a tensor with
-    /// many rows one pass reads the input once; a strided tensor is copied first.
+    /// Floats (f64, f32, f16, bf16) keep their dtype and accumulate in f32 on the GPU (float64
+    /// in f64; every float in f64 on the CPU); integers (i32, i64) give i64 and wrap. Along the
+    /// last dimension of a tensor with many rows one pass reads the input once; a strided
+    /// tensor is copied first.
     ///
     /// ```
     /// use genesis::{Device, Tensor};
@@ -359,8 +364,8 @@ impl Tensor {
     /// `(values, indices)` of the elements sorted along `dim` (negative counts from the end),
     /// ascending or `descending` (PyTorch's `sort(dim, descending, stable=True)`): stable, so
     /// equal values keep their order; NaN sorts after every number (first when descending);
-    /// -0.0 and +0.0 are equal. Indices are i64 positions along `dim`. f32, f16, bf16, i32,
-    /// i64. On the GPU, rows of up to 2048 elements along `dim` sort in shared memory (one
+    /// -0.0 and +0.0 are equal. Indices are i64 positions along `dim`. f64, f32, f16, bf16,
+    /// i32, i64. On the GPU, rows of up to 2048 elements along `dim` sort in shared memory (one
     /// block a row, fast); longer rows run a slower global-memory network. A `dim` other than
     /// the last is moved last (a copy) and back.
     ///
@@ -564,7 +569,7 @@ impl Tensor {
     }
 
     /// A copy of `self` with the values of `src` added along `dim` where `index` points
-    /// (PyTorch's out-of-place `scatter_add`; f32, f16, bf16, i32, i64), every contribution
+    /// (PyTorch's out-of-place `scatter_add`; f64, f32, f16, bf16, i32, i64), every contribution
     /// counted: on the GPU with atomic adds (float sums depend on their order of arrival), on the
     /// CPU in position order. Arguments as [`Tensor::scatter`].
     #[track_caller]

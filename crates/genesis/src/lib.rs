@@ -20,7 +20,6 @@ mod args;
 pub mod cpu;
 mod error;
 mod everyday;
-mod host_f64;
 mod index;
 mod interop;
 #[doc(hidden)]

@@ -48,9 +48,10 @@ impl Tensor {
     /// Each element limited to `[min, max]` (PyTorch's `clamp`): `min(max(x, min), max)`, so
     /// `min > max` gives `max` everywhere; either bound may be `None`, not both. A NaN element
     /// stays NaN; a NaN bound is an error. The bounds are converted exactly to the tensor's
-    /// dtype (f64, f32, f16, bf16, i32, i64): a whole number in range for an integer tensor
-    /// ([`Error::ScalarOutOfRange`] otherwise; the result keeps the tensor's dtype). One pass
-    /// over the elements; the result is a new contiguous tensor.
+    /// dtype (f64, f32, f16, bf16, i64, i32, i16, i8, u8; uint8, int8 and int16 clamp exactly in
+    /// int32): a whole number in range for an integer tensor ([`Error::ScalarOutOfRange`]
+    /// otherwise; the result keeps the tensor's dtype). One pass over the elements; the result
+    /// is a new contiguous tensor.
     ///
     /// ```
     /// use genesis::{Device, Tensor};
@@ -78,6 +79,14 @@ impl Tensor {
                 });
             }
             host_scalar("clamp", self.dtype(), v)?;
+        }
+        // uint8, int8 and int16 have no clamp kernel: int32 holds them and the bounds (checked
+        // above) exactly, so clamping there and converting back is exact.
+        if matches!(self.dtype(), DType::U8 | DType::I8 | DType::I16) {
+            return self
+                .to_dtype(DType::I32)?
+                .clamp(min, max)?
+                .to_dtype(self.dtype());
         }
         let (a, start) = self.dense_operand(self.shape())?;
         Tensor::from_storage(a.clamp_at(start, self.numel(), min, max)?, self.shape())
@@ -327,8 +336,8 @@ impl Tensor {
     /// The inclusive prefix sums along dimension `dim` (negative counts from the end; a 0-d
     /// tensor takes 0 or -1), PyTorch's `cumsum`: a new contiguous tensor of the same shape.
     /// Floats (f64, f32, f16, bf16) keep their dtype and accumulate in f32 on the GPU (float64
-    /// in f64; every float in f64 on the CPU); integers (i32, i64) give i64 and wrap. Along the
-    /// last dimension of a tensor with many rows one pass reads the input once; a strided
+    /// in f64; every float in f64 on the CPU); integers and bools give i64 (uint8, int8, int16 and
+    /// bool converted to i64 first) and wrap. Along the last dimension of a tensor with many rows one pass reads the input once; a strided
     /// tensor is copied first.
     ///
     /// ```
@@ -342,6 +351,14 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn cumsum(&self, dim: impl Dim) -> Result<Tensor> {
+        // uint8, int8, int16 and bool have no scan kernel; their sums are int64 (PyTorch's
+        // rule), so they are summed exactly as int64.
+        if matches!(
+            self.dtype(),
+            DType::U8 | DType::I8 | DType::I16 | DType::Bool
+        ) {
+            return self.to_dtype(DType::I64)?.cumsum(dim);
+        }
         let rank = self.dim();
         let d = wrap_dim("cumsum", dim.to_dim() as i64, rank)?;
         let shape = self.shape().to_vec();
@@ -364,8 +381,8 @@ impl Tensor {
     /// `(values, indices)` of the elements sorted along `dim` (negative counts from the end),
     /// ascending or `descending` (PyTorch's `sort(dim, descending, stable=True)`): stable, so
     /// equal values keep their order; NaN sorts after every number (first when descending);
-    /// -0.0 and +0.0 are equal. Indices are i64 positions along `dim`. f64, f32, f16, bf16,
-    /// i32, i64. On the GPU, rows of up to 2048 elements along `dim` sort in shared memory (one
+    /// -0.0 and +0.0 are equal. Indices are i64 positions along `dim`. Every dtype (uint8, int8,
+    /// int16 and bool sort as int32, converted back; false before true). On the GPU, rows of up to 2048 elements along `dim` sort in shared memory (one
     /// block a row, fast); longer rows run a slower global-memory network. A `dim` other than
     /// the last is moved last (a copy) and back.
     ///
@@ -383,6 +400,13 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn sort(&self, dim: impl Dim, descending: bool) -> Result<(Tensor, Tensor)> {
+        // uint8, int8, int16 and bool have no sort kernel: int32 holds them exactly and in the
+        // same order, so they sort there and are converted back.
+        let dtype = self.dtype();
+        if matches!(dtype, DType::U8 | DType::I8 | DType::I16 | DType::Bool) {
+            let (values, indices) = self.to_dtype(DType::I32)?.sort(dim, descending)?;
+            return Ok((values.to_dtype(dtype)?, indices));
+        }
         let rank = self.dim();
         let d = wrap_dim("sort", dim.to_dim() as i64, rank)?;
         let (last, moved) = match d {
@@ -569,7 +593,8 @@ impl Tensor {
     }
 
     /// A copy of `self` with the values of `src` added along `dim` where `index` points
-    /// (PyTorch's out-of-place `scatter_add`; f64, f32, f16, bf16, i32, i64), every contribution
+    /// (PyTorch's out-of-place `scatter_add`; f64, f32, f16, bf16, i64, i32, and i16, i8, u8
+    /// summed in int32 and wrapped back, as PyTorch's wrapping sums), every contribution
     /// counted: on the GPU with atomic adds (float sums depend on their order of arrival), on the
     /// CPU in position order. Arguments as [`Tensor::scatter`].
     #[track_caller]
@@ -585,8 +610,18 @@ impl Tensor {
         src: &Tensor,
         add: bool,
     ) -> Result<Tensor> {
-        let dim = self.along_dim(name, dim, index)?;
+        let along = self.along_dim(name, dim, index)?;
         self.check_operands(name, src)?;
+        // uint8, int8 and int16 have no scatter-add kernel: int32 sums wrap modulo 2^32, so
+        // converting them back gives the narrow type's wrapping sums exactly.
+        let dtype = self.dtype();
+        if add && matches!(dtype, DType::U8 | DType::I8 | DType::I16) {
+            let wide = self.to_dtype(DType::I32)?;
+            return wide
+                .scatter_impl(name, dim, index, &src.to_dtype(DType::I32)?, true)?
+                .to_dtype(dtype);
+        }
+        let dim = along;
         let rank = self.dim();
         if src.dim() != rank {
             return Err(Error::ShapeMismatch {

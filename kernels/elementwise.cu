@@ -1,21 +1,22 @@
 // Elementwise kernels of Genesis.
 //
 // What is here:
-//   * `<op>_<T>`: the binary ops (add, sub, mul, maximum, minimum for f32, f16, bf16, i32, i64;
-//     div and pow for the float types) over contiguous operands of equal length.
+//   * `<op>_<T>`: the binary ops (add, sub, mul, maximum, minimum for f64, f32, f16, bf16, i32,
+//     i64; div and pow for the float types) over contiguous operands of equal length.
 //   * `<op>_nd_<T>`: the same ops over operands read in place through their layouts: each
 //     operand has a stride per output dimension (0 for a broadcast dimension, any other value
 //     for a strided view), and the right operand may instead be a scalar kernel argument. The
 //     output is contiguous. So `x + bias` and `x + 1.0` read each input element once and write
 //     each output element once, with no materialised temporary.
 //   * `<op>_<T>` unary ops (neg, abs, relu; exp, log, sqrt, tanh, sigmoid, sin, cos for
-//     floats), `clamp_<T>` (scalar bounds), `fill`, the comparisons to bool bytes, `where`
-//     selection by element size, and `tape`, which runs a batch of small operations in one
-//     launch.
+//     floats, f64 included), `clamp_<T>` (scalar bounds), `fill`, the comparisons to bool
+//     bytes, `where` selection by element size, and `tape`, which runs a batch of small
+//     operations in one launch.
 //   * `<cmp>_nd_<T>` and `where_nd_e<N>`: comparisons and `where` with every operand read in
 //     place through its layout (broadcast or strided), a scalar operand passed as an argument.
 //
 // Arithmetic (the CPU twins in crates/genesis-kernels/src/element.rs give the same bits):
+//   * f64 is computed in f64 (the _rn intrinsics: IEEE, never contracted into an FMA).
 //   * f16 / bf16 are computed in f32 and rounded to nearest-even once. For +, -, *, / this is
 //     the correctly rounded half-precision result (f32 has more than 2p+2 bits for both).
 //   * integers wrap on overflow (two's complement), done in unsigned arithmetic.
@@ -59,24 +60,32 @@ template <> struct Unsigned<int64_t> { typedef uint64_t T; };
 // maximum/minimum propagate NaN (like torch.maximum). Integers wrap (unsigned arithmetic).
 struct OpAdd {
     static __device__ __forceinline__ float f(float x, float y) { return __fadd_rn(x, y); }
+    static __device__ __forceinline__ double f(double x, double y) { return __dadd_rn(x, y); }
     template <typename U> static __device__ __forceinline__ U u(U x, U y) { return x + y; }
 };
 struct OpSub {
     static __device__ __forceinline__ float f(float x, float y) { return __fsub_rn(x, y); }
+    static __device__ __forceinline__ double f(double x, double y) { return __dsub_rn(x, y); }
     template <typename U> static __device__ __forceinline__ U u(U x, U y) { return x - y; }
 };
 struct OpMul {
     static __device__ __forceinline__ float f(float x, float y) { return __fmul_rn(x, y); }
+    static __device__ __forceinline__ double f(double x, double y) { return __dmul_rn(x, y); }
     template <typename U> static __device__ __forceinline__ U u(U x, U y) { return x * y; }
 };
 struct OpDiv {
     static __device__ __forceinline__ float f(float x, float y) { return __fdiv_rn(x, y); }
+    static __device__ __forceinline__ double f(double x, double y) { return __ddiv_rn(x, y); }
 };
 struct OpPow {
     static __device__ __forceinline__ float f(float x, float y) { return powf(x, y); }
+    static __device__ __forceinline__ double f(double x, double y) { return pow(x, y); }
 };
 struct OpMax {
     static __device__ __forceinline__ float f(float x, float y) {
+        return x != x ? x : (y != y ? y : (x > y ? x : y));
+    }
+    static __device__ __forceinline__ double f(double x, double y) {
         return x != x ? x : (y != y ? y : (x > y ? x : y));
     }
     template <typename S> static __device__ __forceinline__ S s(S x, S y) { return x > y ? x : y; }
@@ -85,12 +94,18 @@ struct OpMin {
     static __device__ __forceinline__ float f(float x, float y) {
         return x != x ? x : (y != y ? y : (x < y ? x : y));
     }
+    static __device__ __forceinline__ double f(double x, double y) {
+        return x != x ? x : (y != y ? y : (x < y ? x : y));
+    }
     template <typename S> static __device__ __forceinline__ S s(S x, S y) { return x < y ? x : y; }
 };
 
 template <typename Op, typename T> struct Apply;
 template <typename Op> struct Apply<Op, float> {
     static __device__ __forceinline__ float go(float x, float y) { return Op::f(x, y); }
+};
+template <typename Op> struct Apply<Op, double> {
+    static __device__ __forceinline__ double go(double x, double y) { return Op::f(x, y); }
 };
 template <typename Op> struct Apply<Op, __half> {
     static __device__ __forceinline__ __half go(__half x, __half y) {
@@ -278,16 +293,19 @@ __device__ __forceinline__ void binary_nd_impl(const T *a, const T *b, T scalar,
     }
 }
 
-// Unary operations. Floats are computed in f32 (halves widened and rounded back once) with the
-// CUDA math library: sqrt is correctly rounded, expf/logf/tanhf are within 2 ulp (CUDA C
-// Programming Guide, "Mathematical Functions"). The CPU twins use Rust's libm, so the two agree
-// exactly for neg/abs/relu/sqrt and within 2 ulp of the result type for the others.
+// Unary operations. Floats are computed in f32 (halves widened and rounded back once), f64 in
+// f64, with the CUDA math library: sqrt is correctly rounded, expf/logf/tanhf and exp/log/tanh
+// are within 2 ulp (CUDA C Programming Guide, "Mathematical Functions"). The CPU twins use
+// Rust's libm, so the two agree exactly for neg/abs/relu/sqrt and within a few ulp of the
+// result type for the others.
 struct UNeg {
     static __device__ __forceinline__ float f(float x) { return -x; }
+    static __device__ __forceinline__ double f(double x) { return -x; }
     template <typename S> static __device__ __forceinline__ S s(S x) { return (S)(0 - (typename Unsigned<S>::T)x); }
 };
 struct UAbs {
     static __device__ __forceinline__ float f(float x) { return fabsf(x); }
+    static __device__ __forceinline__ double f(double x) { return fabs(x); }
     template <typename S> static __device__ __forceinline__ S s(S x) {
         return x < 0 ? (S)(0 - (typename Unsigned<S>::T)x) : x;
     }
@@ -295,34 +313,45 @@ struct UAbs {
 struct URelu {
     // NaN stays NaN (like torch.relu); -0.0 becomes +0.0 only through x > 0 being false.
     static __device__ __forceinline__ float f(float x) { return x != x ? x : (x > 0.0f ? x : 0.0f); }
+    static __device__ __forceinline__ double f(double x) { return x != x ? x : (x > 0.0 ? x : 0.0); }
     template <typename S> static __device__ __forceinline__ S s(S x) { return x > 0 ? x : 0; }
 };
 struct UExp {
     static __device__ __forceinline__ float f(float x) { return expf(x); }
+    static __device__ __forceinline__ double f(double x) { return exp(x); }
 };
 struct ULog {
     static __device__ __forceinline__ float f(float x) { return logf(x); }
+    static __device__ __forceinline__ double f(double x) { return log(x); }
 };
 struct USqrt {
     static __device__ __forceinline__ float f(float x) { return __fsqrt_rn(x); }
+    static __device__ __forceinline__ double f(double x) { return __dsqrt_rn(x); }
 };
 struct UTanh {
     static __device__ __forceinline__ float f(float x) { return tanhf(x); }
+    static __device__ __forceinline__ double f(double x) { return tanh(x); }
 };
 struct USigmoid {
     static __device__ __forceinline__ float f(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x))); }
+    static __device__ __forceinline__ double f(double x) { return __ddiv_rn(1.0, __dadd_rn(1.0, exp(-x))); }
 };
 // sinf/cosf: the full-range library functions (within 2 ulp), not the __sinf intrinsics.
 struct USin {
     static __device__ __forceinline__ float f(float x) { return sinf(x); }
+    static __device__ __forceinline__ double f(double x) { return sin(x); }
 };
 struct UCos {
     static __device__ __forceinline__ float f(float x) { return cosf(x); }
+    static __device__ __forceinline__ double f(double x) { return cos(x); }
 };
 
 template <typename Op, typename T> struct ApplyU;
 template <typename Op> struct ApplyU<Op, float> {
     static __device__ __forceinline__ float go(float x) { return Op::f(x); }
+};
+template <typename Op> struct ApplyU<Op, double> {
+    static __device__ __forceinline__ double go(double x) { return Op::f(x); }
 };
 template <typename Op> struct ApplyU<Op, __half> {
     static __device__ __forceinline__ __half go(__half x) { return __float2half_rn(Op::f(__half2float(x))); }
@@ -414,6 +443,10 @@ template <> struct ClampCmp<float> {
     static __device__ __forceinline__ bool lt(float a, float b) { return a < b; }
     static __device__ __forceinline__ bool isnan(float a) { return a != a; }
 };
+template <> struct ClampCmp<double> {
+    static __device__ __forceinline__ bool lt(double a, double b) { return a < b; }
+    static __device__ __forceinline__ bool isnan(double a) { return a != a; }
+};
 template <> struct ClampCmp<__half> {
     static __device__ __forceinline__ bool lt(__half a, __half b) { return __half2float(a) < __half2float(b); }
     static __device__ __forceinline__ bool isnan(__half a) { return __half2float(a) != __half2float(a); }
@@ -473,6 +506,7 @@ __device__ __forceinline__ void clamp_impl(const T *a, T *out, uint64_t n, int v
         clamp_##NAME(const T *a, T *out, uint64_t n, int vec_ok, T lo, T hi, int flags) {       \
         clamp_impl<T>(a, out, n, vec_ok, lo, hi, flags);                                        \
     }
+GX_CLAMP(f64, double)
 GX_CLAMP(f32, float)
 GX_CLAMP(f16, __half)
 GX_CLAMP(bf16, __nv_bfloat16)
@@ -500,6 +534,7 @@ GX_CLAMP(i64, int64_t)
         fill_impl<T>(out, value, n, vec_ok);                                                    \
     }
 
+GX_DEFINE(f64, double)
 GX_DEFINE(f32, float)
 GX_DEFINE(f16, __half)
 GX_DEFINE(bf16, __nv_bfloat16)
@@ -507,10 +542,12 @@ GX_DEFINE(i32, int32_t)
 GX_DEFINE(i64, int64_t)
 
 // True division only for floating types (integer operands are converted by the caller).
+GX_BINARY(div, OpDiv, f64, double)
 GX_BINARY(div, OpDiv, f32, float)
 GX_BINARY(div, OpDiv, f16, __half)
 GX_BINARY(div, OpDiv, bf16, __nv_bfloat16)
-// pow for the floating types: CUDA's powf (within 2 ulp; the CPU twin's powf too).
+// pow for the floating types: CUDA's powf (f64: pow), within 2 ulp; the CPU twin's powf.
+GX_BINARY(pow, OpPow, f64, double)
 GX_BINARY(pow, OpPow, f32, float)
 GX_BINARY(pow, OpPow, f16, __half)
 GX_BINARY(pow, OpPow, bf16, __nv_bfloat16)
@@ -547,11 +584,13 @@ GX_EXP_VARIANT(4, bf16, __nv_bfloat16)
 GX_EXP_VARIANT(2, bf16, __nv_bfloat16)
 GX_EXP_VARIANT(8, bf16, __nv_bfloat16)
 
+GX_UNARY_ALL(f64, double)
 GX_UNARY_ALL(f32, float)
 GX_UNARY_ALL(f16, __half)
 GX_UNARY_ALL(bf16, __nv_bfloat16)
 GX_UNARY_ALL(i32, int32_t)
 GX_UNARY_ALL(i64, int64_t)
+GX_UNARY_FLOAT(f64, double)
 GX_UNARY_FLOAT(f32, float)
 GX_UNARY_FLOAT(f16, __half)
 GX_UNARY_FLOAT(bf16, __nv_bfloat16)
@@ -587,6 +626,7 @@ template <> struct Wide<__nv_bfloat16> {
     GX_COMPARE(gt, CGt, NAME, T)                                                                \
     GX_COMPARE(ge, CGe, NAME, T)
 
+GX_COMPARE_ALL(f64, double)
 GX_COMPARE_ALL(f32, float)
 GX_COMPARE_ALL(f16, __half)
 GX_COMPARE_ALL(bf16, __nv_bfloat16)
@@ -638,6 +678,7 @@ __device__ __forceinline__ void compare_nd_impl(const T *a, const T *b, T scalar
     GX_COMPARE_ND(le, CLe, NAME, T)                                                             \
     GX_COMPARE_ND(gt, CGt, NAME, T)                                                             \
     GX_COMPARE_ND(ge, CGe, NAME, T)
+GX_COMPARE_ND_ALL(f64, double)
 GX_COMPARE_ND_ALL(f32, float)
 GX_COMPARE_ND_ALL(f16, __half)
 GX_COMPARE_ND_ALL(bf16, __nv_bfloat16)
@@ -703,7 +744,7 @@ GX_WHERE_ND(e8, uint64_t)
 //   kind: 0 binary (out = op(a, b)), 1 unary (out = op(a)), 2 fill (out = the bits in b),
 //         3 binary with a scalar (out = op(a, the bits in b))
 //   op:   BinaryOp / UnaryOp in declaration order
-//   type: 0 f32, 1 f16, 2 bf16, 3 i32, 4 i64
+//   type: 0 f32, 1 f16, 2 bf16, 3 i32, 4 i64, 5 f64
 // Records of unsupported (op, type) pairs are never written (the launchers check first); the
 // kernel skips them.
 #define TAPE_RECORDS 127
@@ -773,7 +814,7 @@ template <typename T> __device__ __forceinline__ void tape_fill(const TapeRecord
     for (uint32_t i = threadIdx.x; i < r.n; i += GX_THREADS) o[i] = v;
 }
 
-// The dtype switches of a record: f32, f16, bf16, and with INTS also i32, i64 (the float-only
+// The dtype switches of a record: f32, f16, bf16, f64, and with INTS also i32, i64 (the float-only
 // ops never get an integer code from gpu.rs; with INTS false such a record does nothing).
 template <typename Op, bool INTS, bool SCALAR>
 __device__ __forceinline__ void tape_binary_as(uint32_t t, const TapeRecord &r) {
@@ -783,6 +824,7 @@ __device__ __forceinline__ void tape_binary_as(uint32_t t, const TapeRecord &r) 
     case 2: tape_binary<Op, __nv_bfloat16, SCALAR>(r); break;
     case 3: if constexpr (INTS) tape_binary<Op, int32_t, SCALAR>(r); break;
     case 4: if constexpr (INTS) tape_binary<Op, int64_t, SCALAR>(r); break;
+    case 5: tape_binary<Op, double, SCALAR>(r); break;
     }
 }
 template <bool SCALAR> __device__ __forceinline__ void tape_binary_op(uint32_t op, uint32_t ty, const TapeRecord &r) {
@@ -803,6 +845,7 @@ template <typename Op, bool INTS> __device__ __forceinline__ void tape_unary_as(
     case 2: tape_unary<Op, __nv_bfloat16>(r); break;
     case 3: if constexpr (INTS) tape_unary<Op, int32_t>(r); break;
     case 4: if constexpr (INTS) tape_unary<Op, int64_t>(r); break;
+    case 5: tape_unary<Op, double>(r); break;
     }
 }
 
@@ -834,6 +877,7 @@ extern "C" __global__ void __launch_bounds__(GX_THREADS) tape(const __grid_const
             case 2: tape_fill<__nv_bfloat16>(r); break;
             case 3: tape_fill<int32_t>(r); break;
             case 4: tape_fill<int64_t>(r); break;
+            case 5: tape_fill<double>(r); break;
             }
         }
         __syncthreads();

@@ -1,6 +1,6 @@
 // Indexing along one dimension with int64 index tensors: `gather` (and `index_select`, a gather
 // whose index is broadcast over the other dimensions), `scatter` and `scatter_add`, by element
-// size (scatter_add by type: f32, f16, bf16, i32, i64).
+// size (scatter_add by type: f64, f32, f16, bf16, i32, i64).
 //
 // Built by `cargo xtask build-kernels` into crates/genesis-kernels/images/gather.fatbin. The CPU
 // twins are in crates/genesis-kernels/src/gather.rs.
@@ -126,6 +126,7 @@ __device__ __forceinline__ void scatter_impl(T *out, const T *vals, const int64_
     }
 }
 
+__device__ __forceinline__ void atomic_add(double *p, double v) { atomicAdd(p, v); }
 __device__ __forceinline__ void atomic_add(float *p, float v) { atomicAdd(p, v); }
 __device__ __forceinline__ void atomic_add(__half *p, __half v) { atomicAdd(p, v); }
 __device__ __forceinline__ void atomic_add(__nv_bfloat16 *p, __nv_bfloat16 v) { atomicAdd(p, v); }
@@ -176,6 +177,7 @@ GA_BY_SIZE(8, unsigned long long)
                                  const __grid_constant__ GxAlong d, unsigned long long *bad) {            \
         scatter_add_impl<T>(out, vals, idx, n, d, bad);                                                   \
     }
+GA_ADD(f64, double)
 GA_ADD(f32, float)
 GA_ADD(f16, __half)
 GA_ADD(bf16, __nv_bfloat16)

@@ -1,19 +1,19 @@
 // Reduction kernels of Genesis: sum (and mean), prod, max, min, argmax, argmin over one axis of
-// a contiguous array seen as [outer, r, inner], for f32, f16, bf16, i32, i64; any and all of
+// a contiguous array seen as [outer, r, inner], for f64, f32, f16, bf16, i32, i64; any and all of
 // bool bytes (`_b8`); and the variance (`var_*`, with PyTorch's correction; std is its root)
 // of the floating types.
 //
 // Built by `cargo xtask build-kernels` into crates/genesis-kernels/images/reduce.fatbin. The
 // CPU twin is crates/genesis-kernels/src/reduce.rs.
 //
-// Accumulation: floating types in f32 (f16/bf16 widened exactly), integers in i64 (sums and
-// products wrap; the sum and product of i32 are i64). any/all read a byte as true when it is not
-// zero and write 0 or 1; any of nothing is false, all of nothing true.
+// Accumulation: f64 in f64, the other floating types in f32 (f16/bf16 widened exactly), integers
+// in i64 (sums and products wrap; the sum and product of i32 are i64). any/all read a byte as
+// true when it is not zero and write 0 or 1; any of nothing is false, all of nothing true.
 // max/min propagate NaN; argmax/argmin return the index of the first maximum (minimum), a NaN
 // counting as larger (smaller) than everything, so the first NaN wins: PyTorch's rules. The
 // combine step of max/min/argmax/argmin is associative and commutative (ties broken by the
 // smaller index), so those results do not depend on the launch shape and equal the CPU twin
-// (a NaN maximum of floats is the canonical NaN: `max.NaN` does not keep payloads; -0.0 and
+// (a NaN maximum of f32/f16/bf16 is the canonical NaN: `max.NaN` does not keep payloads; -0.0 and
 // +0.0 are equal values and either may be returned); sums are computed in a different order
 // than the twin's and agree within rounding.
 //
@@ -44,6 +44,11 @@
 typedef long long i64;
 
 template <typename T> struct Tr;
+template <> struct Tr<double> {
+    typedef double A;
+    static __device__ __forceinline__ double load(double x) { return x; }
+    static __device__ __forceinline__ double store(double a) { return a; }
+};
 template <> struct Tr<float> {
     typedef float A;
     static __device__ __forceinline__ float load(float x) { return x; }
@@ -85,6 +90,14 @@ template <typename A> struct St {
 };
 
 __device__ __forceinline__ bool isnan_(float x) { return x != x; }
+__device__ __forceinline__ bool isnan_(double x) { return x != x; }
+__device__ __forceinline__ double lowest(double) { return -__longlong_as_double(0x7ff0000000000000LL); }
+__device__ __forceinline__ double highest(double) { return __longlong_as_double(0x7ff0000000000000LL); }
+__device__ __forceinline__ double add_(double a, double b) { return a + b; }
+__device__ __forceinline__ double mul_(double a, double b) { return a * b; }
+// NaN-propagating max/min of f64 (PTX has no max.NaN.f64): a NaN operand is returned as is.
+__device__ __forceinline__ double max_(double a, double b) { return a != a ? a : (b != b ? b : fmax(a, b)); }
+__device__ __forceinline__ double min_(double a, double b) { return a != a ? a : (b != b ? b : fmin(a, b)); }
 __device__ __forceinline__ bool isnan_(i64) { return false; }
 __device__ __forceinline__ float lowest(float) { return -__int_as_float(0x7f800000); }
 __device__ __forceinline__ float highest(float) { return __int_as_float(0x7f800000); }
@@ -437,6 +450,11 @@ template <> struct OutOf<RSum, int32_t> { typedef int64_t O; };
 template <> struct OutOf<RProd, int32_t> { typedef int64_t O; };
 template <typename T> __device__ __forceinline__ T store_out(typename Tr<T>::A a) { return Tr<T>::store(a); }
 
+// The mean of a sum of r values: in the accumulator's precision (f32 or f64).
+__device__ __forceinline__ float mean_of(float v, uint64_t r) { return v / (float)r; }
+__device__ __forceinline__ double mean_of(double v, uint64_t r) { return v / (double)r; }
+__device__ __forceinline__ i64 mean_of(i64 v, uint64_t r) { return (i64)((float)v / (float)r); }
+
 // Output t = (o, c) combines partials (o, 0..splits, c). warp_mode: a warp per output (many
 // splits, inner == 1), else a thread per output. mean: the value is divided by r.
 template <typename Op, typename T>
@@ -468,7 +486,7 @@ __device__ __forceinline__ void final_impl(const typename Tr<T>::A *pv, const i6
         }
     }
     A v = s.v;
-    if (mean) v = (A)((float)v / (float)r);
+    if (mean) v = mean_of(v, r);
     if (out) out[t] = (O)Tr<O>::store((typename Tr<O>::A)v);
     if (Op::IDX && out_idx) out_idx[t] = s.i;
 }
@@ -500,6 +518,7 @@ __device__ __forceinline__ void final_impl(const typename Tr<T>::A *pv, const i6
     RD_KERNELS(argmax, RArgMax, NAME, T)                                                                  \
     RD_KERNELS(argmin, RArgMin, NAME, T)
 
+RD_ALL(f64, double)
 RD_ALL(f32, float)
 RD_ALL(f16, __half)
 RD_ALL(bf16, __nv_bfloat16)
@@ -510,14 +529,15 @@ RD_KERNELS(any, RAny, b8, uint8_t)
 RD_KERNELS(all, RAll, b8, uint8_t)
 
 // ---------------------------------------------------------------------------------------------
-// Variance over the same [outer, r, inner] view and split plan (f32, f16, bf16). Each reduced
-// line is shifted by its first element K, and the partial states are (sum, sum of squares) of
-// x - K in f64, the values widened exactly. The final pass combines the splits of each output
-// and gives (Q - S^2 / n) / max(0, n - correction), clamped at 0, and its square root for std,
-// rounded once to the output type. With the shift and f64 sums the cancellation costs about
-// 2^-53 * (1 + ((K - mean) / std)^2) relative: far below the rounding of f32 for any line whose
-// first element lies within 10^6 standard deviations of its mean. n = 0 gives NaN; n <=
-// correction gives NaN or inf (a division by zero), as PyTorch.
+// Variance over the same [outer, r, inner] view and split plan (f64, f32, f16, bf16). Each
+// reduced line is shifted by its first element K, and the partial states are (sum, sum of
+// squares) of x - K in f64, the values widened exactly. The final pass combines the splits of
+// each output and gives (Q - S^2 / n) / max(0, n - correction), clamped at 0, and its square
+// root for std, rounded once to the output type. With the shift and f64 sums the cancellation
+// costs about 2^-53 * (1 + ((K - mean) / std)^2) relative: far below the rounding of f32 for
+// any line whose first element lies within 10^6 standard deviations of its mean; an f64 result
+// carries the rounding of the f64 sums themselves (in another order than the CPU twin's). n = 0
+// gives NaN; n <= correction gives NaN or inf (a division by zero), as PyTorch.
 template <typename T>
 __device__ __forceinline__ void var_block_reduce(double &s, double &q) {
     __shared__ double ss[RD_WARPS], sq[RD_WARPS];
@@ -543,7 +563,7 @@ __device__ __forceinline__ void var_block_reduce(double &s, double &q) {
     }
 }
 
-__device__ __forceinline__ void var_acc(double &s, double &q, float x, double k) {
+__device__ __forceinline__ void var_acc(double &s, double &q, double x, double k) {
     const double d = (double)x - k;
     s += d;
     q = fma(d, d, q);
@@ -663,7 +683,7 @@ __device__ __forceinline__ void var_final_impl(const double2 *part, T *out, uint
     double v = m2 / fmax(n - correction, 0.0);
     if (r == 0) v = __longlong_as_double(0x7ff8000000000000LL);
     if (root) v = sqrt(v);
-    out[t] = Tr<T>::store((float)v);
+    out[t] = Tr<T>::store((typename Tr<T>::A)v);
 }
 
 #define VAR_KERNELS(NAME, T)                                                                               \
@@ -685,6 +705,7 @@ __device__ __forceinline__ void var_final_impl(const double2 *part, T *out, uint
         var_final_impl<T>(part, out, outer, splits, inner, r, correction, root);                          \
     }
 
+VAR_KERNELS(f64, double)
 VAR_KERNELS(f32, float)
 VAR_KERNELS(f16, __half)
 VAR_KERNELS(bf16, __nv_bfloat16)

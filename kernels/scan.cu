@@ -1,10 +1,12 @@
 // Scan kernels of Genesis: the inclusive prefix sum (`cumsum`) along one axis of a contiguous
-// array seen as [outer, r, inner], for f32, f16, bf16 (accumulated in f32, written in the input
-// type) and i32, i64 (accumulated in i64 with wrapping, written as i64: PyTorch's rule).
+// array seen as [outer, r, inner], for f64 (accumulated in f64), f32, f16, bf16 (accumulated in
+// f32, written in the input type) and i32, i64 (accumulated in i64 with wrapping, written as
+// i64: PyTorch's rule).
 //
 // Built by `cargo xtask build-kernels` into crates/genesis-kernels/images/scan.fatbin. The CPU
 // twin is `cumsum` in crates/genesis-kernels/src/scan.rs, which sums in the same order for
-// integers (exact) and in f64 for floats (the two agree within the f32 rounding of a sum).
+// integers (exact) and in f64 for floats (the two agree within the rounding of a sum in the
+// accumulator: f32, or f64 for f64).
 //
 // inner == 1 (`scan_rows_*`): each row is cut into `chunks` chunks of `chunk` elements; block b
 // scans chunk b % chunks of row b / chunks in tiles of SC_THREADS * SC_ITEMS elements: a
@@ -36,6 +38,13 @@
 typedef long long i64;
 
 template <typename T> struct Sc;
+template <> struct Sc<double> {
+    typedef double A;
+    typedef double O;
+    static __device__ __forceinline__ double load(double x) { return x; }
+    static __device__ __forceinline__ double store(double a) { return a; }
+    static __device__ __forceinline__ double add(double a, double b) { return a + b; }
+};
 template <> struct Sc<float> {
     typedef float A;
     typedef float O;
@@ -217,6 +226,7 @@ __device__ __forceinline__ void cols_impl(const T *in, typename Sc<T>::O *out, u
         cols_impl<T>(in, out, outer, r, inner);                                                         \
     }
 
+SC_KERNELS(f64, double)
 SC_KERNELS(f32, float)
 SC_KERNELS(f16, __half)
 SC_KERNELS(bf16, __nv_bfloat16)

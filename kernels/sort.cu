@@ -1,5 +1,5 @@
 // Sorting along the last axis of a contiguous [rows, r] array: values and int64 indices, for
-// f32, f16, bf16, i32, i64; ascending or descending; stable (equal values keep their order).
+// f64, f32, f16, bf16, i32, i64; ascending or descending; stable (equal values keep their order).
 //
 // Built by `cargo xtask build-kernels` into crates/genesis-kernels/images/sort.fatbin. The CPU
 // twin is `sort` in crates/genesis-kernels/src/sort.rs; the two agree exactly.
@@ -35,6 +35,14 @@
 typedef unsigned long long u64;
 
 template <typename T> struct Key;
+template <> struct Key<double> {
+    static __device__ __forceinline__ u64 to(double x) {
+        u64 b = (u64)__double_as_longlong(x);
+        if (x != x) b = 0x7ff8000000000000ull;
+        if (b == 0x8000000000000000ull) b = 0;
+        return (b & 0x8000000000000000ull) ? ~b : (b | 0x8000000000000000ull);
+    }
+};
 template <> struct Key<float> {
     static __device__ __forceinline__ u64 to(float x) {
         uint32_t b = __float_as_uint(x);
@@ -304,6 +312,7 @@ SO_REG_KERNEL(i32, int32_t)
         finish_impl<T>(in, pos, out, out_idx, rows, r, npad, kout);                                      \
     }
 
+SO_KERNELS(f64, double)
 SO_KERNELS(f32, float)
 SO_KERNELS(f16, __half)
 SO_KERNELS(bf16, __nv_bfloat16)

@@ -201,7 +201,7 @@ impl UnaryOp {
     }
 }
 
-/// An element type the elementwise kernels support: `f32`, `f16`, `bf16`, `i32`, `i64`.
+/// An element type the elementwise kernels support: `f64`, `f32`, `f16`, `bf16`, `i32`, `i64`.
 ///
 /// The arithmetic here is the CPU twin's definition of each kernel's operation.
 pub trait Element:
@@ -215,15 +215,16 @@ pub trait Element:
     const FILL_KERNEL: &'static str;
     /// Whether this is a floating-point type.
     const IS_FLOAT: bool;
-    /// The type's index in the kernels' type tables: f32 0, f16 1, bf16 2, i32 3, i64 4.
+    /// The type's index in the kernels' type tables: f32 0, f16 1, bf16 2, i32 3, i64 4, f64 5.
     const TYPE_CODE: u32;
     /// Name of the kernel of `op` for this type; `None` when the type does not support it
     /// (integer division).
     fn binary_kernel(op: BinaryOp) -> Option<&'static str>;
-    /// `op(a, b)` as the kernel computes it: floats are computed in f32 with round-to-nearest-even
-    /// (f16 and bf16 widened, computed once, rounded back: the correctly rounded result), integers
-    /// wrap. Integer division is not an operation of the kernels; here it gives 0 for a zero or
-    /// overflowing divisor, and the callers reject it before any element is computed.
+    /// `op(a, b)` as the kernel computes it: f64 in f64, the other floats in f32, with
+    /// round-to-nearest-even (f16 and bf16 widened, computed once, rounded back: the correctly
+    /// rounded result), integers wrap. Integer division is not an operation of the kernels;
+    /// here it gives 0 for a zero or overflowing divisor, and the callers reject it before any
+    /// element is computed.
     fn binary(op: BinaryOp, a: Self, b: Self) -> Self;
     /// Name of the comparison kernel of `op` for this type.
     fn compare_kernel(op: CompareOp) -> &'static str;
@@ -232,8 +233,9 @@ pub trait Element:
     /// Name of the kernel of unary `op` for this type; `None` when the type does not support
     /// it (transcendental ops on integers).
     fn unary_kernel(op: UnaryOp) -> Option<&'static str>;
-    /// `op(x)` on the CPU: floats in f32 (halves widened and rounded back once), integers
-    /// wrapping. Integer transcendental ops are rejected by the callers; here they return `x`.
+    /// `op(x)` on the CPU: f64 in f64, the other floats in f32 (halves widened and rounded
+    /// back once), integers wrapping. Integer transcendental ops are rejected by the callers;
+    /// here they return `x`.
     fn unary(op: UnaryOp, x: Self) -> Self;
     /// How many representable values lie between `a` and `b` (0 when [`Element::same`]);
     /// `u64::MAX` when exactly one is NaN.
@@ -518,6 +520,141 @@ float_element!(bf16, "bf16", 2, |v| v.to_f32(), |r| bf16::from_f32(r));
 int_element!(i32, "i32", 3);
 int_element!(i64, "i64", 4);
 
+/// `op(x, y)` in f64, the kernels' definition for `f64` (IEEE arithmetic; NaN-propagating
+/// maximum and minimum by the f32 rule).
+#[inline]
+fn f64_op(op: BinaryOp, x: f64, y: f64) -> f64 {
+    match op {
+        BinaryOp::Add => x + y,
+        BinaryOp::Sub => x - y,
+        BinaryOp::Mul => x * y,
+        BinaryOp::Div => x / y,
+        BinaryOp::Maximum => {
+            if x.is_nan() {
+                x
+            } else if y.is_nan() || y >= x {
+                y
+            } else {
+                x
+            }
+        }
+        BinaryOp::Minimum => {
+            if x.is_nan() {
+                x
+            } else if y.is_nan() || y <= x {
+                y
+            } else {
+                x
+            }
+        }
+        BinaryOp::Pow => x.powf(y),
+    }
+}
+
+/// `op(x)` in f64, the kernels' definition for `f64` (`sigmoid` as `1 / (1 + e^-x)`, as the
+/// kernel computes it).
+#[inline]
+fn f64_unary(op: UnaryOp, x: f64) -> f64 {
+    match op {
+        UnaryOp::Neg => -x,
+        UnaryOp::Abs => x.abs(),
+        UnaryOp::Relu => {
+            if x.is_nan() || x > 0.0 {
+                x
+            } else {
+                0.0
+            }
+        }
+        UnaryOp::Exp => x.exp(),
+        UnaryOp::Log => x.ln(),
+        UnaryOp::Sqrt => x.sqrt(),
+        UnaryOp::Tanh => x.tanh(),
+        UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+        UnaryOp::Sin => x.sin(),
+        UnaryOp::Cos => x.cos(),
+    }
+}
+
+impl sealed::Sealed for f64 {}
+impl Element for f64 {
+    const NAME: &'static str = "f64";
+    const TYPE_CODE: u32 = 5;
+    const ADD_KERNEL: &'static str = "add_f64";
+    const FILL_KERNEL: &'static str = "fill_f64";
+    const IS_FLOAT: bool = true;
+    fn binary_kernel(op: BinaryOp) -> Option<&'static str> {
+        Some(match op {
+            BinaryOp::Add => "add_f64",
+            BinaryOp::Sub => "sub_f64",
+            BinaryOp::Mul => "mul_f64",
+            BinaryOp::Div => "div_f64",
+            BinaryOp::Maximum => "maximum_f64",
+            BinaryOp::Minimum => "minimum_f64",
+            BinaryOp::Pow => "pow_f64",
+        })
+    }
+    fn compare_kernel(op: CompareOp) -> &'static str {
+        compare_kernel_name!(op, "f64")
+    }
+    #[inline]
+    fn compare(op: CompareOp, a: Self, b: Self) -> bool {
+        op.apply(a, b)
+    }
+    fn unary_kernel(op: UnaryOp) -> Option<&'static str> {
+        Some(match op {
+            UnaryOp::Neg => "neg_f64",
+            UnaryOp::Abs => "abs_f64",
+            UnaryOp::Relu => "relu_f64",
+            UnaryOp::Exp => "exp_f64",
+            UnaryOp::Log => "log_f64",
+            UnaryOp::Sqrt => "sqrt_f64",
+            UnaryOp::Tanh => "tanh_f64",
+            UnaryOp::Sigmoid => "sigmoid_f64",
+            UnaryOp::Sin => "sin_f64",
+            UnaryOp::Cos => "cos_f64",
+        })
+    }
+    #[inline]
+    fn unary(op: UnaryOp, x: Self) -> Self {
+        f64_unary(op, x)
+    }
+    fn ulps_apart(a: Self, b: Self) -> u64 {
+        if Self::same(a, b) {
+            return 0;
+        }
+        if a.is_nan() || b.is_nan() {
+            return u64::MAX;
+        }
+        let sign = 1u64 << 63;
+        let (x, y) = (ordered(a.to_bits(), sign), ordered(b.to_bits(), sign));
+        (x - y).unsigned_abs().min(u128::from(u64::MAX)) as u64
+    }
+    #[inline]
+    fn binary(op: BinaryOp, a: Self, b: Self) -> Self {
+        f64_op(op, a, b)
+    }
+    #[inline]
+    fn same(x: Self, y: Self) -> bool {
+        x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan())
+    }
+    #[inline]
+    fn to_f64(self) -> f64 {
+        self
+    }
+    #[inline]
+    fn to_i64(self) -> i64 {
+        self as i64
+    }
+    #[inline]
+    fn from_f64(x: f64) -> Self {
+        x
+    }
+    #[inline]
+    fn from_i64(x: i64) -> Self {
+        x as f64
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -580,6 +717,27 @@ mod tests {
         assert_eq!(f32::ulps_apart(f32::from_bits(1), -f32::from_bits(1)), 2);
         assert_eq!(f16::ulps_apart(f16::NAN, f16::ONE), u64::MAX);
         assert_eq!(bf16::ulps_apart(bf16::NAN, bf16::NAN), 0);
+    }
+
+    #[test]
+    fn f64_computes_in_f64() {
+        use BinaryOp::*;
+        // 1 + 2^-40 is lost in f32 and kept in f64.
+        let tiny = 2f64.powi(-40);
+        assert_eq!(f64::binary(Add, 1.0, tiny), 1.0 + tiny);
+        assert_eq!(f64::binary(Div, 1.0, 3.0), 1.0 / 3.0);
+        assert!(f64::binary(Maximum, 1.0, f64::NAN).is_nan());
+        assert_eq!(f64::binary(Minimum, -0.5, 2.0), -0.5);
+        assert_eq!(f64::unary(UnaryOp::Sqrt, 2.0), std::f64::consts::SQRT_2);
+        assert_eq!(f64::unary(UnaryOp::Relu, -0.0).to_bits(), 0.0f64.to_bits());
+        assert_eq!(f64::binary_kernel(Pow), Some("pow_f64"));
+        assert_eq!(f64::compare_kernel(CompareOp::Ge), "ge_f64");
+        assert_eq!(
+            f64::ulps_apart(1.0, f64::from_bits(1.0f64.to_bits() + 2)),
+            2
+        );
+        assert_eq!(f64::ulps_apart(-0.0, 0.0), 0);
+        assert_eq!(f64::from_i64(1 << 53), 9007199254740992.0);
     }
 
     #[test]

@@ -307,8 +307,9 @@ pub fn gpu_gather(
 
 /// Queues `scatter` (or, with `add`, `scatter_add`) of `dtype` elements on `stream`:
 /// `out[target(i, idx[i])] = vals[i]` (`+=`), `out` and `vals` as bytes. `scatter` takes any
-/// dtype, `scatter_add` f32, f16, bf16, i32, i64. A bad index value is skipped and its position
-/// lands in `bad[0]` (as [`gpu_gather`]); `out` is then incomplete and must be discarded.
+/// dtype, `scatter_add` f64, f32, f16, bf16, i32, i64. A bad index value is skipped and its
+/// position lands in `bad[0]` (as [`gpu_gather`]); `out` is then incomplete and must be
+/// discarded.
 #[cfg(feature = "cuda")]
 #[allow(clippy::too_many_arguments)]
 pub fn gpu_scatter(
@@ -327,6 +328,7 @@ pub fn gpu_scatter(
     d.check_lens(op, idx.len(), vals.len() / elem, out.len() / elem)?;
     let name = if add {
         match dtype {
+            DType::F64 => "along_scatter_add_f64",
             DType::F32 => "along_scatter_add_f32",
             DType::F16 => "along_scatter_add_f16",
             DType::BF16 => "along_scatter_add_bf16",

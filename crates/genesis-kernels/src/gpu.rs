@@ -257,6 +257,7 @@ pub fn clamp<T: Element>(
         "bf16" => "clamp_bf16",
         "i32" => "clamp_i32",
         "i64" => "clamp_i64",
+        "f64" => "clamp_f64",
         other => {
             return Err(Error::Unsupported {
                 op: "clamp",
@@ -293,20 +294,23 @@ pub fn clamp<T: Element>(
 /// The bits of a value of at most 8 bytes, zero-extended, as a tape record carries them.
 fn value_bits<T: Element>(value: T) -> u64 {
     let mut bits = [0u8; 8];
-    // SAFETY: `T` is a plain value of at most 8 bytes (f32, f16, bf16, i32, i64), read as bytes.
+    // SAFETY: `T` is a plain value of at most 8 bytes (f64, f32, f16, bf16, i32, i64), read as
+    // bytes.
     let raw =
         unsafe { std::slice::from_raw_parts((&raw const value).cast::<u8>(), size_of::<T>()) };
     bits[..raw.len()].copy_from_slice(raw);
     u64::from_ne_bytes(bits)
 }
 
+/// The elementwise types by [`Element::TYPE_CODE`].
+const ND_TYPES: [&str; 6] = ["f32", "f16", "bf16", "i32", "i64", "f64"];
+
 /// The names `<op>_nd_<type>` for every op name of `ops` and every elementwise type, in that
 /// order (op-major), made once.
 fn nd_names(ops: &[&'static str]) -> Vec<&'static str> {
-    let types = ["f32", "f16", "bf16", "i32", "i64"];
     ops.iter()
         .flat_map(|op| {
-            types
+            ND_TYPES
                 .iter()
                 .map(move |t| &*Box::leak(format!("{op}_nd_{t}").into_boxed_str()))
         })
@@ -320,7 +324,7 @@ fn nd_kernel_name<T: Element>(op: BinaryOp) -> &'static str {
     let names = NAMES.get_or_init(|| nd_names(&BinaryOp::ALL.map(BinaryOp::name)));
     // `BinaryOp::ALL` lists every variant, so every `op` has a position.
     let pos = BinaryOp::ALL.iter().position(|&o| o == op).expect("listed");
-    names[pos * 5 + T::TYPE_CODE as usize]
+    names[pos * ND_TYPES.len() + T::TYPE_CODE as usize]
 }
 
 /// Queues `out[i] = op(a[offset_a(i)], b[offset_b(i)])` (or `op(a[..], scalar)`) for every
@@ -543,7 +547,7 @@ fn compare_nd_kernel_name<T: Element>(op: CompareOp) -> &'static str {
         .iter()
         .position(|&o| o == op)
         .expect("listed");
-    names[pos * 5 + T::TYPE_CODE as usize]
+    names[pos * ND_TYPES.len() + T::TYPE_CODE as usize]
 }
 
 /// Queues `out[i] = a[offset_a(i)] op (b[offset_b(i)] or the scalar)` as bools (0 or 1) for

@@ -5,21 +5,21 @@
 //! `[outer, inner]`. A full reduction is `outer = inner = 1`; reducing the last axis is
 //! `inner = 1`. Several adjacent axes reduce as one (`r` is their product).
 //!
-//! Semantics (PyTorch's): f16/bf16/f32 accumulate in f32 on the GPU (the CPU twin accumulates
-//! sums in f64, so the two agree within rounding), integer sums wrap in i64 and give i64 (the
-//! sum of i32 is i64), `mean` is for floating types (the mean of nothing is NaN), max/min
-//! propagate NaN, argmax/argmin give the index of the first extreme value (the first NaN when
-//! there is one). max, min, argmax and argmin of an empty axis are errors. Except for sums, the
-//! kernels and the twin agree whatever the launch shape, because their combine step is
-//! associative and commutative (ties go to the smaller index): bit for bit, but for the payload
-//! of a NaN maximum or minimum (the GPU's `max.NaN` gives the canonical NaN) and the sign of a
-//! zero extreme (-0.0 and +0.0 are equal values).
+//! Semantics (PyTorch's): f16/bf16/f32 accumulate in f32 on the GPU and f64 in f64 (the CPU
+//! twin accumulates sums in f64, so the two agree within rounding), integer sums wrap in i64
+//! and give i64 (the sum of i32 is i64), `mean` is for floating types (the mean of nothing is
+//! NaN), max/min propagate NaN, argmax/argmin give the index of the first extreme value (the
+//! first NaN when there is one). max, min, argmax and argmin of an empty axis are errors.
+//! Except for sums, the kernels and the twin agree whatever the launch shape, because their
+//! combine step is associative and commutative (ties go to the smaller index): bit for bit, but
+//! for the payload of a NaN maximum or minimum of f32/f16/bf16 (the GPU's `max.NaN` gives the
+//! canonical NaN) and the sign of a zero extreme (-0.0 and +0.0 are equal values).
 //!
-//! `prod` follows `sum` (f32 accumulation on the GPU, f64 in the twin; integers wrap in i64 and
-//! give i64; the product of nothing is 1). `any` and `all` take bool bytes (any non-zero byte is
-//! true) and give bool bytes; any of nothing is false, all of nothing true; the kernels and
-//! [`reduce_bool`] agree exactly. [`var`] is the variance with PyTorch's `correction`, for the
-//! floating types (see [`gpu_var`] for the arithmetic).
+//! `prod` follows `sum` (f32 accumulation on the GPU, f64 for f64 and in the twin; integers
+//! wrap in i64 and give i64; the product of nothing is 1). `any` and `all` take bool bytes (any
+//! non-zero byte is true) and give bool bytes; any of nothing is false, all of nothing true; the
+//! kernels and [`reduce_bool`] agree exactly. [`var`] is the variance with PyTorch's
+//! `correction`, for the floating types (see [`gpu_var`] for the arithmetic).
 
 use crate::{Element, Error, Result};
 
@@ -356,7 +356,13 @@ pub fn var<T: Element>(
     for o in 0..s.outer {
         for c in 0..s.inner {
             let at = |k: usize| input[(o * s.r + k) * s.inner + c].to_f64();
-            values[o * s.inner + c] = T::from_f64(var_of(s.r, at, correction, std) as f32 as f64);
+            let v = var_of(s.r, at, correction, std);
+            // The kernels round the f64 result to f64 (f64 input) or to f32 and then to `T`.
+            values[o * s.inner + c] = if size_of::<T>() == 8 {
+                T::from_f64(v)
+            } else {
+                T::from_f64(v as f32 as f64)
+            };
         }
     }
     Ok(())
@@ -538,8 +544,14 @@ fn cols_vector(inner: usize, elem_bytes: usize) -> usize {
     if inner.is_multiple_of(v) { v } else { 1 }
 }
 
+/// Bytes of the kernels' accumulator of `T`: f32 for the narrower floats, f64 for f64, i64 for
+/// integers.
 fn acc_bytes<T: Element>() -> usize {
-    if T::IS_FLOAT { 4 } else { 8 }
+    if T::IS_FLOAT {
+        size_of::<T>().max(4)
+    } else {
+        8
+    }
 }
 
 macro_rules! kernel_names {
@@ -571,7 +583,7 @@ pub fn kernels<T: Element>(op: ReduceOp) -> Option<[&'static str; 3]> {
     } else {
         op.name()
     };
-    kernel_names!(base, T::NAME; "sum", "prod", "max", "min", "argmax", "argmin"; "f32", "f16", "bf16", "i32", "i64")
+    kernel_names!(base, T::NAME; "sum", "prod", "max", "min", "argmax", "argmin"; "f32", "f16", "bf16", "i32", "i64", "f64")
 }
 
 /// The rows, cols and final kernels of `any` or `all` (bool bytes).
@@ -585,6 +597,7 @@ pub fn var_kernels<T: Element>() -> Option<[&'static str; 3]> {
         "f32" => ["var_rows_f32", "var_cols_f32", "var_final_f32"],
         "f16" => ["var_rows_f16", "var_cols_f16", "var_final_f16"],
         "bf16" => ["var_rows_bf16", "var_cols_bf16", "var_final_bf16"],
+        "f64" => ["var_rows_f64", "var_cols_f64", "var_final_f64"],
         _ => return None,
     })
 }
@@ -907,8 +920,8 @@ fn launch_reduce(
     Ok(())
 }
 
-/// Queues the variance (or, with `std`, the standard deviation) of `input` (`shape`, f32, f16,
-/// bf16) over its reduced axis into `values` (`[outer, inner]` of `T`) on `stream`, using
+/// Queues the variance (or, with `std`, the standard deviation) of `input` (`shape`, f64, f32,
+/// f16, bf16) over its reduced axis into `values` (`[outer, inner]` of `T`) on `stream`, using
 /// `workspace` ([`ReducePlan::workspace_bytes_var`] of `ReducePlan::new(shape, sms,
 /// size_of::<T>())` bytes).
 ///

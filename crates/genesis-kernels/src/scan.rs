@@ -2,10 +2,10 @@
 //!
 //! A contiguous array is seen as `[outer, r, inner]` (as the reductions see it) and summed
 //! along `r`; the output has the input's shape. Floating types accumulate in f32 on the GPU
-//! and are written in their own type; integers accumulate in i64 with wrapping and are written
-//! as i64 (PyTorch's rule: the cumsum of i32 is i64). The twin sums integers exactly as the
-//! kernels do and floats in f64, so float results agree within the f32 rounding of each
-//! running sum.
+//! (f64 in f64) and are written in their own type; integers accumulate in i64 with wrapping and
+//! are written as i64 (PyTorch's rule: the cumsum of i32 is i64). The twin sums integers
+//! exactly as the kernels do and floats in f64, so float results agree within the rounding of
+//! each running sum in the accumulator type.
 //!
 //! Speed: along the last axis (`inner == 1`) with a row for every multiprocessor, one block a
 //! row reads the input once and writes the output once; a few long rows are cut into chunks
@@ -117,7 +117,14 @@ impl ScanPlan {
     /// row).
     pub fn workspace_bytes<T: Element>(&self) -> usize {
         if self.chunks > 1 {
-            self.shape.outer * self.chunks * if T::IS_FLOAT { 4 } else { 8 }
+            // The accumulator: f32 for the narrower floats, f64 for f64, i64 for integers.
+            self.shape.outer
+                * self.chunks
+                * if T::IS_FLOAT {
+                    size_of::<T>().max(4)
+                } else {
+                    8
+                }
         } else {
             0
         }
@@ -157,6 +164,12 @@ fn kernels<T: Element>() -> Option<[&'static str; 4]> {
             "scan_sums_i64",
             "scan_carry_i64",
             "scan_cols_i64",
+        ],
+        "f64" => [
+            "scan_rows_f64",
+            "scan_sums_f64",
+            "scan_carry_f64",
+            "scan_cols_f64",
         ],
         _ => return None,
     })

@@ -194,6 +194,7 @@ pub fn gpu_sort<T: Element>(
             "sort_finish_i32",
         ],
         "i64" => ["sort_rows_i64", "", "sort_prep_i64", "sort_finish_i64"],
+        "f64" => ["sort_rows_f64", "", "sort_prep_f64", "sort_finish_f64"],
         other => {
             return Err(Error::Unsupported {
                 op: "sort",

@@ -43,6 +43,11 @@ impl Small for f32 {
         (i % 13) as f32 * 0.25 + 0.5
     }
 }
+impl Small for f64 {
+    fn small(i: usize) -> Self {
+        (i % 13) as f64 * 0.25 + 0.5
+    }
+}
 impl Small for f16 {
     fn small(i: usize) -> Self {
         f16::from_f32((i % 13) as f32 * 0.25 + 0.5)
@@ -131,6 +136,7 @@ fn batched_small_ops() {
     same_as_unbatched::<bf16>(&ctx, &s);
     same_as_unbatched::<i32>(&ctx, &s);
     same_as_unbatched::<i64>(&ctx, &s);
+    same_as_unbatched::<f64>(&ctx, &s);
     ctx.set_batching(true).unwrap();
 
     // 2. A chain of 1000 dependent adds spans several full batches.

@@ -144,7 +144,12 @@ fn check<T: Random>(ctx: &std::sync::Arc<Context>, rng: &mut SmallRng) {
             for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
                 // pow: a 2-ulp difference in an intermediate may move a result between 0 and a
                 // subnormal.
-                let tiny = |x: T| x.to_f64().abs() < f64::from(f32::MIN_POSITIVE);
+                let smallest = if size_of::<T>() == 8 {
+                    f64::MIN_POSITIVE
+                } else {
+                    f64::from(f32::MIN_POSITIVE)
+                };
+                let tiny = |x: T| x.to_f64().abs() < smallest;
                 assert!(
                     T::ulps_apart(g, w) <= tol || (tol > 0 && tiny(g) && tiny(w)),
                     "{}_nd_{} {:?}: element {i}: gpu {g:?} cpu {w:?}",
@@ -169,6 +174,7 @@ fn nd_kernels_match_their_twin() {
     check::<bf16>(&ctx, &mut rng);
     check::<i32>(&ctx, &mut rng);
     check::<i64>(&ctx, &mut rng);
+    check::<f64>(&ctx, &mut rng);
 }
 
 #[test]
@@ -343,4 +349,5 @@ fn compare_and_where_nd_match_their_twin() {
     check_compare_where::<bf16>(&ctx, &mut rng);
     check_compare_where::<i32>(&ctx, &mut rng);
     check_compare_where::<i64>(&ctx, &mut rng);
+    check_compare_where::<f64>(&ctx, &mut rng);
 }

@@ -311,6 +311,10 @@ fn add_fill_i32() {
 fn add_fill_i64() {
     run_all::<i64>(5);
 }
+#[test]
+fn add_fill_f64() {
+    run_all::<f64>(6);
+}
 
 #[test]
 fn in_place_add() {

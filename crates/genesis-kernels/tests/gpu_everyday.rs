@@ -40,6 +40,15 @@ trait Gen: Element + Default {
     fn near_one(rng: &mut SmallRng) -> Self;
     /// Unit roundoff of the type (0 for integers).
     const EPS: f64;
+    /// The epsilon of the kernels' accumulator: f32's for the floats, f64's for f64.
+    const ACC_EPS: f64 = f32::EPSILON as f64;
+}
+impl Gen for f64 {
+    fn near_one(rng: &mut SmallRng) -> Self {
+        rng.random_range(0.999..1.001) * if rng.random_bool(0.5) { 1.0 } else { -1.0 }
+    }
+    const EPS: f64 = f64::EPSILON;
+    const ACC_EPS: f64 = f64::EPSILON;
 }
 impl Gen for f32 {
     fn near_one(rng: &mut SmallRng) -> Self {
@@ -125,8 +134,7 @@ fn check_prod<T: Gen, O: Element + Default>(ctx: &Arc<Context>, rng: &mut SmallR
                 let ok = if T::EPS == 0.0 {
                     O::same(*g, *w)
                 } else {
-                    (gf - wf).abs()
-                        <= (r as f64 * f32::EPSILON as f64 + 2.0 * T::EPS) * wf.abs() + 1e-30
+                    (gf - wf).abs() <= (r as f64 * T::ACC_EPS + 2.0 * T::EPS) * wf.abs() + 1e-30
                 };
                 assert!(
                     ok,
@@ -150,6 +158,7 @@ fn prod_matches_the_cpu_twin() {
     check_prod::<bf16, bf16>(&ctx, &mut rng);
     check_prod::<i32, i64>(&ctx, &mut rng);
     check_prod::<i64, i64>(&ctx, &mut rng);
+    check_prod::<f64, f64>(&ctx, &mut rng);
 }
 
 #[test]
@@ -222,8 +231,11 @@ fn check_var<T: Gen + Random>(ctx: &Arc<Context>, rng: &mut SmallRng) {
                 let mut want = vec![T::default(); shape.output_len()];
                 reduce::var::<T>(&x[offset..], shape, correction, std, &mut want).unwrap();
                 let dx = DeviceBuffer::from_host(ctx, bytes_of(&x)).unwrap();
-                let mut dv =
-                    DeviceBuffer::from_host(ctx, &vec![0xA5u8; (want.len() * 4).max(4)]).unwrap();
+                let mut dv = DeviceBuffer::from_host(
+                    ctx,
+                    &vec![0xA5u8; (want.len() * size_of::<T>()).max(8)],
+                )
+                .unwrap();
                 let plan = ReducePlan::new(shape, ctx.multiprocessors() as usize, size_of::<T>());
                 let mut ws = DeviceBuffer::alloc(ctx, plan.workspace_bytes_var().max(1)).unwrap();
                 reduce::gpu_var::<T>(
@@ -239,12 +251,19 @@ fn check_var<T: Gen + Random>(ctx: &Arc<Context>, rng: &mut SmallRng) {
                 s.synchronize().unwrap();
                 let got: Vec<T> =
                     from_bytes(&dv.to_host_vec().unwrap()[..want.len() * size_of::<T>()]);
+                // f64 sums in another order, rounded once: at most one ulp of a narrower type
+                // apart; for f64 the sums' own rounding shows (r terms each, and a cancellation
+                // below 8x for these values).
+                let rel = if size_of::<T>() == 8 {
+                    8.0 * (r.max(1) as f64) * f64::EPSILON
+                } else {
+                    1.01 * T::EPS
+                };
                 for (t, (g, w)) in got.iter().zip(&want).enumerate() {
                     let (gf, wf) = (g.to_f64(), w.to_f64());
-                    // f64 sums in another order, rounded once: at most one ulp apart.
                     let ok = (gf.is_nan() && wf.is_nan())
                         || gf == wf
-                        || (gf - wf).abs() <= 1.01 * T::EPS * wf.abs();
+                        || (gf - wf).abs() <= rel * wf.abs();
                     assert!(
                         ok,
                         "var_{} {shape:?} offset {offset} correction {correction} std {std}: \
@@ -267,6 +286,7 @@ fn var_matches_the_cpu_twin() {
     check_var::<f32>(&ctx, &mut rng);
     check_var::<f16>(&ctx, &mut rng);
     check_var::<bf16>(&ctx, &mut rng);
+    check_var::<f64>(&ctx, &mut rng);
 }
 
 fn check_clamp<T: Random>(ctx: &Arc<Context>, rng: &mut SmallRng) {
@@ -319,6 +339,7 @@ fn clamp_matches_the_cpu_twin_exactly() {
     check_clamp::<bf16>(&ctx, &mut rng);
     check_clamp::<i32>(&ctx, &mut rng);
     check_clamp::<i64>(&ctx, &mut rng);
+    check_clamp::<f64>(&ctx, &mut rng);
 }
 
 #[test]
@@ -457,11 +478,11 @@ fn check_cumsum<T: Gen + Random, O: Element + Default>(ctx: &Arc<Context>, rng: 
             let got: Vec<O> = from_bytes(&dout.to_host_vec().unwrap()[..n * size_of::<O>()]);
             for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                 let ok = if T::IS_FLOAT {
-                    // f32 running sums of values in [-1, 1]: at most (k + 1) ulps of f32 of the
-                    // sum of magnitudes, then the output's rounding.
+                    // Running sums (f32, or f64 for f64) of values in [-1, 1]: at most (k + 1)
+                    // ulps of the accumulator of the sum of magnitudes, then the output's
+                    // rounding.
                     let k = (i / inner) % r.max(1);
-                    let tol =
-                        (k + 1) as f64 * f32::EPSILON as f64 + 2.0 * T::EPS * w.to_f64().abs();
+                    let tol = (k + 1) as f64 * T::ACC_EPS + 2.0 * T::EPS * w.to_f64().abs();
                     (g.to_f64() - w.to_f64()).abs() <= tol
                 } else {
                     O::same(*g, *w)
@@ -488,6 +509,7 @@ fn cumsum_matches_the_cpu_twin() {
     check_cumsum::<bf16, bf16>(&ctx, &mut rng);
     check_cumsum::<i32, i64>(&ctx, &mut rng);
     check_cumsum::<i64, i64>(&ctx, &mut rng);
+    check_cumsum::<f64, f64>(&ctx, &mut rng);
 }
 
 /// Row-major strides of `shape`.
@@ -714,6 +736,69 @@ fn check_sort<T: Random>(ctx: &Arc<Context>, rng: &mut SmallRng) {
 }
 
 #[test]
+fn scatter_add_of_f64_matches_the_cpu_twin() {
+    use genesis_kernels::DType;
+    use genesis_kernels::gather::{self, Along};
+    if skip_without_gpu("scatter_add f64") {
+        return;
+    }
+    let ctx = Context::get(0).unwrap();
+    let s = Stream::new(&ctx).unwrap();
+    let mut rng = SmallRng::seed_from_u64(0x5eed_0108);
+    // (target shape, index shape, dim); many contributions to each target.
+    let cases: &[(&[usize], &[usize], usize)] =
+        &[(&[100], &[30_000], 0), (&[7, 9, 11], &[6, 20, 10], 1)];
+    for &(tshape, ishape, dim) in cases {
+        let size = tshape[dim];
+        let nt: usize = tshape.iter().product();
+        let ni: usize = ishape.iter().product();
+        let idx: Vec<i64> = (0..ni).map(|_| rng.random_range(0..size as i64)).collect();
+        let d = Along::new(
+            ishape,
+            dim,
+            &strides(ishape),
+            &strides(ishape),
+            &strides(tshape),
+            size,
+        )
+        .unwrap();
+        // Multiples of 2^-20 below 2^10: sums exact in f64 (not in f32) in any order.
+        let whole =
+            |rng: &mut SmallRng| rng.random_range(-(1i64 << 30)..(1 << 30)) as f64 / 1048576.0;
+        let src: Vec<f64> = (0..nt).map(|_| whole(&mut rng)).collect();
+        let vals: Vec<f64> = (0..ni).map(|_| whole(&mut rng)).collect();
+        let mut want = src.clone();
+        gather::scatter_add::<f64>(&mut want, &idx, &vals, &d).unwrap();
+        let didx = DeviceBuffer::from_host(&ctx, bytes_of(&idx)).unwrap();
+        let dvals = DeviceBuffer::from_host(&ctx, bytes_of(&vals)).unwrap();
+        let mut dt = DeviceBuffer::from_host(&ctx, bytes_of(&src)).unwrap();
+        let mut bad = DeviceBuffer::from_host(&ctx, &u64::MAX.to_le_bytes()).unwrap();
+        gather::gpu_scatter(
+            &s,
+            DType::F64,
+            true,
+            dt.as_span_mut::<u8>()
+                .unwrap()
+                .into_slice(..nt * 8)
+                .unwrap(),
+            didx.as_span::<i64>().unwrap().slice(..ni).unwrap(),
+            dvals.as_span::<u8>().unwrap().slice(..ni * 8).unwrap(),
+            &d,
+            bad.as_span_mut().unwrap(),
+        )
+        .unwrap();
+        s.synchronize().unwrap();
+        let got: Vec<f64> = from_bytes(&dt.to_host_vec().unwrap()[..nt * 8]);
+        assert_eq!(got, want, "scatter_add f64 {tshape:?} {ishape:?} dim {dim}");
+        assert_eq!(
+            from_bytes::<u64>(&bad.to_host_vec().unwrap()),
+            [u64::MAX],
+            "no bad index"
+        );
+    }
+}
+
+#[test]
 fn sort_matches_the_cpu_twin_exactly() {
     if skip_without_gpu("sort") {
         return;
@@ -725,4 +810,5 @@ fn sort_matches_the_cpu_twin_exactly() {
     check_sort::<bf16>(&ctx, &mut rng);
     check_sort::<i32>(&ctx, &mut rng);
     check_sort::<i64>(&ctx, &mut rng);
+    check_sort::<f64>(&ctx, &mut rng);
 }

@@ -42,6 +42,19 @@ trait Gen: Element + Default {
     fn small(rng: &mut SmallRng) -> Self;
     /// Unit roundoff of the type (0 for integers).
     const EPS: f64;
+    /// The relative error of the kernels' sums per element summed: f32 accumulation, but f64
+    /// for f64 (a sum of r terms in any order is within r ulp of the accumulator).
+    const ACC_EPS: f64 = 1e-5;
+}
+impl Gen for f64 {
+    fn bits(rng: &mut SmallRng) -> Self {
+        f64::from_bits(rng.random())
+    }
+    fn small(rng: &mut SmallRng) -> Self {
+        rng.random_range(-1.0..1.0)
+    }
+    const EPS: f64 = f64::EPSILON;
+    const ACC_EPS: f64 = f64::EPSILON;
 }
 impl Gen for f32 {
     fn bits(rng: &mut SmallRng) -> Self {
@@ -184,7 +197,12 @@ fn check<T: Gen, O: Element + Default>(ctx: &Arc<Context>, rng: &mut SmallRng, o
                     } else {
                         1.0
                     };
-                    (gf - wf).abs() <= 1e-5 * abs * scale + 2.0 * T::EPS * wf.abs()
+                    let acc = if T::ACC_EPS < 1e-5 {
+                        r as f64 * T::ACC_EPS
+                    } else {
+                        T::ACC_EPS
+                    };
+                    (gf - wf).abs() <= acc * abs * scale + 2.0 * T::EPS * wf.abs()
                 };
                 assert!(ok, "{what}: output {t}: gpu {g:?} cpu {w:?}");
             }
@@ -217,6 +235,7 @@ fn reductions_match_the_cpu_twin() {
     check_all::<f16>(&ctx, &mut rng);
     check_all::<i32>(&ctx, &mut rng);
     check_all::<i64>(&ctx, &mut rng);
+    check_all::<f64>(&ctx, &mut rng);
 }
 
 #[test]

@@ -721,7 +721,7 @@ impl Backend for [u8] {
             len: usize::MAX,
             dtype,
         })?;
-        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16], T => {
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
             let input = host::<T>(self, at, n)?;
             let out = host_mut::<T>(values, 0, shape.output_len())?;
             genesis_kernels::reduce::var::<T>(input, shape, correction, std, out)?;

@@ -48,13 +48,13 @@ with_dtype!(f32, F32, |x| f64::from(x));
 with_dtype!(f64, F64, |x| x);
 
 /// Runs `$body` with `$T` bound to the Rust type of `$dtype` for the dtypes the elementwise
-/// kernels support (f32, f16, bf16, i32, i64), and evaluates `$otherwise` for the rest
+/// kernels support (f64, f32, f16, bf16, i32, i64), and evaluates `$otherwise` for the rest
 /// (through [`genesis_kernels::dispatch_dtype!`]).
 #[macro_export]
 #[doc(hidden)]
 macro_rules! dispatch_kernel_dtype {
     ($dtype:expr, $T:ident => $body:expr, _ => $otherwise:expr) => {
-        $crate::__kernels::dispatch_dtype!($dtype, [F32, F16, BF16, I32, I64], $T => $body, _ => $otherwise)
+        $crate::__kernels::dispatch_dtype!($dtype, [F32, F16, BF16, I32, I64, F64], $T => $body, _ => $otherwise)
     };
 }
 

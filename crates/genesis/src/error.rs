@@ -65,8 +65,8 @@ pub enum Error {
         /// The tensor's dtype.
         dtype: DType,
     },
-    /// An operation that this device cannot run for this dtype (float64 arithmetic on a CUDA
-    /// device: there is no float64 kernel, and the op is never computed in float32 instead).
+    /// An operation that this device cannot run for this dtype: it has no kernel for it, and
+    /// the op is never computed in a narrower dtype instead.
     #[error(
         "{op}: {dtype} is not supported on {device} (no kernel for it; use the CPU, or convert \
          to float32)"

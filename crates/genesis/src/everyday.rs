@@ -21,8 +21,9 @@ struct Reduction {
 }
 
 impl Tensor {
-    /// Sine of each element (radians), into a new tensor (f32, f16, bf16; computed in f32,
-    /// within 2 ulp of the exact value: CUDA's `sinf` on the GPU, Rust's on the CPU).
+    /// Sine of each element (radians), into a new tensor (f64, f32, f16, bf16; computed in f32,
+    /// float64 in f64, within 2 ulp of the exact value: CUDA's `sinf` / `sin` on the GPU,
+    /// Rust's on the CPU; integers and bools give float32).
     ///
     /// ```
     /// use genesis::{Device, Tensor};
@@ -47,9 +48,10 @@ impl Tensor {
     /// Each element limited to `[min, max]` (PyTorch's `clamp`): `min(max(x, min), max)`, so
     /// `min > max` gives `max` everywhere; either bound may be `None`, not both. A NaN element
     /// stays NaN; a NaN bound is an error. The bounds are converted exactly to the tensor's
-    /// dtype (f32, f16, bf16, i32, i64): a whole number in range for an integer tensor
-    /// ([`Error::ScalarOutOfRange`] otherwise; the result keeps the tensor's dtype). One pass
-    /// over the elements; the result is a new contiguous tensor.
+    /// dtype (f64, f32, f16, bf16, i64, i32, i16, i8, u8; uint8, int8 and int16 clamp exactly in
+    /// int32): a whole number in range for an integer tensor ([`Error::ScalarOutOfRange`]
+    /// otherwise; the result keeps the tensor's dtype). One pass over the elements; the result
+    /// is a new contiguous tensor.
     ///
     /// ```
     /// use genesis::{Device, Tensor};
@@ -78,6 +80,14 @@ impl Tensor {
             }
             host_scalar("clamp", self.dtype(), v)?;
         }
+        // uint8, int8 and int16 have no clamp kernel: int32 holds them and the bounds (checked
+        // above) exactly, so clamping there and converting back is exact.
+        if matches!(self.dtype(), DType::U8 | DType::I8 | DType::I16) {
+            return self
+                .to_dtype(DType::I32)?
+                .clamp(min, max)?
+                .to_dtype(self.dtype());
+        }
         let (a, start) = self.dense_operand(self.shape())?;
         Tensor::from_storage(a.clamp_at(start, self.numel(), min, max)?, self.shape())
     }
@@ -95,8 +105,8 @@ impl Tensor {
     }
 
     /// Product of all elements, as a 0-dimensional tensor (the product of nothing is 1).
-    /// Floating types accumulate in f32 on the GPU (f64 on the CPU) and keep their dtype;
-    /// integer products wrap and are i64 (PyTorch's rule).
+    /// Floating types accumulate in f32 on the GPU (float64 in f64; every float in f64 on the
+    /// CPU) and keep their dtype; integer products wrap and are i64 (PyTorch's rule).
     ///
     /// ```
     /// use genesis::{Device, Tensor};
@@ -174,8 +184,8 @@ impl Tensor {
     }
 
     /// The variance of all elements with PyTorch's `correction` (1: Bessel's, the sample
-    /// variance; 0: the population variance), as a 0-dimensional tensor of the same dtype (f32,
-    /// f16, bf16): `sum((x - mean)^2) / max(0, n - correction)`. No elements give NaN, as do
+    /// variance; 0: the population variance), as a 0-dimensional tensor of the same dtype (f64,
+    /// f32, f16, bf16): `sum((x - mean)^2) / max(0, n - correction)`. No elements give NaN, as do
     /// `n <= correction` with equal elements (a division by zero otherwise gives infinity).
     /// Computed in one pass with f64 sums of each line shifted by its first element, then
     /// rounded once.
@@ -224,10 +234,13 @@ impl Tensor {
         std: bool,
     ) -> Result<Tensor> {
         let name = if std { "std" } else { "var" };
-        if !self.dtype().is_float() || self.dtype() == DType::F64 {
+        if !self.dtype().is_float() {
             return Err(Error::InvalidArgument {
                 op: name,
-                reason: format!("dtype {} (f32, f16 and bf16 only)", self.dtype()),
+                reason: format!(
+                    "dtype {} (floating dtypes only: f64, f32, f16, bf16)",
+                    self.dtype()
+                ),
             });
         }
         if !correction.is_finite() {
@@ -322,9 +335,10 @@ impl Tensor {
 
     /// The inclusive prefix sums along dimension `dim` (negative counts from the end; a 0-d
     /// tensor takes 0 or -1), PyTorch's `cumsum`: a new contiguous tensor of the same shape.
-    /// Floats (f32, f16, bf16) keep their dtype and accumulate in f32 on the GPU (f64 on the
-    /// CPU); integers (i32, i64) give i64 and wrap. Along the last dimension of a tensor with
-    /// many rows one pass reads the input once; a strided tensor is copied first.
+    /// Floats (f64, f32, f16, bf16) keep their dtype and accumulate in f32 on the GPU (float64
+    /// in f64; every float in f64 on the CPU); integers and bools give i64 (uint8, int8, int16 and
+    /// bool converted to i64 first) and wrap. Along the last dimension of a tensor with many rows one pass reads the input once; a strided
+    /// tensor is copied first.
     ///
     /// ```
     /// use genesis::{Device, Tensor};
@@ -337,6 +351,14 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn cumsum(&self, dim: impl Dim) -> Result<Tensor> {
+        // uint8, int8, int16 and bool have no scan kernel; their sums are int64 (PyTorch's
+        // rule), so they are summed exactly as int64.
+        if matches!(
+            self.dtype(),
+            DType::U8 | DType::I8 | DType::I16 | DType::Bool
+        ) {
+            return self.to_dtype(DType::I64)?.cumsum(dim);
+        }
         let rank = self.dim();
         let d = wrap_dim("cumsum", dim.to_dim() as i64, rank)?;
         let shape = self.shape().to_vec();
@@ -359,8 +381,8 @@ impl Tensor {
     /// `(values, indices)` of the elements sorted along `dim` (negative counts from the end),
     /// ascending or `descending` (PyTorch's `sort(dim, descending, stable=True)`): stable, so
     /// equal values keep their order; NaN sorts after every number (first when descending);
-    /// -0.0 and +0.0 are equal. Indices are i64 positions along `dim`. f32, f16, bf16, i32,
-    /// i64. On the GPU, rows of up to 2048 elements along `dim` sort in shared memory (one
+    /// -0.0 and +0.0 are equal. Indices are i64 positions along `dim`. Every dtype (uint8, int8,
+    /// int16 and bool sort as int32, converted back; false before true). On the GPU, rows of up to 2048 elements along `dim` sort in shared memory (one
     /// block a row, fast); longer rows run a slower global-memory network. A `dim` other than
     /// the last is moved last (a copy) and back.
     ///
@@ -391,6 +413,15 @@ impl Tensor {
         k: Option<usize>,
         descending: bool,
     ) -> Result<(Tensor, Tensor)> {
+        // uint8, int8, int16 and bool have no sort kernel: int32 holds them exactly and in the
+        // same order, so they sort there and are converted back.
+        let dtype = self.dtype();
+        if matches!(dtype, DType::U8 | DType::I8 | DType::I16 | DType::Bool) {
+            let (values, indices) = self
+                .to_dtype(DType::I32)?
+                .sort_keep(op, dim, k, descending)?;
+            return Ok((values.to_dtype(dtype)?, indices));
+        }
         let rank = self.dim();
         let d = wrap_dim(op, dim, rank)?;
         let (last, moved) = match d {
@@ -576,7 +607,8 @@ impl Tensor {
     }
 
     /// A copy of `self` with the values of `src` added along `dim` where `index` points
-    /// (PyTorch's out-of-place `scatter_add`; f32, f16, bf16, i32, i64), every contribution
+    /// (PyTorch's out-of-place `scatter_add`; f64, f32, f16, bf16, i64, i32, and i16, i8, u8
+    /// summed in int32 and wrapped back, as PyTorch's wrapping sums), every contribution
     /// counted: on the GPU with atomic adds (float sums depend on their order of arrival), on the
     /// CPU in position order. Arguments as [`Tensor::scatter`].
     #[track_caller]
@@ -631,9 +663,13 @@ impl Tensor {
         src: &Tensor,
         add: bool,
     ) -> Result<()> {
-        let (dim, shape) = self.scatter_checks(name, dim, index, src)?;
-        let size = self.shape().get(dim).copied().unwrap_or(1);
+        let (d, shape) = self.scatter_checks(name, dim, index, src)?;
+        let size = self.shape().get(d).copied().unwrap_or(1);
         check_index_range(name, index, size)?;
+        if add && narrow_int(self.dtype()) {
+            return self.copy_(&self.scatter_add_wide(name, dim, index, src)?);
+        }
+        let dim = d;
         let strides: Option<Vec<usize>> = self
             .strides()
             .iter()
@@ -657,6 +693,21 @@ impl Tensor {
             &d,
         )?;
         Ok(())
+    }
+
+    /// The out-of-place scatter-add of a narrow integer `self` (uint8, int8, int16), which has
+    /// no kernel: computed in int32, whose sums wrap modulo 2^32, so converting them back
+    /// gives the narrow type's wrapping sums exactly.
+    fn scatter_add_wide(
+        &self,
+        name: &'static str,
+        dim: isize,
+        index: &Tensor,
+        src: &Tensor,
+    ) -> Result<Tensor> {
+        let wide = self.to_dtype(DType::I32)?;
+        wide.scatter_impl(name, dim, index, &src.to_dtype(DType::I32)?, true)?
+            .to_dtype(self.dtype())
     }
 
     /// The checks shared by the scatters: `dim` wrapped, `src` of `self`'s dtype and device
@@ -700,7 +751,11 @@ impl Tensor {
         src: &Tensor,
         add: bool,
     ) -> Result<Tensor> {
-        let (dim, shape) = self.scatter_checks(name, dim, index, src)?;
+        let (d, shape) = self.scatter_checks(name, dim, index, src)?;
+        if add && narrow_int(self.dtype()) {
+            return self.scatter_add_wide(name, dim, index, src);
+        }
+        let dim = d;
         let mut out = self.view.contiguous()?;
         let (idx, istart, istrides) = strided_operand(index)?;
         let (vals, vstart, vstrides) = strided_operand(src)?;
@@ -867,6 +922,11 @@ impl Tensor {
 
 /// A tensor's storage, first element and strides for reading it in place (non-negative
 /// strides), or a contiguous copy's.
+/// uint8, int8 and int16: the integers without a scatter-add kernel.
+fn narrow_int(dtype: DType) -> bool {
+    matches!(dtype, DType::U8 | DType::I8 | DType::I16)
+}
+
 /// Checks that every value of the i64 `index` lies in `0..size` (two reductions read back);
 /// the first bad one in row-major order is the error, as the kernels report it.
 fn check_index_range(op: &'static str, index: &Tensor, size: usize) -> Result<()> {

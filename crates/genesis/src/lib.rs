@@ -21,7 +21,6 @@ pub mod backends;
 pub mod cpu;
 mod error;
 mod everyday;
-mod host_f64;
 mod index;
 mod interop;
 #[doc(hidden)]

@@ -42,7 +42,7 @@ comparisons! {
 impl Tensor {
     /// `op(self, other)` elementwise with NumPy broadcasting, as a new `Bool` tensor. Both
     /// operands must be on one device; they are compared in their promoted dtype
-    /// ([`result_type`](crate::result_type)), any dtype (float64 on the CPU only).
+    /// ([`result_type`](crate::result_type)), any dtype, on every device.
     /// Comparisons are IEEE's: NaN is unequal to everything, including itself.
     ///
     /// ```
@@ -157,7 +157,7 @@ impl Tensor {
     /// `self ^ exponent` elementwise, broadcast, in the promoted dtype, which must be a float
     /// (an integer tensor to a float power is float32; integer powers of integers are not
     /// supported). Computed in f32 with CUDA's `powf` on the GPU and Rust's on the CPU, within
-    /// a few ulp of the exact value; float64 (CPU) in `f64`.
+    /// a few ulp of the exact value; float64 in `f64` (CUDA's `pow`, Rust's `powf`).
     #[track_caller]
     pub fn pow(&self, exponent: impl Operand) -> Result<Tensor> {
         self.binary_operand(BinaryOp::Pow, exponent.operand())

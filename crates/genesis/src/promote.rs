@@ -16,12 +16,11 @@
 //!
 //! # How the ops compute
 //!
-//! Operands are converted to the result dtype (the cast kernels) and the op runs in it. The
-//! dtypes without kernels compute exactly in a wider one: `uint8`, `int8`, `int16` and `bool`
-//! through `int32` (integer add, sub and mul wrap, so the wrapping cast back gives PyTorch's
-//! result; bool add is "or", mul "and"), `float64` on the CPU in Rust's `f64`; `float64`
-//! arithmetic on a CUDA device is [`Error::UnsupportedOnDevice`] (never silently computed in
-//! float32).
+//! Operands are converted to the result dtype (the cast kernels) and the op runs in it, on
+//! every device: `float64` has kernels (and CPU twins) of its own and computes in `f64`, never
+//! in float32. The dtypes without kernels compute exactly in a wider one: `uint8`, `int8`,
+//! `int16` and `bool` through `int32` (integer add, sub and mul wrap, so the wrapping cast back
+//! gives PyTorch's result; bool add is "or", mul "and").
 
 use genesis_storage::{BinaryOp, CompareOp, DType, Device, UnaryOp};
 
@@ -179,28 +178,16 @@ pub(crate) fn div_type(r: DType) -> DType {
 pub(crate) fn has_kernels(d: DType) -> bool {
     matches!(
         d,
-        DType::F32 | DType::F16 | DType::BF16 | DType::I32 | DType::I64
+        DType::F64 | DType::F32 | DType::F16 | DType::BF16 | DType::I32 | DType::I64
     )
 }
 
-/// How an op whose result dtype is `r` computes on `device`.
-enum Compute {
-    /// The kernels, in this dtype (`r`, or `int32` for the narrow integers and bool).
-    Kernel(DType),
-    /// Rust's `f64` on the host.
-    HostF64,
-}
-
-fn compute_for(op: &'static str, r: DType, device: Device) -> Result<Compute> {
+/// The dtype the kernels compute an op whose result dtype is `r` in: `r`, or `int32` for the
+/// narrow integers and bool.
+fn compute_dtype(r: DType) -> DType {
     match r {
-        DType::U8 | DType::I8 | DType::I16 | DType::Bool => Ok(Compute::Kernel(DType::I32)),
-        DType::F64 if device == Device::Cpu => Ok(Compute::HostF64),
-        DType::F64 => Err(Error::UnsupportedOnDevice {
-            op,
-            dtype: r,
-            device,
-        }),
-        d => Ok(Compute::Kernel(d)),
+        DType::U8 | DType::I8 | DType::I16 | DType::Bool => DType::I32,
+        d => d,
     }
 }
 
@@ -283,19 +270,15 @@ impl Tensor {
             // The scalar must be representable in the result dtype (as PyTorch checks).
             scalar_storage(name, r, v)?;
         }
-        match compute_for(name, r, self.device())? {
-            Compute::HostF64 => crate::host_f64::binary(op, &self.cast_to(DType::F64)?, rhs),
-            Compute::Kernel(c) => {
-                // A true division converts integers straight to float (PyTorch's
-                // `promote_integer_inputs_to_float`); the other ops through the result dtype.
-                let a = self.cast_via(r, c)?;
-                let out = match rhs {
-                    OperandRef::Tensor(t) => a.binary(op, &t.cast_via(r, c)?)?,
-                    OperandRef::Scalar(v) => a.binary_scalar_value(op, v.as_number())?,
-                };
-                out.cast_to(r)
-            }
-        }
+        let c = compute_dtype(r);
+        // A true division converts integers straight to float (PyTorch's
+        // `promote_integer_inputs_to_float`); the other ops through the result dtype.
+        let a = self.cast_via(r, c)?;
+        let out = match rhs {
+            OperandRef::Tensor(t) => a.binary(op, &t.cast_via(r, c)?)?,
+            OperandRef::Scalar(v) => a.binary_scalar_value(op, v.as_number())?,
+        };
+        out.cast_to(r)
     }
 
     /// In place `self = op(self, rhs)` with PyTorch's rule: the op computes in the promoted
@@ -350,18 +333,14 @@ impl Tensor {
             }
             OperandRef::Scalar(v) => Tensor::scalar_on(name, r, v, self.device())?,
         };
-        match compute_for(name, r, self.device())? {
-            Compute::HostF64 => {
-                crate::host_f64::compare(op, &self.cast_to(DType::F64)?, &rhs.cast_to(DType::F64)?)
-            }
-            Compute::Kernel(c) => self.cast_via(r, c)?.compare(op, &rhs.cast_via(r, c)?),
-        }
+        let c = compute_dtype(r);
+        self.cast_via(r, c)?.compare(op, &rhs.cast_via(r, c)?)
     }
 
     /// `op(self)` for the dtypes and ops the kernels lack: the float ops (exp, log, sqrt,
     /// tanh, sigmoid) of integers and bools compute in float32 (PyTorch's rule for them);
     /// `neg`, `abs`, `relu` of uint8/int8/int16 in int32, converted back (wrapping as
-    /// PyTorch's); float64 in Rust's `f64` on the CPU. `neg`, `abs` and `relu` of bools are
+    /// PyTorch's). `neg`, `abs` and `relu` of bools are
     /// [`genesis_storage::Error::UnsupportedDType`].
     #[track_caller]
     pub(crate) fn unary_promoted(&self, op: UnaryOp) -> Result<Tensor> {
@@ -369,16 +348,13 @@ impl Tensor {
         if op.float_only() && !d.is_float() {
             return self.to_dtype(DType::F32)?.unary(op);
         }
-        match compute_for(op.name(), d, self.device())? {
-            Compute::HostF64 => crate::host_f64::unary(op, self),
-            Compute::Kernel(_) if d == DType::Bool => {
-                Err(Error::Storage(genesis_storage::Error::UnsupportedDType {
-                    op: op.name(),
-                    dtype: d,
-                }))
-            }
-            Compute::Kernel(c) => self.cast_to(c)?.unary(op)?.cast_to(d),
+        if d == DType::Bool {
+            return Err(Error::Storage(genesis_storage::Error::UnsupportedDType {
+                op: op.name(),
+                dtype: d,
+            }));
         }
+        self.cast_to(compute_dtype(d))?.unary(op)?.cast_to(d)
     }
 
     /// In place `self = op(self)` through [`Tensor::unary_promoted`]: the result is converted

@@ -2,16 +2,16 @@
 
 use std::sync::Arc;
 
-use genesis_storage::{DType, Device, ReduceOp, ReduceShape, Storage};
+use genesis_storage::{DType, ReduceOp, ReduceShape, Storage};
 
 use crate::args::{Dim, Dims, shape_spec, wrap_dim};
 use crate::{Error, Result, Tensor};
 
 impl Tensor {
     /// Sum of all elements, as a 0-dimensional tensor. Floating types accumulate in f32 on the
-    /// GPU (f64 on the CPU) and keep their dtype; integer and bool sums wrap and are i64
-    /// (PyTorch's rule: `mask.sum()` counts the true elements). Every dtype reduces on the CPU;
-    /// float64 on a CUDA device is [`Error::UnsupportedOnDevice`].
+    /// GPU (float64 in f64; every float in f64 on the CPU) and keep their dtype; integer and
+    /// bool sums wrap and are i64 (PyTorch's rule: `mask.sum()` counts the true elements). Every
+    /// dtype reduces on every device.
     ///
     /// ```
     /// use genesis::{Device, Tensor};
@@ -154,8 +154,7 @@ impl Tensor {
         let name = op.name();
         // The dtypes without reduction kernels reduce exactly in a wider one: integer and bool
         // sums and products in int64 (their result dtype), max/min (and their indices) in
-        // int32, converted back; any/all of bools have kernels. Float64 reduces on the CPU in
-        // Rust's f64 (below), and is an error on CUDA (once the arguments are checked).
+        // int32, converted back; any/all of bools have kernels, as do the other dtypes.
         match (self.dtype(), op) {
             (DType::U8 | DType::I8 | DType::I16 | DType::Bool, ReduceOp::Sum | ReduceOp::Prod) => {
                 return self.to_dtype(DType::I64)?.reduce(op, dims, keepdim);
@@ -253,21 +252,10 @@ impl Tensor {
                     .product();
                 (Arc::new(moved), 0, ReduceShape { outer, r, inner: 1 })
             };
-        if storage.dtype() == DType::F64 && self.device() != Device::Cpu {
-            return Err(Error::UnsupportedOnDevice {
-                op: name,
-                dtype: DType::F64,
-                device: self.device(),
-            });
-        }
-        let (values, indices) = if storage.dtype() == DType::F64 {
-            crate::host_f64::reduce(&storage, op, start, rshape)?
-        } else {
-            let out = storage.reduce(op, start, rshape)?;
-            (out.values, out.indices)
-        };
-        let values = Tensor::from_storage(values, &out_shape)?;
-        let indices = indices
+        let out = storage.reduce(op, start, rshape)?;
+        let values = Tensor::from_storage(out.values, &out_shape)?;
+        let indices = out
+            .indices
             .map(|i| Tensor::from_storage(i, &out_shape))
             .transpose()?;
         Ok((values, indices))

@@ -716,7 +716,7 @@ impl Tensor {
     /// `op(self)` elementwise into a new contiguous tensor of the same shape and device, and
     /// the same dtype but for the float ops (exp, log, sqrt, tanh, sigmoid) of integers and
     /// bools, which give float32 (PyTorch's rule). Floats are computed in f32 (f16/bf16
-    /// widened and rounded once; float64 in `f64`, on the CPU only); exp, log, tanh and
+    /// widened and rounded once; float64 in `f64`, on every device); exp, log, tanh and
     /// sigmoid are within a few ulp of the exact value (CUDA's math library on the GPU, Rust's
     /// on the CPU), the other ops exact. `neg`, `abs` and `relu` of integers wrap; of bools
     /// they are an error.
@@ -979,10 +979,7 @@ impl Tensor {
         }
         // `x ** 0.5` is `sqrt(x)`, as in PyTorch and NumPy: the same values but where C's `pow`
         // differs from `sqrt` (pow(-inf, 0.5) = inf and pow(-0, 0.5) = 0; sqrt gives NaN and -0).
-        if op == BinaryOp::Pow
-            && scalar == 0.5
-            && matches!(self.dtype(), DType::F32 | DType::F16 | DType::BF16)
-        {
+        if op == BinaryOp::Pow && scalar == 0.5 && self.dtype().is_float() {
             return self.unary(UnaryOp::Sqrt);
         }
         let out = self

@@ -28,8 +28,8 @@ Case format (`genesis-facade-cases v1`), one JSON object per case in `cases`:
   where Genesis deliberately refuses (the error's Debug variant path, e.g.
   `Storage.UnsupportedDType`, `ShapeMismatch`, `Index.IndexOutOfRange`; `DimOutOfRange` for a
   dimension out of range, whichever layer reports it; `"A|B"` accepts either kind).
-- `cuda_err`: the expected error on a CUDA device where the CPU gives `out` (float64
-  arithmetic, comparisons and reductions, which have no kernel there: `UnsupportedOnDevice`).
+- `cuda_err`: the expected error on a CUDA device where the CPU gives `out`, for an op a CUDA
+  device lacks (every dtype has its CUDA kernels, so the generator writes none).
 - Comparison: no `tol` means exact (same values, NaN matching any NaN, and the same sign of
   zero); `"eqv"` the same values with zeros of either sign equal; `[rtol, atol]` floats within
   `atol + rtol * |expected|` (NaN and infinities exactly; used for the transcendental ops and
@@ -44,11 +44,11 @@ integer-to-bf16 casts round through float32 (as PyTorch's). Binary ops, comparis
 promote their operands by PyTorch's `torch.result_type` (`data/promotion.json`, PyTorch's own
 table) and compute in the result dtype: uint8/int8/int16 wrap, bool `add` is "or" and `mul`
 "and" (bool `sub` is `InvalidArgument`), `div` of integers is float32, `pow` of integers is
-`Storage.UnsupportedDType`; float64 computes exactly on the CPU (`cuda_err` on CUDA). Every dtype
+`Storage.UnsupportedDType`; float64 computes exactly in f64 on every device. Every dtype
 sums (integers and bools to int64) and takes max/min/argmax/argmin; `mean` is for floats. Unary
 ops: `neg`/`abs`/`relu` of integers wrap (of bools: `Storage.UnsupportedDType`), the float ops
 of integers and bools give float32 (in place: `InvalidArgument`), float64 as above; `unary_out`
-needs a kernel dtype (float32/float16/bfloat16/int32/int64, the float ops float ones);
+needs a kernel dtype (float64/float32/float16/bfloat16/int32/int64, the float ops float ones);
 `matmul` is for float32/float16/bfloat16. `binary_scalar(op, s)`
 takes `s` in the tensor's dtype (it must be representable: `ScalarOutOfRange`) as a 0-d tensor
 of it; `pow_scalar` and `compare_scalar` take `s` as a Python float (an integer or bool tensor
@@ -84,7 +84,6 @@ IRANGE = {"uint8": (0, 255), "int8": (-128, 127), "int16": (-2**15, 2**15 - 1),
 FINFO = {"float16": (11, 2.0**-14, 65504.0), "bfloat16": (8, 2.0**-126, 3.3895313892515355e38),
          "float32": (24, 2.0**-126, 3.4028234663852886e38), "float64": (53, 2.0**-1022, 1.7976931348623157e308)}
 UNSUPPORTED = "Storage.UnsupportedDType"
-ON_CUDA = "UnsupportedOnDevice"
 
 _SHORT = {"bool": "bool", "u8": "uint8", "i8": "int8", "i16": "int16", "i32": "int32",
           "i64": "int64", "f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64"}
@@ -584,8 +583,6 @@ def mk_binary(g, i):
         # True division converts integer operands straight to float32 (PyTorch's
         # promote_integer_inputs_to_float), not through the integer result dtype.
         a, b = A(odt, sa, cast_ref(a0.dt, odt, a0.a)), A(odt, sb, cast_ref(b0.dt, odt, b0.a))
-    if odt == "float64":
-        case["cuda_err"] = ON_CUDA
     if kind >= 0.05 and odt == dt and r.random() < 0.007:
         sa, a = g.big(dt)
         sb, b = (sa, g.big(dt)[1]) if r.random() < 0.5 else ([1] * (len(sa) - 1) + [sa[-1]], None)
@@ -676,8 +673,6 @@ def mk_scalar(g, i):
         odt = res
         bs = np.full((), sv, dtype=np.float64 if res in FLOATS else object)
         case["out"] = out_t("bool", np.broadcast_to(cmp_ref(op, res, x, bs), tuple(shape)))
-    if odt == "float64":
-        case["cuda_err"] = ON_CUDA
     return case
 
 
@@ -695,7 +690,7 @@ def mk_unary(g, i):
     float_op = op not in ("neg", "abs", "relu")
     if form == "unary_out":
         # `out=` has the operand's dtype: the kernels' dtypes only.
-        if dt not in KERNEL or (float_op and dt not in KFLOAT):
+        if dt not in KERNEL + ["float64"] or (float_op and dt not in FLOATS):
             case["err"] = UNSUPPORTED
             return case
     elif dt == "bool" and not float_op:
@@ -710,8 +705,6 @@ def mk_unary(g, i):
         shape, a = g.big(dt)
         case["in"] = [enc(a)]
     x = cast_ref(dt, odt, a.a) if odt != dt else a.a
-    if odt == "float64":
-        case["cuda_err"] = ON_CUDA
     val, tol = unary_ref(op, odt, x)
     case["out"] = out_t(odt, val)
     if tol:
@@ -748,8 +741,6 @@ def mk_compare(g, i):
         case["in"][1] = eb
         res = promote(dt, sa, other, sb)
         a, b = A(res, sa, cast_ref(dt, res, a.a)), A(res, sb, cast_ref(other, res, b.a))
-    if res == "float64":
-        case["cuda_err"] = ON_CUDA
     case["out"] = out_t("bool", cmp_ref(op, res, a.a, b.a))
     return case
 
@@ -849,8 +840,6 @@ def mk_reduce(g, i):
         if op == "mean" and dt not in FLOATS:
             case["err"] = UNSUPPORTED
             return case
-        if dt == "float64":
-            case["cuda_err"] = ON_CUDA
         n = int(np.prod([shape[d] for d in axes])) if axes else 1
         if dt in FLOATS:
             with np.errstate(all="ignore"):
@@ -885,8 +874,6 @@ def mk_reduce(g, i):
         if a.a.size == 0:
             case["err"] = "InvalidArgument"
             return case
-        if dt == "float64":
-            case["cuda_err"] = ON_CUDA
         idx = arg_ref(op == "argmax", x.reshape(-1), dt)
         case["out"] = out_t("int64", np.array(idx, dtype=object))
         return case
@@ -902,8 +889,6 @@ def mk_reduce(g, i):
         return case
     if rank == 0:
         # a 0-d tensor takes dim 0 or -1 (PyTorch's rule): its element, at index 0
-        if dt == "float64":
-            case["cuda_err"] = ON_CUDA
         if op in ("max_dim", "min_dim"):
             case["out"] = [out_t(dt, x), out_t("int64", np.array(0, dtype=object))]
         else:
@@ -913,8 +898,6 @@ def mk_reduce(g, i):
     if shape[ax] == 0:
         case["err"] = "InvalidArgument"
         return case
-    if dt == "float64":
-        case["cuda_err"] = ON_CUDA
     is_max = op in ("max_dim", "argmax_dim")
     moved = np.moveaxis(x, ax, -1)
     out_shape = moved.shape[:-1]

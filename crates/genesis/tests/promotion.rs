@@ -1,10 +1,10 @@
 //! Type promotion against PyTorch: `tests/data/promotion.json` (written by
 //! `gen_promotion_table.py` from `torch.result_type`) checked through `genesis::result_type`
 //! and through the output dtypes (and values) of the ops: add, sub, mul, maximum, div,
-//! comparisons, `where`, sum. Then the dtypes that have no kernels (uint8, int8, int16, bool,
-//! float64): wrapping arithmetic, bool logic, exact float64 on the CPU, and the in-place rule.
-//! The table runs on the CPU; on a CUDA device a sample of it runs and must give the CPU's
-//! dtypes and values (float64 arithmetic there is `Error::UnsupportedOnDevice`).
+//! comparisons, `where`, sum. Then the dtypes that have no kernels (uint8, int8, int16, bool):
+//! wrapping arithmetic, bool logic; float64 computed exactly in f64 on every device; and the
+//! in-place rule. The table runs on the CPU; on a CUDA device a sample of it runs and must give
+//! the CPU's dtypes and values (float64 included).
 
 #[allow(dead_code)]
 mod common;
@@ -92,7 +92,6 @@ fn expect(a: &[f64], b: &[f64], f: impl Fn(f64, f64) -> f64) -> Vec<f64> {
 /// dtype `r` PyTorch gives; `what` names the case in failures.
 fn check_ops(what: &str, a: &Tensor, b_vals: &[f64], b: impl Operand + Copy, r: DType) {
     let av = values(a);
-    let f64_on_cuda = r == DType::F64 && a.device() != Device::Cpu;
     let arith = [
         ("add", a.add(b), expect(&av, b_vals, |x, y| x + y)),
         ("mul", a.mul(b), expect(&av, b_vals, |x, y| x * y)),
@@ -100,13 +99,6 @@ fn check_ops(what: &str, a: &Tensor, b_vals: &[f64], b: impl Operand + Copy, r: 
         ("minimum", a.minimum(b), expect(&av, b_vals, f64::min)),
     ];
     for (op, got, want) in arith {
-        if f64_on_cuda {
-            assert!(
-                matches!(got, Err(Error::UnsupportedOnDevice { .. })),
-                "{what} {op}: {got:?}"
-            );
-            continue;
-        }
         let got = got.unwrap_or_else(|e| panic!("{what} {op}: {e}"));
         assert_eq!(got.dtype(), r, "{what} {op}");
         let want: Vec<f64> = want.into_iter().map(|v| wrap(v, r)).collect();
@@ -116,11 +108,6 @@ fn check_ops(what: &str, a: &Tensor, b_vals: &[f64], b: impl Operand + Copy, r: 
     let sub = a.sub(b);
     if r == DType::Bool {
         assert!(matches!(sub, Err(Error::InvalidArgument { .. })), "{what}");
-    } else if f64_on_cuda {
-        assert!(
-            matches!(sub, Err(Error::UnsupportedOnDevice { .. })),
-            "{what}"
-        );
     } else {
         let sub = sub.unwrap_or_else(|e| panic!("{what} sub: {e}"));
         assert_eq!(sub.dtype(), r, "{what} sub");
@@ -130,7 +117,6 @@ fn check_ops(what: &str, a: &Tensor, b_vals: &[f64], b: impl Operand + Copy, r: 
     // True division: float32 for integers and bools.
     let rd = if r.is_float() { r } else { DType::F32 };
     match a.div(b) {
-        Err(Error::UnsupportedOnDevice { .. }) if f64_on_cuda => {}
         Ok(q) => {
             assert_eq!(q.dtype(), rd, "{what} div");
             let want = expect(&av, b_vals, |x, y| x / y);
@@ -167,13 +153,6 @@ fn check_ops(what: &str, a: &Tensor, b_vals: &[f64], b: impl Operand + Copy, r: 
         ),
     ];
     for (op, got, want) in cmp {
-        if f64_on_cuda {
-            assert!(
-                matches!(got, Err(Error::UnsupportedOnDevice { .. })),
-                "{what} {op}"
-            );
-            continue;
-        }
         let got = got.unwrap_or_else(|e| panic!("{what} {op}: {e}"));
         assert_eq!(got.dtype(), DType::Bool, "{what} {op}");
         assert_eq!(values(&got), want, "{what} {op}");
@@ -279,23 +258,15 @@ fn ops_follow_table(device: Device, step: usize) {
     for e in t["div"].as_array().unwrap().iter().step_by(step.min(3)) {
         let (da, r) = (dtype(field(e, "a")), dtype(field(e, "result")));
         let a = operand(da, false, device);
-        match a.div(&a) {
-            Err(Error::UnsupportedOnDevice { .. }) if r == DType::F64 && device != Device::Cpu => {}
-            q => assert_eq!(q.unwrap().dtype(), r, "{device} {e}"),
-        }
+        assert_eq!(a.div(&a).unwrap().dtype(), r, "{device} {e}");
     }
     for e in t["sum"].as_array().unwrap() {
         let (da, r) = (dtype(field(e, "a")), dtype(field(e, "result")));
         let a = operand(da, false, device);
-        match a.sum() {
-            Err(Error::UnsupportedOnDevice { .. }) if r == DType::F64 && device != Device::Cpu => {}
-            s => {
-                let s = s.unwrap();
-                assert_eq!(s.dtype(), r, "{device} {e}");
-                let want = if da == DType::Bool { 1.0 } else { 4.0 };
-                assert_eq!(values(&s), [want], "{device} {e}");
-            }
-        }
+        let s = a.sum().unwrap();
+        assert_eq!(s.dtype(), r, "{device} {e}");
+        let want = if da == DType::Bool { 1.0 } else { 4.0 };
+        assert_eq!(values(&s), [want], "{device} {e}");
     }
 }
 
@@ -471,39 +442,39 @@ fn float64_is_exact_on_the_cpu() {
 }
 
 #[test]
-fn float64_arithmetic_on_cuda_is_a_typed_error() {
+fn float64_on_cuda_computes_in_f64() {
     let _release = common::Release;
     if !genesis::cuda::is_available() {
         eprintln!("CUDA part skipped: no CUDA device found");
         return;
     }
     let dev = Device::Cuda(0);
-    let x = Tensor::from_slice(&[1.0f64, 2.0], [2], dev).unwrap();
-    for r in [x.add(&x), x.sum(), x.gt(1), (&x * 2.0)] {
-        assert!(
-            matches!(
-                r,
-                Err(Error::UnsupportedOnDevice {
-                    dtype: DType::F64,
-                    ..
-                })
-            ),
-            "{r:?}"
-        );
-    }
-    // Selection and conversion need no arithmetic.
-    let c = Tensor::from_bools(&[true, false], [2], dev).unwrap();
-    let w = Tensor::where_cond(&c, &x, 0).unwrap();
-    assert_eq!(w.to_vec::<f64>().unwrap(), [1.0, 0.0]);
+    let x = Tensor::from_slice(&[0.1f64, 1e-17, 3.0], [3], dev).unwrap();
+    let y = Tensor::from_slice(&[0.2f64, 1.0, -1.0], [3], dev).unwrap();
+    let s = (&x + &y).unwrap();
+    assert_eq!(s.dtype(), DType::F64);
+    assert_eq!(s.to_vec::<f64>().unwrap(), [0.1 + 0.2, 1.0 + 1e-17, 2.0]);
     assert_eq!(
-        x.to_dtype(DType::F32)
-            .unwrap()
-            .sum()
-            .unwrap()
-            .to_vec::<f32>()
-            .unwrap(),
-        [3.0]
+        x.div(&y).unwrap().to_vec::<f64>().unwrap(),
+        [0.1 / 0.2, 1e-17, -3.0]
     );
+    assert_eq!(
+        x.gt(1).unwrap().to_bool_vec().unwrap(),
+        [false, false, true]
+    );
+    assert_eq!(
+        (&x * 2.0).unwrap().to_vec::<f64>().unwrap(),
+        [0.2, 2e-17, 6.0]
+    );
+    // A sum exact in f64 in any order (and not in f32).
+    let t = Tensor::from_slice(&[0.5f64, 2f64.powi(-30), 3.0], [3], dev).unwrap();
+    let sum = t.sum().unwrap();
+    assert_eq!(sum.dtype(), DType::F64);
+    assert_eq!(sum.to_vec::<f64>().unwrap(), [3.5 + 2f64.powi(-30)]);
+    // Selection and conversion, as before.
+    let c = Tensor::from_bools(&[true, false, true], [3], dev).unwrap();
+    let w = Tensor::where_cond(&c, &x, 0).unwrap();
+    assert_eq!(w.to_vec::<f64>().unwrap(), [0.1, 0.0, 3.0]);
 }
 
 #[test]

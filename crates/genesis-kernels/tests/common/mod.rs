@@ -38,6 +38,14 @@ impl Random for f32 {
         self.abs() < f32::MIN_POSITIVE
     }
 }
+impl Random for f64 {
+    fn random(rng: &mut SmallRng) -> Self {
+        f64::from_bits(rng.random())
+    }
+    fn tiny(self) -> bool {
+        self.abs() < f64::MIN_POSITIVE
+    }
+}
 impl Random for f16 {
     fn random(rng: &mut SmallRng) -> Self {
         f16::from_bits(rng.random())

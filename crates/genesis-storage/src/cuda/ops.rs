@@ -370,7 +370,7 @@ impl Backend for CudaMem {
             len: usize::MAX,
             dtype,
         })?;
-        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16], T => {
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
             let plan = ReducePlan::new(shape, self.ctx().multiprocessors() as usize, size_of::<T>());
             let ws_len = plan.workspace_bytes_var();
             let mut ws = CudaMem::new(self.ordinal(), ws_len)?;

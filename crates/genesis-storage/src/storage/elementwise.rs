@@ -80,7 +80,7 @@ impl Storage {
         Ok(out)
     }
 
-    /// Elementwise `op(self, other)` into a new storage on the same device (f32, f16, bf16,
+    /// Elementwise `op(self, other)` into a new storage on the same device (f64, f32, f16, bf16,
     /// i32, i64; `Div` for the floating types only).
     #[track_caller]
     pub fn binary(&self, op: BinaryOp, other: &Storage) -> Result<Storage> {

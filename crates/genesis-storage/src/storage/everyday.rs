@@ -9,7 +9,7 @@ use crate::{DType, Error, Result};
 
 impl Storage {
     /// `min(max(self[start + i], lo), hi)` for `i < len` into a new storage of `len` elements
-    /// on the same device (f32, f16, bf16, i32, i64), PyTorch's `clamp`: either bound may be
+    /// on the same device (f64, f32, f16, bf16, i32, i64), PyTorch's `clamp`: either bound may be
     /// absent, `lo > hi` gives `hi`, a NaN element stays NaN. Each bound is converted exactly
     /// to the dtype (a whole number in range for integers, no overflow to infinity for floats:
     /// [`Error::ScalarOutOfRange`] otherwise); a NaN bound is an error.
@@ -46,7 +46,7 @@ impl Storage {
     }
 
     /// The variance over `r` of `shape.input_len()` contiguous elements from `start`, seen as
-    /// `[outer, r, inner]`, into a new storage of `[outer, inner]` on the same device (f32,
+    /// `[outer, r, inner]`, into a new storage of `[outer, inner]` on the same device (f64, f32,
     /// f16, bf16): `sum((x - mean)^2) / max(0, n - correction)`, PyTorch's `var` with its
     /// `correction` (a finite number), or the standard deviation (its square root) when
     /// `std`. Sums are in f64 (see [`genesis_kernels::reduce::gpu_var`]); a line of no
@@ -66,7 +66,7 @@ impl Storage {
             dtype,
         })?;
         self.check_range(name, start, n)?;
-        if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
+        if !dtype.is_float() {
             return Err(Error::UnsupportedDType { op: name, dtype });
         }
         if !correction.is_finite() {
@@ -88,8 +88,8 @@ impl Storage {
 
     /// The inclusive prefix sums along `r` of `shape.input_len()` contiguous elements from
     /// `start`, seen as `[outer, r, inner]`, into a new storage of the same length on the same
-    /// device: PyTorch's `cumsum`. Floats (f32, f16, bf16) keep their dtype (accumulated in f32
-    /// on the GPU, f64 on the CPU); integers (i32, i64) give i64, wrapping.
+    /// device: PyTorch's `cumsum`. Floats (f64, f32, f16, bf16) keep their dtype (accumulated in
+    /// f32 on the GPU, f64 for f64 and on the CPU); integers (i32, i64) give i64, wrapping.
     #[track_caller]
     pub fn cumsum(&self, start: usize, shape: ReduceShape) -> Result<Storage> {
         let dtype = self.dtype;
@@ -147,7 +147,7 @@ impl Storage {
         Ok(out)
     }
 
-    /// In place: the scatter (`add`: scatter-add, f32, f16, bf16, i32, i64) of the values from
+    /// In place: the scatter (`add`: scatter-add, f64, f32, f16, bf16, i32, i64) of the values from
     /// `values[values_start]` into this storage at `out_start + target(i, index[..])` over
     /// `d`. A value outside `0..d.size` is an error, checked on the device for CUDA memory
     /// (and read back, one synchronisation); the storage is then partly written, so callers
@@ -209,7 +209,7 @@ impl Storage {
 
 impl Storage {
     /// The stable sort of each of `rows` contiguous rows of `r` elements from `start`
-    /// (ascending, or descending; f32, f16, bf16, i32, i64), keeping the first `k` of each
+    /// (ascending, or descending; f64, f32, f16, bf16, i32, i64), keeping the first `k` of each
     /// sorted row (`k == r` for a whole sort, fewer for a top-k): new storages of `rows * k`
     /// sorted values and of their positions in the row (i64), on the same device. NaN sorts
     /// after every number (first when descending) and -0.0 equals +0.0, as PyTorch's; see

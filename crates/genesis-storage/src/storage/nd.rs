@@ -20,7 +20,7 @@ impl Storage {
     /// `out[i] = op(self[a(i)], rhs[b(i)])` for every position `i` of `a`'s shape, into a new
     /// contiguous storage: `a` (and a tensor `rhs`'s layout, of the same shape) may broadcast
     /// (stride 0) or be any strided view; nothing is materialised first. A scalar `rhs` goes
-    /// to the kernel as an argument. f32, f16, bf16, i32, i64 (`Div`, `Pow` for the floating
+    /// to the kernel as an argument. f64, f32, f16, bf16, i32, i64 (`Div`, `Pow` for the floating
     /// types). Results of 2^31 elements or more, or of more than eight dimensions once the
     /// layouts' mergeable neighbours are merged, go through contiguous copies of the operands
     /// (`Storage::contiguous`, with its own limits).
@@ -44,7 +44,7 @@ impl Storage {
 
     /// `self[a(i)] op rhs[b(i)]` for every position `i` of `a`'s shape as a new contiguous
     /// `Bool` storage, the operands read in place through their layouts as in
-    /// [`Storage::binary_strided`] (a scalar `rhs` is a kernel argument). f32, f16, bf16,
+    /// [`Storage::binary_strided`] (a scalar `rhs` is a kernel argument). f64, f32, f16, bf16,
     /// i32, i64; IEEE comparisons (NaN unequal to everything). Layouts the in-place kernels do
     /// not take go through contiguous copies.
     #[track_caller]

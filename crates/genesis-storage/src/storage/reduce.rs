@@ -30,7 +30,7 @@ pub fn reduce_dtype(op: ReduceOp, dtype: DType) -> DType {
 
 impl Storage {
     /// Reduces `shape.input_len()` contiguous elements starting at `start`, seen as
-    /// `[outer, r, inner]`, over `r` (f32, f16, bf16, i32, i64; `any` and `all` take bool and
+    /// `[outer, r, inner]`, over `r` (f64, f32, f16, bf16, i32, i64; `any` and `all` take bool and
     /// only bool; see [`genesis_kernels::reduce`] for the semantics). The results are new storages on the
     /// same device.
     #[track_caller]

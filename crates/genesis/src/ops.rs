@@ -170,11 +170,15 @@ impl Tensor {
     }
 
     /// Writes `op(self, other)` into `out`, which must already have the broadcast shape and
-    /// the operands' dtype and device (PyTorch's `out=`; `out` is not resized). `out` may be
-    /// any tensor, a view of a larger one included; the write is seen by every tensor that
-    /// shares its storage. Nothing is allocated when `out` is contiguous, shares no storage
-    /// with the operands, and both operands are contiguous at its shape; otherwise the result
-    /// is computed first and copied in. On error `out` is unchanged.
+    /// the operands' device (PyTorch's `out=`; `out` is not resized). `out` may be any
+    /// tensor, a view of a larger one included; the write is seen by every tensor that shares
+    /// its storage. The operands promote as for [`Tensor::binary`]; the result is converted to
+    /// `out`'s dtype when PyTorch's `can_cast` allows it ([`can_cast`](crate::can_cast): a
+    /// float result does not go into an integer or bool `out`, an
+    /// [`Error::InvalidArgument`]). Nothing is allocated when operands and `out` share one
+    /// kernel dtype, `out` is contiguous and shares no storage with the operands, and both
+    /// operands are contiguous at its shape; otherwise the result is computed first and copied
+    /// in. On error `out` is unchanged.
     ///
     /// ```
     /// use genesis::{BinaryOp, Device, Tensor};
@@ -189,6 +193,19 @@ impl Tensor {
     #[track_caller]
     pub fn binary_out(&self, op: BinaryOp, other: &Tensor, out: &mut Tensor) -> Result<()> {
         let name = op.name();
+        let same = self.dtype() == other.dtype() && other.dtype() == out.dtype();
+        if !same || !has_kernels(self.dtype()) || (op == BinaryOp::Div && !self.dtype().is_float())
+        {
+            // Mixed dtypes, a dtype without kernels (computed wider), or a true division of
+            // integers: the op promotes as PyTorch's does, and its result is cast into `out`
+            // when PyTorch's `can_cast` allows it.
+            check_same_device(name, self, other)?;
+            let shape = broadcast_shape(name, self.shape(), other.shape())?;
+            check_out_shape_device(name, self, &shape, out)?;
+            let r = self.binary(op, other)?;
+            check_out_cast(name, r.dtype(), out.dtype())?;
+            return out.copy_(&r);
+        }
         self.check_operands(name, other)?;
         let shape = broadcast_shape(name, self.shape(), other.shape())?;
         check_out_shape(name, self, &shape, out)?;
@@ -204,11 +221,23 @@ impl Tensor {
         })
     }
 
-    /// Writes `op(self)` into `out` (same shape, dtype and device; any tensor, as for
-    /// [`Tensor::binary_out`]).
+    /// Writes `op(self)` into `out` (same shape and device; any tensor, as for
+    /// [`Tensor::binary_out`]): the result of [`Tensor::unary`], converted to `out`'s dtype
+    /// when PyTorch's `can_cast` allows it (`exp` of an integer tensor is float32, which does
+    /// not go into an integer `out`).
     #[track_caller]
     pub fn unary_out(&self, op: UnaryOp, out: &mut Tensor) -> Result<()> {
         let name = op.name();
+        if self.dtype() != out.dtype()
+            || !has_kernels(self.dtype())
+            || (op.float_only() && !self.dtype().is_float())
+        {
+            // The op's own result dtype, cast into `out` when PyTorch's `can_cast` allows it.
+            check_out_shape_device(name, self, self.shape(), out)?;
+            let r = self.unary(op)?;
+            check_out_cast(name, r.dtype(), out.dtype())?;
+            return out.copy_(&r);
+        }
         check_out_shape(name, self, self.shape(), out)?;
         if !out.is_contiguous() || out.shares_storage(self) {
             return out.copy_(&self.unary(op)?);
@@ -266,6 +295,50 @@ pub(crate) fn check_out(
 
 /// Checks an `_out` destination against the result it is to hold: its shape, dtype and
 /// device (it may be any view).
+/// `a` and `b` on one device.
+fn check_same_device(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
+    if a.device() != b.device() {
+        return Err(Error::DeviceMismatch {
+            op,
+            lhs: a.device(),
+            rhs: b.device(),
+        });
+    }
+    Ok(())
+}
+
+/// `out` of the result's `shape`, on `like`'s device (any dtype).
+fn check_out_shape_device(
+    op: &'static str,
+    like: &Tensor,
+    shape: &[usize],
+    out: &Tensor,
+) -> Result<()> {
+    if out.shape() != shape {
+        return Err(Error::InvalidArgument {
+            op,
+            reason: format!(
+                "the result has shape {shape:?} but `out` has shape {:?} (`out` is not resized)",
+                out.shape()
+            ),
+        });
+    }
+    check_same_device(op, like, out)
+}
+
+/// A result of dtype `result` may be written into an `out` of dtype `to`: PyTorch's
+/// `can_cast` (no float into an integer, no complex category lowered, nothing into bool but
+/// bool).
+fn check_out_cast(op: &'static str, result: DType, to: DType) -> Result<()> {
+    if crate::promote::can_cast(result, to) {
+        return Ok(());
+    }
+    Err(Error::InvalidArgument {
+        op,
+        reason: format!("the result type {result} can't be cast to the desired output type {to}"),
+    })
+}
+
 pub(crate) fn check_out_shape(
     op: &'static str,
     like: &Tensor,

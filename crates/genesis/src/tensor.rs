@@ -459,7 +459,9 @@ impl Tensor {
     }
 
     /// Concatenates tensors along `dim` (negative counts from the end) into a new tensor.
-    /// All must have the same dtype, device and rank, and the same sizes outside `dim`.
+    /// All must have the same device and rank, and the same sizes outside `dim`; the result's
+    /// dtype is the promotion of theirs ([`promote_types`](crate::promote_types), as
+    /// `torch.cat`), each input of another dtype converted on the way.
     #[track_caller]
     pub fn cat(tensors: &[&Tensor], dim: impl Dim) -> Result<Tensor> {
         let dim = dim.to_dim();
@@ -470,8 +472,16 @@ impl Tensor {
         let d = first.layout().dim(dim)?;
         let mut shape = first.shape().to_vec();
         shape[d] = 0;
+        let mut dtype = first.dtype();
         for t in tensors {
-            first.check_operands("cat", t)?;
+            if t.device() != first.device() {
+                return Err(Error::DeviceMismatch {
+                    op: "cat",
+                    lhs: first.device(),
+                    rhs: t.device(),
+                });
+            }
+            dtype = crate::promote::promote_types(dtype, t.dtype());
             let fits = t.dim() == first.dim()
                 && t.shape()
                     .iter()
@@ -495,13 +505,14 @@ impl Tensor {
         }
         // Each input is one strided copy into its slice of the output (a byte copy, a 2-D copy
         // or the strided kernel, as the two layouts allow).
-        let mut dst = Storage::empty(numel_of("cat", &shape)?, first.dtype(), first.device())?;
+        let mut dst = Storage::empty(numel_of("cat", &shape)?, dtype, first.device())?;
         let full = Layout::contiguous(&shape);
         let mut at = 0usize;
         for t in tensors {
             let n = t.shape()[d];
             if n > 0 && t.numel() > 0 {
                 let part = full.narrow(d as isize, at, n)?;
+                let t = t.cast_to(dtype)?;
                 dst.copy_strided_from(&part, t.view.storage(), t.layout())?;
             }
             at += n;
@@ -509,7 +520,8 @@ impl Tensor {
         Tensor::from_storage(dst, &shape)
     }
 
-    /// Stacks tensors of one shape along a new dimension `dim` (in `-(rank+1)..=rank`).
+    /// Stacks tensors of one shape along a new dimension `dim` (in `-(rank+1)..=rank`); dtypes
+    /// promote as in [`Tensor::cat`].
     #[track_caller]
     pub fn stack(tensors: &[&Tensor], dim: impl Dim) -> Result<Tensor> {
         let dim = dim.to_dim();
@@ -604,13 +616,31 @@ impl Tensor {
     /// # Ok(())
     /// # }
     /// ```
+    ///
+    /// A `value` of another dtype is converted to `self`'s first, as Python's `x[i] = v`
+    /// converts (any dtype into any other, floats into integers truncating toward zero).
     pub fn index_put(&self, items: &[IndexItem], value: &Tensor) -> Result<()> {
+        let value = value.cast_to(self.dtype())?;
         self.assign(items, Value::Tensor(&value.view), false)
     }
 
     /// `self[items] += value`, adding at duplicate indices (in place, as
-    /// [`Tensor::index_put`]).
+    /// [`Tensor::index_put`]). A `value` of another dtype follows the in-place rule: the
+    /// promoted dtype of `self` and `value` must cast into `self`'s
+    /// ([`can_cast`](crate::can_cast); an integer tensor takes no float value), and `value`
+    /// is converted to it.
     pub fn index_add(&self, items: &[IndexItem], value: &Tensor) -> Result<()> {
+        let r = crate::promote::promote_types(self.dtype(), value.dtype());
+        if !crate::promote::can_cast(r, self.dtype()) {
+            return Err(Error::InvalidArgument {
+                op: "index_add",
+                reason: format!(
+                    "the result type {r} can't be cast to the desired output type {}",
+                    self.dtype()
+                ),
+            });
+        }
+        let value = value.cast_to(self.dtype())?;
         self.assign(items, Value::Tensor(&value.view), true)
     }
 

@@ -850,11 +850,20 @@ fn out_forms_write_into_the_given_tensor_and_allocate_nothing() {
             a.add_out(&row, &mut small),
             Err(Error::InvalidArgument { op: "add", .. })
         ));
-        let mut wrong = Tensor::zeros([2, 3], DType::F16, dev).unwrap();
+        // An out of another dtype takes the result when PyTorch's `can_cast` allows it
+        // (f32 into f16: rounded), not a float result into an integer tensor.
+        let mut half = Tensor::zeros([2, 3], DType::F16, dev).unwrap();
+        a.add_out(&a, &mut half).unwrap();
+        assert_eq!(
+            half.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap(),
+            a.add(&a).unwrap().to_vec::<f32>().unwrap()
+        );
+        let mut wrong = Tensor::zeros([2, 3], DType::I64, dev).unwrap();
         assert!(matches!(
             a.add_out(&a, &mut wrong),
-            Err(Error::DTypeMismatch { .. })
+            Err(Error::InvalidArgument { .. })
         ));
+        assert_eq!(wrong.to_vec::<i64>().unwrap(), [0; 6]);
         assert_eq!(out.to_vec::<f32>().unwrap(), keep);
         // A strided out, and an out that shares its storage with an operand, are written
         // (through a temporary), as in PyTorch.

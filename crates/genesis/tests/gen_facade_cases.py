@@ -47,8 +47,8 @@ table) and compute in the result dtype: uint8/int8/int16 wrap, bool `add` is "or
 `Storage.UnsupportedDType`; float64 computes exactly in f64 on every device. Every dtype
 sums (integers and bools to int64) and takes max/min/argmax/argmin; `mean` is for floats. Unary
 ops: `neg`/`abs`/`relu` of integers wrap (of bools: `Storage.UnsupportedDType`), the float ops
-of integers and bools give float32 (in place: `InvalidArgument`), float64 as above; `unary_out`
-needs a kernel dtype (float64/float32/float16/bfloat16/int32/int64, the float ops float ones);
+of integers and bools give float32 (in place, or into an `out=` of the operand's dtype:
+`InvalidArgument`, PyTorch's `can_cast`), float64 as above;
 `matmul` is for float32/float16/bfloat16. `binary_scalar(op, s)`
 takes `s` in the tensor's dtype (it must be representable: `ScalarOutOfRange`) as a 0-d tensor
 of it; `pow_scalar` and `compare_scalar` take `s` as a Python float (an integer or bool tensor
@@ -610,9 +610,9 @@ def mk_binary_inplace(g, i):
     form = r.choice(["binary_", "binary_out"])
     case = {"op": form, "args": {"op": op}, "in": [enc(a), eb]}
     if op == "div" and dt not in KFLOAT:
-        # In place the float32 quotient cannot go into an integer tensor; `out=` must have the
-        # operands' dtype.
-        case["err"] = "InvalidArgument" if form == "binary_" else UNSUPPORTED
+        # The float32 quotient of integers goes neither into an integer tensor in place nor
+        # into an integer `out=` (PyTorch's `can_cast`).
+        case["err"] = "InvalidArgument"
         return case
     val, tol = binary_ref(op, dt, a.a, b.a)
     case["out"] = out_t(dt, np.broadcast_to(val, tuple(shape)))
@@ -688,11 +688,11 @@ def mk_unary(g, i):
         ea = enc(a)
     case = {"op": form, "args": {"op": op}, "in": [ea]}
     float_op = op not in ("neg", "abs", "relu")
-    if form == "unary_out":
-        # `out=` has the operand's dtype: the kernels' dtypes only.
-        if dt not in KERNEL + ["float64"] or (float_op and dt not in FLOATS):
-            case["err"] = UNSUPPORTED
-            return case
+    if form == "unary_out" and float_op and dt not in FLOATS:
+        # `out=` has the operand's dtype: the float32 result of an integer or bool does not
+        # cast into it (PyTorch's `can_cast`).
+        case["err"] = "InvalidArgument"
+        return case
     elif dt == "bool" and not float_op:
         case["err"] = UNSUPPORTED
         return case
@@ -1024,8 +1024,14 @@ def mk_cat(g, i):
         case["args"]["dim"] = dim
         k = r.random()
         if k < 0.05 and cnt > 1:
-            case["in"][1] = enc(g.tensor(r.choice([x for x in DTYPES if x != dt]), parts[1]))
-            case["err"] = "DTypeMismatch"
+            # Mixed dtypes promote (`torch.cat`): every part is cast to the promoted dtype.
+            dt2 = r.choice([x for x in DTYPES if x != dt])
+            t2 = g.tensor(dt2, parts[1])
+            case["in"][1] = enc(t2)
+            res = promote(dt, [1], dt2, [1])
+            arrs[1] = t2.a
+            cast = [cast_ref(dt2 if j == 1 else dt, res, a) for j, a in enumerate(arrs)]
+            case["out"] = out_t(res, np.concatenate(cast, axis=d))
             return case
         if k < 0.1 and cnt > 1 and rank > 1:
             s = list(parts[1])

@@ -524,3 +524,124 @@ fn in_place_ops_cast_into_self_as_pytorch() {
         ));
     }
 }
+
+#[test]
+fn cat_and_stack_promote_every_pair() {
+    let _release = common::Release;
+    for dev in common::devices() {
+        for &a in &DType::ALL {
+            for &b in &DType::ALL {
+                let (x, y) = (operand(a, false, dev), operand(b, false, dev));
+                let r = promote_types(a, b);
+                let what = format!("{a} with {b} on {dev}");
+                let c = Tensor::cat(&[&x, &y], 0).unwrap();
+                assert_eq!(c.dtype(), r, "cat {what}");
+                let want: Vec<f64> = [values(&x), values(&y)]
+                    .concat()
+                    .into_iter()
+                    .map(|v| wrap(v, r))
+                    .collect();
+                assert_eq!(values(&c), want, "cat {what}");
+                let s = Tensor::stack(&[&x, &y, &x], -1).unwrap();
+                assert_eq!(s.dtype(), r, "stack {what}");
+                assert_eq!(s.shape(), [2, 3], "stack {what}");
+                let (vx, vy) = (values(&x), values(&y));
+                let want: Vec<f64> = (0..2)
+                    .flat_map(|i| [vx[i], vy[i], vx[i]])
+                    .map(|v| wrap(v, r))
+                    .collect();
+                assert_eq!(values(&s), want, "stack {what}");
+            }
+        }
+    }
+}
+
+#[test]
+fn out_forms_cast_their_result_as_pytorch() {
+    let _release = common::Release;
+    for dev in common::devices() {
+        for &a in &DType::ALL {
+            for &b in &DType::ALL {
+                let (x, y) = (operand(a, false, dev), operand(b, false, dev));
+                for op in [genesis::BinaryOp::Add, genesis::BinaryOp::Div] {
+                    let r = x.binary(op, &y).unwrap();
+                    for &o in &DType::ALL {
+                        let what = format!("{op:?} of {a} and {b} into {o} on {dev}");
+                        let mut out = Tensor::zeros([2], o, dev).unwrap();
+                        out.fill_(1).unwrap();
+                        let got = x.binary_out(op, &y, &mut out);
+                        if genesis::can_cast(r.dtype(), o) {
+                            got.unwrap_or_else(|e| panic!("{what}: {e}"));
+                            assert_eq!(out.dtype(), o, "{what}");
+                            // NaN (0 / 0) compared as text.
+                            let text = |v: Vec<f64>| format!("{v:?}");
+                            let want = values(&r.to_dtype(o).unwrap());
+                            assert_eq!(text(values(&out)), text(want), "{what}");
+                        } else {
+                            assert!(
+                                matches!(got, Err(Error::InvalidArgument { .. })),
+                                "{what}: {got:?}"
+                            );
+                            assert_eq!(values(&out), [1.0; 2], "{what}: unchanged");
+                        }
+                    }
+                }
+                // Unary ops: their own result dtype, cast into `out`.
+                let r = x.unary(genesis::UnaryOp::Neg);
+                let mut out = Tensor::zeros([2], DType::F64, dev).unwrap();
+                if let Ok(r) = r {
+                    x.unary_out(genesis::UnaryOp::Neg, &mut out).unwrap();
+                    assert_eq!(values(&out), values(&r), "neg of {a} into f64 on {dev}");
+                }
+            }
+        }
+        // `out` on another device, or of another shape, is an error.
+        let x = operand(DType::F32, false, dev);
+        let mut wrong = Tensor::zeros([3], DType::F64, dev).unwrap();
+        assert!(
+            x.add_out(&x.to_dtype(DType::F16).unwrap(), &mut wrong)
+                .is_err()
+        );
+        if dev != Device::Cpu {
+            let mut host = Tensor::zeros([2], DType::F64, Device::Cpu).unwrap();
+            assert!(matches!(
+                x.add_out(&x.to_dtype(DType::F16).unwrap(), &mut host),
+                Err(Error::DeviceMismatch { .. })
+            ));
+        }
+    }
+}
+
+#[test]
+fn index_assignment_converts_its_value_as_python() {
+    let _release = common::Release;
+    for dev in common::devices() {
+        // x[1:3] = v converts v (floats truncate toward zero into integers).
+        let x = Tensor::zeros([4], DType::I32, dev).unwrap();
+        let v = Tensor::from_slice(&[2.75f64, -1.5], [2], dev).unwrap();
+        x.index_put(&genesis::s![1..3], &v).unwrap();
+        assert_eq!(x.to_vec::<i32>().unwrap(), [0, 2, -1, 0], "{dev}");
+        let f = Tensor::zeros([3], DType::F16, dev).unwrap();
+        let i = Tensor::from_slice(&[7i64, 9], [2], dev).unwrap();
+        f.index_put(&genesis::s![..2], &i).unwrap();
+        assert_eq!(values(&f), [7.0, 9.0, 0.0], "{dev}");
+        // x[i] += v follows the in-place rule: an integer value into a float tensor is fine,
+        // a float value into an integer tensor is an error that writes nothing.
+        let idx = Tensor::from_slice(&[0i64, 0, 2], [3], dev).unwrap();
+        let ones = Tensor::ones([3], DType::I64, dev).unwrap();
+        f.index_add(&genesis::s![@&idx], &ones).unwrap();
+        assert_eq!(values(&f), [9.0, 9.0, 1.0], "{dev}");
+        assert!(matches!(
+            x.index_add(
+                &genesis::s![@&idx],
+                &v.narrow(0, 0, 1).unwrap().expand([3]).unwrap()
+            ),
+            Err(Error::InvalidArgument { .. })
+        ));
+        assert_eq!(
+            x.to_vec::<i32>().unwrap(),
+            [0, 2, -1, 0],
+            "{dev}: unchanged"
+        );
+    }
+}

@@ -6,7 +6,7 @@ use crate::args::scalar_storage;
 use crate::promote::{has_kernels, where_type};
 use crate::tensor::broadcast_shape;
 use crate::{
-    BinaryOp, CompareOp, DType, Error, Operand, OperandRef, Result, Scalar, Tensor, UnaryOp,
+    BinaryOp, CompareOp, DType, Device, Error, Operand, OperandRef, Result, Scalar, Tensor, UnaryOp,
 };
 
 /// Generates a named comparison against a tensor and against a scalar.
@@ -59,6 +59,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn compare(&self, op: CompareOp, other: &Tensor) -> Result<Tensor> {
+        if let Some((a, b)) = crate::tensor::host_scalar_moved(self, other)? {
+            return a.compare(op, &b);
+        }
         if self.dtype() != other.dtype() || !has_kernels(self.dtype()) {
             return self.compare_promoted(op, OperandRef::Tensor(other));
         }
@@ -129,6 +132,10 @@ impl Tensor {
         let value = |o: OperandRef<'_>| -> Result<WhereValue> {
             match o {
                 OperandRef::Tensor(t) => {
+                    // A 0-d host value joins a condition on another device (as in PyTorch).
+                    if t.device() != cond.device() && t.dim() == 0 && t.device() == Device::Cpu {
+                        return Ok(WhereValue::Tensor(t.cast_to(r)?.to(cond.device())?));
+                    }
                     if t.device() != cond.device() {
                         return Err(Error::DeviceMismatch {
                             op: name,
@@ -193,6 +200,9 @@ impl Tensor {
     #[track_caller]
     pub fn binary_out(&self, op: BinaryOp, other: &Tensor, out: &mut Tensor) -> Result<()> {
         let name = op.name();
+        if let Some((a, b)) = crate::tensor::host_scalar_moved(self, other)? {
+            return a.binary_out(op, &b, out);
+        }
         let same = self.dtype() == other.dtype() && other.dtype() == out.dtype();
         if !same || !has_kernels(self.dtype()) || (op == BinaryOp::Div && !self.dtype().is_float())
         {

@@ -782,6 +782,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn binary_(&self, op: BinaryOp, other: &Tensor) -> Result<()> {
+        if other.device() != self.device() && other.dim() == 0 && other.device() == Device::Cpu {
+            return self.binary_(op, &other.to(self.device())?);
+        }
         if self.needs_promotion(op, OperandRef::Tensor(other)) {
             return self.binary_promoted_(op, OperandRef::Tensor(other));
         }
@@ -1043,6 +1046,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn binary(&self, op: BinaryOp, other: &Tensor) -> Result<Tensor> {
+        if let Some((a, b)) = host_scalar_moved(self, other)? {
+            return a.binary(op, &b);
+        }
         if self.needs_promotion(op, OperandRef::Tensor(other)) {
             return self.binary_promoted(op, OperandRef::Tensor(other));
         }
@@ -1098,6 +1104,23 @@ impl Tensor {
         }
         Ok(())
     }
+}
+
+/// PyTorch lets a 0-d host tensor join an op with a tensor on another device (as a value
+/// taking part in type promotion as a 0-d tensor): the operands with the 0-d host one copied
+/// to the other's device, or `None` when they are on one device or neither is such a tensor
+/// (a mismatch the op then reports).
+pub(crate) fn host_scalar_moved(a: &Tensor, b: &Tensor) -> Result<Option<(Tensor, Tensor)>> {
+    if a.device() == b.device() {
+        return Ok(None);
+    }
+    if b.dim() == 0 && b.device() == Device::Cpu {
+        return Ok(Some((a.clone(), b.to(a.device())?)));
+    }
+    if a.dim() == 0 && a.device() == Device::Cpu {
+        return Ok(Some((a.to(b.device())?, b.clone())));
+    }
+    Ok(None)
 }
 
 /// `value` as a one-element host storage of `dtype` through [`Storage::scalar`], the one exact

@@ -645,3 +645,64 @@ fn index_assignment_converts_its_value_as_python() {
         );
     }
 }
+
+#[test]
+fn a_zero_d_host_tensor_joins_ops_on_another_device() {
+    let _release = common::Release;
+    for dev in common::devices() {
+        if dev == Device::Cpu {
+            continue;
+        }
+        // Every pair of dtypes: the 0-d host operand promotes as a 0-d tensor (not as a Python
+        // scalar), on either side, and the result lives on the device.
+        for &a in &DType::ALL {
+            for &b in &DType::ALL {
+                let x = operand(a, false, dev);
+                let host = operand(b, true, Device::Cpu);
+                let moved = host.to(dev).unwrap();
+                let what = format!("{a} on {dev} with a 0-d {b} on the host");
+                for op in [
+                    genesis::BinaryOp::Add,
+                    genesis::BinaryOp::Mul,
+                    genesis::BinaryOp::Div,
+                ] {
+                    let want = x.binary(op, &moved);
+                    let got = x.binary(op, &host);
+                    match (got, want) {
+                        (Ok(g), Ok(w)) => {
+                            assert_eq!(g.device(), dev, "{what}");
+                            assert_eq!(g.dtype(), w.dtype(), "{op:?} {what}");
+                            assert_eq!(format!("{:?}", values(&g)), format!("{:?}", values(&w)));
+                        }
+                        (Err(_), Err(_)) => {}
+                        (g, w) => panic!("{op:?} {what}: {g:?} against {w:?}"),
+                    }
+                    let flipped = host.binary(op, &x).map(|t| (t.device(), t.dtype()));
+                    let want = moved.binary(op, &x).map(|t| (t.device(), t.dtype()));
+                    assert_eq!(flipped.ok(), want.ok(), "{op:?} flipped {what}");
+                }
+                let lt = x.compare(genesis::CompareOp::Lt, &host).unwrap();
+                assert_eq!(
+                    values(&lt),
+                    values(&x.compare(genesis::CompareOp::Lt, &moved).unwrap()),
+                    "lt {what}"
+                );
+            }
+        }
+        // In place, `where` and `out=`.
+        let y = Tensor::from_slice(&[1.0f32, 2.0], [2], dev).unwrap();
+        let two = Tensor::from_slice(&[2.0f64], (), Device::Cpu).unwrap();
+        y.mul_(&two).unwrap();
+        assert_eq!(y.to_vec::<f32>().unwrap(), [2.0, 4.0]);
+        let cond = y.gt_scalar(3.0).unwrap();
+        let w = Tensor::where_cond(&cond, &two, &y).unwrap();
+        assert_eq!((w.device(), w.dtype()), (dev, DType::F32));
+        assert_eq!(w.to_vec::<f32>().unwrap(), [2.0, 2.0]);
+        let mut out = Tensor::zeros([2], DType::F32, dev).unwrap();
+        y.add_out(&two, &mut out).unwrap();
+        assert_eq!(out.to_vec::<f32>().unwrap(), [4.0, 6.0]);
+        // A host tensor of one element that is not 0-d stays an error, as in PyTorch.
+        let one = Tensor::from_slice(&[2.0f32], [1], Device::Cpu).unwrap();
+        assert!(matches!(y.add(&one), Err(Error::DeviceMismatch { .. })));
+    }
+}

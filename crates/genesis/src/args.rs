@@ -5,7 +5,7 @@
 use genesis_storage::{BinaryOp, BinaryRhs, DType, Storage};
 
 use crate::tensor::host_scalar;
-use crate::{Error, Result, Tensor};
+use crate::{Device, Error, Result, Tensor};
 
 /// A shape or a list of dimensions, as every function of the facade takes them: a reference
 /// to an array (`&[2, 3]`), a slice or a vector of `usize`, `isize`, `i32`, `i64`, `u32` or
@@ -339,6 +339,12 @@ impl Tensor {
     /// In place `self = op(self, rhs)` for a tensor or a scalar (see [`Tensor::binary_`]).
     #[track_caller]
     pub(crate) fn binary_operand_(&self, op: BinaryOp, rhs: OperandRef<'_>) -> Result<()> {
+        if let OperandRef::Tensor(t) = rhs {
+            // A 0-d host value joins an in-place op on another device (as in PyTorch).
+            if t.device() != self.device() && t.dim() == 0 && t.device() == Device::Cpu {
+                return self.binary_operand_(op, OperandRef::Tensor(&t.to(self.device())?));
+            }
+        }
         if self.needs_promotion(op, rhs) {
             return self.binary_promoted_(op, rhs);
         }

@@ -670,12 +670,7 @@ impl Tensor {
             return self.copy_(&self.scatter_add_wide(name, dim, index, src)?);
         }
         let dim = d;
-        let strides: Option<Vec<usize>> = self
-            .strides()
-            .iter()
-            .map(|&s| usize::try_from(s).ok())
-            .collect();
-        let Some(strides) = strides else {
+        let Some(strides) = unsigned_strides(self) else {
             // A view with a negative stride: scattered into a copy, which is then written back.
             let out = self.scatter_impl(name, dim as isize, index, src, add)?;
             return self.copy_(&out);
@@ -955,13 +950,16 @@ fn check_index_range(op: &'static str, index: &Tensor, size: usize) -> Result<()
     )
 }
 
-fn strided_operand(t: &Tensor) -> Result<(Arc<Storage>, usize, Vec<usize>)> {
-    let strides: Option<Vec<usize>> = t
-        .strides()
+/// `t`'s strides when none is negative.
+fn unsigned_strides(t: &Tensor) -> Option<Vec<usize>> {
+    t.strides()
         .iter()
         .map(|&s| usize::try_from(s).ok())
-        .collect();
-    match strides {
+        .collect()
+}
+
+fn strided_operand(t: &Tensor) -> Result<(Arc<Storage>, usize, Vec<usize>)> {
+    match unsigned_strides(t) {
         Some(s) => Ok((Arc::clone(t.view.storage()), t.first_element(), s)),
         None => Ok((
             Arc::new(t.view.contiguous()?),

@@ -349,21 +349,14 @@ fn check_out_cast(op: &'static str, result: DType, to: DType) -> Result<()> {
     })
 }
 
+/// `out` of the result's `shape`, with `like`'s dtype and device.
 pub(crate) fn check_out_shape(
     op: &'static str,
     like: &Tensor,
     shape: &[usize],
     out: &Tensor,
 ) -> Result<()> {
-    if out.shape() != shape {
-        return Err(Error::InvalidArgument {
-            op,
-            reason: format!(
-                "the result has shape {shape:?} but `out` has shape {:?} (`out` is not resized)",
-                out.shape()
-            ),
-        });
-    }
+    check_out_shape_device(op, like, shape, out)?;
     like.check_operands(op, out)
 }
 

@@ -655,6 +655,56 @@ impl Tensor {
         self.scatter_in_place("scatter_add_", dim.to_dim(), index, src, true)
     }
 
+    /// In place: writes the scalar `value` along `dim` of `self` where `index` points
+    /// (PyTorch's `scatter_(dim, index, value)`): `self[index[i][j]][j] = value` for `dim = 0`.
+    /// `value` must be exact in `self`'s dtype ([`Error::ScalarOutOfRange`] otherwise); the
+    /// rest as [`Tensor::scatter_`] (a bad index leaves `self` as it was).
+    ///
+    /// ```
+    /// use genesis::{tensor, DType, Device, Tensor};
+    /// // One-hot rows from class labels.
+    /// let onehot = Tensor::zeros([3, 4], DType::F32, Device::Cpu)?;
+    /// onehot.scatter_scalar_(1, &tensor!([[2], [0], [3]])?, 1.0)?;
+    /// assert_eq!(onehot.sum()?.item::<f32>()?, 3.0);
+    /// assert_eq!(onehot.to_vec::<f32>()?[2], 1.0);
+    /// # Ok::<(), genesis::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn scatter_scalar_(
+        &self,
+        dim: impl Dim,
+        index: &Tensor,
+        value: impl crate::Scalar,
+    ) -> Result<()> {
+        let src = self.scatter_scalar_source("scatter_", index, value)?;
+        self.scatter_in_place("scatter_", dim.to_dim(), index, &src, false)
+    }
+
+    /// A copy of `self` with the scalar `value` written along `dim` where `index` points
+    /// (PyTorch's out-of-place `scatter(dim, index, value)`); see [`Tensor::scatter_scalar_`].
+    #[track_caller]
+    pub fn scatter_scalar(
+        &self,
+        dim: impl Dim,
+        index: &Tensor,
+        value: impl crate::Scalar,
+    ) -> Result<Tensor> {
+        let src = self.scatter_scalar_source("scatter", index, value)?;
+        self.scatter_impl("scatter", dim.to_dim(), index, &src, false)
+    }
+
+    /// `value` in `self`'s dtype on its device, broadcast (stride 0) to `index`'s shape.
+    fn scatter_scalar_source(
+        &self,
+        name: &'static str,
+        index: &Tensor,
+        value: impl crate::Scalar,
+    ) -> Result<Tensor> {
+        let one = self.scalar_tensor_like(name, value.value())?;
+        one.reshape(vec![1isize; index.dim()])?
+            .expand(index.shape())
+    }
+
     fn scatter_in_place(
         &self,
         name: &'static str,

@@ -620,3 +620,54 @@ fn an_in_place_scatter_reads_its_own_storage_before_the_write() {
         assert_eq!(y.to_vec::<i64>().unwrap(), [8, 9, 7], "{dev}");
     }
 }
+
+#[test]
+fn scatter_of_a_scalar_matches_scatter_of_a_full_tensor() {
+    let _release = Release;
+    let mut rng = SmallRng::seed_from_u64(23);
+    for dev in devices() {
+        for case in 0..60 {
+            let rank = rng.random_range(1..=3);
+            let shape: Vec<usize> = (0..rank).map(|_| rng.random_range(1..=5)).collect();
+            let n: usize = shape.iter().product();
+            let base = Tensor::from_slice(&ints(&mut rng, n), shape.as_slice(), dev).unwrap();
+            let steps = random_steps(&mut rng, &shape);
+            let view = apply(&base, &steps);
+            let vshape = view.shape().to_vec();
+            let d = rng.random_range(0..vshape.len());
+            let mut ishape = vshape.clone();
+            ishape[d] = rng.random_range(1..=vshape[d]);
+            let ni: usize = ishape.iter().product();
+            let idx: Vec<i64> = (0..ni)
+                .map(|_| rng.random_range(0..vshape[d] as i64))
+                .collect();
+            let idx = Tensor::from_slice(&idx, ishape.as_slice(), dev).unwrap();
+            let what = format!("case {case} on {dev}: {shape:?} {steps:?} dim {d}");
+            let full = Tensor::full(ishape.as_slice(), -7.0f32, dev).unwrap();
+            let want = view.scatter(d, &idx, &full).unwrap();
+            assert_eq!(
+                f32s(&view.scatter_scalar(d, &idx, -7).unwrap()),
+                f32s(&want),
+                "{what}"
+            );
+            let deep = base.deep_clone().unwrap();
+            view.scatter_scalar_(d, &idx, -7.0).unwrap();
+            assert_eq!(f32s(&view), f32s(&want), "{what}");
+            // Elements outside the view are untouched.
+            let mut outside = f32s(&deep);
+            for (k, v) in view.layout().indices().zip(f32s(&want)) {
+                outside[k] = v;
+            }
+            assert_eq!(f32s(&base), outside, "{what}");
+        }
+        // A value the dtype cannot hold, and a bad index, write nothing.
+        let x = Tensor::zeros([2, 3], DType::I32, dev).unwrap();
+        let idx = Tensor::from_slice(&[0i64, 5], [1, 2], dev).unwrap();
+        assert!(
+            x.scatter_scalar_(1, &idx.narrow(1, 0, 1).unwrap(), 2.5)
+                .is_err()
+        );
+        assert!(x.scatter_scalar_(1, &idx, 1).is_err());
+        assert_eq!(x.to_vec::<i32>().unwrap(), [0; 6], "{dev}");
+    }
+}

@@ -256,57 +256,67 @@ pub trait Element:
     fn from_i64(x: i64) -> Self;
 }
 
-#[inline]
-fn f32_op(op: BinaryOp, x: f32, y: f32) -> f32 {
-    match op {
-        BinaryOp::Add => x + y,
-        BinaryOp::Sub => x - y,
-        BinaryOp::Mul => x * y,
-        BinaryOp::Div => x / y,
-        // Same expression as the kernel: NaN from either side wins, then the plain comparison.
-        BinaryOp::Maximum => {
-            if x.is_nan() {
-                x
-            } else if y.is_nan() || y >= x {
-                y
-            } else {
-                x
+/// The CPU twins' definition of the binary and unary ops in one float type (`f32`: f32, f16
+/// and bf16 widened; `f64`): IEEE arithmetic; maximum and minimum as the kernels compute them
+/// (NaN from either side wins, then the plain comparison); `relu` keeps NaN; `sigmoid` as
+/// `1 / (1 + e^-x)`.
+macro_rules! float_ops {
+    ($binary:ident, $unary:ident, $t:ty) => {
+        #[inline]
+        fn $binary(op: BinaryOp, x: $t, y: $t) -> $t {
+            match op {
+                BinaryOp::Add => x + y,
+                BinaryOp::Sub => x - y,
+                BinaryOp::Mul => x * y,
+                BinaryOp::Div => x / y,
+                BinaryOp::Maximum => {
+                    if x.is_nan() {
+                        x
+                    } else if y.is_nan() || y >= x {
+                        y
+                    } else {
+                        x
+                    }
+                }
+                BinaryOp::Minimum => {
+                    if x.is_nan() {
+                        x
+                    } else if y.is_nan() || y <= x {
+                        y
+                    } else {
+                        x
+                    }
+                }
+                BinaryOp::Pow => x.powf(y),
             }
         }
-        BinaryOp::Minimum => {
-            if x.is_nan() {
-                x
-            } else if y.is_nan() || y <= x {
-                y
-            } else {
-                x
+
+        #[inline]
+        fn $unary(op: UnaryOp, x: $t) -> $t {
+            match op {
+                UnaryOp::Neg => -x,
+                UnaryOp::Abs => x.abs(),
+                UnaryOp::Relu => {
+                    if x.is_nan() || x > 0.0 {
+                        x
+                    } else {
+                        0.0
+                    }
+                }
+                UnaryOp::Exp => x.exp(),
+                UnaryOp::Log => x.ln(),
+                UnaryOp::Sqrt => x.sqrt(),
+                UnaryOp::Tanh => x.tanh(),
+                UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+                UnaryOp::Sin => x.sin(),
+                UnaryOp::Cos => x.cos(),
             }
         }
-        BinaryOp::Pow => x.powf(y),
-    }
+    };
 }
 
-#[inline]
-fn f32_unary(op: UnaryOp, x: f32) -> f32 {
-    match op {
-        UnaryOp::Neg => -x,
-        UnaryOp::Abs => x.abs(),
-        UnaryOp::Relu => {
-            if x.is_nan() || x > 0.0 {
-                x
-            } else {
-                0.0
-            }
-        }
-        UnaryOp::Exp => x.exp(),
-        UnaryOp::Log => x.ln(),
-        UnaryOp::Sqrt => x.sqrt(),
-        UnaryOp::Tanh => x.tanh(),
-        UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
-        UnaryOp::Sin => x.sin(),
-        UnaryOp::Cos => x.cos(),
-    }
-}
+float_ops!(f32_op, f32_unary, f32);
+float_ops!(f64_op, f64_unary, f64);
 
 /// Position of a float's bits on a line where adjacent representable values are adjacent
 /// integers (sign-magnitude to two's complement).
@@ -519,61 +529,6 @@ float_element!(f16, "f16", 1, |v| v.to_f32(), |r| f16::from_f32(r));
 float_element!(bf16, "bf16", 2, |v| v.to_f32(), |r| bf16::from_f32(r));
 int_element!(i32, "i32", 3);
 int_element!(i64, "i64", 4);
-
-/// `op(x, y)` in f64, the kernels' definition for `f64` (IEEE arithmetic; NaN-propagating
-/// maximum and minimum by the f32 rule).
-#[inline]
-fn f64_op(op: BinaryOp, x: f64, y: f64) -> f64 {
-    match op {
-        BinaryOp::Add => x + y,
-        BinaryOp::Sub => x - y,
-        BinaryOp::Mul => x * y,
-        BinaryOp::Div => x / y,
-        BinaryOp::Maximum => {
-            if x.is_nan() {
-                x
-            } else if y.is_nan() || y >= x {
-                y
-            } else {
-                x
-            }
-        }
-        BinaryOp::Minimum => {
-            if x.is_nan() {
-                x
-            } else if y.is_nan() || y <= x {
-                y
-            } else {
-                x
-            }
-        }
-        BinaryOp::Pow => x.powf(y),
-    }
-}
-
-/// `op(x)` in f64, the kernels' definition for `f64` (`sigmoid` as `1 / (1 + e^-x)`, as the
-/// kernel computes it).
-#[inline]
-fn f64_unary(op: UnaryOp, x: f64) -> f64 {
-    match op {
-        UnaryOp::Neg => -x,
-        UnaryOp::Abs => x.abs(),
-        UnaryOp::Relu => {
-            if x.is_nan() || x > 0.0 {
-                x
-            } else {
-                0.0
-            }
-        }
-        UnaryOp::Exp => x.exp(),
-        UnaryOp::Log => x.ln(),
-        UnaryOp::Sqrt => x.sqrt(),
-        UnaryOp::Tanh => x.tanh(),
-        UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
-        UnaryOp::Sin => x.sin(),
-        UnaryOp::Cos => x.cos(),
-    }
-}
 
 impl sealed::Sealed for f64 {}
 impl Element for f64 {

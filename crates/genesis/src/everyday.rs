@@ -824,13 +824,7 @@ impl Tensor {
                 reason: format!("index of dtype {} (i64)", index.dtype()),
             });
         }
-        if index.device() != self.device() {
-            return Err(Error::DeviceMismatch {
-                op: name,
-                lhs: self.device(),
-                rhs: index.device(),
-            });
-        }
+        self.check_device(name, index)?;
         if index.dim() != self.dim() {
             return Err(Error::InvalidArgument {
                 op: name,

@@ -209,11 +209,11 @@ impl Tensor {
             // Mixed dtypes, a dtype without kernels (computed wider), or a true division of
             // integers: the op promotes as PyTorch's does, and its result is cast into `out`
             // when PyTorch's `can_cast` allows it.
-            check_same_device(name, self, other)?;
+            self.check_device(name, other)?;
             let shape = broadcast_shape(name, self.shape(), other.shape())?;
             check_out_shape_device(name, self, &shape, out)?;
             let r = self.binary(op, other)?;
-            check_out_cast(name, r.dtype(), out.dtype())?;
+            crate::promote::check_cast(name, r.dtype(), out.dtype())?;
             return out.copy_(&r);
         }
         self.check_operands(name, other)?;
@@ -245,7 +245,7 @@ impl Tensor {
             // The op's own result dtype, cast into `out` when PyTorch's `can_cast` allows it.
             check_out_shape_device(name, self, self.shape(), out)?;
             let r = self.unary(op)?;
-            check_out_cast(name, r.dtype(), out.dtype())?;
+            crate::promote::check_cast(name, r.dtype(), out.dtype())?;
             return out.copy_(&r);
         }
         check_out_shape(name, self, self.shape(), out)?;
@@ -305,18 +305,6 @@ pub(crate) fn check_out(
 
 /// Checks an `_out` destination against the result it is to hold: its shape, dtype and
 /// device (it may be any view).
-/// `a` and `b` on one device.
-fn check_same_device(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
-    if a.device() != b.device() {
-        return Err(Error::DeviceMismatch {
-            op,
-            lhs: a.device(),
-            rhs: b.device(),
-        });
-    }
-    Ok(())
-}
-
 /// `out` of the result's `shape`, on `like`'s device (any dtype).
 fn check_out_shape_device(
     op: &'static str,
@@ -333,20 +321,7 @@ fn check_out_shape_device(
             ),
         });
     }
-    check_same_device(op, like, out)
-}
-
-/// A result of dtype `result` may be written into an `out` of dtype `to`: PyTorch's
-/// `can_cast` (no float into an integer, no complex category lowered, nothing into bool but
-/// bool).
-fn check_out_cast(op: &'static str, result: DType, to: DType) -> Result<()> {
-    if crate::promote::can_cast(result, to) {
-        return Ok(());
-    }
-    Err(Error::InvalidArgument {
-        op,
-        reason: format!("the result type {result} can't be cast to the desired output type {to}"),
-    })
+    like.check_device(op, out)
 }
 
 /// `out` of the result's `shape`, with `like`'s dtype and device.

@@ -256,13 +256,7 @@ impl Tensor {
     pub(crate) fn binary_promoted(&self, op: BinaryOp, rhs: OperandRef<'_>) -> Result<Tensor> {
         let name = op.name();
         if let OperandRef::Tensor(t) = rhs {
-            if t.device() != self.device() {
-                return Err(Error::DeviceMismatch {
-                    op: name,
-                    lhs: self.device(),
-                    rhs: t.device(),
-                });
-            }
+            self.check_device(name, t)?;
             broadcast_shape(name, self.shape(), t.shape())?;
         }
         let r = self.binary_result_type(op, rhs)?;
@@ -288,15 +282,7 @@ impl Tensor {
     pub(crate) fn binary_promoted_(&self, op: BinaryOp, rhs: OperandRef<'_>) -> Result<()> {
         let name = op.name();
         let r = self.binary_result_type(op, rhs)?;
-        if !can_cast(r, self.dtype()) {
-            return Err(Error::InvalidArgument {
-                op: name,
-                reason: format!(
-                    "result type {r} can't be cast to the desired output type {}",
-                    self.dtype()
-                ),
-            });
-        }
+        check_cast(name, r, self.dtype())?;
         if let OperandRef::Tensor(t) = rhs {
             let shape = broadcast_shape(name, self.shape(), t.shape())?;
             if shape != self.shape() {
@@ -321,13 +307,7 @@ impl Tensor {
         ]);
         let rhs = match other {
             OperandRef::Tensor(t) => {
-                if t.device() != self.device() {
-                    return Err(Error::DeviceMismatch {
-                        op: name,
-                        lhs: self.device(),
-                        rhs: t.device(),
-                    });
-                }
+                self.check_device(name, t)?;
                 broadcast_shape(name, self.shape(), t.shape())?;
                 t.clone()
             }
@@ -364,16 +344,7 @@ impl Tensor {
     pub(crate) fn unary_promoted_(&self, op: UnaryOp) -> Result<()> {
         let name = op.name();
         let out = self.unary_promoted(op)?;
-        if !can_cast(out.dtype(), self.dtype()) {
-            return Err(Error::InvalidArgument {
-                op: name,
-                reason: format!(
-                    "result type {} can't be cast to the desired output type {}",
-                    out.dtype(),
-                    self.dtype()
-                ),
-            });
-        }
+        check_cast(name, out.dtype(), self.dtype())?;
         self.copy_(&out.cast_to(self.dtype())?)
     }
 
@@ -400,6 +371,18 @@ impl Tensor {
 /// op (PyTorch's `can_cast`): not a float into an integer or bool, not an integer into a bool.
 pub fn can_cast(from: DType, to: DType) -> bool {
     category(from) <= category(to)
+}
+
+/// A result of dtype `from` may be written into a tensor of dtype `to` ([`can_cast`]), else
+/// the [`Error::InvalidArgument`] PyTorch raises.
+pub(crate) fn check_cast(op: &'static str, from: DType, to: DType) -> Result<()> {
+    if can_cast(from, to) {
+        return Ok(());
+    }
+    Err(Error::InvalidArgument {
+        op,
+        reason: format!("result type {from} can't be cast to the desired output type {to}"),
+    })
 }
 
 /// The result dtype of `where(cond, a, b)`: the promotion of `a` and `b` (the condition takes

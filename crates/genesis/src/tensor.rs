@@ -474,13 +474,7 @@ impl Tensor {
         shape[d] = 0;
         let mut dtype = first.dtype();
         for t in tensors {
-            if t.device() != first.device() {
-                return Err(Error::DeviceMismatch {
-                    op: "cat",
-                    lhs: first.device(),
-                    rhs: t.device(),
-                });
-            }
+            first.check_device("cat", t)?;
             dtype = crate::promote::promote_types(dtype, t.dtype());
             let fits = t.dim() == first.dim()
                 && t.shape()
@@ -631,15 +625,7 @@ impl Tensor {
     /// is converted to it.
     pub fn index_add(&self, items: &[IndexItem], value: &Tensor) -> Result<()> {
         let r = crate::promote::promote_types(self.dtype(), value.dtype());
-        if !crate::promote::can_cast(r, self.dtype()) {
-            return Err(Error::InvalidArgument {
-                op: "index_add",
-                reason: format!(
-                    "the result type {r} can't be cast to the desired output type {}",
-                    self.dtype()
-                ),
-            });
-        }
+        crate::promote::check_cast("index_add", r, self.dtype())?;
         let value = value.cast_to(self.dtype())?;
         self.assign(items, Value::Tensor(&value.view), true)
     }
@@ -1095,6 +1081,11 @@ impl Tensor {
                 rhs: other.dtype(),
             });
         }
+        self.check_device(op, other)
+    }
+
+    /// `self` and `other` on one device ([`Error::DeviceMismatch`] otherwise).
+    pub(crate) fn check_device(&self, op: &'static str, other: &Tensor) -> Result<()> {
         if self.device() != other.device() {
             return Err(Error::DeviceMismatch {
                 op,

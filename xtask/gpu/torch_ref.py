@@ -218,6 +218,14 @@ def main():
         rows.append({"name": name, "bytes": 0, "median_ms": med, "min_ms": mn,
                      "tflops": 2 * 4096 ** 3 / (med * 1e-3) / 1e12})
         del a, b
+    x = torch.randn(64, 1024, device=dev)
+    w1 = torch.randn(1024, 4096, device=dev)
+    b1 = torch.randn(4096, device=dev)
+    w2 = torch.randn(4096, 1024, device=dev)
+    med, mn = wall(lambda: (torch.relu(x @ w1 + b1) @ w2).sum(), 50)
+    rows.append({"name": "mlp_step_f32", "bytes": 0, "median_ms": med, "min_ms": mn,
+                 "tflops": 2 * 64 * 1024 * 4096 * 2 / (med * 1e-3) / 1e12})
+    del x, w1, b1, w2
     for r in rows:
         r["gb_per_s"] = r["bytes"] / (r["median_ms"] * 1e-3) / 1e9
         print(f'{r["name"]:<18} {r["median_ms"]:>10.4f} {r["min_ms"]:>10.4f} {r["gb_per_s"]:>10.1f}')

@@ -553,6 +553,27 @@ mod gpu {
             });
         }
 
+        // The MLP forward step of the matmul issue, f32, end to end:
+        // relu([64, 1024] @ [1024, 4096] + bias) @ [4096, 1024], summed.
+        {
+            let x = g.randn([64, 1024], DType::F32, dev)?;
+            let w1 = g.randn([1024, 4096], DType::F32, dev)?;
+            let b1 = g.randn([4096], DType::F32, dev)?;
+            let w2 = g.randn([4096, 1024], DType::F32, dev)?;
+            let (med, min) = wall(50, || {
+                x.matmul(&w1)?.add(&b1)?.relu()?.matmul(&w2)?.sum()?;
+                Ok(())
+            })?;
+            let flops = 2.0 * 64.0 * 1024.0 * 4096.0 * 2.0;
+            rows.push(Row {
+                name: "mlp_step_f32".into(),
+                bytes: 0,
+                median_ms: med,
+                min_ms: min,
+                note: format!("{:.1} TFLOP/s", flops / (med * 1e-3) / 1e12),
+            });
+        }
+
         println!(
             "device: {}, wall clock (Instant + synchronize), median",
             genesis::cuda::get_device_name(0)?

@@ -33,10 +33,11 @@
 //   * A block of 256 threads computes a 128 x 128 tile of C; each thread 8 x 8 outputs, as
 //     2 x 2 sub-tiles of 4 x 4 so that every shared-memory read is a float4 (rows ty*4 and
 //     64 + ty*4, columns tx*4 and 64 + tx*4).
-//   * K advances in slices of 8, double-buffered: the global loads (one float4 per thread and
+//   * K advances in slices of 16, double-buffered: the global loads (two float4 per thread and
 //     operand) of slice t + 1 are issued into registers before slice t is multiplied and stored
 //     to the other shared buffer after it; one barrier per slice. Both tiles are kept k-major
-//     in shared memory (A as As[k][m], padded by 4 so the transposing stores do not conflict).
+//     in shared memory (A as As[k][m], rows padded by 4 floats: the transposing stores of a
+//     warp meet at most two to a bank).
 //   * Edges and unaligned operands are read element by element with bounds checks.
 //
 // The CPU twin (crates/genesis-kernels/src/matmul.rs) accumulates in f32 in increasing k; the
@@ -374,49 +375,64 @@ __device__ __forceinline__ void gemm_tc(uint4* smem, const T* __restrict__ A,
 // ---------------------------------------------------------------------------------------------
 // f32 kernel (CUDA cores).
 
-constexpr int F_BM = 128, F_BN = 128, F_BK = 8, F_PAD = 4;
+constexpr int F_BM = 128, F_BN = 128, F_BK = 16, F_PAD = 4;
+constexpr int F_LD = F_BK * F_BM / 4 / THREADS;  // float4 per thread and operand per slice (2)
+constexpr int F_KQ = F_BK / 4;                   // float4 along k in a k-major row (4)
 
-// One float4 of the [mn0, mn0 + 128) x [k0, k0 + 8) tile of an operand, loaded into `v`.
-// KMAJOR: element (mn, k) at base[mn * ld + k] (the float4 runs along k), else at
-// base[k * ld + mn] (along mn).
+// The float4 of one thread in the [mn0, mn0 + 128) x [k0, k0 + F_BK) tile of an operand:
+// float4 i is number idx = tid + 256 i of the tile. KMAJOR (element (mn, k) at
+// base[mn * ld + k]): row mn0 + idx / F_KQ, k values k0 + 4 (idx % F_KQ) ...; else (element at
+// base[k * ld + mn]): k row k0 + idx / 32, mn values mn0 + 4 (idx % 32) .... A float4 that
+// crosses an edge, or any float4 when !VEC, is read element by element with bounds checks
+// (zeros outside).
 template <bool KMAJOR, bool VEC>
-__device__ __forceinline__ void f32_load(float4& v, const float* base, uint64_t ld, uint64_t extent,
-                                         uint64_t K, uint64_t mn0, uint64_t k0, int tid) {
-    uint64_t outer, inner, outer_n, inner_n;
-    if (KMAJOR) {
-        outer = mn0 + (tid >> 1);
-        inner = k0 + (tid & 1) * 4;
-        outer_n = extent;
-        inner_n = K;
-    } else {
-        outer = k0 + (tid >> 5);
-        inner = mn0 + (tid & 31) * 4;
-        outer_n = K;
-        inner_n = extent;
-    }
-    const float* src = base + outer * ld + inner;
-    if (VEC && outer < outer_n && inner + 4 <= inner_n) {
-        v = __ldg(reinterpret_cast<const float4*>(src));
-    } else {
-        const bool row = outer < outer_n;
-        v.x = row && inner + 0 < inner_n ? src[0] : 0.0f;
-        v.y = row && inner + 1 < inner_n ? src[1] : 0.0f;
-        v.z = row && inner + 2 < inner_n ? src[2] : 0.0f;
-        v.w = row && inner + 3 < inner_n ? src[3] : 0.0f;
+__device__ __forceinline__ void f32_load(float4 (&v)[F_LD], const float* base, uint64_t ld,
+                                         uint64_t extent, uint64_t K, uint64_t mn0, uint64_t k0,
+                                         int tid) {
+#pragma unroll
+    for (int i = 0; i < F_LD; ++i) {
+        const int idx = tid + THREADS * i;
+        uint64_t outer, inner, outer_n, inner_n;
+        if (KMAJOR) {
+            outer = mn0 + idx / F_KQ;
+            inner = k0 + (idx % F_KQ) * 4;
+            outer_n = extent;
+            inner_n = K;
+        } else {
+            outer = k0 + (idx >> 5);
+            inner = mn0 + (idx & 31) * 4;
+            outer_n = K;
+            inner_n = extent;
+        }
+        const float* src = base + outer * ld + inner;
+        if (VEC && outer < outer_n && inner + 4 <= inner_n) {
+            v[i] = __ldg(reinterpret_cast<const float4*>(src));
+        } else {
+            const bool row = outer < outer_n;
+            v[i].x = row && inner + 0 < inner_n ? src[0] : 0.0f;
+            v[i].y = row && inner + 1 < inner_n ? src[1] : 0.0f;
+            v[i].z = row && inner + 2 < inner_n ? src[2] : 0.0f;
+            v[i].w = row && inner + 3 < inner_n ? src[3] : 0.0f;
+        }
     }
 }
 
-// Stores a loaded float4 into the k-major shared tile s[k][mn].
+// Stores the float4 of `f32_load` into the k-major shared tile s[k][mn].
 template <bool KMAJOR>
-__device__ __forceinline__ void f32_store(float (*s)[F_BM + F_PAD], const float4& v, int tid) {
-    if (KMAJOR) {
-        const int mn = tid >> 1, k = (tid & 1) * 4;
-        s[k + 0][mn] = v.x;
-        s[k + 1][mn] = v.y;
-        s[k + 2][mn] = v.z;
-        s[k + 3][mn] = v.w;
-    } else {
-        *reinterpret_cast<float4*>(&s[tid >> 5][(tid & 31) * 4]) = v;
+__device__ __forceinline__ void f32_store(float (*s)[F_BM + F_PAD], const float4 (&v)[F_LD],
+                                          int tid) {
+#pragma unroll
+    for (int i = 0; i < F_LD; ++i) {
+        const int idx = tid + THREADS * i;
+        if (KMAJOR) {
+            const int mn = idx / F_KQ, k = (idx % F_KQ) * 4;
+            s[k + 0][mn] = v[i].x;
+            s[k + 1][mn] = v[i].y;
+            s[k + 2][mn] = v[i].z;
+            s[k + 3][mn] = v[i].w;
+        } else {
+            *reinterpret_cast<float4*>(&s[idx >> 5][(idx & 31) * 4]) = v[i];
+        }
     }
 }
 
@@ -446,7 +462,7 @@ __device__ __forceinline__ void gemm_f32(const float* __restrict__ A, const floa
 #pragma unroll
             for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
 
-        float4 va, vb;
+        float4 va[F_LD], vb[F_LD];
         if (kt_n > 0) {
             f32_load<A_KMAJOR, VEC>(va, a, lda, M, K, m0, 0, tid);
             f32_load<B_KMAJOR, VEC>(vb, bm, ldb, N, K, n0, 0, tid);

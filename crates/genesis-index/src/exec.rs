@@ -28,9 +28,9 @@ pub fn get(input: &View, items: &[IndexItem]) -> Result<View> {
 }
 
 /// [`get`], with the route of a host mask over a whole contiguous CUDA tensor forced: `Some(true)`
-/// sends the mask's bytes, `Some(false)` the positions of its set elements, `None` lets the
-/// measured density choose ([`MaskPlan::uploads_mask`](crate::MaskPlan)). For measuring the
-/// routes; anything else indexes as [`get`] does.
+/// sends the mask's bytes, `Some(false)` the positions of its set elements, `None` takes [`get`]'s
+/// route (the bytes: [`MaskPlan::uploads_mask`](crate::MaskPlan)). For measuring the routes;
+/// anything else indexes as [`get`] does.
 pub fn get_routed(input: &View, items: &[IndexItem], upload_mask: Option<bool>) -> Result<View> {
     if let Some(v) = full_mask_select(input, items)? {
         return Ok(v);
@@ -183,9 +183,9 @@ enum HostMaskRoute<'a> {
 
 /// A host mask over the whole of a contiguous tensor (`items` is that mask alone), with the
 /// number of elements it covers: on the host, one pass over the mask itself; on a CUDA device,
-/// sent as its bytes or as the positions of its set elements, as the measured density decides
-/// ([`MaskPlan::uploads_mask`](crate::MaskPlan); `upload_mask` forces it). `None` for anything
-/// else (planning handles it).
+/// sent as its bytes ([`MaskPlan::uploads_mask`](crate::MaskPlan)), or as the positions of its
+/// set elements when `upload_mask` is `Some(false)`. `None` for anything else (planning
+/// handles it).
 fn host_mask_route<'a>(
     storage: &Storage,
     layout: &Layout,
@@ -214,10 +214,7 @@ fn host_mask_route<'a>(
         };
         return Ok(Some((HostMaskRoute::Bytes(m), total)));
     }
-    let upload = upload_mask.unwrap_or_else(|| {
-        let selected = genesis_kernels::mask::count_nonzero(&bytes);
-        crate::plan::mask_plan(layout.rank(), layout.rank(), selected, total).uploads_mask()
-    });
+    let upload = upload_mask.unwrap_or(true);
     let route = if upload {
         let m = Storage::from_bytes(&bytes, DType::Bool, storage.device())?;
         HostMaskRoute::Bytes(MaskStorage::Owned(m))

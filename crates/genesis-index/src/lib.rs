@@ -30,8 +30,7 @@ mod strided;
 pub use exec::{Value, execute_get, get, get_routed, resolve_masks, set};
 pub use genesis_storage::Layout;
 pub use plan::{
-    Advanced, IndexArray, IndexPlan, MaskPlan, MaskStrategy, PlanKind, UPLOAD_MASK_DENSITY,
-    broadcast_shapes, plan,
+    Advanced, IndexArray, IndexPlan, MaskPlan, MaskStrategy, PlanKind, broadcast_shapes, plan,
 };
 pub use spec::{IndexDType, IndexItem, IndexTensor, MaskCoords, StoredIndex, ToIndex};
 

@@ -24,16 +24,15 @@ pub enum PlanKind {
 }
 
 /// How a boolean mask is turned into indices (chosen by what the mask covers; its measured
-/// density is in [`MaskPlan`], and decides how a host mask reaches a CUDA tensor:
-/// [`MaskPlan::uploads_mask`]).
+/// density is in [`MaskPlan`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MaskStrategy {
     /// A mask over every dimension of the tensor: its set positions in one ordered pass (on a
     /// CUDA device: a count, a scan and one pass writing positions), then a gather of single
     /// elements. [`get`](crate::get) with a device mask over a whole contiguous tensor skips the
     /// positions and compacts the elements themselves in that one pass; a host mask over a
-    /// whole contiguous CUDA tensor takes that pass too when it is dense
-    /// ([`MaskPlan::uploads_mask`]), else its positions go to the device.
+    /// whole contiguous CUDA tensor is sent as its bytes and takes that pass too
+    /// ([`MaskPlan::uploads_mask`]).
     FullCompaction,
     /// A mask over leading dimensions: the selected row indices, then a gather of whole rows.
     RowIndices,
@@ -50,14 +49,6 @@ pub struct MaskPlan {
     pub total: usize,
 }
 
-/// Density at and above which a host mask over a whole CUDA tensor is sent to the device as
-/// its bytes and compacted there, rather than as the int64 positions of its set elements (8
-/// bytes a selected element over the bus and on the host, against 1 byte an element). Measured
-/// on the H200 host, 16 Mi f32 (`get_routed`, each route forced): bytes 25.1-26.5 ms at every
-/// density; positions 17.3 ms at 0.4 %, 20.3 at 3 %, 34.5 at 12.5 %, 110 at 50 %: they cross
-/// near 6 %.
-pub const UPLOAD_MASK_DENSITY: f64 = 0.0625;
-
 impl MaskPlan {
     /// The fraction of the mask that is set (0 for an empty mask).
     pub fn density(&self) -> f64 {
@@ -68,12 +59,13 @@ impl MaskPlan {
         }
     }
 
-    /// For a host mask over a whole CUDA tensor (contiguous), the choice made by the measured
-    /// density: `true` sends the mask to the device and compacts there (density at least
-    /// [`UPLOAD_MASK_DENSITY`]), `false` sends the positions of its set elements and gathers
-    /// them. (A mask already on the device is always compacted there.)
+    /// Whether a host mask over a whole contiguous CUDA tensor is sent to the device as its
+    /// bytes and compacted there (every [`MaskStrategy::FullCompaction`] mask, at any density):
+    /// one byte an element over the bus and one pass on the device, where sending positions
+    /// costs a host pass to build them and eight bytes a set element. A mask over leading
+    /// dimensions becomes row indices instead.
     pub fn uploads_mask(&self) -> bool {
-        self.strategy == MaskStrategy::FullCompaction && self.density() >= UPLOAD_MASK_DENSITY
+        self.strategy == MaskStrategy::FullCompaction
     }
 }
 

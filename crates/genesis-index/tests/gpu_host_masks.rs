@@ -1,6 +1,6 @@
-//! Host masks indexing CUDA tensors: dense masks cross the bus as bytes and are compacted on
-//! the device, sparse ones as the positions of their set elements, gathered on the device (the
-//! choice `MaskPlan::uploads_mask` makes from the measured density). Both routes must give the
+//! Host masks indexing CUDA tensors: a mask crosses the bus as bytes and is compacted on the
+//! device (`MaskPlan::uploads_mask`), or, forced through `get_routed`, as the positions of its
+//! set elements, gathered on the device. Both routes must give the
 //! CPU executor's results, for reads and for scalar assignment, including on views with an
 //! offset.
 #![cfg(feature = "cuda")]
@@ -43,18 +43,17 @@ fn dense_and_sparse_host_masks_match_the_cpu() {
     // Offset views: the tensor starts 5 elements into its storage.
     let layout = Layout::new(&shape, &[129, 1], 5);
     // Every other, every third, one in 64, none.
-    for (every, dense) in [(2, true), (3, true), (64, false), (0, false)] {
+    for every in [2, 3, 64, 0] {
         let bits = if every == 0 {
             vec![false; n]
         } else {
             mask(&shape, every, 0x9e37_79b9 + every)
         };
         let m = IndexTensor::mask(&shape, &bits);
-        // The plan shows the choice.
+        // A mask over the whole tensor goes as its bytes at every density.
         let p = plan(&layout, &s![@m.clone()], false).unwrap();
-        assert_eq!(
+        assert!(
             p.mask.expect("a mask plan").uploads_mask(),
-            dense,
             "density {}",
             p.mask.unwrap().density()
         );

@@ -96,8 +96,7 @@ fn masks_record_their_measured_density() {
     assert_eq!(m.strategy, MaskStrategy::RowIndices);
     assert_eq!((m.selected, m.total), (1, 2));
     assert!(!m.uploads_mask(), "row masks always become row indices");
-    // The density decides how a host mask over a whole CUDA tensor travels: as bytes from
-    // UPLOAD_MASK_DENSITY on, as positions below.
+    // A mask over the whole tensor is sent as its bytes at every density, empty included.
     let n = 64;
     let layout = Layout::contiguous(&[n]);
     for set in [0, 1, 3, 4, 5, 8, 9, 32, 64] {
@@ -106,19 +105,10 @@ fn masks_record_their_measured_density() {
             .unwrap()
             .mask
             .unwrap();
-        assert_eq!(
-            m.uploads_mask(),
-            set as f64 / n as f64 >= genesis_index::UPLOAD_MASK_DENSITY,
-            "{set} of {n}"
-        );
+        assert_eq!(m.strategy, MaskStrategy::FullCompaction);
+        assert_eq!((m.selected, m.total), (set, n), "{set} of {n}");
+        assert!(m.uploads_mask(), "{set} of {n}");
     }
-    assert!(
-        !plan(&layout, &s![@IndexTensor::mask(&[n], &[false; 64])], false)
-            .unwrap()
-            .mask
-            .unwrap()
-            .uploads_mask()
-    );
     // Host masks need no resolution: the items come back as they are.
     let items = s![@bools(&[true, false], &[2])];
     assert!(matches!(

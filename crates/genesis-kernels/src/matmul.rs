@@ -512,12 +512,14 @@ fn sm90_tile(
     let s = plan.shape;
     // Coordinates are 32-bit in the kernels, and a tile may start up to 255 past the extent.
     let fits = |x: usize| x < (1 << 31) - 512;
-    // A batch stride must be a multiple of 16 bytes and keep the matrices apart (the tensor
-    // map's batch dimension), unless one matrix serves every batch.
+    // A batch stride must be a multiple of 16 bytes and at least a whole matrix of `ld`-long
+    // lines (the tensor map's batch dimension, strides growing with the dimension), unless
+    // one matrix serves every batch.
     let batch_ok = |stride: usize, l: MatrixLayout, rows: usize, cols: usize| {
+        let lines = if l.transposed { cols } else { rows };
         s.batch == 1
             || stride == 0
-            || (stride.is_multiple_of(8) && l.span(rows, cols).is_some_and(|span| stride >= span))
+            || (stride.is_multiple_of(8) && l.ld.checked_mul(lines).is_some_and(|w| stride >= w))
     };
     let ok = cc == (9, 0)
         && !sm80_matmul_forced()
@@ -972,8 +974,8 @@ fn sm90_map(
     };
     let ld_bytes = l.ld as u64 * 2;
     let (depth, batch_bytes) = if batch == 1 || stride == 0 {
-        // One matrix: the batch stride is never applied; any valid value does.
-        (1, ld_bytes)
+        // One matrix: the batch stride is never applied; that of packed matrices.
+        (1, ld_bytes * outer as u64)
     } else {
         (batch as u64, stride as u64 * 2)
     };
@@ -1377,7 +1379,8 @@ mod tests {
                 None
             );
         }
-        // Batch strides: multiples of 8 that keep matrices apart, or 0 (broadcast).
+        // Batch strides: multiples of 8 of at least a matrix of ld-long lines, or 0
+        // (broadcast).
         let bs = |sa, sb| MatmulShape {
             a_batch_stride: sa,
             b_batch_stride: sb,

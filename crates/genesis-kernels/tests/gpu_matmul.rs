@@ -703,16 +703,17 @@ mod gpu {
             transposed: w.tb,
             ld: up8(if w.tb { w.k } else { w.n }),
         };
-        let round = |x: usize| x.div_ceil(8) * 8;
+        // Batch strides: whole matrices of ld-long lines, 8 elements apart when padded.
+        let gap = if w.extra > 0 { 8 } else { 0 };
         let sa = if w.broadcast == 1 {
             0
         } else {
-            round(la.span(w.m, w.k).unwrap())
+            la.ld * if w.ta { w.k } else { w.m } + gap
         };
         let sb = if w.broadcast == 2 {
             0
         } else {
-            round(lb.span(w.k, w.n).unwrap())
+            lb.ld * if w.tb { w.n } else { w.k } + gap
         };
         let shape = MatmulShape {
             batch: w.batch,

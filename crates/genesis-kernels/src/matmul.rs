@@ -18,12 +18,15 @@
 //! are the same bits on every run); [`gpu_matmul_planned`] runs a plan.
 //!
 //! On Hopper (compute capability 9.0), f16 and bf16 products run on the `wgmma` kernels of
-//! `kernels/matmul_sm90.cu` (TMA, warp-specialised, persistent) when the operands qualify:
-//! `m` and `n` at least 128, `k` at least 64, both operands starting on 16 bytes, leading
-//! dimensions and batch strides multiples of 8 elements. Everything else, every other device, and every product while
-//! [`sm80_matmul_forced`] (environment variable `GENESIS_MATMUL_SM80=1`,
-//! [`set_force_sm80_matmul`], [`force_sm80_matmul_on_thread`]) runs the `mma.sync` kernels of
-//! `kernels/matmul.cu`. [`last_matmul_kernel`] names the kernel a thread queued last.
+//! `kernels/matmul_sm90.cu` (TMA, warp-specialised, persistent; `128 x 256` tiles when they
+//! fill the GPU, else `128 x 128`) when the operands qualify: `m` and `n` at least 128, `k` at
+//! least 64, both operands starting on 16 bytes, leading dimensions multiples of 8 elements,
+//! and batch strides 0 or multiples of 8 elements of at least one matrix of `ld`-long lines.
+//! Everything else, every other device, and every product while [`sm80_matmul_forced`]
+//! (environment variable `GENESIS_MATMUL_SM80=1`, [`set_force_sm80_matmul`],
+//! [`force_sm80_matmul_on_thread`]) runs the `mma.sync` kernels of `kernels/matmul.cu`. Both
+//! are held to the same accumulation bound; [`last_matmul_kernel`] names the kernel a thread
+//! queued last.
 
 use crate::{Element, Error, Result};
 use half::{bf16, f16};
@@ -423,9 +426,11 @@ static FORCE_SM80: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::ne
 
 thread_local! {
     /// The calling thread's override of [`force_sm80_matmul_on_thread`].
-    static FORCE_SM80_THREAD: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+    static FORCE_SM80_THREAD: std::cell::Cell<Option<bool>> =
+        const { std::cell::Cell::new(None) };
     /// The matmul kernel the thread queued last ([`last_matmul_kernel`]).
-    static LAST_KERNEL: std::cell::Cell<Option<&'static str>> = const { std::cell::Cell::new(None) };
+    static LAST_KERNEL: std::cell::Cell<Option<&'static str>> =
+        const { std::cell::Cell::new(None) };
 }
 
 /// Whether the environment asks for the `sm_80` kernels: `GENESIS_MATMUL_SM80` set to anything

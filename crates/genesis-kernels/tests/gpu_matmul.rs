@@ -950,6 +950,121 @@ mod gpu {
         }
     }
 
+    /// `A @ P` for a permutation matrix `P` (`P[p][j] = 1` when `j = (5 p + 3) mod k`, a
+    /// permutation as k is a power of two) and small integers in A: every output is one
+    /// element of A, exactly, in the input type.
+    /// A wrong operand layout (descriptor, swizzle, transpose) shows as misplaced values, and
+    /// the message names the first ones.
+    fn permutation_case<T: MatmulOutput<T>>(
+        ctx: &Arc<Context>,
+        stream: &Stream,
+        (m, n): (usize, usize),
+        (ta, tb): (bool, bool),
+        tile: &str,
+    ) {
+        let k = n;
+        let perm = |p: usize| (5 * p + 3) % k;
+        let av = |i: usize, p: usize| ((i * 31 + p * 7) % 61) as f32 - 30.0;
+        let mut a = vec![T::from_f32(0.0); m * k];
+        let mut b = vec![T::from_f32(0.0); k * n];
+        for i in 0..m {
+            for p in 0..k {
+                a[if ta { p * m + i } else { i * k + p }] = T::from_f32(av(i, p));
+            }
+        }
+        for p in 0..k {
+            let j = perm(p);
+            b[if tb { j * k + p } else { p * n + j }] = T::from_f32(1.0);
+        }
+        let shape = MatmulShape {
+            batch: 1,
+            m,
+            n,
+            k,
+            a_batch_stride: 0,
+            b_batch_stride: 0,
+        };
+        let layout = MatmulLayout {
+            a: if ta {
+                MatrixLayout::col_major(m)
+            } else {
+                MatrixLayout::row_major(k)
+            },
+            b: if tb {
+                MatrixLayout::col_major(k)
+            } else {
+                MatrixLayout::row_major(n)
+            },
+        };
+        let da = DeviceBuffer::from_host(ctx, bytes(&a)).unwrap();
+        let db = DeviceBuffer::from_host(ctx, bytes(&b)).unwrap();
+        let poison = vec![T::from_f32(f32::NAN); m * n];
+        let mut out = DeviceBuffer::from_host(ctx, bytes(&poison)).unwrap();
+        force_sm80_matmul_on_thread(Some(false));
+        gpu_matmul_strided::<T, T>(
+            stream,
+            shape,
+            layout,
+            da.as_span::<T>().unwrap(),
+            db.as_span::<T>().unwrap(),
+            out.as_span_mut::<T>().unwrap(),
+        )
+        .unwrap();
+        force_sm80_matmul_on_thread(None);
+        let kernel = last_matmul_kernel().unwrap();
+        let what = format!("{} {m}x{n}x{k} ta {ta} tb {tb}: {kernel}", T::NAME);
+        if ctx.compute_capability() == (9, 0) {
+            assert!(
+                kernel.starts_with("matmul_sm90_") && kernel.ends_with(tile),
+                "{what}"
+            );
+        }
+        stream.synchronize().unwrap();
+        let mut got = vec![T::from_f32(0.0); m * n];
+        // SAFETY: any bit pattern is a value of these types.
+        let dst = unsafe {
+            std::slice::from_raw_parts_mut(
+                got.as_mut_ptr().cast::<u8>(),
+                std::mem::size_of_val(&got[..]),
+            )
+        };
+        out.copy_to_host(dst).unwrap();
+        let mut wrong = Vec::new();
+        for i in 0..m {
+            for p in 0..k {
+                let j = perm(p);
+                let (g, w) = (got[i * n + j].to_f32(), av(i, p));
+                if g != w {
+                    wrong.push(format!("({i}, {j}): {g} not A[{i}][{p}] = {w}"));
+                }
+            }
+        }
+        assert!(
+            wrong.is_empty(),
+            "{what}: {} of {} outputs wrong, first {:?}",
+            wrong.len(),
+            m * n,
+            &wrong[..wrong.len().min(8)]
+        );
+    }
+
+    #[test]
+    fn hopper_kernels_place_every_element_of_permuted_products() {
+        if skip_without_gpu("hopper_kernels_place_every_element_of_permuted_products") {
+            return;
+        }
+        let ctx = Context::get(0).unwrap();
+        let stream = Stream::new(&ctx).unwrap();
+        // One 128 x 128 tile; and enough 128 x 256 tiles for every multiprocessor.
+        let sms = ctx.multiprocessors() as usize;
+        for (shape, tile) in [((128, 128), "_128"), ((128 * sms, 256), "_256")] {
+            for layouts in [(false, false), (false, true), (true, false), (true, true)] {
+                permutation_case::<bf16>(&ctx, &stream, shape, layouts, tile);
+                permutation_case::<f16>(&ctx, &stream, shape, layouts, tile);
+            }
+        }
+    }
+
     #[test]
     fn hopper_kernels_match_f64_references() {
         if skip_without_gpu("hopper_kernels_match_f64_references") {

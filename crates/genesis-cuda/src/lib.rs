@@ -31,6 +31,8 @@ pub mod raw;
 mod stream;
 #[cfg(feature = "cuda")]
 mod sys;
+#[cfg(feature = "cuda")]
+mod tensor_map;
 
 #[cfg(feature = "cuda")]
 pub use context::{Context, device_count, driver_version, is_available};
@@ -40,6 +42,8 @@ pub use memory::DeviceBuffer;
 pub use module::{Kernel, KernelImage, LaunchConfig, image_supports};
 #[cfg(feature = "cuda")]
 pub use stream::{Event, Stream};
+#[cfg(feature = "cuda")]
+pub use tensor_map::{TensorMap, TensorMapDataType, TensorMapSwizzle, TiledTensor};
 
 /// Number of CUDA devices: always 0 in a build without the `cuda` feature.
 #[cfg(not(feature = "cuda"))]

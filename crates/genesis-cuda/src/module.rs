@@ -20,12 +20,16 @@ pub struct KernelImage {
 }
 
 /// Whether an image built for `targets` can run on a device of compute capability `cc`: it
-/// holds machine code for exactly that architecture, or PTX for one at or below it (which the
-/// driver compiles just in time).
+/// holds machine code for exactly that architecture (`sm_90`, or the architecture-specific
+/// `sm_90a`, which runs only on compute capability 9.0), or portable PTX for one at or below it
+/// (which the driver compiles just in time; architecture-specific PTX such as `compute_90a`
+/// never qualifies another architecture).
 pub fn image_supports(targets: &[&str], cc: (u32, u32)) -> bool {
     let arch = format!("sm_{}{}", cc.0, cc.1);
     let cc = cc.0 * 10 + cc.1;
-    targets.iter().any(|t| *t == arch)
+    targets
+        .iter()
+        .any(|t| *t == arch || t.strip_suffix('a') == Some(arch.as_str()))
         || targets.iter().any(|t| {
             t.strip_prefix("compute_")
                 .and_then(|v| v.parse::<u32>().ok())
@@ -100,6 +104,26 @@ impl Kernel {
 
     pub(crate) fn raw(&self) -> sys::CUfunction {
         self.raw
+    }
+
+    /// Allows launches of the kernel with up to `bytes` of dynamic shared memory
+    /// (`CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`; a launch above 48 KiB fails without
+    /// it). The setting belongs to the function in its context, so it holds for every later
+    /// [`Kernel::get`] of the same kernel. Fails when the device cannot give a block that much.
+    pub fn set_max_dynamic_shared_bytes(&self, bytes: u32) -> Result<()> {
+        let value = i32::try_from(bytes).map_err(|_| Error::InvalidArgument {
+            op: "Kernel::set_max_dynamic_shared_bytes",
+            reason: format!("{bytes} bytes of shared memory"),
+        })?;
+        self.ctx.bind()?;
+        // SAFETY: the function belongs to the current context; the attribute takes an int.
+        check("cuFuncSetAttribute", unsafe {
+            sys::cuFuncSetAttribute(
+                self.raw,
+                sys::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                value,
+            )
+        })
     }
 
     /// Queues the kernel on `stream` as [`Self::launch`] does, allowing it to start while the
@@ -234,5 +258,11 @@ mod tests {
             "sm_80 SASS does not run on sm_90"
         );
         assert!(image_supports(&["sm_80"], (8, 0)));
+        // Architecture-specific machine code runs on its own architecture only.
+        assert!(image_supports(&["sm_90a"], (9, 0)));
+        for cc in [(8, 0), (8, 9), (10, 0), (12, 0)] {
+            assert!(!image_supports(&["sm_90a"], cc), "{cc:?}");
+        }
+        assert!(!image_supports(&["compute_90a"], (10, 0)));
     }
 }

@@ -26,6 +26,9 @@ pub(crate) const ATTR_COMPUTE_CAPABILITY_MAJOR: c_int = 75;
 pub(crate) const ATTR_COMPUTE_CAPABILITY_MINOR: c_int = 76;
 pub(crate) const ATTR_MAX_THREADS_PER_MULTIPROCESSOR: c_int = 39;
 
+/// `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`.
+pub(crate) const CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: c_int = 8;
+
 /// `CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION` (CUDA 12.0+, compute 9.0+).
 pub(crate) const CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION: c_int = 6;
 
@@ -251,4 +254,19 @@ unsafe extern "C" {
     pub(crate) fn cuMemcpy2DAsync(copy: *const Memcpy2D, stream: CUstream) -> c_int;
     pub(crate) fn cuMemHostAlloc(pp: *mut *mut c_void, bytes: usize, flags: c_uint) -> c_int;
     pub(crate) fn cuMemFreeHost(p: *mut c_void) -> c_int;
+    pub(crate) fn cuFuncSetAttribute(f: CUfunction, attrib: c_int, value: c_int) -> c_int;
+    pub(crate) fn cuTensorMapEncodeTiled(
+        map: *mut [u64; 16],
+        data_type: c_int,
+        rank: c_uint,
+        address: *mut c_void,
+        dims: *const u64,
+        strides: *const u64,
+        box_dims: *const c_uint,
+        element_strides: *const c_uint,
+        interleave: c_int,
+        swizzle: c_int,
+        l2_promotion: c_int,
+        oob_fill: c_int,
+    ) -> c_int;
 }

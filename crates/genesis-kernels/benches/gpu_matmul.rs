@@ -7,7 +7,9 @@
 //! count: split-k for thin products), with its workspace allocated once before timing; rows
 //! named `..._s1` force one slice (the same product without split-k), for comparison. Rows of
 //! dtype `tf32` are f32 products at `MatmulPrecision::High` (PyTorch's side sets
-//! `allow_tf32 = True` for them only).
+//! `allow_tf32 = True` for them only). Rows named `..._sm80` force the `mma.sync` kernels of
+//! `kernels/matmul.cu` where the Hopper kernels would run (`force_sm80_matmul_on_thread`);
+//! the `kernel` column names the kernel each row ran.
 //!
 //! `gpu_matmul [--json PATH]`: prints a table and, with `--json`, writes the figures.
 //! Without a GPU (or without the `cuda` feature) it says so and exits successfully.
@@ -38,7 +40,7 @@ mod gpu {
     use genesis_kernels::MatmulElement;
     use genesis_kernels::matmul::{
         MatmulLayout, MatmulOutput, MatmulPlan, MatmulPrecision, MatmulShape, MatrixLayout,
-        gpu_matmul_planned,
+        force_sm80_matmul_on_thread, gpu_matmul_planned, last_matmul_kernel,
     };
     use half::{bf16, f16};
     use rand::rngs::SmallRng;
@@ -60,6 +62,8 @@ mod gpu {
         wall: bool,
         /// Never split k (`_s1` rows).
         unsplit: bool,
+        /// Force the `sm_80` kernels (`_sm80` rows).
+        sm80: bool,
     }
 
     const fn case(dtype: &'static str, m: usize, n: usize, k: usize) -> Case {
@@ -72,6 +76,7 @@ mod gpu {
             tb: false,
             wall: false,
             unsplit: false,
+            sm80: false,
         }
     }
 
@@ -109,6 +114,15 @@ mod gpu {
                 });
             }
         }
+        // The Hopper rows again on the sm_80 kernels.
+        for d in ["bf16", "f16"] {
+            for s in [4096, 8192] {
+                v.push(Case {
+                    sm80: true,
+                    ..case(d, s, s, s)
+                });
+            }
+        }
         v.push(case("tf32", 64, 4096, 1024));
         v.push(case("tf32", 8192, 64, 8192));
         v.push(Case {
@@ -121,14 +135,15 @@ mod gpu {
 
     fn name(c: &Case) -> String {
         format!(
-            "mm_{}_{}x{}x{}_{}{}{}",
+            "mm_{}_{}x{}x{}_{}{}{}{}",
             c.dtype,
             c.m,
             c.n,
             c.k,
             if c.ta { 't' } else { 'n' },
             if c.tb { 't' } else { 'n' },
-            if c.unsplit { "_s1" } else { "" }
+            if c.unsplit { "_s1" } else { "" },
+            if c.sm80 { "_sm80" } else { "" }
         )
     }
 
@@ -152,7 +167,7 @@ mod gpu {
         stream: &Stream,
         c: &Case,
         rng: &mut SmallRng,
-    ) -> BoxResult<(timing::Timing, usize)> {
+    ) -> BoxResult<(timing::Timing, usize, &'static str)> {
         let shape = MatmulShape {
             batch: 1,
             m: c.m,
@@ -200,12 +215,14 @@ mod gpu {
             )?;
             Ok(())
         };
+        force_sm80_matmul_on_thread(Some(c.sm80));
         let t = if c.wall {
-            timing::wall(warmup, runs, || Ok(stream.synchronize()?), f)?
+            timing::wall(warmup, runs, || Ok(stream.synchronize()?), f)
         } else {
-            timing::events(stream, warmup, runs, &mut f)?
+            timing::events(stream, warmup, runs, &mut f)
         };
-        Ok((t, plan.splits()))
+        force_sm80_matmul_on_thread(None);
+        Ok((t?, plan.splits(), last_matmul_kernel().unwrap_or("-")))
     }
 
     pub(crate) fn run() -> BoxResult {
@@ -220,11 +237,11 @@ mod gpu {
         let mut rows = Vec::new();
         println!("device: {} ({} SMs)", ctx.name(), ctx.multiprocessors());
         println!(
-            "{:<34} {:>10} {:>10} {:>9} {:>6}  clock",
-            "case", "median ms", "min ms", "TFLOP/s", "splits"
+            "{:<38} {:>10} {:>10} {:>9} {:>6}  {:<6}  kernel",
+            "case", "median ms", "min ms", "TFLOP/s", "splits", "clock"
         );
         for c in cases() {
-            let (t, splits) = match c.dtype {
+            let (t, splits, kernel) = match c.dtype {
                 "f32" | "tf32" => time_case::<f32>(&ctx, &stream, &c, &mut rng)?,
                 "bf16" => time_case::<bf16>(&ctx, &stream, &c, &mut rng)?,
                 _ => time_case::<f16>(&ctx, &stream, &c, &mut rng)?,
@@ -232,7 +249,7 @@ mod gpu {
             let tflops = 2.0 * (c.m * c.n * c.k) as f64 / (t.median_ms * 1e-3) / 1e12;
             let clock = if c.wall { "wall" } else { "device" };
             println!(
-                "{:<34} {:>10.4} {:>10.4} {:>9.1} {splits:>6}  {clock}",
+                "{:<38} {:>10.4} {:>10.4} {:>9.1} {splits:>6}  {clock:<6}  {kernel}",
                 name(&c),
                 t.median_ms,
                 t.min_ms,
@@ -245,6 +262,7 @@ mod gpu {
                 "tflops": tflops,
                 "clock": clock,
                 "splits": splits,
+                "kernel": kernel,
             }));
         }
         if let Some(path) = json {

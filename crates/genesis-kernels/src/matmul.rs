@@ -16,6 +16,17 @@
 //! A [`MatmulPlan`] also splits `k` when the output has too few `128 x 128` tiles to fill the
 //! GPU (split-k: slices of `k` into an f32 workspace, then a sum in a fixed order, so results
 //! are the same bits on every run); [`gpu_matmul_planned`] runs a plan.
+//!
+//! On Hopper (compute capability 9.0), f16 and bf16 products run on the `wgmma` kernels of
+//! `kernels/matmul_sm90.cu` (TMA, warp-specialised, persistent; `128 x 256` tiles when they
+//! fill the GPU, else `128 x 128`) when the operands qualify: `m` and `n` at least 128, `k` at
+//! least 64, both operands starting on 16 bytes, leading dimensions multiples of 8 elements,
+//! and batch strides 0 or multiples of 8 elements of at least one matrix of `ld`-long lines.
+//! Everything else, every other device, and every product while [`sm80_matmul_forced`]
+//! (environment variable `GENESIS_MATMUL_SM80=1`, [`set_force_sm80_matmul`],
+//! [`force_sm80_matmul_on_thread`]) runs the `mma.sync` kernels of `kernels/matmul.cu`. Both
+//! are held to the same accumulation bound; [`last_matmul_kernel`] names the kernel a thread
+//! queued last.
 
 use crate::{Element, Error, Result};
 use half::{bf16, f16};
@@ -317,6 +328,20 @@ pub trait MatmulOutput<T: MatmulElement>: MatmulElement {
     const SPLITK_SUM: &'static str;
     /// The TF32 kernels when `T` and `Self` are f32 (indexed as [`MatmulOutput::KERNELS`]).
     const TF32: Option<[[[&'static str; 2]; 2]; 2]> = None;
+    /// The Hopper kernels of `kernels/matmul_sm90.cu` when `T` is f16 or bf16.
+    const SM90: Option<Sm90Kernels> = None;
+}
+
+/// The Hopper (`sm_90a`) kernels of one operand and output type (`kernels/matmul_sm90.cu`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sm90Kernels {
+    /// bf16 operands (else f16): the element type of the tensor maps.
+    bf16: bool,
+    /// Indexed by `[a transposed][b transposed][tile]`, tile 0: `128 x 256` outputs, 1:
+    /// `128 x 128`.
+    kernels: [[[&'static str; 2]; 2]; 2],
+    /// The f32-output kernels (split-k partial products), indexed as `kernels`.
+    partial: [[[&'static str; 2]; 2]; 2],
 }
 
 /// The kernel table `<prefix>_<ab>[_any]`.
@@ -335,22 +360,48 @@ macro_rules! table {
     };
 }
 
+/// The Hopper kernel table `<prefix>_<ab>_<256|128>`.
+macro_rules! sm90_table {
+    ($p:literal) => {
+        [
+            [
+                [concat!($p, "_nn_256"), concat!($p, "_nn_128")],
+                [concat!($p, "_nt_256"), concat!($p, "_nt_128")],
+            ],
+            [
+                [concat!($p, "_tn_256"), concat!($p, "_tn_128")],
+                [concat!($p, "_tt_256"), concat!($p, "_tt_128")],
+            ],
+        ]
+    };
+}
+
 macro_rules! kernels {
-    ($t:ty => $o:ty, $p:literal, $g:literal, $partial:literal, $sum:literal $(, $tf32:literal)?) => {
+    ($t:ty => $o:ty, $p:literal, $g:literal, $partial:literal, $sum:literal
+     $(, tf32: $tf32:literal)? $(, sm90: $bf16:literal, $sm90:literal, $sm90_partial:literal)?) => {
         impl MatmulOutput<$t> for $o {
             const GEMV: [&'static str; 2] = [concat!("gemv_dot_", $g), concat!("gemv_axpy_", $g)];
             const KERNELS: [[[&'static str; 2]; 2]; 2] = table!($p);
             const PARTIAL: [[[&'static str; 2]; 2]; 2] = table!($partial);
             const SPLITK_SUM: &'static str = $sum;
             $(const TF32: Option<[[[&'static str; 2]; 2]; 2]> = Some(table!($tf32));)?
+            $(const SM90: Option<Sm90Kernels> = Some(Sm90Kernels {
+                bf16: $bf16,
+                kernels: sm90_table!($sm90),
+                partial: sm90_table!($sm90_partial),
+            });)?
         }
     };
 }
-kernels!(f32 => f32, "matmul_f32", "f32", "matmul_f32", "splitk_sum_f32", "matmul_tf32");
-kernels!(f16 => f16, "matmul_f16", "f16", "matmul_f16_f32out", "splitk_sum_f16");
-kernels!(f16 => f32, "matmul_f16_f32out", "f16_f32out", "matmul_f16_f32out", "splitk_sum_f32");
-kernels!(bf16 => bf16, "matmul_bf16", "bf16", "matmul_bf16_f32out", "splitk_sum_bf16");
-kernels!(bf16 => f32, "matmul_bf16_f32out", "bf16_f32out", "matmul_bf16_f32out", "splitk_sum_f32");
+kernels!(f32 => f32, "matmul_f32", "f32", "matmul_f32", "splitk_sum_f32", tf32: "matmul_tf32");
+kernels!(f16 => f16, "matmul_f16", "f16", "matmul_f16_f32out", "splitk_sum_f16",
+    sm90: false, "matmul_sm90_f16", "matmul_sm90_f16_f32out");
+kernels!(f16 => f32, "matmul_f16_f32out", "f16_f32out", "matmul_f16_f32out", "splitk_sum_f32",
+    sm90: false, "matmul_sm90_f16_f32out", "matmul_sm90_f16_f32out");
+kernels!(bf16 => bf16, "matmul_bf16", "bf16", "matmul_bf16_f32out", "splitk_sum_bf16",
+    sm90: true, "matmul_sm90_bf16", "matmul_sm90_bf16_f32out");
+kernels!(bf16 => f32, "matmul_bf16_f32out", "bf16_f32out", "matmul_bf16_f32out", "splitk_sum_f32",
+    sm90: true, "matmul_sm90_bf16_f32out", "matmul_sm90_bf16_f32out");
 
 /// The precision of f32 products, PyTorch's `torch.set_float32_matmul_precision`. f16 and bf16
 /// products are the same at every precision.
@@ -368,6 +419,139 @@ pub enum MatmulPrecision {
 
 /// Block tile of every matmul kernel (`128 x 128` outputs).
 const TILE: usize = 128;
+
+/// The process-wide switch of [`set_force_sm80_matmul`]: 0 unset (the environment decides),
+/// 1 forced, 2 not forced.
+static FORCE_SM80: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+thread_local! {
+    /// The calling thread's override of [`force_sm80_matmul_on_thread`].
+    static FORCE_SM80_THREAD: std::cell::Cell<Option<bool>> =
+        const { std::cell::Cell::new(None) };
+    /// The matmul kernel the thread queued last ([`last_matmul_kernel`]).
+    static LAST_KERNEL: std::cell::Cell<Option<&'static str>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// Whether the environment asks for the `sm_80` kernels: `GENESIS_MATMUL_SM80` set to anything
+/// but empty or `0`, read once per process.
+fn sm80_from_env() -> bool {
+    static ENV: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ENV.get_or_init(|| {
+        std::env::var_os("GENESIS_MATMUL_SM80").is_some_and(|v| !v.is_empty() && v != "0")
+    })
+}
+
+/// Forces (`true`) every f16 and bf16 matrix product of the process onto the `mma.sync` kernels
+/// of `kernels/matmul.cu` even where the Hopper kernels would run, or lets the launcher choose
+/// again (`false`). Overrides the environment variable `GENESIS_MATMUL_SM80` (which, set to
+/// anything but empty or `0`, forces them from the start); a thread's
+/// [`force_sm80_matmul_on_thread`] overrides both. Results agree within the same bound either
+/// way; the switch exists to test and compare the two paths on a Hopper GPU.
+pub fn set_force_sm80_matmul(force: bool) {
+    FORCE_SM80.store(
+        if force { 1 } else { 2 },
+        std::sync::atomic::Ordering::Relaxed,
+    );
+}
+
+/// Overrides [`set_force_sm80_matmul`] for the products the calling thread queues:
+/// `Some(true)` forces the `sm_80` kernels, `Some(false)` lets the launcher choose, `None`
+/// follows the process-wide setting again.
+pub fn force_sm80_matmul_on_thread(force: Option<bool>) {
+    FORCE_SM80_THREAD.with(|f| f.set(force));
+}
+
+/// Whether the calling thread's f16 and bf16 products are forced onto the `sm_80` kernels
+/// (see [`set_force_sm80_matmul`]).
+pub fn sm80_matmul_forced() -> bool {
+    if let Some(force) = FORCE_SM80_THREAD.with(|f| f.get()) {
+        return force;
+    }
+    match FORCE_SM80.load(std::sync::atomic::Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => sm80_from_env(),
+    }
+}
+
+/// The name of the matmul kernel the calling thread queued last (`matmul_bf16_nt`,
+/// `matmul_sm90_bf16_nt_256`, `gemv_dot_f32`, ...; for a split product the partial-product
+/// kernel, not the sum), or `None` when it queued none. For tests and benchmarks that must
+/// know which path ran.
+pub fn last_matmul_kernel() -> Option<&'static str> {
+    LAST_KERNEL.with(|k| k.get())
+}
+
+#[cfg(feature = "cuda")]
+fn record_kernel(name: &'static str) {
+    LAST_KERNEL.with(|k| k.set(Some(name)));
+}
+
+/// Rows of a Hopper kernel's tile; its columns are 256 (tile 0) or 128 (tile 1).
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+const SM90_TILE_M: usize = 128;
+
+/// k depth of a Hopper kernel's shared-memory stage, the least `k` it is used for.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+const SM90_BK: usize = 64;
+
+/// Dynamic shared memory of the Hopper kernels by tile (`Config<BN>::SMEM` in
+/// `kernels/matmul_sm90.cu`): 1 KiB of alignment slack, the stages (4 of 48 KiB, or 6 of 32
+/// KiB) and two mbarriers per stage.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+const SM90_SMEM: [u32; 2] = [1024 + 4 * 49152 + 4 * 16, 1024 + 6 * 32768 + 6 * 16];
+
+/// The Hopper tile for a product, or `None` when it must run on the `sm_80` kernels (see the
+/// module docs): tile 0 (`128 x 256`) when its work units fill the multiprocessors, else tile 1
+/// (`128 x 128`).
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+fn sm90_tile(
+    cc: (u32, u32),
+    sms: usize,
+    plan: &MatmulPlan,
+    layout: MatmulLayout,
+    a_addr: u64,
+    b_addr: u64,
+) -> Option<usize> {
+    let s = plan.shape;
+    // Coordinates are 32-bit in the kernels, and a tile may start up to 255 past the extent.
+    let fits = |x: usize| x < (1 << 31) - 512;
+    // A batch stride must be a multiple of 16 bytes and at least a whole matrix of `ld`-long
+    // lines (the tensor map's batch dimension, strides growing with the dimension), unless
+    // one matrix serves every batch.
+    let batch_ok = |stride: usize, l: MatrixLayout, rows: usize, cols: usize| {
+        let lines = if l.transposed { cols } else { rows };
+        s.batch == 1
+            || stride == 0
+            || (stride.is_multiple_of(8) && l.ld.checked_mul(lines).is_some_and(|w| stride >= w))
+    };
+    let ok = cc == (9, 0)
+        && !sm80_matmul_forced()
+        && s.m >= 128
+        && s.n >= 128
+        && s.k >= SM90_BK
+        && fits(s.m)
+        && fits(s.n)
+        && fits(s.k)
+        && fits(s.batch)
+        && a_addr.is_multiple_of(16)
+        && b_addr.is_multiple_of(16)
+        && layout.a.ld.is_multiple_of(8)
+        && layout.b.ld.is_multiple_of(8)
+        && batch_ok(s.a_batch_stride, layout.a, s.m, s.k)
+        && batch_ok(s.b_batch_stride, layout.b, s.k, s.n)
+        && (plan.splits <= 1 || plan.kslice.is_multiple_of(SLICE_ALIGN));
+    if !ok {
+        return None;
+    }
+    let units =
+        s.m.div_ceil(SM90_TILE_M)
+            .saturating_mul(s.n.div_ceil(256))
+            .saturating_mul(s.batch)
+            .saturating_mul(plan.splits.max(1));
+    Some(if units >= sms { 0 } else { 1 })
+}
 
 /// Granularity of a split-k slice: a multiple of every kernel's k step (32), which also keeps
 /// each slice's first element as aligned as the operand's first for the 16-byte loads.
@@ -583,7 +767,41 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
         table[usize::from(layout.a.transposed)][usize::from(layout.b.transposed)]
             [usize::from(!aligned)]
     };
+    let ctx = stream.context();
+    let sm90 = O::SM90.and_then(|k| {
+        let tile = sm90_tile(
+            ctx.compute_capability(),
+            ctx.multiprocessors() as usize,
+            plan,
+            layout,
+            a.addr(),
+            b.addr(),
+        )?;
+        let pick = |table: [[[&'static str; 2]; 2]; 2]| {
+            table[usize::from(layout.a.transposed)][usize::from(layout.b.transposed)][tile]
+        };
+        Some((k.bf16, tile, pick(k.kernels), pick(k.partial)))
+    });
     if plan.splits <= 1 {
+        if let Some((bf16, tile, name, _)) = sm90 {
+            // SAFETY: `c` holds `need` elements of `O` (checked) and is borrowed exclusively;
+            // `name` is a Hopper kernel of `tile` for `T -> O`, chosen by `sm90_tile`.
+            return unsafe {
+                gemm_sm90::<T>(
+                    stream,
+                    name,
+                    bf16,
+                    tile,
+                    plan,
+                    layout,
+                    a,
+                    b,
+                    c.addr(),
+                    1,
+                    shape.k,
+                )
+            };
+        }
         let name = at(tf32.unwrap_or(O::KERNELS));
         // SAFETY: `c` holds `need` elements of `O` (checked) and is borrowed exclusively.
         return unsafe { gemm(stream, name, plan, layout, a, b, c.addr(), 1, shape.k) };
@@ -608,22 +826,42 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
             reason: "the split-k workspace must start on 16 bytes".into(),
         });
     }
-    let name = at(tf32.unwrap_or(O::PARTIAL));
-    // SAFETY: the partial kernels write f32 values (`PARTIAL` and `TF32` are f32-output
-    // kernels), `splits` slices of `need` elements each: `ws_need` bytes of the workspace,
-    // which is borrowed exclusively.
-    unsafe {
-        gemm(
-            stream,
-            name,
-            plan,
-            layout,
-            a,
-            b,
-            workspace.addr(),
-            plan.splits,
-            plan.kslice,
-        )?;
+    if let Some((bf16, tile, _, name)) = sm90 {
+        // SAFETY: the Hopper `partial` kernels write f32 values, `splits` slices of `need`
+        // elements each: `ws_need` bytes of the workspace, which is borrowed exclusively.
+        unsafe {
+            gemm_sm90::<T>(
+                stream,
+                name,
+                bf16,
+                tile,
+                plan,
+                layout,
+                a,
+                b,
+                workspace.addr(),
+                plan.splits,
+                plan.kslice,
+            )?;
+        }
+    } else {
+        let name = at(tf32.unwrap_or(O::PARTIAL));
+        // SAFETY: the partial kernels write f32 values (`PARTIAL` and `TF32` are f32-output
+        // kernels), `splits` slices of `need` elements each: `ws_need` bytes of the
+        // workspace, which is borrowed exclusively.
+        unsafe {
+            gemm(
+                stream,
+                name,
+                plan,
+                layout,
+                a,
+                b,
+                workspace.addr(),
+                plan.splits,
+                plan.kslice,
+            )?;
+        }
     }
     splitk_sum(
         stream,
@@ -704,6 +942,7 @@ unsafe fn gemm<T: MatmulElement>(
         std::ptr::from_mut(d7).cast(),
         std::ptr::from_mut(d8).cast(),
     ];
+    record_kernel(name);
     // SAFETY: the parameters match `matmul_<in>[_f32out]_<ab>[_any]` and
     // `matmul_tf32_<ab>[_any]` (const T*, const T*, O*, u64 batch, u64 m, u64 n, u64 k, u64
     // lda, u64 ldb, u64 sa, u64 sb, u64 kslice); the spans hold every element the layout
@@ -711,6 +950,154 @@ unsafe fn gemm<T: MatmulElement>(
     // kernels are chosen only for operands whose rows and batches start on 16 bytes, and a
     // slice starts at a multiple of 32 k values, which keeps that; `out` is as the caller
     // guarantees, so it overlaps neither input.
+    unsafe { kernel.launch(stream, config, &mut params)? };
+    Ok(())
+}
+
+/// One operand's tensor map for the Hopper kernels: dimensions (inner, outer, batch) as the
+/// operand lies in memory, boxes of 64 x 64 elements with the 128-byte swizzle. `rows x cols`
+/// is the operand's logical shape (`m x k` for A, `k x n` for B).
+#[cfg(feature = "cuda")]
+#[allow(clippy::too_many_arguments)]
+fn sm90_map(
+    ctx: &std::sync::Arc<genesis_cuda::Context>,
+    bf16: bool,
+    addr: u64,
+    l: MatrixLayout,
+    rows: usize,
+    cols: usize,
+    batch: usize,
+    stride: usize,
+) -> Result<genesis_cuda::TensorMap> {
+    use genesis_cuda::{TensorMap, TensorMapDataType, TensorMapSwizzle, TiledTensor};
+
+    // Row-major: `cols` contiguous, `rows` at `ld`; column-major the other way round.
+    let (inner, outer) = if l.transposed {
+        (rows, cols)
+    } else {
+        (cols, rows)
+    };
+    let ld_bytes = l.ld as u64 * 2;
+    let (depth, batch_bytes) = if batch == 1 || stride == 0 {
+        // One matrix: the batch stride is never applied; that of packed matrices.
+        (1, ld_bytes * outer as u64)
+    } else {
+        (batch as u64, stride as u64 * 2)
+    };
+    Ok(TensorMap::tiled(
+        ctx,
+        &TiledTensor {
+            data_type: if bf16 {
+                TensorMapDataType::BF16
+            } else {
+                TensorMapDataType::F16
+            },
+            address: addr,
+            dims: &[inner as u64, outer as u64, depth],
+            strides: &[ld_bytes, batch_bytes],
+            box_dims: &[64, 64, 1],
+            swizzle: TensorMapSwizzle::B128,
+        },
+    )?)
+}
+
+/// Launches the Hopper kernel `name` (the launch contract in `kernels/matmul_sm90.cu`) of
+/// `tile` with `splits` slices of `kslice`, writing to `out`.
+///
+/// # Safety
+///
+/// As [`gemm`]; `name` a kernel of `tile` and of `T` operands (bf16 when `bf16`), and the
+/// operands qualified by [`sm90_tile`].
+#[cfg(feature = "cuda")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_sm90<T: MatmulElement>(
+    stream: &genesis_cuda::Stream,
+    name: &'static str,
+    bf16: bool,
+    tile: usize,
+    plan: &MatmulPlan,
+    layout: MatmulLayout,
+    a: genesis_cuda::DeviceSpan<'_, T>,
+    b: genesis_cuda::DeviceSpan<'_, T>,
+    out: u64,
+    splits: usize,
+    kslice: usize,
+) -> Result<()> {
+    use genesis_cuda::{Kernel, LaunchConfig};
+    use std::ffi::c_void;
+
+    let shape = plan.shape;
+    let ctx = stream.context();
+    let mut map_a = sm90_map(
+        ctx,
+        bf16,
+        a.addr(),
+        layout.a,
+        shape.m,
+        shape.k,
+        shape.batch,
+        shape.a_batch_stride,
+    )?;
+    let mut map_b = sm90_map(
+        ctx,
+        bf16,
+        b.addr(),
+        layout.b,
+        shape.k,
+        shape.n,
+        shape.batch,
+        shape.b_batch_stride,
+    )?;
+    let kernel = Kernel::get(ctx, &crate::images::MATMUL_SM90, name)?;
+    let smem = SM90_SMEM[tile];
+    kernel.set_max_dynamic_shared_bytes(smem)?;
+    let bn = if tile == 0 { 256 } else { 128 };
+    let units = shape
+        .m
+        .div_ceil(SM90_TILE_M)
+        .saturating_mul(shape.n.div_ceil(bn))
+        .saturating_mul(shape.batch)
+        .saturating_mul(splits);
+    let config = LaunchConfig {
+        grid: (
+            units.clamp(1, (ctx.multiprocessors() as usize).max(1)) as u32,
+            1,
+            1,
+        ),
+        block: (384, 1, 1),
+        shared_bytes: smem,
+    };
+    let mut pc = out;
+    let mut dims = [
+        shape.batch as u64,
+        shape.m as u64,
+        shape.n as u64,
+        shape.k as u64,
+        shape.a_batch_stride as u64,
+        shape.b_batch_stride as u64,
+        kslice as u64,
+        splits as u64,
+    ];
+    let [d0, d1, d2, d3, d4, d5, d6, d7] = &mut dims;
+    let mut params: [*mut c_void; 11] = [
+        (&raw mut map_a).cast(),
+        (&raw mut map_b).cast(),
+        (&raw mut pc).cast(),
+        std::ptr::from_mut(d0).cast(),
+        std::ptr::from_mut(d1).cast(),
+        std::ptr::from_mut(d2).cast(),
+        std::ptr::from_mut(d3).cast(),
+        std::ptr::from_mut(d4).cast(),
+        std::ptr::from_mut(d5).cast(),
+        std::ptr::from_mut(d6).cast(),
+        std::ptr::from_mut(d7).cast(),
+    ];
+    record_kernel(name);
+    // SAFETY: the parameters match `matmul_sm90_<in>[_f32out]_<ab>_<bn>(CUtensorMap a,
+    // CUtensorMap b, O* c, u64 batch, u64 m, u64 n, u64 k, u64 sa, u64 sb, u64 kslice, u64
+    // slices)`; the tensor maps cover exactly the elements the layout reads (the spans were
+    // checked by the caller), out-of-range box elements read as zeros; a slice reads k values
+    // below k only; `out` is as the caller guarantees, so it overlaps neither input.
     unsafe { kernel.launch(stream, config, &mut params)? };
     Ok(())
 }
@@ -815,11 +1202,9 @@ fn gemv<T: MatmulElement, O: MatmulOutput<T>>(
             reason: format!("{outs} outputs of a matrix-vector product"),
         });
     }
-    let kernel = Kernel::get(
-        stream.context(),
-        &crate::images::MATMUL,
-        O::GEMV[usize::from(axpy)],
-    )?;
+    let name = O::GEMV[usize::from(axpy)];
+    let kernel = Kernel::get(stream.context(), &crate::images::MATMUL, name)?;
+    record_kernel(name);
     let config = LaunchConfig {
         grid: (blocks as u32, shape.batch.min(65535) as u32, 1),
         block: (256, 1, 1),
@@ -953,6 +1338,85 @@ mod tests {
             1
         );
         assert_eq!(MatmulPlan::new(s, 132, full).with_splits(0).splits(), 1);
+    }
+
+    #[test]
+    fn hopper_kernels_only_for_qualifying_products_on_cc_9_0() {
+        let full = MatmulPrecision::Highest;
+        let plan = |s: MatmulShape| MatmulPlan::new(s, 132, full);
+        let big = shape(1, 4096, 4096, 4096);
+        let rows = MatmulLayout::contiguous(&big);
+        let tile = |cc, p: &MatmulPlan, l, a, b| sm90_tile(cc, 132, p, l, a, b);
+        force_sm80_matmul_on_thread(Some(false));
+        // 32 x 16 tiles of 128 x 256 fill 132 multiprocessors; 1000^2 (8 x 4, split in 3
+        // slices of 352) does not.
+        assert_eq!(tile((9, 0), &plan(big), rows, 0, 0), Some(0));
+        let mid = shape(1, 1000, 1000, 1000);
+        assert_eq!(
+            tile((9, 0), &plan(mid), MatmulLayout::contiguous(&mid), 256, 512),
+            Some(1)
+        );
+        // Every other device, forced sm_80, misaligned starts or leading dimensions, thin or
+        // shallow products: the sm_80 kernels.
+        for cc in [(8, 0), (8, 9), (10, 0), (12, 0)] {
+            assert_eq!(tile(cc, &plan(big), rows, 0, 0), None);
+        }
+        assert_eq!(tile((9, 0), &plan(big), rows, 8, 0), None);
+        assert_eq!(tile((9, 0), &plan(big), rows, 0, 2), None);
+        let odd = shape(1, 4095, 4097, 1023);
+        assert_eq!(
+            tile((9, 0), &plan(odd), MatmulLayout::contiguous(&odd), 0, 0),
+            None,
+            "ld 1023 and 4097 are not multiples of 8"
+        );
+        let padded = MatmulLayout {
+            a: MatrixLayout::row_major(1024),
+            b: MatrixLayout::col_major(1024),
+        };
+        assert_eq!(tile((9, 0), &plan(odd), padded, 0, 0), Some(0));
+        for s in [
+            shape(1, 64, 4096, 4096),
+            shape(1, 4096, 100, 4096),
+            shape(1, 4096, 4096, 32),
+        ] {
+            assert_eq!(
+                tile((9, 0), &plan(s), MatmulLayout::contiguous(&s), 0, 0),
+                None
+            );
+        }
+        // Batch strides: multiples of 8 of at least a matrix of ld-long lines, or 0
+        // (broadcast).
+        let bs = |sa, sb| MatmulShape {
+            a_batch_stride: sa,
+            b_batch_stride: sb,
+            ..shape(4, 256, 256, 256)
+        };
+        let l = MatmulLayout::contiguous(&bs(0, 0));
+        assert_eq!(tile((9, 0), &plan(bs(65536, 0)), l, 0, 0), Some(1));
+        assert_eq!(tile((9, 0), &plan(bs(0, 65536 + 8)), l, 0, 0), Some(1));
+        assert_eq!(tile((9, 0), &plan(bs(65536 + 4, 0)), l, 0, 0), None);
+        assert_eq!(tile((9, 0), &plan(bs(256, 65536)), l, 0, 0), None);
+        // Split plans: slices of a multiple of 32, as the split rule makes them.
+        let thin = shape(1, 256, 256, 8192);
+        let p = plan(thin);
+        assert!(p.splits() > 1, "{p:?}");
+        assert_eq!(
+            tile((9, 0), &p, MatmulLayout::contiguous(&thin), 0, 0),
+            Some(1)
+        );
+        let p = MatmulPlan {
+            kslice: 48,
+            splits: 2,
+            ..plan(shape(1, 256, 256, 96))
+        };
+        assert_eq!(
+            tile((9, 0), &p, MatmulLayout::contiguous(&thin), 0, 0),
+            None
+        );
+        force_sm80_matmul_on_thread(Some(true));
+        assert!(sm80_matmul_forced());
+        assert_eq!(tile((9, 0), &plan(big), rows, 0, 0), None);
+        force_sm80_matmul_on_thread(None);
     }
 
     #[test]

@@ -10,6 +10,12 @@
 //! chosen by `MatmulPlan::new` on thin ones) is held to the same bound and must give the same
 //! bits on every run; TF32 products to the TF32 bound, 2^-10 sum |a||b| more (each input off by
 //! at most 2^-11 of itself), and to the CPU twin that rounds its inputs the same way.
+//!
+//! f16 and bf16 products on Hopper (`kernels/matmul_sm90.cu`) are held to the same bound on
+//! squares up to 4096, non-multiples of the tiles, every layout, batches, broadcasts and
+//! split plans, through the Hopper kernels and again with the `sm_80` kernels forced; each
+//! case asserts which kernel ran (`last_matmul_kernel`). Large outputs are checked on a grid of
+//! sampled rows and columns (tile edges included) and for unwritten (NaN) elements.
 
 use genesis_kernels::MatmulElement;
 use genesis_kernels::matmul::{
@@ -297,7 +303,10 @@ fn cpu_twin_matches_f64_references() {
 mod gpu {
     use super::*;
     use genesis_cuda::{Context, DeviceBuffer, Stream, skip_without_gpu};
-    use genesis_kernels::matmul::{MatmulPlan, gpu_matmul_planned, gpu_matmul_strided};
+    use genesis_kernels::matmul::{
+        MatmulPlan, force_sm80_matmul_on_thread, gpu_matmul_planned, gpu_matmul_strided,
+        last_matmul_kernel,
+    };
     use std::sync::Arc;
 
     fn bytes<T: Copy>(v: &[T]) -> &[u8] {
@@ -642,6 +651,440 @@ mod gpu {
             gpu_case::<bf16, bf16>(&ctx, &stream, c, &mut rng);
             gpu_case::<bf16, f32>(&ctx, &stream, c, &mut rng);
         }
+    }
+
+    /// A Hopper-path problem: leading dimensions rounded up to multiples of 8 elements (plus
+    /// `extra`), operands starting `offset` elements (a multiple of 8) into their buffers.
+    #[derive(Debug, Clone, Copy)]
+    struct Wide {
+        m: usize,
+        n: usize,
+        k: usize,
+        ta: bool,
+        tb: bool,
+        extra: usize,
+        offset: usize,
+        batch: usize,
+        /// 0: each operand its own matrices; 1: A broadcast; 2: B broadcast.
+        broadcast: u8,
+    }
+
+    fn wide(m: usize, n: usize, k: usize, ta: bool, tb: bool) -> Wide {
+        Wide {
+            m,
+            n,
+            k,
+            ta,
+            tb,
+            extra: 0,
+            offset: 0,
+            batch: 1,
+            broadcast: 0,
+        }
+    }
+
+    /// Operands of a [`Wide`] problem without a full f64 reference (too slow for 4096^3):
+    /// [`wide_check`] compares a grid of sampled rows and columns and checks that no output
+    /// is left NaN.
+    struct WideProblem<T> {
+        shape: MatmulShape,
+        layout: MatmulLayout,
+        a: Vec<T>,
+        b: Vec<T>,
+    }
+
+    fn wide_problem<T: MatmulElement>(w: Wide, rng: &mut SmallRng) -> WideProblem<T> {
+        let up8 = |x: usize| x.div_ceil(8) * 8 + w.extra;
+        let la = MatrixLayout {
+            transposed: w.ta,
+            ld: up8(if w.ta { w.m } else { w.k }),
+        };
+        let lb = MatrixLayout {
+            transposed: w.tb,
+            ld: up8(if w.tb { w.k } else { w.n }),
+        };
+        // Batch strides: whole matrices of ld-long lines, 8 elements apart when padded.
+        let gap = if w.extra > 0 { 8 } else { 0 };
+        let sa = if w.broadcast == 1 {
+            0
+        } else {
+            la.ld * if w.ta { w.k } else { w.m } + gap
+        };
+        let sb = if w.broadcast == 2 {
+            0
+        } else {
+            lb.ld * if w.tb { w.n } else { w.k } + gap
+        };
+        let shape = MatmulShape {
+            batch: w.batch,
+            m: w.m,
+            n: w.n,
+            k: w.k,
+            a_batch_stride: sa,
+            b_batch_stride: sb,
+        };
+        let layout = MatmulLayout { a: la, b: lb };
+        let mut gen_vals = |len: usize| -> Vec<T> {
+            (0..len)
+                .map(|_| T::from_f32(rng.random_range(-1.0f32..1.0)))
+                .collect()
+        };
+        let a = gen_vals(w.offset + layout.a_len(&shape).unwrap());
+        let b = gen_vals(w.offset + layout.b_len(&shape).unwrap());
+        WideProblem {
+            shape,
+            layout,
+            a,
+            b,
+        }
+    }
+
+    /// Indices to check along an extent: every one up to 300, else the edges of the 128- and
+    /// 256-wide tiles and a few random ones.
+    fn samples(extent: usize, rng: &mut SmallRng) -> Vec<usize> {
+        if extent <= 300 {
+            return (0..extent).collect();
+        }
+        let mut v = vec![0, 1, 63, 64, 127, 128, 255, 256, extent - 2, extent - 1];
+        let last = (extent - 1) / 128 * 128;
+        v.extend([last.saturating_sub(1), last]);
+        v.extend((0..12).map(|_| rng.random_range(0..extent)));
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    fn wide_check<T: MatmulElement, O: Out>(
+        got: &[O],
+        p: &WideProblem<T>,
+        w: Wide,
+        rng: &mut SmallRng,
+        what: &str,
+    ) {
+        let s = p.shape;
+        assert_eq!(got.len(), s.c_len().unwrap(), "{what}");
+        if let Some(i) = got.iter().position(|x| x.to_f32().is_nan()) {
+            panic!("{what}: element {i} was not written");
+        }
+        let (la, lb) = (p.layout.a, p.layout.b);
+        let rows = samples(s.m, rng);
+        let cols = samples(s.n, rng);
+        let k = s.k as f64;
+        for bi in 0..s.batch {
+            let a0 = w.offset + bi * s.a_batch_stride;
+            let b0 = w.offset + bi * s.b_batch_stride;
+            for &i in &rows {
+                for &j in &cols {
+                    let (mut sum, mut scale) = (0f64, 0f64);
+                    for q in 0..s.k {
+                        let ia = a0
+                            + if la.transposed {
+                                q * la.ld + i
+                            } else {
+                                i * la.ld + q
+                            };
+                        let ib = b0
+                            + if lb.transposed {
+                                j * lb.ld + q
+                            } else {
+                                q * lb.ld + j
+                            };
+                        let x = f64::from(p.a[ia].to_f32()) * f64::from(p.b[ib].to_f32());
+                        sum += x;
+                        scale += x.abs();
+                    }
+                    let g = f64::from(got[(bi * s.m + i) * s.n + j].to_f32());
+                    let tol = (k + 2.0) * unit(24.0) * scale + O::EPS * sum.abs() + O::TINY;
+                    assert!(
+                        (g - sum).abs() <= tol,
+                        "{what}: batch {bi} ({i}, {j}): {g} vs {sum} (tolerance {tol})"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Runs `w` as `T -> O` (unsplit, or by the plan rule when `planned`) and checks it; with
+    /// `sm80` the `sm_80` kernels are forced on this thread. Asserts which kernel ran: a
+    /// Hopper kernel (of `tile` when given, `256` or `128`) on a compute capability 9.0
+    /// device unless forced, a `matmul.cu` kernel otherwise.
+    #[allow(clippy::too_many_arguments)]
+    fn wide_case<T: MatmulElement, O: MatmulOutput<T> + Out>(
+        ctx: &Arc<Context>,
+        stream: &Stream,
+        w: Wide,
+        sm80: bool,
+        planned: bool,
+        tile: Option<&str>,
+        rng: &mut SmallRng,
+    ) {
+        let p = wide_problem::<T>(w, rng);
+        let len = p.shape.c_len().unwrap();
+        let a = DeviceBuffer::from_host(ctx, bytes(&p.a)).unwrap();
+        let b = DeviceBuffer::from_host(ctx, bytes(&p.b)).unwrap();
+        let mut out =
+            DeviceBuffer::from_host(ctx, bytes(&vec![O::from_f32(f32::NAN); len])).unwrap();
+        let a_span = a.as_span::<T>().unwrap().slice(w.offset..).unwrap();
+        let b_span = b.as_span::<T>().unwrap().slice(w.offset..).unwrap();
+        force_sm80_matmul_on_thread(Some(sm80));
+        let plan = MatmulPlan::new(
+            p.shape,
+            ctx.multiprocessors() as usize,
+            MatmulPrecision::Highest,
+        );
+        let what = format!(
+            "{} -> {} {w:?} sm80 {sm80} splits {}",
+            T::NAME,
+            O::NAME,
+            if planned { plan.splits() } else { 1 }
+        );
+        if planned {
+            let mut ws = DeviceBuffer::alloc(ctx, plan.workspace_bytes().max(16)).unwrap();
+            gpu_matmul_planned::<T, O>(
+                stream,
+                &plan,
+                p.layout,
+                a_span,
+                b_span,
+                out.as_span_mut::<O>().unwrap(),
+                ws.as_span_mut::<u8>().unwrap(),
+            )
+            .unwrap();
+            stream.synchronize().unwrap();
+        } else {
+            gpu_matmul_strided::<T, O>(
+                stream,
+                p.shape,
+                p.layout,
+                a_span,
+                b_span,
+                out.as_span_mut::<O>().unwrap(),
+            )
+            .unwrap();
+        }
+        force_sm80_matmul_on_thread(None);
+        let kernel = last_matmul_kernel().unwrap();
+        if ctx.compute_capability() == (9, 0) && !sm80 {
+            assert!(kernel.starts_with("matmul_sm90_"), "{what}: ran {kernel}");
+            if let Some(t) = tile {
+                assert!(kernel.ends_with(t), "{what}: ran {kernel}, not tile {t}");
+            }
+        } else {
+            assert!(
+                kernel.starts_with("matmul_") && !kernel.starts_with("matmul_sm90"),
+                "{what}: ran {kernel}"
+            );
+        }
+        stream.synchronize().unwrap();
+        let mut got = vec![O::from_f32(0.0); len];
+        // SAFETY: any bit pattern is a value of these types.
+        let dst = unsafe {
+            std::slice::from_raw_parts_mut(
+                got.as_mut_ptr().cast::<u8>(),
+                std::mem::size_of_val(&got[..]),
+            )
+        };
+        out.copy_to_host(dst).unwrap();
+        wide_check(&got, &p, w, rng, &what);
+    }
+
+    /// The Hopper shapes: squares, non-multiples of the tiles, every layout, batches and
+    /// broadcasts, padded leading dimensions and shifted (16-byte aligned) starts.
+    fn wide_cases() -> Vec<Wide> {
+        let mut v = Vec::new();
+        let shapes = [
+            (128, 128, 128),
+            (256, 256, 256),
+            (512, 512, 512),
+            (1000, 1000, 1000),
+            (1024, 1024, 1024),
+            (129, 200, 72),
+            (300, 1000, 65),
+            (4095, 4097, 1023),
+        ];
+        for (si, &(m, n, k)) in shapes.iter().enumerate() {
+            for ta in [false, true] {
+                for tb in [false, true] {
+                    let r = si + 2 * usize::from(ta) + usize::from(tb);
+                    let big = m * n * k > 1 << 30;
+                    v.push(Wide {
+                        extra: [0, 8, 0, 16][r % 4],
+                        offset: [0, 8, 0, 0][(r / 2) % 4],
+                        batch: if big { 1 } else { [1, 3, 1, 2][r % 4] },
+                        broadcast: if big { 0 } else { [0, 0, 1, 2][(r / 3) % 4] },
+                        ..wide(m, n, k, ta, tb)
+                    });
+                }
+            }
+        }
+        v
+    }
+
+    fn wide_all_types(ctx: &Arc<Context>, stream: &Stream, sm80: bool, rng: &mut SmallRng) {
+        for w in wide_cases() {
+            wide_case::<bf16, bf16>(ctx, stream, w, sm80, false, None, rng);
+            wide_case::<f16, f16>(ctx, stream, w, sm80, false, None, rng);
+            wide_case::<bf16, f32>(ctx, stream, w, sm80, false, None, rng);
+            wide_case::<f16, f32>(ctx, stream, w, sm80, false, None, rng);
+        }
+        // Large squares: the 128 x 256 tile.
+        for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+            let w = wide(4096, 4096, 4096, ta, tb);
+            let t = Some("_256");
+            wide_case::<bf16, bf16>(ctx, stream, w, sm80, false, t, rng);
+            wide_case::<f16, f16>(ctx, stream, w, sm80, false, t, rng);
+        }
+        // Thin products split by the plan rule: slices of 256, 256, 320 (the last 220 long) and
+        // 352 (not a multiple of the kernels' 64-deep stages; the last 296 long).
+        for (m, n, k) in [
+            (256, 256, 8192),
+            (128, 384, 4096),
+            (200, 130, 1500),
+            (1000, 1000, 1000),
+        ] {
+            for (ta, tb) in [(false, false), (true, true)] {
+                let w = wide(m, n, k, ta, tb);
+                wide_case::<bf16, bf16>(ctx, stream, w, sm80, true, None, rng);
+                wide_case::<f16, f32>(ctx, stream, w, sm80, true, None, rng);
+            }
+        }
+    }
+
+    /// `A @ P` for a permutation matrix `P` (`P[p][j] = 1` when `j = (5 p + 3) mod k`, a
+    /// permutation as k is a power of two) and small integers in A: every output is one
+    /// element of A, exactly, in the input type.
+    /// A wrong operand layout (descriptor, swizzle, transpose) shows as misplaced values, and
+    /// the message names the first ones.
+    fn permutation_case<T: MatmulOutput<T>>(
+        ctx: &Arc<Context>,
+        stream: &Stream,
+        (m, n): (usize, usize),
+        (ta, tb): (bool, bool),
+        tile: &str,
+    ) {
+        let k = n;
+        let perm = |p: usize| (5 * p + 3) % k;
+        let av = |i: usize, p: usize| ((i * 31 + p * 7) % 61) as f32 - 30.0;
+        let mut a = vec![T::from_f32(0.0); m * k];
+        let mut b = vec![T::from_f32(0.0); k * n];
+        for i in 0..m {
+            for p in 0..k {
+                a[if ta { p * m + i } else { i * k + p }] = T::from_f32(av(i, p));
+            }
+        }
+        for p in 0..k {
+            let j = perm(p);
+            b[if tb { j * k + p } else { p * n + j }] = T::from_f32(1.0);
+        }
+        let shape = MatmulShape {
+            batch: 1,
+            m,
+            n,
+            k,
+            a_batch_stride: 0,
+            b_batch_stride: 0,
+        };
+        let layout = MatmulLayout {
+            a: if ta {
+                MatrixLayout::col_major(m)
+            } else {
+                MatrixLayout::row_major(k)
+            },
+            b: if tb {
+                MatrixLayout::col_major(k)
+            } else {
+                MatrixLayout::row_major(n)
+            },
+        };
+        let da = DeviceBuffer::from_host(ctx, bytes(&a)).unwrap();
+        let db = DeviceBuffer::from_host(ctx, bytes(&b)).unwrap();
+        let poison = vec![T::from_f32(f32::NAN); m * n];
+        let mut out = DeviceBuffer::from_host(ctx, bytes(&poison)).unwrap();
+        force_sm80_matmul_on_thread(Some(false));
+        gpu_matmul_strided::<T, T>(
+            stream,
+            shape,
+            layout,
+            da.as_span::<T>().unwrap(),
+            db.as_span::<T>().unwrap(),
+            out.as_span_mut::<T>().unwrap(),
+        )
+        .unwrap();
+        force_sm80_matmul_on_thread(None);
+        let kernel = last_matmul_kernel().unwrap();
+        let what = format!("{} {m}x{n}x{k} ta {ta} tb {tb}: {kernel}", T::NAME);
+        if ctx.compute_capability() == (9, 0) {
+            assert!(
+                kernel.starts_with("matmul_sm90_") && kernel.ends_with(tile),
+                "{what}"
+            );
+        }
+        stream.synchronize().unwrap();
+        let mut got = vec![T::from_f32(0.0); m * n];
+        // SAFETY: any bit pattern is a value of these types.
+        let dst = unsafe {
+            std::slice::from_raw_parts_mut(
+                got.as_mut_ptr().cast::<u8>(),
+                std::mem::size_of_val(&got[..]),
+            )
+        };
+        out.copy_to_host(dst).unwrap();
+        let mut wrong = Vec::new();
+        for i in 0..m {
+            for p in 0..k {
+                let j = perm(p);
+                let (g, w) = (got[i * n + j].to_f32(), av(i, p));
+                if g != w {
+                    wrong.push(format!("({i}, {j}): {g} not A[{i}][{p}] = {w}"));
+                }
+            }
+        }
+        assert!(
+            wrong.is_empty(),
+            "{what}: {} of {} outputs wrong, first {:?}",
+            wrong.len(),
+            m * n,
+            &wrong[..wrong.len().min(8)]
+        );
+    }
+
+    #[test]
+    fn hopper_kernels_place_every_element_of_permuted_products() {
+        if skip_without_gpu("hopper_kernels_place_every_element_of_permuted_products") {
+            return;
+        }
+        let ctx = Context::get(0).unwrap();
+        let stream = Stream::new(&ctx).unwrap();
+        // One 128 x 128 tile; and enough 128 x 256 tiles for every multiprocessor.
+        let sms = ctx.multiprocessors() as usize;
+        for (shape, tile) in [((128, 128), "_128"), ((128 * sms, 256), "_256")] {
+            for layouts in [(false, false), (false, true), (true, false), (true, true)] {
+                permutation_case::<bf16>(&ctx, &stream, shape, layouts, tile);
+                permutation_case::<f16>(&ctx, &stream, shape, layouts, tile);
+            }
+        }
+    }
+
+    #[test]
+    fn hopper_kernels_match_f64_references() {
+        if skip_without_gpu("hopper_kernels_match_f64_references") {
+            return;
+        }
+        let ctx = Context::get(0).unwrap();
+        let stream = Stream::new(&ctx).unwrap();
+        let mut rng = SmallRng::seed_from_u64(31);
+        wide_all_types(&ctx, &stream, false, &mut rng);
+    }
+
+    #[test]
+    fn forced_sm80_kernels_match_f64_references_on_the_hopper_shapes() {
+        if skip_without_gpu("forced_sm80_kernels_match_f64_references_on_the_hopper_shapes") {
+            return;
+        }
+        let ctx = Context::get(0).unwrap();
+        let stream = Stream::new(&ctx).unwrap();
+        let mut rng = SmallRng::seed_from_u64(32);
+        wide_all_types(&ctx, &stream, true, &mut rng);
     }
 
     #[test]

@@ -4,12 +4,19 @@
 //! `torch.set_float32_matmul_precision` and `torch.backends.cuda.matmul.allow_tf32`. It is
 //! one setting for the process, read by every `matmul`, `bmm` and `matmul_out` when it queues
 //! the product.
+//!
+//! Also the choice of f16/bf16 matrix-product kernels on Hopper ([`set_force_sm80_matmul`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::{Error, Result};
 
 pub use genesis_storage::MatmulPrecision;
+
+/// Forces f16 and bf16 matrix products onto the portable `mma.sync` (`sm_80`) kernels even on
+/// Hopper, where the `wgmma` kernels would run (see [`genesis_kernels::matmul`]); also set by
+/// the environment variable `GENESIS_MATMUL_SM80=1`. For testing and comparing the two paths.
+pub use genesis_kernels::matmul::{set_force_sm80_matmul, sm80_matmul_forced};
 
 /// Whether f32 products may use TF32 (`false`: full f32, the default).
 static ALLOW_TF32: AtomicBool = AtomicBool::new(false);

@@ -1,0 +1,559 @@
+// Batched matrix multiplication of Genesis on Hopper (sm_90a only): C[b] = A[b] @ B[b] for f16
+// and bf16 operands, accumulated in f32 and written as the input type or as f32. The operand
+// layouts, batch strides and the split-k contract are those of matmul.cu (read its header): A
+// [m, k] and B [k, n] each row-major ("n") or column-major ("t"), with its own leading
+// dimension and batch stride (0 broadcasts), C [m, n] contiguous with batch stride m * n, and
+// slice z of a split product written to C + z * batch * m * n.
+//
+// Algorithm (warp-specialised, persistent, TMA + wgmma):
+//   * A block is three warpgroups (384 threads) and owns one multiprocessor (grid = min(SMs,
+//     work units)); it walks the work units u = blockIdx.x, blockIdx.x + gridDim.x, ... A unit
+//     is one (slice z, batch b, tile) triple; a tile is 128 x BN outputs (BN = 256 or 128, one
+//     kernel per choice), numbered within a matrix in groups of 8 tile rows so that the blocks
+//     running at one time share B columns and a narrow band of A rows in L2.
+//   * Warpgroup 0 is the producer (its registers cut to 40 by `setmaxnreg`); one thread of it
+//     issues the TMA copies (`cp.async.bulk.tensor.3d`, box 64 x 64 elements, 128-byte swizzle)
+//     of each 64-deep k slice of the A tile (128 x 64) and B tile (BN x 64) into a ring of
+//     shared-memory stages (4 of 48 KiB for BN = 256, 6 of 32 KiB for BN = 128). Stage s has
+//     two mbarriers: full[s] (the producer's
+//     arrive.expect_tx of the stage's bytes, completed by the copies) and empty[s] (one arrival
+//     from each consumer warpgroup once its tensor-core reads of the stage are done).
+//   * Warpgroups 1 and 2 are consumers (registers raised to 232): consumer c computes rows
+//     64c .. 64c + 63 of the tile with `wgmma.mma_async.m64nBNk16` (four per k slice), both
+//     operands read from shared memory through descriptors. One wgmma group stays in flight:
+//     after committing slice t the consumer waits for slice t - 1's group and frees its stage.
+//   * Operand tiles in shared memory: each 64 x 64 box is 64 rows of 128 bytes, swizzled by
+//     TMA (16-byte chunk c of row r at chunk c ^ (r % 8)), boxes 8 KiB apart and 1 KiB
+//     aligned. A "k-major" operand (k contiguous in memory: A "n", B "t") is boxed as
+//     (64 k) x (64 rows of m or n): the canonical wgmma K-major 128B-swizzle layout, stride
+//     byte offset 1024 (8 rows), k step 16 = +32 bytes of start address. An "mn-major" operand
+//     (A "t", B "n") is boxed as (64 m or n) x (64 rows of k): the canonical MN-major layout
+//     with the transpose flag, stride byte offset 1024 (8 k rows), leading byte offset 8192
+//     (the next 64 m or n), k step 16 = +2048 bytes.
+//   * Edges: the tensor maps (built on the host by cuTensorMapEncodeTiled, passed as
+//     __grid_constant__ parameters) have the true extents (inner, outer, batch), so TMA fills
+//     out-of-range elements of a box with zeros (k beyond K adds nothing; rows beyond M or N
+//     are computed and dropped); boxes wholly beyond M or N are not copied at all (the stage's
+//     transaction count covers the boxes copied); the epilogue stores in-range elements only.
+//     A broadcast operand (batch stride 0) has a batch extent of 1 and is read at batch 0.
+//   * Epilogue: each consumer thread stores its accumulators straight from registers (the
+//     m64nNk16 f32 layout: register i of lane l of warp w holds row 16w + l / 4 + 8 ((i / 2) % 2),
+//     column 8 (i / 4) + 2 (l % 4) + i % 2), as pairs where the row allows. The producer runs
+//     ahead into the next unit's stages meanwhile.
+//   * Split-k (the f32-output kernels only; the others run one slice, kslice >= k): slice z
+//     covers k in [z * kslice, min(k, (z + 1) * kslice)), kslice a multiple of 32 (the
+//     launcher's rule). A slice's last box may reach 32 k values into the next slice: the
+//     consumers then issue only its first two k steps (a box past k itself holds TMA's zeros
+//     there, so all four steps run).
+//
+// Products are accumulated in f32 in another order than the CPU twin's (per 16-deep wgmma step)
+// and rounded once to the output type: the accuracy contract of matmul.cu.
+//
+// Requirements the launcher checks (else it runs matmul.cu): compute capability 9.0; A and B
+// start on 16 bytes; leading dimensions multiples of 8 elements; batch strides 0 or multiples
+// of 8 elements of at least one matrix of leading-dimension-long lines; extents below 2^31;
+// kslice a multiple of 32.
+//
+// Launch contract (src/matmul.rs): 384 threads, grid (min(SMs, units), 1, 1), dynamic shared
+// memory Config<BN>::SMEM (set as the function's maximum first). Parameters: (tensor map of A,
+// tensor map of B, C, batch, m, n, k, a batch stride, b batch stride, kslice, slices), the maps
+// 128-byte CUtensorMap structs, every integer a u64. Kernel names:
+// matmul_sm90_<in>[_f32out]_<a><b>_<BN>, e.g. matmul_sm90_bf16_nt_256.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+namespace {
+
+// The driver's CUtensorMap: 128 opaque bytes, aligned as cuda.h declares it.
+struct alignas(128) TensorMap {
+    uint64_t opaque[16];
+};
+
+constexpr int THREADS = 384;
+constexpr int BM = 128, BK = 64;
+constexpr int BOX_BYTES = 64 * 64 * 2;  // one 64 x 64 box of 16-bit elements
+constexpr int GROUP_M = 8;
+
+template <int BN>
+struct Config {
+    static constexpr int A_BYTES = BM * BK * 2;
+    static constexpr int B_BYTES = BN * BK * 2;
+    static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
+    // 192 KiB of operand ring either way.
+    static constexpr int STAGES = BN == 256 ? 4 : 6;
+    // Slack to align the ring to 1 KiB, the ring, and the 2 * STAGES mbarriers.
+    static constexpr int SMEM = 1024 + STAGES * STAGE_BYTES + 2 * STAGES * 8;
+};
+static_assert(Config<256>::SMEM <= 227 * 1024, "shared memory of a block");
+static_assert(Config<128>::SMEM <= 227 * 1024, "shared memory of a block");
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// ---------------------------------------------------------------------------------------------
+// mbarrier, TMA, wgmma and register-count primitives.
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
+                 "r"(bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+// Waits until the phase of `bar` with parity `parity` has completed.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "WAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT;\n"
+        "}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+}
+
+// Copies the box at coordinates (c0, c1, c2) of the tensor `map` to shared memory at `dst`,
+// completing `bytes` of the transaction count of mbarrier `bar`.
+__device__ __forceinline__ void tma_load(uint32_t dst, const TensorMap* map, int c0, int c1,
+                                         int c2, uint32_t bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+        "[%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+        : "memory");
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+// Keeps the compiler from moving accesses of `x` across the asynchronous wgmma window.
+__device__ __forceinline__ void pin(float& x) { asm volatile("" : "+f"(x)::"memory"); }
+
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+// A shared-memory matrix descriptor with 128-byte swizzle: start address, leading and stride
+// byte offsets (all >> 4) in bits 0-13, 16-29 and 32-45, layout type 1 in bits 62-63; base
+// offset 0 (every box is 1 KiB aligned).
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)((lbo >> 4) & 0x3FFF) << 16) |
+           ((uint64_t)((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
+}
+
+// wgmma.mma_async.m64nNk16 with f32 accumulators d (in and out), A and B from shared memory
+// (descriptors da, db). TRANS_A / TRANS_B: the operand is mn-major. scale_d == 0 ignores d's
+// old values.
+template <int TRANS_A, int TRANS_B>
+__device__ __forceinline__ void wgmma_n256(float (&d)[128], uint64_t da, uint64_t db,
+                                          int scale_d, __nv_bfloat16) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
+        "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, "
+        "%60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, "
+        "%72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, "
+        "%84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, "
+        "%108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, "
+        "%120, %121, %122, %123, %124, %125, %126, %127"
+        "}, %128, %129, p, 1, 1, %131, %132;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+          "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+          "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]),
+          "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]),
+          "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+          "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]),
+          "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]),
+          "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]),
+          "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]),
+          "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]),
+          "+f"(d[126]), "+f"(d[127])
+        : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
+}
+
+template <int TRANS_A, int TRANS_B>
+__device__ __forceinline__ void wgmma_n256(float (&d)[128], uint64_t da, uint64_t db,
+                                          int scale_d, __half) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
+        "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, "
+        "%60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, "
+        "%72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, "
+        "%84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, "
+        "%108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, "
+        "%120, %121, %122, %123, %124, %125, %126, %127"
+        "}, %128, %129, p, 1, 1, %131, %132;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+          "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+          "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]),
+          "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]),
+          "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+          "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]),
+          "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]),
+          "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]),
+          "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]),
+          "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]),
+          "+f"(d[126]), "+f"(d[127])
+        : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
+}
+
+template <int TRANS_A, int TRANS_B>
+__device__ __forceinline__ void wgmma_n128(float (&d)[64], uint64_t da, uint64_t db,
+                                          int scale_d, __nv_bfloat16) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
+        "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, "
+        "%60, %61, %62, %63"
+        "}, %64, %65, p, 1, 1, %67, %68;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+          "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+          "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
+}
+
+template <int TRANS_A, int TRANS_B>
+__device__ __forceinline__ void wgmma_n128(float (&d)[64], uint64_t da, uint64_t db,
+                                          int scale_d, __half) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
+        "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, "
+        "%60, %61, %62, %63"
+        "}, %64, %65, p, 1, 1, %67, %68;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+          "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+          "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
+}
+
+template <int BN, int TRANS_A, int TRANS_B, typename T>
+__device__ __forceinline__ void wgmma_tile(float (&d)[BN / 2], uint64_t da, uint64_t db,
+                                           int scale_d) {
+    if constexpr (BN == 256) {
+        wgmma_n256<TRANS_A, TRANS_B>(d, da, db, scale_d, T());
+    } else {
+        wgmma_n128<TRANS_A, TRANS_B>(d, da, db, scale_d, T());
+    }
+}
+
+// STEPS k steps of 16 of one stage: A rows 64c.. at sa (this consumer's box), B at sb. Step kk
+// is +32 bytes in a k-major row, +16 rows (2 KiB) in an mn-major box. `accumulate` false: the
+// first step overwrites d. Starts with the fence that orders d's earlier writes before wgmma.
+template <typename T, int BN, bool TA, bool TB, int STEPS>
+__device__ __forceinline__ void mma_steps(float (&d)[BN / 2], uint32_t sa, uint32_t sb,
+                                          bool accumulate) {
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < STEPS; ++kk) {
+        const uint64_t da = TA ? sw128_desc(sa + kk * 2048, 8192, 1024)
+                               : sw128_desc(sa + kk * 32, 16, 1024);
+        const uint64_t db = TB ? sw128_desc(sb + kk * 32, 16, 1024)
+                               : sw128_desc(sb + kk * 2048, 8192, 1024);
+        wgmma_tile<BN, TA ? 1 : 0, TB ? 0 : 1, T>(d, da, db, (accumulate || kk > 0) ? 1 : 0);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stores and the tile order.
+
+__device__ __forceinline__ void store1(float* p, float x) { *p = x; }
+__device__ __forceinline__ void store1(__half* p, float x) { *p = __float2half_rn(x); }
+__device__ __forceinline__ void store1(__nv_bfloat16* p, float x) { *p = __float2bfloat16_rn(x); }
+__device__ __forceinline__ void store2(float* p, float x, float y) {
+    *reinterpret_cast<float2*>(p) = make_float2(x, y);
+}
+__device__ __forceinline__ void store2(__half* p, float x, float y) {
+    *reinterpret_cast<__half2*>(p) = __floats2half2_rn(x, y);
+}
+__device__ __forceinline__ void store2(__nv_bfloat16* p, float x, float y) {
+    *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
+}
+
+// Work unit u: slice z, batch b and the first row and column (m0, n0) of its tile. Units run
+// slice-major, then batch, then tile; tiles of one matrix in groups of GROUP_M tile rows,
+// column by column inside a group.
+struct Unit {
+    uint64_t z, b, m0, n0;
+};
+
+template <int BN>
+__device__ __forceinline__ Unit unit_of(uint64_t u, uint64_t batch, uint64_t tiles_m,
+                                        uint64_t tiles_n) {
+    const uint64_t per = tiles_m * tiles_n;
+    const uint64_t zb = u / per, pid = u % per;
+    const uint64_t in_group = GROUP_M * tiles_n;
+    const uint64_t first = pid / in_group * GROUP_M;
+    const uint64_t size = min(tiles_m - first, (uint64_t)GROUP_M);
+    const uint64_t r = pid % in_group;
+    return Unit{zb / batch, zb % batch, (first + r % size) * BM, r / size * BN};
+}
+
+// ---------------------------------------------------------------------------------------------
+// The kernel. TA: A is column-major (mn-major in shared memory); TB: B is column-major
+// (k-major).
+
+template <typename T, typename O, int BN, bool TA, bool TB>
+__device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMap* map_b,
+                                          O* __restrict__ C, uint64_t batch, uint64_t M,
+                                          uint64_t N, uint64_t K, uint64_t sa, uint64_t sb,
+                                          uint64_t kslice, uint64_t slices) {
+    using Cfg = Config<BN>;
+    constexpr int STAGES = Cfg::STAGES;
+    // Whether the kernel may run slices of split products (the f32-output kernels): a uniform
+    // branch in the k loop that makes ptxas add a wgmma register fence, so the kernels of
+    // f16/bf16 outputs (one slice, kslice >= k) leave it out.
+    constexpr bool SPLITS = sizeof(O) == 4;
+    extern __shared__ uint8_t smem_raw[];
+    const uint32_t ring = (smem_addr(smem_raw) + 1023) & ~1023u;
+    const uint32_t a_ring = ring;                             // stage s at + s * A_BYTES
+    const uint32_t b_ring = ring + STAGES * Cfg::A_BYTES;     // stage s at + s * B_BYTES
+    const uint32_t full = ring + STAGES * Cfg::STAGE_BYTES;  // full[s] at + 8 s
+    const uint32_t empty = full + STAGES * 8;                 // empty[s] at + 8 s
+    const int wg = threadIdx.x / 128;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(full + 8 * s, 1);
+            mbar_init(empty + 8 * s, 2);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map_a))
+                     : "memory");
+        asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map_b))
+                     : "memory");
+    }
+    __syncthreads();
+
+    const uint64_t tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
+    const uint64_t units = tiles_m * tiles_n * batch * slices;
+
+    if (wg == 0) {
+        // Producer: one thread issues every copy.
+        setmaxnreg_dec<40>();
+        if (threadIdx.x != 0) return;
+        int stage = 0;
+        uint32_t phase = 0;
+        for (uint64_t u = blockIdx.x; u < units; u += gridDim.x) {
+            const Unit w = unit_of<BN>(u, batch, tiles_m, tiles_n);
+            const uint64_t k_begin = w.z * kslice;
+            const uint64_t k_end = min(K, k_begin + kslice);
+            const int kt_n = (int)((k_end - k_begin + BK - 1) / BK);
+            const int ba = sa != 0 ? (int)w.b : 0, bb = sb != 0 ? (int)w.b : 0;
+            const int m0 = (int)w.m0, n0 = (int)w.n0;
+            // Boxes wholly past m or n are not copied: their rows and columns of C are dropped,
+            // so whatever the stage held there is never stored.
+            const int a_boxes = (int)min((uint64_t)(BM / 64), (M - w.m0 + 63) / 64);
+            const int b_boxes = (int)min((uint64_t)(BN / 64), (N - w.n0 + 63) / 64);
+            const uint32_t bytes = (uint32_t)(a_boxes + b_boxes) * BOX_BYTES;
+            for (int kt = 0; kt < kt_n; ++kt) {
+                // The stage is free once both consumers released its previous use (a fresh
+                // barrier counts as released: parity 1 is the phase before its first).
+                mbar_wait(empty + 8 * stage, phase ^ 1);
+                const uint32_t bar = full + 8 * stage;
+                mbar_expect_tx(bar, bytes);
+                const int k0 = (int)(k_begin + (uint64_t)kt * BK);
+                const uint32_t sa_stage = a_ring + stage * Cfg::A_BYTES;
+                const uint32_t sb_stage = b_ring + stage * Cfg::B_BYTES;
+#pragma unroll
+                for (int j = 0; j < BM / 64; ++j) {
+                    if (j >= a_boxes) break;
+                    if (TA)
+                        tma_load(sa_stage + j * BOX_BYTES, map_a, m0 + 64 * j, k0, ba, bar);
+                    else
+                        tma_load(sa_stage + j * BOX_BYTES, map_a, k0, m0 + 64 * j, ba, bar);
+                }
+#pragma unroll
+                for (int j = 0; j < BN / 64; ++j) {
+                    if (j >= b_boxes) break;
+                    if (TB)
+                        tma_load(sb_stage + j * BOX_BYTES, map_b, k0, n0 + 64 * j, bb, bar);
+                    else
+                        tma_load(sb_stage + j * BOX_BYTES, map_b, n0 + 64 * j, k0, bb, bar);
+                }
+                if (++stage == STAGES) {
+                    stage = 0;
+                    phase ^= 1;
+                }
+            }
+        }
+        return;
+    }
+
+    // Consumers: warpgroup 1 + c computes rows 64c .. 64c + 63 of each tile.
+    setmaxnreg_inc<232>();
+    const int c = wg - 1;
+    const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+    const bool leader = threadIdx.x % 128 == 0;
+    const bool pairs = N % 2 == 0 && ((uintptr_t)C & (2 * sizeof(O) - 1)) == 0;
+    float acc[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+    int stage = 0;
+    uint32_t phase = 0;
+    for (uint64_t u = blockIdx.x; u < units; u += gridDim.x) {
+        const Unit w = unit_of<BN>(u, batch, tiles_m, tiles_n);
+        const uint64_t k_begin = w.z * kslice;
+        const uint64_t k_end = min(K, k_begin + kslice);
+        const int kt_n = (int)((k_end - k_begin + BK - 1) / BK);
+        int prev = 0;
+        for (int kt = 0; kt < kt_n; ++kt) {
+            mbar_wait(full + 8 * stage, phase);
+            const uint32_t sa_stage = a_ring + stage * Cfg::A_BYTES + c * BOX_BYTES;
+            const uint32_t sb_stage = b_ring + stage * Cfg::B_BYTES;
+            // The last box of a slice that ends 32 short of a box and before k holds 32 k
+            // values of the next slice: only its first two k steps belong here (past k itself
+            // a box holds TMA's zeros, which add nothing). Only the f32-output kernels run
+            // split products.
+            const bool half =
+                SPLITS && k_end < K && k_end - (k_begin + (uint64_t)kt * BK) < BK;
+#pragma unroll
+            for (int i = 0; i < BN / 2; ++i) pin(acc[i]);
+            if (half)
+                mma_steps<T, BN, TA, TB, 2>(acc, sa_stage, sb_stage, kt > 0);
+            else
+                mma_steps<T, BN, TA, TB, BK / 16>(acc, sa_stage, sb_stage, kt > 0);
+            wgmma_commit();
+#pragma unroll
+            for (int i = 0; i < BN / 2; ++i) pin(acc[i]);
+            // Slice kt - 1's group is complete once at most one group (kt's) is pending.
+            wgmma_wait<1>();
+            if (kt > 0 && leader) mbar_arrive(empty + 8 * prev);
+            prev = stage;
+            if (++stage == STAGES) {
+                stage = 0;
+                phase ^= 1;
+            }
+        }
+        wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) pin(acc[i]);
+        if (kt_n > 0 && leader) mbar_arrive(empty + 8 * prev);
+
+        // Epilogue: rows and columns of the m64nNk16 accumulator layout, in-range ones only.
+        O* out = C + (w.z * batch + w.b) * M * N;
+        const uint64_t row0 = w.m0 + c * 64 + warp * 16 + lane / 4;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const uint64_t row = row0 + 8 * h;
+            if (row >= M) continue;
+            O* line = out + row * N;
+#pragma unroll
+            for (int j = 0; j < BN / 8; ++j) {
+                const uint64_t col = w.n0 + j * 8 + (lane % 4) * 2;
+                const float x = acc[j * 4 + h * 2], y = acc[j * 4 + h * 2 + 1];
+                if (pairs && col + 1 < N) {
+                    store2(line + col, x, y);
+                } else {
+                    if (col < N) store1(line + col, x);
+                    if (col + 1 < N) store1(line + col + 1, y);
+                }
+            }
+        }
+    }
+}
+
+}  // namespace
+
+#define SM90_KERNEL(NAME, T, O, BN, TA, TB)                                                    \
+    extern "C" __global__ void __launch_bounds__(THREADS, 1)                                   \
+        NAME(const __grid_constant__ TensorMap a, const __grid_constant__ TensorMap b,         \
+             O* __restrict__ c, uint64_t batch, uint64_t m, uint64_t n, uint64_t k,            \
+             uint64_t sa, uint64_t sb, uint64_t kslice, uint64_t slices) {                     \
+        gemm_sm90<T, O, BN, TA, TB>(&a, &b, c, batch, m, n, k, sa, sb, kslice, slices);        \
+    }
+
+#define SM90_LAYOUTS(P, T, O, BN)                        \
+    SM90_KERNEL(P##_nn_##BN, T, O, BN, false, false)     \
+    SM90_KERNEL(P##_nt_##BN, T, O, BN, false, true)      \
+    SM90_KERNEL(P##_tn_##BN, T, O, BN, true, false)      \
+    SM90_KERNEL(P##_tt_##BN, T, O, BN, true, true)
+
+#define SM90_TILES(P, T, O)      \
+    SM90_LAYOUTS(P, T, O, 256)   \
+    SM90_LAYOUTS(P, T, O, 128)
+
+SM90_TILES(matmul_sm90_bf16, __nv_bfloat16, __nv_bfloat16)
+SM90_TILES(matmul_sm90_bf16_f32out, __nv_bfloat16, float)
+SM90_TILES(matmul_sm90_f16, __half, __half)
+SM90_TILES(matmul_sm90_f16_f32out, __half, float)

@@ -374,8 +374,10 @@ pub(crate) trait Backend {
 
     /// Row `r < rows.nrows` of `out` is the row of `self` at the raw index value `r` of
     /// `values` (int32 when `i32`, else int64; from element `offset`, `stride` apart; wrapped
-    /// when negative) for every value in `0..size`; `Ok(false)` when a value is not (its row is
-    /// then not copied). `self` holds `size` rows of the layout `rows` describes.
+    /// when negative and `wrap`, else a negative value is out of range) for every value in
+    /// `0..size`; `Ok(false)` when a value is not (its row is then not copied). `self` holds
+    /// `size` rows of the layout `rows` describes.
+    #[allow(clippy::too_many_arguments)]
     fn index_gather_rows_checked(
         &self,
         rows: &Rows16,
@@ -384,6 +386,7 @@ pub(crate) trait Backend {
         offset: usize,
         stride: usize,
         size: usize,
+        wrap: bool,
         out: &mut Self,
     ) -> Result<bool>;
 }
@@ -1071,6 +1074,7 @@ impl Backend for [u8] {
         offset: usize,
         stride: usize,
         size: usize,
+        wrap: bool,
         out: &mut [u8],
     ) -> Result<bool> {
         let es = if i32 { 4 } else { 8 };
@@ -1079,6 +1083,7 @@ impl Backend for [u8] {
             i32,
             stride: stride as i64,
             size,
+            wrap,
         };
         Ok(genesis_kernels::index::cpu::gather_rows16_checked(
             self, out, &raw, rows,

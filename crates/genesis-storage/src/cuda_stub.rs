@@ -480,6 +480,7 @@ impl Backend for CudaMem {
         _: usize,
         _: usize,
         _: usize,
+        _: bool,
         _: &mut CudaMem,
     ) -> Result<bool> {
         match *self {}

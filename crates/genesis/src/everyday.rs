@@ -548,26 +548,23 @@ impl Tensor {
                 ),
             });
         }
-        let index = match index.dtype() {
-            DType::I64 => index.clone(),
-            DType::I32 => index.to_dtype(DType::I64)?,
-            other => {
-                return Err(Error::InvalidArgument {
-                    op: name,
-                    reason: format!("index of dtype {other} (i64 or i32)"),
-                });
-            }
-        };
-        let dim = wrap_dim(name, dim.to_dim() as i64, self.dim())?.unwrap_or(0);
-        // Whole rows with a 1-D index on the tensor's device: the indexing path's row gather,
-        // which moves rows in 16-byte accesses. `index_select` takes no negative positions
-        // (indexing wraps them): they become the row count, which the gather rejects as out of
-        // range, checked on the device.
-        if dim == 0 && index.dim() == 1 && index.device() == self.device() {
-            let rows = i64::try_from(self.shape()[0]).unwrap_or(i64::MAX);
-            let checked = Tensor::where_cond(&index.lt_scalar(0)?, rows, &index)?;
-            return self.i(&crate::s![@&checked]);
+        if !matches!(index.dtype(), DType::I64 | DType::I32) {
+            return Err(Error::InvalidArgument {
+                op: name,
+                reason: format!("index of dtype {} (i64 or i32)", index.dtype()),
+            });
         }
+        let dim = wrap_dim(name, dim.to_dim() as i64, self.dim())?.unwrap_or(0);
+        // Whole rows of 16-byte multiples with a 1-D index on the tensor's device: one kernel
+        // reads the index as it is (i64 or i32), rejects negative and too large values and moves
+        // the rows in 16-byte accesses.
+        if dim == 0
+            && index.dim() == 1
+            && let Some(rows) = genesis_index::select_rows(&self.view, &index.view)?
+        {
+            return Ok(Tensor { view: rows });
+        }
+        let index = index.cast_to(DType::I64)?;
         let mut shape = self.shape().to_vec();
         shape[dim] = index.numel();
         let (idx, istart, istrides) = strided_operand(&index)?;

@@ -1128,3 +1128,98 @@ fn narrow_integers_and_bools_cumsum_sort_clamp_and_scatter_add() {
         assert_eq!(i.to_vec::<i64>().unwrap(), [1, 0, 2]);
     }
 }
+
+/// `index_select` against a reference, on every device: every dtype (each element width),
+/// dims 0, 1 and the last, int64 and int32 index tensors (strided ones too), rows that take the
+/// one-pass row kernel (whole 16-byte rows) and rows that do not, empty and 0-d indices; a
+/// negative or too large value is an error that names it (PyTorch's rule: `index_select` does
+/// not count negative positions from the end), and returns no result.
+#[test]
+fn index_select_rejects_negative_positions_and_matches_the_reference() {
+    let _release = Release;
+    let mut rng = Lcg(20);
+    let shapes: &[&[usize]] = &[&[7, 8], &[9, 3], &[5, 4, 4], &[6, 16], &[3, 2, 8, 2], &[11]];
+    for dev in devices() {
+        for dtype in DType::ALL {
+            for &shape in shapes {
+                let n: usize = shape.iter().product();
+                let vals: Vec<f64> = (0..n)
+                    .map(|_| {
+                        if dtype == DType::Bool {
+                            (rng.next() * 2.0).trunc()
+                        } else {
+                            (rng.next() * 100.0).trunc()
+                        }
+                    })
+                    .collect();
+                let (x, xv) = tensor(&vals, shape, dtype, dev);
+                let rank = shape.len();
+                for dim in [0, 1, rank - 1] {
+                    if dim >= rank {
+                        continue;
+                    }
+                    let size = shape[dim];
+                    for (len, i32, stride) in
+                        [(0, false, 1), (1, true, 1), (5, false, 2), (13, true, 3)]
+                    {
+                        let sel: Vec<i64> = (0..len)
+                            .map(|_| (rng.next() * size as f64) as i64)
+                            .collect();
+                        // Every `stride`-th element of a longer index tensor.
+                        let mut spread = vec![0i64; len * stride];
+                        for (k, &v) in sel.iter().enumerate() {
+                            spread[k * stride] = v;
+                        }
+                        let full = Tensor::from_slice(&spread, [spread.len()], dev).unwrap();
+                        let full = if i32 {
+                            full.to_dtype(DType::I32).unwrap()
+                        } else {
+                            full
+                        };
+                        let idx = full.i(&genesis::s![..;stride as i64]).unwrap();
+                        let got = x.index_select(dim as isize, &idx).unwrap();
+                        let mut oshape = shape.to_vec();
+                        oshape[dim] = len;
+                        assert_eq!(got.shape(), &oshape[..]);
+                        assert_eq!(got.dtype(), dtype);
+                        let want: Vec<f64> = (0..oshape.iter().product::<usize>())
+                            .map(|i| {
+                                let mut c = coords(i, &oshape);
+                                c[dim] = sel[c[dim]] as usize;
+                                xv[flat(&c, shape)]
+                            })
+                            .collect();
+                        assert_eq!(
+                            f64s(&got),
+                            want,
+                            "{dev:?} {dtype} {shape:?} dim {dim} {sel:?}"
+                        );
+                        // The same with one bad value: negative, or the size.
+                        if len > 0 {
+                            for bad in [-1i64, -(size as i64), size as i64, i64::from(i32::MIN)] {
+                                let mut b = sel.clone();
+                                b[len / 2] = bad;
+                                let bi = Tensor::from_slice(&b, [len], dev).unwrap();
+                                let bi = if i32 {
+                                    bi.to_dtype(DType::I32).unwrap()
+                                } else {
+                                    bi
+                                };
+                                let e = x.index_select(dim as isize, &bi).unwrap_err();
+                                assert!(
+                                    e.to_string().contains(&format!("index {bad} ")),
+                                    "{dev:?} {dtype} {shape:?} dim {dim}: {e}"
+                                );
+                            }
+                        }
+                    }
+                }
+                // A 0-d index selects one slice, keeping the dimension.
+                let zero_d = Tensor::from_slice(&[1i64], (), dev).unwrap();
+                let got = x.index_select(0, &zero_d).unwrap();
+                assert_eq!(got.shape()[0], 1);
+                assert_eq!(f64s(&got), f64s(&x.narrow(0, 1, 1).unwrap()));
+            }
+        }
+    }
+}

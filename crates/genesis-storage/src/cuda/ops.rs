@@ -690,9 +690,10 @@ impl Backend for CudaMem {
         offset: usize,
         stride: usize,
         size: usize,
+        wrap: bool,
         out: &mut CudaMem,
     ) -> Result<bool> {
-        super::index::gather_rows_checked(self, rows, values, i32, offset, stride, size, out)
+        super::index::gather_rows_checked(self, rows, values, i32, offset, stride, size, wrap, out)
     }
 }
 

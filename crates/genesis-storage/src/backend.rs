@@ -12,6 +12,7 @@
 
 use genesis_kernels::gather::Along;
 use genesis_kernels::index::{IndexDesc, Keys, Rows16, Strided};
+use genesis_kernels::scan::ScanOp;
 use genesis_kernels::{BinaryNd, BinaryOp, CompareOp, MatmulPrecision, MatmulShape};
 use genesis_kernels::{ReduceOp, ReduceShape};
 use genesis_kernels::{Rhs, Sampler, UnaryOp, WhereNd};
@@ -173,9 +174,16 @@ pub(crate) trait Backend {
         values: &mut Self,
     ) -> Result<()>;
 
-    /// The inclusive prefix sums of `shape.input_len()` elements from `self[at]` along the
-    /// reduced axis, into `out` (`dtype` for floats, i64 for integers).
-    fn cumsum(&self, dtype: DType, at: usize, shape: ReduceShape, out: &mut Self) -> Result<()>;
+    /// The inclusive prefix sums or products (`op`) of `shape.input_len()` elements from
+    /// `self[at]` along the reduced axis, into `out` (`dtype` for floats, i64 for integers).
+    fn scan(
+        &self,
+        op: ScanOp,
+        dtype: DType,
+        at: usize,
+        shape: ReduceShape,
+        out: &mut Self,
+    ) -> Result<()>;
 
     /// `out[i] = self[at + target(i, idx[idx_at + ..])]` over `d` for `dtype` elements (the
     /// gather of `genesis_kernels::gather`); a bad index value is an error.
@@ -732,7 +740,15 @@ impl Backend for [u8] {
         }, _ => Err(unsupported("var", dtype)))
     }
 
-    fn cumsum(&self, dtype: DType, at: usize, shape: ReduceShape, out: &mut [u8]) -> Result<()> {
+    fn scan(
+        &self,
+        op: ScanOp,
+        dtype: DType,
+        at: usize,
+        shape: ReduceShape,
+        out: &mut [u8],
+    ) -> Result<()> {
+        use genesis_kernels::scan::scan;
         let n = shape.input_len().ok_or(Error::SizeOverflow {
             len: usize::MAX,
             dtype,
@@ -740,12 +756,12 @@ impl Backend for [u8] {
         crate::dispatch_kernel_dtype!(dtype, T => {
             let input = host::<T>(self, at, n)?;
             if dtype.is_float() {
-                genesis_kernels::scan::cumsum::<T, T>(input, shape, host_mut::<T>(out, 0, n)?)?;
+                scan::<T, T>(op, input, shape, host_mut::<T>(out, 0, n)?)?;
             } else {
-                genesis_kernels::scan::cumsum::<T, i64>(input, shape, host_mut::<i64>(out, 0, n)?)?;
+                scan::<T, i64>(op, input, shape, host_mut::<i64>(out, 0, n)?)?;
             }
             Ok(())
-        }, _ => Err(unsupported("cumsum", dtype)))
+        }, _ => Err(unsupported(op.name(), dtype)))
     }
 
     fn gather_along(

@@ -1,4 +1,4 @@
-//! The everyday ops (clamp, prod, any/all, var/std, cumsum, eye, linspace/logspace; sin/cos are in
+//! The everyday ops (clamp, prod, any/all, var/std, cumsum, cumprod, eye, linspace/logspace; sin/cos are in
 //! `elementwise.rs` with the other unary ops) against f64 references computed here, on the CPU
 //! and (when present) CUDA, for every dtype they take, over empty, 0-d, odd, strided and
 //! permuted shapes with negative and multiple dimensions.
@@ -659,6 +659,110 @@ fn cumsum_matches_the_f64_reference() {
         assert!(t.cumsum(1).is_err() && t.cumsum(-2).is_err());
         let b = Tensor::from_bools(&[true], [1], dev).unwrap();
         assert!(b.cumsum(1).is_err());
+    }
+}
+
+/// `cumprod` on every device against a reference computed here: integers (and the narrow
+/// ones and bools, as int64) exactly, wrapping; floats near 1 in magnitude within the rounding
+/// of f32 running products (f64: f64's) and the output's; every dimension, negative ones, 0-d,
+/// empty, strided (transposed) views and long rows.
+#[test]
+fn cumprod_matches_the_reference() {
+    let _release = Release;
+    let mut rng = Lcg(21);
+    let mut shapes: Vec<&[usize]> = SHAPES.to_vec();
+    shapes.extend([&[3usize, 700][..], &[2, 2, 513][..]]);
+    let narrow = [DType::U8, DType::I8, DType::I16, DType::Bool];
+    for dev in devices() {
+        for dtype in DTYPES.into_iter().chain(narrow) {
+            for &shape in &shapes {
+                let n: usize = shape.iter().product();
+                let vals: Vec<f64> = (0..n)
+                    .map(|_| {
+                        let u = rng.next();
+                        match dtype {
+                            DType::Bool => (u * 1.1).trunc().min(1.0),
+                            DType::U8 => (u * 4.0).trunc(),
+                            d if d.is_float() => {
+                                (0.8 + 0.4 * rng.next()) * if u < 0.5 { -1.0 } else { 1.0 }
+                            }
+                            _ => (u * 7.0).trunc() - 3.0,
+                        }
+                    })
+                    .collect();
+                let (t, held) = tensor(&vals, shape, dtype, dev);
+                let out_dtype = if dtype.is_float() { dtype } else { DType::I64 };
+                for (view, x) in views(&t, &held) {
+                    let rank = view.dim();
+                    let dims: Vec<isize> = if rank == 0 {
+                        vec![0, -1]
+                    } else {
+                        (-(rank as isize)..rank as isize).collect()
+                    };
+                    for dim in dims {
+                        let got = view.cumprod(dim).unwrap();
+                        assert_eq!(got.shape(), view.shape());
+                        assert_eq!(got.dtype(), out_dtype);
+                        let shp = view.shape().to_vec();
+                        let d = if rank == 0 {
+                            0
+                        } else {
+                            dim.rem_euclid(rank as isize) as usize
+                        };
+                        let (outer, r, inner) = if rank == 0 {
+                            (1, 1, 1)
+                        } else {
+                            (
+                                shp[..d].iter().product::<usize>(),
+                                shp[d],
+                                shp[d + 1..].iter().product::<usize>(),
+                            )
+                        };
+                        let ints = if dtype.is_float() {
+                            Vec::new()
+                        } else {
+                            got.to_vec::<i64>().unwrap()
+                        };
+                        let floats = f64s(&got);
+                        for o in 0..outer {
+                            for c in 0..inner {
+                                let (mut fp, mut ip) = (1.0f64, 1i64);
+                                for k in 0..r {
+                                    let at = (o * r + k) * inner + c;
+                                    if dtype.is_float() {
+                                        fp *= x[at];
+                                        let acc = if dtype == DType::F64 {
+                                            f64::EPSILON
+                                        } else {
+                                            f64::from(f32::EPSILON)
+                                        };
+                                        let tol =
+                                            (2.0 * (k + 1) as f64 * acc + eps(dtype)) * fp.abs();
+                                        assert!(
+                                            (floats[at] - fp).abs() <= tol,
+                                            "{dev:?} {dtype} {shape:?} dim {dim}: [{o}, {k}, {c}] {} vs {fp}",
+                                            floats[at]
+                                        );
+                                    } else {
+                                        ip = ip.wrapping_mul(x[at] as i64);
+                                        assert_eq!(
+                                            ints[at], ip,
+                                            "{dev:?} {dtype} {shape:?} dim {dim}: [{o}, {k}, {c}]"
+                                        );
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let t = Tensor::from_slice(&[1.0f32, 2.0], [2], dev).unwrap();
+        assert!(t.cumprod(1).is_err() && t.cumprod(-2).is_err());
+        // 2^70 wraps to 0 in int64 and stays there.
+        let twos = Tensor::full([72], 2i64, dev).unwrap();
+        let p = twos.cumprod(0).unwrap().to_vec::<i64>().unwrap();
+        assert_eq!((p[61], p[62], p[63], p[71]), (1 << 62, i64::MIN, 0, 0));
     }
 }
 

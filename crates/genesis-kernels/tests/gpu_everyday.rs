@@ -1,7 +1,7 @@
 //! The everyday kernels against their CPU twins: prod, any/all, var/std over full, row and
-//! column reductions of odd and large shapes, aligned and misaligned, cumsum and cumprod along rows (one
-//! pass and chunked) and columns, gather/scatter/scatter_add, sort (shared memory and the
-//! global network; exact), and clamp over random bit patterns (exact). sin/cos are in
+//! column reductions of odd and large shapes, aligned and misaligned, cumsum and cumprod along
+//! rows (one pass and chunked) and columns, gather/scatter/scatter_add, sort (shared memory and
+//! the global network; exact), and clamp over random bit patterns (exact). sin/cos are in
 //! `gpu_elementwise` (`UnaryOp::ALL`).
 #![cfg(feature = "cuda")]
 

@@ -424,11 +424,10 @@ pub fn select_rows(input: &View, index: &View) -> Result<Option<View>> {
     if l.rank() != 1 || index.storage().device() != src.device() {
         return Ok(None);
     }
-    let index = StoredIndex {
+    let stored = StoredIndex {
         view: index.clone(),
         dtype,
     };
-    let index = &index;
     let nrows = l.shape()[0];
     let Some(rows) = rows16_of(input.layout(), nrows, src.dtype().size()) else {
         return Ok(None);
@@ -438,13 +437,13 @@ pub fn select_rows(input: &View, index: &View) -> Result<Option<View>> {
     shape[0] = nrows;
     let n: usize = shape.iter().product();
     if nrows > 0 && size == 0 {
-        return Err(first_out_of_range(index, 0, 0, false));
+        return Err(first_out_of_range(&stored, 0, 0, false));
     }
     let layout = (l.offset(), l.strides()[0] as i64);
     let Some(out) =
-        src.index_gather_rows_checked(&rows, index.view.storage(), layout, size, false, n)?
+        src.index_gather_rows_checked(&rows, index.storage(), layout, size, false, n)?
     else {
-        return Err(first_out_of_range(index, size, 0, false));
+        return Err(first_out_of_range(&stored, size, 0, false));
     };
     Ok(Some(View::with_layout(
         Arc::new(out),
@@ -452,8 +451,9 @@ pub fn select_rows(input: &View, index: &View) -> Result<Option<View>> {
     )?))
 }
 
-/// The out-of-range error for the first bad value (row-major) of a device index array (negative
-/// values counted from the end when `wrap`): reads the array back (the error path only).
+/// The out-of-range error for the first bad value (row-major) of an index array in a storage
+/// (negative values counted from the end when `wrap`): reads the array back (the error path
+/// only).
 fn first_out_of_range(index: &StoredIndex, size: usize, dim: usize, wrap: bool) -> Error {
     let values = match index.to_host() {
         Ok(t) => t.data,

@@ -1,8 +1,8 @@
 // Elementwise kernels of Genesis.
 //
 // What is here:
-//   * `<op>_<T>`: the binary ops (add, sub, mul, maximum, minimum for f64, f32, f16, bf16, i32,
-//     i64; div and pow for the float types) over contiguous operands of equal length.
+//   * `<op>_<T>`: the binary ops (add, sub, mul, maximum, minimum, pow for f64, f32, f16, bf16,
+//     i32, i64; div for the float types) over contiguous operands of equal length.
 //   * `<op>_nd_<T>`: the same ops over operands read in place through their layouts: each
 //     operand has a stride per output dimension (0 for a broadcast dimension, any other value
 //     for a strided view), and the right operand may instead be a scalar kernel argument. The
@@ -19,7 +19,10 @@
 //   * f64 is computed in f64 (the _rn intrinsics: IEEE, never contracted into an FMA).
 //   * f16 / bf16 are computed in f32 and rounded to nearest-even once. For +, -, *, / this is
 //     the correctly rounded half-precision result (f32 has more than 2p+2 bits for both).
-//   * integers wrap on overflow (two's complement), done in unsigned arithmetic.
+//   * integers wrap on overflow (two's complement), done in unsigned arithmetic. Integer pow is
+//     exponentiation by squaring in the unsigned type: the bits of repeated wrapping
+//     multiplication. A negative exponent gives 0, but 1 for a base of 1 and +-1 for a base of
+//     -1 (PyTorch's integer pow).
 //   * maximum/minimum propagate NaN (like torch.maximum).
 //
 // Launch contract (src/gpu.rs): one-dimensional blocks of GX_THREADS threads. The contiguous
@@ -126,6 +129,19 @@ template <typename S, typename U> struct ApplyInt<OpMax, S, U> {
 };
 template <typename S, typename U> struct ApplyInt<OpMin, S, U> {
     static __device__ __forceinline__ S go(S x, S y) { return OpMin::s<S>(x, y); }
+};
+// Integer pow: base^exp wrapped to the type (squaring in the unsigned type); a negative exponent
+// gives 0 but for bases 1 (1) and -1 (-1 for an odd exponent, else 1).
+template <typename S, typename U> struct ApplyInt<OpPow, S, U> {
+    static __device__ __forceinline__ S go(S x, S y) {
+        if (y < 0) return x == 1 ? (S)1 : (x == -1 ? ((y & 1) ? (S)-1 : (S)1) : (S)0);
+        U r = 1, b = (U)x;
+        for (U e = (U)y; e != 0; e >>= 1) {
+            if (e & 1) r *= b;
+            b *= b;
+        }
+        return (S)r;
+    }
 };
 template <typename Op> struct Apply<Op, int32_t> : ApplyInt<Op, int32_t, uint32_t> {};
 template <typename Op> struct Apply<Op, int64_t> : ApplyInt<Op, int64_t, uint64_t> {};
@@ -546,11 +562,14 @@ GX_BINARY(div, OpDiv, f64, double)
 GX_BINARY(div, OpDiv, f32, float)
 GX_BINARY(div, OpDiv, f16, __half)
 GX_BINARY(div, OpDiv, bf16, __nv_bfloat16)
-// pow for the floating types: CUDA's powf (f64: pow), within 2 ulp; the CPU twin's powf.
+// pow for the floating types: CUDA's powf (f64: pow), within 2 ulp; the CPU twin's powf. For
+// the integers: exact, wrapping (ApplyInt<OpPow>).
 GX_BINARY(pow, OpPow, f64, double)
 GX_BINARY(pow, OpPow, f32, float)
 GX_BINARY(pow, OpPow, f16, __half)
 GX_BINARY(pow, OpPow, bf16, __nv_bfloat16)
+GX_BINARY(pow, OpPow, i32, int32_t)
+GX_BINARY(pow, OpPow, i64, int64_t)
 
 #define GX_UNARY(OPNAME, OP, NAME, T)                                                          \
     extern "C" __global__ void __launch_bounds__(GX_THREADS)                                    \
@@ -835,7 +854,7 @@ template <bool SCALAR> __device__ __forceinline__ void tape_binary_op(uint32_t o
     case 3: tape_binary_as<OpDiv, false, SCALAR>(ty, r); break;
     case 4: tape_binary_as<OpMax, true, SCALAR>(ty, r); break;
     case 5: tape_binary_as<OpMin, true, SCALAR>(ty, r); break;
-    case 6: tape_binary_as<OpPow, false, SCALAR>(ty, r); break;
+    case 6: tape_binary_as<OpPow, true, SCALAR>(ty, r); break;
     }
 }
 template <typename Op, bool INTS> __device__ __forceinline__ void tape_unary_as(uint32_t t, const TapeRecord &r) {

@@ -324,21 +324,27 @@ extern "C" __global__ void index_unravel(const int64_t *lin, uint64_t n, GxStrid
 }
 
 // The row gather reading a device index array as it is (int32 or int64, `idx_stride` elements
-// apart): each row's index is wrapped and checked by the blocks copying it; an out-of-range row
-// is not copied and sets bad[0] (host-mapped pinned memory; every writer stores the same
-// value). The host then finds the first bad value to report; the result is dropped.
-// With `early`, block (0, 0) first checks every index, stores bad[0] = 1 if one is out of
-// range and then bad[1] = 1 (after a system-wide fence): the host learns the verdict a few
-// microseconds after the kernel starts instead of waiting for the copy to finish.
+// apart): each row's index is wrapped (negative values count from the end, as in x[idx]) and
+// checked by the blocks copying it; an out-of-range row is not copied and sets bad[0]
+// (host-mapped pinned memory; every writer stores the same value). The host then finds the
+// first bad value to report; the result is dropped.
+// `flags` bit 0 (RC_EARLY): block (0, 0) first checks every index, stores bad[0] = 1 if one is
+// out of range and then bad[1] = 1 (after a system-wide fence): the host learns the verdict a
+// few microseconds after the kernel starts instead of waiting for the copy to finish.
+// `flags` bit 1 (RC_NO_WRAP): values are not wrapped; a negative one is out of range (PyTorch's
+// index_select).
+#define RC_EARLY 1
+#define RC_NO_WRAP 2
 extern "C" __global__ void __launch_bounds__(RW_THREADS, 5) index_gather_rows16_checked(const uint4 *src, uint4 *dst, const void *idx, int32_t idx_i32,
                                                        int64_t idx_stride, int64_t size, int32_t *bad, int64_t nrows,
                                                        int64_t row_units, int64_t base_units, int64_t stride_units,
-                                                       int32_t early) {
-    if (early && blockIdx.x == 0 && blockIdx.y == 0) {
+                                                       int32_t flags) {
+    const bool wrap = !(flags & RC_NO_WRAP);
+    if ((flags & RC_EARLY) && blockIdx.x == 0 && blockIdx.y == 0) {
         int any = 0;
         for (int64_t r = threadIdx.x; r < nrows; r += blockDim.x) {
             int64_t v = idx_i32 ? (int64_t)((const int32_t *)idx)[r * idx_stride] : ((const int64_t *)idx)[r * idx_stride];
-            if (v < 0) v += size;
+            if (wrap && v < 0) v += size;
             any |= (v < 0 || v >= size);
         }
         any = __syncthreads_or(any);
@@ -350,7 +356,7 @@ extern "C" __global__ void __launch_bounds__(RW_THREADS, 5) index_gather_rows16_
     }
     for (int64_t r = blockIdx.y; r < nrows; r += gridDim.y) {
         int64_t v = idx_i32 ? (int64_t)((const int32_t *)idx)[r * idx_stride] : ((const int64_t *)idx)[r * idx_stride];
-        if (v < 0) v += size;
+        if (wrap && v < 0) v += size;
         if (v < 0 || v >= size) {
             if (threadIdx.x == 0) *(volatile int32_t *)bad = 1;
             continue;

@@ -1,12 +1,15 @@
-// Scan kernels of Genesis: the inclusive prefix sum (`cumsum`) along one axis of a contiguous
-// array seen as [outer, r, inner], for f64 (accumulated in f64), f32, f16, bf16 (accumulated in
-// f32, written in the input type) and i32, i64 (accumulated in i64 with wrapping, written as
-// i64: PyTorch's rule).
+// Scan kernels of Genesis: the inclusive prefix sum (`cumsum`, kernels `scan_*`) and product
+// (`cumprod`, kernels `cumprod_*`) along one axis of a contiguous array seen as
+// [outer, r, inner], for f64 (accumulated in f64), f32, f16, bf16 (accumulated in f32, written in
+// the input type) and i32, i64 (accumulated in i64 with wrapping, written as i64: PyTorch's
+// rule). The algorithm below is written for the sum; the product is the same with `*` for `+`
+// and 1 for 0 (ScOp).
 //
 // Built by `cargo xtask build-kernels` into crates/genesis-kernels/images/scan.fatbin. The CPU
-// twin is `cumsum` in crates/genesis-kernels/src/scan.rs, which sums in the same order for
-// integers (exact) and in f64 for floats (the two agree within the rounding of a sum in the
-// accumulator: f32, or f64 for f64).
+// twins are `cumsum` and `cumprod` in crates/genesis-kernels/src/scan.rs. Integers are exact
+// (wrapping addition and multiplication are associative). `cumsum`'s twin sums floats in f64,
+// `cumprod`'s multiplies in the accumulator type, in order: the twins agree within the rounding
+// of a running sum or product in the accumulator (f32, or f64 for f64), whose order differs.
 //
 // inner == 1 (`scan_rows_*`): each row is cut into `chunks` chunks of `chunk` elements; block b
 // scans chunk b % chunks of row b / chunks in tiles of SC_THREADS * SC_ITEMS elements: a
@@ -44,6 +47,7 @@ template <> struct Sc<double> {
     static __device__ __forceinline__ double load(double x) { return x; }
     static __device__ __forceinline__ double store(double a) { return a; }
     static __device__ __forceinline__ double add(double a, double b) { return a + b; }
+    static __device__ __forceinline__ double mul(double a, double b) { return a * b; }
 };
 template <> struct Sc<float> {
     typedef float A;
@@ -51,6 +55,7 @@ template <> struct Sc<float> {
     static __device__ __forceinline__ float load(float x) { return x; }
     static __device__ __forceinline__ float store(float a) { return a; }
     static __device__ __forceinline__ float add(float a, float b) { return a + b; }
+    static __device__ __forceinline__ float mul(float a, float b) { return a * b; }
 };
 template <> struct Sc<__half> {
     typedef float A;
@@ -58,6 +63,7 @@ template <> struct Sc<__half> {
     static __device__ __forceinline__ float load(__half x) { return __half2float(x); }
     static __device__ __forceinline__ __half store(float a) { return __float2half_rn(a); }
     static __device__ __forceinline__ float add(float a, float b) { return a + b; }
+    static __device__ __forceinline__ float mul(float a, float b) { return a * b; }
 };
 template <> struct Sc<__nv_bfloat16> {
     typedef float A;
@@ -65,6 +71,7 @@ template <> struct Sc<__nv_bfloat16> {
     static __device__ __forceinline__ float load(__nv_bfloat16 x) { return __bfloat162float(x); }
     static __device__ __forceinline__ __nv_bfloat16 store(float a) { return __float2bfloat16_rn(a); }
     static __device__ __forceinline__ float add(float a, float b) { return a + b; }
+    static __device__ __forceinline__ float mul(float a, float b) { return a * b; }
 };
 template <> struct Sc<int32_t> {
     typedef i64 A;
@@ -73,6 +80,9 @@ template <> struct Sc<int32_t> {
     static __device__ __forceinline__ int64_t store(i64 a) { return a; }
     static __device__ __forceinline__ i64 add(i64 a, i64 b) {
         return (i64)((unsigned long long)a + (unsigned long long)b);
+    }
+    static __device__ __forceinline__ i64 mul(i64 a, i64 b) {
+        return (i64)((unsigned long long)a * (unsigned long long)b);
     }
 };
 template <> struct Sc<int64_t> {
@@ -83,12 +93,22 @@ template <> struct Sc<int64_t> {
     static __device__ __forceinline__ i64 add(i64 a, i64 b) {
         return (i64)((unsigned long long)a + (unsigned long long)b);
     }
+    static __device__ __forceinline__ i64 mul(i64 a, i64 b) {
+        return (i64)((unsigned long long)a * (unsigned long long)b);
+    }
+};
+
+// The scan's operation on accumulators: a sum (PROD false) or a product, and its identity.
+template <typename T, bool PROD> struct ScOp {
+    typedef typename Sc<T>::A A;
+    static __device__ __forceinline__ A f(A a, A b) { return PROD ? Sc<T>::mul(a, b) : Sc<T>::add(a, b); }
+    static __device__ __forceinline__ A id() { return PROD ? (A)1 : (A)0; }
 };
 
 // Exclusive scan of `v` over the block's threads (in thread order): returns the sum of the
 // values of the threads before this one and sets `total` to the block's sum. Uses `warp_tot`
 // (SC_WARPS entries).
-template <typename T>
+template <typename T, bool PROD>
 __device__ __forceinline__ typename Sc<T>::A block_scan(typename Sc<T>::A v, typename Sc<T>::A *warp_tot,
                                                        typename Sc<T>::A &total) {
     typedef typename Sc<T>::A A;
@@ -96,27 +116,27 @@ __device__ __forceinline__ typename Sc<T>::A block_scan(typename Sc<T>::A v, typ
 #pragma unroll
     for (int d = 1; d < 32; d <<= 1) {
         const A o = __shfl_up_sync(0xffffffffu, v, d);
-        if (lane >= d) v = Sc<T>::add(o, v);
+        if (lane >= d) v = ScOp<T, PROD>::f(o, v);
     }
     A excl = __shfl_up_sync(0xffffffffu, v, 1);
-    if (lane == 0) excl = (A)0;
+    if (lane == 0) excl = ScOp<T, PROD>::id();
     if (lane == 31) warp_tot[warp] = v;
     __syncthreads();
-    A before = (A)0;
-    total = (A)0;
+    A before = ScOp<T, PROD>::id();
+    total = ScOp<T, PROD>::id();
 #pragma unroll
     for (int w = 0; w < SC_WARPS; ++w) {
         const A t = warp_tot[w];
-        if (w < warp) before = Sc<T>::add(before, t);
-        total = Sc<T>::add(total, t);
+        if (w < warp) before = ScOp<T, PROD>::f(before, t);
+        total = ScOp<T, PROD>::f(total, t);
     }
     __syncthreads();
-    return Sc<T>::add(before, excl);
+    return ScOp<T, PROD>::f(before, excl);
 }
 
 // Block b scans chunk b % chunks of row b / chunks, starting from carry[b] (when `carry` is
 // not null).
-template <typename T>
+template <typename T, bool PROD>
 __device__ __forceinline__ void rows_impl(const T *in, typename Sc<T>::O *out, const typename Sc<T>::A *carry,
                                           uint64_t r, uint64_t chunks, uint64_t chunk) {
     typedef typename Sc<T>::A A;
@@ -127,39 +147,39 @@ __device__ __forceinline__ void rows_impl(const T *in, typename Sc<T>::O *out, c
     const uint64_t end = min(r, begin + chunk);
     const T *p = in + row * r;
     typename Sc<T>::O *q = out + row * r;
-    A run = carry ? carry[blockIdx.x] : (A)0;
+    A run = carry ? carry[blockIdx.x] : ScOp<T, PROD>::id();
     for (uint64_t base = begin; base < end; base += SC_TILE) {
         const uint64_t n = min((uint64_t)SC_TILE, end - base);
 #pragma unroll
         for (int k = 0; k < SC_ITEMS; ++k) {
             const uint64_t i = (uint64_t)k * SC_THREADS + threadIdx.x;
-            tile[SC_PAD(i)] = i < n ? Sc<T>::load(p[base + i]) : (A)0;
+            tile[SC_PAD(i)] = i < n ? Sc<T>::load(p[base + i]) : ScOp<T, PROD>::id();
         }
         __syncthreads();
         A v[SC_ITEMS];
-        A sum = (A)0;
+        A sum = ScOp<T, PROD>::id();
 #pragma unroll
         for (int k = 0; k < SC_ITEMS; ++k) {
-            sum = Sc<T>::add(sum, tile[SC_PAD(threadIdx.x * SC_ITEMS + k)]);
+            sum = ScOp<T, PROD>::f(sum, tile[SC_PAD(threadIdx.x * SC_ITEMS + k)]);
             v[k] = sum;
         }
         A total;
-        const A offset = Sc<T>::add(run, block_scan<T>(sum, warp_tot, total));
+        const A offset = ScOp<T, PROD>::f(run, block_scan<T, PROD>(sum, warp_tot, total));
 #pragma unroll
-        for (int k = 0; k < SC_ITEMS; ++k) tile[SC_PAD(threadIdx.x * SC_ITEMS + k)] = Sc<T>::add(offset, v[k]);
+        for (int k = 0; k < SC_ITEMS; ++k) tile[SC_PAD(threadIdx.x * SC_ITEMS + k)] = ScOp<T, PROD>::f(offset, v[k]);
         __syncthreads();
 #pragma unroll
         for (int k = 0; k < SC_ITEMS; ++k) {
             const uint64_t i = (uint64_t)k * SC_THREADS + threadIdx.x;
             if (i < n) q[base + i] = Sc<T>::store(tile[SC_PAD(i)]);
         }
-        run = Sc<T>::add(run, total);
+        run = ScOp<T, PROD>::f(run, total);
         __syncthreads();
     }
 }
 
 // The sum of each chunk (block b: chunk b % chunks of row b / chunks), in the accumulator type.
-template <typename T>
+template <typename T, bool PROD>
 __device__ __forceinline__ void sums_impl(const T *in, typename Sc<T>::A *sums, uint64_t r, uint64_t chunks,
                                           uint64_t chunk) {
     typedef typename Sc<T>::A A;
@@ -168,29 +188,29 @@ __device__ __forceinline__ void sums_impl(const T *in, typename Sc<T>::A *sums, 
     const uint64_t begin = part * chunk;
     const uint64_t end = min(r, begin + chunk);
     const T *p = in + row * r;
-    A s = (A)0;
-    for (uint64_t i = begin + threadIdx.x; i < end; i += SC_THREADS) s = Sc<T>::add(s, Sc<T>::load(p[i]));
+    A s = ScOp<T, PROD>::id();
+    for (uint64_t i = begin + threadIdx.x; i < end; i += SC_THREADS) s = ScOp<T, PROD>::f(s, Sc<T>::load(p[i]));
     A total;
-    block_scan<T>(s, warp_tot, total);
+    block_scan<T, PROD>(s, warp_tot, total);
     if (threadIdx.x == 0) sums[blockIdx.x] = total;
 }
 
 // Each row's chunk sums become exclusive prefix sums, in order (thread t: row t).
-template <typename T>
+template <typename T, bool PROD>
 __device__ __forceinline__ void carry_impl(typename Sc<T>::A *sums, uint64_t outer, uint64_t chunks) {
     typedef typename Sc<T>::A A;
     const uint64_t row = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (row >= outer) return;
-    A run = (A)0;
+    A run = ScOp<T, PROD>::id();
     for (uint64_t c = 0; c < chunks; ++c) {
         const A s = sums[row * chunks + c];
         sums[row * chunks + c] = run;
-        run = Sc<T>::add(run, s);
+        run = ScOp<T, PROD>::f(run, s);
     }
 }
 
 // inner > 1: thread t scans column t % inner of line t / inner.
-template <typename T>
+template <typename T, bool PROD>
 __device__ __forceinline__ void cols_impl(const T *in, typename Sc<T>::O *out, uint64_t outer, uint64_t r,
                                           uint64_t inner) {
     typedef typename Sc<T>::A A;
@@ -199,36 +219,39 @@ __device__ __forceinline__ void cols_impl(const T *in, typename Sc<T>::O *out, u
     const uint64_t o = t / inner, c = t % inner;
     const T *p = in + o * r * inner + c;
     typename Sc<T>::O *q = out + o * r * inner + c;
-    A run = (A)0;
+    A run = ScOp<T, PROD>::id();
 #pragma unroll 4
     for (uint64_t k = 0; k < r; ++k) {
-        run = Sc<T>::add(run, Sc<T>::load(p[k * inner]));
+        run = ScOp<T, PROD>::f(run, Sc<T>::load(p[k * inner]));
         q[k * inner] = Sc<T>::store(run);
     }
 }
 
-#define SC_KERNELS(NAME, T)                                                                              \
+#define SC_KERNELS(PREFIX, PROD, NAME, T)                                                                \
     extern "C" __global__ void __launch_bounds__(SC_THREADS)                                             \
-        scan_rows_##NAME(const T *in, Sc<T>::O *out, const Sc<T>::A *carry, uint64_t r, uint64_t chunks, \
-                         uint64_t chunk) {                                                              \
-        rows_impl<T>(in, out, carry, r, chunks, chunk);                                                 \
+        PREFIX##_rows_##NAME(const T *in, Sc<T>::O *out, const Sc<T>::A *carry, uint64_t r, uint64_t chunks, \
+                             uint64_t chunk) {                                                          \
+        rows_impl<T, PROD>(in, out, carry, r, chunks, chunk);                                           \
     }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(SC_THREADS)                                             \
-        scan_sums_##NAME(const T *in, Sc<T>::A *sums, uint64_t r, uint64_t chunks, uint64_t chunk) {     \
-        sums_impl<T>(in, sums, r, chunks, chunk);                                                       \
+        PREFIX##_sums_##NAME(const T *in, Sc<T>::A *sums, uint64_t r, uint64_t chunks, uint64_t chunk) { \
+        sums_impl<T, PROD>(in, sums, r, chunks, chunk);                                                 \
     }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(SC_THREADS)                                             \
-        scan_carry_##NAME(Sc<T>::A *sums, uint64_t outer, uint64_t chunks) {                             \
-        carry_impl<T>(sums, outer, chunks);                                                             \
+        PREFIX##_carry_##NAME(Sc<T>::A *sums, uint64_t outer, uint64_t chunks) {                         \
+        carry_impl<T, PROD>(sums, outer, chunks);                                                       \
     }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(SC_THREADS)                                             \
-        scan_cols_##NAME(const T *in, Sc<T>::O *out, uint64_t outer, uint64_t r, uint64_t inner) {       \
-        cols_impl<T>(in, out, outer, r, inner);                                                         \
+        PREFIX##_cols_##NAME(const T *in, Sc<T>::O *out, uint64_t outer, uint64_t r, uint64_t inner) {   \
+        cols_impl<T, PROD>(in, out, outer, r, inner);                                                   \
     }
+#define SC_BOTH(NAME, T)                                                                                 \
+    SC_KERNELS(scan, false, NAME, T)                                                                     \
+    SC_KERNELS(cumprod, true, NAME, T)
 
-SC_KERNELS(f64, double)
-SC_KERNELS(f32, float)
-SC_KERNELS(f16, __half)
-SC_KERNELS(bf16, __nv_bfloat16)
-SC_KERNELS(i32, int32_t)
-SC_KERNELS(i64, int64_t)
+SC_BOTH(f64, double)
+SC_BOTH(f32, float)
+SC_BOTH(f16, __half)
+SC_BOTH(bf16, __nv_bfloat16)
+SC_BOTH(i32, int32_t)
+SC_BOTH(i64, int64_t)

@@ -179,6 +179,7 @@ mod gpu {
                 i32: false,
                 stride: 1,
                 size: 8192,
+                wrap: true,
             };
             // SAFETY: `x` holds `size` rows; `flag` holds 8 bytes of device memory that live
             // until the closure is timed to completion.

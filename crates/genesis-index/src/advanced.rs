@@ -111,7 +111,17 @@ fn rows16(p: &IndexPlan, adv: &Advanced, size: usize) -> Option<genesis_kernels:
     if adv.dims != [0] || adv.index_shape.len() != 1 || adv.position != 0 {
         return None;
     }
-    let (shape, strides) = (p.view.shape(), p.view.strides());
+    rows16_of(&p.view, adv.index_shape[0], size)
+}
+
+/// The rows of `view` (`nrows` of them read, elements of `size` bytes) for the row kernels: its
+/// dimensions after the first contiguous, a positive leading stride, and rows, offset and
+/// stride multiples of 16 bytes; `None` otherwise.
+fn rows16_of(view: &Layout, nrows: usize, size: usize) -> Option<genesis_kernels::index::Rows16> {
+    let (shape, strides) = (view.shape(), view.strides());
+    if shape.is_empty() {
+        return None;
+    }
     let row = Layout::contiguous(&shape[1..]);
     let rest_contiguous = shape[1..]
         .iter()
@@ -119,14 +129,14 @@ fn rows16(p: &IndexPlan, adv: &Advanced, size: usize) -> Option<genesis_kernels:
         .zip(row.strides())
         .all(|((&d, &s), &c)| d == 1 || s == c);
     let row_bytes = row.numel() * size;
-    let (base_bytes, stride_bytes) = (p.view.offset() * size, strides[0].max(0) as usize * size);
+    let (base_bytes, stride_bytes) = (view.offset() * size, strides[0].max(0) as usize * size);
     let ok = rest_contiguous
         && strides[0] > 0
         && row_bytes.is_multiple_of(16)
         && base_bytes.is_multiple_of(16)
         && stride_bytes.is_multiple_of(16);
-    ok.then(|| genesis_kernels::index::Rows16 {
-        nrows: adv.index_shape[0],
+    ok.then_some(genesis_kernels::index::Rows16 {
+        nrows,
         row_units: row_bytes / 16,
         base_units: base_bytes / 16,
         stride_units: stride_bytes / 16,
@@ -214,7 +224,7 @@ fn prepare_indices(adv: &Advanced, device: Device) -> Result<Indices> {
         }
         if nb > 0 && *size == 0 {
             // Every value is out of range: report the first without running anything.
-            return Err(first_out_of_range(index, 0, *dim));
+            return Err(first_out_of_range(index, 0, *dim, true));
         }
         match layout_desc(&index.view) {
             Ok(layout) => idx.index_normalise(a * nb, nb, src, &layout, *size, &mut bad, a)?,
@@ -274,7 +284,7 @@ fn check_bad(adv: &Advanced, ix: &Indices) -> Result<()> {
     // value (the same first one, in row-major order).
     for (arr, &w) in adv.indices.iter().zip(&words) {
         if let (IndexArray::Device { index, size, dim }, true) = (arr, w != -1) {
-            return Err(first_out_of_range(index, *size, *dim));
+            return Err(first_out_of_range(index, *size, *dim, true));
         }
     }
     Ok(())
@@ -362,13 +372,14 @@ fn gather_rows_raw(
 ) -> Result<View> {
     let n: usize = p.result_shape.iter().product();
     if rows.nrows > 0 && size == 0 {
-        return Err(first_out_of_range(index, 0, dim));
+        return Err(first_out_of_range(index, 0, dim, true));
     }
     let l = index.view.layout();
     let layout = (l.offset(), l.strides()[0] as i64);
-    let Some(out) = src.index_gather_rows_checked(rows, index.view.storage(), layout, size, n)?
+    let Some(out) =
+        src.index_gather_rows_checked(rows, index.view.storage(), layout, size, true, n)?
     else {
-        return Err(first_out_of_range(index, size, dim));
+        return Err(first_out_of_range(index, size, dim, true));
     };
     Ok(View::with_layout(
         Arc::new(out),
@@ -376,9 +387,74 @@ fn gather_rows_raw(
     )?)
 }
 
-/// The out-of-range error for the first bad value (row-major) of a device index array: reads
-/// the array back (the error path only).
-fn first_out_of_range(index: &StoredIndex, size: usize, dim: usize) -> Error {
+/// PyTorch's `index_select(0, index)` of whole rows in one pass, on any device: the rows of
+/// `input` (rank at least 1) named by the 1-D int64 or int32 `index` (on `input`'s device), in
+/// its order; the result is contiguous, of `input`'s shape with `index.len()` rows. Unlike
+/// `x[idx]` ([`get`](crate::get)) a negative value is out of range, not counted from the end.
+/// Each value is checked where it lives (on the device for a CUDA index, by the kernel that
+/// copies the rows): a bad one is [`Error::IndexOutOfRange`] naming the first bad value, and
+/// no result is returned.
+///
+/// `Ok(None)` when this path does not apply and the caller must gather another way: `input`'s
+/// dimensions after the first are not contiguous rows of a multiple of 16 bytes (nor its
+/// offset and leading stride), or `index` is not a 1-D int64/int32 tensor on `input`'s
+/// device.
+///
+/// ```
+/// use genesis_index::select_rows;
+/// use genesis_storage::{Device, Storage, View};
+///
+/// let x = View::new(Storage::from_slice(&(0..16).collect::<Vec<i32>>(), Device::Cpu)?);
+/// let m = x.relayout(x.layout().view(&[4, 4]).unwrap()).unwrap();
+/// let idx = View::new(Storage::from_slice(&[3i64, 0, 3], Device::Cpu)?);
+/// let rows = select_rows(&m, &idx)?.expect("16-byte rows");
+/// assert_eq!(rows.contiguous()?.to_vec::<i32>()?, [12, 13, 14, 15, 0, 1, 2, 3, 12, 13, 14, 15]);
+/// let bad = View::new(Storage::from_slice(&[-1i64], Device::Cpu)?);
+/// assert!(select_rows(&m, &bad).is_err());
+/// # Ok::<(), genesis_index::Error>(())
+/// ```
+pub fn select_rows(input: &View, index: &View) -> Result<Option<View>> {
+    let src = input.storage();
+    let dtype = match index.storage().dtype() {
+        DType::I64 => IndexDType::I64,
+        DType::I32 => IndexDType::I32,
+        _ => return Ok(None),
+    };
+    let l = index.layout();
+    if l.rank() != 1 || index.storage().device() != src.device() {
+        return Ok(None);
+    }
+    let stored = StoredIndex {
+        view: index.clone(),
+        dtype,
+    };
+    let nrows = l.shape()[0];
+    let Some(rows) = rows16_of(input.layout(), nrows, src.dtype().size()) else {
+        return Ok(None);
+    };
+    let mut shape = input.layout().shape().to_vec();
+    let size = shape[0];
+    shape[0] = nrows;
+    let n: usize = shape.iter().product();
+    if nrows > 0 && size == 0 {
+        return Err(first_out_of_range(&stored, 0, 0, false));
+    }
+    let layout = (l.offset(), l.strides()[0] as i64);
+    let Some(out) =
+        src.index_gather_rows_checked(&rows, index.storage(), layout, size, false, n)?
+    else {
+        return Err(first_out_of_range(&stored, size, 0, false));
+    };
+    Ok(Some(View::with_layout(
+        Arc::new(out),
+        Layout::contiguous(&shape),
+    )?))
+}
+
+/// The out-of-range error for the first bad value (row-major) of an index array in a storage
+/// (negative values counted from the end when `wrap`): reads the array back (the error path
+/// only).
+fn first_out_of_range(index: &StoredIndex, size: usize, dim: usize, wrap: bool) -> Error {
     let values = match index.to_host() {
         Ok(t) => t.data,
         Err(e) => return e.into(),
@@ -387,7 +463,7 @@ fn first_out_of_range(index: &StoredIndex, size: usize, dim: usize) -> Error {
     let value = values
         .into_iter()
         .find(|&v| {
-            let w = if v < 0 { v + s } else { v };
+            let w = if wrap && v < 0 { v + s } else { v };
             w < 0 || w >= s
         })
         .unwrap_or(i64::MIN);

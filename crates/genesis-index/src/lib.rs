@@ -27,6 +27,7 @@ mod plan;
 mod spec;
 mod strided;
 
+pub use advanced::select_rows;
 pub use exec::{Value, execute_get, get, get_routed, resolve_masks, set};
 pub use genesis_storage::Layout;
 pub use plan::{

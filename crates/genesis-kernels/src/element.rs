@@ -33,7 +33,9 @@ pub enum BinaryOp {
     Maximum,
     /// The smaller of `a` and `b`; NaN if either is NaN.
     Minimum,
-    /// `a` to the power `b` (floating types only).
+    /// `a` to the power `b`. Integers: exact and wrapping (the bits of `b` repeated wrapping
+    /// multiplications, by squaring); a negative `b` gives 0, except 1 for `a == 1` and `-1` or
+    /// `1` (odd or even `b`) for `a == -1` (PyTorch's integer `pow`).
     Pow,
 }
 
@@ -49,14 +51,14 @@ impl BinaryOp {
         BinaryOp::Pow,
     ];
 
-    /// Whether only the floating types support the operation (division, pow).
+    /// Whether only the floating types support the operation (true division).
     pub const fn float_only(self) -> bool {
-        matches!(self, BinaryOp::Div | BinaryOp::Pow)
+        matches!(self, BinaryOp::Div)
     }
 
     /// Whether the GPU kernel and the CPU twin give identical bits: all but `pow`, which uses
     /// CUDA's `powf` on the GPU and Rust's on the CPU (both within 2 ulp, so the twins agree
-    /// within 4 ulp of the result type).
+    /// within 4 ulp of the result type). Integer `pow` is exact on both.
     pub const fn exact_twin(self) -> bool {
         !matches!(self, BinaryOp::Pow)
     }
@@ -422,6 +424,33 @@ macro_rules! float_element {
     };
 }
 
+/// `a ** b` for integers of one type, as the `pow` kernels compute it: for `b >= 0` the bits of
+/// repeated wrapping multiplication (by squaring); for `b < 0`, 0 but for `a` 1 (1) and -1 (-1
+/// when `b` is odd, else 1).
+macro_rules! int_pow {
+    ($a:expr, $b:expr) => {{
+        let (a, b) = ($a, $b);
+        if b < 0 {
+            match a {
+                1 => 1,
+                -1 if b & 1 != 0 => -1,
+                -1 => 1,
+                _ => 0,
+            }
+        } else {
+            let (mut r, mut base, mut e) = (1, a, b);
+            while e != 0 {
+                if e & 1 != 0 {
+                    r = base.wrapping_mul(r);
+                }
+                base = base.wrapping_mul(base);
+                e >>= 1;
+            }
+            r
+        }
+    }};
+}
+
 macro_rules! int_element {
     ($t:ty, $name:literal, $code:literal) => {
         impl sealed::Sealed for $t {}
@@ -436,7 +465,8 @@ macro_rules! int_element {
                     BinaryOp::Add => concat!("add_", $name),
                     BinaryOp::Sub => concat!("sub_", $name),
                     BinaryOp::Mul => concat!("mul_", $name),
-                    BinaryOp::Div | BinaryOp::Pow => return None,
+                    BinaryOp::Div => return None,
+                    BinaryOp::Pow => concat!("pow_", $name),
                     BinaryOp::Maximum => concat!("maximum_", $name),
                     BinaryOp::Minimum => concat!("minimum_", $name),
                 })
@@ -477,7 +507,7 @@ macro_rules! int_element {
                     BinaryOp::Div => a.checked_div(b).unwrap_or(0),
                     BinaryOp::Maximum => a.max(b),
                     BinaryOp::Minimum => a.min(b),
-                    BinaryOp::Pow => a,
+                    BinaryOp::Pow => int_pow!(a, b),
                 }
             }
             #[inline]
@@ -652,6 +682,94 @@ mod tests {
         assert_eq!(i64::binary(Minimum, -5, 3), -5);
         assert_eq!(i32::binary_kernel(Div), None);
         assert_eq!(f16::binary_kernel(Maximum), Some("maximum_f16"));
+    }
+
+    /// `a ** b` wrapped to `bits` bits, by repeated multiplication in i128 reduced modulo
+    /// 2^bits at each step (the definition of wrapping pow), PyTorch's rule for `b < 0`.
+    fn pow_reference(a: i64, b: i64, bits: u32) -> i64 {
+        if b < 0 {
+            return match a {
+                1 => 1,
+                -1 => {
+                    if b % 2 != 0 {
+                        -1
+                    } else {
+                        1
+                    }
+                }
+                _ => 0,
+            };
+        }
+        let m = 1i128 << bits;
+        let wrap = |x: i128| {
+            let r = x.rem_euclid(m);
+            if r >= m / 2 { r - m } else { r }
+        };
+        // Repeated squaring of the exponent's bits, each product exact in i128 before reduction.
+        let (mut r, mut base, mut e) = (1i128, wrap(i128::from(a)), b);
+        while e > 0 {
+            if e & 1 == 1 {
+                r = wrap(r * base);
+            }
+            base = wrap(base * base);
+            e >>= 1;
+        }
+        r as i64
+    }
+
+    #[test]
+    fn integer_pow_wraps_like_repeated_multiplication() {
+        use BinaryOp::Pow;
+        // Small exponents: plain repeated multiplication in i128, reduced once at the end.
+        for a in -7i64..=7 {
+            for b in 0i64..=40 {
+                let exact = (0..b).fold(1i128, |r, _| r * i128::from(a));
+                let m32 = exact.rem_euclid(1 << 32) as u32 as i32;
+                let m64 = exact.rem_euclid(1 << 64) as u64 as i64;
+                assert_eq!(i32::binary(Pow, a as i32, b as i32), m32, "{a} ** {b}");
+                assert_eq!(i64::binary(Pow, a, b), m64, "{a} ** {b}");
+            }
+        }
+        // Negative exponents: 0, but 1 ** b = 1 and (-1) ** b = +-1.
+        for b in [-1i64, -2, -3, i64::MIN, i64::MIN + 1] {
+            assert_eq!(i64::binary(Pow, 1, b), 1);
+            assert_eq!(i64::binary(Pow, -1, b), if b % 2 != 0 { -1 } else { 1 });
+            assert_eq!(i64::binary(Pow, 2, b), 0);
+            assert_eq!(i64::binary(Pow, 0, b), 0);
+            assert_eq!(i64::binary(Pow, i64::MIN, b), 0);
+        }
+        assert_eq!(i32::binary(Pow, -1, i32::MIN), 1);
+        assert_eq!(i32::binary(Pow, 0, 0), 1);
+        assert_eq!(i32::binary(Pow, 2, 31), i32::MIN);
+        assert_eq!(i32::binary(Pow, 2, 32), 0);
+        assert_eq!(i64::binary(Pow, 3, 40), 12157665459056928801i128 as i64);
+        // Random bases and exponents of every size against the i128 reference.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..20_000 {
+            let (a, b) = (
+                next() as i64 >> (next() % 64),
+                next() as i64 >> (next() % 64),
+            );
+            assert_eq!(
+                i64::binary(Pow, a, b),
+                pow_reference(a, b, 64),
+                "{a} ** {b}"
+            );
+            let (a, b) = (a as i32, b as i32);
+            assert_eq!(
+                i64::from(i32::binary(Pow, a, b)),
+                pow_reference(i64::from(a), i64::from(b), 32),
+                "{a} ** {b}"
+            );
+        }
+        assert_eq!(i32::binary_kernel(Pow), Some("pow_i32"));
+        assert_eq!(i64::binary_kernel(Pow), Some("pow_i64"));
     }
 
     #[test]

@@ -426,14 +426,18 @@ pub struct RawIndex<'a> {
     pub stride: i64,
     /// Size of the indexed dimension.
     pub size: usize,
+    /// Whether negative values count from the end (`x[idx]`, NumPy's rule); when false a
+    /// negative value is out of range (PyTorch's `index_select`).
+    pub wrap: bool,
 }
 
 /// Index arrays of at most this many values get an early verdict from
 /// `gather_rows16_checked` (one block checks them all before copying: about 2 µs for 4096).
 pub const EARLY_VERDICT_MAX_ROWS: usize = 16 << 10;
 
-/// Queues a row gather reading a raw device index array ([`RawIndex`]): negative values wrap;
-/// a row whose value is out of range is not copied and sets the int32 at `bad` to 1.
+/// Queues a row gather reading a raw device index array ([`RawIndex`]): negative values wrap
+/// when `idx.wrap` (else they are out of range); a row whose value is out of range is not
+/// copied and sets the int32 at `bad` to 1.
 ///
 /// Returns whether the kernel also gives an early verdict (at most
 /// [`EARLY_VERDICT_MAX_ROWS`] rows, and a kernel queued): one block first checks every index,
@@ -484,7 +488,8 @@ pub unsafe fn gather_rows16_checked(
         rows.base_units as i64,
         rows.stride_units as i64,
     );
-    let mut e = i32::from(early);
+    // The kernel's flags: bit 0 an early verdict, bit 1 no wrapping of negative values.
+    let mut e = i32::from(early) | (i32::from(!idx.wrap) << 1);
     let mut params: [*mut c_void; 12] = [
         (&raw mut s).cast(),
         (&raw mut d).cast(),

@@ -1,11 +1,13 @@
-//! The inclusive prefix sum along one axis, `cumsum` (`kernels/scan.cu`), and its CPU twin.
+//! The inclusive prefix sum and product along one axis, `cumsum` and `cumprod`
+//! (`kernels/scan.cu`), and their CPU twins.
 //!
-//! A contiguous array is seen as `[outer, r, inner]` (as the reductions see it) and summed
+//! A contiguous array is seen as `[outer, r, inner]` (as the reductions see it) and scanned
 //! along `r`; the output has the input's shape. Floating types accumulate in f32 on the GPU
 //! (f64 in f64) and are written in their own type; integers accumulate in i64 with wrapping and
-//! are written as i64 (PyTorch's rule: the cumsum of i32 is i64). The twin sums integers
-//! exactly as the kernels do and floats in f64, so float results agree within the rounding of
-//! each running sum in the accumulator type.
+//! are written as i64 (PyTorch's rule: the cumsum and cumprod of i32 are i64). The twins compute
+//! integers exactly as the kernels do; `cumsum`'s sums floats in f64 and `cumprod`'s multiplies
+//! them in the kernels' accumulator type in order, so float results agree within the rounding of
+//! each running sum or product in the accumulator type (the kernels combine in another order).
 //!
 //! Speed: along the last axis (`inner == 1`) with a row for every multiprocessor, one block a
 //! row reads the input once and writes the output once; a few long rows are cut into chunks
@@ -20,15 +22,77 @@ const THREADS: usize = 256;
 /// Elements of one tile of the rows kernel (`SC_TILE`).
 const TILE: usize = 256 * 8;
 
-/// The name of the output type of `cumsum` of `T`: `T`'s for floats, `"i64"` for integers.
+/// A scan of the `scan` kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ScanOp {
+    /// Inclusive prefix sums (`cumsum`).
+    Sum,
+    /// Inclusive prefix products (`cumprod`).
+    Prod,
+}
+
+impl ScanOp {
+    /// The operation's name (`"cumsum"`, `"cumprod"`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            ScanOp::Sum => "cumsum",
+            ScanOp::Prod => "cumprod",
+        }
+    }
+}
+
+/// The name of the output type of `cumsum` (and `cumprod`) of `T`: `T`'s for floats, `"i64"`
+/// for integers.
 pub fn cumsum_type<T: Element>() -> &'static str {
     if T::IS_FLOAT { T::NAME } else { "i64" }
+}
+
+/// CPU twin of `op`: [`cumsum`] or [`cumprod`].
+pub fn scan<T: Element, O: Element>(
+    op: ScanOp,
+    input: &[T],
+    s: ReduceShape,
+    out: &mut [O],
+) -> Result<()> {
+    match op {
+        ScanOp::Sum => cumsum(input, s, out),
+        ScanOp::Prod => cumprod(input, s, out),
+    }
+}
+
+/// CPU twin: the inclusive prefix products of `input` (`[outer, r, inner]`, contiguous) along
+/// `r` into `out` (same length, of type [`cumsum_type`]): integers in i64, wrapping; floats
+/// multiplied in order in the kernels' accumulator (f64 for f64, f32 for the others) and each
+/// running product written in `O`. Nothing is written on error.
+pub fn cumprod<T: Element, O: Element>(input: &[T], s: ReduceShape, out: &mut [O]) -> Result<()> {
+    check::<T, O>(ScanOp::Prod, s, input.len(), out.len())?;
+    let wide = size_of::<T>() == 8;
+    for o in 0..s.outer {
+        for c in 0..s.inner {
+            let (mut f64p, mut f32p, mut ip) = (1.0f64, 1.0f32, 1i64);
+            for k in 0..s.r {
+                let at = (o * s.r + k) * s.inner + c;
+                out[at] = if !T::IS_FLOAT {
+                    ip = ip.wrapping_mul(input[at].to_i64());
+                    O::from_i64(ip)
+                } else if wide {
+                    f64p *= input[at].to_f64();
+                    O::from_f64(f64p)
+                } else {
+                    // f32, f16 and bf16 are exact in f32.
+                    f32p *= input[at].to_f64() as f32;
+                    O::from_f64(f64::from(f32p))
+                };
+            }
+        }
+    }
+    Ok(())
 }
 
 /// CPU twin: the inclusive prefix sums of `input` (`[outer, r, inner]`, contiguous) along `r`
 /// into `out` (same length, of type [`cumsum_type`]). Nothing is written on error.
 pub fn cumsum<T: Element, O: Element>(input: &[T], s: ReduceShape, out: &mut [O]) -> Result<()> {
-    check::<T, O>(s, input.len(), out.len())?;
+    check::<T, O>(ScanOp::Sum, s, input.len(), out.len())?;
     for o in 0..s.outer {
         for c in 0..s.inner {
             let mut fsum = 0.0f64;
@@ -48,12 +112,18 @@ pub fn cumsum<T: Element, O: Element>(input: &[T], s: ReduceShape, out: &mut [O]
     Ok(())
 }
 
-fn check<T: Element, O: Element>(s: ReduceShape, input_len: usize, out_len: usize) -> Result<()> {
+fn check<T: Element, O: Element>(
+    op: ScanOp,
+    s: ReduceShape,
+    input_len: usize,
+    out_len: usize,
+) -> Result<()> {
+    let name = op.name();
     if O::NAME != cumsum_type::<T>() {
         return Err(Error::Unsupported {
-            op: "cumsum",
+            op: name,
             reason: format!(
-                "the cumsum of {} is {}, not {}",
+                "the {name} of {} is {}, not {}",
                 T::NAME,
                 cumsum_type::<T>(),
                 O::NAME
@@ -61,13 +131,13 @@ fn check<T: Element, O: Element>(s: ReduceShape, input_len: usize, out_len: usiz
         });
     }
     let n = s.input_len().ok_or(Error::Unsupported {
-        op: "cumsum",
+        op: name,
         reason: "shape overflows".into(),
     })?;
     for len in [input_len, out_len] {
         if len != n {
             return Err(Error::LengthMismatch {
-                op: "cumsum",
+                op: name,
                 expected: n,
                 got: len,
             });
@@ -131,48 +201,30 @@ impl ScanPlan {
     }
 }
 
-/// The rows, sums, carry and cols kernels of `T`.
+/// The rows, sums, carry and cols kernels of `op` for `T` (`scan_rows_f32`, `cumprod_rows_f32`,
+/// ...), made once.
 #[cfg(feature = "cuda")]
-fn kernels<T: Element>() -> Option<[&'static str; 4]> {
-    Some(match T::NAME {
-        "f32" => [
-            "scan_rows_f32",
-            "scan_sums_f32",
-            "scan_carry_f32",
-            "scan_cols_f32",
-        ],
-        "f16" => [
-            "scan_rows_f16",
-            "scan_sums_f16",
-            "scan_carry_f16",
-            "scan_cols_f16",
-        ],
-        "bf16" => [
-            "scan_rows_bf16",
-            "scan_sums_bf16",
-            "scan_carry_bf16",
-            "scan_cols_bf16",
-        ],
-        "i32" => [
-            "scan_rows_i32",
-            "scan_sums_i32",
-            "scan_carry_i32",
-            "scan_cols_i32",
-        ],
-        "i64" => [
-            "scan_rows_i64",
-            "scan_sums_i64",
-            "scan_carry_i64",
-            "scan_cols_i64",
-        ],
-        "f64" => [
-            "scan_rows_f64",
-            "scan_sums_f64",
-            "scan_carry_f64",
-            "scan_cols_f64",
-        ],
-        _ => return None,
-    })
+fn kernels<T: Element>(op: ScanOp) -> Option<[&'static str; 4]> {
+    use std::sync::OnceLock;
+    const TYPES: [&str; 6] = ["f32", "f16", "bf16", "i32", "i64", "f64"];
+    static NAMES: OnceLock<Vec<[&'static str; 4]>> = OnceLock::new();
+    let names = NAMES.get_or_init(|| {
+        let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+        ["scan", "cumprod"]
+            .iter()
+            .flat_map(|p| {
+                TYPES.iter().map(move |t| {
+                    ["rows", "sums", "carry", "cols"].map(|k| leak(format!("{p}_{k}_{t}")))
+                })
+            })
+            .collect()
+    });
+    let t = TYPES.iter().position(|&t| t == T::NAME)?;
+    let p = match op {
+        ScanOp::Sum => 0,
+        ScanOp::Prod => 1,
+    };
+    Some(names[p * TYPES.len() + t])
 }
 
 /// Queues the inclusive prefix sums of `input` (`shape`) along its axis into `out` (bytes of
@@ -187,30 +239,48 @@ pub fn gpu_cumsum<T: Element>(
     out: genesis_cuda::DeviceSpanMut<'_, u8>,
     workspace: genesis_cuda::DeviceSpanMut<'_, u8>,
 ) -> Result<()> {
+    gpu_scan(stream, ScanOp::Sum, input, shape, out, workspace)
+}
+
+/// Queues the scan `op` of `input` (`shape`) along its axis into `out` (bytes of
+/// [`cumsum_type`] elements, the input's length) on `stream`, using `workspace`
+/// ([`ScanPlan::workspace_bytes`] of `ScanPlan::new(shape, sms)` bytes): prefix sums as
+/// [`gpu_cumsum`], or prefix products (`cumprod`: floats multiplied in f32, f64 in f64; integers
+/// in i64, wrapping). Every span is checked before anything is launched.
+#[cfg(feature = "cuda")]
+pub fn gpu_scan<T: Element>(
+    stream: &genesis_cuda::Stream,
+    op: ScanOp,
+    input: genesis_cuda::DeviceSpan<'_, T>,
+    shape: ReduceShape,
+    out: genesis_cuda::DeviceSpanMut<'_, u8>,
+    workspace: genesis_cuda::DeviceSpanMut<'_, u8>,
+) -> Result<()> {
     use genesis_cuda::{Kernel, LaunchConfig};
     use std::ffi::c_void;
 
-    let names = kernels::<T>().ok_or_else(|| Error::Unsupported {
-        op: "cumsum",
+    let name = op.name();
+    let names = kernels::<T>(op).ok_or_else(|| Error::Unsupported {
+        op: name,
         reason: format!("element type {}", T::NAME),
     })?;
     let n = shape.input_len().ok_or(Error::Unsupported {
-        op: "cumsum",
+        op: name,
         reason: "shape overflows".into(),
     })?;
     let out_elem = if T::IS_FLOAT { size_of::<T>() } else { 8 };
     let short =
         |op: &'static str, expected: usize, got: usize| Error::LengthMismatch { op, expected, got };
     if input.len() < n {
-        return Err(short("cumsum input", n, input.len()));
+        return Err(short(name, n, input.len()));
     }
     if out.len() < n * out_elem {
-        return Err(short("cumsum output", n * out_elem, out.len()));
+        return Err(short(name, n * out_elem, out.len()));
     }
     let plan = ScanPlan::new(shape, stream.context().multiprocessors() as usize);
     let need = plan.workspace_bytes::<T>();
     if workspace.len() < need {
-        return Err(short("cumsum workspace", need, workspace.len()));
+        return Err(short(name, need, workspace.len()));
     }
     if n == 0 {
         return Ok(());
@@ -228,7 +298,7 @@ pub fn gpu_cumsum<T: Element>(
             (&raw mut r).cast(),
             (&raw mut inner).cast(),
         ];
-        // SAFETY: the parameters match `scan_cols_<T>`; input and output hold the shape's
+        // SAFETY: the parameters match `<op>_cols_<T>`; input and output hold the shape's
         // elements (checked).
         unsafe {
             kernel.launch(
@@ -251,7 +321,8 @@ pub fn gpu_cumsum<T: Element>(
             (&raw mut chunks).cast(),
             (&raw mut chunk).cast(),
         ];
-        // SAFETY: the parameters match `scan_sums_<T>`; the workspace holds a sum a chunk.
+        // SAFETY: the parameters match `<op>_sums_<T>`; the workspace holds a sum (or
+        // product) a chunk.
         unsafe {
             sums.launch(
                 stream,
@@ -265,7 +336,7 @@ pub fn gpu_cumsum<T: Element>(
             (&raw mut outer).cast(),
             (&raw mut chunks).cast(),
         ];
-        // SAFETY: the parameters match `scan_carry_<T>` over the sums written above.
+        // SAFETY: the parameters match `<op>_carry_<T>` over the sums written above.
         unsafe {
             carries.launch(
                 stream,
@@ -284,7 +355,7 @@ pub fn gpu_cumsum<T: Element>(
         (&raw mut chunks).cast(),
         (&raw mut chunk).cast(),
     ];
-    // SAFETY: the parameters match `scan_rows_<T>`; input and output hold the shape's elements
+    // SAFETY: the parameters match `<op>_rows_<T>`; input and output hold the shape's elements
     // and the carries (when given) a value a chunk (checked).
     unsafe {
         rows.launch(
@@ -332,6 +403,51 @@ mod tests {
         assert_eq!(wide, [i64::MAX, i64::MIN]);
         assert!(cumsum::<i32, i32>(&[1, 2], one, &mut [0i32; 2]).is_err());
         assert!(cumsum::<f32, f32>(&[1.0], one, &mut [0f32; 2]).is_err());
+    }
+
+    #[test]
+    fn prefix_products_along_each_axis() {
+        let x = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let mut out = [0f32; 6];
+        let rows = ReduceShape {
+            outer: 2,
+            r: 3,
+            inner: 1,
+        };
+        scan::<f32, f32>(ScanOp::Prod, &x, rows, &mut out).unwrap();
+        assert_eq!(out, [1.0, 2.0, 6.0, 4.0, 20.0, 120.0]);
+        let cols = ReduceShape {
+            outer: 1,
+            r: 2,
+            inner: 3,
+        };
+        cumprod::<f32, f32>(&x, cols, &mut out).unwrap();
+        assert_eq!(out, [1.0, 2.0, 3.0, 4.0, 10.0, 18.0]);
+        // f16 multiplies in f32 and rounds each running product once.
+        let h = [half::f16::from_f32(3.0); 3];
+        let mut ho = [half::f16::ZERO; 3];
+        cumprod::<half::f16, half::f16>(&h, cols_of(3), &mut ho).unwrap();
+        assert_eq!(ho.map(half::f16::to_f32), [3.0, 9.0, 27.0]);
+        // Integers are i64 and wrap; a zero stays.
+        let one = cols_of(3);
+        let mut wide = [0i64; 3];
+        cumprod::<i32, i64>(&[i32::MAX, 4, 0], one, &mut wide).unwrap();
+        assert_eq!(wide, [i64::from(i32::MAX), 4 * i64::from(i32::MAX), 0]);
+        cumprod::<i64, i64>(&[1 << 40, 1 << 30, -3], one, &mut wide).unwrap();
+        let w = (1i64 << 40).wrapping_mul(1 << 30);
+        assert_eq!(wide, [1 << 40, w, w.wrapping_mul(-3)]);
+        assert!(cumprod::<i32, i32>(&[1, 2], cols_of(2), &mut [0i32; 2]).is_err());
+        assert!(cumprod::<f32, f32>(&[1.0], cols_of(1), &mut [0f32; 2]).is_err());
+        assert_eq!(ScanOp::Prod.name(), "cumprod");
+    }
+
+    /// One row of `r` elements.
+    fn cols_of(r: usize) -> ReduceShape {
+        ReduceShape {
+            outer: 1,
+            r,
+            inner: 1,
+        }
     }
 
     #[test]

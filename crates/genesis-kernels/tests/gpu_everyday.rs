@@ -1,7 +1,7 @@
 //! The everyday kernels against their CPU twins: prod, any/all, var/std over full, row and
-//! column reductions of odd and large shapes, aligned and misaligned, cumsum along rows (one
-//! pass and chunked) and columns, gather/scatter/scatter_add, sort (shared memory and the
-//! global network; exact), and clamp over random bit patterns (exact). sin/cos are in
+//! column reductions of odd and large shapes, aligned and misaligned, cumsum and cumprod along
+//! rows (one pass and chunked) and columns, gather/scatter/scatter_add, sort (shared memory and
+//! the global network; exact), and clamp over random bit patterns (exact). sin/cos are in
 //! `gpu_elementwise` (`UnaryOp::ALL`).
 #![cfg(feature = "cuda")]
 
@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use genesis_cuda::{Context, DeviceBuffer, Stream, skip_without_gpu};
 use genesis_kernels::reduce::{self, ReducePlan};
-use genesis_kernels::scan::{self, ScanPlan};
+use genesis_kernels::scan::{self, ScanOp, ScanPlan};
 use genesis_kernels::{Element, ReduceOp, ReduceShape, cpu, gpu};
 use half::{bf16, f16};
 use rand::rngs::SmallRng;
@@ -495,6 +495,89 @@ fn check_cumsum<T: Gen + Random, O: Element + Default>(ctx: &Arc<Context>, rng: 
             }
         }
     }
+}
+
+/// `cumprod` of every kernel type against its twin over the shapes of [`check_cumsum`]: floats
+/// near +-1 (running products stay near 1 in magnitude), integers odd (never 0, wrapping).
+fn check_cumprod<T: Gen + Random, O: Element + Default>(ctx: &Arc<Context>, rng: &mut SmallRng) {
+    let s = Stream::new(ctx).unwrap();
+    let shapes: &[(usize, usize, usize)] = &[
+        (1, 0, 1),
+        (1, 1, 1),
+        (1, 2049, 1),
+        (1, (1 << 22) + 3, 1),
+        (3, 100_003, 1),
+        (1000, 33, 1),
+        (600, 5000, 1),
+        (3, 1000, 7),
+        (1, 3, 70_000),
+        (0, 5, 3),
+    ];
+    for &(outer, r, inner) in shapes {
+        let shape = ReduceShape { outer, r, inner };
+        let n = outer * r * inner;
+        for &offset in offsets(n) {
+            let x: Vec<T> = (0..n + offset)
+                .map(|_| {
+                    if T::IS_FLOAT {
+                        T::near_one(rng)
+                    } else if rng.random_bool(0.9) {
+                        T::from_i64(rng.random_range(-4i64..4) * 2 + 1)
+                    } else {
+                        T::from_i64(T::random(rng).to_i64() | 1)
+                    }
+                })
+                .collect();
+            let mut want = vec![O::default(); n];
+            scan::cumprod::<T, O>(&x[offset..], shape, &mut want).unwrap();
+            let dx = DeviceBuffer::from_host(ctx, bytes_of(&x)).unwrap();
+            let mut dout = DeviceBuffer::alloc(ctx, (n * size_of::<O>()).max(16)).unwrap();
+            let plan = ScanPlan::new(shape, ctx.multiprocessors() as usize);
+            let mut ws = DeviceBuffer::alloc(ctx, plan.workspace_bytes::<T>().max(16)).unwrap();
+            scan::gpu_scan::<T>(
+                &s,
+                ScanOp::Prod,
+                dx.as_span::<T>().unwrap().slice(offset..).unwrap(),
+                shape,
+                dout.as_span_mut().unwrap(),
+                ws.as_span_mut().unwrap(),
+            )
+            .unwrap();
+            s.synchronize().unwrap();
+            let got: Vec<O> = from_bytes(&dout.to_host_vec().unwrap()[..n * size_of::<O>()]);
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                let ok = if T::IS_FLOAT {
+                    // Running products of k + 1 factors, each side rounding once a factor in
+                    // the accumulator (in different orders), then the output's rounding.
+                    let k = (i / inner) % r.max(1);
+                    let rel = 2.0 * (k + 1) as f64 * T::ACC_EPS + 2.0 * T::EPS;
+                    (g.to_f64() - w.to_f64()).abs() <= rel * w.to_f64().abs()
+                } else {
+                    O::same(*g, *w)
+                };
+                assert!(
+                    ok,
+                    "cumprod_{} {shape:?} offset {offset} {plan:?}: element {i}: gpu {g:?} cpu {w:?}",
+                    T::NAME
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn cumprod_matches_the_cpu_twin() {
+    if skip_without_gpu("cumprod") {
+        return;
+    }
+    let ctx = Context::get(0).unwrap();
+    let mut rng = SmallRng::seed_from_u64(0x5eed_0106);
+    check_cumprod::<f32, f32>(&ctx, &mut rng);
+    check_cumprod::<f16, f16>(&ctx, &mut rng);
+    check_cumprod::<bf16, bf16>(&ctx, &mut rng);
+    check_cumprod::<i32, i64>(&ctx, &mut rng);
+    check_cumprod::<i64, i64>(&ctx, &mut rng);
+    check_cumprod::<f64, f64>(&ctx, &mut rng);
 }
 
 #[test]

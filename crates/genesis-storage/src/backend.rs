@@ -12,6 +12,7 @@
 
 use genesis_kernels::gather::Along;
 use genesis_kernels::index::{IndexDesc, Keys, Rows16, Strided};
+use genesis_kernels::scan::ScanOp;
 use genesis_kernels::{BinaryNd, BinaryOp, CompareOp, MatmulPrecision, MatmulShape};
 use genesis_kernels::{ReduceOp, ReduceShape};
 use genesis_kernels::{Rhs, Sampler, UnaryOp, WhereNd};
@@ -173,9 +174,16 @@ pub(crate) trait Backend {
         values: &mut Self,
     ) -> Result<()>;
 
-    /// The inclusive prefix sums of `shape.input_len()` elements from `self[at]` along the
-    /// reduced axis, into `out` (`dtype` for floats, i64 for integers).
-    fn cumsum(&self, dtype: DType, at: usize, shape: ReduceShape, out: &mut Self) -> Result<()>;
+    /// The inclusive prefix sums or products (`op`) of `shape.input_len()` elements from
+    /// `self[at]` along the reduced axis, into `out` (`dtype` for floats, i64 for integers).
+    fn scan(
+        &self,
+        op: ScanOp,
+        dtype: DType,
+        at: usize,
+        shape: ReduceShape,
+        out: &mut Self,
+    ) -> Result<()>;
 
     /// `out[i] = self[at + target(i, idx[idx_at + ..])]` over `d` for `dtype` elements (the
     /// gather of `genesis_kernels::gather`); a bad index value is an error.
@@ -374,8 +382,10 @@ pub(crate) trait Backend {
 
     /// Row `r < rows.nrows` of `out` is the row of `self` at the raw index value `r` of
     /// `values` (int32 when `i32`, else int64; from element `offset`, `stride` apart; wrapped
-    /// when negative) for every value in `0..size`; `Ok(false)` when a value is not (its row is
-    /// then not copied). `self` holds `size` rows of the layout `rows` describes.
+    /// when negative and `wrap`, else a negative value is out of range) for every value in
+    /// `0..size`; `Ok(false)` when a value is not (its row is then not copied). `self` holds
+    /// `size` rows of the layout `rows` describes.
+    #[allow(clippy::too_many_arguments)]
     fn index_gather_rows_checked(
         &self,
         rows: &Rows16,
@@ -384,6 +394,7 @@ pub(crate) trait Backend {
         offset: usize,
         stride: usize,
         size: usize,
+        wrap: bool,
         out: &mut Self,
     ) -> Result<bool>;
 }
@@ -729,7 +740,15 @@ impl Backend for [u8] {
         }, _ => Err(unsupported("var", dtype)))
     }
 
-    fn cumsum(&self, dtype: DType, at: usize, shape: ReduceShape, out: &mut [u8]) -> Result<()> {
+    fn scan(
+        &self,
+        op: ScanOp,
+        dtype: DType,
+        at: usize,
+        shape: ReduceShape,
+        out: &mut [u8],
+    ) -> Result<()> {
+        use genesis_kernels::scan::scan;
         let n = shape.input_len().ok_or(Error::SizeOverflow {
             len: usize::MAX,
             dtype,
@@ -737,12 +756,12 @@ impl Backend for [u8] {
         crate::dispatch_kernel_dtype!(dtype, T => {
             let input = host::<T>(self, at, n)?;
             if dtype.is_float() {
-                genesis_kernels::scan::cumsum::<T, T>(input, shape, host_mut::<T>(out, 0, n)?)?;
+                scan::<T, T>(op, input, shape, host_mut::<T>(out, 0, n)?)?;
             } else {
-                genesis_kernels::scan::cumsum::<T, i64>(input, shape, host_mut::<i64>(out, 0, n)?)?;
+                scan::<T, i64>(op, input, shape, host_mut::<i64>(out, 0, n)?)?;
             }
             Ok(())
-        }, _ => Err(unsupported("cumsum", dtype)))
+        }, _ => Err(unsupported(op.name(), dtype)))
     }
 
     fn gather_along(
@@ -1071,6 +1090,7 @@ impl Backend for [u8] {
         offset: usize,
         stride: usize,
         size: usize,
+        wrap: bool,
         out: &mut [u8],
     ) -> Result<bool> {
         let es = if i32 { 4 } else { 8 };
@@ -1079,6 +1099,7 @@ impl Backend for [u8] {
             i32,
             stride: stride as i64,
             size,
+            wrap,
         };
         Ok(genesis_kernels::index::cpu::gather_rows16_checked(
             self, out, &raw, rows,

@@ -4,6 +4,7 @@
 
 use genesis_kernels::gather::Along;
 use genesis_kernels::index::{IndexDesc, Keys, Rows16, Strided};
+use genesis_kernels::scan::ScanOp;
 use genesis_kernels::{BinaryNd, BinaryOp, CompareOp, MatmulPrecision, MatmulShape};
 use genesis_kernels::{ReduceOp, ReduceShape};
 use genesis_kernels::{Rhs, Sampler, UnaryOp, WhereNd};
@@ -319,7 +320,7 @@ impl Backend for CudaMem {
         match *self {}
     }
 
-    fn cumsum(&self, _: DType, _: usize, _: ReduceShape, _: &mut CudaMem) -> Result<()> {
+    fn scan(&self, _: ScanOp, _: DType, _: usize, _: ReduceShape, _: &mut CudaMem) -> Result<()> {
         match *self {}
     }
 
@@ -480,6 +481,7 @@ impl Backend for CudaMem {
         _: usize,
         _: usize,
         _: usize,
+        _: bool,
         _: &mut CudaMem,
     ) -> Result<bool> {
         match *self {}

@@ -637,7 +637,30 @@ fn operations() {
             f32s(&[0.0; 8]).masked_fill_at(start, &mask, 0, len, &1.0f32.to_le_bytes())
         });
         s.err(&format!("nonzero_at({r})"), || a.nonzero_at(start, len));
+        let rows = genesis_storage::ReduceShape {
+            outer: 1,
+            r: len,
+            inner: 1,
+        };
+        s.err(&format!("cumsum({r})"), || a.cumsum(start, rows));
+        s.err(&format!("cumprod({r})"), || a.cumprod(start, rows));
     }
+    let huge = genesis_storage::ReduceShape {
+        outer: usize::MAX,
+        r: 2,
+        inner: 1,
+    };
+    s.err("cumprod(shape overflows)", || a.cumprod(0, huge));
+    s.err("cumprod(bool)", || {
+        mask.cumprod(
+            0,
+            genesis_storage::ReduceShape {
+                outer: 1,
+                r: 1,
+                inner: 1,
+            },
+        )
+    });
     s.err("binary_into(out of another dtype)", || {
         a.binary_into(BinaryOp::Add, 0, &a, 0, &mut cpu(8, DType::I32), 0, 8)
     });

@@ -277,20 +277,30 @@ fn row_paths_match_the_host() {
                 )
             }
             .unwrap();
-            let checked = s
-                .index_gather_rows_checked(
+            let checked = |wrap| {
+                s.index_gather_rows_checked(
                     &r,
                     &on(device, &raw_bytes, DType::I32),
                     (0, 2),
                     rows,
+                    wrap,
                     nrows * cols,
                 )
                 .unwrap()
-                .map(|o| o.to_bytes().unwrap());
-            outs.push((g.to_bytes().unwrap(), t.to_bytes().unwrap(), checked));
+                .map(|o| o.to_bytes().unwrap())
+            };
+            outs.push((
+                g.to_bytes().unwrap(),
+                t.to_bytes().unwrap(),
+                checked(true),
+                checked(false),
+            ));
         }
         assert_eq!(outs[0], outs[1], "round {round}");
         assert_eq!(outs[0].2.is_none(), round % 3 == 0);
+        // Without wrapping a negative value is out of range too.
+        let negative = raw.iter().step_by(2).any(|&v| v < 0);
+        assert_eq!(outs[0].3.is_none(), round % 3 == 0 || negative);
     }
 }
 

@@ -268,7 +268,7 @@ fn row_copies_match_the_element_path() {
             .collect();
         let vals = Storage::from_slice(&raw, CPU).unwrap();
         let got = s
-            .index_gather_rows_checked(&r, &vals, (0, 2), rows, nrows * cols)
+            .index_gather_rows_checked(&r, &vals, (0, 2), rows, true, nrows * cols)
             .unwrap()
             .expect("every value in range");
         assert_eq!(got.to_vec::<f32>().unwrap(), b.to_vec::<f32>().unwrap());
@@ -276,9 +276,26 @@ fn row_copies_match_the_element_path() {
         bad[2 * (nrows - 1)] = rows as i32;
         let bad = Storage::from_slice(&bad, CPU).unwrap();
         assert!(
-            s.index_gather_rows_checked(&r, &bad, (0, 2), rows, nrows * cols)
+            s.index_gather_rows_checked(&r, &bad, (0, 2), rows, true, nrows * cols)
                 .unwrap()
                 .is_none()
+        );
+        // Without wrapping (index_select): the same values in 0..rows give the same rows, and
+        // a negative one is out of range.
+        let plain: Vec<i32> = idx.iter().flat_map(|&v| [v as i32, -99]).collect();
+        let plain = Storage::from_slice(&plain, CPU).unwrap();
+        let strict = s
+            .index_gather_rows_checked(&r, &plain, (0, 2), rows, false, nrows * cols)
+            .unwrap()
+            .expect("every value in range");
+        assert_eq!(strict.to_vec::<f32>().unwrap(), b.to_vec::<f32>().unwrap());
+        let wrapped = idx.iter().any(|&v| v % 2 == 0);
+        assert_eq!(
+            s.index_gather_rows_checked(&r, &vals, (0, 2), rows, false, nrows * cols)
+                .unwrap()
+                .is_none(),
+            wrapped,
+            "a negative value is out of range without wrapping"
         );
         // The row scatter writes what the element scatter writes.
         let dead: Vec<u8> = (0..nrows)
@@ -518,24 +535,24 @@ fn bad_input_gives_typed_errors() {
     };
     let v = Storage::from_slice(&[0i64, 1], CPU).unwrap();
     let e = err("rows past source", || {
-        m.index_gather_rows_checked(&r, &v, (0, 1), 9, 8)
+        m.index_gather_rows_checked(&r, &v, (0, 1), 9, true, 8)
     });
     assert!(matches!(e, Error::Kernel(_)), "{e}");
     let e = err("values past storage", || {
-        m.index_gather_rows_checked(&r, &v, (1, 1), 8, 8)
+        m.index_gather_rows_checked(&r, &v, (1, 1), 8, true, 8)
     });
     assert!(matches!(e, Error::OutOfBounds { .. }), "{e}");
     let e = err("negative stride", || {
-        m.index_gather_rows_checked(&r, &v, (1, -1), 8, 8)
+        m.index_gather_rows_checked(&r, &v, (1, -1), 8, true, 8)
     });
     assert!(matches!(e, Error::Kernel(_)), "{e}");
     let fv = Storage::zeros(2, DType::F32, CPU).unwrap();
     let e = err("float values", || {
-        m.index_gather_rows_checked(&r, &fv, (0, 1), 8, 8)
+        m.index_gather_rows_checked(&r, &fv, (0, 1), 8, true, 8)
     });
     assert!(matches!(e, Error::UnsupportedDType { .. }), "{e}");
     let e = err("n not the rows'", || {
-        m.index_gather_rows_checked(&r, &v, (0, 1), 8, 7)
+        m.index_gather_rows_checked(&r, &v, (0, 1), 8, true, 7)
     });
     assert!(matches!(e, Error::Kernel(_)), "{e}");
 }

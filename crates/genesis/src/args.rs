@@ -302,6 +302,7 @@ impl Tensor {
     /// `op(self, value)` with PyTorch's promotion; in the result dtype (`self`'s unless the
     /// scalar's category is higher) the scalar must be exact.
     pub(crate) fn binary_scalar_value(&self, op: BinaryOp, value: ScalarValue) -> Result<Tensor> {
+        check_int_pow(op, self.dtype(), value)?;
         if self.needs_promotion(op, OperandRef::Scalar(value)) {
             return self.binary_promoted(op, OperandRef::Scalar(value));
         }
@@ -345,6 +346,9 @@ impl Tensor {
                 return self.binary_operand_(op, OperandRef::Tensor(&t.to(self.device())?));
             }
         }
+        if let OperandRef::Scalar(v) = rhs {
+            check_int_pow(op, self.dtype(), v)?;
+        }
         if self.needs_promotion(op, rhs) {
             return self.binary_promoted_(op, rhs);
         }
@@ -356,6 +360,19 @@ impl Tensor {
             }
         }
     }
+}
+
+/// PyTorch's rule for an integer (or bool) tensor to the power of an integer scalar: a
+/// negative exponent is an error (NumPy's), while a tensor of negative exponents gives 0 (1 and
+/// +-1 for bases 1 and -1).
+fn check_int_pow(op: BinaryOp, base: DType, exponent: ScalarValue) -> Result<()> {
+    if op == BinaryOp::Pow && !base.is_float() && matches!(exponent, ScalarValue::Int(e) if e < 0) {
+        return Err(Error::InvalidArgument {
+            op: op.name(),
+            reason: "Integers to negative integer powers are not allowed.".into(),
+        });
+    }
+    Ok(())
 }
 
 /// `scalar op tensor` with an `f64` or an `i64` on the left: `2.0 * &a`, `1 - a`. Only these

@@ -65,20 +65,6 @@ pub enum Error {
         /// The tensor's dtype.
         dtype: DType,
     },
-    /// An operation that this device cannot run for this dtype: it has no kernel for it, and
-    /// the op is never computed in a narrower dtype instead.
-    #[error(
-        "{op}: {dtype} is not supported on {device} (no kernel for it; use the CPU, or convert \
-         to float32)"
-    )]
-    UnsupportedOnDevice {
-        /// The operation.
-        op: &'static str,
-        /// The dtype.
-        dtype: DType,
-        /// The device.
-        device: Device,
-    },
     /// Memory ran out, whichever layer found it: device memory (the caching allocator's report
     /// with its figures, or the driver's), or host memory. The storage-layer error says which.
     #[error(transparent)]

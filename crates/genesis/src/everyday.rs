@@ -1,5 +1,5 @@
 //! Everyday ops PyTorch users reach for: `sin`, `cos`, `clamp`, `prod`, `any`, `all`, `var`,
-//! `std`, `cumsum`, `sort`, `argsort`, `topk`, `gather`, `index_select`, `scatter`,
+//! `std`, `cumsum`, `cumprod`, `sort`, `argsort`, `topk`, `gather`, `index_select`, `scatter`,
 //! `scatter_add`, `eye`, `linspace`, `logspace`.
 
 use std::sync::Arc;
@@ -351,16 +351,47 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn cumsum(&self, dim: impl Dim) -> Result<Tensor> {
-        // uint8, int8, int16 and bool have no scan kernel; their sums are int64 (PyTorch's
-        // rule), so they are summed exactly as int64.
+        self.scan(false, dim.to_dim())
+    }
+
+    /// The inclusive prefix products along dimension `dim` (negative counts from the end; a 0-d
+    /// tensor takes 0 or -1), PyTorch's `cumprod`: a new contiguous tensor of the same shape.
+    /// Floats (f64, f32, f16, bf16) keep their dtype and are multiplied in f32 (float64 in f64)
+    /// on every device (in order on the CPU, in a tree on the GPU: the two agree within the
+    /// rounding of each running product); integers and bools give i64 (uint8, int8, int16 and
+    /// bool converted to i64 first), wrapping like repeated multiplication. A strided tensor
+    /// is copied first.
+    ///
+    /// ```
+    /// use genesis::{Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let x = Tensor::from_slice(&[1i32, 2, 3, 4, 5, 6], &[2, 3], Device::Cpu)?;
+    /// assert_eq!(x.cumprod(1)?.to_vec::<i64>()?, [1, 2, 6, 4, 20, 120]);
+    /// assert_eq!(x.cumprod(-2)?.to_vec::<i64>()?, [1, 2, 3, 4, 10, 18]);
+    /// let f = Tensor::from_slice(&[0.5f32, 4.0, -1.0], &[3], Device::Cpu)?;
+    /// assert_eq!(f.cumprod(0)?.to_vec::<f32>()?, [0.5, 2.0, -2.0]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn cumprod(&self, dim: impl Dim) -> Result<Tensor> {
+        self.scan(true, dim.to_dim())
+    }
+
+    /// `cumsum` (`prod` false) or `cumprod` along `dim`.
+    #[track_caller]
+    fn scan(&self, prod: bool, dim: isize) -> Result<Tensor> {
+        let name = if prod { "cumprod" } else { "cumsum" };
+        // uint8, int8, int16 and bool have no scan kernel; their scans are int64 (PyTorch's
+        // rule), so they are computed exactly as int64.
         if matches!(
             self.dtype(),
             DType::U8 | DType::I8 | DType::I16 | DType::Bool
         ) {
-            return self.to_dtype(DType::I64)?.cumsum(dim);
+            return self.to_dtype(DType::I64)?.scan(prod, dim);
         }
         let rank = self.dim();
-        let d = wrap_dim("cumsum", dim.to_dim() as i64, rank)?;
+        let d = wrap_dim(name, dim as i64, rank)?;
         let shape = self.shape().to_vec();
         let rshape = match d {
             None => ReduceShape {
@@ -375,7 +406,12 @@ impl Tensor {
             },
         };
         let (a, start) = self.dense_operand(&shape)?;
-        Tensor::from_storage(a.cumsum(start, rshape)?, &shape)
+        let out = if prod {
+            a.cumprod(start, rshape)?
+        } else {
+            a.cumsum(start, rshape)?
+        };
+        Tensor::from_storage(out, &shape)
     }
 
     /// `(values, indices)` of the elements sorted along `dim` (negative counts from the end),
@@ -533,8 +569,11 @@ impl Tensor {
 
     /// The slices of `self` along `dim` named by the 1-D `index` (i64 or i32, on the same
     /// device), in its order (PyTorch's `index_select`): the result has `self`'s shape with
-    /// `index.numel()` at `dim`. Values outside `0..self.size(dim)` are an error, as for
-    /// [`Tensor::gather`].
+    /// `index.numel()` at `dim`. Values outside `0..self.size(dim)` are an error naming the
+    /// first bad one, negative ones included (they do not count from the end, unlike
+    /// indexing), as for [`Tensor::gather`]. Along dimension 0 of a tensor whose rows are
+    /// contiguous multiples of 16 bytes, one pass reads the index as it is (on the GPU: one
+    /// kernel checks the values and copies the rows).
     #[track_caller]
     pub fn index_select(&self, dim: impl Dim, index: &Tensor) -> Result<Tensor> {
         let name = "index_select";
@@ -548,26 +587,23 @@ impl Tensor {
                 ),
             });
         }
-        let index = match index.dtype() {
-            DType::I64 => index.clone(),
-            DType::I32 => index.to_dtype(DType::I64)?,
-            other => {
-                return Err(Error::InvalidArgument {
-                    op: name,
-                    reason: format!("index of dtype {other} (i64 or i32)"),
-                });
-            }
-        };
-        let dim = wrap_dim(name, dim.to_dim() as i64, self.dim())?.unwrap_or(0);
-        // Whole rows with a 1-D index on the tensor's device: the indexing path's row gather,
-        // which moves rows in 16-byte accesses. `index_select` takes no negative positions
-        // (indexing wraps them): they become the row count, which the gather rejects as out of
-        // range, checked on the device.
-        if dim == 0 && index.dim() == 1 && index.device() == self.device() {
-            let rows = i64::try_from(self.shape()[0]).unwrap_or(i64::MAX);
-            let checked = Tensor::where_cond(&index.lt_scalar(0)?, rows, &index)?;
-            return self.i(&crate::s![@&checked]);
+        if !matches!(index.dtype(), DType::I64 | DType::I32) {
+            return Err(Error::InvalidArgument {
+                op: name,
+                reason: format!("index of dtype {} (i64 or i32)", index.dtype()),
+            });
         }
+        let dim = wrap_dim(name, dim.to_dim() as i64, self.dim())?.unwrap_or(0);
+        // Whole rows of 16-byte multiples with a 1-D index on the tensor's device: one kernel
+        // reads the index as it is (i64 or i32), rejects negative and too large values and moves
+        // the rows in 16-byte accesses.
+        if dim == 0
+            && index.dim() == 1
+            && let Some(rows) = genesis_index::select_rows(&self.view, &index.view)?
+        {
+            return Ok(Tensor { view: rows });
+        }
+        let index = index.cast_to(DType::I64)?;
         let mut shape = self.shape().to_vec();
         shape[dim] = index.numel();
         let (idx, istart, istrides) = strided_operand(&index)?;

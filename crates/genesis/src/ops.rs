@@ -161,19 +161,59 @@ impl Tensor {
         Tensor::from_storage(out, &shape)
     }
 
-    /// `self ^ exponent` elementwise, broadcast, in the promoted dtype, which must be a float
-    /// (an integer tensor to a float power is float32; integer powers of integers are not
-    /// supported). Computed in f32 with CUDA's `powf` on the GPU and Rust's on the CPU, within
-    /// a few ulp of the exact value; float64 in `f64` (CUDA's `pow`, Rust's `powf`).
+    /// `self ^ exponent` elementwise, broadcast, in the promoted dtype (PyTorch's `pow`; an
+    /// integer tensor to a float power is float32). Floats are computed in f32 with CUDA's
+    /// `powf` on the GPU and Rust's on the CPU, within a few ulp of the exact value; float64 in
+    /// `f64` (CUDA's `pow`, Rust's `powf`).
+    ///
+    /// Integers (uint8, int8, int16, int32, int64) are exact and wrap as repeated
+    /// multiplication in the result dtype does. An integer tensor to a negative integer scalar
+    /// is an [`Error::InvalidArgument`] ("Integers to negative integer powers are not
+    /// allowed."), while negative elements of an integer exponent tensor give 0, except 1 for a
+    /// base of 1 and -1 or 1 (odd or even exponent) for a base of -1, as in PyTorch. A bool
+    /// result (bool to a bool power) is [`genesis_storage::Error::UnsupportedDType`].
+    ///
+    /// ```
+    /// use genesis::{Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let x = Tensor::from_slice(&[2i32, -3, 1, -1], [4], Device::Cpu)?;
+    /// assert_eq!(x.pow(3)?.to_vec::<i32>()?, [8, -27, 1, -1]);
+    /// assert_eq!(x.pow(31)?.to_vec::<i32>()?[0], i32::MIN); // wraps
+    /// let e = Tensor::from_slice(&[-1i32, -1, -2, -3], [4], Device::Cpu)?;
+    /// assert_eq!(x.pow(&e)?.to_vec::<i32>()?, [0, 0, 1, -1]);
+    /// assert!(x.pow(-1).is_err());
+    /// assert_eq!(x.pow(0.5)?.dtype(), genesis::DType::F32);
+    /// # Ok(())
+    /// # }
+    /// ```
     #[track_caller]
     pub fn pow(&self, exponent: impl Operand) -> Result<Tensor> {
         self.binary_operand(BinaryOp::Pow, exponent.operand())
     }
 
-    /// `self ^ exponent` elementwise with a scalar exponent (float dtypes).
+    /// `self ^ exponent` elementwise with a scalar exponent: [`Tensor::pow`] with a scalar.
     #[track_caller]
     pub fn pow_scalar(&self, exponent: impl Scalar) -> Result<Tensor> {
         self.binary_scalar_value(BinaryOp::Pow, exponent.value())
+    }
+
+    /// `base ^ exponent` elementwise for a scalar base (PyTorch's `torch.pow(Scalar, Tensor)`):
+    /// the result has `exponent`'s shape and the dtype PyTorch's promotion gives the pair
+    /// (`2 ^ int32 tensor` is int32, `2.0 ^ int32 tensor` float32). As for [`Tensor::pow`],
+    /// integers wrap and negative integer exponents give 0 (but 1 for base 1, +-1 for -1).
+    ///
+    /// ```
+    /// use genesis::{Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let e = Tensor::from_slice(&[0i64, 1, 10, -1], [4], Device::Cpu)?;
+    /// assert_eq!(Tensor::scalar_pow(2, &e)?.to_vec::<i64>()?, [1, 2, 1024, 0]);
+    /// assert_eq!(Tensor::scalar_pow(2.0, &e)?.to_vec::<f32>()?, [1.0, 2.0, 1024.0, 0.5]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn scalar_pow(base: impl Scalar, exponent: &Tensor) -> Result<Tensor> {
+        Tensor::scalar_binary(base.value(), BinaryOp::Pow, exponent)
     }
 
     /// Writes `op(self, other)` into `out`, which must already have the broadcast shape and

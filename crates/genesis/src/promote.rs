@@ -212,7 +212,7 @@ impl Tensor {
     }
 
     /// The result dtype of `op(self, rhs)`: PyTorch's promotion, float32 for a true division
-    /// of integers. Errors where PyTorch has no such op (bool subtraction, integer `pow`).
+    /// of integers. Errors where PyTorch has no such op (bool subtraction, `pow` of bools).
     pub(crate) fn binary_result_type(&self, op: BinaryOp, rhs: OperandRef<'_>) -> Result<DType> {
         let r = result_type_of(&[
             Participant::Tensor(self.dtype(), self.dim()),
@@ -226,7 +226,7 @@ impl Tensor {
                          masks, as in PyTorch)"
                     .into(),
             }),
-            BinaryOp::Pow if !r.is_float() => {
+            BinaryOp::Pow if r == DType::Bool => {
                 Err(Error::Storage(genesis_storage::Error::UnsupportedDType {
                     op: op.name(),
                     dtype: r,

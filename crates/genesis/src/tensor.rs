@@ -830,6 +830,14 @@ impl Tensor {
         self.binary_operand_(BinaryOp::Div, other.operand())
     }
 
+    /// In place `self = self ^ exponent`, a tensor or a [`Scalar`](crate::Scalar) (PyTorch's
+    /// `pow_`; the values of [`Tensor::pow`], converted to `self`'s dtype when it can hold the
+    /// promoted result: an integer tensor to a float power is an error here).
+    #[track_caller]
+    pub fn pow_(&self, exponent: impl Operand) -> Result<()> {
+        self.binary_operand_(BinaryOp::Pow, exponent.operand())
+    }
+
     /// In place `self = e^self` (float dtypes).
     #[track_caller]
     pub fn exp_(&self) -> Result<()> {

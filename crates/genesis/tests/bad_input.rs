@@ -303,8 +303,14 @@ fn operations() {
     });
     s.err("bool - bool", || bools.sub(&bools));
     s.err("bool + 1 in place", || bools.to_dtype(DType::Bool)?.add_(1));
-    s.err("i32 ** i32", || ints.pow(&ints));
-    s.err("i32 ** 2", || ints.pow_scalar(2));
+    s.err("bool ** bool", || bools.pow(&bools));
+    s.err("i32 ** -2", || ints.pow_scalar(-2));
+    s.err("bool ** -1", || bools.pow(-1));
+    s.err("true ** bool", || Tensor::scalar_pow(true, &bools));
+    s.err("1e300 ** i32", || Tensor::scalar_pow(1e300, &ints));
+    s.err("i32 **= -1 in place", || {
+        ints.to_dtype(DType::I32)?.pow_(-1)
+    });
     s.err("i32 /= 2", || ints.to_dtype(DType::I32)?.div_(2));
     s.err("mean(bool)", || bools.mean());
     s.err("where(bool, i32, 2^40)", || {

@@ -85,7 +85,13 @@ fn expected(op: BinaryOp, a: (&[f64], &[usize]), b: (&[f64], &[usize]), dtype: D
     let mut v = Vec::with_capacity(n);
     for _ in 0..n {
         let (x, y) = (a.0[source_index(&idx, a.1)], b.0[source_index(&idx, b.1)]);
-        v.push(round_to(reference(op, x, y), dtype));
+        v.push(if op == BinaryOp::Pow && !dtype.is_float() {
+            // Integer pow: exact and wrapping in the dtype.
+            let bits = if dtype == DType::I32 { 32 } else { 64 };
+            int_pow_reference(x as i64, y as i64, bits, true) as f64
+        } else {
+            round_to(reference(op, x, y), dtype)
+        });
         for d in (0..out.len()).rev() {
             idx[d] += 1;
             if idx[d] < out[d] {
@@ -311,8 +317,15 @@ fn bad_operands_are_typed_errors_that_name_the_op() {
     assert!(matches!(e, Error::ShapeMismatch { op: "mul", .. }), "{e}");
     assert_eq!(e.to_string(), "mul: shape mismatch between [3] and [4]");
     let i = Tensor::zeros([3], DType::I32, Device::Cpu).unwrap();
-    let e = i.pow(&i).unwrap_err();
+    let b = Tensor::zeros([3], DType::Bool, Device::Cpu).unwrap();
+    let e = b.pow(&b).unwrap_err();
     assert!(e.to_string().contains("pow"), "{e}");
+    let e = i.pow(-1).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { op: "pow", .. }), "{e}");
+    assert!(
+        e.to_string()
+            .contains("Integers to negative integer powers are not allowed.")
+    );
     let e = (&i + (1i64 << 40)).unwrap_err();
     assert!(matches!(e, Error::ScalarOutOfRange { .. }), "{e}");
     let h = Tensor::zeros([3], DType::F16, Device::Cpu).unwrap();
@@ -771,7 +784,11 @@ fn pow_with_tensor_and_scalar_exponents() {
             );
         }
         let i = Tensor::from_slice(&[2i32], [1], dev).unwrap();
-        assert!(i.pow_scalar(2).is_err(), "integer powers of integers");
+        assert_eq!(i.pow_scalar(2).unwrap().to_vec::<i32>().unwrap(), [4]);
+        assert!(
+            i.pow_scalar(-2).is_err(),
+            "negative integer scalar exponent"
+        );
         assert_eq!(i.pow_scalar(2.0).unwrap().dtype(), DType::F32, "promoted");
     }
 }
@@ -932,5 +949,201 @@ fn compound_assignment_operators_work_in_place_and_allocate_nothing() {
         let msg = msg.downcast_ref::<String>().cloned().unwrap_or_default();
         assert!(msg.contains("add"), "{msg}");
         assert_eq!(x.to_vec::<f32>().unwrap(), held);
+    }
+}
+
+/// `a ** b` in an integer dtype of `bits` bits (signed or not), PyTorch's rule: for `b >= 0`
+/// the product of `b` factors `a` reduced modulo 2^bits (in u128, whose wrapping products are
+/// exact modulo 2^128 and so modulo 2^bits, reducing after each square-and-multiply step,
+/// which keeps the residue); for `b < 0`, 0 but 1 for `a == 1` and +-1 for `a == -1`.
+fn int_pow_reference(a: i64, b: i64, bits: u32, signed: bool) -> i64 {
+    if b < 0 {
+        return match a {
+            1 => 1,
+            -1 if b % 2 != 0 => -1,
+            -1 => 1,
+            _ => 0,
+        };
+    }
+    let m = 1u128 << bits;
+    let (mut r, mut base, mut e) = (1u128, i128::from(a).rem_euclid(m as i128) as u128, b);
+    while e > 0 {
+        if e & 1 == 1 {
+            r = r.wrapping_mul(base) % m;
+        }
+        base = base.wrapping_mul(base) % m;
+        e >>= 1;
+    }
+    if signed && r >= m / 2 {
+        (r as i128 - m as i128) as i64
+    } else {
+        r as i64
+    }
+}
+
+/// A random value of an integer dtype: small magnitudes (where powers stay exact for a while)
+/// half of the time, anything in range otherwise.
+fn random_int(x: &mut u64, dtype: DType) -> i64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    let (lo, hi): (i128, i128) = match dtype {
+        DType::U8 => (0, 255),
+        DType::I8 => (-128, 127),
+        DType::I16 => (-(1 << 15), (1 << 15) - 1),
+        DType::I32 => (i128::from(i32::MIN), i128::from(i32::MAX)),
+        _ => (i128::from(i64::MIN), i128::from(i64::MAX)),
+    };
+    let v = if *x & 1 == 0 {
+        i128::from((*x >> 8) % 7) - 3
+    } else {
+        lo + i128::from(*x >> 1) % (hi - lo + 1)
+    };
+    v.clamp(lo, hi) as i64
+}
+
+fn ints_of(values: &[i64], dtype: DType, dev: Device) -> Tensor {
+    Tensor::from_slice(values, [values.len()], dev)
+        .unwrap()
+        .to_dtype(dtype)
+        .unwrap()
+}
+
+fn as_i64s(t: &Tensor) -> Vec<i64> {
+    t.to_dtype(DType::I64).unwrap().to_vec::<i64>().unwrap()
+}
+
+#[test]
+fn integer_pow_wraps_exactly_in_every_integer_dtype_on_every_device() {
+    let _serial = serial();
+    let _release = Release;
+    let widths = [
+        (DType::U8, 8, false),
+        (DType::I8, 8, true),
+        (DType::I16, 16, true),
+        (DType::I32, 32, true),
+        (DType::I64, 64, true),
+    ];
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    for dev in devices() {
+        for (dtype, bits, signed) in widths {
+            let n = 257;
+            let base: Vec<i64> = (0..n).map(|_| random_int(&mut x, dtype)).collect();
+            // Exponents: small ones (negative where the dtype has them), and any in range.
+            let exps: Vec<i64> = (0..n)
+                .map(|i| match i % 3 {
+                    0 => random_int(&mut x, dtype),
+                    _ => {
+                        let e = (random_int(&mut x, DType::I64).rem_euclid(80)) - 8;
+                        if signed { e } else { e.abs() }
+                    }
+                })
+                .collect();
+            let (tb, te) = (ints_of(&base, dtype, dev), ints_of(&exps, dtype, dev));
+            let got = tb.pow(&te).unwrap();
+            assert_eq!(got.dtype(), dtype);
+            let want: Vec<i64> = base
+                .iter()
+                .zip(&exps)
+                .map(|(&a, &b)| int_pow_reference(a, b, bits, signed))
+                .collect();
+            assert_eq!(as_i64s(&got), want, "{dtype} ** {dtype} on {dev}");
+            // A strided (every other element) base against a broadcast 0-d exponent tensor.
+            let every_other = tb.i(&genesis::s![..;2]).unwrap();
+            let e0 = ints_of(&[exps[5]], dtype, dev).reshape(()).unwrap();
+            let want: Vec<i64> = base
+                .iter()
+                .step_by(2)
+                .map(|&a| int_pow_reference(a, exps[5], bits, signed))
+                .collect();
+            assert_eq!(
+                as_i64s(&every_other.pow(&e0).unwrap()),
+                want,
+                "{dtype} strided on {dev}"
+            );
+            // Scalar exponents keep the dtype; scalar bases take it from the tensor.
+            let max = if signed {
+                (1i128 << (bits - 1)) - 1
+            } else {
+                (1 << bits) - 1
+            };
+            for e in [
+                0i64,
+                1,
+                2,
+                3,
+                7,
+                8,
+                15,
+                16,
+                31,
+                32,
+                63,
+                64,
+                65,
+                1000,
+                1 << 40,
+            ] {
+                if i128::from(e) > max {
+                    // The exponent must fit the dtype (PyTorch converts it to the dtype).
+                    let err = tb.pow(e).unwrap_err();
+                    assert!(matches!(err, Error::ScalarOutOfRange { .. }), "{err}");
+                    continue;
+                }
+                let got = tb.pow(e).unwrap();
+                assert_eq!(got.dtype(), dtype);
+                let want: Vec<i64> = base
+                    .iter()
+                    .map(|&a| int_pow_reference(a, e, bits, signed))
+                    .collect();
+                assert_eq!(as_i64s(&got), want, "{dtype} ** {e} on {dev}");
+            }
+            for a in [0i64, 1, 2, 3] {
+                let got = Tensor::scalar_pow(a, &te).unwrap();
+                assert_eq!(got.dtype(), dtype);
+                let want: Vec<i64> = exps
+                    .iter()
+                    .map(|&b| int_pow_reference(a, b, bits, signed))
+                    .collect();
+                assert_eq!(as_i64s(&got), want, "{a} ** {dtype} on {dev}");
+            }
+            // In place, and into an `out=` of the dtype.
+            let t = tb.deep_clone().unwrap();
+            t.pow_(&te).unwrap();
+            assert_eq!(as_i64s(&t), as_i64s(&tb.pow(&te).unwrap()));
+            let mut out = Tensor::zeros([n], dtype, dev).unwrap();
+            tb.binary_out(BinaryOp::Pow, &te, &mut out).unwrap();
+            assert_eq!(as_i64s(&out), as_i64s(&tb.pow(&te).unwrap()));
+            // A negative integer scalar exponent is an error, the tensor unchanged.
+            let e = tb.pow(-1).unwrap_err();
+            assert!(matches!(e, Error::InvalidArgument { op: "pow", .. }), "{e}");
+            assert!(t.pow_(-3).is_err());
+            assert_eq!(as_i64s(&t), as_i64s(&tb.pow(&te).unwrap()));
+            // A float exponent promotes to float32.
+            assert_eq!(tb.pow(0.5).unwrap().dtype(), DType::F32);
+        }
+        // Mixed integer dtypes compute in the promoted one: int8 ** int64 is int64.
+        let (b8, e64) = (
+            ints_of(&[2, -2, 3, -1], DType::I8, dev),
+            ints_of(&[62, 63, 39, -7], DType::I64, dev),
+        );
+        let got = b8.pow(&e64).unwrap();
+        assert_eq!(got.dtype(), DType::I64);
+        assert_eq!(
+            got.to_vec::<i64>().unwrap(),
+            [1 << 62, i64::MIN, 4052555153018976267, -1]
+        );
+        // uint8 ** int8 is int16: 200 ** 2 wraps in 16 bits.
+        let (u, s) = (
+            ints_of(&[200, 2], DType::U8, dev),
+            ints_of(&[2, -1], DType::I8, dev),
+        );
+        let got = u.pow(&s).unwrap();
+        assert_eq!(got.dtype(), DType::I16);
+        assert_eq!(as_i64s(&got), [(40_000i64 - 65_536), 0]);
+        // bool ** int scalar is int64; bool ** bool is an error.
+        let b = Tensor::from_bools(&[true, false], [2], dev).unwrap();
+        assert_eq!(b.pow(3).unwrap().to_vec::<i64>().unwrap(), [1, 0]);
+        assert!(b.pow(&b).is_err());
     }
 }

@@ -1,4 +1,4 @@
-//! The everyday ops (clamp, prod, any/all, var/std, cumsum, eye, linspace/logspace; sin/cos are in
+//! The everyday ops (clamp, prod, any/all, var/std, cumsum, cumprod, eye, linspace/logspace; sin/cos are in
 //! `elementwise.rs` with the other unary ops) against f64 references computed here, on the CPU
 //! and (when present) CUDA, for every dtype they take, over empty, 0-d, odd, strided and
 //! permuted shapes with negative and multiple dimensions.
@@ -662,6 +662,110 @@ fn cumsum_matches_the_f64_reference() {
     }
 }
 
+/// `cumprod` on every device against a reference computed here: integers (and the narrow
+/// ones and bools, as int64) exactly, wrapping; floats near 1 in magnitude within the rounding
+/// of f32 running products (f64: f64's) and the output's; every dimension, negative ones, 0-d,
+/// empty, strided (transposed) views and long rows.
+#[test]
+fn cumprod_matches_the_reference() {
+    let _release = Release;
+    let mut rng = Lcg(21);
+    let mut shapes: Vec<&[usize]> = SHAPES.to_vec();
+    shapes.extend([&[3usize, 700][..], &[2, 2, 513][..]]);
+    let narrow = [DType::U8, DType::I8, DType::I16, DType::Bool];
+    for dev in devices() {
+        for dtype in DTYPES.into_iter().chain(narrow) {
+            for &shape in &shapes {
+                let n: usize = shape.iter().product();
+                let vals: Vec<f64> = (0..n)
+                    .map(|_| {
+                        let u = rng.next();
+                        match dtype {
+                            DType::Bool => (u * 1.1).trunc().min(1.0),
+                            DType::U8 => (u * 4.0).trunc(),
+                            d if d.is_float() => {
+                                (0.8 + 0.4 * rng.next()) * if u < 0.5 { -1.0 } else { 1.0 }
+                            }
+                            _ => (u * 7.0).trunc() - 3.0,
+                        }
+                    })
+                    .collect();
+                let (t, held) = tensor(&vals, shape, dtype, dev);
+                let out_dtype = if dtype.is_float() { dtype } else { DType::I64 };
+                for (view, x) in views(&t, &held) {
+                    let rank = view.dim();
+                    let dims: Vec<isize> = if rank == 0 {
+                        vec![0, -1]
+                    } else {
+                        (-(rank as isize)..rank as isize).collect()
+                    };
+                    for dim in dims {
+                        let got = view.cumprod(dim).unwrap();
+                        assert_eq!(got.shape(), view.shape());
+                        assert_eq!(got.dtype(), out_dtype);
+                        let shp = view.shape().to_vec();
+                        let d = if rank == 0 {
+                            0
+                        } else {
+                            dim.rem_euclid(rank as isize) as usize
+                        };
+                        let (outer, r, inner) = if rank == 0 {
+                            (1, 1, 1)
+                        } else {
+                            (
+                                shp[..d].iter().product::<usize>(),
+                                shp[d],
+                                shp[d + 1..].iter().product::<usize>(),
+                            )
+                        };
+                        let ints = if dtype.is_float() {
+                            Vec::new()
+                        } else {
+                            got.to_vec::<i64>().unwrap()
+                        };
+                        let floats = f64s(&got);
+                        for o in 0..outer {
+                            for c in 0..inner {
+                                let (mut fp, mut ip) = (1.0f64, 1i64);
+                                for k in 0..r {
+                                    let at = (o * r + k) * inner + c;
+                                    if dtype.is_float() {
+                                        fp *= x[at];
+                                        let acc = if dtype == DType::F64 {
+                                            f64::EPSILON
+                                        } else {
+                                            f64::from(f32::EPSILON)
+                                        };
+                                        let tol =
+                                            (2.0 * (k + 1) as f64 * acc + eps(dtype)) * fp.abs();
+                                        assert!(
+                                            (floats[at] - fp).abs() <= tol,
+                                            "{dev:?} {dtype} {shape:?} dim {dim}: [{o}, {k}, {c}] {} vs {fp}",
+                                            floats[at]
+                                        );
+                                    } else {
+                                        ip = ip.wrapping_mul(x[at] as i64);
+                                        assert_eq!(
+                                            ints[at], ip,
+                                            "{dev:?} {dtype} {shape:?} dim {dim}: [{o}, {k}, {c}]"
+                                        );
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let t = Tensor::from_slice(&[1.0f32, 2.0], [2], dev).unwrap();
+        assert!(t.cumprod(1).is_err() && t.cumprod(-2).is_err());
+        // 2^70 wraps to 0 in int64 and stays there.
+        let twos = Tensor::full([72], 2i64, dev).unwrap();
+        let p = twos.cumprod(0).unwrap().to_vec::<i64>().unwrap();
+        assert_eq!((p[61], p[62], p[63], p[71]), (1 << 62, i64::MIN, 0, 0));
+    }
+}
+
 /// Row-major coordinates of position `i` of `shape`.
 fn coords(mut i: usize, shape: &[usize]) -> Vec<usize> {
     let mut c = vec![0; shape.len()];
@@ -1126,5 +1230,100 @@ fn narrow_integers_and_bools_cumsum_sort_clamp_and_scatter_add() {
         let (v, i) = b.sort(0, false).unwrap();
         assert_eq!(v.to_bool_vec().unwrap(), [false, true, true]);
         assert_eq!(i.to_vec::<i64>().unwrap(), [1, 0, 2]);
+    }
+}
+
+/// `index_select` against a reference, on every device: every dtype (each element width),
+/// dims 0, 1 and the last, int64 and int32 index tensors (strided ones too), rows that take the
+/// one-pass row kernel (whole 16-byte rows) and rows that do not, empty and 0-d indices; a
+/// negative or too large value is an error that names it (PyTorch's rule: `index_select` does
+/// not count negative positions from the end), and returns no result.
+#[test]
+fn index_select_rejects_negative_positions_and_matches_the_reference() {
+    let _release = Release;
+    let mut rng = Lcg(20);
+    let shapes: &[&[usize]] = &[&[7, 8], &[9, 3], &[5, 4, 4], &[6, 16], &[3, 2, 8, 2], &[11]];
+    for dev in devices() {
+        for dtype in DType::ALL {
+            for &shape in shapes {
+                let n: usize = shape.iter().product();
+                let vals: Vec<f64> = (0..n)
+                    .map(|_| {
+                        if dtype == DType::Bool {
+                            (rng.next() * 2.0).trunc()
+                        } else {
+                            (rng.next() * 100.0).trunc()
+                        }
+                    })
+                    .collect();
+                let (x, xv) = tensor(&vals, shape, dtype, dev);
+                let rank = shape.len();
+                for dim in [0, 1, rank - 1] {
+                    if dim >= rank {
+                        continue;
+                    }
+                    let size = shape[dim];
+                    for (len, i32, stride) in
+                        [(0, false, 1), (1, true, 1), (5, false, 2), (13, true, 3)]
+                    {
+                        let sel: Vec<i64> = (0..len)
+                            .map(|_| (rng.next() * size as f64) as i64)
+                            .collect();
+                        // Every `stride`-th element of a longer index tensor.
+                        let mut spread = vec![0i64; len * stride];
+                        for (k, &v) in sel.iter().enumerate() {
+                            spread[k * stride] = v;
+                        }
+                        let full = Tensor::from_slice(&spread, [spread.len()], dev).unwrap();
+                        let full = if i32 {
+                            full.to_dtype(DType::I32).unwrap()
+                        } else {
+                            full
+                        };
+                        let idx = full.i(&genesis::s![..;stride as i64]).unwrap();
+                        let got = x.index_select(dim as isize, &idx).unwrap();
+                        let mut oshape = shape.to_vec();
+                        oshape[dim] = len;
+                        assert_eq!(got.shape(), &oshape[..]);
+                        assert_eq!(got.dtype(), dtype);
+                        let want: Vec<f64> = (0..oshape.iter().product::<usize>())
+                            .map(|i| {
+                                let mut c = coords(i, &oshape);
+                                c[dim] = sel[c[dim]] as usize;
+                                xv[flat(&c, shape)]
+                            })
+                            .collect();
+                        assert_eq!(
+                            f64s(&got),
+                            want,
+                            "{dev:?} {dtype} {shape:?} dim {dim} {sel:?}"
+                        );
+                        // The same with one bad value: negative, or the size.
+                        if len > 0 {
+                            for bad in [-1i64, -(size as i64), size as i64, i64::from(i32::MIN)] {
+                                let mut b = sel.clone();
+                                b[len / 2] = bad;
+                                let bi = Tensor::from_slice(&b, [len], dev).unwrap();
+                                let bi = if i32 {
+                                    bi.to_dtype(DType::I32).unwrap()
+                                } else {
+                                    bi
+                                };
+                                let e = x.index_select(dim as isize, &bi).unwrap_err();
+                                assert!(
+                                    e.to_string().contains(&format!("index {bad} ")),
+                                    "{dev:?} {dtype} {shape:?} dim {dim}: {e}"
+                                );
+                            }
+                        }
+                    }
+                }
+                // A 0-d index selects one slice, keeping the dimension.
+                let zero_d = Tensor::from_slice(&[1i64], (), dev).unwrap();
+                let got = x.index_select(0, &zero_d).unwrap();
+                assert_eq!(got.shape()[0], 1);
+                assert_eq!(f64s(&got), f64s(&x.narrow(0, 1, 1).unwrap()));
+            }
+        }
     }
 }

@@ -44,6 +44,8 @@ integer-to-bf16 casts round through float32 (as PyTorch's). Binary ops, comparis
 promote their operands by PyTorch's `torch.result_type` (`data/promotion.json`, PyTorch's own
 table) and compute in the result dtype: uint8/int8/int16 wrap, bool `add` is "or" and `mul`
 "and" (bool `sub` is `InvalidArgument`), `div` of integers is float32, `pow` of integers is
+exact and wraps as repeated multiplication (a negative exponent element gives 0, but 1 for a
+base of 1 and -1 or 1 for a base of -1: PyTorch's integer pow), `pow` of bools is
 `Storage.UnsupportedDType`; float64 computes exactly in f64 on every device. Every dtype
 sums (integers and bools to int64) and takes max/min/argmax/argmin; `mean` is for floats. Unary
 ops: `neg`/`abs`/`relu` of integers wrap (of bools: `Storage.UnsupportedDType`), the float ops
@@ -101,7 +103,7 @@ def promote(da, sa, db, sb):
 
 def binary_err(op, r):
     """The typed error of op in result dtype r, or None."""
-    if op == "pow" and r not in FLOATS:
+    if op == "pow" and r == "bool":
         return UNSUPPORTED
     if op == "sub" and r == "bool":
         return "InvalidArgument"
@@ -360,9 +362,18 @@ BIN_F = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide
          "maximum": np_max, "minimum": np_min}
 
 
+def int_pow(dt, x, y):
+    """PyTorch's integer pow in dtype dt: x ** y wrapped (the residue modulo 2^bits of the
+    exact power); a negative y gives 0, but 1 for x == 1 and -1 or 1 (odd or even y) for -1."""
+    if y < 0:
+        return 1 if x == 1 else ((-1 if y % 2 else 1) if x == -1 else 0)
+    lo, hi = IRANGE[dt]
+    return pow(x, y, hi - lo + 1)
+
+
 def int_binary(op, dt, a, b):
     fn = {"add": lambda x, y: x + y, "sub": lambda x, y: x - y, "mul": lambda x, y: x * y,
-          "maximum": max, "minimum": min}[op]
+          "maximum": max, "minimum": min, "pow": lambda x, y: int_pow(dt, x, y)}[op]
     a, b = np.broadcast_arrays(np.asarray(a, dtype=object), np.asarray(b, dtype=object))
     out = np.empty(a.shape, dtype=object)
     for idx in np.ndindex(a.shape):
@@ -577,6 +588,12 @@ def mk_binary(g, i):
     err = binary_err(op, res)
     if err:
         case["err"] = err
+        return case
+    if op == "pow" and res not in FLOATS:
+        # Integer pow, exact. Returned here, before the draw of a big case below, so that the
+        # random stream (and every other case) is what it was when integer pow was an error.
+        val, _ = binary_ref(op, res, a.a, b.a)
+        case["out"] = out_t(res, np.broadcast_to(val, np.broadcast_shapes(tuple(sa), tuple(sb))))
         return case
     odt = op_dtype(op, res)
     if odt != res:

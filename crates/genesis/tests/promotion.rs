@@ -369,7 +369,7 @@ fn narrow_integers_wrap_and_bools_are_logic() {
 }
 
 #[test]
-fn division_and_pow_of_integers_give_float32() {
+fn division_and_fractional_pow_of_integers_give_float32() {
     let _release = common::Release;
     for dev in common::devices() {
         let a = Tensor::from_slice(&[7i32, -3], [2], dev).unwrap();
@@ -385,10 +385,14 @@ fn division_and_pow_of_integers_give_float32() {
         let p = a.pow(0.5).unwrap();
         assert_eq!(p.dtype(), DType::F32);
         assert_eq!(p.to_vec::<f32>().unwrap()[0], 7f32.sqrt());
-        assert!(
-            a.pow(2).is_err(),
-            "integer powers of integers are not supported"
+        let p = a.pow(2).unwrap();
+        assert_eq!(
+            p.dtype(),
+            DType::I32,
+            "integer powers of integers stay integers"
         );
+        assert_eq!(p.to_vec::<i32>().unwrap(), [49, 9]);
+        assert!(a.pow(-2).is_err(), "integers to negative integer powers");
         // An integer tensor against a fraction compares in float32.
         assert_eq!(a.gt(0.5).unwrap().to_bool_vec().unwrap(), [true, false]);
         assert_eq!((&a + 0.5).unwrap().to_vec::<f32>().unwrap(), [7.5, -2.5]);

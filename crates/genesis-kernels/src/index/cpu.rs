@@ -399,11 +399,14 @@ pub struct HostRawIndex<'a> {
     pub stride: i64,
     /// Size of the indexed dimension.
     pub size: usize,
+    /// Whether negative values count from the end (`x[idx]`); when false a negative value is
+    /// out of range (PyTorch's `index_select`).
+    pub wrap: bool,
 }
 
 impl HostRawIndex<'_> {
-    /// Value `r`, wrapped when negative; `None` when it is outside `0..size`. An error when the
-    /// array does not hold it.
+    /// Value `r`, wrapped when negative and `wrap`; `None` when it is (then) outside
+    /// `0..size`. An error when the array does not hold it.
     fn get(&self, r: usize) -> Result<Option<i64>> {
         let vsize = if self.i32 { 4 } else { 8 };
         let at = usize::try_from(self.stride)
@@ -422,15 +425,15 @@ impl HostRawIndex<'_> {
             i64::from_le_bytes(bytes.try_into().unwrap_or([0; 8]))
         };
         let size = self.size as i64;
-        if v < 0 {
+        if self.wrap && v < 0 {
             v += size;
         }
         Ok((0..size).contains(&v).then_some(v))
     }
 }
 
-/// Copies row `r` of `dst` from the source row at value `r` of `idx` (wrapped when negative)
-/// for every value in `0..idx.size`; returns whether every value was (a row whose value is
+/// Copies row `r` of `dst` from the source row at value `r` of `idx` (wrapped when negative
+/// and `idx.wrap`) for every value in `0..idx.size`; returns whether every value was (a row whose value is
 /// out of range is not copied): the twin of [`gather_rows16_checked`](crate::index), whose
 /// flag is the negation of this result.
 pub fn gather_rows16_checked(

@@ -166,8 +166,8 @@ pub(super) fn unravel(lin: &CudaMem, n: usize, shape: &Strided, out: &mut CudaMe
 }
 
 /// [`Backend::index_gather_rows_checked`](crate::backend::Backend::index_gather_rows_checked)
-/// on CUDA memory: one kernel reads the index values as they are, checks each against `size`
-/// and copies the rows of the good ones.
+/// on CUDA memory: one kernel reads the index values as they are, wraps negative ones when
+/// `wrap`, checks each against `size` and copies the rows of the good ones.
 ///
 /// For short arrays the kernel's first block checks them all before copying and posts its
 /// verdict to page-locked host memory: the host waits for that verdict (microseconds after
@@ -182,6 +182,7 @@ pub(super) fn gather_rows_checked(
     offset: usize,
     stride: usize,
     size: usize,
+    wrap: bool,
     out: &mut CudaMem,
 ) -> Result<bool> {
     let op = "index gather_rows_checked";
@@ -196,6 +197,7 @@ pub(super) fn gather_rows_checked(
         i32,
         stride: stride as i64,
         size,
+        wrap,
     };
     let row_bytes = rows.nrows * rows.row_units * 16;
     let src_bytes = if size == 0 {

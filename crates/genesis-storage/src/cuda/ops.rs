@@ -3,6 +3,7 @@
 
 use genesis_kernels::gather::Along;
 use genesis_kernels::index::{IndexDesc, Keys, Rows16, Strided};
+use genesis_kernels::scan::ScanOp;
 use genesis_kernels::{BinaryNd, BinaryOp, CompareOp, MatmulPrecision, MatmulShape};
 use genesis_kernels::{ReduceOp, ReduceShape};
 use genesis_kernels::{Rhs, Sampler, UnaryOp, WhereNd, gpu};
@@ -387,7 +388,14 @@ impl Backend for CudaMem {
         }, _ => Err(unsupported("var", dtype)))
     }
 
-    fn cumsum(&self, dtype: DType, at: usize, shape: ReduceShape, out: &mut CudaMem) -> Result<()> {
+    fn scan(
+        &self,
+        op: ScanOp,
+        dtype: DType,
+        at: usize,
+        shape: ReduceShape,
+        out: &mut CudaMem,
+    ) -> Result<()> {
         use genesis_kernels::scan::{self, ScanPlan};
         let n = shape.input_len().ok_or(Error::SizeOverflow {
             len: usize::MAX,
@@ -398,15 +406,16 @@ impl Backend for CudaMem {
             let plan = ScanPlan::new(shape, self.ctx().multiprocessors() as usize);
             let ws_len = plan.workspace_bytes::<T>();
             let mut ws = CudaMem::new(self.ordinal(), ws_len)?;
-            scan::gpu_cumsum::<T>(
+            scan::gpu_scan::<T>(
                 &self.queue(),
+                op,
                 self.range::<T>(at, n)?,
                 shape,
                 out.span_mut::<u8>(out_bytes)?,
                 ws.span_mut::<u8>(ws_len)?,
             )?;
             Ok(())
-        }, _ => Err(unsupported("cumsum", dtype)))
+        }, _ => Err(unsupported(op.name(), dtype)))
     }
 
     fn gather_along(
@@ -690,9 +699,10 @@ impl Backend for CudaMem {
         offset: usize,
         stride: usize,
         size: usize,
+        wrap: bool,
         out: &mut CudaMem,
     ) -> Result<bool> {
-        super::index::gather_rows_checked(self, rows, values, i32, offset, stride, size, out)
+        super::index::gather_rows_checked(self, rows, values, i32, offset, stride, size, wrap, out)
     }
 }
 

@@ -2,6 +2,7 @@
 
 use genesis_kernels::ReduceShape;
 use genesis_kernels::gather::Along;
+use genesis_kernels::scan::ScanOp;
 
 use super::{Mem, MemMut, Storage, byte_len, check_kernel_dtype, mixed};
 use crate::backend::Backend;
@@ -92,20 +93,33 @@ impl Storage {
     /// f32 on the GPU, f64 for f64 and on the CPU); integers (i32, i64) give i64, wrapping.
     #[track_caller]
     pub fn cumsum(&self, start: usize, shape: ReduceShape) -> Result<Storage> {
-        let dtype = self.dtype;
+        self.scan(ScanOp::Sum, start, shape)
+    }
+
+    /// The inclusive prefix products along `r` of `shape.input_len()` contiguous elements from
+    /// `start`, seen as `[outer, r, inner]`, into a new storage of the same length on the same
+    /// device: PyTorch's `cumprod`. Floats (f64, f32, f16, bf16) keep their dtype (multiplied in
+    /// f32, f64 for f64); integers (i32, i64) give i64, wrapping.
+    #[track_caller]
+    pub fn cumprod(&self, start: usize, shape: ReduceShape) -> Result<Storage> {
+        self.scan(ScanOp::Prod, start, shape)
+    }
+
+    fn scan(&self, op: ScanOp, start: usize, shape: ReduceShape) -> Result<Storage> {
+        let (name, dtype) = (op.name(), self.dtype);
         let n = shape.input_len().ok_or(Error::SizeOverflow {
             len: usize::MAX,
             dtype,
         })?;
-        self.check_range("cumsum", start, n)?;
-        check_kernel_dtype("cumsum", dtype)?;
+        self.check_range(name, start, n)?;
+        check_kernel_dtype(name, dtype)?;
         let out_dtype = if dtype.is_float() { dtype } else { DType::I64 };
         byte_len(n, out_dtype)?;
         let mut out = Storage::uninit(n, out_dtype, self.device())?;
-        match (self.read("cumsum")?.mem(), out.mem_mut("cumsum")?) {
-            (Mem::Host(a), MemMut::Host(o)) => a.cumsum(dtype, start, shape, o)?,
-            (Mem::Cuda(a), MemMut::Cuda(o)) => a.cumsum(dtype, start, shape, o)?,
-            _ => return Err(mixed("cumsum")),
+        match (self.read(name)?.mem(), out.mem_mut(name)?) {
+            (Mem::Host(a), MemMut::Host(o)) => a.scan(op, dtype, start, shape, o)?,
+            (Mem::Cuda(a), MemMut::Cuda(o)) => a.scan(op, dtype, start, shape, o)?,
+            _ => return Err(mixed(name)),
         }
         Ok(out)
     }

@@ -411,10 +411,12 @@ impl Storage {
 
     /// `x[idx]` of whole rows with a raw 1-D index array: `values` (`I32` or `I64`, same
     /// device) read as they are from element `offset`, `stride` elements apart (`stride` not
-    /// negative); each of the `rows.nrows` values wraps when negative and is checked against
-    /// `size`, the rows of this storage in the layout `rows` describes; a new storage of `n`
-    /// elements (`rows.nrows` rows) holds the rows of the good values. `None` when a value is
-    /// out of range (the result is then incomplete and dropped).
+    /// negative); each of the `rows.nrows` values wraps when negative if `wrap` (NumPy's
+    /// indexing; without `wrap` a negative value is out of range, as in PyTorch's
+    /// `index_select`) and is checked against `size`, the rows of this storage in the layout
+    /// `rows` describes; a new storage of `n` elements (`rows.nrows` rows) holds the rows of
+    /// the good values. `None` when a value is out of range (the result is then incomplete and
+    /// dropped).
     ///
     /// On CUDA one kernel checks and copies. For short arrays its first block checks them all
     /// before copying and posts its verdict to page-locked host memory: the host waits for
@@ -430,6 +432,7 @@ impl Storage {
         values: &Storage,
         (offset, stride): (usize, i64),
         size: usize,
+        wrap: bool,
         n: usize,
     ) -> Result<Option<Storage>> {
         let op = "index gather_rows_checked";
@@ -478,10 +481,10 @@ impl Storage {
             out.mem_mut(op)?,
         ) {
             (Mem::Host(s), Mem::Host(v), MemMut::Host(o)) => {
-                s.index_gather_rows_checked(rows, v, i32, offset, stride, size, o)?
+                s.index_gather_rows_checked(rows, v, i32, offset, stride, size, wrap, o)?
             }
             (Mem::Cuda(s), Mem::Cuda(v), MemMut::Cuda(o)) => {
-                s.index_gather_rows_checked(rows, v, i32, offset, stride, size, o)?
+                s.index_gather_rows_checked(rows, v, i32, offset, stride, size, wrap, o)?
             }
             _ => return Err(mixed(op)),
         };

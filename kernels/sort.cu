@@ -22,12 +22,15 @@
 // others in shared memory (`sort_rows_*`).
 //
 // Longer rows: a run sort, then merges.
-// 1. `sort_chunks8_*` (keys of at most 32 bits, in registers) or `sort_chunks_*` (64-bit keys,
-//    in shared memory) sort each chunk of SO_SMEM elements of a row (the row's last chunk may
-//    be short) with the same block networks, and write its sorted (key, position) pairs, the
-//    position being the element's index in its row, into a workspace laid out as the input
-//    (row i at i * r). A pair is one word: key << 32 | position (u64) for keys of at most 32
-//    bits, {key, position} (16 bytes) for 64-bit keys; words compare as the pairs do.
+// 1. A block sorts each chunk of SO_SMEM elements of a row (the row's last chunk may be
+//    short) and writes its sorted (key, position) pairs, the position being the element's
+//    index in its row, into a workspace laid out as the input (row i at i * r). A pair is one
+//    word: key << 32 | position (u64) for keys of at most 32 bits, {key, position} (16 bytes)
+//    for 64-bit keys; words compare as the pairs do. `sort_chunks8_*` (keys of at most 32
+//    bits): each warp sorts RG_MIN words in registers by the bitonic network (shuffles only),
+//    then three merge levels in shared memory (merge path, as below) join the eight runs: far
+//    fewer steps than the network over SO_SMEM. `sort_chunks_*` (64-bit keys): the
+//    shared-memory network over the chunk.
 // 2. Each merge pass merges the sorted runs of every row two by two (runs of `run` elements,
 //    the last of a row possibly short or alone; runs never cross rows), doubling the run
 //    length, ping-ponging between two workspace buffers: log2(r / SO_SMEM) passes, rounded up.
@@ -231,15 +234,14 @@ template <uint32_t J, typename W> __device__ __forceinline__ void rg_local(W (&v
     }
 }
 
-// Loads `n` elements of `p` (padded to `npad`, a thread's RG_E words at t * RG_E) and sorts
-// them as words in the registers `v` of the block's npad / RG_E threads; `sm` holds SO_SMEM
-// words for the exchanges between warps. The last stage through `sm` ends with a barrier, so
+// Loads `n` elements of `p` (padded to `npad`, a thread's RG_E words at `base`, its lane's
+// share of the npad / RG_E threads) and sorts them as words in the registers `v`; `sm` holds
+// SO_SMEM words for the exchanges between warps (none when npad <= RG_MIN: one warp). The last stage through `sm` ends with a barrier, so
 // the caller may reuse `sm` at once.
 template <typename T>
-__device__ __forceinline__ void rg_sort(const T *p, uint64_t n, uint32_t npad, uint32_t inv,
+__device__ __forceinline__ void rg_sort(const T *p, uint64_t n, uint32_t npad, uint32_t base, uint32_t inv,
                                         typename Word<T>::W (&v)[RG_E], typename Word<T>::W *sm) {
     typedef typename Word<T>::W W;
-    const uint32_t base = threadIdx.x * RG_E;
 #pragma unroll
     for (uint32_t e = 0; e < RG_E; e++) {
         const uint32_t i = base + e;
@@ -288,7 +290,7 @@ __device__ __forceinline__ void rows_reg_impl(const T *in, T *out, int64_t *out_
     const uint64_t row = blockIdx.x;
     const T *p = in + row * r;
     W v[RG_E];
-    rg_sort<T>(p, r, npad, desc ? (uint32_t)width_mask<T>() : 0u, v, sm);
+    rg_sort<T>(p, r, npad, base, desc ? (uint32_t)width_mask<T>() : 0u, v, sm);
     T *q = out + row * kout;
     int64_t *qi = out_idx + row * kout;
 #pragma unroll
@@ -302,28 +304,73 @@ __device__ __forceinline__ void rows_reg_impl(const T *in, T *out, int64_t *out_
     }
 }
 
-// Chunks of SO_SMEM elements of rows of keys of at most 32 bits: sorted in registers (a block
-// of SO_SMEM / RG_E threads), the first min(length, kout) of each written as key << 32 |
-// position-in-row words, through shared memory so that the stores are coalesced. One chunk a
-// block at a time.
+// Words of the workspace: u64 (key << 32 | position) for keys of at most 32 bits, {key,
+// position} for 64-bit keys, ordered as integers. No two words of a row's elements are equal;
+// padding words (all ones, in a chunk's merges only) are identical, and the search and the
+// merge below both take b's word first on a tie, so they agree on where each word goes.
+__device__ __forceinline__ bool lt(u64 a, u64 b) { return a < b; }
+__device__ __forceinline__ bool lt(const ulonglong2 &a, const ulonglong2 &b) {
+    return a.x < b.x || (a.x == b.x && a.y < b.y);
+}
+__device__ __forceinline__ uint32_t pos_of(u64 w) { return (uint32_t)w; }
+__device__ __forceinline__ uint32_t pos_of(const ulonglong2 &w) { return (uint32_t)w.y; }
+
+// How many of the first `d` words of the merge of a[0..la) and b[0..lb) come from `a`
+// (d <= la + lb): the first i in [max(0, d - lb), min(d, la)] with !(a[i] < b[d - 1 - i]).
+template <typename W, typename I>
+__device__ __forceinline__ I merge_path(const W *a, I la, const W *b, I lb, I d) {
+    I lo = d > lb ? d - lb : 0, hi = min(d, la);
+    while (lo < hi) {
+        const I mid = (lo + hi) >> 1;
+        if (lt(a[mid], b[d - 1 - mid]))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+// Chunks of SO_SMEM elements of rows of keys of at most 32 bits (a block of SO_SMEM / RG_E
+// threads): each warp sorts RG_MIN words in registers (the bitonic network, shuffles only),
+// then three merge levels in shared memory make runs of 512, 1024 and SO_SMEM (each thread
+// finds its RG_E outputs' start by merge path and merges them; padding words, all ones, sort
+// last and are identical, so ties among them need no order). The first min(length, kout)
+// words are written as key << 32 | position-in-row words, coalesced. One chunk a block at a
+// time.
 template <typename T>
 __device__ __forceinline__ void chunks_reg_impl(const T *in, u64 *ws, uint64_t rows, uint64_t r, int desc,
                                                 uint64_t kout) {
     typedef typename Word<T>::W W;
     __shared__ W sm[SO_SMEM];
-    const uint32_t base = threadIdx.x * RG_E;
+    const uint32_t tid = threadIdx.x, lane_base = (tid % 32) * RG_E, warp_at = (tid / 32) * RG_MIN;
     const uint32_t inv = desc ? (uint32_t)width_mask<T>() : 0u;
     const uint64_t per_row = (r + SO_SMEM - 1) / SO_SMEM, chunks = rows * per_row;
     for (uint64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
         const uint64_t row = c / per_row, start = (c % per_row) * SO_SMEM;
         const uint64_t n = min((uint64_t)SO_SMEM, r - start), keep = min(n, kout);
+        // Positions in the warp's sort are local to the warp; made local to the chunk below.
+        const uint64_t wn = n > warp_at ? min((uint64_t)RG_MIN, n - warp_at) : 0;
         W v[RG_E];
-        rg_sort<T>(in + row * r + start, n, SO_SMEM, inv, v, sm);
+        rg_sort<T>(in + row * r + start + warp_at, wn, RG_MIN, lane_base, inv, v, sm);
 #pragma unroll
-        for (uint32_t e = 0; e < RG_E; e++) sm[base + e] = v[e];
+        for (uint32_t e = 0; e < RG_E; e++) sm[warp_at + lane_base + e] = v[e] == ~(W)0 ? v[e] : v[e] + warp_at;
         __syncthreads();
+        for (uint32_t run = RG_MIN; run < SO_SMEM; run <<= 1) {
+            const uint32_t d = tid * RG_E, at = d & ~(2 * run - 1), dd = d - at;
+            const W *a = sm + at, *b = sm + at + run;
+            uint32_t ai = merge_path<W, uint32_t>(a, run, b, run, dd), bi = dd - ai;
+#pragma unroll
+            for (uint32_t e = 0; e < RG_E; e++) {
+                const bool take_a = ai < run && (bi >= run || lt(a[ai], b[bi]));
+                v[e] = take_a ? a[ai++] : b[bi++];
+            }
+            __syncthreads();
+#pragma unroll
+            for (uint32_t e = 0; e < RG_E; e++) sm[d + e] = v[e];
+            __syncthreads();
+        }
         u64 *q = ws + row * r + start;
-        for (uint32_t i = threadIdx.x; i < keep; i += blockDim.x) {
+        for (uint32_t i = tid; i < keep; i += blockDim.x) {
             const W w = sm[i];
             q[i] = ((u64)(w >> Word<T>::SHIFT) << 32) | (start + (uint32_t)(w & (((W)1 << Word<T>::SHIFT) - 1)));
         }
@@ -332,15 +379,6 @@ __device__ __forceinline__ void chunks_reg_impl(const T *in, u64 *ws, uint64_t r
 }
 
 // ---- Merges of sorted runs (rows longer than SO_SMEM) ----
-
-// Words of the workspace: u64 (key << 32 | position) for keys of at most 32 bits, {key,
-// position} for 64-bit keys. Strict order of words; no two words of a row are equal.
-__device__ __forceinline__ bool lt(u64 a, u64 b) { return a < b; }
-__device__ __forceinline__ bool lt(const ulonglong2 &a, const ulonglong2 &b) {
-    return a.x < b.x || (a.x == b.x && a.y < b.y);
-}
-__device__ __forceinline__ uint32_t pos_of(u64 w) { return (uint32_t)w; }
-__device__ __forceinline__ uint32_t pos_of(const ulonglong2 &w) { return (uint32_t)w.y; }
 
 template <typename T> struct WordOf { typedef u64 W; };
 template <> struct WordOf<double> { typedef ulonglong2 W; };
@@ -362,21 +400,6 @@ __device__ __forceinline__ MergePair merge_pair(uint64_t row, uint64_t pair, uin
     m.lb = min(fb, kout);
     m.outc = min(fa + fb, kout);
     return m;
-}
-
-// How many of the first `d` words of the merge of a[0..la) and b[0..lb) come from `a`
-// (d <= la + lb): the first i in [max(0, d - lb), min(d, la)] with !(a[i] < b[d - 1 - i]).
-template <typename W, typename I>
-__device__ __forceinline__ I merge_path(const W *a, I la, const W *b, I lb, I d) {
-    I lo = d > lb ? d - lb : 0, hi = min(d, la);
-    while (lo < hi) {
-        const I mid = (lo + hi) >> 1;
-        if (lt(a[mid], b[d - 1 - mid]))
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
 }
 
 // Tile boundaries of one merge pass: `tiles` (tiles a merge) + 1 entries a merge, entry j the

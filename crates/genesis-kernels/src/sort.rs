@@ -12,11 +12,13 @@
 //! with keys of at most 32 bits (f32, f16, bf16, i32) hold each key packed with its position
 //! in one word, eight words a thread in registers, and exchange partners by warp shuffles
 //! (shared memory only between warps); others run the network in shared memory. Longer rows
-//! sort in chunks of [`SMEM_ROW`] with the same block networks into a workspace of (key,
-//! position) words, then merge the sorted runs of each row two by two, doubling their length
-//! each pass (`ceil(log2(r / 2048))` passes, each reading and writing the workspace once; merge
-//! path gives every block the same share of outputs); the last pass writes the values and
-//! indices. A top-k keeps only the first `k` words of every run.
+//! sort in chunks of [`SMEM_ROW`] on chip (keys of at most 32 bits: runs of 256 sorted in
+//! registers by each warp, merged in shared memory; 64-bit keys: the shared-memory network)
+//! into a workspace of (key, position) words, then merge the sorted runs of each row two by
+//! two, doubling their length each pass (`ceil(log2(r / 2048))` passes, each reading and
+//! writing the workspace once; merge path gives every block the same share of outputs); the
+//! last pass writes the values and indices. A top-k keeps only the first `k` words of every
+//! run.
 
 use std::cmp::Ordering;
 

@@ -16,10 +16,11 @@
 // Every kernel writes the first `kout` elements of each sorted row (`kout == r` for a whole
 // sort, fewer for a top-k), rows of `kout` in the outputs.
 //
-// Rows of at most SO_SMEM elements: one block a row, a bitonic network over the row padded to
-// a power of two (padding keys sort last). The row is read once and written once. Keys of at
-// most 32 bits in rows padded to RG_MIN or more run in registers (`sort_rows8_*`, below); the
-// others in shared memory (`sort_rows_*`).
+// Rows of at most SO_SMEM elements: one block a row, the row padded to a power of two
+// (padding keys sort last), read once and written once. Keys of at most 32 bits in rows padded
+// to RG_MIN or more (`sort_rows8_*`, below): warps sort runs of RG_MIN in registers by a
+// bitonic network, merged in shared memory (as the chunks of step 1 below); the others
+// (`sort_rows_*`): a bitonic network over the row in shared memory.
 //
 // Longer rows: a run sort, then merges.
 // 1. A block sorts each chunk of SO_SMEM elements of a row (the row's last chunk may be
@@ -28,8 +29,8 @@
 //    word: key << 32 | position (u64) for keys of at most 32 bits, {key, position} (16 bytes)
 //    for 64-bit keys; words compare as the pairs do. `sort_chunks8_*` (keys of at most 32
 //    bits): each warp sorts RG_MIN words in registers by the bitonic network (shuffles only),
-//    then three merge levels in shared memory (merge path, as below) join the eight runs: far
-//    fewer steps than the network over SO_SMEM. `sort_chunks_*` (64-bit keys): the
+//    then three merge levels in shared memory (merge path, as in step 2) join the eight runs:
+//    far fewer steps than the network over SO_SMEM. `sort_chunks_*` (64-bit keys): the
 //    shared-memory network over the chunk.
 // 2. Each merge pass merges the sorted runs of every row two by two (runs of `run` elements,
 //    the last of a row possibly short or alone; runs never cross rows), doubling the run
@@ -194,12 +195,12 @@ __device__ __forceinline__ void chunks_impl(const T *in, ulonglong2 *ws, uint64_
     }
 }
 
-// Rows of RG_MIN..SO_SMEM elements whose keys fit 32 bits (f32, f16, bf16, i32): the same
-// network with each key packed with its position into one 64-bit word (key << 32 | position:
-// the pair's order is the word's), RG_E consecutive words a thread, in registers. A stage
-// with partners in the same thread swaps registers; partners in other lanes of the warp are
-// exchanged by shuffles; only partners in other warps (j >= 32 * RG_E) go through shared
-// memory, so a 1024-element row needs three block-wide barriers instead of 55.
+// Rows of RG_MIN..SO_SMEM elements whose keys fit 32 bits (f32, f16, bf16, i32), and the
+// chunks of longer rows: each key packed with its position into one word (key << SHIFT |
+// position: the pair's order is the word's), RG_E consecutive words a thread. Each warp sorts
+// RG_MIN words in registers (no barrier), then merge levels in shared memory join the warps'
+// runs: a 2048-element row needs eight block-wide barriers, and about half the comparisons of
+// the network over the whole row.
 #define RG_E 8
 #define RG_MIN (32 * RG_E)
 
@@ -234,34 +235,21 @@ template <uint32_t J, typename W> __device__ __forceinline__ void rg_local(W (&v
     }
 }
 
-// Loads `n` elements of `p` (padded to `npad`, a thread's RG_E words at `base`, its lane's
-// share of the npad / RG_E threads) and sorts them as words in the registers `v`; `sm` holds
-// SO_SMEM words for the exchanges between warps (none when npad <= RG_MIN: one warp). The last stage through `sm` ends with a barrier, so
-// the caller may reuse `sm` at once.
+// One warp sorts `n` elements of `p` (padded to RG_MIN; lane l holds words l * RG_E .. + RG_E
+// in `v`, `base` = l * RG_E) by the bitonic network in registers: partners in the same thread
+// swap registers, partners in other lanes are exchanged by shuffles.
 template <typename T>
-__device__ __forceinline__ void rg_sort(const T *p, uint64_t n, uint32_t npad, uint32_t base, uint32_t inv,
-                                        typename Word<T>::W (&v)[RG_E], typename Word<T>::W *sm) {
+__device__ __forceinline__ void rg_sort(const T *p, uint64_t n, uint32_t base, uint32_t inv,
+                                        typename Word<T>::W (&v)[RG_E]) {
     typedef typename Word<T>::W W;
 #pragma unroll
     for (uint32_t e = 0; e < RG_E; e++) {
         const uint32_t i = base + e;
         v[e] = i < n ? ((W)((uint32_t)Key<T>::to(p[i]) ^ inv) << Word<T>::SHIFT) | i : ~(W)0;
     }
-    for (uint32_t k = 2; k <= npad; k <<= 1) {
+    for (uint32_t k = 2; k <= RG_MIN; k <<= 1) {
         for (uint32_t j = k >> 1; j > 0; j >>= 1) {
-            if (j >= 32 * RG_E) {
-#pragma unroll
-                for (uint32_t e = 0; e < RG_E; e++) sm[base + e] = v[e];
-                __syncthreads();
-#pragma unroll
-                for (uint32_t e = 0; e < RG_E; e++) {
-                    const uint32_t i = base + e;
-                    const W o = sm[i ^ j];
-                    const bool keep_min = ((i & j) == 0) == ((i & k) == 0);
-                    v[e] = keep_min ? rg_min(v[e], o) : rg_max(v[e], o);
-                }
-                __syncthreads();
-            } else if (j >= RG_E) {
+            if (j >= RG_E) {
                 const uint32_t lanes = j / RG_E;
 #pragma unroll
                 for (uint32_t e = 0; e < RG_E; e++) {
@@ -277,29 +265,6 @@ __device__ __forceinline__ void rg_sort(const T *p, uint64_t n, uint32_t npad, u
             } else {
                 rg_local<1>(v, base, k);
             }
-        }
-    }
-}
-
-template <typename T>
-__device__ __forceinline__ void rows_reg_impl(const T *in, T *out, int64_t *out_idx, uint64_t r, uint32_t npad,
-                                              int desc, uint64_t kout) {
-    typedef typename Word<T>::W W;
-    __shared__ W sm[SO_SMEM];
-    const uint32_t base = threadIdx.x * RG_E;
-    const uint64_t row = blockIdx.x;
-    const T *p = in + row * r;
-    W v[RG_E];
-    rg_sort<T>(p, r, npad, base, desc ? (uint32_t)width_mask<T>() : 0u, v, sm);
-    T *q = out + row * kout;
-    int64_t *qi = out_idx + row * kout;
-#pragma unroll
-    for (uint32_t e = 0; e < RG_E; e++) {
-        const uint32_t i = base + e;
-        if (i < kout) {
-            const uint32_t at = (uint32_t)(v[e] & (((W)1 << Word<T>::SHIFT) - 1));
-            q[i] = p[at];
-            qi[i] = at;
         }
     }
 }
@@ -330,47 +295,76 @@ __device__ __forceinline__ I merge_path(const W *a, I la, const W *b, I lb, I d)
     return lo;
 }
 
+// Sorts `n` elements of `p` (padded to `npad`, RG_MIN..SO_SMEM, a power of two) as words into
+// sm[0..npad), a block of npad / RG_E threads: each warp sorts RG_MIN words in registers by the
+// bitonic network (shuffles only, no barrier), then log2(npad / RG_MIN) merge levels in shared
+// memory join the runs (each thread finds the start of its RG_E outputs by merge path and
+// merges them; padding words, all ones, sort last and are identical, so ties among them need
+// no order). Far fewer steps than the network over npad. Positions are local to `p`. Ends
+// after a barrier.
+template <typename T>
+__device__ __forceinline__ void warp_merge_sort(const T *p, uint64_t n, uint32_t npad, uint32_t inv,
+                                                typename Word<T>::W *sm) {
+    typedef typename Word<T>::W W;
+    const uint32_t tid = threadIdx.x, lane_base = (tid % 32) * RG_E, warp_at = (tid / 32) * RG_MIN;
+    // Positions in the warp's sort are local to the warp; made local to `p` when stored.
+    const uint64_t wn = n > warp_at ? min((uint64_t)RG_MIN, n - warp_at) : 0;
+    W v[RG_E];
+    rg_sort<T>(p + warp_at, wn, lane_base, inv, v);
+#pragma unroll
+    for (uint32_t e = 0; e < RG_E; e++) sm[warp_at + lane_base + e] = v[e] == ~(W)0 ? v[e] : v[e] + warp_at;
+    __syncthreads();
+    for (uint32_t run = RG_MIN; run < npad; run <<= 1) {
+        const uint32_t d = tid * RG_E, at = d & ~(2 * run - 1), dd = d - at;
+        const W *a = sm + at, *b = sm + at + run;
+        uint32_t ai = merge_path<W, uint32_t>(a, run, b, run, dd), bi = dd - ai;
+#pragma unroll
+        for (uint32_t e = 0; e < RG_E; e++) {
+            const bool take_a = ai < run && (bi >= run || lt(a[ai], b[bi]));
+            v[e] = take_a ? a[ai++] : b[bi++];
+        }
+        __syncthreads();
+#pragma unroll
+        for (uint32_t e = 0; e < RG_E; e++) sm[d + e] = v[e];
+        __syncthreads();
+    }
+}
+
+// Rows of RG_MIN..SO_SMEM elements padded (keys of at most 32 bits): `warp_merge_sort`, then
+// the first `kout` values and positions written coalesced.
+template <typename T>
+__device__ __forceinline__ void rows_reg_impl(const T *in, T *out, int64_t *out_idx, uint64_t r, uint32_t npad,
+                                              int desc, uint64_t kout) {
+    typedef typename Word<T>::W W;
+    __shared__ W sm[SO_SMEM];
+    const uint64_t row = blockIdx.x;
+    const T *p = in + row * r;
+    warp_merge_sort<T>(p, r, npad, desc ? (uint32_t)width_mask<T>() : 0u, sm);
+    T *q = out + row * kout;
+    int64_t *qi = out_idx + row * kout;
+    for (uint32_t i = threadIdx.x; i < kout; i += blockDim.x) {
+        const uint32_t at = (uint32_t)(sm[i] & (((W)1 << Word<T>::SHIFT) - 1));
+        q[i] = p[at];
+        qi[i] = at;
+    }
+}
+
 // Chunks of SO_SMEM elements of rows of keys of at most 32 bits (a block of SO_SMEM / RG_E
-// threads): each warp sorts RG_MIN words in registers (the bitonic network, shuffles only),
-// then three merge levels in shared memory make runs of 512, 1024 and SO_SMEM (each thread
-// finds its RG_E outputs' start by merge path and merges them; padding words, all ones, sort
-// last and are identical, so ties among them need no order). The first min(length, kout)
-// words are written as key << 32 | position-in-row words, coalesced. One chunk a block at a
-// time.
+// threads): `warp_merge_sort`, then the first min(length, kout) words written as key << 32 |
+// position-in-row words, coalesced. One chunk a block at a time.
 template <typename T>
 __device__ __forceinline__ void chunks_reg_impl(const T *in, u64 *ws, uint64_t rows, uint64_t r, int desc,
                                                 uint64_t kout) {
     typedef typename Word<T>::W W;
     __shared__ W sm[SO_SMEM];
-    const uint32_t tid = threadIdx.x, lane_base = (tid % 32) * RG_E, warp_at = (tid / 32) * RG_MIN;
     const uint32_t inv = desc ? (uint32_t)width_mask<T>() : 0u;
     const uint64_t per_row = (r + SO_SMEM - 1) / SO_SMEM, chunks = rows * per_row;
     for (uint64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
         const uint64_t row = c / per_row, start = (c % per_row) * SO_SMEM;
         const uint64_t n = min((uint64_t)SO_SMEM, r - start), keep = min(n, kout);
-        // Positions in the warp's sort are local to the warp; made local to the chunk below.
-        const uint64_t wn = n > warp_at ? min((uint64_t)RG_MIN, n - warp_at) : 0;
-        W v[RG_E];
-        rg_sort<T>(in + row * r + start + warp_at, wn, RG_MIN, lane_base, inv, v, sm);
-#pragma unroll
-        for (uint32_t e = 0; e < RG_E; e++) sm[warp_at + lane_base + e] = v[e] == ~(W)0 ? v[e] : v[e] + warp_at;
-        __syncthreads();
-        for (uint32_t run = RG_MIN; run < SO_SMEM; run <<= 1) {
-            const uint32_t d = tid * RG_E, at = d & ~(2 * run - 1), dd = d - at;
-            const W *a = sm + at, *b = sm + at + run;
-            uint32_t ai = merge_path<W, uint32_t>(a, run, b, run, dd), bi = dd - ai;
-#pragma unroll
-            for (uint32_t e = 0; e < RG_E; e++) {
-                const bool take_a = ai < run && (bi >= run || lt(a[ai], b[bi]));
-                v[e] = take_a ? a[ai++] : b[bi++];
-            }
-            __syncthreads();
-#pragma unroll
-            for (uint32_t e = 0; e < RG_E; e++) sm[d + e] = v[e];
-            __syncthreads();
-        }
+        warp_merge_sort<T>(in + row * r + start, n, SO_SMEM, inv, sm);
         u64 *q = ws + row * r + start;
-        for (uint32_t i = tid; i < keep; i += blockDim.x) {
+        for (uint32_t i = threadIdx.x; i < keep; i += blockDim.x) {
             const W w = sm[i];
             q[i] = ((u64)(w >> Word<T>::SHIFT) << 32) | (start + (uint32_t)(w & (((W)1 << Word<T>::SHIFT) - 1)));
         }

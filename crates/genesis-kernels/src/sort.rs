@@ -7,18 +7,17 @@
 //! Every entry point keeps the first `k` of each sorted row (`k == r` for a whole sort, fewer
 //! for PyTorch's `topk`): the kernels write only those.
 //!
-//! Speed: rows of at most [`SMEM_ROW`] elements sort on chip, one block a row (a bitonic
-//! network; the row read once and written once). Rows of [`REG_ROW_MIN`] elements or more
-//! with keys of at most 32 bits (f32, f16, bf16, i32) hold each key packed with its position
-//! in one word, eight words a thread in registers, and exchange partners by warp shuffles
-//! (shared memory only between warps); others run the network in shared memory. Longer rows
-//! sort in chunks of [`SMEM_ROW`] on chip (keys of at most 32 bits: runs of 256 sorted in
-//! registers by each warp, merged in shared memory; 64-bit keys: the shared-memory network)
-//! into a workspace of (key, position) words, then merge the sorted runs of each row two by
-//! two, doubling their length each pass (`ceil(log2(r / 2048))` passes, each reading and
-//! writing the workspace once; merge path gives every block the same share of outputs); the
-//! last pass writes the values and indices. A top-k keeps only the first `k` words of every
-//! run.
+//! Speed: rows of at most [`SMEM_ROW`] elements sort on chip, one block a row (the row read
+//! once and written once). Rows of [`REG_ROW_MIN`] elements or more with keys of at most 32
+//! bits (f32, f16, bf16, i32) hold each key packed with its position in one word, eight words
+//! a thread: each warp sorts 256 words in registers (a bitonic network, partners exchanged by
+//! warp shuffles), then the warps' runs merge in shared memory; other rows run a bitonic
+//! network in shared memory. Longer rows sort in chunks of [`SMEM_ROW`] the same way (64-bit
+//! keys: the shared-memory network) into a workspace of (key, position) words, then merge the
+//! sorted runs of each row two by two, doubling their length each pass
+//! (`ceil(log2(r / 2048))` passes, each reading and writing the workspace once; merge path
+//! gives every block the same share of outputs); the last pass writes the values and indices.
+//! A top-k keeps only the first `k` words of every run.
 
 use std::cmp::Ordering;
 
@@ -27,7 +26,8 @@ use crate::{Element, Error, Result};
 /// Longest row sorted in shared memory by one block (`SO_SMEM`).
 pub const SMEM_ROW: usize = 2048;
 
-/// Shortest padded row sorted in registers (`RG_MIN`: a full warp of eight-word threads).
+/// Shortest padded row sorted in registers (`RG_MIN`: a full warp of eight-word threads, the
+/// run each warp sorts).
 pub const REG_ROW_MIN: usize = 256;
 
 /// The order of two values of a row: NaN after everything (NaNs equal), -0.0 equal to +0.0.

@@ -4,33 +4,61 @@
 // Built by `cargo xtask build-kernels` into crates/genesis-kernels/images/sort.fatbin. The CPU
 // twin is `sort` in crates/genesis-kernels/src/sort.rs; the two agree exactly.
 //
-// Keys: each value becomes an unsigned 64-bit key whose order is the sort order: floats by
-// their bits (sign flipped for positives, all bits for negatives; every NaN first made the
-// canonical positive NaN, so NaN sorts after +inf, as PyTorch, and -0.0 made +0.0, an equal
-// value), integers with the sign bit flipped; descending inverts the key. The values written
-// are the input's, read back at the sorted positions (bits kept). A key and the element's position in its row sort as a
-// pair (key, position), so the order is total and equal values keep their order: the result
-// is the stable sort's, whatever the network.
+// Keys: each value becomes an unsigned key whose order is the sort order: floats by their
+// bits (sign flipped for positives, all bits for negatives; every NaN first made the canonical
+// positive NaN, so NaN sorts after +inf, as PyTorch, and -0.0 made +0.0, an equal value),
+// integers with the sign bit flipped; descending inverts the key's bits. The values written
+// are the input's, read back at the sorted positions (bits kept). A key and the element's
+// position in its row sort as a pair (key, position), so the order is total (no two elements
+// of a row compare equal) and equal values keep their order: the result is the stable sort's,
+// whatever the network or merge order.
 //
 // Every kernel writes the first `kout` elements of each sorted row (`kout == r` for a whole
 // sort, fewer for a top-k), rows of `kout` in the outputs.
 //
-// Rows of at most SO_SMEM elements: one block a row, a bitonic network over the row padded to
-// a power of two (padding keys sort last). Fast: the row is read once and written once. Keys
-// of at most 32 bits in rows padded to RG_MIN or more run in registers (`sort_rows8_*`, below);
-// the others in shared memory (`sort_rows_*`).
+// Rows of at most SO_SMEM elements: one block a row, the row padded to a power of two
+// (padding keys sort last), read once and written once. Keys of at most 32 bits in rows padded
+// to RG_MIN or more (`sort_rows8_*`, below): warps sort runs of RG_MIN in registers by a
+// bitonic network, merged in shared memory (as the chunks of step 1 below); the others
+// (`sort_rows_*`): a bitonic network over the row in shared memory.
 //
-// Longer rows: `sort_prep_*` writes the keys and positions of every row, padded to a power of
-// two `npad`, into a workspace; `sort_step` runs one compare-exchange stage (j, k) of the
-// bitonic network over every row (log2(npad) * (log2(npad) + 1) / 2 launches, each touching
-// the whole workspace); `sort_finish_*` writes the values and indices back. Correct for any
-// length, and far slower than a radix sort for long rows.
+// Longer rows: a run sort, then merges.
+// 1. A block sorts each chunk of SO_SMEM elements of a row (the row's last chunk may be
+//    short) and writes its sorted (key, position) pairs, the position being the element's
+//    index in its row, into a workspace laid out as the input (row i at i * r). A pair is one
+//    word: key << 32 | position (u64) for keys of at most 32 bits, {key, position} (16 bytes)
+//    for 64-bit keys; words compare as the pairs do. `sort_chunks8_*` (keys of at most 32
+//    bits): each warp sorts RG_MIN words in registers by the bitonic network (shuffles only),
+//    then three merge levels in shared memory (merge path, as in step 2) join the eight runs:
+//    far fewer steps than the network over SO_SMEM. `sort_chunks_*` (64-bit keys): the
+//    shared-memory network over the chunk.
+// 2. Each merge pass merges the sorted runs of every row two by two (runs of `run` elements,
+//    the last of a row possibly short or alone; runs never cross rows), doubling the run
+//    length, ping-ponging between two workspace buffers: log2(r / SO_SMEM) passes, rounded up.
+//    Merge path: the merged output of two runs A and B is cut into tiles of MG_TILE outputs;
+//    `sort_part_*` finds, for each tile boundary d, how many of the first d outputs come from
+//    A by a binary search along the diagonal d (A[i] < B[d - 1 - i] holds exactly for the i
+//    below that count, as no two words are equal). A block of `sort_merge_*` then loads its
+//    tile's slices of A and B (MG_TILE words together) into shared memory, each thread finds
+//    its own start on its diagonal (MG_E outputs a thread) by the same search there, merges
+//    MG_E words sequentially into registers, and the block writes the tile back coalesced.
+//    Every block and thread gets the same share of outputs whatever the data.
+// 3. The last pass (`sort_mfinal_*`, one merge a row) writes the values, read from the input
+//    at the merged positions, and the positions as int64 indices instead of words.
+// Only the first `kout` elements of a sorted row are kept, and the first `kout` of a merge
+// depend only on the first `kout` of each of its runs: every run keeps (is sorted, merged and
+// written for) its first min(length, kout) words only, so a top-k of long rows merges short
+// runs.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
 
 #define SO_SMEM 2048
 #define SO_THREADS 512
+#define MG_THREADS 256
+#define MG_E 8
+#define MG_TILE (MG_THREADS * MG_E)
+static_assert(SO_SMEM % MG_TILE == 0, "a merge tile never straddles two merges");
 
 typedef unsigned long long u64;
 
@@ -88,25 +116,10 @@ __device__ __forceinline__ bool after(u64 ka, uint32_t ia, u64 kb, uint32_t ib) 
     return ka > kb || (ka == kb && ia > ib);
 }
 
-template <typename T>
-__device__ __forceinline__ void rows_impl(const T *in, T *out, int64_t *out_idx, uint64_t r, uint32_t npad, int desc,
-                                          uint64_t kout) {
-    extern __shared__ u64 smem[];
-    u64 *key = smem;
-    uint32_t *pos = reinterpret_cast<uint32_t *>(smem + npad);
-    const uint64_t row = blockIdx.x;
-    const T *p = in + row * r;
-    const u64 inv = desc ? width_mask<T>() : 0;
-    for (uint32_t i = threadIdx.x; i < npad; i += blockDim.x) {
-        if (i < r) {
-            key[i] = Key<T>::to(p[i]) ^ inv;
-            pos[i] = i;
-        } else {
-            key[i] = ~0ull;
-            pos[i] = 0xffffffffu;
-        }
-    }
-    __syncthreads();
+
+// The shared-memory network over `npad` keys and positions (a power of two), block-wide; ends
+// after a barrier.
+__device__ __forceinline__ void smem_network(u64 *key, uint32_t *pos, uint32_t npad) {
     // Each stage: npad / 2 pairs (i, i + j), i with bit j clear; thread t takes pair t.
     for (uint32_t k = 2; k <= npad; k <<= 1) {
         for (uint32_t j = k >> 1; j > 0; j >>= 1) {
@@ -126,6 +139,33 @@ __device__ __forceinline__ void rows_impl(const T *in, T *out, int64_t *out_idx,
             __syncthreads();
         }
     }
+}
+
+// Loads `n` elements of `p` as keys and positions, padded to `npad` with keys that sort last.
+template <typename T>
+__device__ __forceinline__ void smem_load(const T *p, uint64_t n, uint32_t npad, u64 inv, u64 *key, uint32_t *pos) {
+    for (uint32_t i = threadIdx.x; i < npad; i += blockDim.x) {
+        if (i < n) {
+            key[i] = Key<T>::to(p[i]) ^ inv;
+            pos[i] = i;
+        } else {
+            key[i] = ~0ull;
+            pos[i] = 0xffffffffu;
+        }
+    }
+    __syncthreads();
+}
+
+template <typename T>
+__device__ __forceinline__ void rows_impl(const T *in, T *out, int64_t *out_idx, uint64_t r, uint32_t npad, int desc,
+                                          uint64_t kout) {
+    extern __shared__ u64 smem[];
+    u64 *key = smem;
+    uint32_t *pos = reinterpret_cast<uint32_t *>(smem + npad);
+    const uint64_t row = blockIdx.x;
+    const T *p = in + row * r;
+    smem_load<T>(p, r, npad, desc ? width_mask<T>() : 0, key, pos);
+    smem_network(key, pos, npad);
     T *q = out + row * kout;
     int64_t *qi = out_idx + row * kout;
     for (uint32_t i = threadIdx.x; i < kout; i += blockDim.x) {
@@ -134,62 +174,33 @@ __device__ __forceinline__ void rows_impl(const T *in, T *out, int64_t *out_idx,
     }
 }
 
+// Chunks of SO_SMEM elements of rows of 64-bit keys: sorted in shared memory (SO_SMEM keys and
+// positions, dynamic), the first min(length, kout) of each written as {key, position in the
+// row} words. One chunk a block at a time.
 template <typename T>
-__device__ __forceinline__ void prep_impl(const T *in, u64 *key, uint32_t *pos, uint64_t rows, uint64_t r, uint64_t npad,
-                                          int desc) {
-    const u64 inv = desc ? width_mask<T>() : 0;
-    const uint64_t n = rows * npad, stride = (uint64_t)gridDim.x * blockDim.x;
-    for (uint64_t t = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; t < n; t += stride) {
-        const uint64_t row = t / npad, i = t % npad;
-        if (i < r) {
-            key[t] = Key<T>::to(in[row * r + i]) ^ inv;
-            pos[t] = (uint32_t)i;
-        } else {
-            key[t] = ~0ull;
-            pos[t] = 0xffffffffu;
-        }
+__device__ __forceinline__ void chunks_impl(const T *in, ulonglong2 *ws, uint64_t rows, uint64_t r, int desc,
+                                            uint64_t kout) {
+    extern __shared__ u64 smem[];
+    u64 *key = smem;
+    uint32_t *pos = reinterpret_cast<uint32_t *>(smem + SO_SMEM);
+    const uint64_t per_row = (r + SO_SMEM - 1) / SO_SMEM, chunks = rows * per_row;
+    for (uint64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
+        const uint64_t row = c / per_row, start = (c % per_row) * SO_SMEM;
+        const uint64_t n = min((uint64_t)SO_SMEM, r - start), keep = min(n, kout);
+        smem_load<T>(in + row * r + start, n, SO_SMEM, desc ? width_mask<T>() : 0, key, pos);
+        smem_network(key, pos, SO_SMEM);
+        ulonglong2 *q = ws + row * r + start;
+        for (uint32_t i = threadIdx.x; i < keep; i += blockDim.x) q[i] = make_ulonglong2(key[i], start + pos[i]);
+        __syncthreads();
     }
 }
 
-template <typename T>
-__device__ __forceinline__ void finish_impl(const T *in, const uint32_t *pos, T *out, int64_t *out_idx, uint64_t rows,
-                                            uint64_t r, uint64_t npad, uint64_t kout) {
-    const uint64_t n = rows * kout, stride = (uint64_t)gridDim.x * blockDim.x;
-    for (uint64_t t = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; t < n; t += stride) {
-        const uint64_t row = t / kout, i = t % kout;
-        const uint32_t at = pos[row * npad + i];
-        out[t] = in[row * r + at];
-        out_idx[t] = at;
-    }
-}
-
-// One stage (j, k) of the bitonic network over every row of `npad` keys.
-extern "C" __global__ void sort_step(u64 *key, uint32_t *pos, uint64_t rows, uint64_t npad, uint64_t j, uint64_t k) {
-    const uint64_t n = rows * npad, stride = (uint64_t)gridDim.x * blockDim.x;
-    for (uint64_t t = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; t < n; t += stride) {
-        const uint64_t i = t % npad, l = i ^ j;
-        if (l > i) {
-            const uint64_t a = t, b = t - i + l;
-            const bool up = (i & k) == 0;
-            const u64 ka = key[a], kb = key[b];
-            const uint32_t pa = pos[a], pb = pos[b];
-            if (after(ka, pa, kb, pb) == up) {
-                key[a] = kb;
-                key[b] = ka;
-                pos[a] = pb;
-                pos[b] = pa;
-            }
-        }
-    }
-}
-
-
-// Rows of RG_MIN..SO_SMEM elements whose keys fit 32 bits (f32, f16, bf16, i32): the same
-// network with each key packed with its position into one 64-bit word (key << 32 | position:
-// the pair's order is the word's), RG_E consecutive words a thread, in registers. A stage
-// with partners in the same thread swaps registers; partners in other lanes of the warp are
-// exchanged by shuffles; only partners in other warps (j >= 32 * RG_E) go through shared
-// memory, so a 1024-element row needs three block-wide barriers instead of 55.
+// Rows of RG_MIN..SO_SMEM elements whose keys fit 32 bits (f32, f16, bf16, i32), and the
+// chunks of longer rows: each key packed with its position into one word (key << SHIFT |
+// position: the pair's order is the word's), RG_E consecutive words a thread. Each warp sorts
+// RG_MIN words in registers (no barrier), then merge levels in shared memory join the warps'
+// runs: a 2048-element row needs seven block-wide barriers, and far fewer steps than the
+// network over the whole row (36 stages a warp, then three merges of eight words a thread).
 #define RG_E 8
 #define RG_MIN (32 * RG_E)
 
@@ -224,36 +235,21 @@ template <uint32_t J, typename W> __device__ __forceinline__ void rg_local(W (&v
     }
 }
 
+// One warp sorts `n` elements of `p` (padded to RG_MIN; lane l holds words l * RG_E .. + RG_E
+// in `v`, `base` = l * RG_E) by the bitonic network in registers: partners in the same thread
+// swap registers, partners in other lanes are exchanged by shuffles.
 template <typename T>
-__device__ __forceinline__ void rows_reg_impl(const T *in, T *out, int64_t *out_idx, uint64_t r, uint32_t npad,
-                                              int desc, uint64_t kout) {
+__device__ __forceinline__ void rg_sort(const T *p, uint64_t n, uint32_t base, uint32_t inv,
+                                        typename Word<T>::W (&v)[RG_E]) {
     typedef typename Word<T>::W W;
-    __shared__ W sm[SO_SMEM];
-    const uint32_t t = threadIdx.x, base = t * RG_E;
-    const uint64_t row = blockIdx.x;
-    const T *p = in + row * r;
-    const uint32_t inv = desc ? (uint32_t)width_mask<T>() : 0u;
-    W v[RG_E];
 #pragma unroll
     for (uint32_t e = 0; e < RG_E; e++) {
         const uint32_t i = base + e;
-        v[e] = i < r ? ((W)((uint32_t)Key<T>::to(p[i]) ^ inv) << Word<T>::SHIFT) | i : ~(W)0;
+        v[e] = i < n ? ((W)((uint32_t)Key<T>::to(p[i]) ^ inv) << Word<T>::SHIFT) | i : ~(W)0;
     }
-    for (uint32_t k = 2; k <= npad; k <<= 1) {
+    for (uint32_t k = 2; k <= RG_MIN; k <<= 1) {
         for (uint32_t j = k >> 1; j > 0; j >>= 1) {
-            if (j >= 32 * RG_E) {
-#pragma unroll
-                for (uint32_t e = 0; e < RG_E; e++) sm[base + e] = v[e];
-                __syncthreads();
-#pragma unroll
-                for (uint32_t e = 0; e < RG_E; e++) {
-                    const uint32_t i = base + e;
-                    const W o = sm[i ^ j];
-                    const bool keep_min = ((i & j) == 0) == ((i & k) == 0);
-                    v[e] = keep_min ? rg_min(v[e], o) : rg_max(v[e], o);
-                }
-                __syncthreads();
-            } else if (j >= RG_E) {
+            if (j >= RG_E) {
                 const uint32_t lanes = j / RG_E;
 #pragma unroll
                 for (uint32_t e = 0; e < RG_E; e++) {
@@ -271,24 +267,228 @@ __device__ __forceinline__ void rows_reg_impl(const T *in, T *out, int64_t *out_
             }
         }
     }
-    T *q = out + row * kout;
-    int64_t *qi = out_idx + row * kout;
+}
+
+// Words of the workspace: u64 (key << 32 | position) for keys of at most 32 bits, {key,
+// position} for 64-bit keys, ordered as integers. No two words of a row's elements are equal;
+// padding words (all ones, in a chunk's merges only) are identical, and the search and the
+// merge below both take b's word first on a tie, so they agree on where each word goes.
+__device__ __forceinline__ bool lt(u64 a, u64 b) { return a < b; }
+__device__ __forceinline__ bool lt(const ulonglong2 &a, const ulonglong2 &b) {
+    return a.x < b.x || (a.x == b.x && a.y < b.y);
+}
+__device__ __forceinline__ uint32_t pos_of(u64 w) { return (uint32_t)w; }
+__device__ __forceinline__ uint32_t pos_of(const ulonglong2 &w) { return (uint32_t)w.y; }
+
+// How many of the first `d` words of the merge of a[0..la) and b[0..lb) come from `a`
+// (d <= la + lb): the first i in [max(0, d - lb), min(d, la)] with !(a[i] < b[d - 1 - i]).
+template <typename W, typename I>
+__device__ __forceinline__ I merge_path(const W *a, I la, const W *b, I lb, I d) {
+    I lo = d > lb ? d - lb : 0, hi = min(d, la);
+    while (lo < hi) {
+        const I mid = (lo + hi) >> 1;
+        if (lt(a[mid], b[d - 1 - mid]))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+// Sorts `n` elements of `p` (padded to `npad`, RG_MIN..SO_SMEM, a power of two) as words into
+// sm[0..npad), a block of npad / RG_E threads: each warp sorts RG_MIN words in registers by the
+// bitonic network (shuffles only, no barrier), then log2(npad / RG_MIN) merge levels in shared
+// memory join the runs (each thread finds the start of its RG_E outputs by merge path and
+// merges them; padding words, all ones, sort last and are identical, so ties among them need
+// no order). Far fewer steps than the network over npad. Positions are local to `p`. Ends
+// after a barrier.
+template <typename T>
+__device__ __forceinline__ void warp_merge_sort(const T *p, uint64_t n, uint32_t npad, uint32_t inv,
+                                                typename Word<T>::W *sm) {
+    typedef typename Word<T>::W W;
+    const uint32_t tid = threadIdx.x, lane_base = (tid % 32) * RG_E, warp_at = (tid / 32) * RG_MIN;
+    // Positions in the warp's sort are local to the warp; made local to `p` when stored.
+    const uint64_t wn = n > warp_at ? min((uint64_t)RG_MIN, n - warp_at) : 0;
+    W v[RG_E];
+    rg_sort<T>(p + warp_at, wn, lane_base, inv, v);
 #pragma unroll
-    for (uint32_t e = 0; e < RG_E; e++) {
-        const uint32_t i = base + e;
-        if (i < kout) {
-            const uint32_t at = (uint32_t)(v[e] & (((W)1 << Word<T>::SHIFT) - 1));
-            q[i] = p[at];
-            qi[i] = at;
+    for (uint32_t e = 0; e < RG_E; e++) sm[warp_at + lane_base + e] = v[e] == ~(W)0 ? v[e] : v[e] + warp_at;
+    __syncthreads();
+    for (uint32_t run = RG_MIN; run < npad; run <<= 1) {
+        const uint32_t d = tid * RG_E, at = d & ~(2 * run - 1), dd = d - at;
+        const W *a = sm + at, *b = sm + at + run;
+        uint32_t ai = merge_path<W, uint32_t>(a, run, b, run, dd), bi = dd - ai;
+#pragma unroll
+        for (uint32_t e = 0; e < RG_E; e++) {
+            const bool take_a = ai < run && (bi >= run || lt(a[ai], b[bi]));
+            v[e] = take_a ? a[ai++] : b[bi++];
         }
+        __syncthreads();
+#pragma unroll
+        for (uint32_t e = 0; e < RG_E; e++) sm[d + e] = v[e];
+        __syncthreads();
     }
 }
+
+// Rows of RG_MIN..SO_SMEM elements padded (keys of at most 32 bits): `warp_merge_sort`, then
+// the first `kout` values and positions written coalesced.
+template <typename T>
+__device__ __forceinline__ void rows_reg_impl(const T *in, T *out, int64_t *out_idx, uint64_t r, uint32_t npad,
+                                              int desc, uint64_t kout) {
+    typedef typename Word<T>::W W;
+    __shared__ W sm[SO_SMEM];
+    const uint64_t row = blockIdx.x;
+    const T *p = in + row * r;
+    warp_merge_sort<T>(p, r, npad, desc ? (uint32_t)width_mask<T>() : 0u, sm);
+    T *q = out + row * kout;
+    int64_t *qi = out_idx + row * kout;
+    for (uint32_t i = threadIdx.x; i < kout; i += blockDim.x) {
+        const uint32_t at = (uint32_t)(sm[i] & (((W)1 << Word<T>::SHIFT) - 1));
+        q[i] = p[at];
+        qi[i] = at;
+    }
+}
+
+// Chunks of SO_SMEM elements of rows of keys of at most 32 bits (a block of SO_SMEM / RG_E
+// threads): `warp_merge_sort`, then the first min(length, kout) words written as key << 32 |
+// position-in-row words, coalesced. One chunk a block at a time.
+template <typename T>
+__device__ __forceinline__ void chunks_reg_impl(const T *in, u64 *ws, uint64_t rows, uint64_t r, int desc,
+                                                uint64_t kout) {
+    typedef typename Word<T>::W W;
+    __shared__ W sm[SO_SMEM];
+    const uint32_t inv = desc ? (uint32_t)width_mask<T>() : 0u;
+    const uint64_t per_row = (r + SO_SMEM - 1) / SO_SMEM, chunks = rows * per_row;
+    for (uint64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
+        const uint64_t row = c / per_row, start = (c % per_row) * SO_SMEM;
+        const uint64_t n = min((uint64_t)SO_SMEM, r - start), keep = min(n, kout);
+        warp_merge_sort<T>(in + row * r + start, n, SO_SMEM, inv, sm);
+        u64 *q = ws + row * r + start;
+        for (uint32_t i = threadIdx.x; i < keep; i += blockDim.x) {
+            const W w = sm[i];
+            q[i] = ((u64)(w >> Word<T>::SHIFT) << 32) | (start + (uint32_t)(w & (((W)1 << Word<T>::SHIFT) - 1)));
+        }
+        __syncthreads();
+    }
+}
+
+// ---- Merges of sorted runs (rows longer than SO_SMEM) ----
+
+template <typename T> struct WordOf { typedef u64 W; };
+template <> struct WordOf<double> { typedef ulonglong2 W; };
+template <> struct WordOf<int64_t> { typedef ulonglong2 W; };
+
+// Merge `pair` of row `row` when runs are `run` long: its runs A (at `a`) and B (at `b`, just
+// after A) with `la` and `lb` words kept each, and its `outc` kept outputs, at `a` on.
+struct MergePair {
+    uint64_t a, b, la, lb, outc;
+};
+__device__ __forceinline__ MergePair merge_pair(uint64_t row, uint64_t pair, uint64_t r, uint64_t kout,
+                                                uint64_t run) {
+    const uint64_t start = pair * 2 * run, rest = r - start;
+    const uint64_t fa = min(run, rest), fb = min(run, rest - fa);
+    MergePair m;
+    m.a = row * r + start;
+    m.b = m.a + fa;
+    m.la = min(fa, kout);
+    m.lb = min(fb, kout);
+    m.outc = min(fa + fb, kout);
+    return m;
+}
+
+// Tile boundaries of one merge pass: `tiles` (tiles a merge) + 1 entries a merge, entry j the
+// split (words from A) of the first min(j * MG_TILE, outc) outputs.
+template <typename W>
+__device__ __forceinline__ void part_impl(const W *src, uint32_t *part, uint64_t rows, uint64_t r, uint64_t kout,
+                                          uint64_t run, uint64_t pairs, uint64_t tiles) {
+    const uint64_t n = rows * pairs * (tiles + 1), stride = (uint64_t)gridDim.x * blockDim.x;
+    for (uint64_t e = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += stride) {
+        const uint64_t at = e / (tiles + 1), j = e % (tiles + 1);
+        const MergePair m = merge_pair(at / pairs, at % pairs, r, kout, run);
+        const uint64_t d = min(j * MG_TILE, m.outc);
+        part[e] = (uint32_t)merge_path<W, uint64_t>(src + m.a, m.la, src + m.b, m.lb, d);
+    }
+}
+
+// One merge pass: a block merges one tile of MG_TILE outputs at a time (see the header). Into
+// `dst` (words, laid out as `src`), or, FINAL (one merge a row), into the values `out` (read
+// from `in` at the merged positions) and the indices `out_idx`, rows of `kout`.
+template <typename T, typename W, bool FINAL>
+__device__ __forceinline__ void merge_impl(const W *src, W *dst, const T *in, T *out, int64_t *out_idx,
+                                           const uint32_t *part, uint64_t rows, uint64_t r, uint64_t kout,
+                                           uint64_t run, uint64_t pairs, uint64_t tiles) {
+    __shared__ W s[MG_TILE];
+    const uint64_t all = rows * pairs * tiles;
+    const uint32_t tid = threadIdx.x;
+    for (uint64_t t = blockIdx.x; t < all; t += gridDim.x) {
+        const uint64_t at = t / tiles, j = t % tiles, row = at / pairs;
+        const MergePair m = merge_pair(row, at % pairs, r, kout, run);
+        const uint64_t d0 = j * MG_TILE;
+        if (d0 >= m.outc) continue;  // the same for the whole block
+        const uint64_t d1 = min(d0 + MG_TILE, m.outc);
+        const uint64_t a0 = part[at * (tiles + 1) + j], a1 = part[at * (tiles + 1) + j + 1];
+        const uint64_t b0 = d0 - a0;
+        const uint32_t n = (uint32_t)(d1 - d0), na = (uint32_t)(a1 - a0), nb = n - na;
+        for (uint32_t i = tid; i < n; i += MG_THREADS) s[i] = i < na ? src[m.a + a0 + i] : src[m.b + b0 + (i - na)];
+        __syncthreads();
+        const uint32_t d = min(tid * MG_E, n);
+        uint32_t ai = merge_path<W, uint32_t>(s, na, s + na, nb, d);
+        uint32_t bi = d - ai;
+        W v[MG_E];
+#pragma unroll
+        for (uint32_t e = 0; e < MG_E; e++) {
+            if (d + e < n) {
+                const bool take_a = ai < na && (bi >= nb || lt(s[ai], s[na + bi]));
+                v[e] = take_a ? s[ai++] : s[na + bi++];
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (uint32_t e = 0; e < MG_E; e++)
+            if (d + e < n) s[d + e] = v[e];
+        __syncthreads();
+        if (FINAL) {
+            const T *p = in + row * r;
+            T *q = out + row * kout + d0;
+            int64_t *qi = out_idx + row * kout + d0;
+            for (uint32_t i = tid; i < n; i += MG_THREADS) {
+                const uint32_t at_pos = pos_of(s[i]);
+                q[i] = p[at_pos];
+                qi[i] = at_pos;
+            }
+        } else {
+            W *q = dst + m.a + d0;
+            for (uint32_t i = tid; i < n; i += MG_THREADS) q[i] = s[i];
+        }
+        __syncthreads();
+    }
+}
+
+#define SO_MERGE_WORDS(NAME, W)                                                                          \
+    extern "C" __global__ void sort_part_##NAME(const W *src, uint32_t *part, uint64_t rows, uint64_t r, \
+                                                uint64_t kout, uint64_t run, uint64_t pairs,             \
+                                                uint64_t tiles) {                                        \
+        part_impl<W>(src, part, rows, r, kout, run, pairs, tiles);                                       \
+    }                                                                                                    \
+    extern "C" __global__ void __launch_bounds__(MG_THREADS)                                             \
+        sort_merge_##NAME(const W *src, W *dst, const uint32_t *part, uint64_t rows, uint64_t r,         \
+                          uint64_t kout, uint64_t run, uint64_t pairs, uint64_t tiles) {                 \
+        merge_impl<float, W, false>(src, dst, nullptr, nullptr, nullptr, part, rows, r, kout, run,       \
+                                    pairs, tiles);                                                       \
+    }
+
+SO_MERGE_WORDS(w64, u64)
+SO_MERGE_WORDS(w128, ulonglong2)
 
 #define SO_REG_KERNEL(NAME, T)                                                                           \
     extern "C" __global__ void __launch_bounds__(SO_SMEM / RG_E)                                         \
         sort_rows8_##NAME(const T *in, T *out, int64_t *out_idx, uint64_t r, uint32_t npad, int desc,    \
                           uint64_t kout) {                                                               \
         rows_reg_impl<T>(in, out, out_idx, r, npad, desc, kout);                                         \
+    }                                                                                                    \
+    extern "C" __global__ void __launch_bounds__(SO_SMEM / RG_E)                                         \
+        sort_chunks8_##NAME(const T *in, u64 *ws, uint64_t rows, uint64_t r, int desc, uint64_t kout) {  \
+        chunks_reg_impl<T>(in, ws, rows, r, desc, kout);                                                 \
     }
 
 SO_REG_KERNEL(f32, float)
@@ -302,14 +502,12 @@ SO_REG_KERNEL(i32, int32_t)
                          uint64_t kout) {                                                                \
         rows_impl<T>(in, out, out_idx, r, npad, desc, kout);                                             \
     }                                                                                                    \
-    extern "C" __global__ void sort_prep_##NAME(const T *in, u64 *key, uint32_t *pos, uint64_t rows,     \
-                                                uint64_t r, uint64_t npad, int desc) {                   \
-        prep_impl<T>(in, key, pos, rows, r, npad, desc);                                                 \
-    }                                                                                                    \
-    extern "C" __global__ void sort_finish_##NAME(const T *in, const uint32_t *pos, T *out,              \
-                                                  int64_t *out_idx, uint64_t rows, uint64_t r,           \
-                                                  uint64_t npad, uint64_t kout) {                        \
-        finish_impl<T>(in, pos, out, out_idx, rows, r, npad, kout);                                      \
+    extern "C" __global__ void __launch_bounds__(MG_THREADS)                                             \
+        sort_mfinal_##NAME(const typename WordOf<T>::W *src, const uint32_t *part, const T *in, T *out,  \
+                           int64_t *out_idx, uint64_t rows, uint64_t r, uint64_t kout, uint64_t run,     \
+                           uint64_t pairs, uint64_t tiles) {                                             \
+        merge_impl<T, typename WordOf<T>::W, true>(src, nullptr, in, out, out_idx, part, rows, r, kout,  \
+                                                   run, pairs, tiles);                                   \
     }
 
 SO_KERNELS(f64, double)
@@ -318,3 +516,13 @@ SO_KERNELS(f16, __half)
 SO_KERNELS(bf16, __nv_bfloat16)
 SO_KERNELS(i32, int32_t)
 SO_KERNELS(i64, int64_t)
+
+#define SO_CHUNK_KERNEL(NAME, T)                                                                         \
+    extern "C" __global__ void __launch_bounds__(SO_THREADS)                                             \
+        sort_chunks_##NAME(const T *in, ulonglong2 *ws, uint64_t rows, uint64_t r, int desc,             \
+                           uint64_t kout) {                                                              \
+        chunks_impl<T>(in, ws, rows, r, desc, kout);                                                     \
+    }
+
+SO_CHUNK_KERNEL(f64, double)
+SO_CHUNK_KERNEL(i64, int64_t)

@@ -195,8 +195,10 @@ def main():
     idx = torch.randint(0, 8191, (8192, 8192), device=dev)
     sel = torch.randint(0, 8191, (4096,), device=dev)
     narrow = torch.rand(8192, 1024, device=dev)
+    wide = torch.rand(8192, 4096, device=dev)
     for name, nbytes, fn in [
             ("sort_8192x1024_f32", 8192 * 1024 * (4 + 4 + 8), lambda: narrow.sort(dim=1, stable=True)),
+            ("sort_8192x4096_f32", 8192 * 4096 * (4 + 4 + 8), lambda: wide.sort(dim=1, stable=True)),
             ("topk16_8192x1024_f32", 8192 * 1024 * 4 + 8192 * 16 * 12, lambda: narrow.topk(16, 1)),
             ("cumsum_dim1_8192x8192_f32", 2 * n2 * 4, lambda: x.cumsum(1)),
             ("gather_dim1_8192x8192_f32", 2 * n2 * 4 + n2 * 8, lambda: x.gather(1, idx)),
@@ -210,7 +212,7 @@ def main():
             ("any_64Mi_bool", n2, lambda: flags.any())]:
         med, mn = wall(fn, 30)
         rows.append({"name": name, "bytes": nbytes, "median_ms": med, "min_ms": mn})
-    del x, flags, idx, sel, narrow
+    del x, flags, idx, sel, narrow, wide
     for dt, name in [(torch.float32, "matmul_4096_f32"), (torch.bfloat16, "matmul_4096_bf16")]:
         a = torch.randn(4096, 4096, device=dev, dtype=dt)
         b = torch.randn(4096, 4096, device=dev, dtype=dt)

@@ -7,13 +7,17 @@
 //! Every entry point keeps the first `k` of each sorted row (`k == r` for a whole sort, fewer
 //! for PyTorch's `topk`): the kernels write only those.
 //!
-//! Speed: rows of at most [`SMEM_ROW`] elements sort on chip, one block a row (a bitonic
-//! network; the row read once and written once). Rows of [`REG_ROW_MIN`] elements or more
-//! with keys of at most 32 bits (f32, f16, bf16, i32) hold each key packed with its position
-//! in one word, eight words a thread in registers, and exchange partners by warp shuffles
-//! (shared memory only between warps); others run the network in shared memory. Longer rows
-//! run the network in global memory, one launch a stage (`log2(n) * (log2(n) + 1) / 2`
-//! launches over the whole array): correct for any length, far slower than a radix sort.
+//! Speed: rows of at most [`SMEM_ROW`] elements sort on chip, one block a row (the row read
+//! once and written once). Rows of [`REG_ROW_MIN`] elements or more with keys of at most 32
+//! bits (f32, f16, bf16, i32) hold each key packed with its position in one word, eight words
+//! a thread: each warp sorts 256 words in registers (a bitonic network, partners exchanged by
+//! warp shuffles), then the warps' runs merge in shared memory; other rows run a bitonic
+//! network in shared memory. Longer rows sort in chunks of [`SMEM_ROW`] the same way (64-bit
+//! keys: the shared-memory network) into a workspace of (key, position) words, then merge the
+//! sorted runs of each row two by two, doubling their length each pass
+//! (`ceil(log2(r / 2048))` passes, each reading and writing the workspace once; merge path
+//! gives every block the same share of outputs); the last pass writes the values and indices.
+//! A top-k keeps only the first `k` words of every run.
 
 use std::cmp::Ordering;
 
@@ -22,7 +26,8 @@ use crate::{Element, Error, Result};
 /// Longest row sorted in shared memory by one block (`SO_SMEM`).
 pub const SMEM_ROW: usize = 2048;
 
-/// Shortest padded row sorted in registers (`RG_MIN`: a full warp of eight-word threads).
+/// Shortest padded row sorted in registers (`RG_MIN`: a full warp of eight-word threads, the
+/// run each warp sorts).
 pub const REG_ROW_MIN: usize = 256;
 
 /// The order of two values of a row: NaN after everything (NaNs equal), -0.0 equal to +0.0.
@@ -99,8 +104,12 @@ fn sizes(rows: usize, r: usize, k: usize) -> Result<(usize, usize)> {
     Ok((n, rows * k))
 }
 
-/// How the kernels sort `[rows, r]`: the row padded to `npad` (a power of two), in shared
-/// memory or through a global workspace.
+/// Outputs one merge block writes (`MG_TILE`); divides [`SMEM_ROW`].
+const MERGE_TILE: usize = 2048;
+
+/// How the kernels sort `[rows, r]`: rows of at most [`SMEM_ROW`] elements padded to `npad` (a
+/// power of two) in one block each; longer rows as sorted chunks of [`SMEM_ROW`] merged
+/// through a global workspace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SortPlan {
     /// Rows.
@@ -109,6 +118,13 @@ pub struct SortPlan {
     pub r: usize,
     /// The row's length padded to a power of two.
     pub npad: usize,
+}
+
+/// One merge pass over runs of `run` elements keeping `k` of each row: merges a row
+/// (`pairs`) and tiles of [`MERGE_TILE`] outputs a merge (`tiles`).
+fn merge_geometry(r: usize, k: usize, run: usize) -> (usize, usize) {
+    let pair = run.saturating_mul(2);
+    (r.div_ceil(pair), pair.min(r).min(k).div_ceil(MERGE_TILE))
 }
 
 impl SortPlan {
@@ -127,30 +143,68 @@ impl SortPlan {
         })
     }
 
-    /// Whether one block sorts each row in shared memory.
+    /// Whether one block sorts each row on chip (no workspace).
     pub fn in_shared_memory(&self) -> bool {
         self.npad <= SMEM_ROW
     }
 
-    /// Bytes of device workspace the sort needs: none in shared memory, else a key (8 bytes)
-    /// and a position (4) per padded element.
-    pub fn workspace_bytes(&self) -> Result<usize> {
+    /// Merge passes after the chunk sort: `ceil(log2(r / 2048))`, none for rows sorted on chip.
+    pub fn merge_passes(&self) -> usize {
+        let (mut run, mut passes) = (SMEM_ROW, 0);
+        while run < self.r {
+            run *= 2;
+            passes += 1;
+        }
+        passes
+    }
+
+    /// Bytes of device workspace the sort of `T` needs (any `k`), from a 16-byte aligned
+    /// start: none for rows sorted on chip; else one word (8 bytes for keys of at most 32
+    /// bits, 16 for f64 and i64) per element, twice when there are two merge passes or more,
+    /// and the merge partitions (4 bytes each).
+    pub fn workspace_bytes<T: Element>(&self) -> Result<usize> {
         if self.in_shared_memory() {
             return Ok(0);
         }
-        self.rows
-            .checked_mul(self.npad)
-            .and_then(|n| n.checked_mul(12))
-            .ok_or(Error::Unsupported {
-                op: "sort",
-                reason: "workspace overflows".into(),
-            })
+        let overflow = || Error::Unsupported {
+            op: "sort",
+            reason: "workspace overflows".into(),
+        };
+        let buffers = if self.merge_passes() >= 2 { 2 } else { 1 };
+        let words = self
+            .rows
+            .checked_mul(self.r)
+            .and_then(|n| n.checked_mul(word_bytes::<T>() * buffers))
+            .ok_or_else(overflow)?;
+        let parts = self.partitions().ok_or_else(overflow)?;
+        parts
+            .checked_mul(4)
+            .and_then(|p| p.checked_add(words))
+            .ok_or_else(overflow)
+    }
+
+    /// The most merge partitions of any pass (all `r` of each row kept, the most there are).
+    fn partitions(&self) -> Option<usize> {
+        let mut most = 0usize;
+        let mut run = SMEM_ROW;
+        while run < self.r {
+            let (pairs, tiles) = merge_geometry(self.r, self.r, run);
+            most = most.max(self.rows.checked_mul(pairs)?.checked_mul(tiles + 1)?);
+            run *= 2;
+        }
+        Some(most)
     }
 }
 
+/// Bytes of one (key, position) word of the merge workspace.
+fn word_bytes<T: Element>() -> usize {
+    if size_of::<T>() == 8 { 16 } else { 8 }
+}
+
 /// Queues the sort of `input` (`rows` rows of `r` elements), the first `k` of each sorted row
-/// into `values` and `indices` (`rows * k` of each), on `stream`, using `workspace` ([`SortPlan::workspace_bytes`]). Every span is checked before
-/// anything is launched.
+/// into `values` and `indices` (`rows * k` of each), on `stream`, using `workspace`
+/// ([`SortPlan::workspace_bytes`] bytes from a 16-byte aligned start; nothing for rows of at
+/// most [`SMEM_ROW`]). Every span is checked before anything is launched.
 #[cfg(feature = "cuda")]
 #[allow(clippy::too_many_arguments)]
 pub fn gpu_sort<T: Element>(
@@ -167,34 +221,34 @@ pub fn gpu_sort<T: Element>(
     use genesis_cuda::{Kernel, LaunchConfig};
     use std::ffi::c_void;
 
-    // Shared-memory rows, registers rows (keys of at most 32 bits), prep and finish.
+    // Shared-memory rows, register rows (keys of at most 32 bits), chunks, last merge pass.
     let names = match T::NAME {
         "f32" => [
             "sort_rows_f32",
             "sort_rows8_f32",
-            "sort_prep_f32",
-            "sort_finish_f32",
+            "sort_chunks8_f32",
+            "sort_mfinal_f32",
         ],
         "f16" => [
             "sort_rows_f16",
             "sort_rows8_f16",
-            "sort_prep_f16",
-            "sort_finish_f16",
+            "sort_chunks8_f16",
+            "sort_mfinal_f16",
         ],
         "bf16" => [
             "sort_rows_bf16",
             "sort_rows8_bf16",
-            "sort_prep_bf16",
-            "sort_finish_bf16",
+            "sort_chunks8_bf16",
+            "sort_mfinal_bf16",
         ],
         "i32" => [
             "sort_rows_i32",
             "sort_rows8_i32",
-            "sort_prep_i32",
-            "sort_finish_i32",
+            "sort_chunks8_i32",
+            "sort_mfinal_i32",
         ],
-        "i64" => ["sort_rows_i64", "", "sort_prep_i64", "sort_finish_i64"],
-        "f64" => ["sort_rows_f64", "", "sort_prep_f64", "sort_finish_f64"],
+        "i64" => ["sort_rows_i64", "", "sort_chunks_i64", "sort_mfinal_i64"],
+        "f64" => ["sort_rows_f64", "", "sort_chunks_f64", "sort_mfinal_f64"],
         other => {
             return Err(Error::Unsupported {
                 op: "sort",
@@ -217,12 +271,18 @@ pub fn gpu_sort<T: Element>(
             });
         }
     }
-    let need = plan.workspace_bytes()?;
+    let need = plan.workspace_bytes::<T>()?;
     if workspace.len() < need {
         return Err(Error::LengthMismatch {
             op: "sort workspace",
             expected: need,
             got: workspace.len(),
+        });
+    }
+    if need > 0 && workspace.addr() % 16 != 0 {
+        return Err(Error::Unsupported {
+            op: "sort",
+            reason: "workspace not 16-byte aligned".into(),
         });
     }
     if kept == 0 {
@@ -232,12 +292,13 @@ pub fn gpu_sort<T: Element>(
     let (mut pin, mut pv, mut pi) = (input.addr(), values.addr(), indices.addr());
     let mut desc = i32::from(descending);
     let (mut rows64, mut r64, mut k64) = (rows as u64, r as u64, k as u64);
+    let too_many = |blocks: usize| Error::Unsupported {
+        op: "sort",
+        reason: format!("{blocks} blocks (below 2^31)"),
+    };
     if plan.in_shared_memory() {
         if rows > i32::MAX as usize {
-            return Err(Error::Unsupported {
-                op: "sort",
-                reason: format!("{rows} rows (below 2^31)"),
-            });
+            return Err(too_many(rows));
         }
         let mut npad = plan.npad as u32;
         let in_registers = plan.npad >= REG_ROW_MIN && !names[1].is_empty();
@@ -275,60 +336,120 @@ pub fn gpu_sort<T: Element>(
         unsafe { kernel.launch(stream, config, &mut params)? };
         return Ok(());
     }
-    let total = (rows * plan.npad) as u64;
-    let cap = u64::from(ctx.multiprocessors().max(1)) * 32;
-    let grid = LaunchConfig::linear(total.div_ceil(256).clamp(1, cap) as u32, 256);
-    let mut key = workspace.addr();
-    let mut pos = key + (rows * plan.npad * 8) as u64;
-    let mut npad = plan.npad as u64;
-    let prep = Kernel::get(ctx, &crate::images::SORT, names[2])?;
-    let mut params: [*mut c_void; 7] = [
-        (&raw mut pin).cast(),
-        (&raw mut key).cast(),
-        (&raw mut pos).cast(),
-        (&raw mut rows64).cast(),
-        (&raw mut r64).cast(),
-        (&raw mut npad).cast(),
-        (&raw mut desc).cast(),
-    ];
-    // SAFETY: the parameters match `sort_prep_<T>`; the workspace holds `rows * npad` keys
-    // and positions (checked).
-    unsafe { prep.launch(stream, grid, &mut params)? };
-    let step = Kernel::get(ctx, &crate::images::SORT, "sort_step")?;
-    let mut k = 2u64;
-    while k <= npad {
-        let mut j = k / 2;
-        while j > 0 {
-            let (mut jj, mut kk) = (j, k);
-            let mut params: [*mut c_void; 6] = [
-                (&raw mut key).cast(),
-                (&raw mut pos).cast(),
-                (&raw mut rows64).cast(),
-                (&raw mut npad).cast(),
-                (&raw mut jj).cast(),
-                (&raw mut kk).cast(),
-            ];
-            // SAFETY: the parameters match `sort_step`, over the workspace written above.
-            unsafe { step.launch(stream, grid, &mut params)? };
-            j /= 2;
+
+    // Long rows: chunks sorted into buffer 0, then merge passes between buffers 0 and 1, the
+    // last into the outputs; the partitions after the buffers.
+    let words = (n * word_bytes::<T>()) as u64;
+    let buffers = if plan.merge_passes() >= 2 { 2 } else { 1 };
+    let mut bufs = [workspace.addr(), workspace.addr() + words];
+    let mut part = workspace.addr() + words * buffers;
+    let chunks = rows * r.div_ceil(SMEM_ROW);
+    let chunk_kernel = Kernel::get(ctx, &crate::images::SORT, names[2])?;
+    let config = if names[1].is_empty() {
+        // 64-bit keys: the shared-memory network, a key and a position per element.
+        LaunchConfig {
+            grid: (chunks.min(i32::MAX as usize) as u32, 1, 1),
+            block: (512, 1, 1),
+            shared_bytes: (SMEM_ROW * 12) as u32,
         }
-        k *= 2;
-    }
-    let finish = Kernel::get(ctx, &crate::images::SORT, names[3])?;
-    let mut params: [*mut c_void; 8] = [
+    } else {
+        LaunchConfig::linear(chunks.min(i32::MAX as usize) as u32, (SMEM_ROW / 8) as u32)
+    };
+    let mut params: [*mut c_void; 6] = [
         (&raw mut pin).cast(),
-        (&raw mut pos).cast(),
-        (&raw mut pv).cast(),
-        (&raw mut pi).cast(),
+        (&raw mut bufs[0]).cast(),
         (&raw mut rows64).cast(),
         (&raw mut r64).cast(),
-        (&raw mut npad).cast(),
+        (&raw mut desc).cast(),
         (&raw mut k64).cast(),
     ];
-    let out_grid = LaunchConfig::linear((kept as u64).div_ceil(256).clamp(1, cap) as u32, 256);
-    // SAFETY: the parameters match `sort_finish_<T>`; the positions index the input's rows;
-    // the outputs hold `rows * k` elements (checked).
-    unsafe { finish.launch(stream, out_grid, &mut params)? };
+    // SAFETY: the parameters match `sort_chunks8_<T>` / `sort_chunks_<T>` (blocks of 256
+    // threads with static shared memory, or of 512 with 2048 keys and positions of dynamic
+    // shared memory); the kernel loops over the chunks its grid does not cover; buffer 0 holds
+    // `rows * r` words (checked).
+    unsafe { chunk_kernel.launch(stream, config, &mut params)? };
+
+    let wide = word_bytes::<T>() == 16;
+    let part_kernel = Kernel::get(
+        ctx,
+        &crate::images::SORT,
+        if wide {
+            "sort_part_w128"
+        } else {
+            "sort_part_w64"
+        },
+    )?;
+    let merge_kernel = Kernel::get(
+        ctx,
+        &crate::images::SORT,
+        if wide {
+            "sort_merge_w128"
+        } else {
+            "sort_merge_w64"
+        },
+    )?;
+    let final_kernel = Kernel::get(ctx, &crate::images::SORT, names[3])?;
+    let cap = u64::from(ctx.multiprocessors().max(1)) * 32;
+    let mut run = SMEM_ROW;
+    while run < r {
+        let (pairs, tiles) = merge_geometry(r, k, run);
+        let entries = (rows * pairs * (tiles + 1)) as u64;
+        let (mut run64, mut pairs64, mut tiles64) = (run as u64, pairs as u64, tiles as u64);
+        let mut params: [*mut c_void; 8] = [
+            (&raw mut bufs[0]).cast(),
+            (&raw mut part).cast(),
+            (&raw mut rows64).cast(),
+            (&raw mut r64).cast(),
+            (&raw mut k64).cast(),
+            (&raw mut run64).cast(),
+            (&raw mut pairs64).cast(),
+            (&raw mut tiles64).cast(),
+        ];
+        let grid = LaunchConfig::linear(entries.div_ceil(256).clamp(1, cap) as u32, 256);
+        // SAFETY: the parameters match `sort_part_<w>`; the source buffer holds the runs the
+        // previous step wrote; the partitions hold `entries` (at most `partitions()`, checked
+        // through the workspace size).
+        unsafe { part_kernel.launch(stream, grid, &mut params)? };
+        let blocks = (rows * pairs * tiles).min(i32::MAX as usize) as u32;
+        let grid = LaunchConfig::linear(blocks.max(1), MERGE_TILE as u32 / 8);
+        if run * 2 >= r {
+            let mut params: [*mut c_void; 11] = [
+                (&raw mut bufs[0]).cast(),
+                (&raw mut part).cast(),
+                (&raw mut pin).cast(),
+                (&raw mut pv).cast(),
+                (&raw mut pi).cast(),
+                (&raw mut rows64).cast(),
+                (&raw mut r64).cast(),
+                (&raw mut k64).cast(),
+                (&raw mut run64).cast(),
+                (&raw mut pairs64).cast(),
+                (&raw mut tiles64).cast(),
+            ];
+            // SAFETY: the parameters match `sort_mfinal_<T>` (blocks of 256 threads, static
+            // shared memory); the merged positions index the input's rows; the outputs hold
+            // `rows * k` elements (checked).
+            unsafe { final_kernel.launch(stream, grid, &mut params)? };
+        } else {
+            let mut params: [*mut c_void; 9] = [
+                (&raw mut bufs[0]).cast(),
+                (&raw mut bufs[1]).cast(),
+                (&raw mut part).cast(),
+                (&raw mut rows64).cast(),
+                (&raw mut r64).cast(),
+                (&raw mut k64).cast(),
+                (&raw mut run64).cast(),
+                (&raw mut pairs64).cast(),
+                (&raw mut tiles64).cast(),
+            ];
+            // SAFETY: the parameters match `sort_merge_<w>` (blocks of 256 threads, static
+            // shared memory); both buffers hold `rows * r` words (two buffers when there is
+            // more than one pass, checked).
+            unsafe { merge_kernel.launch(stream, grid, &mut params)? };
+            bufs.swap(0, 1);
+        }
+        run *= 2;
+    }
     Ok(())
 }
 
@@ -366,12 +487,28 @@ mod tests {
     fn plans() {
         let p = SortPlan::new(8192, 1024).unwrap();
         assert!(p.in_shared_memory() && p.npad == 1024);
-        assert_eq!(p.workspace_bytes().unwrap(), 0);
+        assert_eq!(p.workspace_bytes::<f32>().unwrap(), 0);
+        // One merge pass: one buffer of words, and two merges' partitions (2 tiles + 1 each).
         let long = SortPlan::new(2, 3000).unwrap();
+        assert_eq!(long.merge_passes(), 1);
         assert_eq!(
-            (long.npad, long.workspace_bytes().unwrap()),
-            (4096, 2 * 4096 * 12)
+            long.workspace_bytes::<f32>().unwrap(),
+            2 * 3000 * 8 + 2 * 3 * 4
         );
+        assert_eq!(
+            long.workspace_bytes::<f64>().unwrap(),
+            2 * 3000 * 16 + 2 * 3 * 4
+        );
+        // Three passes (runs of 2048, 4096, 8192): two buffers; the most partitions in the
+        // second pass (2 merges of 4 tiles + 1 a row).
+        let longer = SortPlan::new(3, 10_000).unwrap();
+        assert_eq!(longer.merge_passes(), 3);
+        assert_eq!(
+            longer.workspace_bytes::<i32>().unwrap(),
+            2 * 3 * 10_000 * 8 + 3 * 2 * 5 * 4
+        );
+        assert_eq!(SortPlan::new(1, 4097).unwrap().merge_passes(), 2);
+        assert_eq!(SortPlan::new(1, 4096).unwrap().merge_passes(), 1);
         assert!(SortPlan::new(1, 1 << 32).is_err());
     }
 }

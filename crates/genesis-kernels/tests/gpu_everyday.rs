@@ -1,8 +1,8 @@
 //! The everyday kernels against their CPU twins: prod, any/all, var/std over full, row and
 //! column reductions of odd and large shapes, aligned and misaligned, cumsum and cumprod along
-//! rows (one pass and chunked) and columns, gather/scatter/scatter_add, sort (shared memory and
-//! the global network; exact), and clamp over random bit patterns (exact). sin/cos are in
-//! `gpu_elementwise` (`UnaryOp::ALL`).
+//! rows (one pass and chunked) and columns, gather/scatter/scatter_add, sort (one block a row,
+//! and chunks merged for long rows; exact), and clamp over random bit patterns (exact). sin/cos
+//! are in `gpu_elementwise` (`UnaryOp::ALL`).
 #![cfg(feature = "cuda")]
 
 use std::sync::Arc;
@@ -748,11 +748,112 @@ fn gather_and_scatter_match_the_cpu_twins() {
     assert_eq!(from_bytes::<u64>(&bad.to_host_vec().unwrap()), [300]);
 }
 
-fn check_sort<T: Random>(ctx: &Arc<Context>, rng: &mut SmallRng) {
+/// Sorts `x` (`rows` rows of `r`) on the GPU keeping the first `k` of each row, for every `k`
+/// of `ks` and both directions, and compares values and indices with the CPU twin exactly.
+/// With `poison`, the workspace starts as garbage (0xa5 bytes), so that a merge that read
+/// words no step wrote would show.
+#[allow(clippy::too_many_arguments)]
+fn sort_case<T: Random>(
+    ctx: &Arc<Context>,
+    s: &Stream,
+    x: &[T],
+    rows: usize,
+    r: usize,
+    ks: &[usize],
+    poison: bool,
+    what: &str,
+) {
     use genesis_kernels::sort::{self, SortPlan};
+    let n = rows * r;
+    assert_eq!(x.len(), n);
+    let plan = SortPlan::new(rows, r).unwrap();
+    let ws_len = plan.workspace_bytes::<T>().unwrap().max(16);
+    let dx = DeviceBuffer::from_host(ctx, bytes_of(x)).unwrap();
+    for descending in [false, true] {
+        // The twin's whole sort; the first k of each of its rows is its top-k (the twin's k
+        // itself is checked by the unit tests).
+        let (mut all_v, mut all_i) = (vec![T::default(); n], vec![0i64; n]);
+        sort::sort::<T>(x, rows, r, r, descending, &mut all_v, &mut all_i).unwrap();
+        for &k in ks {
+            let kept = rows * k;
+            let mut want_v = Vec::with_capacity(kept);
+            let mut want_i = Vec::with_capacity(kept);
+            for row in 0..rows {
+                want_v.extend_from_slice(&all_v[row * r..row * r + k]);
+                want_i.extend_from_slice(&all_i[row * r..row * r + k]);
+            }
+            let mut dv = DeviceBuffer::alloc(ctx, (kept * size_of::<T>()).max(16)).unwrap();
+            let mut di = DeviceBuffer::alloc(ctx, (kept * 8).max(16)).unwrap();
+            let mut ws = if poison {
+                DeviceBuffer::from_host(ctx, &vec![0xa5u8; ws_len]).unwrap()
+            } else {
+                DeviceBuffer::alloc(ctx, ws_len).unwrap()
+            };
+            sort::gpu_sort::<T>(
+                s,
+                dx.as_span::<T>().unwrap().slice(..n).unwrap(),
+                rows,
+                r,
+                k,
+                descending,
+                dv.as_span_mut::<T>().unwrap(),
+                di.as_span_mut::<i64>().unwrap(),
+                ws.as_span_mut().unwrap(),
+            )
+            .unwrap();
+            s.synchronize().unwrap();
+            let got_i: Vec<i64> = from_bytes(&di.to_host_vec().unwrap()[..kept * 8]);
+            let got_v: Vec<T> = from_bytes(&dv.to_host_vec().unwrap()[..kept * size_of::<T>()]);
+            if let Some(at) = (0..kept).find(|&at| got_i[at] != want_i[at]) {
+                panic!(
+                    "sort_{} {what} {rows}x{r} k {k} descending {descending}: index {at} (row {}, \
+                     place {}) is {}, the twin's {}",
+                    T::NAME,
+                    at / k,
+                    at % k,
+                    got_i[at],
+                    want_i[at]
+                );
+            }
+            assert!(
+                got_v.iter().zip(&want_v).all(|(g, w)| T::same(*g, *w)),
+                "sort_{} {what} {rows}x{r} k {k} descending {descending}: values",
+                T::NAME
+            );
+        }
+    }
+}
+
+/// `n` values drawn from `pool` (repeats everywhere: equal keys test the stability).
+fn from_pool<T: Copy>(rng: &mut SmallRng, pool: &[T], n: usize) -> Vec<T> {
+    (0..n)
+        .map(|_| pool[rng.random_range(0..pool.len())])
+        .collect()
+}
+
+/// Random values and the special ones: NaN (twice: distinct payloads for the floats), both
+/// zeros, both infinities (integers: 0 and their extremes).
+fn sort_pool<T: Random>(rng: &mut SmallRng, random: usize) -> Vec<T> {
+    let mut pool: Vec<T> = (0..random).map(|_| T::random(rng)).collect();
+    pool.extend(
+        [
+            f64::NAN,
+            -f64::NAN,
+            -0.0,
+            0.0,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            1.0,
+        ]
+        .map(T::from_f64),
+    );
+    pool
+}
+
+fn check_sort<T: Random>(ctx: &Arc<Context>, rng: &mut SmallRng) {
     let s = Stream::new(ctx).unwrap();
     // Shared-memory rows (below 256 padded), register rows (256..=2048, keys up to 32 bits),
-    // and longer rows through the global network; each kept whole, and its first k (top-k).
+    // and longer rows (chunks and merges); each kept whole, and its first k (top-k).
     for &(rows, r) in &[
         (1usize, 1usize),
         (3, 7),
@@ -769,53 +870,58 @@ fn check_sort<T: Random>(ctx: &Arc<Context>, rng: &mut SmallRng) {
         (0, 5),
         (4, 0),
     ] {
-        let n = rows * r;
         // Random bits (NaN, signed zeros, infinities), with many repeats for the stability.
-        let pool: Vec<T> = (0..16).map(|_| T::random(rng)).collect();
-        let x: Vec<T> = (0..n)
-            .map(|_| pool[rng.random_range(0..pool.len())])
-            .collect();
+        let pool = sort_pool::<T>(rng, 16);
+        let x = from_pool(rng, &pool, rows * r);
         let ks = [r, r.min(1), r.min(16), r / 3];
-        for (descending, &k) in [false, true]
-            .into_iter()
-            .flat_map(|d| ks.iter().map(move |k| (d, k)))
-        {
-            let kept = rows * k;
-            let (mut want_v, mut want_i) = (vec![T::default(); kept], vec![0i64; kept]);
-            sort::sort::<T>(&x, rows, r, k, descending, &mut want_v, &mut want_i).unwrap();
-            let plan = SortPlan::new(rows, r).unwrap();
-            let dx = DeviceBuffer::from_host(ctx, bytes_of(&x)).unwrap();
-            let mut dv = DeviceBuffer::alloc(ctx, (kept * size_of::<T>()).max(16)).unwrap();
-            let mut di = DeviceBuffer::alloc(ctx, (kept * 8).max(16)).unwrap();
-            let mut ws = DeviceBuffer::alloc(ctx, plan.workspace_bytes().unwrap().max(16)).unwrap();
-            sort::gpu_sort::<T>(
-                &s,
-                dx.as_span::<T>().unwrap().slice(..n).unwrap(),
-                rows,
-                r,
-                k,
-                descending,
-                dv.as_span_mut::<T>().unwrap(),
-                di.as_span_mut::<i64>().unwrap(),
-                ws.as_span_mut().unwrap(),
-            )
-            .unwrap();
-            s.synchronize().unwrap();
-            let got_i: Vec<i64> = from_bytes(&di.to_host_vec().unwrap()[..kept * 8]);
-            let got_v: Vec<T> = from_bytes(&dv.to_host_vec().unwrap()[..kept * size_of::<T>()]);
-            assert_eq!(
-                got_i,
-                want_i,
-                "sort_{} {rows}x{r} k {k} descending {descending}",
-                T::NAME
-            );
-            assert!(
-                got_v.iter().zip(&want_v).all(|(g, w)| T::same(*g, *w)),
-                "sort_{} {rows}x{r} k {k} values",
-                T::NAME
-            );
-        }
+        sort_case(ctx, &s, &x, rows, r, &ks, false, "rows");
     }
+}
+
+/// Rows longer than 2048 (sorted chunks merged through the workspace): lengths below, at and
+/// above powers of two and a prime, several rows, a few distinct values (long runs of equal
+/// keys), mostly distinct values, and top-k of every size from 1 to a whole tile and beyond.
+fn check_long_sort<T: Random>(ctx: &Arc<Context>, rng: &mut SmallRng) {
+    use genesis_kernels::sort::SortPlan;
+    let s = Stream::new(ctx).unwrap();
+    for &(rows, r) in &[
+        (3usize, 2049usize),
+        (5, 3000),
+        (2, 4096),
+        (3, 4097),
+        (2, 8191),
+        (3, 8192),
+        (2, 65536),
+        (2, 100_003),
+    ] {
+        assert!(!SortPlan::new(rows, r).unwrap().in_shared_memory());
+        let mut ks: Vec<usize> = [r, 1, 16, 2047, 2048, 2049, r / 3, r - 1]
+            .into_iter()
+            .filter(|&k| k <= r)
+            .collect();
+        ks.sort_unstable();
+        ks.dedup();
+        // Few distinct values (every key repeated hundreds of times), then mostly distinct.
+        let few = sort_pool::<T>(rng, 3);
+        let x = from_pool(rng, &few, rows * r);
+        sort_case(ctx, &s, &x, rows, r, &ks, true, "few values");
+        let many = sort_pool::<T>(rng, 4096);
+        let x = from_pool(rng, &many, rows * r);
+        sort_case(ctx, &s, &x, rows, r, &ks, true, "many values");
+    }
+    // Already sorted and reversed rows (every merge takes one run whole, then the other).
+    let r = 20_000;
+    let up: Vec<T> = (0..2 * r)
+        .map(|i| T::from_f64((i % r) as f64 / 8.0))
+        .collect();
+    let down: Vec<T> = up.iter().rev().copied().collect();
+    sort_case(ctx, &s, &up, 2, r, &[r, 100], true, "ascending input");
+    sort_case(ctx, &s, &down, 2, r, &[r, 100], true, "descending input");
+    // One very long row: nine merge passes.
+    let r = 1 << 20;
+    let pool = sort_pool::<T>(rng, 1000);
+    let x = from_pool(rng, &pool, r);
+    sort_case(ctx, &s, &x, 1, r, &[r, 5, 3000], false, "one row");
 }
 
 #[test]
@@ -894,4 +1000,19 @@ fn sort_matches_the_cpu_twin_exactly() {
     check_sort::<i32>(&ctx, &mut rng);
     check_sort::<i64>(&ctx, &mut rng);
     check_sort::<f64>(&ctx, &mut rng);
+}
+
+#[test]
+fn long_row_sort_matches_the_cpu_twin_exactly() {
+    if skip_without_gpu("sort of long rows") {
+        return;
+    }
+    let ctx = Context::get(0).unwrap();
+    let mut rng = SmallRng::seed_from_u64(0x5eed_0109);
+    check_long_sort::<f32>(&ctx, &mut rng);
+    check_long_sort::<f16>(&ctx, &mut rng);
+    check_long_sort::<bf16>(&ctx, &mut rng);
+    check_long_sort::<i32>(&ctx, &mut rng);
+    check_long_sort::<i64>(&ctx, &mut rng);
+    check_long_sort::<f64>(&ctx, &mut rng);
 }

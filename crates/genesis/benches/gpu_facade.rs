@@ -459,9 +459,14 @@ mod gpu {
             .mul(8191.0)?
             .to_dtype(DType::I64)?;
         let narrow = g.rand([8192, 1024], DType::F32, dev)?;
-        let cases: [(&str, usize, &dyn Fn() -> BoxResult); 12] = [
+        let wide = g.rand([8192, 4096], DType::F32, dev)?;
+        let cases: [(&str, usize, &dyn Fn() -> BoxResult); 13] = [
             ("sort_8192x1024_f32", 8192 * 1024 * (4 + 4 + 8), &|| {
                 narrow.sort(1, false)?;
+                Ok(())
+            }),
+            ("sort_8192x4096_f32", 8192 * 4096 * (4 + 4 + 8), &|| {
+                wide.sort(1, false)?;
                 Ok(())
             }),
             (
@@ -531,7 +536,7 @@ mod gpu {
                 note: "wall clock incl. output allocation, as torch_ref".into(),
             });
         }
-        drop((x, flags, idx, picks, narrow));
+        drop((x, flags, idx, picks, narrow, wide));
 
         // matmul at 4096 (f32 and bf16), output allocation included.
         let side = 4096usize;

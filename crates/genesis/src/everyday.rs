@@ -418,9 +418,11 @@ impl Tensor {
     /// ascending or `descending` (PyTorch's `sort(dim, descending, stable=True)`): stable, so
     /// equal values keep their order; NaN sorts after every number (first when descending);
     /// -0.0 and +0.0 are equal. Indices are i64 positions along `dim`. Every dtype (uint8, int8,
-    /// int16 and bool sort as int32, converted back; false before true). On the GPU, rows of up to 2048 elements along `dim` sort in shared memory (one
-    /// block a row, fast); longer rows run a slower global-memory network. A `dim` other than
-    /// the last is moved last (a copy) and back.
+    /// int16 and bool sort as int32, converted back; false before true). On the GPU, rows of up
+    /// to 2048 elements along `dim` sort on chip (one block a row); longer rows sort in chunks
+    /// of 2048 that are then merged pairwise through a workspace of 8 bytes an element (16 for
+    /// f64 and i64; twice that for rows longer than 4096), one pass per doubling of the run
+    /// length. A `dim` other than the last is moved last (a copy) and back.
     ///
     /// ```
     /// use genesis::{Device, Tensor};

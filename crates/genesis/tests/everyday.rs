@@ -1005,6 +1005,8 @@ fn sort_argsort_and_topk_match_the_reference() {
         &[2, 3, 5],
         &[2, 3000],
         &[3, 2049],
+        // Three merge passes on the GPU (runs of 2048 merged up to 16384).
+        &[2, 9000],
     ];
     for dev in devices() {
         for dtype in DTYPES {

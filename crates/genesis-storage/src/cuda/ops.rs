@@ -497,8 +497,8 @@ impl Backend for CudaMem {
             dtype,
         })?;
         let plan = SortPlan::new(rows, r)?;
-        let ws_len = plan.workspace_bytes()?;
         crate::dispatch_kernel_dtype!(dtype, T => {
+            let ws_len = plan.workspace_bytes::<T>()?;
             let mut ws = CudaMem::new(self.ordinal(), ws_len)?;
             sort::gpu_sort::<T>(
                 &self.queue(),

@@ -236,7 +236,12 @@ mod cuda {
         for dtype in DType::ALL {
             let mut per_device = Vec::new();
             for device in [Device::Cpu, Device::Cuda(0)] {
-                let x = matrix(&bytes[..8 * 64], dtype, 8, 0, device);
+                // Bool bytes must be 0 or 1.
+                let part: Vec<u8> = bytes[..8 * 64]
+                    .iter()
+                    .map(|&b| if dtype == DType::Bool { b & 1 } else { b })
+                    .collect();
+                let x = matrix(&part, dtype, 8, 0, device);
                 per_device.push(run(&x, &index(&[7, 0, 3, 3], false, 1, device)));
             }
             assert_eq!(per_device[0], per_device[1], "{dtype}");

@@ -8,13 +8,14 @@
 // Algorithm (warp-specialised, persistent, TMA + wgmma):
 //   * A block is three warpgroups (384 threads) and owns one multiprocessor (grid = min(SMs,
 //     work units)); it walks the work units u = blockIdx.x, blockIdx.x + gridDim.x, ... A unit
-//     is one (slice z, batch b, tile) triple; a tile is 128 x BN outputs (BN = 256 or 128, one
-//     kernel per choice), numbered within a matrix in groups of 8 tile rows so that the blocks
+//     is one (slice z, batch b, tile) triple; a tile is 128 x BN outputs (BN = 256, 128 or 64,
+//     one kernel per choice; 64 serves the thin products of n < 128, most often split in k), numbered within a matrix in groups of 8 tile rows so that the blocks
 //     running at one time share B columns and a narrow band of A rows in L2.
 //   * Warpgroup 0 is the producer (its registers cut to 40 by `setmaxnreg`); one thread of it
 //     issues the TMA copies (`cp.async.bulk.tensor.3d`, box 64 x 64 elements, 128-byte swizzle)
 //     of each 64-deep k slice of the A tile (128 x 64) and B tile (BN x 64) into a ring of
-//     shared-memory stages (4 of 48 KiB for BN = 256, 6 of 32 KiB for BN = 128). Stage s has
+//     shared-memory stages (4 of 48 KiB for BN = 256, 6 of 32 KiB for BN = 128, 8 of 24 KiB for
+//     BN = 64). Stage s has
 //     two mbarriers: full[s] (the producer's
 //     arrive.expect_tx of the stage's bytes, completed by the copies) and empty[s] (one arrival
 //     from each consumer warpgroup once its tensor-core reads of the stage are done).
@@ -29,7 +30,8 @@
 //     byte offset 1024 (8 rows), k step 16 = +32 bytes of start address. An "mn-major" operand
 //     (A "t", B "n") is boxed as (64 m or n) x (64 rows of k): the canonical MN-major layout
 //     with the transpose flag, stride byte offset 1024 (8 k rows), leading byte offset 8192
-//     (the next 64 m or n), k step 16 = +2048 bytes.
+//     (the next 64 m or n; a 64-wide B tile has one box and never uses it), k step 16 = +2048
+//     bytes.
 //   * Edges: the tensor maps (built on the host by cuTensorMapEncodeTiled, passed as
 //     __grid_constant__ parameters) have the true extents (inner, outer, batch), so TMA fills
 //     out-of-range elements of a box with zeros (k beyond K adds nothing; rows beyond M or N
@@ -58,7 +60,7 @@
 // memory Config<BN>::SMEM (set as the function's maximum first). Parameters: (tensor map of A,
 // tensor map of B, C, batch, m, n, k, a batch stride, b batch stride, kslice, slices), the maps
 // 128-byte CUtensorMap structs, every integer a u64. Kernel names:
-// matmul_sm90_<in>[_f32out]_<a><b>_<BN>, e.g. matmul_sm90_bf16_nt_256.
+// matmul_sm90_<in>[_f32out]_<a><b>_<BN>, e.g. matmul_sm90_bf16_nt_256, matmul_sm90_f16_tn_64.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
@@ -80,13 +82,15 @@ struct Config {
     static constexpr int A_BYTES = BM * BK * 2;
     static constexpr int B_BYTES = BN * BK * 2;
     static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
-    // 192 KiB of operand ring either way.
-    static constexpr int STAGES = BN == 256 ? 4 : 6;
+    // 192 KiB of operand ring for every tile: 4 stages of 48 KiB (BN = 256), 6 of 32 KiB
+    // (BN = 128), 8 of 24 KiB (BN = 64).
+    static constexpr int STAGES = 192 * 1024 / STAGE_BYTES;
     // Slack to align the ring to 1 KiB, the ring, and the 2 * STAGES mbarriers.
     static constexpr int SMEM = 1024 + STAGES * STAGE_BYTES + 2 * STAGES * 8;
 };
 static_assert(Config<256>::SMEM <= 227 * 1024, "shared memory of a block");
 static_assert(Config<128>::SMEM <= 227 * 1024, "shared memory of a block");
+static_assert(Config<64>::SMEM <= 227 * 1024, "shared memory of a block");
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -307,13 +311,54 @@ __device__ __forceinline__ void wgmma_n128(float (&d)[64], uint64_t da, uint64_t
         : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
 }
 
+template <int TRANS_A, int TRANS_B>
+__device__ __forceinline__ void wgmma_n64(float (&d)[32], uint64_t da, uint64_t db, int scale_d,
+                                         __nv_bfloat16) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1, %35, %36;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
+}
+
+template <int TRANS_A, int TRANS_B>
+__device__ __forceinline__ void wgmma_n64(float (&d)[32], uint64_t da, uint64_t db, int scale_d,
+                                         __half) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1, %35, %36;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
+}
+
 template <int BN, int TRANS_A, int TRANS_B, typename T>
 __device__ __forceinline__ void wgmma_tile(float (&d)[BN / 2], uint64_t da, uint64_t db,
                                            int scale_d) {
     if constexpr (BN == 256) {
         wgmma_n256<TRANS_A, TRANS_B>(d, da, db, scale_d, T());
-    } else {
+    } else if constexpr (BN == 128) {
         wgmma_n128<TRANS_A, TRANS_B>(d, da, db, scale_d, T());
+    } else {
+        static_assert(BN == 64, "tile width");
+        wgmma_n64<TRANS_A, TRANS_B>(d, da, db, scale_d, T());
     }
 }
 
@@ -551,7 +596,8 @@ __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMa
 
 #define SM90_TILES(P, T, O)      \
     SM90_LAYOUTS(P, T, O, 256)   \
-    SM90_LAYOUTS(P, T, O, 128)
+    SM90_LAYOUTS(P, T, O, 128)   \
+    SM90_LAYOUTS(P, T, O, 64)
 
 SM90_TILES(matmul_sm90_bf16, __nv_bfloat16, __nv_bfloat16)
 SM90_TILES(matmul_sm90_bf16_f32out, __nv_bfloat16, float)

@@ -19,8 +19,8 @@
 //!
 //! On Hopper (compute capability 9.0), f16 and bf16 products run on the `wgmma` kernels of
 //! `kernels/matmul_sm90.cu` (TMA, warp-specialised, persistent; `128 x 256` tiles when they
-//! fill the GPU, else `128 x 128`) when the operands qualify: `m` and `n` at least 128, `k` at
-//! least 64, both operands starting on 16 bytes, leading dimensions multiples of 8 elements,
+//! fill the GPU, else `128 x 128`, and `128 x 64` for `n` below 128) when the operands qualify:
+//! `m` at least 128, `n` at least 64, `k` at least 64, both operands starting on 16 bytes, leading dimensions multiples of 8 elements,
 //! and batch strides 0 or multiples of 8 elements of at least one matrix of `ld`-long lines.
 //! Everything else, every other device, and every product while [`sm80_matmul_forced`]
 //! (environment variable `GENESIS_MATMUL_SM80=1`, [`set_force_sm80_matmul`],
@@ -338,10 +338,10 @@ pub struct Sm90Kernels {
     /// bf16 operands (else f16): the element type of the tensor maps.
     bf16: bool,
     /// Indexed by `[a transposed][b transposed][tile]`, tile 0: `128 x 256` outputs, 1:
-    /// `128 x 128`.
-    kernels: [[[&'static str; 2]; 2]; 2],
+    /// `128 x 128`, 2: `128 x 64`.
+    kernels: [[[&'static str; 3]; 2]; 2],
     /// The f32-output kernels (split-k partial products), indexed as `kernels`.
-    partial: [[[&'static str; 2]; 2]; 2],
+    partial: [[[&'static str; 3]; 2]; 2],
 }
 
 /// The kernel table `<prefix>_<ab>[_any]`.
@@ -360,17 +360,33 @@ macro_rules! table {
     };
 }
 
-/// The Hopper kernel table `<prefix>_<ab>_<256|128>`.
+/// The Hopper kernel table `<prefix>_<ab>_<256|128|64>`.
 macro_rules! sm90_table {
     ($p:literal) => {
         [
             [
-                [concat!($p, "_nn_256"), concat!($p, "_nn_128")],
-                [concat!($p, "_nt_256"), concat!($p, "_nt_128")],
+                [
+                    concat!($p, "_nn_256"),
+                    concat!($p, "_nn_128"),
+                    concat!($p, "_nn_64"),
+                ],
+                [
+                    concat!($p, "_nt_256"),
+                    concat!($p, "_nt_128"),
+                    concat!($p, "_nt_64"),
+                ],
             ],
             [
-                [concat!($p, "_tn_256"), concat!($p, "_tn_128")],
-                [concat!($p, "_tt_256"), concat!($p, "_tt_128")],
+                [
+                    concat!($p, "_tn_256"),
+                    concat!($p, "_tn_128"),
+                    concat!($p, "_tn_64"),
+                ],
+                [
+                    concat!($p, "_tt_256"),
+                    concat!($p, "_tt_128"),
+                    concat!($p, "_tt_64"),
+                ],
             ],
         ]
     };
@@ -488,7 +504,7 @@ fn record_kernel(name: &'static str) {
     LAST_KERNEL.with(|k| k.set(Some(name)));
 }
 
-/// Rows of a Hopper kernel's tile; its columns are 256 (tile 0) or 128 (tile 1).
+/// Rows of a Hopper kernel's tile; its columns are [`SM90_TILE_N`] by tile.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 const SM90_TILE_M: usize = 128;
 
@@ -496,15 +512,23 @@ const SM90_TILE_M: usize = 128;
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 const SM90_BK: usize = 64;
 
-/// Dynamic shared memory of the Hopper kernels by tile (`Config<BN>::SMEM` in
-/// `kernels/matmul_sm90.cu`): 1 KiB of alignment slack, the stages (4 of 48 KiB, or 6 of 32
-/// KiB) and two mbarriers per stage.
+/// Columns of a Hopper kernel's tile by tile index (the kernels' `BN`).
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-const SM90_SMEM: [u32; 2] = [1024 + 4 * 49152 + 4 * 16, 1024 + 6 * 32768 + 6 * 16];
+const SM90_TILE_N: [usize; 3] = [256, 128, 64];
+
+/// Dynamic shared memory of the Hopper kernels by tile (`Config<BN>::SMEM` in
+/// `kernels/matmul_sm90.cu`): 1 KiB of alignment slack, the stages (4 of 48 KiB, 6 of 32 KiB
+/// or 8 of 24 KiB) and two mbarriers per stage.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+const SM90_SMEM: [u32; 3] = [
+    1024 + 4 * 49152 + 4 * 16,
+    1024 + 6 * 32768 + 6 * 16,
+    1024 + 8 * 24576 + 8 * 16,
+];
 
 /// The Hopper tile for a product, or `None` when it must run on the `sm_80` kernels (see the
-/// module docs): tile 0 (`128 x 256`) when its work units fill the multiprocessors, else tile 1
-/// (`128 x 128`).
+/// module docs): tile 2 (`128 x 64`) when `n < 128`, else tile 0 (`128 x 256`) when its work
+/// units fill the multiprocessors, else tile 1 (`128 x 128`).
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 fn sm90_tile(
     cc: (u32, u32),
@@ -529,7 +553,7 @@ fn sm90_tile(
     let ok = cc == (9, 0)
         && !sm80_matmul_forced()
         && s.m >= 128
-        && s.n >= 128
+        && s.n >= 64
         && s.k >= SM90_BK
         && fits(s.m)
         && fits(s.n)
@@ -544,6 +568,9 @@ fn sm90_tile(
         && (plan.splits <= 1 || plan.kslice.is_multiple_of(SLICE_ALIGN));
     if !ok {
         return None;
+    }
+    if s.n < 128 {
+        return Some(2);
     }
     let units =
         s.m.div_ceil(SM90_TILE_M)
@@ -777,7 +804,7 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
             a.addr(),
             b.addr(),
         )?;
-        let pick = |table: [[[&'static str; 2]; 2]; 2]| {
+        let pick = |table: [[[&'static str; 3]; 2]; 2]| {
             table[usize::from(layout.a.transposed)][usize::from(layout.b.transposed)][tile]
         };
         Some((k.bf16, tile, pick(k.kernels), pick(k.partial)))
@@ -1051,7 +1078,7 @@ unsafe fn gemm_sm90<T: MatmulElement>(
     let kernel = Kernel::get(ctx, &crate::images::MATMUL_SM90, name)?;
     let smem = SM90_SMEM[tile];
     kernel.set_max_dynamic_shared_bytes(smem)?;
-    let bn = if tile == 0 { 256 } else { 128 };
+    let bn = SM90_TILE_N[tile];
     let units = shape
         .m
         .div_ceil(SM90_TILE_M)

@@ -12,8 +12,9 @@
 //! at most 2^-11 of itself), and to the CPU twin that rounds its inputs the same way.
 //!
 //! f16 and bf16 products on Hopper (`kernels/matmul_sm90.cu`) are held to the same bound on
-//! squares up to 4096, non-multiples of the tiles, every layout, batches, broadcasts and
-//! split plans, through the Hopper kernels and again with the `sm_80` kernels forced; each
+//! squares up to 4096, non-multiples of the tiles, every layout, batches, broadcasts, thin
+//! products of n < 128 (the 128 x 64 tile, split in k by the plan rule up to 8192 x 64 x 8192)
+//! and split plans, through the Hopper kernels and again with the `sm_80` kernels forced; each
 //! case asserts which kernel ran (`last_matmul_kernel`). Large outputs are checked on a grid of
 //! sampled rows and columns (tile edges included) and for unwritten (NaN) elements.
 
@@ -948,10 +949,33 @@ mod gpu {
                 wide_case::<f16, f32>(ctx, stream, w, sm80, true, None, rng);
             }
         }
+        // Thin n: the 128 x 64 tile, unsplit (a partial last column tile at n = 72 and 120, a
+        // single 64-deep stage at k = 64) and split by the plan rule (8192 x 64 x 8192: 5
+        // slices of 1664; 2048 x 96 x 4096: 16 slices of 256).
+        let thin = Some("_64");
+        for (m, n, k) in [(300, 64, 1000), (1000, 72, 520), (129, 120, 64)] {
+            for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+                let w = Wide {
+                    batch: if ta == tb { 1 } else { 2 },
+                    broadcast: u8::from(ta && !tb),
+                    extra: if tb { 8 } else { 0 },
+                    ..wide(m, n, k, ta, tb)
+                };
+                wide_case::<bf16, bf16>(ctx, stream, w, sm80, false, thin, rng);
+                wide_case::<f16, f32>(ctx, stream, w, sm80, false, thin, rng);
+            }
+        }
+        for (m, n, k) in [(8192, 64, 8192), (2048, 96, 4096)] {
+            for (ta, tb) in [(false, false), (true, true)] {
+                let w = wide(m, n, k, ta, tb);
+                wide_case::<bf16, bf16>(ctx, stream, w, sm80, true, thin, rng);
+                wide_case::<f16, f32>(ctx, stream, w, sm80, true, thin, rng);
+            }
+        }
     }
 
     /// `A @ P` for a permutation matrix `P` (`P[p][j] = 1` when `j = (5 p + 3) mod k`, a
-    /// permutation as k is a power of two) and small integers in A: every output is one
+    /// permutation as k is not a multiple of 5) and small integers in A: every output is one
     /// element of A, exactly, in the input type.
     /// A wrong operand layout (descriptor, swizzle, transpose) shows as misplaced values, and
     /// the message names the first ones.
@@ -1055,9 +1079,16 @@ mod gpu {
         }
         let ctx = Context::get(0).unwrap();
         let stream = Stream::new(&ctx).unwrap();
-        // One 128 x 128 tile; and enough 128 x 256 tiles for every multiprocessor.
+        // One 128 x 128 tile; enough 128 x 256 tiles for every multiprocessor; one 128 x 64
+        // tile (n = k = 64: one stage); and 128 x 64 tiles with a half-empty last column tile
+        // and stage (n = k = 96).
         let sms = ctx.multiprocessors() as usize;
-        for (shape, tile) in [((128, 128), "_128"), ((128 * sms, 256), "_256")] {
+        for (shape, tile) in [
+            ((128, 128), "_128"),
+            ((128 * sms, 256), "_256"),
+            ((128, 64), "_64"),
+            ((256, 96), "_64"),
+        ] {
             for layouts in [(false, false), (false, true), (true, false), (true, true)] {
                 permutation_case::<bf16>(&ctx, &stream, shape, layouts, tile);
                 permutation_case::<f16>(&ctx, &stream, shape, layouts, tile);

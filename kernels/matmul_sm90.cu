@@ -8,13 +8,14 @@
 // Algorithm (warp-specialised, persistent, TMA + wgmma):
 //   * A block is three warpgroups (384 threads) and owns one multiprocessor (grid = min(SMs,
 //     work units)); it walks the work units u = blockIdx.x, blockIdx.x + gridDim.x, ... A unit
-//     is one (slice z, batch b, tile) triple; a tile is 128 x BN outputs (BN = 256 or 128, one
-//     kernel per choice), numbered within a matrix in groups of 8 tile rows so that the blocks
+//     is one (slice z, batch b, tile) triple; a tile is 128 x BN outputs (BN = 256, 128 or 64,
+//     one kernel per choice; 64 serves the thin products of n < 128, most often split in k), numbered within a matrix in groups of 8 tile rows so that the blocks
 //     running at one time share B columns and a narrow band of A rows in L2.
 //   * Warpgroup 0 is the producer (its registers cut to 40 by `setmaxnreg`); one thread of it
 //     issues the TMA copies (`cp.async.bulk.tensor.3d`, box 64 x 64 elements, 128-byte swizzle)
 //     of each 64-deep k slice of the A tile (128 x 64) and B tile (BN x 64) into a ring of
-//     shared-memory stages (4 of 48 KiB for BN = 256, 6 of 32 KiB for BN = 128). Stage s has
+//     shared-memory stages (4 of 48 KiB for BN = 256, 6 of 32 KiB for BN = 128, 8 of 24 KiB for
+//     BN = 64). Stage s has
 //     two mbarriers: full[s] (the producer's
 //     arrive.expect_tx of the stage's bytes, completed by the copies) and empty[s] (one arrival
 //     from each consumer warpgroup once its tensor-core reads of the stage are done).
@@ -29,7 +30,8 @@
 //     byte offset 1024 (8 rows), k step 16 = +32 bytes of start address. An "mn-major" operand
 //     (A "t", B "n") is boxed as (64 m or n) x (64 rows of k): the canonical MN-major layout
 //     with the transpose flag, stride byte offset 1024 (8 k rows), leading byte offset 8192
-//     (the next 64 m or n), k step 16 = +2048 bytes.
+//     (the next 64 m or n; a 64-wide B tile has one box and never uses it), k step 16 = +2048
+//     bytes.
 //   * Edges: the tensor maps (built on the host by cuTensorMapEncodeTiled, passed as
 //     __grid_constant__ parameters) have the true extents (inner, outer, batch), so TMA fills
 //     out-of-range elements of a box with zeros (k beyond K adds nothing; rows beyond M or N
@@ -49,16 +51,44 @@
 // Products are accumulated in f32 in another order than the CPU twin's (per 16-deep wgmma step)
 // and rounded once to the output type: the accuracy contract of matmul.cu.
 //
-// Requirements the launcher checks (else it runs matmul.cu): compute capability 9.0; A and B
+// TF32 (f32 operands at MatmulPrecision::High, f32 output, kernels matmul_sm90_tf32_<a><b>_<BN>,
+// BN = 128 or 64): the same persistent, warp-specialised structure with
+// `wgmma.mma_async.m64nBNk8.f32.tf32.tf32`, four k steps of 8 per 32-deep stage (a 128-byte
+// row of f32), split-k slices being whole stages (kslice is a multiple of 32).
+//   * Rounding: wgmma reads only the top 19 bits of each f32 in tf32 mode (it truncates), which
+//     is not the round-to-nearest-ties-away `cvt.rna.tf32.f32` of matmul.cu's TF32 kernel and
+//     of the CPU twin (`matmul_strided_precision`, `to_tf32`). So every operand value is
+//     rounded by `cvt.rna.tf32.f32` in shared memory before any wgmma reads it: after a
+//     stage's copies land (full[s]), the 128 threads of the producer warpgroup rewrite the
+//     stage with rounded values, make their writes visible to the tensor cores' async proxy
+//     (`fence.proxy.async.shared::cta`) and arrive on ready[s] (count 128); the consumers
+//     wait on ready[s] instead of full[s]. The tensor cores then see exactly the twin's
+//     inputs; products of tf32 values are exact in f32, so only the accumulation order
+//     differs, as for f16 and bf16.
+//   * Layouts: tf32 wgmma takes both operands k-major from shared memory (no transpose flag).
+//     A k-major operand (A "n", B "t") is copied by TMA straight into the 128-byte-swizzled
+//     wgmma layout (boxes of 32 k x 64 rows) and rounded in place. An mn-major operand (A "t",
+//     B "n") is copied unswizzled (boxes of 64 mn x 32 k) into a staging area of the stage, and
+//     the producer threads write it transposed, rounded, into the swizzled k-major layout (one
+//     16-byte chunk of 4 k values per task: conflict-free reads and writes). Every layout is
+//     thus served; stages hold the staging copies too (stage counts 3 to 8 of 192 KiB).
+//   * Pipeline: thread 0 of the producer issues the copies of stage i + STAGES - 2 while the
+//     warpgroup rounds stage i (issuing i + STAGES - 1 would wait for the consumers to release
+//     stage i - 1, which they do only after stage i is ready: a deadlock).
+//   * The launcher's requirements are those above with 16-byte units: leading dimensions and
+//     batch strides multiples of 4 f32.
+//
+// Requirements the launcher checks for f16 and bf16 (else it runs matmul.cu): compute capability 9.0; A and B
 // start on 16 bytes; leading dimensions multiples of 8 elements; batch strides 0 or multiples
 // of 8 elements of at least one matrix of leading-dimension-long lines; extents below 2^31;
 // kslice a multiple of 32.
 //
 // Launch contract (src/matmul.rs): 384 threads, grid (min(SMs, units), 1, 1), dynamic shared
-// memory Config<BN>::SMEM (set as the function's maximum first). Parameters: (tensor map of A,
-// tensor map of B, C, batch, m, n, k, a batch stride, b batch stride, kslice, slices), the maps
-// 128-byte CUtensorMap structs, every integer a u64. Kernel names:
-// matmul_sm90_<in>[_f32out]_<a><b>_<BN>, e.g. matmul_sm90_bf16_nt_256.
+// memory Config<BN>::SMEM, TfConfig<BN, TA, TB>::SMEM for TF32 (set as the function's maximum
+// first). Parameters: (tensor map of A, tensor map of B, C, batch, m, n, k, a batch stride, b
+// batch stride, kslice, slices), the maps 128-byte CUtensorMap structs, every integer a u64.
+// Kernel names: matmul_sm90_<in>[_f32out]_<a><b>_<BN>, e.g. matmul_sm90_bf16_nt_256,
+// matmul_sm90_f16_tn_64, matmul_sm90_tf32_nn_128.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
@@ -80,13 +110,15 @@ struct Config {
     static constexpr int A_BYTES = BM * BK * 2;
     static constexpr int B_BYTES = BN * BK * 2;
     static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
-    // 192 KiB of operand ring either way.
-    static constexpr int STAGES = BN == 256 ? 4 : 6;
+    // 192 KiB of operand ring for every tile: 4 stages of 48 KiB (BN = 256), 6 of 32 KiB
+    // (BN = 128), 8 of 24 KiB (BN = 64).
+    static constexpr int STAGES = 192 * 1024 / STAGE_BYTES;
     // Slack to align the ring to 1 KiB, the ring, and the 2 * STAGES mbarriers.
     static constexpr int SMEM = 1024 + STAGES * STAGE_BYTES + 2 * STAGES * 8;
 };
 static_assert(Config<256>::SMEM <= 227 * 1024, "shared memory of a block");
 static_assert(Config<128>::SMEM <= 227 * 1024, "shared memory of a block");
+static_assert(Config<64>::SMEM <= 227 * 1024, "shared memory of a block");
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -307,13 +339,54 @@ __device__ __forceinline__ void wgmma_n128(float (&d)[64], uint64_t da, uint64_t
         : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
 }
 
+template <int TRANS_A, int TRANS_B>
+__device__ __forceinline__ void wgmma_n64(float (&d)[32], uint64_t da, uint64_t db, int scale_d,
+                                         __nv_bfloat16) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1, %35, %36;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
+}
+
+template <int TRANS_A, int TRANS_B>
+__device__ __forceinline__ void wgmma_n64(float (&d)[32], uint64_t da, uint64_t db, int scale_d,
+                                         __half) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1, %35, %36;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
+}
+
 template <int BN, int TRANS_A, int TRANS_B, typename T>
 __device__ __forceinline__ void wgmma_tile(float (&d)[BN / 2], uint64_t da, uint64_t db,
                                            int scale_d) {
     if constexpr (BN == 256) {
         wgmma_n256<TRANS_A, TRANS_B>(d, da, db, scale_d, T());
-    } else {
+    } else if constexpr (BN == 128) {
         wgmma_n128<TRANS_A, TRANS_B>(d, da, db, scale_d, T());
+    } else {
+        static_assert(BN == 64, "tile width");
+        wgmma_n64<TRANS_A, TRANS_B>(d, da, db, scale_d, T());
     }
 }
 
@@ -533,6 +606,334 @@ __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMa
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// TF32: f32 operands rounded to tf32, wgmma k8, f32 accumulators and output.
+
+constexpr int TBK = 32;                  // k depth of a tf32 stage: one 128-byte row of f32
+constexpr int FBOX_BYTES = 32 * 64 * 4;  // one box of 32 x 64 f32 elements
+
+template <int BN, bool TA, bool TB>
+struct TfConfig {
+    static constexpr int A_BYTES = BM * TBK * 4;
+    static constexpr int B_BYTES = BN * TBK * 4;
+    // Staging of an mn-major operand as TMA leaves it, before the transpose.
+    static constexpr int AS_BYTES = TA ? A_BYTES : 0;
+    static constexpr int BS_BYTES = TB ? 0 : B_BYTES;
+    static constexpr int STAGE_BYTES = A_BYTES + B_BYTES + AS_BYTES + BS_BYTES;
+    static constexpr int STAGES = 192 * 1024 / STAGE_BYTES;
+    // Slack to align the ring to 1 KiB, the ring, and the 3 * STAGES mbarriers.
+    static constexpr int SMEM = 1024 + STAGES * STAGE_BYTES + 3 * STAGES * 8;
+    static_assert(STAGES >= 3, "the producer issues STAGES - 2 stages ahead");
+    static_assert(SMEM <= 227 * 1024, "shared memory of a block");
+};
+
+__device__ __forceinline__ uint32_t to_tf32_bits(float x) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r;
+}
+
+__device__ __forceinline__ void fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// Rounds `bytes` of f32 values at shared address `at` to tf32 in place; thread t of 128 takes
+// the 16-byte words t, t + 128, ...
+__device__ __forceinline__ void round_in_place(uint32_t at, int bytes, int t) {
+    for (int o = t * 16; o < bytes; o += 128 * 16) {
+        float x, y, z, w;
+        asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=f"(x), "=f"(y), "=f"(z), "=f"(w)
+                     : "r"(at + o));
+        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(at + o),
+                     "r"(to_tf32_bits(x)), "r"(to_tf32_bits(y)), "r"(to_tf32_bits(z)),
+                     "r"(to_tf32_bits(w))
+                     : "memory");
+    }
+}
+
+// Writes the mn-major staging tile at `src` (boxes of 64 mn x 32 k, unswizzled: element (r, kk)
+// of box j at j * 8 KiB + kk * 256 + 4 r) to `dst` as the k-major 128-byte-swizzled layout of
+// the wgmma operand (element (r, kk) of box j at j * 8 KiB + r * 128 + 16 ((kk / 4) ^ (r % 8))
+// + 4 (kk % 4)), every value rounded to tf32. ROWS = 64 * boxes mn rows; thread t of 128 takes
+// the (row, 4-deep k chunk) tasks t, t + 128, ...: consecutive threads read consecutive words
+// and write 16-byte chunks of consecutive rows (8 distinct chunk positions per 8 threads), so
+// neither side has bank conflicts.
+template <int ROWS>
+__device__ __forceinline__ void transpose_round(uint32_t src, uint32_t dst, int t) {
+#pragma unroll 2
+    for (int task = t; task < ROWS * (TBK / 4); task += 128) {
+        const int row = task % ROWS, c = task / ROWS;
+        const int box = row / 64, r = row % 64;
+        const uint32_t s = src + box * FBOX_BYTES + (4 * c) * 256 + r * 4;
+        float v[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+            asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v[i]) : "r"(s + i * 256));
+        const uint32_t d = dst + box * FBOX_BYTES + r * 128 + ((c ^ (r % 8)) << 4);
+        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(d),
+                     "r"(to_tf32_bits(v[0])), "r"(to_tf32_bits(v[1])), "r"(to_tf32_bits(v[2])),
+                     "r"(to_tf32_bits(v[3]))
+                     : "memory");
+    }
+}
+
+// wgmma.mma_async.m64n128k8 of tf32 operands (both k-major: tf32 has no transpose).
+__device__ __forceinline__ void wgmma_tf32_n128(float (&d)[64], uint64_t da, uint64_t db,
+                                              int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
+        "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, "
+        "%60, %61, %62, %63"
+        "}, %64, %65, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+          "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+          "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "r"(scale_d));
+}
+
+// wgmma.mma_async.m64n64k8 of tf32 operands (both k-major: tf32 has no transpose).
+__device__ __forceinline__ void wgmma_tf32_n64(float (&d)[32], uint64_t da, uint64_t db,
+                                              int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db), "r"(scale_d));
+}
+
+template <int BN>
+__device__ __forceinline__ void wgmma_tf32_tile(float (&d)[BN / 2], uint64_t da, uint64_t db,
+                                                int scale_d) {
+    if constexpr (BN == 128) {
+        wgmma_tf32_n128(d, da, db, scale_d);
+    } else {
+        static_assert(BN == 64, "tile width");
+        wgmma_tf32_n64(d, da, db, scale_d);
+    }
+}
+
+// The TF32 kernel: the f32-output kernel above with BK = 32 (a 128-byte row of f32), every
+// operand k-major in shared memory, rounded to tf32 by the producer warpgroup. TA / TB as in
+// gemm_sm90. Slices of k (kslice a multiple of 32) are whole stages.
+template <int BN, bool TA, bool TB>
+__device__ __forceinline__ void gemm_sm90_tf32(const TensorMap* map_a, const TensorMap* map_b,
+                                               float* __restrict__ C, uint64_t batch,
+                                               uint64_t M, uint64_t N, uint64_t K, uint64_t sa,
+                                               uint64_t sb, uint64_t kslice, uint64_t slices) {
+    using Cfg = TfConfig<BN, TA, TB>;
+    constexpr int STAGES = Cfg::STAGES;
+    extern __shared__ uint8_t smem_raw[];
+    const uint32_t ring = (smem_addr(smem_raw) + 1023) & ~1023u;
+    // Stage s at ring + s * STAGE_BYTES: A operand, B operand, A staging, B staging.
+    const uint32_t full = ring + STAGES * Cfg::STAGE_BYTES;  // full[s] at + 8 s
+    const uint32_t ready = full + STAGES * 8;                 // ready[s] at + 8 s
+    const uint32_t empty = ready + STAGES * 8;                // empty[s] at + 8 s
+    const int wg = threadIdx.x / 128;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(full + 8 * s, 1);
+            mbar_init(ready + 8 * s, 128);
+            mbar_init(empty + 8 * s, 2);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map_a))
+                     : "memory");
+        asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map_b))
+                     : "memory");
+    }
+    __syncthreads();
+
+    const uint64_t tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
+    const uint64_t units = tiles_m * tiles_n * batch * slices;
+
+    if (wg == 0) {
+        // Producer warpgroup: thread 0 issues the copies of stage i + STAGES - 2 (its empty
+        // wait needs the consumers to have released stage i - 2, which needs stage i - 1 to be
+        // ready: one further would wait on the stage this warpgroup is about to round), then
+        // all 128 threads round (and transpose) stage i and arrive on ready[i].
+        // 56 registers here and 224 in the consumers: 128 * 56 + 256 * 224 <= 64 Ki.
+        setmaxnreg_dec<56>();
+        const int t = threadIdx.x;
+        // Issue cursor (thread 0 only): unit, k step, stage and phase.
+        uint64_t iu = blockIdx.x;
+        int ikt = 0, istage = 0;
+        uint32_t iphase = 0;
+        uint64_t issued = 0, converted = 0;
+        int cstage = 0;
+        uint32_t cphase = 0;
+        for (uint64_t u = blockIdx.x; u < units; u += gridDim.x) {
+            const Unit w = unit_of<BN>(u, batch, tiles_m, tiles_n);
+            const uint64_t k_begin = w.z * kslice;
+            const uint64_t k_end = min(K, k_begin + kslice);
+            const int kt_n = (int)((k_end - k_begin + TBK - 1) / TBK);
+            for (int kt = 0; kt < kt_n; ++kt) {
+                if (t == 0) {
+                    while (iu < units && issued < converted + STAGES - 1) {
+                        const Unit v = unit_of<BN>(iu, batch, tiles_m, tiles_n);
+                        const uint64_t vb = v.z * kslice;
+                        const uint64_t ve = min(K, vb + kslice);
+                        const int vn = (int)((ve - vb + TBK - 1) / TBK);
+                        const int ba = sa != 0 ? (int)v.b : 0, bb = sb != 0 ? (int)v.b : 0;
+                        const int m0 = (int)v.m0, n0 = (int)v.n0;
+                        const int a_boxes = (int)min((uint64_t)(BM / 64), (M - v.m0 + 63) / 64);
+                        const int b_boxes = (int)min((uint64_t)(BN / 64), (N - v.n0 + 63) / 64);
+                        mbar_wait(empty + 8 * istage, iphase ^ 1);
+                        const uint32_t bar = full + 8 * istage;
+                        mbar_expect_tx(bar, (uint32_t)(a_boxes + b_boxes) * FBOX_BYTES);
+                        const int k0 = (int)(vb + (uint64_t)ikt * TBK);
+                        const uint32_t st = ring + istage * Cfg::STAGE_BYTES;
+                        // A mn-major lands in A staging, k-major in place; B likewise.
+                        const uint32_t a_dst = TA ? st + Cfg::A_BYTES + Cfg::B_BYTES : st;
+                        const uint32_t b_dst =
+                            TB ? st + Cfg::A_BYTES
+                               : st + Cfg::A_BYTES + Cfg::B_BYTES + Cfg::AS_BYTES;
+                        for (int j = 0; j < a_boxes; ++j) {
+                            if (TA)
+                                tma_load(a_dst + j * FBOX_BYTES, map_a, m0 + 64 * j, k0, ba,
+                                         bar);
+                            else
+                                tma_load(a_dst + j * FBOX_BYTES, map_a, k0, m0 + 64 * j, ba,
+                                         bar);
+                        }
+                        for (int j = 0; j < b_boxes; ++j) {
+                            if (TB)
+                                tma_load(b_dst + j * FBOX_BYTES, map_b, k0, n0 + 64 * j, bb,
+                                         bar);
+                            else
+                                tma_load(b_dst + j * FBOX_BYTES, map_b, n0 + 64 * j, k0, bb,
+                                         bar);
+                        }
+                        ++issued;
+                        if (++istage == STAGES) {
+                            istage = 0;
+                            iphase ^= 1;
+                        }
+                        if (++ikt == vn) {
+                            ikt = 0;
+                            iu += gridDim.x;
+                        }
+                    }
+                }
+                // Round (and transpose) stage cstage once its copies landed.
+                mbar_wait(full + 8 * cstage, cphase);
+                const uint32_t st = ring + cstage * Cfg::STAGE_BYTES;
+                if (TA)
+                    transpose_round<BM>(st + Cfg::A_BYTES + Cfg::B_BYTES, st, t);
+                else
+                    round_in_place(st, Cfg::A_BYTES, t);
+                if (TB)
+                    round_in_place(st + Cfg::A_BYTES, Cfg::B_BYTES, t);
+                else
+                    transpose_round<BN>(st + Cfg::A_BYTES + Cfg::B_BYTES + Cfg::AS_BYTES,
+                                        st + Cfg::A_BYTES, t);
+                // The generic-proxy writes must be visible to the consumers' wgmma reads (the
+                // async proxy) once they see ready[cstage].
+                fence_proxy_async();
+                mbar_arrive(ready + 8 * cstage);
+                ++converted;
+                if (++cstage == STAGES) {
+                    cstage = 0;
+                    cphase ^= 1;
+                }
+            }
+        }
+        return;
+    }
+
+    // Consumers: warpgroup 1 + c computes rows 64c .. 64c + 63 of each tile.
+    setmaxnreg_inc<224>();
+    const int c = wg - 1;
+    const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+    const bool leader = threadIdx.x % 128 == 0;
+    const bool pairs = N % 2 == 0 && ((uintptr_t)C & 7) == 0;
+    float acc[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+    int stage = 0;
+    uint32_t phase = 0;
+    for (uint64_t u = blockIdx.x; u < units; u += gridDim.x) {
+        const Unit w = unit_of<BN>(u, batch, tiles_m, tiles_n);
+        const uint64_t k_begin = w.z * kslice;
+        const uint64_t k_end = min(K, k_begin + kslice);
+        const int kt_n = (int)((k_end - k_begin + TBK - 1) / TBK);
+        int prev = 0;
+        for (int kt = 0; kt < kt_n; ++kt) {
+            mbar_wait(ready + 8 * stage, phase);
+            const uint32_t st = ring + stage * Cfg::STAGE_BYTES;
+            const uint32_t sa_stage = st + c * FBOX_BYTES;
+            const uint32_t sb_stage = st + Cfg::A_BYTES;
+#pragma unroll
+            for (int i = 0; i < BN / 2; ++i) pin(acc[i]);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < TBK / 8; ++kk) {
+                // k step 8 = 32 bytes along the swizzled 128-byte rows of both operands.
+                wgmma_tf32_tile<BN>(acc, sw128_desc(sa_stage + kk * 32, 16, 1024),
+                                    sw128_desc(sb_stage + kk * 32, 16, 1024),
+                                    (kt > 0 || kk > 0) ? 1 : 0);
+            }
+            wgmma_commit();
+#pragma unroll
+            for (int i = 0; i < BN / 2; ++i) pin(acc[i]);
+            wgmma_wait<1>();
+            if (kt > 0 && leader) mbar_arrive(empty + 8 * prev);
+            prev = stage;
+            if (++stage == STAGES) {
+                stage = 0;
+                phase ^= 1;
+            }
+        }
+        wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) pin(acc[i]);
+        if (kt_n > 0 && leader) mbar_arrive(empty + 8 * prev);
+
+        float* out = C + (w.z * batch + w.b) * M * N;
+        const uint64_t row0 = w.m0 + c * 64 + warp * 16 + lane / 4;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const uint64_t row = row0 + 8 * h;
+            if (row >= M) continue;
+            float* line = out + row * N;
+#pragma unroll
+            for (int j = 0; j < BN / 8; ++j) {
+                const uint64_t col = w.n0 + j * 8 + (lane % 4) * 2;
+                const float x = acc[j * 4 + h * 2], y = acc[j * 4 + h * 2 + 1];
+                if (pairs && col + 1 < N) {
+                    store2(line + col, x, y);
+                } else {
+                    if (col < N) store1(line + col, x);
+                    if (col + 1 < N) store1(line + col + 1, y);
+                }
+            }
+        }
+    }
+}
+
 }  // namespace
 
 #define SM90_KERNEL(NAME, T, O, BN, TA, TB)                                                    \
@@ -551,9 +952,27 @@ __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMa
 
 #define SM90_TILES(P, T, O)      \
     SM90_LAYOUTS(P, T, O, 256)   \
-    SM90_LAYOUTS(P, T, O, 128)
+    SM90_LAYOUTS(P, T, O, 128)   \
+    SM90_LAYOUTS(P, T, O, 64)
 
 SM90_TILES(matmul_sm90_bf16, __nv_bfloat16, __nv_bfloat16)
 SM90_TILES(matmul_sm90_bf16_f32out, __nv_bfloat16, float)
 SM90_TILES(matmul_sm90_f16, __half, __half)
 SM90_TILES(matmul_sm90_f16_f32out, __half, float)
+
+#define SM90_TF32_KERNEL(NAME, BN, TA, TB)                                                     \
+    extern "C" __global__ void __launch_bounds__(THREADS, 1)                                   \
+        NAME(const __grid_constant__ TensorMap a, const __grid_constant__ TensorMap b,         \
+             float* __restrict__ c, uint64_t batch, uint64_t m, uint64_t n, uint64_t k,        \
+             uint64_t sa, uint64_t sb, uint64_t kslice, uint64_t slices) {                     \
+        gemm_sm90_tf32<BN, TA, TB>(&a, &b, c, batch, m, n, k, sa, sb, kslice, slices);         \
+    }
+
+#define SM90_TF32_LAYOUTS(BN)                                      \
+    SM90_TF32_KERNEL(matmul_sm90_tf32_nn_##BN, BN, false, false)   \
+    SM90_TF32_KERNEL(matmul_sm90_tf32_nt_##BN, BN, false, true)    \
+    SM90_TF32_KERNEL(matmul_sm90_tf32_tn_##BN, BN, true, false)    \
+    SM90_TF32_KERNEL(matmul_sm90_tf32_tt_##BN, BN, true, true)
+
+SM90_TF32_LAYOUTS(128)
+SM90_TF32_LAYOUTS(64)

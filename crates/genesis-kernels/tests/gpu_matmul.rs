@@ -12,8 +12,9 @@
 //! at most 2^-11 of itself), and to the CPU twin that rounds its inputs the same way.
 //!
 //! f16 and bf16 products on Hopper (`kernels/matmul_sm90.cu`) are held to the same bound on
-//! squares up to 4096, non-multiples of the tiles, every layout, batches, broadcasts and
-//! split plans, through the Hopper kernels and again with the `sm_80` kernels forced; each
+//! squares up to 4096, non-multiples of the tiles, every layout, batches, broadcasts, thin
+//! products of n < 128 (the 128 x 64 tile, split in k by the plan rule up to 8192 x 64 x 8192)
+//! and split plans, through the Hopper kernels and again with the `sm_80` kernels forced; each
 //! case asserts which kernel ran (`last_matmul_kernel`). Large outputs are checked on a grid of
 //! sampled rows and columns (tile edges included) and for unwritten (NaN) elements.
 
@@ -948,19 +949,45 @@ mod gpu {
                 wide_case::<f16, f32>(ctx, stream, w, sm80, true, None, rng);
             }
         }
+        // Thin n: the 128 x 64 tile, unsplit (a partial last column tile at n = 72 and 120, a
+        // single 64-deep stage at k = 64) and split by the plan rule (8192 x 64 x 8192: 5
+        // slices of 1664; 2048 x 96 x 4096: 16 slices of 256).
+        let thin = Some("_64");
+        for (m, n, k) in [(300, 64, 1000), (1000, 72, 520), (129, 120, 64)] {
+            for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+                let w = Wide {
+                    batch: if ta == tb { 1 } else { 2 },
+                    broadcast: u8::from(ta && !tb),
+                    extra: if tb { 8 } else { 0 },
+                    ..wide(m, n, k, ta, tb)
+                };
+                wide_case::<bf16, bf16>(ctx, stream, w, sm80, false, thin, rng);
+                wide_case::<f16, f32>(ctx, stream, w, sm80, false, thin, rng);
+            }
+        }
+        for (m, n, k) in [(8192, 64, 8192), (2048, 96, 4096)] {
+            for (ta, tb) in [(false, false), (true, true)] {
+                let w = wide(m, n, k, ta, tb);
+                wide_case::<bf16, bf16>(ctx, stream, w, sm80, true, thin, rng);
+                wide_case::<f16, f32>(ctx, stream, w, sm80, true, thin, rng);
+            }
+        }
     }
 
     /// `A @ P` for a permutation matrix `P` (`P[p][j] = 1` when `j = (5 p + 3) mod k`, a
-    /// permutation as k is a power of two) and small integers in A: every output is one
+    /// permutation as k is not a multiple of 5) and small integers in A: every output is one
     /// element of A, exactly, in the input type.
     /// A wrong operand layout (descriptor, swizzle, transpose) shows as misplaced values, and
     /// the message names the first ones.
+    /// At [`MatmulPrecision::High`] (f32: the TF32 kernels) the product runs unsplit through
+    /// `gpu_matmul_planned`; the small integers are exact in TF32 too.
     fn permutation_case<T: MatmulOutput<T>>(
         ctx: &Arc<Context>,
         stream: &Stream,
         (m, n): (usize, usize),
         (ta, tb): (bool, bool),
         tile: &str,
+        precision: MatmulPrecision,
     ) {
         let k = n;
         let perm = |p: usize| (5 * p + 3) % k;
@@ -1001,18 +1028,37 @@ mod gpu {
         let poison = vec![T::from_f32(f32::NAN); m * n];
         let mut out = DeviceBuffer::from_host(ctx, bytes(&poison)).unwrap();
         force_sm80_matmul_on_thread(Some(false));
-        gpu_matmul_strided::<T, T>(
-            stream,
-            shape,
-            layout,
-            da.as_span::<T>().unwrap(),
-            db.as_span::<T>().unwrap(),
-            out.as_span_mut::<T>().unwrap(),
-        )
-        .unwrap();
+        if precision == MatmulPrecision::Highest {
+            gpu_matmul_strided::<T, T>(
+                stream,
+                shape,
+                layout,
+                da.as_span::<T>().unwrap(),
+                db.as_span::<T>().unwrap(),
+                out.as_span_mut::<T>().unwrap(),
+            )
+            .unwrap();
+        } else {
+            // A plan for one multiprocessor never splits: no workspace is used.
+            let plan = MatmulPlan::new(shape, 1, precision);
+            let mut ws = DeviceBuffer::alloc(ctx, 16).unwrap();
+            gpu_matmul_planned::<T, T>(
+                stream,
+                &plan,
+                layout,
+                da.as_span::<T>().unwrap(),
+                db.as_span::<T>().unwrap(),
+                out.as_span_mut::<T>().unwrap(),
+                ws.as_span_mut::<u8>().unwrap(),
+            )
+            .unwrap();
+        }
         force_sm80_matmul_on_thread(None);
         let kernel = last_matmul_kernel().unwrap();
-        let what = format!("{} {m}x{n}x{k} ta {ta} tb {tb}: {kernel}", T::NAME);
+        let what = format!(
+            "{} ({precision:?}) {m}x{n}x{k} ta {ta} tb {tb}: {kernel}",
+            T::NAME
+        );
         if ctx.compute_capability() == (9, 0) {
             assert!(
                 kernel.starts_with("matmul_sm90_") && kernel.ends_with(tile),
@@ -1055,12 +1101,105 @@ mod gpu {
         }
         let ctx = Context::get(0).unwrap();
         let stream = Stream::new(&ctx).unwrap();
-        // One 128 x 128 tile; and enough 128 x 256 tiles for every multiprocessor.
+        let full = MatmulPrecision::Highest;
+        // One 128 x 128 tile; enough 128 x 256 tiles for every multiprocessor; one 128 x 64
+        // tile (n = k = 64: one stage); and 128 x 64 tiles with a half-empty last column tile
+        // and stage (n = k = 96).
         let sms = ctx.multiprocessors() as usize;
-        for (shape, tile) in [((128, 128), "_128"), ((128 * sms, 256), "_256")] {
+        for (shape, tile) in [
+            ((128, 128), "_128"),
+            ((128 * sms, 256), "_256"),
+            ((128, 64), "_64"),
+            ((256, 96), "_64"),
+        ] {
             for layouts in [(false, false), (false, true), (true, false), (true, true)] {
-                permutation_case::<bf16>(&ctx, &stream, shape, layouts, tile);
-                permutation_case::<f16>(&ctx, &stream, shape, layouts, tile);
+                permutation_case::<bf16>(&ctx, &stream, shape, layouts, tile, full);
+                permutation_case::<f16>(&ctx, &stream, shape, layouts, tile, full);
+            }
+        }
+        // TF32: one 128 x 128 tile, many of them, and the 128 x 64 tiles as above.
+        for (shape, tile) in [
+            ((128, 128), "_128"),
+            ((128 * sms, 256), "_128"),
+            ((128, 64), "_64"),
+            ((256, 96), "_64"),
+        ] {
+            for layouts in [(false, false), (false, true), (true, false), (true, true)] {
+                let high = MatmulPrecision::High;
+                permutation_case::<f32>(&ctx, &stream, shape, layouts, tile, high);
+            }
+        }
+    }
+
+    /// The Hopper TF32 kernels (f32 at `MatmulPrecision::High`): every layout (the mn-major
+    /// operands transposed in shared memory), padded leading dimensions, batches and
+    /// broadcasts, both tiles, unsplit and split by the plan rule. Held to the TF32 bound and,
+    /// closer, to the CPU twin that rounds its inputs with `cvt.rna`'s rule: inputs truncated
+    /// to TF32 instead of rounded (what wgmma does to raw f32) would miss the twin by about
+    /// 2^-11 of the scale, far outside its bound.
+    #[test]
+    fn hopper_tf32_kernels_round_inputs_like_the_cpu_twin() {
+        if skip_without_gpu("hopper_tf32_kernels_round_inputs_like_the_cpu_twin") {
+            return;
+        }
+        let ctx = Context::get(0).unwrap();
+        let stream = Stream::new(&ctx).unwrap();
+        let mut rng = SmallRng::seed_from_u64(41);
+        let high = MatmulPrecision::High;
+        let sms = ctx.multiprocessors() as usize;
+        let shapes = [
+            (128, 128, 128),
+            (300, 200, 520),
+            (400, 72, 300),
+            (132, 132, 64),
+            (256, 64, 4096),
+            (512, 256, 512),
+        ];
+        for (si, &(m, n, k)) in shapes.iter().enumerate() {
+            for ta in [false, true] {
+                for tb in [false, true] {
+                    let r = si + 2 * usize::from(ta) + usize::from(tb);
+                    let c = Case {
+                        m,
+                        n,
+                        k,
+                        ta,
+                        tb,
+                        pad: [0, 4, 0, 8][r % 4],
+                        offset: [0, 0, 4, 0][(r / 2) % 4],
+                        batch: if m * n * k > 1 << 26 {
+                            1
+                        } else {
+                            [1, 3, 1, 2][r % 4]
+                        },
+                        broadcast: [0, 0, 1, 2][(r / 3) % 4],
+                    };
+                    let p = problem::<f32>(c, &mut rng);
+                    let plan = MatmulPlan::new(p.shape, sms, high);
+                    let what = format!("gpu hopper tf32 {c:?} splits {}", plan.splits());
+                    let got = run::<f32, f32>(&ctx, &stream, &p, c, Some(&plan));
+                    let kernel = last_matmul_kernel().unwrap();
+                    if ctx.compute_capability() == (9, 0) {
+                        let tile = if n < 128 { "_64" } else { "_128" };
+                        assert!(
+                            kernel.starts_with("matmul_sm90_tf32_") && kernel.ends_with(tile),
+                            "{what}: ran {kernel}"
+                        );
+                    }
+                    check_at(&got, &p, high, &what);
+                    let mut twin = vec![f32::NAN; got.len()];
+                    let (a, b) = (&p.a[c.offset..], &p.b[c.offset..]);
+                    matmul_strided_precision(p.shape, p.layout, high, a, b, &mut twin).unwrap();
+                    let kf = k as f64;
+                    for (i, ((g, t), s)) in got.iter().zip(&twin).zip(&p.scale).enumerate() {
+                        let tol = 2.0 * (kf + 2.0) * unit(24.0) * s * (1.0 + unit(9.0)) + 1e-30;
+                        let d = (f64::from(*g) - f64::from(*t)).abs();
+                        assert!(
+                            d <= tol,
+                            "{what}: element {i}: {g} vs twin {t} (tolerance {tol})"
+                        );
+                    }
+                }
             }
         }
     }

@@ -979,15 +979,12 @@ mod gpu {
     /// element of A, exactly, in the input type.
     /// A wrong operand layout (descriptor, swizzle, transpose) shows as misplaced values, and
     /// the message names the first ones.
-    /// At [`MatmulPrecision::High`] (f32: the TF32 kernels) the product runs unsplit through
-    /// `gpu_matmul_planned`; the small integers are exact in TF32 too.
     fn permutation_case<T: MatmulOutput<T>>(
         ctx: &Arc<Context>,
         stream: &Stream,
         (m, n): (usize, usize),
         (ta, tb): (bool, bool),
         tile: &str,
-        precision: MatmulPrecision,
     ) {
         let k = n;
         let perm = |p: usize| (5 * p + 3) % k;
@@ -1028,37 +1025,18 @@ mod gpu {
         let poison = vec![T::from_f32(f32::NAN); m * n];
         let mut out = DeviceBuffer::from_host(ctx, bytes(&poison)).unwrap();
         force_sm80_matmul_on_thread(Some(false));
-        if precision == MatmulPrecision::Highest {
-            gpu_matmul_strided::<T, T>(
-                stream,
-                shape,
-                layout,
-                da.as_span::<T>().unwrap(),
-                db.as_span::<T>().unwrap(),
-                out.as_span_mut::<T>().unwrap(),
-            )
-            .unwrap();
-        } else {
-            // A plan for one multiprocessor never splits: no workspace is used.
-            let plan = MatmulPlan::new(shape, 1, precision);
-            let mut ws = DeviceBuffer::alloc(ctx, 16).unwrap();
-            gpu_matmul_planned::<T, T>(
-                stream,
-                &plan,
-                layout,
-                da.as_span::<T>().unwrap(),
-                db.as_span::<T>().unwrap(),
-                out.as_span_mut::<T>().unwrap(),
-                ws.as_span_mut::<u8>().unwrap(),
-            )
-            .unwrap();
-        }
+        gpu_matmul_strided::<T, T>(
+            stream,
+            shape,
+            layout,
+            da.as_span::<T>().unwrap(),
+            db.as_span::<T>().unwrap(),
+            out.as_span_mut::<T>().unwrap(),
+        )
+        .unwrap();
         force_sm80_matmul_on_thread(None);
         let kernel = last_matmul_kernel().unwrap();
-        let what = format!(
-            "{} ({precision:?}) {m}x{n}x{k} ta {ta} tb {tb}: {kernel}",
-            T::NAME
-        );
+        let what = format!("{} {m}x{n}x{k} ta {ta} tb {tb}: {kernel}", T::NAME);
         if ctx.compute_capability() == (9, 0) {
             assert!(
                 kernel.starts_with("matmul_sm90_") && kernel.ends_with(tile),
@@ -1101,7 +1079,6 @@ mod gpu {
         }
         let ctx = Context::get(0).unwrap();
         let stream = Stream::new(&ctx).unwrap();
-        let full = MatmulPrecision::Highest;
         // One 128 x 128 tile; enough 128 x 256 tiles for every multiprocessor; one 128 x 64
         // tile (n = k = 64: one stage); and 128 x 64 tiles with a half-empty last column tile
         // and stage (n = k = 96).
@@ -1113,93 +1090,8 @@ mod gpu {
             ((256, 96), "_64"),
         ] {
             for layouts in [(false, false), (false, true), (true, false), (true, true)] {
-                permutation_case::<bf16>(&ctx, &stream, shape, layouts, tile, full);
-                permutation_case::<f16>(&ctx, &stream, shape, layouts, tile, full);
-            }
-        }
-        // TF32: one 128 x 128 tile, many of them, and the 128 x 64 tiles as above.
-        for (shape, tile) in [
-            ((128, 128), "_128"),
-            ((128 * sms, 256), "_128"),
-            ((128, 64), "_64"),
-            ((256, 96), "_64"),
-        ] {
-            for layouts in [(false, false), (false, true), (true, false), (true, true)] {
-                let high = MatmulPrecision::High;
-                permutation_case::<f32>(&ctx, &stream, shape, layouts, tile, high);
-            }
-        }
-    }
-
-    /// The Hopper TF32 kernels (f32 at `MatmulPrecision::High`): every layout (the mn-major
-    /// operands transposed in shared memory), padded leading dimensions, batches and
-    /// broadcasts, both tiles, unsplit and split by the plan rule. Held to the TF32 bound and,
-    /// closer, to the CPU twin that rounds its inputs with `cvt.rna`'s rule: inputs truncated
-    /// to TF32 instead of rounded (what wgmma does to raw f32) would miss the twin by about
-    /// 2^-11 of the scale, far outside its bound.
-    #[test]
-    fn hopper_tf32_kernels_round_inputs_like_the_cpu_twin() {
-        if skip_without_gpu("hopper_tf32_kernels_round_inputs_like_the_cpu_twin") {
-            return;
-        }
-        let ctx = Context::get(0).unwrap();
-        let stream = Stream::new(&ctx).unwrap();
-        let mut rng = SmallRng::seed_from_u64(41);
-        let high = MatmulPrecision::High;
-        let sms = ctx.multiprocessors() as usize;
-        let shapes = [
-            (128, 128, 128),
-            (300, 200, 520),
-            (400, 72, 300),
-            (132, 132, 64),
-            (256, 64, 4096),
-            (512, 256, 512),
-        ];
-        for (si, &(m, n, k)) in shapes.iter().enumerate() {
-            for ta in [false, true] {
-                for tb in [false, true] {
-                    let r = si + 2 * usize::from(ta) + usize::from(tb);
-                    let c = Case {
-                        m,
-                        n,
-                        k,
-                        ta,
-                        tb,
-                        pad: [0, 4, 0, 8][r % 4],
-                        offset: [0, 0, 4, 0][(r / 2) % 4],
-                        batch: if m * n * k > 1 << 26 {
-                            1
-                        } else {
-                            [1, 3, 1, 2][r % 4]
-                        },
-                        broadcast: [0, 0, 1, 2][(r / 3) % 4],
-                    };
-                    let p = problem::<f32>(c, &mut rng);
-                    let plan = MatmulPlan::new(p.shape, sms, high);
-                    let what = format!("gpu hopper tf32 {c:?} splits {}", plan.splits());
-                    let got = run::<f32, f32>(&ctx, &stream, &p, c, Some(&plan));
-                    let kernel = last_matmul_kernel().unwrap();
-                    if ctx.compute_capability() == (9, 0) {
-                        let tile = if n < 128 { "_64" } else { "_128" };
-                        assert!(
-                            kernel.starts_with("matmul_sm90_tf32_") && kernel.ends_with(tile),
-                            "{what}: ran {kernel}"
-                        );
-                    }
-                    check_at(&got, &p, high, &what);
-                    let mut twin = vec![f32::NAN; got.len()];
-                    let (a, b) = (&p.a[c.offset..], &p.b[c.offset..]);
-                    matmul_strided_precision(p.shape, p.layout, high, a, b, &mut twin).unwrap();
-                    let kf = k as f64;
-                    for (i, ((g, t), s)) in got.iter().zip(&twin).zip(&p.scale).enumerate() {
-                        let tol = 2.0 * (kf + 2.0) * unit(24.0) * s * (1.0 + unit(9.0)) + 1e-30;
-                        let d = (f64::from(*g) - f64::from(*t)).abs();
-                        assert!(
-                            d <= tol,
-                            "{what}: element {i}: {g} vs twin {t} (tolerance {tol})"
-                        );
-                    }
-                }
+                permutation_case::<bf16>(&ctx, &stream, shape, layouts, tile);
+                permutation_case::<f16>(&ctx, &stream, shape, layouts, tile);
             }
         }
     }

@@ -21,8 +21,8 @@
 //     c ^ ((r >> 1) & 3) (64-byte rows) or c ^ (r & 7) (256-byte rows), so the eight rows one
 //     ldmatrix phase reads, and the chunks one cp.async phase writes, fall in eight different
 //     bank groups.
-//   * Edges are predicated: a chunk that runs past k (or m, n) is copied with a source size of
-//     the valid bytes and zero-filled by cp.async; a chunk wholly outside is zero-filled. When a
+//   * Edges are predicated: a chunk that runs past k (or m, n) is read element by element (zeros
+//     past the edge); a chunk wholly outside is zero-filled by cp.async. When a
 //     16-byte copy is not possible (leading dimension or batch stride not a multiple of 8
 //     elements, or a base address not 16-byte aligned) the same tiles are filled by element
 //     loads instead. The epilogue stores pairs where the row allows, single elements otherwise.
@@ -227,7 +227,10 @@ struct TileLoader {
                             : 0;
             }
             const uint16_t* p = src + (uint64_t)kt * step + i * next;
-            if (VEC) {
+            // A chunk that is whole, or wholly outside (zero-filled), is one 16-byte cp.async;
+            // a chunk cut by an edge is read element by element, so no access reaches past
+            // the last valid element.
+            if (VEC && (valid == 8 || valid == 0)) {
                 cp_async16(tile + dst[i], valid > 0 ? p : src, valid * 2);
             } else {
                 uint16_t v[8];

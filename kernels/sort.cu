@@ -16,10 +16,11 @@
 // Every kernel writes the first `kout` elements of each sorted row (`kout == r` for a whole
 // sort, fewer for a top-k), rows of `kout` in the outputs.
 //
-// Rows of at most SO_SMEM elements: one block a row, the row padded to a power of two
-// (padding keys sort last), read once and written once. Keys of at most 32 bits in rows padded
-// to RG_MIN or more (`sort_rows8_*`, below): warps sort runs of RG_MIN in registers by a
-// bitonic network, merged in shared memory (as the chunks of step 1 below); the others
+// Rows of at most SO_SMEM elements, and rows of at most RG_LONG elements of keys of at most 32
+// bits: one block a row, the row padded to a power of two (padding keys sort last), read once
+// and written once. Keys of at most 32 bits in rows padded to RG_MIN or more (`sort_rows8_*`,
+// `sort_rows8l_*` above SO_SMEM, below): warps sort runs of RG_MIN in registers by a bitonic
+// network, merged in shared memory (as the chunks of step 1 below); the others
 // (`sort_rows_*`): a bitonic network over the row in shared memory.
 //
 // Longer rows: a run sort, then merges.
@@ -203,9 +204,10 @@ __device__ __forceinline__ void chunks_impl(const T *in, ulonglong2 *ws, uint64_
 // network over the whole row (36 stages a warp, then three merges of eight words a thread).
 #define RG_E 8
 #define RG_MIN (32 * RG_E)
+#define RG_LONG 8192
 
 // The word of a key and its position: 64 bits for 32-bit keys, 32 bits for 16-bit keys (a
-// position below SO_SMEM fits the low 16 bits), so that half-precision rows move half the bytes.
+// position below RG_LONG fits the low 16 bits), so that half-precision rows move half the bytes.
 template <typename T> struct Word {
     typedef u64 W;
     static const int SHIFT = 32;
@@ -330,13 +332,12 @@ __device__ __forceinline__ void warp_merge_sort(const T *p, uint64_t n, uint32_t
     }
 }
 
-// Rows of RG_MIN..SO_SMEM elements padded (keys of at most 32 bits): `warp_merge_sort`, then
-// the first `kout` values and positions written coalesced.
+// Rows of RG_MIN..RG_LONG elements padded (keys of at most 32 bits): `warp_merge_sort` into
+// `sm` (npad words), then the first `kout` values and positions written coalesced.
 template <typename T>
 __device__ __forceinline__ void rows_reg_impl(const T *in, T *out, int64_t *out_idx, uint64_t r, uint32_t npad,
-                                              int desc, uint64_t kout) {
+                                              int desc, uint64_t kout, typename Word<T>::W *sm) {
     typedef typename Word<T>::W W;
-    __shared__ W sm[SO_SMEM];
     const uint64_t row = blockIdx.x;
     const T *p = in + row * r;
     warp_merge_sort<T>(p, r, npad, desc ? (uint32_t)width_mask<T>() : 0u, sm);
@@ -480,11 +481,22 @@ __device__ __forceinline__ void merge_impl(const W *src, W *dst, const T *in, T 
 SO_MERGE_WORDS(w64, u64)
 SO_MERGE_WORDS(w128, ulonglong2)
 
+// `sort_rows8_*`: rows padded to at most SO_SMEM, static shared memory. `sort_rows8l_*`: rows
+// padded to SO_SMEM * 2 .. RG_LONG, a block of up to 1024 threads and npad words of dynamic
+// shared memory (64 KiB for 8192 words of 64 bits): on chip, where the chunk sort and a merge
+// pass through global memory would write and read every word once more.
 #define SO_REG_KERNEL(NAME, T)                                                                           \
     extern "C" __global__ void __launch_bounds__(SO_SMEM / RG_E)                                         \
         sort_rows8_##NAME(const T *in, T *out, int64_t *out_idx, uint64_t r, uint32_t npad, int desc,    \
                           uint64_t kout) {                                                               \
-        rows_reg_impl<T>(in, out, out_idx, r, npad, desc, kout);                                         \
+        __shared__ Word<T>::W sm[SO_SMEM];                                                               \
+        rows_reg_impl<T>(in, out, out_idx, r, npad, desc, kout, sm);                                     \
+    }                                                                                                    \
+    extern "C" __global__ void __launch_bounds__(RG_LONG / RG_E)                                         \
+        sort_rows8l_##NAME(const T *in, T *out, int64_t *out_idx, uint64_t r, uint32_t npad, int desc,   \
+                           uint64_t kout) {                                                              \
+        extern __shared__ uint4 so_words[];                                                              \
+        rows_reg_impl<T>(in, out, out_idx, r, npad, desc, kout, reinterpret_cast<Word<T>::W *>(so_words)); \
     }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(SO_SMEM / RG_E)                                         \
         sort_chunks8_##NAME(const T *in, u64 *ws, uint64_t rows, uint64_t r, int desc, uint64_t kout) {  \

@@ -7,10 +7,10 @@
 //! Every entry point keeps the first `k` of each sorted row (`k == r` for a whole sort, fewer
 //! for PyTorch's `topk`): the kernels write only those.
 //!
-//! Speed: rows of at most [`SMEM_ROW`] elements sort on chip, one block a row (the row read
-//! once and written once). Rows of [`REG_ROW_MIN`] elements or more with keys of at most 32
-//! bits (f32, f16, bf16, i32) hold each key packed with its position in one word, eight words
-//! a thread: each warp sorts 256 words in registers (a bitonic network, partners exchanged by
+//! Speed: rows of at most [`SMEM_ROW`] elements, and rows of at most [`REG_ROW_MAX`] with keys
+//! of at most 32 bits, sort on chip, one block a row (the row read once and written once).
+//! Rows of [`REG_ROW_MIN`] elements or more with keys of at most 32 bits (f32, f16, bf16, i32)
+//! hold each key packed with its position in one word, eight words a thread: each warp sorts 256 words in registers (a bitonic network, partners exchanged by
 //! warp shuffles), then the warps' runs merge in shared memory; other rows run a bitonic
 //! network in shared memory. Longer rows sort in chunks of [`SMEM_ROW`] the same way (64-bit
 //! keys: the shared-memory network) into a workspace of (key, position) words, then merge the
@@ -25,6 +25,10 @@ use crate::{Element, Error, Result};
 
 /// Longest row sorted in shared memory by one block (`SO_SMEM`).
 pub const SMEM_ROW: usize = 2048;
+
+/// Longest row of keys of at most 32 bits sorted on chip by one block (`RG_LONG`: 1024
+/// threads of eight words, 64 KiB of shared memory for 64-bit words).
+pub const REG_ROW_MAX: usize = 8192;
 
 /// Shortest padded row sorted in registers (`RG_MIN`: a full warp of eight-word threads, the
 /// run each warp sorts).
@@ -143,9 +147,10 @@ impl SortPlan {
         })
     }
 
-    /// Whether one block sorts each row on chip (no workspace).
-    pub fn in_shared_memory(&self) -> bool {
-        self.npad <= SMEM_ROW
+    /// Whether one block sorts each row of `T` on chip (no workspace): rows padded to at most
+    /// [`SMEM_ROW`], or to at most [`REG_ROW_MAX`] when keys fit 32 bits.
+    pub fn on_chip<T: Element>(&self) -> bool {
+        self.npad <= SMEM_ROW || (key_fits_32::<T>() && self.npad <= REG_ROW_MAX)
     }
 
     /// Merge passes after the chunk sort: `ceil(log2(r / 2048))`, none for rows sorted on chip.
@@ -163,7 +168,7 @@ impl SortPlan {
     /// bits, 16 for f64 and i64) per element, twice when there are two merge passes or more,
     /// and the merge partitions (4 bytes each).
     pub fn workspace_bytes<T: Element>(&self) -> Result<usize> {
-        if self.in_shared_memory() {
+        if self.on_chip::<T>() {
             return Ok(0);
         }
         let overflow = || Error::Unsupported {
@@ -196,6 +201,18 @@ impl SortPlan {
     }
 }
 
+/// Whether the keys of `T` fit 32 bits (every sortable type but f64 and i64).
+fn key_fits_32<T: Element>() -> bool {
+    size_of::<T>() <= 4
+}
+
+/// Bytes of one (key, position) word of the on-chip register sort: 4 for 16-bit keys (the
+/// position in the low 16 bits), 8 for 32-bit keys.
+#[cfg(feature = "cuda")]
+fn reg_word_bytes<T: Element>() -> usize {
+    if size_of::<T>() == 2 { 4 } else { 8 }
+}
+
 /// Bytes of one (key, position) word of the merge workspace.
 fn word_bytes<T: Element>() -> usize {
     if size_of::<T>() == 8 { 16 } else { 8 }
@@ -203,8 +220,8 @@ fn word_bytes<T: Element>() -> usize {
 
 /// Queues the sort of `input` (`rows` rows of `r` elements), the first `k` of each sorted row
 /// into `values` and `indices` (`rows * k` of each), on `stream`, using `workspace`
-/// ([`SortPlan::workspace_bytes`] bytes from a 16-byte aligned start; nothing for rows of at
-/// most [`SMEM_ROW`]). Every span is checked before anything is launched.
+/// ([`SortPlan::workspace_bytes`] bytes from a 16-byte aligned start; nothing for rows sorted
+/// on chip). Every span is checked before anything is launched.
 #[cfg(feature = "cuda")]
 #[allow(clippy::too_many_arguments)]
 pub fn gpu_sort<T: Element>(
@@ -221,34 +238,51 @@ pub fn gpu_sort<T: Element>(
     use genesis_cuda::{Kernel, LaunchConfig};
     use std::ffi::c_void;
 
-    // Shared-memory rows, register rows (keys of at most 32 bits), chunks, last merge pass.
+    // Shared-memory rows, register rows (keys of at most 32 bits), chunks, last merge pass,
+    // long register rows.
     let names = match T::NAME {
         "f32" => [
             "sort_rows_f32",
             "sort_rows8_f32",
             "sort_chunks8_f32",
             "sort_mfinal_f32",
+            "sort_rows8l_f32",
         ],
         "f16" => [
             "sort_rows_f16",
             "sort_rows8_f16",
             "sort_chunks8_f16",
             "sort_mfinal_f16",
+            "sort_rows8l_f16",
         ],
         "bf16" => [
             "sort_rows_bf16",
             "sort_rows8_bf16",
             "sort_chunks8_bf16",
             "sort_mfinal_bf16",
+            "sort_rows8l_bf16",
         ],
         "i32" => [
             "sort_rows_i32",
             "sort_rows8_i32",
             "sort_chunks8_i32",
             "sort_mfinal_i32",
+            "sort_rows8l_i32",
         ],
-        "i64" => ["sort_rows_i64", "", "sort_chunks_i64", "sort_mfinal_i64"],
-        "f64" => ["sort_rows_f64", "", "sort_chunks_f64", "sort_mfinal_f64"],
+        "i64" => [
+            "sort_rows_i64",
+            "",
+            "sort_chunks_i64",
+            "sort_mfinal_i64",
+            "",
+        ],
+        "f64" => [
+            "sort_rows_f64",
+            "",
+            "sort_chunks_f64",
+            "sort_mfinal_f64",
+            "",
+        ],
         other => {
             return Err(Error::Unsupported {
                 op: "sort",
@@ -296,13 +330,24 @@ pub fn gpu_sort<T: Element>(
         op: "sort",
         reason: format!("{blocks} blocks (below 2^31)"),
     };
-    if plan.in_shared_memory() {
+    if plan.on_chip::<T>() {
         if rows > i32::MAX as usize {
             return Err(too_many(rows));
         }
         let mut npad = plan.npad as u32;
         let in_registers = plan.npad >= REG_ROW_MIN && !names[1].is_empty();
-        let (kernel, config) = if in_registers {
+        let (kernel, config) = if in_registers && plan.npad > SMEM_ROW {
+            // Eight words a thread, `npad` words of dynamic shared memory.
+            let kernel = Kernel::get(ctx, &crate::images::SORT, names[4])?;
+            let smem = (plan.npad * reg_word_bytes::<T>()) as u32;
+            kernel.set_max_dynamic_shared_bytes(smem)?;
+            let config = LaunchConfig {
+                grid: (rows as u32, 1, 1),
+                block: ((plan.npad / 8) as u32, 1, 1),
+                shared_bytes: smem,
+            };
+            (kernel, config)
+        } else if in_registers {
             // Eight words a thread; the kernel's shared memory is static.
             let kernel = Kernel::get(ctx, &crate::images::SORT, names[1])?;
             let config = LaunchConfig {
@@ -329,10 +374,11 @@ pub fn gpu_sort<T: Element>(
             (&raw mut desc).cast(),
             (&raw mut k64).cast(),
         ];
-        // SAFETY: the parameters match `sort_rows_<T>` and `sort_rows8_<T>`; the input holds
-        // `rows * r` elements and the outputs `rows * k` (checked); the shared memory holds
-        // `npad` keys and positions (dynamic for `sort_rows`, static in `sort_rows8`, whose
-        // block has `npad / 8` threads of eight words).
+        // SAFETY: the parameters match `sort_rows_<T>`, `sort_rows8_<T>` and `sort_rows8l_<T>`;
+        // the input holds `rows * r` elements and the outputs `rows * k` (checked); the shared
+        // memory holds `npad` keys and positions (dynamic for `sort_rows`, static in
+        // `sort_rows8`, `npad` dynamic words in `sort_rows8l`, whose blocks have `npad / 8`
+        // threads of eight words).
         unsafe { kernel.launch(stream, config, &mut params)? };
         return Ok(());
     }
@@ -486,15 +532,17 @@ mod tests {
     #[test]
     fn plans() {
         let p = SortPlan::new(8192, 1024).unwrap();
-        assert!(p.in_shared_memory() && p.npad == 1024);
+        assert!(p.on_chip::<f64>() && p.npad == 1024);
+        // Rows up to 8192 of keys of at most 32 bits stay on chip; 64-bit keys merge above 2048.
+        let p = SortPlan::new(8192, 8192).unwrap();
+        assert!(p.on_chip::<f32>() && p.on_chip::<half::f16>() && !p.on_chip::<i64>());
+        assert_eq!(p.workspace_bytes::<i32>().unwrap(), 0);
+        assert!(!SortPlan::new(1, 8193).unwrap().on_chip::<f32>());
         assert_eq!(p.workspace_bytes::<f32>().unwrap(), 0);
         // One merge pass: one buffer of words, and two merges' partitions (2 tiles + 1 each).
         let long = SortPlan::new(2, 3000).unwrap();
         assert_eq!(long.merge_passes(), 1);
-        assert_eq!(
-            long.workspace_bytes::<f32>().unwrap(),
-            2 * 3000 * 8 + 2 * 3 * 4
-        );
+        assert_eq!(long.workspace_bytes::<f32>().unwrap(), 0, "on chip");
         assert_eq!(
             long.workspace_bytes::<f64>().unwrap(),
             2 * 3000 * 16 + 2 * 3 * 4

@@ -878,7 +878,8 @@ fn check_sort<T: Random>(ctx: &Arc<Context>, rng: &mut SmallRng) {
     }
 }
 
-/// Rows longer than 2048 (sorted chunks merged through the workspace): lengths below, at and
+/// Rows longer than 2048 (on chip up to 8192 for keys of at most 32 bits, else sorted chunks
+/// merged through the workspace): lengths below, at and
 /// above powers of two and a prime, several rows, a few distinct values (long runs of equal
 /// keys), mostly distinct values, and top-k of every size from 1 to a whole tile and beyond.
 fn check_long_sort<T: Random>(ctx: &Arc<Context>, rng: &mut SmallRng) {
@@ -894,7 +895,9 @@ fn check_long_sort<T: Random>(ctx: &Arc<Context>, rng: &mut SmallRng) {
         (2, 65536),
         (2, 100_003),
     ] {
-        assert!(!SortPlan::new(rows, r).unwrap().in_shared_memory());
+        // Keys of at most 32 bits stay on chip up to 8192 (the long register-row kernel).
+        let on_chip = size_of::<T>() <= 4 && r <= 8192;
+        assert_eq!(SortPlan::new(rows, r).unwrap().on_chip::<T>(), on_chip);
         let mut ks: Vec<usize> = [r, 1, 16, 2047, 2048, 2049, r / 3, r - 1]
             .into_iter()
             .filter(|&k| k <= r)

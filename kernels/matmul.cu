@@ -47,10 +47,11 @@
 //
 // f32 with TF32 (opt-in, `matmul_tf32_*`): tensor cores through `mma.sync.aligned.m16n8k8`
 // with tf32 inputs and f32 accumulators (sm_80 and newer).
-//   * Every input is rounded to tf32 (`cvt.rna.tf32.f32`: 10 mantissa bits, nearest, ties away
-//     from zero) once, when it is stored to shared memory; products of tf32 values are exact
-//     in f32 and are accumulated in f32, so the result is the f32 product of the rounded
-//     inputs up to the f32 accumulation bound (the CPU twin `matmul_strided_tf32` rounds the
+//   * Every input is truncated to tf32 (its low 13 mantissa bits cleared, NaN kept) once, when
+//     it is stored to shared memory: what the Hopper kernel's wgmma does when it reads f32
+//     operands, so both paths compute the same products. Products of tf32 values are exact in
+//     f32 and are accumulated in f32, so the result is the f32 product of the truncated inputs
+//     up to the f32 accumulation bound (the CPU twin `matmul_strided_precision` truncates the
 //     same way).
 //   * A block of 256 threads (8 warps as 2 x 4) computes a 128 x 128 tile; each warp 64 x 32 as
 //     4 x 4 mma tiles of 16 x 8 (64 f32 accumulators per thread, the layout of the f16 kernel).
@@ -534,9 +535,7 @@ static_assert(X_BK * X_MNSTRIDE <= X_TILE_FLOATS, "a [k][mn] tile fits the buffe
 static_assert(2 * X_TILE_FLOATS * 4 <= 48 * 1024, "static shared memory");
 
 __device__ __forceinline__ float to_tf32(float x) {
-    uint32_t r;
-    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-    return __uint_as_float(r);
+    return x != x ? x : __uint_as_float(__float_as_uint(x) & 0xffffe000u);
 }
 
 __device__ __forceinline__ void mma1688(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,

@@ -349,10 +349,109 @@ __device__ __forceinline__ void wgmma_n64(float (&d)[32], uint64_t da, uint64_t 
         : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
 }
 
+// wgmma.mma_async.m64nNk8 of tf32 operands, both k-major (tf32 has no transposed form): the
+// tensor cores read the top 19 bits of each f32 (sign, exponent, 10 mantissa bits) and ignore
+// the low 13, so an f32 operand is used truncated to tf32.
+__device__ __forceinline__ void wgmma_tf32_n256(float (&d)[128], uint64_t da, uint64_t db,
+                                                int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
+        "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, "
+        "%60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, "
+        "%72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, "
+        "%84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, "
+        "%108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, "
+        "%120, %121, %122, %123, %124, %125, %126, %127"
+        "}, %128, %129, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+          "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+          "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]),
+          "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]),
+          "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+          "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]),
+          "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]),
+          "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]),
+          "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]),
+          "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]),
+          "+f"(d[126]), "+f"(d[127])
+        : "l"(da), "l"(db), "r"(scale_d));
+}
+
+__device__ __forceinline__ void wgmma_tf32_n128(float (&d)[64], uint64_t da, uint64_t db,
+                                                int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
+        "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, "
+        "%60, %61, %62, %63"
+        "}, %64, %65, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+          "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+          "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "r"(scale_d));
+}
+
+__device__ __forceinline__ void wgmma_tf32_n64(float (&d)[32], uint64_t da, uint64_t db,
+                                                int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db), "r"(scale_d));
+}
+
 template <int BN, int TRANS_A, int TRANS_B, typename T>
 __device__ __forceinline__ void wgmma_tile(float (&d)[BN / 2], uint64_t da, uint64_t db,
                                            int scale_d) {
-    if constexpr (BN == 256) {
+    if constexpr (sizeof(T) == 4) {
+        static_assert(TRANS_A == 0 && TRANS_B == 0, "tf32 operands are k-major");
+        if constexpr (BN == 256) {
+            wgmma_tf32_n256(d, da, db, scale_d);
+        } else if constexpr (BN == 128) {
+            wgmma_tf32_n128(d, da, db, scale_d);
+        } else {
+            static_assert(BN == 64, "tile width");
+            wgmma_tf32_n64(d, da, db, scale_d);
+        }
+    } else if constexpr (BN == 256) {
         wgmma_n256<TRANS_A, TRANS_B>(d, da, db, scale_d, T());
     } else if constexpr (BN == 128) {
         wgmma_n128<TRANS_A, TRANS_B>(d, da, db, scale_d, T());
@@ -362,8 +461,8 @@ __device__ __forceinline__ void wgmma_tile(float (&d)[BN / 2], uint64_t da, uint
     }
 }
 
-// STEPS k steps of 16 of one stage: A rows 64c.. at sa (this consumer's box), B at sb. Step kk
-// is +32 bytes in a k-major row, +16 rows (2 KiB) in an mn-major box. `accumulate` false: the
+// STEPS k steps of 16 (tf32: 8) of one stage: A rows 64c.. at sa (this consumer's box), B at
+// sb. Step kk is +32 bytes in a k-major row, +16 rows (2 KiB) in an mn-major box. `accumulate` false: the
 // first step overwrites d. Starts with the fence that orders d's earlier writes before wgmma.
 template <typename T, int BN, bool TA, bool TB, int STEPS>
 __device__ __forceinline__ void mma_steps(float (&d)[BN / 2], uint32_t sa, uint32_t sb,
@@ -425,6 +524,9 @@ __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMa
                                           uint64_t kslice, uint64_t slices) {
     using Cfg = Config<BN>;
     constexpr int STAGES = Cfg::STAGES;
+    // k elements of a stage: a box row is 128 bytes (64 16-bit or 32 f32 elements).
+    constexpr int KE = 128 / (int)sizeof(T);
+    static_assert(sizeof(T) == 2 || (!TA && TB), "tf32 operands are both k-major");
     // Whether the kernel may run slices of split products (the f32-output kernels): a uniform
     // branch in the k loop that makes ptxas add a wgmma register fence, so the kernels of
     // f16/bf16 outputs (one slice, kslice >= k) leave it out.
@@ -463,7 +565,7 @@ __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMa
             const Unit w = unit_of<BN>(u, batch, tiles_m, tiles_n);
             const uint64_t k_begin = w.z * kslice;
             const uint64_t k_end = min(K, k_begin + kslice);
-            const int kt_n = (int)((k_end - k_begin + BK - 1) / BK);
+            const int kt_n = (int)((k_end - k_begin + KE - 1) / KE);
             const int ba = sa != 0 ? (int)w.b : 0, bb = sb != 0 ? (int)w.b : 0;
             const int m0 = (int)w.m0, n0 = (int)w.n0;
             // Boxes wholly past m or n are not copied: their rows and columns of C are dropped,
@@ -477,7 +579,7 @@ __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMa
                 mbar_wait(empty + 8 * stage, phase ^ 1);
                 const uint32_t bar = full + 8 * stage;
                 mbar_expect_tx(bar, bytes);
-                const int k0 = (int)(k_begin + (uint64_t)kt * BK);
+                const int k0 = (int)(k_begin + (uint64_t)kt * KE);
                 const uint32_t sa_stage = a_ring + stage * Cfg::A_BYTES;
                 const uint32_t sb_stage = b_ring + stage * Cfg::B_BYTES;
 #pragma unroll
@@ -520,7 +622,7 @@ __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMa
         const Unit w = unit_of<BN>(u, batch, tiles_m, tiles_n);
         const uint64_t k_begin = w.z * kslice;
         const uint64_t k_end = min(K, k_begin + kslice);
-        const int kt_n = (int)((k_end - k_begin + BK - 1) / BK);
+        const int kt_n = (int)((k_end - k_begin + KE - 1) / KE);
         int prev = 0;
         for (int kt = 0; kt < kt_n; ++kt) {
             mbar_wait(full + 8 * stage, phase);
@@ -530,14 +632,15 @@ __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMa
             // values of the next slice: only its first two k steps belong here (past k itself
             // a box holds TMA's zeros, which add nothing). Only the f32-output kernels run
             // split products.
-            const bool half =
-                SPLITS && k_end < K && k_end - (k_begin + (uint64_t)kt * BK) < BK;
+            // (A tf32 stage is 32 deep: a slice is whole stages.)
+            const bool half = SPLITS && sizeof(T) == 2 && k_end < K &&
+                              k_end - (k_begin + (uint64_t)kt * KE) < KE;
 #pragma unroll
             for (int i = 0; i < BN / 2; ++i) pin(acc[i]);
             if (half)
                 mma_steps<T, BN, TA, TB, 2>(acc, sa_stage, sb_stage, kt > 0);
             else
-                mma_steps<T, BN, TA, TB, BK / 16>(acc, sa_stage, sb_stage, kt > 0);
+                mma_steps<T, BN, TA, TB, 4>(acc, sa_stage, sb_stage, kt > 0);
             wgmma_commit();
 #pragma unroll
             for (int i = 0; i < BN / 2; ++i) pin(acc[i]);
@@ -603,3 +706,33 @@ SM90_TILES(matmul_sm90_bf16, __nv_bfloat16, __nv_bfloat16)
 SM90_TILES(matmul_sm90_bf16_f32out, __nv_bfloat16, float)
 SM90_TILES(matmul_sm90_f16, __half, __half)
 SM90_TILES(matmul_sm90_f16_f32out, __half, float)
+
+// TF32 (f32 operands, f32 output): k-major A and B only ("nt"); the launcher stages other
+// layouts as k-major copies first (matmul_sm90_stage_t).
+SM90_KERNEL(matmul_sm90_tf32_nt_256, float, float, 256, false, true)
+SM90_KERNEL(matmul_sm90_tf32_nt_128, float, float, 128, false, true)
+SM90_KERNEL(matmul_sm90_tf32_nt_64, float, float, 64, false, true)
+
+// The k-major staging copy of a TF32 operand: dst[b][c][r] = src[b * sstride + r * ld + c] for
+// r < rows, c < cols (the transpose of a rows x cols matrix of ld-long lines), dst lines dld
+// long (a multiple of 4 elements, at least rows; the pad is never read), batch b at b *
+// dstride. 32 x 32 tiles through shared memory (a padded row: no bank conflicts either way),
+// blocks of 32 x 8 threads, grid (ceil(cols / 32), ceil(rows / 32), batches).
+extern "C" __global__ void __launch_bounds__(256)
+    matmul_sm90_stage_t(const float* __restrict__ src, float* __restrict__ dst, uint64_t rows,
+                        uint64_t cols, uint64_t ld, uint64_t sstride, uint64_t dld,
+                        uint64_t dstride) {
+    __shared__ float t[32][33];
+    const uint64_t b = blockIdx.z, c0 = (uint64_t)blockIdx.x * 32, r0 = (uint64_t)blockIdx.y * 32;
+    const float* s = src + b * sstride;
+    for (int i = threadIdx.y; i < 32; i += 8) {
+        const uint64_t r = r0 + i, c = c0 + threadIdx.x;
+        if (r < rows && c < cols) t[i][threadIdx.x] = s[r * ld + c];
+    }
+    __syncthreads();
+    float* d = dst + b * dstride;
+    for (int i = threadIdx.y; i < 32; i += 8) {
+        const uint64_t c = c0 + i, r = r0 + threadIdx.x;
+        if (c < cols && r < rows) d[c * dld + r] = t[threadIdx.x][i];
+    }
+}

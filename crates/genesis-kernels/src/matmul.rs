@@ -10,8 +10,12 @@
 //! rounding bound of the accumulation, not bit for bit.
 //!
 //! f32 products run at [`MatmulPrecision::Highest`] (full f32, the default) or, opted into,
-//! [`MatmulPrecision::High`]: inputs rounded to TF32 on tensor cores (PyTorch's
-//! `allow_tf32`), with the CPU twin [`matmul_strided_precision`] rounding the same way.
+//! [`MatmulPrecision::High`]: inputs truncated to TF32 on tensor cores (PyTorch's
+//! `allow_tf32`), with the CPU twin [`matmul_strided_precision`] truncating the same way. On
+//! Hopper a TF32 product runs on the `wgmma` kernel, which reads both operands k-major: an
+//! operand that is not (a column-major `A`, a row-major `B`) is first copied k-major into the
+//! plan's workspace ([`MatmulPlan::workspace_bytes_for`]; without that room the `mma.sync`
+//! TF32 kernel runs instead).
 //!
 //! A [`MatmulPlan`] also splits `k` when the output has too few `128 x 128` tiles to fill the
 //! GPU (split-k: slices of `k` into an f32 workspace, then a sum in a fixed order, so results
@@ -243,20 +247,19 @@ pub fn matmul_strided<T: MatmulElement, O: MatmulOutput<T>>(
     matmul_strided_precision(shape, layout, MatmulPrecision::Highest, a, b, c)
 }
 
-/// `x` rounded to TF32 as the tensor cores' inputs are (`cvt.rna.tf32.f32`): to 10 mantissa
-/// bits, to nearest with ties away from zero; infinities and NaN are returned as they are. The
-/// result is an f32 whose low 13 mantissa bits are zero (a finite value may round up to
-/// infinity).
+/// `x` as the TF32 kernels use it: truncated to 10 mantissa bits (the low 13 bits cleared,
+/// toward zero), which is how Hopper's tensor cores read an f32 operand in TF32 mode (the
+/// `sm_80` TF32 kernel clears the same bits itself). NaN is returned as it is (the Hopper
+/// kernel would read a NaN whose payload lies only in the low 13 bits as an infinity; no
+/// arithmetic produces such a NaN). Finite values stay finite.
 pub fn to_tf32(x: f32) -> f32 {
-    if !x.is_finite() {
+    if x.is_nan() {
         return x;
     }
-    // Adding half of the dropped part's unit to the magnitude bits carries into the kept bits
-    // exactly when the dropped part is at least one half: nearest, ties away from zero.
-    f32::from_bits((x.to_bits() + 0x1000) & !0x1fff)
+    f32::from_bits(x.to_bits() & !0x1fff)
 }
 
-/// The CPU twin of [`gpu_matmul_planned`]: [`matmul_strided`], with every input rounded by
+/// The CPU twin of [`gpu_matmul_planned`]: [`matmul_strided`], with every input truncated by
 /// [`to_tf32`] first at [`MatmulPrecision::High`] (the TF32 kernels' products; f16 and bf16
 /// values are exact in TF32, so only f32 inputs change).
 pub fn matmul_strided_precision<T: MatmulElement, O: MatmulOutput<T>>(
@@ -426,9 +429,9 @@ pub enum MatmulPrecision {
     /// Full f32 inputs and accumulation (CUDA cores): PyTorch's default, `"highest"`.
     #[default]
     Highest,
-    /// Inputs rounded to TF32 (10 mantissa bits, [`to_tf32`]), products accumulated in f32
-    /// on tensor cores: PyTorch's `"high"` (`allow_tf32 = True`). A relative error of about
-    /// `2^-11` per input instead of `2^-24`. Matrix-vector products (`m` or `n` 1), which are
+    /// Inputs truncated to TF32 (10 mantissa bits, [`to_tf32`]), products accumulated in f32
+    /// on tensor cores: PyTorch's `"high"` (`allow_tf32 = True`). A relative error below
+    /// `2^-10` per input instead of `2^-24`. Matrix-vector products (`m` or `n` 1), which are
     /// bound by memory, stay in full f32.
     High,
 }
@@ -569,15 +572,192 @@ fn sm90_tile(
     if !ok {
         return None;
     }
+    Some(sm90_width(s, plan.splits, sms))
+}
+
+/// The Hopper tile of a qualifying product: 2 (`128 x 64`) when `n < 128`, else 0 (`128 x
+/// 256`) when its work units fill the `sms` multiprocessors, else 1 (`128 x 128`).
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+fn sm90_width(s: MatmulShape, splits: usize, sms: usize) -> usize {
     if s.n < 128 {
-        return Some(2);
+        return 2;
     }
     let units =
         s.m.div_ceil(SM90_TILE_M)
             .saturating_mul(s.n.div_ceil(256))
             .saturating_mul(s.batch)
-            .saturating_mul(plan.splits.max(1));
-    Some(if units >= sms { 0 } else { 1 })
+            .saturating_mul(splits.max(1));
+    if units >= sms { 0 } else { 1 }
+}
+
+/// The Hopper TF32 kernels by tile (as [`SM90_TILE_N`]): k-major `A` and `B`.
+#[cfg(feature = "cuda")]
+const SM90_TF32: [&str; 3] = [
+    "matmul_sm90_tf32_nt_256",
+    "matmul_sm90_tf32_nt_128",
+    "matmul_sm90_tf32_nt_64",
+];
+
+/// Queues a TF32 product of f32 operands at `a` and `b` on the Hopper kernel when it qualifies
+/// ([`tf32_staging`], operands read in place starting on 16 bytes with leading dimensions and
+/// batch strides multiples of 4 elements, `workspace` as large as
+/// [`MatmulPlan::workspace_bytes_for`]): operands that are not k-major are first copied
+/// k-major into the workspace (after the split partials) by `matmul_sm90_stage_t`; the
+/// product goes to `c`, or for a split plan to the partials at the workspace's start (the
+/// caller then sums them). Returns whether it queued anything.
+///
+/// # Safety
+///
+/// As [`gemm`] for `c` (`batch * m * n` f32 values); `a` and `b` hold f32 values where
+/// `layout` reads them (checked by the caller); `workspace` is borrowed exclusively.
+#[cfg(feature = "cuda")]
+unsafe fn tf32_sm90(
+    stream: &genesis_cuda::Stream,
+    plan: &MatmulPlan,
+    layout: MatmulLayout,
+    a: u64,
+    b: u64,
+    c: u64,
+    workspace: &mut genesis_cuda::DeviceSpanMut<'_, u8>,
+) -> Result<bool> {
+    use genesis_cuda::{Kernel, LaunchConfig};
+    use std::ffi::c_void;
+
+    let ctx = stream.context();
+    let Some((a_elems, b_elems)) = tf32_staging(plan, &layout, ctx.compute_capability()) else {
+        return Ok(false);
+    };
+    let s = plan.shape;
+    let split = plan.workspace_bytes();
+    let a_at = ws_align(split);
+    let b_at = a_at.saturating_add(ws_align(a_elems.saturating_mul(4)));
+    if workspace.len() < b_at.saturating_add(b_elems.saturating_mul(4))
+        || !workspace.is_aligned_to(16)
+    {
+        return Ok(false);
+    }
+    // An operand read in place: 16-byte rows and batches (multiples of 4 f32), at least one
+    // matrix of `ld`-long lines between batches.
+    let in_place = |addr: u64, l: MatrixLayout, stride: usize, lines: usize| {
+        addr.is_multiple_of(16)
+            && l.ld.is_multiple_of(4)
+            && (s.batch == 1
+                || stride == 0
+                || (stride.is_multiple_of(4)
+                    && l.ld.checked_mul(lines).is_some_and(|w| stride >= w)))
+    };
+    if (a_elems == 0 && !in_place(a, layout.a, s.a_batch_stride, s.m))
+        || (b_elems == 0 && !in_place(b, layout.b, s.b_batch_stride, s.n))
+    {
+        return Ok(false);
+    }
+    let ld = (s.k + 3) & !3;
+    let copies = |stride: usize| {
+        if s.batch == 1 || stride == 0 {
+            1
+        } else {
+            s.batch
+        }
+    };
+    // The staging grid: (ceil(mn / 32), ceil(k / 32), copies).
+    let grid_ok = |mn: usize, stride: usize| {
+        mn.div_ceil(32) <= i32::MAX as usize && s.k.div_ceil(32) <= 65535 && copies(stride) <= 65535
+    };
+    if (a_elems > 0 && !grid_ok(s.m, s.a_batch_stride))
+        || (b_elems > 0 && !grid_ok(s.n, s.b_batch_stride))
+    {
+        return Ok(false);
+    }
+    let stage = Kernel::get(ctx, &crate::images::MATMUL_SM90, "matmul_sm90_stage_t")?;
+    let ws = workspace.addr();
+    let mut shape = s;
+    let mut staged = layout;
+    let (mut pa, mut pb) = (a, b);
+    // (source, its layout, its batch stride, rows m or n, destination offset)
+    for (is_a, elems) in [(true, a_elems), (false, b_elems)] {
+        if elems == 0 {
+            continue;
+        }
+        let (src, l, stride, mn, at) = if is_a {
+            (a, layout.a, s.a_batch_stride, s.m, a_at)
+        } else {
+            (b, layout.b, s.b_batch_stride, s.n, b_at)
+        };
+        let n_copies = copies(stride);
+        let (mut psrc, mut pdst) = (src, ws + at as u64);
+        // The operand in memory is `k` lines of `mn` values at `ld` apart; its copy is `mn`
+        // lines of `k` values at `ld` (k rounded up to 4) apart.
+        let mut dims = [
+            s.k as u64,
+            mn as u64,
+            l.ld as u64,
+            if n_copies == 1 { 0 } else { stride as u64 },
+            ld as u64,
+            (mn * ld) as u64,
+        ];
+        let [d0, d1, d2, d3, d4, d5] = &mut dims;
+        let mut params: [*mut c_void; 8] = [
+            (&raw mut psrc).cast(),
+            (&raw mut pdst).cast(),
+            std::ptr::from_mut(d0).cast(),
+            std::ptr::from_mut(d1).cast(),
+            std::ptr::from_mut(d2).cast(),
+            std::ptr::from_mut(d3).cast(),
+            std::ptr::from_mut(d4).cast(),
+            std::ptr::from_mut(d5).cast(),
+        ];
+        let config = LaunchConfig {
+            grid: (
+                mn.div_ceil(32) as u32,
+                s.k.div_ceil(32) as u32,
+                n_copies as u32,
+            ),
+            block: (32, 8, 1),
+            shared_bytes: 0,
+        };
+        // SAFETY: the parameters match `matmul_sm90_stage_t(const float*, float*, u64 rows,
+        // u64 cols, u64 ld, u64 sstride, u64 dld, u64 dstride)`; the source is the operand's
+        // `k x mn` lines (mn-major: column-major A or row-major B), which the caller checked
+        // the span holds for every batch; the destination is `copies * mn * ld` f32 values of
+        // the workspace region reserved for it (checked above), borrowed exclusively.
+        unsafe { stage.launch(stream, config, &mut params)? };
+        let k_major = MatrixLayout {
+            transposed: !is_a,
+            ld,
+        };
+        let new_stride = if n_copies == 1 { 0 } else { mn * ld };
+        if is_a {
+            staged.a = k_major;
+            shape.a_batch_stride = new_stride;
+            pa = pdst;
+        } else {
+            staged.b = k_major;
+            shape.b_batch_stride = new_stride;
+            pb = pdst;
+        }
+    }
+    let tile = sm90_width(s, plan.splits, ctx.multiprocessors() as usize);
+    let out = if plan.splits > 1 { ws } else { c };
+    // SAFETY: `matmul_sm90_tf32_nt_<bn>` reads k-major f32 operands: the operands in place
+    // (checked above) or their staged copies; it writes `splits` slices of `batch * m * n` f32
+    // values to `out`: `c` as the caller guarantees, or the partials at the workspace's start
+    // (`plan.workspace_bytes()` bytes, before the staging regions).
+    unsafe {
+        gemm_sm90::<f32>(
+            stream,
+            SM90_TF32[tile],
+            false,
+            tile,
+            shape,
+            staged,
+            pa,
+            pb,
+            out,
+            plan.splits,
+            plan.kslice,
+        )?;
+    }
+    Ok(true)
 }
 
 /// Granularity of a split-k slice: a multiple of every kernel's k step (32), which also keeps
@@ -698,6 +878,73 @@ impl MatmulPlan {
             .saturating_mul(self.splits)
             .saturating_mul(4)
     }
+
+    /// Bytes of device workspace the plan needs for operands laid out as `layout` on a device
+    /// of compute capability `cc`: [`MatmulPlan::workspace_bytes`], and on Hopper, for a TF32
+    /// product, room for the k-major copies of the operands that are not k-major (the Hopper
+    /// TF32 kernel reads both operands k-major: `A` row-major, `B` column-major), each
+    /// `copies x rows x round_up(k, 4)` f32 values. A smaller workspace (as
+    /// [`MatmulPlan::workspace_bytes`]) still runs the product, on the `mma.sync` TF32 kernels.
+    pub fn workspace_bytes_for(&self, layout: &MatmulLayout, cc: (u32, u32)) -> usize {
+        let split = self.workspace_bytes();
+        match tf32_staging(self, layout, cc) {
+            Some((a, b)) => ws_align(split)
+                .saturating_add(ws_align(a.saturating_mul(4)))
+                .saturating_add(b.saturating_mul(4)),
+            None => split,
+        }
+    }
+}
+
+/// `x` rounded up to a multiple of 256 bytes (the start of the next workspace region).
+fn ws_align(x: usize) -> usize {
+    x.saturating_add(255) & !255
+}
+
+/// k depth of a Hopper TF32 stage (32 f32 values, one 128-byte row), the least `k` it runs.
+const SM90_TF32_BK: usize = 32;
+
+/// When a TF32 product of `plan` would run on the Hopper kernel: the f32 elements of the
+/// k-major staging copies of `A` and of `B` (0 for an operand read in place). `None` when it
+/// would not (not TF32, not compute capability 9.0, the `sm_80` kernels forced, a
+/// matrix-vector product, or a shape below the kernel's tile).
+fn tf32_staging(
+    plan: &MatmulPlan,
+    layout: &MatmulLayout,
+    cc: (u32, u32),
+) -> Option<(usize, usize)> {
+    let s = plan.shape;
+    let fits = |x: usize| x < (1 << 31) - 512;
+    if plan.precision != MatmulPrecision::High
+        || cc != (9, 0)
+        || sm80_matmul_forced()
+        || s.m < 128
+        || s.n < 64
+        || s.k < SM90_TF32_BK
+        || !(fits(s.m) && fits(s.n) && fits(s.k) && fits(s.batch))
+    {
+        return None;
+    }
+    let ld = s.k.checked_add(3)? & !3;
+    let copies = |stride: usize| {
+        if s.batch == 1 || stride == 0 {
+            1
+        } else {
+            s.batch
+        }
+    };
+    // A is k-major when row-major, B when column-major.
+    let a = if layout.a.transposed {
+        copies(s.a_batch_stride).checked_mul(s.m)?.checked_mul(ld)?
+    } else {
+        0
+    };
+    let b = if layout.b.transposed {
+        0
+    } else {
+        copies(s.b_batch_stride).checked_mul(s.n)?.checked_mul(ld)?
+    };
+    Some((a, b))
 }
 
 /// Queues `c = a @ b` for contiguous row-major operands (see the module docs) on `stream`.
@@ -767,7 +1014,7 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
     a: genesis_cuda::DeviceSpan<'_, T>,
     b: genesis_cuda::DeviceSpan<'_, T>,
     c: genesis_cuda::DeviceSpanMut<'_, O>,
-    workspace: Option<genesis_cuda::DeviceSpanMut<'_, u8>>,
+    mut workspace: Option<genesis_cuda::DeviceSpanMut<'_, u8>>,
 ) -> Result<()> {
     let shape = plan.shape;
     let need = shape.c_len().ok_or_else(overflow)?;
@@ -790,6 +1037,19 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
         MatmulPrecision::High => O::TF32,
         MatmulPrecision::Highest => None,
     };
+    if tf32.is_some()
+        && let Some(ws) = workspace.as_mut()
+    {
+        // SAFETY: `O` is f32 (only f32 has TF32 kernels) and `T` too; `c` holds `need`
+        // elements (checked) and is borrowed exclusively; the spans were checked against the
+        // layout.
+        if unsafe { tf32_sm90(stream, plan, layout, a.addr(), b.addr(), c.addr(), ws)? } {
+            if plan.splits > 1 {
+                splitk_sum(stream, O::SPLITK_SUM, ws.addr(), c, need, plan.splits)?;
+            }
+            return Ok(());
+        }
+    }
     let at = |table: [[[&'static str; 2]; 2]; 2]| {
         table[usize::from(layout.a.transposed)][usize::from(layout.b.transposed)]
             [usize::from(!aligned)]
@@ -819,10 +1079,10 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
                     name,
                     bf16,
                     tile,
-                    plan,
+                    shape,
                     layout,
-                    a,
-                    b,
+                    a.addr(),
+                    b.addr(),
                     c.addr(),
                     1,
                     shape.k,
@@ -862,10 +1122,10 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
                 name,
                 bf16,
                 tile,
-                plan,
+                shape,
                 layout,
-                a,
-                b,
+                a.addr(),
+                b.addr(),
                 workspace.addr(),
                 plan.splits,
                 plan.kslice,
@@ -982,13 +1242,15 @@ unsafe fn gemm<T: MatmulElement>(
 }
 
 /// One operand's tensor map for the Hopper kernels: dimensions (inner, outer, batch) as the
-/// operand lies in memory, boxes of 64 x 64 elements with the 128-byte swizzle. `rows x cols`
-/// is the operand's logical shape (`m x k` for A, `k x n` for B).
+/// operand lies in memory, boxes of 128 bytes (64 16-bit or 32 f32 elements) x 64 rows with
+/// the 128-byte swizzle. `rows x cols` is the operand's logical shape (`m x k` for A, `k x n`
+/// for B); `elem` the element's bytes (4: f32, else bf16 when `bf16`, else f16).
 #[cfg(feature = "cuda")]
 #[allow(clippy::too_many_arguments)]
 fn sm90_map(
     ctx: &std::sync::Arc<genesis_cuda::Context>,
     bf16: bool,
+    elem: usize,
     addr: u64,
     l: MatrixLayout,
     rows: usize,
@@ -1004,17 +1266,19 @@ fn sm90_map(
     } else {
         (cols, rows)
     };
-    let ld_bytes = l.ld as u64 * 2;
+    let ld_bytes = (l.ld * elem) as u64;
     let (depth, batch_bytes) = if batch == 1 || stride == 0 {
         // One matrix: the batch stride is never applied; that of packed matrices.
         (1, ld_bytes * outer as u64)
     } else {
-        (batch as u64, stride as u64 * 2)
+        (batch as u64, (stride * elem) as u64)
     };
     Ok(TensorMap::tiled(
         ctx,
         &TiledTensor {
-            data_type: if bf16 {
+            data_type: if elem == 4 {
+                TensorMapDataType::F32
+            } else if bf16 {
                 TensorMapDataType::BF16
             } else {
                 TensorMapDataType::F16
@@ -1022,7 +1286,7 @@ fn sm90_map(
             address: addr,
             dims: &[inner as u64, outer as u64, depth],
             strides: &[ld_bytes, batch_bytes],
-            box_dims: &[64, 64, 1],
+            box_dims: &[(128 / elem) as u32, 64, 1],
             swizzle: TensorMapSwizzle::B128,
         },
     )?)
@@ -1042,10 +1306,10 @@ unsafe fn gemm_sm90<T: MatmulElement>(
     name: &'static str,
     bf16: bool,
     tile: usize,
-    plan: &MatmulPlan,
+    shape: MatmulShape,
     layout: MatmulLayout,
-    a: genesis_cuda::DeviceSpan<'_, T>,
-    b: genesis_cuda::DeviceSpan<'_, T>,
+    a: u64,
+    b: u64,
     out: u64,
     splits: usize,
     kslice: usize,
@@ -1053,12 +1317,13 @@ unsafe fn gemm_sm90<T: MatmulElement>(
     use genesis_cuda::{Kernel, LaunchConfig};
     use std::ffi::c_void;
 
-    let shape = plan.shape;
     let ctx = stream.context();
+    let elem = size_of::<T>();
     let mut map_a = sm90_map(
         ctx,
         bf16,
-        a.addr(),
+        elem,
+        a,
         layout.a,
         shape.m,
         shape.k,
@@ -1068,7 +1333,8 @@ unsafe fn gemm_sm90<T: MatmulElement>(
     let mut map_b = sm90_map(
         ctx,
         bf16,
-        b.addr(),
+        elem,
+        b,
         layout.b,
         shape.k,
         shape.n,
@@ -1365,6 +1631,45 @@ mod tests {
             1
         );
         assert_eq!(MatmulPlan::new(s, 132, full).with_splits(0).splits(), 1);
+    }
+
+    #[test]
+    fn tf32_workspace_holds_the_k_major_copies_on_hopper_only() {
+        let high = MatmulPrecision::High;
+        let s = shape(1, 256, 128, 101);
+        let nn = MatmulLayout::contiguous(&s);
+        let plan = MatmulPlan::new(s, 1, high);
+        // B row-major is copied as 128 rows of k rounded up to 104.
+        assert_eq!(plan.workspace_bytes_for(&nn, (9, 0)), 128 * 104 * 4);
+        assert_eq!(plan.workspace_bytes_for(&nn, (8, 0)), 0);
+        assert_eq!(
+            MatmulPlan::new(s, 1, MatmulPrecision::Highest).workspace_bytes_for(&nn, (9, 0)),
+            0
+        );
+        // Column-major A and B: A staged, B read in place.
+        let tt = MatmulLayout {
+            a: MatrixLayout::col_major(256),
+            b: MatrixLayout::col_major(101),
+        };
+        assert_eq!(plan.workspace_bytes_for(&tt, (9, 0)), 256 * 104 * 4);
+        // Batches: one copy for a broadcast operand, one a batch otherwise; after the split
+        // partials (256-byte aligned).
+        let mut b = shape(3, 256, 128, 96);
+        b.b_batch_stride = 0;
+        let p = MatmulPlan::new(b, 1, high).with_splits(3);
+        assert_eq!(p.splits(), 3);
+        let split = 3 * 3 * 256 * 128 * 4;
+        let ta = MatmulLayout {
+            a: MatrixLayout::col_major(256),
+            b: MatrixLayout::row_major(128),
+        };
+        assert_eq!(
+            p.workspace_bytes_for(&ta, (9, 0)),
+            split + 3 * 256 * 96 * 4 + 128 * 96 * 4
+        );
+        // Below the tile: nothing staged.
+        let small = MatmulPlan::new(shape(1, 64, 128, 100), 1, high);
+        assert_eq!(small.workspace_bytes_for(&nn, (9, 0)), 0);
     }
 
     #[test]

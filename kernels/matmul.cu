@@ -383,45 +383,63 @@ constexpr int F_BM = 128, F_BN = 128, F_BK = 16, F_PAD = 4;
 constexpr int F_LD = F_BK * F_BM / 4 / THREADS;  // float4 per thread and operand per slice (2)
 constexpr int F_KQ = F_BK / 4;                   // float4 along k in a k-major row (4)
 
-// The float4 of one thread in the [mn0, mn0 + 128) x [k0, k0 + F_BK) tile of an operand:
-// float4 i is number idx = tid + 256 i of the tile. KMAJOR (element (mn, k) at
-// base[mn * ld + k]): row mn0 + idx / F_KQ, k values k0 + 4 (idx % F_KQ) ...; else (element at
-// base[k * ld + mn]): k row k0 + idx / 32, mn values mn0 + 4 (idx % 32) .... A float4 that
-// crosses an edge, or any float4 when !VEC, is read element by element with bounds checks
-// (zeros outside).
+// The float4 loads of one thread for the [mn0, mn0 + 128) x [k0, k0 + F_BK) tiles of an
+// operand, set up once per matrix so that a slice's loads are a pointer step and two
+// comparisons: float4 i is number idx = tid + 256 i of the tile. KMAJOR (element (mn, k) at
+// base[mn * ld + k]): row mn0 + idx / F_KQ, k values 4 (idx % F_KQ) .. + 3 of the slice; else
+// (element at base[k * ld + mn]): k row idx / 32 of the slice, mn values mn0 + 4 (idx % 32)
+// .. + 3. A float4 that crosses an edge, or any float4 when !VEC, is read element by element
+// with bounds checks (zeros outside).
 template <bool KMAJOR, bool VEC>
-__device__ __forceinline__ void f32_load(float4 (&v)[F_LD], const float* base, uint64_t ld,
-                                         uint64_t extent, uint64_t K, uint64_t mn0, uint64_t k0,
-                                         int tid) {
+struct F32Loader {
+    const float* p[F_LD];  // the float4's first element in slice 0
+    int64_t k_left[F_LD];  // k values from the float4's first one to k, in slice 0
+    int32_t mn_left[F_LD]; // values of the float4 inside m or n (0 .. 4)
+    uint64_t step;         // elements from one slice to the next
+
+    __device__ __forceinline__ F32Loader(const float* base, uint64_t ld, uint64_t extent,
+                                         uint64_t K, uint64_t mn0, int tid) {
 #pragma unroll
-    for (int i = 0; i < F_LD; ++i) {
-        const int idx = tid + THREADS * i;
-        uint64_t outer, inner, outer_n, inner_n;
-        if (KMAJOR) {
-            outer = mn0 + idx / F_KQ;
-            inner = k0 + (idx % F_KQ) * 4;
-            outer_n = extent;
-            inner_n = K;
-        } else {
-            outer = k0 + (idx >> 5);
-            inner = mn0 + (idx & 31) * 4;
-            outer_n = K;
-            inner_n = extent;
+        for (int i = 0; i < F_LD; ++i) {
+            const int idx = tid + THREADS * i;
+            if (KMAJOR) {
+                const uint64_t mn = mn0 + idx / F_KQ;
+                const int kk = (idx % F_KQ) * 4;
+                p[i] = base + mn * ld + kk;
+                k_left[i] = (int64_t)K - kk;
+                mn_left[i] = mn < extent ? 4 : 0;
+            } else {
+                const uint64_t mn = mn0 + (idx & 31) * 4;
+                const int kk = idx >> 5;
+                p[i] = base + (uint64_t)kk * ld + mn;
+                k_left[i] = (int64_t)K - kk;
+                mn_left[i] = mn < extent ? (int)min(extent - mn, (uint64_t)4) : 0;
+            }
         }
-        const float* src = base + outer * ld + inner;
-        if (VEC && outer < outer_n && inner + 4 <= inner_n) {
-            v[i] = __ldg(reinterpret_cast<const float4*>(src));
-        } else {
-            const bool row = outer < outer_n;
-            v[i].x = row && inner + 0 < inner_n ? src[0] : 0.0f;
-            v[i].y = row && inner + 1 < inner_n ? src[1] : 0.0f;
-            v[i].z = row && inner + 2 < inner_n ? src[2] : 0.0f;
-            v[i].w = row && inner + 3 < inner_n ? src[3] : 0.0f;
+        step = KMAJOR ? F_BK : F_BK * ld;
+    }
+
+    // The float4 of slice kt into v.
+    __device__ __forceinline__ void load(float4 (&v)[F_LD], int kt) const {
+#pragma unroll
+        for (int i = 0; i < F_LD; ++i) {
+            const float* src = p[i] + (uint64_t)kt * step;
+            const int64_t kl = k_left[i] - (int64_t)kt * F_BK;
+            // KMAJOR: the float4 runs along k; else along m or n, one k row.
+            const int64_t along = KMAJOR ? (mn_left[i] > 0 ? kl : 0) : (kl > 0 ? mn_left[i] : 0);
+            if (VEC && along >= 4) {
+                v[i] = __ldg(reinterpret_cast<const float4*>(src));
+            } else {
+                v[i].x = along > 0 ? src[0] : 0.0f;
+                v[i].y = along > 1 ? src[1] : 0.0f;
+                v[i].z = along > 2 ? src[2] : 0.0f;
+                v[i].w = along > 3 ? src[3] : 0.0f;
+            }
         }
     }
-}
+};
 
-// Stores the float4 of `f32_load` into the k-major shared tile s[k][mn].
+// Stores the float4 of `F32Loader::load` into the k-major shared tile s[k][mn].
 template <bool KMAJOR>
 __device__ __forceinline__ void f32_store(float (*s)[F_BM + F_PAD], const float4 (&v)[F_LD],
                                           int tid) {
@@ -466,10 +484,12 @@ __device__ __forceinline__ void gemm_f32(const float* __restrict__ A, const floa
 #pragma unroll
             for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
 
+        const F32Loader<A_KMAJOR, VEC> la(a, lda, M, K, m0, tid);
+        const F32Loader<B_KMAJOR, VEC> lb(bm, ldb, N, K, n0, tid);
         float4 va[F_LD], vb[F_LD];
         if (kt_n > 0) {
-            f32_load<A_KMAJOR, VEC>(va, a, lda, M, K, m0, 0, tid);
-            f32_load<B_KMAJOR, VEC>(vb, bm, ldb, N, K, n0, 0, tid);
+            la.load(va, 0);
+            lb.load(vb, 0);
             f32_store<A_KMAJOR>(As[0], va, tid);
             f32_store<B_KMAJOR>(Bs[0], vb, tid);
         }
@@ -478,9 +498,8 @@ __device__ __forceinline__ void gemm_f32(const float* __restrict__ A, const floa
             const int cur = kt & 1;
             const bool more = kt + 1 < kt_n;
             if (more) {
-                const uint64_t k0 = (uint64_t)(kt + 1) * F_BK;
-                f32_load<A_KMAJOR, VEC>(va, a, lda, M, K, m0, k0, tid);
-                f32_load<B_KMAJOR, VEC>(vb, bm, ldb, N, K, n0, k0, tid);
+                la.load(va, kt + 1);
+                lb.load(vb, kt + 1);
             }
 #pragma unroll
             for (int k = 0; k < F_BK; ++k) {
@@ -786,25 +805,28 @@ TC4(matmul_f16, __half, __half)
 TC4(matmul_f16_f32out, __half, float)
 
 // <name>: leading dimensions and batch strides multiples of 4, 16-byte aligned operands
-// (float4 loads); <name>_any: any operands.
-#define F32(name, gemm, TA, TB)                                                                \
-    extern "C" __global__ void __launch_bounds__(THREADS, 1) name(PARAMS(float, float)) {     \
+// (float4 loads); <name>_any: any operands. BLOCKS: the blocks a multiprocessor must hold at
+// once (2 for the SIMT kernel: registers capped at 128 a thread, 16 warps to hide the
+// shared-memory and FMA latencies; 1 for TF32, whose tiles fill the shared memory).
+#define F32(name, gemm, TA, TB, BLOCKS)                                                        \
+    extern "C" __global__ void __launch_bounds__(THREADS, BLOCKS) name(PARAMS(float, float)) { \
         SPLIT(TA, TB)                                                                          \
         gemm<TA, TB, true>(ARGS);                                                              \
     }                                                                                          \
-    extern "C" __global__ void __launch_bounds__(THREADS, 1) name##_any(PARAMS(float, float)) { \
+    extern "C" __global__ void __launch_bounds__(THREADS, BLOCKS)                             \
+        name##_any(PARAMS(float, float)) {                                                     \
         SPLIT(TA, TB)                                                                          \
         gemm<TA, TB, false>(ARGS);                                                             \
     }
-F32(matmul_f32_nn, gemm_f32, false, false)
-F32(matmul_f32_nt, gemm_f32, false, true)
-F32(matmul_f32_tn, gemm_f32, true, false)
-F32(matmul_f32_tt, gemm_f32, true, true)
+F32(matmul_f32_nn, gemm_f32, false, false, 1)
+F32(matmul_f32_nt, gemm_f32, false, true, 1)
+F32(matmul_f32_tn, gemm_f32, true, false, 1)
+F32(matmul_f32_tt, gemm_f32, true, true, 1)
 // TF32 (f32 operands and output, same alignment rule as the f32 kernels).
-F32(matmul_tf32_nn, gemm_tf32, false, false)
-F32(matmul_tf32_nt, gemm_tf32, false, true)
-F32(matmul_tf32_tn, gemm_tf32, true, false)
-F32(matmul_tf32_tt, gemm_tf32, true, true)
+F32(matmul_tf32_nn, gemm_tf32, false, false, 1)
+F32(matmul_tf32_nt, gemm_tf32, false, true, 1)
+F32(matmul_tf32_tn, gemm_tf32, true, false, 1)
+F32(matmul_tf32_tt, gemm_tf32, true, true, 1)
 
 // Split-k sums (see "Split-k" at the top): grid-stride, any grid; parameters (workspace,
 // output, outputs, slices).

@@ -805,28 +805,25 @@ TC4(matmul_f16, __half, __half)
 TC4(matmul_f16_f32out, __half, float)
 
 // <name>: leading dimensions and batch strides multiples of 4, 16-byte aligned operands
-// (float4 loads); <name>_any: any operands. BLOCKS: the blocks a multiprocessor must hold at
-// once (2 for the SIMT kernel: registers capped at 128 a thread, 16 warps to hide the
-// shared-memory and FMA latencies; 1 for TF32, whose tiles fill the shared memory).
-#define F32(name, gemm, TA, TB, BLOCKS)                                                        \
-    extern "C" __global__ void __launch_bounds__(THREADS, BLOCKS) name(PARAMS(float, float)) { \
+// (float4 loads); <name>_any: any operands.
+#define F32(name, gemm, TA, TB)                                                                \
+    extern "C" __global__ void __launch_bounds__(THREADS, 1) name(PARAMS(float, float)) {     \
         SPLIT(TA, TB)                                                                          \
         gemm<TA, TB, true>(ARGS);                                                              \
     }                                                                                          \
-    extern "C" __global__ void __launch_bounds__(THREADS, BLOCKS)                             \
-        name##_any(PARAMS(float, float)) {                                                     \
+    extern "C" __global__ void __launch_bounds__(THREADS, 1) name##_any(PARAMS(float, float)) { \
         SPLIT(TA, TB)                                                                          \
         gemm<TA, TB, false>(ARGS);                                                             \
     }
-F32(matmul_f32_nn, gemm_f32, false, false, 1)
-F32(matmul_f32_nt, gemm_f32, false, true, 1)
-F32(matmul_f32_tn, gemm_f32, true, false, 1)
-F32(matmul_f32_tt, gemm_f32, true, true, 1)
+F32(matmul_f32_nn, gemm_f32, false, false)
+F32(matmul_f32_nt, gemm_f32, false, true)
+F32(matmul_f32_tn, gemm_f32, true, false)
+F32(matmul_f32_tt, gemm_f32, true, true)
 // TF32 (f32 operands and output, same alignment rule as the f32 kernels).
-F32(matmul_tf32_nn, gemm_tf32, false, false, 1)
-F32(matmul_tf32_nt, gemm_tf32, false, true, 1)
-F32(matmul_tf32_tn, gemm_tf32, true, false, 1)
-F32(matmul_tf32_tt, gemm_tf32, true, true, 1)
+F32(matmul_tf32_nn, gemm_tf32, false, false)
+F32(matmul_tf32_nt, gemm_tf32, false, true)
+F32(matmul_tf32_tn, gemm_tf32, true, false)
+F32(matmul_tf32_tt, gemm_tf32, true, true)
 
 // Split-k sums (see "Split-k" at the top): grid-stride, any grid; parameters (workspace,
 // output, outputs, slices).

@@ -1,5 +1,6 @@
 // Batched matrix multiplication of Genesis on Hopper (sm_90a only): C[b] = A[b] @ B[b] for f16
-// and bf16 operands, accumulated in f32 and written as the input type or as f32. The operand
+// and bf16 operands, accumulated in f32 and written as the input type or as f32, and for f32
+// operands in TF32 (below). The operand
 // layouts, batch strides and the split-k contract are those of matmul.cu (read its header): A
 // [m, k] and B [k, n] each row-major ("n") or column-major ("t"), with its own leading
 // dimension and batch stride (0 broadcasts), C [m, n] contiguous with batch stride m * n, and
@@ -50,6 +51,15 @@
 //
 // Products are accumulated in f32 in another order than the CPU twin's (per 16-deep wgmma step)
 // and rounded once to the output type: the accuracy contract of matmul.cu.
+//
+// TF32 (`matmul_sm90_tf32_nt_<BN>`, f32 operands and output): the same kernel with
+// `wgmma.mma_async.m64nBNk8.f32.tf32.tf32`. A stage is 32 k deep (a 128-byte row of f32, so
+// boxes of 32 x 64 f32 are 8 KiB and swizzled as above), four k steps of 8 at +32 bytes.
+// wgmma reads tf32 operands k-major only, so these kernels take A row-major and B column-major;
+// the launcher first copies an operand of any other layout k-major into the plan's workspace
+// (`matmul_sm90_stage_t`, a 32 x 32 tiled transpose). The tensor cores read the top 19 bits of
+// each f32 (truncation to tf32), which the CPU twin and matmul.cu's TF32 kernel reproduce.
+// Split slices are whole stages (kslice is a multiple of 32).
 //
 // Requirements the launcher checks (else it runs matmul.cu): compute capability 9.0; A and B
 // start on 16 bytes; leading dimensions multiples of 8 elements; batch strides 0 or multiples

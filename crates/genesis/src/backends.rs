@@ -25,9 +25,9 @@ static ALLOW_TF32: AtomicBool = AtomicBool::new(false);
 /// `torch.set_float32_matmul_precision`:
 ///
 /// - `"highest"` (the default): full f32 inputs and accumulation.
-/// - `"high"`: inputs rounded to TF32 (10 mantissa bits, round to nearest), products on
-///   tensor cores accumulated in f32 — PyTorch's `allow_tf32 = True`. Faster, with a relative
-///   error of about `2^-11` per input instead of `2^-24`.
+/// - `"high"`: inputs truncated to TF32 (10 mantissa bits, as the tensor cores read f32
+///   values), products on tensor cores accumulated in f32 — PyTorch's `allow_tf32 = True`.
+///   Faster, with a relative error below `2^-10` per input instead of `2^-24`.
 /// - `"medium"`: accepted as `"high"` (PyTorch may use bf16 there; Genesis uses TF32).
 ///
 /// f16 and bf16 products, matrix-vector products (a dimension `m` or `n` of 1) and products

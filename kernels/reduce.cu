@@ -633,33 +633,60 @@ __device__ __forceinline__ void var_rows_impl(const T *in, double2 *part, uint64
 }
 
 // inner > 1: blocks of 32 x 8 threads, x over columns, y over the chunk's rows; grid (column
-// tiles, outer (strided), splits). A column's shift is its value in the line's first row.
-template <typename T>
-__device__ __forceinline__ void var_cols_impl(const T *in, double2 *part, uint64_t outer, uint64_t r,
-                                              uint64_t inner, uint64_t splits, uint64_t chunk) {
-    __shared__ double ss[RD_COLS_Y][RD_COLS_X], sq[RD_COLS_Y][RD_COLS_X];
-    const uint64_t c = (uint64_t)blockIdx.x * RD_COLS_X + threadIdx.x;
+// tiles, outer (strided), splits). A column's shift is its value in the line's first row. Each
+// thread owns V adjacent columns, read with one 16-byte load a row when V = 16 / sizeof(T) (the
+// host passes vec_ok only when inner % V == 0 and the input is 16-byte aligned), as `cols_v`.
+template <typename T, int V>
+__device__ __forceinline__ void var_cols_v(const T *in, double2 *part, uint64_t outer, uint64_t r,
+                                           uint64_t inner, uint64_t splits, uint64_t chunk) {
+    __shared__ double ss[RD_COLS_Y][RD_COLS_X * V], sq[RD_COLS_Y][RD_COLS_X * V];
+    const uint64_t c0 = ((uint64_t)blockIdx.x * RD_COLS_X + threadIdx.x) * V;
     const uint64_t piece = blockIdx.z;
     const uint64_t begin = piece * chunk;
     const uint64_t end = min(r, begin + chunk);
     for (uint64_t o = blockIdx.y; o < outer; o += gridDim.y) {
-        double s = 0.0, q = 0.0;
-        if (c < inner) {
-            const T *p = in + o * r * inner + c;
-            const double k = Tr<T>::load(p[0]);
-#pragma unroll 4
-            for (uint64_t j = begin + threadIdx.y; j < end; j += RD_COLS_Y) var_acc(s, q, Tr<T>::load(p[j * inner]), k);
-        }
-        ss[threadIdx.y][threadIdx.x] = s;
-        sq[threadIdx.y][threadIdx.x] = q;
-        __syncthreads();
-        if (threadIdx.y == 0 && c < inner) {
+        double s[V], q[V];
 #pragma unroll
-            for (int y = 1; y < RD_COLS_Y; ++y) {
-                s += ss[y][threadIdx.x];
-                q += sq[y][threadIdx.x];
+        for (int e = 0; e < V; ++e) s[e] = q[e] = 0.0;
+        if (c0 < inner) {
+            const T *p = in + o * r * inner + c0;
+            double k[V];
+            if (V > 1) {
+                Vec16<T> x;
+                x.raw = *reinterpret_cast<const uint4 *>(p);
+#pragma unroll
+                for (int e = 0; e < V; ++e) k[e] = Tr<T>::load(x.v[e % (16 / sizeof(T))]);
+#pragma unroll 4
+                for (uint64_t j = begin + threadIdx.y; j < end; j += RD_COLS_Y) {
+                    x.raw = *reinterpret_cast<const uint4 *>(p + j * inner);
+#pragma unroll
+                    for (int e = 0; e < V; ++e) var_acc(s[e], q[e], Tr<T>::load(x.v[e % (16 / sizeof(T))]), k[e]);
+                }
+            } else {
+                k[0] = Tr<T>::load(p[0]);
+#pragma unroll 4
+                for (uint64_t j = begin + threadIdx.y; j < end; j += RD_COLS_Y)
+                    var_acc(s[0], q[0], Tr<T>::load(p[j * inner]), k[0]);
             }
-            part[(o * splits + piece) * inner + c] = make_double2(s, q);
+        }
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+            ss[threadIdx.y][threadIdx.x * V + e] = s[e];
+            sq[threadIdx.y][threadIdx.x * V + e] = q[e];
+        }
+        __syncthreads();
+        if (threadIdx.y == 0) {
+#pragma unroll
+            for (int e = 0; e < V; ++e) {
+                const int col = threadIdx.x * V + e;
+                double ts = s[e], tq = q[e];
+#pragma unroll
+                for (int y = 1; y < RD_COLS_Y; ++y) {
+                    ts += ss[y][col];
+                    tq += sq[y][col];
+                }
+                if (c0 + e < inner) part[(o * splits + piece) * inner + c0 + e] = make_double2(ts, tq);
+            }
         }
         __syncthreads();
     }
@@ -695,9 +722,12 @@ __device__ __forceinline__ void var_final_impl(const double2 *part, T *out, uint
     }                                                                                                      \
     extern "C" __global__ void __launch_bounds__(RD_COLS_X * RD_COLS_Y)                                    \
         var_cols_##NAME(const T *in, double2 *part, uint64_t outer, uint64_t r, uint64_t inner,           \
-                        uint64_t splits, uint64_t chunk) {                                                \
+                        uint64_t splits, uint64_t chunk, int vec_ok) {                                    \
         pdl_trigger();                                                                                     \
-        var_cols_impl<T>(in, part, outer, r, inner, splits, chunk);                                       \
+        if (vec_ok)                                                                                        \
+            var_cols_v<T, 16 / sizeof(T)>(in, part, outer, r, inner, splits, chunk);                      \
+        else                                                                                               \
+            var_cols_v<T, 1>(in, part, outer, r, inner, splits, chunk);                                    \
     }                                                                                                      \
     extern "C" __global__ void __launch_bounds__(RD_THREADS)                                               \
         var_final_##NAME(const double2 *part, T *out, uint64_t outer, uint64_t splits, uint64_t inner,    \

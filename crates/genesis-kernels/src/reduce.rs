@@ -1022,16 +1022,21 @@ pub fn gpu_var<T: Element>(
             };
         } else {
             let kernel = Kernel::get(ctx, &crate::images::REDUCE, names[1])?;
+            // V adjacent columns a thread, one 16-byte load a row, when every row starts on 16
+            // bytes.
+            let v = cols_vector(shape.inner, size_of::<T>());
+            let vec = v > 1 && in_.is_multiple_of(16);
+            let mut vec_ok = i32::from(vec);
             let config = LaunchConfig {
                 grid: (
-                    shape.inner.div_ceil(32) as u32,
+                    shape.inner.div_ceil(if vec { 32 * v } else { 32 }) as u32,
                     shape.outer.min(65535) as u32,
                     plan.splits as u32,
                 ),
                 block: (32, 8, 1),
                 shared_bytes: 0,
             };
-            let mut params: [*mut c_void; 7] = [
+            let mut params: [*mut c_void; 8] = [
                 (&raw mut in_).cast(),
                 (&raw mut part).cast(),
                 (&raw mut outer).cast(),
@@ -1039,8 +1044,10 @@ pub fn gpu_var<T: Element>(
                 (&raw mut inner).cast(),
                 (&raw mut splits).cast(),
                 (&raw mut chunk).cast(),
+                (&raw mut vec_ok).cast(),
             ];
-            // SAFETY: as above, for `var_cols_<T>`.
+            // SAFETY: as above, for `var_cols_<T>` (vectorised only when `inner` is a multiple
+            // of the vector and the input starts on 16 bytes, so every row does).
             unsafe { kernel.launch(stream, config, &mut params)? };
         }
     } else {

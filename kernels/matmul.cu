@@ -77,6 +77,12 @@
 //
 // Products with m == 1 or n == 1 go to the matrix-vector kernels at the end of the file.
 //
+// Aligned copies (`matmul_pad_copy_b16` / `_b32`): an operand whose rows or batches do not
+// start on 16 bytes (a leading dimension or batch stride not a multiple of 16 bytes, an odd
+// start) is copied by the launcher into its workspace with lines padded to a multiple of 16
+// bytes, so the product runs on a 16-byte kernel (the Hopper kernel for f16 and bf16, the
+// float4 loads for f32) instead of element loads. The copy keeps the operand's major order.
+//
 // Launch contract (src/matmul.rs): blocks of 256 threads, grid (ceil(m / 128) * ceil(n / 128),
 // min(batch, 65535), slices). Parameters: (A, B, C, batch, m, n, k, lda, ldb, batch stride of
 // A, batch stride of B, kslice), every integer a u64, strides and leading dimensions in
@@ -832,6 +838,29 @@ F32(matmul_tf32_tt, gemm_tf32, true, true)
         splitk_sum_##suffix(const float* ws, O* out, uint64_t total, uint64_t slices) {        \
         splitk_sum<O>(ws, out, total, slices);                                                 \
     }
+// dst[b * dstride + line * dld + i] = src[b * sstride + line * ld + i] for i < inner, line <
+// lines, b < copies (the bits of 2- or 4-byte elements). Grid (x over inner, y strided over
+// lines, z copies), blocks of 256 threads; the pad of each destination line is not written.
+template <typename E>
+__device__ __forceinline__ void pad_copy(const E* __restrict__ src, E* __restrict__ dst, uint64_t lines,
+                                         uint64_t inner, uint64_t ld, uint64_t sstride, uint64_t dld,
+                                         uint64_t dstride) {
+    const E* s = src + (uint64_t)blockIdx.z * sstride;
+    E* d = dst + (uint64_t)blockIdx.z * dstride;
+    for (uint64_t line = blockIdx.y; line < lines; line += gridDim.y)
+        for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < inner;
+             i += (uint64_t)gridDim.x * blockDim.x)
+            d[line * dld + i] = s[line * ld + i];
+}
+#define PAD_COPY(suffix, E)                                                                    \
+    extern "C" __global__ void __launch_bounds__(THREADS)                                     \
+        matmul_pad_copy_##suffix(const E* src, E* dst, uint64_t lines, uint64_t inner,         \
+                                 uint64_t ld, uint64_t sstride, uint64_t dld, uint64_t dstride) { \
+        pad_copy<E>(src, dst, lines, inner, ld, sstride, dld, dstride);                        \
+    }
+PAD_COPY(b16, uint16_t)
+PAD_COPY(b32, uint32_t)
+
 SPLITK_SUM(f32, float)
 SPLITK_SUM(f16, __half)
 SPLITK_SUM(bf16, __nv_bfloat16)

@@ -200,7 +200,12 @@ mod gpu {
         if c.unsplit {
             plan = plan.with_splits(1);
         }
-        let ws_len = plan.workspace_bytes_for(&layout, ctx.compute_capability());
+        let ws_len = plan.workspace_bytes_for(
+            &layout,
+            std::mem::size_of::<T>(),
+            ctx.compute_capability(),
+            (0, 0),
+        );
         let mut ws = DeviceBuffer::alloc(ctx, ws_len.max(16))?;
         let flops = 2.0 * (c.m * c.n * c.k) as f64;
         let (warmup, runs) = if flops > 2e11 { (3, 10) } else { (5, 30) };

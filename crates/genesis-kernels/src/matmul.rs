@@ -590,6 +590,129 @@ fn sm90_width(s: MatmulShape, splits: usize, sms: usize) -> usize {
     if units >= sms { 0 } else { 1 }
 }
 
+/// Copies the operands that [`pad_staging`] names into the workspace (after the split
+/// partials), lines padded to 16 bytes, by `matmul_pad_copy_b16` / `_b32`. Returns the shape
+/// (batch strides), layout and addresses to multiply instead, or `None` when nothing was
+/// copied (nothing to copy, a workspace without room for the copies, or more than 65535
+/// batches).
+///
+/// # Safety
+///
+/// `a` and `b` hold `T` values wherever `layout` reads them (checked by the caller);
+/// `workspace` is borrowed exclusively.
+#[cfg(feature = "cuda")]
+unsafe fn pad_stage<T: MatmulElement>(
+    stream: &genesis_cuda::Stream,
+    plan: &MatmulPlan,
+    layout: MatmulLayout,
+    a: u64,
+    b: u64,
+    workspace: &mut genesis_cuda::DeviceSpanMut<'_, u8>,
+) -> Result<Option<(MatmulShape, MatmulLayout, u64, u64)>> {
+    use genesis_cuda::{Kernel, LaunchConfig};
+    use std::ffi::c_void;
+
+    let ctx = stream.context();
+    let elem = size_of::<T>();
+    let Some((a_elems, b_elems)) =
+        pad_staging(plan, &layout, elem, ctx.compute_capability(), (a, b))
+    else {
+        return Ok(None);
+    };
+    let s = plan.shape;
+    let copies = |stride: usize| {
+        if s.batch == 1 || stride == 0 {
+            1
+        } else {
+            s.batch
+        }
+    };
+    let a_at = ws_align(plan.workspace_bytes());
+    let b_at = a_at.saturating_add(ws_align(a_elems.saturating_mul(elem)));
+    if a_elems + b_elems == 0
+        || workspace.len() < b_at.saturating_add(b_elems.saturating_mul(elem))
+        || !workspace.is_aligned_to(16)
+        || copies(s.a_batch_stride).max(copies(s.b_batch_stride)) > 65535
+    {
+        return Ok(None);
+    }
+    let kernel = Kernel::get(
+        ctx,
+        &crate::images::MATMUL,
+        if elem == 2 {
+            "matmul_pad_copy_b16"
+        } else {
+            "matmul_pad_copy_b32"
+        },
+    )?;
+    let v = 16 / elem;
+    let ws = workspace.addr();
+    let (mut shape, mut staged, mut pa, mut pb) = (s, layout, a, b);
+    for (is_a, elems) in [(true, a_elems), (false, b_elems)] {
+        if elems == 0 {
+            continue;
+        }
+        let (src, l, stride, rows, cols, at) = if is_a {
+            (a, layout.a, s.a_batch_stride, s.m, s.k, a_at)
+        } else {
+            (b, layout.b, s.b_batch_stride, s.k, s.n, b_at)
+        };
+        let (lines, inner) = lines_of(l, rows, cols);
+        let n_copies = copies(stride);
+        let dld = inner.div_ceil(v) * v;
+        let (mut psrc, mut pdst) = (src, ws + at as u64);
+        let mut dims = [
+            lines as u64,
+            inner as u64,
+            l.ld as u64,
+            if n_copies == 1 { 0 } else { stride as u64 },
+            dld as u64,
+            (lines * dld) as u64,
+        ];
+        let [d0, d1, d2, d3, d4, d5] = &mut dims;
+        let mut params: [*mut c_void; 8] = [
+            (&raw mut psrc).cast(),
+            (&raw mut pdst).cast(),
+            std::ptr::from_mut(d0).cast(),
+            std::ptr::from_mut(d1).cast(),
+            std::ptr::from_mut(d2).cast(),
+            std::ptr::from_mut(d3).cast(),
+            std::ptr::from_mut(d4).cast(),
+            std::ptr::from_mut(d5).cast(),
+        ];
+        let config = LaunchConfig {
+            grid: (
+                inner.div_ceil(256).min(1 << 16) as u32,
+                lines.min(65535) as u32,
+                n_copies as u32,
+            ),
+            block: (256, 1, 1),
+            shared_bytes: 0,
+        };
+        // SAFETY: the parameters match `matmul_pad_copy_<b16|b32>(const E*, E*, u64 lines, u64
+        // inner, u64 ld, u64 sstride, u64 dld, u64 dstride)` with `E` of `T`'s size; the
+        // source holds `lines` lines of `inner` elements at `ld` apart for every batch (the
+        // caller checked the span against the layout); the destination is `copies * lines *
+        // dld` elements of the workspace region reserved for it (checked above).
+        unsafe { kernel.launch(stream, config, &mut params)? };
+        let aligned = MatrixLayout {
+            transposed: l.transposed,
+            ld: dld,
+        };
+        let new_stride = if n_copies == 1 { 0 } else { lines * dld };
+        if is_a {
+            staged.a = aligned;
+            shape.a_batch_stride = new_stride;
+            pa = pdst;
+        } else {
+            staged.b = aligned;
+            shape.b_batch_stride = new_stride;
+            pb = pdst;
+        }
+    }
+    Ok(Some((shape, staged, pa, pb)))
+}
+
 /// The Hopper TF32 kernels by tile (as [`SM90_TILE_N`]): k-major `A` and `B`.
 #[cfg(feature = "cuda")]
 const SM90_TF32: [&str; 3] = [
@@ -879,21 +1002,116 @@ impl MatmulPlan {
             .saturating_mul(4)
     }
 
-    /// Bytes of device workspace the plan needs for operands laid out as `layout` on a device
-    /// of compute capability `cc`: [`MatmulPlan::workspace_bytes`], and on Hopper, for a TF32
-    /// product, room for the k-major copies of the operands that are not k-major (the Hopper
-    /// TF32 kernel reads both operands k-major: `A` row-major, `B` column-major), each
-    /// `copies x rows x round_up(k, 4)` f32 values. A smaller workspace (as
-    /// [`MatmulPlan::workspace_bytes`]) still runs the product, on the `mma.sync` TF32 kernels.
-    pub fn workspace_bytes_for(&self, layout: &MatmulLayout, cc: (u32, u32)) -> usize {
+    /// Bytes of device workspace the plan needs for operands of `elem`-byte elements laid out
+    /// as `layout` on a device of compute capability `cc`: [`MatmulPlan::workspace_bytes`],
+    /// then room for copies of operands that a fast kernel reads only once copied:
+    ///
+    /// - on Hopper, for a TF32 product, the k-major copies of the operands that are not k-major
+    ///   (the Hopper TF32 kernel reads both operands k-major: `A` row-major, `B` column-major),
+    ///   `copies x rows x round_up(k, 4)` f32 values each;
+    /// - for f32 at full precision (any GPU), and f16 or bf16 on Hopper, aligned copies of the
+    ///   operands whose leading dimension or batch stride is not a multiple of 16 bytes (lines
+    ///   padded to 16 bytes, the operand's major order kept), so that the 16-byte kernels run.
+    ///
+    /// `addrs` are the operands' start addresses (an operand that does not start on 16 bytes
+    /// is copied too; `(0, 0)` counts both as aligned). A smaller workspace (as
+    /// [`MatmulPlan::workspace_bytes`]) still runs the product, on the kernels that need no
+    /// copy.
+    pub fn workspace_bytes_for(
+        &self,
+        layout: &MatmulLayout,
+        elem: usize,
+        cc: (u32, u32),
+        addrs: (u64, u64),
+    ) -> usize {
         let split = self.workspace_bytes();
-        match tf32_staging(self, layout, cc) {
-            Some((a, b)) => ws_align(split)
-                .saturating_add(ws_align(a.saturating_mul(4)))
-                .saturating_add(b.saturating_mul(4)),
-            None => split,
+        let staged = if elem == 4 && self.precision == MatmulPrecision::High {
+            tf32_staging(self, layout, cc)
+        } else {
+            pad_staging(self, layout, elem, cc, addrs)
+        };
+        match staged {
+            Some((a, b)) if a + b > 0 => ws_align(split)
+                .saturating_add(ws_align(a.saturating_mul(elem)))
+                .saturating_add(b.saturating_mul(elem)),
+            _ => split,
         }
     }
+}
+
+/// An operand's lines and the elements of each line as it lies in memory: `rows x cols`
+/// row-major is `rows` lines of `cols`, column-major `cols` lines of `rows`.
+fn lines_of(l: MatrixLayout, rows: usize, cols: usize) -> (usize, usize) {
+    if l.transposed {
+        (cols, rows)
+    } else {
+        (rows, cols)
+    }
+}
+
+/// The aligned copies a product of `elem`-byte elements needs (see
+/// [`MatmulPlan::workspace_bytes_for`]): the elements of the copies of `A` and of `B` (0 for an
+/// operand read in place), given the operands' start addresses `addrs` (`(0, 0)` when not yet
+/// known: then only the layout decides). `None` when no 16-byte kernel would run the product
+/// (matrix-vector products, TF32, f16 and bf16 off Hopper, shapes below the Hopper tile).
+fn pad_staging(
+    plan: &MatmulPlan,
+    layout: &MatmulLayout,
+    elem: usize,
+    cc: (u32, u32),
+    addrs: (u64, u64),
+) -> Option<(usize, usize)> {
+    let s = plan.shape;
+    if s.m <= 1 || s.n <= 1 || s.batch == 0 || s.k == 0 {
+        return None;
+    }
+    let hopper = elem == 2;
+    if elem == 4 && plan.precision != MatmulPrecision::Highest {
+        return None;
+    }
+    if hopper {
+        let fits = |x: usize| x < (1 << 31) - 512;
+        let ok = cc == (9, 0)
+            && !sm80_matmul_forced()
+            && s.m >= 128
+            && s.n >= 64
+            && s.k >= SM90_BK
+            && fits(s.m)
+            && fits(s.n)
+            && fits(s.k)
+            && fits(s.batch)
+            && (plan.splits <= 1 || plan.kslice.is_multiple_of(SLICE_ALIGN));
+        if !ok {
+            return None;
+        }
+    }
+    let v = 16 / elem;
+    let copies = |stride: usize| {
+        if s.batch == 1 || stride == 0 {
+            1
+        } else {
+            s.batch
+        }
+    };
+    let need = |addr: u64, l: MatrixLayout, stride: usize, rows: usize, cols: usize| {
+        let (lines, inner) = lines_of(l, rows, cols);
+        let misaligned = !addr.is_multiple_of(16)
+            || !l.ld.is_multiple_of(v)
+            || (s.batch > 1
+                && stride != 0
+                && (!stride.is_multiple_of(v)
+                    || (hopper && l.ld.checked_mul(lines).is_none_or(|w| stride < w))));
+        if !misaligned {
+            return Some(0);
+        }
+        copies(stride)
+            .checked_mul(lines)?
+            .checked_mul(inner.checked_add(v - 1)? / v * v)
+    };
+    Some((
+        need(addrs.0, layout.a, s.a_batch_stride, s.m, s.k)?,
+        need(addrs.1, layout.b, s.b_batch_stride, s.k, s.n)?,
+    ))
 }
 
 /// `x` rounded up to a multiple of 256 bytes (the start of the next workspace region).
@@ -1025,14 +1243,6 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
     if shape.m == 1 || shape.n == 1 {
         return gemv(stream, shape, layout, a, b, c);
     }
-    // The 16-byte kernels need every row and batch of both operands to start on 16 bytes.
-    let v = O::VECTOR;
-    let aligned = layout.a.ld.is_multiple_of(v)
-        && layout.b.ld.is_multiple_of(v)
-        && shape.a_batch_stride.is_multiple_of(v)
-        && shape.b_batch_stride.is_multiple_of(v)
-        && a.is_aligned_to(16)
-        && b.is_aligned_to(16);
     let tf32 = match plan.precision {
         MatmulPrecision::High => O::TF32,
         MatmulPrecision::Highest => None,
@@ -1050,6 +1260,30 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
             return Ok(());
         }
     }
+    // Operands that a 16-byte kernel reads only once copied aligned into the workspace (see
+    // `MatmulPlan::workspace_bytes_for`), when it has room for the copies.
+    let (mut staged_plan, mut layout) = (*plan, layout);
+    let (mut pa, mut pb) = (a.addr(), b.addr());
+    if let Some(ws) = workspace.as_mut() {
+        // SAFETY: the spans were checked against the layout; the copies go to the workspace,
+        // borrowed exclusively, after the split partials.
+        if let Some((s2, l2, a2, b2)) = unsafe { pad_stage::<T>(stream, plan, layout, pa, pb, ws)? }
+        {
+            staged_plan.shape = s2;
+            layout = l2;
+            (pa, pb) = (a2, b2);
+        }
+    }
+    let plan = &staged_plan;
+    let shape = plan.shape;
+    // The 16-byte kernels need every row and batch of both operands to start on 16 bytes.
+    let v = O::VECTOR;
+    let aligned = layout.a.ld.is_multiple_of(v)
+        && layout.b.ld.is_multiple_of(v)
+        && shape.a_batch_stride.is_multiple_of(v)
+        && shape.b_batch_stride.is_multiple_of(v)
+        && pa.is_multiple_of(16)
+        && pb.is_multiple_of(16);
     let at = |table: [[[&'static str; 2]; 2]; 2]| {
         table[usize::from(layout.a.transposed)][usize::from(layout.b.transposed)]
             [usize::from(!aligned)]
@@ -1061,8 +1295,8 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
             ctx.multiprocessors() as usize,
             plan,
             layout,
-            a.addr(),
-            b.addr(),
+            pa,
+            pb,
         )?;
         let pick = |table: [[[&'static str; 3]; 2]; 2]| {
             table[usize::from(layout.a.transposed)][usize::from(layout.b.transposed)][tile]
@@ -1081,8 +1315,8 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
                     tile,
                     shape,
                     layout,
-                    a.addr(),
-                    b.addr(),
+                    pa,
+                    pb,
                     c.addr(),
                     1,
                     shape.k,
@@ -1091,7 +1325,7 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
         }
         let name = at(tf32.unwrap_or(O::KERNELS));
         // SAFETY: `c` holds `need` elements of `O` (checked) and is borrowed exclusively.
-        return unsafe { gemm(stream, name, plan, layout, a, b, c.addr(), 1, shape.k) };
+        return unsafe { gemm(stream, name, plan, layout, pa, pb, c.addr(), 1, shape.k) };
     }
     let Some(workspace) = workspace else {
         return Err(Error::Unsupported {
@@ -1124,8 +1358,8 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
                 tile,
                 shape,
                 layout,
-                a.addr(),
-                b.addr(),
+                pa,
+                pb,
                 workspace.addr(),
                 plan.splits,
                 plan.kslice,
@@ -1142,8 +1376,8 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
                 name,
                 plan,
                 layout,
-                a,
-                b,
+                pa,
+                pb,
                 workspace.addr(),
                 plan.splits,
                 plan.kslice,
@@ -1160,23 +1394,23 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
     )
 }
 
-/// Launches the matmul kernel `name` (see the launch contract in `kernels/matmul.cu`) with
-/// grid z `splits` and slices of `kslice`, writing to `out`.
+/// Launches the matmul kernel `name` (see the launch contract in `kernels/matmul.cu`) on the
+/// operands at `a` and `b` with grid z `splits` and slices of `kslice`, writing to `out`.
 ///
 /// # Safety
 ///
 /// `out` must be device memory that nothing else uses until the launch completes, holding
-/// `splits * batch * m * n` elements of the kernel's output type, and `name` a kernel of
-/// `T` operands. The spans were checked against the layout by the caller.
+/// `splits * batch * m * n` elements of the kernel's output type, and `name` a kernel of the
+/// operands' type. The operands hold every element the layout reads (checked by the caller).
 #[cfg(feature = "cuda")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn gemm<T: MatmulElement>(
+unsafe fn gemm(
     stream: &genesis_cuda::Stream,
     name: &'static str,
     plan: &MatmulPlan,
     layout: MatmulLayout,
-    a: genesis_cuda::DeviceSpan<'_, T>,
-    b: genesis_cuda::DeviceSpan<'_, T>,
+    a: u64,
+    b: u64,
     out: u64,
     splits: usize,
     kslice: usize,
@@ -1202,7 +1436,7 @@ unsafe fn gemm<T: MatmulElement>(
         block: (256, 1, 1),
         shared_bytes: 0,
     };
-    let (mut pa, mut pb, mut pc) = (a.addr(), b.addr(), out);
+    let (mut pa, mut pb, mut pc) = (a, b, out);
     let mut dims = [
         shape.batch as u64,
         shape.m as u64,
@@ -1640,18 +1874,20 @@ mod tests {
         let nn = MatmulLayout::contiguous(&s);
         let plan = MatmulPlan::new(s, 1, high);
         // B row-major is copied as 128 rows of k rounded up to 104.
-        assert_eq!(plan.workspace_bytes_for(&nn, (9, 0)), 128 * 104 * 4);
-        assert_eq!(plan.workspace_bytes_for(&nn, (8, 0)), 0);
         assert_eq!(
-            MatmulPlan::new(s, 1, MatmulPrecision::Highest).workspace_bytes_for(&nn, (9, 0)),
-            0
+            plan.workspace_bytes_for(&nn, 4, (9, 0), (0, 0)),
+            128 * 104 * 4
         );
+        assert_eq!(plan.workspace_bytes_for(&nn, 4, (8, 0), (0, 0)), 0);
         // Column-major A and B: A staged, B read in place.
         let tt = MatmulLayout {
             a: MatrixLayout::col_major(256),
             b: MatrixLayout::col_major(101),
         };
-        assert_eq!(plan.workspace_bytes_for(&tt, (9, 0)), 256 * 104 * 4);
+        assert_eq!(
+            plan.workspace_bytes_for(&tt, 4, (9, 0), (0, 0)),
+            256 * 104 * 4
+        );
         // Batches: one copy for a broadcast operand, one a batch otherwise; after the split
         // partials (256-byte aligned).
         let mut b = shape(3, 256, 128, 96);
@@ -1664,12 +1900,66 @@ mod tests {
             b: MatrixLayout::row_major(128),
         };
         assert_eq!(
-            p.workspace_bytes_for(&ta, (9, 0)),
+            p.workspace_bytes_for(&ta, 4, (9, 0), (0, 0)),
             split + 3 * 256 * 96 * 4 + 128 * 96 * 4
         );
         // Below the tile: nothing staged.
         let small = MatmulPlan::new(shape(1, 64, 128, 100), 1, high);
-        assert_eq!(small.workspace_bytes_for(&nn, (9, 0)), 0);
+        assert_eq!(small.workspace_bytes_for(&nn, 4, (9, 0), (0, 0)), 0);
+    }
+
+    #[test]
+    fn misaligned_operands_get_aligned_copies_where_a_16_byte_kernel_then_runs() {
+        let full = MatmulPrecision::Highest;
+        // f32 at full precision, any GPU: A [256, 101] row-major (ld 101) is copied with lines
+        // of 104; B [101, 128] row-major (ld 128) is read in place.
+        let s = shape(1, 256, 128, 101);
+        let nn = MatmulLayout::contiguous(&s);
+        let plan = MatmulPlan::new(s, 1, full);
+        for cc in [(8, 0), (9, 0)] {
+            assert_eq!(plan.workspace_bytes_for(&nn, 4, cc, (0, 0)), 256 * 104 * 4);
+        }
+        // f16 / bf16: only on Hopper (lines of 8), where the wgmma kernel then runs.
+        assert_eq!(
+            plan.workspace_bytes_for(&nn, 2, (9, 0), (0, 0)),
+            256 * 104 * 2
+        );
+        assert_eq!(plan.workspace_bytes_for(&nn, 2, (8, 6), (0, 0)), 0);
+        // Both misaligned, batched (B's batch stride not a multiple of 8): A copied per batch.
+        let mut b = shape(2, 200, 300, 99);
+        b.a_batch_stride = 200 * 99;
+        b.b_batch_stride = 99 * 300 + 2;
+        let l = MatmulLayout {
+            a: MatrixLayout::row_major(99),
+            b: MatrixLayout::row_major(300),
+        };
+        let want = ws_align(2 * 200 * 104 * 2) + 2 * 99 * 304 * 2;
+        assert_eq!(
+            MatmulPlan::new(b, 1, full).workspace_bytes_for(&l, 2, (9, 0), (0, 0)),
+            want
+        );
+        // Aligned operands, matrix-vector products and TF32 on other GPUs copy nothing.
+        let aligned = shape(1, 256, 128, 104);
+        let plan = MatmulPlan::new(aligned, 1, full);
+        assert_eq!(
+            plan.workspace_bytes_for(&MatmulLayout::contiguous(&aligned), 4, (9, 0), (0, 0)),
+            0
+        );
+        let gemv = shape(1, 1, 128, 101);
+        let plan = MatmulPlan::new(gemv, 1, full);
+        assert_eq!(
+            plan.workspace_bytes_for(&MatmulLayout::contiguous(&gemv), 4, (9, 0), (0, 0)),
+            0
+        );
+        assert_eq!(
+            MatmulPlan::new(s, 1, MatmulPrecision::High).workspace_bytes_for(
+                &nn,
+                4,
+                (8, 0),
+                (0, 0)
+            ),
+            0
+        );
     }
 
     #[test]

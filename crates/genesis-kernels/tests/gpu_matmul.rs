@@ -362,7 +362,12 @@ mod gpu {
             )
             .unwrap(),
             Some(plan) => {
-                let ws_len = plan.workspace_bytes_for(&p.layout, ctx.compute_capability());
+                let ws_len = plan.workspace_bytes_for(
+                    &p.layout,
+                    std::mem::size_of::<T>(),
+                    ctx.compute_capability(),
+                    (a_span.addr(), b_span.addr()),
+                );
                 let ws_poison = vec![f32::NAN; ws_len.div_ceil(4).max(4)];
                 let mut ws = DeviceBuffer::from_host(ctx, bytes(&ws_poison)).unwrap();
                 gpu_matmul_planned::<T, O>(
@@ -610,6 +615,61 @@ mod gpu {
             if c.k >= 64 && c.m > 1 && c.n > 1 && c.m * c.n >= 64 {
                 let plain = run::<f32, f32>(&ctx, &stream, &p, c, None);
                 assert!(bits(&plain) != bits(&got), "{what}: TF32 equals full f32");
+            }
+        }
+    }
+
+    /// Operands whose lines or batches do not start on 16 bytes are copied aligned into the
+    /// workspace, and the 16-byte kernel runs: the Hopper kernel for f16 and bf16 on compute
+    /// capability 9.0, the float4 f32 kernel (not `_any`) everywhere. Within the bound, every
+    /// layout, odd leading dimensions, misaligned starts, batches and broadcasts, split and not.
+    #[test]
+    fn misaligned_operands_run_on_the_16_byte_kernels_after_an_aligned_copy() {
+        if skip_without_gpu("misaligned_operands_run_on_the_16_byte_kernels_after_an_aligned_copy")
+        {
+            return;
+        }
+        let ctx = Context::get(0).unwrap();
+        let stream = Stream::new(&ctx).unwrap();
+        let mut rng = SmallRng::seed_from_u64(31);
+        let hopper = ctx.compute_capability() == (9, 0);
+        let sms = ctx.multiprocessors() as usize;
+        let full = MatmulPrecision::Highest;
+        for (i, (m, n, k)) in [(255, 129, 99), (131, 300, 77), (200, 65, 1023)]
+            .into_iter()
+            .enumerate()
+        {
+            for ta in [false, true] {
+                for tb in [false, true] {
+                    let c = Case {
+                        m,
+                        n,
+                        k,
+                        ta,
+                        tb,
+                        pad: [1, 3, 0][i],
+                        offset: [1, 0, 3][i],
+                        batch: [1, 3, 2][i],
+                        broadcast: [0, 2, 1][i],
+                    };
+                    let p = problem::<f32>(c, &mut rng);
+                    let plan = MatmulPlan::new(p.shape, sms, full);
+                    let got = run::<f32, f32>(&ctx, &stream, &p, c, Some(&plan));
+                    check(&got, &p, &format!("f32 aligned copy {c:?}"));
+                    let ran = last_matmul_kernel().unwrap_or("");
+                    assert!(
+                        ran.starts_with("matmul_f32_") && !ran.ends_with("_any"),
+                        "f32 {c:?}: ran {ran}"
+                    );
+                    let p = problem::<bf16>(c, &mut rng);
+                    let plan = MatmulPlan::new(p.shape, sms, full);
+                    let got = run::<bf16, bf16>(&ctx, &stream, &p, c, Some(&plan));
+                    check(&got, &p, &format!("bf16 aligned copy {c:?}"));
+                    let ran = last_matmul_kernel().unwrap_or("");
+                    if hopper && m >= 128 && n >= 64 && k >= 64 {
+                        assert!(ran.starts_with("matmul_sm90_bf16"), "bf16 {c:?}: ran {ran}");
+                    }
+                }
             }
         }
     }

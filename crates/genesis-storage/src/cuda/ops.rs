@@ -527,22 +527,26 @@ impl Backend for CudaMem {
         out_at: usize,
     ) -> Result<()> {
         use genesis_kernels::matmul::{MatmulLayout, MatmulPlan, gpu_matmul_planned};
-        // Split-k partials (when the plan splits) and the k-major copy of B a Hopper TF32
-        // product reads, in a workspace from the pool, on the thread's stream: released in
-        // stream order after the launches.
+        // Split-k partials (when the plan splits) and the copies of operands a fast kernel
+        // reads only once copied (k-major for Hopper TF32, 16-byte aligned lines), in a
+        // workspace from the pool, on the thread's stream: released in stream order after the
+        // launches.
         let plan = MatmulPlan::new(shape, self.ctx().multiprocessors() as usize, precision);
         let layout = MatmulLayout::contiguous(&shape);
-        let ws_len = plan.workspace_bytes_for(&layout, self.ctx().compute_capability());
-        let mut ws = CudaMem::new(self.ordinal(), ws_len)?;
         genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16], T => {
             let all = |m: &CudaMem| m.capacity() / size_of::<T>();
             let c_len = all(out);
+            let a = self.span::<T>(all(self))?.slice(a_at..)?;
+            let b = b.span::<T>(all(b))?.slice(b_at..)?;
+            let cc = self.ctx().compute_capability();
+            let ws_len = plan.workspace_bytes_for(&layout, size_of::<T>(), cc, (a.addr(), b.addr()));
+            let mut ws = CudaMem::new(self.ordinal(), ws_len)?;
             gpu_matmul_planned::<T, T>(
                 &self.queue(),
                 &plan,
                 layout,
-                self.span::<T>(all(self))?.slice(a_at..)?,
-                b.span::<T>(all(b))?.slice(b_at..)?,
+                a,
+                b,
                 out.span_mut::<T>(c_len)?.into_slice(out_at..)?,
                 ws.span_mut::<u8>(ws_len)?,
             )?;

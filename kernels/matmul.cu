@@ -878,8 +878,13 @@ SPLITK_SUM(bf16, __nv_bfloat16)
 //     outputs, a lane each, so every load of a warp reads 32 neighbours; the warps split k
 //     (rows p = warp, warp + 8, ...), issuing 64 rows' loads before using any, and sum their
 //     partials in shared memory in a fixed order.
+//   * gemv_axpy2_*: gemv_axpy with two neighbouring outputs a lane, read as one load of two
+//     elements (a warp reads 64 neighbours: a whole 128-byte line of f16 or bf16), 32 rows in
+//     flight. The launcher uses it for f16 and bf16 when outs and sk are even and X (with its
+//     batch stride) starts on two elements (f32 lines are whole with one element a lane).
 // Accumulation is in f32 with fused multiply-adds; blocks stride over the batch by gridDim.y.
-// Grid: (ceil(outs / 8) or ceil(outs / 32), min(batch, 65535)), blocks of 256 threads.
+// Grid: (ceil(outs / 8), ceil(outs / 32) or ceil(outs / 64), min(batch, 65535)), blocks of
+// 256 threads.
 namespace {
 
 __device__ __forceinline__ float tof(float x) { return x; }
@@ -963,6 +968,64 @@ __device__ __forceinline__ void gemv_axpy(const T* X, const T* v, O* out, uint64
     }
 }
 
+template <typename T>
+struct alignas(2 * sizeof(T)) Pair {
+    T x, y;
+};
+
+template <typename T, typename O>
+__device__ __forceinline__ void gemv_axpy2(const T* X, const T* v, O* out, uint64_t batch,
+                                           uint64_t outs, uint64_t K, uint64_t so, uint64_t sk,
+                                           uint64_t sv, uint64_t xb, uint64_t vb) {
+    constexpr int R = GEMV_ROWS / 2;
+    __shared__ float part[8][65];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const uint64_t o = (uint64_t)blockIdx.x * 64 + 2 * lane;  // and o + 1 (outs is even)
+    for (uint64_t b = blockIdx.y; b < batch; b += gridDim.y) {
+        float a0 = 0.f, a1 = 0.f;
+        if (o < outs) {
+            const Pair<T>* col = reinterpret_cast<const Pair<T>*>(X + b * xb + o);
+            const T* vv = v + b * vb;
+            const uint64_t skp = sk / 2;  // in pairs
+            uint64_t p = warp;
+            for (; p + (R - 1) * 8 < K; p += R * 8) {
+                Pair<T> x[R];
+                T y[R];
+#pragma unroll
+                for (int u = 0; u < R; ++u) {
+                    x[u] = col[(p + u * 8) * skp];
+                    y[u] = vv[(p + u * 8) * sv];
+                }
+#pragma unroll
+                for (int u = 0; u < R; ++u) {
+                    a0 = fmaf(tof(x[u].x), tof(y[u]), a0);
+                    a1 = fmaf(tof(x[u].y), tof(y[u]), a1);
+                }
+            }
+            for (; p < K; p += 8) {
+                const Pair<T> x = col[p * skp];
+                const float y = tof(vv[p * sv]);
+                a0 = fmaf(tof(x.x), y, a0);
+                a1 = fmaf(tof(x.y), y, a1);
+            }
+        }
+        part[warp][2 * lane] = a0;
+        part[warp][2 * lane + 1] = a1;
+        __syncthreads();
+        if (warp == 0 && o < outs) {
+            float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+            for (int w = 0; w < 8; ++w) {
+                s0 += part[w][2 * lane];
+                s1 += part[w][2 * lane + 1];
+            }
+            store1(out + b * outs + o, s0);
+            store1(out + b * outs + o + 1, s1);
+        }
+        __syncthreads();
+    }
+}
+
 }  // namespace
 
 #define GEMV_PARAMS(T, O)                                                                      \
@@ -975,6 +1038,10 @@ __device__ __forceinline__ void gemv_axpy(const T* X, const T* v, O* out, uint64
     }                                                                                          \
     extern "C" __global__ void __launch_bounds__(THREADS) gemv_axpy_##suffix(GEMV_PARAMS(T, O)) { \
         gemv_axpy<T, O>(GEMV_ARGS);                                                            \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(THREADS)                                     \
+        gemv_axpy2_##suffix(GEMV_PARAMS(T, O)) {                                               \
+        gemv_axpy2<T, O>(GEMV_ARGS);                                                           \
     }
 GEMV(f32, float, float)
 GEMV(f16, __half, __half)

@@ -322,8 +322,8 @@ pub trait MatmulOutput<T: MatmulElement>: MatmulElement {
     const KERNELS: [[[&'static str; 2]; 2]; 2];
     /// The elements of a 16-byte vector of `T` (the fast kernels' alignment).
     const VECTOR: usize = 16 / std::mem::size_of::<T>();
-    /// The matrix-vector kernels (m == 1 or n == 1): `[dot, axpy]`.
-    const GEMV: [&'static str; 2];
+    /// The matrix-vector kernels (m == 1 or n == 1): `[dot, axpy, axpy2]`.
+    const GEMV: [&'static str; 3];
     /// The kernels of `T` operands with an f32 output (the split-k partial products), indexed
     /// as [`MatmulOutput::KERNELS`].
     const PARTIAL: [[[&'static str; 2]; 2]; 2];
@@ -399,7 +399,11 @@ macro_rules! kernels {
     ($t:ty => $o:ty, $p:literal, $g:literal, $partial:literal, $sum:literal
      $(, tf32: $tf32:literal)? $(, sm90: $bf16:literal, $sm90:literal, $sm90_partial:literal)?) => {
         impl MatmulOutput<$t> for $o {
-            const GEMV: [&'static str; 2] = [concat!("gemv_dot_", $g), concat!("gemv_axpy_", $g)];
+            const GEMV: [&'static str; 3] = [
+                concat!("gemv_dot_", $g),
+                concat!("gemv_axpy_", $g),
+                concat!("gemv_axpy2_", $g),
+            ];
             const KERNELS: [[[&'static str; 2]; 2]; 2] = table!($p);
             const PARTIAL: [[[&'static str; 2]; 2]; 2] = table!($partial);
             const SPLITK_SUM: &'static str = $sum;
@@ -1721,7 +1725,21 @@ fn gemv<T: MatmulElement, O: MatmulOutput<T>>(
         )
     };
     let axpy = sk != 1 && so == 1;
-    let per_block = if axpy { 32 } else { 8 };
+    // Two outputs a lane for 16-bit types (a warp then reads whole 128-byte lines) when every
+    // row of X and its batches start on two elements.
+    let pairs = axpy
+        && size_of::<T>() == 2
+        && outs.is_multiple_of(2)
+        && sk.is_multiple_of(2)
+        && (shape.batch == 1 || xb.is_multiple_of(2))
+        && x.is_aligned_to(2 * size_of::<T>() as u64);
+    let per_block = if pairs {
+        64
+    } else if axpy {
+        32
+    } else {
+        8
+    };
     let blocks = outs.div_ceil(per_block);
     if blocks > i32::MAX as usize {
         return Err(Error::Unsupported {
@@ -1729,7 +1747,7 @@ fn gemv<T: MatmulElement, O: MatmulOutput<T>>(
             reason: format!("{outs} outputs of a matrix-vector product"),
         });
     }
-    let name = O::GEMV[usize::from(axpy)];
+    let name = O::GEMV[if pairs { 2 } else { usize::from(axpy) }];
     let kernel = Kernel::get(stream.context(), &crate::images::MATMUL, name)?;
     record_kernel(name);
     let config = LaunchConfig {
@@ -1762,7 +1780,7 @@ fn gemv<T: MatmulElement, O: MatmulOutput<T>>(
         std::ptr::from_mut(d6).cast(),
         std::ptr::from_mut(d7).cast(),
     ];
-    // SAFETY: the parameters match `gemv_<dot|axpy>_<in>[_f32out](const T*, const T*, O*, u64
+    // SAFETY: the parameters match `gemv_<dot|axpy|axpy2>_<in>[_f32out](const T*, const T*, O*, u64
     // batch, u64 outs, u64 k, u64 so, u64 sk, u64 sv, u64 xb, u64 vb)`; every element read,
     // X[b][o][p] and v[b][p] for b < batch, o < outs, p < k, is an element of A or B that the
     // layout reads (checked by the caller), and `c` holds batch * outs elements (its length

@@ -39,6 +39,8 @@
 //     in shared memory (A as As[k][m], rows padded by 4 floats: the transposing stores of a
 //     warp meet at most two to a bank).
 //   * Edges and unaligned operands are read element by element with bounds checks.
+//   * Products of n <= 64 run `matmul_f32n64_*`: the same kernel on 128 x 64 tiles (each thread
+//     8 x 4 outputs), so no tile computes 64 columns it then drops.
 //
 // The CPU twin (crates/genesis-kernels/src/matmul.rs) accumulates in f32 in increasing k; the
 // kernels accumulate in another order (per k slice and tensor-core instruction) and fuse
@@ -83,7 +85,8 @@
 // bytes, so the product runs on a 16-byte kernel (the Hopper kernel for f16 and bf16, the
 // float4 loads for f32) instead of element loads. The copy keeps the operand's major order.
 //
-// Launch contract (src/matmul.rs): blocks of 256 threads, grid (ceil(m / 128) * ceil(n / 128),
+// Launch contract (src/matmul.rs): blocks of 256 threads, grid (ceil(m / 128) * ceil(n / 128)
+// (ceil(n / 64) for `matmul_f32n64_*`),
 // min(batch, 65535), slices). Parameters: (A, B, C, batch, m, n, k, lda, ldb, batch stride of
 // A, batch stride of B, kslice), every integer a u64, strides and leading dimensions in
 // elements.
@@ -385,19 +388,25 @@ __device__ __forceinline__ void gemm_tc(uint4* smem, const T* __restrict__ A,
 // ---------------------------------------------------------------------------------------------
 // f32 kernel (CUDA cores).
 
-constexpr int F_BM = 128, F_BN = 128, F_BK = 16, F_PAD = 4;
-constexpr int F_LD = F_BK * F_BM / 4 / THREADS;  // float4 per thread and operand per slice (2)
-constexpr int F_KQ = F_BK / 4;                   // float4 along k in a k-major row (4)
+constexpr int F_BM = 128, F_BK = 16, F_PAD = 4;
+constexpr int F_KQ = F_BK / 4;  // float4 along k in a k-major row (4)
+// float4 per thread and slice of an operand tile MN wide (2 for 128, 1 for 64).
+template <int MN>
+__host__ __device__ constexpr int f_ld() {
+    return F_BK * MN / 4 / THREADS;
+}
 
-// The float4 loads of one thread for the [mn0, mn0 + 128) x [k0, k0 + F_BK) tiles of an
+// The float4 loads of one thread for the [mn0, mn0 + MN) x [k0, k0 + F_BK) tiles of an
 // operand, set up once per matrix so that a slice's loads are a pointer step and two
 // comparisons: float4 i is number idx = tid + 256 i of the tile. KMAJOR (element (mn, k) at
 // base[mn * ld + k]): row mn0 + idx / F_KQ, k values 4 (idx % F_KQ) .. + 3 of the slice; else
-// (element at base[k * ld + mn]): k row idx / 32 of the slice, mn values mn0 + 4 (idx % 32)
-// .. + 3. A float4 that crosses an edge, or any float4 when !VEC, is read element by element
-// with bounds checks (zeros outside).
-template <bool KMAJOR, bool VEC>
+// (element at base[k * ld + mn]): k row idx / (MN / 4) of the slice, mn values mn0 + 4 (idx %
+// (MN / 4)) .. + 3. A float4 that crosses an edge, or any float4 when !VEC, is read element by
+// element with bounds checks (zeros outside).
+template <bool KMAJOR, bool VEC, int MN>
 struct F32Loader {
+    static constexpr int F_LD = f_ld<MN>();
+    static constexpr int QW = MN / 4;  // float4 along mn in a k row
     const float* p[F_LD];  // the float4's first element in slice 0
     int64_t k_left[F_LD];  // k values from the float4's first one to k, in slice 0
     int32_t mn_left[F_LD]; // values of the float4 inside m or n (0 .. 4)
@@ -415,8 +424,8 @@ struct F32Loader {
                 k_left[i] = (int64_t)K - kk;
                 mn_left[i] = mn < extent ? 4 : 0;
             } else {
-                const uint64_t mn = mn0 + (idx & 31) * 4;
-                const int kk = idx >> 5;
+                const uint64_t mn = mn0 + (idx % QW) * 4;
+                const int kk = idx / QW;
                 p[i] = base + (uint64_t)kk * ld + mn;
                 k_left[i] = (int64_t)K - kk;
                 mn_left[i] = mn < extent ? (int)min(extent - mn, (uint64_t)4) : 0;
@@ -445,12 +454,12 @@ struct F32Loader {
     }
 };
 
-// Stores the float4 of `F32Loader::load` into the k-major shared tile s[k][mn].
-template <bool KMAJOR>
-__device__ __forceinline__ void f32_store(float (*s)[F_BM + F_PAD], const float4 (&v)[F_LD],
+// Stores the float4 of `F32Loader::load` into the k-major shared tile s[k][mn] (MN wide).
+template <bool KMAJOR, int MN>
+__device__ __forceinline__ void f32_store(float (*s)[MN + F_PAD], const float4 (&v)[f_ld<MN>()],
                                           int tid) {
 #pragma unroll
-    for (int i = 0; i < F_LD; ++i) {
+    for (int i = 0; i < f_ld<MN>(); ++i) {
         const int idx = tid + THREADS * i;
         if (KMAJOR) {
             const int mn = idx / F_KQ, k = (idx % F_KQ) * 4;
@@ -459,12 +468,14 @@ __device__ __forceinline__ void f32_store(float (*s)[F_BM + F_PAD], const float4
             s[k + 2][mn] = v[i].z;
             s[k + 3][mn] = v[i].w;
         } else {
-            *reinterpret_cast<float4*>(&s[idx >> 5][(idx & 31) * 4]) = v[i];
+            *reinterpret_cast<float4*>(&s[idx / (MN / 4)][(idx % (MN / 4)) * 4]) = v[i];
         }
     }
 }
 
-template <bool TA, bool TB, bool VEC>
+// BN: the tile's columns, 128 (each thread 8 x 8 outputs) or 64 (8 x 4, for n <= 64, where
+// a 128-wide tile would compute as many columns again and drop them).
+template <bool TA, bool TB, bool VEC, int BN = 128>
 __device__ __forceinline__ void gemm_f32(const float* __restrict__ A, const float* __restrict__ B,
                                          float* __restrict__ C, uint64_t batch, uint64_t M,
                                          uint64_t N, uint64_t K, uint64_t lda, uint64_t ldb,
@@ -472,32 +483,33 @@ __device__ __forceinline__ void gemm_f32(const float* __restrict__ A, const floa
     constexpr bool A_KMAJOR = !TA;
     constexpr bool B_KMAJOR = TB;
     __shared__ __align__(16) float As[2][F_BK][F_BM + F_PAD];
-    __shared__ __align__(16) float Bs[2][F_BK][F_BN + F_PAD];
+    __shared__ __align__(16) float Bs[2][F_BK][BN + F_PAD];
+    constexpr int NJ = BN / 16;  // outputs of a thread in a row
     const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
-    const uint64_t tiles_m = (M + F_BM - 1) / F_BM, tiles_n = (N + F_BN - 1) / F_BN;
+    const uint64_t tiles_m = (M + F_BM - 1) / F_BM, tiles_n = (N + BN - 1) / BN;
     uint64_t tm, tn;
     tile_of(blockIdx.x, tiles_m, tiles_n, tm, tn);
-    const uint64_t m0 = tm * F_BM, n0 = tn * F_BN;
+    const uint64_t m0 = tm * F_BM, n0 = tn * BN;
     const int kt_n = (int)((K + F_BK - 1) / F_BK);
 
     for (uint64_t b = blockIdx.y; b < batch; b += gridDim.y) {
         const float* a = A + b * sa;
         const float* bm = B + b * sb;
         float* c = C + b * M * N;
-        float acc[8][8];
+        float acc[8][NJ];
 #pragma unroll
         for (int i = 0; i < 8; ++i)
 #pragma unroll
-            for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
+            for (int j = 0; j < NJ; ++j) acc[i][j] = 0.0f;
 
-        const F32Loader<A_KMAJOR, VEC> la(a, lda, M, K, m0, tid);
-        const F32Loader<B_KMAJOR, VEC> lb(bm, ldb, N, K, n0, tid);
-        float4 va[F_LD], vb[F_LD];
+        const F32Loader<A_KMAJOR, VEC, F_BM> la(a, lda, M, K, m0, tid);
+        const F32Loader<B_KMAJOR, VEC, BN> lb(bm, ldb, N, K, n0, tid);
+        float4 va[f_ld<F_BM>()], vb[f_ld<BN>()];
         if (kt_n > 0) {
             la.load(va, 0);
             lb.load(vb, 0);
-            f32_store<A_KMAJOR>(As[0], va, tid);
-            f32_store<B_KMAJOR>(Bs[0], vb, tid);
+            f32_store<A_KMAJOR, F_BM>(As[0], va, tid);
+            f32_store<B_KMAJOR, BN>(Bs[0], vb, tid);
         }
         __syncthreads();
         for (int kt = 0; kt < kt_n; ++kt) {
@@ -511,18 +523,24 @@ __device__ __forceinline__ void gemm_f32(const float* __restrict__ A, const floa
             for (int k = 0; k < F_BK; ++k) {
                 const float4 a0 = *reinterpret_cast<const float4*>(&As[cur][k][ty * 4]);
                 const float4 a1 = *reinterpret_cast<const float4*>(&As[cur][k][64 + ty * 4]);
-                const float4 b0 = *reinterpret_cast<const float4*>(&Bs[cur][k][tx * 4]);
-                const float4 b1 = *reinterpret_cast<const float4*>(&Bs[cur][k][64 + tx * 4]);
+                float bv[NJ];
+#pragma unroll
+                for (int h = 0; h < NJ / 4; ++h) {
+                    const float4 b4 = *reinterpret_cast<const float4*>(&Bs[cur][k][h * 64 + tx * 4]);
+                    bv[4 * h] = b4.x;
+                    bv[4 * h + 1] = b4.y;
+                    bv[4 * h + 2] = b4.z;
+                    bv[4 * h + 3] = b4.w;
+                }
                 const float av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-                const float bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
 #pragma unroll
                 for (int i = 0; i < 8; ++i)
 #pragma unroll
-                    for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+                    for (int j = 0; j < NJ; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
             }
             if (more) {
-                f32_store<A_KMAJOR>(As[cur ^ 1], va, tid);
-                f32_store<B_KMAJOR>(Bs[cur ^ 1], vb, tid);
+                f32_store<A_KMAJOR, F_BM>(As[cur ^ 1], va, tid);
+                f32_store<B_KMAJOR, BN>(Bs[cur ^ 1], vb, tid);
             }
             __syncthreads();
         }
@@ -533,7 +551,7 @@ __device__ __forceinline__ void gemm_f32(const float* __restrict__ A, const floa
             const uint64_t gr = m0 + (i < 4 ? ty * 4 + i : 64 + ty * 4 + i - 4);
             if (gr >= M) continue;
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
+            for (int h = 0; h < NJ / 4; ++h) {
                 const uint64_t gc = n0 + h * 64 + tx * 4;
                 float* p = c + gr * N + gc;
                 const float* v = &acc[i][h * 4];
@@ -825,6 +843,20 @@ F32(matmul_f32_nn, gemm_f32, false, false)
 F32(matmul_f32_nt, gemm_f32, false, true)
 F32(matmul_f32_tn, gemm_f32, true, false)
 F32(matmul_f32_tt, gemm_f32, true, true)
+// f32 with 128 x 64 tiles (n <= 64), same contract: grid x ceil(m / 128) * ceil(n / 64).
+#define F32N64(name, TA, TB)                                                                   \
+    extern "C" __global__ void __launch_bounds__(THREADS, 1) name(PARAMS(float, float)) {     \
+        SPLIT(TA, TB)                                                                          \
+        gemm_f32<TA, TB, true, 64>(ARGS);                                                      \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(THREADS, 1) name##_any(PARAMS(float, float)) { \
+        SPLIT(TA, TB)                                                                          \
+        gemm_f32<TA, TB, false, 64>(ARGS);                                                     \
+    }
+F32N64(matmul_f32n64_nn, false, false)
+F32N64(matmul_f32n64_nt, false, true)
+F32N64(matmul_f32n64_tn, true, false)
+F32N64(matmul_f32n64_tt, true, true)
 // TF32 (f32 operands and output, same alignment rule as the f32 kernels).
 F32(matmul_tf32_nn, gemm_tf32, false, false)
 F32(matmul_tf32_nt, gemm_tf32, false, true)

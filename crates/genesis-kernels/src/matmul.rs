@@ -331,6 +331,9 @@ pub trait MatmulOutput<T: MatmulElement>: MatmulElement {
     const SPLITK_SUM: &'static str;
     /// The TF32 kernels when `T` and `Self` are f32 (indexed as [`MatmulOutput::KERNELS`]).
     const TF32: Option<[[[&'static str; 2]; 2]; 2]> = None;
+    /// The full-precision kernels of `128 x 64` tiles, for `n <= 64`, when `T` and `Self` are
+    /// f32 (indexed as [`MatmulOutput::KERNELS`]; f32 output, so also the split partials).
+    const N64: Option<[[[&'static str; 2]; 2]; 2]> = None;
     /// The Hopper kernels of `kernels/matmul_sm90.cu` when `T` is f16 or bf16.
     const SM90: Option<Sm90Kernels> = None;
 }
@@ -397,7 +400,7 @@ macro_rules! sm90_table {
 
 macro_rules! kernels {
     ($t:ty => $o:ty, $p:literal, $g:literal, $partial:literal, $sum:literal
-     $(, tf32: $tf32:literal)? $(, sm90: $bf16:literal, $sm90:literal, $sm90_partial:literal)?) => {
+     $(, tf32: $tf32:literal, n64: $n64:literal)? $(, sm90: $bf16:literal, $sm90:literal, $sm90_partial:literal)?) => {
         impl MatmulOutput<$t> for $o {
             const GEMV: [&'static str; 3] = [
                 concat!("gemv_dot_", $g),
@@ -407,7 +410,8 @@ macro_rules! kernels {
             const KERNELS: [[[&'static str; 2]; 2]; 2] = table!($p);
             const PARTIAL: [[[&'static str; 2]; 2]; 2] = table!($partial);
             const SPLITK_SUM: &'static str = $sum;
-            $(const TF32: Option<[[[&'static str; 2]; 2]; 2]> = Some(table!($tf32));)?
+            $(const TF32: Option<[[[&'static str; 2]; 2]; 2]> = Some(table!($tf32));
+              const N64: Option<[[[&'static str; 2]; 2]; 2]> = Some(table!($n64));)?
             $(const SM90: Option<Sm90Kernels> = Some(Sm90Kernels {
                 bf16: $bf16,
                 kernels: sm90_table!($sm90),
@@ -416,7 +420,8 @@ macro_rules! kernels {
         }
     };
 }
-kernels!(f32 => f32, "matmul_f32", "f32", "matmul_f32", "splitk_sum_f32", tf32: "matmul_tf32");
+kernels!(f32 => f32, "matmul_f32", "f32", "matmul_f32", "splitk_sum_f32", tf32: "matmul_tf32",
+    n64: "matmul_f32n64");
 kernels!(f16 => f16, "matmul_f16", "f16", "matmul_f16_f32out", "splitk_sum_f16",
     sm90: false, "matmul_sm90_f16", "matmul_sm90_f16_f32out");
 kernels!(f16 => f32, "matmul_f16_f32out", "f16_f32out", "matmul_f16_f32out", "splitk_sum_f32",
@@ -1292,6 +1297,12 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
         table[usize::from(layout.a.transposed)][usize::from(layout.b.transposed)]
             [usize::from(!aligned)]
     };
+    // Full-precision f32 products of n <= 64 on `128 x 64` tiles.
+    let n64 = if tf32.is_none() && shape.n <= 64 {
+        O::N64
+    } else {
+        None
+    };
     let ctx = stream.context();
     let sm90 = O::SM90.and_then(|k| {
         let tile = sm90_tile(
@@ -1327,7 +1338,7 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
                 )
             };
         }
-        let name = at(tf32.unwrap_or(O::KERNELS));
+        let name = at(tf32.or(n64).unwrap_or(O::KERNELS));
         // SAFETY: `c` holds `need` elements of `O` (checked) and is borrowed exclusively.
         return unsafe { gemm(stream, name, plan, layout, pa, pb, c.addr(), 1, shape.k) };
     }
@@ -1370,7 +1381,7 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
             )?;
         }
     } else {
-        let name = at(tf32.unwrap_or(O::PARTIAL));
+        let name = at(tf32.or(n64).unwrap_or(O::PARTIAL));
         // SAFETY: the partial kernels write f32 values (`PARTIAL` and `TF32` are f32-output
         // kernels), `splits` slices of `need` elements each: `ws_need` bytes of the
         // workspace, which is borrowed exclusively.
@@ -1424,7 +1435,12 @@ unsafe fn gemm(
 
     let shape = plan.shape;
     let kernel = Kernel::get(stream.context(), &crate::images::MATMUL, name)?;
-    let tiles = shape.m.div_ceil(TILE).checked_mul(shape.n.div_ceil(TILE));
+    let tile_n = if name.starts_with("matmul_f32n64_") {
+        64
+    } else {
+        TILE
+    };
+    let tiles = shape.m.div_ceil(TILE).checked_mul(shape.n.div_ceil(tile_n));
     let tiles = match tiles {
         Some(t) if t <= i32::MAX as usize => t as u32,
         _ => {

@@ -674,6 +674,45 @@ mod gpu {
         }
     }
 
+    /// Full-precision f32 products of n <= 64 run on the `128 x 64` tiles, within the bound,
+    /// every layout, edges in m, n and k, batches, split and not.
+    #[test]
+    fn narrow_f32_products_run_on_the_128_x_64_tiles() {
+        if skip_without_gpu("narrow_f32_products_run_on_the_128_x_64_tiles") {
+            return;
+        }
+        let ctx = Context::get(0).unwrap();
+        let stream = Stream::new(&ctx).unwrap();
+        let mut rng = SmallRng::seed_from_u64(37);
+        let sms = ctx.multiprocessors() as usize;
+        for (i, (m, n, k)) in [(257, 64, 300), (130, 33, 1500), (1000, 2, 77)]
+            .into_iter()
+            .enumerate()
+        {
+            for ta in [false, true] {
+                for tb in [false, true] {
+                    let c = Case {
+                        m,
+                        n,
+                        k,
+                        ta,
+                        tb,
+                        pad: [0, 4, 1][i],
+                        offset: 0,
+                        batch: [1, 2, 3][i],
+                        broadcast: [0, 1, 0][i],
+                    };
+                    let p = problem::<f32>(c, &mut rng);
+                    let plan = MatmulPlan::new(p.shape, sms, MatmulPrecision::Highest);
+                    let got = run::<f32, f32>(&ctx, &stream, &p, c, Some(&plan));
+                    check(&got, &p, &format!("f32 n64 {c:?}"));
+                    let ran = last_matmul_kernel().unwrap_or("");
+                    assert!(ran.starts_with("matmul_f32n64_"), "{c:?}: ran {ran}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn split_plans_reject_a_short_or_misaligned_workspace_before_launching() {
         if skip_without_gpu("split_plans_reject_a_short_or_misaligned_workspace_before_launching") {

@@ -1005,6 +1005,36 @@ fn sort_matches_the_cpu_twin_exactly() {
     check_sort::<f64>(&ctx, &mut rng);
 }
 
+/// Every sort path on a few rows (small enough to run under compute-sanitizer's racecheck):
+/// the shared-memory network (64-bit keys), register rows of 256..2048 and of 4096..8192
+/// (dynamic shared memory), and chunks merged through the workspace.
+#[test]
+fn every_sort_path_on_a_few_rows() {
+    if skip_without_gpu("every sort path") {
+        return;
+    }
+    let ctx = Context::get(0).unwrap();
+    let s = Stream::new(&ctx).unwrap();
+    let mut rng = SmallRng::seed_from_u64(0x5eed_0110);
+    for &(rows, r) in &[
+        (2usize, 100usize),
+        (2, 1500),
+        (2, 3000),
+        (1, 8192),
+        (1, 10_000),
+    ] {
+        let pool = sort_pool::<f32>(&mut rng, 500);
+        let x = from_pool(&mut rng, &pool, rows * r);
+        sort_case(&ctx, &s, &x, rows, r, &[r, 7], true, "f32 paths");
+        let pool = sort_pool::<f16>(&mut rng, 500);
+        let x = from_pool(&mut rng, &pool, rows * r);
+        sort_case(&ctx, &s, &x, rows, r, &[r], true, "f16 paths");
+        let pool = sort_pool::<i64>(&mut rng, 500);
+        let x = from_pool(&mut rng, &pool, rows * r);
+        sort_case(&ctx, &s, &x, rows, r, &[r], true, "i64 paths");
+    }
+}
+
 #[test]
 fn long_row_sort_matches_the_cpu_twin_exactly() {
     if skip_without_gpu("sort of long rows") {

@@ -551,37 +551,65 @@ fn sm90_tile(
     b_addr: u64,
 ) -> Option<usize> {
     let s = plan.shape;
-    // Coordinates are 32-bit in the kernels, and a tile may start up to 255 past the extent.
-    let fits = |x: usize| x < (1 << 31) - 512;
-    // A batch stride must be a multiple of 16 bytes and at least a whole matrix of `ld`-long
-    // lines (the tensor map's batch dimension, strides growing with the dimension), unless
-    // one matrix serves every batch.
-    let batch_ok = |stride: usize, l: MatrixLayout, rows: usize, cols: usize| {
-        let lines = if l.transposed { cols } else { rows };
-        s.batch == 1
-            || stride == 0
-            || (stride.is_multiple_of(8) && l.ld.checked_mul(lines).is_some_and(|w| stride >= w))
-    };
-    let ok = cc == (9, 0)
-        && !sm80_matmul_forced()
-        && s.m >= 128
-        && s.n >= 64
-        && s.k >= SM90_BK
-        && fits(s.m)
-        && fits(s.n)
-        && fits(s.k)
-        && fits(s.batch)
-        && a_addr.is_multiple_of(16)
-        && b_addr.is_multiple_of(16)
-        && layout.a.ld.is_multiple_of(8)
-        && layout.b.ld.is_multiple_of(8)
-        && batch_ok(s.a_batch_stride, layout.a, s.m, s.k)
-        && batch_ok(s.b_batch_stride, layout.b, s.k, s.n)
-        && (plan.splits <= 1 || plan.kslice.is_multiple_of(SLICE_ALIGN));
+    let ok = sm90_shape_ok(plan, cc, SM90_BK)
+        && tma_in_place(
+            a_addr,
+            layout.a,
+            s.a_batch_stride,
+            lines_of(layout.a, s.m, s.k).0,
+            s.batch,
+            8,
+        )
+        && tma_in_place(
+            b_addr,
+            layout.b,
+            s.b_batch_stride,
+            lines_of(layout.b, s.k, s.n).0,
+            s.batch,
+            8,
+        );
     if !ok {
         return None;
     }
     Some(sm90_width(s, plan.splits, sms))
+}
+
+/// Whether the shape of `plan` suits the Hopper kernels on a device of compute capability
+/// `cc` (stages `min_k` deep): compute capability 9.0, the `sm_80` kernels not forced, at least
+/// one `128 x 64` tile and one stage, extents the kernels' 32-bit coordinates hold (a tile may
+/// start up to 255 past an extent), split slices a multiple of 32.
+fn sm90_shape_ok(plan: &MatmulPlan, cc: (u32, u32), min_k: usize) -> bool {
+    let s = plan.shape;
+    let fits = |x: usize| x < (1 << 31) - 512;
+    cc == (9, 0)
+        && !sm80_matmul_forced()
+        && s.m >= 128
+        && s.n >= 64
+        && s.k >= min_k
+        && fits(s.m)
+        && fits(s.n)
+        && fits(s.k)
+        && fits(s.batch)
+        && (plan.splits <= 1 || plan.kslice.is_multiple_of(SLICE_ALIGN))
+}
+
+/// Whether TMA reads an operand in place: it starts on 16 bytes, its leading dimension is a
+/// multiple of `v` elements (16 bytes), and, over `batch` products, its batch stride is 0 or a
+/// multiple of `v` of at least a whole matrix of `lines` lines (the tensor map's batch
+/// dimension, strides growing with the dimension).
+fn tma_in_place(
+    addr: u64,
+    l: MatrixLayout,
+    stride: usize,
+    lines: usize,
+    batch: usize,
+    v: usize,
+) -> bool {
+    addr.is_multiple_of(16)
+        && l.ld.is_multiple_of(v)
+        && (batch == 1
+            || stride == 0
+            || (stride.is_multiple_of(v) && l.ld.checked_mul(lines).is_some_and(|w| stride >= w)))
 }
 
 /// The Hopper tile of a qualifying product: 2 (`128 x 64`) when `n < 128`, else 0 (`128 x
@@ -768,18 +796,9 @@ unsafe fn tf32_sm90(
     {
         return Ok(false);
     }
-    // An operand read in place: 16-byte rows and batches (multiples of 4 f32), at least one
-    // matrix of `ld`-long lines between batches.
-    let in_place = |addr: u64, l: MatrixLayout, stride: usize, lines: usize| {
-        addr.is_multiple_of(16)
-            && l.ld.is_multiple_of(4)
-            && (s.batch == 1
-                || stride == 0
-                || (stride.is_multiple_of(4)
-                    && l.ld.checked_mul(lines).is_some_and(|w| stride >= w)))
-    };
-    if (a_elems == 0 && !in_place(a, layout.a, s.a_batch_stride, s.m))
-        || (b_elems == 0 && !in_place(b, layout.b, s.b_batch_stride, s.n))
+    // An operand read in place (k-major: m lines of A, n lines of B) in units of 4 f32.
+    if (a_elems == 0 && !tma_in_place(a, layout.a, s.a_batch_stride, s.m, s.batch, 4))
+        || (b_elems == 0 && !tma_in_place(b, layout.b, s.b_batch_stride, s.n, s.batch, 4))
     {
         return Ok(false);
     }
@@ -1075,24 +1094,10 @@ fn pad_staging(
         return None;
     }
     let hopper = elem == 2;
-    if elem == 4 && plan.precision != MatmulPrecision::Highest {
+    if (elem == 4 && plan.precision != MatmulPrecision::Highest)
+        || (hopper && !sm90_shape_ok(plan, cc, SM90_BK))
+    {
         return None;
-    }
-    if hopper {
-        let fits = |x: usize| x < (1 << 31) - 512;
-        let ok = cc == (9, 0)
-            && !sm80_matmul_forced()
-            && s.m >= 128
-            && s.n >= 64
-            && s.k >= SM90_BK
-            && fits(s.m)
-            && fits(s.n)
-            && fits(s.k)
-            && fits(s.batch)
-            && (plan.splits <= 1 || plan.kslice.is_multiple_of(SLICE_ALIGN));
-        if !ok {
-            return None;
-        }
     }
     let v = 16 / elem;
     let copies = |stride: usize| {
@@ -1104,13 +1109,15 @@ fn pad_staging(
     };
     let need = |addr: u64, l: MatrixLayout, stride: usize, rows: usize, cols: usize| {
         let (lines, inner) = lines_of(l, rows, cols);
-        let misaligned = !addr.is_multiple_of(16)
-            || !l.ld.is_multiple_of(v)
-            || (s.batch > 1
-                && stride != 0
-                && (!stride.is_multiple_of(v)
-                    || (hopper && l.ld.checked_mul(lines).is_none_or(|w| stride < w))));
-        if !misaligned {
+        // The Hopper kernel reads through TMA; the f32 kernel needs 16-byte rows and batches.
+        let in_place = if hopper {
+            tma_in_place(addr, l, stride, lines, s.batch, v)
+        } else {
+            addr.is_multiple_of(16)
+                && l.ld.is_multiple_of(v)
+                && (s.batch == 1 || stride == 0 || stride.is_multiple_of(v))
+        };
+        if in_place {
             return Some(0);
         }
         copies(stride)
@@ -1141,15 +1148,7 @@ fn tf32_staging(
     cc: (u32, u32),
 ) -> Option<(usize, usize)> {
     let s = plan.shape;
-    let fits = |x: usize| x < (1 << 31) - 512;
-    if plan.precision != MatmulPrecision::High
-        || cc != (9, 0)
-        || sm80_matmul_forced()
-        || s.m < 128
-        || s.n < 64
-        || s.k < SM90_TF32_BK
-        || !(fits(s.m) && fits(s.n) && fits(s.k) && fits(s.batch))
-    {
+    if plan.precision != MatmulPrecision::High || !sm90_shape_ok(plan, cc, SM90_TF32_BK) {
         return None;
     }
     let ld = s.k.checked_add(3)? & !3;
@@ -1303,6 +1302,7 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
     } else {
         None
     };
+    let tile_n = if n64.is_some() { 64 } else { TILE };
     let ctx = stream.context();
     let sm90 = O::SM90.and_then(|k| {
         let tile = sm90_tile(
@@ -1340,7 +1340,20 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
         }
         let name = at(tf32.or(n64).unwrap_or(O::KERNELS));
         // SAFETY: `c` holds `need` elements of `O` (checked) and is borrowed exclusively.
-        return unsafe { gemm(stream, name, plan, layout, pa, pb, c.addr(), 1, shape.k) };
+        return unsafe {
+            gemm(
+                stream,
+                name,
+                plan,
+                layout,
+                pa,
+                pb,
+                c.addr(),
+                1,
+                shape.k,
+                tile_n,
+            )
+        };
     }
     let Some(workspace) = workspace else {
         return Err(Error::Unsupported {
@@ -1396,6 +1409,7 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
                 workspace.addr(),
                 plan.splits,
                 plan.kslice,
+                tile_n,
             )?;
         }
     }
@@ -1410,7 +1424,8 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
 }
 
 /// Launches the matmul kernel `name` (see the launch contract in `kernels/matmul.cu`) on the
-/// operands at `a` and `b` with grid z `splits` and slices of `kslice`, writing to `out`.
+/// operands at `a` and `b` with grid z `splits` and slices of `kslice`, writing to `out`;
+/// `tile_n` is the kernel's tile width (128, or 64 for `matmul_f32n64_*`).
 ///
 /// # Safety
 ///
@@ -1429,17 +1444,13 @@ unsafe fn gemm(
     out: u64,
     splits: usize,
     kslice: usize,
+    tile_n: usize,
 ) -> Result<()> {
     use genesis_cuda::{Kernel, LaunchConfig};
     use std::ffi::c_void;
 
     let shape = plan.shape;
     let kernel = Kernel::get(stream.context(), &crate::images::MATMUL, name)?;
-    let tile_n = if name.starts_with("matmul_f32n64_") {
-        64
-    } else {
-        TILE
-    };
     let tiles = shape.m.div_ceil(TILE).checked_mul(shape.n.div_ceil(tile_n));
     let tiles = match tiles {
         Some(t) if t <= i32::MAX as usize => t as u32,

@@ -627,6 +627,41 @@ fn sm90_width(s: MatmulShape, splits: usize, sms: usize) -> usize {
     if units >= sms { 0 } else { 1 }
 }
 
+/// Launches an operand copy of the launcher (`matmul_pad_copy_*`, `matmul_sm90_stage_t`):
+/// parameters (source, destination, six u64 `dims`).
+///
+/// # Safety
+///
+/// `kernel` takes exactly those parameters, and with them and `config` reads only the
+/// source operand and writes only a region of the destination nothing else uses until the
+/// launch completes.
+#[cfg(feature = "cuda")]
+unsafe fn launch_copy(
+    stream: &genesis_cuda::Stream,
+    kernel: &genesis_cuda::Kernel,
+    src: u64,
+    dst: u64,
+    mut dims: [u64; 6],
+    config: genesis_cuda::LaunchConfig,
+) -> Result<()> {
+    use std::ffi::c_void;
+    let (mut psrc, mut pdst) = (src, dst);
+    let [d0, d1, d2, d3, d4, d5] = &mut dims;
+    let mut params: [*mut c_void; 8] = [
+        (&raw mut psrc).cast(),
+        (&raw mut pdst).cast(),
+        std::ptr::from_mut(d0).cast(),
+        std::ptr::from_mut(d1).cast(),
+        std::ptr::from_mut(d2).cast(),
+        std::ptr::from_mut(d3).cast(),
+        std::ptr::from_mut(d4).cast(),
+        std::ptr::from_mut(d5).cast(),
+    ];
+    // SAFETY: as the caller guarantees.
+    unsafe { kernel.launch(stream, config, &mut params)? };
+    Ok(())
+}
+
 /// Copies the operands that [`pad_staging`] names into the workspace (after the split
 /// partials), lines padded to 16 bytes, by `matmul_pad_copy_b16` / `_b32`. Returns the shape
 /// (batch strides), layout and addresses to multiply instead, or `None` when nothing was
@@ -647,7 +682,6 @@ unsafe fn pad_stage<T: MatmulElement>(
     workspace: &mut genesis_cuda::DeviceSpanMut<'_, u8>,
 ) -> Result<Option<(MatmulShape, MatmulLayout, u64, u64)>> {
     use genesis_cuda::{Kernel, LaunchConfig};
-    use std::ffi::c_void;
 
     let ctx = stream.context();
     let elem = size_of::<T>();
@@ -697,25 +731,14 @@ unsafe fn pad_stage<T: MatmulElement>(
         let (lines, inner) = lines_of(l, rows, cols);
         let n_copies = copies(stride);
         let dld = inner.div_ceil(v) * v;
-        let (mut psrc, mut pdst) = (src, ws + at as u64);
-        let mut dims = [
+        let pdst = ws + at as u64;
+        let dims = [
             lines as u64,
             inner as u64,
             l.ld as u64,
             if n_copies == 1 { 0 } else { stride as u64 },
             dld as u64,
             (lines * dld) as u64,
-        ];
-        let [d0, d1, d2, d3, d4, d5] = &mut dims;
-        let mut params: [*mut c_void; 8] = [
-            (&raw mut psrc).cast(),
-            (&raw mut pdst).cast(),
-            std::ptr::from_mut(d0).cast(),
-            std::ptr::from_mut(d1).cast(),
-            std::ptr::from_mut(d2).cast(),
-            std::ptr::from_mut(d3).cast(),
-            std::ptr::from_mut(d4).cast(),
-            std::ptr::from_mut(d5).cast(),
         ];
         let config = LaunchConfig {
             grid: (
@@ -731,7 +754,7 @@ unsafe fn pad_stage<T: MatmulElement>(
         // source holds `lines` lines of `inner` elements at `ld` apart for every batch (the
         // caller checked the span against the layout); the destination is `copies * lines *
         // dld` elements of the workspace region reserved for it (checked above).
-        unsafe { kernel.launch(stream, config, &mut params)? };
+        unsafe { launch_copy(stream, &kernel, src, pdst, dims, config)? };
         let aligned = MatrixLayout {
             transposed: l.transposed,
             ld: dld,
@@ -781,7 +804,6 @@ unsafe fn tf32_sm90(
     workspace: &mut genesis_cuda::DeviceSpanMut<'_, u8>,
 ) -> Result<bool> {
     use genesis_cuda::{Kernel, LaunchConfig};
-    use std::ffi::c_void;
 
     let ctx = stream.context();
     let Some((a_elems, b_elems)) = tf32_staging(plan, &layout, ctx.compute_capability()) else {
@@ -835,27 +857,16 @@ unsafe fn tf32_sm90(
             (b, layout.b, s.b_batch_stride, s.n, b_at)
         };
         let n_copies = copies(stride);
-        let (mut psrc, mut pdst) = (src, ws + at as u64);
+        let pdst = ws + at as u64;
         // The operand in memory is `k` lines of `mn` values at `ld` apart; its copy is `mn`
         // lines of `k` values at `ld` (k rounded up to 4) apart.
-        let mut dims = [
+        let dims = [
             s.k as u64,
             mn as u64,
             l.ld as u64,
             if n_copies == 1 { 0 } else { stride as u64 },
             ld as u64,
             (mn * ld) as u64,
-        ];
-        let [d0, d1, d2, d3, d4, d5] = &mut dims;
-        let mut params: [*mut c_void; 8] = [
-            (&raw mut psrc).cast(),
-            (&raw mut pdst).cast(),
-            std::ptr::from_mut(d0).cast(),
-            std::ptr::from_mut(d1).cast(),
-            std::ptr::from_mut(d2).cast(),
-            std::ptr::from_mut(d3).cast(),
-            std::ptr::from_mut(d4).cast(),
-            std::ptr::from_mut(d5).cast(),
         ];
         let config = LaunchConfig {
             grid: (
@@ -871,7 +882,7 @@ unsafe fn tf32_sm90(
         // `k x mn` lines (mn-major: column-major A or row-major B), which the caller checked
         // the span holds for every batch; the destination is `copies * mn * ld` f32 values of
         // the workspace region reserved for it (checked above), borrowed exclusively.
-        unsafe { stage.launch(stream, config, &mut params)? };
+        unsafe { launch_copy(stream, &stage, src, pdst, dims, config)? };
         let k_major = MatrixLayout {
             transposed: !is_a,
             ld,

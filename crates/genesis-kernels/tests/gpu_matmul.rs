@@ -796,6 +796,41 @@ mod gpu {
         }
     }
 
+    /// Every kernel family on few launches, sized for compute-sanitizer racecheck: each case of
+    /// [`cases`] once, in one dtype pairing rotated over the cases, and the `sm_80` tensor-core
+    /// kernels forced on odd edges, every layout, a thin tile and a split plan.
+    #[test]
+    fn every_kernel_family_on_a_few_products() {
+        if skip_without_gpu("every_kernel_family_on_a_few_products") {
+            return;
+        }
+        let ctx = Context::get(0).unwrap();
+        let stream = Stream::new(&ctx).unwrap();
+        let mut rng = SmallRng::seed_from_u64(13);
+        for (i, c) in cases().into_iter().enumerate() {
+            match i % 5 {
+                0 => gpu_case::<f32, f32>(&ctx, &stream, c, &mut rng),
+                1 => gpu_case::<f16, f16>(&ctx, &stream, c, &mut rng),
+                2 => gpu_case::<f16, f32>(&ctx, &stream, c, &mut rng),
+                3 => gpu_case::<bf16, bf16>(&ctx, &stream, c, &mut rng),
+                _ => gpu_case::<bf16, f32>(&ctx, &stream, c, &mut rng),
+            }
+        }
+        for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+            let w = Wide {
+                extra: if tb { 8 } else { 0 },
+                batch: if ta { 2 } else { 1 },
+                ..wide(129, 200, 72, ta, tb)
+            };
+            wide_case::<bf16, bf16>(&ctx, &stream, w, true, false, None, &mut rng);
+            wide_case::<f16, f32>(&ctx, &stream, w, true, false, None, &mut rng);
+        }
+        let thin = wide(300, 64, 1000, false, true);
+        wide_case::<bf16, bf16>(&ctx, &stream, thin, true, false, None, &mut rng);
+        let split = wide(200, 130, 1500, true, false);
+        wide_case::<f16, f32>(&ctx, &stream, split, true, true, None, &mut rng);
+    }
+
     /// A Hopper-path problem: leading dimensions rounded up to multiples of 8 elements (plus
     /// `extra`), operands starting `offset` elements (a multiple of 8) into their buffers.
     #[derive(Debug, Clone, Copy)]

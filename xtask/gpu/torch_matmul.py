@@ -1,7 +1,7 @@
 """torch.matmul timings for the rows of Genesis's gpu_matmul bench, and the comparison.
 
-Same shapes and layouts (a transposed operand is a transposed view, read in place by cuBLAS),
-random data, CUDA events around each run (wall clock of the call and a synchronisation for the
+Same shapes, batches (`_b{n}` rows) and layouts (a transposed operand is a transposed view,
+read in place by cuBLAS), random data, CUDA events around each run (wall clock of the call and a synchronisation for the
 rows the bench times that way), warm-up, median. TF32 stays off (PyTorch's default) but for
 the rows of dtype tf32: f32 products with torch.backends.cuda.matmul.allow_tf32 = True.
 A row name's `_s1` suffix (Genesis without split-k) does not change PyTorch's side.
@@ -50,14 +50,21 @@ def main():
     for r in ours:
         m = re.match(r"mm_(\w+?)_(\d+)x(\d+)x(\d+)_([nt])([nt])", r["name"])
         d, M, N, K, ta, tb = m.group(1), *map(int, m.group(2, 3, 4)), m.group(5), m.group(6)
+        bm = re.search(r"_b(\d+)$", r["name"])
+        B = int(bm.group(1)) if bm else 1
+        lead = (B,) if bm else ()
         dt = DT[d]
         torch.backends.cuda.matmul.allow_tf32 = d == "tf32"
-        a = (torch.rand(K, M, device=dev) * 2 - 1).to(dt).t() if ta == "t" else \
-            (torch.rand(M, K, device=dev) * 2 - 1).to(dt)
-        b = (torch.rand(N, K, device=dev) * 2 - 1).to(dt).t() if tb == "t" else \
-            (torch.rand(K, N, device=dev) * 2 - 1).to(dt)
-        out = torch.empty(M, N, device=dev, dtype=dt)
-        flops = 2.0 * M * N * K
+
+        def operand(rows, cols, transposed):
+            if transposed:
+                return (torch.rand(*lead, cols, rows, device=dev) * 2 - 1).to(dt).transpose(-1, -2)
+            return (torch.rand(*lead, rows, cols, device=dev) * 2 - 1).to(dt)
+
+        a = operand(M, K, ta == "t")
+        b = operand(K, N, tb == "t")
+        out = torch.empty(*lead, M, N, device=dev, dtype=dt)
+        flops = 2.0 * B * M * N * K
         warmup, runs = (3, 10) if flops > 2e11 else (5, 30)
         wall = r["clock"] == "wall"
         if wall:

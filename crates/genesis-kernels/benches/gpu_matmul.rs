@@ -3,7 +3,7 @@
 //! transposed operands read in place. Device time between events (median after warm-up), and
 //! for the seed's small f32 sizes the wall clock of a launch and a synchronisation.
 //!
-//! Every row runs the plan the storage layer makes (`MatmulPlan::new` with the device's SM
+//! Every row runs the plan the storage layer makes (`MatmulPlan::new_for` with the device's SM
 //! count: split-k for thin products), with its workspace allocated once before timing; rows
 //! named `..._s1` force one slice (the same product without split-k), for comparison. Rows of
 //! dtype `tf32` are f32 products at `MatmulPrecision::High` (PyTorch's side sets
@@ -64,6 +64,9 @@ mod gpu {
         unsplit: bool,
         /// Force the `sm_80` kernels (`_sm80` rows).
         sm80: bool,
+        /// Products in the batch (`_b{batch}` rows when more than one), each operand its own
+        /// matrices.
+        batch: usize,
     }
 
     const fn case(dtype: &'static str, m: usize, n: usize, k: usize) -> Case {
@@ -77,6 +80,7 @@ mod gpu {
             wall: false,
             unsplit: false,
             sm80: false,
+            batch: 1,
         }
     }
 
@@ -123,6 +127,13 @@ mod gpu {
                 });
             }
         }
+        // A batch of small products: [64, 512, 64] @ [64, 64, 512].
+        for d in ["f32", "tf32", "bf16", "f16"] {
+            v.push(Case {
+                batch: 64,
+                ..case(d, 512, 512, 64)
+            });
+        }
         v.push(case("tf32", 64, 4096, 1024));
         v.push(case("tf32", 8192, 64, 8192));
         v.push(Case {
@@ -135,7 +146,7 @@ mod gpu {
 
     fn name(c: &Case) -> String {
         format!(
-            "mm_{}_{}x{}x{}_{}{}{}{}",
+            "mm_{}_{}x{}x{}_{}{}{}{}{}",
             c.dtype,
             c.m,
             c.n,
@@ -143,7 +154,12 @@ mod gpu {
             if c.ta { 't' } else { 'n' },
             if c.tb { 't' } else { 'n' },
             if c.unsplit { "_s1" } else { "" },
-            if c.sm80 { "_sm80" } else { "" }
+            if c.sm80 { "_sm80" } else { "" },
+            if c.batch > 1 {
+                format!("_b{}", c.batch)
+            } else {
+                String::new()
+            }
         )
     }
 
@@ -169,12 +185,12 @@ mod gpu {
         rng: &mut SmallRng,
     ) -> BoxResult<(timing::Timing, usize, &'static str)> {
         let shape = MatmulShape {
-            batch: 1,
+            batch: c.batch,
             m: c.m,
             n: c.n,
             k: c.k,
-            a_batch_stride: 0,
-            b_batch_stride: 0,
+            a_batch_stride: if c.batch > 1 { c.m * c.k } else { 0 },
+            b_batch_stride: if c.batch > 1 { c.k * c.n } else { 0 },
         };
         let layout = MatmulLayout {
             a: if c.ta {
@@ -188,15 +204,15 @@ mod gpu {
                 MatrixLayout::row_major(c.n)
             },
         };
-        let a = upload::<T>(ctx, c.m * c.k, rng)?;
-        let b = upload::<T>(ctx, c.k * c.n, rng)?;
-        let mut out = DeviceBuffer::alloc(ctx, c.m * c.n * std::mem::size_of::<T>())?;
+        let a = upload::<T>(ctx, c.batch * c.m * c.k, rng)?;
+        let b = upload::<T>(ctx, c.batch * c.k * c.n, rng)?;
+        let mut out = DeviceBuffer::alloc(ctx, c.batch * c.m * c.n * std::mem::size_of::<T>())?;
         let precision = if c.dtype == "tf32" {
             MatmulPrecision::High
         } else {
             MatmulPrecision::Highest
         };
-        let mut plan = MatmulPlan::new(shape, ctx.multiprocessors() as usize, precision);
+        let mut plan = MatmulPlan::new_for::<T>(shape, ctx.multiprocessors() as usize, precision);
         if c.unsplit {
             plan = plan.with_splits(1);
         }
@@ -207,7 +223,7 @@ mod gpu {
             (0, 0),
         );
         let mut ws = DeviceBuffer::alloc(ctx, ws_len.max(16))?;
-        let flops = 2.0 * (c.m * c.n * c.k) as f64;
+        let flops = 2.0 * (c.batch * c.m * c.n * c.k) as f64;
         let (warmup, runs) = if flops > 2e11 { (3, 10) } else { (5, 30) };
         let mut f = || -> BoxResult {
             gpu_matmul_planned::<T, T>(
@@ -252,7 +268,7 @@ mod gpu {
                 "bf16" => time_case::<bf16>(&ctx, &stream, &c, &mut rng)?,
                 _ => time_case::<f16>(&ctx, &stream, &c, &mut rng)?,
             };
-            let tflops = 2.0 * (c.m * c.n * c.k) as f64 / (t.median_ms * 1e-3) / 1e12;
+            let tflops = 2.0 * (c.batch * c.m * c.n * c.k) as f64 / (t.median_ms * 1e-3) / 1e12;
             let clock = if c.wall { "wall" } else { "device" };
             println!(
                 "{:<38} {:>10.4} {:>10.4} {:>9.1} {splits:>6}  {clock:<6}  {kernel}",

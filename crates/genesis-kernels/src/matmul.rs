@@ -930,6 +930,11 @@ const SLICE_ALIGN: usize = 32;
 /// traffic and the prologue than they gain in parallelism).
 const MIN_SLICE: usize = 256;
 
+/// The shortest slice for full-precision f32 products, which run on the SIMT kernel: a
+/// 128 x 128 tile's k step costs it about sixteen times what it costs the tensor cores, so
+/// slices this short still spend far more on the product than on the partials.
+const MIN_SLICE_SIMT: usize = 64;
+
 /// Most slices a split makes.
 const MAX_SPLITS: usize = 32;
 
@@ -939,8 +944,10 @@ const MAX_SPLITS: usize = 32;
 /// Split rule: a problem of `tiles = batch * ceil(m / 128) * ceil(n / 128)` output tiles is
 /// split only when `tiles < sms` (one block per tile would leave multiprocessors idle) and it
 /// is not a matrix-vector product (`m` or `n` 1). It is then split into
-/// `S = min(ceil(2 sms / tiles), floor(k / 256), 32)` slices, when that is at least 2: enough
-/// blocks for about two waves of one block per multiprocessor, each slice at least 256 long.
+/// `S = min(ceil(2 sms / tiles), floor(k / L), 32)` slices, when that is at least 2: enough
+/// blocks for about two waves of one block per multiprocessor, each slice at least `L` long:
+/// 256 for the tensor-core kernels, 64 for full-precision f32 on the SIMT kernel
+/// ([`MatmulPlan::new_for`]).
 /// Slices are `kslice = ceil(k / S)` rounded up to a multiple of 32, so the last may be shorter
 /// and there are `ceil(k / kslice)` of them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -952,8 +959,31 @@ pub struct MatmulPlan {
 }
 
 impl MatmulPlan {
-    /// The plan of `shape` at `precision` on a device of `sms` multiprocessors.
+    /// The plan of `shape` at `precision` on a device of `sms` multiprocessors, with the
+    /// tensor-core kernels' shortest slice (256) whatever the element type; see
+    /// [`MatmulPlan::new_for`].
     pub fn new(shape: MatmulShape, sms: usize, precision: MatmulPrecision) -> MatmulPlan {
+        Self::with_min_slice(shape, sms, precision, MIN_SLICE)
+    }
+
+    /// The plan of a product of `T` operands: as [`MatmulPlan::new`], but a full-precision f32
+    /// product (the SIMT kernel) is split into slices as short as 64.
+    pub fn new_for<T: MatmulElement>(
+        shape: MatmulShape,
+        sms: usize,
+        precision: MatmulPrecision,
+    ) -> MatmulPlan {
+        let simt = T::NAME == f32::NAME && precision == MatmulPrecision::Highest;
+        let min = if simt { MIN_SLICE_SIMT } else { MIN_SLICE };
+        Self::with_min_slice(shape, sms, precision, min)
+    }
+
+    fn with_min_slice(
+        shape: MatmulShape,
+        sms: usize,
+        precision: MatmulPrecision,
+        min_slice: usize,
+    ) -> MatmulPlan {
         let mut plan = MatmulPlan {
             shape,
             precision,
@@ -972,7 +1002,7 @@ impl MatmulPlan {
             return plan;
         }
         let want = (2 * sms.max(1)).div_ceil(tiles);
-        let splits = want.min(shape.k / MIN_SLICE).min(MAX_SPLITS);
+        let splits = want.min(shape.k / min_slice).min(MAX_SPLITS);
         if splits >= 2 {
             plan.set_splits(splits);
         }
@@ -1888,6 +1918,34 @@ mod tests {
                 if p.splits() > 1 {
                     assert_eq!(p.kslice() % 32, 0);
                     assert!(p.kslice() >= 256, "{p:?}");
+                    assert!((p.splits() - 1) * p.kslice() < k && p.splits() * p.kslice() >= k);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn full_precision_f32_plans_split_into_slices_as_short_as_64() {
+        let full = MatmulPrecision::Highest;
+        // 500^3 on 132 SMs: 16 tiles want 17 slices; 500 / 64 = 7 caps them: slices of 96.
+        let s = shape(1, 500, 500, 500);
+        let p = MatmulPlan::new_for::<f32>(s, 132, full);
+        assert_eq!((p.splits(), p.kslice()), (6, 96));
+        // The tensor-core kernels keep slices of at least 256: 500 is not split.
+        assert_eq!(MatmulPlan::new_for::<bf16>(s, 132, full).splits(), 1);
+        assert_eq!(MatmulPlan::new_for::<f16>(s, 132, full).splits(), 1);
+        assert_eq!(
+            MatmulPlan::new_for::<f32>(s, 132, MatmulPrecision::High).splits(),
+            1
+        );
+        assert_eq!(MatmulPlan::new(s, 132, full).splits(), 1);
+        // Every f32 slice is at least 64 long and a multiple of 32 but the last.
+        for k in [64, 127, 128, 500, 1000, 1021, 4099] {
+            for sms in [8, 46, 108, 132] {
+                let p = MatmulPlan::new_for::<f32>(shape(1, 100, 100, k), sms, full);
+                if p.splits() > 1 {
+                    assert_eq!(p.kslice() % 32, 0);
+                    assert!(p.kslice() >= 64, "{p:?}");
                     assert!((p.splits() - 1) * p.kslice() < k && p.splits() * p.kslice() >= k);
                 }
             }

@@ -531,9 +531,10 @@ impl Backend for CudaMem {
         // reads only once copied (k-major for Hopper TF32, 16-byte aligned lines), in a
         // workspace from the pool, on the thread's stream: released in stream order after the
         // launches.
-        let plan = MatmulPlan::new(shape, self.ctx().multiprocessors() as usize, precision);
+        let sms = self.ctx().multiprocessors() as usize;
         let layout = MatmulLayout::contiguous(&shape);
         genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16], T => {
+            let plan = MatmulPlan::new_for::<T>(shape, sms, precision);
             let all = |m: &CudaMem| m.capacity() / size_of::<T>();
             let c_len = all(out);
             let a = self.span::<T>(all(self))?.slice(a_at..)?;

@@ -932,8 +932,16 @@ const MIN_SLICE: usize = 256;
 
 /// The shortest slice for full-precision f32 products, which run on the SIMT kernel: a
 /// 128 x 128 tile's k step costs it about sixteen times what it costs the tensor cores, so
-/// slices this short still spend far more on the product than on the partials.
+/// slices this short can still pay.
 const MIN_SLICE_SIMT: usize = 64;
+
+/// The SIMT split's cost model ([`MatmulPlan::new_for`]), in nanoseconds: one k step of a
+/// 128 x 128 f32 tile on one multiprocessor (2 x 128 x 128 flops at about 0.31 TFLOP/s, the
+/// kernel's rate per multiprocessor on large products), one f32 partial written and read back
+/// (8 bytes at about 3 TB/s), and the summing launch.
+const SIMT_TILE_K_NS: f64 = 105.7;
+const PARTIAL_NS: f64 = 0.00267;
+const REDUCE_LAUNCH_NS: f64 = 2000.0;
 
 /// Most slices a split makes.
 const MAX_SPLITS: usize = 32;
@@ -945,9 +953,9 @@ const MAX_SPLITS: usize = 32;
 /// split only when `tiles < sms` (one block per tile would leave multiprocessors idle) and it
 /// is not a matrix-vector product (`m` or `n` 1). It is then split into
 /// `S = min(ceil(2 sms / tiles), floor(k / L), 32)` slices, when that is at least 2: enough
-/// blocks for about two waves of one block per multiprocessor, each slice at least `L` long:
-/// 256 for the tensor-core kernels, 64 for full-precision f32 on the SIMT kernel
-/// ([`MatmulPlan::new_for`]).
+/// blocks for about two waves of one block per multiprocessor, each slice at least 256 long.
+/// Full-precision f32 products of `n > 64` (the SIMT kernel's 128 x 128 tiles) choose their
+/// split by a cost model instead ([`MatmulPlan::new_for`]).
 /// Slices are `kslice = ceil(k / S)` rounded up to a multiple of 32, so the last may be shorter
 /// and there are `ceil(k / kslice)` of them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -959,31 +967,60 @@ pub struct MatmulPlan {
 }
 
 impl MatmulPlan {
-    /// The plan of `shape` at `precision` on a device of `sms` multiprocessors, with the
-    /// tensor-core kernels' shortest slice (256) whatever the element type; see
-    /// [`MatmulPlan::new_for`].
-    pub fn new(shape: MatmulShape, sms: usize, precision: MatmulPrecision) -> MatmulPlan {
-        Self::with_min_slice(shape, sms, precision, MIN_SLICE)
-    }
-
     /// The plan of a product of `T` operands: as [`MatmulPlan::new`], but a full-precision f32
-    /// product (the SIMT kernel) is split into slices as short as 64.
+    /// product of `n > 64` (the SIMT kernel's 128 x 128 tiles) that leaves multiprocessors idle
+    /// takes the split (slices of at least 64) of least modelled time: waves of one block per
+    /// multiprocessor times the slice's k steps, plus the partials' traffic and the summing
+    /// launch.
     pub fn new_for<T: MatmulElement>(
         shape: MatmulShape,
         sms: usize,
         precision: MatmulPrecision,
     ) -> MatmulPlan {
         let simt = T::NAME == f32::NAME && precision == MatmulPrecision::Highest;
-        let min = if simt { MIN_SLICE_SIMT } else { MIN_SLICE };
-        Self::with_min_slice(shape, sms, precision, min)
+        let plan = Self::new(shape, sms, precision);
+        if !simt || shape.n <= 64 || shape.m <= 1 || shape.batch == 0 {
+            return plan;
+        }
+        let tiles = shape
+            .m
+            .div_ceil(TILE)
+            .saturating_mul(shape.n.div_ceil(TILE))
+            .saturating_mul(shape.batch);
+        let sms = sms.max(1);
+        if tiles >= sms {
+            return plan;
+        }
+        let values = shape.c_len().unwrap_or(usize::MAX) as f64;
+        let cost = |p: &MatmulPlan| {
+            let waves = tiles.saturating_mul(p.splits).div_ceil(sms) as f64;
+            let partials = if p.splits > 1 {
+                p.splits as f64 * values * PARTIAL_NS + REDUCE_LAUNCH_NS
+            } else {
+                0.0
+            };
+            waves * p.kslice as f64 * SIMT_TILE_K_NS + partials
+        };
+        let mut best = MatmulPlan {
+            splits: 1,
+            kslice: shape.k,
+            ..plan
+        };
+        let mut best_cost = cost(&best);
+        for s in 2..=(shape.k / MIN_SLICE_SIMT).min(MAX_SPLITS) {
+            let mut p = best;
+            p.set_splits(s);
+            let c = cost(&p);
+            if c < best_cost {
+                (best, best_cost) = (p, c);
+            }
+        }
+        best
     }
 
-    fn with_min_slice(
-        shape: MatmulShape,
-        sms: usize,
-        precision: MatmulPrecision,
-        min_slice: usize,
-    ) -> MatmulPlan {
+    /// The plan of `shape` at `precision` on a device of `sms` multiprocessors, by the split
+    /// rule above whatever the element type; see [`MatmulPlan::new_for`].
+    pub fn new(shape: MatmulShape, sms: usize, precision: MatmulPrecision) -> MatmulPlan {
         let mut plan = MatmulPlan {
             shape,
             precision,
@@ -1002,7 +1039,7 @@ impl MatmulPlan {
             return plan;
         }
         let want = (2 * sms.max(1)).div_ceil(tiles);
-        let splits = want.min(shape.k / min_slice).min(MAX_SPLITS);
+        let splits = want.min(shape.k / MIN_SLICE).min(MAX_SPLITS);
         if splits >= 2 {
             plan.set_splits(splits);
         }
@@ -1925,12 +1962,25 @@ mod tests {
     }
 
     #[test]
-    fn full_precision_f32_plans_split_into_slices_as_short_as_64() {
+    fn full_precision_f32_plans_split_by_the_cost_model() {
         let full = MatmulPrecision::Highest;
-        // 500^3 on 132 SMs: 16 tiles want 17 slices; 500 / 64 = 7 caps them: slices of 96.
+        // 500^3 on 132 SMs, 16 tiles: six slices of 96 (96 blocks, one wave).
         let s = shape(1, 500, 500, 500);
         let p = MatmulPlan::new_for::<f32>(s, 132, full);
         assert_eq!((p.splits(), p.kslice()), (6, 96));
+        // 1000^3, 64 tiles: two slices of 512 fill one wave; three would need two.
+        let p = MatmulPlan::new_for::<f32>(shape(1, 1000, 1000, 1000), 132, full);
+        assert_eq!((p.splits(), p.kslice()), (2, 512));
+        // [64, 1024] @ [1024, 4096], 32 tiles: four slices of 256 (one wave).
+        let p = MatmulPlan::new_for::<f32>(shape(1, 64, 4096, 1024), 132, full);
+        assert_eq!((p.splits(), p.kslice()), (4, 256));
+        // n <= 64 (the 128 x 64 tiles) and enough tiles keep the rule of `new`.
+        for s in [shape(1, 8192, 64, 8192), shape(1, 4096, 4096, 4096)] {
+            assert_eq!(
+                MatmulPlan::new_for::<f32>(s, 132, full),
+                MatmulPlan::new(s, 132, full)
+            );
+        }
         // The tensor-core kernels keep slices of at least 256: 500 is not split.
         assert_eq!(MatmulPlan::new_for::<bf16>(s, 132, full).splits(), 1);
         assert_eq!(MatmulPlan::new_for::<f16>(s, 132, full).splits(), 1);

@@ -627,6 +627,30 @@ fn sm90_width(s: MatmulShape, splits: usize, sms: usize) -> usize {
     if units >= sms { 0 } else { 1 }
 }
 
+/// Launches `kernel` with `args` as its parameters, each a `u64` (device addresses and
+/// extents).
+///
+/// # Safety
+///
+/// The kernel takes exactly these `N` 64-bit parameters, in this order, and the launch is
+/// valid for them: every address it reads or writes lies in memory the caller owns for the
+/// duration of the launch, as the caller's own SAFETY argument says.
+#[cfg(feature = "cuda")]
+unsafe fn launch_u64<const N: usize>(
+    stream: &genesis_cuda::Stream,
+    kernel: &genesis_cuda::Kernel,
+    config: genesis_cuda::LaunchConfig,
+    mut args: [u64; N],
+) -> Result<()> {
+    let base = args.as_mut_ptr();
+    let mut params: [*mut std::ffi::c_void; N] =
+        std::array::from_fn(|i| base.wrapping_add(i).cast());
+    // SAFETY: `params` points at the `N` values of `args`, alive until the launch returns;
+    // the rest is the caller's guarantee.
+    unsafe { kernel.launch(stream, config, &mut params)? };
+    Ok(())
+}
+
 /// Launches an operand copy of the launcher (`matmul_pad_copy_*`, `matmul_sm90_stage_t`):
 /// parameters (source, destination, six u64 `dims`).
 ///
@@ -641,25 +665,12 @@ unsafe fn launch_copy(
     kernel: &genesis_cuda::Kernel,
     src: u64,
     dst: u64,
-    mut dims: [u64; 6],
+    dims: [u64; 6],
     config: genesis_cuda::LaunchConfig,
 ) -> Result<()> {
-    use std::ffi::c_void;
-    let (mut psrc, mut pdst) = (src, dst);
-    let [d0, d1, d2, d3, d4, d5] = &mut dims;
-    let mut params: [*mut c_void; 8] = [
-        (&raw mut psrc).cast(),
-        (&raw mut pdst).cast(),
-        std::ptr::from_mut(d0).cast(),
-        std::ptr::from_mut(d1).cast(),
-        std::ptr::from_mut(d2).cast(),
-        std::ptr::from_mut(d3).cast(),
-        std::ptr::from_mut(d4).cast(),
-        std::ptr::from_mut(d5).cast(),
-    ];
+    let [d0, d1, d2, d3, d4, d5] = dims;
     // SAFETY: as the caller guarantees.
-    unsafe { kernel.launch(stream, config, &mut params)? };
-    Ok(())
+    unsafe { launch_u64(stream, kernel, config, [src, dst, d0, d1, d2, d3, d4, d5]) }
 }
 
 /// Copies the operands that [`pad_staging`] names into the workspace (after the split
@@ -946,6 +957,15 @@ const REDUCE_LAUNCH_NS: f64 = 2000.0;
 /// Most slices a split makes.
 const MAX_SPLITS: usize = 32;
 
+/// The 128 x 128 output tiles of `shape`, over the batch (saturating).
+fn output_tiles(shape: &MatmulShape) -> usize {
+    shape
+        .m
+        .div_ceil(TILE)
+        .saturating_mul(shape.n.div_ceil(TILE))
+        .saturating_mul(shape.batch)
+}
+
 /// How [`gpu_matmul_planned`] runs one problem: the precision of f32 products and the split of
 /// `k` (made by [`MatmulPlan::new`] from the shape and the device's multiprocessor count).
 ///
@@ -982,11 +1002,7 @@ impl MatmulPlan {
         if !simt || shape.n <= 64 || shape.m <= 1 || shape.batch == 0 {
             return plan;
         }
-        let tiles = shape
-            .m
-            .div_ceil(TILE)
-            .saturating_mul(shape.n.div_ceil(TILE))
-            .saturating_mul(shape.batch);
+        let tiles = output_tiles(&shape);
         let sms = sms.max(1);
         if tiles >= sms {
             return plan;
@@ -1030,11 +1046,7 @@ impl MatmulPlan {
         if shape.m <= 1 || shape.n <= 1 || shape.batch == 0 {
             return plan;
         }
-        let tiles = shape
-            .m
-            .div_ceil(TILE)
-            .saturating_mul(shape.n.div_ceil(TILE))
-            .saturating_mul(shape.batch);
+        let tiles = output_tiles(&shape);
         if tiles >= sms.max(1) {
             return plan;
         }
@@ -1525,7 +1537,6 @@ unsafe fn gemm(
     tile_n: usize,
 ) -> Result<()> {
     use genesis_cuda::{Kernel, LaunchConfig};
-    use std::ffi::c_void;
 
     let shape = plan.shape;
     let kernel = Kernel::get(stream.context(), &crate::images::MATMUL, name)?;
@@ -1545,8 +1556,10 @@ unsafe fn gemm(
         block: (256, 1, 1),
         shared_bytes: 0,
     };
-    let (mut pa, mut pb, mut pc) = (a, b, out);
-    let mut dims = [
+    let args = [
+        a,
+        b,
+        out,
         shape.batch as u64,
         shape.m as u64,
         shape.n as u64,
@@ -1557,21 +1570,6 @@ unsafe fn gemm(
         shape.b_batch_stride as u64,
         kslice as u64,
     ];
-    let [d0, d1, d2, d3, d4, d5, d6, d7, d8] = &mut dims;
-    let mut params: [*mut c_void; 12] = [
-        (&raw mut pa).cast(),
-        (&raw mut pb).cast(),
-        (&raw mut pc).cast(),
-        std::ptr::from_mut(d0).cast(),
-        std::ptr::from_mut(d1).cast(),
-        std::ptr::from_mut(d2).cast(),
-        std::ptr::from_mut(d3).cast(),
-        std::ptr::from_mut(d4).cast(),
-        std::ptr::from_mut(d5).cast(),
-        std::ptr::from_mut(d6).cast(),
-        std::ptr::from_mut(d7).cast(),
-        std::ptr::from_mut(d8).cast(),
-    ];
     record_kernel(name);
     // SAFETY: the parameters match `matmul_<in>[_f32out]_<ab>[_any]` and
     // `matmul_tf32_<ab>[_any]` (const T*, const T*, O*, u64 batch, u64 m, u64 n, u64 k, u64
@@ -1580,8 +1578,7 @@ unsafe fn gemm(
     // kernels are chosen only for operands whose rows and batches start on 16 bytes, and a
     // slice starts at a multiple of 32 k values, which keeps that; `out` is as the caller
     // guarantees, so it overlaps neither input.
-    unsafe { kernel.launch(stream, config, &mut params)? };
-    Ok(())
+    unsafe { launch_u64(stream, &kernel, config, args) }
 }
 
 /// One operand's tensor map for the Hopper kernels: dimensions (inner, outer, batch) as the
@@ -1750,7 +1747,6 @@ fn splitk_sum<O: MatmulElement>(
     splits: usize,
 ) -> Result<()> {
     use genesis_cuda::{Kernel, LaunchConfig};
-    use std::ffi::c_void;
 
     let kernel = Kernel::get(stream.context(), &crate::images::MATMUL, name)?;
     let units = if total.is_multiple_of(4) {
@@ -1763,20 +1759,12 @@ fn splitk_sum<O: MatmulElement>(
         block: (256, 1, 1),
         shared_bytes: 0,
     };
-    let (mut pw, mut pc) = (ws, c.addr());
-    let (mut n, mut s) = (total as u64, splits as u64);
-    let mut params: [*mut c_void; 4] = [
-        (&raw mut pw).cast(),
-        (&raw mut pc).cast(),
-        (&raw mut n).cast(),
-        (&raw mut s).cast(),
-    ];
+    let args = [ws, c.addr(), total as u64, splits as u64];
     // SAFETY: the parameters match `splitk_sum_<O>(const float* ws, O* out, u64 total, u64
     // slices)`; the workspace holds `splits * total` f32 values written by the partial
     // launch queued before on the same stream, `c` holds at least `total` elements of `O`
     // (checked by the caller) and is borrowed exclusively.
-    unsafe { kernel.launch(stream, config, &mut params)? };
-    Ok(())
+    unsafe { launch_u64(stream, &kernel, config, args) }
 }
 
 /// A product with `m == 1` or `n == 1` as a matrix-vector product (`gemv_*` in
@@ -1793,7 +1781,6 @@ fn gemv<T: MatmulElement, O: MatmulOutput<T>>(
     c: genesis_cuda::DeviceSpanMut<'_, O>,
 ) -> Result<()> {
     use genesis_cuda::{Kernel, LaunchConfig};
-    use std::ffi::c_void;
 
     // Strides of an operand's element (i, p) of a `[rows, k]` view: (per row, per p).
     let (la, lb) = (layout.a, layout.b);
@@ -1860,8 +1847,10 @@ fn gemv<T: MatmulElement, O: MatmulOutput<T>>(
         block: (256, 1, 1),
         shared_bytes: 0,
     };
-    let (mut px, mut pv, mut pc) = (x.addr(), v.addr(), c.addr());
-    let mut dims = [
+    let args = [
+        x.addr(),
+        v.addr(),
+        c.addr(),
         shape.batch as u64,
         outs as u64,
         shape.k as u64,
@@ -1871,27 +1860,12 @@ fn gemv<T: MatmulElement, O: MatmulOutput<T>>(
         xb as u64,
         vb as u64,
     ];
-    let [d0, d1, d2, d3, d4, d5, d6, d7] = &mut dims;
-    let mut params: [*mut c_void; 11] = [
-        (&raw mut px).cast(),
-        (&raw mut pv).cast(),
-        (&raw mut pc).cast(),
-        std::ptr::from_mut(d0).cast(),
-        std::ptr::from_mut(d1).cast(),
-        std::ptr::from_mut(d2).cast(),
-        std::ptr::from_mut(d3).cast(),
-        std::ptr::from_mut(d4).cast(),
-        std::ptr::from_mut(d5).cast(),
-        std::ptr::from_mut(d6).cast(),
-        std::ptr::from_mut(d7).cast(),
-    ];
     // SAFETY: the parameters match `gemv_<dot|axpy|axpy2>_<in>[_f32out](const T*, const T*, O*, u64
     // batch, u64 outs, u64 k, u64 so, u64 sk, u64 sv, u64 xb, u64 vb)`; every element read,
     // X[b][o][p] and v[b][p] for b < batch, o < outs, p < k, is an element of A or B that the
     // layout reads (checked by the caller), and `c` holds batch * outs elements (its length
     // was checked against the shape) and is borrowed exclusively.
-    unsafe { kernel.launch(stream, config, &mut params)? };
-    Ok(())
+    unsafe { launch_u64(stream, &kernel, config, args) }
 }
 
 #[cfg(test)]

@@ -387,94 +387,99 @@ __device__ __forceinline__ void gemm_tc(uint4* smem, const T* __restrict__ A,
 
 // ---------------------------------------------------------------------------------------------
 // f32 kernel (CUDA cores).
+//
+// A block computes a 128 x BN tile of C with 256 threads, k in slices of F_BK = 16 staged
+// through two shared-memory buffers: the next slice's global loads are in flight (in
+// registers) while the current slice is multiplied. Shared tiles are k-major, s[k][mn], so
+// that a thread reads its rows of A and columns of B as float4. Warps tile the block 4 (m) x 2
+// (n), each 32 x BN / 2; in a warp, 4 x 8 threads each own 8 rows (r, r + 16: two runs of 4)
+// and BN / 16 columns (runs of 4, 32 apart). A warp's float4 reads of a k row of B then cover
+// 128 contiguous bytes and its reads of A four float4, which keeps shared-memory traffic per
+// multiply-add low.
 
 constexpr int F_BM = 128, F_BK = 16, F_PAD = 4;
-constexpr int F_KQ = F_BK / 4;  // float4 along k in a k-major row (4)
-// float4 per thread and slice of an operand tile MN wide (2 for 128, 1 for 64).
-template <int MN>
-__host__ __device__ constexpr int f_ld() {
-    return F_BK * MN / 4 / THREADS;
-}
 
-// The float4 loads of one thread for the [mn0, mn0 + MN) x [k0, k0 + F_BK) tiles of an
-// operand, set up once per matrix so that a slice's loads are a pointer step and two
-// comparisons: float4 i is number idx = tid + 256 i of the tile. KMAJOR (element (mn, k) at
-// base[mn * ld + k]): row mn0 + idx / F_KQ, k values 4 (idx % F_KQ) .. + 3 of the slice; else
-// (element at base[k * ld + mn]): k row idx / (MN / 4) of the slice, mn values mn0 + 4 (idx %
-// (MN / 4)) .. + 3. A float4 that crosses an edge, or any float4 when !VEC, is read element by
-// element with bounds checks (zeros outside).
-template <bool KMAJOR, bool VEC, int MN>
+// One thread's float4 loads of an operand's [mn0, mn0 + MN) x [k0, k0 + F_BK) tiles: float4 i
+// is number idx = tid + 256 i of the tile. KMAJOR (element (mn, k) at base[mn * ld + k]): row
+// mn0 + idx / 4, k values 4 (idx % 4) .. + 3 of the slice; else (element at base[k * ld + mn]):
+// k row idx / (MN / 4) of the slice, mn values mn0 + 4 (idx % (MN / 4)) .. + 3. The pointers
+// advance one slice per `next`.
+template <bool KMAJOR, int MN>
 struct F32Loader {
-    static constexpr int F_LD = f_ld<MN>();
-    static constexpr int QW = MN / 4;  // float4 along mn in a k row
-    const float* p[F_LD];  // the float4's first element in slice 0
-    int64_t k_left[F_LD];  // k values from the float4's first one to k, in slice 0
-    int32_t mn_left[F_LD]; // values of the float4 inside m or n (0 .. 4)
-    uint64_t step;         // elements from one slice to the next
+    static constexpr int NL = F_BK * MN / 4 / THREADS;  // float4 per thread and slice
+    const float* p[NL];
+    int mn[NL], kk[NL];
+    uint64_t step;
 
-    __device__ __forceinline__ F32Loader(const float* base, uint64_t ld, uint64_t extent,
-                                         uint64_t K, uint64_t mn0, int tid) {
+    __device__ __forceinline__ F32Loader(const float* base, uint64_t ld, uint64_t mn0, int tid) {
 #pragma unroll
-        for (int i = 0; i < F_LD; ++i) {
+        for (int i = 0; i < NL; ++i) {
             const int idx = tid + THREADS * i;
             if (KMAJOR) {
-                const uint64_t mn = mn0 + idx / F_KQ;
-                const int kk = (idx % F_KQ) * 4;
-                p[i] = base + mn * ld + kk;
-                k_left[i] = (int64_t)K - kk;
-                mn_left[i] = mn < extent ? 4 : 0;
+                mn[i] = idx / (F_BK / 4);
+                kk[i] = (idx % (F_BK / 4)) * 4;
+                p[i] = base + (mn0 + mn[i]) * ld + kk[i];
             } else {
-                const uint64_t mn = mn0 + (idx % QW) * 4;
-                const int kk = idx / QW;
-                p[i] = base + (uint64_t)kk * ld + mn;
-                k_left[i] = (int64_t)K - kk;
-                mn_left[i] = mn < extent ? (int)min(extent - mn, (uint64_t)4) : 0;
+                kk[i] = idx / (MN / 4);
+                mn[i] = (idx % (MN / 4)) * 4;
+                p[i] = base + (uint64_t)kk[i] * ld + mn0 + mn[i];
             }
         }
         step = KMAJOR ? F_BK : F_BK * ld;
     }
 
-    // The float4 of slice kt into v.
-    __device__ __forceinline__ void load(float4 (&v)[F_LD], int kt) const {
+    // A slice wholly inside the operand, 16-byte aligned: float4 loads without checks.
+    __device__ __forceinline__ void load_inside(float4 (&v)[NL]) const {
 #pragma unroll
-        for (int i = 0; i < F_LD; ++i) {
-            const float* src = p[i] + (uint64_t)kt * step;
-            const int64_t kl = k_left[i] - (int64_t)kt * F_BK;
+        for (int i = 0; i < NL; ++i) v[i] = __ldg(reinterpret_cast<const float4*>(p[i]));
+    }
+
+    // Any slice: `mn_left` values of m or n from mn0 and `k_left` values of k from the slice's
+    // first are inside; zeros outside. A float4 wholly inside is one load when VEC.
+    template <bool VEC>
+    __device__ __forceinline__ void load_edge(float4 (&v)[NL], int64_t mn_left,
+                                              int64_t k_left) const {
+#pragma unroll
+        for (int i = 0; i < NL; ++i) {
+            const float* s = p[i];
             // KMAJOR: the float4 runs along k; else along m or n, one k row.
-            const int64_t along = KMAJOR ? (mn_left[i] > 0 ? kl : 0) : (kl > 0 ? mn_left[i] : 0);
+            const int64_t along = KMAJOR ? (mn[i] < mn_left ? k_left - kk[i] : 0)
+                                         : (kk[i] < k_left ? mn_left - mn[i] : 0);
             if (VEC && along >= 4) {
-                v[i] = __ldg(reinterpret_cast<const float4*>(src));
+                v[i] = __ldg(reinterpret_cast<const float4*>(s));
             } else {
-                v[i].x = along > 0 ? src[0] : 0.0f;
-                v[i].y = along > 1 ? src[1] : 0.0f;
-                v[i].z = along > 2 ? src[2] : 0.0f;
-                v[i].w = along > 3 ? src[3] : 0.0f;
+                v[i].x = along > 0 ? s[0] : 0.0f;
+                v[i].y = along > 1 ? s[1] : 0.0f;
+                v[i].z = along > 2 ? s[2] : 0.0f;
+                v[i].w = along > 3 ? s[3] : 0.0f;
+            }
+        }
+    }
+
+    __device__ __forceinline__ void next() {
+#pragma unroll
+        for (int i = 0; i < NL; ++i) p[i] += step;
+    }
+
+    // The loaded float4 into the k-major shared tile s[k][mn].
+    __device__ __forceinline__ void store(float (*s)[MN + F_PAD], const float4 (&v)[NL]) const {
+#pragma unroll
+        for (int i = 0; i < NL; ++i) {
+            if (KMAJOR) {
+                s[kk[i] + 0][mn[i]] = v[i].x;
+                s[kk[i] + 1][mn[i]] = v[i].y;
+                s[kk[i] + 2][mn[i]] = v[i].z;
+                s[kk[i] + 3][mn[i]] = v[i].w;
+            } else {
+                *reinterpret_cast<float4*>(&s[kk[i]][mn[i]]) = v[i];
             }
         }
     }
 };
 
-// Stores the float4 of `F32Loader::load` into the k-major shared tile s[k][mn] (MN wide).
-template <bool KMAJOR, int MN>
-__device__ __forceinline__ void f32_store(float (*s)[MN + F_PAD], const float4 (&v)[f_ld<MN>()],
-                                          int tid) {
-#pragma unroll
-    for (int i = 0; i < f_ld<MN>(); ++i) {
-        const int idx = tid + THREADS * i;
-        if (KMAJOR) {
-            const int mn = idx / F_KQ, k = (idx % F_KQ) * 4;
-            s[k + 0][mn] = v[i].x;
-            s[k + 1][mn] = v[i].y;
-            s[k + 2][mn] = v[i].z;
-            s[k + 3][mn] = v[i].w;
-        } else {
-            *reinterpret_cast<float4*>(&s[idx / (MN / 4)][(idx % (MN / 4)) * 4]) = v[i];
-        }
-    }
-}
-
 // BN: the tile's columns, 128 (each thread 8 x 8 outputs) or 64 (8 x 4, for n <= 64, where
-// a 128-wide tile would compute as many columns again and drop them).
+// a 128-wide tile would compute as many columns again and drop them). VEC: leading dimensions
+// and batch strides multiples of 4 and 16-byte aligned operands (float4 loads).
 template <bool TA, bool TB, bool VEC, int BN = 128>
 __device__ __forceinline__ void gemm_f32(const float* __restrict__ A, const float* __restrict__ B,
                                          float* __restrict__ C, uint64_t batch, uint64_t M,
@@ -482,51 +487,61 @@ __device__ __forceinline__ void gemm_f32(const float* __restrict__ A, const floa
                                          uint64_t sa, uint64_t sb) {
     constexpr bool A_KMAJOR = !TA;
     constexpr bool B_KMAJOR = TB;
+    constexpr int NH = BN / 64;  // runs of 4 columns of a thread
     __shared__ __align__(16) float As[2][F_BK][F_BM + F_PAD];
     __shared__ __align__(16) float Bs[2][F_BK][BN + F_PAD];
-    constexpr int NJ = BN / 16;  // outputs of a thread in a row
-    const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int r0 = (warp >> 1) * 32 + (lane >> 3) * 4;
+    const int c0 = (warp & 1) * (BN / 2) + (lane & 7) * 4;
     const uint64_t tiles_m = (M + F_BM - 1) / F_BM, tiles_n = (N + BN - 1) / BN;
     uint64_t tm, tn;
     tile_of(blockIdx.x, tiles_m, tiles_n, tm, tn);
     const uint64_t m0 = tm * F_BM, n0 = tn * BN;
     const int kt_n = (int)((K + F_BK - 1) / F_BK);
+    const bool inside = VEC && m0 + F_BM <= M && n0 + BN <= N;
+    const int64_t m_left = (int64_t)(M - m0), n_left = (int64_t)(N - n0);
 
     for (uint64_t b = blockIdx.y; b < batch; b += gridDim.y) {
-        const float* a = A + b * sa;
-        const float* bm = B + b * sb;
         float* c = C + b * M * N;
-        float acc[8][NJ];
+        F32Loader<A_KMAJOR, F_BM> la(A + b * sa, lda, m0, tid);
+        F32Loader<B_KMAJOR, BN> lb(B + b * sb, ldb, n0, tid);
+        float4 va[F32Loader<A_KMAJOR, F_BM>::NL], vb[F32Loader<B_KMAJOR, BN>::NL];
+        const auto load = [&](int kt) {
+            const int64_t k_left = (int64_t)K - (int64_t)kt * F_BK;
+            if (inside && k_left >= F_BK) {
+                la.load_inside(va);
+                lb.load_inside(vb);
+            } else {
+                la.template load_edge<VEC>(va, m_left, k_left);
+                lb.template load_edge<VEC>(vb, n_left, k_left);
+            }
+            la.next();
+            lb.next();
+        };
+        float acc[8][4 * NH];
 #pragma unroll
         for (int i = 0; i < 8; ++i)
 #pragma unroll
-            for (int j = 0; j < NJ; ++j) acc[i][j] = 0.0f;
+            for (int j = 0; j < 4 * NH; ++j) acc[i][j] = 0.0f;
 
-        const F32Loader<A_KMAJOR, VEC, F_BM> la(a, lda, M, K, m0, tid);
-        const F32Loader<B_KMAJOR, VEC, BN> lb(bm, ldb, N, K, n0, tid);
-        float4 va[f_ld<F_BM>()], vb[f_ld<BN>()];
         if (kt_n > 0) {
-            la.load(va, 0);
-            lb.load(vb, 0);
-            f32_store<A_KMAJOR, F_BM>(As[0], va, tid);
-            f32_store<B_KMAJOR, BN>(Bs[0], vb, tid);
+            load(0);
+            la.store(As[0], va);
+            lb.store(Bs[0], vb);
         }
         __syncthreads();
         for (int kt = 0; kt < kt_n; ++kt) {
             const int cur = kt & 1;
             const bool more = kt + 1 < kt_n;
-            if (more) {
-                la.load(va, kt + 1);
-                lb.load(vb, kt + 1);
-            }
+            if (more) load(kt + 1);
 #pragma unroll
             for (int k = 0; k < F_BK; ++k) {
-                const float4 a0 = *reinterpret_cast<const float4*>(&As[cur][k][ty * 4]);
-                const float4 a1 = *reinterpret_cast<const float4*>(&As[cur][k][64 + ty * 4]);
-                float bv[NJ];
+                const float4 a0 = *reinterpret_cast<const float4*>(&As[cur][k][r0]);
+                const float4 a1 = *reinterpret_cast<const float4*>(&As[cur][k][r0 + 16]);
+                float bv[4 * NH];
 #pragma unroll
-                for (int h = 0; h < NJ / 4; ++h) {
-                    const float4 b4 = *reinterpret_cast<const float4*>(&Bs[cur][k][h * 64 + tx * 4]);
+                for (int h = 0; h < NH; ++h) {
+                    const float4 b4 = *reinterpret_cast<const float4*>(&Bs[cur][k][c0 + 32 * h]);
                     bv[4 * h] = b4.x;
                     bv[4 * h + 1] = b4.y;
                     bv[4 * h + 2] = b4.z;
@@ -536,23 +551,25 @@ __device__ __forceinline__ void gemm_f32(const float* __restrict__ A, const floa
 #pragma unroll
                 for (int i = 0; i < 8; ++i)
 #pragma unroll
-                    for (int j = 0; j < NJ; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+                    for (int j = 0; j < 4 * NH; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
             }
             if (more) {
-                f32_store<A_KMAJOR, F_BM>(As[cur ^ 1], va, tid);
-                f32_store<B_KMAJOR, BN>(Bs[cur ^ 1], vb, tid);
+                la.store(As[cur ^ 1], va);
+                lb.store(Bs[cur ^ 1], vb);
             }
+            // Every read of this slice's buffer is done before the next iteration overwrites
+            // it, and the other buffer is complete before it is read.
             __syncthreads();
         }
 
         const bool quads = N % 4 == 0 && ((uintptr_t)C & 15) == 0;
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
-            const uint64_t gr = m0 + (i < 4 ? ty * 4 + i : 64 + ty * 4 + i - 4);
+            const uint64_t gr = m0 + r0 + (i & 3) + (i >> 2) * 16;
             if (gr >= M) continue;
 #pragma unroll
-            for (int h = 0; h < NJ / 4; ++h) {
-                const uint64_t gc = n0 + h * 64 + tx * 4;
+            for (int h = 0; h < NH; ++h) {
+                const uint64_t gc = n0 + c0 + 32 * h;
                 float* p = c + gr * N + gc;
                 const float* v = &acc[i][h * 4];
                 if (quads && gc + 4 <= N) {

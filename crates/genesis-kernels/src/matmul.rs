@@ -947,10 +947,10 @@ const MIN_SLICE: usize = 256;
 const MIN_SLICE_SIMT: usize = 64;
 
 /// The SIMT split's cost model ([`MatmulPlan::new_for`]), in nanoseconds: one k step of a
-/// 128 x 128 f32 tile on one multiprocessor (2 x 128 x 128 flops at about 0.31 TFLOP/s, the
+/// 128 x 128 f32 tile on one multiprocessor (2 x 128 x 128 flops at about 0.34 TFLOP/s, the
 /// kernel's rate per multiprocessor on large products), one f32 partial written and read back
 /// (8 bytes at about 3 TB/s), and the summing launch.
-const SIMT_TILE_K_NS: f64 = 105.7;
+const SIMT_TILE_K_NS: f64 = 96.2;
 const PARTIAL_NS: f64 = 0.00267;
 const REDUCE_LAUNCH_NS: f64 = 2000.0;
 

@@ -673,11 +673,53 @@ unsafe fn launch_copy(
     unsafe { launch_u64(stream, kernel, config, [src, dst, d0, d1, d2, d3, d4, d5]) }
 }
 
+/// How many copies staging makes of an operand whose batches are `stride` apart: one for a
+/// single batch or a broadcast operand (stride 0), else one a batch.
+#[cfg(feature = "cuda")]
+fn staged_copies(batch: usize, stride: usize) -> usize {
+    if batch == 1 || stride == 0 { 1 } else { batch }
+}
+
+/// What a product reads once some operands were staged into the workspace: the shape (batch
+/// strides), layout and addresses of `A` and `B`.
+#[cfg(feature = "cuda")]
+#[derive(Clone, Copy)]
+struct Operands {
+    shape: MatmulShape,
+    layout: MatmulLayout,
+    a: u64,
+    b: u64,
+}
+
+#[cfg(feature = "cuda")]
+impl Operands {
+    /// Reads `A` (`is_a`) or `B` from its copy at `addr`, laid out as `layout`, with copies
+    /// `copy_len` elements apart (one copy: batch stride 0).
+    fn use_copy(
+        &mut self,
+        is_a: bool,
+        layout: MatrixLayout,
+        copies: usize,
+        copy_len: usize,
+        addr: u64,
+    ) {
+        let stride = if copies == 1 { 0 } else { copy_len };
+        if is_a {
+            self.layout.a = layout;
+            self.shape.a_batch_stride = stride;
+            self.a = addr;
+        } else {
+            self.layout.b = layout;
+            self.shape.b_batch_stride = stride;
+            self.b = addr;
+        }
+    }
+}
+
 /// Copies the operands that [`pad_staging`] names into the workspace (after the split
-/// partials), lines padded to 16 bytes, by `matmul_pad_copy_b16` / `_b32`. Returns the shape
-/// (batch strides), layout and addresses to multiply instead, or `None` when nothing was
-/// copied (nothing to copy, a workspace without room for the copies, or more than 65535
-/// batches).
+/// partials), lines padded to 16 bytes, by `matmul_pad_copy_b16` / `_b32`. Returns the operands
+/// to multiply instead, or `None` when nothing was copied (nothing to copy, a workspace without
+/// room for the copies, or more than 65535 batches).
 ///
 /// # Safety
 ///
@@ -691,7 +733,7 @@ unsafe fn pad_stage<T: MatmulElement>(
     a: u64,
     b: u64,
     workspace: &mut genesis_cuda::DeviceSpanMut<'_, u8>,
-) -> Result<Option<(MatmulShape, MatmulLayout, u64, u64)>> {
+) -> Result<Option<Operands>> {
     use genesis_cuda::{Kernel, LaunchConfig};
 
     let ctx = stream.context();
@@ -702,13 +744,7 @@ unsafe fn pad_stage<T: MatmulElement>(
         return Ok(None);
     };
     let s = plan.shape;
-    let copies = |stride: usize| {
-        if s.batch == 1 || stride == 0 {
-            1
-        } else {
-            s.batch
-        }
-    };
+    let copies = |stride: usize| staged_copies(s.batch, stride);
     let a_at = ws_align(plan.workspace_bytes());
     let b_at = a_at.saturating_add(ws_align(a_elems.saturating_mul(elem)));
     if a_elems + b_elems == 0
@@ -729,7 +765,12 @@ unsafe fn pad_stage<T: MatmulElement>(
     )?;
     let v = 16 / elem;
     let ws = workspace.addr();
-    let (mut shape, mut staged, mut pa, mut pb) = (s, layout, a, b);
+    let mut ops = Operands {
+        shape: s,
+        layout,
+        a,
+        b,
+    };
     for (is_a, elems) in [(true, a_elems), (false, b_elems)] {
         if elems == 0 {
             continue;
@@ -770,18 +811,9 @@ unsafe fn pad_stage<T: MatmulElement>(
             transposed: l.transposed,
             ld: dld,
         };
-        let new_stride = if n_copies == 1 { 0 } else { lines * dld };
-        if is_a {
-            staged.a = aligned;
-            shape.a_batch_stride = new_stride;
-            pa = pdst;
-        } else {
-            staged.b = aligned;
-            shape.b_batch_stride = new_stride;
-            pb = pdst;
-        }
+        ops.use_copy(is_a, aligned, n_copies, lines * dld, pdst);
     }
-    Ok(Some((shape, staged, pa, pb)))
+    Ok(Some(ops))
 }
 
 /// The Hopper TF32 kernels by tile (as [`SM90_TILE_N`]): k-major `A` and `B`.
@@ -836,13 +868,7 @@ unsafe fn tf32_sm90(
         return Ok(false);
     }
     let ld = (s.k + 3) & !3;
-    let copies = |stride: usize| {
-        if s.batch == 1 || stride == 0 {
-            1
-        } else {
-            s.batch
-        }
-    };
+    let copies = |stride: usize| staged_copies(s.batch, stride);
     // The staging grid: (ceil(mn / 32), ceil(k / 32), copies).
     let grid_ok = |mn: usize, stride: usize| {
         mn.div_ceil(32) <= i32::MAX as usize && s.k.div_ceil(32) <= 65535 && copies(stride) <= 65535
@@ -854,14 +880,17 @@ unsafe fn tf32_sm90(
     }
     let stage = Kernel::get(ctx, &crate::images::MATMUL_SM90, "matmul_sm90_stage_t")?;
     let ws = workspace.addr();
-    let mut shape = s;
-    let mut staged = layout;
-    let (mut pa, mut pb) = (a, b);
-    // (source, its layout, its batch stride, rows m or n, destination offset)
+    let mut ops = Operands {
+        shape: s,
+        layout,
+        a,
+        b,
+    };
     for (is_a, elems) in [(true, a_elems), (false, b_elems)] {
         if elems == 0 {
             continue;
         }
+        // (source, its layout, its batch stride, rows m or n, destination offset)
         let (src, l, stride, mn, at) = if is_a {
             (a, layout.a, s.a_batch_stride, s.m, a_at)
         } else {
@@ -898,16 +927,7 @@ unsafe fn tf32_sm90(
             transposed: !is_a,
             ld,
         };
-        let new_stride = if n_copies == 1 { 0 } else { mn * ld };
-        if is_a {
-            staged.a = k_major;
-            shape.a_batch_stride = new_stride;
-            pa = pdst;
-        } else {
-            staged.b = k_major;
-            shape.b_batch_stride = new_stride;
-            pb = pdst;
-        }
+        ops.use_copy(is_a, k_major, n_copies, mn * ld, pdst);
     }
     let tile = sm90_width(s, plan.splits, ctx.multiprocessors() as usize);
     let out = if plan.splits > 1 { ws } else { c };
@@ -921,10 +941,10 @@ unsafe fn tf32_sm90(
             SM90_TF32[tile],
             false,
             tile,
-            shape,
-            staged,
-            pa,
-            pb,
+            ops.shape,
+            ops.layout,
+            ops.a,
+            ops.b,
             out,
             plan.splits,
             plan.kslice,
@@ -1365,11 +1385,10 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
     if let Some(ws) = workspace.as_mut() {
         // SAFETY: the spans were checked against the layout; the copies go to the workspace,
         // borrowed exclusively, after the split partials.
-        if let Some((s2, l2, a2, b2)) = unsafe { pad_stage::<T>(stream, plan, layout, pa, pb, ws)? }
-        {
-            staged_plan.shape = s2;
-            layout = l2;
-            (pa, pb) = (a2, b2);
+        if let Some(ops) = unsafe { pad_stage::<T>(stream, plan, layout, pa, pb, ws)? } {
+            staged_plan.shape = ops.shape;
+            layout = ops.layout;
+            (pa, pb) = (ops.a, ops.b);
         }
     }
     let plan = &staged_plan;

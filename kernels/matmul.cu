@@ -30,9 +30,10 @@
 //     band of A tiles, which stay in L2); blocks stride over the batch by gridDim.y.
 //
 // f32: CUDA cores, no TF32 (the default precision of PyTorch's matmul).
-//   * A block of 256 threads computes a 128 x 128 tile of C; each thread 8 x 8 outputs, as
-//     2 x 2 sub-tiles of 4 x 4 so that every shared-memory read is a float4 (rows ty*4 and
-//     64 + ty*4, columns tx*4 and 64 + tx*4).
+//   * A block of 256 threads computes a 128 x 128 tile of C. Its 8 warps tile it 4 (m) x 2 (n),
+//     32 x 64 each; in a warp, 4 x 8 threads each own 8 x 8 outputs: rows r0 .. r0 + 3 and
+//     r0 + 16 .. r0 + 19, and runs of 4 columns 32 apart, so every shared-memory read is a
+//     float4 and a warp's reads of one k row of B cover 128 contiguous bytes.
 //   * K advances in slices of 16, double-buffered: the global loads (two float4 per thread and
 //     operand) of slice t + 1 are issued into registers before slice t is multiplied and stored
 //     to the other shared buffer after it; one barrier per slice. Both tiles are kept k-major
@@ -40,7 +41,9 @@
 //     warp meet at most two to a bank).
 //   * Edges and unaligned operands are read element by element with bounds checks.
 //   * Products of n <= 64 run `matmul_f32n64_*`: the same kernel on 128 x 64 tiles (each thread
-//     8 x 4 outputs), so no tile computes 64 columns it then drops.
+//     8 x 4 outputs), so no tile computes 64 columns it then drops. Products of m <= 64 < n run
+//     `matmul_f32n64ct_*`, the same kernels on C^T = B^T A^T (operands swapped, each read in
+//     place in the opposite major order) storing C^T transposed, i.e. C row-major.
 //
 // The CPU twin (crates/genesis-kernels/src/matmul.rs) accumulates in f32 in increasing k; the
 // kernels accumulate in another order (per k slice and tensor-core instruction) and fuse
@@ -403,7 +406,10 @@ constexpr int F_BM = 128, F_BK = 16, F_PAD = 4;
 // is number idx = tid + 256 i of the tile. KMAJOR (element (mn, k) at base[mn * ld + k]): row
 // mn0 + idx / 4, k values 4 (idx % 4) .. + 3 of the slice; else (element at base[k * ld + mn]):
 // k row idx / (MN / 4) of the slice, mn values mn0 + 4 (idx % (MN / 4)) .. + 3. The pointers
-// advance one slice per `next`.
+// advance one slice per `next`. A tile at the operand's edge (`extent` rows of m or n) points
+// its loads past the edge at the last row (KMAJOR) or the last run of 4 (else, when `extent` is
+// a multiple of 4): those values reach only outputs that are never stored (output (i, j) reads
+// row i of A and column j of B alone), so such a tile takes the unchecked loads too.
 template <bool KMAJOR, int MN>
 struct F32Loader {
     static constexpr int NL = F_BK * MN / 4 / THREADS;  // float4 per thread and slice
@@ -411,24 +417,33 @@ struct F32Loader {
     int mn[NL], kk[NL];
     uint64_t step;
 
-    __device__ __forceinline__ F32Loader(const float* base, uint64_t ld, uint64_t mn0, int tid) {
+    __device__ __forceinline__ F32Loader(const float* base, uint64_t ld, uint64_t mn0,
+                                         uint64_t extent, int tid) {
 #pragma unroll
         for (int i = 0; i < NL; ++i) {
             const int idx = tid + THREADS * i;
             if (KMAJOR) {
                 mn[i] = idx / (F_BK / 4);
                 kk[i] = (idx % (F_BK / 4)) * 4;
-                p[i] = base + (mn0 + mn[i]) * ld + kk[i];
+                p[i] = base + min(mn0 + mn[i], extent - 1) * ld + kk[i];
             } else {
                 kk[i] = idx / (MN / 4);
                 mn[i] = (idx % (MN / 4)) * 4;
-                p[i] = base + (uint64_t)kk[i] * ld + mn0 + mn[i];
+                uint64_t at = mn0 + mn[i];
+                if (extent % 4 == 0 && at + 4 > extent) at = extent - 4;
+                p[i] = base + (uint64_t)kk[i] * ld + at;
             }
         }
         step = KMAJOR ? F_BK : F_BK * ld;
     }
 
-    // A slice wholly inside the operand, 16-byte aligned: float4 loads without checks.
+    // Whether the tile's whole k slices can take `load_inside` (with 16-byte aligned lines).
+    static __device__ __forceinline__ bool whole(uint64_t mn0, uint64_t extent) {
+        return KMAJOR || extent % 4 == 0 || mn0 + MN <= extent;
+    }
+
+    // A whole k slice of a tile for which `whole` holds, 16-byte aligned lines: float4 loads
+    // without checks.
     __device__ __forceinline__ void load_inside(float4 (&v)[NL]) const {
 #pragma unroll
         for (int i = 0; i < NL; ++i) v[i] = __ldg(reinterpret_cast<const float4*>(p[i]));
@@ -479,8 +494,10 @@ struct F32Loader {
 
 // BN: the tile's columns, 128 (each thread 8 x 8 outputs) or 64 (8 x 4, for n <= 64, where
 // a 128-wide tile would compute as many columns again and drop them). VEC: leading dimensions
-// and batch strides multiples of 4 and 16-byte aligned operands (float4 loads).
-template <bool TA, bool TB, bool VEC, int BN = 128>
+// and batch strides multiples of 4 and 16-byte aligned operands (float4 loads). CT: C is
+// stored transposed (element (i, j) at C[j * M + i]), for a product of m <= 64 run as
+// C^T = B^T A^T on the 128 x 64 tiles.
+template <bool TA, bool TB, bool VEC, int BN = 128, bool CT = false>
 __device__ __forceinline__ void gemm_f32(const float* __restrict__ A, const float* __restrict__ B,
                                          float* __restrict__ C, uint64_t batch, uint64_t M,
                                          uint64_t N, uint64_t K, uint64_t lda, uint64_t ldb,
@@ -498,21 +515,25 @@ __device__ __forceinline__ void gemm_f32(const float* __restrict__ A, const floa
     tile_of(blockIdx.x, tiles_m, tiles_n, tm, tn);
     const uint64_t m0 = tm * F_BM, n0 = tn * BN;
     const int kt_n = (int)((K + F_BK - 1) / F_BK);
-    const bool inside = VEC && m0 + F_BM <= M && n0 + BN <= N;
+    const bool whole_a = VEC && F32Loader<A_KMAJOR, F_BM>::whole(m0, M);
+    const bool whole_b = VEC && F32Loader<B_KMAJOR, BN>::whole(n0, N);
     const int64_t m_left = (int64_t)(M - m0), n_left = (int64_t)(N - n0);
 
     for (uint64_t b = blockIdx.y; b < batch; b += gridDim.y) {
         float* c = C + b * M * N;
-        F32Loader<A_KMAJOR, F_BM> la(A + b * sa, lda, m0, tid);
-        F32Loader<B_KMAJOR, BN> lb(B + b * sb, ldb, n0, tid);
+        F32Loader<A_KMAJOR, F_BM> la(A + b * sa, lda, m0, M, tid);
+        F32Loader<B_KMAJOR, BN> lb(B + b * sb, ldb, n0, N, tid);
         float4 va[F32Loader<A_KMAJOR, F_BM>::NL], vb[F32Loader<B_KMAJOR, BN>::NL];
         const auto load = [&](int kt) {
             const int64_t k_left = (int64_t)K - (int64_t)kt * F_BK;
-            if (inside && k_left >= F_BK) {
+            if (whole_a && k_left >= F_BK) {
                 la.load_inside(va);
-                lb.load_inside(vb);
             } else {
                 la.template load_edge<VEC>(va, m_left, k_left);
+            }
+            if (whole_b && k_left >= F_BK) {
+                lb.load_inside(vb);
+            } else {
                 lb.template load_edge<VEC>(vb, n_left, k_left);
             }
             la.next();
@@ -562,6 +583,31 @@ __device__ __forceinline__ void gemm_f32(const float* __restrict__ A, const floa
             __syncthreads();
         }
 
+        if (CT) {
+            // Rows r0 .. r0 + 3 and r0 + 16 .. r0 + 19 of a column are two runs of 4
+            // consecutive values of the stored C^T.
+            const bool quads = M % 4 == 0 && ((uintptr_t)C & 15) == 0;
+#pragma unroll
+            for (int j = 0; j < 4 * NH; ++j) {
+                const uint64_t gc = n0 + c0 + 32 * (j >> 2) + (j & 3);
+                if (gc >= N) continue;
+#pragma unroll
+                for (int half = 0; half < 2; ++half) {
+                    const uint64_t gr = m0 + r0 + 16 * half;
+                    float* p = c + gc * M + gr;
+                    if (quads && gr + 4 <= M) {
+                        *reinterpret_cast<float4*>(p) =
+                            make_float4(acc[4 * half][j], acc[4 * half + 1][j],
+                                        acc[4 * half + 2][j], acc[4 * half + 3][j]);
+                    } else {
+#pragma unroll
+                        for (int e = 0; e < 4; ++e)
+                            if (gr + e < M) p[e] = acc[4 * half + e][j];
+                    }
+                }
+            }
+            continue;
+        }
         const bool quads = N % 4 == 0 && ((uintptr_t)C & 15) == 0;
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
@@ -874,6 +920,21 @@ F32N64(matmul_f32n64_nn, false, false)
 F32N64(matmul_f32n64_nt, false, true)
 F32N64(matmul_f32n64_tn, true, false)
 F32N64(matmul_f32n64_tt, true, true)
+// Products of m <= 64 < n as C^T = B^T A^T on 128 x 64 tiles, C stored transposed: the kernel's
+// M, N, A, B are the product's n, m, B^T, A^T (so C^T's M x N values are C's m x n, row-major).
+#define F32CT(name, TA, TB)                                                                    \
+    extern "C" __global__ void __launch_bounds__(THREADS, 1) name(PARAMS(float, float)) {     \
+        SPLIT(TA, TB)                                                                          \
+        gemm_f32<TA, TB, true, 64, true>(ARGS);                                                \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(THREADS, 1) name##_any(PARAMS(float, float)) { \
+        SPLIT(TA, TB)                                                                          \
+        gemm_f32<TA, TB, false, 64, true>(ARGS);                                               \
+    }
+F32CT(matmul_f32n64ct_nn, false, false)
+F32CT(matmul_f32n64ct_nt, false, true)
+F32CT(matmul_f32n64ct_tn, true, false)
+F32CT(matmul_f32n64ct_tt, true, true)
 // TF32 (f32 operands and output, same alignment rule as the f32 kernels).
 F32(matmul_tf32_nn, gemm_tf32, false, false)
 F32(matmul_tf32_nt, gemm_tf32, false, true)

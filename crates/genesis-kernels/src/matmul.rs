@@ -334,6 +334,9 @@ pub trait MatmulOutput<T: MatmulElement>: MatmulElement {
     /// The full-precision kernels of `128 x 64` tiles, for `n <= 64`, when `T` and `Self` are
     /// f32 (indexed as [`MatmulOutput::KERNELS`]; f32 output, so also the split partials).
     const N64: Option<[[[&'static str; 2]; 2]; 2]> = None;
+    /// The same kernels storing C transposed, for products of `m <= 64 < n` run as
+    /// `C^T = B^T A^T` ([`transposed_problem`]).
+    const N64_CT: Option<[[[&'static str; 2]; 2]; 2]> = None;
     /// The Hopper kernels of `kernels/matmul_sm90.cu` when `T` is f16 or bf16.
     const SM90: Option<Sm90Kernels> = None;
 }
@@ -400,7 +403,7 @@ macro_rules! sm90_table {
 
 macro_rules! kernels {
     ($t:ty => $o:ty, $p:literal, $g:literal, $partial:literal, $sum:literal
-     $(, tf32: $tf32:literal, n64: $n64:literal)? $(, sm90: $bf16:literal, $sm90:literal, $sm90_partial:literal)?) => {
+     $(, tf32: $tf32:literal, n64: $n64:literal, n64ct: $n64ct:literal)? $(, sm90: $bf16:literal, $sm90:literal, $sm90_partial:literal)?) => {
         impl MatmulOutput<$t> for $o {
             const GEMV: [&'static str; 3] = [
                 concat!("gemv_dot_", $g),
@@ -411,7 +414,8 @@ macro_rules! kernels {
             const PARTIAL: [[[&'static str; 2]; 2]; 2] = table!($partial);
             const SPLITK_SUM: &'static str = $sum;
             $(const TF32: Option<[[[&'static str; 2]; 2]; 2]> = Some(table!($tf32));
-              const N64: Option<[[[&'static str; 2]; 2]; 2]> = Some(table!($n64));)?
+              const N64: Option<[[[&'static str; 2]; 2]; 2]> = Some(table!($n64));
+              const N64_CT: Option<[[[&'static str; 2]; 2]; 2]> = Some(table!($n64ct));)?
             $(const SM90: Option<Sm90Kernels> = Some(Sm90Kernels {
                 bf16: $bf16,
                 kernels: sm90_table!($sm90),
@@ -421,7 +425,7 @@ macro_rules! kernels {
     };
 }
 kernels!(f32 => f32, "matmul_f32", "f32", "matmul_f32", "splitk_sum_f32", tf32: "matmul_tf32",
-    n64: "matmul_f32n64");
+    n64: "matmul_f32n64", n64ct: "matmul_f32n64ct");
 kernels!(f16 => f16, "matmul_f16", "f16", "matmul_f16_f32out", "splitk_sum_f16",
     sm90: false, "matmul_sm90_f16", "matmul_sm90_f16_f32out");
 kernels!(f16 => f32, "matmul_f16_f32out", "f16_f32out", "matmul_f16_f32out", "splitk_sum_f32",
@@ -978,6 +982,36 @@ const REDUCE_LAUNCH_NS: f64 = 2000.0;
 const MAX_SPLITS: usize = 32;
 
 /// The 128 x 128 output tiles of `shape`, over the batch (saturating).
+/// Whether a full-precision f32 product runs as `C^T = B^T A^T` ([`transposed_problem`]):
+/// `m <= 64 < n`, where the `128 x 128` tiles would compute as many rows again and drop them
+/// while the `128 x 64` tiles of the transposed problem compute none they drop.
+fn transposes(shape: &MatmulShape) -> bool {
+    shape.m > 1 && shape.m <= 64 && shape.n > 64
+}
+
+/// The problem `C^T = B^T A^T` of `C = A B`: `[n, k] @ [k, m]` with `B^T` read in place as the
+/// first operand (the opposite major order at the same leading dimension) and `A^T` as the
+/// second. Its output `C^T [n, m]`, stored transposed, is `C` row-major.
+fn transposed_problem(shape: MatmulShape, layout: MatmulLayout) -> (MatmulShape, MatmulLayout) {
+    let flip = |l: MatrixLayout| MatrixLayout {
+        transposed: !l.transposed,
+        ld: l.ld,
+    };
+    (
+        MatmulShape {
+            m: shape.n,
+            n: shape.m,
+            a_batch_stride: shape.b_batch_stride,
+            b_batch_stride: shape.a_batch_stride,
+            ..shape
+        },
+        MatmulLayout {
+            a: flip(layout.b),
+            b: flip(layout.a),
+        },
+    )
+}
+
 fn output_tiles(shape: &MatmulShape) -> usize {
     shape
         .m
@@ -1008,16 +1042,23 @@ pub struct MatmulPlan {
 
 impl MatmulPlan {
     /// The plan of a product of `T` operands: as [`MatmulPlan::new`], but a full-precision f32
-    /// product of `n > 64` (the SIMT kernel's 128 x 128 tiles) that leaves multiprocessors idle
-    /// takes the split (slices of at least 64) of least modelled time: waves of one block per
-    /// multiprocessor times the slice's k steps, plus the partials' traffic and the summing
-    /// launch.
+    /// product of `m <= 64 < n`, which runs as `C^T = B^T A^T` on the SIMT kernel's 128 x 64
+    /// tiles, takes the split [`MatmulPlan::new`] gives that problem; and one of `m, n > 64`
+    /// (the 128 x 128 tiles) that leaves multiprocessors idle takes the split (slices of at
+    /// least 64) of least modelled time: waves of one block per multiprocessor times the
+    /// slice's k steps, plus the partials' traffic and the summing launch.
     pub fn new_for<T: MatmulElement>(
         shape: MatmulShape,
         sms: usize,
         precision: MatmulPrecision,
     ) -> MatmulPlan {
         let simt = T::NAME == f32::NAME && precision == MatmulPrecision::Highest;
+        if simt && transposes(&shape) {
+            // Run as C^T = B^T A^T on the 128 x 64 tiles: the split of that problem.
+            let (t, _) = transposed_problem(shape, MatmulLayout::contiguous(&shape));
+            let p = Self::new(t, sms, precision);
+            return MatmulPlan { shape, ..p };
+        }
         let plan = Self::new(shape, sms, precision);
         if !simt || shape.n <= 64 || shape.m <= 1 || shape.batch == 0 {
             return plan;
@@ -1391,6 +1432,16 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
             (pa, pb) = (ops.a, ops.b);
         }
     }
+    // Full-precision f32 products of m <= 64 < n as C^T = B^T A^T on the 128 x 64 tiles,
+    // storing C transposed (`matmul_f32n64ct_*`).
+    let ct = match O::N64_CT {
+        Some(table) if tf32.is_none() && transposes(&staged_plan.shape) => {
+            (staged_plan.shape, layout) = transposed_problem(staged_plan.shape, layout);
+            (pa, pb) = (pb, pa);
+            Some(table)
+        }
+        _ => None,
+    };
     let plan = &staged_plan;
     let shape = plan.shape;
     // The 16-byte kernels need every row and batch of both operands to start on 16 bytes.
@@ -1407,7 +1458,7 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
     };
     // Full-precision f32 products of n <= 64 on `128 x 64` tiles.
     let n64 = if tf32.is_none() && shape.n <= 64 {
-        O::N64
+        ct.or(O::N64)
     } else {
         None
     };
@@ -1964,9 +2015,17 @@ mod tests {
         // 1000^3, 64 tiles: two slices of 512 fill one wave; three would need two.
         let p = MatmulPlan::new_for::<f32>(shape(1, 1000, 1000, 1000), 132, full);
         assert_eq!((p.splits(), p.kslice()), (2, 512));
-        // [64, 1024] @ [1024, 4096], 32 tiles: four slices of 256 (one wave).
+        // m <= 64 < n runs as C^T = B^T A^T on 128 x 64 tiles, with that problem's split:
+        // [64, 1024] @ [1024, 4096], 32 tiles: four slices of 256 (one wave); [64, 4096] @
+        // [4096, 1024], 8 tiles: sixteen slices of 256.
         let p = MatmulPlan::new_for::<f32>(shape(1, 64, 4096, 1024), 132, full);
         assert_eq!((p.splits(), p.kslice()), (4, 256));
+        assert_eq!(p.shape(), shape(1, 64, 4096, 1024));
+        let p = MatmulPlan::new_for::<f32>(shape(1, 64, 1024, 4096), 132, full);
+        assert_eq!((p.splits(), p.kslice()), (16, 256));
+        let p = MatmulPlan::new_for::<f32>(shape(3, 40, 300, 2000), 132, full);
+        let t = shape(3, 300, 40, 2000);
+        assert_eq!(p.splits(), MatmulPlan::new(t, 132, full).splits());
         // n <= 64 (the 128 x 64 tiles) and enough tiles keep the rule of `new`.
         for s in [shape(1, 8192, 64, 8192), shape(1, 4096, 4096, 4096)] {
             assert_eq!(

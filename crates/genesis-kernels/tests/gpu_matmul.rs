@@ -713,6 +713,52 @@ mod gpu {
         }
     }
 
+    /// Full-precision f32 products of m <= 64 < n run as C^T = B^T A^T on the `128 x 64` tiles
+    /// (C stored transposed), within the bound: every layout, edges in m, n and k, padded and
+    /// misaligned operands, batches and broadcasts, split and not.
+    #[test]
+    fn flat_f32_products_run_transposed_on_the_128_x_64_tiles() {
+        if skip_without_gpu("flat_f32_products_run_transposed_on_the_128_x_64_tiles") {
+            return;
+        }
+        let ctx = Context::get(0).unwrap();
+        let stream = Stream::new(&ctx).unwrap();
+        let mut rng = SmallRng::seed_from_u64(41);
+        let sms = ctx.multiprocessors() as usize;
+        let full = MatmulPrecision::Highest;
+        for (i, (m, n, k)) in [(64, 300, 1000), (37, 129, 77), (2, 1000, 300), (63, 65, 2)]
+            .into_iter()
+            .enumerate()
+        {
+            for ta in [false, true] {
+                for tb in [false, true] {
+                    let c = Case {
+                        m,
+                        n,
+                        k,
+                        ta,
+                        tb,
+                        pad: [0, 4, 1, 3][i],
+                        offset: [0, 0, 1, 2][i],
+                        batch: [1, 2, 3, 2][i],
+                        broadcast: [0, 1, 2, 0][i],
+                    };
+                    let p = problem::<f32>(c, &mut rng);
+                    for plan in [
+                        MatmulPlan::new_for::<f32>(p.shape, sms, full),
+                        MatmulPlan::new(p.shape, 1, full),
+                    ] {
+                        let got = run::<f32, f32>(&ctx, &stream, &p, c, Some(&plan));
+                        let what = format!("f32 flat {c:?}, {} slices", plan.splits());
+                        check(&got, &p, &what);
+                        let ran = last_matmul_kernel().unwrap_or("");
+                        assert!(ran.starts_with("matmul_f32n64ct_"), "{what}: ran {ran}");
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn split_plans_reject_a_short_or_misaligned_workspace_before_launching() {
         if skip_without_gpu("split_plans_reject_a_short_or_misaligned_workspace_before_launching") {

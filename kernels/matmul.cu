@@ -40,8 +40,8 @@
 //     in shared memory (A as As[k][m], rows padded by 4 floats: the transposing stores of a
 //     warp meet at most two to a bank).
 //   * Edges and unaligned operands are read element by element with bounds checks.
-//   * Products of n <= 64 run `matmul_f32n64_*`: the same kernel on 128 x 64 tiles (each thread
-//     8 x 4 outputs), so no tile computes 64 columns it then drops. Products of m <= 64 < n run
+//   * Products of n <= 64 run `matmul_f32n64_*`: the same kernel on 256 x 64 tiles (warps 8 x 1),
+//     so no tile computes 64 columns it then drops. Products of m <= 64 < n run
 //     `matmul_f32n64ct_*`, the same kernels on C^T = B^T A^T (operands swapped, each read in
 //     place in the opposite major order) storing C^T transposed, i.e. C row-major.
 //
@@ -89,7 +89,7 @@
 // float4 loads for f32) instead of element loads. The copy keeps the operand's major order.
 //
 // Launch contract (src/matmul.rs): blocks of 256 threads, grid (ceil(m / 128) * ceil(n / 128)
-// (ceil(n / 64) for `matmul_f32n64_*`),
+// (ceil(m / 256) * ceil(n / 64) for `matmul_f32n64*`),
 // min(batch, 65535), slices). Parameters: (A, B, C, batch, m, n, k, lda, ldb, batch stride of
 // A, batch stride of B, kslice), every integer a u64, strides and leading dimensions in
 // elements.
@@ -400,16 +400,13 @@ __device__ __forceinline__ void gemm_tc(uint4* smem, const T* __restrict__ A,
 // 128 contiguous bytes and its reads of A four float4, which keeps shared-memory traffic per
 // multiply-add low.
 
-constexpr int F_BM = 128, F_BK = 16, F_PAD = 4;
+constexpr int F_BK = 16, F_PAD = 4;
 
 // One thread's float4 loads of an operand's [mn0, mn0 + MN) x [k0, k0 + F_BK) tiles: float4 i
 // is number idx = tid + 256 i of the tile. KMAJOR (element (mn, k) at base[mn * ld + k]): row
 // mn0 + idx / 4, k values 4 (idx % 4) .. + 3 of the slice; else (element at base[k * ld + mn]):
 // k row idx / (MN / 4) of the slice, mn values mn0 + 4 (idx % (MN / 4)) .. + 3. The pointers
-// advance one slice per `next`. A tile at the operand's edge (`extent` rows of m or n) points
-// its loads past the edge at the last row (KMAJOR) or the last run of 4 (else, when `extent` is
-// a multiple of 4): those values reach only outputs that are never stored (output (i, j) reads
-// row i of A and column j of B alone), so such a tile takes the unchecked loads too.
+// advance one slice per `next`.
 template <bool KMAJOR, int MN>
 struct F32Loader {
     static constexpr int NL = F_BK * MN / 4 / THREADS;  // float4 per thread and slice
@@ -417,33 +414,25 @@ struct F32Loader {
     int mn[NL], kk[NL];
     uint64_t step;
 
-    __device__ __forceinline__ F32Loader(const float* base, uint64_t ld, uint64_t mn0,
-                                         uint64_t extent, int tid) {
+    __device__ __forceinline__ F32Loader(const float* base, uint64_t ld, uint64_t mn0, int tid) {
 #pragma unroll
         for (int i = 0; i < NL; ++i) {
             const int idx = tid + THREADS * i;
             if (KMAJOR) {
                 mn[i] = idx / (F_BK / 4);
                 kk[i] = (idx % (F_BK / 4)) * 4;
-                p[i] = base + min(mn0 + mn[i], extent - 1) * ld + kk[i];
+                p[i] = base + (mn0 + mn[i]) * ld + kk[i];
             } else {
                 kk[i] = idx / (MN / 4);
                 mn[i] = (idx % (MN / 4)) * 4;
-                uint64_t at = mn0 + mn[i];
-                if (extent % 4 == 0 && at + 4 > extent) at = extent - 4;
-                p[i] = base + (uint64_t)kk[i] * ld + at;
+                p[i] = base + (uint64_t)kk[i] * ld + mn0 + mn[i];
+
             }
         }
         step = KMAJOR ? F_BK : F_BK * ld;
     }
 
-    // Whether the tile's whole k slices can take `load_inside` (with 16-byte aligned lines).
-    static __device__ __forceinline__ bool whole(uint64_t mn0, uint64_t extent) {
-        return KMAJOR || extent % 4 == 0 || mn0 + MN <= extent;
-    }
-
-    // A whole k slice of a tile for which `whole` holds, 16-byte aligned lines: float4 loads
-    // without checks.
+    // A slice wholly inside the operand, 16-byte aligned: float4 loads without checks.
     __device__ __forceinline__ void load_inside(float4 (&v)[NL]) const {
 #pragma unroll
         for (int i = 0; i < NL; ++i) v[i] = __ldg(reinterpret_cast<const float4*>(p[i]));
@@ -492,11 +481,12 @@ struct F32Loader {
     }
 };
 
-// BN: the tile's columns, 128 (each thread 8 x 8 outputs) or 64 (8 x 4, for n <= 64, where
-// a 128-wide tile would compute as many columns again and drop them). VEC: leading dimensions
-// and batch strides multiples of 4 and 16-byte aligned operands (float4 loads). CT: C is
-// stored transposed (element (i, j) at C[j * M + i]), for a product of m <= 64 run as
-// C^T = B^T A^T on the 128 x 64 tiles.
+// BN: the tile's columns, 128 (a 128 x 128 tile, warps 4 x 2) or 64 (a 256 x 64 tile, warps
+// 8 x 1, for n <= 64, where a 128-wide tile would compute as many columns again and drop them);
+// every warp computes 32 x 64 outputs, every thread 8 x 8. VEC: leading dimensions and batch
+// strides multiples of 4 and 16-byte aligned operands (float4 loads). CT: C is stored
+// transposed (element (i, j) at C[j * M + i]), for a product of m <= 64 run as C^T = B^T A^T
+// on the 256 x 64 tiles.
 template <bool TA, bool TB, bool VEC, int BN = 128, bool CT = false>
 __device__ __forceinline__ void gemm_f32(const float* __restrict__ A, const float* __restrict__ B,
                                          float* __restrict__ C, uint64_t batch, uint64_t M,
@@ -504,36 +494,34 @@ __device__ __forceinline__ void gemm_f32(const float* __restrict__ A, const floa
                                          uint64_t sa, uint64_t sb) {
     constexpr bool A_KMAJOR = !TA;
     constexpr bool B_KMAJOR = TB;
-    constexpr int NH = BN / 64;  // runs of 4 columns of a thread
+    constexpr int NH = 2;               // runs of 4 columns of a thread, 32 apart
+    constexpr int WN = BN / 64;         // warps along n
+    constexpr int F_BM = 32 * 8 / WN;   // the tile's rows: 8 warps of 32 x 64
     __shared__ __align__(16) float As[2][F_BK][F_BM + F_PAD];
     __shared__ __align__(16) float Bs[2][F_BK][BN + F_PAD];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int r0 = (warp >> 1) * 32 + (lane >> 3) * 4;
-    const int c0 = (warp & 1) * (BN / 2) + (lane & 7) * 4;
+    const int r0 = (warp / WN) * 32 + (lane >> 3) * 4;
+    const int c0 = (warp % WN) * 64 + (lane & 7) * 4;
     const uint64_t tiles_m = (M + F_BM - 1) / F_BM, tiles_n = (N + BN - 1) / BN;
     uint64_t tm, tn;
     tile_of(blockIdx.x, tiles_m, tiles_n, tm, tn);
     const uint64_t m0 = tm * F_BM, n0 = tn * BN;
     const int kt_n = (int)((K + F_BK - 1) / F_BK);
-    const bool whole_a = VEC && F32Loader<A_KMAJOR, F_BM>::whole(m0, M);
-    const bool whole_b = VEC && F32Loader<B_KMAJOR, BN>::whole(n0, N);
+    const bool inside = VEC && m0 + F_BM <= M && n0 + BN <= N;
     const int64_t m_left = (int64_t)(M - m0), n_left = (int64_t)(N - n0);
 
     for (uint64_t b = blockIdx.y; b < batch; b += gridDim.y) {
         float* c = C + b * M * N;
-        F32Loader<A_KMAJOR, F_BM> la(A + b * sa, lda, m0, M, tid);
-        F32Loader<B_KMAJOR, BN> lb(B + b * sb, ldb, n0, N, tid);
+        F32Loader<A_KMAJOR, F_BM> la(A + b * sa, lda, m0, tid);
+        F32Loader<B_KMAJOR, BN> lb(B + b * sb, ldb, n0, tid);
         float4 va[F32Loader<A_KMAJOR, F_BM>::NL], vb[F32Loader<B_KMAJOR, BN>::NL];
         const auto load = [&](int kt) {
             const int64_t k_left = (int64_t)K - (int64_t)kt * F_BK;
-            if (whole_a && k_left >= F_BK) {
+            if (inside && k_left >= F_BK) {
                 la.load_inside(va);
-            } else {
-                la.template load_edge<VEC>(va, m_left, k_left);
-            }
-            if (whole_b && k_left >= F_BK) {
                 lb.load_inside(vb);
             } else {
+                la.template load_edge<VEC>(va, m_left, k_left);
                 lb.template load_edge<VEC>(vb, n_left, k_left);
             }
             la.next();
@@ -906,7 +894,7 @@ F32(matmul_f32_nn, gemm_f32, false, false)
 F32(matmul_f32_nt, gemm_f32, false, true)
 F32(matmul_f32_tn, gemm_f32, true, false)
 F32(matmul_f32_tt, gemm_f32, true, true)
-// f32 with 128 x 64 tiles (n <= 64), same contract: grid x ceil(m / 128) * ceil(n / 64).
+// f32 with 256 x 64 tiles (n <= 64), same contract but grid x ceil(m / 256) * ceil(n / 64).
 #define F32N64(name, TA, TB)                                                                   \
     extern "C" __global__ void __launch_bounds__(THREADS, 1) name(PARAMS(float, float)) {     \
         SPLIT(TA, TB)                                                                          \
@@ -920,7 +908,7 @@ F32N64(matmul_f32n64_nn, false, false)
 F32N64(matmul_f32n64_nt, false, true)
 F32N64(matmul_f32n64_tn, true, false)
 F32N64(matmul_f32n64_tt, true, true)
-// Products of m <= 64 < n as C^T = B^T A^T on 128 x 64 tiles, C stored transposed: the kernel's
+// Products of m <= 64 < n as C^T = B^T A^T on 256 x 64 tiles, C stored transposed: the kernel's
 // M, N, A, B are the product's n, m, B^T, A^T (so C^T's M x N values are C's m x n, row-major).
 #define F32CT(name, TA, TB)                                                                    \
     extern "C" __global__ void __launch_bounds__(THREADS, 1) name(PARAMS(float, float)) {     \

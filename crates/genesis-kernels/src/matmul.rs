@@ -331,7 +331,7 @@ pub trait MatmulOutput<T: MatmulElement>: MatmulElement {
     const SPLITK_SUM: &'static str;
     /// The TF32 kernels when `T` and `Self` are f32 (indexed as [`MatmulOutput::KERNELS`]).
     const TF32: Option<[[[&'static str; 2]; 2]; 2]> = None;
-    /// The full-precision kernels of `128 x 64` tiles, for `n <= 64`, when `T` and `Self` are
+    /// The full-precision kernels of `256 x 64` tiles, for `n <= 64`, when `T` and `Self` are
     /// f32 (indexed as [`MatmulOutput::KERNELS`]; f32 output, so also the split partials).
     const N64: Option<[[[&'static str; 2]; 2]; 2]> = None;
     /// The same kernels storing C transposed, for products of `m <= 64 < n` run as
@@ -981,10 +981,9 @@ const REDUCE_LAUNCH_NS: f64 = 2000.0;
 /// Most slices a split makes.
 const MAX_SPLITS: usize = 32;
 
-/// The 128 x 128 output tiles of `shape`, over the batch (saturating).
 /// Whether a full-precision f32 product runs as `C^T = B^T A^T` ([`transposed_problem`]):
 /// `m <= 64 < n`, where the `128 x 128` tiles would compute as many rows again and drop them
-/// while the `128 x 64` tiles of the transposed problem compute none they drop.
+/// while the `256 x 64` tiles of the transposed problem compute none they drop.
 fn transposes(shape: &MatmulShape) -> bool {
     shape.m > 1 && shape.m <= 64 && shape.n > 64
 }
@@ -1012,6 +1011,27 @@ fn transposed_problem(shape: MatmulShape, layout: MatmulLayout) -> (MatmulShape,
     )
 }
 
+/// The SIMT kernel's output tiles of a full-precision f32 product, over the batch (saturating):
+/// `256 x 64` tiles when `n <= 64` (of the transposed problem when `m <= 64 < n`), else
+/// `128 x 128`. Every tile is 16384 outputs, eight warps of `32 x 64`.
+fn simt_tiles(shape: &MatmulShape) -> usize {
+    let (rows, cols) = if transposes(shape) {
+        (shape.n, shape.m)
+    } else {
+        (shape.m, shape.n)
+    };
+    let (tm, tn) = simt_tile(cols);
+    rows.div_ceil(tm)
+        .saturating_mul(cols.div_ceil(tn))
+        .saturating_mul(shape.batch)
+}
+
+/// The SIMT kernel's tile (rows, columns) for a product of `n` columns.
+fn simt_tile(n: usize) -> (usize, usize) {
+    if n <= 64 { (256, 64) } else { (TILE, TILE) }
+}
+
+/// The 128 x 128 output tiles of `shape`, over the batch (saturating).
 fn output_tiles(shape: &MatmulShape) -> usize {
     shape
         .m
@@ -1028,8 +1048,8 @@ fn output_tiles(shape: &MatmulShape) -> usize {
 /// is not a matrix-vector product (`m` or `n` 1). It is then split into
 /// `S = min(ceil(2 sms / tiles), floor(k / L), 32)` slices, when that is at least 2: enough
 /// blocks for about two waves of one block per multiprocessor, each slice at least 256 long.
-/// Full-precision f32 products of `n > 64` (the SIMT kernel's 128 x 128 tiles) choose their
-/// split by a cost model instead ([`MatmulPlan::new_for`]).
+/// Full-precision f32 products (the SIMT kernel) choose their split by a cost model instead
+/// ([`MatmulPlan::new_for`]).
 /// Slices are `kslice = ceil(k / S)` rounded up to a multiple of 32, so the last may be shorter
 /// and there are `ceil(k / kslice)` of them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1042,30 +1062,25 @@ pub struct MatmulPlan {
 
 impl MatmulPlan {
     /// The plan of a product of `T` operands: as [`MatmulPlan::new`], but a full-precision f32
-    /// product of `m <= 64 < n`, which runs as `C^T = B^T A^T` on the SIMT kernel's 128 x 64
-    /// tiles, takes the split [`MatmulPlan::new`] gives that problem; and one of `m, n > 64`
-    /// (the 128 x 128 tiles) that leaves multiprocessors idle takes the split (slices of at
-    /// least 64) of least modelled time: waves of one block per multiprocessor times the
-    /// slice's k steps, plus the partials' traffic and the summing launch.
+    /// product whose SIMT tiles ([`simt_tiles`]: `256 x 64` when `n <= 64` or, run as
+    /// `C^T = B^T A^T`, when `m <= 64`; else `128 x 128`) leave multiprocessors idle takes the
+    /// split (slices of at least 64) of least modelled time: waves of one block per
+    /// multiprocessor times the slice's k steps, plus the partials' traffic and the summing
+    /// launch.
     pub fn new_for<T: MatmulElement>(
         shape: MatmulShape,
         sms: usize,
         precision: MatmulPrecision,
     ) -> MatmulPlan {
         let simt = T::NAME == f32::NAME && precision == MatmulPrecision::Highest;
-        if simt && transposes(&shape) {
-            // Run as C^T = B^T A^T on the 128 x 64 tiles: the split of that problem.
-            let (t, _) = transposed_problem(shape, MatmulLayout::contiguous(&shape));
-            let p = Self::new(t, sms, precision);
-            return MatmulPlan { shape, ..p };
-        }
         let plan = Self::new(shape, sms, precision);
-        if !simt || shape.n <= 64 || shape.m <= 1 || shape.batch == 0 {
+        if !simt || shape.m <= 1 || shape.n <= 1 || shape.batch == 0 {
             return plan;
         }
-        let tiles = output_tiles(&shape);
+        let tiles = simt_tiles(&shape);
         let sms = sms.max(1);
         if tiles >= sms {
+            // `new` counts 128 x 128 tiles, at least as many: unsplit too.
             return plan;
         }
         let values = shape.c_len().unwrap_or(usize::MAX) as f64;
@@ -1432,7 +1447,7 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
             (pa, pb) = (ops.a, ops.b);
         }
     }
-    // Full-precision f32 products of m <= 64 < n as C^T = B^T A^T on the 128 x 64 tiles,
+    // Full-precision f32 products of m <= 64 < n as C^T = B^T A^T on the 256 x 64 tiles,
     // storing C transposed (`matmul_f32n64ct_*`).
     let ct = match O::N64_CT {
         Some(table) if tf32.is_none() && transposes(&staged_plan.shape) => {
@@ -1456,13 +1471,17 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
         table[usize::from(layout.a.transposed)][usize::from(layout.b.transposed)]
             [usize::from(!aligned)]
     };
-    // Full-precision f32 products of n <= 64 on `128 x 64` tiles.
+    // Full-precision f32 products of n <= 64 on `256 x 64` tiles.
     let n64 = if tf32.is_none() && shape.n <= 64 {
         ct.or(O::N64)
     } else {
         None
     };
-    let tile_n = if n64.is_some() { 64 } else { TILE };
+    let tile = if n64.is_some() {
+        simt_tile(shape.n)
+    } else {
+        (TILE, TILE)
+    };
     let ctx = stream.context();
     let sm90 = O::SM90.and_then(|k| {
         let tile = sm90_tile(
@@ -1511,7 +1530,7 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
                 c.addr(),
                 1,
                 shape.k,
-                tile_n,
+                tile,
             )
         };
     }
@@ -1569,7 +1588,7 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
                 workspace.addr(),
                 plan.splits,
                 plan.kslice,
-                tile_n,
+                tile,
             )?;
         }
     }
@@ -1585,7 +1604,7 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
 
 /// Launches the matmul kernel `name` (see the launch contract in `kernels/matmul.cu`) on the
 /// operands at `a` and `b` with grid z `splits` and slices of `kslice`, writing to `out`;
-/// `tile_n` is the kernel's tile width (128, or 64 for `matmul_f32n64_*`).
+/// `tile` is the kernel's tile (rows, columns): `128 x 128`, or `256 x 64` for `matmul_f32n64*`.
 ///
 /// # Safety
 ///
@@ -1604,13 +1623,16 @@ unsafe fn gemm(
     out: u64,
     splits: usize,
     kslice: usize,
-    tile_n: usize,
+    tile: (usize, usize),
 ) -> Result<()> {
     use genesis_cuda::{Kernel, LaunchConfig};
 
     let shape = plan.shape;
     let kernel = Kernel::get(stream.context(), &crate::images::MATMUL, name)?;
-    let tiles = shape.m.div_ceil(TILE).checked_mul(shape.n.div_ceil(tile_n));
+    let tiles = shape
+        .m
+        .div_ceil(tile.0)
+        .checked_mul(shape.n.div_ceil(tile.1));
     let tiles = match tiles {
         Some(t) if t <= i32::MAX as usize => t as u32,
         _ => {
@@ -2015,23 +2037,28 @@ mod tests {
         // 1000^3, 64 tiles: two slices of 512 fill one wave; three would need two.
         let p = MatmulPlan::new_for::<f32>(shape(1, 1000, 1000, 1000), 132, full);
         assert_eq!((p.splits(), p.kslice()), (2, 512));
-        // m <= 64 < n runs as C^T = B^T A^T on 128 x 64 tiles, with that problem's split:
-        // [64, 1024] @ [1024, 4096], 32 tiles: four slices of 256 (one wave); [64, 4096] @
-        // [4096, 1024], 8 tiles: sixteen slices of 256.
+        // n <= 64 runs on 256 x 64 tiles, m <= 64 < n as C^T = B^T A^T on them, by the same
+        // model: [8192, 8192] @ [8192, 64], 32 tiles: four slices of 2048 (one wave);
+        // [64, 1024] @ [1024, 4096], 16 tiles: eight slices of 128; [64, 4096] @ [4096, 1024],
+        // 4 tiles: thirty-two slices of 128.
+        let p = MatmulPlan::new_for::<f32>(shape(1, 8192, 64, 8192), 132, full);
+        assert_eq!((p.splits(), p.kslice()), (4, 2048));
         let p = MatmulPlan::new_for::<f32>(shape(1, 64, 4096, 1024), 132, full);
-        assert_eq!((p.splits(), p.kslice()), (4, 256));
+        assert_eq!((p.splits(), p.kslice()), (8, 128));
         assert_eq!(p.shape(), shape(1, 64, 4096, 1024));
         let p = MatmulPlan::new_for::<f32>(shape(1, 64, 1024, 4096), 132, full);
-        assert_eq!((p.splits(), p.kslice()), (16, 256));
+        assert_eq!((p.splits(), p.kslice()), (32, 128));
+        // The transposed problem is planned as its own.
         let p = MatmulPlan::new_for::<f32>(shape(3, 40, 300, 2000), 132, full);
-        let t = shape(3, 300, 40, 2000);
-        assert_eq!(p.splits(), MatmulPlan::new(t, 132, full).splits());
-        // n <= 64 (the 128 x 64 tiles) and enough tiles keep the rule of `new`.
-        for s in [shape(1, 8192, 64, 8192), shape(1, 4096, 4096, 4096)] {
+        let t = MatmulPlan::new_for::<f32>(shape(3, 300, 40, 2000), 132, full);
+        assert_eq!((p.splits(), p.kslice()), (t.splits(), t.kslice()));
+        // Enough tiles: unsplit, as `new`.
+        for s in [shape(1, 40000, 64, 8192), shape(1, 4096, 4096, 4096)] {
             assert_eq!(
                 MatmulPlan::new_for::<f32>(s, 132, full),
                 MatmulPlan::new(s, 132, full)
             );
+            assert_eq!(MatmulPlan::new(s, 132, full).splits(), 1);
         }
         // The tensor-core kernels keep slices of at least 256: 500 is not split.
         assert_eq!(MatmulPlan::new_for::<bf16>(s, 132, full).splits(), 1);

@@ -674,20 +674,25 @@ mod gpu {
         }
     }
 
-    /// Full-precision f32 products of n <= 64 run on the `128 x 64` tiles, within the bound,
+    /// Full-precision f32 products of n <= 64 run on the `256 x 64` tiles, within the bound,
     /// every layout, edges in m, n and k, batches, split and not.
     #[test]
-    fn narrow_f32_products_run_on_the_128_x_64_tiles() {
-        if skip_without_gpu("narrow_f32_products_run_on_the_128_x_64_tiles") {
+    fn narrow_f32_products_run_on_the_256_x_64_tiles() {
+        if skip_without_gpu("narrow_f32_products_run_on_the_256_x_64_tiles") {
             return;
         }
         let ctx = Context::get(0).unwrap();
         let stream = Stream::new(&ctx).unwrap();
         let mut rng = SmallRng::seed_from_u64(37);
         let sms = ctx.multiprocessors() as usize;
-        for (i, (m, n, k)) in [(257, 64, 300), (130, 33, 1500), (1000, 2, 77)]
-            .into_iter()
-            .enumerate()
+        for (i, (m, n, k)) in [
+            (257, 64, 300),
+            (130, 33, 1500),
+            (1000, 2, 77),
+            (600, 64, 2000),
+        ]
+        .into_iter()
+        .enumerate()
         {
             for ta in [false, true] {
                 for tb in [false, true] {
@@ -697,28 +702,34 @@ mod gpu {
                         k,
                         ta,
                         tb,
-                        pad: [0, 4, 1][i],
+                        pad: [0, 4, 1, 0][i],
                         offset: 0,
-                        batch: [1, 2, 3][i],
-                        broadcast: [0, 1, 0][i],
+                        batch: [1, 2, 3, 1][i],
+                        broadcast: [0, 1, 0, 0][i],
                     };
                     let p = problem::<f32>(c, &mut rng);
-                    let plan = MatmulPlan::new(p.shape, sms, MatmulPrecision::Highest);
-                    let got = run::<f32, f32>(&ctx, &stream, &p, c, Some(&plan));
-                    check(&got, &p, &format!("f32 n64 {c:?}"));
-                    let ran = last_matmul_kernel().unwrap_or("");
-                    assert!(ran.starts_with("matmul_f32n64_"), "{c:?}: ran {ran}");
+                    let full = MatmulPrecision::Highest;
+                    for plan in [
+                        MatmulPlan::new_for::<f32>(p.shape, sms, full),
+                        MatmulPlan::new(p.shape, sms, full),
+                    ] {
+                        let got = run::<f32, f32>(&ctx, &stream, &p, c, Some(&plan));
+                        let what = format!("f32 n64 {c:?}, {} slices", plan.splits());
+                        check(&got, &p, &what);
+                        let ran = last_matmul_kernel().unwrap_or("");
+                        assert!(ran.starts_with("matmul_f32n64_"), "{what}: ran {ran}");
+                    }
                 }
             }
         }
     }
 
-    /// Full-precision f32 products of m <= 64 < n run as C^T = B^T A^T on the `128 x 64` tiles
+    /// Full-precision f32 products of m <= 64 < n run as C^T = B^T A^T on the `256 x 64` tiles
     /// (C stored transposed), within the bound: every layout, edges in m, n and k, padded and
     /// misaligned operands, batches and broadcasts, split and not.
     #[test]
-    fn flat_f32_products_run_transposed_on_the_128_x_64_tiles() {
-        if skip_without_gpu("flat_f32_products_run_transposed_on_the_128_x_64_tiles") {
+    fn flat_f32_products_run_transposed_on_the_256_x_64_tiles() {
+        if skip_without_gpu("flat_f32_products_run_transposed_on_the_256_x_64_tiles") {
             return;
         }
         let ctx = Context::get(0).unwrap();

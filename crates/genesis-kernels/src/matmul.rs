@@ -991,6 +991,7 @@ fn transposes(shape: &MatmulShape) -> bool {
 /// The problem `C^T = B^T A^T` of `C = A B`: `[n, k] @ [k, m]` with `B^T` read in place as the
 /// first operand (the opposite major order at the same leading dimension) and `A^T` as the
 /// second. Its output `C^T [n, m]`, stored transposed, is `C` row-major.
+#[cfg(feature = "cuda")]
 fn transposed_problem(shape: MatmulShape, layout: MatmulLayout) -> (MatmulShape, MatmulLayout) {
     let flip = |l: MatrixLayout| MatrixLayout {
         transposed: !l.transposed,

@@ -674,26 +674,20 @@ mod gpu {
         }
     }
 
-    /// Full-precision f32 products of n <= 64 run on the `256 x 64` tiles, within the bound,
-    /// every layout, edges in m, n and k, batches, split and not.
-    #[test]
-    fn narrow_f32_products_run_on_the_256_x_64_tiles() {
-        if skip_without_gpu("narrow_f32_products_run_on_the_256_x_64_tiles") {
-            return;
-        }
+    /// Each case `(m, n, k, pad, offset, batch, broadcast)` in every layout, within the bound,
+    /// through the device's plan, the rule of `MatmulPlan::new` and an unsplit plan; the kernel
+    /// that ran starts with `prefix`.
+    fn f32_cases_on(
+        seed: u64,
+        cases: &[(usize, usize, usize, usize, usize, usize, u8)],
+        prefix: &str,
+    ) {
         let ctx = Context::get(0).unwrap();
         let stream = Stream::new(&ctx).unwrap();
-        let mut rng = SmallRng::seed_from_u64(37);
+        let mut rng = SmallRng::seed_from_u64(seed);
         let sms = ctx.multiprocessors() as usize;
-        for (i, (m, n, k)) in [
-            (257, 64, 300),
-            (130, 33, 1500),
-            (1000, 2, 77),
-            (600, 64, 2000),
-        ]
-        .into_iter()
-        .enumerate()
-        {
+        let full = MatmulPrecision::Highest;
+        for &(m, n, k, pad, offset, batch, broadcast) in cases {
             for ta in [false, true] {
                 for tb in [false, true] {
                     let c = Case {
@@ -702,72 +696,59 @@ mod gpu {
                         k,
                         ta,
                         tb,
-                        pad: [0, 4, 1, 0][i],
-                        offset: 0,
-                        batch: [1, 2, 3, 1][i],
-                        broadcast: [0, 1, 0, 0][i],
+                        pad,
+                        offset,
+                        batch,
+                        broadcast,
                     };
                     let p = problem::<f32>(c, &mut rng);
-                    let full = MatmulPrecision::Highest;
                     for plan in [
                         MatmulPlan::new_for::<f32>(p.shape, sms, full),
                         MatmulPlan::new(p.shape, sms, full),
+                        MatmulPlan::new(p.shape, 1, full),
                     ] {
                         let got = run::<f32, f32>(&ctx, &stream, &p, c, Some(&plan));
-                        let what = format!("f32 n64 {c:?}, {} slices", plan.splits());
+                        let what = format!("f32 {c:?}, {} slices", plan.splits());
                         check(&got, &p, &what);
                         let ran = last_matmul_kernel().unwrap_or("");
-                        assert!(ran.starts_with("matmul_f32n64_"), "{what}: ran {ran}");
+                        assert!(ran.starts_with(prefix), "{what}: ran {ran}");
                     }
                 }
             }
         }
     }
 
+    /// Full-precision f32 products of n <= 64 run on the `256 x 64` tiles: edges in m, n and
+    /// k, padded operands, batches and broadcasts, split and not.
+    #[test]
+    fn narrow_f32_products_run_on_the_256_x_64_tiles() {
+        if skip_without_gpu("narrow_f32_products_run_on_the_256_x_64_tiles") {
+            return;
+        }
+        let cases = [
+            (257, 64, 300, 0, 0, 1, 0),
+            (130, 33, 1500, 4, 0, 2, 1),
+            (1000, 2, 77, 1, 0, 3, 0),
+            (600, 64, 2000, 0, 0, 1, 0),
+        ];
+        f32_cases_on(37, &cases, "matmul_f32n64_");
+    }
+
     /// Full-precision f32 products of m <= 64 < n run as C^T = B^T A^T on the `256 x 64` tiles
-    /// (C stored transposed), within the bound: every layout, edges in m, n and k, padded and
-    /// misaligned operands, batches and broadcasts, split and not.
+    /// (C stored transposed): edges in m, n and k, padded and misaligned operands, batches and
+    /// broadcasts, split and not.
     #[test]
     fn flat_f32_products_run_transposed_on_the_256_x_64_tiles() {
         if skip_without_gpu("flat_f32_products_run_transposed_on_the_256_x_64_tiles") {
             return;
         }
-        let ctx = Context::get(0).unwrap();
-        let stream = Stream::new(&ctx).unwrap();
-        let mut rng = SmallRng::seed_from_u64(41);
-        let sms = ctx.multiprocessors() as usize;
-        let full = MatmulPrecision::Highest;
-        for (i, (m, n, k)) in [(64, 300, 1000), (37, 129, 77), (2, 1000, 300), (63, 65, 2)]
-            .into_iter()
-            .enumerate()
-        {
-            for ta in [false, true] {
-                for tb in [false, true] {
-                    let c = Case {
-                        m,
-                        n,
-                        k,
-                        ta,
-                        tb,
-                        pad: [0, 4, 1, 3][i],
-                        offset: [0, 0, 1, 2][i],
-                        batch: [1, 2, 3, 2][i],
-                        broadcast: [0, 1, 2, 0][i],
-                    };
-                    let p = problem::<f32>(c, &mut rng);
-                    for plan in [
-                        MatmulPlan::new_for::<f32>(p.shape, sms, full),
-                        MatmulPlan::new(p.shape, 1, full),
-                    ] {
-                        let got = run::<f32, f32>(&ctx, &stream, &p, c, Some(&plan));
-                        let what = format!("f32 flat {c:?}, {} slices", plan.splits());
-                        check(&got, &p, &what);
-                        let ran = last_matmul_kernel().unwrap_or("");
-                        assert!(ran.starts_with("matmul_f32n64ct_"), "{what}: ran {ran}");
-                    }
-                }
-            }
-        }
+        let cases = [
+            (64, 300, 1000, 0, 0, 1, 0),
+            (37, 129, 77, 4, 0, 2, 1),
+            (2, 1000, 300, 1, 1, 3, 2),
+            (63, 65, 2, 3, 2, 2, 0),
+        ];
+        f32_cases_on(41, &cases, "matmul_f32n64ct_");
     }
 
     #[test]

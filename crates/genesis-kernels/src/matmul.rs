@@ -335,7 +335,7 @@ pub trait MatmulOutput<T: MatmulElement>: MatmulElement {
     /// f32 (indexed as [`MatmulOutput::KERNELS`]; f32 output, so also the split partials).
     const N64: Option<[[[&'static str; 2]; 2]; 2]> = None;
     /// The same kernels storing C transposed, for products of `m <= 64 < n` run as
-    /// `C^T = B^T A^T` ([`transposed_problem`]).
+    /// `C^T = B^T A^T` (operands swapped, each read in place in the opposite major order).
     const N64_CT: Option<[[[&'static str; 2]; 2]; 2]> = None;
     /// The Hopper kernels of `kernels/matmul_sm90.cu` when `T` is f16 or bf16.
     const SM90: Option<Sm90Kernels> = None;
@@ -1063,7 +1063,7 @@ pub struct MatmulPlan {
 
 impl MatmulPlan {
     /// The plan of a product of `T` operands: as [`MatmulPlan::new`], but a full-precision f32
-    /// product whose SIMT tiles ([`simt_tiles`]: `256 x 64` when `n <= 64` or, run as
+    /// product whose SIMT tiles (`256 x 64` when `n <= 64` or, run as
     /// `C^T = B^T A^T`, when `m <= 64`; else `128 x 128`) leave multiprocessors idle takes the
     /// split (slices of at least 64) of least modelled time: waves of one block per
     /// multiprocessor times the slice's k steps, plus the partials' traffic and the summing

@@ -557,10 +557,15 @@ __device__ __forceinline__ void gemm_f32(const float* __restrict__ A, const floa
                     bv[4 * h + 3] = b4.w;
                 }
                 const float av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+                // Rows in turn, columns forward then backward: consecutive multiply-adds
+                // share an operand (the row's a, then at the turn the column's b).
 #pragma unroll
                 for (int i = 0; i < 8; ++i)
 #pragma unroll
-                    for (int j = 0; j < 4 * NH; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+                    for (int jj = 0; jj < 4 * NH; ++jj) {
+                        const int j = (i & 1) ? 4 * NH - 1 - jj : jj;
+                        acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+                    }
             }
             if (more) {
                 la.store(As[cur ^ 1], va);

@@ -34,9 +34,9 @@
 //     32 x 64 each; in a warp, 4 x 8 threads each own 8 x 8 outputs: rows r0 .. r0 + 3 and
 //     r0 + 16 .. r0 + 19, and runs of 4 columns 32 apart, so every shared-memory read is a
 //     float4 and a warp's reads of one k row of B cover 128 contiguous bytes.
-//   * K advances in slices of 16, double-buffered: the global loads (two float4 per thread and
-//     operand) of slice t + 1 are issued into registers before slice t is multiplied and stored
-//     to the other shared buffer after it; one barrier per slice. Both tiles are kept k-major
+//   * K advances in slices of 16, double-buffered: the global loads (float4, two per thread
+//     and operand of a 128 x 128 tile) of slice t + 1 are issued into registers before slice t
+//     is multiplied and stored to the other shared buffer after it; one barrier per slice. Both tiles are kept k-major
 //     in shared memory (A as As[k][m], rows padded by 4 floats: the transposing stores of a
 //     warp meet at most two to a bank).
 //   * Edges and unaligned operands are read element by element with bounds checks.
@@ -391,14 +391,14 @@ __device__ __forceinline__ void gemm_tc(uint4* smem, const T* __restrict__ A,
 // ---------------------------------------------------------------------------------------------
 // f32 kernel (CUDA cores).
 //
-// A block computes a 128 x BN tile of C with 256 threads, k in slices of F_BK = 16 staged
-// through two shared-memory buffers: the next slice's global loads are in flight (in
+// A block computes a 128 x 128 or 256 x 64 tile of C with 256 threads, k in slices of F_BK = 16
+// staged through two shared-memory buffers: the next slice's global loads are in flight (in
 // registers) while the current slice is multiplied. Shared tiles are k-major, s[k][mn], so
-// that a thread reads its rows of A and columns of B as float4. Warps tile the block 4 (m) x 2
-// (n), each 32 x BN / 2; in a warp, 4 x 8 threads each own 8 rows (r, r + 16: two runs of 4)
-// and BN / 16 columns (runs of 4, 32 apart). A warp's float4 reads of a k row of B then cover
-// 128 contiguous bytes and its reads of A four float4, which keeps shared-memory traffic per
-// multiply-add low.
+// that a thread reads its rows of A and columns of B as float4. Every warp computes 32 x 64
+// outputs; in a warp, 4 x 8 threads each own 8 rows (r, r + 16: two runs of 4) and 8 columns
+// (two runs of 4, 32 apart). A warp's float4 reads of a k row of B then cover 128 contiguous
+// bytes and its reads of A four float4, which keeps shared-memory traffic per multiply-add
+// low.
 
 constexpr int F_BK = 16, F_PAD = 4;
 
@@ -426,7 +426,6 @@ struct F32Loader {
                 kk[i] = idx / (MN / 4);
                 mn[i] = (idx % (MN / 4)) * 4;
                 p[i] = base + (uint64_t)kk[i] * ld + mn0 + mn[i];
-
             }
         }
         step = KMAJOR ? F_BK : F_BK * ld;
@@ -900,34 +899,26 @@ F32(matmul_f32_nt, gemm_f32, false, true)
 F32(matmul_f32_tn, gemm_f32, true, false)
 F32(matmul_f32_tt, gemm_f32, true, true)
 // f32 with 256 x 64 tiles (n <= 64), same contract but grid x ceil(m / 256) * ceil(n / 64).
-#define F32N64(name, TA, TB)                                                                   \
+// CT (`matmul_f32n64ct_*`): products of m <= 64 < n as C^T = B^T A^T, C stored transposed: the
+// kernel's M, N, A, B are the product's n, m, B^T, A^T (so C^T's M x N values are C's m x n,
+// row-major).
+#define F32N64(name, TA, TB, CT)                                                               \
     extern "C" __global__ void __launch_bounds__(THREADS, 1) name(PARAMS(float, float)) {     \
         SPLIT(TA, TB)                                                                          \
-        gemm_f32<TA, TB, true, 64>(ARGS);                                                      \
+        gemm_f32<TA, TB, true, 64, CT>(ARGS);                                                  \
     }                                                                                          \
     extern "C" __global__ void __launch_bounds__(THREADS, 1) name##_any(PARAMS(float, float)) { \
         SPLIT(TA, TB)                                                                          \
-        gemm_f32<TA, TB, false, 64>(ARGS);                                                     \
+        gemm_f32<TA, TB, false, 64, CT>(ARGS);                                                 \
     }
-F32N64(matmul_f32n64_nn, false, false)
-F32N64(matmul_f32n64_nt, false, true)
-F32N64(matmul_f32n64_tn, true, false)
-F32N64(matmul_f32n64_tt, true, true)
-// Products of m <= 64 < n as C^T = B^T A^T on 256 x 64 tiles, C stored transposed: the kernel's
-// M, N, A, B are the product's n, m, B^T, A^T (so C^T's M x N values are C's m x n, row-major).
-#define F32CT(name, TA, TB)                                                                    \
-    extern "C" __global__ void __launch_bounds__(THREADS, 1) name(PARAMS(float, float)) {     \
-        SPLIT(TA, TB)                                                                          \
-        gemm_f32<TA, TB, true, 64, true>(ARGS);                                                \
-    }                                                                                          \
-    extern "C" __global__ void __launch_bounds__(THREADS, 1) name##_any(PARAMS(float, float)) { \
-        SPLIT(TA, TB)                                                                          \
-        gemm_f32<TA, TB, false, 64, true>(ARGS);                                               \
-    }
-F32CT(matmul_f32n64ct_nn, false, false)
-F32CT(matmul_f32n64ct_nt, false, true)
-F32CT(matmul_f32n64ct_tn, true, false)
-F32CT(matmul_f32n64ct_tt, true, true)
+F32N64(matmul_f32n64_nn, false, false, false)
+F32N64(matmul_f32n64_nt, false, true, false)
+F32N64(matmul_f32n64_tn, true, false, false)
+F32N64(matmul_f32n64_tt, true, true, false)
+F32N64(matmul_f32n64ct_nn, false, false, true)
+F32N64(matmul_f32n64ct_nt, false, true, true)
+F32N64(matmul_f32n64ct_tn, true, false, true)
+F32N64(matmul_f32n64ct_tt, true, true, true)
 // TF32 (f32 operands and output, same alignment rule as the f32 kernels).
 F32(matmul_tf32_nn, gemm_tf32, false, false)
 F32(matmul_tf32_nt, gemm_tf32, false, true)

@@ -1047,7 +1047,7 @@ fn output_tiles(shape: &MatmulShape) -> usize {
 /// Split rule: a problem of `tiles = batch * ceil(m / 128) * ceil(n / 128)` output tiles is
 /// split only when `tiles < sms` (one block per tile would leave multiprocessors idle) and it
 /// is not a matrix-vector product (`m` or `n` 1). It is then split into
-/// `S = min(ceil(2 sms / tiles), floor(k / L), 32)` slices, when that is at least 2: enough
+/// `S = min(ceil(2 sms / tiles), floor(k / 256), 32)` slices, when that is at least 2: enough
 /// blocks for about two waves of one block per multiprocessor, each slice at least 256 long.
 /// Full-precision f32 products (the SIMT kernel) choose their split by a cost model instead
 /// ([`MatmulPlan::new_for`]).

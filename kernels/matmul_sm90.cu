@@ -41,8 +41,11 @@
 //     A broadcast operand (batch stride 0) has a batch extent of 1 and is read at batch 0.
 //   * Epilogue: each consumer thread stores its accumulators straight from registers (the
 //     m64nNk16 f32 layout: register i of lane l of warp w holds row 16w + l / 4 + 8 ((i / 2) % 2),
-//     column 8 (i / 4) + 2 (l % 4) + i % 2), as pairs where the row allows. The producer runs
-//     ahead into the next unit's stages meanwhile.
+//     column 8 (i / 4) + 2 (l % 4) + i % 2), as pairs where the row allows (f32: a quad's
+//     pairs are one whole 32-byte sector). 16-bit outputs are first exchanged within each quad
+//     of lanes (a 4 x 4 transpose of packed pairs), so that each lane stores 8 consecutive
+//     columns as one 16-byte store and every sector is written whole, where C's rows start on
+//     16 bytes. The producer runs ahead into the next unit's stages meanwhile.
 //   * Split-k (the f32-output kernels only; the others run one slice, kslice >= k): slice z
 //     covers k in [z * kslice, min(k, (z + 1) * kslice)), kslice a multiple of 32 (the
 //     launcher's rule). A slice's last box may reach 32 k values into the next slice: the
@@ -504,6 +507,38 @@ __device__ __forceinline__ void store2(__nv_bfloat16* p, float x, float y) {
     *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
 }
 
+// Two f32 values rounded to the 16-bit type and packed as one 32-bit word (x in the low half,
+// the element at the lower address).
+__device__ __forceinline__ uint32_t pack2(__half*, float x, float y) {
+    const __half2 v = __floats2half2_rn(x, y);
+    return *reinterpret_cast<const uint32_t*>(&v);
+}
+__device__ __forceinline__ uint32_t pack2(__nv_bfloat16*, float x, float y) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
+    return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Element i of a 4-word array at a lane-dependent index, by selects (a dynamically indexed
+// register array would live in local memory).
+__device__ __forceinline__ uint32_t pick4(const uint32_t (&w)[4], int i) {
+    return i == 0 ? w[0] : i == 1 ? w[1] : i == 2 ? w[2] : w[3];
+}
+
+// The 4 x 4 transpose of 32-bit words across the quad of lanes 4r .. 4r + 3: lane q enters
+// w[j] and leaves with o[p] = word q of lane p's w. In the accumulator layout word j of lane
+// q holds columns 8 j + 2 q, + 1 of a row, so o is columns 8 q .. 8 q + 7: 16 contiguous
+// bytes. Every lane of the warp takes part (the shuffles are warp-wide).
+__device__ __forceinline__ void quad_transpose(const uint32_t (&w)[4], uint32_t (&o)[4],
+                                               int q) {
+    uint32_t got[4];
+    got[0] = pick4(w, q);
+#pragma unroll
+    for (int r = 1; r < 4; ++r) got[r] = __shfl_xor_sync(0xffffffffu, pick4(w, q ^ r), r);
+    // got[r] came from lane q ^ r: it is o[q ^ r].
+#pragma unroll
+    for (int p = 0; p < 4; ++p) o[p] = pick4(got, p ^ q);
+}
+
 // Work unit u: slice z, batch b and the first row and column (m0, n0) of its tile. Units run
 // slice-major, then batch, then tile; tiles of one matrix in groups of GROUP_M tile rows,
 // column by column inside a group.
@@ -623,6 +658,7 @@ __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMa
     const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     const bool leader = threadIdx.x % 128 == 0;
     const bool pairs = N % 2 == 0 && ((uintptr_t)C & (2 * sizeof(O) - 1)) == 0;
+    const bool vec16 = N % 8 == 0 && ((uintptr_t)C & 15) == 0;
     float acc[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
@@ -671,6 +707,35 @@ __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMa
         // Epilogue: rows and columns of the m64nNk16 accumulator layout, in-range ones only.
         O* out = C + (w.z * batch + w.b) * M * N;
         const uint64_t row0 = w.m0 + c * 64 + warp * 16 + lane / 4;
+        if constexpr (sizeof(O) == 2) {
+            // 16-bit outputs: a quad's four lanes hold 8 columns (16 bytes) of a row in each
+            // 8-column chunk, 4 bytes a lane, which would write every 32-byte sector of C in
+            // two halves. A quad transpose over 4 chunks gives each lane one whole chunk, so a
+            // warp's store covers whole sectors (8 rows of 64 bytes). Taken when every chunk
+            // starts on 16 bytes (N a multiple of 8, C on 16 bytes); a chunk then lies wholly
+            // inside or wholly past column N.
+            if (vec16) {
+                const int q = lane % 4;
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const uint64_t row = row0 + 8 * h;
+#pragma unroll
+                    for (int g = 0; g < BN / 32; ++g) {
+                        uint32_t wd[4], o[4];
+#pragma unroll
+                        for (int j = 0; j < 4; ++j)
+                            wd[j] = pack2((O*)nullptr, acc[(4 * g + j) * 4 + h * 2],
+                                          acc[(4 * g + j) * 4 + h * 2 + 1]);
+                        quad_transpose(wd, o, q);
+                        const uint64_t col = w.n0 + (uint64_t)(4 * g + q) * 8;
+                        if (row < M && col < N)
+                            *reinterpret_cast<uint4*>(out + row * N + col) =
+                                make_uint4(o[0], o[1], o[2], o[3]);
+                    }
+                }
+                continue;
+            }
+        }
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const uint64_t row = row0 + 8 * h;

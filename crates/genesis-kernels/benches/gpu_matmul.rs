@@ -11,7 +11,8 @@
 //! `kernels/matmul.cu` where the Hopper kernels would run (`force_sm80_matmul_on_thread`);
 //! the `kernel` column names the kernel each row ran.
 //!
-//! `gpu_matmul [--json PATH]`: prints a table and, with `--json`, writes the figures.
+//! `gpu_matmul [--json PATH] [--only TEXT]`: prints a table and, with `--json`, writes the
+//! figures; `--only` times just the rows whose name contains `TEXT` (for a profiler run).
 //! Without a GPU (or without the `cuda` feature) it says so and exits successfully.
 
 #[cfg(not(feature = "cuda"))]
@@ -253,6 +254,7 @@ mod gpu {
             return Ok(());
         }
         let json = std::env::args().skip_while(|a| a != "--json").nth(1);
+        let only = std::env::args().skip_while(|a| a != "--only").nth(1);
         let ctx = Context::get(0)?;
         let stream = Stream::new(&ctx)?;
         let mut rng = SmallRng::seed_from_u64(5);
@@ -263,6 +265,9 @@ mod gpu {
             "case", "median ms", "min ms", "TFLOP/s", "splits", "clock"
         );
         for c in cases() {
+            if only.as_deref().is_some_and(|o| !name(&c).contains(o)) {
+                continue;
+            }
             let (t, splits, kernel) = match c.dtype {
                 "f32" | "tf32" => time_case::<f32>(&ctx, &stream, &c, &mut rng)?,
                 "bf16" => time_case::<bf16>(&ctx, &stream, &c, &mut rng)?,

@@ -880,6 +880,9 @@ mod gpu {
         tb: bool,
         extra: usize,
         offset: usize,
+        /// Elements C starts past an allocation's start: 1 leaves 16-bit and f32 outputs off
+        /// 8 bytes, 4 leaves 16-bit outputs off 16 bytes.
+        c_offset: usize,
         batch: usize,
         /// 0: each operand its own matrices; 1: A broadcast; 2: B broadcast.
         broadcast: u8,
@@ -894,6 +897,7 @@ mod gpu {
             tb,
             extra: 0,
             offset: 0,
+            c_offset: 0,
             batch: 1,
             broadcast: 0,
         }
@@ -1038,8 +1042,11 @@ mod gpu {
         let len = p.shape.c_len().unwrap();
         let a = DeviceBuffer::from_host(ctx, bytes(&p.a)).unwrap();
         let b = DeviceBuffer::from_host(ctx, bytes(&p.b)).unwrap();
-        let mut out =
-            DeviceBuffer::from_host(ctx, bytes(&vec![O::from_f32(f32::NAN); len])).unwrap();
+        let mut out = DeviceBuffer::from_host(
+            ctx,
+            bytes(&vec![O::from_f32(f32::NAN); w.c_offset + len]),
+        )
+        .unwrap();
         let a_span = a.as_span::<T>().unwrap().slice(w.offset..).unwrap();
         let b_span = b.as_span::<T>().unwrap().slice(w.offset..).unwrap();
         force_sm80_matmul_on_thread(Some(sm80));
@@ -1062,7 +1069,7 @@ mod gpu {
                 p.layout,
                 a_span,
                 b_span,
-                out.as_span_mut::<O>().unwrap(),
+                out.as_span_mut::<O>().unwrap().slice_mut(w.c_offset..).unwrap(),
                 ws.as_span_mut::<u8>().unwrap(),
             )
             .unwrap();
@@ -1074,7 +1081,7 @@ mod gpu {
                 p.layout,
                 a_span,
                 b_span,
-                out.as_span_mut::<O>().unwrap(),
+                out.as_span_mut::<O>().unwrap().slice_mut(w.c_offset..).unwrap(),
             )
             .unwrap();
         }
@@ -1092,7 +1099,7 @@ mod gpu {
             );
         }
         stream.synchronize().unwrap();
-        let mut got = vec![O::from_f32(0.0); len];
+        let mut got = vec![O::from_f32(0.0); w.c_offset + len];
         // SAFETY: any bit pattern is a value of these types.
         let dst = unsafe {
             std::slice::from_raw_parts_mut(
@@ -1101,11 +1108,16 @@ mod gpu {
             )
         };
         out.copy_to_host(dst).unwrap();
-        wide_check(&got, &p, w, rng, &what);
+        assert!(
+            got[..w.c_offset].iter().all(|x| x.to_f32().is_nan()),
+            "{what}: wrote before C"
+        );
+        wide_check(&got[w.c_offset..], &p, w, rng, &what);
     }
 
     /// The Hopper shapes: squares, non-multiples of the tiles, every layout, batches and
-    /// broadcasts, padded leading dimensions and shifted (16-byte aligned) starts.
+    /// broadcasts, padded leading dimensions, shifted (16-byte aligned) operand starts and
+    /// outputs shifted off 8 and 16 bytes.
     fn wide_cases() -> Vec<Wide> {
         let mut v = Vec::new();
         let shapes = [
@@ -1126,6 +1138,7 @@ mod gpu {
                     v.push(Wide {
                         extra: [0, 8, 0, 16][r % 4],
                         offset: [0, 8, 0, 0][(r / 2) % 4],
+                        c_offset: [0, 0, 1, 4][(r + 1) % 4],
                         batch: if big { 1 } else { [1, 3, 1, 2][r % 4] },
                         broadcast: if big { 0 } else { [0, 0, 1, 2][(r / 3) % 4] },
                         ..wide(m, n, k, ta, tb)

@@ -40,6 +40,9 @@
 //     in shared memory (A as As[k][m], rows padded by 4 floats: the transposing stores of a
 //     warp meet at most two to a bank).
 //   * Edges and unaligned operands are read element by element with bounds checks.
+//   * Small products (too few 128 x 128 tiles to fill the device) may run `matmul_f32s_*`:
+//     64 x 64 tiles, 4 x 4 outputs a thread, several blocks a multiprocessor (the launcher's
+//     cost model chooses).
 //   * Products of n <= 64 run `matmul_f32n64_*`: the same kernel on 256 x 64 tiles (warps 8 x 1),
 //     so no tile computes 64 columns it then drops. Products of m <= 64 < n run
 //     `matmul_f32n64ct_*`, the same kernels on C^T = B^T A^T (operands swapped, each read in
@@ -89,7 +92,8 @@
 // float4 loads for f32) instead of element loads. The copy keeps the operand's major order.
 //
 // Launch contract (src/matmul.rs): blocks of 256 threads, grid (ceil(m / 128) * ceil(n / 128)
-// (ceil(m / 256) * ceil(n / 64) for `matmul_f32n64*`),
+// (ceil(m / 256) * ceil(n / 64) for `matmul_f32n64*`, ceil(m / 64) * ceil(n / 64) for
+// `matmul_f32s_*`),
 // min(batch, 65535), slices). Parameters: (A, B, C, batch, m, n, k, lda, ldb, batch stride of
 // A, batch stride of B, kslice), every integer a u64, strides and leading dimensions in
 // elements.
@@ -622,6 +626,103 @@ __device__ __forceinline__ void gemm_f32(const float* __restrict__ A, const floa
     }
 }
 
+// The small-tile f32 kernel (`matmul_f32s_*`): a 64 x 64 tile per block of 256 threads as
+// 16 x 16 threads of 4 x 4 outputs (rows 4 (tid / 16) .., columns 4 (tid % 16) ..), the same
+// slices of 16, loads and double buffering as gemm_f32 (one float4 per thread and operand).
+// About 64 registers a thread, so several blocks share a multiprocessor: for products whose
+// 128 x 128 tiles are too few to fill the device, where the large tile would leave most
+// multiprocessors idle and the rest latency-bound.
+__device__ __forceinline__ void gemm_f32s_tile(const float (*As)[64 + F_PAD],
+                                               const float (*Bs)[64 + F_PAD], int r0, int c0,
+                                               float (&acc)[4][4]) {
+#pragma unroll
+    for (int k = 0; k < F_BK; ++k) {
+        const float4 a = *reinterpret_cast<const float4*>(&As[k][r0]);
+        const float4 b = *reinterpret_cast<const float4*>(&Bs[k][c0]);
+        const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+    }
+}
+
+template <bool TA, bool TB, bool VEC>
+__device__ __forceinline__ void gemm_f32s(const float* __restrict__ A,
+                                          const float* __restrict__ B, float* __restrict__ C,
+                                          uint64_t batch, uint64_t M, uint64_t N, uint64_t K,
+                                          uint64_t lda, uint64_t ldb, uint64_t sa, uint64_t sb) {
+    constexpr int T = 64;
+    __shared__ __align__(16) float As[2][F_BK][T + F_PAD];
+    __shared__ __align__(16) float Bs[2][F_BK][T + F_PAD];
+    const int tid = threadIdx.x;
+    const int r0 = (tid / 16) * 4, c0 = (tid % 16) * 4;
+    const uint64_t tiles_m = (M + T - 1) / T, tiles_n = (N + T - 1) / T;
+    uint64_t tm, tn;
+    tile_of(blockIdx.x, tiles_m, tiles_n, tm, tn);
+    const uint64_t m0 = tm * T, n0 = tn * T;
+    const int kt_n = (int)((K + F_BK - 1) / F_BK);
+    const bool inside = VEC && m0 + T <= M && n0 + T <= N;
+    const int64_t m_left = (int64_t)(M - m0), n_left = (int64_t)(N - n0);
+
+    for (uint64_t b = blockIdx.y; b < batch; b += gridDim.y) {
+        float* c = C + b * M * N;
+        F32Loader<!TA, T> la(A + b * sa, lda, m0, tid);
+        F32Loader<TB, T> lb(B + b * sb, ldb, n0, tid);
+        float4 va[F32Loader<!TA, T>::NL], vb[F32Loader<TB, T>::NL];
+        const auto load = [&](int kt) {
+            const int64_t k_left = (int64_t)K - (int64_t)kt * F_BK;
+            if (inside && k_left >= F_BK) {
+                la.load_inside(va);
+                lb.load_inside(vb);
+            } else {
+                la.template load_edge<VEC>(va, m_left, k_left);
+                lb.template load_edge<VEC>(vb, n_left, k_left);
+            }
+            la.next();
+            lb.next();
+        };
+        float acc[4][4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
+        if (kt_n > 0) {
+            load(0);
+            la.store(As[0], va);
+            lb.store(Bs[0], vb);
+        }
+        __syncthreads();
+        for (int kt = 0; kt < kt_n; ++kt) {
+            const int cur = kt & 1;
+            const bool more = kt + 1 < kt_n;
+            if (more) load(kt + 1);
+            gemm_f32s_tile(As[cur], Bs[cur], r0, c0, acc);
+            if (more) {
+                la.store(As[cur ^ 1], va);
+                lb.store(Bs[cur ^ 1], vb);
+            }
+            __syncthreads();
+        }
+        const bool quads = N % 4 == 0 && ((uintptr_t)C & 15) == 0;
+        const uint64_t gc = n0 + c0;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const uint64_t gr = m0 + r0 + i;
+            if (gr >= M) continue;
+            float* p = c + gr * N + gc;
+            if (quads && gc + 4 <= N) {
+                *reinterpret_cast<float4*>(p) =
+                    make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    if (gc + e < N) p[e] = acc[i][e];
+            }
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // f32 on tensor cores with TF32 inputs (opt-in).
 
@@ -898,6 +999,21 @@ F32(matmul_f32_nn, gemm_f32, false, false)
 F32(matmul_f32_nt, gemm_f32, false, true)
 F32(matmul_f32_tn, gemm_f32, true, false)
 F32(matmul_f32_tt, gemm_f32, true, true)
+// f32 with 64 x 64 tiles (small products), same contract but grid x ceil(m / 64) *
+// ceil(n / 64), and several blocks a multiprocessor.
+#define F32S(name, TA, TB)                                                                     \
+    extern "C" __global__ void __launch_bounds__(THREADS, 4) name(PARAMS(float, float)) {     \
+        SPLIT(TA, TB)                                                                          \
+        gemm_f32s<TA, TB, true>(ARGS);                                                         \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(THREADS, 4) name##_any(PARAMS(float, float)) { \
+        SPLIT(TA, TB)                                                                          \
+        gemm_f32s<TA, TB, false>(ARGS);                                                        \
+    }
+F32S(matmul_f32s_nn, false, false)
+F32S(matmul_f32s_nt, false, true)
+F32S(matmul_f32s_tn, true, false)
+F32S(matmul_f32s_tt, true, true)
 // f32 with 256 x 64 tiles (n <= 64), same contract but grid x ceil(m / 256) * ceil(n / 64).
 // CT (`matmul_f32n64ct_*`): products of m <= 64 < n as C^T = B^T A^T, C stored transposed: the
 // kernel's M, N, A, B are the product's n, m, B^T, A^T (so C^T's M x N values are C's m x n,

@@ -68,6 +68,8 @@ mod gpu {
         /// Products in the batch (`_b{batch}` rows when more than one), each operand its own
         /// matrices.
         batch: usize,
+        /// A forced plan (`--sweep`): the `64 x 64` SIMT tiles or not, and the splits.
+        force: Option<(bool, usize)>,
     }
 
     const fn case(dtype: &'static str, m: usize, n: usize, k: usize) -> Case {
@@ -82,6 +84,7 @@ mod gpu {
             unsplit: false,
             sm80: false,
             batch: 1,
+            force: None,
         }
     }
 
@@ -184,7 +187,7 @@ mod gpu {
         stream: &Stream,
         c: &Case,
         rng: &mut SmallRng,
-    ) -> BoxResult<(timing::Timing, usize, &'static str)> {
+    ) -> BoxResult<(timing::Timing, MatmulPlan, &'static str)> {
         let shape = MatmulShape {
             batch: c.batch,
             m: c.m,
@@ -217,6 +220,9 @@ mod gpu {
         if c.unsplit {
             plan = plan.with_splits(1);
         }
+        if let Some((small, splits)) = c.force {
+            plan = plan.with_splits(splits).with_small_tiles(small);
+        }
         let ws_len = plan.workspace_bytes_for(
             &layout,
             std::mem::size_of::<T>(),
@@ -245,7 +251,7 @@ mod gpu {
             timing::events(stream, warmup, runs, &mut f)
         };
         force_sm80_matmul_on_thread(None);
-        Ok((t?, plan.splits(), last_matmul_kernel().unwrap_or("-")))
+        Ok((t?, plan, last_matmul_kernel().unwrap_or("-")))
     }
 
     pub(crate) fn run() -> BoxResult {
@@ -258,6 +264,9 @@ mod gpu {
         let ctx = Context::get(0)?;
         let stream = Stream::new(&ctx)?;
         let mut rng = SmallRng::seed_from_u64(5);
+        if std::env::args().any(|a| a == "--sweep") {
+            return sweep(&ctx, &stream, &mut rng);
+        }
         let mut rows = Vec::new();
         println!("device: {} ({} SMs)", ctx.name(), ctx.multiprocessors());
         println!(
@@ -268,11 +277,12 @@ mod gpu {
             if only.as_deref().is_some_and(|o| !name(&c).contains(o)) {
                 continue;
             }
-            let (t, splits, kernel) = match c.dtype {
+            let (t, plan, kernel) = match c.dtype {
                 "f32" | "tf32" => time_case::<f32>(&ctx, &stream, &c, &mut rng)?,
                 "bf16" => time_case::<bf16>(&ctx, &stream, &c, &mut rng)?,
                 _ => time_case::<f16>(&ctx, &stream, &c, &mut rng)?,
             };
+            let splits = plan.splits();
             let tflops = 2.0 * (c.batch * c.m * c.n * c.k) as f64 / (t.median_ms * 1e-3) / 1e12;
             let clock = if c.wall { "wall" } else { "device" };
             println!(
@@ -295,6 +305,90 @@ mod gpu {
         if let Some(path) = json {
             let doc = serde_json::json!({ "device": ctx.name(), "results": rows });
             std::fs::write(path, serde_json::to_string_pretty(&doc)?)?;
+        }
+        Ok(())
+    }
+
+    /// `--sweep`: full-precision f32 products of every SIMT tile choice and split in turn
+    /// (device time), next to the plan `MatmulPlan::new_for` makes, for fitting and checking
+    /// its cost model. Lines `sweep m n k batch small splits kslice median_ms chosen`.
+    fn sweep(ctx: &Arc<Context>, stream: &Stream, rng: &mut SmallRng) -> BoxResult {
+        let shapes: [(usize, usize, usize, usize); 30] = [
+            (100, 100, 100, 1),
+            (200, 200, 200, 1),
+            (300, 300, 300, 1),
+            (500, 500, 500, 1),
+            (700, 700, 700, 1),
+            (1000, 1000, 1000, 1),
+            (256, 1024, 512, 1),
+            (1024, 256, 1024, 1),
+            (128, 512, 2048, 1),
+            (384, 384, 4096, 1),
+            (128, 128, 128, 8),
+            (64 + 1, 200, 3000, 1),
+            (150, 150, 150, 1),
+            (400, 400, 400, 1),
+            (600, 600, 600, 1),
+            (800, 800, 800, 1),
+            (1200, 1200, 1200, 1),
+            (300, 900, 700, 1),
+            (512, 768, 300, 1),
+            (200, 2000, 200, 1),
+            (96, 1000, 1000, 1),
+            (300, 300, 300, 3),
+            (640, 320, 1500, 1),
+            (250, 250, 8000, 1),
+            (8192, 64, 8192, 1),
+            (64, 4096, 1024, 1),
+            (64, 1024, 4096, 1),
+            (3000, 50, 2000, 1),
+            (40, 300, 2000, 2),
+            (1000, 64, 500, 1),
+        ];
+        let sms = ctx.multiprocessors() as usize;
+        for (m, n, k, batch) in shapes {
+            let chosen = MatmulPlan::new_for::<f32>(
+                MatmulShape {
+                    batch,
+                    m,
+                    n,
+                    k,
+                    a_batch_stride: m * k,
+                    b_batch_stride: k * n,
+                },
+                sms,
+                MatmulPrecision::Highest,
+            );
+            let mut seen = Vec::new();
+            // The products of n <= 64 or m <= 64 < n run on the 256 x 64 tiles whatever `small`.
+            let narrow = n <= 64 || m <= 64;
+            for small in [false, true] {
+                if small && narrow {
+                    continue;
+                }
+                for s in [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 20, 24, 32] {
+                    let c = Case {
+                        batch,
+                        force: Some((small, s)),
+                        ..case("f32", m, n, k)
+                    };
+                    let (t, plan, _) = time_case::<f32>(ctx, stream, &c, rng)?;
+                    if seen.contains(&(small, plan.splits())) {
+                        continue;
+                    }
+                    seen.push((small, plan.splits()));
+                    let is_chosen = plan.splits() == chosen.splits()
+                        && plan.small_tiles() == chosen.small_tiles();
+                    println!(
+                        "sweep {m} {n} {k} {batch} {} {} {} {:.4} {}",
+                        u8::from(small),
+                        plan.splits(),
+                        plan.kslice(),
+                        t.median_ms,
+                        u8::from(is_chosen)
+                    );
+                }
+            }
         }
         Ok(())
     }

@@ -337,6 +337,9 @@ pub trait MatmulOutput<T: MatmulElement>: MatmulElement {
     /// The same kernels storing C transposed, for products of `m <= 64 < n` run as
     /// `C^T = B^T A^T` (operands swapped, each read in place in the opposite major order).
     const N64_CT: Option<[[[&'static str; 2]; 2]; 2]> = None;
+    /// The full-precision kernels of `64 x 64` tiles (several blocks a multiprocessor), for
+    /// small products, when `T` and `Self` are f32 (indexed as [`MatmulOutput::KERNELS`]).
+    const SMALL: Option<[[[&'static str; 2]; 2]; 2]> = None;
     /// The Hopper kernels of `kernels/matmul_sm90.cu` when `T` is f16 or bf16.
     const SM90: Option<Sm90Kernels> = None;
 }
@@ -403,7 +406,7 @@ macro_rules! sm90_table {
 
 macro_rules! kernels {
     ($t:ty => $o:ty, $p:literal, $g:literal, $partial:literal, $sum:literal
-     $(, tf32: $tf32:literal, n64: $n64:literal, n64ct: $n64ct:literal)? $(, sm90: $bf16:literal, $sm90:literal, $sm90_partial:literal)?) => {
+     $(, tf32: $tf32:literal, n64: $n64:literal, n64ct: $n64ct:literal, small: $small:literal)? $(, sm90: $bf16:literal, $sm90:literal, $sm90_partial:literal)?) => {
         impl MatmulOutput<$t> for $o {
             const GEMV: [&'static str; 3] = [
                 concat!("gemv_dot_", $g),
@@ -415,7 +418,8 @@ macro_rules! kernels {
             const SPLITK_SUM: &'static str = $sum;
             $(const TF32: Option<[[[&'static str; 2]; 2]; 2]> = Some(table!($tf32));
               const N64: Option<[[[&'static str; 2]; 2]; 2]> = Some(table!($n64));
-              const N64_CT: Option<[[[&'static str; 2]; 2]; 2]> = Some(table!($n64ct));)?
+              const N64_CT: Option<[[[&'static str; 2]; 2]; 2]> = Some(table!($n64ct));
+              const SMALL: Option<[[[&'static str; 2]; 2]; 2]> = Some(table!($small));)?
             $(const SM90: Option<Sm90Kernels> = Some(Sm90Kernels {
                 bf16: $bf16,
                 kernels: sm90_table!($sm90),
@@ -425,7 +429,7 @@ macro_rules! kernels {
     };
 }
 kernels!(f32 => f32, "matmul_f32", "f32", "matmul_f32", "splitk_sum_f32", tf32: "matmul_tf32",
-    n64: "matmul_f32n64", n64ct: "matmul_f32n64ct");
+    n64: "matmul_f32n64", n64ct: "matmul_f32n64ct", small: "matmul_f32s");
 kernels!(f16 => f16, "matmul_f16", "f16", "matmul_f16_f32out", "splitk_sum_f16",
     sm90: false, "matmul_sm90_f16", "matmul_sm90_f16_f32out");
 kernels!(f16 => f32, "matmul_f16_f32out", "f16_f32out", "matmul_f16_f32out", "splitk_sum_f32",
@@ -965,18 +969,26 @@ const SLICE_ALIGN: usize = 32;
 /// traffic and the prologue than they gain in parallelism).
 const MIN_SLICE: usize = 256;
 
-/// The shortest slice for full-precision f32 products, which run on the SIMT kernel: a
-/// 128 x 128 tile's k step costs it about sixteen times what it costs the tensor cores, so
-/// slices this short can still pay.
-const MIN_SLICE_SIMT: usize = 64;
+/// The SIMT cost model ([`MatmulPlan::new_for`]), in nanoseconds, fitted to device times of
+/// f32 products on an H200 (`gpu_matmul --sweep`: squares from 100 to 1000, rectangles, thin
+/// and batched products, every tile and split; fitted on half the shapes, checked on the
+/// other half). A `128 x 128` (or `256 x 64`) tile's k step, one block per multiprocessor at a
+/// time, and its prologue in k steps; one f32 partial written and summed; the summing launch.
+const SIMT_TILE_K_NS: f64 = 95.4;
+const SIMT_PROLOGUE_K: f64 = 32.0;
+const PARTIAL_NS: f64 = 0.00134;
+const REDUCE_LAUNCH_NS: f64 = 2200.0;
 
-/// The SIMT split's cost model ([`MatmulPlan::new_for`]), in nanoseconds: one k step of a
-/// 128 x 128 f32 tile on one multiprocessor (2 x 128 x 128 flops at about 0.34 TFLOP/s, the
-/// kernel's rate per multiprocessor on large products), one f32 partial written and read back
-/// (8 bytes at about 3 TB/s), and the summing launch.
-const SIMT_TILE_K_NS: f64 = 96.2;
-const PARTIAL_NS: f64 = 0.00267;
-const REDUCE_LAUNCH_NS: f64 = 2000.0;
+/// The model's `64 x 64` SIMT tiles (`matmul_f32s_*`): a k step of a block alone on a
+/// multiprocessor (latency-bound: it goes no faster however few blocks share it), the
+/// multiprocessor's throughput share of one block when several run on it (a k step of `c`
+/// resident blocks takes `max(alone, c * shared)`), and the prologue in k steps.
+const SMALL_K_NS_ALONE: f64 = 51.5;
+const SMALL_K_NS_SHARED: f64 = 35.0;
+const SMALL_PROLOGUE_K: f64 = 19.5;
+
+/// The side of the small SIMT tile.
+const SMALL_TILE: usize = 64;
 
 /// Most slices a split makes.
 const MAX_SPLITS: usize = 32;
@@ -1032,6 +1044,15 @@ fn simt_tile(n: usize) -> (usize, usize) {
     if n <= 64 { (256, 64) } else { (TILE, TILE) }
 }
 
+/// The `64 x 64` output tiles of `shape`, over the batch (saturating).
+fn small_tiles(shape: &MatmulShape) -> usize {
+    shape
+        .m
+        .div_ceil(SMALL_TILE)
+        .saturating_mul(shape.n.div_ceil(SMALL_TILE))
+        .saturating_mul(shape.batch)
+}
+
 /// The 128 x 128 output tiles of `shape`, over the batch (saturating).
 fn output_tiles(shape: &MatmulShape) -> usize {
     shape
@@ -1059,14 +1080,19 @@ pub struct MatmulPlan {
     precision: MatmulPrecision,
     splits: usize,
     kslice: usize,
+    /// Full-precision f32 on the `64 x 64` SIMT tiles (`matmul_f32s_*`).
+    small: bool,
 }
 
 impl MatmulPlan {
     /// The plan of a product of `T` operands: as [`MatmulPlan::new`], but a full-precision f32
     /// product whose SIMT tiles (`256 x 64` when `n <= 64` or, run as
     /// `C^T = B^T A^T`, when `m <= 64`; else `128 x 128`) leave multiprocessors idle takes the
-    /// split (slices of at least 64) of least modelled time: waves of one block per
-    /// multiprocessor times the slice's k steps, plus the partials' traffic and the summing
+    /// split (slices of at least 32), and where the `128 x 128` tiles apply the choice of them
+    /// or the `64 x 64` tiles (several blocks a multiprocessor), of least modelled time: the
+    /// slice's k steps times the time of a k step with the blocks each multiprocessor gets
+    /// (one block at a time of the large tiles; a latency floor, or the multiprocessor's
+    /// throughput shared, for the small ones), plus the partials' traffic and the summing
     /// launch.
     pub fn new_for<T: MatmulElement>(
         shape: MatmulShape,
@@ -1084,28 +1110,42 @@ impl MatmulPlan {
             // `new` counts 128 x 128 tiles, at least as many: unsplit too.
             return plan;
         }
+        // The 64 x 64 tiles serve the products the 128 x 128 tiles do (not those of
+        // n <= 64, nor those run transposed).
+        let small_ok = !transposes(&shape) && shape.n > 64;
+        let small = small_tiles(&shape);
         let values = shape.c_len().unwrap_or(usize::MAX) as f64;
         let cost = |p: &MatmulPlan| {
-            let waves = tiles.saturating_mul(p.splits).div_ceil(sms) as f64;
+            let (units, alone, shared, prologue) = if p.small {
+                (small, SMALL_K_NS_ALONE, SMALL_K_NS_SHARED, SMALL_PROLOGUE_K)
+            } else {
+                (tiles, SIMT_TILE_K_NS, SIMT_TILE_K_NS, SIMT_PROLOGUE_K)
+            };
+            let per_sm = units.saturating_mul(p.splits).div_ceil(sms) as f64;
             let partials = if p.splits > 1 {
                 p.splits as f64 * values * PARTIAL_NS + REDUCE_LAUNCH_NS
             } else {
                 0.0
             };
-            waves * p.kslice as f64 * SIMT_TILE_K_NS + partials
+            (p.kslice as f64 + prologue) * alone.max(per_sm * shared) + partials
         };
-        let mut best = MatmulPlan {
+        let unsplit = MatmulPlan {
             splits: 1,
             kslice: shape.k,
             ..plan
         };
-        let mut best_cost = cost(&best);
-        for s in 2..=(shape.k / MIN_SLICE_SIMT).min(MAX_SPLITS) {
-            let mut p = best;
-            p.set_splits(s);
-            let c = cost(&p);
-            if c < best_cost {
-                (best, best_cost) = (p, c);
+        let (mut best, mut best_cost) = (unsplit, cost(&unsplit));
+        for small in [false, true] {
+            if small && !small_ok {
+                continue;
+            }
+            for s in 1..=shape.k.div_ceil(SLICE_ALIGN).min(MAX_SPLITS) {
+                let mut p = MatmulPlan { small, ..unsplit };
+                p.set_splits(s);
+                let c = cost(&p);
+                if c < best_cost {
+                    (best, best_cost) = (p, c);
+                }
             }
         }
         best
@@ -1119,6 +1159,7 @@ impl MatmulPlan {
             precision,
             splits: 1,
             kslice: shape.k,
+            small: false,
         };
         if shape.m <= 1 || shape.n <= 1 || shape.batch == 0 {
             return plan;
@@ -1149,6 +1190,20 @@ impl MatmulPlan {
             self.set_splits(splits.clamp(1, 65535));
         }
         self
+    }
+
+    /// The plan on the `64 x 64` SIMT tiles (`small`) or not, for tests and tuning; used only
+    /// by full-precision f32 products the `128 x 128` tiles would run (not those of
+    /// `n <= 64`, nor those of `m <= 64 < n`).
+    #[cfg(feature = "tuning")]
+    pub fn with_small_tiles(mut self, small: bool) -> MatmulPlan {
+        self.small = small;
+        self
+    }
+
+    /// Whether a full-precision f32 product runs on the `64 x 64` SIMT tiles.
+    pub fn small_tiles(&self) -> bool {
+        self.small
     }
 
     fn set_splits(&mut self, splits: usize) {
@@ -1373,6 +1428,7 @@ pub fn gpu_matmul_strided<T: MatmulElement, O: MatmulOutput<T>>(
         precision: MatmulPrecision::Highest,
         splits: 1,
         kslice: shape.k,
+        small: false,
     };
     run(stream, &plan, layout, a, b, c, None)
 }
@@ -1478,8 +1534,15 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
     } else {
         None
     };
+    // Full-precision f32 products the plan puts on the `64 x 64` tiles.
+    let small = match O::SMALL {
+        Some(table) if tf32.is_none() && n64.is_none() && plan.small => Some(table),
+        _ => None,
+    };
     let tile = if n64.is_some() {
         simt_tile(shape.n)
+    } else if small.is_some() {
+        (SMALL_TILE, SMALL_TILE)
     } else {
         (TILE, TILE)
     };
@@ -1518,7 +1581,7 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
                 )
             };
         }
-        let name = at(tf32.or(n64).unwrap_or(O::KERNELS));
+        let name = at(tf32.or(n64).or(small).unwrap_or(O::KERNELS));
         // SAFETY: `c` holds `need` elements of `O` (checked) and is borrowed exclusively.
         return unsafe {
             gemm(
@@ -1574,7 +1637,7 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
             )?;
         }
     } else {
-        let name = at(tf32.or(n64).unwrap_or(O::PARTIAL));
+        let name = at(tf32.or(n64).or(small).unwrap_or(O::PARTIAL));
         // SAFETY: the partial kernels write f32 values (`PARTIAL` and `TF32` are f32-output
         // kernels), `splits` slices of `need` elements each: `ws_need` bytes of the
         // workspace, which is borrowed exclusively.
@@ -1605,7 +1668,8 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
 
 /// Launches the matmul kernel `name` (see the launch contract in `kernels/matmul.cu`) on the
 /// operands at `a` and `b` with grid z `splits` and slices of `kslice`, writing to `out`;
-/// `tile` is the kernel's tile (rows, columns): `128 x 128`, or `256 x 64` for `matmul_f32n64*`.
+/// `tile` is the kernel's tile (rows, columns): `128 x 128`, `256 x 64` for `matmul_f32n64*`,
+/// `64 x 64` for `matmul_f32s_*`.
 ///
 /// # Safety
 ///
@@ -2031,13 +2095,17 @@ mod tests {
     #[test]
     fn full_precision_f32_plans_split_by_the_cost_model() {
         let full = MatmulPrecision::Highest;
-        // 500^3 on 132 SMs, 16 tiles: six slices of 96 (96 blocks, one wave).
+        // 100^3 on 132 SMs: four 64 x 64 tiles, in four slices of 32 (16 blocks).
+        let p = MatmulPlan::new_for::<f32>(shape(1, 100, 100, 100), 132, full);
+        assert_eq!((p.small_tiles(), p.splits(), p.kslice()), (true, 4, 32));
+        // 500^3, 16 large or 64 small tiles: the small ones, four slices of 128 (256 blocks,
+        // two a multiprocessor).
         let s = shape(1, 500, 500, 500);
         let p = MatmulPlan::new_for::<f32>(s, 132, full);
-        assert_eq!((p.splits(), p.kslice()), (6, 96));
-        // 1000^3, 64 tiles: two slices of 512 fill one wave; three would need two.
+        assert_eq!((p.small_tiles(), p.splits(), p.kslice()), (true, 4, 128));
+        // 1000^3, 64 large tiles: two slices of 512 fill one wave; three would need two.
         let p = MatmulPlan::new_for::<f32>(shape(1, 1000, 1000, 1000), 132, full);
-        assert_eq!((p.splits(), p.kslice()), (2, 512));
+        assert_eq!((p.small_tiles(), p.splits(), p.kslice()), (false, 2, 512));
         // n <= 64 runs on 256 x 64 tiles, m <= 64 < n as C^T = B^T A^T on them, by the same
         // model: [8192, 8192] @ [8192, 64], 32 tiles: four slices of 2048 (one wave);
         // [64, 1024] @ [1024, 4096], 16 tiles: eight slices of 128; [64, 4096] @ [4096, 1024],
@@ -2049,6 +2117,9 @@ mod tests {
         assert_eq!(p.shape(), shape(1, 64, 4096, 1024));
         let p = MatmulPlan::new_for::<f32>(shape(1, 64, 1024, 4096), 132, full);
         assert_eq!((p.splits(), p.kslice()), (32, 128));
+        // Neither runs on the 64 x 64 tiles.
+        assert!(!p.small_tiles());
+        assert!(!MatmulPlan::new_for::<f32>(shape(1, 8192, 64, 8192), 132, full).small_tiles());
         // The transposed problem is planned as its own.
         let p = MatmulPlan::new_for::<f32>(shape(3, 40, 300, 2000), 132, full);
         let t = MatmulPlan::new_for::<f32>(shape(3, 300, 40, 2000), 132, full);
@@ -2063,19 +2134,21 @@ mod tests {
         }
         // The tensor-core kernels keep slices of at least 256: 500 is not split.
         assert_eq!(MatmulPlan::new_for::<bf16>(s, 132, full).splits(), 1);
+        // Only full-precision f32 runs on the 64 x 64 SIMT tiles.
+        assert!(!MatmulPlan::new_for::<bf16>(s, 132, full).small_tiles());
+        assert!(!MatmulPlan::new_for::<f32>(s, 132, MatmulPrecision::High).small_tiles());
         assert_eq!(MatmulPlan::new_for::<f16>(s, 132, full).splits(), 1);
         assert_eq!(
             MatmulPlan::new_for::<f32>(s, 132, MatmulPrecision::High).splits(),
             1
         );
         assert_eq!(MatmulPlan::new(s, 132, full).splits(), 1);
-        // Every f32 slice is at least 64 long and a multiple of 32 but the last.
+        // Every f32 slice is a multiple of 32 but the last.
         for k in [64, 127, 128, 500, 1000, 1021, 4099] {
             for sms in [8, 46, 108, 132] {
                 let p = MatmulPlan::new_for::<f32>(shape(1, 100, 100, k), sms, full);
                 if p.splits() > 1 {
                     assert_eq!(p.kslice() % 32, 0);
-                    assert!(p.kslice() >= 64, "{p:?}");
                     assert!((p.splits() - 1) * p.kslice() < k && p.splits() * p.kslice() >= k);
                 }
             }

@@ -675,12 +675,14 @@ mod gpu {
     }
 
     /// Each case `(m, n, k, pad, offset, batch, broadcast)` in every layout, within the bound,
-    /// through the device's plan, the rule of `MatmulPlan::new` and an unsplit plan; the kernel
-    /// that ran starts with `prefix`.
+    /// through the device's plan, the rule of `MatmulPlan::new` and an unsplit plan (with
+    /// `small`: the plan of `MatmulPlan::new`, unsplit and split in 3, all forced onto the
+    /// `64 x 64` tiles); the kernel that ran starts with `prefix`.
     fn f32_cases_on(
         seed: u64,
         cases: &[(usize, usize, usize, usize, usize, usize, u8)],
         prefix: &str,
+        small: bool,
     ) {
         let ctx = Context::get(0).unwrap();
         let stream = Stream::new(&ctx).unwrap();
@@ -702,11 +704,21 @@ mod gpu {
                         broadcast,
                     };
                     let p = problem::<f32>(c, &mut rng);
-                    for plan in [
-                        MatmulPlan::new_for::<f32>(p.shape, sms, full),
-                        MatmulPlan::new(p.shape, sms, full),
-                        MatmulPlan::new(p.shape, 1, full),
-                    ] {
+                    let plans = if small {
+                        [
+                            MatmulPlan::new(p.shape, sms, full),
+                            MatmulPlan::new(p.shape, 1, full),
+                            MatmulPlan::new(p.shape, 1, full).with_splits(3),
+                        ]
+                        .map(|p| p.with_small_tiles(true))
+                    } else {
+                        [
+                            MatmulPlan::new_for::<f32>(p.shape, sms, full),
+                            MatmulPlan::new(p.shape, sms, full),
+                            MatmulPlan::new(p.shape, 1, full),
+                        ]
+                    };
+                    for plan in plans {
                         let got = run::<f32, f32>(&ctx, &stream, &p, c, Some(&plan));
                         let what = format!("f32 {c:?}, {} slices", plan.splits());
                         check(&got, &p, &what);
@@ -731,7 +743,7 @@ mod gpu {
             (1000, 2, 77, 1, 0, 3, 0),
             (600, 64, 2000, 0, 0, 1, 0),
         ];
-        f32_cases_on(37, &cases, "matmul_f32n64_");
+        f32_cases_on(37, &cases, "matmul_f32n64_", false);
     }
 
     /// Full-precision f32 products of m <= 64 < n run as C^T = B^T A^T on the `256 x 64` tiles
@@ -748,7 +760,37 @@ mod gpu {
             (2, 1000, 300, 1, 1, 3, 2),
             (63, 65, 2, 3, 2, 2, 0),
         ];
-        f32_cases_on(41, &cases, "matmul_f32n64ct_");
+        f32_cases_on(41, &cases, "matmul_f32n64ct_", false);
+    }
+
+    /// Full-precision f32 products on the `64 x 64` tiles: edges in m, n and k, padded and
+    /// misaligned operands, batches and broadcasts, split and not.
+    #[test]
+    fn small_f32_products_run_on_the_64_x_64_tiles() {
+        if skip_without_gpu("small_f32_products_run_on_the_64_x_64_tiles") {
+            return;
+        }
+        let cases = [
+            (100, 100, 100, 0, 0, 1, 0),
+            (65, 129, 77, 4, 1, 2, 1),
+            (200, 300, 1000, 0, 0, 3, 2),
+            (127, 66, 17, 3, 0, 1, 0),
+            (66, 640, 96, 1, 2, 2, 0),
+        ];
+        f32_cases_on(43, &cases, "matmul_f32s_", true);
+        // The device's plan of a small square product is on the small tiles.
+        let ctx = Context::get(0).unwrap();
+        let s = MatmulShape {
+            batch: 1,
+            m: 100,
+            n: 100,
+            k: 100,
+            a_batch_stride: 0,
+            b_batch_stride: 0,
+        };
+        let p =
+            MatmulPlan::new_for::<f32>(s, ctx.multiprocessors() as usize, MatmulPrecision::Highest);
+        assert!(p.small_tiles(), "{p:?}");
     }
 
     #[test]
@@ -1042,11 +1084,9 @@ mod gpu {
         let len = p.shape.c_len().unwrap();
         let a = DeviceBuffer::from_host(ctx, bytes(&p.a)).unwrap();
         let b = DeviceBuffer::from_host(ctx, bytes(&p.b)).unwrap();
-        let mut out = DeviceBuffer::from_host(
-            ctx,
-            bytes(&vec![O::from_f32(f32::NAN); w.c_offset + len]),
-        )
-        .unwrap();
+        let mut out =
+            DeviceBuffer::from_host(ctx, bytes(&vec![O::from_f32(f32::NAN); w.c_offset + len]))
+                .unwrap();
         let a_span = a.as_span::<T>().unwrap().slice(w.offset..).unwrap();
         let b_span = b.as_span::<T>().unwrap().slice(w.offset..).unwrap();
         force_sm80_matmul_on_thread(Some(sm80));
@@ -1069,7 +1109,10 @@ mod gpu {
                 p.layout,
                 a_span,
                 b_span,
-                out.as_span_mut::<O>().unwrap().slice_mut(w.c_offset..).unwrap(),
+                out.as_span_mut::<O>()
+                    .unwrap()
+                    .slice_mut(w.c_offset..)
+                    .unwrap(),
                 ws.as_span_mut::<u8>().unwrap(),
             )
             .unwrap();
@@ -1081,7 +1124,10 @@ mod gpu {
                 p.layout,
                 a_span,
                 b_span,
-                out.as_span_mut::<O>().unwrap().slice_mut(w.c_offset..).unwrap(),
+                out.as_span_mut::<O>()
+                    .unwrap()
+                    .slice_mut(w.c_offset..)
+                    .unwrap(),
             )
             .unwrap();
         }

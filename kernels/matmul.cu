@@ -41,7 +41,7 @@
 //     warp meet at most two to a bank).
 //   * Edges and unaligned operands are read element by element with bounds checks.
 //   * Small products (too few 128 x 128 tiles to fill the device) may run `matmul_f32s_*`:
-//     64 x 64 tiles, 4 x 4 outputs a thread, several blocks a multiprocessor (the launcher's
+//     64 x 64 tiles, 4 x 4 outputs a thread, two blocks a multiprocessor (the launcher's
 //     cost model chooses).
 //   * Products of n <= 64 run `matmul_f32n64_*`: the same kernel on 256 x 64 tiles (warps 8 x 1),
 //     so no tile computes 64 columns it then drops. Products of m <= 64 < n run
@@ -484,6 +484,55 @@ struct F32Loader {
     }
 };
 
+// The k loop of the SIMT kernels over one product: slices of F_BK, double-buffered. The
+// loads of slice t + 1 go into registers before `mma(cur)` multiplies slice t from shared
+// buffer `cur`, and are stored to the other buffer after it; one barrier per slice. `inside`:
+// the tile lies wholly inside the operands (unchecked float4 loads while a whole slice
+// remains); m_left, n_left: the tile's rows and columns inside them.
+template <bool VEC, bool AK, int MA, bool BK, int MB, typename Mma>
+__device__ __forceinline__ void f32_k_loop(const float* a, uint64_t lda, uint64_t m0,
+                                           const float* b, uint64_t ldb, uint64_t n0,
+                                           uint64_t K, bool inside, int64_t m_left,
+                                           int64_t n_left, float (*As)[F_BK][MA + F_PAD],
+                                           float (*Bs)[F_BK][MB + F_PAD], Mma&& mma) {
+    const int tid = threadIdx.x;
+    F32Loader<AK, MA> la(a, lda, m0, tid);
+    F32Loader<BK, MB> lb(b, ldb, n0, tid);
+    float4 va[F32Loader<AK, MA>::NL], vb[F32Loader<BK, MB>::NL];
+    const int kt_n = (int)((K + F_BK - 1) / F_BK);
+    const auto load = [&](int kt) {
+        const int64_t k_left = (int64_t)K - (int64_t)kt * F_BK;
+        if (inside && k_left >= F_BK) {
+            la.load_inside(va);
+            lb.load_inside(vb);
+        } else {
+            la.template load_edge<VEC>(va, m_left, k_left);
+            lb.template load_edge<VEC>(vb, n_left, k_left);
+        }
+        la.next();
+        lb.next();
+    };
+    if (kt_n > 0) {
+        load(0);
+        la.store(As[0], va);
+        lb.store(Bs[0], vb);
+    }
+    __syncthreads();
+    for (int kt = 0; kt < kt_n; ++kt) {
+        const int cur = kt & 1;
+        const bool more = kt + 1 < kt_n;
+        if (more) load(kt + 1);
+        mma(cur);
+        if (more) {
+            la.store(As[cur ^ 1], va);
+            lb.store(Bs[cur ^ 1], vb);
+        }
+        // Every read of this slice's buffer is done before the next iteration overwrites
+        // it, and the other buffer is complete before it is read.
+        __syncthreads();
+    }
+}
+
 // BN: the tile's columns, 128 (a 128 x 128 tile, warps 4 x 2) or 64 (a 256 x 64 tile, warps
 // 8 x 1, for n <= 64, where a 128-wide tile would compute as many columns again and drop them);
 // every warp computes 32 x 64 outputs, every thread 8 x 8. VEC: leading dimensions and batch
@@ -509,75 +558,45 @@ __device__ __forceinline__ void gemm_f32(const float* __restrict__ A, const floa
     uint64_t tm, tn;
     tile_of(blockIdx.x, tiles_m, tiles_n, tm, tn);
     const uint64_t m0 = tm * F_BM, n0 = tn * BN;
-    const int kt_n = (int)((K + F_BK - 1) / F_BK);
     const bool inside = VEC && m0 + F_BM <= M && n0 + BN <= N;
     const int64_t m_left = (int64_t)(M - m0), n_left = (int64_t)(N - n0);
 
     for (uint64_t b = blockIdx.y; b < batch; b += gridDim.y) {
         float* c = C + b * M * N;
-        F32Loader<A_KMAJOR, F_BM> la(A + b * sa, lda, m0, tid);
-        F32Loader<B_KMAJOR, BN> lb(B + b * sb, ldb, n0, tid);
-        float4 va[F32Loader<A_KMAJOR, F_BM>::NL], vb[F32Loader<B_KMAJOR, BN>::NL];
-        const auto load = [&](int kt) {
-            const int64_t k_left = (int64_t)K - (int64_t)kt * F_BK;
-            if (inside && k_left >= F_BK) {
-                la.load_inside(va);
-                lb.load_inside(vb);
-            } else {
-                la.template load_edge<VEC>(va, m_left, k_left);
-                lb.template load_edge<VEC>(vb, n_left, k_left);
-            }
-            la.next();
-            lb.next();
-        };
         float acc[8][4 * NH];
 #pragma unroll
         for (int i = 0; i < 8; ++i)
 #pragma unroll
             for (int j = 0; j < 4 * NH; ++j) acc[i][j] = 0.0f;
-
-        if (kt_n > 0) {
-            load(0);
-            la.store(As[0], va);
-            lb.store(Bs[0], vb);
-        }
-        __syncthreads();
-        for (int kt = 0; kt < kt_n; ++kt) {
-            const int cur = kt & 1;
-            const bool more = kt + 1 < kt_n;
-            if (more) load(kt + 1);
+        f32_k_loop<VEC, A_KMAJOR, F_BM, B_KMAJOR, BN>(
+            A + b * sa, lda, m0, B + b * sb, ldb, n0, K, inside, m_left, n_left, As, Bs,
+            [&](int cur) {
 #pragma unroll
-            for (int k = 0; k < F_BK; ++k) {
-                const float4 a0 = *reinterpret_cast<const float4*>(&As[cur][k][r0]);
-                const float4 a1 = *reinterpret_cast<const float4*>(&As[cur][k][r0 + 16]);
-                float bv[4 * NH];
+                for (int k = 0; k < F_BK; ++k) {
+                    const float4 a0 = *reinterpret_cast<const float4*>(&As[cur][k][r0]);
+                    const float4 a1 = *reinterpret_cast<const float4*>(&As[cur][k][r0 + 16]);
+                    float bv[4 * NH];
 #pragma unroll
-                for (int h = 0; h < NH; ++h) {
-                    const float4 b4 = *reinterpret_cast<const float4*>(&Bs[cur][k][c0 + 32 * h]);
-                    bv[4 * h] = b4.x;
-                    bv[4 * h + 1] = b4.y;
-                    bv[4 * h + 2] = b4.z;
-                    bv[4 * h + 3] = b4.w;
-                }
-                const float av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-                // Rows in turn, columns forward then backward: consecutive multiply-adds
-                // share an operand (the row's a, then at the turn the column's b).
-#pragma unroll
-                for (int i = 0; i < 8; ++i)
-#pragma unroll
-                    for (int jj = 0; jj < 4 * NH; ++jj) {
-                        const int j = (i & 1) ? 4 * NH - 1 - jj : jj;
-                        acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+                    for (int h = 0; h < NH; ++h) {
+                        const float4 b4 =
+                            *reinterpret_cast<const float4*>(&Bs[cur][k][c0 + 32 * h]);
+                        bv[4 * h] = b4.x;
+                        bv[4 * h + 1] = b4.y;
+                        bv[4 * h + 2] = b4.z;
+                        bv[4 * h + 3] = b4.w;
                     }
-            }
-            if (more) {
-                la.store(As[cur ^ 1], va);
-                lb.store(Bs[cur ^ 1], vb);
-            }
-            // Every read of this slice's buffer is done before the next iteration overwrites
-            // it, and the other buffer is complete before it is read.
-            __syncthreads();
-        }
+                    const float av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+                    // Rows in turn, columns forward then backward: consecutive multiply-adds
+                    // share an operand (the row's a, then at the turn the column's b).
+#pragma unroll
+                    for (int i = 0; i < 8; ++i)
+#pragma unroll
+                        for (int jj = 0; jj < 4 * NH; ++jj) {
+                            const int j = (i & 1) ? 4 * NH - 1 - jj : jj;
+                            acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+                        }
+                }
+            });
 
         if (CT) {
             // Rows r0 .. r0 + 3 and r0 + 16 .. r0 + 19 of a column are two runs of 4
@@ -629,9 +648,10 @@ __device__ __forceinline__ void gemm_f32(const float* __restrict__ A, const floa
 // The small-tile f32 kernel (`matmul_f32s_*`): a 64 x 64 tile per block of 256 threads as
 // 16 x 16 threads of 4 x 4 outputs (rows 4 (tid / 16) .., columns 4 (tid % 16) ..), the same
 // slices of 16, loads and double buffering as gemm_f32 (one float4 per thread and operand).
-// About 64 registers a thread, so several blocks share a multiprocessor: for products whose
-// 128 x 128 tiles are too few to fill the device, where the large tile would leave most
-// multiprocessors idle and the rest latency-bound.
+// Launched for two blocks a multiprocessor (about 120 registers a thread: the bound of four
+// blocks, 64 registers, spills): for products whose 128 x 128 tiles are too few to fill the
+// device, where the large tile would leave most multiprocessors idle and the rest
+// latency-bound.
 __device__ __forceinline__ void gemm_f32s_tile(const float (*As)[64 + F_PAD],
                                                const float (*Bs)[64 + F_PAD], int r0, int c0,
                                                float (&acc)[4][4]) {
@@ -661,49 +681,20 @@ __device__ __forceinline__ void gemm_f32s(const float* __restrict__ A,
     uint64_t tm, tn;
     tile_of(blockIdx.x, tiles_m, tiles_n, tm, tn);
     const uint64_t m0 = tm * T, n0 = tn * T;
-    const int kt_n = (int)((K + F_BK - 1) / F_BK);
     const bool inside = VEC && m0 + T <= M && n0 + T <= N;
     const int64_t m_left = (int64_t)(M - m0), n_left = (int64_t)(N - n0);
 
     for (uint64_t b = blockIdx.y; b < batch; b += gridDim.y) {
         float* c = C + b * M * N;
-        F32Loader<!TA, T> la(A + b * sa, lda, m0, tid);
-        F32Loader<TB, T> lb(B + b * sb, ldb, n0, tid);
-        float4 va[F32Loader<!TA, T>::NL], vb[F32Loader<TB, T>::NL];
-        const auto load = [&](int kt) {
-            const int64_t k_left = (int64_t)K - (int64_t)kt * F_BK;
-            if (inside && k_left >= F_BK) {
-                la.load_inside(va);
-                lb.load_inside(vb);
-            } else {
-                la.template load_edge<VEC>(va, m_left, k_left);
-                lb.template load_edge<VEC>(vb, n_left, k_left);
-            }
-            la.next();
-            lb.next();
-        };
         float acc[4][4];
 #pragma unroll
         for (int i = 0; i < 4; ++i)
 #pragma unroll
             for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
-        if (kt_n > 0) {
-            load(0);
-            la.store(As[0], va);
-            lb.store(Bs[0], vb);
-        }
-        __syncthreads();
-        for (int kt = 0; kt < kt_n; ++kt) {
-            const int cur = kt & 1;
-            const bool more = kt + 1 < kt_n;
-            if (more) load(kt + 1);
-            gemm_f32s_tile(As[cur], Bs[cur], r0, c0, acc);
-            if (more) {
-                la.store(As[cur ^ 1], va);
-                lb.store(Bs[cur ^ 1], vb);
-            }
-            __syncthreads();
-        }
+        f32_k_loop<VEC, !TA, T, TB, T>(A + b * sa, lda, m0, B + b * sb, ldb, n0, K, inside,
+                                       m_left, n_left, As, Bs, [&](int cur) {
+                                           gemm_f32s_tile(As[cur], Bs[cur], r0, c0, acc);
+                                       });
         const bool quads = N % 4 == 0 && ((uintptr_t)C & 15) == 0;
         const uint64_t gc = n0 + c0;
 #pragma unroll
@@ -1000,13 +991,13 @@ F32(matmul_f32_nt, gemm_f32, false, true)
 F32(matmul_f32_tn, gemm_f32, true, false)
 F32(matmul_f32_tt, gemm_f32, true, true)
 // f32 with 64 x 64 tiles (small products), same contract but grid x ceil(m / 64) *
-// ceil(n / 64), and several blocks a multiprocessor.
+// ceil(n / 64), and two blocks a multiprocessor.
 #define F32S(name, TA, TB)                                                                     \
-    extern "C" __global__ void __launch_bounds__(THREADS, 4) name(PARAMS(float, float)) {     \
+    extern "C" __global__ void __launch_bounds__(THREADS, 2) name(PARAMS(float, float)) {     \
         SPLIT(TA, TB)                                                                          \
         gemm_f32s<TA, TB, true>(ARGS);                                                         \
     }                                                                                          \
-    extern "C" __global__ void __launch_bounds__(THREADS, 4) name##_any(PARAMS(float, float)) { \
+    extern "C" __global__ void __launch_bounds__(THREADS, 2) name##_any(PARAMS(float, float)) { \
         SPLIT(TA, TB)                                                                          \
         gemm_f32s<TA, TB, false>(ARGS);                                                        \
     }

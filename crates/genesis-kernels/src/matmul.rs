@@ -337,7 +337,7 @@ pub trait MatmulOutput<T: MatmulElement>: MatmulElement {
     /// The same kernels storing C transposed, for products of `m <= 64 < n` run as
     /// `C^T = B^T A^T` (operands swapped, each read in place in the opposite major order).
     const N64_CT: Option<[[[&'static str; 2]; 2]; 2]> = None;
-    /// The full-precision kernels of `64 x 64` tiles (several blocks a multiprocessor), for
+    /// The full-precision kernels of `64 x 64` tiles (two blocks a multiprocessor), for
     /// small products, when `T` and `Self` are f32 (indexed as [`MatmulOutput::KERNELS`]).
     const SMALL: Option<[[[&'static str; 2]; 2]; 2]> = None;
     /// The Hopper kernels of `kernels/matmul_sm90.cu` when `T` is f16 or bf16.
@@ -974,18 +974,18 @@ const MIN_SLICE: usize = 256;
 /// and batched products, every tile and split; fitted on half the shapes, checked on the
 /// other half). A `128 x 128` (or `256 x 64`) tile's k step, one block per multiprocessor at a
 /// time, and its prologue in k steps; one f32 partial written and summed; the summing launch.
-const SIMT_TILE_K_NS: f64 = 95.4;
-const SIMT_PROLOGUE_K: f64 = 32.0;
-const PARTIAL_NS: f64 = 0.00134;
-const REDUCE_LAUNCH_NS: f64 = 2200.0;
+const SIMT_TILE_K_NS: f64 = 95.2;
+const SIMT_PROLOGUE_K: f64 = 37.7;
+const PARTIAL_NS: f64 = 0.00122;
+const REDUCE_LAUNCH_NS: f64 = 2100.0;
 
 /// The model's `64 x 64` SIMT tiles (`matmul_f32s_*`): a k step of a block alone on a
 /// multiprocessor (latency-bound: it goes no faster however few blocks share it), the
 /// multiprocessor's throughput share of one block when several run on it (a k step of `c`
 /// resident blocks takes `max(alone, c * shared)`), and the prologue in k steps.
-const SMALL_K_NS_ALONE: f64 = 51.5;
-const SMALL_K_NS_SHARED: f64 = 35.0;
-const SMALL_PROLOGUE_K: f64 = 19.5;
+const SMALL_K_NS_ALONE: f64 = 41.0;
+const SMALL_K_NS_SHARED: f64 = 32.9;
+const SMALL_PROLOGUE_K: f64 = 27.7;
 
 /// The side of the small SIMT tile.
 const SMALL_TILE: usize = 64;
@@ -1089,7 +1089,7 @@ impl MatmulPlan {
     /// product whose SIMT tiles (`256 x 64` when `n <= 64` or, run as
     /// `C^T = B^T A^T`, when `m <= 64`; else `128 x 128`) leave multiprocessors idle takes the
     /// split (slices of at least 32), and where the `128 x 128` tiles apply the choice of them
-    /// or the `64 x 64` tiles (several blocks a multiprocessor), of least modelled time: the
+    /// or the `64 x 64` tiles (two blocks a multiprocessor), of least modelled time: the
     /// slice's k steps times the time of a k step with the blocks each multiprocessor gets
     /// (one block at a time of the large tiles; a latency floor, or the multiprocessor's
     /// throughput shared, for the small ones), plus the partials' traffic and the summing

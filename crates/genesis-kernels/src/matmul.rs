@@ -1033,10 +1033,14 @@ fn simt_tiles(shape: &MatmulShape) -> usize {
     } else {
         (shape.m, shape.n)
     };
-    let (tm, tn) = simt_tile(cols);
-    rows.div_ceil(tm)
-        .saturating_mul(cols.div_ceil(tn))
-        .saturating_mul(shape.batch)
+    tiles_of(
+        &MatmulShape {
+            m: rows,
+            n: cols,
+            ..*shape
+        },
+        simt_tile(cols),
+    )
 }
 
 /// The SIMT kernel's tile (rows, columns) for a product of `n` columns.
@@ -1044,21 +1048,12 @@ fn simt_tile(n: usize) -> (usize, usize) {
     if n <= 64 { (256, 64) } else { (TILE, TILE) }
 }
 
-/// The `64 x 64` output tiles of `shape`, over the batch (saturating).
-fn small_tiles(shape: &MatmulShape) -> usize {
+/// The output tiles of `tile` (rows, columns) of `shape`, over the batch (saturating).
+fn tiles_of(shape: &MatmulShape, (tm, tn): (usize, usize)) -> usize {
     shape
         .m
-        .div_ceil(SMALL_TILE)
-        .saturating_mul(shape.n.div_ceil(SMALL_TILE))
-        .saturating_mul(shape.batch)
-}
-
-/// The 128 x 128 output tiles of `shape`, over the batch (saturating).
-fn output_tiles(shape: &MatmulShape) -> usize {
-    shape
-        .m
-        .div_ceil(TILE)
-        .saturating_mul(shape.n.div_ceil(TILE))
+        .div_ceil(tm)
+        .saturating_mul(shape.n.div_ceil(tn))
         .saturating_mul(shape.batch)
 }
 
@@ -1113,7 +1108,7 @@ impl MatmulPlan {
         // The 64 x 64 tiles serve the products the 128 x 128 tiles do (not those of
         // n <= 64, nor those run transposed).
         let small_ok = !transposes(&shape) && shape.n > 64;
-        let small = small_tiles(&shape);
+        let small = tiles_of(&shape, (SMALL_TILE, SMALL_TILE));
         let values = shape.c_len().unwrap_or(usize::MAX) as f64;
         let cost = |p: &MatmulPlan| {
             let (units, alone, shared, prologue) = if p.small {
@@ -1164,7 +1159,7 @@ impl MatmulPlan {
         if shape.m <= 1 || shape.n <= 1 || shape.batch == 0 {
             return plan;
         }
-        let tiles = output_tiles(&shape);
+        let tiles = tiles_of(&shape, (TILE, TILE));
         if tiles >= sms.max(1) {
             return plan;
         }

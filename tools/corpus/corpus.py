@@ -10,11 +10,16 @@
         in its header, and DIR/summary.json.
 
     corpus.py live --out DIR [--workloads A,B,...] [--modes default,expandable,async,genesis]
-        Runs each workload once per allocator, one process at a time, with deterministic
-        algorithms and the same seeds, and records each step's loss and time, the allocator's
-        peak reserved bytes and the device memory in use as the driver reports it. The genesis
-        mode installs Genesis's allocator through `genesis_torch` (python/ in this repository;
-        GENESIS_TORCH_LIB names the library). Writes DIR/live.json and DIR/live.md.
+                   [--rounds N]
+        Runs each workload once per allocator and round, one process at a time, with
+        deterministic algorithms and the same seeds, and records each step's loss and time, the
+        allocator's peak reserved bytes and the device memory in use as the driver reports it.
+        Rounds interleave the allocators (order rotated each round); the table gives the median
+        time and each round's ratio to the default allocator. The genesis mode installs
+        Genesis's allocator through `genesis_torch` (python/ in this repository;
+        GENESIS_TORCH_LIB names the library). Besides the corpus workloads, `alloc_churn`
+        allocates and frees tensors with no kernels: the allocator's host cost through PyTorch.
+        Writes DIR/live.json and DIR/live.md.
 
     corpus.py table DIR
         Prints the markdown table of DIR's traces (their header figures and peak live bytes),
@@ -34,6 +39,7 @@ import gzip
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import threading
@@ -111,7 +117,8 @@ def worker(args):
     losses, times = [], []
     t0 = time.perf_counter()
     last = t0
-    for loss in WORKLOADS[args.name](dev, rng, args.scale):
+    run = MICRO.get(args.name) or WORKLOADS[args.name]
+    for loss in run(dev, rng, args.scale):
         torch.cuda.synchronize()
         now = time.perf_counter()
         losses.append(loss)
@@ -354,42 +361,74 @@ def table(args):
 
 # ---- live -------------------------------------------------------------------------------------
 
+def alloc_churn(dev, rng, scale):
+    """Not a corpus workload: the allocator's cost seen from PyTorch. Each step allocates and
+    frees 20,000 tensors of mixed sizes (512 B to 8 MiB, up to 64 alive at once) with no kernel
+    between them, so the step time is the allocator's host path plus PyTorch's around it."""
+    import torch
+
+    sizes = [512, 4096, 65536, 1 << 20, 3 << 20, 8 << 20]
+    for _ in range(max(1, int(10 * scale))):
+        alive = []
+        for i in range(20000):
+            alive.append(torch.empty(sizes[rng.randrange(len(sizes))], dtype=torch.uint8,
+                                     device=dev))
+            if len(alive) > 64:
+                alive.pop(rng.randrange(len(alive)))
+        alive.clear()
+        yield 0.0
+
+
+MICRO = {"alloc_churn": alloc_churn}
+
+
 def live(args):
     os.makedirs(args.out, exist_ok=True)
-    results = {}
-    for n in args.workloads.split(","):
-        for mode in args.modes.split(","):
-            js = os.path.join(args.out, f"live.{n}.{mode}.json")
-            ok, log, secs = spawn(n, mode, js, deterministic=True, poll=True,
-                                  scale=args.scale, timeout=args.timeout)
-            print(f"[{'ok' if ok else 'FAIL'}] live {n} {mode} {secs:.0f}s", flush=True)
-            if not ok:
-                print(log[-3000:], flush=True)
-                continue
-            with open(js) as f:
-                results.setdefault(n, {})[mode] = json.load(f)
+    runs = {}
+    modes = args.modes.split(",")
+    for r in range(args.rounds):
+        # Interleaved: every round runs every allocator once, in an order rotated each round,
+        # so that drift of the machine (clocks, temperature, other tenants) falls on all.
+        order = modes[r % len(modes):] + modes[:r % len(modes)]
+        for n in args.workloads.split(","):
+            for mode in order:
+                js = os.path.join(args.out, f"live.{n}.{mode}.{r}.json")
+                ok, log, secs = spawn(n, mode, js, deterministic=True, poll=True,
+                                      scale=args.scale, timeout=args.timeout)
+                print(f"[{'ok' if ok else 'FAIL'}] live {n} {mode} round {r} {secs:.0f}s",
+                      flush=True)
+                if not ok:
+                    print(log[-3000:], flush=True)
+                    continue
+                with open(js) as f:
+                    runs.setdefault(n, {}).setdefault(mode, []).append(json.load(f))
     with open(os.path.join(args.out, "live.json"), "w") as f:
-        json.dump(results, f)
+        json.dump(runs, f)
     rows = ["| workload | allocator | peak reserved (MiB) | device used, peak (MiB) | "
-            "steps | time after 2 warm-up steps (s) | time / default | losses equal default |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+            "steps | rounds | time after 2 warm-up steps, median (s) | time / default "
+            "(median; per round) | losses equal default |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
 
     def timed(r):
         # Every allocator runs the same shapes in the same order: the sum of the steps after
         # the first two (model set-up, first kernels) is the comparable figure.
         return sum(r["step_seconds"][2:]) or sum(r["step_seconds"])
 
-    for n, modes in results.items():
-        base = modes.get("default")
-        for mode, r in modes.items():
-            t = timed(r)
+    for n, by_mode in runs.items():
+        base = by_mode.get("default")
+        for mode, rs in by_mode.items():
+            ts = [timed(r) for r in rs]
+            med = statistics.median(ts)
             rel = eq = ""
             if base:
-                rel = f"{t / timed(base):.3f}"
-                eq = "yes" if r["losses"] == base["losses"] else "NO"
-            rows.append(f"| {n} | {mode} | {r['peak_reserved'] / 2**20:.0f} | "
-                        f"{r['device_used_peak'] / 2**20:.0f} | {len(r['losses'])} | {t:.3f} | "
-                        f"{rel} | {eq} |")
+                bts = [timed(r) for r in base]
+                per = [f"{t / b:.3f}" for t, b in zip(ts, bts)]
+                rel = f"{med / statistics.median(bts):.3f}; {', '.join(per)}"
+                eq = "yes" if all(r["losses"] == base[0]["losses"] for r in rs) else "NO"
+            r0 = rs[0]
+            rows.append(f"| {n} | {mode} | {r0['peak_reserved'] / 2**20:.0f} | "
+                        f"{max(r['device_used_peak'] for r in rs) / 2**20:.0f} | "
+                        f"{len(r0['losses'])} | {len(rs)} | {med:.3f} | {rel} | {eq} |")
     table = "\n".join(rows)
     with open(os.path.join(args.out, "live.md"), "w") as f:
         f.write(table + "\n")
@@ -412,6 +451,8 @@ def main():
     lv.add_argument("--modes", default="default,expandable,async,genesis")
     lv.add_argument("--scale", type=float, default=1.0)
     lv.add_argument("--timeout", type=int, default=300)
+    lv.add_argument("--rounds", type=int, default=1,
+                    help="runs of every (workload, allocator), interleaved; medians reported")
     t = sub.add_parser("table")
     t.add_argument("dir")
     w = sub.add_parser("worker")

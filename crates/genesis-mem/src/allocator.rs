@@ -345,7 +345,8 @@ struct Region {
     last_use: u64,
 }
 
-/// A cheap hasher for the quick lists (keys are a stream and a multiple of 512).
+/// A cheap hasher for the quick lists and the stream-keyed maps (keys are streams, or a stream
+/// and a multiple of 512).
 #[derive(Default)]
 struct KeyHasher(u64);
 
@@ -368,6 +369,9 @@ impl Hasher for KeyHasher {
 
 type QuickMap = HashMap<(StreamId, usize), usize, BuildHasherDefault<KeyHasher>>;
 
+/// A map keyed by stream, read several times by every operation past the hot path.
+type StreamMap<V> = HashMap<StreamId, V, BuildHasherDefault<KeyHasher>>;
+
 struct State<B: Backend> {
     backend: B,
     config: Config,
@@ -376,9 +380,9 @@ struct State<B: Backend> {
     spare_blocks: Vec<u32>,
     regions: Vec<Region>,
     /// The growing VMM region of each stream.
-    arena_of: HashMap<StreamId, u32>,
+    arena_of: StreamMap<u32>,
     /// Free blocks by stream, ordered by (size, address).
-    free: HashMap<StreamId, BTreeSet<(usize, u64, u32)>>,
+    free: StreamMap<BTreeSet<(usize, u64, u32)>>,
     /// (stream, size) → slot in `quick_lists`.
     quick: QuickMap,
     quick_lists: Vec<Vec<u32>>,
@@ -485,8 +489,8 @@ impl<B: Backend> CachingAllocator<B> {
                 blocks: Vec::new(),
                 spare_blocks: Vec::new(),
                 regions: Vec::new(),
-                arena_of: HashMap::new(),
-                free: HashMap::new(),
+                arena_of: StreamMap::default(),
+                free: StreamMap::default(),
                 quick: QuickMap::default(),
                 quick_lists: Vec::new(),
                 quick_in_dirty: Vec::new(),

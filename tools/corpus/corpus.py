@@ -113,8 +113,31 @@ def worker(args):
     poller = DevicePoller(0)
     if args.poll:
         poller.thread.start()
+    if args.warmup > 0:
+        # Bring the GPU to its working clocks before the first timed step: a process starts on
+        # an idle device, and the ramp would otherwise fall on whichever steps come first.
+        # (No random numbers: the workload's seeds stay as they are.)
+        a = torch.full((1024, 1024), 0.5, device=dev)
+        end = time.perf_counter() + args.warmup
+        while time.perf_counter() < end:
+            for _ in range(50):
+                a = torch.tanh(a @ a)
+            torch.cuda.synchronize()
+        del a
+        if mode == "genesis":
+            import genesis_torch
+
+            genesis_torch.reset_peak_memory_stats()
+        else:
+            torch.cuda.reset_peak_memory_stats()
     rng = random.Random(SEED)
-    losses, times = [], []
+    if mode == "genesis":
+        import genesis_torch
+
+        stats = genesis_torch.memory_stats
+    else:
+        stats = torch.cuda.memory_stats
+    losses, times, device_allocs, driver_calls = [], [], [], []
     t0 = time.perf_counter()
     last = t0
     run = MICRO.get(args.name) or WORKLOADS[args.name]
@@ -123,9 +146,15 @@ def worker(args):
         now = time.perf_counter()
         losses.append(loss)
         times.append(now - last)
-        last = now
         free, _ = torch.cuda.mem_get_info(dev)
         poller.peak = max(poller.peak, total - free)
+        # Device allocations so far (cudaMalloc segments, or Genesis's cuMemCreate handles), and
+        # Genesis's driver calls (creates, maps, access grants, unmaps, releases).
+        st = stats()
+        device_allocs.append(st.get("num_device_alloc", 0))
+        driver_calls.append(st.get("genesis.driver_calls"))
+        # The bookkeeping above is not part of the next step's time.
+        last = time.perf_counter()
     torch.cuda.synchronize()
     seconds = time.perf_counter() - t0
     poller.stop.set()
@@ -137,6 +166,8 @@ def worker(args):
         "seconds": seconds,
         "losses": losses,
         "step_seconds": times,
+        "device_allocs": device_allocs,
+        "driver_calls": driver_calls,
         "device_used_peak": poller.peak,
         "device_used_base": base_used,
     }
@@ -211,7 +242,7 @@ def convert(entries):
 # ---- the corpus -------------------------------------------------------------------------------
 
 def spawn(name, mode, json_path, *, trace=None, scale=1.0, deterministic=False, poll=False,
-          timeout=600, env_extra=None):
+          timeout=600, env_extra=None, warmup=0.0):
     env = dict(os.environ)
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
     if ALLOC_CONF[mode]:
@@ -227,6 +258,8 @@ def spawn(name, mode, json_path, *, trace=None, scale=1.0, deterministic=False, 
         cmd.append("--deterministic")
     if poll:
         cmd.append("--poll")
+    if warmup > 0:
+        cmd += ["--warmup", str(warmup)]
     t = time.time()
     try:
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -394,7 +427,8 @@ def live(args):
             for mode in order:
                 js = os.path.join(args.out, f"live.{n}.{mode}.{r}.json")
                 ok, log, secs = spawn(n, mode, js, deterministic=True, poll=True,
-                                      scale=args.scale, timeout=args.timeout)
+                                      scale=args.scale, timeout=args.timeout,
+                                      warmup=args.warmup)
                 print(f"[{'ok' if ok else 'FAIL'}] live {n} {mode} round {r} {secs:.0f}s",
                       flush=True)
                 if not ok:
@@ -453,6 +487,8 @@ def main():
     lv.add_argument("--timeout", type=int, default=300)
     lv.add_argument("--rounds", type=int, default=1,
                     help="runs of every (workload, allocator), interleaved; medians reported")
+    lv.add_argument("--warmup", type=float, default=3.0,
+                    help="seconds of GPU work in each process before its first step")
     t = sub.add_parser("table")
     t.add_argument("dir")
     w = sub.add_parser("worker")
@@ -463,6 +499,8 @@ def main():
     w.add_argument("--scale", type=float, default=1.0)
     w.add_argument("--deterministic", action="store_true")
     w.add_argument("--poll", action="store_true")
+    w.add_argument("--warmup", type=float, default=0.0,
+                   help="seconds of GPU work before the first step (clocks up)")
     args = ap.parse_args()
     sys.path.insert(0, HERE)
     {"record": record, "live": live, "table": table, "worker": worker}[args.cmd](args)

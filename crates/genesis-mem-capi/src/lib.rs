@@ -24,9 +24,11 @@
 //!
 //! One allocator per device, created on first use on the device's **primary context**
 //! (`cuDevicePrimaryCtxRetain`, the context the CUDA runtime and so PyTorch use), with the
-//! virtual-memory arena (set `GENESIS_CAPI_VMM=0` for plain `cuMemAlloc` segments). The calling
-//! thread's current context is put back after a call that had to make another device's
-//! context current, so the caller's current device never changes under it.
+//! virtual-memory arena (set `GENESIS_CAPI_VMM=0` for plain `cuMemAlloc` segments, and
+//! `GENESIS_CAPI_MEMORY_FIRST=1` for [`genesis_mem::Config::memory_first`]: less memory, more
+//! driver calls). The calling thread's current context is put back after a call that had to
+//! make another device's context current, so the caller's current device never changes under
+//! it.
 //!
 //! A `cudaStream_t` is a `CUstream`: its value is the allocator's [`genesis_mem::StreamId`]
 //! (NULL is the legacy default stream; `cudaStreamLegacy` and `cudaStreamPerThread` pass
@@ -295,11 +297,16 @@ mod devices {
     fn create(ordinal: usize, multi_device: bool) -> Result<Device, Failure> {
         let ctx =
             Context::get(ordinal).map_err(|e| Failure::other(format!("device {ordinal}: {e}")))?;
+        let base = if std::env::var("GENESIS_CAPI_MEMORY_FIRST").is_ok_and(|v| v == "1") {
+            Config::memory_first()
+        } else {
+            Config::default()
+        };
         let config = Config {
             use_vmm: std::env::var("GENESIS_CAPI_VMM").map_or(true, |v| v != "0"),
             // Every call site would be this crate's: PyTorch's stack is not ours to see.
             record_sites: false,
-            ..Config::default()
+            ..base
         };
         let allocator = genesis_mem::cuda::device_allocator(&ctx, config)
             .map_err(|e| Failure::other(format!("device {ordinal}: {e}")))?;

@@ -31,13 +31,17 @@
 //!   that lie wholly under free ranges elsewhere (unmap + map, no new memory), and only then
 //!   from new handles. A large request is rounded up to the granularity and starts at a handle
 //!   boundary, on handles of its own: once freed, its memory is reused whole by the next large
-//!   request or moved by a growth in a few remaps. Growths that come within 64 operations of
-//!   each other are a burst (loading a model, a first training step); there the region grows
-//!   ahead of the request, by 16 MiB doubling up to 1/32 of reserved memory, as long as what
-//!   is left cached stays within max(16 MiB, 1/32 of allocated memory): far fewer driver calls
-//!   for little memory ahead. A lone growth maps exactly what the request lacks. Handles that
-//!   lie wholly under free ranges are used before any new memory, and no address of a live
-//!   block ever moves.
+//!   request or moved by a growth in a few remaps. With [`Config::large_handle_pieces`] above 1
+//!   ([`Config::memory_first`]), that memory is several equal handles and the block may start
+//!   at the first handle of the free block at the region's end: what a smaller large block
+//!   leaves of it can then move, at the cost of more driver calls. Growths that come within 64
+//!   operations of each other are a burst (loading a model, a first training step); there the
+//!   region grows ahead of the request, by 16 MiB doubling up to 1/32 of reserved memory, as
+//!   long as what is left cached stays within max(16 MiB, 1/32 of allocated memory) (the
+//!   defaults of [`Config::burst_headroom_div`] and [`Config::burst_headroom_granules`]): far
+//!   fewer driver calls for little memory ahead. A lone growth maps exactly what the request
+//!   lacks. Handles that lie wholly under free ranges are used before any new memory, and no
+//!   address of a live block ever moves.
 //! - **Growth with plain segments**: a segment of exactly the rounded request (2 MiB for small
 //!   requests). Before reserved memory would pass its earlier peak, wholly free segments are
 //!   freed, least recently used first. Placement is best fit.
@@ -64,8 +68,7 @@ const NONE: u32 = u32::MAX;
 /// continues a burst of growth.
 const BURST_OPS: u64 = 64;
 
-/// During a burst, growth runs ahead by up to 1/`HEADROOM_DIV` of reserved memory, leaving at
-/// most max(`HEADROOM_GRANULES` granules, 1/`HEADROOM_DIV` of allocated memory) cached.
+/// The default of [`Config::burst_headroom_div`] and [`Config::burst_headroom_granules`].
 const HEADROOM_DIV: usize = 32;
 const HEADROOM_GRANULES: usize = 8;
 
@@ -192,6 +195,38 @@ pub struct Config {
     /// fitting blocks), larger ones best fit: small blocks pack together instead of cutting
     /// into the holes larger blocks leave.
     pub small_bytes: usize,
+    /// VMM: new memory for a large block is created as this many handles of equal size
+    /// (rounded to the granularity) instead of one, and a large block that grows the arena
+    /// starts in the free block at the region's end (at its first handle boundary) when there
+    /// is one. When a smaller large block later reuses part of such a block, the rest lies on
+    /// whole handles that growth can move elsewhere, so less free memory stays pinned; every
+    /// handle costs driver calls (a create and a map, and two calls a move). 1 to 64.
+    pub large_handle_pieces: usize,
+    /// VMM: during a burst of growth the arena grows ahead of the request by up to 1/this of
+    /// reserved memory, leaving at most max([`Self::burst_headroom_granules`] granules, 1/this
+    /// of allocated memory) cached. Larger values map less ahead (less memory, more calls).
+    pub burst_headroom_div: usize,
+    /// VMM: the cached memory a burst of growth may always leave, in granules.
+    pub burst_headroom_granules: usize,
+}
+
+impl Config {
+    /// Settings that trade driver calls for memory: large blocks on 4 handles each
+    /// ([`Self::large_handle_pieces`]) and a burst headroom of 1/64 (at least 4 granules).
+    /// Peak reserved memory comes closer to peak live where large blocks change size (variable
+    /// batch or sequence length), because what a smaller block leaves of a larger one can
+    /// move; every such move is two driver calls, so those workloads make several times the
+    /// calls of the default settings (`genesis-mem replay --memory-first` compares them on
+    /// recorded traces). The default settings stay the better choice when driver calls matter:
+    /// each map or unmap costs microseconds, and an unmap waits for its stream.
+    pub fn memory_first() -> Config {
+        Config {
+            large_handle_pieces: 4,
+            burst_headroom_div: 64,
+            burst_headroom_granules: 4,
+            ..Config::default()
+        }
+    }
 }
 
 impl Default for Config {
@@ -207,6 +242,9 @@ impl Default for Config {
             quick_lists: true,
             large_bytes: 64 << 20,
             small_bytes: 64 << 10,
+            large_handle_pieces: 1,
+            burst_headroom_div: HEADROOM_DIV,
+            burst_headroom_granules: HEADROOM_GRANULES,
         }
     }
 }
@@ -478,6 +516,16 @@ impl<B: Backend> CachingAllocator<B> {
             && !(0.0..=1.0).contains(&t)
         {
             return bad("compact_threshold", t.to_string(), "a share in [0, 1]");
+        }
+        if !(1..=64).contains(&config.large_handle_pieces) {
+            return bad(
+                "large_handle_pieces",
+                config.large_handle_pieces.to_string(),
+                "from 1 to 64",
+            );
+        }
+        if config.burst_headroom_div == 0 {
+            return bad("burst_headroom_div", "0".to_string(), "at least 1");
         }
         let (_, total) = backend.mem_info().map_err(Error::Backend)?;
         Ok(CachingAllocator {
@@ -1928,10 +1976,26 @@ impl<B: Backend> State<B> {
         // A smaller block extends the free block at the end of the region; a large one starts
         // at the end, on handles of its own.
         let last = self.regions[rid as usize].last;
-        let tail_block =
-            (!large && last != NONE && self.blocks[last as usize].state == BlockState::Free)
-                .then_some(last);
-        let start_va = tail_block.map_or(end, |t| self.blocks[t as usize].addr);
+        let tail_free_block =
+            (last != NONE && self.blocks[last as usize].state == BlockState::Free).then_some(last);
+        let (tail_block, start_va) = match tail_free_block {
+            Some(t) if !large => (Some(t), self.blocks[t as usize].addr),
+            // A large block on pieces may start at the first handle in the free end.
+            Some(t) if self.config.large_handle_pieces > 1 => {
+                let first = match &self.regions[rid as usize].kind {
+                    RegionKind::Vmm { handles, .. } => handles
+                        .starting_in(self.blocks[t as usize].addr, end)
+                        .first()
+                        .map(|h| h.0),
+                    RegionKind::Plain => None,
+                };
+                match first {
+                    Some(va) => (Some(t), va),
+                    None => (None, end),
+                }
+            }
+            _ => (None, end),
+        };
         let tail_free = (end - start_va) as usize;
         let mut need = round_up(bsize - tail_free.min(bsize), g).unwrap_or(usize::MAX);
         // Fill an unmapped hole instead of the end when that needs less new memory.
@@ -1953,14 +2017,15 @@ impl<B: Backend> State<B> {
                 self.burst = 0;
             }
             if self.burst > 0 {
-                let floor = HEADROOM_GRANULES * g;
-                let cap = (self.reserved() / HEADROOM_DIV).max(floor);
+                let div = self.config.burst_headroom_div;
+                let floor = self.config.burst_headroom_granules.saturating_mul(g);
+                let cap = (self.reserved() / div).max(floor);
                 let chunk = (g as u64)
                     .saturating_mul(1 << (self.burst + 2))
                     .min(cap as u64) as usize;
                 want = want.max(round_up(chunk, g).unwrap_or(want));
                 let allocated = self.stats.allocated_bytes.all().current as usize + bsize;
-                let allowed = floor.max(allocated / HEADROOM_DIV);
+                let allowed = floor.max(allocated / div);
                 let cached_after = (self.reserved() + want).saturating_sub(allocated);
                 if cached_after > allowed {
                     want = want
@@ -2053,7 +2118,14 @@ impl<B: Backend> State<B> {
         // 2. New physical memory for the rest.
         let mut rest = want.saturating_sub(moved);
         while rest > 0 {
-            let chunk = rest.min(self.config.max_handle_bytes.max(g) / g * g);
+            let piece = if large && self.config.large_handle_pieces > 1 {
+                round_up(bsize / self.config.large_handle_pieces, g).unwrap_or(bsize)
+            } else {
+                usize::MAX
+            };
+            let chunk = rest
+                .min(self.config.max_handle_bytes.max(g) / g * g)
+                .min(piece);
             if self.reserved() + chunk > self.limit_bytes() {
                 return Err(GrowError::OutOfMemory);
             }

@@ -80,7 +80,14 @@ fn random_ops(seed: u64, ops: usize, vmm: bool, max_handle: usize) {
         max_handle_bytes: max_handle,
         ..Config::default()
     };
-    let a = CachingAllocator::new(SimBackend::new(4 << 30, vmm), cfg).unwrap();
+    random_ops_with(seed, ops, vmm, cfg, false);
+}
+
+/// Random allocations and frees on two streams, checking the invariants after each; `large`
+/// adds large blocks (64 to 192 MiB, one request in 20) on an 8 GiB device.
+fn random_ops_with(seed: u64, ops: usize, vmm: bool, cfg: Config, large: bool) {
+    let total = if large { 8usize << 30 } else { 4 << 30 };
+    let a = CachingAllocator::new(SimBackend::new(total, vmm), cfg).unwrap();
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut live: Vec<Allocation> = Vec::new();
     let mut ranges: BTreeMap<u64, u64> = BTreeMap::new();
@@ -89,6 +96,7 @@ fn random_ops(seed: u64, ops: usize, vmm: bool, max_handle: usize) {
         let grow = live.len() < 8 || (live.len() < 96 && rng.random_bool(0.55));
         if grow {
             let size = match rng.random_range(0..10) {
+                _ if large && rng.random_range(0..20) == 0 => rng.random_range(64 * MIB..192 * MIB),
                 0..=5 => rng.random_range(1..4096),
                 6..=8 => rng.random_range(4096..4 * MIB),
                 _ => rng.random_range(4 * MIB..64 * MIB),
@@ -134,6 +142,38 @@ fn property_vmm_large_handles() {
     for seed in 0..4 {
         random_ops(seed, 100_000, true, 1 << 40);
     }
+}
+
+#[test]
+fn property_vmm_memory_first_with_large_blocks() {
+    for seed in 0..3 {
+        random_ops_with(seed, 60_000, true, Config::memory_first(), true);
+    }
+    random_ops_with(7, 30_000, true, Config::default(), true);
+}
+
+/// With large blocks on several handles, the part of a freed large block that a smaller one
+/// does not reuse can move to serve a bigger request; on one handle it stays pinned.
+#[test]
+fn memory_first_moves_what_a_smaller_large_block_leaves() {
+    let run = |cfg: Config| {
+        let a = CachingAllocator::new(SimBackend::new(4 << 30, true), cfg).unwrap();
+        let x = a.alloc(256 * MIB, 0).unwrap();
+        a.free(x).unwrap();
+        let y = a.alloc(128 * MIB, 0).unwrap();
+        let z = a.alloc(384 * MIB, 0).unwrap();
+        a.check_invariants().unwrap();
+        let reserved = a.stats().reserved_bytes.all().current as usize;
+        a.free(y).unwrap();
+        a.free(z).unwrap();
+        a.empty_cache().unwrap();
+        assert_eq!(a.with_backend(|b| b.used()), 0);
+        reserved
+    };
+    // One 256 MiB handle: the 128 MiB block pins it, the 384 MiB block needs all new memory.
+    assert_eq!(run(Config::default()), 640 * MIB);
+    // Four 64 MiB handles: two stay wholly free and move under the 384 MiB block.
+    assert_eq!(run(Config::memory_first()), 512 * MIB);
 }
 
 #[test]

@@ -694,6 +694,27 @@ fn configs_outside_their_range_are_refused_by_new() {
                 ..d.clone()
             },
         ),
+        (
+            "large_handle_pieces",
+            Config {
+                large_handle_pieces: 0,
+                ..d.clone()
+            },
+        ),
+        (
+            "large_handle_pieces",
+            Config {
+                large_handle_pieces: 65,
+                ..d.clone()
+            },
+        ),
+        (
+            "burst_headroom_div",
+            Config {
+                burst_headroom_div: 0,
+                ..d.clone()
+            },
+        ),
     ];
     for (field, config) in cases {
         for vmm in [true, false] {

@@ -181,6 +181,51 @@ fn replays_the_corpus() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// `Config::memory_first` over the whole corpus: below PyTorch's default allocator and within
+/// 1.06 of peak live on every trace, within 1.03 on at least 17 of them, with driver calls at
+/// most 5x the budget, and a lower mean peak reserved / peak live than the default settings.
+#[test]
+fn memory_first_replays_the_corpus_closer_to_peak_live() {
+    let mut paths: Vec<_> = std::fs::read_dir(corpus())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".trace.gz"))
+        .collect();
+    paths.sort();
+    let mut failures = Vec::new();
+    let (mut within, mut sum_first, mut sum_default) = (0, 0.0, 0.0);
+    for path in &paths {
+        let t = Trace::read(path).unwrap();
+        let quiet = |c: Config| Config {
+            record_sites: false,
+            ..c
+        };
+        let r = replay(&t, quiet(Config::memory_first()), 141_000_000_000).unwrap();
+        let d = replay(&t, quiet(Config::default()), 141_000_000_000).unwrap();
+        let name = &r.trace;
+        let pytorch_default = r.pytorch.ratios(r.peak_live_bytes)[0].expect("PyTorch's figure");
+        if !(1.0..pytorch_default.min(1.06)).contains(&r.ratio) {
+            failures.push(format!("{name}: ratio {:.4}", r.ratio));
+        }
+        if let Some(budget) = r.call_budget()
+            && r.driver_calls > 5 * budget
+        {
+            failures.push(format!("{name}: {} calls, budget {budget}", r.driver_calls));
+        }
+        within += usize::from(r.ratio <= 1.03);
+        sum_first += r.ratio;
+        sum_default += d.ratio;
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(within >= 17, "within 1.03 on {within} traces");
+    assert!(
+        sum_first < sum_default,
+        "mean ratio {} against the default settings' {}",
+        sum_first / paths.len() as f64,
+        sum_default / paths.len() as f64
+    );
+}
+
 #[test]
 fn parses_unseen_and_malformed_traces() {
     let text = "# genesis-trace v1 workload=x\n# segment_allocs=3\na 1 100 0\na 2 5000 7\nf 1\nf 9\na 3 1\n";

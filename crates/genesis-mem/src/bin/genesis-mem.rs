@@ -1,7 +1,8 @@
 //! `genesis-mem`: tools for the Genesis caching allocator.
 //!
 //! ```text
-//! genesis-mem replay [--json] [--plain] [--device-bytes N] [--max-handle SIZE] [--timeline FILE] FILE...
+//! genesis-mem replay [--json] [--plain] [--memory-first] [--device-bytes N] [--max-handle SIZE]
+//!                    [--timeline FILE] FILE...
 //! ```
 //!
 //! `replay` runs genesis-trace files (`.trace` or `.trace.gz`) through the real allocator over a
@@ -9,8 +10,9 @@
 //! PyTorch's three figures from the trace's header (default allocator, expandable segments,
 //! cudaMallocAsync) and the target (the lowest of those and 1.03), driver calls next to their
 //! budget (4x the larger of PyTorch's segments and maps), host nanoseconds per operation, and
-//! whether both targets are met. A trace that cannot be read or replayed is reported and the
-//! others still run; the exit status is 1 if any failed.
+//! whether both targets are met. `--memory-first` replays with [`Config::memory_first`]. A
+//! trace that cannot be read or replayed is reported and the others still run; the exit status
+//! is 1 if any failed.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -23,7 +25,7 @@ use genesis_mem::{Config, parse_size};
 const MIN_DEVICE_BYTES: usize = 1 << 20;
 const MAX_DEVICE_BYTES: usize = 1 << 48;
 
-const USAGE: &str = "usage: genesis-mem replay [--json] [--plain] [--device-bytes SIZE] [--max-handle SIZE] [--timeline FILE] FILE...";
+const USAGE: &str = "usage: genesis-mem replay [--json] [--plain] [--memory-first] [--device-bytes SIZE] [--max-handle SIZE] [--timeline FILE] FILE...";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -68,6 +70,12 @@ fn run_replay(args: &[String]) -> Result<ExitCode, String> {
             "--json" => json = true,
             "--plain" => config.use_vmm = false,
             "--no-quick" => config.quick_lists = false,
+            "--memory-first" => {
+                let m = Config::memory_first();
+                config.large_handle_pieces = m.large_handle_pieces;
+                config.burst_headroom_div = m.burst_headroom_div;
+                config.burst_headroom_granules = m.burst_headroom_granules;
+            }
             "--device-bytes" => device_bytes = size_arg(it.next(), "--device-bytes")?,
             "--max-handle" => config.max_handle_bytes = size_arg(it.next(), "--max-handle")?,
             "--timeline" => {

@@ -1974,7 +1974,7 @@ impl<B: Backend> State<B> {
             r.base + r.len as u64
         };
         // A smaller block extends the free block at the end of the region; a large one starts
-        // at the end, on handles of its own.
+        // at the end, on handles of its own (on pieces: at the first handle of that free block).
         let last = self.regions[rid as usize].last;
         let tail_free_block =
             (last != NONE && self.blocks[last as usize].state == BlockState::Free).then_some(last);
@@ -2119,6 +2119,7 @@ impl<B: Backend> State<B> {
         let mut rest = want.saturating_sub(moved);
         while rest > 0 {
             let piece = if large && self.config.large_handle_pieces > 1 {
+                // `bsize` is a multiple of the granularity, so a piece is at least one.
                 round_up(bsize / self.config.large_handle_pieces, g).unwrap_or(bsize)
             } else {
                 usize::MAX

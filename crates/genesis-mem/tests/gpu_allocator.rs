@@ -30,14 +30,21 @@ fn trace(name: &str) -> Trace {
 /// Replays `name` on the device, writing a distinct byte into every block and checking a
 /// sample of them before they are freed.
 fn replay_on_device(name: &str, vmm: bool) {
+    replay_on_device_with(
+        name,
+        Config {
+            use_vmm: vmm,
+            ..Config::default()
+        },
+    );
+}
+
+fn replay_on_device_with(name: &str, cfg: Config) {
+    let vmm = cfg.use_vmm;
     let ctx = Context::get(0).unwrap();
     let stream = Stream::new(&ctx).unwrap();
     ctx.synchronize().unwrap();
     let (free_before, _) = ctx.mem_info().unwrap();
-    let cfg = Config {
-        use_vmm: vmm,
-        ..Config::default()
-    };
     let a = device_allocator(&ctx, cfg).unwrap();
     let t = trace(name);
     let mut live = HashMap::new();
@@ -124,6 +131,16 @@ fn vmm_replays_gpt2_with_real_memory() {
     // Large blocks on handles of their own, handles moved and mapped into holes.
     replay_on_device("gpt2_train", true);
     replay_on_device("gpt2_generate", true);
+}
+
+#[test]
+fn memory_first_replays_variable_batch_inference_with_real_memory() {
+    if skip_without_gpu("memory_first_replays_variable_batch_inference_with_real_memory") {
+        return;
+    }
+    let _one_at_a_time = device_lock();
+    // Large blocks on four handles each, pieces moved under new large blocks every batch.
+    replay_on_device_with("resnet18_infer_varbatch_bf16_cl", Config::memory_first());
 }
 
 #[test]

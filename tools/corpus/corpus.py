@@ -403,7 +403,7 @@ def alloc_churn(dev, rng, scale):
     sizes = [512, 4096, 65536, 1 << 20, 3 << 20, 8 << 20]
     for _ in range(max(1, int(10 * scale))):
         alive = []
-        for i in range(20000):
+        for _ in range(20000):
             alive.append(torch.empty(sizes[rng.randrange(len(sizes))], dtype=torch.uint8,
                                      device=dev))
             if len(alive) > 64:

@@ -533,6 +533,39 @@ __device__ __forceinline__ void f32_k_loop(const float* a, uint64_t lda, uint64_
     }
 }
 
+// The output tile of this block in a BM x BN tiling of the M x N product: its first row and
+// column, how many rows and columns of it are inside the product, and whether all of it is
+// (with VEC: unchecked float4 loads while a whole slice remains).
+template <int BM, int BN>
+struct F32Tile {
+    uint64_t m0, n0;
+    int64_t m_left, n_left;
+    bool inside;
+
+    __device__ __forceinline__ F32Tile(uint64_t M, uint64_t N, bool vec) {
+        uint64_t tm, tn;
+        tile_of(blockIdx.x, (M + BM - 1) / BM, (N + BN - 1) / BN, tm, tn);
+        m0 = tm * BM;
+        n0 = tn * BN;
+        m_left = (int64_t)(M - m0);
+        n_left = (int64_t)(N - n0);
+        inside = vec && m0 + BM <= M && n0 + BN <= N;
+    }
+};
+
+// Four consecutive outputs of a row at p (column gc of N): one float4 store when `quads` (N a
+// multiple of 4, C on 16 bytes) and all four are inside, else the ones inside.
+__device__ __forceinline__ void store_row4(float* p, const float (&v)[4], bool quads,
+                                           uint64_t gc, uint64_t N) {
+    if (quads && gc + 4 <= N) {
+        *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+    } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            if (gc + e < N) p[e] = v[e];
+    }
+}
+
 // BN: the tile's columns, 128 (a 128 x 128 tile, warps 4 x 2) or 64 (a 256 x 64 tile, warps
 // 8 x 1, for n <= 64, where a 128-wide tile would compute as many columns again and drop them);
 // every warp computes 32 x 64 outputs, every thread 8 x 8. VEC: leading dimensions and batch
@@ -554,12 +587,8 @@ __device__ __forceinline__ void gemm_f32(const float* __restrict__ A, const floa
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int r0 = (warp / WN) * 32 + (lane >> 3) * 4;
     const int c0 = (warp % WN) * 64 + (lane & 7) * 4;
-    const uint64_t tiles_m = (M + F_BM - 1) / F_BM, tiles_n = (N + BN - 1) / BN;
-    uint64_t tm, tn;
-    tile_of(blockIdx.x, tiles_m, tiles_n, tm, tn);
-    const uint64_t m0 = tm * F_BM, n0 = tn * BN;
-    const bool inside = VEC && m0 + F_BM <= M && n0 + BN <= N;
-    const int64_t m_left = (int64_t)(M - m0), n_left = (int64_t)(N - n0);
+    const F32Tile<F_BM, BN> t(M, N, VEC);
+    const uint64_t m0 = t.m0, n0 = t.n0;
 
     for (uint64_t b = blockIdx.y; b < batch; b += gridDim.y) {
         float* c = C + b * M * N;
@@ -569,7 +598,7 @@ __device__ __forceinline__ void gemm_f32(const float* __restrict__ A, const floa
 #pragma unroll
             for (int j = 0; j < 4 * NH; ++j) acc[i][j] = 0.0f;
         f32_k_loop<VEC, A_KMAJOR, F_BM, B_KMAJOR, BN>(
-            A + b * sa, lda, m0, B + b * sb, ldb, n0, K, inside, m_left, n_left, As, Bs,
+            A + b * sa, lda, m0, B + b * sb, ldb, n0, K, t.inside, t.m_left, t.n_left, As, Bs,
             [&](int cur) {
 #pragma unroll
                 for (int k = 0; k < F_BK; ++k) {
@@ -631,15 +660,9 @@ __device__ __forceinline__ void gemm_f32(const float* __restrict__ A, const floa
 #pragma unroll
             for (int h = 0; h < NH; ++h) {
                 const uint64_t gc = n0 + c0 + 32 * h;
-                float* p = c + gr * N + gc;
-                const float* v = &acc[i][h * 4];
-                if (quads && gc + 4 <= N) {
-                    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
-                } else {
-#pragma unroll
-                    for (int e = 0; e < 4; ++e)
-                        if (gc + e < N) p[e] = v[e];
-                }
+                const float v[4] = {acc[i][4 * h], acc[i][4 * h + 1], acc[i][4 * h + 2],
+                                    acc[i][4 * h + 3]};
+                store_row4(c + gr * N + gc, v, quads, gc, N);
             }
         }
     }
@@ -677,12 +700,8 @@ __device__ __forceinline__ void gemm_f32s(const float* __restrict__ A,
     __shared__ __align__(16) float Bs[2][F_BK][T + F_PAD];
     const int tid = threadIdx.x;
     const int r0 = (tid / 16) * 4, c0 = (tid % 16) * 4;
-    const uint64_t tiles_m = (M + T - 1) / T, tiles_n = (N + T - 1) / T;
-    uint64_t tm, tn;
-    tile_of(blockIdx.x, tiles_m, tiles_n, tm, tn);
-    const uint64_t m0 = tm * T, n0 = tn * T;
-    const bool inside = VEC && m0 + T <= M && n0 + T <= N;
-    const int64_t m_left = (int64_t)(M - m0), n_left = (int64_t)(N - n0);
+    const F32Tile<T, T> t(M, N, VEC);
+    const uint64_t m0 = t.m0, n0 = t.n0;
 
     for (uint64_t b = blockIdx.y; b < batch; b += gridDim.y) {
         float* c = C + b * M * N;
@@ -691,8 +710,8 @@ __device__ __forceinline__ void gemm_f32s(const float* __restrict__ A,
         for (int i = 0; i < 4; ++i)
 #pragma unroll
             for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
-        f32_k_loop<VEC, !TA, T, TB, T>(A + b * sa, lda, m0, B + b * sb, ldb, n0, K, inside,
-                                       m_left, n_left, As, Bs, [&](int cur) {
+        f32_k_loop<VEC, !TA, T, TB, T>(A + b * sa, lda, m0, B + b * sb, ldb, n0, K, t.inside,
+                                       t.m_left, t.n_left, As, Bs, [&](int cur) {
                                            gemm_f32s_tile(As[cur], Bs[cur], r0, c0, acc);
                                        });
         const bool quads = N % 4 == 0 && ((uintptr_t)C & 15) == 0;
@@ -701,15 +720,7 @@ __device__ __forceinline__ void gemm_f32s(const float* __restrict__ A,
         for (int i = 0; i < 4; ++i) {
             const uint64_t gr = m0 + r0 + i;
             if (gr >= M) continue;
-            float* p = c + gr * N + gc;
-            if (quads && gc + 4 <= N) {
-                *reinterpret_cast<float4*>(p) =
-                    make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
-            } else {
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    if (gc + e < N) p[e] = acc[i][e];
-            }
+            store_row4(c + gr * N + gc, acc[i], quads, gc, N);
         }
     }
 }

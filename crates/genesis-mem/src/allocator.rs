@@ -2117,16 +2117,15 @@ impl<B: Backend> State<B> {
         }
         // 2. New physical memory for the rest.
         let mut rest = want.saturating_sub(moved);
+        let piece = if large && self.config.large_handle_pieces > 1 {
+            // `bsize` is a multiple of the granularity, so a piece is at least one.
+            round_up(bsize / self.config.large_handle_pieces, g).unwrap_or(bsize)
+        } else {
+            usize::MAX
+        };
+        let max_chunk = (self.config.max_handle_bytes.max(g) / g * g).min(piece);
         while rest > 0 {
-            let piece = if large && self.config.large_handle_pieces > 1 {
-                // `bsize` is a multiple of the granularity, so a piece is at least one.
-                round_up(bsize / self.config.large_handle_pieces, g).unwrap_or(bsize)
-            } else {
-                usize::MAX
-            };
-            let chunk = rest
-                .min(self.config.max_handle_bytes.max(g) / g * g)
-                .min(piece);
+            let chunk = rest.min(max_chunk);
             if self.reserved() + chunk > self.limit_bytes() {
                 return Err(GrowError::OutOfMemory);
             }

@@ -14,8 +14,11 @@
         Runs each workload once per allocator and round, one process at a time, with
         deterministic algorithms and the same seeds, and records each step's loss and time, the
         allocator's peak reserved bytes and the device memory in use as the driver reports it.
-        Rounds interleave the allocators (order rotated each round); the table gives the median
-        time and each round's ratio to the default allocator. The genesis mode installs
+        Rounds interleave the allocators (order rotated each round). The first --poll-rounds
+        rounds (default 1) sample device memory from a thread; step times come from the other
+        rounds when there are any. The table gives the median time, each round's ratio to the
+        default allocator, and the ratio of summed step times with a bootstrap interval over
+        the steps. The genesis mode installs
         Genesis's allocator through `genesis_torch` (python/ in this repository;
         GENESIS_TORCH_LIB names the library). Besides the corpus workloads, `alloc_churn`
         allocates and frees tensors with no kernels: the allocator's host cost through PyTorch.
@@ -130,6 +133,32 @@ def worker(args):
             genesis_torch.reset_peak_memory_stats()
         else:
             torch.cuda.reset_peak_memory_stats()
+    # The speed of this process's host and device before the first step, to tell drift of
+    # the machine from the allocator: a fixed pure-Python loop (host) and a fixed chain of
+    # 1024 x 1024 products timed by events (device), best of three each. The device probe
+    # allocates nothing: its tensors are made here, before the workload's first step.
+    probe = {}
+    if args.probe:
+        host = []
+        for _ in range(3):
+            t = time.perf_counter()
+            acc = 0
+            for i in range(1_000_000):
+                acc += i & 7
+            host.append(time.perf_counter() - t)
+        x = torch.full((1024, 1024), 0.5, device=dev)
+        y = torch.empty_like(x)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        gpu = []
+        for _ in range(3):
+            start.record()
+            for _ in range(50):
+                torch.mm(x, x, out=y)
+            end.record()
+            end.synchronize()
+            gpu.append(start.elapsed_time(end) / 1000.0)
+        del x, y
+        probe = {"host_probe_seconds": min(host), "device_probe_seconds": min(gpu)}
     rng = random.Random(SEED)
     if mode == "genesis":
         import genesis_torch
@@ -170,6 +199,7 @@ def worker(args):
         "driver_calls": driver_calls,
         "device_used_peak": poller.peak,
         "device_used_base": base_used,
+        **probe,
     }
     if mode == "genesis":
         import genesis_torch
@@ -242,7 +272,7 @@ def convert(entries):
 # ---- the corpus -------------------------------------------------------------------------------
 
 def spawn(name, mode, json_path, *, trace=None, scale=1.0, deterministic=False, poll=False,
-          timeout=600, env_extra=None, warmup=0.0):
+          timeout=600, env_extra=None, warmup=0.0, probe=False):
     env = dict(os.environ)
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
     if ALLOC_CONF[mode]:
@@ -260,6 +290,8 @@ def spawn(name, mode, json_path, *, trace=None, scale=1.0, deterministic=False, 
         cmd.append("--poll")
     if warmup > 0:
         cmd += ["--warmup", str(warmup)]
+    if probe:
+        cmd.append("--probe")
     t = time.time()
     try:
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -415,6 +447,28 @@ def alloc_churn(dev, rng, scale):
 MICRO = {"alloc_churn": alloc_churn}
 
 
+def paired_ratio(runs, base_runs, draws=2000):
+    """Summed step time of `runs` over that of `base_runs` (rounds paired in order, steps after
+    the first two), with a 95 % bootstrap interval that redraws the steps: the same steps for
+    both allocators in every draw, since step i runs the same shapes under each. It reflects
+    step-to-step noise within the runs, not drift between whole runs."""
+    pairs = list(zip(runs, base_runs))
+    if not pairs:
+        return ""
+    steps = min(min(len(r["step_seconds"]), len(b["step_seconds"])) for r, b in pairs)
+    idx = list(range(2, steps)) or list(range(steps))
+
+    def ratio(sample):
+        num = sum(r["step_seconds"][i] for r, _ in pairs for i in sample)
+        den = sum(b["step_seconds"][i] for _, b in pairs for i in sample)
+        return num / den if den > 0 else float("nan")
+
+    rng = random.Random(SEED)
+    boot = sorted(ratio([rng.choice(idx) for _ in idx]) for _ in range(draws))
+    lo, hi = boot[int(0.025 * draws)], boot[int(0.975 * draws) - 1]
+    return f"{ratio(idx):.3f} ({lo:.3f}–{hi:.3f})"
+
+
 def live(args):
     os.makedirs(args.out, exist_ok=True)
     runs = {}
@@ -426,43 +480,59 @@ def live(args):
         for n in args.workloads.split(","):
             for mode in order:
                 js = os.path.join(args.out, f"live.{n}.{mode}.{r}.json")
-                ok, log, secs = spawn(n, mode, js, deterministic=True, poll=True,
+                # The NVML poller is a thread that takes the GIL every millisecond: rounds that
+                # run it measure device memory, the others time the steps.
+                poll = r < args.poll_rounds
+                ok, log, secs = spawn(n, mode, js, deterministic=True, poll=poll,
                                       scale=args.scale, timeout=args.timeout,
-                                      warmup=args.warmup)
-                print(f"[{'ok' if ok else 'FAIL'}] live {n} {mode} round {r} {secs:.0f}s",
-                      flush=True)
+                                      warmup=args.warmup, probe=True)
+                print(f"[{'ok' if ok else 'FAIL'}] live {n} {mode} round {r}"
+                      f"{' (poll)' if poll else ''} {secs:.0f}s", flush=True)
                 if not ok:
                     print(log[-3000:], flush=True)
                     continue
                 with open(js) as f:
-                    runs.setdefault(n, {}).setdefault(mode, []).append(json.load(f))
+                    rec = json.load(f)
+                rec["round"], rec["polled"] = r, poll
+                runs.setdefault(n, {}).setdefault(mode, []).append(rec)
     with open(os.path.join(args.out, "live.json"), "w") as f:
         json.dump(runs, f)
     rows = ["| workload | allocator | peak reserved (MiB) | device used, peak (MiB) | "
-            "steps | rounds | time after 2 warm-up steps, median (s) | time / default "
-            "(median; per round) | losses equal default |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+            "steps | timed rounds | time after 2 warm-up steps, median (s) | time / default: "
+            "median; per round | time / default, summed steps (95 % interval) | "
+            "losses equal default |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
 
     def timed(r):
         # Every allocator runs the same shapes in the same order: the sum of the steps after
         # the first two (model set-up, first kernels) is the comparable figure.
         return sum(r["step_seconds"][2:]) or sum(r["step_seconds"])
 
+    def timing_rounds(rs):
+        # Rounds without the poller when there are any.
+        quiet = [r for r in rs if not r.get("polled")]
+        return quiet or rs
+
     for n, by_mode in runs.items():
         base = by_mode.get("default")
         for mode, rs in by_mode.items():
-            ts = [timed(r) for r in rs]
+            trs = timing_rounds(rs)
+            ts = [timed(r) for r in trs]
             med = statistics.median(ts)
-            rel = eq = ""
+            rel = eq = paired = ""
             if base:
-                bts = [timed(r) for r in base]
+                btrs = timing_rounds(base)
+                bts = [timed(r) for r in btrs]
                 per = [f"{t / b:.3f}" for t, b in zip(ts, bts)]
                 rel = f"{med / statistics.median(bts):.3f}; {', '.join(per)}"
+                paired = paired_ratio(trs, btrs)
                 eq = "yes" if all(r["losses"] == base[0]["losses"] for r in rs) else "NO"
+            polled = [r for r in rs if r.get("polled")] or rs
             r0 = rs[0]
             rows.append(f"| {n} | {mode} | {r0['peak_reserved'] / 2**20:.0f} | "
-                        f"{max(r['device_used_peak'] for r in rs) / 2**20:.0f} | "
-                        f"{len(r0['losses'])} | {len(rs)} | {med:.3f} | {rel} | {eq} |")
+                        f"{max(r['device_used_peak'] for r in polled) / 2**20:.0f} | "
+                        f"{len(r0['losses'])} | {len(trs)} | {med:.3f} | {rel} | {paired} | "
+                        f"{eq} |")
     table = "\n".join(rows)
     with open(os.path.join(args.out, "live.md"), "w") as f:
         f.write(table + "\n")
@@ -487,6 +557,9 @@ def main():
     lv.add_argument("--timeout", type=int, default=300)
     lv.add_argument("--rounds", type=int, default=1,
                     help="runs of every (workload, allocator), interleaved; medians reported")
+    lv.add_argument("--poll-rounds", type=int, default=1,
+                    help="rounds (the first ones) that sample device memory with a thread; "
+                    "step times come from the other rounds when there are any")
     lv.add_argument("--warmup", type=float, default=3.0,
                     help="seconds of GPU work in each process before its first step")
     t = sub.add_parser("table")
@@ -501,6 +574,8 @@ def main():
     w.add_argument("--poll", action="store_true")
     w.add_argument("--warmup", type=float, default=0.0,
                    help="seconds of GPU work before the first step (clocks up)")
+    w.add_argument("--probe", action="store_true",
+                   help="time a fixed host loop and a fixed device loop before the first step")
     args = ap.parse_args()
     sys.path.insert(0, HERE)
     {"record": record, "live": live, "table": table, "worker": worker}[args.cmd](args)

@@ -33,7 +33,9 @@
 //   * A block of 256 threads computes a 128 x 128 tile of C. Its 8 warps tile it 4 (m) x 2 (n),
 //     32 x 64 each; in a warp, 4 x 8 threads each own 8 x 8 outputs: rows r0 .. r0 + 3 and
 //     r0 + 16 .. r0 + 19, and runs of 4 columns 32 apart, so every shared-memory read is a
-//     float4 and a warp's reads of one k row of B cover 128 contiguous bytes.
+//     float4 and a warp's reads of one k row of B cover 128 contiguous bytes. The lanes are
+//     laid on the 4 x 8 grid interleaved in pairs (a quarter-warp covers 2 row runs and 4
+//     column runs), which takes fewer shared-memory wavefronts than row-major order.
 //   * K advances in slices of 16, double-buffered: the global loads (float4, two per thread
 //     and operand of a 128 x 128 tile) of slice t + 1 are issued into registers before slice t
 //     is multiplied and stored to the other shared buffer after it; one barrier per slice. Both tiles are kept k-major
@@ -585,8 +587,12 @@ __device__ __forceinline__ void gemm_f32(const float* __restrict__ A, const floa
     __shared__ __align__(16) float As[2][F_BK][F_BM + F_PAD];
     __shared__ __align__(16) float Bs[2][F_BK][BN + F_PAD];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int r0 = (warp / WN) * 32 + (lane >> 3) * 4;
-    const int c0 = (warp % WN) * 64 + (lane & 7) * 4;
+    // The warp's lanes as a 4 x 8 grid of (row run, column run), interleaved in pairs: lane
+    // bits 0 and 4 pick the row run, bits 1-3 the column run. A quarter-warp then reads 2 runs
+    // of A and 4 of B, which takes a third fewer shared-memory wavefronts per fragment read
+    // than 1 and 8 (lanes in row-major order).
+    const int r0 = (warp / WN) * 32 + (((lane >> 4) << 1) | (lane & 1)) * 4;
+    const int c0 = (warp % WN) * 64 + ((lane >> 1) & 7) * 4;
     const F32Tile<F_BM, BN> t(M, N, VEC);
     const uint64_t m0 = t.m0, n0 = t.n0;
 
@@ -698,8 +704,11 @@ __device__ __forceinline__ void gemm_f32s(const float* __restrict__ A,
     constexpr int T = 64;
     __shared__ __align__(16) float As[2][F_BK][T + F_PAD];
     __shared__ __align__(16) float Bs[2][F_BK][T + F_PAD];
-    const int tid = threadIdx.x;
-    const int r0 = (tid / 16) * 4, c0 = (tid % 16) * 4;
+    // Threads own 4 x 4 outputs on a 16 x 16 grid of runs of 4; each warp a 4 x 8 block of it,
+    // its lanes interleaved in pairs as in gemm_f32 (fewer shared-memory wavefronts).
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int r0 = ((warp >> 1) * 4 + (((lane >> 4) << 1) | (lane & 1))) * 4;
+    const int c0 = ((warp & 1) * 8 + ((lane >> 1) & 7)) * 4;
     const F32Tile<T, T> t(M, N, VEC);
     const uint64_t m0 = t.m0, n0 = t.n0;
 

@@ -127,16 +127,10 @@ def worker(args):
                 a = torch.tanh(a @ a)
             torch.cuda.synchronize()
         del a
-        if mode == "genesis":
-            import genesis_torch
-
-            genesis_torch.reset_peak_memory_stats()
-        else:
-            torch.cuda.reset_peak_memory_stats()
     # The speed of this process's host and device before the first step, to tell drift of
     # the machine from the allocator: a fixed pure-Python loop (host) and a fixed chain of
-    # 1024 x 1024 products timed by events (device), best of three each. The device probe
-    # allocates nothing: its tensors are made here, before the workload's first step.
+    # 1024 x 1024 products into a preallocated output, timed by events (device), best of three
+    # each.
     probe = {}
     if args.probe:
         host = []
@@ -159,6 +153,14 @@ def worker(args):
             gpu.append(start.elapsed_time(end) / 1000.0)
         del x, y
         probe = {"host_probe_seconds": min(host), "device_probe_seconds": min(gpu)}
+    if args.warmup > 0 or args.probe:
+        # The peaks count from the workload's first step.
+        if mode == "genesis":
+            import genesis_torch
+
+            genesis_torch.reset_peak_memory_stats()
+        else:
+            torch.cuda.reset_peak_memory_stats()
     rng = random.Random(SEED)
     if mode == "genesis":
         import genesis_torch
@@ -166,7 +168,7 @@ def worker(args):
         stats = genesis_torch.memory_stats
     else:
         stats = torch.cuda.memory_stats
-    losses, times, device_allocs, driver_calls = [], [], [], []
+    losses, times, device_allocs, driver_calls, driver_ns = [], [], [], [], []
     t0 = time.perf_counter()
     last = t0
     run = MICRO.get(args.name) or WORKLOADS[args.name]
@@ -178,10 +180,12 @@ def worker(args):
         free, _ = torch.cuda.mem_get_info(dev)
         poller.peak = max(poller.peak, total - free)
         # Device allocations so far (cudaMalloc segments, or Genesis's cuMemCreate handles), and
-        # Genesis's driver calls (creates, maps, access grants, unmaps, releases).
+        # Genesis's driver calls (creates, maps, access grants, unmaps, releases) and the time
+        # spent in them.
         st = stats()
         device_allocs.append(st.get("num_device_alloc", 0))
         driver_calls.append(st.get("genesis.driver_calls"))
+        driver_ns.append(st.get("genesis.driver_call_ns"))
         # The bookkeeping above is not part of the next step's time.
         last = time.perf_counter()
     torch.cuda.synchronize()
@@ -197,6 +201,7 @@ def worker(args):
         "step_seconds": times,
         "device_allocs": device_allocs,
         "driver_calls": driver_calls,
+        "driver_call_ns": driver_ns,
         "device_used_peak": poller.peak,
         "device_used_base": base_used,
         **probe,

@@ -277,6 +277,10 @@ impl<B: Backend> Registry<B> {
                 "genesis.driver_calls".to_string(),
                 as_i64(self.allocator.driver_calls().total()),
             ),
+            (
+                "genesis.driver_call_ns".to_string(),
+                as_i64(self.allocator.driver_calls().nanos),
+            ),
         ]);
         json_object(&map)
     }

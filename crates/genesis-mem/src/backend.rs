@@ -59,6 +59,9 @@ pub struct CallCounts {
     pub set_access: u64,
     /// Unmaps (`cuMemUnmap`).
     pub unmap: u64,
+    /// Wall time spent in the calls above, in nanoseconds (the CUDA device backend measures
+    /// it; simulated backends leave it 0).
+    pub nanos: u64,
 }
 
 impl CallCounts {

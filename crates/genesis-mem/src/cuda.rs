@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use genesis_cuda::{Context, Event, Stream, raw};
 
@@ -165,50 +166,68 @@ impl Backend for CudaBackend {
 
     fn alloc(&mut self, bytes: usize) -> Result<u64, BackendError> {
         self.counts.alloc += 1;
-        raw::mem_alloc(&self.ctx, bytes).map_err(|e| backend_error("cuMemAlloc", e))
+        timed(&mut self.counts.nanos, || raw::mem_alloc(&self.ctx, bytes))
+            .map_err(|e| backend_error("cuMemAlloc", e))
     }
 
     fn free(&mut self, addr: u64, _bytes: usize) -> Result<(), BackendError> {
         self.counts.free += 1;
         // SAFETY: the allocator frees only segments it allocated, once, when no block in them
         // is in use and no pending event refers to them.
-        unsafe { raw::mem_free(&self.ctx, addr) }.map_err(|e| backend_error("cuMemFree", e))
+        timed(&mut self.counts.nanos, || unsafe {
+            raw::mem_free(&self.ctx, addr)
+        })
+        .map_err(|e| backend_error("cuMemFree", e))
     }
 
     fn reserve(&mut self, bytes: usize) -> Result<u64, BackendError> {
         self.counts.reserve += 1;
-        raw::reserve_address_space(&self.ctx, bytes, self.granularity)
-            .map_err(|e| backend_error("cuMemAddressReserve", e))
+        timed(&mut self.counts.nanos, || {
+            raw::reserve_address_space(&self.ctx, bytes, self.granularity)
+        })
+        .map_err(|e| backend_error("cuMemAddressReserve", e))
     }
 
     fn unreserve(&mut self, va: u64, bytes: usize) -> Result<(), BackendError> {
         self.counts.unreserve += 1;
         // SAFETY: the allocator unreserves only its own empty reservations.
-        unsafe { raw::free_address_space(&self.ctx, va, bytes) }
-            .map_err(|e| backend_error("cuMemAddressFree", e))
+        timed(&mut self.counts.nanos, || unsafe {
+            raw::free_address_space(&self.ctx, va, bytes)
+        })
+        .map_err(|e| backend_error("cuMemAddressFree", e))
     }
 
     fn create(&mut self, bytes: usize) -> Result<PhysHandle, BackendError> {
         self.counts.alloc += 1;
-        raw::create_physical(&self.ctx, bytes).map_err(|e| backend_error("cuMemCreate", e))
+        timed(&mut self.counts.nanos, || {
+            raw::create_physical(&self.ctx, bytes)
+        })
+        .map_err(|e| backend_error("cuMemCreate", e))
     }
 
     fn release(&mut self, handle: PhysHandle, _bytes: usize) -> Result<(), BackendError> {
         self.counts.free += 1;
         // SAFETY: the allocator releases each handle it created once, after unmapping it.
-        unsafe { raw::release_physical(&self.ctx, handle) }
-            .map_err(|e| backend_error("cuMemRelease", e))
+        timed(&mut self.counts.nanos, || unsafe {
+            raw::release_physical(&self.ctx, handle)
+        })
+        .map_err(|e| backend_error("cuMemRelease", e))
     }
 
     fn map(&mut self, va: u64, bytes: usize, handle: PhysHandle) -> Result<(), BackendError> {
         self.counts.map += 1;
         // SAFETY: the allocator maps a live handle of exactly `bytes` at the unmapped end of
         // one of its reservations.
-        unsafe { raw::map(&self.ctx, va, bytes, handle) }
-            .map_err(|e| backend_error("cuMemMap", e))?;
+        timed(&mut self.counts.nanos, || unsafe {
+            raw::map(&self.ctx, va, bytes, handle)
+        })
+        .map_err(|e| backend_error("cuMemMap", e))?;
         self.counts.set_access += 1;
         // SAFETY: the range was just mapped.
-        if let Err(e) = unsafe { raw::set_access(&self.ctx, va, bytes, &self.peers) } {
+        let granted = timed(&mut self.counts.nanos, || unsafe {
+            raw::set_access(&self.ctx, va, bytes, &self.peers)
+        });
+        if let Err(e) = granted {
             // SAFETY: undo the mapping made above; nothing uses it yet.
             let _ = unsafe { raw::unmap(&self.ctx, va, bytes) };
             self.counts.unmap += 1;
@@ -222,7 +241,10 @@ impl Backend for CudaBackend {
         // SAFETY: the allocator unmaps one whole mapping that lies under free memory (no block
         // in it allocated or pending) after synchronising the region's stream, so no queued
         // work uses it.
-        unsafe { raw::unmap(&self.ctx, va, bytes) }.map_err(|e| backend_error("cuMemUnmap", e))
+        timed(&mut self.counts.nanos, || unsafe {
+            raw::unmap(&self.ctx, va, bytes)
+        })
+        .map_err(|e| backend_error("cuMemUnmap", e))
     }
 
     stream_and_event_methods!();
@@ -249,6 +271,14 @@ impl PinnedHostBackend {
             total: limit,
         }
     }
+}
+
+/// Runs one driver call, adding its wall time to `nanos` ([`CallCounts::nanos`]).
+fn timed<R>(nanos: &mut u64, call: impl FnOnce() -> R) -> R {
+    let started = Instant::now();
+    let r = call();
+    *nanos += u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    r
 }
 
 fn unsupported(call: &'static str) -> BackendError {

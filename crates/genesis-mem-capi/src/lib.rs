@@ -297,17 +297,15 @@ mod devices {
     fn create(ordinal: usize, multi_device: bool) -> Result<Device, Failure> {
         let ctx =
             Context::get(ordinal).map_err(|e| Failure::other(format!("device {ordinal}: {e}")))?;
-        let base = if std::env::var("GENESIS_CAPI_MEMORY_FIRST").is_ok_and(|v| v == "1") {
-            Config::memory_first()
-        } else {
-            Config::default()
-        };
-        let config = Config {
+        let mut config = Config {
             use_vmm: std::env::var("GENESIS_CAPI_VMM").map_or(true, |v| v != "0"),
             // Every call site would be this crate's: PyTorch's stack is not ours to see.
             record_sites: false,
-            ..base
+            ..Config::default()
         };
+        if std::env::var("GENESIS_CAPI_MEMORY_FIRST").is_ok_and(|v| v == "1") {
+            config = config.with_memory_first();
+        }
         let allocator = genesis_mem::cuda::device_allocator(&ctx, config)
             .map_err(|e| Failure::other(format!("device {ordinal}: {e}")))?;
         let registry = Registry::new(allocator);

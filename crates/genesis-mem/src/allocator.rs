@@ -220,11 +220,17 @@ impl Config {
     /// recorded traces). The default settings stay the better choice when driver calls matter:
     /// each map or unmap costs microseconds, and an unmap waits for its stream.
     pub fn memory_first() -> Config {
+        Config::default().with_memory_first()
+    }
+
+    /// This configuration with the placement and growth settings of [`Self::memory_first`]
+    /// (its other fields kept).
+    pub fn with_memory_first(self) -> Config {
         Config {
             large_handle_pieces: 4,
             burst_headroom_div: 64,
             burst_headroom_granules: 4,
-            ..Config::default()
+            ..self
         }
     }
 }

@@ -70,12 +70,7 @@ fn run_replay(args: &[String]) -> Result<ExitCode, String> {
             "--json" => json = true,
             "--plain" => config.use_vmm = false,
             "--no-quick" => config.quick_lists = false,
-            "--memory-first" => {
-                let m = Config::memory_first();
-                config.large_handle_pieces = m.large_handle_pieces;
-                config.burst_headroom_div = m.burst_headroom_div;
-                config.burst_headroom_granules = m.burst_headroom_granules;
-            }
+            "--memory-first" => config = config.with_memory_first(),
             "--device-bytes" => device_bytes = size_arg(it.next(), "--device-bytes")?,
             "--max-handle" => config.max_handle_bytes = size_arg(it.next(), "--max-handle")?,
             "--timeline" => {

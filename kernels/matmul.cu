@@ -1103,9 +1103,16 @@ SPLITK_SUM(bf16, __nv_bfloat16)
 //     elements (a warp reads 64 neighbours: a whole 128-byte line of f16 or bf16), 32 rows in
 //     flight. The launcher uses it for f16 and bf16 when outs and sk are even and X (with its
 //     batch stride) starts on two elements (f32 lines are whole with one element a lane).
+//   * gemv_wide_*: gemv_axpy with 16-byte loads, for outs, sk and xb multiples of
+//     V = 16 / sizeof(T) and X on 16 bytes: a lane owns V neighbouring outputs and 8 lanes a
+//     row (128 bytes), so one load of a warp reads 4 rows; a block of 8 warps covers 8V
+//     outputs, 32 rows at a time, GEMV_WIDE_ROWS loads a lane in flight. gridDim.z slices k
+//     (slice z: rows [z * kslice, min(K, (z + 1) * kslice))); with more than one slice each
+//     writes its f32 partial sums to part[z][b][o] and splitk_sum_* adds the slices in order
+//     (a product with few outputs has enough blocks to keep the memory busy only so).
 // Accumulation is in f32 with fused multiply-adds; blocks stride over the batch by gridDim.y.
-// Grid: (ceil(outs / 8), ceil(outs / 32) or ceil(outs / 64), min(batch, 65535)), blocks of
-// 256 threads.
+// Grid: (ceil(outs / 8), ceil(outs / 32), ceil(outs / 64) or ceil(outs / 8V) blocks,
+// min(batch, 65535), the slices of k (1 but for gemv_wide)), blocks of 256 threads.
 namespace {
 
 __device__ __forceinline__ float tof(float x) { return x; }
@@ -1247,6 +1254,73 @@ __device__ __forceinline__ void gemv_axpy2(const T* X, const T* v, O* out, uint6
     }
 }
 
+constexpr int GEMV_WIDE_ROWS = 8;
+
+template <typename T, typename O>
+__device__ __forceinline__ void gemv_wide(const T* X, const T* v, O* out, float* part,
+                                          uint64_t batch, uint64_t outs, uint64_t K,
+                                          uint64_t kslice, uint64_t sk, uint64_t sv, uint64_t xb,
+                                          uint64_t vb) {
+    constexpr int V = 16 / sizeof(T), LANES = 8, ROWS = 8 * (32 / LANES), R = GEMV_WIDE_ROWS;
+    __shared__ float sums[ROWS][LANES * V + 1];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int row = warp * (32 / LANES) + lane / LANES;  // this lane's first row of a step
+    const int first = V * (lane % LANES);                // its first output in the block
+    const uint64_t o = (uint64_t)blockIdx.x * LANES * V + first;
+    const uint64_t k0 = (uint64_t)blockIdx.z * kslice;
+    const uint64_t k1 = k0 + kslice < K ? k0 + kslice : K;
+    for (uint64_t b = blockIdx.y; b < batch; b += gridDim.y) {
+        float acc[V];
+#pragma unroll
+        for (int e = 0; e < V; ++e) acc[e] = 0.f;
+        if (o < outs) {
+            const T* col = X + b * xb + o;
+            const T* vv = v + b * vb;
+            uint64_t p = k0 + row;
+            for (; p + (R - 1) * ROWS < k1; p += R * ROWS) {
+                uint4 x[R];
+                T y[R];
+#pragma unroll
+                for (int u = 0; u < R; ++u) {
+                    x[u] = *reinterpret_cast<const uint4*>(col + (p + u * ROWS) * sk);
+                    y[u] = vv[(p + u * ROWS) * sv];
+                }
+#pragma unroll
+                for (int u = 0; u < R; ++u) {
+                    const T* xs = reinterpret_cast<const T*>(&x[u]);
+                    const float yu = tof(y[u]);
+#pragma unroll
+                    for (int e = 0; e < V; ++e) acc[e] = fmaf(tof(xs[e]), yu, acc[e]);
+                }
+            }
+            for (; p < k1; p += ROWS) {
+                const uint4 x = *reinterpret_cast<const uint4*>(col + p * sk);
+                const T* xs = reinterpret_cast<const T*>(&x);
+                const float yp = tof(vv[p * sv]);
+#pragma unroll
+                for (int e = 0; e < V; ++e) acc[e] = fmaf(tof(xs[e]), yp, acc[e]);
+            }
+        }
+#pragma unroll
+        for (int e = 0; e < V; ++e) sums[row][first + e] = acc[e];
+        __syncthreads();
+        if (threadIdx.x < LANES * V) {
+            const uint64_t oo = (uint64_t)blockIdx.x * LANES * V + threadIdx.x;
+            if (oo < outs) {
+                float s = 0.f;
+#pragma unroll
+                for (int r = 0; r < ROWS; ++r) s += sums[r][threadIdx.x];
+                if (gridDim.z == 1) {
+                    store1(out + b * outs + oo, s);
+                } else {
+                    part[((uint64_t)blockIdx.z * batch + b) * outs + oo] = s;
+                }
+            }
+        }
+        __syncthreads();
+    }
+}
+
 }  // namespace
 
 #define GEMV_PARAMS(T, O)                                                                      \
@@ -1263,6 +1337,12 @@ __device__ __forceinline__ void gemv_axpy2(const T* X, const T* v, O* out, uint6
     extern "C" __global__ void __launch_bounds__(THREADS)                                     \
         gemv_axpy2_##suffix(GEMV_PARAMS(T, O)) {                                               \
         gemv_axpy2<T, O>(GEMV_ARGS);                                                           \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(THREADS)                                     \
+        gemv_wide_##suffix(const T *X, const T *v, O *out, float *part, uint64_t batch,          \
+                           uint64_t outs, uint64_t K, uint64_t kslice, uint64_t sk, uint64_t sv, \
+                           uint64_t xb, uint64_t vb) {                                         \
+        gemv_wide<T, O>(X, v, out, part, batch, outs, K, kslice, sk, sv, xb, vb);              \
     }
 GEMV(f32, float, float)
 GEMV(f16, __half, __half)

@@ -103,6 +103,11 @@ mod gpu {
         for d in ["f32", "bf16"] {
             v.push(case(d, 64, 4096, 1024));
             v.push(case(d, 1, 11008, 4096));
+            // The same with `B` a transposed view: `x @ W.T` of a `Linear` layer's weight.
+            v.push(Case {
+                tb: true,
+                ..case(d, 1, 11008, 4096)
+            });
             v.push(case(d, 4095, 4097, 1023));
             v.push(case(d, 8192, 64, 8192));
             for (ta, tb) in [(false, true), (true, false), (true, true)] {

@@ -322,8 +322,8 @@ pub trait MatmulOutput<T: MatmulElement>: MatmulElement {
     const KERNELS: [[[&'static str; 2]; 2]; 2];
     /// The elements of a 16-byte vector of `T` (the fast kernels' alignment).
     const VECTOR: usize = 16 / std::mem::size_of::<T>();
-    /// The matrix-vector kernels (m == 1 or n == 1): `[dot, axpy, axpy2]`.
-    const GEMV: [&'static str; 3];
+    /// The matrix-vector kernels (m == 1 or n == 1): `[dot, axpy, axpy2, wide]`.
+    const GEMV: [&'static str; 4];
     /// The kernels of `T` operands with an f32 output (the split-k partial products), indexed
     /// as [`MatmulOutput::KERNELS`].
     const PARTIAL: [[[&'static str; 2]; 2]; 2];
@@ -408,10 +408,11 @@ macro_rules! kernels {
     ($t:ty => $o:ty, $p:literal, $g:literal, $partial:literal, $sum:literal
      $(, tf32: $tf32:literal, n64: $n64:literal, n64ct: $n64ct:literal, small: $small:literal)? $(, sm90: $bf16:literal, $sm90:literal, $sm90_partial:literal)?) => {
         impl MatmulOutput<$t> for $o {
-            const GEMV: [&'static str; 3] = [
+            const GEMV: [&'static str; 4] = [
                 concat!("gemv_dot_", $g),
                 concat!("gemv_axpy_", $g),
                 concat!("gemv_axpy2_", $g),
+                concat!("gemv_wide_", $g),
             ];
             const KERNELS: [[[&'static str; 2]; 2]; 2] = table!($p);
             const PARTIAL: [[[&'static str; 2]; 2]; 2] = table!($partial);
@@ -993,6 +994,12 @@ const SMALL_TILE: usize = 64;
 /// Most slices a split makes.
 const MAX_SPLITS: usize = 32;
 
+/// Output bytes a block of `gemv_wide_*` covers (8 lanes of 16-byte loads).
+const GEMV_WIDE_BYTES: usize = 128;
+
+/// Blocks a multiprocessor below which a matrix-vector product on `gemv_wide_*` splits `k`.
+const GEMV_BLOCKS_PER_SM: usize = 4;
+
 /// Whether a full-precision f32 product runs as `C^T = B^T A^T` ([`transposed_problem`]):
 /// `m <= 64 < n`, where the `128 x 128` tiles would compute as many rows again and drop them
 /// while the `256 x 64` tiles of the transposed problem compute none they drop.
@@ -1065,8 +1072,8 @@ fn tiles_of(shape: &MatmulShape, (tm, tn): (usize, usize)) -> usize {
 /// is not a matrix-vector product (`m` or `n` 1). It is then split into
 /// `S = min(ceil(2 sms / tiles), floor(k / 256), 32)` slices, when that is at least 2: enough
 /// blocks for about two waves of one block per multiprocessor, each slice at least 256 long.
-/// Full-precision f32 products (the SIMT kernel) choose their split by a cost model instead
-/// ([`MatmulPlan::new_for`]).
+/// Full-precision f32 products (the SIMT kernel) choose their split by a cost model instead,
+/// and matrix-vector products by the blocks of their kernel ([`MatmulPlan::new_for`]).
 /// Slices are `kslice = ceil(k / S)` rounded up to a multiple of 32, so the last may be shorter
 /// and there are `ceil(k / kslice)` of them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1089,13 +1096,34 @@ impl MatmulPlan {
     /// (one block at a time of the large tiles; a latency floor, or the multiprocessor's
     /// throughput shared, for the small ones), plus the partials' traffic and the summing
     /// launch.
+    ///
+    /// A matrix-vector product (`m` or `n` 1, `k` at least 512) whose outputs lie contiguous in
+    /// the matrix (`[1, k] @ [k, n]` with a row-major `B`, `[m, k] @ [k, 1]` with a
+    /// column-major `A`) runs on a kernel whose blocks cover `128 / size_of::<T>()` outputs;
+    /// with `blocks = batch * ceil(outputs / (128 / size_of::<T>()))` below `4 sms` the plan
+    /// splits `k` into `min(ceil(4 sms / blocks), floor(k / 256), 32)` slices, so that the
+    /// memory has enough reads in flight. The other matrix-vector kernels do not split: they
+    /// run such a plan whole and leave its workspace unused.
     pub fn new_for<T: MatmulElement>(
         shape: MatmulShape,
         sms: usize,
         precision: MatmulPrecision,
     ) -> MatmulPlan {
         let simt = T::NAME == f32::NAME && precision == MatmulPrecision::Highest;
-        let plan = Self::new(shape, sms, precision);
+        let mut plan = Self::new(shape, sms, precision);
+        if (shape.m == 1 || shape.n == 1) && shape.batch > 0 {
+            let outs = if shape.m == 1 { shape.n } else { shape.m };
+            let per_block = GEMV_WIDE_BYTES / size_of::<T>();
+            let blocks = outs
+                .div_ceil(per_block)
+                .saturating_mul(shape.batch.min(65535));
+            let want = (GEMV_BLOCKS_PER_SM * sms.max(1)).div_ceil(blocks.max(1));
+            let splits = want.min(shape.k / MIN_SLICE).min(MAX_SPLITS);
+            if splits >= 2 {
+                plan.set_splits(splits);
+            }
+            return plan;
+        }
         if !simt || shape.m <= 1 || shape.n <= 1 || shape.batch == 0 {
             return plan;
         }
@@ -1172,18 +1200,14 @@ impl MatmulPlan {
     }
 
     /// The plan with `k` split into (about) `splits` slices whatever the shape, for tests and
-    /// tuning (`splits` clamped to `1..=65535`): `kslice = ceil(k / splits)` rounded up to a
-    /// multiple of 32, and
-    /// [`MatmulPlan::splits`] then `ceil(k / kslice)` (1 when `k <= 32`, and for the
-    /// matrix-vector products of `m` or `n` 1, which never split).
+    /// tuning (`splits` clamped to `1..=65535`, the grid's z extent): `kslice = ceil(k /
+    /// splits)` rounded up to a multiple of 32, and [`MatmulPlan::splits`] then
+    /// `ceil(k / kslice)` (1 when `k <= 32`).
     #[cfg(feature = "tuning")]
     pub fn with_splits(mut self, splits: usize) -> MatmulPlan {
         self.splits = 1;
         self.kslice = self.shape.k;
-        if self.shape.m > 1 && self.shape.n > 1 {
-            // At most 65535 slices: the grid's z extent.
-            self.set_splits(splits.clamp(1, 65535));
-        }
+        self.set_splits(splits.clamp(1, 65535));
         self
     }
 
@@ -1467,7 +1491,7 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
     }
     check(&shape, &layout, a.len(), b.len(), c.len())?;
     if shape.m == 1 || shape.n == 1 {
-        return gemv(stream, shape, layout, a, b, c);
+        return gemv(stream, plan, layout, a, b, c, workspace);
     }
     let tf32 = match plan.precision {
         MatmulPrecision::High => O::TF32,
@@ -1593,29 +1617,11 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
             )
         };
     }
-    let Some(workspace) = workspace else {
-        return Err(Error::Unsupported {
-            op: "matmul",
-            reason: "a split-k plan needs a workspace".into(),
-        });
-    };
-    let ws_need = plan.workspace_bytes();
-    if workspace.len() < ws_need {
-        return Err(Error::LengthMismatch {
-            op: "matmul workspace",
-            expected: ws_need,
-            got: workspace.len(),
-        });
-    }
-    if !workspace.is_aligned_to(16) {
-        return Err(Error::Unsupported {
-            op: "matmul",
-            reason: "the split-k workspace must start on 16 bytes".into(),
-        });
-    }
+    let workspace = split_workspace(workspace, plan)?;
     if let Some((bf16, tile, _, name)) = sm90 {
         // SAFETY: the Hopper `partial` kernels write f32 values, `splits` slices of `need`
-        // elements each: `ws_need` bytes of the workspace, which is borrowed exclusively.
+        // elements each: `workspace_bytes()`, which the workspace holds (checked), borrowed
+        // exclusively.
         unsafe {
             gemm_sm90::<T>(
                 stream,
@@ -1634,8 +1640,8 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
     } else {
         let name = at(tf32.or(n64).or(small).unwrap_or(O::PARTIAL));
         // SAFETY: the partial kernels write f32 values (`PARTIAL` and `TF32` are f32-output
-        // kernels), `splits` slices of `need` elements each: `ws_need` bytes of the
-        // workspace, which is borrowed exclusively.
+        // kernels), `splits` slices of `need` elements each: `workspace_bytes()`, which the
+        // workspace holds (checked), borrowed exclusively.
         unsafe {
             gemm(
                 stream,
@@ -1919,21 +1925,54 @@ fn splitk_sum<O: MatmulElement>(
     unsafe { launch_u64(stream, &kernel, config, args) }
 }
 
+/// The workspace of a split plan, checked: present, at least
+/// [`MatmulPlan::workspace_bytes`] long, starting on 16 bytes.
+#[cfg(feature = "cuda")]
+fn split_workspace<'a>(
+    workspace: Option<genesis_cuda::DeviceSpanMut<'a, u8>>,
+    plan: &MatmulPlan,
+) -> Result<genesis_cuda::DeviceSpanMut<'a, u8>> {
+    let Some(workspace) = workspace else {
+        return Err(Error::Unsupported {
+            op: "matmul",
+            reason: "a split-k plan needs a workspace".into(),
+        });
+    };
+    let need = plan.workspace_bytes();
+    if workspace.len() < need {
+        return Err(Error::LengthMismatch {
+            op: "matmul workspace",
+            expected: need,
+            got: workspace.len(),
+        });
+    }
+    if !workspace.is_aligned_to(16) {
+        return Err(Error::Unsupported {
+            op: "matmul",
+            reason: "the split-k workspace must start on 16 bytes".into(),
+        });
+    }
+    Ok(workspace)
+}
+
 /// A product with `m == 1` or `n == 1` as a matrix-vector product (`gemv_*` in
 /// `kernels/matmul.cu`): `out[b][o] = sum_p X[b][o][p] * v[b][p]`, where X is `B` read by
-/// columns and v `A`'s row when `m == 1`, X is `A` and v `B`'s column otherwise. The caller
-/// checked the spans against the layout.
+/// columns and v `A`'s row when `m == 1`, X is `A` and v `B`'s column otherwise. The plan's
+/// split of `k` applies on `gemv_wide_*` (the workspace checked as for any split plan); the
+/// other kernels run the product whole. The caller checked the spans against the layout.
 #[cfg(feature = "cuda")]
 fn gemv<T: MatmulElement, O: MatmulOutput<T>>(
     stream: &genesis_cuda::Stream,
-    shape: MatmulShape,
+    plan: &MatmulPlan,
     layout: MatmulLayout,
     a: genesis_cuda::DeviceSpan<'_, T>,
     b: genesis_cuda::DeviceSpan<'_, T>,
     c: genesis_cuda::DeviceSpanMut<'_, O>,
+    workspace: Option<genesis_cuda::DeviceSpanMut<'_, u8>>,
 ) -> Result<()> {
     use genesis_cuda::{Kernel, LaunchConfig};
 
+    let shape = plan.shape;
     // Strides of an operand's element (i, p) of a `[rows, k]` view: (per row, per p).
     let (la, lb) = (layout.a, layout.b);
     let a_strides = if la.transposed {
@@ -1969,6 +2008,62 @@ fn gemv<T: MatmulElement, O: MatmulOutput<T>>(
         )
     };
     let axpy = sk != 1 && so == 1;
+    // 16-byte loads when every row of X and its batches start on 16 bytes and the outputs
+    // fill whole loads.
+    let vec = 16 / size_of::<T>();
+    if axpy
+        && outs.is_multiple_of(vec)
+        && sk.is_multiple_of(vec)
+        && (shape.batch == 1 || xb.is_multiple_of(vec))
+        && x.is_aligned_to(16)
+    {
+        let split = plan.splits > 1;
+        let part = if split {
+            split_workspace(workspace, plan)?.addr()
+        } else {
+            0
+        };
+        let name = O::GEMV[3];
+        let kernel = Kernel::get(stream.context(), &crate::images::MATMUL, name)?;
+        record_kernel(name);
+        let config = LaunchConfig {
+            grid: (
+                (outs / vec).div_ceil(GEMV_WIDE_BYTES / 16) as u32,
+                shape.batch.min(65535) as u32,
+                if split { plan.splits as u32 } else { 1 },
+            ),
+            block: (256, 1, 1),
+            shared_bytes: 0,
+        };
+        let args = [
+            x.addr(),
+            v.addr(),
+            c.addr(),
+            part,
+            shape.batch as u64,
+            outs as u64,
+            shape.k as u64,
+            if split { plan.kslice } else { shape.k } as u64,
+            sk as u64,
+            sv as u64,
+            xb as u64,
+            vb as u64,
+        ];
+        // SAFETY: the parameters match `gemv_wide_<in>[_f32out](const T*, const T*, O*, float*
+        // part, u64 batch, u64 outs, u64 k, u64 kslice, u64 sk, u64 sv, u64 xb, u64 vb)`;
+        // every element read, X[b][o..o + vec][p] and v[b][p] for b < batch, o < outs (a
+        // multiple of vec), p < k, is an element of A or B that the layout reads (checked by
+        // the caller), 16-byte aligned (checked above); `c` holds batch * outs elements and is
+        // borrowed exclusively; a split launch (grid z = splits, slices of kslice) writes
+        // splits * batch * outs f32 partials, `workspace_bytes()`, to the workspace (checked
+        // to hold them), borrowed exclusively.
+        unsafe { launch_u64(stream, &kernel, config, args)? };
+        if split {
+            let need = shape.c_len().ok_or_else(overflow)?;
+            splitk_sum(stream, O::SPLITK_SUM, part, c, need, plan.splits)?;
+        }
+        return Ok(());
+    }
     // Two outputs a lane for 16-bit types (a warp then reads whole 128-byte lines) when every
     // row of X and its batches start on two elements.
     let pairs = axpy
@@ -2033,6 +2128,38 @@ mod tests {
             a_batch_stride: m * k,
             b_batch_stride: k * n,
         }
+    }
+
+    #[test]
+    fn matrix_vector_plans_split_k_when_their_blocks_leave_the_memory_idle() {
+        let full = MatmulPrecision::Highest;
+        // [1, 4096] @ [4096, 11008] on 132 SMs: 172 blocks of 64 bf16 outputs, ceil(528 /
+        // 172) = 4 slices of 1024; 344 blocks of 32 f32 outputs, 2 slices.
+        let s = shape(1, 1, 11008, 4096);
+        let p = MatmulPlan::new_for::<bf16>(s, 132, full);
+        assert_eq!((p.splits(), p.kslice()), (4, 1024));
+        assert_eq!(p.workspace_bytes(), 4 * 11008 * 4);
+        assert_eq!(MatmulPlan::new_for::<f32>(s, 132, full).splits(), 2);
+        // n == 1 the same way, and a batch counts its blocks.
+        let p = MatmulPlan::new_for::<f16>(shape(1, 4096, 1, 11008), 132, full);
+        assert_eq!((p.splits(), p.kslice()), (9, 1248));
+        assert_eq!(
+            MatmulPlan::new_for::<f16>(shape(3, 4096, 1, 11008), 132, full).splits(),
+            3
+        );
+        // Enough blocks, a k below two slices of 256, or nothing to do: whole.
+        for (s, sms) in [
+            (shape(1, 1, 32000, 4096), 60),
+            (shape(8, 1, 11008, 4096), 132),
+            (shape(1, 1, 64, 511), 132),
+            (shape(0, 1, 64, 4096), 132),
+        ] {
+            let p = MatmulPlan::new_for::<bf16>(s, sms, full);
+            assert_eq!((p.splits(), p.workspace_bytes()), (1, 0), "{s:?}");
+        }
+        // At most 32 slices.
+        let p = MatmulPlan::new_for::<f32>(shape(1, 1, 64, 1 << 20), 132, full);
+        assert_eq!(p.splits(), 32);
     }
 
     #[test]
@@ -2163,19 +2290,15 @@ mod tests {
             let p = MatmulPlan::new(s, 132, full).with_splits(n);
             assert_eq!((p.splits(), p.kslice()), (2, 64));
         }
-        // k of one slice, and matrix-vector products, stay whole.
+        // k of one slice stays whole; matrix-vector products split too.
         assert_eq!(
             MatmulPlan::new(shape(1, 8, 8, 32), 132, full)
                 .with_splits(4)
                 .splits(),
             1
         );
-        assert_eq!(
-            MatmulPlan::new(shape(1, 1, 8, 999), 132, full)
-                .with_splits(4)
-                .splits(),
-            1
-        );
+        let p = MatmulPlan::new(shape(1, 1, 8, 999), 132, full).with_splits(4);
+        assert_eq!((p.splits(), p.kslice()), (4, 256));
         assert_eq!(MatmulPlan::new(s, 132, full).with_splits(0).splits(), 1);
     }
 

@@ -470,6 +470,116 @@ mod gpu {
         v
     }
 
+    /// Whether `gemv_wide_*` runs the matrix-vector product `c` of `T`: the outputs lie
+    /// contiguous in the matrix (`B` row-major for `m == 1`, `A` column-major for `n == 1`),
+    /// its k stride is not 1, and the output count, k stride, batch stride and first element
+    /// fill whole 16-byte loads.
+    fn runs_wide<T>(c: Case, shape: MatmulShape, layout: MatmulLayout) -> bool {
+        let v = 16 / std::mem::size_of::<T>();
+        let (outs, (so, sk), xb) = if c.m == 1 {
+            let l = layout.b;
+            let s = if l.transposed { (l.ld, 1) } else { (1, l.ld) };
+            (c.n, s, shape.b_batch_stride)
+        } else {
+            let l = layout.a;
+            let s = if l.transposed { (1, l.ld) } else { (l.ld, 1) };
+            (c.m, s, shape.a_batch_stride)
+        };
+        so == 1
+            && sk != 1
+            && outs.is_multiple_of(v)
+            && sk.is_multiple_of(v)
+            && (c.batch == 1 || xb.is_multiple_of(v))
+            && c.offset.is_multiple_of(v)
+    }
+
+    /// A matrix-vector product as the device's plan makes it and split into 1, 2 and 5
+    /// slices: within the bound, the same bits twice, on `gemv_wide_*` exactly when
+    /// [`runs_wide`] says so (returned).
+    fn mv_case<T: MatmulElement, O: MatmulOutput<T> + Out>(
+        ctx: &Arc<Context>,
+        stream: &Stream,
+        c: Case,
+        rng: &mut SmallRng,
+    ) -> bool {
+        let p = problem::<T>(c, rng);
+        let wide = runs_wide::<T>(c, p.shape, p.layout);
+        let sms = ctx.multiprocessors() as usize;
+        let full = MatmulPrecision::Highest;
+        let plans = [
+            MatmulPlan::new_for::<T>(p.shape, sms, full),
+            MatmulPlan::new(p.shape, sms, full).with_splits(1),
+            MatmulPlan::new(p.shape, sms, full).with_splits(2),
+            MatmulPlan::new(p.shape, sms, full).with_splits(5),
+        ];
+        for plan in plans {
+            let what = format!(
+                "gpu {} -> {} {c:?}, {} slices",
+                T::NAME,
+                O::NAME,
+                plan.splits()
+            );
+            let got = run::<T, O>(ctx, stream, &p, c, Some(&plan));
+            check(&got, &p, &what);
+            if c.batch > 0 {
+                let ran = last_matmul_kernel().unwrap_or("");
+                assert_eq!(ran.starts_with("gemv_wide_"), wide, "{what}: ran {ran}");
+            }
+            let again = run::<T, O>(ctx, stream, &p, c, Some(&plan));
+            assert!(bits(&got) == bits(&again), "{what}: two runs differ");
+        }
+        wide
+    }
+
+    /// Matrix-vector products (`m` or `n` 1) generated at random: outputs contiguous in the
+    /// matrix or not, output counts that fill 16-byte loads or not, k from 1 to past several
+    /// slices, padded, misaligned, batched and broadcast operands, every element type.
+    #[test]
+    fn matrix_vector_products_split_or_whole_match_f64_references() {
+        if skip_without_gpu("matrix_vector_products_split_or_whole_match_f64_references") {
+            return;
+        }
+        let ctx = Context::get(0).unwrap();
+        let stream = Stream::new(&ctx).unwrap();
+        let mut rng = SmallRng::seed_from_u64(31);
+        let mut wide = 0;
+        for i in 0..60 {
+            let outs = if rng.random_bool(0.7) {
+                8 * rng.random_range(1..=160)
+            } else {
+                rng.random_range(2..1300)
+            };
+            let k = if rng.random_bool(0.3) {
+                [1, 2, 31, 255, 256, 511, 512][rng.random_range(0..7)]
+            } else {
+                rng.random_range(1..2600)
+            };
+            let flat = rng.random_bool(0.5);
+            // The layout whose outputs lie contiguous, three times in four.
+            let contiguous = rng.random_bool(0.75);
+            let c = Case {
+                m: if flat { 1 } else { outs },
+                n: if flat { outs } else { 1 },
+                k,
+                ta: !flat && contiguous,
+                tb: flat && !contiguous,
+                pad: [0, 0, 8, 3][rng.random_range(0..4)],
+                offset: [0, 0, 8, 1][rng.random_range(0..4)],
+                batch: rng.random_range(1..=3),
+                broadcast: rng.random_range(0..3),
+            };
+            let ran_wide = match i % 5 {
+                0 => mv_case::<f32, f32>(&ctx, &stream, c, &mut rng),
+                1 => mv_case::<f16, f16>(&ctx, &stream, c, &mut rng),
+                2 => mv_case::<f16, f32>(&ctx, &stream, c, &mut rng),
+                3 => mv_case::<bf16, bf16>(&ctx, &stream, c, &mut rng),
+                _ => mv_case::<bf16, f32>(&ctx, &stream, c, &mut rng),
+            };
+            wide += usize::from(ran_wide);
+        }
+        assert!(wide >= 15, "only {wide} cases on the wide kernel");
+    }
+
     #[test]
     fn split_k_products_match_f64_references_and_repeat_bit_for_bit() {
         if skip_without_gpu("split_k_products_match_f64_references_and_repeat_bit_for_bit") {

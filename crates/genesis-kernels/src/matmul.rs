@@ -2008,6 +2008,26 @@ fn gemv<T: MatmulElement, O: MatmulOutput<T>>(
         )
     };
     let axpy = sk != 1 && so == 1;
+    // The kernel `GEMV[which]` and its launch of `per_block` outputs a block and `slices`
+    // slices of k.
+    let kernel_for = |which: usize, per_block: usize, slices: usize| {
+        let blocks = outs.div_ceil(per_block);
+        if blocks > i32::MAX as usize {
+            return Err(Error::Unsupported {
+                op: "matmul",
+                reason: format!("{outs} outputs of a matrix-vector product"),
+            });
+        }
+        let name = O::GEMV[which];
+        let kernel = Kernel::get(stream.context(), &crate::images::MATMUL, name)?;
+        record_kernel(name);
+        let config = LaunchConfig {
+            grid: (blocks as u32, shape.batch.min(65535) as u32, slices as u32),
+            block: (256, 1, 1),
+            shared_bytes: 0,
+        };
+        Ok((kernel, config))
+    };
     // 16-byte loads when every row of X and its batches start on 16 bytes and the outputs
     // fill whole loads.
     let vec = 16 / size_of::<T>();
@@ -2023,18 +2043,12 @@ fn gemv<T: MatmulElement, O: MatmulOutput<T>>(
         } else {
             0
         };
-        let name = O::GEMV[3];
-        let kernel = Kernel::get(stream.context(), &crate::images::MATMUL, name)?;
-        record_kernel(name);
-        let config = LaunchConfig {
-            grid: (
-                (outs / vec).div_ceil(GEMV_WIDE_BYTES / 16) as u32,
-                shape.batch.min(65535) as u32,
-                if split { plan.splits as u32 } else { 1 },
-            ),
-            block: (256, 1, 1),
-            shared_bytes: 0,
-        };
+        // `plan.splits` is at most 65535 (the grid's z extent).
+        let (kernel, config) = kernel_for(
+            3,
+            GEMV_WIDE_BYTES / size_of::<T>(),
+            if split { plan.splits } else { 1 },
+        )?;
         let args = [
             x.addr(),
             v.addr(),
@@ -2072,27 +2086,12 @@ fn gemv<T: MatmulElement, O: MatmulOutput<T>>(
         && sk.is_multiple_of(2)
         && (shape.batch == 1 || xb.is_multiple_of(2))
         && x.is_aligned_to(2 * size_of::<T>() as u64);
-    let per_block = if pairs {
-        64
+    let (kernel, config) = if pairs {
+        kernel_for(2, 64, 1)?
     } else if axpy {
-        32
+        kernel_for(1, 32, 1)?
     } else {
-        8
-    };
-    let blocks = outs.div_ceil(per_block);
-    if blocks > i32::MAX as usize {
-        return Err(Error::Unsupported {
-            op: "matmul",
-            reason: format!("{outs} outputs of a matrix-vector product"),
-        });
-    }
-    let name = O::GEMV[if pairs { 2 } else { usize::from(axpy) }];
-    let kernel = Kernel::get(stream.context(), &crate::images::MATMUL, name)?;
-    record_kernel(name);
-    let config = LaunchConfig {
-        grid: (blocks as u32, shape.batch.min(65535) as u32, 1),
-        block: (256, 1, 1),
-        shared_bytes: 0,
+        kernel_for(0, 8, 1)?
     };
     let args = [
         x.addr(),

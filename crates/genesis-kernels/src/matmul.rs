@@ -18,8 +18,9 @@
 //! TF32 kernel runs instead).
 //!
 //! A [`MatmulPlan`] also splits `k` when the output has too few `128 x 128` tiles to fill the
-//! GPU (split-k: slices of `k` into an f32 workspace, then a sum in a fixed order, so results
-//! are the same bits on every run); [`gpu_matmul_planned`] runs a plan.
+//! GPU, or a matrix-vector product too few blocks to keep the memory busy (split-k: slices of
+//! `k` into an f32 workspace, then a sum in a fixed order, so results are the same bits on
+//! every run); [`gpu_matmul_planned`] runs a plan.
 //!
 //! On Hopper (compute capability 9.0), f16 and bf16 products run on the `wgmma` kernels of
 //! `kernels/matmul_sm90.cu` (TMA, warp-specialised, persistent; `128 x 256` tiles when they

@@ -153,21 +153,14 @@ def worker(args):
             gpu.append(start.elapsed_time(end) / 1000.0)
         del x, y
         probe = {"host_probe_seconds": min(host), "device_probe_seconds": min(gpu)}
+    if mode == "genesis":
+        stats, reset_peaks = genesis_torch.memory_stats, genesis_torch.reset_peak_memory_stats
+    else:
+        stats, reset_peaks = torch.cuda.memory_stats, torch.cuda.reset_peak_memory_stats
     if args.warmup > 0 or args.probe:
         # The peaks count from the workload's first step.
-        if mode == "genesis":
-            import genesis_torch
-
-            genesis_torch.reset_peak_memory_stats()
-        else:
-            torch.cuda.reset_peak_memory_stats()
+        reset_peaks()
     rng = random.Random(SEED)
-    if mode == "genesis":
-        import genesis_torch
-
-        stats = genesis_torch.memory_stats
-    else:
-        stats = torch.cuda.memory_stats
     losses, times, device_allocs, driver_calls, driver_ns = [], [], [], [], []
     t0 = time.perf_counter()
     last = t0
@@ -207,8 +200,6 @@ def worker(args):
         **probe,
     }
     if mode == "genesis":
-        import genesis_torch
-
         out["peak_reserved"] = genesis_torch.max_memory_reserved()
         out["peak_allocated"] = genesis_torch.memory_stats().get("allocated_bytes.all.peak")
     else:

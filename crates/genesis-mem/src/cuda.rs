@@ -166,74 +166,68 @@ impl Backend for CudaBackend {
 
     fn alloc(&mut self, bytes: usize) -> Result<u64, BackendError> {
         self.counts.alloc += 1;
-        timed(&mut self.counts.nanos, || raw::mem_alloc(&self.ctx, bytes))
-            .map_err(|e| backend_error("cuMemAlloc", e))
+        timed(&mut self.counts.nanos, "cuMemAlloc", || {
+            raw::mem_alloc(&self.ctx, bytes)
+        })
     }
 
     fn free(&mut self, addr: u64, _bytes: usize) -> Result<(), BackendError> {
         self.counts.free += 1;
         // SAFETY: the allocator frees only segments it allocated, once, when no block in them
         // is in use and no pending event refers to them.
-        timed(&mut self.counts.nanos, || unsafe {
+        timed(&mut self.counts.nanos, "cuMemFree", || unsafe {
             raw::mem_free(&self.ctx, addr)
         })
-        .map_err(|e| backend_error("cuMemFree", e))
     }
 
     fn reserve(&mut self, bytes: usize) -> Result<u64, BackendError> {
         self.counts.reserve += 1;
-        timed(&mut self.counts.nanos, || {
+        timed(&mut self.counts.nanos, "cuMemAddressReserve", || {
             raw::reserve_address_space(&self.ctx, bytes, self.granularity)
         })
-        .map_err(|e| backend_error("cuMemAddressReserve", e))
     }
 
     fn unreserve(&mut self, va: u64, bytes: usize) -> Result<(), BackendError> {
         self.counts.unreserve += 1;
         // SAFETY: the allocator unreserves only its own empty reservations.
-        timed(&mut self.counts.nanos, || unsafe {
+        timed(&mut self.counts.nanos, "cuMemAddressFree", || unsafe {
             raw::free_address_space(&self.ctx, va, bytes)
         })
-        .map_err(|e| backend_error("cuMemAddressFree", e))
     }
 
     fn create(&mut self, bytes: usize) -> Result<PhysHandle, BackendError> {
         self.counts.alloc += 1;
-        timed(&mut self.counts.nanos, || {
+        timed(&mut self.counts.nanos, "cuMemCreate", || {
             raw::create_physical(&self.ctx, bytes)
         })
-        .map_err(|e| backend_error("cuMemCreate", e))
     }
 
     fn release(&mut self, handle: PhysHandle, _bytes: usize) -> Result<(), BackendError> {
         self.counts.free += 1;
         // SAFETY: the allocator releases each handle it created once, after unmapping it.
-        timed(&mut self.counts.nanos, || unsafe {
+        timed(&mut self.counts.nanos, "cuMemRelease", || unsafe {
             raw::release_physical(&self.ctx, handle)
         })
-        .map_err(|e| backend_error("cuMemRelease", e))
     }
 
     fn map(&mut self, va: u64, bytes: usize, handle: PhysHandle) -> Result<(), BackendError> {
         self.counts.map += 1;
         // SAFETY: the allocator maps a live handle of exactly `bytes` at the unmapped end of
         // one of its reservations.
-        timed(&mut self.counts.nanos, || unsafe {
+        timed(&mut self.counts.nanos, "cuMemMap", || unsafe {
             raw::map(&self.ctx, va, bytes, handle)
-        })
-        .map_err(|e| backend_error("cuMemMap", e))?;
+        })?;
         self.counts.set_access += 1;
         // SAFETY: the range was just mapped.
-        let granted = timed(&mut self.counts.nanos, || unsafe {
+        let granted = timed(&mut self.counts.nanos, "cuMemSetAccess", || unsafe {
             raw::set_access(&self.ctx, va, bytes, &self.peers)
         });
-        if let Err(e) = granted {
+        if granted.is_err() {
             // SAFETY: undo the mapping made above; nothing uses it yet.
             let _ = unsafe { raw::unmap(&self.ctx, va, bytes) };
             self.counts.unmap += 1;
-            return Err(backend_error("cuMemSetAccess", e));
         }
-        Ok(())
+        granted
     }
 
     fn unmap(&mut self, va: u64, bytes: usize) -> Result<(), BackendError> {
@@ -241,10 +235,9 @@ impl Backend for CudaBackend {
         // SAFETY: the allocator unmaps one whole mapping that lies under free memory (no block
         // in it allocated or pending) after synchronising the region's stream, so no queued
         // work uses it.
-        timed(&mut self.counts.nanos, || unsafe {
+        timed(&mut self.counts.nanos, "cuMemUnmap", || unsafe {
             raw::unmap(&self.ctx, va, bytes)
         })
-        .map_err(|e| backend_error("cuMemUnmap", e))
     }
 
     stream_and_event_methods!();
@@ -273,12 +266,17 @@ impl PinnedHostBackend {
     }
 }
 
-/// Runs one driver call, adding its wall time to `nanos` ([`CallCounts::nanos`]).
-fn timed<R>(nanos: &mut u64, call: impl FnOnce() -> R) -> R {
+/// Runs the driver call `name`, adding its wall time to `nanos` ([`CallCounts::nanos`]), its
+/// error as a [`BackendError`].
+fn timed<R>(
+    nanos: &mut u64,
+    name: &'static str,
+    call: impl FnOnce() -> Result<R, genesis_cuda::Error>,
+) -> Result<R, BackendError> {
     let started = Instant::now();
     let r = call();
-    *nanos += u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-    r
+    *nanos = nanos.saturating_add(u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX));
+    r.map_err(|e| backend_error(name, e))
 }
 
 fn unsupported(call: &'static str) -> BackendError {

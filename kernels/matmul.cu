@@ -568,6 +568,13 @@ __device__ __forceinline__ void store_row4(float* p, const float (&v)[4], bool q
     }
 }
 
+// A lane's place on its warp's 4 x 8 grid of (row run, column run), interleaved in pairs: lane
+// bits 0 and 4 pick the row run, bits 1-3 the column run. A quarter-warp then reads 2 runs of A
+// and 4 of B, which takes a third fewer shared-memory wavefronts per fragment read than 1 and 8
+// (lanes in row-major order).
+__device__ __forceinline__ int lane_row_run(int lane) { return ((lane >> 4) << 1) | (lane & 1); }
+__device__ __forceinline__ int lane_col_run(int lane) { return (lane >> 1) & 7; }
+
 // BN: the tile's columns, 128 (a 128 x 128 tile, warps 4 x 2) or 64 (a 256 x 64 tile, warps
 // 8 x 1, for n <= 64, where a 128-wide tile would compute as many columns again and drop them);
 // every warp computes 32 x 64 outputs, every thread 8 x 8. VEC: leading dimensions and batch
@@ -587,12 +594,8 @@ __device__ __forceinline__ void gemm_f32(const float* __restrict__ A, const floa
     __shared__ __align__(16) float As[2][F_BK][F_BM + F_PAD];
     __shared__ __align__(16) float Bs[2][F_BK][BN + F_PAD];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    // The warp's lanes as a 4 x 8 grid of (row run, column run), interleaved in pairs: lane
-    // bits 0 and 4 pick the row run, bits 1-3 the column run. A quarter-warp then reads 2 runs
-    // of A and 4 of B, which takes a third fewer shared-memory wavefronts per fragment read
-    // than 1 and 8 (lanes in row-major order).
-    const int r0 = (warp / WN) * 32 + (((lane >> 4) << 1) | (lane & 1)) * 4;
-    const int c0 = (warp % WN) * 64 + ((lane >> 1) & 7) * 4;
+    const int r0 = (warp / WN) * 32 + lane_row_run(lane) * 4;
+    const int c0 = (warp % WN) * 64 + lane_col_run(lane) * 4;
     const F32Tile<F_BM, BN> t(M, N, VEC);
     const uint64_t m0 = t.m0, n0 = t.n0;
 
@@ -705,10 +708,10 @@ __device__ __forceinline__ void gemm_f32s(const float* __restrict__ A,
     __shared__ __align__(16) float As[2][F_BK][T + F_PAD];
     __shared__ __align__(16) float Bs[2][F_BK][T + F_PAD];
     // Threads own 4 x 4 outputs on a 16 x 16 grid of runs of 4; each warp a 4 x 8 block of it,
-    // its lanes interleaved in pairs as in gemm_f32 (fewer shared-memory wavefronts).
+    // its lanes placed on the block as in gemm_f32 (lane_row_run, lane_col_run).
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int r0 = ((warp >> 1) * 4 + (((lane >> 4) << 1) | (lane & 1))) * 4;
-    const int c0 = ((warp & 1) * 8 + ((lane >> 1) & 7)) * 4;
+    const int r0 = ((warp >> 1) * 4 + lane_row_run(lane)) * 4;
+    const int c0 = ((warp & 1) * 8 + lane_col_run(lane)) * 4;
     const F32Tile<T, T> t(M, N, VEC);
     const uint64_t m0 = t.m0, n0 = t.n0;
 

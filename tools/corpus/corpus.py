@@ -24,6 +24,15 @@
         allocates and frees tensors with no kernels: the allocator's host cost through PyTorch.
         Writes DIR/live.json and DIR/live.md.
 
+    corpus.py pace --out DIR [--workloads A,B,...] [--modes default,genesis] [--rounds N]
+                   [--cpus N]
+        Step time of two allocators with the machine's drift taken out: the two processes
+        start together, on the same CPUs, and run in lockstep, step i of one and then step i of
+        the other (the order alternating), never at the same time (`--modes default,default`
+        measures the method's own noise). Reports the ratio of summed step times
+        (steps after the first two) with a bootstrap interval over the steps, each round's
+        ratio and the median of the per-step ratios. Writes DIR/pace.json and DIR/pace.md.
+
     corpus.py table DIR
         Prints the markdown table of DIR's traces (their header figures and peak live bytes),
         as in crates/genesis-mem/corpus/README.md, with each trace's half of the split.
@@ -42,6 +51,7 @@ import gzip
 import json
 import os
 import random
+import select
 import statistics
 import subprocess
 import sys
@@ -52,6 +62,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 SEED = 1234
 MAX_ENTRIES = 4_000_000
+
+_END = object()
 
 ALLOC_CONF = {
     "default": None,
@@ -162,10 +174,22 @@ def worker(args):
         reset_peaks()
     rng = random.Random(SEED)
     losses, times, device_allocs, driver_calls, driver_ns = [], [], [], [], []
+    # In lockstep (`corpus.py pace`) the parent hands this process a token before each step
+    # and takes it back after: two processes run their steps alternately, never at once.
+    go = done = None
+    if args.lockstep:
+        rfd, wfd = (int(x) for x in args.lockstep.split(","))
+        go, done = os.fdopen(rfd, "rb", buffering=0), os.fdopen(wfd, "wb", buffering=0)
+        done.write(b"r")
     t0 = time.perf_counter()
-    last = t0
-    run = MICRO.get(args.name) or WORKLOADS[args.name]
-    for loss in run(dev, rng, args.scale):
+    steps = iter((MICRO.get(args.name) or WORKLOADS[args.name])(dev, rng, args.scale))
+    while True:
+        if go is not None and go.read(1) != b"g":
+            break
+        last = time.perf_counter()
+        loss = next(steps, _END)
+        if loss is _END:
+            break
         torch.cuda.synchronize()
         now = time.perf_counter()
         losses.append(loss)
@@ -179,8 +203,8 @@ def worker(args):
         device_allocs.append(st.get("num_device_alloc", 0))
         driver_calls.append(st.get("genesis.driver_calls"))
         driver_ns.append(st.get("genesis.driver_call_ns"))
-        # The bookkeeping above is not part of the next step's time.
-        last = time.perf_counter()
+        if done is not None:
+            done.write(b"d")
     torch.cuda.synchronize()
     seconds = time.perf_counter() - t0
     poller.stop.set()
@@ -236,6 +260,8 @@ def worker(args):
                 f.write("\n".join(lines) + "\n")
     with open(args.json, "w") as f:
         json.dump(out, f)
+    if done is not None:
+        done.write(b"e")
 
 
 def convert(entries):
@@ -267,14 +293,19 @@ def convert(entries):
 
 # ---- the corpus -------------------------------------------------------------------------------
 
-def spawn(name, mode, json_path, *, trace=None, scale=1.0, deterministic=False, poll=False,
-          timeout=600, env_extra=None, warmup=0.0, probe=False):
+def worker_env(mode):
     env = dict(os.environ)
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
     if ALLOC_CONF[mode]:
         env["PYTORCH_CUDA_ALLOC_CONF"] = ALLOC_CONF[mode]
     env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
     env["PYTHONPATH"] = HERE + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def spawn(name, mode, json_path, *, trace=None, scale=1.0, deterministic=False, poll=False,
+          timeout=600, env_extra=None, warmup=0.0, probe=False):
+    env = worker_env(mode)
     env.update(env_extra or {})
     cmd = [sys.executable, os.path.abspath(__file__), "worker", name, "--mode", mode,
            "--json", json_path, "--scale", str(scale)]
@@ -535,6 +566,112 @@ def live(args):
     print(table)
 
 
+def read_token(f, timeout):
+    """One byte from a worker's pipe, or b"" when it closed it or sent nothing in `timeout` s."""
+    ready, _, _ = select.select([f], [], [], timeout)
+    return f.read(1) if ready else b""
+
+
+def pace(args):
+    """Two allocators' processes in lockstep: step i of one, then step i of the other (the
+    order alternating step by step), never at the same time, so that whatever drifts on the
+    machine (clocks, host speed, other tenants) falls on both alike. Compares step times pair
+    by pair."""
+    os.makedirs(args.out, exist_ok=True)
+    base_mode, mode = args.modes.split(",")
+    # Labels: the same allocator on both sides (an A/A run, the method's own noise) is
+    # "default" against "default'".
+    sides = {base_mode: base_mode, (mode + "'" if mode == base_mode else mode): mode}
+    base_mode, mode = list(sides)
+    # Both processes run on the same CPUs (they never run at once), so that neither gets the
+    # faster cores.
+    allowed = sorted(os.sched_getaffinity(0))
+    cpus = set(allowed if args.cpus <= 0 else allowed[:args.cpus])
+    runs = {}
+    for n in args.workloads.split(","):
+        for r in range(args.rounds):
+            procs = {}
+            for m in (base_mode, mode):
+                go_r, go_w = os.pipe()
+                done_r, done_w = os.pipe()
+                js = os.path.join(args.out, f"pace.{n}.{m}.{r}.json")
+                cmd = [sys.executable, os.path.abspath(__file__), "worker", n, "--mode",
+                       sides[m], "--json", js, "--scale", str(args.scale), "--deterministic",
+                       "--warmup", str(args.warmup), "--lockstep", f"{go_r},{done_w}"]
+                log = open(js + ".log", "w")
+                p = subprocess.Popen(cmd, env=worker_env(sides[m]), pass_fds=(go_r, done_w),
+                                     stdout=log, stderr=subprocess.STDOUT,
+                                     preexec_fn=lambda: os.sched_setaffinity(0, cpus))
+                os.close(go_r)
+                os.close(done_w)
+                procs[m] = (p, os.fdopen(go_w, "wb", buffering=0),
+                            os.fdopen(done_r, "rb", buffering=0), js, log)
+            t = time.time()
+            ok = all(read_token(procs[m][2], args.timeout) == b"r" for m in procs)
+            step = 0
+            while ok:
+                order = (base_mode, mode) if step % 2 == 0 else (mode, base_mode)
+                replies = []
+                for m in order:
+                    try:
+                        procs[m][1].write(b"g")
+                    except BrokenPipeError:
+                        replies.append(b"")
+                        continue
+                    replies.append(read_token(procs[m][2], args.timeout))
+                if replies != [b"d", b"d"]:
+                    # Both end after the same step: they run the same shapes.
+                    ok = replies == [b"e", b"e"]
+                    break
+                step += 1
+            for m, (p, go, done, js, log) in procs.items():
+                go.close()
+                try:
+                    p.wait(timeout=args.timeout)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+                    ok = False
+                done.close()
+                log.close()
+                ok = ok and p.returncode == 0
+            print(f"[{'ok' if ok else 'FAIL'}] pace {n} {base_mode}/{mode} round {r}: {step} steps"
+                  f" {time.time() - t:.0f}s", flush=True)
+            if not ok:
+                for m in procs:
+                    with open(procs[m][3] + ".log") as f:
+                        print(f"--- {m}\n{f.read()[-3000:]}", flush=True)
+                continue
+            for m in procs:
+                with open(procs[m][3]) as f:
+                    runs.setdefault(n, {}).setdefault(m, []).append(json.load(f))
+    with open(os.path.join(args.out, "pace.json"), "w") as f:
+        json.dump(runs, f)
+    rows = [f"| workload | rounds | steps | {base_mode}: steps after the first two (s) | "
+            f"{mode} (s) | {mode} / {base_mode}, summed steps (95 % interval) | per round | "
+            "median of step ratios | losses equal |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for n, by_mode in runs.items():
+        if base_mode not in by_mode or mode not in by_mode:
+            continue
+        bs, rs = by_mode[base_mode], by_mode[mode]
+        steps = len(bs[0]["step_seconds"])
+        bt = sum(sum(b["step_seconds"][2:]) for b in bs)
+        rt = sum(sum(x["step_seconds"][2:]) for x in rs)
+        per = ", ".join(f"{sum(x['step_seconds'][2:]) / sum(b['step_seconds'][2:]):.3f}"
+                        for x, b in zip(rs, bs))
+        step_ratios = [x["step_seconds"][i] / b["step_seconds"][i]
+                       for x, b in zip(rs, bs) for i in range(2, steps)]
+        eq = "yes" if all(x["losses"] == bs[0]["losses"] for x in rs + bs) else "NO"
+        rows.append(f"| {n} | {len(rs)} | {steps} | {bt:.3f} | {rt:.3f} | "
+                    f"{paired_ratio(rs, bs)} | {per} | {statistics.median(step_ratios):.3f} | "
+                    f"{eq} |")
+    table = "\n".join(rows)
+    with open(os.path.join(args.out, "pace.md"), "w") as f:
+        f.write(table + "\n")
+    print(table)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -558,6 +695,20 @@ def main():
                     "step times come from the other rounds when there are any")
     lv.add_argument("--warmup", type=float, default=3.0,
                     help="seconds of GPU work in each process before its first step")
+    pc = sub.add_parser("pace")
+    pc.add_argument("--out", required=True)
+    pc.add_argument("--workloads", default="gpt2_train_varlen_bf16,bert_train_varbatch_varlen_bf16,"
+                    "resnet50_train_varres_fp32,vit_b16_train_bf16_varbatch")
+    pc.add_argument("--modes", default="default,genesis",
+                    help="the two allocators, the baseline first")
+    pc.add_argument("--scale", type=float, default=1.0)
+    pc.add_argument("--timeout", type=int, default=300,
+                    help="seconds a worker may take to start or to run one step")
+    pc.add_argument("--rounds", type=int, default=3)
+    pc.add_argument("--warmup", type=float, default=3.0,
+                    help="seconds of GPU work in each process before its first step")
+    pc.add_argument("--cpus", type=int, default=4,
+                    help="both processes run on the first N CPUs this one may use (0: all)")
     t = sub.add_parser("table")
     t.add_argument("dir")
     w = sub.add_parser("worker")
@@ -572,9 +723,11 @@ def main():
                    help="seconds of GPU work before the first step (clocks up)")
     w.add_argument("--probe", action="store_true",
                    help="time a fixed host loop and a fixed device loop before the first step")
+    w.add_argument("--lockstep", metavar="GO_FD,DONE_FD",
+                   help="run each step when a byte arrives on GO_FD, report on DONE_FD (pace)")
     args = ap.parse_args()
     sys.path.insert(0, HERE)
-    {"record": record, "live": live, "table": table, "worker": worker}[args.cmd](args)
+    {"record": record, "live": live, "pace": pace, "table": table, "worker": worker}[args.cmd](args)
 
 
 if __name__ == "__main__":

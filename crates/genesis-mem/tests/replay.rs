@@ -278,5 +278,37 @@ fn the_replay_command_reports_a_bad_trace_and_goes_on() {
             .unwrap();
         assert_eq!(out.status.code(), Some(2), "--device-bytes {absurd}");
     }
+    // Config fields: applied after --memory-first, a bad value refused before any trace runs.
+    let out = std::process::Command::new(exe)
+        .args([
+            "replay",
+            "--large-pieces",
+            "2",
+            "--memory-first",
+            "--headroom-div",
+            "128",
+        ])
+        .arg(&good)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    for (bad_field, says) in [
+        (["--large-pieces", "0"], "large_handle_pieces 0"),
+        (["--large-pieces", "65"], "large_handle_pieces 65"),
+        (["--headroom-div", "0"], "burst_headroom_div 0"),
+        (["--headroom-div", "-1"], "--headroom-div"),
+        (["--large-bytes", "lots"], "--large-bytes"),
+    ] {
+        let out = std::process::Command::new(exe)
+            .arg("replay")
+            .args(bad_field)
+            .arg(&good)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad_field:?}: {stderr}");
+        assert!(stderr.contains(says), "{bad_field:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{bad_field:?}: nothing replayed");
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }

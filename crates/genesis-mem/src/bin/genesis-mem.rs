@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! genesis-mem replay [--json] [--plain] [--memory-first] [--device-bytes N] [--max-handle SIZE]
-//!                    [--timeline FILE] FILE...
+//!                    [--large-bytes SIZE] [--small-bytes SIZE] [--large-pieces N]
+//!                    [--headroom-div N] [--headroom-granules N] [--timeline FILE] FILE...
 //! ```
 //!
 //! `replay` runs genesis-trace files (`.trace` or `.trace.gz`) through the real allocator over a
@@ -10,7 +11,10 @@
 //! PyTorch's three figures from the trace's header (default allocator, expandable segments,
 //! cudaMallocAsync) and the target (the lowest of those and 1.03), driver calls next to their
 //! budget (4x the larger of PyTorch's segments and maps), host nanoseconds per operation, and
-//! whether both targets are met. `--memory-first` replays with [`Config::memory_first`]. A
+//! whether both targets are met. `--memory-first` replays with [`Config::memory_first`]; the
+//! options after `--max-handle` set the [`Config`] field of the same name
+//! (`large_handle_pieces`, `burst_headroom_div`, `burst_headroom_granules`), applied after
+//! `--memory-first` whatever their order, and checked as the allocator checks them. A
 //! trace that cannot be read or replayed is reported and the others still run; the exit status
 //! is 1 if any failed.
 
@@ -18,14 +22,14 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use genesis_mem::trace::{Trace, replay};
-use genesis_mem::{Config, parse_size};
+use genesis_mem::{CachingAllocator, Config, SimBackend, parse_size};
 
 /// The simulated device's size limits: below 1 MiB nothing useful fits; above 2^48 bytes
 /// (256 TiB, the GPUs' virtual address space) the simulated address arithmetic could overflow.
 const MIN_DEVICE_BYTES: usize = 1 << 20;
 const MAX_DEVICE_BYTES: usize = 1 << 48;
 
-const USAGE: &str = "usage: genesis-mem replay [--json] [--plain] [--memory-first] [--device-bytes SIZE] [--max-handle SIZE] [--timeline FILE] FILE...";
+const USAGE: &str = "usage: genesis-mem replay [--json] [--plain] [--memory-first] [--device-bytes SIZE] [--max-handle SIZE] [--large-bytes SIZE] [--small-bytes SIZE] [--large-pieces N] [--headroom-div N] [--headroom-granules N] [--timeline FILE] FILE...";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -48,11 +52,26 @@ fn main() -> ExitCode {
     }
 }
 
+/// A [`Config`] field set on the command line.
+enum Field {
+    LargeBytes(usize),
+    SmallBytes(usize),
+    Pieces(usize),
+    HeadroomDiv(usize),
+    HeadroomGranules(usize),
+}
+
 fn size_arg(v: Option<&String>, flag: &str) -> Result<usize, String> {
     let v = v.ok_or_else(|| format!("{flag} needs a value"))?;
     parse_size(v)
         .map(|b| b as usize)
         .map_err(|e| format!("{flag}: {e}"))
+}
+
+fn count_arg(v: Option<&String>, flag: &str) -> Result<usize, String> {
+    let v = v.ok_or_else(|| format!("{flag} needs a value"))?;
+    v.parse()
+        .map_err(|_| format!("{flag}: {v:?} is not a non-negative integer"))
 }
 
 fn run_replay(args: &[String]) -> Result<ExitCode, String> {
@@ -64,13 +83,20 @@ fn run_replay(args: &[String]) -> Result<ExitCode, String> {
     let mut device_bytes: usize = 141 * 1_000_000_000; // an H200
     let mut timeline: Option<PathBuf> = None;
     let mut files = Vec::new();
+    let mut memory_first = false;
+    let mut fields = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--json" => json = true,
             "--plain" => config.use_vmm = false,
             "--no-quick" => config.quick_lists = false,
-            "--memory-first" => config = config.with_memory_first(),
+            "--memory-first" => memory_first = true,
+            "--large-bytes" => fields.push(Field::LargeBytes(size_arg(it.next(), a)?)),
+            "--small-bytes" => fields.push(Field::SmallBytes(size_arg(it.next(), a)?)),
+            "--large-pieces" => fields.push(Field::Pieces(count_arg(it.next(), a)?)),
+            "--headroom-div" => fields.push(Field::HeadroomDiv(count_arg(it.next(), a)?)),
+            "--headroom-granules" => fields.push(Field::HeadroomGranules(count_arg(it.next(), a)?)),
             "--device-bytes" => device_bytes = size_arg(it.next(), "--device-bytes")?,
             "--max-handle" => config.max_handle_bytes = size_arg(it.next(), "--max-handle")?,
             "--timeline" => {
@@ -83,11 +109,29 @@ fn run_replay(args: &[String]) -> Result<ExitCode, String> {
     if files.is_empty() {
         return Err(USAGE.to_string());
     }
+    if memory_first {
+        config = config.with_memory_first();
+    }
+    for f in fields {
+        match f {
+            Field::LargeBytes(n) => config.large_bytes = n,
+            Field::SmallBytes(n) => config.small_bytes = n,
+            Field::Pieces(n) => config.large_handle_pieces = n,
+            Field::HeadroomDiv(n) => config.burst_headroom_div = n,
+            Field::HeadroomGranules(n) => config.burst_headroom_granules = n,
+        }
+    }
     if !(MIN_DEVICE_BYTES..=MAX_DEVICE_BYTES).contains(&device_bytes) {
         return Err(format!(
             "--device-bytes {device_bytes}: the simulated device holds 1 MiB to 256 TiB"
         ));
     }
+    // A setting the allocator refuses is refused once, before any trace runs.
+    CachingAllocator::new(
+        SimBackend::new(device_bytes, config.use_vmm),
+        config.clone(),
+    )
+    .map_err(|e| e.to_string())?;
     if !json {
         println!(
             "{:<38} {:>9} {:>7} {:>7} {:>24} {:>13} {:>7} {:>7}",

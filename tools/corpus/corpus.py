@@ -496,6 +496,13 @@ def paired_ratio(runs, base_runs, draws=2000):
     return f"{ratio(idx):.3f} ({lo:.3f}–{hi:.3f})"
 
 
+def write_table(path, rows):
+    table = "\n".join(rows)
+    with open(path, "w") as f:
+        f.write(table + "\n")
+    print(table)
+
+
 def live(args):
     os.makedirs(args.out, exist_ok=True)
     runs = {}
@@ -560,10 +567,7 @@ def live(args):
                         f"{max(r['device_used_peak'] for r in polled) / 2**20:.0f} | "
                         f"{len(r0['losses'])} | {len(trs)} | {med:.3f} | {rel} | {paired} | "
                         f"{eq} |")
-    table = "\n".join(rows)
-    with open(os.path.join(args.out, "live.md"), "w") as f:
-        f.write(table + "\n")
-    print(table)
+    write_table(os.path.join(args.out, "live.md"), rows)
 
 
 def read_token(f, timeout):
@@ -666,10 +670,7 @@ def pace(args):
         rows.append(f"| {n} | {len(rs)} | {steps} | {bt:.3f} | {rt:.3f} | "
                     f"{paired_ratio(rs, bs)} | {per} | {statistics.median(step_ratios):.3f} | "
                     f"{eq} |")
-    table = "\n".join(rows)
-    with open(os.path.join(args.out, "pace.md"), "w") as f:
-        f.write(table + "\n")
-    print(table)
+    write_table(os.path.join(args.out, "pace.md"), rows)
 
 
 def main():

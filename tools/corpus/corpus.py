@@ -303,10 +303,8 @@ def worker_env(mode):
     return env
 
 
-def spawn(name, mode, json_path, *, trace=None, scale=1.0, deterministic=False, poll=False,
-          timeout=600, env_extra=None, warmup=0.0, probe=False):
-    env = worker_env(mode)
-    env.update(env_extra or {})
+def worker_cmd(name, mode, json_path, *, trace=None, scale=1.0, deterministic=False,
+               poll=False, warmup=0.0, probe=False, lockstep=None):
     cmd = [sys.executable, os.path.abspath(__file__), "worker", name, "--mode", mode,
            "--json", json_path, "--scale", str(scale)]
     if trace:
@@ -319,6 +317,17 @@ def spawn(name, mode, json_path, *, trace=None, scale=1.0, deterministic=False, 
         cmd += ["--warmup", str(warmup)]
     if probe:
         cmd.append("--probe")
+    if lockstep:
+        cmd += ["--lockstep", lockstep]
+    return cmd
+
+
+def spawn(name, mode, json_path, *, trace=None, scale=1.0, deterministic=False, poll=False,
+          timeout=600, env_extra=None, warmup=0.0, probe=False):
+    env = worker_env(mode)
+    env.update(env_extra or {})
+    cmd = worker_cmd(name, mode, json_path, trace=trace, scale=scale,
+                     deterministic=deterministic, poll=poll, warmup=warmup, probe=probe)
     t = time.time()
     try:
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -599,9 +608,8 @@ def pace(args):
                 go_r, go_w = os.pipe()
                 done_r, done_w = os.pipe()
                 js = os.path.join(args.out, f"pace.{n}.{m}.{r}.json")
-                cmd = [sys.executable, os.path.abspath(__file__), "worker", n, "--mode",
-                       sides[m], "--json", js, "--scale", str(args.scale), "--deterministic",
-                       "--warmup", str(args.warmup), "--lockstep", f"{go_r},{done_w}"]
+                cmd = worker_cmd(n, sides[m], js, scale=args.scale, deterministic=True,
+                                 warmup=args.warmup, lockstep=f"{go_r},{done_w}")
                 log = open(js + ".log", "w")
                 p = subprocess.Popen(cmd, env=worker_env(sides[m]), pass_fds=(go_r, done_w),
                                      stdout=log, stderr=subprocess.STDOUT,

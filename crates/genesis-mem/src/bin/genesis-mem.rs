@@ -52,15 +52,6 @@ fn main() -> ExitCode {
     }
 }
 
-/// A [`Config`] field set on the command line.
-enum Field {
-    LargeBytes(usize),
-    SmallBytes(usize),
-    Pieces(usize),
-    HeadroomDiv(usize),
-    HeadroomGranules(usize),
-}
-
 fn size_arg(v: Option<&String>, flag: &str) -> Result<usize, String> {
     let v = v.ok_or_else(|| format!("{flag} needs a value"))?;
     parse_size(v)
@@ -83,20 +74,22 @@ fn run_replay(args: &[String]) -> Result<ExitCode, String> {
     let mut device_bytes: usize = 141 * 1_000_000_000; // an H200
     let mut timeline: Option<PathBuf> = None;
     let mut files = Vec::new();
-    let mut memory_first = false;
-    let mut fields = Vec::new();
+    // `--memory-first` comes first whatever its place, so the fields below override it.
+    if args.iter().any(|a| a == "--memory-first") {
+        config = config.with_memory_first();
+    }
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--json" => json = true,
             "--plain" => config.use_vmm = false,
             "--no-quick" => config.quick_lists = false,
-            "--memory-first" => memory_first = true,
-            "--large-bytes" => fields.push(Field::LargeBytes(size_arg(it.next(), a)?)),
-            "--small-bytes" => fields.push(Field::SmallBytes(size_arg(it.next(), a)?)),
-            "--large-pieces" => fields.push(Field::Pieces(count_arg(it.next(), a)?)),
-            "--headroom-div" => fields.push(Field::HeadroomDiv(count_arg(it.next(), a)?)),
-            "--headroom-granules" => fields.push(Field::HeadroomGranules(count_arg(it.next(), a)?)),
+            "--memory-first" => {}
+            "--large-bytes" => config.large_bytes = size_arg(it.next(), a)?,
+            "--small-bytes" => config.small_bytes = size_arg(it.next(), a)?,
+            "--large-pieces" => config.large_handle_pieces = count_arg(it.next(), a)?,
+            "--headroom-div" => config.burst_headroom_div = count_arg(it.next(), a)?,
+            "--headroom-granules" => config.burst_headroom_granules = count_arg(it.next(), a)?,
             "--device-bytes" => device_bytes = size_arg(it.next(), "--device-bytes")?,
             "--max-handle" => config.max_handle_bytes = size_arg(it.next(), "--max-handle")?,
             "--timeline" => {
@@ -108,18 +101,6 @@ fn run_replay(args: &[String]) -> Result<ExitCode, String> {
     }
     if files.is_empty() {
         return Err(USAGE.to_string());
-    }
-    if memory_first {
-        config = config.with_memory_first();
-    }
-    for f in fields {
-        match f {
-            Field::LargeBytes(n) => config.large_bytes = n,
-            Field::SmallBytes(n) => config.small_bytes = n,
-            Field::Pieces(n) => config.large_handle_pieces = n,
-            Field::HeadroomDiv(n) => config.burst_headroom_div = n,
-            Field::HeadroomGranules(n) => config.burst_headroom_granules = n,
-        }
     }
     if !(MIN_DEVICE_BYTES..=MAX_DEVICE_BYTES).contains(&device_bytes) {
         return Err(format!(

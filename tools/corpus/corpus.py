@@ -33,6 +33,14 @@
         (steps after the first two) with a bootstrap interval over the steps, each round's
         ratio and the median of the per-step ratios. Writes DIR/pace.json and DIR/pace.md.
 
+    corpus.py repeat --out DIR --workload NAME [--modes default,genesis] [--runs N] [--jobs J]
+                     [--cpus N] [--warmup S]
+        Runs one workload N times under each allocator, J processes at a time on the same CPUs,
+        with deterministic algorithms and the same seeds, and compares every run's losses with
+        the most common sequence: a run that differs shows nondeterminism, of the workload or
+        of an allocator. A mode may carry environment settings (`genesis:NAME=VALUE:...`).
+        Writes DIR/repeat.json and DIR/repeat.md.
+
     corpus.py table DIR
         Prints the markdown table of DIR's traces (their header figures and peak live bytes),
         as in crates/genesis-mem/corpus/README.md, with each trace's half of the split.
@@ -681,6 +689,72 @@ def pace(args):
     write_table(os.path.join(args.out, "pace.md"), rows)
 
 
+def repeat(args):
+    """One workload, many runs per allocator, each compared with the most common losses."""
+    os.makedirs(args.out, exist_ok=True)
+    variants = []
+    for spec in args.modes.split(","):
+        mode, *settings = spec.split(":")
+        if mode not in ALLOC_CONF or not all("=" in x for x in settings):
+            sys.exit(f"repeat: bad mode {spec!r} (MODE[:NAME=VALUE...], MODE one of "
+                     f"{', '.join(ALLOC_CONF)})")
+        if any(spec == v[0] for v in variants):
+            sys.exit(f"repeat: mode {spec!r} given twice (use --runs for more runs)")
+        variants.append((spec, mode, dict(x.split("=", 1) for x in settings)))
+    allowed = sorted(os.sched_getaffinity(0))
+    cpus = set(allowed if args.cpus <= 0 else allowed[:args.cpus])
+    # Interleaved, so that every allocator meets the same neighbours on the machine.
+    jobs = [(k, v, i) for i in range(args.runs) for k, v in enumerate(variants)]
+
+    def one(job):
+        k, (spec, mode, extra), i = job
+        js = os.path.join(args.out, f"repeat.{k}.{i}.json")
+        env = worker_env(mode)
+        env.update(extra)
+        cmd = worker_cmd(args.workload, mode, js, scale=args.scale, deterministic=True,
+                         warmup=args.warmup)
+        try:
+            p = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                               timeout=args.timeout,
+                               preexec_fn=lambda: os.sched_setaffinity(0, cpus))
+        except subprocess.TimeoutExpired:
+            print(f"[FAIL] {spec} run {i}: timeout", flush=True)
+            return spec, None
+        if p.returncode != 0:
+            print(f"[FAIL] {spec} run {i}\n{(p.stdout + p.stderr)[-3000:]}", flush=True)
+            return spec, None
+        with open(js) as f:
+            losses = json.load(f)["losses"]
+        print(f"[ok] {spec} run {i}: {len(losses)} steps", flush=True)
+        return spec, losses
+
+    with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as ex:
+        results = list(ex.map(one, jobs))
+    done = [(s, l) for s, l in results if l is not None]
+    with open(os.path.join(args.out, "repeat.json"), "w") as f:
+        json.dump({"workload": args.workload, "runs": done}, f)
+    if not done:
+        sys.exit("repeat: no run finished")
+    common, _ = collections.Counter(tuple(l) for _, l in done).most_common(1)[0]
+    rows = [f"| allocator | runs | failed | losses as the most common run's | runs that differ: "
+            f"first differing step (loss there, against {args.workload}'s most common) |",
+            "| --- | --- | --- | --- | --- |"]
+    for spec, _, _ in variants:
+        mine = [l for s, l in done if s == spec]
+        failed = sum(1 for s, l in results if s == spec and l is None)
+        diffs = []
+        for l in mine:
+            if tuple(l) != common:
+                at = next((j for j, (a, b) in enumerate(zip(l, common)) if a != b),
+                          min(len(l), len(common)))
+                got = l[at] if at < len(l) else "none"
+                want = common[at] if at < len(common) else "none"
+                diffs.append(f"{at} ({got} / {want})")
+        rows.append(f"| {spec} | {len(mine)} | {failed} | {len(mine) - len(diffs)} | "
+                    f"{'; '.join(diffs)} |")
+    write_table(os.path.join(args.out, "repeat.md"), rows)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -718,6 +792,19 @@ def main():
                     help="seconds of GPU work in each process before its first step")
     pc.add_argument("--cpus", type=int, default=4,
                     help="both processes run on the first N CPUs this one may use (0: all)")
+    rp = sub.add_parser("repeat")
+    rp.add_argument("--out", required=True)
+    rp.add_argument("--workload", required=True)
+    rp.add_argument("--modes", default="default,genesis",
+                    help="allocators, each MODE or MODE:NAME=VALUE[:NAME=VALUE...]")
+    rp.add_argument("--runs", type=int, default=8, help="runs of each allocator")
+    rp.add_argument("--jobs", type=int, default=4, help="processes at a time")
+    rp.add_argument("--scale", type=float, default=1.0)
+    rp.add_argument("--timeout", type=int, default=600, help="seconds one run may take")
+    rp.add_argument("--cpus", type=int, default=4,
+                    help="every process runs on the first N CPUs this one may use (0: all)")
+    rp.add_argument("--warmup", type=float, default=0.0,
+                    help="seconds of GPU work in each process before its first step")
     t = sub.add_parser("table")
     t.add_argument("dir")
     w = sub.add_parser("worker")
@@ -736,7 +823,8 @@ def main():
                    help="run each step when a byte arrives on GO_FD, report on DONE_FD (pace)")
     args = ap.parse_args()
     sys.path.insert(0, HERE)
-    {"record": record, "live": live, "pace": pace, "table": table, "worker": worker}[args.cmd](args)
+    {"record": record, "live": live, "pace": pace, "repeat": repeat, "table": table,
+     "worker": worker}[args.cmd](args)
 
 
 if __name__ == "__main__":

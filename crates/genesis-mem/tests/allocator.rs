@@ -809,3 +809,105 @@ fn hot_paths_match_the_general_paths() {
         general.check_invariants().unwrap();
     }
 }
+
+/// Threads that allocate, pass blocks to each other and free them (as PyTorch's main thread
+/// and its autograd thread do), with settings that move handles: no two live blocks ever
+/// overlap. A block's range leaves the shared map before it is freed and enters it after it is
+/// allocated, so an overlap found is one the allocator handed out.
+#[test]
+fn threads_passing_blocks_never_share_memory() {
+    use std::sync::Mutex;
+    use std::sync::mpsc;
+    for cfg in [
+        Config::memory_first(),
+        Config {
+            max_handle_bytes: 4 * MIB,
+            ..Config::default()
+        },
+    ] {
+        let a = Arc::new(CachingAllocator::new(SimBackend::new(8 << 30, true), cfg).unwrap());
+        let ranges = Arc::new(Mutex::new(BTreeMap::<u64, u64>::new()));
+        const THREADS: u64 = 4;
+        let (senders, receivers): (Vec<_>, Vec<_>) = (0..THREADS)
+            .map(|_| mpsc::sync_channel::<Allocation>(8))
+            .unzip();
+        // After its loop a thread keeps freeing what arrives until every thread has finished
+        // its loop, then keeps what is left in its inbox: by then nothing more is sent.
+        let finished = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let threads: Vec<_> = receivers
+            .into_iter()
+            .enumerate()
+            .map(|(t, inbox)| {
+                let a = Arc::clone(&a);
+                let ranges = Arc::clone(&ranges);
+                let next = senders[(t + 1) % THREADS as usize].clone();
+                let finished = Arc::clone(&finished);
+                std::thread::spawn(move || {
+                    let mut rng = SmallRng::seed_from_u64(t as u64);
+                    let mut live = Vec::new();
+                    let free = |x: Allocation| {
+                        ranges.lock().unwrap().remove(&x.ptr());
+                        a.free(x).unwrap();
+                    };
+                    for _ in 0..50_000 {
+                        while let Ok(x) = inbox.try_recv() {
+                            free(x);
+                        }
+                        if live.len() < 48 && rng.random_bool(0.55) {
+                            let size = match rng.random_range(0..20) {
+                                0 => rng.random_range(64 * MIB..160 * MIB),
+                                1..=10 => rng.random_range(1..8192),
+                                _ => rng.random_range(8192..24 * MIB),
+                            };
+                            let x = a.alloc(size, 0).unwrap();
+                            let (start, end) = (x.ptr(), x.ptr() + x.size() as u64);
+                            let mut map = ranges.lock().unwrap();
+                            if let Some((&s, &e)) = map.range(..end).next_back() {
+                                assert!(
+                                    e <= start || s >= end,
+                                    "[{start:#x},{end:#x}) overlaps live [{s:#x},{e:#x})"
+                                );
+                            }
+                            map.insert(start, end);
+                            drop(map);
+                            live.push(x);
+                        } else if !live.is_empty() {
+                            let x = live.swap_remove(rng.random_range(0..live.len()));
+                            // One block in three is freed by the next thread (here, when its
+                            // inbox is full).
+                            if rng.random_range(0..3) == 0 {
+                                if let Err(mpsc::TrySendError::Full(x)) = next.try_send(x) {
+                                    free(x);
+                                }
+                            } else {
+                                free(x);
+                            }
+                        }
+                    }
+                    finished.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    while finished.load(std::sync::atomic::Ordering::SeqCst) < THREADS {
+                        while let Ok(x) = inbox.try_recv() {
+                            free(x);
+                        }
+                        std::thread::yield_now();
+                    }
+                    live.extend(inbox.try_iter());
+                    live
+                })
+            })
+            .collect();
+        drop(senders);
+        let mut left = Vec::new();
+        for t in threads {
+            left.extend(t.join().unwrap());
+        }
+        for x in left {
+            a.free(x).unwrap();
+        }
+        a.check_invariants().unwrap();
+        let s = a.stats();
+        assert_eq!(s.allocation.all().current, 0);
+        assert!(s.num_device_alloc > 0);
+        assert!(a.driver_calls().unmap > 0, "the test moves handles");
+    }
+}

@@ -587,6 +587,14 @@ def live(args):
     write_table(os.path.join(args.out, "live.md"), rows)
 
 
+def pin_to(n):
+    """A child's pre-exec function that keeps it on the first `n` CPUs this process may use
+    (all of them when `n` <= 0)."""
+    allowed = sorted(os.sched_getaffinity(0))
+    cpus = set(allowed if n <= 0 else allowed[:n])
+    return lambda: os.sched_setaffinity(0, cpus)
+
+
 def read_token(f, timeout):
     """One byte from a worker's pipe, or b"" when it closed it or sent nothing in `timeout` s."""
     ready, _, _ = select.select([f], [], [], timeout)
@@ -606,8 +614,7 @@ def pace(args):
     base_mode, mode = list(sides)
     # Both processes run on the same CPUs (they never run at once), so that neither gets the
     # faster cores.
-    allowed = sorted(os.sched_getaffinity(0))
-    cpus = set(allowed if args.cpus <= 0 else allowed[:args.cpus])
+    pin = pin_to(args.cpus)
     runs = {}
     for n in args.workloads.split(","):
         for r in range(args.rounds):
@@ -620,8 +627,7 @@ def pace(args):
                                  warmup=args.warmup, lockstep=f"{go_r},{done_w}")
                 log = open(js + ".log", "w")
                 p = subprocess.Popen(cmd, env=worker_env(sides[m]), pass_fds=(go_r, done_w),
-                                     stdout=log, stderr=subprocess.STDOUT,
-                                     preexec_fn=lambda: os.sched_setaffinity(0, cpus))
+                                     stdout=log, stderr=subprocess.STDOUT, preexec_fn=pin)
                 os.close(go_r)
                 os.close(done_w)
                 procs[m] = (p, os.fdopen(go_w, "wb", buffering=0),
@@ -701,8 +707,7 @@ def repeat(args):
         if any(spec == v[0] for v in variants):
             sys.exit(f"repeat: mode {spec!r} given twice (use --runs for more runs)")
         variants.append((spec, mode, dict(x.split("=", 1) for x in settings)))
-    allowed = sorted(os.sched_getaffinity(0))
-    cpus = set(allowed if args.cpus <= 0 else allowed[:args.cpus])
+    pin = pin_to(args.cpus)
     # Interleaved, so that every allocator meets the same neighbours on the machine.
     jobs = [(k, v, i) for i in range(args.runs) for k, v in enumerate(variants)]
 
@@ -715,8 +720,7 @@ def repeat(args):
                          warmup=args.warmup)
         try:
             p = subprocess.run(cmd, env=env, capture_output=True, text=True,
-                               timeout=args.timeout,
-                               preexec_fn=lambda: os.sched_setaffinity(0, cpus))
+                               timeout=args.timeout, preexec_fn=pin)
         except subprocess.TimeoutExpired:
             print(f"[FAIL] {spec} run {i}: timeout", flush=True)
             return spec, None

@@ -75,6 +75,18 @@ fn bad_input_is_a_typed_error() {
 }
 
 /// Random alloc/free sequences; after every step: invariants, no overlap, stats equal a recount.
+/// Adds the range of `x` to the live ranges `ranges` (start -> end), asserting it overlaps none.
+fn insert_disjoint(ranges: &mut BTreeMap<u64, u64>, x: &Allocation, when: &str) {
+    let (start, end) = (x.ptr(), x.ptr() + x.size() as u64);
+    if let Some((&s, &e)) = ranges.range(..end).next_back() {
+        assert!(
+            e <= start || s >= end,
+            "{when}: [{start:#x},{end:#x}) overlaps live [{s:#x},{e:#x})"
+        );
+    }
+    ranges.insert(start, end);
+}
+
 fn random_ops(seed: u64, ops: usize, vmm: bool, max_handle: usize) {
     let cfg = Config {
         max_handle_bytes: max_handle,
@@ -103,14 +115,7 @@ fn random_ops_with(seed: u64, ops: usize, vmm: bool, cfg: Config, large: bool) {
             };
             let stream = rng.random_range(0..2u64);
             let x = a.alloc(size, stream).unwrap();
-            let (start, end) = (x.ptr(), x.ptr() + x.size() as u64);
-            if let Some((&s, &e)) = ranges.range(..end).next_back() {
-                assert!(
-                    e <= start || s >= end,
-                    "step {step}: [{start:#x},{end:#x}) overlaps [{s:#x},{e:#x})"
-                );
-            }
-            ranges.insert(start, end);
+            insert_disjoint(&mut ranges, &x, &format!("step {step}"));
             requested += size;
             live.push(x);
         } else {
@@ -860,16 +865,7 @@ fn threads_passing_blocks_never_share_memory() {
                                 _ => rng.random_range(8192..24 * MIB),
                             };
                             let x = a.alloc(size, 0).unwrap();
-                            let (start, end) = (x.ptr(), x.ptr() + x.size() as u64);
-                            let mut map = ranges.lock().unwrap();
-                            if let Some((&s, &e)) = map.range(..end).next_back() {
-                                assert!(
-                                    e <= start || s >= end,
-                                    "[{start:#x},{end:#x}) overlaps live [{s:#x},{e:#x})"
-                                );
-                            }
-                            map.insert(start, end);
-                            drop(map);
+                            insert_disjoint(&mut ranges.lock().unwrap(), &x, "threads");
                             live.push(x);
                         } else if !live.is_empty() {
                             let x = live.swap_remove(rng.random_range(0..live.len()));

@@ -31,13 +31,13 @@
 //!   that lie wholly under free ranges elsewhere (unmap + map, no new memory), and only then
 //!   from new handles. A large request is rounded up to the granularity and starts at a handle
 //!   boundary, on handles of its own: once freed, its memory is reused whole by the next large
-//!   request or moved by a growth in a few remaps. With [`Config::large_handle_pieces`] above 1
-//!   ([`Config::memory_first`]), that memory is several equal handles and the block may start
-//!   at the first handle of the free block at the region's end: what a smaller large block
-//!   leaves of it can then move, at the cost of more driver calls. Growths that come within 64
+//!   request or moved by a growth in a few remaps. That memory is [`Config::large_handle_pieces`]
+//!   equal handles (2; 4 in [`Config::memory_first`]) and the block may start at the first
+//!   handle of the free block at the region's end: what a smaller large block leaves of it can
+//!   then move, at the cost of more driver calls. Growths that come within 64
 //!   operations of each other are a burst (loading a model, a first training step); there the
-//!   region grows ahead of the request, by 16 MiB doubling up to 1/32 of reserved memory, as
-//!   long as what is left cached stays within max(16 MiB, 1/32 of allocated memory) (the
+//!   region grows ahead of the request, by 16 MiB doubling up to 1/64 of reserved memory, as
+//!   long as what is left cached stays within max(16 MiB, 1/64 of allocated memory) (the
 //!   defaults of [`Config::burst_headroom_div`] and [`Config::burst_headroom_granules`]): far
 //!   fewer driver calls for little memory ahead. A lone growth maps exactly what the request
 //!   lacks. Handles that lie wholly under free ranges are used before any new memory, and no
@@ -69,7 +69,7 @@ const NONE: u32 = u32::MAX;
 const BURST_OPS: u64 = 64;
 
 /// The default of [`Config::burst_headroom_div`] and [`Config::burst_headroom_granules`].
-const HEADROOM_DIV: usize = 32;
+const HEADROOM_DIV: usize = 64;
 const HEADROOM_GRANULES: usize = 8;
 
 /// Wholly free handles of at least this many granules are kept whole by placement when it can.
@@ -248,7 +248,7 @@ impl Default for Config {
             quick_lists: true,
             large_bytes: 64 << 20,
             small_bytes: 64 << 10,
-            large_handle_pieces: 1,
+            large_handle_pieces: 2,
             burst_headroom_div: HEADROOM_DIV,
             burst_headroom_granules: HEADROOM_GRANULES,
         }

@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Allocator settings on the corpus, each averaged over large-block thresholds.
+
+    cargo build --release -p genesis-mem
+    python3 tools/corpus/sweep.py [--bin target/release/genesis-mem] [--corpus DIR]
+
+Whether a request counts as large (`Config::large_bytes`) decides which tensors get handles of
+their own, and single traces move by several percent when the threshold moves by a few MiB.
+A workload never seen places its tensor sizes at random against the threshold, so each setting
+(large-block pieces, burst headroom, small-request bound) is replayed with ten thresholds and
+judged by the means: traces meeting both targets, summed ratio excess over the target, traces
+over the driver-call budget, on the design half and on the held-out half of the corpus
+(`corpus.py`'s `split_of`). Settings are chosen on the design half only.
+"""
+import argparse
+import glob
+import itertools
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from corpus import split_of  # noqa: E402
+
+THRESHOLDS = ["48MiB", "56MiB", "64MiB", "80MiB", "96MiB", "128MiB", "160MiB", "192MiB",
+              "256MiB", "320MiB"]
+PIECES = ["1", "2", "4"]
+HEADROOM = ["32", "64"]
+SMALL = ["64KiB", "256KiB"]
+
+
+def replay(binary, traces, opts):
+    out = subprocess.run([binary, "replay", "--json", *opts, *traces],
+                         capture_output=True, text=True, check=True).stdout
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def score(results):
+    """Per half: (traces meeting both targets, summed ratio excess, traces over budget)."""
+    out = {"design": [0, 0.0, 0], "held out": [0, 0.0, 0]}
+    for r in results:
+        s = out[split_of(r["trace"])]
+        s[0] += bool(r["meets_targets"])
+        s[1] += max(0.0, r["ratio"] - r["target_ratio"])
+        s[2] += r["call_budget"] is not None and r["driver_calls"] > r["call_budget"]
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--bin", default="target/release/genesis-mem")
+    ap.add_argument("--corpus", default="crates/genesis-mem/corpus")
+    args = ap.parse_args()
+    traces = sorted(glob.glob(os.path.join(args.corpus, "*.trace.gz")))
+    if not traces:
+        sys.exit(f"no traces in {args.corpus}")
+    print("| large-block pieces | burst headroom | small requests up to | design: both met, "
+          "excess, over budget | held out: both met, excess, over budget |")
+    print("| --- | --- | --- | --- | --- |")
+    for pieces, headroom, small in itertools.product(PIECES, HEADROOM, SMALL):
+        total = {"design": [0, 0.0, 0], "held out": [0, 0.0, 0]}
+        for large in THRESHOLDS:
+            opts = ["--large-bytes", large, "--small-bytes", small, "--headroom-div", headroom,
+                    "--large-pieces", pieces]
+            for half, s in score(replay(args.bin, traces, opts)).items():
+                for i, v in enumerate(s):
+                    total[half][i] += v
+        n = len(THRESHOLDS)
+        cells = [f"{t[0] / n:.1f}, {t[1] / n:.3f}, {t[2] / n:.1f}"
+                 for t in (total["design"], total["held out"])]
+        print(f"| {pieces} | 1/{headroom} | {small} | {cells[0]} | {cells[1]} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -74,7 +74,6 @@ fn bad_input_is_a_typed_error() {
     assert_eq!(b.stats().allocation.all().current, 1);
 }
 
-/// Random alloc/free sequences; after every step: invariants, no overlap, stats equal a recount.
 /// Adds the range of `x` to the live ranges `ranges` (start -> end), asserting it overlaps none.
 fn insert_disjoint(ranges: &mut BTreeMap<u64, u64>, x: &Allocation, when: &str) {
     let (start, end) = (x.ptr(), x.ptr() + x.size() as u64);
@@ -87,6 +86,7 @@ fn insert_disjoint(ranges: &mut BTreeMap<u64, u64>, x: &Allocation, when: &str) 
     ranges.insert(start, end);
 }
 
+/// Random alloc/free sequences; after every step: invariants, no overlap, stats equal a recount.
 fn random_ops(seed: u64, ops: usize, vmm: bool, max_handle: usize) {
     let cfg = Config {
         max_handle_bytes: max_handle,

@@ -338,6 +338,24 @@ pub fn plan(input: &Layout, items: &[IndexItem], assign: bool) -> Result<IndexPl
             ndim,
         });
     }
+    // Every mask's shape is checked before any integer's bounds, as NumPy does: a mask covers
+    // input dimensions, whatever new axes and slices stand before it.
+    let mut d = 0usize;
+    for it in items {
+        match it {
+            IndexItem::Ellipsis => d += ndim - consumed,
+            IndexItem::NewAxis => {}
+            IndexItem::Tensor(t) if t.dtype == IndexDType::Bool => {
+                mask_covers(input, d, &t.shape, d)?;
+                d += t.shape.len();
+            }
+            IndexItem::Nonzero(m) => {
+                mask_covers(input, d, &m.mask_shape, d)?;
+                d += m.mask_shape.len();
+            }
+            _ => d += 1,
+        }
+    }
     let any_tensor = items.iter().any(|i| {
         matches!(
             i,
@@ -579,6 +597,11 @@ impl IndexPlan {
     /// NumPy's and PyTorch's way: leading dimensions of size 1 beyond the indexed shape's rank
     /// are dropped, then the value broadcasts (aligned at the last dimension, sizes equal or
     /// 1). [`Error::ShapeMismatch`] otherwise.
+    ///
+    /// With advanced indices (other than one mask over every dimension), NumPy reshapes a value
+    /// of higher rank to its last dimensions, which also succeeds when those hold no element
+    /// (a value of shape [5, 0, 3] for an indexed shape [0, 3]): such a value is taken as an
+    /// empty one of those dimensions, and the assignment writes nothing.
     pub fn broadcast_value(&self, value: &Layout) -> Result<Layout> {
         let target = self.result_shape.as_slice();
         let vshape = value.shape();
@@ -588,12 +611,20 @@ impl IndexPlan {
             ),
         };
         let extra = vshape.len().saturating_sub(target.len());
-        if vshape[..extra].iter().any(|&d| d != 1) {
-            return Err(mismatch());
-        }
         let mut l = value.clone();
-        for _ in 0..extra {
-            l = l.squeeze(0)?;
+        if vshape[..extra].iter().any(|&d| d != 1) {
+            let full_mask = self
+                .mask
+                .as_ref()
+                .is_some_and(|m| m.strategy == MaskStrategy::FullCompaction);
+            if self.advanced.is_none() || full_mask || !vshape[extra..].contains(&0) {
+                return Err(mismatch());
+            }
+            l = Layout::contiguous(&vshape[extra..]);
+        } else {
+            for _ in 0..extra {
+                l = l.squeeze(0)?;
+            }
         }
         if broadcast_shapes(&[l.shape(), target]).as_deref() != Some(target) {
             return Err(mismatch());
@@ -827,6 +858,52 @@ mod tests {
                 false
             ),
             Err(Error::ShapeMismatch { .. })
+        ));
+    }
+
+    /// NumPy's advanced assignment takes a value of higher rank whose last dimensions hold no
+    /// element (it reshapes the value); basic indexing and one mask over every dimension do
+    /// not, and a value with elements still has to broadcast.
+    #[test]
+    fn an_empty_value_of_higher_rank_assigns_nothing_through_advanced_indices() {
+        let l = Layout::contiguous(&[2, 3]);
+        let empty = IndexTensor::i64(&[0], vec![]);
+        let p = plan(&l, &s![@empty.clone()], true).unwrap();
+        assert_eq!(p.result_shape, vec![0, 3]);
+        let v = p.broadcast_value(&Layout::contiguous(&[5, 0, 3])).unwrap();
+        assert_eq!(v.shape(), &[0, 3]);
+        assert!(p.broadcast_value(&Layout::contiguous(&[5, 1, 3])).is_err());
+        assert!(p.broadcast_value(&Layout::contiguous(&[5, 0, 2])).is_err());
+        let basic = plan(&l, &s![0..0], true).unwrap();
+        assert!(
+            basic
+                .broadcast_value(&Layout::contiguous(&[5, 0, 3]))
+                .is_err()
+        );
+        let mask = IndexTensor::mask(&[2, 3], &[false; 6]);
+        let full = plan(&l, &s![@mask], true).unwrap();
+        assert!(full.broadcast_value(&Layout::contiguous(&[5, 0])).is_err());
+    }
+
+    /// NumPy checks mask shapes before integer bounds and before slice steps, wherever the
+    /// mask stands in the index.
+    #[test]
+    fn a_mask_of_the_wrong_shape_is_reported_before_a_bad_integer() {
+        let l = Layout::contiguous(&[2, 1, 3]);
+        let mask = IndexTensor::mask(&[2], &[true, false]);
+        assert!(matches!(
+            plan(&l, &s![0, 1, @mask.clone()], false),
+            Err(Error::ShapeMismatch { .. })
+        ));
+        assert!(matches!(
+            plan(&l, &s![NEW, ..;0, 7, @mask.clone()], false),
+            Err(Error::ShapeMismatch { .. })
+        ));
+        // With the mask's shape right, the integer is the error.
+        let good = IndexTensor::mask(&[3], &[true, false, true]);
+        assert!(matches!(
+            plan(&l, &s![0, 1, @good], false),
+            Err(Error::IndexOutOfRange { dim: 1, .. })
         ));
     }
 }

@@ -61,7 +61,8 @@
 //! `record_stream`, but here `record_stream` cannot repair it. What the library does:
 //!
 //! - blocks are reused only on the stream they were freed on (stream order makes that safe);
-//!   memory is unmapped or returned only after that stream is synchronised;
+//!   memory is unmapped, returned, or moved to another stream's addresses only after that
+//!   stream is synchronised;
 //! - a free on a stream other than the allocation's records an event on it, and the block is
 //!   reused only after that event completes (genesis-mem's cross-stream rule);
 //! - [`genesis_record_stream`] is the missing hook: `genesis_torch.record_stream(tensor,

@@ -28,7 +28,9 @@
 //!   of reserved address space. New memory goes where it needs the fewest new bytes: after the
 //!   free block at the end of the region, or into an unmapped hole of the region next to free
 //!   blocks (filled from its front or its back). It comes first from *moving* physical handles
-//!   that lie wholly under free ranges elsewhere (unmap + map, no new memory), and only then
+//!   that lie wholly under free ranges elsewhere (a map, no new memory: the old mapping stays,
+//!   stale, under an unmapped range until new memory is mapped there or the handle is
+//!   released; a move to another stream's region first waits for the old stream), and only then
 //!   from new handles. A large request is rounded up to the granularity and starts at a handle
 //!   boundary, on handles of its own: once freed, its memory is reused whole by the next large
 //!   request or moved by a growth in a few remaps. That memory is [`Config::large_handle_pieces`]
@@ -200,7 +202,7 @@ pub struct Config {
     /// starts in the free block at the region's end (at its first handle boundary) when there
     /// is one. When a smaller large block later reuses part of such a block, the rest lies on
     /// whole handles that growth can move elsewhere, so less free memory stays pinned; every
-    /// handle costs driver calls (a create and a map, and two calls a move). 1 to 64.
+    /// handle costs driver calls (a create and a map, and a map for each move). 1 to 64.
     pub large_handle_pieces: usize,
     /// VMM: during a burst of growth the arena grows ahead of the request by up to 1/this of
     /// reserved memory, leaving at most max([`Self::burst_headroom_granules`] granules, 1/this
@@ -458,6 +460,10 @@ struct State<B: Backend> {
     /// The clock at the last VMM growth, and how many growths in a row came close together.
     last_grow_clock: u64,
     burst: u32,
+    /// VMM: mappings left in place when their handle moved elsewhere (`va` -> (len, handle,
+    /// region)). Their address ranges lie under `Unmapped` blocks and are never handed out;
+    /// they are unmapped only when new memory is mapped over them or their handle is released.
+    stale: std::collections::BTreeMap<u64, (usize, PhysHandle, u32)>,
 }
 
 static NEXT_ALLOCATOR_ID: AtomicU64 = AtomicU64::new(1);
@@ -560,6 +566,7 @@ impl<B: Backend> CachingAllocator<B> {
                 history: None,
                 last_grow_clock: 0,
                 burst: 0,
+                stale: std::collections::BTreeMap::new(),
             }),
         })
     }
@@ -825,6 +832,10 @@ impl<B: Backend> Drop for CachingAllocator<B> {
                 live,
                 "allocator dropped with live allocations; their memory stays reserved"
             );
+        }
+        // Stale mappings of handles still live elsewhere: address space to give back.
+        if let Err(e) = st.unmap_stale(|_, _| true) {
+            tracing::error!(error = %e, "unmapping stale mappings when dropping the allocator failed");
         }
         for r in st.regions.iter_mut().filter(|r| r.live) {
             if let RegionKind::Vmm { reserved, handles } = &r.kind
@@ -1784,12 +1795,40 @@ impl<B: Backend> State<B> {
         Ok(())
     }
 
-    /// Cuts the range of handle (`va`, `len`) out of the free block containing it and unmaps it,
-    /// leaving an `Unmapped` block. Returns the handle.
-    fn carve_out(&mut self, block: u32, va: u64, len: usize) -> Result<(), BackendError> {
+    /// Cuts the range of handle (`va`, `len`, `handle`) out of the free block containing it,
+    /// leaving an `Unmapped` block.
+    ///
+    /// - `Carve::Release`: the handle is about to be released: its mapping here and every stale
+    ///   one are unmapped, after the streams that used them are synchronised.
+    /// - `Carve::Move(to)`: the handle is about to be mapped elsewhere for stream `to`. The
+    ///   mapping here stays (stale, in `self.stale`): a move costs one driver call (the map)
+    ///   instead of two. The physical memory is the same, so nothing more is reserved. Work
+    ///   still queued on this block's stream may read the old addresses; work that `to` queues
+    ///   on the new ones runs after it when `to` is the same stream, and otherwise the block's
+    ///   stream is synchronised first.
+    fn carve_out(
+        &mut self,
+        block: u32,
+        va: u64,
+        len: usize,
+        handle: PhysHandle,
+        how: Carve,
+    ) -> Result<(), BackendError> {
         let stream = self.blocks[block as usize].stream;
-        self.backend.synchronize(stream)?;
-        self.backend.unmap(va, len)?;
+        match how {
+            Carve::Release => {
+                self.backend.synchronize(stream)?;
+                self.backend.unmap(va, len)?;
+                self.unmap_stale(|_, h| h == handle)?;
+            }
+            Carve::Move(to) => {
+                if to != stream {
+                    self.backend.synchronize(stream)?;
+                }
+                let region = self.blocks[block as usize].region;
+                self.stale.insert(va, (len, handle, region));
+            }
+        }
         self.unindex_free(block);
         let (addr, size, region) = {
             let b = &self.blocks[block as usize];
@@ -1831,6 +1870,46 @@ impl<B: Backend> State<B> {
                 },
                 &self.stats,
             );
+        }
+        Ok(())
+    }
+
+    /// Unmaps the stale mappings that `pick(va, handle)` selects, synchronising the streams of
+    /// their regions first (queued work may still read them).
+    fn unmap_stale(&mut self, pick: impl Fn(u64, PhysHandle) -> bool) -> Result<(), BackendError> {
+        let chosen: SmallVec<[(u64, usize, u32); 4]> = self
+            .stale
+            .iter()
+            .filter(|&(&va, &(_, h, _))| pick(va, h))
+            .map(|(&va, &(len, _, region))| (va, len, region))
+            .collect();
+        self.unmap_stale_ranges(&chosen)
+    }
+
+    /// Unmaps the stale mappings overlapping [`start`, `end`) before new memory is mapped there.
+    fn unmap_stale_over(&mut self, start: u64, end: u64) -> Result<(), BackendError> {
+        // Stale ranges are disjoint: walking down from the last one starting before `end`, the
+        // first that ends at or before `start` ends the overlap.
+        let chosen: SmallVec<[(u64, usize, u32); 4]> = self
+            .stale
+            .range(..end)
+            .rev()
+            .take_while(|&(&va, &(len, _, _))| va + len as u64 > start)
+            .map(|(&va, &(len, _, region))| (va, len, region))
+            .collect();
+        self.unmap_stale_ranges(&chosen)
+    }
+
+    fn unmap_stale_ranges(&mut self, chosen: &[(u64, usize, u32)]) -> Result<(), BackendError> {
+        let mut synced: SmallVec<[StreamId; 2]> = SmallVec::new();
+        for &(va, len, region) in chosen {
+            let stream = self.regions[region as usize].stream;
+            if !synced.contains(&stream) {
+                self.backend.synchronize(stream)?;
+                synced.push(stream);
+            }
+            self.backend.unmap(va, len)?;
+            self.stale.remove(&va);
         }
         Ok(())
     }
@@ -1902,6 +1981,7 @@ impl<B: Backend> State<B> {
         } else {
             addr
         };
+        self.unmap_stale_over(va, va + len as u64)?;
         self.backend.map(va, len, handle)?;
         if let RegionKind::Vmm { handles, .. } = &mut self.regions[rid as usize].kind {
             handles.insert(va, len, handle);
@@ -2103,7 +2183,7 @@ impl<B: Backend> State<B> {
             let Some(block) = self.free_block_containing(va, len) else {
                 continue;
             };
-            if let Err(e) = self.carve_out(block, va, len) {
+            if let Err(e) = self.carve_out(block, va, len, h, Carve::Move(stream)) {
                 return Err(GrowError::Backend(e));
             }
             let mapped = if hole.is_some() {
@@ -2113,7 +2193,9 @@ impl<B: Backend> State<B> {
                 self.append_mapped(rid, len, h)
             };
             if let Err(e) = mapped {
-                // Keep the handle accounted: give it back to the device.
+                // Keep the handle accounted: give it back to the device (its old mapping, now
+                // stale, goes first).
+                let _ = self.unmap_stale(|_, x| x == h);
                 let _ = self.backend.release(h, len);
                 let pool = segment_pool(len, g);
                 self.add_reserved(pool, len, -1);
@@ -2213,7 +2295,8 @@ impl<B: Backend> State<B> {
             let Some(block) = self.free_block_containing(va, len) else {
                 continue;
             };
-            self.carve_out(block, va, len).map_err(Error::Backend)?;
+            self.carve_out(block, va, len, h, Carve::Release)
+                .map_err(Error::Backend)?;
             self.backend.release(h, len).map_err(Error::Backend)?;
             let pool = segment_pool(len, g);
             self.add_reserved(pool, len, -1);
@@ -2253,7 +2336,8 @@ impl<B: Backend> State<B> {
             let Some(block) = self.free_block_containing(va, len) else {
                 continue;
             };
-            self.carve_out(block, va, len).map_err(Error::Backend)?;
+            self.carve_out(block, va, len, h, Carve::Release)
+                .map_err(Error::Backend)?;
             self.backend.release(h, len).map_err(Error::Backend)?;
             let pool = segment_pool(len, g);
             self.add_reserved(pool, len, -1);
@@ -2422,6 +2506,27 @@ impl<B: Backend> State<B> {
                 }
             };
         }
+        // A stale mapping lies under one unmapped block of its region.
+        for (&va, &(len, _, rid)) in &self.stale {
+            let r = &self.regions[rid as usize];
+            let mut id = r.first;
+            while id != NONE
+                && self.blocks[id as usize].addr + self.blocks[id as usize].size as u64 <= va
+            {
+                id = self.blocks[id as usize].next;
+            }
+            let under = id != NONE && {
+                let b = &self.blocks[id as usize];
+                b.state == BlockState::Unmapped
+                    && b.addr <= va
+                    && va + len as u64 <= b.addr + b.size as u64
+            };
+            if !under {
+                return Err(format!(
+                    "stale mapping at {va:#x} ({len} bytes) is not under an unmapped block of region {rid}"
+                ));
+            }
+        }
         let indexed: usize = self
             .free
             .values()
@@ -2455,6 +2560,15 @@ impl<B: Backend> State<B> {
         }
         Ok(())
     }
+}
+
+/// What [`State::carve_out`] prepares a handle for.
+#[derive(Debug, Clone, Copy)]
+enum Carve {
+    /// Release to the device.
+    Release,
+    /// A map elsewhere, for this stream.
+    Move(StreamId),
 }
 
 #[derive(Debug)]

@@ -110,13 +110,16 @@ pub trait Backend: Send + 'static {
     fn create(&mut self, bytes: usize) -> Result<PhysHandle, BackendError>;
     /// Releases a physical handle (VMM). It must not be mapped.
     fn release(&mut self, handle: PhysHandle, bytes: usize) -> Result<(), BackendError>;
-    /// Maps `handle` (`bytes` long) at `va` and makes it readable and writable (VMM).
+    /// Maps `handle` (`bytes` long) at `va` and makes it readable and writable (VMM). A handle
+    /// may be mapped at several addresses at once (the allocator leaves an old mapping of a
+    /// handle it moved in place until it needs those addresses).
     fn map(&mut self, va: u64, bytes: usize, handle: PhysHandle) -> Result<(), BackendError>;
     /// Unmaps the `bytes` mapped at `va` (VMM).
     fn unmap(&mut self, va: u64, bytes: usize) -> Result<(), BackendError>;
 
     /// Blocks until all work queued on `stream` has finished (before memory freed on it is
-    /// unmapped: unlike `cuMemFree`, `cuMemUnmap` does not wait for the device).
+    /// unmapped, or used by another stream: unlike `cuMemFree`, `cuMemUnmap` does not wait for
+    /// the device).
     fn synchronize(&mut self, stream: StreamId) -> Result<(), BackendError>;
     /// Records an event at the current end of `stream`.
     fn record_event(&mut self, stream: StreamId) -> Result<EventId, BackendError>;
@@ -167,6 +170,7 @@ pub struct SimBackend {
     rng: u64,
     fail_next: u32,
     probe: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    synchronizations: u64,
 }
 
 impl SimBackend {
@@ -199,6 +203,7 @@ impl SimBackend {
             rng: 0x9E37_79B9_7F4A_7C15,
             fail_next: 0,
             probe: Default::default(),
+            synchronizations: 0,
         }
     }
 
@@ -243,6 +248,11 @@ impl SimBackend {
     /// Physical bytes currently held (created handles plus plain segments).
     pub fn used(&self) -> usize {
         self.used
+    }
+
+    /// How many times a stream was synchronised.
+    pub fn synchronizations(&self) -> u64 {
+        self.synchronizations
     }
 
     /// Live handles, mappings, plain segments and reservations (for leak checks in tests).
@@ -452,6 +462,7 @@ impl Backend for SimBackend {
     }
 
     fn synchronize(&mut self, _stream: StreamId) -> Result<(), BackendError> {
+        self.synchronizations += 1;
         Ok(())
     }
 

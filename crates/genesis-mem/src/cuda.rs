@@ -204,7 +204,8 @@ impl Backend for CudaBackend {
 
     fn release(&mut self, handle: PhysHandle, _bytes: usize) -> Result<(), BackendError> {
         self.counts.free += 1;
-        // SAFETY: the allocator releases each handle it created once, after unmapping it.
+        // SAFETY: the allocator releases each handle it created once, after unmapping it
+        // wherever it is mapped.
         timed(&mut self.counts.nanos, "cuMemRelease", || unsafe {
             raw::release_physical(&self.ctx, handle)
         })
@@ -212,8 +213,9 @@ impl Backend for CudaBackend {
 
     fn map(&mut self, va: u64, bytes: usize, handle: PhysHandle) -> Result<(), BackendError> {
         self.counts.map += 1;
-        // SAFETY: the allocator maps a live handle of exactly `bytes` at the unmapped end of
-        // one of its reservations.
+        // SAFETY: the allocator maps a live handle of exactly `bytes` at addresses of one of
+        // its reservations where nothing is mapped (the end of a region, or a hole whose
+        // stale mappings it unmapped first).
         timed(&mut self.counts.nanos, "cuMemMap", || unsafe {
             raw::map(&self.ctx, va, bytes, handle)
         })?;
@@ -232,9 +234,9 @@ impl Backend for CudaBackend {
 
     fn unmap(&mut self, va: u64, bytes: usize) -> Result<(), BackendError> {
         self.counts.unmap += 1;
-        // SAFETY: the allocator unmaps one whole mapping that lies under free memory (no block
-        // in it allocated or pending) after synchronising the region's stream, so no queued
-        // work uses it.
+        // SAFETY: the allocator unmaps one whole mapping that lies under free memory or a
+        // stale range (no block in it allocated or pending) after synchronising the stream of
+        // the region it lies in, so no queued work uses it.
         timed(&mut self.counts.nanos, "cuMemUnmap", || unsafe {
             raw::unmap(&self.ctx, va, bytes)
         })

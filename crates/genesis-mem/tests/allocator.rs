@@ -280,11 +280,10 @@ fn dropping_the_allocator_releases_a_moved_handle_mapped_twice() {
     // The 128 MiB block stays live: its handle stays, and so does its reservation. The moved
     // handle, mapped at two addresses, is released (the simulated device refuses to release a
     // handle that is still mapped anywhere).
-    let y = live.remove(1);
+    let _kept = live.remove(1);
     for x in live {
         a.free(x).unwrap();
     }
-    std::mem::forget(y);
     drop(a);
     // 128 MiB held by the leaked block, plus one reservation.
     assert_eq!(

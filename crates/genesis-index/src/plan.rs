@@ -408,8 +408,8 @@ pub fn plan(input: &Layout, items: &[IndexItem], assign: bool) -> Result<IndexPl
                 in_dim += 1;
             }
             IndexItem::Tensor(t) if t.dtype == IndexDType::Bool => {
+                // Its shape was checked before the walk.
                 let k = t.shape.len();
-                mask_covers(&view, vdim, &t.shape, in_dim)?;
                 // nonzero(): one index array per mask dimension, in row-major order.
                 let mut coords: Vec<Vec<i64>> = vec![Vec::new(); k];
                 let mut idx = vec![0usize; k];

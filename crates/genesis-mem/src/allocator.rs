@@ -834,7 +834,7 @@ impl<B: Backend> Drop for CachingAllocator<B> {
             );
         }
         // Stale mappings of handles still live elsewhere: address space to give back.
-        if let Err(e) = st.unmap_stale(|_, _| true) {
+        if let Err(e) = st.unmap_stale(|_| true) {
             tracing::error!(error = %e, "unmapping stale mappings when dropping the allocator failed");
         }
         for r in st.regions.iter_mut().filter(|r| r.live) {
@@ -1798,8 +1798,8 @@ impl<B: Backend> State<B> {
     /// Cuts the range of handle (`va`, `len`, `handle`) out of the free block containing it,
     /// leaving an `Unmapped` block.
     ///
-    /// - `Carve::Release`: the handle is about to be released: its mapping here and every stale
-    ///   one are unmapped, after the streams that used them are synchronised.
+    /// - `Carve::Release`: the handle is about to be released ([`Self::release_handle`]): its
+    ///   mapping here is unmapped, after the block's stream is synchronised.
     /// - `Carve::Move(to)`: the handle is about to be mapped elsewhere for stream `to`. The
     ///   mapping here stays (stale, in `self.stale`): a move costs one driver call (the map)
     ///   instead of two. The physical memory is the same, so nothing more is reserved. Work
@@ -1819,7 +1819,6 @@ impl<B: Backend> State<B> {
             Carve::Release => {
                 self.backend.synchronize(stream)?;
                 self.backend.unmap(va, len)?;
-                self.unmap_stale(|_, h| h == handle)?;
             }
             Carve::Move(to) => {
                 if to != stream {
@@ -1874,13 +1873,20 @@ impl<B: Backend> State<B> {
         Ok(())
     }
 
-    /// Unmaps the stale mappings that `pick(va, handle)` selects, synchronising the streams of
+    /// Gives `handle` back to the device once nothing maps it: its stale mappings are unmapped
+    /// first (its current one, if any, by [`Self::carve_out`]).
+    fn release_handle(&mut self, handle: PhysHandle, len: usize) -> Result<(), BackendError> {
+        self.unmap_stale(|h| h == handle)?;
+        self.backend.release(handle, len)
+    }
+
+    /// Unmaps the stale mappings of the handles `pick` selects, synchronising the streams of
     /// their regions first (queued work may still read them).
-    fn unmap_stale(&mut self, pick: impl Fn(u64, PhysHandle) -> bool) -> Result<(), BackendError> {
+    fn unmap_stale(&mut self, pick: impl Fn(PhysHandle) -> bool) -> Result<(), BackendError> {
         let chosen: SmallVec<[(u64, usize, u32); 4]> = self
             .stale
             .iter()
-            .filter(|&(&va, &(_, h, _))| pick(va, h))
+            .filter(|&(_, &(_, h, _))| pick(h))
             .map(|(&va, &(len, _, region))| (va, len, region))
             .collect();
         self.unmap_stale_ranges(&chosen)
@@ -2195,8 +2201,7 @@ impl<B: Backend> State<B> {
             if let Err(e) = mapped {
                 // Keep the handle accounted: give it back to the device (its old mapping, now
                 // stale, goes first).
-                let _ = self.unmap_stale(|_, x| x == h);
-                let _ = self.backend.release(h, len);
+                let _ = self.release_handle(h, len);
                 let pool = segment_pool(len, g);
                 self.add_reserved(pool, len, -1);
                 return Err(GrowError::Backend(e));
@@ -2297,7 +2302,7 @@ impl<B: Backend> State<B> {
             };
             self.carve_out(block, va, len, h, Carve::Release)
                 .map_err(Error::Backend)?;
-            self.backend.release(h, len).map_err(Error::Backend)?;
+            self.release_handle(h, len).map_err(Error::Backend)?;
             let pool = segment_pool(len, g);
             self.add_reserved(pool, len, -1);
             released += len;
@@ -2338,7 +2343,7 @@ impl<B: Backend> State<B> {
             };
             self.carve_out(block, va, len, h, Carve::Release)
                 .map_err(Error::Backend)?;
-            self.backend.release(h, len).map_err(Error::Backend)?;
+            self.release_handle(h, len).map_err(Error::Backend)?;
             let pool = segment_pool(len, g);
             self.add_reserved(pool, len, -1);
         }

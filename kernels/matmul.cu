@@ -41,7 +41,9 @@
 //     is multiplied and stored to the other shared buffer after it; one barrier per slice. Both tiles are kept k-major
 //     in shared memory (A as As[k][m], rows padded by 4 floats: the transposing stores of a
 //     warp meet at most two to a bank).
-//   * Edges and unaligned operands are read element by element with bounds checks.
+//   * Edge tiles read whole k slices as float4 too, zeros for rows or columns past m or n,
+//     when no float4 straddles the edge; the last partial slice, such straddling edges and
+//     unaligned operands are read element by element with bounds checks.
 //   * Small products (too few 128 x 128 tiles to fill the device) may run `matmul_f32s_*`:
 //     64 x 64 tiles, 4 x 4 outputs a thread, two blocks a multiprocessor (the launcher's
 //     cost model chooses).
@@ -437,6 +439,15 @@ struct F32Loader {
         step = KMAJOR ? F_BK : F_BK * ld;
     }
 
+    // A whole slice of a tile whose float4 each lie wholly inside the operand or wholly past
+    // its m or n edge (16-byte aligned): float4 loads, zeros for lines at or past `mn_left`.
+    __device__ __forceinline__ void load_rows(float4 (&v)[NL], int64_t mn_left) const {
+#pragma unroll
+        for (int i = 0; i < NL; ++i)
+            v[i] = mn[i] < mn_left ? __ldg(reinterpret_cast<const float4*>(p[i]))
+                                   : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+
     // A slice wholly inside the operand, 16-byte aligned: float4 loads without checks.
     __device__ __forceinline__ void load_inside(float4 (&v)[NL]) const {
 #pragma unroll
@@ -501,12 +512,20 @@ __device__ __forceinline__ void f32_k_loop(const float* a, uint64_t lda, uint64_
     F32Loader<AK, MA> la(a, lda, m0, tid);
     F32Loader<BK, MB> lb(b, ldb, n0, tid);
     float4 va[F32Loader<AK, MA>::NL], vb[F32Loader<BK, MB>::NL];
+    // An edge tile whose float4 along m or n (an operand stored m- or n-major) never straddle
+    // the edge loads whole slices as `load_rows`: one predicate a float4 instead of the
+    // element checks of `load_edge`.
+    const bool rows = VEC && (AK || m_left >= MA || m_left % 4 == 0) &&
+                      (BK || n_left >= MB || n_left % 4 == 0);
     const int kt_n = (int)((K + F_BK - 1) / F_BK);
     const auto load = [&](int kt) {
         const int64_t k_left = (int64_t)K - (int64_t)kt * F_BK;
         if (inside && k_left >= F_BK) {
             la.load_inside(va);
             lb.load_inside(vb);
+        } else if (rows && k_left >= F_BK) {
+            la.load_rows(va, m_left);
+            lb.load_rows(vb, n_left);
         } else {
             la.template load_edge<VEC>(va, m_left, k_left);
             lb.template load_edge<VEC>(vb, n_left, k_left);

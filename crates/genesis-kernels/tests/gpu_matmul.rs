@@ -844,6 +844,25 @@ mod gpu {
         }
     }
 
+    /// Full-precision f32 products on the `128 x 128` tiles with partial edge tiles: m and n
+    /// multiples of 4 (an edge tile then reads whole k slices as float4, zeros past the edge),
+    /// m and n that are not (a float4 of an m- or n-major operand would straddle the edge, so
+    /// those tiles read element by element), a partial last slice, padded and misaligned
+    /// operands, batches and broadcasts; batches large enough that every plan keeps these tiles.
+    #[test]
+    fn f32_edge_tiles_match_their_cpu_twin() {
+        if skip_without_gpu("f32_edge_tiles_match_their_cpu_twin") {
+            return;
+        }
+        let cases = [
+            (260, 196, 72, 0, 0, 24, 0),
+            (388, 1000, 40, 4, 0, 12, 1),
+            (130, 258, 100, 0, 0, 33, 2),
+            (131, 133, 64, 0, 1, 36, 0),
+        ];
+        f32_cases_on(47, &cases, "matmul_f32_", false);
+    }
+
     /// Full-precision f32 products of n <= 64 run on the `256 x 64` tiles: edges in m, n and
     /// k, padded operands, batches and broadcasts, split and not.
     #[test]

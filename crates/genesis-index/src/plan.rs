@@ -159,23 +159,18 @@ fn host_items(items: &[IndexItem]) -> Result<Cow<'_, [IndexItem]>> {
     Ok(Cow::Owned(out))
 }
 
-/// The `mask_shape.len()` dimensions of `view` from `vdim` that a mask indexes; an error unless
-/// the mask has their shape (`in_dim`: the first input dimension, for the message).
-fn mask_covers<'a>(
-    view: &'a Layout,
-    vdim: usize,
-    mask_shape: &[usize],
-    in_dim: usize,
-) -> Result<&'a [usize]> {
-    let covered = &view.shape()[vdim..vdim + mask_shape.len()];
+/// An error unless the `mask_shape.len()` dimensions of `input` from `dim` have the mask's
+/// shape.
+fn mask_covers(input: &Layout, dim: usize, mask_shape: &[usize]) -> Result<()> {
+    let covered = &input.shape()[dim..dim + mask_shape.len()];
     if covered != mask_shape {
         return Err(Error::ShapeMismatch {
             what: format!(
-                "mask of shape {mask_shape:?} does not match the indexed dimensions {covered:?} (from dimension {in_dim})"
+                "mask of shape {mask_shape:?} does not match the indexed dimensions {covered:?} (from dimension {dim})"
             ),
         });
     }
-    Ok(covered)
+    Ok(())
 }
 
 /// A mask over `k` of `ndim` dimensions, `selected` of `total` set: a mask over every
@@ -346,11 +341,11 @@ pub fn plan(input: &Layout, items: &[IndexItem], assign: bool) -> Result<IndexPl
             IndexItem::Ellipsis => d += ndim - consumed,
             IndexItem::NewAxis => {}
             IndexItem::Tensor(t) if t.dtype == IndexDType::Bool => {
-                mask_covers(input, d, &t.shape, d)?;
+                mask_covers(input, d, &t.shape)?;
                 d += t.shape.len();
             }
             IndexItem::Nonzero(m) => {
-                mask_covers(input, d, &m.mask_shape, d)?;
+                mask_covers(input, d, &m.mask_shape)?;
                 d += m.mask_shape.len();
             }
             _ => d += 1,
@@ -446,7 +441,9 @@ pub fn plan(input: &Layout, items: &[IndexItem], assign: bool) -> Result<IndexPl
             }
             IndexItem::Nonzero(m) => {
                 let k = m.mask_shape.len();
-                let covered = mask_covers(&view, vdim, &m.mask_shape, in_dim)?.to_vec();
+                // Its shape was checked before the walk: it is the shape of the dimensions it
+                // covers.
+                let covered = &m.mask_shape;
                 let n = m.selected;
                 if k != 0 && m.coords.len() != k {
                     return Err(Error::InvalidIndex {

@@ -44,6 +44,9 @@
 //   * Edge tiles read whole k slices as float4 too, zeros for rows or columns past m or n,
 //     when no float4 straddles the edge; the last partial slice, such straddling edges and
 //     unaligned operands are read element by element with bounds checks.
+//   * Large products of aligned operands whose k is a multiple of 16 may run `matmul_f32w_*`
+//     (`matmul_f32w.cu`): 128 x 256 tiles, 16 x 8 outputs a thread (the launcher's cost model
+//     chooses by waves).
 //   * Small products (too few 128 x 128 tiles to fill the device) may run `matmul_f32s_*`:
 //     64 x 64 tiles, 4 x 4 outputs a thread, two blocks a multiprocessor (the launcher's
 //     cost model chooses).
@@ -105,10 +108,11 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "matmul_f32.cuh"
+
 namespace {
 
 constexpr int THREADS = 256;
-constexpr int GROUP_M = 8;
 
 // ---------------------------------------------------------------------------------------------
 // Shared helpers.
@@ -124,18 +128,6 @@ __device__ __forceinline__ void store2(__half* p, float x, float y) {
 }
 __device__ __forceinline__ void store2(__nv_bfloat16* p, float x, float y) {
     *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-}
-
-// The tile (tile_m, tile_n) of block `pid`, in groups of GROUP_M tile rows.
-__device__ __forceinline__ void tile_of(uint64_t pid, uint64_t tiles_m, uint64_t tiles_n,
-                                        uint64_t& tm, uint64_t& tn) {
-    const uint64_t in_group = GROUP_M * tiles_n;
-    const uint64_t group = pid / in_group;
-    const uint64_t first = group * GROUP_M;
-    const uint64_t size = min(tiles_m - first, (uint64_t)GROUP_M);
-    const uint64_t r = pid % in_group;
-    tm = first + r % size;
-    tn = r / size;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -574,26 +566,6 @@ struct F32Tile {
     }
 };
 
-// Four consecutive outputs of a row at p (column gc of N): one float4 store when `quads` (N a
-// multiple of 4, C on 16 bytes) and all four are inside, else the ones inside.
-__device__ __forceinline__ void store_row4(float* p, const float (&v)[4], bool quads,
-                                           uint64_t gc, uint64_t N) {
-    if (quads && gc + 4 <= N) {
-        *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
-    } else {
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-            if (gc + e < N) p[e] = v[e];
-    }
-}
-
-// A lane's place on its warp's 4 x 8 grid of (row run, column run), interleaved in pairs: lane
-// bits 0 and 4 pick the row run, bits 1-3 the column run. A quarter-warp then reads 2 runs of A
-// and 4 of B, which takes a third fewer shared-memory wavefronts per fragment read than 1 and 8
-// (lanes in row-major order).
-__device__ __forceinline__ int lane_row_run(int lane) { return ((lane >> 4) << 1) | (lane & 1); }
-__device__ __forceinline__ int lane_col_run(int lane) { return (lane >> 1) & 7; }
-
 // BN: the tile's columns, 128 (a 128 x 128 tile, warps 4 x 2) or 64 (a 256 x 64 tile, warps
 // 8 x 1, for n <= 64, where a 128-wide tile would compute as many columns again and drop them);
 // every warp computes 32 x 64 outputs, every thread 8 x 8. VEC: leading dimensions and batch
@@ -973,23 +945,6 @@ __device__ __forceinline__ void splitk_sum(const float* __restrict__ ws, O* __re
 }
 
 }  // namespace
-
-#define PARAMS(T, O)                                                                           \
-    const T *A, const T *B, O *C, uint64_t batch, uint64_t M, uint64_t N, uint64_t K,          \
-        uint64_t lda, uint64_t ldb, uint64_t sa, uint64_t sb, uint64_t kslice
-#define ARGS A, B, C, batch, M, N, K, lda, ldb, sa, sb
-
-// The k slice of this block (see "Split-k" at the top): moves A and B to the slice's first k
-// and C to the slice's partial product, and sets K to the slice's length (0 for a slice past
-// k, whose partial is then zeros).
-#define SPLIT(TA, TB)                                                                          \
-    {                                                                                          \
-        const uint64_t k0 = (uint64_t)blockIdx.z * kslice;                                     \
-        A += (TA) ? k0 * lda : k0;                                                             \
-        B += (TB) ? k0 : k0 * ldb;                                                             \
-        C += (uint64_t)blockIdx.z * batch * M * N;                                             \
-        K = K > k0 ? min(K - k0, kslice) : 0;                                                  \
-    }
 
 // 16-byte copies for an operand when its rows and batches start on 16-byte boundaries.
 #define TC_VEC(X, ld, s) ((ld) % 8 == 0 && (s) % 8 == 0 && ((uintptr_t)(X) & 15) == 0)

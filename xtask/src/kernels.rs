@@ -17,6 +17,18 @@ pub(crate) const PTX_TARGET: &str = "compute_80";
 /// architecture-specific machine code (`sm_90a`, loaded on compute capability 9.0 alone).
 const OWN_TARGETS: [(&str, &[&str]); 1] = [("matmul_sm90", &["sm_90a"])];
 
+/// nvcc flags of single sources, after [`NVCC_FLAGS`]: `(source stem, flags)`. `matmul_f32w`
+/// keeps its fragment reads among the multiply-adds only at ptxas `-O1` (see the file's top).
+const OWN_FLAGS: [(&str, &[&str]); 1] = [("matmul_f32w", &["-Xptxas=-O1"])];
+
+/// The flags of source `name` after [`NVCC_FLAGS`].
+fn flags_of(name: &str) -> &'static [&'static str] {
+    OWN_FLAGS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map_or(&[], |(_, f)| f)
+}
+
 /// The targets of source `name`: machine code (`sm_*`) and PTX (`compute_*`).
 fn targets_of(name: &str) -> Vec<&'static str> {
     if let Some((_, t)) = OWN_TARGETS.iter().find(|(n, _)| *n == name) {
@@ -118,6 +130,7 @@ pub(crate) fn build_kernels(check: bool) -> DynResult {
         let out = out_dir.join(format!("{name}.fatbin"));
         let mut c = Command::new(&nvcc);
         c.args(NVCC_FLAGS);
+        c.args(flags_of(&name));
         let targets = targets_of(&name);
         for t in &targets {
             c.arg(gencode(t));
@@ -134,6 +147,7 @@ pub(crate) fn build_kernels(check: bool) -> DynResult {
             "image_sha256": sha256_hex(&image),
             "image_bytes": image.len(),
             "targets": targets,
+            "flags": flags_of(&name),
         }));
     }
     let mut targets: Vec<&str> = SASS_TARGETS.to_vec();
@@ -239,6 +253,16 @@ fn check_kernels() -> DynResult {
             return Err(stale(format!(
                 "{name}.fatbin was built for {listed:?}, xtask builds {:?}",
                 targets_of(&name)
+            )));
+        }
+        let flags: Vec<&str> = entry["flags"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|v| v.as_str()).collect())
+            .unwrap_or_default();
+        if flags != flags_of(&name) {
+            return Err(stale(format!(
+                "{name}.fatbin was built with flags {flags:?}, xtask uses {:?}",
+                flags_of(&name)
             )));
         }
         if entry["source_sha256"].as_str() != Some(sha256_hex(&std::fs::read(src)?).as_str()) {

@@ -71,6 +71,17 @@ pub static MATMUL: genesis_cuda::KernelImage = genesis_cuda::KernelImage {
 /// Bytes of the `matmul` image, for size reports.
 pub const MATMUL_BYTES: usize = include_bytes!("../images/matmul.fatbin").len();
 
+/// The fatbin built from `kernels/matmul_f32w.cu`.
+#[cfg(feature = "cuda")]
+pub static MATMUL_F32W: genesis_cuda::KernelImage = genesis_cuda::KernelImage {
+    name: "matmul_f32w",
+    image: include_bytes!("../images/matmul_f32w.fatbin"),
+    targets: TARGETS,
+};
+
+/// Bytes of the `matmul_f32w` image, for size reports.
+pub const MATMUL_F32W_BYTES: usize = include_bytes!("../images/matmul_f32w.fatbin").len();
+
 /// The fatbin built from `kernels/matmul_sm90.cu`.
 #[cfg(feature = "cuda")]
 pub static MATMUL_SM90: genesis_cuda::KernelImage = genesis_cuda::KernelImage {

@@ -341,6 +341,10 @@ pub trait MatmulOutput<T: MatmulElement>: MatmulElement {
     /// The full-precision kernels of `64 x 64` tiles (two blocks a multiprocessor), for
     /// small products, when `T` and `Self` are f32 (indexed as [`MatmulOutput::KERNELS`]).
     const SMALL: Option<[[[&'static str; 2]; 2]; 2]> = None;
+    /// The full-precision kernels of `128 x 256` tiles (`kernels/matmul_f32w.cu`), for large
+    /// products of aligned operands, when `T` and `Self` are f32 (indexed by `[a transposed][b
+    /// transposed]`; there is no kernel for unaligned operands).
+    const WIDE: Option<[[&'static str; 2]; 2]> = None;
     /// The Hopper kernels of `kernels/matmul_sm90.cu` when `T` is f16 or bf16.
     const SM90: Option<Sm90Kernels> = None;
 }
@@ -421,7 +425,11 @@ macro_rules! kernels {
             $(const TF32: Option<[[[&'static str; 2]; 2]; 2]> = Some(table!($tf32));
               const N64: Option<[[[&'static str; 2]; 2]; 2]> = Some(table!($n64));
               const N64_CT: Option<[[[&'static str; 2]; 2]; 2]> = Some(table!($n64ct));
-              const SMALL: Option<[[[&'static str; 2]; 2]; 2]> = Some(table!($small));)?
+              const SMALL: Option<[[[&'static str; 2]; 2]; 2]> = Some(table!($small));
+              const WIDE: Option<[[&'static str; 2]; 2]> = Some([
+                  ["matmul_f32w_nn", "matmul_f32w_nt"],
+                  ["matmul_f32w_tn", "matmul_f32w_tt"],
+              ]);)?
             $(const SM90: Option<Sm90Kernels> = Some(Sm90Kernels {
                 bf16: $bf16,
                 kernels: sm90_table!($sm90),
@@ -989,6 +997,22 @@ const SMALL_K_NS_ALONE: f64 = 41.0;
 const SMALL_K_NS_SHARED: f64 = 32.9;
 const SMALL_PROLOGUE_K: f64 = 27.7;
 
+/// The model's `128 x 256` SIMT tiles (`matmul_f32w_*`, one block a multiprocessor): a k step
+/// of a tile (measured on an H200 at 2000^3, 2048^3 and 4096^3). Its prologue is taken as the
+/// `128 x 128` tiles'.
+const WIDE_TILE_K_NS: f64 = 175.0;
+
+/// The wide SIMT tile (rows, columns).
+const WIDE_TILE: (usize, usize) = (128, 256);
+
+/// The k step of the wide SIMT kernel: `k` (and each split slice) must be a multiple of it.
+const WIDE_K_STEP: usize = 16;
+
+/// Bytes of dynamic shared memory of the wide SIMT kernel: two buffers of 16 k rows of
+/// `128 + 4` and `256 + 4` floats.
+#[cfg(feature = "cuda")]
+const WIDE_SMEM: u32 = 2 * 16 * (132 + 260) * 4;
+
 /// The side of the small SIMT tile.
 const SMALL_TILE: usize = 64;
 
@@ -1051,6 +1075,21 @@ fn simt_tiles(shape: &MatmulShape) -> usize {
     )
 }
 
+/// Whether the wide SIMT kernel (`matmul_f32w_*`) can run `shape` unsplit, as far as the shape
+/// tells: `m` and `n` above 64 (not the `256 x 64` tiles' products), `k` a multiple of its k
+/// step, a batch within the grid's y extent, and extents its 32-bit offsets hold.
+fn wide_shape(shape: &MatmulShape) -> bool {
+    let small = |x: usize| x < 1 << 27;
+    shape.m > 64
+        && shape.n > 64
+        && shape.k.is_multiple_of(WIDE_K_STEP)
+        && shape.batch <= 65535
+        && small(shape.m)
+        && small(shape.n)
+        && small(shape.k)
+        && shape.m.checked_mul(shape.n).is_some_and(|mn| mn < 1 << 31)
+}
+
 /// The SIMT kernel's tile (rows, columns) for a product of `n` columns.
 fn simt_tile(n: usize) -> (usize, usize) {
     if n <= 64 { (256, 64) } else { (TILE, TILE) }
@@ -1085,6 +1124,9 @@ pub struct MatmulPlan {
     kslice: usize,
     /// Full-precision f32 on the `64 x 64` SIMT tiles (`matmul_f32s_*`).
     small: bool,
+    /// Full-precision f32 on the `128 x 256` SIMT tiles (`matmul_f32w_*`) when the operands
+    /// allow them (see [`MatmulPlan::wide_tiles`]).
+    wide: bool,
 }
 
 impl MatmulPlan {
@@ -1131,7 +1173,15 @@ impl MatmulPlan {
         let tiles = simt_tiles(&shape);
         let sms = sms.max(1);
         if tiles >= sms {
-            // `new` counts 128 x 128 tiles, at least as many: unsplit too.
+            // `new` counts 128 x 128 tiles, at least as many: unsplit too. The 128 x 256
+            // tiles take it when their waves (one block a multiprocessor) take less time.
+            if wide_shape(&shape) {
+                let wide = tiles_of(&shape, WIDE_TILE);
+                let k = shape.k as f64 + SIMT_PROLOGUE_K;
+                let narrow_ns = tiles.div_ceil(sms) as f64 * SIMT_TILE_K_NS * k;
+                let wide_ns = wide.div_ceil(sms) as f64 * WIDE_TILE_K_NS * k;
+                plan.wide = wide_ns < narrow_ns;
+            }
             return plan;
         }
         // The 64 x 64 tiles serve the products the 128 x 128 tiles do (not those of
@@ -1184,6 +1234,7 @@ impl MatmulPlan {
             splits: 1,
             kslice: shape.k,
             small: false,
+            wide: false,
         };
         if shape.m <= 1 || shape.n <= 1 || shape.batch == 0 {
             return plan;
@@ -1224,6 +1275,26 @@ impl MatmulPlan {
     /// Whether a full-precision f32 product runs on the `64 x 64` SIMT tiles.
     pub fn small_tiles(&self) -> bool {
         self.small
+    }
+
+    /// The plan on the `128 x 256` SIMT tiles (`wide`) or not, for tests and tuning; used only
+    /// by unsplit full-precision f32 products whose shape and operands the wide kernel takes
+    /// (see [`Self::wide_tiles`]).
+    #[cfg(feature = "tuning")]
+    pub fn with_wide_tiles(mut self, wide: bool) -> MatmulPlan {
+        self.wide = wide;
+        self
+    }
+
+    /// Whether a full-precision f32 product runs on the `128 x 256` SIMT tiles
+    /// (`matmul_f32w_*`): products of at least one wave of `128 x 128` tiles whose waves of
+    /// wide tiles take less time, unsplit, with `m` and `n` above 64, `k` a multiple of 16 and
+    /// a batch of at most 65535. At launch the operands must also suit 16-byte loads (leading
+    /// dimensions and batch strides multiples of 4 elements, 16-byte aligned, and a multiple
+    /// of 4 elements along the dimension an operand is contiguous in besides `k`); otherwise
+    /// the `128 x 128` tiles run it.
+    pub fn wide_tiles(&self) -> bool {
+        self.wide
     }
 
     fn set_splits(&mut self, splits: usize) {
@@ -1449,6 +1520,7 @@ pub fn gpu_matmul_strided<T: MatmulElement, O: MatmulOutput<T>>(
         splits: 1,
         kslice: shape.k,
         small: false,
+        wide: false,
     };
     run(stream, &plan, layout, a, b, c, None)
 }
@@ -1559,10 +1631,32 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
         Some(table) if tf32.is_none() && n64.is_none() && plan.small => Some(table),
         _ => None,
     };
+    // Full-precision f32 products the plan puts on the `128 x 256` tiles, when the operands
+    // suit the kernel's float4 loads (see `MatmulPlan::wide_tiles`).
+    let wide = match O::WIDE {
+        Some(table)
+            if tf32.is_none()
+                && n64.is_none()
+                && small.is_none()
+                && plan.wide
+                && plan.splits <= 1
+                && aligned
+                && wide_shape(&shape)
+                && layout.a.ld < 1 << 27
+                && layout.b.ld < 1 << 27
+                && (!layout.a.transposed || shape.m.is_multiple_of(4))
+                && (layout.b.transposed || shape.n.is_multiple_of(4)) =>
+        {
+            Some(table[usize::from(layout.a.transposed)][usize::from(layout.b.transposed)])
+        }
+        _ => None,
+    };
     let tile = if n64.is_some() {
         simt_tile(shape.n)
     } else if small.is_some() {
         (SMALL_TILE, SMALL_TILE)
+    } else if wide.is_some() {
+        WIDE_TILE
     } else {
         (TILE, TILE)
     };
@@ -1601,8 +1695,9 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
                 )
             };
         }
-        let name = at(tf32.or(n64).or(small).unwrap_or(O::KERNELS));
-        // SAFETY: `c` holds `need` elements of `O` (checked) and is borrowed exclusively.
+        let name = wide.unwrap_or_else(|| at(tf32.or(n64).or(small).unwrap_or(O::KERNELS)));
+        // SAFETY: `c` holds `need` elements of `O` (checked) and is borrowed exclusively; a
+        // wide kernel is chosen only for operands and a shape that keep its contract.
         return unsafe {
             gemm(
                 stream,
@@ -1671,7 +1766,8 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
 /// Launches the matmul kernel `name` (see the launch contract in `kernels/matmul.cu`) on the
 /// operands at `a` and `b` with grid z `splits` and slices of `kslice`, writing to `out`;
 /// `tile` is the kernel's tile (rows, columns): `128 x 128`, `256 x 64` for `matmul_f32n64*`,
-/// `64 x 64` for `matmul_f32s_*`.
+/// `64 x 64` for `matmul_f32s_*`, `128 x 256` ([`WIDE_TILE`]) for `matmul_f32w_*`, the kernels
+/// of `kernels/matmul_f32w.cu`, which take dynamic shared memory.
 ///
 /// # Safety
 ///
@@ -1695,7 +1791,14 @@ unsafe fn gemm(
     use genesis_cuda::{Kernel, LaunchConfig};
 
     let shape = plan.shape;
-    let kernel = Kernel::get(stream.context(), &crate::images::MATMUL, name)?;
+    let wide = tile == WIDE_TILE;
+    let kernel = if wide {
+        let k = Kernel::get(stream.context(), &crate::images::MATMUL_F32W, name)?;
+        k.set_max_dynamic_shared_bytes(WIDE_SMEM)?;
+        k
+    } else {
+        Kernel::get(stream.context(), &crate::images::MATMUL, name)?
+    };
     let tiles = shape
         .m
         .div_ceil(tile.0)
@@ -1713,7 +1816,7 @@ unsafe fn gemm(
         // `splits <= 65535`: at most 32 from the rule, 65535 from `with_splits`.
         grid: (tiles, shape.batch.min(65535) as u32, splits as u32),
         block: (256, 1, 1),
-        shared_bytes: 0,
+        shared_bytes: if wide { WIDE_SMEM } else { 0 },
     };
     let args = [
         a,
@@ -1730,7 +1833,7 @@ unsafe fn gemm(
         kslice as u64,
     ];
     record_kernel(name);
-    // SAFETY: the parameters match `matmul_<in>[_f32out]_<ab>[_any]` and
+    // SAFETY: the parameters match `matmul_<in>[_f32out]_<ab>[_any]`, `matmul_f32w_<ab>` and
     // `matmul_tf32_<ab>[_any]` (const T*, const T*, O*, u64 batch, u64 m, u64 n, u64 k, u64
     // lda, u64 ldb, u64 sa, u64 sb, u64 kslice); the spans hold every element the layout
     // reads (checked by the caller), and a slice reads only k values below k; the `aligned`
@@ -2215,6 +2318,31 @@ mod tests {
     }
 
     #[test]
+    fn full_precision_f32_plans_take_the_wide_tiles_when_their_waves_are_shorter() {
+        let full = MatmulPrecision::Highest;
+        let wide = |s: MatmulShape, sms: usize| MatmulPlan::new_for::<f32>(s, sms, full);
+        // 2000^3 on 132 SMs: 256 tiles of 128 x 128 take two waves, 128 of 128 x 256 one.
+        assert!(wide(shape(1, 2000, 2000, 2000), 132).wide_tiles());
+        // 3000^3: 576 tiles in five waves against 288 in three (each twice as long): narrow.
+        assert!(!wide(shape(1, 3000, 3000, 3000), 132).wide_tiles());
+        // 4096^3: eight waves against four.
+        assert!(wide(shape(1, 4096, 4096, 4096), 132).wide_tiles());
+        // Batched: 64 matrices of [512, 64] @ [64, 512] is 1024 tiles against 512.
+        assert!(wide(shape(64, 512, 512, 64), 132).wide_tiles());
+        // k not a multiple of 16, m or n of at most 64, a batch beyond the grid, or fewer
+        // tiles than SMs (split instead): never.
+        assert!(!wide(shape(1, 2000, 2000, 2008 - 4), 132).wide_tiles());
+        assert!(!wide(shape(1, 8192, 64, 8192), 132).wide_tiles());
+        assert!(!wide(shape(70000, 128, 128, 64), 132).wide_tiles());
+        assert!(!wide(shape(1, 1000, 1000, 1000), 132).wide_tiles());
+        // Only full-precision f32.
+        let s = shape(1, 2000, 2000, 2000);
+        assert!(!MatmulPlan::new_for::<bf16>(s, 132, full).wide_tiles());
+        assert!(!MatmulPlan::new_for::<f32>(s, 132, MatmulPrecision::High).wide_tiles());
+        assert!(!MatmulPlan::new(s, 132, full).wide_tiles());
+    }
+
+    #[test]
     fn full_precision_f32_plans_split_by_the_cost_model() {
         let full = MatmulPrecision::Highest;
         // 100^3 on 132 SMs: four 64 x 64 tiles, in four slices of 32 (16 blocks).
@@ -2246,12 +2374,14 @@ mod tests {
         let p = MatmulPlan::new_for::<f32>(shape(3, 40, 300, 2000), 132, full);
         let t = MatmulPlan::new_for::<f32>(shape(3, 300, 40, 2000), 132, full);
         assert_eq!((p.splits(), p.kslice()), (t.splits(), t.kslice()));
-        // Enough tiles: unsplit, as `new`.
+        // Enough tiles: unsplit, as `new` (4096^3 on the 128 x 256 tiles).
         for s in [shape(1, 40000, 64, 8192), shape(1, 4096, 4096, 4096)] {
+            let p = MatmulPlan::new_for::<f32>(s, 132, full);
             assert_eq!(
-                MatmulPlan::new_for::<f32>(s, 132, full),
+                MatmulPlan { wide: false, ..p },
                 MatmulPlan::new(s, 132, full)
             );
+            assert_eq!(p.wide_tiles(), s.m == 4096);
             assert_eq!(MatmulPlan::new(s, 132, full).splits(), 1);
         }
         // The tensor-core kernels keep slices of at least 256: 500 is not split.

@@ -826,11 +826,13 @@ mod gpu {
                         ]
                         .map(|p| p.with_small_tiles(true))
                     } else {
+                        // The 128 x 256 tiles have their own test.
                         [
                             MatmulPlan::new_for::<f32>(p.shape, sms, full),
                             MatmulPlan::new(p.shape, sms, full),
                             MatmulPlan::new(p.shape, 1, full),
                         ]
+                        .map(|p| p.with_wide_tiles(false))
                     };
                     for plan in plans {
                         let got = run::<f32, f32>(&ctx, &stream, &p, c, Some(&plan));
@@ -861,6 +863,65 @@ mod gpu {
             (131, 133, 64, 0, 1, 36, 0),
         ];
         f32_cases_on(47, &cases, "matmul_f32_", false);
+    }
+
+    /// Full-precision f32 products on the `128 x 256` tiles (`matmul_f32w_*`), every layout:
+    /// edge tiles in m and n, one k slice and many, batches and broadcasts, planned by the cost
+    /// model and forced. Operands the wide kernel cannot read with float4 loads (m or n not a
+    /// multiple of 4 where the operand is contiguous along it, padded rows or a start off 16
+    /// bytes) run on the `128 x 128` tiles instead, with the same result.
+    #[test]
+    fn wide_f32_tiles_match_their_cpu_twin() {
+        if skip_without_gpu("wide_f32_tiles_match_their_cpu_twin") {
+            return;
+        }
+        let ctx = Context::get(0).unwrap();
+        let stream = Stream::new(&ctx).unwrap();
+        let mut rng = SmallRng::seed_from_u64(59);
+        let sms = ctx.multiprocessors() as usize;
+        let full = MatmulPrecision::Highest;
+        // (m, n, k, pad, offset, batch, broadcast, wide for every layout)
+        let cases = [
+            (260, 196, 48, 0, 0, 3, 0, true),
+            (388, 1000, 96, 0, 0, 2, 1, true),
+            (128, 256, 16, 0, 0, 1, 0, true),
+            (132, 516, 160, 0, 0, 5, 2, true),
+            (640, 520, 256, 0, 0, 4, 0, true),
+            (131, 133, 64, 0, 0, 2, 0, false),
+            (260, 196, 48, 4, 0, 3, 0, false),
+            (260, 196, 48, 0, 1, 3, 0, false),
+        ];
+        for (m, n, k, pad, offset, batch, broadcast, all_wide) in cases {
+            for ta in [false, true] {
+                for tb in [false, true] {
+                    let c = Case {
+                        m,
+                        n,
+                        k,
+                        ta,
+                        tb,
+                        pad,
+                        offset,
+                        batch,
+                        broadcast,
+                    };
+                    let p = problem::<f32>(c, &mut rng);
+                    let planned = MatmulPlan::new_for::<f32>(p.shape, sms, full);
+                    let forced = MatmulPlan::new(p.shape, sms, full).with_wide_tiles(true);
+                    for plan in [planned, forced] {
+                        let got = run::<f32, f32>(&ctx, &stream, &p, c, Some(&plan));
+                        let what = format!("f32 {c:?}, wide plan {}", plan.wide_tiles());
+                        check(&got, &p, &what);
+                        let ran = last_matmul_kernel().unwrap_or("");
+                        if plan.wide_tiles() && all_wide {
+                            assert!(ran.starts_with("matmul_f32w_"), "{what}: ran {ran}");
+                        } else if !plan.wide_tiles() {
+                            assert!(!ran.starts_with("matmul_f32w_"), "{what}: ran {ran}");
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// Full-precision f32 products of n <= 64 run on the `256 x 64` tiles: edges in m, n and

@@ -209,6 +209,13 @@ fn images_rs(cu: &[PathBuf], targets: &[&str]) -> String {
     s
 }
 
+/// The strings of a manifest array (none when the field is missing).
+fn strings(v: &serde_json::Value) -> Vec<&str> {
+    v.as_array()
+        .map(|a| a.iter().filter_map(|v| v.as_str()).collect())
+        .unwrap_or_default()
+}
+
 fn check_kernels() -> DynResult {
     let stale = |why: String| -> Box<dyn std::error::Error> {
         format!("kernel images are stale: {why}; run `cargo xtask build-kernels`").into()
@@ -224,10 +231,7 @@ fn check_kernels() -> DynResult {
     }
     let mut targets: Vec<&str> = SASS_TARGETS.to_vec();
     targets.push(PTX_TARGET);
-    let listed: Vec<&str> = manifest["targets"]
-        .as_array()
-        .map(|a| a.iter().filter_map(|v| v.as_str()).collect())
-        .unwrap_or_default();
+    let listed = strings(&manifest["targets"]);
     if listed != targets {
         return Err(stale(format!(
             "targets {listed:?} differ from xtask's {targets:?}"
@@ -245,20 +249,14 @@ fn check_kernels() -> DynResult {
         let entry = by_name
             .remove(&name)
             .ok_or_else(|| stale(format!("kernels/{name}.cu has no image")))?;
-        let listed: Vec<&str> = entry["targets"]
-            .as_array()
-            .map(|a| a.iter().filter_map(|v| v.as_str()).collect())
-            .unwrap_or_default();
+        let listed = strings(&entry["targets"]);
         if listed != targets_of(&name) {
             return Err(stale(format!(
                 "{name}.fatbin was built for {listed:?}, xtask builds {:?}",
                 targets_of(&name)
             )));
         }
-        let flags: Vec<&str> = entry["flags"]
-            .as_array()
-            .map(|a| a.iter().filter_map(|v| v.as_str()).collect())
-            .unwrap_or_default();
+        let flags = strings(&entry["flags"]);
         if flags != flags_of(&name) {
             return Err(stale(format!(
                 "{name}.fatbin was built with flags {flags:?}, xtask uses {:?}",

@@ -789,21 +789,18 @@ mod gpu {
     }
 
     /// Each case `(m, n, k, pad, offset, batch, broadcast)` in every layout, within the bound,
-    /// through the device's plan, the rule of `MatmulPlan::new` and an unsplit plan (with
-    /// `small`: the plan of `MatmulPlan::new`, unsplit and split in 3, all forced onto the
-    /// `64 x 64` tiles); the kernel that ran starts with `prefix`.
-    fn f32_cases_on(
+    /// through each plan `plans` makes of its shape; `expect(case index, plan, kernel that
+    /// ran, what)` then checks the kernel.
+    fn f32_cases_with(
         seed: u64,
         cases: &[(usize, usize, usize, usize, usize, usize, u8)],
-        prefix: &str,
-        small: bool,
+        plans: impl Fn(MatmulShape) -> Vec<MatmulPlan>,
+        expect: impl Fn(usize, &MatmulPlan, &str, &str),
     ) {
         let ctx = Context::get(0).unwrap();
         let stream = Stream::new(&ctx).unwrap();
         let mut rng = SmallRng::seed_from_u64(seed);
-        let sms = ctx.multiprocessors() as usize;
-        let full = MatmulPrecision::Highest;
-        for &(m, n, k, pad, offset, batch, broadcast) in cases {
+        for (i, &(m, n, k, pad, offset, batch, broadcast)) in cases.iter().enumerate() {
             for ta in [false, true] {
                 for tb in [false, true] {
                     let c = Case {
@@ -818,32 +815,56 @@ mod gpu {
                         broadcast,
                     };
                     let p = problem::<f32>(c, &mut rng);
-                    let plans = if small {
-                        [
-                            MatmulPlan::new(p.shape, sms, full),
-                            MatmulPlan::new(p.shape, 1, full),
-                            MatmulPlan::new(p.shape, 1, full).with_splits(3),
-                        ]
-                        .map(|p| p.with_small_tiles(true))
-                    } else {
-                        // The 128 x 256 tiles have their own test.
-                        [
-                            MatmulPlan::new_for::<f32>(p.shape, sms, full),
-                            MatmulPlan::new(p.shape, sms, full),
-                            MatmulPlan::new(p.shape, 1, full),
-                        ]
-                        .map(|p| p.with_wide_tiles(false))
-                    };
-                    for plan in plans {
+                    for plan in plans(p.shape) {
                         let got = run::<f32, f32>(&ctx, &stream, &p, c, Some(&plan));
-                        let what = format!("f32 {c:?}, {} slices", plan.splits());
+                        let what = format!(
+                            "f32 {c:?}, {} slices, wide plan {}",
+                            plan.splits(),
+                            plan.wide_tiles()
+                        );
                         check(&got, &p, &what);
-                        let ran = last_matmul_kernel().unwrap_or("");
-                        assert!(ran.starts_with(prefix), "{what}: ran {ran}");
+                        expect(i, &plan, last_matmul_kernel().unwrap_or(""), &what);
                     }
                 }
             }
         }
+    }
+
+    /// [`f32_cases_with`] through the device's plan, the rule of `MatmulPlan::new` and an
+    /// unsplit plan, kept off the `128 x 256` tiles (with `small`: the plan of
+    /// `MatmulPlan::new`, unsplit and split in 3, all forced onto the `64 x 64` tiles); the
+    /// kernel that ran starts with `prefix`.
+    fn f32_cases_on(
+        seed: u64,
+        cases: &[(usize, usize, usize, usize, usize, usize, u8)],
+        prefix: &str,
+        small: bool,
+    ) {
+        let sms = Context::get(0).unwrap().multiprocessors() as usize;
+        let full = MatmulPrecision::Highest;
+        let plans = |shape| {
+            if small {
+                [
+                    MatmulPlan::new(shape, sms, full),
+                    MatmulPlan::new(shape, 1, full),
+                    MatmulPlan::new(shape, 1, full).with_splits(3),
+                ]
+                .map(|p| p.with_small_tiles(true))
+                .to_vec()
+            } else {
+                // The 128 x 256 tiles have their own test.
+                [
+                    MatmulPlan::new_for::<f32>(shape, sms, full),
+                    MatmulPlan::new(shape, sms, full),
+                    MatmulPlan::new(shape, 1, full),
+                ]
+                .map(|p| p.with_wide_tiles(false))
+                .to_vec()
+            }
+        };
+        f32_cases_with(seed, cases, plans, |_, _, ran, what| {
+            assert!(ran.starts_with(prefix), "{what}: ran {ran}");
+        });
     }
 
     /// Full-precision f32 products on the `128 x 128` tiles with partial edge tiles: m and n
@@ -875,53 +896,33 @@ mod gpu {
         if skip_without_gpu("wide_f32_tiles_match_their_cpu_twin") {
             return;
         }
-        let ctx = Context::get(0).unwrap();
-        let stream = Stream::new(&ctx).unwrap();
-        let mut rng = SmallRng::seed_from_u64(59);
-        let sms = ctx.multiprocessors() as usize;
+        let sms = Context::get(0).unwrap().multiprocessors() as usize;
         let full = MatmulPrecision::Highest;
-        // (m, n, k, pad, offset, batch, broadcast, wide for every layout)
         let cases = [
-            (260, 196, 48, 0, 0, 3, 0, true),
-            (388, 1000, 96, 0, 0, 2, 1, true),
-            (128, 256, 16, 0, 0, 1, 0, true),
-            (132, 516, 160, 0, 0, 5, 2, true),
-            (640, 520, 256, 0, 0, 4, 0, true),
-            (131, 133, 64, 0, 0, 2, 0, false),
-            (260, 196, 48, 4, 0, 3, 0, false),
-            (260, 196, 48, 0, 1, 3, 0, false),
+            (260, 196, 48, 0, 0, 3, 0),
+            (388, 1000, 96, 0, 0, 2, 1),
+            (128, 256, 16, 0, 0, 1, 0),
+            (132, 516, 160, 0, 0, 5, 2),
+            (640, 520, 256, 0, 0, 4, 0),
+            (131, 133, 64, 0, 0, 2, 0),
+            (260, 196, 48, 4, 0, 3, 0),
+            (260, 196, 48, 0, 1, 3, 0),
         ];
-        for (m, n, k, pad, offset, batch, broadcast, all_wide) in cases {
-            for ta in [false, true] {
-                for tb in [false, true] {
-                    let c = Case {
-                        m,
-                        n,
-                        k,
-                        ta,
-                        tb,
-                        pad,
-                        offset,
-                        batch,
-                        broadcast,
-                    };
-                    let p = problem::<f32>(c, &mut rng);
-                    let planned = MatmulPlan::new_for::<f32>(p.shape, sms, full);
-                    let forced = MatmulPlan::new(p.shape, sms, full).with_wide_tiles(true);
-                    for plan in [planned, forced] {
-                        let got = run::<f32, f32>(&ctx, &stream, &p, c, Some(&plan));
-                        let what = format!("f32 {c:?}, wide plan {}", plan.wide_tiles());
-                        check(&got, &p, &what);
-                        let ran = last_matmul_kernel().unwrap_or("");
-                        if plan.wide_tiles() && all_wide {
-                            assert!(ran.starts_with("matmul_f32w_"), "{what}: ran {ran}");
-                        } else if !plan.wide_tiles() {
-                            assert!(!ran.starts_with("matmul_f32w_"), "{what}: ran {ran}");
-                        }
-                    }
-                }
+        // The cases whose every layout suits the wide kernel.
+        let all_wide = [true, true, true, true, true, false, false, false];
+        let plans = |shape| {
+            vec![
+                MatmulPlan::new_for::<f32>(shape, sms, full),
+                MatmulPlan::new(shape, sms, full).with_wide_tiles(true),
+            ]
+        };
+        f32_cases_with(59, &cases, plans, |i, plan, ran, what| {
+            if plan.wide_tiles() && all_wide[i] {
+                assert!(ran.starts_with("matmul_f32w_"), "{what}: ran {ran}");
+            } else if !plan.wide_tiles() {
+                assert!(!ran.starts_with("matmul_f32w_"), "{what}: ran {ran}");
             }
-        }
+        });
     }
 
     /// Full-precision f32 products of n <= 64 run on the `256 x 64` tiles: edges in m, n and

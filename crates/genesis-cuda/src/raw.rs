@@ -105,7 +105,8 @@ pub unsafe fn release_physical(ctx: &Arc<Context>, handle: u64) -> Result<()> {
     check("cuMemRelease", unsafe { sys::cuMemRelease(handle) })
 }
 
-/// `cuMemMap` of the whole of `handle` (`bytes` long) at `va`.
+/// `cuMemMap` of the whole of `handle` (`bytes` long) at `va`. The driver maps whole handles
+/// only: a part of one, at any offset, is refused with `CUDA_ERROR_NOT_SUPPORTED`.
 ///
 /// # Safety
 ///

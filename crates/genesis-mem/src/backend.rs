@@ -112,7 +112,9 @@ pub trait Backend: Send + 'static {
     fn release(&mut self, handle: PhysHandle, bytes: usize) -> Result<(), BackendError>;
     /// Maps `handle` (`bytes` long) at `va` and makes it readable and writable (VMM). A handle
     /// may be mapped at several addresses at once (the allocator leaves an old mapping of a
-    /// handle it moved in place until it needs those addresses).
+    /// handle it moved in place until it needs those addresses). A mapping covers a whole
+    /// handle: the CUDA driver refuses to map part of one (`CUDA_ERROR_NOT_SUPPORTED`), so
+    /// memory moves between addresses a whole handle at a time.
     fn map(&mut self, va: u64, bytes: usize, handle: PhysHandle) -> Result<(), BackendError>;
     /// Unmaps the `bytes` mapped at `va` (VMM).
     fn unmap(&mut self, va: u64, bytes: usize) -> Result<(), BackendError>;

@@ -475,17 +475,7 @@ struct F32Loader {
 
     // The loaded float4 into the k-major shared tile s[k][mn].
     __device__ __forceinline__ void store(float (*s)[MN + F_PAD], const float4 (&v)[NL]) const {
-#pragma unroll
-        for (int i = 0; i < NL; ++i) {
-            if (KMAJOR) {
-                s[kk[i] + 0][mn[i]] = v[i].x;
-                s[kk[i] + 1][mn[i]] = v[i].y;
-                s[kk[i] + 2][mn[i]] = v[i].z;
-                s[kk[i] + 3][mn[i]] = v[i].w;
-            } else {
-                *reinterpret_cast<float4*>(&s[kk[i]][mn[i]]) = v[i];
-            }
-        }
+        store_kmajor<KMAJOR>(s, kk, mn, v);
     }
 };
 

@@ -40,6 +40,33 @@ __device__ __forceinline__ void store_row4(float* p, const float (&v)[4], bool q
 __device__ __forceinline__ int lane_row_run(int lane) { return ((lane >> 4) << 1) | (lane & 1); }
 __device__ __forceinline__ int lane_col_run(int lane) { return (lane >> 1) & 7; }
 
+// Stores NL float4 loaded from global memory into the k-major shared tile s[k][mn]: each v[i]
+// holds k .. k + 3 at one m (or n) when the operand is k-major (KMAJOR), else 4 consecutive m
+// (or n) at one k; kk[i] and mn[i] are its first k and m (or n) in the tile.
+template <bool KMAJOR, int NL, int W>
+__device__ __forceinline__ void store_kmajor(float (*s)[W], const int (&kk)[NL],
+                                             const int (&mn)[NL], const float4 (&v)[NL]) {
+#pragma unroll
+    for (int i = 0; i < NL; ++i) {
+        if (KMAJOR) {
+            s[kk[i] + 0][mn[i]] = v[i].x;
+            s[kk[i] + 1][mn[i]] = v[i].y;
+            s[kk[i] + 2][mn[i]] = v[i].z;
+            s[kk[i] + 3][mn[i]] = v[i].w;
+        } else {
+            *reinterpret_cast<float4*>(&s[kk[i]][mn[i]]) = v[i];
+        }
+    }
+}
+
+// The four floats of v into d[0 .. 3].
+__device__ __forceinline__ void unpack4(float4 v, float* d) {
+    d[0] = v.x;
+    d[1] = v.y;
+    d[2] = v.z;
+    d[3] = v.w;
+}
+
 }  // namespace
 
 #define PARAMS(T, O)                                                                           \

@@ -76,17 +76,7 @@ struct WLoader {
 
     // Into the k-major shared tile s[k][mn].
     __device__ __forceinline__ void store(float (*s)[TILE + W_PAD], const float4 (&v)[NL]) const {
-#pragma unroll
-        for (int i = 0; i < NL; ++i) {
-            if (KMAJOR) {
-                s[kk[i] + 0][mn[i]] = v[i].x;
-                s[kk[i] + 1][mn[i]] = v[i].y;
-                s[kk[i] + 2][mn[i]] = v[i].z;
-                s[kk[i] + 3][mn[i]] = v[i].w;
-            } else {
-                *reinterpret_cast<float4*>(&s[kk[i]][mn[i]]) = v[i];
-            }
-        }
+        store_kmajor<KMAJOR>(s, kk, mn, v);
     }
 };
 
@@ -134,21 +124,11 @@ __device__ __forceinline__ void gemm_f32w(const float* __restrict__ A,
         // Step k's fragments: rows r0 + 16 i .. + 3 of A, columns c0 + 32 j .. + 3 of B.
         const auto frag = [&](int k, float (&a)[W_TM], float (&bv)[W_TN]) {
 #pragma unroll
-            for (int i = 0; i < W_TM / 4; ++i) {
-                const float4 v = *reinterpret_cast<const float4*>(&As[cur][k][r0 + 16 * i]);
-                a[4 * i] = v.x;
-                a[4 * i + 1] = v.y;
-                a[4 * i + 2] = v.z;
-                a[4 * i + 3] = v.w;
-            }
+            for (int i = 0; i < W_TM / 4; ++i)
+                unpack4(*reinterpret_cast<const float4*>(&As[cur][k][r0 + 16 * i]), &a[4 * i]);
 #pragma unroll
-            for (int j = 0; j < W_TN / 4; ++j) {
-                const float4 v = *reinterpret_cast<const float4*>(&Bs[cur][k][c0 + 32 * j]);
-                bv[4 * j] = v.x;
-                bv[4 * j + 1] = v.y;
-                bv[4 * j + 2] = v.z;
-                bv[4 * j + 3] = v.w;
-            }
+            for (int j = 0; j < W_TN / 4; ++j)
+                unpack4(*reinterpret_cast<const float4*>(&Bs[cur][k][c0 + 32 * j]), &bv[4 * j]);
         };
         frag(0, fa[0], fb[0]);
 #pragma unroll

@@ -89,6 +89,9 @@ pub struct Context {
     total_memory: usize,
     modules: Mutex<HashMap<&'static str, sys::CUmodule>>,
     functions: Mutex<HashMap<(&'static str, &'static str), sys::CUfunction>>,
+    /// The dynamic shared memory each function (by address) is allowed, once raised
+    /// ([`crate::Kernel::set_max_dynamic_shared_bytes`]).
+    dynamic_shared: Mutex<HashMap<usize, u32>>,
     has_pending: AtomicBool,
     pending: Mutex<Vec<Error>>,
     /// Whether `batch` holds records (see `crate::batch`).
@@ -190,6 +193,7 @@ impl Context {
             total_memory,
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
+            dynamic_shared: Mutex::new(HashMap::new()),
             has_pending: AtomicBool::new(false),
             pending: Mutex::new(Vec::new()),
             has_batch: AtomicBool::new(false),
@@ -396,6 +400,24 @@ impl Context {
         }
         modules.insert(image_name, m);
         Ok(m)
+    }
+
+    /// The dynamic shared memory function `f` was allowed (0 when never raised).
+    pub(crate) fn dynamic_shared(&self, f: sys::CUfunction) -> u32 {
+        let map = self
+            .dynamic_shared
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        map.get(&(f as usize)).copied().unwrap_or(0)
+    }
+
+    /// Records that function `f` is allowed `bytes` of dynamic shared memory.
+    pub(crate) fn set_dynamic_shared(&self, f: sys::CUfunction, bytes: u32) {
+        let mut map = self
+            .dynamic_shared
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        map.insert(f as usize, bytes);
     }
 
     /// The function `name` of `image`, loading the image on first use.

@@ -109,12 +109,17 @@ impl Kernel {
     /// Allows launches of the kernel with up to `bytes` of dynamic shared memory
     /// (`CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`; a launch above 48 KiB fails without
     /// it). The setting belongs to the function in its context, so it holds for every later
-    /// [`Kernel::get`] of the same kernel. Fails when the device cannot give a block that much.
+    /// [`Kernel::get`] of the same kernel. The context remembers it: a call that asks for no
+    /// more than the function already allows makes no driver call (launch paths call this
+    /// before every launch). Fails when the device cannot give a block that much.
     pub fn set_max_dynamic_shared_bytes(&self, bytes: u32) -> Result<()> {
         let value = i32::try_from(bytes).map_err(|_| Error::InvalidArgument {
             op: "Kernel::set_max_dynamic_shared_bytes",
             reason: format!("{bytes} bytes of shared memory"),
         })?;
+        if self.ctx.dynamic_shared(self.raw) >= bytes {
+            return Ok(());
+        }
         self.ctx.bind()?;
         // SAFETY: the function belongs to the current context; the attribute takes an int.
         check("cuFuncSetAttribute", unsafe {
@@ -123,7 +128,9 @@ impl Kernel {
                 sys::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                 value,
             )
-        })
+        })?;
+        self.ctx.set_dynamic_shared(self.raw, bytes);
+        Ok(())
     }
 
     /// Queues the kernel on `stream` as [`Self::launch`] does, allowing it to start while the

@@ -530,18 +530,15 @@ def rounds_ratio(runs, base_runs):
         return ""
     n = len(logs)
     mean = statistics.fmean(logs)
-    half = T975.get(n - 1, 1.96) * statistics.stdev(logs) / math.sqrt(n)
+    half = T975[min(n - 1, len(T975)) - 1] * statistics.stdev(logs) / math.sqrt(n)
     return f"{math.exp(mean):.3f} ({math.exp(mean - half):.3f}–{math.exp(mean + half):.3f})"
 
 
-# Two-sided 95 % quantiles of Student's t by degrees of freedom (1.96 beyond the table).
-T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-        9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120,
-        17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086, 22: 2.074, 24: 2.064, 26: 2.056,
-        28: 2.048, 30: 2.042, 40: 2.021, 60: 2.000}
-T975.update({k: T975[k - 1] for k in (21, 23, 25, 27, 29)})
-T975.update({k: T975[30] for k in range(31, 40)})
-T975.update({k: T975[40] for k in range(41, 60)})
+# Two-sided 95 % quantiles of Student's t for 1 to 30 degrees of freedom; beyond 30 the value
+# at 30 (slightly wider than exact).
+T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+        2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 
 
 def write_table(path, rows):

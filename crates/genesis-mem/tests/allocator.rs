@@ -1020,3 +1020,28 @@ fn threads_passing_blocks_never_share_memory() {
         assert!(c.map > c.alloc, "the test moves handles");
     }
 }
+
+/// The simulated backend maps whole handles only, as the CUDA driver does (it refuses part of
+/// a handle with `CUDA_ERROR_NOT_SUPPORTED`), so a policy that would need a partial map fails
+/// in replay as it would on a GPU.
+#[test]
+fn the_simulated_backend_maps_whole_handles_only() {
+    use genesis_mem::Backend;
+    let mut b = SimBackend::new(1 << 30, true);
+    let g = b.granularity();
+    let va = b.reserve(8 * g).unwrap();
+    let h = b.create(4 * g).unwrap();
+    for part in [g, 2 * g, 3 * g] {
+        let e = b.map(va, part, h).unwrap_err();
+        assert!(
+            e.to_string().contains("not a live handle of that size"),
+            "{e}"
+        );
+    }
+    b.map(va, 4 * g, h).unwrap();
+    // The same handle mapped whole at a second address (what a move does) is allowed.
+    b.map(va + 4 * g as u64, 4 * g, h).unwrap();
+    b.unmap(va, 4 * g).unwrap();
+    b.unmap(va + 4 * g as u64, 4 * g).unwrap();
+    b.release(h, 4 * g).unwrap();
+}

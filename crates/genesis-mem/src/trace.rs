@@ -260,6 +260,19 @@ pub fn replay(
     config: Config,
     device_bytes: usize,
 ) -> Result<ReplayResult, crate::Error> {
+    replay_evicting(trace, config, device_bytes, 0)
+}
+
+/// [`replay`], writing one byte in every 64 of an `evict_bytes` buffer before each operation
+/// (outside the timed part): the allocator then runs with caches that other work has filled,
+/// as it does inside a program, and [`ReplayResult::ns_per_op`] counts its cache misses. The
+/// memory figures do not change.
+pub fn replay_evicting(
+    trace: &Trace,
+    config: Config,
+    device_bytes: usize,
+    evict_bytes: usize,
+) -> Result<ReplayResult, crate::Error> {
     let alloc = CachingAllocator::new(SimBackend::new(device_bytes, config.use_vmm), config)?;
     let mut live: HashMap<u64, Allocation> = HashMap::with_capacity(1024);
     let mut sizes: HashMap<u64, usize> = HashMap::with_capacity(1024);
@@ -269,7 +282,12 @@ pub fn replay(
     let sample = (trace.events.len() / 20_000).max(1);
     let mut host_ns = 0u128;
     let mut largest: Vec<(f64, usize, String)> = Vec::new();
+    let mut evict = vec![0u8; evict_bytes];
     for (i, ev) in trace.events.iter().enumerate() {
+        for line in evict.chunks_mut(64) {
+            line[0] = line[0].wrapping_add(1);
+        }
+        std::hint::black_box(&mut evict);
         match *ev {
             TraceEvent::Alloc { id, size, stream } => {
                 if size == 0 {

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use genesis_mem::Config;
-use genesis_mem::trace::{Trace, TraceEvent, replay};
+use genesis_mem::trace::{Trace, TraceEvent, replay, replay_evicting};
 
 /// The corpus folder: under `GENESIS_REPO_ROOT` when set (the GPU bundle runs test binaries
 /// away from the source tree), else in this crate.
@@ -211,6 +211,30 @@ fn memory_first_replays_the_corpus_closer_to_peak_live() {
 }
 
 #[test]
+fn replay_with_cold_caches_changes_only_the_timing() {
+    let t = Trace::read(&data("gpt2_generate.trace.gz")).unwrap();
+    let config = Config {
+        record_sites: false,
+        ..Config::default()
+    };
+    let warm = replay(&t, config.clone(), 141_000_000_000).unwrap();
+    let cold = replay_evicting(&t, config, 141_000_000_000, 4 << 20).unwrap();
+    assert_eq!(
+        (
+            cold.peak_reserved_bytes,
+            cold.peak_live_bytes,
+            cold.driver_calls
+        ),
+        (
+            warm.peak_reserved_bytes,
+            warm.peak_live_bytes,
+            warm.driver_calls
+        )
+    );
+    assert!(cold.ns_per_op > 0.0 && warm.ns_per_op > 0.0);
+}
+
+#[test]
 fn parses_unseen_and_malformed_traces() {
     let text = "# genesis-trace v1 workload=x\n# segment_allocs=3\na 1 100 0\na 2 5000 7\nf 1\nf 9\na 3 1\n";
     let t = Trace::parse("x", "x.trace", text.as_bytes()).unwrap();
@@ -254,6 +278,15 @@ fn the_replay_command_reports_a_bad_trace_and_goes_on() {
         stdout.contains("good"),
         "the trace after the bad one ran: {stdout}"
     );
+    // --evict: 1 GiB at most; within it, the same figures.
+    for (evict, code) in [("1MiB", 0), ("1GiB", 0), ("2GiB", 2), ("x", 2)] {
+        let out = std::process::Command::new(exe)
+            .args(["replay", "--evict", evict])
+            .arg(&good)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(code), "--evict {evict}: {out:?}");
+    }
     for absurd in ["0", "1", "16EiB"] {
         let out = std::process::Command::new(exe)
             .args(["replay", "--device-bytes", absurd])

@@ -3,7 +3,8 @@
 //! ```text
 //! genesis-mem replay [--json] [--plain] [--memory-first] [--device-bytes N] [--max-handle SIZE]
 //!                    [--large-bytes SIZE] [--small-bytes SIZE] [--large-pieces N]
-//!                    [--headroom-div N] [--headroom-granules N] [--timeline FILE] FILE...
+//!                    [--headroom-div N] [--headroom-granules N] [--evict SIZE]
+//!                    [--timeline FILE] FILE...
 //! ```
 //!
 //! `replay` runs genesis-trace files (`.trace` or `.trace.gz`) through the real allocator over a
@@ -14,22 +15,27 @@
 //! whether both targets are met. `--memory-first` replays with [`Config::memory_first`]; the
 //! options after `--max-handle` set the [`Config`] field of the same name
 //! (`large_handle_pieces`, `burst_headroom_div`, `burst_headroom_granules`), applied after
-//! `--memory-first` whatever their order, and checked as the allocator checks them. A
+//! `--memory-first` whatever their order, and checked as the allocator checks them.
+//! `--evict SIZE` (at most 1 GiB) writes through a buffer of that size before each operation,
+//! outside the timing, so that the nanoseconds per operation include the cache misses an
+//! allocator inside a program meets. A
 //! trace that cannot be read or replayed is reported and the others still run; the exit status
 //! is 1 if any failed.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use genesis_mem::trace::{Trace, replay};
+use genesis_mem::trace::{Trace, replay_evicting};
 use genesis_mem::{CachingAllocator, Config, SimBackend, parse_size};
 
 /// The simulated device's size limits: below 1 MiB nothing useful fits; above 2^48 bytes
 /// (256 TiB, the GPUs' virtual address space) the simulated address arithmetic could overflow.
 const MIN_DEVICE_BYTES: usize = 1 << 20;
 const MAX_DEVICE_BYTES: usize = 1 << 48;
+/// The largest `--evict` buffer: far past any last-level cache.
+const MAX_EVICT_BYTES: usize = 1 << 30;
 
-const USAGE: &str = "usage: genesis-mem replay [--json] [--plain] [--memory-first] [--device-bytes SIZE] [--max-handle SIZE] [--large-bytes SIZE] [--small-bytes SIZE] [--large-pieces N] [--headroom-div N] [--headroom-granules N] [--timeline FILE] FILE...";
+const USAGE: &str = "usage: genesis-mem replay [--json] [--plain] [--memory-first] [--device-bytes SIZE] [--max-handle SIZE] [--large-bytes SIZE] [--small-bytes SIZE] [--large-pieces N] [--headroom-div N] [--headroom-granules N] [--evict SIZE] [--timeline FILE] FILE...";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -72,6 +78,7 @@ fn run_replay(args: &[String]) -> Result<ExitCode, String> {
         ..Config::default()
     };
     let mut device_bytes: usize = 141 * 1_000_000_000; // an H200
+    let mut evict: usize = 0;
     let mut timeline: Option<PathBuf> = None;
     let mut files = Vec::new();
     // `--memory-first` comes first whatever its place, so the fields below override it.
@@ -91,6 +98,12 @@ fn run_replay(args: &[String]) -> Result<ExitCode, String> {
             "--headroom-div" => config.burst_headroom_div = count_arg(it.next(), a)?,
             "--headroom-granules" => config.burst_headroom_granules = count_arg(it.next(), a)?,
             "--device-bytes" => device_bytes = size_arg(it.next(), "--device-bytes")?,
+            "--evict" => {
+                evict = size_arg(it.next(), "--evict")?;
+                if evict > MAX_EVICT_BYTES {
+                    return Err(format!("--evict {evict}: at most {MAX_EVICT_BYTES} bytes"));
+                }
+            }
             "--max-handle" => config.max_handle_bytes = size_arg(it.next(), "--max-handle")?,
             "--timeline" => {
                 timeline = Some(PathBuf::from(it.next().ok_or("--timeline needs a file")?))
@@ -137,7 +150,7 @@ fn run_replay(args: &[String]) -> Result<ExitCode, String> {
                 continue;
             }
         };
-        let r = match replay(&trace, config.clone(), device_bytes) {
+        let r = match replay_evicting(&trace, config.clone(), device_bytes, evict) {
             Ok(r) => r,
             Err(e) => {
                 eprintln!("genesis-mem: {}: {e}", trace.name);

@@ -18,9 +18,8 @@
 //! `--memory-first` whatever their order, and checked as the allocator checks them.
 //! `--evict SIZE` (at most 1 GiB) writes through a buffer of that size before each operation,
 //! outside the timing, so that the nanoseconds per operation include the cache misses an
-//! allocator inside a program meets. A
-//! trace that cannot be read or replayed is reported and the others still run; the exit status
-//! is 1 if any failed.
+//! allocator inside a program meets. A trace that cannot be read or replayed is reported and
+//! the others still run; the exit status is 1 if any failed.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

@@ -308,23 +308,34 @@ pub enum BlockState {
     Unmapped,
 }
 
+/// A block of device memory. The first cache line holds what the allocation paths read and
+/// write; the second what they rarely touch (cross-stream use, call sites, idle times). With
+/// the allocator's data out of the CPU caches, as it is between a program's calls, every
+/// block a path looks at then costs one line instead of two or three.
 #[derive(Debug, Clone)]
+#[repr(C, align(64))]
 struct Block {
     addr: u64,
     size: usize,
     requested: usize,
+    stream: StreamId,
+    seq: u64,
     prev: u32,
     next: u32,
     region: u32,
-    state: BlockState,
     generation: u32,
-    stream: StreamId,
+    state: BlockState,
+    /// `!other_streams.is_empty()`, kept in the first line for the free paths.
+    shared: bool,
     other_streams: SmallVec<[StreamId; 2]>,
+    /// The caller's location, when [`Config::record_sites`] is set (`None` otherwise).
     site: Option<&'static Location<'static>>,
-    seq: u64,
     /// When the block last became free (set when coalesced into the free index).
     freed_at: Option<std::time::Instant>,
 }
+
+const _: () = assert!(std::mem::offset_of!(Block, other_streams) == 64);
+const _: () = assert!(std::mem::size_of::<Block>() == 128);
 
 #[derive(Debug)]
 enum RegionKind {
@@ -334,28 +345,50 @@ enum RegionKind {
 
 /// The physical handles mapped in a VMM region, ordered by address: (va, len, handle).
 /// Placement reads them on every slow-path allocation; they change only when memory is mapped
-/// or unmapped, so a sorted vector serves better than a tree.
-#[derive(Debug, Default)]
-struct Handles(Vec<(u64, usize, PhysHandle)>);
+/// or unmapped, so sorted vectors serve better than a tree. `big` repeats the (va, len) of the
+/// handles of at least `protect` bytes, the only ones placement's pinning rule looks at: its
+/// binary search reads a short, dense vector.
+#[derive(Debug)]
+struct Handles {
+    all: Vec<(u64, usize, PhysHandle)>,
+    big: Vec<(u64, usize)>,
+    protect: usize,
+}
 
 impl Handles {
+    fn new(protect: usize) -> Handles {
+        Handles {
+            all: Vec::new(),
+            big: Vec::new(),
+            protect,
+        }
+    }
+
     fn insert(&mut self, va: u64, len: usize, handle: PhysHandle) {
-        let i = self.0.partition_point(|h| h.0 < va);
-        self.0.insert(i, (va, len, handle));
+        let i = self.all.partition_point(|h| h.0 < va);
+        self.all.insert(i, (va, len, handle));
+        if len >= self.protect {
+            let i = self.big.partition_point(|h| h.0 < va);
+            self.big.insert(i, (va, len));
+        }
     }
 
     fn remove(&mut self, va: u64) {
-        let i = self.0.partition_point(|h| h.0 < va);
-        if self.0.get(i).is_some_and(|h| h.0 == va) {
-            self.0.remove(i);
+        let i = self.all.partition_point(|h| h.0 < va);
+        if self.all.get(i).is_some_and(|h| h.0 == va) {
+            let (_, len, _) = self.all.remove(i);
+            if len >= self.protect {
+                let i = self.big.partition_point(|h| h.0 < va);
+                self.big.remove(i);
+            }
         }
     }
 
     /// The handles that start in [start, end).
     fn starting_in(&self, start: u64, end: u64) -> &[(u64, usize, PhysHandle)] {
-        let i = self.0.partition_point(|h| h.0 < start);
-        let j = i + self.0[i..].partition_point(|h| h.0 < end);
-        &self.0[i..j]
+        let i = self.all.partition_point(|h| h.0 < start);
+        let j = i + self.all[i..].partition_point(|h| h.0 < end);
+        &self.all[i..j]
     }
 
     /// The handles lying wholly inside [start, end).
@@ -370,12 +403,35 @@ impl Handles {
             .filter(move |h| h.0 + h.1 as u64 <= end)
     }
 
+    /// The handles of at least `protect` bytes lying wholly inside [start, end): (va, len).
+    fn big_within(
+        &self,
+        start: u64,
+        end: u64,
+    ) -> impl DoubleEndedIterator<Item = (u64, usize)> + Clone + '_ {
+        let i = self.big.partition_point(|h| h.0 < start);
+        let j = i + self.big[i..].partition_point(|h| h.0 < end);
+        self.big[i..j]
+            .iter()
+            .copied()
+            .filter(move |h| h.0 + h.1 as u64 <= end)
+    }
+
     fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.all.is_empty()
     }
 
     fn bytes(&self) -> usize {
-        self.0.iter().map(|h| h.1).sum()
+        self.all.iter().map(|h| h.1).sum()
+    }
+
+    /// Whether `big` lists exactly the handles of at least `protect` bytes.
+    fn big_consistent(&self) -> bool {
+        self.all
+            .iter()
+            .filter(|h| h.1 >= self.protect)
+            .map(|h| (h.0, h.1))
+            .eq(self.big.iter().copied())
     }
 }
 
@@ -415,30 +471,72 @@ impl Hasher for KeyHasher {
 
 type QuickMap = HashMap<(StreamId, usize), usize, BuildHasherDefault<KeyHasher>>;
 
+/// The free blocks of one stream, ordered by (size, address). Each entry is one `u128`
+/// (size / 512, address / 512 and block id packed from the top bit down, so that integer
+/// order is that order): two thirds the bytes of a `(usize, u64, u32)` tuple, so that
+/// placement's scans and updates read fewer cache lines.
+#[derive(Debug, Default)]
+struct FreeIndex(BTreeSet<u128>);
+
+impl FreeIndex {
+    const ADDR_BITS: u32 = 55;
+    const ID_BITS: u32 = 32;
+
+    #[inline]
+    fn key(size: usize, addr: u64, id: u32) -> u128 {
+        debug_assert!(size.is_multiple_of(ALIGNMENT) && addr.is_multiple_of(ALIGNMENT as u64));
+        debug_assert!((size as u128) < 1 << (128 - Self::ADDR_BITS - Self::ID_BITS + 9));
+        ((size as u128 >> 9) << (Self::ADDR_BITS + Self::ID_BITS))
+            | (u128::from(addr >> 9) << Self::ID_BITS)
+            | u128::from(id)
+    }
+
+    #[inline]
+    fn unpack(k: u128) -> (usize, u64, u32) {
+        let size = ((k >> (Self::ADDR_BITS + Self::ID_BITS)) as usize) << 9;
+        let addr = ((k >> Self::ID_BITS) as u64 & ((1 << Self::ADDR_BITS) - 1)) << 9;
+        (size, addr, k as u32)
+    }
+
+    fn insert(&mut self, size: usize, addr: u64, id: u32) {
+        self.0.insert(Self::key(size, addr, id));
+    }
+
+    fn remove(&mut self, size: usize, addr: u64, id: u32) {
+        self.0.remove(&Self::key(size, addr, id));
+    }
+
+    /// The blocks of at least `size` bytes, smallest first: (size, address, block).
+    fn at_least(&self, size: usize) -> impl Iterator<Item = (usize, u64, u32)> + '_ {
+        self.0
+            .range(Self::key(size, 0, 0)..)
+            .map(|&k| Self::unpack(k))
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (usize, u64, u32)> + '_ {
+        self.0.iter().map(|&k| Self::unpack(k))
+    }
+
+    fn contains(&self, size: usize, addr: u64, id: u32) -> bool {
+        self.0.contains(&Self::key(size, addr, id))
+    }
+
+    fn largest(&self) -> Option<usize> {
+        self.0.last().map(|&k| Self::unpack(k).0)
+    }
+}
+
 /// A map keyed by stream, read several times by every operation past the hot path.
 type StreamMap<V> = HashMap<StreamId, V, BuildHasherDefault<KeyHasher>>;
 
+/// The allocator's state. `repr(C)` keeps the declaration order: the fields every operation
+/// reads come first, in two cache lines, so that a call made with the allocator's data out of
+/// the CPU caches (as between a program's calls) misses on few lines before its real work.
+#[repr(C)]
 struct State<B: Backend> {
-    backend: B,
-    config: Config,
-    stats: Stats,
-    blocks: Vec<Block>,
-    spare_blocks: Vec<u32>,
-    regions: Vec<Region>,
-    /// The growing VMM region of each stream.
-    arena_of: StreamMap<u32>,
-    /// Free blocks by stream, ordered by (size, address).
-    free: StreamMap<BTreeSet<(usize, u64, u32)>>,
-    /// (stream, size) → slot in `quick_lists`.
-    quick: QuickMap,
-    quick_lists: Vec<Vec<u32>>,
-    /// Whether each slot's key is in `quick_dirty`.
-    quick_in_dirty: Vec<bool>,
     /// The last key looked up and its slot: repeated sizes skip the hash.
     quick_memo: ((StreamId, usize), usize),
-    quick_count: usize,
-    /// Quick-list keys that may be non-empty (each listed once).
-    quick_dirty: Vec<(StreamId, usize)>,
+    clock: u64,
     /// `(clock, block)` after a hot-path alloc of `block`: a hot-path free of that block with
     /// nothing else in between restores the split statistics the alloc lowered, within their
     /// peaks. Every other entry point clears it ([`CachingAllocator::lock`]), and every other
@@ -452,9 +550,32 @@ struct State<B: Backend> {
     /// hot paths ([`CachingAllocator::lock`], the general paths), and the hot paths themselves
     /// for any other block.
     deferred: u32,
-    pending: Vec<(u32, SmallVec<[EventId; 2]>)>,
+    /// `history.is_some()`, next to the other fields the hot paths read.
+    recording: bool,
+    /// `config.use_vmm && backend.supports_vmm()`, read once at creation.
+    vmm: bool,
     device_total: usize,
-    clock: u64,
+    config: Config,
+    blocks: Vec<Block>,
+    pending: Vec<(u32, SmallVec<[EventId; 2]>)>,
+    quick_count: usize,
+    quick_lists: Vec<Vec<u32>>,
+    /// Whether each slot's key is in `quick_dirty`.
+    quick_in_dirty: Vec<bool>,
+    /// Quick-list keys that may be non-empty (each listed once).
+    quick_dirty: Vec<(StreamId, usize)>,
+    /// The backend's granularity, read once at creation.
+    granularity: usize,
+    /// Free blocks by stream, ordered by (size, address).
+    free: StreamMap<FreeIndex>,
+    /// (stream, size) → slot in `quick_lists`.
+    quick: QuickMap,
+    regions: Vec<Region>,
+    spare_blocks: Vec<u32>,
+    stats: Stats,
+    backend: B,
+    /// The growing VMM region of each stream.
+    arena_of: StreamMap<u32>,
     peak_reserved_bytes: usize,
     history: Option<crate::history::History>,
     /// The clock at the last VMM growth, and how many growths in a row came close together.
@@ -540,6 +661,7 @@ impl<B: Backend> CachingAllocator<B> {
             return bad("burst_headroom_div", "0".to_string(), "at least 1");
         }
         let (_, total) = backend.mem_info().map_err(Error::Backend)?;
+        let vmm = config.use_vmm && backend.supports_vmm();
         Ok(CachingAllocator {
             id: NEXT_ALLOCATOR_ID.fetch_add(1, Ordering::Relaxed),
             state: crate::lock::Lock::new(State {
@@ -559,6 +681,9 @@ impl<B: Backend> CachingAllocator<B> {
                 quick_dirty: Vec::new(),
                 undo: (0, NONE),
                 deferred: NONE,
+                recording: false,
+                vmm,
+                granularity: g,
                 pending: Vec::new(),
                 device_total: total,
                 clock: 0,
@@ -665,6 +790,7 @@ impl<B: Backend> CachingAllocator<B> {
         let b = &mut st.blocks[allocation.block as usize];
         if stream != b.stream && !b.other_streams.contains(&stream) {
             b.other_streams.push(stream);
+            b.shared = true;
         }
         Ok(())
     }
@@ -797,12 +923,16 @@ impl<B: Backend> CachingAllocator<B> {
 
     /// Starts recording alloc / free / segment events, keeping the last `capacity`.
     pub fn record_history(&self, capacity: usize) {
-        self.lock().history = Some(crate::history::History::new(capacity));
+        let mut st = self.lock();
+        st.history = Some(crate::history::History::new(capacity));
+        st.recording = true;
     }
 
     /// Stops recording and returns what was recorded.
     pub fn take_history(&self) -> Option<crate::history::History> {
-        self.lock().history.take()
+        let mut st = self.lock();
+        st.recording = false;
+        st.history.take()
     }
 
     /// Checks every internal invariant (for tests): blocks tile their regions, free blocks are
@@ -854,6 +984,9 @@ impl<B: Backend> State<B> {
     /// Appends `event` to the history when recording is on.
     #[inline]
     fn log_event(&mut self, event: crate::history::Event) {
+        if !self.recording {
+            return;
+        }
         if let Some(h) = &mut self.history {
             h.push(event, &self.stats);
         }
@@ -919,19 +1052,17 @@ impl<B: Backend> State<B> {
     fn index_free(&mut self, id: u32) {
         let b = &mut self.blocks[id as usize];
         b.state = BlockState::Free;
-        let key = (b.size, b.addr, id);
-        let stream = b.stream;
-        self.free.entry(stream).or_default().insert(key);
+        let (size, addr, stream) = (b.size, b.addr, b.stream);
+        self.free.entry(stream).or_default().insert(size, addr, id);
         self.count_inactive::<true>(id);
     }
 
     fn unindex_free(&mut self, id: u32) {
         let b = &self.blocks[id as usize];
         debug_assert_eq!(b.state, BlockState::Free);
-        let key = (b.size, b.addr, id);
-        let stream = b.stream;
+        let (size, addr, stream) = (b.size, b.addr, b.stream);
         if let Some(set) = self.free.get_mut(&stream) {
-            set.remove(&key);
+            set.remove(size, addr, id);
         }
         self.count_inactive::<false>(id);
     }
@@ -953,11 +1084,14 @@ impl<B: Backend> State<B> {
         let b = &mut self.blocks[id as usize];
         // Blocks leave `Allocated` with no other streams (`free` takes them), so a reused
         // block has none to clear.
-        debug_assert!(b.other_streams.is_empty());
+        debug_assert!(!b.shared && b.other_streams.is_empty());
         let before = b.requested;
         b.state = BlockState::Allocated;
         b.requested = requested;
-        b.site = if record_sites { Some(site) } else { None };
+        // Without site recording `site` stays `None`, and its line is not touched.
+        if record_sites {
+            b.site = Some(site);
+        }
         b.seq = seq;
         let (addr, generation, size) = (b.addr, b.generation, b.size);
         let pool = Pool::of(size);
@@ -1032,7 +1166,7 @@ impl<B: Backend> State<B> {
         // Zero and more than the device have errors of their own (general path).
         if requested.wrapping_sub(1) >= self.device_total
             || !self.pending.is_empty()
-            || self.history.is_some()
+            || self.recording
         {
             return None;
         }
@@ -1064,7 +1198,7 @@ impl<B: Backend> State<B> {
     /// `false` leaves everything to the general path.
     #[inline(always)]
     fn free_cached(&mut self, id: u32, generation: u32) -> bool {
-        if self.history.is_some()
+        if self.recording
             || !self.config.quick_lists
             || self.config.cache_limit.is_some()
             || self.config.compact_threshold.is_some()
@@ -1076,7 +1210,7 @@ impl<B: Backend> State<B> {
         };
         if b.generation != generation
             || b.state != BlockState::Allocated
-            || !b.other_streams.is_empty()
+            || b.shared
             || self.quick_memo.0 != (b.stream, b.size)
         {
             return false;
@@ -1084,7 +1218,9 @@ impl<B: Backend> State<B> {
         let size = b.size;
         let whole = b.prev == NONE && b.next == NONE;
         b.state = BlockState::Cached;
-        b.site = None;
+        if self.config.record_sites {
+            b.site = None;
+        }
         // Freeing the block the operation just before allocated: the split statistics it
         // lowered come back to where they were.
         let undo = self.undo == (self.clock, id);
@@ -1156,7 +1292,7 @@ impl<B: Backend> State<B> {
         let rounded = size;
         let size = self.blocks[id as usize].size;
         let (addr, generation) = self.hand_out(id, requested, site, false);
-        if self.history.is_some() {
+        if self.recording {
             self.log_event(crate::history::Event::Alloc {
                 addr,
                 size,
@@ -1199,7 +1335,12 @@ impl<B: Backend> State<B> {
     }
 
     fn is_vmm(&self) -> bool {
-        self.config.use_vmm && self.backend.supports_vmm()
+        self.vmm
+    }
+
+    /// Wholly free handles of at least this many bytes are kept whole by placement when it can.
+    fn protect_bytes(&self) -> usize {
+        PROTECT_GRANULES * self.granularity
     }
 
     /// A free block and the offset in it for `size` bytes: first fit for small requests; best
@@ -1207,16 +1348,21 @@ impl<B: Backend> State<B> {
     fn fit_general(&self, stream: StreamId, size: usize) -> Option<(u32, usize)> {
         let set = self.free.get(&stream)?;
         if !self.is_vmm() {
-            return set.range((size, 0, 0)..).next().map(|e| (e.2, 0));
+            return set.at_least(size).next().map(|e| (e.2, 0));
         }
-        let fitting = set.range((size, 0, 0)..).take(SCAN_LIMIT);
+        let fitting = set.at_least(size).take(SCAN_LIMIT);
         if size <= self.config.small_bytes {
             return fitting.min_by_key(|e| e.1).map(|e| (e.2, 0));
         }
-        let protect = PROTECT_GRANULES * self.backend.granularity();
+        let protect = self.protect_bytes();
         let mut best: Option<(usize, u32, usize)> = None;
-        for &(_, _, id) in fitting {
-            let (pinned, off) = self.pinned_by(id, size, protect);
+        for (bsize, _, id) in fitting {
+            // A block smaller than a protected handle cannot hold one (and its line stays cold).
+            let (pinned, off) = if bsize < protect {
+                (0, 0)
+            } else {
+                self.pinned_by(id, size, protect)
+            };
             if best.is_none_or(|b| pinned < b.0) {
                 best = Some((pinned, id, off));
                 if pinned == 0 {
@@ -1251,8 +1397,9 @@ impl<B: Backend> State<B> {
         let RegionKind::Vmm { handles, .. } = &self.regions[b.region as usize].kind else {
             return (0, 0);
         };
+        debug_assert_eq!(handles.protect, protect);
         let (start, end, s) = (b.addr, b.addr + b.size as u64, size as u64);
-        let inside = handles.within(start, end).filter(|h| h.1 >= protect);
+        let inside = handles.big_within(start, end);
         // Room before the first protected handle, or after the last: nothing pinned.
         let Some(first) = inside.clone().next() else {
             return (0, 0);
@@ -1266,7 +1413,7 @@ impl<B: Backend> State<B> {
             return (0, tail);
         }
         let (mut front, mut back) = (0, 0);
-        for (va, len, _) in inside {
+        for (va, len) in inside {
             if va < start + s {
                 front += len;
             }
@@ -1286,11 +1433,11 @@ impl<B: Backend> State<B> {
     /// within a granule of the request is taken whole.
     fn fit_large(&self, stream: StreamId, size: usize) -> Option<(u32, usize, usize)> {
         let set = self.free.get(&stream)?;
-        let g = self.backend.granularity();
+        let g = self.granularity;
         let slack = size / LARGE_SLACK_DIV;
         // (excess, va, block, offset, block size)
         let mut best: Option<(usize, u64, u32, usize, usize)> = None;
-        for &(_, addr, id) in set.range((size, 0, 0)..).take(SCAN_LIMIT) {
+        for (_, addr, id) in set.at_least(size).take(SCAN_LIMIT) {
             let hs = self.whole_handles(id);
             // The shortest run reaching `size` from each first handle (two pointers).
             let (mut j, mut sum) = (0, 0usize);
@@ -1329,6 +1476,7 @@ impl<B: Backend> State<B> {
             state: BlockState::Free,
             generation: 0,
             stream: b.stream,
+            shared: false,
             other_streams: SmallVec::new(),
             site: None,
             seq: 0,
@@ -1363,10 +1511,11 @@ impl<B: Backend> State<B> {
         self.stats.allocated_bytes.dec(pool, size as i64);
         self.stats.requested_bytes.dec(pool, requested as i64);
         self.clock += 1;
-        if self.history.is_some() {
+        if self.recording {
             self.log_event(crate::history::Event::Free { addr, size, stream });
         }
-        if !self.blocks[id as usize].other_streams.is_empty() {
+        if self.blocks[id as usize].shared {
+            self.blocks[id as usize].shared = false;
             let streams = std::mem::take(&mut self.blocks[id as usize].other_streams);
             let mut events = SmallVec::new();
             for s in streams {
@@ -1397,7 +1546,9 @@ impl<B: Backend> State<B> {
         let b = &mut self.blocks[id as usize];
         let (size, stream) = (b.size, b.stream);
         b.state = BlockState::Cached;
-        b.site = None;
+        if self.config.record_sites {
+            b.site = None;
+        }
         let pool = Pool::of(size);
         self.stats.active.dec(pool, 1);
         self.stats.active_bytes.dec(pool, size as i64);
@@ -1473,29 +1624,37 @@ impl<B: Backend> State<B> {
         Ok(())
     }
 
-    /// Coalesces every cached block of `stream` (or of all streams) into the free index.
+    /// Coalesces every cached block of `stream` (or of all streams) into the free index. The
+    /// dirty-key list and the quick lists keep their buffers: this runs on most allocations
+    /// that miss the hot path, and allocates nothing.
     fn flush_quick(&mut self, stream: Option<StreamId>) {
         if self.quick_count == 0 {
             return;
         }
         let mut keys = std::mem::take(&mut self.quick_dirty);
-        if let Some(s) = stream {
-            let (mine, others): (Vec<_>, Vec<_>) = keys.into_iter().partition(|k| k.0 == s);
-            self.quick_dirty = others;
-            keys = mine;
-        }
-        for k in keys {
+        let mut kept = 0;
+        for i in 0..keys.len() {
+            let k = keys[i];
+            if stream.is_some_and(|s| k.0 != s) {
+                keys[kept] = k;
+                kept += 1;
+                continue;
+            }
             let Some(&slot) = self.quick.get(&k) else {
                 continue;
             };
             self.quick_in_dirty[slot] = false;
-            let ids = std::mem::take(&mut self.quick_lists[slot]);
+            let mut ids = std::mem::take(&mut self.quick_lists[slot]);
             self.quick_count -= ids.len();
-            for id in ids {
+            for &id in &ids {
                 self.count_inactive::<false>(id);
                 self.coalesce_into_free(id);
             }
+            ids.clear();
+            self.quick_lists[slot] = ids;
         }
+        keys.truncate(kept);
+        self.quick_dirty = keys;
     }
 
     /// Makes a Cached/PendingFree block Free, merging it with free neighbours.
@@ -1617,7 +1776,7 @@ impl<B: Backend> State<B> {
     }
 
     fn grow_plain(&mut self, stream: StreamId, size: usize) -> Result<u32, GrowError> {
-        let g = self.backend.granularity();
+        let g = self.granularity;
         let seg = round_up(size, g).ok_or(GrowError::OutOfMemory)?;
         if self.reserved() + seg > self.limit_bytes() {
             self.release_free_segments(self.reserved() + seg - self.limit_bytes());
@@ -1643,6 +1802,7 @@ impl<B: Backend> State<B> {
             state: BlockState::Free,
             generation: 0,
             stream,
+            shared: false,
             other_streams: SmallVec::new(),
             site: None,
             seq: 0,
@@ -1705,7 +1865,7 @@ impl<B: Backend> State<B> {
         self.unindex_free(block);
         self.drop_block(block);
         self.regions[rid as usize].live = false;
-        let pool = segment_pool(len, self.backend.granularity());
+        let pool = segment_pool(len, self.granularity);
         self.add_reserved(pool, len, -1);
         self.log_event(crate::history::Event::SegmentFree {
             addr: base,
@@ -1725,7 +1885,7 @@ impl<B: Backend> State<B> {
                 return Ok(rid);
             }
         }
-        let g = self.backend.granularity();
+        let g = self.granularity;
         let bytes =
             round_up(self.config.region_bytes.max(extra), g).ok_or(GrowError::OutOfMemory)?;
         let base = self.backend.reserve(bytes)?;
@@ -1736,7 +1896,7 @@ impl<B: Backend> State<B> {
             stream,
             kind: RegionKind::Vmm {
                 reserved: bytes,
-                handles: Handles::default(),
+                handles: Handles::new(self.protect_bytes()),
             },
             first: NONE,
             last: NONE,
@@ -1775,6 +1935,7 @@ impl<B: Backend> State<B> {
             state: BlockState::Cached,
             generation: 0,
             stream,
+            shared: false,
             other_streams: SmallVec::new(),
             site: None,
             seq: 0,
@@ -1933,6 +2094,7 @@ impl<B: Backend> State<B> {
             state: b.state,
             generation: 0,
             stream: b.stream,
+            shared: false,
             other_streams: SmallVec::new(),
             site: None,
             seq: 0,
@@ -1952,7 +2114,7 @@ impl<B: Backend> State<B> {
     fn free_handles(&self, exclude: &[u32]) -> Vec<(u32, u64, usize, PhysHandle, u32)> {
         let mut out = Vec::new();
         for set in self.free.values() {
-            for &(size, addr, id) in set {
+            for (size, addr, id) in set.iter() {
                 if exclude.contains(&id) {
                     continue;
                 }
@@ -2015,7 +2177,7 @@ impl<B: Backend> State<B> {
     /// bytes, counting the free blocks on either side: (hole, whether to map at its end, new
     /// bytes). `None` when every hole needs more than the end of the region does (`tail_need`).
     fn best_hole(&self, rid: u32, bsize: usize, tail_need: usize) -> Option<(u32, bool, usize)> {
-        let g = self.backend.granularity();
+        let g = self.granularity;
         let free_size = |id: u32| -> usize {
             if id != NONE && self.blocks[id as usize].state == BlockState::Free {
                 self.blocks[id as usize].size
@@ -2052,7 +2214,7 @@ impl<B: Backend> State<B> {
     }
 
     fn grow_vmm(&mut self, stream: StreamId, size: usize) -> Result<u32, GrowError> {
-        let g = self.backend.granularity();
+        let g = self.granularity;
         let rid = self.arena(stream, round_up(size, g).ok_or(GrowError::OutOfMemory)?)?;
         let large = size >= self.config.large_bytes;
         // A large block is rounded to the granularity and starts at a handle boundary.
@@ -2273,7 +2435,7 @@ impl<B: Backend> State<B> {
 
     fn free_block_containing(&self, va: u64, len: usize) -> Option<u32> {
         for set in self.free.values() {
-            for &(size, addr, id) in set {
+            for (size, addr, id) in set.iter() {
                 if addr <= va && va + len as u64 <= addr + size as u64 {
                     return Some(id);
                 }
@@ -2290,7 +2452,7 @@ impl<B: Backend> State<B> {
         }
         self.flush_quick(None);
         let mut released = self.release_free_segments(target);
-        let g = self.backend.granularity();
+        let g = self.granularity;
         let mut cands = self.free_handles(&[]);
         cands.sort_by_key(|c| std::cmp::Reverse(c.2));
         for (_, va, len, h, _) in cands {
@@ -2331,7 +2493,7 @@ impl<B: Backend> State<B> {
             self.free_segment(rid);
         }
         // VMM: handles under idle free blocks.
-        let g = self.backend.granularity();
+        let g = self.granularity;
         let cands: Vec<_> = self
             .free_handles(&[])
             .into_iter()
@@ -2353,7 +2515,7 @@ impl<B: Backend> State<B> {
     fn refresh_largest_free(&mut self) {
         let mut largest = 0;
         for set in self.free.values() {
-            if let Some(&(s, _, _)) = set.iter().next_back() {
+            if let Some(s) = set.largest() {
                 largest = largest.max(s);
             }
         }
@@ -2419,6 +2581,9 @@ impl<B: Backend> State<B> {
     }
 
     fn check_invariants(&self) -> Result<(), String> {
+        if self.recording != self.history.is_some() {
+            return Err("the recording flag disagrees with the history".to_string());
+        }
         let mut allocated = 0i64;
         let mut requested = 0i64;
         let mut active = 0i64;
@@ -2456,6 +2621,16 @@ impl<B: Backend> State<B> {
                         "block {id}: two adjacent free blocks were not coalesced"
                     ));
                 }
+                if b.shared == b.other_streams.is_empty() {
+                    return Err(format!(
+                        "block {id}: shared flag disagrees with other_streams"
+                    ));
+                }
+                if !self.config.record_sites && b.site.is_some() {
+                    return Err(format!(
+                        "block {id}: a site recorded with site recording off"
+                    ));
+                }
                 if b.state != BlockState::Allocated && !b.other_streams.is_empty() {
                     return Err(format!(
                         "block {id}: {:?} but still lists other streams",
@@ -2474,7 +2649,7 @@ impl<B: Backend> State<B> {
                         let indexed = self
                             .free
                             .get(&b.stream)
-                            .is_some_and(|s| s.contains(&(b.size, b.addr, id)));
+                            .is_some_and(|s| s.contains(b.size, b.addr, id));
                         if !indexed {
                             return Err(format!("free block {id} is not indexed"));
                         }
@@ -2506,6 +2681,9 @@ impl<B: Backend> State<B> {
             reserved += match &r.kind {
                 RegionKind::Plain => r.len as i64,
                 RegionKind::Vmm { handles, .. } => {
+                    if !handles.big_consistent() {
+                        return Err(format!("region {rid}: the big-handle list is out of date"));
+                    }
                     // Every handle must lie under mapped (non-Unmapped) blocks.
                     handles.bytes() as i64
                 }
@@ -2588,5 +2766,59 @@ impl From<BackendError> for GrowError {
             BackendError::OutOfMemory => GrowError::OutOfMemory,
             e => GrowError::Backend(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::rngs::SmallRng;
+    use rand::{Rng, SeedableRng};
+
+    /// The packed free-index key orders, and unpacks, exactly as the (size, address, block)
+    /// tuple it stands for, over sizes and addresses across their whole range.
+    #[test]
+    fn free_index_key_keeps_tuple_order() {
+        let mut rng = SmallRng::seed_from_u64(7);
+        let mut tuples = Vec::new();
+        for _ in 0..20_000 {
+            let size = match rng.random_range(0..3) {
+                0 => rng.random_range(1..64usize) * ALIGNMENT,
+                1 => rng.random_range(1..(1usize << 30)) * ALIGNMENT,
+                _ => rng.random_range(1..(1usize << 41)) * ALIGNMENT,
+            };
+            let addr = match rng.random_range(0..3) {
+                0 => rng.random_range(0..1024u64) * ALIGNMENT as u64,
+                1 => 0x7f00_0000_0000 + rng.random_range(0..(1u64 << 30)) * ALIGNMENT as u64,
+                _ => rng.random_range(0..(1u64 << 55)) * ALIGNMENT as u64,
+            };
+            let id = match rng.random_range(0..2) {
+                0 => rng.random_range(0..64u32),
+                _ => rng.random(),
+            };
+            tuples.push((size, addr, id));
+        }
+        // Equal sizes and addresses too, so that the lower fields decide.
+        tuples.push((ALIGNMENT, 0, 1));
+        tuples.push((ALIGNMENT, 0, 0));
+        tuples.push((ALIGNMENT, ALIGNMENT as u64, 0));
+        let mut index = FreeIndex::default();
+        for &(s, a, i) in &tuples {
+            assert_eq!(FreeIndex::unpack(FreeIndex::key(s, a, i)), (s, a, i));
+            index.insert(s, a, i);
+        }
+        let mut sorted = tuples.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(index.iter().collect::<Vec<_>>(), sorted);
+        let probe = sorted[sorted.len() / 2].0;
+        let from: Vec<_> = sorted.iter().copied().filter(|t| t.0 >= probe).collect();
+        assert_eq!(index.at_least(probe).collect::<Vec<_>>(), from);
+        assert_eq!(index.largest(), sorted.last().map(|t| t.0));
+        for &(s, a, i) in &sorted {
+            assert!(index.contains(s, a, i));
+            index.remove(s, a, i);
+        }
+        assert_eq!(index.iter().count(), 0);
     }
 }

@@ -90,9 +90,11 @@ impl CallCounts {
 /// Implementations make the real driver calls; the allocator decides when. Every method is
 /// fallible and must leave the backend consistent when it fails.
 pub trait Backend: Send + 'static {
-    /// Physical allocation granularity in bytes (2 MiB for CUDA).
+    /// Physical allocation granularity in bytes (2 MiB for CUDA). Fixed for the backend's life:
+    /// the allocator reads it once, when it is created.
     fn granularity(&self) -> usize;
-    /// Whether the virtual-memory calls are available.
+    /// Whether the virtual-memory calls are available. Fixed for the backend's life, as
+    /// [`Self::granularity`].
     fn supports_vmm(&self) -> bool;
     /// `(free, total)` device memory in bytes.
     fn mem_info(&mut self) -> Result<(usize, usize), BackendError>;

@@ -213,7 +213,8 @@ def _build_shim(lib_path: str) -> str:
             cmd = [
                 cxx, "-shared", "-fPIC", "-O2", f"-std={std}", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
                 "-isystem", include, src, "-o", tmp_out,
-                "-L", torch_lib, "-lc10", "-L", lib_dir, f"-l:{LIB_NAME}",
+                # The library by its path, not `-l:NAME`: it may have any file name.
+                "-L", torch_lib, "-lc10", os.path.abspath(lib_path),
                 f"-Wl,-rpath,{torch_lib}", f"-Wl,-rpath,{lib_dir}",
             ]
             r = subprocess.run(cmd, capture_output=True, text=True)

@@ -513,6 +513,19 @@ impl FreeIndex {
             .map(|&k| Self::unpack(k))
     }
 
+    /// The block at the lowest address among the `limit` smallest blocks of at least `size`
+    /// bytes. Addresses are unique, so the lowest (address, block) bits pick it without
+    /// unpacking the keys.
+    fn lowest_address(&self, size: usize, limit: usize) -> Option<u32> {
+        const LOW: u128 = (1 << (FreeIndex::ADDR_BITS + FreeIndex::ID_BITS)) - 1;
+        self.0
+            .range(Self::key(size, 0, 0)..)
+            .take(limit)
+            .map(|&k| k & LOW)
+            .min()
+            .map(|k| k as u32)
+    }
+
     fn iter(&self) -> impl Iterator<Item = (usize, u64, u32)> + '_ {
         self.0.iter().map(|&k| Self::unpack(k))
     }
@@ -1350,10 +1363,10 @@ impl<B: Backend> State<B> {
         if !self.is_vmm() {
             return set.at_least(size).next().map(|e| (e.2, 0));
         }
-        let fitting = set.at_least(size).take(SCAN_LIMIT);
         if size <= self.config.small_bytes {
-            return fitting.min_by_key(|e| e.1).map(|e| (e.2, 0));
+            return set.lowest_address(size, SCAN_LIMIT).map(|id| (id, 0));
         }
+        let fitting = set.at_least(size).take(SCAN_LIMIT);
         let protect = self.protect_bytes();
         let mut best: Option<(usize, u32, usize)> = None;
         for (bsize, _, id) in fitting {

@@ -543,7 +543,7 @@ impl FreeIndex {
 type StreamMap<V> = HashMap<StreamId, V, BuildHasherDefault<KeyHasher>>;
 
 /// The allocator's state. `repr(C)` keeps the declaration order: the fields every operation
-/// reads come first, in two cache lines, so that a call made with the allocator's data out of
+/// reads come first, side by side, so that a call made with the allocator's data out of
 /// the CPU caches (as between a program's calls) misses on few lines before its real work.
 #[repr(C)]
 struct State<B: Backend> {

@@ -997,9 +997,6 @@ impl<B: Backend> State<B> {
     /// Appends `event` to the history when recording is on.
     #[inline]
     fn log_event(&mut self, event: crate::history::Event) {
-        if !self.recording {
-            return;
-        }
         if let Some(h) = &mut self.history {
             h.push(event, &self.stats);
         }
@@ -1374,7 +1371,7 @@ impl<B: Backend> State<B> {
             let (pinned, off) = if bsize < protect {
                 (0, 0)
             } else {
-                self.pinned_by(id, size, protect)
+                self.pinned_by(id, size)
             };
             if best.is_none_or(|b| pinned < b.0) {
                 best = Some((pinned, id, off));
@@ -1400,17 +1397,14 @@ impl<B: Backend> State<B> {
         out
     }
 
-    /// Bytes of wholly free handles of at least `protect` bytes that `size` bytes placed in
-    /// free block `id` would pin, with the offset (its start or its end) that pins fewer.
-    fn pinned_by(&self, id: u32, size: usize, protect: usize) -> (usize, usize) {
+    /// Bytes of wholly free handles of at least [`Self::protect_bytes`] that `size` bytes placed
+    /// in free block `id` would pin, with the offset (its start or its end) that pins fewer. A
+    /// block smaller than that holds no such handle: the caller skips it by its size.
+    fn pinned_by(&self, id: u32, size: usize) -> (usize, usize) {
         let b = &self.blocks[id as usize];
-        if b.size < protect {
-            return (0, 0);
-        }
         let RegionKind::Vmm { handles, .. } = &self.regions[b.region as usize].kind else {
             return (0, 0);
         };
-        debug_assert_eq!(handles.protect, protect);
         let (start, end, s) = (b.addr, b.addr + b.size as u64, size as u64);
         let inside = handles.big_within(start, end);
         // Room before the first protected handle, or after the last: nothing pinned.

@@ -327,5 +327,19 @@ fn the_replay_command_reports_a_bad_trace_and_goes_on() {
         assert!(stderr.contains(says), "{bad_field:?}: {stderr}");
         assert!(out.stdout.is_empty(), "{bad_field:?}: nothing replayed");
     }
+    // A reader that goes away (`| head`): the tool stops quietly. 400 JSON lines are more than
+    // a pipe buffers, so the tool writes into the closed pipe whatever the timing.
+    let mut child = std::process::Command::new(exe)
+        .args(["replay", "--json"])
+        .args(std::iter::repeat_n(&good, 400))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.is_empty(), "a closed pipe is not an error: {stderr}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

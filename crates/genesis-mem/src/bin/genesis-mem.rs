@@ -21,6 +21,7 @@
 //! allocator inside a program meets. A trace that cannot be read or replayed is reported and
 //! the others still run; the exit status is 1 if any failed.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -41,20 +42,54 @@ fn main() -> ExitCode {
     match args.first().map(String::as_str) {
         Some("replay") => match run_replay(&args[1..]) {
             Ok(code) => code,
-            Err(e) => {
+            Err(Failure::Closed) => ExitCode::SUCCESS,
+            Err(Failure::Message(e)) => {
                 eprintln!("genesis-mem: {e}");
                 ExitCode::from(2)
             }
         },
-        Some("-h") | Some("--help") | Some("help") => {
-            println!("{USAGE}");
-            ExitCode::SUCCESS
-        }
+        Some("-h") | Some("--help") | Some("help") => match say(format_args!("{USAGE}")) {
+            Ok(()) | Err(Failure::Closed) => ExitCode::SUCCESS,
+            Err(Failure::Message(e)) => {
+                eprintln!("genesis-mem: {e}");
+                ExitCode::from(2)
+            }
+        },
         _ => {
             eprintln!("{USAGE}");
             ExitCode::from(2)
         }
     }
+}
+
+/// Why `replay` stopped early.
+enum Failure {
+    /// The reader of standard output went away (`genesis-mem replay ... | head`): nothing more
+    /// is wanted, so the tool stops quietly.
+    Closed,
+    /// An error to report.
+    Message(String),
+}
+
+impl From<String> for Failure {
+    fn from(e: String) -> Failure {
+        Failure::Message(e)
+    }
+}
+
+impl From<&str> for Failure {
+    fn from(e: &str) -> Failure {
+        Failure::Message(e.to_string())
+    }
+}
+
+/// Writes one line to standard output. Unlike `println!`, a closed pipe is an error the caller
+/// handles, not a panic.
+fn say(line: std::fmt::Arguments<'_>) -> Result<(), Failure> {
+    writeln!(std::io::stdout().lock(), "{line}").map_err(|e| match e.kind() {
+        std::io::ErrorKind::BrokenPipe => Failure::Closed,
+        _ => Failure::Message(format!("standard output: {e}")),
+    })
 }
 
 fn size_arg(v: Option<&String>, flag: &str) -> Result<usize, String> {
@@ -70,7 +105,7 @@ fn count_arg(v: Option<&String>, flag: &str) -> Result<usize, String> {
         .map_err(|_| format!("{flag}: {v:?} is not a non-negative integer"))
 }
 
-fn run_replay(args: &[String]) -> Result<ExitCode, String> {
+fn run_replay(args: &[String]) -> Result<ExitCode, Failure> {
     let mut json = false;
     let mut config = Config {
         record_sites: false,
@@ -100,24 +135,27 @@ fn run_replay(args: &[String]) -> Result<ExitCode, String> {
             "--evict" => {
                 evict = size_arg(it.next(), "--evict")?;
                 if evict > MAX_EVICT_BYTES {
-                    return Err(format!("--evict {evict}: at most {MAX_EVICT_BYTES} bytes"));
+                    return Err(format!("--evict {evict}: at most {MAX_EVICT_BYTES} bytes").into());
                 }
             }
             "--max-handle" => config.max_handle_bytes = size_arg(it.next(), "--max-handle")?,
             "--timeline" => {
                 timeline = Some(PathBuf::from(it.next().ok_or("--timeline needs a file")?))
             }
-            f if f.starts_with("--") => return Err(format!("unknown option {f}\n{USAGE}")),
+            f if f.starts_with("--") => {
+                return Err(format!("unknown option {f}\n{USAGE}").into());
+            }
             f => files.push(PathBuf::from(f)),
         }
     }
     if files.is_empty() {
-        return Err(USAGE.to_string());
+        return Err(USAGE.to_string().into());
     }
     if !(MIN_DEVICE_BYTES..=MAX_DEVICE_BYTES).contains(&device_bytes) {
         return Err(format!(
             "--device-bytes {device_bytes}: the simulated device holds 1 MiB to 256 TiB"
-        ));
+        )
+        .into());
     }
     // A setting the allocator refuses is refused once, before any trace runs.
     CachingAllocator::new(
@@ -126,7 +164,7 @@ fn run_replay(args: &[String]) -> Result<ExitCode, String> {
     )
     .map_err(|e| e.to_string())?;
     if !json {
-        println!(
+        say(format_args!(
             "{:<38} {:>9} {:>7} {:>7} {:>24} {:>13} {:>7} {:>7}",
             "trace",
             "live MiB",
@@ -136,7 +174,7 @@ fn run_replay(args: &[String]) -> Result<ExitCode, String> {
             "calls/budget",
             "ns/op",
             "targets"
-        );
+        ))?;
     }
     let many = files.len() > 1;
     let mut failed = false;
@@ -158,12 +196,12 @@ fn run_replay(args: &[String]) -> Result<ExitCode, String> {
             }
         };
         if json {
-            println!("{}", r.to_json());
+            say(format_args!("{}", r.to_json()))?;
         } else {
             let fig = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.3}"));
             let [d, e, a] = r.pytorch.ratios(r.peak_live_bytes);
             let budget = r.call_budget().map_or("-".to_string(), |b| b.to_string());
-            println!(
+            say(format_args!(
                 "{:<38} {:>9} {:>7.4} {:>7.4} {:>24} {:>13} {:>7.0} {:>7}",
                 r.trace,
                 r.peak_live_bytes >> 20,
@@ -173,7 +211,7 @@ fn run_replay(args: &[String]) -> Result<ExitCode, String> {
                 format!("{}/{budget}", r.driver_calls),
                 r.ns_per_op,
                 if r.meets_targets() { "met" } else { "missed" }
-            );
+            ))?;
         }
         if let Some(path) = &timeline {
             let out = if many {

@@ -40,21 +40,10 @@ const USAGE: &str = "usage: genesis-mem replay [--json] [--plain] [--memory-firs
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
-        Some("replay") => match run_replay(&args[1..]) {
-            Ok(code) => code,
-            Err(Failure::Closed) => ExitCode::SUCCESS,
-            Err(Failure::Message(e)) => {
-                eprintln!("genesis-mem: {e}");
-                ExitCode::from(2)
-            }
-        },
-        Some("-h") | Some("--help") | Some("help") => match say(format_args!("{USAGE}")) {
-            Ok(()) | Err(Failure::Closed) => ExitCode::SUCCESS,
-            Err(Failure::Message(e)) => {
-                eprintln!("genesis-mem: {e}");
-                ExitCode::from(2)
-            }
-        },
+        Some("replay") => exit_code(run_replay(&args[1..])),
+        Some("-h") | Some("--help") | Some("help") => {
+            exit_code(say(format_args!("{USAGE}")).map(|()| ExitCode::SUCCESS))
+        }
         _ => {
             eprintln!("{USAGE}");
             ExitCode::from(2)
@@ -80,6 +69,19 @@ impl From<String> for Failure {
 impl From<&str> for Failure {
     fn from(e: &str) -> Failure {
         Failure::Message(e.to_string())
+    }
+}
+
+/// The exit status of a command: a closed standard output is a success, an error is reported
+/// with status 2.
+fn exit_code(result: Result<ExitCode, Failure>) -> ExitCode {
+    match result {
+        Ok(code) => code,
+        Err(Failure::Closed) => ExitCode::SUCCESS,
+        Err(Failure::Message(e)) => {
+            eprintln!("genesis-mem: {e}");
+            ExitCode::from(2)
+        }
     }
 }
 

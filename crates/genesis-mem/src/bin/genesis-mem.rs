@@ -19,7 +19,8 @@
 //! `--evict SIZE` (at most 1 GiB) writes through a buffer of that size before each operation,
 //! outside the timing, so that the nanoseconds per operation include the cache misses an
 //! allocator inside a program meets. A trace that cannot be read or replayed is reported and
-//! the others still run; the exit status is 1 if any failed.
+//! the others still run; the exit status is 1 if any failed. When standard output closes
+//! (`| head`), the command stops quietly with status 0.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

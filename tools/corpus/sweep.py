@@ -9,8 +9,8 @@ their own, and single traces move by several percent when the threshold moves by
 A workload never seen places its tensor sizes at random against the threshold, so each setting
 (large-block pieces, burst headroom, small-request bound) is replayed with ten thresholds and
 judged by the means: traces meeting both targets, summed ratio excess over the target, traces
-over the driver-call budget, on the design half and on the held-out half of the corpus
-(`corpus.py`'s `split_of`). Settings are chosen on the design half only.
+over the driver-call budget, on the design half, the held-out half and the unseen traces of the
+corpus (`corpus.py`'s `split_of`). Settings are chosen on the design half only.
 """
 import argparse
 import glob
@@ -28,6 +28,7 @@ THRESHOLDS = ["48MiB", "56MiB", "64MiB", "80MiB", "96MiB", "128MiB", "160MiB", "
 PIECES = ["1", "2", "4"]
 HEADROOM = ["32", "64"]
 SMALL = ["64KiB", "256KiB"]
+GROUPS = ["design", "held out", "unseen"]
 
 
 def replay(binary, traces, opts):
@@ -37,8 +38,8 @@ def replay(binary, traces, opts):
 
 
 def score(results):
-    """Per half: (traces meeting both targets, summed ratio excess, traces over budget)."""
-    out = {"design": [0, 0.0, 0], "held out": [0, 0.0, 0]}
+    """Per group: (traces meeting both targets, summed ratio excess, traces over budget)."""
+    out = {g: [0, 0.0, 0] for g in GROUPS}
     for r in results:
         s = out[split_of(r["trace"])]
         s[0] += bool(r["meets_targets"])
@@ -55,21 +56,21 @@ def main():
     traces = sorted(glob.glob(os.path.join(args.corpus, "*.trace.gz")))
     if not traces:
         sys.exit(f"no traces in {args.corpus}")
-    print("| large-block pieces | burst headroom | small requests up to | design: both met, "
-          "excess, over budget | held out: both met, excess, over budget |")
-    print("| --- | --- | --- | --- | --- |")
+    print("| large-block pieces | burst headroom | small requests up to | "
+          + " | ".join(f"{g}: both met, excess, over budget" for g in GROUPS) + " |")
+    print("| --- | --- | --- |" + " --- |" * len(GROUPS))
     for pieces, headroom, small in itertools.product(PIECES, HEADROOM, SMALL):
-        total = {"design": [0, 0.0, 0], "held out": [0, 0.0, 0]}
+        total = {g: [0, 0.0, 0] for g in GROUPS}
         for large in THRESHOLDS:
             opts = ["--large-bytes", large, "--small-bytes", small, "--headroom-div", headroom,
                     "--large-pieces", pieces]
-            for half, s in score(replay(args.bin, traces, opts)).items():
+            for group, s in score(replay(args.bin, traces, opts)).items():
                 for i, v in enumerate(s):
-                    total[half][i] += v
+                    total[group][i] += v
         n = len(THRESHOLDS)
-        cells = [f"{t[0] / n:.1f}, {t[1] / n:.3f}, {t[2] / n:.1f}"
-                 for t in (total["design"], total["held out"])]
-        print(f"| {pieces} | 1/{headroom} | {small} | {cells[0]} | {cells[1]} |", flush=True)
+        cells = [f"{total[g][0] / n:.1f}, {total[g][1] / n:.3f}, {total[g][2] / n:.1f}"
+                 for g in GROUPS]
+        print(f"| {pieces} | 1/{headroom} | {small} | " + " | ".join(cells) + " |", flush=True)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,10 @@ The shapes a workload uses (batch, sequence length, resolution) come from `rng`,
 
 They differ in the ways that fragment memory: variable sequence length and batch, activation
 checkpointing, gradient accumulation, prefill and decode with a growing KV cache, sampling and
-beam search, variable resolution, fp32 and bf16, train/eval interleaving, a side stream.
+beam search, variable resolution, fp32 and bf16, train/eval interleaving, a side stream,
+mixture-of-experts routing (how many tokens each expert gets changes every step), two models
+trained in turn (a GAN). The workloads after the `UNSEEN` marker below were added after the
+allocator's policy was fixed (`corpus.py`'s `UNSEEN`).
 `scale` multiplies the step count (1.0 for the corpus; smaller for a smoke test).
 """
 
@@ -508,6 +511,175 @@ def resnet18_train_side_stream_prefetch(dev, rng, scale):
         yield loss.item()
 
 
+# ---- UNSEEN: recorded after the allocator's policy was fixed (never tuned on) ---------------
+
+def mobilenet_v3_train_varbatch_bf16_cl(dev, rng, scale):
+    import torchvision
+
+    m = torchvision.models.mobilenet_v3_large(weights=None, num_classes=100)
+    m = m.to(dev, memory_format=torch.channels_last)
+    yield from _train_classifier(m, dev, rng, scale, n=16, batches=[32, 64, 128, 192],
+                                 sizes=[192, 224], bf16=True, classes=100, channels_last=True)
+
+
+def swin_t_train_fp32_varbatch(dev, rng, scale):
+    import torchvision
+
+    m = torchvision.models.swin_t(weights=None, num_classes=100).to(dev)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    yield from _train_classifier(m, dev, rng, scale, n=12, batches=[8, 16, 32, 48],
+                                 sizes=[224], bf16=False, classes=100, opt=opt)
+
+
+def densenet121_train_varres_bf16(dev, rng, scale):
+    import torchvision
+
+    m = torchvision.models.densenet121(weights=None, num_classes=100).to(dev)
+    yield from _train_classifier(m, dev, rng, scale, n=12, batches=[16, 32, 64],
+                                 sizes=[160, 224, 256], bf16=True, classes=100)
+
+
+def retinanet_train_varres(dev, rng, scale):
+    import torchvision
+
+    m = torchvision.models.detection.retinanet_resnet50_fpn(
+        weights=None, weights_backbone=None, num_classes=11).to(dev)
+    opt = torch.optim.SGD(m.parameters(), lr=0.002, momentum=0.9)
+    m.train()
+    for _ in range(steps(10, scale)):
+        images, targets = [], []
+        for _ in range(rng.choice([2, 3, 4])):
+            h, w = rng.choice([384, 512, 640]), rng.choice([384, 512, 640, 768])
+            images.append(torch.rand(3, h, w, device=dev))
+            n = rng.randint(1, 10)
+            x0 = torch.rand(n, device=dev) * (w - 60)
+            y0 = torch.rand(n, device=dev) * (h - 60)
+            bw = 16 + torch.rand(n, device=dev) * 40
+            bh = 16 + torch.rand(n, device=dev) * 40
+            boxes = torch.stack([x0, y0, x0 + bw, y0 + bh], 1)
+            targets.append({"boxes": boxes, "labels": torch.randint(1, 11, (n,), device=dev)})
+        losses = m(images, targets)
+        loss = sum(losses.values())
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        yield loss.item()
+
+
+def bert_mlm_train_accum_fp32(dev, rng, scale):
+    """Masked-language-model training: the vocabulary logits (batch x length x 30522, fp32)
+    are the largest blocks; gradients accumulate over two micro-batches."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    cfg = BertConfig(num_hidden_layers=8, hidden_size=768, num_attention_heads=12,
+                     intermediate_size=3072, hidden_dropout_prob=0.0,
+                     attention_probs_dropout_prob=0.0)
+    m = BertForMaskedLM(cfg).to(dev)
+    opt = torch.optim.AdamW(m.parameters(), lr=2e-5)
+    m.train()
+    for _ in range(steps(12, scale)):
+        total = 0.0
+        for _ in range(2):
+            ids = _lm_batch(dev, rng, 30522, [4, 8, 16], [128, 256, 384, 512])
+            loss = m(input_ids=ids, labels=ids).loss / 2
+            loss.backward()
+            total += loss.item()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        yield total
+
+
+def opt_generate_sample_bf16(dev, rng, scale):
+    from transformers import OPTConfig, OPTForCausalLM
+
+    torch.manual_seed(rng.randrange(1 << 30))
+    cfg = OPTConfig(hidden_size=1024, num_hidden_layers=12, ffn_dim=4096,
+                    num_attention_heads=16, vocab_size=50272, max_position_embeddings=2048,
+                    word_embed_proj_dim=1024, pad_token_id=1, bos_token_id=2, eos_token_id=2)
+    m = OPTForCausalLM(cfg).to(dev, dtype=torch.bfloat16)
+    yield from _generate(m, dev, rng, scale, n=8, batches=[1, 4, 12, 24], prompts=[16, 128, 400],
+                         new_tokens=[32, 64, 128], do_sample=True, top_p=0.9)
+
+
+def whisper_train_varbatch_fp32(dev, rng, scale):
+    """A speech encoder-decoder: 80 x 3000 log-mel inputs through a convolutional stem and
+    transformer encoder, and a decoder over transcripts of variable length."""
+    from transformers import WhisperConfig, WhisperForConditionalGeneration
+
+    cfg = WhisperConfig(d_model=384, encoder_layers=4, decoder_layers=4,
+                        encoder_attention_heads=6, decoder_attention_heads=6,
+                        encoder_ffn_dim=1536, decoder_ffn_dim=1536, num_mel_bins=80,
+                        vocab_size=51865, max_source_positions=1500, max_target_positions=448,
+                        pad_token_id=50256, decoder_start_token_id=50257, dropout=0.0)
+    m = WhisperForConditionalGeneration(cfg).to(dev)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    m.train()
+    for _ in range(steps(14, scale)):
+        b = rng.choice([4, 8, 16])
+        g = torch.Generator(device="cpu").manual_seed(rng.randrange(1 << 30))
+        feats = torch.randn(b, 80, 3000, generator=g).to(dev)
+        labels = _lm_batch(dev, rng, 50000, [b], [24, 64, 128, 200])
+        loss = m(input_features=feats, labels=labels).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        yield loss.item()
+
+
+def mixtral_moe_train_varlen_bf16(dev, rng, scale):
+    """A mixture-of-experts decoder (8 experts, 2 per token): how many tokens each expert gets
+    depends on the router, so block sizes change from step to step even at one shape."""
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    cfg = MixtralConfig(vocab_size=32000, hidden_size=768, intermediate_size=1536,
+                        num_hidden_layers=6, num_attention_heads=12, num_key_value_heads=4,
+                        num_local_experts=8, num_experts_per_tok=2,
+                        max_position_embeddings=2048, pad_token_id=0, bos_token_id=1,
+                        eos_token_id=2)
+    m = MixtralForCausalLM(cfg).to(dev)
+    yield from _train_lm(m, dev, rng, scale, vocab=32000, batches=[2, 4, 8],
+                         lengths=[256, 512, 768, 1024], n=16, bf16=True)
+
+
+def dcgan_train_bf16_varbatch(dev, rng, scale):
+    """A GAN: generator and discriminator trained alternately, each with its own optimizer."""
+    nz, ngf, ndf = 128, 96, 96
+    gen = nn.Sequential(
+        nn.ConvTranspose2d(nz, ngf * 8, 4, 1, 0, bias=False), nn.BatchNorm2d(ngf * 8), nn.ReLU(),
+        nn.ConvTranspose2d(ngf * 8, ngf * 4, 4, 2, 1, bias=False), nn.BatchNorm2d(ngf * 4),
+        nn.ReLU(),
+        nn.ConvTranspose2d(ngf * 4, ngf * 2, 4, 2, 1, bias=False), nn.BatchNorm2d(ngf * 2),
+        nn.ReLU(),
+        nn.ConvTranspose2d(ngf * 2, ngf, 4, 2, 1, bias=False), nn.BatchNorm2d(ngf), nn.ReLU(),
+        nn.ConvTranspose2d(ngf, 3, 4, 2, 1, bias=False), nn.Tanh()).to(dev)
+    disc = nn.Sequential(
+        nn.Conv2d(3, ndf, 4, 2, 1, bias=False), nn.LeakyReLU(0.2),
+        nn.Conv2d(ndf, ndf * 2, 4, 2, 1, bias=False), nn.BatchNorm2d(ndf * 2), nn.LeakyReLU(0.2),
+        nn.Conv2d(ndf * 2, ndf * 4, 4, 2, 1, bias=False), nn.BatchNorm2d(ndf * 4),
+        nn.LeakyReLU(0.2),
+        nn.Conv2d(ndf * 4, ndf * 8, 4, 2, 1, bias=False), nn.BatchNorm2d(ndf * 8),
+        nn.LeakyReLU(0.2),
+        nn.Conv2d(ndf * 8, 1, 4, 1, 0, bias=False), nn.Flatten()).to(dev)
+    og = torch.optim.Adam(gen.parameters(), lr=2e-4, betas=(0.5, 0.999))
+    od = torch.optim.Adam(disc.parameters(), lr=2e-4, betas=(0.5, 0.999))
+    for _ in range(steps(30, scale)):
+        real = _images(dev, rng, [64, 128, 256], [64]).tanh()
+        b = real.shape[0]
+        z = torch.randn(b, nz, 1, 1, device=dev)
+        with autocast(True):
+            fake = gen(z)
+            d_loss = (F.softplus(-disc(real)).mean() + F.softplus(disc(fake.detach())).mean())
+        d_loss.backward()
+        od.step()
+        od.zero_grad(set_to_none=True)
+        with autocast(True):
+            g_loss = F.softplus(-disc(fake)).mean()
+        g_loss.backward()
+        og.step()
+        og.zero_grad(set_to_none=True)
+        yield d_loss.item() + g_loss.item()
+
+
 WORKLOADS = {f.__name__: f for f in [
     gpt2_train_varlen_bf16,
     gpt2_train_ckpt_bf16,
@@ -532,4 +704,13 @@ WORKLOADS = {f.__name__: f for f in [
     fasterrcnn_train_varres,
     unet_diffusion_train_bf16_ema,
     resnet18_train_side_stream_prefetch,
+    mobilenet_v3_train_varbatch_bf16_cl,
+    swin_t_train_fp32_varbatch,
+    densenet121_train_varres_bf16,
+    retinanet_train_varres,
+    bert_mlm_train_accum_fp32,
+    opt_generate_sample_bf16,
+    whisper_train_varbatch_fp32,
+    mixtral_moe_train_varlen_bf16,
+    dcgan_train_bf16_varbatch,
 ]}

@@ -358,31 +358,40 @@ def deeplabv3_train_varres(dev, rng, scale):
         yield loss.item()
 
 
-def fasterrcnn_train_varres(dev, rng, scale):
-    import torchvision
-
-    m = torchvision.models.detection.fasterrcnn_mobilenet_v3_large_fpn(
-        weights=None, weights_backbone=None, num_classes=11).to(dev)
-    opt = torch.optim.SGD(m.parameters(), lr=0.005, momentum=0.9)
+def _train_detector(m, dev, rng, scale, *, n, lr, counts, heights, widths, max_boxes, margin,
+                    box_min, box_span):
+    """Detection training on random images of random sizes, each with 1 to `max_boxes` boxes
+    of `box_min` to `box_min + box_span` pixels a side."""
+    opt = torch.optim.SGD(m.parameters(), lr=lr, momentum=0.9)
     m.train()
-    for _ in range(steps(12, scale)):
+    for _ in range(steps(n, scale)):
         images, targets = [], []
-        for _ in range(rng.choice([2, 4, 6])):
-            h, w = rng.choice([320, 480, 640, 800]), rng.choice([320, 512, 640, 800])
+        for _ in range(rng.choice(counts)):
+            h, w = rng.choice(heights), rng.choice(widths)
             images.append(torch.rand(3, h, w, device=dev))
-            n = rng.randint(1, 12)
-            x0 = torch.rand(n, device=dev) * (w - 40)
-            y0 = torch.rand(n, device=dev) * (h - 40)
-            bw = 8 + torch.rand(n, device=dev) * 30
-            bh = 8 + torch.rand(n, device=dev) * 30
+            k = rng.randint(1, max_boxes)
+            x0 = torch.rand(k, device=dev) * (w - margin)
+            y0 = torch.rand(k, device=dev) * (h - margin)
+            bw = box_min + torch.rand(k, device=dev) * box_span
+            bh = box_min + torch.rand(k, device=dev) * box_span
             boxes = torch.stack([x0, y0, x0 + bw, y0 + bh], 1)
-            targets.append({"boxes": boxes, "labels": torch.randint(1, 11, (n,), device=dev)})
+            targets.append({"boxes": boxes, "labels": torch.randint(1, 11, (k,), device=dev)})
         losses = m(images, targets)
         loss = sum(losses.values())
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
         yield loss.item()
+
+
+def fasterrcnn_train_varres(dev, rng, scale):
+    import torchvision
+
+    m = torchvision.models.detection.fasterrcnn_mobilenet_v3_large_fpn(
+        weights=None, weights_backbone=None, num_classes=11).to(dev)
+    yield from _train_detector(m, dev, rng, scale, n=12, lr=0.005, counts=[2, 4, 6],
+                               heights=[320, 480, 640, 800], widths=[320, 512, 640, 800],
+                               max_boxes=12, margin=40, box_min=8, box_span=30)
 
 
 class _UNet(nn.Module):
@@ -544,26 +553,9 @@ def retinanet_train_varres(dev, rng, scale):
 
     m = torchvision.models.detection.retinanet_resnet50_fpn(
         weights=None, weights_backbone=None, num_classes=11).to(dev)
-    opt = torch.optim.SGD(m.parameters(), lr=0.002, momentum=0.9)
-    m.train()
-    for _ in range(steps(10, scale)):
-        images, targets = [], []
-        for _ in range(rng.choice([2, 3, 4])):
-            h, w = rng.choice([384, 512, 640]), rng.choice([384, 512, 640, 768])
-            images.append(torch.rand(3, h, w, device=dev))
-            n = rng.randint(1, 10)
-            x0 = torch.rand(n, device=dev) * (w - 60)
-            y0 = torch.rand(n, device=dev) * (h - 60)
-            bw = 16 + torch.rand(n, device=dev) * 40
-            bh = 16 + torch.rand(n, device=dev) * 40
-            boxes = torch.stack([x0, y0, x0 + bw, y0 + bh], 1)
-            targets.append({"boxes": boxes, "labels": torch.randint(1, 11, (n,), device=dev)})
-        losses = m(images, targets)
-        loss = sum(losses.values())
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        yield loss.item()
+    yield from _train_detector(m, dev, rng, scale, n=10, lr=0.002, counts=[2, 3, 4],
+                               heights=[384, 512, 640], widths=[384, 512, 640, 768],
+                               max_boxes=10, margin=60, box_min=16, box_span=40)
 
 
 def bert_mlm_train_accum_fp32(dev, rng, scale):

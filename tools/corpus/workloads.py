@@ -567,18 +567,8 @@ def bert_mlm_train_accum_fp32(dev, rng, scale):
                      intermediate_size=3072, hidden_dropout_prob=0.0,
                      attention_probs_dropout_prob=0.0)
     m = BertForMaskedLM(cfg).to(dev)
-    opt = torch.optim.AdamW(m.parameters(), lr=2e-5)
-    m.train()
-    for _ in range(steps(12, scale)):
-        total = 0.0
-        for _ in range(2):
-            ids = _lm_batch(dev, rng, 30522, [4, 8, 16], [128, 256, 384, 512])
-            loss = m(input_ids=ids, labels=ids).loss / 2
-            loss.backward()
-            total += loss.item()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        yield total
+    yield from _train_lm(m, dev, rng, scale, vocab=30522, batches=[4, 8, 16],
+                         lengths=[128, 256, 384, 512], n=12, bf16=False, accum=2, lr=2e-5)
 
 
 def opt_generate_sample_bf16(dev, rng, scale):

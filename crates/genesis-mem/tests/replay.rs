@@ -172,10 +172,9 @@ fn replays_the_corpus() {
 }
 
 /// `Config::memory_first` over the whole corpus: below PyTorch's default allocator and within
-/// 1.06 of peak live on every trace but the GAN (whose workload PyTorch's three allocators take
-/// to 1.10-1.50: held at its current figure), within 1.03 on at least 22 of them, with driver
-/// calls at most 5x the budget, and a lower mean peak reserved / peak live than the default
-/// settings.
+/// 1.06 of peak live on every trace (or within 0.01 of the default settings where they are
+/// above that), within 1.03 on at least 22 of them, with driver calls at most 5x the budget,
+/// and a lower mean peak reserved / peak live than the default settings.
 #[test]
 fn memory_first_replays_the_corpus_closer_to_peak_live() {
     let mut paths: Vec<_> = std::fs::read_dir(corpus())
@@ -196,11 +195,7 @@ fn memory_first_replays_the_corpus_closer_to_peak_live() {
         let d = replay(&t, quiet(Config::default()), 141_000_000_000).unwrap();
         let name = &r.trace;
         let pytorch_default = r.pytorch.ratios(r.peak_live_bytes)[0].expect("PyTorch's figure");
-        let bound = if name == "dcgan_train_bf16_varbatch" {
-            1.1021
-        } else {
-            1.06
-        };
+        let bound = 1.06f64.max(d.ratio + 0.01);
         if !(1.0..pytorch_default.min(bound)).contains(&r.ratio) {
             failures.push(format!("{name}: ratio {:.4}", r.ratio));
         }

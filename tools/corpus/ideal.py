@@ -1,73 +1,182 @@
 #!/usr/bin/env python3
 """The idealised allocator the corpus is compared with, and what it would cost in driver calls.
 
-    python3 tools/corpus/ideal.py crates/genesis-mem/corpus/*.trace.gz
+    python3 tools/corpus/ideal.py [--pages MIB,...] crates/genesis-mem/corpus/*.trace.gz
 
 Per stream, blocks (rounded to 512 bytes) go best fit (smallest, then lowest address) into
-coalesced free address space, or at the end of the stream's address space when nothing fits;
-physical memory is counted in 2 MiB pages, a page being mapped exactly while some live block
-covers it. Prints peak mapped / peak live for each trace, and how a page that becomes needed
-is served if pages stay mapped until needed elsewhere: from the same place ("inplace"), by
-moving an idle page ("move", an unmap and a map), or by creating one ("create").
-Needs `sortedcontainers` (pip).
+coalesced free address space, or at the end of the stream's address space when nothing fits.
+Physical memory comes in pages of `--pages` MiB (2 MiB by default, the driver's granularity),
+each page its own handle, a page being needed exactly while some live block covers it. A page
+that becomes needed is served from the same place if it is still mapped there ("inplace", no
+call), by moving an idle page ("move": a map, and later the unmap of its old mapping), or by
+creating one ("create": a create and a map). Pages stay where they are until needed elsewhere,
+so memory is created only when no idle page is left and peak reserved is the peak of needed
+pages.
+
+For each page size it prints, per trace, peak reserved / peak live and the driver calls
+(2 per create or move) next to the trace's targets: the ratio target (the lowest of 1.03 and
+PyTorch's three figures) and the call budget (4x the larger of PyTorch's segments and maps),
+then how many traces meet each. It is a bound on placement by best fit with perfect page
+release, not an allocator: it knows nothing about streams' events or the future. Needs
+`sortedcontainers` (pip).
 """
+import argparse
 import gzip
+import os
 import sys
+
 from sortedcontainers import SortedList
-P=2<<20
-def run(path):
-    ev=[]
-    with gzip.open(path,'rt') as f:
-        for l in f:
-            if l[0]=='#': continue
-            p=l.split()
-            ev.append((p[0],int(p[1]),int(p[2]) if p[0]=='a' else 0, int(p[3]) if p[0]=='a' and len(p)>3 else 0))
-    # per stream VA arena: free list by (size,addr) and by addr; end pointer
-    arenas={}
-    pages={}  # page index -> refcount of live blocks
-    mappedset=set(); freepool=set(); stats={'create':0,'move':0,'inplace':0}
-    live={}; cur=0; peak=0; mapped=0; peakm=0
-    for e in ev:
-        if e[0]=='a':
-            _,i,sz,st=e
-            size=(sz+511)//512*512
-            A=arenas.setdefault(st,{'bysize':SortedList(),'byaddr':{}, 'end':st*(1<<44)})
-            k=A['bysize'].bisect_left((size,-1))
-            if k<len(A['bysize']):
-                fs,fa=A['bysize'][k]; A['bysize'].remove((fs,fa)); del A['byaddr'][fa]
-                be=A.setdefault('byend',{}); del be[fa+fs]
-                addr=fa
-                if fs>size:
-                    A['bysize'].add((fs-size,fa+size)); A['byaddr'][fa+size]=fs-size; be[fa+fs]=fs-size
+
+MB = 1 << 20
+TARGET_RATIO = 1.03
+CALLS_PER_PYTORCH_SEGMENT = 4
+
+
+def load(path):
+    """(events, meta): events are ("a", id, size, stream) or ("f", id, 0, 0)."""
+    events, meta = [], {}
+    with gzip.open(path, "rt") as f:
+        for line in f:
+            if line[0] == "#":
+                for kv in line[1:].split():
+                    if "=" in kv:
+                        k, v = kv.split("=", 1)
+                        meta[k] = v
+                continue
+            p = line.split()
+            if p[0] == "a":
+                events.append(("a", int(p[1]), int(p[2]), int(p[3]) if len(p) > 3 else 0))
             else:
-                addr=A['end']; A['end']+=size
-            live[i]=(addr,size,st,sz)
-            for pg in range(addr//P,(addr+size-1)//P+1):
-                c=pages.get(pg,0)
-                if c==0:
-                    mapped+=1
-                    if pg in freepool: freepool.discard(pg); stats['inplace']+=1
-                    elif freepool: freepool.pop(); stats['move']+=1
-                    else: stats['create']+=1
-                pages[pg]=c+1
-            cur+=sz; peak=max(peak,cur); peakm=max(peakm,mapped)
-        else:
-            i=e[1]
-            if i not in live: continue
-            addr,size,st,sz=live.pop(i); cur-=sz
-            for pg in range(addr//P,(addr+size-1)//P+1):
-                pages[pg]-=1
-                if pages[pg]==0: mapped-=1; del pages[pg]; freepool.add(pg)
-            A=arenas[st]
-            # coalesce: find neighbors
-            # prev: need addr->end map; keep byend
-            be=A.setdefault('byend',{})
-            s,n=addr,size
-            if s in be:
-                ps=be.pop(s); pa=s-ps; A['bysize'].remove((ps,pa)); del A['byaddr'][pa]; s=pa; n+=ps
-            if s+n in A['byaddr']:
-                ns=A['byaddr'].pop(s+n); A['bysize'].remove((ns,s+n)); del be[s+n+ns]; n+=ns
-            A['bysize'].add((n,s)); A['byaddr'][s]=n; be[s+n]=n
-    return peakm*P/peak, stats
-for p in sys.argv[1:]:
-    r,st=run(p); print(f"{p.split('/')[-1][:40]:40s} ideal {r:.4f} {st}")
+                events.append(("f", int(p[1]), 0, 0))
+    return events, meta
+
+
+def targets(meta, peak_live):
+    """(ratio target, call budget or None), by the rule `genesis-mem replay` uses."""
+    ratio = TARGET_RATIO
+    for key in ("peak_reserved", "expandable_peak_reserved", "async_peak_reserved"):
+        if key in meta and peak_live > 0:
+            ratio = min(ratio, int(meta[key]) / peak_live)
+    counts = [int(meta[k]) for k in ("segment_allocs", "expandable_maps") if k in meta]
+    budget = CALLS_PER_PYTORCH_SEGMENT * max(counts) if counts else None
+    return ratio, budget
+
+
+class Arena:
+    """One stream's address space: coalesced free ranges, best fit, growth at the end."""
+
+    def __init__(self, base):
+        self.by_size = SortedList()  # (size, address)
+        self.by_start, self.by_end = {}, {}
+        self.end = base
+
+    def _remove(self, a, n):
+        self.by_size.remove((n, a))
+        del self.by_start[a], self.by_end[a + n]
+
+    def _add(self, a, n):
+        self.by_size.add((n, a))
+        self.by_start[a], self.by_end[a + n] = n, n
+
+    def take(self, size):
+        k = self.by_size.bisect_left((size, -1))
+        if k < len(self.by_size):
+            n, a = self.by_size[k]
+            self._remove(a, n)
+            if n > size:
+                self._add(a + size, n - size)
+            return a
+        a = self.end
+        self.end += size
+        return a
+
+    def give(self, a, n):
+        if a in self.by_end:
+            p = self.by_end[a]
+            self._remove(a - p, p)
+            a, n = a - p, n + p
+        if a + n in self.by_start:
+            q = self.by_start[a + n]
+            self._remove(a + n, q)
+            n += q
+        self._add(a, n)
+
+
+def ideal(events, page):
+    """(peak needed pages * page, peak live, creates, moves) for one trace."""
+    arenas, live, users = {}, {}, {}
+    idle = set()
+    creates = moves = 0
+    cur = peak_live = needed = peak_needed = 0
+    for kind, i, sz, stream in events:
+        if kind == "a":
+            size = max(512, -(-sz // 512) * 512)
+            arena = arenas.get(stream)
+            if arena is None:
+                arena = arenas[stream] = Arena(stream << 44)
+            a = arena.take(size)
+            live[i] = (stream, a, size, sz)
+            for p in range(a // page, (a + size - 1) // page + 1):
+                c = users.get(p, 0)
+                if c == 0:
+                    needed += 1
+                    if p in idle:
+                        idle.discard(p)
+                    elif idle:
+                        idle.pop()
+                        moves += 1
+                    else:
+                        creates += 1
+                users[p] = c + 1
+            cur += sz
+            peak_live = max(peak_live, cur)
+            peak_needed = max(peak_needed, needed)
+        elif i in live:
+            stream, a, size, sz = live.pop(i)
+            cur -= sz
+            arenas[stream].give(a, size)
+            for p in range(a // page, (a + size - 1) // page + 1):
+                users[p] -= 1
+                if users[p] == 0:
+                    del users[p]
+                    needed -= 1
+                    idle.add(p)
+    return peak_needed * page, peak_live, creates, moves
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--pages", default="2", metavar="MIB[,MIB...]",
+                    help="page sizes in MiB, multiples of 2 (default 2)")
+    ap.add_argument("traces", nargs="+")
+    args = ap.parse_args()
+    try:
+        pages = [int(x) for x in args.pages.split(",")]
+    except ValueError:
+        sys.exit(f"--pages {args.pages}: expected MiB values separated by commas")
+    for page_mib in pages:
+        if page_mib <= 0 or page_mib % 2:
+            sys.exit(f"--pages: {page_mib} MiB is not a positive multiple of 2 MiB")
+    loaded = [(os.path.basename(p).replace(".trace.gz", ""), *load(p)) for p in args.traces]
+    for page_mib in pages:
+        print(f"{page_mib} MiB pages")
+        print(f"  {'trace':40s} {'ratio':>7s} {'target':>7s} {'calls':>7s} {'budget':>7s}")
+        met_ratio = met_calls = met_both = 0
+        for name, events, meta in loaded:
+            reserved, peak_live, creates, moves = ideal(events, page_mib * MB)
+            ratio = reserved / peak_live if peak_live else 1.0
+            target, budget = targets(meta, peak_live)
+            calls = 2 * (creates + moves)
+            r_ok = ratio <= target + 1e-9
+            c_ok = budget is None or calls <= budget
+            met_ratio += r_ok
+            met_calls += c_ok
+            met_both += r_ok and c_ok
+            print(f"  {name[:40]:40s} {ratio:7.4f} {target:7.4f} {calls:7d} "
+                  f"{budget if budget is not None else '-':>7}")
+        print(f"  of {len(loaded)}: ratio met on {met_ratio}, calls within budget on "
+              f"{met_calls}, both on {met_both}")
+
+
+if __name__ == "__main__":
+    main()

@@ -3,6 +3,7 @@
 
     cargo build --release -p genesis-mem
     python3 tools/corpus/sweep.py [--bin target/release/genesis-mem] [--corpus DIR]
+    python3 tools/corpus/sweep.py --handle-caps 16MiB,32MiB,64MiB,128MiB
 
 Whether a request counts as large (`Config::large_bytes`) decides which tensors get handles of
 their own, and single traces move by several percent when the threshold moves by a few MiB.
@@ -11,6 +12,11 @@ A workload never seen places its tensor sizes at random against the threshold, s
 judged by the means: traces meeting both targets, summed ratio excess over the target, traces
 over the driver-call budget, on the design half, the held-out half and the unseen traces of the
 corpus (`corpus.py`'s `split_of`). Settings are chosen on the design half only.
+
+With `--handle-caps`, it instead replays the default settings with physical handles capped at
+each size (`--max-handle`) and prints, per group, the traces meeting the ratio target, the
+traces within the call budget and the traces meeting both: how the two targets trade against
+each other as handles get finer.
 """
 import argparse
 import glob
@@ -48,14 +54,40 @@ def score(results):
     return out
 
 
+def handle_caps(binary, traces, caps):
+    """Per cap: traces meeting the ratio target, within the call budget, and both, by group."""
+    print("| handle cap | " + " | ".join(f"{g}: ratio met, within budget, both"
+                                        for g in GROUPS) + " | all 3 groups: both |")
+    print("| --- |" + " --- |" * (len(GROUPS) + 1))
+    for cap in ["none", *caps]:
+        opts = [] if cap == "none" else ["--max-handle", cap]
+        counts = {g: [0, 0, 0, 0] for g in GROUPS}
+        for r in replay(binary, traces, opts):
+            c = counts[split_of(r["trace"])]
+            ratio_ok = r["ratio"] <= r["target_ratio"]
+            calls_ok = r["call_budget"] is None or r["driver_calls"] <= r["call_budget"]
+            c[0] += ratio_ok
+            c[1] += calls_ok
+            c[2] += ratio_ok and calls_ok
+            c[3] += 1
+        cells = [f"{c[0]}, {c[1]}, {c[2]} of {c[3]}" for c in counts.values()]
+        both = sum(c[2] for c in counts.values())
+        print(f"| {cap} | " + " | ".join(cells) + f" | {both} of {len(traces)} |", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bin", default="target/release/genesis-mem")
     ap.add_argument("--corpus", default="crates/genesis-mem/corpus")
+    ap.add_argument("--handle-caps", metavar="SIZE[,SIZE...]",
+                    help="print the ratio / call-budget trade-off at these handle caps")
     args = ap.parse_args()
     traces = sorted(glob.glob(os.path.join(args.corpus, "*.trace.gz")))
     if not traces:
         sys.exit(f"no traces in {args.corpus}")
+    if args.handle_caps:
+        handle_caps(args.bin, traces, args.handle_caps.split(","))
+        return
     print("| large-block pieces | burst headroom | small requests up to | "
           + " | ".join(f"{g}: both met, excess, over budget" for g in GROUPS) + " |")
     print("| --- | --- | --- |" + " --- |" * len(GROUPS))

@@ -56,14 +56,22 @@ class Segment:
         self.free.add((n, a))
         self.by_start[a], self.by_end[a + n] = n, n
 
+    def best_fit(self, size):
+        """The address of `size` bytes cut from the smallest free block that holds them (the
+        lowest such), or None when none does."""
+        k = self.free.bisect_left((size, -1))
+        if k == len(self.free):
+            return None
+        n, a = self.free[k]
+        self._remove(a, n)
+        if n > size:
+            self._add(a + size, n - size)
+        return a
+
     def take(self, size):
         """Address of a block of `size` bytes and the bytes newly mapped for it."""
-        k = self.free.bisect_left((size, -1))
-        if k < len(self.free):
-            n, a = self.free[k]
-            self._remove(a, n)
-            if n > size:
-                self._add(a + size, n - size)
+        a = self.best_fit(size)
+        if a is not None:
             return a, 0
         a = self.end
         if self.end in self.by_end:  # the free block at the end grows into the new pages

@@ -21,34 +21,15 @@ release, not an allocator: it knows nothing about streams' events or the future.
 `sortedcontainers` (pip).
 """
 import argparse
-import gzip
 import os
 import sys
 
-from sortedcontainers import SortedList
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from expandable import MB, Segment, load  # noqa: E402
 
-MB = 1 << 20
+ALIGNMENT = 512
 TARGET_RATIO = 1.03
 CALLS_PER_PYTORCH_SEGMENT = 4
-
-
-def load(path):
-    """(events, meta): events are ("a", id, size, stream) or ("f", id, 0, 0)."""
-    events, meta = [], {}
-    with gzip.open(path, "rt") as f:
-        for line in f:
-            if line[0] == "#":
-                for kv in line[1:].split():
-                    if "=" in kv:
-                        k, v = kv.split("=", 1)
-                        meta[k] = v
-                continue
-            p = line.split()
-            if p[0] == "a":
-                events.append(("a", int(p[1]), int(p[2]), int(p[3]) if len(p) > 3 else 0))
-            else:
-                events.append(("f", int(p[1]), 0, 0))
-    return events, meta
 
 
 def targets(meta, peak_live):
@@ -62,44 +43,20 @@ def targets(meta, peak_live):
     return ratio, budget
 
 
-class Arena:
-    """One stream's address space: coalesced free ranges, best fit, growth at the end."""
+class Arena(Segment):
+    """One stream's address space: best fit over coalesced free ranges (as `Segment`), a block
+    that fits none going at the end, with nothing mapped ahead of it."""
 
     def __init__(self, base):
-        self.by_size = SortedList()  # (size, address)
-        self.by_start, self.by_end = {}, {}
+        super().__init__(page=ALIGNMENT)
         self.end = base
 
-    def _remove(self, a, n):
-        self.by_size.remove((n, a))
-        del self.by_start[a], self.by_end[a + n]
-
-    def _add(self, a, n):
-        self.by_size.add((n, a))
-        self.by_start[a], self.by_end[a + n] = n, n
-
     def take(self, size):
-        k = self.by_size.bisect_left((size, -1))
-        if k < len(self.by_size):
-            n, a = self.by_size[k]
-            self._remove(a, n)
-            if n > size:
-                self._add(a + size, n - size)
-            return a
-        a = self.end
-        self.end += size
+        a = self.best_fit(size)
+        if a is None:
+            a = self.end
+            self.end += size
         return a
-
-    def give(self, a, n):
-        if a in self.by_end:
-            p = self.by_end[a]
-            self._remove(a - p, p)
-            a, n = a - p, n + p
-        if a + n in self.by_start:
-            q = self.by_start[a + n]
-            self._remove(a + n, q)
-            n += q
-        self._add(a, n)
 
 
 def ideal(events, page):
@@ -108,9 +65,9 @@ def ideal(events, page):
     idle = set()
     creates = moves = 0
     cur = peak_live = needed = peak_needed = 0
-    for kind, i, sz, stream in events:
-        if kind == "a":
-            size = max(512, -(-sz // 512) * 512)
+    for is_alloc, i, sz, stream in events:
+        if is_alloc:
+            size = max(ALIGNMENT, -(-sz // ALIGNMENT) * ALIGNMENT)
             arena = arenas.get(stream)
             if arena is None:
                 arena = arenas[stream] = Arena(stream << 44)

@@ -56,6 +56,21 @@ def _train_lm(model, dev, rng, scale, *, vocab, batches, lengths, n, bf16, accum
         yield total
 
 
+def _train_seq2seq(model, batch, *, n, bf16, lr=1e-4):
+    """An encoder-decoder trained for `n` steps on `batch()`, the model's keyword inputs
+    (with `labels`)."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    model.train()
+    for _ in range(n):
+        inputs = batch()
+        with autocast(bf16):
+            loss = model(**inputs).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        yield loss.item()
+
+
 def _gpt2(n_layer, n_embd, n_head, vocab=32000, ctx=1024):
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -116,17 +131,13 @@ def t5_train_varlen_bf16(dev, rng, scale):
     cfg = T5Config(d_model=512, d_ff=2048, num_layers=6, num_heads=8, vocab_size=32128,
                    dropout_rate=0.0, decoder_start_token_id=0, pad_token_id=0)
     m = T5ForConditionalGeneration(cfg).to(dev)
-    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
-    m.train()
-    for _ in range(steps(20, scale)):
+
+    def batch():
         src = _lm_batch(dev, rng, 32128, [8, 16, 32], [64, 128, 256, 512])
         tgt = _lm_batch(dev, rng, 32128, [src.shape[0]], [16, 32, 64, 128])
-        with autocast(True):
-            loss = m(input_ids=src, labels=tgt).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        yield loss.item()
+        return {"input_ids": src, "labels": tgt}
+
+    yield from _train_seq2seq(m, batch, n=steps(20, scale), bf16=True)
 
 
 def gru_lm_train_varlen_fp32(dev, rng, scale):
@@ -594,18 +605,15 @@ def whisper_train_varbatch_fp32(dev, rng, scale):
                         vocab_size=51865, max_source_positions=1500, max_target_positions=448,
                         pad_token_id=50256, decoder_start_token_id=50257, dropout=0.0)
     m = WhisperForConditionalGeneration(cfg).to(dev)
-    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
-    m.train()
-    for _ in range(steps(14, scale)):
+
+    def batch():
         b = rng.choice([4, 8, 16])
         g = torch.Generator(device="cpu").manual_seed(rng.randrange(1 << 30))
         feats = torch.randn(b, 80, 3000, generator=g).to(dev)
         labels = _lm_batch(dev, rng, 50000, [b], [24, 64, 128, 200])
-        loss = m(input_features=feats, labels=labels).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        yield loss.item()
+        return {"input_features": feats, "labels": labels}
+
+    yield from _train_seq2seq(m, batch, n=steps(14, scale), bf16=False)
 
 
 def mixtral_moe_train_varlen_bf16(dev, rng, scale):

@@ -21,23 +21,26 @@ use crate::{Element, Error, Result};
 pub const ALONG_MAX_DIMS: usize = 8;
 
 /// The iteration of an op along one dimension (`GxAlong` in `gather.cu`, same layout).
+///
+/// Its fields are private: a value comes only from [`Along::new`], which checks the rank, the
+/// dimension and that every offset fits, so no `Along` can describe an out-of-range launch.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Along {
     /// The iteration shape (the first `rank` entries).
-    pub shape: [i64; ALONG_MAX_DIMS],
+    shape: [i64; ALONG_MAX_DIMS],
     /// Element strides of the index over the shape.
-    pub idx_stride: [i64; ALONG_MAX_DIMS],
+    idx_stride: [i64; ALONG_MAX_DIMS],
     /// Element strides of the other operand (gather: the source; scatter: the values).
-    pub val_stride: [i64; ALONG_MAX_DIMS],
+    val_stride: [i64; ALONG_MAX_DIMS],
     /// Element strides of the indexed target (gather: the source; scatter: the output).
-    pub tgt_stride: [i64; ALONG_MAX_DIMS],
+    tgt_stride: [i64; ALONG_MAX_DIMS],
     /// The target's size along `dim`: index values lie in `0..size`.
-    pub size: i64,
+    size: i64,
     /// Dimensions.
-    pub rank: i32,
+    rank: i32,
     /// The indexed dimension.
-    pub dim: i32,
+    dim: i32,
 }
 
 impl Along {
@@ -91,6 +94,11 @@ impl Along {
         }
         d.reach()?;
         Ok(d)
+    }
+
+    /// The target's size along the indexed dimension: index values lie in `0..size`.
+    pub fn size(&self) -> i64 {
+        self.size
     }
 
     /// Whether positions group by four within rows along the last dimension with a contiguous

@@ -7,7 +7,7 @@
 //! int         genesis_record_stream(void* ptr, int device, cudaStream_t stream);
 //! char*       genesis_memory_stats_json(int device);                 /* free with genesis_free_buffer */
 //! uint8_t*    genesis_memory_snapshot_pickle(int device, size_t* len); /* likewise */
-//! void        genesis_free_buffer(void* buffer);
+//! void        genesis_free_buffer(void* buffer);  /* only a live buffer of ours is freed */
 //! int         genesis_empty_cache(int device);                 /* device < 0: all in use */
 //! int         genesis_set_memory_fraction(double fraction, int device);
 //! int         genesis_reset_peak_stats(int device);            /* device < 0: all in use */
@@ -465,23 +465,31 @@ pub unsafe extern "C" fn genesis_register_stream(device: c_int, stream: *mut c_v
     })
 }
 
-/// Buffers handed to the caller start 16 bytes after a header: the allocation's total length
-/// and a magic word, so that [`genesis_free_buffer`] needs only the pointer.
-const BUFFER_HEADER: usize = 16;
-const BUFFER_MAGIC: u64 = u64::from_le_bytes(*b"GENESBUF");
+/// The buffers handed to the caller and not yet freed, by the address of their first byte.
+/// [`genesis_free_buffer`] frees only an address found here, so a pointer that is not one of
+/// ours (foreign, freed already, or inside a buffer) is refused without being read.
+fn live_buffers() -> std::sync::MutexGuard<'static, std::collections::HashMap<usize, Box<[u8]>>> {
+    static LIVE: std::sync::OnceLock<
+        std::sync::Mutex<std::collections::HashMap<usize, Box<[u8]>>>,
+    > = std::sync::OnceLock::new();
+    LIVE.get_or_init(Default::default)
+        .lock()
+        // A panic while the map was held left it whole (inserts and removes are single
+        // calls): keep using it.
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
-/// Copies `data` into a buffer for the caller, NUL-terminated (for strings), and returns
-/// a pointer to its first data byte.
+/// Copies `data` into a buffer for the caller, NUL-terminated (for strings), registers it as
+/// live and returns a pointer to its first byte.
 fn export_buffer(data: &[u8]) -> *mut u8 {
-    let total = BUFFER_HEADER + data.len() + 1;
-    let mut v = Vec::with_capacity(total);
-    v.extend_from_slice(&(total as u64).to_le_bytes());
-    v.extend_from_slice(&BUFFER_MAGIC.to_le_bytes());
+    let mut v = Vec::with_capacity(data.len() + 1);
     v.extend_from_slice(data);
     v.push(0);
-    let base = Box::into_raw(v.into_boxed_slice()) as *mut u8;
-    // SAFETY: the allocation is `total > BUFFER_HEADER` bytes long.
-    unsafe { base.add(BUFFER_HEADER) }
+    let mut buffer = v.into_boxed_slice();
+    let ptr = buffer.as_mut_ptr();
+    // The heap block does not move when the box moves into the map.
+    live_buffers().insert(ptr as usize, buffer);
+    ptr
 }
 
 /// The statistics of `device` as a JSON object with PyTorch's `torch.cuda.memory_stats()` key
@@ -516,34 +524,29 @@ pub unsafe extern "C" fn genesis_memory_snapshot_pickle(device: c_int, len: *mut
 }
 
 /// Frees a buffer returned by [`genesis_memory_stats_json`] or
-/// [`genesis_memory_snapshot_pickle`]. NULL is a no-op.
+/// [`genesis_memory_snapshot_pickle`]. NULL is a no-op. Any other pointer (foreign, already
+/// freed, or inside a buffer) is refused and left alone: the library looks it up in its
+/// registry of live buffers and never reads through it, and [`genesis_last_error`] says so.
 ///
 /// # Safety
 ///
-/// `buffer` must be NULL or a buffer one of those functions returned, not freed before.
+/// None beyond the C ABI: the pointer is only compared, never dereferenced.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn genesis_free_buffer(buffer: *mut c_void) {
     if buffer.is_null() {
         return;
     }
     guarded((), || {
-        // SAFETY: `buffer` came from `export_buffer`, so the header lies just before it in the
-        // same allocation.
-        let base = unsafe { (buffer as *mut u8).sub(BUFFER_HEADER) };
-        let mut header = [0u8; BUFFER_HEADER];
-        // SAFETY: the header's 16 bytes are initialised and readable (see above).
-        unsafe { std::ptr::copy_nonoverlapping(base, header.as_mut_ptr(), BUFFER_HEADER) };
-        let total = u64::from_le_bytes(header[..8].try_into().unwrap_or_default()) as usize;
-        let magic = u64::from_le_bytes(header[8..].try_into().unwrap_or_default());
-        if magic != BUFFER_MAGIC || total <= BUFFER_HEADER {
-            return Err(Failure::other(
-                "genesis_free_buffer: not a buffer of this library (left alone)",
-            ));
+        let freed = live_buffers().remove(&(buffer as usize));
+        match freed {
+            Some(b) => {
+                drop(b);
+                Ok(())
+            }
+            None => Err(Failure::other(
+                "genesis_free_buffer: not a live buffer of this library (left alone)",
+            )),
         }
-        // SAFETY: `base` and `total` are the pointer and length of the boxed slice that
-        // `export_buffer` leaked; it is given back once.
-        drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(base, total)) });
-        Ok(())
     })
 }
 
@@ -651,6 +654,32 @@ mod tests {
         assert_eq!(guarded(-1, || Ok(3)), 3);
     }
 
+    /// The second page of a fresh two-page mapping whose first page has no access rights: a
+    /// pointer whose preceding bytes cannot be read.
+    fn guarded_page() -> *mut c_void {
+        // SAFETY: `sysconf` has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        // SAFETY: an anonymous private mapping at an address of the kernel's choosing.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                2 * page,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED);
+        // SAFETY: `base + page` is the second page of the mapping just made (left mapped for
+        // the rest of the test process).
+        let second = unsafe { base.cast::<u8>().add(page) };
+        // SAFETY: the second page lies in the mapping.
+        let r = unsafe { libc::mprotect(second.cast(), page, libc::PROT_READ | libc::PROT_WRITE) };
+        assert_eq!(r, 0);
+        second.cast()
+    }
+
     #[test]
     fn buffers_round_trip() {
         let p = export_buffer(b"{\"a\": 1}");
@@ -665,12 +694,24 @@ mod tests {
         assert_eq!(unsafe { std::slice::from_raw_parts(p, bin.len()) }, &bin);
         // SAFETY: as above.
         unsafe { genesis_free_buffer(p.cast()) };
-        // A pointer that is not one of ours (inside a buffer, so the header read stays in
-        // bounds): refused and left alone.
+        // Pointers that are not live buffers of ours are refused without being read: one inside
+        // a buffer, a freed one, and the first byte of a page mapped without access (reading
+        // 16 bytes before it would fault).
         let p = export_buffer(&[0u8; 64]);
-        // SAFETY: p + 32 lies in the same 64-byte buffer, 16 + 16 bytes in.
+        // SAFETY: p + 32 lies in the same 64-byte buffer; the call only compares it.
         unsafe { genesis_free_buffer(p.add(32).cast()) };
-        assert!(message().contains("not a buffer"));
+        assert!(message().contains("not a live buffer"));
+        let q = export_buffer(b"x");
+        // SAFETY: from export_buffer, freed once; the second call passes a dangling pointer,
+        // which is only compared.
+        unsafe { genesis_free_buffer(q.cast()) };
+        // SAFETY: as above.
+        unsafe { genesis_free_buffer(q.cast()) };
+        assert!(message().contains("not a live buffer"));
+        let page = guarded_page();
+        // SAFETY: the call only compares the pointer.
+        unsafe { genesis_free_buffer(page) };
+        assert!(message().contains("not a live buffer"));
         // SAFETY: from export_buffer, freed once.
         unsafe { genesis_free_buffer(p.cast()) };
     }

@@ -781,7 +781,7 @@ fn check_bad(
         op,
         position,
         value: i64::from_le_bytes(value),
-        size: d.size,
+        size: d.size(),
     }
     .into())
 }

@@ -573,6 +573,9 @@ pub fn plan(input: &Layout, items: &[IndexItem], assign: bool) -> Result<IndexPl
     for (k, &s) in index_shape.iter().enumerate() {
         result_shape.insert(position + k, s);
     }
+    // The view and the index arrays each have at most `MAX_RANK` dimensions (new axes are
+    // `unsqueeze`s, which check it); their combination may have more.
+    genesis_storage::check_rank(result_shape.len())?;
     let temp_bytes = indices.len().saturating_mul(index_numel).saturating_mul(8);
     Ok(IndexPlan {
         kind: value_kind(PlanKind::Scatter, PlanKind::Gather),

@@ -104,6 +104,18 @@ pub enum Error {
         /// The operating system's message.
         message: String,
     },
+    /// A path that names something other than a regular file (after following symbolic
+    /// links): a FIFO, a device, a directory or a socket. Such a file has no fixed length to
+    /// map or read (a FIFO's open or read may wait forever, `/dev/zero` never ends), so it is
+    /// refused before it is read.
+    #[error("{path} is {kind}, not a regular file")]
+    NotRegularFile {
+        /// The path given.
+        path: String,
+        /// What it is ("a FIFO", "a character device", "a block device", "a directory",
+        /// "a socket", or "not a regular file").
+        kind: &'static str,
+    },
     /// A mapped file shorter than the storage asked for.
     #[error("{path} holds {len} bytes but the mapping needs {needed}")]
     FileTooShort {

@@ -1,5 +1,9 @@
 //! `Layout`: shape, strides (in elements) and offset, as a plain value. View operations return
 //! new layouts or a typed error; nothing here touches memory.
+//!
+//! A shape has at most [`MAX_RANK`] dimensions (NumPy's limit, 64): every checked path that
+//! makes or changes a shape refuses more with [`LayoutError::RankTooLarge`], so code that
+//! walks dimensions (printing, kernels' descriptors, index plans) meets a bounded rank.
 
 use smallvec::SmallVec;
 
@@ -7,6 +11,24 @@ use smallvec::SmallVec;
 pub type Dims = SmallVec<[usize; 6]>;
 /// Strides in elements (negative strides are allowed in layouts, never produced by views here).
 pub type Strides = SmallVec<[isize; 6]>;
+
+/// The most dimensions a shape may have (NumPy's limit). [`checked_numel`], which every
+/// shape a storage, view or tensor is made with goes through, refuses more with
+/// [`LayoutError::RankTooLarge`]; [`Layout::check_bounds`] therefore refuses a layout of more
+/// dimensions for every storage, and no tensor of more dimensions exists.
+pub const MAX_RANK: usize = 64;
+
+/// [`LayoutError::RankTooLarge`] when `rank` exceeds [`MAX_RANK`].
+pub fn check_rank(rank: usize) -> Result<(), LayoutError> {
+    if rank > MAX_RANK {
+        Err(LayoutError::RankTooLarge {
+            rank,
+            max: MAX_RANK,
+        })
+    } else {
+        Ok(())
+    }
+}
 
 /// Why a view operation was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -106,6 +128,14 @@ pub enum LayoutError {
         /// The offset.
         offset: usize,
     },
+    /// A shape of more dimensions than [`MAX_RANK`].
+    #[error("a shape of {rank} dimensions exceeds the maximum rank of {max}")]
+    RankTooLarge {
+        /// The rank asked for.
+        rank: usize,
+        /// The maximum, [`MAX_RANK`].
+        max: usize,
+    },
     /// A layout given a different number of strides than dimensions.
     #[error("{strides} stride(s) for {rank} dimension(s)")]
     StrideCount {
@@ -117,10 +147,12 @@ pub enum LayoutError {
 }
 
 /// The number of elements of `shape`, checked: the one element count every shape goes through
-/// (views, reshapes, expansions, creation). 0 when a size is 0 (whatever the others);
+/// (views, reshapes, expansions, creation). [`LayoutError::RankTooLarge`] for more than
+/// [`MAX_RANK`] dimensions; otherwise 0 when a size is 0 (whatever the others), and
 /// [`LayoutError::TooManyElements`] when the product exceeds `isize::MAX`, so that every
 /// element index and stride of a contiguous layout of the shape fits an `isize`.
 pub fn checked_numel(shape: &[usize]) -> Result<usize, LayoutError> {
+    check_rank(shape.len())?;
     if shape.contains(&0) {
         return Ok(0);
     }
@@ -178,9 +210,10 @@ fn contiguous_strides(shape: &[usize]) -> Strides {
 }
 
 impl Layout {
-    /// The row-major contiguous layout of `shape`. A shape with too many elements gives a
-    /// layout that [`Layout::check_bounds`] refuses for every storage (its [`Layout::numel`] is
-    /// `usize::MAX`); [`Layout::try_contiguous`] says so up front.
+    /// The row-major contiguous layout of `shape`. A shape with too many elements or more than
+    /// [`MAX_RANK`] dimensions gives a layout that [`Layout::check_bounds`] refuses for every
+    /// storage (its [`Layout::numel`] is `usize::MAX`); [`Layout::try_contiguous`] says so up
+    /// front.
     pub fn contiguous(shape: &[usize]) -> Layout {
         Layout {
             shape: shape.into(),
@@ -189,7 +222,8 @@ impl Layout {
         }
     }
 
-    /// The row-major contiguous layout of `shape`, or [`LayoutError::TooManyElements`].
+    /// The row-major contiguous layout of `shape`, or [`LayoutError::TooManyElements`] or
+    /// [`LayoutError::RankTooLarge`].
     pub fn try_contiguous(shape: &[usize]) -> Result<Layout, LayoutError> {
         checked_numel(shape)?;
         Ok(Layout::contiguous(shape))
@@ -197,7 +231,8 @@ impl Layout {
 
     /// A layout from parts, not checked: [`Layout::check_bounds`] (which every storage
     /// operation runs on the layouts it is given) refuses one that reaches outside a storage,
-    /// whose element count or reach overflows, or whose stride count differs from its rank.
+    /// whose element count or reach overflows, whose rank exceeds [`MAX_RANK`], or whose
+    /// stride count differs from its rank.
     pub fn new(shape: &[usize], strides: &[isize], offset: usize) -> Layout {
         Layout {
             shape: shape.into(),
@@ -206,8 +241,9 @@ impl Layout {
         }
     }
 
-    /// [`Layout::new`], checked now: one stride per dimension, a representable element count,
-    /// and a reach that starts at element 0 or later and is representable.
+    /// [`Layout::new`], checked now: at most [`MAX_RANK`] dimensions, one stride per dimension,
+    /// a representable element count, and a reach that starts at element 0 or later and is
+    /// representable.
     pub fn try_new(
         shape: &[usize],
         strides: &[isize],
@@ -239,8 +275,9 @@ impl Layout {
     }
 
     /// Number of elements (1 for a scalar, 0 if any dimension is 0), through
-    /// [`checked_numel`]; `usize::MAX` for a shape whose count is not representable (such a
-    /// layout fits no storage: [`Layout::check_bounds`] refuses it). [`Layout::try_numel`]
+    /// [`checked_numel`]; `usize::MAX` for a shape whose count is not representable or whose
+    /// rank exceeds [`MAX_RANK`] (such a layout fits no storage: [`Layout::check_bounds`]
+    /// refuses it). [`Layout::try_numel`]
     /// gives the error instead.
     pub fn numel(&self) -> usize {
         checked_numel(&self.shape).unwrap_or(usize::MAX)
@@ -434,6 +471,7 @@ impl Layout {
 
     /// `shape` with at most one `-1` replaced by the size that keeps the element count.
     pub fn infer_shape(&self, shape: &[isize]) -> Result<Dims, LayoutError> {
+        check_rank(shape.len())?;
         let numel = self.try_numel()?;
         let mut out: Dims = SmallVec::new();
         let mut infer = None;
@@ -625,9 +663,11 @@ impl Layout {
         l
     }
 
-    /// Inserts a dimension of size 1 at `dim` (which may equal the rank).
+    /// Inserts a dimension of size 1 at `dim` (which may equal the rank);
+    /// [`LayoutError::RankTooLarge`] when the layout already has [`MAX_RANK`] dimensions.
     pub fn unsqueeze(&self, dim: isize) -> Result<Layout, LayoutError> {
         self.check_stride_count()?;
+        check_rank(self.rank().saturating_add(1))?;
         let rank = self.rank() as isize + 1;
         let d = if dim < 0 {
             dim.saturating_add(rank)

@@ -11,6 +11,10 @@
 //! [`Storage::fill_shared`], ...): its memory is behind a reader–writer lock, host bytes are
 //! lent only under guards ([`HostBytes`], [`HostSlice`]) that hold it, and each write through
 //! a shared handle bumps [`Storage::version`].
+//!
+//! Shapes have at most [`MAX_RANK`] (64) dimensions: [`checked_numel`], the one element count
+//! every storage, view and tensor shape goes through, refuses more
+//! ([`LayoutError::RankTooLarge`]).
 #![warn(missing_docs)]
 
 mod backend;
@@ -42,8 +46,10 @@ pub use error::{Error, Result};
 pub use genesis_kernels::{
     BinaryOp, CompareOp, MatmulPrecision, MatmulShape, ReduceOp, ReduceShape, Sampler, UnaryOp,
 };
-pub use layout::{Dims, Layout, LayoutError, StridedBlocks, Strides, checked_numel};
-pub use mapped::{DEFAULT_SHARED_MODE, MapMode};
+pub use layout::{
+    Dims, Layout, LayoutError, MAX_RANK, StridedBlocks, Strides, check_rank, checked_numel,
+};
+pub use mapped::{DEFAULT_SHARED_MODE, MapMode, regular_file_len};
 pub use storage::{
     BinaryRhs, HostBytes, HostSlice, PoolInfo, Reduced, Storage, StorageInfo, ViewInfo,
     reduce_dtype,

@@ -6,6 +6,9 @@
 //! exists), `attach_shared` maps an existing one, `unlink_shared` removes the name (mappings
 //! stay valid until dropped).
 //!
+//! - `map_file` maps only a regular file (symbolic links followed): a FIFO, a device, a
+//!   directory or a socket is [`Error::NotRegularFile`], found before any read, and the file
+//!   is opened non-blocking so that a FIFO swapped in meanwhile cannot make the open wait.
 //! - A new segment is mode 0600 unless asked (`create_shared_mode`), and its bytes are
 //!   reserved with `posix_fallocate`: a segment larger than the free space of `/dev/shm` is
 //!   [`Error::SharedNoSpace`], not a process killed by `SIGBUS` at its first write to a page
@@ -157,7 +160,78 @@ fn io(path: &Path, e: std::io::Error) -> Error {
     }
 }
 
-/// Maps `len` elements of `dtype` at byte `offset` of the file at `path`.
+/// What `meta` describes when it is not a regular file (`None` for a regular file).
+fn not_regular(meta: &std::fs::Metadata) -> Option<&'static str> {
+    let t = meta.file_type();
+    if t.is_file() {
+        return None;
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_fifo() {
+            return Some("a FIFO");
+        }
+        if t.is_char_device() {
+            return Some("a character device");
+        }
+        if t.is_block_device() {
+            return Some("a block device");
+        }
+        if t.is_socket() {
+            return Some("a socket");
+        }
+    }
+    Some(if t.is_dir() {
+        "a directory"
+    } else {
+        "not a regular file"
+    })
+}
+
+fn refuse_irregular(path: &Path, meta: &std::fs::Metadata) -> Result<()> {
+    match not_regular(meta) {
+        None => Ok(()),
+        Some(kind) => Err(Error::NotRegularFile {
+            path: path.display().to_string(),
+            kind,
+        }),
+    }
+}
+
+/// The length in bytes of the regular file at `path` (symbolic links followed), found
+/// without opening it; [`Error::NotRegularFile`] for anything else (a FIFO, whose open or
+/// read may wait forever; a device such as `/dev/zero` or `/dev/urandom`, which never ends;
+/// a directory; a socket), [`Error::Io`] when it cannot be examined.
+///
+/// Readers of untrusted paths call it before reading, and bound what they read by the
+/// length: [`Storage::map_file`] does, and `genesis::load_safetensors` maps the file through
+/// it.
+pub fn regular_file_len(path: impl AsRef<Path>) -> Result<u64> {
+    let path = path.as_ref();
+    let meta = std::fs::metadata(path).map_err(|e| io(path, e))?;
+    refuse_irregular(path, &meta)?;
+    Ok(meta.len())
+}
+
+/// Opens the regular file at `path` (symbolic links followed) for `mode`, refusing anything
+/// else: it is examined before the open (a device is never opened), opened non-blocking (a
+/// FIFO put in its place meanwhile does not wait for a writer) and examined again through the
+/// descriptor (what was opened is what is mapped). Returns the file and its length.
+fn open_regular(path: &Path, mode: MapMode) -> Result<(File, u64)> {
+    regular_file_len(path)?;
+    let mut opts = OpenOptions::new();
+    opts.read(true).write(mode == MapMode::ReadWrite);
+    #[cfg(unix)]
+    opts.custom_flags(libc::O_NONBLOCK);
+    let file = opts.open(path).map_err(|e| io(path, e))?;
+    let meta = file.metadata().map_err(|e| io(path, e))?;
+    refuse_irregular(path, &meta)?;
+    Ok((file, meta.len()))
+}
+
+/// Maps `len` elements of `dtype` at byte `offset` of the regular file at `path`
+/// ([`Error::NotRegularFile`] for anything else).
 pub(crate) fn map_file(
     path: &Path,
     dtype: DType,
@@ -175,13 +249,8 @@ pub(crate) fn map_file(
     if nbytes == 0 {
         return Err(Error::EmptyMapping);
     }
-    let file = OpenOptions::new()
-        .read(true)
-        .write(mode == MapMode::ReadWrite)
-        .open(path)
-        .map_err(|e| io(path, e))?;
-    let file_len =
-        usize::try_from(file.metadata().map_err(|e| io(path, e))?.len()).unwrap_or(usize::MAX);
+    let (file, file_len) = open_regular(path, mode)?;
+    let file_len = usize::try_from(file_len).unwrap_or(usize::MAX);
     let end = offset
         .checked_add(nbytes)
         .ok_or(Error::SizeOverflow { len, dtype })?;

@@ -54,6 +54,17 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// A print option out of its documented range (see
+    /// [`PrintOptions::validate`](crate::PrintOptions::validate)).
+    #[error("set_printoptions: {option} = {value} is out of range (allowed: {allowed})")]
+    InvalidPrintOption {
+        /// The field of [`PrintOptions`](crate::PrintOptions).
+        option: &'static str,
+        /// The value given.
+        value: usize,
+        /// The range allowed.
+        allowed: &'static str,
+    },
     /// A scalar operand that the tensor's dtype cannot represent exactly (a fraction or an
     /// out-of-range value for an integer dtype).
     #[error("{op}: scalar {value} is not representable in {dtype}")]

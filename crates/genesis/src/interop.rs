@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use genesis_storage::{DType, Device, Storage};
+use genesis_storage::{DType, Device, MapMode, Storage};
 use safetensors::tensor::{Dtype as StDtype, SafeTensors, View as StView};
 
 use crate::{Error, Result, Tensor};
@@ -256,6 +256,7 @@ fn decode(op: &'static str, bytes: &[u8], device: Device) -> Result<Decoded> {
             )
         })?;
         let shape = &info.shape;
+        genesis_storage::check_rank(shape.len())?;
         // Zero-sized dimensions make any shape's element count fit; the strides of the others
         // must fit too.
         let fits = shape
@@ -328,28 +329,66 @@ pub fn deserialize_safetensors_with_metadata(
     decode("deserialize_safetensors_with_metadata", bytes, device)
 }
 
-fn read_file(op: &'static str, path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|e| invalid(op, format!("{}: {e}", path.display())))
-}
-
+/// Decodes the safetensors file at `path`, read through a read-only mapping of it.
+///
+/// The path must name a regular file (symbolic links followed): a FIFO, a device
+/// (`/dev/zero`, `/dev/urandom`), a directory or a socket is refused before it is opened or
+/// read ([`genesis_storage::regular_file_len`]), and the mapping refuses one swapped in
+/// meanwhile. Only the bytes the header names are read: its length (at most the format's
+/// 100 MB header limit) and the tensors' data, which must end exactly at the end of the file
+/// (a truncated file, or one whose header claims more data than it holds, is an error before
+/// any data is read). A file truncated by another process while it is read reads as zeros
+/// there and is reported ([`genesis_storage::Error::MappingTruncated`]), never a crash.
 fn decode_file(op: &'static str, path: &Path, device: Device) -> Result<Decoded> {
-    let bytes = read_file(op, path)?;
-    decode(op, &bytes, device).map_err(|e| match e {
+    let with_path = |e: Error| match e {
         Error::InvalidArgument { op, reason } => Error::InvalidArgument {
             op,
             reason: format!("{}: {reason}", path.display()),
         },
         e => e,
-    })
+    };
+    // An I/O failure is `InvalidArgument` naming the path, as for the writers.
+    let io = |e: genesis_storage::Error| match e {
+        genesis_storage::Error::Io { path, message } => invalid(op, format!("{path}: {message}")),
+        e => e.into(),
+    };
+    let len = genesis_storage::regular_file_len(path).map_err(io)?;
+    if len < 8 {
+        return Err(with_path(invalid(
+            op,
+            format!(
+                "not a valid safetensors file: {len} bytes, too short for the 8-byte header length"
+            ),
+        )));
+    }
+    let len = usize::try_from(len).map_err(|_| {
+        with_path(invalid(
+            op,
+            format!("{len} bytes is more than this machine can address"),
+        ))
+    })?;
+    let file = Storage::map_file(path, DType::U8, 0, len, MapMode::ReadOnly).map_err(io)?;
+    let bytes = file
+        .host_bytes()
+        .ok_or_else(|| invalid(op, "a mapped file is not readable on the host".into()))?;
+    let decoded = decode(op, &bytes, device).map_err(with_path)?;
+    drop(bytes);
+    // The file may have been truncated while it was read (the lost bytes read as zeros).
+    file.check_mapping().map_err(io)?;
+    Ok(decoded)
 }
 
 /// Loads the tensors of the safetensors file at `path` onto `device`, sorted by name (the
 /// order of a file's tensors is not meaningful: writers sort them by alignment).
 ///
-/// The file is read whole into memory, then each tensor is copied to `device`. Errors (never
-/// panics) on I/O failures (the message names the path), on a file that is not valid
-/// safetensors, and on a dtype Genesis lacks (`U16`, `U32`, `U64`, the 8-bit and smaller
-/// floats, `C64`), naming the tensor. See [`save_safetensors`] for an example.
+/// The file is mapped read-only and each tensor is copied from it to `device`. Errors (never
+/// panics or hangs) on I/O failures (the message names the path), on a path that is not a
+/// regular file ([`genesis_storage::Error::NotRegularFile`]: a FIFO, a device such as
+/// `/dev/zero`, a directory, a socket, or a symbolic link to one), on a file that is not valid
+/// safetensors (including a truncated one, a header over the format's 100 MB limit, and a
+/// shape of more than [`MAX_RANK`](crate::MAX_RANK) dimensions), and on a dtype Genesis lacks
+/// (`U16`, `U32`, `U64`, the 8-bit and smaller floats, `C64`), naming the tensor. Only the
+/// bytes the header names are read. See [`save_safetensors`] for an example.
 pub fn load_safetensors(path: impl AsRef<Path>, device: Device) -> Result<Vec<(String, Tensor)>> {
     Ok(decode_file("load_safetensors", path.as_ref(), device)?.0)
 }

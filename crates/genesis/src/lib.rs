@@ -12,6 +12,10 @@
 //!
 //! With the `cuda` feature, `Device::Cuda(n)` puts tensors on GPU `n`; without it (the default)
 //! asking for a CUDA device is a typed error.
+//!
+//! A tensor has at most [`MAX_RANK`] (64, NumPy's limit) dimensions: creation, views,
+//! reshapes, indexing and loaded files refuse more with a typed error
+//! ([`LayoutError::RankTooLarge`], inside [`Error::Storage`]).
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
@@ -38,7 +42,7 @@ pub use args::{Dim, Dims, Operand, OperandRef, Scalar, ScalarValue};
 pub use error::{Error, Result};
 pub use genesis_index::{IndexItem, IndexTensor, ToIndex};
 pub use genesis_storage::{BinaryOp, CompareOp, ReduceOp, UnaryOp};
-pub use genesis_storage::{DType, Device, Layout, WithDType};
+pub use genesis_storage::{DType, Device, Layout, LayoutError, MAX_RANK, WithDType};
 pub use half::{bf16, f16};
 pub use index::{IndexArg, IndexInt, SliceArg};
 pub use interop::{

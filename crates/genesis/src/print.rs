@@ -16,18 +16,23 @@ use std::sync::{Arc, Mutex};
 use genesis_index::{IndexItem, IndexTensor};
 use genesis_storage::{DType, Device, Layout, View};
 
-use crate::{Result, Tensor};
+use crate::{Error, Result, Tensor};
 
-/// How tensors print (PyTorch's `torch.set_printoptions`); see [`set_printoptions`].
+/// How tensors print (PyTorch's `torch.set_printoptions`); see [`set_printoptions`], which
+/// checks every field against its documented range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PrintOptions {
-    /// Digits after the decimal point of floats (default 4).
+    /// Digits after the decimal point of floats (default 4), at most
+    /// [`PrintOptions::MAX_PRECISION`].
     pub precision: usize,
-    /// Above this many elements a tensor is summarised (default 1000).
+    /// Above this many elements a tensor is summarised (default 1000); any value: 0
+    /// summarises every non-empty tensor, `usize::MAX` none.
     pub threshold: usize,
-    /// Items shown at each end of a summarised dimension (default 3).
+    /// Items shown at each end of a summarised dimension (default 3), at most
+    /// [`PrintOptions::MAX_EDGEITEMS`]; 0 shows `...` alone (with the size).
     pub edgeitems: usize,
-    /// Characters per line before a break (default 80).
+    /// Characters per line before a break (default 80), at least 1 (a line always holds
+    /// one element, however narrow).
     pub linewidth: usize,
     /// Force scientific notation on (`Some(true)`) or off (`Some(false)`); `None` (the
     /// default) decides from the values.
@@ -43,6 +48,49 @@ impl PrintOptions {
         linewidth: 80,
         sci_mode: None,
     };
+
+    /// The largest `precision`: 1000 digits, beyond the 767 significant digits of the longest
+    /// exact decimal expansion of an `f64` (every digit past it is a zero), and far below the
+    /// 65535 that Rust's formatting machinery accepts.
+    pub const MAX_PRECISION: usize = 1000;
+
+    /// The largest `edgeitems`: `isize::MAX`, the longest any dimension can be (so a larger
+    /// value would change nothing), and small enough that both ends together
+    /// (`2 * edgeitems`) are a `usize`.
+    pub const MAX_EDGEITEMS: usize = isize::MAX as usize;
+
+    /// Checks every field against its range: [`Error::InvalidPrintOption`] names the first
+    /// field out of range.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |option: &'static str, value: usize, allowed: &'static str| {
+            Err(Error::InvalidPrintOption {
+                option,
+                value,
+                allowed,
+            })
+        };
+        if self.precision > PrintOptions::MAX_PRECISION {
+            return bad("precision", self.precision, "0 to 1000");
+        }
+        if self.edgeitems > PrintOptions::MAX_EDGEITEMS {
+            return bad("edgeitems", self.edgeitems, "0 to isize::MAX");
+        }
+        if self.linewidth == 0 {
+            return bad("linewidth", self.linewidth, "1 or more");
+        }
+        Ok(())
+    }
+
+    /// The options with every field brought into its range (what the printer uses, so that
+    /// it cannot fail whatever it is given).
+    fn clamped(&self) -> PrintOptions {
+        PrintOptions {
+            precision: self.precision.min(PrintOptions::MAX_PRECISION),
+            edgeitems: self.edgeitems.min(PrintOptions::MAX_EDGEITEMS),
+            linewidth: self.linewidth.max(1),
+            ..*self
+        }
+    }
 }
 
 impl Default for PrintOptions {
@@ -55,8 +103,22 @@ static OPTIONS: Mutex<PrintOptions> = Mutex::new(PrintOptions::DEFAULT);
 
 /// Sets how tensors print from now on, for the whole process (PyTorch's
 /// `torch.set_printoptions`); `PrintOptions::default()` restores PyTorch's defaults.
-pub fn set_printoptions(options: PrintOptions) {
+///
+/// Options out of range ([`PrintOptions::validate`]: `precision` above
+/// [`PrintOptions::MAX_PRECISION`], `edgeitems` above [`PrintOptions::MAX_EDGEITEMS`],
+/// `linewidth` 0) are [`Error::InvalidPrintOption`], and the options stay as they were.
+///
+/// ```
+/// use genesis::{PrintOptions, set_printoptions};
+///
+/// assert!(set_printoptions(PrintOptions { precision: 1 << 20, ..PrintOptions::default() }).is_err());
+/// assert!(set_printoptions(PrintOptions { linewidth: 0, ..PrintOptions::default() }).is_err());
+/// assert_eq!(genesis::printoptions(), PrintOptions::default());
+/// ```
+pub fn set_printoptions(options: PrintOptions) -> Result<()> {
+    options.validate()?;
     *OPTIONS.lock().unwrap_or_else(|e| e.into_inner()) = options;
+    Ok(())
 }
 
 /// The current print options.
@@ -211,11 +273,15 @@ impl Formatter {
         self.pad(s)
     }
 
+    /// `s` right-aligned to the common width (written out: a width argument of `format!` is
+    /// limited to 65535).
     fn pad(&self, s: String) -> String {
         if s.len() >= self.max_width {
             s
         } else {
-            format!("{s:>width$}", width = self.max_width)
+            let mut out = " ".repeat(self.max_width - s.len());
+            out.push_str(&s);
+            out
         }
     }
 
@@ -231,7 +297,7 @@ impl Formatter {
 /// The positions shown along a dimension of `size`: all, or the first and last `edge` when
 /// summarising (and the dimension is longer than both ends).
 fn shown(size: usize, summarize: bool, edge: usize) -> (Vec<usize>, bool) {
-    if summarize && size > 2 * edge {
+    if summarize && size > edge.saturating_mul(2) {
         ((0..edge).chain(size - edge..size).collect(), true)
     } else {
         ((0..size).collect(), false)
@@ -246,58 +312,90 @@ struct Printer<'a> {
     next: usize,
 }
 
+/// A sub-tensor being written: how many of its children are written, and their strings
+/// (with the `...` that follows the first `edgeitems` of a summarised dimension).
+struct Frame {
+    written: usize,
+    parts: Vec<String>,
+}
+
+impl Frame {
+    fn new() -> Frame {
+        Frame {
+            written: 0,
+            parts: Vec::new(),
+        }
+    }
+}
+
 impl Printer<'_> {
-    /// PyTorch's `_tensor_str_with_formatter` for the sub-tensor at dimension `level`.
-    fn render(&mut self, level: usize, indent: usize) -> String {
+    /// PyTorch's `_tensor_str_with_formatter`, written with an explicit stack of the
+    /// sub-tensors being written (one frame per dimension) instead of recursion, so that no
+    /// rank can exhaust the thread's stack.
+    fn render(&mut self, indent: usize) -> String {
         let rank = self.dims.len();
         if rank == 0 {
             self.next += 1;
             return self.fmt.value(self.values, 0);
         }
-        let (count, cut) = (self.dims[level].0.len(), self.dims[level].1);
         let edge = self.opts.edgeitems;
-        if level + 1 == rank {
-            // `_vector_str`.
-            let element_length = (self.fmt.max_width + 2) as i64;
-            let per_line =
-                ((self.opts.linewidth as i64 - indent as i64).div_euclid(element_length)).max(1);
-            let mut data = Vec::with_capacity(count + 1);
-            if cut && edge == 0 {
-                data.push("...".to_string());
-            } else {
-                for k in 0..count {
-                    if cut && k == edge {
-                        data.push(" ...".to_string());
-                    }
-                    data.push(self.fmt.value(self.values, self.next));
-                    self.next += 1;
+        let mut stack = vec![Frame::new()];
+        while !stack.is_empty() {
+            let level = stack.len() - 1;
+            let frame = &mut stack[level];
+            let (count, cut) = (self.dims[level].0.len(), self.dims[level].1);
+            let done = if level + 1 == rank {
+                self.vector(count, cut, indent.saturating_add(level))
+            } else if frame.written < count {
+                if cut && frame.written == edge {
+                    frame.parts.push("...".to_string());
                 }
+                frame.written += 1;
+                stack.push(Frame::new());
+                continue;
+            } else {
+                if cut && count == 0 {
+                    frame.parts.push("...".to_string());
+                }
+                let sep = format!(
+                    ",{}{}",
+                    "\n".repeat(rank - level - 1),
+                    " ".repeat(indent.saturating_add(level).saturating_add(1))
+                );
+                format!("[{}]", frame.parts.join(&sep))
+            };
+            stack.pop();
+            match stack.last_mut() {
+                Some(parent) => parent.parts.push(done),
+                None => return done,
             }
-            let lines: Vec<String> = data
-                .chunks(per_line as usize)
-                .map(|line| line.join(", "))
-                .collect();
-            return format!(
-                "[{}]",
-                lines.join(&format!(",\n{}", " ".repeat(indent + 1)))
-            );
         }
-        let mut slices = Vec::with_capacity(count + 1);
-        for k in 0..count {
-            if cut && k == edge {
-                slices.push("...".to_string());
+        String::new()
+    }
+
+    /// PyTorch's `_vector_str`: the last dimension, `count` elements shown (`cut`: with
+    /// `...` after the first `edgeitems`), broken into lines of `linewidth`.
+    fn vector(&mut self, count: usize, cut: bool, indent: usize) -> String {
+        let edge = self.opts.edgeitems;
+        let element_length = self.fmt.max_width.saturating_add(2);
+        let per_line = (self.opts.linewidth.saturating_sub(indent) / element_length).max(1);
+        let mut data = Vec::with_capacity(count.saturating_add(1));
+        if cut && edge == 0 {
+            data.push("...".to_string());
+        } else {
+            for k in 0..count {
+                if cut && k == edge {
+                    data.push(" ...".to_string());
+                }
+                data.push(self.fmt.value(self.values, self.next));
+                self.next += 1;
             }
-            slices.push(self.render(level + 1, indent + 1));
         }
-        if cut && count == 0 {
-            slices.push("...".to_string());
-        }
-        let sep = format!(
-            ",{}{}",
-            "\n".repeat(rank - level - 1),
-            " ".repeat(indent + 1)
-        );
-        format!("[{}]", slices.join(&sep))
+        let lines: Vec<String> = data.chunks(per_line).map(|line| line.join(", ")).collect();
+        format!(
+            "[{}]",
+            lines.join(&format!(",\n{}", " ".repeat(indent.saturating_add(1))))
+        )
     }
 }
 
@@ -328,8 +426,10 @@ impl Tensor {
         })
     }
 
-    /// PyTorch's `repr(tensor)` (what `Display` writes), with `opts`.
+    /// PyTorch's `repr(tensor)` (what `Display` writes), with `opts` (brought into their
+    /// ranges first).
     fn repr_with(&self, opts: &PrintOptions) -> String {
+        let opts = &opts.clamped();
         const PREFIX: &str = "tensor(";
         let indent = PREFIX.len();
         let mut suffixes = Vec::new();
@@ -374,7 +474,7 @@ impl Tensor {
                         opts: *opts,
                         next: 0,
                     };
-                    p.render(0, indent)
+                    p.render(indent)
                 }
                 // An error reading the elements is printed, not returned (`to_string` would
                 // panic on `fmt::Error`).
@@ -388,7 +488,7 @@ impl Tensor {
             None => out.len() + 2,
         };
         for suffix in suffixes {
-            if last_line_len + suffix.len() + 2 > opts.linewidth {
+            if last_line_len.saturating_add(suffix.len()).saturating_add(2) > opts.linewidth {
                 out.push_str(&format!(",\n{}{suffix}", " ".repeat(indent)));
                 last_line_len = indent + suffix.len();
             } else {

@@ -1248,9 +1248,11 @@ tensor_assign_operator!(MulAssign, mul_assign, BinaryOp::Mul, "mul_");
 tensor_assign_operator!(DivAssign, div_assign, BinaryOp::Div, "div_");
 
 /// The NumPy broadcast of two shapes: aligned at the last dimension, each pair of sizes equal
-/// or one of them 1.
+/// or one of them 1. A shape of more than [`MAX_RANK`](crate::MAX_RANK) dimensions is
+/// [`LayoutError::RankTooLarge`](crate::LayoutError::RankTooLarge).
 pub fn broadcast_shape(op: &'static str, a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
     let rank = a.len().max(b.len());
+    genesis_storage::check_rank(rank)?;
     let at = |s: &[usize], i: usize| {
         if i + s.len() >= rank {
             s[i + s.len() - rank]

@@ -210,10 +210,11 @@ fn print_options_change_precision_and_summary() {
         threshold: 5,
         edgeitems: 1,
         ..PrintOptions::default()
-    });
+    })
+    .unwrap();
     let x = tensor!([0.125, 1.0, 2.0, 3.0, 4.0, 5.0]).unwrap();
     let shown = x.to_string();
-    genesis::set_printoptions(PrintOptions::default());
+    genesis::set_printoptions(PrintOptions::default()).unwrap();
     assert_eq!(shown, "tensor([0.12,  ..., 5.00])");
     assert_eq!(genesis::printoptions(), PrintOptions::default());
 }

@@ -1,0 +1,192 @@
+//! Issue 49: no tensor has more than `MAX_RANK` dimensions. Every facade path that makes a
+//! shape (creation, views, reshapes, broadcasting, indexing with new axes) refuses more with
+//! `LayoutError::RankTooLarge`, for generated shapes of every rank around the limit, and a
+//! tensor of the maximum rank prints without recursing per dimension.
+
+use genesis::{
+    DType, Device, Error, IndexItem, IndexTensor, LayoutError, MAX_RANK, Tensor, broadcast_shape,
+};
+
+fn is_rank_error(e: &Error, rank: usize) -> bool {
+    let inner = match e {
+        Error::Storage(genesis_storage::Error::Layout(l)) => l,
+        Error::Index(genesis_index::Error::Storage(genesis_storage::Error::Layout(l))) => l,
+        _ => return false,
+    };
+    *inner
+        == LayoutError::RankTooLarge {
+            rank,
+            max: MAX_RANK,
+        }
+}
+
+/// `r` must succeed for a `rank` within the limit, and otherwise be `RankTooLarge` for
+/// `rank` (or for `MAX_RANK + 1`, where dimensions are added one at a time).
+fn check<T: std::fmt::Debug>(what: &str, rank: usize, r: Result<T, Error>) {
+    if rank <= MAX_RANK {
+        if let Err(e) = r {
+            panic!("{what}, rank {rank}: {e}");
+        }
+    } else {
+        match r {
+            Err(e) if is_rank_error(&e, rank) || is_rank_error(&e, MAX_RANK + 1) => {}
+            other => panic!("{what}, rank {rank}: {other:?}"),
+        }
+    }
+}
+
+fn ranks() -> impl Iterator<Item = usize> {
+    (0..=MAX_RANK + 4).chain([100, 1000, 100_000])
+}
+
+/// Shapes of `rank` dimensions holding one or two elements (and, for the largest ranks, a
+/// size-0 dimension: no element at all).
+fn shapes(rank: usize) -> Vec<Vec<usize>> {
+    let mut out = vec![vec![1; rank]];
+    if rank > 0 {
+        let mut two = vec![1; rank];
+        two[rank - 1] = 2;
+        out.push(two);
+        let mut empty = vec![1; rank];
+        empty[0] = 0;
+        out.push(empty);
+    }
+    out
+}
+
+#[test]
+fn creation_refuses_more_dimensions() {
+    let dev = Device::Cpu;
+    for rank in ranks() {
+        for shape in shapes(rank) {
+            let n: usize = shape.iter().product();
+            let s = shape.as_slice();
+            check("zeros", rank, Tensor::zeros(s, DType::F32, dev));
+            check("ones", rank, Tensor::ones(s, DType::I64, dev));
+            check("empty", rank, Tensor::empty(s, DType::U8, dev));
+            check("full", rank, Tensor::full(s, 2.5f64, dev));
+            check(
+                "from_slice",
+                rank,
+                Tensor::from_slice(&vec![1i32; n], s, dev),
+            );
+            check(
+                "from_bools",
+                rank,
+                Tensor::from_bools(&vec![true; n], s, dev),
+            );
+            check("randn", rank, Tensor::randn(s, DType::F32, dev));
+            check("broadcast_shape", rank, broadcast_shape("test", s, &[1]));
+        }
+    }
+}
+
+#[test]
+fn views_and_reshapes_refuse_more_dimensions() {
+    let one = Tensor::from_slice(&[3.0f32], [1], Device::Cpu).unwrap();
+    let two = Tensor::from_slice(&[3.0f32, 4.0], [2], Device::Cpu).unwrap();
+    for rank in ranks() {
+        let ones = vec![1usize; rank];
+        let minus: Vec<isize> = vec![1; rank];
+        check("view", rank, one.view(ones.as_slice()));
+        check("reshape", rank, one.reshape(ones.as_slice()));
+        if rank > 0 {
+            let mut m = minus.clone();
+            m[rank - 1] = -1;
+            check("reshape -1", rank, two.reshape(m.as_slice()));
+        }
+        if rank > 0 {
+            check("expand", rank, one.expand(ones.as_slice()));
+            let mut wide = ones.clone();
+            wide[0] = 2;
+            check("expand wide", rank, one.expand(wide.as_slice()));
+            check("view two", rank, two.view(wide.as_slice()));
+        }
+    }
+}
+
+#[test]
+fn unsqueeze_and_stack_stop_at_the_limit() {
+    let mut t = Tensor::from_slice(&[1.0f32, 2.0], [2], Device::Cpu).unwrap();
+    for r in 1..MAX_RANK {
+        t = t.unsqueeze(if r % 2 == 0 { 0 } else { -1 }).unwrap();
+    }
+    assert_eq!(t.dim(), MAX_RANK);
+    for dim in [0isize, -1, MAX_RANK as isize] {
+        let e = t.unsqueeze(dim).unwrap_err();
+        assert!(is_rank_error(&e, MAX_RANK + 1), "{e}");
+    }
+    let e = Tensor::stack(&[&t, &t], 0).unwrap_err();
+    assert!(
+        matches!(e, Error::Storage(_) | Error::InvalidArgument { .. }),
+        "{e}"
+    );
+    // Operations that keep the rank work, and so does printing.
+    assert_eq!(t.add(&t).unwrap().dim(), MAX_RANK);
+    assert_eq!(t.transpose(0, -1).unwrap().dim(), MAX_RANK);
+    let s = t.to_string();
+    assert!(
+        s.starts_with(&format!("tensor({}", "[".repeat(MAX_RANK))),
+        "{s}"
+    );
+    assert_eq!(s.matches('[').count(), s.matches(']').count(), "{s}");
+    assert_eq!(
+        (s.matches("1.").count(), s.matches("2.").count()),
+        (1, 1),
+        "{s}"
+    );
+}
+
+#[test]
+fn indexing_with_new_axes_stops_at_the_limit() {
+    let x = Tensor::from_slice(&[1i64, 2, 3], [3], Device::Cpu).unwrap();
+    for k in [
+        0,
+        1,
+        MAX_RANK - 2,
+        MAX_RANK - 1,
+        MAX_RANK,
+        MAX_RANK + 1,
+        1000,
+    ] {
+        let items = vec![IndexItem::NewAxis; k];
+        check("new axes", k + 1, x.i(&items));
+    }
+    // Advanced indices whose broadcast shape and the remaining dimensions together exceed the
+    // limit.
+    let deep = Tensor::zeros(vec![1usize; 40].as_slice(), DType::F32, Device::Cpu).unwrap();
+    let idx = IndexTensor::i64(&[1; 40], vec![0]);
+    let r = deep.i(&[IndexItem::Tensor(idx)]);
+    check("advanced", 79, r);
+    // Within the limit it works.
+    let idx = IndexTensor::i64(&[1; 25], vec![0]);
+    assert_eq!(deep.i(&[IndexItem::Tensor(idx)]).unwrap().dim(), 64);
+}
+
+#[test]
+fn deep_tensors_print_on_a_small_stack() {
+    for rank in [MAX_RANK - 1, MAX_RANK] {
+        let mut shape = vec![1usize; rank];
+        shape[0] = 2;
+        shape[rank - 1] = 3;
+        let t = Tensor::from_slice(&[1i32, 2, 3, 4, 5, 6], shape.as_slice(), Device::Cpu).unwrap();
+        let s = std::thread::Builder::new()
+            .stack_size(64 * 1024)
+            .spawn(move || t.to_string())
+            .unwrap()
+            .join()
+            .unwrap();
+        let open = "[".repeat(rank - 1);
+        let close = "]".repeat(rank - 1);
+        let sep = format!(",{}{}", "\n".repeat(rank - 1), " ".repeat(8));
+        // The last line is longer than 80 characters: the suffix goes on a line of its own.
+        let want = format!(
+            "tensor([{}[1, 2, 3]{}{sep}{}[4, 5, 6]{}],\n       dtype=torch.int32)",
+            &open[1..],
+            &close[1..],
+            &open[1..],
+            &close[1..],
+        );
+        assert_eq!(s, want, "rank {rank}");
+    }
+}

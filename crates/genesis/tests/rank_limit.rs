@@ -190,3 +190,22 @@ fn deep_tensors_print_on_a_small_stack() {
         assert_eq!(s, want, "rank {rank}");
     }
 }
+
+#[cfg(feature = "ndarray")]
+#[test]
+fn ndarray_arrays_of_more_dimensions_are_refused() {
+    use ndarray::{ArrayD, IxDyn};
+    for rank in [0, 1, MAX_RANK - 1, MAX_RANK, MAX_RANK + 1, 200] {
+        let mut shape = vec![1usize; rank];
+        if rank > 0 {
+            shape[rank - 1] = 2;
+        }
+        let a = ArrayD::<f32>::from_elem(IxDyn(&shape), 1.5);
+        let r = Tensor::from_ndarray(&a, Device::Cpu);
+        check("from_ndarray", rank, r.clone().map(|t| t.dim()));
+        if let Ok(t) = r {
+            let back = t.to_ndarray::<f32>().unwrap();
+            assert_eq!(back.shape(), shape.as_slice());
+        }
+    }
+}

@@ -280,6 +280,7 @@ fn broadcast_to(data: &[i64], shape: &[usize], target: &[usize]) -> Result<Vec<i
 /// coordinates with [`resolve_masks`](crate::resolve_masks) (its count decides the result's
 /// shape); [`get`](crate::get) and [`set`](crate::set) do that themselves.
 pub fn plan(input: &Layout, items: &[IndexItem], assign: bool) -> Result<IndexPlan> {
+    genesis_storage::check_rank(input.rank())?;
     let items = host_items(items)?;
     let items: &[IndexItem] = &items;
     let ndim = input.rank();
@@ -333,6 +334,27 @@ pub fn plan(input: &Layout, items: &[IndexItem], assign: bool) -> Result<IndexPl
             ndim,
         });
     }
+    // NumPy's limit on the result's rank, checked (as NumPy does) after the index count and
+    // before masks and broadcasting: the dimensions of slices, new axes and the ellipsis (or
+    // the trailing dimensions no item indexes), plus the largest rank of an index array (a
+    // mask gives one array of coordinates per dimension it covers, each of rank 1).
+    let new_dims = items
+        .iter()
+        .filter(|it| matches!(it, IndexItem::Slice { .. } | IndexItem::NewAxis))
+        .count()
+        + (ndim - consumed);
+    let fancy_dims = items
+        .iter()
+        .map(|it| match it {
+            IndexItem::Tensor(t) if t.dtype == IndexDType::Bool => 1,
+            IndexItem::Tensor(t) => t.shape.len(),
+            IndexItem::Stored(t) => t.view.layout().rank(),
+            IndexItem::Nonzero(_) => 1,
+            _ => 0,
+        })
+        .max()
+        .unwrap_or(0);
+    genesis_storage::check_rank(new_dims.saturating_add(fancy_dims))?;
     // Every mask's shape is checked before any integer's bounds, as NumPy does: a mask covers
     // input dimensions, whatever new axes and slices stand before it.
     let mut d = 0usize;
@@ -376,7 +398,18 @@ pub fn plan(input: &Layout, items: &[IndexItem], assign: bool) -> Result<IndexPl
                 in_dim += skip;
             }
             IndexItem::NewAxis => {
-                view = view.unsqueeze(vdim as isize)?;
+                // Not `Layout::unsqueeze`, which refuses a rank above `MAX_RANK`: while the
+                // dimensions that advanced indices replace are still whole, the view may have
+                // more (the result's rank was checked above).
+                let (mut shape, mut strides) = (view.shape().to_vec(), view.strides().to_vec());
+                // The stride of a size-1 dimension is never walked: wrapping is harmless.
+                let stride = match (shape.get(vdim), strides.get(vdim)) {
+                    (Some(&d), Some(&s)) => s.wrapping_mul(d as isize),
+                    _ => 1,
+                };
+                shape.insert(vdim, 1);
+                strides.insert(vdim, stride);
+                view = Layout::new(&shape, &strides, view.offset());
                 vdim += 1;
             }
             IndexItem::Int(i) => {

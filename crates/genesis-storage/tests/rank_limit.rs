@@ -124,3 +124,28 @@ fn no_view_of_more_dimensions_exists() {
         }
     }
 }
+
+#[test]
+fn storage_operations_refuse_layouts_of_more_dimensions() {
+    let mut s = Storage::zeros(4, DType::F32, Device::Cpu).unwrap();
+    let src = Storage::zeros(4, DType::F32, Device::Cpu).unwrap();
+    for rank in [MAX_RANK + 1, 1000] {
+        let deep = Layout::contiguous(&vec![1; rank]);
+        let e = s.contiguous(&deep).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                genesis_storage::Error::Layout(LayoutError::RankTooLarge { .. })
+            ),
+            "{e}"
+        );
+        let e = s.copy_strided_from(&deep, &src, &deep).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                genesis_storage::Error::Layout(LayoutError::RankTooLarge { .. })
+            ),
+            "{e}"
+        );
+    }
+}

@@ -161,6 +161,25 @@ fn indexing_with_new_axes_stops_at_the_limit() {
     // Within the limit it works.
     let idx = IndexTensor::i64(&[1; 25], vec![0]);
     assert_eq!(deep.i(&[IndexItem::Tensor(idx)]).unwrap().dim(), 64);
+    // NumPy's rule counts the result: the dimensions that advanced indices replace do not
+    // count, even while new axes stand beside them (here 65 dimensions before the indices
+    // apply, 64 after).
+    let x = Tensor::from_slice(&[1i64, 2, 3, 4, 5, 6], [3, 2], Device::Cpu).unwrap();
+    for axes in [62, 63, 64] {
+        let mut items = vec![IndexItem::NewAxis; axes];
+        items.push(IndexItem::Tensor(IndexTensor::i64(&[1], vec![2])));
+        items.push(IndexItem::Int(1));
+        let r = x.i(&items);
+        check(
+            "new axes and advanced",
+            axes + 1,
+            r.clone().map(|t| t.dim()),
+        );
+        if let Ok(t) = r {
+            assert_eq!(t.dim(), axes + 1);
+            assert_eq!(t.to_vec::<i64>().unwrap(), [6]);
+        }
+    }
 }
 
 #[test]

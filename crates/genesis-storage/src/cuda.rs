@@ -68,14 +68,18 @@ pub fn device_pool(ordinal: usize) -> Result<&'static DevicePool> {
     Ok(slot.get_or_init(|| DevicePool { ctx, allocator }))
 }
 
-/// The pinned host memory pool (registered with device 0), created on first use.
+/// The pinned host memory pool (registered with device 0), created on first use. Its limit is
+/// the host's memory ([`crate::cpu::host_memory_limit`]): the driver may report success for a
+/// page-locked request far beyond it (seen on a host that overcommits memory) and hand back
+/// less than was asked, so such requests never reach it.
 pub fn pinned_pool() -> Result<&'static CachingAllocator<PinnedHostBackend>> {
     static PINNED: OnceLock<CachingAllocator<PinnedHostBackend>> = OnceLock::new();
     if let Some(p) = PINNED.get() {
         return Ok(p);
     }
     let ctx = Context::get(0)?;
-    let pool = pinned_allocator(&ctx, usize::MAX / 2)?;
+    let limit = crate::cpu::host_memory_limit().unwrap_or(usize::MAX / 2);
+    let pool = pinned_allocator(&ctx, limit.min(usize::MAX / 2))?;
     Ok(PINNED.get_or_init(|| pool))
 }
 
@@ -511,6 +515,8 @@ pub(crate) struct PinnedMem {
 impl PinnedMem {
     #[track_caller]
     pub(crate) fn new(nbytes: usize) -> Result<PinnedMem> {
+        // More than the host has is refused before the pool or the driver sees it.
+        crate::cpu::check_host_bytes(nbytes)?;
         let alloc = if nbytes == 0 {
             None
         } else {

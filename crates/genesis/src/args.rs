@@ -2,7 +2,7 @@
 //! every numeric type ([`Scalar`]) and right-hand operands that are a tensor or a scalar
 //! ([`Operand`]).
 
-use genesis_storage::{BinaryOp, BinaryRhs, DType, Storage};
+use genesis_storage::{BinaryOp, DType, Storage};
 
 use crate::tensor::host_scalar;
 use crate::{Device, Error, Result, Tensor};
@@ -288,35 +288,238 @@ pub(crate) fn scalar_storage(
     }
 }
 
+/// The range of an integer dtype.
+fn int_range(dtype: DType) -> (i128, i128) {
+    match dtype {
+        DType::U8 => (0, u8::MAX.into()),
+        DType::I8 => (i8::MIN.into(), i8::MAX.into()),
+        DType::I16 => (i16::MIN.into(), i16::MAX.into()),
+        DType::I32 => (i32::MIN.into(), i32::MAX.into()),
+        _ => (i64::MIN.into(), i64::MAX.into()),
+    }
+}
+
+/// `v` reduced modulo the width of integer `dtype` (two's complement, as C's conversions).
+fn wrap_int(v: i64, dtype: DType) -> i64 {
+    match dtype {
+        DType::U8 => i64::from(v as u8),
+        DType::I8 => i64::from(v as i8),
+        DType::I16 => i64::from(v as i16),
+        DType::I32 => i64::from(v as i32),
+        _ => v,
+    }
+}
+
+/// One element `v` (in range) of integer `dtype` as a host storage.
+fn int_element(dtype: DType, v: i64) -> Result<Storage> {
+    let cpu = genesis_storage::Device::Cpu;
+    Ok(match dtype {
+        DType::U8 => Storage::from_slice(&[v as u8], cpu)?,
+        DType::I8 => Storage::from_slice(&[v as i8], cpu)?,
+        DType::I16 => Storage::from_slice(&[v as i16], cpu)?,
+        DType::I32 => Storage::from_slice(&[v as i32], cpu)?,
+        _ => Storage::from_slice(&[v], cpu)?,
+    })
+}
+
+/// One element of float `dtype` holding `f` rounded to it (overflow gives an infinity). A
+/// narrow float is rounded through `f32`, as C++'s `Half(float(x))` in PyTorch.
+fn float_element(dtype: DType, f: f64) -> Result<Storage> {
+    let cpu = genesis_storage::Device::Cpu;
+    Ok(match dtype {
+        DType::F64 => Storage::from_slice(&[f], cpu)?,
+        DType::F32 => Storage::from_slice(&[f as f32], cpu)?,
+        DType::F16 => Storage::from_slice(&[half::f16::from_f32(f as f32)], cpu)?,
+        _ => Storage::from_slice(&[half::bf16::from_f32(f as f32)], cpu)?,
+    })
+}
+
+/// One element of float `dtype` holding the integer `i` (rounded once to `f32` for the
+/// 32-bit and narrower floats, as C++'s `float(int64_t)`).
+fn float_element_of_int(dtype: DType, i: i64) -> Result<Storage> {
+    match dtype {
+        DType::F64 => float_element(dtype, i as f64),
+        d => float_element(d, f64::from(i as f32)),
+    }
+}
+
+fn bool_element(b: bool) -> Result<Storage> {
+    Ok(Storage::from_bytes(
+        &[u8::from(b)],
+        DType::Bool,
+        genesis_storage::Device::Cpu,
+    )?)
+}
+
+/// The largest finite value of float `dtype`.
+fn float_max(dtype: DType) -> f64 {
+    match dtype {
+        DType::F16 => half::f16::MAX.to_f64(),
+        DType::BF16 => half::bf16::MAX.to_f64(),
+        DType::F32 => f64::from(f32::MAX),
+        _ => f64::MAX,
+    }
+}
+
+/// A number as an operand of an elementwise op, PyTorch's "wrapped number": converted to the
+/// op's dtype as C++ converts (an integer wraps into a narrower integer dtype, `300` in
+/// `uint8` is `44`; a float rounds, overflowing to an infinity; anything is `true` in `bool`
+/// when non-zero). Only an integer beyond `int64` (a Rust `u64` above `i64::MAX`, which no
+/// Python int reaching PyTorch can be) is [`Error::ScalarOutOfRange`].
+pub(crate) fn wrapped_scalar(
+    op: &'static str,
+    dtype: DType,
+    value: ScalarValue,
+) -> Result<Storage> {
+    let beyond = || Error::ScalarOutOfRange {
+        op,
+        value: value.to_f64(),
+        dtype,
+    };
+    match value {
+        _ if dtype == DType::Bool => bool_element(value.to_f64() != 0.0),
+        ScalarValue::Bool(b) if is_integer(dtype) => int_element(dtype, i64::from(b)),
+        ScalarValue::Bool(b) => float_element(dtype, f64::from(u8::from(b))),
+        ScalarValue::Int(i) => {
+            let v = i64::try_from(i).map_err(|_| beyond())?;
+            if is_integer(dtype) {
+                int_element(dtype, wrap_int(v, dtype))
+            } else {
+                float_element_of_int(dtype, v)
+            }
+        }
+        // A float reaches an integer dtype only through an explicit conversion: as checked.
+        ScalarValue::Float(_) if is_integer(dtype) => checked_scalar(op, dtype, value),
+        ScalarValue::Float(f) => float_element(dtype, f),
+    }
+}
+
+/// A number as the value of a fill, a bound or a `where` branch (`fill_`, `full_like`,
+/// `masked_fill`, `index_fill`, `clamp`, `where`): converted to `dtype` as PyTorch's
+/// `Scalar::to` (`checked_convert`) does. A finite value beyond a float dtype's range, NaN or
+/// an infinity into an integer dtype, and an integer outside the integer dtype's range are
+/// [`Error::ScalarOutOfRange`]; a float into an integer dtype must lie in its range and drops
+/// its fraction; `uint8` also takes the integers -255..=-1, wrapping (PyTorch's allowance for
+/// unsigned types); `bool` takes anything, non-zero (NaN included) being `true`.
+pub(crate) fn checked_scalar(
+    op: &'static str,
+    dtype: DType,
+    value: ScalarValue,
+) -> Result<Storage> {
+    let refuse = || Error::ScalarOutOfRange {
+        op,
+        value: value.to_f64(),
+        dtype,
+    };
+    let int_in_range = |i: i128| -> Result<Storage> {
+        let (lo, hi) = int_range(dtype);
+        let lo = if dtype == DType::U8 { -hi } else { lo };
+        if !(lo..=hi).contains(&i) {
+            return Err(refuse());
+        }
+        int_element(dtype, wrap_int(i as i64, dtype))
+    };
+    match value {
+        _ if dtype == DType::Bool => {
+            let f = value.to_f64();
+            bool_element(f != 0.0 || f.is_nan())
+        }
+        ScalarValue::Bool(b) if is_integer(dtype) => int_element(dtype, i64::from(b)),
+        ScalarValue::Bool(b) => float_element(dtype, f64::from(u8::from(b))),
+        ScalarValue::Int(i) if is_integer(dtype) => int_in_range(i),
+        ScalarValue::Int(i) => {
+            let v = i64::try_from(i).map_err(|_| refuse())?;
+            if (v as f64).abs() > float_max(dtype) {
+                return Err(refuse());
+            }
+            float_element_of_int(dtype, v)
+        }
+        ScalarValue::Float(f) if is_integer(dtype) => {
+            if !f.is_finite() {
+                return Err(refuse());
+            }
+            // The value itself must lie in the dtype's range (no unsigned allowance for floats:
+            // -0.5 is refused by uint8); the fraction is then dropped.
+            let (lo, hi) = int_range(dtype);
+            if f < lo as f64 || f >= hi as f64 + 1.0 {
+                return Err(refuse());
+            }
+            int_element(dtype, f.trunc() as i64)
+        }
+        ScalarValue::Float(f) => {
+            if f.is_finite() && f.abs() > float_max(dtype) {
+                return Err(refuse());
+            }
+            float_element(dtype, f)
+        }
+    }
+}
+
+/// Whether float `dtype` holds `value` exactly (NaN and the infinities count as held).
+pub(crate) fn holds_exactly(dtype: DType, value: ScalarValue) -> bool {
+    let f = match value {
+        ScalarValue::Bool(_) => return true,
+        ScalarValue::Float(f) => f,
+        ScalarValue::Int(i) => {
+            let f = i as f64;
+            if f as i128 != i {
+                return false;
+            }
+            f
+        }
+    };
+    if !f.is_finite() {
+        return true;
+    }
+    let back = match dtype {
+        DType::F16 => half::f16::from_f64(f).to_f64(),
+        DType::BF16 => half::bf16::from_f64(f).to_f64(),
+        DType::F32 => f64::from(f as f32),
+        _ => f,
+    };
+    back == f
+}
+
 impl Tensor {
-    /// A 0-d tensor of `value` in this tensor's dtype, on its device.
+    /// A 0-d tensor of `value` in this tensor's dtype, on its device, converted as a fill value
+    /// ([`checked_scalar`]).
     pub(crate) fn scalar_tensor_like(
         &self,
         op: &'static str,
         value: ScalarValue,
     ) -> Result<Tensor> {
-        let host = scalar_storage(op, self.dtype(), value)?;
+        let host = checked_scalar(op, self.dtype(), value)?;
         Tensor::from_storage(host.to_device(self.device())?, &[])
     }
 
-    /// `op(self, value)` with PyTorch's promotion; in the result dtype (`self`'s unless the
-    /// scalar's category is higher) the scalar must be exact.
+    /// `op(self, value)` by PyTorch's rules for a Python number: the result dtype by promotion,
+    /// the number converted to it as C++ converts ([`wrapped_scalar`]), and a float16 or
+    /// bfloat16 result computed in float32 with the number as a float32 (PyTorch's "opmath")
+    /// when the narrow dtype does not hold the number exactly (`bf16 144 * 0.1` is `14.375`,
+    /// not `144 * bf16(0.1)`). `maximum`/`minimum` with a number are `clamp_min`/`clamp_max`.
     pub(crate) fn binary_scalar_value(&self, op: BinaryOp, value: ScalarValue) -> Result<Tensor> {
         check_int_pow(op, self.dtype(), value)?;
+        match op {
+            BinaryOp::Maximum => return self.clamp_scalars("maximum", Some(value), None),
+            BinaryOp::Minimum => return self.clamp_scalars("minimum", None, Some(value)),
+            _ => {}
+        }
+        let r = self.binary_result_type(op, OperandRef::Scalar(value))?;
+        if op == BinaryOp::Pow {
+            // PyTorch's `pow(Tensor, Scalar)` takes the exponent by checked conversion.
+            checked_scalar(op.name(), r, value)?;
+        }
+        if needs_opmath(r, value) {
+            return self
+                .cast_to(DType::F32)?
+                .binary_scalar_value(op, value)?
+                .cast_to(r);
+        }
         if self.needs_promotion(op, OperandRef::Scalar(value)) {
             return self.binary_promoted(op, OperandRef::Scalar(value));
         }
-        match value.as_number() {
-            ScalarValue::Int(_) if is_integer(self.dtype()) => {
-                let s = scalar_storage(op.name(), self.dtype(), value)?;
-                let out =
-                    self.view
-                        .storage()
-                        .binary_strided(op, self.layout(), BinaryRhs::Scalar(&s))?;
-                Tensor::from_storage(out, self.shape())
-            }
-            v => self.binary_scalar(op, v.to_f64()),
-        }
+        let s = wrapped_scalar(op.name(), self.dtype(), value)?;
+        self.binary_scalar_storage(op, &s)
     }
 
     /// `op(self, rhs)` for a tensor or a scalar.
@@ -328,11 +531,16 @@ impl Tensor {
         }
     }
 
-    /// `op(value, self)`: a scalar on the left, as a 0-d tensor of the promoted dtype.
+    /// `op(value, self)`: a scalar on the left, as a 0-d tensor of the promoted dtype (in
+    /// float32 for a float16 or bfloat16 result the narrow dtype cannot hold the number in, as
+    /// [`Tensor::binary_scalar_value`]).
     #[track_caller]
     pub(crate) fn scalar_binary(value: ScalarValue, op: BinaryOp, rhs: &Tensor) -> Result<Tensor> {
         // The result dtype of `op(rhs, value)` is that of `op(value, rhs)`.
         let r = rhs.binary_result_type(op, OperandRef::Scalar(value))?;
+        if needs_opmath(r, value) {
+            return Tensor::scalar_binary(value, op, &rhs.cast_to(DType::F32)?)?.cast_to(r);
+        }
         let lhs = Tensor::scalar_on(op.name(), r, value, rhs.device())?;
         lhs.binary(op, rhs)
     }
@@ -348,6 +556,18 @@ impl Tensor {
         }
         if let OperandRef::Scalar(v) = rhs {
             check_int_pow(op, self.dtype(), v)?;
+            // Computed out of place by the scalar rules (float32 for a narrow float, clamp for
+            // maximum/minimum), then written back: the result dtype must cast to `self`'s.
+            let r = self.binary_result_type(op, rhs)?;
+            if op == BinaryOp::Pow {
+                checked_scalar(op.name(), r, v)?;
+            }
+            if needs_opmath(r, v) || matches!(op, BinaryOp::Maximum | BinaryOp::Minimum) {
+                crate::promote::check_cast(op.name(), r, self.dtype())?;
+                let out = self.binary_scalar_value(op, v)?;
+                crate::promote::check_cast(op.name(), out.dtype(), self.dtype())?;
+                return self.copy_(&out.cast_to(self.dtype())?);
+            }
         }
         if self.needs_promotion(op, rhs) {
             return self.binary_promoted_(op, rhs);
@@ -355,11 +575,20 @@ impl Tensor {
         match rhs {
             OperandRef::Tensor(t) => self.binary_(op, t),
             OperandRef::Scalar(v) => {
-                let s = self.scalar_tensor_like(op.name(), v)?;
+                let host = wrapped_scalar(op.name(), self.dtype(), v)?;
+                let s = Tensor::from_storage(host.to_device(self.device())?, &[])?;
                 self.binary_(op, &s)
             }
         }
     }
+}
+
+/// Whether an op with a number and a result of dtype `r` computes in float32: `r` is float16
+/// or bfloat16 and does not hold the number exactly (PyTorch computes these dtypes in float32,
+/// the number taken as a float32; with a number the narrow dtype holds the kernels' own
+/// rounding is the same, since they compute in float32 too).
+fn needs_opmath(r: DType, value: ScalarValue) -> bool {
+    matches!(r, DType::F16 | DType::BF16) && !holds_exactly(r, value)
 }
 
 /// PyTorch's rule for an integer (or bool) tensor to the power of an integer scalar: a

@@ -8,6 +8,7 @@ use genesis_kernels::gather::Along;
 use genesis_storage::{DType, Device, ReduceOp, ReduceShape, Storage, UnaryOp};
 
 use crate::args::{Dim, Dims, shape_spec, wrap_dim};
+use crate::reduce::{line_shape, scan_shape};
 use crate::tensor::{host_scalar, numel_of};
 use crate::{Error, Result, Tensor};
 
@@ -300,16 +301,11 @@ impl Tensor {
             .collect();
         let first = reduced.iter().position(|&r| r).unwrap_or(rank);
         let last = reduced.iter().rposition(|&r| r).map_or(rank, |l| l + 1);
-        let prod = |s: &[usize]| s.iter().product::<usize>();
         if self.is_contiguous() && reduced[first..last].iter().all(|&r| r) {
             return Ok(Reduction {
                 storage: Arc::clone(self.view.storage()),
                 start: self.first_element(),
-                shape: ReduceShape {
-                    outer: prod(&shape[..first]),
-                    r: prod(&shape[first..last]),
-                    inner: prod(&shape[last..]),
-                },
+                shape: line_shape(&shape[..first], &shape[first..last], &shape[last..])?,
                 out_shape,
             });
         }
@@ -320,15 +316,15 @@ impl Tensor {
             .chain((0..rank).filter(|&i| reduced[i]))
             .collect();
         let moved = self.permute(&perm)?.view.contiguous()?;
-        let outer = kept.iter().map(|&i| shape[i]).product();
-        let r = (0..rank)
+        let outer: Vec<usize> = kept.iter().map(|&i| shape[i]).collect();
+        let r: Vec<usize> = (0..rank)
             .filter(|&i| reduced[i])
             .map(|i| shape[i])
-            .product();
+            .collect();
         Ok(Reduction {
             storage: Arc::new(moved),
             start: 0,
-            shape: ReduceShape { outer, r, inner: 1 },
+            shape: line_shape(&outer, &r, &[])?,
             out_shape,
         })
     }
@@ -399,11 +395,7 @@ impl Tensor {
                 r: 1,
                 inner: 1,
             },
-            Some(d) => ReduceShape {
-                outer: shape[..d].iter().product(),
-                r: shape[d],
-                inner: shape[d + 1..].iter().product(),
-            },
+            Some(d) => scan_shape(&shape[..d], &shape[d..d + 1], &shape[d + 1..])?,
         };
         let (a, start) = self.dense_operand(&shape)?;
         let out = if prod {

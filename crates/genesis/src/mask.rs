@@ -1,6 +1,6 @@
 //! Boolean masks on any device: `masked_select` (`x[mask]`) and `masked_fill`.
 
-use crate::args::scalar_storage;
+use crate::args::checked_scalar;
 use crate::tensor::{broadcast_shape, numel_of};
 use crate::{DType, Error, Result, Scalar, Tensor};
 
@@ -81,7 +81,7 @@ impl Tensor {
                 rhs: mask.shape().to_vec(),
             });
         }
-        let bytes = scalar_storage(op, self.dtype(), value.value())?.to_bytes()?;
+        let bytes = checked_scalar(op, self.dtype(), value.value())?.to_bytes()?;
         let (m, m0) = mask.dense_operand(self.shape())?;
         self.view
             .storage()

@@ -2,7 +2,7 @@
 
 use genesis_storage::{BinaryRhs, Layout, Storage};
 
-use crate::args::scalar_storage;
+use crate::args::checked_scalar;
 use crate::promote::{has_kernels, where_type};
 use crate::tensor::broadcast_shape;
 use crate::{
@@ -145,7 +145,7 @@ impl Tensor {
                     }
                     Ok(WhereValue::Tensor(t.cast_to(r)?))
                 }
-                OperandRef::Scalar(v) => Ok(WhereValue::Scalar(scalar_storage(name, r, v)?)),
+                OperandRef::Scalar(v) => Ok(WhereValue::Scalar(checked_scalar(name, r, v)?)),
             }
         };
         let (a, b) = (value(a)?, value(b)?);

@@ -24,7 +24,7 @@
 
 use genesis_storage::{BinaryOp, CompareOp, DType, Device, UnaryOp};
 
-use crate::args::{Operand, OperandRef, ScalarValue, scalar_storage};
+use crate::args::{Operand, OperandRef, ScalarValue, wrapped_scalar};
 use crate::tensor::broadcast_shape;
 use crate::{Error, Result, Tensor};
 
@@ -218,20 +218,19 @@ impl Tensor {
             Participant::Tensor(self.dtype(), self.dim()),
             Participant::of(rhs),
         ]);
+        let bool_operand = self.dtype() == DType::Bool
+            || match rhs {
+                OperandRef::Tensor(t) => t.dtype() == DType::Bool,
+                OperandRef::Scalar(v) => matches!(v, ScalarValue::Bool(_)),
+            };
         match op {
             BinaryOp::Div => Ok(div_type(r)),
-            BinaryOp::Sub if r == DType::Bool => Err(Error::InvalidArgument {
+            BinaryOp::Sub if bool_operand => Err(Error::InvalidArgument {
                 op: op.name(),
-                reason: "subtraction of two bools is not supported (use logical operations on \
-                         masks, as in PyTorch)"
+                reason: "subtraction with a bool operand is not supported (use logical \
+                         operations on masks, as in PyTorch)"
                     .into(),
             }),
-            BinaryOp::Pow if r == DType::Bool => {
-                Err(Error::Storage(genesis_storage::Error::UnsupportedDType {
-                    op: op.name(),
-                    dtype: r,
-                }))
-            }
             _ => Ok(r),
         }
     }
@@ -260,17 +259,18 @@ impl Tensor {
             broadcast_shape(name, self.shape(), t.shape())?;
         }
         let r = self.binary_result_type(op, rhs)?;
-        if let OperandRef::Scalar(v) = rhs {
-            // The scalar must be representable in the result dtype (as PyTorch checks).
-            scalar_storage(name, r, v)?;
-        }
         let c = compute_dtype(r);
         // A true division converts integers straight to float (PyTorch's
         // `promote_integer_inputs_to_float`); the other ops through the result dtype.
         let a = self.cast_via(r, c)?;
         let out = match rhs {
             OperandRef::Tensor(t) => a.binary(op, &t.cast_via(r, c)?)?,
-            OperandRef::Scalar(v) => a.binary_scalar_value(op, v.as_number())?,
+            OperandRef::Scalar(v) => {
+                // A number becomes an element of the result dtype as C++ converts it (wrapping
+                // into a narrower integer), then of the dtype the kernels compute in.
+                let s = wrapped_scalar(name, r, v)?;
+                a.binary_scalar_storage(op, &if c == r { s } else { s.to_dtype(c)? })?
+            }
         };
         out.cast_to(r)
     }
@@ -348,14 +348,15 @@ impl Tensor {
         self.copy_(&out.cast_to(self.dtype())?)
     }
 
-    /// A 0-d tensor of `value` in `dtype` on `device` (the value must be representable).
+    /// A 0-d tensor of `value` in `dtype` on `device`, converted as an operand of an
+    /// elementwise op ([`wrapped_scalar`](crate::args::wrapped_scalar)).
     pub(crate) fn scalar_on(
         op: &'static str,
         dtype: DType,
         value: ScalarValue,
         device: Device,
     ) -> Result<Tensor> {
-        let host = scalar_storage(op, dtype, value)?;
+        let host = wrapped_scalar(op, dtype, value)?;
         Tensor::from_storage(
             if device == Device::Cpu {
                 host

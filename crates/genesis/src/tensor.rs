@@ -6,9 +6,7 @@ use genesis_storage::{
     BinaryOp, BinaryRhs, DType, Device, Layout, Storage, UnaryOp, View, WithDType,
 };
 
-use crate::args::{
-    Dim, Dims, Operand, OperandRef, Scalar, ScalarValue, shape_spec, sizes, wrap_dim,
-};
+use crate::args::{Dim, Dims, Operand, OperandRef, Scalar, shape_spec, sizes, wrap_dim};
 use crate::promote::has_kernels;
 use crate::{Error, Result};
 
@@ -630,18 +628,19 @@ impl Tensor {
         self.assign(items, Value::Tensor(&value.view), true)
     }
 
-    /// `self[items] = value` for a scalar, which must be representable in the dtype (as for
-    /// [`Tensor::masked_fill`] and [`Tensor::full_like`]); in place, as [`Tensor::index_put`].
+    /// `self[items] = value` for a scalar, converted to the dtype as a fill value (PyTorch's
+    /// checked conversion, as for [`Tensor::masked_fill`] and [`Tensor::full_like`]: a float
+    /// into an integer dtype must lie in its range and drops its fraction); in place, as
+    /// [`Tensor::index_put`].
     pub fn index_fill(&self, items: &[IndexItem], value: impl Scalar) -> Result<()> {
-        let v = value.value();
-        let s = self.scalar_tensor_like("index_fill", v)?;
-        match v {
+        let host = crate::args::checked_scalar("index_fill", self.dtype(), value.value())?;
+        let x = host.to_f64_vec()?[0];
+        if x.abs() > 9_007_199_254_740_992.0 {
             // Integers beyond 2^53 are not f64 values: they go as a 0-d tensor.
-            ScalarValue::Int(i) if i.unsigned_abs() > 1 << 53 => {
-                self.assign(items, Value::Tensor(&s.view), false)
-            }
-            v => self.assign(items, Value::Scalar(v.to_f64()), false),
+            let s = Tensor::from_storage(host.to_device(self.device())?, &[])?;
+            return self.assign(items, Value::Tensor(&s.view), false);
         }
+        self.assign(items, Value::Scalar(x), false)
     }
 
     /// Elementwise `self + other`, broadcasting NumPy-style; same dtype and device. `other` is
@@ -869,7 +868,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn fill_(&self, value: impl Scalar) -> Result<()> {
-        let one = crate::args::scalar_storage("fill_", self.dtype(), value.value())?;
+        let one = crate::args::checked_scalar("fill_", self.dtype(), value.value())?;
         self.view.storage().fill_shared(self.layout(), &one)?;
         Ok(())
     }
@@ -1000,19 +999,24 @@ impl Tensor {
     #[track_caller]
     pub fn binary_scalar(&self, op: BinaryOp, scalar: f64) -> Result<Tensor> {
         let s = host_scalar(op.name(), self.dtype(), scalar)?;
+        self.binary_scalar_storage(op, &s)
+    }
+
+    /// `op(self, s)` for `s` one host element of `self`'s dtype.
+    pub(crate) fn binary_scalar_storage(&self, op: BinaryOp, s: &Storage) -> Result<Tensor> {
         if !has_kernels(self.dtype()) || (op.float_only() && !self.dtype().is_float()) {
             let s = Tensor::from_storage(s.to_device(self.device())?, &[])?;
             return self.binary(op, &s);
         }
         // `x ** 0.5` is `sqrt(x)`, as in PyTorch and NumPy: the same values but where C's `pow`
         // differs from `sqrt` (pow(-inf, 0.5) = inf and pow(-0, 0.5) = 0; sqrt gives NaN and -0).
-        if op == BinaryOp::Pow && scalar == 0.5 && self.dtype().is_float() {
+        if op == BinaryOp::Pow && self.dtype().is_float() && s.to_f64_vec()?[..] == [0.5] {
             return self.unary(UnaryOp::Sqrt);
         }
         let out = self
             .view
             .storage()
-            .binary_strided(op, self.layout(), BinaryRhs::Scalar(&s))?;
+            .binary_strided(op, self.layout(), BinaryRhs::Scalar(s))?;
         Tensor::from_storage(out, self.shape())
     }
 

@@ -164,7 +164,14 @@ fn clamp_matches_the_reference_exactly() {
                         (None, Some(hi)),
                         (Some(hi), Some(lo)),
                     ] {
-                        let got = view.clamp(min, max).unwrap();
+                        // Integer tensors take integer bounds (float bounds would promote
+                        // them to float32, as in PyTorch).
+                        let got = if dtype.is_float() {
+                            view.clamp(min, max).unwrap()
+                        } else {
+                            view.clamp(min.map(|v| v as i64), max.map(|v| v as i64))
+                                .unwrap()
+                        };
                         assert_eq!(got.shape(), view.shape());
                         assert_eq!(got.dtype(), dtype);
                         let want: Vec<f64> = x
@@ -199,22 +206,21 @@ fn clamp_matches_the_reference_exactly() {
 fn clamp_rejects_bad_bounds() {
     let t = Tensor::from_slice(&[1i32, 2], [2], Device::Cpu).unwrap();
     assert!(matches!(
-        t.clamp(None, None),
+        t.clamp::<i64>(None, None),
         Err(Error::InvalidArgument { .. })
     ));
+    // An integer bound the dtype cannot hold is refused; a float bound promotes (PyTorch's).
     assert!(matches!(
-        t.clamp(Some(0.5), None),
+        t.clamp(None, Some(1i64 << 40)),
         Err(Error::ScalarOutOfRange { .. })
     ));
-    assert!(matches!(
-        t.clamp(None, Some(1e12)),
-        Err(Error::ScalarOutOfRange { .. })
-    ));
-    let f = Tensor::from_slice(&[1.0f32], [1], Device::Cpu).unwrap();
-    assert!(matches!(
-        f.clamp(Some(f64::NAN), None),
-        Err(Error::InvalidArgument { .. })
-    ));
+    let promoted = t.clamp(Some(0.5), None).unwrap();
+    assert_eq!(promoted.dtype(), DType::F32);
+    assert_eq!(promoted.to_vec::<f32>().unwrap(), [1.0, 2.0]);
+    // A NaN bound makes every element NaN.
+    let f = Tensor::from_slice(&[1.0f32, -3.0], [2], Device::Cpu).unwrap();
+    let nan = f.clamp(Some(f64::NAN), None).unwrap();
+    assert!(nan.to_vec::<f32>().unwrap().iter().all(|v| v.is_nan()));
     assert!(
         f.to_dtype(DType::F16)
             .unwrap()
@@ -222,7 +228,8 @@ fn clamp_rejects_bad_bounds() {
             .is_err()
     );
     let b = Tensor::from_bools(&[true], [1], Device::Cpu).unwrap();
-    assert!(b.clamp(Some(0.0), None).is_err());
+    assert!(b.clamp(Some(true), None).is_err());
+    assert_eq!(b.clamp(Some(0.5), None).unwrap().dtype(), DType::F32);
 }
 
 #[test]
@@ -1188,13 +1195,13 @@ fn narrow_integers_and_bools_cumsum_sort_clamp_and_scatter_add() {
                 // clamp: exact, bounds in the dtype's range; beyond it an error.
                 let (mn, mx) = ((lo + hi) / 2.0 - 7.0, (lo + hi) / 2.0 + 30.0);
                 let (mn, mx) = (mn.floor(), mx.floor());
-                let got = x.clamp(Some(mn), Some(mx)).unwrap();
+                let got = x.clamp(Some(mn as i64), Some(mx as i64)).unwrap();
                 assert_eq!(got.dtype(), dtype);
                 let want: Vec<f64> = xv.iter().map(|v| v.max(mn).min(mx)).collect();
                 assert_eq!(f64s(&got), want, "{dev:?} {dtype} clamp");
-                assert_eq!(f64s(&x.clamp_max(lo).unwrap()), vec![lo; 111]);
+                assert_eq!(f64s(&x.clamp_max(lo as i64).unwrap()), vec![lo; 111]);
                 assert!(matches!(
-                    x.clamp(Some(lo - 1.0), None),
+                    x.clamp(None, Some(hi as i64 + 1)),
                     Err(Error::ScalarOutOfRange { .. })
                 ));
             }

@@ -43,18 +43,24 @@ where neither defines the result: float-to-integer casts truncate and saturate w
 integer-to-bf16 casts round through float32 (as PyTorch's). Binary ops, comparisons and `where`
 promote their operands by PyTorch's `torch.result_type` (`data/promotion.json`, PyTorch's own
 table) and compute in the result dtype: uint8/int8/int16 wrap, bool `add` is "or" and `mul`
-"and" (bool `sub` is `InvalidArgument`), `div` of integers is float32, `pow` of integers is
+"and" (`sub` with a bool operand is `InvalidArgument`, PyTorch's), `div` of integers is float32, `pow` of integers is
 exact and wraps as repeated multiplication (a negative exponent element gives 0, but 1 for a
-base of 1 and -1 or 1 for a base of -1: PyTorch's integer pow), `pow` of bools is
-`Storage.UnsupportedDType`; float64 computes exactly in f64 on every device. Every dtype
-sums (integers and bools to int64) and takes max/min/argmax/argmin; `mean` is for floats. Unary
+base of 1 and -1 or 1 for a base of -1: PyTorch's integer pow), `pow` of bools is bool
+(PyTorch's; NumPy's int8). float64 computes exactly in f64 on every device. Every dtype
+sums (integers and bools to int64) and takes max/min; argmax/argmin refuse bools
+(`Storage.UnsupportedDType`, PyTorch's; NumPy takes them); `mean` is for floats. Unary
 ops: `neg`/`abs`/`relu` of integers wrap (of bools: `Storage.UnsupportedDType`), the float ops
 of integers and bools give float32 (in place, or into an `out=` of the operand's dtype:
 `InvalidArgument`, PyTorch's `can_cast`), float64 as above;
 `matmul` is for float32/float16/bfloat16. `binary_scalar(op, s)`
 takes `s` in the tensor's dtype (it must be representable: `ScalarOutOfRange`) as a 0-d tensor
 of it; `pow_scalar` and `compare_scalar` take `s` as a Python float (an integer or bool tensor
-computes in float32), which must be representable in the result dtype. PyTorch's rules where
+computes in float32): pow's exponent must be representable in the result dtype, a compared
+number converts as C++ converts (a float overflowing to an infinity: PyTorch's wrapped number,
+where NumPy 2 raises). Fill values (`masked_fill`, `index_fill`) follow PyTorch's checked
+conversion: a float into an integer dtype must lie in its range and drops its fraction, a float
+dtype refuses a finite value beyond its largest, `bool` takes anything (non-zero is true), where
+NumPy casts silently. PyTorch's rules where
 NumPy has none: a 0-d tensor takes dimension 0 or -1 (`max_dim`, `squeeze`, `transpose`, sums);
 `x ** 0.5` with a scalar exponent is `sqrt(x)` (NumPy agrees), with a tensor exponent C's `pow`;
 `squeeze` of a dimension that is not 1 returns the tensor unchanged.
@@ -103,8 +109,6 @@ def promote(da, sa, db, sb):
 
 def binary_err(op, r):
     """The typed error of op in result dtype r, or None."""
-    if op == "pow" and r == "bool":
-        return UNSUPPORTED
     if op == "sub" and r == "bool":
         return "InvalidArgument"
     return None
@@ -473,6 +477,32 @@ def representable(v, dt):
     return math.isfinite(float(round_to(dt, np.array([v]))[0]))
 
 
+FMAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38, "float32": 3.4028234663852886e38}
+
+
+def checked_ok(v, dt):
+    """PyTorch's checked conversion of a Python float (`Scalar::to`, for fills): `bool` takes
+    anything; an integer dtype a finite value within its range (the fraction is then dropped);
+    a float dtype anything but a finite value beyond its largest."""
+    if dt == "bool":
+        return True
+    if dt in INTS:
+        lo, hi = IRANGE[dt]
+        return math.isfinite(v) and lo <= v < hi + 1
+    if dt == "float64" or not math.isfinite(v):
+        return True
+    return abs(v) <= FMAX[dt]
+
+
+def checked_in(dt, v):
+    """A Python float converted by `checked_ok`'s rule (non-zero and NaN are true)."""
+    if dt == "bool":
+        return bool(v != 0.0) or math.isnan(v)
+    if dt in INTS:
+        return int(math.trunc(v))
+    return float(round_to(dt, np.array([v]))[0])
+
+
 def scalar_in(dt, v):
     """The scalar converted to dt (as a value of A's storage type)."""
     if dt in FLOATS:
@@ -586,8 +616,15 @@ def mk_binary(g, i):
             case["err"] = "ShapeMismatch"
             return case
     err = binary_err(op, res)
+    if op == "sub" and "bool" in (a0.dt, b0.dt):
+        err = "InvalidArgument"  # PyTorch refuses subtraction with any bool operand
     if err:
         case["err"] = err
+        return case
+    if op == "pow" and res == "bool":
+        # bool ** bool is bool (PyTorch's): x ** False is True, x ** True is x.
+        val = np.logical_or(a.a, np.logical_not(b.a))
+        case["out"] = out_t(res, np.broadcast_to(val, np.broadcast_shapes(tuple(sa), tuple(sb))))
         return case
     if op == "pow" and res not in FLOATS:
         # Integer pow, exact. Returned here, before the draw of a big case below, so that the
@@ -667,7 +704,9 @@ def mk_scalar(g, i):
     # it as a Python float (integer and bool tensors compute in float32).
     promoting = op == "pow" or fam == "compare_scalar"
     res = PROMOTE_SCALAR[(dt, "float")] if promoting else dt
-    if not representable(s, res):
+    # A compared number converts as C++ converts (overflowing to an infinity: PyTorch's wrapped
+    # number); pow's exponent and binary_scalar's operand must be representable.
+    if fam != "compare_scalar" and not representable(s, res):
         case["err"] = "ScalarOutOfRange"
         return case
     sv = scalar_in(res, s)
@@ -888,6 +927,9 @@ def mk_reduce(g, i):
         return case
     # arg ops and max_dim/min_dim
     if op in ("argmax", "argmin"):
+        if dt == "bool":
+            case["err"] = UNSUPPORTED  # PyTorch has no argmax/argmin of bools
+            return case
         if a.a.size == 0:
             case["err"] = "InvalidArgument"
             return case
@@ -903,6 +945,9 @@ def mk_reduce(g, i):
     if r.random() < 0.04:
         case["args"]["dim"] = max(rank, 1) + r.randint(0, 2)
         case["err"] = "DimOutOfRange"
+        return case
+    if dt == "bool" and op in ("argmax_dim", "argmin_dim"):
+        case["err"] = UNSUPPORTED  # PyTorch has no argmax/argmin of bools
         return case
     if rank == 0:
         # a 0-d tensor takes dim 0 or -1 (PyTorch's rule): its element, at index 0
@@ -1396,11 +1441,11 @@ def mk_mask(g, i):
                 items.append({"s": [st, sp, r.choice([None, 1, 2])]})
                 np_items.append(slice(st, sp, items[-1]["s"][2]))
         case = {"op": op, "in": [enc(x)], "args": {"items": items, "value": fmt_float("float64", v)}}
-        if not representable(v, dt):
+        if not checked_ok(v, dt):
             case["err"] = "ScalarOutOfRange"
             return case
         y = x.a.copy()
-        y[tuple(np_items)] = scalar_in(dt, v)
+        y[tuple(np_items)] = checked_in(dt, v)
         case["out"] = out_t(dt, y)
         return case
     (ms,) = broadcast_shapes(g, shape, 1)
@@ -1433,12 +1478,12 @@ def mk_mask(g, i):
         case["in"][1], _ = g.operand("bool", [2] + list(shape) if shape != [] else [2])
         case["err"] = "ShapeMismatch"
         return case
-    if not representable(v, dt):
+    if not checked_ok(v, dt):
         case["err"] = "ScalarOutOfRange"
         return case
     y = np.array(x.a, copy=True)
     mb = np.broadcast_to(m.a, tuple(shape))
-    y[mb] = scalar_in(dt, v)
+    y[mb] = checked_in(dt, v)
     case["out"] = out_t(dt, y)
     return case
 

@@ -134,7 +134,8 @@ fn index_fill_checks_its_scalar() {
     let mut i = Tensor::zeros([3], DType::I32, cpu).unwrap();
     let mut j = Tensor::zeros([3], DType::I32, cpu).unwrap();
     let idx: Vec<IndexItem> = s![..];
-    for (t, v) in [(&mut u, 300.0), (&mut i, f64::NAN), (&mut j, 1.7)] {
+    // PyTorch's checked conversion: out of range or NaN is refused (a fraction is dropped).
+    for (t, v) in [(&mut u, 300.0), (&mut i, f64::NAN), (&mut j, 3e9)] {
         assert!(matches!(
             t.index_fill(&idx, v).unwrap_err(),
             Error::ScalarOutOfRange {

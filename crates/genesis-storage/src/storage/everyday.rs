@@ -255,6 +255,11 @@ impl Storage {
         byte_len(kept, DType::I64)?;
         let mut values = Storage::uninit(kept, dtype, self.device())?;
         let mut indices = Storage::uninit(kept, DType::I64, self.device())?;
+        // No elements: nothing to sort (a row's length may be huge when there are no rows, and
+        // must not size any work).
+        if n == 0 {
+            return Ok((values, indices));
+        }
         match (
             self.read("sort")?.mem(),
             values.mem_mut("sort")?,

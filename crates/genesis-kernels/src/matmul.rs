@@ -54,24 +54,43 @@ pub struct MatmulShape {
 }
 
 impl MatmulShape {
-    /// Elements of `A` the problem reads (from its first element).
+    /// Elements of `A` the problem reads (from its first element): none without products,
+    /// whatever the matrices' sizes.
     pub fn a_len(&self) -> Option<usize> {
-        span(self.batch, self.a_batch_stride, self.m.checked_mul(self.k)?)
+        if self.batch == 0 {
+            return Some(0);
+        }
+        span(self.batch, self.a_batch_stride, mul0(self.m, self.k)?)
     }
 
-    /// Elements of `B` the problem reads.
+    /// Elements of `B` the problem reads (none without products).
     pub fn b_len(&self) -> Option<usize> {
-        span(self.batch, self.b_batch_stride, self.k.checked_mul(self.n)?)
+        if self.batch == 0 {
+            return Some(0);
+        }
+        span(self.batch, self.b_batch_stride, mul0(self.k, self.n)?)
     }
 
-    /// Elements of `C`.
+    /// Elements of `C` (0 when a factor is 0, whatever the others).
     pub fn c_len(&self) -> Option<usize> {
-        self.batch.checked_mul(self.m)?.checked_mul(self.n)
+        mul0(mul0(self.batch, self.m)?, self.n)
     }
 
-    /// Multiply-adds of the problem (`batch * m * n * k`).
+    /// Multiply-adds of the problem (`batch * m * n * k`, saturating).
     pub fn macs(&self) -> u128 {
-        self.batch as u128 * self.m as u128 * self.n as u128 * self.k as u128
+        (self.batch as u128)
+            .saturating_mul(self.m as u128)
+            .saturating_mul(self.n as u128)
+            .saturating_mul(self.k as u128)
+    }
+}
+
+/// `a * b`, 0 when either is 0 (the other may be anything), `None` when it overflows.
+fn mul0(a: usize, b: usize) -> Option<usize> {
+    if a == 0 || b == 0 {
+        Some(0)
+    } else {
+        a.checked_mul(b)
     }
 }
 
@@ -147,6 +166,9 @@ impl MatmulLayout {
 
     /// Elements of `A` the problem reads (from its first element).
     pub fn a_len(&self, shape: &MatmulShape) -> Option<usize> {
+        if shape.batch == 0 {
+            return Some(0);
+        }
         span(
             shape.batch,
             shape.a_batch_stride,
@@ -154,8 +176,11 @@ impl MatmulLayout {
         )
     }
 
-    /// Elements of `B` the problem reads.
+    /// Elements of `B` the problem reads (none without products).
     pub fn b_len(&self, shape: &MatmulShape) -> Option<usize> {
+        if shape.batch == 0 {
+            return Some(0);
+        }
         span(
             shape.batch,
             shape.b_batch_stride,
@@ -277,6 +302,10 @@ pub fn matmul_strided_precision<T: MatmulElement, O: MatmulOutput<T>>(
     };
     check(&shape, &layout, a.len(), b.len(), c.len())?;
     let MatmulShape { m, n, k, .. } = shape;
+    // No output: nothing to do (and nothing sized by `k`, which may be huge).
+    if shape.c_len().ok_or_else(overflow)? == 0 {
+        return Ok(());
+    }
     if k == 0 {
         c[..shape.c_len().ok_or_else(overflow)?].fill(O::from_f32(0.0));
         return Ok(());

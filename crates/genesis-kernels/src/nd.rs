@@ -59,14 +59,24 @@ impl BinaryNd {
                 "one stride per dimension of {shape:?}"
             )));
         }
-        let numel = shape
-            .iter()
-            .try_fold(1usize, |n, &d| n.checked_mul(d))
-            .filter(|&n| n < 1 << 31)
-            .ok_or_else(|| unsupported(format!("{shape:?} has 2^31 elements or more")))?;
+        // No elements (a 0 among the sizes, the others whatever they are): one dimension of
+        // size 0, nothing merged or multiplied.
+        let empty = shape.contains(&0);
+        let numel = if empty {
+            0
+        } else {
+            shape
+                .iter()
+                .try_fold(1usize, |n, &d| n.checked_mul(d))
+                .filter(|&n| n < 1 << 31)
+                .ok_or_else(|| unsupported(format!("{shape:?} has 2^31 elements or more")))?
+        };
         // (size, a stride, b stride) from the innermost dimension out, merged.
         let mut dims: Vec<(usize, i64, i64)> = Vec::with_capacity(rank);
         for k in (0..rank).rev() {
+            if empty {
+                break;
+            }
             let (size, sa) = (shape[k], a_strides[k] as i64);
             let sb = b_strides.map_or(0, |s| s[k] as i64);
             if size == 1 {
@@ -376,14 +386,23 @@ impl WhereNd {
                 "one stride per dimension of {shape:?}"
             )));
         }
-        let numel = shape
-            .iter()
-            .try_fold(1usize, |n, &d| n.checked_mul(d))
-            .filter(|&n| n < 1 << 31)
-            .ok_or_else(|| unsupported(format!("{shape:?} has 2^31 elements or more")))?;
+        // No elements: one dimension of size 0, as `BinaryNd::new`.
+        let empty = shape.contains(&0);
+        let numel = if empty {
+            0
+        } else {
+            shape
+                .iter()
+                .try_fold(1usize, |n, &d| n.checked_mul(d))
+                .filter(|&n| n < 1 << 31)
+                .ok_or_else(|| unsupported(format!("{shape:?} has 2^31 elements or more")))?
+        };
         // (size, [cond, a, b] strides) from the innermost dimension out, merged.
         let mut dims: Vec<(usize, [i64; 3])> = Vec::with_capacity(rank);
         for k in (0..rank).rev() {
+            if empty {
+                break;
+            }
             let size = shape[k];
             let st = [cond.0[k] as i64, strides_of(a, k), strides_of(b, k)];
             if size == 1 {

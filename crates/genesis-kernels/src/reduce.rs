@@ -120,14 +120,19 @@ pub struct ReduceShape {
 }
 
 impl ReduceShape {
-    /// Elements read.
+    /// Elements read: 0 when any factor is 0 (whatever the others), `None` when the product
+    /// overflows.
     pub fn input_len(&self) -> Option<usize> {
+        if self.outer == 0 || self.r == 0 || self.inner == 0 {
+            return Some(0);
+        }
         self.outer.checked_mul(self.r)?.checked_mul(self.inner)
     }
 
-    /// Elements produced.
+    /// Elements produced: 0 when `outer` or `inner` is 0, saturating at `usize::MAX` when the
+    /// product overflows (no storage holds that many, so every length check refuses it).
     pub fn output_len(&self) -> usize {
-        self.outer * self.inner
+        self.outer.saturating_mul(self.inner)
     }
 }
 
@@ -244,6 +249,10 @@ pub fn reduce<T: Element, O: Element>(
 ) -> Result<()> {
     check::<T>(op, s, input.len())?;
     check_outputs::<T, O>(op, s, values.as_deref(), indices.as_deref())?;
+    // No outputs: nothing to do (`outer` or `inner` may be huge when the other is 0).
+    if s.output_len() == 0 {
+        return Ok(());
+    }
     for o in 0..s.outer {
         for c in 0..s.inner {
             let at = |k: usize| input[(o * s.r + k) * s.inner + c];
@@ -255,7 +264,9 @@ pub fn reduce<T: Element, O: Element>(
                         (O::from_f64(p), 0)
                     }
                     ReduceOp::Sum | ReduceOp::Mean => {
-                        let sum: f64 = (0..s.r).map(|k| at(k).to_f64()).sum();
+                        // From +0.0, as PyTorch (and the kernels): a sum of nothing or of
+                        // -0.0s is +0.0 (`Iterator::sum` starts at -0.0).
+                        let sum = (0..s.r).fold(0.0f64, |acc, k| acc + at(k).to_f64());
                         let v = if op == ReduceOp::Mean {
                             sum / s.r as f64
                         } else {
@@ -319,6 +330,9 @@ pub fn reduce_bool(op: ReduceOp, input: &[u8], s: ReduceShape, values: &mut [u8]
             got: values.len(),
         });
     }
+    if s.output_len() == 0 {
+        return Ok(());
+    }
     for o in 0..s.outer {
         for c in 0..s.inner {
             let mut lane = (0..s.r).map(|k| input[(o * s.r + k) * s.inner + c] != 0);
@@ -352,6 +366,9 @@ pub fn var<T: Element>(
             expected: s.output_len(),
             got: values.len(),
         });
+    }
+    if s.output_len() == 0 {
+        return Ok(());
     }
     for o in 0..s.outer {
         for c in 0..s.inner {
@@ -510,7 +527,7 @@ impl ReducePlan {
 
     /// Partial states the first pass writes.
     pub fn partials(&self) -> usize {
-        self.shape.output_len() * self.splits
+        self.shape.output_len().saturating_mul(self.splits)
     }
 
     /// Bytes of device workspace the reduction of `T` needs (partial values, then indices).
@@ -525,16 +542,21 @@ impl ReducePlan {
 
     /// Bytes of device workspace the variance needs ([`gpu_var`]): two f64 a partial.
     pub fn workspace_bytes_var(&self) -> usize {
-        self.partials() * 16
+        self.partials().saturating_mul(16)
     }
 
     fn workspace_for(&self, op: ReduceOp, acc: usize) -> usize {
-        let vals = (self.partials() * acc).next_multiple_of(256);
-        vals + if op.has_indices() {
-            self.partials() * 8
+        // Saturating: a plan this large is refused by every allocation.
+        let vals = self
+            .partials()
+            .saturating_mul(acc)
+            .checked_next_multiple_of(256)
+            .unwrap_or(usize::MAX);
+        vals.saturating_add(if op.has_indices() {
+            self.partials().saturating_mul(8)
         } else {
             0
-        }
+        })
     }
 }
 

@@ -65,7 +65,10 @@ pub fn scan<T: Element, O: Element>(
 /// multiplied in order in the kernels' accumulator (f64 for f64, f32 for the others) and each
 /// running product written in `O`. Nothing is written on error.
 pub fn cumprod<T: Element, O: Element>(input: &[T], s: ReduceShape, out: &mut [O]) -> Result<()> {
-    check::<T, O>(ScanOp::Prod, s, input.len(), out.len())?;
+    // No elements: nothing to do (`outer` or `inner` may be huge when another factor is 0).
+    if check::<T, O>(ScanOp::Prod, s, input.len(), out.len())? == 0 {
+        return Ok(());
+    }
     let wide = size_of::<T>() == 8;
     for o in 0..s.outer {
         for c in 0..s.inner {
@@ -92,7 +95,9 @@ pub fn cumprod<T: Element, O: Element>(input: &[T], s: ReduceShape, out: &mut [O
 /// CPU twin: the inclusive prefix sums of `input` (`[outer, r, inner]`, contiguous) along `r`
 /// into `out` (same length, of type [`cumsum_type`]). Nothing is written on error.
 pub fn cumsum<T: Element, O: Element>(input: &[T], s: ReduceShape, out: &mut [O]) -> Result<()> {
-    check::<T, O>(ScanOp::Sum, s, input.len(), out.len())?;
+    if check::<T, O>(ScanOp::Sum, s, input.len(), out.len())? == 0 {
+        return Ok(());
+    }
     for o in 0..s.outer {
         for c in 0..s.inner {
             let mut fsum = 0.0f64;
@@ -112,12 +117,13 @@ pub fn cumsum<T: Element, O: Element>(input: &[T], s: ReduceShape, out: &mut [O]
     Ok(())
 }
 
+/// Checks the types and lengths of a scan; gives its element count.
 fn check<T: Element, O: Element>(
     op: ScanOp,
     s: ReduceShape,
     input_len: usize,
     out_len: usize,
-) -> Result<()> {
+) -> Result<usize> {
     let name = op.name();
     if O::NAME != cumsum_type::<T>() {
         return Err(Error::Unsupported {
@@ -143,7 +149,7 @@ fn check<T: Element, O: Element>(
             });
         }
     }
-    Ok(())
+    Ok(n)
 }
 
 /// How the rows kernel splits each row: `chunks` chunks of `chunk` elements.
@@ -188,13 +194,15 @@ impl ScanPlan {
     pub fn workspace_bytes<T: Element>(&self) -> usize {
         if self.chunks > 1 {
             // The accumulator: f32 for the narrower floats, f64 for f64, i64 for integers.
-            self.shape.outer
-                * self.chunks
-                * if T::IS_FLOAT {
+            // Saturating: a plan this large is refused by every allocation.
+            self.shape
+                .outer
+                .saturating_mul(self.chunks)
+                .saturating_mul(if T::IS_FLOAT {
                     size_of::<T>().max(4)
                 } else {
                     8
-                }
+                })
         } else {
             0
         }
@@ -274,8 +282,8 @@ pub fn gpu_scan<T: Element>(
     if input.len() < n {
         return Err(short(name, n, input.len()));
     }
-    if out.len() < n * out_elem {
-        return Err(short(name, n * out_elem, out.len()));
+    if out.len() < n.saturating_mul(out_elem) {
+        return Err(short(name, n.saturating_mul(out_elem), out.len()));
     }
     let plan = ScanPlan::new(shape, stream.context().multiprocessors() as usize);
     let need = plan.workspace_bytes::<T>();

@@ -75,6 +75,11 @@ pub fn sort<T: Element>(
             });
         }
     }
+    // No elements: nothing to write, and neither the rows nor a row's length (either may be
+    // huge when the other is 0) size any work.
+    if n == 0 {
+        return Ok(());
+    }
     let mut pos: Vec<usize> = Vec::with_capacity(r);
     for row in 0..rows {
         let line = &input[row * r..(row + 1) * r];

@@ -580,7 +580,11 @@ impl Layout {
             strides: self.strides.to_vec(),
             offset: self.offset,
         };
-        if n > 0 {
+        // A layout with no elements (a 0 in another dimension) is never walked: its offset and
+        // strides stay as they are (its other sizes may be huge, `[0, 2^32, 2^32]`, making
+        // them unrepresentable, and PyTorch takes such slices).
+        let empty = self.shape.contains(&0);
+        if n > 0 && !empty {
             // Exact: a layout that fits a storage gives an offset inside it; anything else is
             // refused here rather than wrapped.
             let off = (start as i128)
@@ -591,10 +595,10 @@ impl Layout {
             l.offset = off as usize;
         }
         l.shape[d] = n;
-        l.strides[d] = if n > 1 {
+        l.strides[d] = if n > 1 && !empty {
             self.strides[d].checked_mul(step).ok_or_else(bad)?
         } else {
-            // The stride of a dimension of size 0 or 1 is never walked.
+            // The stride of a dimension of size 0 or 1, or of an empty layout, is never walked.
             self.strides[d].wrapping_mul(step)
         };
         Ok(l)

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use genesis_kernels::gather::Along;
 use genesis_storage::{DType, Device, ReduceOp, ReduceShape, Storage, UnaryOp};
 
-use crate::args::{Dim, Dims, shape_spec, wrap_dim};
+use crate::args::{Dim, Dims, ScalarValue, checked_scalar, shape_spec, wrap_dim};
+use crate::promote::{Participant, result_type_of};
 use crate::reduce::{line_shape, scan_shape};
 use crate::tensor::{host_scalar, numel_of};
 use crate::{Error, Result, Tensor};
@@ -47,62 +48,91 @@ impl Tensor {
     }
 
     /// Each element limited to `[min, max]` (PyTorch's `clamp`): `min(max(x, min), max)`, so
-    /// `min > max` gives `max` everywhere; either bound may be `None`, not both. A NaN element
-    /// stays NaN; a NaN bound is an error. The bounds are converted exactly to the tensor's
-    /// dtype (f64, f32, f16, bf16, i64, i32, i16, i8, u8; uint8, int8 and int16 clamp exactly in
-    /// int32): a whole number in range for an integer tensor ([`Error::ScalarOutOfRange`]
-    /// otherwise; the result keeps the tensor's dtype). One pass over the elements; the result
-    /// is a new contiguous tensor.
+    /// `min > max` gives `max` everywhere; either bound may be `None`, not both. The bounds
+    /// take part in type promotion as PyTorch's numbers do ([`result_type`](crate::result_type)):
+    /// an integer tensor with float bounds gives float32, with integer bounds keeps its dtype.
+    /// Each bound is converted exactly to the result dtype (an integer bound stays exact in
+    /// int64); a bound that dtype cannot hold is [`Error::ScalarOutOfRange`], as PyTorch's
+    /// checked conversion (`uint8` also takes -255..=-1, wrapping). A NaN element stays NaN;
+    /// a NaN bound makes every element NaN. `-0.0` is not below `0.0`: `clamp_min(-0.0, 0.0)`
+    /// is `-0.0`, as in PyTorch. Bool tensors with bool bounds are refused (PyTorch has no
+    /// such kernel). One pass over the elements; the result is a new contiguous tensor.
     ///
     /// ```
-    /// use genesis::{Device, Tensor};
+    /// use genesis::{DType, Device, Tensor};
     /// # fn main() -> genesis::Result<()> {
     /// let x = Tensor::from_slice(&[-2i32, 0, 5, 9], &[4], Device::Cpu)?;
-    /// assert_eq!(x.clamp(Some(0.0), Some(6.0))?.to_vec::<i32>()?, [0, 0, 5, 6]);
+    /// assert_eq!(x.clamp(Some(0), Some(6))?.to_vec::<i32>()?, [0, 0, 5, 6]);
     /// assert_eq!(x.clamp_min(1)?.to_vec::<i32>()?, [1, 1, 5, 9]);
-    /// assert!(x.clamp(None, None).is_err());
+    /// let f = x.clamp(Some(0.5), None)?; // a float bound: float32, as in PyTorch
+    /// assert_eq!(f.dtype(), DType::F32);
+    /// assert_eq!(f.to_vec::<f32>()?, [0.5, 0.5, 5.0, 9.0]);
+    /// assert!(x.clamp::<i64>(None, None).is_err());
     /// # Ok(())
     /// # }
     /// ```
     #[track_caller]
-    pub fn clamp(&self, min: Option<f64>, max: Option<f64>) -> Result<Tensor> {
-        if min.is_none() && max.is_none() {
-            return Err(Error::InvalidArgument {
-                op: "clamp",
-                reason: "at least one of min and max must be given".into(),
-            });
-        }
-        for v in [min, max].into_iter().flatten() {
-            if v.is_nan() {
-                return Err(Error::InvalidArgument {
-                    op: "clamp",
-                    reason: "a NaN bound".into(),
-                });
-            }
-            host_scalar("clamp", self.dtype(), v)?;
-        }
-        // uint8, int8 and int16 have no clamp kernel: int32 holds them and the bounds (checked
-        // above) exactly, so clamping there and converting back is exact.
-        if matches!(self.dtype(), DType::U8 | DType::I8 | DType::I16) {
-            return self
-                .to_dtype(DType::I32)?
-                .clamp(min, max)?
-                .to_dtype(self.dtype());
-        }
-        let (a, start) = self.dense_operand(self.shape())?;
-        Tensor::from_storage(a.clamp_at(start, self.numel(), min, max)?, self.shape())
+    pub fn clamp<S: crate::Scalar>(&self, min: Option<S>, max: Option<S>) -> Result<Tensor> {
+        self.clamp_scalars("clamp", min.map(|v| v.value()), max.map(|v| v.value()))
     }
 
     /// `max(x, min)` for each element (PyTorch's `clamp_min`; see [`Tensor::clamp`]).
     #[track_caller]
     pub fn clamp_min(&self, min: impl crate::Scalar) -> Result<Tensor> {
-        self.clamp(Some(min.value().to_f64()), None)
+        self.clamp_scalars("clamp_min", Some(min.value()), None)
     }
 
     /// `min(x, max)` for each element (PyTorch's `clamp_max`; see [`Tensor::clamp`]).
     #[track_caller]
     pub fn clamp_max(&self, max: impl crate::Scalar) -> Result<Tensor> {
-        self.clamp(None, Some(max.value().to_f64()))
+        self.clamp_scalars("clamp_max", None, Some(max.value()))
+    }
+
+    /// [`Tensor::clamp`] with bounds as numbers.
+    pub(crate) fn clamp_scalars(
+        &self,
+        op: &'static str,
+        lo: Option<ScalarValue>,
+        hi: Option<ScalarValue>,
+    ) -> Result<Tensor> {
+        if lo.is_none() && hi.is_none() {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: "at least one of min and max must be given".into(),
+            });
+        }
+        let bounds = [lo, hi];
+        let mut parts = vec![Participant::Tensor(self.dtype(), self.dim())];
+        parts.extend(bounds.iter().flatten().map(|&v| Participant::Scalar(v)));
+        let r = result_type_of(&parts);
+        if r == DType::Bool {
+            return Err(genesis_storage::Error::UnsupportedDType { op, dtype: r }.into());
+        }
+        let convert = |v: Option<ScalarValue>| v.map(|v| checked_scalar(op, r, v)).transpose();
+        let (lo_s, hi_s) = (convert(lo)?, convert(hi)?);
+        if bounds
+            .iter()
+            .flatten()
+            .any(|v| matches!(v, ScalarValue::Float(f) if f.is_nan()))
+        {
+            return Tensor::full(self.shape(), f64::NAN, self.device())?.cast_to(r);
+        }
+        // uint8, int8 and int16 have no clamp kernel: int32 holds them and their bounds
+        // exactly, so clamping there and converting back is exact.
+        let c = if matches!(r, DType::U8 | DType::I8 | DType::I16) {
+            DType::I32
+        } else {
+            r
+        };
+        let in_c = |s: Option<Storage>| {
+            s.map(|s| if c == r { Ok(s) } else { s.to_dtype(c) })
+                .transpose()
+        };
+        let (lo_s, hi_s) = (in_c(lo_s)?, in_c(hi_s)?);
+        let x = self.cast_to(c)?;
+        let (a, start) = x.dense_operand(x.shape())?;
+        let out = a.clamp_with_at(start, x.numel(), lo_s.as_ref(), hi_s.as_ref())?;
+        Tensor::from_storage(out, x.shape())?.cast_to(r)
     }
 
     /// Product of all elements, as a 0-dimensional tensor (the product of nothing is 1).

@@ -62,9 +62,11 @@ fn plan(a: &Tensor, b: &Tensor) -> Result<Plan> {
         out_shape.push(n);
     }
     // Element counts through the one checked count (a broadcast batch may not be
-    // representable even when each operand is).
-    crate::tensor::numel_of("matmul", &batch_shape)?;
-    crate::tensor::numel_of("matmul", &out_shape)?;
+    // representable even when each operand is); an empty result needs no batch count (its
+    // sizes may be huge, `[0, 2^32, 2^32]`).
+    if crate::tensor::numel_of("matmul", &out_shape)? > 0 {
+        crate::tensor::numel_of("matmul", &batch_shape)?;
+    }
     Ok(Plan {
         out_shape,
         batch_shape,
@@ -83,9 +85,14 @@ fn operand(
     rows: usize,
     cols: usize,
 ) -> Result<(Arc<Storage>, usize, usize)> {
-    let mat = rows * cols;
-    let own_batch: usize = t.shape()[..t.dim().saturating_sub(2)].iter().product();
-    if own_batch == 1 {
+    // The batch stride: `rows * cols` fits when the operand has elements (it is a factor of
+    // their count); without elements no matrix is read (its sizes may be huge, `[0, 2^32,
+    // 2^32]`), and the stride is 0.
+    let mat = if t.numel() == 0 { 0 } else { rows * cols };
+    if t.shape()[..t.dim().saturating_sub(2)]
+        .iter()
+        .all(|&d| d == 1)
+    {
         let m = t.reshape([rows as isize, cols as isize])?;
         let (s, start) = m.dense_operand(&[rows, cols])?;
         return Ok((s, start, 0));
@@ -100,7 +107,12 @@ impl Tensor {
     fn matmul_parts(&self, other: &Tensor) -> Result<(Plan, MatmulShape, [Operand; 2])> {
         self.check_operands("matmul", other)?;
         let p = plan(self, other)?;
-        let batch: usize = p.batch_shape.iter().product();
+        // No products when the result is empty (the batch count may not be representable).
+        let batch = if crate::tensor::numel_of("matmul", &p.out_shape)? == 0 {
+            0
+        } else {
+            crate::tensor::numel_of("matmul", &p.batch_shape)?
+        };
         let (a, a_start, sa) = operand(self, &p.batch_shape, p.m, p.k)?;
         let (b, b_start, sb) = operand(other, &p.batch_shape, p.k, p.n)?;
         let shape = MatmulShape {

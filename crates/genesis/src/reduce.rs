@@ -108,6 +108,7 @@ impl Tensor {
     /// Indices of the first largest elements along `dim`.
     #[track_caller]
     pub fn argmax_dim(&self, dim: impl Dim, keepdim: bool) -> Result<Tensor> {
+        self.refuse_bool_arg(ReduceOp::ArgMax)?;
         let dim = dim.to_dim();
         Ok(self.with_indices(ReduceOp::ArgMax, dim, keepdim)?.1)
     }
@@ -115,6 +116,7 @@ impl Tensor {
     /// Indices of the first smallest elements along `dim`.
     #[track_caller]
     pub fn argmin_dim(&self, dim: impl Dim, keepdim: bool) -> Result<Tensor> {
+        self.refuse_bool_arg(ReduceOp::ArgMin)?;
         let dim = dim.to_dim();
         Ok(self.with_indices(ReduceOp::ArgMin, dim, keepdim)?.1)
     }
@@ -126,7 +128,21 @@ impl Tensor {
 
     /// The indices of an arg reduction (`reduce` gives them for `ArgMax` and `ArgMin`).
     fn arg_indices(&self, op: ReduceOp, dims: Option<&[isize]>, keepdim: bool) -> Result<Tensor> {
+        self.refuse_bool_arg(op)?;
         Self::indices_of(op, self.reduce(op, dims, keepdim)?.1)
+    }
+
+    /// `argmax` and `argmin` of a bool tensor are errors, as PyTorch's ("argmax_cpu" not
+    /// implemented for 'Bool'); `max(dim)` and `min(dim)` of bools, which give indices too, are
+    /// not.
+    fn refuse_bool_arg(&self, op: ReduceOp) -> Result<()> {
+        if self.dtype() == DType::Bool {
+            return Err(Error::Storage(genesis_storage::Error::UnsupportedDType {
+                op: op.name(),
+                dtype: DType::Bool,
+            }));
+        }
+        Ok(())
     }
 
     /// `indices`, or a typed error were `reduce` ever to give none for an arg op.
@@ -227,15 +243,10 @@ impl Tensor {
         let adjacent = reduced[first..last].iter().all(|&r| r);
         let (storage, start, rshape): (Arc<Storage>, usize, ReduceShape) =
             if self.is_contiguous() && adjacent {
-                let prod = |s: &[usize]| s.iter().product::<usize>();
                 (
                     Arc::clone(self.view.storage()),
                     self.first_element(),
-                    ReduceShape {
-                        outer: prod(&shape[..first]),
-                        r: prod(&shape[first..last]),
-                        inner: prod(&shape[last..]),
-                    },
+                    line_shape(&shape[..first], &shape[first..last], &shape[last..])?,
                 )
             } else {
                 let kept: Vec<usize> = (0..rank).filter(|&i| !reduced[i]).collect();
@@ -245,12 +256,12 @@ impl Tensor {
                     .chain((0..rank).filter(|&i| reduced[i]))
                     .collect();
                 let moved = self.permute(&perm)?.view.contiguous()?;
-                let outer = kept.iter().map(|&i| shape[i]).product();
-                let r = (0..rank)
+                let outer: Vec<usize> = kept.iter().map(|&i| shape[i]).collect();
+                let r: Vec<usize> = (0..rank)
                     .filter(|&i| reduced[i])
                     .map(|i| shape[i])
-                    .product();
-                (Arc::new(moved), 0, ReduceShape { outer, r, inner: 1 })
+                    .collect();
+                (Arc::new(moved), 0, line_shape(&outer, &r, &[])?)
             };
         let out = storage.reduce(op, start, rshape)?;
         let values = Tensor::from_storage(out.values, &out_shape)?;
@@ -260,4 +271,39 @@ impl Tensor {
             .transpose()?;
         Ok((values, indices))
     }
+}
+
+/// The `[outer, r, inner]` lines of a scan of a contiguous tensor whose sizes are `outer`, then
+/// `r` (scanned), then `inner`: no lines when the tensor has no elements (its other sizes may
+/// be huge, `[0, 2^32, 2^32]`, and are not multiplied), else [`line_shape`].
+pub(crate) fn scan_shape(outer: &[usize], r: &[usize], inner: &[usize]) -> Result<ReduceShape> {
+    if r.contains(&0) {
+        return Ok(NO_LINES);
+    }
+    line_shape(outer, r, inner)
+}
+
+/// No lines to reduce or scan.
+const NO_LINES: ReduceShape = ReduceShape {
+    outer: 0,
+    r: 0,
+    inner: 0,
+};
+
+/// The `[outer, r, inner]` lines of a reduction of a contiguous tensor whose sizes are
+/// `outer`, then `r` (reduced), then `inner`: the products of each group. Each is a factor of
+/// the element count when the tensor has elements; when it has none, the sizes of the other
+/// groups may be huge and are not multiplied: no lines when the output is empty too, else
+/// lines of length 0 (the output filled with the identity, of a size bounded by the output's
+/// checked count).
+pub(crate) fn line_shape(outer: &[usize], r: &[usize], inner: &[usize]) -> Result<ReduceShape> {
+    if outer.contains(&0) || inner.contains(&0) {
+        return Ok(NO_LINES);
+    }
+    let count = |s: &[usize]| genesis_storage::checked_numel(s);
+    Ok(ReduceShape {
+        outer: count(outer)?,
+        r: count(r)?,
+        inner: count(inner)?,
+    })
 }

@@ -23,13 +23,48 @@ impl Storage {
         hi: Option<f64>,
     ) -> Result<Storage> {
         let dtype = self.dtype;
-        self.check_range("clamp", start, len)?;
-        check_kernel_dtype("clamp", dtype)?;
-        let bound = |v: Option<f64>| -> Result<Option<Vec<u8>>> {
+        let bound = |v: Option<f64>| -> Result<Option<Storage>> {
             match v {
                 None => Ok(None),
                 Some(v) if v.is_nan() => Err(Error::ScalarOutOfRange { value: v, dtype }),
-                Some(v) => Ok(Some(Storage::scalar(v, dtype)?.to_bytes()?)),
+                Some(v) => Ok(Some(Storage::scalar(v, dtype)?)),
+            }
+        };
+        let (lo, hi) = (bound(lo)?, bound(hi)?);
+        self.clamp_with_at(start, len, lo.as_ref(), hi.as_ref())
+    }
+
+    /// [`Storage::clamp_at`] with each bound given as one host element of `self`'s dtype (so
+    /// an int64 bound beyond 2^53 stays exact).
+    #[track_caller]
+    pub fn clamp_with_at(
+        &self,
+        start: usize,
+        len: usize,
+        lo: Option<&Storage>,
+        hi: Option<&Storage>,
+    ) -> Result<Storage> {
+        let dtype = self.dtype;
+        self.check_range("clamp", start, len)?;
+        check_kernel_dtype("clamp", dtype)?;
+        let bound = |v: Option<&Storage>| -> Result<Option<Vec<u8>>> {
+            match v {
+                None => Ok(None),
+                Some(s) if s.dtype() != dtype => Err(Error::DTypeMismatch {
+                    op: "clamp",
+                    lhs: dtype,
+                    rhs: s.dtype(),
+                }),
+                Some(s) if s.len() != 1 => Err(Error::LengthMismatch {
+                    op: "clamp",
+                    lhs: 1,
+                    rhs: s.len(),
+                }),
+                Some(s) if s.device() != crate::Device::Cpu => Err(Error::NotOnHost {
+                    op: "clamp",
+                    device: s.device(),
+                }),
+                Some(s) => Ok(Some(s.to_bytes()?)),
             }
         };
         let (lo, hi) = (bound(lo)?, bound(hi)?);

@@ -451,6 +451,16 @@ template <> struct OutOf<RProd, int32_t> { typedef int64_t O; };
 template <typename T> __device__ __forceinline__ T store_out(typename Tr<T>::A a) { return Tr<T>::store(a); }
 
 // The mean of a sum of r values: in the accumulator's precision (f32 or f64).
+// The value an output takes from its combined state: a sum gets +0.0 added, so that a sum of
+// -0.0s, or of nothing, is +0.0 (PyTorch's sum starts from +0.0; the first element seeds the
+// state here). Other ops keep the state's value.
+template <typename Op> struct Fin {
+    template <typename A> static __device__ __forceinline__ A go(A v) { return v; }
+};
+template <> struct Fin<RSum> {
+    template <typename A> static __device__ __forceinline__ A go(A v) { return add_(v, (A)0); }
+};
+
 __device__ __forceinline__ float mean_of(float v, uint64_t r) { return v / (float)r; }
 __device__ __forceinline__ double mean_of(double v, uint64_t r) { return v / (double)r; }
 __device__ __forceinline__ i64 mean_of(i64 v, uint64_t r) { return (i64)((float)v / (float)r); }
@@ -485,7 +495,7 @@ __device__ __forceinline__ void final_impl(const typename Tr<T>::A *pv, const i6
             s = Op::combine(s, St<A>{pv[at], Op::IDX ? pi[at] : 0});
         }
     }
-    A v = s.v;
+    A v = Fin<Op>::go(s.v);
     if (mean) v = mean_of(v, r);
     if (out) out[t] = (O)Tr<O>::store((typename Tr<O>::A)v);
     if (Op::IDX && out_idx) out_idx[t] = s.i;

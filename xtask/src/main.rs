@@ -24,7 +24,8 @@ tasks:
                            CUDA_PATH or PATH, else the pinned PyPI toolchain in a cache dir);
                            --check verifies the committed images match the sources, no nvcc
   cuda-stub                generate the stub libcuda.so (target/cuda-stub) and print its path
-  test                     run the tests without and with the `cuda` feature
+  test                     run the tests without and with the `cuda` feature, and the
+                           bad-input sweeps again in a release build
   ci                       fmt check, clippy -D warnings (both feature sets), tests (both),
                            build-kernels --check, the layering test, cargo doc
   gpu-bundle               build the cuda-feature test and bench binaries in release, strip
@@ -102,8 +103,29 @@ fn test() -> DynResult {
     ]);
     env.apply(&mut c);
     run("test (cuda feature)", &mut c)?;
+    // The sweeps of bad input also in a release build: the tests above run with overflow
+    // checks on (debug), these with the optimiser's assumptions (release).
+    let mut c = cargo();
+    c.args(["test", "--release", "--workspace", "--exclude", "xtask"]);
+    for t in BAD_INPUT_SWEEPS {
+        c.args(["--test", t]);
+    }
+    run("test (bad-input sweeps, release)", &mut c)?;
     run("test (xtask)", cargo().args(["test", "-p", "xtask"]))
 }
+
+/// The test targets that call public entry points with invalid, extreme or untrusted input
+/// (each crate's `bad_input`, and the facade's sweeps of extreme shapes, files, options and
+/// numbers): run in the debug and in the release build.
+const BAD_INPUT_SWEEPS: [&str; 7] = [
+    "bad_input",
+    "empty_extremes",
+    "untrusted_files",
+    "rank_limit",
+    "print_options",
+    "mask_assign",
+    "scalar_rules",
+];
 
 fn ci() -> DynResult {
     run("fmt", cargo().args(["fmt", "--all", "--", "--check"]))?;

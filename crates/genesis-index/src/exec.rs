@@ -137,7 +137,12 @@ fn host_mask<'a>(layout: &Layout, items: &'a [IndexItem]) -> Result<Option<HostM
         return Ok(None);
     }
     Ok(Some(match items {
-        [IndexItem::Tensor(t)] if t.dtype == IndexDType::Bool && t.shape == layout.shape() => {
+        // (A mask whose values do not match its shape goes to planning, which refuses it.)
+        [IndexItem::Tensor(t)]
+            if t.dtype == IndexDType::Bool
+                && t.shape == layout.shape()
+                && t.data.len() == layout.numel() =>
+        {
             HostMask::Owned(t.data.iter().map(|&v| u8::from(v != 0)).collect())
         }
         [IndexItem::Stored(t)]

@@ -288,6 +288,18 @@ pub fn plan(input: &Layout, items: &[IndexItem], assign: bool) -> Result<IndexPl
     let mut ellipses = 0;
     let mut consumed = 0;
     for it in items {
+        // A host index tensor (integer or mask) must hold one value per element of its shape.
+        if let IndexItem::Tensor(t) = it
+            && Some(t.data.len()) != t.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
+        {
+            return Err(Error::InvalidIndex {
+                reason: format!(
+                    "index tensor of shape {:?} holds {} values",
+                    t.shape,
+                    t.data.len()
+                ),
+            });
+        }
         match it {
             IndexItem::Int(_) | IndexItem::Slice { .. } => consumed += 1,
             IndexItem::Tensor(t) if t.dtype == IndexDType::Bool => consumed += t.shape.len(),
@@ -302,18 +314,7 @@ pub fn plan(input: &Layout, items: &[IndexItem], assign: bool) -> Result<IndexPl
                 });
             }
             IndexItem::Stored(_) => consumed += 1,
-            IndexItem::Tensor(t) => {
-                if t.data.len() != t.shape.iter().product::<usize>() {
-                    return Err(Error::InvalidIndex {
-                        reason: format!(
-                            "index tensor of shape {:?} holds {} values",
-                            t.shape,
-                            t.data.len()
-                        ),
-                    });
-                }
-                consumed += 1
-            }
+            IndexItem::Tensor(_) => consumed += 1,
             IndexItem::NewAxis => {}
             IndexItem::Ellipsis => ellipses += 1,
             IndexItem::BadTensor(dtype) => {
@@ -645,19 +646,13 @@ impl IndexPlan {
         };
         let extra = vshape.len().saturating_sub(target.len());
         let mut l = value.clone();
+        // Only leading size-1 dimensions may be dropped (PyTorch's rule; NumPy also drops
+        // leading dimensions of an empty value in advanced assignment, which PyTorch refuses).
         if vshape[..extra].iter().any(|&d| d != 1) {
-            let full_mask = self
-                .mask
-                .as_ref()
-                .is_some_and(|m| m.strategy == MaskStrategy::FullCompaction);
-            if self.advanced.is_none() || full_mask || !vshape[extra..].contains(&0) {
-                return Err(mismatch());
-            }
-            l = Layout::contiguous(&vshape[extra..]);
-        } else {
-            for _ in 0..extra {
-                l = l.squeeze(0)?;
-            }
+            return Err(mismatch());
+        }
+        for _ in 0..extra {
+            l = l.squeeze(0)?;
         }
         if broadcast_shapes(&[l.shape(), target]).as_deref() != Some(target) {
             return Err(mismatch());
@@ -894,19 +889,20 @@ mod tests {
         ));
     }
 
-    /// NumPy's advanced assignment takes a value of higher rank whose last dimensions hold no
-    /// element (it reshapes the value); basic indexing and one mask over every dimension do
-    /// not, and a value with elements still has to broadcast.
+    /// A value may lose only leading size-1 dimensions (PyTorch's rule), also when nothing is
+    /// selected: NumPy's advanced assignment also drops leading dimensions of an empty value,
+    /// PyTorch refuses it.
     #[test]
-    fn an_empty_value_of_higher_rank_assigns_nothing_through_advanced_indices() {
+    fn a_value_loses_only_leading_size_one_dimensions() {
         let l = Layout::contiguous(&[2, 3]);
         let empty = IndexTensor::i64(&[0], vec![]);
         let p = plan(&l, &s![@empty.clone()], true).unwrap();
         assert_eq!(p.result_shape, vec![0, 3]);
-        let v = p.broadcast_value(&Layout::contiguous(&[5, 0, 3])).unwrap();
-        assert_eq!(v.shape(), &[0, 3]);
+        assert!(p.broadcast_value(&Layout::contiguous(&[5, 0, 3])).is_err());
         assert!(p.broadcast_value(&Layout::contiguous(&[5, 1, 3])).is_err());
         assert!(p.broadcast_value(&Layout::contiguous(&[5, 0, 2])).is_err());
+        let v = p.broadcast_value(&Layout::contiguous(&[1, 1, 3])).unwrap();
+        assert_eq!(v.shape(), &[0, 3]);
         let basic = plan(&l, &s![0..0], true).unwrap();
         assert!(
             basic
@@ -916,6 +912,7 @@ mod tests {
         let mask = IndexTensor::mask(&[2, 3], &[false; 6]);
         let full = plan(&l, &s![@mask], true).unwrap();
         assert!(full.broadcast_value(&Layout::contiguous(&[5, 0])).is_err());
+        assert!(full.broadcast_value(&Layout::contiguous(&[2])).is_err());
     }
 
     /// NumPy checks mask shapes before integer bounds and before slice steps, wherever the

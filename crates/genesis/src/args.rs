@@ -4,6 +4,7 @@
 
 use genesis_storage::{BinaryOp, DType, Storage};
 
+use crate::promote::has_kernels;
 use crate::tensor::host_scalar;
 use crate::{Device, Error, Result, Tensor};
 
@@ -182,10 +183,13 @@ mod sealed {
 /// The op's dtype follows PyTorch's type promotion ([`result_type`](crate::result_type)):
 /// a Rust integer promotes as a Python `int`, a float as a Python `float`, a `bool` as a
 /// Python `bool`, so a scalar changes a tensor's dtype only when its category is higher
-/// (`int32 tensor + 2` is int32, `int32 tensor + 0.5` is float32). The scalar is then
-/// converted to that dtype, exactly: for an integer dtype it must be in range, for a float
-/// dtype it must not overflow (otherwise [`Error::ScalarOutOfRange`]). Integers stay exact
-/// for integer tensors.
+/// (`int32 tensor + 2` is int32, `int32 tensor + 0.5` is float32). The scalar then becomes a
+/// value of that dtype by PyTorch's rules: in arithmetic and comparisons as a "wrapped
+/// number" (integers wrap, `uint8 + 300` adds 44; floats round and overflow to infinity; a
+/// float16/bfloat16 result computes in float32 when the dtype does not hold the number), and
+/// as a fill value, bound or `where` branch by PyTorch's checked conversion (a value the dtype
+/// cannot hold is [`Error::ScalarOutOfRange`]). Integers stay exact (an `i64` is not rounded
+/// through `f64`); an integer beyond `i64` (a `u64` above `i64::MAX`) is refused.
 pub trait Scalar: Copy + sealed::Sealed {
     /// The value.
     fn value(self) -> ScalarValue;
@@ -515,10 +519,11 @@ impl Tensor {
                 .binary_scalar_value(op, value)?
                 .cast_to(r);
         }
-        if self.needs_promotion(op, OperandRef::Scalar(value)) {
+        let d = self.dtype();
+        if r != d || !has_kernels(d) || (op.float_only() && !d.is_float()) {
             return self.binary_promoted(op, OperandRef::Scalar(value));
         }
-        let s = wrapped_scalar(op.name(), self.dtype(), value)?;
+        let s = wrapped_scalar(op.name(), d, value)?;
         self.binary_scalar_storage(op, &s)
     }
 

@@ -643,8 +643,8 @@ impl Tensor {
         self.assign(items, Value::Scalar(x), false)
     }
 
-    /// Elementwise `self + other`, broadcasting NumPy-style; same dtype and device. `other` is
-    /// a tensor or a [`Scalar`](crate::Scalar) (converted exactly to `self`'s dtype): `a.add(1)`.
+    /// Elementwise `self + other`, broadcasting NumPy-style, promoting as PyTorch does. `other`
+    /// is a tensor or a [`Scalar`](crate::Scalar) (PyTorch's rules for a number): `a.add(1)`.
     #[track_caller]
     pub fn add(&self, other: impl Operand) -> Result<Tensor> {
         self.binary_operand(BinaryOp::Add, other.operand())

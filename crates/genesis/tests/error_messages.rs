@@ -1,7 +1,7 @@
 //! The messages a new PyTorch user meets first: each names the operation called and says what
 //! PyTorch says (or what to do), over several shapes, dtypes and devices.
 
-use genesis::{DType, Error, LayoutError, Tensor};
+use genesis::{DType, ELLIPSIS, Error, IndexItem, LayoutError, NEW, Tensor, s};
 
 mod common;
 use common::{Release, devices};
@@ -391,5 +391,34 @@ fn mean_of_integers_suggests_a_float_dtype() {
             b.argmax().unwrap_err().to_string(),
             "argmax is not supported for dtype bool"
         );
+    }
+}
+
+/// `NEW` and `ELLIPSIS`, the bare words of `s!`, are items of the crate root too.
+#[test]
+fn new_and_ellipsis_are_importable_from_the_root() {
+    let _release = Release;
+    assert_eq!(NEW, IndexItem::NewAxis);
+    assert_eq!(ELLIPSIS, IndexItem::Ellipsis);
+    for dev in devices() {
+        for dtype in DTYPES {
+            for shape in [&[][..], &[3], &[2, 3], &[2, 0, 4]] {
+                let x = Tensor::zeros(shape, dtype, dev).unwrap();
+                let with = |items: &[IndexItem]| x.i(items).unwrap().shape().to_vec();
+                let mut lead = vec![1];
+                lead.extend_from_slice(shape);
+                let mut trail = shape.to_vec();
+                trail.push(1);
+                assert_eq!(with(&[NEW, ELLIPSIS]), lead);
+                assert_eq!(with(&[ELLIPSIS, NEW]), trail);
+                assert_eq!(with(&[NEW]), lead);
+                assert_eq!(with(&s![NEW, ELLIPSIS]), lead);
+                if !shape.is_empty() && shape[0] > 0 {
+                    let mut first = vec![1];
+                    first.extend_from_slice(&shape[1..]);
+                    assert_eq!(with(&[IndexItem::Int(0), NEW, ELLIPSIS]), first);
+                }
+            }
+        }
     }
 }

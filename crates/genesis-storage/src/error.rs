@@ -34,8 +34,9 @@ pub enum Error {
         /// The second operand's length.
         rhs: usize,
     },
-    /// An operation that has no kernel for this dtype.
-    #[error("{op} is not supported for dtype {dtype}")]
+    /// An operation that has no kernel for this dtype (with a hint where a conversion helps:
+    /// a mean needs a floating-point input, as PyTorch's).
+    #[error("{op} is not supported for dtype {dtype}{}", dtype_hint(.op, *.dtype))]
     UnsupportedDType {
         /// The operation.
         op: &'static str,
@@ -261,6 +262,17 @@ pub enum Error {
 
 /// Result type of the storage layer.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What to do about an [`Error::UnsupportedDType`], when a conversion helps.
+fn dtype_hint(op: &str, dtype: DType) -> &'static str {
+    match op {
+        "mean" if !dtype.is_float() => {
+            ": the input dtype must be a floating point dtype; convert it first, e.g. with \
+             `.to_dtype(DType::F32)`"
+        }
+        _ => "",
+    }
+}
 
 impl Error {
     /// Whether memory ran out: the caching allocator's report (or a request larger than the

@@ -34,17 +34,36 @@ pub fn check_rank(rank: usize) -> Result<(), LayoutError> {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum LayoutError {
-    /// A reshape whose element count differs.
-    #[error("cannot reshape {from:?} ({from_numel} elements) into {to:?} ({to_numel} elements)")]
+    /// A reshape or view to a shape that cannot hold the elements: another element count, or
+    /// sizes whose product does not divide it when one size is `-1` (PyTorch's message).
+    #[error("shape '{shape:?}' is invalid for input of size {numel}")]
     ElementCount {
-        /// The current shape.
-        from: Vec<usize>,
-        /// Its element count.
-        from_numel: usize,
-        /// The shape asked for.
-        to: Vec<usize>,
-        /// Its element count.
-        to_numel: usize,
+        /// The shape asked for, as given (`-1` for the inferred size).
+        shape: Vec<isize>,
+        /// The element count of the input.
+        numel: usize,
+    },
+    /// A shape with more than one `-1`.
+    #[error("only one dimension can be inferred (shape '{shape:?}')")]
+    MultipleInferred {
+        /// The shape asked for, as given.
+        shape: Vec<isize>,
+    },
+    /// A shape with a negative size other than `-1`.
+    #[error("invalid shape dimension {size} in shape '{shape:?}'")]
+    NegativeSize {
+        /// The shape asked for, as given.
+        shape: Vec<isize>,
+        /// The first negative size other than `-1`.
+        size: isize,
+    },
+    /// A `-1` among sizes whose product is 0, for an input of no elements: any size fits.
+    #[error(
+        "cannot reshape tensor of 0 elements into shape '{shape:?}' because the unspecified dimension size -1 can be any value and is ambiguous"
+    )]
+    AmbiguousInferred {
+        /// The shape asked for, as given.
+        shape: Vec<isize>,
     },
     /// A view (no copy) that the strides do not allow; `reshape` copies instead.
     #[error(
@@ -399,10 +418,11 @@ impl Layout {
         let (from_numel, to_numel) = (self.try_numel()?, checked_numel(shape)?);
         if from_numel != to_numel {
             return Err(LayoutError::ElementCount {
-                from: self.shape.to_vec(),
-                from_numel,
-                to: shape.to_vec(),
-                to_numel,
+                shape: shape
+                    .iter()
+                    .map(|&d| isize::try_from(d).unwrap_or(isize::MAX))
+                    .collect(),
+                numel: from_numel,
             });
         }
         if self.is_contiguous() {
@@ -469,7 +489,12 @@ impl Layout {
         })
     }
 
-    /// `shape` with at most one `-1` replaced by the size that keeps the element count.
+    /// `shape` with at most one `-1` replaced by the size that keeps the element count
+    /// (PyTorch's `infer_size`): [`LayoutError::MultipleInferred`] for a second `-1`,
+    /// [`LayoutError::NegativeSize`] for another negative size,
+    /// [`LayoutError::AmbiguousInferred`] for a `-1` among sizes of product 0 when there are
+    /// no elements, and [`LayoutError::ElementCount`] (naming `shape` as given) when the sizes
+    /// cannot hold the elements.
     pub fn infer_shape(&self, shape: &[isize]) -> Result<Dims, LayoutError> {
         check_rank(shape.len())?;
         let numel = self.try_numel()?;
@@ -480,15 +505,18 @@ impl Layout {
             shape: out.iter().map(|&x| x.max(0) as usize).collect(),
         };
         for (i, &d) in shape.iter().enumerate() {
-            if d == -1 && infer.is_none() {
+            if d == -1 {
+                if infer.is_some() {
+                    return Err(LayoutError::MultipleInferred {
+                        shape: shape.to_vec(),
+                    });
+                }
                 infer = Some(i);
                 out.push(0);
             } else if d < 0 {
-                return Err(LayoutError::ElementCount {
-                    from: self.shape.to_vec(),
-                    from_numel: numel,
-                    to: shape.iter().map(|&x| x.max(0) as usize).collect(),
-                    to_numel: 0,
+                return Err(LayoutError::NegativeSize {
+                    shape: shape.to_vec(),
+                    size: d,
                 });
             } else {
                 known = known
@@ -497,21 +525,24 @@ impl Layout {
                 out.push(d as usize);
             }
         }
-        if infer.is_none() {
-            checked_numel(&out)?;
-        } else if known > isize::MAX as usize {
-            return Err(too_many(shape));
-        }
-        if let Some(i) = infer {
-            if known == 0 || !numel.is_multiple_of(known) {
-                return Err(LayoutError::ElementCount {
-                    from: self.shape.to_vec(),
-                    from_numel: numel,
-                    to: out.to_vec(),
-                    to_numel: known,
+        let invalid = || LayoutError::ElementCount {
+            shape: shape.to_vec(),
+            numel,
+        };
+        match infer {
+            None => {
+                if checked_numel(&out)? != numel {
+                    return Err(invalid());
+                }
+            }
+            Some(_) if known > isize::MAX as usize => return Err(too_many(shape)),
+            Some(_) if known == 0 && numel == 0 => {
+                return Err(LayoutError::AmbiguousInferred {
+                    shape: shape.to_vec(),
                 });
             }
-            out[i] = numel / known;
+            Some(_) if known == 0 || !numel.is_multiple_of(known) => return Err(invalid()),
+            Some(i) => out[i] = numel / known,
         }
         Ok(out)
     }
@@ -891,15 +922,40 @@ mod tests {
         assert_eq!(idx(&v), idx(&u));
         assert!(matches!(
             l.view(&[5, 5]),
-            Err(LayoutError::ElementCount {
-                from_numel: 24,
-                to_numel: 25,
-                ..
-            })
+            Err(LayoutError::ElementCount { numel: 24, .. })
         ));
         assert_eq!(l.infer_shape(&[-1, 4]).unwrap().as_slice(), &[6, 4]);
-        assert!(l.infer_shape(&[-1, 5]).is_err());
-        assert!(l.infer_shape(&[-1, -1]).is_err());
+        assert_eq!(
+            l.infer_shape(&[-1, 5]),
+            Err(LayoutError::ElementCount {
+                shape: vec![-1, 5],
+                numel: 24
+            })
+        );
+        assert_eq!(
+            l.infer_shape(&[-1, -1]),
+            Err(LayoutError::MultipleInferred {
+                shape: vec![-1, -1]
+            })
+        );
+        assert_eq!(
+            l.infer_shape(&[-2, 12]),
+            Err(LayoutError::NegativeSize {
+                shape: vec![-2, 12],
+                size: -2
+            })
+        );
+        assert_eq!(
+            Layout::contiguous(&[0, 3]).infer_shape(&[-1, 0]),
+            Err(LayoutError::AmbiguousInferred { shape: vec![-1, 0] })
+        );
+        assert_eq!(
+            Layout::contiguous(&[0, 3])
+                .infer_shape(&[-1, 3, 2])
+                .unwrap()
+                .as_slice(),
+            &[0, 3, 2]
+        );
     }
 
     #[test]

@@ -126,14 +126,9 @@ pub(crate) fn shape_spec(dims: &(impl Dims + ?Sized)) -> Vec<isize> {
 /// rule for 0-d tensors: they take dimension 0 or -1 as if they had one dimension (`None` is
 /// returned for them).
 pub(crate) fn wrap_dim(op: &'static str, dim: i64, rank: usize) -> Result<Option<usize>> {
-    let _ = op;
     let r = rank.max(1) as i64;
     if dim < -r || dim >= r {
-        return Err(genesis_storage::LayoutError::DimOutOfRange {
-            dim: isize::try_from(dim).unwrap_or(isize::MIN),
-            rank,
-        }
-        .into());
+        return Err(Error::DimOutOfRange { op, dim, rank });
     }
     Ok((rank > 0).then(|| dim.rem_euclid(r) as usize))
 }

@@ -14,6 +14,48 @@ pub enum Error {
         /// The second operand's shape.
         rhs: Vec<usize>,
     },
+    /// A matrix product whose inner sizes differ: the last dimension of the first operand and
+    /// the second-to-last of the second (its only one when 1-D). For two matrices the message
+    /// is PyTorch's, `mat1 and mat2 shapes cannot be multiplied (3x4 and 3x4)`.
+    #[error("{op}: {}", inner_mismatch(.lhs, .rhs, *.lhs_inner, *.rhs_inner))]
+    InnerDimMismatch {
+        /// The operation.
+        op: &'static str,
+        /// The first operand's shape.
+        lhs: Vec<usize>,
+        /// The second operand's shape.
+        rhs: Vec<usize>,
+        /// The first operand's inner size (its last dimension).
+        lhs_inner: usize,
+        /// The second operand's inner size.
+        rhs_inner: usize,
+    },
+    /// A dimension outside a tensor's rank (negative counts from the end; a 0-d tensor takes 0
+    /// and -1).
+    #[error(
+        "{op}: dimension {dim} is out of range for a tensor of {rank} dimension(s) (expected \
+         to be in range of [{}, {}])",
+        -(*.rank.max(&1) as i64),
+        *.rank.max(&1) as i64 - 1
+    )]
+    DimOutOfRange {
+        /// The operation.
+        op: &'static str,
+        /// The dimension given.
+        dim: i64,
+        /// The tensor's rank.
+        rank: usize,
+    },
+    /// A tensor read back to the host as a Rust type that is not its dtype's.
+    #[error("{op}: the tensor holds {dtype}, not {requested}")]
+    WrongElementType {
+        /// The operation.
+        op: &'static str,
+        /// The tensor's dtype.
+        dtype: DType,
+        /// The dtype of the Rust type asked for.
+        requested: DType,
+    },
     /// Operands of different dtypes.
     #[error("{op}: dtype mismatch between {lhs} and {rhs}")]
     DTypeMismatch {
@@ -90,6 +132,23 @@ pub enum Error {
     /// memory.
     #[error(transparent)]
     Storage(genesis_storage::Error),
+}
+
+/// The message of [`Error::InnerDimMismatch`]: PyTorch's for two matrices, both shapes and
+/// the inner sizes otherwise.
+fn inner_mismatch(lhs: &[usize], rhs: &[usize], lhs_inner: usize, rhs_inner: usize) -> String {
+    if let ([m, k], [kb, n]) = (lhs, rhs) {
+        return format!("mat1 and mat2 shapes cannot be multiplied ({m}x{k} and {kb}x{n})");
+    }
+    let which = if rhs.len() == 1 {
+        "size"
+    } else {
+        "second-to-last dimension"
+    };
+    format!(
+        "shapes {lhs:?} and {rhs:?} cannot be multiplied: the last dimension of the first \
+         ({lhs_inner}) differs from the {which} of the second ({rhs_inner})"
+    )
 }
 
 impl Error {

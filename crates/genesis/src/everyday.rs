@@ -601,23 +601,54 @@ impl Tensor {
     #[track_caller]
     pub fn index_select(&self, dim: impl Dim, index: &Tensor) -> Result<Tensor> {
         let name = "index_select";
-        if self.dim() == 0 || index.dim() > 1 {
+        if index.dim() > 1 {
             return Err(Error::InvalidArgument {
                 op: name,
                 reason: format!(
-                    "takes a tensor of at least one dimension and a 1-D index (shapes {:?} and {:?})",
-                    self.shape(),
+                    "the index must be a vector (0-d or 1-D), got one of shape {:?}",
                     index.shape()
                 ),
+            });
+        }
+        if self.dim() == 0 {
+            return Err(Error::InvalidArgument {
+                op: name,
+                reason: "the tensor must have at least one dimension, got a 0-d one".into(),
             });
         }
         if !matches!(index.dtype(), DType::I64 | DType::I32) {
             return Err(Error::InvalidArgument {
                 op: name,
-                reason: format!("index of dtype {} (i64 or i32)", index.dtype()),
+                reason: format!("the index must be int64 or int32, not {}", index.dtype()),
             });
         }
         let dim = wrap_dim(name, dim.to_dim() as i64, self.dim())?.unwrap_or(0);
+        self.index_select_along(dim, index).map_err(|e| {
+            // A bad value is found by the kernel (`gather`) or by the row copy: it is reported
+            // as this op's, with its position in the index.
+            let out_of_range = matches!(
+                e,
+                Error::Index(genesis_index::Error::IndexOutOfRange { .. })
+                    | Error::Storage(genesis_storage::Error::Kernel(
+                        genesis_kernels::Error::IndexOutOfRange { .. }
+                    ))
+            );
+            if !out_of_range {
+                return e;
+            }
+            let size = self.shape()[dim];
+            match index
+                .cast_to(DType::I64)
+                .and_then(|i| check_index_range(name, &i, size))
+            {
+                Err(named) => named,
+                Ok(()) => e,
+            }
+        })
+    }
+
+    fn index_select_along(&self, dim: usize, index: &Tensor) -> Result<Tensor> {
+        let name = "index_select";
         // Whole rows of 16-byte multiples with a 1-D index on the tensor's device: one kernel
         // reads the index as it is (i64 or i32), rejects negative and too large values and moves
         // the rows in 16-byte accesses.

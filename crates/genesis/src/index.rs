@@ -6,6 +6,28 @@ use genesis_index::{IndexItem, IndexTensor};
 
 use crate::Tensor;
 
+/// Python's `None` (`np.newaxis`) as an index item: a new dimension of size 1. In [`s!`]
+/// the bare word `NEW` needs no import; elsewhere, `use genesis::NEW`.
+///
+/// ```
+/// use genesis::{DType, Device, ELLIPSIS, IndexItem, NEW, Tensor, s};
+/// # fn main() -> genesis::Result<()> {
+/// let t = Tensor::zeros(&[2, 3], DType::F32, Device::Cpu)?;
+/// // PyTorch's `t[None, ..., 0]`.
+/// let items = [NEW, ELLIPSIS, IndexItem::Int(0)];
+/// assert_eq!(t.i(&items)?.shape(), &[1, 2]);
+/// assert_eq!(t.i(&s![NEW, ELLIPSIS, 0])?.shape(), &[1, 2]);
+/// assert_eq!(t.i(&[ELLIPSIS, NEW])?.shape(), &[2, 3, 1]);
+/// # Ok(())
+/// # }
+/// ```
+pub const NEW: IndexItem = IndexItem::NewAxis;
+
+/// Python's `...` as an index item: as many full slices as the other items leave dimensions.
+/// In [`s!`] the bare word `ELLIPSIS` needs no import; elsewhere, `use genesis::ELLIPSIS`
+/// (see [`NEW`]).
+pub const ELLIPSIS: IndexItem = IndexItem::Ellipsis;
+
 /// One item of an index expression, as [`s!`](crate::s) reads an item without `@`: an
 /// integer (negative counts from the end), a range of integers (`a..b`, `a..`, `..b`, `..`,
 /// `a..=b`, `..=b`), an [`IndexItem`], or an index tensor.

@@ -438,10 +438,10 @@ mod nd {
         /// ```
         pub fn to_ndarray<T: WithDType>(&self) -> Result<ArrayD<T>> {
             if T::DTYPE != self.dtype() {
-                return Err(Error::DTypeMismatch {
+                return Err(Error::WrongElementType {
                     op: "to_ndarray",
-                    lhs: self.dtype(),
-                    rhs: T::DTYPE,
+                    dtype: self.dtype(),
+                    requested: T::DTYPE,
                 });
             }
             let values = self.to_vec::<T>()?;

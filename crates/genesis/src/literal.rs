@@ -20,9 +20,10 @@ pub trait Element: Copy + sealed::Sealed {
     /// The value, for the conversion to the tensor's dtype.
     #[doc(hidden)]
     fn literal(self) -> Literal;
-    /// The tensor's elements as this type (its dtype must be this type's).
+    /// The tensor's elements as this type (its dtype must be this type's; `op` names the
+    /// caller in the error otherwise).
     #[doc(hidden)]
-    fn read(t: &Tensor) -> Result<Vec<Self>>;
+    fn read(t: &Tensor, op: &'static str) -> Result<Vec<Self>>;
 }
 
 /// A literal element's value.
@@ -43,8 +44,8 @@ macro_rules! elements {
                 #[allow(clippy::redundant_closure_call)]
                 ($lit)(self)
             }
-            fn read(t: &Tensor) -> Result<Vec<Self>> {
-                t.to_vec::<$t>()
+            fn read(t: &Tensor, op: &'static str) -> Result<Vec<Self>> {
+                t.read_as::<$t>(op)
             }
         }
     )*};
@@ -68,8 +69,8 @@ impl Element for bool {
     fn literal(self) -> Literal {
         Literal::Bool(self)
     }
-    fn read(t: &Tensor) -> Result<Vec<Self>> {
-        t.to_bool_vec()
+    fn read(t: &Tensor, op: &'static str) -> Result<Vec<Self>> {
+        t.read_bools_as(op)
     }
 }
 
@@ -319,14 +320,14 @@ impl Tensor {
                 ),
             });
         }
-        Ok(T::read(self)?[0])
+        Ok(T::read(self, "item")?[0])
     }
 
     /// The elements of a 2-d tensor as rows, copied to the host (`T` the dtype's type).
     #[track_caller]
     pub fn to_vec2<T: Element>(&self) -> Result<Vec<Vec<T>>> {
         let [r, c] = self.rank_shape::<2>("to_vec2")?;
-        let flat = T::read(self)?;
+        let flat = T::read(self, "to_vec2")?;
         Ok((0..r).map(|i| flat[i * c..(i + 1) * c].to_vec()).collect())
     }
 
@@ -334,7 +335,7 @@ impl Tensor {
     #[track_caller]
     pub fn to_vec3<T: Element>(&self) -> Result<Vec<Vec<Vec<T>>>> {
         let [a, b, c] = self.rank_shape::<3>("to_vec3")?;
-        let flat = T::read(self)?;
+        let flat = T::read(self, "to_vec3")?;
         Ok((0..a)
             .map(|i| {
                 (0..b)

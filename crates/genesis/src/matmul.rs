@@ -49,7 +49,13 @@ fn plan(a: &Tensor, b: &Tensor) -> Result<Plan> {
         (sb[sb.len() - 2], sb[sb.len() - 1])
     };
     if k != kb {
-        return Err(mismatch(a, b));
+        return Err(Error::InnerDimMismatch {
+            op: "matmul",
+            lhs: sa.to_vec(),
+            rhs: sb.to_vec(),
+            lhs_inner: k,
+            rhs_inner: kb,
+        });
     }
     let ba = &sa[..sa.len().saturating_sub(2)];
     let bb = &sb[..sb.len().saturating_sub(2)];
@@ -143,7 +149,10 @@ impl Tensor {
     /// let err = Tensor::zeros(&[1000, 1000], a.dtype(), Device::Cpu)?
     ///     .matmul(&Tensor::zeros(&[500, 500], a.dtype(), Device::Cpu)?)
     ///     .unwrap_err();
-    /// assert_eq!(err.to_string(), "matmul: shape mismatch between [1000, 1000] and [500, 500]");
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "matmul: mat1 and mat2 shapes cannot be multiplied (1000x1000 and 500x500)"
+    /// );
     /// # Ok(())
     /// # }
     /// ```

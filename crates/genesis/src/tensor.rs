@@ -307,11 +307,16 @@ impl Tensor {
 
     /// The elements, row-major, copied to the host; `T` must match the dtype.
     pub fn to_vec<T: WithDType>(&self) -> Result<Vec<T>> {
+        self.read_as("to_vec")
+    }
+
+    /// [`Tensor::to_vec`] for `op`, which names itself in the error of a wrong `T`.
+    pub(crate) fn read_as<T: WithDType>(&self, op: &'static str) -> Result<Vec<T>> {
         if T::DTYPE != self.dtype() {
-            return Err(Error::DTypeMismatch {
-                op: "to_vec",
-                lhs: self.dtype(),
-                rhs: T::DTYPE,
+            return Err(Error::WrongElementType {
+                op,
+                dtype: self.dtype(),
+                requested: T::DTYPE,
             });
         }
         Ok(self.view.contiguous()?.to_vec::<T>()?)
@@ -319,11 +324,16 @@ impl Tensor {
 
     /// The elements of a `Bool` tensor, row-major, copied to the host.
     pub fn to_bool_vec(&self) -> Result<Vec<bool>> {
+        self.read_bools_as("to_bool_vec")
+    }
+
+    /// [`Tensor::to_bool_vec`] for `op`, which names itself in the error of another dtype.
+    pub(crate) fn read_bools_as(&self, op: &'static str) -> Result<Vec<bool>> {
         if self.dtype() != DType::Bool {
-            return Err(Error::DTypeMismatch {
-                op: "to_bool_vec",
-                lhs: self.dtype(),
-                rhs: DType::Bool,
+            return Err(Error::WrongElementType {
+                op,
+                dtype: self.dtype(),
+                requested: DType::Bool,
             });
         }
         let bytes = self.view.contiguous()?.to_bytes()?;

@@ -601,10 +601,10 @@ mod nd {
         let t = Tensor::from_slice(&[1.0f32, 2.0], [2], Device::Cpu).unwrap();
         assert!(matches!(
             t.to_ndarray::<f64>(),
-            Err(Error::DTypeMismatch {
+            Err(Error::WrongElementType {
                 op: "to_ndarray",
-                lhs: DType::F32,
-                rhs: DType::F64
+                dtype: DType::F32,
+                requested: DType::F64
             })
         ));
         let b = Tensor::from_bools(&[true], [1], Device::Cpu).unwrap();

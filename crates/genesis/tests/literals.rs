@@ -124,7 +124,7 @@ fn item_and_nested_vectors() {
         assert!(x.item::<f32>().is_err(), "six elements");
         assert!(matches!(
             x.sum().unwrap().item::<f64>(),
-            Err(Error::DTypeMismatch { .. })
+            Err(Error::WrongElementType { op: "item", .. })
         ));
         assert_eq!(
             x.to_vec2::<f32>().unwrap(),

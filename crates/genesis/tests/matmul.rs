@@ -279,10 +279,18 @@ fn matmul_out_writes_in_place_and_errors_name_both_shapes() {
         let x = Tensor::zeros([1000, 1000], DType::F32, dev).unwrap();
         let y = Tensor::zeros([500, 500], DType::F32, dev).unwrap();
         let err = x.matmul(&y).unwrap_err();
-        assert!(matches!(err, Error::ShapeMismatch { op: "matmul", .. }));
+        assert!(matches!(
+            err,
+            Error::InnerDimMismatch {
+                op: "matmul",
+                lhs_inner: 1000,
+                rhs_inner: 500,
+                ..
+            }
+        ));
         assert_eq!(
             err.to_string(),
-            "matmul: shape mismatch between [1000, 1000] and [500, 500]"
+            "matmul: mat1 and mat2 shapes cannot be multiplied (1000x1000 and 500x500)"
         );
         // Batch dimensions that do not broadcast; 0-d operands; dtypes; bmm's stricter rule.
         let p = Tensor::zeros([2, 3, 4], DType::F32, dev).unwrap();

@@ -79,7 +79,7 @@ fn mismatches_are_typed_errors() {
         assert_eq!(a.add(&c).unwrap().dtype(), DType::F32, "promoted");
         assert!(matches!(
             a.to_vec::<f64>(),
-            Err(Error::DTypeMismatch { .. })
+            Err(Error::WrongElementType { op: "to_vec", .. })
         ));
         let short = Tensor::from_slice(&[1.0f32; 5], [2, 3], dev).unwrap_err();
         assert!(matches!(

@@ -394,13 +394,16 @@ pub(crate) fn run(case: &Value, device: Device) -> genesis::Result<Vec<Tensor>> 
 /// The kind of an error as the cases name it: the path of variant names of its `Debug` form
 /// (`Storage(UnsupportedDType { .. })` is `Storage.UnsupportedDType`), except that a dimension
 /// out of range is `DimOutOfRange` whichever layer finds it (the layout's
-/// `Storage.Layout.DimOutOfRange` or the facade's argument check, an `InvalidArgument`).
+/// `Storage.Layout.DimOutOfRange`, the facade's `DimOutOfRange` or an `InvalidArgument`), and
+/// a matrix product's inner sizes that differ (`InnerDimMismatch`) are a `ShapeMismatch`.
 pub(crate) fn error_kind(e: &genesis::Error) -> String {
     let kind = variant_path(e);
     let dim_range = matches!(e, genesis::Error::InvalidArgument { reason, .. }
         if reason.contains("is out of range for a tensor of"));
     if kind == "Storage.Layout.DimOutOfRange" || dim_range {
         "DimOutOfRange".into()
+    } else if kind == "InnerDimMismatch" {
+        "ShapeMismatch".into()
     } else {
         kind
     }

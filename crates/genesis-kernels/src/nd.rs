@@ -38,6 +38,22 @@ pub enum Rhs<S, T> {
     Scalar(T),
 }
 
+/// The elements of an iteration over `shape`: 0 when a size is 0 (whatever the others), else
+/// their product, which one launch must index in 32 bits (under 2^31).
+fn launch_numel(op: &'static str, shape: &[usize]) -> Result<usize> {
+    if shape.contains(&0) {
+        return Ok(0);
+    }
+    shape
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .filter(|&n| n < 1 << 31)
+        .ok_or_else(|| Error::Unsupported {
+            op,
+            reason: format!("{shape:?} has 2^31 elements or more"),
+        })
+}
+
 impl BinaryNd {
     /// The descriptor of an output of `shape` (fewer than 2^31 elements) with operand `a` at
     /// `a_strides` from element `a_offset`, and `b` likewise (`None`: a scalar). Strides are in
@@ -62,15 +78,7 @@ impl BinaryNd {
         // No elements (a 0 among the sizes, the others whatever they are): one dimension of
         // size 0, nothing merged or multiplied.
         let empty = shape.contains(&0);
-        let numel = if empty {
-            0
-        } else {
-            shape
-                .iter()
-                .try_fold(1usize, |n, &d| n.checked_mul(d))
-                .filter(|&n| n < 1 << 31)
-                .ok_or_else(|| unsupported(format!("{shape:?} has 2^31 elements or more")))?
-        };
+        let numel = launch_numel("binary_nd", shape)?;
         // (size, a stride, b stride) from the innermost dimension out, merged.
         let mut dims: Vec<(usize, i64, i64)> = Vec::with_capacity(rank);
         for k in (0..rank).rev() {
@@ -388,15 +396,7 @@ impl WhereNd {
         }
         // No elements: one dimension of size 0, as `BinaryNd::new`.
         let empty = shape.contains(&0);
-        let numel = if empty {
-            0
-        } else {
-            shape
-                .iter()
-                .try_fold(1usize, |n, &d| n.checked_mul(d))
-                .filter(|&n| n < 1 << 31)
-                .ok_or_else(|| unsupported(format!("{shape:?} has 2^31 elements or more")))?
-        };
+        let numel = launch_numel("where_nd", shape)?;
         // (size, [cond, a, b] strides) from the innermost dimension out, merged.
         let mut dims: Vec<(usize, [i64; 3])> = Vec::with_capacity(rank);
         for k in (0..rank).rev() {

@@ -6,7 +6,7 @@ use genesis_index::{IndexItem, IndexTensor};
 
 use crate::Tensor;
 
-/// Python's `None` (`np.newaxis`) as an index item: a new dimension of size 1. In [`s!`]
+/// Python's `None` (`np.newaxis`) as an index item: a new dimension of size 1. In [`s!`](crate::s!)
 /// the bare word `NEW` needs no import; elsewhere, `use genesis::NEW`.
 ///
 /// ```
@@ -24,7 +24,7 @@ use crate::Tensor;
 pub const NEW: IndexItem = IndexItem::NewAxis;
 
 /// Python's `...` as an index item: as many full slices as the other items leave dimensions.
-/// In [`s!`] the bare word `ELLIPSIS` needs no import; elsewhere, `use genesis::ELLIPSIS`
+/// In [`s!`](crate::s!) the bare word `ELLIPSIS` needs no import; elsewhere, `use genesis::ELLIPSIS`
 /// (see [`NEW`]).
 pub const ELLIPSIS: IndexItem = IndexItem::Ellipsis;
 

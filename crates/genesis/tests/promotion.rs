@@ -15,21 +15,7 @@ fn table() -> serde_json::Value {
     serde_json::from_str(include_str!("data/promotion.json")).unwrap()
 }
 
-fn dtype(name: &str) -> DType {
-    match name {
-        "bool" => DType::Bool,
-        "u8" => DType::U8,
-        "i8" => DType::I8,
-        "i16" => DType::I16,
-        "i32" => DType::I32,
-        "i64" => DType::I64,
-        "f16" => DType::F16,
-        "bf16" => DType::BF16,
-        "f32" => DType::F32,
-        "f64" => DType::F64,
-        _ => panic!("unknown dtype {name}"),
-    }
-}
+use common::short_dtype as dtype;
 
 fn field<'a>(e: &'a serde_json::Value, k: &str) -> &'a str {
     e[k].as_str().unwrap()

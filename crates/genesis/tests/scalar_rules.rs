@@ -31,21 +31,7 @@ fn cases() -> Value {
     serde_json::from_str(&text).unwrap()
 }
 
-fn dtype(name: &str) -> DType {
-    match name {
-        "bool" => DType::Bool,
-        "u8" => DType::U8,
-        "i8" => DType::I8,
-        "i16" => DType::I16,
-        "i32" => DType::I32,
-        "i64" => DType::I64,
-        "f16" => DType::F16,
-        "bf16" => DType::BF16,
-        "f32" => DType::F32,
-        "f64" => DType::F64,
-        _ => panic!("unknown dtype {name}"),
-    }
-}
+use common::short_dtype as dtype;
 
 fn float(v: &Value) -> f64 {
     match v {

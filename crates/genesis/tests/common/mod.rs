@@ -13,6 +13,24 @@ pub(crate) fn devices() -> Vec<Device> {
     d
 }
 
+/// A dtype by the short name the PyTorch fixtures use (`"bool"`, `"u8"`, ..., `"bf16"`, `"f64"`).
+pub(crate) fn short_dtype(name: &str) -> genesis::DType {
+    use genesis::DType;
+    match name {
+        "bool" => DType::Bool,
+        "u8" => DType::U8,
+        "i8" => DType::I8,
+        "i16" => DType::I16,
+        "i32" => DType::I32,
+        "i64" => DType::I64,
+        "f16" => DType::F16,
+        "bf16" => DType::BF16,
+        "f32" => DType::F32,
+        "f64" => DType::F64,
+        _ => panic!("unknown dtype {name}"),
+    }
+}
+
 /// Gives cached device memory back when a test ends (even by panicking), so nothing is held
 /// at exit (compute-sanitizer's leak check).
 pub(crate) struct Release;

@@ -14,6 +14,7 @@ pub(crate) fn devices() -> Vec<Device> {
 }
 
 /// A dtype by the short name the PyTorch fixtures use (`"bool"`, `"u8"`, ..., `"bf16"`, `"f64"`).
+#[allow(dead_code)] // not every test binary reads PyTorch fixtures
 pub(crate) fn short_dtype(name: &str) -> genesis::DType {
     use genesis::DType;
     match name {

@@ -135,8 +135,8 @@ pub(crate) trait Backend {
     /// `self[i] = value` (one element's bytes) for `i < len`.
     fn fill(&mut self, dtype: DType, value: &[u8], len: usize) -> Result<()>;
 
-    /// `out[i] = self[i] as to` for `i < len`.
-    fn cast(&self, from: DType, to: DType, out: &mut Self, len: usize) -> Result<()>;
+    /// `out[i] = self[at + i] as to` for `i < len`.
+    fn cast(&self, from: DType, at: usize, to: DType, out: &mut Self, len: usize) -> Result<()>;
 
     /// The reduction of `shape.input_len()` elements from `self[at]` into `values` (of
     /// `crate::reduce_dtype`) and, for the arg ops, `indices` (i64).
@@ -658,8 +658,9 @@ impl Backend for [u8] {
         Ok(())
     }
 
-    fn cast(&self, from: DType, to: DType, out: &mut [u8], len: usize) -> Result<()> {
-        genesis_kernels::copy::cast(from, self, to, out, len)?;
+    fn cast(&self, from: DType, at: usize, to: DType, out: &mut [u8], len: usize) -> Result<()> {
+        let src = self.get(at.saturating_mul(from.size())..).unwrap_or(&[]);
+        genesis_kernels::copy::cast(from, src, to, out, len)?;
         Ok(())
     }
 

@@ -280,7 +280,7 @@ impl Backend for CudaMem {
         match *self {}
     }
 
-    fn cast(&self, _: DType, _: DType, _: &mut CudaMem, _: usize) -> Result<()> {
+    fn cast(&self, _: DType, _: usize, _: DType, _: &mut CudaMem, _: usize) -> Result<()> {
         match *self {}
     }
 

@@ -678,10 +678,38 @@ impl Storage {
 
     /// The elements copied into a `Vec<T>`; `T` must be the storage's dtype.
     pub fn to_vec<T: WithDType>(&self) -> Result<Vec<T>> {
+        self.to_vec_at(0, self.len)
+    }
+
+    /// Elements `start..start + len` copied into a `Vec<T>` (one copy, from the host or the
+    /// device); `T` must be the storage's dtype.
+    pub fn to_vec_at<T: WithDType>(&self, start: usize, len: usize) -> Result<Vec<T>> {
         self.check_type::<T>("to_vec")?;
-        let bytes = self.to_bytes()?;
-        let host = CpuStorage::from_bytes(&bytes)?;
-        Ok(host.as_slice::<T>().to_vec())
+        self.check_range("to_vec", start, len)?;
+        let size = size_of::<T>();
+        crate::cpu::check_host_bytes(len.saturating_mul(size))?;
+        let mut out: Vec<T> = Vec::new();
+        out.try_reserve_exact(len)
+            .map_err(|_| Error::HostOutOfMemory { bytes: len * size })?;
+        {
+            let spare = out.spare_capacity_mut();
+            // SAFETY: `spare` is the vector's uninitialised capacity of at least `len`
+            // elements of `T`; viewing its first `len * size_of::<T>()` bytes as `u8` to write
+            // them is sound (any byte may be written to uninitialised memory).
+            let bytes = unsafe {
+                std::slice::from_raw_parts_mut(spare.as_mut_ptr().cast::<u8>(), len * size)
+            };
+            match &*self.read("to_vec")? {
+                Inner::Cuda(m) => m.read_to_host(start * size, bytes)?,
+                inner => bytes.copy_from_slice(
+                    &inner.host().unwrap_or(&[])[start * size..(start + len) * size],
+                ),
+            }
+        }
+        // SAFETY: the first `len` elements were written above (every byte of them), and every
+        // bit pattern is a valid `T` (the sealed `WithDType` types are plain numbers).
+        unsafe { out.set_len(len) };
+        Ok(out)
     }
 
     /// The elements converted to `f64`, for display and reference checks.
@@ -693,8 +721,17 @@ impl Storage {
     /// A copy on `device` (plain CPU memory for `Device::Cpu`).
     #[track_caller]
     pub fn to_device(&self, device: Device) -> Result<Storage> {
-        let mut out = Storage::uninit(self.len, self.dtype, device)?;
-        out.copy_from(self)?;
+        self.to_device_at(0, self.len, device)
+    }
+
+    /// Elements `start..start + len` copied to a new storage on `device` (plain CPU memory for
+    /// `Device::Cpu`) in one copy: between pinned host memory and a device, one DMA.
+    #[track_caller]
+    pub fn to_device_at(&self, start: usize, len: usize, device: Device) -> Result<Storage> {
+        self.check_range("to_device", start, len)?;
+        let size = self.dtype.size();
+        let mut out = Storage::uninit(len, self.dtype, device)?;
+        out.copy_bytes_from(0, self, start * size, len * size)?;
         Ok(out)
     }
 
@@ -959,10 +996,23 @@ impl Storage {
         if dtype == self.dtype {
             return self.try_clone();
         }
-        let mut out = Storage::uninit(self.len, dtype, self.device())?;
+        self.to_dtype_at(0, self.len, dtype)
+    }
+
+    /// Elements `start..start + len` converted to `dtype` into a new storage on the same
+    /// device (plain device or host memory), read in place: one pass, as [`Storage::to_dtype`].
+    #[track_caller]
+    pub fn to_dtype_at(&self, start: usize, len: usize, dtype: DType) -> Result<Storage> {
+        self.check_range("to_dtype", start, len)?;
+        let device = self.device();
+        let mut out = Storage::uninit(len, dtype, device)?;
+        if dtype == self.dtype {
+            out.copy_bytes_from(0, self, start * dtype.size(), len * dtype.size())?;
+            return Ok(out);
+        }
         match (self.read("to_dtype")?.mem(), out.mem_mut("to_dtype")?) {
-            (Mem::Host(a), MemMut::Host(o)) => a.cast(self.dtype, dtype, o, self.len)?,
-            (Mem::Cuda(a), MemMut::Cuda(o)) => a.cast(self.dtype, dtype, o, self.len)?,
+            (Mem::Host(a), MemMut::Host(o)) => a.cast(self.dtype, start, dtype, o, len)?,
+            (Mem::Cuda(a), MemMut::Cuda(o)) => a.cast(self.dtype, start, dtype, o, len)?,
             _ => return Err(mixed("to_dtype")),
         }
         Ok(out)

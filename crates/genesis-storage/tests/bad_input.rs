@@ -456,6 +456,25 @@ fn access_and_copies() {
     for device in missing_devices() {
         s.err(&format!("to_device({device})"), || a.to_device(device));
     }
+    for (start, len) in BAD_RANGES {
+        s.err(&format!("to_dtype_at({start}, {len})"), || {
+            a.to_dtype_at(start, len, DType::F16)
+        });
+        s.err(&format!("to_dtype_at({start}, {len}, same dtype)"), || {
+            a.to_dtype_at(start, len, DType::F32)
+        });
+        s.err(&format!("to_device_at({start}, {len})"), || {
+            a.to_device_at(start, len, Device::Cpu)
+        });
+        s.err(&format!("to_vec_at({start}, {len})"), || {
+            a.to_vec_at::<f32>(start, len)
+        });
+    }
+    s.expect(
+        "to_vec_at::<f64>(f32)",
+        || a.to_vec_at::<f64>(0, 1),
+        |r| matches!(r, Err(Error::DTypeMismatch { .. })),
+    );
     s.expect(
         "to_pinned",
         || a.to_pinned().map(|p| p.len()),

@@ -289,6 +289,11 @@ impl Tensor {
     /// that does not wait.
     #[track_caller]
     pub fn to(&self, device: Device) -> Result<Tensor> {
+        if let Some((start, len)) = self.dense_range() {
+            // Read in place: one copy (one DMA from pinned memory to a device).
+            let moved = self.view.storage().to_device_at(start, len, device)?;
+            return Tensor::created(moved, self.shape());
+        }
         let dense = self.view.contiguous()?;
         let moved = if dense.device() == device && !dense.is_pinned() {
             dense
@@ -298,10 +303,27 @@ impl Tensor {
         Tensor::created(moved, self.shape())
     }
 
+    /// `(first element, element count)` of this tensor's elements in its storage when they
+    /// lie there in row-major order, one after another (an empty tensor: `(0, 0)`), so that a
+    /// conversion or a transfer reads them in place.
+    pub(crate) fn dense_range(&self) -> Option<(usize, usize)> {
+        let l = self.layout();
+        if !l.is_contiguous() {
+            return None;
+        }
+        let n = l.numel();
+        Some(if n == 0 { (0, 0) } else { (l.offset(), n) })
+    }
+
     /// A copy converted to `dtype` (round to nearest-even into f16/bf16; floats to integers
     /// truncate and saturate).
     #[track_caller]
     pub fn to_dtype(&self, dtype: DType) -> Result<Tensor> {
+        if let Some((start, len)) = self.dense_range() {
+            // Read in place: one pass converts.
+            let out = self.view.storage().to_dtype_at(start, len, dtype)?;
+            return Tensor::from_storage(out, self.shape());
+        }
         Tensor::from_storage(self.view.contiguous()?.to_dtype(dtype)?, self.shape())
     }
 
@@ -318,6 +340,9 @@ impl Tensor {
                 dtype: self.dtype(),
                 requested: T::DTYPE,
             });
+        }
+        if let Some((start, len)) = self.dense_range() {
+            return Ok(self.view.storage().to_vec_at::<T>(start, len)?);
         }
         Ok(self.view.contiguous()?.to_vec::<T>()?)
     }

@@ -271,11 +271,14 @@ impl Backend for CudaMem {
         }, _ => Err(unsupported("fill", dtype)))
     }
 
-    fn cast(&self, from: DType, to: DType, out: &mut CudaMem, len: usize) -> Result<()> {
+    fn cast(&self, from: DType, at: usize, to: DType, out: &mut CudaMem, len: usize) -> Result<()> {
+        let bytes = len
+            .checked_mul(from.size())
+            .ok_or(Error::SizeOverflow { len, dtype: from })?;
         gpu::cast(
             &out.queue(),
             from,
-            self.span::<u8>(len * from.size())?,
+            self.range::<u8>(at.saturating_mul(from.size()), bytes)?,
             to,
             out.span_mut::<u8>(len * to.size())?,
             len,

@@ -851,11 +851,12 @@ impl Backend for [u8] {
         out: &mut [u8],
         out_at: usize,
     ) -> Result<()> {
-        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16], T => {
+        use genesis_kernels::matmul::{MatmulLayout, matmul_host};
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64, I32, I64], T => {
             let a = host::<T>(self, a_at, self.len() / size_of::<T>() - a_at)?;
             let b = host::<T>(b, b_at, b.len() / size_of::<T>() - b_at)?;
             let c = host_mut::<T>(out, out_at, out.len() / size_of::<T>() - out_at)?;
-            genesis_kernels::matmul::matmul::<T>(shape, a, b, c)?;
+            matmul_host::<T>(shape, MatmulLayout::contiguous(&shape), a, b, c)?;
             Ok(())
         }, _ => Err(unsupported("matmul", dtype)))
     }

@@ -292,8 +292,15 @@ fn matmul_out_writes_in_place_and_errors_name_both_shapes() {
         assert!(matches!(s.matmul(&p), Err(Error::InvalidArgument { .. })));
         let h = Tensor::zeros([4, 5], DType::F16, dev).unwrap();
         assert!(matches!(p.matmul(&h), Err(Error::DTypeMismatch { .. })));
+        // Integers multiply on the CPU only; bool nowhere.
         let i = Tensor::zeros([4, 4], DType::I32, dev).unwrap();
-        assert!(i.matmul(&i).is_err(), "integer matmul is refused");
+        assert_eq!(
+            i.matmul(&i).is_ok(),
+            dev == Device::Cpu,
+            "int32 matmul on {dev}"
+        );
+        let m = Tensor::zeros([4, 4], DType::Bool, dev).unwrap();
+        assert!(m.matmul(&m).is_err(), "bool matmul is refused");
         let r = Tensor::zeros([4, 5], DType::F32, dev).unwrap();
         assert!(matches!(
             p.bmm(&r),
@@ -309,4 +316,79 @@ fn allocations(dev: Device) -> i64 {
         Device::Cuda(i) => genesis::cuda::memory_stats(i).unwrap()["allocation.all.allocated"],
         _ => 0,
     }
+}
+
+/// f64, int32 and int64 products: on the CPU, f64 within the f64 accumulation bound and
+/// integers exact (small values, so the f64 reference is exact) and wrapping, with NumPy's
+/// shape rules, transposed operands and broadcast batches; on CUDA, which has no kernel for
+/// them, a typed `UnsupportedDType`.
+#[test]
+fn f64_and_integer_products_on_the_cpu_and_refused_on_cuda() {
+    let _serial = serial();
+    let _release = Release;
+    let g = Generator::new(12);
+    for dtype in [DType::F64, DType::I32, DType::I64] {
+        let make = |shape: &[usize]| -> (Tensor, Vec<f64>) {
+            let t = g.randn(shape, DType::F64, Device::Cpu).unwrap();
+            let t = if dtype == DType::F64 {
+                t
+            } else {
+                t.mul(40.0).unwrap().to_dtype(dtype).unwrap()
+            };
+            let held = t.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap();
+            (t, held)
+        };
+        let check = |got: &Tensor, want: &[f64], scale: &[f64], k: usize, what: &str| {
+            assert_eq!(got.dtype(), dtype, "{what}");
+            let got = got.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap();
+            assert_eq!(got.len(), want.len(), "{what}");
+            for (i, ((g, w), s)) in got.iter().zip(want).zip(scale).enumerate() {
+                let tol = if dtype == DType::F64 {
+                    2.0 * (k as f64 + 2.0) * 2f64.powi(-53) * s + 1e-300
+                } else {
+                    0.0
+                };
+                assert!((g - w).abs() <= tol, "{what}: element {i}: {g} vs {w}");
+            }
+        };
+        for &(sa, sb) in CASES {
+            let (a, va) = make(sa);
+            let (b, vb) = make(sb);
+            let got = a.matmul(&b).unwrap();
+            let (shape, want, scale) = reference((&va, sa), (&vb, sb));
+            assert_eq!(got.shape(), shape.as_slice(), "{sa:?} @ {sb:?}");
+            let k = if sa.len() == 1 {
+                sa[0]
+            } else {
+                sa[sa.len() - 1]
+            };
+            check(&got, &want, &scale, k, &format!("{dtype} {sa:?} @ {sb:?}"));
+        }
+        // Transposed operands, batched against a broadcast transposed matrix.
+        let (a, va) = make(&[3, 6, 4]);
+        let (b, vb) = make(&[5, 6]);
+        let got = a.transpose(1, 2).unwrap().matmul(&b.t().unwrap()).unwrap();
+        let at: Vec<f64> = (0..72)
+            .map(|x| va[(x / 24) * 24 + (x % 6) * 4 + (x % 24) / 6])
+            .collect();
+        let bt: Vec<f64> = (0..30).map(|x| vb[(x % 5) * 6 + x / 5]).collect();
+        let (_, want, scale) = reference((&at, &[3, 4, 6]), (&bt, &[6, 5]));
+        check(&got, &want, &scale, 6, &format!("transposed {dtype}"));
+        if let Some(&dev) = devices().get(1) {
+            let (a, b) = (a.to(dev).unwrap(), b.to(dev).unwrap());
+            assert!(
+                matches!(
+                    a.matmul(&b.t().unwrap()),
+                    Err(Error::Storage(
+                        genesis_storage::Error::UnsupportedDType { .. }
+                    ))
+                ),
+                "{dtype} on {dev}"
+            );
+        }
+    }
+    // Wrapping, as PyTorch's CPU matmul: 2 * (2^31 - 1) + 3 = 2^32 + 1.
+    let a = Tensor::from_slice(&[i32::MAX, 1], [1, 2], Device::Cpu).unwrap();
+    let b = Tensor::from_slice(&[2i32, 3], [2], Device::Cpu).unwrap();
+    assert_eq!(a.matmul(&b).unwrap().to_vec::<i32>().unwrap(), [1]);
 }

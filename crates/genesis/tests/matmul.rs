@@ -392,3 +392,81 @@ fn f64_and_integer_products_on_the_cpu_and_refused_on_cuda() {
     let b = Tensor::from_slice(&[2i32, 3], [2], Device::Cpu).unwrap();
     assert_eq!(a.matmul(&b).unwrap().to_vec::<i32>().unwrap(), [1]);
 }
+
+/// Views the CPU reads in place (transposed, column-sliced, batch-permuted, broadcast by a
+/// zero batch stride, single rows and columns) and views it copies (stepped inner
+/// dimensions): the same values as the product of contiguous copies (small integer values, so
+/// every order of the sum is exact), for f32, f64 and int64, through `matmul` and
+/// `matmul_out`.
+#[test]
+fn strided_views_give_the_product_of_their_contiguous_copies() {
+    let _serial = serial();
+    let g = Generator::new(13);
+    for dtype in [DType::F32, DType::F64, DType::I64] {
+        let ints = |shape: &[usize]| -> Tensor {
+            g.randn(shape, DType::F32, Device::Cpu)
+                .unwrap()
+                .mul(8.0)
+                .unwrap()
+                .to_dtype(DType::I64)
+                .unwrap()
+                .to_dtype(dtype)
+                .unwrap()
+        };
+        let big = ints(&[4, 9, 11]);
+        let mat = ints(&[9, 11]);
+        let pairs: Vec<(&str, Tensor, Tensor)> = vec![
+            ("t @ t", mat.t().unwrap(), ints(&[7, 9]).t().unwrap()),
+            (
+                "narrow cols @ narrow rows",
+                mat.narrow(1, 2, 6).unwrap(),
+                mat.narrow(0, 1, 6).unwrap(),
+            ),
+            (
+                "batched transposed @ matrix",
+                big.transpose(1, 2).unwrap(),
+                ints(&[9, 5]),
+            ),
+            (
+                "permuted batch",
+                big.permute([1, 0, 2]).unwrap(),
+                ints(&[9, 11, 3]),
+            ),
+            (
+                "expanded batch",
+                mat.unsqueeze(0).unwrap().expand([3, 9, 11]).unwrap(),
+                ints(&[3, 11, 2]),
+            ),
+            (
+                "narrowed batch and cols",
+                big.narrow(0, 1, 2).unwrap().narrow(2, 3, 5).unwrap(),
+                ints(&[2, 4, 5]).transpose(1, 2).unwrap(),
+            ),
+            (
+                "row @ column",
+                mat.narrow(0, 3, 1).unwrap(),
+                mat.t().unwrap().narrow(1, 4, 1).unwrap(),
+            ),
+            (
+                "stepped (copied)",
+                big.permute([2, 0, 1]).unwrap().narrow(0, 0, 9).unwrap(),
+                ints(&[9, 9, 6]).permute([1, 0, 2]).unwrap(),
+            ),
+        ];
+        for (what, a, b) in pairs {
+            let what = format!("{dtype} {what} {:?} @ {:?}", a.shape(), b.shape());
+            let want = a
+                .contiguous()
+                .unwrap()
+                .matmul(&b.contiguous().unwrap())
+                .unwrap();
+            let got = a.matmul(&b).unwrap();
+            assert_eq!(got.shape(), want.shape(), "{what}");
+            let f64s = |t: &Tensor| t.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap();
+            assert_eq!(f64s(&got), f64s(&want), "{what}");
+            let mut out = Tensor::zeros(want.shape(), dtype, Device::Cpu).unwrap();
+            a.matmul_out(&b, &mut out).unwrap();
+            assert_eq!(f64s(&out), f64s(&want), "{what} (matmul_out)");
+        }
+    }
+}

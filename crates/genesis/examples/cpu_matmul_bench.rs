@@ -6,7 +6,7 @@
 //! ```
 //!
 //! Each case (`f32-256`, `f32-1000`, `f32-2000`, `f64-1000`, ...) is a square `n x n @ n x n`
-//! product of uniform values; the figure is the median of `N` timed runs (after one warm-up).
+//! product of uniform values (`f32t`: the left operand a transposed view, `a.t() @ b`); the figure is the median of `N` timed runs (after one warm-up).
 //! `NAME=MS` pairs (as the Python script prints them) add NumPy's median and the ratio. Threads
 //! come from rayon's pool: `RAYON_NUM_THREADS` sets their number (NumPy's: `OMP_NUM_THREADS`).
 
@@ -15,9 +15,10 @@ use std::time::Instant;
 
 use genesis::{DType, Device, Tensor};
 
-const CASES: [(&str, DType, usize); 7] = [
+const CASES: [(&str, DType, usize); 8] = [
     ("f32-256", DType::F32, 256),
     ("f32-1000", DType::F32, 1000),
+    ("f32t-1000", DType::F32, 1000),
     ("f32-2000", DType::F32, 2000),
     ("f64-256", DType::F64, 256),
     ("f64-1000", DType::F64, 1000),
@@ -64,6 +65,7 @@ fn main() -> genesis::Result<()> {
         };
         // Fewer runs of the large products: each is long enough to time on its own.
         let reps = if n >= 2000 { reps.div_ceil(2) } else { reps };
+        let a = if name.starts_with("f32t") { a.t()? } else { a };
         a.matmul(&b)?;
         let mut times = Vec::with_capacity(reps);
         for _ in 0..reps {

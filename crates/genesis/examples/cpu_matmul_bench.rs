@@ -7,7 +7,8 @@
 //!
 //! Each case (`f32-256`, `f32-1000`, `f32-2000`, `f64-1000`, ...) is a square `n x n @ n x n`
 //! product of uniform values (`f32t`: the left operand a transposed view, `a.t() @ b`); the figure is the median of `N` timed runs (after one warm-up).
-//! `NAME=MS` pairs (as the Python script prints them) add NumPy's median and the ratio. Threads
+//! `NAME=MS` pairs (as the Python script prints them) add NumPy's median and the ratio (NumPy's
+//! time over ours, `docs/benchmarks.md`'s convention: above 1, ours is faster). Threads
 //! come from rayon's pool: `RAYON_NUM_THREADS` sets their number (NumPy's: `OMP_NUM_THREADS`).
 
 use std::collections::HashMap;
@@ -75,7 +76,7 @@ fn main() -> genesis::Result<()> {
         }
         let ours = median(times);
         match numpy.get(name) {
-            Some(np) => println!("{name:<10} {ours:>10.2} {np:>10.2} {:>7.2}", ours / np),
+            Some(np) => println!("{name:<10} {ours:>10.2} {np:>10.2} {:>7.2}", np / ours),
             None => println!("{name:<10} {ours:>10.2} {:>10} {:>7}", "-", "-"),
         }
     }

@@ -97,28 +97,31 @@ fn gemm_one<F: GemmFloat>(
     }
 }
 
-/// `src`'s `[rows, cols]` matrix in layout `l`, widened by `widen` into `dst`, compact and in
-/// the same major order (reads run along memory); returns the compact layout.
+/// `src`'s `[rows, cols]` matrix in layout `l`, widened by `widen` into `dst` in the same
+/// layout (the gaps between lines zero): `gemm` then runs the very call it runs on f32
+/// operands read in place (same strides, so the same kernels and order), which makes a
+/// product of TF32-truncated inputs the same bits as the full-precision product of those
+/// inputs.
 fn widen_into<T: Copy>(
     src: &[T],
     l: MatrixLayout,
     (rows, cols): (usize, usize),
     widen: fn(T) -> f32,
     dst: &mut Vec<f32>,
-) -> MatrixLayout {
+) {
     let (outer, inner) = if l.transposed {
         (cols, rows)
     } else {
         (rows, cols)
     };
+    let span = l.span(rows, cols).expect("checked by the caller");
     dst.clear();
-    dst.reserve(outer * inner);
+    dst.resize(span, 0.0);
     for o in 0..outer {
-        dst.extend(src[o * l.ld..o * l.ld + inner].iter().map(|&x| widen(x)));
-    }
-    MatrixLayout {
-        transposed: l.transposed,
-        ld: inner,
+        let line = o * l.ld..o * l.ld + inner;
+        for (d, &x) in dst[line.clone()].iter_mut().zip(&src[line]) {
+            *d = widen(x);
+        }
     }
 }
 
@@ -141,7 +144,7 @@ pub(super) fn f32_accumulated<T: MatmulElement, O: MatmulOutput<T>>(
         Some(_) => (None, None),
     };
     let widen = widen.unwrap_or(T::to_f32);
-    let (mut la, mut lb) = (layout.a, layout.b);
+    let (la, lb) = (layout.a, layout.b);
     let mn = m * n;
     for (bi, c) in c.chunks_exact_mut(mn).take(shape.batch).enumerate() {
         let a_at = bi * shape.a_batch_stride;
@@ -150,7 +153,7 @@ pub(super) fn f32_accumulated<T: MatmulElement, O: MatmulOutput<T>>(
             Some(a) => &a[a_at..],
             None => {
                 if bi == 0 || shape.a_batch_stride != 0 {
-                    la = widen_into(&a[a_at..], layout.a, (m, k), widen, &mut wa);
+                    widen_into(&a[a_at..], la, (m, k), widen, &mut wa);
                 }
                 &wa[..]
             }
@@ -159,7 +162,7 @@ pub(super) fn f32_accumulated<T: MatmulElement, O: MatmulOutput<T>>(
             Some(b) => &b[b_at..],
             None => {
                 if bi == 0 || shape.b_batch_stride != 0 {
-                    lb = widen_into(&b[b_at..], layout.b, (k, n), widen, &mut wb);
+                    widen_into(&b[b_at..], lb, (k, n), widen, &mut wb);
                 }
                 &wb[..]
             }

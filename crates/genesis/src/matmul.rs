@@ -196,7 +196,8 @@ impl Tensor {
     /// result, so 1-D @ 1-D is a dot product of shape `[]`); leading dimensions are batch
     /// dimensions and broadcast. f32, f16 and bf16 (accumulated in f32) on the CPU and CUDA;
     /// f64 (accumulated in f64) and int32 and int64 (exact, wrapping, as PyTorch's CPU) on the
-    /// CPU only (CUDA: [`genesis_storage::Error::UnsupportedDType`]).
+    /// CPU only (CUDA: [`genesis_storage::Error::UnsupportedDType`]). On the CPU, transposed
+    /// and sliced operands are read in place by their strides.
     /// f32 products on CUDA run at the precision of
     /// [`backends::set_float32_matmul_precision`](crate::backends::set_float32_matmul_precision)
     /// (full f32 unless TF32 is allowed).
@@ -239,9 +240,10 @@ impl Tensor {
 
     /// [`Tensor::matmul`] written into `out`, which must have the result's shape, dtype and
     /// device (any tensor: a view's write is seen by every tensor sharing its storage).
-    /// Allocates nothing when the operands are contiguous and `out` is contiguous and shares
-    /// no storage with them (but, on CUDA, the split-k workspace of a product with too few
-    /// output tiles to fill the GPU and a long `k`, from the device's pool); otherwise the
+    /// Allocates no tensor when the operands are contiguous (on the CPU, also views whose
+    /// matrices are row- or column-major, which it reads in place) and `out` is contiguous and
+    /// shares no storage with them (but, on CUDA, the split-k workspace of a product with too
+    /// few output tiles to fill the GPU and a long `k`, from the device's pool); otherwise the
     /// product is computed first and copied in.
     #[track_caller]
     pub fn matmul_out(&self, other: &Tensor, out: &mut Tensor) -> Result<()> {

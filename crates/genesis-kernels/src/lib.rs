@@ -32,7 +32,7 @@ pub use dtype::DType;
 pub use element::{BinaryOp, CompareOp, Element, UnaryOp};
 #[doc(hidden)]
 pub use half as __half;
-pub use matmul::{MatmulElement, MatmulPrecision, MatmulShape};
+pub use matmul::{HostMatmul, MatmulElement, MatmulPrecision, MatmulShape};
 pub use nd::{BinaryNd, Rhs, WhereNd};
 pub use random::{RandomElement, Sampler};
 pub use reduce::{ReduceOp, ReduceShape};

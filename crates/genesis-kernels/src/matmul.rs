@@ -5,9 +5,11 @@
 //! transposed view), with its own leading dimension and batch stride (0 broadcasts one matrix
 //! to every batch) ([`MatmulLayout`]). f32, f16 and bf16; f16 and bf16 products can also be
 //! written as f32 ([`gpu_matmul_strided`] with an f32 output). Products are accumulated in f32
-//! and rounded once to the output type (the CPU in increasing `k`; the GPU fuses multiply-adds
-//! and f16/bf16 run on tensor cores in their own order), so the two agree within the f32
-//! rounding bound of the accumulation, not bit for bit.
+//! and rounded once to the output type (the CPU twin on the `gemm` crate, blocked, with fused
+//! multiply-adds; the GPU fuses multiply-adds and f16/bf16 run on tensor cores in their own
+//! order), so the two agree within the f32 rounding bound of the accumulation,
+//! `(k + 2) 2^-24 sum |a||b|` plus the output's rounding, not bit for bit. The host also
+//! multiplies f64 and i32/i64 ([`matmul_host`]), which have no kernel.
 //!
 //! f32 products run at [`MatmulPrecision::Highest`] (full f32, the default) or, opted into,
 //! [`MatmulPrecision::High`]: inputs truncated to TF32 on tensor cores (PyTorch's
@@ -35,6 +37,8 @@
 
 use crate::{Element, Error, Result};
 use half::{bf16, f16};
+
+mod host;
 
 /// The problem: `batch` products of `[m, k] @ [k, n]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -202,6 +206,16 @@ pub trait MatmulElement: Element {
     fn to_f32(self) -> f32;
     /// `x` rounded to nearest-even.
     fn from_f32(x: f32) -> Self;
+    /// The slice as f32 when `Self` is f32 (the host path reads such operands in place).
+    #[doc(hidden)]
+    fn as_f32s(_s: &[Self]) -> Option<&[f32]> {
+        None
+    }
+    /// The slice as f32 when `Self` is f32 (the host path writes such outputs in place).
+    #[doc(hidden)]
+    fn as_f32s_mut(_s: &mut [Self]) -> Option<&mut [f32]> {
+        None
+    }
 }
 
 impl MatmulElement for f32 {
@@ -210,6 +224,12 @@ impl MatmulElement for f32 {
     }
     fn from_f32(x: f32) -> Self {
         x
+    }
+    fn as_f32s(s: &[f32]) -> Option<&[f32]> {
+        Some(s)
+    }
+    fn as_f32s_mut(s: &mut [f32]) -> Option<&mut [f32]> {
+        Some(s)
     }
 }
 
@@ -255,14 +275,15 @@ fn check(shape: &MatmulShape, layout: &MatmulLayout, a: usize, b: usize, c: usiz
     Ok(())
 }
 
-/// The CPU twin: `c = a @ b` per batch for contiguous row-major operands, accumulated in f32
-/// in increasing `k`.
+/// The CPU twin: `c = a @ b` per batch for contiguous row-major operands, accumulated in f32.
 pub fn matmul<T: MatmulOutput<T>>(shape: MatmulShape, a: &[T], b: &[T], c: &mut [T]) -> Result<()> {
     matmul_strided(shape, MatmulLayout::contiguous(&shape), a, b, c)
 }
 
 /// The CPU twin of [`gpu_matmul_strided`]: `c = a @ b` per batch with the operands where
-/// `layout` says, accumulated in f32 in increasing `k` and rounded once to `O`.
+/// `layout` says, accumulated in f32 and rounded once to `O` (f32 operands read in place by
+/// the `gemm` crate, f16 and bf16 widened to f32 first; threads from rayon's pool for large
+/// products).
 pub fn matmul_strided<T: MatmulElement, O: MatmulOutput<T>>(
     shape: MatmulShape,
     layout: MatmulLayout,
@@ -296,52 +317,104 @@ pub fn matmul_strided_precision<T: MatmulElement, O: MatmulOutput<T>>(
     b: &[T],
     c: &mut [O],
 ) -> Result<()> {
-    let widen: fn(T) -> f32 = match precision {
-        MatmulPrecision::Highest => T::to_f32,
-        MatmulPrecision::High => |x: T| to_tf32(x.to_f32()),
+    // f32 inputs are read as they are at full precision; every other input is widened (and,
+    // at `High`, truncated to TF32) into an f32 copy first.
+    let widen: Option<fn(T) -> f32> = match precision {
+        MatmulPrecision::Highest => None,
+        MatmulPrecision::High => Some(|x: T| to_tf32(x.to_f32())),
     };
     check(&shape, &layout, a.len(), b.len(), c.len())?;
-    let MatmulShape { m, n, k, .. } = shape;
     // No output: nothing to do (and nothing sized by `k`, which may be huge).
-    if shape.c_len().ok_or_else(overflow)? == 0 {
+    let c_len = shape.c_len().ok_or_else(overflow)?;
+    if c_len == 0 {
         return Ok(());
     }
-    if k == 0 {
-        c[..shape.c_len().ok_or_else(overflow)?].fill(O::from_f32(0.0));
+    if shape.k == 0 {
+        c[..c_len].fill(O::from_f32(0.0));
         return Ok(());
     }
-    let mut acc = vec![0f32; n];
-    // B of the current batch, widened and row-major.
-    let mut bf = vec![0f32; k * n];
-    for bi in 0..shape.batch {
-        if m == 0 || n == 0 {
-            break;
-        }
-        let a = &a[bi * shape.a_batch_stride..];
-        if bi == 0 || shape.b_batch_stride != 0 {
-            let b = &b[bi * shape.b_batch_stride..];
-            for kk in 0..k {
-                for (j, d) in bf[kk * n..(kk + 1) * n].iter_mut().enumerate() {
-                    *d = widen(b[layout.b.at(kk, j)]);
-                }
+    host::f32_accumulated(shape, layout, widen, a, b, c);
+    Ok(())
+}
+
+/// Element types of the host matmul [`matmul_host`]: f32, f16 and bf16 (the CPU twin, f32
+/// accumulation), f64 (accumulated in f64) and i32 and i64 (exact, wrapping). Only f32, f16
+/// and bf16 have GPU kernels.
+pub trait HostMatmul: Element {
+    /// `c = a @ b` for checked, non-empty problems (`m`, `n`, `k`, `batch` positive).
+    #[doc(hidden)]
+    fn host_product(
+        shape: MatmulShape,
+        layout: MatmulLayout,
+        a: &[Self],
+        b: &[Self],
+        c: &mut [Self],
+    );
+}
+
+macro_rules! host_twin {
+    ($($t:ty),*) => {$(
+        impl HostMatmul for $t {
+            fn host_product(
+                shape: MatmulShape,
+                layout: MatmulLayout,
+                a: &[Self],
+                b: &[Self],
+                c: &mut [Self],
+            ) {
+                host::f32_accumulated::<$t, $t>(shape, layout, None, a, b, c);
             }
         }
-        for i in 0..m {
-            acc.fill(0.0);
-            for kk in 0..k {
-                let x = widen(a[layout.a.at(i, kk)]);
-                for (s, &y) in acc.iter_mut().zip(&bf[kk * n..(kk + 1) * n]) {
-                    *s += x * y;
-                }
-            }
-            for (d, &s) in c[(bi * m + i) * n..(bi * m + i + 1) * n]
-                .iter_mut()
-                .zip(&acc)
-            {
-                *d = O::from_f32(s);
-            }
-        }
+    )*};
+}
+host_twin!(f32, f16, bf16);
+
+impl HostMatmul for f64 {
+    fn host_product(shape: MatmulShape, layout: MatmulLayout, a: &[f64], b: &[f64], c: &mut [f64]) {
+        host::f64_product(shape, layout, a, b, c);
     }
+}
+
+macro_rules! host_int {
+    ($($t:ty),*) => {$(
+        impl HostMatmul for $t {
+            fn host_product(
+                shape: MatmulShape,
+                layout: MatmulLayout,
+                a: &[Self],
+                b: &[Self],
+                c: &mut [Self],
+            ) {
+                host::int_product(shape, layout, a, b, c);
+            }
+        }
+    )*};
+}
+host_int!(i32, i64);
+
+/// The host matmul of every dtype the CPU path takes: `c = a @ b` per batch with the operands
+/// where `layout` says, into the contiguous `c [batch, m, n]`. f32, f16 and bf16 as
+/// [`matmul_strided`] (accumulated in f32, rounded once); f64 accumulated in f64; i32 and i64
+/// exact modulo 2^bits (wrapping, as PyTorch's CPU matmul). The checks are
+/// [`matmul_strided`]'s.
+pub fn matmul_host<T: HostMatmul>(
+    shape: MatmulShape,
+    layout: MatmulLayout,
+    a: &[T],
+    b: &[T],
+    c: &mut [T],
+) -> Result<()> {
+    check(&shape, &layout, a.len(), b.len(), c.len())?;
+    let c_len = shape.c_len().ok_or_else(overflow)?;
+    if c_len == 0 {
+        return Ok(());
+    }
+    if shape.k == 0 {
+        // Zero is the all-zero bits of every host matmul type.
+        c[..c_len].fill(T::from_i64(0));
+        return Ok(());
+    }
+    T::host_product(shape, layout, a, b, c);
     Ok(())
 }
 

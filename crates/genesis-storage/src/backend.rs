@@ -12,6 +12,7 @@
 
 use genesis_kernels::gather::Along;
 use genesis_kernels::index::{IndexDesc, Keys, Rows16, Strided};
+use genesis_kernels::matmul::MatmulLayout;
 use genesis_kernels::scan::ScanOp;
 use genesis_kernels::{BinaryNd, BinaryOp, CompareOp, MatmulPrecision, MatmulShape};
 use genesis_kernels::{ReduceOp, ReduceShape};
@@ -230,13 +231,15 @@ pub(crate) trait Backend {
         indices: &mut Self,
     ) -> Result<()>;
 
-    /// `out[out_at..] = self[a_at..] @ b[b_at..]` (see [`MatmulShape`]); `precision` applies to
-    /// f32 products on CUDA (the host computes in full f32).
+    /// `out[out_at..] = self[a_at..] @ b[b_at..]` (see [`MatmulShape`]), the operands where
+    /// `layout` says; `precision` applies to f32 products on CUDA (the host computes in full
+    /// f32).
     #[allow(clippy::too_many_arguments)]
     fn matmul(
         &self,
         dtype: DType,
         shape: MatmulShape,
+        layout: MatmulLayout,
         precision: MatmulPrecision,
         a_at: usize,
         b: &Self,
@@ -845,6 +848,7 @@ impl Backend for [u8] {
         &self,
         dtype: DType,
         shape: MatmulShape,
+        layout: MatmulLayout,
         _precision: MatmulPrecision,
         a_at: usize,
         b: &[u8],
@@ -852,11 +856,12 @@ impl Backend for [u8] {
         out: &mut [u8],
         out_at: usize,
     ) -> Result<()> {
-        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16], T => {
+        use genesis_kernels::matmul::matmul_host;
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64, I32, I64], T => {
             let a = host::<T>(self, a_at, self.len() / size_of::<T>() - a_at)?;
             let b = host::<T>(b, b_at, b.len() / size_of::<T>() - b_at)?;
             let c = host_mut::<T>(out, out_at, out.len() / size_of::<T>() - out_at)?;
-            genesis_kernels::matmul::matmul::<T>(shape, a, b, c)?;
+            matmul_host::<T>(shape, layout, a, b, c)?;
             Ok(())
         }, _ => Err(unsupported("matmul", dtype)))
     }

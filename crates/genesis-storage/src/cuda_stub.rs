@@ -368,6 +368,7 @@ impl Backend for CudaMem {
         &self,
         _: DType,
         _: MatmulShape,
+        _: genesis_kernels::matmul::MatmulLayout,
         _: MatmulPrecision,
         _: usize,
         _: &CudaMem,

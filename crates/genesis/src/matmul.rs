@@ -2,14 +2,14 @@
 
 use std::sync::Arc;
 
-use genesis_storage::{MatmulShape, Storage};
+use genesis_storage::{Device, MatmulLayout, MatmulShape, MatrixLayout, Storage};
 
 use crate::ops::check_out;
 use crate::tensor::broadcast_shape;
 use crate::{Error, Result, Tensor};
 
-/// An operand's storage and first element.
-type Operand = (Arc<Storage>, usize);
+/// An operand's storage, first element and layout.
+type Operand = (Arc<Storage>, usize, MatrixLayout);
 
 /// How a `matmul` maps onto the batched kernel.
 struct Plan {
@@ -82,15 +82,24 @@ fn plan(a: &Tensor, b: &Tensor) -> Result<Plan> {
     })
 }
 
-/// The operand as `(storage, first element, batch stride)`: one matrix for every batch
-/// (stride 0) when its batch dimensions are all 1, its own contiguous batches when they are the
-/// full batch shape, otherwise a broadcast copy.
+/// The operand as `(storage, first element, batch stride, layout)`: one matrix for every
+/// batch (stride 0) when its batch dimensions are all 1, its own contiguous batches when they
+/// are the full batch shape, otherwise a broadcast copy. On the CPU a view is read in place
+/// where its matrices are row- or column-major with positive leading dimensions and its
+/// batches one stride apart ([`in_place`]); CUDA reads contiguous copies.
 fn operand(
     t: &Tensor,
     batch: &[usize],
     rows: usize,
     cols: usize,
-) -> Result<(Arc<Storage>, usize, usize)> {
+) -> Result<(Arc<Storage>, usize, usize, MatrixLayout)> {
+    if t.device() == Device::Cpu
+        && let Some((stride, layout)) = in_place(t, batch, rows, cols)
+    {
+        let s = Arc::clone(t.view.storage());
+        return Ok((s, t.first_element(), stride, layout));
+    }
+    let row_major = MatrixLayout::row_major(cols);
     // The batch stride: `rows * cols` fits when the operand has elements (it is a factor of
     // their count); without elements no matrix is read (its sizes may be huge, `[0, 2^32,
     // 2^32]`), and the stride is 0.
@@ -101,12 +110,68 @@ fn operand(
     {
         let m = t.reshape([rows as isize, cols as isize])?;
         let (s, start) = m.dense_operand(&[rows, cols])?;
-        return Ok((s, start, 0));
+        return Ok((s, start, 0, row_major));
     }
     let mut full = batch.to_vec();
     full.extend([rows, cols]);
     let (s, start) = t.dense_operand(&full)?;
-    Ok((s, start, mat))
+    Ok((s, start, mat, row_major))
+}
+
+/// `(batch stride, layout)` of a non-empty operand of 2 or more dimensions read where it lies:
+/// its last two dimensions (`[rows, cols]`) row-major (column stride 1, row stride at least
+/// `cols`) or column-major (row stride 1, column stride at least `rows`), a dimension of one
+/// element taking either stride; its batch dimensions all 1 (stride 0) or the full `batch`
+/// with the batches of more than one element one stride `s` apart (`bi * s` from the first
+/// element for batch `bi`). `None` otherwise (a copy is read).
+fn in_place(
+    t: &Tensor,
+    batch: &[usize],
+    rows: usize,
+    cols: usize,
+) -> Option<(usize, MatrixLayout)> {
+    let (shape, strides) = (t.shape(), t.strides());
+    let d = shape.len();
+    if d < 2 || t.numel() == 0 || strides.iter().any(|&s| s < 0) {
+        return None;
+    }
+    let (sr, sc) = (strides[d - 2] as usize, strides[d - 1] as usize);
+    let layout = if (cols == 1 || sc == 1) && (rows == 1 || sr >= cols) {
+        MatrixLayout {
+            transposed: false,
+            ld: if rows == 1 { cols } else { sr },
+        }
+    } else if (rows == 1 || sr == 1) && (cols == 1 || sc >= rows) {
+        MatrixLayout {
+            transposed: true,
+            ld: if cols == 1 { rows } else { sc },
+        }
+    } else {
+        return None;
+    };
+    let (bshape, bstrides) = (&shape[..d - 2], &strides[..d - 2]);
+    if bshape.iter().all(|&n| n == 1) {
+        return Some((0, layout));
+    }
+    if bshape != batch {
+        return None;
+    }
+    // Batch `bi` (row-major over `batch`) lies at `sum idx[i] * stride[i]`, which is `bi * s`
+    // when each dimension of more than one element has `s` times the batches after it.
+    let mut after = 1usize;
+    let mut unit: Option<usize> = None;
+    for (&n, &st) in bshape.iter().zip(bstrides).rev() {
+        if n > 1 {
+            let st = st as usize;
+            match unit {
+                None if st.is_multiple_of(after) => unit = Some(st / after),
+                Some(u) if u.checked_mul(after) == Some(st) => {}
+                _ => return None,
+            }
+        }
+        after = after.checked_mul(n)?;
+    }
+    Some((unit.unwrap_or(0), layout))
 }
 
 impl Tensor {
@@ -119,8 +184,8 @@ impl Tensor {
         } else {
             crate::tensor::numel_of("matmul", &p.batch_shape)?
         };
-        let (a, a_start, sa) = operand(self, &p.batch_shape, p.m, p.k)?;
-        let (b, b_start, sb) = operand(other, &p.batch_shape, p.k, p.n)?;
+        let (a, a_start, sa, la) = operand(self, &p.batch_shape, p.m, p.k)?;
+        let (b, b_start, sb, lb) = operand(other, &p.batch_shape, p.k, p.n)?;
         let shape = MatmulShape {
             batch,
             m: p.m,
@@ -129,13 +194,16 @@ impl Tensor {
             a_batch_stride: sa,
             b_batch_stride: sb,
         };
-        Ok((p, shape, [(a, a_start), (b, b_start)]))
+        Ok((p, shape, [(a, a_start, la), (b, b_start, lb)]))
     }
 
     /// Matrix product with NumPy/PyTorch rules: 2-D @ 2-D is the matrix product; a 1-D left
     /// operand is a row and a 1-D right operand a column (that dimension is dropped from the
     /// result, so 1-D @ 1-D is a dot product of shape `[]`); leading dimensions are batch
-    /// dimensions and broadcast. f32, f16 and bf16 (accumulated in f32), on the CPU and CUDA.
+    /// dimensions and broadcast. f32, f16 and bf16 (accumulated in f32) on the CPU and CUDA;
+    /// f64 (accumulated in f64) and int32 and int64 (exact, wrapping, as PyTorch's CPU) on the
+    /// CPU only (CUDA: [`genesis_storage::Error::UnsupportedDType`]). On the CPU, transposed
+    /// and sliced operands are read in place by their strides.
     /// f32 products on CUDA run at the precision of
     /// [`backends::set_float32_matmul_precision`](crate::backends::set_float32_matmul_precision)
     /// (full f32 unless TF32 is allowed).
@@ -158,9 +226,11 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
-        let (p, shape, [(a, a0), (b, b0)]) = self.matmul_parts(other)?;
+        let (p, shape, [(a, a0, la), (b, b0, lb)]) = self.matmul_parts(other)?;
         let precision = crate::backends::matmul_precision();
-        Tensor::from_storage(a.matmul_with(a0, &b, b0, shape, precision)?, &p.out_shape)
+        let layout = MatmulLayout { a: la, b: lb };
+        let c = a.matmul_layout_with(a0, &b, b0, shape, layout, precision)?;
+        Tensor::from_storage(c, &p.out_shape)
     }
 
     /// Batched matrix product of two 3-D tensors `[b, m, k] @ [b, k, n] -> [b, m, n]` (no
@@ -179,13 +249,14 @@ impl Tensor {
 
     /// [`Tensor::matmul`] written into `out`, which must have the result's shape, dtype and
     /// device (any tensor: a view's write is seen by every tensor sharing its storage).
-    /// Allocates nothing when the operands are contiguous and `out` is contiguous and shares
-    /// no storage with them (but, on CUDA, the split-k workspace of a product with too few
-    /// output tiles to fill the GPU and a long `k`, from the device's pool); otherwise the
+    /// Allocates no tensor when the operands are contiguous (on the CPU, also views whose
+    /// matrices are row- or column-major, which it reads in place) and `out` is contiguous and
+    /// shares no storage with them (but, on CUDA, the split-k workspace of a product with too
+    /// few output tiles to fill the GPU and a long `k`, from the device's pool); otherwise the
     /// product is computed first and copied in.
     #[track_caller]
     pub fn matmul_out(&self, other: &Tensor, out: &mut Tensor) -> Result<()> {
-        let (p, shape, [(a, a0), (b, b0)]) = self.matmul_parts(other)?;
+        let (p, shape, [(a, a0, la), (b, b0, lb)]) = self.matmul_parts(other)?;
         if !out.is_contiguous() || out.shares_storage(self) || out.shares_storage(other) {
             crate::ops::check_out_shape("matmul", self, &p.out_shape, out)?;
             return out.copy_(&self.matmul(other)?);
@@ -193,7 +264,55 @@ impl Tensor {
         let out_start = check_out("matmul", self, &p.out_shape, out)?;
         let precision = crate::backends::matmul_precision();
         out.write_storage("matmul", &[&a, &b], |dst| {
-            Ok(a.matmul_into_with(a0, &b, b0, shape, dst, out_start, precision)?)
+            let layout = MatmulLayout { a: la, b: lb };
+            Ok(a.matmul_layout_into_with(a0, &b, b0, shape, layout, dst, out_start, precision)?)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use genesis_storage::DType;
+
+    #[test]
+    fn views_read_in_place_where_their_matrices_are_row_or_column_major() {
+        let t = Tensor::zeros([4, 9, 11], DType::F32, Device::Cpu).unwrap();
+        let row = |ld| MatrixLayout {
+            transposed: false,
+            ld,
+        };
+        let col = |ld| MatrixLayout {
+            transposed: true,
+            ld,
+        };
+        let mat = t.narrow(0, 0, 1).unwrap().reshape([9, 11]).unwrap();
+        assert_eq!(in_place(&mat, &[], 9, 11), Some((0, row(11))));
+        assert_eq!(in_place(&mat.t().unwrap(), &[], 11, 9), Some((0, col(11))));
+        let cols = mat.narrow(1, 2, 5).unwrap();
+        assert_eq!(in_place(&cols, &[], 9, 5), Some((0, row(11))));
+        // Batches one stride apart (also permuted), or broadcast (stride 0).
+        assert_eq!(in_place(&t, &[4], 9, 11), Some((99, row(11))));
+        let tt = t.transpose(1, 2).unwrap();
+        assert_eq!(in_place(&tt, &[4], 11, 9), Some((99, col(11))));
+        let p = t.permute([1, 0, 2]).unwrap();
+        assert_eq!(in_place(&p, &[9], 4, 11), Some((11, row(99))));
+        let e = mat.unsqueeze(0).unwrap().expand([3, 9, 11]).unwrap();
+        assert_eq!(in_place(&e, &[3], 9, 11), Some((0, row(11))));
+        let b = t.reshape([2, 2, 9, 11]).unwrap();
+        assert_eq!(in_place(&b, &[2, 2], 9, 11), Some((99, row(11))));
+        // A single row or column takes either stride (a column of unit row stride is
+        // row-major with `ld` 1).
+        let r = mat.narrow(0, 3, 1).unwrap();
+        assert_eq!(in_place(&r, &[], 1, 11), Some((0, row(11))));
+        let c = mat.t().unwrap().narrow(1, 4, 1).unwrap();
+        assert_eq!(in_place(&c, &[], 11, 1), Some((0, row(1))));
+        // Copied: no unit stride in the matrix, batches not one stride apart, a batch that
+        // broadcasts against a larger one.
+        let s = t.permute([2, 0, 1]).unwrap().narrow(0, 0, 9).unwrap();
+        assert_eq!(in_place(&s, &[9], 4, 9), None);
+        let nb = b.narrow(1, 0, 1).unwrap().expand([2, 2, 9, 11]).unwrap();
+        assert_eq!(in_place(&nb, &[2, 2], 9, 11), None);
+        assert_eq!(in_place(&t, &[2, 4], 9, 11), None);
     }
 }

@@ -300,8 +300,15 @@ fn matmul_out_writes_in_place_and_errors_name_both_shapes() {
         assert!(matches!(s.matmul(&p), Err(Error::InvalidArgument { .. })));
         let h = Tensor::zeros([4, 5], DType::F16, dev).unwrap();
         assert!(matches!(p.matmul(&h), Err(Error::DTypeMismatch { .. })));
+        // Integers multiply on the CPU only; bool nowhere.
         let i = Tensor::zeros([4, 4], DType::I32, dev).unwrap();
-        assert!(i.matmul(&i).is_err(), "integer matmul is refused");
+        assert_eq!(
+            i.matmul(&i).is_ok(),
+            dev == Device::Cpu,
+            "int32 matmul on {dev}"
+        );
+        let m = Tensor::zeros([4, 4], DType::Bool, dev).unwrap();
+        assert!(m.matmul(&m).is_err(), "bool matmul is refused");
         let r = Tensor::zeros([4, 5], DType::F32, dev).unwrap();
         assert!(matches!(
             p.bmm(&r),
@@ -316,5 +323,158 @@ fn allocations(dev: Device) -> i64 {
         #[cfg(feature = "cuda")]
         Device::Cuda(i) => genesis::cuda::memory_stats(i).unwrap()["allocation.all.allocated"],
         _ => 0,
+    }
+}
+
+/// f64, int32 and int64 products: on the CPU, f64 within the f64 accumulation bound and
+/// integers exact (small values, so the f64 reference is exact) and wrapping, with NumPy's
+/// shape rules, transposed operands and broadcast batches; on CUDA, which has no kernel for
+/// them, a typed `UnsupportedDType`.
+#[test]
+fn f64_and_integer_products_on_the_cpu_and_refused_on_cuda() {
+    let _serial = serial();
+    let _release = Release;
+    let g = Generator::new(12);
+    for dtype in [DType::F64, DType::I32, DType::I64] {
+        let make = |shape: &[usize]| -> (Tensor, Vec<f64>) {
+            let t = g.randn(shape, DType::F64, Device::Cpu).unwrap();
+            let t = if dtype == DType::F64 {
+                t
+            } else {
+                t.mul(40.0).unwrap().to_dtype(dtype).unwrap()
+            };
+            let held = t.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap();
+            (t, held)
+        };
+        let check = |got: &Tensor, want: &[f64], scale: &[f64], k: usize, what: &str| {
+            assert_eq!(got.dtype(), dtype, "{what}");
+            let got = got.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap();
+            assert_eq!(got.len(), want.len(), "{what}");
+            for (i, ((g, w), s)) in got.iter().zip(want).zip(scale).enumerate() {
+                let tol = if dtype == DType::F64 {
+                    2.0 * (k as f64 + 2.0) * 2f64.powi(-53) * s + 1e-300
+                } else {
+                    0.0
+                };
+                assert!((g - w).abs() <= tol, "{what}: element {i}: {g} vs {w}");
+            }
+        };
+        for &(sa, sb) in CASES {
+            let (a, va) = make(sa);
+            let (b, vb) = make(sb);
+            let got = a.matmul(&b).unwrap();
+            let (shape, want, scale) = reference((&va, sa), (&vb, sb));
+            assert_eq!(got.shape(), shape.as_slice(), "{sa:?} @ {sb:?}");
+            let k = if sa.len() == 1 {
+                sa[0]
+            } else {
+                sa[sa.len() - 1]
+            };
+            check(&got, &want, &scale, k, &format!("{dtype} {sa:?} @ {sb:?}"));
+        }
+        // Transposed operands, batched against a broadcast transposed matrix.
+        let (a, va) = make(&[3, 6, 4]);
+        let (b, vb) = make(&[5, 6]);
+        let got = a.transpose(1, 2).unwrap().matmul(&b.t().unwrap()).unwrap();
+        let at: Vec<f64> = (0..72)
+            .map(|x| va[(x / 24) * 24 + (x % 6) * 4 + (x % 24) / 6])
+            .collect();
+        let bt: Vec<f64> = (0..30).map(|x| vb[(x % 5) * 6 + x / 5]).collect();
+        let (_, want, scale) = reference((&at, &[3, 4, 6]), (&bt, &[6, 5]));
+        check(&got, &want, &scale, 6, &format!("transposed {dtype}"));
+        if let Some(&dev) = devices().get(1) {
+            let (a, b) = (a.to(dev).unwrap(), b.to(dev).unwrap());
+            assert!(
+                matches!(
+                    a.matmul(&b.t().unwrap()),
+                    Err(Error::Storage(
+                        genesis_storage::Error::UnsupportedDType { .. }
+                    ))
+                ),
+                "{dtype} on {dev}"
+            );
+        }
+    }
+    // Wrapping, as PyTorch's CPU matmul: 2 * (2^31 - 1) + 3 = 2^32 + 1.
+    let a = Tensor::from_slice(&[i32::MAX, 1], [1, 2], Device::Cpu).unwrap();
+    let b = Tensor::from_slice(&[2i32, 3], [2], Device::Cpu).unwrap();
+    assert_eq!(a.matmul(&b).unwrap().to_vec::<i32>().unwrap(), [1]);
+}
+
+/// Views the CPU reads in place (transposed, column-sliced, batch-permuted, broadcast by a
+/// zero batch stride, single rows and columns) and views it copies (stepped inner
+/// dimensions): the same values as the product of contiguous copies (small integer values, so
+/// every order of the sum is exact), for f32, f64 and int64, through `matmul` and
+/// `matmul_out`.
+#[test]
+fn strided_views_give_the_product_of_their_contiguous_copies() {
+    let _serial = serial();
+    let g = Generator::new(13);
+    for dtype in [DType::F32, DType::F64, DType::I64] {
+        let ints = |shape: &[usize]| -> Tensor {
+            g.randn(shape, DType::F32, Device::Cpu)
+                .unwrap()
+                .mul(8.0)
+                .unwrap()
+                .to_dtype(DType::I64)
+                .unwrap()
+                .to_dtype(dtype)
+                .unwrap()
+        };
+        let big = ints(&[4, 9, 11]);
+        let mat = ints(&[9, 11]);
+        let pairs: Vec<(&str, Tensor, Tensor)> = vec![
+            ("t @ t", mat.t().unwrap(), ints(&[7, 9]).t().unwrap()),
+            (
+                "narrow cols @ narrow rows",
+                mat.narrow(1, 2, 6).unwrap(),
+                mat.narrow(0, 1, 6).unwrap(),
+            ),
+            (
+                "batched transposed @ matrix",
+                big.transpose(1, 2).unwrap(),
+                ints(&[9, 5]),
+            ),
+            (
+                "permuted batch",
+                big.permute([1, 0, 2]).unwrap(),
+                ints(&[9, 11, 3]),
+            ),
+            (
+                "expanded batch",
+                mat.unsqueeze(0).unwrap().expand([3, 9, 11]).unwrap(),
+                ints(&[3, 11, 2]),
+            ),
+            (
+                "narrowed batch and cols",
+                big.narrow(0, 1, 2).unwrap().narrow(2, 3, 5).unwrap(),
+                ints(&[2, 4, 5]).transpose(1, 2).unwrap(),
+            ),
+            (
+                "row @ column",
+                mat.narrow(0, 3, 1).unwrap(),
+                mat.t().unwrap().narrow(1, 4, 1).unwrap(),
+            ),
+            (
+                "stepped (copied)",
+                big.permute([2, 0, 1]).unwrap().narrow(0, 0, 9).unwrap(),
+                ints(&[9, 9, 6]).permute([1, 0, 2]).unwrap(),
+            ),
+        ];
+        for (what, a, b) in pairs {
+            let what = format!("{dtype} {what} {:?} @ {:?}", a.shape(), b.shape());
+            let want = a
+                .contiguous()
+                .unwrap()
+                .matmul(&b.contiguous().unwrap())
+                .unwrap();
+            let got = a.matmul(&b).unwrap();
+            assert_eq!(got.shape(), want.shape(), "{what}");
+            let f64s = |t: &Tensor| t.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap();
+            assert_eq!(f64s(&got), f64s(&want), "{what}");
+            let mut out = Tensor::zeros(want.shape(), dtype, Device::Cpu).unwrap();
+            a.matmul_out(&b, &mut out).unwrap();
+            assert_eq!(f64s(&out), f64s(&want), "{what} (matmul_out)");
+        }
     }
 }

@@ -522,6 +522,7 @@ impl Backend for CudaMem {
         &self,
         dtype: DType,
         shape: MatmulShape,
+        layout: genesis_kernels::matmul::MatmulLayout,
         precision: MatmulPrecision,
         a_at: usize,
         b: &CudaMem,
@@ -529,13 +530,12 @@ impl Backend for CudaMem {
         out: &mut CudaMem,
         out_at: usize,
     ) -> Result<()> {
-        use genesis_kernels::matmul::{MatmulLayout, MatmulPlan, gpu_matmul_planned};
+        use genesis_kernels::matmul::{MatmulPlan, gpu_matmul_planned};
         // Split-k partials (when the plan splits) and the copies of operands a fast kernel
         // reads only once copied (k-major for Hopper TF32, 16-byte aligned lines), in a
         // workspace from the pool, on the thread's stream: released in stream order after the
         // launches.
         let sms = self.ctx().multiprocessors() as usize;
-        let layout = MatmulLayout::contiguous(&shape);
         genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16], T => {
             let plan = MatmulPlan::new_for::<T>(shape, sms, precision);
             let all = |m: &CudaMem| m.capacity() / size_of::<T>();

@@ -3,7 +3,7 @@
 use super::{Mem, MemMut, Storage};
 use crate::backend::Backend;
 use crate::{Error, Result};
-use genesis_kernels::matmul::{MatmulPrecision, MatmulShape};
+use genesis_kernels::matmul::{MatmulLayout, MatmulPrecision, MatmulShape};
 
 fn overflow() -> Error {
     Error::Kernel(genesis_kernels::Error::Unsupported {
@@ -15,8 +15,9 @@ fn overflow() -> Error {
 impl Storage {
     /// `C[b] = A[b] @ B[b]` (see [`MatmulShape`]) reading `self` from `a_start` and `other`
     /// from `b_start`, into a new contiguous storage of `batch * m * n` elements. f32, f16,
-    /// bf16 (accumulated in f32); both operands on one device. Full f32 precision
-    /// ([`Storage::matmul_with`] chooses).
+    /// bf16 (accumulated in f32) on every device; f64 (accumulated in f64) and i32 and i64
+    /// (exact, wrapping) on the host only (CUDA: [`Error::UnsupportedDType`]); both operands on
+    /// one device. Full f32 precision ([`Storage::matmul_with`] chooses).
     #[track_caller]
     pub fn matmul(
         &self,
@@ -83,14 +84,54 @@ impl Storage {
         out_start: usize,
         precision: MatmulPrecision,
     ) -> Result<()> {
+        let layout = MatmulLayout::contiguous(&shape);
+        self.matmul_layout_into_with(
+            a_start, other, b_start, shape, layout, out, out_start, precision,
+        )
+    }
+
+    /// [`Storage::matmul_with`] with the operands where `layout` says (row- or column-major,
+    /// any leading dimension: transposed and sliced matrices read in place).
+    #[track_caller]
+    pub fn matmul_layout_with(
+        &self,
+        a_start: usize,
+        other: &Storage,
+        b_start: usize,
+        shape: MatmulShape,
+        layout: MatmulLayout,
+        precision: MatmulPrecision,
+    ) -> Result<Storage> {
+        let len = shape.c_len().ok_or_else(overflow)?;
+        let mut out = Storage::uninit(len, self.dtype, self.device())?;
+        self.matmul_layout_into_with(
+            a_start, other, b_start, shape, layout, &mut out, 0, precision,
+        )?;
+        Ok(out)
+    }
+
+    /// [`Storage::matmul_into_with`] with the operands where `layout` says.
+    #[track_caller]
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul_layout_into_with(
+        &self,
+        a_start: usize,
+        other: &Storage,
+        b_start: usize,
+        shape: MatmulShape,
+        layout: MatmulLayout,
+        out: &mut Storage,
+        out_start: usize,
+        precision: MatmulPrecision,
+    ) -> Result<()> {
         let name = "matmul";
         self.check_binary_types(name, other)?;
         self.check_binary_types(name, out)?;
-        self.check_range(name, a_start, shape.a_len().ok_or_else(overflow)?)?;
-        other.check_range(name, b_start, shape.b_len().ok_or_else(overflow)?)?;
+        self.check_range(name, a_start, layout.a_len(&shape).ok_or_else(overflow)?)?;
+        other.check_range(name, b_start, layout.b_len(&shape).ok_or_else(overflow)?)?;
         out.check_range(name, out_start, shape.c_len().ok_or_else(overflow)?)?;
         let dtype = self.dtype;
-        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16], _T => (), _ => {
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64, I32, I64], _T => (), _ => {
             return Err(Error::UnsupportedDType { op: name, dtype })
         });
         match (
@@ -98,12 +139,12 @@ impl Storage {
             other.read(name)?.mem(),
             out.mem_mut(name)?,
         ) {
-            (Mem::Host(a), Mem::Host(b), MemMut::Host(o)) => {
-                a.matmul(dtype, shape, precision, a_start, b, b_start, o, out_start)
-            }
-            (Mem::Cuda(a), Mem::Cuda(b), MemMut::Cuda(o)) => {
-                a.matmul(dtype, shape, precision, a_start, b, b_start, o, out_start)
-            }
+            (Mem::Host(a), Mem::Host(b), MemMut::Host(o)) => a.matmul(
+                dtype, shape, layout, precision, a_start, b, b_start, o, out_start,
+            ),
+            (Mem::Cuda(a), Mem::Cuda(b), MemMut::Cuda(o)) => a.matmul(
+                dtype, shape, layout, precision, a_start, b, b_start, o, out_start,
+            ),
             _ => Err(super::mixed(name)),
         }
     }

@@ -196,6 +196,7 @@ def main():
     sel = torch.randint(0, 8191, (4096,), device=dev)
     narrow = torch.rand(8192, 1024, device=dev)
     wide = torch.rand(8192, 4096, device=dev)
+    pinned = torch.rand(8192, 8192).pin_memory()
     for name, nbytes, fn in [
             ("sort_8192x1024_f32", 8192 * 1024 * (4 + 4 + 8), lambda: narrow.sort(dim=1, stable=True)),
             ("sort_8192x4096_f32", 8192 * 4096 * (4 + 4 + 8), lambda: wide.sort(dim=1, stable=True)),
@@ -209,10 +210,13 @@ def main():
             ("prod_dim1_8192x8192_f32", n2 * 4 + 8192 * 4, lambda: x.prod(1)),
             ("var_dim1_8192x8192_f32", n2 * 4 + 8192 * 4, lambda: x.var(1)),
             ("var_dim0_8192x8192_f32", n2 * 4 + 8192 * 4, lambda: x.var(0)),
-            ("any_64Mi_bool", n2, lambda: flags.any())]:
+            ("any_64Mi_bool", n2, lambda: flags.any()),
+            ("to_dtype_bf16_8192x8192_f32", n2 * 6, lambda: x.to(torch.bfloat16)),
+            ("to_cuda_pinned_8192x8192_f32", n2 * 8, lambda: pinned.to(dev)),
+            ("to_cpu_8192x8192_f32", n2 * 8, lambda: x.cpu())]:
         med, mn = wall(fn, 30)
         rows.append({"name": name, "bytes": nbytes, "median_ms": med, "min_ms": mn})
-    del x, flags, idx, sel, narrow, wide
+    del x, flags, idx, sel, narrow, wide, pinned
     for dt, name in [(torch.float32, "matmul_4096_f32"), (torch.bfloat16, "matmul_4096_bf16")]:
         a = torch.randn(4096, 4096, device=dev, dtype=dt)
         b = torch.randn(4096, 4096, device=dev, dtype=dt)

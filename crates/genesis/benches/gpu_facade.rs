@@ -460,7 +460,11 @@ mod gpu {
             .to_dtype(DType::I64)?;
         let narrow = g.rand([8192, 1024], DType::F32, dev)?;
         let wide = g.rand([8192, 4096], DType::F32, dev)?;
-        let cases: [(&str, usize, &dyn Fn() -> BoxResult); 13] = [
+        // 256 MiB of f32 in pinned host memory, for the transfer to the device.
+        let pinned = g
+            .rand([8192, 8192], DType::F32, Device::Cpu)?
+            .pin_memory()?;
+        let cases: [(&str, usize, &dyn Fn() -> BoxResult); 16] = [
             ("sort_8192x1024_f32", 8192 * 1024 * (4 + 4 + 8), &|| {
                 narrow.sort(1, false)?;
                 Ok(())
@@ -525,6 +529,19 @@ mod gpu {
                 flags.any()?;
                 Ok(())
             }),
+            // Conversions and transfers where users call them (bytes: read plus written).
+            ("to_dtype_bf16_8192x8192_f32", n2 * 6, &|| {
+                x.to_dtype(DType::BF16)?;
+                Ok(())
+            }),
+            ("to_cuda_pinned_8192x8192_f32", n2 * 8, &|| {
+                pinned.to(dev)?;
+                Ok(())
+            }),
+            ("to_cpu_8192x8192_f32", n2 * 8, &|| {
+                x.to(Device::Cpu)?;
+                Ok(())
+            }),
         ];
         for (name, bytes, f) in cases {
             let (med, min) = wall(30, f)?;
@@ -536,7 +553,7 @@ mod gpu {
                 note: "wall clock incl. output allocation, as torch_ref".into(),
             });
         }
-        drop((x, flags, idx, picks, narrow, wide));
+        drop((x, flags, idx, picks, narrow, wide, pinned));
 
         // matmul at 4096 (f32 and bf16), output allocation included.
         let side = 4096usize;

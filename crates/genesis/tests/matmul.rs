@@ -386,7 +386,7 @@ fn f64_and_integer_products_on_the_cpu_and_refused_on_cuda() {
             let (a, b) = (a.to(dev).unwrap(), b.to(dev).unwrap());
             assert!(
                 matches!(
-                    a.matmul(&b.t().unwrap()),
+                    a.transpose(1, 2).unwrap().matmul(&b.t().unwrap()),
                     Err(Error::Storage(
                         genesis_storage::Error::UnsupportedDType { .. }
                     ))

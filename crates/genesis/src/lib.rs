@@ -31,6 +31,7 @@ mod interop;
 pub mod literal;
 mod mask;
 mod matmul;
+mod npy;
 mod ops;
 mod print;
 mod promote;
@@ -51,6 +52,7 @@ pub use interop::{
     save_safetensors_with_metadata, serialize_safetensors,
 };
 pub use literal::{Element, TensorData};
+pub use npy::{load_npy, load_npz, save_npy, save_npz};
 pub use print::{PrintOptions, printoptions, set_printoptions};
 pub use promote::{can_cast, promote_types, result_type};
 pub use random::{DEFAULT_SEED, Generator, default_generator, manual_seed};

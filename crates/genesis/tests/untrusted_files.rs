@@ -10,8 +10,9 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use genesis::{
-    DType, Device, Error, LayoutError, MAX_RANK, Tensor, deserialize_safetensors, load_safetensors,
-    load_safetensors_map, load_safetensors_with_metadata, save_safetensors,
+    DType, Device, Error, LayoutError, MAX_RANK, Tensor, deserialize_safetensors, load_npy,
+    load_npz, load_safetensors, load_safetensors_map, load_safetensors_with_metadata,
+    save_safetensors,
 };
 use genesis_storage::{MapMode, Storage, regular_file_len};
 
@@ -70,6 +71,8 @@ fn readers() -> Vec<(&'static str, Reader)> {
         ("load_safetensors_with_metadata", |p| {
             load_safetensors_with_metadata(p, Device::Cpu).map(|v| v.0.len())
         }),
+        ("load_npy", |p| load_npy(p, Device::Cpu).map(|t| t.numel())),
+        ("load_npz", |p| load_npz(p, Device::Cpu).map(|v| v.len())),
         ("map_file ro", |p| {
             Storage::map_file(p, DType::U8, 0, 8, MapMode::ReadOnly)
                 .map(|s| s.len())

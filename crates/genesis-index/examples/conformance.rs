@@ -1,11 +1,14 @@
 //! Runs an indexing conformance corpus: `conformance FILE [--device cpu|cuda]`.
 //!
 //! Prints one line per failing case and a last line `N passed, M failed`; exits non-zero when
-//! anything failed.
+//! anything failed. The runner is the conformance tests' (`tests/corpus/runner.rs`).
 
 use std::process::ExitCode;
 
 use genesis_storage::Device;
+
+#[path = "../tests/corpus/runner.rs"]
+mod runner;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -38,7 +41,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match genesis_index::conformance::run_corpus(&doc, device) {
+    match runner::run_corpus(&doc, device) {
         Ok(report) => {
             for f in &report.failures {
                 println!("FAIL {}: {}", f.id, f.message);

@@ -21,7 +21,6 @@
 // unsafe here.
 #[allow(unsafe_code)]
 mod advanced;
-pub mod conformance;
 mod exec;
 mod plan;
 mod spec;

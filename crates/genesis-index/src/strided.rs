@@ -103,7 +103,7 @@ mod tests {
     use super::*;
     use genesis_storage::Device;
 
-    /// Issue 16, item 3: copies of more than `MAX_DIMS` dimensions, coalescible or not.
+    /// Copies of more than `MAX_DIMS` dimensions, coalescible or not.
     #[test]
     fn copies_of_any_rank() {
         let n = 1 << 12;

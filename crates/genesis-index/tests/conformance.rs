@@ -7,7 +7,7 @@ mod corpus;
 
 fn run(file: &str) {
     let doc = corpus::load(file);
-    let report = genesis_index::conformance::run_corpus(&doc, Device::Cpu).unwrap();
+    let report = corpus::runner::run_corpus(&doc, Device::Cpu).unwrap();
     let n = doc["cases"].as_array().unwrap().len();
     assert!(n > 0);
     for f in &report.failures {
@@ -56,7 +56,7 @@ fn the_runner_reports_failures() {
         {"id": "ok", "input": {"shape": [3], "dtype": "int64"}, "op": "get", "index": [{"int": -1}],
          "expected": {"shape": [], "data": [2]}, "view": true}
     ]});
-    let report = genesis_index::conformance::run_corpus(&doc, Device::Cpu).unwrap();
+    let report = corpus::runner::run_corpus(&doc, Device::Cpu).unwrap();
     assert_eq!(report.passed, 1);
     let ids: Vec<&str> = report.failures.iter().map(|f| f.id.as_str()).collect();
     assert_eq!(ids, vec!["wrong", "weird"]);

@@ -10,7 +10,7 @@ fn run(file: &str) {
         return;
     }
     let doc = corpus::load(file);
-    let report = genesis_index::conformance::run_corpus(&doc, Device::Cuda(0)).unwrap();
+    let report = corpus::runner::run_corpus(&doc, Device::Cuda(0)).unwrap();
     for f in &report.failures {
         eprintln!("FAIL {}: {}", f.id, f.message);
     }

@@ -60,7 +60,7 @@ fn index_strategy() -> impl Strategy<Value = Vec<IndexItem>> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
-    /// Issue 16, item 12: `check_bounds` is exact, whatever the strides and offset (huge,
+    /// `check_bounds` is exact, whatever the strides and offset (huge,
     /// negative, wrapping): every element index of a layout it accepts is inside the storage.
     #[test]
     fn check_bounds_is_sound(

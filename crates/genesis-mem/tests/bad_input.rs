@@ -1,4 +1,4 @@
-//! Issue 16, "what to build" 3: every public entry point of `genesis-mem` called with the
+//! Every public entry point of `genesis-mem` called with the
 //! invalid inputs a user can pass. Each call runs under `catch_unwind` (and, where a bad value
 //! could make it loop, on a thread with a deadline): a panic or a hang fails the test with the
 //! call named; a returned error must be the typed one expected.

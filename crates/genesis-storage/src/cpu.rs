@@ -235,7 +235,7 @@ mod tests {
 
     #[test]
     fn host_out_of_memory_is_an_error() {
-        // Issue 16, item 5: more than any host has, and more than `isize::MAX`.
+        // More than any host has, and more than `isize::MAX`.
         assert!(matches!(
             CpuStorage::zeroed(1 << 50),
             Err(Error::HostOutOfMemory { .. })

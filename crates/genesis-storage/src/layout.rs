@@ -1035,7 +1035,7 @@ mod tests {
         );
     }
 
-    /// Issue 16, item 12: layouts whose reach wraps or starts before element 0 are refused.
+    /// Layouts whose reach wraps or starts before element 0 are refused.
     #[test]
     fn bounds_are_exact() {
         let refused = |l: Layout, len: usize| {
@@ -1070,7 +1070,7 @@ mod tests {
         ));
     }
 
-    /// Issue 16, item 7 (and 12): element counts are checked, in debug and release.
+    /// Element counts are checked, in debug and release.
     #[test]
     fn element_counts_are_checked() {
         assert_eq!(Layout::contiguous(&[1 << 32, 1 << 32]).numel(), usize::MAX);

@@ -542,7 +542,7 @@ pub(crate) mod tests {
         matches!(r, Err(Error::MappingTruncated { .. }))
     }
 
-    /// Issue 16 item 14: a reader whose file another process truncates reads zeros past the
+    /// A reader whose file another process truncates reads zeros past the
     /// new end (no SIGBUS) and is told.
     #[test]
     fn a_file_truncated_under_a_read_only_mapping_reads_zeros_and_reports_it() {
@@ -646,7 +646,7 @@ pub(crate) mod tests {
         }
     }
 
-    /// Issue 16 item 15: new segments are the owner's only unless asked, and reserved.
+    /// New segments are the owner's only unless asked, and reserved.
     #[cfg(unix)]
     #[test]
     fn new_segments_are_owner_only_and_reserved() {
@@ -676,7 +676,7 @@ pub(crate) mod tests {
         assert!(!shm_path(&name).unwrap().exists());
     }
 
-    /// Issue 16 item 15: a symbolic link, a directory, a FIFO or another user's file planted
+    /// A symbolic link, a directory, a FIFO or another user's file planted
     /// at the name is refused, and what it points to is untouched.
     #[cfg(unix)]
     #[test]
@@ -778,7 +778,7 @@ pub(crate) mod tests {
         println!("GENESIS_SMALL_TMPFS_DONE");
     }
 
-    /// Issue 16 item 13, in a 1 MiB tmpfs mounted in a private mount namespace (`unshare -rm`,
+    /// A full file system: in a 1 MiB tmpfs mounted in a private mount namespace (`unshare -rm`,
     /// or `unshare -m` as root); skipped, saying why, where no namespace can be made.
     #[test]
     fn segments_larger_than_free_space_are_errors() {

@@ -59,7 +59,7 @@ mod tests {
         Storage::scalar(value, dtype).is_ok()
     }
 
-    /// Issue 16, items 8 and 10: exact ranges, no saturation, no silent infinity.
+    /// Exact ranges, no saturation, no silent infinity.
     #[test]
     fn scalars_convert_exactly() {
         let two63 = 9_223_372_036_854_775_808.0;

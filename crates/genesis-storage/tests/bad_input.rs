@@ -1,4 +1,4 @@
-//! Issue 16, "what to build" 3: every public entry point of `genesis-storage` called with the
+//! Every public entry point of `genesis-storage` called with the
 //! invalid inputs a user can pass: sizes that overflow, lengths that do not match, wrong
 //! dtypes, ranges past the end (and ranges whose end overflows), layouts that reach outside,
 //! read-only storages where writes are needed, devices that do not exist, bad names, files and

@@ -1,4 +1,4 @@
-//! Issue 49: a shape has at most `MAX_RANK` dimensions, on every path that makes or changes a
+//! A shape has at most `MAX_RANK` dimensions, on every path that makes or changes a
 //! shape, for generated shapes of every rank around the limit and far beyond it.
 
 use std::sync::Arc;

@@ -1,12 +1,11 @@
-//! Issue 16, "what to build" 3: the facade's public entry points called with the invalid inputs
-//! a user can pass, each under `catch_unwind`: a panic fails the test with the call named, and
-//! the call must return an error. `issue16_safety.rs` holds the regression tests of the
-//! numbered items (host out-of-memory, huge `arange`, element counts, exact scalars,
-//! `index_fill`, silent infinities); this sweep covers the rest of the surface: creation with
-//! bad shapes, lengths, devices and dtypes; views with dims out of range; elementwise ops,
-//! comparisons, `where`, reductions, matmul, masks, cat/stack, indexing, `_out` and in-place
-//! forms with mismatched or shared outputs; wrong `to_vec` types; random tensors; safetensors
-//! bytes and files.
+//! The facade's public entry points called with the invalid inputs a user can pass, each under
+//! `catch_unwind`: a panic fails the test with the call named, and the call must return an error.
+//! `checked_limits.rs` holds the tests of the checked limits (host out-of-memory, huge `arange`,
+//! element counts, exact scalars, `index_fill`, silent infinities); this sweep covers the rest of
+//! the surface: creation with bad shapes, lengths, devices and dtypes; views with dims out of
+//! range; elementwise ops, comparisons, `where`, reductions, matmul, masks, cat/stack, indexing,
+//! `_out` and in-place forms with mismatched or shared outputs; wrong `to_vec` types; random
+//! tensors; safetensors bytes and files.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 

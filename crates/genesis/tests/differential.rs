@@ -1,4 +1,4 @@
-//! Differential testing of the facade against NumPy (issue 16, item 2): random cases of every
+//! Differential testing of the facade against NumPy: random cases of every
 //! op family (elementwise with broadcasting and scalars, comparisons, `where`, reductions,
 //! matmul, cat/stack, views and indexing, casts, masks) over every dtype, with zero-size
 //! dimensions, NaN, infinities, -0.0 and extreme integers, written with NumPy's answers by

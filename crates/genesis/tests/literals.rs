@@ -1,4 +1,4 @@
-//! Issue 20, nested literals: `tensor!` with PyTorch's default dtypes and the dtype and device
+//! Nested literals: `tensor!` with PyTorch's default dtypes and the dtype and device
 //! options, `item::<T>()`, `to_vec2` / `to_vec3`.
 
 #[allow(dead_code)]

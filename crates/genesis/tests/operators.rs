@@ -1,4 +1,4 @@
-//! Issue 20, operators and arguments: scalars of every numeric type on either side of the
+//! Operators and arguments: scalars of every numeric type on either side of the
 //! operators and in the named and in-place ops, one dims argument type everywhere (arrays,
 //! slices, vectors, -1 and negative dims where PyTorch takes them, 0-d tensors taking dim 0
 //! and -1), and `s!` with bounds that are variables.

@@ -1,4 +1,4 @@
-//! Pinned host memory in the facade (issue 20, item 8): `pin_memory`, `is_pinned`,
+//! Pinned host memory in the facade: `pin_memory`, `is_pinned`,
 //! `to_non_blocking` from pinned memory on the current stream, and
 //! `genesis::cpu::enable_pinned_memory`. The CPU-only behaviour runs on every build; the GPU
 //! tests skip without a device. The switch is process-wide, so the tests of this file run one

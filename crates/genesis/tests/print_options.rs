@@ -1,4 +1,4 @@
-//! Issue 49: print options are checked when set (each field against its documented range, a
+//! Print options are checked when set (each field against its documented range, a
 //! refused set leaving the options as they were), and `Display` never panics under any
 //! options that can be set, for tensors of many shapes, dtypes and values.
 

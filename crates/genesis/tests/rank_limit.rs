@@ -1,4 +1,4 @@
-//! Issue 49: no tensor has more than `MAX_RANK` dimensions. Every facade path that makes a
+//! No tensor has more than `MAX_RANK` dimensions. Every facade path that makes a
 //! shape (creation, views, reshapes, broadcasting, indexing with new axes) refuses more with
 //! `LayoutError::RankTooLarge`, for generated shapes of every rank around the limit, and a
 //! tensor of the maximum rank prints without recursing per dimension.

@@ -1,4 +1,4 @@
-//! Issue 20, printing: `Display` is PyTorch's `repr`, character for character.
+//! Printing: `Display` is PyTorch's `repr`, character for character.
 //!
 //! `repr_matches_pytorch_fixture` checks every case of `tests/data/repr-cases.json`, which
 //! `gen_repr_cases.py` writes with PyTorch (every dtype, ranks 0-4, empty, summarised, NaN and

@@ -1,4 +1,4 @@
-//! Issue 49: untrusted files. Loading a safetensors file or mapping a file never hangs, never
+//! Untrusted files. Loading a safetensors file or mapping a file never hangs, never
 //! reads without end and never crashes: what is not a regular file (a FIFO, a device, a
 //! directory, a socket, or a symbolic link to one) is refused at once with a typed error, and
 //! a regular file is read only as far as its header says, with every malformed length, header

@@ -21,7 +21,7 @@ fn f32s(t: &Tensor) -> Vec<f32> {
 }
 
 #[test]
-fn the_issue_frictions_are_gone() {
+fn writes_through_everyday_views_reach_the_base() {
     let _release = Release;
     for dev in devices() {
         // The guide's `contiguous()` + `masked_fill_`: a contiguous tensor's `contiguous()`

@@ -1,4 +1,7 @@
-//! Reading the conformance corpora of `tests/data`, shared by the CPU and CUDA conformance tests.
+//! Reading the conformance corpora of `tests/data` and running them (`runner.rs`, which
+//! `examples/conformance.rs` includes too), shared by the CPU and CUDA conformance tests.
+
+pub(crate) mod runner;
 
 /// A corpus (`.json`, or gzipped `.json.gz`). The GPU bundle runs the test binaries away from
 /// the source tree: `GENESIS_REPO_ROOT` says where the repository is (as for the other

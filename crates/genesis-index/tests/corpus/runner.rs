@@ -1,29 +1,29 @@
 //! The conformance corpus format (`genesis-index-cases v1`) and a runner for it: the same
-//! corpus runs against every executor.
+//! corpus runs against every executor. A dev tool, not library API: the CPU and CUDA
+//! conformance tests (through `tests/corpus/mod.rs`) and `examples/conformance.rs` (through
+//! `#[path]`) include this file.
 
 use std::sync::Arc;
 
+use genesis_index::{IndexDType, IndexItem, IndexTensor, Value, get, set};
 use genesis_storage::{DType, Device, Layout, Storage, View};
-
-use crate::spec::{IndexDType, IndexItem, IndexTensor};
-use crate::{Value, get, set};
 
 /// One failed case: its id and what went wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failure {
+pub(crate) struct Failure {
     /// The case's id.
-    pub id: String,
+    pub(crate) id: String,
     /// What differed.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 /// Result of running a corpus.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Report {
+pub(crate) struct Report {
     /// Cases that passed.
-    pub passed: usize,
+    pub(crate) passed: usize,
     /// Cases that failed.
-    pub failures: Vec<Failure>,
+    pub(crate) failures: Vec<Failure>,
 }
 
 fn dtype_of(name: &str) -> Option<DType> {
@@ -133,8 +133,34 @@ fn parse_item(v: &serde_json::Value) -> Result<IndexItem, String> {
     Err(format!("unknown index item {v}"))
 }
 
+/// The elements of a view in row-major order, read on the host by walking its layout over the
+/// whole storage (any rank; independent of the executor's copies).
+fn read_view(v: &View) -> Result<Vec<f64>, genesis_storage::Error> {
+    let all = v.storage().to_f64_vec()?;
+    let layout = v.layout();
+    let (shape, strides) = (layout.shape(), layout.strides());
+    let n: usize = shape.iter().product();
+    let mut out = Vec::with_capacity(n);
+    let mut idx = vec![0usize; shape.len()];
+    for _ in 0..n {
+        let at = idx
+            .iter()
+            .zip(strides)
+            .fold(layout.offset() as isize, |a, (&i, &s)| a + i as isize * s);
+        out.push(all[at as usize]);
+        for d in (0..shape.len()).rev() {
+            idx[d] += 1;
+            if idx[d] < shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    Ok(out)
+}
+
 /// Runs one case on `device`; `Ok(())` if it behaved as expected.
-pub fn run_case(case: &serde_json::Value, device: Device) -> Result<(), String> {
+fn run_case(case: &serde_json::Value, device: Device) -> Result<(), String> {
     let input = &case["input"];
     let shape = shape_of(&input["shape"])?;
     let dtype = dtype_of(input["dtype"].as_str().unwrap_or("")).ok_or("unknown input dtype")?;
@@ -159,56 +185,56 @@ pub fn run_case(case: &serde_json::Value, device: Device) -> Result<(), String> 
         .collect::<Result<Vec<_>, _>>()?;
     let expected_error = case.get("error").and_then(serde_json::Value::as_str);
     let layout = Layout::contiguous(&shape);
-    let outcome: Result<(Vec<usize>, Vec<f64>, bool), crate::Error> = match case["op"].as_str() {
-        Some("get") => {
-            let base =
-                View::with_layout(Arc::new(storage), layout.clone()).map_err(|e| e.to_string())?;
-            get(&base, &items).and_then(|v| {
-                let shares = v.shares_storage(&base);
-                // Read through the any-rank copy (views of more than eight dimensions).
-                let data = crate::strided::dense(v.storage(), v.layout())?.to_f64_vec()?;
-                Ok((v.layout().shape().to_vec(), data, shares))
-            })
-        }
-        Some("set") => {
-            let mut target = storage;
-            let value_spec = &case["value"];
-            let accumulate = case
-                .get("accumulate")
-                .and_then(serde_json::Value::as_bool)
-                .unwrap_or(false);
-            let before = target.to_f64_vec().map_err(|e| e.to_string())?;
-            let r = if let Some(x) = value_spec.get("scalar") {
-                set(
-                    &mut target,
-                    &layout,
-                    &items,
-                    Value::Scalar(number(x)?),
-                    accumulate,
-                )
-            } else {
-                let vshape = shape_of(&value_spec["shape"])?;
-                let vdata = value_spec["data"]
-                    .as_array()
-                    .ok_or("value data must be a list")?
-                    .iter()
-                    .map(number)
-                    .collect::<Result<Vec<_>, _>>()?;
-                let vs = storage_of(&vdata, dtype)?
-                    .to_device(device)
+    let outcome: Result<(Vec<usize>, Vec<f64>, bool), genesis_index::Error> =
+        match case["op"].as_str() {
+            Some("get") => {
+                let base = View::with_layout(Arc::new(storage), layout.clone())
                     .map_err(|e| e.to_string())?;
-                let v = View::with_layout(Arc::new(vs), Layout::contiguous(&vshape))
-                    .map_err(|e| e.to_string())?;
-                set(&mut target, &layout, &items, Value::Tensor(&v), accumulate)
-            };
-            let after = target.to_f64_vec().map_err(|e| e.to_string())?;
-            if r.is_err() && after != before {
-                return Err("the target changed although the assignment failed".into());
+                get(&base, &items).and_then(|v| {
+                    let shares = v.shares_storage(&base);
+                    let data = read_view(&v)?;
+                    Ok((v.layout().shape().to_vec(), data, shares))
+                })
             }
-            r.map(|()| (shape.clone(), after, false))
-        }
-        other => return Err(format!("unknown op {other:?}")),
-    };
+            Some("set") => {
+                let mut target = storage;
+                let value_spec = &case["value"];
+                let accumulate = case
+                    .get("accumulate")
+                    .and_then(serde_json::Value::as_bool)
+                    .unwrap_or(false);
+                let before = target.to_f64_vec().map_err(|e| e.to_string())?;
+                let r = if let Some(x) = value_spec.get("scalar") {
+                    set(
+                        &mut target,
+                        &layout,
+                        &items,
+                        Value::Scalar(number(x)?),
+                        accumulate,
+                    )
+                } else {
+                    let vshape = shape_of(&value_spec["shape"])?;
+                    let vdata = value_spec["data"]
+                        .as_array()
+                        .ok_or("value data must be a list")?
+                        .iter()
+                        .map(number)
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let vs = storage_of(&vdata, dtype)?
+                        .to_device(device)
+                        .map_err(|e| e.to_string())?;
+                    let v = View::with_layout(Arc::new(vs), Layout::contiguous(&vshape))
+                        .map_err(|e| e.to_string())?;
+                    set(&mut target, &layout, &items, Value::Tensor(&v), accumulate)
+                };
+                let after = target.to_f64_vec().map_err(|e| e.to_string())?;
+                if r.is_err() && after != before {
+                    return Err("the target changed although the assignment failed".into());
+                }
+                r.map(|()| (shape.clone(), after, false))
+            }
+            other => return Err(format!("unknown op {other:?}")),
+        };
     match (outcome, expected_error) {
         (Err(e), Some(kind)) if e.kind() == kind => Ok(()),
         (Err(e), Some(kind)) => Err(format!("expected error {kind}, got {} ({e})", e.kind())),
@@ -238,7 +264,7 @@ pub fn run_case(case: &serde_json::Value, device: Device) -> Result<(), String> 
 }
 
 /// Runs every case of a corpus document on `device`.
-pub fn run_corpus(doc: &serde_json::Value, device: Device) -> Result<Report, String> {
+pub(crate) fn run_corpus(doc: &serde_json::Value, device: Device) -> Result<Report, String> {
     let cases = doc
         .get("cases")
         .and_then(serde_json::Value::as_array)

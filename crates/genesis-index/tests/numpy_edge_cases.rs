@@ -1,4 +1,6 @@
-//! Regression tests of issue 16's indexing items (1-4) on the CPU executor.
+//! NumPy's indexing edge cases on the CPU executor: a value's leading size-1 dimensions, an
+//! empty ellipsis between advanced indices, assignment into views of many dimensions, empty
+//! and huge index broadcasts.
 
 use std::sync::Arc;
 
@@ -26,7 +28,7 @@ fn idx(shape: &[usize], data: Vec<i64>) -> IndexItem {
     IndexItem::Tensor(IndexTensor::i64(shape, data))
 }
 
-/// Item 1: a value with extra leading size-1 dimensions is accepted (they are dropped).
+/// A value with extra leading size-1 dimensions is accepted (they are dropped).
 #[test]
 fn leading_one_dimensions_of_a_value_are_dropped() {
     // x[:] = value[1, 2]
@@ -81,7 +83,7 @@ fn leading_one_dimensions_of_a_value_are_dropped() {
     assert_eq!(x.to_vec::<f32>().unwrap(), vec![0., 1.]);
 }
 
-/// Item 2: an ellipsis of zero dimensions between advanced indices separates them (the
+/// An ellipsis of zero dimensions between advanced indices separates them (the
 /// broadcast dimensions go first).
 #[test]
 fn an_empty_ellipsis_separates_advanced_indices() {
@@ -112,7 +114,7 @@ fn an_empty_ellipsis_separates_advanced_indices() {
     assert_eq!(plan(&l, &items, false).unwrap().result_shape, vec![1, 2, 3]);
 }
 
-/// Item 3: assignment through a view of more than eight dimensions.
+/// Assignment through a view of more than eight dimensions.
 #[test]
 fn assignment_into_views_of_many_dimensions() {
     let (mut x, l) = arange(&[2]);
@@ -161,7 +163,7 @@ fn assignment_into_views_of_many_dimensions() {
     assert_eq!(got[2], 5.0);
 }
 
-/// Item 4: an index array whose broadcast shape is empty is not bounds-checked; an integer
+/// An index array whose broadcast shape is empty is not bounds-checked; an integer
 /// (or a 0-d index array) still is.
 #[test]
 fn empty_broadcasts_are_not_bounds_checked() {

@@ -1,6 +1,6 @@
-//! Regression tests of issue 16's facade items: host out-of-memory, huge `arange`, checked
-//! element counts, exact scalar conversion (also `index_fill`), and silent infinities or
-//! saturation. Each asserts a typed error and no panic.
+//! Limits the facade checks: host out-of-memory, huge `arange`, checked element counts,
+//! exact scalar conversion (also `index_fill`), no silent infinities or saturation, and the
+//! arguments `t()` and `arange` refuse. Each asserts a typed error and no panic.
 
 use genesis::{DType, Device, Error, IndexItem, Tensor, s};
 
@@ -12,7 +12,7 @@ fn is_oom(e: &Error) -> bool {
         )
 }
 
-/// Item 5: creation and materialisation beyond the host's memory return `HostOutOfMemory`.
+/// Creation and materialisation beyond the host's memory return `HostOutOfMemory`.
 #[test]
 fn host_out_of_memory_is_an_error() {
     let cpu = Device::Cpu;
@@ -51,7 +51,7 @@ fn host_out_of_memory_is_an_error() {
     assert!(shown.contains("...,\n"), "{shown}");
 }
 
-/// Item 6: `arange` with a huge count is a typed error, neither a panic nor an abort.
+/// `arange` with a huge count is a typed error, neither a panic nor an abort.
 #[test]
 fn arange_with_huge_counts() {
     let cpu = Device::Cpu;
@@ -63,7 +63,7 @@ fn arange_with_huge_counts() {
     assert_eq!(t.to_vec::<i32>().unwrap(), vec![0, 2, 4]);
 }
 
-/// Item 7: every shape goes through one checked element count, in debug and release.
+/// Every shape goes through one checked element count, in debug and release.
 #[test]
 fn element_counts_are_checked() {
     let cpu = Device::Cpu;
@@ -96,7 +96,7 @@ fn element_counts_are_checked() {
     assert_eq!(z.numel(), 0);
 }
 
-/// Item 8: a scalar goes through one exact conversion (2^63 is not an i64). An integer scalar
+/// A scalar goes through one exact conversion (2^63 is not an i64). An integer scalar
 /// keeps an int64 tensor's dtype and must fit it; a float scalar promotes it to float32
 /// (PyTorch's rule), where 2^63 is a value.
 #[test]
@@ -127,7 +127,7 @@ fn scalars_are_exact() {
     );
 }
 
-/// Item 9: `index_fill` checks its scalar as `masked_fill` does.
+/// `index_fill` checks its scalar as `masked_fill` does.
 #[test]
 fn index_fill_checks_its_scalar() {
     let cpu = Device::Cpu;
@@ -167,7 +167,7 @@ fn index_fill_checks_its_scalar() {
     );
 }
 
-/// Item 10: no silent infinity or saturation in `randint`, `full_like`, `arange`.
+/// No silent infinity or saturation in `randint`, `full_like`, `arange`.
 #[test]
 fn no_silent_infinities_or_saturation() {
     let cpu = Device::Cpu;

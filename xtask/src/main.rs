@@ -117,8 +117,9 @@ fn test() -> DynResult {
 /// The test targets that call public entry points with invalid, extreme or untrusted input
 /// (each crate's `bad_input`, and the facade's sweeps of extreme shapes, files, options and
 /// numbers): run in the debug and in the release build.
-const BAD_INPUT_SWEEPS: [&str; 7] = [
+const BAD_INPUT_SWEEPS: [&str; 8] = [
     "bad_input",
+    "checked_limits",
     "empty_extremes",
     "untrusted_files",
     "rank_limit",

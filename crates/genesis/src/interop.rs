@@ -230,6 +230,32 @@ fn write_file(
         .map_err(|e| invalid(op, format!("{}: {e}", path.display())))
 }
 
+/// The data of an array read from a file must be exactly `shape`'s elements of `dtype` (and, for
+/// bools, only 0 and 1 bytes); `what` prefixes the errors (which tensor of the file).
+pub(crate) fn check_file_data(
+    op: &'static str,
+    what: &str,
+    shape: &[usize],
+    dtype: DType,
+    raw: &[u8],
+) -> Result<()> {
+    let numel = crate::tensor::numel_of(op, shape)?;
+    if Some(raw.len()) != numel.checked_mul(dtype.size()) {
+        return Err(invalid(
+            op,
+            format!(
+                "{what}shape {shape:?} of {dtype} needs {} bytes of data, the file has {}",
+                numel.saturating_mul(dtype.size()),
+                raw.len()
+            ),
+        ));
+    }
+    if dtype == DType::Bool && raw.iter().any(|&b| b > 1) {
+        return Err(invalid(op, format!("{what}a bool byte is neither 0 nor 1")));
+    }
+    Ok(())
+}
+
 /// The tensors of a safetensors file (sorted by name) and its string metadata.
 type Decoded = (Vec<(String, Tensor)>, HashMap<String, String>);
 
@@ -278,23 +304,7 @@ fn decode(op: &'static str, bytes: &[u8], device: Device) -> Result<Decoded> {
                 format!("tensor {name:?}: data offsets {start}..{end} are out of the file"),
             )
         })?;
-        let numel = crate::tensor::numel_of(op, shape)?;
-        if Some(raw.len()) != numel.checked_mul(dtype.size()) {
-            return Err(invalid(
-                op,
-                format!(
-                    "tensor {name:?}: shape {shape:?} of {dtype} needs {} bytes, the file has {}",
-                    numel.saturating_mul(dtype.size()),
-                    raw.len()
-                ),
-            ));
-        }
-        if dtype == DType::Bool && raw.iter().any(|&b| b > 1) {
-            return Err(invalid(
-                op,
-                format!("tensor {name:?}: a bool byte is neither 0 nor 1"),
-            ));
-        }
+        check_file_data(op, &format!("tensor {name:?}: "), shape, dtype, raw)?;
         #[cfg(target_endian = "big")]
         let swapped = {
             let mut v = raw.to_vec();

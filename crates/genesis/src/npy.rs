@@ -252,21 +252,8 @@ fn decode(op: &'static str, bytes: &[u8], device: Device) -> Result<Tensor> {
             format!("dtype {ts} is not supported (bool, u8, i8, i16, i32, i64, f16, f32, f64)"),
         )
     })?;
-    let numel = crate::tensor::numel_of(op, &shape)?;
     let raw = &bytes[data_start..];
-    if Some(raw.len()) != numel.checked_mul(dtype.size()) {
-        return Err(invalid(
-            op,
-            format!(
-                "shape {shape:?} of {dtype} needs {} bytes of data, the file has {}",
-                numel.saturating_mul(dtype.size()),
-                raw.len()
-            ),
-        ));
-    }
-    if dtype == DType::Bool && raw.iter().any(|&b| b > 1) {
-        return Err(invalid(op, "a bool byte is neither 0 nor 1".into()));
-    }
+    crate::interop::check_file_data(op, "", &shape, dtype, raw)?;
     let size = dtype.size();
     let swap = size > 1
         && match ts.endianness() {

@@ -2,51 +2,15 @@
 //! fixtures NumPy wrote (`gen_npy_fixtures.py`: C and Fortran order, big-endian, 0-d, empty,
 //! archives), and bad files, each of which is an error within a time limit.
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc;
-use std::time::Duration;
+#[allow(dead_code)]
+mod common;
 
+use std::path::{Path, PathBuf};
+
+use common::files::{TempDir, within};
 use genesis::{
     DType, Device, Error, MAX_RANK, Tensor, f16, load_npy, load_npz, save_npy, save_npz,
 };
-
-/// Runs `f` on its own thread and fails the test if it has not returned within 10 s.
-fn within<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(Duration::from_secs(10)) {
-        Ok(v) => v,
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("{what} did not return within 10 s"),
-        Err(mpsc::RecvTimeoutError::Disconnected) => panic!("{what} panicked"),
-    }
-}
-
-/// A unique directory in the temp directory, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let dir =
-            std::env::temp_dir().join(format!("genesis-npy-{}-{tag}-{n}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    fn join(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

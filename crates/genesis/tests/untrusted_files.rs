@@ -4,57 +4,18 @@
 //! a regular file is read only as far as its header says, with every malformed length, header
 //! and truncation an error. Every call runs under a time limit.
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc;
-use std::time::Duration;
+#[allow(dead_code)]
+mod common;
 
+use std::path::{Path, PathBuf};
+
+use common::files::{TempDir, within};
 use genesis::{
     DType, Device, Error, LayoutError, MAX_RANK, Tensor, deserialize_safetensors, load_npy,
     load_npz, load_safetensors, load_safetensors_map, load_safetensors_with_metadata,
     save_safetensors,
 };
 use genesis_storage::{MapMode, Storage, regular_file_len};
-
-/// Runs `f` on its own thread and fails the test if it has not returned within 10 s (the
-/// thread is left behind: a hang is the failure being tested for).
-fn within<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(Duration::from_secs(10)) {
-        Ok(v) => v,
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("{what} did not return within 10 s"),
-        Err(mpsc::RecvTimeoutError::Disconnected) => panic!("{what} panicked"),
-    }
-}
-
-/// A unique directory in the temp directory, removed (with what it holds) when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!(
-            "genesis-untrusted-{}-{tag}-{n}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    fn join(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// A way of reading a file, giving the error or the number of tensors (or bytes).
 type Reader = fn(&Path) -> Result<usize, Error>;

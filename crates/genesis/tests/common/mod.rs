@@ -2,6 +2,8 @@
 
 use genesis::Device;
 
+pub(crate) mod files;
+
 /// The CPU, and CUDA device 0 when one is present (saying so on stderr when it is not).
 pub(crate) fn devices() -> Vec<Device> {
     let mut d = vec![Device::Cpu];

@@ -323,18 +323,34 @@ pub fn matmul_strided_precision<T: MatmulElement, O: MatmulOutput<T>>(
         MatmulPrecision::Highest => None,
         MatmulPrecision::High => Some(|x: T| to_tf32(x.to_f32())),
     };
-    check(&shape, &layout, a.len(), b.len(), c.len())?;
-    // No output: nothing to do (and nothing sized by `k`, which may be huge).
-    let c_len = shape.c_len().ok_or_else(overflow)?;
-    if c_len == 0 {
-        return Ok(());
-    }
-    if shape.k == 0 {
-        c[..c_len].fill(O::from_f32(0.0));
+    if settled(&shape, &layout, a.len(), b.len(), c, O::from_f32(0.0))? {
         return Ok(());
     }
     host::f32_accumulated(shape, layout, widen, a, b, c);
     Ok(())
+}
+
+/// Checks a host product and settles the ones with no multiply-adds: an empty output (nothing
+/// to do, and nothing sized by `k`, which may be huge), or `k == 0` (zeros). `true` when it
+/// settled the product.
+fn settled<O: Copy>(
+    shape: &MatmulShape,
+    layout: &MatmulLayout,
+    a_len: usize,
+    b_len: usize,
+    c: &mut [O],
+    zero: O,
+) -> Result<bool> {
+    check(shape, layout, a_len, b_len, c.len())?;
+    let c_len = shape.c_len().ok_or_else(overflow)?;
+    if c_len == 0 {
+        return Ok(true);
+    }
+    if shape.k == 0 {
+        c[..c_len].fill(zero);
+        return Ok(true);
+    }
+    Ok(false)
 }
 
 /// Element types of the host matmul [`matmul_host`]: f32, f16 and bf16 (the CPU twin, f32
@@ -352,8 +368,9 @@ pub trait HostMatmul: Element {
     );
 }
 
-macro_rules! host_twin {
-    ($($t:ty),*) => {$(
+/// `HostMatmul` for the types whose product is `$product(shape, layout, a, b, c)`.
+macro_rules! host_matmul {
+    ($product:expr; $($t:ty),*) => {$(
         impl HostMatmul for $t {
             fn host_product(
                 shape: MatmulShape,
@@ -362,35 +379,14 @@ macro_rules! host_twin {
                 b: &[Self],
                 c: &mut [Self],
             ) {
-                host::f32_accumulated::<$t, $t>(shape, layout, None, a, b, c);
+                $product(shape, layout, a, b, c);
             }
         }
     )*};
 }
-host_twin!(f32, f16, bf16);
-
-impl HostMatmul for f64 {
-    fn host_product(shape: MatmulShape, layout: MatmulLayout, a: &[f64], b: &[f64], c: &mut [f64]) {
-        host::f64_product(shape, layout, a, b, c);
-    }
-}
-
-macro_rules! host_int {
-    ($($t:ty),*) => {$(
-        impl HostMatmul for $t {
-            fn host_product(
-                shape: MatmulShape,
-                layout: MatmulLayout,
-                a: &[Self],
-                b: &[Self],
-                c: &mut [Self],
-            ) {
-                host::int_product(shape, layout, a, b, c);
-            }
-        }
-    )*};
-}
-host_int!(i32, i64);
+host_matmul!(|s, l, a, b, c| host::f32_accumulated::<Self, Self>(s, l, None, a, b, c); f32, f16, bf16);
+host_matmul!(host::f64_product; f64);
+host_matmul!(host::int_product; i32, i64);
 
 /// The host matmul of every dtype the CPU path takes: `c = a @ b` per batch with the operands
 /// where `layout` says, into the contiguous `c [batch, m, n]`. f32, f16 and bf16 as
@@ -404,14 +400,7 @@ pub fn matmul_host<T: HostMatmul>(
     b: &[T],
     c: &mut [T],
 ) -> Result<()> {
-    check(&shape, &layout, a.len(), b.len(), c.len())?;
-    let c_len = shape.c_len().ok_or_else(overflow)?;
-    if c_len == 0 {
-        return Ok(());
-    }
-    if shape.k == 0 {
-        // Zero is the all-zero bits of every host matmul type.
-        c[..c_len].fill(T::from_i64(0));
+    if settled(&shape, &layout, a.len(), b.len(), c, T::from_i64(0))? {
         return Ok(());
     }
     T::host_product(shape, layout, a, b, c);

@@ -230,6 +230,24 @@ fn write_file(
         .map_err(|e| invalid(op, format!("{}: {e}", path.display())))
 }
 
+/// A shape read from a file must be addressable: zero-sized dimensions make any element count
+/// fit, but the strides of the others must fit too (`what` prefixes the error).
+pub(crate) fn check_file_shape(op: &'static str, what: &str, shape: &[usize]) -> Result<()> {
+    let fits = shape
+        .iter()
+        .try_fold(1isize, |acc, &d| {
+            acc.checked_mul(isize::try_from(d.max(1)).ok()?)
+        })
+        .is_some();
+    if !fits {
+        return Err(invalid(
+            op,
+            format!("{what}shape {shape:?} is too large to address"),
+        ));
+    }
+    Ok(())
+}
+
 /// The data of an array read from a file must be exactly `shape`'s elements of `dtype` (and, for
 /// bools, only 0 and 1 bytes); `what` prefixes the errors (which tensor of the file).
 pub(crate) fn check_file_data(
@@ -283,20 +301,7 @@ fn decode(op: &'static str, bytes: &[u8], device: Device) -> Result<Decoded> {
         })?;
         let shape = &info.shape;
         genesis_storage::check_rank(shape.len())?;
-        // Zero-sized dimensions make any shape's element count fit; the strides of the others
-        // must fit too.
-        let fits = shape
-            .iter()
-            .try_fold(1isize, |acc, &d| {
-                acc.checked_mul(isize::try_from(d.max(1)).ok()?)
-            })
-            .is_some();
-        if !fits {
-            return Err(invalid(
-                op,
-                format!("tensor {name:?} has shape {shape:?}, too large to address"),
-            ));
-        }
+        check_file_shape(op, &format!("tensor {name:?}: "), shape)?;
         let (start, end) = info.data_offsets;
         let raw = data.get(start..end).ok_or_else(|| {
             invalid(

@@ -156,20 +156,8 @@ fn header_shape(op: &'static str, header: &py_literal::Value) -> Result<Vec<usiz
                 "the header's 'shape' is not a tuple of non-negative integers that fit".into(),
             )
         })?;
-    // Zero-sized dimensions make any element count fit; the strides of the others must fit too
-    // (npyz multiplies them unchecked).
-    let fits = shape
-        .iter()
-        .try_fold(1isize, |acc, &d| {
-            acc.checked_mul(isize::try_from(d.max(1)).ok()?)
-        })
-        .is_some();
-    if !fits {
-        return Err(invalid(
-            op,
-            format!("shape {shape:?} is too large to address"),
-        ));
-    }
+    // npyz multiplies the dimensions unchecked.
+    crate::interop::check_file_shape(op, "", &shape)?;
     Ok(shape)
 }
 

@@ -41,10 +41,8 @@ impl Storage {
         shape: MatmulShape,
         precision: MatmulPrecision,
     ) -> Result<Storage> {
-        let len = shape.c_len().ok_or_else(overflow)?;
-        let mut out = Storage::uninit(len, self.dtype, self.device())?;
-        self.matmul_into_with(a_start, other, b_start, shape, &mut out, 0, precision)?;
-        Ok(out)
+        let layout = MatmulLayout::contiguous(&shape);
+        self.matmul_layout_with(a_start, other, b_start, shape, layout, precision)
     }
 
     /// [`Storage::matmul`] into `out` from `out_start` (allocates nothing but, on CUDA, the

@@ -5,7 +5,6 @@
 use genesis_storage::{BinaryOp, DType, Storage};
 
 use crate::promote::has_kernels;
-use crate::tensor::host_scalar;
 use crate::{Device, Error, Result, Tensor};
 
 /// A shape or a list of dimensions, as every function of the facade takes them: a reference
@@ -253,38 +252,17 @@ fn is_integer(dtype: DType) -> bool {
     !dtype.is_float() && dtype != DType::Bool
 }
 
-/// `value` as a one-element host storage of `dtype`: integers into integer dtypes exactly
-/// (checked against the dtype's range), anything else through [`host_scalar`].
-pub(crate) fn scalar_storage(
-    op: &'static str,
-    dtype: DType,
-    value: ScalarValue,
-) -> Result<Storage> {
-    match value.as_number() {
-        ScalarValue::Int(i) if is_integer(dtype) => {
-            let (lo, hi): (i128, i128) = match dtype {
-                DType::U8 => (0, u8::MAX.into()),
-                DType::I8 => (i8::MIN.into(), i8::MAX.into()),
-                DType::I16 => (i16::MIN.into(), i16::MAX.into()),
-                DType::I32 => (i32::MIN.into(), i32::MAX.into()),
-                _ => (i64::MIN.into(), i64::MAX.into()),
-            };
-            if !(lo..=hi).contains(&i) {
-                return Err(Error::ScalarOutOfRange {
-                    op,
-                    value: i as f64,
-                    dtype,
-                });
-            }
-            let s = Storage::from_slice(&[i as i64], genesis_storage::Device::Cpu)?;
-            Ok(if dtype == DType::I64 {
-                s
-            } else {
-                s.to_dtype(dtype)?
-            })
-        }
-        v => host_scalar(op, dtype, v.to_f64()),
+/// [`Error::ScalarOutOfRange`] unless integer `dtype` holds `i` exactly.
+pub(crate) fn check_int_range(op: &'static str, dtype: DType, i: i128) -> Result<()> {
+    let (lo, hi) = int_range(dtype);
+    if (lo..=hi).contains(&i) {
+        return Ok(());
     }
+    Err(Error::ScalarOutOfRange {
+        op,
+        value: i as f64,
+        dtype,
+    })
 }
 
 /// The range of an integer dtype.
@@ -565,7 +543,6 @@ impl Tensor {
             if needs_opmath(r, v) || matches!(op, BinaryOp::Maximum | BinaryOp::Minimum) {
                 crate::promote::check_cast(op.name(), r, self.dtype())?;
                 let out = self.binary_scalar_value(op, v)?;
-                crate::promote::check_cast(op.name(), out.dtype(), self.dtype())?;
                 return self.copy_(&out.cast_to(self.dtype())?);
             }
         }

@@ -241,7 +241,7 @@ pub fn from_literal(data: &(impl TensorData + ?Sized), options: LiteralOptions) 
                 Literal::Bool(b) => i64::from(b),
             };
             // In range of the dtype, exactly.
-            crate::args::scalar_storage(op, dtype, crate::ScalarValue::Int(i.into()))?;
+            crate::args::check_int_range(op, dtype, i.into())?;
             v.push(i);
         }
         let s = Storage::from_slice(&v, Device::Cpu)?;

@@ -8,8 +8,8 @@
 //     for a strided view), and the right operand may instead be a scalar kernel argument. The
 //     output is contiguous. So `x + bias` and `x + 1.0` read each input element once and write
 //     each output element once, with no materialised temporary.
-//   * `<op>_<T>` unary ops (neg, abs, relu; exp, log, sqrt, tanh, sigmoid, sin, cos for
-//     floats, f64 included), `clamp_<T>` (scalar bounds), `fill`, the comparisons to bool
+//   * `<op>_<T>` unary ops (GX_UNARY_OPS: neg, abs, relu, square, sign and the roundings for
+//     every type; exp, log, erf, gelu, ... for the floats, f64 included), `clamp_<T>` (scalar bounds), `fill`, the comparisons to bool
 //     bytes, `where` selection by element size, and `tape`, which runs a batch of small
 //     operations in one launch.
 //   * `<cmp>_nd_<T>` and `where_nd_e<N>`: comparisons and `where` with every operand read in
@@ -361,6 +361,134 @@ struct UCos {
     static __device__ __forceinline__ float f(float x) { return cosf(x); }
     static __device__ __forceinline__ double f(double x) { return cos(x); }
 };
+struct UErf {
+    static __device__ __forceinline__ float f(float x) { return erff(x); }
+    static __device__ __forceinline__ double f(double x) { return erf(x); }
+};
+struct UErfc {
+    static __device__ __forceinline__ float f(float x) { return erfcf(x); }
+    static __device__ __forceinline__ double f(double x) { return erfc(x); }
+};
+// 1 / sqrt(x), the library's rsqrtf (within 2 ulp), as PyTorch's CUDA kernel.
+struct URsqrt {
+    static __device__ __forceinline__ float f(float x) { return rsqrtf(x); }
+    static __device__ __forceinline__ double f(double x) { return rsqrt(x); }
+};
+struct UReciprocal {
+    static __device__ __forceinline__ float f(float x) { return __frcp_rn(x); }
+    static __device__ __forceinline__ double f(double x) { return __drcp_rn(x); }
+};
+struct USquare {
+    static __device__ __forceinline__ float f(float x) { return __fmul_rn(x, x); }
+    static __device__ __forceinline__ double f(double x) { return __dmul_rn(x, x); }
+    template <typename S> static __device__ __forceinline__ S s(S x) {
+        typedef typename Unsigned<S>::T U;
+        return (S)((U)x * (U)x);
+    }
+};
+// PyTorch's sign: NaN and both zeros give +0.
+struct USign {
+    static __device__ __forceinline__ float f(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f); }
+    static __device__ __forceinline__ double f(double x) { return x > 0.0 ? 1.0 : (x < 0.0 ? -1.0 : 0.0); }
+    template <typename S> static __device__ __forceinline__ S s(S x) { return (S)((x > 0) - (x < 0)); }
+};
+// Rounding: integers are unchanged.
+struct UFloor {
+    static __device__ __forceinline__ float f(float x) { return floorf(x); }
+    static __device__ __forceinline__ double f(double x) { return floor(x); }
+    template <typename S> static __device__ __forceinline__ S s(S x) { return x; }
+};
+struct UCeil {
+    static __device__ __forceinline__ float f(float x) { return ceilf(x); }
+    static __device__ __forceinline__ double f(double x) { return ceil(x); }
+    template <typename S> static __device__ __forceinline__ S s(S x) { return x; }
+};
+// Halves to even (the current rounding mode), PyTorch's round.
+struct URound {
+    static __device__ __forceinline__ float f(float x) { return rintf(x); }
+    static __device__ __forceinline__ double f(double x) { return rint(x); }
+    template <typename S> static __device__ __forceinline__ S s(S x) { return x; }
+};
+struct UTrunc {
+    static __device__ __forceinline__ float f(float x) { return truncf(x); }
+    static __device__ __forceinline__ double f(double x) { return trunc(x); }
+    template <typename S> static __device__ __forceinline__ S s(S x) { return x; }
+};
+struct ULog1p {
+    static __device__ __forceinline__ float f(float x) { return log1pf(x); }
+    static __device__ __forceinline__ double f(double x) { return log1p(x); }
+};
+struct UExpm1 {
+    static __device__ __forceinline__ float f(float x) { return expm1f(x); }
+    static __device__ __forceinline__ double f(double x) { return expm1(x); }
+};
+struct ULog2 {
+    static __device__ __forceinline__ float f(float x) { return log2f(x); }
+    static __device__ __forceinline__ double f(double x) { return log2(x); }
+};
+struct ULog10 {
+    static __device__ __forceinline__ float f(float x) { return log10f(x); }
+    static __device__ __forceinline__ double f(double x) { return log10(x); }
+};
+// GELU, exact: x * 0.5 * (1 + erf(x / sqrt 2)), PyTorch's formula.
+struct UGelu {
+    static __device__ __forceinline__ float f(float x) {
+        return x * 0.5f * (1.0f + erff(x * 0.70710678118654752440f));
+    }
+    static __device__ __forceinline__ double f(double x) {
+        return x * 0.5 * (1.0 + erf(x * 0.70710678118654752440));
+    }
+};
+// GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+struct UGeluTanh {
+    static __device__ __forceinline__ float f(float x) {
+        return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+    }
+    static __device__ __forceinline__ double f(double x) {
+        return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+    }
+};
+struct USilu {
+    static __device__ __forceinline__ float f(float x) { return x / (1.0f + expf(-x)); }
+    static __device__ __forceinline__ double f(double x) { return x / (1.0 + exp(-x)); }
+};
+// softplus with beta 1, threshold 20 (PyTorch's defaults).
+struct USoftplus {
+    static __device__ __forceinline__ float f(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+    static __device__ __forceinline__ double f(double x) { return x > 20.0 ? x : log1p(exp(x)); }
+};
+
+// The unary ops, in the order of the table in src/unary.rs (the tape's op codes): the kernel
+// name, the functor, and ALL (every type, i32 and i64 too) or FLOAT (f64, f32, f16, bf16).
+#define GX_UNARY_OPS(X)                                                                        \
+    X(neg, UNeg, ALL)                                                                           \
+    X(abs, UAbs, ALL)                                                                           \
+    X(relu, URelu, ALL)                                                                         \
+    X(exp, UExp, FLOAT)                                                                         \
+    X(log, ULog, FLOAT)                                                                         \
+    X(sqrt, USqrt, FLOAT)                                                                       \
+    X(tanh, UTanh, FLOAT)                                                                       \
+    X(sigmoid, USigmoid, FLOAT)                                                                 \
+    X(sin, USin, FLOAT)                                                                         \
+    X(cos, UCos, FLOAT)                                                                         \
+    X(erf, UErf, FLOAT)                                                                         \
+    X(erfc, UErfc, FLOAT)                                                                       \
+    X(rsqrt, URsqrt, FLOAT)                                                                     \
+    X(reciprocal, UReciprocal, FLOAT)                                                           \
+    X(square, USquare, ALL)                                                                     \
+    X(sign, USign, ALL)                                                                         \
+    X(floor, UFloor, ALL)                                                                       \
+    X(ceil, UCeil, ALL)                                                                         \
+    X(round, URound, ALL)                                                                       \
+    X(trunc, UTrunc, ALL)                                                                       \
+    X(log1p, ULog1p, FLOAT)                                                                     \
+    X(expm1, UExpm1, FLOAT)                                                                     \
+    X(log2, ULog2, FLOAT)                                                                       \
+    X(log10, ULog10, FLOAT)                                                                     \
+    X(gelu, UGelu, FLOAT)                                                                       \
+    X(gelu_tanh, UGeluTanh, FLOAT)                                                              \
+    X(silu, USilu, FLOAT)                                                                       \
+    X(softplus, USoftplus, FLOAT)
 
 template <typename Op, typename T> struct ApplyU;
 template <typename Op> struct ApplyU<Op, float> {
@@ -576,18 +704,17 @@ GX_BINARY(pow, OpPow, i64, int64_t)
         OPNAME##_##NAME(const T *a, T *out, uint64_t n, int vec_ok) {                           \
         unary_impl<OP, T>(a, out, n, vec_ok);                                                   \
     }
-#define GX_UNARY_ALL(NAME, T)                                                                  \
-    GX_UNARY(neg, UNeg, NAME, T)                                                                \
-    GX_UNARY(abs, UAbs, NAME, T)                                                                \
-    GX_UNARY(relu, URelu, NAME, T)
-#define GX_UNARY_FLOAT(NAME, T)                                                                \
-    GX_UNARY(exp, UExp, NAME, T)                                                                \
-    GX_UNARY(log, ULog, NAME, T)                                                                \
-    GX_UNARY(sqrt, USqrt, NAME, T)                                                              \
-    GX_UNARY(tanh, UTanh, NAME, T)                                                              \
-    GX_UNARY(sigmoid, USigmoid, NAME, T)                                                        \
-    GX_UNARY(sin, USin, NAME, T)                                                                \
-    GX_UNARY(cos, UCos, NAME, T)
+#define GX_UNARY_TYPES_FLOAT(OPNAME, OP)                                                       \
+    GX_UNARY(OPNAME, OP, f64, double)                                                           \
+    GX_UNARY(OPNAME, OP, f32, float)                                                            \
+    GX_UNARY(OPNAME, OP, f16, __half)                                                           \
+    GX_UNARY(OPNAME, OP, bf16, __nv_bfloat16)
+#define GX_UNARY_TYPES_ALL(OPNAME, OP)                                                         \
+    GX_UNARY_TYPES_FLOAT(OPNAME, OP)                                                            \
+    GX_UNARY(OPNAME, OP, i32, int32_t)                                                          \
+    GX_UNARY(OPNAME, OP, i64, int64_t)
+#define GX_UNARY_DEFINE(OPNAME, OP, KIND) GX_UNARY_TYPES_##KIND(OPNAME, OP)
+GX_UNARY_OPS(GX_UNARY_DEFINE)
 
 // Launch-shape variants of exp, for the bench that tunes the unary kernels (vectors a thread
 // per tile; the default is GX_UNARY_UNROLL).
@@ -603,16 +730,6 @@ GX_EXP_VARIANT(4, bf16, __nv_bfloat16)
 GX_EXP_VARIANT(2, bf16, __nv_bfloat16)
 GX_EXP_VARIANT(8, bf16, __nv_bfloat16)
 
-GX_UNARY_ALL(f64, double)
-GX_UNARY_ALL(f32, float)
-GX_UNARY_ALL(f16, __half)
-GX_UNARY_ALL(bf16, __nv_bfloat16)
-GX_UNARY_ALL(i32, int32_t)
-GX_UNARY_ALL(i64, int64_t)
-GX_UNARY_FLOAT(f64, double)
-GX_UNARY_FLOAT(f32, float)
-GX_UNARY_FLOAT(f16, __half)
-GX_UNARY_FLOAT(bf16, __nv_bfloat16)
 
 // Comparisons: out[i] = a[i] OP b[i] as a bool (0 or 1). Floats compare as IEEE values (halves
 // widened exactly): NaN is unequal to everything, -0 == +0. Grid-stride loop, any grid size.
@@ -868,6 +985,15 @@ template <typename Op, bool INTS> __device__ __forceinline__ void tape_unary_as(
     }
 }
 
+// The tape's unary op codes: positions in GX_UNARY_OPS.
+enum {
+#define GX_UNARY_CODE(OPNAME, OP, KIND) GXU_##OPNAME,
+    GX_UNARY_OPS(GX_UNARY_CODE)
+#undef GX_UNARY_CODE
+};
+#define GX_INTS_ALL true
+#define GX_INTS_FLOAT false
+
 extern "C" __global__ void __launch_bounds__(GX_THREADS) tape(const __grid_constant__ Tape t) {
     for (uint32_t k = 0; k < t.count && k < TAPE_RECORDS; ++k) {
         const TapeRecord &r = t.r[k];
@@ -878,16 +1004,10 @@ extern "C" __global__ void __launch_bounds__(GX_THREADS) tape(const __grid_const
             tape_binary_op<true>(op, ty, r);
         } else if (kind == 1) {
             switch (op) {
-            case 0: tape_unary_as<UNeg, true>(ty, r); break;
-            case 1: tape_unary_as<UAbs, true>(ty, r); break;
-            case 2: tape_unary_as<URelu, true>(ty, r); break;
-            case 3: tape_unary_as<UExp, false>(ty, r); break;
-            case 4: tape_unary_as<ULog, false>(ty, r); break;
-            case 5: tape_unary_as<USqrt, false>(ty, r); break;
-            case 6: tape_unary_as<UTanh, false>(ty, r); break;
-            case 7: tape_unary_as<USigmoid, false>(ty, r); break;
-            case 8: tape_unary_as<USin, false>(ty, r); break;
-            case 9: tape_unary_as<UCos, false>(ty, r); break;
+#define GX_TAPE_UNARY(OPNAME, OP, KIND)                                                        \
+    case GXU_##OPNAME: tape_unary_as<OP, GX_INTS_##KIND>(ty, r); break;
+                GX_UNARY_OPS(GX_TAPE_UNARY)
+#undef GX_TAPE_UNARY
             }
         } else if (kind == 2) {
             switch (ty) {

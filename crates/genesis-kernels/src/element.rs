@@ -1,5 +1,7 @@
 use half::{bf16, f16};
 
+use crate::DType;
+
 /// The comparison kernel of `op` for the type named `$name` (`"lt_f32"`).
 macro_rules! compare_kernel_name {
     ($op:expr, $name:literal) => {
@@ -131,77 +133,7 @@ impl CompareOp {
     }
 }
 
-/// A unary elementwise operation of the `elementwise` kernels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum UnaryOp {
-    /// `-x` (wrapping for integers).
-    Neg,
-    /// `|x|` (wrapping for the most negative integer).
-    Abs,
-    /// `max(x, 0)`; NaN stays NaN.
-    Relu,
-    /// `e^x` (floating types only).
-    Exp,
-    /// Natural logarithm (floating types only).
-    Log,
-    /// Square root, correctly rounded (floating types only).
-    Sqrt,
-    /// Hyperbolic tangent (floating types only).
-    Tanh,
-    /// `1 / (1 + e^-x)` (floating types only).
-    Sigmoid,
-    /// Sine, of radians (floating types only).
-    Sin,
-    /// Cosine, of radians (floating types only).
-    Cos,
-}
-
-impl UnaryOp {
-    /// Every operation, for tests and dispatch tables.
-    pub const ALL: [UnaryOp; 10] = [
-        UnaryOp::Neg,
-        UnaryOp::Abs,
-        UnaryOp::Relu,
-        UnaryOp::Exp,
-        UnaryOp::Log,
-        UnaryOp::Sqrt,
-        UnaryOp::Tanh,
-        UnaryOp::Sigmoid,
-        UnaryOp::Sin,
-        UnaryOp::Cos,
-    ];
-
-    /// Whether only the floating types support the operation (the transcendental ones).
-    pub const fn float_only(self) -> bool {
-        !matches!(self, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu)
-    }
-
-    /// The operation's name (`"exp"`), also the prefix of its kernels.
-    pub const fn name(self) -> &'static str {
-        match self {
-            UnaryOp::Neg => "neg",
-            UnaryOp::Abs => "abs",
-            UnaryOp::Relu => "relu",
-            UnaryOp::Exp => "exp",
-            UnaryOp::Log => "log",
-            UnaryOp::Sqrt => "sqrt",
-            UnaryOp::Tanh => "tanh",
-            UnaryOp::Sigmoid => "sigmoid",
-            UnaryOp::Sin => "sin",
-            UnaryOp::Cos => "cos",
-        }
-    }
-
-    /// Whether the GPU kernel and the CPU twin give identical bits. The transcendental ops use
-    /// CUDA's math library on the GPU and Rust's on the CPU: both within 2 ulp of the exact
-    /// value, so the twins agree within 4 ulp of the result type (see [`Element::ulps_apart`]).
-    pub const fn exact_twin(self) -> bool {
-        matches!(
-            self,
-            UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu | UnaryOp::Sqrt
-        )
-    }
-}
+pub use crate::unary::UnaryOp;
 
 /// An element type the elementwise kernels support: `f64`, `f32`, `f16`, `bf16`, `i32`, `i64`.
 ///
@@ -219,6 +151,10 @@ pub trait Element:
     const IS_FLOAT: bool;
     /// The type's index in the kernels' type tables: f32 0, f16 1, bf16 2, i32 3, i64 4, f64 5.
     const TYPE_CODE: u32;
+    /// The type's [`DType`].
+    const DTYPE: DType;
+    /// The spacing of the type's values at 1 (0 for integers).
+    const EPSILON: f64;
     /// Name of the kernel of `op` for this type; `None` when the type does not support it
     /// (integer division).
     fn binary_kernel(op: BinaryOp) -> Option<&'static str>;
@@ -234,9 +170,11 @@ pub trait Element:
     fn compare(op: CompareOp, a: Self, b: Self) -> bool;
     /// Name of the kernel of unary `op` for this type; `None` when the type does not support
     /// it (transcendental ops on integers).
-    fn unary_kernel(op: UnaryOp) -> Option<&'static str>;
+    fn unary_kernel(op: UnaryOp) -> Option<&'static str> {
+        op.kernel_name(Self::DTYPE)
+    }
     /// `op(x)` on the CPU: f64 in f64, the other floats in f32 (halves widened and rounded
-    /// back once), integers wrapping. Integer transcendental ops are rejected by the callers;
+    /// back once), integers wrapping. Integer float-only ops are rejected by the callers;
     /// here they return `x`.
     fn unary(op: UnaryOp, x: Self) -> Self;
     /// How many representable values lie between `a` and `b` (0 when [`Element::same`]);
@@ -258,12 +196,12 @@ pub trait Element:
     fn from_i64(x: i64) -> Self;
 }
 
-/// The CPU twins' definition of the binary and unary ops in one float type (`f32`: f32, f16
+/// The CPU twins' definition of the binary ops in one float type (`f32`: f32, f16
 /// and bf16 widened; `f64`): IEEE arithmetic; maximum and minimum as the kernels compute them
 /// (NaN from either side wins, then the plain comparison); `relu` keeps NaN; `sigmoid` as
 /// `1 / (1 + e^-x)`.
 macro_rules! float_ops {
-    ($binary:ident, $unary:ident, $t:ty) => {
+    ($binary:ident, $t:ty) => {
         #[inline]
         fn $binary(op: BinaryOp, x: $t, y: $t) -> $t {
             match op {
@@ -292,33 +230,11 @@ macro_rules! float_ops {
                 BinaryOp::Pow => x.powf(y),
             }
         }
-
-        #[inline]
-        fn $unary(op: UnaryOp, x: $t) -> $t {
-            match op {
-                UnaryOp::Neg => -x,
-                UnaryOp::Abs => x.abs(),
-                UnaryOp::Relu => {
-                    if x.is_nan() || x > 0.0 {
-                        x
-                    } else {
-                        0.0
-                    }
-                }
-                UnaryOp::Exp => x.exp(),
-                UnaryOp::Log => x.ln(),
-                UnaryOp::Sqrt => x.sqrt(),
-                UnaryOp::Tanh => x.tanh(),
-                UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
-                UnaryOp::Sin => x.sin(),
-                UnaryOp::Cos => x.cos(),
-            }
-        }
     };
 }
 
-float_ops!(f32_op, f32_unary, f32);
-float_ops!(f64_op, f64_unary, f64);
+float_ops!(f32_op, f32);
+float_ops!(f64_op, f64);
 
 /// Position of a float's bits on a line where adjacent representable values are adjacent
 /// integers (sign-magnitude to two's complement).
@@ -332,11 +248,13 @@ fn ordered(bits: u64, sign: u64) -> i128 {
 }
 
 macro_rules! float_element {
-    ($t:ty, $name:literal, $code:literal, |$v:ident| $to:expr, |$f:ident| $from:expr) => {
+    ($t:ty, $name:literal, $code:literal, $dt:ident, $eps:expr, |$v:ident| $to:expr, |$f:ident| $from:expr) => {
         impl sealed::Sealed for $t {}
         impl Element for $t {
             const NAME: &'static str = $name;
             const TYPE_CODE: u32 = $code;
+            const DTYPE: DType = DType::$dt;
+            const EPSILON: f64 = $eps;
             const ADD_KERNEL: &'static str = concat!("add_", $name);
             const FILL_KERNEL: &'static str = concat!("fill_", $name);
             const IS_FLOAT: bool = true;
@@ -359,24 +277,10 @@ macro_rules! float_element {
                 let to = |$v: Self| -> f32 { $to };
                 op.apply(to(a), to(b))
             }
-            fn unary_kernel(op: UnaryOp) -> Option<&'static str> {
-                Some(match op {
-                    UnaryOp::Neg => concat!("neg_", $name),
-                    UnaryOp::Abs => concat!("abs_", $name),
-                    UnaryOp::Relu => concat!("relu_", $name),
-                    UnaryOp::Exp => concat!("exp_", $name),
-                    UnaryOp::Log => concat!("log_", $name),
-                    UnaryOp::Sqrt => concat!("sqrt_", $name),
-                    UnaryOp::Tanh => concat!("tanh_", $name),
-                    UnaryOp::Sigmoid => concat!("sigmoid_", $name),
-                    UnaryOp::Sin => concat!("sin_", $name),
-                    UnaryOp::Cos => concat!("cos_", $name),
-                })
-            }
             #[inline]
             fn unary(op: UnaryOp, x: Self) -> Self {
                 let to = |$v: Self| -> f32 { $to };
-                let $f = f32_unary(op, to(x));
+                let $f = op.apply_real(to(x));
                 $from
             }
             fn ulps_apart(a: Self, b: Self) -> u64 {
@@ -452,11 +356,13 @@ macro_rules! int_pow {
 }
 
 macro_rules! int_element {
-    ($t:ty, $name:literal, $code:literal) => {
+    ($t:ty, $name:literal, $code:literal, $dt:ident) => {
         impl sealed::Sealed for $t {}
         impl Element for $t {
             const NAME: &'static str = $name;
             const TYPE_CODE: u32 = $code;
+            const DTYPE: DType = DType::$dt;
+            const EPSILON: f64 = 0.0;
             const ADD_KERNEL: &'static str = concat!("add_", $name);
             const FILL_KERNEL: &'static str = concat!("fill_", $name);
             const IS_FLOAT: bool = false;
@@ -478,22 +384,9 @@ macro_rules! int_element {
             fn compare(op: CompareOp, a: Self, b: Self) -> bool {
                 op.apply(a, b)
             }
-            fn unary_kernel(op: UnaryOp) -> Option<&'static str> {
-                Some(match op {
-                    UnaryOp::Neg => concat!("neg_", $name),
-                    UnaryOp::Abs => concat!("abs_", $name),
-                    UnaryOp::Relu => concat!("relu_", $name),
-                    _ => return None,
-                })
-            }
             #[inline]
             fn unary(op: UnaryOp, x: Self) -> Self {
-                match op {
-                    UnaryOp::Neg => x.wrapping_neg(),
-                    UnaryOp::Abs => x.wrapping_abs(),
-                    UnaryOp::Relu => x.max(0),
-                    _ => x,
-                }
+                op.apply_int(x)
             }
             fn ulps_apart(a: Self, b: Self) -> u64 {
                 (i128::from(a) - i128::from(b)).unsigned_abs() as u64
@@ -554,16 +447,22 @@ impl FromF64 for bf16 {
     }
 }
 
-float_element!(f32, "f32", 0, |v| v, |r| r);
-float_element!(f16, "f16", 1, |v| v.to_f32(), |r| f16::from_f32(r));
-float_element!(bf16, "bf16", 2, |v| v.to_f32(), |r| bf16::from_f32(r));
-int_element!(i32, "i32", 3);
-int_element!(i64, "i64", 4);
+float_element!(f32, "f32", 0, F32, f32::EPSILON as f64, |v| v, |r| r);
+float_element!(f16, "f16", 1, F16, 0.000_976_562_5, |v| v.to_f32(), |r| {
+    f16::from_f32(r)
+});
+float_element!(bf16, "bf16", 2, BF16, 0.007_812_5, |v| v.to_f32(), |r| {
+    bf16::from_f32(r)
+});
+int_element!(i32, "i32", 3, I32);
+int_element!(i64, "i64", 4, I64);
 
 impl sealed::Sealed for f64 {}
 impl Element for f64 {
     const NAME: &'static str = "f64";
     const TYPE_CODE: u32 = 5;
+    const DTYPE: DType = DType::F64;
+    const EPSILON: f64 = f64::EPSILON;
     const ADD_KERNEL: &'static str = "add_f64";
     const FILL_KERNEL: &'static str = "fill_f64";
     const IS_FLOAT: bool = true;
@@ -585,23 +484,9 @@ impl Element for f64 {
     fn compare(op: CompareOp, a: Self, b: Self) -> bool {
         op.apply(a, b)
     }
-    fn unary_kernel(op: UnaryOp) -> Option<&'static str> {
-        Some(match op {
-            UnaryOp::Neg => "neg_f64",
-            UnaryOp::Abs => "abs_f64",
-            UnaryOp::Relu => "relu_f64",
-            UnaryOp::Exp => "exp_f64",
-            UnaryOp::Log => "log_f64",
-            UnaryOp::Sqrt => "sqrt_f64",
-            UnaryOp::Tanh => "tanh_f64",
-            UnaryOp::Sigmoid => "sigmoid_f64",
-            UnaryOp::Sin => "sin_f64",
-            UnaryOp::Cos => "cos_f64",
-        })
-    }
     #[inline]
     fn unary(op: UnaryOp, x: Self) -> Self {
-        f64_unary(op, x)
+        op.apply_real(x)
     }
     fn ulps_apart(a: Self, b: Self) -> u64 {
         if Self::same(a, b) {

@@ -26,6 +26,7 @@ pub mod random;
 pub mod reduce;
 pub mod scan;
 pub mod sort;
+pub mod unary;
 
 pub use copy::{MAX_DIMS, StridedCopy, StridedCopy32};
 pub use dtype::DType;
@@ -36,6 +37,7 @@ pub use matmul::{HostMatmul, MatmulElement, MatmulPrecision, MatmulShape};
 pub use nd::{BinaryNd, Rhs, WhereNd};
 pub use random::{RandomElement, Sampler};
 pub use reduce::{ReduceOp, ReduceShape};
+pub use unary::Twin;
 
 /// Errors of kernel launches and their CPU twins.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -46,7 +46,8 @@ pub use error::{Error, Result};
 pub use genesis_kernels::matmul::{MatmulLayout, MatrixLayout};
 /// The elementwise operations ([`Storage::binary`], [`Storage::unary`]).
 pub use genesis_kernels::{
-    BinaryOp, CompareOp, MatmulPrecision, MatmulShape, ReduceOp, ReduceShape, Sampler, UnaryOp,
+    BinaryOp, CompareOp, MatmulPrecision, MatmulShape, ReduceOp, ReduceShape, Sampler, Twin,
+    UnaryOp,
 };
 pub use layout::{
     Dims, Layout, LayoutError, MAX_RANK, StridedBlocks, Strides, check_rank, checked_numel,

@@ -1,11 +1,11 @@
-//! Everyday ops PyTorch users reach for: `sin`, `cos`, `clamp`, `prod`, `any`, `all`, `var`,
+//! Everyday ops PyTorch users reach for: `clamp`, `prod`, `any`, `all`, `var`,
 //! `std`, `cumsum`, `cumprod`, `sort`, `argsort`, `topk`, `gather`, `index_select`, `scatter`,
 //! `scatter_add`, `eye`, `linspace`, `logspace`.
 
 use std::sync::Arc;
 
 use genesis_kernels::gather::Along;
-use genesis_storage::{DType, Device, ReduceOp, ReduceShape, Storage, UnaryOp};
+use genesis_storage::{DType, Device, ReduceOp, ReduceShape, Storage};
 
 use crate::args::{Dim, Dims, ScalarValue, checked_scalar, shape_spec, wrap_dim};
 use crate::promote::{Participant, result_type_of};
@@ -23,30 +23,6 @@ struct Reduction {
 }
 
 impl Tensor {
-    /// Sine of each element (radians), into a new tensor (f64, f32, f16, bf16; computed in f32,
-    /// float64 in f64, within 2 ulp of the exact value: CUDA's `sinf` / `sin` on the GPU,
-    /// Rust's on the CPU; integers and bools give float32).
-    ///
-    /// ```
-    /// use genesis::{Device, Tensor};
-    /// # fn main() -> genesis::Result<()> {
-    /// let x = Tensor::from_slice(&[0.0f32, std::f32::consts::FRAC_PI_2], &[2], Device::Cpu)?;
-    /// assert_eq!(x.sin()?.to_vec::<f32>()?, [0.0, 1.0]);
-    /// assert_eq!(x.cos()?.to_vec::<f32>()?[0], 1.0);
-    /// # Ok(())
-    /// # }
-    /// ```
-    #[track_caller]
-    pub fn sin(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Sin)
-    }
-
-    /// Cosine of each element (radians), as [`Tensor::sin`].
-    #[track_caller]
-    pub fn cos(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Cos)
-    }
-
     /// Each element limited to `[min, max]` (PyTorch's `clamp`): `min(max(x, min), max)`, so
     /// `min > max` gives `max` everywhere; either bound may be `None`, not both. The bounds
     /// take part in type promotion as PyTorch's numbers do ([`result_type`](crate::result_type)):

@@ -38,11 +38,12 @@ mod promote;
 mod random;
 mod reduce;
 mod tensor;
+mod unary;
 
 pub use args::{Dim, Dims, Operand, OperandRef, Scalar, ScalarValue};
 pub use error::{Error, Result};
 pub use genesis_index::{IndexItem, IndexTensor, ToIndex};
-pub use genesis_storage::{BinaryOp, CompareOp, ReduceOp, UnaryOp};
+pub use genesis_storage::{BinaryOp, CompareOp, ReduceOp, Twin, UnaryOp};
 pub use genesis_storage::{DType, Device, Layout, LayoutError, MAX_RANK, WithDType};
 pub use half::{bf16, f16};
 pub use index::{ELLIPSIS, IndexArg, IndexInt, NEW, SliceArg};

@@ -715,54 +715,6 @@ impl Tensor {
         self.binary_operand(BinaryOp::Minimum, other.operand())
     }
 
-    /// Elementwise `-self` (wrapping for integers).
-    #[track_caller]
-    pub fn neg(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Neg)
-    }
-
-    /// Elementwise `|self|` (wrapping for the most negative integer).
-    #[track_caller]
-    pub fn abs(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Abs)
-    }
-
-    /// Elementwise `max(self, 0)`; NaN stays NaN.
-    #[track_caller]
-    pub fn relu(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Relu)
-    }
-
-    /// Elementwise `e^self` (float dtypes).
-    #[track_caller]
-    pub fn exp(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Exp)
-    }
-
-    /// Elementwise Natural logarithm (float dtypes).
-    #[track_caller]
-    pub fn log(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Log)
-    }
-
-    /// Elementwise Square root, correctly rounded (float dtypes).
-    #[track_caller]
-    pub fn sqrt(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Sqrt)
-    }
-
-    /// Elementwise Hyperbolic tangent (float dtypes).
-    #[track_caller]
-    pub fn tanh(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Tanh)
-    }
-
-    /// Elementwise `1 / (1 + e^-self)` (float dtypes).
-    #[track_caller]
-    pub fn sigmoid(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Sigmoid)
-    }
-
     /// `op(self)` elementwise into a new contiguous tensor of the same shape and device, and
     /// the same dtype but for the float ops (exp, log, sqrt, tanh, sigmoid) of integers and
     /// bools, which give float32 (PyTorch's rule). Floats are computed in f32 (f16/bf16
@@ -870,18 +822,6 @@ impl Tensor {
     #[track_caller]
     pub fn pow_(&self, exponent: impl Operand) -> Result<()> {
         self.binary_operand_(BinaryOp::Pow, exponent.operand())
-    }
-
-    /// In place `self = e^self` (float dtypes).
-    #[track_caller]
-    pub fn exp_(&self) -> Result<()> {
-        self.unary_(UnaryOp::Exp)
-    }
-
-    /// In place `self = max(self, 0)`.
-    #[track_caller]
-    pub fn relu_(&self) -> Result<()> {
-        self.unary_(UnaryOp::Relu)
     }
 
     /// In place: every element of `self` becomes `value` (PyTorch's `fill_`), which must be

@@ -13,6 +13,8 @@
 //! cd crates/genesis/tests
 //! python3 gen_facade_cases.py --seed 16 --count 24000 --out data/facade-cases.json.gz
 //! python3 gen_facade_cases.py --seed 1016 --count 6000 --out data/facade-heldout.json.gz
+//! python3 gen_facade_cases.py --families unary_math --seed 50 --count 3000 --out data/unary-cases.json.gz
+//! python3 gen_facade_cases.py --families unary_math --seed 1050 --count 1000 --out data/unary-heldout.json.gz
 //! ```
 
 mod common;
@@ -126,6 +128,18 @@ fn facade_cases_agree_with_numpy() {
 #[test]
 fn held_out_facade_cases_agree_with_numpy() {
     run_all("facade-heldout.json.gz");
+}
+
+/// The unary ops of the op table beyond the first ten (erf, gelu, round, sign, ...), in their
+/// own corpus (`--families unary_math`).
+#[test]
+fn unary_math_cases_agree_with_numpy() {
+    run_all("unary-cases.json.gz");
+}
+
+#[test]
+fn held_out_unary_math_cases_agree_with_numpy() {
+    run_all("unary-heldout.json.gz");
 }
 
 /// The interpreter's own checks: an error kind is the path of variant names.

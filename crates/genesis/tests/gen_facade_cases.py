@@ -6,6 +6,8 @@ in the GPU bundle, on CUDA; no Python is needed to run them:
 
     python3 gen_facade_cases.py --seed 16 --count 24000 --out data/facade-cases.json.gz
     python3 gen_facade_cases.py --seed 1016 --count 6000 --out data/facade-heldout.json.gz
+    python3 gen_facade_cases.py --families unary_math --seed 50 --count 3000 --out data/unary-cases.json.gz
+    python3 gen_facade_cases.py --families unary_math --seed 1050 --count 1000 --out data/unary-heldout.json.gz
 
 The second set is held out: generated independently (another seed), not looked at while fixing
 failures of the first.
@@ -1506,6 +1508,129 @@ def mk_mask(g, i):
     return case
 
 
+
+# The unary ops of the op table beyond the first ten: the reference computes each as the kernel
+# does (the float types but f64 in float32, each library function correctly rounded to float32,
+# then the formula's arithmetic in float32), so the tolerance only covers the library
+# functions' few ulp, amplified where the formula cancels (1 + erf(x) for GELU at large
+# negative x): an absolute term of 2^-21 |x| (2^-50 |x| for float64).
+def _lib(fn):
+    return np.vectorize(lambda v: fn(float(v)), otypes=[np.float64])
+
+
+def _erf(v):
+    return math.erf(v) if not math.isnan(v) else math.nan
+
+
+def _erfc(v):
+    return math.erfc(v) if not math.isnan(v) else math.nan
+
+
+def _pt_sign(x):
+    return np.where(x > 0, 1.0, np.where(x < 0, -1.0, 0.0)).astype(x.dtype)
+
+
+def _rsqrt(x):
+    return 1.0 / np.sqrt(x)
+
+
+def _softplus(ft, lib):
+    def f(x):
+        return np.where(x > ft(20.0), x, lib(np.log1p)(lib(np.exp)(x)))
+    return f
+
+
+def _math_formulas(ft, lib):
+    """The kernels' formulas over dtype ft (np.float32 or np.float64); lib(fn) applies a library
+    function correctly rounded to ft."""
+    c = ft
+    return {
+        "erf": lambda x: lib(_erf)(x),
+        "erfc": lambda x: lib(_erfc)(x),
+        "rsqrt": lambda x: lib(_rsqrt)(x),
+        "log1p": lambda x: lib(np.log1p)(x),
+        "expm1": lambda x: lib(np.expm1)(x),
+        "log2": lambda x: lib(np.log2)(x),
+        "log10": lambda x: lib(np.log10)(x),
+        "gelu": lambda x: x * c(0.5) * (c(1.0) + lib(_erf)(x * c(0.70710678118654752440))),
+        "gelu_tanh": lambda x: c(0.5) * x * (c(1.0) + lib(np.tanh)(
+            c(0.7978845608028654) * (x + c(0.044715) * x * x * x))),
+        "silu": lambda x: x / (c(1.0) + lib(np.exp)(-x)),
+        "softplus": _softplus(ft, lib),
+    }
+
+
+MATH_EXACT = {"reciprocal": lambda x: np.divide(1.0, x).astype(x.dtype),
+              "square": lambda x: x * x, "sign": _pt_sign, "floor": np.floor, "ceil": np.ceil,
+              "round": np.rint, "trunc": np.trunc}
+MATH_INT = {"square": lambda x: x * x, "sign": lambda x: (x > 0) - (x < 0),
+            "floor": lambda x: x, "ceil": lambda x: x, "round": lambda x: x, "trunc": lambda x: x}
+MATH_OPS = sorted(list(MATH_EXACT) + list(_math_formulas(np.float32, None)))
+
+
+def math_ref(op, dt, a):
+    """(value, tol) of a new unary op in dtype dt (a float dtype for the float-only ops)."""
+    if op in MATH_EXACT and dt in FLOATS:
+        ft = np.float64 if dt == "float64" else np.float32
+        with np.errstate(all="ignore"):
+            out = MATH_EXACT[op](np.asarray(a, dtype=np.float64).astype(ft))
+        return round_to(dt, np.asarray(out, dtype=np.float64)), None
+    if op in MATH_INT:
+        fn = MATH_INT[op]
+        out = np.empty(np.shape(a), dtype=object)
+        for idx in np.ndindex(np.shape(a)):
+            out[idx] = wrap(dt, fn(int(a[idx])))
+        return out, None
+    ft = np.float64 if dt == "float64" else np.float32
+
+    def lib(fn):
+        def g(x):
+            with np.errstate(all="ignore"):
+                return _lib(fn)(np.asarray(x, dtype=np.float64)).astype(ft)
+        return g
+
+    x = np.asarray(a, dtype=np.float64).astype(ft)
+    with np.errstate(all="ignore"):
+        out = _math_formulas(ft, lib)[op](x)
+    out = np.asarray(out, dtype=np.float64)
+    finite = np.abs(x[np.isfinite(x)]) if x.size else np.zeros(0)
+    scale = float(finite.max()) if finite.size else 0.0
+    nbits, tiny, _ = FINFO[dt]
+    atol = max(tiny, scale * (2.0 ** -50 if dt == "float64" else 2.0 ** -21))
+    if dt in ("float16", "bfloat16"):
+        atol = max(atol, tiny)
+    return round_to(dt, out), [8 * 2.0 ** (1 - nbits), atol]
+
+
+def mk_unary_math(g, i):
+    r = g.r
+    op = r.choice(MATH_OPS)
+    dt = r.choice(KERNEL * 3 + DTYPES + ["float64"] * 2)
+    shape = g.shape()
+    ea, a = g.operand(dt, shape, heavy=r.random() < 0.4)
+    form = r.choice(["unary", "unary", "unary", "unary_", "unary_out"])
+    if form != "unary":
+        a = g.tensor(dt, shape, heavy=r.random() < 0.4)
+        ea = enc(a)
+    case = {"op": form, "args": {"op": op}, "in": [ea]}
+    float_op = op not in MATH_INT
+    if form == "unary_out" and float_op and dt not in FLOATS:
+        case["err"] = "InvalidArgument"
+        return case
+    if dt == "bool" and not float_op:
+        case["err"] = UNSUPPORTED
+        return case
+    if float_op and dt not in FLOATS and form == "unary_":
+        case["err"] = "InvalidArgument"
+        return case
+    odt = "float32" if float_op and dt not in FLOATS else dt
+    x = cast_ref(dt, odt, a.a) if odt != dt else a.a
+    val, tol = math_ref(op, odt, x)
+    case["out"] = out_t(odt, val)
+    if tol:
+        case["tol"] = tol
+    return case
+
 FAMILIES = [
     ("binary", mk_binary, 0.14),
     ("binary_inplace", mk_binary_inplace, 0.04),
@@ -1520,6 +1645,11 @@ FAMILIES = [
     ("cast", mk_cast, 0.08),
     ("mask", mk_mask, 0.05),
 ]
+# Generated into their own files (`--families unary_math`), so that the corpora above stay as
+# they were generated.
+EXTRA_FAMILIES = [
+    ("unary_math", mk_unary_math, 1.0),
+]
 
 
 def main():
@@ -1527,21 +1657,26 @@ def main():
     p.add_argument("--seed", type=int, required=True)
     p.add_argument("--count", type=int, required=True)
     p.add_argument("--out", required=True)
+    p.add_argument("--families", help="comma-separated families (default: FAMILIES)")
     args = p.parse_args()
     g = Gen(args.seed)
-    names = [f[0] for f in FAMILIES]
-    weights = [f[2] for f in FAMILIES]
+    families = FAMILIES
+    if args.families:
+        pick = args.families.split(",")
+        families = [f for f in FAMILIES + EXTRA_FAMILIES if f[0] in pick]
+    names = [f[0] for f in families]
+    weights = [f[2] for f in families]
     counters = {n: 0 for n in names}
     cases = []
     # every family gets its share, in a random order
     plan = []
-    for (n, _, w) in FAMILIES:
+    for (n, _, w) in families:
         plan += [n] * round(w * args.count)
     while len(plan) < args.count:
         plan.append(g.r.choices(names, weights)[0])
     plan = plan[: args.count]
     g.r.shuffle(plan)
-    makers = dict((f[0], f[1]) for f in FAMILIES)
+    makers = dict((f[0], f[1]) for f in families)
     for fam in plan:
         c = makers[fam](g, counters[fam])
         c = {"id": f"{fam}/{counters[fam]}", **c}

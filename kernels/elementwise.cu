@@ -430,27 +430,34 @@ struct ULog10 {
     static __device__ __forceinline__ float f(float x) { return log10f(x); }
     static __device__ __forceinline__ double f(double x) { return log10(x); }
 };
-// GELU, exact: x * 0.5 * (1 + erf(x / sqrt 2)), PyTorch's formula.
+// The formulas below are written with the _rn intrinsics: never contracted into an FMA, so the
+// standalone kernels, the tape and the CPU twins (src/unary.rs) do the same roundings, in the
+// same order, around the library functions.
+// GELU, exact: (x * 0.5) * (1 + erf(x * (1 / sqrt 2))), PyTorch's formula.
 struct UGelu {
     static __device__ __forceinline__ float f(float x) {
-        return x * 0.5f * (1.0f + erff(x * 0.70710678118654752440f));
+        return __fmul_rn(__fmul_rn(x, 0.5f), __fadd_rn(1.0f, erff(__fmul_rn(x, 0.70710678118654752440f))));
     }
     static __device__ __forceinline__ double f(double x) {
-        return x * 0.5 * (1.0 + erf(x * 0.70710678118654752440));
+        return __dmul_rn(__dmul_rn(x, 0.5), __dadd_rn(1.0, erf(__dmul_rn(x, 0.70710678118654752440))));
     }
 };
-// GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+// GELU, tanh approximation: (0.5 x) (1 + tanh(sqrt(2/pi) (x + ((0.044715 x) x) x))).
 struct UGeluTanh {
     static __device__ __forceinline__ float f(float x) {
-        return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+        const float cube = __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, x), x), x);
+        const float inner = __fmul_rn(0.7978845608028654f, __fadd_rn(x, cube));
+        return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, tanhf(inner)));
     }
     static __device__ __forceinline__ double f(double x) {
-        return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+        const double cube = __dmul_rn(__dmul_rn(__dmul_rn(0.044715, x), x), x);
+        const double inner = __dmul_rn(0.7978845608028654, __dadd_rn(x, cube));
+        return __dmul_rn(__dmul_rn(0.5, x), __dadd_rn(1.0, tanh(inner)));
     }
 };
 struct USilu {
-    static __device__ __forceinline__ float f(float x) { return x / (1.0f + expf(-x)); }
-    static __device__ __forceinline__ double f(double x) { return x / (1.0 + exp(-x)); }
+    static __device__ __forceinline__ float f(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x))); }
+    static __device__ __forceinline__ double f(double x) { return __ddiv_rn(x, __dadd_rn(1.0, exp(-x))); }
 };
 // softplus with beta 1, threshold 20 (PyTorch's defaults).
 struct USoftplus {

@@ -464,7 +464,7 @@ mod gpu {
         let pinned = g
             .rand([8192, 8192], DType::F32, Device::Cpu)?
             .pin_memory()?;
-        let cases: [(&str, usize, &dyn Fn() -> BoxResult); 16] = [
+        let cases: &[(&str, usize, &dyn Fn() -> BoxResult)] = &[
             ("sort_8192x1024_f32", 8192 * 1024 * (4 + 4 + 8), &|| {
                 narrow.sort(1, false)?;
                 Ok(())
@@ -513,6 +513,35 @@ mod gpu {
                 x.clamp(Some(0.25), Some(0.75))?;
                 Ok(())
             }),
+            // The unary table's ops (one kernel each) and the ops built on comparisons.
+            ("erf_8192x8192_f32", 2 * n2 * 4, &|| {
+                x.erf()?;
+                Ok(())
+            }),
+            ("gelu_8192x8192_f32", 2 * n2 * 4, &|| {
+                x.gelu()?;
+                Ok(())
+            }),
+            ("gelu_tanh_8192x8192_f32", 2 * n2 * 4, &|| {
+                x.gelu_tanh()?;
+                Ok(())
+            }),
+            ("silu_8192x8192_f32", 2 * n2 * 4, &|| {
+                x.silu()?;
+                Ok(())
+            }),
+            ("round_8192x8192_f32", 2 * n2 * 4, &|| {
+                x.round()?;
+                Ok(())
+            }),
+            ("isnan_8192x8192_f32", n2 * 5, &|| {
+                x.isnan()?;
+                Ok(())
+            }),
+            ("nan_to_num_8192x8192_f32", 2 * n2 * 4, &|| {
+                x.nan_to_num(0.0, None, None)?;
+                Ok(())
+            }),
             ("prod_dim1_8192x8192_f32", n2 * 4 + row * 4, &|| {
                 x.prod_dim(1, false)?;
                 Ok(())
@@ -543,7 +572,7 @@ mod gpu {
                 Ok(())
             }),
         ];
-        for (name, bytes, f) in cases {
+        for &(name, bytes, f) in cases {
             let (med, min) = wall(30, f)?;
             rows.push(Row {
                 name: name.into(),

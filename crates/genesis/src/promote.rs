@@ -319,8 +319,8 @@ impl Tensor {
 
     /// `op(self)` for the dtypes and ops the kernels lack: the float ops (exp, log, sqrt,
     /// tanh, sigmoid) of integers and bools compute in float32 (PyTorch's rule for them);
-    /// `neg`, `abs`, `relu` of uint8/int8/int16 in int32, converted back (wrapping as
-    /// PyTorch's). `neg`, `abs` and `relu` of bools are
+    /// the other ops of uint8/int8/int16 in int32, converted back (wrapping as PyTorch's).
+    /// Of bools, `sign` is a copy and `square` int64 (PyTorch's); the other ops are
     /// [`genesis_storage::Error::UnsupportedDType`].
     #[track_caller]
     pub(crate) fn unary_promoted(&self, op: UnaryOp) -> Result<Tensor> {
@@ -329,10 +329,15 @@ impl Tensor {
             return self.to_dtype(DType::F32)?.unary(op);
         }
         if d == DType::Bool {
-            return Err(Error::Storage(genesis_storage::Error::UnsupportedDType {
-                op: op.name(),
-                dtype: d,
-            }));
+            // PyTorch's sign of bools is the bools; square is pow(x, 2): int64.
+            return match op {
+                UnaryOp::Sign => self.deep_clone(),
+                UnaryOp::Square => self.to_dtype(DType::I64)?.unary(op),
+                _ => Err(Error::Storage(genesis_storage::Error::UnsupportedDType {
+                    op: op.name(),
+                    dtype: d,
+                })),
+            };
         }
         self.cast_to(compute_dtype(d))?.unary(op)?.cast_to(d)
     }

@@ -278,6 +278,7 @@ fn unary_ops_match_the_cpu() {
             match op.twin() {
                 Twin::Exact => same(&name, &gy, &cy, 0),
                 Twin::Ulps => same(&name, &gy, &cy, Twin::ULPS),
+                Twin::WideUlps => same(&name, &gy, &cy, 2 * Twin::ULPS),
                 Twin::InputUlps => {
                     let gy = gy.to(Device::Cpu).unwrap().to_vec::<f64>().unwrap();
                     let cy = cy.to_vec::<f64>().unwrap();

@@ -258,7 +258,7 @@ fn probes<'a>(t: &'a Tensor, shape: &'a [usize], dtype: DType) -> Vec<Probe<'a>>
     p.push((
         "flatten".into(),
         Want::Shape(vec![0]),
-        Box::new(move || shape_of(t.flatten())),
+        Box::new(move || shape_of(t.flatten(0, -1))),
     ));
     p.push((
         "reshape".into(),
@@ -328,7 +328,7 @@ fn probes<'a>(t: &'a Tensor, shape: &'a [usize], dtype: DType) -> Vec<Probe<'a>>
     p.push((
         "sort_flat".into(),
         Want::Shape(vec![0]),
-        Box::new(move || shape_of(t.flatten()?.sort(0, false).map(|r| r.0))),
+        Box::new(move || shape_of(t.ravel()?.sort(0, false).map(|r| r.0))),
     ));
     // Along each dimension.
     for d in 0..rank {

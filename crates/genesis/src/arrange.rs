@@ -79,6 +79,18 @@ impl Tensor {
     /// A view with `shape` when the layout allows it, else a copy with it ([`Tensor::reshape`],
     /// for layouts of any rank).
     pub(crate) fn reshape_any(&self, shape: &[usize]) -> Result<Tensor> {
+        if self.numel() == 0 {
+            // (Without the product of the other sizes, which may not be representable.)
+            let layout = Layout::try_contiguous(shape)?;
+            if layout.numel() != 0 {
+                return Err(genesis_storage::LayoutError::ElementCount {
+                    shape: shape.iter().map(|&d| d as isize).collect(),
+                    numel: 0,
+                }
+                .into());
+            }
+            return self.with_layout(layout);
+        }
         match self.view(shape) {
             Err(Error::Storage(genesis_storage::Error::Layout(
                 genesis_storage::LayoutError::NotViewable { .. },
@@ -137,6 +149,18 @@ impl Tensor {
     /// The tensor cut along `dim` into pieces of the given `sizes`, which must add up to the
     /// dimension's size, as views of it (PyTorch's `torch.split` with a list, and
     /// `split_with_sizes`). See [`Tensor::split`].
+    ///
+    /// ```
+    /// use genesis::{DType, Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let x = Tensor::arange(0.0, 6.0, 1.0, DType::F32, Device::Cpu)?;
+    /// let parts = x.split_sizes(&[1, 0, 5], 0)?;
+    /// assert_eq!(parts[1].shape(), &[0]);
+    /// assert_eq!(parts[2].to_vec::<f32>()?, [1.0, 2.0, 3.0, 4.0, 5.0]);
+    /// assert!(x.split_sizes(&[1, 2], 0).is_err());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn split_sizes(&self, sizes: &[usize], dim: impl Dim) -> Result<Vec<Tensor>> {
         let op = "split_sizes";
         let d = self.dim_1d(op, dim)?;
@@ -244,10 +268,8 @@ impl Tensor {
             return Ok(self.clone());
         }
         let shape = self.shape();
-        let merged = shape[s..=e]
-            .iter()
-            .try_fold(1usize, |a, &d| a.checked_mul(d))
-            .filter(|&m| m <= isize::MAX as usize)
+        let merged = genesis_storage::checked_numel(&shape[s..=e])
+            .ok()
             .ok_or_else(|| Error::InvalidArgument {
                 op,
                 reason: format!(
@@ -395,7 +417,7 @@ impl Tensor {
         let out_shape = shape
             .iter()
             .zip(&reps)
-            .map(|(&s, &r)| s.checked_mul(r))
+            .map(|(&s, &r)| s.checked_mul(r).filter(|&d| d <= isize::MAX as usize))
             .collect::<Option<Vec<usize>>>()
             .ok_or_else(|| Error::InvalidArgument {
                 op,
@@ -420,12 +442,24 @@ impl Tensor {
             }
         }
         let layout = Layout::new(&ishape, &istrides, self.layout().offset());
-        self.copy_layout(&layout)?.reshape(&out_shape)
+        self.copy_layout(&layout)?.reshape_any(&out_shape)
     }
 
     /// The tensor repeated `reps[i]` times along each dimension (PyTorch's `torch.tile`):
     /// [`Tensor::repeat`], with `reps` padded with leading 1s when it has fewer entries than
     /// the tensor has dimensions.
+    ///
+    /// ```
+    /// use genesis::{Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let x = Tensor::from_slice(&[1u8, 2, 3, 4], &[2, 2], Device::Cpu)?;
+    /// let t = x.tile(&[2])?; // as `tile(&[1, 2])`
+    /// assert_eq!(t.shape(), &[2, 4]);
+    /// assert_eq!(t.to_vec::<u8>()?, [1, 2, 1, 2, 3, 4, 3, 4]);
+    /// assert_eq!(x.tile(&[2, 1, 1])?.shape(), &[2, 2, 2]);
+    /// # Ok(())
+    /// # }
+    /// ```
     #[track_caller]
     pub fn tile(&self, reps: impl Dims) -> Result<Tensor> {
         let reps = reps.to_dims();
@@ -512,7 +546,7 @@ impl Tensor {
         }
         if dims.is_empty() && shifts.len() == 1 {
             let flat = self.ravel()?;
-            return flat.roll(shifts, &[0])?.reshape(self.shape());
+            return flat.roll(shifts, &[0])?.reshape_any(self.shape());
         }
         if shifts.len() != dims.len() {
             return Err(Error::InvalidArgument {
@@ -600,6 +634,17 @@ impl Tensor {
 
     /// The upper triangle of the last two dimensions (PyTorch's `triu`): elements `[i, j]`
     /// with `j - i >= diagonal` are kept, the rest are 0; see [`Tensor::tril`].
+    ///
+    /// ```
+    /// use genesis::{DType, Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let x = Tensor::ones(&[2, 2, 3], DType::Bool, Device::Cpu)?; // a batch of two
+    /// let u = x.triu(0)?;
+    /// assert_eq!(u.shape(), &[2, 2, 3]);
+    /// assert_eq!(u.to_bool_vec()?[..6], [true, true, true, false, true, true]);
+    /// # Ok(())
+    /// # }
+    /// ```
     #[track_caller]
     pub fn triu(&self, diagonal: i64) -> Result<Tensor> {
         self.triangle("triu", diagonal, false)

@@ -57,6 +57,15 @@ impl Tensor {
     }
 
     /// [`Tensor::nonzero`] (PyTorch's `argwhere`, the same result).
+    ///
+    /// ```
+    /// use genesis::{Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let m = Tensor::from_bools(&[false, true, true, false], &[2, 2], Device::Cpu)?;
+    /// assert_eq!(m.argwhere()?.to_vec::<i64>()?, [0, 1, 1, 0]);
+    /// # Ok(())
+    /// # }
+    /// ```
     #[track_caller]
     pub fn argwhere(&self) -> Result<Tensor> {
         self.nonzero()
@@ -65,6 +74,17 @@ impl Tensor {
     /// The coordinates of the non-zero elements as one int64 tensor of shape `[n]` per
     /// dimension (PyTorch's `nonzero(as_tuple=True)`; a 0-d tensor gives one tensor, as
     /// PyTorch's). Views of one storage.
+    ///
+    /// ```
+    /// use genesis::{Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let x = Tensor::from_slice(&[0i32, 7, 0, 9], &[2, 2], Device::Cpu)?;
+    /// let rows_cols = x.nonzero_tuple()?;
+    /// assert_eq!(rows_cols[0].to_vec::<i64>()?, [0, 1]);
+    /// assert_eq!(rows_cols[1].to_vec::<i64>()?, [1, 1]);
+    /// # Ok(())
+    /// # }
+    /// ```
     #[track_caller]
     pub fn nonzero_tuple(&self) -> Result<Vec<Tensor>> {
         if self.dim() == 0 {
@@ -157,7 +177,7 @@ impl Tensor {
             // sorted position `i`.
             let run = first.cumsum(0)?.sub(1)?;
             let out = Tensor::empty([n], DType::I64, self.device())?;
-            Some(out.scatter(0, &perm, &run)?.reshape(self.shape())?)
+            Some(out.scatter(0, &perm, &run)?.reshape_any(self.shape())?)
         } else {
             None
         };
@@ -196,7 +216,7 @@ impl Tensor {
         let first = first_of_runs(&flat)?;
         let unique = flat.masked_select(&first)?;
         let inverse = if return_inverse {
-            Some(first.cumsum(0)?.sub(1)?.reshape(self.shape())?)
+            Some(first.cumsum(0)?.sub(1)?.reshape_any(self.shape())?)
         } else {
             None
         };

@@ -355,7 +355,7 @@ impl Tensor {
         let mut inferred: Vec<usize> = sizes.iter().map(|&s| s.max(0) as usize).collect();
         match infer {
             Some(i) => {
-                if known == 0 || size % known != 0 {
+                if known == 0 || !size.is_multiple_of(known) {
                     return Err(bad("the size -1 cannot be inferred"));
                 }
                 inferred[i] = size / known;

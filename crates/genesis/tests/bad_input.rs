@@ -321,7 +321,7 @@ fn shape_and_selection_ops() {
     ] {
         s.err(&format!("tile({reps:?})"), || x.tile(&reps));
         s.err(&format!("repeat({reps:?} ++)"), || {
-            x.repeat(&[reps.clone(), vec![1; 3]].concat())
+            x.repeat([reps.clone(), vec![1; 3]].concat())
         });
     }
     // Flips and rolls.

@@ -176,7 +176,8 @@ impl Tensor {
             // Run `r` of the sorted values is value `r`; element `perm[i]` is in the run of
             // sorted position `i`.
             let run = first.cumsum(0)?.sub(1)?;
-            let out = Tensor::empty([n], DType::I64, self.device())?;
+            // (Zeros, not uninitialised memory: the out-of-place scatter copies its target.)
+            let out = Tensor::zeros([n], DType::I64, self.device())?;
             Some(out.scatter(0, &perm, &run)?.reshape_any(self.shape())?)
         } else {
             None

@@ -107,7 +107,7 @@ fn basics(dev: Device) -> genesis::Result<()> {
     // reshaped = x.view(10, 1000); transposed = x.transpose(0, 1); flattened = x.flatten()
     let reshaped = x.view([10, 1000])?;
     let transposed = x.transpose(0, 1)?;
-    let flattened = x.flatten()?;
+    let flattened = x.flatten(0, -1)?;
     println!(
         "matmul {:?}, view {:?}, transpose {:?} (strides {:?}), flatten {:?}",
         c.shape(),

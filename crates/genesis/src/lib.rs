@@ -21,6 +21,7 @@
 #![warn(missing_docs)]
 
 mod args;
+mod arrange;
 pub mod backends;
 pub mod cpu;
 mod error;
@@ -37,6 +38,7 @@ mod print;
 mod promote;
 mod random;
 mod reduce;
+mod select;
 mod tensor;
 mod unary;
 
@@ -57,6 +59,7 @@ pub use npy::{load_npy, load_npz, save_npy, save_npz};
 pub use print::{PrintOptions, printoptions, set_printoptions};
 pub use promote::{can_cast, promote_types, result_type};
 pub use random::{DEFAULT_SEED, Generator, default_generator, manual_seed};
+pub use select::Unique;
 pub use tensor::{Tensor, broadcast_shape};
 
 pub mod cuda;

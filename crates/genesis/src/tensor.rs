@@ -51,7 +51,7 @@ impl Tensor {
         })
     }
 
-    fn with_layout(&self, layout: Layout) -> Result<Tensor> {
+    pub(crate) fn with_layout(&self, layout: Layout) -> Result<Tensor> {
         Ok(Tensor {
             view: self.view.relayout(layout)?,
         })
@@ -423,12 +423,6 @@ impl Tensor {
             })
             .collect::<Result<Vec<usize>>>()?;
         self.with_layout(self.layout().permute(&perm)?)
-    }
-
-    /// The elements as one dimension (a view when possible).
-    #[track_caller]
-    pub fn flatten(&self) -> Result<Tensor> {
-        self.reshape([-1])
     }
 
     /// Removes dimension `dim` if its size is 1 (a 0-d tensor takes 0 and -1).

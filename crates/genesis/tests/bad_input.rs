@@ -5,7 +5,8 @@
 //! the surface: creation with bad shapes, lengths, devices and dtypes; views with dims out of
 //! range; elementwise ops, comparisons, `where`, reductions, matmul, masks, cat/stack, indexing,
 //! `_out` and in-place forms with mismatched or shared outputs; wrong `to_vec` types; random
-//! tensors; safetensors bytes and files.
+//! tensors; safetensors bytes and files; the shape and selection ops (split, chunk, flatten,
+//! unflatten, repeat, tile, flip, roll, tril, triu, diagonal, one_hot).
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -246,6 +247,110 @@ fn views_and_shapes() {
     });
     s.err("cat(ranks differ)", || Tensor::cat(&[&x, &t(&[2, 3])], 0));
     s.err("stack(shapes differ)", || Tensor::stack(&[&x, &y], 0));
+    s.finish();
+}
+
+#[test]
+fn shape_and_selection_ops() {
+    let mut s = Sweep::default();
+    let x = t(&[2, 3, 4]);
+    let scalar = t(&[]);
+    let v = t(&[5]);
+    for d in [3isize, -4, isize::MAX, isize::MIN] {
+        s.err(&format!("split(1, {d})"), || x.split(1, d));
+        s.err(&format!("split_sizes([2], {d})"), || x.split_sizes(&[2], d));
+        s.err(&format!("chunk(2, {d})"), || x.chunk(2, d));
+        s.err(&format!("flatten({d}, -1)"), || x.flatten(d, -1));
+        s.err(&format!("flatten(0, {d})"), || x.flatten(0, d));
+        s.err(&format!("unflatten({d}, [1, -1])"), || {
+            x.unflatten(d, &[1, -1])
+        });
+        s.err(&format!("flip([{d}])"), || x.flip([d]));
+        s.err(&format!("roll([1], [{d}])"), || x.roll(&[1], &[d]));
+        s.err(&format!("diagonal(0, 0, {d})"), || x.diagonal(0, 0, d));
+        s.err(&format!("diagonal(0, {d}, 1)"), || x.diagonal(0, d, 1));
+    }
+    // 0-d tensors: no dimension to split, unflatten, roll, take a triangle or a diagonal of.
+    s.err("split of 0-d", || scalar.split(1, 0));
+    s.err("split_sizes of 0-d", || scalar.split_sizes(&[1], 0));
+    s.err("chunk of 0-d", || scalar.chunk(1, 0));
+    s.err("unflatten of 0-d", || scalar.unflatten(0, &[1]));
+    s.err("roll of 0-d along 0", || scalar.roll(&[1], &[0]));
+    s.err("tril of 0-d", || scalar.tril(0));
+    s.err("triu of 1-d", || v.triu(0));
+    s.err("diagonal of 1-d", || v.diagonal(0, 0, -1));
+    s.err("diagonal of 0-d", || scalar.diagonal(0, 0, -1));
+    // Sizes.
+    s.err("split(0) of a non-empty dim", || x.split(0, 1));
+    for sizes in [
+        vec![],
+        vec![1],
+        vec![2, 2],
+        vec![usize::MAX, 4],
+        vec![3, usize::MAX],
+    ] {
+        s.err(&format!("split_sizes({sizes:?})"), || {
+            x.split_sizes(&sizes, 1)
+        });
+    }
+    s.err("chunk(0)", || x.chunk(0, 0));
+    s.err("flatten(2, 1)", || x.flatten(2, 1));
+    s.err("flatten(-1, 0)", || x.flatten(-1, 0));
+    for sizes in [
+        vec![],
+        vec![-1, -1],
+        vec![2, 2],
+        vec![5, -1],
+        vec![0, -1],
+        vec![-2, -2],
+        vec![isize::MAX, isize::MAX],
+        vec![isize::MIN, 1],
+    ] {
+        s.err(&format!("unflatten(1, {sizes:?})"), || {
+            x.unflatten(1, &sizes)
+        });
+    }
+    // Repeats.
+    for reps in [vec![], vec![2i64, 2], vec![1, 1, -1], vec![-1, 1, 1, 1]] {
+        s.err(&format!("repeat({reps:?})"), || x.repeat(&reps));
+    }
+    for reps in [
+        vec![-1i64],
+        vec![1i64 << 40, 1 << 40, 1],
+        vec![i64::MAX, 2, 2, 2],
+    ] {
+        s.err(&format!("tile({reps:?})"), || x.tile(&reps));
+        s.err(&format!("repeat({reps:?} ++)"), || {
+            x.repeat([reps.clone(), vec![1; 3]].concat())
+        });
+    }
+    // Flips and rolls.
+    s.err("flip([0, 0])", || x.flip([0, 0]));
+    s.err("flip([1, -2])", || x.flip([1, -2]));
+    s.err("flip of 0-d ([0, -1])", || scalar.flip([0, -1]));
+    s.err("roll([], [])", || x.roll(&[], &[]));
+    s.err("roll([1, 2], [])", || x.roll(&[1, 2], &[]));
+    s.err("roll([1], [0, 1])", || x.roll(&[1], &[0, 1]));
+    s.err("roll([], [0])", || x.roll(&[], &[0]));
+    // Diagonals.
+    s.err("diagonal(0, 1, 1)", || x.diagonal(0, 1, 1));
+    s.err("diagonal(0, 1, -2)", || x.diagonal(0, 1, -2));
+    // Selection: one_hot takes int64 classes below `num_classes`.
+    let labels = Tensor::from_slice(&[0i64, 3, 1], [3], CPU).unwrap();
+    for dtype in DTYPES.into_iter().filter(|&d| d != DType::I64) {
+        let y = labels.to_dtype(dtype).unwrap();
+        s.err(&format!("one_hot of {dtype}"), || y.one_hot(Some(4)));
+    }
+    s.err("one_hot(Some(3)) of 3", || labels.one_hot(Some(3)));
+    s.err("one_hot(Some(0))", || labels.one_hot(Some(0)));
+    let negative = Tensor::from_slice(&[0i64, -1], [2], CPU).unwrap();
+    s.err("one_hot of -1", || negative.one_hot(None));
+    s.err("one_hot(Some(5)) of -1", || negative.one_hot(Some(5)));
+    let empty = Tensor::zeros([0, 2], DType::I64, CPU).unwrap();
+    s.err("one_hot(None) of nothing", || empty.one_hot(None));
+    s.err("one_hot(Some(0)) of nothing", || empty.one_hot(Some(0)));
+    let huge = Tensor::from_slice(&[i64::MAX], [1], CPU).unwrap();
+    s.err("one_hot(None) of i64::MAX", || huge.one_hot(None));
     s.finish();
 }
 

@@ -16,6 +16,15 @@
 //! python3 gen_facade_cases.py --families unary_math --seed 50 --count 3000 --out data/unary-cases.json.gz
 //! python3 gen_facade_cases.py --families unary_math --seed 1050 --count 1000 --out data/unary-heldout.json.gz
 //! ```
+//!
+//! The shape and selection ops (split, chunk, flatten, unflatten, repeat, tile, flip, roll,
+//! tril, triu, diagonal, nonzero, unique, one_hot) have their own cases, written by
+//! `tests/gen_shape_cases.py` (which reuses the helpers of `gen_facade_cases.py`):
+//!
+//! ```sh
+//! python3 gen_shape_cases.py --seed 23 --count 3000 --out data/shape-cases.json.gz
+//! python3 gen_shape_cases.py --seed 1023 --count 1000 --out data/shape-heldout.json.gz
+//! ```
 
 mod common;
 #[path = "common/facade.rs"]
@@ -140,6 +149,16 @@ fn unary_math_cases_agree_with_numpy() {
 #[test]
 fn held_out_unary_math_cases_agree_with_numpy() {
     run_all("unary-heldout.json.gz");
+}
+
+#[test]
+fn shape_cases_agree_with_numpy() {
+    run_all("shape-cases.json.gz");
+}
+
+#[test]
+fn held_out_shape_cases_agree_with_numpy() {
+    run_all("shape-heldout.json.gz");
 }
 
 /// The interpreter's own checks: an error kind is the path of variant names.

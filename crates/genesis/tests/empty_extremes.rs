@@ -258,7 +258,7 @@ fn probes<'a>(t: &'a Tensor, shape: &'a [usize], dtype: DType) -> Vec<Probe<'a>>
     p.push((
         "flatten".into(),
         Want::Shape(vec![0]),
-        Box::new(move || shape_of(t.flatten())),
+        Box::new(move || shape_of(t.flatten(0, -1))),
     ));
     p.push((
         "reshape".into(),
@@ -328,8 +328,95 @@ fn probes<'a>(t: &'a Tensor, shape: &'a [usize], dtype: DType) -> Vec<Probe<'a>>
     p.push((
         "sort_flat".into(),
         Want::Shape(vec![0]),
-        Box::new(move || shape_of(t.flatten()?.sort(0, false).map(|r| r.0))),
+        Box::new(move || shape_of(t.ravel()?.sort(0, false).map(|r| r.0))),
     ));
+    // The shape and selection ops over the whole tensor.
+    p.push((
+        "ravel".into(),
+        Want::Shape(vec![0]),
+        Box::new(move || shape_of(t.ravel())),
+    ));
+    p.push((
+        "flip_all".into(),
+        same(),
+        Box::new(move || shape_of(t.flip((0..rank as i64).collect::<Vec<_>>()))),
+    ));
+    p.push((
+        "roll_flat".into(),
+        same(),
+        Box::new(move || shape_of(t.roll(&[3], &[]))),
+    ));
+    p.push((
+        "repeat_ones".into(),
+        same(),
+        Box::new(move || shape_of(t.repeat(vec![1usize; rank]))),
+    ));
+    // Doubling each dimension: an error where a size passes i64 (PyTorch's sizes).
+    let doubled: Option<Vec<usize>> = shape
+        .iter()
+        .map(|&d| d.checked_mul(2).filter(|&d| d <= isize::MAX as usize))
+        .collect();
+    p.push((
+        "repeat_twos".into(),
+        doubled.map_or(Want::Error, Want::Shape),
+        Box::new(move || shape_of(t.repeat(vec![2usize; rank]))),
+    ));
+    p.push((
+        "nonzero".into(),
+        Want::Shape(vec![0, rank]),
+        Box::new(move || shape_of(t.nonzero())),
+    ));
+    p.push((
+        "argwhere".into(),
+        Want::Shape(vec![0, rank]),
+        Box::new(move || shape_of(t.argwhere())),
+    ));
+    p.push((
+        "unique".into(),
+        Want::Shape(vec![0]),
+        Box::new(move || shape_of(t.unique(true, true, true).map(|r| r.0))),
+    ));
+    p.push((
+        "unique_inverse".into(),
+        same(),
+        Box::new(move || shape_of(t.unique(true, true, false).map(|r| r.1.unwrap()))),
+    ));
+    p.push((
+        "unique_counts".into(),
+        Want::Shape(vec![0]),
+        Box::new(move || shape_of(t.unique_consecutive(false, true).map(|r| r.2.unwrap()))),
+    ));
+    // one_hot: int64 only; with no elements the class count must be given.
+    let mut hot = shape.to_vec();
+    hot.push(3);
+    p.push((
+        "one_hot".into(),
+        if dtype == DType::I64 {
+            Want::Shape(hot)
+        } else {
+            Want::Error
+        },
+        Box::new(move || shape_of(t.one_hot(Some(3)))),
+    ));
+    p.push((
+        "one_hot_inferred".into(),
+        Want::Error,
+        Box::new(move || shape_of(t.one_hot(None))),
+    ));
+    if rank >= 2 {
+        p.push((
+            "tril".into(),
+            same(),
+            Box::new(move || shape_of(t.tril(-1))),
+        ));
+        p.push(("triu".into(), same(), Box::new(move || shape_of(t.triu(2)))));
+    } else {
+        p.push((
+            "tril".into(),
+            Want::Error,
+            Box::new(move || shape_of(t.tril(0))),
+        ));
+    }
     // Along each dimension.
     for d in 0..rank {
         let di = d as isize;
@@ -494,6 +581,62 @@ fn probes<'a>(t: &'a Tensor, shape: &'a [usize], dtype: DType) -> Vec<Probe<'a>>
             format!("unsqueeze{d}"),
             Want::Shape(unsq),
             Box::new(move || shape_of(t.unsqueeze(di))),
+        ));
+        // The shape ops along d: one piece, two chunks, a split into [1, size], a flip, a
+        // roll, a diagonal with dimension 0, a flatten of 0..=d.
+        p.push((
+            format!("split_whole{d}"),
+            same(),
+            Box::new(move || shape_of(t.split(shape[d].max(1), di).map(|v| v[0].clone()))),
+        ));
+        p.push((
+            format!("split_sizes{d}"),
+            same(),
+            Box::new(move || shape_of(t.split_sizes(&[shape[d]], di).map(|v| v[0].clone()))),
+        ));
+        let mut half = shape.to_vec();
+        half[d] = shape[d].div_ceil(2);
+        p.push((
+            format!("chunk2_{d}"),
+            Want::Shape(half),
+            Box::new(move || shape_of(t.chunk(2, di).map(|v| v[0].clone()))),
+        ));
+        let mut unf = shape.to_vec();
+        unf.insert(d, 1);
+        p.push((
+            format!("unflatten{d}"),
+            Want::Shape(unf),
+            Box::new(move || shape_of(t.unflatten(di, &[1, -1]))),
+        ));
+        p.push((
+            format!("flip{d}"),
+            same(),
+            Box::new(move || shape_of(t.flip([di]))),
+        ));
+        p.push((
+            format!("roll{d}"),
+            same(),
+            Box::new(move || shape_of(t.roll(&[-5], &[di]))),
+        ));
+        if d > 0 {
+            let mut diag: Vec<usize> = (1..rank).filter(|&k| k != d).map(|k| shape[k]).collect();
+            diag.push(shape[0].min(shape[d]));
+            p.push((
+                format!("diagonal0_{d}"),
+                Want::Shape(diag),
+                Box::new(move || shape_of(t.diagonal(0, 0, di))),
+            ));
+        }
+        let merged = numel(&shape[..=d]);
+        let flat = merged.map(|m| {
+            let mut f = vec![m];
+            f.extend_from_slice(&shape[d + 1..]);
+            f
+        });
+        p.push((
+            format!("flatten0_{d}"),
+            flat.map_or(Want::Error, Want::Shape),
+            Box::new(move || shape_of(t.flatten(0, di))),
         ));
         // Indexing: a slice at d, an integer at d (when the dimension has one).
         let mut sl = shape.to_vec();

@@ -136,7 +136,7 @@ fn item_and_nested_vectors() {
             "strided views read in row-major order"
         );
         assert!(x.to_vec3::<f32>().is_err());
-        assert!(x.flatten().unwrap().to_vec2::<f32>().is_err());
+        assert!(x.ravel().unwrap().to_vec2::<f32>().is_err());
         let ints = Tensor::from_slice(&[1i32, 2, 3], [3], dev).unwrap();
         assert_eq!(
             ints.sum().unwrap().item::<i64>().unwrap(),

@@ -1,4 +1,7 @@
-//! `cat` and `stack` on CPU and (when present) CUDA, against values built by hand.
+//! `cat` and `stack` on CPU and (when present) CUDA, against values built by hand; and what the
+//! generated cases of the shape ops (`gen_shape_cases.py`) do not see: which results are views
+//! of the input (writes through them reach it), which are new storages, strides, and inputs of
+//! more dimensions than the copy kernel takes.
 
 use genesis::{DType, Device, Error, Tensor};
 
@@ -86,4 +89,141 @@ fn bad_inputs_are_typed_errors() {
     ));
     assert!(Tensor::stack(&[&a, &a], 3).is_err());
     assert_eq!(Tensor::stack(&[&scalar, &scalar], 0).unwrap().shape(), &[2]);
+}
+
+#[test]
+fn splits_flattens_and_diagonals_are_views() {
+    let _release = Release;
+    for dev in devices() {
+        let x = seq(24, 0, &[4, 6], dev);
+        // split / chunk: narrow views, writes reach `x`.
+        let parts = x.split(4, 1).unwrap();
+        assert_eq!(parts.len(), 2);
+        assert!(parts.iter().all(|p| p.shares_storage(&x)));
+        parts[1].fill_(-1).unwrap();
+        assert_eq!(
+            x.i(&genesis::s![0]).unwrap().to_vec::<i64>().unwrap(),
+            [0, 1, 2, 3, -1, -1]
+        );
+        let chunks = x.chunk(3, 0).unwrap();
+        assert_eq!(chunks.len(), 2); // ceil(4 / 3) = 2 rows each
+        assert!(chunks[1].shares_storage(&x));
+        let pieces = x.split_sizes(&[1, 3], 0).unwrap();
+        assert_eq!(pieces[1].strides(), &[6, 1]);
+        // flatten / unflatten of a contiguous tensor: views.
+        let f = x.flatten(0, 1).unwrap();
+        assert!(f.shares_storage(&x));
+        let u = f.unflatten(0, &[2, -1, 3]).unwrap();
+        assert_eq!(u.shape(), &[2, 4, 3]);
+        assert!(u.shares_storage(&x));
+        // A transpose flattened is a copy (as PyTorch's reshape); ravel too.
+        let t = x.t().unwrap();
+        assert!(!t.flatten(0, 1).unwrap().shares_storage(&x));
+        assert!(!t.ravel().unwrap().shares_storage(&x));
+        assert_eq!(t.flatten(1, 1).unwrap().strides(), &[1, 6]); // start == end: itself
+        // diagonal: strides added, the offset moved along the right dimension.
+        let y = seq(24, 0, &[2, 3, 4], dev);
+        let d = y.diagonal(1, 1, 2).unwrap();
+        assert_eq!(d.shape(), &[2, 3]);
+        assert_eq!(d.strides(), &[12, 5]);
+        assert_eq!(d.to_vec::<i64>().unwrap(), [1, 6, 11, 13, 18, 23]);
+        // Dims 2 and 0 below the diagonal: element [k, i] is y[i][k][i + 1].
+        let d = y.diagonal(-1, 2, 0).unwrap();
+        assert_eq!(d.shape(), &[3, 2]);
+        assert_eq!(d.strides(), &[4, 13]);
+        assert_eq!(d.to_vec::<i64>().unwrap(), [1, 14, 5, 18, 9, 22]);
+        let e = y.diagonal(7, 0, 1).unwrap();
+        assert_eq!(e.shape(), &[4, 0]);
+        y.diagonal(0, -2, -1).unwrap().fill_(100).unwrap();
+        assert_eq!(y.to_vec::<i64>().unwrap()[..6], [100, 1, 2, 3, 4, 100]);
+    }
+}
+
+#[test]
+fn copies_are_new_storages() {
+    let _release = Release;
+    for dev in devices() {
+        let x = seq(6, 1, &[2, 3], dev);
+        for (name, y) in [
+            ("repeat", x.repeat([1, 1]).unwrap()),
+            ("tile", x.tile([1]).unwrap()),
+            ("flip", x.flip(()).unwrap()),
+            ("roll", x.roll(&[3], &[1]).unwrap()),
+            ("roll_flat", x.roll(&[0], &[]).unwrap()),
+            ("tril", x.tril(5).unwrap()),
+        ] {
+            assert!(!y.shares_storage(&x), "{name}");
+            assert!(y.is_contiguous(), "{name}");
+            assert_eq!(y.to_vec::<i64>().unwrap(), [1, 2, 3, 4, 5, 6], "{name}");
+        }
+        // repeat of a strided input: rows of the transpose.
+        let r = x.t().unwrap().repeat([2, 1, 2]).unwrap();
+        assert_eq!(r.shape(), &[2, 3, 4]);
+        assert_eq!(r.to_vec::<i64>().unwrap()[..8], [1, 4, 1, 4, 2, 5, 2, 5]);
+    }
+}
+
+#[test]
+fn many_dimensions_past_the_copy_kernel() {
+    let _release = Release;
+    for dev in devices() {
+        // 10 dimensions of 2, reversed: no two merge, more than the copy kernel's 8.
+        let x = seq(1024, 0, &[2; 10], dev);
+        let perm: Vec<usize> = (0..10).rev().collect();
+        let p = x.permute(perm.as_slice()).unwrap();
+        let flat = p.ravel().unwrap().to_vec::<i64>().unwrap();
+        // Element (i0..i9) of `p` is x[i9..i0]: its value reverses the bits of its position.
+        let rev = |i: i64| (0..10).fold(0, |a, b| a | (((i >> b) & 1) << (9 - b)));
+        assert!(flat.iter().enumerate().all(|(i, &v)| v == rev(i as i64)));
+        let f = p.flip([0, 3, 9]).unwrap();
+        assert_eq!(f.shape(), &[2; 10]);
+        let r = p.repeat([1, 2, 1, 1, 1, 1, 1, 1, 1, 2]).unwrap();
+        assert_eq!(r.numel(), 4096);
+        let rolled = p.roll(&[1, 1, 1, 1], &[0, 2, 4, 9]).unwrap();
+        assert_eq!(rolled.sum().unwrap().item::<i64>().unwrap(), 1023 * 512);
+        let nz = p.nonzero().unwrap();
+        assert_eq!(nz.shape(), &[1023, 10]);
+        let (u, inv, _) = p.unique(true, true, false).unwrap();
+        assert_eq!(u.numel(), 1024);
+        assert_eq!(inv.unwrap().ravel().unwrap().to_vec::<i64>().unwrap(), flat);
+    }
+}
+
+#[test]
+fn selection_on_every_device() {
+    let _release = Release;
+    for dev in devices() {
+        // unique: NaNs are each their own value, -0.0 and 0.0 one.
+        let x = Tensor::from_slice(
+            &[f32::NAN, 0.0, -0.0, 2.0, f32::NAN, 2.0, f32::NEG_INFINITY],
+            [7],
+            dev,
+        )
+        .unwrap();
+        let (v, inv, counts) = x.unique(false, true, true).unwrap();
+        let v = v.to_vec::<f32>().unwrap();
+        assert_eq!(v.len(), 5);
+        assert_eq!(v[..3], [f32::NEG_INFINITY, 0.0, 2.0]);
+        assert!(v[3].is_nan() && v[4].is_nan());
+        assert_eq!(inv.unwrap().to_vec::<i64>().unwrap(), [3, 1, 1, 2, 4, 2, 0]);
+        assert_eq!(counts.unwrap().to_vec::<i64>().unwrap(), [1, 2, 2, 1, 1]);
+        // one_hot checks its classes on every device.
+        let labels = Tensor::from_slice(&[1i64, 0, 3], [3], dev).unwrap();
+        assert!(matches!(
+            labels.one_hot(Some(3)).unwrap_err(),
+            Error::InvalidArgument { op: "one_hot", .. }
+        ));
+        let h = labels.one_hot(None).unwrap();
+        assert_eq!(h.device(), dev);
+        assert_eq!(
+            h.sum_dim([0], false).unwrap().to_vec::<i64>().unwrap(),
+            [1, 1, 0, 1]
+        );
+        // nonzero of a bool mask and of a 0-d tensor.
+        let m = Tensor::from_bools(&[true, false, true], [3], dev).unwrap();
+        assert_eq!(m.nonzero().unwrap().to_vec::<i64>().unwrap(), [0, 2]);
+        let s = Tensor::full((), 3.0f32, dev).unwrap();
+        assert_eq!(s.nonzero().unwrap().shape(), &[1, 0]);
+        assert_eq!(s.nonzero_tuple().unwrap()[0].to_vec::<i64>().unwrap(), [0]);
+    }
 }

@@ -368,7 +368,50 @@ pub(crate) fn run(case: &Value, device: Device) -> genesis::Result<Vec<Tensor>> 
         "squeeze" => one(x.squeeze(arg_i(case, "dim"))),
         "unsqueeze" => one(x.unsqueeze(arg_i(case, "dim"))),
         "expand" => one(x.expand(usizes(&case["args"]["shape"]).as_slice())),
-        "flatten" => one(x.flatten()),
+        // Without arguments: the whole tensor (the cases of `gen_facade_cases.py`).
+        "flatten" => one(match case["args"].get("start") {
+            None => x.flatten(0, -1),
+            Some(_) => x.flatten(arg_i(case, "start"), arg_i(case, "end")),
+        }),
+        "ravel" => one(x.ravel()),
+        "unflatten" => one(x.unflatten(arg_i(case, "dim"), &isizes(&case["args"]["sizes"]))),
+        "split" => x.split(arg_i(case, "size") as usize, arg_i(case, "dim")),
+        "split_sizes" => x.split_sizes(&usizes(&case["args"]["sizes"]), arg_i(case, "dim")),
+        "chunk" => x.chunk(arg_i(case, "chunks") as usize, arg_i(case, "dim")),
+        "repeat" => one(x.repeat(isizes(&case["args"]["reps"]).as_slice())),
+        "tile" => one(x.tile(isizes(&case["args"]["reps"]).as_slice())),
+        "flip" => one(x.flip(isizes(&case["args"]["dims"]).as_slice())),
+        "roll" => one(x.roll(
+            &isizes(&case["args"]["shifts"]),
+            &isizes(&case["args"]["dims"]),
+        )),
+        "tril" => one(x.tril(int(&case["args"]["diagonal"]))),
+        "triu" => one(x.triu(int(&case["args"]["diagonal"]))),
+        "diagonal" => one(x.diagonal(
+            int(&case["args"]["offset"]),
+            arg_i(case, "dim1"),
+            arg_i(case, "dim2"),
+        )),
+        "nonzero" => one(x.nonzero()),
+        "argwhere" => one(x.argwhere()),
+        "nonzero_tuple" => x.nonzero_tuple(),
+        "unique" | "unique_consecutive" => {
+            let (inv, counts) = (arg_bool(case, "inverse"), arg_bool(case, "counts"));
+            let (v, i, c) = if op == "unique" {
+                x.unique(arg_bool(case, "sorted"), inv, counts)?
+            } else {
+                x.unique_consecutive(inv, counts)?
+            };
+            // Each output asked for, in PyTorch's order; one not asked for must be absent.
+            if i.is_some() != inv || c.is_some() != counts {
+                panic!(
+                    "{}: the outputs asked for are not the outputs given",
+                    id(case)
+                );
+            }
+            Ok([Some(v), i, c].into_iter().flatten().collect())
+        }
+        "one_hot" => one(x.one_hot(case["args"]["classes"].as_u64().map(|c| c as usize))),
         "contiguous" => one(x.contiguous()),
         "index" => one(x.i(&index_items(&case["args"]["items"], device)?)),
         "to_dtype" => one(x.to_dtype(dtype(arg_str(case, "dtype")))),

@@ -22,12 +22,14 @@
 #[allow(unsafe_code)]
 mod advanced;
 mod exec;
+mod expr;
 mod plan;
 mod spec;
 mod strided;
 
 pub use advanced::select_rows;
 pub use exec::{Value, execute_get, get, get_routed, resolve_masks, set};
+pub use expr::{IndexArg, IndexInt, SliceArg};
 pub use genesis_storage::Layout;
 pub use plan::{
     Advanced, IndexArray, IndexPlan, MaskPlan, MaskStrategy, PlanKind, broadcast_shapes, plan,

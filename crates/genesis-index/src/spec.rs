@@ -209,43 +209,10 @@ impl ToIndex for &View {
     }
 }
 
-/// Builds a `Vec<IndexItem>` reading close to Python: `s![1, 2..5, ..;2, NEW, ELLIPSIS]`.
-///
-/// Items: an integer expression; a range `a..b` (either end optional); a range with a step
-/// `a..b;step` or `..;step`; `NEW` for `None`; `ELLIPSIS` for `...`; `@t` for an index tensor
-/// expression `t` (anything [`ToIndex`]: a host [`IndexTensor`], a tensor on any device).
-#[macro_export]
-macro_rules! s {
-    (@item NEW) => { $crate::IndexItem::NewAxis };
-    (@item ELLIPSIS) => { $crate::IndexItem::Ellipsis };
-    (@item @ $t:expr) => { $crate::ToIndex::to_index_item($t) };
-    (@item .. ; $step:expr) => { $crate::IndexItem::Slice { start: None, stop: None, step: Some($step) } };
-    (@item ..) => { $crate::IndexItem::Slice { start: None, stop: None, step: None } };
-    (@item $a:literal .. $b:literal ; $step:expr) => { $crate::IndexItem::Slice { start: Some($a), stop: Some($b), step: Some($step) } };
-    (@item $a:literal .. ; $step:expr) => { $crate::IndexItem::Slice { start: Some($a), stop: None, step: Some($step) } };
-    (@item .. $b:literal ; $step:expr) => { $crate::IndexItem::Slice { start: None, stop: Some($b), step: Some($step) } };
-    (@item $a:literal .. $b:literal) => { $crate::IndexItem::Slice { start: Some($a), stop: Some($b), step: None } };
-    (@item $a:literal ..) => { $crate::IndexItem::Slice { start: Some($a), stop: None, step: None } };
-    (@item .. $b:literal) => { $crate::IndexItem::Slice { start: None, stop: Some($b), step: None } };
-    (@item $i:expr) => { $crate::IndexItem::Int($i) };
-    // Split the input at top-level commas, one item at a time.
-    (@split [$($done:expr),*] [$($cur:tt)*] , $($rest:tt)*) => {
-        $crate::s!(@split [$($done,)* $crate::s!(@item $($cur)*)] [] $($rest)*)
-    };
-    (@split [$($done:expr),*] [$($cur:tt)*] $t:tt $($rest:tt)*) => {
-        $crate::s!(@split [$($done),*] [$($cur)* $t] $($rest)*)
-    };
-    (@split [$($done:expr),*] []) => { ::std::vec::Vec::<$crate::IndexItem>::from([$($done),*]) };
-    (@split [$($done:expr),*] [$($cur:tt)+]) => {
-        ::std::vec::Vec::<$crate::IndexItem>::from([$($done,)* $crate::s!(@item $($cur)+)])
-    };
-    () => { Vec::<$crate::IndexItem>::new() };
-    ($($t:tt)+) => { $crate::s!(@split [] [] $($t)+) };
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::s;
 
     #[test]
     fn macro_reads_like_python() {

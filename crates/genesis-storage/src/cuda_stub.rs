@@ -9,7 +9,7 @@ use genesis_kernels::{BinaryNd, BinaryOp, CompareOp, MatmulPrecision, MatmulShap
 use genesis_kernels::{ReduceOp, ReduceShape};
 use genesis_kernels::{Rhs, Sampler, UnaryOp, WhereNd};
 
-use crate::backend::Backend;
+use crate::compute::Compute;
 use crate::storage::Inner;
 use crate::{DType, Device, Error, PoolInfo, Result};
 
@@ -162,7 +162,7 @@ impl PinnedMem {
     }
 }
 
-impl Backend for CudaMem {
+impl Compute for CudaMem {
     fn binary(
         &self,
         _: BinaryOp,

@@ -50,28 +50,12 @@ with_dtype!(f64, F64, |x| x);
 /// Runs `$body` with `$T` bound to the Rust type of `$dtype` for the dtypes the elementwise
 /// kernels support (f64, f32, f16, bf16, i32, i64), and evaluates `$otherwise` for the rest
 /// (through [`genesis_kernels::dispatch_dtype!`]).
-#[macro_export]
-#[doc(hidden)]
 macro_rules! dispatch_kernel_dtype {
     ($dtype:expr, $T:ident => $body:expr, _ => $otherwise:expr) => {
-        $crate::__kernels::dispatch_dtype!($dtype, [F32, F16, BF16, I32, I64, F64], $T => $body, _ => $otherwise)
+        genesis_kernels::dispatch_dtype!($dtype, [F32, F16, BF16, I32, I64, F64], $T => $body, _ => $otherwise)
     };
 }
-
-/// Runs `$body` with `$T` bound to the Rust type of `$dtype`, for every dtype with a
-/// [`WithDType`] type (all but `Bool`), through [`genesis_kernels::dispatch_dtype!`].
-#[macro_export]
-#[doc(hidden)]
-macro_rules! dispatch_dtype {
-    ($dtype:expr, $T:ident => $body:expr, bool => $b:expr) => {
-        $crate::__kernels::dispatch_dtype!(
-            $dtype,
-            [U8, I8, I16, I32, I64, F16, BF16, F32, F64],
-            $T => $body,
-            _ => $b
-        )
-    };
-}
+pub(crate) use dispatch_kernel_dtype;
 
 #[cfg(test)]
 mod tests {
@@ -84,7 +68,12 @@ mod tests {
         assert_eq!(DType::I64.size(), size_of::<i64>());
         assert_eq!(<f16 as WithDType>::DTYPE, DType::F16);
         for d in DType::ALL {
-            let size = dispatch_dtype!(d, T => size_of::<T>(), bool => 1);
+            let size = genesis_kernels::dispatch_dtype!(
+                d,
+                [U8, I8, I16, I32, I64, F16, BF16, F32, F64],
+                T => size_of::<T>(),
+                _ => 1
+            );
             assert_eq!(size, d.size(), "{d}");
         }
     }

@@ -17,7 +17,7 @@
 //! ([`LayoutError::RankTooLarge`]).
 #![warn(missing_docs)]
 
-mod backend;
+mod compute;
 mod cpu;
 // The CUDA backend, or without the `cuda` feature a stub whose memory cannot exist: the one
 // place the storage layer depends on the feature.
@@ -59,6 +59,3 @@ pub use storage::{
 };
 pub use transfer::{PendingCopy, batched_copy};
 pub use view::View;
-
-#[doc(hidden)]
-pub use genesis_kernels as __kernels;

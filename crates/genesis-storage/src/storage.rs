@@ -11,7 +11,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::backend::Backend;
+use crate::compute::Compute;
 use crate::cpu::{CpuStorage, byte_len};
 use crate::layout::{Layout, StridedBlocks};
 use crate::share::{ReadGuard, ShareCell, WriteGuard};
@@ -476,7 +476,7 @@ impl Storage {
             }
             Device::Cuda(i) => {
                 // The fill kernel takes the elementwise dtypes; others are filled on the host.
-                if !crate::dispatch_kernel_dtype!(dtype, _K => true, _ => false) {
+                if !crate::dtype::dispatch_kernel_dtype!(dtype, _K => true, _ => false) {
                     return Storage::full(len, value, Device::Cpu)?.to_device(device);
                 }
                 let mut mem = crate::cuda::CudaMem::new(i, nbytes)?;
@@ -714,8 +714,9 @@ impl Storage {
 
     /// The elements converted to `f64`, for display and reference checks.
     pub fn to_f64_vec(&self) -> Result<Vec<f64>> {
-        crate::dispatch_dtype!(self.dtype, T => Ok(self.to_vec::<T>()?.into_iter().map(WithDType::to_f64).collect()),
-            bool => Ok(self.to_bytes()?.into_iter().map(|b| f64::from(u8::from(b != 0))).collect()))
+        genesis_kernels::dispatch_dtype!(self.dtype, [U8, I8, I16, I32, I64, F16, BF16, F32, F64],
+            T => Ok(self.to_vec::<T>()?.into_iter().map(WithDType::to_f64).collect()),
+            _ => Ok(self.to_bytes()?.into_iter().map(|b| f64::from(u8::from(b != 0))).collect()))
     }
 
     /// A copy on `device` (plain CPU memory for `Device::Cpu`).
@@ -1107,7 +1108,7 @@ pub(crate) fn mixed(op: &'static str) -> Error {
 /// An `UnsupportedDType` error for a dtype the elementwise kernels do not have (checked
 /// before an output is allocated).
 fn check_kernel_dtype(op: &'static str, dtype: DType) -> Result<()> {
-    crate::dispatch_kernel_dtype!(dtype, _T => Ok(()), _ => Err(Error::UnsupportedDType { op, dtype }))
+    crate::dtype::dispatch_kernel_dtype!(dtype, _T => Ok(()), _ => Err(Error::UnsupportedDType { op, dtype }))
 }
 
 /// An `UnsupportedDType` error for an operation only the floating types support.

@@ -1,8 +1,7 @@
-//! `s!`, the index expression macro, with bounds that are any expression (`s![lo..hi]`).
+//! Index expressions on tensors: `NEW`, `ELLIPSIS`, and [`IndexArg`] for tensors (the `s!`
+//! macro and its traits are `genesis-index`'s).
 
-use std::ops::{Range, RangeFrom, RangeFull, RangeInclusive, RangeTo, RangeToInclusive};
-
-use genesis_index::{IndexItem, IndexTensor};
+use genesis_index::{IndexArg, IndexItem};
 
 use crate::Tensor;
 
@@ -27,135 +26,6 @@ pub const NEW: IndexItem = IndexItem::NewAxis;
 /// In [`s!`](crate::s!) the bare word `ELLIPSIS` needs no import; elsewhere, `use genesis::ELLIPSIS`
 /// (see [`NEW`]).
 pub const ELLIPSIS: IndexItem = IndexItem::Ellipsis;
-
-/// One item of an index expression, as [`s!`](crate::s) reads an item without `@`: an
-/// integer (negative counts from the end), a range of integers (`a..b`, `a..`, `..b`, `..`,
-/// `a..=b`, `..=b`), an [`IndexItem`], or an index tensor.
-pub trait IndexArg {
-    /// The item.
-    fn index_item(self) -> IndexItem;
-}
-
-/// A range with a step (`s![a..b;2]`).
-pub trait SliceArg {
-    /// The slice with `step` (positive; a negative step is an error when indexing).
-    fn with_step(self, step: impl IndexInt) -> IndexItem;
-}
-
-/// An integer usable as an index or a bound.
-pub trait IndexInt: Copy {
-    /// The value as `i64` (values beyond `i64::MAX` saturate: they are out of range anyway).
-    fn to_i64(self) -> i64;
-}
-
-macro_rules! index_ints {
-    ($($t:ty),*) => {$(
-        impl IndexInt for $t {
-            fn to_i64(self) -> i64 {
-                i64::try_from(self).unwrap_or(i64::MAX)
-            }
-        }
-        impl IndexArg for $t {
-            fn index_item(self) -> IndexItem {
-                IndexItem::Int(self.to_i64())
-            }
-        }
-    )*};
-}
-
-index_ints!(i8, i16, i32, i64, isize, u8, u16, u32, u64, usize);
-
-fn slice(start: Option<i64>, stop: Option<i64>, step: Option<i64>) -> IndexItem {
-    IndexItem::Slice { start, stop, step }
-}
-
-/// The stop of an inclusive range: one past `end`, or the end of the dimension for -1.
-fn inclusive_stop(end: i64) -> Option<i64> {
-    (end != -1).then(|| end.saturating_add(1))
-}
-
-impl<T: IndexInt> SliceArg for Range<T> {
-    fn with_step(self, step: impl IndexInt) -> IndexItem {
-        slice(
-            Some(self.start.to_i64()),
-            Some(self.end.to_i64()),
-            Some(step.to_i64()),
-        )
-    }
-}
-
-impl<T: IndexInt> SliceArg for RangeFrom<T> {
-    fn with_step(self, step: impl IndexInt) -> IndexItem {
-        slice(Some(self.start.to_i64()), None, Some(step.to_i64()))
-    }
-}
-
-impl<T: IndexInt> SliceArg for RangeTo<T> {
-    fn with_step(self, step: impl IndexInt) -> IndexItem {
-        slice(None, Some(self.end.to_i64()), Some(step.to_i64()))
-    }
-}
-
-impl<T: IndexInt> SliceArg for RangeInclusive<T> {
-    fn with_step(self, step: impl IndexInt) -> IndexItem {
-        slice(
-            Some(self.start().to_i64()),
-            inclusive_stop(self.end().to_i64()),
-            Some(step.to_i64()),
-        )
-    }
-}
-
-impl<T: IndexInt> SliceArg for RangeToInclusive<T> {
-    fn with_step(self, step: impl IndexInt) -> IndexItem {
-        slice(None, inclusive_stop(self.end.to_i64()), Some(step.to_i64()))
-    }
-}
-
-impl SliceArg for RangeFull {
-    fn with_step(self, step: impl IndexInt) -> IndexItem {
-        slice(None, None, Some(step.to_i64()))
-    }
-}
-
-macro_rules! ranges_without_step {
-    ($($r:ty),*) => {$(
-        impl<T: IndexInt> IndexArg for $r {
-            fn index_item(self) -> IndexItem {
-                match self.with_step(1i64) {
-                    IndexItem::Slice { start, stop, .. } => slice(start, stop, None),
-                    other => other,
-                }
-            }
-        }
-    )*};
-}
-
-ranges_without_step!(
-    Range<T>,
-    RangeFrom<T>,
-    RangeTo<T>,
-    RangeInclusive<T>,
-    RangeToInclusive<T>
-);
-
-impl IndexArg for RangeFull {
-    fn index_item(self) -> IndexItem {
-        slice(None, None, None)
-    }
-}
-
-impl IndexArg for IndexItem {
-    fn index_item(self) -> IndexItem {
-        self
-    }
-}
-
-impl IndexArg for IndexTensor {
-    fn index_item(self) -> IndexItem {
-        IndexItem::Tensor(self)
-    }
-}
 
 impl IndexArg for &Tensor {
     fn index_item(self) -> IndexItem {
@@ -198,27 +68,5 @@ impl IndexArg for Tensor {
 /// # Ok(())
 /// # }
 /// ```
-#[macro_export]
-macro_rules! s {
-    (@item [] NEW) => { $crate::IndexItem::NewAxis };
-    (@item [] ELLIPSIS) => { $crate::IndexItem::Ellipsis };
-    (@item [] @ $($t:tt)+) => { $crate::ToIndex::to_index_item($($t)+) };
-    (@item [$($r:tt)+] ; $($step:tt)+) => {
-        $crate::SliceArg::with_step(($($r)+), $($step)+)
-    };
-    (@item [$($r:tt)*] $t:tt $($rest:tt)*) => { $crate::s!(@item [$($r)* $t] $($rest)*) };
-    (@item [$($r:tt)+]) => { $crate::IndexArg::index_item(($($r)+)) };
-    // Split the input at top-level commas, one item at a time.
-    (@split [$($done:expr),*] [$($cur:tt)*] , $($rest:tt)*) => {
-        $crate::s!(@split [$($done,)* $crate::s!(@item [] $($cur)*)] [] $($rest)*)
-    };
-    (@split [$($done:expr),*] [$($cur:tt)*] $t:tt $($rest:tt)*) => {
-        $crate::s!(@split [$($done),*] [$($cur)* $t] $($rest)*)
-    };
-    (@split [$($done:expr),*] []) => { ::std::vec::Vec::<$crate::IndexItem>::from([$($done),*]) };
-    (@split [$($done:expr),*] [$($cur:tt)+]) => {
-        ::std::vec::Vec::<$crate::IndexItem>::from([$($done,)* $crate::s!(@item [] $($cur)+)])
-    };
-    () => { ::std::vec::Vec::<$crate::IndexItem>::new() };
-    ($($t:tt)+) => { $crate::s!(@split [] [] $($t)+) };
-}
+#[doc(inline)]
+pub use genesis_index::s;

@@ -44,11 +44,12 @@ mod unary;
 
 pub use args::{Dim, Dims, Operand, OperandRef, Scalar, ScalarValue};
 pub use error::{Error, Result};
+pub use genesis_index::{IndexArg, IndexInt, SliceArg};
 pub use genesis_index::{IndexItem, IndexTensor, ToIndex};
 pub use genesis_storage::{BinaryOp, CompareOp, ReduceOp, Twin, UnaryOp};
 pub use genesis_storage::{DType, Device, Layout, LayoutError, MAX_RANK, WithDType};
 pub use half::{bf16, f16};
-pub use index::{ELLIPSIS, IndexArg, IndexInt, NEW, SliceArg};
+pub use index::{ELLIPSIS, NEW, s};
 pub use interop::{
     deserialize_safetensors, deserialize_safetensors_with_metadata, load_safetensors,
     load_safetensors_map, load_safetensors_with_metadata, save_safetensors,

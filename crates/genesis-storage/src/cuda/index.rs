@@ -1,5 +1,5 @@
 //! The CUDA backend's advanced indexing: the `index.cu` kernels on spans of device memory, for
-//! the index methods of [`Backend`](crate::backend::Backend) (`ops.rs` calls these; the
+//! the index methods of [`Compute`](crate::compute::Compute) (`ops.rs` calls these; the
 //! operands were checked by `Storage`).
 //!
 //! The gathers and scatters read and write at offsets computed from index values on the
@@ -11,7 +11,7 @@ use genesis_kernels::index::{self, Groups, IndexDesc, Keys, RawIndex, Rows16, St
 use super::CudaMem;
 use crate::{DType, Error, Result};
 
-/// [`Backend::index_gather`](crate::backend::Backend::index_gather) on CUDA memory.
+/// [`Compute::index_gather`](crate::compute::Compute::index_gather) on CUDA memory.
 ///
 /// # Safety
 ///
@@ -40,7 +40,7 @@ pub(super) unsafe fn gather(
     Ok(())
 }
 
-/// [`Backend::index_scatter`](crate::backend::Backend::index_scatter) on CUDA memory.
+/// [`Compute::index_scatter`](crate::compute::Compute::index_scatter) on CUDA memory.
 ///
 /// # Safety
 ///
@@ -71,7 +71,7 @@ pub(super) unsafe fn scatter(
     Ok(())
 }
 
-/// [`Backend::index_scatter_add`](crate::backend::Backend::index_scatter_add) on CUDA memory.
+/// [`Compute::index_scatter_add`](crate::compute::Compute::index_scatter_add) on CUDA memory.
 ///
 /// # Safety
 ///
@@ -105,7 +105,7 @@ pub(super) unsafe fn scatter_add(
     Ok(())
 }
 
-/// [`Backend::index_normalise`](crate::backend::Backend::index_normalise) on CUDA memory.
+/// [`Compute::index_normalise`](crate::compute::Compute::index_normalise) on CUDA memory.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn normalise(
     out: &mut CudaMem,
@@ -127,7 +127,7 @@ pub(super) fn normalise(
     Ok(())
 }
 
-/// [`Backend::index_dead_positions`](crate::backend::Backend::index_dead_positions) on CUDA
+/// [`Compute::index_dead_positions`](crate::compute::Compute::index_dead_positions) on CUDA
 /// memory.
 ///
 /// # Safety
@@ -155,7 +155,7 @@ pub(super) unsafe fn dead_positions(
     Ok(())
 }
 
-/// [`Backend::index_unravel`](crate::backend::Backend::index_unravel) on CUDA memory.
+/// [`Compute::index_unravel`](crate::compute::Compute::index_unravel) on CUDA memory.
 pub(super) fn unravel(lin: &CudaMem, n: usize, shape: &Strided, out: &mut CudaMem) -> Result<()> {
     let rank = shape.rank.max(0) as usize;
     let l = lin.span::<i64>(n)?;
@@ -165,7 +165,7 @@ pub(super) fn unravel(lin: &CudaMem, n: usize, shape: &Strided, out: &mut CudaMe
     Ok(())
 }
 
-/// [`Backend::index_gather_rows_checked`](crate::backend::Backend::index_gather_rows_checked)
+/// [`Compute::index_gather_rows_checked`](crate::compute::Compute::index_gather_rows_checked)
 /// on CUDA memory: one kernel reads the index values as they are, wraps negative ones when
 /// `wrap`, checks each against `size` and copies the rows of the good ones.
 ///

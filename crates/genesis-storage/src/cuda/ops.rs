@@ -1,4 +1,4 @@
-//! The CUDA backend: [`Backend`] for device memory of a pool, launching the kernels of
+//! The CUDA backend: [`Compute`] for device memory of a pool, launching the kernels of
 //! `genesis-kernels` on spans of it, on the calling thread's current stream of its device.
 
 use genesis_kernels::gather::Along;
@@ -9,7 +9,7 @@ use genesis_kernels::{ReduceOp, ReduceShape};
 use genesis_kernels::{Rhs, Sampler, UnaryOp, WhereNd, gpu};
 
 use super::{CudaMem, Queue, queue_on};
-use crate::backend::Backend;
+use crate::compute::Compute;
 use crate::storage::Inner;
 use crate::{DType, Error, Result};
 
@@ -44,7 +44,7 @@ fn unsupported(op: &'static str, dtype: DType) -> Error {
     Error::UnsupportedDType { op, dtype }
 }
 
-impl Backend for CudaMem {
+impl Compute for CudaMem {
     fn binary(
         &self,
         op: BinaryOp,
@@ -56,7 +56,7 @@ impl Backend for CudaMem {
         out_at: usize,
         len: usize,
     ) -> Result<()> {
-        crate::dispatch_kernel_dtype!(dtype, T => {
+        crate::dtype::dispatch_kernel_dtype!(dtype, T => {
             gpu::binary::<T>(
                 &self.queue(),
                 op,
@@ -77,7 +77,7 @@ impl Backend for CudaMem {
         b_at: usize,
         len: usize,
     ) -> Result<()> {
-        crate::dispatch_kernel_dtype!(dtype, T => {
+        crate::dtype::dispatch_kernel_dtype!(dtype, T => {
             let stream = self.queue();
             let src = b.range::<T>(b_at, len)?;
             let dst = self.range_mut::<T>(at, len)?;
@@ -94,7 +94,7 @@ impl Backend for CudaMem {
         b: Rhs<&CudaMem, &[u8]>,
         out: &mut CudaMem,
     ) -> Result<()> {
-        crate::dispatch_kernel_dtype!(dtype, T => {
+        crate::dtype::dispatch_kernel_dtype!(dtype, T => {
             let n = desc.numel();
             let elems = |m: &CudaMem| m.capacity() / size_of::<T>();
             let rhs = device_rhs::<T>(b)?;
@@ -118,7 +118,7 @@ impl Backend for CudaMem {
         desc: &BinaryNd,
         b: Rhs<&CudaMem, &[u8]>,
     ) -> Result<()> {
-        crate::dispatch_kernel_dtype!(dtype, T => {
+        crate::dtype::dispatch_kernel_dtype!(dtype, T => {
             let n = desc.numel();
             let rhs = device_rhs::<T>(b)?;
             let stream = self.queue();
@@ -137,7 +137,7 @@ impl Backend for CudaMem {
         out_at: usize,
         len: usize,
     ) -> Result<()> {
-        crate::dispatch_kernel_dtype!(dtype, T => {
+        crate::dtype::dispatch_kernel_dtype!(dtype, T => {
             gpu::unary::<T>(
                 &self.queue(),
                 op,
@@ -149,7 +149,7 @@ impl Backend for CudaMem {
     }
 
     fn unary_assign(&mut self, op: UnaryOp, dtype: DType, at: usize, len: usize) -> Result<()> {
-        crate::dispatch_kernel_dtype!(dtype, T => {
+        crate::dtype::dispatch_kernel_dtype!(dtype, T => {
             let stream = self.queue();
             let dst = self.range_mut::<T>(at, len)?;
             gpu::unary_assign::<T>(&stream, op, dst)?;
@@ -167,7 +167,7 @@ impl Backend for CudaMem {
         out: &mut CudaMem,
         len: usize,
     ) -> Result<()> {
-        crate::dispatch_kernel_dtype!(dtype, T => {
+        crate::dtype::dispatch_kernel_dtype!(dtype, T => {
             gpu::compare::<T>(
                 &self.queue(),
                 op,
@@ -210,7 +210,7 @@ impl Backend for CudaMem {
         b: Rhs<&CudaMem, &[u8]>,
         out: &mut CudaMem,
     ) -> Result<()> {
-        crate::dispatch_kernel_dtype!(dtype, T => {
+        crate::dtype::dispatch_kernel_dtype!(dtype, T => {
             let n = desc.numel();
             let elems = |m: &CudaMem| m.capacity() / size_of::<T>();
             let rhs = device_rhs::<T>(b)?;
@@ -260,7 +260,7 @@ impl Backend for CudaMem {
     }
 
     fn fill(&mut self, dtype: DType, value: &[u8], len: usize) -> Result<()> {
-        crate::dispatch_kernel_dtype!(dtype, T => {
+        crate::dtype::dispatch_kernel_dtype!(dtype, T => {
             let mut v = [0u8; 8];
             v[..size_of::<T>()].copy_from_slice(&value[..size_of::<T>()]);
             // SAFETY: as in `binary_nd`: the bytes of one value of a plain-old-data type.
@@ -319,7 +319,7 @@ impl Backend for CudaMem {
             )?;
             return Ok(());
         }
-        crate::dispatch_kernel_dtype!(dtype, T => {
+        crate::dtype::dispatch_kernel_dtype!(dtype, T => {
             let plan = ReducePlan::new(shape, self.ctx().multiprocessors() as usize, size_of::<T>());
             let ws_len = plan.workspace_bytes::<T>(op);
             let mut ws = CudaMem::new(self.ordinal(), ws_len)?;
@@ -345,8 +345,8 @@ impl Backend for CudaMem {
         hi: Option<&[u8]>,
         out: &mut CudaMem,
     ) -> Result<()> {
-        use crate::backend::element_from_bytes;
-        crate::dispatch_kernel_dtype!(dtype, T => {
+        use crate::compute::element_from_bytes;
+        crate::dtype::dispatch_kernel_dtype!(dtype, T => {
             let lo = lo.map(|b| element_from_bytes::<T>("clamp", b)).transpose()?;
             let hi = hi.map(|b| element_from_bytes::<T>("clamp", b)).transpose()?;
             gpu::clamp::<T>(
@@ -405,7 +405,7 @@ impl Backend for CudaMem {
             dtype,
         })?;
         let out_bytes = n * if dtype.is_float() { dtype.size() } else { 8 };
-        crate::dispatch_kernel_dtype!(dtype, T => {
+        crate::dtype::dispatch_kernel_dtype!(dtype, T => {
             let plan = ScanPlan::new(shape, self.ctx().multiprocessors() as usize);
             let ws_len = plan.workspace_bytes::<T>();
             let mut ws = CudaMem::new(self.ordinal(), ws_len)?;
@@ -500,7 +500,7 @@ impl Backend for CudaMem {
             dtype,
         })?;
         let plan = SortPlan::new(rows, r)?;
-        crate::dispatch_kernel_dtype!(dtype, T => {
+        crate::dtype::dispatch_kernel_dtype!(dtype, T => {
             let ws_len = plan.workspace_bytes::<T>()?;
             let mut ws = CudaMem::new(self.ordinal(), ws_len)?;
             sort::gpu_sort::<T>(

@@ -4,7 +4,7 @@
 
 use super::{Mem, MemMut, Storage, check_float_only, check_kernel_dtype, mixed};
 use crate::Result;
-use crate::backend::Backend;
+use crate::compute::Compute;
 use genesis_kernels::{BinaryOp, UnaryOp};
 
 impl Storage {

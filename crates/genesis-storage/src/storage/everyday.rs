@@ -5,7 +5,7 @@ use genesis_kernels::gather::Along;
 use genesis_kernels::scan::ScanOp;
 
 use super::{Mem, MemMut, Storage, byte_len, check_kernel_dtype, mixed};
-use crate::backend::Backend;
+use crate::compute::Compute;
 use crate::{DType, Error, Result};
 
 impl Storage {
@@ -71,10 +71,10 @@ impl Storage {
         let mut out = Storage::uninit(len, dtype, self.device())?;
         match (self.read("clamp")?.mem(), out.mem_mut("clamp")?) {
             (Mem::Host(a), MemMut::Host(o)) => {
-                Backend::clamp(a, dtype, start, len, lo.as_deref(), hi.as_deref(), o)?
+                Compute::clamp(a, dtype, start, len, lo.as_deref(), hi.as_deref(), o)?
             }
             (Mem::Cuda(a), MemMut::Cuda(o)) => {
-                Backend::clamp(a, dtype, start, len, lo.as_deref(), hi.as_deref(), o)?
+                Compute::clamp(a, dtype, start, len, lo.as_deref(), hi.as_deref(), o)?
             }
             _ => return Err(mixed("clamp")),
         }

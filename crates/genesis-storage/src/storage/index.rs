@@ -12,7 +12,7 @@
 use genesis_kernels::index::{IndexDesc, Keys, MAX_INDEX_DIMS, Rows16, Strided};
 
 use super::{Mem, MemMut, Storage, mixed};
-use crate::backend::Backend;
+use crate::compute::Compute;
 use crate::{DType, Device, Error, Result};
 
 /// A malformed request, as the kernels' error.

@@ -1,7 +1,7 @@
 //! Boolean-mask selection and fill (`genesis_kernels::mask`).
 
 use super::{Mem, MemMut, Storage};
-use crate::backend::Backend;
+use crate::compute::Compute;
 use crate::{DType, Error, Result};
 
 impl Storage {

@@ -1,7 +1,7 @@
 //! Batched matrix multiplication of storages (`genesis_kernels::matmul`).
 
 use super::{Mem, MemMut, Storage};
-use crate::backend::Backend;
+use crate::compute::Compute;
 use crate::{Error, Result};
 use genesis_kernels::matmul::{MatmulLayout, MatmulPrecision, MatmulShape};
 

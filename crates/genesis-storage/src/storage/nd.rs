@@ -2,7 +2,7 @@
 //! and strided operands, and scalar operands passed to the kernel as an argument.
 
 use super::{Inner, Mem, MemMut, Storage, check_float_only, check_kernel_dtype, mixed};
-use crate::backend::Backend;
+use crate::compute::Compute;
 use crate::layout::Layout;
 use crate::{DType, Device, Error, Result};
 use genesis_kernels::{BinaryNd, BinaryOp, CompareOp, Rhs, WhereNd};
@@ -347,7 +347,7 @@ impl NdKernel {
         }
     }
 
-    fn run<B: Backend + ?Sized>(
+    fn run<B: Compute + ?Sized>(
         self,
         a: &B,
         dtype: DType,

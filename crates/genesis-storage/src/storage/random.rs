@@ -1,7 +1,7 @@
 //! Random storages from the counter-based generator of `genesis_kernels::random`.
 
 use super::{MemMut, Storage, byte_len};
-use crate::backend::Backend;
+use crate::compute::Compute;
 use crate::{DType, Device, Error, Result};
 use genesis_kernels::random::{RandomElement, Sampler};
 

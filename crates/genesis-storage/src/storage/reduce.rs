@@ -3,7 +3,7 @@
 use genesis_kernels::{ReduceOp, ReduceShape};
 
 use super::{Mem, MemMut, Storage, byte_len, check_float_only};
-use crate::backend::Backend;
+use crate::compute::Compute;
 use crate::{DType, Error, Result};
 
 /// What [`Storage::reduce`] gives: the reduced values and, for argmax/argmin, their indices

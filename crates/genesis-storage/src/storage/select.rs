@@ -2,7 +2,7 @@
 //! (the facade's `_out` forms).
 
 use super::{Mem, MemMut, Storage, check_float_only, check_kernel_dtype, mixed};
-use crate::backend::Backend;
+use crate::compute::Compute;
 use crate::{DType, Error, Result};
 use genesis_kernels::{BinaryOp, CompareOp, UnaryOp};
 

@@ -1,4 +1,4 @@
-//! The operations of each kind of memory behind one crate-private trait, [`Backend`]:
+//! The operations of each kind of memory behind one crate-private trait, [`Compute`]:
 //!
 //! - host memory (`[u8]`: the bytes of a CPU, pinned, memory-mapped or shared storage), where
 //!   the kernels' CPU twins run;
@@ -23,7 +23,7 @@ use crate::{CpuStorage, DType, Error, Result, WithDType};
 
 /// The operations of one kind of memory (see the module documentation).
 #[allow(clippy::too_many_arguments)]
-pub(crate) trait Backend {
+pub(crate) trait Compute {
     /// `out[out_at + i] = op(self[a_at + i], b[b_at + i])` for `i < len`.
     fn binary(
         &self,
@@ -310,7 +310,7 @@ pub(crate) trait Backend {
     ///
     /// # Safety
     ///
-    /// As [`Backend::index_gather`] for the offsets written; the live positions write
+    /// As [`Compute::index_gather`] for the offsets written; the live positions write
     /// distinct offsets.
     unsafe fn index_scatter(
         &mut self,
@@ -331,7 +331,7 @@ pub(crate) trait Backend {
     ///
     /// # Safety
     ///
-    /// As [`Backend::index_scatter`], with groups that partition the `nb` positions.
+    /// As [`Compute::index_scatter`], with groups that partition the `nb` positions.
     unsafe fn index_scatter_add(
         &mut self,
         dtype: DType,
@@ -463,7 +463,7 @@ pub(crate) fn element_from_bytes<T: WithDType>(op: &'static str, b: &[u8]) -> Re
     Ok(unsafe { b.as_ptr().cast::<T>().read_unaligned() })
 }
 
-impl Backend for [u8] {
+impl Compute for [u8] {
     fn binary(
         &self,
         op: BinaryOp,
@@ -475,7 +475,7 @@ impl Backend for [u8] {
         out_at: usize,
         len: usize,
     ) -> Result<()> {
-        crate::dispatch_kernel_dtype!(dtype, T => {
+        crate::dtype::dispatch_kernel_dtype!(dtype, T => {
             let (a, b) = (host::<T>(self, a_at, len)?, host::<T>(b, b_at, len)?);
             genesis_kernels::cpu::binary::<T>(op, a, b, host_mut::<T>(out, out_at, len)?)?;
             Ok(())
@@ -491,7 +491,7 @@ impl Backend for [u8] {
         b_at: usize,
         len: usize,
     ) -> Result<()> {
-        crate::dispatch_kernel_dtype!(dtype, T => {
+        crate::dtype::dispatch_kernel_dtype!(dtype, T => {
             let rhs = host::<T>(b, b_at, len)?;
             genesis_kernels::cpu::binary_assign::<T>(op, host_mut::<T>(self, at, len)?, rhs)?;
             Ok(())
@@ -506,7 +506,7 @@ impl Backend for [u8] {
         b: Rhs<&[u8], &[u8]>,
         out: &mut [u8],
     ) -> Result<()> {
-        crate::dispatch_kernel_dtype!(dtype, T => {
+        crate::dtype::dispatch_kernel_dtype!(dtype, T => {
             let a = host::<T>(self, 0, self.len() / size_of::<T>())?;
             let b = match b {
                 Rhs::Tensor(b) => Rhs::Tensor(host::<T>(b, 0, b.len() / size_of::<T>())?),
@@ -526,7 +526,7 @@ impl Backend for [u8] {
         desc: &BinaryNd,
         b: Rhs<&[u8], &[u8]>,
     ) -> Result<()> {
-        crate::dispatch_kernel_dtype!(dtype, T => {
+        crate::dtype::dispatch_kernel_dtype!(dtype, T => {
             let b = match b {
                 Rhs::Tensor(b) => Rhs::Tensor(host::<T>(b, 0, b.len() / size_of::<T>())?),
                 Rhs::Scalar(s) => Rhs::Scalar(host::<T>(s, 0, 1)?[0]),
@@ -546,7 +546,7 @@ impl Backend for [u8] {
         out_at: usize,
         len: usize,
     ) -> Result<()> {
-        crate::dispatch_kernel_dtype!(dtype, T => {
+        crate::dtype::dispatch_kernel_dtype!(dtype, T => {
             let a = host::<T>(self, at, len)?;
             genesis_kernels::cpu::unary::<T>(op, a, host_mut::<T>(out, out_at, len)?)?;
             Ok(())
@@ -554,7 +554,7 @@ impl Backend for [u8] {
     }
 
     fn unary_assign(&mut self, op: UnaryOp, dtype: DType, at: usize, len: usize) -> Result<()> {
-        crate::dispatch_kernel_dtype!(dtype, T => {
+        crate::dtype::dispatch_kernel_dtype!(dtype, T => {
             for x in host_mut::<T>(self, at, len)?.iter_mut() {
                 *x = <T as genesis_kernels::Element>::unary(op, *x);
             }
@@ -572,7 +572,7 @@ impl Backend for [u8] {
         out: &mut [u8],
         len: usize,
     ) -> Result<()> {
-        crate::dispatch_kernel_dtype!(dtype, T => {
+        crate::dtype::dispatch_kernel_dtype!(dtype, T => {
             let (a, b) = (host::<T>(self, a_at, len)?, host::<T>(b, b_at, len)?);
             genesis_kernels::cpu::compare::<T>(op, a, b, host_mut::<u8>(out, 0, len)?)?;
             Ok(())
@@ -587,7 +587,7 @@ impl Backend for [u8] {
         b: Rhs<&[u8], &[u8]>,
         out: &mut [u8],
     ) -> Result<()> {
-        crate::dispatch_kernel_dtype!(dtype, T => {
+        crate::dtype::dispatch_kernel_dtype!(dtype, T => {
             let a = host::<T>(self, 0, self.len() / size_of::<T>())?;
             let b = match b {
                 Rhs::Tensor(b) => Rhs::Tensor(host::<T>(b, 0, b.len() / size_of::<T>())?),
@@ -690,7 +690,7 @@ impl Backend for [u8] {
             reduce::reduce_bool(op, input, shape, host_mut::<u8>(values, 0, out_len)?)?;
             return Ok(());
         }
-        crate::dispatch_kernel_dtype!(dtype, T => {
+        crate::dtype::dispatch_kernel_dtype!(dtype, T => {
             let input = host::<T>(self, at, n)?;
             let islice = match indices {
                 Some(ix) => Some(host_mut::<i64>(ix, 0, out_len)?),
@@ -714,7 +714,7 @@ impl Backend for [u8] {
         hi: Option<&[u8]>,
         out: &mut [u8],
     ) -> Result<()> {
-        crate::dispatch_kernel_dtype!(dtype, T => {
+        crate::dtype::dispatch_kernel_dtype!(dtype, T => {
             let lo = lo.map(|b| element_from_bytes::<T>("clamp", b)).transpose()?;
             let hi = hi.map(|b| element_from_bytes::<T>("clamp", b)).transpose()?;
             let a = host::<T>(self, at, len)?;
@@ -757,7 +757,7 @@ impl Backend for [u8] {
             len: usize::MAX,
             dtype,
         })?;
-        crate::dispatch_kernel_dtype!(dtype, T => {
+        crate::dtype::dispatch_kernel_dtype!(dtype, T => {
             let input = host::<T>(self, at, n)?;
             if dtype.is_float() {
                 scan::<T, T>(op, input, shape, host_mut::<T>(out, 0, n)?)?;
@@ -800,7 +800,7 @@ impl Backend for [u8] {
         let (ni, nv, nt) = d.reach()?;
         let ix = host::<i64>(idx, idx_at, ni)?;
         if add {
-            crate::dispatch_kernel_dtype!(dtype, T => {
+            crate::dtype::dispatch_kernel_dtype!(dtype, T => {
                 let v = host::<T>(vals, vals_at, nv)?;
                 genesis_kernels::gather::scatter_add::<T>(host_mut::<T>(self, out_at, nt)?, ix, v, d)?;
                 Ok(())
@@ -829,7 +829,7 @@ impl Backend for [u8] {
             len: usize::MAX,
             dtype,
         })?;
-        crate::dispatch_kernel_dtype!(dtype, T => {
+        crate::dtype::dispatch_kernel_dtype!(dtype, T => {
             let input = host::<T>(self, at, n)?;
             genesis_kernels::sort::sort::<T>(
                 input,

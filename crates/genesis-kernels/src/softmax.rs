@@ -13,12 +13,14 @@
 //! **Twin bound.** The twin takes `m`, then sums `s` in order along the line; the kernels add in
 //! a tree (lanes, warps, chunks) and the streaming paths build `(m, s)` online (rescaling a
 //! running sum by `exp(m_old - m_new)`), and CUDA's `expf`/`logf` (2 and 1 ulp; `exp`/`log` for
-//! f64) differ from Rust's. For a line of `n` elements, the accumulator's unit roundoff `u`
-//! (2^-24, f64 2^-53) and `k = 8 + n.ilog2()`: softmax and logsumexp agree within a relative
-//! `k * u` of the larger result (softmax also within the smallest normal, where exp
-//! underflows), log_softmax within `k * u * (1 + |log s| + |x - m|)` absolute; f16 and bf16
-//! results within that and one ulp of their type (the f32 values round to neighbours). The GPU
-//! tests (`tests/gpu_softmax.rs`) check this bound.
+//! f64) differ from Rust's; `x - m` is the same operation on both. With `u` the accumulator's
+//! unit roundoff (2^-24, f64 2^-53) and `k = 8 + 2 sqrt(n)` for a line of `n` elements (the
+//! rounding of the two sums, in practice; not a worst case), the results agree within:
+//! softmax, a relative `k u` (and the smallest normal number of the type, where `exp`
+//! underflows); log_softmax, `k u (1 + |log s| + |x - m|)`; logsumexp, `k u (1 + |m| + |log s|)`;
+//! f16 and bf16 results within that and one ulp of their type (the f32 values round to
+//! neighbours). Special values (NaN, infinities) are identical. `tests/gpu_softmax.rs` checks
+//! this bound.
 //!
 //! Speed: along the last axis a warp takes a row of up to 1024 elements in registers, and a
 //! block a row of up to 96 KiB in shared memory: the input is read once and the output written

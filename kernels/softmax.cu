@@ -246,6 +246,7 @@ __device__ __forceinline__ void block_impl(const T *in, T *out, u64 outer, u64 n
     for (u64 row = blockIdx.x; row < outer; row += gridDim.x) {
         const T *p = in + row * n;
         A m = -Sm<T>::inf();
+#pragma unroll 4
         for (u64 j = threadIdx.x; j < nv; j += blockDim.x) {
             if (VEC) {
                 const V v = reinterpret_cast<const V *>(p)[j];
@@ -305,12 +306,14 @@ __device__ __forceinline__ St<T> range_state(const T *p, u64 begin, u64 end, typ
     st.init();
     if (VEC) {
         const V *pv = reinterpret_cast<const V *>(p);
+#pragma unroll 4
         for (u64 j = begin / V::N + threadIdx.x; j < end / V::N; j += blockDim.x) {
             const V v = pv[j];
 #pragma unroll
             for (int e = 0; e < V::N; ++e) st.push(Sm<T>::load(v.v[e]));
         }
     } else {
+#pragma unroll 4
         for (u64 k = begin + threadIdx.x; k < end; k += blockDim.x) st.push(Sm<T>::load(p[k]));
     }
     block_merge(st, red);
@@ -407,8 +410,10 @@ __device__ __forceinline__ void cols_impl(const T *in, T *out, u64 outer, u64 n,
         const T *p = in + o * n * inner + c;
         St<T> st;
         st.init();
-        if (live)
+        if (live) {
+#pragma unroll 4
             for (u64 k = ty; k < n; k += by) st.push(Sm<T>::load(p[k * inner]));
+        }
         sm_m[ty][tx] = st.m;
         sm_s[ty][tx] = st.s;
         __syncthreads();
@@ -430,6 +435,7 @@ __device__ __forceinline__ void cols_impl(const T *in, T *out, u64 outer, u64 n,
         const bool ok = is_fin(st.m);
         const A cst = const_of<T>(op, st.s);
         T *q = out + o * n * inner + c;
+#pragma unroll 4
         for (u64 k = ty; k < n; k += by) q[k * inner] = out_of<T>(op, Sm<T>::load(p[k * inner]), st.m, cst, ok);
     }
 }

@@ -431,7 +431,8 @@ pub fn gpu_softmax<T: Element>(
     let (mut outer, mut n, mut inner) = (shape.outer as u64, shape.r as u64, shape.inner as u64);
     let mut code = op.code();
     // 16-byte vectors when every row starts 16-byte aligned in the input and the output.
-    let vec = (pin % 16 == 0) && (pout % 16 == 0) && (shape.r * elem) % 16 == 0;
+    let vec =
+        pin.is_multiple_of(16) && pout.is_multiple_of(16) && (shape.r * elem).is_multiple_of(16);
     let suffix = if vec { "_v" } else { "" };
     let grid = |blocks: usize| blocks.clamp(1, MAX_GRID) as u32;
     let t = T::NAME;

@@ -126,7 +126,11 @@ fn compare<T: Float>(op: SoftmaxOp, x: &[T], s: ReduceShape, got: &[T], want: &[
                 .map(|j| x[(o * s.r + j) * s.inner + c].to_f64())
                 .collect();
             let m = line.iter().fold(f64::NEG_INFINITY, |a, &b| {
-                if a.is_nan() || b.is_nan() { f64::NAN } else { a.max(b) }
+                if a.is_nan() || b.is_nan() {
+                    f64::NAN
+                } else {
+                    a.max(b)
+                }
             });
             let ls = if m.is_finite() {
                 line.iter().map(|&v| (v - m).exp()).sum::<f64>().ln()
@@ -196,7 +200,10 @@ fn check<T: Float>(ctx: &Arc<Context>, rng: &mut SmallRng) {
                         .unwrap()
                         .into_slice(..out_len)
                         .unwrap(),
-                    ws.as_span_mut::<u8>().unwrap().into_slice(..ws_len).unwrap(),
+                    ws.as_span_mut::<u8>()
+                        .unwrap()
+                        .into_slice(..ws_len)
+                        .unwrap(),
                 )
                 .unwrap();
                 stream.synchronize().unwrap();

@@ -67,7 +67,7 @@ impl Tensor {
     /// # fn main() -> genesis::Result<()> {
     /// let x = Tensor::from_slice(&[1e4f32, 1e4, 0.0, f32::NEG_INFINITY], &[2, 2], Device::Cpu)?;
     /// assert_eq!(x.logsumexp(-1, false)?.to_vec::<f32>()?, [1e4 + 2f32.ln(), 0.0]);
-    /// assert_eq!(x.logsumexp(&[0, 1], true)?.shape(), &[1, 1]);
+    /// assert_eq!(x.logsumexp([0, 1], true)?.shape(), &[1, 1]);
     /// let i = Tensor::from_slice(&[0i64, 0], &[2], Device::Cpu)?;
     /// assert_eq!(i.logsumexp((), false)?.to_vec::<f32>()?, [2f32.ln()]);
     /// # Ok(())

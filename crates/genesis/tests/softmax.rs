@@ -472,7 +472,7 @@ fn logsumexp_over_several_dims() {
             }
         }
         // Integers and bools give float32.
-        let i = Tensor::from_slice(&[1i64, 2, 3, 4], &[2, 2], dev).unwrap();
+        let i = Tensor::from_slice(&[1i64, 2, 3, 4], [2, 2], dev).unwrap();
         let l = i.logsumexp(1, false).unwrap();
         assert_eq!(l.dtype(), DType::F32);
         let want = [
@@ -493,7 +493,7 @@ fn logsumexp_over_several_dims() {
 fn results_are_new_contiguous_tensors() {
     let _release = Release;
     for dev in devices() {
-        let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3], dev).unwrap();
+        let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], [2, 3], dev).unwrap();
         let y = x.t().unwrap().softmax(0).unwrap();
         assert!(y.is_contiguous());
         assert_eq!(y.shape(), &[3, 2]);

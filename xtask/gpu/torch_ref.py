@@ -225,6 +225,19 @@ def main():
         med, mn = wall(fn, 30)
         rows.append({"name": name, "bytes": nbytes, "median_ms": med, "min_ms": mn})
     del x, flags, idx, sel, narrow, wide, pinned
+    # The softmax family of gpu_facade, on 8192^2 f32 and bf16; bytes: input + output.
+    x = torch.randn(8192, 8192, device=dev)
+    xb = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
+    for name, nbytes, fn in [
+            ("softmax_dim1_8192x8192_f32", 2 * n2 * 4, lambda: torch.softmax(x, 1)),
+            ("log_softmax_dim1_8192x8192_f32", 2 * n2 * 4, lambda: torch.log_softmax(x, 1)),
+            ("softmax_dim1_8192x8192_bf16", 2 * n2 * 2, lambda: torch.softmax(xb, 1)),
+            ("log_softmax_dim1_8192x8192_bf16", 2 * n2 * 2, lambda: torch.log_softmax(xb, 1)),
+            ("logsumexp_dim1_8192x8192_f32", n2 * 4 + 8192 * 4, lambda: torch.logsumexp(x, 1)),
+            ("softmax_dim0_8192x8192_f32", 2 * n2 * 4, lambda: torch.softmax(x, 0))]:
+        med, mn = wall(fn, 30)
+        rows.append({"name": name, "bytes": nbytes, "median_ms": med, "min_ms": mn})
+    del x, xb
     for dt, name in [(torch.float32, "matmul_4096_f32"), (torch.bfloat16, "matmul_4096_bf16")]:
         a = torch.randn(4096, 4096, device=dev, dtype=dt)
         b = torch.randn(4096, 4096, device=dev, dtype=dt)

@@ -126,6 +126,17 @@ pub static SCAN: genesis_cuda::KernelImage = genesis_cuda::KernelImage {
 /// Bytes of the `scan` image, for size reports.
 pub const SCAN_BYTES: usize = include_bytes!("../images/scan.fatbin").len();
 
+/// The fatbin built from `kernels/softmax.cu`.
+#[cfg(feature = "cuda")]
+pub static SOFTMAX: genesis_cuda::KernelImage = genesis_cuda::KernelImage {
+    name: "softmax",
+    image: include_bytes!("../images/softmax.fatbin"),
+    targets: TARGETS,
+};
+
+/// Bytes of the `softmax` image, for size reports.
+pub const SOFTMAX_BYTES: usize = include_bytes!("../images/softmax.fatbin").len();
+
 /// The fatbin built from `kernels/sort.cu`.
 #[cfg(feature = "cuda")]
 pub static SORT: genesis_cuda::KernelImage = genesis_cuda::KernelImage {

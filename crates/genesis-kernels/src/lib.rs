@@ -25,6 +25,7 @@ pub mod nd;
 pub mod random;
 pub mod reduce;
 pub mod scan;
+pub mod softmax;
 pub mod sort;
 pub mod unary;
 

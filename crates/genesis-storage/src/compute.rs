@@ -14,6 +14,7 @@ use genesis_kernels::gather::Along;
 use genesis_kernels::index::{IndexDesc, Keys, Rows16, Strided};
 use genesis_kernels::matmul::MatmulLayout;
 use genesis_kernels::scan::ScanOp;
+use genesis_kernels::softmax::SoftmaxOp;
 use genesis_kernels::{BinaryNd, BinaryOp, CompareOp, MatmulPrecision, MatmulShape};
 use genesis_kernels::{ReduceOp, ReduceShape};
 use genesis_kernels::{Rhs, Sampler, UnaryOp, WhereNd};
@@ -180,6 +181,18 @@ pub(crate) trait Compute {
     fn scan(
         &self,
         op: ScanOp,
+        dtype: DType,
+        at: usize,
+        shape: ReduceShape,
+        out: &mut Self,
+    ) -> Result<()>;
+
+    /// `op` (softmax, log_softmax or logsumexp) of `shape.input_len()` elements from
+    /// `self[at]` along the reduced axis into `out` (`dtype`, a floating type; the input's
+    /// length, or `shape.output_len()` for logsumexp).
+    fn softmax(
+        &self,
+        op: SoftmaxOp,
         dtype: DType,
         at: usize,
         shape: ReduceShape,
@@ -764,6 +777,28 @@ impl Compute for [u8] {
             } else {
                 scan::<T, i64>(op, input, shape, host_mut::<i64>(out, 0, n)?)?;
             }
+            Ok(())
+        }, _ => Err(unsupported(op.name(), dtype)))
+    }
+
+    fn softmax(
+        &self,
+        op: SoftmaxOp,
+        dtype: DType,
+        at: usize,
+        shape: ReduceShape,
+        out: &mut [u8],
+    ) -> Result<()> {
+        let overflow = || Error::SizeOverflow {
+            len: usize::MAX,
+            dtype,
+        };
+        let n = shape.input_len().ok_or_else(overflow)?;
+        let out_len = op.output_len(shape).ok_or_else(overflow)?;
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
+            let input = host::<T>(self, at, n)?;
+            let out = host_mut::<T>(out, 0, out_len)?;
+            genesis_kernels::softmax::softmax::<T>(op, input, shape, out)?;
             Ok(())
         }, _ => Err(unsupported(op.name(), dtype)))
     }

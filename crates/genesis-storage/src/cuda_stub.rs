@@ -5,6 +5,7 @@
 use genesis_kernels::gather::Along;
 use genesis_kernels::index::{IndexDesc, Keys, Rows16, Strided};
 use genesis_kernels::scan::ScanOp;
+use genesis_kernels::softmax::SoftmaxOp;
 use genesis_kernels::{BinaryNd, BinaryOp, CompareOp, MatmulPrecision, MatmulShape};
 use genesis_kernels::{ReduceOp, ReduceShape};
 use genesis_kernels::{Rhs, Sampler, UnaryOp, WhereNd};
@@ -321,6 +322,17 @@ impl Compute for CudaMem {
     }
 
     fn scan(&self, _: ScanOp, _: DType, _: usize, _: ReduceShape, _: &mut CudaMem) -> Result<()> {
+        match *self {}
+    }
+
+    fn softmax(
+        &self,
+        _: SoftmaxOp,
+        _: DType,
+        _: usize,
+        _: ReduceShape,
+        _: &mut CudaMem,
+    ) -> Result<()> {
         match *self {}
     }
 

@@ -1352,6 +1352,7 @@ mod random;
 mod reduce;
 mod select;
 mod shared;
+mod softmax;
 
 pub use nd::BinaryRhs;
 pub use reduce::{Reduced, reduce_dtype};

@@ -584,6 +584,48 @@ mod gpu {
         }
         drop((x, flags, idx, picks, narrow, wide, pinned));
 
+        // The softmax family on 8192^2 (f32 and bf16), output allocation included; wall clock,
+        // as torch_ref. Bytes: input plus output.
+        let x = g.randn([8192, 8192], DType::F32, dev)?;
+        let xb = g.randn([8192, 8192], DType::BF16, dev)?;
+        let cases: [(&str, usize, &dyn Fn() -> BoxResult); 6] = [
+            ("softmax_dim1_8192x8192_f32", 2 * n2 * 4, &|| {
+                x.softmax(1)?;
+                Ok(())
+            }),
+            ("log_softmax_dim1_8192x8192_f32", 2 * n2 * 4, &|| {
+                x.log_softmax(1)?;
+                Ok(())
+            }),
+            ("softmax_dim1_8192x8192_bf16", 2 * n2 * 2, &|| {
+                xb.softmax(1)?;
+                Ok(())
+            }),
+            ("log_softmax_dim1_8192x8192_bf16", 2 * n2 * 2, &|| {
+                xb.log_softmax(1)?;
+                Ok(())
+            }),
+            ("logsumexp_dim1_8192x8192_f32", n2 * 4 + row * 4, &|| {
+                x.logsumexp(1, false)?;
+                Ok(())
+            }),
+            ("softmax_dim0_8192x8192_f32", 2 * n2 * 4, &|| {
+                x.softmax(0)?;
+                Ok(())
+            }),
+        ];
+        for (name, bytes, f) in cases {
+            let (med, min) = wall(30, f)?;
+            rows.push(Row {
+                name: name.into(),
+                bytes,
+                median_ms: med,
+                min_ms: min,
+                note: "wall clock incl. output allocation, as torch_ref".into(),
+            });
+        }
+        drop((x, xb));
+
         // matmul at 4096 (f32 and bf16), output allocation included.
         let side = 4096usize;
         let g = genesis::Generator::new(1);

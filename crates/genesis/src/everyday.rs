@@ -15,11 +15,11 @@ use crate::{Error, Result, Tensor};
 
 /// The reduced view of a tensor: the storage and first element to read, the `[outer, r,
 /// inner]` shape and the output shape.
-struct Reduction {
-    storage: Arc<Storage>,
-    start: usize,
-    shape: ReduceShape,
-    out_shape: Vec<usize>,
+pub(crate) struct Reduction {
+    pub(crate) storage: Arc<Storage>,
+    pub(crate) start: usize,
+    pub(crate) shape: ReduceShape,
+    pub(crate) out_shape: Vec<usize>,
 }
 
 impl Tensor {
@@ -264,7 +264,7 @@ impl Tensor {
     /// The layout of a reduction over `dims` (as [`Tensor::reduce`]): the reduced dimensions
     /// read in place when they are adjacent in a contiguous tensor, otherwise a copy with them
     /// moved last.
-    fn reduction(
+    pub(crate) fn reduction(
         &self,
         name: &'static str,
         dims: Option<&[isize]>,

@@ -39,6 +39,7 @@ mod promote;
 mod random;
 mod reduce;
 mod select;
+mod softmax;
 mod tensor;
 mod unary;
 

@@ -497,6 +497,50 @@ fn operations() {
 }
 
 #[test]
+fn softmax_family() {
+    let mut s = Sweep::default();
+    let a = t(&[2, 3]);
+    let ints = Tensor::zeros([2usize, 3], DType::I64, CPU).unwrap();
+    let bools = mask(&[2, 3]);
+    let scalar = Tensor::from_slice(&[1.0f32], &[] as &[usize], CPU).unwrap();
+    s.err("softmax(dim 2 of 2)", || a.softmax(2));
+    s.err("softmax(dim -3 of 2)", || a.softmax(-3));
+    s.err("log_softmax(dim 2 of 2)", || a.log_softmax(2));
+    s.err("softmax(0-d, dim 1)", || scalar.softmax(1));
+    s.err("logsumexp(dim 2 of 2)", || a.logsumexp(2, false));
+    s.err("logsumexp(dims [0, 0])", || a.logsumexp([0, 0], false));
+    s.err("logsumexp(0-d, dim -2)", || scalar.logsumexp(-2, true));
+    s.err("softmax(i64)", || ints.softmax(0));
+    s.err("log_softmax(bool)", || bools.log_softmax(-1));
+    s.finish();
+    // The errors are typed: a dimension out of range, and PyTorch's "not implemented for
+    // 'Long'" as UnsupportedDType.
+    assert!(matches!(
+        a.softmax(2),
+        Err(Error::DimOutOfRange {
+            dim: 2,
+            rank: 2,
+            ..
+        })
+    ));
+    assert!(format!("{:?}", a.logsumexp(-3, false)).contains("DimOutOfRange"));
+    assert!(matches!(
+        ints.softmax(0),
+        Err(Error::Storage(genesis_storage::Error::UnsupportedDType {
+            dtype: DType::I64,
+            ..
+        }))
+    ));
+    assert!(matches!(
+        bools.log_softmax(0),
+        Err(Error::Storage(genesis_storage::Error::UnsupportedDType {
+            dtype: DType::Bool,
+            ..
+        }))
+    ));
+}
+
+#[test]
 fn indexing() {
     let mut s = Sweep::default();
     let x = t(&[3, 4]);

@@ -4,6 +4,7 @@
 use genesis_kernels::gather::Along;
 use genesis_kernels::index::{IndexDesc, Keys, Rows16, Strided};
 use genesis_kernels::scan::ScanOp;
+use genesis_kernels::softmax::SoftmaxOp;
 use genesis_kernels::{BinaryNd, BinaryOp, CompareOp, MatmulPrecision, MatmulShape};
 use genesis_kernels::{ReduceOp, ReduceShape};
 use genesis_kernels::{Rhs, Sampler, UnaryOp, WhereNd, gpu};
@@ -415,6 +416,37 @@ impl Compute for CudaMem {
                 self.range::<T>(at, n)?,
                 shape,
                 out.span_mut::<u8>(out_bytes)?,
+                ws.span_mut::<u8>(ws_len)?,
+            )?;
+            Ok(())
+        }, _ => Err(unsupported(op.name(), dtype)))
+    }
+
+    fn softmax(
+        &self,
+        op: SoftmaxOp,
+        dtype: DType,
+        at: usize,
+        shape: ReduceShape,
+        out: &mut CudaMem,
+    ) -> Result<()> {
+        use genesis_kernels::softmax::{self, SoftmaxPlan};
+        let overflow = || Error::SizeOverflow {
+            len: usize::MAX,
+            dtype,
+        };
+        let n = shape.input_len().ok_or_else(overflow)?;
+        let out_len = op.output_len(shape).ok_or_else(overflow)?;
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
+            let sms = self.ctx().multiprocessors() as usize;
+            let ws_len = SoftmaxPlan::new(shape, size_of::<T>(), sms).workspace_bytes(size_of::<T>());
+            let mut ws = CudaMem::new(self.ordinal(), ws_len)?;
+            softmax::gpu_softmax::<T>(
+                &self.queue(),
+                op,
+                self.range::<T>(at, n)?,
+                shape,
+                out.span_mut::<T>(out_len)?,
                 ws.span_mut::<u8>(ws_len)?,
             )?;
             Ok(())

@@ -664,6 +664,130 @@ GX_CLAMP(bf16, __nv_bfloat16)
 GX_CLAMP(i32, int32_t)
 GX_CLAMP(i64, int64_t)
 
+// nan_to_num: NaN, +inf and -inf replaced by three values of the type (PyTorch's nan_to_num);
+// the clamp kernel's loop (16-byte vectors, GX_UNROLL in flight), another element function.
+template <typename T> __device__ __forceinline__ float gx_widen(T x) { return (float)x; }
+template <> __device__ __forceinline__ float gx_widen<__half>(__half x) { return __half2float(x); }
+template <> __device__ __forceinline__ float gx_widen<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T> struct GxWide { typedef float F; static __device__ __forceinline__ float of(T x) { return gx_widen<T>(x); } };
+template <> struct GxWide<double> { typedef double F; static __device__ __forceinline__ double of(double x) { return x; } };
+
+template <typename T> __device__ __forceinline__ T nan_to_num_one(T x, T nv, T pv, T mv) {
+    const typename GxWide<T>::F f = GxWide<T>::of(x);
+    if (f != f) return nv;
+    if (f == (typename GxWide<T>::F)INFINITY) return pv;
+    if (f == -(typename GxWide<T>::F)INFINITY) return mv;
+    return x;
+}
+
+template <typename T>
+__device__ __forceinline__ void nan_to_num_impl(const T *a, T *out, uint64_t n, int vec_ok, T nv, T pv, T mv) {
+    if (vec_ok) {
+        constexpr int V = 16 / sizeof(T);
+        const uint64_t nvec = n / V;
+        const uint64_t tile = (uint64_t)GX_THREADS * GX_UNROLL;
+        const uint4 *a4 = reinterpret_cast<const uint4 *>(a);
+        uint4 *o4 = reinterpret_cast<uint4 *>(out);
+        for (uint64_t base = (uint64_t)blockIdx.x * tile; base < nvec; base += (uint64_t)gridDim.x * tile) {
+            Vec16<T> x[GX_UNROLL];
+#pragma unroll
+            for (int u = 0; u < GX_UNROLL; ++u) {
+                uint64_t i = base + (uint64_t)u * GX_THREADS + threadIdx.x;
+                if (i < nvec) x[u].raw = a4[i];
+            }
+#pragma unroll
+            for (int u = 0; u < GX_UNROLL; ++u) {
+                uint64_t i = base + (uint64_t)u * GX_THREADS + threadIdx.x;
+                if (i < nvec) {
+#pragma unroll
+                    for (int k = 0; k < V; ++k) x[u].v[k] = nan_to_num_one<T>(x[u].v[k], nv, pv, mv);
+                    o4[i] = x[u].raw;
+                }
+            }
+        }
+        if (blockIdx.x == 0) {
+            uint64_t i = nvec * V + threadIdx.x;
+            if (i < n) out[i] = nan_to_num_one<T>(a[i], nv, pv, mv);
+        }
+    } else {
+        const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+        for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+            out[i] = nan_to_num_one<T>(a[i], nv, pv, mv);
+    }
+}
+#define GX_NAN_TO_NUM(NAME, T)                                                                 \
+    extern "C" __global__ void __launch_bounds__(GX_THREADS)                                    \
+        nan_to_num_##NAME(const T *a, T *out, uint64_t n, int vec_ok, T nv, T pv, T mv) {       \
+        nan_to_num_impl<T>(a, out, n, vec_ok, nv, pv, mv);                                      \
+    }
+GX_NAN_TO_NUM(f64, double)
+GX_NAN_TO_NUM(f32, float)
+GX_NAN_TO_NUM(f16, __half)
+GX_NAN_TO_NUM(bf16, __nv_bfloat16)
+
+// isnan / isinf / isfinite of the float types, as bool bytes. With `vec_ok` (the input 16-byte
+// aligned, the output aligned to 16 / sizeof(T) bytes) a thread reads 16 bytes and writes their
+// 16 / sizeof(T) flags in one store.
+struct CIsNan { template <typename F> static __device__ __forceinline__ bool c(F f) { return f != f; } };
+struct CIsInf { template <typename F> static __device__ __forceinline__ bool c(F f) { return f == (F)INFINITY || f == -(F)INFINITY; } };
+struct CIsFinite { template <typename F> static __device__ __forceinline__ bool c(F f) { return f - f == (F)0; } };
+template <int V> struct GxBytes;
+template <> struct GxBytes<2> { typedef uint16_t U; };
+template <> struct GxBytes<4> { typedef uint32_t U; };
+template <> struct GxBytes<8> { typedef uint64_t U; };
+
+template <typename P, typename T>
+__device__ __forceinline__ void classify_impl(const T *a, uint8_t *out, uint64_t n, int vec_ok) {
+    if (vec_ok) {
+        constexpr int V = 16 / sizeof(T);
+        typedef typename GxBytes<V>::U U;
+        const uint64_t nvec = n / V;
+        const uint64_t tile = (uint64_t)GX_THREADS * GX_UNROLL;
+        const uint4 *a4 = reinterpret_cast<const uint4 *>(a);
+        U *ov = reinterpret_cast<U *>(out);
+        for (uint64_t base = (uint64_t)blockIdx.x * tile; base < nvec; base += (uint64_t)gridDim.x * tile) {
+            Vec16<T> x[GX_UNROLL];
+#pragma unroll
+            for (int u = 0; u < GX_UNROLL; ++u) {
+                uint64_t i = base + (uint64_t)u * GX_THREADS + threadIdx.x;
+                if (i < nvec) x[u].raw = a4[i];
+            }
+#pragma unroll
+            for (int u = 0; u < GX_UNROLL; ++u) {
+                uint64_t i = base + (uint64_t)u * GX_THREADS + threadIdx.x;
+                if (i < nvec) {
+                    U packed = 0;
+#pragma unroll
+                    for (int k = 0; k < V; ++k)
+                        packed |= (U)P::c(GxWide<T>::of(x[u].v[k])) << (8 * k);
+                    ov[i] = packed;
+                }
+            }
+        }
+        if (blockIdx.x == 0) {
+            uint64_t i = nvec * V + threadIdx.x;
+            if (i < n) out[i] = P::c(GxWide<T>::of(a[i]));
+        }
+    } else {
+        const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+        for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+            out[i] = P::c(GxWide<T>::of(a[i]));
+    }
+}
+#define GX_CLASSIFY(OPNAME, P, NAME, T)                                                        \
+    extern "C" __global__ void __launch_bounds__(GX_THREADS)                                    \
+        OPNAME##_##NAME(const T *a, uint8_t *out, uint64_t n, int vec_ok) {                     \
+        classify_impl<P, T>(a, out, n, vec_ok);                                                 \
+    }
+#define GX_CLASSIFY_ALL(OPNAME, P)                                                             \
+    GX_CLASSIFY(OPNAME, P, f64, double)                                                         \
+    GX_CLASSIFY(OPNAME, P, f32, float)                                                          \
+    GX_CLASSIFY(OPNAME, P, f16, __half)                                                         \
+    GX_CLASSIFY(OPNAME, P, bf16, __nv_bfloat16)
+GX_CLASSIFY_ALL(isnan, CIsNan)
+GX_CLASSIFY_ALL(isinf, CIsInf)
+GX_CLASSIFY_ALL(isfinite, CIsFinite)
+
 #define GX_BINARY(OPNAME, OP, NAME, T)                                                         \
     extern "C" __global__ void __launch_bounds__(GX_THREADS)                                    \
         OPNAME##_##NAME(const T *a, const T *b, T *out, uint64_t n, int vec_ok) {               \

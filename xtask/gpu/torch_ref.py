@@ -238,6 +238,26 @@ def main():
         med, mn = wall(fn, 30)
         rows.append({"name": name, "bytes": nbytes, "median_ms": med, "min_ms": mn})
     del x, xb
+    # The shape and selection ops of gpu_facade; bytes: input + output.
+    x = torch.rand(8192, 8192, device=dev)
+    half = torch.rand(4096, 4096, device=dev)
+    flags = torch.rand(8192, 8192, device=dev) < 0.5
+    values = torch.randint(0, 1_000_000, (1 << 24,), device=dev)
+    classes = torch.randint(0, 100, (1 << 20,), device=dev)
+    for name, nbytes, fn in [
+            ("flip_dim1_8192x8192_f32", 2 * n2 * 4, lambda: x.flip(1)),
+            ("roll_dim1_8192x8192_f32", 2 * n2 * 4, lambda: x.roll(1000, 1)),
+            ("repeat_2x2_4096x4096_f32", 5 * (n2 // 4) * 4, lambda: half.repeat(2, 2)),
+            ("tril_8192x8192_f32", 2 * n2 * 4, lambda: x.tril()),
+            ("nonzero_50pct_8192x8192_bool", n2 + n2 // 2 * 16, lambda: flags.nonzero()),
+            ("unique_16Mi_i64", (1 << 24) * 8 * 2,
+             lambda: torch.unique(values, sorted=True, return_inverse=True, return_counts=True)),
+            ("one_hot_1Mi_100_i64", (1 << 20) * 8 * 101,
+             lambda: torch.nn.functional.one_hot(classes, 100)),
+            ("chunk_cat_dim1_8192x8192_f32", 2 * n2 * 4, lambda: torch.cat(x.chunk(4, 1), 1))]:
+        med, mn = wall(fn, 10)
+        rows.append({"name": name, "bytes": nbytes, "median_ms": med, "min_ms": mn})
+    del x, half, flags, values, classes
     for dt, name in [(torch.float32, "matmul_4096_f32"), (torch.bfloat16, "matmul_4096_bf16")]:
         a = torch.randn(4096, 4096, device=dev, dtype=dt)
         b = torch.randn(4096, 4096, device=dev, dtype=dt)

@@ -133,7 +133,26 @@ impl CompareOp {
     }
 }
 
+use crate::unary::Twin;
 pub use crate::unary::UnaryOp;
+
+impl Twin {
+    /// Whether `gpu` and `cpu`, two results of an op with this agreement for input `x`, agree.
+    pub fn agree<T: Element>(self, x: T, gpu: T, cpu: T) -> bool {
+        let d = T::ulps_apart(gpu, cpu);
+        match self {
+            Twin::Exact => d == 0,
+            _ if !T::IS_FLOAT => d == 0,
+            Twin::Ulps => d <= Twin::ULPS,
+            Twin::WideUlps => d <= 2 * Twin::ULPS,
+            Twin::InputUlps => {
+                d <= Twin::ULPS
+                    || (gpu.to_f64() - cpu.to_f64()).abs()
+                        <= Twin::ULPS as f64 * T::EPSILON * x.to_f64().abs()
+            }
+        }
+    }
+}
 
 /// An element type the elementwise kernels support: `f64`, `f32`, `f16`, `bf16`, `i32`, `i64`.
 ///

@@ -26,7 +26,12 @@ pub const ELEMENTWISE_UNROLL: u64 = 4;
 /// 16-byte vectors per thread per tile of the unary kernels (`GX_UNARY_UNROLL`).
 pub const UNARY_UNROLL: u64 = 1;
 
-fn elementwise_config(stream: &Stream, n: usize, elem_bytes: usize, vec_ok: bool) -> LaunchConfig {
+pub(crate) fn elementwise_config(
+    stream: &Stream,
+    n: usize,
+    elem_bytes: usize,
+    vec_ok: bool,
+) -> LaunchConfig {
     tiled_config(stream, n, elem_bytes, vec_ok, ELEMENTWISE_UNROLL)
 }
 

@@ -10,7 +10,8 @@
 //! log_softmax are NaN and logsumexp is `m` (PyTorch's results: a line of -inf, or of no
 //! elements, gives -inf, a +inf gives +inf, a NaN gives NaN).
 //!
-//! **Twin bound.** The twin takes `m`, then sums `s` in order along the line; the kernels add in
+//! **Twin bound.** The twin takes `m`, then sums `s` in order along the line in f64 (rounded to
+//! the accumulator type once); the kernels add in
 //! a tree (lanes, warps, chunks) and the streaming paths build `(m, s)` online (rescaling a
 //! running sum by `exp(m_old - m_new)`), and CUDA's `expf`/`logf` (2 and 1 ulp; `exp`/`log` for
 //! f64) differ from Rust's; `x - m` is the same operation on both. With `u` the accumulator's
@@ -181,7 +182,7 @@ fn check<T: Element>(
 
 /// CPU twin: `op` of `input` (`[outer, n, inner]`, contiguous) along `n` into `out` (the
 /// input's length, or `[outer, inner]` for logsumexp), of the floating type `T`. Computes in
-/// f32 (f64 for f64): each line's max, then the sum of `exp(x - m)` in order, then the outputs
+/// f32 (f64 for f64): each line's max, then the sum of `exp(x - m)` in order (in f64), then the outputs
 /// (see the module documentation). Nothing is written on error.
 pub fn softmax<T: Element>(
     op: SoftmaxOp,
@@ -204,11 +205,14 @@ pub fn softmax<T: Element>(
 fn lines<T: Element, A: Acc>(op: SoftmaxOp, input: &[T], s: ReduceShape, out: &mut [T]) {
     let (n, inner) = (s.r, s.inner);
     let mut m = vec![A::NEG_INF; inner];
+    // The sums in f64: the twin's own rounding stays far below the kernels' (a tree of f32
+    // partial sums), so the bound above measures the kernels.
+    let mut total = vec![0f64; inner];
     let mut sum = vec![A::ZERO; inner];
     for o in 0..s.outer {
         let base = o * n * inner;
         m.fill(A::NEG_INF);
-        sum.fill(A::ZERO);
+        total.fill(0.0);
         for k in 0..n {
             let line = &input[base + k * inner..][..inner];
             for (mc, &x) in m.iter_mut().zip(line) {
@@ -217,11 +221,14 @@ fn lines<T: Element, A: Acc>(op: SoftmaxOp, input: &[T], s: ReduceShape, out: &m
         }
         for k in 0..n {
             let line = &input[base + k * inner..][..inner];
-            for ((sc, &mc), &x) in sum.iter_mut().zip(&m).zip(line) {
+            for ((tc, &mc), &x) in total.iter_mut().zip(&m).zip(line) {
                 if mc.finite() {
-                    *sc = *sc + (A::of(x) - mc).exp();
+                    *tc += (A::of(x) - mc).exp().to::<f64>();
                 }
             }
+        }
+        for (sc, &tc) in sum.iter_mut().zip(&total) {
+            *sc = A::of(tc);
         }
         if op == SoftmaxOp::LogSumExp {
             for c in 0..inner {

@@ -313,22 +313,6 @@ pub enum Twin {
 impl Twin {
     /// The ulp bound of [`Twin::Ulps`] and [`Twin::InputUlps`].
     pub const ULPS: u64 = 4;
-
-    /// Whether `gpu` and `cpu`, two results of an op with this agreement for input `x`, agree.
-    pub fn agree<T: crate::Element>(self, x: T, gpu: T, cpu: T) -> bool {
-        let d = T::ulps_apart(gpu, cpu);
-        match self {
-            Twin::Exact => d == 0,
-            _ if !T::IS_FLOAT => d == 0,
-            Twin::Ulps => d <= Twin::ULPS,
-            Twin::WideUlps => d <= 2 * Twin::ULPS,
-            Twin::InputUlps => {
-                d <= Twin::ULPS
-                    || (gpu.to_f64() - cpu.to_f64()).abs()
-                        <= Twin::ULPS as f64 * T::EPSILON * x.to_f64().abs()
-            }
-        }
-    }
 }
 
 /// The [`Twin`] of a twin column of the table.

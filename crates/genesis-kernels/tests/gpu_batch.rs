@@ -90,6 +90,16 @@ fn program<T: Small>(ctx: &Arc<Context>, s: &Stream) -> Vec<Vec<u8>> {
             let (xr, xw) = in_place::<T>(&x);
             gpu::binary::<T>(s, op, pb, xr, xw).unwrap();
         }
+        // Each unary op on its own, from finite inputs (a chain of them would end in NaN).
+        for op in UnaryOp::ALL {
+            if T::unary_kernel(op).is_none() {
+                continue;
+            }
+            let mut y = DeviceBuffer::alloc(ctx, n * size_of::<T>()).unwrap();
+            gpu::unary::<T>(s, op, pb, y.as_span_mut::<T>().unwrap()).unwrap();
+            s.synchronize().unwrap();
+            outs.push(y.to_host_vec().unwrap());
+        }
         for op in UnaryOp::ALL {
             if T::unary_kernel(op).is_none() {
                 continue;
@@ -119,7 +129,17 @@ fn same_as_unbatched<T: Small>(ctx: &Arc<Context>, s: &Stream) {
     let got = program::<T>(ctx, s);
     let (r1, l1) = ctx.batch_counts();
     assert!(r1 > r0 && l1 > l0, "{}: small ops were batched", T::NAME);
-    assert_eq!(got, want, "{}: batched results differ", T::NAME);
+    // The same values (NaN payloads aside, which CUDA's library functions do not fix).
+    assert_eq!(got.len(), want.len());
+    for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+        let (g, w): (Vec<T>, Vec<T>) = (from_bytes(g), from_bytes(w));
+        let same = g.len() == w.len() && g.iter().zip(&w).all(|(a, b)| T::same(*a, *b));
+        assert!(
+            same,
+            "{}: batched results differ (output {k}): {g:?} vs {w:?}",
+            T::NAME
+        );
+    }
 }
 
 #[test]

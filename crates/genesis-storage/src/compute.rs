@@ -10,6 +10,7 @@
 //! operands' memory; a backend only computes. Positions and lengths are in elements of the
 //! dtype given; every operand of one call lives in the same backend.
 
+use genesis_kernels::classify::FloatClass;
 use genesis_kernels::gather::Along;
 use genesis_kernels::index::{IndexDesc, Keys, Rows16, Strided};
 use genesis_kernels::matmul::MatmulLayout;
@@ -84,6 +85,27 @@ pub(crate) trait Compute {
 
     /// In place: `self[at + i] = op(self[at + i])` for `i < len`.
     fn unary_assign(&mut self, op: UnaryOp, dtype: DType, at: usize, len: usize) -> Result<()>;
+
+    /// `out[i] = op(self[at + i])` as bool bytes, for `i < len` (float dtypes).
+    fn classify(
+        &self,
+        op: FloatClass,
+        dtype: DType,
+        at: usize,
+        len: usize,
+        out: &mut Self,
+    ) -> Result<()>;
+
+    /// `out[i] = self[at + i]` with NaN, +inf and -inf replaced by `values` (each rounded to
+    /// `dtype`, beyond its range to an infinity), for `i < len` (float dtypes).
+    fn nan_to_num(
+        &self,
+        dtype: DType,
+        at: usize,
+        len: usize,
+        values: [f64; 3],
+        out: &mut Self,
+    ) -> Result<()>;
 
     /// `out[i] = self[a_at + i] op b[b_at + i]` as bool bytes, for `i < len`.
     fn compare(
@@ -573,6 +595,37 @@ impl Compute for [u8] {
             }
             Ok(())
         }, _ => Err(unsupported(op.name(), dtype)))
+    }
+
+    fn classify(
+        &self,
+        op: FloatClass,
+        dtype: DType,
+        at: usize,
+        len: usize,
+        out: &mut [u8],
+    ) -> Result<()> {
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
+            let a = host::<T>(self, at, len)?;
+            genesis_kernels::classify::classify::<T>(op, a, &mut out[..len])?;
+            Ok(())
+        }, _ => Err(unsupported(op.name(), dtype)))
+    }
+
+    fn nan_to_num(
+        &self,
+        dtype: DType,
+        at: usize,
+        len: usize,
+        values: [f64; 3],
+        out: &mut [u8],
+    ) -> Result<()> {
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
+            let values = values.map(<T as genesis_kernels::Element>::from_f64);
+            let a = host::<T>(self, at, len)?;
+            genesis_kernels::classify::nan_to_num::<T>(a, values, host_mut::<T>(out, 0, len)?)?;
+            Ok(())
+        }, _ => Err(unsupported("nan_to_num", dtype)))
     }
 
     fn compare(

@@ -2,6 +2,7 @@
 //! code names CUDA memory without feature gates, and creating any is the typed error
 //! [`Error::CudaNotCompiled`]. Every method of a value that cannot exist is an empty `match`.
 
+use genesis_kernels::classify::FloatClass;
 use genesis_kernels::gather::Along;
 use genesis_kernels::index::{IndexDesc, Keys, Rows16, Strided};
 use genesis_kernels::scan::ScanOp;
@@ -247,6 +248,14 @@ impl Compute for CudaMem {
     }
 
     fn unary_assign(&mut self, _: UnaryOp, _: DType, _: usize, _: usize) -> Result<()> {
+        match *self {}
+    }
+
+    fn classify(&self, _: FloatClass, _: DType, _: usize, _: usize, _: &mut CudaMem) -> Result<()> {
+        match *self {}
+    }
+
+    fn nan_to_num(&self, _: DType, _: usize, _: usize, _: [f64; 3], _: &mut CudaMem) -> Result<()> {
         match *self {}
     }
 

@@ -1342,6 +1342,7 @@ mod tests {
     }
 }
 
+mod classify;
 mod elementwise;
 mod everyday;
 mod index;

@@ -626,6 +626,61 @@ mod gpu {
         }
         drop((x, xb));
 
+        // Shape and selection ops, output allocation included; wall clock, as torch_ref.
+        // Bytes: input plus output (nonzero and unique: their outputs).
+        let x = g.rand([8192, 8192], DType::F32, dev)?;
+        let half = g.rand([4096, 4096], DType::F32, dev)?;
+        let flags = g.rand([8192, 8192], DType::F32, dev)?.lt_scalar(0.5)?;
+        let values = g.randint(0, 1_000_000, [1 << 24], DType::I64, dev)?;
+        let classes = g.randint(0, 100, [1 << 20], DType::I64, dev)?;
+        let cases: [(&str, usize, &dyn Fn() -> BoxResult); 8] = [
+            ("flip_dim1_8192x8192_f32", 2 * n2 * 4, &|| {
+                x.flip(1)?;
+                Ok(())
+            }),
+            ("roll_dim1_8192x8192_f32", 2 * n2 * 4, &|| {
+                x.roll(&[1000], &[1])?;
+                Ok(())
+            }),
+            ("repeat_2x2_4096x4096_f32", 5 * (n2 / 4) * 4, &|| {
+                half.repeat([2, 2])?;
+                Ok(())
+            }),
+            ("tril_8192x8192_f32", 2 * n2 * 4, &|| {
+                x.tril(0)?;
+                Ok(())
+            }),
+            ("nonzero_50pct_8192x8192_bool", n2 + n2 / 2 * 16, &|| {
+                flags.nonzero()?;
+                Ok(())
+            }),
+            ("unique_16Mi_i64", (1 << 24) * 8 * 2, &|| {
+                values.unique(true, true, true)?;
+                Ok(())
+            }),
+            ("one_hot_1Mi_100_i64", (1 << 20) * 8 * 101, &|| {
+                classes.one_hot(Some(100))?;
+                Ok(())
+            }),
+            ("chunk_cat_dim1_8192x8192_f32", 2 * n2 * 4, &|| {
+                let parts = x.chunk(4, 1)?;
+                let refs: Vec<&Tensor> = parts.iter().collect();
+                Tensor::cat(&refs, 1)?;
+                Ok(())
+            }),
+        ];
+        for (name, bytes, f) in cases {
+            let (med, min) = wall(10, f)?;
+            rows.push(Row {
+                name: name.into(),
+                bytes,
+                median_ms: med,
+                min_ms: min,
+                note: "wall clock incl. output allocation, as torch_ref".into(),
+            });
+        }
+        drop((x, half, flags, values, classes));
+
         // matmul at 4096 (f32 and bf16), output allocation included.
         let side = 4096usize;
         let g = genesis::Generator::new(1);

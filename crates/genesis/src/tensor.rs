@@ -709,13 +709,13 @@ impl Tensor {
         self.binary_operand(BinaryOp::Minimum, other.operand())
     }
 
-    /// `op(self)` elementwise into a new contiguous tensor of the same shape and device, and
-    /// the same dtype but for the float ops (exp, log, sqrt, tanh, sigmoid) of integers and
-    /// bools, which give float32 (PyTorch's rule). Floats are computed in f32 (f16/bf16
-    /// widened and rounded once; float64 in `f64`, on every device); exp, log, tanh and
-    /// sigmoid are within a few ulp of the exact value (CUDA's math library on the GPU, Rust's
-    /// on the CPU), the other ops exact. `neg`, `abs` and `relu` of integers wrap; of bools
-    /// they are an error.
+    /// `op(self)` elementwise into a new contiguous tensor of the same shape and device: the
+    /// funnel of every unary op of the table ([`UnaryOp`]; `x.erf()` is `x.unary(UnaryOp::Erf)`).
+    /// The dtype stays, but for the float-only ops ([`UnaryOp::float_only`]) of integers and
+    /// bools, which give float32 (PyTorch's rule). Floats compute in f32 (f16/bf16 widened and
+    /// rounded once; float64 in `f64`, on every device); the library functions (exp, erf, ...)
+    /// are within a few ulp of the exact value ([`UnaryOp::twin`]), the other ops exact.
+    /// Integers wrap; of bools, `sign` is a copy, `square` int64, the others an error.
     #[track_caller]
     pub fn unary(&self, op: UnaryOp) -> Result<Tensor> {
         if !has_kernels(self.dtype()) || (op.float_only() && !self.dtype().is_float()) {

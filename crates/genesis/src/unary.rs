@@ -18,6 +18,7 @@
 //! # }
 //! ```
 
+use genesis_kernels::classify::FloatClass;
 use genesis_storage::{CompareOp, DType, UnaryOp};
 
 use crate::{Result, Tensor};
@@ -108,34 +109,40 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn isnan(&self) -> Result<Tensor> {
-        if !self.dtype().is_float() {
-            return Tensor::zeros(self.shape(), DType::Bool, self.device());
-        }
-        self.compare(CompareOp::Ne, self)
+        self.classify(FloatClass::IsNan)
     }
 
     /// Whether each element is an infinity of either sign, as a bool tensor (integers and
     /// bools: all false). PyTorch's `isinf`.
     #[track_caller]
     pub fn isinf(&self) -> Result<Tensor> {
-        if !self.dtype().is_float() {
-            return Tensor::zeros(self.shape(), DType::Bool, self.device());
-        }
-        self.abs()?.compare_scalar(CompareOp::Eq, f64::INFINITY)
+        self.classify(FloatClass::IsInf)
     }
 
     /// Whether each element is finite (neither NaN nor an infinity), as a bool tensor
     /// (integers and bools: all true). PyTorch's `isfinite`.
     #[track_caller]
     pub fn isfinite(&self) -> Result<Tensor> {
-        if !self.dtype().is_float() {
-            return Tensor::ones(self.shape(), DType::Bool, self.device());
-        }
-        // |NaN| < inf is false.
-        self.abs()?.compare_scalar(CompareOp::Lt, f64::INFINITY)
+        self.classify(FloatClass::IsFinite)
     }
 
-    /// NaN, +inf and -inf replaced by `nan`, `posinf` and `neginf` (PyTorch's `nan_to_num`):
+    /// `op` of each element as a bool tensor, in one pass over a float tensor's elements
+    /// (read in place when contiguous); integers and bools are never NaN or infinite.
+    #[track_caller]
+    fn classify(&self, op: FloatClass) -> Result<Tensor> {
+        if !self.dtype().is_float() {
+            return if op == FloatClass::IsFinite {
+                Tensor::ones(self.shape(), DType::Bool, self.device())
+            } else {
+                Tensor::zeros(self.shape(), DType::Bool, self.device())
+            };
+        }
+        let (a, start) = self.dense_operand(self.shape())?;
+        Tensor::from_storage(a.classify_at(op, start, self.numel())?, self.shape())
+    }
+
+    /// NaN, +inf and -inf replaced by `nan`, `posinf` and `neginf` in one pass (PyTorch's
+    /// `nan_to_num`):
     /// the infinities default to the dtype's largest and lowest finite values. Each value is
     /// rounded to the dtype as PyTorch's `static_cast` does (beyond its range: an infinity).
     /// Integers and bools are returned as a copy. A new contiguous tensor.
@@ -156,24 +163,9 @@ impl Tensor {
             return self.deep_clone();
         }
         let (lowest, highest) = finite_range(d);
-        // Each value converted as C++'s static_cast converts it (PyTorch's): rounded, a value
-        // beyond the dtype's range becoming an infinity.
-        let value = |v: f64| -> Result<Tensor> {
-            Tensor::full(&[] as &[usize], v, self.device())?.to_dtype(d)
-        };
-        let hi = value(posinf.unwrap_or(highest))?;
-        let lo = value(neginf.unwrap_or(lowest))?;
-        let x = Tensor::where_cond(
-            &self.compare_scalar(CompareOp::Eq, f64::INFINITY)?,
-            &hi,
-            self,
-        )?;
-        let x = Tensor::where_cond(
-            &self.compare_scalar(CompareOp::Eq, f64::NEG_INFINITY)?,
-            &lo,
-            &x,
-        )?;
-        Tensor::where_cond(&self.isnan()?, &value(nan)?, &x)
+        let values = [nan, posinf.unwrap_or(highest), neginf.unwrap_or(lowest)];
+        let (a, start) = self.dense_operand(self.shape())?;
+        Tensor::from_storage(a.nan_to_num_at(start, self.numel(), values)?, self.shape())
     }
 
     /// `ln(1 + e^(beta x)) / beta`, and `x` itself where `beta * x > threshold` (PyTorch's

@@ -13,8 +13,8 @@
 //! cd crates/genesis/tests
 //! python3 gen_facade_cases.py --seed 16 --count 24000 --out data/facade-cases.json.gz
 //! python3 gen_facade_cases.py --seed 1016 --count 6000 --out data/facade-heldout.json.gz
-//! python3 gen_facade_cases.py --families unary_math --seed 50 --count 3000 --out data/unary-cases.json.gz
-//! python3 gen_facade_cases.py --families unary_math --seed 1050 --count 1000 --out data/unary-heldout.json.gz
+//! python3 gen_facade_cases.py --families unary_math,classify --seed 50 --count 3000 --out data/unary-cases.json.gz
+//! python3 gen_facade_cases.py --families unary_math,classify --seed 1050 --count 1000 --out data/unary-heldout.json.gz
 //! ```
 //!
 //! The shape and selection ops (split, chunk, flatten, unflatten, repeat, tile, flip, roll,
@@ -139,8 +139,8 @@ fn held_out_facade_cases_agree_with_numpy() {
     run_all("facade-heldout.json.gz");
 }
 
-/// The unary ops of the op table beyond the first ten (erf, gelu, round, sign, ...), in their
-/// own corpus (`--families unary_math`).
+/// The unary ops of the op table beyond the first ten (erf, gelu, round, sign, ...) and the
+/// float classes (isnan, isinf, isfinite, nan_to_num), in their own corpus.
 #[test]
 fn unary_math_cases_agree_with_numpy() {
     run_all("unary-cases.json.gz");

@@ -14,7 +14,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use genesis::{CompareOp, DType, Device, Error, IndexItem, Tensor, s};
+use genesis::{CompareOp, DType, Device, Error, IndexItem, Tensor, UnaryOp, s};
 
 mod common;
 use common::{Release, devices};
@@ -117,6 +117,8 @@ fn shape_of(t: genesis::Result<Tensor>) -> genesis::Result<Vec<usize>> {
 }
 
 /// The probes for `t` (of `shape` and `dtype`).
+// One probe a statement, grouped by family with comments, reads better than one `vec![]`.
+#[allow(clippy::vec_init_then_push)]
 fn probes<'a>(t: &'a Tensor, shape: &'a [usize], dtype: DType) -> Vec<Probe<'a>> {
     let rank = shape.len();
     let same = || Want::Shape(shape.to_vec());
@@ -161,6 +163,48 @@ fn probes<'a>(t: &'a Tensor, shape: &'a [usize], dtype: DType) -> Vec<Probe<'a>>
         "clamp".into(),
         Want::NoPanic,
         Box::new(move || shape_of(t.clamp(Some(0.0), Some(1.0)))),
+    ));
+    // Every op of the unary table, out of place and in place, and the float classes.
+    for op in UnaryOp::ALL {
+        p.push((
+            op.name().into(),
+            Want::NoPanic,
+            Box::new(move || shape_of(t.unary(op))),
+        ));
+        p.push((
+            format!("{}_", op.name()),
+            Want::NoPanic,
+            Box::new(move || {
+                let own = t.deep_clone()?;
+                own.unary_(op)?;
+                Ok(own.shape().to_vec())
+            }),
+        ));
+    }
+    p.push((
+        "isnan".into(),
+        same(),
+        Box::new(move || shape_of(t.isnan())),
+    ));
+    p.push((
+        "isfinite".into(),
+        same(),
+        Box::new(move || shape_of(t.isfinite())),
+    ));
+    p.push((
+        "nan_to_num".into(),
+        same(),
+        Box::new(move || shape_of(t.nan_to_num(0.0, None, Some(-1.0)))),
+    ));
+    p.push((
+        "softmax(-1)".into(),
+        Want::NoPanic,
+        Box::new(move || shape_of(t.softmax(-1))),
+    ));
+    p.push((
+        "logsumexp(all)".into(),
+        Want::NoPanic,
+        Box::new(move || shape_of(t.logsumexp((), false))),
     ));
     p.push(("eq".into(), same(), Box::new(move || shape_of(t.eq(t)))));
     p.push((

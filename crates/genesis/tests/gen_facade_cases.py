@@ -6,8 +6,8 @@ in the GPU bundle, on CUDA; no Python is needed to run them:
 
     python3 gen_facade_cases.py --seed 16 --count 24000 --out data/facade-cases.json.gz
     python3 gen_facade_cases.py --seed 1016 --count 6000 --out data/facade-heldout.json.gz
-    python3 gen_facade_cases.py --families unary_math --seed 50 --count 3000 --out data/unary-cases.json.gz
-    python3 gen_facade_cases.py --families unary_math --seed 1050 --count 1000 --out data/unary-heldout.json.gz
+    python3 gen_facade_cases.py --families unary_math,classify --seed 50 --count 3000 --out data/unary-cases.json.gz
+    python3 gen_facade_cases.py --families unary_math,classify --seed 1050 --count 1000 --out data/unary-heldout.json.gz
 
 The second set is held out: generated independently (another seed), not looked at while fixing
 failures of the first.
@@ -1618,6 +1618,17 @@ def mk_unary_math(g, i):
         case["err"] = "InvalidArgument"
         return case
     if dt == "bool" and not float_op:
+        # PyTorch: sign of bools is the bools, square is pow(x, 2) in int64 (which does not go
+        # back into a bool tensor); the roundings have no bool kernel.
+        if op == "sign":
+            case["out"] = out_t("bool", np.asarray(a.a, dtype=object))
+            return case
+        if op == "square":
+            if form != "unary":
+                case["err"] = "InvalidArgument"
+                return case
+            case["out"] = out_t("int64", np.asarray(a.a, dtype=object).astype(int))
+            return case
         case["err"] = UNSUPPORTED
         return case
     if float_op and dt not in FLOATS and form == "unary_":
@@ -1629,6 +1640,45 @@ def mk_unary_math(g, i):
     case["out"] = out_t(odt, val)
     if tol:
         case["tol"] = tol
+    return case
+
+
+def mk_classify(g, i):
+    """isnan / isinf / isfinite (bools out; integers and bools are never NaN or infinite) and
+    nan_to_num (PyTorch's defaults: the dtype's largest and lowest finite values; a value is
+    rounded to the dtype, beyond its range to an infinity; integers and bools copied)."""
+    r = g.r
+    op = r.choice(["isnan", "isinf", "isfinite", "nan_to_num"])
+    dt = r.choice(FLOATS * 3 + DTYPES)
+    shape = g.shape()
+    ea, a = g.operand(dt, shape, heavy=True)
+    case = {"op": op, "args": {}, "in": [ea]}
+    x = np.asarray(a.a, dtype=object)
+    if op != "nan_to_num":
+        fn = {"isnan": math.isnan, "isinf": math.isinf, "isfinite": math.isfinite}[op]
+        out = np.empty(x.shape, dtype=object)
+        for idx in np.ndindex(x.shape):
+            v = x[idx]
+            out[idx] = fn(float(v)) if dt in FLOATS else (op == "isfinite")
+        case["out"] = out_t("bool", out)
+        return case
+    if dt not in FLOATS:
+        case["out"] = out_t(dt, x)
+        return case
+    _, _, big = FINFO[dt]
+    nan = r.choice([0.0, -1.5, 7.0])
+    pos = r.choice([None, 1.0, 1e10, -3.0])
+    neg = r.choice([None, -1.0, -1e10, 5.0])
+    case["args"] = {"nan": fmt_float("float64", nan),
+                    "posinf": None if pos is None else fmt_float("float64", pos),
+                    "neginf": None if neg is None else fmt_float("float64", neg)}
+    rv = lambda v: float(round_to(dt, np.array([v], dtype=np.float64))[0])
+    nv, pv, mv = rv(nan), rv(big if pos is None else pos), rv(-big if neg is None else neg)
+    out = np.empty(x.shape, dtype=object)
+    for idx in np.ndindex(x.shape):
+        v = float(x[idx])
+        out[idx] = nv if math.isnan(v) else (pv if v == math.inf else (mv if v == -math.inf else v))
+    case["out"] = out_t(dt, out)
     return case
 
 FAMILIES = [
@@ -1648,7 +1698,8 @@ FAMILIES = [
 # Generated into their own files (`--families unary_math`), so that the corpora above stay as
 # they were generated.
 EXTRA_FAMILIES = [
-    ("unary_math", mk_unary_math, 1.0),
+    ("unary_math", mk_unary_math, 0.8),
+    ("classify", mk_classify, 0.2),
 ]
 
 

@@ -200,7 +200,7 @@ fn check_along(
     g
 }
 
-/// CUDA's values against the CPU's: within twice the reference's tolerance (each is within it).
+/// CUDA's values against the CPU's: within 1% relative or two float16 subnormal steps.
 fn same_across_devices(cpu: &[f64], gpu: &[f64], what: &str) {
     assert_eq!(cpu.len(), gpu.len(), "{what}");
     for (i, (&c, &g)) in cpu.iter().zip(gpu).enumerate() {
@@ -209,7 +209,9 @@ fn same_across_devices(cpu: &[f64], gpu: &[f64], what: &str) {
         } else if c.is_infinite() {
             g == c
         } else {
-            (g - c).abs() <= 1e-2 * c.abs().max(1e-30) + 1e-30 || g == c
+            // Two float16 subnormal steps absolute: exp underflows there, and one rounding
+            // step of the f32 value is 2% of a result near 3e-6.
+            (g - c).abs() <= 1e-2 * c.abs() + 1.2e-7 || g == c
         };
         assert!(ok, "{what}: CUDA {g:e} vs CPU {c:e} at {i}");
     }

@@ -1,6 +1,7 @@
 //! The CUDA backend: [`Compute`] for device memory of a pool, launching the kernels of
 //! `genesis-kernels` on spans of it, on the calling thread's current stream of its device.
 
+use genesis_kernels::classify::FloatClass;
 use genesis_kernels::gather::Along;
 use genesis_kernels::index::{IndexDesc, Keys, Rows16, Strided};
 use genesis_kernels::scan::ScanOp;
@@ -156,6 +157,45 @@ impl Compute for CudaMem {
             gpu::unary_assign::<T>(&stream, op, dst)?;
             Ok(())
         }, _ => Err(unsupported(op.name(), dtype)))
+    }
+
+    fn classify(
+        &self,
+        op: FloatClass,
+        dtype: DType,
+        at: usize,
+        len: usize,
+        out: &mut CudaMem,
+    ) -> Result<()> {
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
+            genesis_kernels::classify::gpu_classify::<T>(
+                &self.queue(),
+                op,
+                self.range::<T>(at, len)?,
+                out.span_mut::<u8>(len)?,
+            )?;
+            Ok(())
+        }, _ => Err(unsupported(op.name(), dtype)))
+    }
+
+    fn nan_to_num(
+        &self,
+        dtype: DType,
+        at: usize,
+        len: usize,
+        values: [f64; 3],
+        out: &mut CudaMem,
+    ) -> Result<()> {
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
+            let values = values.map(<T as genesis_kernels::Element>::from_f64);
+            genesis_kernels::classify::gpu_nan_to_num::<T>(
+                &self.queue(),
+                self.range::<T>(at, len)?,
+                values,
+                out.span_mut::<T>(len)?,
+            )?;
+            Ok(())
+        }, _ => Err(unsupported("nan_to_num", dtype)))
     }
 
     fn compare(

@@ -286,6 +286,14 @@ pub(crate) fn run(case: &Value, device: Device) -> genesis::Result<Vec<Tensor>> 
             "sigmoid" => x.sigmoid(),
             o => x.unary(unary_op(o)),
         }),
+        "isnan" => one(x.isnan()),
+        "isinf" => one(x.isinf()),
+        "isfinite" => one(x.isfinite()),
+        "nan_to_num" => {
+            let opt = |k: &str| case["args"].get(k).filter(|v| !v.is_null()).map(num);
+            let nan = opt("nan").unwrap_or(0.0);
+            one(x.nan_to_num(nan, opt("posinf"), opt("neginf")))
+        }
         "unary_" => {
             let own = tensor(&case["in"][0], device)?;
             own.unary_(unary_op(arg_str(case, "op")))?;

@@ -36,7 +36,6 @@ pub(crate) fn short_dtype(name: &str) -> genesis::DType {
 
 /// Gives cached device memory back when a test ends (even by panicking), so nothing is held
 /// at exit (compute-sanitizer's leak check).
-#[allow(dead_code)]
 pub(crate) struct Release;
 
 impl Drop for Release {

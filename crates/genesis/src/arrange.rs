@@ -667,14 +667,14 @@ impl Tensor {
         let dev = self.device();
         let rows = Tensor::arange(k, k + r as f64, 1.0, DType::I64, dev)?.reshape([r, 1])?;
         let cols = Tensor::arange(0.0, c as f64, 1.0, DType::I64, dev)?.reshape([1, c])?;
-        // Row `i` of `rows` holds `i + k`: keep `j <= i + k` (lower) or `j >= i + k`.
-        let keep = if lower {
-            cols.le(&rows)?
+        // Row `i` of `rows` holds `i + k`: zero `j > i + k` (lower) or `j < i + k`. One
+        // `[r, c]` mask (broadcast over the batch), then one fill pass over the elements.
+        let drop = if lower {
+            cols.gt(&rows)?
         } else {
-            cols.ge(&rows)?
+            cols.lt(&rows)?
         };
-        let zero = Tensor::zeros((), self.dtype(), dev)?;
-        Tensor::where_cond(&keep, self, &zero)
+        self.masked_fill(&drop, 0)
     }
 
     /// The diagonal of dimensions `dim1` and `dim2` as a view (PyTorch's `diagonal`):

@@ -361,6 +361,10 @@ struct UCos {
     static __device__ __forceinline__ float f(float x) { return cosf(x); }
     static __device__ __forceinline__ double f(double x) { return cos(x); }
 };
+struct UTan {
+    static __device__ __forceinline__ float f(float x) { return tanf(x); }
+    static __device__ __forceinline__ double f(double x) { return tan(x); }
+};
 struct UErf {
     static __device__ __forceinline__ float f(float x) { return erff(x); }
     static __device__ __forceinline__ double f(double x) { return erf(x); }
@@ -478,6 +482,7 @@ struct USoftplus {
     X(sigmoid, USigmoid, FLOAT)                                                                 \
     X(sin, USin, FLOAT)                                                                         \
     X(cos, UCos, FLOAT)                                                                         \
+    X(tan, UTan, FLOAT)                                                                         \
     X(erf, UErf, FLOAT)                                                                         \
     X(erfc, UErfc, FLOAT)                                                                       \
     X(rsqrt, URsqrt, FLOAT)                                                                     \

@@ -51,6 +51,8 @@ macro_rules! unary_ops {
             Sin sin sin_: float ulps |x| x.sin();
             /// The cosine of radians.
             Cos cos cos_: float ulps |x| x.cos();
+            /// The tangent of radians.
+            Tan tan tan_: float ulps8 |x| x.tan();
             /// The Gauss error function.
             Erf erf erf_: float ulps |x| x.erf();
             /// The complementary error function `1 - erf(x)`, accurate where `erf(x)` is near 1.
@@ -141,6 +143,8 @@ pub trait Real:
     fn sin(self) -> Self;
     /// `cos x`.
     fn cos(self) -> Self;
+    /// `tan x`.
+    fn tan(self) -> Self;
     /// `erf x`.
     fn erf(self) -> Self;
     /// `erfc x`.
@@ -209,6 +213,10 @@ macro_rules! real {
             #[inline]
             fn cos(self) -> Self {
                 <$t>::cos(self)
+            }
+            #[inline]
+            fn tan(self) -> Self {
+                <$t>::tan(self)
             }
             #[inline]
             fn erf(self) -> Self {
@@ -301,7 +309,7 @@ pub enum Twin {
     /// Within [`Twin::ULPS`] ulp of the result type: both use their math library (CUDA's,
     /// Rust's `libm`), each within 2 ulp of the exact value.
     Ulps,
-    /// Within twice [`Twin::ULPS`] ulp: CUDA's function is within 5 ulp (`erfc` in f64, CUDA C
+    /// Within twice [`Twin::ULPS`] ulp: CUDA's function is within 4 or 5 ulp (`tanf`, `erfc`, CUDA C
     /// Programming Guide, "Mathematical Functions").
     WideUlps,
     /// Within [`Twin::ULPS`] ulp of the input's magnitude: the formula subtracts nearly equal

@@ -1545,6 +1545,7 @@ def _math_formulas(ft, lib):
     function correctly rounded to ft."""
     c = ft
     return {
+        "tan": lambda x: lib(np.tan)(x),
         "erf": lambda x: lib(_erf)(x),
         "erfc": lambda x: lib(_erfc)(x),
         "rsqrt": lambda x: lib(_rsqrt)(x),

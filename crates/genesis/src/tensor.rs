@@ -6,7 +6,8 @@ use genesis_storage::{
     BinaryOp, BinaryRhs, DType, Device, Layout, Storage, UnaryOp, View, WithDType,
 };
 
-use crate::args::{Dim, Dims, Operand, OperandRef, Scalar, shape_spec, sizes, wrap_dim};
+use crate::args::{Dim, Dims, Scalar, shape_spec, sizes, wrap_dim};
+use crate::operand::{Operand, OperandRef};
 use crate::promote::has_kernels;
 use crate::{Error, Result};
 

@@ -50,7 +50,7 @@ pub(crate) fn participant_of(operand: OperandRef<'_>) -> Participant {
 }
 
 /// The dtype of `torch.result_type(a, b)`: what a binary op or a comparison of `a` and `b`
-/// computes in (comparisons then give `Bool`). `b` is a tensor or a [`Scalar`](crate::Scalar)
+/// computes in (comparisons then give `Bool`). `b` is a tensor or a [`Scalar`]
 /// (a Rust integer is a Python int, a float a Python float, a `bool` a Python bool).
 ///
 /// ```
@@ -125,7 +125,7 @@ impl Tensor {
     /// read through its layout); a strided one is computed into a temporary and copied back.
     /// An `other` that shares `self`'s storage is read before the write, so overlapping views
     /// give the answer of the values before it. When `other` has another dtype the op computes
-    /// in the promoted dtype ([`result_type`](crate::result_type)) and the result is converted
+    /// in the promoted dtype ([`result_type`]) and the result is converted
     /// to `self`'s dtype, which must be one it can be cast to (a float result into an integer
     /// tensor is an error, as in PyTorch). Bumps [`Tensor::version`].
     ///
@@ -202,7 +202,7 @@ impl Tensor {
     /// `op(self, other)` elementwise with NumPy broadcasting: the shapes are aligned at their
     /// last dimension and each pair of sizes must be equal or contain a 1. Both operands must
     /// be on one device; their dtypes promote by PyTorch's rules
-    /// ([`result_type`](crate::result_type); `Div` of integers gives float32). The result is
+    /// ([`result_type`]; `Div` of integers gives float32). The result is
     /// a new contiguous tensor.
     ///
     /// Operands that are not contiguous, or that are broadcast, are read in place through

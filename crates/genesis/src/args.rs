@@ -1,11 +1,10 @@
-//! The argument types of the facade: shapes and lists of dimensions ([`Dims`]), scalars of
-//! every numeric type ([`Scalar`]) and right-hand operands that are a tensor or a scalar
-//! ([`Operand`]).
+//! The argument types of the facade: shapes and lists of dimensions ([`Dims`]) and scalars of
+//! every numeric type ([`Scalar`]), with the conversions of a number to a dtype. No tensor
+//! here: the right-hand operands that are a tensor or a scalar (`Operand`) are in `operand.rs`.
 
-use genesis_storage::{BinaryOp, DType, Storage};
+use genesis_storage::{DType, Storage};
 
-use crate::promote::has_kernels;
-use crate::{Device, Error, Result, Tensor};
+use crate::{Error, Result};
 
 /// A shape or a list of dimensions, as every function of the facade takes them: a reference
 /// to an array (`&[2, 3]`), a slice or a vector of `usize`, `isize`, `i32`, `i64`, `u32` or
@@ -219,35 +218,6 @@ impl Scalar for bool {
     }
 }
 
-/// The right-hand side of a binary op, a comparison or an in-place op: a `&Tensor` or a
-/// [`Scalar`]. (Tensors are taken by reference only, so that clippy's
-/// `needless_borrows_for_generic_args` does not flag `a.add(&b)`.)
-pub trait Operand {
-    /// The operand.
-    fn operand(&self) -> OperandRef<'_>;
-}
-
-/// What an [`Operand`] is.
-#[derive(Debug, Clone, Copy)]
-pub enum OperandRef<'a> {
-    /// A tensor.
-    Tensor(&'a Tensor),
-    /// A scalar.
-    Scalar(ScalarValue),
-}
-
-impl Operand for &Tensor {
-    fn operand(&self) -> OperandRef<'_> {
-        OperandRef::Tensor(self)
-    }
-}
-
-impl<S: Scalar> Operand for S {
-    fn operand(&self) -> OperandRef<'_> {
-        OperandRef::Scalar(self.value())
-    }
-}
-
 fn is_integer(dtype: DType) -> bool {
     !dtype.is_float() && dtype != DType::Bool
 }
@@ -456,158 +426,3 @@ pub(crate) fn holds_exactly(dtype: DType, value: ScalarValue) -> bool {
     };
     back == f
 }
-
-impl Tensor {
-    /// A 0-d tensor of `value` in this tensor's dtype, on its device, converted as a fill value
-    /// ([`checked_scalar`]).
-    pub(crate) fn scalar_tensor_like(
-        &self,
-        op: &'static str,
-        value: ScalarValue,
-    ) -> Result<Tensor> {
-        let host = checked_scalar(op, self.dtype(), value)?;
-        Tensor::from_storage(host.to_device(self.device())?, &[])
-    }
-
-    /// `op(self, value)` by PyTorch's rules for a Python number: the result dtype by promotion,
-    /// the number converted to it as C++ converts ([`wrapped_scalar`]), and a float16 or
-    /// bfloat16 result computed in float32 with the number as a float32 (PyTorch's "opmath")
-    /// when the narrow dtype does not hold the number exactly (`bf16 144 * 0.1` is `14.375`,
-    /// not `144 * bf16(0.1)`). `maximum`/`minimum` with a number are `clamp_min`/`clamp_max`.
-    pub(crate) fn binary_scalar_value(&self, op: BinaryOp, value: ScalarValue) -> Result<Tensor> {
-        check_int_pow(op, self.dtype(), value)?;
-        match op {
-            BinaryOp::Maximum => return self.clamp_scalars("maximum", Some(value), None),
-            BinaryOp::Minimum => return self.clamp_scalars("minimum", None, Some(value)),
-            _ => {}
-        }
-        let r = self.binary_result_type(op, OperandRef::Scalar(value))?;
-        if op == BinaryOp::Pow {
-            // PyTorch's `pow(Tensor, Scalar)` takes the exponent by checked conversion.
-            checked_scalar(op.name(), r, value)?;
-        }
-        if needs_opmath(r, value) {
-            return self
-                .cast_to(DType::F32)?
-                .binary_scalar_value(op, value)?
-                .cast_to(r);
-        }
-        let d = self.dtype();
-        if r != d || !has_kernels(d) || (op.float_only() && !d.is_float()) {
-            return self.binary_promoted(op, OperandRef::Scalar(value));
-        }
-        let s = wrapped_scalar(op.name(), d, value)?;
-        self.binary_scalar_storage(op, &s)
-    }
-
-    /// `op(self, rhs)` for a tensor or a scalar.
-    #[track_caller]
-    pub(crate) fn binary_operand(&self, op: BinaryOp, rhs: OperandRef<'_>) -> Result<Tensor> {
-        match rhs {
-            OperandRef::Tensor(t) => self.binary(op, t),
-            OperandRef::Scalar(v) => self.binary_scalar_value(op, v),
-        }
-    }
-
-    /// `op(value, self)`: a scalar on the left, as a 0-d tensor of the promoted dtype (in
-    /// float32 for a float16 or bfloat16 result the narrow dtype cannot hold the number in, as
-    /// [`Tensor::binary_scalar_value`]).
-    #[track_caller]
-    pub(crate) fn scalar_binary(value: ScalarValue, op: BinaryOp, rhs: &Tensor) -> Result<Tensor> {
-        // The result dtype of `op(rhs, value)` is that of `op(value, rhs)`.
-        let r = rhs.binary_result_type(op, OperandRef::Scalar(value))?;
-        if needs_opmath(r, value) {
-            return Tensor::scalar_binary(value, op, &rhs.cast_to(DType::F32)?)?.cast_to(r);
-        }
-        let lhs = Tensor::scalar_on(op.name(), r, value, rhs.device())?;
-        lhs.binary(op, rhs)
-    }
-
-    /// In place `self = op(self, rhs)` for a tensor or a scalar (see [`Tensor::binary_`]).
-    #[track_caller]
-    pub(crate) fn binary_operand_(&self, op: BinaryOp, rhs: OperandRef<'_>) -> Result<()> {
-        if let OperandRef::Tensor(t) = rhs {
-            // A 0-d host value joins an in-place op on another device (as in PyTorch).
-            if t.device() != self.device() && t.dim() == 0 && t.device() == Device::Cpu {
-                return self.binary_operand_(op, OperandRef::Tensor(&t.to(self.device())?));
-            }
-        }
-        if let OperandRef::Scalar(v) = rhs {
-            check_int_pow(op, self.dtype(), v)?;
-            // Computed out of place by the scalar rules (float32 for a narrow float, clamp for
-            // maximum/minimum), then written back: the result dtype must cast to `self`'s.
-            let r = self.binary_result_type(op, rhs)?;
-            if op == BinaryOp::Pow {
-                checked_scalar(op.name(), r, v)?;
-            }
-            if needs_opmath(r, v) || matches!(op, BinaryOp::Maximum | BinaryOp::Minimum) {
-                crate::promote::check_cast(op.name(), r, self.dtype())?;
-                let out = self.binary_scalar_value(op, v)?;
-                return self.copy_(&out.cast_to(self.dtype())?);
-            }
-        }
-        if self.needs_promotion(op, rhs) {
-            return self.binary_promoted_(op, rhs);
-        }
-        match rhs {
-            OperandRef::Tensor(t) => self.binary_(op, t),
-            OperandRef::Scalar(v) => {
-                let host = wrapped_scalar(op.name(), self.dtype(), v)?;
-                let s = Tensor::from_storage(host.to_device(self.device())?, &[])?;
-                self.binary_(op, &s)
-            }
-        }
-    }
-}
-
-/// Whether an op with a number and a result of dtype `r` computes in float32: `r` is float16
-/// or bfloat16 and does not hold the number exactly (PyTorch computes these dtypes in float32,
-/// the number taken as a float32; with a number the narrow dtype holds the kernels' own
-/// rounding is the same, since they compute in float32 too).
-fn needs_opmath(r: DType, value: ScalarValue) -> bool {
-    matches!(r, DType::F16 | DType::BF16) && !holds_exactly(r, value)
-}
-
-/// PyTorch's rule for an integer (or bool) tensor to the power of an integer scalar: a
-/// negative exponent is an error (NumPy's), while a tensor of negative exponents gives 0 (1 and
-/// +-1 for bases 1 and -1).
-fn check_int_pow(op: BinaryOp, base: DType, exponent: ScalarValue) -> Result<()> {
-    if op == BinaryOp::Pow && !base.is_float() && matches!(exponent, ScalarValue::Int(e) if e < 0) {
-        return Err(Error::InvalidArgument {
-            op: op.name(),
-            reason: "Integers to negative integer powers are not allowed.".into(),
-        });
-    }
-    Ok(())
-}
-
-/// `scalar op tensor` with an `f64` or an `i64` on the left: `2.0 * &a`, `1 - a`. Only these
-/// two: with a second float (or integer) type on the left, an unsuffixed literal there would
-/// have no type Rust can infer before `?` or `.unwrap()` needs it (`(2.0 * &a)?` would not
-/// compile). Other scalar types go on the right (`&a * x`), or through `f64::from`.
-macro_rules! scalar_lhs_operators {
-    ($($s:ty),*) => {$(
-        scalar_lhs_operators!(@one $s, Add, add, BinaryOp::Add);
-        scalar_lhs_operators!(@one $s, Sub, sub, BinaryOp::Sub);
-        scalar_lhs_operators!(@one $s, Mul, mul, BinaryOp::Mul);
-        scalar_lhs_operators!(@one $s, Div, div, BinaryOp::Div);
-    )*};
-    (@one $s:ty, $trait:ident, $method:ident, $op:expr) => {
-        impl std::ops::$trait<&Tensor> for $s {
-            type Output = Result<Tensor>;
-            #[track_caller]
-            fn $method(self, rhs: &Tensor) -> Result<Tensor> {
-                Tensor::scalar_binary(self.value(), $op, rhs)
-            }
-        }
-        impl std::ops::$trait<Tensor> for $s {
-            type Output = Result<Tensor>;
-            #[track_caller]
-            fn $method(self, rhs: Tensor) -> Result<Tensor> {
-                Tensor::scalar_binary(self.value(), $op, &rhs)
-            }
-        }
-    };
-}
-
-scalar_lhs_operators!(f64, i64);

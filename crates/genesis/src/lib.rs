@@ -33,6 +33,7 @@ pub mod literal;
 mod mask;
 mod matmul;
 mod npy;
+mod operand;
 mod ops;
 mod print;
 mod promote;
@@ -43,7 +44,7 @@ mod softmax;
 mod tensor;
 mod unary;
 
-pub use args::{Dim, Dims, Operand, OperandRef, Scalar, ScalarValue};
+pub use args::{Dim, Dims, Scalar, ScalarValue};
 pub use error::{Error, Result};
 pub use genesis_index::{IndexArg, IndexInt, SliceArg};
 pub use genesis_index::{IndexItem, IndexTensor, ToIndex};
@@ -58,8 +59,9 @@ pub use interop::{
 };
 pub use literal::{Element, TensorData};
 pub use npy::{load_npy, load_npz, save_npy, save_npz};
+pub use operand::{Operand, OperandRef, result_type};
 pub use print::{PrintOptions, printoptions, set_printoptions};
-pub use promote::{can_cast, promote_types, result_type};
+pub use promote::{can_cast, promote_types};
 pub use random::{DEFAULT_SEED, Generator, default_generator, manual_seed};
 pub use select::Unique;
 pub use tensor::{Tensor, broadcast_shape};

@@ -3,7 +3,8 @@
 use genesis_storage::{BinaryRhs, Layout, Storage};
 
 use crate::args::checked_scalar;
-use crate::promote::{has_kernels, where_type};
+use crate::operand::where_type;
+use crate::promote::has_kernels;
 use crate::tensor::broadcast_shape;
 use crate::{
     BinaryOp, CompareOp, DType, Device, Error, Operand, OperandRef, Result, Scalar, Tensor, UnaryOp,

@@ -6,7 +6,7 @@ use genesis_storage::{
     BinaryOp, BinaryRhs, DType, Device, Layout, Storage, UnaryOp, View, WithDType,
 };
 
-use crate::args::{Dim, Dims, Operand, OperandRef, Scalar, shape_spec, sizes, wrap_dim};
+use crate::args::{Dim, Dims, Scalar, shape_spec, sizes, wrap_dim};
 use crate::promote::has_kernels;
 use crate::{Error, Result};
 
@@ -672,43 +672,6 @@ impl Tensor {
         self.assign(items, Value::Scalar(x), false)
     }
 
-    /// Elementwise `self + other`, broadcasting NumPy-style, promoting as PyTorch does. `other`
-    /// is a tensor or a [`Scalar`](crate::Scalar) (PyTorch's rules for a number): `a.add(1)`.
-    #[track_caller]
-    pub fn add(&self, other: impl Operand) -> Result<Tensor> {
-        self.binary_operand(BinaryOp::Add, other.operand())
-    }
-
-    /// Elementwise `self - other`, broadcasting.
-    #[track_caller]
-    pub fn sub(&self, other: impl Operand) -> Result<Tensor> {
-        self.binary_operand(BinaryOp::Sub, other.operand())
-    }
-
-    /// Elementwise `self * other`, broadcasting.
-    #[track_caller]
-    pub fn mul(&self, other: impl Operand) -> Result<Tensor> {
-        self.binary_operand(BinaryOp::Mul, other.operand())
-    }
-
-    /// Elementwise `self / other` (IEEE division), broadcasting; floating dtypes only.
-    #[track_caller]
-    pub fn div(&self, other: impl Operand) -> Result<Tensor> {
-        self.binary_operand(BinaryOp::Div, other.operand())
-    }
-
-    /// Elementwise maximum, broadcasting; NaN if either element is NaN (like `torch.maximum`).
-    #[track_caller]
-    pub fn maximum(&self, other: impl Operand) -> Result<Tensor> {
-        self.binary_operand(BinaryOp::Maximum, other.operand())
-    }
-
-    /// Elementwise minimum, broadcasting; NaN if either element is NaN.
-    #[track_caller]
-    pub fn minimum(&self, other: impl Operand) -> Result<Tensor> {
-        self.binary_operand(BinaryOp::Minimum, other.operand())
-    }
-
     /// `op(self)` elementwise into a new contiguous tensor of the same shape and device: the
     /// funnel of every unary op of the table ([`UnaryOp`]; `x.erf()` is `x.unary(UnaryOp::Erf)`).
     /// The dtype stays, but for the float-only ops ([`UnaryOp::float_only`]) of integers and
@@ -725,55 +688,6 @@ impl Tensor {
         Tensor::from_storage(a.unary_at(op, start, self.numel())?, self.shape())
     }
 
-    /// In place: `self = op(self, other)`, `other` broadcast to `self`'s shape. `self` may be
-    /// any tensor, a strided view included: the write goes to its storage, and every tensor
-    /// that shares the storage sees it (PyTorch's in-place semantics). A contiguous `self` is
-    /// written by the in-place kernel (nothing allocated; a broadcast or strided `other` is
-    /// read through its layout); a strided one is computed into a temporary and copied back.
-    /// An `other` that shares `self`'s storage is read before the write, so overlapping views
-    /// give the answer of the values before it. When `other` has another dtype the op computes
-    /// in the promoted dtype ([`result_type`](crate::result_type)) and the result is converted
-    /// to `self`'s dtype, which must be one it can be cast to (a float result into an integer
-    /// tensor is an error, as in PyTorch). Bumps [`Tensor::version`].
-    ///
-    /// ```
-    /// use genesis::{BinaryOp, DType, Device, Tensor, s};
-    /// # fn main() -> genesis::Result<()> {
-    /// let m = Tensor::arange(0.0, 6.0, 1.0, DType::F32, Device::Cpu)?.reshape(&[2, 3])?;
-    /// let col = m.i(&s![.., 1])?; // a strided view: column 1
-    /// col.binary_(BinaryOp::Mul, &Tensor::full(&[2], 10.0f32, Device::Cpu)?)?;
-    /// assert_eq!(m.to_vec::<f32>()?, [0.0, 10.0, 2.0, 3.0, 40.0, 5.0]);
-    /// # Ok(())
-    /// # }
-    /// ```
-    #[track_caller]
-    pub fn binary_(&self, op: BinaryOp, other: &Tensor) -> Result<()> {
-        if other.device() != self.device() && other.dim() == 0 && other.device() == Device::Cpu {
-            return self.binary_(op, &other.to(self.device())?);
-        }
-        if self.needs_promotion(op, OperandRef::Tensor(other)) {
-            return self.binary_promoted_(op, OperandRef::Tensor(other));
-        }
-        let name = op.name();
-        self.check_operands(name, other)?;
-        let shape = broadcast_shape(name, self.shape(), other.shape())?;
-        if shape != self.shape() {
-            return Err(Error::ShapeMismatch {
-                op: name,
-                lhs: self.shape().to_vec(),
-                rhs: other.shape().to_vec(),
-            });
-        }
-        // A broadcast or strided operand is read in place through its layout.
-        let layout = other.layout().expand(self.shape())?;
-        self.view.storage().binary_assign_shared(
-            op,
-            self.layout(),
-            BinaryRhs::Tensor(other.view.storage(), &layout),
-        )?;
-        Ok(())
-    }
-
     /// In place: `self = op(self)`, for any tensor (a strided view included; see
     /// [`Tensor::binary_`]). A contiguous `self` of a dtype the kernels have allocates
     /// nothing; a float result into an integer or bool tensor is an error (as in PyTorch).
@@ -784,38 +698,6 @@ impl Tensor {
         }
         self.view.storage().unary_assign_shared(op, self.layout())?;
         Ok(())
-    }
-
-    /// In place `self += other`, a tensor or a [`Scalar`](crate::Scalar) (see [`Tensor::binary_`]).
-    #[track_caller]
-    pub fn add_(&self, other: impl Operand) -> Result<()> {
-        self.binary_operand_(BinaryOp::Add, other.operand())
-    }
-
-    /// In place `self -= other`.
-    #[track_caller]
-    pub fn sub_(&self, other: impl Operand) -> Result<()> {
-        self.binary_operand_(BinaryOp::Sub, other.operand())
-    }
-
-    /// In place `self *= other`.
-    #[track_caller]
-    pub fn mul_(&self, other: impl Operand) -> Result<()> {
-        self.binary_operand_(BinaryOp::Mul, other.operand())
-    }
-
-    /// In place `self /= other` (float dtypes).
-    #[track_caller]
-    pub fn div_(&self, other: impl Operand) -> Result<()> {
-        self.binary_operand_(BinaryOp::Div, other.operand())
-    }
-
-    /// In place `self = self ^ exponent`, a tensor or a [`Scalar`](crate::Scalar) (PyTorch's
-    /// `pow_`; the values of [`Tensor::pow`], converted to `self`'s dtype when it can hold the
-    /// promoted result: an integer tensor to a float power is an error here).
-    #[track_caller]
-    pub fn pow_(&self, exponent: impl Operand) -> Result<()> {
-        self.binary_operand_(BinaryOp::Pow, exponent.operand())
     }
 
     /// In place: every element of `self` becomes `value` (PyTorch's `fill_`), which must be
@@ -989,56 +871,6 @@ impl Tensor {
         Tensor::from_storage(out, self.shape())
     }
 
-    /// `op(self, other)` elementwise with NumPy broadcasting: the shapes are aligned at their
-    /// last dimension and each pair of sizes must be equal or contain a 1. Both operands must
-    /// be on one device; their dtypes promote by PyTorch's rules
-    /// ([`result_type`](crate::result_type); `Div` of integers gives float32). The result is
-    /// a new contiguous tensor.
-    ///
-    /// Operands that are not contiguous, or that are broadcast, are read in place through
-    /// their strides (stride 0 along broadcast dimensions): no temporary is made.
-    ///
-    /// ```
-    /// use genesis::{BinaryOp, DType, Device, Tensor};
-    /// # fn main() -> genesis::Result<()> {
-    /// let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3], Device::Cpu)?;
-    /// let row = Tensor::from_slice(&[10.0f32, 20.0, 30.0], &[3], Device::Cpu)?;
-    /// let y = ((&x * &row)? - 1.0)?; // [2, 3] * [3] broadcasts
-    /// assert_eq!(y.to_vec::<f32>()?, [9.0, 39.0, 89.0, 39.0, 99.0, 179.0]);
-    /// let m = x.binary(BinaryOp::Maximum, &Tensor::full(&[1], 3.5f32, Device::Cpu)?)?;
-    /// assert_eq!(m.to_vec::<f32>()?, [3.5, 3.5, 3.5, 4.0, 5.0, 6.0]);
-    /// assert!(x.mul(&Tensor::zeros(&[2], DType::F32, Device::Cpu)?).is_err());
-    /// # Ok(())
-    /// # }
-    /// ```
-    #[track_caller]
-    pub fn binary(&self, op: BinaryOp, other: &Tensor) -> Result<Tensor> {
-        if let Some((a, b)) = host_scalar_moved(self, other)? {
-            return a.binary(op, &b);
-        }
-        if self.needs_promotion(op, OperandRef::Tensor(other)) {
-            return self.binary_promoted(op, OperandRef::Tensor(other));
-        }
-        let name = op.name();
-        self.check_operands(name, other)?;
-        let shape = broadcast_shape(name, self.shape(), other.shape())?;
-        let dense = |t: &Tensor| t.shape() == shape && t.is_contiguous();
-        if dense(self) && dense(other) {
-            let (a, a_start) = self.dense_operand(&shape)?;
-            let (b, b_start) = other.dense_operand(&shape)?;
-            let n = numel_of(name, &shape)?;
-            return Tensor::from_storage(a.binary_at(op, a_start, &b, b_start, n)?, &shape);
-        }
-        let expand = |t: &Tensor| t.layout().expand(&shape).map_err(Error::from);
-        let (a, b) = (expand(self)?, expand(other)?);
-        let out = self.view.storage().binary_strided(
-            op,
-            &a,
-            BinaryRhs::Tensor(other.view.storage(), &b),
-        )?;
-        Tensor::from_storage(out, &shape)
-    }
-
     /// This tensor's elements in row-major order at `shape` as `(storage, first element)`:
     /// its own storage when it is contiguous at that shape (no copy), otherwise a contiguous
     /// temporary gathered by the strided-copy kernel.
@@ -1106,119 +938,6 @@ pub(crate) fn host_scalar(op: &'static str, dtype: DType, value: f64) -> Result<
         r => Ok(r?),
     }
 }
-
-/// `std::ops` operators on tensors and references; they return `Result<Tensor>` because an
-/// operation can fail (shapes, dtypes, devices, out of memory): `(&a + &b)?`.
-macro_rules! tensor_operator {
-    ($trait:ident, $method:ident, $op:expr) => {
-        impl std::ops::$trait<&Tensor> for &Tensor {
-            type Output = Result<Tensor>;
-            #[track_caller]
-            fn $method(self, rhs: &Tensor) -> Result<Tensor> {
-                self.binary($op, rhs)
-            }
-        }
-        impl std::ops::$trait<Tensor> for Tensor {
-            type Output = Result<Tensor>;
-            #[track_caller]
-            fn $method(self, rhs: Tensor) -> Result<Tensor> {
-                self.binary($op, &rhs)
-            }
-        }
-        impl std::ops::$trait<&Tensor> for Tensor {
-            type Output = Result<Tensor>;
-            #[track_caller]
-            fn $method(self, rhs: &Tensor) -> Result<Tensor> {
-                self.binary($op, rhs)
-            }
-        }
-        impl<S: Scalar> std::ops::$trait<S> for &Tensor {
-            type Output = Result<Tensor>;
-            #[track_caller]
-            fn $method(self, rhs: S) -> Result<Tensor> {
-                self.binary_scalar_value($op, rhs.value())
-            }
-        }
-        impl<S: Scalar> std::ops::$trait<S> for Tensor {
-            type Output = Result<Tensor>;
-            #[track_caller]
-            fn $method(self, rhs: S) -> Result<Tensor> {
-                self.binary_scalar_value($op, rhs.value())
-            }
-        }
-    };
-}
-
-impl std::ops::Neg for &Tensor {
-    type Output = Result<Tensor>;
-    #[track_caller]
-    fn neg(self) -> Result<Tensor> {
-        self.unary(UnaryOp::Neg)
-    }
-}
-
-impl std::ops::Neg for Tensor {
-    type Output = Result<Tensor>;
-    #[track_caller]
-    fn neg(self) -> Result<Tensor> {
-        self.unary(UnaryOp::Neg)
-    }
-}
-
-tensor_operator!(Add, add, BinaryOp::Add);
-tensor_operator!(Sub, sub, BinaryOp::Sub);
-tensor_operator!(Mul, mul, BinaryOp::Mul);
-tensor_operator!(Div, div, BinaryOp::Div);
-
-macro_rules! tensor_assign_operator {
-    ($trait:ident, $method:ident, $op:expr, $fallible:literal) => {
-        /// In place, `self` op= `rhs` (`rhs` broadcast to `self`'s shape): the compound
-        /// assignment form of
-        #[doc = concat!("[`Tensor::", $fallible, "`],")]
-        /// on any view (the write is seen through every tensor sharing the storage),
-        /// allocating nothing when `self` is contiguous.
-        ///
-        /// # Panics
-        ///
-        /// When the in-place op fails (shapes that do not broadcast to `self`'s, another dtype
-        /// or device, a `self` that repeats elements, as an `expand` does): Rust's compound
-        /// assignment cannot return an error, so the error's message becomes the panic's,
-        /// and nothing is written. Use
-        #[doc = concat!("[`Tensor::", $fallible, "`]")]
-        /// to get the error as a value.
-        impl std::ops::$trait<&Tensor> for Tensor {
-            #[track_caller]
-            fn $method(&mut self, rhs: &Tensor) {
-                if let Err(e) = self.binary_($op, rhs) {
-                    panic!("{e}");
-                }
-            }
-        }
-        /// As the form taking `&Tensor`.
-        impl std::ops::$trait<Tensor> for Tensor {
-            #[track_caller]
-            fn $method(&mut self, rhs: Tensor) {
-                if let Err(e) = self.binary_($op, &rhs) {
-                    panic!("{e}");
-                }
-            }
-        }
-        /// As the form taking `&Tensor`, with a scalar converted to `self`'s dtype.
-        impl<S: Scalar> std::ops::$trait<S> for Tensor {
-            #[track_caller]
-            fn $method(&mut self, rhs: S) {
-                if let Err(e) = self.binary_operand_($op, rhs.operand()) {
-                    panic!("{e}");
-                }
-            }
-        }
-    };
-}
-
-tensor_assign_operator!(AddAssign, add_assign, BinaryOp::Add, "add_");
-tensor_assign_operator!(SubAssign, sub_assign, BinaryOp::Sub, "sub_");
-tensor_assign_operator!(MulAssign, mul_assign, BinaryOp::Mul, "mul_");
-tensor_assign_operator!(DivAssign, div_assign, BinaryOp::Div, "div_");
 
 /// The NumPy broadcast of two shapes: aligned at the last dimension, each pair of sizes equal
 /// or one of them 1. A shape of more than [`MAX_RANK`](crate::MAX_RANK) dimensions is

@@ -46,7 +46,7 @@ impl IndexArg for Tensor {
 /// - a slice: `s![1..3]`, `s![..]`, `s![lo..hi]`, `s![..=k]`, with a step after `;`:
 ///   `s![..;2]`, `s![lo..;step]`;
 /// - `NEW` (Python's `None`) and `ELLIPSIS` (`...`);
-/// - `@t` for an index tensor: a host [`IndexTensor`] or a [`Tensor`] of dtype `I64`, `I32` or
+/// - `@t` for an index tensor: a host [`IndexTensor`](crate::IndexTensor) or a [`Tensor`] of dtype `I64`, `I32` or
 ///   `Bool` on any device (`s![@&idx]`, `s![@mask]`).
 ///
 /// Items are separated by commas; bounds are any Rust expression (variables, arithmetic,

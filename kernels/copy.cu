@@ -1,4 +1,5 @@
-// Copy kernels of Genesis: strided copies, a tiled 2-D transpose, and dtype casts.
+// Copy kernels of Genesis: strided copies, a tiled 2-D transpose, triangles (tril / triu) and
+// dtype casts.
 //
 // The CPU twins are in crates/genesis-kernels/src/cpu.rs (`strided_copy`, `cast`).
 //
@@ -120,6 +121,55 @@ GX_COPY(2, uint16_t)
 GX_COPY(4, uint32_t)
 GX_COPY(8, uint64_t)
 GX_COPY(16, uint4)
+
+// ---- triangles --------------------------------------------------------------------------------
+// tril / triu of a contiguous [batch, rows, cols] array, by element size: element (b, i, j) is
+// kept when j - i <= k (lower) or j - i >= k (upper), else its bits are zeroed (0, +0.0, false
+// in every dtype). With `vec` (cols a multiple of the vector, both pointers 16-byte aligned) a
+// thread moves 16 bytes, all in one row: the row and column are found once per vector.
+template <typename T> union GxTriVec {
+    uint4 raw;
+    T v[16 / sizeof(T)];
+};
+template <typename T>
+__device__ __forceinline__ void triangle_impl(const T *src, T *dst, uint64_t n, uint64_t rows, uint64_t cols,
+                                              int64_t k, int lower, int vec) {
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    const uint64_t first = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (vec) {
+        constexpr int V = 16 / sizeof(T);
+        const uint64_t cols_v = cols / V, nvec = n / V;
+        const uint4 *s4 = reinterpret_cast<const uint4 *>(src);
+        uint4 *d4 = reinterpret_cast<uint4 *>(dst);
+        for (uint64_t q = first; q < nvec; q += stride) {
+            const uint64_t line = q / cols_v;
+            const int64_t j0 = (int64_t)((q - line * cols_v) * V), i = (int64_t)(line % rows);
+            GxTriVec<T> x;
+            x.raw = s4[q];
+#pragma unroll
+            for (int e = 0; e < V; ++e) {
+                const int64_t d = j0 + e - i;
+                if (lower ? d > k : d < k) x.v[e] = 0;
+            }
+            d4[q] = x.raw;
+        }
+    } else {
+        for (uint64_t q = first; q < n; q += stride) {
+            const uint64_t line = q / cols;
+            const int64_t d = (int64_t)(q - line * cols) - (int64_t)(line % rows);
+            dst[q] = (lower ? d > k : d < k) ? (T)0 : src[q];
+        }
+    }
+}
+#define GX_TRIANGLE(E, T)                                                                        \
+    extern "C" __global__ void triangle_e##E(const T *src, T *dst, uint64_t n, uint64_t rows,     \
+                                             uint64_t cols, int64_t k, int lower, int vec) {      \
+        triangle_impl<T>(src, dst, n, rows, cols, k, lower, vec);                                 \
+    }
+GX_TRIANGLE(1, uint8_t)
+GX_TRIANGLE(2, uint16_t)
+GX_TRIANGLE(4, uint32_t)
+GX_TRIANGLE(8, uint64_t)
 
 // ---- casts ----------------------------------------------------------------------------------
 

@@ -309,15 +309,16 @@ extern "C" __global__ void index_dead(const int64_t *idx, uint64_t nb, GxKeys k,
         dead[b] = (err || winner[gx_key(idx, nb, b, k)] != b + 1) ? 1 : 0;
 }
 
-// Flat row-major positions (a mask's nonzero) to one coordinate array per dimension:
-// out[d * n + i] = coordinate d of lin[i] over `shape` (first `rank` entries).
+// Flat row-major positions (a mask's nonzero) to their coordinates, `[n, rank]` (nonzero's
+// layout): out[i * rank + d] = coordinate d of lin[i] over `shape` (first `rank` entries).
 extern "C" __global__ void index_unravel(const int64_t *lin, uint64_t n, GxStrided s, int64_t *out) {
     const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    const uint64_t rank = (uint64_t)s.rank;
     for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         uint64_t rem = (uint64_t)lin[i];
         for (int r = s.rank - 1; r >= 0; --r) {
             const uint64_t sz = (uint64_t)s.shape[r];
-            out[(uint64_t)r * n + i] = (int64_t)(rem % sz);
+            out[i * rank + (uint64_t)r] = (int64_t)(rem % sz);
             rem /= sz;
         }
     }

@@ -711,7 +711,7 @@ pub unsafe fn dead_positions(
     unsafe { launch(stream, "index_dead", nb, &mut params) }
 }
 
-/// Queues `out[d * n + i]` = coordinate `d` of the row-major position `lin[i]` over `shape`
+/// Queues `out[i * rank + d]` = coordinate `d` of the row-major position `lin[i]` over `shape`
 /// (the `rank` entries of a [`Strided`]; strides unused).
 ///
 /// Each output position depends only on `i`, so any values are safe (positions at or past

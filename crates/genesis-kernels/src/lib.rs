@@ -28,6 +28,7 @@ pub mod reduce;
 pub mod scan;
 pub mod softmax;
 pub mod sort;
+pub mod triangle;
 pub mod unary;
 
 pub use copy::{MAX_DIMS, StridedCopy, StridedCopy32};

@@ -16,6 +16,7 @@ use genesis_kernels::index::{IndexDesc, Keys, Rows16, Strided};
 use genesis_kernels::matmul::MatmulLayout;
 use genesis_kernels::scan::ScanOp;
 use genesis_kernels::softmax::SoftmaxOp;
+use genesis_kernels::triangle::Triangle;
 use genesis_kernels::{BinaryNd, BinaryOp, CompareOp, MatmulPrecision, MatmulShape};
 use genesis_kernels::{ReduceOp, ReduceShape};
 use genesis_kernels::{Rhs, Sampler, UnaryOp, WhereNd};
@@ -85,6 +86,17 @@ pub(crate) trait Compute {
 
     /// In place: `self[at + i] = op(self[at + i])` for `i < len`.
     fn unary_assign(&mut self, op: UnaryOp, dtype: DType, at: usize, len: usize) -> Result<()>;
+
+    /// `out[..]` = the `len` bytes of `self` from byte `at` with the elements (`elem` bytes)
+    /// outside triangle `t` zeroed (`tril` / `triu`).
+    fn triangle(
+        &self,
+        t: &Triangle,
+        elem: usize,
+        at: usize,
+        len: usize,
+        out: &mut Self,
+    ) -> Result<()>;
 
     /// `out[i] = op(self[at + i])` as bool bytes, for `i < len` (float dtypes).
     fn classify(
@@ -595,6 +607,32 @@ impl Compute for [u8] {
             }
             Ok(())
         }, _ => Err(unsupported(op.name(), dtype)))
+    }
+
+    fn triangle(
+        &self,
+        t: &Triangle,
+        elem: usize,
+        at: usize,
+        len: usize,
+        out: &mut [u8],
+    ) -> Result<()> {
+        let src = self
+            .get(at..at.saturating_add(len))
+            .ok_or(Error::OutOfBounds {
+                op: "triangle",
+                start: at,
+                len,
+                storage_len: self.len(),
+            })?;
+        let dst = out.get_mut(..len).ok_or(Error::OutOfBounds {
+            op: "triangle",
+            start: 0,
+            len,
+            storage_len: 0,
+        })?;
+        genesis_kernels::triangle::triangle(t, elem, src, dst)?;
+        Ok(())
     }
 
     fn classify(

@@ -7,6 +7,7 @@ use genesis_kernels::gather::Along;
 use genesis_kernels::index::{IndexDesc, Keys, Rows16, Strided};
 use genesis_kernels::scan::ScanOp;
 use genesis_kernels::softmax::SoftmaxOp;
+use genesis_kernels::triangle::Triangle;
 use genesis_kernels::{BinaryNd, BinaryOp, CompareOp, MatmulPrecision, MatmulShape};
 use genesis_kernels::{ReduceOp, ReduceShape};
 use genesis_kernels::{Rhs, Sampler, UnaryOp, WhereNd};
@@ -248,6 +249,10 @@ impl Compute for CudaMem {
     }
 
     fn unary_assign(&mut self, _: UnaryOp, _: DType, _: usize, _: usize) -> Result<()> {
+        match *self {}
+    }
+
+    fn triangle(&self, _: &Triangle, _: usize, _: usize, _: usize, _: &mut CudaMem) -> Result<()> {
         match *self {}
     }
 

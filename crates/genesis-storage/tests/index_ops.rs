@@ -194,7 +194,7 @@ fn unravel_splits_positions_into_coordinates() {
         for (i, &l) in lin.iter().enumerate() {
             let mut rem = l as usize;
             for d in (0..rank).rev() {
-                assert_eq!(got[d * n + i], (rem % shape[d]) as i64);
+                assert_eq!(got[i * rank + d], (rem % shape[d]) as i64);
                 rem /= shape[d];
             }
         }

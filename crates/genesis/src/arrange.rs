@@ -12,7 +12,7 @@ use genesis_storage::{Layout, Storage};
 
 use crate::args::{Dim, Dims, wrap_dim};
 use crate::tensor::numel_of;
-use crate::{DType, Error, Result, Tensor};
+use crate::{Error, Result, Tensor};
 
 /// The rank up to which the strided-copy kernel copies a layout in one launch.
 const COPY_RANK: usize = genesis_kernels::copy::MAX_DIMS;
@@ -662,19 +662,10 @@ impl Tensor {
             return self.copy_layout(self.layout());
         }
         let (r, c) = (self.shape()[rank - 2], self.shape()[rank - 1]);
-        // Beyond these bounds every element is kept or none is: the values stay small.
-        let k = diagonal.clamp(-(r as i64), c as i64) as f64;
-        let dev = self.device();
-        let rows = Tensor::arange(k, k + r as f64, 1.0, DType::I64, dev)?.reshape([r, 1])?;
-        let cols = Tensor::arange(0.0, c as f64, 1.0, DType::I64, dev)?.reshape([1, c])?;
-        // Row `i` of `rows` holds `i + k`: zero `j > i + k` (lower) or `j < i + k`. One
-        // `[r, c]` mask (broadcast over the batch), then one fill pass over the elements.
-        let drop = if lower {
-            cols.gt(&rows)?
-        } else {
-            cols.lt(&rows)?
-        };
-        self.masked_fill(&drop, 0)
+        // One pass over the elements (a strided tensor is gathered first).
+        let (a, start) = self.dense_operand(self.shape())?;
+        let out = a.triangle_at(start, self.numel(), [r, c], diagonal, lower)?;
+        Tensor::from_storage(out, self.shape())
     }
 
     /// The diagonal of dimensions `dim1` and `dim2` as a view (PyTorch's `diagonal`):

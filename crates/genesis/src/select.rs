@@ -46,12 +46,11 @@ impl Tensor {
             _ => {
                 let blocks = unravel(positions, self.shape())?;
                 let refs: Vec<&Tensor> = blocks.iter().collect();
-                // `[rank, n]` coordinates, transposed in one copy.
-                let coords = match refs[..] {
-                    [one] => one.clone(),
-                    _ => Tensor::cat(&refs, 0)?,
-                };
-                coords.t()?.contiguous()
+                // `[n, rank]` coordinates, written in place by the unravel kernel.
+                match refs[..] {
+                    [one] => Ok(one.clone()),
+                    _ => Tensor::cat(&refs, 1),
+                }
             }
         }
     }
@@ -102,8 +101,8 @@ impl Tensor {
         let blocks = unravel(positions, self.shape())?;
         let mut out = Vec::with_capacity(self.dim());
         for b in &blocks {
-            for r in 0..b.shape()[0] {
-                out.push(b.narrow(0, r, 1)?.reshape([n])?);
+            for r in 0..b.shape()[1] {
+                out.push(b.narrow(1, r, 1)?.reshape([n])?);
             }
         }
         Ok(out)
@@ -328,9 +327,9 @@ fn run_lengths(first: &Tensor, n: usize) -> Result<Tensor> {
 }
 
 /// The coordinates in `shape` (at least 2 dimensions, every size at least 1) of the row-major
-/// `positions` (an int64 storage of `n > 0` elements), as `[k, n]` blocks of rows, one row per
-/// dimension in order: the unravel pass takes up to [`MAX_INDEX_DIMS`] dimensions at a time,
-/// the last of them merging the rest, which the next pass splits.
+/// `positions` (an int64 storage of `n > 0` elements), as `[n, k]` blocks of columns, one
+/// column per dimension in order: the unravel pass takes up to [`MAX_INDEX_DIMS`] dimensions at
+/// a time, the last of them merging the rest, which the next pass splits.
 fn unravel(positions: Storage, shape: &[usize]) -> Result<Vec<Tensor>> {
     let n = positions.len();
     let device = positions.device();
@@ -353,14 +352,14 @@ fn unravel(positions: Storage, shape: &[usize]) -> Result<Vec<Tensor>> {
         })?;
         let mut out = Storage::empty(k * n, DType::I64, device)?;
         lin.index_unravel(&desc, &mut out)?;
-        let block = Tensor::from_storage(out, &[k, n])?;
+        let block = Tensor::from_storage(out, &[n, k])?;
         if last {
             blocks.push(block);
             return Ok(blocks);
         }
         // The merged tail, in a storage of its own, is split by the next pass.
-        lin = block.narrow(0, k - 1, 1)?.view.contiguous()?;
-        blocks.push(block.narrow(0, 0, k - 1)?);
+        lin = block.narrow(1, k - 1, 1)?.view.contiguous()?;
+        blocks.push(block.narrow(1, 0, k - 1)?);
         rest = &rest[MAX_INDEX_DIMS - 1..];
     }
 }

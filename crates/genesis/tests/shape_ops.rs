@@ -183,6 +183,18 @@ fn many_dimensions_past_the_copy_kernel() {
         assert_eq!(rolled.sum().unwrap().item::<i64>().unwrap(), 1023 * 512);
         let nz = p.nonzero().unwrap();
         assert_eq!(nz.shape(), &[1023, 10]);
+        // Every position but the first holds a nonzero value; row `k` is position `k + 1`,
+        // whose coordinates over [2; 10] are its bits, the most significant first (two unravel
+        // passes: 7 dimensions, then the merged last 3).
+        let coords = nz.to_vec::<i64>().unwrap();
+        for (k, row) in coords.chunks(10).enumerate() {
+            let pos = k as i64 + 1;
+            let want: Vec<i64> = (0..10).map(|d| (pos >> (9 - d)) & 1).collect();
+            assert_eq!(row, want.as_slice(), "row {k} on {dev}");
+        }
+        let cols = p.nonzero_tuple().unwrap();
+        assert_eq!(cols.len(), 10);
+        assert_eq!(cols[9].to_vec::<i64>().unwrap()[..3], [1, 0, 1]);
         let (u, inv, _) = p.unique(true, true, false).unwrap();
         assert_eq!(u.numel(), 1024);
         assert_eq!(inv.unwrap().ravel().unwrap().to_vec::<i64>().unwrap(), flat);
@@ -225,5 +237,51 @@ fn selection_on_every_device() {
         let s = Tensor::full((), 3.0f32, dev).unwrap();
         assert_eq!(s.nonzero().unwrap().shape(), &[1, 0]);
         assert_eq!(s.nonzero_tuple().unwrap()[0].to_vec::<i64>().unwrap(), [0]);
+    }
+}
+
+/// `tril` / `triu` in one pass: large batched matrices of every element size (the kernel's
+/// 16-byte path when rows allow it, the element path otherwise, a strided input), each element
+/// against its index rule, on every device.
+#[test]
+fn triangles_of_large_batches() {
+    let _release = Release;
+    for dev in devices() {
+        for (shape, k) in [
+            (vec![3usize, 67, 128], 0i64),
+            (vec![2, 64, 64], -5),
+            (vec![5, 33], 7),
+            (vec![4, 40, 9], 100),
+            (vec![1, 9, 1000], -1000),
+        ] {
+            let n: usize = shape.iter().product();
+            let (r, c) = (shape[shape.len() - 2], shape[shape.len() - 1]);
+            let base = seq(n, 1, &shape, dev);
+            for dtype in [DType::I64, DType::F32, DType::BF16, DType::U8, DType::Bool] {
+                let x = base.to_dtype(dtype).unwrap();
+                for lower in [true, false] {
+                    let y = if lower { x.tril(k) } else { x.triu(k) }.unwrap();
+                    assert_eq!(y.dtype(), dtype);
+                    let got = y.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap();
+                    let want = x.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap();
+                    for (q, (g, w)) in got.iter().zip(&want).enumerate() {
+                        let d = (q % c) as i64 - ((q / c) % r) as i64;
+                        let keep = if lower { d <= k } else { d >= k };
+                        let w = if keep { *w } else { 0.0 };
+                        assert_eq!(
+                            *g, w,
+                            "{dtype} {shape:?} k={k} lower={lower} at {q} on {dev}"
+                        );
+                    }
+                }
+            }
+            // A transposed (strided) input: the same as its contiguous copy.
+            let t = base.transpose(-1, -2).unwrap();
+            let tc = t.contiguous().unwrap();
+            assert_eq!(
+                t.tril(k).unwrap().to_vec::<i64>().unwrap(),
+                tc.tril(k).unwrap().to_vec::<i64>().unwrap()
+            );
+        }
     }
 }

@@ -566,8 +566,9 @@ pub fn dead_positions(
     Ok(())
 }
 
-/// `out[d * n + i]` = coordinate `d` of the row-major position `lin[i]` over `shape` (its
-/// `rank` sizes), `n = lin.len()`: the twin of [`unravel`](crate::index). A size of 0 with
+/// `out[i * rank + d]` = coordinate `d` of the row-major position `lin[i]` over `shape` (its
+/// `rank` sizes): `[n, rank]` coordinates, `n = lin.len()`, the twin of
+/// [`unravel`](crate::index). A size of 0 with
 /// positions to split is an error (the kernel's division by zero).
 pub fn unravel(lin: &[i64], shape: &Strided, out: &mut [i64]) -> Result<()> {
     let op = "index unravel";
@@ -593,7 +594,7 @@ pub fn unravel(lin: &[i64], shape: &Strided, out: &mut [i64]) -> Result<()> {
         let mut rem = l as u64;
         for r in (0..rank).rev() {
             let sz = shape.shape[r] as u64;
-            out[r * n + i] = (rem % sz) as i64;
+            out[i * rank + r] = (rem % sz) as i64;
             rem /= sz;
         }
     }

@@ -6,6 +6,7 @@ use genesis_kernels::gather::Along;
 use genesis_kernels::index::{IndexDesc, Keys, Rows16, Strided};
 use genesis_kernels::scan::ScanOp;
 use genesis_kernels::softmax::SoftmaxOp;
+use genesis_kernels::triangle::Triangle;
 use genesis_kernels::{BinaryNd, BinaryOp, CompareOp, MatmulPrecision, MatmulShape};
 use genesis_kernels::{ReduceOp, ReduceShape};
 use genesis_kernels::{Rhs, Sampler, UnaryOp, WhereNd, gpu};
@@ -157,6 +158,24 @@ impl Compute for CudaMem {
             gpu::unary_assign::<T>(&stream, op, dst)?;
             Ok(())
         }, _ => Err(unsupported(op.name(), dtype)))
+    }
+
+    fn triangle(
+        &self,
+        t: &Triangle,
+        elem: usize,
+        at: usize,
+        len: usize,
+        out: &mut CudaMem,
+    ) -> Result<()> {
+        genesis_kernels::triangle::gpu_triangle(
+            &self.queue(),
+            t,
+            elem,
+            self.range::<u8>(at, len)?,
+            out.span_mut::<u8>(len)?,
+        )?;
+        Ok(())
     }
 
     fn classify(

@@ -379,7 +379,8 @@ impl Storage {
 
     /// Splits the row-major positions in this storage (`I64`, every element) over the
     /// `shape.rank` sizes of `shape` (its strides unused) into `out` (`I64`, same device, at
-    /// least `rank * len` elements): coordinate `d` of position `i` at `out[d * len + i]`.
+    /// least `rank * len` elements): coordinate `d` of position `i` at `out[i * rank + d]` (a
+    /// `[len, rank]` array, `nonzero`'s layout).
     /// Positions at or past the shape's product give meaningless coordinates (no error: each
     /// output depends only on its position).
     ///

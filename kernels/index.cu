@@ -309,16 +309,18 @@ extern "C" __global__ void index_dead(const int64_t *idx, uint64_t nb, GxKeys k,
         dead[b] = (err || winner[gx_key(idx, nb, b, k)] != b + 1) ? 1 : 0;
 }
 
-// Flat row-major positions (a mask's nonzero) to their coordinates, `[n, rank]` (nonzero's
-// layout): out[i * rank + d] = coordinate d of lin[i] over `shape` (first `rank` entries).
-extern "C" __global__ void index_unravel(const int64_t *lin, uint64_t n, GxStrided s, int64_t *out) {
+// Flat row-major positions (a mask's nonzero) to their coordinates over `shape` (first `rank`
+// entries): with `rows`, `[n, rank]` (nonzero's layout), out[i * rank + d]; without, one
+// array per dimension, out[d * n + i] (the index items of a device mask).
+extern "C" __global__ void index_unravel(const int64_t *lin, uint64_t n, GxStrided s, int64_t *out, int rows) {
     const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
     const uint64_t rank = (uint64_t)s.rank;
+    const uint64_t step_i = rows ? rank : 1, step_d = rows ? 1 : n;
     for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         uint64_t rem = (uint64_t)lin[i];
         for (int r = s.rank - 1; r >= 0; --r) {
             const uint64_t sz = (uint64_t)s.shape[r];
-            out[i * rank + (uint64_t)r] = (int64_t)(rem % sz);
+            out[i * step_i + (uint64_t)r * step_d] = (int64_t)(rem % sz);
             rem /= sz;
         }
     }

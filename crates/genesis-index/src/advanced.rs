@@ -800,7 +800,7 @@ pub(crate) fn resolve_mask(mask: &StoredIndex) -> Result<IndexItem> {
         let desc = Strided::new(&shape, &vec![0; k], 0).ok_or_else(|| Error::InvalidIndex {
             reason: format!("masks of more than {MAX_INDEX_DIMS} dimensions"),
         })?;
-        positions.index_unravel(&desc, &mut out)?;
+        positions.index_unravel(&desc, false, &mut out)?;
         Arc::new(out)
     };
     let mut coords = Vec::with_capacity(k);

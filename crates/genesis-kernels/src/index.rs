@@ -711,7 +711,8 @@ pub unsafe fn dead_positions(
     unsafe { launch(stream, "index_dead", nb, &mut params) }
 }
 
-/// Queues `out[i * rank + d]` = coordinate `d` of the row-major position `lin[i]` over `shape`
+/// Queues the coordinates of the row-major positions `lin` over `shape`: coordinate `d` of
+/// `lin[i]` at `out[i * rank + d]` when `rows` (`[n, rank]`), else at `out[d * n + i]`; over `shape`
 /// (the `rank` entries of a [`Strided`]; strides unused).
 ///
 /// Each output position depends only on `i`, so any values are safe (positions at or past
@@ -721,6 +722,7 @@ pub fn unravel(
     stream: &Stream,
     lin: DeviceSpan<'_, i64>,
     shape: &Strided,
+    rows: bool,
     out: DeviceSpanMut<'_, i64>,
 ) -> Result<()> {
     let n = lin.len();
@@ -733,14 +735,15 @@ pub fn unravel(
         out.len(),
     )?;
     let (lin, out) = (lin.addr(), out.addr());
-    let (mut l, mut n64, mut s, mut o) = (lin, n as u64, *shape, out);
-    let mut params: [*mut c_void; 4] = [
+    let (mut l, mut n64, mut s, mut o, mut r) = (lin, n as u64, *shape, out, i32::from(rows));
+    let mut params: [*mut c_void; 5] = [
         (&raw mut l).cast(),
         (&raw mut n64).cast(),
         (&raw mut s).cast(),
         (&raw mut o).cast(),
+        (&raw mut r).cast(),
     ];
-    // SAFETY: the parameters match `index_unravel(const i64*, u64, GxStrided, i64*)`; `lin`
+    // SAFETY: the parameters match `index_unravel(const i64*, u64, GxStrided, i64*, int)`; `lin`
     // holds `n` values and `out` `rank * n` (checked).
     unsafe { launch(stream, "index_unravel", n, &mut params) }
 }

@@ -428,7 +428,7 @@ pub(crate) trait Compute {
 
     /// `out[d * n + i]` = coordinate `d` of the row-major position `self[i]` (i64) over the
     /// `shape.rank` sizes of `shape`, for `i < n`.
-    fn index_unravel(&self, n: usize, shape: &Strided, out: &mut Self) -> Result<()>;
+    fn index_unravel(&self, n: usize, shape: &Strided, rows: bool, out: &mut Self) -> Result<()>;
 
     /// Row `r < rows.nrows` of `out` is the row of `self` at the raw index value `r` of
     /// `values` (int32 when `i32`, else int64; from element `offset`, `stride` apart; wrapped
@@ -1206,11 +1206,11 @@ impl Compute for [u8] {
         Ok(())
     }
 
-    fn index_unravel(&self, n: usize, shape: &Strided, out: &mut [u8]) -> Result<()> {
+    fn index_unravel(&self, n: usize, shape: &Strided, rows: bool, out: &mut [u8]) -> Result<()> {
         let rank = shape.rank.max(0) as usize;
         let lin = host::<i64>(self, 0, n)?;
         let out = host_mut::<i64>(out, 0, rank.saturating_mul(n))?;
-        genesis_kernels::index::cpu::unravel(lin, shape, out)?;
+        genesis_kernels::index::cpu::unravel(lin, shape, rows, out)?;
         Ok(())
     }
 

@@ -496,7 +496,7 @@ impl Compute for CudaMem {
         match *self {}
     }
 
-    fn index_unravel(&self, _: usize, _: &Strided, _: &mut CudaMem) -> Result<()> {
+    fn index_unravel(&self, _: usize, _: &Strided, _: bool, _: &mut CudaMem) -> Result<()> {
         match *self {}
     }
 

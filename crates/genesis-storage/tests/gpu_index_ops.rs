@@ -188,15 +188,17 @@ fn index_preparation_matches_the_host() {
         let n = rng.random_range(1..50usize);
         let lin: Vec<i64> = (0..n).map(|_| rng.random_range(0..total) as i64).collect();
         let s = Strided::new(&shape, &vec![0; rank], 0).unwrap();
-        let mut outs = Vec::new();
-        for device in [CPU, GPU] {
-            let mut out = Storage::zeros(rank * n, DType::I64, device).unwrap();
-            on(device, &i64_bytes(&lin), DType::I64)
-                .index_unravel(&s, &mut out)
-                .unwrap();
-            outs.push(out.to_vec::<i64>().unwrap());
+        for rows in [false, true] {
+            let mut outs = Vec::new();
+            for device in [CPU, GPU] {
+                let mut out = Storage::zeros(rank * n, DType::I64, device).unwrap();
+                on(device, &i64_bytes(&lin), DType::I64)
+                    .index_unravel(&s, rows, &mut out)
+                    .unwrap();
+                outs.push(out.to_vec::<i64>().unwrap());
+            }
+            assert_eq!(outs[0], outs[1], "rows {rows}");
         }
-        assert_eq!(outs[0], outs[1]);
     }
 }
 

@@ -188,14 +188,18 @@ fn unravel_splits_positions_into_coordinates() {
         let n = rng.random_range(1..20usize);
         let lin: Vec<i64> = (0..n).map(|_| rng.random_range(0..total) as i64).collect();
         let s = Strided::new(&shape, &vec![0; rank], 0).unwrap();
-        let mut out = Storage::zeros(rank * n, DType::I64, CPU).unwrap();
-        i64s(&lin).index_unravel(&s, &mut out).unwrap();
-        let got = out.to_vec::<i64>().unwrap();
-        for (i, &l) in lin.iter().enumerate() {
-            let mut rem = l as usize;
-            for d in (0..rank).rev() {
-                assert_eq!(got[i * rank + d], (rem % shape[d]) as i64);
-                rem /= shape[d];
+        // One array per dimension, then `[n, rank]` rows.
+        for rows in [false, true] {
+            let mut out = Storage::zeros(rank * n, DType::I64, CPU).unwrap();
+            i64s(&lin).index_unravel(&s, rows, &mut out).unwrap();
+            let got = out.to_vec::<i64>().unwrap();
+            for (i, &l) in lin.iter().enumerate() {
+                let mut rem = l as usize;
+                for d in (0..rank).rev() {
+                    let at = if rows { i * rank + d } else { d * n + i };
+                    assert_eq!(got[at], (rem % shape[d]) as i64);
+                    rem /= shape[d];
+                }
             }
         }
     }
@@ -511,17 +515,21 @@ fn bad_input_gives_typed_errors() {
     let lin = Storage::from_slice(&[0i64, 5], CPU).unwrap();
     let zero = Strided::new(&[2, 0], &[0, 0], 0).unwrap();
     let mut coords = Storage::zeros(4, DType::I64, CPU).unwrap();
-    let e = err("unravel size 0", || lin.index_unravel(&zero, &mut coords));
+    let e = err("unravel size 0", || {
+        lin.index_unravel(&zero, false, &mut coords)
+    });
     assert!(matches!(e, Error::Kernel(_)), "{e}");
     let wide = Strided {
         rank: 9,
         ..Strided::new(&[2, 3], &[0, 0], 0).unwrap()
     };
-    let e = err("unravel rank 9", || lin.index_unravel(&wide, &mut coords));
+    let e = err("unravel rank 9", || {
+        lin.index_unravel(&wide, false, &mut coords)
+    });
     assert!(matches!(e, Error::Kernel(_)), "{e}");
     let three = Strided::new(&[2, 3, 4], &[0, 0, 0], 0).unwrap();
     let e = err("unravel short output", || {
-        lin.index_unravel(&three, &mut coords)
+        lin.index_unravel(&three, false, &mut coords)
     });
     assert!(matches!(e, Error::OutOfBounds { .. }), "{e}");
     // The checked row gather: rows past the source, values past their storage, a negative
@@ -599,7 +607,7 @@ fn mismatched_devices_are_typed_errors() {
     let mut coords = Storage::zeros(4, DType::I64, Device::Cuda(0)).unwrap();
     let lin = Storage::zeros(4, DType::I64, CPU).unwrap();
     let e = err("unravel across devices", || {
-        lin.index_unravel(&l, &mut coords)
+        lin.index_unravel(&l, false, &mut coords)
     });
     assert!(matches!(e, Error::DeviceMismatch { .. }), "{e}");
     // The pool's cached memory goes back to the driver, so nothing is held at exit.

@@ -351,7 +351,7 @@ fn unravel(positions: Storage, shape: &[usize]) -> Result<Vec<Tensor>> {
             reason: format!("an unravel of {k} dimensions"),
         })?;
         let mut out = Storage::empty(k * n, DType::I64, device)?;
-        lin.index_unravel(&desc, &mut out)?;
+        lin.index_unravel(&desc, true, &mut out)?;
         let block = Tensor::from_storage(out, &[n, k])?;
         if last {
             blocks.push(block);

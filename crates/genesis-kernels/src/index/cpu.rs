@@ -566,11 +566,11 @@ pub fn dead_positions(
     Ok(())
 }
 
-/// `out[i * rank + d]` = coordinate `d` of the row-major position `lin[i]` over `shape` (its
-/// `rank` sizes): `[n, rank]` coordinates, `n = lin.len()`, the twin of
-/// [`unravel`](crate::index). A size of 0 with
+/// The coordinates of the row-major positions `lin` over `shape` (its `rank` sizes), `n =
+/// lin.len()`: coordinate `d` of `lin[i]` at `out[i * rank + d]` when `rows` (`[n, rank]`),
+/// else at `out[d * n + i]`; the twin of [`unravel`](crate::index). A size of 0 with
 /// positions to split is an error (the kernel's division by zero).
-pub fn unravel(lin: &[i64], shape: &Strided, out: &mut [i64]) -> Result<()> {
+pub fn unravel(lin: &[i64], shape: &Strided, rows: bool, out: &mut [i64]) -> Result<()> {
     let op = "index unravel";
     let n = lin.len();
     if n == 0 {
@@ -594,7 +594,7 @@ pub fn unravel(lin: &[i64], shape: &Strided, out: &mut [i64]) -> Result<()> {
         let mut rem = l as u64;
         for r in (0..rank).rev() {
             let sz = shape.shape[r] as u64;
-            out[i * rank + r] = (rem % sz) as i64;
+            out[if rows { i * rank + r } else { r * n + i }] = (rem % sz) as i64;
             rem /= sz;
         }
     }

@@ -156,12 +156,18 @@ pub(super) unsafe fn dead_positions(
 }
 
 /// [`Compute::index_unravel`](crate::compute::Compute::index_unravel) on CUDA memory.
-pub(super) fn unravel(lin: &CudaMem, n: usize, shape: &Strided, out: &mut CudaMem) -> Result<()> {
+pub(super) fn unravel(
+    lin: &CudaMem,
+    n: usize,
+    shape: &Strided,
+    rows: bool,
+    out: &mut CudaMem,
+) -> Result<()> {
     let rank = shape.rank.max(0) as usize;
     let l = lin.span::<i64>(n)?;
     let stream = lin.queue();
     let dst = out.span_mut::<i64>(rank.saturating_mul(n))?;
-    index::unravel(&stream, l, shape, dst)?;
+    index::unravel(&stream, l, shape, rows, dst)?;
     Ok(())
 }
 

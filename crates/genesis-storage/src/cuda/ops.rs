@@ -788,8 +788,14 @@ impl Compute for CudaMem {
         unsafe { super::index::dead_positions(self, nb, keys, winner, nwinner, bad, nbad, dead) }
     }
 
-    fn index_unravel(&self, n: usize, shape: &Strided, out: &mut CudaMem) -> Result<()> {
-        super::index::unravel(self, n, shape, out)
+    fn index_unravel(
+        &self,
+        n: usize,
+        shape: &Strided,
+        rows: bool,
+        out: &mut CudaMem,
+    ) -> Result<()> {
+        super::index::unravel(self, n, shape, rows, out)
     }
 
     fn index_gather_rows_checked(

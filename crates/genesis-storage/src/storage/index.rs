@@ -379,14 +379,15 @@ impl Storage {
 
     /// Splits the row-major positions in this storage (`I64`, every element) over the
     /// `shape.rank` sizes of `shape` (its strides unused) into `out` (`I64`, same device, at
-    /// least `rank * len` elements): coordinate `d` of position `i` at `out[i * rank + d]` (a
-    /// `[len, rank]` array, `nonzero`'s layout).
+    /// least `rank * len` elements): coordinate `d` of position `i` at `out[i * rank + d]` when
+    /// `rows` (a `[len, rank]` array, `nonzero`'s layout), else at `out[d * len + i]` (one
+    /// array per dimension).
     /// Positions at or past the shape's product give meaningless coordinates (no error: each
     /// output depends only on its position).
     ///
     /// Errors: dtypes, devices, lengths, a rank past [`MAX_INDEX_DIMS`], a size of 0 or less
     /// with positions to split.
-    pub fn index_unravel(&self, shape: &Strided, out: &mut Storage) -> Result<()> {
+    pub fn index_unravel(&self, shape: &Strided, rows: bool, out: &mut Storage) -> Result<()> {
         let op = "index unravel";
         self.expect_dtype(op, DType::I64)?;
         out.expect_dtype(op, DType::I64)?;
@@ -404,8 +405,8 @@ impl Storage {
         }
         out.expect_len(op, rank.saturating_mul(n))?;
         match (self.read(op)?.mem(), out.mem_mut(op)?) {
-            (Mem::Host(l), MemMut::Host(o)) => l.index_unravel(n, shape, o),
-            (Mem::Cuda(l), MemMut::Cuda(o)) => l.index_unravel(n, shape, o),
+            (Mem::Host(l), MemMut::Host(o)) => l.index_unravel(n, shape, rows, o),
+            (Mem::Cuda(l), MemMut::Cuda(o)) => l.index_unravel(n, shape, rows, o),
             _ => Err(mixed(op)),
         }
     }

@@ -315,14 +315,51 @@ impl Tensor {
         Some(if n == 0 { (0, 0) } else { (l.offset(), n) })
     }
 
+    /// `(first element, element count)` of this tensor's elements in its storage when they
+    /// fill that range exactly once in some order of the dimensions (a transpose or a
+    /// permutation of a dense tensor: PyTorch's "non-overlapping and dense"), every stride
+    /// positive.
+    pub(crate) fn dense_permuted_range(&self) -> Option<(usize, usize)> {
+        let l = self.layout();
+        let mut dims: Vec<(isize, usize)> = l
+            .shape()
+            .iter()
+            .zip(l.strides())
+            .filter(|(n, _)| **n != 1)
+            .map(|(&n, &s)| (s, n))
+            .collect();
+        if dims.iter().any(|&(s, n)| s <= 0 || n == 0) {
+            return None;
+        }
+        dims.sort_unstable();
+        let mut expected = 1usize;
+        for (s, n) in dims {
+            if s as usize != expected {
+                return None;
+            }
+            expected = expected.checked_mul(n)?;
+        }
+        Some((l.offset(), expected))
+    }
+
     /// A copy converted to `dtype` (round to nearest-even into f16/bf16; floats to integers
-    /// truncate and saturate).
+    /// truncate and saturate). As PyTorch's `to(dtype)` (`preserve_format`), a tensor whose
+    /// elements fill a range of its storage (contiguous, or a transpose or permutation of a
+    /// contiguous tensor) keeps its strides: one conversion pass reads it in place. Other views
+    /// are gathered first and give a contiguous tensor.
     #[track_caller]
     pub fn to_dtype(&self, dtype: DType) -> Result<Tensor> {
         if let Some((start, len)) = self.dense_range() {
             // Read in place: one pass converts.
             let out = self.view.storage().to_dtype_at(start, len, dtype)?;
             return Tensor::from_storage(out, self.shape());
+        }
+        if let Some((start, len)) = self.dense_permuted_range() {
+            let out = self.view.storage().to_dtype_at(start, len, dtype)?;
+            let l = self.layout();
+            return Ok(Tensor {
+                view: View::with_layout(Arc::new(out), Layout::new(l.shape(), l.strides(), 0))?,
+            });
         }
         Tensor::from_storage(self.view.contiguous()?.to_dtype(dtype)?, self.shape())
     }

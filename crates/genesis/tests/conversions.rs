@@ -95,3 +95,64 @@ fn views_convert_and_move_the_same_in_place_or_gathered() {
         }
     }
 }
+
+/// PyTorch's `to(dtype)` keeps the strides of a tensor whose elements fill a range of its
+/// storage (a transpose or permutation of a contiguous tensor, at an offset too): one pass
+/// reads it in place. A view with gaps or repeats gives a contiguous tensor.
+#[test]
+fn to_dtype_keeps_the_strides_of_dense_permutations() {
+    let _release = Release;
+    for dev in devices() {
+        let v: Vec<f32> = (0..2 * 3 * 4 * 5).map(|i| i as f32 * 0.5 - 7.0).collect();
+        let base = Tensor::from_slice(&v, [2, 3, 4, 5], dev).unwrap();
+        let dense = [
+            ("transpose", base.transpose(1, 3).unwrap()),
+            ("permute", base.permute([3, 0, 2, 1]).unwrap()),
+            ("row of a transpose", base.i(&s![1]).unwrap().t_last2()),
+            (
+                "size-1 dims",
+                base.reshape([2, 1, 60]).unwrap().transpose(0, 2).unwrap(),
+            ),
+        ];
+        for (what, x) in dense {
+            for dtype in [DType::BF16, DType::F64, DType::I32] {
+                let y = x.to_dtype(dtype).unwrap();
+                assert_eq!(y.strides(), x.strides(), "{what} {dtype} on {dev}");
+                assert!(!y.shares_storage(&x));
+                let want = x.contiguous().unwrap().to_dtype(dtype).unwrap();
+                assert_eq!(
+                    y.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap(),
+                    want.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap(),
+                    "{what} {dtype} on {dev}"
+                );
+            }
+        }
+        // Gaps (a column range, a step) or repeats (an expand): gathered, contiguous.
+        for (what, x) in [
+            ("columns", base.i(&s![.., .., 1..3]).unwrap()),
+            ("step", base.i(&s![.., .., .., ..;2]).unwrap()),
+            (
+                "expand",
+                base.i(&s![.., 0..1]).unwrap().expand([2, 3, 4, 5]).unwrap(),
+            ),
+        ] {
+            let y = x.to_dtype(DType::F16).unwrap();
+            assert!(y.is_contiguous(), "{what} on {dev}");
+            assert_eq!(
+                y.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap(),
+                x.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap(),
+                "{what} on {dev}"
+            );
+        }
+    }
+}
+
+trait LastTwo {
+    fn t_last2(&self) -> Tensor;
+}
+
+impl LastTwo for Tensor {
+    fn t_last2(&self) -> Tensor {
+        self.transpose(-1, -2).unwrap()
+    }
+}

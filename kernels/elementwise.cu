@@ -621,8 +621,11 @@ template <typename T> __device__ __forceinline__ T clamp_one(T x, T lo, T hi, in
     return x;
 }
 
-template <typename T>
-__device__ __forceinline__ void clamp_impl(const T *a, T *out, uint64_t n, int vec_ok, T lo, T hi, int flags) {
+// One pass `out[i] = f(a[i])` with a per-element function object `f` (clamp's bounds,
+// nan_to_num's replacements): 16-byte vectors, GX_UNROLL in flight, when `vec_ok`; a
+// grid-stride loop otherwise.
+template <typename T, typename F>
+__device__ __forceinline__ void map_impl(const T *a, T *out, uint64_t n, int vec_ok, const F &f) {
     if (vec_ok) {
         constexpr int V = 16 / sizeof(T);
         const uint64_t nvec = n / V;
@@ -641,26 +644,32 @@ __device__ __forceinline__ void clamp_impl(const T *a, T *out, uint64_t n, int v
                 uint64_t i = base + (uint64_t)u * GX_THREADS + threadIdx.x;
                 if (i < nvec) {
 #pragma unroll
-                    for (int k = 0; k < V; ++k) x[u].v[k] = clamp_one<T>(x[u].v[k], lo, hi, flags);
+                    for (int k = 0; k < V; ++k) x[u].v[k] = f(x[u].v[k]);
                     o4[i] = x[u].raw;
                 }
             }
         }
         if (blockIdx.x == 0) {
             uint64_t i = nvec * V + threadIdx.x;
-            if (i < n) out[i] = clamp_one<T>(a[i], lo, hi, flags);
+            if (i < n) out[i] = f(a[i]);
         }
     } else {
         const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
         for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-            out[i] = clamp_one<T>(a[i], lo, hi, flags);
+            out[i] = f(a[i]);
     }
 }
+
+template <typename T> struct ClampFn {
+    T lo, hi;
+    int flags;
+    __device__ __forceinline__ T operator()(T x) const { return clamp_one<T>(x, lo, hi, flags); }
+};
 
 #define GX_CLAMP(NAME, T)                                                                      \
     extern "C" __global__ void __launch_bounds__(GX_THREADS)                                    \
         clamp_##NAME(const T *a, T *out, uint64_t n, int vec_ok, T lo, T hi, int flags) {       \
-        clamp_impl<T>(a, out, n, vec_ok, lo, hi, flags);                                        \
+        map_impl<T>(a, out, n, vec_ok, ClampFn<T>{lo, hi, flags});                              \
     }
 GX_CLAMP(f64, double)
 GX_CLAMP(f32, float)
@@ -669,8 +678,8 @@ GX_CLAMP(bf16, __nv_bfloat16)
 GX_CLAMP(i32, int32_t)
 GX_CLAMP(i64, int64_t)
 
-// nan_to_num: NaN, +inf and -inf replaced by three values of the type (PyTorch's nan_to_num);
-// the clamp kernel's loop (16-byte vectors, GX_UNROLL in flight), another element function.
+// nan_to_num: NaN, +inf and -inf replaced by three values of the type (PyTorch's nan_to_num),
+// through map_impl as clamp.
 template <typename T> __device__ __forceinline__ float gx_widen(T x) { return (float)x; }
 template <> __device__ __forceinline__ float gx_widen<__half>(__half x) { return __half2float(x); }
 template <> __device__ __forceinline__ float gx_widen<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
@@ -685,45 +694,14 @@ template <typename T> __device__ __forceinline__ T nan_to_num_one(T x, T nv, T p
     return x;
 }
 
-template <typename T>
-__device__ __forceinline__ void nan_to_num_impl(const T *a, T *out, uint64_t n, int vec_ok, T nv, T pv, T mv) {
-    if (vec_ok) {
-        constexpr int V = 16 / sizeof(T);
-        const uint64_t nvec = n / V;
-        const uint64_t tile = (uint64_t)GX_THREADS * GX_UNROLL;
-        const uint4 *a4 = reinterpret_cast<const uint4 *>(a);
-        uint4 *o4 = reinterpret_cast<uint4 *>(out);
-        for (uint64_t base = (uint64_t)blockIdx.x * tile; base < nvec; base += (uint64_t)gridDim.x * tile) {
-            Vec16<T> x[GX_UNROLL];
-#pragma unroll
-            for (int u = 0; u < GX_UNROLL; ++u) {
-                uint64_t i = base + (uint64_t)u * GX_THREADS + threadIdx.x;
-                if (i < nvec) x[u].raw = a4[i];
-            }
-#pragma unroll
-            for (int u = 0; u < GX_UNROLL; ++u) {
-                uint64_t i = base + (uint64_t)u * GX_THREADS + threadIdx.x;
-                if (i < nvec) {
-#pragma unroll
-                    for (int k = 0; k < V; ++k) x[u].v[k] = nan_to_num_one<T>(x[u].v[k], nv, pv, mv);
-                    o4[i] = x[u].raw;
-                }
-            }
-        }
-        if (blockIdx.x == 0) {
-            uint64_t i = nvec * V + threadIdx.x;
-            if (i < n) out[i] = nan_to_num_one<T>(a[i], nv, pv, mv);
-        }
-    } else {
-        const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
-        for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-            out[i] = nan_to_num_one<T>(a[i], nv, pv, mv);
-    }
-}
+template <typename T> struct NanToNumFn {
+    T nv, pv, mv;
+    __device__ __forceinline__ T operator()(T x) const { return nan_to_num_one<T>(x, nv, pv, mv); }
+};
 #define GX_NAN_TO_NUM(NAME, T)                                                                 \
     extern "C" __global__ void __launch_bounds__(GX_THREADS)                                    \
         nan_to_num_##NAME(const T *a, T *out, uint64_t n, int vec_ok, T nv, T pv, T mv) {       \
-        nan_to_num_impl<T>(a, out, n, vec_ok, nv, pv, mv);                                      \
+        map_impl<T>(a, out, n, vec_ok, NanToNumFn<T>{nv, pv, mv});                              \
     }
 GX_NAN_TO_NUM(f64, double)
 GX_NAN_TO_NUM(f32, float)

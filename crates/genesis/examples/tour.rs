@@ -119,6 +119,41 @@ fn basics(dev: Device) -> genesis::Result<()> {
     Ok(())
 }
 
+fn activations_and_selection(dev: Device) -> genesis::Result<()> {
+    println!("## Activations, softmax and selection");
+    // logits = genesis.randn(4, 10); p = logits.softmax(dim=-1); lse = logits.logsumexp(-1)
+    let logits = Tensor::randn([4, 10], DType::F32, dev)?;
+    let p = logits.softmax(-1)?;
+    let lse = logits.logsumexp(-1, false)?;
+    // h = F.gelu(logits, approximate='tanh'); s = F.silu(logits); e = logits.erf()
+    let h = logits.gelu_tanh()?;
+    let e = logits.erf()?;
+    println!(
+        "softmax rows sum to {:?}; logsumexp {:?}; gelu_tanh {:?}, erf {:?}",
+        p.sum_dim(-1, false)?.to_vec::<f32>()?,
+        lse.shape(),
+        h.shape(),
+        e.shape()
+    );
+    // labels = genesis.tensor([3, 0, 3, 9]); one_hot = F.one_hot(labels, 10)
+    let labels = Tensor::from_slice(&[3i64, 0, 3, 9], [4], dev)?;
+    let one_hot = labels.one_hot(Some(10))?;
+    // values, inverse, counts = genesis.unique(labels, return_inverse=True, return_counts=True)
+    let (values, inverse, counts) = labels.unique(true, true, true)?;
+    println!(
+        "one_hot {:?}; unique {:?}, inverse {:?}, counts {:?}",
+        one_hot.shape(),
+        values.to_vec::<i64>()?,
+        inverse.map(|t| t.to_vec::<i64>()).transpose()?,
+        counts.map(|t| t.to_vec::<i64>()).transpose()?
+    );
+    // upper = genesis.ones(4, 4).triu(1); (upper != 0).nonzero()
+    let upper = Tensor::ones([4, 4], DType::F32, dev)?.triu(1)?;
+    let where_ones = upper.nonzero()?;
+    println!("triu(1) has {} ones at {where_ones}", where_ones.shape()[0]);
+    Ok(())
+}
+
 fn indexing(dev: Device) -> genesis::Result<()> {
     println!("## Indexing");
     // x = genesis.randn(1000, 1000, device='cuda')
@@ -425,6 +460,7 @@ fn diagnostics(dev: Device) -> genesis::Result<()> {
 fn tour(dev: Device) -> genesis::Result<()> {
     println!("# Genesis tour on {dev}");
     basics(dev)?;
+    activations_and_selection(dev)?;
     indexing(dev)?;
     memory_efficient(dev)?;
     memory_management(dev)?;

@@ -1354,6 +1354,7 @@ mod reduce;
 mod select;
 mod shared;
 mod softmax;
+mod triangle;
 
 pub use nd::BinaryRhs;
 pub use reduce::{Reduced, reduce_dtype};

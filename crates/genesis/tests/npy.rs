@@ -332,30 +332,25 @@ fn what_is_not_a_regular_file_is_refused() {
         if !path.exists() {
             continue;
         }
-        let p = path.clone();
-        let r = within("load_npy", move || load_npy(&p, Device::Cpu).map(|_| ()));
-        assert!(
-            matches!(
-                r,
-                Err(Error::Storage(
-                    genesis_storage::Error::NotRegularFile { .. }
-                ))
-            ),
-            "{}: {r:?}",
-            path.display()
-        );
-        let p = path.clone();
-        let r = within("load_npz", move || load_npz(&p, Device::Cpu).map(|_| ()));
-        assert!(
-            matches!(
-                r,
-                Err(Error::Storage(
-                    genesis_storage::Error::NotRegularFile { .. }
-                ))
-            ),
-            "{}: {r:?}",
-            path.display()
-        );
+        type Loader = fn(&Path) -> genesis::Result<()>;
+        let loaders: [(&str, Loader); 2] = [
+            ("load_npy", |p| load_npy(p, Device::Cpu).map(|_| ())),
+            ("load_npz", |p| load_npz(p, Device::Cpu).map(|_| ())),
+        ];
+        for (name, load) in loaders {
+            let p = path.clone();
+            let r = within(name, move || load(&p));
+            assert!(
+                matches!(
+                    r,
+                    Err(Error::Storage(
+                        genesis_storage::Error::NotRegularFile { .. }
+                    ))
+                ),
+                "{name} {}: {r:?}",
+                path.display()
+            );
+        }
     }
     let r = load_npy(dir.join("missing.npy"), Device::Cpu);
     assert!(matches!(r, Err(Error::InvalidArgument { .. })), "{r:?}");

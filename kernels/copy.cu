@@ -8,7 +8,8 @@
 //   elements). Copies move bytes, so the kernels are per element size, not per dtype; the
 //   launcher widens elements to 16 bytes (e16) when rows are contiguous and aligned on both
 //   sides, so a copy into a slice of rows (`cat` along an inner dimension) moves 16 bytes an
-//   access.
+//   access. strided_copy_rev_e{1,2,4,8}: rows read backwards (`flip`) in 16-byte vectors,
+//   each vector's elements reversed.
 // * transpose_e{1,2,4,8}: out[c * rows + r] = in[r * ld_in + c] for a rows x cols matrix
 //   (batched over gridDim.z with batch strides), through 32 x 32 shared-memory tiles.
 // * cast_<src>_<dst>: elementwise conversion of n contiguous elements. Semantics (the twin's):
@@ -32,8 +33,34 @@ struct GxStrided {
     int32_t pad;
 };
 
-template <typename T>
+// The value written for the value read: itself, or (`Reverse16`) a 16-byte vector with its
+// S-byte elements in reverse order.
+struct Same {
+    template <typename T> __device__ __forceinline__ T operator()(T v) const { return v; }
+};
+template <int S> struct Reverse16;
+template <> struct Reverse16<8> {
+    __device__ __forceinline__ uint4 operator()(uint4 v) const { return make_uint4(v.z, v.w, v.x, v.y); }
+};
+template <> struct Reverse16<4> {
+    __device__ __forceinline__ uint4 operator()(uint4 v) const { return make_uint4(v.w, v.z, v.y, v.x); }
+};
+template <> struct Reverse16<2> {
+    __device__ __forceinline__ uint4 operator()(uint4 v) const {
+        return make_uint4(__byte_perm(v.w, 0, 0x1032), __byte_perm(v.z, 0, 0x1032), __byte_perm(v.y, 0, 0x1032),
+                          __byte_perm(v.x, 0, 0x1032));
+    }
+};
+template <> struct Reverse16<1> {
+    __device__ __forceinline__ uint4 operator()(uint4 v) const {
+        return make_uint4(__byte_perm(v.w, 0, 0x0123), __byte_perm(v.z, 0, 0x0123), __byte_perm(v.y, 0, 0x0123),
+                          __byte_perm(v.x, 0, 0x0123));
+    }
+};
+
+template <typename T, typename F = Same>
 __device__ __forceinline__ void strided_copy_impl(const T *src, T *dst, uint64_t n, const GxStrided &d) {
+    const F f;
     const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
     for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         uint64_t rem = i;
@@ -45,7 +72,7 @@ __device__ __forceinline__ void strided_copy_impl(const T *src, T *dst, uint64_t
             so += (int64_t)idx * d.src_strides[k];
             doff += (int64_t)idx * d.dst_strides[k];
         }
-        dst[doff] = src[so];
+        dst[doff] = f(src[so]);
     }
 }
 
@@ -63,8 +90,9 @@ struct GxStrided32 {
     int32_t pad;
 };
 
-template <typename T>
+template <typename T, typename F = Same>
 __device__ __forceinline__ void strided_copy32_impl(const T *src, T *dst, uint32_t n, const GxStrided32 &d) {
+    const F f;
     const uint32_t stride = gridDim.x * blockDim.x;
     for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         uint32_t rem = i;
@@ -76,7 +104,7 @@ __device__ __forceinline__ void strided_copy32_impl(const T *src, T *dst, uint32
             so += (int64_t)idx * d.src_strides[k];
             doff += (int64_t)idx * d.dst_strides[k];
         }
-        dst[doff] = src[so];
+        dst[doff] = f(src[so]);
     }
 }
 
@@ -121,6 +149,23 @@ GX_COPY(2, uint16_t)
 GX_COPY(4, uint32_t)
 GX_COPY(8, uint64_t)
 GX_COPY(16, uint4)
+
+// A copy whose innermost dimension runs backwards through the source (`flip`), in 16-byte
+// vectors: the launcher's descriptor walks vectors (source stride -1 innermost), and each
+// vector's elements of E bytes are written in reverse order.
+#define GX_COPY_REV(E)                                                                           \
+    extern "C" __global__ void strided_copy_rev_e##E(const uint4 *src, uint4 *dst, uint64_t n, GxStrided d) { \
+        strided_copy_impl<uint4, Reverse16<E>>(src, dst, n, d);                                   \
+    }                                                                                             \
+    extern "C" __global__ void strided_copy32_rev_e##E(const uint4 *src, uint4 *dst, uint32_t n,  \
+                                                       GxStrided32 d) {                           \
+        strided_copy32_impl<uint4, Reverse16<E>>(src, dst, n, d);                                 \
+    }
+
+GX_COPY_REV(1)
+GX_COPY_REV(2)
+GX_COPY_REV(4)
+GX_COPY_REV(8)
 
 // ---- triangles --------------------------------------------------------------------------------
 // tril / triu of a contiguous [batch, rows, cols] array, by element size: element (b, i, j) is

@@ -538,3 +538,314 @@ SO_KERNELS(i64, int64_t)
 
 SO_CHUNK_KERNEL(f64, double)
 SO_CHUNK_KERNEL(i64, int64_t)
+
+// ---- LSD radix sort of long rows (`sort_rx*`) ----
+//
+// Whole sorts (and top-k keeping a large share) of rows of RADIX_MIN elements or more: the
+// (key, position) pairs of each row are sorted eight bits of the key at a time, least
+// significant digit first, each pass stable, so that the result is the stable sort's: the same
+// as the merge path's and the CPU twin's. A key of `sizeof(T)` bytes takes `sizeof(T)`
+// passes, and a pass whose digit is the same for every element of a row (a count of r in one
+// bin: small integers' high bytes, a row of one value) leaves that row as it is.
+//
+// 1. `sort_rxinit_*`: keys (u32, or u64 for 64-bit T) and positions into buffer 0, and for
+//    each row the OR of its keys and the OR of their complements (`bits`, zeroed first): a
+//    byte set in both varies within the row.
+// 2. `sort_rxplan`: per row and pass, -1 when the pass's byte never varies in the row (the
+//    pass would leave it as it is), else the buffer (0 or 1) the pass reads; last, the buffer
+//    holding the sorted row.
+// 3. Each pass: `sort_rxcount_*` counts the digits of each tile of RX_TILE elements
+//    (`tcount`, rows x 256 x tiles a row, digit-major) and adds them to the row's histogram of
+//    the pass (`hist`, rows x passes x 256, zeroed first); `sort_rxscan` turns each digit's
+//    tile counts into the offsets in the row where the tiles' elements of that digit go (the
+//    elements of smaller digits, from `hist`, plus those of the tiles before);
+//    `sort_rxscatter_*` ranks each tile's elements stably by digit (warps in order; in a
+//    warp, `__match_any_sync` finds the lanes of one digit and a per-warp counter keeps the
+//    earlier rounds' count), stages them in shared memory in digit order, and writes each
+//    digit's run to its offset (consecutive threads, consecutive addresses).
+// 4. `sort_rxfinal_*`: the first `kout` of each row: positions as int64 indices and values
+//    (integers decoded from the key, floats read from the input at the position, their own
+//    bits).
+#define RX_THREADS 256
+#define RX_WARPS (RX_THREADS / 32)
+#define RX_ITEMS 8
+#define RX_TILE (RX_THREADS * RX_ITEMS)
+#define RX_BINS 256
+
+template <typename T> struct RxKey { typedef uint32_t K; };
+template <> struct RxKey<double> { typedef u64 K; };
+template <> struct RxKey<int64_t> { typedef u64 K; };
+
+// The value of element `pos` of a row whose key is `k` (inversion applied): integers decode
+// the key (a sequential read instead of a gather), floats read the input (their own bits:
+// the key lost NaN payloads and the sign of -0.0).
+template <typename T, typename K> struct RxValue {
+    static __device__ __forceinline__ T of(const T *row, K, uint32_t pos) { return row[pos]; }
+};
+template <typename K> struct RxValue<int32_t, K> {
+    static __device__ __forceinline__ int32_t of(const int32_t *, K k, uint32_t) {
+        return (int32_t)((uint32_t)k ^ 0x80000000u);
+    }
+};
+template <typename K> struct RxValue<int64_t, K> {
+    static __device__ __forceinline__ int64_t of(const int64_t *, K k, uint32_t) {
+        return (int64_t)((u64)k ^ 0x8000000000000000ull);
+    }
+};
+
+template <typename T>
+__device__ __forceinline__ void rx_init_impl(const T *in, typename RxKey<T>::K *keys, uint32_t *pos, u64 *bits,
+                                             uint64_t rows, uint64_t r, uint64_t tiles, int desc) {
+    typedef typename RxKey<T>::K K;
+    __shared__ u64 s_or[RX_WARPS], s_nor[RX_WARPS];
+    const K inv = desc ? (K)width_mask<T>() : (K)0;
+    const uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    for (uint64_t t = blockIdx.x; t < rows * tiles; t += gridDim.x) {
+        const uint64_t row = t / tiles, start = (t % tiles) * RX_TILE;
+        const uint32_t n = (uint32_t)min((uint64_t)RX_TILE, r - start);
+        const uint64_t at = row * r + start;
+        u64 o = 0, no = 0;
+        for (uint32_t i = threadIdx.x; i < n; i += RX_THREADS) {
+            const K k = (K)Key<T>::to(in[at + i]) ^ inv;
+            keys[at + i] = k;
+            pos[at + i] = (uint32_t)start + i;
+            o |= (u64)k;
+            no |= (u64)(K)~k;
+        }
+#pragma unroll
+        for (uint32_t d = 16; d > 0; d >>= 1) {
+            o |= __shfl_xor_sync(0xffffffffu, o, d);
+            no |= __shfl_xor_sync(0xffffffffu, no, d);
+        }
+        if (lane == 0) {
+            s_or[warp] = o;
+            s_nor[warp] = no;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            for (int w = 1; w < RX_WARPS; w++) {
+                o |= s_or[w];
+                no |= s_nor[w];
+            }
+            atomicOr(&bits[2 * row], o);
+            atomicOr(&bits[2 * row + 1], no);
+        }
+        __syncthreads();
+    }
+}
+
+// One thread a row: a pass whose byte of the key is the same in every element of the row (no
+// bit of it both set in one key and clear in another) leaves the row as it is.
+extern "C" __global__ void sort_rxplan(const u64 *bits, int32_t *plan, uint64_t rows, int passes) {
+    const uint64_t row = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= rows) return;
+    const u64 varies = bits[2 * row] & bits[2 * row + 1];
+    int src = 0;
+    for (int p = 0; p < passes; p++) {
+        const bool skip = ((varies >> (8 * p)) & 0xff) == 0;
+        plan[row * (passes + 1) + p] = skip ? -1 : src;
+        if (!skip) src ^= 1;
+    }
+    plan[row * (passes + 1) + passes] = src;
+}
+
+// Counts each tile's digits into `tcount` and adds them to the row's histogram of the pass.
+template <typename K>
+__device__ __forceinline__ void rx_count_impl(const K *k0, const K *k1, const int32_t *plan, uint32_t *tcount,
+                                              uint32_t *hist, uint64_t rows, uint64_t r, uint64_t tiles, int passes,
+                                              int p) {
+    __shared__ uint32_t h[RX_BINS];
+    for (uint64_t t = blockIdx.x; t < rows * tiles; t += gridDim.x) {
+        const uint64_t row = t / tiles, tile = t % tiles, start = tile * RX_TILE;
+        const int src = plan[row * (passes + 1) + p];
+        if (src < 0) continue;  // the same for the whole block
+        const uint32_t n = (uint32_t)min((uint64_t)RX_TILE, r - start);
+        const K *k = (src ? k1 : k0) + row * r + start;
+        h[threadIdx.x] = 0;
+        __syncthreads();
+        for (uint32_t i = threadIdx.x; i < n; i += RX_THREADS) atomicAdd(&h[(k[i] >> (8 * p)) & 0xff], 1u);
+        __syncthreads();
+        const uint32_t c = h[threadIdx.x];
+        tcount[(row * RX_BINS + threadIdx.x) * tiles + tile] = c;
+        if (c) atomicAdd(&hist[(row * passes + p) * RX_BINS + threadIdx.x], c);
+        __syncthreads();
+    }
+}
+
+// Exclusive sum of the RX_BINS values `v` of a block of RX_BINS threads (thread i's), through
+// `s` (RX_WARPS words); ends after a barrier.
+__device__ __forceinline__ uint32_t rx_block_exclusive(uint32_t v, uint32_t *s) {
+    const uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    uint32_t x = v;
+#pragma unroll
+    for (uint32_t o = 1; o < 32; o <<= 1) {
+        const uint32_t y = __shfl_up_sync(0xffffffffu, x, o);
+        if (lane >= o) x += y;
+    }
+    if (lane == 31) s[warp] = x;
+    __syncthreads();
+    uint32_t before = 0;
+    for (uint32_t w = 0; w < warp; w++) before += s[w];
+    __syncthreads();
+    return before + x - v;
+}
+
+// One block of RX_BINS threads a (row, digit): the digit's tile counts of the row become
+// offsets in the row.
+extern "C" __global__ void __launch_bounds__(RX_BINS)
+    sort_rxscan(const uint32_t *hist, const int32_t *plan, uint32_t *tcount, uint64_t tiles, int passes, int p) {
+    __shared__ uint32_t s[RX_WARPS];
+    const uint64_t row = blockIdx.x / RX_BINS;
+    const uint32_t digit = blockIdx.x % RX_BINS;
+    if (plan[row * (passes + 1) + p] < 0) return;
+    // Elements of the row with a smaller digit.
+    __shared__ uint32_t total;
+    const uint32_t mine = threadIdx.x < digit ? hist[(row * passes + p) * RX_BINS + threadIdx.x] : 0;
+    const uint32_t ex0 = rx_block_exclusive(mine, s);
+    if (threadIdx.x == RX_BINS - 1) total = ex0 + mine;
+    __syncthreads();
+    uint32_t carry = total;
+    __syncthreads();
+    uint32_t *c = tcount + (row * RX_BINS + digit) * tiles;
+    for (uint64_t base = 0; base < tiles; base += RX_BINS) {
+        const uint64_t i = base + threadIdx.x;
+        const uint32_t v = i < tiles ? c[i] : 0;
+        const uint32_t ex = rx_block_exclusive(v, s);
+        if (i < tiles) c[i] = carry + ex;
+        // The chunk's total: the last thread's exclusive sum plus its value.
+        if (threadIdx.x == RX_BINS - 1) total = ex + v;
+        __syncthreads();
+        carry += total;
+        __syncthreads();
+    }
+}
+
+template <typename K>
+__device__ __forceinline__ void rx_scatter_impl(K *k0, K *k1, uint32_t *p0, uint32_t *p1, const int32_t *plan,
+                                                const uint32_t *tcount, uint64_t rows, uint64_t r, uint64_t tiles,
+                                                int passes, int p) {
+    extern __shared__ uint4 rx_smem[];
+    K *sk = reinterpret_cast<K *>(rx_smem);
+    uint32_t *sp = reinterpret_cast<uint32_t *>(sk + RX_TILE);
+    uint32_t *cnt = sp + RX_TILE;          // [RX_WARPS][RX_BINS]: per-warp counts, then offsets
+    uint32_t *tstart = cnt + RX_WARPS * RX_BINS;  // the tile's first element of each digit
+    uint32_t *gbase = tstart + RX_BINS;           // the row's offset of the tile's digit run
+    uint32_t *s = gbase + RX_BINS;                // RX_WARPS words for the block sum
+    const uint32_t tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const uint32_t lt_mask = (1u << lane) - 1;
+    const int shift = 8 * p;
+    for (uint64_t t = blockIdx.x; t < rows * tiles; t += gridDim.x) {
+        const uint64_t row = t / tiles, tile = t % tiles, start = tile * RX_TILE;
+        const int src = plan[row * (passes + 1) + p];
+        if (src < 0) continue;  // the same for the whole block
+        const uint32_t n = (uint32_t)min((uint64_t)RX_TILE, r - start);
+        const K *sk_in = (src ? k1 : k0) + row * r + start;
+        const uint32_t *sp_in = (src ? p1 : p0) + row * r + start;
+        K *dk = (src ? k0 : k1) + row * r;
+        uint32_t *dp = (src ? p0 : p1) + row * r;
+        for (uint32_t d = lane; d < RX_BINS; d += 32) cnt[warp * RX_BINS + d] = 0;
+        __syncwarp();
+        // Warp w ranks elements w * 32 * RX_ITEMS .. in rounds of 32 consecutive elements.
+        K key[RX_ITEMS];
+        uint32_t ps[RX_ITEMS], off[RX_ITEMS];
+#pragma unroll
+        for (int j = 0; j < RX_ITEMS; j++) {
+            const uint32_t i = warp * 32 * RX_ITEMS + j * 32 + lane;
+            const bool valid = i < n;
+            key[j] = valid ? sk_in[i] : (K)0;
+            ps[j] = valid ? sp_in[i] : 0;
+            const uint32_t d = valid ? (uint32_t)((key[j] >> shift) & 0xff) : RX_BINS;
+            const uint32_t peers = __match_any_sync(0xffffffffu, d);
+            const uint32_t before = d < RX_BINS ? cnt[warp * RX_BINS + d] : 0;
+            __syncwarp();
+            if (d < RX_BINS && (peers & lt_mask) == 0) cnt[warp * RX_BINS + d] = before + __popc(peers);
+            __syncwarp();
+            off[j] = before + __popc(peers & lt_mask);
+        }
+        __syncthreads();
+        // Thread d: the warps' counts of digit d become their offsets in the tile's digit run.
+        uint32_t total = 0;
+#pragma unroll
+        for (int w = 0; w < RX_WARPS; w++) {
+            const uint32_t c = cnt[w * RX_BINS + tid];
+            cnt[w * RX_BINS + tid] = total;
+            total += c;
+        }
+        tstart[tid] = rx_block_exclusive(total, s);
+        gbase[tid] = tcount[(row * RX_BINS + tid) * tiles + tile];
+        __syncthreads();
+#pragma unroll
+        for (int j = 0; j < RX_ITEMS; j++) {
+            const uint32_t i = warp * 32 * RX_ITEMS + j * 32 + lane;
+            if (i < n) {
+                const uint32_t d = (uint32_t)((key[j] >> shift) & 0xff);
+                const uint32_t at = tstart[d] + cnt[warp * RX_BINS + d] + off[j];
+                sk[at] = key[j];
+                sp[at] = ps[j];
+            }
+        }
+        __syncthreads();
+        for (uint32_t i = tid; i < n; i += RX_THREADS) {
+            const K k = sk[i];
+            const uint32_t d = (uint32_t)((k >> shift) & 0xff);
+            const uint64_t at = gbase[d] + (i - tstart[d]);
+            dk[at] = k;
+            dp[at] = sp[i];
+        }
+        __syncthreads();
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void rx_final_impl(const T *in, const typename RxKey<T>::K *k0,
+                                              const typename RxKey<T>::K *k1, const uint32_t *p0,
+                                              const uint32_t *p1, const int32_t *plan, T *out, int64_t *out_idx,
+                                              uint64_t rows, uint64_t r, uint64_t kout, int desc) {
+    typedef typename RxKey<T>::K K;
+    const int passes = sizeof(T);
+    const K inv = desc ? (K)width_mask<T>() : (K)0;
+    const uint64_t all = rows * kout, stride = (uint64_t)gridDim.x * blockDim.x;
+    for (uint64_t e = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; e < all; e += stride) {
+        const uint64_t row = e / kout, i = e % kout;
+        const int src = plan[row * (passes + 1) + passes];
+        const uint32_t at = (src ? p1 : p0)[row * r + i];
+        out[e] = RxValue<T, K>::of(in + row * r, (src ? k1 : k0)[row * r + i] ^ inv, at);
+        out_idx[e] = at;
+    }
+}
+
+#define RX_KEY_KERNELS(KN, K)                                                                            \
+    extern "C" __global__ void __launch_bounds__(RX_THREADS)                                             \
+        sort_rxcount_##KN(const K *k0, const K *k1, const int32_t *plan, uint32_t *tcount, uint32_t *hist, \
+                          uint64_t rows, uint64_t r, uint64_t tiles, int passes, int p) {                \
+        rx_count_impl<K>(k0, k1, plan, tcount, hist, rows, r, tiles, passes, p);                         \
+    }                                                                                                    \
+    extern "C" __global__ void __launch_bounds__(RX_THREADS, 3)                                          \
+        sort_rxscatter_##KN(K *k0, K *k1, uint32_t *p0, uint32_t *p1, const int32_t *plan,               \
+                            const uint32_t *tcount, uint64_t rows, uint64_t r, uint64_t tiles, int passes, \
+                            int p) {                                                                     \
+        rx_scatter_impl<K>(k0, k1, p0, p1, plan, tcount, rows, r, tiles, passes, p);                     \
+    }
+
+RX_KEY_KERNELS(k32, uint32_t)
+RX_KEY_KERNELS(k64, u64)
+
+#define RX_KERNELS(NAME, T)                                                                              \
+    extern "C" __global__ void __launch_bounds__(RX_THREADS)                                             \
+        sort_rxinit_##NAME(const T *in, typename RxKey<T>::K *keys, uint32_t *pos, u64 *bits,            \
+                           uint64_t rows, uint64_t r, uint64_t tiles, int desc) {                        \
+        rx_init_impl<T>(in, keys, pos, bits, rows, r, tiles, desc);                                      \
+    }                                                                                                    \
+    extern "C" __global__ void sort_rxfinal_##NAME(                                                      \
+        const T *in, const typename RxKey<T>::K *k0, const typename RxKey<T>::K *k1, const uint32_t *p0, \
+        const uint32_t *p1, const int32_t *plan, T *out, int64_t *out_idx, uint64_t rows, uint64_t r,    \
+        uint64_t kout, int desc) {                                                                       \
+        rx_final_impl<T>(in, k0, k1, p0, p1, plan, out, out_idx, rows, r, kout, desc);                   \
+    }
+
+RX_KERNELS(f64, double)
+RX_KERNELS(f32, float)
+RX_KERNELS(f16, __half)
+RX_KERNELS(bf16, __nv_bfloat16)
+RX_KERNELS(i32, int32_t)
+RX_KERNELS(i64, int64_t)

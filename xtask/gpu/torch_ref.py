@@ -258,6 +258,30 @@ def main():
         med, mn = wall(fn, 10)
         rows.append({"name": name, "bytes": nbytes, "median_ms": med, "min_ms": mn})
     del x, half, flags, values, classes
+    # Long sorts, unique of wide values, and the elementwise families not above.
+    x = torch.rand(8192, 8192, device=dev)
+    y = torch.rand(8192, 8192, device=dev)
+    cond = torch.rand(8192, 8192, device=dev) < 0.5
+    long = torch.rand(1 << 24, device=dev)
+    wide = torch.randint(-(1 << 62), (1 << 62) - 1, (1 << 24,), device=dev)
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(1)
+    for name, nbytes, fn in [
+            ("sort_16Mi_f32", (1 << 24) * (4 + 4 + 8), lambda: torch.sort(long, stable=True)),
+            ("sort_16Mi_i64_wide", (1 << 24) * (8 + 8 + 8), lambda: torch.sort(wide, stable=True)),
+            ("unique_16Mi_i64_wide", (1 << 24) * 8 * 2,
+             lambda: torch.unique(wide, sorted=True, return_inverse=True, return_counts=True)),
+            ("lt_8192x8192_f32", n2 * 9, lambda: x < y),
+            ("where_8192x8192_f32", n2 * 13, lambda: torch.where(cond, x, y)),
+            ("pow_8192x8192_f32", n2 * 12, lambda: torch.pow(x, y)),
+            ("cumprod_dim1_8192x8192_f32", n2 * 8, lambda: torch.cumprod(x, 1)),
+            ("rand_8192x8192_f32", n2 * 4, lambda: torch.rand(8192, 8192, device=dev, generator=gen)),
+            ("randn_8192x8192_f32", n2 * 4, lambda: torch.randn(8192, 8192, device=dev, generator=gen)),
+            ("randint_16Mi_i64", (1 << 24) * 8,
+             lambda: torch.randint(0, 1_000_000, (1 << 24,), device=dev, generator=gen))]:
+        med, mn = wall(fn, 10)
+        rows.append({"name": name, "bytes": nbytes, "median_ms": med, "min_ms": mn})
+    del x, y, cond, long, wide
     for dt, name in [(torch.float32, "matmul_4096_f32"), (torch.bfloat16, "matmul_4096_bf16")]:
         a = torch.randn(4096, 4096, device=dev, dtype=dt)
         b = torch.randn(4096, 4096, device=dev, dtype=dt)

@@ -29,7 +29,9 @@ pub struct StridedCopy {
 }
 
 impl StridedCopy {
-    /// A descriptor; fails when the rank exceeds [`MAX_DIMS`] or the slices disagree.
+    /// A descriptor; fails when the rank exceeds [`MAX_DIMS`], the slices disagree, or a side
+    /// with elements to copy reaches below its start (a negative stride walking past the
+    /// offset) or past `i64::MAX`.
     pub fn new(
         shape: &[usize],
         src_strides: &[isize],
@@ -57,6 +59,28 @@ impl StridedCopy {
             d.shape[i] = shape[i] as i64;
             d.src_strides[i] = src_strides[i] as i64;
             d.dst_strides[i] = dst_strides[i] as i64;
+        }
+        if !shape.contains(&0) {
+            for (side, strides, offset) in [
+                ("source", src_strides, src_offset),
+                ("destination", dst_strides, dst_offset),
+            ] {
+                let (mut low, mut high) = (offset as i128, offset as i128);
+                for (&n, &st) in shape.iter().zip(strides) {
+                    let span = (n as i128 - 1) * st as i128;
+                    low += span.min(0);
+                    high += span.max(0);
+                }
+                if low < 0 || high > i64::MAX as i128 {
+                    return Err(Error::Unsupported {
+                        op: "strided_copy",
+                        reason: format!(
+                            "the {side} layout (shape {shape:?}, strides {strides:?}, offset \
+                             {offset}) reaches elements {low}..={high}"
+                        ),
+                    });
+                }
+            }
         }
         Ok(d)
     }
@@ -94,6 +118,81 @@ impl StridedCopy {
     /// address divisible accordingly): a copy of rows moves 16 bytes an access instead of one
     /// element. Returns the descriptor and its element size; the bytes copied are the same.
     pub fn widened(&self, elem_bytes: usize, src_addr: u64, dst_addr: u64) -> (StridedCopy, usize) {
+        let mut d = self.merged();
+        let inner = d.rank as usize - 1;
+        if d.src_strides[inner] != 1 || d.dst_strides[inner] != 1 {
+            return (d, elem_bytes);
+        }
+        for wide in [16usize, 8, 4, 2] {
+            if wide <= elem_bytes || wide % elem_bytes != 0 {
+                continue;
+            }
+            let f = (wide / elem_bytes) as i64;
+            let ok = d.shape[inner] % f == 0
+                && d.src_offset % f == 0
+                && d.dst_offset % f == 0
+                && src_addr.is_multiple_of(wide as u64)
+                && dst_addr.is_multiple_of(wide as u64)
+                && (0..inner).all(|k| d.src_strides[k] % f == 0 && d.dst_strides[k] % f == 0);
+            if ok {
+                d.shape[inner] /= f;
+                for k in 0..inner {
+                    d.src_strides[k] /= f;
+                    d.dst_strides[k] /= f;
+                }
+                d.src_offset /= f;
+                d.dst_offset /= f;
+                return (d, wide);
+            }
+        }
+        (d, elem_bytes)
+    }
+
+    /// The same copy in 16-byte vectors when its innermost dimension runs backwards through
+    /// the source and forwards through the destination (source stride -1, destination stride
+    /// 1, as `flip` makes) and the layout allows (elements of 1, 2, 4 or 8 bytes; the
+    /// innermost size, every other stride, the destination's offset and the source's offset
+    /// plus one multiples of the vector's elements; both addresses 16-byte aligned): the
+    /// descriptor walks vectors (source stride -1 innermost), and the `strided_copy_rev_e*`
+    /// kernels write each vector's elements in reverse order. `None` otherwise.
+    pub fn reversed_rows(
+        &self,
+        elem_bytes: usize,
+        src_addr: u64,
+        dst_addr: u64,
+    ) -> Option<StridedCopy> {
+        let mut d = self.merged();
+        let inner = d.rank as usize - 1;
+        if !matches!(elem_bytes, 1 | 2 | 4 | 8)
+            || d.src_strides[inner] != -1
+            || d.dst_strides[inner] != 1
+        {
+            return None;
+        }
+        let f = (16 / elem_bytes) as i64;
+        let ok = d.shape[inner] % f == 0
+            && (d.src_offset + 1) % f == 0
+            && d.dst_offset % f == 0
+            && src_addr.is_multiple_of(16)
+            && dst_addr.is_multiple_of(16)
+            && (0..inner).all(|k| d.src_strides[k] % f == 0 && d.dst_strides[k] % f == 0);
+        if !ok {
+            return None;
+        }
+        d.shape[inner] /= f;
+        for k in 0..inner {
+            d.src_strides[k] /= f;
+            d.dst_strides[k] /= f;
+        }
+        // The vector holding source elements offset - f + 1 ..= offset.
+        d.src_offset = (d.src_offset + 1) / f - 1;
+        d.dst_offset /= f;
+        Some(d)
+    }
+
+    /// The same copy with size-1 dimensions dropped and each dimension folded into the next
+    /// inner one when both sides step over it by exactly the inner extent.
+    fn merged(&self) -> StridedCopy {
         let mut d = *self;
         // Merge: drop size-1 dimensions, then fold each dimension into the next inner one when
         // both sides step over it by exactly the inner extent.
@@ -135,46 +234,29 @@ impl StridedCopy {
             d.src_strides[k] = 0;
             d.dst_strides[k] = 0;
         }
-        let inner = rank - 1;
-        if d.src_strides[inner] != 1 || d.dst_strides[inner] != 1 {
-            return (d, elem_bytes);
-        }
-        for wide in [16usize, 8, 4, 2] {
-            if wide <= elem_bytes || wide % elem_bytes != 0 {
-                continue;
-            }
-            let f = (wide / elem_bytes) as i64;
-            let ok = d.shape[inner] % f == 0
-                && d.src_offset % f == 0
-                && d.dst_offset % f == 0
-                && src_addr.is_multiple_of(wide as u64)
-                && dst_addr.is_multiple_of(wide as u64)
-                && (0..inner).all(|k| d.src_strides[k] % f == 0 && d.dst_strides[k] % f == 0);
-            if ok {
-                d.shape[inner] /= f;
-                for k in 0..inner {
-                    d.src_strides[k] /= f;
-                    d.dst_strides[k] /= f;
-                }
-                d.src_offset /= f;
-                d.dst_offset /= f;
-                return (d, wide);
-            }
-        }
-        (d, elem_bytes)
+        d
     }
 
-    /// The largest source and destination index touched (+1), to check bounds.
+    /// The largest source and destination index touched (+1), to check bounds; `usize::MAX`
+    /// for a side that reaches below its start or past `i64::MAX` (the public fields can be
+    /// set after [`StridedCopy::new`] checked them), which no buffer holds.
     pub fn extents(&self) -> (usize, usize) {
         if self.numel() == 0 {
             return (0, 0);
         }
         let rank = self.rank as usize;
         let reach = |strides: &[i64], off: i64| {
-            let hi: i64 = (0..rank)
-                .map(|k| (self.shape[k] - 1) * strides[k].max(0))
-                .sum();
-            (off + hi + 1) as usize
+            let (mut low, mut high) = (off as i128, off as i128);
+            for (&n, &st) in self.shape[..rank].iter().zip(strides) {
+                let span = (n as i128 - 1) * st as i128;
+                low += span.min(0);
+                high += span.max(0);
+            }
+            if low < 0 || high >= i64::MAX as i128 {
+                usize::MAX
+            } else {
+                (high + 1) as usize
+            }
         };
         (
             reach(&self.src_strides, self.src_offset),
@@ -603,6 +685,69 @@ mod tests {
     }
 
     #[test]
+    fn reversed_rows_move_the_same_bytes() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(11);
+        let mut reversed = 0;
+        for _ in 0..2000 {
+            let elem = [1usize, 2, 4, 8][rng.random_range(0..4)];
+            let rank = rng.random_range(1..=3);
+            let shape: Vec<usize> = (0..rank)
+                .map(|_| [1, 2, 3, 8, 16, 32, 48][rng.random_range(0..7)])
+                .collect();
+            // The source: a row-major parent (rows padded), flipped along the innermost
+            // dimension and maybe others; the destination: row-major from an offset.
+            let parent: Vec<usize> = shape
+                .iter()
+                .map(|&n| n + [0, 0, 1, 16][rng.random_range(0..4)])
+                .collect();
+            let mut ss = vec![0isize; rank];
+            let mut acc = 1usize;
+            for k in (0..rank).rev() {
+                ss[k] = acc as isize;
+                acc *= parent[k];
+            }
+            let base = [0usize, 1, 16, 17][rng.random_range(0..4)];
+            let mut so = base as isize;
+            for k in 0..rank {
+                if k == rank - 1 || rng.random_bool(0.3) {
+                    so += (shape[k] as isize - 1) * ss[k];
+                    ss[k] = -ss[k];
+                }
+            }
+            let dof = [0usize, 3, 16][rng.random_range(0..3)];
+            let mut ds = vec![0isize; rank];
+            let mut dacc = 1usize;
+            for k in (0..rank).rev() {
+                ds[k] = dacc as isize;
+                dacc *= shape[k];
+            }
+            let desc = StridedCopy::new(&shape, &ss, so as usize, &ds, dof).unwrap();
+            let src: Vec<u8> = (0..(acc + base) * elem).map(|_| rng.random()).collect();
+            let mut want = vec![0u8; (dacc + dof) * elem];
+            desc.for_each(|s, d| {
+                want[d * elem..(d + 1) * elem].copy_from_slice(&src[s * elem..(s + 1) * elem])
+            });
+            let align = [1u64, 16][rng.random_range(0..2)];
+            let Some(r) = desc.reversed_rows(elem, align * 4096, 4096) else {
+                continue;
+            };
+            reversed += 1;
+            assert_eq!(r.numel() * 16, desc.numel() * elem, "{desc:?} -> {r:?}");
+            // As the kernel: each 16-byte vector read, its elements reversed, written.
+            let mut got = vec![0u8; want.len()];
+            r.for_each(|s, d| {
+                let v = &src[s * 16..(s + 1) * 16];
+                for (j, e) in v.chunks(elem).rev().enumerate() {
+                    got[d * 16 + j * elem..d * 16 + (j + 1) * elem].copy_from_slice(e);
+                }
+            });
+            assert_eq!(got, want, "{desc:?} ({elem} B) -> {r:?}");
+        }
+        assert!(reversed > 200, "only {reversed} cases reversed in vectors");
+    }
+
+    #[test]
     fn strided_copy_and_transpose() {
         let src: Vec<u32> = (0..12).collect();
         let mut dst = vec![0u32; 12];
@@ -616,5 +761,11 @@ mod tests {
         assert!(StridedCopy::new(&[1; 9], &[1; 9], 0, &[1; 9], 0).is_err());
         let too_far = StridedCopy::new(&[4], &[4], 0, &[1], 0).unwrap();
         assert!(strided_copy(&src, &mut dst, &too_far).is_err());
+        // Negative strides may not walk below the start, on either side.
+        assert!(StridedCopy::new(&[4], &[-1], 3, &[1], 0).is_ok());
+        assert!(StridedCopy::new(&[4], &[-1], 2, &[1], 0).is_err());
+        assert!(StridedCopy::new(&[2, 3], &[3, 1], 0, &[1, -2], 3).is_err());
+        assert!(StridedCopy::new(&[0, 3], &[-5, 1], 0, &[1, 1], 0).is_ok());
+        assert!(StridedCopy::new(&[3], &[isize::MAX], 0, &[1], 0).is_err());
     }
 }

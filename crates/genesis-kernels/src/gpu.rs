@@ -713,6 +713,14 @@ fn elem_suffix(op: &'static str, elem_bytes: usize) -> Result<&'static str> {
         ("strided_copy32", 4) => "strided_copy32_e4",
         ("strided_copy32", 8) => "strided_copy32_e8",
         ("strided_copy32", 16) => "strided_copy32_e16",
+        ("strided_copy_rev", 1) => "strided_copy_rev_e1",
+        ("strided_copy_rev", 2) => "strided_copy_rev_e2",
+        ("strided_copy_rev", 4) => "strided_copy_rev_e4",
+        ("strided_copy_rev", 8) => "strided_copy_rev_e8",
+        ("strided_copy32_rev", 1) => "strided_copy32_rev_e1",
+        ("strided_copy32_rev", 2) => "strided_copy32_rev_e2",
+        ("strided_copy32_rev", 4) => "strided_copy32_rev_e4",
+        ("strided_copy32_rev", 8) => "strided_copy32_rev_e8",
         ("transpose", 1) => "transpose_e1",
         ("transpose", 2) => "transpose_e2",
         ("transpose", 4) => "transpose_e4",
@@ -757,9 +765,33 @@ pub fn strided_copy(
     }
     let (src, dst) = (src.addr(), dst.addr());
     // The same bytes in the widest elements the layout allows (bounds were checked above on
-    // the original descriptor, which covers the same bytes).
+    // the original descriptor, which covers the same bytes): rows read backwards in 16-byte
+    // vectors reversed by the kernel, or widened elements.
+    if let Some(rev) = desc.reversed_rows(elem_bytes, src, dst) {
+        let names = (
+            elem_suffix("strided_copy32_rev", elem_bytes)?,
+            elem_suffix("strided_copy_rev", elem_bytes)?,
+        );
+        return launch_strided_copy(stream, &rev, names, src, dst);
+    }
     let (desc, elem_bytes) = desc.widened(elem_bytes, src, dst);
-    let desc = &desc;
+    let names = (
+        elem_suffix("strided_copy32", elem_bytes)?,
+        elem_suffix("strided_copy", elem_bytes)?,
+    );
+    launch_strided_copy(stream, &desc, names, src, dst)
+}
+
+/// Launches the strided copy `desc` between device addresses `src` and `dst` (checked by the
+/// caller to hold every element it reaches): kernel `names.0` (32-bit indices) when the
+/// descriptor allows, else `names.1`.
+fn launch_strided_copy(
+    stream: &Stream,
+    desc: &crate::StridedCopy,
+    names: (&'static str, &'static str),
+    src: u64,
+    dst: u64,
+) -> Result<()> {
     let n = desc.numel();
     let threads = 256u64;
     let cap = u64::from(stream.context().multiprocessors().max(1)) * 16;
@@ -767,11 +799,7 @@ pub fn strided_copy(
     let config = LaunchConfig::linear(blocks as u32, threads as u32);
     let (mut src, mut dst) = (src, dst);
     if let Some(mut d32) = desc.to_32() {
-        let kernel = Kernel::get(
-            stream.context(),
-            &images::COPY,
-            elem_suffix("strided_copy32", elem_bytes)?,
-        )?;
+        let kernel = Kernel::get(stream.context(), &images::COPY, names.0)?;
         let mut n32 = n as u32;
         let mut params: [*mut c_void; 4] = [
             (&raw mut src).cast(),
@@ -779,17 +807,13 @@ pub fn strided_copy(
             (&raw mut n32).cast(),
             (&raw mut d32).cast(),
         ];
-        // SAFETY: the parameters match `strided_copy32_eN(const T*, T*, uint32_t, GxStrided32)`
-        // (`StridedCopy32` is `#[repr(C)]` with the kernel struct's layout); every index the
-        // descriptor reaches lies in the spans (checked).
+        // SAFETY: the parameters match `strided_copy32_*(const T*, T*, uint32_t,
+        // GxStrided32)` (`StridedCopy32` is `#[repr(C)]` with the kernel struct's layout);
+        // every index the descriptor reaches lies in the spans (checked by the caller).
         unsafe { kernel.launch(stream, config, &mut params)? };
         return Ok(());
     }
-    let kernel = Kernel::get(
-        stream.context(),
-        &images::COPY,
-        elem_suffix("strided_copy", elem_bytes)?,
-    )?;
+    let kernel = Kernel::get(stream.context(), &images::COPY, names.1)?;
     let (mut n64, mut d) = (n as u64, *desc);
     let mut params: [*mut c_void; 4] = [
         (&raw mut src).cast(),
@@ -797,9 +821,9 @@ pub fn strided_copy(
         (&raw mut n64).cast(),
         (&raw mut d).cast(),
     ];
-    // SAFETY: the parameters match `strided_copy_eN(const T*, T*, uint64_t, GxStrided)` (the
+    // SAFETY: the parameters match `strided_copy_*(const T*, T*, uint64_t, GxStrided)` (the
     // descriptor is `#[repr(C)]` with the kernel struct's layout); every index the descriptor
-    // reaches lies in the spans (checked).
+    // reaches lies in the spans (checked by the caller).
     unsafe { kernel.launch(stream, config, &mut params)? };
     Ok(())
 }

@@ -17,7 +17,11 @@
 //! sorted runs of each row two by two, doubling their length each pass
 //! (`ceil(log2(r / 2048))` passes, each reading and writing the workspace once; merge path
 //! gives every block the same share of outputs); the last pass writes the values and indices.
-//! A top-k keeps only the first `k` words of every run.
+//! A top-k keeps only the first `k` words of every run. Rows of at least [`RADIX_MIN_32`]
+//! elements (keys of at most 32 bits) or [`RADIX_MIN_64`] (f64, i64), sorted whole or to a
+//! top-k of a quarter of the row or more, take LSD radix passes instead: one a byte of the key
+//! (count, scan, stable scatter through shared memory), a pass skipped for a row whose byte
+//! never varies (small integers' high bytes), so that the result is the stable sort's as well.
 
 use std::cmp::Ordering;
 
@@ -116,6 +120,16 @@ fn sizes(rows: usize, r: usize, k: usize) -> Result<(usize, usize)> {
 /// Outputs one merge block writes (`MG_TILE`); divides [`SMEM_ROW`].
 const MERGE_TILE: usize = 2048;
 
+/// Shortest row of keys of at most 32 bits sorted by the radix passes (a whole sort, or a
+/// top-k keeping a quarter of the row or more) instead of chunks and merges.
+pub const RADIX_MIN_32: usize = 1 << 17;
+
+/// Shortest row of 64-bit keys (f64, i64) sorted by the radix passes.
+pub const RADIX_MIN_64: usize = 1 << 19;
+
+/// Elements of one radix tile (`RX_TILE`: 256 threads of 8).
+const RADIX_TILE: usize = 2048;
+
 /// How the kernels sort `[rows, r]`: rows of at most [`SMEM_ROW`] elements padded to `npad` (a
 /// power of two) in one block each; longer rows as sorted chunks of [`SMEM_ROW`] merged
 /// through a global workspace.
@@ -158,6 +172,43 @@ impl SortPlan {
         self.npad <= SMEM_ROW || (key_fits_32::<T>() && self.npad <= REG_ROW_MAX)
     }
 
+    /// Whether rows of `T` keeping `k` sort by the radix passes (least significant byte first,
+    /// one pass a byte of the key, a pass skipped for a row whose byte never varies): rows of
+    /// at least [`RADIX_MIN_32`] (keys of at most 32 bits) or [`RADIX_MIN_64`] elements, and
+    /// `k` at least a quarter of the row (a smaller top-k merges runs of `k` words only).
+    pub fn radix<T: Element>(&self, k: usize) -> bool {
+        let min = if key_fits_32::<T>() {
+            RADIX_MIN_32
+        } else {
+            RADIX_MIN_64
+        };
+        self.r >= min && k.saturating_mul(4) >= self.r
+    }
+
+    /// The radix workspace's regions, byte offsets from its start (each 16-byte aligned):
+    /// keys (two buffers), positions (two), the rows' key bits (OR and OR of complements), the
+    /// histograms (rows x passes x 256), the plan (rows x (passes + 1)), the tile counts (rows
+    /// x 256 x tiles), and the end.
+    fn radix_layout<T: Element>(&self) -> Option<[usize; 7]> {
+        let n = self.rows.checked_mul(self.r)?;
+        let key = if key_fits_32::<T>() { 4 } else { 8 };
+        let passes = size_of::<T>();
+        let tiles = self.r.div_ceil(RADIX_TILE);
+        let sizes = [
+            n.checked_mul(2 * key)?,
+            n.checked_mul(2 * 4)?,
+            self.rows.checked_mul(16)?,
+            self.rows.checked_mul(passes * 256 * 4)?,
+            self.rows.checked_mul((passes + 1) * 4)?,
+            self.rows.checked_mul(256 * 4)?.checked_mul(tiles)?,
+        ];
+        let mut at = [0usize; 7];
+        for (i, bytes) in sizes.into_iter().enumerate() {
+            at[i + 1] = at[i].checked_add(bytes)?.checked_next_multiple_of(16)?;
+        }
+        Some(at)
+    }
+
     /// Merge passes after the chunk sort: `ceil(log2(r / 2048))`, none for rows sorted on chip.
     pub fn merge_passes(&self) -> usize {
         let (mut run, mut passes) = (SMEM_ROW, 0);
@@ -171,7 +222,9 @@ impl SortPlan {
     /// Bytes of device workspace the sort of `T` needs (any `k`), from a 16-byte aligned
     /// start: none for rows sorted on chip; else one word (8 bytes for keys of at most 32
     /// bits, 16 for f64 and i64) per element, twice when there are two merge passes or more,
-    /// and the merge partitions (4 bytes each).
+    /// and the merge partitions (4 bytes each); for rows the radix passes may sort, the larger
+    /// of that and the radix workspace (two buffers of keys and of 32-bit positions, and the
+    /// per-row and per-tile counts).
     pub fn workspace_bytes<T: Element>(&self) -> Result<usize> {
         if self.on_chip::<T>() {
             return Ok(0);
@@ -180,17 +233,22 @@ impl SortPlan {
             op: "sort",
             reason: "workspace overflows".into(),
         };
+        let merge = self.merge_workspace_bytes::<T>().ok_or_else(overflow)?;
+        if self.radix::<T>(self.r) {
+            let radix = self.radix_layout::<T>().ok_or_else(overflow)?[6];
+            return Ok(merge.max(radix));
+        }
+        Ok(merge)
+    }
+
+    /// The merge path's workspace (see [`SortPlan::workspace_bytes`]).
+    fn merge_workspace_bytes<T: Element>(&self) -> Option<usize> {
         let buffers = if self.merge_passes() >= 2 { 2 } else { 1 };
         let words = self
             .rows
-            .checked_mul(self.r)
-            .and_then(|n| n.checked_mul(word_bytes::<T>() * buffers))
-            .ok_or_else(overflow)?;
-        let parts = self.partitions().ok_or_else(overflow)?;
-        parts
-            .checked_mul(4)
-            .and_then(|p| p.checked_add(words))
-            .ok_or_else(overflow)
+            .checked_mul(self.r)?
+            .checked_mul(word_bytes::<T>() * buffers)?;
+        self.partitions()?.checked_mul(4)?.checked_add(words)
     }
 
     /// The most merge partitions of any pass (all `r` of each row kept, the most there are).
@@ -388,6 +446,12 @@ pub fn gpu_sort<T: Element>(
         return Ok(());
     }
 
+    if plan.radix::<T>(k) {
+        return radix_sort::<T>(
+            stream, &plan, input, k, descending, values, indices, workspace,
+        );
+    }
+
     // Long rows: chunks sorted into buffer 0, then merge passes between buffers 0 and 1, the
     // last into the outputs; the partitions after the buffers.
     let words = (n * word_bytes::<T>()) as u64;
@@ -501,6 +565,182 @@ pub fn gpu_sort<T: Element>(
         }
         run *= 2;
     }
+    Ok(())
+}
+
+/// The radix passes of `gpu_sort` (spans and workspace checked by the caller; rows of
+/// `plan.r >= RADIX_MIN_*` elements, fewer than 2^32).
+#[cfg(feature = "cuda")]
+#[allow(clippy::too_many_arguments)]
+fn radix_sort<T: Element>(
+    stream: &genesis_cuda::Stream,
+    plan: &SortPlan,
+    input: genesis_cuda::DeviceSpan<'_, T>,
+    k: usize,
+    descending: bool,
+    values: genesis_cuda::DeviceSpanMut<'_, T>,
+    indices: genesis_cuda::DeviceSpanMut<'_, i64>,
+    workspace: genesis_cuda::DeviceSpanMut<'_, u8>,
+) -> Result<()> {
+    use genesis_cuda::{Kernel, LaunchConfig};
+    use std::ffi::c_void;
+
+    let overflow = || Error::Unsupported {
+        op: "sort",
+        reason: "workspace overflows".into(),
+    };
+    let at = plan.radix_layout::<T>().ok_or_else(overflow)?;
+    let (rows, r) = (plan.rows, plan.r);
+    let n = rows * r;
+    let tiles = r.div_ceil(RADIX_TILE);
+    let key_bytes = if key_fits_32::<T>() { 4 } else { 8 };
+    let ctx = stream.context();
+    let get = |name: &'static str| Kernel::get(ctx, &crate::images::SORT, name);
+    let (init, fin) = match T::NAME {
+        "f64" => ("sort_rxinit_f64", "sort_rxfinal_f64"),
+        "f32" => ("sort_rxinit_f32", "sort_rxfinal_f32"),
+        "f16" => ("sort_rxinit_f16", "sort_rxfinal_f16"),
+        "bf16" => ("sort_rxinit_bf16", "sort_rxfinal_bf16"),
+        "i32" => ("sort_rxinit_i32", "sort_rxfinal_i32"),
+        "i64" => ("sort_rxinit_i64", "sort_rxfinal_i64"),
+        other => {
+            return Err(Error::Unsupported {
+                op: "sort",
+                reason: format!("element type {other}"),
+            });
+        }
+    };
+    let (init, fin) = (get(init)?, get(fin)?);
+    let (count, scatter) = if key_bytes == 4 {
+        (get("sort_rxcount_k32")?, get("sort_rxscatter_k32")?)
+    } else {
+        (get("sort_rxcount_k64")?, get("sort_rxscatter_k64")?)
+    };
+    let (plan_k, scan) = (get("sort_rxplan")?, get("sort_rxscan")?);
+
+    let base = workspace.addr();
+    let (mut k0, mut k1) = (base + at[0] as u64, base + (at[0] + n * key_bytes) as u64);
+    let (mut p0, mut p1) = (base + at[1] as u64, base + (at[1] + n * 4) as u64);
+    let (mut bits, mut hist, mut order, mut tcount) = (
+        base + at[2] as u64,
+        base + at[3] as u64,
+        base + at[4] as u64,
+        base + at[5] as u64,
+    );
+    // SAFETY: the key bits and the histograms are adjacent regions of the workspace (checked
+    // by the caller to hold `at[6]` bytes), zeroed before the kernels add to them.
+    unsafe { genesis_cuda::raw::memset_d8(stream, bits, 0, at[4] - at[2])? };
+
+    let (mut pin, mut pv, mut pi) = (input.addr(), values.addr(), indices.addr());
+    let (mut rows64, mut r64, mut tiles64, mut k64) =
+        (rows as u64, r as u64, tiles as u64, k as u64);
+    let mut desc = i32::from(descending);
+    let mut passes = size_of::<T>() as i32;
+    let blocks = (rows * tiles).min(i32::MAX as usize) as u32;
+    let tile_grid = LaunchConfig::linear(blocks, 256);
+
+    let mut params: [*mut c_void; 8] = [
+        (&raw mut pin).cast(),
+        (&raw mut k0).cast(),
+        (&raw mut p0).cast(),
+        (&raw mut bits).cast(),
+        (&raw mut rows64).cast(),
+        (&raw mut r64).cast(),
+        (&raw mut tiles64).cast(),
+        (&raw mut desc).cast(),
+    ];
+    // SAFETY: the parameters match `sort_rxinit_<T>` (blocks of 256, static shared memory);
+    // the input holds `rows * r` elements, buffer 0 of keys and positions as many, the bits
+    // two words a row (all in the checked workspace); tiles the grid misses are looped over.
+    unsafe { init.launch(stream, tile_grid, &mut params)? };
+    let mut params: [*mut c_void; 4] = [
+        (&raw mut bits).cast(),
+        (&raw mut order).cast(),
+        (&raw mut rows64).cast(),
+        (&raw mut passes).cast(),
+    ];
+    let grid = LaunchConfig::linear(rows.div_ceil(256) as u32, 256);
+    // SAFETY: the parameters match `sort_rxplan` (a thread a row, guarded); the plan holds
+    // `passes + 1` words a row.
+    unsafe { plan_k.launch(stream, grid, &mut params)? };
+
+    if rows * 256 > i32::MAX as usize {
+        return Err(Error::Unsupported {
+            op: "sort",
+            reason: format!("{rows} rows of radix sort"),
+        });
+    }
+    let scan_grid = LaunchConfig::linear((rows * 256) as u32, 256);
+    // Keys, positions, the per-warp counts, the tile's digit starts and offsets, a block sum.
+    let smem = RADIX_TILE * (key_bytes + 4) + (8 * 256 + 256 + 256 + 8) * 4;
+    let scatter_grid = LaunchConfig {
+        shared_bytes: smem as u32,
+        ..tile_grid
+    };
+    for mut pass in 0..size_of::<T>() as i32 {
+        let mut params: [*mut c_void; 10] = [
+            (&raw mut k0).cast(),
+            (&raw mut k1).cast(),
+            (&raw mut order).cast(),
+            (&raw mut tcount).cast(),
+            (&raw mut hist).cast(),
+            (&raw mut rows64).cast(),
+            (&raw mut r64).cast(),
+            (&raw mut tiles64).cast(),
+            (&raw mut passes).cast(),
+            (&raw mut pass).cast(),
+        ];
+        // SAFETY: the parameters match `sort_rxcount_<k>` (blocks of 256, static shared
+        // memory); both key buffers hold `rows * r` keys, the tile counts 256 words a tile,
+        // the histograms 256 words a row and pass.
+        unsafe { count.launch(stream, tile_grid, &mut params)? };
+        let mut params: [*mut c_void; 6] = [
+            (&raw mut hist).cast(),
+            (&raw mut order).cast(),
+            (&raw mut tcount).cast(),
+            (&raw mut tiles64).cast(),
+            (&raw mut passes).cast(),
+            (&raw mut pass).cast(),
+        ];
+        // SAFETY: the parameters match `sort_rxscan` (a block of 256 a row and digit).
+        unsafe { scan.launch(stream, scan_grid, &mut params)? };
+        let mut params: [*mut c_void; 11] = [
+            (&raw mut k0).cast(),
+            (&raw mut k1).cast(),
+            (&raw mut p0).cast(),
+            (&raw mut p1).cast(),
+            (&raw mut order).cast(),
+            (&raw mut tcount).cast(),
+            (&raw mut rows64).cast(),
+            (&raw mut r64).cast(),
+            (&raw mut tiles64).cast(),
+            (&raw mut passes).cast(),
+            (&raw mut pass).cast(),
+        ];
+        // SAFETY: the parameters match `sort_rxscatter_<k>` (blocks of 256; `smem` bytes of
+        // dynamic shared memory, below the 48 KiB default); every offset the scan wrote is
+        // below `r` in the row, so the writes stay in the other buffer's row.
+        unsafe { scatter.launch(stream, scatter_grid, &mut params)? };
+    }
+    let cap = u64::from(ctx.multiprocessors().max(1)) * 32;
+    let grid = LaunchConfig::linear(((rows * k) as u64).div_ceil(256).clamp(1, cap) as u32, 256);
+    let mut params: [*mut c_void; 12] = [
+        (&raw mut pin).cast(),
+        (&raw mut k0).cast(),
+        (&raw mut k1).cast(),
+        (&raw mut p0).cast(),
+        (&raw mut p1).cast(),
+        (&raw mut order).cast(),
+        (&raw mut pv).cast(),
+        (&raw mut pi).cast(),
+        (&raw mut rows64).cast(),
+        (&raw mut r64).cast(),
+        (&raw mut k64).cast(),
+        (&raw mut desc).cast(),
+    ];
+    // SAFETY: the parameters match `sort_rxfinal_<T>` (grid-stride); the outputs hold
+    // `rows * k` elements (checked by the caller); positions index the input's rows.
+    unsafe { fin.launch(stream, grid, &mut params)? };
     Ok(())
 }
 

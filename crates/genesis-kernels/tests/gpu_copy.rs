@@ -195,6 +195,12 @@ fn strided_copies_and_transposes_match_the_twin() {
             StridedCopy::new(&[7, 300], &[0, 1], 11, &[300, 1], 0).unwrap(),
             StridedCopy::new(&[], &[], 17, &[], 0).unwrap(),
             StridedCopy::new(&[3, 0, 4], &[1, 1, 1], 0, &[0, 4, 1], 0).unwrap(),
+            // Rows read backwards (`flip`): in reversed 16-byte vectors when aligned (the
+            // first three), element by element when not (the last).
+            StridedCopy::new(&[64, 48], &[64, -1], 47, &[48, 1], 0).unwrap(),
+            StridedCopy::new(&[1024], &[-1], 1023, &[1], 32).unwrap(),
+            StridedCopy::new(&[32, 64], &[-64, -1], 32 * 64 - 1, &[64, 1], 0).unwrap(),
+            StridedCopy::new(&[64, 48], &[64, -1], 48, &[48, 1], 0).unwrap(),
         ];
         for desc in &cases {
             let n = desc.numel();

@@ -1007,7 +1007,7 @@ fn sort_matches_the_cpu_twin_exactly() {
 
 /// Every sort path on a few rows (small enough to run under compute-sanitizer's racecheck):
 /// the shared-memory network (64-bit keys), register rows of 256..2048 and of 4096..8192
-/// (dynamic shared memory), and chunks merged through the workspace.
+/// (dynamic shared memory), chunks merged through the workspace, and the radix passes.
 #[test]
 fn every_sort_path_on_a_few_rows() {
     if skip_without_gpu("every sort path") {
@@ -1033,6 +1033,74 @@ fn every_sort_path_on_a_few_rows() {
         let x = from_pool(&mut rng, &pool, rows * r);
         sort_case(&ctx, &s, &x, rows, r, &[r], true, "i64 paths");
     }
+    // The radix passes: one row of keys of 32 bits, two of 64.
+    let r = genesis_kernels::sort::RADIX_MIN_32;
+    let pool = sort_pool::<f32>(&mut rng, 5000);
+    let x = from_pool(&mut rng, &pool, r);
+    sort_case(&ctx, &s, &x, 1, r, &[r], true, "f32 radix");
+    let r = genesis_kernels::sort::RADIX_MIN_64;
+    let x: Vec<i64> = (0..2 * r).map(|_| i64::random(&mut rng)).collect();
+    sort_case(&ctx, &s, &x, 2, r, &[r], true, "i64 radix");
+}
+
+/// Rows the radix passes sort (at least `RADIX_MIN_*` elements): few and many distinct values,
+/// integers of a small range (the high bytes never vary: those passes are skipped), a row of
+/// one value (every pass skipped), full-range integers (no pass skipped), whole sorts and
+/// top-k of at least a quarter (radix) and below (merges), several rows whose skipped passes
+/// differ, lengths off the tile size.
+fn check_radix_sort<T: Random>(ctx: &Arc<Context>, rng: &mut SmallRng) {
+    use genesis_kernels::sort::{RADIX_MIN_32, RADIX_MIN_64, SortPlan};
+    let s = Stream::new(ctx).unwrap();
+    let min = if size_of::<T>() <= 4 {
+        RADIX_MIN_32
+    } else {
+        RADIX_MIN_64
+    };
+    for &(rows, r) in &[(1usize, min), (3, min + 2047), (2, min * 2 + 1)] {
+        let plan = SortPlan::new(rows, r).unwrap();
+        assert!(plan.radix::<T>(r) && plan.radix::<T>(r.div_ceil(4)));
+        assert!(!plan.radix::<T>(r / 4 - 1));
+        let ks = [r, r / 2, r.div_ceil(4), 10];
+        let few = sort_pool::<T>(rng, 3);
+        let x = from_pool(rng, &few, rows * r);
+        sort_case(ctx, &s, &x, rows, r, &ks, true, "radix, few values");
+        let many = sort_pool::<T>(rng, 100_000);
+        let x = from_pool(rng, &many, rows * r);
+        sort_case(ctx, &s, &x, rows, r, &ks[..2], true, "radix, many values");
+        // Row 0 small non-negative integers, row 1 one value, the rest wide random bits.
+        let mut x: Vec<T> = (0..rows * r).map(|_| T::random(rng)).collect();
+        for v in &mut x[..r] {
+            *v = T::from_f64(rng.random_range(0..1000) as f64);
+        }
+        if rows > 1 {
+            x[r..2 * r].fill(T::from_f64(-3.0));
+        }
+        sort_case(
+            ctx,
+            &s,
+            &x,
+            rows,
+            r,
+            &ks[..1],
+            true,
+            "radix, skipped passes",
+        );
+    }
+}
+
+#[test]
+fn radix_sort_matches_the_cpu_twin_exactly() {
+    if skip_without_gpu("radix sort") {
+        return;
+    }
+    let ctx = Context::get(0).unwrap();
+    let mut rng = SmallRng::seed_from_u64(0x5eed_0111);
+    check_radix_sort::<f32>(&ctx, &mut rng);
+    check_radix_sort::<f16>(&ctx, &mut rng);
+    check_radix_sort::<bf16>(&ctx, &mut rng);
+    check_radix_sort::<i32>(&ctx, &mut rng);
+    check_radix_sort::<i64>(&ctx, &mut rng);
+    check_radix_sort::<f64>(&ctx, &mut rng);
 }
 
 #[test]

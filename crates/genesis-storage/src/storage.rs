@@ -957,8 +957,13 @@ impl Storage {
         let src_inner = src.read("copy_strided_from")?;
         match (self.inner.get_mut(), &*src_inner) {
             (Inner::Cuda(dm), Inner::Cuda(sm)) => {
-                // Narrow rows are faster through the strided kernel than the copy engines.
-                if width < 1024 || dm.ordinal() != sm.ordinal() {
+                // Narrow rows, and rows the strided kernel moves 16 bytes an access (row
+                // width, pitches and starts multiples of 16 bytes), are faster through the
+                // kernel than through the 2-D copy (the copy engines).
+                let aligned = [width, ds * size, ss * size, dp * size, sp * size]
+                    .iter()
+                    .all(|b| b % 16 == 0);
+                if width < 1024 || aligned || dm.ordinal() != sm.ordinal() {
                     return Ok(false);
                 }
                 let (dst, src_rows) = ((ds * size, dp * size), (ss * size, sp * size));

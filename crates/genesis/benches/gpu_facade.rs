@@ -681,6 +681,68 @@ mod gpu {
         }
         drop((x, half, flags, values, classes));
 
+        // Sorts of one long row (the radix passes), unique of values with every byte varying
+        // (no radix pass skipped), and the elementwise families not above: comparison,
+        // where, pow, cumprod and the random draws. Wall clock, as torch_ref.
+        let x = g.rand([8192, 8192], DType::F32, dev)?;
+        let y = g.rand([8192, 8192], DType::F32, dev)?;
+        let cond = g.rand([8192, 8192], DType::F32, dev)?.lt_scalar(0.5)?;
+        let long = g.rand([1 << 24], DType::F32, dev)?;
+        let wide = g.randint(-(1 << 62), (1 << 62) - 1, [1 << 24], DType::I64, dev)?;
+        let cases: [(&str, usize, &dyn Fn() -> BoxResult); 10] = [
+            ("sort_16Mi_f32", (1 << 24) * (4 + 4 + 8), &|| {
+                long.sort(0, false)?;
+                Ok(())
+            }),
+            ("sort_16Mi_i64_wide", (1 << 24) * (8 + 8 + 8), &|| {
+                wide.sort(0, false)?;
+                Ok(())
+            }),
+            ("unique_16Mi_i64_wide", (1 << 24) * 8 * 2, &|| {
+                wide.unique(true, true, true)?;
+                Ok(())
+            }),
+            ("lt_8192x8192_f32", n2 * (4 + 4 + 1), &|| {
+                x.lt(&y)?;
+                Ok(())
+            }),
+            ("where_8192x8192_f32", n2 * (1 + 4 + 4 + 4), &|| {
+                Tensor::where_cond(&cond, &x, &y)?;
+                Ok(())
+            }),
+            ("pow_8192x8192_f32", n2 * 12, &|| {
+                x.pow(&y)?;
+                Ok(())
+            }),
+            ("cumprod_dim1_8192x8192_f32", n2 * 8, &|| {
+                x.cumprod(1)?;
+                Ok(())
+            }),
+            ("rand_8192x8192_f32", n2 * 4, &|| {
+                g.rand([8192, 8192], DType::F32, dev)?;
+                Ok(())
+            }),
+            ("randn_8192x8192_f32", n2 * 4, &|| {
+                g.randn([8192, 8192], DType::F32, dev)?;
+                Ok(())
+            }),
+            ("randint_16Mi_i64", (1 << 24) * 8, &|| {
+                g.randint(0, 1_000_000, [1 << 24], DType::I64, dev)?;
+                Ok(())
+            }),
+        ];
+        for (name, bytes, f) in cases {
+            let (med, min) = wall(10, f)?;
+            rows.push(Row {
+                name: name.into(),
+                bytes,
+                median_ms: med,
+                min_ms: min,
+                note: "wall clock incl. output allocation, as torch_ref".into(),
+            });
+        }
+        drop((x, y, cond, long, wide));
+
         // matmul at 4096 (f32 and bf16), output allocation included.
         let side = 4096usize;
         let g = genesis::Generator::new(1);

@@ -170,19 +170,21 @@ impl Tensor {
         }
         let (values, perm) = flat.sort(0, false)?;
         let first = first_of_runs(&values)?;
-        let unique = values.masked_select(&first)?;
+        let starts = run_starts(&first)?;
+        let unique = values.index_select(0, &starts)?;
         let inverse = if return_inverse {
             // Run `r` of the sorted values is value `r`; element `perm[i]` is in the run of
-            // sorted position `i`.
-            let run = first.cumsum(0)?.sub(1)?;
-            // (Zeros, not uninitialised memory: the out-of-place scatter copies its target.)
-            let out = Tensor::zeros([n], DType::I64, self.device())?;
-            Some(out.scatter(0, &perm, &run)?.reshape_any(self.shape())?)
+            // sorted position `i`. `perm` is a permutation: the scatter writes every element.
+            let run = first.cumsum(0)?;
+            run.sub_(1)?;
+            let out = Tensor::empty([n], DType::I64, self.device())?;
+            out.scatter_(0, &perm, &run)?;
+            Some(out.reshape_any(self.shape())?)
         } else {
             None
         };
         let counts = if return_counts {
-            Some(run_lengths(&first, n)?)
+            Some(run_lengths(&starts, n)?)
         } else {
             None
         };
@@ -214,14 +216,17 @@ impl Tensor {
             return self.unique_of_nothing(return_inverse, return_counts);
         }
         let first = first_of_runs(&flat)?;
-        let unique = flat.masked_select(&first)?;
+        let starts = run_starts(&first)?;
+        let unique = flat.index_select(0, &starts)?;
         let inverse = if return_inverse {
-            Some(first.cumsum(0)?.sub(1)?.reshape_any(self.shape())?)
+            let run = first.cumsum(0)?;
+            run.sub_(1)?;
+            Some(run.reshape_any(self.shape())?)
         } else {
             None
         };
         let counts = if return_counts {
-            Some(run_lengths(&first, n)?)
+            Some(run_lengths(&starts, n)?)
         } else {
             None
         };
@@ -249,8 +254,9 @@ impl Tensor {
     /// `torch.nn.functional.one_hot`): an int64 tensor with one more dimension, of
     /// `num_classes` (the largest value plus one for `None`), 1 at each element's class and 0
     /// elsewhere. Errors, as in PyTorch: another dtype, a negative value, a value at least
-    /// `num_classes`, and an empty tensor without `num_classes` (or with 0). The host reads the
-    /// smallest and largest values (one synchronisation on the GPU) to check them.
+    /// `num_classes`, and an empty tensor without `num_classes` (or with 0). Without
+    /// `num_classes` the host reads the largest value (a synchronisation on the GPU); with it,
+    /// the scatter that writes the ones checks the range.
     ///
     /// ```
     /// use genesis::{Device, Tensor};
@@ -288,19 +294,29 @@ impl Tensor {
                 )),
             };
         }
-        let bounds = Tensor::stack(&[&self.min()?, &self.max()?], 0)?.to_vec::<i64>()?;
-        let (lo, hi) = (bounds[0], bounds[1]);
-        if lo < 0 {
-            return Err(bad("Class values must be non-negative."));
-        }
         let classes = match num_classes {
-            None => hi as usize + 1,
-            Some(c) if (hi as u64) < c as u64 => c,
-            Some(_) => return Err(bad("Class values must be smaller than num_classes.")),
+            Some(c) => c,
+            None => {
+                let bounds = Tensor::stack(&[&self.min()?, &self.max()?], 0)?.to_vec::<i64>()?;
+                if bounds[0] < 0 {
+                    return Err(bad("Class values must be non-negative."));
+                }
+                usize::try_from(bounds[1]).map_err(|_| bad("Class values overflow."))? + 1
+            }
         };
         shape.push(classes);
         let out = Tensor::zeros(&shape, DType::I64, self.device())?;
-        out.scatter_scalar_(-1, &self.unsqueeze(-1)?, 1)?;
+        // The scatter checks every class against 0..classes (and writes nothing when one is
+        // outside); only then are the bounds read to say which.
+        if let Err(e) = out.scatter_scalar_(-1, &self.unsqueeze(-1)?, 1) {
+            if self.min()?.item::<i64>()? < 0 {
+                return Err(bad("Class values must be non-negative."));
+            }
+            if self.max()?.item::<i64>()? as u64 >= classes as u64 {
+                return Err(bad("Class values must be smaller than num_classes."));
+            }
+            return Err(e);
+        }
         Ok(out)
     }
 }
@@ -316,14 +332,19 @@ fn first_of_runs(values: &Tensor) -> Result<Tensor> {
     Tensor::cat(&[&head, &differs], 0)
 }
 
-/// The lengths of the runs that `first` (of `n` elements) marks: the differences of their
-/// starts, the last one running to `n`.
-fn run_lengths(first: &Tensor, n: usize) -> Result<Tensor> {
+/// The positions (int64, 1-D) where the runs that `first` marks start.
+fn run_starts(first: &Tensor) -> Result<Tensor> {
     let (starts, k) = first.nonzero_positions()?;
-    let starts = Tensor::from_storage(starts, &[k])?;
-    let end = Tensor::full([1], n as i64, first.device())?;
+    Tensor::from_storage(starts, &[k])
+}
+
+/// The lengths of the runs starting at `starts` (at least one) in `n` elements: the
+/// differences of their starts, the last one running to `n`.
+fn run_lengths(starts: &Tensor, n: usize) -> Result<Tensor> {
+    let k = starts.numel();
+    let end = Tensor::full([1], n as i64, starts.device())?;
     let ends = Tensor::cat(&[&starts.narrow(0, 1, k - 1)?, &end], 0)?;
-    ends.sub(&starts)
+    ends.sub(starts)
 }
 
 /// The coordinates in `shape` (at least 2 dimensions, every size at least 1) of the row-major

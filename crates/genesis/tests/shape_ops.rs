@@ -221,10 +221,27 @@ fn selection_on_every_device() {
         assert_eq!(counts.unwrap().to_vec::<i64>().unwrap(), [1, 2, 2, 1, 1]);
         // one_hot checks its classes on every device.
         let labels = Tensor::from_slice(&[1i64, 0, 3], [3], dev).unwrap();
-        assert!(matches!(
-            labels.one_hot(Some(3)).unwrap_err(),
-            Error::InvalidArgument { op: "one_hot", .. }
-        ));
+        let negative = Tensor::from_slice(&[1i64, -2, 7], [3], dev).unwrap();
+        for (x, classes, says) in [
+            (&labels, Some(3), "smaller than num_classes"),
+            (&labels, Some(0), "smaller than num_classes"),
+            (&negative, Some(3), "non-negative"),
+            (&negative, Some(9), "non-negative"),
+            (&negative, None, "non-negative"),
+        ] {
+            match x.one_hot(classes).unwrap_err() {
+                Error::InvalidArgument {
+                    op: "one_hot",
+                    reason,
+                } => assert!(reason.contains(says), "{classes:?}: {reason}"),
+                e => panic!("{classes:?}: {e}"),
+            }
+        }
+        let h = labels.one_hot(Some(6)).unwrap();
+        assert_eq!(
+            h.to_vec::<i64>().unwrap(),
+            [0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0]
+        );
         let h = labels.one_hot(None).unwrap();
         assert_eq!(h.device(), dev);
         assert_eq!(
@@ -283,5 +300,81 @@ fn triangles_of_large_batches() {
                 tc.tril(k).unwrap().to_vec::<i64>().unwrap()
             );
         }
+    }
+}
+
+/// Long inputs (the radix sort's rows): `sort` and `unique` on each device agree with the
+/// CPU's exactly: floats with NaN, both zeros and repeats; integers of a small range (the
+/// high bytes never vary) and of the whole range.
+#[test]
+fn long_sorts_and_unique_agree_with_the_cpu() {
+    let _release = Release;
+    let g = genesis::Generator::new(7);
+    let n = 600_001;
+    let mut floats = g
+        .randint(-50, 50, [n], DType::I64, Device::Cpu)
+        .unwrap()
+        .to_dtype(DType::F32)
+        .unwrap()
+        .div(4.0)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    for (i, v) in floats.iter_mut().enumerate().step_by(97) {
+        *v = [f32::NAN, -0.0, 0.0, f32::INFINITY][i % 4];
+    }
+    let cases = [
+        Tensor::from_slice(&floats, [n], Device::Cpu).unwrap(),
+        g.randint(0, 5000, [n], DType::I64, Device::Cpu).unwrap(),
+        g.randint(-(1 << 62), 1 << 62, [n], DType::I64, Device::Cpu)
+            .unwrap(),
+        g.randint(-(1 << 30), 1 << 30, [3, n / 3], DType::I32, Device::Cpu)
+            .unwrap(),
+    ];
+    for dev in devices().into_iter().filter(|d| *d != Device::Cpu) {
+        for x in &cases {
+            let y = x.to(dev).unwrap();
+            for descending in [false, true] {
+                let (v, i) = x.sort(-1, descending).unwrap();
+                let (gv, gi) = y.sort(-1, descending).unwrap();
+                assert_eq!(gi.to_vec::<i64>().unwrap(), i.to_vec::<i64>().unwrap());
+                assert_eq!(bits(&gv), bits(&v));
+            }
+            let (v, inv, counts) = x.unique(true, true, true).unwrap();
+            let (gv, ginv, gcounts) = y.unique(true, true, true).unwrap();
+            assert_eq!(bits(&gv), bits(&v));
+            assert_eq!(
+                ginv.unwrap().to_vec::<i64>().unwrap(),
+                inv.unwrap().to_vec::<i64>().unwrap()
+            );
+            assert_eq!(
+                gcounts.unwrap().to_vec::<i64>().unwrap(),
+                counts.unwrap().to_vec::<i64>().unwrap()
+            );
+        }
+    }
+}
+
+/// The elements' bits, on the host (NaNs compare by payload).
+fn bits(t: &Tensor) -> Vec<u64> {
+    match t.dtype() {
+        DType::F32 => t
+            .to_vec::<f32>()
+            .unwrap()
+            .iter()
+            .map(|v| u64::from(v.to_bits()))
+            .collect(),
+        DType::I32 => t
+            .to_vec::<i32>()
+            .unwrap()
+            .iter()
+            .map(|&v| v as u64)
+            .collect(),
+        _ => t
+            .to_vec::<i64>()
+            .unwrap()
+            .iter()
+            .map(|&v| v as u64)
+            .collect(),
     }
 }

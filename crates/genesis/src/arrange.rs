@@ -51,6 +51,18 @@ impl Tensor {
     /// more dimensions than the copy kernel takes is copied a block of its inner dimensions at
     /// a time).
     pub(crate) fn copy_layout(&self, layout: &Layout) -> Result<Tensor> {
+        crate::autograd::op1(
+            "copy",
+            self,
+            || self.copy_layout_raw(layout),
+            || {
+                let back = crate::autograd::LayoutGrad::of(self, layout);
+                move |g: &Tensor| back.grad(g)
+            },
+        )
+    }
+
+    fn copy_layout_raw(&self, layout: &Layout) -> Result<Tensor> {
         let shape = layout.shape().to_vec();
         let n = numel_of("copy", &shape)?;
         let storage = self.view.storage();
@@ -537,6 +549,18 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn roll(&self, shifts: &[isize], dims: &[isize]) -> Result<Tensor> {
+        // The gradient rolls back.
+        let back: Vec<isize> = shifts.iter().map(|s| s.wrapping_neg()).collect();
+        let dims_back = dims.to_vec();
+        crate::autograd::op1(
+            "roll",
+            self,
+            || self.roll_raw(shifts, dims),
+            move || move |g| g.roll(&back, &dims_back),
+        )
+    }
+
+    fn roll_raw(&self, shifts: &[isize], dims: &[isize]) -> Result<Tensor> {
         let op = "roll";
         if shifts.is_empty() {
             return Err(Error::InvalidArgument {
@@ -546,7 +570,7 @@ impl Tensor {
         }
         if dims.is_empty() && shifts.len() == 1 {
             let flat = self.ravel()?;
-            return flat.roll(shifts, &[0])?.reshape_any(self.shape());
+            return flat.roll_raw(shifts, &[0])?.reshape_any(self.shape());
         }
         if shifts.len() != dims.len() {
             return Err(Error::InvalidArgument {
@@ -651,6 +675,16 @@ impl Tensor {
     }
 
     fn triangle(&self, op: &'static str, diagonal: i64, lower: bool) -> Result<Tensor> {
+        // The gradient keeps the same triangle.
+        crate::autograd::op1(
+            op,
+            self,
+            || self.triangle_raw(op, diagonal, lower),
+            move || move |g| g.triangle_raw(op, diagonal, lower),
+        )
+    }
+
+    fn triangle_raw(&self, op: &'static str, diagonal: i64, lower: bool) -> Result<Tensor> {
         let rank = self.dim();
         if rank < 2 {
             return Err(Error::InvalidArgument {

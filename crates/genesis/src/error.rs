@@ -118,6 +118,29 @@ pub enum Error {
         /// The tensor's dtype.
         dtype: DType,
     },
+    /// A tensor an op saved for its backward was modified in place before the backward
+    /// (PyTorch's "one of the variables needed for gradient computation has been modified by
+    /// an inplace operation").
+    #[error(
+        "backward of {op}: one of the tensors it saved for the gradient has been modified by \
+         an in-place operation (its version is {version}; it was {saved_version} when saved)"
+    )]
+    SavedTensorModified {
+        /// The op whose backward needed the tensor.
+        op: &'static str,
+        /// The storage's version when the op saved the tensor.
+        saved_version: u64,
+        /// Its version at the backward.
+        version: u64,
+    },
+    /// A misuse of autograd: a backward from a tensor without a graph or from a non-scalar
+    /// without a gradient, a second backward through a freed graph, an in-place op on a
+    /// tensor that requires grad, `requires_grad` on an integer tensor, ...
+    #[error("autograd: {reason}")]
+    Autograd {
+        /// What went wrong.
+        reason: String,
+    },
     /// Memory ran out, whichever layer found it: device memory (the caching allocator's report
     /// with its figures, or the driver's), or host memory. The storage-layer error says which.
     #[error(transparent)]

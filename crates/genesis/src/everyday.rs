@@ -541,6 +541,24 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn gather(&self, dim: impl Dim, index: &Tensor) -> Result<Tensor> {
+        let dim = dim.to_dim();
+        crate::autograd::op(
+            "gather",
+            &[self],
+            || self.gather_raw(dim, index),
+            |_| {
+                let (shape, dtype) = (self.shape().to_vec(), self.dtype());
+                let idx = crate::autograd::Saved::new("gather", index);
+                Box::new(move |g, _| {
+                    let z = Tensor::zeros(&shape[..], dtype, g.device())?;
+                    z.scatter_add_(dim, &idx.get()?, g)?;
+                    Ok(vec![Some(z)])
+                })
+            },
+        )
+    }
+
+    fn gather_raw(&self, dim: isize, index: &Tensor) -> Result<Tensor> {
         let name = "gather";
         let dim = self.along_dim(name, dim, index)?;
         let rank = self.dim();
@@ -576,6 +594,36 @@ impl Tensor {
     /// kernel checks the values and copies the rows).
     #[track_caller]
     pub fn index_select(&self, dim: impl Dim, index: &Tensor) -> Result<Tensor> {
+        let dim = dim.to_dim();
+        crate::autograd::op(
+            "index_select",
+            &[self],
+            || self.index_select_raw(dim, index),
+            |_| {
+                let (shape, dtype) = (self.shape().to_vec(), self.dtype());
+                let idx = crate::autograd::Saved::new("index_select", index);
+                Box::new(move |g, _| {
+                    // Scatter-add the rows back: the index broadcast over the other dimensions.
+                    let idx = idx.get()?.to_dtype(DType::I64)?;
+                    let d = crate::args::wrap_dim("index_select", dim as i64, shape.len())?
+                        .unwrap_or(0);
+                    let mut along = vec![1usize; g.dim().max(1)];
+                    if g.dim() > 0 {
+                        along[d] = idx.numel();
+                    }
+                    let full = idx.reshape(&along[..])?.expand(g.shape())?.contiguous()?;
+                    let z = Tensor::zeros(&shape[..], dtype, g.device())?;
+                    if g.dim() == 0 {
+                        return Ok(vec![Some(z.add(g)?)]);
+                    }
+                    z.scatter_add_(d as isize, &full, g)?;
+                    Ok(vec![Some(z)])
+                })
+            },
+        )
+    }
+
+    fn index_select_raw(&self, dim: isize, index: &Tensor) -> Result<Tensor> {
         let name = "index_select";
         if index.dim() > 1 {
             return Err(Error::InvalidArgument {
@@ -632,7 +680,10 @@ impl Tensor {
             && index.dim() == 1
             && let Some(rows) = genesis_index::select_rows(&self.view, &index.view)?
         {
-            return Ok(Tensor { view: rows });
+            return Ok(Tensor {
+                view: rows,
+                autograd: None,
+            });
         }
         let index = index.cast_to(DType::I64)?;
         let mut shape = self.shape().to_vec();
@@ -700,6 +751,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn scatter_(&self, dim: impl Dim, index: &Tensor, src: &Tensor) -> Result<()> {
+        self.check_in_place("scatter_")?;
         self.scatter_in_place("scatter_", dim.to_dim(), index, src, false)
     }
 
@@ -719,6 +771,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn scatter_add_(&self, dim: impl Dim, index: &Tensor, src: &Tensor) -> Result<()> {
+        self.check_in_place("scatter_add_")?;
         self.scatter_in_place("scatter_add_", dim.to_dim(), index, src, true)
     }
 

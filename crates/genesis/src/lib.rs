@@ -22,6 +22,7 @@
 
 mod args;
 mod arrange;
+pub mod autograd;
 pub mod backends;
 pub mod cpu;
 mod error;
@@ -45,6 +46,7 @@ mod tensor;
 mod unary;
 
 pub use args::{Dim, Dims, Scalar, ScalarValue};
+pub use autograd::{NoGradGuard, no_grad};
 pub use error::{Error, Result};
 pub use genesis_index::{IndexArg, IndexInt, SliceArg};
 pub use genesis_index::{IndexItem, IndexTensor, ToIndex};

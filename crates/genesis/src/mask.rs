@@ -71,6 +71,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn masked_fill_(&self, mask: &Tensor, value: impl Scalar) -> Result<()> {
+        self.check_in_place("masked_fill_")?;
         let op = "masked_fill";
         check_mask(op, self, mask)?;
         let shape = broadcast_shape(op, self.shape(), mask.shape())?;

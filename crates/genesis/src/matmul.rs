@@ -226,6 +226,23 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
+        use crate::autograd::Saved;
+        crate::autograd::op(
+            "matmul",
+            &[self, other],
+            || self.matmul_raw(other),
+            |_| {
+                let (a, b) = (Saved::new("matmul", self), Saved::new("matmul", other));
+                Box::new(move |g, needs| {
+                    let (ga, gb) = crate::autograd::matmul_grad(&a.get()?, &b.get()?, g, needs)?;
+                    Ok(vec![ga, gb])
+                })
+            },
+        )
+    }
+
+    /// [`Tensor::matmul`] without recording.
+    fn matmul_raw(&self, other: &Tensor) -> Result<Tensor> {
         let (p, shape, [(a, a0, la), (b, b0, lb)]) = self.matmul_parts(other)?;
         let precision = crate::backends::matmul_precision();
         let layout = MatmulLayout { a: la, b: lb };
@@ -256,6 +273,7 @@ impl Tensor {
     /// product is computed first and copied in.
     #[track_caller]
     pub fn matmul_out(&self, other: &Tensor, out: &mut Tensor) -> Result<()> {
+        crate::autograd::refuse_out("matmul_out", &[self, other, out])?;
         let (p, shape, [(a, a0, la), (b, b0, lb)]) = self.matmul_parts(other)?;
         if !out.is_contiguous() || out.shares_storage(self) || out.shares_storage(other) {
             crate::ops::check_out_shape("matmul", self, &p.out_shape, out)?;

@@ -141,6 +141,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn binary_(&self, op: BinaryOp, other: &Tensor) -> Result<()> {
+        self.check_in_place(op.name())?;
         if other.device() != self.device() && other.dim() == 0 && other.device() == Device::Cpu {
             return self.binary_(op, &other.to(self.device())?);
         }
@@ -223,6 +224,63 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn binary(&self, op: BinaryOp, other: &Tensor) -> Result<Tensor> {
+        use crate::autograd::{Operand2, Saved, binary_grad};
+        if matches!(op, BinaryOp::Add | BinaryOp::Sub) {
+            // The gradients need only the operands' shapes and dtypes.
+            let factory = |_: &Tensor| -> Box<crate::autograd::BackwardFn> {
+                let (sa, da) = (self.shape().to_vec(), self.dtype());
+                let (sb, db) = (other.shape().to_vec(), other.dtype());
+                Box::new(
+                    move |g: &Tensor, needs: &[bool]| -> Result<Vec<Option<Tensor>>> {
+                        use crate::autograd::{cast_grad, sum_to};
+                        let ga = if needs[0] {
+                            Some(cast_grad(sum_to(g, &sa)?, da)?)
+                        } else {
+                            None
+                        };
+                        let gb = if needs[1] {
+                            let g = if op == BinaryOp::Sub {
+                                g.neg()?
+                            } else {
+                                g.clone()
+                            };
+                            Some(cast_grad(sum_to(&g, &sb)?, db)?)
+                        } else {
+                            None
+                        };
+                        Ok(vec![ga, gb])
+                    },
+                )
+            };
+            return crate::autograd::op(
+                op.name(),
+                &[self, other],
+                || self.binary_raw(op, other),
+                factory,
+            );
+        }
+        crate::autograd::op(
+            op.name(),
+            &[self, other],
+            || self.binary_raw(op, other),
+            |out| {
+                let (a, b) = (Saved::new(op.name(), self), Saved::new(op.name(), other));
+                let y = (op == BinaryOp::Pow || op == BinaryOp::Div)
+                    .then(|| Saved::new(op.name(), out));
+                Box::new(move |g, needs| {
+                    let (a, b) = (a.get()?, b.get()?);
+                    let y = y.as_ref().map(Saved::get).transpose()?;
+                    let out = y.as_ref().unwrap_or(g);
+                    let [ga, gb] =
+                        binary_grad(op, &a, Operand2::Tensor(&b), out, g, [needs[0], needs[1]])?;
+                    Ok(vec![ga, gb])
+                })
+            },
+        )
+    }
+
+    /// [`Tensor::binary`] without recording.
+    fn binary_raw(&self, op: BinaryOp, other: &Tensor) -> Result<Tensor> {
         if let Some((a, b)) = host_scalar_moved(self, other)? {
             return a.binary(op, &b);
         }
@@ -298,7 +356,24 @@ impl Tensor {
     pub(crate) fn binary_operand(&self, op: BinaryOp, rhs: OperandRef<'_>) -> Result<Tensor> {
         match rhs {
             OperandRef::Tensor(t) => self.binary(op, t),
-            OperandRef::Scalar(v) => self.binary_scalar_value(op, v),
+            OperandRef::Scalar(v) => {
+                use crate::autograd::{Operand2, Saved, binary_grad};
+                let s = v.to_f64();
+                crate::autograd::op(
+                    op.name(),
+                    &[self],
+                    || self.binary_scalar_value(op, v),
+                    |_| {
+                        let a = Saved::new(op.name(), self);
+                        Box::new(move |g, _| {
+                            let a = a.get()?;
+                            let [ga, _] =
+                                binary_grad(op, &a, Operand2::Scalar(s), g, g, [true, false])?;
+                            Ok(vec![ga])
+                        })
+                    },
+                )
+            }
         }
     }
 
@@ -307,6 +382,24 @@ impl Tensor {
     /// [`Tensor::binary_scalar_value`]).
     #[track_caller]
     pub(crate) fn scalar_binary(value: ScalarValue, op: BinaryOp, rhs: &Tensor) -> Result<Tensor> {
+        use crate::autograd::Saved;
+        let s = value.to_f64();
+        crate::autograd::op(
+            op.name(),
+            &[rhs],
+            || Tensor::scalar_binary_raw(value, op, rhs),
+            |out| {
+                let (x, y) = (Saved::new(op.name(), rhs), Saved::new(op.name(), out));
+                Box::new(move |g, _| {
+                    let gx = crate::autograd::scalar_lhs_grad(op, s, &x.get()?, &y.get()?, g)?;
+                    Ok(vec![Some(gx)])
+                })
+            },
+        )
+    }
+
+    /// [`Tensor::scalar_binary`] without recording.
+    fn scalar_binary_raw(value: ScalarValue, op: BinaryOp, rhs: &Tensor) -> Result<Tensor> {
         // The result dtype of `op(rhs, value)` is that of `op(value, rhs)`.
         let r = rhs.binary_result_type(op, OperandRef::Scalar(value))?;
         if needs_opmath(r, value) {
@@ -319,6 +412,7 @@ impl Tensor {
     /// In place `self = op(self, rhs)` for a tensor or a scalar (see [`Tensor::binary_`]).
     #[track_caller]
     pub(crate) fn binary_operand_(&self, op: BinaryOp, rhs: OperandRef<'_>) -> Result<()> {
+        self.check_in_place(op.name())?;
         if let OperandRef::Tensor(t) = rhs {
             // A 0-d host value joins an in-place op on another device (as in PyTorch).
             if t.device() != self.device() && t.dim() == 0 && t.device() == Device::Cpu {

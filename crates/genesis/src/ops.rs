@@ -119,6 +119,53 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn where_cond(cond: &Tensor, a: impl Operand, b: impl Operand) -> Result<Tensor> {
+        let (a, b) = (a.operand(), b.operand());
+        let tensors: Vec<&Tensor> = [a, b]
+            .iter()
+            .filter_map(|o| match o {
+                OperandRef::Tensor(t) => Some(*t),
+                OperandRef::Scalar(_) => None,
+            })
+            .collect();
+        if !crate::autograd::wants(&tensors) {
+            return Tensor::where_raw(cond, a, b);
+        }
+        let out = crate::no_grad(|| Tensor::where_raw(cond, a, b))?;
+        // The condition routes the gradient: to `a` where it holds, to `b` elsewhere.
+        let c = crate::autograd::Saved::new("where", cond);
+        let meta = tensors
+            .iter()
+            .map(|t| (t.shape().to_vec(), t.dtype()))
+            .collect::<Vec<_>>();
+        let a_is_tensor = matches!(a, OperandRef::Tensor(_));
+        let back = move |g: &Tensor, needs: &[bool]| -> Result<Vec<Option<Tensor>>> {
+            use crate::autograd::{cast_grad, sum_to};
+            let c = c.get()?;
+            let mut out = Vec::with_capacity(needs.len());
+            for (i, (shape, dtype)) in meta.iter().enumerate() {
+                if !needs[i] {
+                    out.push(None);
+                    continue;
+                }
+                let for_a = i == 0 && a_is_tensor;
+                let d = if for_a {
+                    Tensor::where_cond(&c, g, 0.0)?
+                } else {
+                    Tensor::where_cond(&c, 0.0, g)?
+                };
+                out.push(Some(cast_grad(sum_to(&d, shape)?, *dtype)?));
+            }
+            Ok(out)
+        };
+        Ok(crate::autograd::record(
+            "where",
+            &tensors,
+            out,
+            Box::new(back),
+        ))
+    }
+
+    fn where_raw(cond: &Tensor, a: OperandRef<'_>, b: OperandRef<'_>) -> Result<Tensor> {
         let name = "where";
         if cond.dtype() != DType::Bool {
             return Err(Error::InvalidArgument {
@@ -126,7 +173,6 @@ impl Tensor {
                 reason: format!("the condition must be a bool tensor, not {}", cond.dtype()),
             });
         }
-        let (a, b) = (a.operand(), b.operand());
         let r = where_type(a, b);
         // A tensor value in the result dtype, or a scalar as one host element of it (passed to
         // the kernel as an argument).
@@ -240,6 +286,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn binary_out(&self, op: BinaryOp, other: &Tensor, out: &mut Tensor) -> Result<()> {
+        crate::autograd::refuse_out(op.name(), &[self, other, out])?;
         let name = op.name();
         if let Some((a, b)) = crate::tensor::host_scalar_moved(self, other)? {
             return a.binary_out(op, &b, out);
@@ -278,6 +325,7 @@ impl Tensor {
     /// not go into an integer `out`).
     #[track_caller]
     pub fn unary_out(&self, op: UnaryOp, out: &mut Tensor) -> Result<()> {
+        crate::autograd::refuse_out(op.name(), &[self, out])?;
         let name = op.name();
         if self.dtype() != out.dtype()
             || !has_kernels(self.dtype())

@@ -28,7 +28,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn sum(&self) -> Result<Tensor> {
-        Ok(self.reduce(ReduceOp::Sum, None, false)?.0)
+        self.reduce_grad(ReduceOp::Sum, None, false)
     }
 
     /// Sum over `dims` (negative counts from the end; an empty list means every dimension);
@@ -36,20 +36,46 @@ impl Tensor {
     #[track_caller]
     pub fn sum_dim(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
         let dims = shape_spec(&dims);
-        Ok(self.reduce(ReduceOp::Sum, Some(&dims), keepdim)?.0)
+        self.reduce_grad(ReduceOp::Sum, Some(&dims), keepdim)
     }
 
     /// Mean of all elements (floating dtypes, as PyTorch; the mean of no elements is NaN).
     #[track_caller]
     pub fn mean(&self) -> Result<Tensor> {
-        Ok(self.reduce(ReduceOp::Mean, None, false)?.0)
+        self.reduce_grad(ReduceOp::Mean, None, false)
     }
 
     /// Mean over `dims` (as [`Tensor::sum_dim`]).
     #[track_caller]
     pub fn mean_dim(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
         let dims = shape_spec(&dims);
-        Ok(self.reduce(ReduceOp::Mean, Some(&dims), keepdim)?.0)
+        self.reduce_grad(ReduceOp::Mean, Some(&dims), keepdim)
+    }
+
+    /// A sum or a mean, recorded: the gradient spreads the output's back over the reduced
+    /// dimensions (divided by their element count for a mean).
+    fn reduce_grad(&self, op: ReduceOp, dims: Option<&[isize]>, keepdim: bool) -> Result<Tensor> {
+        let name = if op == ReduceOp::Sum { "sum" } else { "mean" };
+        crate::autograd::op(
+            name,
+            &[self],
+            || Ok(self.reduce(op, dims, keepdim)?.0),
+            |_| {
+                let (shape, dtype) = (self.shape().to_vec(), self.dtype());
+                // The forward accepted the dimensions.
+                let reduced = crate::autograd::reduced_dims(self, dims).unwrap_or_default();
+                Box::new(move |g, _| {
+                    let g = crate::autograd::spread(g, &shape, &reduced, keepdim)?;
+                    let g = if op == ReduceOp::Mean {
+                        let count: usize = reduced.iter().map(|&d| shape[d]).product();
+                        g.div(count as f64)?
+                    } else {
+                        g
+                    };
+                    Ok(vec![Some(crate::autograd::cast_grad(g, dtype)?)])
+                })
+            },
+        )
     }
 
     /// Largest element (NaN if any is NaN); an error for an empty tensor.

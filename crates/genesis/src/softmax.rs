@@ -31,7 +31,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn softmax(&self, dim: impl Dim) -> Result<Tensor> {
-        self.softmax_along(SoftmaxOp::Softmax, dim.to_dim())
+        self.softmax_recorded(SoftmaxOp::Softmax, dim.to_dim())
     }
 
     /// `x - log(sum(exp(x)))` along dimension `dim`, PyTorch's `log_softmax`: as
@@ -50,7 +50,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn log_softmax(&self, dim: impl Dim) -> Result<Tensor> {
-        self.softmax_along(SoftmaxOp::LogSoftmax, dim.to_dim())
+        self.softmax_recorded(SoftmaxOp::LogSoftmax, dim.to_dim())
     }
 
     /// `log(sum(exp(x)))` over `dims` (negative counts from the end; an empty list means every
@@ -76,12 +76,65 @@ impl Tensor {
     #[track_caller]
     pub fn logsumexp(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
         let dims = shape_spec(&dims);
+        crate::autograd::op(
+            "logsumexp",
+            &[self],
+            || self.logsumexp_raw(&dims, keepdim),
+            |out| {
+                let shape = self.shape().to_vec();
+                // The forward accepted the dimensions.
+                let reduced = crate::autograd::reduced_dims(self, Some(&dims)).unwrap_or_default();
+                let x = crate::autograd::Saved::new("logsumexp", self);
+                let y = crate::autograd::Saved::new("logsumexp", out);
+                Box::new(move |g, _| {
+                    // g * exp(x - logsumexp(x)), the output spread over the reduced dimensions.
+                    let (x, y) = (x.get()?, y.get()?);
+                    let y = crate::autograd::spread(&y, &shape, &reduced, keepdim)?;
+                    let g = crate::autograd::spread(g, &shape, &reduced, keepdim)?;
+                    Ok(vec![Some(g.mul(&x.sub(&y)?.exp()?)?)])
+                })
+            },
+        )
+    }
+
+    fn logsumexp_raw(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        let dims = dims.to_vec();
         if !self.dtype().is_float() {
             return self.to_dtype(DType::F32)?.logsumexp(&dims[..], keepdim);
         }
         let r = self.reduction(SoftmaxOp::LogSumExp.name(), Some(&dims), keepdim)?;
         let values = r.storage.softmax(SoftmaxOp::LogSumExp, r.start, r.shape)?;
         Tensor::from_storage(values, &r.out_shape)
+    }
+
+    /// `softmax` or `log_softmax` along `dim`, recorded: with `y` the output, the input's
+    /// gradient is `y * (g - sum(g * y))` for softmax and `g - exp(y) * sum(g)` for
+    /// log_softmax, the sums along `dim`.
+    fn softmax_recorded(&self, op: SoftmaxOp, dim: isize) -> Result<Tensor> {
+        let name = op.name();
+        crate::autograd::op(
+            name,
+            &[self],
+            || self.softmax_along(op, dim),
+            |out| {
+                let y = crate::autograd::Saved::new(name, out);
+                Box::new(move |g, _| {
+                    let y = y.get()?;
+                    if y.dim() == 0 {
+                        // One element: the output is constant (1, or 0 for log_softmax).
+                        return Ok(vec![Some(g.mul(0.0)?)]);
+                    }
+                    let d = match op {
+                        SoftmaxOp::Softmax => {
+                            let s = g.mul(&y)?.sum_dim([dim], true)?;
+                            y.mul(&g.sub(&s)?)?
+                        }
+                        _ => g.sub(&y.exp()?.mul(&g.sum_dim([dim], true)?)?)?,
+                    };
+                    Ok(vec![Some(d)])
+                })
+            },
+        )
     }
 
     /// `softmax` or `log_softmax` (`op`) along `dim`.

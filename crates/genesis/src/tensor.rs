@@ -35,6 +35,8 @@ use crate::{Error, Result};
 #[derive(Clone)]
 pub struct Tensor {
     pub(crate) view: View,
+    /// Autograd state when the tensor requires grad (shared by clones).
+    pub(crate) autograd: Option<Arc<crate::autograd::Meta>>,
 }
 
 /// The element count of `shape` for `op`: [`genesis_storage::checked_numel`], the one checked
@@ -48,13 +50,40 @@ impl Tensor {
     pub(crate) fn from_storage(storage: Storage, shape: &[usize]) -> Result<Tensor> {
         Ok(Tensor {
             view: View::with_layout(Arc::new(storage), Layout::contiguous(shape))?,
+            autograd: None,
         })
     }
 
-    pub(crate) fn with_layout(&self, layout: Layout) -> Result<Tensor> {
+    /// The elements of `flat`'s storage (a contiguous tensor from offset 0) named by
+    /// `layout`, as a view: no recording.
+    pub(crate) fn through(flat: &Tensor, layout: &Layout) -> Result<Tensor> {
         Ok(Tensor {
-            view: self.view.relayout(layout)?,
+            view: flat.view.relayout(layout.clone())?,
+            autograd: None,
         })
+    }
+
+    /// A view of this tensor's storage through `layout`. Recorded (when it records) with the
+    /// general gradient of a layout: see [`crate::autograd::layout_grad`]; the named view ops
+    /// record their own, cheaper one.
+    pub(crate) fn with_layout(&self, layout: Layout) -> Result<Tensor> {
+        if !crate::autograd::wants(&[self]) {
+            return Ok(Tensor {
+                view: self.view.relayout(layout)?,
+                autograd: None,
+            });
+        }
+        let back = crate::autograd::LayoutGrad::of(self, &layout);
+        let out = Tensor {
+            view: self.view.relayout(layout)?,
+            autograd: None,
+        };
+        Ok(crate::autograd::record(
+            "as_strided",
+            &[self],
+            out,
+            Box::new(move |g, _| Ok(vec![Some(back.grad(g)?)])),
+        ))
     }
 
     /// A tensor of `shape` holding a copy of `data` (row-major) on `device`.
@@ -281,7 +310,12 @@ impl Tensor {
         if self.is_contiguous() {
             return Ok(self.clone());
         }
-        Tensor::from_storage(self.view.contiguous()?, self.shape())
+        crate::autograd::op1(
+            "contiguous",
+            self,
+            || Tensor::from_storage(self.view.contiguous()?, self.shape()),
+            || |g| Ok(g.clone()),
+        )
     }
 
     /// A contiguous copy on `device` (pinned when it is the host and
@@ -349,6 +383,16 @@ impl Tensor {
     /// are gathered first and give a contiguous tensor.
     #[track_caller]
     pub fn to_dtype(&self, dtype: DType) -> Result<Tensor> {
+        let from = self.dtype();
+        crate::autograd::op1(
+            "to_dtype",
+            self,
+            || self.to_dtype_raw(dtype),
+            move || move |g| g.to_dtype(from),
+        )
+    }
+
+    fn to_dtype_raw(&self, dtype: DType) -> Result<Tensor> {
         if let Some((start, len)) = self.dense_range() {
             // Read in place: one pass converts.
             let out = self.view.storage().to_dtype_at(start, len, dtype)?;
@@ -359,6 +403,7 @@ impl Tensor {
             let l = self.layout();
             return Ok(Tensor {
                 view: View::with_layout(Arc::new(out), Layout::new(l.shape(), l.strides(), 0))?,
+                autograd: None,
             });
         }
         Tensor::from_storage(self.view.contiguous()?.to_dtype(dtype)?, self.shape())
@@ -406,13 +451,34 @@ impl Tensor {
     /// it (use [`Tensor::reshape`]).
     pub fn view(&self, shape: impl Dims) -> Result<Tensor> {
         let shape = self.layout().infer_shape(&shape_spec(&shape))?;
-        self.with_layout(self.layout().view(&shape)?)
+        crate::autograd::op1(
+            "view",
+            self,
+            || self.with_layout(self.layout().view(&shape)?),
+            || {
+                let back = self.shape().to_vec();
+                move |g: &Tensor| g.reshape(&back[..])
+            },
+        )
     }
 
     /// [`Tensor::view`] when possible, else a contiguous copy with the new shape.
     #[track_caller]
     pub fn reshape(&self, shape: impl Dims) -> Result<Tensor> {
         let shape = shape_spec(&shape);
+        crate::autograd::op1(
+            "reshape",
+            self,
+            || self.reshape_raw(&shape),
+            || {
+                let back = self.shape().to_vec();
+                move |g: &Tensor| g.reshape(&back[..])
+            },
+        )
+    }
+
+    fn reshape_raw(&self, shape: &[isize]) -> Result<Tensor> {
+        let shape = shape.to_vec();
         match self.view(&shape) {
             Ok(t) => Ok(t),
             Err(Error::Storage(genesis_storage::Error::Layout(
@@ -430,7 +496,12 @@ impl Tensor {
             wrap_dim("transpose", b as i64, 0)?;
             return Ok(self.clone());
         }
-        self.with_layout(self.layout().transpose(a, b)?)
+        crate::autograd::op1(
+            "transpose",
+            self,
+            || self.with_layout(self.layout().transpose(a, b)?),
+            move || move |g| g.transpose(a, b),
+        )
     }
 
     /// The transpose of a matrix (`transpose(0, 1)`; a 0-d or 1-d tensor is returned as is).
@@ -459,7 +530,20 @@ impl Tensor {
                 Err(_) => Ok(wrap_dim("permute", d, rank)?.unwrap_or(0)),
             })
             .collect::<Result<Vec<usize>>>()?;
-        self.with_layout(self.layout().permute(&perm)?)
+        crate::autograd::op1(
+            "permute",
+            self,
+            || self.with_layout(self.layout().permute(&perm)?),
+            || {
+                let mut inverse = vec![0isize; perm.len()];
+                for (i, &p) in perm.iter().enumerate() {
+                    if let Some(slot) = inverse.get_mut(p) {
+                        *slot = i as isize;
+                    }
+                }
+                move |g: &Tensor| g.permute(&inverse[..])
+            },
+        )
     }
 
     /// Removes dimension `dim` if its size is 1 (a 0-d tensor takes 0 and -1).
@@ -468,13 +552,29 @@ impl Tensor {
         if wrap_dim("squeeze", dim as i64, self.dim())?.is_none() {
             return Ok(self.clone());
         }
-        self.with_layout(self.layout().squeeze(dim)?)
+        crate::autograd::op1(
+            "squeeze",
+            self,
+            || self.with_layout(self.layout().squeeze(dim)?),
+            || {
+                let back = self.shape().to_vec();
+                move |g: &Tensor| g.reshape(&back[..])
+            },
+        )
     }
 
     /// Inserts a dimension of size 1.
     pub fn unsqueeze(&self, dim: impl Dim) -> Result<Tensor> {
         let dim = dim.to_dim();
-        self.with_layout(self.layout().unsqueeze(dim)?)
+        crate::autograd::op1(
+            "unsqueeze",
+            self,
+            || self.with_layout(self.layout().unsqueeze(dim)?),
+            || {
+                let back = self.shape().to_vec();
+                move |g: &Tensor| g.reshape(&back[..])
+            },
+        )
     }
 
     /// Broadcasts to `shape` without copying (stride 0 where elements repeat); -1 keeps the
@@ -496,7 +596,15 @@ impl Tensor {
                 }),
             })
             .collect::<Result<Vec<usize>>>()?;
-        self.with_layout(self.layout().expand(&shape)?)
+        crate::autograd::op1(
+            "expand",
+            self,
+            || self.with_layout(self.layout().expand(&shape)?),
+            || {
+                let back = self.shape().to_vec();
+                move |g: &Tensor| crate::autograd::sum_to(g, &back)
+            },
+        )
     }
 
     /// Elements `start..start + len` of dimension `dim` (both negative from the end).
@@ -519,7 +627,19 @@ impl Tensor {
         } else {
             start as usize
         };
-        self.with_layout(self.layout().narrow(dim, start, len)?)
+        crate::autograd::op1(
+            "narrow",
+            self,
+            || self.with_layout(self.layout().narrow(dim, start, len)?),
+            || {
+                let (back, dtype) = (self.shape().to_vec(), self.dtype());
+                move |g: &Tensor| {
+                    let z = Tensor::zeros(&back[..], dtype, g.device())?;
+                    z.narrow(dim, start as isize, len)?.copy_(g)?;
+                    Ok(z)
+                }
+            },
+        )
     }
 
     /// Concatenates tensors along `dim` (negative counts from the end) into a new tensor.
@@ -529,6 +649,40 @@ impl Tensor {
     #[track_caller]
     pub fn cat(tensors: &[&Tensor], dim: impl Dim) -> Result<Tensor> {
         let dim = dim.to_dim();
+        if !crate::autograd::wants(tensors) {
+            return Tensor::cat_raw(tensors, dim);
+        }
+        let out = crate::no_grad(|| Tensor::cat_raw(tensors, dim))?;
+        // Each input's gradient is its slice of the output's along `dim`.
+        let d = out.layout().dim(dim)?;
+        let parts: Vec<(usize, usize, DType)> = {
+            let mut at = 0;
+            tensors
+                .iter()
+                .map(|t| {
+                    let n = t.shape()[d];
+                    at += n;
+                    (at - n, n, t.dtype())
+                })
+                .collect()
+        };
+        let back = move |g: &Tensor, needs: &[bool]| -> Result<Vec<Option<Tensor>>> {
+            parts
+                .iter()
+                .zip(needs)
+                .map(|(&(start, n, dtype), &need)| {
+                    if !need {
+                        return Ok(None);
+                    }
+                    let part = g.narrow(d as isize, start as isize, n)?;
+                    Ok(Some(crate::autograd::cast_grad(part, dtype)?))
+                })
+                .collect()
+        };
+        Ok(crate::autograd::record("cat", tensors, out, Box::new(back)))
+    }
+
+    fn cat_raw(tensors: &[&Tensor], dim: isize) -> Result<Tensor> {
         let first = tensors.first().ok_or_else(|| Error::InvalidArgument {
             op: "cat",
             reason: "needs at least one tensor".into(),
@@ -606,12 +760,30 @@ impl Tensor {
     /// tensor for advanced indexing.
     #[track_caller]
     pub fn i(&self, items: &[IndexItem]) -> Result<Tensor> {
-        Ok(Tensor {
-            view: genesis_index::get(&self.view, items)?,
-        })
+        crate::autograd::op1(
+            "index",
+            self,
+            || {
+                Ok(Tensor {
+                    view: genesis_index::get(&self.view, items)?,
+                    autograd: None,
+                })
+            },
+            || {
+                let (shape, dtype) = (self.shape().to_vec(), self.dtype());
+                let kept: Vec<IndexItem> = items.to_vec();
+                move |g: &Tensor| {
+                    // The gradient lands where the elements came from; repeats add up.
+                    let z = Tensor::zeros(&shape[..], dtype, g.device())?;
+                    z.index_add(&kept, g)?;
+                    Ok(z)
+                }
+            },
+        )
     }
 
     fn assign(&self, items: &[IndexItem], value: Value<'_>, accumulate: bool) -> Result<()> {
+        self.check_in_place("index_put_")?;
         // Writes go to the shared storage, under its write lock: every view of it sees them,
         // as in PyTorch. Operands that live in the same storage are copied first (the answer
         // of the values before the write, and no read of a storage being written).
@@ -718,6 +890,30 @@ impl Tensor {
     /// Integers wrap; of bools, `sign` is a copy, `square` int64, the others an error.
     #[track_caller]
     pub fn unary(&self, op: UnaryOp) -> Result<Tensor> {
+        let (saves_x, saves_out) = crate::autograd::unary_saves(op);
+        crate::autograd::op(
+            op.name(),
+            &[self],
+            || self.unary_raw(op),
+            |out| {
+                let x = saves_x.then(|| crate::autograd::Saved::new(op.name(), self));
+                let y = saves_out.then(|| crate::autograd::Saved::new(op.name(), out));
+                Box::new(move |g, _| {
+                    let x = x.as_ref().map(|s| s.get()).transpose()?;
+                    let y = y.as_ref().map(|s| s.get()).transpose()?;
+                    Ok(vec![crate::autograd::unary_grad(
+                        op,
+                        x.as_ref(),
+                        y.as_ref(),
+                        g,
+                    )?])
+                })
+            },
+        )
+    }
+
+    /// [`Tensor::unary`] without recording.
+    fn unary_raw(&self, op: UnaryOp) -> Result<Tensor> {
         if !has_kernels(self.dtype()) || (op.float_only() && !self.dtype().is_float()) {
             return self.unary_promoted(op);
         }
@@ -730,6 +926,7 @@ impl Tensor {
     /// nothing; a float result into an integer or bool tensor is an error (as in PyTorch).
     #[track_caller]
     pub fn unary_(&self, op: UnaryOp) -> Result<()> {
+        self.check_in_place(op.name())?;
         if !has_kernels(self.dtype()) || (op.float_only() && !self.dtype().is_float()) {
             return self.unary_promoted_(op);
         }
@@ -756,6 +953,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn fill_(&self, value: impl Scalar) -> Result<()> {
+        self.check_in_place("fill_")?;
         let one = crate::args::checked_scalar("fill_", self.dtype(), value.value())?;
         self.view.storage().fill_shared(self.layout(), &one)?;
         Ok(())
@@ -782,6 +980,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn copy_(&self, src: &Tensor) -> Result<()> {
+        self.check_in_place("copy_")?;
         let op = "copy_";
         let shape = broadcast_shape(op, self.shape(), src.shape())?;
         if shape != self.shape() {
@@ -823,6 +1022,15 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn deep_clone(&self) -> Result<Tensor> {
+        crate::autograd::op1(
+            "clone",
+            self,
+            || self.deep_clone_raw(),
+            || |g| Ok(g.clone()),
+        )
+    }
+
+    fn deep_clone_raw(&self) -> Result<Tensor> {
         let s = self.view.storage();
         let own = if s.is_pinned() {
             self.view.contiguous()?.to_pinned()?

@@ -1,0 +1,341 @@
+//! The backward formulas, written with the facade's own ops (run with recording off).
+
+use crate::{BinaryOp, DType, Result, Tensor, UnaryOp};
+
+/// `g` summed down to `shape` (the shape of an operand `g`'s op broadcast to `g.shape()`):
+/// over the leading dimensions `shape` lacks and where `shape` has a 1 and `g` does not.
+pub(crate) fn sum_to(g: &Tensor, shape: &[usize]) -> Result<Tensor> {
+    if g.shape() == shape {
+        return Ok(g.clone());
+    }
+    let lead = g.dim() - shape.len();
+    let dims: Vec<isize> = (0..g.dim())
+        .filter(|&d| d < lead || (shape[d - lead] == 1 && g.shape()[d] != 1))
+        .map(|d| d as isize)
+        .collect();
+    let summed = if dims.is_empty() {
+        g.clone()
+    } else {
+        g.sum_dim(dims, true)?
+    };
+    summed.reshape(shape)
+}
+
+/// `g` converted to `dtype` when it differs (the gradient of an operand that was promoted).
+pub(crate) fn cast_to(g: Tensor, dtype: DType) -> Result<Tensor> {
+    if g.dtype() == dtype {
+        Ok(g)
+    } else {
+        g.to_dtype(dtype)
+    }
+}
+
+/// What the backward of unary `op` reads: `(the input, the output)`. The output serves where
+/// the derivative is a function of it (exp, tanh, sigmoid, ...), so the input need not stay.
+pub(crate) fn unary_saves(op: UnaryOp) -> (bool, bool) {
+    use UnaryOp::*;
+    match op {
+        Neg | Sign | Floor | Ceil | Round | Trunc => (false, false),
+        Exp | Sqrt | Tanh | Sigmoid | Tan | Rsqrt | Reciprocal | Expm1 => (false, true),
+        _ => (true, false),
+    }
+}
+
+/// The gradient of `op(x)` (giving `out`; each given when [`unary_saves`] says) for the
+/// output gradient `g`, in `g`'s dtype (the input's); `None` where the op is flat (sign,
+/// floor, ceil, round, trunc: zero almost everywhere).
+pub(crate) fn unary(
+    op: UnaryOp,
+    x: Option<&Tensor>,
+    out: Option<&Tensor>,
+    g: &Tensor,
+) -> Result<Option<Tensor>> {
+    use std::f64::consts::{FRAC_2_SQRT_PI, LN_2, LN_10, PI};
+    let missing = || crate::Error::Autograd {
+        reason: format!("{}: the backward lacks a saved tensor", op.name()),
+    };
+    let (xv, ov);
+    let (x, out) = match unary_saves(op) {
+        (true, _) => {
+            xv = x.ok_or_else(missing)?.clone();
+            (&xv, &xv)
+        }
+        (_, true) => {
+            ov = out.ok_or_else(missing)?.clone();
+            (&ov, &ov)
+        }
+        _ => (g, g),
+    };
+    let d = match op {
+        UnaryOp::Neg => g.neg()?,
+        UnaryOp::Abs => g.mul(&x.sign()?)?,
+        UnaryOp::Relu => g.mul(&x.gt_scalar(0.0)?.to_dtype(g.dtype())?)?,
+        UnaryOp::Exp => g.mul(out)?,
+        UnaryOp::Log => g.div(x)?,
+        UnaryOp::Sqrt => g.div(&out.mul(2.0)?)?,
+        UnaryOp::Tanh => g.mul(&out.square()?.neg()?.add(1.0)?)?,
+        UnaryOp::Sigmoid => g.mul(&out.mul(&out.neg()?.add(1.0)?)?)?,
+        UnaryOp::Sin => g.mul(&x.cos()?)?,
+        UnaryOp::Cos => g.mul(&x.sin()?.neg()?)?,
+        UnaryOp::Tan => g.mul(&out.square()?.add(1.0)?)?,
+        UnaryOp::Erf => g.mul(&x.square()?.neg()?.exp()?.mul(FRAC_2_SQRT_PI)?)?,
+        UnaryOp::Erfc => g.mul(&x.square()?.neg()?.exp()?.mul(-FRAC_2_SQRT_PI)?)?,
+        UnaryOp::Rsqrt => g.mul(&out.mul(out)?.mul(out)?.mul(-0.5)?)?,
+        UnaryOp::Reciprocal => g.mul(&out.square()?.neg()?)?,
+        UnaryOp::Square => g.mul(&x.mul(2.0)?)?,
+        UnaryOp::Sign | UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Trunc => {
+            return Ok(None);
+        }
+        UnaryOp::Log1p => g.div(&x.add(1.0)?)?,
+        UnaryOp::Expm1 => g.mul(&out.add(1.0)?)?,
+        UnaryOp::Log2 => g.div(&x.mul(LN_2)?)?,
+        UnaryOp::Log10 => g.div(&x.mul(LN_10)?)?,
+        UnaryOp::Gelu => {
+            // Φ(x) + x φ(x).
+            let cdf = x
+                .mul(std::f64::consts::FRAC_1_SQRT_2)?
+                .erf()?
+                .add(1.0)?
+                .mul(0.5)?;
+            let pdf = x.square()?.mul(-0.5)?.exp()?.mul(1.0 / (2.0 * PI).sqrt())?;
+            g.mul(&cdf.add(&x.mul(&pdf)?)?)?
+        }
+        UnaryOp::GeluTanh => {
+            // 0.5 (1 + t) + 0.5 x (1 - t²) k (1 + 3 c x²), t = tanh(k (x + c x³)).
+            let (k, c) = ((2.0 / PI).sqrt(), 0.044715);
+            let inner = x.add(&x.mul(x)?.mul(x)?.mul(c)?)?.mul(k)?;
+            let t = inner.tanh()?;
+            let left = t.add(1.0)?.mul(0.5)?;
+            let slope = x.square()?.mul(3.0 * c)?.add(1.0)?.mul(k)?;
+            let right = x
+                .mul(0.5)?
+                .mul(&t.square()?.neg()?.add(1.0)?)?
+                .mul(&slope)?;
+            g.mul(&left.add(&right)?)?
+        }
+        UnaryOp::Silu => {
+            // s (1 + x (1 - s)), s = sigmoid(x).
+            let s = x.sigmoid()?;
+            let d = x.mul(&s.neg()?.add(1.0)?)?.add(1.0)?.mul(&s)?;
+            g.mul(&d)?
+        }
+        UnaryOp::Softplus => {
+            // sigmoid(x), 1 above the threshold (20) where softplus is x.
+            let s = x.sigmoid()?;
+            let above = x.gt_scalar(20.0)?;
+            g.mul(&Tensor::where_cond(&above, 1.0, &s)?)?
+        }
+        _ => {
+            return Err(crate::Error::Autograd {
+                reason: format!("{}: no gradient formula", op.name()),
+            });
+        }
+    };
+    Ok(Some(cast_to(d, g.dtype())?))
+}
+
+/// The gradients of `op(a, b)` (giving `out`) for the output gradient `g`, each summed to
+/// its operand's shape and converted to its dtype; `b` is `None` for a scalar operand
+/// `scalar`. `needs` says which are wanted.
+pub(crate) fn binary(
+    op: BinaryOp,
+    a: &Tensor,
+    b: Operand2<'_>,
+    out: &Tensor,
+    g: &Tensor,
+    needs: [bool; 2],
+) -> Result<[Option<Tensor>; 2]> {
+    // d out / d a and d out / d b, elementwise (broadcast), times g.
+    let (ga, gb): (Option<Tensor>, Option<Tensor>) = match op {
+        BinaryOp::Add => (Some(g.clone()), Some(g.clone())),
+        BinaryOp::Sub => (Some(g.clone()), Some(g.neg()?)),
+        BinaryOp::Mul => (
+            Some(match b {
+                Operand2::Tensor(b) => g.mul(b)?,
+                Operand2::Scalar(s) => g.mul(s)?,
+            }),
+            match b {
+                Operand2::Tensor(_) if needs[1] => Some(g.mul(a)?),
+                _ => None,
+            },
+        ),
+        BinaryOp::Div => (
+            Some(match b {
+                Operand2::Tensor(b) => g.div(b)?,
+                Operand2::Scalar(s) => g.div(s)?,
+            }),
+            match b {
+                // -g a / b² = -g out / b
+                Operand2::Tensor(b) if needs[1] => Some(g.mul(out)?.div(b)?.neg()?),
+                _ => None,
+            },
+        ),
+        BinaryOp::Maximum | BinaryOp::Minimum => {
+            // The larger (smaller) operand takes the gradient; ties split it in halves.
+            let (wins, ties) = match (op, b) {
+                (BinaryOp::Maximum, Operand2::Tensor(b)) => (a.gt(b)?, a.eq(b)?),
+                (_, Operand2::Tensor(b)) => (a.lt(b)?, a.eq(b)?),
+                (BinaryOp::Maximum, Operand2::Scalar(s)) => (a.gt_scalar(s)?, a.eq_scalar(s)?),
+                (_, Operand2::Scalar(s)) => (a.lt_scalar(s)?, a.eq_scalar(s)?),
+            };
+            let (wins, ties) = (wins.to_dtype(g.dtype())?, ties.to_dtype(g.dtype())?);
+            let half = g.mul(0.5)?.mul(&ties)?;
+            let ga = g.mul(&wins)?.add(&half)?;
+            let gb = match b {
+                Operand2::Tensor(_) if needs[1] => {
+                    let loses = wins.add(&ties)?.neg()?.add(1.0)?;
+                    Some(g.mul(&loses)?.add(&half)?)
+                }
+                _ => None,
+            };
+            (Some(ga), gb)
+        }
+        BinaryOp::Pow => {
+            // d/da = b a^(b-1); d/db = out ln(a) (0 where a == 0 and b >= 0, as PyTorch).
+            let ga = match b {
+                Operand2::Tensor(b) => g.mul(&b.mul(&a.pow(&b.sub(1.0)?)?)?)?,
+                Operand2::Scalar(0.0) => g.mul(0.0)?,
+                Operand2::Scalar(s) => g.mul(&a.pow(s - 1.0)?.mul(s)?)?,
+            };
+            let gb = match b {
+                Operand2::Tensor(b) if needs[1] => {
+                    let d = out.mul(&a.log()?)?;
+                    let d0 = Tensor::where_cond(&b.ge_scalar(0.0)?, 0.0, &d)?;
+                    let d = Tensor::where_cond(&a.eq_scalar(0.0)?, &d0, &d)?;
+                    Some(g.mul(&d)?)
+                }
+                _ => None,
+            };
+            (Some(ga), gb)
+        }
+    };
+    let ga = match ga {
+        Some(x) if needs[0] => Some(cast_to(sum_to(&x, a.shape())?, a.dtype())?),
+        _ => None,
+    };
+    let gb = match (gb, b) {
+        (Some(x), Operand2::Tensor(b)) if needs[1] => {
+            Some(cast_to(sum_to(&x, b.shape())?, b.dtype())?)
+        }
+        _ => None,
+    };
+    Ok([ga, gb])
+}
+
+/// The second operand of a binary op: a tensor, or a number.
+#[derive(Clone, Copy)]
+pub(crate) enum Operand2<'a> {
+    Tensor(&'a Tensor),
+    Scalar(f64),
+}
+
+/// The gradient of `x` in `op(s, x)` for a number `s` on the left (giving `out`).
+pub(crate) fn scalar_lhs(
+    op: BinaryOp,
+    s: f64,
+    x: &Tensor,
+    out: &Tensor,
+    g: &Tensor,
+) -> Result<Tensor> {
+    let d = match op {
+        BinaryOp::Add => g.clone(),
+        BinaryOp::Sub => g.neg()?,
+        BinaryOp::Mul => g.mul(s)?,
+        // d (s / x) = -s / x² = -out / x
+        BinaryOp::Div => g.mul(out)?.div(x)?.neg()?,
+        // d s^x = s^x ln(s)
+        BinaryOp::Pow => g.mul(&out.mul(s.ln())?)?,
+        BinaryOp::Maximum | BinaryOp::Minimum => {
+            return binary(op, x, Operand2::Scalar(s), out, g, [true, false])
+                .map(|[gx, _]| gx.unwrap_or_else(|| g.clone()));
+        }
+    };
+    cast_to(sum_to(&d, x.shape())?, x.dtype())
+}
+
+/// The dimensions of `x` a reduction over `dims` reduces (`None` or an empty list: all),
+/// sorted, negative ones wrapped.
+pub(crate) fn reduced_dims(x: &Tensor, dims: Option<&[isize]>) -> Result<Vec<usize>> {
+    let rank = x.dim();
+    let mut out = match dims {
+        None | Some([]) => (0..rank).collect::<Vec<_>>(),
+        Some(ds) => ds
+            .iter()
+            .map(|&d| Ok(crate::args::wrap_dim("sum", d as i64, rank)?.unwrap_or(0)))
+            .collect::<Result<Vec<_>>>()?,
+    };
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
+}
+
+/// The gradient `g` of a reduction of a tensor of `shape` over `reduced` (sorted), spread
+/// back over those dimensions (a broadcast view).
+pub(crate) fn spread(
+    g: &Tensor,
+    shape: &[usize],
+    reduced: &[usize],
+    keepdim: bool,
+) -> Result<Tensor> {
+    let mut kept = g.clone();
+    if !keepdim {
+        let mut with_ones: Vec<usize> = shape.to_vec();
+        for &d in reduced {
+            with_ones[d] = 1;
+        }
+        kept = kept.reshape(&with_ones[..])?;
+    }
+    kept.expand(shape_as_dims(shape))
+}
+
+fn shape_as_dims(shape: &[usize]) -> Vec<isize> {
+    shape.iter().map(|&n| n as isize).collect()
+}
+
+/// The gradients of `a @ b` (PyTorch's `matmul`: 1-D operands promoted, batch dimensions
+/// broadcast) for the output gradient `g`.
+pub(crate) fn matmul(
+    a: &Tensor,
+    b: &Tensor,
+    g: &Tensor,
+    needs: &[bool],
+) -> Result<(Option<Tensor>, Option<Tensor>)> {
+    // 1-D operands as matrices: a row [1, k] on the left, a column [k, 1] on the right; the
+    // output's gradient gets the dimensions the product dropped.
+    let a2 = if a.dim() == 1 {
+        a.unsqueeze(0)?
+    } else {
+        a.clone()
+    };
+    let b2 = if b.dim() == 1 {
+        b.unsqueeze(-1)?
+    } else {
+        b.clone()
+    };
+    let mut g2 = g.clone();
+    if a.dim() == 1 {
+        g2 = g2.unsqueeze(if b.dim() == 1 { 0 } else { -2 })?;
+    }
+    if b.dim() == 1 {
+        g2 = g2.unsqueeze(-1)?;
+    }
+    let ga = if needs[0] {
+        let d = g2.matmul(&b2.transpose(-1, -2)?)?;
+        Some(cast_to(
+            sum_to(&d, a2.shape())?.reshape(a.shape())?,
+            a.dtype(),
+        )?)
+    } else {
+        None
+    };
+    let gb = if needs[1] {
+        let d = a2.transpose(-1, -2)?.matmul(&g2)?;
+        Some(cast_to(
+            sum_to(&d, b2.shape())?.reshape(b.shape())?,
+            b.dtype(),
+        )?)
+    } else {
+        None
+    };
+    Ok((ga, gb))
+}

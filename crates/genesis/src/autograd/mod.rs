@@ -1,0 +1,793 @@
+//! Reverse-mode automatic differentiation on [`Tensor`], PyTorch's model.
+//!
+//! A tensor that requires grad carries a [`Meta`]: a leaf (made by the user, `requires_grad_`)
+//! has no `grad_fn` and accumulates its gradient in `grad`; a tensor computed from one has the
+//! [`Node`] of the op that made it. Every differentiable op records through [`record`]: when
+//! grad mode is on and an input requires grad, the op's forward runs with recording off (so the
+//! ops it is built from record nothing) and a node is attached to its output with a backward
+//! closure that maps the output's gradient to the inputs' ones, reading what it saved through
+//! [`Saved`] (which checks the storage's version: a saved tensor modified in place is
+//! [`Error::SavedTensorModified`] naming the op).
+//!
+//! [`backward`](Tensor::backward) walks the graph once in dependency order (each node runs
+//! when every node that feeds it a gradient has run), summing the gradients that reach a node,
+//! running the tensor hooks, and accumulating into leaves in place. Without `retain_graph`
+//! each node's closure is dropped when it has run, which frees what it saved at its last use;
+//! a second backward through it is an error. Backward runs with recording off (no double
+//! backward).
+
+mod formulas;
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use crate::{Error, Result, Tensor};
+
+pub(crate) use formulas::{
+    Operand2, binary as binary_grad, cast_to as cast_grad, matmul as matmul_grad, reduced_dims,
+    scalar_lhs as scalar_lhs_grad, spread, sum_to, unary as unary_grad, unary_saves,
+};
+
+thread_local! {
+    static GRAD_ENABLED: Cell<bool> = const { Cell::new(true) };
+}
+
+/// Whether ops on this thread record gradients (PyTorch's `torch.is_grad_enabled()`).
+pub fn is_grad_enabled() -> bool {
+    GRAD_ENABLED.with(Cell::get)
+}
+
+/// Turns recording off on this thread until dropped, then restores what was there (PyTorch's
+/// `torch.no_grad()` as a guard).
+#[derive(Debug)]
+#[must_use = "recording is off only while the guard lives"]
+pub struct NoGradGuard {
+    previous: bool,
+}
+
+impl NoGradGuard {
+    /// Recording off from now until the guard is dropped.
+    pub fn new() -> NoGradGuard {
+        NoGradGuard {
+            previous: GRAD_ENABLED.with(|g| g.replace(false)),
+        }
+    }
+}
+
+impl Default for NoGradGuard {
+    fn default() -> Self {
+        NoGradGuard::new()
+    }
+}
+
+impl Drop for NoGradGuard {
+    fn drop(&mut self) {
+        GRAD_ENABLED.with(|g| g.set(self.previous));
+    }
+}
+
+/// Runs `f` with recording off on this thread (PyTorch's `with torch.no_grad():`): nothing
+/// it computes has a `grad_fn`, and in-place updates of leaves that require grad (an
+/// optimiser's step) are allowed.
+pub fn no_grad<R>(f: impl FnOnce() -> R) -> R {
+    let _guard = NoGradGuard::new();
+    f()
+}
+
+/// Runs `f` with recording on (PyTorch's `torch.enable_grad()`), inside a [`no_grad`] scope
+/// too.
+pub fn enable_grad<R>(f: impl FnOnce() -> R) -> R {
+    let previous = GRAD_ENABLED.with(|g| g.replace(true));
+    let r = f();
+    GRAD_ENABLED.with(|g| g.set(previous));
+    r
+}
+
+/// Runs `f` for inference (PyTorch's `torch.inference_mode()`): as [`no_grad`], which already
+/// skips all bookkeeping here.
+pub fn inference_mode<R>(f: impl FnOnce() -> R) -> R {
+    no_grad(f)
+}
+
+/// A hook on a tensor's gradient: returns a replacement or `None` to keep it.
+type GradHook = dyn Fn(&Tensor) -> Result<Option<Tensor>> + Send + Sync;
+/// A hook after a leaf's gradient was accumulated: gets the accumulated gradient.
+type PostHook = dyn Fn(&Tensor) -> Result<()> + Send + Sync;
+/// An op's backward: the output's gradient and which inputs need one, to the inputs'
+/// gradients (one entry per input, `None` where none is needed or it is zero).
+pub(crate) type BackwardFn = dyn Fn(&Tensor, &[bool]) -> Result<Vec<Option<Tensor>>> + Send + Sync;
+
+/// The autograd state of a tensor that requires grad (shared by its clones).
+pub(crate) struct Meta {
+    /// The node of the op that made the tensor; `None` for a leaf.
+    grad_fn: Option<Arc<Node>>,
+    /// The accumulated gradient (leaves, and non-leaves that retain theirs).
+    grad: Mutex<Option<Tensor>>,
+    retains_grad: AtomicBool,
+    hooks: Mutex<Vec<Arc<GradHook>>>,
+    post_hooks: Mutex<Vec<Arc<PostHook>>>,
+}
+
+impl Meta {
+    fn new(grad_fn: Option<Arc<Node>>) -> Meta {
+        Meta {
+            grad_fn,
+            grad: Mutex::new(None),
+            retains_grad: AtomicBool::new(false),
+            hooks: Mutex::new(Vec::new()),
+            post_hooks: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+/// Where an input's gradient goes: the node that made it, or a leaf's accumulator.
+enum Edge {
+    Node(Arc<Node>),
+    Leaf(Arc<Meta>),
+}
+
+/// One recorded op: its name, an edge per input (`None` for inputs that need no gradient)
+/// and its backward closure (taken when it runs, unless the graph is retained).
+pub(crate) struct Node {
+    name: &'static str,
+    edges: Vec<Option<Edge>>,
+    backward: Mutex<Option<Arc<BackwardFn>>>,
+    /// The output's autograd state (its hooks and retained gradient), while the output lives.
+    output: Mutex<Weak<Meta>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic in a hook cannot leave the data half-written: each lock guards one assignment.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Whether an op on `inputs` records (grad mode on and some input requires grad).
+pub(crate) fn wants(inputs: &[&Tensor]) -> bool {
+    is_grad_enabled() && inputs.iter().any(|t| t.autograd.is_some())
+}
+
+/// Attaches the node of op `name` with `backward` to `out`, computed from `inputs`: the edges
+/// lead to the inputs' nodes or leaves. `out` is returned as it is when no input requires
+/// grad, grad mode is off, or `out` is not floating-point (indices, masks).
+pub(crate) fn record(
+    name: &'static str,
+    inputs: &[&Tensor],
+    mut out: Tensor,
+    backward: Box<BackwardFn>,
+) -> Tensor {
+    if !wants(inputs) || !out.dtype().is_float() {
+        return out;
+    }
+    let edges = inputs
+        .iter()
+        .map(|t| {
+            t.autograd.as_ref().map(|m| match &m.grad_fn {
+                Some(n) => Edge::Node(n.clone()),
+                None => Edge::Leaf(m.clone()),
+            })
+        })
+        .collect();
+    let node = Arc::new(Node {
+        name,
+        edges,
+        backward: Mutex::new(Some(Arc::from(backward))),
+        output: Mutex::new(Weak::new()),
+    });
+    let meta = Arc::new(Meta::new(Some(node.clone())));
+    *lock(&node.output) = Arc::downgrade(&meta);
+    out.autograd = Some(meta);
+    out
+}
+
+/// A tensor an op keeps for its backward: detached, with the storage's version when saved.
+pub(crate) struct Saved {
+    tensor: Tensor,
+    version: u64,
+    op: &'static str,
+}
+
+impl Saved {
+    pub(crate) fn new(op: &'static str, t: &Tensor) -> Saved {
+        Saved {
+            tensor: t.detach(),
+            version: t.version(),
+            op,
+        }
+    }
+
+    /// The saved tensor; [`Error::SavedTensorModified`] when its storage was written in place
+    /// since it was saved.
+    pub(crate) fn get(&self) -> Result<Tensor> {
+        let now = self.tensor.version();
+        if now != self.version {
+            return Err(Error::SavedTensorModified {
+                op: self.op,
+                saved_version: self.version,
+                version: now,
+            });
+        }
+        Ok(self.tensor.clone())
+    }
+}
+
+/// Adds `g` into the gradient slot `slot`: the first gradient is kept (copied unless this is
+/// the only handle to its storage, or it is a view), later ones are added in place.
+fn accumulate_into(slot: &mut Option<Tensor>, g: Tensor) -> Result<()> {
+    match slot {
+        Some(acc) => no_grad(|| acc.add_(&g)),
+        None => {
+            let own = if g.is_contiguous()
+                && g.layout().offset() == 0
+                && Arc::strong_count(g.view.storage()) == 1
+                && g.view.storage().len() == g.numel()
+            {
+                g.detach()
+            } else {
+                no_grad(|| g.deep_clone())?
+            };
+            *slot = Some(own);
+            Ok(())
+        }
+    }
+}
+
+/// Runs the tensor hooks of `meta` on `g`.
+fn run_hooks(meta: &Meta, mut g: Tensor) -> Result<Tensor> {
+    let hooks: Vec<Arc<GradHook>> = lock(&meta.hooks).clone();
+    for h in hooks {
+        if let Some(r) = h(&g)? {
+            g = r;
+        }
+    }
+    Ok(g)
+}
+
+/// A leaf's gradient arrives: its hooks, then into `grad` (or the capture of [`grad`]), then
+/// its post-accumulate hooks.
+fn deliver_to_leaf(
+    meta: &Arc<Meta>,
+    g: Tensor,
+    capture: &mut Option<HashMap<usize, Option<Tensor>>>,
+) -> Result<()> {
+    let g = run_hooks(meta, g)?;
+    let key = Arc::as_ptr(meta) as usize;
+    if let Some(cap) = capture {
+        if let Some(slot) = cap.get_mut(&key) {
+            return accumulate_captured(slot, g);
+        }
+        return Ok(());
+    }
+    accumulate_into(&mut lock(&meta.grad), g)?;
+    let posts: Vec<Arc<PostHook>> = lock(&meta.post_hooks).clone();
+    if !posts.is_empty() {
+        let acc = lock(&meta.grad).clone();
+        if let Some(acc) = acc {
+            for h in posts {
+                h(&acc)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn accumulate_captured(slot: &mut Option<Tensor>, g: Tensor) -> Result<()> {
+    *slot = Some(match slot.take() {
+        Some(acc) => no_grad(|| acc.add(&g))?,
+        None => g,
+    });
+    Ok(())
+}
+
+/// The engine: from each `(root, gradient)` pair, gradients flow to every leaf (accumulated
+/// into `grad`) or, with `capture` (keys: the `Meta` addresses of the wanted tensors), only
+/// into the captured slots.
+fn run_backward(
+    roots: Vec<(Tensor, Tensor)>,
+    retain_graph: bool,
+    mut capture: Option<HashMap<usize, Option<Tensor>>>,
+) -> Result<Option<HashMap<usize, Option<Tensor>>>> {
+    let _guard = NoGradGuard::new();
+    let mut pending: HashMap<usize, Tensor> = HashMap::new();
+    let mut start: Vec<Arc<Node>> = Vec::new();
+    for (root, g) in roots {
+        let meta = root.autograd.as_ref().ok_or_else(|| Error::Autograd {
+            reason: "element 0 of tensors does not require grad and does not have a grad_fn".into(),
+        })?;
+        match &meta.grad_fn {
+            None => deliver_to_leaf(meta, g, &mut capture)?,
+            Some(node) => {
+                let key = Arc::as_ptr(node) as usize;
+                match pending.remove(&key) {
+                    Some(acc) => {
+                        pending.insert(key, acc.add(&g)?);
+                    }
+                    None => {
+                        pending.insert(key, g);
+                        start.push(node.clone());
+                    }
+                }
+            }
+        }
+    }
+    // Dependencies: how many edges from nodes of the graph lead to each node.
+    let mut deps: HashMap<usize, usize> = HashMap::new();
+    let mut seen: HashMap<usize, ()> = HashMap::new();
+    let mut stack: Vec<Arc<Node>> = start.clone();
+    for n in &start {
+        seen.insert(Arc::as_ptr(n) as usize, ());
+    }
+    while let Some(n) = stack.pop() {
+        for e in n.edges.iter().flatten() {
+            if let Edge::Node(c) = e {
+                let key = Arc::as_ptr(c) as usize;
+                *deps.entry(key).or_insert(0) += 1;
+                if seen.insert(key, ()).is_none() {
+                    stack.push(c.clone());
+                }
+            }
+        }
+    }
+    let mut ready: Vec<Arc<Node>> = start
+        .into_iter()
+        .filter(|n| deps.get(&(Arc::as_ptr(n) as usize)).copied().unwrap_or(0) == 0)
+        .collect();
+    while let Some(node) = ready.pop() {
+        let key = Arc::as_ptr(&node) as usize;
+        let grad = pending.remove(&key);
+        let grads: Vec<Option<Tensor>> = match grad {
+            None => vec![None; node.edges.len()],
+            Some(mut g) => {
+                let output = lock(&node.output).upgrade();
+                if let Some(meta) = &output {
+                    g = run_hooks(meta, g)?;
+                    let out_key = Arc::as_ptr(meta) as usize;
+                    if let Some(cap) = &mut capture
+                        && let Some(slot) = cap.get_mut(&out_key)
+                    {
+                        accumulate_captured(slot, g.clone())?;
+                    }
+                    if capture.is_none() && meta.retains_grad.load(Ordering::Relaxed) {
+                        accumulate_into(&mut lock(&meta.grad), g.clone())?;
+                    }
+                }
+                let f = {
+                    let mut slot = lock(&node.backward);
+                    if retain_graph {
+                        slot.clone()
+                    } else {
+                        slot.take()
+                    }
+                };
+                let f = f.ok_or_else(|| Error::Autograd {
+                    reason: format!(
+                        "trying to backward through the graph a second time (through \
+                         {}): its saved tensors were freed by the first backward; pass \
+                         retain_graph to keep them",
+                        node.name
+                    ),
+                })?;
+                let needs: Vec<bool> = node.edges.iter().map(Option::is_some).collect();
+                let out = f(&g, &needs)?;
+                if out.len() != node.edges.len() {
+                    return Err(Error::Autograd {
+                        reason: format!(
+                            "{} gave {} gradients for {} inputs",
+                            node.name,
+                            out.len(),
+                            node.edges.len()
+                        ),
+                    });
+                }
+                out
+            }
+        };
+        for (edge, g) in node.edges.iter().zip(grads) {
+            match edge {
+                None => {}
+                Some(Edge::Leaf(meta)) => {
+                    if let Some(g) = g {
+                        deliver_to_leaf(meta, g, &mut capture)?;
+                    }
+                }
+                Some(Edge::Node(c)) => {
+                    let ck = Arc::as_ptr(c) as usize;
+                    if let Some(g) = g {
+                        let sum = match pending.remove(&ck) {
+                            Some(acc) => acc.add(&g)?,
+                            None => g,
+                        };
+                        pending.insert(ck, sum);
+                    }
+                    let left = deps.get_mut(&ck).expect("counted above");
+                    *left -= 1;
+                    if *left == 0 {
+                        ready.push(c.clone());
+                    }
+                }
+            }
+        }
+    }
+    Ok(capture)
+}
+
+/// The gradient of `output` itself for a backward from it: `gradient` (its shape, dtype and
+/// device) or, for a tensor of one element, one.
+fn root_gradient(output: &Tensor, gradient: Option<&Tensor>) -> Result<Tensor> {
+    match gradient {
+        Some(g) => {
+            if g.shape() != output.shape() {
+                return Err(Error::Autograd {
+                    reason: format!(
+                        "the gradient of shape {:?} does not match the output's {:?}",
+                        g.shape(),
+                        output.shape()
+                    ),
+                });
+            }
+            if g.device() != output.device() {
+                return Err(Error::DeviceMismatch {
+                    op: "backward",
+                    lhs: output.device(),
+                    rhs: g.device(),
+                });
+            }
+            Ok(g.detach().to_dtype(output.dtype())?)
+        }
+        None if output.numel() == 1 => {
+            Tensor::ones(output.shape(), output.dtype(), output.device())
+        }
+        None => Err(Error::Autograd {
+            reason: format!(
+                "grad can be implicitly created only for scalar outputs (this one has shape \
+                 {:?}): pass the gradient",
+                output.shape()
+            ),
+        }),
+    }
+}
+
+/// The gradients of `outputs` with respect to `inputs` (PyTorch's `torch.autograd.grad`),
+/// each output seeded with its entry of `grad_outputs` (`None`: one, for a one-element
+/// output). Nothing is accumulated into any `grad`; an input the outputs do not depend on
+/// gets `None`. Without `retain_graph` the graph is freed.
+///
+/// ```
+/// use genesis::{Device, Tensor, autograd};
+/// # fn main() -> genesis::Result<()> {
+/// let x = Tensor::from_slice(&[3.0f32], [1], Device::Cpu)?.requires_grad_(true)?;
+/// let y = x.mul(&x)?.sum()?;
+/// let g = autograd::grad(&[&y], &[&x], &[None], false)?;
+/// assert_eq!(g[0].as_ref().unwrap().to_vec::<f32>()?, [6.0]);
+/// assert!(x.grad().is_none());
+/// # Ok(())
+/// # }
+/// ```
+pub fn grad(
+    outputs: &[&Tensor],
+    inputs: &[&Tensor],
+    grad_outputs: &[Option<&Tensor>],
+    retain_graph: bool,
+) -> Result<Vec<Option<Tensor>>> {
+    if grad_outputs.len() != outputs.len() {
+        return Err(Error::Autograd {
+            reason: format!(
+                "{} gradients for {} outputs",
+                grad_outputs.len(),
+                outputs.len()
+            ),
+        });
+    }
+    let mut keys = Vec::with_capacity(inputs.len());
+    let mut capture = HashMap::new();
+    for t in inputs {
+        let meta = t.autograd.as_ref().ok_or_else(|| Error::Autograd {
+            reason: "one of the inputs does not require grad".into(),
+        })?;
+        let key = Arc::as_ptr(meta) as usize;
+        keys.push(key);
+        capture.insert(key, None);
+    }
+    let roots = outputs
+        .iter()
+        .zip(grad_outputs)
+        .map(|(o, g)| Ok(((*o).clone(), root_gradient(o, *g)?)))
+        .collect::<Result<Vec<_>>>()?;
+    let cap = run_backward(roots, retain_graph, Some(capture))?.expect("captured");
+    Ok(keys.iter().map(|k| cap.get(k).cloned().flatten()).collect())
+}
+
+impl Tensor {
+    /// Whether this tensor requires grad: a leaf made so by [`Tensor::requires_grad_`], or a
+    /// result of a recorded op on one.
+    pub fn requires_grad(&self) -> bool {
+        self.autograd.is_some()
+    }
+
+    /// This tensor as a leaf that requires grad (`true`) or a plain tensor (`false`),
+    /// PyTorch's `requires_grad_()`: `let w = Tensor::randn(..)?.requires_grad_(true)?`. Clones
+    /// made afterwards share its gradient. Only floating-point tensors can require grad, and
+    /// only a leaf can stop requiring it.
+    pub fn requires_grad_(mut self, requires: bool) -> Result<Tensor> {
+        self.set_requires_grad(requires)?;
+        Ok(self)
+    }
+
+    /// [`Tensor::requires_grad_`] in place on this handle.
+    pub fn set_requires_grad(&mut self, requires: bool) -> Result<()> {
+        match (&self.autograd, requires) {
+            (Some(m), false) if m.grad_fn.is_some() => Err(Error::Autograd {
+                reason: "you can only change requires_grad flags of leaf variables; use \
+                         detach() for a tensor that does not require grad"
+                    .into(),
+            }),
+            (_, false) => {
+                self.autograd = None;
+                Ok(())
+            }
+            (Some(_), true) => Ok(()),
+            (None, true) => {
+                if !self.dtype().is_float() {
+                    return Err(Error::Autograd {
+                        reason: format!(
+                            "only tensors of floating point dtype can require gradients, \
+                             not {}",
+                            self.dtype()
+                        ),
+                    });
+                }
+                self.autograd = Some(Arc::new(Meta::new(None)));
+                Ok(())
+            }
+        }
+    }
+
+    /// Whether this tensor is a leaf of the graph: it does not require grad, or the user made
+    /// it require grad (it was not computed by a recorded op).
+    pub fn is_leaf(&self) -> bool {
+        self.autograd.as_ref().is_none_or(|m| m.grad_fn.is_none())
+    }
+
+    /// The name of the op that made this tensor when it was recorded (PyTorch's `grad_fn`),
+    /// for example `"mul"`.
+    pub fn grad_fn_name(&self) -> Option<&'static str> {
+        self.autograd
+            .as_ref()
+            .and_then(|m| m.grad_fn.as_ref())
+            .map(|n| n.name)
+    }
+
+    /// The same elements without autograd history: shares the storage, requires no grad.
+    pub fn detach(&self) -> Tensor {
+        Tensor {
+            view: self.view.clone(),
+            autograd: None,
+        }
+    }
+
+    /// The accumulated gradient of a leaf (or of a tensor that [retains
+    /// it](Tensor::retain_grad)), `None` before a backward reached it or after
+    /// [`Tensor::zero_grad`].
+    pub fn grad(&self) -> Option<Tensor> {
+        self.autograd.as_ref().and_then(|m| lock(&m.grad).clone())
+    }
+
+    /// Replaces the gradient (PyTorch's `x.grad = g`); `g` must match the tensor's shape,
+    /// dtype and device.
+    pub fn set_grad(&self, g: Option<Tensor>) -> Result<()> {
+        let meta = self.autograd.as_ref().ok_or_else(|| Error::Autograd {
+            reason: "set_grad of a tensor that does not require grad".into(),
+        })?;
+        if let Some(g) = &g
+            && (g.shape() != self.shape()
+                || g.dtype() != self.dtype()
+                || g.device() != self.device())
+        {
+            return Err(Error::Autograd {
+                reason: format!(
+                    "the gradient ({:?}, {}, {:?}) does not match the tensor ({:?}, {}, {:?})",
+                    g.shape(),
+                    g.dtype(),
+                    g.device(),
+                    self.shape(),
+                    self.dtype(),
+                    self.device()
+                ),
+            });
+        }
+        *lock(&meta.grad) = g.map(|g| g.detach());
+        Ok(())
+    }
+
+    /// Drops the gradient (PyTorch's `zero_grad(set_to_none=True)`): the next backward
+    /// starts a new one.
+    pub fn zero_grad(&self) {
+        if let Some(m) = &self.autograd {
+            *lock(&m.grad) = None;
+        }
+    }
+
+    /// Keeps the gradient of this non-leaf tensor in [`Tensor::grad`] at the next backward
+    /// (PyTorch's `retain_grad`).
+    pub fn retain_grad(&self) -> Result<()> {
+        let meta = self.autograd.as_ref().ok_or_else(|| Error::Autograd {
+            reason: "can't retain_grad on a tensor that does not require grad".into(),
+        })?;
+        meta.retains_grad.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Computes the gradient of this one-element tensor with respect to every leaf it depends
+    /// on, accumulated into their [`Tensor::grad`] (PyTorch's `loss.backward()`); the graph is
+    /// freed as it is walked.
+    ///
+    /// ```
+    /// use genesis::{Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let w = Tensor::from_slice(&[1.0f32, 2.0], [2], Device::Cpu)?.requires_grad_(true)?;
+    /// let loss = w.mul(&w)?.sum()?; // w0² + w1²
+    /// loss.backward()?;
+    /// assert_eq!(w.grad().unwrap().to_vec::<f32>()?, [2.0, 4.0]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn backward(&self) -> Result<()> {
+        self.backward_with(None, false)
+    }
+
+    /// [`Tensor::backward`] with the gradient of this tensor (needed unless it has one
+    /// element) and `retain_graph` (keep the graph for another backward).
+    pub fn backward_with(&self, gradient: Option<&Tensor>, retain_graph: bool) -> Result<()> {
+        let g = root_gradient(self, gradient)?;
+        run_backward(vec![(self.clone(), g)], retain_graph, None)?;
+        Ok(())
+    }
+
+    /// Registers `hook` on this tensor's gradient: called with the gradient when it is
+    /// computed (before it is accumulated into a leaf), it may return a replacement.
+    pub fn register_hook(
+        &self,
+        hook: impl Fn(&Tensor) -> Result<Option<Tensor>> + Send + Sync + 'static,
+    ) -> Result<()> {
+        let meta = self.autograd.as_ref().ok_or_else(|| Error::Autograd {
+            reason: "cannot register a hook on a tensor that doesn't require gradient".into(),
+        })?;
+        lock(&meta.hooks).push(Arc::new(hook));
+        Ok(())
+    }
+
+    /// Registers `hook` on this leaf: called with its accumulated gradient each time a
+    /// backward has added to it (PyTorch's `register_post_accumulate_grad_hook`; data
+    /// parallelism starts a gradient's all-reduce from here).
+    pub fn register_post_accumulate_grad_hook(
+        &self,
+        hook: impl Fn(&Tensor) -> Result<()> + Send + Sync + 'static,
+    ) -> Result<()> {
+        match &self.autograd {
+            Some(m) if m.grad_fn.is_none() => {
+                lock(&m.post_hooks).push(Arc::new(hook));
+                Ok(())
+            }
+            _ => Err(Error::Autograd {
+                reason: "post accumulate grad hooks can only be registered on leaf tensors \
+                         that require grad"
+                    .into(),
+            }),
+        }
+    }
+
+    /// An error when this tensor may not be written in place with recording on: a tensor
+    /// that requires grad (a leaf, as in PyTorch; a recorded result, which PyTorch rebases
+    /// and Genesis refuses). Under [`no_grad`] every write is allowed (an optimiser's step).
+    pub(crate) fn check_in_place(&self, op: &'static str) -> Result<()> {
+        match &self.autograd {
+            Some(m) if is_grad_enabled() => Err(Error::Autograd {
+                reason: if m.grad_fn.is_none() {
+                    format!(
+                        "{op}: a leaf Variable that requires grad is being used in an \
+                         in-place operation"
+                    )
+                } else {
+                    format!(
+                        "{op}: in-place operations on a tensor that requires grad (made by \
+                         {}) are not supported; compute out of place or under no_grad",
+                        m.grad_fn.as_ref().map_or("?", |n| n.name)
+                    )
+                },
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl std::fmt::Debug for Meta {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Meta")
+            .field("grad_fn", &self.grad_fn.as_ref().map(|n| n.name))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Runs op `name` on `inputs`: `forward`, and when it records (grad mode on, an input
+/// requires grad), with recording off, then the node whose closure `backward` makes from the
+/// output attached to it.
+pub(crate) fn op(
+    name: &'static str,
+    inputs: &[&Tensor],
+    forward: impl FnOnce() -> Result<Tensor>,
+    backward: impl FnOnce(&Tensor) -> Box<BackwardFn>,
+) -> Result<Tensor> {
+    if !wants(inputs) {
+        return forward();
+    }
+    let out = no_grad(forward)?;
+    let f = backward(&out);
+    Ok(record(name, inputs, out, f))
+}
+
+/// [`op`] for ops of one input whose backward needs neither the input nor the output:
+/// `backward` (called only when the op records, after the forward) makes the function from
+/// the output's gradient to the input's.
+pub(crate) fn op1<F>(
+    name: &'static str,
+    x: &Tensor,
+    forward: impl FnOnce() -> Result<Tensor>,
+    backward: impl FnOnce() -> F,
+) -> Result<Tensor>
+where
+    F: Fn(&Tensor) -> Result<Tensor> + Send + Sync + 'static,
+{
+    op(name, &[x], forward, |_| {
+        let f = backward();
+        Box::new(move |g, _| Ok(vec![Some(f(g)?)]))
+    })
+}
+
+/// An error when an `_out` form would write the result of inputs that require grad with
+/// recording on (PyTorch: out= functions don't support automatic differentiation).
+pub(crate) fn refuse_out(op: &'static str, tensors: &[&Tensor]) -> Result<()> {
+    if wants(tensors) {
+        return Err(Error::Autograd {
+            reason: format!(
+                "{op}: functions with out=... arguments don't support automatic \
+                 differentiation, but one of the arguments requires grad"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The gradient of a tensor read through another layout of its storage (a view, or a copy
+/// of one: `flip`, `repeat`, `diagonal`, ...): the output's gradient is added at the storage
+/// positions the output's layout names (repeats add up), and the input's gradient is what
+/// its own layout reads there.
+pub(crate) struct LayoutGrad {
+    input: crate::Layout,
+    output: crate::Layout,
+    storage_len: usize,
+    dtype: crate::DType,
+}
+
+impl LayoutGrad {
+    pub(crate) fn of(x: &Tensor, output: &crate::Layout) -> LayoutGrad {
+        LayoutGrad {
+            input: x.layout().clone(),
+            output: output.clone(),
+            storage_len: x.view.storage().len(),
+            dtype: x.dtype(),
+        }
+    }
+
+    pub(crate) fn grad(&self, g: &Tensor) -> Result<Tensor> {
+        let device = g.device();
+        let positions =
+            Tensor::arange(0.0, self.storage_len as f64, 1.0, crate::DType::I64, device)?;
+        let at = Tensor::through(&positions, &self.output)?
+            .contiguous()?
+            .ravel()?;
+        let z = Tensor::zeros([self.storage_len], self.dtype, device)?;
+        z.scatter_add_(0, &at, &g.to_dtype(self.dtype)?.contiguous()?.ravel()?)?;
+        Tensor::through(&z, &self.input)?.contiguous()
+    }
+}

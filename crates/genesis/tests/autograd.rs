@@ -1,0 +1,511 @@
+//! Reverse-mode autograd: every recorded op's gradient against central finite differences in
+//! f64 on generated inputs (shapes, broadcasts, views), and the engine's semantics (leaves,
+//! accumulation, `no_grad`, retained graphs, hooks, saved tensors modified in place, the
+//! functional `grad`).
+
+use genesis::{DType, Device, Error, Generator, Result, Tensor, autograd, no_grad, s};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+const CPU: Device = Device::Cpu;
+
+/// A named op of one tensor, and of two.
+type Unary = (&'static str, fn(&Tensor) -> Result<Tensor>);
+type Binary = (&'static str, fn(&Tensor, &Tensor) -> Result<Tensor>);
+type Case = (&'static str, Box<dyn Fn(&Tensor) -> Result<Tensor>>);
+
+/// A random f64 tensor of `shape` (normal values), or positive ones (`positive`).
+fn input(g: &Generator, shape: &[usize], positive: bool) -> Tensor {
+    let x = g.randn(shape, DType::F64, CPU).unwrap();
+    if positive {
+        x.abs().unwrap().add(0.5).unwrap()
+    } else {
+        x
+    }
+}
+
+/// Checks the gradients of `f` at `inputs` (f64, contiguous) against central differences of
+/// the scalar `sum(f(inputs) * w)` for random weights `w`.
+fn gradcheck(name: &str, inputs: &[Tensor], f: &dyn Fn(&[Tensor]) -> Result<Tensor>) {
+    let g = Generator::new(99);
+    let leaves: Vec<Tensor> = inputs
+        .iter()
+        .map(|t| t.detach().requires_grad_(true).unwrap())
+        .collect();
+    let out = f(&leaves).unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert!(
+        out.requires_grad(),
+        "{name}: the output does not require grad"
+    );
+    let w = g.randn(out.shape(), DType::F64, CPU).unwrap();
+    out.mul(&w).unwrap().sum().unwrap().backward().unwrap();
+    let loss_at =
+        |xs: &[Tensor]| -> f64 { no_grad(|| f(xs)?.mul(&w)?.sum()?.item::<f64>()).unwrap() };
+    for (k, leaf) in leaves.iter().enumerate() {
+        let base = inputs[k].to_vec::<f64>().unwrap();
+        let analytic = match leaf.grad() {
+            Some(gr) => {
+                assert_eq!(gr.shape(), leaf.shape(), "{name}: gradient {k}'s shape");
+                assert_eq!(gr.dtype(), DType::F64, "{name}: gradient {k}'s dtype");
+                gr.contiguous().unwrap().to_vec::<f64>().unwrap()
+            }
+            None => vec![0.0; base.len()],
+        };
+        let eps = 1e-6;
+        for i in 0..base.len() {
+            let at = |delta: f64| {
+                let mut v = base.clone();
+                v[i] += delta;
+                let mut xs = inputs.to_vec();
+                xs[k] = Tensor::from_slice(&v, inputs[k].shape(), CPU).unwrap();
+                loss_at(&xs)
+            };
+            let numeric = (at(eps) - at(-eps)) / (2.0 * eps);
+            let a = analytic[i];
+            assert!(
+                (a - numeric).abs() <= 1e-6 + 1e-5 * numeric.abs().max(a.abs()),
+                "{name}: d/d input {k}[{i}]: autograd {a}, finite differences {numeric}"
+            );
+        }
+    }
+}
+
+/// A random shape of rank 0..=3, sizes 1..=4.
+fn shape(rng: &mut SmallRng) -> Vec<usize> {
+    let rank = rng.random_range(0..=3);
+    (0..rank).map(|_| rng.random_range(1..=4)).collect()
+}
+
+/// `shape` with some sizes made 1 and some leading dimensions dropped: broadcasts to it.
+fn broadcastable(rng: &mut SmallRng, shape: &[usize]) -> Vec<usize> {
+    let drop = rng.random_range(0..=shape.len());
+    shape[drop..]
+        .iter()
+        .map(|&n| if rng.random_bool(0.3) { 1 } else { n })
+        .collect()
+}
+
+#[test]
+fn binary_ops_broadcast_their_gradients_back() {
+    let g = Generator::new(1);
+    let mut rng = SmallRng::seed_from_u64(1);
+    for case in 0..60 {
+        let a_shape = shape(&mut rng);
+        let b_shape = broadcastable(&mut rng, &a_shape);
+        let (a_shape, b_shape) = if rng.random_bool(0.5) {
+            (a_shape, b_shape)
+        } else {
+            (b_shape, a_shape)
+        };
+        let a = input(&g, &a_shape, true);
+        let b = input(&g, &b_shape, true);
+        let ops: [Binary; 7] = [
+            ("add", |a, b| a.add(b)),
+            ("sub", |a, b| a.sub(b)),
+            ("mul", |a, b| a.mul(b)),
+            ("div", |a, b| a.div(b)),
+            ("pow", |a, b| a.pow(b)),
+            ("maximum", |a, b| a.maximum(b)),
+            ("minimum", |a, b| a.minimum(b)),
+        ];
+        for (name, op) in ops {
+            let label = format!("case {case}: {name} {a_shape:?} {b_shape:?}");
+            gradcheck(&label, &[a.clone(), b.clone()], &|x| op(&x[0], &x[1]));
+        }
+    }
+}
+
+#[test]
+fn scalar_operands_on_either_side() {
+    let g = Generator::new(2);
+    let x = input(&g, &[3, 2], true);
+    let cases: [Unary; 10] = [
+        ("x + 2", |x| x.add(2.0)),
+        ("x - 2", |x| x.sub(2)),
+        ("x * 3", |x| x.mul(3.0)),
+        ("x / 4", |x| x.div(4.0)),
+        ("x ^ 2.5", |x| x.pow(2.5)),
+        ("2 - x", |x| 2.0 - x),
+        ("2 / x", |x| 2.0 / x),
+        ("3 * x", |x| 3.0 * x),
+        ("2 ^ x", |x| Tensor::scalar_pow(2.0, x)),
+        ("max(x, 1)", |x| x.maximum(1.0)),
+    ];
+    for (name, f) in cases {
+        gradcheck(name, std::slice::from_ref(&x), &|xs| f(&xs[0]));
+    }
+}
+
+#[test]
+fn unary_ops_of_the_table() {
+    use genesis::UnaryOp::*;
+    let g = Generator::new(3);
+    let mut rng = SmallRng::seed_from_u64(3);
+    for op in [
+        Neg, Abs, Relu, Exp, Log, Sqrt, Tanh, Sigmoid, Sin, Cos, Tan, Erf, Erfc, Rsqrt, Reciprocal,
+        Square, Log1p, Expm1, Log2, Log10, Gelu, GeluTanh, Silu, Softplus,
+    ] {
+        let sh = shape(&mut rng);
+        // Domains: positive for the logarithms and roots, small for tan.
+        let positive = matches!(op, Log | Sqrt | Rsqrt | Log2 | Log10 | Reciprocal | Log1p);
+        let x = input(&g, &sh, positive);
+        let x = if op == Tan { x.mul(0.3).unwrap() } else { x };
+        gradcheck(&format!("{} {sh:?}", op.name()), &[x], &|xs| {
+            xs[0].unary(op)
+        });
+    }
+    // Flat ops: no gradient flows (zero).
+    let x = input(&g, &[4], false).requires_grad_(true).unwrap();
+    x.floor()
+        .unwrap()
+        .mul(2.0)
+        .unwrap()
+        .sum()
+        .unwrap()
+        .backward()
+        .unwrap();
+    assert!(
+        x.grad()
+            .is_none_or(|g| g.to_vec::<f64>().unwrap() == [0.0; 4])
+    );
+}
+
+#[test]
+fn matmul_of_every_rank_pair() {
+    let g = Generator::new(4);
+    for (a, b) in [
+        (vec![3], vec![3]),
+        (vec![3], vec![3, 2]),
+        (vec![2, 3], vec![3]),
+        (vec![2, 3], vec![3, 4]),
+        (vec![2, 2, 3], vec![3, 4]),
+        (vec![3], vec![2, 3, 4]),
+        (vec![2, 1, 2, 3], vec![3, 3, 2]),
+    ] {
+        let (x, y) = (input(&g, &a, false), input(&g, &b, false));
+        gradcheck(&format!("matmul {a:?} {b:?}"), &[x, y], &|t| {
+            t[0].matmul(&t[1])
+        });
+    }
+}
+
+#[test]
+fn reductions_views_and_selection() {
+    let g = Generator::new(5);
+    let x = input(&g, &[2, 3, 4], false);
+    let cases: Vec<Case> = vec![
+        ("sum", Box::new(|x| x.sum())),
+        ("mean", Box::new(|x| x.mean())),
+        ("sum_dim 1", Box::new(|x| x.sum_dim([1], false))),
+        (
+            "sum_dim -1 0 keepdim",
+            Box::new(|x| x.sum_dim([-1, 0], true)),
+        ),
+        ("mean_dim 2", Box::new(|x| x.mean_dim([2], false))),
+        ("softmax 1", Box::new(|x| x.softmax(1))),
+        ("softmax -1", Box::new(|x| x.softmax(-1))),
+        ("log_softmax 0", Box::new(|x| x.log_softmax(0))),
+        ("logsumexp 2", Box::new(|x| x.logsumexp([2], false))),
+        (
+            "logsumexp 0 1 keepdim",
+            Box::new(|x| x.logsumexp([0, 1], true)),
+        ),
+        (
+            "reshape",
+            Box::new(|x| x.reshape([4, -1])?.mul(&x.reshape([4, 6])?)),
+        ),
+        ("transpose", Box::new(|x| x.transpose(0, 2)?.contiguous())),
+        ("permute", Box::new(|x| x.permute([2, 0, 1])?.mul(2.0))),
+        (
+            "unsqueeze squeeze",
+            Box::new(|x| x.unsqueeze(1)?.squeeze(1)?.exp()),
+        ),
+        ("expand", Box::new(|x| x.narrow(1, 0, 1)?.expand([2, 5, 4]))),
+        ("narrow", Box::new(|x| x.narrow(2, 1, 2)?.square())),
+        ("slice", Box::new(|x| x.i(&s![.., 1.., ..;2])?.mul(3.0))),
+        (
+            "index by tensor",
+            Box::new(|x| {
+                let idx = Tensor::from_slice(&[2i64, 0, 2], [3], CPU)?;
+                x.i(&s![1, idx])
+            }),
+        ),
+        (
+            "index_select",
+            Box::new(|x| {
+                let idx = Tensor::from_slice(&[3i64, 1, 3], [3], CPU)?;
+                x.index_select(2, &idx)
+            }),
+        ),
+        (
+            "gather",
+            Box::new(|x| {
+                let idx = Tensor::from_slice(&[0i64, 2, 2, 1, 0, 0], [1, 2, 3], CPU)?;
+                x.gather(1, &idx.expand([2, 2, 3])?.contiguous()?)
+            }),
+        ),
+        (
+            "cat",
+            Box::new(|x| Tensor::cat(&[x, &x.mul(2.0)?, &x.narrow(1, 0, 1)?], 1)),
+        ),
+        ("stack", Box::new(|x| Tensor::stack(&[x, &x.exp()?], 0))),
+        (
+            "split",
+            Box::new(|x| {
+                let parts = x.split(2, 2)?;
+                parts[0].mul(&parts[1])
+            }),
+        ),
+        (
+            "where",
+            Box::new(|x| {
+                let c = x.gt_scalar(0.0)?;
+                Tensor::where_cond(&c, x, &x.mul(-2.0)?)
+            }),
+        ),
+        (
+            "chunk",
+            Box::new(|x| {
+                let parts = x.chunk(3, 1)?;
+                parts[2].sub(&parts[0])
+            }),
+        ),
+        ("flip", Box::new(|x| x.flip([0, 2])?.mul(x))),
+        ("roll", Box::new(|x| x.roll(&[1, -3], &[1, 2]))),
+        ("repeat", Box::new(|x| x.repeat([2, 1, 1, 2]))),
+        ("tile", Box::new(|x| x.narrow(0, 0, 1)?.tile([3]))),
+        ("diagonal", Box::new(|x| x.diagonal(1, 1, 2))),
+        ("tril triu", Box::new(|x| x.tril(0)?.add(&x.triu(2)?))),
+        (
+            "flatten unflatten",
+            Box::new(|x| x.flatten(0, 1)?.unflatten(0, &[3, 2])?.sin()),
+        ),
+        (
+            "transpose then view",
+            Box::new(|x| x.transpose(1, 2)?.reshape([2, 12])),
+        ),
+        ("clone", Box::new(|x| x.deep_clone())),
+    ];
+    for (name, f) in cases {
+        gradcheck(name, std::slice::from_ref(&x), &|xs| f(&xs[0]));
+    }
+}
+
+#[test]
+fn a_composed_network_matches_finite_differences() {
+    // A two-layer perceptron with a cross entropy, as the MLP example builds it.
+    let g = Generator::new(6);
+    let x = input(&g, &[5, 4], false);
+    let w1 = input(&g, &[4, 6], false);
+    let b1 = input(&g, &[6], false);
+    let w2 = input(&g, &[6, 3], false);
+    let labels = Tensor::from_slice(&[0i64, 2, 1, 1, 0], [5, 1], CPU).unwrap();
+    gradcheck("mlp", &[x, w1, b1, w2], &|t| {
+        let h = t[0].matmul(&t[1])?.add(&t[2])?.gelu()?;
+        let logits = h.matmul(&t[3])?;
+        let logp = logits.log_softmax(1)?;
+        logp.gather(1, &labels)?.mean()?.neg()
+    });
+}
+
+#[test]
+fn float32_gradients_agree_with_float64() {
+    let g = Generator::new(7);
+    let x = input(&g, &[3, 4], false);
+    let w = input(&g, &[4, 2], false);
+    let grads = |dtype: DType| {
+        let x = x.to_dtype(dtype).unwrap().requires_grad_(true).unwrap();
+        let w = w.to_dtype(dtype).unwrap().requires_grad_(true).unwrap();
+        let y = x.matmul(&w).unwrap().tanh().unwrap().softmax(1).unwrap();
+        y.mul(&y).unwrap().sum().unwrap().backward().unwrap();
+        let gx = x.grad().unwrap();
+        assert_eq!(gx.dtype(), dtype);
+        gx.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap()
+    };
+    for (a, b) in grads(DType::F32).iter().zip(grads(DType::F64)) {
+        assert!((a - b).abs() < 1e-5, "{a} vs {b}");
+    }
+}
+
+#[test]
+fn casts_send_the_gradient_back_in_the_input_dtype() {
+    let x = Tensor::from_slice(&[1.5f64, -2.0], [2], CPU)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    let y = x.to_dtype(DType::F32).unwrap().mul(3.0).unwrap();
+    assert_eq!(y.dtype(), DType::F32);
+    y.to_dtype(DType::BF16)
+        .unwrap()
+        .sum()
+        .unwrap()
+        .backward()
+        .unwrap();
+    let g = x.grad().unwrap();
+    assert_eq!(g.dtype(), DType::F64);
+    assert_eq!(g.to_vec::<f64>().unwrap(), [3.0, 3.0]);
+    // A cast to an integer dtype ends the graph.
+    assert!(!x.to_dtype(DType::I64).unwrap().requires_grad());
+}
+
+#[test]
+fn leaves_accumulate_and_zero_grad_resets() {
+    let w = Tensor::from_slice(&[1.0f32, -2.0], [2], CPU)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    assert!(w.is_leaf() && w.requires_grad() && w.grad().is_none());
+    for _ in 0..2 {
+        w.mul(&w).unwrap().sum().unwrap().backward().unwrap();
+    }
+    assert_eq!(w.grad().unwrap().to_vec::<f32>().unwrap(), [4.0, -8.0]);
+    w.zero_grad();
+    assert!(w.grad().is_none());
+    // A tensor used twice gets both contributions.
+    let y = w.mul(3.0).unwrap().add(&w).unwrap().sum().unwrap();
+    assert_eq!(y.grad_fn_name(), Some("sum"));
+    y.backward().unwrap();
+    assert_eq!(w.grad().unwrap().to_vec::<f32>().unwrap(), [4.0, 4.0]);
+    // Clones share the leaf's gradient.
+    let same = w.clone();
+    assert_eq!(same.grad().unwrap().to_vec::<f32>().unwrap(), [4.0, 4.0]);
+}
+
+#[test]
+fn no_grad_records_nothing_and_detach_cuts_the_graph() {
+    let w = Tensor::ones([3], DType::F32, CPU)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    let y = no_grad(|| w.mul(2.0)).unwrap();
+    assert!(!y.requires_grad() && y.grad_fn_name().is_none());
+    {
+        let _guard = genesis::NoGradGuard::new();
+        assert!(!autograd::is_grad_enabled());
+        assert!(!w.exp().unwrap().requires_grad());
+        assert!(autograd::enable_grad(|| w.exp().unwrap().requires_grad()));
+    }
+    assert!(autograd::is_grad_enabled());
+    let d = w.mul(2.0).unwrap().detach();
+    assert!(!d.requires_grad() && d.is_leaf());
+    // Integer results (comparisons, indices) never require grad.
+    assert!(!w.gt_scalar(0.0).unwrap().requires_grad());
+    assert!(!w.argmax().unwrap().requires_grad());
+}
+
+#[test]
+fn misuse_is_a_typed_error() {
+    let w = Tensor::ones([2], DType::F32, CPU)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    // In place on a leaf that requires grad; allowed under no_grad (an optimiser's step).
+    assert!(matches!(w.add_(1.0), Err(Error::Autograd { .. })));
+    assert!(matches!(w.fill_(1.0), Err(Error::Autograd { .. })));
+    no_grad(|| w.sub_(0.5)).unwrap();
+    assert_eq!(w.to_vec::<f32>().unwrap(), [0.5, 0.5]);
+    // Integer tensors cannot require grad.
+    let i = Tensor::from_slice(&[1i64], [1], CPU).unwrap();
+    assert!(matches!(
+        i.requires_grad_(true),
+        Err(Error::Autograd { .. })
+    ));
+    // A non-scalar backward needs its gradient; a plain tensor has no graph.
+    let v = w.mul(2.0).unwrap();
+    assert!(matches!(v.backward(), Err(Error::Autograd { .. })));
+    v.backward_with(Some(&Tensor::ones([2], DType::F32, CPU).unwrap()), false)
+        .unwrap();
+    assert_eq!(w.grad().unwrap().to_vec::<f32>().unwrap(), [2.0, 2.0]);
+    let plain = Tensor::ones([1], DType::F32, CPU).unwrap();
+    assert!(matches!(plain.backward(), Err(Error::Autograd { .. })));
+    // Only a leaf stops requiring grad.
+    assert!(matches!(
+        w.mul(1.0).unwrap().requires_grad_(false),
+        Err(Error::Autograd { .. })
+    ));
+    // out= forms refuse inputs that require grad.
+    let mut out = Tensor::zeros([2], DType::F32, CPU).unwrap();
+    assert!(matches!(
+        w.add_out(&w, &mut out),
+        Err(Error::Autograd { .. })
+    ));
+}
+
+#[test]
+fn a_saved_tensor_modified_in_place_fails_backward_naming_the_op() {
+    let x = Tensor::from_slice(&[1.0f32, 2.0], [2], CPU).unwrap();
+    let w = Tensor::from_slice(&[3.0f32, 4.0], [2], CPU)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    let y = w.mul(&x).unwrap().sum().unwrap();
+    x.add_(1.0).unwrap(); // x was saved by mul for w's gradient
+    match y.backward() {
+        Err(Error::SavedTensorModified { op, .. }) => assert_eq!(op, "mul"),
+        other => panic!("expected SavedTensorModified, got {other:?}"),
+    }
+}
+
+#[test]
+fn graphs_are_freed_unless_retained() {
+    let w = Tensor::from_slice(&[2.0f64], [1], CPU)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    let y = w.exp().unwrap().sum().unwrap();
+    y.backward_with(None, true).unwrap();
+    y.backward().unwrap(); // the retained graph runs again, then is freed
+    assert!((w.grad().unwrap().item::<f64>().unwrap() - 2.0 * 2f64.exp()).abs() < 1e-12);
+    assert!(matches!(y.backward(), Err(Error::Autograd { .. })));
+}
+
+#[test]
+fn hooks_see_and_replace_gradients() {
+    use std::sync::{Arc, Mutex};
+    let w = Tensor::from_slice(&[1.0f32, 2.0], [2], CPU)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    let h = w.mul(3.0).unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    h.register_hook(move |g| {
+        s2.lock().unwrap().push(g.to_vec::<f32>()?);
+        Ok(Some(g.mul(10.0)?)) // the gradient flowing on is replaced
+    })
+    .unwrap();
+    h.retain_grad().unwrap();
+    let posts = Arc::new(Mutex::new(0));
+    let p2 = posts.clone();
+    w.register_post_accumulate_grad_hook(move |_| {
+        *p2.lock().unwrap() += 1;
+        Ok(())
+    })
+    .unwrap();
+    h.sum().unwrap().backward().unwrap();
+    assert_eq!(*seen.lock().unwrap(), [vec![1.0f32, 1.0]]);
+    assert_eq!(h.grad().unwrap().to_vec::<f32>().unwrap(), [10.0, 10.0]);
+    assert_eq!(w.grad().unwrap().to_vec::<f32>().unwrap(), [30.0, 30.0]);
+    assert_eq!(*posts.lock().unwrap(), 1);
+    assert!(h.register_post_accumulate_grad_hook(|_| Ok(())).is_err());
+}
+
+#[test]
+fn functional_grad_accumulates_nothing() {
+    let x = Tensor::from_slice(&[1.0f64, 2.0, 3.0], [3], CPU)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    let h = x.square().unwrap();
+    let y = h.sum().unwrap();
+    let gs = autograd::grad(&[&y], &[&x, &h], &[None], false).unwrap();
+    assert_eq!(
+        gs[0].as_ref().unwrap().to_vec::<f64>().unwrap(),
+        [2.0, 4.0, 6.0]
+    );
+    assert_eq!(
+        gs[1].as_ref().unwrap().to_vec::<f64>().unwrap(),
+        [1.0, 1.0, 1.0]
+    );
+    assert!(x.grad().is_none());
+}

@@ -7,13 +7,14 @@
 use std::process::Command;
 
 /// Bottom to top.
-const LAYERS: [&str; 6] = [
+const LAYERS: [&str; 7] = [
     "genesis-cuda",
     "genesis-mem",
     "genesis-kernels",
     "genesis-storage",
     "genesis-index",
     "genesis",
+    "genesis-nn",
 ];
 
 /// Crates beside the stack: the Genesis crates each may depend on. Nothing may depend on them.

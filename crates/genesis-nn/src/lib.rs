@@ -1,0 +1,39 @@
+//! Neural networks on [`genesis::Tensor`] and its autograd, with PyTorch's names and
+//! semantics: [`Module`]s with named parameters ([`Linear`], [`Embedding`], [`LayerNorm`],
+//! [`RMSNorm`], [`Dropout`], activations, [`Sequential`]), losses ([`loss`]), seeded
+//! initialisers ([`init`]), optimisers and schedules ([`optim`]), and a small real data set
+//! ([`datasets::digits`]).
+//!
+//! ```
+//! use genesis::{DType, Device, Generator, Tensor};
+//! use genesis_nn::{Linear, Module, loss, optim::{Optimizer, Sgd}};
+//! # fn main() -> genesis::Result<()> {
+//! let g = Generator::new(0);
+//! let model = Linear::new(3, 2, true, &g, Device::Cpu)?;
+//! let mut opt = Sgd::new(model.parameters(), 0.1);
+//! let x = g.randn([4, 3], DType::F32, Device::Cpu)?;
+//! let target = Tensor::from_slice(&[0i64, 1, 1, 0], [4], Device::Cpu)?;
+//! let before = loss::cross_entropy(&model.forward(&x)?, &target)?.item::<f32>()?;
+//! for _ in 0..20 {
+//!     opt.zero_grad();
+//!     loss::cross_entropy(&model.forward(&x)?, &target)?.backward()?;
+//!     opt.step()?;
+//! }
+//! let after = loss::cross_entropy(&model.forward(&x)?, &target)?.item::<f32>()?;
+//! assert!(after < before);
+//! # Ok(())
+//! # }
+//! ```
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod datasets;
+pub mod init;
+mod layers;
+pub mod loss;
+mod module;
+pub mod optim;
+pub mod train;
+
+pub use layers::{Dropout, Embedding, Gelu, LayerNorm, Linear, RMSNorm, Relu, Silu, Tanh};
+pub use module::{Module, Sequential};

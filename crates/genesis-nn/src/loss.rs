@@ -1,0 +1,227 @@
+//! Losses (PyTorch's `nn.functional`): [`cross_entropy`] (class indices with `ignore_index`
+//! and label smoothing, or class probabilities), [`nll_loss`], [`mse_loss`],
+//! [`binary_cross_entropy_with_logits`]. Each is built from recorded ops, so its gradient
+//! comes from autograd.
+
+use genesis::{DType, Error, Result, Tensor};
+
+/// How a loss reduces its per-element values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Reduction {
+    /// The mean (over the elements that count: not ignored).
+    #[default]
+    Mean,
+    /// The sum.
+    Sum,
+    /// No reduction: the per-element losses.
+    None,
+}
+
+/// What a cross entropy compares the logits with.
+#[derive(Debug, Clone, Copy)]
+pub enum Target<'a> {
+    /// Class indices (int64), the logits' shape without the class dimension.
+    Indices(&'a Tensor),
+    /// Class probabilities, the logits' shape.
+    Probabilities(&'a Tensor),
+}
+
+/// The options of [`cross_entropy_with`] (PyTorch's keyword arguments).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CrossEntropy {
+    /// Targets with this class index contribute nothing (nor to the mean's count).
+    pub ignore_index: Option<i64>,
+    /// `ε` in `[0, 1]`: the target becomes `(1 - ε)` on the class plus `ε / C` everywhere.
+    pub label_smoothing: f64,
+    /// The reduction.
+    pub reduction: Reduction,
+}
+
+/// The mean cross entropy of `logits` (`[N, C]`, `[C]`, or `[N, C, d...]`: classes in
+/// dimension 1) against int64 class indices `target` (PyTorch's `F.cross_entropy` with its
+/// defaults).
+pub fn cross_entropy(logits: &Tensor, target: &Tensor) -> Result<Tensor> {
+    cross_entropy_with(logits, Target::Indices(target), CrossEntropy::default())
+}
+
+/// Batched logits and targets: a `[C]` input becomes `[1, C]` (its target `[1]`).
+fn batched<'a>(
+    logits: &Tensor,
+    target: Target<'a>,
+) -> Result<(Tensor, Option<Tensor>, Option<Tensor>)> {
+    let lone = logits.dim() == 1;
+    let logits = if lone {
+        logits.unsqueeze(0)?
+    } else {
+        logits.clone()
+    };
+    match target {
+        Target::Indices(t) => {
+            let t = if lone { t.reshape([1])? } else { t.clone() };
+            Ok((logits, Some(t), None))
+        }
+        Target::Probabilities(p) => {
+            let p = if lone { p.unsqueeze(0)? } else { p.clone() };
+            Ok((logits, None, Some(p)))
+        }
+    }
+}
+
+/// [`cross_entropy`] with PyTorch's options: ignored indices, label smoothing, probability
+/// targets, the reduction.
+pub fn cross_entropy_with(
+    logits: &Tensor,
+    target: Target<'_>,
+    opts: CrossEntropy,
+) -> Result<Tensor> {
+    let eps = opts.label_smoothing;
+    if !(0.0..=1.0).contains(&eps) {
+        return Err(Error::InvalidArgument {
+            op: "cross_entropy",
+            reason: format!("label_smoothing must be between 0.0 and 1.0. Got: {eps}"),
+        });
+    }
+    if logits.dim() == 0 {
+        return Err(Error::InvalidArgument {
+            op: "cross_entropy",
+            reason: "the input must have a class dimension".into(),
+        });
+    }
+    let (logits, indices, probs) = batched(logits, target)?;
+    let logp = logits.log_softmax(1)?;
+    let classes = logits.shape()[1] as f64;
+    if let Some(p) = probs {
+        if p.shape() != logits.shape() {
+            return Err(Error::ShapeMismatch {
+                op: "cross_entropy",
+                lhs: logits.shape().to_vec(),
+                rhs: p.shape().to_vec(),
+            });
+        }
+        let p = if eps > 0.0 {
+            p.mul(1.0 - eps)?.add(eps / classes)?
+        } else {
+            p
+        };
+        let per = logp.mul(&p)?.sum_dim([1], false)?.neg()?;
+        return reduce(per, None, opts.reduction);
+    }
+    let t = indices.expect("indices");
+    let nll = nll_parts(&logp, &t, opts.ignore_index)?;
+    let (mut per, mask) = nll;
+    if eps > 0.0 {
+        let smooth = logp.mean_dim([1], false)?.neg()?;
+        let smooth = match &mask {
+            Some(m) => smooth.mul(m)?,
+            None => smooth,
+        };
+        per = per.mul(1.0 - eps)?.add(&smooth.mul(eps)?)?;
+    }
+    reduce(per, mask, opts.reduction)
+}
+
+/// The per-element negative log likelihood `-logp[target]` (0 where ignored) and, with
+/// `ignore_index`, the float mask of the elements that count.
+fn nll_parts(
+    logp: &Tensor,
+    target: &Tensor,
+    ignore_index: Option<i64>,
+) -> Result<(Tensor, Option<Tensor>)> {
+    if target.dtype() != DType::I64 {
+        return Err(Error::InvalidArgument {
+            op: "nll_loss",
+            reason: format!(
+                "expected class indices of dtype int64, got {}",
+                target.dtype()
+            ),
+        });
+    }
+    let mut want = logp.shape().to_vec();
+    want.remove(1);
+    if target.shape() != want {
+        return Err(Error::ShapeMismatch {
+            op: "nll_loss",
+            lhs: logp.shape().to_vec(),
+            rhs: target.shape().to_vec(),
+        });
+    }
+    let (safe, mask) = match ignore_index {
+        Some(ig) => {
+            let ignored = target.eq_scalar(ig)?;
+            let safe = Tensor::where_cond(&ignored, 0i64, target)?;
+            let mask = ignored.logical_not_mask()?.to_dtype(logp.dtype())?;
+            (safe, Some(mask))
+        }
+        None => (target.clone(), None),
+    };
+    let picked = logp.gather(1, &safe.unsqueeze(1)?)?.squeeze(1)?.neg()?;
+    let per = match &mask {
+        Some(m) => picked.mul(m)?,
+        None => picked,
+    };
+    Ok((per, mask))
+}
+
+/// `per` reduced: the mean over the counted elements (all, or the mask's), the sum, or as is.
+fn reduce(per: Tensor, mask: Option<Tensor>, reduction: Reduction) -> Result<Tensor> {
+    match reduction {
+        Reduction::None => Ok(per),
+        Reduction::Sum => per.sum(),
+        Reduction::Mean => match mask {
+            Some(m) => per.sum()?.div(&m.sum()?),
+            None => per.mean(),
+        },
+    }
+}
+
+/// The negative log likelihood of log-probabilities `logp` (`[N, C]`, classes in dimension
+/// 1) at int64 `target` (PyTorch's `F.nll_loss`).
+pub fn nll_loss(
+    logp: &Tensor,
+    target: &Tensor,
+    ignore_index: Option<i64>,
+    reduction: Reduction,
+) -> Result<Tensor> {
+    let (logp, t, _) = batched(logp, Target::Indices(target))?;
+    let (per, mask) = nll_parts(&logp, &t.expect("indices"), ignore_index)?;
+    reduce(per, mask, reduction)
+}
+
+/// `(input - target)²`, reduced (PyTorch's `F.mse_loss`); the shapes broadcast.
+pub fn mse_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
+    reduce(input.sub(target)?.square()?, None, reduction)
+}
+
+/// The binary cross entropy of `logits` against probabilities `target` of the same shape
+/// (PyTorch's `F.binary_cross_entropy_with_logits`), computed stably as `max(x, 0) - x t +
+/// log(1 + exp(-|x|))`.
+pub fn binary_cross_entropy_with_logits(
+    logits: &Tensor,
+    target: &Tensor,
+    reduction: Reduction,
+) -> Result<Tensor> {
+    if logits.shape() != target.shape() {
+        return Err(Error::ShapeMismatch {
+            op: "binary_cross_entropy_with_logits",
+            lhs: logits.shape().to_vec(),
+            rhs: target.shape().to_vec(),
+        });
+    }
+    let per = logits
+        .relu()?
+        .sub(&logits.mul(target)?)?
+        .add(&logits.abs()?.neg()?.exp()?.log1p()?)?;
+    reduce(per, None, reduction)
+}
+
+/// Masks as numbers.
+trait MaskExt {
+    fn logical_not_mask(&self) -> Result<Tensor>;
+}
+
+impl MaskExt for Tensor {
+    /// `!self` for a bool tensor.
+    fn logical_not_mask(&self) -> Result<Tensor> {
+        self.eq_scalar(false)
+    }
+}

@@ -1,0 +1,293 @@
+//! Optimisers ([`Sgd`], [`Adam`], [`AdamW`]) with PyTorch's update rules, gradient clipping
+//! ([`clip_grad_norm_`]) and learning-rate schedules ([`StepLr`], [`CosineWithWarmup`]).
+//!
+//! A step reads each parameter's [`Tensor::grad`] (parameters without one are skipped) and
+//! updates the parameter in place under [`no_grad`]; optimiser state (momentum, moments) lives
+//! on the parameter's device.
+
+use genesis::{Result, Tensor, no_grad};
+
+/// An optimiser over a fixed list of parameters.
+pub trait Optimizer {
+    /// One update of every parameter that has a gradient.
+    fn step(&mut self) -> Result<()>;
+
+    /// The parameters.
+    fn params(&self) -> &[Tensor];
+
+    /// Drops every parameter's gradient (PyTorch's `zero_grad(set_to_none=True)`).
+    fn zero_grad(&self) {
+        for p in self.params() {
+            p.zero_grad();
+        }
+    }
+
+    /// The learning rate.
+    fn lr(&self) -> f64;
+
+    /// Sets the learning rate (what a schedule does each step).
+    fn set_lr(&mut self, lr: f64);
+}
+
+/// Stochastic gradient descent (PyTorch's `optim.SGD`): with weight decay `g += wd p`,
+/// momentum `b = μ b + (1 - dampening) g` (`b = g` at the first step), Nesterov `g += μ b`
+/// (else `g = b`), then `p -= lr g`.
+#[derive(Debug)]
+pub struct Sgd {
+    params: Vec<Tensor>,
+    /// Learning rate.
+    pub lr: f64,
+    /// Momentum `μ`.
+    pub momentum: f64,
+    /// Dampening of the momentum.
+    pub dampening: f64,
+    /// L2 weight decay.
+    pub weight_decay: f64,
+    /// Nesterov momentum.
+    pub nesterov: bool,
+    buffers: Vec<Option<Tensor>>,
+}
+
+impl Sgd {
+    /// Plain SGD with learning rate `lr` (set the public fields for momentum and decay).
+    pub fn new(params: Vec<Tensor>, lr: f64) -> Sgd {
+        let buffers = vec![None; params.len()];
+        Sgd {
+            params,
+            lr,
+            momentum: 0.0,
+            dampening: 0.0,
+            weight_decay: 0.0,
+            nesterov: false,
+            buffers,
+        }
+    }
+}
+
+impl Optimizer for Sgd {
+    fn step(&mut self) -> Result<()> {
+        no_grad(|| {
+            for (p, buf) in self.params.iter().zip(&mut self.buffers) {
+                let Some(mut g) = p.grad() else { continue };
+                if self.weight_decay != 0.0 {
+                    g = g.add(&p.mul(self.weight_decay)?)?;
+                }
+                if self.momentum != 0.0 {
+                    let b = match buf.take() {
+                        None => g.deep_clone()?,
+                        Some(b) => {
+                            b.mul_(self.momentum)?;
+                            b.add_(&g.mul(1.0 - self.dampening)?)?;
+                            b
+                        }
+                    };
+                    g = if self.nesterov {
+                        g.add(&b.mul(self.momentum)?)?
+                    } else {
+                        b.clone()
+                    };
+                    *buf = Some(b);
+                }
+                p.sub_(&g.mul(self.lr)?)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn params(&self) -> &[Tensor] {
+        &self.params
+    }
+
+    fn lr(&self) -> f64 {
+        self.lr
+    }
+
+    fn set_lr(&mut self, lr: f64) {
+        self.lr = lr;
+    }
+}
+
+/// The moments of one parameter.
+#[derive(Debug)]
+struct Moments {
+    m: Tensor,
+    v: Tensor,
+}
+
+/// Adam (PyTorch's `optim.Adam`, L2 `weight_decay` added to the gradient) and, with
+/// `decoupled`, AdamW (the parameter shrunk by `lr * weight_decay` first). The update is
+/// PyTorch's: `m = lerp(m, g, 1 - β1)`, `v = β2 v + (1 - β2) g²`, `p -= lr / (1 - β1^t) * m /
+/// (√v / √(1 - β2^t) + eps)`.
+#[derive(Debug)]
+pub struct Adam {
+    params: Vec<Tensor>,
+    /// Learning rate.
+    pub lr: f64,
+    /// `(β1, β2)`.
+    pub betas: (f64, f64),
+    /// Added to the denominator.
+    pub eps: f64,
+    /// Weight decay (L2 for Adam, decoupled for AdamW).
+    pub weight_decay: f64,
+    decoupled: bool,
+    step: u64,
+    moments: Vec<Option<Moments>>,
+}
+
+/// AdamW: [`Adam`] with decoupled weight decay (PyTorch's `optim.AdamW`, default decay 0.01).
+pub type AdamW = Adam;
+
+impl Adam {
+    /// Adam with learning rate `lr` and PyTorch's defaults (betas 0.9, 0.999; eps 1e-8; no
+    /// weight decay).
+    pub fn new(params: Vec<Tensor>, lr: f64) -> Adam {
+        let moments = params.iter().map(|_| None).collect();
+        Adam {
+            params,
+            lr,
+            betas: (0.9, 0.999),
+            eps: 1e-8,
+            weight_decay: 0.0,
+            decoupled: false,
+            step: 0,
+            moments,
+        }
+    }
+
+    /// AdamW with learning rate `lr` and PyTorch's defaults (weight decay 0.01).
+    pub fn adamw(params: Vec<Tensor>, lr: f64) -> Adam {
+        Adam {
+            weight_decay: 0.01,
+            decoupled: true,
+            ..Adam::new(params, lr)
+        }
+    }
+
+    /// Steps taken.
+    pub fn steps(&self) -> u64 {
+        self.step
+    }
+}
+
+impl Optimizer for Adam {
+    fn step(&mut self) -> Result<()> {
+        self.step += 1;
+        let t = self.step as i32;
+        let (b1, b2) = self.betas;
+        let step_size = self.lr / (1.0 - b1.powi(t));
+        let bc2_sqrt = (1.0 - b2.powi(t)).sqrt();
+        no_grad(|| {
+            for (p, state) in self.params.iter().zip(&mut self.moments) {
+                let Some(mut g) = p.grad() else { continue };
+                if self.weight_decay != 0.0 {
+                    if self.decoupled {
+                        p.mul_(1.0 - self.lr * self.weight_decay)?;
+                    } else {
+                        g = g.add(&p.mul(self.weight_decay)?)?;
+                    }
+                }
+                let s = match state {
+                    Some(s) => s,
+                    None => state.insert(Moments {
+                        m: p.zeros_like()?,
+                        v: p.zeros_like()?,
+                    }),
+                };
+                // m += (1 - β1) (g - m); v = β2 v + (1 - β2) g².
+                s.m.add_(&g.sub(&s.m)?.mul(1.0 - b1)?)?;
+                s.v.mul_(b2)?;
+                s.v.add_(&g.square()?.mul(1.0 - b2)?)?;
+                let denom = s.v.sqrt()?.div(bc2_sqrt)?.add(self.eps)?;
+                p.sub_(&s.m.div(&denom)?.mul(step_size)?)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn params(&self) -> &[Tensor] {
+        &self.params
+    }
+
+    fn lr(&self) -> f64 {
+        self.lr
+    }
+
+    fn set_lr(&mut self, lr: f64) {
+        self.lr = lr;
+    }
+}
+
+/// Scales the gradients of `params` so that their global 2-norm is at most `max_norm`
+/// (PyTorch's `clip_grad_norm_`: the factor `max_norm / (norm + 1e-6)`, capped at 1, applied
+/// to every gradient) and returns the norm before clipping as a 0-d tensor (no
+/// synchronisation).
+pub fn clip_grad_norm_(params: &[Tensor], max_norm: f64) -> Result<Option<Tensor>> {
+    no_grad(|| {
+        let grads: Vec<Tensor> = params.iter().filter_map(Tensor::grad).collect();
+        let Some(first) = grads.first() else {
+            return Ok(None);
+        };
+        let mut total = first.to_dtype(genesis::DType::F32)?.square()?.sum()?;
+        for g in &grads[1..] {
+            total = total.add(&g.to_dtype(genesis::DType::F32)?.square()?.sum()?)?;
+        }
+        let norm = total.sqrt()?;
+        let coef = (max_norm / &norm.add(1e-6)?)?.clamp_max(1.0)?;
+        for g in &grads {
+            g.mul_(&coef.to_dtype(g.dtype())?)?;
+        }
+        Ok(Some(norm))
+    })
+}
+
+/// A learning-rate schedule: the factor of the base rate at a step.
+pub trait Schedule {
+    /// The factor at `step` (0-based).
+    fn factor(&self, step: usize) -> f64;
+
+    /// Sets `opt`'s rate to `base_lr * factor(step)`.
+    fn apply(&self, opt: &mut dyn Optimizer, base_lr: f64, step: usize) {
+        opt.set_lr(base_lr * self.factor(step));
+    }
+}
+
+/// The rate times `gamma` every `step_size` steps (PyTorch's `StepLR`).
+#[derive(Debug, Clone, Copy)]
+pub struct StepLr {
+    /// Steps between decays.
+    pub step_size: usize,
+    /// The decay.
+    pub gamma: f64,
+}
+
+impl Schedule for StepLr {
+    fn factor(&self, step: usize) -> f64 {
+        self.gamma.powi((step / self.step_size.max(1)) as i32)
+    }
+}
+
+/// Linear warm-up from 0 over `warmup` steps, then a cosine from 1 down to `min_factor` at
+/// step `total` (and `min_factor` after).
+#[derive(Debug, Clone, Copy)]
+pub struct CosineWithWarmup {
+    /// Warm-up steps.
+    pub warmup: usize,
+    /// The step where the cosine ends.
+    pub total: usize,
+    /// The final factor.
+    pub min_factor: f64,
+}
+
+impl Schedule for CosineWithWarmup {
+    fn factor(&self, step: usize) -> f64 {
+        if step < self.warmup {
+            return (step + 1) as f64 / self.warmup as f64;
+        }
+        if step >= self.total {
+            return self.min_factor;
+        }
+        let span = (self.total - self.warmup).max(1) as f64;
+        let t = (step - self.warmup) as f64 / span;
+        self.min_factor + (1.0 - self.min_factor) * 0.5 * (1.0 + (std::f64::consts::PI * t).cos())
+    }
+}

@@ -1,0 +1,406 @@
+//! Modules, losses, initialisers, optimisers and schedules against values computed here on
+//! the host in f64 (PyTorch's formulas), and the digits classifier's accuracy.
+
+use std::collections::BTreeMap;
+
+use genesis::{DType, Device, Error, Generator, Tensor, no_grad};
+use genesis_nn::loss::{self, CrossEntropy, Reduction, Target};
+use genesis_nn::optim::{
+    Adam, CosineWithWarmup, Optimizer, Schedule, Sgd, StepLr, clip_grad_norm_,
+};
+use genesis_nn::{
+    Dropout, Embedding, Gelu, LayerNorm, Linear, Module, RMSNorm, Relu, Sequential, init,
+};
+
+const CPU: Device = Device::Cpu;
+
+fn vec32(t: &Tensor) -> Vec<f32> {
+    t.to_vec::<f32>().unwrap()
+}
+
+fn close(a: &[f32], b: &[f64], tol: f64, what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}: lengths");
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        assert!(
+            (*x as f64 - y).abs() <= tol * (1.0 + y.abs()),
+            "{what}[{i}]: {x} vs {y}"
+        );
+    }
+}
+
+#[test]
+fn the_digits_classifier_reaches_95_percent() {
+    let run = genesis_nn::train::train_digits(CPU, 20, 0).unwrap();
+    assert!(
+        run.test_accuracy >= 0.95,
+        "test accuracy {:.4}",
+        run.test_accuracy
+    );
+    let first = run.losses[0];
+    let last = *run.losses.last().unwrap();
+    assert!(first > 2.0 && last < 0.3, "losses {first} .. {last}");
+}
+
+#[test]
+fn modules_name_their_parameters_as_pytorch() {
+    let g = Generator::new(0);
+    let mut model = Sequential::new()
+        .add(Linear::new(4, 8, true, &g, CPU).unwrap())
+        .add(Relu)
+        .add(LayerNorm::new(&[8], 1e-5, true, CPU).unwrap())
+        .add(Linear::new(8, 2, false, &g, CPU).unwrap());
+    let names: Vec<String> = model
+        .named_parameters()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(
+        names,
+        ["0.weight", "0.bias", "2.weight", "2.bias", "3.weight"]
+    );
+    for p in model.parameters() {
+        assert!(p.requires_grad() && p.is_leaf());
+    }
+    // PyTorch's Linear initialisation: uniform in ±1/√in.
+    let w = vec32(&model.named_parameters()[0].1);
+    assert!(w.iter().all(|v| v.abs() <= 0.5) && w.iter().any(|v| v.abs() > 0.3));
+    let x = g.randn([3, 4], DType::F32, CPU).unwrap();
+    let y = model.forward(&x).unwrap();
+    assert_eq!(y.shape(), &[3, 2]);
+    model.eval();
+    model.train();
+    // Round trip through a safetensors file into a fresh model.
+    let dir = std::env::temp_dir().join(format!("genesis-nn-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("model.safetensors");
+    model.save_safetensors(&path).unwrap();
+    let h = Generator::new(1);
+    let other = Sequential::new()
+        .add(Linear::new(4, 8, true, &h, CPU).unwrap())
+        .add(Relu)
+        .add(LayerNorm::new(&[8], 1e-5, true, CPU).unwrap())
+        .add(Linear::new(8, 2, false, &h, CPU).unwrap());
+    assert_ne!(vec32(&other.forward(&x).unwrap()), vec32(&y));
+    other.load_safetensors(&path).unwrap();
+    assert_eq!(vec32(&other.forward(&x).unwrap()), vec32(&y));
+    std::fs::remove_dir_all(&dir).unwrap();
+    // Strict loading names what is wrong.
+    let mut state: BTreeMap<String, Tensor> = model.state_dict();
+    state.insert("extra".into(), Tensor::zeros([1], DType::F32, CPU).unwrap());
+    assert!(matches!(
+        other.load_state_dict(&state, true),
+        Err(Error::InvalidArgument { .. })
+    ));
+    other.load_state_dict(&state, false).unwrap();
+    state.remove("0.bias");
+    assert!(other.load_state_dict(&state, false).is_err());
+    let mut wrong = model.state_dict();
+    wrong.insert(
+        "0.bias".into(),
+        Tensor::zeros([7], DType::F32, CPU).unwrap(),
+    );
+    assert!(other.load_state_dict(&wrong, true).is_err());
+}
+
+#[test]
+fn norms_and_embeddings_compute_pytorchs_values() {
+    let x = Tensor::from_slice(&[1.0f32, 2.0, 4.0, -1.0, 0.0, 3.0], [2, 3], CPU).unwrap();
+    let ln = LayerNorm::new(&[3], 1e-5, true, CPU).unwrap();
+    let y = vec32(&ln.forward(&x).unwrap());
+    let mut want = Vec::new();
+    for row in [[1.0f64, 2.0, 4.0], [-1.0, 0.0, 3.0]] {
+        let m = row.iter().sum::<f64>() / 3.0;
+        let v = row.iter().map(|a| (a - m).powi(2)).sum::<f64>() / 3.0;
+        want.extend(row.iter().map(|a| (a - m) / (v + 1e-5).sqrt()));
+    }
+    close(&y, &want, 1e-5, "layer_norm");
+    let rms = RMSNorm::new(&[3], 1e-6, CPU).unwrap();
+    let y = vec32(&rms.forward(&x).unwrap());
+    let mut want = Vec::new();
+    for row in [[1.0f64, 2.0, 4.0], [-1.0, 0.0, 3.0]] {
+        let ms = row.iter().map(|a| a * a).sum::<f64>() / 3.0;
+        want.extend(row.iter().map(|a| a / (ms + 1e-6).sqrt()));
+    }
+    close(&y, &want, 1e-5, "rms_norm");
+    assert!(
+        ln.forward(&Tensor::zeros([2, 4], DType::F32, CPU).unwrap())
+            .is_err()
+    );
+    // An embedding looks rows up and sends gradients back to them (repeats add up).
+    let g = Generator::new(3);
+    let emb = Embedding::new(5, 2, &g, CPU).unwrap();
+    let ids = Tensor::from_slice(&[4i64, 1, 4], [3], CPU).unwrap();
+    let out = emb.forward(&ids).unwrap();
+    assert_eq!(out.shape(), &[3, 2]);
+    out.sum().unwrap().backward().unwrap();
+    let gw = vec32(&emb.weight.grad().unwrap());
+    assert_eq!(gw, [0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 2.0, 2.0]);
+}
+
+#[test]
+fn losses_compute_pytorchs_values() {
+    let logits_v = [0.5f64, -1.0, 2.0, 0.0, 0.3, -0.2];
+    let logits = Tensor::from_slice(&logits_v.map(|v| v as f32), [2, 3], CPU).unwrap();
+    let logp = |r: usize, c: usize| {
+        let row = &logits_v[r * 3..r * 3 + 3];
+        let lse = row.iter().map(|v| v.exp()).sum::<f64>().ln();
+        row[c] - lse
+    };
+    let target = Tensor::from_slice(&[2i64, 0], [2], CPU).unwrap();
+    let ce = loss::cross_entropy(&logits, &target)
+        .unwrap()
+        .item::<f32>()
+        .unwrap();
+    close(
+        &[ce],
+        &[-(logp(0, 2) + logp(1, 0)) / 2.0],
+        1e-6,
+        "cross_entropy",
+    );
+    // Ignored targets count for nothing, also in the mean's denominator.
+    let with_ignored = Tensor::from_slice(&[2i64, -100], [2], CPU).unwrap();
+    let opts = CrossEntropy {
+        ignore_index: Some(-100),
+        ..Default::default()
+    };
+    let ce = loss::cross_entropy_with(&logits, Target::Indices(&with_ignored), opts)
+        .unwrap()
+        .item::<f32>()
+        .unwrap();
+    close(&[ce], &[-logp(0, 2)], 1e-6, "ignore_index");
+    // Label smoothing: (1 - ε) nll + ε mean(-logp).
+    let eps = 0.1;
+    let opts = CrossEntropy {
+        label_smoothing: eps,
+        reduction: Reduction::None,
+        ..Default::default()
+    };
+    let per = vec32(&loss::cross_entropy_with(&logits, Target::Indices(&target), opts).unwrap());
+    let want: Vec<f64> = [(0, 2), (1, 0)]
+        .iter()
+        .map(|&(r, c)| {
+            let smooth = -(0..3).map(|k| logp(r, k)).sum::<f64>() / 3.0;
+            (1.0 - eps) * -logp(r, c) + eps * smooth
+        })
+        .collect();
+    close(&per, &want, 1e-6, "label_smoothing");
+    // Probabilities.
+    let probs = Tensor::from_slice(&[0.2f32, 0.3, 0.5, 1.0, 0.0, 0.0], [2, 3], CPU).unwrap();
+    let ce = loss::cross_entropy_with(
+        &logits,
+        Target::Probabilities(&probs),
+        CrossEntropy::default(),
+    )
+    .unwrap()
+    .item::<f32>()
+    .unwrap();
+    let want = -(0.2 * logp(0, 0) + 0.3 * logp(0, 1) + 0.5 * logp(0, 2) + logp(1, 0)) / 2.0;
+    close(&[ce], &[want], 1e-6, "probabilities");
+    // nll_loss, mse_loss, binary cross entropy with logits.
+    let lp = logits.log_softmax(1).unwrap();
+    let nll = loss::nll_loss(&lp, &target, None, Reduction::Sum)
+        .unwrap()
+        .item::<f32>()
+        .unwrap();
+    close(&[nll], &[-(logp(0, 2) + logp(1, 0))], 1e-6, "nll_loss");
+    let t = Tensor::from_slice(&[1.0f32, 0.0, 0.5, 0.25, 1.0, 0.0], [2, 3], CPU).unwrap();
+    let mse = loss::mse_loss(&logits, &t, Reduction::Mean)
+        .unwrap()
+        .item::<f32>()
+        .unwrap();
+    let tv = [1.0f64, 0.0, 0.5, 0.25, 1.0, 0.0];
+    let want = logits_v
+        .iter()
+        .zip(&tv)
+        .map(|(a, b)| (a - b).powi(2))
+        .sum::<f64>()
+        / 6.0;
+    close(&[mse], &[want], 1e-6, "mse_loss");
+    let bce = loss::binary_cross_entropy_with_logits(&logits, &t, Reduction::Mean)
+        .unwrap()
+        .item::<f32>()
+        .unwrap();
+    let sig = |x: f64| 1.0 / (1.0 + (-x).exp());
+    let want = logits_v
+        .iter()
+        .zip(&tv)
+        .map(|(&x, &y)| -(y * sig(x).ln() + (1.0 - y) * (1.0 - sig(x)).ln()))
+        .sum::<f64>()
+        / 6.0;
+    close(&[bce], &[want], 1e-5, "bce_with_logits");
+    // Bad arguments.
+    let bad = CrossEntropy {
+        label_smoothing: 1.5,
+        ..Default::default()
+    };
+    assert!(loss::cross_entropy_with(&logits, Target::Indices(&target), bad).is_err());
+    let wrong = Tensor::from_slice(&[1i64, 2, 0], [3], CPU).unwrap();
+    assert!(loss::cross_entropy(&logits, &wrong).is_err());
+    let floats = Tensor::from_slice(&[1.0f32, 2.0], [2], CPU).unwrap();
+    assert!(loss::cross_entropy(&logits, &floats).is_err());
+}
+
+/// PyTorch's SGD and Adam updates on the host, in f64, for parameters whose gradient is
+/// `grad(p) = 2 p + 1` (the gradient of `sum(p² + p)`).
+#[test]
+fn optimisers_follow_pytorchs_updates() {
+    let start = [0.5f64, -1.5, 2.0];
+    let make = || {
+        Tensor::from_slice(&start.map(|v| v as f32), [3], CPU)
+            .unwrap()
+            .requires_grad_(true)
+            .unwrap()
+    };
+    let run = |opt: &mut dyn Optimizer, p: &Tensor, steps: usize| {
+        for _ in 0..steps {
+            opt.zero_grad();
+            p.square()
+                .unwrap()
+                .add(p)
+                .unwrap()
+                .sum()
+                .unwrap()
+                .backward()
+                .unwrap();
+            opt.step().unwrap();
+        }
+        vec32(p)
+    };
+    // SGD with momentum, dampening 0, Nesterov and weight decay.
+    let p = make();
+    let mut sgd = Sgd::new(vec![p.clone()], 0.1);
+    sgd.momentum = 0.9;
+    sgd.nesterov = true;
+    sgd.weight_decay = 0.01;
+    let got = run(&mut sgd, &p, 3);
+    let want: Vec<f64> = start
+        .iter()
+        .map(|&x0| {
+            let (mut x, mut b) = (x0, None::<f64>);
+            for _ in 0..3 {
+                let g = 2.0 * x + 1.0 + 0.01 * x;
+                let nb = match b {
+                    None => g,
+                    Some(b) => 0.9 * b + g,
+                };
+                b = Some(nb);
+                x -= 0.1 * (g + 0.9 * nb);
+            }
+            x
+        })
+        .collect();
+    close(&got, &want, 1e-5, "sgd");
+    // Adam and AdamW.
+    for decoupled in [false, true] {
+        let p = make();
+        let mut adam = if decoupled {
+            Adam::adamw(vec![p.clone()], 0.05)
+        } else {
+            let mut a = Adam::new(vec![p.clone()], 0.05);
+            a.weight_decay = 0.01;
+            a
+        };
+        let got = run(&mut adam, &p, 5);
+        let want: Vec<f64> = start
+            .iter()
+            .map(|&x0| {
+                let (mut x, mut m, mut v) = (x0, 0.0f64, 0.0f64);
+                for t in 1..=5 {
+                    let mut g = 2.0 * x + 1.0;
+                    if decoupled {
+                        x *= 1.0 - 0.05 * 0.01;
+                    } else {
+                        g += 0.01 * x;
+                    }
+                    m += 0.1 * (g - m);
+                    v = 0.999 * v + 0.001 * g * g;
+                    let bc1 = 1.0 - 0.9f64.powi(t);
+                    let bc2 = 1.0 - 0.999f64.powi(t);
+                    x -= 0.05 / bc1 * m / (v.sqrt() / bc2.sqrt() + 1e-8);
+                }
+                x
+            })
+            .collect();
+        close(&got, &want, 1e-5, if decoupled { "adamw" } else { "adam" });
+    }
+}
+
+#[test]
+fn clipping_schedules_dropout_and_initialisers() {
+    let p = Tensor::from_slice(&[3.0f32, 4.0], [2], CPU)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    p.mul(&p)
+        .unwrap()
+        .sum()
+        .unwrap()
+        .mul(0.5)
+        .unwrap()
+        .backward()
+        .unwrap(); // grad = p
+    let norm = clip_grad_norm_(std::slice::from_ref(&p), 1.0)
+        .unwrap()
+        .unwrap();
+    close(&[norm.item::<f32>().unwrap()], &[5.0], 1e-6, "norm");
+    close(&vec32(&p.grad().unwrap()), &[0.6, 0.8], 1e-5, "clipped");
+    let step = StepLr {
+        step_size: 10,
+        gamma: 0.5,
+    };
+    assert_eq!(
+        (step.factor(9), step.factor(10), step.factor(25)),
+        (1.0, 0.5, 0.25)
+    );
+    let cos = CosineWithWarmup {
+        warmup: 10,
+        total: 110,
+        min_factor: 0.1,
+    };
+    assert_eq!(cos.factor(0), 0.1);
+    assert_eq!(cos.factor(9), 1.0);
+    assert!((cos.factor(60) - 0.55).abs() < 1e-12);
+    assert_eq!(cos.factor(500), 0.1);
+    // Dropout: seeded, scaled by 1 / (1 - p) in training, the identity in evaluation.
+    let x = Tensor::ones([1000], DType::F32, CPU).unwrap();
+    let mut d = Dropout::new(0.25, 7).unwrap();
+    let y = vec32(&d.forward(&x).unwrap());
+    let kept = y.iter().filter(|&&v| v != 0.0).count();
+    assert!((700..800).contains(&kept), "{kept} kept");
+    assert!(y.iter().all(|&v| v == 0.0 || (v - 1.0 / 0.75).abs() < 1e-6));
+    assert_eq!(
+        y,
+        vec32(&Dropout::new(0.25, 7).unwrap().forward(&x).unwrap())
+    );
+    d.eval();
+    assert_eq!(vec32(&d.forward(&x).unwrap()), vec![1.0; 1000]);
+    assert!(Dropout::new(1.5, 0).is_err());
+    // Initialisers: ranges and spreads.
+    let g = Generator::new(11);
+    let w = Tensor::zeros([200, 100], DType::F32, CPU)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    init::xavier_uniform_(&w, 1.0, &g).unwrap();
+    let bound = (6.0f64 / 300.0).sqrt();
+    assert!(vec32(&w).iter().all(|v| (v.abs() as f64) <= bound));
+    init::kaiming_normal_(&w, 0.0, &g).unwrap();
+    let std = (vec32(&w).iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / 20000.0).sqrt();
+    assert!(
+        (std - (2.0f64 / 100.0).sqrt()).abs() < 0.01,
+        "kaiming std {std}"
+    );
+    init::trunc_normal_(&w, 0.0, 1.0, -2.0, 2.0, &g).unwrap();
+    assert!(vec32(&w).iter().all(|v| v.abs() <= 2.0));
+    assert!(init::trunc_normal_(&w, 0.0, 1.0, 2.0, -2.0, &g).is_err());
+    assert!(
+        init::kaiming_uniform_(&Tensor::zeros([3], DType::F32, CPU).unwrap(), 0.0, &g).is_err()
+    );
+    // GELU module matches the facade op.
+    let x = g.randn([5], DType::F32, CPU).unwrap();
+    assert_eq!(
+        vec32(&Gelu { tanh: true }.forward(&x).unwrap()),
+        vec32(&x.gelu_tanh().unwrap())
+    );
+    assert!(no_grad(|| w.add_(1.0)).is_ok());
+}

@@ -1,20 +1,19 @@
 //! Reverse-mode automatic differentiation on [`Tensor`], PyTorch's model.
 //!
-//! A tensor that requires grad carries a [`Meta`]: a leaf (made by the user, `requires_grad_`)
-//! has no `grad_fn` and accumulates its gradient in `grad`; a tensor computed from one has the
-//! [`Node`] of the op that made it. Every differentiable op records through [`record`]: when
-//! grad mode is on and an input requires grad, the op's forward runs with recording off (so the
-//! ops it is built from record nothing) and a node is attached to its output with a backward
-//! closure that maps the output's gradient to the inputs' ones, reading what it saved through
-//! [`Saved`] (which checks the storage's version: a saved tensor modified in place is
+//! A tensor that requires grad carries autograd state: a leaf (made by the user,
+//! [`Tensor::requires_grad_`]) has no `grad_fn` and accumulates its gradient; a tensor computed
+//! from one holds the node of the op that made it. Every differentiable op records through one
+//! funnel: when grad mode is on and an input requires grad, the op's forward runs with
+//! recording off (so the ops it is built from record nothing) and a node is attached to its
+//! output with a backward closure that maps the output's gradient to the inputs' ones, reading
+//! what it saved through a version check (a saved tensor modified in place is
 //! [`Error::SavedTensorModified`] naming the op).
 //!
-//! [`backward`](Tensor::backward) walks the graph once in dependency order (each node runs
-//! when every node that feeds it a gradient has run), summing the gradients that reach a node,
-//! running the tensor hooks, and accumulating into leaves in place. Without `retain_graph`
-//! each node's closure is dropped when it has run, which frees what it saved at its last use;
-//! a second backward through it is an error. Backward runs with recording off (no double
-//! backward).
+//! [`Tensor::backward`] walks the graph once in dependency order (each node runs when every
+//! node that feeds it a gradient has run), summing the gradients that reach a node, running the
+//! tensor hooks, and accumulating into leaves in place. Without `retain_graph` each node's
+//! closure is dropped when it has run, which frees what it saved at its last use; a second
+//! backward through it is an error. Backward runs with recording off (no double backward).
 
 mod formulas;
 

@@ -49,19 +49,48 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn clamp<S: crate::Scalar>(&self, min: Option<S>, max: Option<S>) -> Result<Tensor> {
-        self.clamp_scalars("clamp", min.map(|v| v.value()), max.map(|v| v.value()))
+        self.clamp_recorded("clamp", min.map(|v| v.value()), max.map(|v| v.value()))
+    }
+
+    /// [`Tensor::clamp_scalars`], recorded: the gradient passes where `min <= x <= max`.
+    fn clamp_recorded(
+        &self,
+        op: &'static str,
+        min: Option<crate::ScalarValue>,
+        max: Option<crate::ScalarValue>,
+    ) -> Result<Tensor> {
+        crate::autograd::op(
+            op,
+            &[self],
+            || self.clamp_scalars(op, min, max),
+            |_| {
+                let x = crate::autograd::Saved::new(op, self);
+                let (lo, hi) = (min.map(|v| v.to_f64()), max.map(|v| v.to_f64()));
+                Box::new(move |g, _| {
+                    let x = x.get()?;
+                    let mut pass = Tensor::ones(x.shape(), g.dtype(), g.device())?;
+                    if let Some(lo) = lo {
+                        pass = pass.mul(&x.ge_scalar(lo)?.to_dtype(g.dtype())?)?;
+                    }
+                    if let Some(hi) = hi {
+                        pass = pass.mul(&x.le_scalar(hi)?.to_dtype(g.dtype())?)?;
+                    }
+                    Ok(vec![Some(g.mul(&pass)?)])
+                })
+            },
+        )
     }
 
     /// `max(x, min)` for each element (PyTorch's `clamp_min`; see [`Tensor::clamp`]).
     #[track_caller]
     pub fn clamp_min(&self, min: impl crate::Scalar) -> Result<Tensor> {
-        self.clamp_scalars("clamp_min", Some(min.value()), None)
+        self.clamp_recorded("clamp_min", Some(min.value()), None)
     }
 
     /// `min(x, max)` for each element (PyTorch's `clamp_max`; see [`Tensor::clamp`]).
     #[track_caller]
     pub fn clamp_max(&self, max: impl crate::Scalar) -> Result<Tensor> {
-        self.clamp_scalars("clamp_max", None, Some(max.value()))
+        self.clamp_recorded("clamp_max", None, Some(max.value()))
     }
 
     /// [`Tensor::clamp`] with bounds as numbers.
@@ -126,6 +155,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn prod(&self) -> Result<Tensor> {
+        crate::autograd::unsupported("prod", &[self])?;
         Ok(self.reduce(ReduceOp::Prod, None, false)?.0)
     }
 
@@ -133,6 +163,7 @@ impl Tensor {
     /// size 1.
     #[track_caller]
     pub fn prod_dim(&self, dim: impl Dim, keepdim: bool) -> Result<Tensor> {
+        crate::autograd::unsupported("prod", &[self])?;
         Ok(self
             .reduce(ReduceOp::Prod, Some(&[dim.to_dim()]), keepdim)?
             .0)
@@ -256,9 +287,37 @@ impl Tensor {
                 reason: format!("correction {correction} (a finite number)"),
             });
         }
-        let r = self.reduction(name, dims, keepdim)?;
-        let values = r.storage.var(r.start, r.shape, correction, std)?;
-        Tensor::from_storage(values, &r.out_shape)
+        crate::autograd::op(
+            name,
+            &[self],
+            || {
+                let r = self.reduction(name, dims, keepdim)?;
+                let values = r.storage.var(r.start, r.shape, correction, std)?;
+                Tensor::from_storage(values, &r.out_shape)
+            },
+            |out| {
+                // d var = 2 (x - mean) / (n - correction); d std = d var / (2 std).
+                let x = crate::autograd::Saved::new(name, self);
+                let y = crate::autograd::Saved::new(name, out);
+                let reduced = crate::autograd::reduced_dims(self, dims).unwrap_or_default();
+                let shape = self.shape().to_vec();
+                Box::new(move |g, _| {
+                    use crate::autograd::spread;
+                    let (x, y) = (x.get()?, y.get()?);
+                    let n: usize = reduced.iter().map(|&d| shape[d]).product();
+                    let keep: Vec<isize> = reduced.iter().map(|&d| d as isize).collect();
+                    let centred = x.sub(&x.mean_dim(&keep[..], true)?)?;
+                    let g = spread(g, &shape, &reduced, keepdim)?;
+                    let d = if std {
+                        let s = spread(&y, &shape, &reduced, keepdim)?;
+                        g.mul(&centred)?.div(&s.mul(n as f64 - correction)?)?
+                    } else {
+                        g.mul(&centred)?.mul(2.0 / (n as f64 - correction))?
+                    };
+                    Ok(vec![Some(d)])
+                })
+            },
+        )
     }
 
     /// The layout of a reduction over `dims` (as [`Tensor::reduce`]): the reduced dimensions
@@ -353,7 +412,23 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn cumsum(&self, dim: impl Dim) -> Result<Tensor> {
-        self.scan(false, dim.to_dim())
+        let dim = dim.to_dim();
+        crate::autograd::op1(
+            "cumsum",
+            self,
+            || self.scan(false, dim),
+            || {
+                let dtype = self.dtype();
+                // The gradient is the reversed prefix sum of the output's.
+                move |g: &Tensor| {
+                    if g.dim() == 0 {
+                        return Ok(g.clone());
+                    }
+                    let back = g.flip([dim])?.cumsum(dim)?.flip([dim])?;
+                    crate::autograd::cast_grad(back, dtype)
+                }
+            },
+        )
     }
 
     /// The inclusive prefix products along dimension `dim` (negative counts from the end; a 0-d
@@ -377,6 +452,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn cumprod(&self, dim: impl Dim) -> Result<Tensor> {
+        crate::autograd::unsupported("cumprod", &[self])?;
         self.scan(true, dim.to_dim())
     }
 
@@ -436,7 +512,24 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn sort(&self, dim: impl Dim, descending: bool) -> Result<(Tensor, Tensor)> {
-        self.sort_keep("sort", dim.to_dim() as i64, None, descending)
+        self.sort_recorded("sort", dim.to_dim() as i64, None, descending)
+    }
+
+    /// [`Tensor::sort_keep`], the values recorded (their gradient goes back where they came
+    /// from).
+    fn sort_recorded(
+        &self,
+        op: &'static str,
+        dim: i64,
+        k: Option<usize>,
+        descending: bool,
+    ) -> Result<(Tensor, Tensor)> {
+        if !crate::autograd::wants(&[self]) {
+            return self.sort_keep(op, dim, k, descending);
+        }
+        let (v, i) = crate::no_grad(|| self.sort_keep(op, dim, k, descending))?;
+        let d = wrap_dim(op, dim, self.dim())?;
+        Ok((crate::autograd::picked(op, self, d, v, &i, true), i))
     }
 
     /// The sort along `dim` keeping the first `k` of each row along it (all without `k`):
@@ -515,7 +608,7 @@ impl Tensor {
         }
         // A 0-d tensor is its own single row (k is 0 or 1, as PyTorch's).
         let keep = d.map(|_| k);
-        self.sort_keep("topk", dim.to_dim() as i64, keep, largest)
+        self.sort_recorded("topk", dim.to_dim() as i64, keep, largest)
     }
 
     /// Values along `dim` picked by `index` (PyTorch's `gather`): `out[i][j][k] =
@@ -721,6 +814,7 @@ impl Tensor {
     /// error and `self` is never changed.
     #[track_caller]
     pub fn scatter(&self, dim: impl Dim, index: &Tensor, src: &Tensor) -> Result<Tensor> {
+        crate::autograd::unsupported("scatter", &[self, src])?;
         self.scatter_impl("scatter", dim.to_dim(), index, src, false)
     }
 
@@ -731,6 +825,7 @@ impl Tensor {
     /// CPU in position order. Arguments as [`Tensor::scatter`].
     #[track_caller]
     pub fn scatter_add(&self, dim: impl Dim, index: &Tensor, src: &Tensor) -> Result<Tensor> {
+        crate::autograd::unsupported("scatter_add", &[self, src])?;
         self.scatter_impl("scatter_add", dim.to_dim(), index, src, true)
     }
 
@@ -752,6 +847,7 @@ impl Tensor {
     #[track_caller]
     pub fn scatter_(&self, dim: impl Dim, index: &Tensor, src: &Tensor) -> Result<()> {
         self.check_in_place("scatter_")?;
+        crate::autograd::check_in_place_operands("scatter_", &[src])?;
         self.scatter_in_place("scatter_", dim.to_dim(), index, src, false)
     }
 
@@ -772,6 +868,7 @@ impl Tensor {
     #[track_caller]
     pub fn scatter_add_(&self, dim: impl Dim, index: &Tensor, src: &Tensor) -> Result<()> {
         self.check_in_place("scatter_add_")?;
+        crate::autograd::check_in_place_operands("scatter_add_", &[src])?;
         self.scatter_in_place("scatter_add_", dim.to_dim(), index, src, true)
     }
 

@@ -39,6 +39,27 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn masked_select(&self, mask: &Tensor) -> Result<Tensor> {
+        crate::autograd::op(
+            "masked_select",
+            &[self],
+            || self.masked_select_raw(mask),
+            |_| {
+                let m = mask.detach();
+                let (shape, dtype) = (self.shape().to_vec(), self.dtype());
+                Box::new(move |g, _| {
+                    // The selected elements' gradients go back to the mask's positions (of the
+                    // broadcast shape, then summed down to the input's).
+                    let full = crate::broadcast_shape("masked_select", &shape, m.shape())?;
+                    let m = m.expand(full.iter().map(|&n| n as isize).collect::<Vec<_>>())?;
+                    let z = Tensor::zeros(&full[..], dtype, g.device())?;
+                    z.index_put(&[crate::IndexArg::index_item(&m)], g)?;
+                    Ok(vec![Some(crate::autograd::sum_to(&z, &shape)?)])
+                })
+            },
+        )
+    }
+
+    fn masked_select_raw(&self, mask: &Tensor) -> Result<Tensor> {
         let op = "masked_select";
         check_mask(op, self, mask)?;
         let shape = broadcast_shape(op, self.shape(), mask.shape())?;
@@ -93,8 +114,19 @@ impl Tensor {
     /// A copy of `self` with `value` where `mask` is true (see [`Tensor::masked_fill_`]).
     #[track_caller]
     pub fn masked_fill(&self, mask: &Tensor, value: impl Scalar) -> Result<Tensor> {
-        let out = Tensor::from_storage(self.view.contiguous()?, self.shape())?;
-        out.masked_fill_(mask, value)?;
-        Ok(out)
+        crate::autograd::op(
+            "masked_fill",
+            &[self],
+            || {
+                let out = Tensor::from_storage(self.view.contiguous()?, self.shape())?;
+                out.masked_fill_(mask, value)?;
+                Ok(out)
+            },
+            |_| {
+                // Filled positions take no gradient.
+                let m = mask.detach();
+                Box::new(move |g, _| Ok(vec![Some(Tensor::where_cond(&m, 0.0, g)?)]))
+            },
+        )
     }
 }

@@ -142,6 +142,7 @@ impl Tensor {
     #[track_caller]
     pub fn binary_(&self, op: BinaryOp, other: &Tensor) -> Result<()> {
         self.check_in_place(op.name())?;
+        crate::autograd::check_in_place_operands(op.name(), &[other])?;
         if other.device() != self.device() && other.dim() == 0 && other.device() == Device::Cpu {
             return self.binary_(op, &other.to(self.device())?);
         }
@@ -413,6 +414,9 @@ impl Tensor {
     #[track_caller]
     pub(crate) fn binary_operand_(&self, op: BinaryOp, rhs: OperandRef<'_>) -> Result<()> {
         self.check_in_place(op.name())?;
+        if let OperandRef::Tensor(t) = rhs {
+            crate::autograd::check_in_place_operands(op.name(), &[t])?;
+        }
         if let OperandRef::Tensor(t) = rhs {
             // A 0-d host value joins an in-place op on another device (as in PyTorch).
             if t.device() != self.device() && t.dim() == 0 && t.device() == Device::Cpu {

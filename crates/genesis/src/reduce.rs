@@ -81,42 +81,89 @@ impl Tensor {
     /// Largest element (NaN if any is NaN); an error for an empty tensor.
     #[track_caller]
     pub fn max(&self) -> Result<Tensor> {
-        Ok(self.reduce(ReduceOp::Max, None, false)?.0)
+        self.extreme_recorded(ReduceOp::Max, None, false)
     }
 
     /// Smallest element (NaN if any is NaN); an error for an empty tensor.
     #[track_caller]
     pub fn min(&self) -> Result<Tensor> {
-        Ok(self.reduce(ReduceOp::Min, None, false)?.0)
+        self.extreme_recorded(ReduceOp::Min, None, false)
     }
 
     /// Largest values over `dims` (PyTorch's `amax`).
     #[track_caller]
     pub fn amax(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
         let dims = shape_spec(&dims);
-        Ok(self.reduce(ReduceOp::Max, Some(&dims), keepdim)?.0)
+        self.extreme_recorded(ReduceOp::Max, Some(&dims), keepdim)
     }
 
     /// Smallest values over `dims` (PyTorch's `amin`).
     #[track_caller]
     pub fn amin(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
         let dims = shape_spec(&dims);
-        Ok(self.reduce(ReduceOp::Min, Some(&dims), keepdim)?.0)
+        self.extreme_recorded(ReduceOp::Min, Some(&dims), keepdim)
+    }
+
+    /// `max`, `min`, `amax` or `amin`, recorded: the gradient is shared evenly by the elements
+    /// equal to the extreme (PyTorch's rule for these reductions).
+    fn extreme_recorded(
+        &self,
+        op: ReduceOp,
+        dims: Option<&[isize]>,
+        keepdim: bool,
+    ) -> Result<Tensor> {
+        let name = if op == ReduceOp::Max { "amax" } else { "amin" };
+        crate::autograd::op(
+            name,
+            &[self],
+            || Ok(self.reduce(op, dims, keepdim)?.0),
+            |out| {
+                let x = crate::autograd::Saved::new(name, self);
+                let y = crate::autograd::Saved::new(name, out);
+                let reduced = crate::autograd::reduced_dims(self, dims).unwrap_or_default();
+                let shape = self.shape().to_vec();
+                Box::new(move |g, _| {
+                    use crate::autograd::spread;
+                    let (x, y) = (x.get()?, y.get()?);
+                    let at = x
+                        .eq(&spread(&y, &shape, &reduced, keepdim)?)?
+                        .to_dtype(g.dtype())?;
+                    let keep: Vec<isize> = reduced.iter().map(|&d| d as isize).collect();
+                    let count = at.sum_dim(&keep[..], true)?;
+                    let g = spread(g, &shape, &reduced, keepdim)?;
+                    Ok(vec![Some(g.mul(&at)?.div(&count)?)])
+                })
+            },
+        )
     }
 
     /// `(values, indices)` of the largest elements along `dim` (PyTorch's `max(dim)`): the
     /// index of the first maximum, or of the first NaN.
     #[track_caller]
     pub fn max_dim(&self, dim: impl Dim, keepdim: bool) -> Result<(Tensor, Tensor)> {
-        let dim = dim.to_dim();
-        self.with_indices(ReduceOp::ArgMax, dim, keepdim)
+        self.with_indices_recorded("max_dim", ReduceOp::ArgMax, dim.to_dim(), keepdim)
     }
 
     /// `(values, indices)` of the smallest elements along `dim` (PyTorch's `min(dim)`).
     #[track_caller]
     pub fn min_dim(&self, dim: impl Dim, keepdim: bool) -> Result<(Tensor, Tensor)> {
-        let dim = dim.to_dim();
-        self.with_indices(ReduceOp::ArgMin, dim, keepdim)
+        self.with_indices_recorded("min_dim", ReduceOp::ArgMin, dim.to_dim(), keepdim)
+    }
+
+    /// [`Tensor::with_indices`], the values recorded (the gradient goes to the index picked).
+    fn with_indices_recorded(
+        &self,
+        name: &'static str,
+        op: ReduceOp,
+        dim: isize,
+        keepdim: bool,
+    ) -> Result<(Tensor, Tensor)> {
+        if !crate::autograd::wants(&[self]) {
+            return self.with_indices(op, dim, keepdim);
+        }
+        let (v, i) = crate::no_grad(|| self.with_indices(op, dim, keepdim))?;
+        let d = crate::args::wrap_dim(name, dim as i64, self.dim())?;
+        Ok((crate::autograd::picked(name, self, d, v, &i, keepdim), i))
     }
 
     /// Index (i64, into the flattened tensor) of the first largest element.

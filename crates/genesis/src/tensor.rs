@@ -850,6 +850,7 @@ impl Tensor {
     /// A `value` of another dtype is converted to `self`'s first, as Python's `x[i] = v`
     /// converts (any dtype into any other, floats into integers truncating toward zero).
     pub fn index_put(&self, items: &[IndexItem], value: &Tensor) -> Result<()> {
+        crate::autograd::check_in_place_operands("index_put", &[value])?;
         let value = value.cast_to(self.dtype())?;
         self.assign(items, Value::Tensor(&value.view), false)
     }
@@ -860,6 +861,7 @@ impl Tensor {
     /// ([`can_cast`](crate::can_cast); an integer tensor takes no float value), and `value`
     /// is converted to it.
     pub fn index_add(&self, items: &[IndexItem], value: &Tensor) -> Result<()> {
+        crate::autograd::check_in_place_operands("index_add", &[value])?;
         let r = crate::promote::promote_types(self.dtype(), value.dtype());
         crate::promote::check_cast("index_add", r, self.dtype())?;
         let value = value.cast_to(self.dtype())?;
@@ -981,6 +983,7 @@ impl Tensor {
     #[track_caller]
     pub fn copy_(&self, src: &Tensor) -> Result<()> {
         self.check_in_place("copy_")?;
+        crate::autograd::check_in_place_operands("copy_", &[src])?;
         let op = "copy_";
         let shape = broadcast_shape(op, self.shape(), src.shape())?;
         if shape != self.shape() {

@@ -158,6 +158,25 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn nan_to_num(&self, nan: f64, posinf: Option<f64>, neginf: Option<f64>) -> Result<Tensor> {
+        crate::autograd::op(
+            "nan_to_num",
+            &[self],
+            || self.nan_to_num_raw(nan, posinf, neginf),
+            |_| {
+                // Replaced elements (NaN, ±inf) take no gradient.
+                let x = crate::autograd::Saved::new("nan_to_num", self);
+                Box::new(move |g, _| {
+                    Ok(vec![Some(Tensor::where_cond(
+                        &x.get()?.isfinite()?,
+                        g,
+                        0.0,
+                    )?)])
+                })
+            },
+        )
+    }
+
+    fn nan_to_num_raw(&self, nan: f64, posinf: Option<f64>, neginf: Option<f64>) -> Result<Tensor> {
         let d = self.dtype();
         if !d.is_float() {
             return self.deep_clone();

@@ -285,6 +285,36 @@ fn reductions_views_and_selection() {
             Box::new(|x| x.transpose(1, 2)?.reshape([2, 12])),
         ),
         ("clone", Box::new(|x| x.deep_clone())),
+        ("max", Box::new(|x| x.max())),
+        ("amin 0 2", Box::new(|x| x.amin([0, 2], false))),
+        ("amax keepdim", Box::new(|x| x.amax([1], true))),
+        ("max_dim", Box::new(|x| Ok(x.max_dim(1, false)?.0))),
+        ("min_dim keepdim", Box::new(|x| Ok(x.min_dim(-1, true)?.0))),
+        ("sort", Box::new(|x| Ok(x.sort(2, true)?.0))),
+        ("topk", Box::new(|x| Ok(x.topk(2, 1, true, true)?.0))),
+        ("var", Box::new(|x| x.var(1.0))),
+        ("var_dim", Box::new(|x| x.var_dim([2], 0.0, true))),
+        ("std_dim", Box::new(|x| x.std_dim([0, 1], 1.0, false))),
+        ("cumsum", Box::new(|x| x.cumsum(1))),
+        ("clamp", Box::new(|x| x.clamp(Some(-0.5), Some(0.7)))),
+        ("clamp_min", Box::new(|x| x.clamp_min(0.1))),
+        (
+            "masked_fill",
+            Box::new(|x| x.masked_fill(&x.gt_scalar(0.3)?, 2.0)),
+        ),
+        (
+            "masked_select",
+            Box::new(|x| x.masked_select(&x.lt_scalar(0.0)?)),
+        ),
+        (
+            "masked_select broadcast",
+            Box::new(|x| {
+                let m = Tensor::from_bools(&[true, false, true, true], [4], CPU)?;
+                x.masked_select(&m)
+            }),
+        ),
+        ("nan_to_num", Box::new(|x| x.nan_to_num(0.0, None, None))),
+        ("softplus_with", Box::new(|x| x.softplus_with(2.0, 1.0))),
     ];
     for (name, f) in cases {
         gradcheck(name, std::slice::from_ref(&x), &|xs| f(&xs[0]));
@@ -423,6 +453,14 @@ fn misuse_is_a_typed_error() {
         w.mul(1.0).unwrap().requires_grad_(false),
         Err(Error::Autograd { .. })
     ));
+    // In-place ops with an operand that requires grad, and ops without a gradient yet.
+    let plain = Tensor::zeros([2], DType::F32, CPU).unwrap();
+    assert!(matches!(plain.add_(&w), Err(Error::Autograd { .. })));
+    assert!(matches!(plain.copy_(&w), Err(Error::Autograd { .. })));
+    assert!(matches!(w.prod(), Err(Error::Autograd { .. })));
+    assert!(matches!(w.cumprod(0), Err(Error::Autograd { .. })));
+    no_grad(|| plain.copy_(&w)).unwrap();
+    assert!(no_grad(|| w.prod()).is_ok());
     // out= forms refuse inputs that require grad.
     let mut out = Tensor::zeros([2], DType::F32, CPU).unwrap();
     assert!(matches!(

@@ -790,3 +790,62 @@ impl LayoutGrad {
         Tensor::through(&z, &self.input)?.contiguous()
     }
 }
+
+/// An error when `op` has no gradient yet and would compute a result from tensors that
+/// require grad with recording on (instead of a result that silently stops the gradient).
+pub(crate) fn unsupported(op: &'static str, inputs: &[&Tensor]) -> Result<()> {
+    if wants(inputs) {
+        return Err(Error::Autograd {
+            reason: format!(
+                "{op} has no gradient yet: compute it under no_grad, or from detached tensors"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// `values` (picked from `x` along `dim` at `indices`, as `sort`, `topk`, `max_dim` do),
+/// recorded: the gradient goes back to the picked positions. `keepdim`: `values` and
+/// `indices` keep `dim` (else it is reinserted); `dim` is `None` for a 0-d `x`.
+pub(crate) fn picked(
+    name: &'static str,
+    x: &Tensor,
+    dim: Option<usize>,
+    values: Tensor,
+    indices: &Tensor,
+    keepdim: bool,
+) -> Tensor {
+    if !wants(&[x]) {
+        return values;
+    }
+    let (shape, dtype) = (x.shape().to_vec(), x.dtype());
+    let idx = indices.detach();
+    let back = move |g: &Tensor, _: &[bool]| -> Result<Vec<Option<Tensor>>> {
+        let Some(d) = dim else {
+            return Ok(vec![Some(g.reshape(&shape[..])?)]);
+        };
+        let (g, i) = if keepdim {
+            (g.clone(), idx.clone())
+        } else {
+            (g.unsqueeze(d as isize)?, idx.unsqueeze(d as isize)?)
+        };
+        let z = Tensor::zeros(&shape[..], dtype, g.device())?;
+        z.scatter_add_(d as isize, &i.contiguous()?, &g.contiguous()?)?;
+        Ok(vec![Some(z)])
+    };
+    record(name, &[x], values, Box::new(back))
+}
+
+/// An error when an in-place op on `target` reads `operands` that require grad with
+/// recording on: the write would drop their gradient (the out-of-place form records it).
+pub(crate) fn check_in_place_operands(op: &'static str, operands: &[&Tensor]) -> Result<()> {
+    if wants(operands) {
+        return Err(Error::Autograd {
+            reason: format!(
+                "{op}: an in-place operation with an operand that requires grad is not \
+                 supported; use the out-of-place form"
+            ),
+        });
+    }
+    Ok(())
+}

@@ -70,3 +70,46 @@ pub fn train_digits(device: Device, epochs: usize, seed: u64) -> Result<DigitsRu
         test_size: test,
     })
 }
+
+/// The model of the PyTorch comparison: 64-128-10 (GELU), its parameters drawn from `seed`.
+pub fn digits_mlp(seed: u64, device: Device) -> Result<Sequential> {
+    let g = Generator::new(seed);
+    Ok(Sequential::new()
+        .add(Linear::new(64, 128, true, &g, device)?)
+        .add(Gelu::default())
+        .add(Linear::new(128, 10, true, &g, device)?))
+}
+
+/// The batch of step `step` in the comparison with PyTorch: 64 consecutive digits of the
+/// file, starting at `64 * step` modulo 1,728 (pixels scaled to `[0, 1]`).
+pub fn comparison_batch(
+    images: &genesis::Tensor,
+    labels: &genesis::Tensor,
+    step: usize,
+) -> Result<(genesis::Tensor, genesis::Tensor)> {
+    let start = (64 * step) % 1728;
+    Ok((
+        images.narrow(0, start as isize, 64)?.div(16.0)?,
+        labels.narrow(0, start as isize, 64)?,
+    ))
+}
+
+/// The losses of `steps` Adam steps (learning rate 1e-3) of [`digits_mlp`] on the
+/// [`comparison_batch`]es, on `device`: what `tests/torch_mlp.py` computes with PyTorch from
+/// the same initial parameters.
+pub fn comparison_losses(seed: u64, steps: usize, device: Device) -> Result<Vec<f32>> {
+    let model = digits_mlp(seed, device)?;
+    let (images, labels) = datasets::digits()?;
+    let (images, labels) = (images.to(device)?, labels.to(device)?);
+    let mut opt = Adam::new(model.parameters(), 1e-3);
+    let mut losses = Vec::with_capacity(steps);
+    for step in 0..steps {
+        let (xb, yb) = comparison_batch(&images, &labels, step)?;
+        opt.zero_grad();
+        let l = loss::cross_entropy(&model.forward(&xb)?, &yb)?;
+        l.backward()?;
+        opt.step()?;
+        losses.push(l.item::<f32>()?);
+    }
+    Ok(losses)
+}

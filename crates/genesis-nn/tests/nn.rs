@@ -404,3 +404,164 @@ fn clipping_schedules_dropout_and_initialisers() {
     );
     assert!(no_grad(|| w.add_(1.0)).is_ok());
 }
+
+/// The same MLP from the same initial parameters, trained on the same batches, gives
+/// PyTorch's losses (`tests/data/torch_mlp_losses.json`, written by `tests/torch_mlp.py` on
+/// the CPU) within 1e-5 relative for 100 Adam steps.
+#[test]
+fn mlp_training_matches_pytorchs_losses() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/torch_mlp_losses.json"
+    ))
+    .unwrap();
+    let want = parse_losses(&text);
+    assert_eq!(want.len(), 100);
+    let got = genesis_nn::train::comparison_losses(0, 100, CPU).unwrap();
+    let mut worst = 0.0f64;
+    for (step, (g, w)) in got.iter().zip(&want).enumerate() {
+        let rel = ((*g as f64) - w).abs() / w.abs();
+        worst = worst.max(rel);
+        assert!(
+            rel <= 1e-5,
+            "step {step}: ours {g}, PyTorch's {w} (relative {rel:e})"
+        );
+    }
+    eprintln!("largest relative difference from PyTorch over 100 steps: {worst:e}");
+}
+
+/// The `"losses"` array of the fixture.
+fn parse_losses(json: &str) -> Vec<f64> {
+    let start = json.find("\"losses\"").expect("a losses field") + "\"losses\"".len();
+    let open = start + json[start..].find('[').expect("an array");
+    let close = open + json[open..].find(']').expect("its end");
+    json[open + 1..close]
+        .split(',')
+        .map(|v| v.trim().parse::<f64>().expect("a number"))
+        .collect()
+}
+
+/// A state_dict saved by PyTorch (`safetensors.torch.save_file`, `tests/torch_state_dict.py`)
+/// loads into the same Genesis model, which then gives PyTorch's output.
+#[test]
+fn a_pytorch_state_dict_loads_into_the_same_model() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/");
+    let g = Generator::new(0);
+    let model = Sequential::new()
+        .add(Linear::new(4, 3, true, &g, CPU).unwrap())
+        .add(Gelu::default())
+        .add(LayerNorm::new(&[3], 1e-5, true, CPU).unwrap())
+        .add(Linear::new(3, 2, false, &g, CPU).unwrap());
+    model
+        .load_safetensors(format!("{dir}torch_state_dict.safetensors"))
+        .unwrap();
+    let io = genesis::load_safetensors_map(format!("{dir}torch_state_dict_io.safetensors"), CPU)
+        .unwrap();
+    let got = vec32(&model.forward(&io["input"]).unwrap());
+    let want: Vec<f64> = vec32(&io["output"]).iter().map(|&v| v as f64).collect();
+    close(
+        &got,
+        &want,
+        1e-6,
+        "forward after loading PyTorch's state_dict",
+    );
+}
+
+/// A GPT-2-style block (pre-LayerNorm causal self-attention and a GELU-tanh MLP with
+/// residuals) built from Genesis ops gives PyTorch's loss and gradients for every parameter
+/// and the input (`tests/data/torch_block.safetensors`, from `tests/torch_block.py`).
+#[test]
+fn a_transformer_block_matches_pytorchs_gradients() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/torch_block.safetensors"
+    );
+    let data = genesis::load_safetensors_map(path, CPU).unwrap();
+    let (b, t, c, h) = (2usize, 5usize, 8usize, 2usize);
+    let d = c / h;
+    let g = Generator::new(0);
+    let lin = |i: usize, o: usize| Linear::new(i, o, true, &g, CPU).unwrap();
+    let ln_1 = LayerNorm::new(&[c], 1e-5, true, CPU).unwrap();
+    let c_attn = lin(c, 3 * c);
+    let c_proj = lin(c, c);
+    let ln_2 = LayerNorm::new(&[c], 1e-5, true, CPU).unwrap();
+    let c_fc = lin(c, 4 * c);
+    let mlp_proj = lin(4 * c, c);
+    let named: Vec<(&str, &dyn Module)> = vec![
+        ("ln_1", &ln_1),
+        ("c_attn", &c_attn),
+        ("c_proj", &c_proj),
+        ("ln_2", &ln_2),
+        ("c_fc", &c_fc),
+        ("mlp_proj", &mlp_proj),
+    ];
+    for (prefix, m) in &named {
+        let state: BTreeMap<String, Tensor> = m
+            .named_parameters()
+            .into_iter()
+            .map(|(n, _)| (n.clone(), data[&format!("{prefix}.{n}")].clone()))
+            .collect();
+        m.load_state_dict(&state, true).unwrap();
+    }
+    let x = data["x"].clone().requires_grad_(true).unwrap();
+    let heads = |z: &Tensor| -> Tensor {
+        z.reshape([b, t, h, d].map(|n| n as isize))
+            .unwrap()
+            .transpose(1, 2)
+            .unwrap()
+    };
+    let hidden = ln_1.forward(&x).unwrap();
+    let qkv = c_attn.forward(&hidden).unwrap().split(c, 2).unwrap();
+    let (q, k, v) = (heads(&qkv[0]), heads(&qkv[1]), heads(&qkv[2]));
+    let att = q
+        .matmul(&k.transpose(-2, -1).unwrap())
+        .unwrap()
+        .mul(1.0 / (d as f64).sqrt())
+        .unwrap();
+    let causal = Tensor::ones([t, t], DType::Bool, CPU)
+        .unwrap()
+        .triu(1)
+        .unwrap();
+    let att = att
+        .masked_fill(&causal, f64::NEG_INFINITY)
+        .unwrap()
+        .softmax(-1)
+        .unwrap();
+    let y = att
+        .matmul(&v)
+        .unwrap()
+        .transpose(1, 2)
+        .unwrap()
+        .contiguous()
+        .unwrap()
+        .reshape([b, t, c].map(|n| n as isize))
+        .unwrap();
+    let x1 = x.add(&c_proj.forward(&y).unwrap()).unwrap();
+    let m = mlp_proj
+        .forward(
+            &c_fc
+                .forward(&ln_2.forward(&x1).unwrap())
+                .unwrap()
+                .gelu_tanh()
+                .unwrap(),
+        )
+        .unwrap();
+    let out = x1.add(&m).unwrap();
+    let loss = out.mul(&data["w"]).unwrap().sum().unwrap();
+    let want_loss = vec32(&data["loss"])[0] as f64;
+    close(&[loss.item::<f32>().unwrap()], &[want_loss], 1e-5, "loss");
+    loss.backward().unwrap();
+    let check = |name: &str, got: &Tensor| {
+        let want: Vec<f64> = vec32(&data[&format!("grad.{name}")])
+            .iter()
+            .map(|&v| v as f64)
+            .collect();
+        close(&vec32(&got.contiguous().unwrap()), &want, 2e-5, name);
+    };
+    check("x", &x.grad().unwrap());
+    for (prefix, m) in &named {
+        for (n, p) in m.named_parameters() {
+            check(&format!("{prefix}.{n}"), &p.grad().unwrap());
+        }
+    }
+}

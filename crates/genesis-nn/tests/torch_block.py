@@ -1,0 +1,63 @@
+"""Writes tests/data/torch_block.safetensors: a GPT-2-style transformer block (pre-LayerNorm
+causal self-attention and a GELU-tanh MLP, each with a residual) in float32, its parameters
+(PyTorch's names), an input `x`, weights `w` of the loss `sum(block(x) * w)`, the loss, and
+PyTorch's gradients of the loss with respect to `x` (`grad.x`) and every parameter
+(`grad.<name>`). The `nn` test builds the same block from Genesis ops and compares.
+
+    python3 torch_block.py
+"""
+import math
+import os
+
+import torch
+from safetensors.torch import save_file
+
+torch.manual_seed(5)
+B, T, C, H = 2, 5, 8, 2
+D = C // H
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln_1 = torch.nn.LayerNorm(C)
+        self.c_attn = torch.nn.Linear(C, 3 * C)
+        self.c_proj = torch.nn.Linear(C, C)
+        self.ln_2 = torch.nn.LayerNorm(C)
+        self.c_fc = torch.nn.Linear(C, 4 * C)
+        self.mlp_proj = torch.nn.Linear(4 * C, C)
+
+    def forward(self, x):
+        h = self.ln_1(x)
+        q, k, v = self.c_attn(h).split(C, dim=2)
+        q = q.view(B, T, H, D).transpose(1, 2)
+        k = k.view(B, T, H, D).transpose(1, 2)
+        v = v.view(B, T, H, D).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
+        causal = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+        att = att.masked_fill(causal, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        x = x + self.c_proj(y)
+        m = self.mlp_proj(torch.nn.functional.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+        return x + m
+
+
+block = Block()
+with torch.no_grad():
+    for ln in (block.ln_1, block.ln_2):
+        ln.weight.uniform_(0.5, 1.5)
+        ln.bias.uniform_(-0.5, 0.5)
+x = torch.randn(B, T, C, requires_grad=True)
+w = torch.randn(B, T, C)
+loss = (block(x) * w).sum()
+loss.backward()
+out = {k: v.detach().contiguous() for k, v in block.state_dict().items()}
+out["x"] = x.detach()
+out["w"] = w
+out["loss"] = loss.detach().reshape(1)
+out["grad.x"] = x.grad
+for name, p in block.named_parameters():
+    out["grad." + name] = p.grad
+here = os.path.dirname(os.path.abspath(__file__))
+save_file(out, os.path.join(here, "data", "torch_block.safetensors"), metadata={"torch": torch.__version__})
+print(sorted(out))

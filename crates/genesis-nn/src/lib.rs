@@ -28,6 +28,7 @@
 #![warn(missing_docs)]
 
 pub mod datasets;
+pub mod gpt2;
 pub mod init;
 mod layers;
 pub mod loss;

@@ -113,3 +113,64 @@ pub fn comparison_losses(seed: u64, steps: usize, device: Device) -> Result<Vec<
     }
     Ok(losses)
 }
+
+/// The tiny GPT-2 of the CPU comparison with PyTorch (`tests/torch_gpt2.py`): byte-level
+/// vocabulary (256), 32 positions, 2 layers, 2 heads, width 32.
+pub fn gpt2_tiny_config() -> crate::gpt2::Gpt2Config {
+    crate::gpt2::Gpt2Config {
+        block_size: 32,
+        vocab_size: 256,
+        n_layer: 2,
+        n_head: 2,
+        n_embd: 32,
+    }
+}
+
+/// The token batch of `step` for the tiny GPT-2: 4 sequences of 32 bytes of
+/// `data/corpus.txt`, sequence `b` starting at `37 (4 step + b)` modulo the text's length
+/// less 33, and the same shifted by one as targets (int64 `[4, 32]` each).
+pub fn gpt2_tiny_batch(
+    text: &[u8],
+    step: usize,
+    device: Device,
+) -> Result<(genesis::Tensor, genesis::Tensor)> {
+    let (b, t) = (4usize, 32usize);
+    let span = text.len() - t - 1;
+    let (mut x, mut y) = (Vec::with_capacity(b * t), Vec::with_capacity(b * t));
+    for i in 0..b {
+        let start = (37 * (4 * step + i)) % span;
+        x.extend(text[start..start + t].iter().map(|&c| i64::from(c)));
+        y.extend(text[start + 1..start + t + 1].iter().map(|&c| i64::from(c)));
+    }
+    Ok((
+        genesis::Tensor::from_slice(&x, [b, t], device)?,
+        genesis::Tensor::from_slice(&y, [b, t], device)?,
+    ))
+}
+
+/// The corpus of the tiny GPT-2.
+pub fn gpt2_tiny_text() -> &'static [u8] {
+    include_bytes!("../data/corpus.txt")
+}
+
+/// The losses of `steps` training steps of the tiny GPT-2 (seed 0) on `device`: AdamW
+/// (learning rate 1e-3, betas 0.9 and 0.95, weight decay 0.1 on every parameter), the
+/// gradients clipped to a global norm of 1 — what `tests/torch_gpt2.py` does with PyTorch from
+/// the same initial parameters.
+pub fn gpt2_tiny_losses(steps: usize, device: Device) -> Result<Vec<f32>> {
+    let model = crate::gpt2::Gpt2::new(gpt2_tiny_config(), &Generator::new(0), device)?;
+    let mut opt = Adam::adamw(model.parameters(), 1e-3);
+    opt.betas = (0.9, 0.95);
+    opt.weight_decay = 0.1;
+    let mut losses = Vec::with_capacity(steps);
+    for step in 0..steps {
+        let (x, y) = gpt2_tiny_batch(gpt2_tiny_text(), step, device)?;
+        opt.zero_grad();
+        let l = model.loss(&x, &y)?;
+        l.backward()?;
+        crate::optim::clip_grad_norm_(opt.params(), 1.0)?;
+        opt.step()?;
+        losses.push(l.item::<f32>()?);
+    }
+    Ok(losses)
+}

@@ -565,3 +565,71 @@ fn a_transformer_block_matches_pytorchs_gradients() {
         }
     }
 }
+
+/// The tiny GPT-2 (nanoGPT's layout, AdamW, clipping) from the same initial parameters on the
+/// same byte batches gives PyTorch's losses (`tests/data/torch_gpt2_losses.json`, written by
+/// `tests/torch_gpt2.py` on the CPU) within 1e-4 relative for 50 steps.
+#[test]
+fn tiny_gpt2_training_matches_pytorchs_losses() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/torch_gpt2_losses.json"
+    ))
+    .unwrap();
+    let want = parse_losses(&text);
+    assert_eq!(want.len(), 50);
+    let got = genesis_nn::train::gpt2_tiny_losses(50, CPU).unwrap();
+    let mut worst = 0.0f64;
+    for (step, (g, w)) in got.iter().zip(&want).enumerate() {
+        let rel = ((*g as f64) - w).abs() / w.abs();
+        worst = worst.max(rel);
+        assert!(
+            rel <= 1e-4,
+            "step {step}: ours {g}, PyTorch's {w} (relative {rel:e})"
+        );
+    }
+    eprintln!("largest relative difference from PyTorch over 50 steps: {worst:e}");
+    assert!(want[49] < want[0] - 1.0, "the loss falls");
+}
+
+/// GPT-2's parameters carry nanoGPT's names; its state_dict lists the tied head too, and a
+/// state_dict whose head differs from the embedding is refused.
+#[test]
+fn gpt2_names_and_the_tied_head() {
+    use genesis_nn::gpt2::{Gpt2, Gpt2Config};
+    let cfg = genesis_nn::train::gpt2_tiny_config();
+    let g = Generator::new(0);
+    let model = Gpt2::new(cfg, &g, CPU).unwrap();
+    let names: Vec<String> = model
+        .named_parameters()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(names[0], "transformer.wte.weight");
+    assert!(names.contains(&"transformer.h.1.attn.c_attn.weight".to_string()));
+    assert!(names.contains(&"transformer.h.0.mlp.c_proj.bias".to_string()));
+    assert_eq!(names.last().unwrap(), "transformer.ln_f.bias");
+    assert_eq!(names.len(), 2 + 2 * 12 + 2);
+    let state = model.state_dict();
+    assert!(state.contains_key("lm_head.weight"));
+    let other = Gpt2::new(cfg, &Generator::new(1), CPU).unwrap();
+    other.load_state_dict(&state, true).unwrap();
+    let idx = Tensor::from_slice(&[1i64, 2, 3, 4], [1, 4], CPU).unwrap();
+    assert_eq!(
+        vec32(&other.logits(&idx).unwrap()),
+        vec32(&model.logits(&idx).unwrap())
+    );
+    let mut bad = state.clone();
+    bad.insert(
+        "lm_head.weight".into(),
+        Tensor::zeros([256, 32], DType::F32, CPU).unwrap(),
+    );
+    assert!(other.load_state_dict(&bad, true).is_err());
+    assert!(
+        model
+            .logits(&Tensor::zeros([1, 33], DType::I64, CPU).unwrap())
+            .is_err()
+    );
+    let odd = Gpt2Config { n_head: 3, ..cfg };
+    assert!(Gpt2::new(odd, &g, CPU).is_err());
+}

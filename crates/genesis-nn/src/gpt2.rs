@@ -1,0 +1,269 @@
+//! GPT-2 in nanoGPT's layout (PyTorch's parameter names: `transformer.wte.weight`,
+//! `transformer.h.0.attn.c_attn.weight`, ..., the output head tied to the token embedding),
+//! built from the facade's ops so that autograd trains it.
+
+use std::collections::BTreeMap;
+
+use genesis::{DType, Device, Error, Generator, Result, Tensor, no_grad};
+
+use crate::{LayerNorm, Linear, Module, init};
+
+/// The sizes of a GPT-2 model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gpt2Config {
+    /// Longest sequence (the position table's length).
+    pub block_size: usize,
+    /// Tokens in the vocabulary.
+    pub vocab_size: usize,
+    /// Transformer blocks.
+    pub n_layer: usize,
+    /// Attention heads.
+    pub n_head: usize,
+    /// Width of the residual stream.
+    pub n_embd: usize,
+}
+
+impl Gpt2Config {
+    /// GPT-2 124M with the vocabulary padded to 50,304 (nanoGPT's).
+    pub fn gpt2_124m() -> Gpt2Config {
+        Gpt2Config {
+            block_size: 1024,
+            vocab_size: 50_304,
+            n_layer: 12,
+            n_head: 12,
+            n_embd: 768,
+        }
+    }
+}
+
+/// One transformer block: pre-LayerNorm causal self-attention and a GELU (tanh) MLP, each
+/// added to the residual stream.
+#[derive(Debug)]
+struct Block {
+    ln_1: LayerNorm,
+    c_attn: Linear,
+    attn_proj: Linear,
+    ln_2: LayerNorm,
+    c_fc: Linear,
+    mlp_proj: Linear,
+    n_head: usize,
+}
+
+impl Block {
+    fn forward(&self, x: &Tensor, causal: &Tensor) -> Result<Tensor> {
+        let (b, t, c) = (x.shape()[0], x.shape()[1], x.shape()[2]);
+        let (h, d) = (self.n_head, c / self.n_head);
+        let heads = |z: &Tensor| -> Result<Tensor> {
+            z.reshape([b as isize, t as isize, h as isize, d as isize])?
+                .transpose(1, 2)
+        };
+        let qkv = self.c_attn.forward(&self.ln_1.forward(x)?)?.split(c, 2)?;
+        let (q, k, v) = (heads(&qkv[0])?, heads(&qkv[1])?, heads(&qkv[2])?);
+        let att = q
+            .matmul(&k.transpose(-2, -1)?)?
+            .mul(1.0 / (d as f64).sqrt())?
+            .masked_fill(causal, f64::NEG_INFINITY)?
+            .softmax(-1)?;
+        let y = att
+            .matmul(&v)?
+            .transpose(1, 2)?
+            .contiguous()?
+            .reshape([b as isize, t as isize, c as isize])?;
+        let x = x.add(&self.attn_proj.forward(&y)?)?;
+        let m = self
+            .mlp_proj
+            .forward(&self.c_fc.forward(&self.ln_2.forward(&x)?)?.gelu_tanh()?)?;
+        x.add(&m)
+    }
+
+    fn named_parameters(&self, prefix: &str) -> Vec<(String, Tensor)> {
+        let parts: [(&str, &dyn Module); 6] = [
+            ("ln_1", &self.ln_1),
+            ("attn.c_attn", &self.c_attn),
+            ("attn.c_proj", &self.attn_proj),
+            ("ln_2", &self.ln_2),
+            ("mlp.c_fc", &self.c_fc),
+            ("mlp.c_proj", &self.mlp_proj),
+        ];
+        parts
+            .iter()
+            .flat_map(|(name, m)| {
+                m.named_parameters()
+                    .into_iter()
+                    .map(move |(n, t)| (format!("{prefix}.{name}.{n}"), t))
+            })
+            .collect()
+    }
+}
+
+/// GPT-2: token and position embeddings, `n_layer` blocks, a final LayerNorm and the output
+/// head tied to the token embedding (`lm_head.weight` is `transformer.wte.weight`).
+#[derive(Debug)]
+pub struct Gpt2 {
+    /// The sizes.
+    pub config: Gpt2Config,
+    wte: Tensor,
+    wpe: Tensor,
+    blocks: Vec<Block>,
+    ln_f: LayerNorm,
+}
+
+impl Gpt2 {
+    /// A model with nanoGPT's initialisation drawn from `g`: normal weights of standard
+    /// deviation 0.02 (the residual projections 0.02 / √(2 n_layer)), zero biases, LayerNorm
+    /// ones and zeros; float32 on `device`.
+    pub fn new(config: Gpt2Config, g: &Generator, device: Device) -> Result<Gpt2> {
+        let c = config.n_embd;
+        if config.n_head == 0 || !c.is_multiple_of(config.n_head) {
+            return Err(Error::InvalidArgument {
+                op: "Gpt2::new",
+                reason: format!("n_embd {c} is not a multiple of n_head {}", config.n_head),
+            });
+        }
+        let normal = |shape: &[usize], std: f64| -> Result<Tensor> {
+            let t = Tensor::empty(shape, DType::F32, device)?;
+            init::normal_(&t, 0.0, std, g)?;
+            t.requires_grad_(true)
+        };
+        let linear = |i: usize, o: usize, std: f64| -> Result<Linear> {
+            let l = Linear::new(i, o, true, g, device)?;
+            init::normal_(&l.weight, 0.0, std, g)?;
+            if let Some(b) = &l.bias {
+                init::constant_(b, 0.0)?;
+            }
+            Ok(l)
+        };
+        let wte = normal(&[config.vocab_size, c], 0.02)?;
+        let wpe = normal(&[config.block_size, c], 0.02)?;
+        let proj_std = 0.02 / (2.0 * config.n_layer as f64).sqrt();
+        let blocks = (0..config.n_layer)
+            .map(|_| {
+                Ok(Block {
+                    ln_1: LayerNorm::new(&[c], 1e-5, true, device)?,
+                    c_attn: linear(c, 3 * c, 0.02)?,
+                    attn_proj: linear(c, c, proj_std)?,
+                    ln_2: LayerNorm::new(&[c], 1e-5, true, device)?,
+                    c_fc: linear(c, 4 * c, 0.02)?,
+                    mlp_proj: linear(4 * c, c, proj_std)?,
+                    n_head: config.n_head,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Gpt2 {
+            config,
+            wte,
+            wpe,
+            blocks,
+            ln_f: LayerNorm::new(&[c], 1e-5, true, device)?,
+        })
+    }
+
+    /// The logits `[B, T, vocab]` of the int64 tokens `idx` (`[B, T]`, `T <= block_size`).
+    pub fn logits(&self, idx: &Tensor) -> Result<Tensor> {
+        if idx.dim() != 2 || idx.shape()[1] > self.config.block_size {
+            return Err(Error::InvalidArgument {
+                op: "Gpt2::logits",
+                reason: format!(
+                    "tokens of shape {:?} ([batch, time], time at most {})",
+                    idx.shape(),
+                    self.config.block_size
+                ),
+            });
+        }
+        let (b, t) = (idx.shape()[0], idx.shape()[1]);
+        let c = self.config.n_embd;
+        let device = idx.device();
+        let tok = self
+            .wte
+            .index_select(0, &idx.reshape([-1])?)?
+            .reshape([b as isize, t as isize, c as isize])?;
+        let pos = self.wpe.narrow(0, 0, t)?;
+        let mut x = tok.add(&pos)?;
+        let causal = Tensor::ones([t, t], DType::Bool, device)?.triu(1)?;
+        for block in &self.blocks {
+            x = block.forward(&x, &causal)?;
+        }
+        self.ln_f.forward(&x)?.matmul(&self.wte.t()?)
+    }
+
+    /// The mean cross entropy of the next-token predictions for `idx` against `targets`
+    /// (both `[B, T]` int64).
+    pub fn loss(&self, idx: &Tensor, targets: &Tensor) -> Result<Tensor> {
+        let logits = self.logits(idx)?;
+        let v = self.config.vocab_size as isize;
+        crate::loss::cross_entropy(&logits.reshape([-1, v])?, &targets.reshape([-1])?)
+    }
+}
+
+impl Module for Gpt2 {
+    /// [`Gpt2::logits`].
+    fn forward(&self, idx: &Tensor) -> Result<Tensor> {
+        self.logits(idx)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        let mut p = vec![
+            ("transformer.wte.weight".to_string(), self.wte.clone()),
+            ("transformer.wpe.weight".to_string(), self.wpe.clone()),
+        ];
+        for (i, b) in self.blocks.iter().enumerate() {
+            p.extend(b.named_parameters(&format!("transformer.h.{i}")));
+        }
+        p.extend(
+            self.ln_f
+                .named_parameters()
+                .into_iter()
+                .map(|(n, t)| (format!("transformer.ln_f.{n}"), t)),
+        );
+        p
+    }
+
+    /// The parameters, and `lm_head.weight` (the token embedding, as PyTorch's state_dict of
+    /// a tied model lists it).
+    fn state_dict(&self) -> BTreeMap<String, Tensor> {
+        let mut s: BTreeMap<String, Tensor> = self
+            .named_parameters()
+            .into_iter()
+            .map(|(n, t)| (n, t.detach()))
+            .collect();
+        s.insert("lm_head.weight".into(), self.wte.detach());
+        s
+    }
+
+    /// As [`Module::load_state_dict`]; a `lm_head.weight` in `state` must equal the token
+    /// embedding's (the head is tied to it).
+    fn load_state_dict(&self, state: &BTreeMap<String, Tensor>, strict: bool) -> Result<()> {
+        let mut own = state.clone();
+        if let Some(head) = own.remove("lm_head.weight") {
+            let wte = own.get("transformer.wte.weight").unwrap_or(&head);
+            let same = no_grad(|| head.to(wte.device())?.eq(wte)?.all()?.item::<bool>())?;
+            if head.shape() != wte.shape() || !same {
+                return Err(Error::InvalidArgument {
+                    op: "load_state_dict",
+                    reason: "lm_head.weight differs from transformer.wte.weight (the head is \
+                             tied to the token embedding)"
+                        .into(),
+                });
+            }
+        }
+        load_named(&self.named_parameters(), &own, strict)
+    }
+}
+
+/// [`Module::load_state_dict`]'s default for an explicit list of parameters.
+fn load_named(
+    own: &[(String, Tensor)],
+    state: &BTreeMap<String, Tensor>,
+    strict: bool,
+) -> Result<()> {
+    struct List<'a>(&'a [(String, Tensor)]);
+    impl Module for List<'_> {
+        fn forward(&self, x: &Tensor) -> Result<Tensor> {
+            Ok(x.clone())
+        }
+        fn named_parameters(&self) -> Vec<(String, Tensor)> {
+            self.0.to_vec()
+        }
+    }
+    List(own).load_state_dict(state, strict)
+}

@@ -410,12 +410,7 @@ fn clipping_schedules_dropout_and_initialisers() {
 /// the CPU) within 1e-5 relative for 100 Adam steps.
 #[test]
 fn mlp_training_matches_pytorchs_losses() {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/data/torch_mlp_losses.json"
-    ))
-    .unwrap();
-    let want = parse_losses(&text);
+    let want = parse_losses(include_str!("data/torch_mlp_losses.json"));
     assert_eq!(want.len(), 100);
     let got = genesis_nn::train::comparison_losses(0, 100, CPU).unwrap();
     let mut worst = 0.0f64;
@@ -445,18 +440,15 @@ fn parse_losses(json: &str) -> Vec<f64> {
 /// loads into the same Genesis model, which then gives PyTorch's output.
 #[test]
 fn a_pytorch_state_dict_loads_into_the_same_model() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/");
     let g = Generator::new(0);
     let model = Sequential::new()
         .add(Linear::new(4, 3, true, &g, CPU).unwrap())
         .add(Gelu::default())
         .add(LayerNorm::new(&[3], 1e-5, true, CPU).unwrap())
         .add(Linear::new(3, 2, false, &g, CPU).unwrap());
-    model
-        .load_safetensors(format!("{dir}torch_state_dict.safetensors"))
-        .unwrap();
-    let io = genesis::load_safetensors_map(format!("{dir}torch_state_dict_io.safetensors"), CPU)
-        .unwrap();
+    let state = embedded(include_bytes!("data/torch_state_dict.safetensors"));
+    model.load_state_dict(&state, true).unwrap();
+    let io = embedded(include_bytes!("data/torch_state_dict_io.safetensors"));
     let got = vec32(&model.forward(&io["input"]).unwrap());
     let want: Vec<f64> = vec32(&io["output"]).iter().map(|&v| v as f64).collect();
     close(
@@ -472,11 +464,7 @@ fn a_pytorch_state_dict_loads_into_the_same_model() {
 /// and the input (`tests/data/torch_block.safetensors`, from `tests/torch_block.py`).
 #[test]
 fn a_transformer_block_matches_pytorchs_gradients() {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/data/torch_block.safetensors"
-    );
-    let data = genesis::load_safetensors_map(path, CPU).unwrap();
+    let data = embedded(include_bytes!("data/torch_block.safetensors"));
     let (b, t, c, h) = (2usize, 5usize, 8usize, 2usize);
     let d = c / h;
     let g = Generator::new(0);
@@ -571,12 +559,7 @@ fn a_transformer_block_matches_pytorchs_gradients() {
 /// `tests/torch_gpt2.py` on the CPU) within 1e-4 relative for 50 steps.
 #[test]
 fn tiny_gpt2_training_matches_pytorchs_losses() {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/data/torch_gpt2_losses.json"
-    ))
-    .unwrap();
-    let want = parse_losses(&text);
+    let want = parse_losses(include_str!("data/torch_gpt2_losses.json"));
     assert_eq!(want.len(), 50);
     let got = genesis_nn::train::gpt2_tiny_losses(50, CPU).unwrap();
     let mut worst = 0.0f64;
@@ -632,4 +615,46 @@ fn gpt2_names_and_the_tied_head() {
     );
     let odd = Gpt2Config { n_head: 3, ..cfg };
     assert!(Gpt2::new(odd, &g, CPU).is_err());
+}
+
+/// A safetensors file embedded in the test binary (the fixtures travel with it), by name.
+fn embedded(bytes: &[u8]) -> BTreeMap<String, Tensor> {
+    genesis::deserialize_safetensors(bytes, CPU)
+        .unwrap()
+        .into_iter()
+        .collect()
+}
+
+/// On a GPU, the MLP and the tiny GPT-2 follow the CPU's losses (float32 products summed in
+/// another order: within 1e-4 relative).
+#[test]
+fn cuda_training_follows_the_cpu() {
+    if !genesis::cuda::is_available() {
+        eprintln!("cuda_training_follows_the_cpu: skipped: no CUDA device found");
+        return;
+    }
+    let gpu = Device::Cuda(0);
+    for (name, cpu, cuda) in [
+        (
+            "mlp",
+            genesis_nn::train::comparison_losses(0, 100, CPU).unwrap(),
+            genesis_nn::train::comparison_losses(0, 100, gpu).unwrap(),
+        ),
+        (
+            "gpt2",
+            genesis_nn::train::gpt2_tiny_losses(50, CPU).unwrap(),
+            genesis_nn::train::gpt2_tiny_losses(50, gpu).unwrap(),
+        ),
+    ] {
+        for (step, (a, b)) in cpu.iter().zip(&cuda).enumerate() {
+            let rel = ((a - b) / a).abs();
+            assert!(rel <= 1e-4, "{name} step {step}: cpu {a}, cuda {b}");
+        }
+    }
+    let run = genesis_nn::train::train_digits(gpu, 20, 0).unwrap();
+    assert!(
+        run.test_accuracy >= 0.95,
+        "cuda accuracy {}",
+        run.test_accuracy
+    );
 }

@@ -547,3 +547,60 @@ fn functional_grad_accumulates_nothing() {
     );
     assert!(x.grad().is_none());
 }
+
+/// On a GPU, the gradients of a composed network (matmul, broadcasting, GELU, log_softmax,
+/// gather, views, reductions, max, cat) agree with the CPU's.
+#[test]
+fn cuda_gradients_agree_with_the_cpu() {
+    if !genesis::cuda::is_available() {
+        eprintln!("cuda_gradients_agree_with_the_cpu: skipped: no CUDA device found");
+        return;
+    }
+    let g = Generator::new(8);
+    let host: Vec<Tensor> = [vec![6, 5], vec![5, 7], vec![7], vec![7, 3]]
+        .iter()
+        .map(|s| g.randn(&s[..], DType::F32, CPU).unwrap())
+        .collect();
+    let labels = [0i64, 2, 1, 1, 0, 2];
+    let run = |dev: Device| -> Vec<Vec<f32>> {
+        let p: Vec<Tensor> = host
+            .iter()
+            .map(|t| t.to(dev).unwrap().requires_grad_(true).unwrap())
+            .collect();
+        let y = Tensor::from_slice(&labels, [6, 1], dev).unwrap();
+        let h = p[0]
+            .matmul(&p[1])
+            .unwrap()
+            .add(&p[2])
+            .unwrap()
+            .gelu()
+            .unwrap();
+        let h = Tensor::cat(&[&h, &h.flip([1]).unwrap()], 0).unwrap();
+        let logits = h.matmul(&p[3]).unwrap().narrow(0, 0, 6).unwrap();
+        let nll = logits
+            .log_softmax(1)
+            .unwrap()
+            .gather(1, &y)
+            .unwrap()
+            .mean()
+            .unwrap();
+        let loss = nll
+            .neg()
+            .unwrap()
+            .add(&logits.amax([1], false).unwrap().sum().unwrap())
+            .unwrap();
+        loss.backward().unwrap();
+        p.iter()
+            .map(|t| t.grad().unwrap().to_vec::<f32>().unwrap())
+            .collect()
+    };
+    let (cpu, gpu) = (run(CPU), run(Device::Cuda(0)));
+    for (k, (a, b)) in cpu.iter().zip(&gpu).enumerate() {
+        for (i, (x, y)) in a.iter().zip(b).enumerate() {
+            assert!(
+                (x - y).abs() <= 1e-5 * (1.0 + x.abs()),
+                "param {k}[{i}]: cpu {x}, cuda {y}"
+            );
+        }
+    }
+}

@@ -814,8 +814,59 @@ impl Tensor {
     /// error and `self` is never changed.
     #[track_caller]
     pub fn scatter(&self, dim: impl Dim, index: &Tensor, src: &Tensor) -> Result<Tensor> {
-        crate::autograd::unsupported("scatter", &[self, src])?;
-        self.scatter_impl("scatter", dim.to_dim(), index, src, false)
+        self.scatter_recorded("scatter", dim.to_dim(), index, src, false)
+    }
+
+    /// An out-of-place scatter, recorded: `src`'s gradient is the output's gathered at
+    /// `index`; `self`'s is the output's, zero where `scatter` overwrote (with `add`, all of
+    /// it).
+    fn scatter_recorded(
+        &self,
+        name: &'static str,
+        dim: isize,
+        index: &Tensor,
+        src: &Tensor,
+        add: bool,
+    ) -> Result<Tensor> {
+        crate::autograd::op(
+            name,
+            &[self, src],
+            || self.scatter_impl(name, dim, index, src, add),
+            |_| {
+                let idx = crate::autograd::Saved::new(name, index);
+                let (src_shape, src_dtype) = (src.shape().to_vec(), src.dtype());
+                let dtype = self.dtype();
+                Box::new(move |g, needs| {
+                    let idx = idx.get()?;
+                    let gs = if needs[0] {
+                        let g = if add {
+                            g.clone()
+                        } else {
+                            let zeros = Tensor::zeros(idx.shape(), g.dtype(), g.device())?;
+                            g.scatter_impl(name, dim, &idx, &zeros, false)?
+                        };
+                        Some(crate::autograd::cast_grad(g, dtype)?)
+                    } else {
+                        None
+                    };
+                    let gsrc = if needs[1] {
+                        // Only the part of `src` that `index` covers was read.
+                        let picked = g.gather(dim, &idx)?;
+                        let z = Tensor::zeros(&src_shape[..], src_dtype, g.device())?;
+                        let region: Vec<isize> = idx.shape().iter().map(|&n| n as isize).collect();
+                        let mut view = z.clone();
+                        for (d, &n) in region.iter().enumerate() {
+                            view = view.narrow(d as isize, 0, n as usize)?;
+                        }
+                        view.copy_(&picked.to_dtype(src_dtype)?)?;
+                        Some(z)
+                    } else {
+                        None
+                    };
+                    Ok(vec![gs, gsrc])
+                })
+            },
+        )
     }
 
     /// A copy of `self` with the values of `src` added along `dim` where `index` points
@@ -825,8 +876,7 @@ impl Tensor {
     /// CPU in position order. Arguments as [`Tensor::scatter`].
     #[track_caller]
     pub fn scatter_add(&self, dim: impl Dim, index: &Tensor, src: &Tensor) -> Result<Tensor> {
-        crate::autograd::unsupported("scatter_add", &[self, src])?;
-        self.scatter_impl("scatter_add", dim.to_dim(), index, src, true)
+        self.scatter_recorded("scatter_add", dim.to_dim(), index, src, true)
     }
 
     /// In place: writes the values of `src` along `dim` of `self` where `index` points

@@ -314,6 +314,21 @@ fn reductions_views_and_selection() {
             }),
         ),
         ("nan_to_num", Box::new(|x| x.nan_to_num(0.0, None, None))),
+        (
+            "scatter",
+            Box::new(|x| {
+                let idx = Tensor::from_slice(&[2i64, 0, 1, 3, 1, 0], [1, 2, 3], CPU)?;
+                x.mul(2.0)?
+                    .scatter(2, &idx.expand([2, 2, 3])?.contiguous()?, &x.exp()?)
+            }),
+        ),
+        (
+            "scatter_add",
+            Box::new(|x| {
+                let idx = Tensor::from_slice(&[1i64, 1, 0, 2, 0, 1], [1, 2, 3], CPU)?;
+                x.scatter_add(1, &idx.expand([2, 2, 3])?.contiguous()?, &x.sin()?)
+            }),
+        ),
         ("softplus_with", Box::new(|x| x.softplus_with(2.0, 1.0))),
     ];
     for (name, f) in cases {
@@ -459,6 +474,7 @@ fn misuse_is_a_typed_error() {
     assert!(matches!(plain.copy_(&w), Err(Error::Autograd { .. })));
     assert!(matches!(w.prod(), Err(Error::Autograd { .. })));
     assert!(matches!(w.cumprod(0), Err(Error::Autograd { .. })));
+    assert!(matches!(w.prod_dim(0, false), Err(Error::Autograd { .. })));
     no_grad(|| plain.copy_(&w)).unwrap();
     assert!(no_grad(|| w.prod()).is_ok());
     // out= forms refuse inputs that require grad.
@@ -600,6 +616,94 @@ fn cuda_gradients_agree_with_the_cpu() {
             assert!(
                 (x - y).abs() <= 1e-5 * (1.0 + x.abs()),
                 "param {k}[{i}]: cpu {x}, cuda {y}"
+            );
+        }
+    }
+}
+
+/// Operands that are views (transposes, stepped slices, broadcast columns) read in place by
+/// the ops: their gradients land in the viewed elements only.
+#[test]
+fn strided_operands_get_their_gradients() {
+    let g = Generator::new(9);
+    let a = input(&g, &[4, 3], true);
+    let b = input(&g, &[3, 8], true);
+    let ops: [Binary; 5] = [
+        ("add", |a, b| a.add(b)),
+        ("mul", |a, b| a.mul(b)),
+        ("div", |a, b| a.div(b)),
+        ("pow", |a, b| a.pow(b)),
+        ("maximum", |a, b| a.maximum(b)),
+    ];
+    for (name, op) in ops {
+        gradcheck(
+            &format!("{name} of a transpose and a stepped slice"),
+            &[a.clone(), b.clone()],
+            &|x| op(&x[0].t()?, &x[1].i(&s![.., ..;2])?),
+        );
+        gradcheck(
+            &format!("{name} of a column broadcast"),
+            &[a.clone(), b.clone()],
+            &|x| op(&x[0].narrow(1, 0, 1)?, &x[1].i(&s![.., 1..5])?.t()?),
+        );
+    }
+    gradcheck("matmul of transposes", &[a, b], &|x| {
+        x[1].t()?.matmul(&x[0].t()?)
+    });
+}
+
+/// Half-precision leaves get half-precision gradients close to the float64 ones.
+#[test]
+fn half_precision_gradients() {
+    let g = Generator::new(10);
+    let x = input(&g, &[4, 6], false);
+    let w = input(&g, &[6, 3], false);
+    let reference = {
+        let (x, w) = (
+            x.clone().requires_grad_(true).unwrap(),
+            w.clone().requires_grad_(true).unwrap(),
+        );
+        x.matmul(&w)
+            .unwrap()
+            .gelu()
+            .unwrap()
+            .softmax(1)
+            .unwrap()
+            .sum_dim([0], false)
+            .unwrap()
+            .square()
+            .unwrap()
+            .sum()
+            .unwrap()
+            .backward()
+            .unwrap();
+        w.grad().unwrap().to_vec::<f64>().unwrap()
+    };
+    for dtype in [DType::F16, DType::BF16] {
+        let xh = x.to_dtype(dtype).unwrap().requires_grad_(true).unwrap();
+        let wh = w.to_dtype(dtype).unwrap().requires_grad_(true).unwrap();
+        xh.matmul(&wh)
+            .unwrap()
+            .gelu()
+            .unwrap()
+            .softmax(1)
+            .unwrap()
+            .sum_dim([0], false)
+            .unwrap()
+            .square()
+            .unwrap()
+            .sum()
+            .unwrap()
+            .backward()
+            .unwrap();
+        let gw = wh.grad().unwrap();
+        assert_eq!(gw.dtype(), dtype);
+        let got = gw.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap();
+        let tol = if dtype == DType::F16 { 2e-2 } else { 8e-2 };
+        for (a, b) in got.iter().zip(&reference) {
+            assert!(
+                (a - b).abs() <= tol * (1.0 + b.abs()),
+                "{dtype}: {a} vs {b}"
             );
         }
     }

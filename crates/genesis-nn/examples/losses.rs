@@ -2,7 +2,7 @@
 //! the twin scripts' output to be compared with in the same device call:
 //!
 //! ```text
-//! cargo run --release -p genesis-nn [--features cuda] --example losses -- mlp|gpt2 [cpu|cuda] [STEPS]
+//! cargo run --release -p genesis-nn [--features cuda] --example losses -- mlp|gpt2|gpt2-bf16 [cpu|cuda] [STEPS]
 //! ```
 
 use genesis::Device;
@@ -15,9 +15,10 @@ fn main() -> genesis::Result<()> {
         _ => Device::Cpu,
     };
     let losses = match which {
-        "gpt2" => {
+        "gpt2" | "gpt2-bf16" => {
             let steps = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(50);
-            genesis_nn::train::gpt2_tiny_losses(steps, device)?
+            let autocast = (which == "gpt2-bf16").then_some(genesis::DType::BF16);
+            genesis_nn::train::gpt2_tiny_losses_with(steps, device, autocast)?
         }
         _ => {
             let steps = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(100);

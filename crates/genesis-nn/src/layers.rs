@@ -50,6 +50,11 @@ impl Module for Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let y = x.matmul(&self.weight.t()?)?;
         match &self.bias {
+            // Under autocast the product is in the low-precision dtype, and so is the layer's
+            // output (PyTorch's `linear`): the bias is cast to it.
+            Some(b) if b.dtype() != y.dtype() && genesis::autograd::autocast_dtype().is_some() => {
+                y.add(&b.to_dtype(y.dtype())?)
+            }
             Some(b) => y.add(b),
             None => Ok(y),
         }

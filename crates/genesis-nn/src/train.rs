@@ -158,6 +158,17 @@ pub fn gpt2_tiny_text() -> &'static [u8] {
 /// gradients clipped to a global norm of 1 — what `tests/torch_gpt2.py` does with PyTorch from
 /// the same initial parameters.
 pub fn gpt2_tiny_losses(steps: usize, device: Device) -> Result<Vec<f32>> {
+    gpt2_tiny_losses_with(steps, device, None)
+}
+
+/// [`gpt2_tiny_losses`] with the forward pass (and the loss) under
+/// [`genesis::autograd::autocast`] to `autocast` when given: mixed precision with float32
+/// master weights and optimiser state.
+pub fn gpt2_tiny_losses_with(
+    steps: usize,
+    device: Device,
+    autocast: Option<DType>,
+) -> Result<Vec<f32>> {
     let model = crate::gpt2::Gpt2::new(gpt2_tiny_config(), &Generator::new(0), device)?;
     let mut opt = Adam::adamw(model.parameters(), 1e-3);
     opt.betas = (0.9, 0.95);
@@ -166,7 +177,10 @@ pub fn gpt2_tiny_losses(steps: usize, device: Device) -> Result<Vec<f32>> {
     for step in 0..steps {
         let (x, y) = gpt2_tiny_batch(gpt2_tiny_text(), step, device)?;
         opt.zero_grad();
-        let l = model.loss(&x, &y)?;
+        let l = match autocast {
+            Some(d) => genesis::autograd::autocast(d, || model.loss(&x, &y))?,
+            None => model.loss(&x, &y)?,
+        };
         l.backward()?;
         crate::optim::clip_grad_norm_(opt.params(), 1.0)?;
         opt.step()?;

@@ -5,7 +5,9 @@ wrote, trains the same model (nanoGPT's layout, GELU tanh, tied head) with AdamW
 betas 0.9/0.95, weight decay 0.1 on every parameter) and global-norm clipping at 1 on the same
 byte batches of data/corpus.txt, and prints the losses as JSON:
 
-    python3 torch_gpt2.py INIT.safetensors [cpu|cuda] [STEPS] > losses.json
+    python3 torch_gpt2.py INIT.safetensors [cpu|cuda] [STEPS] [bf16] > losses.json
+
+With `bf16` the forward pass and the loss run under torch.autocast(dtype=torch.bfloat16).
 
 The CPU output is committed as tests/data/torch_gpt2_losses.json (the `nn` test compares).
 """
@@ -94,6 +96,7 @@ def main():
     init = sys.argv[1]
     device = sys.argv[2] if len(sys.argv) > 2 else "cpu"
     steps = int(sys.argv[3]) if len(sys.argv) > 3 else 50
+    amp = len(sys.argv) > 4 and sys.argv[4] == "bf16"
     here = os.path.dirname(os.path.abspath(__file__))
     text = open(os.path.join(here, "..", "data", "corpus.txt"), "rb").read()
     model = GPT().to(device)
@@ -103,12 +106,13 @@ def main():
     for step in range(steps):
         x, y = batch(text, step, device)
         opt.zero_grad(set_to_none=True)
-        loss = model(x, y)
+        with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=amp):
+            loss = model(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         losses.append(loss.item())
-    print(json.dumps({"torch": torch.__version__, "device": device, "losses": losses}))
+    print(json.dumps({"torch": torch.__version__, "device": device, "bf16": amp, "losses": losses}))
 
 
 main()

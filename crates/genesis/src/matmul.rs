@@ -227,6 +227,9 @@ impl Tensor {
     #[track_caller]
     pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
         use crate::autograd::Saved;
+        if let Some((a, b)) = crate::autograd::autocast_operands(self, other)? {
+            return a.matmul(&b);
+        }
         crate::autograd::op(
             "matmul",
             &[self, other],

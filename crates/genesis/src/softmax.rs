@@ -31,6 +31,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn softmax(&self, dim: impl Dim) -> Result<Tensor> {
+        if let Some(up) = crate::autograd::autocast_up(self)? {
+            return up.softmax(dim);
+        }
         self.softmax_recorded(SoftmaxOp::Softmax, dim.to_dim())
     }
 
@@ -50,6 +53,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn log_softmax(&self, dim: impl Dim) -> Result<Tensor> {
+        if let Some(up) = crate::autograd::autocast_up(self)? {
+            return up.log_softmax(dim);
+        }
         self.softmax_recorded(SoftmaxOp::LogSoftmax, dim.to_dim())
     }
 
@@ -76,6 +82,9 @@ impl Tensor {
     #[track_caller]
     pub fn logsumexp(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
         let dims = shape_spec(&dims);
+        if let Some(up) = crate::autograd::autocast_up(self)? {
+            return up.logsumexp(&dims[..], keepdim);
+        }
         crate::autograd::op(
             "logsumexp",
             &[self],

@@ -849,3 +849,78 @@ pub(crate) fn check_in_place_operands(op: &'static str, operands: &[&Tensor]) ->
     }
     Ok(())
 }
+
+thread_local! {
+    static AUTOCAST: Cell<Option<crate::DType>> = const { Cell::new(None) };
+}
+
+/// Runs `f` with automatic mixed precision (PyTorch's `torch.autocast(dtype=...)`) on this
+/// thread: matrix products (`matmul`, `bmm`, and so `Linear`) of float32 operands compute in
+/// `dtype` (float16 or bfloat16) from cast copies, their results in `dtype`; `softmax`,
+/// `log_softmax` and `logsumexp` of float16 or bfloat16 inputs compute in float32 and return
+/// float32; every other op follows the usual promotion (so a float32 residual stream plus a
+/// bfloat16 branch stays float32). Parameters stay float32 (the master weights): the casts are
+/// recorded, so their gradients arrive in float32. Scopes nest; the previous policy returns
+/// when `f` does.
+///
+/// ```
+/// use genesis::{DType, Device, Tensor, autograd};
+/// # fn main() -> genesis::Result<()> {
+/// let w = Tensor::ones([4, 4], DType::F32, Device::Cpu)?.requires_grad_(true)?;
+/// let x = Tensor::ones([2, 4], DType::F32, Device::Cpu)?;
+/// let y = autograd::autocast(DType::BF16, || x.matmul(&w))?;
+/// assert_eq!(y.dtype(), DType::BF16);
+/// y.to_dtype(DType::F32)?.sum()?.backward()?;
+/// assert_eq!(w.grad().unwrap().dtype(), DType::F32);
+/// # Ok(())
+/// # }
+/// ```
+pub fn autocast<R>(dtype: crate::DType, f: impl FnOnce() -> R) -> R {
+    let previous = AUTOCAST.with(|a| a.replace(Some(dtype)));
+    let r = f();
+    AUTOCAST.with(|a| a.set(previous));
+    r
+}
+
+/// The dtype of the innermost [`autocast`] scope on this thread, if any.
+pub fn autocast_dtype() -> Option<crate::DType> {
+    AUTOCAST.with(Cell::get)
+}
+
+/// Runs `f` with autocast off (inside an [`autocast`] scope: PyTorch's
+/// `autocast(enabled=False)`).
+pub fn without_autocast<R>(f: impl FnOnce() -> R) -> R {
+    let previous = AUTOCAST.with(|a| a.replace(None));
+    let r = f();
+    AUTOCAST.with(|a| a.set(previous));
+    r
+}
+
+/// The operands of a matrix product under [`autocast`]: float32 ones cast (recorded) to the
+/// scope's dtype; `None` outside a scope or when neither is float32.
+pub(crate) fn autocast_operands(a: &Tensor, b: &Tensor) -> Result<Option<(Tensor, Tensor)>> {
+    let Some(d) = autocast_dtype() else {
+        return Ok(None);
+    };
+    let f32 = crate::DType::F32;
+    if a.dtype() != f32 && b.dtype() != f32 {
+        return Ok(None);
+    }
+    let cast = |t: &Tensor| {
+        if t.dtype() == f32 {
+            t.to_dtype(d)
+        } else {
+            Ok(t.clone())
+        }
+    };
+    Ok(Some((cast(a)?, cast(b)?)))
+}
+
+/// The input of a float32-policy op under [`autocast`]: a float16 or bfloat16 tensor cast
+/// (recorded) to float32; `None` otherwise.
+pub(crate) fn autocast_up(x: &Tensor) -> Result<Option<Tensor>> {
+    if autocast_dtype().is_some() && matches!(x.dtype(), crate::DType::F16 | crate::DType::BF16) {
+        return Ok(Some(x.to_dtype(crate::DType::F32)?));
+    }
+    Ok(None)
+}

@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Runs the Genesis GPU bundle on a GPU machine (written into .gpu/ by `cargo xtask gpu-bundle`).
 #
-#   bash .gpu/run.sh [tests] [sanitize] [racecheck] [bench] [examples] [torch] [torch-memcheck]
+#   bash .gpu/run.sh [tests] [sanitize] [racecheck] [bench] [examples] [training] [torch] [torch-memcheck]
 #   (default: all but torch-memcheck)
+#
+# training: genesis-nn's models on GPU 0 against PyTorch on the same GPU, from the same initial
+# parameters on the same batches (crates/genesis-nn/tests/torch_*.py are the twins): the
+# digits MLP for 100 Adam steps, the tiny GPT-2 for 50 steps in float32 and under bf16
+# autocast; prints the largest relative loss difference of each.
 #
 # torch: Genesis as PyTorch's allocator (lib/libgenesis_mem_capi.so, python/genesis_torch),
 # python/tests/test_genesis_torch.py, when torch is importable; torch-memcheck: the same under
@@ -26,7 +31,7 @@ if [ -f "$B/bin.tar.xz" ]; then
 fi
 OUT=${OUT:-$B/out}
 mkdir -p "$OUT"
-steps=${*:-tests sanitize racecheck bench examples torch}
+steps=${*:-tests sanitize racecheck bench examples training torch}
 summary=()
 status=0
 # GENESIS_ONLY=substring runs only the test binaries whose name contains it.
@@ -114,6 +119,28 @@ for step in $steps; do
         esac
         if "$B/bin/$e" "${args[@]}" >> "$OUT/examples.log" 2>&1; then r=ok; else r=FAILED; status=1; fi
         summary+=("example   $e: $r")
+      done
+      ;;
+    training)
+      log="$OUT/training.log"
+      : > "$log"
+      if ! python3 -c 'import torch' > /dev/null 2>&1; then
+        summary+=("training: skipped (torch is not importable)")
+        continue
+      fi
+      twins="$GENESIS_REPO_ROOT/crates/genesis-nn/tests"
+      "$B/bin/example-mlp_init" "$OUT/mlp_init.safetensors" >> "$log" 2>&1
+      "$B/bin/example-gpt2_tiny" 0 "$OUT/gpt2_init.safetensors" >> "$log" 2>&1
+      for c in "mlp torch_mlp.py mlp_init 100 -" "gpt2 torch_gpt2.py gpt2_init 50 -" "gpt2-bf16 torch_gpt2.py gpt2_init 50 bf16"; do
+        set -- $c
+        amp=(); [ "$5" = bf16 ] && amp=(bf16)
+        if "$B/bin/example-losses" "$1" cuda "$4" > "$OUT/ours_$1.json" 2>> "$log" &&
+           python3 "$twins/$2" "$OUT/$3.safetensors" cuda "$4" "${amp[@]}" > "$OUT/torch_$1.json" 2>> "$log"; then
+          r=$(python3 -c "import json,sys; a=json.load(open(sys.argv[1]))['losses']; b=json.load(open(sys.argv[2]))['losses']; print('largest relative difference %.3g over %d steps' % (max(abs(x-y)/abs(y) for x,y in zip(a,b)), len(b)))" "$OUT/ours_$1.json" "$OUT/torch_$1.json")
+        else
+          r=FAILED; status=1
+        fi
+        summary+=("training  $1 vs PyTorch on cuda: $r")
       done
       ;;
     torch|torch-memcheck)

@@ -7,7 +7,8 @@
 # training: genesis-nn's models on GPU 0 against PyTorch on the same GPU, from the same initial
 # parameters on the same batches (crates/genesis-nn/tests/torch_*.py are the twins): the
 # digits MLP for 100 Adam steps, the tiny GPT-2 for 50 steps in float32 and under bf16
-# autocast; prints the largest relative loss difference of each.
+# autocast; prints the largest relative loss difference of each; then peak memory and step
+# time of forward + backward of a transformer block and an MLP beside PyTorch eager's.
 #
 # torch: Genesis as PyTorch's allocator (lib/libgenesis_mem_capi.so, python/genesis_torch),
 # python/tests/test_genesis_torch.py, when torch is importable; torch-memcheck: the same under
@@ -142,6 +143,13 @@ for step in $steps; do
         fi
         summary+=("training  $1 vs PyTorch on cuda: $r")
       done
+      # Peak memory and step time of forward + backward: a transformer block and an MLP.
+      echo "== genesis" >> "$log"
+      "$B/bin/example-train_memory" cuda >> "$log" 2>&1 || status=1
+      echo "== pytorch eager" >> "$log"
+      python3 "$twins/torch_train_memory.py" cuda >> "$log" 2>&1 || status=1
+      summary+=("training  memory and step time: see training.log")
+      sed -n '/^== genesis/,$p' "$log"
       ;;
     torch|torch-memcheck)
       # Genesis as PyTorch's CUDA allocator: install, two streams, training equal to PyTorch's

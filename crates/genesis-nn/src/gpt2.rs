@@ -37,9 +37,9 @@ impl Gpt2Config {
 }
 
 /// One transformer block: pre-LayerNorm causal self-attention and a GELU (tanh) MLP, each
-/// added to the residual stream.
+/// added to the residual stream (nanoGPT's `Block`).
 #[derive(Debug)]
-struct Block {
+pub struct Block {
     ln_1: LayerNorm,
     c_attn: Linear,
     attn_proj: Linear,
@@ -50,7 +50,45 @@ struct Block {
 }
 
 impl Block {
-    fn forward(&self, x: &Tensor, causal: &Tensor) -> Result<Tensor> {
+    /// A block of width `n_embd` with `n_head` heads, initialised as in [`Gpt2::new`] for
+    /// `n_layer` layers.
+    pub fn new(
+        n_embd: usize,
+        n_head: usize,
+        n_layer: usize,
+        g: &Generator,
+        device: Device,
+    ) -> Result<Block> {
+        if n_head == 0 || !n_embd.is_multiple_of(n_head) {
+            return Err(Error::InvalidArgument {
+                op: "Block::new",
+                reason: format!("n_embd {n_embd} is not a multiple of n_head {n_head}"),
+            });
+        }
+        let linear = |i: usize, o: usize, std: f64| -> Result<Linear> {
+            let l = Linear::new(i, o, true, g, device)?;
+            init::normal_(&l.weight, 0.0, std, g)?;
+            if let Some(b) = &l.bias {
+                init::constant_(b, 0.0)?;
+            }
+            Ok(l)
+        };
+        let c = n_embd;
+        let proj_std = 0.02 / (2.0 * n_layer.max(1) as f64).sqrt();
+        Ok(Block {
+            ln_1: LayerNorm::new(&[c], 1e-5, true, device)?,
+            c_attn: linear(c, 3 * c, 0.02)?,
+            attn_proj: linear(c, c, proj_std)?,
+            ln_2: LayerNorm::new(&[c], 1e-5, true, device)?,
+            c_fc: linear(c, 4 * c, 0.02)?,
+            mlp_proj: linear(4 * c, c, proj_std)?,
+            n_head,
+        })
+    }
+
+    /// The block applied to `x` (`[B, T, C]`) with the causal mask `causal` (`[T, T]` bool,
+    /// true above the diagonal).
+    pub fn forward_masked(&self, x: &Tensor, causal: &Tensor) -> Result<Tensor> {
         let (b, t, c) = (x.shape()[0], x.shape()[1], x.shape()[2]);
         let (h, d) = (self.n_head, c / self.n_head);
         let heads = |z: &Tensor| -> Result<Tensor> {
@@ -125,29 +163,10 @@ impl Gpt2 {
             init::normal_(&t, 0.0, std, g)?;
             t.requires_grad_(true)
         };
-        let linear = |i: usize, o: usize, std: f64| -> Result<Linear> {
-            let l = Linear::new(i, o, true, g, device)?;
-            init::normal_(&l.weight, 0.0, std, g)?;
-            if let Some(b) = &l.bias {
-                init::constant_(b, 0.0)?;
-            }
-            Ok(l)
-        };
         let wte = normal(&[config.vocab_size, c], 0.02)?;
         let wpe = normal(&[config.block_size, c], 0.02)?;
-        let proj_std = 0.02 / (2.0 * config.n_layer as f64).sqrt();
         let blocks = (0..config.n_layer)
-            .map(|_| {
-                Ok(Block {
-                    ln_1: LayerNorm::new(&[c], 1e-5, true, device)?,
-                    c_attn: linear(c, 3 * c, 0.02)?,
-                    attn_proj: linear(c, c, proj_std)?,
-                    ln_2: LayerNorm::new(&[c], 1e-5, true, device)?,
-                    c_fc: linear(c, 4 * c, 0.02)?,
-                    mlp_proj: linear(4 * c, c, proj_std)?,
-                    n_head: config.n_head,
-                })
-            })
+            .map(|_| Block::new(c, config.n_head, config.n_layer, g, device))
             .collect::<Result<Vec<_>>>()?;
         Ok(Gpt2 {
             config,
@@ -181,7 +200,7 @@ impl Gpt2 {
         let mut x = tok.add(&pos)?;
         let causal = Tensor::ones([t, t], DType::Bool, device)?.triu(1)?;
         for block in &self.blocks {
-            x = block.forward(&x, &causal)?;
+            x = block.forward_masked(&x, &causal)?;
         }
         self.ln_f.forward(&x)?.matmul(&self.wte.t()?)
     }
@@ -192,6 +211,28 @@ impl Gpt2 {
         let logits = self.logits(idx)?;
         let v = self.config.vocab_size as isize;
         crate::loss::cross_entropy(&logits.reshape([-1, v])?, &targets.reshape([-1])?)
+    }
+}
+
+impl Module for Block {
+    /// The block with a causal mask over the sequence (`x`: `[B, T, C]`).
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if x.dim() != 3 {
+            return Err(Error::InvalidArgument {
+                op: "Block::forward",
+                reason: format!("expects [batch, time, width], got {:?}", x.shape()),
+            });
+        }
+        let t = x.shape()[1];
+        let causal = Tensor::ones([t, t], DType::Bool, x.device())?.triu(1)?;
+        self.forward_masked(x, &causal)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        Block::named_parameters(self, "")
+            .into_iter()
+            .map(|(n, t)| (n.trim_start_matches('.').to_string(), t))
+            .collect()
     }
 }
 

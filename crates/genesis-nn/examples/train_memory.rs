@@ -46,15 +46,13 @@ fn measure(
         for p in params {
             p.zero_grad();
         }
-        if k == 0 {
-            if let Device::Cuda(i) = device {
-                let peak = genesis::cuda::max_memory_allocated(i)?;
-                println!(
-                    "{name}: peak allocated {:.1} MiB (held before the step {:.1} MiB)",
-                    peak as f64 / 1048576.0,
-                    base as f64 / 1048576.0
-                );
-            }
+        if let (0, Device::Cuda(i)) = (k, device) {
+            let peak = genesis::cuda::max_memory_allocated(i)?;
+            println!(
+                "{name}: peak allocated {:.1} MiB (held before the step {:.1} MiB)",
+                peak as f64 / 1048576.0,
+                base as f64 / 1048576.0
+            );
         }
     }
     times.sort_by(f64::total_cmp);

@@ -3,6 +3,7 @@
 //! built from the facade's ops so that autograd trains it.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use genesis::{DType, Device, Error, Generator, Result, Tensor, no_grad};
 
@@ -142,8 +143,11 @@ pub struct Gpt2 {
     pub config: Gpt2Config,
     wte: Tensor,
     wpe: Tensor,
-    blocks: Vec<Block>,
+    blocks: Vec<Arc<Block>>,
     ln_f: LayerNorm,
+    /// Recompute each block's activations in the backward instead of keeping them
+    /// ([`genesis::autograd::checkpoint`]): less memory, the forward twice.
+    pub recompute: bool,
 }
 
 impl Gpt2 {
@@ -166,7 +170,7 @@ impl Gpt2 {
         let wte = normal(&[config.vocab_size, c], 0.02)?;
         let wpe = normal(&[config.block_size, c], 0.02)?;
         let blocks = (0..config.n_layer)
-            .map(|_| Block::new(c, config.n_head, config.n_layer, g, device))
+            .map(|_| Block::new(c, config.n_head, config.n_layer, g, device).map(Arc::new))
             .collect::<Result<Vec<_>>>()?;
         Ok(Gpt2 {
             config,
@@ -174,6 +178,7 @@ impl Gpt2 {
             wpe,
             blocks,
             ln_f: LayerNorm::new(&[c], 1e-5, true, device)?,
+            recompute: false,
         })
     }
 
@@ -200,7 +205,12 @@ impl Gpt2 {
         let mut x = tok.add(&pos)?;
         let causal = Tensor::ones([t, t], DType::Bool, device)?.triu(1)?;
         for block in &self.blocks {
-            x = block.forward_masked(&x, &causal)?;
+            x = if self.recompute {
+                let (block, causal) = (block.clone(), causal.clone());
+                genesis::autograd::checkpoint(&[&x], move |t| block.forward_masked(&t[0], &causal))?
+            } else {
+                block.forward_masked(&x, &causal)?
+            };
         }
         self.ln_f.forward(&x)?.matmul(&self.wte.t()?)
     }

@@ -680,3 +680,28 @@ fn tiny_gpt2_under_bf16_autocast_follows_pytorchs() {
     }
     eprintln!("bf16 autocast: largest relative difference from PyTorch over 50 steps: {worst:e}");
 }
+
+/// Recomputing the blocks' activations in the backward gives the same gradients as keeping
+/// them.
+#[test]
+fn gpt2_recomputation_gives_the_same_gradients() {
+    use genesis_nn::gpt2::Gpt2;
+    let cfg = genesis_nn::train::gpt2_tiny_config();
+    let (x, y) =
+        genesis_nn::train::gpt2_tiny_batch(genesis_nn::train::gpt2_tiny_text(), 3, CPU).unwrap();
+    let grads = |recompute: bool| -> Vec<Vec<f32>> {
+        let mut model = Gpt2::new(cfg, &Generator::new(0), CPU).unwrap();
+        model.recompute = recompute;
+        model.loss(&x, &y).unwrap().backward().unwrap();
+        model
+            .parameters()
+            .iter()
+            .map(|p| vec32(&p.grad().unwrap()))
+            .collect()
+    };
+    let (kept, again) = (grads(false), grads(true));
+    assert_eq!(kept.len(), again.len());
+    for (a, b) in kept.iter().zip(&again) {
+        assert_eq!(a, b);
+    }
+}

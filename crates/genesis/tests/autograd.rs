@@ -708,3 +708,51 @@ fn half_precision_gradients() {
         }
     }
 }
+
+/// A checkpointed function keeps nothing for the backward and gives the same gradients, to
+/// its inputs and to the tensors it captures (also when no input requires grad).
+#[test]
+fn checkpoint_recomputes_and_gives_the_same_gradients() {
+    let g = Generator::new(12);
+    let w = g
+        .randn([4, 4], DType::F64, CPU)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    let x = g.randn([3, 4], DType::F64, CPU).unwrap();
+    let body = |x: &Tensor, w: &Tensor| x.matmul(w)?.gelu()?.softmax(1)?.matmul(w);
+    for input_requires_grad in [true, false] {
+        let xi = if input_requires_grad {
+            x.clone().requires_grad_(true).unwrap()
+        } else {
+            x.clone()
+        };
+        body(&xi, &w)
+            .unwrap()
+            .square()
+            .unwrap()
+            .sum()
+            .unwrap()
+            .backward()
+            .unwrap();
+        let (want_w, want_x) = (w.grad().unwrap(), xi.grad());
+        w.zero_grad();
+        xi.zero_grad();
+        let w2 = w.clone();
+        let y = autograd::checkpoint(&[&xi], move |t| body(&t[0], &w2)).unwrap();
+        assert_eq!(y.grad_fn_name(), Some("checkpoint"));
+        y.square().unwrap().sum().unwrap().backward().unwrap();
+        assert_eq!(
+            w.grad().unwrap().to_vec::<f64>().unwrap(),
+            want_w.to_vec::<f64>().unwrap()
+        );
+        assert_eq!(
+            xi.grad().map(|g| g.to_vec::<f64>().unwrap()),
+            want_x.map(|g| g.to_vec::<f64>().unwrap())
+        );
+        w.zero_grad();
+    }
+    // Without grad mode it is a plain call.
+    let y = no_grad(|| autograd::checkpoint(&[&x], |t| t[0].exp())).unwrap();
+    assert!(!y.requires_grad());
+}

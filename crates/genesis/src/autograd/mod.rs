@@ -924,3 +924,64 @@ pub(crate) fn autocast_up(x: &Tensor) -> Result<Option<Tensor>> {
     }
     Ok(None)
 }
+
+/// Activation recomputation (PyTorch's `torch.utils.checkpoint`): `f(inputs)` runs without
+/// recording, so nothing it computes is kept for the backward; the backward runs `f` again,
+/// recording, on detached copies of `inputs`, and sends the output's gradient through that
+/// second graph (into `inputs` and into every tensor `f` reads that requires grad, such as
+/// the parameters it captures). Memory for speed: the forward runs twice. `f` must compute
+/// the same values both times (a dropout inside draws again: seed it, or leave it out).
+///
+/// ```
+/// use genesis::{Device, Tensor, autograd};
+/// # fn main() -> genesis::Result<()> {
+/// let w = Tensor::from_slice(&[2.0f32], [1], Device::Cpu)?.requires_grad_(true)?;
+/// let x = Tensor::from_slice(&[3.0f32], [1], Device::Cpu)?.requires_grad_(true)?;
+/// let w2 = w.clone();
+/// let y = autograd::checkpoint(&[&x], move |t| t[0].mul(&w2)?.tanh())?;
+/// y.sum()?.backward()?;
+/// let d = 1.0 - (6.0f32).tanh().powi(2);
+/// assert!((x.grad().unwrap().item::<f32>()? - 2.0 * d).abs() < 1e-6);
+/// assert!((w.grad().unwrap().item::<f32>()? - 3.0 * d).abs() < 1e-6);
+/// # Ok(())
+/// # }
+/// ```
+pub fn checkpoint(
+    inputs: &[&Tensor],
+    f: impl Fn(&[Tensor]) -> Result<Tensor> + Send + Sync + 'static,
+) -> Result<Tensor> {
+    let detached: Vec<Tensor> = inputs.iter().map(|t| t.detach()).collect();
+    if !is_grad_enabled() {
+        return f(&detached);
+    }
+    let out = no_grad(|| f(&detached))?;
+    // The node has an edge to every input; a closure-captured tensor that requires grad gets
+    // its gradient from the recomputed graph's own backward. So the node must exist even when
+    // no input requires grad: it is recorded on a placeholder input that does.
+    let saved: Vec<Saved> = inputs.iter().map(|t| Saved::new("checkpoint", t)).collect();
+    let needs_grad: Vec<bool> = inputs.iter().map(|t| t.requires_grad()).collect();
+    let back = move |g: &Tensor, _: &[bool]| -> Result<Vec<Option<Tensor>>> {
+        let copies = saved
+            .iter()
+            .zip(&needs_grad)
+            .map(|(s, &rg)| {
+                let t = s.get()?;
+                if rg { t.requires_grad_(true) } else { Ok(t) }
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let again = enable_grad(|| f(&copies))?;
+        if again.requires_grad() {
+            let root = root_gradient(&again, Some(g))?;
+            run_backward(vec![(again, root)], false, None)?;
+        }
+        let mut grads: Vec<Option<Tensor>> = copies.iter().map(Tensor::grad).collect();
+        grads.push(None);
+        Ok(grads)
+    };
+    // A leaf that requires grad stands for the tensors `f` captures: the node is recorded
+    // whenever grad mode is on, so that the backward reaches them.
+    let anchor = Tensor::zeros([1], crate::DType::F32, crate::Device::Cpu)?.requires_grad_(true)?;
+    let mut all: Vec<&Tensor> = inputs.to_vec();
+    all.push(&anchor);
+    Ok(record("checkpoint", &all, out, Box::new(back)))
+}

@@ -6,43 +6,17 @@ PyTorch's gradients of the loss with respect to `x` (`grad.x`) and every paramet
 
     python3 torch_block.py
 """
-import math
 import os
 
 import torch
 from safetensors.torch import save_file
 
+from twins import FlatBlock
+
 torch.manual_seed(5)
 B, T, C, H = 2, 5, 8, 2
-D = C // H
 
-
-class Block(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.ln_1 = torch.nn.LayerNorm(C)
-        self.c_attn = torch.nn.Linear(C, 3 * C)
-        self.c_proj = torch.nn.Linear(C, C)
-        self.ln_2 = torch.nn.LayerNorm(C)
-        self.c_fc = torch.nn.Linear(C, 4 * C)
-        self.mlp_proj = torch.nn.Linear(4 * C, C)
-
-    def forward(self, x):
-        h = self.ln_1(x)
-        q, k, v = self.c_attn(h).split(C, dim=2)
-        q = q.view(B, T, H, D).transpose(1, 2)
-        k = k.view(B, T, H, D).transpose(1, 2)
-        v = v.view(B, T, H, D).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
-        causal = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
-        att = att.masked_fill(causal, float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
-        x = x + self.c_proj(y)
-        m = self.mlp_proj(torch.nn.functional.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
-        return x + m
-
-
-block = Block()
+block = FlatBlock(C, H)
 with torch.no_grad():
     for ln in (block.ln_1, block.ln_2):
         ln.weight.uniform_(0.5, 1.5)

@@ -12,29 +12,15 @@ With `bf16` the forward pass and the loss run under torch.autocast(dtype=torch.b
 The CPU output is committed as tests/data/torch_gpt2_losses.json (the `nn` test compares).
 """
 import json
-import math
 import os
-import struct
 import sys
 
 import torch
 
+from twins import causal_attention, load_safetensors
+
 V, BLOCK, L, H, C = 256, 32, 2, 2, 32
 B, T = 4, 32
-
-
-def load_safetensors(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for name, meta in header.items():
-        if name == "__metadata__":
-            continue
-        a, b = meta["data_offsets"]
-        out[name] = torch.frombuffer(bytearray(data[a:b]), dtype=torch.float32).reshape(meta["shape"]).clone()
-    return out
 
 
 class Block(torch.nn.Module):
@@ -50,15 +36,7 @@ class Block(torch.nn.Module):
         self.mlp.c_proj = torch.nn.Linear(4 * C, C)
 
     def forward(self, x):
-        b, t, c = x.shape
-        d = c // H
-        q, k, v = self.attn.c_attn(self.ln_1(x)).split(c, dim=2)
-        q, k, v = (z.view(b, t, H, d).transpose(1, 2) for z in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d))
-        causal = torch.triu(torch.ones(t, t, dtype=torch.bool, device=x.device), diagonal=1)
-        att = att.masked_fill(causal, float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
-        x = x + self.attn.c_proj(y)
+        x = x + self.attn.c_proj(causal_attention(self.attn.c_attn(self.ln_1(x)), H))
         return x + self.mlp.c_proj(torch.nn.functional.gelu(self.mlp.c_fc(self.ln_2(x)), approximate="tanh"))
 
 

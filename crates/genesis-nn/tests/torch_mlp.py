@@ -12,26 +12,11 @@ The CPU output is committed as tests/data/torch_mlp_losses.json (the `nn` test c
 import gzip
 import json
 import os
-import struct
 import sys
 
 import torch
 
-
-def load_safetensors(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for name, meta in header.items():
-        if name == "__metadata__":
-            continue
-        assert meta["dtype"] == "F32", meta
-        a, b = meta["data_offsets"]
-        t = torch.frombuffer(bytearray(data[a:b]), dtype=torch.float32)
-        out[name] = t.reshape(meta["shape"]).clone()
-    return out
+from twins import load_safetensors
 
 
 def main():

@@ -643,8 +643,7 @@ impl Tensor {
                 let (shape, dtype) = (self.shape().to_vec(), self.dtype());
                 let idx = crate::autograd::Saved::new("gather", index);
                 Box::new(move |g, _| {
-                    let z = Tensor::zeros(&shape[..], dtype, g.device())?;
-                    z.scatter_add_(dim, &idx.get()?, g)?;
+                    let z = crate::autograd::scatter_back(&shape, dtype, dim, &idx.get()?, g)?;
                     Ok(vec![Some(z)])
                 })
             },
@@ -704,12 +703,11 @@ impl Tensor {
                     if g.dim() > 0 {
                         along[d] = idx.numel();
                     }
-                    let full = idx.reshape(&along[..])?.expand(g.shape())?.contiguous()?;
-                    let z = Tensor::zeros(&shape[..], dtype, g.device())?;
                     if g.dim() == 0 {
-                        return Ok(vec![Some(z.add(g)?)]);
+                        return Ok(vec![Some(g.reshape(&shape[..])?)]);
                     }
-                    z.scatter_add_(d as isize, &full, g)?;
+                    let full = idx.reshape(&along[..])?.expand(g.shape())?;
+                    let z = crate::autograd::scatter_back(&shape, dtype, d as isize, &full, g)?;
                     Ok(vec![Some(z)])
                 })
             },

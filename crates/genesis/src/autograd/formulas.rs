@@ -339,3 +339,17 @@ pub(crate) fn matmul(
     };
     Ok((ga, gb))
 }
+
+/// The gradient of a gather along `dim` from a tensor of `shape` and `dtype` at `index` (the
+/// output's shape): `g` added back at the positions it was read from (repeats add up).
+pub(crate) fn scatter_back(
+    shape: &[usize],
+    dtype: DType,
+    dim: isize,
+    index: &Tensor,
+    g: &Tensor,
+) -> Result<Tensor> {
+    let z = Tensor::zeros(shape, dtype, g.device())?;
+    z.scatter_add_(dim, &index.contiguous()?, &g.contiguous()?)?;
+    Ok(z)
+}

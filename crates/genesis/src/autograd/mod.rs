@@ -26,7 +26,7 @@ use crate::{Error, Result, Tensor};
 
 pub(crate) use formulas::{
     Operand2, binary as binary_grad, cast_to as cast_grad, matmul as matmul_grad, reduced_dims,
-    scalar_lhs as scalar_lhs_grad, spread, sum_to, unary as unary_grad, unary_saves,
+    scalar_lhs as scalar_lhs_grad, scatter_back, spread, sum_to, unary as unary_grad, unary_saves,
 };
 
 thread_local! {
@@ -829,9 +829,7 @@ pub(crate) fn picked(
         } else {
             (g.unsqueeze(d as isize)?, idx.unsqueeze(d as isize)?)
         };
-        let z = Tensor::zeros(&shape[..], dtype, g.device())?;
-        z.scatter_add_(d as isize, &i.contiguous()?, &g.contiguous()?)?;
-        Ok(vec![Some(z)])
+        Ok(vec![Some(scatter_back(&shape, dtype, d as isize, &i, &g)?)])
     };
     record(name, &[x], values, Box::new(back))
 }

@@ -8,7 +8,8 @@
 # parameters on the same batches (crates/genesis-nn/tests/torch_*.py are the twins): the
 # digits MLP for 100 Adam steps, the tiny GPT-2 for 50 steps in float32 and under bf16
 # autocast; prints the largest relative loss difference of each; then peak memory and step
-# time of forward + backward of a transformer block and an MLP beside PyTorch eager's.
+# time of forward + backward of a transformer block and an MLP beside PyTorch eager's, and ten
+# steps of GPT-2 124M under bf16 autocast beside PyTorch eager's.
 #
 # torch: Genesis as PyTorch's allocator (lib/libgenesis_mem_capi.so, python/genesis_torch),
 # python/tests/test_genesis_torch.py, when torch is importable; torch-memcheck: the same under
@@ -148,6 +149,14 @@ for step in $steps; do
       "$B/bin/example-train_memory" cuda >> "$log" 2>&1 || status=1
       echo "== pytorch eager" >> "$log"
       python3 "$twins/torch_train_memory.py" cuda >> "$log" 2>&1 || status=1
+      # GPT-2 124M (nanoGPT's layout, bf16 autocast), 10 steps of batch 8 x 1024 on byte
+      # tokens of the Python standard library, beside PyTorch eager from the same parameters.
+      text=$(python3 -c 'import os; print(os.path.dirname(os.__file__))')
+      args=(--config 124m --batch 8 --seq 1024 --steps 10 --device cuda --bf16 --text "$text")
+      echo "== genesis gpt2 124m" >> "$log"
+      "$B/bin/example-gpt2_train" "${args[@]}" --init "$OUT/gpt2_124m_init.safetensors" >> "$log" 2>&1 || status=1
+      echo "== pytorch eager gpt2 124m" >> "$log"
+      python3 "$twins/torch_gpt2_train.py" "$OUT/gpt2_124m_init.safetensors" "${args[@]}" >> "$log" 2>&1 || status=1
       summary+=("training  memory and step time: see training.log")
       sed -n '/^== genesis/,$p' "$log"
       ;;

@@ -126,19 +126,28 @@ pub fn gpt2_tiny_config() -> crate::gpt2::Gpt2Config {
     }
 }
 
-/// The token batch of `step` for the tiny GPT-2: 4 sequences of 32 bytes of
-/// `data/corpus.txt`, sequence `b` starting at `37 (4 step + b)` modulo the text's length
-/// less 33, and the same shifted by one as targets (int64 `[4, 32]` each).
-pub fn gpt2_tiny_batch(
+/// Batch `step` of byte tokens from `text`: `b` windows of `t` bytes, window `i` starting at
+/// `stride * (b * step + i)` modulo `text.len() - t - 1`, and the same shifted by one as the
+/// targets (int64 `[b, t]` each). The PyTorch twins draw the same windows.
+pub fn window_batch(
     text: &[u8],
     step: usize,
+    b: usize,
+    t: usize,
+    stride: usize,
     device: Device,
 ) -> Result<(genesis::Tensor, genesis::Tensor)> {
-    let (b, t) = (4usize, 32usize);
-    let span = text.len() - t - 1;
+    let span = text
+        .len()
+        .checked_sub(t + 1)
+        .filter(|&s| s > 0)
+        .ok_or_else(|| genesis::Error::InvalidArgument {
+            op: "window_batch",
+            reason: format!("{} bytes of text for windows of {t}", text.len()),
+        })?;
     let (mut x, mut y) = (Vec::with_capacity(b * t), Vec::with_capacity(b * t));
     for i in 0..b {
-        let start = (37 * (4 * step + i)) % span;
+        let start = (stride * (b * step + i)) % span;
         x.extend(text[start..start + t].iter().map(|&c| i64::from(c)));
         y.extend(text[start + 1..start + t + 1].iter().map(|&c| i64::from(c)));
     }
@@ -146,6 +155,36 @@ pub fn gpt2_tiny_batch(
         genesis::Tensor::from_slice(&x, [b, t], device)?,
         genesis::Tensor::from_slice(&y, [b, t], device)?,
     ))
+}
+
+/// The token batch of `step` for the tiny GPT-2: [`window_batch`] of 4 windows of 32 bytes,
+/// stride 37.
+pub fn gpt2_tiny_batch(
+    text: &[u8],
+    step: usize,
+    device: Device,
+) -> Result<(genesis::Tensor, genesis::Tensor)> {
+    window_batch(text, step, 4, 32, 37, device)
+}
+
+/// The bytes of every `*.py` file directly in `dir`, in the order of their names: text that
+/// is on every machine (the Python standard library's sources) for byte-level training.
+pub fn python_sources(dir: &std::path::Path) -> Result<Vec<u8>> {
+    let io = |e: std::io::Error| genesis::Error::InvalidArgument {
+        op: "python_sources",
+        reason: format!("{}: {e}", dir.display()),
+    };
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
+        .map_err(io)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "py") && p.is_file())
+        .collect();
+    files.sort();
+    let mut text = Vec::new();
+    for f in files {
+        text.extend(std::fs::read(&f).map_err(io)?);
+    }
+    Ok(text)
 }
 
 /// The corpus of the tiny GPT-2.

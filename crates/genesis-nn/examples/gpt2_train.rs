@@ -1,0 +1,111 @@
+//! Trains GPT-2 (nanoGPT's layout) on byte tokens (of the Python files in `--text DIR`, else of
+//! the crate's `data/corpus.txt`) and prints, per step, the loss, the step time, tokens per
+//! second and (on a GPU) the allocator's peak. `tests/torch_gpt2_train.py` is the PyTorch twin: the same initial parameters (written
+//! with `--init`), the same batches, the same optimiser.
+//!
+//! ```text
+//! cargo run --release -p genesis-nn [--features cuda] --example gpt2_train -- \
+//!     --config tiny|small|124m --batch 4 --seq 64 --steps 20 [--device cuda] [--bf16] \
+//!     [--recompute] [--text DIR] [--init PATH]
+//! ```
+
+use clap::{Arg, ArgAction, Command};
+use genesis::{DType, Device, Generator, Result};
+use genesis_nn::Module;
+use genesis_nn::gpt2::{Gpt2, Gpt2Config};
+use genesis_nn::optim::{Adam, Optimizer, clip_grad_norm_};
+use genesis_nn::train::{python_sources, window_batch};
+
+fn main() -> Result<()> {
+    let m = Command::new("gpt2_train")
+        .arg(Arg::new("config").long("config").default_value("tiny"))
+        .arg(Arg::new("batch").long("batch").default_value("4"))
+        .arg(Arg::new("seq").long("seq").default_value("64"))
+        .arg(Arg::new("steps").long("steps").default_value("20"))
+        .arg(Arg::new("device").long("device").default_value("cpu"))
+        .arg(Arg::new("bf16").long("bf16").action(ArgAction::SetTrue))
+        .arg(
+            Arg::new("recompute")
+                .long("recompute")
+                .action(ArgAction::SetTrue),
+        )
+        .arg(Arg::new("text").long("text"))
+        .arg(Arg::new("init").long("init"))
+        .get_matches();
+    let get = |k: &str| m.get_one::<String>(k).cloned().unwrap_or_default();
+    let num = |k: &str| get(k).parse::<usize>().expect("a number");
+    let config = match get("config").as_str() {
+        "124m" => Gpt2Config::gpt2_124m(),
+        "small" => Gpt2Config {
+            block_size: 256,
+            vocab_size: 256,
+            n_layer: 4,
+            n_head: 4,
+            n_embd: 128,
+        },
+        _ => Gpt2Config {
+            block_size: 64,
+            vocab_size: 256,
+            n_layer: 2,
+            n_head: 2,
+            n_embd: 64,
+        },
+    };
+    let device = if get("device") == "cuda" {
+        Device::Cuda(0)
+    } else {
+        Device::Cpu
+    };
+    let (b, t, steps) = (num("batch"), num("seq"), num("steps"));
+    // The *.py files of --text (the Python standard library's folder, say), else the crate's
+    // own small text.
+    let text = match m.get_one::<String>("text") {
+        Some(d) => python_sources(std::path::Path::new(d))?,
+        None => genesis_nn::train::gpt2_tiny_text().to_vec(),
+    };
+    let mut model = Gpt2::new(config, &Generator::new(0), device)?;
+    model.recompute = m.get_flag("recompute");
+    if let Some(path) = m.get_one::<String>("init") {
+        model.save_safetensors(path)?;
+        println!("wrote the initial parameters to {path}");
+    }
+    let mut opt = Adam::adamw(model.parameters(), 6e-4);
+    opt.betas = (0.9, 0.95);
+    opt.weight_decay = 0.1;
+    let autocast = m.get_flag("bf16").then_some(DType::BF16);
+    println!(
+        "gpt2 {config:?}, batch {b} x {t}, {} bytes of text, {device:?}{}",
+        text.len(),
+        if autocast.is_some() {
+            ", bf16 autocast"
+        } else {
+            ""
+        }
+    );
+    for step in 0..steps {
+        let (x, y) = window_batch(&text, step, b, t, 7919, device)?;
+        let start = std::time::Instant::now();
+        opt.zero_grad();
+        let loss = match autocast {
+            Some(d) => genesis::autograd::autocast(d, || model.loss(&x, &y))?,
+            None => model.loss(&x, &y)?,
+        };
+        loss.backward()?;
+        clip_grad_norm_(opt.params(), 1.0)?;
+        opt.step()?;
+        let l = loss.item::<f32>()?; // synchronises
+        let ms = start.elapsed().as_secs_f64() * 1e3;
+        let peak = match device {
+            Device::Cuda(i) => format!(
+                ", peak allocated {:.1} MiB",
+                genesis::cuda::max_memory_allocated(i)? as f64 / 1048576.0
+            ),
+            _ => String::new(),
+        };
+        println!(
+            "step {step:4}  loss {l:.6}  {ms:.2} ms  {:.0} tokens/s{peak}",
+            (b * t) as f64 / (ms / 1e3)
+        );
+    }
+    Ok(())
+}

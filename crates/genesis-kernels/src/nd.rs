@@ -261,11 +261,33 @@ impl BinaryNd {
     pub fn for_each(&self, mut f: impl FnMut(usize, usize, usize)) {
         let n = self.numel();
         let rank = self.rank as usize;
+        if n == 0 {
+            return;
+        }
+        // Row by row: the innermost dimension is a plain loop, the others advance once a row.
+        let inner = if rank == 0 {
+            1
+        } else {
+            self.size[rank - 1] as usize
+        };
+        let (sa, sb) = if rank == 0 {
+            (0, 0)
+        } else {
+            (self.a_strides[rank - 1], self.b_strides[rank - 1])
+        };
+        let outer = rank.saturating_sub(1);
         let mut idx = [0u32; ND_DIMS];
         let (mut oa, mut ob) = (self.a_offset, self.b_offset);
-        for i in 0..n {
-            f(i, oa as usize, ob as usize);
-            for k in (0..rank).rev() {
+        let mut i = 0;
+        while i < n {
+            let (mut a, mut b) = (oa, ob);
+            for j in 0..inner {
+                f(i + j, a as usize, b as usize);
+                a += sa;
+                b += sb;
+            }
+            i += inner;
+            for k in (0..outer).rev() {
                 idx[k] += 1;
                 oa += self.a_strides[k];
                 ob += self.b_strides[k];

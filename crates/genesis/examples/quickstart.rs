@@ -1,7 +1,8 @@
 //! A short tour of Genesis on the CPU and (when built with `--features cuda` on a machine with a
 //! GPU) on the GPU: creation, arithmetic with broadcasting, in-place ops, views and indexing,
-//! seeded random numbers, matmul, reductions, comparisons and `where`, `_out` forms, typed
-//! errors, and the GPU memory statistics before and after, with a snapshot.
+//! seeded random numbers, matmul, reductions, comparisons and `where`, `_out` forms, a
+//! gradient by autograd, typed errors, and the GPU memory statistics before and after, with a
+//! snapshot.
 //!
 //! ```text
 //! cargo run --example quickstart                   # CPU
@@ -99,6 +100,21 @@ fn tour(device: Device) -> genesis::Result<()> {
     let mut out = Tensor::zeros([4, 3], DType::F32, device)?;
     y.mul_out(&relu, &mut out)?; // writes into `out`, allocating nothing
     println!("y * relu(y) into a given tensor = {out}");
+
+    // Autograd: a leaf that requires grad, a loss, its gradient (PyTorch's model), and a
+    // step of gradient descent under no_grad.
+    let w = Tensor::from_slice(&[0.5f32, -1.0, 2.0], [3], device)?.requires_grad_(true)?;
+    let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0], [3], device)?;
+    let loss = w.mul(&x)?.sum()?.sub(4.0)?.square()?; // (w · x - 4)²
+    loss.backward()?;
+    println!(
+        "loss {} (grad_fn {:?}), d loss / d w = {}",
+        loss.item::<f32>()?,
+        loss.grad_fn_name().unwrap_or("-"),
+        w.grad().expect("a gradient")
+    );
+    genesis::no_grad(|| w.sub_(&w.grad().expect("a gradient").mul(0.01)?))?;
+    println!("w after a step of 0.01 = {w}");
 
     // Errors are values, not panics.
     println!(

@@ -481,6 +481,12 @@ impl Tensor {
                 Err(e) => format!("<{e}>"),
             }
         };
+        // Autograd, as PyTorch: the op that made the tensor, or that a leaf requires grad.
+        if let Some(name) = self.grad_fn_name() {
+            suffixes.push(format!("grad_fn=<{}Backward0>", camel(name)));
+        } else if self.requires_grad() {
+            suffixes.push("requires_grad=True".into());
+        }
         // `_add_suffixes`.
         let mut out = format!("{PREFIX}{body}");
         let mut last_line_len = match out.rfind('\n') {
@@ -521,4 +527,16 @@ impl fmt::Display for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.repr_with(&printoptions()))
     }
+}
+
+/// `log_softmax` as `LogSoftmax` (PyTorch's names of backward nodes).
+fn camel(name: &str) -> String {
+    name.split('_')
+        .map(|w| {
+            let mut c = w.chars();
+            c.next()
+                .map(|f| f.to_uppercase().chain(c).collect::<String>())
+                .unwrap_or_default()
+        })
+        .collect()
 }

@@ -411,6 +411,12 @@ fn leaves_accumulate_and_zero_grad_resets() {
     assert_eq!(y.grad_fn_name(), Some("sum"));
     y.backward().unwrap();
     assert_eq!(w.grad().unwrap().to_vec::<f32>().unwrap(), [4.0, 4.0]);
+    // Printing says what PyTorch's repr says.
+    assert_eq!(w.to_string(), "tensor([ 1., -2.], requires_grad=True)");
+    assert_eq!(
+        w.log_softmax(0).unwrap().to_string(),
+        "tensor([-0.0486, -3.0486], grad_fn=<LogSoftmaxBackward0>)"
+    );
     // Clones share the leaf's gradient.
     let same = w.clone();
     assert_eq!(same.grad().unwrap().to_vec::<f32>().unwrap(), [4.0, 4.0]);

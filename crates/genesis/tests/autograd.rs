@@ -548,6 +548,17 @@ fn hooks_see_and_replace_gradients() {
     assert_eq!(w.grad().unwrap().to_vec::<f32>().unwrap(), [30.0, 30.0]);
     assert_eq!(*posts.lock().unwrap(), 1);
     assert!(h.register_post_accumulate_grad_hook(|_| Ok(())).is_err());
+    // A hook that returns a gradient of another shape is an error, not a corrupted gradient.
+    let v = Tensor::ones([3], DType::F32, CPU)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    v.register_hook(|g| Ok(Some(g.sum()?))).unwrap();
+    assert!(matches!(
+        v.sum().unwrap().backward(),
+        Err(Error::Autograd { .. })
+    ));
+    assert!(v.grad().is_none());
 }
 
 #[test]
@@ -761,4 +772,26 @@ fn checkpoint_recomputes_and_gives_the_same_gradients() {
     // Without grad mode it is a plain call.
     let y = no_grad(|| autograd::checkpoint(&[&x], |t| t[0].exp())).unwrap();
     assert!(!y.requires_grad());
+}
+
+/// A graph of a long chain of ops is walked and freed without recursion (no stack overflow),
+/// after a backward and without one.
+#[test]
+fn deep_graphs_are_walked_and_freed_without_recursion() {
+    let n = 100_000;
+    let x = Tensor::ones([1], DType::F32, CPU)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    let mut y = x.clone();
+    for _ in 0..n {
+        y = y.add(1.0).unwrap();
+    }
+    y.backward().unwrap();
+    assert_eq!(x.grad().unwrap().to_vec::<f32>().unwrap(), [1.0]);
+    let mut z = x.clone();
+    for _ in 0..n {
+        z = z.mul(1.0).unwrap();
+    }
+    drop(z);
 }

@@ -137,6 +137,28 @@ pub(crate) struct Node {
     output: Mutex<Weak<Meta>>,
 }
 
+impl Drop for Node {
+    /// Frees the graph below this node without recursion: a chain of a million recorded ops
+    /// would otherwise drop one node inside the other's drop and overflow the stack. The
+    /// children this node held last are emptied into a work list before they drop.
+    fn drop(&mut self) {
+        let mut stack: Vec<Arc<Node>> = Vec::new();
+        let mut take = |edges: &mut Vec<Option<Edge>>, stack: &mut Vec<Arc<Node>>| {
+            for e in edges.drain(..) {
+                if let Some(Edge::Node(n)) = e {
+                    stack.push(n);
+                }
+            }
+        };
+        take(&mut self.edges, &mut stack);
+        while let Some(n) = stack.pop() {
+            if let Ok(mut last) = Arc::try_unwrap(n) {
+                take(&mut last.edges, &mut stack);
+            }
+        }
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A panic in a hook cannot leave the data half-written: each lock guards one assignment.
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -237,7 +259,19 @@ fn run_hooks(meta: &Meta, mut g: Tensor) -> Result<Tensor> {
     let hooks: Vec<Arc<GradHook>> = lock(&meta.hooks).clone();
     for h in hooks {
         if let Some(r) = h(&g)? {
-            g = r;
+            if r.shape() != g.shape() || r.device() != g.device() {
+                return Err(Error::Autograd {
+                    reason: format!(
+                        "a hook returned a gradient of shape {:?} on {:?} for one of shape {:?} \
+                         on {:?}",
+                        r.shape(),
+                        r.device(),
+                        g.shape(),
+                        g.device()
+                    ),
+                });
+            }
+            g = r.to_dtype(g.dtype())?;
         }
     }
     Ok(g)

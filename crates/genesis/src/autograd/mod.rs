@@ -143,7 +143,7 @@ impl Drop for Node {
     /// children this node held last are emptied into a work list before they drop.
     fn drop(&mut self) {
         let mut stack: Vec<Arc<Node>> = Vec::new();
-        let mut take = |edges: &mut Vec<Option<Edge>>, stack: &mut Vec<Arc<Node>>| {
+        let take = |edges: &mut Vec<Option<Edge>>, stack: &mut Vec<Arc<Node>>| {
             for e in edges.drain(..) {
                 if let Some(Edge::Node(n)) = e {
                     stack.push(n);

@@ -155,18 +155,48 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn prod(&self) -> Result<Tensor> {
-        crate::autograd::unsupported("prod", &[self])?;
-        Ok(self.reduce(ReduceOp::Prod, None, false)?.0)
+        crate::autograd::op1(
+            "prod",
+            self,
+            || Ok(self.reduce(ReduceOp::Prod, None, false)?.0),
+            || {
+                let x = crate::autograd::Saved::new("prod", self);
+                move |g: &Tensor| {
+                    let x = x.get()?;
+                    let flat = x.reshape([-1])?;
+                    let others = crate::autograd::product_of_others(&flat, 0)?;
+                    others.mul(g)?.reshape(x.shape())
+                }
+            },
+        )
     }
 
     /// Product over dimension `dim` (negative counts from the end); `keepdim` keeps it as
     /// size 1.
     #[track_caller]
     pub fn prod_dim(&self, dim: impl Dim, keepdim: bool) -> Result<Tensor> {
-        crate::autograd::unsupported("prod", &[self])?;
-        Ok(self
-            .reduce(ReduceOp::Prod, Some(&[dim.to_dim()]), keepdim)?
-            .0)
+        let dim = dim.to_dim();
+        crate::autograd::op1(
+            "prod",
+            self,
+            || Ok(self.reduce(ReduceOp::Prod, Some(&[dim]), keepdim)?.0),
+            || {
+                let x = crate::autograd::Saved::new("prod", self);
+                move |g: &Tensor| {
+                    let x = x.get()?;
+                    if x.dim() == 0 {
+                        return Ok(g.clone());
+                    }
+                    let d = crate::args::wrap_dim("prod", dim as i64, x.dim())?.unwrap_or(0);
+                    let g = if keepdim {
+                        g.clone()
+                    } else {
+                        g.unsqueeze(d as isize)?
+                    };
+                    crate::autograd::product_of_others(&x, d)?.mul(&g)
+                }
+            },
+        )
     }
 
     /// Whether any element is true (non-zero; NaN counts as true), as a 0-dimensional `Bool`

@@ -314,6 +314,9 @@ fn reductions_views_and_selection() {
             }),
         ),
         ("nan_to_num", Box::new(|x| x.nan_to_num(0.0, None, None))),
+        ("prod", Box::new(|x| x.narrow(1, 0, 2)?.prod())),
+        ("prod_dim", Box::new(|x| x.prod_dim(2, false))),
+        ("prod_dim keepdim", Box::new(|x| x.prod_dim(0, true))),
         (
             "scatter",
             Box::new(|x| {
@@ -478,11 +481,9 @@ fn misuse_is_a_typed_error() {
     let plain = Tensor::zeros([2], DType::F32, CPU).unwrap();
     assert!(matches!(plain.add_(&w), Err(Error::Autograd { .. })));
     assert!(matches!(plain.copy_(&w), Err(Error::Autograd { .. })));
-    assert!(matches!(w.prod(), Err(Error::Autograd { .. })));
     assert!(matches!(w.cumprod(0), Err(Error::Autograd { .. })));
-    assert!(matches!(w.prod_dim(0, false), Err(Error::Autograd { .. })));
     no_grad(|| plain.copy_(&w)).unwrap();
-    assert!(no_grad(|| w.prod()).is_ok());
+    assert!(no_grad(|| w.cumprod(0)).is_ok());
     // out= forms refuse inputs that require grad.
     let mut out = Tensor::zeros([2], DType::F32, CPU).unwrap();
     assert!(matches!(
@@ -794,4 +795,27 @@ fn deep_graphs_are_walked_and_freed_without_recursion() {
         z = z.mul(1.0).unwrap();
     }
     drop(z);
+}
+
+/// The gradient of a product is exact when elements are zero (one zero: only it gets the
+/// product of the others; two: nothing does).
+#[test]
+fn products_with_zeros_have_exact_gradients() {
+    let x = Tensor::from_slice(&[2.0f64, 0.0, 3.0, 0.0, 5.0, 4.0], [2, 3], CPU)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    x.prod_dim(1, false)
+        .unwrap()
+        .sum()
+        .unwrap()
+        .backward()
+        .unwrap();
+    assert_eq!(
+        x.grad().unwrap().to_vec::<f64>().unwrap(),
+        [0.0, 6.0, 0.0, 20.0, 0.0, 0.0]
+    );
+    x.zero_grad();
+    x.prod().unwrap().backward().unwrap();
+    assert_eq!(x.grad().unwrap().to_vec::<f64>().unwrap(), [0.0; 6]);
 }

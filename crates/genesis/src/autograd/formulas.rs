@@ -353,3 +353,23 @@ pub(crate) fn scatter_back(
     z.scatter_add_(dim, &index.contiguous()?, &g.contiguous()?)?;
     Ok(z)
 }
+
+/// For each element of `x` along `dim`, the product of the other elements of its line (exact
+/// with zeros: the products before it times the products after it), the gradient of a product.
+pub(crate) fn product_of_others(x: &Tensor, dim: usize) -> Result<Tensor> {
+    let n = x.shape()[dim];
+    let d = dim as isize;
+    if n <= 1 {
+        return Tensor::ones(x.shape(), x.dtype(), x.device());
+    }
+    // Exclusive prefix products: 1, x0, x0 x1, ...; the same from the other end.
+    let exclusive = |t: &Tensor| -> Result<Tensor> {
+        let mut one_shape = t.shape().to_vec();
+        one_shape[dim] = 1;
+        let one = Tensor::ones(&one_shape[..], t.dtype(), t.device())?;
+        Tensor::cat(&[&one, &t.cumprod(d)?.narrow(d, 0, n - 1)?], d)
+    };
+    let before = exclusive(x)?;
+    let after = exclusive(&x.flip([d])?)?.flip([d])?;
+    before.mul(&after)
+}

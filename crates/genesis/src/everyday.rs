@@ -482,8 +482,20 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn cumprod(&self, dim: impl Dim) -> Result<Tensor> {
-        crate::autograd::unsupported("cumprod", &[self])?;
-        self.scan(true, dim.to_dim())
+        let dim = dim.to_dim();
+        crate::autograd::op(
+            "cumprod",
+            &[self],
+            || self.scan(true, dim),
+            |out| {
+                let x = crate::autograd::Saved::new("cumprod", self);
+                let y = crate::autograd::Saved::new("cumprod", out);
+                Box::new(move |g, _| {
+                    let (x, y) = (x.get()?, y.get()?);
+                    Ok(vec![Some(crate::autograd::cumprod_grad(&x, &y, g, dim)?)])
+                })
+            },
+        )
     }
 
     /// `cumsum` (`prod` false) or `cumprod` along `dim`.

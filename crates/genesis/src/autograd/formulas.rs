@@ -373,3 +373,39 @@ pub(crate) fn product_of_others(x: &Tensor, dim: usize) -> Result<Tensor> {
     let after = exclusive(&x.flip([d])?)?.flip([d])?;
     before.mul(&after)
 }
+
+/// The gradient of `out = cumprod(x)` along `dim` for the output gradient `g`, exact with
+/// zeros. Along a line with its first zero at `z1` (or none): before `z1` it is the
+/// reversed prefix sum of `g * out` over the elements before `z1`, divided by `x`; at `z1` it
+/// is the product of the elements before `z1` times the sum over `j >= z1` of `g_j` times the
+/// product of the elements after `z1` up to `j` (zero from the next zero on); after `z1`,
+/// every product a `g_j` multiplies holds the zero: 0.
+pub(crate) fn cumprod_grad(x: &Tensor, out: &Tensor, g: &Tensor, dim: isize) -> Result<Tensor> {
+    if x.dim() == 0 || x.numel() == 0 {
+        return Ok(g.clone());
+    }
+    let d = crate::args::wrap_dim("cumprod", dim as i64, x.dim())?.unwrap_or(0) as isize;
+    let dtype = x.dtype();
+    let is_zero = x.eq_scalar(0.0)?;
+    let zeros_so_far = is_zero.to_dtype(DType::I64)?.cumsum(d)?;
+    let before_first = zeros_so_far.eq_scalar(0)?;
+    let first_zero = zeros_so_far.eq_scalar(1)?.mul(&is_zero)?.ne_scalar(0)?;
+    let reversed_sum = |t: &Tensor| -> Result<Tensor> { t.flip([d])?.cumsum(d)?.flip([d]) };
+    // Before the first zero.
+    let fb = before_first.to_dtype(dtype)?;
+    let safe_x = Tensor::where_cond(&before_first, x, 1.0)?;
+    let part_a = reversed_sum(&g.mul(out)?.mul(&fb)?)?
+        .div(&safe_x)?
+        .mul(&fb)?;
+    // At the first zero.
+    let up_to_first = before_first
+        .to_dtype(DType::I64)?
+        .add(&first_zero.to_dtype(DType::I64)?)?
+        .ne_scalar(0)?;
+    let after = Tensor::where_cond(&up_to_first, 1.0, x)?.cumprod(d)?;
+    let from_first = zeros_so_far.ge_scalar(1)?.to_dtype(dtype)?;
+    let s = g.mul(&after)?.mul(&from_first)?.sum_dim([d], true)?;
+    let before = safe_x.prod_dim(d, true)?;
+    let part_b = first_zero.to_dtype(dtype)?.mul(&before)?.mul(&s)?;
+    part_a.add(&part_b)
+}

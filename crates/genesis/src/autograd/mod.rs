@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, Weak};
 use crate::{Error, Result, Tensor};
 
 pub(crate) use formulas::{
-    Operand2, binary as binary_grad, cast_to as cast_grad, matmul as matmul_grad,
+    Operand2, binary as binary_grad, cast_to as cast_grad, cumprod_grad, matmul as matmul_grad,
     product_of_others, reduced_dims, scalar_lhs as scalar_lhs_grad, scatter_back, spread, sum_to,
     unary as unary_grad, unary_saves,
 };

@@ -129,6 +129,10 @@ impl Tensor {
     /// the host may read it.
     #[track_caller]
     pub fn to_non_blocking(&self, device: Device) -> Result<Tensor> {
+        if crate::autograd::wants(&[self]) {
+            // A recorded copy (the gradient goes back to this tensor's device).
+            return self.to(device);
+        }
         #[cfg(feature = "cuda")]
         if let Device::Cuda(ordinal) = device
             && self.is_pinned()

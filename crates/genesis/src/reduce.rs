@@ -241,6 +241,12 @@ impl Tensor {
         keepdim: bool,
     ) -> Result<(Tensor, Option<Tensor>)> {
         let name = op.name();
+        if matches!(
+            op,
+            ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Max | ReduceOp::Min | ReduceOp::Prod
+        ) {
+            crate::autograd::unsupported(name, &[self])?;
+        }
         // The dtypes without reduction kernels reduce exactly in a wider one: integer and bool
         // sums and products in int64 (their result dtype), max/min (and their indices) in
         // int32, converted back; any/all of bools have kernels, as do the other dtypes.

@@ -323,6 +323,17 @@ impl Tensor {
     /// that does not wait.
     #[track_caller]
     pub fn to(&self, device: Device) -> Result<Tensor> {
+        // The gradient goes back to this tensor's device.
+        let from = self.device();
+        crate::autograd::op1(
+            "to",
+            self,
+            || self.to_raw(device),
+            move || move |g: &Tensor| g.to(from),
+        )
+    }
+
+    fn to_raw(&self, device: Device) -> Result<Tensor> {
         if let Some((start, len)) = self.dense_range() {
             // Read in place: one copy (one DMA from pinned memory to a device).
             let moved = self.view.storage().to_device_at(start, len, device)?;

@@ -484,6 +484,14 @@ fn misuse_is_a_typed_error() {
     assert!(matches!(plain.add_(&w), Err(Error::Autograd { .. })));
     assert!(matches!(plain.copy_(&w), Err(Error::Autograd { .. })));
     no_grad(|| plain.copy_(&w)).unwrap();
+    // The general reduce has no gradient (its named forms do); a move to a device records.
+    assert!(matches!(
+        w.reduce(genesis::ReduceOp::Sum, None, false),
+        Err(Error::Autograd { .. })
+    ));
+    assert!(w.argmax().is_ok() && w.any().is_ok());
+    let moved = w.to(CPU).unwrap();
+    assert_eq!(moved.grad_fn_name(), Some("to"));
     // out= forms refuse inputs that require grad.
     let mut out = Tensor::zeros([2], DType::F32, CPU).unwrap();
     assert!(matches!(

@@ -826,8 +826,9 @@ impl LayoutGrad {
     }
 }
 
-/// An error when `op` has no gradient yet and would compute a result from tensors that
-/// require grad with recording on (instead of a result that silently stops the gradient).
+/// An error when `op` has no gradient and would compute a result from tensors that require
+/// grad with recording on (instead of a result that silently stops the gradient): the
+/// general `reduce`, whose named forms (`sum_dim`, `amax`, ...) record.
 pub(crate) fn unsupported(op: &'static str, inputs: &[&Tensor]) -> Result<()> {
     if wants(inputs) {
         return Err(Error::Autograd {

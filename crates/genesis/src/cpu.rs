@@ -98,6 +98,15 @@ impl Tensor {
     /// needs the driver).
     #[track_caller]
     pub fn pin_memory(&self) -> Result<Tensor> {
+        crate::autograd::op1(
+            "pin_memory",
+            self,
+            || self.pin_memory_raw(),
+            || |g: &Tensor| Ok(g.clone()),
+        )
+    }
+
+    fn pin_memory_raw(&self) -> Result<Tensor> {
         if self.device() != Device::Cpu {
             return Err(Error::InvalidArgument {
                 op: "pin_memory",

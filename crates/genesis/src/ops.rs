@@ -241,7 +241,7 @@ impl Tensor {
     /// `self ^ exponent` elementwise with a scalar exponent: [`Tensor::pow`] with a scalar.
     #[track_caller]
     pub fn pow_scalar(&self, exponent: impl Scalar) -> Result<Tensor> {
-        self.binary_scalar_value(BinaryOp::Pow, exponent.value())
+        self.binary_operand(BinaryOp::Pow, OperandRef::Scalar(exponent.value()))
     }
 
     /// `base ^ exponent` elementwise for a scalar base (PyTorch's `torch.pow(Scalar, Tensor)`):

@@ -1108,8 +1108,23 @@ impl Tensor {
     /// PyTorch's rules instead (`int32 tensor + 0.5` is float32).
     #[track_caller]
     pub fn binary_scalar(&self, op: BinaryOp, scalar: f64) -> Result<Tensor> {
-        let s = host_scalar(op.name(), self.dtype(), scalar)?;
-        self.binary_scalar_storage(op, &s)
+        use crate::autograd::{Operand2, Saved, binary_grad};
+        crate::autograd::op(
+            op.name(),
+            &[self],
+            || {
+                let s = host_scalar(op.name(), self.dtype(), scalar)?;
+                self.binary_scalar_storage(op, &s)
+            },
+            |_| {
+                let a = Saved::new(op.name(), self);
+                Box::new(move |g, _| {
+                    let [ga, _] =
+                        binary_grad(op, &a.get()?, Operand2::Scalar(scalar), g, g, [true, false])?;
+                    Ok(vec![ga])
+                })
+            },
+        )
     }
 
     /// `op(self, s)` for `s` one host element of `self`'s dtype.

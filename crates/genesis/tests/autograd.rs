@@ -119,7 +119,7 @@ fn binary_ops_broadcast_their_gradients_back() {
 fn scalar_operands_on_either_side() {
     let g = Generator::new(2);
     let x = input(&g, &[3, 2], true);
-    let cases: [Unary; 10] = [
+    let cases: [Unary; 12] = [
         ("x + 2", |x| x.add(2.0)),
         ("x - 2", |x| x.sub(2)),
         ("x * 3", |x| x.mul(3.0)),
@@ -129,6 +129,10 @@ fn scalar_operands_on_either_side() {
         ("2 / x", |x| 2.0 / x),
         ("3 * x", |x| 3.0 * x),
         ("2 ^ x", |x| Tensor::scalar_pow(2.0, x)),
+        ("x.pow_scalar(3)", |x| x.pow_scalar(3)),
+        ("x.binary_scalar(div, 4)", |x| {
+            x.binary_scalar(genesis::BinaryOp::Div, 4.0)
+        }),
         ("max(x, 1)", |x| x.maximum(1.0)),
     ];
     for (name, f) in cases {

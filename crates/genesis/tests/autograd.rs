@@ -840,3 +840,98 @@ fn products_with_zeros_have_exact_gradients() {
         &|t| t[0].cumprod(1),
     );
 }
+
+/// No public op on a tensor that requires grad silently drops the gradient: each result
+/// requires grad, or the op is a typed error.
+#[test]
+fn no_op_silently_cuts_the_graph() {
+    let g = Generator::new(13);
+    let x = g
+        .randn([3, 4], DType::F32, CPU)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    let idx = Tensor::from_slice(&[2i64, 0, 1], [3, 1], CPU).unwrap();
+    let rows = Tensor::from_slice(&[1i64, 0], [2], CPU).unwrap();
+    let mask = x.gt_scalar(0.0).unwrap();
+    let mut ops: Vec<Case> = vec![
+        ("clamp", Box::new(|x| x.clamp(Some(-1.0), Some(1.0)))),
+        ("softplus_with", Box::new(|x| x.softplus_with(2.0, 10.0))),
+        ("nan_to_num", Box::new(|x| x.nan_to_num(0.0, None, None))),
+        ("cumsum", Box::new(|x| x.cumsum(1))),
+        ("cumprod", Box::new(|x| x.cumprod(0))),
+        ("sort", Box::new(|x| Ok(x.sort(1, false)?.0))),
+        ("topk", Box::new(|x| Ok(x.topk(2, 1, true, true)?.0))),
+        ("max_dim", Box::new(|x| Ok(x.max_dim(0, true)?.0))),
+        ("gather", Box::new(move |x| x.gather(1, &idx))),
+        ("index_select", Box::new(move |x| x.index_select(0, &rows))),
+        ("masked_fill", Box::new(move |x| x.masked_fill(&mask, 0.0))),
+        ("matmul", Box::new(|x| x.matmul(&x.t()?))),
+        (
+            "bmm",
+            Box::new(|x| x.unsqueeze(0)?.bmm(&x.t()?.unsqueeze(0)?)),
+        ),
+        ("var", Box::new(|x| x.var_dim([1], 1.0, false))),
+        ("std", Box::new(|x| x.std(1.0))),
+        ("prod", Box::new(|x| x.prod_dim(1, false))),
+        ("logsumexp", Box::new(|x| x.logsumexp([1], false))),
+        ("softmax", Box::new(|x| x.softmax(0))),
+        ("repeat", Box::new(|x| x.repeat([2, 1]))),
+        ("tile", Box::new(|x| x.tile([2]))),
+        ("flip", Box::new(|x| x.flip([0]))),
+        ("roll", Box::new(|x| x.roll(&[1], &[0]))),
+        ("tril", Box::new(|x| x.tril(0))),
+        ("diagonal", Box::new(|x| x.diagonal(0, 0, 1))),
+        ("flatten", Box::new(|x| x.flatten(0, 1))),
+        ("ravel", Box::new(|x| x.ravel())),
+        ("unflatten", Box::new(|x| x.unflatten(1, &[2, 2]))),
+        ("split", Box::new(|x| Ok(x.split(2, 1)?.remove(0)))),
+        (
+            "split_sizes",
+            Box::new(|x| Ok(x.split_sizes(&[1, 3], 1)?.remove(1))),
+        ),
+        ("chunk", Box::new(|x| Ok(x.chunk(2, 0)?.remove(1)))),
+        ("expand", Box::new(|x| x.unsqueeze(0)?.expand([2, 3, 4]))),
+        ("view", Box::new(|x| x.view([12]))),
+        ("permute", Box::new(|x| x.permute([1, 0]))),
+        ("squeeze", Box::new(|x| x.unsqueeze(0)?.squeeze(0))),
+        ("contiguous", Box::new(|x| x.t()?.contiguous())),
+        ("to_dtype", Box::new(|x| x.to_dtype(DType::F64))),
+        ("to", Box::new(|x| x.to(CPU))),
+        ("deep_clone", Box::new(|x| x.deep_clone())),
+        ("index", Box::new(|x| x.i(&s![.., 1..3]))),
+        ("cat", Box::new(|x| Tensor::cat(&[x, x], 0))),
+        ("stack", Box::new(|x| Tensor::stack(&[x, x], 0))),
+        (
+            "where",
+            Box::new(|x| Tensor::where_cond(&x.gt_scalar(0.0)?, x, 0.0)),
+        ),
+        (
+            "masked_select",
+            Box::new(|x| x.masked_select(&x.gt_scalar(0.0)?)),
+        ),
+        (
+            "scatter",
+            Box::new(|x| x.scatter(1, &Tensor::from_slice(&[0i64], [1, 1], CPU)?, x)),
+        ),
+        ("amax", Box::new(|x| x.amax([0], false))),
+        ("mean", Box::new(|x| x.mean())),
+        ("pow_scalar", Box::new(|x| x.pow_scalar(2))),
+        ("maximum", Box::new(|x| x.maximum(0.0))),
+        ("unique", Box::new(|x| Ok(x.unique(true, false, false)?.0))),
+    ];
+    for op in genesis::UnaryOp::ALL {
+        ops.push((op.name(), Box::new(move |x: &Tensor| x.unary(op))));
+    }
+    for (name, f) in ops {
+        match f(&x) {
+            Ok(y) => {
+                assert!(
+                    y.requires_grad() || !y.dtype().is_float(),
+                    "{name}: the result does not require grad"
+                )
+            }
+            Err(e) => assert!(matches!(e, Error::Autograd { .. }), "{name}: {e}"),
+        }
+    }
+}

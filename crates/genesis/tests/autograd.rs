@@ -935,3 +935,20 @@ fn no_op_silently_cuts_the_graph() {
         }
     }
 }
+
+/// Tensors (with their autograd state) still cross threads: a graph built on one thread is
+/// walked on another.
+#[test]
+fn tensors_that_require_grad_cross_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Tensor>();
+    let w = Tensor::from_slice(&[2.0f32], [1], CPU)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    let y = w.mul(&w).unwrap().sum().unwrap();
+    std::thread::spawn(move || y.backward().unwrap())
+        .join()
+        .unwrap();
+    assert_eq!(w.grad().unwrap().to_vec::<f32>().unwrap(), [4.0]);
+}

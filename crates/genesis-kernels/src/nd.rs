@@ -316,9 +316,25 @@ pub fn binary_nd<T: Element>(
         Rhs::Scalar(_) => None,
     };
     desc.check(a.len(), b_len, out.len())?;
-    match b {
-        Rhs::Tensor(b) => desc.for_each(|i, ia, ib| out[i] = T::binary(op, a[ia], b[ib])),
-        Rhs::Scalar(s) => desc.for_each(|i, ia, _| out[i] = T::binary(op, a[ia], s)),
+    // One loop per op, the op a constant in it (no per-element dispatch).
+    fn run<T: Element>(
+        desc: &BinaryNd,
+        a: &[T],
+        b: Rhs<&[T], T>,
+        out: &mut [T],
+        f: impl Fn(T, T) -> T,
+    ) {
+        match b {
+            Rhs::Tensor(b) => desc.for_each(|i, ia, ib| out[i] = f(a[ia], b[ib])),
+            Rhs::Scalar(s) => desc.for_each(|i, ia, _| out[i] = f(a[ia], s)),
+        }
+    }
+    match op {
+        BinaryOp::Add => run(desc, a, b, out, |x, y| T::binary(BinaryOp::Add, x, y)),
+        BinaryOp::Sub => run(desc, a, b, out, |x, y| T::binary(BinaryOp::Sub, x, y)),
+        BinaryOp::Mul => run(desc, a, b, out, |x, y| T::binary(BinaryOp::Mul, x, y)),
+        BinaryOp::Div => run(desc, a, b, out, |x, y| T::binary(BinaryOp::Div, x, y)),
+        other => run(desc, a, b, out, |x, y| T::binary(other, x, y)),
     }
     Ok(())
 }

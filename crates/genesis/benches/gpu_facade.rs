@@ -62,6 +62,26 @@ mod gpu {
         Ok((t.median_ms, t.min_ms))
     }
 
+    /// One row per case (name, bytes, op): its wall clock over `runs` synchronised calls, output
+    /// allocation included, as `torch_ref.py` times PyTorch's.
+    fn wall_rows(
+        rows: &mut Vec<Row>,
+        runs: usize,
+        cases: &[(&str, usize, &dyn Fn() -> BoxResult)],
+    ) -> BoxResult {
+        for &(name, bytes, f) in cases {
+            let (med, min) = wall(runs, f)?;
+            rows.push(Row {
+                name: name.into(),
+                bytes,
+                median_ms: med,
+                min_ms: min,
+                note: "wall clock incl. output allocation, as torch_ref".into(),
+            });
+        }
+        Ok(())
+    }
+
     /// Device time of `f` between two events on the legacy stream (where the facade queues
     /// by default): 5 warm-up runs, median and min of 50. (`torch_ref.py` times these ops
     /// with the wall clock, as [`wall`] does: the rows it compares are the wall-clock ones.)
@@ -432,16 +452,7 @@ mod gpu {
                 Ok(())
             }),
         ];
-        for (name, bytes, f) in cases {
-            let (med, min) = wall(30, f)?;
-            rows.push(Row {
-                name: name.into(),
-                bytes,
-                median_ms: med,
-                min_ms: min,
-                note: "wall clock incl. output allocation, as torch_ref".into(),
-            });
-        }
+        wall_rows(&mut rows, 30, &cases)?;
         drop((x, bias, halves));
 
         // The everyday ops on 8192^2 f32 (64 Mi elements; any of 64 Mi bools), output
@@ -572,16 +583,7 @@ mod gpu {
                 Ok(())
             }),
         ];
-        for &(name, bytes, f) in cases {
-            let (med, min) = wall(30, f)?;
-            rows.push(Row {
-                name: name.into(),
-                bytes,
-                median_ms: med,
-                min_ms: min,
-                note: "wall clock incl. output allocation, as torch_ref".into(),
-            });
-        }
+        wall_rows(&mut rows, 30, cases)?;
         drop((x, flags, idx, picks, narrow, wide, pinned));
 
         // The softmax family on 8192^2 (f32 and bf16), output allocation included; wall clock,
@@ -614,16 +616,7 @@ mod gpu {
                 Ok(())
             }),
         ];
-        for (name, bytes, f) in cases {
-            let (med, min) = wall(30, f)?;
-            rows.push(Row {
-                name: name.into(),
-                bytes,
-                median_ms: med,
-                min_ms: min,
-                note: "wall clock incl. output allocation, as torch_ref".into(),
-            });
-        }
+        wall_rows(&mut rows, 30, &cases)?;
         drop((x, xb));
 
         // Shape and selection ops, output allocation included; wall clock, as torch_ref.
@@ -669,16 +662,7 @@ mod gpu {
                 Ok(())
             }),
         ];
-        for (name, bytes, f) in cases {
-            let (med, min) = wall(10, f)?;
-            rows.push(Row {
-                name: name.into(),
-                bytes,
-                median_ms: med,
-                min_ms: min,
-                note: "wall clock incl. output allocation, as torch_ref".into(),
-            });
-        }
+        wall_rows(&mut rows, 10, &cases)?;
         drop((x, half, flags, values, classes));
 
         // Sorts of one long row (the radix passes), unique of values with every byte varying
@@ -731,16 +715,7 @@ mod gpu {
                 Ok(())
             }),
         ];
-        for (name, bytes, f) in cases {
-            let (med, min) = wall(10, f)?;
-            rows.push(Row {
-                name: name.into(),
-                bytes,
-                median_ms: med,
-                min_ms: min,
-                note: "wall clock incl. output allocation, as torch_ref".into(),
-            });
-        }
+        wall_rows(&mut rows, 10, &cases)?;
         drop((x, y, cond, long, wide));
 
         // matmul at 4096 (f32 and bf16), output allocation included.

@@ -17,57 +17,9 @@ import sys
 
 import torch
 
-from twins import causal_attention, load_safetensors
+from twins import GPT, load_safetensors, window_batch
 
-V, BLOCK, L, H, C = 256, 32, 2, 2, 32
-B, T = 4, 32
-
-
-class Block(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.ln_1 = torch.nn.LayerNorm(C)
-        self.attn = torch.nn.Module()
-        self.attn.c_attn = torch.nn.Linear(C, 3 * C)
-        self.attn.c_proj = torch.nn.Linear(C, C)
-        self.ln_2 = torch.nn.LayerNorm(C)
-        self.mlp = torch.nn.Module()
-        self.mlp.c_fc = torch.nn.Linear(C, 4 * C)
-        self.mlp.c_proj = torch.nn.Linear(4 * C, C)
-
-    def forward(self, x):
-        x = x + self.attn.c_proj(causal_attention(self.attn.c_attn(self.ln_1(x)), H))
-        return x + self.mlp.c_proj(torch.nn.functional.gelu(self.mlp.c_fc(self.ln_2(x)), approximate="tanh"))
-
-
-class GPT(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.transformer = torch.nn.Module()
-        self.transformer.wte = torch.nn.Embedding(V, C)
-        self.transformer.wpe = torch.nn.Embedding(BLOCK, C)
-        self.transformer.h = torch.nn.ModuleList([Block() for _ in range(L)])
-        self.transformer.ln_f = torch.nn.LayerNorm(C)
-        self.lm_head = torch.nn.Linear(C, V, bias=False)
-        self.lm_head.weight = self.transformer.wte.weight
-
-    def forward(self, idx, targets):
-        t = idx.shape[1]
-        x = self.transformer.wte(idx) + self.transformer.wpe(torch.arange(t, device=idx.device))
-        for block in self.transformer.h:
-            x = block(x)
-        logits = self.lm_head(self.transformer.ln_f(x))
-        return torch.nn.functional.cross_entropy(logits.view(-1, V), targets.view(-1))
-
-
-def batch(text, step, device):
-    span = len(text) - T - 1
-    xs, ys = [], []
-    for i in range(B):
-        start = (37 * (4 * step + i)) % span
-        xs.append(list(text[start:start + T]))
-        ys.append(list(text[start + 1:start + T + 1]))
-    return torch.tensor(xs, device=device), torch.tensor(ys, device=device)
+TINY = dict(block=32, vocab=256, layers=2, heads=2, width=32)
 
 
 def main():
@@ -77,12 +29,12 @@ def main():
     amp = len(sys.argv) > 4 and sys.argv[4] == "bf16"
     here = os.path.dirname(os.path.abspath(__file__))
     text = open(os.path.join(here, "..", "data", "corpus.txt"), "rb").read()
-    model = GPT().to(device)
+    model = GPT(TINY).to(device)
     model.load_state_dict({k: v.to(device) for k, v in load_safetensors(init).items()})
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
     losses = []
     for step in range(steps):
-        x, y = batch(text, step, device)
+        x, y = window_batch(text, step, 4, 32, 37, device)
         opt.zero_grad(set_to_none=True)
         with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=amp):
             loss = model(x, y)

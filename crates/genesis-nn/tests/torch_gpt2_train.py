@@ -13,63 +13,13 @@ import time
 
 import torch
 
-from twins import causal_attention, load_safetensors
+from twins import GPT, load_safetensors, window_batch
 
 CONFIGS = {
     "tiny": dict(block=64, vocab=256, layers=2, heads=2, width=64),
     "small": dict(block=256, vocab=256, layers=4, heads=4, width=128),
     "124m": dict(block=1024, vocab=50304, layers=12, heads=12, width=768),
 }
-
-
-class Block(torch.nn.Module):
-    def __init__(self, c, heads):
-        super().__init__()
-        self.heads = heads
-        self.ln_1 = torch.nn.LayerNorm(c)
-        self.attn = torch.nn.Module()
-        self.attn.c_attn = torch.nn.Linear(c, 3 * c)
-        self.attn.c_proj = torch.nn.Linear(c, c)
-        self.ln_2 = torch.nn.LayerNorm(c)
-        self.mlp = torch.nn.Module()
-        self.mlp.c_fc = torch.nn.Linear(c, 4 * c)
-        self.mlp.c_proj = torch.nn.Linear(4 * c, c)
-
-    def forward(self, x):
-        x = x + self.attn.c_proj(causal_attention(self.attn.c_attn(self.ln_1(x)), self.heads))
-        return x + self.mlp.c_proj(torch.nn.functional.gelu(self.mlp.c_fc(self.ln_2(x)), approximate="tanh"))
-
-
-class GPT(torch.nn.Module):
-    def __init__(self, cfg):
-        super().__init__()
-        c = cfg["width"]
-        self.vocab = cfg["vocab"]
-        self.transformer = torch.nn.Module()
-        self.transformer.wte = torch.nn.Embedding(cfg["vocab"], c)
-        self.transformer.wpe = torch.nn.Embedding(cfg["block"], c)
-        self.transformer.h = torch.nn.ModuleList([Block(c, cfg["heads"]) for _ in range(cfg["layers"])])
-        self.transformer.ln_f = torch.nn.LayerNorm(c)
-        self.lm_head = torch.nn.Linear(c, cfg["vocab"], bias=False)
-        self.lm_head.weight = self.transformer.wte.weight
-
-    def forward(self, idx, targets):
-        t = idx.shape[1]
-        x = self.transformer.wte(idx) + self.transformer.wpe(torch.arange(t, device=idx.device))
-        for block in self.transformer.h:
-            x = block(x)
-        logits = self.lm_head(self.transformer.ln_f(x))
-        return torch.nn.functional.cross_entropy(logits.view(-1, self.vocab), targets.view(-1))
-
-
-def window_batch(text, step, b, t, stride, device):
-    span = len(text) - t - 1
-    xs, ys = [], []
-    for i in range(b):
-        start = (stride * (b * step + i)) % span
-        xs.append(list(text[start:start + t]))
-        ys.append(list(text[start + 1:start + t + 1]))
-    return torch.tensor(xs, device=device), torch.tensor(ys, device=device)
 
 
 def main():

@@ -120,6 +120,10 @@ impl Tensor {
     #[track_caller]
     pub fn where_cond(cond: &Tensor, a: impl Operand, b: impl Operand) -> Result<Tensor> {
         let (a, b) = (a.operand(), b.operand());
+        let requires = |o: OperandRef<'_>| matches!(o, OperandRef::Tensor(t) if t.requires_grad());
+        if !(crate::autograd::is_grad_enabled() && (requires(a) || requires(b))) {
+            return Tensor::where_raw(cond, a, b);
+        }
         let tensors: Vec<&Tensor> = [a, b]
             .iter()
             .filter_map(|o| match o {
@@ -127,9 +131,6 @@ impl Tensor {
                 OperandRef::Scalar(_) => None,
             })
             .collect();
-        if !crate::autograd::wants(&tensors) {
-            return Tensor::where_raw(cond, a, b);
-        }
         let out = crate::no_grad(|| Tensor::where_raw(cond, a, b))?;
         // The condition routes the gradient: to `a` where it holds, to `b` elsewhere.
         let c = crate::autograd::Saved::new("where", cond);

@@ -688,44 +688,35 @@ fn half_precision_gradients() {
     let g = Generator::new(10);
     let x = input(&g, &[4, 6], false);
     let w = input(&g, &[6, 3], false);
+    // d/dw of sum(sum_0(softmax(gelu(x w)))²), the same chain in each dtype.
+    let chain = |x: &Tensor, w: &Tensor| {
+        x.matmul(w)
+            .unwrap()
+            .gelu()
+            .unwrap()
+            .softmax(1)
+            .unwrap()
+            .sum_dim([0], false)
+            .unwrap()
+            .square()
+            .unwrap()
+            .sum()
+            .unwrap()
+            .backward()
+            .unwrap();
+    };
     let reference = {
         let (x, w) = (
             x.clone().requires_grad_(true).unwrap(),
             w.clone().requires_grad_(true).unwrap(),
         );
-        x.matmul(&w)
-            .unwrap()
-            .gelu()
-            .unwrap()
-            .softmax(1)
-            .unwrap()
-            .sum_dim([0], false)
-            .unwrap()
-            .square()
-            .unwrap()
-            .sum()
-            .unwrap()
-            .backward()
-            .unwrap();
+        chain(&x, &w);
         w.grad().unwrap().to_vec::<f64>().unwrap()
     };
     for dtype in [DType::F16, DType::BF16] {
         let xh = x.to_dtype(dtype).unwrap().requires_grad_(true).unwrap();
         let wh = w.to_dtype(dtype).unwrap().requires_grad_(true).unwrap();
-        xh.matmul(&wh)
-            .unwrap()
-            .gelu()
-            .unwrap()
-            .softmax(1)
-            .unwrap()
-            .sum_dim([0], false)
-            .unwrap()
-            .square()
-            .unwrap()
-            .sum()
-            .unwrap()
-            .backward()
-            .unwrap();
+        chain(&xh, &wh);
         let gw = wh.grad().unwrap();
         assert_eq!(gw.dtype(), dtype);
         let got = gw.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap();

@@ -60,26 +60,20 @@ impl StridedCopy {
             d.src_strides[i] = src_strides[i] as i64;
             d.dst_strides[i] = dst_strides[i] as i64;
         }
-        if !shape.contains(&0) {
-            for (side, strides, offset) in [
-                ("source", src_strides, src_offset),
-                ("destination", dst_strides, dst_offset),
-            ] {
-                let (mut low, mut high) = (offset as i128, offset as i128);
-                for (&n, &st) in shape.iter().zip(strides) {
-                    let span = (n as i128 - 1) * st as i128;
-                    low += span.min(0);
-                    high += span.max(0);
-                }
-                if low < 0 || high > i64::MAX as i128 {
-                    return Err(Error::Unsupported {
-                        op: "strided_copy",
-                        reason: format!(
-                            "the {side} layout (shape {shape:?}, strides {strides:?}, offset \
-                             {offset}) reaches elements {low}..={high}"
-                        ),
-                    });
-                }
+        // `extents` marks a side that reaches below its start or past i64::MAX.
+        let (src_reach, dst_reach) = d.extents();
+        for (side, reach, strides, offset) in [
+            ("source", src_reach, src_strides, src_offset),
+            ("destination", dst_reach, dst_strides, dst_offset),
+        ] {
+            if reach == usize::MAX {
+                return Err(Error::Unsupported {
+                    op: "strided_copy",
+                    reason: format!(
+                        "the {side} layout (shape {shape:?}, strides {strides:?}, offset \
+                         {offset}) reaches below its start or past i64::MAX"
+                    ),
+                });
             }
         }
         Ok(d)

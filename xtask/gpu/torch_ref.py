@@ -289,6 +289,26 @@ def main():
         rows.append({"name": name, "bytes": 0, "median_ms": med, "min_ms": mn,
                      "tflops": 2 * 4096 ** 3 / (med * 1e-3) / 1e12})
         del a, b
+    # GPT-2 124M's optimiser step (nanoGPT's parameter shapes, vocabulary 50,304, f32):
+    # fused AdamW, and clip_grad_norm_ (foreach) with a bound that never clips.
+    shapes = [(50304, 768), (1024, 768)]
+    for _ in range(12):
+        shapes += [(768,), (768,), (2304, 768), (2304,), (768, 768), (768,), (768,), (768,),
+                   (3072, 768), (3072,), (768, 3072), (768,)]
+    shapes += [(768,), (768,)]
+    n = sum(torch.Size(s).numel() for s in shapes)
+    params = [torch.nn.Parameter(torch.randn(s, device=dev) * 0.02) for s in shapes]
+    for p in params:
+        p.grad = torch.randn_like(p) * 1e-3
+    opt = torch.optim.AdamW(params, lr=6e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1,
+                            fused=True)
+    med, mn = wall(opt.step, 20)
+    rows.append({"name": "adamw_step_gpt2_124m_f32", "bytes": n * 28, "median_ms": med,
+                 "min_ms": mn})
+    med, mn = wall(lambda: torch.nn.utils.clip_grad_norm_(params, 1e9), 20)
+    rows.append({"name": "clip_grad_norm_gpt2_124m_f32", "bytes": n * 12, "median_ms": med,
+                 "min_ms": mn})
+    del params, opt
     x = torch.randn(64, 1024, device=dev)
     w1 = torch.randn(1024, 4096, device=dev)
     b1 = torch.randn(4096, device=dev)

@@ -455,14 +455,16 @@ impl FromF64 for f32 {
         x as f32
     }
 }
+// Through f32 rounded to odd, which makes the second rounding exact (`half`'s own
+// `bf16::from_f64` drops the bits below a tie: 0x3F808001 as f64 gives 0x3F80, not 0x3F81).
 impl FromF64 for f16 {
     fn from_f64_rounded(x: f64) -> f16 {
-        f16::from_f64(x)
+        f16::from_f32(crate::copy::f64_to_f32_round_odd(x))
     }
 }
 impl FromF64 for bf16 {
     fn from_f64_rounded(x: f64) -> bf16 {
-        bf16::from_f64(x)
+        bf16::from_f32(crate::copy::f64_to_f32_round_odd(x))
     }
 }
 
@@ -577,6 +579,12 @@ mod tests {
         assert!(f32::binary(Minimum, 1.0, f32::NAN).is_nan());
         assert_eq!(f32::binary(Maximum, -1.0, 2.0), 2.0);
         assert_eq!(f32::binary(Minimum, -1.0, 2.0), -1.0);
+        // Just above a bf16 tie: rounds up (half's bf16::from_f64 gives 0x3F80 here).
+        let above = f64::from(f32::from_bits(0x3F80_8001));
+        assert_eq!(<bf16 as Element>::from_f64(above).to_bits(), 0x3F81);
+        assert_eq!(<bf16 as Element>::from_f64(-above).to_bits(), 0xBF81);
+        let tie = f64::from(f32::from_bits(0x3F80_8000));
+        assert_eq!(<bf16 as Element>::from_f64(tie).to_bits(), 0x3F80);
         // 1/3 in bf16 is the correctly rounded quotient.
         let q = bf16::binary(Div, bf16::from_f32(1.0), bf16::from_f32(3.0));
         assert_eq!(q, bf16::from_f64(1.0 / 3.0));

@@ -93,6 +93,17 @@ pub static MATMUL_SM90: genesis_cuda::KernelImage = genesis_cuda::KernelImage {
 /// Bytes of the `matmul_sm90` image, for size reports.
 pub const MATMUL_SM90_BYTES: usize = include_bytes!("../images/matmul_sm90.fatbin").len();
 
+/// The fatbin built from `kernels/optim.cu`.
+#[cfg(feature = "cuda")]
+pub static OPTIM: genesis_cuda::KernelImage = genesis_cuda::KernelImage {
+    name: "optim",
+    image: include_bytes!("../images/optim.fatbin"),
+    targets: TARGETS,
+};
+
+/// Bytes of the `optim` image, for size reports.
+pub const OPTIM_BYTES: usize = include_bytes!("../images/optim.fatbin").len();
+
 /// The fatbin built from `kernels/random.cu`.
 #[cfg(feature = "cuda")]
 pub static RANDOM: genesis_cuda::KernelImage = genesis_cuda::KernelImage {

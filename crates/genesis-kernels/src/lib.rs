@@ -23,6 +23,7 @@ pub mod index;
 pub mod mask;
 pub mod matmul;
 pub mod nd;
+pub mod optim;
 pub mod random;
 pub mod reduce;
 pub mod scan;

@@ -107,5 +107,11 @@ fn main() -> Result<()> {
             (b * t) as f64 / (ms / 1e3)
         );
     }
+    if genesis::autograd::profile::is_enabled() {
+        println!(
+            "time by op (GENESIS_PROFILE)\n{}",
+            genesis::autograd::profile::report()
+        );
+    }
     Ok(())
 }

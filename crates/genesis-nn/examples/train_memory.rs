@@ -8,6 +8,8 @@
 //! cargo run --release -p genesis-nn --features cuda --example train_memory -- cuda [small]
 //! ```
 //! `small` shrinks both to run anywhere (batch 2 x 16 x 64, MLP 64 x 64 -> 256 -> 64).
+//! With `GENESIS_PROFILE=1` each also prints its time by op
+//! ([`genesis::autograd::profile`]).
 
 use genesis::{DType, Device, Generator, Result, Tensor};
 use genesis_nn::gpt2::Block;
@@ -57,6 +59,13 @@ fn measure(
     }
     times.sort_by(f64::total_cmp);
     println!("{name}: step {:.3} ms (median of 5)", times[2]);
+    if genesis::autograd::profile::is_enabled() {
+        println!(
+            "{name}: time by op over 6 steps (GENESIS_PROFILE)\n{}",
+            genesis::autograd::profile::report()
+        );
+        genesis::autograd::profile::reset();
+    }
     Ok(())
 }
 

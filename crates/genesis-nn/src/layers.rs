@@ -178,17 +178,12 @@ impl Module for LayerNorm {
                 rhs: self.normalized_shape.clone(),
             });
         }
-        let mean = x.mean_dim(&dims[..], true)?;
-        let centred = x.sub(&mean)?;
-        let var = centred.square()?.mean_dim(&dims[..], true)?;
-        let mut y = centred.mul(&var.add(self.eps)?.rsqrt()?)?;
-        if let Some(w) = &self.weight {
-            y = y.mul(w)?;
-        }
-        if let Some(b) = &self.bias {
-            y = y.add(b)?;
-        }
-        Ok(y)
+        x.layer_norm(
+            &self.normalized_shape,
+            self.weight.as_ref(),
+            self.bias.as_ref(),
+            self.eps,
+        )
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
@@ -228,9 +223,8 @@ impl RMSNorm {
 
 impl Module for RMSNorm {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let dims = last_dims(x, self.normalized_shape.len())?;
-        let ms = x.square()?.mean_dim(&dims[..], true)?;
-        x.mul(&ms.add(self.eps)?.rsqrt()?)?.mul(&self.weight)
+        last_dims(x, self.normalized_shape.len())?;
+        x.rms_norm(&self.normalized_shape, Some(&self.weight), self.eps)
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {

@@ -116,8 +116,9 @@ struct Moments {
 
 /// Adam (PyTorch's `optim.Adam`, L2 `weight_decay` added to the gradient) and, with
 /// `decoupled`, AdamW (the parameter shrunk by `lr * weight_decay` first). The update is
-/// PyTorch's: `m = lerp(m, g, 1 - β1)`, `v = β2 v + (1 - β2) g²`, `p -= lr / (1 - β1^t) * m /
-/// (√v / √(1 - β2^t) + eps)`.
+/// PyTorch's: `m = β1 m + (1 - β1) g`, `v = β2 v + (1 - β2) g²`, `p -= lr / (1 - β1^t) * m /
+/// (√v / √(1 - β2^t) + eps)`, fused over many tensors ([`genesis::fused::adam_`]: one launch
+/// per 32 parameters of a dtype on CUDA) when parameters are contiguous.
 #[derive(Debug)]
 pub struct Adam {
     params: Vec<Tensor>,
@@ -169,39 +170,88 @@ impl Adam {
     }
 }
 
+impl Adam {
+    /// The step of the parameters that have a gradient: fused (one launch per 32 tensors of a
+    /// dtype, [`genesis::fused::adam_`]) for contiguous floating tensors, grouped by device;
+    /// tensor by tensor otherwise.
+    fn update(&mut self) -> Result<()> {
+        let h = genesis::fused::AdamStep {
+            lr: self.lr,
+            beta1: self.betas.0,
+            beta2: self.betas.1,
+            eps: self.eps,
+            weight_decay: self.weight_decay,
+            decoupled: self.decoupled,
+            step: self.step,
+        };
+        // Per device: (params, grads, exp_avgs, exp_avg_sqs) of the fused step.
+        let mut groups: Vec<(genesis::Device, [Vec<Tensor>; 4])> = Vec::new();
+        for (p, state) in self.params.iter().zip(&mut self.moments) {
+            let Some(g) = p.grad() else { continue };
+            let s = match state {
+                Some(s) => s,
+                None => state.insert(Moments {
+                    m: p.zeros_like()?,
+                    v: p.zeros_like()?,
+                }),
+            };
+            let fused = p.dtype().is_float()
+                && g.dtype() == p.dtype()
+                && [p, &g, &s.m, &s.v].iter().all(|t| t.is_contiguous());
+            if !fused {
+                adam_one(&h, p, g, s)?;
+                continue;
+            }
+            let at = match groups.iter().position(|(d, _)| *d == p.device()) {
+                Some(i) => i,
+                None => {
+                    groups.push((p.device(), Default::default()));
+                    groups.len() - 1
+                }
+            };
+            let lists = &mut groups[at].1;
+            lists[0].push(p.clone());
+            lists[1].push(g);
+            lists[2].push(s.m.clone());
+            lists[3].push(s.v.clone());
+        }
+        for (_, [p, g, m, v]) in groups {
+            genesis::fused::adam_(&p, &g, &m, &v, &h)?;
+        }
+        Ok(())
+    }
+}
+
+/// One parameter's step by tensor ops (PyTorch's single-tensor Adam).
+fn adam_one(
+    h: &genesis::fused::AdamStep,
+    p: &Tensor,
+    mut g: Tensor,
+    s: &mut Moments,
+) -> Result<()> {
+    let t = i32::try_from(h.step).unwrap_or(i32::MAX);
+    let step_size = h.lr / (1.0 - h.beta1.powi(t));
+    let bc2_sqrt = (1.0 - h.beta2.powi(t)).sqrt();
+    if h.weight_decay != 0.0 {
+        if h.decoupled {
+            p.mul_(1.0 - h.lr * h.weight_decay)?;
+        } else {
+            g = g.add(&p.mul(h.weight_decay)?)?;
+        }
+    }
+    // m += (1 - β1) (g - m); v = β2 v + (1 - β2) g².
+    s.m.add_(&g.sub(&s.m)?.mul(1.0 - h.beta1)?)?;
+    s.v.mul_(h.beta2)?;
+    s.v.add_(&g.square()?.mul(1.0 - h.beta2)?)?;
+    let denom = s.v.sqrt()?.div(bc2_sqrt)?.add(h.eps)?;
+    p.sub_(&s.m.div(&denom)?.mul(step_size)?)?;
+    Ok(())
+}
+
 impl Optimizer for Adam {
     fn step(&mut self) -> Result<()> {
         self.step += 1;
-        let t = self.step as i32;
-        let (b1, b2) = self.betas;
-        let step_size = self.lr / (1.0 - b1.powi(t));
-        let bc2_sqrt = (1.0 - b2.powi(t)).sqrt();
-        no_grad(|| {
-            for (p, state) in self.params.iter().zip(&mut self.moments) {
-                let Some(mut g) = p.grad() else { continue };
-                if self.weight_decay != 0.0 {
-                    if self.decoupled {
-                        p.mul_(1.0 - self.lr * self.weight_decay)?;
-                    } else {
-                        g = g.add(&p.mul(self.weight_decay)?)?;
-                    }
-                }
-                let s = match state {
-                    Some(s) => s,
-                    None => state.insert(Moments {
-                        m: p.zeros_like()?,
-                        v: p.zeros_like()?,
-                    }),
-                };
-                // m += (1 - β1) (g - m); v = β2 v + (1 - β2) g².
-                s.m.add_(&g.sub(&s.m)?.mul(1.0 - b1)?)?;
-                s.v.mul_(b2)?;
-                s.v.add_(&g.square()?.mul(1.0 - b2)?)?;
-                let denom = s.v.sqrt()?.div(bc2_sqrt)?.add(self.eps)?;
-                p.sub_(&s.m.div(&denom)?.mul(step_size)?)?;
-            }
-            Ok(())
-        })
+        no_grad(|| self.update())
     }
 
     fn params(&self) -> &[Tensor] {
@@ -227,6 +277,12 @@ pub fn clip_grad_norm_(params: &[Tensor], max_norm: f64) -> Result<Option<Tensor
         let Some(first) = grads.first() else {
             return Ok(None);
         };
+        let fused = grads
+            .iter()
+            .all(|g| g.is_contiguous() && g.dtype().is_float() && g.device() == first.device());
+        if fused {
+            return genesis::fused::clip_grad_norm_(&grads, max_norm);
+        }
         let mut total = first.to_dtype(genesis::DType::F32)?.square()?.sum()?;
         for g in &grads[1..] {
             total = total.add(&g.to_dtype(genesis::DType::F32)?.square()?.sum()?)?;

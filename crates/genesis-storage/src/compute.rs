@@ -14,6 +14,7 @@ use genesis_kernels::classify::FloatClass;
 use genesis_kernels::gather::Along;
 use genesis_kernels::index::{IndexDesc, Keys, Rows16, Strided};
 use genesis_kernels::matmul::MatmulLayout;
+use genesis_kernels::optim::AdamStep;
 use genesis_kernels::scan::ScanOp;
 use genesis_kernels::softmax::SoftmaxOp;
 use genesis_kernels::triangle::Triangle;
@@ -23,6 +24,14 @@ use genesis_kernels::{Rhs, Sampler, UnaryOp, WhereNd};
 
 use crate::storage::Inner;
 use crate::{CpuStorage, DType, Error, Result, WithDType};
+
+/// One tensor of a multi-tensor Adam step: the parameter, its gradient and its two moments.
+pub(crate) struct AdamParts<W, R> {
+    pub(crate) p: W,
+    pub(crate) g: R,
+    pub(crate) m: W,
+    pub(crate) v: W,
+}
 
 /// The operations of one kind of memory (see the module documentation).
 #[allow(clippy::too_many_arguments)]
@@ -218,6 +227,30 @@ pub(crate) trait Compute {
         dtype: DType,
         at: usize,
         shape: ReduceShape,
+        out: &mut Self,
+    ) -> Result<()>;
+
+    /// A part of this memory that a multi-tensor op reads (host bytes or a device span).
+    type Part<'a>;
+    /// A part that it writes.
+    type PartMut<'a>;
+
+    /// One Adam step of each tensor `(param, grad, exp_avg, exp_avg_sq)` (parts of `dtype`
+    /// elements, of one length per tensor; see `genesis_kernels::optim`), queued where `on`'s
+    /// work is (one of the operands' memories).
+    fn adam<'a>(
+        on: &Self,
+        h: &AdamStep,
+        dtype: DType,
+        tensors: Vec<AdamParts<Self::PartMut<'a>, Self::Part<'a>>>,
+    ) -> Result<()>;
+
+    /// The global 2-norm of `grads` (in runs of one dtype, in the order given) and PyTorch's
+    /// clipping factor for `max_norm` into `out` (2 f64: `[norm, coef]`), then every gradient
+    /// scaled by the factor.
+    fn clip_grad_norm<'a>(
+        grads: Vec<(DType, Self::PartMut<'a>)>,
+        max_norm: f64,
         out: &mut Self,
     ) -> Result<()>;
 
@@ -511,6 +544,55 @@ pub(crate) fn element_from_bytes<T: WithDType>(op: &'static str, b: &[u8]) -> Re
 }
 
 impl Compute for [u8] {
+    type Part<'a> = &'a [u8];
+    type PartMut<'a> = &'a mut [u8];
+
+    fn adam<'a>(
+        _: &[u8],
+        h: &AdamStep,
+        dtype: DType,
+        tensors: Vec<AdamParts<&'a mut [u8], &'a [u8]>>,
+    ) -> Result<()> {
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
+            for AdamParts { p, g, m, v } in tensors {
+                let n = p.len() / size_of::<T>();
+                genesis_kernels::optim::adam::<T>(
+                    h,
+                    host_mut::<T>(p, 0, n)?,
+                    host::<T>(g, 0, n)?,
+                    host_mut::<T>(m, 0, n)?,
+                    host_mut::<T>(v, 0, n)?,
+                )?;
+            }
+            Ok(())
+        }, _ => Err(unsupported("adam", dtype)))
+    }
+
+    fn clip_grad_norm(
+        mut grads: Vec<(DType, &mut [u8])>,
+        max_norm: f64,
+        out: &mut [u8],
+    ) -> Result<()> {
+        use genesis_kernels::optim;
+        let mut partials = Vec::new();
+        for (dtype, g) in &grads {
+            genesis_kernels::dispatch_dtype!(*dtype, [F32, F16, BF16, F64], T => {
+                optim::sum_squares::<T>(host::<T>(g, 0, g.len() / size_of::<T>())?, &mut partials)?;
+                Ok(())
+            }, _ => Err(unsupported("clip_grad_norm", *dtype)))?;
+        }
+        let result = optim::clip_coef(&partials, max_norm);
+        host_mut::<f64>(out, 0, 2)?.copy_from_slice(&result);
+        for (dtype, g) in &mut grads {
+            genesis_kernels::dispatch_dtype!(*dtype, [F32, F16, BF16, F64], T => {
+                let n = g.len() / size_of::<T>();
+                optim::scale::<T>(host_mut::<T>(g, 0, n)?, result[1])?;
+                Ok(())
+            }, _ => Err(unsupported("clip_grad_norm", *dtype)))?;
+        }
+        Ok(())
+    }
+
     fn binary(
         &self,
         op: BinaryOp,

@@ -5,6 +5,7 @@
 use genesis_kernels::classify::FloatClass;
 use genesis_kernels::gather::Along;
 use genesis_kernels::index::{IndexDesc, Keys, Rows16, Strided};
+use genesis_kernels::optim::AdamStep;
 use genesis_kernels::scan::ScanOp;
 use genesis_kernels::softmax::SoftmaxOp;
 use genesis_kernels::triangle::Triangle;
@@ -12,7 +13,7 @@ use genesis_kernels::{BinaryNd, BinaryOp, CompareOp, MatmulPrecision, MatmulShap
 use genesis_kernels::{ReduceOp, ReduceShape};
 use genesis_kernels::{Rhs, Sampler, UnaryOp, WhereNd};
 
-use crate::compute::Compute;
+use crate::compute::{AdamParts, Compute};
 use crate::storage::Inner;
 use crate::{DType, Device, Error, PoolInfo, Result};
 
@@ -166,6 +167,26 @@ impl PinnedMem {
 }
 
 impl Compute for CudaMem {
+    type Part<'a> = genesis_cuda::DeviceSpan<'a, u8>;
+    type PartMut<'a> = genesis_cuda::DeviceSpanMut<'a, u8>;
+
+    fn adam<'a>(
+        on: &CudaMem,
+        _: &AdamStep,
+        _: DType,
+        _: Vec<AdamParts<Self::PartMut<'a>, Self::Part<'a>>>,
+    ) -> Result<()> {
+        match *on {}
+    }
+
+    fn clip_grad_norm<'a>(
+        _: Vec<(DType, Self::PartMut<'a>)>,
+        _: f64,
+        out: &mut CudaMem,
+    ) -> Result<()> {
+        match *out {}
+    }
+
     fn binary(
         &self,
         _: BinaryOp,

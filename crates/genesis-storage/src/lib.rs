@@ -44,6 +44,8 @@ pub use dtype::{DType, WithDType};
 pub use error::{Error, Result};
 /// Where a matmul's operands lie ([`Storage::matmul_layout_with`]).
 pub use genesis_kernels::matmul::{MatmulLayout, MatrixLayout};
+/// One Adam step's hyper-parameters ([`Storage::adam_step`]).
+pub use genesis_kernels::optim::AdamStep;
 /// The elementwise operations ([`Storage::binary`], [`Storage::unary`]).
 pub use genesis_kernels::{
     BinaryOp, CompareOp, MatmulPrecision, MatmulShape, ReduceOp, ReduceShape, Sampler, Twin,
@@ -54,8 +56,8 @@ pub use layout::{
 };
 pub use mapped::{DEFAULT_SHARED_MODE, MapMode, regular_file_len};
 pub use storage::{
-    BinaryRhs, HostBytes, HostSlice, PoolInfo, Reduced, Storage, StorageInfo, ViewInfo,
-    reduce_dtype,
+    BinaryRhs, HostBytes, HostSlice, PoolInfo, Reduced, Storage, StorageInfo, StorageRange,
+    ViewInfo, reduce_dtype,
 };
 pub use transfer::{PendingCopy, batched_copy};
 pub use view::View;

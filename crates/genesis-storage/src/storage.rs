@@ -1353,6 +1353,7 @@ mod everyday;
 mod index;
 mod mask;
 mod matmul;
+mod multi;
 mod nd;
 mod random;
 mod reduce;
@@ -1361,5 +1362,6 @@ mod shared;
 mod softmax;
 mod triangle;
 
+pub use multi::StorageRange;
 pub use nd::BinaryRhs;
 pub use reduce::{Reduced, reduce_dtype};

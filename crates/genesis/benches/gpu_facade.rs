@@ -738,6 +738,78 @@ mod gpu {
             });
         }
 
+        // The optimiser step of GPT-2 124M (nanoGPT's parameter shapes, vocabulary 50,304,
+        // f32): fused AdamW over the 148 parameters, and global-norm clipping of their
+        // gradients. Bytes: AdamW reads p, g, m, v and writes p, m, v; clipping reads the
+        // gradients twice and writes them once.
+        {
+            let mut shapes: Vec<Vec<usize>> = vec![vec![50304, 768], vec![1024, 768]];
+            for _ in 0..12 {
+                for s in [
+                    &[768][..],
+                    &[768],
+                    &[2304, 768],
+                    &[2304],
+                    &[768, 768],
+                    &[768],
+                    &[768],
+                    &[768],
+                    &[3072, 768],
+                    &[3072],
+                    &[768, 3072],
+                    &[768],
+                ] {
+                    shapes.push(s.to_vec());
+                }
+            }
+            shapes.extend([vec![768], vec![768]]);
+            let n: usize = shapes.iter().map(|s| s.iter().product::<usize>()).sum();
+            let make = |scale: f64| -> BoxResult<Vec<Tensor>> {
+                shapes
+                    .iter()
+                    .map(|s| Ok(g.randn(&s[..], DType::F32, dev)?.mul(scale)?))
+                    .collect()
+            };
+            let (p, gr, m) = (make(0.02)?, make(1e-3)?, make(1e-4)?);
+            let v: Vec<Tensor> = make(1e-4)?
+                .iter()
+                .map(|t| t.square())
+                .collect::<genesis::Result<_>>()?;
+            let mut step = 0u64;
+            let (med, min) = wall(20, || {
+                step += 1;
+                let h = genesis::fused::AdamStep {
+                    lr: 6e-4,
+                    beta1: 0.9,
+                    beta2: 0.95,
+                    eps: 1e-8,
+                    weight_decay: 0.1,
+                    decoupled: true,
+                    step,
+                };
+                genesis::fused::adam_(&p, &gr, &m, &v, &h)?;
+                Ok(())
+            })?;
+            rows.push(Row {
+                name: "adamw_step_gpt2_124m_f32".into(),
+                bytes: n * 28,
+                median_ms: med,
+                min_ms: min,
+                note: "wall clock of one fused step, as torch_ref (AdamW fused=True)".into(),
+            });
+            let (med, min) = wall(20, || {
+                genesis::fused::clip_grad_norm_(&gr, 1e9)?;
+                Ok(())
+            })?;
+            rows.push(Row {
+                name: "clip_grad_norm_gpt2_124m_f32".into(),
+                bytes: n * 12,
+                median_ms: med,
+                min_ms: min,
+                note: "wall clock, as torch_ref (clip_grad_norm_, foreach)".into(),
+            });
+        }
+
         // The MLP forward step of the matmul issue, f32, end to end:
         // relu([64, 1024] @ [1024, 4096] + bias) @ [4096, 1024], summed.
         {

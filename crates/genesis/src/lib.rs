@@ -27,12 +27,14 @@ pub mod backends;
 pub mod cpu;
 mod error;
 mod everyday;
+pub mod fused;
 mod index;
 mod interop;
 #[doc(hidden)]
 pub mod literal;
 mod mask;
 mod matmul;
+mod norm;
 mod npy;
 mod operand;
 mod ops;

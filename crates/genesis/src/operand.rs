@@ -225,7 +225,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn binary(&self, op: BinaryOp, other: &Tensor) -> Result<Tensor> {
-        use crate::autograd::{Operand2, Saved, binary_grad};
+        use crate::autograd::{Operand2, Saved, SavedOrMeta, binary_grad};
         if matches!(op, BinaryOp::Add | BinaryOp::Sub) {
             // The gradients need only the operands' shapes and dtypes.
             let factory = |_: &Tensor| -> Box<crate::autograd::BackwardFn> {
@@ -265,11 +265,23 @@ impl Tensor {
             &[self, other],
             || self.binary_raw(op, other),
             |out| {
-                let (a, b) = (Saved::new(op.name(), self), Saved::new(op.name(), other));
-                let y = (op == BinaryOp::Pow || op == BinaryOp::Div)
+                // Saved only where a gradient reads it: `a * b` needs `b` for `a`'s gradient and
+                // `a` for `b`'s; a quotient `b` (and its output for `b`'s gradient); the others
+                // both. An operand not saved lends its shape and dtype.
+                let (na, nb) = (self.requires_grad(), other.requires_grad());
+                let (keep_a, keep_b) = match op {
+                    BinaryOp::Mul => (nb, na),
+                    BinaryOp::Div => (false, true),
+                    _ => (true, true),
+                };
+                let (a, b) = (
+                    SavedOrMeta::new(op.name(), self, keep_a),
+                    SavedOrMeta::new(op.name(), other, keep_b),
+                );
+                let y = (op == BinaryOp::Pow || (op == BinaryOp::Div && nb))
                     .then(|| Saved::new(op.name(), out));
                 Box::new(move |g, needs| {
-                    let (a, b) = (a.get()?, b.get()?);
+                    let (a, b) = (a.get(g)?, b.get(g)?);
                     let y = y.as_ref().map(Saved::get).transpose()?;
                     let out = y.as_ref().unwrap_or(g);
                     let [ga, gb] =
@@ -358,16 +370,18 @@ impl Tensor {
         match rhs {
             OperandRef::Tensor(t) => self.binary(op, t),
             OperandRef::Scalar(v) => {
-                use crate::autograd::{Operand2, Saved, binary_grad};
+                use crate::autograd::{Operand2, SavedOrMeta, binary_grad};
                 let s = v.to_f64();
                 crate::autograd::op(
                     op.name(),
                     &[self],
                     || self.binary_scalar_value(op, v),
                     |_| {
-                        let a = Saved::new(op.name(), self);
+                        // A product or quotient by a number needs only `a`'s shape and dtype.
+                        let keep = !matches!(op, BinaryOp::Mul | BinaryOp::Div);
+                        let a = SavedOrMeta::new(op.name(), self, keep);
                         Box::new(move |g, _| {
-                            let a = a.get()?;
+                            let a = a.get(g)?;
                             let [ga, _] =
                                 binary_grad(op, &a, Operand2::Scalar(s), g, g, [true, false])?;
                             Ok(vec![ga])

@@ -1108,7 +1108,7 @@ impl Tensor {
     /// PyTorch's rules instead (`int32 tensor + 0.5` is float32).
     #[track_caller]
     pub fn binary_scalar(&self, op: BinaryOp, scalar: f64) -> Result<Tensor> {
-        use crate::autograd::{Operand2, Saved, binary_grad};
+        use crate::autograd::{Operand2, binary_grad};
         crate::autograd::op(
             op.name(),
             &[self],
@@ -1117,10 +1117,17 @@ impl Tensor {
                 self.binary_scalar_storage(op, &s)
             },
             |_| {
-                let a = Saved::new(op.name(), self);
+                let keep = !matches!(op, BinaryOp::Mul | BinaryOp::Div);
+                let a = crate::autograd::SavedOrMeta::new(op.name(), self, keep);
                 Box::new(move |g, _| {
-                    let [ga, _] =
-                        binary_grad(op, &a.get()?, Operand2::Scalar(scalar), g, g, [true, false])?;
+                    let [ga, _] = binary_grad(
+                        op,
+                        &a.get(g)?,
+                        Operand2::Scalar(scalar),
+                        g,
+                        g,
+                        [true, false],
+                    )?;
                     Ok(vec![ga])
                 })
             },

@@ -943,3 +943,77 @@ fn tensors_that_require_grad_cross_threads() {
         .unwrap();
     assert_eq!(w.grad().unwrap().to_vec::<f32>().unwrap(), [4.0]);
 }
+
+#[test]
+fn normalisations_match_finite_differences() {
+    let g = Generator::new(21);
+    for shape in [vec![5], vec![3, 4], vec![2, 3, 4]] {
+        let last = shape.len() - 1;
+        for k in 1..=shape.len().min(2) {
+            let norm = &shape[shape.len() - k..];
+            let x = input(&g, &shape, false);
+            let (w, b) = (input(&g, norm, false), input(&g, norm, false));
+            let name = format!("layer_norm {shape:?} over {norm:?}");
+            gradcheck(&name, &[x.clone(), w.clone(), b.clone()], &|t| {
+                t[0].layer_norm(norm, Some(&t[1]), Some(&t[2]), 1e-5)
+            });
+            gradcheck(
+                &format!("{name} without affine"),
+                std::slice::from_ref(&x),
+                &|t| t[0].layer_norm(norm, None, None, 1e-5),
+            );
+            gradcheck(
+                &format!("rms_norm {shape:?} over {norm:?}"),
+                &[x, w],
+                &|t| t[0].rms_norm(norm, Some(&t[1]), 1e-6),
+            );
+        }
+        // Against the composed definition.
+        let x = input(&g, &shape, false);
+        let d = [last as isize];
+        let mean = x.mean_dim(&d[..], true).unwrap();
+        let var = x
+            .sub(&mean)
+            .unwrap()
+            .square()
+            .unwrap()
+            .mean_dim(&d[..], true)
+            .unwrap();
+        let want = x
+            .sub(&mean)
+            .unwrap()
+            .div(&var.add(1e-5).unwrap().sqrt().unwrap())
+            .unwrap();
+        let got = x.layer_norm(&shape[last..], None, None, 1e-5).unwrap();
+        let diff = got.sub(&want).unwrap().abs().unwrap().sum().unwrap();
+        assert!(diff.item::<f64>().unwrap() < 1e-12);
+    }
+    let x = input(&g, &[2, 3], false);
+    assert!(
+        x.layer_norm(&[2], None, None, 1e-5).is_err(),
+        "not the trailing dims"
+    );
+    let w = input(&g, &[2], false);
+    assert!(
+        x.layer_norm(&[3], Some(&w), None, 1e-5).is_err(),
+        "weight shape"
+    );
+}
+
+#[test]
+fn split_pieces_send_their_gradients_to_their_slices() {
+    // The view gradient writes through the piece's layout (no scatter): pieces of a
+    // transposed input, with gaps (only two of three pieces used).
+    let g = Generator::new(5);
+    let x = input(&g, &[4, 6], false);
+    gradcheck("split of a transpose", &[x], &|t| {
+        let p = t[0].t()?.split(2, 0)?;
+        p[0].mul(&p[2])
+    });
+    let y = input(&g, &[2, 9, 3], false);
+    gradcheck("chunk, diagonal and a stepped slice", &[y], &|t| {
+        let c = t[0].chunk(3, 1)?;
+        c[1].diagonal(0, 1, 2)?
+            .add(&c[2].i(&genesis::s![.., 0..3;2, 1])?.sum_dim([1], true)?)
+    });
+}

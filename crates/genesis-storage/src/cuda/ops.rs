@@ -4,6 +4,7 @@
 use genesis_kernels::classify::FloatClass;
 use genesis_kernels::gather::Along;
 use genesis_kernels::index::{IndexDesc, Keys, Rows16, Strided};
+use genesis_kernels::optim::AdamStep;
 use genesis_kernels::scan::ScanOp;
 use genesis_kernels::softmax::SoftmaxOp;
 use genesis_kernels::triangle::Triangle;
@@ -12,7 +13,7 @@ use genesis_kernels::{ReduceOp, ReduceShape};
 use genesis_kernels::{Rhs, Sampler, UnaryOp, WhereNd, gpu};
 
 use super::{CudaMem, Queue, queue_on};
-use crate::compute::Compute;
+use crate::compute::{AdamParts, Compute};
 use crate::storage::Inner;
 use crate::{DType, Error, Result};
 
@@ -48,6 +49,89 @@ fn unsupported(op: &'static str, dtype: DType) -> Error {
 }
 
 impl Compute for CudaMem {
+    type Part<'a> = genesis_cuda::DeviceSpan<'a, u8>;
+    type PartMut<'a> = genesis_cuda::DeviceSpanMut<'a, u8>;
+
+    fn adam<'a>(
+        on: &CudaMem,
+        h: &AdamStep,
+        dtype: DType,
+        tensors: Vec<AdamParts<Self::PartMut<'a>, Self::Part<'a>>>,
+    ) -> Result<()> {
+        use genesis_kernels::optim::{self, AdamTensor};
+        let queue = on.queue();
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
+            let mut list = tensors
+                .into_iter()
+                .map(|AdamParts { p, g, m, v }| {
+                    Ok(AdamTensor::<T> {
+                        p: p.cast()?,
+                        g: g.cast()?,
+                        m: m.cast()?,
+                        v: v.cast()?,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            optim::gpu_adam::<T>(&queue, h, &mut list)?;
+            Ok(())
+        }, _ => Err(unsupported("adam", dtype)))
+    }
+
+    fn clip_grad_norm<'a>(
+        grads: Vec<(DType, Self::PartMut<'a>)>,
+        max_norm: f64,
+        out: &mut CudaMem,
+    ) -> Result<()> {
+        use genesis_kernels::optim;
+        let queue = out.queue();
+        let blocks: usize = grads
+            .iter()
+            .map(|(d, g)| optim::blocks_of(g.len() / d.size()))
+            .sum();
+        let mut partials = CudaMem::new(out.ordinal(), blocks * 8)?;
+        // Runs of one dtype, each with its partials after the previous run's.
+        let mut runs: Vec<(DType, Vec<genesis_cuda::DeviceSpanMut<'a, u8>>)> = Vec::new();
+        for (d, g) in grads {
+            match runs.last_mut() {
+                Some((rd, list)) if *rd == d => list.push(g),
+                _ => runs.push((d, vec![g])),
+            }
+        }
+        let mut at = 0;
+        for (dtype, list) in &runs {
+            let n: usize = list
+                .iter()
+                .map(|g| optim::blocks_of(g.len() / dtype.size()))
+                .sum();
+            genesis_kernels::dispatch_dtype!(*dtype, [F32, F16, BF16, F64], T => {
+                let spans = list
+                    .iter()
+                    .map(|g| Ok(g.as_span().cast::<T>()?))
+                    .collect::<Result<Vec<_>>>()?;
+                optim::gpu_sum_squares::<T>(&queue, &spans, partials.range_mut::<f64>(at, n)?)?;
+                Ok(())
+            }, _ => Err(unsupported("clip_grad_norm", *dtype)))?;
+            at += n;
+        }
+        optim::gpu_clip_coef(
+            &queue,
+            partials.span::<f64>(blocks)?,
+            max_norm,
+            out.span_mut::<f64>(2)?,
+        )?;
+        for (dtype, list) in runs {
+            genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
+                let mut spans = list
+                    .into_iter()
+                    .map(|g| Ok(g.cast::<T>()?))
+                    .collect::<Result<Vec<_>>>()?;
+                optim::gpu_scale::<T>(&queue, &mut spans, out.span::<f64>(2)?)?;
+                Ok(())
+            }, _ => Err(unsupported("clip_grad_norm", dtype)))?;
+        }
+        Ok(())
+    }
+
     fn binary(
         &self,
         op: BinaryOp,

@@ -16,6 +16,7 @@
 //! backward through it is an error. Backward runs with recording off (no double backward).
 
 mod formulas;
+pub mod profile;
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -234,6 +235,36 @@ impl Saved {
     }
 }
 
+/// An operand a backward reads ([`Saved`]), or of which it needs only the shape and dtype
+/// (nothing of its memory is kept: a product by another tensor that does not require grad,
+/// a product or quotient by a number).
+pub(crate) enum SavedOrMeta {
+    Saved(Saved),
+    Meta(Vec<usize>, crate::DType),
+}
+
+impl SavedOrMeta {
+    /// `t` saved when `keep`, else its shape and dtype.
+    pub(crate) fn new(op: &'static str, t: &Tensor, keep: bool) -> SavedOrMeta {
+        if keep {
+            SavedOrMeta::Saved(Saved::new(op, t))
+        } else {
+            SavedOrMeta::Meta(t.shape().to_vec(), t.dtype())
+        }
+    }
+
+    /// The saved tensor, or a zero of its shape and dtype broadcast from one element (on
+    /// `like`'s device), which the formulas read only for its shape and dtype.
+    pub(crate) fn get(&self, like: &Tensor) -> Result<Tensor> {
+        match self {
+            SavedOrMeta::Saved(s) => s.get(),
+            SavedOrMeta::Meta(shape, dtype) => {
+                Tensor::zeros([1usize; 0], *dtype, like.device())?.expand(&shape[..])
+            }
+        }
+    }
+}
+
 /// Adds `g` into the gradient slot `slot`: the first gradient is kept (copied unless this is
 /// the only handle to its storage, or it is a view), later ones are added in place.
 fn accumulate_into(slot: &mut Option<Tensor>, g: Tensor) -> Result<()> {
@@ -403,7 +434,8 @@ fn run_backward(
                     ),
                 })?;
                 let needs: Vec<bool> = node.edges.iter().map(Option::is_some).collect();
-                let out = f(&g, &needs)?;
+                let out =
+                    profile::timed(node.name, "backward", Some(g.device()), || f(&g, &needs))?;
                 if out.len() != node.edges.len() {
                     return Err(Error::Autograd {
                         reason: format!(
@@ -755,7 +787,8 @@ pub(crate) fn op(
     if !wants(inputs) {
         return forward();
     }
-    let out = no_grad(forward)?;
+    let device = inputs.first().map(|t| t.device());
+    let out = profile::timed(name, "forward", device, || no_grad(forward))?;
     let f = backward(&out);
     Ok(record(name, inputs, out, f))
 }
@@ -814,6 +847,9 @@ impl LayoutGrad {
     }
 
     pub(crate) fn grad(&self, g: &Tensor) -> Result<Tensor> {
+        if let Some(z) = self.grad_by_copy(g)? {
+            return Ok(z);
+        }
         let device = g.device();
         let positions =
             Tensor::arange(0.0, self.storage_len as f64, 1.0, crate::DType::I64, device)?;
@@ -824,6 +860,53 @@ impl LayoutGrad {
         z.scatter_add_(0, &at, &g.to_dtype(self.dtype)?.contiguous()?.ravel()?)?;
         Tensor::through(&z, &self.input)?.contiguous()
     }
+}
+
+impl LayoutGrad {
+    /// The gradient when no two output elements share a storage position and every output
+    /// position lies within the input's reach (every view: slices, `split`, `diagonal`,
+    /// transposes, reshapes): zeros over the input's reach, the output's gradient written
+    /// through the output's layout (one strided copy), read back through the input's layout.
+    /// `None` otherwise (broadcasts): the general scatter-add of [`LayoutGrad::grad`].
+    fn grad_by_copy(&self, g: &Tensor) -> Result<Option<Tensor>> {
+        let (Ok(Some((lo, hi))), Ok(Some((olo, ohi)))) = (self.input.span(), self.output.span())
+        else {
+            return Ok(None);
+        };
+        if olo < lo || ohi > hi || !non_overlapping(&self.output) {
+            return Ok(None);
+        }
+        let shift = |l: &crate::Layout| crate::Layout::new(l.shape(), l.strides(), l.offset() - lo);
+        let z = Tensor::zeros([hi - lo], self.dtype, g.device())?;
+        Tensor::through(&z, &shift(&self.output))?.copy_(&g.to_dtype(self.dtype)?)?;
+        Ok(Some(
+            Tensor::through(&z, &shift(&self.input))?.contiguous()?,
+        ))
+    }
+}
+
+/// Whether no two elements of `l` share a position: the dimensions of more than one element,
+/// by increasing stride, each stride beyond the reach of the dimensions inside it.
+fn non_overlapping(l: &crate::Layout) -> bool {
+    let mut dims: Vec<(usize, usize)> = l
+        .shape()
+        .iter()
+        .zip(l.strides())
+        .filter(|(d, _)| **d > 1)
+        .map(|(&d, &s)| (d, s.unsigned_abs()))
+        .collect();
+    dims.sort_by_key(|&(_, s)| s);
+    let mut reach = 0usize;
+    for (d, s) in dims {
+        if s <= reach {
+            return false;
+        }
+        reach = match (d - 1).checked_mul(s).and_then(|r| r.checked_add(reach)) {
+            Some(r) => r,
+            None => return false,
+        };
+    }
+    true
 }
 
 /// An error when `op` has no gradient and would compute a result from tensors that require

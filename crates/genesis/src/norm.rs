@@ -1,0 +1,192 @@
+//! Normalisations over the last dimensions: [`Tensor::layer_norm`] and [`Tensor::rms_norm`]
+//! (PyTorch's `F.layer_norm` and `F.rms_norm`), each one recorded op whose backward keeps
+//! only the input, the per-row statistics and the weight (PyTorch's saved set), not the
+//! intermediate tensors of the forward.
+
+use crate::autograd::{Saved, cast_grad, sum_to};
+use crate::{Error, Result, Tensor};
+
+/// The last `shape.len()` dimensions of `x`, which must equal `shape`, as dimension indices.
+fn normalized_dims(op: &'static str, x: &Tensor, shape: &[usize]) -> Result<Vec<isize>> {
+    let k = shape.len();
+    if k == 0 || k > x.dim() || x.shape()[x.dim() - k..] != *shape {
+        return Err(Error::InvalidArgument {
+            op,
+            reason: format!(
+                "normalized_shape {shape:?} must be the trailing dimensions of the input of \
+                 shape {:?}",
+                x.shape()
+            ),
+        });
+    }
+    Ok((x.dim() - k..x.dim()).map(|d| d as isize).collect())
+}
+
+fn check_affine(op: &'static str, t: Option<&Tensor>, shape: &[usize]) -> Result<()> {
+    match t {
+        Some(t) if t.shape() != shape => Err(Error::ShapeMismatch {
+            op,
+            lhs: t.shape().to_vec(),
+            rhs: shape.to_vec(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+impl Tensor {
+    /// Layer normalisation over the trailing dimensions `normalized_shape` (PyTorch's
+    /// `F.layer_norm`): `(x - mean) / sqrt(var + eps) * weight + bias`, the biased variance,
+    /// `weight` and `bias` of shape `normalized_shape` (either may be absent). Computed in the
+    /// input's dtype (the result promotes with `weight` and `bias`). Its gradient keeps only
+    /// the input, each row's mean and `1 / sqrt(var + eps)`, and the weight:
+    /// `dx = r (dx̂ - mean(dx̂) - x̂ mean(dx̂ x̂))` with `x̂ = (x - mean) r`, `dx̂ = g weight`.
+    pub fn layer_norm(
+        &self,
+        normalized_shape: &[usize],
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        eps: f64,
+    ) -> Result<Tensor> {
+        let op = "layer_norm";
+        let dims = normalized_dims(op, self, normalized_shape)?;
+        check_affine(op, weight, normalized_shape)?;
+        check_affine(op, bias, normalized_shape)?;
+        let stats = || -> Result<(Tensor, Tensor)> {
+            let mean = self.mean_dim(&dims[..], true)?;
+            let var = self.sub(&mean)?.square()?.mean_dim(&dims[..], true)?;
+            Ok((mean, var.add(eps)?.rsqrt()?))
+        };
+        let mut inputs = vec![self];
+        inputs.extend(weight);
+        inputs.extend(bias);
+        let kept = std::cell::RefCell::new(None);
+        crate::autograd::op(
+            op,
+            &inputs,
+            || {
+                let (mean, rstd) = stats()?;
+                let mut y = self.sub(&mean)?.mul(&rstd)?;
+                if let Some(w) = weight {
+                    y = y.mul(w)?;
+                }
+                if let Some(b) = bias {
+                    y = y.add(b)?;
+                }
+                *kept.borrow_mut() = Some((mean, rstd));
+                Ok(y)
+            },
+            |_| {
+                let (mean, rstd) = kept.borrow_mut().take().expect("set by the forward");
+                let x = Saved::new(op, self);
+                let w = weight.map(|w| Saved::new(op, w));
+                let (xs, xd) = (self.shape().to_vec(), self.dtype());
+                let ws = weight.map(|w| (w.shape().to_vec(), w.dtype()));
+                let bs = bias.map(|b| (b.shape().to_vec(), b.dtype()));
+                let dims = dims.clone();
+                Box::new(move |g, needs| {
+                    let x = x.get()?;
+                    let xhat = x.sub(&mean)?.mul(&rstd)?;
+                    let mut out = Vec::with_capacity(needs.len());
+                    let w = w.as_ref().map(Saved::get).transpose()?;
+                    let dxhat = match &w {
+                        Some(w) => g.mul(w)?,
+                        None => g.clone(),
+                    };
+                    out.push(if needs[0] {
+                        let a = dxhat.mean_dim(&dims[..], true)?;
+                        let b = dxhat.mul(&xhat)?.mean_dim(&dims[..], true)?;
+                        let dx = dxhat.sub(&a)?.sub(&xhat.mul(&b)?)?.mul(&rstd)?;
+                        Some(cast_grad(sum_to(&dx, &xs)?, xd)?)
+                    } else {
+                        None
+                    });
+                    let mut k = 1;
+                    if let Some((shape, dtype)) = &ws {
+                        out.push(if needs[k] {
+                            Some(cast_grad(sum_to(&g.mul(&xhat)?, shape)?, *dtype)?)
+                        } else {
+                            None
+                        });
+                        k += 1;
+                    }
+                    if let Some((shape, dtype)) = &bs {
+                        out.push(if needs[k] {
+                            Some(cast_grad(sum_to(g, shape)?, *dtype)?)
+                        } else {
+                            None
+                        });
+                    }
+                    Ok(out)
+                })
+            },
+        )
+    }
+
+    /// Root-mean-square normalisation over the trailing dimensions `normalized_shape`
+    /// (PyTorch's `F.rms_norm`): `x / sqrt(mean(x²) + eps) * weight` (`weight` optional).
+    /// Its gradient keeps only the input, each row's `r = 1 / sqrt(mean(x²) + eps)` and the
+    /// weight: `dx = r (dx̂ - x̂ mean(dx̂ x̂))` with `x̂ = x r`, `dx̂ = g weight`.
+    pub fn rms_norm(
+        &self,
+        normalized_shape: &[usize],
+        weight: Option<&Tensor>,
+        eps: f64,
+    ) -> Result<Tensor> {
+        let op = "rms_norm";
+        let dims = normalized_dims(op, self, normalized_shape)?;
+        check_affine(op, weight, normalized_shape)?;
+        let mut inputs = vec![self];
+        inputs.extend(weight);
+        let kept = std::cell::RefCell::new(None);
+        crate::autograd::op(
+            op,
+            &inputs,
+            || {
+                let rstd = self
+                    .square()?
+                    .mean_dim(&dims[..], true)?
+                    .add(eps)?
+                    .rsqrt()?;
+                let mut y = self.mul(&rstd)?;
+                if let Some(w) = weight {
+                    y = y.mul(w)?;
+                }
+                *kept.borrow_mut() = Some(rstd);
+                Ok(y)
+            },
+            |_| {
+                let rstd = kept.borrow_mut().take().expect("set by the forward");
+                let x = Saved::new(op, self);
+                let w = weight.map(|w| Saved::new(op, w));
+                let (xs, xd) = (self.shape().to_vec(), self.dtype());
+                let ws = weight.map(|w| (w.shape().to_vec(), w.dtype()));
+                let dims = dims.clone();
+                Box::new(move |g, needs| {
+                    let x = x.get()?;
+                    let xhat = x.mul(&rstd)?;
+                    let w = w.as_ref().map(Saved::get).transpose()?;
+                    let dxhat = match &w {
+                        Some(w) => g.mul(w)?,
+                        None => g.clone(),
+                    };
+                    let mut out = Vec::with_capacity(needs.len());
+                    out.push(if needs[0] {
+                        let b = dxhat.mul(&xhat)?.mean_dim(&dims[..], true)?;
+                        let dx = dxhat.sub(&xhat.mul(&b)?)?.mul(&rstd)?;
+                        Some(cast_grad(sum_to(&dx, &xs)?, xd)?)
+                    } else {
+                        None
+                    });
+                    if let Some((shape, dtype)) = &ws {
+                        out.push(if needs[1] {
+                            Some(cast_grad(sum_to(&g.mul(&xhat)?, shape)?, *dtype)?)
+                        } else {
+                            None
+                        });
+                    }
+                    Ok(out)
+                })
+            },
+        )
+    }
+}

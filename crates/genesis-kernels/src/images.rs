@@ -38,6 +38,17 @@ pub static GATHER: genesis_cuda::KernelImage = genesis_cuda::KernelImage {
 /// Bytes of the `gather` image, for size reports.
 pub const GATHER_BYTES: usize = include_bytes!("../images/gather.fatbin").len();
 
+/// The fatbin built from `kernels/grad.cu`.
+#[cfg(feature = "cuda")]
+pub static GRAD: genesis_cuda::KernelImage = genesis_cuda::KernelImage {
+    name: "grad",
+    image: include_bytes!("../images/grad.fatbin"),
+    targets: TARGETS,
+};
+
+/// Bytes of the `grad` image, for size reports.
+pub const GRAD_BYTES: usize = include_bytes!("../images/grad.fatbin").len();
+
 /// The fatbin built from `kernels/index.cu`.
 #[cfg(feature = "cuda")]
 pub static INDEX: genesis_cuda::KernelImage = genesis_cuda::KernelImage {

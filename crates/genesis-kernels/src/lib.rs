@@ -18,6 +18,7 @@ mod element;
 pub mod gather;
 #[cfg(feature = "cuda")]
 pub mod gpu;
+pub mod grad;
 pub mod images;
 pub mod index;
 pub mod mask;

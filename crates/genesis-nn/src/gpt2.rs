@@ -212,7 +212,7 @@ impl Gpt2 {
                 block.forward_masked(&x, &causal)?
             };
         }
-        self.ln_f.forward(&x)?.matmul(&self.wte.t()?)
+        self.ln_f.forward(&x)?.linear(&self.wte, None)
     }
 
     /// The mean cross entropy of the next-token predictions for `idx` against `targets`

@@ -48,16 +48,7 @@ impl Linear {
 
 impl Module for Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let y = x.matmul(&self.weight.t()?)?;
-        match &self.bias {
-            // Under autocast the product is in the low-precision dtype, and so is the layer's
-            // output (PyTorch's `linear`): the bias is cast to it.
-            Some(b) if b.dtype() != y.dtype() && genesis::autograd::autocast_dtype().is_some() => {
-                y.add(&b.to_dtype(y.dtype())?)
-            }
-            Some(b) => y.add(b),
-            None => Ok(y),
-        }
+        x.linear(&self.weight, self.bias.as_ref())
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {

@@ -12,6 +12,7 @@
 
 use genesis_kernels::classify::FloatClass;
 use genesis_kernels::gather::Along;
+use genesis_kernels::grad::ActGrad;
 use genesis_kernels::index::{IndexDesc, Keys, Rows16, Strided};
 use genesis_kernels::matmul::MatmulLayout;
 use genesis_kernels::optim::AdamStep;
@@ -228,6 +229,34 @@ pub(crate) trait Compute {
         at: usize,
         shape: ReduceShape,
         out: &mut Self,
+    ) -> Result<()>;
+
+    /// `out[i] = self[g_at + i] * f'(x[x_at + i])` for `i < len` (`dtype` floating).
+    #[allow(clippy::too_many_arguments)]
+    fn act_grad(
+        &self,
+        op: ActGrad,
+        dtype: DType,
+        g_at: usize,
+        x: &Self,
+        x_at: usize,
+        out: &mut Self,
+        len: usize,
+    ) -> Result<()>;
+
+    /// The softmax (`log`: log_softmax) gradient of `len` elements in rows of `n`: `self`
+    /// the forward's output from `y_at`, `g` its gradient from `g_at`, into `out`.
+    #[allow(clippy::too_many_arguments)]
+    fn softmax_grad(
+        &self,
+        log: bool,
+        dtype: DType,
+        y_at: usize,
+        g: &Self,
+        g_at: usize,
+        out: &mut Self,
+        len: usize,
+        n: usize,
     ) -> Result<()>;
 
     /// A part of this memory that a multi-tensor op reads (host bytes or a device span).
@@ -546,6 +575,50 @@ pub(crate) fn element_from_bytes<T: WithDType>(op: &'static str, b: &[u8]) -> Re
 impl Compute for [u8] {
     type Part<'a> = &'a [u8];
     type PartMut<'a> = &'a mut [u8];
+
+    fn act_grad(
+        &self,
+        op: ActGrad,
+        dtype: DType,
+        g_at: usize,
+        x: &[u8],
+        x_at: usize,
+        out: &mut [u8],
+        len: usize,
+    ) -> Result<()> {
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
+            genesis_kernels::grad::act_grad::<T>(
+                op,
+                host::<T>(self, g_at, len)?,
+                host::<T>(x, x_at, len)?,
+                host_mut::<T>(out, 0, len)?,
+            )?;
+            Ok(())
+        }, _ => Err(unsupported("act_grad", dtype)))
+    }
+
+    fn softmax_grad(
+        &self,
+        log: bool,
+        dtype: DType,
+        y_at: usize,
+        g: &[u8],
+        g_at: usize,
+        out: &mut [u8],
+        len: usize,
+        n: usize,
+    ) -> Result<()> {
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
+            genesis_kernels::grad::softmax_grad::<T>(
+                log,
+                host::<T>(self, y_at, len)?,
+                host::<T>(g, g_at, len)?,
+                n,
+                host_mut::<T>(out, 0, len)?,
+            )?;
+            Ok(())
+        }, _ => Err(unsupported("softmax_grad", dtype)))
+    }
 
     fn adam<'a>(
         _: &[u8],

@@ -4,6 +4,7 @@
 
 use genesis_kernels::classify::FloatClass;
 use genesis_kernels::gather::Along;
+use genesis_kernels::grad::ActGrad;
 use genesis_kernels::index::{IndexDesc, Keys, Rows16, Strided};
 use genesis_kernels::optim::AdamStep;
 use genesis_kernels::scan::ScanOp;
@@ -169,6 +170,33 @@ impl PinnedMem {
 impl Compute for CudaMem {
     type Part<'a> = genesis_cuda::DeviceSpan<'a, u8>;
     type PartMut<'a> = genesis_cuda::DeviceSpanMut<'a, u8>;
+
+    fn act_grad(
+        &self,
+        _: ActGrad,
+        _: DType,
+        _: usize,
+        _: &CudaMem,
+        _: usize,
+        _: &mut CudaMem,
+        _: usize,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn softmax_grad(
+        &self,
+        _: bool,
+        _: DType,
+        _: usize,
+        _: &CudaMem,
+        _: usize,
+        _: &mut CudaMem,
+        _: usize,
+        _: usize,
+    ) -> Result<()> {
+        match *self {}
+    }
 
     fn adam<'a>(
         on: &CudaMem,

@@ -42,6 +42,8 @@ pub use cpu::{CpuStorage, DEFAULT_ALIGN, check_host_bytes, host_memory_limit};
 pub use device::{Device, current_cuda_device, set_current_cuda_device};
 pub use dtype::{DType, WithDType};
 pub use error::{Error, Result};
+/// An activation of [`Storage::act_grad`].
+pub use genesis_kernels::grad::ActGrad;
 /// Where a matmul's operands lie ([`Storage::matmul_layout_with`]).
 pub use genesis_kernels::matmul::{MatmulLayout, MatrixLayout};
 /// One Adam step's hyper-parameters ([`Storage::adam_step`]).

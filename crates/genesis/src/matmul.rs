@@ -244,6 +244,88 @@ impl Tensor {
         )
     }
 
+    /// `self @ weightᵀ + bias` (PyTorch's `F.linear`): `weight` `[out, in]`, `bias` `[out]`
+    /// (optional), `self` `[..., in]`. One recorded op: the bias is added into the product in
+    /// place (no second output-sized tensor), and the backward keeps the input and the weight.
+    /// Under [`autocast`](crate::autograd::autocast) float32 operands are cast to the
+    /// low-precision dtype, the bias to the product's dtype (PyTorch's `linear` policy).
+    #[track_caller]
+    pub fn linear(&self, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+        use crate::autograd::{Saved, cast_grad, sum_to};
+        if weight.dim() != 2 {
+            return Err(Error::InvalidArgument {
+                op: "linear",
+                reason: format!(
+                    "weight must be 2-D [out, in], got shape {:?}",
+                    weight.shape()
+                ),
+            });
+        }
+        if let Some((x, w)) = crate::autograd::autocast_operands(self, weight)? {
+            let b = match bias {
+                Some(b) if b.dtype() != w.dtype() => Some(b.to_dtype(w.dtype())?),
+                b => b.cloned(),
+            };
+            return crate::autograd::without_autocast(|| x.linear(&w, b.as_ref()));
+        }
+        if let Some(b) = bias
+            && b.shape() != [weight.shape()[0]]
+        {
+            return Err(Error::ShapeMismatch {
+                op: "linear",
+                lhs: b.shape().to_vec(),
+                rhs: vec![weight.shape()[0]],
+            });
+        }
+        let mut inputs = vec![self, weight];
+        inputs.extend(bias);
+        crate::autograd::op(
+            "linear",
+            &inputs,
+            || {
+                let y = self.matmul_raw(&weight.t()?)?;
+                match bias {
+                    Some(b) if b.dtype() == y.dtype() => {
+                        y.add_(b)?;
+                        Ok(y)
+                    }
+                    Some(b) => y.add(b),
+                    None => Ok(y),
+                }
+            },
+            |_| {
+                let (x, w) = (Saved::new("linear", self), Saved::new("linear", weight));
+                let b = bias.map(|b| (b.shape().to_vec(), b.dtype()));
+                Box::new(move |g, needs| {
+                    let (x, w) = (x.get()?, w.get()?);
+                    // dx = g W; dW = gᵀ x over every leading position, [out, in] contiguous.
+                    let gx = if needs[0] {
+                        Some(cast_grad(g.matmul(&w)?, x.dtype())?)
+                    } else {
+                        None
+                    };
+                    let gw = if needs[1] {
+                        let (o, i) = (w.shape()[0] as isize, w.shape()[1] as isize);
+                        let g2 = g.reshape([-1, o])?;
+                        let x2 = x.reshape([-1, i])?;
+                        Some(cast_grad(g2.t()?.matmul(&x2)?, w.dtype())?)
+                    } else {
+                        None
+                    };
+                    let mut out = vec![gx, gw];
+                    if let Some((shape, dtype)) = &b {
+                        out.push(if needs[2] {
+                            Some(cast_grad(sum_to(g, shape)?, *dtype)?)
+                        } else {
+                            None
+                        });
+                    }
+                    Ok(out)
+                })
+            },
+        )
+    }
+
     /// [`Tensor::matmul`] without recording.
     fn matmul_raw(&self, other: &Tensor) -> Result<Tensor> {
         let (p, shape, [(a, a0, la), (b, b0, lb)]) = self.matmul_parts(other)?;

@@ -133,6 +133,33 @@ impl Tensor {
                         // One element: the output is constant (1, or 0 for log_softmax).
                         return Ok(vec![Some(g.mul(0.0)?)]);
                     }
+                    let last = dim == -1 || dim == y.dim() as isize - 1;
+                    if last
+                        && y.dtype() == g.dtype()
+                        && y.is_contiguous()
+                        && g.is_contiguous()
+                        && y.shape() == g.shape()
+                    {
+                        // One kernel: the row sums and the gradient (genesis_kernels::grad).
+                        let start = |t: &Tensor| {
+                            if t.numel() == 0 {
+                                0
+                            } else {
+                                t.layout().offset()
+                            }
+                        };
+                        let n = y.shape()[y.dim() - 1];
+                        let d = genesis_storage::Storage::softmax_grad(
+                            op != SoftmaxOp::Softmax,
+                            y.view.storage(),
+                            start(&y),
+                            g.view.storage(),
+                            start(g),
+                            y.numel(),
+                            n,
+                        )?;
+                        return Ok(vec![Some(Tensor::from_storage(d, y.shape())?)]);
+                    }
                     let d = match op {
                         SoftmaxOp::Softmax => {
                             let s = g.mul(&y)?.sum_dim([dim], true)?;

@@ -1017,3 +1017,96 @@ fn split_pieces_send_their_gradients_to_their_slices() {
             .add(&c[2].i(&genesis::s![.., 0..3;2, 1])?.sum_dim([1], true)?)
     });
 }
+
+#[test]
+fn linear_matches_finite_differences() {
+    let g = Generator::new(33);
+    for xs in [vec![4], vec![3, 4], vec![2, 3, 4]] {
+        let x = input(&g, &xs, false);
+        let (w, b) = (input(&g, &[5, 4], false), input(&g, &[5], false));
+        gradcheck(
+            &format!("linear {xs:?}"),
+            &[x.clone(), w.clone(), b],
+            &|t| t[0].linear(&t[1], Some(&t[2])),
+        );
+        gradcheck(
+            &format!("linear {xs:?} without bias"),
+            &[x.clone(), w.clone()],
+            &|t| t[0].linear(&t[1], None),
+        );
+        let want = x.matmul(&w.t().unwrap()).unwrap();
+        let got = x.linear(&w, None).unwrap();
+        assert_eq!(got.to_vec::<f64>().unwrap(), want.to_vec::<f64>().unwrap());
+    }
+    let x = input(&g, &[3, 4], false);
+    assert!(
+        x.linear(&input(&g, &[4], false), None).is_err(),
+        "1-D weight"
+    );
+    let w = input(&g, &[5, 4], false);
+    assert!(
+        x.linear(&w, Some(&input(&g, &[4], false))).is_err(),
+        "bias shape"
+    );
+}
+
+/// The one-pass backward kernels (activations, softmax and log_softmax along the last
+/// dimension) on CUDA against their CPU twins, every floating dtype, rows from 1 to past a
+/// block's 256 threads.
+#[test]
+fn cuda_one_pass_backwards_agree_with_the_cpu() {
+    if !genesis::cuda::is_available() {
+        eprintln!("cuda_one_pass_backwards_agree_with_the_cpu: skipped: no CUDA device found");
+        return;
+    }
+    let g = Generator::new(17);
+    type Op = (&'static str, fn(&Tensor) -> Result<Tensor>);
+    let ops: [Op; 5] = [
+        ("gelu", |x| x.gelu()),
+        ("gelu_tanh", |x| x.gelu_tanh()),
+        ("silu", |x| x.silu()),
+        ("softmax", |x| x.softmax(-1)),
+        ("log_softmax", |x| x.log_softmax(-1)),
+    ];
+    for shape in [vec![1usize], vec![3, 7], vec![5, 300], vec![2, 3, 1031]] {
+        let x64 = g
+            .randn(&shape[..], DType::F64, CPU)
+            .unwrap()
+            .mul(3.0)
+            .unwrap();
+        let w64 = g.randn(&shape[..], DType::F64, CPU).unwrap();
+        for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
+            for (name, f) in &ops {
+                let run = |dev: Device| -> Vec<f64> {
+                    let x = x64.to_dtype(dtype).unwrap().to(dev).unwrap();
+                    let x = x.requires_grad_(true).unwrap();
+                    let w = w64.to_dtype(dtype).unwrap().to(dev).unwrap();
+                    f(&x)
+                        .unwrap()
+                        .mul(&w)
+                        .unwrap()
+                        .sum()
+                        .unwrap()
+                        .backward()
+                        .unwrap();
+                    let gr = x.grad().unwrap();
+                    gr.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap()
+                };
+                let (c, d) = (run(CPU), run(Device::Cuda(0)));
+                let eps = match dtype {
+                    DType::F64 => 1e-12,
+                    DType::F32 => 1e-5,
+                    DType::F16 => 2e-3,
+                    _ => 1.6e-2,
+                };
+                let scale = c.iter().fold(0f64, |m, v| m.max(v.abs())).max(1e-3);
+                for (i, (a, b)) in c.iter().zip(&d).enumerate() {
+                    assert!(
+                        (a - b).abs() <= eps * (a.abs() + scale * 1e-2),
+                        "{name} {shape:?} {dtype:?}[{i}]: cpu {a}, cuda {b}"
+                    );
+                }
+            }
+        }
+    }
+}

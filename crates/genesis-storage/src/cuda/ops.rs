@@ -3,6 +3,7 @@
 
 use genesis_kernels::classify::FloatClass;
 use genesis_kernels::gather::Along;
+use genesis_kernels::grad::ActGrad;
 use genesis_kernels::index::{IndexDesc, Keys, Rows16, Strided};
 use genesis_kernels::optim::AdamStep;
 use genesis_kernels::scan::ScanOp;
@@ -51,6 +52,52 @@ fn unsupported(op: &'static str, dtype: DType) -> Error {
 impl Compute for CudaMem {
     type Part<'a> = genesis_cuda::DeviceSpan<'a, u8>;
     type PartMut<'a> = genesis_cuda::DeviceSpanMut<'a, u8>;
+
+    fn act_grad(
+        &self,
+        op: ActGrad,
+        dtype: DType,
+        g_at: usize,
+        x: &CudaMem,
+        x_at: usize,
+        out: &mut CudaMem,
+        len: usize,
+    ) -> Result<()> {
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
+            genesis_kernels::grad::gpu_act_grad::<T>(
+                &self.queue(),
+                op,
+                self.range::<T>(g_at, len)?,
+                x.range::<T>(x_at, len)?,
+                out.span_mut::<T>(len)?,
+            )?;
+            Ok(())
+        }, _ => Err(unsupported("act_grad", dtype)))
+    }
+
+    fn softmax_grad(
+        &self,
+        log: bool,
+        dtype: DType,
+        y_at: usize,
+        g: &CudaMem,
+        g_at: usize,
+        out: &mut CudaMem,
+        len: usize,
+        n: usize,
+    ) -> Result<()> {
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
+            genesis_kernels::grad::gpu_softmax_grad::<T>(
+                &self.queue(),
+                log,
+                self.range::<T>(y_at, len)?,
+                g.range::<T>(g_at, len)?,
+                n,
+                out.span_mut::<T>(len)?,
+            )?;
+            Ok(())
+        }, _ => Err(unsupported("softmax_grad", dtype)))
+    }
 
     fn adam<'a>(
         on: &CudaMem,

@@ -2,6 +2,7 @@
 //! CUDA kernels (`genesis_kernels::softmax`).
 
 use genesis_kernels::ReduceShape;
+use genesis_kernels::grad::ActGrad;
 use genesis_kernels::softmax::SoftmaxOp;
 
 use super::{Mem, MemMut, Storage, byte_len, check_float_only, mixed};
@@ -31,6 +32,75 @@ impl Storage {
         match (self.read(name)?.mem(), out.mem_mut(name)?) {
             (Mem::Host(a), MemMut::Host(o)) => a.softmax(op, dtype, start, shape, o)?,
             (Mem::Cuda(a), MemMut::Cuda(o)) => a.softmax(op, dtype, start, shape, o)?,
+            _ => return Err(mixed(name)),
+        }
+        Ok(out)
+    }
+}
+
+impl Storage {
+    /// `g[g_at + i] * f'(x[x_at + i])` for `i < len` into a new storage on the same device
+    /// (the gradient of activation `op`; both storages of one floating dtype): one pass of
+    /// `genesis_kernels::grad`.
+    #[track_caller]
+    pub fn act_grad(
+        op: ActGrad,
+        g: &Storage,
+        g_at: usize,
+        x: &Storage,
+        x_at: usize,
+        len: usize,
+    ) -> Result<Storage> {
+        let name = "act_grad";
+        g.check_binary_types(name, x)?;
+        let dtype = g.dtype;
+        g.check_range(name, g_at, len)?;
+        x.check_range(name, x_at, len)?;
+        check_float_only(name, true, dtype)?;
+        let mut out = Storage::uninit(len, dtype, g.device())?;
+        match (g.read(name)?.mem(), x.read(name)?.mem(), out.mem_mut(name)?) {
+            (Mem::Host(a), Mem::Host(b), MemMut::Host(o)) => {
+                a.act_grad(op, dtype, g_at, b, x_at, o, len)?
+            }
+            (Mem::Cuda(a), Mem::Cuda(b), MemMut::Cuda(o)) => {
+                a.act_grad(op, dtype, g_at, b, x_at, o, len)?
+            }
+            _ => return Err(mixed(name)),
+        }
+        Ok(out)
+    }
+
+    /// The gradient of softmax (`log`: log_softmax) along rows of `n`: `y` the forward's
+    /// output (`len` elements from `y_at`), `g` its gradient (from `g_at`), into a new storage
+    /// (see `genesis_kernels::grad::softmax_grad`).
+    #[track_caller]
+    pub fn softmax_grad(
+        log: bool,
+        y: &Storage,
+        y_at: usize,
+        g: &Storage,
+        g_at: usize,
+        len: usize,
+        n: usize,
+    ) -> Result<Storage> {
+        let name = if log {
+            "log_softmax_backward"
+        } else {
+            "softmax_backward"
+        };
+        y.check_binary_types(name, g)?;
+        let dtype = y.dtype;
+        y.check_range(name, y_at, len)?;
+        g.check_range(name, g_at, len)?;
+        check_float_only(name, true, dtype)?;
+        let mut out = Storage::uninit(len, dtype, y.device())?;
+        match (y.read(name)?.mem(), g.read(name)?.mem(), out.mem_mut(name)?) {
+            (Mem::Host(a), Mem::Host(b), MemMut::Host(o)) => {
+                a.softmax_grad(log, dtype, y_at, b, g_at, o, len, n)?
+            }
+            (Mem::Cuda(a), Mem::Cuda(b), MemMut::Cuda(o)) => {
+                a.softmax_grad(log, dtype, y_at, b, g_at, o, len, n)?
+            }
             _ => return Err(mixed(name)),
         }
         Ok(out)

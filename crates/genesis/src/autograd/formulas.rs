@@ -66,6 +66,37 @@ pub(crate) fn unary(
         }
         _ => (g, g),
     };
+    let fused = match op {
+        UnaryOp::Gelu => Some(genesis_storage::ActGrad::Gelu),
+        UnaryOp::GeluTanh => Some(genesis_storage::ActGrad::GeluTanh),
+        UnaryOp::Silu => Some(genesis_storage::ActGrad::Silu),
+        _ => None,
+    };
+    if let Some(f) = fused
+        && x.shape() == g.shape()
+        && x.dtype() == g.dtype()
+        && x.dtype().is_float()
+        && x.is_contiguous()
+        && g.is_contiguous()
+    {
+        // One pass: dx = g f'(x) (genesis_kernels::grad).
+        let start = |t: &Tensor| {
+            if t.numel() == 0 {
+                0
+            } else {
+                t.layout().offset()
+            }
+        };
+        let d = genesis_storage::Storage::act_grad(
+            f,
+            g.view.storage(),
+            start(g),
+            x.view.storage(),
+            start(x),
+            g.numel(),
+        )?;
+        return Ok(Some(Tensor::from_storage(d, g.shape())?));
+    }
     let d = match op {
         UnaryOp::Neg => g.neg()?,
         UnaryOp::Abs => g.mul(&x.sign()?)?,

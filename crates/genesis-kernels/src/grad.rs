@@ -1,0 +1,371 @@
+//! Gradient kernels (`kernels/grad.cu`) of ops whose composed backward would take several
+//! passes and temporaries: activations ([`act_grad`]: `dx = g f'(x)`) and softmax or
+//! log_softmax along rows ([`softmax_grad`]). f32, f16 and bf16 compute in f32 and round
+//! once; f64 in f64. The functions here are the CPU twins: the softmax gradient bit for bit
+//! (but for `e^y` of log_softmax, CUDA's `expf` against Rust's), the activations within a few
+//! ulp of their terms (CUDA's `erff`, `tanhf`, `expf` against Rust's).
+
+use crate::{Element, Error, Result};
+
+/// An activation whose gradient the kernels compute in one pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ActGrad {
+    /// GELU with the exact (erf) form.
+    Gelu,
+    /// GELU with the tanh approximation.
+    GeluTanh,
+    /// SiLU (`x sigmoid(x)`).
+    Silu,
+}
+
+impl ActGrad {
+    /// `f'(x)` as the kernels compute it.
+    fn d<A: Real>(self, x: A) -> A {
+        let c = A::c;
+        match self {
+            ActGrad::Gelu => {
+                let cdf = c(0.5) * (c(1.0) + (x * c(std::f64::consts::FRAC_1_SQRT_2)).erf());
+                let pdf = (c(-0.5) * (x * x)).exp() * c(0.398_942_280_401_432_7);
+                cdf + x * pdf
+            }
+            ActGrad::GeluTanh => {
+                let (k, cc) = (c(0.797_884_560_802_865_4), c(0.044715));
+                let x2 = x * x;
+                let t = (k * (x + cc * (x2 * x))).tanh();
+                let left = c(0.5) * (c(1.0) + t);
+                let right = ((c(0.5) * x) * (c(1.0) - t * t)) * (k * (c(1.0) + (c(3.0) * cc) * x2));
+                left + right
+            }
+            ActGrad::Silu => {
+                let s = c(1.0) / (c(1.0) + (-x).exp());
+                s * (c(1.0) + x * (c(1.0) - s))
+            }
+        }
+    }
+}
+
+/// The compute type: f32, or f64 for f64.
+trait Real:
+    Copy
+    + std::ops::Add<Output = Self>
+    + std::ops::Sub<Output = Self>
+    + std::ops::Mul<Output = Self>
+    + std::ops::Div<Output = Self>
+    + std::ops::Neg<Output = Self>
+{
+    fn c(x: f64) -> Self;
+    fn of<T: Element>(x: T) -> Self;
+    fn to<T: Element>(self) -> T;
+    fn erf(self) -> Self;
+    fn tanh(self) -> Self;
+    fn exp(self) -> Self;
+    fn fma(self, b: Self, c: Self) -> Self;
+}
+
+macro_rules! real {
+    ($t:ty, $erf:path) => {
+        impl Real for $t {
+            fn c(x: f64) -> Self {
+                x as $t
+            }
+            fn of<T: Element>(x: T) -> Self {
+                x.to_f64() as $t
+            }
+            fn to<T: Element>(self) -> T {
+                T::from_f64(f64::from(self))
+            }
+            fn erf(self) -> Self {
+                $erf(self)
+            }
+            fn tanh(self) -> Self {
+                <$t>::tanh(self)
+            }
+            fn exp(self) -> Self {
+                <$t>::exp(self)
+            }
+            fn fma(self, b: Self, c: Self) -> Self {
+                self.mul_add(b, c)
+            }
+        }
+    };
+}
+real!(f32, libm::erff);
+real!(f64, libm::erf);
+
+fn float_only<T: Element>(op: &'static str) -> Result<()> {
+    if T::IS_FLOAT {
+        Ok(())
+    } else {
+        Err(Error::Unsupported {
+            op,
+            reason: format!("element type {} (floating types only)", T::NAME),
+        })
+    }
+}
+
+fn same_len(op: &'static str, expected: usize, lens: &[usize]) -> Result<()> {
+    match lens.iter().find(|&&l| l != expected) {
+        Some(&got) => Err(Error::LengthMismatch { op, expected, got }),
+        None => Ok(()),
+    }
+}
+
+/// The CPU twin of `act_grad_<op>_<T>`: `dx[i] = g[i] f'(x[i])`.
+pub fn act_grad<T: Element>(op: ActGrad, g: &[T], x: &[T], dx: &mut [T]) -> Result<()> {
+    float_only::<T>("act_grad")?;
+    same_len("act_grad", g.len(), &[x.len(), dx.len()])?;
+    fn run<T: Element, A: Real>(op: ActGrad, g: &[T], x: &[T], dx: &mut [T]) {
+        for ((d, &gi), &xi) in dx.iter_mut().zip(g).zip(x) {
+            *d = (A::of(gi) * op.d(A::of(xi))).to();
+        }
+    }
+    if size_of::<T>() == 8 {
+        run::<T, f64>(op, g, x, dx);
+    } else {
+        run::<T, f32>(op, g, x, dx);
+    }
+    Ok(())
+}
+
+const THREADS: usize = 256;
+
+/// The CPU twin of `sm_grad_<T>`: for each row of `n` elements of the softmax (`log`: the
+/// log_softmax) output `y` and its gradient `g`, `dx = y (g - Σ g y)` (`dx = g - e^y Σ g`),
+/// the sums in the kernels' order (see `kernels/grad.cu`). `n` must divide the lengths
+/// (`n == 0` only for empty operands).
+pub fn softmax_grad<T: Element>(log: bool, y: &[T], g: &[T], n: usize, dx: &mut [T]) -> Result<()> {
+    float_only::<T>("softmax_grad")?;
+    same_len("softmax_grad", y.len(), &[g.len(), dx.len()])?;
+    if n == 0 || !y.len().is_multiple_of(n) {
+        return if y.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::Unsupported {
+                op: "softmax_grad",
+                reason: format!("rows of {n} do not divide {} elements", y.len()),
+            })
+        };
+    }
+    fn run<T: Element, A: Real>(log: bool, y: &[T], g: &[T], n: usize, dx: &mut [T]) {
+        for ((yr, gr), dr) in y.chunks(n).zip(g.chunks(n)).zip(dx.chunks_mut(n)) {
+            let mut lanes = [A::c(0.0); THREADS];
+            for (t, lane) in lanes.iter_mut().enumerate() {
+                for i in (t..n).step_by(THREADS) {
+                    let gi = A::of(gr[i]);
+                    *lane = if log {
+                        *lane + gi
+                    } else {
+                        gi.fma(A::of(yr[i]), *lane)
+                    };
+                }
+            }
+            // xor-shuffles within each warp, then the warps in order.
+            for warp in lanes.chunks_mut(32) {
+                for o in [16, 8, 4, 2, 1] {
+                    let before: Vec<A> = warp.to_vec();
+                    for (i, v) in warp.iter_mut().enumerate() {
+                        *v = before[i] + before[i ^ o];
+                    }
+                }
+            }
+            let mut s = lanes[0];
+            for w in 1..THREADS / 32 {
+                s = s + lanes[32 * w];
+            }
+            for i in 0..n {
+                let (gi, yi) = (A::of(gr[i]), A::of(yr[i]));
+                dr[i] = if log {
+                    (-yi.exp()).fma(s, gi)
+                } else {
+                    yi * (gi - s)
+                }
+                .to();
+            }
+        }
+    }
+    if size_of::<T>() == 8 {
+        run::<T, f64>(log, y, g, n, dx);
+    } else {
+        run::<T, f32>(log, y, g, n, dx);
+    }
+    Ok(())
+}
+
+#[cfg(feature = "cuda")]
+fn kernel_name<T: Element>(table: [&'static str; 4]) -> Result<&'static str> {
+    Ok(match T::DTYPE {
+        crate::DType::F32 => table[0],
+        crate::DType::F64 => table[1],
+        crate::DType::F16 => table[2],
+        crate::DType::BF16 => table[3],
+        _ => {
+            return Err(Error::Unsupported {
+                op: "grad",
+                reason: format!("element type {} (floating types only)", T::NAME),
+            });
+        }
+    })
+}
+
+/// Queues `dx = g f'(x)` on `stream` (see [`act_grad`]).
+#[cfg(feature = "cuda")]
+pub fn gpu_act_grad<T: Element>(
+    stream: &genesis_cuda::Stream,
+    op: ActGrad,
+    g: genesis_cuda::DeviceSpan<'_, T>,
+    x: genesis_cuda::DeviceSpan<'_, T>,
+    dx: genesis_cuda::DeviceSpanMut<'_, T>,
+) -> Result<()> {
+    use genesis_cuda::{Kernel, LaunchConfig};
+    use std::ffi::c_void;
+    float_only::<T>("act_grad")?;
+    same_len("act_grad", g.len(), &[x.len(), dx.len()])?;
+    let n = g.len();
+    if n == 0 {
+        return Ok(());
+    }
+    let name = kernel_name::<T>(match op {
+        ActGrad::Gelu => [
+            "act_grad_gelu_f32",
+            "act_grad_gelu_f64",
+            "act_grad_gelu_f16",
+            "act_grad_gelu_bf16",
+        ],
+        ActGrad::GeluTanh => [
+            "act_grad_gelu_tanh_f32",
+            "act_grad_gelu_tanh_f64",
+            "act_grad_gelu_tanh_f16",
+            "act_grad_gelu_tanh_bf16",
+        ],
+        ActGrad::Silu => [
+            "act_grad_silu_f32",
+            "act_grad_silu_f64",
+            "act_grad_silu_f16",
+            "act_grad_silu_bf16",
+        ],
+    })?;
+    let kernel = Kernel::get(stream.context(), &crate::images::GRAD, name)?;
+    let sms = u64::from(stream.context().multiprocessors());
+    let blocks = (n as u64).div_ceil(256).clamp(1, sms * 16);
+    let (mut pg, mut px, mut pd, mut n64) = (g.addr(), x.addr(), dx.addr(), n as u64);
+    let mut params: [*mut c_void; 4] = [
+        (&raw mut pg).cast(),
+        (&raw mut px).cast(),
+        (&raw mut pd).cast(),
+        (&raw mut n64).cast(),
+    ];
+    let config = LaunchConfig {
+        grid: (blocks as u32, 1, 1),
+        block: (256, 1, 1),
+        shared_bytes: 0,
+    };
+    // SAFETY: the parameters match `act_grad_<op>_<T>(const T*, const T*, T*, u64)`; the three
+    // spans hold `n` elements of `T` (checked).
+    unsafe { kernel.launch(stream, config, &mut params)? };
+    Ok(())
+}
+
+/// Queues the softmax (`log`: log_softmax) gradient of rows of `n` on `stream` (see
+/// [`softmax_grad`]).
+#[cfg(feature = "cuda")]
+pub fn gpu_softmax_grad<T: Element>(
+    stream: &genesis_cuda::Stream,
+    log: bool,
+    y: genesis_cuda::DeviceSpan<'_, T>,
+    g: genesis_cuda::DeviceSpan<'_, T>,
+    n: usize,
+    dx: genesis_cuda::DeviceSpanMut<'_, T>,
+) -> Result<()> {
+    use genesis_cuda::{Kernel, LaunchConfig};
+    use std::ffi::c_void;
+    float_only::<T>("softmax_grad")?;
+    same_len("softmax_grad", y.len(), &[g.len(), dx.len()])?;
+    if y.is_empty() {
+        return Ok(());
+    }
+    if n == 0 || !y.len().is_multiple_of(n) {
+        return Err(Error::Unsupported {
+            op: "softmax_grad",
+            reason: format!("rows of {n} do not divide {} elements", y.len()),
+        });
+    }
+    let name = kernel_name::<T>(["sm_grad_f32", "sm_grad_f64", "sm_grad_f16", "sm_grad_bf16"])?;
+    let kernel = Kernel::get(stream.context(), &crate::images::GRAD, name)?;
+    let rows = (y.len() / n) as u64;
+    let sms = u64::from(stream.context().multiprocessors());
+    let blocks = rows.clamp(1, sms * 32);
+    let (mut py, mut pg, mut pd) = (y.addr(), g.addr(), dx.addr());
+    let (mut r, mut n64, mut lg) = (rows, n as u64, i32::from(log));
+    let mut params: [*mut c_void; 6] = [
+        (&raw mut py).cast(),
+        (&raw mut pg).cast(),
+        (&raw mut pd).cast(),
+        (&raw mut r).cast(),
+        (&raw mut n64).cast(),
+        (&raw mut lg).cast(),
+    ];
+    let config = LaunchConfig {
+        grid: (blocks as u32, 1, 1),
+        block: (256, 1, 1),
+        shared_bytes: 0,
+    };
+    // SAFETY: the parameters match `sm_grad_<T>(const T*, const T*, T*, u64, u64, int)`; the
+    // three spans hold `rows * n` elements of `T` (checked).
+    unsafe { kernel.launch(stream, config, &mut params)? };
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn activation_gradients_are_the_derivatives() {
+        let xs: Vec<f64> = (-40..=40).map(|i| f64::from(i) * 0.1).collect();
+        let g = vec![1.0f64; xs.len()];
+        for (op, f) in [
+            (
+                ActGrad::Gelu,
+                (|x: f64| 0.5 * x * (1.0 + libm::erf(x / 2f64.sqrt()))) as fn(f64) -> f64,
+            ),
+            (ActGrad::GeluTanh, |x: f64| {
+                let k = (2.0 / std::f64::consts::PI).sqrt();
+                0.5 * x * (1.0 + (k * (x + 0.044715 * x * x * x)).tanh())
+            }),
+            (ActGrad::Silu, |x: f64| x / (1.0 + (-x).exp())),
+        ] {
+            let mut dx = vec![0.0; xs.len()];
+            act_grad(op, &g, &xs, &mut dx).unwrap();
+            for (&x, &d) in xs.iter().zip(&dx) {
+                let h = 1e-6;
+                let numeric = (f(x + h) - f(x - h)) / (2.0 * h);
+                assert!(
+                    (d - numeric).abs() < 1e-8,
+                    "{op:?} at {x}: {d} vs {numeric}"
+                );
+            }
+        }
+        let mut dx = vec![0.0f32; 2];
+        assert!(act_grad(ActGrad::Gelu, &[1.0f32; 2], &[1.0f32; 3], &mut dx).is_err());
+    }
+
+    #[test]
+    fn softmax_gradients_follow_the_formulas() {
+        let y = [0.1f64, 0.2, 0.7, 0.5, 0.25, 0.25];
+        let g = [1.0f64, -2.0, 0.5, 0.0, 1.0, 3.0];
+        let mut dx = [0.0f64; 6];
+        softmax_grad(false, &y, &g, 3, &mut dx).unwrap();
+        for r in 0..2 {
+            let s: f64 = (0..3).map(|i| g[3 * r + i] * y[3 * r + i]).sum();
+            for i in 0..3 {
+                let want = y[3 * r + i] * (g[3 * r + i] - s);
+                assert!((dx[3 * r + i] - want).abs() < 1e-15);
+            }
+        }
+        softmax_grad(true, &y, &g, 3, &mut dx).unwrap();
+        let s: f64 = g[..3].iter().sum();
+        assert!((dx[1] - (g[1] - y[1].exp() * s)).abs() < 1e-15);
+        assert!(softmax_grad(false, &y, &g, 4, &mut dx).is_err());
+        assert!(softmax_grad::<f32>(false, &[], &[], 0, &mut []).is_ok());
+    }
+}

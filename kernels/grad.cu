@@ -1,0 +1,151 @@
+// Gradient kernels of Genesis for ops whose composed backward would take several passes and
+// temporaries: activations (`act_grad_<op>_<T>`: dx = g * f'(x)) and softmax / log_softmax
+// along the last dimension (`sm_grad_<T>`). T is f32, f16, bf16 (computed in f32, rounded
+// once to T) or f64 (computed in f64).
+//
+// Built by `cargo xtask build-kernels` into crates/genesis-kernels/images/grad.fatbin. The CPU
+// twins are in crates/genesis-kernels/src/grad.rs.
+//
+// Activations, with f'(x):
+//   gelu (erf):  Φ(x) + x φ(x) = 0.5 (1 + erf(x / √2)) + x e^(-x²/2) / √(2π)
+//   gelu (tanh): 0.5 (1 + t) + 0.5 x (1 - t²) k (1 + 3 c x²),  t = tanh(k (x + c x³)),
+//                k = √(2/π), c = 0.044715
+//   silu:        s (1 + x (1 - s)),  s = 1 / (1 + e^-x)
+// The twin uses Rust's (libm's) erf, tanh and exp: results agree within a few ulp of the
+// terms (CUDA's erff, tanhf and expf are within 2 ulp).
+//
+// Softmax along rows of n (y the forward's output, g the output's gradient):
+//   softmax:     dx = y (g - Σ g y)
+//   log_softmax: dx = g - e^y Σ g
+// A block of 256 threads per row (grid-stride over rows): each thread adds its elements'
+// terms (i, i + 256, ...) in order (g y by fused multiply-adds), the block's 256 partial sums
+// in a fixed tree (xor-shuffles within each warp, then the 8 warps' sums in order), then each
+// thread writes its elements (log_softmax: one fused multiply-add). The twin adds in the same
+// order: results agree bit for bit but for e^y (CUDA's expf against Rust's).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+typedef unsigned long long u64;
+
+template <typename T> struct G;
+template <> struct G<double> {
+    typedef double A;
+    static __device__ __forceinline__ double load(double x) { return x; }
+    static __device__ __forceinline__ double store(double a) { return a; }
+    static __device__ __forceinline__ double erf_(double a) { return erf(a); }
+    static __device__ __forceinline__ double tanh_(double a) { return tanh(a); }
+    static __device__ __forceinline__ double exp_(double a) { return exp(a); }
+    static __device__ __forceinline__ double fma_(double a, double b, double c) { return __fma_rn(a, b, c); }
+};
+struct GF32 {
+    typedef float A;
+    static __device__ __forceinline__ float erf_(float a) { return erff(a); }
+    static __device__ __forceinline__ float tanh_(float a) { return tanhf(a); }
+    static __device__ __forceinline__ float exp_(float a) { return expf(a); }
+    static __device__ __forceinline__ float fma_(float a, float b, float c) { return __fmaf_rn(a, b, c); }
+};
+template <> struct G<float> : GF32 {
+    static __device__ __forceinline__ float load(float x) { return x; }
+    static __device__ __forceinline__ float store(float a) { return a; }
+};
+template <> struct G<__half> : GF32 {
+    static __device__ __forceinline__ float load(__half x) { return __half2float(x); }
+    static __device__ __forceinline__ __half store(float a) { return __float2half_rn(a); }
+};
+template <> struct G<__nv_bfloat16> : GF32 {
+    static __device__ __forceinline__ float load(__nv_bfloat16 x) { return __bfloat162float(x); }
+    static __device__ __forceinline__ __nv_bfloat16 store(float a) { return __float2bfloat16_rn(a); }
+};
+
+// f'(x) of each activation, in A.
+template <typename T> struct Gelu {
+    typedef typename G<T>::A A;
+    static __device__ __forceinline__ A d(A x) {
+        const A cdf = A(0.5) * (A(1) + G<T>::erf_(x * A(0.7071067811865476)));
+        const A pdf = G<T>::exp_(A(-0.5) * (x * x)) * A(0.3989422804014327);
+        return cdf + x * pdf;
+    }
+};
+template <typename T> struct GeluTanh {
+    typedef typename G<T>::A A;
+    static __device__ __forceinline__ A d(A x) {
+        const A k = A(0.7978845608028654), c = A(0.044715);
+        const A x2 = x * x;
+        const A t = G<T>::tanh_(k * (x + c * (x2 * x)));
+        const A left = A(0.5) * (A(1) + t);
+        const A right = ((A(0.5) * x) * (A(1) - t * t)) * (k * (A(1) + (A(3) * c) * x2));
+        return left + right;
+    }
+};
+template <typename T> struct Silu {
+    typedef typename G<T>::A A;
+    static __device__ __forceinline__ A d(A x) {
+        const A s = A(1) / (A(1) + G<T>::exp_(-x));
+        return s * (A(1) + x * (A(1) - s));
+    }
+};
+
+template <typename T, typename F>
+__device__ __forceinline__ void gx_act_grad(const T* g, const T* x, T* dx, u64 n) {
+    typedef typename G<T>::A A;
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+        const A gi = G<T>::load(g[i]);
+        dx[i] = G<T>::store(gi * F::d(G<T>::load(x[i])));
+    }
+}
+
+#define GX_ACT(op, F, name, T)                                                                     \
+    extern "C" __global__ void __launch_bounds__(256)                                              \
+        act_grad_##op##_##name(const T* g, const T* x, T* dx, u64 n) {                             \
+        gx_act_grad<T, F<T>>(g, x, dx, n);                                                         \
+    }
+#define GX_ACTS(name, T) GX_ACT(gelu, Gelu, name, T) GX_ACT(gelu_tanh, GeluTanh, name, T) GX_ACT(silu, Silu, name, T)
+GX_ACTS(f32, float)
+GX_ACTS(f64, double)
+GX_ACTS(f16, __half)
+GX_ACTS(bf16, __nv_bfloat16)
+
+// The block's sum of each thread's `v` (256 threads): warp shuffles (xor 16, 8, 4, 2, 1), then
+// the 8 warps' sums added in order by every thread.
+template <typename A> __device__ __forceinline__ A gx_block_sum(A v, A* shared) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    const int warp = threadIdx.x >> 5;
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) shared[warp] = v;
+    __syncthreads();
+    A s = shared[0];
+    for (int w = 1; w < 8; w++) s += shared[w];
+    return s;
+}
+
+template <typename T>
+__device__ __forceinline__ void gx_sm_grad(const T* y, const T* g, T* dx, u64 rows, u64 n, int log) {
+    typedef typename G<T>::A A;
+    __shared__ A shared[8];
+    for (u64 r = blockIdx.x; r < rows; r += gridDim.x) {
+        const T* yr = y + r * n;
+        const T* gr = g + r * n;
+        T* dr = dx + r * n;
+        A s = A(0);
+        for (u64 i = threadIdx.x; i < n; i += 256) {
+            const A gi = G<T>::load(gr[i]);
+            s = log ? s + gi : G<T>::fma_(gi, G<T>::load(yr[i]), s);
+        }
+        s = gx_block_sum<A>(s, shared);
+        for (u64 i = threadIdx.x; i < n; i += 256) {
+            const A gi = G<T>::load(gr[i]), yi = G<T>::load(yr[i]);
+            dr[i] = G<T>::store(log ? G<T>::fma_(-G<T>::exp_(yi), s, gi) : yi * (gi - s));
+        }
+    }
+}
+
+#define GX_SM_GRAD(name, T)                                                                        \
+    extern "C" __global__ void __launch_bounds__(256)                                              \
+        sm_grad_##name(const T* y, const T* g, T* dx, u64 rows, u64 n, int log) {                  \
+        gx_sm_grad<T>(y, g, dx, rows, n, log);                                                     \
+    }
+GX_SM_GRAD(f32, float)
+GX_SM_GRAD(f64, double)
+GX_SM_GRAD(f16, __half)
+GX_SM_GRAD(bf16, __nv_bfloat16)

@@ -18,7 +18,7 @@ use crate::{Error, Result};
 /// return tensors that share the storage; it stays alive, and its memory out of the pool,
 /// until the last of them is dropped. Writes through any of them — the in-place ops
 /// (`add_`, `mul_`, `exp_`, `binary_`, `unary_`, `masked_fill_`, `fill_`, `zero_`, `copy_`,
-/// `index_put`, `+=`, ...) — take `&self`, work on any view (strided ones included), and are
+/// `index_put_`, `+=`, ...) — take `&self`, work on any view (strided ones included), and are
 /// seen through every tensor that shares the storage: `m.i(&s![2..5, 3..7])?.fill_(0.0)?` is
 /// PyTorch's `m[2:5, 3:7] = 0`. Each write bumps the storage's [`Tensor::version`].
 ///
@@ -786,7 +786,7 @@ impl Tensor {
                 move |g: &Tensor| {
                     // The gradient lands where the elements came from; repeats add up.
                     let z = Tensor::zeros(&shape[..], dtype, g.device())?;
-                    z.index_add(&kept, g)?;
+                    z.index_add_(&kept, g)?;
                     Ok(z)
                 }
             },
@@ -850,7 +850,7 @@ impl Tensor {
     /// # fn main() -> genesis::Result<()> {
     /// let m = Tensor::zeros(&[3, 4], DType::F32, Device::Cpu)?;
     /// let row = m.i(&s![1])?; // a view of row 1
-    /// m.index_put(&s![1, 1..3], &Tensor::full(&[2], 5.0f32, Device::Cpu)?)?;
+    /// m.index_put_(&s![1, 1..3], &Tensor::full(&[2], 5.0f32, Device::Cpu)?)?;
     /// assert_eq!(row.to_vec::<f32>()?, [0.0, 5.0, 5.0, 0.0]);
     /// row.index_fill(&s![..;3], -1.0)?; // through the view, seen by `m`
     /// assert_eq!(m.i(&s![1])?.to_vec::<f32>()?, [-1.0, 5.0, 5.0, -1.0]);
@@ -860,29 +860,82 @@ impl Tensor {
     ///
     /// A `value` of another dtype is converted to `self`'s first, as Python's `x[i] = v`
     /// converts (any dtype into any other, floats into integers truncating toward zero).
-    pub fn index_put(&self, items: &[IndexItem], value: &Tensor) -> Result<()> {
-        crate::autograd::check_in_place_operands("index_put", &[value])?;
+    pub fn index_put_(&self, items: &[IndexItem], value: &Tensor) -> Result<()> {
+        crate::autograd::check_in_place_operands("index_put_", &[value])?;
         let value = value.cast_to(self.dtype())?;
         self.assign(items, Value::Tensor(&value.view), false)
     }
 
     /// `self[items] += value`, adding at duplicate indices (in place, as
-    /// [`Tensor::index_put`]). A `value` of another dtype follows the in-place rule: the
+    /// [`Tensor::index_put_`]). A `value` of another dtype follows the in-place rule: the
     /// promoted dtype of `self` and `value` must cast into `self`'s
     /// ([`can_cast`](crate::can_cast); an integer tensor takes no float value), and `value`
     /// is converted to it.
-    pub fn index_add(&self, items: &[IndexItem], value: &Tensor) -> Result<()> {
-        crate::autograd::check_in_place_operands("index_add", &[value])?;
+    pub fn index_add_(&self, items: &[IndexItem], value: &Tensor) -> Result<()> {
+        crate::autograd::check_in_place_operands("index_add_", &[value])?;
         let r = crate::promote::promote_types(self.dtype(), value.dtype());
-        crate::promote::check_cast("index_add", r, self.dtype())?;
+        crate::promote::check_cast("index_add_", r, self.dtype())?;
         let value = value.cast_to(self.dtype())?;
         self.assign(items, Value::Tensor(&value.view), true)
+    }
+
+    /// A copy of `self` with `self[items] = values` (or, with `accumulate`, `+= values`,
+    /// adding at repeated indices): PyTorch's out-of-place `index_put`, differentiable. The
+    /// gradient of `self` is the output's with the written positions zeroed (all of it when
+    /// accumulating); of `values`, the output's gradient at `items`, summed to `values`'
+    /// shape. `values` converts to `self`'s dtype as in [`Tensor::index_put_`].
+    #[track_caller]
+    pub fn index_put(
+        &self,
+        items: &[IndexItem],
+        values: &Tensor,
+        accumulate: bool,
+    ) -> Result<Tensor> {
+        let op = "index_put";
+        crate::autograd::op(
+            op,
+            &[self, values],
+            || {
+                let out = self.deep_clone()?;
+                if accumulate {
+                    out.index_add_(items, values)?;
+                } else {
+                    out.index_put_(items, values)?;
+                }
+                Ok(out)
+            },
+            |_| {
+                let kept: Vec<IndexItem> = items.to_vec();
+                let (vs, vd) = (values.shape().to_vec(), values.dtype());
+                Box::new(move |g, needs| {
+                    let gx = if needs[0] {
+                        let gx = g.deep_clone()?;
+                        if !accumulate {
+                            gx.index_fill(&kept, 0.0)?;
+                        }
+                        Some(gx)
+                    } else {
+                        None
+                    };
+                    let gv = if needs[1] {
+                        // `values` may carry leading size-1 dimensions beyond the target's.
+                        let picked = g.i(&kept)?;
+                        let extra = vs.len().saturating_sub(picked.dim());
+                        let summed = crate::autograd::sum_to(&picked, &vs[extra..])?;
+                        Some(crate::autograd::cast_grad(summed.reshape(&vs[..])?, vd)?)
+                    } else {
+                        None
+                    };
+                    Ok(vec![gx, gv])
+                })
+            },
+        )
     }
 
     /// `self[items] = value` for a scalar, converted to the dtype as a fill value (PyTorch's
     /// checked conversion, as for [`Tensor::masked_fill`] and [`Tensor::full_like`]: a float
     /// into an integer dtype must lie in its range and drops its fraction); in place, as
-    /// [`Tensor::index_put`].
+    /// [`Tensor::index_put_`].
     pub fn index_fill(&self, items: &[IndexItem], value: impl Scalar) -> Result<()> {
         let host = crate::args::checked_scalar("index_fill", self.dtype(), value.value())?;
         let x = host.to_f64_vec()?[0];

@@ -850,6 +850,16 @@ fn no_op_silently_cuts_the_graph() {
     let mask = x.gt_scalar(0.0).unwrap();
     let mut ops: Vec<Case> = vec![
         ("clamp", Box::new(|x| x.clamp(Some(-1.0), Some(1.0)))),
+        ("linear", Box::new(|x| x.linear(x, None))),
+        (
+            "layer_norm",
+            Box::new(|x| x.layer_norm(&[4], None, None, 1e-5)),
+        ),
+        ("rms_norm", Box::new(|x| x.rms_norm(&[4], None, 1e-6))),
+        (
+            "index_put",
+            Box::new(|x| x.index_put(&s![0], &x.i(&s![1])?, false)),
+        ),
         ("softplus_with", Box::new(|x| x.softplus_with(2.0, 10.0))),
         ("nan_to_num", Box::new(|x| x.nan_to_num(0.0, None, None))),
         ("cumsum", Box::new(|x| x.cumsum(1))),
@@ -1112,4 +1122,36 @@ fn cuda_one_pass_backwards_agree_with_the_cpu() {
             }
         }
     }
+}
+
+#[test]
+fn out_of_place_index_put_sends_gradients_to_both_sides() {
+    let g = Generator::new(44);
+    let x = input(&g, &[4, 5], false);
+    for accumulate in [false, true] {
+        // Advanced indices (with a repeat when accumulating: without, which of the repeated
+        // writes lands is unspecified, as in PyTorch), a broadcast value row.
+        let rows: &[i64] = if accumulate { &[2, 0, 2] } else { &[2, 0, 3] };
+        let idx = Tensor::from_slice(rows, [3], CPU).unwrap();
+        let v = input(&g, &[1, 5], false);
+        gradcheck(
+            &format!("index_put rows (accumulate {accumulate})"),
+            &[x.clone(), v],
+            &|t| t[0].index_put(&genesis::s![&idx], &t[1], accumulate),
+        );
+        // Basic indexing, values with an extra leading size-1 dimension.
+        let v = input(&g, &[1, 2, 2], false);
+        gradcheck(
+            &format!("index_put block (accumulate {accumulate})"),
+            &[x.clone(), v],
+            &|t| t[0].index_put(&genesis::s![1..3, 2..4], &t[1], accumulate),
+        );
+    }
+    // The input is not written; the in-place form refuses a value that requires grad.
+    let before = x.to_vec::<f64>().unwrap();
+    let v = input(&g, &[5], false).requires_grad_(true).unwrap();
+    let y = x.index_put(&genesis::s![0], &v, false).unwrap();
+    assert!(y.requires_grad());
+    assert_eq!(x.to_vec::<f64>().unwrap(), before);
+    assert!(x.index_put_(&genesis::s![0], &v).is_err());
 }

@@ -564,15 +564,15 @@ fn indexing() {
     s.err("i(step 0)", || x.i(&s![.., 0..4;0]));
     s.err("i(negative step)", || x.i(&s![.., 0..4;-1]));
     let y = t(&[3, 4]);
-    s.err("index_put(value shape)", || y.index_put(&s![0], &t(&[5])));
+    s.err("index_put(value shape)", || y.index_put_(&s![0], &t(&[5])));
     // `x[i] += v`: a float value does not go into an integer tensor.
     s.err("index_add(value dtype)", || {
         Tensor::zeros([3usize, 4], DType::I32, CPU)
             .unwrap()
-            .index_add(&s![0], &Tensor::zeros([4usize], DType::F64, CPU).unwrap())
+            .index_add_(&s![0], &Tensor::zeros([4usize], DType::F64, CPU).unwrap())
     });
     s.err("index_add(value shape)", || {
-        y.index_add(&s![.., 0], &t(&[4]))
+        y.index_add_(&s![.., 0], &t(&[4]))
     });
     s.finish();
 }

@@ -115,8 +115,8 @@ fn out_of_range_device_indices_are_typed_errors_and_write_nothing() {
                 "{e:?}"
             );
             let v = Tensor::full([3, 4], 7.0f32, dev).unwrap();
-            assert!(x.index_put(&s![@&idx], &v).is_err());
-            assert!(x.index_add(&s![@&idx], &v).is_err());
+            assert!(x.index_put_(&s![@&idx], &v).is_err());
+            assert!(x.index_add_(&s![@&idx], &v).is_err());
             assert!(x.index_fill(&s![@&idx], 9.0).is_err());
             assert_eq!(f32s(&x), before, "target changed on {dev}");
         }
@@ -143,11 +143,11 @@ fn assignment_through_device_indices_matches_the_host() {
             let x = matrix(9, 8, dev);
             let xc = matrix(9, 8, Device::Cpu);
             if accumulate {
-                x.index_add(&s![@&idx], &v).unwrap();
-                xc.index_add(&s![@host_index(&rows, &[6])], &vc).unwrap();
+                x.index_add_(&s![@&idx], &v).unwrap();
+                xc.index_add_(&s![@host_index(&rows, &[6])], &vc).unwrap();
             } else {
-                x.index_put(&s![@&idx], &v).unwrap();
-                xc.index_put(&s![@host_index(&rows, &[6])], &vc).unwrap();
+                x.index_put_(&s![@&idx], &v).unwrap();
+                xc.index_put_(&s![@host_index(&rows, &[6])], &vc).unwrap();
             }
             assert_eq!(f32s(&x), f32s(&xc), "accumulate={accumulate} on {dev}");
         }
@@ -163,8 +163,8 @@ fn assignment_through_device_indices_matches_the_host() {
             .unwrap();
         let val = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], [4], dev).unwrap();
         let valc = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], [4], Device::Cpu).unwrap();
-        x.index_put(&s![@&ta, @&tb], &val).unwrap();
-        xc.index_put(&s![@host_index(&a, &[4]), @host_index(&b, &[4])], &valc)
+        x.index_put_(&s![@&ta, @&tb], &val).unwrap();
+        xc.index_put_(&s![@host_index(&a, &[4]), @host_index(&b, &[4])], &valc)
             .unwrap();
         x.index_fill(&s![@&ta], -1.0).unwrap();
         xc.index_fill(&s![@host_index(&a, &[4])], -1.0).unwrap();

@@ -115,11 +115,11 @@ fn every_write_bumps_the_shared_version() {
             ("masked_fill_", Box::new(|| x.masked_fill_(&mask, 1.0))),
             (
                 "index_put",
-                Box::new(|| x.index_put(&s![0], &mask.to_dtype(DType::F32)?)),
+                Box::new(|| x.index_put_(&s![0], &mask.to_dtype(DType::F32)?)),
             ),
             (
                 "index_add",
-                Box::new(|| v.index_add(&s![.., 1], &ones.i(&s![.., 0])?)),
+                Box::new(|| v.index_add_(&s![.., 1], &ones.i(&s![.., 0])?)),
             ),
             ("index_fill", Box::new(|| x.index_fill(&s![.., 3], 4.0))),
             ("mul_out", Box::new(|| v.mul_out(&ones, &mut v.clone()))),
@@ -166,7 +166,7 @@ fn overlapping_views_read_before_the_write() {
         assert_eq!(b.to_bool_vec().unwrap(), [false; 4]);
         let ix = Tensor::from_slice(&[2i64, 0, 1, 3], [4], dev).unwrap();
         // ix[ix] = ix.flip(0): the positions and values are read before the write.
-        ix.index_put(&s![@&ix], &flip(&ix)).unwrap();
+        ix.index_put_(&s![@&ix], &flip(&ix)).unwrap();
         assert_eq!(ix.to_vec::<i64>().unwrap(), [1, 0, 3, 2]);
         // A destination that repeats elements is refused and writes nothing.
         let e = Tensor::zeros([1, 3], DType::F32, dev)
@@ -553,7 +553,7 @@ fn threads_that_write_each_others_sources_finish() {
                         match k % 4 {
                             0 => x.copy_(&y).unwrap(),
                             1 => x.add_(&y.i(&s![..;1]).unwrap()).unwrap(),
-                            2 => x.index_put(&s![@&idx], &y.i(&s![1..4]).unwrap()).unwrap(),
+                            2 => x.index_put_(&s![@&idx], &y.i(&s![1..4]).unwrap()).unwrap(),
                             _ => y.sub_out(&y, &mut x.clone()).unwrap(),
                         }
                     }

@@ -89,9 +89,9 @@ fn indexing_and_assignment() {
         let x = Tensor::zeros([3, 4], DType::F32, dev).unwrap();
         x.index_fill(&s![1], 7.0).unwrap();
         let row = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], [4], dev).unwrap();
-        x.index_put(&s![@IndexTensor::i64(&[2], vec![0, 2])], &row)
+        x.index_put_(&s![@IndexTensor::i64(&[2], vec![0, 2])], &row)
             .unwrap();
-        x.index_add(&s![@IndexTensor::i64(&[2], vec![2, 2])], &row)
+        x.index_add_(&s![@IndexTensor::i64(&[2], vec![2, 2])], &row)
             .unwrap();
         assert_eq!(
             x.to_vec::<f32>().unwrap(),
@@ -99,7 +99,7 @@ fn indexing_and_assignment() {
         );
         let bad = Tensor::from_slice(&[1.0f32, 2.0, 3.0], [3], dev).unwrap();
         let before = x.to_vec::<f32>().unwrap();
-        assert!(x.index_put(&s![..], &bad).is_err());
+        assert!(x.index_put_(&s![..], &bad).is_err());
         assert_eq!(
             x.to_vec::<f32>().unwrap(),
             before,

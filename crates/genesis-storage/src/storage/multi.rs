@@ -184,10 +184,10 @@ impl<'s> Locked<'s> {
     fn host(&self, i: usize) -> &[u8] {
         let (k, at, len, _) = self.parts[i];
         let Base::Host(b) = self.bases[k] else {
-            return &[];
+            return empty();
         };
         if len == 0 {
-            return &[];
+            return empty();
         }
         // SAFETY: the storage is locked while `self` lives; `at..at + len` lies inside its
         // bytes (ranges checked), and no part written through `host_mut` overlaps it.
@@ -199,10 +199,10 @@ impl<'s> Locked<'s> {
     fn host_mut(&self, i: usize) -> &mut [u8] {
         let (k, at, len, w) = self.parts[i];
         let Base::Host(b) = self.bases[k] else {
-            return &mut [];
+            return empty();
         };
         if len == 0 || !w {
-            return &mut [];
+            return empty();
         }
         // SAFETY: the storage is write-locked while `self` lives (the part is written); its
         // range lies inside the bytes and overlaps no other part (checked in `new`), and each
@@ -231,6 +231,14 @@ impl<'s> Locked<'s> {
         let len = if w { len } else { 0 };
         // SAFETY: as in `host_mut`.
         unsafe { genesis_cuda::DeviceSpanMut::from_raw(base + at as u64, len) }
+    }
+}
+
+/// No bytes, at an address aligned for every element type (the parts are read as `T`s).
+fn empty<'a>() -> &'a mut [u8] {
+    // SAFETY: a slice of zero bytes at a dangling, 8-byte-aligned, non-null address.
+    unsafe {
+        std::slice::from_raw_parts_mut(std::ptr::NonNull::<u64>::dangling().as_ptr().cast(), 0)
     }
 }
 

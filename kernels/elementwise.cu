@@ -905,6 +905,31 @@ __device__ __forceinline__ void compare_nd_impl(const T *a, const T *b, T scalar
                                                 const GxBinaryNd &d) {
     const bool flat = d.rank == 1 && d.a_strides[0] == 1 && (b == nullptr || d.b_strides[0] == 1);
     const typename Wide<T>::W s = Wide<T>::w(scalar);
+    if (flat) {
+        // Four elements a thread: four loads of each operand in flight, one 4-byte store (the
+        // output is a fresh allocation, so `out + 4q` is 4-byte aligned).
+        const T *pa = a + d.a_offset;
+        const T *pb = b ? b + d.b_offset : nullptr;
+        const uint32_t quads = n / 4, stride = gridDim.x * blockDim.x;
+        for (uint32_t q = blockIdx.x * blockDim.x + threadIdx.x; q < quads; q += stride) {
+            const uint32_t i = 4 * q;
+            typename Wide<T>::W x[4], y[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                x[k] = Wide<T>::w(pa[i + k]);
+                y[k] = pb ? Wide<T>::w(pb[i + k]) : s;
+            }
+            uchar4 r;
+            r.x = Op::c(x[0], y[0]) ? 1 : 0;
+            r.y = Op::c(x[1], y[1]) ? 1 : 0;
+            r.z = Op::c(x[2], y[2]) ? 1 : 0;
+            r.w = Op::c(x[3], y[3]) ? 1 : 0;
+            *reinterpret_cast<uchar4 *>(out + i) = r;
+        }
+        for (uint32_t i = 4 * quads + blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+            out[i] = Op::c(Wide<T>::w(pa[i]), pb ? Wide<T>::w(pb[i]) : s) ? 1 : 0;
+        return;
+    }
     for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
         int64_t oa, ob;
         if (flat) {
@@ -958,6 +983,30 @@ __device__ __forceinline__ void where_nd_impl(const uint8_t *cond, const T *a, c
     T sa, sb;
     memcpy(&sa, &a_bits, sizeof(T));
     memcpy(&sb, &b_bits, sizeof(T));
+    if (d.rank == 1 && d.c_strides[0] == 1 && (a == nullptr || d.a_strides[0] == 1) &&
+        (b == nullptr || d.b_strides[0] == 1)) {
+        // Contiguous operands: four elements a thread, every load issued before the stores.
+        const uint8_t *pc = cond + d.c_offset;
+        const T *pa = a ? a + d.a_offset : nullptr;
+        const T *pb = b ? b + d.b_offset : nullptr;
+        const uint32_t quads = n / 4, stride = gridDim.x * blockDim.x;
+        for (uint32_t q = blockIdx.x * blockDim.x + threadIdx.x; q < quads; q += stride) {
+            const uint32_t i = 4 * q;
+            uint8_t c[4];
+            T x[4], y[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                c[k] = pc[i + k];
+                x[k] = pa ? pa[i + k] : sa;
+                y[k] = pb ? pb[i + k] : sb;
+            }
+#pragma unroll
+            for (int k = 0; k < 4; k++) out[i + k] = c[k] ? x[k] : y[k];
+        }
+        for (uint32_t i = 4 * quads + blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+            out[i] = pc[i] ? (pa ? pa[i] : sa) : (pb ? pb[i] : sb);
+        return;
+    }
     for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
         int64_t oc = d.c_offset, oa = d.a_offset, ob = d.b_offset;
         uint32_t r = i;

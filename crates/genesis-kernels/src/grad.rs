@@ -5,7 +5,7 @@
 //! (but for `e^y` of log_softmax, CUDA's `expf` against Rust's), the activations within a few
 //! ulp of their terms (CUDA's `erff`, `tanhf`, `expf` against Rust's).
 
-use crate::{Element, Error, Result};
+use crate::{Element, Error, Result, float_only, same_len};
 
 /// An activation whose gradient the kernels compute in one pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,24 +91,6 @@ macro_rules! real {
 }
 real!(f32, libm::erff);
 real!(f64, libm::erf);
-
-fn float_only<T: Element>(op: &'static str) -> Result<()> {
-    if T::IS_FLOAT {
-        Ok(())
-    } else {
-        Err(Error::Unsupported {
-            op,
-            reason: format!("element type {} (floating types only)", T::NAME),
-        })
-    }
-}
-
-fn same_len(op: &'static str, expected: usize, lens: &[usize]) -> Result<()> {
-    match lens.iter().find(|&&l| l != expected) {
-        Some(&got) => Err(Error::LengthMismatch { op, expected, got }),
-        None => Ok(()),
-    }
-}
 
 /// The CPU twin of `act_grad_<op>_<T>`: `dx[i] = g[i] f'(x[i])`.
 pub fn act_grad<T: Element>(op: ActGrad, g: &[T], x: &[T], dx: &mut [T]) -> Result<()> {

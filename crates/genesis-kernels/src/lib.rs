@@ -92,3 +92,23 @@ impl Error {
 
 /// Result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// [`Error::Unsupported`] unless `T` is a floating type.
+pub(crate) fn float_only<T: Element>(op: &'static str) -> Result<()> {
+    if T::IS_FLOAT {
+        Ok(())
+    } else {
+        Err(Error::Unsupported {
+            op,
+            reason: format!("element type {} (floating types only)", T::NAME),
+        })
+    }
+}
+
+/// [`Error::LengthMismatch`] for the first of `lens` that is not `expected`.
+pub(crate) fn same_len(op: &'static str, expected: usize, lens: &[usize]) -> Result<()> {
+    match lens.iter().find(|&&l| l != expected) {
+        Some(&got) => Err(Error::LengthMismatch { op, expected, got }),
+        None => Ok(()),
+    }
+}

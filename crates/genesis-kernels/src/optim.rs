@@ -6,7 +6,7 @@
 //! multiply-add on both sides, square roots and divisions are correctly rounded, and the sums
 //! follow the kernels' chunks and trees.
 
-use crate::{Element, Error, Result};
+use crate::{Element, Error, Result, float_only, same_len};
 
 /// Tensors of one launch (the kernels' `GX_MT`).
 pub const MAX_TENSORS: usize = 32;
@@ -169,24 +169,6 @@ macro_rules! acc {
 }
 acc!(f32);
 acc!(f64);
-
-fn float_only<T: Element>(op: &'static str) -> Result<()> {
-    if T::IS_FLOAT {
-        Ok(())
-    } else {
-        Err(Error::Unsupported {
-            op,
-            reason: format!("element type {} (floating types only)", T::NAME),
-        })
-    }
-}
-
-fn same_len(op: &'static str, expected: usize, lens: &[usize]) -> Result<()> {
-    match lens.iter().find(|&&l| l != expected) {
-        Some(&got) => Err(Error::LengthMismatch { op, expected, got }),
-        None => Ok(()),
-    }
-}
 
 /// The CPU twin of one tensor's Adam step (see `kernels/optim.cu` for the update): `p`, `m`
 /// and `v` updated in place from `g`. Nothing is written on error.

@@ -936,9 +936,11 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn scatter_(&self, dim: impl Dim, index: &Tensor, src: &Tensor) -> Result<()> {
-        self.check_in_place("scatter_")?;
-        crate::autograd::check_in_place_operands("scatter_", &[src])?;
-        self.scatter_in_place("scatter_", dim.to_dim(), index, src, false)
+        let d = dim.to_dim();
+        if self.in_place_recorded("scatter_", &[src], |x| x.scatter(d, index, src))? {
+            return Ok(());
+        }
+        self.scatter_in_place("scatter_", d, index, src, false)
     }
 
     /// In place: adds the values of `src` along `dim` of `self` where `index` points
@@ -957,9 +959,11 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn scatter_add_(&self, dim: impl Dim, index: &Tensor, src: &Tensor) -> Result<()> {
-        self.check_in_place("scatter_add_")?;
-        crate::autograd::check_in_place_operands("scatter_add_", &[src])?;
-        self.scatter_in_place("scatter_add_", dim.to_dim(), index, src, true)
+        let d = dim.to_dim();
+        if self.in_place_recorded("scatter_add_", &[src], |x| x.scatter_add(d, index, src))? {
+            return Ok(());
+        }
+        self.scatter_in_place("scatter_add_", d, index, src, true)
     }
 
     /// In place: writes the scalar `value` along `dim` of `self` where `index` points

@@ -92,7 +92,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn masked_fill_(&self, mask: &Tensor, value: impl Scalar) -> Result<()> {
-        self.check_in_place("masked_fill_")?;
+        if self.in_place_recorded("masked_fill_", &[], |x| x.masked_fill(mask, value))? {
+            return Ok(());
+        }
         let op = "masked_fill";
         check_mask(op, self, mask)?;
         let shape = broadcast_shape(op, self.shape(), mask.shape())?;

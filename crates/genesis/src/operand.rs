@@ -141,8 +141,9 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn binary_(&self, op: BinaryOp, other: &Tensor) -> Result<()> {
-        self.check_in_place(op.name())?;
-        crate::autograd::check_in_place_operands(op.name(), &[other])?;
+        if self.in_place_recorded(op.name(), &[other], |x| x.binary(op, other))? {
+            return Ok(());
+        }
         if other.device() != self.device() && other.dim() == 0 && other.device() == Device::Cpu {
             return self.binary_(op, &other.to(self.device())?);
         }
@@ -427,9 +428,12 @@ impl Tensor {
     /// In place `self = op(self, rhs)` for a tensor or a scalar (see [`Tensor::binary_`]).
     #[track_caller]
     pub(crate) fn binary_operand_(&self, op: BinaryOp, rhs: OperandRef<'_>) -> Result<()> {
-        self.check_in_place(op.name())?;
-        if let OperandRef::Tensor(t) = rhs {
-            crate::autograd::check_in_place_operands(op.name(), &[t])?;
+        let operands: Vec<&Tensor> = match rhs {
+            OperandRef::Tensor(t) => vec![t],
+            OperandRef::Scalar(_) => Vec::new(),
+        };
+        if self.in_place_recorded(op.name(), &operands, |x| x.binary_operand(op, rhs))? {
+            return Ok(());
         }
         if let OperandRef::Tensor(t) = rhs {
             // A 0-d host value joins an in-place op on another device (as in PyTorch).

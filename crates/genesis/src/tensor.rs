@@ -861,7 +861,9 @@ impl Tensor {
     /// A `value` of another dtype is converted to `self`'s first, as Python's `x[i] = v`
     /// converts (any dtype into any other, floats into integers truncating toward zero).
     pub fn index_put_(&self, items: &[IndexItem], value: &Tensor) -> Result<()> {
-        crate::autograd::check_in_place_operands("index_put_", &[value])?;
+        if self.in_place_recorded("index_put_", &[value], |x| x.index_put(items, value, false))? {
+            return Ok(());
+        }
         let value = value.cast_to(self.dtype())?;
         self.assign(items, Value::Tensor(&value.view), false)
     }
@@ -872,7 +874,9 @@ impl Tensor {
     /// ([`can_cast`](crate::can_cast); an integer tensor takes no float value), and `value`
     /// is converted to it.
     pub fn index_add_(&self, items: &[IndexItem], value: &Tensor) -> Result<()> {
-        crate::autograd::check_in_place_operands("index_add_", &[value])?;
+        if self.in_place_recorded("index_add_", &[value], |x| x.index_put(items, value, true))? {
+            return Ok(());
+        }
         let r = crate::promote::promote_types(self.dtype(), value.dtype());
         crate::promote::check_cast("index_add_", r, self.dtype())?;
         let value = value.cast_to(self.dtype())?;
@@ -992,7 +996,9 @@ impl Tensor {
     /// nothing; a float result into an integer or bool tensor is an error (as in PyTorch).
     #[track_caller]
     pub fn unary_(&self, op: UnaryOp) -> Result<()> {
-        self.check_in_place(op.name())?;
+        if self.in_place_recorded(op.name(), &[], |x| x.unary(op))? {
+            return Ok(());
+        }
         if !has_kernels(self.dtype()) || (op.float_only() && !self.dtype().is_float()) {
             return self.unary_promoted_(op);
         }
@@ -1019,7 +1025,10 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn fill_(&self, value: impl Scalar) -> Result<()> {
-        self.check_in_place("fill_")?;
+        let everywhere = || Tensor::ones(self.shape(), DType::Bool, self.device());
+        if self.in_place_recorded("fill_", &[], |x| x.masked_fill(&everywhere()?, value))? {
+            return Ok(());
+        }
         let one = crate::args::checked_scalar("fill_", self.dtype(), value.value())?;
         self.view.storage().fill_shared(self.layout(), &one)?;
         Ok(())
@@ -1046,8 +1055,14 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn copy_(&self, src: &Tensor) -> Result<()> {
-        self.check_in_place("copy_")?;
-        crate::autograd::check_in_place_operands("copy_", &[src])?;
+        let everywhere = || Tensor::ones(self.shape(), DType::Bool, self.device());
+        let recorded = self.in_place_recorded("copy_", &[src], |x| {
+            let s = src.to(x.device())?.to_dtype(x.dtype())?;
+            Tensor::where_cond(&everywhere()?, &s, x)
+        })?;
+        if recorded {
+            return Ok(());
+        }
         let op = "copy_";
         let shape = broadcast_shape(op, self.shape(), src.shape())?;
         if shape != self.shape() {

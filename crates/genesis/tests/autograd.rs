@@ -1155,3 +1155,66 @@ fn out_of_place_index_put_sends_gradients_to_both_sides() {
     assert_eq!(x.to_vec::<f64>().unwrap(), before);
     assert!(x.index_put_(&genesis::s![0], &v).is_err());
 }
+
+#[test]
+fn in_place_ops_on_non_leaves_rebase_the_graph() {
+    let g = Generator::new(61);
+    let x = input(&g, &[3, 4], false);
+    let w = input(&g, &[3, 4], false);
+    // In place on results, as PyTorch records them: y = x * w; y += w; y *= 2; relu_;
+    // y[0] = w[1]; y.masked_fill_(...); y.copy_ of part of itself is refused (shared).
+    gradcheck(
+        "add_, mul_, unary_ on a non-leaf",
+        &[x.clone(), w.clone()],
+        &|t| {
+            let y = t[0].mul(&t[1])?;
+            y.add_(&t[1])?;
+            y.mul_(2.0)?;
+            y.tanh_()?;
+            let z = y.add(1.0)?;
+            z.sub_(&t[0])?;
+            Ok(z)
+        },
+    );
+    gradcheck(
+        "index_put_ and masked_fill_ on a non-leaf",
+        &[x.clone(), w.clone()],
+        &|t| {
+            let y = t[0].exp()?.mul(1.0)?;
+            y.index_put_(&s![0], &t[1].i(&s![1])?)?;
+            let m = t[1].gt_scalar(0.0)?;
+            y.masked_fill_(&m, 0.5)?;
+            y.fill_(0.0).and(Ok(()))?;
+            y.add_(&t[1].square()?)?;
+            Ok(y)
+        },
+    );
+    gradcheck("copy_ into a non-leaf", &[x.clone(), w.clone()], &|t| {
+        let y = t[0].mul(3.0)?;
+        y.copy_(&t[1].i(&s![0])?)?;
+        y.mul(&t[0])
+    });
+    // The name of the latest op; a clone sees the rebase; a shared memory is refused.
+    let xr = x.detach().requires_grad_(true).unwrap();
+    let y = xr.mul(2.0).unwrap();
+    let alias = y.clone();
+    assert!(
+        matches!(y.add_(1.0), Err(Error::Autograd { .. })),
+        "a clone shares it"
+    );
+    drop(alias);
+    y.add_(1.0).unwrap();
+    assert_eq!(y.grad_fn_name(), Some("add"));
+    let view = y.i(&s![0]).unwrap();
+    assert!(
+        matches!(y.mul_(2.0), Err(Error::Autograd { .. })),
+        "a view shares it"
+    );
+    drop(view);
+    // exp saves its output: modifying it in place is refused before backward can go wrong.
+    let e = xr.exp().unwrap();
+    assert!(matches!(e.add_(1.0), Err(Error::Autograd { .. })));
+    // Leaves still refuse; under no_grad everything goes.
+    assert!(matches!(xr.add_(1.0), Err(Error::Autograd { .. })));
+    no_grad(|| y.add_(1.0)).unwrap();
+}

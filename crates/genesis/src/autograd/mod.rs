@@ -102,8 +102,9 @@ pub(crate) type BackwardFn = dyn Fn(&Tensor, &[bool]) -> Result<Vec<Option<Tenso
 
 /// The autograd state of a tensor that requires grad (shared by its clones).
 pub(crate) struct Meta {
-    /// The node of the op that made the tensor; `None` for a leaf.
-    grad_fn: Option<Arc<Node>>,
+    /// The node of the op that made the tensor; `None` for a leaf. Replaced when an in-place
+    /// op on a non-leaf records (every clone sees the new node).
+    grad_fn: Mutex<Option<Arc<Node>>>,
     /// The accumulated gradient (leaves, and non-leaves that retain theirs).
     grad: Mutex<Option<Tensor>>,
     retains_grad: AtomicBool,
@@ -112,9 +113,14 @@ pub(crate) struct Meta {
 }
 
 impl Meta {
+    /// The node that made the tensor now (`None` for a leaf).
+    fn grad_fn(&self) -> Option<Arc<Node>> {
+        lock(&self.grad_fn).clone()
+    }
+
     fn new(grad_fn: Option<Arc<Node>>) -> Meta {
         Meta {
-            grad_fn,
+            grad_fn: Mutex::new(grad_fn),
             grad: Mutex::new(None),
             retains_grad: AtomicBool::new(false),
             hooks: Mutex::new(Vec::new()),
@@ -186,7 +192,7 @@ pub(crate) fn record(
     let edges = inputs
         .iter()
         .map(|t| {
-            t.autograd.as_ref().map(|m| match &m.grad_fn {
+            t.autograd.as_ref().map(|m| match m.grad_fn() {
                 Some(n) => Edge::Node(n.clone()),
                 None => Edge::Leaf(m.clone()),
             })
@@ -360,10 +366,10 @@ fn run_backward(
         let meta = root.autograd.as_ref().ok_or_else(|| Error::Autograd {
             reason: "element 0 of tensors does not require grad and does not have a grad_fn".into(),
         })?;
-        match &meta.grad_fn {
+        match meta.grad_fn() {
             None => deliver_to_leaf(meta, g, &mut capture)?,
             Some(node) => {
-                let key = Arc::as_ptr(node) as usize;
+                let key = Arc::as_ptr(&node) as usize;
                 match pending.remove(&key) {
                     Some(acc) => {
                         pending.insert(key, acc.add(&g)?);
@@ -583,7 +589,7 @@ impl Tensor {
     /// [`Tensor::requires_grad_`] in place on this handle.
     pub fn set_requires_grad(&mut self, requires: bool) -> Result<()> {
         match (&self.autograd, requires) {
-            (Some(m), false) if m.grad_fn.is_some() => Err(Error::Autograd {
+            (Some(m), false) if m.grad_fn().is_some() => Err(Error::Autograd {
                 reason: "you can only change requires_grad flags of leaf variables; use \
                          detach() for a tensor that does not require grad"
                     .into(),
@@ -612,7 +618,7 @@ impl Tensor {
     /// Whether this tensor is a leaf of the graph: it does not require grad, or the user made
     /// it require grad (it was not computed by a recorded op).
     pub fn is_leaf(&self) -> bool {
-        self.autograd.as_ref().is_none_or(|m| m.grad_fn.is_none())
+        self.autograd.as_ref().is_none_or(|m| m.grad_fn().is_none())
     }
 
     /// The name of the op that made this tensor when it was recorded (PyTorch's `grad_fn`),
@@ -620,7 +626,7 @@ impl Tensor {
     pub fn grad_fn_name(&self) -> Option<&'static str> {
         self.autograd
             .as_ref()
-            .and_then(|m| m.grad_fn.as_ref())
+            .and_then(|m| m.grad_fn())
             .map(|n| n.name)
     }
 
@@ -731,7 +737,7 @@ impl Tensor {
         hook: impl Fn(&Tensor) -> Result<()> + Send + Sync + 'static,
     ) -> Result<()> {
         match &self.autograd {
-            Some(m) if m.grad_fn.is_none() => {
+            Some(m) if m.grad_fn().is_none() => {
                 lock(&m.post_hooks).push(Arc::new(hook));
                 Ok(())
             }
@@ -743,13 +749,85 @@ impl Tensor {
         }
     }
 
+    /// An in-place op `op` on this tensor, reading `operands`, as the autograd sees it.
+    /// `Ok(false)`: nothing records (grad mode off, or no tensor involved requires grad), and
+    /// the caller writes in place as usual. `Ok(true)`: this tensor is a non-leaf that
+    /// requires grad, and the op was done here, as PyTorch rebases the graph: `out_of_place`
+    /// computes the result from a copy of the current values (recorded), the result is
+    /// written into this tensor's memory, and the tensor's `grad_fn` becomes the result's
+    /// (every clone of it sees the new node). Errors: a leaf that requires grad; a tensor that
+    /// does not require grad with an operand that does (its autograd state cannot be attached
+    /// through a shared handle: compute out of place); a non-leaf whose memory another tensor
+    /// shares (a view of it, or a tensor saved for a backward), whose graph the write would
+    /// leave stale.
+    pub(crate) fn in_place_recorded(
+        &self,
+        op: &'static str,
+        operands: &[&Tensor],
+        out_of_place: impl FnOnce(&Tensor) -> Result<Tensor>,
+    ) -> Result<bool> {
+        if !is_grad_enabled()
+            || (self.autograd.is_none() && operands.iter().all(|t| t.autograd.is_none()))
+        {
+            return Ok(false);
+        }
+        let Some(meta) = &self.autograd else {
+            check_in_place_operands(op, operands)?;
+            return Ok(false);
+        };
+        let Some(old_node) = meta.grad_fn() else {
+            self.check_in_place(op)?;
+            return Ok(false);
+        };
+        if Arc::strong_count(self.view.storage()) > 1 {
+            return Err(Error::Autograd {
+                reason: format!(
+                    "{op}: an in-place operation on a tensor that requires grad (made by {}) \
+                     whose memory other tensors share (a view of it, a clone, or a tensor \
+                     saved for a backward) would leave their gradients stale; compute out of \
+                     place or under no_grad",
+                    old_node.name
+                ),
+            });
+        }
+        let old = self.deep_clone()?;
+        let mut r = out_of_place(&old)?;
+        if r.dtype() != self.dtype() {
+            r = r.to_dtype(self.dtype())?;
+        }
+        if r.shape() != self.shape() {
+            return Err(Error::ShapeMismatch {
+                op,
+                lhs: self.shape().to_vec(),
+                rhs: r.shape().to_vec(),
+            });
+        }
+        let Some(new_node) = r.autograd.as_ref().and_then(|m| m.grad_fn()) else {
+            return Err(Error::Autograd {
+                reason: format!("{op}: the in-place result does not depend on the graph"),
+            });
+        };
+        no_grad(|| {
+            self.view.storage().copy_strided_from_shared(
+                self.layout(),
+                r.view.storage(),
+                r.layout(),
+            )
+        })?;
+        *lock(&old_node.output) = Weak::new();
+        *lock(&new_node.output) = Arc::downgrade(meta);
+        *lock(&meta.grad_fn) = Some(new_node);
+        Ok(true)
+    }
+
     /// An error when this tensor may not be written in place with recording on: a tensor
-    /// that requires grad (a leaf, as in PyTorch; a recorded result, which PyTorch rebases
-    /// and Genesis refuses). Under [`no_grad`] every write is allowed (an optimiser's step).
+    /// that requires grad (a leaf, as in PyTorch; a recorded result for the ops that do not
+    /// rebase the graph through [`Tensor::in_place_recorded`]: `index_fill` and the fused
+    /// optimiser steps). Under [`no_grad`] every write is allowed (an optimiser's step).
     pub(crate) fn check_in_place(&self, op: &'static str) -> Result<()> {
         match &self.autograd {
             Some(m) if is_grad_enabled() => Err(Error::Autograd {
-                reason: if m.grad_fn.is_none() {
+                reason: if m.grad_fn().is_none() {
                     format!(
                         "{op}: a leaf Variable that requires grad is being used in an \
                          in-place operation"
@@ -758,7 +836,7 @@ impl Tensor {
                     format!(
                         "{op}: in-place operations on a tensor that requires grad (made by \
                          {}) are not supported; compute out of place or under no_grad",
-                        m.grad_fn.as_ref().map_or("?", |n| n.name)
+                        m.grad_fn().as_ref().map_or("?", |n| n.name)
                     )
                 },
             }),
@@ -770,7 +848,7 @@ impl Tensor {
 impl std::fmt::Debug for Meta {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Meta")
-            .field("grad_fn", &self.grad_fn.as_ref().map(|n| n.name))
+            .field("grad_fn", &self.grad_fn().as_ref().map(|n| n.name))
             .finish_non_exhaustive()
     }
 }

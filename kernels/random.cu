@@ -14,7 +14,8 @@
 //     output type (f16 and bf16 through f32). ln, cos and sin are Genesis's own (series below) evaluated with
 //     explicitly rounded operations (no FMA contraction), so the CPU twin, which runs the same
 //     sequence of IEEE operations, gets the same bits.
-//   * randint (i32, i64): P = 2, low + (u64 of words 2(i % 2), 2(i % 2) + 1) mod range.
+//   * randint (i32, i64): P = 2, low + (u64 of words 2(i % 2), 2(i % 2) + 1) mod range (the
+//     remainder by a multiply-high with floor(2^64 / range) and two corrections, exact).
 //
 // Launch contract (src/random.rs): one-dimensional blocks; thread t of the grid handles Philox
 // blocks t, t + stride, ... until all n elements are written.
@@ -164,23 +165,53 @@ extern "C" __global__ void randn_f64(double* out, uint64_t n, uint64_t seed, uin
     randn_impl<double>(out, n, seed, offset);
 }
 
+// x mod range without a 64-bit division: `magic` is floor(2^64 / range) (0 for range 1), so
+// q = umulhi(x, magic) is floor(x / range) or at most two less, and two conditional
+// subtractions finish the remainder exactly.
+__device__ __forceinline__ uint64_t mod_range(uint64_t x, uint64_t range, uint64_t magic) {
+    if (range == 1) return 0;
+    const uint64_t q = __umul64hi(x, magic);
+    uint64_t r = x - q * range;
+    if (r >= range) r -= range;
+    if (r >= range) r -= range;
+    return r;
+}
+
+template <typename T> struct Pair;
+template <> struct Pair<int32_t> {
+    typedef int2 V;
+    static __device__ __forceinline__ V of(int32_t a, int32_t b) { return make_int2(a, b); }
+};
+template <> struct Pair<int64_t> {
+    typedef longlong2 V;
+    static __device__ __forceinline__ V of(int64_t a, int64_t b) { return make_longlong2(a, b); }
+};
+
 template <typename T>
 __device__ void randint_impl(T* out, uint64_t n, uint64_t seed, uint64_t offset, int64_t low,
-                             uint64_t range) {
+                             uint64_t range, uint64_t magic) {
     uint64_t blocks = (n + 1) / 2;
+    // Both values of a block in one store when the output is aligned for the pair.
+    const bool paired = ((uintptr_t)out % sizeof(typename Pair<T>::V)) == 0;
     for (uint64_t j = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; j < blocks;
          j += (uint64_t)gridDim.x * blockDim.x) {
         Words w = philox(offset + j, seed);
-        out[2 * j] = (T)((uint64_t)low + u64_of(w.w[0], w.w[1]) % range);
-        if (2 * j + 1 < n) out[2 * j + 1] = (T)((uint64_t)low + u64_of(w.w[2], w.w[3]) % range);
+        const T a = (T)((uint64_t)low + mod_range(u64_of(w.w[0], w.w[1]), range, magic));
+        const T b = (T)((uint64_t)low + mod_range(u64_of(w.w[2], w.w[3]), range, magic));
+        if (2 * j + 1 < n && paired) {
+            *reinterpret_cast<typename Pair<T>::V*>(out + 2 * j) = Pair<T>::of(a, b);
+        } else {
+            out[2 * j] = a;
+            if (2 * j + 1 < n) out[2 * j + 1] = b;
+        }
     }
 }
 
 extern "C" __global__ void randint_i32(int32_t* out, uint64_t n, uint64_t seed, uint64_t offset,
-                                       int64_t low, uint64_t range) {
-    randint_impl<int32_t>(out, n, seed, offset, low, range);
+                                       int64_t low, uint64_t range, uint64_t magic) {
+    randint_impl<int32_t>(out, n, seed, offset, low, range, magic);
 }
 extern "C" __global__ void randint_i64(int64_t* out, uint64_t n, uint64_t seed, uint64_t offset,
-                                       int64_t low, uint64_t range) {
-    randint_impl<int64_t>(out, n, seed, offset, low, range);
+                                       int64_t low, uint64_t range, uint64_t magic) {
+    randint_impl<int64_t>(out, n, seed, offset, low, range, magic);
 }

@@ -331,22 +331,29 @@ pub fn gpu_sample<T: RandomElement>(
         Sampler::Int { low, range } => (low, range),
         _ => (0, 1),
     };
-    let mut params: [*mut c_void; 6] = [
+    // floor(2^64 / range) for the kernel's remainder (0 for a range of one value).
+    let mut magic = if range >= 2 {
+        ((1u128 << 64) / u128::from(range)) as u64
+    } else {
+        0
+    };
+    let mut params: [*mut c_void; 7] = [
         (&raw mut out).cast(),
         (&raw mut n64).cast(),
         (&raw mut seed).cast(),
         (&raw mut offset).cast(),
         (&raw mut low).cast(),
         (&raw mut range).cast(),
+        (&raw mut magic).cast(),
     ];
     let count = if matches!(sampler, Sampler::Int { .. }) {
-        6
+        7
     } else {
         4
     };
     // SAFETY: the first `count` parameters match the kernel's signature
-    // (`T*, uint64_t n, uint64_t seed, uint64_t offset[, int64_t low, uint64_t range]`); the
-    // span holds the `n` elements written.
+    // (`T*, uint64_t n, uint64_t seed, uint64_t offset[, int64_t low, uint64_t range,
+    // uint64_t magic]`); the span holds the `n` elements written.
     unsafe {
         kernel.launch(
             stream,
@@ -359,6 +366,39 @@ pub fn gpu_sample<T: RandomElement>(
 
 #[cfg(test)]
 mod tests {
+    /// The kernels' remainder (`mod_range` in `kernels/random.cu`), written out: a
+    /// multiply-high by floor(2^64 / range) and at most two corrections give `x % range`.
+    #[test]
+    fn the_kernels_remainder_is_exact() {
+        let rem = |x: u64, range: u64| -> u64 {
+            if range == 1 {
+                return 0;
+            }
+            let magic = ((1u128 << 64) / u128::from(range)) as u64;
+            let q = ((u128::from(x) * u128::from(magic)) >> 64) as u64;
+            let mut r = x.wrapping_sub(q.wrapping_mul(range));
+            for _ in 0..2 {
+                if r >= range {
+                    r -= range;
+                }
+            }
+            r
+        };
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let ranges = [1u64, 2, 3, 7, 10, 1000, 1 << 31, (1 << 32) + 5, (1 << 62) + 7, u64::MAX];
+        for &range in &ranges {
+            for extra in [0u64, 1, range - 1, u64::MAX, u64::MAX - range] {
+                assert_eq!(rem(extra, range), extra % range, "{extra} mod {range}");
+            }
+            for _ in 0..20_000 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                assert_eq!(rem(x, range), x % range, "{x} mod {range}");
+            }
+        }
+    }
+
     use super::*;
 
     /// Known-answer vectors of Random123 (`kat_vectors`, philox4x32_10).

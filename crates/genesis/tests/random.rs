@@ -172,3 +172,35 @@ fn generator_state_replays_and_errors_are_typed() {
     ));
     assert!(g.rand([usize::MAX, 2], DType::F32, Device::Cpu).is_err());
 }
+
+#[test]
+fn integers_of_every_range_width_agree_across_devices() {
+    let _release = Release;
+    let devs = devices();
+    // Ranges of one value up to the whole of int64 (the kernels' remainder takes a
+    // multiply-high and corrections; the CPU twin divides).
+    let cases: [(i64, i64); 9] = [
+        (5, 6),
+        (0, 2),
+        (-1, 2),
+        (-3, 4),
+        (0, 1000),
+        (0, i64::from(i32::MAX)),
+        (-(1 << 32), 5),
+        (-(1 << 62), (1 << 62) + 7),
+        (i64::MIN, i64::MAX),
+    ];
+    for (low, high) in cases {
+        for n in [1usize, 2, 3, 4097] {
+            let mut seen = Vec::new();
+            for &dev in &devs {
+                let g = Generator::new(99);
+                let k = g.randint(low, high, [n], DType::I64, dev).unwrap();
+                let v = k.to(Device::Cpu).unwrap().to_vec::<i64>().unwrap();
+                assert!(v.iter().all(|x| (low..high).contains(x)), "[{low}, {high})");
+                seen.push(v);
+            }
+            assert!(seen.iter().all(|v| v == &seen[0]), "[{low}, {high}) n={n}");
+        }
+    }
+}

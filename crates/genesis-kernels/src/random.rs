@@ -385,7 +385,18 @@ mod tests {
             r
         };
         let mut x = 0x9E37_79B9_7F4A_7C15u64;
-        let ranges = [1u64, 2, 3, 7, 10, 1000, 1 << 31, (1 << 32) + 5, (1 << 62) + 7, u64::MAX];
+        let ranges = [
+            1u64,
+            2,
+            3,
+            7,
+            10,
+            1000,
+            1 << 31,
+            (1 << 32) + 5,
+            (1 << 62) + 7,
+            u64::MAX,
+        ];
         for &range in &ranges {
             for extra in [0u64, 1, range - 1, u64::MAX, u64::MAX - range] {
                 assert_eq!(rem(extra, range), extra % range, "{extra} mod {range}");

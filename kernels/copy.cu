@@ -216,6 +216,22 @@ GX_TRIANGLE(2, uint16_t)
 GX_TRIANGLE(4, uint32_t)
 GX_TRIANGLE(8, uint64_t)
 
+// one_hot_i64: out[r * classes + c] = (idx[r] == c) as int64 for rows r < rows, one warp a row
+// (grid-stride over rows; a warp's stores cover 256 contiguous bytes). A row whose class lies
+// outside [0, classes) writes zeros and puts its position in bad[0] (the smallest such, by
+// atomicMin; the caller sets bad[0] to all ones first and reads it back).
+extern "C" __global__ void one_hot_i64(const int64_t *idx, uint64_t rows, uint64_t classes,
+                                       int64_t *out, unsigned long long *bad) {
+    const uint64_t lane = threadIdx.x & 31;
+    const uint64_t warps = ((uint64_t)gridDim.x * blockDim.x) >> 5;
+    for (uint64_t r = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < rows; r += warps) {
+        const int64_t k = idx[r];
+        if (lane == 0 && (k < 0 || (uint64_t)k >= classes)) atomicMin(bad, (unsigned long long)r);
+        int64_t *o = out + r * classes;
+        for (uint64_t c = lane; c < classes; c += 32) o[c] = (int64_t)c == k ? 1 : 0;
+    }
+}
+
 // ---- casts ----------------------------------------------------------------------------------
 
 typedef bool gx_bool;

@@ -1,7 +1,8 @@
-//! `tril` / `triu` of a contiguous `[batch, rows, cols]` array (`kernels/copy.cu`,
-//! `triangle_e{1,2,4,8}`): element `(b, i, j)` is kept when `j - i <= k` (lower) or
-//! `j - i >= k` (upper), else its bits are zeroed (0, +0.0 or false in every dtype). The kernels
-//! move bytes, so they are per element size; [`triangle`] is the CPU twin (bit for bit).
+//! Structured fills of `kernels/copy.cu`. `tril` / `triu` of a contiguous `[batch, rows,
+//! cols]` array (`triangle_e{1,2,4,8}`): element `(b, i, j)` is kept when `j - i <= k`
+//! (lower) or `j - i >= k` (upper), else its bits are zeroed (0, +0.0 or false in every dtype).
+//! The kernels move bytes, so they are per element size; [`triangle`] is the CPU twin (bit for
+//! bit). `one_hot_i64`: the one-hot rows of int64 classes ([`one_hot`], its twin).
 
 use crate::{Error, Result};
 
@@ -133,6 +134,104 @@ pub fn gpu_triangle(
     Ok(())
 }
 
+/// The CPU twin of `one_hot_i64`: row `r` of `out` (`idx.len()` rows of `classes`) is 1 at
+/// column `idx[r]` and 0 elsewhere. A class outside `0..classes` is
+/// [`Error::IndexOutOfRange`] naming the first such row; nothing is written then.
+pub fn one_hot(idx: &[i64], classes: usize, out: &mut [i64]) -> Result<()> {
+    let want = idx
+        .len()
+        .checked_mul(classes)
+        .ok_or_else(|| Error::Unsupported {
+            op: "one_hot",
+            reason: "the output's size overflows".into(),
+        })?;
+    if out.len() != want {
+        return Err(Error::LengthMismatch {
+            op: "one_hot",
+            expected: want,
+            got: out.len(),
+        });
+    }
+    if let Some((position, &value)) = idx
+        .iter()
+        .enumerate()
+        .find(|(_, k)| !(0..classes as i64).contains(k))
+    {
+        return Err(Error::IndexOutOfRange {
+            op: "one_hot",
+            position,
+            value,
+            size: classes as i64,
+        });
+    }
+    for (row, &k) in out.chunks_exact_mut(classes.max(1)).zip(idx) {
+        row.fill(0);
+        row[k as usize] = 1;
+    }
+    Ok(())
+}
+
+/// Queues `one_hot_i64` on `stream` (see [`one_hot`]); the first row with a class outside
+/// `0..classes` lands in `bad[0]`, which the caller sets to `u64::MAX` first and reads back.
+#[cfg(feature = "cuda")]
+pub fn gpu_one_hot(
+    stream: &genesis_cuda::Stream,
+    idx: genesis_cuda::DeviceSpan<'_, i64>,
+    classes: usize,
+    out: genesis_cuda::DeviceSpanMut<'_, i64>,
+    bad: genesis_cuda::DeviceSpanMut<'_, u64>,
+) -> Result<()> {
+    use genesis_cuda::{Kernel, LaunchConfig};
+    use std::ffi::c_void;
+    let rows = idx.len();
+    if rows.checked_mul(classes) != Some(out.len()) {
+        return Err(Error::LengthMismatch {
+            op: "one_hot",
+            expected: rows.saturating_mul(classes),
+            got: out.len(),
+        });
+    }
+    if bad.is_empty() {
+        return Err(Error::LengthMismatch {
+            op: "one_hot",
+            expected: 1,
+            got: 0,
+        });
+    }
+    // Zero classes still runs: every row is then out of range (and writes nothing).
+    if rows == 0 {
+        return Ok(());
+    }
+    let kernel = Kernel::get(stream.context(), &crate::images::COPY, "one_hot_i64")?;
+    let sms = u64::from(stream.context().multiprocessors());
+    // Eight rows (warps) a block of 256 threads.
+    let blocks = (rows as u64).div_ceil(8).clamp(1, sms * 32);
+    let (mut pi, mut r, mut c, mut po, mut pb) = (
+        idx.addr(),
+        rows as u64,
+        classes as u64,
+        out.addr(),
+        bad.addr(),
+    );
+    let mut params: [*mut c_void; 5] = [
+        (&raw mut pi).cast(),
+        (&raw mut r).cast(),
+        (&raw mut c).cast(),
+        (&raw mut po).cast(),
+        (&raw mut pb).cast(),
+    ];
+    let config = LaunchConfig {
+        grid: (blocks as u32, 1, 1),
+        block: (256, 1, 1),
+        shared_bytes: 0,
+    };
+    // SAFETY: the parameters match `one_hot_i64(const int64_t*, u64, u64, int64_t*, unsigned
+    // long long*)`; `idx` holds `rows` classes, `out` `rows * classes` elements (checked) and
+    // `bad` one word; the kernel writes rows only inside `out`.
+    unsafe { kernel.launch(stream, config, &mut params)? };
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,5 +257,26 @@ mod tests {
         assert_eq!(dst, [0, 2, 3, 0, 0, 6, 0, 8, 9, 0, 0, 12]);
         assert!(triangle(&t, 3, &src, &mut dst).is_err());
         assert!(triangle(&t, 1, &src[..5], &mut dst[..5]).is_err());
+    }
+
+    #[test]
+    fn one_hot_rows_and_bad_classes() {
+        let mut out = [9i64; 6];
+        one_hot(&[2, 0], 3, &mut out).unwrap();
+        assert_eq!(out, [0, 0, 1, 1, 0, 0]);
+        let mut untouched = [9i64; 6];
+        let e = one_hot(&[1, 3], 3, &mut untouched).unwrap_err();
+        assert!(matches!(
+            e,
+            Error::IndexOutOfRange {
+                position: 1,
+                value: 3,
+                size: 3,
+                ..
+            }
+        ));
+        assert!(one_hot(&[-1, 0], 3, &mut untouched).is_err());
+        assert_eq!(untouched, [9; 6], "nothing written");
+        assert!(one_hot(&[0], 3, &mut out).is_err(), "wrong output length");
     }
 }

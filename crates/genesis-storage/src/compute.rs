@@ -259,6 +259,10 @@ pub(crate) trait Compute {
         n: usize,
     ) -> Result<()>;
 
+    /// One-hot rows of the int64 classes `self[at..at + n]` into `out` (`n * classes` int64):
+    /// an index error naming the first class outside `0..classes`.
+    fn one_hot(&self, at: usize, n: usize, classes: usize, out: &mut Self) -> Result<()>;
+
     /// A part of this memory that a multi-tensor op reads (host bytes or a device span).
     type Part<'a>;
     /// A part that it writes.
@@ -575,6 +579,19 @@ pub(crate) fn element_from_bytes<T: WithDType>(op: &'static str, b: &[u8]) -> Re
 impl Compute for [u8] {
     type Part<'a> = &'a [u8];
     type PartMut<'a> = &'a mut [u8];
+
+    fn one_hot(&self, at: usize, n: usize, classes: usize, out: &mut [u8]) -> Result<()> {
+        let len = n.checked_mul(classes).ok_or(Error::SizeOverflow {
+            len: usize::MAX,
+            dtype: DType::I64,
+        })?;
+        genesis_kernels::triangle::one_hot(
+            host::<i64>(self, at, n)?,
+            classes,
+            host_mut::<i64>(out, 0, len)?,
+        )?;
+        Ok(())
+    }
 
     fn act_grad(
         &self,

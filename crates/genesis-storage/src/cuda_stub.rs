@@ -171,6 +171,10 @@ impl Compute for CudaMem {
     type Part<'a> = genesis_cuda::DeviceSpan<'a, u8>;
     type PartMut<'a> = genesis_cuda::DeviceSpanMut<'a, u8>;
 
+    fn one_hot(&self, _: usize, _: usize, _: usize, _: &mut CudaMem) -> Result<()> {
+        match *self {}
+    }
+
     fn act_grad(
         &self,
         _: ActGrad,

@@ -305,19 +305,20 @@ impl Tensor {
             }
         };
         shape.push(classes);
-        let out = Tensor::zeros(&shape, DType::I64, self.device())?;
-        // The scatter checks every class against 0..classes (and writes nothing when one is
-        // outside); only then are the bounds read to say which.
-        if let Err(e) = out.scatter_scalar_(-1, &self.unsqueeze(-1)?, 1) {
-            if self.min()?.item::<i64>()? < 0 {
-                return Err(bad("Class values must be non-negative."));
-            }
-            if self.max()?.item::<i64>()? as u64 >= classes as u64 {
-                return Err(bad("Class values must be smaller than num_classes."));
-            }
-            return Err(e);
+        // One pass writes every row; a class outside 0..classes is an index error naming it.
+        let (a, start) = self.dense_operand(self.shape())?;
+        match a.one_hot_at(start, self.numel(), classes) {
+            Ok(out) => Tensor::from_storage(out, &shape),
+            Err(genesis_storage::Error::Kernel(genesis_kernels::Error::IndexOutOfRange {
+                value,
+                ..
+            })) => Err(bad(if value < 0 {
+                "Class values must be non-negative."
+            } else {
+                "Class values must be smaller than num_classes."
+            })),
+            Err(e) => Err(e.into()),
         }
-        Ok(out)
     }
 }
 

@@ -242,6 +242,22 @@ fn selection_on_every_device() {
             h.to_vec::<i64>().unwrap(),
             [0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0]
         );
+        // Many rows (several per warp of the kernel's grid), a strided view of the classes.
+        let values: Vec<i64> = (0..10_000i64).map(|i| i * 7919 % 37).collect();
+        let many = Tensor::from_slice(&values, [5000, 2], dev).unwrap();
+        let column = many.i(&genesis::s![.., 1]).unwrap();
+        let h = column.one_hot(Some(37)).unwrap();
+        assert_eq!(h.shape(), &[5000, 37]);
+        let rows = h.to_vec::<i64>().unwrap();
+        for (r, row) in rows.chunks(37).enumerate() {
+            let want = values[2 * r + 1] as usize;
+            assert!(
+                row.iter()
+                    .enumerate()
+                    .all(|(c, &v)| v == i64::from(c == want)),
+                "row {r}"
+            );
+        }
         let h = labels.one_hot(None).unwrap();
         assert_eq!(h.device(), dev);
         assert_eq!(

@@ -53,6 +53,37 @@ impl Compute for CudaMem {
     type Part<'a> = genesis_cuda::DeviceSpan<'a, u8>;
     type PartMut<'a> = genesis_cuda::DeviceSpanMut<'a, u8>;
 
+    fn one_hot(&self, at: usize, n: usize, classes: usize, out: &mut CudaMem) -> Result<()> {
+        let len = n.checked_mul(classes).ok_or(Error::SizeOverflow {
+            len: usize::MAX,
+            dtype: DType::I64,
+        })?;
+        let stream = self.queue();
+        let mut bad = bad_word(self.ordinal(), &stream)?;
+        genesis_kernels::triangle::gpu_one_hot(
+            &stream,
+            self.range::<i64>(at, n)?,
+            classes,
+            out.span_mut::<i64>(len)?,
+            bad.span_mut::<u64>(1)?,
+        )?;
+        let mut word = [0u8; 8];
+        super::read_back(&stream, bad.span::<u8>(8)?, &mut word)?;
+        let position = u64::from_le_bytes(word);
+        if position == u64::MAX {
+            return Ok(());
+        }
+        let mut value = [0u8; 8];
+        self.read_to_host((at + position as usize) * 8, &mut value)?;
+        Err(genesis_kernels::Error::IndexOutOfRange {
+            op: "one_hot",
+            position: position as usize,
+            value: i64::from_le_bytes(value),
+            size: classes as i64,
+        }
+        .into())
+    }
+
     fn act_grad(
         &self,
         op: ActGrad,

@@ -25,12 +25,11 @@ fn range<'a>(op: &'static str, t: &'a Tensor) -> Result<StorageRange<'a>> {
             ),
         });
     }
-    let start = if t.numel() == 0 {
-        0
-    } else {
-        t.layout().offset()
-    };
-    Ok(StorageRange::new(t.view.storage(), start, t.numel()))
+    Ok(StorageRange::new(
+        t.view.storage(),
+        t.first_element(),
+        t.numel(),
+    ))
 }
 
 /// One Adam or AdamW step (`step.decoupled`) of every parameter in place: `params[i]`, its

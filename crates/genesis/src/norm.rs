@@ -51,11 +51,6 @@ impl Tensor {
         let dims = normalized_dims(op, self, normalized_shape)?;
         check_affine(op, weight, normalized_shape)?;
         check_affine(op, bias, normalized_shape)?;
-        let stats = || -> Result<(Tensor, Tensor)> {
-            let mean = self.mean_dim(&dims[..], true)?;
-            let var = self.sub(&mean)?.square()?.mean_dim(&dims[..], true)?;
-            Ok((mean, var.add(eps)?.rsqrt()?))
-        };
         let mut inputs = vec![self];
         inputs.extend(weight);
         inputs.extend(bias);
@@ -64,8 +59,11 @@ impl Tensor {
             op,
             &inputs,
             || {
-                let (mean, rstd) = stats()?;
-                let mut y = self.sub(&mean)?.mul(&rstd)?;
+                let mean = self.mean_dim(&dims[..], true)?;
+                let centred = self.sub(&mean)?;
+                let var = centred.square()?.mean_dim(&dims[..], true)?;
+                let rstd = var.add(eps)?.rsqrt()?;
+                let mut y = centred.mul(&rstd)?;
                 if let Some(w) = weight {
                     y = y.mul(w)?;
                 }

@@ -141,20 +141,13 @@ impl Tensor {
                         && y.shape() == g.shape()
                     {
                         // One kernel: the row sums and the gradient (genesis_kernels::grad).
-                        let start = |t: &Tensor| {
-                            if t.numel() == 0 {
-                                0
-                            } else {
-                                t.layout().offset()
-                            }
-                        };
                         let n = y.shape()[y.dim() - 1];
                         let d = genesis_storage::Storage::softmax_grad(
                             op != SoftmaxOp::Softmax,
                             y.view.storage(),
-                            start(&y),
+                            y.first_element(),
                             g.view.storage(),
-                            start(g),
+                            g.first_element(),
                             y.numel(),
                             n,
                         )?;

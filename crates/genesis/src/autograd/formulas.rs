@@ -80,19 +80,12 @@ pub(crate) fn unary(
         && g.is_contiguous()
     {
         // One pass: dx = g f'(x) (genesis_kernels::grad).
-        let start = |t: &Tensor| {
-            if t.numel() == 0 {
-                0
-            } else {
-                t.layout().offset()
-            }
-        };
         let d = genesis_storage::Storage::act_grad(
             f,
             g.view.storage(),
-            start(g),
+            g.first_element(),
             x.view.storage(),
-            start(x),
+            x.first_element(),
             g.numel(),
         )?;
         return Ok(Some(Tensor::from_storage(d, g.shape())?));

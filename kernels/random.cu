@@ -8,12 +8,15 @@
 // feeds:
 //   * rand  f32/f16/bf16: P = 4, word i % 4, the top p bits (p = 24, 11, 8) times 2^-p (exact).
 //   * rand  f64:          P = 2, words 2(i % 2) and 2(i % 2) + 1 as a u64, top 53 bits * 2^-53.
-//   * randn (any float):  P = 2, Box-Muller on u1 = (top 53 bits of words 0,1 + 1) * 2^-53 in
-//     (0, 1] and u2 = top 53 bits of words 2,3 * 2^-53: r = sqrt(-2 ln u1), element 2j gets
-//     r cos(2 pi u2) and element 2j + 1 gets r sin(2 pi u2), computed in f64 and rounded to the
-//     output type (f16 and bf16 through f32). ln, cos and sin are Genesis's own (series below) evaluated with
-//     explicitly rounded operations (no FMA contraction), so the CPU twin, which runs the same
-//     sequence of IEEE operations, gets the same bits.
+//   * randn f32/f16/bf16: P = 4, Box-Muller in f32 on each pair of words (a, b) = (0, 1) and
+//     (2, 3): u1 = ((a >> 8) + 1) * 2^-24 in (0, 1], u2 = (b >> 8) * 2^-24: r = sqrt(-2 ln u1),
+//     element 4j + 2p gets r cos(2 pi u2), 4j + 2p + 1 gets r sin(2 pi u2) (|z| <= 5.77, as
+//     PyTorch's f32 normals are bounded by their 32-bit uniforms), rounded once to f16/bf16.
+//   * randn f64:          P = 2, the same in f64 on u1 = (top 53 bits of words 0,1 + 1) * 2^-53
+//     and u2 = top 53 bits of words 2,3 * 2^-53.
+//   ln, cos and sin are Genesis's own (series below) evaluated with explicitly rounded
+//   operations (no FMA contraction in f64; explicit FMAs in f32), so the CPU twin, which runs
+//   the same sequence of IEEE operations, gets the same bits.
 //   * randint (i32, i64): P = 2, low + (u64 of words 2(i % 2), 2(i % 2) + 1) mod range (the
 //     remainder by a multiply-high with floor(2^64 / range) and two corrections, exact).
 //
@@ -22,6 +25,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
+
+#include <cuda/std/type_traits>
 
 struct Words { uint32_t w[4]; };
 
@@ -95,6 +100,81 @@ __device__ __forceinline__ void normals(uint64_t block, uint64_t seed, double* z
     *z1 = mul(r, s);
 }
 
+// The f32 twins of the above, for f32, f16 and bf16 normals, with fused multiply-adds (one
+// rounding each; the CPU twin uses `mul_add`, an FMA instruction where the processor has one):
+// ln to s^9 and cos/sin on an octant to phi^10/phi^11, each far below an f32 ulp. Every
+// constant is an f32 the twin spells alike.
+__device__ __forceinline__ float fmul(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ float fadd(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ float ffma(float a, float b, float c) { return __fmaf_rn(a, b, c); }
+
+__device__ float genesis_lnf(float x) {
+    uint32_t bits = __float_as_uint(x);
+    int e = (int)((bits >> 23) & 0xff) - 127;
+    float m = __uint_as_float((bits & 0x007fffffu) | 0x3f800000u);
+    if (m > __uint_as_float(0x3fb504f3u)) {  // sqrt(2)
+        m = fmul(m, 0.5f);
+        e += 1;
+    }
+    float s = __fdiv_rn(fadd(m, -1.0f), fadd(m, 1.0f));
+    float s2 = fmul(s, s);
+    float p = 1.0f / 9.0f;
+    p = ffma(p, s2, 1.0f / 7.0f);
+    p = ffma(p, s2, 1.0f / 5.0f);
+    p = ffma(p, s2, 1.0f / 3.0f);
+    p = ffma(p, s2, 1.0f);
+    float lnm = fmul(fmul(2.0f, s), p);
+    // ln 2 split so that e * hi is exact.
+    float ef = (float)e;
+    return ffma(ef, __uint_as_float(0x3f317200u), ffma(ef, __uint_as_float(0x35bfbe8eu), lnm));
+}
+
+// (cos 2 pi u, sin 2 pi u) for u in [0, 1): octant q = floor(8u), phi = f pi/4 with f = 8u - q,
+// or 1 - f in odd octants (exact: f is a multiple of 2^-21), so phi is in [0, pi/4].
+__device__ void genesis_cos_sinf(float u, float* c, float* s) {
+    float t = fmul(u, 8.0f);
+    float q = floorf(t);
+    int qi = (int)q;
+    float f = fadd(t, -q);
+    if (qi & 1) f = fadd(1.0f, -f);
+    float phi = fmul(f, __uint_as_float(0x3f490fdbu));  // pi / 4
+    float p2 = fmul(phi, phi);
+    float cs = 1.0f / 3628800.0f;  // 1/10!, then down to 1 with alternating signs
+    cs = ffma(cs, p2, -1.0f / 40320.0f);
+    cs = ffma(cs, p2, 1.0f / 720.0f);
+    cs = ffma(cs, p2, -1.0f / 24.0f);
+    cs = ffma(cs, p2, 0.5f);
+    cs = ffma(cs, -p2, 1.0f);  // 1 - p2 (1/2 - p2 (1/24 - ...))
+    float sn = -1.0f / 39916800.0f;  // -1/11!
+    sn = ffma(sn, p2, 1.0f / 362880.0f);
+    sn = ffma(sn, p2, -1.0f / 5040.0f);
+    sn = ffma(sn, p2, 1.0f / 120.0f);
+    sn = ffma(sn, p2, -1.0f / 6.0f);
+    sn = ffma(sn, p2, 1.0f);
+    sn = fmul(sn, phi);
+    switch (qi) {
+        case 0: *c = cs; *s = sn; break;
+        case 1: *c = sn; *s = cs; break;
+        case 2: *c = -sn; *s = cs; break;
+        case 3: *c = -cs; *s = sn; break;
+        case 4: *c = -cs; *s = -sn; break;
+        case 5: *c = -sn; *s = -cs; break;
+        case 6: *c = sn; *s = -cs; break;
+        default: *c = cs; *s = -sn; break;
+    }
+}
+
+__device__ __forceinline__ void normals_f32(uint32_t a, uint32_t b, float* z0, float* z1) {
+    const float inv24 = 1.0f / 16777216.0f;
+    float u1 = fmul((float)((a >> 8) + 1), inv24);
+    float u2 = fmul((float)(b >> 8), inv24);
+    float r = __fsqrt_rn(fmul(-2.0f, genesis_lnf(u1)));
+    float c, s;
+    genesis_cos_sinf(u2, &c, &s);
+    *z0 = fmul(r, c);
+    *z1 = fmul(r, s);
+}
+
 template <typename T> __device__ __forceinline__ T from_f64(double x);
 template <> __device__ __forceinline__ float from_f64<float>(double x) { return __double2float_rn(x); }
 template <> __device__ __forceinline__ double from_f64<double>(double x) { return x; }
@@ -107,17 +187,40 @@ template <typename T, int P> __device__ __forceinline__ T unit(uint32_t w) {
     return from_f64<T>((double)(w >> (32 - P)) * (1.0 / (double)(1u << P)));
 }
 
+template <typename T> __device__ __forceinline__ T from_f32(float x);
+template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half from_f32<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+// Four elements 4j .. 4j + 3 of a 2- or 4-byte type: one 8- or 16-byte store when the output
+// is aligned for it and all four exist.
+template <typename T> struct Quad {
+    typedef typename cuda::std::conditional<sizeof(T) == 4, uint4, uint2>::type V;
+};
+template <typename T>
+__device__ __forceinline__ void store4(T* out, uint64_t i, uint64_t n, const T (&v)[4], bool vec) {
+    if (vec && i + 4 <= n) {
+        typename Quad<T>::V q;
+        memcpy(&q, v, sizeof(q));
+        *reinterpret_cast<typename Quad<T>::V*>(out + i) = q;
+    } else {
+#pragma unroll
+        for (int l = 0; l < 4; ++l)
+            if (i + l < n) out[i + l] = v[l];
+    }
+}
+
 template <typename T, int P>
 __device__ void rand_words(T* out, uint64_t n, uint64_t seed, uint64_t offset) {
     uint64_t blocks = (n + 3) / 4;
+    const bool vec = ((uintptr_t)out % sizeof(typename Quad<T>::V)) == 0;
     for (uint64_t j = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; j < blocks;
          j += (uint64_t)gridDim.x * blockDim.x) {
         Words w = philox(offset + j, seed);
+        T v[4];
 #pragma unroll
-        for (int l = 0; l < 4; ++l) {
-            uint64_t i = 4 * j + l;
-            if (i < n) out[i] = unit<T, P>(w.w[l]);
-        }
+        for (int l = 0; l < 4; ++l) v[l] = unit<T, P>(w.w[l]);
+        store4<T>(out, 4 * j, n, v, vec);
     }
 }
 
@@ -152,14 +255,31 @@ __device__ void randn_impl(T* out, uint64_t n, uint64_t seed, uint64_t offset) {
     }
 }
 
+template <typename T>
+__device__ void randn4_impl(T* out, uint64_t n, uint64_t seed, uint64_t offset) {
+    uint64_t blocks = (n + 3) / 4;
+    const bool vec = ((uintptr_t)out % sizeof(typename Quad<T>::V)) == 0;
+    for (uint64_t j = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; j < blocks;
+         j += (uint64_t)gridDim.x * blockDim.x) {
+        Words w = philox(offset + j, seed);
+        float z[4];
+        normals_f32(w.w[0], w.w[1], &z[0], &z[1]);
+        normals_f32(w.w[2], w.w[3], &z[2], &z[3]);
+        T v[4];
+#pragma unroll
+        for (int l = 0; l < 4; ++l) v[l] = from_f32<T>(z[l]);
+        store4<T>(out, 4 * j, n, v, vec);
+    }
+}
+
 extern "C" __global__ void randn_f32(float* out, uint64_t n, uint64_t seed, uint64_t offset) {
-    randn_impl<float>(out, n, seed, offset);
+    randn4_impl<float>(out, n, seed, offset);
 }
 extern "C" __global__ void randn_f16(__half* out, uint64_t n, uint64_t seed, uint64_t offset) {
-    randn_impl<__half>(out, n, seed, offset);
+    randn4_impl<__half>(out, n, seed, offset);
 }
 extern "C" __global__ void randn_bf16(__nv_bfloat16* out, uint64_t n, uint64_t seed, uint64_t offset) {
-    randn_impl<__nv_bfloat16>(out, n, seed, offset);
+    randn4_impl<__nv_bfloat16>(out, n, seed, offset);
 }
 extern "C" __global__ void randn_f64(double* out, uint64_t n, uint64_t seed, uint64_t offset) {
     randn_impl<double>(out, n, seed, offset);

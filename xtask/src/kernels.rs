@@ -107,7 +107,8 @@ fn stem(p: &Path) -> String {
         .unwrap_or_default()
 }
 
-pub(crate) fn build_kernels(check: bool) -> DynResult {
+/// Compiles every changed source (every source with `force`), or with `check` only verifies.
+pub(crate) fn build_kernels(check: bool, force: bool) -> DynResult {
     if check {
         return check_kernels();
     }
@@ -124,10 +125,35 @@ pub(crate) fn build_kernels(check: bool) -> DynResult {
             std::fs::remove_file(&p)?;
         }
     }
+    // An image whose source, headers, flags, targets and compiler match the manifest's record
+    // (and whose bytes match its hash) is kept: nvcc's output is deterministic.
+    let previous: serde_json::Value = std::fs::read(out_dir.join("manifest.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    let same_toolchain = previous["nvcc_version"] == version.as_str()
+        && previous["headers_sha256"] == headers_hash.as_str()
+        && previous["nvcc_flags"] == serde_json::json!(NVCC_FLAGS);
     let mut entries = Vec::new();
     for src in &cu {
         let name = stem(src);
         let out = out_dir.join(format!("{name}.fatbin"));
+        let source_sha = sha256_hex(&std::fs::read(src)?);
+        let kept = previous["kernels"].as_array().and_then(|all| {
+            all.iter().find(|e| {
+                e["name"] == name.as_str()
+                    && e["source_sha256"] == source_sha.as_str()
+                    && e["flags"] == serde_json::json!(flags_of(&name))
+                    && e["targets"] == serde_json::json!(targets_of(&name))
+                    && std::fs::read(&out)
+                        .is_ok_and(|b| e["image_sha256"] == sha256_hex(&b).as_str())
+            })
+        });
+        if let (true, Some(entry)) = (same_toolchain && !force, kept) {
+            eprintln!("xtask: [nvcc {name}] unchanged");
+            entries.push(entry.clone());
+            continue;
+        }
         let mut c = Command::new(&nvcc);
         c.args(NVCC_FLAGS);
         c.args(flags_of(&name));
@@ -142,7 +168,7 @@ pub(crate) fn build_kernels(check: bool) -> DynResult {
         entries.push(serde_json::json!({
             "name": name,
             "source": format!("kernels/{name}.cu"),
-            "source_sha256": sha256_hex(&std::fs::read(src)?),
+            "source_sha256": source_sha,
             "image": format!("{name}.fatbin"),
             "image_sha256": sha256_hex(&image),
             "image_bytes": image.len(),

@@ -1,7 +1,7 @@
 //! Development tasks for Genesis, run as `cargo xtask <task>` (see `cargo xtask help`).
 //!
-//! - `build-kernels [--check]`: compile `kernels/*.cu` into fatbins embedded by
-//!   `genesis-kernels`, or verify the committed images match their sources (no nvcc needed).
+//! - `build-kernels [--check] [--force]`: compile changed `kernels/*.cu` into fatbins embedded
+//!   by `genesis-kernels` (`--force`: every one), or verify the committed images match their sources (no nvcc needed).
 //! - `cuda-stub`: generate the stub `libcuda.so` that lets the `cuda` feature link without CUDA.
 //! - `test`: the tests, without and with the `cuda` feature.
 //! - `ci`: everything CI checks.
@@ -20,9 +20,11 @@ const HELP: &str = "\
 cargo xtask <task>
 
 tasks:
-  build-kernels [--check]  compile kernels/*.cu into crates/genesis-kernels/images (nvcc from
+  build-kernels [--check] [--force]
+                           compile kernels/*.cu into crates/genesis-kernels/images (nvcc from
                            CUDA_PATH or PATH, else the pinned PyPI toolchain in a cache dir);
-                           --check verifies the committed images match the sources, no nvcc
+                           sources unchanged since the manifest keep their images (--force
+                           rebuilds all); --check verifies the images match, no nvcc
   cuda-stub                generate the stub libcuda.so (target/cuda-stub) and print its path
   test                     run the tests without and with the `cuda` feature, and the
                            bad-input sweeps again in a release build
@@ -36,7 +38,10 @@ tasks:
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
-        Some("build-kernels") => kernels::build_kernels(args.iter().any(|a| a == "--check")),
+        Some("build-kernels") => kernels::build_kernels(
+            args.iter().any(|a| a == "--check"),
+            args.iter().any(|a| a == "--force"),
+        ),
         Some("cuda-stub") => cuda::ensure_link_env().map(|env| match env.library_path {
             Some(p) => println!("CUDA_LIBRARY_PATH={}", p.display()),
             None => println!("a CUDA installation was found; no stub needed"),
@@ -131,7 +136,7 @@ const BAD_INPUT_SWEEPS: [&str; 8] = [
 fn ci() -> DynResult {
     run("fmt", cargo().args(["fmt", "--all", "--", "--check"]))?;
     eprintln!("xtask: [build-kernels --check]");
-    kernels::build_kernels(true)?;
+    kernels::build_kernels(true, false)?;
     run(
         "clippy (no cuda)",
         cargo().args([

@@ -6,8 +6,9 @@
 //! `offset + i / P` ([`Sampler::per_block`] elements per block). A generator that advances its
 //! offset by [`Sampler::blocks`] after each call never reuses a block, and a sequence of calls
 //! gives the same values on every device. See `kernels/random.cu` for the exact mappings; the
-//! normal sampler is Box-Muller with Genesis's own `ln`, `cos` and `sin` (series evaluated with
-//! the same IEEE operations on both sides, so no math library differences creep in).
+//! normal sampler is Box-Muller (in f32 for f32, f16 and bf16, in f64 for f64) with Genesis's
+//! own `ln`, `cos` and `sin` (series evaluated with the same IEEE operations on both sides, so
+//! no math library differences creep in).
 
 use crate::{Error, Result};
 use half::{bf16, f16};
@@ -40,7 +41,7 @@ impl Sampler {
     /// Elements one Philox block feeds for element type `T`.
     pub fn per_block<T: RandomElement>(self) -> u64 {
         match self {
-            Sampler::Uniform if T::UNIFORM_BITS <= 32 => 4,
+            Sampler::Uniform | Sampler::Normal if T::UNIFORM_BITS <= 32 => 4,
             _ => 2,
         }
     }
@@ -222,6 +223,119 @@ fn cos_sin(u: f64) -> (f64, f64) {
     }
 }
 
+/// `ln x` for `x` in (0, 1], in f32: the kernels' `genesis_lnf`, operation for operation
+/// (`mul_add` is the kernels' fused multiply-add: one rounding, on any processor).
+#[inline(always)]
+fn ln_f32(x: f32) -> f32 {
+    let bits = x.to_bits();
+    let mut e = ((bits >> 23) & 0xff) as i32 - 127;
+    let mut m = f32::from_bits((bits & 0x007f_ffff) | 0x3f80_0000);
+    if m > f32::from_bits(0x3fb5_04f3) {
+        m *= 0.5;
+        e += 1;
+    }
+    let s = (m - 1.0) / (m + 1.0);
+    let s2 = s * s;
+    let mut p = 1.0f32 / 9.0;
+    for k in [7.0f32, 5.0, 3.0, 1.0] {
+        p = p.mul_add(s2, 1.0 / k);
+    }
+    let lnm = 2.0 * s * p;
+    let ef = e as f32;
+    ef.mul_add(
+        f32::from_bits(0x3f31_7200),
+        ef.mul_add(f32::from_bits(0x35bf_be8e), lnm),
+    )
+}
+
+/// `(cos 2 pi u, sin 2 pi u)` in f32: the kernels' `genesis_cos_sinf`.
+#[inline(always)]
+fn cos_sin_f32(u: f32) -> (f32, f32) {
+    let t = u * 8.0;
+    let q = t.floor();
+    let qi = q as i32;
+    let mut f = t - q;
+    if qi & 1 == 1 {
+        f = 1.0 - f;
+    }
+    let phi = f * f32::from_bits(0x3f49_0fdb);
+    let p2 = phi * phi;
+    let mut cs = 1.0f32 / 3_628_800.0;
+    for c in [-1.0f32 / 40320.0, 1.0 / 720.0, -1.0 / 24.0, 0.5] {
+        cs = cs.mul_add(p2, c);
+    }
+    cs = cs.mul_add(-p2, 1.0);
+    let mut sn = -1.0f32 / 39_916_800.0;
+    for c in [
+        1.0f32 / 362_880.0,
+        -1.0 / 5040.0,
+        1.0 / 120.0,
+        -1.0 / 6.0,
+        1.0,
+    ] {
+        sn = sn.mul_add(p2, c);
+    }
+    sn *= phi;
+    match qi {
+        0 => (cs, sn),
+        1 => (sn, cs),
+        2 => (-sn, cs),
+        3 => (-cs, sn),
+        4 => (-cs, -sn),
+        5 => (-sn, -cs),
+        6 => (sn, -cs),
+        _ => (cs, -sn),
+    }
+}
+
+/// Two f32 normals from two words (the kernels' `normals_f32`).
+#[inline(always)]
+fn normals_f32(a: u32, b: u32) -> [f32; 2] {
+    let inv24 = 1.0f32 / 16_777_216.0;
+    let u1 = ((a >> 8) + 1) as f32 * inv24;
+    let u2 = (b >> 8) as f32 * inv24;
+    let r = (-2.0 * ln_f32(u1)).sqrt();
+    let (c, s) = cos_sin_f32(u2);
+    [r * c, r * s]
+}
+
+/// The f32 normals of blocks `offset ..` into `out`, four a block.
+#[inline(always)]
+fn fill_normals_f32<T: RandomElement>(seed: u64, offset: u64, out: &mut [T]) {
+    for (j, chunk) in out.chunks_mut(4).enumerate() {
+        let w = philox4x32_10(offset.wrapping_add(j as u64), seed);
+        let [z0, z1] = normals_f32(w[0], w[1]);
+        let [z2, z3] = normals_f32(w[2], w[3]);
+        for (o, z) in chunk.iter_mut().zip([z0, z1, z2, z3]) {
+            // f32 to f32 is exact, to f16 and bf16 one rounding (the kernels' from_f32).
+            *o = T::from_f64(f64::from(z));
+        }
+    }
+}
+
+/// [`fill_normals_f32`] compiled with FMA instructions (the same values: `mul_add` rounds
+/// once either way; without them it is a library call).
+///
+/// # Safety
+///
+/// The processor has FMA (checked by the caller).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "fma")]
+unsafe fn fill_normals_f32_fma<T: RandomElement>(seed: u64, offset: u64, out: &mut [T]) {
+    fill_normals_f32(seed, offset, out);
+}
+
+/// f32, f16 or bf16 normals: with FMA instructions where the processor has them.
+fn normals_f32_into<T: RandomElement>(seed: u64, offset: u64, out: &mut [T]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: the processor has FMA.
+        unsafe { fill_normals_f32_fma(seed, offset, out) };
+        return;
+    }
+    fill_normals_f32(seed, offset, out);
+}
+
 fn normals(block: u64, seed: u64) -> (f64, f64) {
     let w = philox4x32_10(block, seed);
     let u1 = ((u64_of(w[0], w[1]) >> 11) + 1) as f64 * INV_2_53;
@@ -241,6 +355,7 @@ pub fn sample<T: RandomElement>(
 ) -> Result<()> {
     sampler.check::<T>()?;
     match sampler {
+        Sampler::Normal if T::UNIFORM_BITS <= 32 => normals_f32_into(seed, offset, out),
         Sampler::Uniform if T::UNIFORM_BITS <= 32 => {
             let p = T::UNIFORM_BITS;
             let scale = 1.0 / f64::from(1u32 << p);
@@ -448,6 +563,78 @@ mod tests {
                 "cos/sin {u}"
             );
         }
+    }
+
+    /// The f32 series against f64's `ln`, `cos` and `sin` over every u1 and u2 the f32 sampler
+    /// can draw near the ends and a sweep between: within a few f32 ulps (absolute for cos/sin,
+    /// whose values feed `r * c`).
+    #[test]
+    fn f32_ln_and_cos_sin_are_accurate() {
+        let inv24 = 1.0f64 / 16_777_216.0;
+        let draws = (1..=4096u32)
+            .chain((0..4096).map(|i| (1 << 24) - i))
+            .chain((1..=1 << 24).step_by(4093));
+        for k in draws {
+            let x = f64::from(k) * inv24;
+            let got = f64::from(ln_f32(x as f32));
+            assert!(
+                (got - x.ln()).abs() <= 3e-7 * x.ln().abs() + 1e-7,
+                "ln {x}: {got} against {}",
+                x.ln()
+            );
+            let u = f64::from(k - 1) * inv24;
+            let (c, s) = cos_sin_f32(u as f32);
+            let a = 2.0 * std::f64::consts::PI * u;
+            assert!(
+                (f64::from(c) - a.cos()).abs() < 3e-7 && (f64::from(s) - a.sin()).abs() < 3e-7,
+                "cos/sin {u}"
+            );
+        }
+    }
+
+    /// The f32 normals' moments, their bound, and f16 and bf16 as the f32 values rounded once.
+    #[test]
+    fn f32_normals_moments_and_narrow_types() {
+        let mut z = vec![0f32; 400_003];
+        sample(Sampler::Normal, 9, 4, &mut z).unwrap();
+        let n = z.len() as f64;
+        let mean = z.iter().map(|&x| f64::from(x)).sum::<f64>() / n;
+        let var = z
+            .iter()
+            .map(|&x| (f64::from(x) - mean).powi(2))
+            .sum::<f64>()
+            / n;
+        let kurt = z
+            .iter()
+            .map(|&x| (f64::from(x) - mean).powi(4))
+            .sum::<f64>()
+            / n
+            / (var * var);
+        assert!(mean.abs() < 0.01, "{mean}");
+        assert!((var - 1.0).abs() < 0.01, "{var}");
+        assert!((kurt - 3.0).abs() < 0.05, "{kurt}");
+        assert!(z.iter().all(|x| x.abs() <= 5.8));
+        let mut h = vec![f16::ZERO; 1001];
+        let mut b = vec![bf16::ZERO; 1001];
+        sample(Sampler::Normal, 9, 4, &mut h).unwrap();
+        sample(Sampler::Normal, 9, 4, &mut b).unwrap();
+        for i in 0..1001 {
+            assert_eq!(h[i], f16::from_f32(z[i]));
+            assert_eq!(b[i], bf16::from_f32(z[i]));
+        }
+        // The FMA instructions' values are the library's `fmaf`'s.
+        let mut plain = vec![0f32; 4099];
+        fill_normals_f32(9, 4, &mut plain);
+        assert!(
+            plain
+                .iter()
+                .zip(&z)
+                .all(|(a, b)| a.to_bits() == b.to_bits())
+        );
+        // Four values a block: the second part of a call equals a call at the advanced offset.
+        let mut tail = vec![0f32; 1003];
+        sample(Sampler::Normal, 9, 4 + 250, &mut tail).unwrap();
+        assert_eq!(&z[1000..2003], &tail[..]);
     }
 
     #[test]

@@ -27,6 +27,9 @@ fn main() -> genesis::Result<()> {
         }
     }
     let tokens = steps * 4 * 32;
+    if steps == 0 {
+        return Ok(());
+    }
     println!(
         "{steps} steps: {:.2} ms a step, {:.0} tokens/s (CPU)",
         secs * 1e3 / steps as f64,

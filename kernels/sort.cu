@@ -548,24 +548,27 @@ SO_CHUNK_KERNEL(i64, int64_t)
 // passes, and a pass whose digit is the same for every element of a row (a count of r in one
 // bin: small integers' high bytes, a row of one value) leaves that row as it is.
 //
-// 1. `sort_rxinit_*`: keys (u32, or u64 for 64-bit T) and positions into buffer 0, and for
-//    each row the OR of its keys and the OR of their complements (`bits`, zeroed first): a
-//    byte set in both varies within the row.
+// 1. `sort_rxinit_*`: keys (u32, or u64 for 64-bit T) and positions into buffer 0; for each
+//    row the OR of its keys and the OR of their complements (`bits`, zeroed first: a byte set
+//    in both varies within the row), and the row's digit counts of every pass (`hist`, rows x
+//    passes x 256), all from one read of the input.
 // 2. `sort_rxplan`: per row and pass, -1 when the pass's byte never varies in the row (the
 //    pass would leave it as it is), else the buffer (0 or 1) the pass reads; last, the buffer
 //    holding the sorted row.
-// 3. Each pass: `sort_rxcount_*` counts the digits of each tile of RX_TILE elements
-//    (`tcount`, rows x 256 x tiles a row, digit-major) and adds them to the row's histogram of
-//    the pass (`hist`, rows x passes x 256, zeroed first); `sort_rxscan` turns each digit's
-//    tile counts into the offsets in the row where the tiles' elements of that digit go (the
-//    elements of smaller digits, from `hist`, plus those of the tiles before);
-//    `sort_rxscatter_*` ranks each tile's elements stably by digit (warps in order; in a
-//    warp, `__match_any_sync` finds the lanes of one digit and a per-warp counter keeps the
-//    earlier rounds' count), stages them in shared memory in digit order, and writes each
-//    digit's run to its offset (consecutive threads, consecutive addresses).
+// 3. Each pass, one kernel (`sort_rxpass_*`, "one sweep"): a block takes the next tile of
+//    RX_TILE elements in row order (an atomic counter, so a tile's predecessors are already
+//    taken by running blocks), ranks its elements stably by digit (warps in order; in a warp,
+//    `__match_any_sync` finds the lanes of one digit and a per-warp counter keeps the earlier
+//    rounds' count), and finds where its run of each digit starts in the row by decoupled
+//    look-back: it publishes its digit counts (`status`, rows x tiles x 256 words: the pass,
+//    a flag and a count), sums its predecessors' (RX_LOOK at a time) until one that holds an
+//    inclusive prefix, and publishes its own inclusive prefix. The row's elements of smaller
+//    digits come from `hist`. It then stages the tile in shared memory in digit order and
+//    writes each digit's run to its place (consecutive threads, consecutive addresses). A
+//    pass reads and writes each key and position once.
 // 4. `sort_rxfinal_*`: the first `kout` of each row: positions as int64 indices and values
-//    (integers decoded from the key, floats read from the input at the position, their own
-//    bits).
+//    decoded from the keys (integers always; floats unless the key is of a zero or a NaN,
+//    whose sign or payload the key lost: those read the input at their position).
 #define RX_THREADS 256
 #define RX_WARPS (RX_THREADS / 32)
 #define RX_ITEMS 8
@@ -576,12 +579,10 @@ template <typename T> struct RxKey { typedef uint32_t K; };
 template <> struct RxKey<double> { typedef u64 K; };
 template <> struct RxKey<int64_t> { typedef u64 K; };
 
-// The value of element `pos` of a row whose key is `k` (inversion applied): integers decode
-// the key (a sequential read instead of a gather), floats read the input (their own bits:
-// the key lost NaN payloads and the sign of -0.0).
-template <typename T, typename K> struct RxValue {
-    static __device__ __forceinline__ T of(const T *row, K, uint32_t pos) { return row[pos]; }
-};
+// The value of element `pos` of a row whose key is `k` (inversion undone): decoded from the
+// key (a sequential read instead of a gather), but for a float zero or NaN, read from the
+// input at `pos` (the key made -0.0 +0.0 and every NaN the canonical one).
+template <typename T, typename K> struct RxValue;
 template <typename K> struct RxValue<int32_t, K> {
     static __device__ __forceinline__ int32_t of(const int32_t *, K k, uint32_t) {
         return (int32_t)((uint32_t)k ^ 0x80000000u);
@@ -592,45 +593,96 @@ template <typename K> struct RxValue<int64_t, K> {
         return (int64_t)((u64)k ^ 0x8000000000000000ull);
     }
 };
+template <typename K> struct RxValue<float, K> {
+    static __device__ __forceinline__ float of(const float *row, K k, uint32_t pos) {
+        const uint32_t key = (uint32_t)k;
+        const uint32_t b = (key & 0x80000000u) ? (key & 0x7fffffffu) : ~key;
+        const uint32_t mag = b & 0x7fffffffu;
+        return (mag == 0 || mag > 0x7f800000u) ? row[pos] : __uint_as_float(b);
+    }
+};
+template <typename K> struct RxValue<double, K> {
+    static __device__ __forceinline__ double of(const double *row, K k, uint32_t pos) {
+        const u64 key = (u64)k;
+        const u64 b = (key & 0x8000000000000000ull) ? (key & 0x7fffffffffffffffull) : ~key;
+        const u64 mag = b & 0x7fffffffffffffffull;
+        return (mag == 0 || mag > 0x7ff0000000000000ull) ? row[pos] : __longlong_as_double((long long)b);
+    }
+};
+template <typename K> struct RxValue<__half, K> {
+    static __device__ __forceinline__ __half of(const __half *row, K k, uint32_t pos) {
+        const uint32_t key = (uint32_t)k & 0xffffu;
+        const uint16_t b = (uint16_t)((key & 0x8000u) ? (key & 0x7fffu) : (~key & 0xffffu));
+        const uint16_t mag = b & 0x7fffu;
+        return (mag == 0 || mag > 0x7c00u) ? row[pos] : __ushort_as_half(b);
+    }
+};
+template <typename K> struct RxValue<__nv_bfloat16, K> {
+    static __device__ __forceinline__ __nv_bfloat16 of(const __nv_bfloat16 *row, K k, uint32_t pos) {
+        const uint32_t key = (uint32_t)k & 0xffffu;
+        const uint16_t b = (uint16_t)((key & 0x8000u) ? (key & 0x7fffu) : (~key & 0xffffu));
+        const uint16_t mag = b & 0x7fffu;
+        return (mag == 0 || mag > 0x7f80u) ? row[pos] : __ushort_as_bfloat16(b);
+    }
+};
 
 template <typename T>
 __device__ __forceinline__ void rx_init_impl(const T *in, typename RxKey<T>::K *keys, uint32_t *pos, u64 *bits,
-                                             uint64_t rows, uint64_t r, uint64_t tiles, int desc) {
+                                             uint32_t *hist, uint64_t rows, uint64_t r, uint64_t tiles, int desc) {
     typedef typename RxKey<T>::K K;
+    constexpr int passes = sizeof(T);
     __shared__ u64 s_or[RX_WARPS], s_nor[RX_WARPS];
+    __shared__ uint32_t h[passes * RX_BINS];
     const K inv = desc ? (K)width_mask<T>() : (K)0;
     const uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    for (uint64_t t = blockIdx.x; t < rows * tiles; t += gridDim.x) {
+    for (int i = threadIdx.x; i < passes * RX_BINS; i += RX_THREADS) h[i] = 0;
+    // The block's tiles are consecutive (tiles of a row together); counts go out when the row
+    // changes and at the end.
+    const uint64_t all = rows * tiles, per = (all + gridDim.x - 1) / gridDim.x;
+    const uint64_t first = blockIdx.x * per, last = min(all, first + per);
+    u64 o = 0, no = 0;
+    __syncthreads();
+    for (uint64_t t = first; t < last; t++) {
         const uint64_t row = t / tiles, start = (t % tiles) * RX_TILE;
         const uint32_t n = (uint32_t)min((uint64_t)RX_TILE, r - start);
         const uint64_t at = row * r + start;
-        u64 o = 0, no = 0;
         for (uint32_t i = threadIdx.x; i < n; i += RX_THREADS) {
             const K k = (K)Key<T>::to(in[at + i]) ^ inv;
             keys[at + i] = k;
             pos[at + i] = (uint32_t)start + i;
             o |= (u64)k;
             no |= (u64)(K)~k;
-        }
 #pragma unroll
-        for (uint32_t d = 16; d > 0; d >>= 1) {
-            o |= __shfl_xor_sync(0xffffffffu, o, d);
-            no |= __shfl_xor_sync(0xffffffffu, no, d);
+            for (int p = 0; p < passes; p++) atomicAdd(&h[p * RX_BINS + (uint32_t)((k >> (8 * p)) & 0xff)], 1u);
         }
-        if (lane == 0) {
-            s_or[warp] = o;
-            s_nor[warp] = no;
-        }
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            for (int w = 1; w < RX_WARPS; w++) {
-                o |= s_or[w];
-                no |= s_nor[w];
+        if (t + 1 == last || (t + 1) / tiles != row) {
+#pragma unroll
+            for (uint32_t d = 16; d > 0; d >>= 1) {
+                o |= __shfl_xor_sync(0xffffffffu, o, d);
+                no |= __shfl_xor_sync(0xffffffffu, no, d);
             }
-            atomicOr(&bits[2 * row], o);
-            atomicOr(&bits[2 * row + 1], no);
+            if (lane == 0) {
+                s_or[warp] = o;
+                s_nor[warp] = no;
+            }
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                for (int w = 1; w < RX_WARPS; w++) {
+                    o |= s_or[w];
+                    no |= s_nor[w];
+                }
+                atomicOr(&bits[2 * row], o);
+                atomicOr(&bits[2 * row + 1], no);
+            }
+            for (int i = threadIdx.x; i < passes * RX_BINS; i += RX_THREADS) {
+                const uint32_t c = h[i];
+                if (c) atomicAdd(&hist[row * passes * RX_BINS + i], c);
+                h[i] = 0;
+            }
+            o = 0;
+            no = 0;
+            __syncthreads();
         }
-        __syncthreads();
     }
 }
 
@@ -647,29 +699,6 @@ extern "C" __global__ void sort_rxplan(const u64 *bits, int32_t *plan, uint64_t 
         if (!skip) src ^= 1;
     }
     plan[row * (passes + 1) + passes] = src;
-}
-
-// Counts each tile's digits into `tcount` and adds them to the row's histogram of the pass.
-template <typename K>
-__device__ __forceinline__ void rx_count_impl(const K *k0, const K *k1, const int32_t *plan, uint32_t *tcount,
-                                              uint32_t *hist, uint64_t rows, uint64_t r, uint64_t tiles, int passes,
-                                              int p) {
-    __shared__ uint32_t h[RX_BINS];
-    for (uint64_t t = blockIdx.x; t < rows * tiles; t += gridDim.x) {
-        const uint64_t row = t / tiles, tile = t % tiles, start = tile * RX_TILE;
-        const int src = plan[row * (passes + 1) + p];
-        if (src < 0) continue;  // the same for the whole block
-        const uint32_t n = (uint32_t)min((uint64_t)RX_TILE, r - start);
-        const K *k = (src ? k1 : k0) + row * r + start;
-        h[threadIdx.x] = 0;
-        __syncthreads();
-        for (uint32_t i = threadIdx.x; i < n; i += RX_THREADS) atomicAdd(&h[(k[i] >> (8 * p)) & 0xff], 1u);
-        __syncthreads();
-        const uint32_t c = h[threadIdx.x];
-        tcount[(row * RX_BINS + threadIdx.x) * tiles + tile] = c;
-        if (c) atomicAdd(&hist[(row * passes + p) * RX_BINS + threadIdx.x], c);
-        __syncthreads();
-    }
 }
 
 // Exclusive sum of the RX_BINS values `v` of a block of RX_BINS threads (thread i's), through
@@ -690,54 +719,40 @@ __device__ __forceinline__ uint32_t rx_block_exclusive(uint32_t v, uint32_t *s) 
     return before + x - v;
 }
 
-// One block of RX_BINS threads a (row, digit): the digit's tile counts of the row become
-// offsets in the row.
-extern "C" __global__ void __launch_bounds__(RX_BINS)
-    sort_rxscan(const uint32_t *hist, const int32_t *plan, uint32_t *tcount, uint64_t tiles, int passes, int p) {
-    __shared__ uint32_t s[RX_WARPS];
-    const uint64_t row = blockIdx.x / RX_BINS;
-    const uint32_t digit = blockIdx.x % RX_BINS;
-    if (plan[row * (passes + 1) + p] < 0) return;
-    // Elements of the row with a smaller digit.
-    __shared__ uint32_t total;
-    const uint32_t mine = threadIdx.x < digit ? hist[(row * passes + p) * RX_BINS + threadIdx.x] : 0;
-    const uint32_t ex0 = rx_block_exclusive(mine, s);
-    if (threadIdx.x == RX_BINS - 1) total = ex0 + mine;
-    __syncthreads();
-    uint32_t carry = total;
-    __syncthreads();
-    uint32_t *c = tcount + (row * RX_BINS + digit) * tiles;
-    for (uint64_t base = 0; base < tiles; base += RX_BINS) {
-        const uint64_t i = base + threadIdx.x;
-        const uint32_t v = i < tiles ? c[i] : 0;
-        const uint32_t ex = rx_block_exclusive(v, s);
-        if (i < tiles) c[i] = carry + ex;
-        // The chunk's total: the last thread's exclusive sum plus its value.
-        if (threadIdx.x == RX_BINS - 1) total = ex + v;
-        __syncthreads();
-        carry += total;
-        __syncthreads();
-    }
-}
+// A look-back word: the pass + 1 (bits 56..63; words of other passes, or zeroed, are not yet
+// written), RX_PREFIX when the count includes every earlier tile of the row, and the count.
+#define RX_PREFIX (1ull << 55)
+#define RX_COUNT ((1ull << 55) - 1)
+#define RX_LOOK 8
+
+__device__ __forceinline__ u64 rx_load(const u64 *p) { return *(const volatile u64 *)p; }
+__device__ __forceinline__ void rx_store(u64 *p, u64 v) { *(volatile u64 *)p = v; }
 
 template <typename K>
-__device__ __forceinline__ void rx_scatter_impl(K *k0, K *k1, uint32_t *p0, uint32_t *p1, const int32_t *plan,
-                                                const uint32_t *tcount, uint64_t rows, uint64_t r, uint64_t tiles,
-                                                int passes, int p) {
+__device__ __forceinline__ void rx_pass_impl(K *k0, K *k1, uint32_t *p0, uint32_t *p1, const int32_t *plan,
+                                             const uint32_t *hist, u64 *status, uint32_t *counter,
+                                             uint64_t rows, uint64_t r, uint64_t tiles, int passes, int p) {
     extern __shared__ uint4 rx_smem[];
     K *sk = reinterpret_cast<K *>(rx_smem);
     uint32_t *sp = reinterpret_cast<uint32_t *>(sk + RX_TILE);
     uint32_t *cnt = sp + RX_TILE;          // [RX_WARPS][RX_BINS]: per-warp counts, then offsets
     uint32_t *tstart = cnt + RX_WARPS * RX_BINS;  // the tile's first element of each digit
-    uint32_t *gbase = tstart + RX_BINS;           // the row's offset of the tile's digit run
-    uint32_t *s = gbase + RX_BINS;                // RX_WARPS words for the block sum
+    u64 *gbase = reinterpret_cast<u64 *>(tstart + RX_BINS);  // the row's offset of the tile's digit run
+    uint32_t *s = reinterpret_cast<uint32_t *>(gbase + RX_BINS);  // RX_WARPS words for the block sum
+    uint32_t *s_tile = s + RX_WARPS;
     const uint32_t tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const uint32_t lt_mask = (1u << lane) - 1;
     const int shift = 8 * p;
-    for (uint64_t t = blockIdx.x; t < rows * tiles; t += gridDim.x) {
+    const u64 epoch = (u64)(p + 1) << 56;
+    for (;;) {
+        if (tid == 0) *s_tile = atomicAdd(counter + p, 1u);
+        __syncthreads();
+        const uint64_t t = *s_tile;
+        __syncthreads();
+        if (t >= rows * tiles) return;
         const uint64_t row = t / tiles, tile = t % tiles, start = tile * RX_TILE;
         const int src = plan[row * (passes + 1) + p];
-        if (src < 0) continue;  // the same for the whole block
+        if (src < 0) continue;  // the same for the whole block (and every tile of the row)
         const uint32_t n = (uint32_t)min((uint64_t)RX_TILE, r - start);
         const K *sk_in = (src ? k1 : k0) + row * r + start;
         const uint32_t *sp_in = (src ? p1 : p0) + row * r + start;
@@ -745,15 +760,20 @@ __device__ __forceinline__ void rx_scatter_impl(K *k0, K *k1, uint32_t *p0, uint
         uint32_t *dp = (src ? p0 : p1) + row * r;
         for (uint32_t d = lane; d < RX_BINS; d += 32) cnt[warp * RX_BINS + d] = 0;
         __syncwarp();
-        // Warp w ranks elements w * 32 * RX_ITEMS .. in rounds of 32 consecutive elements.
+        // Warp w ranks elements w * 32 * RX_ITEMS .. in rounds of 32 consecutive elements,
+        // all loaded first (RX_ITEMS loads of each kind in flight).
         K key[RX_ITEMS];
         uint32_t ps[RX_ITEMS], off[RX_ITEMS];
 #pragma unroll
         for (int j = 0; j < RX_ITEMS; j++) {
             const uint32_t i = warp * 32 * RX_ITEMS + j * 32 + lane;
+            key[j] = i < n ? sk_in[i] : (K)0;
+            ps[j] = i < n ? sp_in[i] : 0;
+        }
+#pragma unroll
+        for (int j = 0; j < RX_ITEMS; j++) {
+            const uint32_t i = warp * 32 * RX_ITEMS + j * 32 + lane;
             const bool valid = i < n;
-            key[j] = valid ? sk_in[i] : (K)0;
-            ps[j] = valid ? sp_in[i] : 0;
             const uint32_t d = valid ? (uint32_t)((key[j] >> shift) & 0xff) : RX_BINS;
             const uint32_t peers = __match_any_sync(0xffffffffu, d);
             const uint32_t before = d < RX_BINS ? cnt[warp * RX_BINS + d] : 0;
@@ -771,8 +791,39 @@ __device__ __forceinline__ void rx_scatter_impl(K *k0, K *k1, uint32_t *p0, uint
             cnt[w * RX_BINS + tid] = total;
             total += c;
         }
+        // Decoupled look-back: digit `tid`'s elements in the row's tiles before this one.
+        u64 *st = status + row * tiles * RX_BINS + tid;
+        u64 prefix = 0;
+        if (tile == 0) {
+            rx_store(st, epoch | RX_PREFIX | total);
+        } else {
+            rx_store(st + tile * RX_BINS, epoch | total);
+            // Windows of RX_LOOK predecessors, loaded together, summed nearest first until an
+            // inclusive prefix; a word not yet written is loaded again with the next window.
+            // Tile 0 always holds a prefix, so the walk ends there at the latest.
+            int64_t j = (int64_t)tile - 1;
+            for (;;) {
+                u64 w[RX_LOOK];
+#pragma unroll
+                for (int i = 0; i < RX_LOOK; i++) w[i] = j - i >= 0 ? rx_load(st + (j - i) * RX_BINS) : 0;
+                bool done = false;
+                int used = 0;
+#pragma unroll
+                for (int i = 0; i < RX_LOOK; i++) {
+                    if (done || used < i || (w[i] & ~(RX_PREFIX | RX_COUNT)) != epoch) continue;
+                    prefix += w[i] & RX_COUNT;
+                    used = i + 1;
+                    done = (w[i] & RX_PREFIX) != 0;
+                }
+                if (done) break;
+                j -= used;
+            }
+            rx_store(st + tile * RX_BINS, epoch | RX_PREFIX | (prefix + total));
+        }
+        // The row's elements of smaller digits.
+        const uint32_t below = rx_block_exclusive(hist[(row * passes + p) * RX_BINS + tid], s);
+        gbase[tid] = below + prefix;
         tstart[tid] = rx_block_exclusive(total, s);
-        gbase[tid] = tcount[(row * RX_BINS + tid) * tiles + tile];
         __syncthreads();
 #pragma unroll
         for (int j = 0; j < RX_ITEMS; j++) {
@@ -788,7 +839,7 @@ __device__ __forceinline__ void rx_scatter_impl(K *k0, K *k1, uint32_t *p0, uint
         for (uint32_t i = tid; i < n; i += RX_THREADS) {
             const K k = sk[i];
             const uint32_t d = (uint32_t)((k >> shift) & 0xff);
-            const uint64_t at = gbase[d] + (i - tstart[d]);
+            const u64 at = gbase[d] + (i - tstart[d]);
             dk[at] = k;
             dp[at] = sp[i];
         }
@@ -815,16 +866,11 @@ __device__ __forceinline__ void rx_final_impl(const T *in, const typename RxKey<
 }
 
 #define RX_KEY_KERNELS(KN, K)                                                                            \
-    extern "C" __global__ void __launch_bounds__(RX_THREADS)                                             \
-        sort_rxcount_##KN(const K *k0, const K *k1, const int32_t *plan, uint32_t *tcount, uint32_t *hist, \
-                          uint64_t rows, uint64_t r, uint64_t tiles, int passes, int p) {                \
-        rx_count_impl<K>(k0, k1, plan, tcount, hist, rows, r, tiles, passes, p);                         \
-    }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(RX_THREADS, 3)                                          \
-        sort_rxscatter_##KN(K *k0, K *k1, uint32_t *p0, uint32_t *p1, const int32_t *plan,               \
-                            const uint32_t *tcount, uint64_t rows, uint64_t r, uint64_t tiles, int passes, \
-                            int p) {                                                                     \
-        rx_scatter_impl<K>(k0, k1, p0, p1, plan, tcount, rows, r, tiles, passes, p);                     \
+        sort_rxpass_##KN(K *k0, K *k1, uint32_t *p0, uint32_t *p1, const int32_t *plan,                  \
+                         const uint32_t *hist, u64 *status, uint32_t *counter, uint64_t rows, uint64_t r, \
+                         uint64_t tiles, int passes, int p) {                                            \
+        rx_pass_impl<K>(k0, k1, p0, p1, plan, hist, status, counter, rows, r, tiles, passes, p);          \
     }
 
 RX_KEY_KERNELS(k32, uint32_t)
@@ -833,8 +879,8 @@ RX_KEY_KERNELS(k64, u64)
 #define RX_KERNELS(NAME, T)                                                                              \
     extern "C" __global__ void __launch_bounds__(RX_THREADS)                                             \
         sort_rxinit_##NAME(const T *in, typename RxKey<T>::K *keys, uint32_t *pos, u64 *bits,            \
-                           uint64_t rows, uint64_t r, uint64_t tiles, int desc) {                        \
-        rx_init_impl<T>(in, keys, pos, bits, rows, r, tiles, desc);                                      \
+                           uint32_t *hist, uint64_t rows, uint64_t r, uint64_t tiles, int desc) {        \
+        rx_init_impl<T>(in, keys, pos, bits, hist, rows, r, tiles, desc);                                \
     }                                                                                                    \
     extern "C" __global__ void sort_rxfinal_##NAME(                                                      \
         const T *in, const typename RxKey<T>::K *k0, const typename RxKey<T>::K *k1, const uint32_t *p0, \

@@ -19,9 +19,11 @@
 //! gives every block the same share of outputs); the last pass writes the values and indices.
 //! A top-k keeps only the first `k` words of every run. Rows of at least [`RADIX_MIN_32`]
 //! elements (keys of at most 32 bits) or [`RADIX_MIN_64`] (f64, i64), sorted whole or to a
-//! top-k of a quarter of the row or more, take LSD radix passes instead: one a byte of the key
-//! (count, scan, stable scatter through shared memory), a pass skipped for a row whose byte
-//! never varies (small integers' high bytes), so that the result is the stable sort's as well.
+//! top-k of a quarter of the row or more, take LSD radix passes instead: every pass's digit
+//! counts from one read of the input, then one kernel a byte of the key (a stable scatter
+//! through shared memory, each tile's place in the row found by decoupled look-back), a pass
+//! skipped for a row whose byte never varies (small integers' high bytes), so that the result
+//! is the stable sort's as well.
 
 use std::cmp::Ordering;
 
@@ -187,9 +189,10 @@ impl SortPlan {
 
     /// The radix workspace's regions, byte offsets from its start (each 16-byte aligned):
     /// keys (two buffers), positions (two), the rows' key bits (OR and OR of complements), the
-    /// histograms (rows x passes x 256), the plan (rows x (passes + 1)), the tile counts (rows
-    /// x 256 x tiles), and the end.
-    fn radix_layout<T: Element>(&self) -> Option<[usize; 7]> {
+    /// histograms (rows x passes x 256), the passes' tile counters, the plan (rows x (passes +
+    /// 1)), the look-back words (rows x tiles x 256), and the end. Everything from the key bits
+    /// on is zeroed before a sort.
+    fn radix_layout<T: Element>(&self) -> Option<[usize; 8]> {
         let n = self.rows.checked_mul(self.r)?;
         let key = if key_fits_32::<T>() { 4 } else { 8 };
         let passes = size_of::<T>();
@@ -199,10 +202,11 @@ impl SortPlan {
             n.checked_mul(2 * 4)?,
             self.rows.checked_mul(16)?,
             self.rows.checked_mul(passes * 256 * 4)?,
+            passes * 4,
             self.rows.checked_mul((passes + 1) * 4)?,
-            self.rows.checked_mul(256 * 4)?.checked_mul(tiles)?,
+            self.rows.checked_mul(256 * 8)?.checked_mul(tiles)?,
         ];
-        let mut at = [0usize; 7];
+        let mut at = [0usize; 8];
         for (i, bytes) in sizes.into_iter().enumerate() {
             at[i + 1] = at[i].checked_add(bytes)?.checked_next_multiple_of(16)?;
         }
@@ -235,7 +239,7 @@ impl SortPlan {
         };
         let merge = self.merge_workspace_bytes::<T>().ok_or_else(overflow)?;
         if self.radix::<T>(self.r) {
-            let radix = self.radix_layout::<T>().ok_or_else(overflow)?[6];
+            let radix = self.radix_layout::<T>().ok_or_else(overflow)?[7];
             return Ok(merge.max(radix));
         }
         Ok(merge)
@@ -611,48 +615,53 @@ fn radix_sort<T: Element>(
         }
     };
     let (init, fin) = (get(init)?, get(fin)?);
-    let (count, scatter) = if key_bytes == 4 {
-        (get("sort_rxcount_k32")?, get("sort_rxscatter_k32")?)
+    let pass_kernel = get(if key_bytes == 4 {
+        "sort_rxpass_k32"
     } else {
-        (get("sort_rxcount_k64")?, get("sort_rxscatter_k64")?)
-    };
-    let (plan_k, scan) = (get("sort_rxplan")?, get("sort_rxscan")?);
+        "sort_rxpass_k64"
+    })?;
+    let plan_k = get("sort_rxplan")?;
 
     let base = workspace.addr();
     let (mut k0, mut k1) = (base + at[0] as u64, base + (at[0] + n * key_bytes) as u64);
     let (mut p0, mut p1) = (base + at[1] as u64, base + (at[1] + n * 4) as u64);
-    let (mut bits, mut hist, mut order, mut tcount) = (
+    let (mut bits, mut hist, mut counter, mut order, mut status) = (
         base + at[2] as u64,
         base + at[3] as u64,
         base + at[4] as u64,
         base + at[5] as u64,
+        base + at[6] as u64,
     );
-    // SAFETY: the key bits and the histograms are adjacent regions of the workspace (checked
-    // by the caller to hold `at[6]` bytes), zeroed before the kernels add to them.
-    unsafe { genesis_cuda::raw::memset_d8(stream, bits, 0, at[4] - at[2])? };
+    // SAFETY: the key bits, histograms, counters, plan and look-back words are adjacent
+    // regions of the workspace (checked by the caller to hold `at[7]` bytes), zeroed before
+    // the kernels add to them (the look-back reads a zero word as not yet written).
+    unsafe { genesis_cuda::raw::memset_d8(stream, bits, 0, at[7] - at[2])? };
 
     let (mut pin, mut pv, mut pi) = (input.addr(), values.addr(), indices.addr());
     let (mut rows64, mut r64, mut tiles64, mut k64) =
         (rows as u64, r as u64, tiles as u64, k as u64);
     let mut desc = i32::from(descending);
     let mut passes = size_of::<T>() as i32;
-    let blocks = (rows * tiles).min(i32::MAX as usize) as u32;
-    let tile_grid = LaunchConfig::linear(blocks, 256);
+    let sms = ctx.multiprocessors().max(1) as usize;
 
-    let mut params: [*mut c_void; 8] = [
+    let mut params: [*mut c_void; 9] = [
         (&raw mut pin).cast(),
         (&raw mut k0).cast(),
         (&raw mut p0).cast(),
         (&raw mut bits).cast(),
+        (&raw mut hist).cast(),
         (&raw mut rows64).cast(),
         (&raw mut r64).cast(),
         (&raw mut tiles64).cast(),
         (&raw mut desc).cast(),
     ];
+    // A few blocks an SM, each over consecutive tiles (its digit counts go out once a row).
+    let init_grid = LaunchConfig::linear((rows * tiles).clamp(1, sms * 4) as u32, 256);
     // SAFETY: the parameters match `sort_rxinit_<T>` (blocks of 256, static shared memory);
     // the input holds `rows * r` elements, buffer 0 of keys and positions as many, the bits
-    // two words a row (all in the checked workspace); tiles the grid misses are looped over.
-    unsafe { init.launch(stream, tile_grid, &mut params)? };
+    // two words a row, the histograms 256 words a row and pass (all in the checked
+    // workspace); each block covers its share of the tiles.
+    unsafe { init.launch(stream, init_grid, &mut params)? };
     let mut params: [*mut c_void; 4] = [
         (&raw mut bits).cast(),
         (&raw mut order).cast(),
@@ -664,63 +673,42 @@ fn radix_sort<T: Element>(
     // `passes + 1` words a row.
     unsafe { plan_k.launch(stream, grid, &mut params)? };
 
-    if rows * 256 > i32::MAX as usize {
+    let blocks = rows * tiles;
+    if blocks > i32::MAX as usize {
         return Err(Error::Unsupported {
             op: "sort",
-            reason: format!("{rows} rows of radix sort"),
+            reason: format!("{rows} rows of {r} elements in radix sort"),
         });
     }
-    let scan_grid = LaunchConfig::linear((rows * 256) as u32, 256);
-    // Keys, positions, the per-warp counts, the tile's digit starts and offsets, a block sum.
-    let smem = RADIX_TILE * (key_bytes + 4) + (8 * 256 + 256 + 256 + 8) * 4;
-    let scatter_grid = LaunchConfig {
-        shared_bytes: smem as u32,
-        ..tile_grid
+    // Keys, positions, the per-warp counts, the tile's digit starts (4 bytes) and row
+    // offsets (8 bytes), a block sum and the tile number.
+    let smem = RADIX_TILE * (key_bytes + 4) + (8 * 256 + 256 + 2 * 256 + 8 + 1) * 4;
+    let pass_grid = LaunchConfig {
+        shared_bytes: smem.next_multiple_of(16) as u32,
+        ..LaunchConfig::linear(blocks as u32, 256)
     };
     for mut pass in 0..size_of::<T>() as i32 {
-        let mut params: [*mut c_void; 10] = [
-            (&raw mut k0).cast(),
-            (&raw mut k1).cast(),
-            (&raw mut order).cast(),
-            (&raw mut tcount).cast(),
-            (&raw mut hist).cast(),
-            (&raw mut rows64).cast(),
-            (&raw mut r64).cast(),
-            (&raw mut tiles64).cast(),
-            (&raw mut passes).cast(),
-            (&raw mut pass).cast(),
-        ];
-        // SAFETY: the parameters match `sort_rxcount_<k>` (blocks of 256, static shared
-        // memory); both key buffers hold `rows * r` keys, the tile counts 256 words a tile,
-        // the histograms 256 words a row and pass.
-        unsafe { count.launch(stream, tile_grid, &mut params)? };
-        let mut params: [*mut c_void; 6] = [
-            (&raw mut hist).cast(),
-            (&raw mut order).cast(),
-            (&raw mut tcount).cast(),
-            (&raw mut tiles64).cast(),
-            (&raw mut passes).cast(),
-            (&raw mut pass).cast(),
-        ];
-        // SAFETY: the parameters match `sort_rxscan` (a block of 256 a row and digit).
-        unsafe { scan.launch(stream, scan_grid, &mut params)? };
-        let mut params: [*mut c_void; 11] = [
+        let mut params: [*mut c_void; 13] = [
             (&raw mut k0).cast(),
             (&raw mut k1).cast(),
             (&raw mut p0).cast(),
             (&raw mut p1).cast(),
             (&raw mut order).cast(),
-            (&raw mut tcount).cast(),
+            (&raw mut hist).cast(),
+            (&raw mut status).cast(),
+            (&raw mut counter).cast(),
             (&raw mut rows64).cast(),
             (&raw mut r64).cast(),
             (&raw mut tiles64).cast(),
             (&raw mut passes).cast(),
             (&raw mut pass).cast(),
         ];
-        // SAFETY: the parameters match `sort_rxscatter_<k>` (blocks of 256; `smem` bytes of
-        // dynamic shared memory, below the 48 KiB default); every offset the scan wrote is
-        // below `r` in the row, so the writes stay in the other buffer's row.
-        unsafe { scatter.launch(stream, scatter_grid, &mut params)? };
+        // SAFETY: the parameters match `sort_rxpass_<k>` (blocks of 256; `smem` bytes of
+        // dynamic shared memory, below the 48 KiB default); both buffers hold `rows * r`
+        // keys and positions, the look-back words 256 a tile; a tile's digit runs start at
+        // the row's count of smaller digits plus the earlier tiles' count of its digit, so
+        // every write stays in the other buffer's row.
+        unsafe { pass_kernel.launch(stream, pass_grid, &mut params)? };
     }
     let cap = u64::from(ctx.multiprocessors().max(1)) * 32;
     let grid = LaunchConfig::linear(((rows * k) as u64).div_ceil(256).clamp(1, cap) as u32, 256);

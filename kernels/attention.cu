@@ -24,10 +24,12 @@
 // D elements is whole 16-byte chunks (GPT-2's q/k/v inside [B, T, 3C] qualify). lse and the
 // backward's d are f32 [B, H, Tq] contiguous.
 //
-// Forward (`attn_fwd`): a block of 4 warps takes BQ = 64 query rows of one (b, h), a warp 16 rows
-// (blocks over query tiles in grid.x, heaviest causal tile first; (b, h) in grid.y, strided).
+// Forward (`attn_fwd`): a block of 4 warps takes BQ = 64 MT query rows of one (b, h), a warp MT
+// m tiles of 16 rows (rows 64 mt + 16 w), so a K or V fragment read from shared memory feeds MT
+// mma (blocks over query tiles in grid.x, heaviest causal tile first; (b, h) in grid.y,
+// strided). D = 64: MT = 2, BK = 32; D = 128: MT = 1, BK = 64 (what fits in 255 registers).
 //   * The Q tile is copied to shared memory by cp.async, then kept in registers as mma A
-//     fragments (D/16 of them). K and V tiles of BK = 64 keys go through a 2-stage ring of shared
+//     fragments (MT D/16 of them). K and V tiles of BK keys go through a 2-stage ring of shared
 //     memory filled by 16-byte cp.async (the copies of tile j + 1 are in flight while tile j is
 //     used; rows past Tk are zero-filled).
 //   * Per key tile: S = Q K^T (B fragments by ldmatrix from K stored [key][d]); x = S * scale *
@@ -39,6 +41,7 @@
 //     `ldmatrix.trans` (V stored [key][d]). A row with m_new = -inf uses 0 in its place (no
 //     NaN from -inf - -inf).
 //   * Causal blocks visit keys below min(Tk, q0 + BQ) only: fully masked tiles are skipped.
+//     (Within the last tiles a row may see no key of a tile; its max stays, its p are 0.)
 //   * End: O / l rounded to T (0 when l = 0), lse = (m + log2 l) ln 2 (-inf when l = 0).
 // Backward:
 //   * `attn_bwd_dot`: d_i = sum_c do_ic o_ic in f32 (a warp a row), into the workspace.
@@ -242,20 +245,23 @@ __device__ __forceinline__ void store_strip(uint16_t* dst, u64 st, int row0, int
 // ---------------------------------------------------------------------------------------------
 // Forward.
 
-template <int D> struct Fwd {
-    static constexpr int WARPS = 4, THREADS = 128, BQ = 64, BK = 64;
+// MT m tiles of 16 rows a warp: the block takes BQ = 64 MT query rows, warp w rows
+// 64 mt + 16 w (mt < MT), so each K and V fragment read from shared memory serves MT mma;
+// key tiles of BK_ rows.
+template <int D, int MT, int BK_> struct Fwd {
+    static constexpr int WARPS = 4, THREADS = 128, BQ = 64 * MT, BK = BK_;
     static constexpr int Q_BYTES = BQ * D * 2, KV_BYTES = BK * D * 2;
     static constexpr int SMEM = Q_BYTES + 4 * KV_BYTES;  // Q, then 2 stages of (K, V)
 };
 
-template <typename T, int D>
+template <typename T, int D, int MT, int BK_>
 __device__ __forceinline__ void attn_fwd(const AttnArgs& a) {
-    typedef Fwd<D> C;
+    typedef Fwd<D, MT, BK_> C;
     constexpr int BQ = C::BQ, BK = C::BK, THREADS = C::THREADS;
     extern __shared__ uint4 smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const uint32_t sq = smem_addr(smem), skv = sq + C::Q_BYTES;
-    const int tq = (int)a.tq, tk = (int)a.tk;  // below 2^31 (checked)
+    const int tq = (int)a.tq, tk = (int)a.tk;  // below 2^30 (checked)
     const int ntq = (tq + BQ - 1) / BQ;
     const int q0 = (ntq - 1 - (int)blockIdx.x) * BQ;  // the heaviest causal tiles first
     const u64 bhs = a.batch * a.heads;
@@ -263,7 +269,6 @@ __device__ __forceinline__ void attn_fwd(const AttnArgs& a) {
     // The key range of this query tile: causal rows q0 .. q0 + BQ - 1 see keys below q0 + BQ.
     const int kv_end = a.causal ? min(tk, q0 + BQ) : tk;
     const int n_tiles = (kv_end + BK - 1) / BK;
-    const int row_w = q0 + warp * 16;  // the warp's first row
 
     for (u64 bh = blockIdx.y; bh < bhs; bh += gridDim.y) {
         const u64 b = bh / a.heads, h = bh % a.heads;
@@ -280,16 +285,27 @@ __device__ __forceinline__ void attn_fwd(const AttnArgs& a) {
         cp_async_commit();
         cp_async_wait<0>();
         __syncthreads();
-        uint32_t qf[D / 16][4];
+        uint32_t qf[MT][D / 16][4];
 #pragma unroll
-        for (int ks = 0; ks < D / 16; ++ks) ldsm_x4(qf[ks], sq + off_a<D>(lane, warp * 16, ks));
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int ks = 0; ks < D / 16; ++ks) ldsm_x4(qf[mt][ks], sq + off_a<D>(lane, mt * 64 + warp * 16, ks));
 
-        float o[D / 8][4];
+        float o[MT][D / 8][4];
 #pragma unroll
-        for (int i = 0; i < D / 8; ++i)
+        for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) o[i][e] = 0.f;
-        float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
+            for (int i = 0; i < D / 8; ++i)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) o[mt][i][e] = 0.f;
+        float m[MT][2], l[MT][2];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+                m[mt][hh] = NEG_INF;
+                l[mt][hh] = 0.f;
+            }
 
         for (int j = 0; j < n_tiles; ++j) {
             if (j + 1 < n_tiles) {
@@ -303,75 +319,90 @@ __device__ __forceinline__ void attn_fwd(const AttnArgs& a) {
             const uint32_t sk = skv + (j & 1) * 2 * C::KV_BYTES, sv = sk + C::KV_BYTES;
             const int k0 = j * BK;
 
-            // S = Q K^T: 16 x BK a warp.
-            float s[BK / 8][4];
+            // S = Q K^T: 16 x BK an m tile.
+            float s[MT][BK / 8][4];
 #pragma unroll
-            for (int i = 0; i < BK / 8; ++i)
+            for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) s[i][e] = 0.f;
+                for (int i = 0; i < BK / 8; ++i)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) s[mt][i][e] = 0.f;
 #pragma unroll
             for (int ks = 0; ks < D / 16; ++ks)
 #pragma unroll
                 for (int np = 0; np < BK / 16; ++np) {
                     uint32_t bf[4];
                     ldsm_x4(bf, sk + off_bn<D>(lane, np * 16, ks));
-                    Ty<T>::mma(s[2 * np], qf[ks], bf[0], bf[1]);
-                    Ty<T>::mma(s[2 * np + 1], qf[ks], bf[2], bf[3]);
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt) {
+                        Ty<T>::mma(s[mt][2 * np], qf[mt][ks], bf[0], bf[1]);
+                        Ty<T>::mma(s[mt][2 * np + 1], qf[mt][ks], bf[2], bf[3]);
+                    }
                 }
 
-            // Scale (to log2 units), mask, row max.
+            // Scale (to log2 units), mask, online softmax; P overwrites S.
             const bool need_mask = k0 + BK > tk || (a.causal && k0 + BK - 1 > q0);
-            float mx[2] = {m[0], m[1]};
 #pragma unroll
-            for (int nt = 0; nt < BK / 8; ++nt)
+            for (int mt = 0; mt < MT; ++mt) {
+                const int row_w = q0 + mt * 64 + warp * 16;  // the m tile's first row
+                float mx[2] = {m[mt][0], m[mt][1]};
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    float x = s[nt][e] * sl2;
-                    if (need_mask) {
-                        const int col = k0 + nt * 8 + 2 * t + (e & 1), row = row_w + g + 8 * (e >> 1);
-                        if (col >= tk || (a.causal && col > row)) x = NEG_INF;
+                for (int nt = 0; nt < BK / 8; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        float x = s[mt][nt][e] * sl2;
+                        if (need_mask) {
+                            const int col = k0 + nt * 8 + 2 * t + (e & 1), row = row_w + g + 8 * (e >> 1);
+                            if (col >= tk || (a.causal && col > row)) x = NEG_INF;
+                        }
+                        s[mt][nt][e] = x;
+                        mx[e >> 1] = fmaxf(mx[e >> 1], x);
                     }
-                    s[nt][e] = x;
-                    mx[e >> 1] = fmaxf(mx[e >> 1], x);
-                }
-            float mu[2];
+                float mu[2];
 #pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-                mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 1));
-                mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
-                mu[hh] = mx[hh] == NEG_INF ? 0.f : mx[hh];
-                const float alpha = exp2f(m[hh] - mu[hh]);
-                m[hh] = mx[hh];
-                l[hh] *= alpha;
+                for (int hh = 0; hh < 2; ++hh) {
+                    mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 1));
+                    mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
+                    mu[hh] = mx[hh] == NEG_INF ? 0.f : mx[hh];
+                    const float alpha = exp2f(m[mt][hh] - mu[hh]);
+                    m[mt][hh] = mx[hh];
+                    l[mt][hh] *= alpha;
 #pragma unroll
-                for (int dt = 0; dt < D / 8; ++dt) {
-                    o[dt][2 * hh] *= alpha;
-                    o[dt][2 * hh + 1] *= alpha;
+                    for (int dt = 0; dt < D / 8; ++dt) {
+                        o[mt][dt][2 * hh] *= alpha;
+                        o[mt][dt][2 * hh + 1] *= alpha;
+                    }
                 }
+#pragma unroll
+                for (int nt = 0; nt < BK / 8; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const float p = exp2f(s[mt][nt][e] - mu[e >> 1]);
+                        s[mt][nt][e] = p;
+                        l[mt][e >> 1] += p;
+                    }
             }
-#pragma unroll
-            for (int nt = 0; nt < BK / 8; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const float p = exp2f(s[nt][e] - mu[e >> 1]);
-                    s[nt][e] = p;
-                    l[e >> 1] += p;
-                }
 
             // O += P V.
 #pragma unroll
             for (int kk = 0; kk < BK / 16; ++kk) {
-                uint32_t pa[4];
-                pa[0] = Ty<T>::pack(s[2 * kk][0], s[2 * kk][1]);
-                pa[1] = Ty<T>::pack(s[2 * kk][2], s[2 * kk][3]);
-                pa[2] = Ty<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-                pa[3] = Ty<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+                uint32_t pa[MT][4];
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    pa[mt][0] = Ty<T>::pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                    pa[mt][1] = Ty<T>::pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                    pa[mt][2] = Ty<T>::pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                    pa[mt][3] = Ty<T>::pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+                }
 #pragma unroll
                 for (int dp = 0; dp < D / 16; ++dp) {
                     uint32_t bf[4];
                     ldsm_x4_t(bf, sv + off_bt<D>(lane, kk * 16, dp * 16));
-                    Ty<T>::mma(o[2 * dp], pa, bf[0], bf[1]);
-                    Ty<T>::mma(o[2 * dp + 1], pa, bf[2], bf[3]);
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt) {
+                        Ty<T>::mma(o[mt][2 * dp], pa[mt], bf[0], bf[1]);
+                        Ty<T>::mma(o[mt][2 * dp + 1], pa[mt], bf[2], bf[3]);
+                    }
                 }
             }
             __syncthreads();  // the stage is refilled two tiles on
@@ -381,20 +412,25 @@ __device__ __forceinline__ void attn_fwd(const AttnArgs& a) {
         uint16_t* out = out_ptr<T>(a.o, a.st[S_O], b, h);
         float* lse = reinterpret_cast<float*>(a.lse) + bh * a.tq;  // u64 product
 #pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 1);
-            l[hh] += __shfl_xor_sync(0xffffffffu, l[hh], 2);
-            const float inv = l[hh] > 0.f ? 1.f / l[hh] : 0.f;
+        for (int mt = 0; mt < MT; ++mt) {
+            const int row_w = q0 + mt * 64 + warp * 16;
 #pragma unroll
-            for (int dt = 0; dt < D / 8; ++dt) {
-                o[dt][2 * hh] *= inv;
-                o[dt][2 * hh + 1] *= inv;
+            for (int hh = 0; hh < 2; ++hh) {
+                float ls = l[mt][hh];
+                ls += __shfl_xor_sync(0xffffffffu, ls, 1);
+                ls += __shfl_xor_sync(0xffffffffu, ls, 2);
+                const float inv = ls > 0.f ? 1.f / ls : 0.f;
+#pragma unroll
+                for (int dt = 0; dt < D / 8; ++dt) {
+                    o[mt][dt][2 * hh] *= inv;
+                    o[mt][dt][2 * hh + 1] *= inv;
+                }
+                const int row = row_w + g + 8 * hh;
+                if (t == 0 && row < tq)
+                    lse[row] = ls > 0.f ? (m[mt][hh] + log2f(ls)) * 0.69314718055994531f : NEG_INF;
             }
-            const int row = row_w + g + 8 * hh;
-            if (t == 0 && row < tq)
-                lse[row] = l[hh] > 0.f ? (m[hh] + log2f(l[hh])) * 0.69314718055994531f : NEG_INF;
+            store_strip<T, D>(out, a.st[S_O][2], row_w, tq, o[mt], 1.f, lane);
         }
-        store_strip<T, D>(out, a.st[S_O][2], row_w, tq, o, 1.f, lane);
         __syncthreads();  // Q's tile is refilled for the next (b, h)
     }
 }
@@ -695,13 +731,13 @@ __device__ __forceinline__ void attn_bwd_dq(const AttnArgs& a) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Entry points. Forward and dQ: grid (query tiles, min(B H, 65535)), dK/dV: grid (key tiles,
-// min(B H, 65535)), 128 threads, the dynamic shared memory of the kernel's traits (`Fwd`,
-// `Bkv`, `Bq`); dot: any grid of 256-thread blocks.
+// Entry points. Forward (query tiles of BQ) and dQ (of 64): grid (query tiles, min(B H, 65535));
+// dK/dV: grid (key tiles of 64, min(B H, 65535)); 128 threads and the dynamic shared memory of
+// the kernel's traits (`Fwd`, `Bkv`, `Bq`). Dot: any grid of 256-thread blocks.
 
-#define ATTN_KERNELS(NAME, T, D, FWD_MIN, BWD_MIN)                                                             \
+#define ATTN_KERNELS(NAME, T, D, FWD_MT, FWD_BK, FWD_MIN, BWD_MIN)                                             \
     extern "C" __global__ void __launch_bounds__(128, FWD_MIN) attn_fwd_##NAME##_d##D(const AttnArgs a) {      \
-        attn_fwd<T, D>(a);                                                                                     \
+        attn_fwd<T, D, FWD_MT, FWD_BK>(a);                                                                     \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(256) attn_bwd_dot_##NAME##_d##D(const AttnArgs a) {           \
         attn_bwd_dot<T, D>(a);                                                                                 \
@@ -713,7 +749,10 @@ __device__ __forceinline__ void attn_bwd_dq(const AttnArgs& a) {
         attn_bwd_dq<T, D>(a);                                                                                  \
     }
 
-ATTN_KERNELS(bf16, __nv_bfloat16, 64, 3, 2)
-ATTN_KERNELS(bf16, __nv_bfloat16, 128, 2, 2)
-ATTN_KERNELS(f16, __half, 64, 3, 2)
-ATTN_KERNELS(f16, __half, 128, 2, 2)
+// Forward: D = 64 takes 128 query rows a block (2 m tiles a warp) against 32-key tiles, D = 128
+// 64 rows (1 m tile a warp) against 64-key tiles (what fits in 255 registers without spilling);
+// `shared_bytes` and the grids in attention.rs follow.
+ATTN_KERNELS(bf16, __nv_bfloat16, 64, 2, 32, 2, 2)
+ATTN_KERNELS(bf16, __nv_bfloat16, 128, 1, 64, 2, 2)
+ATTN_KERNELS(f16, __half, 64, 2, 32, 2, 2)
+ATTN_KERNELS(f16, __half, 128, 1, 64, 2, 2)

@@ -39,10 +39,12 @@
 //! to 1), for `dv`, `dk`, `dq` it is `sum |p do|`, `scale sum |ds q|`, `scale sum |ds k|`; for
 //! f32 `lse` a few f32 ulps of `|x| + ln l`. `tests/gpu_attention.rs` checks
 //! `|gpu - twin| <= 2 u (|twin| + S)` elementwise with `S` those sums (computed by the test),
-//! plus a small absolute floor.
+//! plus a small absolute floor. `tests/emu/run.sh` runs the kernels' source on the CPU (a host
+//! emulation of cp.async, ldmatrix and mma) against an f64 reference within the same bound.
 //!
-//! Speed: FlashAttention-2's tiling: 64 queries a block (16 a warp) against 64-key tiles
-//! double-buffered by `cp.async`, fragments by `ldmatrix`, `mma.sync.m16n8k16` with f32
+//! Speed: FlashAttention-2's tiling: forward blocks of 128 queries (32 a warp) against 32-key
+//! tiles for head dim 64, 64 queries (16 a warp) against 64-key tiles for 128, double-buffered
+//! by `cp.async`, fragments by `ldmatrix`, `mma.sync.m16n8k16` with f32
 //! accumulators; the backward's dK/dV blocks own 64 keys and walk the query tiles, the dQ
 //! blocks own 64 queries and walk the key tiles. See `kernels/attention.cu`.
 
@@ -691,9 +693,16 @@ struct Args {
 /// Threads a block of the tiled kernels.
 #[cfg(feature = "cuda")]
 const THREADS: u32 = 128;
-/// Query rows a forward (and dQ) block, key rows a dK/dV block.
+/// Query rows a dQ block, key rows a dK/dV block.
 #[cfg(feature = "cuda")]
 const BLOCK_ROWS: usize = 64;
+
+/// Query rows a forward block and keys a forward key tile, for head dim `d` (`Fwd<D, MT, BK>`
+/// of the source: 128 and 32 for 64, 64 and 64 for 128).
+#[cfg(feature = "cuda")]
+const fn forward_tile(d: usize) -> (usize, usize) {
+    if d == 64 { (128, 32) } else { (64, 64) }
+}
 /// The largest grid.y (blocks stride over the rest of `batch * heads`).
 #[cfg(feature = "cuda")]
 const MAX_GRID_Y: usize = 65_535;
@@ -789,7 +798,8 @@ const fn shared_bytes(d: usize) -> [u32; 3] {
     let row = 2 * d; // bytes of a row of T
     let tile = 64 * row; // a 64-row tile
     let bq_kv = if d == 64 { 64 } else { 32 }; // query rows a dK/dV step
-    let fwd = 5 * tile; // Q, 2 x (K, V)
+    let (fq, fk) = forward_tile(d);
+    let fwd = fq * row + 4 * fk * row; // Q, 2 x (K, V)
     let dkdv = 2 * tile + 2 * (2 * bq_kv * row + 2 * bq_kv * 4); // K, V; 2 x (Q, dO, lse, d)
     let dq = 6 * tile; // Q, dO, 2 x (K, V)
     [fwd as u32, dkdv as u32, dq as u32]
@@ -828,7 +838,7 @@ pub fn gpu_attention_forward<T: Element>(
     a.set(3, o.addr(), s.o);
     a.ptr[8] = lse.addr();
     let grid = (
-        shape.tq.div_ceil(BLOCK_ROWS) as u32,
+        shape.tq.div_ceil(forward_tile(shape.head_dim).0) as u32,
         bh.min(MAX_GRID_Y) as u32,
     );
     a.launch(

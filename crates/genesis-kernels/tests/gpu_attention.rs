@@ -1,6 +1,6 @@
 //! The flash attention kernels against their CPU twins (`genesis_kernels::attention`): bf16 and
 //! f16, head dims 64 and 128, causal and not, `tq = tk` in {1, 17, 64, 127, 128, 200, 1024}
-//! and `tq != tk`, a few batches and heads, contiguous `[B, H, T, D]` and GPT-2's `[B, T, 3, H,
+//! and `tq != tk`, a few batches and heads (and 70 000 of them), contiguous `[B, H, T, D]` and GPT-2's `[B, T, 3, H,
 //! D]` (q, k, v read from one projection; o in `[B, T, H, D]`; dq, dk, dv written into one
 //! `[B, T, 3, H, D]` gradient). Forward: `o` and `lse`; backward (fed the GPU forward's `o` and
 //! `lse`, the twin too): `dq`, `dk`, `dv`, run twice and compared bit for bit (determinism).
@@ -389,6 +389,9 @@ fn run_all<T: Half>(ctx: &Arc<Context>, stream: &Stream) {
             run_case::<T>(ctx, stream, &mut rng, &Case::new(sh, Layout::Gpt2));
         }
     }
+    // More (b, h) than a grid's y dimension holds (65535): blocks stride over them.
+    let sh = AttentionShape::new(2, 35_000, 3, 3, 64, true);
+    run_case::<T>(ctx, stream, &mut rng, &Case::new(sh, Layout::Gpt2));
 }
 
 #[test]

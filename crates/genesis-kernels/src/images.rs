@@ -5,6 +5,17 @@
 /// and PTX (`compute_*`).
 pub const TARGETS: &[&str] = &["sm_80", "sm_86", "sm_89", "sm_90", "compute_80"];
 
+/// The fatbin built from `kernels/attention.cu`.
+#[cfg(feature = "cuda")]
+pub static ATTENTION: genesis_cuda::KernelImage = genesis_cuda::KernelImage {
+    name: "attention",
+    image: include_bytes!("../images/attention.fatbin"),
+    targets: TARGETS,
+};
+
+/// Bytes of the `attention` image, for size reports.
+pub const ATTENTION_BYTES: usize = include_bytes!("../images/attention.fatbin").len();
+
 /// The fatbin built from `kernels/copy.cu`.
 #[cfg(feature = "cuda")]
 pub static COPY: genesis_cuda::KernelImage = genesis_cuda::KernelImage {

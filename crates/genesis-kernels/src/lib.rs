@@ -10,6 +10,7 @@
 //! storages live in `genesis-storage`.
 #![warn(missing_docs)]
 
+pub mod attention;
 pub mod classify;
 pub mod copy;
 pub mod cpu;

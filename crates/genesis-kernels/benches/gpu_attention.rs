@@ -1,0 +1,169 @@
+//! GPU timings of the flash attention kernels (device events, warm-up, median of many runs):
+//! forward and backward (the three launches of `gpu_attention_backward`) in bf16 for GPT-2's
+//! `B=8, H=12, T=1024, D=64` causal, and `B=4, H=16, T=2048, D=128` causal and not, in
+//! TFLOP/s: the forward does `4 B H Tq Tk D` flops (halved when causal), the backward 2.5 times
+//! that (FlashAttention's convention). `xtask/gpu/torch_attention.py` prints the same table for
+//! PyTorch's flash backend.
+//!
+//! `gpu_attention [--json PATH]`: prints a table and, with `--json`, writes the figures.
+//! Without a GPU (or without the `cuda` feature) it says so and exits successfully.
+
+#[cfg(not(feature = "cuda"))]
+fn main() {
+    println!("gpu_attention: skipped: built without the `cuda` feature");
+}
+
+#[cfg(feature = "cuda")]
+fn main() {
+    if let Err(e) = gpu::run() {
+        eprintln!("gpu_attention: error: {e}");
+        std::process::exit(1);
+    }
+}
+
+#[cfg(feature = "cuda")]
+#[path = "../../genesis-cuda/benches/support/timing.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod timing;
+
+#[cfg(feature = "cuda")]
+mod gpu {
+    use genesis_cuda::{Context, DeviceBuffer, Stream};
+    use genesis_kernels::attention::{
+        self, AttentionShape, BackwardStrides, ForwardStrides, Strides,
+    };
+    use half::bf16;
+    use rand::rngs::SmallRng;
+    use rand::{Rng, SeedableRng};
+
+    use super::timing::{self, BoxResult};
+
+    const WARMUP: usize = 5;
+    const RUNS: usize = 30;
+
+    /// `(batch, heads, t, head_dim, causal)`.
+    pub(crate) const CASES: [(usize, usize, usize, usize, bool); 3] = [
+        (8, 12, 1024, 64, true),
+        (4, 16, 2048, 128, true),
+        (4, 16, 2048, 128, false),
+    ];
+
+    fn random(
+        ctx: &std::sync::Arc<Context>,
+        rng: &mut SmallRng,
+        n: usize,
+    ) -> BoxResult<DeviceBuffer> {
+        let v: Vec<bf16> = (0..n)
+            .map(|_| bf16::from_f32(rng.random_range(-1.0f32..1.0)))
+            .collect();
+        // SAFETY: bf16 is plain-old-data.
+        let bytes = unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), n * 2) };
+        Ok(DeviceBuffer::from_host(ctx, bytes)?)
+    }
+
+    pub(crate) fn run() -> BoxResult {
+        if genesis_cuda::skip_without_gpu("gpu_attention") {
+            return Ok(());
+        }
+        let json_path = std::env::args().skip_while(|a| a != "--json").nth(1);
+        let ctx = Context::get(0)?;
+        let stream = Stream::new(&ctx)?;
+        let mut rng = SmallRng::seed_from_u64(42);
+        println!(
+            "device: {} ({}), bf16, [B, H, T, D] contiguous, median of {RUNS} after {WARMUP} warm-up",
+            ctx.name(),
+            ctx.arch()
+        );
+        println!(
+            "{:<28} {:>9} {:>9} {:>9} {:>9}",
+            "case", "fwd ms", "fwd TF/s", "bwd ms", "bwd TF/s"
+        );
+        let mut json = Vec::new();
+        for (b, h, t, d, causal) in CASES {
+            let sh = AttentionShape::new(b, h, t, t, d, causal);
+            let s = Strides::bhtd(h, t, d);
+            let fs = ForwardStrides {
+                q: s,
+                k: s,
+                v: s,
+                o: s,
+            };
+            let bs = BackwardStrides::of(fs);
+            let n = b * h * t * d;
+            let (q, k, v, dout) = (
+                random(&ctx, &mut rng, n)?,
+                random(&ctx, &mut rng, n)?,
+                random(&ctx, &mut rng, n)?,
+                random(&ctx, &mut rng, n)?,
+            );
+            let mut o = DeviceBuffer::alloc(&ctx, n * 2)?;
+            let mut lse = DeviceBuffer::alloc(&ctx, b * h * t * 4)?;
+            let (mut dq, mut dk, mut dv) = (
+                DeviceBuffer::alloc(&ctx, n * 2)?,
+                DeviceBuffer::alloc(&ctx, n * 2)?,
+                DeviceBuffer::alloc(&ctx, n * 2)?,
+            );
+            let mut ws = DeviceBuffer::alloc(&ctx, attention::backward_workspace_bytes(&sh))?;
+            let fwd = timing::events(&stream, WARMUP, RUNS, || {
+                attention::gpu_attention_forward::<bf16>(
+                    &stream,
+                    &sh,
+                    &fs,
+                    q.as_span()?,
+                    k.as_span()?,
+                    v.as_span()?,
+                    o.as_span_mut()?,
+                    lse.as_span_mut()?,
+                )?;
+                Ok(())
+            })?;
+            let bwd = timing::events(&stream, WARMUP, RUNS, || {
+                attention::gpu_attention_backward::<bf16>(
+                    &stream,
+                    &sh,
+                    &bs,
+                    q.as_span()?,
+                    k.as_span()?,
+                    v.as_span()?,
+                    o.as_span()?,
+                    dout.as_span()?,
+                    lse.as_span()?,
+                    dq.as_span_mut()?,
+                    dk.as_span_mut()?,
+                    dv.as_span_mut()?,
+                    ws.as_span_mut()?,
+                )?;
+                Ok(())
+            })?;
+            let mut flops = 4.0 * (b * h * t * t * d) as f64;
+            if causal {
+                flops /= 2.0;
+            }
+            let tf = |fl: f64, ms: f64| fl / (ms * 1e-3) / 1e12;
+            let name = format!(
+                "attn_b{b}_h{h}_t{t}_d{d}{}",
+                if causal { "_causal" } else { "" }
+            );
+            let (ft, bt) = (tf(flops, fwd.median_ms), tf(2.5 * flops, bwd.median_ms));
+            println!(
+                "{:<28} {:>9.3} {:>9.1} {:>9.3} {:>9.1}",
+                name, fwd.median_ms, ft, bwd.median_ms, bt
+            );
+            json.push(format!(
+                "{{\"name\":\"{name}\",\"fwd_median_ms\":{},\"fwd_min_ms\":{},\"fwd_tflops\":{ft},\
+                 \"bwd_median_ms\":{},\"bwd_min_ms\":{},\"bwd_tflops\":{bt}}}",
+                fwd.median_ms, fwd.min_ms, bwd.median_ms, bwd.min_ms
+            ));
+        }
+        if let Some(p) = json_path {
+            let text = format!(
+                "{{\"device\":\"{}\",\"arch\":\"{}\",\"runs\":{RUNS},\"results\":[{}]}}\n",
+                ctx.name(),
+                ctx.arch(),
+                json.join(",")
+            );
+            std::fs::write(&p, text)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,73 @@
+"""torch.nn.functional.scaled_dot_product_attention (the flash backend) on the rows of
+Genesis's gpu_attention bench, in its table format.
+
+bf16, [B, H, T, D] contiguous, random data in [-1, 1); CUDA events around each run, warm-up,
+median. Forward: the forward alone. Backward: forward + backward minus the forward (PyTorch's
+backward needs its own forward's saved tensors), with `do` random. TFLOP/s as the bench counts:
+4 B H T^2 D for the forward (halved when causal), 2.5 times that for the backward.
+Usage: python3 torch_attention.py [OUT.json]
+"""
+import json
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+CASES = [(8, 12, 1024, 64, True), (4, 16, 2048, 128, True), (4, 16, 2048, 128, False)]
+WARMUP, RUNS = 5, 30
+
+
+def timed(fn):
+    for _ in range(WARMUP):
+        fn()
+    torch.cuda.synchronize()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    ms = []
+    for _ in range(RUNS):
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        ms.append(s.elapsed_time(e))
+    ms.sort()
+    return ms[len(ms) // 2], ms[0]
+
+
+def main():
+    dev = torch.device("cuda:0")
+    print(f"device: {torch.cuda.get_device_name(dev)}, bf16, [B, H, T, D] contiguous, "
+          f"median of {RUNS} after {WARMUP} warm-up (torch {torch.__version__}, flash backend)")
+    print(f'{"case":<28} {"fwd ms":>9} {"fwd TF/s":>9} {"bwd ms":>9} {"bwd TF/s":>9}')
+    rows = []
+    for b, h, t, d, causal in CASES:
+        q, k, v = (torch.rand(b, h, t, d, device=dev, dtype=torch.bfloat16) * 2 - 1 for _ in range(3))
+        q.requires_grad_(True)
+        k.requires_grad_(True)
+        v.requires_grad_(True)
+        g = torch.rand(b, h, t, d, device=dev, dtype=torch.bfloat16) * 2 - 1
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            with torch.no_grad():
+                fwd, fwd_min = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+
+            def both():
+                o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                torch.autograd.grad(o, (q, k, v), g)
+
+            fb, fb_min = timed(both)
+        bwd = fb - fwd
+        flops = 4.0 * b * h * t * t * d / (2 if causal else 1)
+        ft, bt = flops / (fwd * 1e-3) / 1e12, 2.5 * flops / (bwd * 1e-3) / 1e12
+        name = f"attn_b{b}_h{h}_t{t}_d{d}" + ("_causal" if causal else "")
+        print(f"{name:<28} {fwd:>9.3f} {ft:>9.1f} {bwd:>9.3f} {bt:>9.1f}")
+        rows.append({"name": name, "fwd_median_ms": fwd, "fwd_min_ms": fwd_min, "fwd_tflops": ft,
+                     "fwd_bwd_median_ms": fb, "fwd_bwd_min_ms": fb_min, "bwd_median_ms": bwd,
+                     "bwd_tflops": bt})
+    if len(sys.argv) > 1:
+        with open(sys.argv[1], "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(dev), "torch": torch.__version__,
+                       "results": rows}, f)
+
+
+if __name__ == "__main__":
+    main()

@@ -7,9 +7,10 @@
 //                     the row is read twice (statistics, then the gradient)
 //   ce_count          the number of rows whose target is not ignore_index ('mean')
 //   ce_reduce         'sum' or 'mean' of the per-row losses into one f32
-// `_v` kernels use 16-byte loads and stores for the first V - V % (16 / sizeof(T)) elements of
-// a row (the launcher picks them when both buffers and both row strides are 16-byte aligned);
-// the other kernels load element by element. Both compute the same values.
+// A row is cut into chunks of N = 16 / sizeof(T) elements (the last may be partial). The `_v`
+// kernels load and store whole chunks as 16-byte vectors (the launcher picks them when both
+// buffers and both row strides are 16-byte aligned); the others element by element. Both
+// visit the same chunks in the same order, so every kernel and path gives the same bits.
 //
 // Built by `cargo xtask build-kernels` into crates/genesis-kernels/images/classifier.fatbin.
 // The CPU twins are in crates/genesis-kernels/src/classifier.rs, which checks every argument
@@ -29,8 +30,8 @@
 //   lse is written for every row (ignored ones too).
 //
 // Algorithm: a block of 512 threads a row (grid-stride over rows). Pass 1: thread 0 reads
-// x[t]; every thread folds its elements (j = threadIdx.x, + 512, ... in 16-byte vectors or
-// singly) into an online state (m, s) (x > m: s = s exp(m - x) + 1, m = x; else s += exp(x -
+// x[t]; every thread folds its chunks (j = threadIdx.x, + 512, ..., each element in order)
+// into an online state (m, s) (x > m: s = s exp(m - x) + 1, m = x; else s += exp(x -
 // m); NaN poisons), the warp merges the states by xor-shuffles, the 16 warp states merge in
 // warp order through shared memory (all threads get the row's (m, s)). Pass 2 (fused, bwd):
 // each thread reads its elements again and writes their gradient. The barriers of the block
@@ -165,26 +166,40 @@ __device__ __forceinline__ int ce_kind(const CeArgs &a, u64 row, i64 &t) {
     return 0;
 }
 
-// The block's merged state of the row at p.
+// Loads chunk j of the row at p (elements j N .. j N + N - 1 below n; N = 16 / sizeof(T)) as
+// floats: a vector when VEC and the chunk is whole, else element by element. Gives the count.
+template <typename T, bool VEC>
+__device__ __forceinline__ int ce_load(const T *p, u64 j, u64 n, float (&v)[Vec<T>::N]) {
+    typedef Vec<T> V;
+    const u64 k0 = j * V::N;
+    if (VEC && k0 + V::N <= n) {
+        const V c = reinterpret_cast<const V *>(p)[j];
+#pragma unroll
+        for (int e = 0; e < V::N; ++e) v[e] = Ce<T>::load(c.v[e]);
+        return V::N;
+    }
+    const int m = (int)min((u64)V::N, n - k0);
+#pragma unroll
+    for (int e = 0; e < V::N; ++e) v[e] = e < m ? Ce<T>::load(p[k0 + e]) : 0.0f;
+    return m;
+}
+
+// The block's merged state of the row at p: thread t folds chunks t, t + blockDim.x, ... in
+// order (the same order on both paths, so every kernel gets the same bits for a row).
 template <typename T, bool VEC>
 __device__ __forceinline__ CeSt ce_row_state(const T *p, u64 n, float *red) {
     typedef Vec<T> V;
     CeSt st;
     st.init();
-    u64 done = 0;
-    if (VEC) {
-        const V *pv = reinterpret_cast<const V *>(p);
-        const u64 nv = n / V::N;
+    const u64 chunks = (n + V::N - 1) / V::N;
 #pragma unroll 2
-        for (u64 j = threadIdx.x; j < nv; j += blockDim.x) {
-            const V v = pv[j];
+    for (u64 j = threadIdx.x; j < chunks; j += blockDim.x) {
+        float v[V::N];
+        const int m = ce_load<T, VEC>(p, j, n, v);
 #pragma unroll
-            for (int e = 0; e < V::N; ++e) st.push(Ce<T>::load(v.v[e]));
-        }
-        done = nv * V::N;
+        for (int e = 0; e < V::N; ++e)
+            if (e < m) st.push(v[e]);
     }
-#pragma unroll 4
-    for (u64 k = done + threadIdx.x; k < n; k += blockDim.x) st.push(Ce<T>::load(p[k]));
     ce_block_merge(st, red);
     return st;
 }
@@ -208,30 +223,29 @@ __device__ __forceinline__ float ce_scale(const CeArgs &a, u64 row, int kind) {
     return g;
 }
 
-// Pass 2: writes the gradient of the row at p into q.
+// Pass 2: writes the gradient of the row at p into q (the chunks of pass 1, so each element is
+// read and written by the thread that read it in pass 1).
 template <typename T, bool VEC>
 __device__ __forceinline__ void ce_row_grad(const T *p, T *q, u64 n, float lse, i64 t, float g, int kind) {
     typedef Vec<T> V;
     const bool fin = is_fin(lse);
-    u64 done = 0;
-    if (VEC) {
-        const V *pv = reinterpret_cast<const V *>(p);
-        V *qv = reinterpret_cast<V *>(q);
-        const u64 nv = n / V::N;
+    const u64 chunks = (n + V::N - 1) / V::N;
 #pragma unroll 2
-        for (u64 j = threadIdx.x; j < nv; j += blockDim.x) {
-            const V v = pv[j];
+    for (u64 j = threadIdx.x; j < chunks; j += blockDim.x) {
+        float v[V::N];
+        const int m = ce_load<T, VEC>(p, j, n, v);
+        const u64 k0 = j * V::N;
+        if (VEC && m == V::N) {
             V o;
 #pragma unroll
+            for (int e = 0; e < V::N; ++e) o.v[e] = Ce<T>::store(ce_grad(v[e], lse, fin, k0 + e, t, g, kind));
+            reinterpret_cast<V *>(q)[j] = o;
+        } else {
+#pragma unroll
             for (int e = 0; e < V::N; ++e)
-                o.v[e] = Ce<T>::store(ce_grad(Ce<T>::load(v.v[e]), lse, fin, j * V::N + e, t, g, kind));
-            qv[j] = o;
+                if (e < m) q[k0 + e] = Ce<T>::store(ce_grad(v[e], lse, fin, k0 + e, t, g, kind));
         }
-        done = nv * V::N;
     }
-#pragma unroll 4
-    for (u64 k = done + threadIdx.x; k < n; k += blockDim.x)
-        q[k] = Ce<T>::store(ce_grad(Ce<T>::load(p[k]), lse, fin, k, t, g, kind));
 }
 
 // ---- ce_fwd: loss and lse a row.

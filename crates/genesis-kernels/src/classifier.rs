@@ -34,8 +34,13 @@
 //!
 //! **Speed.** A block of 512 threads a row; the fused kernel reads a row twice (the second
 //! read mostly from L2) and writes it once, with 16-byte vectors when the buffers and row
-//! strides are 16-byte aligned (any `V`: the last `V % (16 / size)` elements go singly).
+//! strides are 16-byte aligned (any `V`: a partial last chunk goes element by element).
 //! `Mean` adds a one-block count of the targets before the gradient (`ce_count`).
+//!
+//! **Reproducibility.** Every kernel folds a row's elements in the same order whatever the
+//! alignment (16-byte chunks, each thread its own chunks), so the forward, the backward from
+//! its `lse`, the fused kernel, in place or not, give the same bits for a row; two runs give
+//! the same bits (the count is an integer, the sum a fixed tree).
 
 use crate::{Element, Error, Result};
 

@@ -72,6 +72,7 @@ struct CeArgs {
     float dloss_value;
     int mode;     // CE_NONE, CE_SUM, CE_MEAN
 };
+static_assert(sizeof(CeArgs) == 120, "classifier.rs mirrors CeArgs");
 
 template <typename T> struct Ce;
 template <> struct Ce<float> {

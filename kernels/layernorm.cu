@@ -65,6 +65,7 @@ struct LnArgs {
     int accumulate_params; // dw, db += instead of =
     int pad_;
 };
+static_assert(sizeof(LnArgs) == 152, "layernorm.rs mirrors LnArgs");
 
 template <typename T> struct Ln;
 template <> struct Ln<float> {

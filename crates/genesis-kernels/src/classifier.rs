@@ -572,6 +572,9 @@ struct Args {
 }
 
 #[cfg(feature = "cuda")]
+const _: () = assert!(size_of::<Args>() == 120, "CeArgs is 120 bytes");
+
+#[cfg(feature = "cuda")]
 impl Args {
     fn new(shape: &ClassifierShape) -> Args {
         Args {

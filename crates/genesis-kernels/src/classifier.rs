@@ -30,7 +30,8 @@
 //! gradient within `|g| (p (d + 4u) + u |p - [j == t]|)` before its rounding to `T`, and one
 //! ulp of `T` after; `Sum`/`Mean` are summed in f64 on both sides (the kernel in a tree), so
 //! they agree within the per-row bound plus one f32 rounding. Special values agree exactly.
-//! `tests/gpu_classifier.rs` checks this bound.
+//! `tests/gpu_classifier.rs` checks this bound; `tests/emu/fused_run.sh` runs the kernels' source
+//! on the CPU (threads for CUDA threads, under AddressSanitizer) against an f64 reference.
 //!
 //! **Speed.** A block of 512 threads a row; the fused kernel reads a row twice (the second
 //! read mostly from L2) and writes it once, with 16-byte vectors when the buffers and row

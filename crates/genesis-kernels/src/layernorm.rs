@@ -28,7 +28,8 @@
 //! `rstd (k u (mean|dn| + |n| mean|dn n|) + |n| 2 k u |mean(dn n)|) + |dh| 2 k u` before
 //! rounding; `dw`, `db` within `(8 + 2 sqrt(N)) u sum_rows |dy n|` (`|dy|`). `h` is the same
 //! single rounding on both sides: identical. `tests/gpu_layernorm.rs` checks this bound (with
-//! a factor of safety).
+//! a factor of safety); `tests/emu/fused_run.sh` runs the kernels' source on the CPU (threads
+//! for CUDA threads, under AddressSanitizer) against an f64 reference.
 //!
 //! **Speed.** Forward: a block a row, `h` cached in shared memory, global memory read once
 //! and written once (16-byte vectors when every operand is 16-byte aligned and `C` is a

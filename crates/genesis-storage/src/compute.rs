@@ -10,6 +10,7 @@
 //! operands' memory; a backend only computes. Positions and lengths are in elements of the
 //! dtype given; every operand of one call lives in the same backend.
 
+use genesis_kernels::attention::{AttentionShape, BackwardStrides, ForwardStrides};
 use genesis_kernels::classify::FloatClass;
 use genesis_kernels::gather::Along;
 use genesis_kernels::grad::ActGrad;
@@ -257,6 +258,42 @@ pub(crate) trait Compute {
         out: &mut Self,
         len: usize,
         n: usize,
+    ) -> Result<()>;
+
+    /// Flash attention's forward (`genesis_kernels::attention`): `q` (`self`), `k`, `v` of
+    /// `dtype`, each read through `s` from element `at[i]`, the `len[i]` elements from there
+    /// its span; `o` (from 0, through `s.o`) and `lse` (`[batch, heads, tq]`, f32; f64 for
+    /// f64) written.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_forward(
+        &self,
+        dtype: DType,
+        shape: &AttentionShape,
+        s: &ForwardStrides,
+        at: [usize; 3],
+        len: [usize; 3],
+        k: &Self,
+        v: &Self,
+        o: &mut Self,
+        o_len: usize,
+        lse: &mut Self,
+    ) -> Result<()>;
+
+    /// Flash attention's backward: `q` (`self`), `k`, `v`, the forward's `o`, `dout` (each
+    /// from element `at[i]`, `len[i]` elements) and `lse` (from 0); `dq`, `dk`, `dv` (from 0,
+    /// `out_len[i]` elements, through `s`) written.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_backward(
+        &self,
+        dtype: DType,
+        shape: &AttentionShape,
+        s: &BackwardStrides,
+        at: [usize; 5],
+        len: [usize; 5],
+        ins: [&Self; 4],
+        lse: &Self,
+        outs: [&mut Self; 3],
+        out_len: [usize; 3],
     ) -> Result<()>;
 
     /// One-hot rows of the int64 classes `self[at..at + n]` into `out` (`n * classes` int64):
@@ -612,6 +649,67 @@ impl Compute for [u8] {
             )?;
             Ok(())
         }, _ => Err(unsupported("act_grad", dtype)))
+    }
+
+    fn attention_forward(
+        &self,
+        dtype: DType,
+        shape: &AttentionShape,
+        s: &ForwardStrides,
+        at: [usize; 3],
+        len: [usize; 3],
+        k: &[u8],
+        v: &[u8],
+        o: &mut [u8],
+        o_len: usize,
+        lse: &mut [u8],
+    ) -> Result<()> {
+        let n = shape.lse_len()?;
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
+            genesis_kernels::attention::attention_forward::<T>(
+                shape,
+                s,
+                host::<T>(self, at[0], len[0])?,
+                host::<T>(k, at[1], len[1])?,
+                host::<T>(v, at[2], len[2])?,
+                host_mut::<T>(o, 0, o_len)?,
+                host_mut::<<T as genesis_kernels::attention::AttentionElement>::Acc>(lse, 0, n)?,
+            )?;
+            Ok(())
+        }, _ => Err(unsupported("attention", dtype)))
+    }
+
+    fn attention_backward(
+        &self,
+        dtype: DType,
+        shape: &AttentionShape,
+        s: &BackwardStrides,
+        at: [usize; 5],
+        len: [usize; 5],
+        ins: [&[u8]; 4],
+        lse: &[u8],
+        outs: [&mut [u8]; 3],
+        out_len: [usize; 3],
+    ) -> Result<()> {
+        let n = shape.lse_len()?;
+        let [k, v, o, dout] = ins;
+        let [dq, dk, dv] = outs;
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
+            genesis_kernels::attention::attention_backward::<T>(
+                shape,
+                s,
+                host::<T>(self, at[0], len[0])?,
+                host::<T>(k, at[1], len[1])?,
+                host::<T>(v, at[2], len[2])?,
+                host::<T>(o, at[3], len[3])?,
+                host::<T>(dout, at[4], len[4])?,
+                host::<<T as genesis_kernels::attention::AttentionElement>::Acc>(lse, 0, n)?,
+                host_mut::<T>(dq, 0, out_len[0])?,
+                host_mut::<T>(dk, 0, out_len[1])?,
+                host_mut::<T>(dv, 0, out_len[2])?,
+            )?;
+            Ok(())
+        }, _ => Err(unsupported("attention", dtype)))
     }
 
     fn softmax_grad(

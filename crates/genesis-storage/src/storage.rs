@@ -1347,6 +1347,7 @@ mod tests {
     }
 }
 
+mod attention;
 mod classify;
 mod elementwise;
 mod everyday;
@@ -1362,6 +1363,7 @@ mod shared;
 mod softmax;
 mod triangle;
 
+pub use attention::AttentionOperand;
 pub use multi::StorageRange;
 pub use nd::BinaryRhs;
 pub use reduce::{Reduced, reduce_dtype};

@@ -1351,6 +1351,7 @@ mod classify;
 mod elementwise;
 mod everyday;
 mod index;
+mod index_values;
 mod mask;
 mod matmul;
 mod multi;
@@ -1362,6 +1363,7 @@ mod shared;
 mod softmax;
 mod triangle;
 
+pub use index_values::{AddGroups, DeadMask, IndexSource, IndexValues};
 pub use multi::StorageRange;
 pub use nd::BinaryRhs;
 pub use reduce::{Reduced, reduce_dtype};

@@ -1352,6 +1352,7 @@ mod classify;
 mod elementwise;
 mod everyday;
 mod index;
+mod index_values;
 mod mask;
 mod matmul;
 mod multi;
@@ -1364,6 +1365,7 @@ mod softmax;
 mod triangle;
 
 pub use attention::AttentionOperand;
+pub use index_values::{AddGroups, DeadMask, IndexSource, IndexValues};
 pub use multi::StorageRange;
 pub use nd::BinaryRhs;
 pub use reduce::{Reduced, reduce_dtype};

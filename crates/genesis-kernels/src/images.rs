@@ -16,6 +16,17 @@ pub static ATTENTION: genesis_cuda::KernelImage = genesis_cuda::KernelImage {
 /// Bytes of the `attention` image, for size reports.
 pub const ATTENTION_BYTES: usize = include_bytes!("../images/attention.fatbin").len();
 
+/// The fatbin built from `kernels/classifier.cu`.
+#[cfg(feature = "cuda")]
+pub static CLASSIFIER: genesis_cuda::KernelImage = genesis_cuda::KernelImage {
+    name: "classifier",
+    image: include_bytes!("../images/classifier.fatbin"),
+    targets: TARGETS,
+};
+
+/// Bytes of the `classifier` image, for size reports.
+pub const CLASSIFIER_BYTES: usize = include_bytes!("../images/classifier.fatbin").len();
+
 /// The fatbin built from `kernels/copy.cu`.
 #[cfg(feature = "cuda")]
 pub static COPY: genesis_cuda::KernelImage = genesis_cuda::KernelImage {
@@ -70,6 +81,17 @@ pub static INDEX: genesis_cuda::KernelImage = genesis_cuda::KernelImage {
 
 /// Bytes of the `index` image, for size reports.
 pub const INDEX_BYTES: usize = include_bytes!("../images/index.fatbin").len();
+
+/// The fatbin built from `kernels/layernorm.cu`.
+#[cfg(feature = "cuda")]
+pub static LAYERNORM: genesis_cuda::KernelImage = genesis_cuda::KernelImage {
+    name: "layernorm",
+    image: include_bytes!("../images/layernorm.fatbin"),
+    targets: TARGETS,
+};
+
+/// Bytes of the `layernorm` image, for size reports.
+pub const LAYERNORM_BYTES: usize = include_bytes!("../images/layernorm.fatbin").len();
 
 /// The fatbin built from `kernels/mask.cu`.
 #[cfg(feature = "cuda")]

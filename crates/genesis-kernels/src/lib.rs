@@ -11,6 +11,7 @@
 #![warn(missing_docs)]
 
 pub mod attention;
+pub mod classifier;
 pub mod classify;
 pub mod copy;
 pub mod cpu;
@@ -22,6 +23,7 @@ pub mod gpu;
 pub mod grad;
 pub mod images;
 pub mod index;
+pub mod layernorm;
 pub mod mask;
 pub mod matmul;
 pub mod nd;

@@ -1,0 +1,834 @@
+//! LayerNorm with a fused residual add (`kernels/layernorm.cu`), as GPT-2 training uses it
+//! (llm.c's `fused_residual_forward` and `layernorm_backward`), and its CPU twins.
+//!
+//! **Semantics** (PyTorch's `F.layer_norm` over the last dim, rows contiguous `[N, C]`): the
+//! forward optionally first forms the residual stream `h = x + r` (rounded to `T`, written
+//! out: the backward and the next block read it), then `mean = sum h / C`,
+//! `var = sum (h - mean)^2 / C` (biased), `rstd = 1 / sqrt(var + eps)`,
+//! `y = (h - mean) rstd w + b` (`w`, `b` of `[C]` in `T`, each optional), and saves `mean` and
+//! `rstd` (f32 `[N]` on the GPU). The backward takes `dy`, `h`, `w`, `mean`, `rstd`:
+//! `n = (h - mean) rstd`, `dn = dy w`,
+//! `dh = rstd ((dn - sum dn / C) - n sum (dn n) / C)`, `dw = sum_rows dy n`, `db = sum_rows dy`.
+//!
+//! **Accumulation** ([`Accumulate`]): `dh` may be added to the buffer's contents instead of
+//! overwriting it (llm.c's residual gradient: the residual stream's gradient arrives from
+//! both the block's output and the layer norm), and `dw`, `db` likewise (gradient
+//! accumulation over micro-batches). The addition is in f32, rounded once to `T`.
+//!
+//! **Determinism.** `dw` and `db` are summed without atomics: the backward's block `g` owns a
+//! fixed run of rows (the split depends on `N` only: [`backward_rows_per_block`]) and writes
+//! its f32 partial sums to a workspace ([`backward_workspace_bytes`]); a second kernel adds
+//! the partials in block order. Every result is bit-reproducible.
+//!
+//! **Twin bound.** f32, f16 and bf16 compute in f32 (f64 in f64, twins only); the twins sum in
+//! order in f64 (rounded once to the accumulator), the kernels in f32 trees. With `u = 2^-24`
+//! and `k = 8 + 2 sqrt(C)`: `mean` within `k u mean|h|`, `rstd` relatively within `2 k u`
+//! (plus the effect of `mean`'s error on `var`), `y` within `|w| (|n| 2 k u + rstd k u
+//! mean|h|)` before its rounding to `T` (one ulp of `T` after); `dh` within
+//! `rstd (k u (mean|dn| + |n| mean|dn n|) + |n| 2 k u |mean(dn n)|) + |dh| 2 k u` before
+//! rounding; `dw`, `db` within `(8 + 2 sqrt(N)) u sum_rows |dy n|` (`|dy|`). `h` is the same
+//! single rounding on both sides: identical. `tests/gpu_layernorm.rs` checks this bound (with
+//! a factor of safety).
+//!
+//! **Speed.** Forward: a block a row, `h` cached in shared memory, global memory read once
+//! and written once (16-byte vectors when every operand is 16-byte aligned and `C` is a
+//! multiple of `16 / size`). Backward: `dy` and `h` read twice (the second time mostly from
+//! L1), `dh` written once, the partials `2 C` floats a block of [`backward_rows_per_block`]
+//! rows. `C` up to [`MAX_COLS`].
+
+#[cfg(feature = "cuda")]
+use crate::Element;
+use crate::classifier::{FusedElement, Real};
+use crate::{Error, Result};
+
+const OP: &str = "layer_norm";
+
+fn unsupported(reason: impl Into<String>) -> Error {
+    Error::Unsupported {
+        op: OP,
+        reason: reason.into(),
+    }
+}
+
+/// The largest `C` the kernels take (the backward keeps `2 C` f32 partials in 96 KiB of
+/// shared memory).
+pub const MAX_COLS: usize = 12 * 1024;
+
+/// The problem: `rows` rows of `cols` elements, contiguous.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LayerNormShape {
+    /// Rows (`N`).
+    pub rows: usize,
+    /// Elements a row (`C`, at least 1).
+    pub cols: usize,
+    /// Added to the variance inside the square root (the kernels take it as f32).
+    pub eps: f64,
+}
+
+impl LayerNormShape {
+    /// `rows` rows of `cols` with PyTorch's default `eps = 1e-5`.
+    pub const fn new(rows: usize, cols: usize) -> LayerNormShape {
+        LayerNormShape {
+            rows,
+            cols,
+            eps: 1e-5,
+        }
+    }
+
+    /// Elements of `[rows, cols]`; refuses `cols == 0`, overflow and a negative or non-finite
+    /// `eps`.
+    pub fn numel(&self) -> Result<usize> {
+        if self.cols == 0 {
+            return Err(unsupported("no columns (C = 0)"));
+        }
+        if !(self.eps >= 0.0 && self.eps.is_finite()) {
+            return Err(unsupported(format!("eps {} (finite, >= 0)", self.eps)));
+        }
+        self.rows
+            .checked_mul(self.cols)
+            .ok_or_else(|| unsupported("shape overflows"))
+    }
+}
+
+/// Which gradients the backward adds to their buffers instead of overwriting them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct Accumulate {
+    /// `dh += ...` (llm.c's residual gradient).
+    pub dh: bool,
+    /// `dw += ...`, `db += ...`.
+    pub params: bool,
+}
+
+/// [`Error::LengthMismatch`] for the first `(needed, got)` with `got != needed`.
+fn exact(need: &[(usize, usize)]) -> Result<()> {
+    match need.iter().find(|(n, g)| g != n) {
+        Some(&(expected, got)) => Err(Error::LengthMismatch {
+            op: OP,
+            expected,
+            got,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// `sum` (f64, in order) as the accumulator, times `1 / C` as the kernels do.
+#[inline]
+fn mean_of<A: Real>(sum: f64, inv_c: A) -> A {
+    A::of_f64(sum) * inv_c
+}
+
+/// CPU twin of `ln_fwd_<T>`: `y`, `mean`, `rstd` of `x` (`[rows, cols]`), or of `h = x + r`
+/// when `residual` is `(r, h)` (then `h` is written). `w`, `b` hold `cols` values. Nothing is
+/// written on error.
+#[allow(clippy::too_many_arguments)]
+pub fn layer_norm_forward<T: FusedElement>(
+    shape: &LayerNormShape,
+    x: &[T],
+    residual: Option<(&[T], &mut [T])>,
+    w: Option<&[T]>,
+    b: Option<&[T]>,
+    y: &mut [T],
+    mean: &mut [T::Acc],
+    rstd: &mut [T::Acc],
+) -> Result<()> {
+    let len = shape.numel()?;
+    let (rows, c) = (shape.rows, shape.cols);
+    let mut need = vec![
+        (len, x.len()),
+        (len, y.len()),
+        (rows, mean.len()),
+        (rows, rstd.len()),
+    ];
+    if let Some((r, h)) = &residual {
+        need.extend([(len, r.len()), (len, h.len())]);
+    }
+    need.extend(w.map(|w| (c, w.len())));
+    need.extend(b.map(|b| (c, b.len())));
+    exact(&need)?;
+    let one = T::Acc::of_f64(1.0);
+    let inv_c = one / T::Acc::of_f64(c as f64);
+    let eps = T::Acc::of_f64(shape.eps);
+    let mut hs = vec![T::Acc::default(); c];
+    let mut residual = residual;
+    for n in 0..rows {
+        let at = n * c;
+        for k in 0..c {
+            hs[k] = match &mut residual {
+                Some((r, h)) => {
+                    let v = T::of_acc(x[at + k].acc() + r[at + k].acc());
+                    h[at + k] = v;
+                    v.acc()
+                }
+                None => x[at + k].acc(),
+            };
+        }
+        let m = mean_of(hs.iter().map(|v| v.to_f64()).sum(), inv_c);
+        let var = mean_of(
+            hs.iter()
+                .map(|&v| {
+                    let d = (v - m).to_f64();
+                    d * d
+                })
+                .sum(),
+            inv_c,
+        );
+        let r = one / (var + eps).sqrt();
+        mean[n] = m;
+        rstd[n] = r;
+        for k in 0..c {
+            let nv = (hs[k] - m) * r;
+            let v = match (w, b) {
+                (Some(w), Some(b)) => nv.fma(w[k].acc(), b[k].acc()),
+                (Some(w), None) => nv * w[k].acc(),
+                (None, Some(b)) => nv + b[k].acc(),
+                (None, None) => nv,
+            };
+            y[at + k] = T::of_acc(v);
+        }
+    }
+    Ok(())
+}
+
+/// CPU twin of `ln_bwd_<T>` and `ln_params_<T>`: `dh` from `dy`, `h`, `w` and the forward's
+/// `mean` and `rstd`, and `dw`, `db` when given (`cols` values each), overwriting or adding
+/// to them as `acc` says. Nothing is written on error.
+#[allow(clippy::too_many_arguments)]
+pub fn layer_norm_backward<T: FusedElement>(
+    shape: &LayerNormShape,
+    dy: &[T],
+    h: &[T],
+    w: Option<&[T]>,
+    mean: &[T::Acc],
+    rstd: &[T::Acc],
+    dh: &mut [T],
+    dw: Option<&mut [T]>,
+    db: Option<&mut [T]>,
+    acc: Accumulate,
+) -> Result<()> {
+    let len = shape.numel()?;
+    let (rows, c) = (shape.rows, shape.cols);
+    let mut need = vec![
+        (len, dy.len()),
+        (len, h.len()),
+        (len, dh.len()),
+        (rows, mean.len()),
+        (rows, rstd.len()),
+    ];
+    need.extend(w.map(|w| (c, w.len())));
+    need.extend(dw.as_ref().map(|v| (c, v.len())));
+    need.extend(db.as_ref().map(|v| (c, v.len())));
+    exact(&need)?;
+    let inv_c = T::Acc::of_f64(1.0) / T::Acc::of_f64(c as f64);
+    let (mut sw, mut sb) = (vec![0f64; c], vec![0f64; c]);
+    let mut ns = vec![T::Acc::default(); c];
+    let mut dns = vec![T::Acc::default(); c];
+    for row in 0..rows {
+        let at = row * c;
+        let (m, r) = (mean[row], rstd[row]);
+        let (mut s1, mut s2) = (0f64, 0f64);
+        for k in 0..c {
+            let dyv = dy[at + k].acc();
+            let n = (h[at + k].acc() - m) * r;
+            let dn = match w {
+                Some(w) => dyv * w[k].acc(),
+                None => dyv,
+            };
+            (ns[k], dns[k]) = (n, dn);
+            s1 += dn.to_f64();
+            s2 += dn.to_f64() * n.to_f64();
+            sw[k] += dyv.to_f64() * n.to_f64();
+            sb[k] += dyv.to_f64();
+        }
+        let (ma, mb) = (mean_of(s1, inv_c), mean_of(s2, inv_c));
+        for k in 0..c {
+            let mut d = (-ns[k]).fma(mb, dns[k] - ma) * r;
+            if acc.dh {
+                d = d + dh[at + k].acc();
+            }
+            dh[at + k] = T::of_acc(d);
+        }
+    }
+    for (out, sums) in [(dw, &sw), (db, &sb)] {
+        if let Some(out) = out {
+            for (o, &s) in out.iter_mut().zip(sums) {
+                let v = T::Acc::of_f64(s);
+                *o = T::of_acc(if acc.params { o.acc() + v } else { v });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Rows a block of the backward owns: at least 32, and at most 2048 blocks.
+pub const fn backward_rows_per_block(rows: usize) -> usize {
+    let r = rows.div_ceil(2048);
+    if r > 32 { r } else { 32 }
+}
+
+/// Blocks of the backward: `rows / backward_rows_per_block(rows)`, rounded up.
+pub const fn backward_blocks(rows: usize) -> usize {
+    rows.div_ceil(backward_rows_per_block(rows))
+}
+
+/// Bytes of device workspace [`gpu_layer_norm_backward`] needs: two rows of `cols` f32
+/// partial sums a block.
+pub fn backward_workspace_bytes(shape: &LayerNormShape) -> usize {
+    backward_blocks(shape.rows)
+        .saturating_mul(shape.cols)
+        .saturating_mul(8)
+}
+
+/// Threads a block of the kernels for `cols` elements of `elem` bytes: about two 16-byte
+/// chunks a thread, a power of two in `32..=512`.
+pub fn threads(cols: usize, elem: usize) -> u32 {
+    let chunks = cols.div_ceil(16 / elem.max(1));
+    chunks.div_ceil(2).next_power_of_two().clamp(32, 512) as u32
+}
+
+// ---------------------------------------------------------------------------------------------
+// Launchers.
+
+/// The kernels' argument block (`LnArgs` in `kernels/layernorm.cu`, field by field).
+#[cfg(feature = "cuda")]
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+struct Args {
+    x: u64,
+    r: u64,
+    h: u64,
+    y: u64,
+    w: u64,
+    b: u64,
+    mean: u64,
+    rstd: u64,
+    dy: u64,
+    dh: u64,
+    dw: u64,
+    db: u64,
+    ws: u64,
+    rows: u64,
+    cols: u64,
+    rows_per_block: u64,
+    blocks: u64,
+    eps: f32,
+    accumulate: i32,
+    accumulate_params: i32,
+    pad: i32,
+}
+
+/// The largest grid (blocks stride over the rest).
+#[cfg(feature = "cuda")]
+const MAX_GRID: usize = 1 << 20;
+
+#[cfg(feature = "cuda")]
+impl Args {
+    /// Launches `ln_<kind>_<T>` (`_v` when `vec`) with `smem` bytes of dynamic shared memory.
+    fn launch<T: Element>(
+        &mut self,
+        stream: &genesis_cuda::Stream,
+        kind: &str,
+        vec: bool,
+        grid: (usize, u32),
+        block: (u32, u32),
+        smem: u32,
+    ) -> Result<()> {
+        use genesis_cuda::{Kernel, LaunchConfig};
+        let name = kernel_name::<T>(kind, vec)?;
+        let kernel = Kernel::get(stream.context(), &crate::images::LAYERNORM, name)?;
+        if smem > 48 << 10 {
+            kernel.set_max_dynamic_shared_bytes(smem)?;
+        }
+        let mut params: [*mut std::ffi::c_void; 1] = [(&raw mut *self).cast()];
+        let config = LaunchConfig {
+            grid: (grid.0.clamp(1, MAX_GRID) as u32, grid.1, 1),
+            block: (block.0, block.1, 1),
+            shared_bytes: smem,
+        };
+        // SAFETY: every `ln_*` kernel takes one `LnArgs`, which `Args` mirrors; the launchers
+        // check every span against the shape before calling this.
+        unsafe { kernel.launch(stream, config, &mut params)? };
+        Ok(())
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn kernel_name<T: Element>(kind: &str, vec: bool) -> Result<&'static str> {
+    use crate::DType;
+    let t = match T::DTYPE {
+        DType::F32 => 0,
+        DType::F16 => 1,
+        DType::BF16 => 2,
+        _ => {
+            return Err(unsupported(format!(
+                "element type {} on the GPU (f32, f16, bf16)",
+                T::NAME
+            )));
+        }
+    };
+    const FWD: [&str; 6] = [
+        "ln_fwd_f32",
+        "ln_fwd_f32_v",
+        "ln_fwd_f16",
+        "ln_fwd_f16_v",
+        "ln_fwd_bf16",
+        "ln_fwd_bf16_v",
+    ];
+    const BWD: [&str; 6] = [
+        "ln_bwd_f32",
+        "ln_bwd_f32_v",
+        "ln_bwd_f16",
+        "ln_bwd_f16_v",
+        "ln_bwd_bf16",
+        "ln_bwd_bf16_v",
+    ];
+    const PARAMS: [&str; 3] = ["ln_params_f32", "ln_params_f16", "ln_params_bf16"];
+    Ok(match kind {
+        "fwd" => FWD[2 * t + usize::from(vec)],
+        "bwd" => BWD[2 * t + usize::from(vec)],
+        _ => PARAMS[t],
+    })
+}
+
+/// Checks the GPU's limits on the shape: `cols <= MAX_COLS`; gives `rows * cols`.
+#[cfg(feature = "cuda")]
+fn gpu_len<T: Element>(shape: &LayerNormShape) -> Result<usize> {
+    let len = shape.numel()?;
+    kernel_name::<T>("fwd", false)?;
+    if shape.cols > MAX_COLS {
+        return Err(unsupported(format!(
+            "{} columns on the GPU (at most {MAX_COLS})",
+            shape.cols
+        )));
+    }
+    Ok(len)
+}
+
+/// [`Error::LengthMismatch`] for the first `(needed, got)` with `got < needed`.
+#[cfg(feature = "cuda")]
+fn short(need: &[(usize, usize)]) -> Result<()> {
+    match need.iter().find(|(n, g)| g < n) {
+        Some(&(expected, got)) => Err(Error::LengthMismatch {
+            op: OP,
+            expected,
+            got,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Whether every address is 16-byte aligned (0: an absent operand) and rows are whole chunks.
+#[cfg(feature = "cuda")]
+fn vectorised(addrs: &[u64], cols: usize, elem: usize) -> bool {
+    addrs.iter().all(|a| a.is_multiple_of(16)) && (cols * elem).is_multiple_of(16)
+}
+
+/// Queues the forward on `stream` (see [`layer_norm_forward`]): `y`, `mean`, `rstd` (f32,
+/// `rows` each) of `x`, or of `h = x + r` when `residual` is `(r, h)` (then `h` is written).
+/// f32, f16, bf16; `cols <= MAX_COLS`; no operand may overlap another.
+#[cfg(feature = "cuda")]
+#[allow(clippy::too_many_arguments)]
+pub fn gpu_layer_norm_forward<T: Element>(
+    stream: &genesis_cuda::Stream,
+    shape: &LayerNormShape,
+    x: genesis_cuda::DeviceSpan<'_, T>,
+    residual: Option<(
+        genesis_cuda::DeviceSpan<'_, T>,
+        genesis_cuda::DeviceSpanMut<'_, T>,
+    )>,
+    w: Option<genesis_cuda::DeviceSpan<'_, T>>,
+    b: Option<genesis_cuda::DeviceSpan<'_, T>>,
+    y: genesis_cuda::DeviceSpanMut<'_, T>,
+    mean: genesis_cuda::DeviceSpanMut<'_, f32>,
+    rstd: genesis_cuda::DeviceSpanMut<'_, f32>,
+) -> Result<()> {
+    let len = gpu_len::<T>(shape)?;
+    let (rows, c) = (shape.rows, shape.cols);
+    let mut need = vec![
+        (len, x.len()),
+        (len, y.len()),
+        (rows, mean.len()),
+        (rows, rstd.len()),
+    ];
+    if let Some((r, h)) = &residual {
+        need.extend([(len, r.len()), (len, h.len())]);
+    }
+    need.extend(w.map(|w| (c, w.len())));
+    need.extend(b.map(|b| (c, b.len())));
+    short(&need)?;
+    if rows == 0 {
+        return Ok(());
+    }
+    let mut a = Args {
+        x: x.addr(),
+        y: y.addr(),
+        w: w.map_or(0, |s| s.addr()),
+        b: b.map_or(0, |s| s.addr()),
+        mean: mean.addr(),
+        rstd: rstd.addr(),
+        rows: rows as u64,
+        cols: c as u64,
+        eps: shape.eps as f32,
+        ..Args::default()
+    };
+    if let Some((r, h)) = &residual {
+        (a.r, a.h) = (r.addr(), h.addr());
+    }
+    let elem = size_of::<T>();
+    let vec = vectorised(&[a.x, a.r, a.h, a.y, a.w, a.b], c, elem);
+    let smem = (c * 4) as u32;
+    a.launch::<T>(stream, "fwd", vec, (rows, 1), (threads(c, elem), 1), smem)
+}
+
+/// Queues the backward on `stream` (see [`layer_norm_backward`]): `dh` (written, or added to
+/// when `acc.dh`) from `dy`, `h`, `w` and the forward's f32 `mean` and `rstd`, and `dw`, `db`
+/// when given (overwritten, or added to when `acc.params`), through `workspace`
+/// ([`backward_workspace_bytes`], 4-byte aligned). Deterministic (no atomics).
+#[cfg(feature = "cuda")]
+#[allow(clippy::too_many_arguments)]
+pub fn gpu_layer_norm_backward<T: Element>(
+    stream: &genesis_cuda::Stream,
+    shape: &LayerNormShape,
+    dy: genesis_cuda::DeviceSpan<'_, T>,
+    h: genesis_cuda::DeviceSpan<'_, T>,
+    w: Option<genesis_cuda::DeviceSpan<'_, T>>,
+    mean: genesis_cuda::DeviceSpan<'_, f32>,
+    rstd: genesis_cuda::DeviceSpan<'_, f32>,
+    dh: genesis_cuda::DeviceSpanMut<'_, T>,
+    dw: Option<genesis_cuda::DeviceSpanMut<'_, T>>,
+    db: Option<genesis_cuda::DeviceSpanMut<'_, T>>,
+    acc: Accumulate,
+    workspace: genesis_cuda::DeviceSpanMut<'_, u8>,
+) -> Result<()> {
+    let len = gpu_len::<T>(shape)?;
+    let (rows, c) = (shape.rows, shape.cols);
+    let mut need = vec![
+        (len, dy.len()),
+        (len, h.len()),
+        (len, dh.len()),
+        (rows, mean.len()),
+        (rows, rstd.len()),
+        (backward_workspace_bytes(shape), workspace.len()),
+    ];
+    need.extend(w.map(|w| (c, w.len())));
+    need.extend(dw.as_ref().map(|v| (c, v.len())));
+    need.extend(db.as_ref().map(|v| (c, v.len())));
+    short(&need)?;
+    if !workspace.addr().is_multiple_of(4) {
+        return Err(unsupported("the workspace is not 4-byte aligned"));
+    }
+    let blocks = backward_blocks(rows);
+    let mut a = Args {
+        dy: dy.addr(),
+        h: h.addr(),
+        w: w.map_or(0, |s| s.addr()),
+        mean: mean.addr(),
+        rstd: rstd.addr(),
+        dh: dh.addr(),
+        dw: dw.as_ref().map_or(0, |s| s.addr()),
+        db: db.as_ref().map_or(0, |s| s.addr()),
+        ws: workspace.addr(),
+        rows: rows as u64,
+        cols: c as u64,
+        rows_per_block: backward_rows_per_block(rows) as u64,
+        blocks: blocks as u64,
+        accumulate: i32::from(acc.dh),
+        accumulate_params: i32::from(acc.params),
+        ..Args::default()
+    };
+    let elem = size_of::<T>();
+    if blocks > 0 {
+        let vec = vectorised(&[a.dy, a.h, a.w, a.dh], c, elem);
+        let smem = (c * 8) as u32;
+        a.launch::<T>(stream, "bwd", vec, (blocks, 1), (threads(c, elem), 1), smem)?;
+    }
+    if a.dw != 0 || a.db != 0 {
+        a.launch::<T>(stream, "params", false, (c.div_ceil(32), 1), (32, 32), 0)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use half::bf16;
+    use rand::rngs::SmallRng;
+    use rand::{Rng, SeedableRng};
+
+    fn random(rng: &mut SmallRng, n: usize) -> Vec<f64> {
+        (0..n).map(|_| rng.random_range(-2.0..2.0)).collect()
+    }
+
+    /// PyTorch's definition, naively in f64.
+    #[test]
+    fn forward_matches_naive() {
+        let mut rng = SmallRng::seed_from_u64(3);
+        for (rows, c) in [(1, 1), (3, 5), (4, 768), (2, 1601)] {
+            let shape = LayerNormShape::new(rows, c);
+            let (x, r) = (random(&mut rng, rows * c), random(&mut rng, rows * c));
+            let (w, b) = (random(&mut rng, c), random(&mut rng, c));
+            let (mut h, mut y) = (vec![0.0; rows * c], vec![0.0; rows * c]);
+            let (mut mean, mut rstd) = (vec![0.0; rows], vec![0.0; rows]);
+            layer_norm_forward(
+                &shape,
+                &x,
+                Some((&r, &mut h)),
+                Some(&w),
+                Some(&b),
+                &mut y,
+                &mut mean,
+                &mut rstd,
+            )
+            .unwrap();
+            for n in 0..rows {
+                let hr: Vec<f64> = (0..c).map(|k| x[n * c + k] + r[n * c + k]).collect();
+                let m = hr.iter().sum::<f64>() / c as f64;
+                let var = hr.iter().map(|v| (v - m) * (v - m)).sum::<f64>() / c as f64;
+                let rs = 1.0 / (var + 1e-5).sqrt();
+                assert!((mean[n] - m).abs() < 1e-12 && (rstd[n] - rs).abs() < 1e-9 * rs);
+                for k in 0..c {
+                    assert_eq!(h[n * c + k], hr[k]);
+                    let want = (hr[k] - m) * rs * w[k] + b[k];
+                    assert!((y[n * c + k] - want).abs() < 1e-9, "{n} {k}");
+                }
+            }
+            // bf16: h is x + r rounded once; y close to the f64 values.
+            let xb: Vec<bf16> = x.iter().map(|&v| bf16::from_f64(v)).collect();
+            let rb: Vec<bf16> = r.iter().map(|&v| bf16::from_f64(v)).collect();
+            let (mut hb, mut yb) = (vec![bf16::ZERO; rows * c], vec![bf16::ZERO; rows * c]);
+            let (mut mb, mut sb) = (vec![0f32; rows], vec![0f32; rows]);
+            layer_norm_forward(
+                &shape,
+                &xb,
+                Some((&rb, &mut hb)),
+                None,
+                None,
+                &mut yb,
+                &mut mb,
+                &mut sb,
+            )
+            .unwrap();
+            for i in 0..rows * c {
+                assert_eq!(hb[i], bf16::from_f32(xb[i].to_f32() + rb[i].to_f32()));
+            }
+        }
+    }
+
+    /// The twin's backward against central differences of `L = sum y g` in f64, with and
+    /// without weights, bias and accumulation.
+    #[test]
+    fn gradient_check() {
+        let mut rng = SmallRng::seed_from_u64(4);
+        for (rows, c, affine) in [(3, 7, true), (2, 16, false), (1, 1, true)] {
+            let shape = LayerNormShape::new(rows, c);
+            let x = random(&mut rng, rows * c);
+            let g = random(&mut rng, rows * c);
+            let (w, b) = (random(&mut rng, c), random(&mut rng, c));
+            let (wo, bo) = if affine {
+                (Some(&w[..]), Some(&b[..]))
+            } else {
+                (None, None)
+            };
+            let loss = |x: &[f64], w: &[f64], b: &[f64]| -> f64 {
+                let mut y = vec![0.0; rows * c];
+                let (mut m, mut r) = (vec![0.0; rows], vec![0.0; rows]);
+                let (wo, bo) = if affine {
+                    (Some(w), Some(b))
+                } else {
+                    (None, None)
+                };
+                layer_norm_forward(&shape, x, None, wo, bo, &mut y, &mut m, &mut r).unwrap();
+                y.iter().zip(&g).map(|(a, b)| a * b).sum()
+            };
+            let mut y = vec![0.0; rows * c];
+            let (mut m, mut r) = (vec![0.0; rows], vec![0.0; rows]);
+            layer_norm_forward(&shape, &x, None, wo, bo, &mut y, &mut m, &mut r).unwrap();
+            let mut dh = vec![0.5; rows * c];
+            let (mut dw, mut db) = (vec![0.25; c], vec![0.125; c]);
+            layer_norm_backward(
+                &shape,
+                &g,
+                &x,
+                wo,
+                &m,
+                &r,
+                &mut dh,
+                Some(&mut dw),
+                Some(&mut db),
+                Accumulate {
+                    dh: true,
+                    params: true,
+                },
+            )
+            .unwrap();
+            let step = 1e-6;
+            let num = |f: &dyn Fn(f64) -> f64| (f(step) - f(-step)) / (2.0 * step);
+            for i in 0..rows * c {
+                let d = num(&|e| {
+                    let mut xp = x.clone();
+                    xp[i] += e;
+                    loss(&xp, &w, &b)
+                });
+                // With C = 1 the output is constant (b) and dh = 0.
+                assert!(
+                    (dh[i] - 0.5 - d).abs() < 1e-7,
+                    "dh {i}: {} vs {d}",
+                    dh[i] - 0.5
+                );
+            }
+            for k in 0..c {
+                let dwn = num(&|e| {
+                    let mut wp = w.clone();
+                    wp[k] += e;
+                    loss(&x, &wp, &b)
+                });
+                let dbn = num(&|e| {
+                    let mut bp = b.clone();
+                    bp[k] += e;
+                    loss(&x, &w, &bp)
+                });
+                if affine {
+                    assert!((dw[k] - 0.25 - dwn).abs() < 1e-7, "dw {k}");
+                    assert!((db[k] - 0.125 - dbn).abs() < 1e-7, "db {k}");
+                }
+            }
+            // Overwriting gives the same values without the old contents.
+            let mut dh2 = vec![9.0; rows * c];
+            let mut dw2 = vec![9.0; c];
+            layer_norm_backward(
+                &shape,
+                &g,
+                &x,
+                wo,
+                &m,
+                &r,
+                &mut dh2,
+                Some(&mut dw2),
+                None,
+                Accumulate::default(),
+            )
+            .unwrap();
+            for i in 0..rows * c {
+                assert!((dh2[i] + 0.5 - dh[i]).abs() < 1e-12);
+            }
+            for k in 0..c {
+                assert!((dw2[k] + 0.25 - dw[k]).abs() < 1e-12);
+            }
+        }
+    }
+
+    #[test]
+    fn bad_input() {
+        let shape = LayerNormShape::new(2, 3);
+        let x = [1f32; 6];
+        let (mut y, mut m, mut r) = ([0f32; 6], [0f32; 2], [0f32; 2]);
+        let mut fwd = |s: &LayerNormShape, x: &[f32], w: Option<&[f32]>| {
+            layer_norm_forward(s, x, None, w, None, &mut y, &mut m, &mut r)
+        };
+        assert!(fwd(&shape, &x, None).is_ok());
+        assert!(fwd(&shape, &x[..5], None).is_err());
+        assert!(fwd(&shape, &x, Some(&[1.0; 2])).is_err());
+        assert!(fwd(&LayerNormShape::new(2, 0), &x, None).is_err());
+        assert!(fwd(&LayerNormShape::new(usize::MAX, 2), &x, None).is_err());
+        let neg = LayerNormShape { eps: -1.0, ..shape };
+        assert!(fwd(&neg, &x, None).is_err());
+        let nan = LayerNormShape {
+            eps: f64::NAN,
+            ..shape
+        };
+        assert!(fwd(&nan, &x, None).is_err());
+        let mut h = [0f32; 5];
+        assert!(
+            layer_norm_forward(
+                &shape,
+                &x,
+                Some((&x, &mut h)),
+                None,
+                None,
+                &mut y,
+                &mut m,
+                &mut r
+            )
+            .is_err()
+        );
+        let mut dh = [3f32; 6];
+        assert!(
+            layer_norm_backward(
+                &shape,
+                &x,
+                &x,
+                None,
+                &m,
+                &r[..1],
+                &mut dh,
+                None,
+                None,
+                Accumulate::default()
+            )
+            .is_err()
+        );
+        assert!(
+            layer_norm_backward(
+                &shape,
+                &x,
+                &x,
+                None,
+                &m,
+                &r,
+                &mut dh,
+                Some(&mut [0f32; 4]),
+                None,
+                Accumulate::default()
+            )
+            .is_err()
+        );
+        assert_eq!(dh, [3.0; 6]);
+        // A constant row: var 0, rstd 1 / sqrt(eps), y = b.
+        let (mut y, mut m, mut r) = ([0f32; 6], [0f32; 2], [0f32; 2]);
+        layer_norm_forward(
+            &shape,
+            &x,
+            None,
+            None,
+            Some(&[2.0; 3]),
+            &mut y,
+            &mut m,
+            &mut r,
+        )
+        .unwrap();
+        assert_eq!(y, [2.0; 6]);
+        // No rows: dw and db are 0.
+        let empty = LayerNormShape::new(0, 3);
+        let mut dw = [5f32; 3];
+        layer_norm_backward(
+            &empty,
+            &[],
+            &[],
+            None,
+            &[],
+            &[],
+            &mut [],
+            Some(&mut dw),
+            None,
+            Accumulate::default(),
+        )
+        .unwrap();
+        assert_eq!(dw, [0.0; 3]);
+    }
+
+    #[test]
+    fn plans() {
+        assert_eq!(threads(768, 2), 64);
+        assert_eq!(threads(768, 4), 128);
+        assert_eq!(threads(1, 4), 32);
+        assert_eq!(threads(MAX_COLS, 4), 512);
+        assert_eq!(backward_rows_per_block(32 * 1024), 32);
+        assert_eq!(backward_blocks(32 * 1024), 1024);
+        assert_eq!(backward_rows_per_block(1 << 20), 512);
+        assert_eq!(backward_blocks(0), 0);
+        assert_eq!(backward_blocks(33), 2);
+        assert_eq!(
+            backward_workspace_bytes(&LayerNormShape::new(32 * 1024, 768)),
+            1024 * 768 * 8
+        );
+    }
+}

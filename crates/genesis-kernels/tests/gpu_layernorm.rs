@@ -1,0 +1,435 @@
+//! The LayerNorm kernels (`genesis_kernels::layernorm`) against their CPU twins, for f32, f16
+//! and bf16: `C` from 1 to `MAX_COLS` (odd ones, GPT-2's 768, 1024, 1600, 4096, 8192), 1 to
+//! 5000 rows (one and many backward blocks), aligned (16-byte vectors) and misaligned buffers,
+//! with and without the residual, the weight and the bias, overwriting and accumulating `dh`,
+//! `dw`, `db`; each run twice and compared bit for bit (determinism).
+//!
+//! Tolerances (the module documentation's bound, times 4 for safety): with `u = 2^-24`,
+//! `k = 8 + 2 sqrt(C)` and, per row, `S = sum |h|`, `em = k u S / C` (the mean's error: an f32
+//! tree against the twin's ordered f64 sum): `mean` within `em`; `rstd` within
+//! `rstd (2 k u + rstd^2 em^2)`; `y` within `4 (|w| (|n| 2 k u + rstd em) + u |b|)`; the
+//! backward is fed the GPU's `h`, `mean`, `rstd`, so `dh` within
+//! `4 (rstd k u (mean|dn| + |n| mean|dn n|) + 2 k u rstd (|dn - a| + |n b|))` and `dw`
+//! (`db`) within `4 (8 + 2 sqrt(N)) u sum |dy n|` (`sum |dy|`); each plus the old value's `u`
+//! when accumulating, one rounding to `T` of either side (`2 u_T |twin|`) and the spacing of
+//! `T`'s subnormals. `h = x + r` is one rounding on both sides: bit for bit. A wrong column,
+//! row or sum moves values by O(1).
+#![cfg(feature = "cuda")]
+
+use std::sync::Arc;
+
+use genesis_cuda::{Context, DeviceBuffer, DeviceSpan, DeviceSpanMut, Stream, skip_without_gpu};
+use genesis_kernels::classifier::FusedElement;
+use genesis_kernels::layernorm::{self, Accumulate, LayerNormShape, MAX_COLS};
+use half::{bf16, f16};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+mod common;
+use common::{bytes_of, from_bytes};
+
+const U: f64 = 1.0 / (1u64 << 24) as f64;
+
+trait Float: FusedElement<Acc = f32> + Default {
+    const EPS: f64;
+    const TINY: f64;
+}
+impl Float for f32 {
+    const EPS: f64 = U;
+    const TINY: f64 = 1e-45;
+}
+impl Float for f16 {
+    const EPS: f64 = 1.0 / 2048.0;
+    const TINY: f64 = 1.0 / (1u64 << 24) as f64;
+}
+impl Float for bf16 {
+    const EPS: f64 = 1.0 / 256.0;
+    const TINY: f64 = 1e-40;
+}
+
+const SHAPES: &[(usize, usize)] = &[
+    (1, 1),
+    (5, 3),
+    (100, 7),
+    (64, 768),
+    (700, 768),
+    (33, 1024),
+    (17, 1600),
+    (8, 4096),
+    (3, 8192),
+    (2, MAX_COLS),
+    (5000, 64),
+];
+
+fn upload<E: Copy>(ctx: &Arc<Context>, v: &[E], offset: usize, fill: E) -> DeviceBuffer {
+    let mut h = vec![fill; offset];
+    h.extend_from_slice(v);
+    DeviceBuffer::from_host(ctx, bytes_of(&h)).unwrap()
+}
+
+fn download<E: Copy + Default>(b: &DeviceBuffer, offset: usize, n: usize) -> Vec<E> {
+    let all: Vec<E> = from_bytes(&b.to_host_vec().unwrap());
+    all[offset..offset + n].to_vec()
+}
+
+fn sp<T: Copy>(buf: &DeviceBuffer, offset: usize, n: usize) -> DeviceSpan<'_, T> {
+    buf.as_span::<T>()
+        .unwrap()
+        .slice(offset..offset + n)
+        .unwrap()
+}
+
+fn sp_mut<T: Copy>(buf: &mut DeviceBuffer, offset: usize, n: usize) -> DeviceSpanMut<'_, T> {
+    buf.as_span_mut::<T>()
+        .unwrap()
+        .into_slice(offset..offset + n)
+        .unwrap()
+}
+
+fn random<T: Float>(rng: &mut SmallRng, n: usize, shift: f64) -> Vec<T> {
+    (0..n)
+        .map(|_| T::from_f64(rng.random_range(-2.0..2.0) + shift))
+        .collect()
+}
+
+fn close(g: f64, w: f64, tol: f64) -> bool {
+    if w.is_nan() {
+        g.is_nan()
+    } else {
+        (g - w).abs() <= tol
+    }
+}
+
+/// Collects up to 5 failures.
+struct Bad(Vec<String>);
+impl Bad {
+    fn check(&mut self, ok: bool, f: impl FnOnce() -> String) {
+        if !ok && self.0.len() < 5 {
+            self.0.push(f());
+        }
+    }
+}
+
+/// One case: `variant` picks residual (bit 0), weight (bit 1), bias (bit 2) and accumulation
+/// (bits 3, 4).
+#[allow(clippy::too_many_lines)]
+fn case<T: Float>(
+    ctx: &Arc<Context>,
+    stream: &Stream,
+    rng: &mut SmallRng,
+    rows: usize,
+    c: usize,
+    offset: usize,
+    variant: u32,
+) {
+    let (res, hw, hb) = (variant & 1 != 0, variant & 2 != 0, variant & 4 != 0);
+    let acc = Accumulate {
+        dh: variant & 8 != 0,
+        params: variant & 16 != 0,
+    };
+    let what = format!(
+        "{} rows {rows} C {c} offset {offset} residual {res} w {hw} b {hb} {acc:?}",
+        T::NAME
+    );
+    let shape = LayerNormShape::new(rows, c);
+    let len = rows * c;
+    let x: Vec<T> = random(rng, len, 3.0);
+    let r: Vec<T> = random(rng, len, 0.0);
+    let (w, b): (Vec<T>, Vec<T>) = (random(rng, c, 0.0), random(rng, c, 0.0));
+    let dy: Vec<T> = random(rng, len, 0.0);
+    let dh0: Vec<T> = random(rng, len, 0.0);
+    let (dw0, db0): (Vec<T>, Vec<T>) = (random(rng, c, 0.0), random(rng, c, 0.0));
+    let z = T::default();
+    let (gx, gr) = (upload(ctx, &x, offset, z), upload(ctx, &r, offset, z));
+    let (gw, gb) = (upload(ctx, &w, offset, z), upload(ctx, &b, offset, z));
+    // Forward, twice.
+    let fwd = || -> (Vec<T>, Vec<T>, Vec<f32>, Vec<f32>) {
+        let mut gh = upload(ctx, &vec![z; len], offset, z);
+        let mut gy = upload(ctx, &vec![z; len], offset, z);
+        let (mut gm, mut gs) = (
+            DeviceBuffer::alloc(ctx, rows * 4 + 4).unwrap(),
+            DeviceBuffer::alloc(ctx, rows * 4 + 4).unwrap(),
+        );
+        let residual = res.then(|| {
+            (
+                sp::<T>(&gr, offset, len),
+                gh.as_span_mut::<T>()
+                    .unwrap()
+                    .into_slice(offset..offset + len)
+                    .unwrap(),
+            )
+        });
+        layernorm::gpu_layer_norm_forward::<T>(
+            stream,
+            &shape,
+            sp::<T>(&gx, offset, len),
+            residual,
+            hw.then(|| sp::<T>(&gw, offset, c)),
+            hb.then(|| sp::<T>(&gb, offset, c)),
+            gy.as_span_mut::<T>()
+                .unwrap()
+                .into_slice(offset..offset + len)
+                .unwrap(),
+            gm.as_span_mut::<f32>().unwrap().into_slice(..rows).unwrap(),
+            gs.as_span_mut::<f32>().unwrap().into_slice(..rows).unwrap(),
+        )
+        .unwrap();
+        stream.synchronize().unwrap();
+        (
+            download(&gh, offset, len),
+            download(&gy, offset, len),
+            download(&gm, 0, rows),
+            download(&gs, 0, rows),
+        )
+    };
+    let (h, y, mean, rstd) = fwd();
+    let again = fwd();
+    assert!(
+        bytes_of(&again.1) == bytes_of(&y) && again.2 == mean && again.3 == rstd,
+        "{what}: forward twice"
+    );
+    let mut th = vec![z; len];
+    let (mut ty, mut tm, mut ts) = (vec![z; len], vec![0f32; rows], vec![0f32; rows]);
+    layernorm::layer_norm_forward(
+        &shape,
+        &x,
+        res.then_some((&r[..], &mut th[..])),
+        hw.then_some(&w[..]),
+        hb.then_some(&b[..]),
+        &mut ty,
+        &mut tm,
+        &mut ts,
+    )
+    .unwrap();
+    if res {
+        assert_eq!(bytes_of(&h), bytes_of(&th), "{what}: h");
+    }
+    let hin: &[T] = if res { &h } else { &x };
+    let k = 8.0 + 2.0 * (c as f64).sqrt();
+    let mut bad = Bad(Vec::new());
+    for n in 0..rows {
+        let row = &hin[n * c..][..c];
+        let sa: f64 = row.iter().map(|v| v.to_f64().abs()).sum();
+        let em = k * U * sa / c as f64;
+        let (m, rs) = (f64::from(tm[n]), f64::from(ts[n]));
+        bad.check(close(f64::from(mean[n]), m, em), || {
+            format!("mean {n}: gpu {} twin {m} (tol {em:e})", mean[n])
+        });
+        let er = rs * (2.0 * k * U + rs * rs * em * em) + 4.0 * U * rs;
+        bad.check(close(f64::from(rstd[n]), rs, er), || {
+            format!("rstd {n}: gpu {} twin {rs} (tol {er:e})", rstd[n])
+        });
+        for j in 0..c {
+            let nv = (row[j].to_f64() - m) * rs;
+            let wv = if hw { w[j].to_f64() } else { 1.0 };
+            let bv = if hb { b[j].to_f64() } else { 0.0 };
+            let (g, t) = (y[n * c + j].to_f64(), ty[n * c + j].to_f64());
+            let tol = 4.0 * (wv.abs() * (nv.abs() * 2.0 * k * U + rs * em) + U * bv.abs())
+                + 2.0 * T::EPS * t.abs()
+                + T::TINY;
+            bad.check(close(g, t, tol), || {
+                format!("y ({n}, {j}): gpu {g:e} twin {t:e} (tol {tol:e})")
+            });
+        }
+    }
+    assert!(bad.0.is_empty(), "{what}: forward\n{}", bad.0.join("\n"));
+    // Backward from the GPU's h, mean and rstd, twice.
+    let gh = upload(ctx, hin, offset, z);
+    let gdy = upload(ctx, &dy, offset, z);
+    let (gm, gs) = (
+        DeviceBuffer::from_host(ctx, bytes_of(&mean)).unwrap(),
+        DeviceBuffer::from_host(ctx, bytes_of(&rstd)).unwrap(),
+    );
+    let ws_len = layernorm::backward_workspace_bytes(&shape);
+    let bwd = || -> (Vec<T>, Vec<T>, Vec<T>) {
+        let mut gdh = upload(ctx, &dh0, offset, z);
+        let (mut gdw, mut gdb) = (upload(ctx, &dw0, offset, z), upload(ctx, &db0, offset, z));
+        let mut ws = DeviceBuffer::alloc(ctx, ws_len.max(4)).unwrap();
+        let (dh_span, dw_span, db_span) = (
+            sp_mut::<T>(&mut gdh, offset, len),
+            sp_mut::<T>(&mut gdw, offset, c),
+            sp_mut::<T>(&mut gdb, offset, c),
+        );
+        layernorm::gpu_layer_norm_backward::<T>(
+            stream,
+            &shape,
+            sp::<T>(&gdy, offset, len),
+            sp::<T>(&gh, offset, len),
+            hw.then(|| sp::<T>(&gw, offset, c)),
+            gm.as_span().unwrap(),
+            gs.as_span().unwrap(),
+            dh_span,
+            Some(dw_span),
+            hb.then_some(db_span),
+            acc,
+            ws.as_span_mut().unwrap(),
+        )
+        .unwrap();
+        stream.synchronize().unwrap();
+        (
+            download(&gdh, offset, len),
+            download(&gdw, offset, c),
+            download(&gdb, offset, c),
+        )
+    };
+    let (dh, dw, db) = bwd();
+    let again = bwd();
+    assert!(
+        bytes_of(&again.0) == bytes_of(&dh)
+            && bytes_of(&again.1) == bytes_of(&dw)
+            && bytes_of(&again.2) == bytes_of(&db),
+        "{what}: backward twice"
+    );
+    if !hb {
+        assert_eq!(bytes_of(&db), bytes_of(&db0), "{what}: db untouched");
+    }
+    let (mut tdh, mut tdw, mut tdb) = (dh0.clone(), dw0.clone(), db0.clone());
+    layernorm::layer_norm_backward(
+        &shape,
+        &dy,
+        hin,
+        hw.then_some(&w[..]),
+        &mean,
+        &rstd,
+        &mut tdh,
+        Some(&mut tdw),
+        Some(&mut tdb),
+        acc,
+    )
+    .unwrap();
+    let mut bad = Bad(Vec::new());
+    let (mut swa, mut sba) = (vec![0f64; c], vec![0f64; c]);
+    for n in 0..rows {
+        let (m, rs) = (f64::from(mean[n]), f64::from(rstd[n]));
+        let nv: Vec<f64> = (0..c).map(|j| (hin[n * c + j].to_f64() - m) * rs).collect();
+        let dn: Vec<f64> = (0..c)
+            .map(|j| dy[n * c + j].to_f64() * if hw { w[j].to_f64() } else { 1.0 })
+            .collect();
+        let (a1, a2): (f64, f64) = (
+            dn.iter().map(|v| v.abs()).sum::<f64>() / c as f64,
+            dn.iter().zip(&nv).map(|(a, b)| (a * b).abs()).sum::<f64>() / c as f64,
+        );
+        let ma = dn.iter().sum::<f64>() / c as f64;
+        let mb = dn.iter().zip(&nv).map(|(a, b)| a * b).sum::<f64>() / c as f64;
+        for j in 0..c {
+            let i = n * c + j;
+            let d = dy[i].to_f64();
+            swa[j] += (d * nv[j]).abs();
+            sba[j] += d.abs();
+            let old = if acc.dh { dh0[i].to_f64() } else { 0.0 };
+            let core = rs * ((dn[j] - ma).abs() + (nv[j] * mb).abs());
+            let (g, t) = (dh[i].to_f64(), tdh[i].to_f64());
+            let tol = 4.0 * (rs * k * U * (a1 + nv[j].abs() * a2) + 2.0 * k * U * core)
+                + U * old.abs()
+                + 2.0 * T::EPS * t.abs()
+                + T::TINY;
+            bad.check(close(g, t, tol), || {
+                format!("dh ({n}, {j}): gpu {g:e} twin {t:e} (tol {tol:e})")
+            });
+        }
+    }
+    let kr = 8.0 + 2.0 * (rows as f64).sqrt();
+    for j in 0..c {
+        for (name, got, twin, old, s) in
+            [("dw", &dw, &tdw, &dw0, &swa), ("db", &db, &tdb, &db0, &sba)]
+        {
+            if name == "db" && !hb {
+                continue;
+            }
+            let o = if acc.params { old[j].to_f64() } else { 0.0 };
+            let (g, t) = (got[j].to_f64(), twin[j].to_f64());
+            let tol = 4.0 * kr * U * s[j] + U * o.abs() + 2.0 * T::EPS * t.abs() + T::TINY;
+            bad.check(close(g, t, tol), || {
+                format!("{name} {j}: gpu {g:e} twin {t:e} (tol {tol:e})")
+            });
+        }
+    }
+    assert!(bad.0.is_empty(), "{what}: backward\n{}", bad.0.join("\n"));
+}
+
+fn check<T: Float>(ctx: &Arc<Context>, rng: &mut SmallRng) {
+    let stream = Stream::new(ctx).unwrap();
+    for (i, &(rows, c)) in SHAPES.iter().enumerate() {
+        for offset in [0usize, 1] {
+            // GPT-2's use (residual, weight, bias, dh accumulated), then a rotating variant.
+            case::<T>(ctx, &stream, rng, rows, c, offset, 0b0_1111);
+            case::<T>(
+                ctx,
+                &stream,
+                rng,
+                rows,
+                c,
+                offset,
+                (i as u32 * 7 + offset as u32) % 32,
+            );
+        }
+    }
+}
+
+#[test]
+fn layernorm_kernels_match_the_cpu_twins() {
+    if skip_without_gpu("layernorm") {
+        return;
+    }
+    let ctx = Context::get(0).unwrap();
+    let mut rng = SmallRng::seed_from_u64(0x1a7e_0f00);
+    check::<f32>(&ctx, &mut rng);
+    check::<bf16>(&ctx, &mut rng);
+    check::<f16>(&ctx, &mut rng);
+}
+
+#[test]
+fn bad_shapes_and_spans_are_errors() {
+    if skip_without_gpu("layernorm spans") {
+        return;
+    }
+    let ctx = Context::get(0).unwrap();
+    let stream = Stream::new(&ctx).unwrap();
+    let x = DeviceBuffer::alloc(&ctx, 64 * 4).unwrap();
+    let mut y = DeviceBuffer::alloc(&ctx, 64 * 4).unwrap();
+    let (mut m, mut s) = (
+        DeviceBuffer::alloc(&ctx, 64 * 4).unwrap(),
+        DeviceBuffer::alloc(&ctx, 64 * 4).unwrap(),
+    );
+    let mut run = |shape: LayerNormShape, n: usize| {
+        layernorm::gpu_layer_norm_forward::<f32>(
+            &stream,
+            &shape,
+            x.as_span::<f32>().unwrap().slice(..n).unwrap(),
+            None,
+            None,
+            None,
+            y.as_span_mut().unwrap(),
+            m.as_span_mut().unwrap(),
+            s.as_span_mut().unwrap(),
+        )
+    };
+    assert!(run(LayerNormShape::new(4, 16), 64).is_ok());
+    assert!(run(LayerNormShape::new(4, 16), 63).is_err(), "short x");
+    assert!(run(LayerNormShape::new(4, 0), 0).is_err(), "C = 0");
+    assert!(
+        run(LayerNormShape::new(1, MAX_COLS + 1), 64).is_err(),
+        "C too large"
+    );
+    assert!(
+        run(LayerNormShape::new(usize::MAX, 2), 64).is_err(),
+        "overflow"
+    );
+    let mut dh = DeviceBuffer::alloc(&ctx, 64 * 4).unwrap();
+    let mut ws = DeviceBuffer::alloc(&ctx, 4).unwrap();
+    let short_ws = layernorm::gpu_layer_norm_backward::<f32>(
+        &stream,
+        &LayerNormShape::new(4, 16),
+        x.as_span().unwrap(),
+        x.as_span().unwrap(),
+        None,
+        m.as_span().unwrap(),
+        s.as_span().unwrap(),
+        dh.as_span_mut().unwrap(),
+        None,
+        None,
+        Accumulate::default(),
+        ws.as_span_mut().unwrap(),
+    );
+    assert!(short_ws.is_err(), "short workspace");
+}

@@ -7,6 +7,7 @@ use genesis_kernels::classify::FloatClass;
 use genesis_kernels::gather::Along;
 use genesis_kernels::grad::ActGrad;
 use genesis_kernels::index::{IndexDesc, Keys, Rows16, Strided};
+use genesis_kernels::layernorm::LayerNormShape;
 use genesis_kernels::optim::AdamStep;
 use genesis_kernels::scan::ScanOp;
 use genesis_kernels::softmax::SoftmaxOp;
@@ -201,6 +202,35 @@ impl Compute for CudaMem {
         _: &mut CudaMem,
         _: usize,
         _: &mut CudaMem,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn layer_norm(
+        &self,
+        _: DType,
+        _: &LayerNormShape,
+        _: usize,
+        _: Option<(&CudaMem, usize)>,
+        _: Option<(&CudaMem, usize)>,
+        _: &mut CudaMem,
+        _: &mut CudaMem,
+        _: &mut CudaMem,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn layer_norm_backward(
+        &self,
+        _: DType,
+        _: &LayerNormShape,
+        _: usize,
+        _: (&CudaMem, usize),
+        _: Option<(&CudaMem, usize)>,
+        _: [&CudaMem; 2],
+        _: &mut CudaMem,
+        _: Option<&mut CudaMem>,
+        _: Option<&mut CudaMem>,
     ) -> Result<()> {
         match *self {}
     }

@@ -1357,6 +1357,7 @@ mod mask;
 mod matmul;
 mod multi;
 mod nd;
+mod norm;
 mod random;
 mod reduce;
 mod select;

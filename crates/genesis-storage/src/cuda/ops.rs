@@ -6,6 +6,7 @@ use genesis_kernels::classify::FloatClass;
 use genesis_kernels::gather::Along;
 use genesis_kernels::grad::ActGrad;
 use genesis_kernels::index::{IndexDesc, Keys, Rows16, Strided};
+use genesis_kernels::layernorm::LayerNormShape;
 use genesis_kernels::optim::AdamStep;
 use genesis_kernels::scan::ScanOp;
 use genesis_kernels::softmax::SoftmaxOp;
@@ -134,6 +135,68 @@ impl Compute for CudaMem {
             )?;
             Ok(())
         }, _ => Err(unsupported("attention", dtype)))
+    }
+
+    fn layer_norm(
+        &self,
+        dtype: DType,
+        shape: &LayerNormShape,
+        x_at: usize,
+        w: Option<(&CudaMem, usize)>,
+        b: Option<(&CudaMem, usize)>,
+        y: &mut CudaMem,
+        mean: &mut CudaMem,
+        rstd: &mut CudaMem,
+    ) -> Result<()> {
+        let (len, rows, c) = (shape.numel()?, shape.rows, shape.cols);
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16], T => {
+            genesis_kernels::layernorm::gpu_layer_norm_forward::<T>(
+                &self.queue(),
+                shape,
+                self.range::<T>(x_at, len)?,
+                None,
+                w.map(|(m, at)| m.range::<T>(at, c)).transpose()?,
+                b.map(|(m, at)| m.range::<T>(at, c)).transpose()?,
+                y.range_mut::<T>(0, len)?,
+                mean.range_mut::<f32>(0, rows)?,
+                rstd.range_mut::<f32>(0, rows)?,
+            )?;
+            Ok(())
+        }, _ => Err(unsupported("layer_norm", dtype)))
+    }
+
+    fn layer_norm_backward(
+        &self,
+        dtype: DType,
+        shape: &LayerNormShape,
+        dy_at: usize,
+        h: (&CudaMem, usize),
+        w: Option<(&CudaMem, usize)>,
+        stats: [&CudaMem; 2],
+        dh: &mut CudaMem,
+        dw: Option<&mut CudaMem>,
+        db: Option<&mut CudaMem>,
+    ) -> Result<()> {
+        let (len, rows, c) = (shape.numel()?, shape.rows, shape.cols);
+        let ws_len = genesis_kernels::layernorm::backward_workspace_bytes(shape);
+        let mut ws = CudaMem::new(self.ordinal(), ws_len)?;
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16], T => {
+            genesis_kernels::layernorm::gpu_layer_norm_backward::<T>(
+                &self.queue(),
+                shape,
+                self.range::<T>(dy_at, len)?,
+                h.0.range::<T>(h.1, len)?,
+                w.map(|(m, at)| m.range::<T>(at, c)).transpose()?,
+                stats[0].range::<f32>(0, rows)?,
+                stats[1].range::<f32>(0, rows)?,
+                dh.range_mut::<T>(0, len)?,
+                dw.map(|m| m.range_mut::<T>(0, c)).transpose()?,
+                db.map(|m| m.range_mut::<T>(0, c)).transpose()?,
+                genesis_kernels::layernorm::Accumulate::default(),
+                ws.range_mut::<u8>(0, ws_len)?,
+            )?;
+            Ok(())
+        }, _ => Err(unsupported("layer_norm", dtype)))
     }
 
     fn attention_backward(

@@ -1,7 +1,8 @@
-//! `scaled_dot_product_attention`: the composed path against a reference written out and
-//! finite differences on the CPU; on a GPU, flash attention (bf16, f16; head dims 64 and 128;
-//! causal and not; GPT-2's packed projection read in place) against the composed ops on the
-//! same operands in float32, forward and gradients.
+//! The ops with fused kernels on the GPU. `scaled_dot_product_attention`: the composed path
+//! against a reference written out and finite differences on the CPU; on a GPU, flash
+//! attention (bf16, f16; head dims 64 and 128; causal and not; GPT-2's packed projection read
+//! in place) against the composed ops on the same operands in float32, forward and gradients.
+//! `layer_norm`: the one-kernel CUDA path against the composed ops in float64.
 
 use genesis::{DType, Device, Error, Generator, Tensor, no_grad};
 
@@ -244,6 +245,109 @@ fn flash_attention_matches_the_composed_ops() {
                     e < 4.0 * tol,
                     "{dtype} {b}x{h}x{t}x{d} causal {causal}: {name} off by {e}"
                 );
+            }
+        }
+    }
+}
+
+/// The fused layer norm (CUDA: one kernel forward, one backward) against the composed ops on
+/// the CPU in float64, forward and the three gradients, for f32, bf16 and f16, with and
+/// without the affine parameters, over widths that take the vector and the scalar paths.
+#[test]
+fn fused_layer_norm_matches_the_composed_ops() {
+    let _release = Release;
+    let Some(&dev) = devices().iter().find(|d| matches!(d, Device::Cuda(_))) else {
+        eprintln!("skipped: no CUDA device");
+        return;
+    };
+    let g = Generator::new(3);
+    for (dtype, tol) in [(DType::F32, 1e-5), (DType::BF16, 2e-2), (DType::F16, 3e-3)] {
+        for (rows, cols, affine) in [
+            (64, 768, true),
+            (33, 1000, true),
+            (7, 37, false),
+            (4096, 768, true),
+        ] {
+            let x64 = g
+                .randn([rows, cols], DType::F64, CPU)
+                .unwrap()
+                .mul(3.0)
+                .unwrap()
+                .add(1.0)
+                .unwrap();
+            let (w64, b64) = (
+                g.randn([cols], DType::F64, CPU).unwrap(),
+                g.randn([cols], DType::F64, CPU).unwrap(),
+            );
+            // The device operands, and the float64 reference from the same rounded values.
+            let on = |t: &Tensor| {
+                t.to_dtype(dtype)
+                    .unwrap()
+                    .to(dev)
+                    .unwrap()
+                    .detach()
+                    .requires_grad_(true)
+                    .unwrap()
+            };
+            let back = |t: &Tensor| {
+                t.to_dtype(dtype)
+                    .unwrap()
+                    .to_dtype(DType::F64)
+                    .unwrap()
+                    .detach()
+                    .requires_grad_(true)
+                    .unwrap()
+            };
+            let (x, w, b) = (on(&x64), on(&w64), on(&b64));
+            let (xr, wr, br) = (back(&x64), back(&w64), back(&b64));
+            let (wo, bo) = if affine {
+                (Some(&w), Some(&b))
+            } else {
+                (None, None)
+            };
+            let (wro, bro) = if affine {
+                (Some(&wr), Some(&br))
+            } else {
+                (None, None)
+            };
+            let y = x.layer_norm(&[cols], wo, bo, 1e-5).unwrap();
+            let want = xr.layer_norm(&[cols], wro, bro, 1e-5).unwrap();
+            assert_eq!(y.dtype(), dtype);
+            let e = worst(&y, &want);
+            assert!(e < tol * 4.0, "{dtype} {rows}x{cols}: y off by {e}");
+            let gy = g.randn([rows, cols], DType::F64, CPU).unwrap();
+            y.to_dtype(DType::F64)
+                .unwrap()
+                .to(CPU)
+                .unwrap()
+                .mul(&gy)
+                .unwrap()
+                .sum()
+                .unwrap()
+                .backward()
+                .unwrap();
+            want.mul(&gy.to_dtype(dtype).unwrap().to_dtype(DType::F64).unwrap())
+                .unwrap()
+                .sum()
+                .unwrap()
+                .backward()
+                .unwrap();
+            let e = worst(&x.grad().unwrap(), &xr.grad().unwrap());
+            assert!(e < tol * 8.0, "{dtype} {rows}x{cols}: dx off by {e}");
+            if affine {
+                for (name, a, r) in [("dw", &w, &wr), ("db", &b, &br)] {
+                    let (ga, gr) = (a.grad().unwrap(), r.grad().unwrap());
+                    let scale = gr
+                        .abs()
+                        .unwrap()
+                        .max()
+                        .unwrap()
+                        .item::<f64>()
+                        .unwrap()
+                        .max(1.0);
+                    let e = worst(&ga, &gr) / scale.sqrt();
+                    assert!(e < tol * 32.0, "{dtype} {rows}x{cols}: {name} off by {e}");
+                }
             }
         }
     }

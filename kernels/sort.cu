@@ -556,7 +556,7 @@ SO_CHUNK_KERNEL(i64, int64_t)
 //    pass would leave it as it is), else the buffer (0 or 1) the pass reads; last, the buffer
 //    holding the sorted row.
 // 3. Each pass, one kernel (`sort_rxpass_*`, "one sweep"): a block takes the next tile of
-//    RX_TILE elements in row order (an atomic counter, so a tile's predecessors are already
+//    RxTile elements in row order (an atomic counter, so a tile's predecessors are already
 //    taken by running blocks), ranks its elements stably by digit (warps in order; in a warp,
 //    `__match_any_sync` finds the lanes of one digit and a per-warp counter keeps the earlier
 //    rounds' count), and finds where its run of each digit starts in the row by decoupled
@@ -571,8 +571,12 @@ SO_CHUNK_KERNEL(i64, int64_t)
 //    whose sign or payload the key lost: those read the input at their position).
 #define RX_THREADS 256
 #define RX_WARPS (RX_THREADS / 32)
-#define RX_ITEMS 8
-#define RX_TILE (RX_THREADS * RX_ITEMS)
+// Elements a thread ranks in a pass (12 for 32-bit keys, 8 for 64-bit ones, so that a tile's
+// keys and positions stay below 48 KiB of shared memory), and a tile's elements.
+template <typename K> struct RxTile {
+    static constexpr int ITEMS = sizeof(K) == 4 ? 12 : 8;
+    static constexpr int N = RX_THREADS * ITEMS;
+};
 #define RX_BINS 256
 
 template <typename T> struct RxKey { typedef uint32_t K; };
@@ -643,8 +647,8 @@ __device__ __forceinline__ void rx_init_impl(const T *in, typename RxKey<T>::K *
     u64 o = 0, no = 0;
     __syncthreads();
     for (uint64_t t = first; t < last; t++) {
-        const uint64_t row = t / tiles, start = (t % tiles) * RX_TILE;
-        const uint32_t n = (uint32_t)min((uint64_t)RX_TILE, r - start);
+        const uint64_t row = t / tiles, start = (t % tiles) * RxTile<K>::N;
+        const uint32_t n = (uint32_t)min((uint64_t)RxTile<K>::N, r - start);
         const uint64_t at = row * r + start;
         for (uint32_t i = threadIdx.x; i < n; i += RX_THREADS) {
             const K k = (K)Key<T>::to(in[at + i]) ^ inv;
@@ -734,8 +738,8 @@ __device__ __forceinline__ void rx_pass_impl(K *k0, K *k1, uint32_t *p0, uint32_
                                              uint64_t rows, uint64_t r, uint64_t tiles, int passes, int p) {
     extern __shared__ uint4 rx_smem[];
     K *sk = reinterpret_cast<K *>(rx_smem);
-    uint32_t *sp = reinterpret_cast<uint32_t *>(sk + RX_TILE);
-    uint32_t *cnt = sp + RX_TILE;          // [RX_WARPS][RX_BINS]: per-warp counts, then offsets
+    uint32_t *sp = reinterpret_cast<uint32_t *>(sk + RxTile<K>::N);
+    uint32_t *cnt = sp + RxTile<K>::N;          // [RX_WARPS][RX_BINS]: per-warp counts, then offsets
     uint32_t *tstart = cnt + RX_WARPS * RX_BINS;  // the tile's first element of each digit
     u64 *gbase = reinterpret_cast<u64 *>(tstart + RX_BINS);  // the row's offset of the tile's digit run
     uint32_t *s = reinterpret_cast<uint32_t *>(gbase + RX_BINS);  // RX_WARPS words for the block sum
@@ -744,35 +748,36 @@ __device__ __forceinline__ void rx_pass_impl(K *k0, K *k1, uint32_t *p0, uint32_
     const uint32_t lt_mask = (1u << lane) - 1;
     const int shift = 8 * p;
     const u64 epoch = (u64)(p + 1) << 56;
+    constexpr int IT = RxTile<K>::ITEMS;
     for (;;) {
         if (tid == 0) *s_tile = atomicAdd(counter + p, 1u);
         __syncthreads();
         const uint64_t t = *s_tile;
         __syncthreads();
         if (t >= rows * tiles) return;
-        const uint64_t row = t / tiles, tile = t % tiles, start = tile * RX_TILE;
+        const uint64_t row = t / tiles, tile = t % tiles, start = tile * RxTile<K>::N;
         const int src = plan[row * (passes + 1) + p];
         if (src < 0) continue;  // the same for the whole block (and every tile of the row)
-        const uint32_t n = (uint32_t)min((uint64_t)RX_TILE, r - start);
+        const uint32_t n = (uint32_t)min((uint64_t)RxTile<K>::N, r - start);
         const K *sk_in = (src ? k1 : k0) + row * r + start;
         const uint32_t *sp_in = (src ? p1 : p0) + row * r + start;
         K *dk = (src ? k0 : k1) + row * r;
         uint32_t *dp = (src ? p0 : p1) + row * r;
         for (uint32_t d = lane; d < RX_BINS; d += 32) cnt[warp * RX_BINS + d] = 0;
         __syncwarp();
-        // Warp w ranks elements w * 32 * RX_ITEMS .. in rounds of 32 consecutive elements,
-        // all loaded first (RX_ITEMS loads of each kind in flight).
-        K key[RX_ITEMS];
-        uint32_t ps[RX_ITEMS], off[RX_ITEMS];
+        // Warp w ranks elements w * 32 * IT .. in rounds of 32 consecutive elements,
+        // all loaded first (IT loads of each kind in flight).
+        K key[IT];
+        uint32_t ps[IT], off[IT];
 #pragma unroll
-        for (int j = 0; j < RX_ITEMS; j++) {
-            const uint32_t i = warp * 32 * RX_ITEMS + j * 32 + lane;
+        for (int j = 0; j < IT; j++) {
+            const uint32_t i = warp * 32 * IT + j * 32 + lane;
             key[j] = i < n ? sk_in[i] : (K)0;
             ps[j] = i < n ? sp_in[i] : 0;
         }
 #pragma unroll
-        for (int j = 0; j < RX_ITEMS; j++) {
-            const uint32_t i = warp * 32 * RX_ITEMS + j * 32 + lane;
+        for (int j = 0; j < IT; j++) {
+            const uint32_t i = warp * 32 * IT + j * 32 + lane;
             const bool valid = i < n;
             const uint32_t d = valid ? (uint32_t)((key[j] >> shift) & 0xff) : RX_BINS;
             const uint32_t peers = __match_any_sync(0xffffffffu, d);
@@ -826,8 +831,8 @@ __device__ __forceinline__ void rx_pass_impl(K *k0, K *k1, uint32_t *p0, uint32_
         tstart[tid] = rx_block_exclusive(total, s);
         __syncthreads();
 #pragma unroll
-        for (int j = 0; j < RX_ITEMS; j++) {
-            const uint32_t i = warp * 32 * RX_ITEMS + j * 32 + lane;
+        for (int j = 0; j < IT; j++) {
+            const uint32_t i = warp * 32 * IT + j * 32 + lane;
             if (i < n) {
                 const uint32_t d = (uint32_t)((key[j] >> shift) & 0xff);
                 const uint32_t at = tstart[d] + cnt[warp * RX_BINS + d] + off[j];

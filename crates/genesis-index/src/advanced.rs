@@ -2,14 +2,17 @@
 //! plan turned into the storage layer's indexing operations (`Storage::index_*`: descriptors of
 //! the `index.cu` kernels, index arrays normalised on the device, duplicate positions), which
 //! run the kernels on CUDA memory and their CPU twins on host memory. This module launches
-//! nothing and holds no device address.
+//! nothing, holds no device address and has no `unsafe`: index values reach the storage layer
+//! as its `IndexValues` (in range by construction), duplicates as its `DeadMask` and
+//! `AddGroups`, and the storage layer checks every offset a descriptor may reach.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use genesis_kernels::index::{IndexDesc, Keys, MAX_INDEX_DIMS, Strided};
-use genesis_storage::{DType, Device, Layout, Storage, View};
+use genesis_kernels::index::{IndexDesc, MAX_INDEX_DIMS, Strided};
+use genesis_storage::{
+    AddGroups, DType, DeadMask, Device, IndexSource, IndexValues, Layout, Storage, View,
+};
 
 use crate::plan::{Advanced, IndexArray, IndexPlan};
 use crate::spec::{IndexDType, IndexItem, MaskCoords, StoredIndex};
@@ -59,19 +62,17 @@ fn desc(p: &IndexPlan, adv: &Advanced) -> Option<IndexDesc> {
 /// A plan too wide for [`desc`] (the rare case), made exact another way: the index arrays are
 /// normalised and checked (on the device for device arrays), read back, and every result
 /// element's source offset computed on the host (`IndexPlan::source_offsets`). The descriptor
-/// then reads them as one index array over one result dimension of stride 1 from offset 0, one
-/// position per result element, in row-major result order, so that the last of duplicate
-/// offsets wins as in NumPy.
+/// then reads them as one index array (over the `len` elements of the storage) over one result
+/// dimension of stride 1 from offset 0, one position per result element, in row-major result
+/// order, so that the last of duplicate offsets wins as in NumPy.
 struct Flat {
     desc: IndexDesc,
     /// The source offsets, on the device.
-    idx: Storage,
-    /// The same, on the host (for the scatter's duplicates).
-    offsets: Vec<i64>,
+    idx: IndexValues,
 }
 
-fn flat(p: &IndexPlan, adv: &Advanced, device: Device) -> Result<Flat> {
-    let ix = prepare_indices(adv, device)?;
+fn flat(p: &IndexPlan, adv: &Advanced, device: Device, len: usize) -> Result<Flat> {
+    let ix = prepare_indices(adv, &p.view, device)?;
     check_bad(adv, &ix)?;
     let host = host_indices(adv, &ix)?;
     let mut hp = p.clone();
@@ -97,12 +98,8 @@ fn flat(p: &IndexPlan, adv: &Advanced, device: Device) -> Result<Flat> {
     };
     desc.res_shape[0] = n as i64;
     desc.adv_stride[0] = 1;
-    let idx = if n == 0 {
-        Storage::upload(&[0i64], device)?
-    } else {
-        Storage::upload(&offsets, device)?
-    };
-    Ok(Flat { desc, idx, offsets })
+    let idx = IndexValues::new(device, n, &[(IndexSource::Host(&offsets), len)])?;
+    Ok(Flat { desc, idx })
 }
 
 /// The row fast path applies: one 1-D index array over the view's leading dimension, whose
@@ -160,15 +157,6 @@ fn check_host_target(target: &Storage, adv: &Advanced) -> Result<()> {
     Ok(())
 }
 
-/// The normalised index arrays of a plan, concatenated (`n_adv * nb` int64), on the device,
-/// and what is needed to report a bad value of a device array afterwards.
-struct Indices {
-    idx: Storage,
-    /// One word per index array, all ones unless the normalisation of a device array met an
-    /// out-of-range value (then: its smallest position).
-    bad: Option<Storage>,
-}
-
 fn layout_desc(v: &View) -> Result<Strided> {
     let l = v.layout();
     Strided::new(l.shape(), l.strides(), l.offset()).ok_or_else(|| Error::InvalidIndex {
@@ -176,42 +164,19 @@ fn layout_desc(v: &View) -> Result<Strided> {
     })
 }
 
-/// Host arrays uploaded (one copy), device arrays normalised and checked on the device (no
-/// synchronisation: [`check_bad`] reads the result after the work that uses it is queued).
-fn prepare_indices(adv: &Advanced, device: Device) -> Result<Indices> {
+/// The normalised index arrays of a plan on `device` (`view`: the plan's view, whose sizes the
+/// host arrays index): host arrays uploaded (one copy), device arrays normalised and checked on
+/// the device (no synchronisation: [`check_bad`] reads the result after the work that uses it
+/// is queued).
+fn prepare_indices(adv: &Advanced, view: &Layout, device: Device) -> Result<IndexValues> {
     let nb: usize = adv.index_shape.iter().product();
-    let on_device = adv
-        .indices
-        .iter()
-        .any(|a| matches!(a, IndexArray::Device { .. }));
-    if !on_device {
-        let mut flat: Vec<i64> = Vec::with_capacity(adv.indices.len() * nb);
-        for a in &adv.indices {
-            flat.extend_from_slice(a.host().expect("host arrays"));
-        }
-        if flat.is_empty() {
-            flat.push(0);
-        }
-        return Ok(Indices {
-            idx: Storage::upload(&flat, device)?,
-            bad: None,
-        });
-    }
-    let total = (adv.indices.len() * nb).max(1);
-    let mut idx = if adv.indices.iter().all(|a| a.host().is_none()) {
-        Storage::empty(total, DType::I64, device)?
-    } else {
-        let mut flat = vec![0i64; total];
-        for (a, arr) in adv.indices.iter().enumerate() {
-            if let Some(h) = arr.host() {
-                flat[a * nb..(a + 1) * nb].copy_from_slice(h);
-            }
-        }
-        Storage::upload(&flat, device)?
-    };
-    let mut bad = Storage::full::<i64>(adv.indices.len(), -1, device)?;
-    for (a, arr) in adv.indices.iter().enumerate() {
+    // Per device array: its layout for the normalisation, or, for an index tensor of more than
+    // MAX_INDEX_DIMS dimensions (rare), its values read on the host through its layout, checked
+    // there and wrapped.
+    let mut reads: Vec<Option<std::result::Result<Strided, Vec<i64>>>> = Vec::new();
+    for arr in &adv.indices {
         let IndexArray::Device { index, size, dim } = arr else {
+            reads.push(None);
             continue;
         };
         let src = index.view.storage();
@@ -226,34 +191,49 @@ fn prepare_indices(adv: &Advanced, device: Device) -> Result<Indices> {
             // Every value is out of range: report the first without running anything.
             return Err(first_out_of_range(index, 0, *dim, true));
         }
-        match layout_desc(&index.view) {
-            Ok(layout) => idx.index_normalise(a * nb, nb, src, &layout, *size, &mut bad, a)?,
+        reads.push(Some(match layout_desc(&index.view) {
+            Ok(layout) => Ok(layout),
             Err(_) => {
-                // An index tensor of more than MAX_INDEX_DIMS dimensions (rare): its values
-                // read on the host through its layout, checked there, and normalised on the
-                // device as one dense array (normalising normalised values changes nothing).
-                let values = wide_index_values(index)?;
                 let s = *size as i64;
-                if let Some(&v) = values.iter().find(|&&v| {
-                    let w = if v < 0 { v + s } else { v };
-                    w < 0 || w >= s
-                }) {
-                    return Err(Error::IndexOutOfRange {
-                        dim: *dim,
-                        index: v,
-                        size: *size,
-                    });
+                let mut values = wide_index_values(index)?;
+                for v in &mut values {
+                    let w = if *v < 0 { *v + s } else { *v };
+                    if w < 0 || w >= s {
+                        return Err(Error::IndexOutOfRange {
+                            dim: *dim,
+                            index: *v,
+                            size: *size,
+                        });
+                    }
+                    *v = w;
                 }
-                let dense = Storage::upload(&values, device)?;
-                let layout = Strided::new(&[nb], &[1], 0).expect("one dimension");
-                idx.index_normalise(a * nb, nb, &dense, &layout, *size, &mut bad, a)?;
+                Err(values)
             }
-        }
+        }));
     }
-    Ok(Indices {
-        idx,
-        bad: Some(bad),
-    })
+    let sources: Vec<(IndexSource<'_>, usize)> = adv
+        .indices
+        .iter()
+        .zip(&reads)
+        .zip(&adv.dims)
+        .map(|((arr, read), &dim)| match (arr, read) {
+            (IndexArray::Device { index, size, .. }, Some(Ok(layout))) => (
+                IndexSource::Stored {
+                    values: index.view.storage(),
+                    layout,
+                },
+                *size,
+            ),
+            (IndexArray::Device { size, .. }, Some(Err(values))) => {
+                (IndexSource::Host(values), *size)
+            }
+            (arr, _) => (
+                IndexSource::Host(arr.host().unwrap_or(&[])),
+                view.shape()[dim],
+            ),
+        })
+        .collect();
+    Ok(IndexValues::new(device, nb, &sources)?)
 }
 
 /// The values of a device index tensor, row-major over its layout, read on the host from its
@@ -277,9 +257,10 @@ fn wide_index_values(index: &StoredIndex) -> Result<Vec<i64>> {
 }
 
 /// Reads the normalisation's reports (one synchronisation): the first bad value, as an error.
-fn check_bad(adv: &Advanced, ix: &Indices) -> Result<()> {
-    let Some(bad) = &ix.bad else { return Ok(()) };
-    let words = bad.to_vec::<i64>()?;
+fn check_bad(adv: &Advanced, ix: &IndexValues) -> Result<()> {
+    let Some(words) = ix.bad_positions()? else {
+        return Ok(());
+    };
     // A word names the array's first bad position; the error reads the array back to name its
     // value (the same first one, in row-major order).
     for (arr, &w) in adv.indices.iter().zip(&words) {
@@ -291,16 +272,17 @@ fn check_bad(adv: &Advanced, ix: &Indices) -> Result<()> {
 }
 
 /// The normalised index arrays, read back to the host (after [`check_bad`]).
-fn host_indices<'a>(adv: &'a Advanced, ix: &Indices) -> Result<Vec<Cow<'a, [i64]>>> {
+fn host_indices<'a>(adv: &'a Advanced, ix: &IndexValues) -> Result<Vec<Cow<'a, [i64]>>> {
     let nb: usize = adv.index_shape.iter().product();
-    if ix.bad.is_none() {
-        return Ok(adv
-            .indices
-            .iter()
-            .map(|a| Cow::Borrowed(a.host().expect("host arrays")))
-            .collect());
+    if let Some(host) = adv
+        .indices
+        .iter()
+        .map(IndexArray::host)
+        .collect::<Option<Vec<_>>>()
+    {
+        return Ok(host.into_iter().map(Cow::Borrowed).collect());
     }
-    let flat = ix.idx.to_vec::<i64>()?;
+    let flat = ix.to_vec()?;
     Ok((0..adv.indices.len())
         .map(|a| Cow::Owned(flat[a * nb..(a + 1) * nb].to_vec()))
         .collect())
@@ -320,7 +302,7 @@ pub(crate) fn gather(input: &View, p: &IndexPlan) -> Result<View> {
         // Nothing to read (an empty view's offset need not lie in its storage, so no span of
         // it is taken); device index values are still checked (an out-of-range one is an error).
         if adv.index_shape.iter().product::<usize>() > 0 {
-            let ix = prepare_indices(adv, src.device())?;
+            let ix = prepare_indices(adv, &p.view, src.device())?;
             check_bad(adv, &ix)?;
         }
         return Ok(View::with_layout(
@@ -336,20 +318,15 @@ pub(crate) fn gather(input: &View, p: &IndexPlan) -> Result<View> {
         return gather_rows_raw(p, src, index, *size, *dim, &rows);
     }
     let Some(d) = desc(p, adv) else {
-        let f = flat(p, adv, src.device())?;
-        // SAFETY: every offset is one of the view (index values checked and normalised),
-        // which fits its storage.
-        let out = unsafe { src.index_gather(&f.desc, &f.idx, None)? };
+        let f = flat(p, adv, src.device(), src.len())?;
+        let out = src.index_gather(&f.desc, &f.idx, None)?;
         return Ok(View::with_layout(
             Arc::new(out),
             Layout::contiguous(&p.result_shape),
         )?);
     };
-    let ix = prepare_indices(adv, src.device())?;
-    // SAFETY: every index value is in range: checked by planning (host arrays) or normalised
-    // on the device (device arrays: a bad value reads as 0 and is reported below), and the
-    // view fits its storage.
-    let out = unsafe { src.index_gather(&d, &ix.idx, rows.as_ref())? };
+    let ix = prepare_indices(adv, &p.view, src.device())?;
+    let out = src.index_gather(&d, &ix, rows.as_ref())?;
     // Device arrays were checked by their normalisation (bad values read as 0, in range):
     // report one now; the result is then dropped.
     check_bad(adv, &ix)?;
@@ -474,185 +451,11 @@ fn first_out_of_range(index: &StoredIndex, size: usize, dim: usize, wrap: bool) 
     }
 }
 
-/// The index tuple of position `b` packed for hashing: the value itself for one index array.
-fn tuple_key(indices: &[Cow<'_, [i64]>], b: usize) -> smallvec::SmallVec<[i64; 2]> {
-    indices.iter().map(|ix| ix[b]).collect()
-}
-
-/// The index tuples' keys (row-major over `sizes`, the sizes of the indexed dimensions) and
-/// their count, when a table of one entry per key is small next to the positions (at most
-/// [`MAX_TABLE_KEYS`] or four per position); `None` otherwise (the tuples are hashed). The
-/// values are normalised (in range), else `None` too.
-fn table_keys(
-    indices: &[Cow<'_, [i64]>],
-    sizes: &[usize],
-    nb: usize,
-) -> Option<(Vec<usize>, usize)> {
-    let mut count = 1usize;
-    let mut mul = vec![0usize; sizes.len()];
-    for a in (0..sizes.len()).rev() {
-        mul[a] = count;
-        count = count.checked_mul(sizes[a])?;
-    }
-    if count > MAX_TABLE_KEYS.max(nb.saturating_mul(4)) {
-        return None;
-    }
-    let mut keys = Vec::with_capacity(nb);
-    for b in 0..nb {
-        let mut key = 0usize;
-        for (ix, (&m, &size)) in indices.iter().zip(mul.iter().zip(sizes)) {
-            let v = usize::try_from(ix[b]).ok().filter(|&v| v < size)?;
-            key += v * m;
-        }
-        keys.push(key);
-    }
-    Some((keys, count))
-}
-
-/// Most keys a host key table holds regardless of the number of positions.
-const MAX_TABLE_KEYS: usize = 1 << 16;
-
-/// Marks the index positions whose tuple repeats at a later position (1: skip it, a later
-/// position writes the same elements; the last one wins). `sizes`: the indexed dimensions'.
-fn dead_positions(indices: &[Cow<'_, [i64]>], sizes: &[usize], nb: usize) -> Vec<u8> {
-    let mut dead = vec![0u8; nb];
-    if let Some((keys, count)) = table_keys(indices, sizes, nb) {
-        let mut last = vec![usize::MAX; count];
-        for (b, &k) in keys.iter().enumerate() {
-            last[k] = b;
-        }
-        for (b, (d, &k)) in dead.iter_mut().zip(&keys).enumerate() {
-            *d = u8::from(last[k] != b);
-        }
-    } else if let [only] = indices {
-        let mut seen = std::collections::HashSet::with_capacity(nb);
-        for b in (0..nb).rev() {
-            dead[b] = u8::from(!seen.insert(only[b]));
-        }
-    } else {
-        let mut seen = std::collections::HashSet::with_capacity(nb);
-        for b in (0..nb).rev() {
-            dead[b] = u8::from(!seen.insert(tuple_key(indices, b)));
-        }
-    }
-    dead
-}
-
-/// The accumulate groups of equal index tuples, for `Storage::index_scatter_add`: `dead` (1
-/// for positions that are not their group's representative, the group's last position), and
-/// for each representative `b` its members (positions in order) `members[start[b] ..
-/// start[b] + len[b]]`.
-struct Groups {
-    dead: Vec<u8>,
-    start: Vec<i64>,
-    len: Vec<i64>,
-    members: Vec<i64>,
-}
-
-/// The [`Groups`] of the index tuples: by a counting sort over the keys when a key table is
-/// small ([`table_keys`]), else by hashing the tuples.
-fn groups(indices: &[Cow<'_, [i64]>], sizes: &[usize], nb: usize) -> Groups {
-    let mut g = Groups {
-        dead: vec![1u8; nb],
-        start: vec![0i64; nb],
-        len: vec![0i64; nb],
-        members: Vec::with_capacity(nb),
-    };
-    if let Some((keys, count)) = table_keys(indices, sizes, nb) {
-        // Where each key's members start, then the positions placed in order.
-        let mut at = vec![0usize; count + 1];
-        for &k in &keys {
-            at[k + 1] += 1;
-        }
-        for k in 0..count {
-            at[k + 1] += at[k];
-        }
-        let mut last = vec![0usize; count];
-        g.members.resize(nb, 0);
-        let mut next = at.clone();
-        for (b, &k) in keys.iter().enumerate() {
-            g.members[next[k]] = b as i64;
-            next[k] += 1;
-            last[k] = b;
-        }
-        for k in 0..count {
-            let n = at[k + 1] - at[k];
-            if n > 0 {
-                let rep = last[k];
-                g.dead[rep] = 0;
-                g.start[rep] = at[k] as i64;
-                g.len[rep] = n as i64;
-            }
-        }
-        return g;
-    }
-    let mut by_tuple: HashMap<smallvec::SmallVec<[i64; 2]>, Vec<usize>> = HashMap::new();
-    for b in 0..nb {
-        by_tuple.entry(tuple_key(indices, b)).or_default().push(b);
-    }
-    for positions in by_tuple.values() {
-        let rep = *positions.last().expect("groups are non-empty");
-        g.dead[rep] = 0;
-        g.start[rep] = g.members.len() as i64;
-        g.len[rep] = positions.len() as i64;
-        g.members.extend(positions.iter().map(|&b| b as i64));
-    }
-    g
-}
-
-/// [`Groups`] on `device`, for `Storage::index_scatter_add`.
-fn upload_groups(g: &Groups, device: Device) -> Result<[Storage; 4]> {
-    // A storage of at least one element each (an empty upload is still a valid operand).
-    fn up<T: genesis_storage::WithDType + Default>(v: &[T], device: Device) -> Result<Storage> {
-        Ok(if v.is_empty() {
-            Storage::upload(&[T::default()], device)?
-        } else {
-            Storage::upload(v, device)?
-        })
-    }
-    Ok([
-        up(&g.dead, device)?,
-        up(&g.start, device)?,
-        up(&g.len, device)?,
-        up(&g.members, device)?,
-    ])
-}
-
 /// `dst[k] += values[k]` for every element of `dst` (`values` of its dtype and device, at
 /// least as long), as the indexing kernels add (integers wrap, half types round once from f32,
-/// bool is a logical or), for every dtype: one scatter-add through a descriptor of no index
-/// arrays (one index position, whose group is itself) over the dense elements.
+/// bool is a logical or), for every dtype: `Storage::index_accumulate`.
 pub(crate) fn add_in_place(dst: &mut Storage, values: &Storage) -> Result<()> {
-    let n = dst.len();
-    if n == 0 {
-        return Ok(());
-    }
-    let mut desc = IndexDesc {
-        res_shape: [1; MAX_INDEX_DIMS],
-        res_stride: [0; MAX_INDEX_DIMS],
-        adv_stride: [0; MAX_INDEX_DIMS],
-        base: 0,
-        nb: 1,
-        rank: 1,
-        pos: 0,
-        k: 0,
-        n_adv: 0,
-    };
-    desc.res_shape[0] = n as i64;
-    desc.res_stride[0] = 1;
-    let dev = dst.device();
-    let idx = Storage::zeros(1, DType::I64, dev)?;
-    let one = Groups {
-        dead: vec![0],
-        start: vec![0],
-        len: vec![1],
-        members: vec![0],
-    };
-    let [dead, st, ln, mb] = upload_groups(&one, dev)?;
-    // SAFETY: no index values: the offsets are 0..n, inside `dst`; the one position is its
-    // group's only member.
-    unsafe { dst.index_scatter_add(values, &desc, &idx, [&dead, &st, &ln, &mb])? };
-    Ok(())
+    Ok(dst.index_accumulate(values)?)
 }
 
 /// Writes dense `values` (result-shaped, same device) through an advanced plan.
@@ -676,40 +479,26 @@ pub(crate) fn scatter(
     };
     let dev = target.device();
     let nb: usize = adv.index_shape.iter().product();
-    let ix = prepare_indices(adv, dev)?;
-    let idx = &ix.idx;
+    let ix = prepare_indices(adv, &p.view, dev)?;
+    let rows = rows16(p, adv, target.dtype().size());
     // Duplicate tuples: on the device when the arrays are there and their keys are few enough;
     // else (accumulate, or many keys) on the host, after checking the device arrays.
-    let keys = ix
-        .bad
-        .as_ref()
-        .filter(|_| !accumulate)
-        .and_then(|bad| device_keys(p, adv).map(|k| (k, bad)));
-    let size = target.dtype().size();
-    if let Some(((keys, nkeys), bad)) = keys {
-        let mut winner = Storage::zeros(nkeys.max(1), DType::I64, dev)?;
-        let mut dead = Storage::empty(nb.max(1), DType::U8, dev)?;
-        // SAFETY: `idx` holds the normalised arrays (bad values as 0: in range), so every key
-        // lies in `winner`.
-        unsafe { idx.index_dead_positions(&keys, &mut winner, bad, &mut dead, nb)? };
-        // SAFETY: as in `gather`; live positions have distinct index tuples, so they write
-        // distinct offsets.
-        unsafe { target.index_scatter(values, &d, idx, &dead, rows16(p, adv, size).as_ref())? };
+    let on_device = !accumulate
+        && ix.checks_on_device()
+        && ix
+            .key_count()
+            .is_some_and(|c| c <= MAX_DEVICE_KEYS.max(nb.saturating_mul(4)));
+    if on_device {
+        let dead = DeadMask::by_table(&ix)?;
+        target.index_scatter(values, &d, &ix, &dead, rows.as_ref())?;
         // With a bad device index every position was dead: nothing was written.
         return check_bad(adv, &ix);
     }
     check_bad(adv, &ix)?;
-    let host = host_indices(adv, &ix)?;
-    let sizes: Vec<usize> = adv.dims.iter().map(|&d| p.view.shape()[d]).collect();
     if accumulate {
-        let [dead, st, ln, mb] = upload_groups(&groups(&host, &sizes, nb), dev)?;
-        // SAFETY: as in `gather`; only group representatives write, each to its own offsets.
-        unsafe { target.index_scatter_add(values, &d, idx, [&dead, &st, &ln, &mb])? };
+        target.index_scatter_add(values, &d, &ix, &AddGroups::new(&ix)?)?;
     } else {
-        let dead = Storage::upload(&dead_positions(&host, &sizes, nb), dev)?;
-        // SAFETY: as in `gather`; live positions have distinct index tuples, so they write
-        // distinct offsets.
-        unsafe { target.index_scatter(values, &d, idx, &dead, rows16(p, adv, size).as_ref())? };
+        target.index_scatter(values, &d, &ix, &DeadMask::new(&ix)?, rows.as_ref())?;
     }
     Ok(())
 }
@@ -723,42 +512,17 @@ fn scatter_flat(
     values: &Storage,
     accumulate: bool,
 ) -> Result<()> {
-    let dev = target.device();
-    let Flat { desc, idx, offsets } = flat(p, adv, dev)?;
-    let n = offsets.len();
-    let one = [Cow::Owned(offsets)];
-    let sizes = [target.len()];
+    let Flat { desc, idx } = flat(p, adv, target.device(), target.len())?;
     if accumulate {
-        let [dead, st, ln, mb] = upload_groups(&groups(&one, &sizes, n), dev)?;
-        // SAFETY: every offset is one of the view (index values checked and normalised), which
-        // fits its storage; only group representatives write, each its own offset.
-        unsafe { target.index_scatter_add(values, &desc, &idx, [&dead, &st, &ln, &mb])? };
+        target.index_scatter_add(values, &desc, &idx, &AddGroups::new(&idx)?)?;
     } else {
-        let dead = Storage::upload(&dead_positions(&one, &sizes, n), dev)?;
-        // SAFETY: as above; live positions have distinct offsets.
-        unsafe { target.index_scatter(values, &desc, &idx, &dead, None)? };
+        target.index_scatter(values, &desc, &idx, &DeadMask::new(&idx)?, None)?;
     }
     Ok(())
 }
 
 /// Most keys (index tuples) the device deduplicates with a table of one word per key.
 const MAX_DEVICE_KEYS: usize = 1 << 22;
-
-/// The keys of the plan's index tuples (row-major over the indexed sizes) and their count,
-/// when a table of them is small enough for the device.
-fn device_keys(p: &IndexPlan, adv: &Advanced) -> Option<(Keys, usize)> {
-    let nb: usize = adv.index_shape.iter().product();
-    let mut keys = Keys {
-        mul: [0; MAX_INDEX_DIMS],
-        n_adv: adv.dims.len() as i32,
-    };
-    let mut count = 1usize;
-    for (a, &dim) in adv.dims.iter().enumerate().rev() {
-        keys.mul[a] = count as i64;
-        count = count.checked_mul(p.view.shape()[dim])?;
-    }
-    (count <= MAX_DEVICE_KEYS.max(nb.saturating_mul(4))).then_some((keys, count))
-}
 
 /// Turns the masks on a CUDA device among `items` into coordinates there ([`MaskCoords`]):
 /// a count (read by the host: one synchronisation), one pass writing the set positions in

@@ -13,13 +13,9 @@
 //! assert_eq!(v.contiguous()?.to_vec::<i32>()?, vec![5, 7, 9, 10, 12, 14]);
 //! # Ok::<(), genesis_storage::Error>(())
 //! ```
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-// The executor of advanced plans calls the storage layer's gathers and scatters, whose offsets
-// come from index values that may live on a device: their promise (values in range) is the one
-// unsafe here.
-#[allow(unsafe_code)]
 mod advanced;
 mod exec;
 mod expr;

@@ -240,3 +240,80 @@ fn basic_accumulate_adds_in_every_dtype() {
     .unwrap();
     assert_eq!(target.to_vec::<i8>().unwrap(), [100, -56, 127, 100]);
 }
+
+/// What the storage layer checks of an advanced plan before any kernel runs, whatever the
+/// plan holds (its fields are public): host index values out of range and a view reaching
+/// outside its storage are typed errors, and a scatter through a layout that repeats elements
+/// (stride 0) is refused without writing, while a gather through it reads the repeats.
+#[test]
+fn plans_the_storage_layer_refuses_are_typed_errors() {
+    let data: Vec<f32> = (0..12).map(|i| i as f32).collect();
+    let src = View::with_layout(host(&data), Layout::contiguous(&[3, 4])).unwrap();
+    let items = [IndexItem::Tensor(IndexTensor::i64(&[2], vec![2, 0]))];
+    let good = plan(src.layout(), &items, false).unwrap();
+    let got = genesis_index::execute_get(&src, &good).unwrap();
+    assert_eq!(
+        got.contiguous().unwrap().to_vec::<f32>().unwrap()[..4],
+        data[8..]
+    );
+    // A host index value past its dimension.
+    let mut far = good.clone();
+    if let Some(adv) = far.advanced.as_mut() {
+        adv.indices[0] = genesis_index::IndexArray::Host(vec![3, 0]);
+    }
+    let e = genesis_index::execute_get(&src, &far).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            genesis_index::Error::Storage(genesis_storage::Error::IndexValueOutOfRange { .. })
+        ),
+        "{e}"
+    );
+    // A view larger than the storage.
+    let mut wide = good.clone();
+    wide.view = Layout::new(&[3, 4], &[5, 1], 0);
+    let e = genesis_index::execute_get(&src, &wide).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            genesis_index::Error::Storage(genesis_storage::Error::IndexOutsideStorage { .. })
+        ),
+        "{e}"
+    );
+    // Through an expanded layout: four rows that are one row of the storage.
+    let expanded = Layout::new(&[4, 3], &[0, 1], 0);
+    let one = View::with_layout(host(&[1.0f32, 2.0, 3.0]), expanded.clone()).unwrap();
+    let rows = [IndexItem::Tensor(IndexTensor::i64(&[2], vec![3, 0]))];
+    let got = get(&one, &rows).unwrap();
+    assert_eq!(
+        got.contiguous().unwrap().to_vec::<f32>().unwrap(),
+        [1.0, 2.0, 3.0, 1.0, 2.0, 3.0]
+    );
+    let cols = [
+        IndexItem::Slice {
+            start: None,
+            stop: None,
+            step: None,
+        },
+        IndexItem::Tensor(IndexTensor::i64(&[1], vec![1])),
+    ];
+    for (items, accumulate) in [(&rows[..], false), (&rows[..], true), (&cols[..], false)] {
+        let mut target = Storage::from_slice(&[1.0f32, 2.0, 3.0], Device::Cpu).unwrap();
+        let e = set(
+            &mut target,
+            &expanded,
+            items,
+            Value::Scalar(9.0),
+            accumulate,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                genesis_index::Error::Storage(genesis_storage::Error::IndexRefused { .. })
+            ),
+            "{e}"
+        );
+        assert_eq!(target.to_vec::<f32>().unwrap(), [1.0, 2.0, 3.0]);
+    }
+}

@@ -129,8 +129,11 @@ pub const RADIX_MIN_32: usize = 1 << 17;
 /// Shortest row of 64-bit keys (f64, i64) sorted by the radix passes.
 pub const RADIX_MIN_64: usize = 1 << 19;
 
-/// Elements of one radix tile (`RX_TILE`: 256 threads of 8).
-const RADIX_TILE: usize = 2048;
+/// Elements of one radix tile (`RxTile<K>::N`: 256 threads of 12 keys of at most 32 bits, or
+/// of 8 64-bit keys).
+fn radix_tile<T: Element>() -> usize {
+    if key_fits_32::<T>() { 3072 } else { 2048 }
+}
 
 /// How the kernels sort `[rows, r]`: rows of at most [`SMEM_ROW`] elements padded to `npad` (a
 /// power of two) in one block each; longer rows as sorted chunks of [`SMEM_ROW`] merged
@@ -196,7 +199,7 @@ impl SortPlan {
         let n = self.rows.checked_mul(self.r)?;
         let key = if key_fits_32::<T>() { 4 } else { 8 };
         let passes = size_of::<T>();
-        let tiles = self.r.div_ceil(RADIX_TILE);
+        let tiles = self.r.div_ceil(radix_tile::<T>());
         let sizes = [
             n.checked_mul(2 * key)?,
             n.checked_mul(2 * 4)?,
@@ -596,7 +599,7 @@ fn radix_sort<T: Element>(
     let at = plan.radix_layout::<T>().ok_or_else(overflow)?;
     let (rows, r) = (plan.rows, plan.r);
     let n = rows * r;
-    let tiles = r.div_ceil(RADIX_TILE);
+    let tiles = r.div_ceil(radix_tile::<T>());
     let key_bytes = if key_fits_32::<T>() { 4 } else { 8 };
     let ctx = stream.context();
     let get = |name: &'static str| Kernel::get(ctx, &crate::images::SORT, name);
@@ -682,7 +685,7 @@ fn radix_sort<T: Element>(
     }
     // Keys, positions, the per-warp counts, the tile's digit starts (4 bytes) and row
     // offsets (8 bytes), a block sum and the tile number.
-    let smem = RADIX_TILE * (key_bytes + 4) + (8 * 256 + 256 + 2 * 256 + 8 + 1) * 4;
+    let smem = radix_tile::<T>() * (key_bytes + 4) + (8 * 256 + 256 + 2 * 256 + 8 + 1) * 4;
     let pass_grid = LaunchConfig {
         shared_bytes: smem.next_multiple_of(16) as u32,
         ..LaunchConfig::linear(blocks as u32, 256)

@@ -97,8 +97,9 @@ fn main() -> Result<()> {
         let ms = start.elapsed().as_secs_f64() * 1e3;
         let peak = match device {
             Device::Cuda(i) => format!(
-                ", peak allocated {:.1} MiB",
-                genesis::cuda::max_memory_allocated(i)? as f64 / 1048576.0
+                ", peak allocated {:.1} MiB, reserved {:.1} MiB",
+                genesis::cuda::max_memory_allocated(i)? as f64 / 1048576.0,
+                genesis::cuda::max_memory_reserved(i)? as f64 / 1048576.0
             ),
             _ => String::new(),
         };

@@ -13,6 +13,7 @@ import time
 
 import torch
 
+import twins
 from twins import GPT, load_safetensors, window_batch
 
 CONFIGS = {
@@ -33,14 +34,18 @@ def main():
     p.add_argument("--bf16", action="store_true")
     p.add_argument("--compile", action="store_true")
     p.add_argument("--text", default=None)
+    p.add_argument("--math-attention", action="store_true", help="written-out attention, AdamW unfused")
     a = p.parse_args()
+    # On CUDA, PyTorch's fast settings: SDPA (flash) attention and the fused AdamW.
+    fast = a.device == "cuda" and not a.math_attention
+    twins.SDPA = fast
     if a.text is None:
         text = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "corpus.txt"), "rb").read()
     else:
         text = b"".join(open(f, "rb").read() for f in sorted(glob.glob(os.path.join(a.text, "*.py"))) if os.path.isfile(f))
     model = GPT(CONFIGS[a.config]).to(a.device)
     model.load_state_dict({k: v.to(a.device) for k, v in load_safetensors(a.init).items()})
-    opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1)
+    opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=fast)
     run = torch.compile(model) if a.compile else model
     print("gpt2 %s, batch %d x %d, %d bytes of text, %s%s" % (a.config, a.batch, a.seq, len(text), a.device, ", bf16 autocast" if a.bf16 else ""))
     for step in range(a.steps):
@@ -54,7 +59,7 @@ def main():
         opt.step()
         l = loss.item()
         ms = (time.perf_counter() - start) * 1e3
-        peak = ", peak allocated %.1f MiB" % (torch.cuda.max_memory_allocated() / 1048576) if a.device == "cuda" else ""
+        peak = ", peak allocated %.1f MiB, reserved %.1f MiB" % (torch.cuda.max_memory_allocated() / 1048576, torch.cuda.max_memory_reserved() / 1048576) if a.device == "cuda" else ""
         print("step %4d  loss %.6f  %.2f ms  %.0f tokens/s%s" % (step, l, ms, a.batch * a.seq / (ms / 1e3), peak))
 
 

@@ -10,10 +10,12 @@
 //! operands' memory; a backend only computes. Positions and lengths are in elements of the
 //! dtype given; every operand of one call lives in the same backend.
 
+use genesis_kernels::attention::{AttentionShape, BackwardStrides, ForwardStrides};
 use genesis_kernels::classify::FloatClass;
 use genesis_kernels::gather::Along;
 use genesis_kernels::grad::ActGrad;
 use genesis_kernels::index::{IndexDesc, Keys, Rows16, Strided};
+use genesis_kernels::layernorm::LayerNormShape;
 use genesis_kernels::matmul::MatmulLayout;
 use genesis_kernels::optim::AdamStep;
 use genesis_kernels::scan::ScanOp;
@@ -257,6 +259,74 @@ pub(crate) trait Compute {
         out: &mut Self,
         len: usize,
         n: usize,
+    ) -> Result<()>;
+
+    /// Flash attention's forward (`genesis_kernels::attention`): `q` (`self`), `k`, `v` of
+    /// `dtype`, each read through `s` from element `at[i]`, the `len[i]` elements from there
+    /// its span; `o` (from 0, through `s.o`) and `lse` (`[batch, heads, tq]`, f32; f64 for
+    /// f64) written.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_forward(
+        &self,
+        dtype: DType,
+        shape: &AttentionShape,
+        s: &ForwardStrides,
+        at: [usize; 3],
+        len: [usize; 3],
+        k: &Self,
+        v: &Self,
+        o: &mut Self,
+        o_len: usize,
+        lse: &mut Self,
+    ) -> Result<()>;
+
+    /// Flash attention's backward: `q` (`self`), `k`, `v`, the forward's `o`, `dout` (each
+    /// from element `at[i]`, `len[i]` elements) and `lse` (from 0); `dq`, `dk`, `dv` (from 0,
+    /// `out_len[i]` elements, through `s`) written.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_backward(
+        &self,
+        dtype: DType,
+        shape: &AttentionShape,
+        s: &BackwardStrides,
+        at: [usize; 5],
+        len: [usize; 5],
+        ins: [&Self; 4],
+        lse: &Self,
+        outs: [&mut Self; 3],
+        out_len: [usize; 3],
+    ) -> Result<()>;
+
+    /// Layer norm's forward (`genesis_kernels::layernorm`): `[rows, cols]` of `dtype` from
+    /// element `x_at` of `self`, `w` and `b` (`cols` values from their element) optional,
+    /// into `y` and the rows' `mean` and `rstd` (f32; f64 for f64).
+    #[allow(clippy::too_many_arguments)]
+    fn layer_norm(
+        &self,
+        dtype: DType,
+        shape: &LayerNormShape,
+        x_at: usize,
+        w: Option<(&Self, usize)>,
+        b: Option<(&Self, usize)>,
+        y: &mut Self,
+        mean: &mut Self,
+        rstd: &mut Self,
+    ) -> Result<()>;
+
+    /// Layer norm's backward: `dh` from `dy` (`self` from `dy_at`), the forward's input `h`,
+    /// `w`, `mean` and `rstd`; `dw` and `db` when given.
+    #[allow(clippy::too_many_arguments)]
+    fn layer_norm_backward(
+        &self,
+        dtype: DType,
+        shape: &LayerNormShape,
+        dy_at: usize,
+        h: (&Self, usize),
+        w: Option<(&Self, usize)>,
+        stats: [&Self; 2],
+        dh: &mut Self,
+        dw: Option<&mut Self>,
+        db: Option<&mut Self>,
     ) -> Result<()>;
 
     /// One-hot rows of the int64 classes `self[at..at + n]` into `out` (`n * classes` int64):
@@ -612,6 +682,126 @@ impl Compute for [u8] {
             )?;
             Ok(())
         }, _ => Err(unsupported("act_grad", dtype)))
+    }
+
+    fn attention_forward(
+        &self,
+        dtype: DType,
+        shape: &AttentionShape,
+        s: &ForwardStrides,
+        at: [usize; 3],
+        len: [usize; 3],
+        k: &[u8],
+        v: &[u8],
+        o: &mut [u8],
+        o_len: usize,
+        lse: &mut [u8],
+    ) -> Result<()> {
+        let n = shape.lse_len()?;
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
+            genesis_kernels::attention::attention_forward::<T>(
+                shape,
+                s,
+                host::<T>(self, at[0], len[0])?,
+                host::<T>(k, at[1], len[1])?,
+                host::<T>(v, at[2], len[2])?,
+                host_mut::<T>(o, 0, o_len)?,
+                host_mut::<<T as genesis_kernels::attention::AttentionElement>::Acc>(lse, 0, n)?,
+            )?;
+            Ok(())
+        }, _ => Err(unsupported("attention", dtype)))
+    }
+
+    fn layer_norm(
+        &self,
+        dtype: DType,
+        shape: &LayerNormShape,
+        x_at: usize,
+        w: Option<(&[u8], usize)>,
+        b: Option<(&[u8], usize)>,
+        y: &mut [u8],
+        mean: &mut [u8],
+        rstd: &mut [u8],
+    ) -> Result<()> {
+        let (len, rows, c) = (shape.numel()?, shape.rows, shape.cols);
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
+            type A = <T as genesis_kernels::classifier::FusedElement>::Acc;
+            genesis_kernels::layernorm::layer_norm_forward::<T>(
+                shape,
+                host::<T>(self, x_at, len)?,
+                None,
+                w.map(|(m, at)| host::<T>(m, at, c)).transpose()?,
+                b.map(|(m, at)| host::<T>(m, at, c)).transpose()?,
+                host_mut::<T>(y, 0, len)?,
+                host_mut::<A>(mean, 0, rows)?,
+                host_mut::<A>(rstd, 0, rows)?,
+            )?;
+            Ok(())
+        }, _ => Err(unsupported("layer_norm", dtype)))
+    }
+
+    fn layer_norm_backward(
+        &self,
+        dtype: DType,
+        shape: &LayerNormShape,
+        dy_at: usize,
+        h: (&[u8], usize),
+        w: Option<(&[u8], usize)>,
+        stats: [&[u8]; 2],
+        dh: &mut [u8],
+        dw: Option<&mut [u8]>,
+        db: Option<&mut [u8]>,
+    ) -> Result<()> {
+        let (len, rows, c) = (shape.numel()?, shape.rows, shape.cols);
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
+            type A = <T as genesis_kernels::classifier::FusedElement>::Acc;
+            genesis_kernels::layernorm::layer_norm_backward::<T>(
+                shape,
+                host::<T>(self, dy_at, len)?,
+                host::<T>(h.0, h.1, len)?,
+                w.map(|(m, at)| host::<T>(m, at, c)).transpose()?,
+                host::<A>(stats[0], 0, rows)?,
+                host::<A>(stats[1], 0, rows)?,
+                host_mut::<T>(dh, 0, len)?,
+                dw.map(|m| host_mut::<T>(m, 0, c)).transpose()?,
+                db.map(|m| host_mut::<T>(m, 0, c)).transpose()?,
+                genesis_kernels::layernorm::Accumulate::default(),
+            )?;
+            Ok(())
+        }, _ => Err(unsupported("layer_norm", dtype)))
+    }
+
+    fn attention_backward(
+        &self,
+        dtype: DType,
+        shape: &AttentionShape,
+        s: &BackwardStrides,
+        at: [usize; 5],
+        len: [usize; 5],
+        ins: [&[u8]; 4],
+        lse: &[u8],
+        outs: [&mut [u8]; 3],
+        out_len: [usize; 3],
+    ) -> Result<()> {
+        let n = shape.lse_len()?;
+        let [k, v, o, dout] = ins;
+        let [dq, dk, dv] = outs;
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
+            genesis_kernels::attention::attention_backward::<T>(
+                shape,
+                s,
+                host::<T>(self, at[0], len[0])?,
+                host::<T>(k, at[1], len[1])?,
+                host::<T>(v, at[2], len[2])?,
+                host::<T>(o, at[3], len[3])?,
+                host::<T>(dout, at[4], len[4])?,
+                host::<<T as genesis_kernels::attention::AttentionElement>::Acc>(lse, 0, n)?,
+                host_mut::<T>(dq, 0, out_len[0])?,
+                host_mut::<T>(dk, 0, out_len[1])?,
+                host_mut::<T>(dv, 0, out_len[2])?,
+            )?;
+            Ok(())
+        }, _ => Err(unsupported("attention", dtype)))
     }
 
     fn softmax_grad(

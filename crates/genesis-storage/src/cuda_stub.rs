@@ -2,10 +2,12 @@
 //! code names CUDA memory without feature gates, and creating any is the typed error
 //! [`Error::CudaNotCompiled`]. Every method of a value that cannot exist is an empty `match`.
 
+use genesis_kernels::attention::{AttentionShape, BackwardStrides, ForwardStrides};
 use genesis_kernels::classify::FloatClass;
 use genesis_kernels::gather::Along;
 use genesis_kernels::grad::ActGrad;
 use genesis_kernels::index::{IndexDesc, Keys, Rows16, Strided};
+use genesis_kernels::layernorm::LayerNormShape;
 use genesis_kernels::optim::AdamStep;
 use genesis_kernels::scan::ScanOp;
 use genesis_kernels::softmax::SoftmaxOp;
@@ -184,6 +186,66 @@ impl Compute for CudaMem {
         _: usize,
         _: &mut CudaMem,
         _: usize,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn attention_forward(
+        &self,
+        _: DType,
+        _: &AttentionShape,
+        _: &ForwardStrides,
+        _: [usize; 3],
+        _: [usize; 3],
+        _: &CudaMem,
+        _: &CudaMem,
+        _: &mut CudaMem,
+        _: usize,
+        _: &mut CudaMem,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn layer_norm(
+        &self,
+        _: DType,
+        _: &LayerNormShape,
+        _: usize,
+        _: Option<(&CudaMem, usize)>,
+        _: Option<(&CudaMem, usize)>,
+        _: &mut CudaMem,
+        _: &mut CudaMem,
+        _: &mut CudaMem,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn layer_norm_backward(
+        &self,
+        _: DType,
+        _: &LayerNormShape,
+        _: usize,
+        _: (&CudaMem, usize),
+        _: Option<(&CudaMem, usize)>,
+        _: [&CudaMem; 2],
+        _: &mut CudaMem,
+        _: Option<&mut CudaMem>,
+        _: Option<&mut CudaMem>,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn attention_backward(
+        &self,
+        _: DType,
+        _: &AttentionShape,
+        _: &BackwardStrides,
+        _: [usize; 5],
+        _: [usize; 5],
+        _: [&CudaMem; 4],
+        _: &CudaMem,
+        _: [&mut CudaMem; 3],
+        _: [usize; 3],
     ) -> Result<()> {
         match *self {}
     }

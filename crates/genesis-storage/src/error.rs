@@ -224,6 +224,42 @@ pub enum Error {
         /// Elements in the storage.
         storage_len: usize,
     },
+    /// An index value outside the dimension it indexes, given on the host to build
+    /// [`IndexValues`](crate::IndexValues).
+    #[error("{op}: index {value} is out of range for index array {array} of size {size}")]
+    IndexValueOutOfRange {
+        /// The operation.
+        op: &'static str,
+        /// The index array.
+        array: usize,
+        /// The value.
+        value: i64,
+        /// The size of the dimension it indexes.
+        size: usize,
+    },
+    /// An advanced index whose offsets, for index values in range, reach outside the storage
+    /// (the smallest and largest offset a result element may touch).
+    #[error("{op}: offsets {lo}..={hi} reach outside a storage of {storage_len} elements")]
+    IndexOutsideStorage {
+        /// The operation.
+        op: &'static str,
+        /// The smallest offset.
+        lo: i128,
+        /// The largest offset.
+        hi: i128,
+        /// Elements in the storage.
+        storage_len: usize,
+    },
+    /// Advanced-indexing operands that do not belong together (index values, a descriptor,
+    /// dead marks or groups made from other values), or a target whose layout may write an
+    /// element twice.
+    #[error("{op}: {reason}")]
+    IndexRefused {
+        /// The operation.
+        op: &'static str,
+        /// Why.
+        reason: String,
+    },
     /// max, min, argmax or argmin over an empty axis (they have no identity).
     #[error("{op}: cannot reduce an empty axis (the operation has no identity)")]
     EmptyReduction {

@@ -1347,14 +1347,17 @@ mod tests {
     }
 }
 
+mod attention;
 mod classify;
 mod elementwise;
 mod everyday;
 mod index;
+mod index_values;
 mod mask;
 mod matmul;
 mod multi;
 mod nd;
+mod norm;
 mod random;
 mod reduce;
 mod select;
@@ -1362,6 +1365,8 @@ mod shared;
 mod softmax;
 mod triangle;
 
+pub use attention::AttentionOperand;
+pub use index_values::{AddGroups, DeadMask, IndexSource, IndexValues};
 pub use multi::StorageRange;
 pub use nd::BinaryRhs;
 pub use reduce::{Reduced, reduce_dtype};

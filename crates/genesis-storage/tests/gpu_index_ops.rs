@@ -6,10 +6,10 @@
 
 mod common;
 
-use common::{dead_ref, groups_ref, keys_of, random_bytes, random_case, random_index_layout};
+use common::{Case, dead_ref, random_bytes, random_case, random_index_layout};
 use genesis_cuda::skip_without_gpu;
 use genesis_kernels::index::{IndexDesc, MAX_INDEX_DIMS, Rows16, Strided};
-use genesis_storage::{DType, Device, Storage};
+use genesis_storage::{AddGroups, DType, DeadMask, Device, IndexSource, IndexValues, Storage};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -35,6 +35,33 @@ fn on(device: Device, bytes: &[u8], dtype: DType) -> Storage {
         .unwrap()
         .to_device(device)
         .unwrap()
+}
+
+/// The index values of a case on `device`: host arrays, or (`stored`) the same values
+/// normalised from a storage there.
+fn values_of(c: &Case, device: Device, stored: bool) -> IndexValues {
+    let nb = c.desc.nb as usize;
+    let all = on(device, &i64_bytes(&c.idx), DType::I64);
+    let layouts: Vec<Strided> = (0..c.sizes.len())
+        .map(|a| Strided::new(&[nb], &[1], a * nb).unwrap())
+        .collect();
+    let arrays: Vec<(IndexSource<'_>, usize)> = c
+        .sizes
+        .iter()
+        .enumerate()
+        .map(|(a, &s)| {
+            let src = if stored {
+                IndexSource::Stored {
+                    values: &all,
+                    layout: &layouts[a],
+                }
+            } else {
+                IndexSource::Host(&c.idx[a * nb..(a + 1) * nb])
+            };
+            (src, s)
+        })
+        .collect();
+    IndexValues::new(device, nb, &arrays).unwrap()
 }
 
 fn i64_bytes(v: &[i64]) -> Vec<u8> {
@@ -77,13 +104,13 @@ fn gathers_and_scatters_match_the_host() {
         let mut outs = Vec::new();
         for device in [CPU, GPU] {
             let s = on(device, &src, dtype);
-            let idx = on(device, &i64_bytes(&c.idx), DType::I64);
-            // SAFETY: the case's index values are in range for their dimensions.
-            let g = unsafe { s.index_gather(&c.desc, &idx, None) }.unwrap();
+            let idx = values_of(&c, device, round % 2 == 0);
+            let g = s.index_gather(&c.desc, &idx, None).unwrap();
             let mut t = on(device, &src, dtype);
-            let d = on(device, &dead, DType::U8);
-            // SAFETY: as above; live positions have distinct tuples.
-            unsafe { t.index_scatter(&on(device, &vals, dtype), &c.desc, &idx, &d, None) }.unwrap();
+            let d = DeadMask::new(&idx).unwrap();
+            assert_eq!(d.to_vec().unwrap(), dead);
+            t.index_scatter(&on(device, &vals, dtype), &c.desc, &idx, &d, None)
+                .unwrap();
             outs.push((g.to_bytes().unwrap(), t.to_bytes().unwrap()));
         }
         assert_eq!(outs[0], outs[1], "{dtype} {c:?}");
@@ -102,27 +129,13 @@ fn scatter_add_matches_the_host_for_every_dtype() {
         let dtype = DType::ALL[round % DType::ALL.len()];
         let dst = values(&mut rng, dtype, c.src_len);
         let vals = values(&mut rng, dtype, c.n);
-        let (dead, start, len, members) = groups_ref(&c);
         let mut outs = Vec::new();
         for device in [CPU, GPU] {
             let mut t = on(device, &dst, dtype);
-            let g = [
-                on(device, &dead, DType::U8),
-                on(device, &i64_bytes(&start), DType::I64),
-                on(device, &i64_bytes(&len), DType::I64),
-                on(device, &i64_bytes(&members), DType::I64),
-            ];
-            let idx = on(device, &i64_bytes(&c.idx), DType::I64);
-            // SAFETY: in-range values; the groups partition the positions.
-            unsafe {
-                t.index_scatter_add(
-                    &on(device, &vals, dtype),
-                    &c.desc,
-                    &idx,
-                    [&g[0], &g[1], &g[2], &g[3]],
-                )
-            }
-            .unwrap();
+            let idx = values_of(&c, device, round % 2 == 0);
+            let g = AddGroups::new(&idx).unwrap();
+            t.index_scatter_add(&on(device, &vals, dtype), &c.desc, &idx, &g)
+                .unwrap();
             outs.push(t.to_bytes().unwrap());
         }
         assert_eq!(outs[0], outs[1], "{dtype} {c:?}");
@@ -164,20 +177,22 @@ fn index_preparation_matches_the_host() {
         }
         assert_eq!(outs[0], outs[1], "{layout:?} {raw:?}");
 
-        // Dead positions of random index tuples, with and without a reported bad value.
-        let c = random_case(&mut rng);
+        // Dead positions of random index tuples through a table, with and without a reported
+        // bad value (the last array's last value out of range).
+        let mut c = random_case(&mut rng);
         let nb = c.desc.nb as usize;
-        let (keys, count) = keys_of(&c);
+        if round % 4 == 0 && nb > 0 {
+            *c.idx.last_mut().unwrap() = *c.sizes.last().unwrap() as i64;
+        }
         let mut outs = Vec::new();
         for device in [CPU, GPU] {
-            let idx = on(device, &i64_bytes(&c.idx), DType::I64);
-            let words = if round % 4 == 0 { [-1i64, 2] } else { [-1, -1] };
-            let bad = Storage::upload(&words, device).unwrap();
-            let mut winner = Storage::zeros(count, DType::I64, device).unwrap();
-            let mut dead = Storage::zeros(nb.max(1), DType::U8, device).unwrap();
-            // SAFETY: in-range values: every key lies in `winner`.
-            unsafe { idx.index_dead_positions(&keys, &mut winner, &bad, &mut dead, nb) }.unwrap();
-            outs.push(dead.to_bytes().unwrap());
+            let idx = values_of(&c, device, true);
+            let dead = DeadMask::by_table(&idx).unwrap();
+            outs.push((
+                dead.to_vec().unwrap(),
+                idx.bad_positions().unwrap(),
+                idx.to_vec().unwrap(),
+            ));
         }
         assert_eq!(outs[0], outs[1], "{c:?}");
 
@@ -264,21 +279,13 @@ fn row_paths_match_the_host() {
         let mut outs = Vec::new();
         for device in [CPU, GPU] {
             let s = on(device, &src, DType::F32);
-            let ix = on(device, &i64_bytes(&idx), DType::I64);
-            // SAFETY: in-range values.
-            let g = unsafe { s.index_gather(&d, &ix, Some(&r)) }.unwrap();
+            let ix = IndexValues::new(device, nrows, &[(IndexSource::Host(&idx), rows)]).unwrap();
+            let g = s.index_gather(&d, &ix, Some(&r)).unwrap();
             let mut t = on(device, &src, DType::F32);
-            // SAFETY: in-range values; live rows are distinct.
-            unsafe {
-                t.index_scatter(
-                    &on(device, &vals, DType::F32),
-                    &d,
-                    &ix,
-                    &on(device, &dead, DType::U8),
-                    Some(&r),
-                )
-            }
-            .unwrap();
+            let mask = DeadMask::new(&ix).unwrap();
+            assert_eq!(mask.to_vec().unwrap(), dead);
+            t.index_scatter(&on(device, &vals, DType::F32), &d, &ix, &mask, Some(&r))
+                .unwrap();
             let checked = |wrap| {
                 s.index_gather_rows_checked(
                     &r,
@@ -303,6 +310,30 @@ fn row_paths_match_the_host() {
         // Without wrapping a negative value is out of range too.
         let negative = raw.iter().step_by(2).any(|&v| v < 0);
         assert_eq!(outs[0].3.is_none(), round % 3 == 0 || negative);
+    }
+}
+
+/// `index_accumulate` (a scatter-add through a descriptor of no index arrays: one index
+/// position whose group is itself), which `genesis-index` uses to add dense values in every
+/// dtype, CUDA against the host.
+#[test]
+fn accumulate_matches_the_host() {
+    let _release = Release;
+    if skip_without_gpu("accumulate_matches_the_host") {
+        return;
+    }
+    let mut rng = SmallRng::seed_from_u64(46);
+    for (round, dtype) in DType::ALL.into_iter().cycle().take(40).enumerate() {
+        let len = rng.random_range(1..2000usize);
+        let dst = values(&mut rng, dtype, len);
+        let vals = values(&mut rng, dtype, len + round % 3);
+        let mut outs = Vec::new();
+        for device in [CPU, GPU] {
+            let mut t = on(device, &dst, dtype);
+            t.index_accumulate(&on(device, &vals, dtype)).unwrap();
+            outs.push(t.to_bytes().unwrap());
+        }
+        assert_eq!(outs[0], outs[1], "{dtype} round {round}");
     }
 }
 
@@ -340,23 +371,10 @@ fn scatter_add_without_index_arrays_matches_the_host() {
         let mut outs = Vec::new();
         for device in [CPU, GPU] {
             let mut t = on(device, &dst, dtype);
-            let g = [
-                on(device, &[0], DType::U8),
-                on(device, &i64_bytes(&[0]), DType::I64),
-                on(device, &i64_bytes(&[1]), DType::I64),
-                on(device, &i64_bytes(&[0]), DType::I64),
-            ];
-            let idx = on(device, &i64_bytes(&[0]), DType::I64);
-            // SAFETY: no index values; every offset lies in the storage.
-            unsafe {
-                t.index_scatter_add(
-                    &on(device, &vals, dtype),
-                    &d,
-                    &idx,
-                    [&g[0], &g[1], &g[2], &g[3]],
-                )
-            }
-            .unwrap();
+            let idx = IndexValues::new(device, 1, &[]).unwrap();
+            let g = AddGroups::new(&idx).unwrap();
+            t.index_scatter_add(&on(device, &vals, dtype), &d, &idx, &g)
+                .unwrap();
             outs.push(t.to_bytes().unwrap());
         }
         assert_eq!(outs[0], outs[1], "{dtype} round {round}");

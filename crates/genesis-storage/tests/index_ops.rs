@@ -1,18 +1,21 @@
 //! The advanced-indexing methods of `Storage` (`index_gather`, `index_scatter`,
-//! `index_scatter_add`, `index_normalise`, `index_dead_positions`, `index_unravel`,
-//! `index_gather_rows_checked`) on host storages: random cases against a reference written
-//! from `kernels/index.cu`'s definitions, and bad input giving typed errors, never a panic.
+//! `index_scatter_add`, `index_accumulate`, `index_normalise`, `index_unravel`,
+//! `index_gather_rows_checked`) and their typed operands (`IndexValues`, `DeadMask`,
+//! `AddGroups`) on host storages: random cases against a reference written from
+//! `kernels/index.cu`'s definitions, and bad input giving typed errors, never a panic.
 
 mod common;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use common::{
-    Case, dead_ref, gather_ref, groups_ref, keys_of, normalise_ref, random_bytes, random_case,
-    random_index_layout, scatter_add_ref, scatter_ref,
+    Case, dead_ref, gather_ref, normalise_ref, random_bytes, random_case, random_index_layout,
+    scatter_add_ref, scatter_ref,
 };
-use genesis_kernels::index::{IndexDesc, Keys, MAX_INDEX_DIMS, Rows16, Strided};
-use genesis_storage::{DType, Device, Error, Storage};
+use genesis_kernels::index::{IndexDesc, MAX_INDEX_DIMS, Rows16, Strided};
+use genesis_storage::{
+    AddGroups, DType, DeadMask, Device, Error, IndexSource, IndexValues, Storage,
+};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -27,6 +30,18 @@ fn i64s(v: &[i64]) -> Storage {
 
 fn bytes(v: &[u8], dtype: DType) -> Storage {
     Storage::from_bytes(v, dtype, CPU).unwrap()
+}
+
+/// The index values of a case (host arrays) on `device`.
+fn values_of(c: &Case, device: Device) -> IndexValues {
+    let nb = c.desc.nb as usize;
+    let arrays: Vec<(IndexSource<'_>, usize)> = c
+        .sizes
+        .iter()
+        .enumerate()
+        .map(|(a, &s)| (IndexSource::Host(&c.idx[a * nb..(a + 1) * nb]), s))
+        .collect();
+    IndexValues::new(device, nb, &arrays).unwrap()
 }
 
 /// Small integer values of `dtype` (bool 0/1; sums of up to 17 of them stay exact and in range
@@ -60,9 +75,9 @@ fn gathers_and_scatters_match_the_reference() {
         };
         let src = random_bytes(&mut rng, c.src_len, elem);
         let s = bytes(&src, dtype);
-        let idx = i64s(&c.idx);
-        // SAFETY: the case's index values are in range for their dimensions.
-        let got = unsafe { s.index_gather(&c.desc, &idx, None) }.unwrap();
+        let idx = values_of(&c, CPU);
+        assert_eq!(idx.to_vec().unwrap(), c.idx);
+        let got = s.index_gather(&c.desc, &idx, None).unwrap();
         assert_eq!(got.len(), c.n);
         assert_eq!(got.to_bytes().unwrap(), gather_ref(&c, &src, elem), "{c:?}");
 
@@ -71,9 +86,10 @@ fn gathers_and_scatters_match_the_reference() {
         let mut want = src.clone();
         scatter_ref(&c, &mut want, &vals, &dead, elem);
         let mut t = bytes(&src, dtype);
-        let d = bytes(if dead.is_empty() { &[0] } else { &dead }, DType::U8);
-        // SAFETY: as above; live positions have distinct tuples, so distinct offsets.
-        unsafe { t.index_scatter(&bytes(&vals, dtype), &c.desc, &idx, &d, None) }.unwrap();
+        let d = DeadMask::new(&idx).unwrap();
+        assert_eq!(d.to_vec().unwrap(), dead);
+        t.index_scatter(&bytes(&vals, dtype), &c.desc, &idx, &d, None)
+            .unwrap();
         assert_eq!(t.to_bytes().unwrap(), want, "{c:?}");
     }
 }
@@ -91,24 +107,11 @@ fn scatter_add_matches_the_reference_for_every_dtype() {
             want.iter_mut()
                 .for_each(|x| *x = f64::from(u8::from(*x != 0.0)));
         }
-        let (dead, start, len, members) = groups_ref(&c);
         let mut t = bytes(&dst, dtype);
-        let g = [
-            bytes(if dead.is_empty() { &[0] } else { &dead }, DType::Bool),
-            i64s(&start),
-            i64s(&len),
-            i64s(&members),
-        ];
-        // SAFETY: in-range values; the groups partition the positions.
-        unsafe {
-            t.index_scatter_add(
-                &bytes(&vals, dtype),
-                &c.desc,
-                &i64s(&c.idx),
-                [&g[0], &g[1], &g[2], &g[3]],
-            )
-        }
-        .unwrap();
+        let idx = values_of(&c, CPU);
+        let g = AddGroups::new(&idx).unwrap();
+        t.index_scatter_add(&bytes(&vals, dtype), &c.desc, &idx, &g)
+            .unwrap();
         let got = t.to_f64_vec().unwrap();
         // Integers wrap as the kernels add: compare through the dtype.
         let want = Storage::from_slice(&want, CPU)
@@ -122,26 +125,71 @@ fn scatter_add_matches_the_reference_for_every_dtype() {
 }
 
 #[test]
+fn accumulate_adds_every_element_as_the_kernels_add() {
+    let mut t = Storage::from_slice(&[1.0f32, 2.0, 3.0], CPU).unwrap();
+    t.index_accumulate(&Storage::from_slice(&[0.5f32, -2.0, 1.0, 9.0], CPU).unwrap())
+        .unwrap();
+    assert_eq!(t.to_vec::<f32>().unwrap(), [1.5, 0.0, 4.0]);
+    let mut w = Storage::from_slice(&[127i8, -128], CPU).unwrap();
+    w.index_accumulate(&Storage::from_slice(&[1i8, -1], CPU).unwrap())
+        .unwrap();
+    assert_eq!(w.to_vec::<i8>().unwrap(), [-128, 127], "integers wrap");
+    let mut b = Storage::from_bytes(&[0, 1, 0], DType::Bool, CPU).unwrap();
+    b.index_accumulate(&Storage::from_bytes(&[0, 1, 1], DType::Bool, CPU).unwrap())
+        .unwrap();
+    assert_eq!(b.to_bytes().unwrap(), [0, 1, 1], "bool is a logical or");
+    let mut e = Storage::zeros(0, DType::F32, CPU).unwrap();
+    e.index_accumulate(&Storage::zeros(0, DType::F32, CPU).unwrap())
+        .unwrap();
+}
+
+#[test]
 fn dead_positions_mark_all_but_the_last_of_each_tuple() {
     let mut rng = SmallRng::seed_from_u64(19);
     for _ in 0..200 {
         let c = random_case(&mut rng);
         let nb = c.desc.nb as usize;
-        let (keys, count) = keys_of(&c);
-        let mut winner = Storage::zeros(count, DType::I64, CPU).unwrap();
-        let mut dead = Storage::zeros(nb.max(1), DType::U8, CPU).unwrap();
-        let clean = Storage::full::<i64>(2, -1, CPU).unwrap();
-        // SAFETY: in-range values: every key lies in `winner`.
-        unsafe { i64s(&c.idx).index_dead_positions(&keys, &mut winner, &clean, &mut dead, nb) }
-            .unwrap();
-        assert_eq!(&dead.to_bytes().unwrap()[..nb], dead_ref(&c).as_slice());
-        // A reported bad value kills every position.
-        let bad = Storage::from_slice(&[-1i64, 3], CPU).unwrap();
-        let mut winner = Storage::zeros(count, DType::I64, CPU).unwrap();
-        // SAFETY: as above.
-        unsafe { i64s(&c.idx).index_dead_positions(&keys, &mut winner, &bad, &mut dead, nb) }
-            .unwrap();
-        assert!(dead.to_bytes().unwrap()[..nb].iter().all(|&d| d == 1));
+        let idx = values_of(&c, CPU);
+        assert!(!idx.checks_on_device());
+        assert_eq!(idx.bad_positions().unwrap(), None);
+        assert_eq!(idx.key_count(), Some(c.sizes.iter().product()));
+        let dead = DeadMask::by_table(&idx).unwrap();
+        assert_eq!(dead.to_vec().unwrap(), dead_ref(&c));
+        // The same arrays normalised from storages: the same marks; a reported bad value (the
+        // last array's last value out of range) kills every position.
+        for bad in [false, true] {
+            let mut raw = c.idx.clone();
+            if bad && nb > 0 {
+                *raw.last_mut().unwrap() = *c.sizes.last().unwrap() as i64;
+            }
+            let stored = Storage::from_slice(&raw, CPU).unwrap();
+            let layouts: Vec<Strided> = (0..c.sizes.len())
+                .map(|a| Strided::new(&[nb], &[1], a * nb).unwrap())
+                .collect();
+            let arrays: Vec<(IndexSource<'_>, usize)> = c
+                .sizes
+                .iter()
+                .zip(&layouts)
+                .map(|(&s, layout)| {
+                    let src = IndexSource::Stored {
+                        values: &stored,
+                        layout,
+                    };
+                    (src, s)
+                })
+                .collect();
+            let idx = IndexValues::new(CPU, nb, &arrays).unwrap();
+            assert!(idx.checks_on_device());
+            let words = idx.bad_positions().unwrap().unwrap();
+            let reported = bad && nb > 0;
+            assert_eq!(words.iter().any(|&w| w != -1), reported);
+            let got = DeadMask::by_table(&idx).unwrap().to_vec().unwrap();
+            if reported {
+                assert!(got.iter().all(|&d| d == 1));
+            } else {
+                assert_eq!(got, dead_ref(&c));
+            }
+        }
     }
 }
 
@@ -248,13 +296,11 @@ fn row_copies_match_the_element_path() {
             .map(|_| rng.random_range(0..rows) as i64)
             .collect();
         let (r, d) = rows_case(cols, base, nrows);
-        // SAFETY: in-range values.
-        let (a, b) = unsafe {
-            (
-                s.index_gather(&d, &i64s(&idx), Some(&r)).unwrap(),
-                s.index_gather(&d, &i64s(&idx), None).unwrap(),
-            )
-        };
+        let ix = IndexValues::new(CPU, nrows, &[(IndexSource::Host(&idx), rows)]).unwrap();
+        let (a, b) = (
+            s.index_gather(&d, &ix, Some(&r)).unwrap(),
+            s.index_gather(&d, &ix, None).unwrap(),
+        );
         assert_eq!(a.to_vec::<f32>().unwrap(), b.to_vec::<f32>().unwrap());
         // The checked row gather, from raw int32 values 2 apart with negative ones wrapping.
         let raw: Vec<i32> = idx
@@ -305,16 +351,14 @@ fn row_copies_match_the_element_path() {
         let dead: Vec<u8> = (0..nrows)
             .map(|b| u8::from(idx[b + 1..].contains(&idx[b])))
             .collect();
+        let mask = DeadMask::new(&ix).unwrap();
+        assert_eq!(mask.to_vec().unwrap(), dead);
         let vals: Vec<f32> = (0..nrows * cols).map(|i| -(i as f32)).collect();
         let vals = Storage::from_slice(&vals, CPU).unwrap();
         let mut outs = Vec::new();
         for rows16 in [Some(&r), None] {
             let mut t = Storage::from_slice(&data, CPU).unwrap();
-            // SAFETY: in-range values; live rows are distinct.
-            unsafe {
-                t.index_scatter(&vals, &d, &i64s(&idx), &bytes(&dead, DType::U8), rows16)
-                    .unwrap()
-            };
+            t.index_scatter(&vals, &d, &ix, &mask, rows16).unwrap();
             outs.push(t.to_vec::<f32>().unwrap());
         }
         assert_eq!(outs[0], outs[1]);
@@ -330,11 +374,12 @@ fn err<T: std::fmt::Debug>(what: &str, f: impl FnOnce() -> genesis_storage::Resu
     }
 }
 
-fn is_out_of_range(e: &Error) -> bool {
-    matches!(
-        e,
-        Error::Kernel(genesis_kernels::Error::IndexOutOfRange { .. })
-    )
+fn is_refused(e: &Error) -> bool {
+    matches!(e, Error::IndexRefused { .. })
+}
+
+fn is_outside(e: &Error) -> bool {
+    matches!(e, Error::IndexOutsideStorage { .. })
 }
 
 #[test]
@@ -342,138 +387,229 @@ fn bad_input_gives_typed_errors() {
     let mut rng = SmallRng::seed_from_u64(23);
     let c: Case = loop {
         let c = random_case(&mut rng);
-        if c.n > 0 && c.desc.nb > 0 {
+        if c.n > 1 && c.desc.nb > 0 && c.sizes[0] > 1 {
             break c;
         }
     };
     let nb = c.desc.nb as usize;
     let src = Storage::zeros(c.src_len, DType::F32, CPU).unwrap();
-    let idx = i64s(&c.idx);
-    let dead = Storage::zeros(nb, DType::U8, CPU).unwrap();
+    let idx = values_of(&c, CPU);
     let vals = Storage::zeros(c.n, DType::F32, CPU).unwrap();
-    // SAFETY: the host backend checks every offset of the calls below, so out-of-range values
-    // are errors there, which is what is tested.
-    unsafe {
-        // Index values of the wrong dtype, too few, on a missing device.
-        let e = err("gather i32 index", || {
-            src.index_gather(
-                &c.desc,
-                &Storage::zeros(c.idx.len(), DType::I32, CPU).unwrap(),
-                None,
-            )
+    // Host values out of range (past the size, negative), of the wrong length; a stored array
+    // indexing a dimension of size 0.
+    for value in [c.sizes[0] as i64, -1, 1 << 40] {
+        let mut far = c.idx[..nb].to_vec();
+        far[nb - 1] = value;
+        let e = err("value out of range", || {
+            IndexValues::new(CPU, nb, &[(IndexSource::Host(&far), c.sizes[0])])
         });
-        assert!(matches!(e, Error::DTypeMismatch { .. }), "{e}");
-        let short = Storage::zeros(c.idx.len() - 1, DType::I64, CPU).unwrap();
-        let e = err("gather short index", || {
-            src.index_gather(&c.desc, &short, None)
-        });
-        assert!(matches!(e, Error::OutOfBounds { .. }), "{e}");
-        // An out-of-range offset: the host backend reports it.
-        let mut far = c.idx.clone();
-        far[0] = 1 << 40;
-        let e = err("gather out of range", || {
-            src.index_gather(&c.desc, &i64s(&far), None)
-        });
-        assert!(is_out_of_range(&e), "{e}");
-        let mut neg = c.idx.clone();
-        neg[0] = -(1 << 40);
-        let e = err("gather negative", || {
-            src.index_gather(&c.desc, &i64s(&neg), None)
-        });
-        assert!(is_out_of_range(&e), "{e}");
-        // Malformed descriptors.
-        for bad in [
-            IndexDesc { rank: 9, ..c.desc },
-            IndexDesc { rank: -1, ..c.desc },
-            IndexDesc { n_adv: 9, ..c.desc },
-            IndexDesc {
-                pos: c.desc.rank,
-                k: 1,
-                ..c.desc
-            },
-            IndexDesc {
-                nb: c.desc.nb + 1,
-                ..c.desc
-            },
-        ] {
-            let e = err("gather bad descriptor", || {
-                src.index_gather(&bad, &idx, None)
-            });
-            assert!(matches!(e, Error::Kernel(_)), "{e}");
-        }
-        // Scatter: values of another dtype or too few, dead marks of another dtype or too few.
-        let mut t = Storage::zeros(c.src_len, DType::F32, CPU).unwrap();
-        let i32_vals = Storage::zeros(c.n, DType::I32, CPU).unwrap();
-        let e = err("scatter i32 values", || {
-            t.index_scatter(&i32_vals, &c.desc, &idx, &dead, None)
-        });
-        assert!(matches!(e, Error::DTypeMismatch { .. }), "{e}");
-        let few = Storage::zeros(c.n - 1, DType::F32, CPU).unwrap();
-        let e = err("scatter few values", || {
-            t.index_scatter(&few, &c.desc, &idx, &dead, None)
-        });
-        assert!(matches!(e, Error::OutOfBounds { .. }), "{e}");
-        let i64_dead = Storage::zeros(nb, DType::I64, CPU).unwrap();
-        let e = err("scatter i64 dead", || {
-            t.index_scatter(&vals, &c.desc, &idx, &i64_dead, None)
-        });
-        assert!(matches!(e, Error::DTypeMismatch { .. }), "{e}");
-        let e = err("scatter out of range", || {
-            t.index_scatter(&vals, &c.desc, &i64s(&far), &dead, None)
-        });
-        assert!(is_out_of_range(&e), "{e}");
-        let wrong_rows = Rows16 {
-            nrows: 1,
-            row_units: 1,
-            base_units: 0,
-            stride_units: 1,
+        assert!(
+            matches!(e, Error::IndexValueOutOfRange { array: 0, value: v, .. } if v == value),
+            "{e}"
+        );
+    }
+    let e = err("short host array", || {
+        IndexValues::new(
+            CPU,
+            nb,
+            &[(IndexSource::Host(&c.idx[..nb - 1]), c.sizes[0])],
+        )
+    });
+    assert!(is_refused(&e), "{e}");
+    let stored = i64s(&c.idx);
+    let l = Strided::new(&[nb], &[1], 0).unwrap();
+    let e = err("stored array of size 0", || {
+        let src = IndexSource::Stored {
+            values: &stored,
+            layout: &l,
         };
-        if c.n * 4 != 16 {
-            let e = err("scatter rows", || {
-                t.index_scatter(&vals, &c.desc, &idx, &dead, Some(&wrong_rows))
-            });
-            assert!(matches!(e, Error::Kernel(_)), "{e}");
-        }
-        // Scatter-add: groups of the wrong dtypes, groups outside `members`.
-        let (gd, gs, gl, gm) = groups_ref(&c);
-        let g = [bytes(&gd, DType::U8), i64s(&gs), i64s(&gl), i64s(&gm)];
-        let f32_start = Storage::zeros(nb, DType::F32, CPU).unwrap();
-        let e = err("scatter_add f32 starts", || {
-            t.index_scatter_add(&vals, &c.desc, &idx, [&g[0], &f32_start, &g[2], &g[3]])
-        });
-        assert!(matches!(e, Error::DTypeMismatch { .. }), "{e}");
-        let long: Vec<i64> = gl.iter().map(|&l| l + 100).collect();
-        let long = i64s(&long);
-        let e = err("scatter_add long groups", || {
-            t.index_scatter_add(&vals, &c.desc, &idx, [&g[0], &g[1], &long, &g[3]])
-        });
-        assert!(is_out_of_range(&e), "{e}");
-        let past: Vec<i64> = gm.iter().map(|_| nb as i64).collect();
-        let past = i64s(&past);
-        let e = err("scatter_add members past nb", || {
-            t.index_scatter_add(&vals, &c.desc, &idx, [&g[0], &g[1], &g[2], &past])
-        });
-        assert!(is_out_of_range(&e), "{e}");
-        // Dead positions: keys outside `winner`, wrong dtypes.
-        let (keys, count) = keys_of(&c);
-        let mut winner = Storage::zeros(count, DType::I64, CPU).unwrap();
-        let mut d = Storage::zeros(nb, DType::U8, CPU).unwrap();
-        let clean = Storage::full::<i64>(1, -1, CPU).unwrap();
-        let e = err("dead far keys", || {
-            i64s(&far).index_dead_positions(&keys, &mut winner, &clean, &mut d, nb)
-        });
-        assert!(is_out_of_range(&e), "{e}");
-        let mut f32_winner = Storage::zeros(count, DType::F32, CPU).unwrap();
-        let e = err("dead f32 winner", || {
-            idx.index_dead_positions(&keys, &mut f32_winner, &clean, &mut d, nb)
-        });
-        assert!(matches!(e, Error::DTypeMismatch { .. }), "{e}");
-        let nine = Keys { n_adv: 9, ..keys };
-        let e = err("dead nine arrays", || {
-            idx.index_dead_positions(&nine, &mut winner, &clean, &mut d, nb)
+        IndexValues::new(CPU, nb, &[(src, 0)])
+    });
+    assert!(is_refused(&e), "{e}");
+    // Values of another shape than the descriptor's.
+    let e = err("gather other nb", || {
+        let other = IndexValues::new(CPU, 1, &[(IndexSource::Host(&[0]), 1)]).unwrap();
+        src.index_gather(&c.desc, &other, None)
+    });
+    assert!(is_refused(&e), "{e}");
+    // Descriptors whose offsets reach outside the storage for values in range: past its end,
+    // before its start (a negative stride), through an index array's stride.
+    let mut past = c.desc;
+    past.base = c.src_len as i64;
+    let mut before = c.desc;
+    before.adv_stride[0] = -1;
+    before.base = 0;
+    let mut through = c.desc;
+    through.adv_stride[0] = c.src_len as i64;
+    let mut huge = c.desc;
+    huge.adv_stride[0] = i64::MAX;
+    for (what, bad) in [
+        ("past", past),
+        ("before", before),
+        ("through", through),
+        ("huge", huge),
+    ] {
+        let e = err(what, || src.index_gather(&bad, &idx, None));
+        assert!(is_outside(&e), "{what}: {e}");
+        let mut t = Storage::zeros(c.src_len, DType::F32, CPU).unwrap();
+        let dead = DeadMask::new(&idx).unwrap();
+        let e = err(what, || t.index_scatter(&vals, &bad, &idx, &dead, None));
+        assert!(is_outside(&e), "{what}: {e}");
+        let g = AddGroups::new(&idx).unwrap();
+        let e = err(what, || t.index_scatter_add(&vals, &bad, &idx, &g));
+        assert!(is_outside(&e), "{what}: {e}");
+    }
+    // Malformed descriptors.
+    for bad in [
+        IndexDesc { rank: 9, ..c.desc },
+        IndexDesc { rank: -1, ..c.desc },
+        IndexDesc { n_adv: 9, ..c.desc },
+        IndexDesc {
+            pos: c.desc.rank,
+            k: 1,
+            ..c.desc
+        },
+        IndexDesc {
+            nb: c.desc.nb + 1,
+            ..c.desc
+        },
+    ] {
+        let e = err("gather bad descriptor", || {
+            src.index_gather(&bad, &idx, None)
         });
         assert!(matches!(e, Error::Kernel(_)), "{e}");
     }
+    // Scatter: values of another dtype or too few, dead marks of other values (the same
+    // contents), a target that writes an element twice, rows that do not move the result.
+    let mut t = Storage::zeros(c.src_len, DType::F32, CPU).unwrap();
+    let dead = DeadMask::new(&idx).unwrap();
+    let i32_vals = Storage::zeros(c.n, DType::I32, CPU).unwrap();
+    let e = err("scatter i32 values", || {
+        t.index_scatter(&i32_vals, &c.desc, &idx, &dead, None)
+    });
+    assert!(matches!(e, Error::DTypeMismatch { .. }), "{e}");
+    let few = Storage::zeros(c.n - 1, DType::F32, CPU).unwrap();
+    let e = err("scatter few values", || {
+        t.index_scatter(&few, &c.desc, &idx, &dead, None)
+    });
+    assert!(matches!(e, Error::OutOfBounds { .. }), "{e}");
+    let twin = values_of(&c, CPU);
+    let e = err("scatter other values' marks", || {
+        t.index_scatter(&vals, &c.desc, &twin, &dead, None)
+    });
+    assert!(is_refused(&e), "{e}");
+    let e = err("scatter_add other values' groups", || {
+        t.index_scatter_add(&vals, &c.desc, &twin, &AddGroups::new(&idx).unwrap())
+    });
+    assert!(is_refused(&e), "{e}");
+    // A target that may write an element twice: `t[base + 3 rows at s0][idx at s1]` for an
+    // index array of 2 positions over a dimension of 3 (stride 0, equal strides, strides that
+    // interleave), refused before anything is written; strides that keep the elements apart
+    // (also negative ones) are taken, and a gather may read an element twice.
+    let mut two = IndexDesc {
+        res_shape: [1; MAX_INDEX_DIMS],
+        res_stride: [0; MAX_INDEX_DIMS],
+        adv_stride: [0; MAX_INDEX_DIMS],
+        base: 0,
+        nb: 2,
+        rank: 2,
+        pos: 1,
+        k: 1,
+        n_adv: 1,
+    };
+    two.res_shape[..2].copy_from_slice(&[3, 2]);
+    let ix2 = IndexValues::new(CPU, 2, &[(IndexSource::Host(&[2, 0]), 3)]).unwrap();
+    let (dead2, groups2) = (DeadMask::new(&ix2).unwrap(), AddGroups::new(&ix2).unwrap());
+    let v6 = Storage::from_slice(&[1.0f32; 6], CPU).unwrap();
+    let s16 = Storage::zeros(16, DType::F32, CPU).unwrap();
+    for (base, s0, s1, ok) in [
+        (0, 0, 1, false),
+        (0, 1, 0, false),
+        (0, 1, 1, false),
+        (0, 2, 1, false),
+        (0, 1, 2, false),
+        (0, 3, 1, true),
+        (0, 1, 3, true),
+        (6, -3, 1, true),
+        (6, 1, -3, true),
+    ] {
+        let mut d = two;
+        d.base = base;
+        d.res_stride[0] = s0;
+        d.adv_stride[0] = s1;
+        let mut t = Storage::zeros(16, DType::F32, CPU).unwrap();
+        s16.index_gather(&d, &ix2, None).unwrap();
+        let set = t.index_scatter(&v6, &d, &ix2, &dead2, None);
+        let add = t.index_scatter_add(&v6, &d, &ix2, &groups2);
+        if ok {
+            set.unwrap();
+            add.unwrap();
+            assert_eq!(t.to_f64_vec().unwrap().iter().sum::<f64>(), 12.0);
+        } else {
+            assert!(set.is_err_and(|e| is_refused(&e)), "{d:?}");
+            assert!(add.is_err_and(|e| is_refused(&e)), "{d:?}");
+            assert_eq!(t.to_f64_vec().unwrap(), vec![0.0; 16], "nothing written");
+        }
+    }
+    let wrong_rows = Rows16 {
+        nrows: 1,
+        row_units: 1,
+        base_units: 0,
+        stride_units: 1,
+    };
+    if c.n * 4 != 16 {
+        let e = err("scatter rows", || {
+            t.index_scatter(&vals, &c.desc, &idx, &dead, Some(&wrong_rows))
+        });
+        assert!(matches!(e, Error::Kernel(_)), "{e}");
+    }
+    // Dead positions through a table: more index arrays than the kernels take.
+    let nine: Vec<(IndexSource<'_>, usize)> =
+        (0..9).map(|_| (IndexSource::Host(&[0]), 1)).collect();
+    let e = err("dead nine arrays", || {
+        DeadMask::by_table(&IndexValues::new(CPU, 1, &nine).unwrap())
+    });
+    assert!(is_refused(&e), "{e}");
+    // Rows: past the storage for a value in range, over other index values, overlapping.
+    let m = Storage::zeros(8 * 4, DType::F32, CPU).unwrap();
+    let (r, d) = rows_case(4, 0, 2);
+    let ix = IndexValues::new(CPU, 2, &[(IndexSource::Host(&[0, 1]), 9)]).unwrap();
+    let e = err("rows past the storage", || {
+        m.index_gather(&d, &ix, Some(&r))
+    });
+    assert!(is_outside(&e), "{e}");
+    let ix = IndexValues::new(CPU, 2, &[(IndexSource::Host(&[0, 1]), 8)]).unwrap();
+    let far = Rows16 { base_units: 1, ..r };
+    let e = err("rows from past", || m.index_gather(&d, &ix, Some(&far)));
+    assert!(is_outside(&e), "{e}");
+    let mut t = Storage::zeros(8 * 4, DType::F32, CPU).unwrap();
+    let v = Storage::zeros(8, DType::F32, CPU).unwrap();
+    let mask = DeadMask::new(&ix).unwrap();
+    let close = Rows16 {
+        stride_units: 0,
+        ..r
+    };
+    let e = err("overlapping rows", || {
+        t.index_scatter(&v, &d, &ix, &mask, Some(&close))
+    });
+    assert!(is_refused(&e), "{e}");
+    let (r3, d3) = rows_case(4, 0, 3);
+    let ix3 = IndexValues::new(CPU, 3, &[(IndexSource::Host(&[0, 1, 2]), 8)]).unwrap();
+    let e = err("rows over other values", || {
+        m.index_gather(&d3, &ix, Some(&r3))
+    });
+    assert!(is_refused(&e) || matches!(e, Error::Kernel(_)), "{e}");
+    m.index_gather(&d3, &ix3, Some(&r3)).unwrap();
+    // Accumulating values of another dtype or too few.
+    let mut acc = Storage::zeros(4, DType::F32, CPU).unwrap();
+    let e = err("accumulate i32", || {
+        acc.index_accumulate(&Storage::zeros(4, DType::I32, CPU).unwrap())
+    });
+    assert!(matches!(e, Error::DTypeMismatch { .. }), "{e}");
+    let e = err("accumulate few", || {
+        acc.index_accumulate(&Storage::zeros(3, DType::F32, CPU).unwrap())
+    });
+    assert!(matches!(e, Error::OutOfBounds { .. }), "{e}");
     // Normalise: wrong dtypes, a layout reaching past its storage, negative strides, ranges.
     let l = Strided::new(&[4], &[1], 0).unwrap();
     let mut out = Storage::zeros(4, DType::I64, CPU).unwrap();
@@ -593,9 +729,23 @@ fn mismatched_devices_are_typed_errors() {
     };
     d.res_shape[0] = 4;
     d.adv_stride[0] = 1;
-    // SAFETY: the calls fail their device checks before any memory is read.
-    let e = err("gather across devices", || unsafe {
-        src.index_gather(&d, &dev_idx, None)
+    let on_dev = IndexValues::new(
+        Device::Cuda(0),
+        4,
+        &[(IndexSource::Host(&[0, 1, 2, 3]), 16)],
+    )
+    .unwrap();
+    let e = err("gather across devices", || {
+        src.index_gather(&d, &on_dev, None)
+    });
+    assert!(matches!(e, Error::DeviceMismatch { .. }), "{e}");
+    let l4 = Strided::new(&[4], &[1], 0).unwrap();
+    let e = err("stored values on another device", || {
+        let s = IndexSource::Stored {
+            values: &dev_idx,
+            layout: &l4,
+        };
+        IndexValues::new(CPU, 4, &[(s, 4)])
     });
     assert!(matches!(e, Error::DeviceMismatch { .. }), "{e}");
     let mut out = Storage::zeros(4, DType::I64, CPU).unwrap();
@@ -611,7 +761,7 @@ fn mismatched_devices_are_typed_errors() {
     });
     assert!(matches!(e, Error::DeviceMismatch { .. }), "{e}");
     // The pool's cached memory goes back to the driver, so nothing is held at exit.
-    drop((dev_idx, coords));
+    drop((dev_idx, coords, on_dev));
     #[cfg(feature = "cuda")]
     genesis_storage::cuda::empty_caches().unwrap();
 }

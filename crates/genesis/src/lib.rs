@@ -22,6 +22,7 @@
 
 mod args;
 mod arrange;
+mod attention;
 pub mod autograd;
 pub mod backends;
 pub mod cpu;

@@ -54,6 +54,9 @@ impl Tensor {
         let mut inputs = vec![self];
         inputs.extend(weight);
         inputs.extend(bias);
+        if let Some(y) = self.layer_norm_fused(&inputs, weight, bias, eps)? {
+            return Ok(y);
+        }
         let kept = std::cell::RefCell::new(None);
         crate::autograd::op(
             op,
@@ -118,6 +121,97 @@ impl Tensor {
                 })
             },
         )
+    }
+
+    /// [`Tensor::layer_norm`] over the last dimension as one kernel forward and one backward
+    /// (`genesis_kernels::layernorm`: each row read once, the statistics in f32), for
+    /// contiguous CUDA f32, f16 or bf16 inputs with contiguous affine parameters of their
+    /// dtype; `None` when the operands do not suit it.
+    fn layer_norm_fused(
+        &self,
+        inputs: &[&Tensor],
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        eps: f64,
+    ) -> Result<Option<Tensor>> {
+        use genesis_kernels::layernorm::{LayerNormShape, MAX_COLS};
+        use genesis_storage::Storage;
+        let op = "layer_norm";
+        let dtype = self.dtype();
+        let shape = self.shape().to_vec();
+        let Some(&cols) = shape.last() else {
+            return Ok(None);
+        };
+        let suits = matches!(self.device(), crate::Device::Cuda(_))
+            && matches!(
+                dtype,
+                crate::DType::F32 | crate::DType::F16 | crate::DType::BF16
+            )
+            && (1..=MAX_COLS).contains(&cols)
+            && self.layout().is_contiguous()
+            && [weight, bias].into_iter().flatten().all(|p| {
+                p.dtype() == dtype && p.device() == self.device() && p.layout().is_contiguous()
+            })
+            && eps.is_finite()
+            && eps >= 0.0;
+        if !suits {
+            return Ok(None);
+        }
+        let ln = LayerNormShape {
+            rows: self.numel() / cols,
+            cols,
+            eps,
+        };
+        fn at(t: &Tensor) -> (&Storage, usize) {
+            (t.view.storage().as_ref(), t.layout().offset())
+        }
+        let stats = std::cell::RefCell::new(None);
+        let y = crate::autograd::op(
+            op,
+            inputs,
+            || {
+                let (y, mean, rstd) =
+                    Storage::layer_norm(&ln, at(self), weight.map(at), bias.map(at))?;
+                *stats.borrow_mut() = Some((mean, rstd));
+                Tensor::from_storage(y, &shape)
+            },
+            |_| {
+                let (mean, rstd) = stats.borrow_mut().take().expect("set by the forward");
+                let x = Saved::new(op, self);
+                let w = weight.map(|w| Saved::new(op, w));
+                let has_bias = bias.is_some();
+                let shape = shape.clone();
+                Box::new(move |g, needs| {
+                    let x = x.get()?;
+                    let w = w.as_ref().map(Saved::get).transpose()?;
+                    let g = g.contiguous()?;
+                    let want_w = w.is_some() && needs[1];
+                    let want_b = has_bias && needs[needs.len() - 1];
+                    let (dh, dw, db) = Storage::layer_norm_backward(
+                        &ln,
+                        at(&g),
+                        at(&x),
+                        w.as_ref().map(at),
+                        &mean,
+                        &rstd,
+                        (want_w, want_b),
+                    )?;
+                    let mut out = vec![if needs[0] {
+                        Some(Tensor::from_storage(dh, &shape)?)
+                    } else {
+                        None
+                    }];
+                    if w.is_some() {
+                        out.push(dw.map(|d| Tensor::from_storage(d, &[cols])).transpose()?);
+                    }
+                    if has_bias {
+                        out.push(db.map(|d| Tensor::from_storage(d, &[cols])).transpose()?);
+                    }
+                    Ok(out)
+                })
+            },
+        )?;
+        Ok(Some(y))
     }
 
     /// Root-mean-square normalisation over the trailing dimensions `normalized_shape`

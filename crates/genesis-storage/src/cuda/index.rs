@@ -3,8 +3,8 @@
 //! operands were checked by `Storage`).
 //!
 //! The gathers and scatters read and write at offsets computed from index values on the
-//! device: they are `unsafe`, with the promise that the values are in range (normalised by
-//! [`normalise`], or checked when the plan was made).
+//! device: they are `unsafe`, with the promise that the values are in range, which
+//! `Storage`'s safe methods keep through `IndexValues` and their descriptor checks.
 
 use genesis_kernels::index::{self, Groups, IndexDesc, Keys, RawIndex, Rows16, Strided};
 
@@ -62,8 +62,9 @@ pub(super) unsafe fn scatter(
     let dp = dead.span::<u8>(desc.nb.max(0) as usize)?;
     let stream = dst.queue();
     let d = dst.span_mut::<u8>(len.saturating_mul(elem))?;
-    match rows {
-        // SAFETY: the caller vouches for the index values and distinct live rows.
+    match rows.filter(|_| d.is_aligned_to(16) && vals.is_aligned_to(16)) {
+        // SAFETY: the caller vouches for the index values and distinct live rows; the rows
+        // are 16-byte aligned.
         Some(r) => unsafe { index::scatter_rows16(&stream, d, vals, ip, dp, r)? },
         // SAFETY: as above, element by element.
         None => unsafe { index::scatter(&stream, elem, d, vals, desc, ip, dp)? },

@@ -1,10 +1,12 @@
 //! The CUDA backend: [`Compute`] for device memory of a pool, launching the kernels of
 //! `genesis-kernels` on spans of it, on the calling thread's current stream of its device.
 
+use genesis_kernels::attention::{AttentionShape, BackwardStrides, ForwardStrides};
 use genesis_kernels::classify::FloatClass;
 use genesis_kernels::gather::Along;
 use genesis_kernels::grad::ActGrad;
 use genesis_kernels::index::{IndexDesc, Keys, Rows16, Strided};
+use genesis_kernels::layernorm::LayerNormShape;
 use genesis_kernels::optim::AdamStep;
 use genesis_kernels::scan::ScanOp;
 use genesis_kernels::softmax::SoftmaxOp;
@@ -104,6 +106,137 @@ impl Compute for CudaMem {
             )?;
             Ok(())
         }, _ => Err(unsupported("act_grad", dtype)))
+    }
+
+    fn attention_forward(
+        &self,
+        dtype: DType,
+        shape: &AttentionShape,
+        s: &ForwardStrides,
+        at: [usize; 3],
+        len: [usize; 3],
+        k: &CudaMem,
+        v: &CudaMem,
+        o: &mut CudaMem,
+        o_len: usize,
+        lse: &mut CudaMem,
+    ) -> Result<()> {
+        let n = shape.lse_len()?;
+        genesis_kernels::dispatch_dtype!(dtype, [F16, BF16], T => {
+            genesis_kernels::attention::gpu_attention_forward::<T>(
+                &self.queue(),
+                shape,
+                s,
+                self.range::<T>(at[0], len[0])?,
+                k.range::<T>(at[1], len[1])?,
+                v.range::<T>(at[2], len[2])?,
+                o.range_mut::<T>(0, o_len)?,
+                lse.range_mut::<f32>(0, n)?,
+            )?;
+            Ok(())
+        }, _ => Err(unsupported("attention", dtype)))
+    }
+
+    fn layer_norm(
+        &self,
+        dtype: DType,
+        shape: &LayerNormShape,
+        x_at: usize,
+        w: Option<(&CudaMem, usize)>,
+        b: Option<(&CudaMem, usize)>,
+        y: &mut CudaMem,
+        mean: &mut CudaMem,
+        rstd: &mut CudaMem,
+    ) -> Result<()> {
+        let (len, rows, c) = (shape.numel()?, shape.rows, shape.cols);
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16], T => {
+            genesis_kernels::layernorm::gpu_layer_norm_forward::<T>(
+                &self.queue(),
+                shape,
+                self.range::<T>(x_at, len)?,
+                None,
+                w.map(|(m, at)| m.range::<T>(at, c)).transpose()?,
+                b.map(|(m, at)| m.range::<T>(at, c)).transpose()?,
+                y.range_mut::<T>(0, len)?,
+                mean.range_mut::<f32>(0, rows)?,
+                rstd.range_mut::<f32>(0, rows)?,
+            )?;
+            Ok(())
+        }, _ => Err(unsupported("layer_norm", dtype)))
+    }
+
+    fn layer_norm_backward(
+        &self,
+        dtype: DType,
+        shape: &LayerNormShape,
+        dy_at: usize,
+        h: (&CudaMem, usize),
+        w: Option<(&CudaMem, usize)>,
+        stats: [&CudaMem; 2],
+        dh: &mut CudaMem,
+        dw: Option<&mut CudaMem>,
+        db: Option<&mut CudaMem>,
+    ) -> Result<()> {
+        let (len, rows, c) = (shape.numel()?, shape.rows, shape.cols);
+        let ws_len = genesis_kernels::layernorm::backward_workspace_bytes(shape);
+        let mut ws = CudaMem::new(self.ordinal(), ws_len)?;
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16], T => {
+            genesis_kernels::layernorm::gpu_layer_norm_backward::<T>(
+                &self.queue(),
+                shape,
+                self.range::<T>(dy_at, len)?,
+                h.0.range::<T>(h.1, len)?,
+                w.map(|(m, at)| m.range::<T>(at, c)).transpose()?,
+                stats[0].range::<f32>(0, rows)?,
+                stats[1].range::<f32>(0, rows)?,
+                dh.range_mut::<T>(0, len)?,
+                dw.map(|m| m.range_mut::<T>(0, c)).transpose()?,
+                db.map(|m| m.range_mut::<T>(0, c)).transpose()?,
+                genesis_kernels::layernorm::Accumulate::default(),
+                ws.range_mut::<u8>(0, ws_len)?,
+            )?;
+            Ok(())
+        }, _ => Err(unsupported("layer_norm", dtype)))
+    }
+
+    fn attention_backward(
+        &self,
+        dtype: DType,
+        shape: &AttentionShape,
+        s: &BackwardStrides,
+        at: [usize; 5],
+        len: [usize; 5],
+        ins: [&CudaMem; 4],
+        lse: &CudaMem,
+        outs: [&mut CudaMem; 3],
+        out_len: [usize; 3],
+    ) -> Result<()> {
+        let n = shape.lse_len()?;
+        let [k, v, o, dout] = ins;
+        let [dq, dk, dv] = outs;
+        let mut ws = CudaMem::new(
+            self.ordinal(),
+            genesis_kernels::attention::backward_workspace_bytes(shape),
+        )?;
+        let ws_len = genesis_kernels::attention::backward_workspace_bytes(shape);
+        genesis_kernels::dispatch_dtype!(dtype, [F16, BF16], T => {
+            genesis_kernels::attention::gpu_attention_backward::<T>(
+                &self.queue(),
+                shape,
+                s,
+                self.range::<T>(at[0], len[0])?,
+                k.range::<T>(at[1], len[1])?,
+                v.range::<T>(at[2], len[2])?,
+                o.range::<T>(at[3], len[3])?,
+                dout.range::<T>(at[4], len[4])?,
+                lse.range::<f32>(0, n)?,
+                dq.range_mut::<T>(0, out_len[0])?,
+                dk.range_mut::<T>(0, out_len[1])?,
+                dv.range_mut::<T>(0, out_len[2])?,
+                ws.range_mut::<u8>(0, ws_len)?,
+            )?;
+            Ok(())
+        }, _ => Err(unsupported("attention", dtype)))
     }
 
     fn softmax_grad(

@@ -4,20 +4,84 @@
 //! backend: the `index.cu` kernels on CUDA memory, their CPU twins on host memory.
 //!
 //! The gathers and scatters read and write at offsets computed from index values that may
-//! live on a device, which no host check sees: they are `unsafe`, with the promise that the
-//! values are in range (normalised by [`Storage::index_normalise`], or checked when the plan
-//! was made). On host memory the twins check every offset anyway and return
-//! [`genesis_kernels::Error::IndexOutOfRange`] for one outside the storage.
+//! live on a device, which no host check sees. They are safe because the values come as
+//! [`IndexValues`] (each in range for its dimension: checked on the host or normalised on the
+//! device), from which and the descriptor every offset's range is checked here before a
+//! launch; a scatter's live positions ([`DeadMask`], [`AddGroups`], made from those values)
+//! have distinct tuples, and its target layout is checked to map distinct elements to
+//! distinct offsets.
 
-use genesis_kernels::index::{IndexDesc, Keys, MAX_INDEX_DIMS, Rows16, Strided};
+use genesis_kernels::index::{IndexDesc, MAX_INDEX_DIMS, Rows16, Strided};
 
-use super::{Mem, MemMut, Storage, mixed};
+use super::index_values::refused;
+use super::{AddGroups, DeadMask, IndexValues, Mem, MemMut, Storage, mixed};
 use crate::compute::Compute;
 use crate::{DType, Device, Error, Result};
 
 /// A malformed request, as the kernels' error.
 fn invalid(op: &'static str, reason: String) -> Error {
     Error::Kernel(genesis_kernels::Error::Unsupported { op, reason })
+}
+
+/// The smallest and largest source offset a result element of `desc` may touch for index
+/// values in range (`0..sizes[a]`, each size at least 1) when every result size is at least 1:
+/// the base plus, for each result dimension outside the index dimensions and each index
+/// array, the reach of its last coordinate (below the base for a negative stride). `None`
+/// when that overflows an `i128`.
+fn offset_range(desc: &IndexDesc, sizes: &[usize]) -> Option<(i128, i128)> {
+    let (rank, pos, k) = (desc.rank as usize, desc.pos as usize, desc.k as usize);
+    let rest = (0..rank)
+        .filter(|r| *r < pos || *r >= pos + k)
+        .map(|r| (i128::from(desc.res_shape[r]), desc.res_stride[r]));
+    let adv = sizes
+        .iter()
+        .zip(&desc.adv_stride)
+        .map(|(&s, &st)| (s as i128, st));
+    let (mut lo, mut hi) = (i128::from(desc.base), i128::from(desc.base));
+    for (extent, stride) in rest.chain(adv) {
+        let far = (extent - 1).checked_mul(i128::from(stride))?;
+        if far < 0 {
+            lo = lo.checked_add(far)?;
+        } else {
+            hi = hi.checked_add(far)?;
+        }
+    }
+    Some((lo, hi))
+}
+
+/// Checks that a scatter through `desc` writes distinct offsets for distinct (result element
+/// outside the index dimensions, index tuple) pairs, conservatively: the dimensions of more
+/// than one element (the result's outside the index dimensions, and the indexed ones of
+/// `sizes`) sorted by the magnitude of their strides, each stride exceeds the reach of the
+/// smaller ones (so a stride of 0 over several elements is refused).
+fn check_distinct_writes(op: &'static str, desc: &IndexDesc, sizes: &[usize]) -> Result<()> {
+    let (rank, pos, k) = (desc.rank as usize, desc.pos as usize, desc.k as usize);
+    let rest = (0..rank)
+        .filter(|r| *r < pos || *r >= pos + k)
+        .map(|r| (desc.res_shape[r] as u128, desc.res_stride[r]));
+    let adv = sizes
+        .iter()
+        .zip(&desc.adv_stride)
+        .map(|(&s, &st)| (s as u128, st));
+    let mut dims: Vec<(u128, u128)> = rest
+        .chain(adv)
+        .filter(|&(extent, _)| extent > 1)
+        .map(|(extent, stride)| (u128::from(stride.unsigned_abs()), extent))
+        .collect();
+    dims.sort_unstable();
+    let mut reach = 0u128;
+    for (stride, extent) in dims {
+        if stride <= reach {
+            return Err(refused(
+                op,
+                "the target's layout may write an element twice (a stride of 0, or strides \
+                 that overlap)"
+                    .into(),
+            ));
+        }
+        reach = reach.saturating_add((extent - 1).saturating_mul(stride));
+    }
+    Ok(())
 }
 
 impl Storage {
@@ -31,18 +95,6 @@ impl Storage {
             });
         }
         Ok(())
-    }
-
-    /// `DTypeMismatch` unless this storage holds bytes (`U8` or `Bool`).
-    fn expect_bytes(&self, op: &'static str) -> Result<()> {
-        match self.dtype() {
-            DType::U8 | DType::Bool => Ok(()),
-            d => Err(Error::DTypeMismatch {
-                op,
-                lhs: DType::U8,
-                rhs: d,
-            }),
-        }
     }
 
     /// `DeviceMismatch` unless this storage is on `device`.
@@ -62,23 +114,105 @@ impl Storage {
         self.check_range(op, 0, need)
     }
 
-    /// Checks the index values of a gather or scatter: i64 on this storage's device, the
-    /// `desc.index_len()` values the descriptor reads.
-    fn check_index_values(&self, op: &'static str, desc: &IndexDesc, idx: &Storage) -> Result<()> {
-        idx.expect_dtype(op, DType::I64)?;
-        idx.expect_device(op, self.device())?;
-        idx.expect_len(op, desc.index_len())
+    /// Checks a gather's or scatter's descriptor and index values against this storage, and
+    /// returns the number of result elements: `idx` on this storage's device with the
+    /// descriptor's `nb` and `n_adv`, and, when there are result elements, every offset the
+    /// descriptor reaches for index values in range (`0..idx.sizes()[a]`) inside this storage.
+    fn check_advanced(
+        &self,
+        op: &'static str,
+        desc: &IndexDesc,
+        idx: &IndexValues,
+    ) -> Result<usize> {
+        let n = desc.check()?;
+        if idx.device() != self.device() {
+            return Err(Error::DeviceMismatch {
+                op,
+                lhs: self.device(),
+                rhs: idx.device(),
+            });
+        }
+        if desc.nb as usize != idx.nb() || desc.n_adv as usize != idx.n_adv() {
+            return Err(refused(
+                op,
+                format!(
+                    "the descriptor reads {} arrays of {} values, the index values are {} of {}",
+                    desc.n_adv,
+                    desc.nb,
+                    idx.n_adv(),
+                    idx.nb()
+                ),
+            ));
+        }
+        if n == 0 {
+            // Nothing is read or written (an empty view's offset need not lie in the storage).
+            return Ok(0);
+        }
+        let outside = |lo, hi| Error::IndexOutsideStorage {
+            op,
+            lo,
+            hi,
+            storage_len: self.len(),
+        };
+        match offset_range(desc, idx.sizes()) {
+            Some((lo, hi)) if lo >= 0 && hi < self.len() as i128 => Ok(n),
+            Some((lo, hi)) => Err(outside(lo, hi)),
+            None => Err(outside(i128::MIN, i128::MAX)),
+        }
     }
 
     /// Checks that a row copy, when given, moves the `n` result elements of this storage's
-    /// dtype, and returns it when it has rows to copy.
+    /// dtype through the one index array of `idx` (`nrows` its positions), and that every row
+    /// its values in range name lies in this storage (when `write`, rows that do not
+    /// overlap); returns it when it has rows to copy.
     fn check_rows<'r>(
         &self,
         op: &'static str,
         rows: Option<&'r Rows16>,
         n: usize,
+        idx: &IndexValues,
+        write: bool,
     ) -> Result<Option<&'r Rows16>> {
         let Some(r) = rows else { return Ok(None) };
+        self.check_row_bytes(op, r, n)?;
+        if idx.n_adv() != 1 || idx.nb() != r.nrows {
+            return Err(refused(
+                op,
+                format!(
+                    "{r:?} through {} index arrays of {} values",
+                    idx.n_adv(),
+                    idx.nb()
+                ),
+            ));
+        }
+        if r.nrows == 0 || r.row_units == 0 {
+            return Ok(Some(r));
+        }
+        let size = idx.sizes()[0] as u128;
+        let (base, stride, row) = (
+            r.base_units as u128,
+            r.stride_units as u128,
+            r.row_units as u128,
+        );
+        // Units of 16 bytes: rows from `base` to the last row a value below `size` names.
+        let end = (size - 1) * stride + base + row;
+        if end * 16 > self.nbytes() as u128 {
+            let elem = self.dtype().size() as u128;
+            return Err(Error::IndexOutsideStorage {
+                op,
+                lo: (base * 16 / elem) as i128,
+                hi: (end * 16 / elem) as i128 - 1,
+                storage_len: self.len(),
+            });
+        }
+        if write && size > 1 && stride < row {
+            return Err(refused(op, format!("the rows of {r:?} overlap")));
+        }
+        Ok(Some(r))
+    }
+
+    /// Checks that a row copy moves the `n` elements of this storage's dtype.
+    fn check_row_bytes(&self, op: &'static str, r: &Rows16, n: usize) -> Result<()> {
         let bytes = r
             .nrows
             .checked_mul(r.row_units)
@@ -89,45 +223,46 @@ impl Storage {
                 format!("{r:?} does not move {n} elements of {}", self.dtype()),
             ));
         }
-        Ok(Some(r))
+        Ok(())
     }
 
     /// Gathers the result of an advanced index into a new storage on this storage's device:
     /// `out[i] = self[offset(i)]` for the result elements of `desc` (row-major over its
     /// `rank` result sizes), where `offset(i)` is the descriptor's base, its strides over the
-    /// result's other dimensions, and `idx[a * nb + b] * adv_stride[a]` for each index array
-    /// `a` at the result's index position `b` (see `kernels/index.cu`). `idx` holds the
-    /// `n_adv * nb` normalised index values (i64, same device). With `rows` (one index array
+    /// result's other dimensions, and `idx[a][b] * adv_stride[a]` for each index array `a` at
+    /// the result's index position `b` (see `kernels/index.cu`). With `rows` (one index array
     /// over whole rows that are multiples of 16 bytes), rows are copied 16 bytes at a time.
     ///
-    /// Errors: a malformed descriptor, `idx` of another dtype or device or too short, `rows`
-    /// that do not move the result; on host memory, an offset outside this storage.
-    ///
-    /// # Safety
-    ///
-    /// Every index value is in range for its dimension, so that every offset read lies in this
-    /// storage (the CUDA kernels read where the values point; host memory is checked).
-    pub unsafe fn index_gather(
+    /// Errors: a malformed descriptor, `idx` on another device or of another shape than the
+    /// descriptor's, offsets that values in range would take outside this storage
+    /// ([`Error::IndexOutsideStorage`]: checked from the sizes, so no value reads outside),
+    /// `rows` that do not move the result or name rows outside.
+    pub fn index_gather(
         &self,
         desc: &IndexDesc,
-        idx: &Storage,
+        idx: &IndexValues,
         rows: Option<&Rows16>,
     ) -> Result<Storage> {
         let op = "index gather";
-        let n = desc.check()?;
-        self.check_index_values(op, desc, idx)?;
-        let rows = self.check_rows(op, rows, n)?;
+        let n = self.check_advanced(op, desc, idx)?;
+        let rows = self.check_rows(op, rows, n, idx, false)?;
         let (dtype, elem, len) = (self.dtype(), self.dtype().size(), self.len());
         let mut out = Storage::empty(n, dtype, self.device())?;
         if n == 0 {
             return Ok(out);
         }
-        match (self.read(op)?.mem(), idx.read(op)?.mem(), out.mem_mut(op)?) {
-            // SAFETY: the caller vouches for the index values (the twins check them anyway).
+        match (
+            self.read(op)?.mem(),
+            idx.values.read(op)?.mem(),
+            out.mem_mut(op)?,
+        ) {
+            // SAFETY: every value of `idx` lies in `0..sizes[a]` (`IndexValues`), for which
+            // `check_advanced` showed every offset of `desc`, and `check_rows` every row, inside
+            // this storage's `len` elements; `idx` holds `n_adv * nb` values.
             (Mem::Host(s), Mem::Host(i), MemMut::Host(o)) => unsafe {
                 s.index_gather(elem, len, desc, i, rows, o, n)?
             },
-            // SAFETY: as above; the kernels trust them.
+            // SAFETY: as above.
             (Mem::Cuda(s), Mem::Cuda(i), MemMut::Cuda(o)) => unsafe {
                 s.index_gather(elem, len, desc, i, rows, o, n)?
             },
@@ -136,44 +271,62 @@ impl Storage {
         Ok(out)
     }
 
-    /// Writes the result-shaped `values` (this storage's dtype and device, at least the
-    /// descriptor's result elements) through `desc` and the normalised index values `idx`
-    /// into this storage (see [`Storage::index_gather`]), skipping the index positions marked
-    /// in `dead` (`nb` bytes, `U8` or `Bool`): `self[offset(i)] = values[i]`. With `rows`, row
-    /// by row.
-    ///
-    /// Errors: as [`Storage::index_gather`], and `values` or `dead` of another dtype or
-    /// device or too short.
-    ///
-    /// # Safety
-    ///
-    /// As [`Storage::index_gather`], for the offsets written; the live positions write
-    /// distinct offsets (else the CUDA result depends on the order of the writes).
-    pub unsafe fn index_scatter(
-        &mut self,
+    /// Checks the values a scatter writes (this storage's dtype and device, at least `n`),
+    /// and that distinct result elements and index tuples write distinct offsets.
+    fn check_scatter(
+        &self,
+        op: &'static str,
         values: &Storage,
         desc: &IndexDesc,
-        idx: &Storage,
-        dead: &Storage,
-        rows: Option<&Rows16>,
+        idx: &IndexValues,
+        n: usize,
     ) -> Result<()> {
-        let op = "index scatter";
-        let n = desc.check()?;
-        self.check_index_values(op, desc, idx)?;
         values.expect_dtype(op, self.dtype())?;
         values.expect_device(op, self.device())?;
         values.expect_len(op, n)?;
-        dead.expect_bytes(op)?;
-        dead.expect_device(op, self.device())?;
-        dead.expect_len(op, desc.nb.max(0) as usize)?;
-        let rows = self.check_rows(op, rows, n)?;
+        if n > 0 {
+            check_distinct_writes(op, desc, idx.sizes())?;
+        }
+        Ok(())
+    }
+
+    /// Writes the result-shaped `values` (this storage's dtype and device, at least the
+    /// descriptor's result elements) through `desc` and `idx` into this storage (see
+    /// [`Storage::index_gather`]), skipping the index positions `dead` marks:
+    /// `self[offset(i)] = values[i]`. With `rows`, row by row.
+    ///
+    /// Errors: as [`Storage::index_gather`]; `values` of another dtype or device or too short;
+    /// `dead` made from other index values; a target whose layout (strides and sizes of the
+    /// result and of the indexed dimensions) may write an element twice, or overlapping rows
+    /// ([`Error::IndexRefused`]; stride 0 included: the live positions write distinct
+    /// offsets).
+    pub fn index_scatter(
+        &mut self,
+        values: &Storage,
+        desc: &IndexDesc,
+        idx: &IndexValues,
+        dead: &DeadMask,
+        rows: Option<&Rows16>,
+    ) -> Result<()> {
+        let op = "index scatter";
+        let n = self.check_advanced(op, desc, idx)?;
+        if !idx.owns(dead.of()) {
+            return Err(refused(
+                op,
+                "the dead marks were made from other index values".into(),
+            ));
+        }
+        self.check_scatter(op, values, desc, idx, n)?;
+        let rows = self.check_rows(op, rows, n, idx, true)?;
         if n == 0 {
             return Ok(());
         }
         let (elem, len) = (self.dtype().size(), self.len());
-        let (v, i, d) = (values.read(op)?, idx.read(op)?, dead.read(op)?);
+        let (v, i, d) = (values.read(op)?, idx.values.read(op)?, dead.dead.read(op)?);
         match (self.mem_mut(op)?, v.mem(), i.mem(), d.mem()) {
-            // SAFETY: the caller vouches for the index values and distinct live positions.
+            // SAFETY: every offset (and row) written lies in this storage, as in
+            // `index_gather`; the live positions of `dead` (`nb` bytes) have distinct index
+            // tuples, which `check_distinct_writes` showed write distinct offsets.
             (MemMut::Host(t), Mem::Host(v), Mem::Host(i), Mem::Host(d)) => unsafe {
                 t.index_scatter(elem, len, v, desc, i, d, rows, n)
             },
@@ -185,53 +338,39 @@ impl Storage {
         }
     }
 
-    /// Adds the result-shaped `values` through `desc` and the normalised index values `idx`
-    /// into this storage (`self[offset(i)] += values[i]`, every dtype; bool adds as a logical
-    /// or), each group of equal index tuples summed in order by its representative, so that
-    /// the result does not depend on the order of the threads: `groups` are `[dead, start,
-    /// len, members]`: `dead` (`nb` bytes) marks the positions that are not their group's
-    /// representative, and representative `b` sums `members[start[b] .. start[b] + len[b]]`
-    /// (i64; `start` and `len` hold `nb` values).
+    /// Adds the result-shaped `values` through `desc` and `idx` into this storage
+    /// (`self[offset(i)] += values[i]`, every dtype; bool adds as a logical or), each group of
+    /// equal index tuples ([`AddGroups`]) summed in order by its representative, so that the
+    /// result does not depend on the order of the threads.
     ///
-    /// Errors: as [`Storage::index_scatter`], and groups of another dtype or device or too
-    /// short; on host memory, groups outside `members` or naming positions past `nb`.
-    ///
-    /// # Safety
-    ///
-    /// As [`Storage::index_scatter`], with groups that partition the `nb` positions (the CUDA
-    /// kernel reads where they point).
-    pub unsafe fn index_scatter_add(
+    /// Errors: as [`Storage::index_scatter`], with `groups` made from other index values.
+    pub fn index_scatter_add(
         &mut self,
         values: &Storage,
         desc: &IndexDesc,
-        idx: &Storage,
-        groups: [&Storage; 4],
+        idx: &IndexValues,
+        groups: &AddGroups,
     ) -> Result<()> {
         let op = "index scatter_add";
-        let n = desc.check()?;
-        let nb = desc.nb.max(0) as usize;
-        self.check_index_values(op, desc, idx)?;
-        values.expect_dtype(op, self.dtype())?;
-        values.expect_device(op, self.device())?;
-        values.expect_len(op, n)?;
-        groups[0].expect_bytes(op)?;
-        for g in &groups[1..] {
-            g.expect_dtype(op, DType::I64)?;
+        let n = self.check_advanced(op, desc, idx)?;
+        if !idx.owns(groups.of()) {
+            return Err(refused(
+                op,
+                "the groups were made from other index values".into(),
+            ));
         }
-        for (g, need) in groups.iter().zip([nb, nb, nb, 0]) {
-            g.expect_device(op, self.device())?;
-            g.expect_len(op, need)?;
-        }
+        self.check_scatter(op, values, desc, idx, n)?;
         if n == 0 {
             return Ok(());
         }
-        let (dtype, len, members) = (self.dtype(), self.len(), groups[3].len());
-        let (v, i) = (values.read(op)?, idx.read(op)?);
+        let (dtype, len, members) = (self.dtype(), self.len(), groups.members);
+        let (v, i) = (values.read(op)?, idx.values.read(op)?);
+        let g = &groups.parts;
         let g = [
-            groups[0].read(op)?,
-            groups[1].read(op)?,
-            groups[2].read(op)?,
-            groups[3].read(op)?,
+            g[0].read(op)?,
+            g[1].read(op)?,
+            g[2].read(op)?,
+            g[3].read(op)?,
         ];
         match (
             self.mem_mut(op)?,
@@ -245,7 +384,8 @@ impl Storage {
                 Mem::Host(i),
                 [Mem::Host(a), Mem::Host(b), Mem::Host(c), Mem::Host(d)],
             ) => {
-                // SAFETY: the caller vouches for the index values and the groups.
+                // SAFETY: offsets as in `index_scatter`; the groups, built from `idx` by
+                // `AddGroups`, partition its `nb` positions (representatives: distinct tuples).
                 unsafe { t.index_scatter_add(dtype, len, v, desc, i, [a, b, c, d], members, n) }
             }
             (
@@ -259,6 +399,35 @@ impl Storage {
             }
             _ => Err(mixed(op)),
         }
+    }
+
+    /// `self[k] += values[k]` for every element of this storage (`values` of its dtype and
+    /// device, at least as long), as the indexing kernels add (integers wrap, half types round
+    /// once from f32, bool is a logical or), for every dtype: one scatter-add through a
+    /// descriptor of no index arrays over the dense elements.
+    ///
+    /// Errors: `values` of another dtype or device or too short.
+    pub fn index_accumulate(&mut self, values: &Storage) -> Result<()> {
+        let n = self.len();
+        if n == 0 {
+            return Ok(());
+        }
+        let mut desc = IndexDesc {
+            res_shape: [1; MAX_INDEX_DIMS],
+            res_stride: [0; MAX_INDEX_DIMS],
+            adv_stride: [0; MAX_INDEX_DIMS],
+            base: 0,
+            nb: 1,
+            rank: 1,
+            pos: 0,
+            k: 0,
+            n_adv: 0,
+        };
+        desc.res_shape[0] = n as i64;
+        desc.res_stride[0] = 1;
+        let idx = IndexValues::none(1, self.device())?;
+        let groups = AddGroups::single(&idx)?;
+        self.index_scatter_add(values, &desc, &idx, &groups)
     }
 
     /// Normalises an index array into `nb` int64 of this storage (`I64`) from element `at`:
@@ -315,64 +484,6 @@ impl Storage {
             (MemMut::Cuda(o), Mem::Cuda(s), MemMut::Cuda(b)) => {
                 o.index_normalise(at, nb, s, i32, layout, size, b, bad_at)
             }
-            _ => Err(mixed(op)),
-        }
-    }
-
-    /// Marks in `dead` (`U8` or `Bool`, `nb` bytes) the index positions whose tuple repeats at
-    /// a later position (1: a later position writes the same elements, so the last one wins),
-    /// through a table `winner` (`I64`, one zeroed word per key); the tuple of position `b`
-    /// is the key `sum(self[a * nb + b] * keys.mul[a])` over the `keys.n_adv` normalised index
-    /// arrays in this storage (`I64`). Every position is dead when a word of `bad` (`I64`) is
-    /// not -1, so that the scatter after it writes nothing. No synchronisation.
-    ///
-    /// Errors: dtypes, devices, lengths, more than [`MAX_INDEX_DIMS`] index arrays; on host
-    /// memory, a key outside `winner`.
-    ///
-    /// # Safety
-    ///
-    /// The index values are in range, so that every key lies in `winner` (the CUDA kernel
-    /// writes where they point).
-    pub unsafe fn index_dead_positions(
-        &self,
-        keys: &Keys,
-        winner: &mut Storage,
-        bad: &Storage,
-        dead: &mut Storage,
-        nb: usize,
-    ) -> Result<()> {
-        let op = "index dead_positions";
-        let n_adv = usize::try_from(keys.n_adv)
-            .ok()
-            .filter(|&a| a <= MAX_INDEX_DIMS)
-            .ok_or_else(|| invalid(op, format!("{} index arrays", keys.n_adv)))?;
-        self.expect_dtype(op, DType::I64)?;
-        winner.expect_dtype(op, DType::I64)?;
-        bad.expect_dtype(op, DType::I64)?;
-        dead.expect_bytes(op)?;
-        for s in [&*winner, bad, &*dead] {
-            s.expect_device(op, self.device())?;
-        }
-        self.expect_len(op, n_adv.saturating_mul(nb))?;
-        dead.expect_len(op, nb)?;
-        if nb == 0 {
-            return Ok(());
-        }
-        let (nwinner, nbad) = (winner.len(), bad.len());
-        match (
-            self.read(op)?.mem(),
-            winner.mem_mut(op)?,
-            bad.read(op)?.mem(),
-            dead.mem_mut(op)?,
-        ) {
-            // SAFETY: the caller vouches that every key lies in `winner` (checked anyway).
-            (Mem::Host(i), MemMut::Host(w), Mem::Host(b), MemMut::Host(d)) => unsafe {
-                i.index_dead_positions(nb, keys, w, nwinner, b, nbad, d)
-            },
-            // SAFETY: as above.
-            (Mem::Cuda(i), MemMut::Cuda(w), Mem::Cuda(b), MemMut::Cuda(d)) => unsafe {
-                i.index_dead_positions(nb, keys, w, nwinner, b, nbad, d)
-            },
             _ => Err(mixed(op)),
         }
     }
@@ -446,7 +557,7 @@ impl Storage {
         values.expect_device(op, self.device())?;
         let stride = usize::try_from(stride)
             .map_err(|_| invalid(op, format!("negative index stride {stride}")))?;
-        self.check_rows(op, Some(rows), n)?;
+        self.check_row_bytes(op, rows, n)?;
         // The values read and the bytes of the `size` rows the kernel may read.
         if rows.nrows > 0 {
             let last = (rows.nrows - 1)

@@ -1,0 +1,182 @@
+//! Flash attention of storages (`genesis_kernels::attention`): the forward and backward on the
+//! CUDA kernels (bf16, f16; head dims 64 and 128) or their CPU twins (f32, f64, f16, bf16;
+//! any head dim), operands read in place through their strides.
+
+use genesis_kernels::attention::{AttentionShape, BackwardStrides, ForwardStrides};
+
+use super::{Mem, MemMut, Storage, check_float_only, mixed};
+use crate::compute::Compute;
+use crate::{DType, Error, Result};
+
+/// An attention operand: a storage and the element its first row starts at.
+pub type AttentionOperand<'a> = (&'a Storage, usize);
+
+impl Storage {
+    /// The elements of `x` from its start on (an error when the start lies past its end).
+    fn tail_len(name: &'static str, x: AttentionOperand<'_>) -> Result<usize> {
+        x.0.check_range(name, x.1, 0)?;
+        Ok(x.0.len - x.1)
+    }
+
+    /// The dtype of the log-sum-exps of attention over `dtype`: f64 for f64, else f32.
+    pub fn attention_lse_dtype(dtype: DType) -> DType {
+        if dtype == DType::F64 {
+            DType::F64
+        } else {
+            DType::F32
+        }
+    }
+
+    /// Flash attention's forward (see `genesis_kernels::attention` for the semantics, the
+    /// strides and the GPU's conditions): `q`, `k`, `v` (one float dtype and device) read in
+    /// place through `s`; returns `o`, a new storage of `o_len` elements written through
+    /// `s.o`, and `lse` (`[batch, heads, tq]`, [`Storage::attention_lse_dtype`]).
+    ///
+    /// Errors: dtypes or devices that differ, a dtype or head dim the device's path does not
+    /// take, operands or strides that reach past a storage, outputs that overlap themselves.
+    #[track_caller]
+    pub fn attention_forward(
+        shape: &AttentionShape,
+        s: &ForwardStrides,
+        q: AttentionOperand<'_>,
+        k: AttentionOperand<'_>,
+        v: AttentionOperand<'_>,
+        o_len: usize,
+    ) -> Result<(Storage, Storage)> {
+        let name = "scaled_dot_product_attention";
+        q.0.check_binary_types(name, k.0)?;
+        q.0.check_binary_types(name, v.0)?;
+        let dtype = q.0.dtype;
+        check_float_only(name, true, dtype)?;
+        let len = [
+            Self::tail_len(name, q)?,
+            Self::tail_len(name, k)?,
+            Self::tail_len(name, v)?,
+        ];
+        let n = shape.lse_len()?;
+        let mut o = Storage::uninit(o_len, dtype, q.0.device())?;
+        let mut lse = Storage::uninit(n, Self::attention_lse_dtype(dtype), q.0.device())?;
+        let at = [q.1, k.1, v.1];
+        let (qr, kr, vr) = (q.0.read(name)?, k.0.read(name)?, v.0.read(name)?);
+        match (
+            qr.mem(),
+            kr.mem(),
+            vr.mem(),
+            o.mem_mut(name)?,
+            lse.mem_mut(name)?,
+        ) {
+            (Mem::Host(a), Mem::Host(b), Mem::Host(c), MemMut::Host(x), MemMut::Host(l)) => {
+                a.attention_forward(dtype, shape, s, at, len, b, c, x, o_len, l)?
+            }
+            (Mem::Cuda(a), Mem::Cuda(b), Mem::Cuda(c), MemMut::Cuda(x), MemMut::Cuda(l)) => {
+                a.attention_forward(dtype, shape, s, at, len, b, c, x, o_len, l)?
+            }
+            _ => return Err(mixed(name)),
+        }
+        Ok((o, lse))
+    }
+
+    /// Flash attention's backward: from `q`, `k`, `v`, the forward's `o` and `lse`, and
+    /// `dout` (`o`'s gradient), new storages `dq`, `dk`, `dv` of `out_len` elements written
+    /// through `s.dq`, `s.dk`, `s.dv`. Errors as [`Storage::attention_forward`], and an `lse`
+    /// of another dtype or device.
+    #[track_caller]
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_backward(
+        shape: &AttentionShape,
+        s: &BackwardStrides,
+        q: AttentionOperand<'_>,
+        k: AttentionOperand<'_>,
+        v: AttentionOperand<'_>,
+        o: AttentionOperand<'_>,
+        dout: AttentionOperand<'_>,
+        lse: &Storage,
+        out_len: [usize; 3],
+    ) -> Result<[Storage; 3]> {
+        let name = "scaled_dot_product_attention_backward";
+        for x in [k, v, o, dout] {
+            q.0.check_binary_types(name, x.0)?;
+        }
+        let dtype = q.0.dtype;
+        check_float_only(name, true, dtype)?;
+        let want = Self::attention_lse_dtype(dtype);
+        if lse.dtype != want {
+            return Err(Error::DTypeMismatch {
+                op: name,
+                lhs: want,
+                rhs: lse.dtype,
+            });
+        }
+        lse.check_range(name, 0, shape.lse_len()?)?;
+        let len = [
+            Self::tail_len(name, q)?,
+            Self::tail_len(name, k)?,
+            Self::tail_len(name, v)?,
+            Self::tail_len(name, o)?,
+            Self::tail_len(name, dout)?,
+        ];
+        let dev = q.0.device();
+        let mut dq = Storage::uninit(out_len[0], dtype, dev)?;
+        let mut dk = Storage::uninit(out_len[1], dtype, dev)?;
+        let mut dv = Storage::uninit(out_len[2], dtype, dev)?;
+        let at = [q.1, k.1, v.1, o.1, dout.1];
+        let r = [
+            q.0.read(name)?,
+            k.0.read(name)?,
+            v.0.read(name)?,
+            o.0.read(name)?,
+            dout.0.read(name)?,
+        ];
+        let l = lse.read(name)?;
+        match (
+            [r[0].mem(), r[1].mem(), r[2].mem(), r[3].mem(), r[4].mem()],
+            l.mem(),
+            [dq.mem_mut(name)?, dk.mem_mut(name)?, dv.mem_mut(name)?],
+        ) {
+            (
+                [
+                    Mem::Host(a),
+                    Mem::Host(b),
+                    Mem::Host(c),
+                    Mem::Host(d),
+                    Mem::Host(e),
+                ],
+                Mem::Host(l),
+                [MemMut::Host(x), MemMut::Host(y), MemMut::Host(z)],
+            ) => a.attention_backward(
+                dtype,
+                shape,
+                s,
+                at,
+                len,
+                [b, c, d, e],
+                l,
+                [x, y, z],
+                out_len,
+            )?,
+            (
+                [
+                    Mem::Cuda(a),
+                    Mem::Cuda(b),
+                    Mem::Cuda(c),
+                    Mem::Cuda(d),
+                    Mem::Cuda(e),
+                ],
+                Mem::Cuda(l),
+                [MemMut::Cuda(x), MemMut::Cuda(y), MemMut::Cuda(z)],
+            ) => a.attention_backward(
+                dtype,
+                shape,
+                s,
+                at,
+                len,
+                [b, c, d, e],
+                l,
+                [x, y, z],
+                out_len,
+            )?,
+            _ => return Err(mixed(name)),
+        }
+        Ok([dq, dk, dv])
+    }
+}

@@ -1,0 +1,224 @@
+//! Layer norm of storages (`genesis_kernels::layernorm`): one pass forward and backward, on the
+//! CUDA kernels (f32, f16, bf16) or their CPU twins (and f64).
+
+use genesis_kernels::layernorm::LayerNormShape;
+
+use super::{Mem, MemMut, Storage, check_float_only, mixed};
+use crate::compute::Compute;
+use crate::{DType, Error, Result};
+
+/// An optional operand's host bytes and first element (an error for device memory).
+fn host_in<'a>(
+    name: &'static str,
+    m: Option<(Mem<'a>, usize)>,
+) -> Result<Option<(&'a [u8], usize)>> {
+    match m {
+        None => Ok(None),
+        Some((Mem::Host(h), at)) => Ok(Some((h, at))),
+        _ => Err(mixed(name)),
+    }
+}
+
+/// An optional operand's device memory and first element (an error for host bytes).
+fn cuda_in<'a>(
+    name: &'static str,
+    m: Option<(Mem<'a>, usize)>,
+) -> Result<Option<(&'a crate::cuda::CudaMem, usize)>> {
+    match m {
+        None => Ok(None),
+        Some((Mem::Cuda(c), at)) => Ok(Some((c, at))),
+        _ => Err(mixed(name)),
+    }
+}
+
+/// An optional output's host bytes (an error for device memory).
+fn host_out<'a>(name: &'static str, m: Option<MemMut<'a>>) -> Result<Option<&'a mut [u8]>> {
+    match m {
+        None => Ok(None),
+        Some(MemMut::Host(h)) => Ok(Some(h)),
+        _ => Err(mixed(name)),
+    }
+}
+
+/// An optional output's device memory (an error for host bytes).
+fn cuda_out<'a>(
+    name: &'static str,
+    m: Option<MemMut<'a>>,
+) -> Result<Option<&'a mut crate::cuda::CudaMem>> {
+    match m {
+        None => Ok(None),
+        Some(MemMut::Cuda(c)) => Ok(Some(c)),
+        _ => Err(mixed(name)),
+    }
+}
+
+impl Storage {
+    /// The dtype of layer norm's saved row statistics over `dtype`: f64 for f64, else f32.
+    pub fn layer_norm_stats_dtype(dtype: DType) -> DType {
+        if dtype == DType::F64 {
+            DType::F64
+        } else {
+            DType::F32
+        }
+    }
+
+    /// Checks an operand of `len` elements from `at` of the dtype and device of `like`.
+    fn check_operand(
+        &self,
+        name: &'static str,
+        like: &Storage,
+        at: usize,
+        len: usize,
+    ) -> Result<()> {
+        like.check_binary_types(name, self)?;
+        self.check_range(name, at, len)
+    }
+
+    /// Layer norm over the last dimension of the contiguous `[rows, cols]` from element
+    /// `x.1` of `x.0` (PyTorch's `F.layer_norm` with `normalized_shape = [cols]`), `w` and `b`
+    /// (`cols` values from their element, the input's dtype) optional: returns `y` and each
+    /// row's mean and `1 / sqrt(var + eps)` ([`Storage::layer_norm_stats_dtype`]). See
+    /// `genesis_kernels::layernorm` for the numerics (one pass; f32 statistics for f32, f16,
+    /// bf16). Errors: dtypes or devices that differ, ranges past a storage, a dtype the
+    /// device's path does not take, `cols` of 0 or past the kernels' limit.
+    #[track_caller]
+    pub fn layer_norm(
+        shape: &LayerNormShape,
+        x: (&Storage, usize),
+        w: Option<(&Storage, usize)>,
+        b: Option<(&Storage, usize)>,
+    ) -> Result<(Storage, Storage, Storage)> {
+        let name = "layer_norm";
+        let (xs, dtype) = (x.0, x.0.dtype);
+        check_float_only(name, true, dtype)?;
+        let len = shape.numel()?;
+        xs.check_range(name, x.1, len)?;
+        for p in [w, b].into_iter().flatten() {
+            p.0.check_operand(name, xs, p.1, shape.cols)?;
+        }
+        let dev = xs.device();
+        let stats = Self::layer_norm_stats_dtype(dtype);
+        let mut y = Storage::uninit(len, dtype, dev)?;
+        let mut mean = Storage::uninit(shape.rows, stats, dev)?;
+        let mut rstd = Storage::uninit(shape.rows, stats, dev)?;
+        let xr = xs.read(name)?;
+        let wr = w.map(|p| p.0.read(name)).transpose()?;
+        let br = b.map(|p| p.0.read(name)).transpose()?;
+        let wm = wr.as_ref().zip(w).map(|(g, p)| (g.mem(), p.1));
+        let bm = br.as_ref().zip(b).map(|(g, p)| (g.mem(), p.1));
+        match (
+            xr.mem(),
+            y.mem_mut(name)?,
+            mean.mem_mut(name)?,
+            rstd.mem_mut(name)?,
+        ) {
+            (Mem::Host(a), MemMut::Host(o), MemMut::Host(m), MemMut::Host(r)) => a.layer_norm(
+                dtype,
+                shape,
+                x.1,
+                host_in(name, wm)?,
+                host_in(name, bm)?,
+                o,
+                m,
+                r,
+            )?,
+            (Mem::Cuda(a), MemMut::Cuda(o), MemMut::Cuda(m), MemMut::Cuda(r)) => a.layer_norm(
+                dtype,
+                shape,
+                x.1,
+                cuda_in(name, wm)?,
+                cuda_in(name, bm)?,
+                o,
+                m,
+                r,
+            )?,
+            _ => return Err(mixed(name)),
+        }
+        Ok((y, mean, rstd))
+    }
+
+    /// Layer norm's backward: the input's gradient `dh` from the output's `dy` (contiguous
+    /// `[rows, cols]` from its element), the forward's input `h`, `w`, and the statistics
+    /// [`Storage::layer_norm`] returned; with `want` (weight, bias), `dw` and `db` too
+    /// (`cols` values each, summed over the rows in a fixed order).
+    #[track_caller]
+    #[allow(clippy::too_many_arguments)]
+    pub fn layer_norm_backward(
+        shape: &LayerNormShape,
+        dy: (&Storage, usize),
+        h: (&Storage, usize),
+        w: Option<(&Storage, usize)>,
+        mean: &Storage,
+        rstd: &Storage,
+        want: (bool, bool),
+    ) -> Result<(Storage, Option<Storage>, Option<Storage>)> {
+        let name = "layer_norm_backward";
+        let (ds, dtype) = (dy.0, dy.0.dtype);
+        check_float_only(name, true, dtype)?;
+        let len = shape.numel()?;
+        ds.check_range(name, dy.1, len)?;
+        h.0.check_operand(name, ds, h.1, len)?;
+        if let Some(p) = w {
+            p.0.check_operand(name, ds, p.1, shape.cols)?;
+        }
+        let stats = Self::layer_norm_stats_dtype(dtype);
+        for s in [mean, rstd] {
+            if s.dtype != stats {
+                return Err(Error::DTypeMismatch {
+                    op: name,
+                    lhs: stats,
+                    rhs: s.dtype,
+                });
+            }
+            s.check_range(name, 0, shape.rows)?;
+        }
+        let dev = ds.device();
+        let mut dh = Storage::uninit(len, dtype, dev)?;
+        let mut dw = want
+            .0
+            .then(|| Storage::uninit(shape.cols, dtype, dev))
+            .transpose()?;
+        let mut db = want
+            .1
+            .then(|| Storage::uninit(shape.cols, dtype, dev))
+            .transpose()?;
+        let (dr, hr, mr, rr) = (
+            ds.read(name)?,
+            h.0.read(name)?,
+            mean.read(name)?,
+            rstd.read(name)?,
+        );
+        let wr = w.map(|p| p.0.read(name)).transpose()?;
+        let wm = wr.as_ref().zip(w).map(|(g, p)| (g.mem(), p.1));
+        let dwm = dw.as_mut().map(|s| s.mem_mut(name)).transpose()?;
+        let dbm = db.as_mut().map(|s| s.mem_mut(name)).transpose()?;
+        match (dr.mem(), hr.mem(), mr.mem(), rr.mem(), dh.mem_mut(name)?) {
+            (Mem::Host(a), Mem::Host(hh), Mem::Host(m), Mem::Host(r), MemMut::Host(o)) => a
+                .layer_norm_backward(
+                    dtype,
+                    shape,
+                    dy.1,
+                    (hh, h.1),
+                    host_in(name, wm)?,
+                    [m, r],
+                    o,
+                    host_out(name, dwm)?,
+                    host_out(name, dbm)?,
+                )?,
+            (Mem::Cuda(a), Mem::Cuda(hh), Mem::Cuda(m), Mem::Cuda(r), MemMut::Cuda(o)) => a
+                .layer_norm_backward(
+                    dtype,
+                    shape,
+                    dy.1,
+                    (hh, h.1),
+                    cuda_in(name, wm)?,
+                    [m, r],
+                    o,
+                    cuda_out(name, dwm)?,
+                    cuda_out(name, dbm)?,
+                )?,
+            _ => return Err(mixed(name)),
+        }
+        Ok((dh, dw, db))
+    }
+}

@@ -1,0 +1,299 @@
+//! [`Tensor::scaled_dot_product_attention`] (PyTorch's `F.scaled_dot_product_attention`):
+//! flash attention on CUDA bf16/f16 operands of head dim 64 or 128 (one recorded op, its
+//! backward the flash backward from the saved inputs, output and log-sum-exps: no `[L, S]`
+//! matrix is stored), the composed product, mask, softmax and product otherwise.
+
+use genesis_kernels::attention::{AttentionShape, BackwardStrides, ForwardStrides, Strides};
+use genesis_storage::Storage;
+
+use crate::autograd::Saved;
+use crate::{DType, Device, Error, Result, Tensor};
+
+const OP: &str = "scaled_dot_product_attention";
+
+/// The strides of a `[batch, heads, t, d]` view (rank 3: one head) for the kernels, when its
+/// last dimension is contiguous and no stride is negative.
+fn strides_of(t: &Tensor) -> Option<(Strides, usize)> {
+    let l = t.layout();
+    let s = l.strides();
+    let n = s.len();
+    if s[n - 1] != 1 && t.shape()[n - 1] > 1 {
+        return None;
+    }
+    let u = |i: usize| usize::try_from(s[i]).ok();
+    let st = if n == 4 {
+        Strides {
+            batch: u(0)?,
+            head: u(1)?,
+            seq: u(2)?,
+        }
+    } else {
+        Strides {
+            batch: u(0)?,
+            head: 0,
+            seq: u(1)?,
+        }
+    };
+    Some((st, l.offset()))
+}
+
+/// `[batch, heads]` of a rank-3 or rank-4 operand.
+fn batch_heads(t: &Tensor) -> (usize, usize) {
+    let s = t.shape();
+    if s.len() == 4 {
+        (s[0], s[1])
+    } else {
+        (s[0], 1)
+    }
+}
+
+impl Tensor {
+    /// Attention of queries `self` (`[..., L, E]`) over keys `key` (`[..., S, E]`) and values
+    /// `value` (`[..., S, Ev]`), PyTorch's `F.scaled_dot_product_attention(q, k, v,
+    /// is_causal=..., scale=...)`: `softmax(q kᵀ * scale + mask) v` with `scale` `1 / sqrt(E)`
+    /// unless given, and with `is_causal` query `i` seeing keys `j <= i` only (the mask
+    /// aligned to the top left, as PyTorch's). The leading dimensions of the three must be
+    /// equal; the result is `[..., L, Ev]` in their dtype.
+    ///
+    /// CUDA bf16 and f16 operands of rank 3 or 4 with `E == Ev` of 64 or 128, read in place
+    /// (a view into a packed projection is fine) when their rows are 16-byte aligned, run as
+    /// flash attention: the `[L, S]` scores are never stored, forward or backward, and the
+    /// result is a `[B, H, L, E]` view of a `[B, L, H, E]` tensor (its `transpose(1, 2)` is
+    /// contiguous, as PyTorch's). Anything else runs the composed ops (the product, the mask,
+    /// softmax and the product, each under its own [`autocast`](crate::autograd::autocast)
+    /// policy). Under autocast, float32 CUDA operands of those head dims are cast to the
+    /// autocast dtype and take the flash path (PyTorch's lower-precision list).
+    ///
+    /// ```
+    /// use genesis::{DType, Device, Generator};
+    /// # fn main() -> genesis::Result<()> {
+    /// let g = Generator::new(0);
+    /// let q = g.randn([2, 4, 8, 16], DType::F32, Device::Cpu)?;
+    /// let y = q.scaled_dot_product_attention(&q, &q, true, None)?;
+    /// assert_eq!(y.shape(), &[2, 4, 8, 16]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn scaled_dot_product_attention(
+        &self,
+        key: &Tensor,
+        value: &Tensor,
+        is_causal: bool,
+        scale: Option<f64>,
+    ) -> Result<Tensor> {
+        let (q, k, v) = (self, key, value);
+        let (rq, rk, rv) = (q.dim(), k.dim(), v.dim());
+        let bad = |reason: String| Error::InvalidArgument { op: OP, reason };
+        if rq < 2 || rk != rq || rv != rq {
+            return Err(bad(format!(
+                "query, key and value must have one rank of at least 2, got shapes {:?}, {:?} \
+                 and {:?}",
+                q.shape(),
+                k.shape(),
+                v.shape()
+            )));
+        }
+        let n = rq;
+        let (e, s) = (q.shape()[n - 1], k.shape()[n - 2]);
+        if k.shape()[n - 1] != e
+            || v.shape()[n - 2] != s
+            || q.shape()[..n - 2] != k.shape()[..n - 2]
+            || q.shape()[..n - 2] != v.shape()[..n - 2]
+        {
+            return Err(bad(format!(
+                "shapes {:?}, {:?} and {:?} are not query [..., L, E], key [..., S, E] and \
+                 value [..., S, Ev] with equal leading dimensions",
+                q.shape(),
+                k.shape(),
+                v.shape()
+            )));
+        }
+        let scale = scale.unwrap_or(1.0 / (e.max(1) as f64).sqrt());
+        if !scale.is_finite() {
+            return Err(bad(format!("scale {scale} is not finite")));
+        }
+        // Under autocast, float32 operands that would take the flash path in the autocast
+        // dtype are cast to it; the composed path applies each op's own policy.
+        let flash_dtype = match crate::autograd::autocast_dtype() {
+            Some(d) if matches!(q.device(), Device::Cuda(_)) && matches!(e, 64 | 128) => Some(d),
+            _ => None,
+        };
+        let flash = if let Some(d) = flash_dtype {
+            let cast = |t: &Tensor| {
+                if t.dtype() == DType::F32 {
+                    t.to_dtype(d)
+                } else {
+                    Ok(t.clone())
+                }
+            };
+            let (q, k, v) = (cast(q)?, cast(k)?, cast(v)?);
+            q.flash_attention(&k, &v, is_causal, scale)?
+        } else {
+            self.flash_attention(k, v, is_causal, scale)?
+        };
+        if let Some(y) = flash {
+            return Ok(y);
+        }
+        let mut scores = q.matmul(&k.transpose(-2, -1)?)?.mul(scale)?;
+        if is_causal {
+            let l = q.shape()[n - 2];
+            let mask = Tensor::ones([l, s], DType::Bool, q.device())?.triu(1)?;
+            scores = scores.masked_fill(&mask, f64::NEG_INFINITY)?;
+        }
+        scores.softmax(-1)?.matmul(v)
+    }
+
+    /// The flash path of [`Tensor::scaled_dot_product_attention`], or `None` when the
+    /// operands do not suit it.
+    fn flash_attention(
+        &self,
+        k: &Tensor,
+        v: &Tensor,
+        causal: bool,
+        scale: f64,
+    ) -> Result<Option<Tensor>> {
+        let q = self;
+        let n = q.dim();
+        let dtype = q.dtype();
+        let e = q.shape()[n - 1];
+        let suits = matches!(q.device(), Device::Cuda(_))
+            && matches!(dtype, DType::BF16 | DType::F16)
+            && k.dtype() == dtype
+            && v.dtype() == dtype
+            && (n == 3 || n == 4)
+            && matches!(e, 64 | 128)
+            && v.shape()[n - 1] == e
+            && k.device() == q.device()
+            && v.device() == q.device();
+        if !suits {
+            return Ok(None);
+        }
+        let (Some(sq), Some(sk), Some(sv)) = (strides_of(q), strides_of(k), strides_of(v)) else {
+            return Ok(None);
+        };
+        let (b, h) = batch_heads(q);
+        let (l, s) = (q.shape()[n - 2], k.shape()[n - 2]);
+        let shape = AttentionShape {
+            batch: b,
+            heads: h,
+            tq: l,
+            tk: s,
+            head_dim: e,
+            causal,
+            scale: scale as f32,
+        };
+        // The output as [B, L, H, E].
+        let bthd = Strides::bthd(h, l, e);
+        let fs = ForwardStrides {
+            q: sq.0,
+            k: sk.0,
+            v: sv.0,
+            o: bthd,
+        };
+        let o_len = b * l * h * e;
+        if shape.check_gpu().is_err()
+            || ![(q, sq), (k, sk), (v, sv)]
+                .iter()
+                .all(|(t, o)| aligned(t, *o))
+        {
+            return Ok(None);
+        }
+        let lse_cell = std::cell::RefCell::new(None);
+        let out = crate::autograd::op(
+            OP,
+            &[q, k, v],
+            || {
+                let (o, lse) = Storage::attention_forward(
+                    &shape,
+                    &fs,
+                    (q.view.storage(), sq.1),
+                    (k.view.storage(), sk.1),
+                    (v.view.storage(), sv.1),
+                    o_len,
+                )?;
+                *lse_cell.borrow_mut() = Some(lse);
+                let o = Tensor::from_storage(o, &[b, l, h, e])?;
+                if n == 4 {
+                    o.transpose(1, 2)
+                } else {
+                    o.reshape([b as isize, l as isize, e as isize])
+                }
+            },
+            |out| {
+                let lse = lse_cell.borrow_mut().take().expect("set by the forward");
+                let saved = [
+                    Saved::new(OP, q),
+                    Saved::new(OP, k),
+                    Saved::new(OP, v),
+                    Saved::new(OP, out),
+                ];
+                Box::new(move |g, _| {
+                    let [q, k, v, o] = [
+                        saved[0].get()?,
+                        saved[1].get()?,
+                        saved[2].get()?,
+                        saved[3].get()?,
+                    ];
+                    let g = match strides_of(g) {
+                        Some(o) if aligned(g, o) => g.clone(),
+                        _ => g.contiguous()?,
+                    };
+                    let ops = [&q, &k, &v, &o, &g].map(|t| strides_of(t).expect("checked layouts"));
+                    let bs = BackwardStrides {
+                        q: ops[0].0,
+                        k: ops[1].0,
+                        v: ops[2].0,
+                        o: ops[3].0,
+                        dout: ops[4].0,
+                        dq: bthd,
+                        dk: Strides::bthd(h, s, e),
+                        dv: Strides::bthd(h, s, e),
+                    };
+                    let kv_len = b * s * h * e;
+                    let [dq, dk, dv] = Storage::attention_backward(
+                        &shape,
+                        &bs,
+                        (q.view.storage(), ops[0].1),
+                        (k.view.storage(), ops[1].1),
+                        (v.view.storage(), ops[2].1),
+                        (o.view.storage(), ops[3].1),
+                        (g.view.storage(), ops[4].1),
+                        &lse,
+                        [o_len, kv_len, kv_len],
+                    )?;
+                    let view = |x: Storage, t: usize| -> Result<Tensor> {
+                        let x = Tensor::from_storage(x, &[b, t, h, e])?;
+                        if n == 4 {
+                            x.transpose(1, 2)
+                        } else {
+                            x.reshape([b as isize, t as isize, e as isize])
+                        }
+                    };
+                    Ok(vec![
+                        Some(view(dq, l)?),
+                        Some(view(dk, s)?),
+                        Some(view(dv, s)?),
+                    ])
+                })
+            },
+        )?;
+        Ok(Some(out))
+    }
+}
+
+/// Whether the kernels take operand `t` (strides and first element `o`): rows of whole
+/// 16-byte vectors (bf16, f16: the first element and every stride of a dimension longer than
+/// one a multiple of 8 elements; storages start 16-byte aligned).
+fn aligned(t: &Tensor, o: (Strides, usize)) -> bool {
+    let (st, at) = o;
+    let shape = t.shape();
+    let n = shape.len();
+    let long = |i: usize, stride: usize| shape[i] <= 1 || stride.is_multiple_of(8);
+    let dims_ok = if n == 4 {
+        long(0, st.batch) && long(1, st.head) && long(2, st.seq)
+    } else {
+        long(0, st.batch) && long(1, st.seq)
+    };
+    at.is_multiple_of(8) && dims_ok
+}

@@ -1,0 +1,354 @@
+//! The ops with fused kernels on the GPU. `scaled_dot_product_attention`: the composed path
+//! against a reference written out and finite differences on the CPU; on a GPU, flash
+//! attention (bf16, f16; head dims 64 and 128; causal and not; GPT-2's packed projection read
+//! in place) against the composed ops on the same operands in float32, forward and gradients.
+//! `layer_norm`: the one-kernel CUDA path against the composed ops in float64.
+
+use genesis::{DType, Device, Error, Generator, Tensor, no_grad};
+
+mod common;
+use common::{Release, devices};
+
+const CPU: Device = Device::Cpu;
+
+/// softmax(q kᵀ scale + mask) v for `[n, l, e]` f64 tensors, written out.
+fn reference(
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    dims: [usize; 4],
+    causal: bool,
+    scale: f64,
+) -> Vec<f64> {
+    let [n, l, s, e] = dims;
+    let mut out = vec![0.0; n * l * e];
+    for b in 0..n {
+        for i in 0..l {
+            let seen = if causal { s.min(i + 1) } else { s };
+            let x: Vec<f64> = (0..seen)
+                .map(|j| {
+                    (0..e)
+                        .map(|c| q[(b * l + i) * e + c] * k[(b * s + j) * e + c])
+                        .sum::<f64>()
+                        * scale
+                })
+                .collect();
+            let m = x.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let w: Vec<f64> = x.iter().map(|&t| (t - m).exp()).collect();
+            let z: f64 = w.iter().sum();
+            for c in 0..e {
+                out[(b * l + i) * e + c] = (0..seen)
+                    .map(|j| w[j] * v[(b * s + j) * e + c])
+                    .sum::<f64>()
+                    / z;
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn composed_path_matches_the_definition_and_its_gradients() {
+    let g = Generator::new(5);
+    for (l, s, causal) in [(5, 5, true), (4, 7, false), (6, 3, true), (1, 1, false)] {
+        let q = g.randn([2, l, 3], DType::F64, CPU).unwrap();
+        let k = g.randn([2, s, 3], DType::F64, CPU).unwrap();
+        let v = g.randn([2, s, 3], DType::F64, CPU).unwrap();
+        let y = q
+            .scaled_dot_product_attention(&k, &v, causal, Some(0.7))
+            .unwrap();
+        let want = reference(
+            &q.to_vec::<f64>().unwrap(),
+            &k.to_vec::<f64>().unwrap(),
+            &v.to_vec::<f64>().unwrap(),
+            [2, l, s, 3],
+            causal,
+            0.7,
+        );
+        for (a, b) in y.to_vec::<f64>().unwrap().iter().zip(&want) {
+            assert!((a - b).abs() < 1e-12, "l {l} s {s}: {a} against {b}");
+        }
+        // Gradients against central differences of sum(y * w).
+        let leaves: Vec<Tensor> = [&q, &k, &v]
+            .iter()
+            .map(|t| t.detach().requires_grad_(true).unwrap())
+            .collect();
+        let w = g.randn(y.shape(), DType::F64, CPU).unwrap();
+        let f = |xs: &[Tensor]| -> f64 {
+            no_grad(|| {
+                xs[0]
+                    .scaled_dot_product_attention(&xs[1], &xs[2], causal, Some(0.7))?
+                    .mul(&w)?
+                    .sum()?
+                    .item::<f64>()
+            })
+            .unwrap()
+        };
+        leaves[0]
+            .scaled_dot_product_attention(&leaves[1], &leaves[2], causal, Some(0.7))
+            .unwrap()
+            .mul(&w)
+            .unwrap()
+            .sum()
+            .unwrap()
+            .backward()
+            .unwrap();
+        let base: Vec<Tensor> = vec![q.clone(), k.clone(), v.clone()];
+        for (i, leaf) in leaves.iter().enumerate() {
+            let grad = leaf
+                .grad()
+                .unwrap()
+                .contiguous()
+                .unwrap()
+                .to_vec::<f64>()
+                .unwrap();
+            let x0 = base[i].to_vec::<f64>().unwrap();
+            for (j, &gj) in grad.iter().enumerate() {
+                let at = |d: f64| {
+                    let mut x = x0.clone();
+                    x[j] += d;
+                    let mut xs = base.clone();
+                    xs[i] = Tensor::from_slice(&x, base[i].shape(), CPU).unwrap();
+                    f(&xs)
+                };
+                let numeric = (at(1e-6) - at(-1e-6)) / 2e-6;
+                assert!(
+                    (gj - numeric).abs() < 1e-6 + 1e-5 * numeric.abs(),
+                    "operand {i}[{j}]: {gj} against {numeric}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_operands_are_typed_errors() {
+    let x = Tensor::zeros([2, 3, 4], DType::F32, CPU).unwrap();
+    let y = Tensor::zeros([2, 3, 5], DType::F32, CPU).unwrap();
+    let z = Tensor::zeros([3, 3, 4], DType::F32, CPU).unwrap();
+    let v = Tensor::zeros([4], DType::F32, CPU).unwrap();
+    for (k, val) in [(&y, &x), (&z, &z), (&v, &v)] {
+        assert!(matches!(
+            x.scaled_dot_product_attention(k, val, false, None),
+            Err(Error::InvalidArgument { .. })
+        ));
+    }
+    assert!(
+        x.scaled_dot_product_attention(&x, &x, false, Some(f64::NAN))
+            .is_err()
+    );
+    // Value's last dimension may differ from the queries'.
+    let w = Tensor::zeros([2, 3, 6], DType::F32, CPU).unwrap();
+    assert_eq!(
+        x.scaled_dot_product_attention(&x, &w, true, None)
+            .unwrap()
+            .shape(),
+        &[2, 3, 6]
+    );
+}
+
+/// Largest |a - b| / (1 + |b|) over two tensors of one shape (any layout), in f64.
+fn worst(a: &Tensor, b: &Tensor) -> f64 {
+    let f = |t: &Tensor| {
+        t.to_dtype(DType::F64)
+            .unwrap()
+            .contiguous()
+            .unwrap()
+            .to(CPU)
+            .unwrap()
+            .to_vec::<f64>()
+            .unwrap()
+    };
+    f(a).iter()
+        .zip(f(b))
+        .map(|(x, y)| (x - y).abs() / (1.0 + y.abs()))
+        .fold(0.0, f64::max)
+}
+
+#[test]
+fn flash_attention_matches_the_composed_ops() {
+    let _release = Release;
+    let Some(&dev) = devices().iter().find(|d| matches!(d, Device::Cuda(_))) else {
+        eprintln!("skipped: no CUDA device");
+        return;
+    };
+    let g = Generator::new(11);
+    for dtype in [DType::BF16, DType::F16] {
+        let tol = if dtype == DType::BF16 { 2e-2 } else { 4e-3 };
+        for (b, h, t, d, causal, packed) in [
+            (2, 3, 100, 64, true, false),
+            (1, 2, 257, 128, false, false),
+            (2, 4, 128, 64, true, true),
+            (1, 12, 1024, 64, true, true),
+        ] {
+            // q, k, v: views of a [B, T, 3C] projection (GPT-2's), or separate tensors.
+            let (q, k, v) = if packed {
+                let c = h * d;
+                let qkv = g.randn([b, t, 3 * c], dtype, dev).unwrap();
+                let parts = qkv.split(c, 2).unwrap();
+                let heads = |z: &Tensor| {
+                    z.reshape([b as isize, t as isize, h as isize, d as isize])
+                        .unwrap()
+                        .transpose(1, 2)
+                        .unwrap()
+                };
+                (heads(&parts[0]), heads(&parts[1]), heads(&parts[2]))
+            } else {
+                let r = || g.randn([b, h, t, d], dtype, dev).unwrap();
+                (r(), r(), r())
+            };
+            let leaves = |to: DType| -> Vec<Tensor> {
+                [&q, &k, &v]
+                    .iter()
+                    .map(|x| {
+                        x.to_dtype(to)
+                            .unwrap()
+                            .detach()
+                            .requires_grad_(true)
+                            .unwrap()
+                    })
+                    .collect()
+            };
+            let (fl, rf) = (leaves(dtype), leaves(DType::F32));
+            let y = fl[0]
+                .scaled_dot_product_attention(&fl[1], &fl[2], causal, None)
+                .unwrap();
+            // The flash path returns a [B, H, T, D] view of [B, T, H, D].
+            assert_eq!(y.shape(), &[b, h, t, d]);
+            assert!(
+                y.transpose(1, 2).unwrap().is_contiguous(),
+                "flash output layout"
+            );
+            let want = rf[0]
+                .scaled_dot_product_attention(&rf[1], &rf[2], causal, None)
+                .unwrap();
+            let e = worst(&y, &want);
+            assert!(
+                e < tol,
+                "{dtype} {b}x{h}x{t}x{d} causal {causal}: output off by {e}"
+            );
+            let w = g.randn(y.shape(), DType::F32, dev).unwrap();
+            y.to_dtype(DType::F32)
+                .unwrap()
+                .mul(&w)
+                .unwrap()
+                .sum()
+                .unwrap()
+                .backward()
+                .unwrap();
+            want.mul(&w).unwrap().sum().unwrap().backward().unwrap();
+            for (i, name) in ["dq", "dk", "dv"].iter().enumerate() {
+                let (a, r) = (fl[i].grad().unwrap(), rf[i].grad().unwrap());
+                assert_eq!(a.dtype(), dtype);
+                let e = worst(&a, &r);
+                assert!(
+                    e < 4.0 * tol,
+                    "{dtype} {b}x{h}x{t}x{d} causal {causal}: {name} off by {e}"
+                );
+            }
+        }
+    }
+}
+
+/// The fused layer norm (CUDA: one kernel forward, one backward) against the composed ops on
+/// the CPU in float64, forward and the three gradients, for f32, bf16 and f16, with and
+/// without the affine parameters, over widths that take the vector and the scalar paths.
+#[test]
+fn fused_layer_norm_matches_the_composed_ops() {
+    let _release = Release;
+    let Some(&dev) = devices().iter().find(|d| matches!(d, Device::Cuda(_))) else {
+        eprintln!("skipped: no CUDA device");
+        return;
+    };
+    let g = Generator::new(3);
+    for (dtype, tol) in [(DType::F32, 1e-5), (DType::BF16, 2e-2), (DType::F16, 3e-3)] {
+        for (rows, cols, affine) in [
+            (64, 768, true),
+            (33, 1000, true),
+            (7, 37, false),
+            (4096, 768, true),
+        ] {
+            let x64 = g
+                .randn([rows, cols], DType::F64, CPU)
+                .unwrap()
+                .mul(3.0)
+                .unwrap()
+                .add(1.0)
+                .unwrap();
+            let (w64, b64) = (
+                g.randn([cols], DType::F64, CPU).unwrap(),
+                g.randn([cols], DType::F64, CPU).unwrap(),
+            );
+            // The device operands, and the float64 reference from the same rounded values.
+            let on = |t: &Tensor| {
+                t.to_dtype(dtype)
+                    .unwrap()
+                    .to(dev)
+                    .unwrap()
+                    .detach()
+                    .requires_grad_(true)
+                    .unwrap()
+            };
+            let back = |t: &Tensor| {
+                t.to_dtype(dtype)
+                    .unwrap()
+                    .to_dtype(DType::F64)
+                    .unwrap()
+                    .detach()
+                    .requires_grad_(true)
+                    .unwrap()
+            };
+            let (x, w, b) = (on(&x64), on(&w64), on(&b64));
+            let (xr, wr, br) = (back(&x64), back(&w64), back(&b64));
+            let (wo, bo) = if affine {
+                (Some(&w), Some(&b))
+            } else {
+                (None, None)
+            };
+            let (wro, bro) = if affine {
+                (Some(&wr), Some(&br))
+            } else {
+                (None, None)
+            };
+            let y = x.layer_norm(&[cols], wo, bo, 1e-5).unwrap();
+            let want = xr.layer_norm(&[cols], wro, bro, 1e-5).unwrap();
+            assert_eq!(y.dtype(), dtype);
+            let e = worst(&y, &want);
+            assert!(e < tol * 4.0, "{dtype} {rows}x{cols}: y off by {e}");
+            let gy = g.randn([rows, cols], DType::F64, CPU).unwrap();
+            y.to_dtype(DType::F64)
+                .unwrap()
+                .to(CPU)
+                .unwrap()
+                .mul(&gy)
+                .unwrap()
+                .sum()
+                .unwrap()
+                .backward()
+                .unwrap();
+            want.mul(&gy.to_dtype(dtype).unwrap().to_dtype(DType::F64).unwrap())
+                .unwrap()
+                .sum()
+                .unwrap()
+                .backward()
+                .unwrap();
+            let e = worst(&x.grad().unwrap(), &xr.grad().unwrap());
+            assert!(e < tol * 8.0, "{dtype} {rows}x{cols}: dx off by {e}");
+            if affine {
+                for (name, a, r) in [("dw", &w, &wr), ("db", &b, &br)] {
+                    let (ga, gr) = (a.grad().unwrap(), r.grad().unwrap());
+                    let scale = gr
+                        .abs()
+                        .unwrap()
+                        .max()
+                        .unwrap()
+                        .item::<f64>()
+                        .unwrap()
+                        .max(1.0);
+                    let e = worst(&ga, &gr) / scale.sqrt();
+                    assert!(e < tol * 32.0, "{dtype} {rows}x{cols}: {name} off by {e}");
+                }
+            }
+        }
+    }
+}

@@ -5,17 +5,7 @@
 
 use genesis::{DType, Error, Result, Tensor};
 
-/// How a loss reduces its per-element values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Reduction {
-    /// The mean (over the elements that count: not ignored).
-    #[default]
-    Mean,
-    /// The sum.
-    Sum,
-    /// No reduction: the per-element losses.
-    None,
-}
+pub use genesis::Reduction;
 
 /// What a cross entropy compares the logits with.
 #[derive(Debug, Clone, Copy)]
@@ -88,6 +78,13 @@ pub fn cross_entropy_with(
         });
     }
     let (logits, indices, probs) = batched(logits, target)?;
+    if let (Some(t), None, true) = (&indices, &probs, eps == 0.0)
+        && logits.dim() == 2
+        && matches!(logits.device(), genesis::Device::Cuda(_))
+    {
+        // One fused kernel each way on the GPU (the softmax is never stored).
+        return logits.cross_entropy(t, opts.ignore_index, opts.reduction);
+    }
     let logp = logits.log_softmax(1)?;
     let classes = logits.shape()[1] as f64;
     if let Some(p) = probs {

@@ -11,6 +11,7 @@
 //! dtype given; every operand of one call lives in the same backend.
 
 use genesis_kernels::attention::{AttentionShape, BackwardStrides, ForwardStrides};
+use genesis_kernels::classifier::{ClassifierShape, Reduction};
 use genesis_kernels::classify::FloatClass;
 use genesis_kernels::gather::Along;
 use genesis_kernels::grad::ActGrad;
@@ -327,6 +328,41 @@ pub(crate) trait Compute {
         dh: &mut Self,
         dw: Option<&mut Self>,
         db: Option<&mut Self>,
+    ) -> Result<()>;
+
+    /// The fused classifier's forward (`genesis_kernels::classifier`): logits of `dtype` from
+    /// element `at` of `self` (rows `shape.stride` apart), int64 targets from their element;
+    /// each row's loss and `lse` (f32; f64 for f64) and, unless `reduction` is `None`, their
+    /// sum or mean in `out[0]`. A bad target: an error (host), or its row in `status[0]`
+    /// (device; the caller set it to -1).
+    #[allow(clippy::too_many_arguments)]
+    fn cross_entropy(
+        &self,
+        dtype: DType,
+        shape: &ClassifierShape,
+        reduction: Reduction,
+        at: usize,
+        targets: (&Self, usize),
+        rows: [&mut Self; 2],
+        out: &mut Self,
+        status: &mut Self,
+    ) -> Result<()>;
+
+    /// The fused classifier's backward: the logits' gradient (contiguous rows of `classes`)
+    /// from the logits, targets, the forward's `lse` and `dloss` (f32; f64 for f64:
+    /// `reduction.dloss_len(rows)` values).
+    #[allow(clippy::too_many_arguments)]
+    fn cross_entropy_backward(
+        &self,
+        dtype: DType,
+        shape: &ClassifierShape,
+        reduction: Reduction,
+        at: usize,
+        targets: (&Self, usize),
+        lse: &Self,
+        dloss: &Self,
+        dlogits: &mut Self,
+        status: &mut Self,
     ) -> Result<()>;
 
     /// One-hot rows of the int64 classes `self[at..at + n]` into `out` (`n * classes` int64):
@@ -710,6 +746,70 @@ impl Compute for [u8] {
             )?;
             Ok(())
         }, _ => Err(unsupported("attention", dtype)))
+    }
+
+    fn cross_entropy(
+        &self,
+        dtype: DType,
+        shape: &ClassifierShape,
+        reduction: Reduction,
+        at: usize,
+        targets: (&[u8], usize),
+        rows: [&mut [u8]; 2],
+        out: &mut [u8],
+        _status: &mut [u8],
+    ) -> Result<()> {
+        let n = shape.rows;
+        let span = shape.span_len(shape.stride)?;
+        let [loss, lse] = rows;
+        let t = host::<i64>(targets.0, targets.1, n)?;
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
+            type A = <T as genesis_kernels::classifier::FusedElement>::Acc;
+            let loss = host_mut::<A>(loss, 0, n)?;
+            genesis_kernels::classifier::cross_entropy_forward::<T>(
+                shape,
+                host::<T>(self, at, span)?,
+                t,
+                loss,
+                host_mut::<A>(lse, 0, n)?,
+            )?;
+            if reduction != Reduction::None {
+                let v = genesis_kernels::classifier::cross_entropy_reduce(shape, reduction, loss, t)?;
+                host_mut::<A>(out, 0, 1)?[0] = v;
+            }
+            Ok(())
+        }, _ => Err(unsupported("cross_entropy", dtype)))
+    }
+
+    fn cross_entropy_backward(
+        &self,
+        dtype: DType,
+        shape: &ClassifierShape,
+        reduction: Reduction,
+        at: usize,
+        targets: (&[u8], usize),
+        lse: &[u8],
+        dloss: &[u8],
+        dlogits: &mut [u8],
+        _status: &mut [u8],
+    ) -> Result<()> {
+        let n = shape.rows;
+        let span = shape.span_len(shape.stride)?;
+        let len = n * shape.classes;
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
+            type A = <T as genesis_kernels::classifier::FusedElement>::Acc;
+            genesis_kernels::classifier::cross_entropy_backward::<T>(
+                shape,
+                reduction,
+                host::<T>(self, at, span)?,
+                host::<i64>(targets.0, targets.1, n)?,
+                host::<A>(lse, 0, n)?,
+                host::<A>(dloss, 0, reduction.dloss_len(n))?,
+                host_mut::<T>(dlogits, 0, len)?,
+                shape.classes,
+            )?;
+            Ok(())
+        }, _ => Err(unsupported("cross_entropy", dtype)))
     }
 
     fn layer_norm(

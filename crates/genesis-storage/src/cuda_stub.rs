@@ -3,6 +3,7 @@
 //! [`Error::CudaNotCompiled`]. Every method of a value that cannot exist is an empty `match`.
 
 use genesis_kernels::attention::{AttentionShape, BackwardStrides, ForwardStrides};
+use genesis_kernels::classifier::{ClassifierShape, Reduction};
 use genesis_kernels::classify::FloatClass;
 use genesis_kernels::gather::Along;
 use genesis_kernels::grad::ActGrad;
@@ -201,6 +202,35 @@ impl Compute for CudaMem {
         _: &CudaMem,
         _: &mut CudaMem,
         _: usize,
+        _: &mut CudaMem,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn cross_entropy(
+        &self,
+        _: DType,
+        _: &ClassifierShape,
+        _: Reduction,
+        _: usize,
+        _: (&CudaMem, usize),
+        _: [&mut CudaMem; 2],
+        _: &mut CudaMem,
+        _: &mut CudaMem,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn cross_entropy_backward(
+        &self,
+        _: DType,
+        _: &ClassifierShape,
+        _: Reduction,
+        _: usize,
+        _: (&CudaMem, usize),
+        _: &CudaMem,
+        _: &CudaMem,
+        _: &mut CudaMem,
         _: &mut CudaMem,
     ) -> Result<()> {
         match *self {}

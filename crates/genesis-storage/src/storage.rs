@@ -1036,6 +1036,18 @@ impl Storage {
         Ok(())
     }
 
+    /// `DeviceMismatch` unless `other` is on this storage's device.
+    fn check_binary_devices(&self, op: &'static str, other: &Storage) -> Result<()> {
+        if self.device() != other.device() {
+            return Err(Error::DeviceMismatch {
+                op,
+                lhs: self.device(),
+                rhs: other.device(),
+            });
+        }
+        Ok(())
+    }
+
     fn check_binary_types(&self, op: &'static str, other: &Storage) -> Result<()> {
         if self.dtype != other.dtype {
             return Err(Error::DTypeMismatch {
@@ -1348,6 +1360,7 @@ mod tests {
 }
 
 mod attention;
+mod classifier;
 mod classify;
 mod elementwise;
 mod everyday;

@@ -33,6 +33,7 @@ mod index;
 mod interop;
 #[doc(hidden)]
 pub mod literal;
+mod loss;
 mod mask;
 mod matmul;
 mod norm;
@@ -63,6 +64,7 @@ pub use interop::{
     save_safetensors_with_metadata, serialize_safetensors,
 };
 pub use literal::{Element, TensorData};
+pub use loss::Reduction;
 pub use npy::{load_npy, load_npz, save_npy, save_npz};
 pub use operand::{Operand, OperandRef, result_type};
 pub use print::{PrintOptions, printoptions, set_printoptions};

@@ -352,3 +352,117 @@ fn fused_layer_norm_matches_the_composed_ops() {
         }
     }
 }
+
+/// The fused cross entropy (CUDA: float32 logits, and bfloat16 ones under autocast) against
+/// the composed ops on the CPU in float64: every reduction, ignored rows, a strided row layout,
+/// the loss and the logits' gradient; a bad target is an index error on both paths.
+#[test]
+fn fused_cross_entropy_matches_the_composed_ops() {
+    use genesis::Reduction;
+    let _release = Release;
+    let g = Generator::new(8);
+    let t_cpu = Tensor::from_slice(&[3i64, 9], [2], CPU).unwrap();
+    let l_cpu = Tensor::zeros([2, 5], DType::F32, CPU).unwrap();
+    assert!(l_cpu.cross_entropy(&t_cpu, None, Reduction::Mean).is_err());
+    let Some(&dev) = devices().iter().find(|d| matches!(d, Device::Cuda(_))) else {
+        eprintln!("skipped: no CUDA device");
+        return;
+    };
+    assert!(
+        l_cpu
+            .to(dev)
+            .unwrap()
+            .cross_entropy(&t_cpu.to(dev).unwrap(), None, Reduction::Mean)
+            .is_err(),
+        "a bad target on the device"
+    );
+    for (dtype, tol) in [(DType::F32, 1e-5), (DType::BF16, 1e-4)] {
+        for (rows, classes, strided) in [(64, 50304, false), (37, 1000, true), (5, 3, false)] {
+            for (ignore, reduction) in [
+                (None, Reduction::Mean),
+                (Some(-100), Reduction::Mean),
+                (Some(2), Reduction::Sum),
+                (Some(-100), Reduction::None),
+            ] {
+                let x64 = g
+                    .randn([rows, classes + 8], DType::F64, CPU)
+                    .unwrap()
+                    .mul(3.0)
+                    .unwrap();
+                let x64 = if strided {
+                    x64.narrow(1, 4, classes).unwrap()
+                } else {
+                    x64.narrow(1, 0, classes).unwrap().contiguous().unwrap()
+                };
+                // Every seventh row holds the ignored value (when there is one).
+                let t: Vec<i64> = (0..rows)
+                    .map(|i| match ignore {
+                        Some(ig) if i % 7 == 3 => ig,
+                        _ => ((i * 31 + 5) % classes) as i64,
+                    })
+                    .collect();
+                let t_cpu = Tensor::from_slice(&t, [rows], CPU).unwrap();
+                let t_dev = t_cpu.to(dev).unwrap();
+                // The device logits (a strided view when `strided`), and the float64 reference
+                // from the same rounded values.
+                let xd = x64.to_dtype(dtype).unwrap().to(dev).unwrap();
+                let xd = if strided {
+                    xd
+                } else {
+                    xd.contiguous().unwrap()
+                };
+                let xd = xd.detach().requires_grad_(true).unwrap();
+                let xr = x64
+                    .to_dtype(dtype)
+                    .unwrap()
+                    .to_dtype(DType::F64)
+                    .unwrap()
+                    .detach()
+                    .requires_grad_(true)
+                    .unwrap();
+                let ig = ignore;
+                let loss = if dtype == DType::F32 {
+                    xd.cross_entropy(&t_dev, ig, reduction).unwrap()
+                } else {
+                    genesis::autograd::autocast(DType::BF16, || {
+                        xd.cross_entropy(&t_dev, ig, reduction)
+                    })
+                    .unwrap()
+                };
+                let want = xr.cross_entropy(&t_cpu, ig, reduction).unwrap();
+                assert_eq!(loss.dtype(), DType::F32);
+                let e = worst(&loss, &want);
+                assert!(
+                    e < tol,
+                    "{dtype} {rows}x{classes} {reduction:?}: loss off by {e}"
+                );
+                let w = g.randn(loss.shape(), DType::F64, CPU).unwrap();
+                loss.mul(&w.to_dtype(DType::F32).unwrap().to(dev).unwrap())
+                    .unwrap()
+                    .sum()
+                    .unwrap()
+                    .backward()
+                    .unwrap();
+                want.mul(
+                    &w.to_dtype(DType::F32)
+                        .unwrap()
+                        .to_dtype(DType::F64)
+                        .unwrap(),
+                )
+                .unwrap()
+                .sum()
+                .unwrap()
+                .backward()
+                .unwrap();
+                let (gd, gr) = (xd.grad().unwrap(), xr.grad().unwrap());
+                assert_eq!(gd.dtype(), dtype);
+                let gtol = if dtype == DType::BF16 { 1e-2 } else { 1e-5 };
+                let e = worst(&gd, &gr);
+                assert!(
+                    e < gtol,
+                    "{dtype} {rows}x{classes} {reduction:?}: dlogits off by {e}"
+                );
+            }
+        }
+    }
+}

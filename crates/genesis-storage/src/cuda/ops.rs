@@ -2,6 +2,7 @@
 //! `genesis-kernels` on spans of it, on the calling thread's current stream of its device.
 
 use genesis_kernels::attention::{AttentionShape, BackwardStrides, ForwardStrides};
+use genesis_kernels::classifier::{ClassifierShape, Reduction};
 use genesis_kernels::classify::FloatClass;
 use genesis_kernels::gather::Along;
 use genesis_kernels::grad::ActGrad;
@@ -135,6 +136,83 @@ impl Compute for CudaMem {
             )?;
             Ok(())
         }, _ => Err(unsupported("attention", dtype)))
+    }
+
+    fn cross_entropy(
+        &self,
+        dtype: DType,
+        shape: &ClassifierShape,
+        reduction: Reduction,
+        at: usize,
+        targets: (&CudaMem, usize),
+        rows: [&mut CudaMem; 2],
+        out: &mut CudaMem,
+        status: &mut CudaMem,
+    ) -> Result<()> {
+        use genesis_kernels::classifier as ce;
+        let n = shape.rows;
+        let span = shape.span_len(shape.stride)?;
+        let queue = self.queue();
+        let [loss, lse] = rows;
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16], T => {
+            ce::gpu_cross_entropy_forward::<T>(
+                &queue,
+                shape,
+                self.range::<T>(at, span)?,
+                targets.0.range::<i64>(targets.1, n)?,
+                loss.range_mut::<f32>(0, n)?,
+                lse.range_mut::<f32>(0, n)?,
+                status.range_mut::<i64>(0, 1)?,
+            )?;
+            Ok::<(), Error>(())
+        }, _ => Err(unsupported("cross_entropy", dtype)))?;
+        if reduction != Reduction::None {
+            ce::gpu_cross_entropy_reduce(
+                &queue,
+                shape,
+                reduction,
+                loss.range::<f32>(0, n)?,
+                targets.0.range::<i64>(targets.1, n)?,
+                out.range_mut::<f32>(0, 1)?,
+            )?;
+        }
+        Ok(())
+    }
+
+    fn cross_entropy_backward(
+        &self,
+        dtype: DType,
+        shape: &ClassifierShape,
+        reduction: Reduction,
+        at: usize,
+        targets: (&CudaMem, usize),
+        lse: &CudaMem,
+        dloss: &CudaMem,
+        dlogits: &mut CudaMem,
+        status: &mut CudaMem,
+    ) -> Result<()> {
+        use genesis_kernels::classifier as ce;
+        let n = shape.rows;
+        let span = shape.span_len(shape.stride)?;
+        let mut ws = CudaMem::new(self.ordinal(), ce::WORKSPACE_BYTES)?;
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16], T => {
+            ce::gpu_cross_entropy_backward::<T>(
+                &self.queue(),
+                shape,
+                reduction,
+                ce::LogitsGrad::Separate {
+                    logits: self.range::<T>(at, span)?,
+                    dlogits: dlogits.range_mut::<T>(0, n * shape.classes)?,
+                    out_stride: shape.classes,
+                },
+                targets.0.range::<i64>(targets.1, n)?,
+                lse.range::<f32>(0, n)?,
+                ce::LossGrad::Device(dloss.range::<f32>(0, reduction.dloss_len(n))?),
+                ws.range_mut::<u8>(0, ce::WORKSPACE_BYTES)?,
+                status.range_mut::<i64>(0, 1)?,
+            )?;
+            Ok(())
+        }, _ => Err(unsupported("cross_entropy", dtype)))
     }
 
     fn layer_norm(

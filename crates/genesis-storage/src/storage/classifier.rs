@@ -1,0 +1,239 @@
+//! Cross entropy of logits rows against class indices in one pass
+//! (`genesis_kernels::classifier`, llm.c's fused classifier): the CUDA kernels (f32, f16, bf16)
+//! or their CPU twins (and f64). The softmax of the logits is never stored.
+
+use genesis_kernels::classifier::{ClassifierShape, Reduction};
+
+use super::{Mem, MemMut, Storage, check_float_only, mixed};
+use crate::compute::Compute;
+use crate::{DType, Error, Result};
+
+impl Storage {
+    /// The dtype of the classifier's losses, `lse` and `dloss` over logits of `dtype`: f64 for
+    /// f64, else f32.
+    pub fn cross_entropy_dtype(dtype: DType) -> DType {
+        if dtype == DType::F64 {
+            DType::F64
+        } else {
+            DType::F32
+        }
+    }
+
+    /// Reads a device status word: the first row whose target is bad, as an error.
+    fn check_status(
+        status: &Storage,
+        shape: &ClassifierShape,
+        targets: (&Storage, usize),
+    ) -> Result<()> {
+        let row = status.to_vec::<i64>()?[0];
+        if row < 0 {
+            return Ok(());
+        }
+        let r = row as usize;
+        let value = targets.0.to_vec::<i64>()?[targets.1 + r];
+        Err(Error::Kernel(genesis_kernels::Error::IndexOutOfRange {
+            op: "cross_entropy",
+            position: r,
+            value,
+            size: shape.classes as i64,
+        }))
+    }
+
+    /// The cross entropy of `shape.rows` rows of logits (from element `logits.1`,
+    /// `shape.stride` apart) against int64 class indices (from element `targets.1`; rows
+    /// whose target is `shape.ignore_index` count nothing), PyTorch's `F.cross_entropy`:
+    /// returns the loss (`[rows]` for `Reduction::None`, else one value: the sum, or the mean
+    /// over the rows not ignored) and each row's log-sum-exp `lse` for
+    /// [`Storage::cross_entropy_backward`], both [`Storage::cross_entropy_dtype`]. A target
+    /// outside `0..classes` is an index error (on a device, read back after the kernel: one
+    /// synchronisation).
+    #[track_caller]
+    pub fn cross_entropy(
+        shape: &ClassifierShape,
+        reduction: Reduction,
+        logits: (&Storage, usize),
+        targets: (&Storage, usize),
+    ) -> Result<(Storage, Storage)> {
+        let name = "cross_entropy";
+        let (ls, dtype) = (logits.0, logits.0.dtype);
+        check_float_only(name, true, dtype)?;
+        ls.check_range(name, logits.1, shape.span_len(shape.stride)?)?;
+        check_targets(name, ls, shape, targets)?;
+        let dev = ls.device();
+        let acc = Self::cross_entropy_dtype(dtype);
+        let n = shape.rows;
+        let mut loss = Storage::uninit(n, acc, dev)?;
+        let mut lse = Storage::uninit(n, acc, dev)?;
+        let mut out = Storage::uninit(1, acc, dev)?;
+        let mut status = Storage::full::<i64>(1, -1, dev)?;
+        {
+            let (lr, tr) = (ls.read(name)?, targets.0.read(name)?);
+            match (
+                lr.mem(),
+                tr.mem(),
+                [loss.mem_mut(name)?, lse.mem_mut(name)?],
+                out.mem_mut(name)?,
+                status.mem_mut(name)?,
+            ) {
+                (
+                    Mem::Host(a),
+                    Mem::Host(t),
+                    [MemMut::Host(l), MemMut::Host(e)],
+                    MemMut::Host(o),
+                    MemMut::Host(s),
+                ) => a.cross_entropy(
+                    dtype,
+                    shape,
+                    reduction,
+                    logits.1,
+                    (t, targets.1),
+                    [l, e],
+                    o,
+                    s,
+                )?,
+                (
+                    Mem::Cuda(a),
+                    Mem::Cuda(t),
+                    [MemMut::Cuda(l), MemMut::Cuda(e)],
+                    MemMut::Cuda(o),
+                    MemMut::Cuda(s),
+                ) => a.cross_entropy(
+                    dtype,
+                    shape,
+                    reduction,
+                    logits.1,
+                    (t, targets.1),
+                    [l, e],
+                    o,
+                    s,
+                )?,
+                _ => return Err(mixed(name)),
+            }
+        }
+        if dev != crate::Device::Cpu {
+            Self::check_status(&status, shape, targets)?;
+        }
+        Ok((
+            if reduction == Reduction::None {
+                loss
+            } else {
+                out
+            },
+            lse,
+        ))
+    }
+
+    /// The gradient of [`Storage::cross_entropy`]'s loss with respect to the logits, from the
+    /// loss's gradient `dloss` (`reduction.dloss_len(rows)` values of
+    /// [`Storage::cross_entropy_dtype`]) and the forward's `lse`: a new storage of `rows *
+    /// classes` elements of the logits' dtype (`(softmax - onehot) * dloss`, divided by the
+    /// count of rows not ignored for the mean; ignored rows 0).
+    #[track_caller]
+    pub fn cross_entropy_backward(
+        shape: &ClassifierShape,
+        reduction: Reduction,
+        logits: (&Storage, usize),
+        targets: (&Storage, usize),
+        lse: &Storage,
+        dloss: &Storage,
+    ) -> Result<Storage> {
+        let name = "cross_entropy_backward";
+        let (ls, dtype) = (logits.0, logits.0.dtype);
+        check_float_only(name, true, dtype)?;
+        ls.check_range(name, logits.1, shape.span_len(shape.stride)?)?;
+        check_targets(name, ls, shape, targets)?;
+        let acc = Self::cross_entropy_dtype(dtype);
+        for (s, len) in [(lse, shape.rows), (dloss, reduction.dloss_len(shape.rows))] {
+            if s.dtype != acc {
+                return Err(Error::DTypeMismatch {
+                    op: name,
+                    lhs: acc,
+                    rhs: s.dtype,
+                });
+            }
+            ls.check_binary_devices(name, s)?;
+            s.check_range(name, 0, len)?;
+        }
+        let len = shape
+            .rows
+            .checked_mul(shape.classes)
+            .ok_or(Error::SizeOverflow {
+                len: usize::MAX,
+                dtype,
+            })?;
+        let dev = ls.device();
+        let mut out = Storage::uninit(len, dtype, dev)?;
+        let mut status = Storage::full::<i64>(1, -1, dev)?;
+        let (lr, tr, er, dr) = (
+            ls.read(name)?,
+            targets.0.read(name)?,
+            lse.read(name)?,
+            dloss.read(name)?,
+        );
+        match (
+            lr.mem(),
+            tr.mem(),
+            er.mem(),
+            dr.mem(),
+            out.mem_mut(name)?,
+            status.mem_mut(name)?,
+        ) {
+            (
+                Mem::Host(a),
+                Mem::Host(t),
+                Mem::Host(e),
+                Mem::Host(d),
+                MemMut::Host(o),
+                MemMut::Host(s),
+            ) => a.cross_entropy_backward(
+                dtype,
+                shape,
+                reduction,
+                logits.1,
+                (t, targets.1),
+                e,
+                d,
+                o,
+                s,
+            )?,
+            (
+                Mem::Cuda(a),
+                Mem::Cuda(t),
+                Mem::Cuda(e),
+                Mem::Cuda(d),
+                MemMut::Cuda(o),
+                MemMut::Cuda(s),
+            ) => a.cross_entropy_backward(
+                dtype,
+                shape,
+                reduction,
+                logits.1,
+                (t, targets.1),
+                e,
+                d,
+                o,
+                s,
+            )?,
+            _ => return Err(mixed(name)),
+        }
+        Ok(out)
+    }
+}
+
+/// The targets: int64 on the logits' device, `rows` values from their element.
+fn check_targets(
+    name: &'static str,
+    logits: &Storage,
+    shape: &ClassifierShape,
+    targets: (&Storage, usize),
+) -> Result<()> {
+    if targets.0.dtype != DType::I64 {
+        return Err(Error::DTypeMismatch {
+            op: name,
+            lhs: DType::I64,
+            rhs: targets.0.dtype,
+        });
+    }
+    logits.check_binary_devices(name, targets.0)?;
+    targets.0.check_range(name, targets.1, shape.rows)
+}

@@ -48,7 +48,9 @@
 //! accumulators; the backward's dK/dV blocks own 64 keys and walk the query tiles, the dQ
 //! blocks own 64 queries and walk the key tiles. See `kernels/attention.cu`.
 
-use crate::{Element, Error, Result};
+#[cfg(feature = "cuda")]
+use crate::Element;
+use crate::{Error, Result};
 
 const OP: &str = "attention";
 
@@ -407,94 +409,22 @@ pub fn backward_workspace_bytes(shape: &AttentionShape) -> usize {
 // ---------------------------------------------------------------------------------------------
 // CPU twins.
 
-mod sealed {
-    pub trait Sealed {}
-    impl Sealed for f32 {}
-    impl Sealed for f64 {}
-    impl Sealed for half::f16 {}
-    impl Sealed for half::bf16 {}
-}
-
-/// The accumulator of the twins: f32, or f64 for f64 inputs (also the type of their `lse`).
-pub trait Accum:
-    Copy
-    + PartialOrd
-    + std::fmt::Debug
-    + Default
-    + std::ops::Add<Output = Self>
-    + std::ops::Sub<Output = Self>
-    + std::ops::Mul<Output = Self>
-    + std::ops::Div<Output = Self>
-    + sealed::Sealed
-    + 'static
-{
-    /// The value of `x`, rounded.
-    fn of_f64(x: f64) -> Self;
-    /// The value as f64 (exact).
-    fn to_f64(self) -> f64;
-    /// `e^self`.
-    fn exp(self) -> Self;
-    /// `ln self`.
-    fn ln(self) -> Self;
-}
-
-macro_rules! accum {
-    ($t:ty) => {
-        impl Accum for $t {
-            #[inline]
-            fn of_f64(x: f64) -> Self {
-                x as $t
-            }
-            #[inline]
-            fn to_f64(self) -> f64 {
-                f64::from(self)
-            }
-            #[inline]
-            fn exp(self) -> Self {
-                <$t>::exp(self)
-            }
-            #[inline]
-            fn ln(self) -> Self {
-                <$t>::ln(self)
-            }
-        }
-    };
-}
-accum!(f32);
-accum!(f64);
-
-/// An element type of the twins: f32, f16, bf16 (computed in f32) and f64 (in f64).
-pub trait AttentionElement: Element + sealed::Sealed {
-    /// The compute type.
-    type Acc: Accum;
-}
-impl AttentionElement for f32 {
-    type Acc = f32;
-}
-impl AttentionElement for f64 {
-    type Acc = f64;
-}
-impl AttentionElement for half::f16 {
-    type Acc = f32;
-}
-impl AttentionElement for half::bf16 {
-    type Acc = f32;
-}
+use crate::real::{FusedElement, Real};
 
 #[inline]
-fn acc<T: AttentionElement>(x: T) -> T::Acc {
+fn acc<T: FusedElement>(x: T) -> T::Acc {
     // Exact: every f16, bf16 and f32 is an f32.
     T::Acc::of_f64(x.to_f64())
 }
 
 #[inline]
-fn out<T: AttentionElement>(x: T::Acc) -> T {
+fn out<T: FusedElement>(x: T::Acc) -> T {
     // f32 -> f64 is exact, so the value is rounded once, to T.
     T::from_f64(x.to_f64())
 }
 
 /// The rows `0..rows` of operand `(b, h)` widened to the accumulator, `[rows][d]`.
-fn rows_of<T: AttentionElement>(
+fn rows_of<T: FusedElement>(
     x: &[T],
     s: Strides,
     b: usize,
@@ -511,7 +441,7 @@ fn rows_of<T: AttentionElement>(
     v
 }
 
-fn dot<A: Accum>(a: &[A], b: &[A]) -> A {
+fn dot<A: Real>(a: &[A], b: &[A]) -> A {
     a.iter().zip(b).fold(A::default(), |s, (&x, &y)| s + x * y)
 }
 
@@ -527,7 +457,7 @@ fn visible(shape: &AttentionShape, i: usize) -> usize {
 /// CPU twin of the forward: `o` (strides `s.o`) and `lse` (`[batch, heads, tq]`) from `q`, `k`,
 /// `v` (see the module documentation), any head dim. Everything is checked before anything is
 /// written.
-pub fn attention_forward<T: AttentionElement>(
+pub fn attention_forward<T: FusedElement>(
     shape: &AttentionShape,
     s: &ForwardStrides,
     q: &[T],
@@ -583,7 +513,7 @@ pub fn attention_forward<T: AttentionElement>(
 /// and `dout` (see the module documentation), any head dim. Everything is checked before
 /// anything is written.
 #[allow(clippy::too_many_arguments)]
-pub fn attention_backward<T: AttentionElement>(
+pub fn attention_backward<T: FusedElement>(
     shape: &AttentionShape,
     s: &BackwardStrides,
     q: &[T],
@@ -962,7 +892,7 @@ mod tests {
         }
     }
 
-    fn random<T: AttentionElement>(rng: &mut SmallRng, n: usize) -> Vec<T> {
+    fn random<T: FusedElement>(rng: &mut SmallRng, n: usize) -> Vec<T> {
         (0..n)
             .map(|_| T::from_f64(rng.random_range(-2.0..2.0)))
             .collect()

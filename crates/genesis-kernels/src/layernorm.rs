@@ -39,7 +39,7 @@
 
 #[cfg(feature = "cuda")]
 use crate::Element;
-use crate::classifier::{FusedElement, Real};
+use crate::real::{FusedElement, Real};
 use crate::{Error, Result};
 
 const OP: &str = "layer_norm";

@@ -29,6 +29,7 @@ pub mod matmul;
 pub mod nd;
 pub mod optim;
 pub mod random;
+pub mod real;
 pub mod reduce;
 pub mod scan;
 pub mod softmax;

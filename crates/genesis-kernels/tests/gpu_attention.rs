@@ -25,9 +25,8 @@ use std::sync::Arc;
 
 use genesis_cuda::{Context, DeviceBuffer, DeviceSpanMut, Stream, skip_without_gpu};
 use genesis_kernels::Element;
-use genesis_kernels::attention::{
-    self, AttentionElement, AttentionShape, BackwardStrides, ForwardStrides, Strides,
-};
+use genesis_kernels::attention::{self, AttentionShape, BackwardStrides, ForwardStrides, Strides};
+use genesis_kernels::real::FusedElement;
 use half::{bf16, f16};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -38,7 +37,7 @@ use common::{bytes_of, from_bytes};
 /// Elements past every output's reach, checked to keep their sentinel.
 const TAIL: usize = 64;
 
-trait Half: AttentionElement<Acc = f32> + Default {
+trait Half: FusedElement<Acc = f32> + Default {
     /// Unit roundoff.
     const U: f64;
     fn of(x: f64) -> Self {

@@ -19,8 +19,8 @@
 use std::sync::Arc;
 
 use genesis_cuda::{Context, DeviceBuffer, DeviceSpan, DeviceSpanMut, Stream, skip_without_gpu};
-use genesis_kernels::classifier::FusedElement;
 use genesis_kernels::layernorm::{self, Accumulate, LayerNormShape, MAX_COLS};
+use genesis_kernels::real::FusedElement;
 use half::{bf16, f16};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};

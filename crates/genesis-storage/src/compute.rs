@@ -742,7 +742,7 @@ impl Compute for [u8] {
                 host::<T>(k, at[1], len[1])?,
                 host::<T>(v, at[2], len[2])?,
                 host_mut::<T>(o, 0, o_len)?,
-                host_mut::<<T as genesis_kernels::attention::AttentionElement>::Acc>(lse, 0, n)?,
+                host_mut::<<T as genesis_kernels::real::FusedElement>::Acc>(lse, 0, n)?,
             )?;
             Ok(())
         }, _ => Err(unsupported("attention", dtype)))
@@ -764,7 +764,7 @@ impl Compute for [u8] {
         let [loss, lse] = rows;
         let t = host::<i64>(targets.0, targets.1, n)?;
         genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
-            type A = <T as genesis_kernels::classifier::FusedElement>::Acc;
+            type A = <T as genesis_kernels::real::FusedElement>::Acc;
             let loss = host_mut::<A>(loss, 0, n)?;
             genesis_kernels::classifier::cross_entropy_forward::<T>(
                 shape,
@@ -797,7 +797,7 @@ impl Compute for [u8] {
         let span = shape.span_len(shape.stride)?;
         let len = n * shape.classes;
         genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
-            type A = <T as genesis_kernels::classifier::FusedElement>::Acc;
+            type A = <T as genesis_kernels::real::FusedElement>::Acc;
             genesis_kernels::classifier::cross_entropy_backward::<T>(
                 shape,
                 reduction,
@@ -825,7 +825,7 @@ impl Compute for [u8] {
     ) -> Result<()> {
         let (len, rows, c) = (shape.numel()?, shape.rows, shape.cols);
         genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
-            type A = <T as genesis_kernels::classifier::FusedElement>::Acc;
+            type A = <T as genesis_kernels::real::FusedElement>::Acc;
             genesis_kernels::layernorm::layer_norm_forward::<T>(
                 shape,
                 host::<T>(self, x_at, len)?,
@@ -854,7 +854,7 @@ impl Compute for [u8] {
     ) -> Result<()> {
         let (len, rows, c) = (shape.numel()?, shape.rows, shape.cols);
         genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
-            type A = <T as genesis_kernels::classifier::FusedElement>::Acc;
+            type A = <T as genesis_kernels::real::FusedElement>::Acc;
             genesis_kernels::layernorm::layer_norm_backward::<T>(
                 shape,
                 host::<T>(self, dy_at, len)?,
@@ -895,7 +895,7 @@ impl Compute for [u8] {
                 host::<T>(v, at[2], len[2])?,
                 host::<T>(o, at[3], len[3])?,
                 host::<T>(dout, at[4], len[4])?,
-                host::<<T as genesis_kernels::attention::AttentionElement>::Acc>(lse, 0, n)?,
+                host::<<T as genesis_kernels::real::FusedElement>::Acc>(lse, 0, n)?,
                 host_mut::<T>(dq, 0, out_len[0])?,
                 host_mut::<T>(dk, 0, out_len[1])?,
                 host_mut::<T>(dv, 0, out_len[2])?,

@@ -466,3 +466,88 @@ fn fused_cross_entropy_matches_the_composed_ops() {
         }
     }
 }
+
+/// Edge cases of the new entry points are values or typed errors, never panics: empty
+/// sequences and batches, a zero head dim, no rows, no classes, bad and ignored targets.
+#[test]
+fn edge_cases_are_values_or_typed_errors() {
+    use genesis::Reduction;
+    let z = |s: &[usize]| Tensor::zeros(s, DType::F32, CPU).unwrap();
+    // Attention over empty query, key or batch dimensions, and a zero head dim.
+    for (q, k, v) in [
+        ([2, 0, 4], [2, 3, 4], [2, 3, 4]),
+        ([2, 3, 4], [2, 0, 4], [2, 0, 4]),
+        ([0, 3, 4], [0, 3, 4], [0, 3, 4]),
+        ([2, 3, 0], [2, 3, 0], [2, 3, 0]),
+    ] {
+        for causal in [false, true] {
+            let r = z(&q).scaled_dot_product_attention(&z(&k), &z(&v), causal, None);
+            if let Ok(y) = r {
+                assert_eq!(y.shape(), &[q[0], q[1], v[2]]);
+            }
+        }
+    }
+    // Cross entropy: no rows, no classes, a bad target, every row ignored.
+    let t0 = Tensor::zeros([0], DType::I64, CPU).unwrap();
+    for red in [Reduction::Mean, Reduction::Sum, Reduction::None] {
+        let _ = z(&[0, 5]).cross_entropy(&t0, None, red).unwrap();
+    }
+    assert!(
+        z(&[3, 0])
+            .cross_entropy(
+                &Tensor::zeros([3], DType::I64, CPU).unwrap(),
+                None,
+                Reduction::Mean
+            )
+            .is_err()
+    );
+    let bad = Tensor::from_slice(&[-1i64, 7], [2], CPU).unwrap();
+    assert!(
+        z(&[2, 5])
+            .cross_entropy(&bad, None, Reduction::Sum)
+            .is_err()
+    );
+    let ignored = Tensor::from_slice(&[-100i64, -100], [2], CPU).unwrap();
+    let m = z(&[2, 5])
+        .cross_entropy(&ignored, Some(-100), Reduction::Mean)
+        .unwrap();
+    assert!(
+        m.item::<f32>().unwrap().is_nan(),
+        "the mean over no counted rows (PyTorch: nan)"
+    );
+    assert!(
+        z(&[2, 5])
+            .cross_entropy(
+                &Tensor::zeros([2], DType::F32, CPU).unwrap(),
+                None,
+                Reduction::Sum
+            )
+            .is_err()
+    );
+    assert!(
+        z(&[2, 5])
+            .cross_entropy(
+                &Tensor::zeros([3], DType::I64, CPU).unwrap(),
+                None,
+                Reduction::Sum
+            )
+            .is_err()
+    );
+    assert!(
+        z(&[5])
+            .cross_entropy(
+                &Tensor::zeros([1], DType::I64, CPU).unwrap(),
+                None,
+                Reduction::Sum
+            )
+            .is_err()
+    );
+    // Layer norm over no rows.
+    assert_eq!(
+        z(&[0, 8])
+            .layer_norm(&[8], None, None, 1e-5)
+            .unwrap()
+            .shape(),
+        &[0, 8]
+    );
+}

@@ -7,7 +7,7 @@
 use std::process::Command;
 
 /// Bottom to top.
-const LAYERS: [&str; 7] = [
+const LAYERS: [&str; 8] = [
     "genesis-cuda",
     "genesis-mem",
     "genesis-kernels",
@@ -15,6 +15,7 @@ const LAYERS: [&str; 7] = [
     "genesis-index",
     "genesis",
     "genesis-nn",
+    "genesis-dist",
 ];
 
 /// Crates beside the stack: the Genesis crates each may depend on. Nothing may depend on them.

@@ -1,0 +1,27 @@
+//! Genesis on many GPUs. This crate holds what runs before and around the collectives:
+//!
+//! - [`nccl`]: NCCL loaded at run time (building needs no NCCL): from an explicit path, a copy
+//!   the process already loaded, the `nvidia-nccl` Python wheel, or the system; its version
+//!   checked; a typed error naming every place looked in when none is found.
+//! - [`store`]: a TCP key-value store for the processes of a group to meet (the unique id of a
+//!   communicator, barriers), as `torchrun`'s: `set`, `get` (waiting), `add`, `wait`, each with
+//!   a timeout that ends in a typed error, never a hang.
+//! - [`env`]: a process's place in its group from the environment (`RANK`, `WORLD_SIZE`,
+//!   `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`), as `torchrun` sets it.
+//! - [`launch`]: starting one process per GPU with that environment (the `genesis-launch`
+//!   binary), stopping the others when one fails.
+//!
+//! Without a GPU or NCCL everything here builds and its tests run (loading NCCL then reports
+//! where it looked).
+
+pub mod env;
+mod error;
+pub mod launch;
+pub mod nccl;
+pub mod store;
+
+pub use env::GroupEnv;
+pub use error::{Error, Result};
+pub use launch::{Launch, launch};
+pub use nccl::Nccl;
+pub use store::{StoreClient, StoreServer};

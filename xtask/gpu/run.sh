@@ -94,6 +94,12 @@ for step in $steps; do
       echo "== torch_ref.py" >> "$OUT/bench.log"
       if python3 "$B/torch_ref.py" "$OUT/torch_ref.json" >> "$OUT/bench.log" 2>&1; then r=ok; else r=FAILED; status=1; fi
       summary+=("torch     torch_ref.py: $r")
+      # PyTorch's side of the fused-kernel benches (flash attention, classifier, layer norm).
+      for t in torch_attention torch_fused; do
+        echo "== $t.py" >> "$OUT/bench.log"
+        if python3 "$B/$t.py" >> "$OUT/bench.log" 2>&1; then r=ok; else r=FAILED; status=1; fi
+        summary+=("torch     $t.py: $r")
+      done
       if [ -f "$OUT/gpu_matmul.json" ]; then
         echo "== torch_matmul.py (torch.matmul on gpu_matmul's rows, with the ratios)" >> "$OUT/bench.log"
         if python3 "$B/torch_matmul.py" "$OUT/gpu_matmul.json" "$OUT/torch_matmul.json" >> "$OUT/bench.log" 2>&1; then r=ok; else r=FAILED; status=1; fi

@@ -239,7 +239,14 @@ pub(crate) fn gpu_bundle() -> DynResult {
         copied.push(prefix);
     }
     copied.sort();
-    for script in ["run.sh", "torch_ref.py", "torch_matmul.py", "compare.py"] {
+    for script in [
+        "run.sh",
+        "torch_ref.py",
+        "torch_matmul.py",
+        "torch_attention.py",
+        "torch_fused.py",
+        "compare.py",
+    ] {
         let src = root().join("xtask/gpu").join(script);
         std::fs::copy(&src, out_dir.join(script)).map_err(|e| format!("{}: {e}", src.display()))?;
     }

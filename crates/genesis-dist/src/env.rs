@@ -1,4 +1,4 @@
-//! A process's place in its group, from the environment `torchrun` (and [`crate::launch`])
+//! A process's place in its group, from the environment `torchrun` (and [`mod@crate::launch`])
 //! sets: `RANK`, `WORLD_SIZE`, `LOCAL_RANK` (optional, defaults to `RANK`), `MASTER_ADDR` and
 //! `MASTER_PORT` (where rank 0's [`crate::StoreServer`] listens).
 

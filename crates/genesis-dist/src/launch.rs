@@ -60,7 +60,7 @@ impl Launch {
         self
     }
 
-    /// Starts the store and the processes and waits for them (see [`launch`]).
+    /// Starts the store and the processes and waits for them (see [`fn@launch`]).
     pub fn run(&self) -> Result<()> {
         if self.nproc == 0 {
             return Err(Error::InvalidArgument {

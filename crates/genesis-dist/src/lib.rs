@@ -6,9 +6,9 @@
 //! - [`store`]: a TCP key-value store for the processes of a group to meet (the unique id of a
 //!   communicator, barriers), as `torchrun`'s: `set`, `get` (waiting), `add`, `wait`, each with
 //!   a timeout that ends in a typed error, never a hang.
-//! - [`env`]: a process's place in its group from the environment (`RANK`, `WORLD_SIZE`,
+//! - [`mod@env`]: a process's place in its group from the environment (`RANK`, `WORLD_SIZE`,
 //!   `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`), as `torchrun` sets it.
-//! - [`launch`]: starting one process per GPU with that environment (the `genesis-launch`
+//! - [`mod@launch`]: starting one process per GPU with that environment (the `genesis-launch`
 //!   binary), stopping the others when one fails.
 //!
 //! Without a GPU or NCCL everything here builds and its tests run (loading NCCL then reports

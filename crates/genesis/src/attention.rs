@@ -109,6 +109,20 @@ impl Tensor {
                 v.shape()
             )));
         }
+        // One floating dtype (after autocast's casts), as PyTorch requires.
+        let auto = crate::autograd::autocast_dtype();
+        let eff = |t: &Tensor| match auto {
+            Some(d) if t.dtype() == DType::F32 => d,
+            _ => t.dtype(),
+        };
+        if eff(q) != eff(k) || eff(q) != eff(v) || !q.dtype().is_float() {
+            return Err(bad(format!(
+                "expected query, key and value of one floating dtype, got {}, {} and {}",
+                q.dtype(),
+                k.dtype(),
+                v.dtype()
+            )));
+        }
         let scale = scale.unwrap_or(1.0 / (e.max(1) as f64).sqrt());
         if !scale.is_finite() {
             return Err(bad(format!("scale {scale} is not finite")));

@@ -6,7 +6,8 @@
 //! range; elementwise ops, comparisons, `where`, reductions, matmul, masks, cat/stack, indexing,
 //! `_out` and in-place forms with mismatched or shared outputs; wrong `to_vec` types; random
 //! tensors; safetensors bytes and files; the shape and selection ops (split, chunk, flatten,
-//! unflatten, repeat, tile, flip, roll, tril, triu, diagonal, one_hot).
+//! unflatten, repeat, tile, flip, roll, tril, triu, diagonal, one_hot); attention and cross
+//! entropy with mismatched shapes, dtypes, targets and scales.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -538,6 +539,74 @@ fn softmax_family() {
             ..
         }))
     ));
+}
+
+#[test]
+fn attention_and_cross_entropy() {
+    use genesis::Reduction;
+    let mut s = Sweep::default();
+    let q = t(&[2, 3, 4]);
+    let ints = Tensor::zeros([2usize, 3, 4], DType::I64, CPU).unwrap();
+    let halfs = q.to_dtype(DType::F16).unwrap();
+    s.err("sdpa(rank 1)", || {
+        t(&[4]).scaled_dot_product_attention(&t(&[4]), &t(&[4]), false, None)
+    });
+    s.err("sdpa(key of other E)", || {
+        q.scaled_dot_product_attention(&t(&[2, 3, 5]), &q, false, None)
+    });
+    s.err("sdpa(value of other S)", || {
+        q.scaled_dot_product_attention(&q, &t(&[2, 4, 4]), false, None)
+    });
+    s.err("sdpa(other batch)", || {
+        q.scaled_dot_product_attention(&t(&[3, 3, 4]), &t(&[3, 3, 4]), false, None)
+    });
+    s.err("sdpa(ranks differ)", || {
+        q.scaled_dot_product_attention(&t(&[1, 2, 3, 4]), &q, false, None)
+    });
+    s.err("sdpa(int64)", || {
+        ints.scaled_dot_product_attention(&ints, &ints, true, None)
+    });
+    s.err("sdpa(f32 and f16)", || {
+        q.scaled_dot_product_attention(&halfs, &q, false, None)
+    });
+    s.err("sdpa(scale NaN)", || {
+        q.scaled_dot_product_attention(&q, &q, false, Some(f64::NAN))
+    });
+    s.err("sdpa(scale inf)", || {
+        q.scaled_dot_product_attention(&q, &q, false, Some(f64::INFINITY))
+    });
+    let logits = t(&[4, 5]);
+    let target = |v: &[i64]| Tensor::from_slice(v, [v.len()], CPU).unwrap();
+    s.err("cross_entropy(target 5 of 5)", || {
+        logits.cross_entropy(&target(&[0, 1, 2, 5]), None, Reduction::Mean)
+    });
+    s.err("cross_entropy(target -1)", || {
+        logits.cross_entropy(&target(&[0, -1, 2, 3]), None, Reduction::Sum)
+    });
+    s.err("cross_entropy(-100 not ignored)", || {
+        logits.cross_entropy(&target(&[0, -100, 2, 3]), None, Reduction::None)
+    });
+    s.err("cross_entropy(target of 3 rows)", || {
+        logits.cross_entropy(&target(&[0, 1, 2]), None, Reduction::Mean)
+    });
+    s.err("cross_entropy(f32 target)", || {
+        logits.cross_entropy(&t(&[4]), None, Reduction::Mean)
+    });
+    s.err("cross_entropy(1-d logits)", || {
+        t(&[5]).cross_entropy(&target(&[1]), None, Reduction::Mean)
+    });
+    s.err("cross_entropy(3-d logits)", || {
+        t(&[2, 2, 5]).cross_entropy(&target(&[1, 1]), None, Reduction::Mean)
+    });
+    s.err("cross_entropy(no classes)", || {
+        t(&[4, 0]).cross_entropy(&target(&[0, 0, 0, 0]), None, Reduction::Mean)
+    });
+    s.err("cross_entropy(int logits)", || {
+        Tensor::zeros([4usize, 5], DType::I64, CPU)
+            .unwrap()
+            .cross_entropy(&target(&[0, 1, 2, 3]), None, Reduction::Mean)
+    });
+    s.finish();
 }
 
 #[test]

@@ -173,3 +173,32 @@ fn a_failing_rank_stops_the_launch_and_is_named() {
         Err(Error::InvalidArgument { .. })
     ));
 }
+
+/// Malformed requests (an unknown op, a length past the limit, a connection closed mid-field)
+/// close only their own connection: the server keeps serving everyone else.
+#[test]
+fn malformed_requests_close_only_their_connection() {
+    use std::io::{Read, Write};
+    let (_s, addr) = server();
+    let mut good = StoreClient::connect(&addr, T).unwrap();
+    good.set("k", b"v").unwrap();
+    for bad in [
+        vec![0xffu8],
+        vec![1u8, 0xff, 0xff, 0xff, 0xff],
+        vec![2u8, 3, 0, 0],
+        vec![4u8, 0xff, 0xff, 0xff, 0x7f],
+    ] {
+        let mut raw = std::net::TcpStream::connect(&addr).unwrap();
+        raw.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        raw.write_all(&bad).unwrap();
+        // A partial field: finish the request by closing our side.
+        raw.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut rest = Vec::new();
+        // The server closes the connection without a reply.
+        let _ = raw.read_to_end(&mut rest);
+        assert!(rest.is_empty(), "{bad:?}: {rest:?}");
+    }
+    assert_eq!(good.get("k", T).unwrap(), b"v");
+    let mut again = StoreClient::connect(&addr, T).unwrap();
+    assert_eq!(again.add("c", 2).unwrap(), 2);
+}

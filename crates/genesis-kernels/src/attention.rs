@@ -411,18 +411,6 @@ pub fn backward_workspace_bytes(shape: &AttentionShape) -> usize {
 
 use crate::real::{FusedElement, Real};
 
-#[inline]
-fn acc<T: FusedElement>(x: T) -> T::Acc {
-    // Exact: every f16, bf16 and f32 is an f32.
-    T::Acc::of_f64(x.to_f64())
-}
-
-#[inline]
-fn out<T: FusedElement>(x: T::Acc) -> T {
-    // f32 -> f64 is exact, so the value is rounded once, to T.
-    T::from_f64(x.to_f64())
-}
-
 /// The rows `0..rows` of operand `(b, h)` widened to the accumulator, `[rows][d]`.
 fn rows_of<T: FusedElement>(
     x: &[T],
@@ -436,7 +424,7 @@ fn rows_of<T: FusedElement>(
     let mut v = Vec::with_capacity(rows * d);
     for t in 0..rows {
         let at = base + t * s.seq;
-        v.extend(x[at..at + d].iter().map(|&e| acc::<T>(e)));
+        v.extend(x[at..at + d].iter().map(|&e| e.acc()));
     }
     v
 }
@@ -500,7 +488,7 @@ pub fn attention_forward<T: FusedElement>(
                 let at = b * s.o.batch + h * s.o.head + i * s.o.seq;
                 let zero = T::Acc::default();
                 for (dst, &a) in o[at..at + d].iter_mut().zip(&acc_o) {
-                    *dst = out::<T>(if l > zero { a / l } else { zero });
+                    *dst = T::of_acc(if l > zero { a / l } else { zero });
                 }
                 lse[lse_row + i] = if l > zero { m + l.ln() } else { neg_inf };
             }
@@ -580,17 +568,17 @@ pub fn attention_backward<T: FusedElement>(
                 }
                 let at = b * s.dq.batch + h * s.dq.head + i * s.dq.seq;
                 for (dst, &a) in dq[at..at + d].iter_mut().zip(&dqi) {
-                    *dst = out::<T>(scale * a);
+                    *dst = T::of_acc(scale * a);
                 }
             }
             for j in 0..tk {
                 let at = b * s.dk.batch + h * s.dk.head + j * s.dk.seq;
                 for (dst, &a) in dk[at..at + d].iter_mut().zip(&dks[j * d..][..d]) {
-                    *dst = out::<T>(scale * a);
+                    *dst = T::of_acc(scale * a);
                 }
                 let at = b * s.dv.batch + h * s.dv.head + j * s.dv.seq;
                 for (dst, &a) in dv[at..at + d].iter_mut().zip(&dvs[j * d..][..d]) {
-                    *dst = out::<T>(a);
+                    *dst = T::of_acc(a);
                 }
             }
         }

@@ -80,9 +80,9 @@ pub fn cross_entropy_with(
     let (logits, indices, probs) = batched(logits, target)?;
     if let (Some(t), None, true) = (&indices, &probs, eps == 0.0)
         && logits.dim() == 2
-        && matches!(logits.device(), genesis::Device::Cuda(_))
     {
-        // One fused kernel each way on the GPU (the softmax is never stored).
+        // The facade's op: one fused kernel each way where it applies (CUDA), the same
+        // composed ops as below elsewhere.
         return logits.cross_entropy(t, opts.ignore_index, opts.reduction);
     }
     let logp = logits.log_softmax(1)?;

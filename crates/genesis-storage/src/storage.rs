@@ -1036,16 +1036,15 @@ impl Storage {
         Ok(())
     }
 
-    /// `DeviceMismatch` unless `other` is on this storage's device.
-    fn check_binary_devices(&self, op: &'static str, other: &Storage) -> Result<()> {
-        if self.device() != other.device() {
-            return Err(Error::DeviceMismatch {
-                op,
-                lhs: self.device(),
-                rhs: other.device(),
-            });
+    /// The dtype the fused kernels' statistics and losses take for elements of `dtype`
+    /// (attention's `lse`, layer norm's mean and `rstd`, the classifier's losses): f64 for
+    /// f64, else f32, their twins' accumulator (`genesis_kernels::real::FusedElement::Acc`).
+    pub fn fused_acc_dtype(dtype: DType) -> DType {
+        if dtype == DType::F64 {
+            DType::F64
+        } else {
+            DType::F32
         }
-        Ok(())
     }
 
     fn check_binary_types(&self, op: &'static str, other: &Storage) -> Result<()> {

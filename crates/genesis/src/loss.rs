@@ -159,7 +159,7 @@ impl Tensor {
                 let target = target.clone();
                 Box::new(move |g, _| {
                     let logits = logits.get()?;
-                    let acc = Storage::cross_entropy_dtype(logits.dtype());
+                    let acc = Storage::fused_acc_dtype(logits.dtype());
                     // A new contiguous tensor: the kernels read `dloss` from its storage's start.
                     let g = g.to_dtype(acc)?.add(0.0)?;
                     let (l, t, d) = (at(&logits), at(&target), at(&g));

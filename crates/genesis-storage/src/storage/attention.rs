@@ -5,8 +5,8 @@
 use genesis_kernels::attention::{AttentionShape, BackwardStrides, ForwardStrides};
 
 use super::{Mem, MemMut, Storage, check_float_only, mixed};
+use crate::Result;
 use crate::compute::Compute;
-use crate::{DType, Error, Result};
 
 /// An attention operand: a storage and the element its first row starts at.
 pub type AttentionOperand<'a> = (&'a Storage, usize);
@@ -18,19 +18,10 @@ impl Storage {
         Ok(x.0.len - x.1)
     }
 
-    /// The dtype of the log-sum-exps of attention over `dtype`: f64 for f64, else f32.
-    pub fn attention_lse_dtype(dtype: DType) -> DType {
-        if dtype == DType::F64 {
-            DType::F64
-        } else {
-            DType::F32
-        }
-    }
-
     /// Flash attention's forward (see `genesis_kernels::attention` for the semantics, the
     /// strides and the GPU's conditions): `q`, `k`, `v` (one float dtype and device) read in
     /// place through `s`; returns `o`, a new storage of `o_len` elements written through
-    /// `s.o`, and `lse` (`[batch, heads, tq]`, [`Storage::attention_lse_dtype`]).
+    /// `s.o`, and `lse` (`[batch, heads, tq]`, [`Storage::fused_acc_dtype`]).
     ///
     /// Errors: dtypes or devices that differ, a dtype or head dim the device's path does not
     /// take, operands or strides that reach past a storage, outputs that overlap themselves.
@@ -55,7 +46,7 @@ impl Storage {
         ];
         let n = shape.lse_len()?;
         let mut o = Storage::uninit(o_len, dtype, q.0.device())?;
-        let mut lse = Storage::uninit(n, Self::attention_lse_dtype(dtype), q.0.device())?;
+        let mut lse = Storage::uninit(n, Self::fused_acc_dtype(dtype), q.0.device())?;
         let at = [q.1, k.1, v.1];
         let (qr, kr, vr) = (q.0.read(name)?, k.0.read(name)?, v.0.read(name)?);
         match (
@@ -99,14 +90,7 @@ impl Storage {
         }
         let dtype = q.0.dtype;
         check_float_only(name, true, dtype)?;
-        let want = Self::attention_lse_dtype(dtype);
-        if lse.dtype != want {
-            return Err(Error::DTypeMismatch {
-                op: name,
-                lhs: want,
-                rhs: lse.dtype,
-            });
-        }
+        lse.expect_dtype(name, Self::fused_acc_dtype(dtype))?;
         lse.check_range(name, 0, shape.lse_len()?)?;
         let len = [
             Self::tail_len(name, q)?,

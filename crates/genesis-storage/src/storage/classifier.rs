@@ -9,16 +9,6 @@ use crate::compute::Compute;
 use crate::{DType, Error, Result};
 
 impl Storage {
-    /// The dtype of the classifier's losses, `lse` and `dloss` over logits of `dtype`: f64 for
-    /// f64, else f32.
-    pub fn cross_entropy_dtype(dtype: DType) -> DType {
-        if dtype == DType::F64 {
-            DType::F64
-        } else {
-            DType::F32
-        }
-    }
-
     /// Reads a device status word: the first row whose target is bad, as an error.
     fn check_status(
         status: &Storage,
@@ -44,7 +34,7 @@ impl Storage {
     /// whose target is `shape.ignore_index` count nothing), PyTorch's `F.cross_entropy`:
     /// returns the loss (`[rows]` for `Reduction::None`, else one value: the sum, or the mean
     /// over the rows not ignored) and each row's log-sum-exp `lse` for
-    /// [`Storage::cross_entropy_backward`], both [`Storage::cross_entropy_dtype`]. A target
+    /// [`Storage::cross_entropy_backward`], both [`Storage::fused_acc_dtype`]. A target
     /// outside `0..classes` is an index error (on a device, read back after the kernel: one
     /// synchronisation).
     #[track_caller]
@@ -60,7 +50,7 @@ impl Storage {
         ls.check_range(name, logits.1, shape.span_len(shape.stride)?)?;
         check_targets(name, ls, shape, targets)?;
         let dev = ls.device();
-        let acc = Self::cross_entropy_dtype(dtype);
+        let acc = Self::fused_acc_dtype(dtype);
         let n = shape.rows;
         let mut loss = Storage::uninit(n, acc, dev)?;
         let mut lse = Storage::uninit(n, acc, dev)?;
@@ -125,7 +115,7 @@ impl Storage {
 
     /// The gradient of [`Storage::cross_entropy`]'s loss with respect to the logits, from the
     /// loss's gradient `dloss` (`reduction.dloss_len(rows)` values of
-    /// [`Storage::cross_entropy_dtype`]) and the forward's `lse`: a new storage of `rows *
+    /// [`Storage::fused_acc_dtype`]) and the forward's `lse`: a new storage of `rows *
     /// classes` elements of the logits' dtype (`(softmax - onehot) * dloss`, divided by the
     /// count of rows not ignored for the mean; ignored rows 0).
     #[track_caller]
@@ -142,16 +132,9 @@ impl Storage {
         check_float_only(name, true, dtype)?;
         ls.check_range(name, logits.1, shape.span_len(shape.stride)?)?;
         check_targets(name, ls, shape, targets)?;
-        let acc = Self::cross_entropy_dtype(dtype);
         for (s, len) in [(lse, shape.rows), (dloss, reduction.dloss_len(shape.rows))] {
-            if s.dtype != acc {
-                return Err(Error::DTypeMismatch {
-                    op: name,
-                    lhs: acc,
-                    rhs: s.dtype,
-                });
-            }
-            ls.check_binary_devices(name, s)?;
+            s.expect_dtype(name, Self::fused_acc_dtype(dtype))?;
+            s.expect_device(name, ls.device())?;
             s.check_range(name, 0, len)?;
         }
         let len = shape
@@ -227,13 +210,7 @@ fn check_targets(
     shape: &ClassifierShape,
     targets: (&Storage, usize),
 ) -> Result<()> {
-    if targets.0.dtype != DType::I64 {
-        return Err(Error::DTypeMismatch {
-            op: name,
-            lhs: DType::I64,
-            rhs: targets.0.dtype,
-        });
-    }
-    logits.check_binary_devices(name, targets.0)?;
+    targets.0.expect_dtype(name, DType::I64)?;
+    targets.0.expect_device(name, logits.device())?;
     targets.0.check_range(name, targets.1, shape.rows)
 }

@@ -86,7 +86,7 @@ fn check_distinct_writes(op: &'static str, desc: &IndexDesc, sizes: &[usize]) ->
 
 impl Storage {
     /// `DTypeMismatch` unless this storage holds `dtype`.
-    fn expect_dtype(&self, op: &'static str, dtype: DType) -> Result<()> {
+    pub(super) fn expect_dtype(&self, op: &'static str, dtype: DType) -> Result<()> {
         if self.dtype() != dtype {
             return Err(Error::DTypeMismatch {
                 op,
@@ -98,7 +98,7 @@ impl Storage {
     }
 
     /// `DeviceMismatch` unless this storage is on `device`.
-    fn expect_device(&self, op: &'static str, device: Device) -> Result<()> {
+    pub(super) fn expect_device(&self, op: &'static str, device: Device) -> Result<()> {
         if self.device() != device {
             return Err(Error::DeviceMismatch {
                 op,

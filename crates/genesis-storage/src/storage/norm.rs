@@ -4,8 +4,8 @@
 use genesis_kernels::layernorm::LayerNormShape;
 
 use super::{Mem, MemMut, Storage, check_float_only, mixed};
+use crate::Result;
 use crate::compute::Compute;
-use crate::{DType, Error, Result};
 
 /// An optional operand's host bytes and first element (an error for device memory).
 fn host_in<'a>(
@@ -53,15 +53,6 @@ fn cuda_out<'a>(
 }
 
 impl Storage {
-    /// The dtype of layer norm's saved row statistics over `dtype`: f64 for f64, else f32.
-    pub fn layer_norm_stats_dtype(dtype: DType) -> DType {
-        if dtype == DType::F64 {
-            DType::F64
-        } else {
-            DType::F32
-        }
-    }
-
     /// Checks an operand of `len` elements from `at` of the dtype and device of `like`.
     fn check_operand(
         &self,
@@ -77,7 +68,7 @@ impl Storage {
     /// Layer norm over the last dimension of the contiguous `[rows, cols]` from element
     /// `x.1` of `x.0` (PyTorch's `F.layer_norm` with `normalized_shape = [cols]`), `w` and `b`
     /// (`cols` values from their element, the input's dtype) optional: returns `y` and each
-    /// row's mean and `1 / sqrt(var + eps)` ([`Storage::layer_norm_stats_dtype`]). See
+    /// row's mean and `1 / sqrt(var + eps)` ([`Storage::fused_acc_dtype`]). See
     /// `genesis_kernels::layernorm` for the numerics (one pass; f32 statistics for f32, f16,
     /// bf16). Errors: dtypes or devices that differ, ranges past a storage, a dtype the
     /// device's path does not take, `cols` of 0 or past the kernels' limit.
@@ -97,7 +88,7 @@ impl Storage {
             p.0.check_operand(name, xs, p.1, shape.cols)?;
         }
         let dev = xs.device();
-        let stats = Self::layer_norm_stats_dtype(dtype);
+        let stats = Self::fused_acc_dtype(dtype);
         let mut y = Storage::uninit(len, dtype, dev)?;
         let mut mean = Storage::uninit(shape.rows, stats, dev)?;
         let mut rstd = Storage::uninit(shape.rows, stats, dev)?;
@@ -161,15 +152,8 @@ impl Storage {
         if let Some(p) = w {
             p.0.check_operand(name, ds, p.1, shape.cols)?;
         }
-        let stats = Self::layer_norm_stats_dtype(dtype);
         for s in [mean, rstd] {
-            if s.dtype != stats {
-                return Err(Error::DTypeMismatch {
-                    op: name,
-                    lhs: stats,
-                    rhs: s.dtype,
-                });
-            }
+            s.expect_dtype(name, Self::fused_acc_dtype(dtype))?;
             s.check_range(name, 0, shape.rows)?;
         }
         let dev = ds.device();

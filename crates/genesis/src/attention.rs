@@ -134,13 +134,7 @@ impl Tensor {
             _ => None,
         };
         let flash = if let Some(d) = flash_dtype {
-            let cast = |t: &Tensor| {
-                if t.dtype() == DType::F32 {
-                    t.to_dtype(d)
-                } else {
-                    Ok(t.clone())
-                }
-            };
+            let cast = |t| crate::autograd::autocast_lower(t, d);
             let (q, k, v) = (cast(q)?, cast(k)?, cast(v)?);
             q.flash_attention(&k, &v, is_causal, scale)?
         } else {

@@ -1101,14 +1101,17 @@ pub(crate) fn autocast_operands(a: &Tensor, b: &Tensor) -> Result<Option<(Tensor
     if a.dtype() != f32 && b.dtype() != f32 {
         return Ok(None);
     }
-    let cast = |t: &Tensor| {
-        if t.dtype() == f32 {
-            t.to_dtype(d)
-        } else {
-            Ok(t.clone())
-        }
-    };
-    Ok(Some((cast(a)?, cast(b)?)))
+    Ok(Some((autocast_lower(a, d)?, autocast_lower(b, d)?)))
+}
+
+/// `t` cast (recorded) to the autocast dtype `d` when it is float32, else `t` itself: an
+/// operand of a lower-precision op under [`autocast`].
+pub(crate) fn autocast_lower(t: &Tensor, d: crate::DType) -> Result<Tensor> {
+    if t.dtype() == crate::DType::F32 {
+        t.to_dtype(d)
+    } else {
+        Ok(t.clone())
+    }
 }
 
 /// The input of a float32-policy op under [`autocast`]: a float16 or bfloat16 tensor cast

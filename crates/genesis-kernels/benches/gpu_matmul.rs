@@ -70,6 +70,8 @@ mod gpu {
         batch: usize,
         /// A forced plan (`--sweep`): the `64 x 64` SIMT tiles or not, and the splits.
         force: Option<(bool, usize)>,
+        /// A forced Hopper tile (`--sweep-sm90`): 0 (`128 x 256`) or 1 (`128 x 128`).
+        tile: Option<usize>,
     }
 
     const fn case(dtype: &'static str, m: usize, n: usize, k: usize) -> Case {
@@ -85,6 +87,7 @@ mod gpu {
             sm80: false,
             batch: 1,
             force: None,
+            tile: None,
         }
     }
 
@@ -151,6 +154,25 @@ mod gpu {
             tb: true,
             ..case("tf32", 4096, 4096, 4096)
         });
+        // GPT-2 124M's linear layers at batch 32 x 1024 tokens in bf16 (`in -> out`): the
+        // forward `x @ Wᵀ`, and the backward `g @ W` and `gᵀ @ x`, each operand read in place.
+        for (i, o) in [
+            (768, 2304),
+            (768, 768),
+            (768, 3072),
+            (3072, 768),
+            (768, 50304),
+        ] {
+            v.push(Case {
+                tb: true,
+                ..case("bf16", 32768, o, i)
+            });
+            v.push(case("bf16", 32768, i, o));
+            v.push(Case {
+                ta: true,
+                ..case("bf16", o, i, 32768)
+            });
+        }
         v
     }
 
@@ -222,12 +244,20 @@ mod gpu {
         } else {
             MatmulPrecision::Highest
         };
-        let mut plan = MatmulPlan::new_for::<T>(shape, ctx.multiprocessors() as usize, precision);
+        let mut plan = MatmulPlan::new_for_device::<T>(
+            shape,
+            ctx.multiprocessors() as usize,
+            ctx.compute_capability(),
+            precision,
+        );
         if c.unsplit {
             plan = plan.with_splits(1);
         }
         if let Some((small, splits)) = c.force {
             plan = plan.with_splits(splits).with_small_tiles(small);
+        }
+        if let Some(tile) = c.tile {
+            plan = plan.with_sm90_tile(tile);
         }
         let ws_len = plan.workspace_bytes_for(
             &layout,
@@ -273,6 +303,9 @@ mod gpu {
         if std::env::args().any(|a| a == "--sweep") {
             return sweep(&ctx, &stream, &mut rng);
         }
+        if std::env::args().any(|a| a == "--sweep-sm90") {
+            return sweep_sm90(&ctx, &stream, &mut rng);
+        }
         let mut rows = Vec::new();
         println!("device: {} ({} SMs)", ctx.name(), ctx.multiprocessors());
         println!(
@@ -311,6 +344,78 @@ mod gpu {
         if let Some(path) = json {
             let doc = serde_json::json!({ "device": ctx.name(), "results": rows });
             std::fs::write(path, serde_json::to_string_pretty(&doc)?)?;
+        }
+        Ok(())
+    }
+
+    /// `--sweep-sm90`: bf16 products on the Hopper kernels, each tile (`128 x 256`, `128 x
+    /// 128`) and split in turn (device time), next to the plan `MatmulPlan::new_for_device`
+    /// makes, for fitting and checking its cost model: GPT-2's linear layers (the fit) and
+    /// other shapes (the check). Lines `sweep_sm90 m n k batch layout tile splits median_ms
+    /// chosen`.
+    fn sweep_sm90(ctx: &Arc<Context>, stream: &Stream, rng: &mut SmallRng) -> BoxResult {
+        let mut shapes: Vec<(usize, usize, usize, usize, bool, bool)> = Vec::new();
+        for (i, o) in [(768, 2304), (768, 768), (768, 3072), (3072, 768)] {
+            shapes.push((32768, o, i, 1, false, true));
+            shapes.push((32768, i, o, 1, false, false));
+            shapes.push((o, i, 32768, 1, true, false));
+        }
+        shapes.extend([
+            (4096, 4096, 4096, 1, false, false),
+            (2048, 2048, 8192, 1, false, false),
+            (1024, 1024, 16384, 1, true, false),
+            (8192, 1024, 4096, 1, false, true),
+            (6144, 1536, 1024, 1, false, false),
+            (4095, 4097, 1023, 1, false, false),
+            (512, 512, 64, 64, false, false),
+            (1536, 640, 20000, 1, true, false),
+            (16384, 4096, 512, 1, false, true),
+        ]);
+        let sms = ctx.multiprocessors() as usize;
+        let cc = ctx.compute_capability();
+        for (m, n, k, batch, ta, tb) in shapes {
+            let shape = MatmulShape {
+                batch,
+                m,
+                n,
+                k,
+                a_batch_stride: m * k,
+                b_batch_stride: k * n,
+            };
+            let chosen =
+                MatmulPlan::new_for_device::<bf16>(shape, sms, cc, MatmulPrecision::Highest);
+            for tile in [0, 1] {
+                let mut seen = Vec::new();
+                for s in [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 14, 16] {
+                    let c = Case {
+                        batch,
+                        ta,
+                        tb,
+                        force: Some((false, s)),
+                        tile: Some(tile),
+                        ..case("bf16", m, n, k)
+                    };
+                    if seen.contains(
+                        &MatmulPlan::new(shape, sms, MatmulPrecision::Highest)
+                            .with_splits(s)
+                            .splits(),
+                    ) {
+                        continue;
+                    }
+                    let (t, plan, _) = time_case::<bf16>(ctx, stream, &c, rng)?;
+                    seen.push(plan.splits());
+                    let is_chosen =
+                        plan.splits() == chosen.splits() && chosen.sm90_tile() == Some(tile);
+                    println!(
+                        "sweep_sm90 {m} {n} {k} {batch} {}{} {tile} {} {:.4} {}",
+                        if ta { 't' } else { 'n' },
+                        if tb { 't' } else { 'n' },
+                        plan.splits(),
+                        t.median_ms,
+                        u8::from(is_chosen)
+                    );
+                }
+            }
         }
         Ok(())
     }

@@ -680,7 +680,7 @@ fn sm90_tile(
     if !ok {
         return None;
     }
-    Some(sm90_width(s, plan.splits, sms))
+    Some(sm90_width(plan, sms))
 }
 
 /// Whether the shape of `plan` suits the Hopper kernels on a device of compute capability
@@ -724,9 +724,13 @@ fn tma_in_place(
 /// The Hopper tile of a qualifying product: 2 (`128 x 64`) when `n < 128`, else 0 (`128 x
 /// 256`) when its work units fill the `sms` multiprocessors, else 1 (`128 x 128`).
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-fn sm90_width(s: MatmulShape, splits: usize, sms: usize) -> usize {
+fn sm90_width(plan: &MatmulPlan, sms: usize) -> usize {
+    let (s, splits) = (plan.shape, plan.splits);
     if s.n < 128 {
         return 2;
+    }
+    if let Some(tile) = plan.sm90 {
+        return tile;
     }
     let units =
         s.m.div_ceil(SM90_TILE_M)
@@ -1038,7 +1042,7 @@ unsafe fn tf32_sm90(
         };
         ops.use_copy(is_a, k_major, n_copies, mn * ld, pdst);
     }
-    let tile = sm90_width(s, plan.splits, ctx.multiprocessors() as usize);
+    let tile = sm90_width(plan, ctx.multiprocessors() as usize);
     let out = if plan.splits > 1 { ws } else { c };
     // SAFETY: `matmul_sm90_tf32_nt_<bn>` reads k-major f32 operands: the operands in place
     // (checked above) or their staged copies; it writes `splits` slices of `batch * m * n` f32
@@ -1065,6 +1069,17 @@ unsafe fn tf32_sm90(
 /// Granularity of a split-k slice: a multiple of every kernel's k step (32), which also keeps
 /// each slice's first element as aligned as the operand's first for the 16-byte loads.
 const SLICE_ALIGN: usize = 32;
+
+/// The Hopper cost model ([`MatmulPlan::new_for_device`]), in nanoseconds, fitted to device
+/// times of bf16 products on an H200 (`gpu_matmul --sweep-sm90`: every tile and split of
+/// GPT-2's linear layers at 32768 rows; checked on nine other shapes, where the model's choice
+/// is within 1 % of the fastest): a 64-deep k step of a `128 x 256` and of a `128 x 128` tile;
+/// a unit's fixed time (its epilogue and pipeline fill) with 16-bit and with f32 (split)
+/// outputs; a byte of f32 partials written and summed; a split product's summing launch.
+const SM90_K_NS: [f64; 2] = [653.4, 363.5];
+const SM90_UNIT_NS: [[f64; 2]; 2] = [[5013.0, 8418.0], [2557.0, 4374.0]];
+const SM90_PARTIAL_NS: f64 = 0.0000922;
+const SM90_SPLIT_NS: f64 = 16236.0;
 
 /// The shortest slice of `k` the split rule makes (shorter slices spend more on the partials'
 /// traffic and the prologue than they gain in parallelism).
@@ -1218,6 +1233,9 @@ pub struct MatmulPlan {
     /// Full-precision f32 on the `128 x 256` SIMT tiles (`matmul_f32w_*`) when the operands
     /// allow them (see [`MatmulPlan::wide_tiles`]).
     wide: bool,
+    /// The Hopper tile (0: `128 x 256`, 1: `128 x 128`) chosen with the split by
+    /// [`MatmulPlan::new_for_device`]; `None`: by the rule of [`sm90_width`].
+    sm90: Option<usize>,
 }
 
 impl MatmulPlan {
@@ -1316,6 +1334,68 @@ impl MatmulPlan {
         best
     }
 
+    /// The plan of a product of `T` operands on a device of compute capability `cc` with `sms`
+    /// multiprocessors: [`MatmulPlan::new_for`], but on Hopper (9.0) a 16-bit product that the
+    /// `wgmma` kernels take by its shape (`m` at least 128, `n` at least 128, `k` at least 64)
+    /// takes the tile (`128 x 256` or `128 x 128`) and the split of least modelled time: the
+    /// waves of work units (`ceil(units / sms)`) times a unit's time (its 64-deep k steps and
+    /// a fixed time, longer for the f32 partials of a split), plus the partials' sum. Splitting
+    /// then also serves products that fill the GPU with a poor last wave (`3072 x 768` outputs
+    /// of a long `k`: 144 tiles of `128 x 128` on 132 multiprocessors).
+    pub fn new_for_device<T: MatmulElement>(
+        shape: MatmulShape,
+        sms: usize,
+        cc: (u32, u32),
+        precision: MatmulPrecision,
+    ) -> MatmulPlan {
+        let plan = Self::new_for::<T>(shape, sms, precision);
+        let s = shape;
+        if cc != (9, 0) || size_of::<T>() != 2 || s.m < 128 || s.n < 128 || s.k < 64 {
+            return plan;
+        }
+        if s.batch == 0 || s.m.checked_mul(s.n).is_none() {
+            return plan;
+        }
+        let sms = sms.max(1);
+        let values = (s.m * s.n).saturating_mul(s.batch) as f64;
+        let cost = |tile: usize, p: &MatmulPlan| {
+            let bn = [256, 128][tile];
+            let units =
+                s.m.div_ceil(SM90_TILE_M)
+                    .saturating_mul(s.n.div_ceil(bn))
+                    .saturating_mul(s.batch)
+                    .saturating_mul(p.splits);
+            let split = usize::from(p.splits > 1);
+            let unit = p.kslice.div_ceil(64) as f64 * SM90_K_NS[tile] + SM90_UNIT_NS[tile][split];
+            let partials = if p.splits > 1 {
+                p.splits as f64 * values * 4.0 * SM90_PARTIAL_NS + SM90_SPLIT_NS
+            } else {
+                0.0
+            };
+            units.div_ceil(sms) as f64 * unit + partials
+        };
+        let unsplit = MatmulPlan {
+            splits: 1,
+            kslice: s.k,
+            ..plan
+        };
+        let mut best: Option<(f64, MatmulPlan)> = None;
+        for tile in [0, 1] {
+            for n in 1..=s.k.div_ceil(MIN_SLICE).clamp(1, MAX_SPLITS) {
+                let mut p = MatmulPlan {
+                    sm90: Some(tile),
+                    ..unsplit
+                };
+                p.set_splits(n);
+                let c = cost(tile, &p);
+                if best.as_ref().is_none_or(|(b, _)| c < *b) {
+                    best = Some((c, p));
+                }
+            }
+        }
+        best.map_or(plan, |(_, p)| p)
+    }
+
     /// The plan of `shape` at `precision` on a device of `sms` multiprocessors, by the split
     /// rule above whatever the element type; see [`MatmulPlan::new_for`].
     pub fn new(shape: MatmulShape, sms: usize, precision: MatmulPrecision) -> MatmulPlan {
@@ -1326,6 +1406,7 @@ impl MatmulPlan {
             kslice: shape.k,
             small: false,
             wide: false,
+            sm90: None,
         };
         if shape.m <= 1 || shape.n <= 1 || shape.batch == 0 {
             return plan;
@@ -1361,6 +1442,20 @@ impl MatmulPlan {
     pub fn with_small_tiles(mut self, small: bool) -> MatmulPlan {
         self.small = small;
         self
+    }
+
+    /// The plan on Hopper tile `tile` (0: `128 x 256`, 1: `128 x 128`) where the `wgmma`
+    /// kernels run it with `n` of at least 128, for tests and tuning.
+    #[cfg(feature = "tuning")]
+    pub fn with_sm90_tile(mut self, tile: usize) -> MatmulPlan {
+        self.sm90 = Some(tile.min(1));
+        self
+    }
+
+    /// The Hopper tile [`MatmulPlan::new_for_device`] chose (0: `128 x 256`, 1: `128 x 128`),
+    /// or `None` for the default rule.
+    pub fn sm90_tile(&self) -> Option<usize> {
+        self.sm90
     }
 
     /// Whether a full-precision f32 product runs on the `64 x 64` SIMT tiles.
@@ -1612,6 +1707,7 @@ pub fn gpu_matmul_strided<T: MatmulElement, O: MatmulOutput<T>>(
         kslice: shape.k,
         small: false,
         wide: false,
+        sm90: None,
     };
     run(stream, &plan, layout, a, b, c, None)
 }
@@ -2312,6 +2408,59 @@ fn gemv<T: MatmulElement, O: MatmulOutput<T>>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The Hopper plan: products that fill the GPU with full waves stay unsplit on the wide
+    /// tile; long-`k` products of few output tiles, or of a poor last wave, split so that
+    /// their units come close to whole waves; other devices, f32 and shapes the `wgmma`
+    /// kernels do not take keep [`MatmulPlan::new_for`]'s plan.
+    #[test]
+    fn hopper_plans_fill_the_waves() {
+        let dev = |s: MatmulShape| {
+            MatmulPlan::new_for_device::<bf16>(s, 132, (9, 0), MatmulPrecision::Highest)
+        };
+        let units = |p: &MatmulPlan| {
+            let bn = [256, 128][p.sm90.expect("a Hopper tile")];
+            let s = p.shape;
+            s.m.div_ceil(128) * s.n.div_ceil(bn) * s.batch * p.splits
+        };
+        for s in [
+            shape(1, 4096, 4096, 4096),
+            shape(1, 8192, 8192, 8192),
+            shape(1, 32768, 3072, 768),
+        ] {
+            let p = dev(s);
+            assert_eq!((p.splits, p.sm90), (1, Some(0)), "{s:?}");
+        }
+        for s in [
+            shape(1, 768, 768, 32768),
+            shape(1, 2304, 768, 32768),
+            shape(1, 3072, 768, 32768),
+            shape(1, 768, 3072, 32768),
+        ] {
+            let p = dev(s);
+            let u = units(&p);
+            let waves = u.div_ceil(132);
+            assert!(
+                u * 10 >= waves * 132 * 7,
+                "{s:?}: {u} units in {waves} waves ({p:?})"
+            );
+            assert!(p.splits > 1 || s.m * s.n >= 2304 * 768, "{s:?}: {p:?}");
+        }
+        for (s, cc) in [
+            (shape(1, 768, 768, 32768), (8, 0)),
+            (shape(1, 64, 4096, 1024), (9, 0)),
+            (shape(1, 8192, 64, 8192), (9, 0)),
+        ] {
+            let p = MatmulPlan::new_for_device::<bf16>(s, 132, cc, MatmulPrecision::Highest);
+            assert_eq!(
+                p,
+                MatmulPlan::new_for::<bf16>(s, 132, MatmulPrecision::Highest)
+            );
+        }
+        let s = shape(1, 768, 768, 32768);
+        let f = MatmulPlan::new_for_device::<f32>(s, 132, (9, 0), MatmulPrecision::High);
+        assert_eq!(f, MatmulPlan::new_for::<f32>(s, 132, MatmulPrecision::High));
+    }
 
     fn shape(batch: usize, m: usize, n: usize, k: usize) -> MatmulShape {
         MatmulShape {

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use genesis_storage::{Device, MatmulLayout, MatmulShape, MatrixLayout, Storage};
+use genesis_storage::{MatmulLayout, MatmulShape, MatrixLayout, Storage};
 
 use crate::ops::check_out;
 use crate::tensor::broadcast_shape;
@@ -84,18 +84,17 @@ fn plan(a: &Tensor, b: &Tensor) -> Result<Plan> {
 
 /// The operand as `(storage, first element, batch stride, layout)`: one matrix for every
 /// batch (stride 0) when its batch dimensions are all 1, its own contiguous batches when they
-/// are the full batch shape, otherwise a broadcast copy. On the CPU a view is read in place
+/// are the full batch shape, otherwise a broadcast copy. A view is read in place
 /// where its matrices are row- or column-major with positive leading dimensions and its
-/// batches one stride apart ([`in_place`]); CUDA reads contiguous copies.
+/// batches one stride apart ([`in_place`]), on every device (the CUDA launcher copies an
+/// operand whose lines the tensor-core kernels cannot read in place into its workspace).
 fn operand(
     t: &Tensor,
     batch: &[usize],
     rows: usize,
     cols: usize,
 ) -> Result<(Arc<Storage>, usize, usize, MatrixLayout)> {
-    if t.device() == Device::Cpu
-        && let Some((stride, layout)) = in_place(t, batch, rows, cols)
-    {
+    if let Some((stride, layout)) = in_place(t, batch, rows, cols) {
         let s = Arc::clone(t.view.storage());
         return Ok((s, t.first_element(), stride, layout));
     }
@@ -184,11 +183,33 @@ impl Tensor {
         } else {
             crate::tensor::numel_of("matmul", &p.batch_shape)?
         };
-        let (a, a_start, sa, la) = operand(self, &p.batch_shape, p.m, p.k)?;
-        let (b, b_start, sb, lb) = operand(other, &p.batch_shape, p.k, p.n)?;
+        // A batch of left operands against one right matrix (`x @ W` with `x` `[..., m, k]`)
+        // is one product of `batch * m` rows when the left rows lie one line apart: the
+        // result `[batch * m, n]` is the batched one's memory, and the kernel's tiles then
+        // run over all rows at once.
+        let folded = if batch > 1
+            && self.dim() > 2
+            && other.shape()[..other.dim().saturating_sub(2)]
+                .iter()
+                .all(|&d| d == 1)
+        {
+            self.layout()
+                .view(&[batch * p.m, p.k])
+                .ok()
+                .map(|l| self.with_layout(l))
+                .transpose()?
+        } else {
+            None
+        };
+        let (lhs, batch, m, a_batch) = match &folded {
+            Some(f) => (f, 1, batch * p.m, &[][..]),
+            None => (self, batch, p.m, &p.batch_shape[..]),
+        };
+        let (a, a_start, sa, la) = operand(lhs, a_batch, m, p.k)?;
+        let (b, b_start, sb, lb) = operand(other, a_batch, p.k, p.n)?;
         let shape = MatmulShape {
             batch,
-            m: p.m,
+            m,
             n: p.n,
             k: p.k,
             a_batch_stride: sa,
@@ -376,7 +397,7 @@ impl Tensor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use genesis_storage::DType;
+    use genesis_storage::{DType, Device};
 
     #[test]
     fn views_read_in_place_where_their_matrices_are_row_or_column_major() {

@@ -67,6 +67,11 @@ impl Tensor {
     /// general gradient of a layout: see [`crate::autograd::layout_grad`]; the named view ops
     /// record their own, cheaper one.
     pub(crate) fn with_layout(&self, layout: Layout) -> Result<Tensor> {
+        self.view_op("as_strided", layout)
+    }
+
+    /// [`Tensor::with_layout`] recorded as `name`.
+    pub(crate) fn view_op(&self, name: &'static str, layout: Layout) -> Result<Tensor> {
         if !crate::autograd::wants(&[self]) {
             return Ok(Tensor {
                 view: self.view.relayout(layout)?,
@@ -78,12 +83,7 @@ impl Tensor {
             view: self.view.relayout(layout)?,
             autograd: None,
         };
-        Ok(crate::autograd::record(
-            "as_strided",
-            &[self],
-            out,
-            Box::new(move |g, _| Ok(vec![Some(back.grad(g)?)])),
-        ))
+        Ok(crate::autograd::record_view(name, self, out, back))
     }
 
     /// A tensor of `shape` holding a copy of `data` (row-major) on `device`.
@@ -638,19 +638,7 @@ impl Tensor {
         } else {
             start as usize
         };
-        crate::autograd::op1(
-            "narrow",
-            self,
-            || self.with_layout(self.layout().narrow(dim, start, len)?),
-            || {
-                let (back, dtype) = (self.shape().to_vec(), self.dtype());
-                move |g: &Tensor| {
-                    let z = Tensor::zeros(&back[..], dtype, g.device())?;
-                    z.narrow(dim, start as isize, len)?.copy_(g)?;
-                    Ok(z)
-                }
-            },
-        )
+        self.view_op("narrow", self.layout().narrow(dim, start, len)?)
     }
 
     /// Concatenates tensors along `dim` (negative counts from the end) into a new tensor.

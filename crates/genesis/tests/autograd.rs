@@ -1218,3 +1218,99 @@ fn in_place_ops_on_non_leaves_rebase_the_graph() {
     assert!(matches!(xr.add_(1.0), Err(Error::Autograd { .. })));
     no_grad(|| y.add_(1.0)).unwrap();
 }
+
+/// Views of one recorded tensor (narrows along any dimension, overlapping or not, `split`
+/// pieces, some views not used, the tensor also used whole, a transposed tensor as the base)
+/// give the gradient of the same function written with `index_select` (whose gradient is a
+/// scatter-add, not a view's): the engine adds views' gradients into their input's pending
+/// gradient in place.
+#[test]
+fn gradients_of_many_views_of_one_tensor_add_up() {
+    let mut rng = SmallRng::seed_from_u64(7);
+    let g = Generator::new(31);
+    for case in 0..60 {
+        let dims = rng.random_range(1..=3);
+        let shape: Vec<usize> = (0..dims).map(|_| rng.random_range(1..=6)).collect();
+        let transposed = dims >= 2 && rng.random_bool(0.3);
+        let whole = rng.random_bool(0.3);
+        // (dim, start, len) of each view; `split` pieces in some cases.
+        let mut views: Vec<(usize, usize, usize)> = Vec::new();
+        if rng.random_bool(0.4) {
+            let d = rng.random_range(0..dims);
+            let size = rng.random_range(1..=shape[d]);
+            let mut at = 0;
+            while at < shape[d] {
+                views.push((d, at, size.min(shape[d] - at)));
+                at += size;
+            }
+        } else {
+            for _ in 0..rng.random_range(1..=4) {
+                let d = rng.random_range(0..dims);
+                let start = rng.random_range(0..shape[d]);
+                let len = rng.random_range(0..=shape[d] - start);
+                views.push((d, start, len));
+            }
+        }
+        let used: Vec<bool> = views.iter().map(|_| rng.random_bool(0.85)).collect();
+        let base = input(&g, &shape, false);
+        let weights: Vec<Tensor> = views
+            .iter()
+            .map(|&(d, _, len)| {
+                let mut s = shape.clone();
+                s[d] = len;
+                input(&g, &s, false)
+            })
+            .collect();
+        let w_whole = input(&g, &shape, false);
+        let grad_of = |by_index: bool| -> Vec<f64> {
+            let leaf = base.detach().requires_grad_(true).unwrap();
+            // A recorded (non-leaf) tensor of `shape`, possibly read transposed.
+            let x = if transposed {
+                leaf.mul(2.0)
+                    .unwrap()
+                    .transpose(0, 1)
+                    .unwrap()
+                    .contiguous()
+                    .unwrap()
+                    .transpose(0, 1)
+                    .unwrap()
+            } else {
+                leaf.mul(2.0).unwrap()
+            };
+            let mut total = if whole {
+                x.mul(&w_whole).unwrap().sum().unwrap()
+            } else {
+                Tensor::zeros([0usize; 0], DType::F64, CPU).unwrap()
+            };
+            for (i, &(d, start, len)) in views.iter().enumerate() {
+                if !used[i] {
+                    continue;
+                }
+                let piece = if by_index {
+                    let at =
+                        Tensor::arange(start as f64, (start + len) as f64, 1.0, DType::I64, CPU)
+                            .unwrap();
+                    x.index_select(d, &at).unwrap()
+                } else {
+                    x.narrow(d, start, len).unwrap()
+                };
+                total = total
+                    .add(&piece.mul(&weights[i]).unwrap().sum().unwrap())
+                    .unwrap();
+            }
+            if !total.requires_grad() {
+                return vec![0.0; base.numel()];
+            }
+            total.backward().unwrap();
+            leaf.grad().unwrap().to_vec::<f64>().unwrap()
+        };
+        let (got, want) = (grad_of(false), grad_of(true));
+        for (a, b) in got.iter().zip(&want) {
+            assert!(
+                (a - b).abs() <= 1e-12 * (1.0 + b.abs()),
+                "case {case}: shape {shape:?} transposed {transposed} whole {whole} views \
+                 {views:?} used {used:?}: {got:?} against {want:?}"
+            );
+        }
+    }
+}

@@ -401,80 +401,123 @@ fn f64_and_integer_products_on_the_cpu_and_refused_on_cuda() {
     assert_eq!(a.matmul(&b).unwrap().to_vec::<i32>().unwrap(), [1]);
 }
 
-/// Views the CPU reads in place (transposed, column-sliced, batch-permuted, broadcast by a
-/// zero batch stride, single rows and columns) and views it copies (stepped inner
+/// Views read in place (transposed, column-sliced, batch-permuted, broadcast by a zero batch
+/// stride, single rows and columns, a batch folded into the rows of one product, a linear
+/// layer's `x @ Wᵀ` and `gᵀ @ x` at sizes the tensor-core kernels take, with leading
+/// dimensions they read in place and ones they copy) and views copied (stepped inner
 /// dimensions): the same values as the product of contiguous copies (small integer values, so
-/// every order of the sum is exact), for f32, f64 and int64, through `matmul` and
-/// `matmul_out`.
+/// every order of the sum is exact and a half-precision result rounds the same exact sum),
+/// through `matmul` and `matmul_out`: f32, f64 and int64 on the CPU, f32, f16 and bf16 on
+/// CUDA.
 #[test]
 fn strided_views_give_the_product_of_their_contiguous_copies() {
     let _serial = serial();
     let g = Generator::new(13);
-    for dtype in [DType::F32, DType::F64, DType::I64] {
-        let ints = |shape: &[usize]| -> Tensor {
-            g.randn(shape, DType::F32, Device::Cpu)
-                .unwrap()
-                .mul(8.0)
-                .unwrap()
-                .to_dtype(DType::I64)
-                .unwrap()
-                .to_dtype(dtype)
-                .unwrap()
+    for dev in devices() {
+        let dtypes = if dev == Device::Cpu {
+            [DType::F32, DType::F64, DType::I64]
+        } else {
+            [DType::F32, DType::F16, DType::BF16]
         };
-        let big = ints(&[4, 9, 11]);
-        let mat = ints(&[9, 11]);
-        let pairs: Vec<(&str, Tensor, Tensor)> = vec![
-            ("t @ t", mat.t().unwrap(), ints(&[7, 9]).t().unwrap()),
-            (
-                "narrow cols @ narrow rows",
-                mat.narrow(1, 2, 6).unwrap(),
-                mat.narrow(0, 1, 6).unwrap(),
-            ),
-            (
-                "batched transposed @ matrix",
-                big.transpose(1, 2).unwrap(),
-                ints(&[9, 5]),
-            ),
-            (
-                "permuted batch",
-                big.permute([1, 0, 2]).unwrap(),
-                ints(&[9, 11, 3]),
-            ),
-            (
-                "expanded batch",
-                mat.unsqueeze(0).unwrap().expand([3, 9, 11]).unwrap(),
-                ints(&[3, 11, 2]),
-            ),
-            (
-                "narrowed batch and cols",
-                big.narrow(0, 1, 2).unwrap().narrow(2, 3, 5).unwrap(),
-                ints(&[2, 4, 5]).transpose(1, 2).unwrap(),
-            ),
-            (
-                "row @ column",
-                mat.narrow(0, 3, 1).unwrap(),
-                mat.t().unwrap().narrow(1, 4, 1).unwrap(),
-            ),
-            (
-                "stepped (copied)",
-                big.permute([2, 0, 1]).unwrap().narrow(0, 0, 9).unwrap(),
-                ints(&[9, 9, 6]).permute([1, 0, 2]).unwrap(),
-            ),
-        ];
-        for (what, a, b) in pairs {
-            let what = format!("{dtype} {what} {:?} @ {:?}", a.shape(), b.shape());
-            let want = a
-                .contiguous()
-                .unwrap()
-                .matmul(&b.contiguous().unwrap())
-                .unwrap();
-            let got = a.matmul(&b).unwrap();
-            assert_eq!(got.shape(), want.shape(), "{what}");
-            let f64s = |t: &Tensor| t.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap();
-            assert_eq!(f64s(&got), f64s(&want), "{what}");
-            let mut out = Tensor::zeros(want.shape(), dtype, Device::Cpu).unwrap();
-            a.matmul_out(&b, &mut out).unwrap();
-            assert_eq!(f64s(&out), f64s(&want), "{what} (matmul_out)");
+        for dtype in dtypes {
+            let ints = |shape: &[usize]| -> Tensor {
+                g.randn(shape, DType::F32, Device::Cpu)
+                    .unwrap()
+                    .mul(8.0)
+                    .unwrap()
+                    .to_dtype(DType::I64)
+                    .unwrap()
+                    .to_dtype(dtype)
+                    .unwrap()
+                    .to(dev)
+                    .unwrap()
+            };
+            let big = ints(&[4, 9, 11]);
+            let mat = ints(&[9, 11]);
+            let pairs: Vec<(&str, Tensor, Tensor)> = vec![
+                ("t @ t", mat.t().unwrap(), ints(&[7, 9]).t().unwrap()),
+                (
+                    "narrow cols @ narrow rows",
+                    mat.narrow(1, 2, 6).unwrap(),
+                    mat.narrow(0, 1, 6).unwrap(),
+                ),
+                (
+                    "batched transposed @ matrix",
+                    big.transpose(1, 2).unwrap(),
+                    ints(&[9, 5]),
+                ),
+                ("folded batch @ matrix", big.clone(), ints(&[11, 5])),
+                (
+                    "folded batch @ transposed matrix",
+                    big.clone(),
+                    ints(&[3, 11]).t().unwrap(),
+                ),
+                (
+                    "permuted batch",
+                    big.permute([1, 0, 2]).unwrap(),
+                    ints(&[9, 11, 3]),
+                ),
+                (
+                    "permuted batch @ matrix",
+                    big.permute([1, 0, 2]).unwrap(),
+                    ints(&[11, 3]),
+                ),
+                (
+                    "expanded batch",
+                    mat.unsqueeze(0).unwrap().expand([3, 9, 11]).unwrap(),
+                    ints(&[3, 11, 2]),
+                ),
+                (
+                    "narrowed batch and cols",
+                    big.narrow(0, 1, 2).unwrap().narrow(2, 3, 5).unwrap(),
+                    ints(&[2, 4, 5]).transpose(1, 2).unwrap(),
+                ),
+                (
+                    "row @ column",
+                    mat.narrow(0, 3, 1).unwrap(),
+                    mat.t().unwrap().narrow(1, 4, 1).unwrap(),
+                ),
+                (
+                    "stepped (copied)",
+                    big.permute([2, 0, 1]).unwrap().narrow(0, 0, 9).unwrap(),
+                    ints(&[9, 9, 6]).permute([1, 0, 2]).unwrap(),
+                ),
+                (
+                    "linear x @ W.t",
+                    ints(&[2, 160, 136]),
+                    ints(&[200, 136]).t().unwrap(),
+                ),
+                (
+                    "linear g.t @ x",
+                    ints(&[320, 200]).t().unwrap(),
+                    ints(&[320, 136]),
+                ),
+                (
+                    "linear x @ W.t, lines off 16 bytes",
+                    ints(&[2, 130, 129]),
+                    ints(&[140, 129]).t().unwrap(),
+                ),
+                (
+                    "column slice of a wide matrix, transposed",
+                    ints(&[136, 300]).narrow(1, 8, 256).unwrap().t().unwrap(),
+                    ints(&[136, 72]),
+                ),
+            ];
+            for (what, a, b) in pairs {
+                let what = format!("{dtype} on {dev}: {what} {:?} @ {:?}", a.shape(), b.shape());
+                let want = a
+                    .contiguous()
+                    .unwrap()
+                    .matmul(&b.contiguous().unwrap())
+                    .unwrap();
+                let got = a.matmul(&b).unwrap();
+                assert_eq!(got.shape(), want.shape(), "{what}");
+                let f64s = |t: &Tensor| t.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap();
+                assert_eq!(f64s(&got), f64s(&want), "{what}");
+                let mut out = Tensor::zeros(want.shape(), dtype, dev).unwrap();
+                a.matmul_out(&b, &mut out).unwrap();
+                assert_eq!(f64s(&out), f64s(&want), "{what} (matmul_out)");
+            }
         }
     }
 }

@@ -1000,13 +1000,13 @@ impl Compute for CudaMem {
         // workspace from the pool, on the thread's stream: released in stream order after the
         // launches.
         let sms = self.ctx().multiprocessors() as usize;
+        let cc = self.ctx().compute_capability();
         genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16], T => {
-            let plan = MatmulPlan::new_for::<T>(shape, sms, precision);
+            let plan = MatmulPlan::new_for_device::<T>(shape, sms, cc, precision);
             let all = |m: &CudaMem| m.capacity() / size_of::<T>();
             let c_len = all(out);
             let a = self.span::<T>(all(self))?.slice(a_at..)?;
             let b = b.span::<T>(all(b))?.slice(b_at..)?;
-            let cc = self.ctx().compute_capability();
             let ws_len = plan.workspace_bytes_for(&layout, size_of::<T>(), cc, (a.addr(), b.addr()));
             let mut ws = CudaMem::new(self.ordinal(), ws_len)?;
             gpu_matmul_planned::<T, T>(

@@ -143,6 +143,10 @@ pub(crate) struct Node {
     backward: Mutex<Option<Arc<BackwardFn>>>,
     /// The output's autograd state (its hooks and retained gradient), while the output lives.
     output: Mutex<Weak<Meta>>,
+    /// For a view of its one input (`narrow`, `split`, `select`, ...): how its gradient lands
+    /// in the input's, which the engine may add into the input's pending gradient in place
+    /// ([`view_into_pending`]) instead of running `backward`.
+    view: Option<LayoutGrad>,
 }
 
 impl Drop for Node {
@@ -183,8 +187,32 @@ pub(crate) fn wants(inputs: &[&Tensor]) -> bool {
 pub(crate) fn record(
     name: &'static str,
     inputs: &[&Tensor],
+    out: Tensor,
+    backward: Box<BackwardFn>,
+) -> Tensor {
+    record_node(name, inputs, out, backward, None)
+}
+
+/// [`record`] for `out`, a view of `input` through another layout of its storage: the
+/// backward is `view`'s gradient, which the engine may also add straight into the input's
+/// pending gradient.
+pub(crate) fn record_view(
+    name: &'static str,
+    input: &Tensor,
+    out: Tensor,
+    view: LayoutGrad,
+) -> Tensor {
+    let back = view.clone();
+    let backward: Box<BackwardFn> = Box::new(move |g, _| Ok(vec![Some(back.grad(g)?)]));
+    record_node(name, &[input], out, backward, Some(view))
+}
+
+fn record_node(
+    name: &'static str,
+    inputs: &[&Tensor],
     mut out: Tensor,
     backward: Box<BackwardFn>,
+    view: Option<LayoutGrad>,
 ) -> Tensor {
     if !wants(inputs) || !out.dtype().is_float() {
         return out;
@@ -203,6 +231,7 @@ pub(crate) fn record(
         edges,
         backward: Mutex::new(Some(Arc::from(backward))),
         output: Mutex::new(Weak::new()),
+        view,
     });
     let meta = Arc::new(Meta::new(Some(node.clone())));
     *lock(&node.output) = Arc::downgrade(&meta);
@@ -361,6 +390,9 @@ fn run_backward(
 ) -> Result<Option<HashMap<usize, Option<Tensor>>>> {
     let _guard = NoGradGuard::new();
     let mut pending: HashMap<usize, Tensor> = HashMap::new();
+    // Pending gradients that views' gradients were added into in place (see
+    // [`view_into_pending`]): the buffer each reads, while it is theirs alone.
+    let mut view_bases: HashMap<usize, ViewBase> = HashMap::new();
     let mut start: Vec<Arc<Node>> = Vec::new();
     for (root, g) in roots {
         let meta = root.autograd.as_ref().ok_or_else(|| Error::Autograd {
@@ -407,6 +439,7 @@ fn run_backward(
     while let Some(node) = ready.pop() {
         let key = Arc::as_ptr(&node) as usize;
         let grad = pending.remove(&key);
+        view_bases.remove(&key);
         let grads: Vec<Option<Tensor>> = match grad {
             None => vec![None; node.edges.len()],
             Some(mut g) => {
@@ -439,6 +472,22 @@ fn run_backward(
                         node.name
                     ),
                 })?;
+                // A view of a recorded tensor adds its gradient into the input's pending one
+                // where it can, without an input-sized gradient of its own.
+                if let (Some(view), [Some(Edge::Node(c))]) = (&node.view, &node.edges[..]) {
+                    let ck = Arc::as_ptr(c) as usize;
+                    let done = profile::timed(node.name, "backward", Some(g.device()), || {
+                        view_into_pending(view, &g, ck, &mut pending, &mut view_bases)
+                    })?;
+                    if done {
+                        let left = deps.get_mut(&ck).expect("counted above");
+                        *left -= 1;
+                        if *left == 0 {
+                            ready.push(c.clone());
+                        }
+                        continue;
+                    }
+                }
                 let needs: Vec<bool> = node.edges.iter().map(Option::is_some).collect();
                 let out =
                     profile::timed(node.name, "backward", Some(g.device()), || f(&g, &needs))?;
@@ -470,6 +519,7 @@ fn run_backward(
                             Some(acc) => acc.add(&g)?,
                             None => g,
                         };
+                        view_bases.remove(&ck);
                         pending.insert(ck, sum);
                     }
                     let left = deps.get_mut(&ck).expect("counted above");
@@ -903,10 +953,73 @@ pub(crate) fn refuse_out(op: &'static str, tensors: &[&Tensor]) -> Result<()> {
     Ok(())
 }
 
+/// The buffer a pending gradient reads (see [`view_into_pending`]): `z` holds the input's
+/// reach `lo..hi` of storage positions, the pending gradient is `z` read through `input`.
+struct ViewBase {
+    z: Tensor,
+    lo: usize,
+    hi: usize,
+    input: crate::Layout,
+}
+
+/// Adds the gradient `g` of a view into the pending gradient of its input (node key `ck`) in
+/// place: the first view's gradient makes the pending one (zeros over the input's reach, `g`
+/// written through the view's layout) and keeps its buffer; the next views of the same input
+/// add theirs to their own positions of that buffer (the `split` of a `[B, T, 3C]` tensor in
+/// three adds one third each, where the gradients of the views would each be input-sized).
+/// `false` when it does not apply (the view is not one [`LayoutGrad::grad_by_copy`] takes,
+/// the pending gradient came from elsewhere, or the input's layout is not read in place): the
+/// view's own backward then runs.
+fn view_into_pending(
+    view: &LayoutGrad,
+    g: &Tensor,
+    ck: usize,
+    pending: &mut HashMap<usize, Tensor>,
+    bases: &mut HashMap<usize, ViewBase>,
+) -> Result<bool> {
+    let Some((lo, hi)) = view.copy_reach() else {
+        return Ok(false);
+    };
+    let shift = |l: &crate::Layout| crate::Layout::new(l.shape(), l.strides(), l.offset() - lo);
+    let g = g.to_dtype(view.dtype)?;
+    match (pending.contains_key(&ck), bases.get(&ck)) {
+        (false, _) => {
+            let z = Tensor::zeros([hi - lo], view.dtype, g.device())?;
+            Tensor::through(&z, &shift(&view.output))?.copy_(&g)?;
+            let acc = Tensor::through(&z, &shift(&view.input))?.contiguous()?;
+            if acc.shares_storage(&z) {
+                bases.insert(
+                    ck,
+                    ViewBase {
+                        z,
+                        lo,
+                        hi,
+                        input: view.input.clone(),
+                    },
+                );
+            }
+            pending.insert(ck, acc);
+            Ok(true)
+        }
+        (true, Some(b))
+            if b.lo == lo
+                && b.hi == hi
+                && b.input == view.input
+                && b.z.dtype() == view.dtype
+                && b.z.device() == g.device() =>
+        {
+            Tensor::through(&b.z, &shift(&view.output))?.add_(&g)?;
+            Ok(true)
+        }
+        _ => Ok(false),
+    }
+}
+
 /// The gradient of a tensor read through another layout of its storage (a view, or a copy
 /// of one: `flip`, `repeat`, `diagonal`, ...): the output's gradient is added at the storage
 /// positions the output's layout names (repeats add up), and the input's gradient is what
 /// its own layout reads there.
+#[derive(Clone)]
 pub(crate) struct LayoutGrad {
     input: crate::Layout,
     output: crate::Layout,
@@ -941,19 +1054,25 @@ impl LayoutGrad {
 }
 
 impl LayoutGrad {
+    /// The input's reach `lo..hi` of storage positions when the output's elements lie within
+    /// it and no two share a position (what [`LayoutGrad::grad_by_copy`] takes).
+    fn copy_reach(&self) -> Option<(usize, usize)> {
+        let (Ok(Some((lo, hi))), Ok(Some((olo, ohi)))) = (self.input.span(), self.output.span())
+        else {
+            return None;
+        };
+        (olo >= lo && ohi <= hi && non_overlapping(&self.output)).then_some((lo, hi))
+    }
+
     /// The gradient when no two output elements share a storage position and every output
     /// position lies within the input's reach (every view: slices, `split`, `diagonal`,
     /// transposes, reshapes): zeros over the input's reach, the output's gradient written
     /// through the output's layout (one strided copy), read back through the input's layout.
     /// `None` otherwise (broadcasts): the general scatter-add of [`LayoutGrad::grad`].
     fn grad_by_copy(&self, g: &Tensor) -> Result<Option<Tensor>> {
-        let (Ok(Some((lo, hi))), Ok(Some((olo, ohi)))) = (self.input.span(), self.output.span())
-        else {
+        let Some((lo, hi)) = self.copy_reach() else {
             return Ok(None);
         };
-        if olo < lo || ohi > hi || !non_overlapping(&self.output) {
-            return Ok(None);
-        }
         let shift = |l: &crate::Layout| crate::Layout::new(l.shape(), l.strides(), l.offset() - lo);
         let z = Tensor::zeros([hi - lo], self.dtype, g.device())?;
         Tensor::through(&z, &shift(&self.output))?.copy_(&g.to_dtype(self.dtype)?)?;

@@ -9,10 +9,12 @@
 // Activations, with f'(x):
 //   gelu (erf):  Φ(x) + x φ(x) = 0.5 (1 + erf(x / √2)) + x e^(-x²/2) / √(2π)
 //   gelu (tanh): 0.5 (1 + t) + 0.5 x (1 - t²) k (1 + 3 c x²),  t = tanh(k (x + c x³)),
-//                k = √(2/π), c = 0.044715
+//                k = √(2/π), c = 0.044715; computed as s + 2 x s (1 - s) k (1 + 3 c x²) with
+//                s = (1 + t) / 2 = 1 / (1 + e^(-2k (x + c x³))) (see GeluTanh)
 //   silu:        s (1 + x (1 - s)),  s = 1 / (1 + e^-x)
 // The twin uses Rust's (libm's) erf, tanh and exp: results agree within a few ulp of the
-// terms (CUDA's erff, tanhf and expf are within 2 ulp).
+// terms (CUDA's erff, tanhf and expf are within 2 ulp; gelu (tanh) in f32 takes the fast
+// exponential, within a few ulp).
 //
 // Softmax along rows of n (y the forward's output, g the output's gradient):
 //   softmax:     dx = y (g - Σ g y)
@@ -67,15 +69,23 @@ template <typename T> struct Gelu {
         return cdf + x * pdf;
     }
 };
+// Through s = sigmoid(2u) = (1 + t) / 2 (t = tanh u, u = k (x + c x^3)): f' = s + 2 x s (1 - s)
+// k (1 + 3 c x^2), with 1 - s taken as e s (e = e^(-2u)) where s is near 1: no cancellation for
+// either sign of x (where 1 + t and 1 - t^2 would lose digits). f32 takes the fast exponential.
 template <typename T> struct GeluTanh {
     typedef typename G<T>::A A;
     static __device__ __forceinline__ A d(A x) {
         const A k = A(0.7978845608028654), c = A(0.044715);
         const A x2 = x * x;
-        const A t = G<T>::tanh_(k * (x + c * (x2 * x)));
-        const A left = A(0.5) * (A(1) + t);
-        const A right = ((A(0.5) * x) * (A(1) - t * t)) * (k * (A(1) + (A(3) * c) * x2));
-        return left + right;
+        const A u = k * (x + c * (x2 * x));
+        A e;
+        if constexpr (sizeof(A) == 4)
+            e = __expf(-2.0f * u);
+        else
+            e = G<T>::exp_(A(-2) * u);
+        const A s = A(1) / (A(1) + e);
+        const A oms = s < A(0.5) ? A(1) - s : e * s;
+        return s + ((A(2) * x) * (s * oms)) * (k * (A(1) + (A(3) * c) * x2));
     }
 };
 template <typename T> struct Silu {
@@ -86,10 +96,33 @@ template <typename T> struct Silu {
     }
 };
 
+// 16 bytes of elements, loaded and stored whole.
+template <typename T> union GxVec16 {
+    uint4 raw;
+    T v[16 / sizeof(T)];
+};
+
+// Grid-stride over 16-byte vectors when the three arrays start on 16 bytes (the tail, and
+// unaligned arrays, element by element).
 template <typename T, typename F>
 __device__ __forceinline__ void gx_act_grad(const T* g, const T* x, T* dx, u64 n) {
     typedef typename G<T>::A A;
-    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+    constexpr int V = 16 / sizeof(T);
+    const u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x, stride = (u64)gridDim.x * blockDim.x;
+    u64 done = 0;
+    if ((((uintptr_t)g | (uintptr_t)x | (uintptr_t)dx) & 15) == 0) {
+        const u64 nv = n / V;
+        for (u64 i = tid; i < nv; i += stride) {
+            GxVec16<T> gv, xv, ov;
+            gv.raw = reinterpret_cast<const uint4*>(g)[i];
+            xv.raw = reinterpret_cast<const uint4*>(x)[i];
+#pragma unroll
+            for (int j = 0; j < V; ++j) ov.v[j] = G<T>::store(G<T>::load(gv.v[j]) * F::d(G<T>::load(xv.v[j])));
+            reinterpret_cast<uint4*>(dx)[i] = ov.raw;
+        }
+        done = nv * V;
+    }
+    for (u64 i = done + tid; i < n; i += stride) {
         const A gi = G<T>::load(g[i]);
         dx[i] = G<T>::store(gi * F::d(G<T>::load(x[i])));
     }

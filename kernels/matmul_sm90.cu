@@ -45,7 +45,9 @@
 //     pairs are one whole 32-byte sector). 16-bit outputs are first exchanged within each quad
 //     of lanes (a 4 x 4 transpose of packed pairs), so that each lane stores 8 consecutive
 //     columns as one 16-byte store and every sector is written whole, where C's rows start on
-//     16 bytes. The producer runs ahead into the next unit's stages meanwhile.
+//     16 bytes. The producer runs ahead into the next unit's stages meanwhile. A `bias` (null:
+//     none; given to unsplit launches only) of N output-type values is added to the
+//     accumulators first, bias[c] to every row of column c, in f32 (one rounding in all).
 //   * Split-k (the f32-output kernels only; the others run one slice, kslice >= k): slice z
 //     covers k in [z * kslice, min(k, (z + 1) * kslice)), kslice a multiple of 32 (the
 //     launcher's rule). A slice's last box may reach 32 k values into the next slice: the
@@ -562,9 +564,15 @@ __device__ __forceinline__ Unit unit_of(uint64_t u, uint64_t batch, uint64_t til
 // The kernel. TA: A is column-major (mn-major in shared memory); TB: B is column-major
 // (k-major).
 
+// A bias element as f32 (the epilogue's bias).
+__device__ __forceinline__ float bias_f32(const float* b) { return *b; }
+__device__ __forceinline__ float bias_f32(const __half* b) { return __half2float(*b); }
+__device__ __forceinline__ float bias_f32(const __nv_bfloat16* b) { return __bfloat162float(*b); }
+
 template <typename T, typename O, int BN, bool TA, bool TB>
 __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMap* map_b,
-                                          O* __restrict__ C, uint64_t batch, uint64_t M,
+                                          O* __restrict__ C, const O* __restrict__ bias,
+                                          uint64_t batch, uint64_t M,
                                           uint64_t N, uint64_t K, uint64_t sa, uint64_t sb,
                                           uint64_t kslice, uint64_t slices) {
     using Cfg = Config<BN>;
@@ -704,6 +712,22 @@ __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMa
         for (int i = 0; i < BN / 2; ++i) pin(acc[i]);
         if (kt_n > 0 && leader) mbar_arrive(empty + 8 * prev);
 
+        // The bias (when given): column c's added to every row's accumulator of column c,
+        // in f32, before the one rounding (register 4j + 2h + e of a lane holds column 8j +
+        // 2 (lane % 4) + e).
+        if (bias != nullptr) {
+#pragma unroll
+            for (int j = 0; j < BN / 8; ++j) {
+                const uint64_t col = w.n0 + j * 8 + (lane % 4) * 2;
+                const float b0 = col < N ? bias_f32(bias + col) : 0.0f;
+                const float b1 = col + 1 < N ? bias_f32(bias + col + 1) : 0.0f;
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    acc[j * 4 + h * 2] += b0;
+                    acc[j * 4 + h * 2 + 1] += b1;
+                }
+            }
+        }
         // Epilogue: rows and columns of the m64nNk16 accumulator layout, in-range ones only.
         O* out = C + (w.z * batch + w.b) * M * N;
         const uint64_t row0 = w.m0 + c * 64 + warp * 16 + lane / 4;
@@ -761,9 +785,10 @@ __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMa
 #define SM90_KERNEL(NAME, T, O, BN, TA, TB)                                                    \
     extern "C" __global__ void __launch_bounds__(THREADS, 1)                                   \
         NAME(const __grid_constant__ TensorMap a, const __grid_constant__ TensorMap b,         \
-             O* __restrict__ c, uint64_t batch, uint64_t m, uint64_t n, uint64_t k,            \
-             uint64_t sa, uint64_t sb, uint64_t kslice, uint64_t slices) {                     \
-        gemm_sm90<T, O, BN, TA, TB>(&a, &b, c, batch, m, n, k, sa, sb, kslice, slices);        \
+             O* __restrict__ c, const O* __restrict__ bias, uint64_t batch, uint64_t m,        \
+             uint64_t n, uint64_t k, uint64_t sa, uint64_t sb, uint64_t kslice,                \
+             uint64_t slices) {                                                                \
+        gemm_sm90<T, O, BN, TA, TB>(&a, &b, c, bias, batch, m, n, k, sa, sb, kslice, slices);  \
     }
 
 #define SM90_LAYOUTS(P, T, O, BN)                        \

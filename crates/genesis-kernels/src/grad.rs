@@ -29,12 +29,15 @@ impl ActGrad {
                 cdf + x * pdf
             }
             ActGrad::GeluTanh => {
+                // s = (1 + tanh u) / 2 = sigmoid(2u): f' = s + 2 x s (1 - s) k (1 + 3 c x^2),
+                // 1 - s as e s where s is near 1 (no cancellation for either sign of x).
                 let (k, cc) = (c(0.797_884_560_802_865_4), c(0.044715));
                 let x2 = x * x;
-                let t = (k * (x + cc * (x2 * x))).tanh();
-                let left = c(0.5) * (c(1.0) + t);
-                let right = ((c(0.5) * x) * (c(1.0) - t * t)) * (k * (c(1.0) + (c(3.0) * cc) * x2));
-                left + right
+                let u = k * (x + cc * (x2 * x));
+                let e = (c(-2.0) * u).exp();
+                let s = c(1.0) / (c(1.0) + e);
+                let oms = if s < c(0.5) { c(1.0) - s } else { e * s };
+                s + ((c(2.0) * x) * (s * oms)) * (k * (c(1.0) + (c(3.0) * cc) * x2))
             }
             ActGrad::Silu => {
                 let s = c(1.0) / (c(1.0) + (-x).exp());
@@ -47,6 +50,7 @@ impl ActGrad {
 /// The compute type: f32, or f64 for f64.
 trait Real:
     Copy
+    + PartialOrd
     + std::ops::Add<Output = Self>
     + std::ops::Sub<Output = Self>
     + std::ops::Mul<Output = Self>

@@ -1059,6 +1059,7 @@ unsafe fn tf32_sm90(
             ops.a,
             ops.b,
             out,
+            0,
             plan.splits,
             plan.kslice,
         )?;
@@ -1733,6 +1734,35 @@ pub fn gpu_matmul_planned<T: MatmulElement, O: MatmulOutput<T>>(
     run(stream, plan, layout, a, b, c, Some(workspace))
 }
 
+/// [`gpu_matmul_planned`] with a `bias` of `n` values added to every row of each product
+/// (`c[b][i][j] = (a[b] @ b[b])[i][j] + bias[j]`, PyTorch's `addmm` with a broadcast bias) where
+/// the kernel adds it before rounding: an unsplit product on the Hopper kernels. Returns
+/// whether it did; when not, `c` holds the product alone and the caller adds the bias. Fails
+/// before launching on a bias of fewer than `n` values (or as [`gpu_matmul_planned`]).
+#[cfg(feature = "cuda")]
+#[allow(clippy::too_many_arguments)]
+pub fn gpu_matmul_planned_bias<T: MatmulElement, O: MatmulOutput<T>>(
+    stream: &genesis_cuda::Stream,
+    plan: &MatmulPlan,
+    layout: MatmulLayout,
+    a: genesis_cuda::DeviceSpan<'_, T>,
+    b: genesis_cuda::DeviceSpan<'_, T>,
+    bias: genesis_cuda::DeviceSpan<'_, O>,
+    c: genesis_cuda::DeviceSpanMut<'_, O>,
+    workspace: genesis_cuda::DeviceSpanMut<'_, u8>,
+) -> Result<bool> {
+    if bias.len() < plan.shape.n {
+        return Err(Error::LengthMismatch {
+            op: "matmul",
+            expected: plan.shape.n,
+            got: bias.len(),
+        });
+    }
+    // A bias of no values (n = 0) is never read: pass none.
+    let addr = if plan.shape.n == 0 { 0 } else { bias.addr() };
+    run_with(stream, plan, layout, a, b, c, Some(workspace), addr)
+}
+
 /// The launches of [`gpu_matmul_planned`]; `workspace` is `None` only for unsplit plans.
 #[cfg(feature = "cuda")]
 fn run<T: MatmulElement, O: MatmulOutput<T>>(
@@ -1742,16 +1772,33 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
     a: genesis_cuda::DeviceSpan<'_, T>,
     b: genesis_cuda::DeviceSpan<'_, T>,
     c: genesis_cuda::DeviceSpanMut<'_, O>,
-    mut workspace: Option<genesis_cuda::DeviceSpanMut<'_, u8>>,
+    workspace: Option<genesis_cuda::DeviceSpanMut<'_, u8>>,
 ) -> Result<()> {
+    run_with(stream, plan, layout, a, b, c, workspace, 0).map(|_| ())
+}
+
+/// [`run`] with the address of a bias of `n` output values (0: none), which only the unsplit
+/// Hopper kernels add (returning `true`).
+#[cfg(feature = "cuda")]
+#[allow(clippy::too_many_arguments)]
+fn run_with<T: MatmulElement, O: MatmulOutput<T>>(
+    stream: &genesis_cuda::Stream,
+    plan: &MatmulPlan,
+    layout: MatmulLayout,
+    a: genesis_cuda::DeviceSpan<'_, T>,
+    b: genesis_cuda::DeviceSpan<'_, T>,
+    c: genesis_cuda::DeviceSpanMut<'_, O>,
+    mut workspace: Option<genesis_cuda::DeviceSpanMut<'_, u8>>,
+    bias: u64,
+) -> Result<bool> {
     let shape = plan.shape;
     let need = shape.c_len().ok_or_else(overflow)?;
     if need == 0 {
-        return Ok(());
+        return Ok(false);
     }
     check(&shape, &layout, a.len(), b.len(), c.len())?;
     if shape.m == 1 || shape.n == 1 {
-        return gemv(stream, plan, layout, a, b, c, workspace);
+        return gemv(stream, plan, layout, a, b, c, workspace).map(|()| false);
     }
     let tf32 = match plan.precision {
         MatmulPrecision::High => O::TF32,
@@ -1767,7 +1814,7 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
             if plan.splits > 1 {
                 splitk_sum(stream, O::SPLITK_SUM, ws.addr(), c, need, plan.splits)?;
             }
-            return Ok(());
+            return Ok(false);
         }
     }
     // Operands that a 16-byte kernel reads only once copied aligned into the workspace (see
@@ -1877,9 +1924,11 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
                     pa,
                     pb,
                     c.addr(),
+                    bias,
                     1,
                     shape.k,
                 )
+                .map(|()| bias != 0)
             };
         }
         let name = wide.unwrap_or_else(|| at(tf32.or(n64).or(small).unwrap_or(O::KERNELS)));
@@ -1898,7 +1947,8 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
                 shape.k,
                 tile,
             )
-        };
+        }
+        .map(|()| false);
     }
     let workspace = split_workspace(workspace, plan)?;
     if let Some((bf16, tile, _, name)) = sm90 {
@@ -1916,6 +1966,7 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
                 pa,
                 pb,
                 workspace.addr(),
+                0,
                 plan.splits,
                 plan.kslice,
             )?;
@@ -1948,6 +1999,7 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
         need,
         plan.splits,
     )
+    .map(|()| false)
 }
 
 /// Launches the matmul kernel `name` (see the launch contract in `kernels/matmul.cu`) on the
@@ -2100,6 +2152,7 @@ unsafe fn gemm_sm90<T: MatmulElement>(
     a: u64,
     b: u64,
     out: u64,
+    bias: u64,
     splits: usize,
     kslice: usize,
 ) -> Result<()> {
@@ -2149,7 +2202,7 @@ unsafe fn gemm_sm90<T: MatmulElement>(
         block: (384, 1, 1),
         shared_bytes: smem,
     };
-    let mut pc = out;
+    let (mut pc, mut pbias) = (out, bias);
     let mut dims = [
         shape.batch as u64,
         shape.m as u64,
@@ -2161,10 +2214,11 @@ unsafe fn gemm_sm90<T: MatmulElement>(
         splits as u64,
     ];
     let [d0, d1, d2, d3, d4, d5, d6, d7] = &mut dims;
-    let mut params: [*mut c_void; 11] = [
+    let mut params: [*mut c_void; 12] = [
         (&raw mut map_a).cast(),
         (&raw mut map_b).cast(),
         (&raw mut pc).cast(),
+        (&raw mut pbias).cast(),
         std::ptr::from_mut(d0).cast(),
         std::ptr::from_mut(d1).cast(),
         std::ptr::from_mut(d2).cast(),
@@ -2176,10 +2230,11 @@ unsafe fn gemm_sm90<T: MatmulElement>(
     ];
     record_kernel(name);
     // SAFETY: the parameters match `matmul_sm90_<in>[_f32out]_<ab>_<bn>(CUtensorMap a,
-    // CUtensorMap b, O* c, u64 batch, u64 m, u64 n, u64 k, u64 sa, u64 sb, u64 kslice, u64
-    // slices)`; the tensor maps cover exactly the elements the layout reads (the spans were
-    // checked by the caller), out-of-range box elements read as zeros; a slice reads k values
-    // below k only; `out` is as the caller guarantees, so it overlaps neither input.
+    // CUtensorMap b, O* c, const O* bias, u64 batch, u64 m, u64 n, u64 k, u64 sa, u64 sb, u64
+    // kslice, u64 slices)`; the tensor maps cover exactly the elements the layout reads (the
+    // spans were checked by the caller), out-of-range box elements read as zeros; a slice
+    // reads k values below k only; `out` is as the caller guarantees, so it overlaps neither
+    // input; `bias` is 0 or, as the caller guarantees, `n` output-type values.
     unsafe { kernel.launch(stream, config, &mut params)? };
     Ok(())
 }

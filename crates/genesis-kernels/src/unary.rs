@@ -94,9 +94,12 @@ macro_rules! unary_ops {
             Gelu gelu gelu_: float input_ulps |x| x * R::c(0.5)
                 * (R::c(1.0) + (x * R::c(std::f64::consts::FRAC_1_SQRT_2)).erf());
             /// The tanh approximation of GELU, `0.5 * x * (1 + tanh(sqrt(2 / pi) * (x +
-            /// 0.044715 * x^3)))` (PyTorch's `gelu` with `approximate='tanh'`, GPT-2's).
-            GeluTanh gelu_tanh gelu_tanh_: float input_ulps |x| R::c(0.5) * x * (R::c(1.0)
-                + (R::c(0.797_884_560_802_865_4) * (x + R::c(0.044715) * x * x * x)).tanh());
+            /// 0.044715 * x^3)))` (PyTorch's `gelu` with `approximate='tanh'`, GPT-2's),
+            /// computed as the same function `x / (1 + e^(-2u))`, `u` the tanh's argument (no
+            /// cancellation in `1 + tanh u` for negative `x`).
+            GeluTanh gelu_tanh gelu_tanh_: float input_ulps |x| x / (R::c(1.0)
+                + (R::c(-2.0) * (R::c(0.797_884_560_802_865_4)
+                    * (x + R::c(0.044715) * x * x * x))).exp());
             /// SiLU (swish), `x / (1 + e^-x)`.
             Silu silu silu_: float ulps |x| x / (R::c(1.0) + (-x).exp());
             /// `ln(1 + e^x)`, and `x` itself above 20 (PyTorch's `softplus` with `beta=1`,

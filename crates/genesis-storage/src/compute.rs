@@ -452,7 +452,8 @@ pub(crate) trait Compute {
 
     /// `out[out_at..] = self[a_at..] @ b[b_at..]` (see [`MatmulShape`]), the operands where
     /// `layout` says; `precision` applies to f32 products on CUDA (the host computes in full
-    /// f32).
+    /// f32). With `bias` (`n` values from its start), the kernel may add it to every row
+    /// before rounding: returns whether it did (the caller adds it otherwise).
     #[allow(clippy::too_many_arguments)]
     fn matmul(
         &self,
@@ -463,9 +464,10 @@ pub(crate) trait Compute {
         a_at: usize,
         b: &Self,
         b_at: usize,
+        bias: Option<(&Self, usize)>,
         out: &mut Self,
         out_at: usize,
-    ) -> Result<()>;
+    ) -> Result<bool>;
 
     /// `len` samples of `sampler` for `(seed, offset)` into `self`.
     fn random(
@@ -1441,16 +1443,17 @@ impl Compute for [u8] {
         a_at: usize,
         b: &[u8],
         b_at: usize,
+        _bias: Option<(&[u8], usize)>,
         out: &mut [u8],
         out_at: usize,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         use genesis_kernels::matmul::matmul_host;
         genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64, I32, I64], T => {
             let a = host::<T>(self, a_at, self.len() / size_of::<T>() - a_at)?;
             let b = host::<T>(b, b_at, b.len() / size_of::<T>() - b_at)?;
             let c = host_mut::<T>(out, out_at, out.len() / size_of::<T>() - out_at)?;
             matmul_host::<T>(shape, layout, a, b, c)?;
-            Ok(())
+            Ok(false)
         }, _ => Err(unsupported("matmul", dtype)))
     }
 

@@ -544,9 +544,10 @@ impl Compute for CudaMem {
         _: usize,
         _: &CudaMem,
         _: usize,
+        _: Option<(&CudaMem, usize)>,
         _: &mut CudaMem,
         _: usize,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         match *self {}
     }
 

@@ -304,14 +304,27 @@ impl Tensor {
             "linear",
             &inputs,
             || {
-                let y = self.matmul_raw(&weight.t()?)?;
+                let wt = weight.t()?;
                 match bias {
-                    Some(b) if b.dtype() == y.dtype() => {
-                        y.add_(b)?;
-                        Ok(y)
+                    // The bias added by the product (in its kernel where it can).
+                    Some(b)
+                        if b.dtype() == self.dtype()
+                            && b.dtype() == weight.dtype()
+                            && b.device() == self.device()
+                            && (b.numel() <= 1 || b.strides()[0] == 1) =>
+                    {
+                        self.matmul_bias_raw(&wt, b)
                     }
-                    Some(b) => y.add(b),
-                    None => Ok(y),
+                    Some(b) => {
+                        let y = self.matmul_raw(&wt)?;
+                        if b.dtype() == y.dtype() {
+                            y.add_(b)?;
+                            Ok(y)
+                        } else {
+                            y.add(b)
+                        }
+                    }
+                    None => self.matmul_raw(&wt),
                 }
             },
             |_| {
@@ -353,6 +366,31 @@ impl Tensor {
         let precision = crate::backends::matmul_precision();
         let layout = MatmulLayout { a: la, b: lb };
         let c = a.matmul_layout_with(a0, &b, b0, shape, layout, precision)?;
+        Tensor::from_storage(c, &p.out_shape)
+    }
+
+    /// `self @ other + bias` without recording: `bias` `[n]` of the operands' dtype and
+    /// device, its elements one apart.
+    fn matmul_bias_raw(&self, other: &Tensor, bias: &Tensor) -> Result<Tensor> {
+        let (p, shape, [(a, a0, la), (b, b0, lb)]) = self.matmul_parts(other)?;
+        if shape.c_len() == Some(0) {
+            return Tensor::from_storage(
+                Storage::empty(0, self.dtype(), self.device())?,
+                &p.out_shape,
+            );
+        }
+        let precision = crate::backends::matmul_precision();
+        let layout = MatmulLayout { a: la, b: lb };
+        let c = a.matmul_bias_layout_with(
+            a0,
+            &b,
+            b0,
+            shape,
+            layout,
+            precision,
+            bias.view.storage(),
+            bias.first_element(),
+        )?;
         Tensor::from_storage(c, &p.out_shape)
     }
 

@@ -521,3 +521,70 @@ fn strided_views_give_the_product_of_their_contiguous_copies() {
         }
     }
 }
+
+/// `linear` with a bias (added by the product's kernel where it can: the unsplit Hopper
+/// kernels) against an f64 reference, on every device and float dtype: shapes the tensor-core
+/// kernels take (a 3-D input folded into one product, output widths on and off 8 elements),
+/// small and thin ones, a split product (long `k`), a bias of another dtype (added after), and a
+/// strided bias.
+#[test]
+fn linear_with_bias_matches_an_f64_reference() {
+    let _serial = serial();
+    let g = Generator::new(23);
+    for dev in devices() {
+        for dtype in DTYPES {
+            for &(lead, k, n) in &[
+                (&[2usize, 160][..], 136usize, 200usize),
+                (&[300][..], 256, 384),
+                (&[5][..], 7, 3),
+                (&[130][..], 4096, 136),
+                (&[1][..], 64, 1),
+            ] {
+                let mut xs = lead.to_vec();
+                xs.push(k);
+                let (x, xv) = random(&g, &xs, dtype, dev);
+                let (w, wv) = random(&g, &[n, k], dtype, dev);
+                let (b2, bv2) = random(&g, &[n, 2], dtype, dev);
+                // A contiguous bias, and one read with a stride of 2.
+                let col = b2.narrow(1, 0, 1).unwrap().reshape([n as isize]).unwrap();
+                let cases = [(col.contiguous().unwrap(), "contiguous"), (col, "strided")];
+                let rows: usize = lead.iter().product();
+                for (b, what) in cases {
+                    let y = x.linear(&w, Some(&b)).unwrap();
+                    let mut want_shape = lead.to_vec();
+                    want_shape.push(n);
+                    assert_eq!(y.shape(), &want_shape[..]);
+                    let got = y.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap();
+                    for r in 0..rows {
+                        for j in 0..n {
+                            let (mut acc, mut scale) = (bv2[j * 2], bv2[j * 2].abs());
+                            for i in 0..k {
+                                acc += xv[r * k + i] * wv[j * k + i];
+                                scale += (xv[r * k + i] * wv[j * k + i]).abs();
+                            }
+                            let tol = 4.0 * eps(dtype) * (acc.abs() + scale) + 1e-30;
+                            let e = (got[r * n + j] - acc).abs();
+                            assert!(
+                                e <= tol,
+                                "{dtype} on {dev} {lead:?}x{k} -> {n} ({what} bias): [{r}, {j}] \
+                                 {} against {acc} (tolerance {tol})",
+                                got[r * n + j]
+                            );
+                        }
+                    }
+                }
+            }
+            // A bias of another dtype: the product's dtype promotes with it, as PyTorch's.
+            let (x, _) = random(&g, &[4, 8], dtype, dev);
+            let (w, _) = random(&g, &[3, 8], dtype, dev);
+            let b = Tensor::ones([3], DType::F64, dev).ok();
+            if let Some(b) = b {
+                let y = x.linear(&w, Some(&b));
+                if let Ok(y) = y {
+                    let want = x.matmul(&w.t().unwrap()).unwrap().add(&b).unwrap();
+                    assert_eq!(y.dtype(), want.dtype());
+                }
+            }
+        }
+    }
+}

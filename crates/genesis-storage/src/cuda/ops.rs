@@ -991,10 +991,11 @@ impl Compute for CudaMem {
         a_at: usize,
         b: &CudaMem,
         b_at: usize,
+        bias: Option<(&CudaMem, usize)>,
         out: &mut CudaMem,
         out_at: usize,
-    ) -> Result<()> {
-        use genesis_kernels::matmul::{MatmulPlan, gpu_matmul_planned};
+    ) -> Result<bool> {
+        use genesis_kernels::matmul::{MatmulPlan, gpu_matmul_planned, gpu_matmul_planned_bias};
         // Split-k partials (when the plan splits) and the copies of operands a fast kernel
         // reads only once copied (k-major for Hopper TF32, 16-byte aligned lines), in a
         // workspace from the pool, on the thread's stream: released in stream order after the
@@ -1009,16 +1010,18 @@ impl Compute for CudaMem {
             let b = b.span::<T>(all(b))?.slice(b_at..)?;
             let ws_len = plan.workspace_bytes_for(&layout, size_of::<T>(), cc, (a.addr(), b.addr()));
             let mut ws = CudaMem::new(self.ordinal(), ws_len)?;
-            gpu_matmul_planned::<T, T>(
-                &self.queue(),
-                &plan,
-                layout,
-                a,
-                b,
-                out.span_mut::<T>(c_len)?.into_slice(out_at..)?,
-                ws.span_mut::<u8>(ws_len)?,
-            )?;
-            Ok(())
+            let c = out.span_mut::<T>(c_len)?.into_slice(out_at..)?;
+            let ws = ws.span_mut::<u8>(ws_len)?;
+            Ok(match bias {
+                Some((m, at)) => {
+                    let bias = m.span::<T>(all(m))?.slice(at..)?;
+                    gpu_matmul_planned_bias::<T, T>(&self.queue(), &plan, layout, a, b, bias, c, ws)?
+                }
+                None => {
+                    gpu_matmul_planned::<T, T>(&self.queue(), &plan, layout, a, b, c, ws)?;
+                    false
+                }
+            })
         }, _ => Err(unsupported("matmul", dtype)))
     }
 

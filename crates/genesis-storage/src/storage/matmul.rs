@@ -108,6 +108,52 @@ impl Storage {
         Ok(out)
     }
 
+    /// [`Storage::matmul_layout_with`] plus `bias` (`n` values from `bias_start`) added to
+    /// every row of the result (PyTorch's `addmm` with a broadcast bias, `F.linear`): by the
+    /// product's kernel before its one rounding where it can (the unsplit Hopper kernels),
+    /// else by an add after the product. The bias must have the operands' dtype and device.
+    #[track_caller]
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul_bias_layout_with(
+        &self,
+        a_start: usize,
+        other: &Storage,
+        b_start: usize,
+        shape: MatmulShape,
+        layout: MatmulLayout,
+        precision: MatmulPrecision,
+        bias: &Storage,
+        bias_start: usize,
+    ) -> Result<Storage> {
+        let name = "matmul";
+        self.check_binary_types(name, bias)?;
+        bias.check_range(name, bias_start, shape.n)?;
+        let len = shape.c_len().ok_or_else(overflow)?;
+        let mut out = Storage::uninit(len, self.dtype, self.device())?;
+        let added = self.matmul_run(
+            a_start,
+            other,
+            b_start,
+            shape,
+            layout,
+            Some((bias, bias_start)),
+            &mut out,
+            0,
+            precision,
+        )?;
+        if !added && len > 0 {
+            let rows = len / shape.n;
+            let along = crate::Layout::new(&[rows, shape.n], &[0, 1], bias_start);
+            out.binary_strided_assign(
+                genesis_kernels::BinaryOp::Add,
+                0,
+                &[rows, shape.n],
+                crate::BinaryRhs::Tensor(bias, &along),
+            )?;
+        }
+        Ok(out)
+    }
+
     /// [`Storage::matmul_into_with`] with the operands where `layout` says.
     #[track_caller]
     #[allow(clippy::too_many_arguments)]
@@ -122,6 +168,28 @@ impl Storage {
         out_start: usize,
         precision: MatmulPrecision,
     ) -> Result<()> {
+        self.matmul_run(
+            a_start, other, b_start, shape, layout, None, out, out_start, precision,
+        )
+        .map(|_| ())
+    }
+
+    /// The product into `out`, checked, with the bias the kernel may add (see
+    /// [`Compute::matmul`]): whether it did.
+    #[track_caller]
+    #[allow(clippy::too_many_arguments)]
+    fn matmul_run(
+        &self,
+        a_start: usize,
+        other: &Storage,
+        b_start: usize,
+        shape: MatmulShape,
+        layout: MatmulLayout,
+        bias: Option<(&Storage, usize)>,
+        out: &mut Storage,
+        out_start: usize,
+        precision: MatmulPrecision,
+    ) -> Result<bool> {
         let name = "matmul";
         self.check_binary_types(name, other)?;
         self.check_binary_types(name, out)?;
@@ -132,17 +200,35 @@ impl Storage {
         genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64, I32, I64], _T => (), _ => {
             return Err(Error::UnsupportedDType { op: name, dtype })
         });
+        let bias_read = bias
+            .map(|(s, at)| s.read(name).map(|r| (r, at)))
+            .transpose()?;
+        let bias_mem = bias_read.as_ref().map(|(r, at)| (r.mem(), *at));
         match (
             self.read(name)?.mem(),
             other.read(name)?.mem(),
             out.mem_mut(name)?,
         ) {
-            (Mem::Host(a), Mem::Host(b), MemMut::Host(o)) => a.matmul(
-                dtype, shape, layout, precision, a_start, b, b_start, o, out_start,
-            ),
-            (Mem::Cuda(a), Mem::Cuda(b), MemMut::Cuda(o)) => a.matmul(
-                dtype, shape, layout, precision, a_start, b, b_start, o, out_start,
-            ),
+            (Mem::Host(a), Mem::Host(b), MemMut::Host(o)) => {
+                let bias = match bias_mem {
+                    Some((Mem::Host(m), at)) => Some((m, at)),
+                    Some(_) => return Err(super::mixed(name)),
+                    None => None,
+                };
+                a.matmul(
+                    dtype, shape, layout, precision, a_start, b, b_start, bias, o, out_start,
+                )
+            }
+            (Mem::Cuda(a), Mem::Cuda(b), MemMut::Cuda(o)) => {
+                let bias = match bias_mem {
+                    Some((Mem::Cuda(m), at)) => Some((m, at)),
+                    Some(_) => return Err(super::mixed(name)),
+                    None => None,
+                };
+                a.matmul(
+                    dtype, shape, layout, precision, a_start, b, b_start, bias, o, out_start,
+                )
+            }
             _ => Err(super::mixed(name)),
         }
     }

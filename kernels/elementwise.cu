@@ -1187,3 +1187,54 @@ extern "C" __global__ void __launch_bounds__(GX_THREADS) tape(const __grid_const
         __syncthreads();
     }
 }
+
+// ---- mixed precision ------------------------------------------------------------------------
+// mixed_<op>_f32_<h>(a, b, out, n, swap, vec): out[i] = op(a[i], (float)b[i]), or op((float)b[i],
+// a[i]) when `swap`, for `a` and `out` f32 and `b` f16 or bf16 (an f32 tensor and a half one,
+// PyTorch's promotion to f32, in one pass where the promoted op would first convert `b`). The
+// CPU twin is `cpu::binary_mixed`. With `vec` (a and out on 16 bytes, b on 8): four elements a
+// thread at a time.
+template <typename H> struct alignas(8) GxHalf4 {
+    H v[4];
+};
+__device__ __forceinline__ float gx_f32(__half h) { return __half2float(h); }
+__device__ __forceinline__ float gx_f32(__nv_bfloat16 h) { return __bfloat162float(h); }
+
+template <typename Op, typename H>
+__device__ __forceinline__ void mixed_impl(const float *a, const H *b, float *out, uint64_t n, int swap, int vec) {
+    const uint64_t tid = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    uint64_t done = 0;
+    if (vec) {
+        const uint64_t nv = n / 4;
+        for (uint64_t i = tid; i < nv; i += stride) {
+            float4 x = reinterpret_cast<const float4 *>(a)[i];
+            GxHalf4<H> y = reinterpret_cast<const GxHalf4<H> *>(b)[i];
+            float *xs = &x.x;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const float h = gx_f32(y.v[j]);
+                xs[j] = swap ? Op::f(h, xs[j]) : Op::f(xs[j], h);
+            }
+            reinterpret_cast<float4 *>(out)[i] = x;
+        }
+        done = nv * 4;
+    }
+    for (uint64_t i = done + tid; i < n; i += stride) {
+        const float h = gx_f32(b[i]);
+        out[i] = swap ? Op::f(h, a[i]) : Op::f(a[i], h);
+    }
+}
+
+#define GX_MIXED(OPNAME, OP, NAME, H)                                                              \
+    extern "C" __global__ void __launch_bounds__(GX_THREADS)                                       \
+        mixed_##OPNAME##_f32_##NAME(const float *a, const H *b, float *out, uint64_t n, int swap, \
+                                    int vec) {                                                     \
+        mixed_impl<OP, H>(a, b, out, n, swap, vec);                                                \
+    }
+GX_MIXED(add, OpAdd, f16, __half)
+GX_MIXED(add, OpAdd, bf16, __nv_bfloat16)
+GX_MIXED(sub, OpSub, f16, __half)
+GX_MIXED(sub, OpSub, bf16, __nv_bfloat16)
+GX_MIXED(mul, OpMul, f16, __half)
+GX_MIXED(mul, OpMul, bf16, __nv_bfloat16)

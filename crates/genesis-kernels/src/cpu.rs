@@ -25,6 +25,50 @@ pub fn binary<T: Element>(op: BinaryOp, a: &[T], b: &[T], out: &mut [T]) -> Resu
     Ok(())
 }
 
+/// Whether `op` has a mixed-precision kernel (`mixed_<op>_f32_<h>`: f32 and f16/bf16
+/// operands, an f32 result): add, sub and mul; its name for `H`.
+pub fn mixed_kernel<H: Element>(op: BinaryOp) -> Result<&'static str> {
+    let name = match (op, H::NAME) {
+        (BinaryOp::Add, "f16") => "mixed_add_f32_f16",
+        (BinaryOp::Add, "bf16") => "mixed_add_f32_bf16",
+        (BinaryOp::Sub, "f16") => "mixed_sub_f32_f16",
+        (BinaryOp::Sub, "bf16") => "mixed_sub_f32_bf16",
+        (BinaryOp::Mul, "f16") => "mixed_mul_f32_f16",
+        (BinaryOp::Mul, "bf16") => "mixed_mul_f32_bf16",
+        _ => {
+            return Err(Error::Unsupported {
+                op: op.name(),
+                reason: format!("no f32 x {} kernel for {}", H::NAME, op.name()),
+            });
+        }
+    };
+    Ok(name)
+}
+
+/// `out[i] = op(a[i], f32(b[i]))`, or `op(f32(b[i]), a[i])` when `swap`: an f32 operand and
+/// an f16 or bf16 one (widened exactly), the f32 result of PyTorch's promotion in one pass
+/// (the `mixed_<op>_f32_<h>` kernels; add, sub and mul).
+pub fn binary_mixed<H: Element>(
+    op: BinaryOp,
+    a: &[f32],
+    b: &[H],
+    out: &mut [f32],
+    swap: bool,
+) -> Result<()> {
+    mixed_kernel::<H>(op)?;
+    same_len(op.name(), a.len(), b.len())?;
+    same_len(op.name(), a.len(), out.len())?;
+    for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+        let y = y.to_f64() as f32;
+        *o = if swap {
+            f32::binary(op, y, x)
+        } else {
+            f32::binary(op, x, y)
+        };
+    }
+    Ok(())
+}
+
 /// `a[i] = op(a[i], b[i])`, in place.
 pub fn binary_assign<T: Element>(op: BinaryOp, a: &mut [T], b: &[T]) -> Result<()> {
     supports::<T>(op)?;

@@ -131,6 +131,44 @@ pub fn binary<T: Element>(
     unsafe { binary_raw::<T>(stream, op, a.addr(), b.addr(), out.addr(), out.len()) }
 }
 
+/// Queues `out[i] = op(a[i], f32(b[i]))` (or `op(f32(b[i]), a[i])` when `swap`) on `stream`:
+/// an f32 operand and an f16 or bf16 one in one pass (see [`crate::cpu::binary_mixed`]).
+/// Fails before launching when the lengths differ or `op` is not add, sub or mul.
+pub fn binary_mixed<H: Element>(
+    stream: &Stream,
+    op: BinaryOp,
+    a: DeviceSpan<'_, f32>,
+    b: DeviceSpan<'_, H>,
+    out: DeviceSpanMut<'_, f32>,
+    swap: bool,
+) -> Result<()> {
+    let name = crate::cpu::mixed_kernel::<H>(op)?;
+    same_len(op.name(), out.len(), a.len())?;
+    same_len(op.name(), out.len(), b.len())?;
+    let n = out.len();
+    if n == 0 {
+        return Ok(());
+    }
+    let kernel = Kernel::get(stream.context(), &images::ELEMENTWISE, name)?;
+    let vec_ok = aligned16(&[a.addr(), out.addr()]) && b.addr() % 8 == 0;
+    let config = elementwise_config(stream, n, 4, vec_ok);
+    let (mut pa, mut pb, mut po, mut n64) = (a.addr(), b.addr(), out.addr(), n as u64);
+    let (mut sw, mut v) = (i32::from(swap), i32::from(vec_ok));
+    let mut params: [*mut c_void; 6] = [
+        (&raw mut pa).cast(),
+        (&raw mut pb).cast(),
+        (&raw mut po).cast(),
+        (&raw mut n64).cast(),
+        (&raw mut sw).cast(),
+        (&raw mut v).cast(),
+    ];
+    // SAFETY: the parameters match `mixed_<op>_f32_<h>(const float*, const H*, float*,
+    // uint64_t, int, int)`; the three spans hold `n` elements (checked), `out` written by the
+    // thread that reads the same element of `a` and `b`.
+    unsafe { kernel.launch(stream, config, &mut params)? };
+    Ok(())
+}
+
 /// In place: `a_out[i] = op(a_out[i], b[i])` for every element on `stream`.
 pub fn binary_assign<T: Element>(
     stream: &Stream,

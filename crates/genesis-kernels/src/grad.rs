@@ -61,7 +61,6 @@ trait Real:
     fn of<T: Element>(x: T) -> Self;
     fn to<T: Element>(self) -> T;
     fn erf(self) -> Self;
-    fn tanh(self) -> Self;
     fn exp(self) -> Self;
     fn fma(self, b: Self, c: Self) -> Self;
 }
@@ -80,9 +79,6 @@ macro_rules! real {
             }
             fn erf(self) -> Self {
                 $erf(self)
-            }
-            fn tanh(self) -> Self {
-                <$t>::tanh(self)
             }
             fn exp(self) -> Self {
                 <$t>::exp(self)

@@ -53,6 +53,22 @@ pub(crate) trait Compute {
         len: usize,
     ) -> Result<()>;
 
+    /// `out[out_at + i] = op(self[a_at + i], b[b_at + i])` (operands swapped when `swap`) for
+    /// `i < len`, `self` and `out` f32 and `b` of `b_dtype` (f16 or bf16) widened: add, sub,
+    /// mul (`genesis_kernels::cpu::binary_mixed`).
+    fn binary_mixed(
+        &self,
+        op: BinaryOp,
+        b_dtype: DType,
+        a_at: usize,
+        b: &Self,
+        b_at: usize,
+        out: &mut Self,
+        out_at: usize,
+        len: usize,
+        swap: bool,
+    ) -> Result<()>;
+
     /// In place: `self[at + i] = op(self[at + i], b[b_at + i])` for `i < len`.
     fn binary_assign(
         &mut self,
@@ -973,6 +989,26 @@ impl Compute for [u8] {
             }, _ => Err(unsupported("clip_grad_norm", *dtype)))?;
         }
         Ok(())
+    }
+
+    fn binary_mixed(
+        &self,
+        op: BinaryOp,
+        b_dtype: DType,
+        a_at: usize,
+        b: &[u8],
+        b_at: usize,
+        out: &mut [u8],
+        out_at: usize,
+        len: usize,
+        swap: bool,
+    ) -> Result<()> {
+        genesis_kernels::dispatch_dtype!(b_dtype, [F16, BF16], H => {
+            let (a, b) = (host::<f32>(self, a_at, len)?, host::<H>(b, b_at, len)?);
+            let o = host_mut::<f32>(out, out_at, len)?;
+            genesis_kernels::cpu::binary_mixed::<H>(op, a, b, o, swap)?;
+            Ok(())
+        }, _ => Err(unsupported(op.name(), b_dtype)))
     }
 
     fn binary(

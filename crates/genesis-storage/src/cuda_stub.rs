@@ -325,6 +325,21 @@ impl Compute for CudaMem {
         match *self {}
     }
 
+    fn binary_mixed(
+        &self,
+        _: BinaryOp,
+        _: DType,
+        _: usize,
+        _: &CudaMem,
+        _: usize,
+        _: &mut CudaMem,
+        _: usize,
+        _: usize,
+        _: bool,
+    ) -> Result<()> {
+        match *self {}
+    }
+
     fn binary_assign(
         &mut self,
         _: BinaryOp,

@@ -299,6 +299,9 @@ impl Tensor {
             return a.binary(op, &b);
         }
         if self.needs_promotion(op, OperandRef::Tensor(other)) {
+            if let Some(out) = self.binary_mixed(op, other)? {
+                return Ok(out);
+            }
             return self.binary_promoted(op, OperandRef::Tensor(other));
         }
         let name = op.name();
@@ -323,6 +326,33 @@ impl Tensor {
 }
 
 impl Tensor {
+    /// `op(self, other)` of an f32 tensor and an f16 or bf16 one of the same shape, both
+    /// contiguous on one device (a residual stream plus a half-precision layer's output under
+    /// autocast): the f32 result of the promotion in one pass, without converting the half
+    /// operand first. `None` for anything else (add, sub and mul only).
+    fn binary_mixed(&self, op: BinaryOp, other: &Tensor) -> Result<Option<Tensor>> {
+        let half = |d: DType| matches!(d, DType::F16 | DType::BF16);
+        let (f, h, swap) = match (self.dtype(), other.dtype()) {
+            (DType::F32, d) if half(d) => (self, other, false),
+            (d, DType::F32) if half(d) => (other, self, true),
+            _ => return Ok(None),
+        };
+        if !matches!(op, BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul)
+            || self.shape() != other.shape()
+            || self.device() != other.device()
+            || !self.is_contiguous()
+            || !other.is_contiguous()
+            || self.binary_result_type(op, OperandRef::Tensor(other))? != DType::F32
+        {
+            return Ok(None);
+        }
+        let n = numel_of(op.name(), self.shape())?;
+        let (fs, f0) = f.dense_operand(self.shape())?;
+        let (hs, h0) = h.dense_operand(self.shape())?;
+        let out = fs.binary_mixed_at(op, f0, &hs, h0, n, swap)?;
+        Ok(Some(Tensor::from_storage(out, self.shape())?))
+    }
+
     /// A 0-d tensor of `value` in this tensor's dtype, on its device, converted as a fill value
     /// ([`checked_scalar`]).
     pub(crate) fn scalar_tensor_like(

@@ -707,3 +707,51 @@ fn a_zero_d_host_tensor_joins_ops_on_another_device() {
         assert!(matches!(y.add(&one), Err(Error::DeviceMismatch { .. })));
     }
 }
+
+/// An f32 tensor with an f16 or bf16 one of the same shape (add, sub, mul, either order; the
+/// mixed one-pass kernels on contiguous operands) gives exactly the promoted result: the half
+/// operand converted to f32 first, then the f32 op; contiguous views that start off 16 bytes
+/// and lengths with tails included, on every device.
+#[test]
+fn f32_with_half_operands_is_the_promoted_op_exactly() {
+    let g = genesis::Generator::new(41);
+    for dev in common::devices() {
+        for half in [DType::F16, DType::BF16] {
+            for n in [1usize, 7, 8, 1000, 4099] {
+                let a = g.randn([n + 3], DType::F32, dev).unwrap();
+                let b = g
+                    .randn([n + 1], DType::F32, dev)
+                    .unwrap()
+                    .to_dtype(half)
+                    .unwrap();
+                for (a, b) in [
+                    (a.narrow(0, 0, n).unwrap(), b.narrow(0, 0, n).unwrap()),
+                    (a.narrow(0, 3, n).unwrap(), b.narrow(0, 1, n).unwrap()),
+                ] {
+                    let bf = b.to_dtype(DType::F32).unwrap();
+                    let cases: [(&str, Tensor, Tensor); 6] = [
+                        ("a + b", a.add(&b).unwrap(), a.add(&bf).unwrap()),
+                        ("b + a", b.add(&a).unwrap(), bf.add(&a).unwrap()),
+                        ("a - b", a.sub(&b).unwrap(), a.sub(&bf).unwrap()),
+                        ("b - a", b.sub(&a).unwrap(), bf.sub(&a).unwrap()),
+                        ("a * b", a.mul(&b).unwrap(), a.mul(&bf).unwrap()),
+                        ("b * a", b.mul(&a).unwrap(), bf.mul(&a).unwrap()),
+                    ];
+                    for (what, got, want) in cases {
+                        assert_eq!(got.dtype(), DType::F32, "{what}");
+                        let (got, want) =
+                            (got.to_vec::<f32>().unwrap(), want.to_vec::<f32>().unwrap());
+                        let same = got
+                            .iter()
+                            .zip(&want)
+                            .all(|(x, y)| x.to_bits() == y.to_bits());
+                        assert!(
+                            same,
+                            "{what} {half} n {n} on {dev}: {got:?} against {want:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

@@ -444,6 +444,31 @@ impl Compute for CudaMem {
         }, _ => Err(unsupported(op.name(), dtype)))
     }
 
+    fn binary_mixed(
+        &self,
+        op: BinaryOp,
+        b_dtype: DType,
+        a_at: usize,
+        b: &CudaMem,
+        b_at: usize,
+        out: &mut CudaMem,
+        out_at: usize,
+        len: usize,
+        swap: bool,
+    ) -> Result<()> {
+        genesis_kernels::dispatch_dtype!(b_dtype, [F16, BF16], H => {
+            gpu::binary_mixed::<H>(
+                &self.queue(),
+                op,
+                self.range::<f32>(a_at, len)?,
+                b.range::<H>(b_at, len)?,
+                out.range_mut::<f32>(out_at, len)?,
+                swap,
+            )?;
+            Ok(())
+        }, _ => Err(unsupported(op.name(), b_dtype)))
+    }
+
     fn binary_assign(
         &mut self,
         op: BinaryOp,

@@ -3,8 +3,8 @@
 //! `select.rs`).
 
 use super::{Mem, MemMut, Storage, check_float_only, check_kernel_dtype, mixed};
-use crate::Result;
 use crate::compute::Compute;
+use crate::{DType, Error, Result};
 use genesis_kernels::{BinaryOp, UnaryOp};
 
 impl Storage {
@@ -86,6 +86,48 @@ impl Storage {
     pub fn binary(&self, op: BinaryOp, other: &Storage) -> Result<Storage> {
         self.check_binary(op.name(), other)?;
         self.binary_at(op, 0, other, 0, self.len)
+    }
+
+    /// `op(self[a_start + i], other[b_start + i])` for `i < len` (operands swapped when
+    /// `swap`) into a new f32 storage, `self` f32 and `other` f16 or bf16 (widened exactly):
+    /// PyTorch's promotion of the pair to f32 in one pass. Add, sub and mul; both on one
+    /// device.
+    #[track_caller]
+    pub fn binary_mixed_at(
+        &self,
+        op: BinaryOp,
+        a_start: usize,
+        other: &Storage,
+        b_start: usize,
+        len: usize,
+        swap: bool,
+    ) -> Result<Storage> {
+        let name = op.name();
+        if self.dtype != DType::F32 || !matches!(other.dtype, DType::F16 | DType::BF16) {
+            return Err(Error::DTypeMismatch {
+                op: name,
+                lhs: self.dtype,
+                rhs: other.dtype,
+            });
+        }
+        self.check_range(name, a_start, len)?;
+        other.check_range(name, b_start, len)?;
+        let mut out = Storage::uninit(len, DType::F32, self.device())?;
+        let b_dtype = other.dtype;
+        match (
+            self.read(name)?.mem(),
+            other.read(name)?.mem(),
+            out.mem_mut(name)?,
+        ) {
+            (Mem::Host(a), Mem::Host(b), MemMut::Host(o)) => {
+                a.binary_mixed(op, b_dtype, a_start, b, b_start, o, 0, len, swap)?
+            }
+            (Mem::Cuda(a), Mem::Cuda(b), MemMut::Cuda(o)) => {
+                a.binary_mixed(op, b_dtype, a_start, b, b_start, o, 0, len, swap)?
+            }
+            _ => return Err(mixed(name)),
+        }
+        Ok(out)
     }
 
     /// Elementwise `op(self[a_start + i], other[b_start + i])` for `i < len`, into a new

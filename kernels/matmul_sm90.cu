@@ -54,6 +54,13 @@
 //     consumers then issue only its first two k steps (a box past k itself holds TMA's zeros
 //     there, so all four steps run).
 //
+// Ping-pong (`matmul_sm90_<in>_pp_<ab>_128`, 16-bit outputs, unsplit products): the same
+// producer and ring, but each consumer warpgroup computes whole 128 x 128 tiles (two m64
+// accumulators), the block's units alternating between the two; they take turns at the
+// tensor cores (two more mbarriers), so that one's epilogue (and the next tile's first
+// stages) overlap the other's k loop. It serves products of a short k, where the cooperative
+// kernels' epilogue, which both consumers run at once, is a large share of a tile's time.
+//
 // Products are accumulated in f32 in another order than the CPU twin's (per 16-deep wgmma step)
 // and rounded once to the output type: the accuracy contract of matmul.cu.
 //
@@ -100,8 +107,9 @@ struct Config {
     // 192 KiB of operand ring for every tile: 4 stages of 48 KiB (BN = 256), 6 of 32 KiB
     // (BN = 128), 8 of 24 KiB (BN = 64).
     static constexpr int STAGES = 192 * 1024 / STAGE_BYTES;
-    // Slack to align the ring to 1 KiB, the ring, and the 2 * STAGES mbarriers.
-    static constexpr int SMEM = 1024 + STAGES * STAGE_BYTES + 2 * STAGES * 8;
+    // Slack to align the ring to 1 KiB, the ring, the 2 * STAGES mbarriers and the two turn
+    // mbarriers of the ping-pong kernels.
+    static constexpr int SMEM = 1024 + STAGES * STAGE_BYTES + 2 * STAGES * 8 + 16;
 };
 static_assert(Config<256>::SMEM <= 227 * 1024, "shared memory of a block");
 static_assert(Config<128>::SMEM <= 227 * 1024, "shared memory of a block");
@@ -569,7 +577,83 @@ __device__ __forceinline__ float bias_f32(const float* b) { return *b; }
 __device__ __forceinline__ float bias_f32(const __half* b) { return __half2float(*b); }
 __device__ __forceinline__ float bias_f32(const __nv_bfloat16* b) { return __bfloat162float(*b); }
 
-template <typename T, typename O, int BN, bool TA, bool TB>
+// The bias (when given): column c's added to every row's accumulator of column c, in f32,
+// before the one rounding (register 4j + 2h + e of a lane holds column 8j + 2 (lane % 4) + e
+// of the m64nNk16 layout).
+template <typename O, int BN>
+__device__ __forceinline__ void add_bias(float (&acc)[BN / 2], const O* __restrict__ bias,
+                                         uint64_t n0, uint64_t N, int lane) {
+    if (bias == nullptr) return;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+        const uint64_t col = n0 + j * 8 + (lane % 4) * 2;
+        const float b0 = col < N ? bias_f32(bias + col) : 0.0f;
+        const float b1 = col + 1 < N ? bias_f32(bias + col + 1) : 0.0f;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            acc[j * 4 + h * 2] += b0;
+            acc[j * 4 + h * 2 + 1] += b1;
+        }
+    }
+}
+
+// Stores a warpgroup's 64 x BN accumulators (the m64nNk16 layout: register i of lane l of warp
+// w holds row 16w + l / 4 + 8 ((i / 2) % 2), column 8 (i / 4) + 2 (l % 4) + i % 2) into `out`
+// (rows of N), in-range elements only; `row0` is this lane's first row (the tile's first row of
+// the block + 16 warp + lane / 4).
+template <typename O, int BN>
+__device__ __forceinline__ void store_rows(const float (&acc)[BN / 2], O* __restrict__ out,
+                                           uint64_t row0, uint64_t n0, uint64_t M, uint64_t N,
+                                           int lane, bool pairs, bool vec16) {
+    if constexpr (sizeof(O) == 2) {
+        // 16-bit outputs: a quad's four lanes hold 8 columns (16 bytes) of a row in each
+        // 8-column chunk, 4 bytes a lane, which would write every 32-byte sector of C in
+        // two halves. A quad transpose over 4 chunks gives each lane one whole chunk, so a
+        // warp's store covers whole sectors (8 rows of 64 bytes). Taken when every chunk
+        // starts on 16 bytes (N a multiple of 8, C on 16 bytes); a chunk then lies wholly
+        // inside or wholly past column N.
+        if (vec16) {
+            const int q = lane % 4;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const uint64_t row = row0 + 8 * h;
+#pragma unroll
+                for (int g = 0; g < BN / 32; ++g) {
+                    uint32_t wd[4], o[4];
+#pragma unroll
+                    for (int j = 0; j < 4; ++j)
+                        wd[j] = pack2((O*)nullptr, acc[(4 * g + j) * 4 + h * 2],
+                                      acc[(4 * g + j) * 4 + h * 2 + 1]);
+                    quad_transpose(wd, o, q);
+                    const uint64_t col = n0 + (uint64_t)(4 * g + q) * 8;
+                    if (row < M && col < N)
+                        *reinterpret_cast<uint4*>(out + row * N + col) =
+                            make_uint4(o[0], o[1], o[2], o[3]);
+                }
+            }
+            return;
+        }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const uint64_t row = row0 + 8 * h;
+        if (row >= M) continue;
+        O* line = out + row * N;
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+            const uint64_t col = n0 + j * 8 + (lane % 4) * 2;
+            const float x = acc[j * 4 + h * 2], y = acc[j * 4 + h * 2 + 1];
+            if (pairs && col + 1 < N) {
+                store2(line + col, x, y);
+            } else {
+                if (col < N) store1(line + col, x);
+                if (col + 1 < N) store1(line + col + 1, y);
+            }
+        }
+    }
+}
+
+template <typename T, typename O, int BN, bool TA, bool TB, bool PP = false>
 __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMap* map_b,
                                           O* __restrict__ C, const O* __restrict__ bias,
                                           uint64_t batch, uint64_t M,
@@ -590,12 +674,20 @@ __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMa
     const uint32_t b_ring = ring + STAGES * Cfg::A_BYTES;     // stage s at + s * B_BYTES
     const uint32_t full = ring + STAGES * Cfg::STAGE_BYTES;  // full[s] at + 8 s
     const uint32_t empty = full + STAGES * 8;                 // empty[s] at + 8 s
+    const uint32_t turn = empty + STAGES * 8;                 // turn[c] at + 8 c (ping-pong)
     const int wg = threadIdx.x / 128;
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(full + 8 * s, 1);
-            mbar_init(empty + 8 * s, 2);
+            // A stage is released by both consumers, or (ping-pong) by the one whose unit it is.
+            mbar_init(empty + 8 * s, PP ? 1 : 2);
+        }
+        if (PP) {
+            mbar_init(turn, 1);
+            mbar_init(turn + 8, 1);
+            // Consumer 0's first turn is given.
+            mbar_arrive(turn);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map_a))
@@ -660,122 +752,128 @@ __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMa
         return;
     }
 
-    // Consumers: warpgroup 1 + c computes rows 64c .. 64c + 63 of each tile.
     setmaxnreg_inc<232>();
     const int c = wg - 1;
     const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     const bool leader = threadIdx.x % 128 == 0;
     const bool pairs = N % 2 == 0 && ((uintptr_t)C & (2 * sizeof(O) - 1)) == 0;
     const bool vec16 = N % 8 == 0 && ((uintptr_t)C & 15) == 0;
-    float acc[BN / 2];
+    if constexpr (PP) {
+        // Ping-pong: consumer c computes whole 128 x BN tiles, the block's units c, c + 2, ...
+        // (rows 0..63 and 64..127 as two m64 accumulators). The two take turns at the tensor
+        // cores: c waits for turn[c] before its unit's k loop and hands the turn over when its
+        // products are complete, so one consumer's epilogue runs beside the other's k loop.
+        // Every unit has the same kt_n stages (unsplit), so unit i's first stage is ring
+        // position i * kt_n. The turns also order the ring: a consumer starts a unit only
+        // once every earlier position was loaded and consumed, so each full-barrier wait is
+        // at most one phase ahead.
+        static_assert(!SPLITS && BN == 128, "ping-pong: unsplit 128 x 128 tiles");
+        float acc0[BN / 2], acc1[BN / 2];
 #pragma unroll
-    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
-    int stage = 0;
-    uint32_t phase = 0;
-    for (uint64_t u = blockIdx.x; u < units; u += gridDim.x) {
-        const Unit w = unit_of<BN>(u, batch, tiles_m, tiles_n);
-        const uint64_t k_begin = w.z * kslice;
-        const uint64_t k_end = min(K, k_begin + kslice);
-        const int kt_n = (int)((k_end - k_begin + KE - 1) / KE);
-        int prev = 0;
-        for (int kt = 0; kt < kt_n; ++kt) {
-            mbar_wait(full + 8 * stage, phase);
-            const uint32_t sa_stage = a_ring + stage * Cfg::A_BYTES + c * BOX_BYTES;
-            const uint32_t sb_stage = b_ring + stage * Cfg::B_BYTES;
-            // The last box of a slice that ends 32 short of a box and before k holds 32 k
-            // values of the next slice: only its first two k steps belong here (past k itself
-            // a box holds TMA's zeros, which add nothing). Only the f32-output kernels run
-            // split products.
-            // (A tf32 stage is 32 deep: a slice is whole stages.)
-            const bool half = SPLITS && sizeof(T) == 2 && k_end < K &&
-                              k_end - (k_begin + (uint64_t)kt * KE) < KE;
+        for (int i = 0; i < BN / 2; ++i) acc0[i] = acc1[i] = 0.0f;
+        const int kt_n = (int)((K + KE - 1) / KE);
+        uint32_t turns = 0;
+        for (uint64_t i = (uint64_t)c;; i += 2) {
+            const uint64_t u = blockIdx.x + i * gridDim.x;
+            if (u >= units) break;
+            const Unit w = unit_of<BN>(u, batch, tiles_m, tiles_n);
+            const uint64_t pos = i * (uint64_t)kt_n;
+            int stage = (int)(pos % STAGES);
+            uint32_t phase = (uint32_t)((pos / STAGES) & 1);
+            mbar_wait(turn + 8 * c, turns & 1);
+            int prev = 0;
+            for (int kt = 0; kt < kt_n; ++kt) {
+                mbar_wait(full + 8 * stage, phase);
+                const uint32_t sa_stage = a_ring + stage * Cfg::A_BYTES;
+                const uint32_t sb_stage = b_ring + stage * Cfg::B_BYTES;
 #pragma unroll
-            for (int i = 0; i < BN / 2; ++i) pin(acc[i]);
-            if (half)
-                mma_steps<T, BN, TA, TB, 2>(acc, sa_stage, sb_stage, kt > 0);
-            else
-                mma_steps<T, BN, TA, TB, 4>(acc, sa_stage, sb_stage, kt > 0);
-            wgmma_commit();
+                for (int j = 0; j < BN / 2; ++j) {
+                    pin(acc0[j]);
+                    pin(acc1[j]);
+                }
+                mma_steps<T, BN, TA, TB, 4>(acc0, sa_stage, sb_stage, kt > 0);
+                mma_steps<T, BN, TA, TB, 4>(acc1, sa_stage + BOX_BYTES, sb_stage, kt > 0);
+                wgmma_commit();
 #pragma unroll
-            for (int i = 0; i < BN / 2; ++i) pin(acc[i]);
-            // Slice kt - 1's group is complete once at most one group (kt's) is pending.
-            wgmma_wait<1>();
-            if (kt > 0 && leader) mbar_arrive(empty + 8 * prev);
-            prev = stage;
-            if (++stage == STAGES) {
-                stage = 0;
-                phase ^= 1;
+                for (int j = 0; j < BN / 2; ++j) {
+                    pin(acc0[j]);
+                    pin(acc1[j]);
+                }
+                wgmma_wait<1>();
+                if (kt > 0 && leader) mbar_arrive(empty + 8 * prev);
+                prev = stage;
+                if (++stage == STAGES) {
+                    stage = 0;
+                    phase ^= 1;
+                }
             }
-        }
-        wgmma_wait<0>();
+            wgmma_wait<0>();
 #pragma unroll
-        for (int i = 0; i < BN / 2; ++i) pin(acc[i]);
-        if (kt_n > 0 && leader) mbar_arrive(empty + 8 * prev);
+            for (int j = 0; j < BN / 2; ++j) {
+                pin(acc0[j]);
+                pin(acc1[j]);
+            }
+            if (kt_n > 0 && leader) mbar_arrive(empty + 8 * prev);
+            if (leader) mbar_arrive(turn + 8 * (1 - c));
+            ++turns;
+            O* out = C + w.b * M * N;
+            add_bias<O, BN>(acc0, bias, w.n0, N, lane);
+            add_bias<O, BN>(acc1, bias, w.n0, N, lane);
+            const uint64_t row0 = w.m0 + warp * 16 + lane / 4;
+            store_rows<O, BN>(acc0, out, row0, w.n0, M, N, lane, pairs, vec16);
+            store_rows<O, BN>(acc1, out, row0 + 64, w.n0, M, N, lane, pairs, vec16);
+        }
+    } else {
+        // Cooperative: warpgroup 1 + c computes rows 64c .. 64c + 63 of each tile.
+        float acc[BN / 2];
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+        int stage = 0;
+        uint32_t phase = 0;
+        for (uint64_t u = blockIdx.x; u < units; u += gridDim.x) {
+            const Unit w = unit_of<BN>(u, batch, tiles_m, tiles_n);
+            const uint64_t k_begin = w.z * kslice;
+            const uint64_t k_end = min(K, k_begin + kslice);
+            const int kt_n = (int)((k_end - k_begin + KE - 1) / KE);
+            int prev = 0;
+            for (int kt = 0; kt < kt_n; ++kt) {
+                mbar_wait(full + 8 * stage, phase);
+                const uint32_t sa_stage = a_ring + stage * Cfg::A_BYTES + c * BOX_BYTES;
+                const uint32_t sb_stage = b_ring + stage * Cfg::B_BYTES;
+                // The last box of a slice that ends 32 short of a box and before k holds 32 k
+                // values of the next slice: only its first two k steps belong here (past k itself
+                // a box holds TMA's zeros, which add nothing). Only the f32-output kernels run
+                // split products.
+                // (A tf32 stage is 32 deep: a slice is whole stages.)
+                const bool half = SPLITS && sizeof(T) == 2 && k_end < K &&
+                                  k_end - (k_begin + (uint64_t)kt * KE) < KE;
+#pragma unroll
+                for (int i = 0; i < BN / 2; ++i) pin(acc[i]);
+                if (half)
+                    mma_steps<T, BN, TA, TB, 2>(acc, sa_stage, sb_stage, kt > 0);
+                else
+                    mma_steps<T, BN, TA, TB, 4>(acc, sa_stage, sb_stage, kt > 0);
+                wgmma_commit();
+#pragma unroll
+                for (int i = 0; i < BN / 2; ++i) pin(acc[i]);
+                // Slice kt - 1's group is complete once at most one group (kt's) is pending.
+                wgmma_wait<1>();
+                if (kt > 0 && leader) mbar_arrive(empty + 8 * prev);
+                prev = stage;
+                if (++stage == STAGES) {
+                    stage = 0;
+                    phase ^= 1;
+                }
+            }
+            wgmma_wait<0>();
+#pragma unroll
+            for (int i = 0; i < BN / 2; ++i) pin(acc[i]);
+            if (kt_n > 0 && leader) mbar_arrive(empty + 8 * prev);
 
-        // The bias (when given): column c's added to every row's accumulator of column c,
-        // in f32, before the one rounding (register 4j + 2h + e of a lane holds column 8j +
-        // 2 (lane % 4) + e).
-        if (bias != nullptr) {
-#pragma unroll
-            for (int j = 0; j < BN / 8; ++j) {
-                const uint64_t col = w.n0 + j * 8 + (lane % 4) * 2;
-                const float b0 = col < N ? bias_f32(bias + col) : 0.0f;
-                const float b1 = col + 1 < N ? bias_f32(bias + col + 1) : 0.0f;
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    acc[j * 4 + h * 2] += b0;
-                    acc[j * 4 + h * 2 + 1] += b1;
-                }
-            }
-        }
-        // Epilogue: rows and columns of the m64nNk16 accumulator layout, in-range ones only.
-        O* out = C + (w.z * batch + w.b) * M * N;
-        const uint64_t row0 = w.m0 + c * 64 + warp * 16 + lane / 4;
-        if constexpr (sizeof(O) == 2) {
-            // 16-bit outputs: a quad's four lanes hold 8 columns (16 bytes) of a row in each
-            // 8-column chunk, 4 bytes a lane, which would write every 32-byte sector of C in
-            // two halves. A quad transpose over 4 chunks gives each lane one whole chunk, so a
-            // warp's store covers whole sectors (8 rows of 64 bytes). Taken when every chunk
-            // starts on 16 bytes (N a multiple of 8, C on 16 bytes); a chunk then lies wholly
-            // inside or wholly past column N.
-            if (vec16) {
-                const int q = lane % 4;
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const uint64_t row = row0 + 8 * h;
-#pragma unroll
-                    for (int g = 0; g < BN / 32; ++g) {
-                        uint32_t wd[4], o[4];
-#pragma unroll
-                        for (int j = 0; j < 4; ++j)
-                            wd[j] = pack2((O*)nullptr, acc[(4 * g + j) * 4 + h * 2],
-                                          acc[(4 * g + j) * 4 + h * 2 + 1]);
-                        quad_transpose(wd, o, q);
-                        const uint64_t col = w.n0 + (uint64_t)(4 * g + q) * 8;
-                        if (row < M && col < N)
-                            *reinterpret_cast<uint4*>(out + row * N + col) =
-                                make_uint4(o[0], o[1], o[2], o[3]);
-                    }
-                }
-                continue;
-            }
-        }
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const uint64_t row = row0 + 8 * h;
-            if (row >= M) continue;
-            O* line = out + row * N;
-#pragma unroll
-            for (int j = 0; j < BN / 8; ++j) {
-                const uint64_t col = w.n0 + j * 8 + (lane % 4) * 2;
-                const float x = acc[j * 4 + h * 2], y = acc[j * 4 + h * 2 + 1];
-                if (pairs && col + 1 < N) {
-                    store2(line + col, x, y);
-                } else {
-                    if (col < N) store1(line + col, x);
-                    if (col + 1 < N) store1(line + col + 1, y);
-                }
-            }
+            O* out = C + (w.z * batch + w.b) * M * N;
+            add_bias<O, BN>(acc, bias, w.n0, N, lane);
+            store_rows<O, BN>(acc, out, w.m0 + c * 64 + warp * 16 + lane / 4, w.n0, M, N, lane, pairs,
+                              vec16);
         }
     }
 }
@@ -802,10 +900,28 @@ __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMa
     SM90_LAYOUTS(P, T, O, 128)   \
     SM90_LAYOUTS(P, T, O, 64)
 
+// The ping-pong kernels (16-bit outputs, unsplit): matmul_sm90_<in>_pp_<ab>_128.
+#define SM90_PP_KERNEL(NAME, T, BN, TA, TB)                                                    \
+    extern "C" __global__ void __launch_bounds__(THREADS, 1)                                   \
+        NAME(const __grid_constant__ TensorMap a, const __grid_constant__ TensorMap b,         \
+             T* __restrict__ c, const T* __restrict__ bias, uint64_t batch, uint64_t m,        \
+             uint64_t n, uint64_t k, uint64_t sa, uint64_t sb, uint64_t kslice,                \
+             uint64_t slices) {                                                                \
+        gemm_sm90<T, T, BN, TA, TB, true>(&a, &b, c, bias, batch, m, n, k, sa, sb, kslice,     \
+                                          slices);                                             \
+    }
+#define SM90_PP(P, T)                                        \
+    SM90_PP_KERNEL(P##_pp_nn_128, T, 128, false, false)      \
+    SM90_PP_KERNEL(P##_pp_nt_128, T, 128, false, true)       \
+    SM90_PP_KERNEL(P##_pp_tn_128, T, 128, true, false)       \
+    SM90_PP_KERNEL(P##_pp_tt_128, T, 128, true, true)
+
 SM90_TILES(matmul_sm90_bf16, __nv_bfloat16, __nv_bfloat16)
 SM90_TILES(matmul_sm90_bf16_f32out, __nv_bfloat16, float)
 SM90_TILES(matmul_sm90_f16, __half, __half)
 SM90_TILES(matmul_sm90_f16_f32out, __half, float)
+SM90_PP(matmul_sm90_bf16, __nv_bfloat16)
+SM90_PP(matmul_sm90_f16, __half)
 
 // TF32 (f32 operands, f32 output): k-major A and B only ("nt"); the launcher stages other
 // layouts as k-major copies first (matmul_sm90_stage_t).

@@ -26,7 +26,9 @@
 //!
 //! On Hopper (compute capability 9.0), f16 and bf16 products run on the `wgmma` kernels of
 //! `kernels/matmul_sm90.cu` (TMA, warp-specialised, persistent; `128 x 256` tiles when they
-//! fill the GPU, else `128 x 128`, and `128 x 64` for `n` below 128) when the operands qualify:
+//! fill the GPU, else `128 x 128`, and `128 x 64` for `n` below 128; a plan from
+//! [`MatmulPlan::new_for_device`] picks the tile, the ping-pong `128 x 128` kernels for short
+//! `k`, and the split by a cost model) when the operands qualify:
 //! `m` at least 128, `n` at least 64, `k` at least 64, both operands starting on 16 bytes, leading dimensions multiples of 8 elements,
 //! and batch strides 0 or multiples of 8 elements of at least one matrix of `ld`-long lines.
 //! Everything else, every other device, and every product while [`sm80_matmul_forced`]
@@ -450,6 +452,9 @@ pub struct Sm90Kernels {
     kernels: [[[&'static str; 3]; 2]; 2],
     /// The f32-output kernels (split-k partial products), indexed as `kernels`.
     partial: [[[&'static str; 3]; 2]; 2],
+    /// The ping-pong `128 x 128` kernels (tile 3) by `[a transposed][b transposed]`, for 16-bit
+    /// outputs of unsplit products.
+    pingpong: Option<[[&'static str; 2]; 2]>,
 }
 
 /// The kernel table `<prefix>_<ab>[_any]`.
@@ -502,7 +507,7 @@ macro_rules! sm90_table {
 
 macro_rules! kernels {
     ($t:ty => $o:ty, $p:literal, $g:literal, $partial:literal, $sum:literal
-     $(, tf32: $tf32:literal, n64: $n64:literal, n64ct: $n64ct:literal, small: $small:literal)? $(, sm90: $bf16:literal, $sm90:literal, $sm90_partial:literal)?) => {
+     $(, tf32: $tf32:literal, n64: $n64:literal, n64ct: $n64ct:literal, small: $small:literal)? $(, sm90: $bf16:literal, $sm90:literal, $sm90_partial:literal, $pp:expr)?) => {
         impl MatmulOutput<$t> for $o {
             const GEMV: [&'static str; 4] = [
                 concat!("gemv_dot_", $g),
@@ -525,20 +530,30 @@ macro_rules! kernels {
                 bf16: $bf16,
                 kernels: sm90_table!($sm90),
                 partial: sm90_table!($sm90_partial),
+                pingpong: $pp,
             });)?
         }
     };
 }
 kernels!(f32 => f32, "matmul_f32", "f32", "matmul_f32", "splitk_sum_f32", tf32: "matmul_tf32",
     n64: "matmul_f32n64", n64ct: "matmul_f32n64ct", small: "matmul_f32s");
+/// The ping-pong kernel table `<prefix>_pp_<ab>_128`.
+macro_rules! pp_table {
+    ($p:literal) => {
+        Some([
+            [concat!($p, "_pp_nn_128"), concat!($p, "_pp_nt_128")],
+            [concat!($p, "_pp_tn_128"), concat!($p, "_pp_tt_128")],
+        ])
+    };
+}
 kernels!(f16 => f16, "matmul_f16", "f16", "matmul_f16_f32out", "splitk_sum_f16",
-    sm90: false, "matmul_sm90_f16", "matmul_sm90_f16_f32out");
+    sm90: false, "matmul_sm90_f16", "matmul_sm90_f16_f32out", pp_table!("matmul_sm90_f16"));
 kernels!(f16 => f32, "matmul_f16_f32out", "f16_f32out", "matmul_f16_f32out", "splitk_sum_f32",
-    sm90: false, "matmul_sm90_f16_f32out", "matmul_sm90_f16_f32out");
+    sm90: false, "matmul_sm90_f16_f32out", "matmul_sm90_f16_f32out", None);
 kernels!(bf16 => bf16, "matmul_bf16", "bf16", "matmul_bf16_f32out", "splitk_sum_bf16",
-    sm90: true, "matmul_sm90_bf16", "matmul_sm90_bf16_f32out");
+    sm90: true, "matmul_sm90_bf16", "matmul_sm90_bf16_f32out", pp_table!("matmul_sm90_bf16"));
 kernels!(bf16 => f32, "matmul_bf16_f32out", "bf16_f32out", "matmul_bf16_f32out", "splitk_sum_f32",
-    sm90: true, "matmul_sm90_bf16_f32out", "matmul_sm90_bf16_f32out");
+    sm90: true, "matmul_sm90_bf16_f32out", "matmul_sm90_bf16_f32out", None);
 
 /// The precision of f32 products, PyTorch's `torch.set_float32_matmul_precision`. f16 and bf16
 /// products are the same at every precision.
@@ -635,16 +650,18 @@ const SM90_BK: usize = 64;
 
 /// Columns of a Hopper kernel's tile by tile index (the kernels' `BN`).
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-const SM90_TILE_N: [usize; 3] = [256, 128, 64];
+const SM90_TILE_N: [usize; 4] = [256, 128, 64, 128];
 
 /// Dynamic shared memory of the Hopper kernels by tile (`Config<BN>::SMEM` in
 /// `kernels/matmul_sm90.cu`): 1 KiB of alignment slack, the stages (4 of 48 KiB, 6 of 32 KiB
-/// or 8 of 24 KiB) and two mbarriers per stage.
+/// or 8 of 24 KiB), two mbarriers per stage and the ping-pong kernels' two turn mbarriers;
+/// tile 3 (`128 x 128` ping-pong) as tile 1.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-const SM90_SMEM: [u32; 3] = [
-    1024 + 4 * 49152 + 4 * 16,
-    1024 + 6 * 32768 + 6 * 16,
-    1024 + 8 * 24576 + 8 * 16,
+const SM90_SMEM: [u32; 4] = [
+    1024 + 4 * 49152 + 4 * 16 + 16,
+    1024 + 6 * 32768 + 6 * 16 + 16,
+    1024 + 8 * 24576 + 8 * 16 + 16,
+    1024 + 6 * 32768 + 6 * 16 + 16,
 ];
 
 /// The Hopper tile for a product, or `None` when it must run on the `sm_80` kernels (see the
@@ -1073,12 +1090,14 @@ const SLICE_ALIGN: usize = 32;
 
 /// The Hopper cost model ([`MatmulPlan::new_for_device`]), in nanoseconds, fitted to device
 /// times of bf16 products on an H200 (`gpu_matmul --sweep-sm90`: every tile and split of
-/// GPT-2's linear layers at 32768 rows; checked on nine other shapes, where the model's choice
-/// is within 1 % of the fastest): a 64-deep k step of a `128 x 256` and of a `128 x 128` tile;
-/// a unit's fixed time (its epilogue and pipeline fill) with 16-bit and with f32 (split)
-/// outputs; a byte of f32 partials written and summed; a split product's summing launch.
-const SM90_K_NS: [f64; 2] = [653.4, 363.5];
-const SM90_UNIT_NS: [[f64; 2]; 2] = [[5013.0, 8418.0], [2557.0, 4374.0]];
+/// GPT-2's linear layers at 32768 rows; checked on nine other shapes, where the model's
+/// choices take 1.1 % more time in all than the fastest, 5 % at worst, on `8192 x 1024 x
+/// 4096`): a 64-deep k step of a `128 x 256`, a `128 x 128` and a ping-pong `128 x 128` tile;
+/// a unit's fixed time (its epilogue and pipeline fill, mostly hidden by the ping-pong
+/// kernels) with 16-bit and with f32 (split) outputs; a byte of f32 partials written and
+/// summed; a split product's summing launch.
+const SM90_K_NS: [f64; 3] = [653.4, 363.5, 331.1];
+const SM90_UNIT_NS: [[f64; 2]; 3] = [[5013.0, 8418.0], [2557.0, 4374.0], [1969.0, 0.0]];
 const SM90_PARTIAL_NS: f64 = 0.0000922;
 const SM90_SPLIT_NS: f64 = 16236.0;
 
@@ -1234,8 +1253,8 @@ pub struct MatmulPlan {
     /// Full-precision f32 on the `128 x 256` SIMT tiles (`matmul_f32w_*`) when the operands
     /// allow them (see [`MatmulPlan::wide_tiles`]).
     wide: bool,
-    /// The Hopper tile (0: `128 x 256`, 1: `128 x 128`) chosen with the split by
-    /// [`MatmulPlan::new_for_device`]; `None`: by the rule of [`sm90_width`].
+    /// The Hopper tile (0: `128 x 256`, 1: `128 x 128`, 3: `128 x 128` ping-pong) chosen with
+    /// the split by [`MatmulPlan::new_for_device`]; `None`: by the rule of [`sm90_width`].
     sm90: Option<usize>,
 }
 
@@ -1359,8 +1378,9 @@ impl MatmulPlan {
         }
         let sms = sms.max(1);
         let values = (s.m * s.n).saturating_mul(s.batch) as f64;
+        // Model index of a tile: 0 (`128 x 256`), 1 (`128 x 128`), 2 (ping-pong `128 x 128`).
         let cost = |tile: usize, p: &MatmulPlan| {
-            let bn = [256, 128][tile];
+            let bn = [256, 128, 128][tile];
             let units =
                 s.m.div_ceil(SM90_TILE_M)
                     .saturating_mul(s.n.div_ceil(bn))
@@ -1381,13 +1401,22 @@ impl MatmulPlan {
             ..plan
         };
         let mut best: Option<(f64, MatmulPlan)> = None;
-        for tile in [0, 1] {
-            for n in 1..=s.k.div_ceil(MIN_SLICE).clamp(1, MAX_SPLITS) {
+        for tile in [0, 1, 2] {
+            // The ping-pong kernels run unsplit products.
+            let most = if tile == 2 {
+                1
+            } else {
+                s.k.div_ceil(MIN_SLICE).clamp(1, MAX_SPLITS)
+            };
+            for n in 1..=most {
                 let mut p = MatmulPlan {
-                    sm90: Some(tile),
+                    sm90: Some([0, 1, 3][tile]),
                     ..unsplit
                 };
                 p.set_splits(n);
+                if tile == 2 && p.splits > 1 {
+                    continue;
+                }
                 let c = cost(tile, &p);
                 if best.as_ref().is_none_or(|(b, _)| c < *b) {
                     best = Some((c, p));
@@ -1445,11 +1474,12 @@ impl MatmulPlan {
         self
     }
 
-    /// The plan on Hopper tile `tile` (0: `128 x 256`, 1: `128 x 128`) where the `wgmma`
-    /// kernels run it with `n` of at least 128, for tests and tuning.
+    /// The plan on Hopper tile `tile` (0: `128 x 256`, 1: `128 x 128`, 3: `128 x 128`
+    /// ping-pong, for unsplit 16-bit outputs; 2 is taken as 1) where the `wgmma` kernels run it
+    /// with `n` of at least 128, for tests and tuning.
     #[cfg(feature = "tuning")]
     pub fn with_sm90_tile(mut self, tile: usize) -> MatmulPlan {
-        self.sm90 = Some(tile.min(1));
+        self.sm90 = Some(if tile == 3 { 3 } else { tile.min(1) });
         self
     }
 
@@ -1904,10 +1934,19 @@ fn run_with<T: MatmulElement, O: MatmulOutput<T>>(
             pa,
             pb,
         )?;
-        let pick = |table: [[[&'static str; 3]; 2]; 2]| {
-            table[usize::from(layout.a.transposed)][usize::from(layout.b.transposed)][tile]
+        let (ta, tb) = (
+            usize::from(layout.a.transposed),
+            usize::from(layout.b.transposed),
+        );
+        // Tile 3, the ping-pong kernels, runs 16-bit outputs of unsplit products; the
+        // cooperative 128 x 128 kernels run the rest it is chosen for.
+        let (tile, name) = match (tile, k.pingpong) {
+            (3, Some(pp)) if plan.splits <= 1 => (3, pp[ta][tb]),
+            (3, _) => (1, k.kernels[ta][tb][1]),
+            (t, _) => (t, k.kernels[ta][tb][t]),
         };
-        Some((k.bf16, tile, pick(k.kernels), pick(k.partial)))
+        let partial = k.partial[ta][tb][if tile == 3 { 1 } else { tile }];
+        Some((k.bf16, tile, name, partial))
     });
     if plan.splits <= 1 {
         if let Some((bf16, tile, name, _)) = sm90 {
@@ -2474,7 +2513,7 @@ mod tests {
             MatmulPlan::new_for_device::<bf16>(s, 132, (9, 0), MatmulPrecision::Highest)
         };
         let units = |p: &MatmulPlan| {
-            let bn = [256, 128][p.sm90.expect("a Hopper tile")];
+            let bn = SM90_TILE_N[p.sm90.expect("a Hopper tile")];
             let s = p.shape;
             s.m.div_ceil(128) * s.n.div_ceil(bn) * s.batch * p.splits
         };
@@ -2483,9 +2522,14 @@ mod tests {
             shape(1, 8192, 8192, 8192),
             shape(1, 32768, 3072, 768),
         ] {
-            let p = dev(s);
-            assert_eq!((p.splits, p.sm90), (1, Some(0)), "{s:?}");
+            assert_eq!(dev(s).splits, 1, "{s:?}");
         }
+        // A short k: the ping-pong tile, which hides a tile's epilogue; a long one whose
+        // tiles fill the waves: the wide tile.
+        for s in [shape(1, 32768, 3072, 768), shape(1, 32768, 2304, 768)] {
+            assert_eq!(dev(s).sm90, Some(3), "{s:?}");
+        }
+        assert_eq!(dev(shape(1, 32768, 768, 50304)).sm90, Some(0));
         for s in [
             shape(1, 768, 768, 32768),
             shape(1, 2304, 768, 32768),

@@ -1097,13 +1097,13 @@ mod gpu {
                 batch: if ta { 2 } else { 1 },
                 ..wide(129, 200, 72, ta, tb)
             };
-            wide_case::<bf16, bf16>(&ctx, &stream, w, true, false, None, &mut rng);
-            wide_case::<f16, f32>(&ctx, &stream, w, true, false, None, &mut rng);
+            wide_case::<bf16, bf16>(&ctx, &stream, w, true, false, None, false, &mut rng);
+            wide_case::<f16, f32>(&ctx, &stream, w, true, false, None, false, &mut rng);
         }
         let thin = wide(300, 64, 1000, false, true);
-        wide_case::<bf16, bf16>(&ctx, &stream, thin, true, false, None, &mut rng);
+        wide_case::<bf16, bf16>(&ctx, &stream, thin, true, false, None, false, &mut rng);
         let split = wide(200, 130, 1500, true, false);
-        wide_case::<f16, f32>(&ctx, &stream, split, true, true, None, &mut rng);
+        wide_case::<f16, f32>(&ctx, &stream, split, true, true, None, false, &mut rng);
     }
 
     /// A Hopper-path problem: leading dimensions rounded up to multiples of 8 elements (plus
@@ -1273,6 +1273,7 @@ mod gpu {
         sm80: bool,
         planned: bool,
         tile: Option<&str>,
+        pingpong: bool,
         rng: &mut SmallRng,
     ) {
         let macs = w.batch * w.m * w.n * w.k;
@@ -1293,11 +1294,14 @@ mod gpu {
         let a_span = a.as_span::<T>().unwrap().slice(w.offset..).unwrap();
         let b_span = b.as_span::<T>().unwrap().slice(w.offset..).unwrap();
         force_sm80_matmul_on_thread(Some(sm80));
-        let plan = MatmulPlan::new(
+        let mut plan = MatmulPlan::new(
             p.shape,
             ctx.multiprocessors() as usize,
             MatmulPrecision::Highest,
         );
+        if pingpong {
+            plan = plan.with_splits(1).with_sm90_tile(3);
+        }
         let what = format!(
             "{} -> {} {w:?} sm80 {sm80} splits {}",
             T::NAME,
@@ -1340,6 +1344,13 @@ mod gpu {
             assert!(kernel.starts_with("matmul_sm90_"), "{what}: ran {kernel}");
             if let Some(t) = tile {
                 assert!(kernel.ends_with(t), "{what}: ran {kernel}, not tile {t}");
+            }
+            // The ping-pong kernels run 16-bit outputs of products of n >= 128.
+            if pingpong && O::NAME == T::NAME && w.n >= 128 {
+                assert!(
+                    kernel.contains("_pp_"),
+                    "{what}: ran {kernel}, not ping-pong"
+                );
             }
         } else {
             assert!(
@@ -1400,17 +1411,17 @@ mod gpu {
 
     fn wide_all_types(ctx: &Arc<Context>, stream: &Stream, sm80: bool, rng: &mut SmallRng) {
         for w in wide_cases() {
-            wide_case::<bf16, bf16>(ctx, stream, w, sm80, false, None, rng);
-            wide_case::<f16, f16>(ctx, stream, w, sm80, false, None, rng);
-            wide_case::<bf16, f32>(ctx, stream, w, sm80, false, None, rng);
-            wide_case::<f16, f32>(ctx, stream, w, sm80, false, None, rng);
+            wide_case::<bf16, bf16>(ctx, stream, w, sm80, false, None, false, rng);
+            wide_case::<f16, f16>(ctx, stream, w, sm80, false, None, false, rng);
+            wide_case::<bf16, f32>(ctx, stream, w, sm80, false, None, false, rng);
+            wide_case::<f16, f32>(ctx, stream, w, sm80, false, None, false, rng);
         }
         // Large squares: the 128 x 256 tile.
         for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
             let w = wide(4096, 4096, 4096, ta, tb);
             let t = Some("_256");
-            wide_case::<bf16, bf16>(ctx, stream, w, sm80, false, t, rng);
-            wide_case::<f16, f16>(ctx, stream, w, sm80, false, t, rng);
+            wide_case::<bf16, bf16>(ctx, stream, w, sm80, false, t, false, rng);
+            wide_case::<f16, f16>(ctx, stream, w, sm80, false, t, false, rng);
         }
         // Thin products split by the plan rule: slices of 256, 256, 320 (the last 220 long) and
         // 352 (not a multiple of the kernels' 64-deep stages; the last 296 long).
@@ -1422,8 +1433,8 @@ mod gpu {
         ] {
             for (ta, tb) in [(false, false), (true, true)] {
                 let w = wide(m, n, k, ta, tb);
-                wide_case::<bf16, bf16>(ctx, stream, w, sm80, true, None, rng);
-                wide_case::<f16, f32>(ctx, stream, w, sm80, true, None, rng);
+                wide_case::<bf16, bf16>(ctx, stream, w, sm80, true, None, false, rng);
+                wide_case::<f16, f32>(ctx, stream, w, sm80, true, None, false, rng);
             }
         }
         // Thin n: the 128 x 64 tile, unsplit (a partial last column tile at n = 72 and 120, a
@@ -1438,15 +1449,15 @@ mod gpu {
                     extra: if tb { 8 } else { 0 },
                     ..wide(m, n, k, ta, tb)
                 };
-                wide_case::<bf16, bf16>(ctx, stream, w, sm80, false, thin, rng);
-                wide_case::<f16, f32>(ctx, stream, w, sm80, false, thin, rng);
+                wide_case::<bf16, bf16>(ctx, stream, w, sm80, false, thin, false, rng);
+                wide_case::<f16, f32>(ctx, stream, w, sm80, false, thin, false, rng);
             }
         }
         for (m, n, k) in [(8192, 64, 8192), (2048, 96, 4096)] {
             for (ta, tb) in [(false, false), (true, true)] {
                 let w = wide(m, n, k, ta, tb);
-                wide_case::<bf16, bf16>(ctx, stream, w, sm80, true, thin, rng);
-                wide_case::<f16, f32>(ctx, stream, w, sm80, true, thin, rng);
+                wide_case::<bf16, bf16>(ctx, stream, w, sm80, true, thin, false, rng);
+                wide_case::<f16, f32>(ctx, stream, w, sm80, true, thin, false, rng);
             }
         }
     }
@@ -1582,6 +1593,36 @@ mod gpu {
         let stream = Stream::new(&ctx).unwrap();
         let mut rng = SmallRng::seed_from_u64(31);
         wide_all_types(&ctx, &stream, false, &mut rng);
+    }
+
+    /// The ping-pong kernels (tile 3) on the Hopper shapes (squares, tile edges, every layout,
+    /// batches, broadcasts, padded and shifted operands, outputs off 16 bytes), on GPT-2-like
+    /// shapes of many units a block (odd and even unit counts, so that either consumer takes
+    /// the last), and f32 outputs (which run the cooperative kernels instead).
+    #[test]
+    fn pingpong_kernels_match_f64_references() {
+        if skip_without_gpu("pingpong_kernels_match_f64_references") {
+            return;
+        }
+        let ctx = Context::get(0).unwrap();
+        let stream = Stream::new(&ctx).unwrap();
+        let mut rng = SmallRng::seed_from_u64(33);
+        for w in wide_cases() {
+            wide_case::<bf16, bf16>(&ctx, &stream, w, false, true, None, true, &mut rng);
+            wide_case::<f16, f16>(&ctx, &stream, w, false, true, None, true, &mut rng);
+        }
+        let sms = ctx.multiprocessors() as usize;
+        for (m, n, k) in [
+            (128 * sms * 2 + 128, 256, 768),
+            (128 * sms, 384, 200),
+            (3000, 640, 64),
+        ] {
+            for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+                let w = wide(m, n, k, ta, tb);
+                wide_case::<bf16, bf16>(&ctx, &stream, w, false, true, None, true, &mut rng);
+                wide_case::<f16, f32>(&ctx, &stream, w, false, true, None, true, &mut rng);
+            }
+        }
     }
 
     #[test]

@@ -2503,10 +2503,11 @@ fn gemv<T: MatmulElement, O: MatmulOutput<T>>(
 mod tests {
     use super::*;
 
-    /// The Hopper plan: products that fill the GPU with full waves stay unsplit on the wide
-    /// tile; long-`k` products of few output tiles, or of a poor last wave, split so that
-    /// their units come close to whole waves; other devices, f32 and shapes the `wgmma`
-    /// kernels do not take keep [`MatmulPlan::new_for`]'s plan.
+    /// The Hopper plan: products that fill the GPU stay unsplit (short `k` on the ping-pong
+    /// tile, a long `k` of full waves on the wide tile); long-`k` products of few output
+    /// tiles, or of a poor last wave, split so that their units come close to whole waves;
+    /// other devices, f32 and shapes the `wgmma` kernels do not take keep
+    /// [`MatmulPlan::new_for`]'s plan.
     #[test]
     fn hopper_plans_fill_the_waves() {
         let dev = |s: MatmulShape| {

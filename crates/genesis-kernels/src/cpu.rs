@@ -19,9 +19,11 @@ pub fn binary<T: Element>(op: BinaryOp, a: &[T], b: &[T], out: &mut [T]) -> Resu
     supports::<T>(op)?;
     same_len(op.name(), a.len(), b.len())?;
     same_len(op.name(), a.len(), out.len())?;
-    for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
-        *o = T::binary(op, x, y);
-    }
+    chunks2(out, a, b, |out, a, b| {
+        for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+            *o = T::binary(op, x, y);
+        }
+    });
     Ok(())
 }
 
@@ -84,9 +86,11 @@ pub fn binary_assign<T: Element>(op: BinaryOp, a: &mut [T], b: &[T]) -> Result<(
 pub fn unary<T: Element>(op: UnaryOp, a: &[T], out: &mut [T]) -> Result<()> {
     supports_unary::<T>(op)?;
     same_len(op.name(), a.len(), out.len())?;
-    for (o, &x) in out.iter_mut().zip(a) {
-        *o = T::unary(op, x);
-    }
+    chunks1(out, a, |out, a| {
+        for (o, &x) in out.iter_mut().zip(a) {
+            *o = T::unary(op, x);
+        }
+    });
     Ok(())
 }
 
@@ -153,12 +157,24 @@ pub fn compare<T: Element>(op: CompareOp, a: &[T], b: &[T], out: &mut [u8]) -> R
 }
 
 /// `out[i] = if cond[i] != 0 { a[i] } else { b[i] }`, for any plain element type.
-pub fn select<T: Copy>(cond: &[u8], a: &[T], b: &[T], out: &mut [T]) -> Result<()> {
+pub fn select<T: Copy + Send + Sync>(cond: &[u8], a: &[T], b: &[T], out: &mut [T]) -> Result<()> {
     same_len("where", cond.len(), a.len())?;
     same_len("where", cond.len(), b.len())?;
     same_len("where", cond.len(), out.len())?;
-    for (((o, &c), &x), &y) in out.iter_mut().zip(cond).zip(a).zip(b) {
-        *o = if c != 0 { x } else { y };
+    use rayon::prelude::*;
+    let run = |o: &mut [T], c: &[u8], x: &[T], y: &[T]| {
+        for (((o, &c), &x), &y) in o.iter_mut().zip(c).zip(x).zip(y) {
+            *o = if c != 0 { x } else { y };
+        }
+    };
+    if out.len() >= crate::softmax::PARALLEL_MIN {
+        out.par_chunks_mut(CHUNK)
+            .zip(cond.par_chunks(CHUNK))
+            .zip(a.par_chunks(CHUNK))
+            .zip(b.par_chunks(CHUNK))
+            .for_each(|(((o, c), x), y)| run(o, c, x, y));
+    } else {
+        run(out, cond, a, b);
     }
     Ok(())
 }
@@ -182,6 +198,40 @@ fn same_len(op: &'static str, expected: usize, got: usize) -> Result<()> {
         Ok(())
     } else {
         Err(Error::LengthMismatch { op, expected, got })
+    }
+}
+
+/// Elements a chunk of the parallel elementwise twins.
+const CHUNK: usize = 1 << 14;
+
+/// `f` over `out` and `a` in matching chunks, on rayon's threads when there are many elements
+/// (each element computed as alone: the same bits either way).
+pub(crate) fn chunks1<T: Send, U: Sync>(out: &mut [T], a: &[U], f: impl Fn(&mut [T], &[U]) + Sync) {
+    use rayon::prelude::*;
+    if out.len() >= crate::softmax::PARALLEL_MIN {
+        out.par_chunks_mut(CHUNK)
+            .zip(a.par_chunks(CHUNK))
+            .for_each(|(o, a)| f(o, a));
+    } else {
+        f(out, a);
+    }
+}
+
+/// [`chunks1`] with two inputs.
+pub(crate) fn chunks2<T: Send, U: Sync, V: Sync>(
+    out: &mut [T],
+    a: &[U],
+    b: &[V],
+    f: impl Fn(&mut [T], &[U], &[V]) + Sync,
+) {
+    use rayon::prelude::*;
+    if out.len() >= crate::softmax::PARALLEL_MIN {
+        out.par_chunks_mut(CHUNK)
+            .zip(a.par_chunks(CHUNK))
+            .zip(b.par_chunks(CHUNK))
+            .for_each(|((o, a), b)| f(o, a, b));
+    } else {
+        f(out, a, b);
     }
 }
 

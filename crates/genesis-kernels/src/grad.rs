@@ -97,9 +97,11 @@ pub fn act_grad<T: Element>(op: ActGrad, g: &[T], x: &[T], dx: &mut [T]) -> Resu
     float_only::<T>("act_grad")?;
     same_len("act_grad", g.len(), &[x.len(), dx.len()])?;
     fn run<T: Element, A: Real>(op: ActGrad, g: &[T], x: &[T], dx: &mut [T]) {
-        for ((d, &gi), &xi) in dx.iter_mut().zip(g).zip(x) {
-            *d = (A::of(gi) * op.d(A::of(xi))).to();
-        }
+        crate::cpu::chunks2(dx, g, x, |dx, g, x| {
+            for ((d, &gi), &xi) in dx.iter_mut().zip(g).zip(x) {
+                *d = (A::of(gi) * op.d(A::of(xi))).to();
+            }
+        });
     }
     if size_of::<T>() == 8 {
         run::<T, f64>(op, g, x, dx);
@@ -129,7 +131,8 @@ pub fn softmax_grad<T: Element>(log: bool, y: &[T], g: &[T], n: usize, dx: &mut 
         };
     }
     fn run<T: Element, A: Real>(log: bool, y: &[T], g: &[T], n: usize, dx: &mut [T]) {
-        for ((yr, gr), dr) in y.chunks(n).zip(g.chunks(n)).zip(dx.chunks_mut(n)) {
+        use rayon::prelude::*;
+        let row = |((yr, gr), dr): ((&[T], &[T]), &mut [T])| {
             let mut lanes = [A::c(0.0); THREADS];
             for (t, lane) in lanes.iter_mut().enumerate() {
                 for i in (t..n).step_by(THREADS) {
@@ -141,18 +144,23 @@ pub fn softmax_grad<T: Element>(log: bool, y: &[T], g: &[T], n: usize, dx: &mut 
                     };
                 }
             }
-            // xor-shuffles within each warp, then the warps in order.
-            for warp in lanes.chunks_mut(32) {
-                for o in [16, 8, 4, 2, 1] {
-                    let before: Vec<A> = warp.to_vec();
-                    for (i, v) in warp.iter_mut().enumerate() {
-                        *v = before[i] + before[i ^ o];
+            // xor-shuffles within each warp (lane 0's value: the tree of its butterfly, lane
+            // i + o's partner sums being lane i's by commutativity), then the warps in order.
+            let warp_sum = |warp: &[A]| {
+                let mut v = [A::c(0.0); 16];
+                for i in 0..16 {
+                    v[i] = warp[i] + warp[i + 16];
+                }
+                for o in [8, 4, 2, 1] {
+                    for i in 0..o {
+                        v[i] = v[i] + v[i + o];
                     }
                 }
-            }
-            let mut s = lanes[0];
+                v[0]
+            };
+            let mut s = warp_sum(&lanes[..32]);
             for w in 1..THREADS / 32 {
-                s = s + lanes[32 * w];
+                s = s + warp_sum(&lanes[32 * w..32 * w + 32]);
             }
             for i in 0..n {
                 let (gi, yi) = (A::of(gr[i]), A::of(yr[i]));
@@ -163,6 +171,18 @@ pub fn softmax_grad<T: Element>(log: bool, y: &[T], g: &[T], n: usize, dx: &mut 
                 }
                 .to();
             }
+        };
+        // Rows are independent: over rayon's threads when there are many elements.
+        if y.len() >= crate::softmax::PARALLEL_MIN {
+            y.par_chunks(n)
+                .zip(g.par_chunks(n))
+                .zip(dx.par_chunks_mut(n))
+                .for_each(row);
+        } else {
+            y.chunks(n)
+                .zip(g.chunks(n))
+                .zip(dx.chunks_mut(n))
+                .for_each(row);
         }
     }
     if size_of::<T>() == 8 {
@@ -300,6 +320,57 @@ pub fn gpu_softmax_grad<T: Element>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The softmax gradient's row sum (lane 0's tree of each warp's xor butterfly, then the
+    /// warps in order) is the full 32-lane butterfly's, bit for bit: rows of 1 to 1000
+    /// elements, log and not, f32.
+    #[test]
+    fn softmax_grad_sums_are_the_butterflys() {
+        fn butterfly(lanes: &mut [f32]) -> f32 {
+            for warp in lanes.chunks_mut(32) {
+                for o in [16, 8, 4, 2, 1] {
+                    let before = warp.to_vec();
+                    for (i, v) in warp.iter_mut().enumerate() {
+                        *v = before[i] + before[i ^ o];
+                    }
+                }
+            }
+            let mut s = lanes[0];
+            for w in 1..lanes.len() / 32 {
+                s += lanes[32 * w];
+            }
+            s
+        }
+        for n in [1usize, 7, 256, 300, 1000] {
+            for log in [false, true] {
+                let y: Vec<f32> = (0..n).map(|i| ((i * 37 % 101) as f32) * 0.0123).collect();
+                let g: Vec<f32> = (0..n)
+                    .map(|i| ((i * 53 % 97) as f32 - 48.0) * 0.731)
+                    .collect();
+                let mut dx = vec![0f32; n];
+                softmax_grad(log, &y, &g, n, &mut dx).unwrap();
+                let mut lanes = vec![0f32; THREADS];
+                for (t, lane) in lanes.iter_mut().enumerate() {
+                    for i in (t..n).step_by(THREADS) {
+                        *lane = if log {
+                            *lane + g[i]
+                        } else {
+                            g[i].mul_add(y[i], *lane)
+                        };
+                    }
+                }
+                let s = butterfly(&mut lanes);
+                for i in 0..n {
+                    let want = if log {
+                        (-y[i].exp()).mul_add(s, g[i])
+                    } else {
+                        y[i] * (g[i] - s)
+                    };
+                    assert_eq!(dx[i].to_bits(), want.to_bits(), "n {n} log {log} [{i}]");
+                }
+            }
+        }
+    }
 
     #[test]
     fn activation_gradients_are_the_derivatives() {

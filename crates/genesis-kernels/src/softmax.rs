@@ -202,8 +202,92 @@ pub fn softmax<T: Element>(
     Ok(())
 }
 
+/// Elements below which a CPU twin runs its rows on the calling thread (rayon's pool above).
+pub(crate) const PARALLEL_MIN: usize = 1 << 15;
+
+/// Rows (`inner == 1`, the common case: the last dimension): each row as [`lines`] computes a
+/// line of one element per step (the same operations in the same order, so the same bits),
+/// the rows spread over rayon's threads when there are many elements.
+fn rows<T: Element, A: Acc>(op: SoftmaxOp, input: &[T], n: usize, out: &mut [T]) {
+    use rayon::prelude::*;
+    // The row's max, and its sum of exp(x - m) (in f64, in order) as `A`.
+    let stats = |line: &[T]| -> (A, A) {
+        let m = line.iter().fold(A::NEG_INF, |m, &x| nanmax(m, A::of(x)));
+        let mut total = 0f64;
+        if m.finite() {
+            for &x in line {
+                total += (A::of(x) - m).exp().to::<f64>();
+            }
+        }
+        (m, A::of(total))
+    };
+    // Softmax keeps each exp(x - m) of the sum's pass in `e` (the same value the output
+    // multiplies by 1 / s) instead of computing it twice.
+    let write = |e: &mut Vec<A>, line: &[T], dst: &mut [T]| {
+        let m = line.iter().fold(A::NEG_INF, |m, &x| nanmax(m, A::of(x)));
+        if !m.finite() {
+            for d in dst.iter_mut() {
+                *d = A::NAN.to();
+            }
+            return;
+        }
+        let mut total = 0f64;
+        if op == SoftmaxOp::Softmax {
+            e.clear();
+            for &x in line {
+                let v = (A::of(x) - m).exp();
+                e.push(v);
+                total += v.to::<f64>();
+            }
+            let c = A::ONE / A::of(total);
+            for (d, &v) in dst.iter_mut().zip(e.iter()) {
+                *d = (v * c).to();
+            }
+        } else {
+            for &x in line {
+                total += (A::of(x) - m).exp().to::<f64>();
+            }
+            let c = A::of(total).ln();
+            for (d, &x) in dst.iter_mut().zip(line) {
+                *d = ((A::of(x) - m) - c).to();
+            }
+        }
+    };
+    let lse = |line: &[T], d: &mut T| {
+        let (m, sum) = stats(line);
+        *d = if m.finite() { m + sum.ln() } else { m }.to();
+    };
+    let parallel = input.len() >= PARALLEL_MIN;
+    match (op, parallel) {
+        (SoftmaxOp::LogSumExp, true) => input
+            .par_chunks(n)
+            .zip(out.par_iter_mut())
+            .for_each(|(l, d)| lse(l, d)),
+        (SoftmaxOp::LogSumExp, false) => {
+            input
+                .chunks(n)
+                .zip(out.iter_mut())
+                .for_each(|(l, d)| lse(l, d));
+        }
+        (_, true) => input
+            .par_chunks(n)
+            .zip(out.par_chunks_mut(n))
+            .for_each_init(Vec::new, |e, (l, d)| write(e, l, d)),
+        (_, false) => {
+            let mut e = Vec::new();
+            input
+                .chunks(n)
+                .zip(out.chunks_mut(n))
+                .for_each(|(l, d)| write(&mut e, l, d));
+        }
+    }
+}
+
 fn lines<T: Element, A: Acc>(op: SoftmaxOp, input: &[T], s: ReduceShape, out: &mut [T]) {
     let (n, inner) = (s.r, s.inner);
+    if inner == 1 && n > 0 {
+        return rows::<T, A>(op, input, n, out);
+    }
     let mut m = vec![A::NEG_INF; inner];
     // The sums in f64: the twin's own rounding stays far below the kernels' (a tree of f32
     // partial sums), so the bound above measures the kernels.
@@ -585,6 +669,58 @@ pub fn gpu_softmax<T: Element>(
 
 #[cfg(test)]
 mod tests {
+    /// The row path (last dimension, rows over rayon's threads when many) gives the bits of
+    /// the general path on the same lines laid out as columns, for every op, f32 and bf16,
+    /// rows with NaN, infinities and all `-inf`, serial and parallel sizes.
+    #[test]
+    fn rows_are_the_general_lines_bit_for_bit() {
+        use super::*;
+        for (rows, n) in [(7usize, 5usize), (300, 256), (2, 40000)] {
+            let mut x: Vec<f32> = (0..rows * n)
+                .map(|i| ((i * 7919 % 1000) as f32 - 500.0) * 0.013)
+                .collect();
+            x[3] = f32::NAN;
+            x[n + 1] = f32::INFINITY;
+            if rows > 2 {
+                for v in &mut x[2 * n..3 * n] {
+                    *v = f32::NEG_INFINITY;
+                }
+            }
+            let t: Vec<f32> = (0..rows * n)
+                .map(|i| x[(i % rows) * n + i / rows])
+                .collect();
+            for op in [
+                SoftmaxOp::Softmax,
+                SoftmaxOp::LogSoftmax,
+                SoftmaxOp::LogSumExp,
+            ] {
+                let per = if op == SoftmaxOp::LogSumExp { 1 } else { n };
+                let mut got = vec![0f32; rows * per];
+                rows_f32(op, &x, n, &mut got);
+                let mut want = vec![0f32; rows * per];
+                let cols = ReduceShape {
+                    outer: 1,
+                    r: n,
+                    inner: rows,
+                };
+                lines::<f32, f32>(op, &t, cols, &mut want);
+                // `want` holds line r's element k at k * rows + r.
+                for r in 0..rows {
+                    for k in 0..per {
+                        let (a, b) = (got[r * per + k], want[k * rows + r]);
+                        assert!(
+                            a.to_bits() == b.to_bits(),
+                            "{op:?} {rows}x{n} [{r}, {k}]: {a} against {b}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    fn rows_f32(op: super::SoftmaxOp, x: &[f32], n: usize, out: &mut [f32]) {
+        super::rows::<f32, f32>(op, x, n, out);
+    }
     use super::*;
 
     fn rows(outer: usize, r: usize) -> ReduceShape {

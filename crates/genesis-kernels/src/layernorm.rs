@@ -149,19 +149,26 @@ pub fn layer_norm_forward<T: FusedElement>(
     let one = T::Acc::of_f64(1.0);
     let inv_c = one / T::Acc::of_f64(c as f64);
     let eps = T::Acc::of_f64(shape.eps);
-    let mut hs = vec![T::Acc::default(); c];
-    let mut residual = residual;
-    for n in 0..rows {
-        let at = n * c;
-        for k in 0..c {
-            hs[k] = match &mut residual {
-                Some((r, h)) => {
-                    let v = T::of_acc(x[at + k].acc() + r[at + k].acc());
-                    h[at + k] = v;
-                    v.acc()
+    if rows == 0 || c == 0 {
+        return Ok(());
+    }
+    // One row: `x` (and `r`, writing `h = x + r`) in, `y`, its mean and rstd out.
+    let row = |hs: &mut Vec<T::Acc>,
+               x: &[T],
+               res: Option<(&[T], &mut [T])>,
+               y: &mut [T],
+               mean: &mut T::Acc,
+               rstd: &mut T::Acc| {
+        hs.clear();
+        match res {
+            Some((r, h)) => {
+                for k in 0..c {
+                    let v = T::of_acc(x[k].acc() + r[k].acc());
+                    h[k] = v;
+                    hs.push(v.acc());
                 }
-                None => x[at + k].acc(),
-            };
+            }
+            None => hs.extend(x.iter().map(|v| v.acc())),
         }
         let m = mean_of(hs.iter().map(|v| v.to_f64()).sum(), inv_c);
         let var = mean_of(
@@ -174,8 +181,8 @@ pub fn layer_norm_forward<T: FusedElement>(
             inv_c,
         );
         let r = one / (var + eps).sqrt();
-        mean[n] = m;
-        rstd[n] = r;
+        *mean = m;
+        *rstd = r;
         for k in 0..c {
             let nv = (hs[k] - m) * r;
             let v = match (w, b) {
@@ -184,7 +191,39 @@ pub fn layer_norm_forward<T: FusedElement>(
                 (None, Some(b)) => nv + b[k].acc(),
                 (None, None) => nv,
             };
-            y[at + k] = T::of_acc(v);
+            y[k] = T::of_acc(v);
+        }
+    };
+    // Rows are independent: over rayon's threads when there are many elements.
+    use rayon::prelude::*;
+    if len >= crate::softmax::PARALLEL_MIN {
+        let stats = mean.par_iter_mut().zip(rstd.par_iter_mut());
+        let rows = x.par_chunks(c).zip(y.par_chunks_mut(c)).zip(stats);
+        match residual {
+            Some((r, h)) => rows
+                .zip(r.par_chunks(c).zip(h.par_chunks_mut(c)))
+                .for_each_init(Vec::new, |hs, (((x, y), (m, s)), (r, h))| {
+                    row(hs, x, Some((r, h)), y, m, s)
+                }),
+            None => rows.for_each_init(Vec::new, |hs, ((x, y), (m, s))| row(hs, x, None, y, m, s)),
+        }
+    } else {
+        let mut hs = Vec::new();
+        let rows = x
+            .chunks(c)
+            .zip(y.chunks_mut(c))
+            .zip(mean.iter_mut().zip(rstd.iter_mut()));
+        match residual {
+            Some((r, h)) => {
+                for (((x, y), (m, s)), (r, h)) in rows.zip(r.chunks(c).zip(h.chunks_mut(c))) {
+                    row(&mut hs, x, Some((r, h)), y, m, s);
+                }
+            }
+            None => {
+                for ((x, y), (m, s)) in rows {
+                    row(&mut hs, x, None, y, m, s);
+                }
+            }
         }
     }
     Ok(())
@@ -220,33 +259,85 @@ pub fn layer_norm_backward<T: FusedElement>(
     need.extend(db.as_ref().map(|v| (c, v.len())));
     exact(&need)?;
     let inv_c = T::Acc::of_f64(1.0) / T::Acc::of_f64(c as f64);
-    let (mut sw, mut sb) = (vec![0f64; c], vec![0f64; c]);
-    let mut ns = vec![T::Acc::default(); c];
-    let mut dns = vec![T::Acc::default(); c];
-    for row in 0..rows {
-        let at = row * c;
-        let (m, r) = (mean[row], rstd[row]);
+    if rows == 0 || c == 0 {
+        return Ok(());
+    }
+    use rayon::prelude::*;
+    let parallel = len >= crate::softmax::PARALLEL_MIN;
+    // The input's gradient, row by row (rows over rayon's threads when many).
+    let row = |sc: &mut (Vec<T::Acc>, Vec<T::Acc>),
+               dy: &[T],
+               h: &[T],
+               dh: &mut [T],
+               (m, r): (T::Acc, T::Acc)| {
+        let (ns, dns) = sc;
+        ns.clear();
+        dns.clear();
         let (mut s1, mut s2) = (0f64, 0f64);
         for k in 0..c {
-            let dyv = dy[at + k].acc();
-            let n = (h[at + k].acc() - m) * r;
+            let dyv = dy[k].acc();
+            let n = (h[k].acc() - m) * r;
             let dn = match w {
                 Some(w) => dyv * w[k].acc(),
                 None => dyv,
             };
-            (ns[k], dns[k]) = (n, dn);
+            ns.push(n);
+            dns.push(dn);
             s1 += dn.to_f64();
             s2 += dn.to_f64() * n.to_f64();
-            sw[k] += dyv.to_f64() * n.to_f64();
-            sb[k] += dyv.to_f64();
         }
         let (ma, mb) = (mean_of(s1, inv_c), mean_of(s2, inv_c));
         for k in 0..c {
             let mut d = (-ns[k]).fma(mb, dns[k] - ma) * r;
             if acc.dh {
-                d = d + dh[at + k].acc();
+                d = d + dh[k].acc();
             }
-            dh[at + k] = T::of_acc(d);
+            dh[k] = T::of_acc(d);
+        }
+    };
+    let stats = |i: usize| (mean[i], rstd[i]);
+    if parallel {
+        dy.par_chunks(c)
+            .zip(h.par_chunks(c))
+            .zip(dh.par_chunks_mut(c))
+            .enumerate()
+            .for_each_init(
+                || (Vec::new(), Vec::new()),
+                |sc, (i, ((dy, h), dh))| row(sc, dy, h, dh, stats(i)),
+            );
+    } else {
+        let mut sc = (Vec::new(), Vec::new());
+        for (i, ((dy, h), dh)) in dy
+            .chunks(c)
+            .zip(h.chunks(c))
+            .zip(dh.chunks_mut(c))
+            .enumerate()
+        {
+            row(&mut sc, dy, h, dh, stats(i));
+        }
+    }
+    // The parameters' gradients: each column summed over the rows in order (columns over
+    // rayon's threads when many).
+    let (mut sw, mut sb) = (vec![0f64; c], vec![0f64; c]);
+    if dw.is_some() || db.is_some() {
+        let column = |k: usize, (sw, sb): (&mut f64, &mut f64)| {
+            for i in 0..rows {
+                let dyv = dy[i * c + k].acc();
+                let n = (h[i * c + k].acc() - mean[i]) * rstd[i];
+                *sw += dyv.to_f64() * n.to_f64();
+                *sb += dyv.to_f64();
+            }
+        };
+        if parallel {
+            sw.par_iter_mut()
+                .zip(sb.par_iter_mut())
+                .enumerate()
+                .for_each(|(k, s)| column(k, s));
+        } else {
+            sw.iter_mut()
+                .zip(sb.iter_mut())
+                .enumerate()
+                .for_each(|(k, s)| column(k, s));
         }
     }
     for (out, sums) in [(dw, &sw), (db, &sb)] {
@@ -558,6 +649,145 @@ mod tests {
     use half::bf16;
     use rand::rngs::SmallRng;
     use rand::{Rng, SeedableRng};
+
+    /// The backward over rayon's threads (rows for the input's gradient, columns for the
+    /// parameters') gives the bits of one pass over the rows in order, accumulating or not.
+    #[test]
+    fn parallel_backward_is_the_serial_pass() {
+        let (rows, c) = (300, 130);
+        let mut rng = SmallRng::seed_from_u64(5);
+        let mut v =
+            |n: usize| -> Vec<f32> { (0..n).map(|_| rng.random_range(-3.0f32..3.0)).collect() };
+        let (dy, h, w, prior) = (v(rows * c), v(rows * c), v(c), v(rows * c));
+        let (mean, rstd): (Vec<f32>, Vec<f32>) = (0..rows)
+            .map(|i| (i as f32 * 0.01 - 1.0, 0.5 + i as f32 * 0.003))
+            .unzip();
+        let shape = LayerNormShape {
+            rows,
+            cols: c,
+            eps: 1e-5,
+        };
+        for accumulate in [false, true] {
+            let acc = Accumulate {
+                dh: accumulate,
+                params: accumulate,
+            };
+            let (mut dh, mut dw, mut db) = (prior.clone(), v(c), v(c));
+            let (dw0, db0) = (dw.clone(), db.clone());
+            layer_norm_backward(
+                &shape,
+                &dy,
+                &h,
+                Some(&w),
+                &mean,
+                &rstd,
+                &mut dh,
+                Some(&mut dw),
+                Some(&mut db),
+                acc,
+            )
+            .unwrap();
+            // One pass over the rows in order, as the twin defines it.
+            let inv_c = 1.0f32 / c as f32;
+            let (mut sw, mut sb) = (vec![0f64; c], vec![0f64; c]);
+            let mut want = prior.clone();
+            for i in 0..rows {
+                let (m, r) = (mean[i], rstd[i]);
+                let (mut s1, mut s2) = (0f64, 0f64);
+                let mut ns = vec![0f32; c];
+                let mut dns = vec![0f32; c];
+                for k in 0..c {
+                    let (dyv, n) = (dy[i * c + k], (h[i * c + k] - m) * r);
+                    let dn = dyv * w[k];
+                    (ns[k], dns[k]) = (n, dn);
+                    s1 += f64::from(dn);
+                    s2 += f64::from(dn) * f64::from(n);
+                    sw[k] += f64::from(dyv) * f64::from(n);
+                    sb[k] += f64::from(dyv);
+                }
+                let (ma, mb) = (mean_of::<f32>(s1, inv_c), mean_of::<f32>(s2, inv_c));
+                for k in 0..c {
+                    let mut d = (-ns[k]).mul_add(mb, dns[k] - ma) * r;
+                    if accumulate {
+                        d += want[i * c + k];
+                    }
+                    want[i * c + k] = d;
+                }
+            }
+            assert!(dh == want, "dh, accumulate {accumulate}");
+            for k in 0..c {
+                let (ew, eb) = (sw[k] as f32, sb[k] as f32);
+                let (ew, eb) = if accumulate {
+                    (dw0[k] + ew, db0[k] + eb)
+                } else {
+                    (ew, eb)
+                };
+                assert!(
+                    dw[k] == ew && db[k] == eb,
+                    "column {k}, accumulate {accumulate}"
+                );
+            }
+        }
+    }
+
+    /// Many rows at once (rows over rayon's threads) give the bits of each row alone, with and
+    /// without the residual add, f32 and bf16.
+    #[test]
+    fn parallel_rows_are_the_rows_alone() {
+        fn check<T: FusedElement>(from: fn(f32) -> T) {
+            let (rows, c) = (300, 130);
+            let mut rng = SmallRng::seed_from_u64(4);
+            let mut v = |n: usize| -> Vec<T> {
+                (0..n)
+                    .map(|_| from(rng.random_range(-3.0f32..3.0)))
+                    .collect()
+            };
+            let (x, r, w, b) = (v(rows * c), v(rows * c), v(c), v(c));
+            for residual in [false, true] {
+                let shape = LayerNormShape {
+                    rows,
+                    cols: c,
+                    eps: 1e-5,
+                };
+                let (mut y, mut h) = (vec![from(0.0); rows * c], vec![from(0.0); rows * c]);
+                let (mut m, mut s) = (vec![T::Acc::default(); rows], vec![T::Acc::default(); rows]);
+                let res = residual.then_some((&r[..], &mut h[..]));
+                layer_norm_forward(&shape, &x, res, Some(&w), Some(&b), &mut y, &mut m, &mut s)
+                    .unwrap();
+                for n in 0..rows {
+                    let one = LayerNormShape {
+                        rows: 1,
+                        cols: c,
+                        eps: 1e-5,
+                    };
+                    let at = n * c..(n + 1) * c;
+                    let (mut y1, mut h1) = (vec![from(0.0); c], vec![from(0.0); c]);
+                    let (mut m1, mut s1) = ([T::Acc::default()], [T::Acc::default()]);
+                    let res = residual.then_some((&r[at.clone()], &mut h1[..]));
+                    layer_norm_forward(
+                        &one,
+                        &x[at.clone()],
+                        res,
+                        Some(&w),
+                        Some(&b),
+                        &mut y1,
+                        &mut m1,
+                        &mut s1,
+                    )
+                    .unwrap();
+                    assert!(
+                        y1 == y[at.clone()] && m1[0] == m[n] && s1[0] == s[n],
+                        "row {n}"
+                    );
+                    if residual {
+                        assert!(h1 == h[at], "row {n} (h)");
+                    }
+                }
+            }
+        }
+        check::<f32>(|v| v);
+        check::<bf16>(bf16::from_f32);
+    }
 
     fn random(rng: &mut SmallRng, n: usize) -> Vec<f64> {
         (0..n).map(|_| rng.random_range(-2.0..2.0)).collect()

@@ -124,9 +124,9 @@ impl Tensor {
     }
 
     /// [`Tensor::layer_norm`] over the last dimension as one kernel forward and one backward
-    /// (`genesis_kernels::layernorm`: each row read once, the statistics in f32), for
-    /// contiguous CUDA f32, f16 or bf16 inputs with contiguous affine parameters of their
-    /// dtype; `None` when the operands do not suit it.
+    /// (`genesis_kernels::layernorm`: each row read once, the statistics in f32; on the CPU
+    /// its twin, rows on all cores), for contiguous f32, f16 or bf16 inputs with contiguous
+    /// affine parameters of their dtype; `None` when the operands do not suit it.
     fn layer_norm_fused(
         &self,
         inputs: &[&Tensor],
@@ -142,12 +142,10 @@ impl Tensor {
         let Some(&cols) = shape.last() else {
             return Ok(None);
         };
-        let suits = matches!(self.device(), crate::Device::Cuda(_))
-            && matches!(
-                dtype,
-                crate::DType::F32 | crate::DType::F16 | crate::DType::BF16
-            )
-            && (1..=MAX_COLS).contains(&cols)
+        let suits = matches!(
+            dtype,
+            crate::DType::F32 | crate::DType::F16 | crate::DType::BF16
+        ) && (1..=MAX_COLS).contains(&cols)
             && self.layout().is_contiguous()
             && [weight, bias].into_iter().flatten().all(|p| {
                 p.dtype() == dtype && p.device() == self.device() && p.layout().is_contiguous()

@@ -149,9 +149,6 @@ pub fn layer_norm_forward<T: FusedElement>(
     let one = T::Acc::of_f64(1.0);
     let inv_c = one / T::Acc::of_f64(c as f64);
     let eps = T::Acc::of_f64(shape.eps);
-    if rows == 0 || c == 0 {
-        return Ok(());
-    }
     // One row: `x` (and `r`, writing `h = x + r`) in, `y`, its mean and rstd out.
     let row = |hs: &mut Vec<T::Acc>,
                x: &[T],
@@ -259,9 +256,6 @@ pub fn layer_norm_backward<T: FusedElement>(
     need.extend(db.as_ref().map(|v| (c, v.len())));
     exact(&need)?;
     let inv_c = T::Acc::of_f64(1.0) / T::Acc::of_f64(c as f64);
-    if rows == 0 || c == 0 {
-        return Ok(());
-    }
     use rayon::prelude::*;
     let parallel = len >= crate::softmax::PARALLEL_MIN;
     // The input's gradient, row by row (rows over rayon's threads when many).

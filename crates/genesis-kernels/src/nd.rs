@@ -258,10 +258,46 @@ impl BinaryNd {
     }
 
     /// Visits `(output index, a offset, b offset)` in output order.
-    pub fn for_each(&self, mut f: impl FnMut(usize, usize, usize)) {
+    pub fn for_each(&self, f: impl FnMut(usize, usize, usize)) {
+        let rows = self.numel() / self.inner().max(1);
+        self.for_each_rows(0, rows, f);
+    }
+
+    /// Elements of the innermost dimension (1 for a 0-d descriptor): a row.
+    fn inner(&self) -> usize {
+        match self.rank as usize {
+            0 => 1,
+            r => self.size[r - 1] as usize,
+        }
+    }
+
+    /// `f(r0, r1, block)` for blocks of whole rows of `out` (the output, contiguous, `numel`
+    /// elements): one block on this thread when small, else blocks of about 16 Ki elements on
+    /// rayon's threads. Every element is computed as alone: the same bits either way.
+    fn for_row_blocks<T: Send>(&self, out: &mut [T], f: impl Fn(usize, usize, &mut [T]) + Sync) {
+        use rayon::prelude::*;
+        let (n, inner) = (self.numel(), self.inner().max(1));
+        let rows = n / inner;
+        if n < crate::softmax::PARALLEL_MIN || rows < 2 {
+            f(0, rows, out);
+            return;
+        }
+        let per = (16384 / inner).max(1);
+        out[..n]
+            .par_chunks_mut(per * inner)
+            .enumerate()
+            .for_each(|(c, block)| {
+                let r0 = c * per;
+                f(r0, r0 + block.len() / inner, block)
+            });
+    }
+
+    /// [`BinaryNd::for_each`] over rows `r0..r1` only (positions `r0 * inner ..`): the
+    /// offsets of row `r0` from its multi-index, then the same walk.
+    fn for_each_rows(&self, r0: usize, r1: usize, mut f: impl FnMut(usize, usize, usize)) {
         let n = self.numel();
         let rank = self.rank as usize;
-        if n == 0 {
+        if n == 0 || r0 >= r1 {
             return;
         }
         // Row by row: the innermost dimension is a plain loop, the others advance once a row.
@@ -278,8 +314,18 @@ impl BinaryNd {
         let outer = rank.saturating_sub(1);
         let mut idx = [0u32; ND_DIMS];
         let (mut oa, mut ob) = (self.a_offset, self.b_offset);
-        let mut i = 0;
-        while i < n {
+        // Row r0's multi-index over the outer dimensions (row-major).
+        let mut rest = r0;
+        for k in (0..outer).rev() {
+            let size = self.size[k] as usize;
+            idx[k] = (rest % size) as u32;
+            rest /= size;
+            oa += self.a_strides[k] * i64::from(idx[k]);
+            ob += self.b_strides[k] * i64::from(idx[k]);
+        }
+        let mut i = r0 * inner;
+        let end = (r1 * inner).min(n);
+        while i < end {
             let (mut a, mut b) = (oa, ob);
             for j in 0..inner {
                 f(i + j, a as usize, b as usize);
@@ -322,12 +368,20 @@ pub fn binary_nd<T: Element>(
         a: &[T],
         b: Rhs<&[T], T>,
         out: &mut [T],
-        f: impl Fn(T, T) -> T,
+        f: impl Fn(T, T) -> T + Sync,
     ) {
-        match b {
-            Rhs::Tensor(b) => desc.for_each(|i, ia, ib| out[i] = f(a[ia], b[ib])),
-            Rhs::Scalar(s) => desc.for_each(|i, ia, _| out[i] = f(a[ia], s)),
-        }
+        // Blocks of whole rows (the output is contiguous), over rayon's threads when many.
+        desc.for_row_blocks(out, |r0, r1, out| {
+            let base = r0 * desc.inner();
+            match b {
+                Rhs::Tensor(b) => {
+                    desc.for_each_rows(r0, r1, |i, ia, ib| out[i - base] = f(a[ia], b[ib]))
+                }
+                Rhs::Scalar(s) => {
+                    desc.for_each_rows(r0, r1, |i, ia, _| out[i - base] = f(a[ia], s))
+                }
+            }
+        });
     }
     match op {
         BinaryOp::Add => run(desc, a, b, out, |x, y| T::binary(BinaryOp::Add, x, y)),
@@ -359,10 +413,17 @@ pub fn binary_nd_assign<T: Element>(
         Rhs::Scalar(_) => None,
     };
     desc.check(a_out.len(), b_len, a_out.len())?;
-    match b {
-        Rhs::Tensor(b) => desc.for_each(|i, _, ib| a_out[i] = T::binary(op, a_out[i], b[ib])),
-        Rhs::Scalar(s) => desc.for_each(|i, _, _| a_out[i] = T::binary(op, a_out[i], s)),
-    }
+    desc.for_row_blocks(a_out, |r0, r1, out| {
+        let base = r0 * desc.inner();
+        match b {
+            Rhs::Tensor(b) => desc.for_each_rows(r0, r1, |i, _, ib| {
+                out[i - base] = T::binary(op, out[i - base], b[ib])
+            }),
+            Rhs::Scalar(s) => desc.for_each_rows(r0, r1, |i, _, _| {
+                out[i - base] = T::binary(op, out[i - base], s)
+            }),
+        }
+    });
     Ok(())
 }
 
@@ -608,6 +669,71 @@ pub fn where_nd<T: Copy>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Broadcast and strided binary ops of many elements (row blocks over rayon's threads),
+    /// out of place and in place, against each output's operands found by its multi-index.
+    #[test]
+    fn row_blocks_read_every_position_right() {
+        // (shape, a strides, b strides): a transposed `a` against a broadcast row, a
+        // broadcast column against a contiguous `b`, a 4-d mix with an odd inner size.
+        let cases: [(&[usize], &[isize], &[isize]); 3] = [
+            (&[300, 257], &[1, 300], &[0, 1]),
+            (&[257, 300], &[1, 0], &[300, 1]),
+            (
+                &[3, 7, 41, 53],
+                &[7 * 41 * 53, 41 * 53, 53, 1],
+                &[0, 41, 1, 0],
+            ),
+        ];
+        for (shape, sa, sb) in cases {
+            let n: usize = shape.iter().product();
+            let span = |st: &[isize]| -> usize {
+                1 + shape
+                    .iter()
+                    .zip(st)
+                    .map(|(&d, &s)| (d - 1) * s as usize)
+                    .sum::<usize>()
+            };
+            let a: Vec<f32> = (0..span(sa) + 3)
+                .map(|i| (i % 97) as f32 * 0.5 - 20.0)
+                .collect();
+            let b: Vec<f32> = (0..span(sb) + 1)
+                .map(|i| (i % 89) as f32 * 0.25 + 1.0)
+                .collect();
+            let desc = BinaryNd::new(shape, sa, 3, Some((sb, 1))).unwrap();
+            let mut out = vec![0f32; n];
+            binary_nd(BinaryOp::Sub, &desc, &a, Rhs::Tensor(&b[..]), &mut out).unwrap();
+            let at = |i: usize, st: &[isize], off: usize| -> usize {
+                let mut rest = i;
+                let mut o = off;
+                for (&d, &s) in shape.iter().zip(st).rev() {
+                    o += (rest % d) * s as usize;
+                    rest /= d;
+                }
+                o
+            };
+            for i in 0..n {
+                let want = a[at(i, sa, 3)] - b[at(i, sb, 1)];
+                assert_eq!(out[i].to_bits(), want.to_bits(), "{shape:?} at {i}");
+            }
+            // In place: `a` the output itself (contiguous), `b` broadcast.
+            let contiguous: Vec<isize> = {
+                let mut st = vec![1isize; shape.len()];
+                for k in (0..shape.len() - 1).rev() {
+                    st[k] = st[k + 1] * shape[k + 1] as isize;
+                }
+                st
+            };
+            let desc = BinaryNd::new(shape, &contiguous, 0, Some((sb, 1))).unwrap();
+            let mut io: Vec<f32> = (0..n).map(|i| (i % 13) as f32).collect();
+            let before = io.clone();
+            binary_nd_assign(BinaryOp::Mul, &desc, &mut io, Rhs::Tensor(&b[..])).unwrap();
+            for i in 0..n {
+                let want = before[i] * b[at(i, sb, 1)];
+                assert_eq!(io[i].to_bits(), want.to_bits(), "{shape:?} in place at {i}");
+            }
+        }
+    }
 
     #[test]
     fn compare_and_where_read_operands_in_place() {

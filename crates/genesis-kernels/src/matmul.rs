@@ -749,12 +749,19 @@ fn sm90_width(plan: &MatmulPlan, sms: usize) -> usize {
     if let Some(tile) = plan.sm90 {
         return tile;
     }
-    let units =
-        s.m.div_ceil(SM90_TILE_M)
-            .saturating_mul(s.n.div_ceil(256))
-            .saturating_mul(s.batch)
-            .saturating_mul(splits.max(1));
-    if units >= sms { 0 } else { 1 }
+    if sm90_units(s, 256, splits.max(1)) >= sms {
+        0
+    } else {
+        1
+    }
+}
+
+/// Work units of a Hopper product: `128 x bn` tiles of every batch, times the k slices.
+fn sm90_units(s: MatmulShape, bn: usize, splits: usize) -> usize {
+    s.m.div_ceil(SM90_TILE_M)
+        .saturating_mul(s.n.div_ceil(bn))
+        .saturating_mul(s.batch)
+        .saturating_mul(splits)
 }
 
 /// Launches `kernel` with `args` as its parameters, each a `u64` (device addresses and
@@ -1380,12 +1387,7 @@ impl MatmulPlan {
         let values = (s.m * s.n).saturating_mul(s.batch) as f64;
         // Model index of a tile: 0 (`128 x 256`), 1 (`128 x 128`), 2 (ping-pong `128 x 128`).
         let cost = |tile: usize, p: &MatmulPlan| {
-            let bn = [256, 128, 128][tile];
-            let units =
-                s.m.div_ceil(SM90_TILE_M)
-                    .saturating_mul(s.n.div_ceil(bn))
-                    .saturating_mul(s.batch)
-                    .saturating_mul(p.splits);
+            let units = sm90_units(s, [256, 128, 128][tile], p.splits);
             let split = usize::from(p.splits > 1);
             let unit = p.kslice.div_ceil(64) as f64 * SM90_K_NS[tile] + SM90_UNIT_NS[tile][split];
             let partials = if p.splits > 1 {
@@ -2225,13 +2227,7 @@ unsafe fn gemm_sm90<T: MatmulElement>(
     let kernel = Kernel::get(ctx, &crate::images::MATMUL_SM90, name)?;
     let smem = SM90_SMEM[tile];
     kernel.set_max_dynamic_shared_bytes(smem)?;
-    let bn = SM90_TILE_N[tile];
-    let units = shape
-        .m
-        .div_ceil(SM90_TILE_M)
-        .saturating_mul(shape.n.div_ceil(bn))
-        .saturating_mul(shape.batch)
-        .saturating_mul(splits);
+    let units = sm90_units(shape, SM90_TILE_N[tile], splits);
     let config = LaunchConfig {
         grid: (
             units.clamp(1, (ctx.multiprocessors() as usize).max(1)) as u32,
@@ -2514,9 +2510,11 @@ mod tests {
             MatmulPlan::new_for_device::<bf16>(s, 132, (9, 0), MatmulPrecision::Highest)
         };
         let units = |p: &MatmulPlan| {
-            let bn = SM90_TILE_N[p.sm90.expect("a Hopper tile")];
-            let s = p.shape;
-            s.m.div_ceil(128) * s.n.div_ceil(bn) * s.batch * p.splits
+            sm90_units(
+                p.shape,
+                SM90_TILE_N[p.sm90.expect("a Hopper tile")],
+                p.splits,
+            )
         };
         for s in [
             shape(1, 4096, 4096, 4096),

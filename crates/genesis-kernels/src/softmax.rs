@@ -210,9 +210,11 @@ pub(crate) const PARALLEL_MIN: usize = 1 << 15;
 /// the rows spread over rayon's threads when there are many elements.
 fn rows<T: Element, A: Acc>(op: SoftmaxOp, input: &[T], n: usize, out: &mut [T]) {
     use rayon::prelude::*;
-    // The row's max, and its sum of exp(x - m) (in f64, in order) as `A`.
+    // The row's max (NaN when any element is), and its sum of exp(x - m) (in f64, in order)
+    // as `A`.
+    let max_of = |line: &[T]| line.iter().fold(A::NEG_INF, |m, &x| nanmax(m, A::of(x)));
     let stats = |line: &[T]| -> (A, A) {
-        let m = line.iter().fold(A::NEG_INF, |m, &x| nanmax(m, A::of(x)));
+        let m = max_of(line);
         let mut total = 0f64;
         if m.finite() {
             for &x in line {
@@ -224,7 +226,7 @@ fn rows<T: Element, A: Acc>(op: SoftmaxOp, input: &[T], n: usize, out: &mut [T])
     // Softmax keeps each exp(x - m) of the sum's pass in `e` (the same value the output
     // multiplies by 1 / s) instead of computing it twice.
     let write = |e: &mut Vec<A>, line: &[T], dst: &mut [T]| {
-        let m = line.iter().fold(A::NEG_INF, |m, &x| nanmax(m, A::of(x)));
+        let m = max_of(line);
         if !m.finite() {
             for d in dst.iter_mut() {
                 *d = A::NAN.to();

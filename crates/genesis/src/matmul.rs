@@ -313,7 +313,7 @@ impl Tensor {
                             && b.device() == self.device()
                             && (b.numel() <= 1 || b.strides()[0] == 1) =>
                     {
-                        self.matmul_bias_raw(&wt, b)
+                        self.matmul_bias_raw(&wt, Some(b))
                     }
                     Some(b) => {
                         let y = self.matmul_raw(&wt)?;
@@ -362,35 +362,28 @@ impl Tensor {
 
     /// [`Tensor::matmul`] without recording.
     fn matmul_raw(&self, other: &Tensor) -> Result<Tensor> {
-        let (p, shape, [(a, a0, la), (b, b0, lb)]) = self.matmul_parts(other)?;
-        let precision = crate::backends::matmul_precision();
-        let layout = MatmulLayout { a: la, b: lb };
-        let c = a.matmul_layout_with(a0, &b, b0, shape, layout, precision)?;
-        Tensor::from_storage(c, &p.out_shape)
+        self.matmul_bias_raw(other, None)
     }
 
-    /// `self @ other + bias` without recording: `bias` `[n]` of the operands' dtype and
-    /// device, its elements one apart.
-    fn matmul_bias_raw(&self, other: &Tensor, bias: &Tensor) -> Result<Tensor> {
+    /// [`Tensor::matmul_raw`] plus `bias` (`[n]` of the operands' dtype and device, its
+    /// elements one apart) added to every row, by the product's kernel where it can.
+    fn matmul_bias_raw(&self, other: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
         let (p, shape, [(a, a0, la), (b, b0, lb)]) = self.matmul_parts(other)?;
-        if shape.c_len() == Some(0) {
-            return Tensor::from_storage(
-                Storage::empty(0, self.dtype(), self.device())?,
-                &p.out_shape,
-            );
-        }
         let precision = crate::backends::matmul_precision();
         let layout = MatmulLayout { a: la, b: lb };
-        let c = a.matmul_bias_layout_with(
-            a0,
-            &b,
-            b0,
-            shape,
-            layout,
-            precision,
-            bias.view.storage(),
-            bias.first_element(),
-        )?;
+        let c = match bias {
+            Some(bias) => a.matmul_bias_layout_with(
+                a0,
+                &b,
+                b0,
+                shape,
+                layout,
+                precision,
+                bias.view.storage(),
+                bias.first_element(),
+            )?,
+            None => a.matmul_layout_with(a0, &b, b0, shape, layout, precision)?,
+        };
         Tensor::from_storage(c, &p.out_shape)
     }
 

@@ -29,20 +29,25 @@
 //   i64 the caller sets to -1; an unsigned atomicMin, so -1 = 2^64 - 1 loses to every row).
 //   lse is written for every row (ignored ones too).
 //
-// Algorithm: a block of 512 threads a row (grid-stride over rows). Pass 1: thread 0 reads
-// x[t]; every thread folds its chunks (j = threadIdx.x, + 512, ..., each element in order)
-// into an online state (m, s) (x > m: s = s exp(m - x) + 1, m = x; else s += exp(x -
-// m); NaN poisons), the warp merges the states by xor-shuffles, the 16 warp states merge in
-// warp order through shared memory (all threads get the row's (m, s)). Pass 2 (fused, bwd):
-// each thread reads its elements again and writes their gradient. The barriers of the block
-// merge separate every read of a row from the first write of its gradient, and each element
-// is read and written by the same thread, so dlogits may be the logits themselves (in place,
-// same pointer and stride). Per-row outputs (loss, lse) are written by thread 0.
+// Algorithm: ce_fwd and ce_fused give a warp a row (rows stride over the grid's warps); ce_bwd
+// a block a row. Pass 1 (fwd, fused): lane 0 reads x[t]; lane l folds chunks l, l + 32, ...
+// into four online states (m, s) (chunk l + 32 i into state i % 4; merged in order at the
+// end): a chunk's maximum c first (c > m: s = s exp(m - c), m = c), then its elements in
+// order into one partial sum of exp(x - m), as exp2(x log2(e) - m log2(e)) while m is finite
+// (1 where x = m when it is not, so infinities count once each), added to s; a NaN makes s
+// NaN, and lse NaN. One multiply-add and one exp2 an element, no branch per element. The lanes' states merge by xor-shuffles, each pair as lower.merge(upper), so every
+// lane ends with the same bits. Pass 2 (fused, bwd): each thread reads its chunks again and
+// writes their gradient. In the fused kernel the shuffles separate every read of a row from
+// the first write of its gradient, and each element is read and written by the same lane, so
+// dlogits may be the logits themselves (in place, same pointer and stride); ce_bwd reads the
+// saved lse and each element is read and written by one thread. Per-row outputs (loss, lse)
+// are written by lane 0.
 // ce_count and ce_reduce are one block of 1024 threads: integer counts (order-free), and the
 // losses summed in f64 (thread t takes rows t, t + 1024, ... in order, then a fixed tree),
 // rounded once to f32 after the division by the count.
 //
-// Numerical contract: f32 throughout with CUDA's expf / logf (2 and 1 ulp); the state merges
+// Numerical contract: f32 throughout with CUDA's exp2f / expf / logf (2, 2 and 1 ulp; the
+// exp2 argument's multiply-add rounds once, an error within the twin bound's |m| term); the state merges
 // add in a tree (the twin sums in order, in f64): see classifier.rs for the bound.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -52,6 +57,7 @@ typedef unsigned long long u64;
 typedef long long i64;
 
 #define CE_THREADS 512
+#define CE_WARP_THREADS 256
 #define CE_NONE 0
 #define CE_SUM 1
 #define CE_MEAN 2
@@ -95,6 +101,7 @@ template <typename T> struct __align__(16) Vec {
 };
 
 #define F_NAN __int_as_float(0x7fc00000)
+#define CE_LOG2E 1.44269504088896340736f
 #define F_INF __int_as_float(0x7f800000)
 
 __device__ __forceinline__ bool is_fin(float a) { return a - a == 0.0f; }
@@ -106,16 +113,32 @@ struct CeSt {
         m = -F_INF;
         s = 0.0f;
     }
-    __device__ __forceinline__ void push(float x) {
-        if (x > m) {
-            s = s * expf(m - x) + 1.0f;
-            m = x;
-        } else if (x <= m) {
-            s += x == m ? 1.0f : expf(x - m);
-        } else {
-            m = F_NAN;
-            s = F_NAN;
+    // Folds the first `cnt` values of a chunk (all N when FULL): the state moves to the
+    // chunk's maximum c once (c > m: s = s exp(m - c), m = c), then each value adds
+    // exp(x - m): for a finite m as exp2(x log2(e) - m log2(e)) (one fused multiply-add and
+    // one exp2 a value), for an infinite m as exp(x - m), exactly 1 where x = m. A NaN value
+    // makes s NaN (m, a maximum by fmaxf, skips NaN; ce_lse reads NaN from s).
+    template <bool FULL, int N> __device__ __forceinline__ void push_chunk(const float (&v)[N], int cnt) {
+        float cm = -F_INF;
+#pragma unroll
+        for (int e = 0; e < N; ++e)
+            if (FULL || e < cnt) cm = fmaxf(cm, v[e]);
+        if (cm > m) {
+            s *= expf(m - cm);
+            m = cm;
         }
+        float add = 0.0f;
+        if (is_fin(m)) {
+            const float ml = m * CE_LOG2E;
+#pragma unroll
+            for (int e = 0; e < N; ++e)
+                if (FULL || e < cnt) add += exp2f(fmaf(v[e], CE_LOG2E, -ml));
+        } else {
+#pragma unroll
+            for (int e = 0; e < N; ++e)
+                if (FULL || e < cnt) add += v[e] == m ? 1.0f : expf(v[e] - m);
+        }
+        s += add;
     }
     __device__ __forceinline__ void merge(float m2, float s2) {
         if (m2 > m) {
@@ -130,25 +153,24 @@ struct CeSt {
     }
 };
 
-// Merges the states of the block's threads; every thread gets the total. Begins and ends with
-// a barrier: `red` (64 floats) may be reused by the next call, and every thread's reads of the
-// row happen before any thread returns.
-__device__ __forceinline__ void ce_block_merge(CeSt &st, float *red) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+// Merges the states of the warp's lanes by xor-shuffles, each pair merged as (lower lane's
+// state).merge(upper lane's), so both lanes of a pair, and at the end every lane, hold the
+// same bits. Every lane's reads of the row happen before any lane gets the total.
+__device__ __forceinline__ void ce_warp_merge(CeSt &st) {
+    const int lane = threadIdx.x & 31;
 #pragma unroll
-    for (int d = 16; d > 0; d >>= 1) {
+    for (int d = 1; d < 32; d <<= 1) {
         const float m2 = __shfl_xor_sync(0xffffffffu, st.m, d), s2 = __shfl_xor_sync(0xffffffffu, st.s, d);
-        st.merge(m2, s2);
+        if (lane & d) {
+            CeSt lo;
+            lo.m = m2;
+            lo.s = s2;
+            lo.merge(st.m, st.s);
+            st = lo;
+        } else {
+            st.merge(m2, s2);
+        }
     }
-    __syncthreads();
-    if (lane == 0) {
-        red[warp] = st.m;
-        red[32 + warp] = st.s;
-    }
-    __syncthreads();
-    st.m = red[0];
-    st.s = red[32];
-    for (int w = 1; w < warps; ++w) st.merge(red[w], red[32 + w]);
 }
 
 // Records `row` as a row with a bad target (the smallest one wins).
@@ -161,7 +183,7 @@ __device__ __forceinline__ int ce_kind(const CeArgs &a, u64 row, i64 &t) {
     t = reinterpret_cast<const i64 *>(a.targets)[row];
     if (t == a.ignore) return 1;
     if (t < 0 || (u64)t >= a.classes) {
-        if (threadIdx.x == 0) ce_report(a.status, row);
+        if ((threadIdx.x & 31) == 0) ce_report(a.status, row);
         return 2;
     }
     return 0;
@@ -185,27 +207,44 @@ __device__ __forceinline__ int ce_load(const T *p, u64 j, u64 n, float (&v)[Vec<
     return m;
 }
 
-// The block's merged state of the row at p: thread t folds chunks t, t + blockDim.x, ... in
-// order (the same order on both paths, so every kernel gets the same bits for a row).
+// The warp's merged state of the row at p: lane l folds chunks l, l + 32, ... in order into
+// four independent states (chunk l + 32 i into state i % 4, so the four dependency chains
+// overlap), merged in state order, then across lanes. The same order on every path, so every
+// kernel gets the same bits for a row.
 template <typename T, bool VEC>
-__device__ __forceinline__ CeSt ce_row_state(const T *p, u64 n, float *red) {
+__device__ __forceinline__ CeSt ce_row_state(const T *p, u64 n) {
     typedef Vec<T> V;
-    CeSt st;
-    st.init();
-    const u64 chunks = (n + V::N - 1) / V::N;
-#pragma unroll 2
-    for (u64 j = threadIdx.x; j < chunks; j += blockDim.x) {
-        float v[V::N];
-        const int m = ce_load<T, VEC>(p, j, n, v);
+    CeSt st[4];
 #pragma unroll
-        for (int e = 0; e < V::N; ++e)
-            if (e < m) st.push(v[e]);
+    for (int i = 0; i < 4; ++i) st[i].init();
+    const u64 chunks = (n + V::N - 1) / V::N;
+    // Whole chunks four at a time, then the rest (the last chunk may be partial).
+    const u64 whole = n / V::N;
+    u64 j = threadIdx.x & 31;
+    for (; j + 96 < whole; j += 128) {
+        float v[4][V::N];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) ce_load<T, VEC>(p, j + 32 * i, n, v[i]);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) st[i].template push_chunk<true>(v[i], V::N);
     }
-    ce_block_merge(st, red);
-    return st;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+        if (j + 32 * i < chunks) {
+            float v[V::N];
+            const int m = ce_load<T, VEC>(p, j + 32 * i, n, v);
+            st[i].template push_chunk<false>(v, m);
+        }
+#pragma unroll
+    for (int i = 1; i < 4; ++i) st[0].merge(st[i].m, st[i].s);
+    ce_warp_merge(st[0]);
+    return st[0];
 }
 
-__device__ __forceinline__ float ce_lse(const CeSt &st) { return is_fin(st.m) ? st.m + logf(st.s) : st.m; }
+// lse = m + log(s) for a finite m, else m; NaN when a value was NaN (s is then NaN).
+__device__ __forceinline__ float ce_lse(const CeSt &st) {
+    return st.s != st.s ? F_NAN : is_fin(st.m) ? st.m + logf(st.s) : st.m;
+}
 
 // The gradient of element k: (p - [k == t]) g; exactly 0 for an ignored row (kind 1).
 __device__ __forceinline__ float ce_grad(float x, float lse, bool fin, u64 k, i64 t, float g, int kind) {
@@ -227,12 +266,13 @@ __device__ __forceinline__ float ce_scale(const CeArgs &a, u64 row, int kind) {
 // Pass 2: writes the gradient of the row at p into q (the chunks of pass 1, so each element is
 // read and written by the thread that read it in pass 1).
 template <typename T, bool VEC>
-__device__ __forceinline__ void ce_row_grad(const T *p, T *q, u64 n, float lse, i64 t, float g, int kind) {
+__device__ __forceinline__ void ce_row_grad(const T *p, T *q, u64 n, float lse, i64 t, float g, int kind,
+                                            u64 first, u64 step) {
     typedef Vec<T> V;
     const bool fin = is_fin(lse);
     const u64 chunks = (n + V::N - 1) / V::N;
 #pragma unroll 2
-    for (u64 j = threadIdx.x; j < chunks; j += blockDim.x) {
+    for (u64 j = first; j < chunks; j += step) {
         float v[V::N];
         const int m = ce_load<T, VEC>(p, j, n, v);
         const u64 k0 = j * V::N;
@@ -249,18 +289,18 @@ __device__ __forceinline__ void ce_row_grad(const T *p, T *q, u64 n, float lse, 
     }
 }
 
-// ---- ce_fwd: loss and lse a row.
+// ---- ce_fwd: loss and lse a row (a warp a row).
 template <typename T, bool VEC>
 __device__ __forceinline__ void fwd_impl(const CeArgs &a) {
-    __shared__ float red[64];
     const T *base = reinterpret_cast<const T *>(a.logits);
-    for (u64 row = blockIdx.x; row < a.rows; row += gridDim.x) {
+    const u64 warps = blockDim.x >> 5, lane = threadIdx.x & 31;
+    for (u64 row = blockIdx.x * warps + (threadIdx.x >> 5); row < a.rows; row += gridDim.x * warps) {
         const T *p = base + row * a.in_stride;
         i64 t;
         const int kind = ce_kind(a, row, t);
-        const float xt = (threadIdx.x == 0 && kind == 0) ? Ce<T>::load(p[t]) : 0.0f;
-        const CeSt st = ce_row_state<T, VEC>(p, a.classes, red);
-        if (threadIdx.x == 0) {
+        const float xt = (lane == 0 && kind == 0) ? Ce<T>::load(p[t]) : 0.0f;
+        const CeSt st = ce_row_state<T, VEC>(p, a.classes);
+        if (lane == 0) {
             const float lse = ce_lse(st);
             reinterpret_cast<float *>(a.lse)[row] = lse;
             reinterpret_cast<float *>(a.loss)[row] = kind == 0 ? lse - xt : kind == 1 ? 0.0f : F_NAN;
@@ -278,30 +318,31 @@ __device__ __forceinline__ void bwd_impl(const CeArgs &a) {
         const int kind = ce_kind(a, row, t);
         const float lse = reinterpret_cast<const float *>(a.lse)[row];
         const float g = ce_scale(a, row, kind);
-        ce_row_grad<T, VEC>(base + row * a.in_stride, obase + row * a.out_stride, a.classes, lse, t, g, kind);
+        ce_row_grad<T, VEC>(base + row * a.in_stride, obase + row * a.out_stride, a.classes, lse, t, g, kind,
+                            threadIdx.x, blockDim.x);
     }
 }
 
-// ---- ce_fused: loss, lse and dlogits, the row read twice.
+// ---- ce_fused: loss, lse and dlogits, the row read twice (a warp a row).
 template <typename T, bool VEC>
 __device__ __forceinline__ void fused_impl(const CeArgs &a) {
-    __shared__ float red[64];
     const T *base = reinterpret_cast<const T *>(a.logits);
     T *obase = reinterpret_cast<T *>(a.dlogits);
-    for (u64 row = blockIdx.x; row < a.rows; row += gridDim.x) {
+    const u64 warps = blockDim.x >> 5, lane = threadIdx.x & 31;
+    for (u64 row = blockIdx.x * warps + (threadIdx.x >> 5); row < a.rows; row += gridDim.x * warps) {
         const T *p = base + row * a.in_stride;
         i64 t;
         const int kind = ce_kind(a, row, t);
-        // Read before the merge's barriers: in place, pass 2 overwrites x[t].
-        const float xt = (threadIdx.x == 0 && kind == 0) ? Ce<T>::load(p[t]) : 0.0f;
-        const CeSt st = ce_row_state<T, VEC>(p, a.classes, red);
+        // Read before the merge's shuffles: in place, pass 2 overwrites x[t].
+        const float xt = (lane == 0 && kind == 0) ? Ce<T>::load(p[t]) : 0.0f;
+        const CeSt st = ce_row_state<T, VEC>(p, a.classes);
         const float lse = ce_lse(st);
-        if (threadIdx.x == 0) {
+        if (lane == 0) {
             reinterpret_cast<float *>(a.lse)[row] = lse;
             reinterpret_cast<float *>(a.loss)[row] = kind == 0 ? lse - xt : kind == 1 ? 0.0f : F_NAN;
         }
         const float g = ce_scale(a, row, kind);
-        ce_row_grad<T, VEC>(p, obase + row * a.out_stride, a.classes, lse, t, g, kind);
+        ce_row_grad<T, VEC>(p, obase + row * a.out_stride, a.classes, lse, t, g, kind, lane, 32);
     }
 }
 
@@ -351,13 +392,13 @@ extern "C" __global__ void __launch_bounds__(1024) ce_reduce(const CeArgs a) {
 }
 
 #define CE_KERNELS(NAME, SUFFIX, T, VEC)                                                                 \
-    extern "C" __global__ void __launch_bounds__(CE_THREADS) ce_fwd_##NAME##SUFFIX(const CeArgs a) {     \
+    extern "C" __global__ void __launch_bounds__(CE_WARP_THREADS, 3) ce_fwd_##NAME##SUFFIX(const CeArgs a) { \
         fwd_impl<T, VEC>(a);                                                                             \
     }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(CE_THREADS) ce_bwd_##NAME##SUFFIX(const CeArgs a) {     \
         bwd_impl<T, VEC>(a);                                                                             \
     }                                                                                                    \
-    extern "C" __global__ void __launch_bounds__(CE_THREADS) ce_fused_##NAME##SUFFIX(const CeArgs a) {   \
+    extern "C" __global__ void __launch_bounds__(CE_WARP_THREADS, 3) ce_fused_##NAME##SUFFIX(const CeArgs a) { \
         fused_impl<T, VEC>(a);                                                                           \
     }
 #define CE_ALL(NAME, T)                                                                                  \

@@ -490,6 +490,9 @@ __device__ __forceinline__ void final_impl(const typename Tr<T>::A *pv, const i6
         t = (uint64_t)blockIdx.x * RD_THREADS + threadIdx.x;
         if (t >= total) return;
         const uint64_t o = t / inner, c = t % inner;
+        // Unrolled so that the loads of several partials are in flight at once (the combine
+        // stays in split order).
+#pragma unroll 8
         for (uint64_t p = 0; p < splits; ++p) {
             const uint64_t at = (o * splits + p) * inner + c;
             s = Op::combine(s, St<A>{pv[at], Op::IDX ? pi[at] : 0});

@@ -25,7 +25,8 @@
 //!
 //! **Twin bound.** The twins take `m`, then sum `s` in order in f64 (rounded once to the
 //! accumulator); the kernels build `(m, s)` online and merge the states in a tree, with CUDA's
-//! `expf`/`logf` (2 and 1 ulp). With `u = 2^-24` and `k = 8 + 2 sqrt(V)`, `lse` (and the
+//! `exp2f`/`expf`/`logf` (2, 2 and 1 ulp; `exp(x - m)` as `exp2f(fma(x, log2 e, -m log2 e))`,
+//! whose argument rounds once: within the bound's `|m|` term). With `u = 2^-24` and `k = 8 + 2 sqrt(V)`, `lse` (and the
 //! loss) agree within `d = k u (1 + |m| + |ln s|)` (the softmax bound of `softmax.rs`); a
 //! gradient within `|g| (p (d + 4u) + u |p - [j == t]|)` before its rounding to `T`, and one
 //! ulp of `T` after; `Sum`/`Mean` are summed in f64 on both sides (the kernel in a tree), so
@@ -33,8 +34,10 @@
 //! `tests/gpu_classifier.rs` checks this bound; `tests/emu/fused_run.sh` runs the kernels' source
 //! on the CPU (threads for CUDA threads, under AddressSanitizer) against an f64 reference.
 //!
-//! **Speed.** A block of 512 threads a row; the fused kernel reads a row twice (the second
-//! read mostly from L2) and writes it once, with 16-byte vectors when the buffers and row
+//! **Speed.** The forward and the fused kernel give a warp a row (no block-wide merge; one
+//! exp an element, the running maximum moved once a 16-byte chunk), the backward a block of
+//! 512 threads a row; the fused kernel reads a row twice (the second read mostly from L2) and
+//! writes it once, with 16-byte vectors when the buffers and row
 //! strides are 16-byte aligned (any `V`: a partial last chunk goes element by element).
 //! `Mean` adds a one-block count of the targets before the gradient (`ce_count`).
 //!
@@ -410,9 +413,12 @@ pub fn cross_entropy_fused_in_place<T: FusedElement>(
 /// `Mean`), 8-byte aligned.
 pub const WORKSPACE_BYTES: usize = 8;
 
-/// Threads a block of the row kernels (`CE_THREADS`).
+/// Threads a block of the backward kernels (`CE_THREADS`).
 #[cfg(feature = "cuda")]
 const THREADS: u32 = 512;
+/// Rows a block of the forward and fused kernels, a warp each (`CE_WARP_THREADS / 32`).
+#[cfg(feature = "cuda")]
+const WARP_ROWS: usize = 8;
 /// The largest grid (blocks stride over the other rows).
 #[cfg(feature = "cuda")]
 const MAX_GRID: usize = 1 << 20;
@@ -548,11 +554,19 @@ impl Args {
             crate::DType::BF16 => 2,
             _ => unreachable!("checked by gpu_dtype"),
         };
+        // The backward gives a block a row; the forward and the fused kernel a warp a row.
+        let (blocks, threads) = match kind {
+            1 => (self.rows as usize, THREADS),
+            _ => (
+                (self.rows as usize).div_ceil(WARP_ROWS),
+                WARP_ROWS as u32 * 32,
+            ),
+        };
         self.launch(
             stream,
             names[kind][2 * t + usize::from(vec)],
-            self.rows as usize,
-            THREADS,
+            blocks,
+            threads,
         )
     }
 }

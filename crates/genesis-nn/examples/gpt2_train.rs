@@ -29,6 +29,12 @@ fn main() -> Result<()> {
                 .long("recompute")
                 .action(ArgAction::SetTrue),
         )
+        .arg(
+            Arg::new("phases")
+                .long("phases")
+                .help("print when each phase of a step returned to the host (ms from the start)")
+                .action(ArgAction::SetTrue),
+        )
         .arg(Arg::new("text").long("text"))
         .arg(Arg::new("init").long("init"))
         .get_matches();
@@ -90,11 +96,38 @@ fn main() -> Result<()> {
             Some(d) => genesis::autograd::autocast(d, || model.loss(&x, &y))?,
             None => model.loss(&x, &y)?,
         };
+        let forward = start.elapsed();
         loss.backward()?;
+        let backward = start.elapsed();
         clip_grad_norm_(opt.params(), 1.0)?;
+        let clip = start.elapsed();
         opt.step()?;
+        let stepped = start.elapsed();
         let l = loss.item::<f32>()?; // synchronises
         let ms = start.elapsed().as_secs_f64() * 1e3;
+        if m.get_flag("phases") {
+            let at = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+            let driver = match device {
+                Device::Cuda(i) => {
+                    let s = genesis::cuda::memory_stats(i)?;
+                    let get = |k: &str| s.get(k).copied().unwrap_or(0);
+                    format!(
+                        "; allocator so far: {} device allocations, {} frees, {} cache misses",
+                        get("num_device_alloc"),
+                        get("num_device_free"),
+                        get("num_cache_misses")
+                    )
+                }
+                _ => String::new(),
+            };
+            println!(
+                "host returned from forward at {:.2} ms, backward {:.2}, clip {:.2}, step {:.2}{driver}",
+                at(forward),
+                at(backward),
+                at(clip),
+                at(stepped)
+            );
+        }
         let peak = match device {
             Device::Cuda(i) => format!(
                 ", peak allocated {:.1} MiB, reserved {:.1} MiB",

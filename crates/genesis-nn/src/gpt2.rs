@@ -198,6 +198,8 @@ impl Gpt2 {
             .reshape([b as isize, t as isize, c as isize])?;
         let pos = self.wpe.narrow(0, 0, t)?;
         let mut x = tok.add(&pos)?;
+        // Only the sum is needed from here on (the embedding's backward keeps the indices).
+        drop(tok);
         for block in &self.blocks {
             x = if self.recompute {
                 let block = block.clone();
@@ -206,7 +208,16 @@ impl Gpt2 {
                 block.causal_forward(&x)?
             };
         }
-        self.ln_f.forward(&x)?.linear(&self.wte, None)
+        // Under autocast the head reads the normalised rows in the autocast dtype: cast them
+        // here, so that the float32 rows are freed before the logits (the largest tensor of
+        // the step) are allocated, rather than held through the product.
+        let h = self.ln_f.forward(&x)?;
+        drop(x);
+        let h = match genesis::autograd::autocast_dtype() {
+            Some(d) if h.dtype() == DType::F32 => h.to_dtype(d)?,
+            _ => h,
+        };
+        h.linear(&self.wte, None)
     }
 
     /// The mean cross entropy of the next-token predictions for `idx` against `targets`

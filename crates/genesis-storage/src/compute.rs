@@ -381,6 +381,21 @@ pub(crate) trait Compute {
         status: &mut Self,
     ) -> Result<()>;
 
+    /// [`Compute::cross_entropy_backward`] writing the gradient over the logits in `self`
+    /// (from `at`, their rows `shape.stride` apart).
+    #[allow(clippy::too_many_arguments)]
+    fn cross_entropy_backward_in_place(
+        &mut self,
+        dtype: DType,
+        shape: &ClassifierShape,
+        reduction: Reduction,
+        at: usize,
+        targets: (&Self, usize),
+        lse: &Self,
+        dloss: &Self,
+        status: &mut Self,
+    ) -> Result<()>;
+
     /// One-hot rows of the int64 classes `self[at..at + n]` into `out` (`n * classes` int64):
     /// an index error naming the first class outside `0..classes`.
     fn one_hot(&self, at: usize, n: usize, classes: usize, out: &mut Self) -> Result<()>;
@@ -825,6 +840,33 @@ impl Compute for [u8] {
                 host::<A>(dloss, 0, reduction.dloss_len(n))?,
                 host_mut::<T>(dlogits, 0, len)?,
                 shape.classes,
+            )?;
+            Ok(())
+        }, _ => Err(unsupported("cross_entropy", dtype)))
+    }
+
+    fn cross_entropy_backward_in_place(
+        &mut self,
+        dtype: DType,
+        shape: &ClassifierShape,
+        reduction: Reduction,
+        at: usize,
+        targets: (&[u8], usize),
+        lse: &[u8],
+        dloss: &[u8],
+        _status: &mut [u8],
+    ) -> Result<()> {
+        let n = shape.rows;
+        let span = shape.span_len(shape.stride)?;
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
+            type A = <T as genesis_kernels::real::FusedElement>::Acc;
+            genesis_kernels::classifier::cross_entropy_backward_in_place::<T>(
+                shape,
+                reduction,
+                host_mut::<T>(self, at, span)?,
+                host::<i64>(targets.0, targets.1, n)?,
+                host::<A>(lse, 0, n)?,
+                host::<A>(dloss, 0, reduction.dloss_len(n))?,
             )?;
             Ok(())
         }, _ => Err(unsupported("cross_entropy", dtype)))

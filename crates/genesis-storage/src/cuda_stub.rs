@@ -236,6 +236,20 @@ impl Compute for CudaMem {
         match *self {}
     }
 
+    fn cross_entropy_backward_in_place(
+        &mut self,
+        _: DType,
+        _: &ClassifierShape,
+        _: Reduction,
+        _: usize,
+        _: (&CudaMem, usize),
+        _: &CudaMem,
+        _: &CudaMem,
+        _: &mut CudaMem,
+    ) -> Result<()> {
+        match *self {}
+    }
+
     fn layer_norm(
         &self,
         _: DType,

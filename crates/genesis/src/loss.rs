@@ -159,10 +159,28 @@ impl Tensor {
                 let target = target.clone();
                 Box::new(move |g, _| {
                     let logits = logits.get()?;
+                    // The logits seen by no one but this backward, which runs once (its saved
+                    // handle and `logits` are the storage's only owners): the gradient takes
+                    // their place (llm.c's trick), sparing a second logits-sized buffer.
+                    let alone = crate::autograd::backward_runs_once()
+                        && std::sync::Arc::strong_count(logits.view.storage()) == 2
+                        && logits.is_contiguous()
+                        && logits.view.storage().len() == n * c;
                     let acc = Storage::fused_acc_dtype(logits.dtype());
                     // A new contiguous tensor: the kernels read `dloss` from its storage's start.
                     let g = g.to_dtype(acc)?.add(0.0)?;
                     let (l, t, d) = (at(&logits), at(&target), at(&g));
+                    if alone {
+                        l.0.cross_entropy_backward_in_place(
+                            &shape,
+                            kind,
+                            l.1,
+                            (&t.0, t.1),
+                            &lse,
+                            &d.0,
+                        )?;
+                        return Ok(vec![Some(logits)]);
+                    }
                     let dx = Storage::cross_entropy_backward(
                         &shape,
                         kind,

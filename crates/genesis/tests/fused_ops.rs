@@ -551,3 +551,60 @@ fn edge_cases_are_values_or_typed_errors() {
         &[0, 8]
     );
 }
+
+/// The fused cross entropy's backward writes the logits' gradient over the logits when no one
+/// else holds them and the graph is not retained: the same gradients, bit for bit, as when the
+/// caller keeps the logits (which then stay untouched), and as two retained backwards (each
+/// the same, the second adding to the first).
+#[test]
+fn cross_entropy_gradient_in_place_of_unheld_logits() {
+    use genesis::Reduction;
+    let _release = Release;
+    let Some(&dev) = devices().iter().find(|d| matches!(d, Device::Cuda(_))) else {
+        eprintln!("skipped: no CUDA device");
+        return;
+    };
+    let g = Generator::new(12);
+    let (n, k, c) = (48, 32, 1000);
+    let x0 = g.randn([n, k], DType::F32, dev).unwrap();
+    let w0 = g.randn([k, c], DType::F32, dev).unwrap();
+    let t: Vec<i64> = (0..n).map(|i| ((i * 37 + 3) % c) as i64).collect();
+    let t = Tensor::from_slice(&t, [n], CPU).unwrap().to(dev).unwrap();
+    let bits = |x: &Tensor| {
+        x.to_vec::<f32>()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect::<Vec<_>>()
+    };
+    // (keep the logits, retain the graph): the gradients of x and w, and the kept logits
+    // before and after the backward.
+    let run = |keep: bool, retain: bool| {
+        let x = x0.detach().requires_grad_(true).unwrap();
+        let w = w0.detach().requires_grad_(true).unwrap();
+        let logits = x.matmul(&w).unwrap();
+        let before = keep.then(|| bits(&logits));
+        let loss = logits.cross_entropy(&t, None, Reduction::Mean).unwrap();
+        let kept = if keep { Some(logits) } else { None };
+        loss.backward_with(None, retain).unwrap();
+        if retain {
+            loss.backward_with(None, false).unwrap();
+        }
+        if let (Some(l), Some(b)) = (&kept, &before) {
+            assert_eq!(&bits(l), b, "kept logits changed by the backward");
+        }
+        (bits(&x.grad().unwrap()), bits(&w.grad().unwrap()))
+    };
+    let alone = run(false, false);
+    let kept = run(true, false);
+    assert_eq!(alone, kept, "in-place and separate gradients differ");
+    // Twice retained: each backward the same gradient, the second added to the first.
+    let twice = run(false, true);
+    let doubled = |v: &[u32]| -> Vec<u32> {
+        v.iter()
+            .map(|&b| (f32::from_bits(b) * 2.0).to_bits())
+            .collect()
+    };
+    assert_eq!(twice.0, doubled(&alone.0), "retained backwards of x");
+    assert_eq!(twice.1, doubled(&alone.1), "retained backwards of w");
+}

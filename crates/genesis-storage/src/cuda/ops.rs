@@ -215,6 +215,38 @@ impl Compute for CudaMem {
         }, _ => Err(unsupported("cross_entropy", dtype)))
     }
 
+    fn cross_entropy_backward_in_place(
+        &mut self,
+        dtype: DType,
+        shape: &ClassifierShape,
+        reduction: Reduction,
+        at: usize,
+        targets: (&CudaMem, usize),
+        lse: &CudaMem,
+        dloss: &CudaMem,
+        status: &mut CudaMem,
+    ) -> Result<()> {
+        use genesis_kernels::classifier as ce;
+        let n = shape.rows;
+        let span = shape.span_len(shape.stride)?;
+        let mut ws = CudaMem::new(self.ordinal(), ce::WORKSPACE_BYTES)?;
+        let queue = self.queue();
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16], T => {
+            ce::gpu_cross_entropy_backward::<T>(
+                &queue,
+                shape,
+                reduction,
+                ce::LogitsGrad::InPlace(self.range_mut::<T>(at, span)?),
+                targets.0.range::<i64>(targets.1, n)?,
+                lse.range::<f32>(0, n)?,
+                ce::LossGrad::Device(dloss.range::<f32>(0, reduction.dloss_len(n))?),
+                ws.range_mut::<u8>(0, ce::WORKSPACE_BYTES)?,
+                status.range_mut::<i64>(0, 1)?,
+            )?;
+            Ok(())
+        }, _ => Err(unsupported("cross_entropy", dtype)))
+    }
+
     fn layer_norm(
         &self,
         dtype: DType,

@@ -203,6 +203,69 @@ impl Storage {
     }
 }
 
+impl Storage {
+    /// [`Storage::cross_entropy_backward`] writing the gradient over the logits themselves
+    /// (`self` from `logits_start`, rows `shape.stride` apart; llm.c's trick when the logits
+    /// are not needed again): no second logits-sized buffer. The caller must own the logits
+    /// (nothing else reads them afterwards); the write takes the storage's exclusive lock.
+    #[track_caller]
+    pub fn cross_entropy_backward_in_place(
+        &self,
+        shape: &ClassifierShape,
+        reduction: Reduction,
+        logits_start: usize,
+        targets: (&Storage, usize),
+        lse: &Storage,
+        dloss: &Storage,
+    ) -> Result<()> {
+        let name = "cross_entropy_backward";
+        let dtype = self.dtype;
+        check_float_only(name, true, dtype)?;
+        self.check_range(name, logits_start, shape.span_len(shape.stride)?)?;
+        check_targets(name, self, shape, targets)?;
+        for (s, len) in [(lse, shape.rows), (dloss, reduction.dloss_len(shape.rows))] {
+            s.expect_dtype(name, Self::fused_acc_dtype(dtype))?;
+            s.expect_device(name, self.device())?;
+            s.check_range(name, 0, len)?;
+        }
+        let mut status = Storage::full::<i64>(1, -1, self.device())?;
+        self.with_exclusive_reading(name, &[targets.0, lse, dloss], |me| {
+            let (tr, er, dr) = (targets.0.read(name)?, lse.read(name)?, dloss.read(name)?);
+            match (
+                me.mem_mut(name)?,
+                tr.mem(),
+                er.mem(),
+                dr.mem(),
+                status.mem_mut(name)?,
+            ) {
+                (MemMut::Host(a), Mem::Host(t), Mem::Host(e), Mem::Host(d), MemMut::Host(s)) => a
+                    .cross_entropy_backward_in_place(
+                        dtype,
+                        shape,
+                        reduction,
+                        logits_start,
+                        (t, targets.1),
+                        e,
+                        d,
+                        s,
+                    ),
+                (MemMut::Cuda(a), Mem::Cuda(t), Mem::Cuda(e), Mem::Cuda(d), MemMut::Cuda(s)) => a
+                    .cross_entropy_backward_in_place(
+                        dtype,
+                        shape,
+                        reduction,
+                        logits_start,
+                        (t, targets.1),
+                        e,
+                        d,
+                        s,
+                    ),
+                _ => Err(mixed(name)),
+            }
+        })
+    }
+}
+
 /// The targets: int64 on the logits' device, `rows` values from their element.
 fn check_targets(
     name: &'static str,
@@ -213,4 +276,65 @@ fn check_targets(
     targets.0.expect_dtype(name, DType::I64)?;
     targets.0.expect_device(name, logits.device())?;
     targets.0.check_range(name, targets.1, shape.rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Device;
+
+    /// The in-place backward writes, over the logits, the bytes the separate one returns:
+    /// every reduction, an ignored row, f32 and bf16, rows apart by more than a row.
+    #[test]
+    fn in_place_backward_equals_the_separate_one() {
+        for dtype in [DType::F32, DType::BF16] {
+            for reduction in [Reduction::Mean, Reduction::Sum, Reduction::None] {
+                let (rows, classes, stride) = (5, 7, 9);
+                let values: Vec<f32> = (0..rows * stride)
+                    .map(|i| ((i * 13 % 17) as f32 - 8.0) * 0.37)
+                    .collect();
+                let logits = Storage::from_slice(&values, Device::Cpu)
+                    .unwrap()
+                    .to_dtype(dtype)
+                    .unwrap();
+                let shape = ClassifierShape {
+                    rows,
+                    classes,
+                    stride,
+                    ignore_index: -100,
+                };
+                let t = Storage::from_slice(&[3i64, -100, 0, 6, 2], Device::Cpu).unwrap();
+                let (_, lse) =
+                    Storage::cross_entropy(&shape, reduction, (&logits, 0), (&t, 0)).unwrap();
+                let dl: Vec<f32> = (0..reduction.dloss_len(rows))
+                    .map(|i| 0.5 + i as f32)
+                    .collect();
+                let dloss = Storage::from_slice(&dl, Device::Cpu).unwrap();
+                let want = Storage::cross_entropy_backward(
+                    &shape,
+                    reduction,
+                    (&logits, 0),
+                    (&t, 0),
+                    &lse,
+                    &dloss,
+                )
+                .unwrap()
+                .to_bytes()
+                .unwrap();
+                logits
+                    .cross_entropy_backward_in_place(&shape, reduction, 0, (&t, 0), &lse, &dloss)
+                    .unwrap();
+                let got = logits.to_bytes().unwrap();
+                let e = dtype.size();
+                for r in 0..rows {
+                    let (row, wrow) = (r * stride * e, r * classes * e);
+                    assert_eq!(
+                        got[row..row + classes * e],
+                        want[wrow..wrow + classes * e],
+                        "{dtype} {reduction:?} row {r}"
+                    );
+                }
+            }
+        }
+    }
 }

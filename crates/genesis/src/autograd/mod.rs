@@ -489,8 +489,9 @@ fn run_backward(
                     }
                 }
                 let needs: Vec<bool> = node.edges.iter().map(Option::is_some).collect();
-                let out =
-                    profile::timed(node.name, "backward", Some(g.device()), || f(&g, &needs))?;
+                let out = profile::timed(node.name, "backward", Some(g.device()), || {
+                    with_backward_once(!retain_graph, || f(&g, &needs))
+                })?;
                 if out.len() != node.edges.len() {
                     return Err(Error::Autograd {
                         reason: format!(
@@ -951,6 +952,32 @@ pub(crate) fn refuse_out(op: &'static str, tensors: &[&Tensor]) -> Result<()> {
         });
     }
     Ok(())
+}
+
+thread_local! {
+    /// Whether the backward function running on this thread runs only once (the graph is not
+    /// retained): see [`backward_runs_once`].
+    static BACKWARD_ONCE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the backward function now running will not run again (its graph is not retained):
+/// then a tensor it alone holds (a saved input no one else can see) may take its output in
+/// place. `false` outside a backward.
+pub(crate) fn backward_runs_once() -> bool {
+    BACKWARD_ONCE.with(std::cell::Cell::get)
+}
+
+/// Runs `f` with [`backward_runs_once`] answering `once`, then restores it.
+fn with_backward_once<R>(once: bool, f: impl FnOnce() -> R) -> R {
+    let before = BACKWARD_ONCE.with(|c| c.replace(once));
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            BACKWARD_ONCE.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(before);
+    f()
 }
 
 /// The buffer a pending gradient reads (see [`view_into_pending`]): `z` holds the input's

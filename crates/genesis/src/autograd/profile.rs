@@ -2,7 +2,9 @@
 //! environment variable `GENESIS_PROFILE=1`), each recorded op's forward and each node's
 //! backward is timed between two synchronisations of its device, and [`report`] lists the
 //! totals by op, largest first. The synchronisations slow the step down: use it to find where
-//! time goes, not to measure the step.
+//! time goes, not to measure the step. With `GENESIS_PROFILE=host` the device is not
+//! synchronised and the times are the host's alone (what queuing each op costs, and where the
+//! host waits for the device).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -11,7 +13,21 @@ use std::time::Instant;
 use crate::{Device, Result};
 
 static ON: OnceLock<AtomicBool> = OnceLock::new();
-static TOTALS: Mutex<Vec<(&'static str, &'static str, u64, f64)>> = Mutex::new(Vec::new());
+/// One line of the profile: op, phase, calls, total seconds, longest call's seconds.
+type Row = (&'static str, &'static str, u64, f64, f64);
+static TOTALS: Mutex<Vec<Row>> = Mutex::new(Vec::new());
+/// The op and phase during which the CUDA allocator's peak of allocated bytes last rose, the
+/// peak after it, and the bytes allocated when the op began.
+static PEAK: Mutex<Option<(&'static str, &'static str, u64, u64)>> = Mutex::new(None);
+/// With `GENESIS_PROFILE_MEMORY=1`: the live allocations when the peak last rose, as
+/// (bytes requested, count), largest first.
+static PEAK_BLOCKS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+
+/// Whether the profile times the host only (`GENESIS_PROFILE=host`).
+fn host_only() -> bool {
+    static HOST: OnceLock<bool> = OnceLock::new();
+    *HOST.get_or_init(|| std::env::var("GENESIS_PROFILE").is_ok_and(|v| v == "host"))
+}
 
 fn flag() -> &'static AtomicBool {
     ON.get_or_init(|| {
@@ -32,27 +48,59 @@ pub fn is_enabled() -> bool {
 /// Forgets the totals.
 pub fn reset() {
     TOTALS.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    *PEAK.lock().unwrap_or_else(|e| e.into_inner()) = None;
 }
 
-/// The totals so far, one line per op and phase (`forward` or `backward`): calls, total and
-/// mean milliseconds, largest total first.
+/// The totals so far, one line per op and phase (`forward` or `backward`): calls, total, mean
+/// and longest call's milliseconds, largest total first.
 pub fn report() -> String {
     let mut rows = TOTALS.lock().unwrap_or_else(|e| e.into_inner()).clone();
     rows.sort_by(|a, b| b.3.total_cmp(&a.3));
     let total: f64 = rows.iter().map(|r| r.3).sum();
     let mut s = format!(
-        "{:<28} {:>8} {:>8} {:>12} {:>10}\n",
-        "op", "phase", "calls", "total ms", "mean ms"
+        "{:<28} {:>8} {:>8} {:>12} {:>10} {:>10}\n",
+        "op", "phase", "calls", "total ms", "mean ms", "max ms"
     );
-    for (name, phase, calls, secs) in rows {
+    for (name, phase, calls, secs, longest) in rows {
         s += &format!(
-            "{name:<28} {phase:>8} {calls:>8} {:>12.3} {:>10.4}\n",
+            "{name:<28} {phase:>8} {calls:>8} {:>12.3} {:>10.4} {:>10.4}\n",
             secs * 1e3,
-            secs * 1e3 / calls as f64
+            secs * 1e3 / calls as f64,
+            longest * 1e3
         );
     }
     s += &format!("{:<28} {:>8} {:>8} {:>12.3}\n", "all", "", "", total * 1e3);
+    if let Some((name, phase, peak, before)) = *PEAK.lock().unwrap_or_else(|e| e.into_inner()) {
+        s += &format!(
+            "peak allocated {:.1} MiB, reached in {name} {phase} (begun at {:.1} MiB)\n",
+            peak as f64 / 1048576.0,
+            before as f64 / 1048576.0
+        );
+        for (bytes, count) in PEAK_BLOCKS.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            s += &format!("  {count:>5} x {:>12.3} MiB\n", *bytes as f64 / 1048576.0);
+        }
+    }
     s
+}
+
+fn memory_detail() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        std::env::var("GENESIS_PROFILE_MEMORY").is_ok_and(|v| !v.is_empty() && v != "0")
+    })
+}
+
+/// The live allocations of CUDA device `ordinal` by size: (bytes requested, count), largest
+/// first.
+fn live_sizes(ordinal: usize) -> Result<Vec<(usize, usize)>> {
+    let snap = crate::cuda::memory_snapshot(ordinal)?;
+    let mut by: std::collections::BTreeMap<usize, usize> = Default::default();
+    for b in snap.segments.iter().flat_map(|s| &s.blocks) {
+        if b.state == genesis_mem::BlockState::Allocated {
+            *by.entry(b.requested).or_default() += 1;
+        }
+    }
+    Ok(by.into_iter().rev().collect())
 }
 
 fn sync(device: Device) -> Result<()> {
@@ -72,18 +120,44 @@ pub(crate) fn timed<R>(
     let Some(device) = device.filter(|_| is_enabled()) else {
         return f();
     };
+    if host_only() {
+        let t = Instant::now();
+        let r = f()?;
+        add(name, phase, t.elapsed().as_secs_f64());
+        return Ok(r);
+    }
     sync(device)?;
+    let memory = |f: fn(usize) -> Result<u64>| match device {
+        Device::Cuda(i) => f(i),
+        _ => Ok(0),
+    };
+    let (peak_before, before) = (
+        memory(crate::cuda::max_memory_allocated)?,
+        memory(crate::cuda::memory_allocated)?,
+    );
     let t = Instant::now();
     let r = f()?;
     sync(device)?;
     let secs = t.elapsed().as_secs_f64();
+    let peak = memory(crate::cuda::max_memory_allocated)?;
+    if peak > peak_before {
+        *PEAK.lock().unwrap_or_else(|e| e.into_inner()) = Some((name, phase, peak, before));
+        if let (Device::Cuda(i), true) = (device, memory_detail()) {
+            *PEAK_BLOCKS.lock().unwrap_or_else(|e| e.into_inner()) = live_sizes(i)?;
+        }
+    }
+    add(name, phase, secs);
+    Ok(r)
+}
+
+fn add(name: &'static str, phase: &'static str, secs: f64) {
     let mut totals = TOTALS.lock().unwrap_or_else(|e| e.into_inner());
     match totals.iter_mut().find(|r| r.0 == name && r.1 == phase) {
         Some(row) => {
             row.2 += 1;
             row.3 += secs;
+            row.4 = row.4.max(secs);
         }
-        None => totals.push((name, phase, 1, secs)),
+        None => totals.push((name, phase, 1, secs, secs)),
     }
-    Ok(r)
 }

@@ -29,19 +29,19 @@
 //   i64 the caller sets to -1; an unsigned atomicMin, so -1 = 2^64 - 1 loses to every row).
 //   lse is written for every row (ignored ones too).
 //
-// Algorithm: ce_fwd and ce_fused give a warp a row (rows stride over the grid's warps); ce_bwd
-// a block a row. Pass 1 (fwd, fused): lane 0 reads x[t]; lane l folds chunks l, l + 32, ...
-// into four online states (m, s) (chunk l + 32 i into state i % 4; merged in order at the
-// end): a chunk's maximum c first (c > m: s = s exp(m - c), m = c), then its elements in
-// order into one partial sum of exp(x - m), as exp2(x log2(e) - m log2(e)) while m is finite
-// (1 where x = m when it is not, so infinities count once each), added to s; a NaN makes s
-// NaN, and lse NaN. One multiply-add and one exp2 an element, no branch per element. The lanes' states merge by xor-shuffles, each pair as lower.merge(upper), so every
-// lane ends with the same bits. Pass 2 (fused, bwd): each thread reads its chunks again and
-// writes their gradient. In the fused kernel the shuffles separate every read of a row from
-// the first write of its gradient, and each element is read and written by the same lane, so
-// dlogits may be the logits themselves (in place, same pointer and stride); ce_bwd reads the
-// saved lse and each element is read and written by one thread. Per-row outputs (loss, lse)
-// are written by lane 0.
+// Algorithm: a block of 512 threads a row (grid-stride over rows). Pass 1 (fwd, fused):
+// thread 0 reads x[t]; thread j folds chunks j, j + 512, ... into four online states (m, s)
+// (chunk j + 512 i into state i % 4; merged in order at the end): a chunk's maximum c first
+// (c > m: s = s exp(m - c), m = c), then its elements in order into one partial sum of
+// exp(x - m), as exp2(x log2(e) - m log2(e)) while m is finite (1 where x = m when it is not,
+// so infinities count once each), added to s; a NaN makes s NaN, and lse NaN. One multiply-add
+// and one exp2 an element, no branch per element. The warp merges the states by
+// xor-shuffles, the 16 warp states merge in warp order through shared memory (all threads get
+// the row's (m, s)). Pass 2 (fused, bwd): each thread reads its elements again and writes
+// their gradient. The barriers of the block merge separate every read of a row from the first
+// write of its gradient, and each element is read and written by the same thread, so dlogits
+// may be the logits themselves (in place, same pointer and stride). Per-row outputs (loss,
+// lse) are written by thread 0.
 // ce_count and ce_reduce are one block of 1024 threads: integer counts (order-free), and the
 // losses summed in f64 (thread t takes rows t, t + 1024, ... in order, then a fixed tree),
 // rounded once to f32 after the division by the count.
@@ -57,7 +57,6 @@ typedef unsigned long long u64;
 typedef long long i64;
 
 #define CE_THREADS 512
-#define CE_WARP_THREADS 256
 #define CE_NONE 0
 #define CE_SUM 1
 #define CE_MEAN 2
@@ -153,24 +152,26 @@ struct CeSt {
     }
 };
 
-// Merges the states of the warp's lanes by xor-shuffles, each pair merged as (lower lane's
-// state).merge(upper lane's), so both lanes of a pair, and at the end every lane, hold the
-// same bits. Every lane's reads of the row happen before any lane gets the total.
-__device__ __forceinline__ void ce_warp_merge(CeSt &st) {
-    const int lane = threadIdx.x & 31;
+// Merges the states of the block's threads; every thread gets the total (lane 0's state of
+// each warp after the xor-shuffles, the warps' states in warp order). `red` (64 floats) may be
+// reused by the next call (the first barrier), and every thread's reads of the row happen
+// before any thread goes on (the second).
+__device__ __forceinline__ void ce_block_merge(CeSt &st, float *red) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
 #pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
+    for (int d = 16; d > 0; d >>= 1) {
         const float m2 = __shfl_xor_sync(0xffffffffu, st.m, d), s2 = __shfl_xor_sync(0xffffffffu, st.s, d);
-        if (lane & d) {
-            CeSt lo;
-            lo.m = m2;
-            lo.s = s2;
-            lo.merge(st.m, st.s);
-            st = lo;
-        } else {
-            st.merge(m2, s2);
-        }
+        st.merge(m2, s2);
     }
+    __syncthreads();
+    if (lane == 0) {
+        red[warp] = st.m;
+        red[32 + warp] = st.s;
+    }
+    __syncthreads();
+    st.m = red[0];
+    st.s = red[32];
+    for (int w = 1; w < warps; ++w) st.merge(red[w], red[32 + w]);
 }
 
 // Records `row` as a row with a bad target (the smallest one wins).
@@ -183,7 +184,7 @@ __device__ __forceinline__ int ce_kind(const CeArgs &a, u64 row, i64 &t) {
     t = reinterpret_cast<const i64 *>(a.targets)[row];
     if (t == a.ignore) return 1;
     if (t < 0 || (u64)t >= a.classes) {
-        if ((threadIdx.x & 31) == 0) ce_report(a.status, row);
+        if (threadIdx.x == 0) ce_report(a.status, row);
         return 2;
     }
     return 0;
@@ -207,37 +208,37 @@ __device__ __forceinline__ int ce_load(const T *p, u64 j, u64 n, float (&v)[Vec<
     return m;
 }
 
-// The warp's merged state of the row at p: lane l folds chunks l, l + 32, ... in order into
-// four independent states (chunk l + 32 i into state i % 4, so the four dependency chains
-// overlap), merged in state order, then across lanes. The same order on every path, so every
-// kernel gets the same bits for a row.
+// The block's merged state of the row at p: thread t folds chunks t, t + B, ... (B threads)
+// in order into four independent states (chunk t + B i into state i % 4, so the four
+// dependency chains overlap), merged in state order, then across the block. The same order on
+// every path, so every kernel gets the same bits for a row.
 template <typename T, bool VEC>
-__device__ __forceinline__ CeSt ce_row_state(const T *p, u64 n) {
+__device__ __forceinline__ CeSt ce_row_state(const T *p, u64 n, float *red) {
     typedef Vec<T> V;
     CeSt st[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) st[i].init();
-    const u64 chunks = (n + V::N - 1) / V::N;
+    const u64 chunks = (n + V::N - 1) / V::N, step = blockDim.x;
     // Whole chunks four at a time, then the rest (the last chunk may be partial).
     const u64 whole = n / V::N;
-    u64 j = threadIdx.x & 31;
-    for (; j + 96 < whole; j += 128) {
+    u64 j = threadIdx.x;
+    for (; j + 3 * step < whole; j += 4 * step) {
         float v[4][V::N];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) ce_load<T, VEC>(p, j + 32 * i, n, v[i]);
+        for (int i = 0; i < 4; ++i) ce_load<T, VEC>(p, j + step * i, n, v[i]);
 #pragma unroll
         for (int i = 0; i < 4; ++i) st[i].template push_chunk<true>(v[i], V::N);
     }
 #pragma unroll
     for (int i = 0; i < 4; ++i)
-        if (j + 32 * i < chunks) {
+        if (j + step * i < chunks) {
             float v[V::N];
-            const int m = ce_load<T, VEC>(p, j + 32 * i, n, v);
+            const int m = ce_load<T, VEC>(p, j + step * i, n, v);
             st[i].template push_chunk<false>(v, m);
         }
 #pragma unroll
     for (int i = 1; i < 4; ++i) st[0].merge(st[i].m, st[i].s);
-    ce_warp_merge(st[0]);
+    ce_block_merge(st[0], red);
     return st[0];
 }
 
@@ -289,18 +290,18 @@ __device__ __forceinline__ void ce_row_grad(const T *p, T *q, u64 n, float lse, 
     }
 }
 
-// ---- ce_fwd: loss and lse a row (a warp a row).
+// ---- ce_fwd: loss and lse a row.
 template <typename T, bool VEC>
 __device__ __forceinline__ void fwd_impl(const CeArgs &a) {
+    __shared__ float red[64];
     const T *base = reinterpret_cast<const T *>(a.logits);
-    const u64 warps = blockDim.x >> 5, lane = threadIdx.x & 31;
-    for (u64 row = blockIdx.x * warps + (threadIdx.x >> 5); row < a.rows; row += gridDim.x * warps) {
+    for (u64 row = blockIdx.x; row < a.rows; row += gridDim.x) {
         const T *p = base + row * a.in_stride;
         i64 t;
         const int kind = ce_kind(a, row, t);
-        const float xt = (lane == 0 && kind == 0) ? Ce<T>::load(p[t]) : 0.0f;
-        const CeSt st = ce_row_state<T, VEC>(p, a.classes);
-        if (lane == 0) {
+        const float xt = (threadIdx.x == 0 && kind == 0) ? Ce<T>::load(p[t]) : 0.0f;
+        const CeSt st = ce_row_state<T, VEC>(p, a.classes, red);
+        if (threadIdx.x == 0) {
             const float lse = ce_lse(st);
             reinterpret_cast<float *>(a.lse)[row] = lse;
             reinterpret_cast<float *>(a.loss)[row] = kind == 0 ? lse - xt : kind == 1 ? 0.0f : F_NAN;
@@ -323,26 +324,26 @@ __device__ __forceinline__ void bwd_impl(const CeArgs &a) {
     }
 }
 
-// ---- ce_fused: loss, lse and dlogits, the row read twice (a warp a row).
+// ---- ce_fused: loss, lse and dlogits, the row read twice.
 template <typename T, bool VEC>
 __device__ __forceinline__ void fused_impl(const CeArgs &a) {
+    __shared__ float red[64];
     const T *base = reinterpret_cast<const T *>(a.logits);
     T *obase = reinterpret_cast<T *>(a.dlogits);
-    const u64 warps = blockDim.x >> 5, lane = threadIdx.x & 31;
-    for (u64 row = blockIdx.x * warps + (threadIdx.x >> 5); row < a.rows; row += gridDim.x * warps) {
+    for (u64 row = blockIdx.x; row < a.rows; row += gridDim.x) {
         const T *p = base + row * a.in_stride;
         i64 t;
         const int kind = ce_kind(a, row, t);
-        // Read before the merge's shuffles: in place, pass 2 overwrites x[t].
-        const float xt = (lane == 0 && kind == 0) ? Ce<T>::load(p[t]) : 0.0f;
-        const CeSt st = ce_row_state<T, VEC>(p, a.classes);
+        // Read before the merge's barriers: in place, pass 2 overwrites x[t].
+        const float xt = (threadIdx.x == 0 && kind == 0) ? Ce<T>::load(p[t]) : 0.0f;
+        const CeSt st = ce_row_state<T, VEC>(p, a.classes, red);
         const float lse = ce_lse(st);
-        if (lane == 0) {
+        if (threadIdx.x == 0) {
             reinterpret_cast<float *>(a.lse)[row] = lse;
             reinterpret_cast<float *>(a.loss)[row] = kind == 0 ? lse - xt : kind == 1 ? 0.0f : F_NAN;
         }
         const float g = ce_scale(a, row, kind);
-        ce_row_grad<T, VEC>(p, obase + row * a.out_stride, a.classes, lse, t, g, kind, lane, 32);
+        ce_row_grad<T, VEC>(p, obase + row * a.out_stride, a.classes, lse, t, g, kind, threadIdx.x, blockDim.x);
     }
 }
 
@@ -392,13 +393,13 @@ extern "C" __global__ void __launch_bounds__(1024) ce_reduce(const CeArgs a) {
 }
 
 #define CE_KERNELS(NAME, SUFFIX, T, VEC)                                                                 \
-    extern "C" __global__ void __launch_bounds__(CE_WARP_THREADS, 3) ce_fwd_##NAME##SUFFIX(const CeArgs a) { \
+    extern "C" __global__ void __launch_bounds__(CE_THREADS) ce_fwd_##NAME##SUFFIX(const CeArgs a) { \
         fwd_impl<T, VEC>(a);                                                                             \
     }                                                                                                    \
     extern "C" __global__ void __launch_bounds__(CE_THREADS) ce_bwd_##NAME##SUFFIX(const CeArgs a) {     \
         bwd_impl<T, VEC>(a);                                                                             \
     }                                                                                                    \
-    extern "C" __global__ void __launch_bounds__(CE_WARP_THREADS, 3) ce_fused_##NAME##SUFFIX(const CeArgs a) { \
+    extern "C" __global__ void __launch_bounds__(CE_THREADS) ce_fused_##NAME##SUFFIX(const CeArgs a) { \
         fused_impl<T, VEC>(a);                                                                           \
     }
 #define CE_ALL(NAME, T)                                                                                  \

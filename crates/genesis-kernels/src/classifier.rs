@@ -34,9 +34,9 @@
 //! `tests/gpu_classifier.rs` checks this bound; `tests/emu/fused_run.sh` runs the kernels' source
 //! on the CPU (threads for CUDA threads, under AddressSanitizer) against an f64 reference.
 //!
-//! **Speed.** The forward and the fused kernel give a warp a row (no block-wide merge; one
-//! exp an element, the running maximum moved once a 16-byte chunk), the backward a block of
-//! 512 threads a row; the fused kernel reads a row twice (the second read mostly from L2) and
+//! **Speed.** A block of 512 threads a row; the statistics take one multiply-add and one
+//! `exp2f` an element (the running maximum moves once a 16-byte chunk, four independent
+//! states a thread); the fused kernel reads a row twice (the second read mostly from L2) and
 //! writes it once, with 16-byte vectors when the buffers and row
 //! strides are 16-byte aligned (any `V`: a partial last chunk goes element by element).
 //! `Mean` adds a one-block count of the targets before the gradient (`ce_count`).
@@ -413,12 +413,9 @@ pub fn cross_entropy_fused_in_place<T: FusedElement>(
 /// `Mean`), 8-byte aligned.
 pub const WORKSPACE_BYTES: usize = 8;
 
-/// Threads a block of the backward kernels (`CE_THREADS`).
+/// Threads a block of the row kernels (`CE_THREADS`).
 #[cfg(feature = "cuda")]
 const THREADS: u32 = 512;
-/// Rows a block of the forward and fused kernels, a warp each (`CE_WARP_THREADS / 32`).
-#[cfg(feature = "cuda")]
-const WARP_ROWS: usize = 8;
 /// The largest grid (blocks stride over the other rows).
 #[cfg(feature = "cuda")]
 const MAX_GRID: usize = 1 << 20;
@@ -554,19 +551,11 @@ impl Args {
             crate::DType::BF16 => 2,
             _ => unreachable!("checked by gpu_dtype"),
         };
-        // The backward gives a block a row; the forward and the fused kernel a warp a row.
-        let (blocks, threads) = match kind {
-            1 => (self.rows as usize, THREADS),
-            _ => (
-                (self.rows as usize).div_ceil(WARP_ROWS),
-                WARP_ROWS as u32 * 32,
-            ),
-        };
         self.launch(
             stream,
             names[kind][2 * t + usize::from(vec)],
-            blocks,
-            threads,
+            self.rows as usize,
+            THREADS,
         )
     }
 }

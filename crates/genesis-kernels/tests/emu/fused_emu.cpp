@@ -263,7 +263,7 @@ static void classifier_case(std::mt19937_64 &rng, u64 rows, u64 V, u64 stride, b
     a.loss = lo.addr();
     a.lse = ls.addr();
     a.status = st.addr();
-    launch([&] { CeK<T>::fwd(vec)(a); }, grid, 256, 1, 0);
+    launch([&] { CeK<T>::fwd(vec)(a); }, grid, 512, 1, 0);
     check(st.p[0] == first_bad, "fwd status", ctx, 0, (double)st.p[0], (double)first_bad, 0);
     for (u64 n = 0; n < rows; ++n) {
         check(close(ls.p[n], lse[n], tol_lse[n]), "fwd lse", ctx, n, ls.p[n], lse[n], tol_lse[n]);
@@ -298,7 +298,7 @@ static void classifier_case(std::mt19937_64 &rng, u64 rows, u64 V, u64 stride, b
     f.loss = lo2.addr();
     f.lse = ls2.addr();
     st.p[0] = -1;
-    launch([&] { CeK<T>::fused(vec && ostride * sizeof(T) % 16 == 0)(f); }, grid, 256, 1, 0);
+    launch([&] { CeK<T>::fused(vec && ostride * sizeof(T) % 16 == 0)(f); }, grid, 512, 1, 0);
     check(st.p[0] == first_bad, "fused status", ctx, 0, (double)st.p[0], (double)first_bad, 0);
     for (u64 n = 0; n < rows; ++n) {
         check(bits_eq(lo2.p[n], lo.p[n]), "fused loss == fwd", ctx, n, lo2.p[n], lo.p[n], 0);
@@ -341,7 +341,7 @@ static void classifier_case(std::mt19937_64 &rng, u64 rows, u64 V, u64 stride, b
     ip.dlogits = xi.addr();
     ip.loss = lo2.addr();
     ip.lse = ls2.addr();
-    launch([&] { CeK<T>::fused(vec)(ip); }, grid, 256, 1, 0);
+    launch([&] { CeK<T>::fused(vec)(ip); }, grid, 512, 1, 0);
     bool same = true;
     for (u64 n = 0; n < rows; ++n)
         for (u64 k = 0; k < stride && n * stride + k < span; ++k) {

@@ -4,7 +4,10 @@
 //! totals by op, largest first. The synchronisations slow the step down: use it to find where
 //! time goes, not to measure the step. With `GENESIS_PROFILE=host` the device is not
 //! synchronised and the times are the host's alone (what queuing each op costs, and where the
-//! host waits for the device).
+//! host waits for the device). With `GENESIS_PROFILE=events` nothing is synchronised either:
+//! CUDA events recorded before and after each op give its time on the device as the step
+//! runs, and the time since the previous op ended (the device idle while the host queues, or
+//! running work no op records), which [`report`] lists beside the totals.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -13,7 +16,8 @@ use std::time::Instant;
 use crate::{Device, Result};
 
 static ON: OnceLock<AtomicBool> = OnceLock::new();
-/// One line of the profile: op, phase, calls, total seconds, longest call's seconds.
+/// One line of the profile: op, phase, calls, and two times (total and longest call's
+/// seconds; with events, the device's milliseconds in the op and before it).
 type Row = (&'static str, &'static str, u64, f64, f64);
 static TOTALS: Mutex<Vec<Row>> = Mutex::new(Vec::new());
 /// The op and phase during which the CUDA allocator's peak of allocated bytes last rose, the
@@ -27,6 +31,61 @@ static PEAK_BLOCKS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
 fn host_only() -> bool {
     static HOST: OnceLock<bool> = OnceLock::new();
     *HOST.get_or_init(|| std::env::var("GENESIS_PROFILE").is_ok_and(|v| v == "host"))
+}
+
+/// Whether the profile times the device by events (`GENESIS_PROFILE=events`).
+fn by_events() -> bool {
+    static EVENTS: OnceLock<bool> = OnceLock::new();
+    *EVENTS.get_or_init(|| std::env::var("GENESIS_PROFILE").is_ok_and(|v| v == "events"))
+}
+
+/// An op's events on its device's current stream, in the order the ops ran.
+struct Mark {
+    name: &'static str,
+    phase: &'static str,
+    start: crate::cuda::Event,
+    end: crate::cuda::Event,
+}
+
+static MARKS: Mutex<Vec<Mark>> = Mutex::new(Vec::new());
+
+/// Records an event on device `ordinal`'s current stream.
+fn event(ordinal: usize) -> Result<crate::cuda::Event> {
+    let e = crate::cuda::Event::new(ordinal, true)?;
+    e.record(&crate::cuda::Stream::current(ordinal)?)?;
+    Ok(e)
+}
+
+/// The device time of the marked ops by op and phase: (op, phase, calls, busy ms, ms between
+/// the previous op's end and its start), largest busy first; and the marks' span in ms.
+/// Synchronises on the last mark.
+fn event_totals() -> Result<(Vec<Row>, f64)> {
+    let marks = std::mem::take(&mut *MARKS.lock().unwrap_or_else(|e| e.into_inner()));
+    let mut rows: Vec<Row> = Vec::new();
+    let Some(last) = marks.last() else {
+        return Ok((rows, 0.0));
+    };
+    last.end.synchronize()?;
+    let mut previous: Option<&crate::cuda::Event> = None;
+    for m in &marks {
+        let busy = f64::from(m.end.elapsed_ms(&m.start)?);
+        let idle = match previous {
+            Some(p) => f64::from(m.start.elapsed_ms(p)?).max(0.0),
+            None => 0.0,
+        };
+        previous = Some(&m.end);
+        match rows.iter_mut().find(|r| r.0 == m.name && r.1 == m.phase) {
+            Some(r) => {
+                r.2 += 1;
+                r.3 += busy;
+                r.4 += idle;
+            }
+            None => rows.push((m.name, m.phase, 1, busy, idle)),
+        }
+    }
+    rows.sort_by(|a, b| b.3.total_cmp(&a.3));
+    let span = f64::from(last.end.elapsed_ms(&marks[0].start)?);
+    Ok((rows, span))
 }
 
 fn flag() -> &'static AtomicBool {
@@ -48,12 +107,35 @@ pub fn is_enabled() -> bool {
 /// Forgets the totals.
 pub fn reset() {
     TOTALS.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    MARKS.lock().unwrap_or_else(|e| e.into_inner()).clear();
     *PEAK.lock().unwrap_or_else(|e| e.into_inner()) = None;
 }
 
 /// The totals so far, one line per op and phase (`forward` or `backward`): calls, total, mean
 /// and longest call's milliseconds, largest total first.
 pub fn report() -> String {
+    if by_events() {
+        return match event_totals() {
+            Ok((rows, span)) => {
+                let mut s = format!(
+                    "{:<28} {:>8} {:>8} {:>12} {:>14}\n",
+                    "op", "phase", "calls", "device ms", "gap before ms"
+                );
+                let (mut busy, mut idle) = (0.0, 0.0);
+                for (name, phase, calls, b, i) in rows {
+                    s += &format!("{name:<28} {phase:>8} {calls:>8} {b:>12.3} {i:>14.3}\n");
+                    busy += b;
+                    idle += i;
+                }
+                s + &format!(
+                    "all: {busy:.3} ms in ops, {idle:.3} ms between them (the device idle, or \
+                     running work outside recorded ops: gradient sums, the optimiser), \
+                     {span:.3} ms from the first op's start to the last one's end\n"
+                )
+            }
+            Err(e) => format!("the events could not be read: {e}\n"),
+        };
+    }
     let mut rows = TOTALS.lock().unwrap_or_else(|e| e.into_inner()).clone();
     rows.sort_by(|a, b| b.3.total_cmp(&a.3));
     let total: f64 = rows.iter().map(|r| r.3).sum();
@@ -120,6 +202,18 @@ pub(crate) fn timed<R>(
     let Some(device) = device.filter(|_| is_enabled()) else {
         return f();
     };
+    if let (true, Device::Cuda(i)) = (by_events(), device) {
+        let start = event(i)?;
+        let r = f()?;
+        let end = event(i)?;
+        MARKS.lock().unwrap_or_else(|e| e.into_inner()).push(Mark {
+            name,
+            phase,
+            start,
+            end,
+        });
+        return Ok(r);
+    }
     if host_only() {
         let t = Instant::now();
         let r = f()?;

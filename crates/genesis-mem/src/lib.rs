@@ -34,7 +34,9 @@ pub mod stats;
 pub mod trace;
 
 pub use allocator::{ALIGNMENT, Allocation, BlockState, CachingAllocator, Config, Error};
-pub use backend::{Backend, BackendError, CallCounts, FaultPoint, SimBackend, StreamId};
+pub use backend::{
+    Backend, BackendError, CallCounts, CallPrices, FaultPoint, SimBackend, StreamId,
+};
 pub use history::History;
 pub use leaks::{LeakReport, LeakScope, LiveAllocation};
 pub use size::{SizeError, parse_size};

@@ -240,6 +240,14 @@ pub struct ReplayResult {
     pub driver_calls: u64,
     /// Every driver call, access grants and address reservations included.
     pub all_driver_calls: u64,
+    /// The driver calls' time as the simulated driver prices it ([`crate::SimBackend::PRICES`]),
+    /// in nanoseconds.
+    pub driver_ns: u64,
+    /// Driver calls that created, mapped, unmapped or released memory in the second half of
+    /// the trace's events (a training loop's later steps: its steady state).
+    pub late_driver_calls: u64,
+    /// The traced run's wall time in seconds (header key `seconds`), when recorded.
+    pub seconds: Option<f64>,
     /// PyTorch's segment count, when the trace records it.
     pub pytorch_segments: Option<u64>,
     /// PyTorch's figures from the trace's header.
@@ -283,7 +291,12 @@ pub fn replay_evicting(
     let mut host_ns = 0u128;
     let mut largest: Vec<(f64, usize, String)> = Vec::new();
     let mut evict = vec![0u8; evict_bytes];
+    let half = trace.events.len() / 2;
+    let mut calls_at_half = 0;
     for (i, ev) in trace.events.iter().enumerate() {
+        if i == half {
+            calls_at_half = alloc.driver_calls().memory();
+        }
         for line in evict.chunks_mut(64) {
             line[0] = line[0].wrapping_add(1);
         }
@@ -347,6 +360,9 @@ pub fn replay_evicting(
         },
         driver_calls: alloc.driver_calls().memory(),
         all_driver_calls: alloc.driver_calls().total(),
+        driver_ns: alloc.driver_calls().nanos,
+        late_driver_calls: alloc.driver_calls().memory() - calls_at_half,
+        seconds: trace.meta.get("seconds").and_then(|v| v.parse().ok()),
         pytorch_segments: trace.pytorch_segments(),
         pytorch: trace.pytorch_figures(),
         ns_per_op: host_ns as f64 / ops as f64,
@@ -357,6 +373,24 @@ pub fn replay_evicting(
 }
 
 impl ReplayResult {
+    /// The lowest of PyTorch's three peak-reserved / peak-live figures (`None` when the trace
+    /// records none).
+    pub fn best_pytorch_ratio(&self) -> Option<f64> {
+        self.pytorch
+            .ratios(self.peak_live_bytes)
+            .into_iter()
+            .flatten()
+            .reduce(f64::min)
+    }
+
+    /// The priced driver time as a fraction of the traced run's wall time (`None` when the
+    /// trace does not record it).
+    pub fn driver_time_fraction(&self) -> Option<f64> {
+        self.seconds
+            .filter(|&s| s > 0.0)
+            .map(|s| self.driver_ns as f64 / 1e9 / s)
+    }
+
     /// The ratio this trace must meet ([`PytorchFigures::target_ratio`]).
     pub fn target_ratio(&self) -> f64 {
         self.pytorch.target_ratio(self.peak_live_bytes)
@@ -391,6 +425,11 @@ impl ReplayResult {
             "ratio": self.ratio,
             "driver_calls": self.driver_calls,
             "all_driver_calls": self.all_driver_calls,
+            "driver_ns": self.driver_ns,
+            "late_driver_calls": self.late_driver_calls,
+            "seconds": self.seconds,
+            "driver_time_fraction": self.driver_time_fraction(),
+            "best_pytorch_ratio": self.best_pytorch_ratio(),
             "pytorch_segments": self.pytorch_segments,
             "ns_per_op": self.ns_per_op,
             "unknown_frees": self.unknown_frees,

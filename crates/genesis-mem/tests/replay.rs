@@ -351,3 +351,36 @@ fn the_replay_command_reports_a_bad_trace_and_goes_on() {
     assert!(stderr.is_empty(), "a closed pipe is not an error: {stderr}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The simulated driver prices each call by the size it covers, and the replay reports the
+/// priced time against the traced run's wall time, the calls of the trace's second half and
+/// the best of PyTorch's figures.
+#[test]
+fn replay_prices_the_driver_calls_and_counts_the_late_ones() {
+    use genesis_mem::{Backend, SimBackend};
+    let p = SimBackend::PRICES;
+    let mut sim = SimBackend::new(1 << 30, true);
+    let va = sim.reserve(16 << 20).unwrap();
+    let h = sim.create(6 << 20).unwrap();
+    sim.map(va, 6 << 20, h).unwrap();
+    sim.unmap(va, 6 << 20).unwrap();
+    sim.release(h, 6 << 20).unwrap();
+    let c = sim.counts();
+    assert_eq!(
+        c.nanos,
+        3 * (p.create + p.map + p.set_access + p.unmap + p.release),
+        "three 2 MiB units each"
+    );
+
+    let t = Trace::read(&data("gpt2_train.trace.gz")).unwrap();
+    let r = replay(&t, Config::default(), 141_000_000_000).unwrap();
+    assert!(r.driver_ns > 0 && r.late_driver_calls <= r.driver_calls);
+    let seconds: f64 = t.meta["seconds"].parse().unwrap();
+    assert_eq!(r.seconds, Some(seconds));
+    let share = r.driver_time_fraction().unwrap();
+    assert!((share - r.driver_ns as f64 / 1e9 / seconds).abs() < 1e-12);
+    let best = r.best_pytorch_ratio().unwrap();
+    let ratios = r.pytorch.ratios(r.peak_live_bytes);
+    assert!(ratios.iter().flatten().all(|&x| best <= x));
+    assert!(ratios.iter().flatten().any(|&x| x == best));
+}

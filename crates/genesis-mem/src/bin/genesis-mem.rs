@@ -11,8 +11,11 @@
 //! simulated driver and prints, per trace, peak live bytes, peak reserved / peak live next to
 //! PyTorch's three figures from the trace's header (default allocator, expandable segments,
 //! cudaMallocAsync) and the target (the lowest of those and 1.03), driver calls next to their
-//! budget (4x the larger of PyTorch's segments and maps), host nanoseconds per operation, and
-//! whether both targets are met. `--memory-first` replays with [`Config::memory_first`]; the
+//! budget (4x the larger of PyTorch's segments and maps), host nanoseconds per operation,
+//! whether both targets are met, the ratio over the best of PyTorch's three ("vs best"), the
+//! driver calls' time as the simulated driver prices it (`SimBackend::PRICES`) in percent of
+//! the traced run's wall time ("drv %run"), and the driver calls in the second half of the
+//! trace's events ("late", a training loop's steady state). `--memory-first` replays with [`Config::memory_first`]; the
 //! options after `--max-handle` set the [`Config`] field of the same name
 //! (`large_handle_pieces`, `burst_headroom_div`, `burst_headroom_granules`), applied after
 //! `--memory-first` whatever their order, and checked as the allocator checks them.
@@ -168,7 +171,7 @@ fn run_replay(args: &[String]) -> Result<ExitCode, Failure> {
     .map_err(|e| e.to_string())?;
     if !json {
         say(format_args!(
-            "{:<38} {:>9} {:>7} {:>7} {:>24} {:>13} {:>7} {:>7}",
+            "{:<38} {:>9} {:>7} {:>7} {:>24} {:>13} {:>7} {:>7} {:>8} {:>8} {:>6}",
             "trace",
             "live MiB",
             "ratio",
@@ -176,7 +179,10 @@ fn run_replay(args: &[String]) -> Result<ExitCode, Failure> {
             "PyTorch def / exp / async",
             "calls/budget",
             "ns/op",
-            "targets"
+            "targets",
+            "vs best",
+            "drv %run",
+            "late"
         ))?;
     }
     let many = files.len() > 1;
@@ -204,8 +210,14 @@ fn run_replay(args: &[String]) -> Result<ExitCode, Failure> {
             let fig = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{x:.3}"));
             let [d, e, a] = r.pytorch.ratios(r.peak_live_bytes);
             let budget = r.call_budget().map_or("-".to_string(), |b| b.to_string());
+            let best = r
+                .best_pytorch_ratio()
+                .map_or("-".to_string(), |b| format!("{:.4}", r.ratio / b));
+            let share = r
+                .driver_time_fraction()
+                .map_or("-".to_string(), |f| format!("{:.3}", f * 100.0));
             say(format_args!(
-                "{:<38} {:>9} {:>7.4} {:>7.4} {:>24} {:>13} {:>7.0} {:>7}",
+                "{:<38} {:>9} {:>7.4} {:>7.4} {:>24} {:>13} {:>7.0} {:>7} {:>8} {:>8} {:>6}",
                 r.trace,
                 r.peak_live_bytes >> 20,
                 r.ratio,
@@ -213,7 +225,10 @@ fn run_replay(args: &[String]) -> Result<ExitCode, Failure> {
                 format!("{} / {} / {}", fig(d), fig(e), fig(a)),
                 format!("{}/{budget}", r.driver_calls),
                 r.ns_per_op,
-                if r.meets_targets() { "met" } else { "missed" }
+                if r.meets_targets() { "met" } else { "missed" },
+                best,
+                share,
+                r.late_driver_calls
             ))?;
         }
         if let Some(path) = &timeline {

@@ -37,6 +37,15 @@ pub(crate) struct AdamParts<W, R> {
     pub(crate) v: W,
 }
 
+/// The logits of the classifier's backward and where their gradient goes.
+pub(crate) enum CeLogits<'a, M: ?Sized> {
+    /// Logits from element `.1` (rows `shape.stride` apart), the gradient into the contiguous
+    /// `rows * classes` elements of `.2`.
+    Separate(&'a M, usize, &'a mut M),
+    /// The gradient written over the logits (from element `.1`): llm.c's trick.
+    InPlace(&'a mut M, usize),
+}
+
 /// The operations of one kind of memory (see the module documentation).
 #[allow(clippy::too_many_arguments)]
 pub(crate) trait Compute {
@@ -364,32 +373,15 @@ pub(crate) trait Compute {
         status: &mut Self,
     ) -> Result<()>;
 
-    /// The fused classifier's backward: the logits' gradient (contiguous rows of `classes`)
-    /// from the logits, targets, the forward's `lse` and `dloss` (f32; f64 for f64:
+    /// The fused classifier's backward: the logits' gradient from the logits (see
+    /// [`CeLogits`]), targets, the forward's `lse` and `dloss` (f32; f64 for f64:
     /// `reduction.dloss_len(rows)` values).
     #[allow(clippy::too_many_arguments)]
     fn cross_entropy_backward(
-        &self,
+        logits: CeLogits<'_, Self>,
         dtype: DType,
         shape: &ClassifierShape,
         reduction: Reduction,
-        at: usize,
-        targets: (&Self, usize),
-        lse: &Self,
-        dloss: &Self,
-        dlogits: &mut Self,
-        status: &mut Self,
-    ) -> Result<()>;
-
-    /// [`Compute::cross_entropy_backward`] writing the gradient over the logits in `self`
-    /// (from `at`, their rows `shape.stride` apart).
-    #[allow(clippy::too_many_arguments)]
-    fn cross_entropy_backward_in_place(
-        &mut self,
-        dtype: DType,
-        shape: &ClassifierShape,
-        reduction: Reduction,
-        at: usize,
         targets: (&Self, usize),
         lse: &Self,
         dloss: &Self,
@@ -815,59 +807,42 @@ impl Compute for [u8] {
     }
 
     fn cross_entropy_backward(
-        &self,
+        logits: CeLogits<'_, [u8]>,
         dtype: DType,
         shape: &ClassifierShape,
         reduction: Reduction,
-        at: usize,
-        targets: (&[u8], usize),
-        lse: &[u8],
-        dloss: &[u8],
-        dlogits: &mut [u8],
-        _status: &mut [u8],
-    ) -> Result<()> {
-        let n = shape.rows;
-        let span = shape.span_len(shape.stride)?;
-        let len = n * shape.classes;
-        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
-            type A = <T as genesis_kernels::real::FusedElement>::Acc;
-            genesis_kernels::classifier::cross_entropy_backward::<T>(
-                shape,
-                reduction,
-                host::<T>(self, at, span)?,
-                host::<i64>(targets.0, targets.1, n)?,
-                host::<A>(lse, 0, n)?,
-                host::<A>(dloss, 0, reduction.dloss_len(n))?,
-                host_mut::<T>(dlogits, 0, len)?,
-                shape.classes,
-            )?;
-            Ok(())
-        }, _ => Err(unsupported("cross_entropy", dtype)))
-    }
-
-    fn cross_entropy_backward_in_place(
-        &mut self,
-        dtype: DType,
-        shape: &ClassifierShape,
-        reduction: Reduction,
-        at: usize,
         targets: (&[u8], usize),
         lse: &[u8],
         dloss: &[u8],
         _status: &mut [u8],
     ) -> Result<()> {
+        use genesis_kernels::classifier as ce;
         let n = shape.rows;
         let span = shape.span_len(shape.stride)?;
         genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
             type A = <T as genesis_kernels::real::FusedElement>::Acc;
-            genesis_kernels::classifier::cross_entropy_backward_in_place::<T>(
-                shape,
-                reduction,
-                host_mut::<T>(self, at, span)?,
-                host::<i64>(targets.0, targets.1, n)?,
-                host::<A>(lse, 0, n)?,
-                host::<A>(dloss, 0, reduction.dloss_len(n))?,
-            )?;
+            let (t, e) = (host::<i64>(targets.0, targets.1, n)?, host::<A>(lse, 0, n)?);
+            let d = host::<A>(dloss, 0, reduction.dloss_len(n))?;
+            match logits {
+                CeLogits::Separate(l, at, out) => ce::cross_entropy_backward::<T>(
+                    shape,
+                    reduction,
+                    host::<T>(l, at, span)?,
+                    t,
+                    e,
+                    d,
+                    host_mut::<T>(out, 0, n * shape.classes)?,
+                    shape.classes,
+                )?,
+                CeLogits::InPlace(l, at) => ce::cross_entropy_backward_in_place::<T>(
+                    shape,
+                    reduction,
+                    host_mut::<T>(l, at, span)?,
+                    t,
+                    e,
+                    d,
+                )?,
+            }
             Ok(())
         }, _ => Err(unsupported("cross_entropy", dtype)))
     }

@@ -17,7 +17,7 @@ use genesis_kernels::{BinaryNd, BinaryOp, CompareOp, MatmulPrecision, MatmulShap
 use genesis_kernels::{ReduceOp, ReduceShape};
 use genesis_kernels::{Rhs, Sampler, UnaryOp, WhereNd};
 
-use crate::compute::{AdamParts, Compute};
+use crate::compute::{AdamParts, CeLogits, Compute};
 use crate::storage::Inner;
 use crate::{DType, Device, Error, PoolInfo, Result};
 
@@ -222,32 +222,19 @@ impl Compute for CudaMem {
     }
 
     fn cross_entropy_backward(
-        &self,
+        logits: CeLogits<'_, CudaMem>,
         _: DType,
         _: &ClassifierShape,
         _: Reduction,
-        _: usize,
-        _: (&CudaMem, usize),
-        _: &CudaMem,
-        _: &CudaMem,
-        _: &mut CudaMem,
-        _: &mut CudaMem,
-    ) -> Result<()> {
-        match *self {}
-    }
-
-    fn cross_entropy_backward_in_place(
-        &mut self,
-        _: DType,
-        _: &ClassifierShape,
-        _: Reduction,
-        _: usize,
         _: (&CudaMem, usize),
         _: &CudaMem,
         _: &CudaMem,
         _: &mut CudaMem,
     ) -> Result<()> {
-        match *self {}
+        match logits {
+            CeLogits::Separate(l, ..) => match *l {},
+            CeLogits::InPlace(l, _) => match *l {},
+        }
     }
 
     fn layer_norm(

@@ -17,7 +17,7 @@ use genesis_kernels::{ReduceOp, ReduceShape};
 use genesis_kernels::{Rhs, Sampler, UnaryOp, WhereNd, gpu};
 
 use super::{CudaMem, Queue, queue_on};
-use crate::compute::{AdamParts, Compute};
+use crate::compute::{AdamParts, CeLogits, Compute};
 use crate::storage::Inner;
 use crate::{DType, Error, Result};
 
@@ -180,63 +180,37 @@ impl Compute for CudaMem {
     }
 
     fn cross_entropy_backward(
-        &self,
+        logits: CeLogits<'_, CudaMem>,
         dtype: DType,
         shape: &ClassifierShape,
         reduction: Reduction,
-        at: usize,
         targets: (&CudaMem, usize),
         lse: &CudaMem,
         dloss: &CudaMem,
-        dlogits: &mut CudaMem,
         status: &mut CudaMem,
     ) -> Result<()> {
         use genesis_kernels::classifier as ce;
         let n = shape.rows;
         let span = shape.span_len(shape.stride)?;
-        let mut ws = CudaMem::new(self.ordinal(), ce::WORKSPACE_BYTES)?;
+        let (ordinal, queue) = match &logits {
+            CeLogits::Separate(l, ..) => (l.ordinal(), l.queue()),
+            CeLogits::InPlace(l, _) => (l.ordinal(), l.queue()),
+        };
+        let mut ws = CudaMem::new(ordinal, ce::WORKSPACE_BYTES)?;
         genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16], T => {
-            ce::gpu_cross_entropy_backward::<T>(
-                &self.queue(),
-                shape,
-                reduction,
-                ce::LogitsGrad::Separate {
-                    logits: self.range::<T>(at, span)?,
-                    dlogits: dlogits.range_mut::<T>(0, n * shape.classes)?,
+            let grad = match logits {
+                CeLogits::Separate(l, at, out) => ce::LogitsGrad::Separate {
+                    logits: l.range::<T>(at, span)?,
+                    dlogits: out.range_mut::<T>(0, n * shape.classes)?,
                     out_stride: shape.classes,
                 },
-                targets.0.range::<i64>(targets.1, n)?,
-                lse.range::<f32>(0, n)?,
-                ce::LossGrad::Device(dloss.range::<f32>(0, reduction.dloss_len(n))?),
-                ws.range_mut::<u8>(0, ce::WORKSPACE_BYTES)?,
-                status.range_mut::<i64>(0, 1)?,
-            )?;
-            Ok(())
-        }, _ => Err(unsupported("cross_entropy", dtype)))
-    }
-
-    fn cross_entropy_backward_in_place(
-        &mut self,
-        dtype: DType,
-        shape: &ClassifierShape,
-        reduction: Reduction,
-        at: usize,
-        targets: (&CudaMem, usize),
-        lse: &CudaMem,
-        dloss: &CudaMem,
-        status: &mut CudaMem,
-    ) -> Result<()> {
-        use genesis_kernels::classifier as ce;
-        let n = shape.rows;
-        let span = shape.span_len(shape.stride)?;
-        let mut ws = CudaMem::new(self.ordinal(), ce::WORKSPACE_BYTES)?;
-        let queue = self.queue();
-        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16], T => {
+                CeLogits::InPlace(l, at) => ce::LogitsGrad::InPlace(l.range_mut::<T>(at, span)?),
+            };
             ce::gpu_cross_entropy_backward::<T>(
                 &queue,
                 shape,
                 reduction,
-                ce::LogitsGrad::InPlace(self.range_mut::<T>(at, span)?),
+                grad,
                 targets.0.range::<i64>(targets.1, n)?,
                 lse.range::<f32>(0, n)?,
                 ce::LossGrad::Device(dloss.range::<f32>(0, reduction.dloss_len(n))?),

@@ -5,7 +5,7 @@
 use genesis_kernels::classifier::{ClassifierShape, Reduction};
 
 use super::{Mem, MemMut, Storage, check_float_only, mixed};
-use crate::compute::Compute;
+use crate::compute::{CeLogits, Compute};
 use crate::{DType, Error, Result};
 
 impl Storage {
@@ -129,14 +129,7 @@ impl Storage {
     ) -> Result<Storage> {
         let name = "cross_entropy_backward";
         let (ls, dtype) = (logits.0, logits.0.dtype);
-        check_float_only(name, true, dtype)?;
-        ls.check_range(name, logits.1, shape.span_len(shape.stride)?)?;
-        check_targets(name, ls, shape, targets)?;
-        for (s, len) in [(lse, shape.rows), (dloss, reduction.dloss_len(shape.rows))] {
-            s.expect_dtype(name, Self::fused_acc_dtype(dtype))?;
-            s.expect_device(name, ls.device())?;
-            s.check_range(name, 0, len)?;
-        }
+        check_backward(name, shape, reduction, logits, targets, lse, dloss)?;
         let len = shape
             .rows
             .checked_mul(shape.classes)
@@ -144,61 +137,15 @@ impl Storage {
                 len: usize::MAX,
                 dtype,
             })?;
-        let dev = ls.device();
-        let mut out = Storage::uninit(len, dtype, dev)?;
-        let mut status = Storage::full::<i64>(1, -1, dev)?;
-        let (lr, tr, er, dr) = (
-            ls.read(name)?,
-            targets.0.read(name)?,
-            lse.read(name)?,
-            dloss.read(name)?,
-        );
-        match (
-            lr.mem(),
-            tr.mem(),
-            er.mem(),
-            dr.mem(),
-            out.mem_mut(name)?,
-            status.mem_mut(name)?,
-        ) {
-            (
-                Mem::Host(a),
-                Mem::Host(t),
-                Mem::Host(e),
-                Mem::Host(d),
-                MemMut::Host(o),
-                MemMut::Host(s),
-            ) => a.cross_entropy_backward(
-                dtype,
-                shape,
-                reduction,
-                logits.1,
-                (t, targets.1),
-                e,
-                d,
-                o,
-                s,
-            )?,
-            (
-                Mem::Cuda(a),
-                Mem::Cuda(t),
-                Mem::Cuda(e),
-                Mem::Cuda(d),
-                MemMut::Cuda(o),
-                MemMut::Cuda(s),
-            ) => a.cross_entropy_backward(
-                dtype,
-                shape,
-                reduction,
-                logits.1,
-                (t, targets.1),
-                e,
-                d,
-                o,
-                s,
-            )?,
+        let mut out = Storage::uninit(len, dtype, ls.device())?;
+        let lr = ls.read(name)?;
+        let at = logits.1;
+        let logits = match (lr.mem(), out.mem_mut(name)?) {
+            (Mem::Host(a), MemMut::Host(o)) => LogitsMem::Host(CeLogits::Separate(a, at, o)),
+            (Mem::Cuda(a), MemMut::Cuda(o)) => LogitsMem::Cuda(CeLogits::Separate(a, at, o)),
             _ => return Err(mixed(name)),
-        }
+        };
+        run_backward(name, logits, dtype, shape, reduction, targets, lse, dloss)?;
         Ok(out)
     }
 }
@@ -220,49 +167,86 @@ impl Storage {
     ) -> Result<()> {
         let name = "cross_entropy_backward";
         let dtype = self.dtype;
-        check_float_only(name, true, dtype)?;
-        self.check_range(name, logits_start, shape.span_len(shape.stride)?)?;
-        check_targets(name, self, shape, targets)?;
-        for (s, len) in [(lse, shape.rows), (dloss, reduction.dloss_len(shape.rows))] {
-            s.expect_dtype(name, Self::fused_acc_dtype(dtype))?;
-            s.expect_device(name, self.device())?;
-            s.check_range(name, 0, len)?;
-        }
-        let mut status = Storage::full::<i64>(1, -1, self.device())?;
+        check_backward(
+            name,
+            shape,
+            reduction,
+            (self, logits_start),
+            targets,
+            lse,
+            dloss,
+        )?;
         self.with_exclusive_reading(name, &[targets.0, lse, dloss], |me| {
-            let (tr, er, dr) = (targets.0.read(name)?, lse.read(name)?, dloss.read(name)?);
-            match (
-                me.mem_mut(name)?,
-                tr.mem(),
-                er.mem(),
-                dr.mem(),
-                status.mem_mut(name)?,
-            ) {
-                (MemMut::Host(a), Mem::Host(t), Mem::Host(e), Mem::Host(d), MemMut::Host(s)) => a
-                    .cross_entropy_backward_in_place(
-                        dtype,
-                        shape,
-                        reduction,
-                        logits_start,
-                        (t, targets.1),
-                        e,
-                        d,
-                        s,
-                    ),
-                (MemMut::Cuda(a), Mem::Cuda(t), Mem::Cuda(e), Mem::Cuda(d), MemMut::Cuda(s)) => a
-                    .cross_entropy_backward_in_place(
-                        dtype,
-                        shape,
-                        reduction,
-                        logits_start,
-                        (t, targets.1),
-                        e,
-                        d,
-                        s,
-                    ),
-                _ => Err(mixed(name)),
-            }
+            let logits = match me.mem_mut(name)? {
+                MemMut::Host(a) => LogitsMem::Host(CeLogits::InPlace(a, logits_start)),
+                MemMut::Cuda(a) => LogitsMem::Cuda(CeLogits::InPlace(a, logits_start)),
+            };
+            run_backward(name, logits, dtype, shape, reduction, targets, lse, dloss)
         })
+    }
+}
+
+/// The backward's operands: float logits holding `shape`'s rows from their element, the
+/// targets, and `lse` and `dloss` of the accumulator dtype on the logits' device.
+fn check_backward(
+    name: &'static str,
+    shape: &ClassifierShape,
+    reduction: Reduction,
+    logits: (&Storage, usize),
+    targets: (&Storage, usize),
+    lse: &Storage,
+    dloss: &Storage,
+) -> Result<()> {
+    let ls = logits.0;
+    check_float_only(name, true, ls.dtype)?;
+    ls.check_range(name, logits.1, shape.span_len(shape.stride)?)?;
+    check_targets(name, ls, shape, targets)?;
+    for (s, len) in [(lse, shape.rows), (dloss, reduction.dloss_len(shape.rows))] {
+        s.expect_dtype(name, Storage::fused_acc_dtype(ls.dtype))?;
+        s.expect_device(name, ls.device())?;
+        s.check_range(name, 0, len)?;
+    }
+    Ok(())
+}
+
+/// The backward's logits, on the host or a device.
+enum LogitsMem<'a> {
+    Host(CeLogits<'a, [u8]>),
+    Cuda(CeLogits<'a, crate::cuda::CudaMem>),
+}
+
+/// Runs the backward on `logits` with the other operands read where they live, and a status
+/// word set to -1 on the logits' device.
+#[allow(clippy::too_many_arguments)]
+fn run_backward(
+    name: &'static str,
+    logits: LogitsMem<'_>,
+    dtype: DType,
+    shape: &ClassifierShape,
+    reduction: Reduction,
+    targets: (&Storage, usize),
+    lse: &Storage,
+    dloss: &Storage,
+) -> Result<()> {
+    let mut status = Storage::full::<i64>(1, -1, lse.device())?;
+    let (tr, er, dr) = (targets.0.read(name)?, lse.read(name)?, dloss.read(name)?);
+    match (logits, tr.mem(), er.mem(), dr.mem(), status.mem_mut(name)?) {
+        (LogitsMem::Host(l), Mem::Host(t), Mem::Host(e), Mem::Host(d), MemMut::Host(s)) => {
+            <[u8]>::cross_entropy_backward(l, dtype, shape, reduction, (t, targets.1), e, d, s)
+        }
+        (LogitsMem::Cuda(l), Mem::Cuda(t), Mem::Cuda(e), Mem::Cuda(d), MemMut::Cuda(s)) => {
+            crate::cuda::CudaMem::cross_entropy_backward(
+                l,
+                dtype,
+                shape,
+                reduction,
+                (t, targets.1),
+                e,
+                d,
+                s,
+            )
+        }
+        _ => Err(mixed(name)),
     }
 }
 

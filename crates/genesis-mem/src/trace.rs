@@ -256,10 +256,60 @@ pub struct ReplayResult {
     pub ns_per_op: f64,
     /// Frees of ids that were never allocated (or already freed): skipped.
     pub unknown_frees: usize,
+    /// What the reserved memory held when the peak reserved was reached (the last time it
+    /// rose).
+    pub at_peak: PeakDetail,
     /// (event index, allocated bytes, reserved bytes) samples, for the timeline.
     pub timeline: Vec<(f64, f64, f64)>,
     /// The largest allocations: (event index, bytes, label), for the timeline.
     pub largest: Vec<(f64, usize, String)>,
+}
+
+/// The reserved memory at the peak, by what it held: the event, the bytes handed out
+/// (allocated blocks, their rounding included), free bytes mapped (free, cached or waiting
+/// blocks) in blocks below 2 MiB and from 2 MiB on, the largest free block, and the free
+/// blocks' count.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PeakDetail {
+    /// Index of the event after which the peak was reached.
+    pub event: usize,
+    /// Bytes in allocated blocks.
+    pub allocated: u64,
+    /// Free mapped bytes in blocks smaller than 2 MiB.
+    pub free_small: u64,
+    /// Free mapped bytes in blocks of 2 MiB or more.
+    pub free_large: u64,
+    /// The largest free mapped block.
+    pub largest_free: u64,
+    /// Free mapped blocks.
+    pub free_blocks: usize,
+}
+
+impl PeakDetail {
+    fn of(event: usize, snap: &crate::snapshot::Snapshot) -> PeakDetail {
+        use crate::BlockState as S;
+        let mut d = PeakDetail {
+            event,
+            ..PeakDetail::default()
+        };
+        for b in snap.segments.iter().flat_map(|s| &s.blocks) {
+            let size = b.size as u64;
+            match b.state {
+                S::Allocated => d.allocated += size,
+                S::Free | S::Cached | S::PendingFree => {
+                    if size < 2 << 20 {
+                        d.free_small += size;
+                    } else {
+                        d.free_large += size;
+                    }
+                    d.largest_free = d.largest_free.max(size);
+                    d.free_blocks += 1;
+                }
+                S::Unmapped => {}
+            }
+        }
+        d
+    }
 }
 
 /// Replays `trace` through a [`CachingAllocator`] over a simulated device of `device_bytes`.
@@ -293,6 +343,8 @@ pub fn replay_evicting(
     let mut evict = vec![0u8; evict_bytes];
     let half = trace.events.len() / 2;
     let mut calls_at_half = 0;
+    let mut at_peak = PeakDetail::default();
+    let (mut reserved_peak, mut calls_seen) = (0, 0);
     for (i, ev) in trace.events.iter().enumerate() {
         if i == half {
             calls_at_half = alloc.driver_calls().memory();
@@ -325,6 +377,16 @@ pub fn replay_evicting(
                 }
                 cur += size as u64;
                 peak = peak.max(cur);
+                // Reserved memory grows only through the driver: look when it was called.
+                let calls = alloc.driver_calls().total();
+                if calls != calls_seen {
+                    calls_seen = calls;
+                    let reserved = alloc.stats().reserved_bytes.all().current;
+                    if reserved > reserved_peak {
+                        reserved_peak = reserved;
+                        at_peak = PeakDetail::of(i, &alloc.snapshot());
+                    }
+                }
             }
             TraceEvent::Free { id } => match live.remove(&id) {
                 Some(a) => {
@@ -367,6 +429,7 @@ pub fn replay_evicting(
         pytorch: trace.pytorch_figures(),
         ns_per_op: host_ns as f64 / ops as f64,
         unknown_frees: unknown,
+        at_peak,
         timeline,
         largest,
     })
@@ -430,6 +493,14 @@ impl ReplayResult {
             "seconds": self.seconds,
             "driver_time_fraction": self.driver_time_fraction(),
             "best_pytorch_ratio": self.best_pytorch_ratio(),
+            "at_peak": {
+                "event": self.at_peak.event,
+                "allocated": self.at_peak.allocated,
+                "free_small": self.at_peak.free_small,
+                "free_large": self.at_peak.free_large,
+                "largest_free": self.at_peak.largest_free,
+                "free_blocks": self.at_peak.free_blocks,
+            },
             "pytorch_segments": self.pytorch_segments,
             "ns_per_op": self.ns_per_op,
             "unknown_frees": self.unknown_frees,

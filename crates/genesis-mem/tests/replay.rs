@@ -353,8 +353,8 @@ fn the_replay_command_reports_a_bad_trace_and_goes_on() {
 }
 
 /// The simulated driver prices each call by the size it covers, and the replay reports the
-/// priced time against the traced run's wall time, the calls of the trace's second half and
-/// the best of PyTorch's figures.
+/// priced time against the traced run's wall time, the calls of the trace's second half, what
+/// the reserved memory held at its peak and the best of PyTorch's figures.
 #[test]
 fn replay_prices_the_driver_calls_and_counts_the_late_ones() {
     use genesis_mem::{Backend, SimBackend};
@@ -379,6 +379,11 @@ fn replay_prices_the_driver_calls_and_counts_the_late_ones() {
     assert_eq!(r.seconds, Some(seconds));
     let share = r.driver_time_fraction().unwrap();
     assert!((share - r.driver_ns as f64 / 1e9 / seconds).abs() < 1e-12);
+    // What the reserved memory held at its peak: within it, every block accounted for.
+    let p = r.at_peak;
+    assert!(p.event < r.events && p.allocated > 0);
+    assert!(p.allocated + p.free_small + p.free_large <= r.peak_reserved_bytes);
+    assert!(p.largest_free <= p.free_small + p.free_large);
     let best = r.best_pytorch_ratio().unwrap();
     let ratios = r.pytorch.ratios(r.peak_live_bytes);
     assert!(ratios.iter().flatten().all(|&x| best <= x));

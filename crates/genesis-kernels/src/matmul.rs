@@ -1742,7 +1742,7 @@ pub fn gpu_matmul_strided<T: MatmulElement, O: MatmulOutput<T>>(
         wide: false,
         sm90: None,
     };
-    run(stream, &plan, layout, a, b, c, None)
+    run(stream, &plan, layout, a, b, c, None, 0).map(|_| ())
 }
 
 /// Queues `c = a @ b` as `plan` says (its shape, the precision of f32 products, the split of
@@ -1763,7 +1763,7 @@ pub fn gpu_matmul_planned<T: MatmulElement, O: MatmulOutput<T>>(
     c: genesis_cuda::DeviceSpanMut<'_, O>,
     workspace: genesis_cuda::DeviceSpanMut<'_, u8>,
 ) -> Result<()> {
-    run(stream, plan, layout, a, b, c, Some(workspace))
+    run(stream, plan, layout, a, b, c, Some(workspace), 0).map(|_| ())
 }
 
 /// [`gpu_matmul_planned`] with a `bias` of `n` values added to every row of each product
@@ -1792,28 +1792,15 @@ pub fn gpu_matmul_planned_bias<T: MatmulElement, O: MatmulOutput<T>>(
     }
     // A bias of no values (n = 0) is never read: pass none.
     let addr = if plan.shape.n == 0 { 0 } else { bias.addr() };
-    run_with(stream, plan, layout, a, b, c, Some(workspace), addr)
+    run(stream, plan, layout, a, b, c, Some(workspace), addr)
 }
 
-/// The launches of [`gpu_matmul_planned`]; `workspace` is `None` only for unsplit plans.
-#[cfg(feature = "cuda")]
-fn run<T: MatmulElement, O: MatmulOutput<T>>(
-    stream: &genesis_cuda::Stream,
-    plan: &MatmulPlan,
-    layout: MatmulLayout,
-    a: genesis_cuda::DeviceSpan<'_, T>,
-    b: genesis_cuda::DeviceSpan<'_, T>,
-    c: genesis_cuda::DeviceSpanMut<'_, O>,
-    workspace: Option<genesis_cuda::DeviceSpanMut<'_, u8>>,
-) -> Result<()> {
-    run_with(stream, plan, layout, a, b, c, workspace, 0).map(|_| ())
-}
-
-/// [`run`] with the address of a bias of `n` output values (0: none), which only the unsplit
-/// Hopper kernels add (returning `true`).
+/// The launches of [`gpu_matmul_planned`] (`workspace` is `None` only for unsplit plans), with
+/// the address of a bias of `n` output values (0: none), which only the unsplit Hopper
+/// kernels add (returning `true`).
 #[cfg(feature = "cuda")]
 #[allow(clippy::too_many_arguments)]
-fn run_with<T: MatmulElement, O: MatmulOutput<T>>(
+fn run<T: MatmulElement, O: MatmulOutput<T>>(
     stream: &genesis_cuda::Stream,
     plan: &MatmulPlan,
     layout: MatmulLayout,

@@ -339,8 +339,9 @@ pub(crate) trait Compute {
         rstd: &mut Self,
     ) -> Result<()>;
 
-    /// Layer norm's backward: `dh` from `dy` (`self` from `dy_at`), the forward's input `h`,
-    /// `w`, `mean` and `rstd`; `dw` and `db` when given.
+    /// Layer norm's backward: `dh` (from its element `dh.1`; written, or added to what it
+    /// holds when `dh.2`) from `dy` (`self` from `dy_at`), the forward's input `h`, `w`,
+    /// `mean` and `rstd`; `dw` and `db` when given.
     #[allow(clippy::too_many_arguments)]
     fn layer_norm_backward(
         &self,
@@ -350,7 +351,7 @@ pub(crate) trait Compute {
         h: (&Self, usize),
         w: Option<(&Self, usize)>,
         stats: [&Self; 2],
-        dh: &mut Self,
+        dh: (&mut Self, usize, bool),
         dw: Option<&mut Self>,
         db: Option<&mut Self>,
     ) -> Result<()>;
@@ -883,11 +884,15 @@ impl Compute for [u8] {
         h: (&[u8], usize),
         w: Option<(&[u8], usize)>,
         stats: [&[u8]; 2],
-        dh: &mut [u8],
+        dh: (&mut [u8], usize, bool),
         dw: Option<&mut [u8]>,
         db: Option<&mut [u8]>,
     ) -> Result<()> {
         let (len, rows, c) = (shape.numel()?, shape.rows, shape.cols);
+        let acc = genesis_kernels::layernorm::Accumulate {
+            dh: dh.2,
+            params: false,
+        };
         genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
             type A = <T as genesis_kernels::real::FusedElement>::Acc;
             genesis_kernels::layernorm::layer_norm_backward::<T>(
@@ -897,10 +902,10 @@ impl Compute for [u8] {
                 w.map(|(m, at)| host::<T>(m, at, c)).transpose()?,
                 host::<A>(stats[0], 0, rows)?,
                 host::<A>(stats[1], 0, rows)?,
-                host_mut::<T>(dh, 0, len)?,
+                host_mut::<T>(dh.0, dh.1, len)?,
                 dw.map(|m| host_mut::<T>(m, 0, c)).transpose()?,
                 db.map(|m| host_mut::<T>(m, 0, c)).transpose()?,
-                genesis_kernels::layernorm::Accumulate::default(),
+                acc,
             )?;
             Ok(())
         }, _ => Err(unsupported("layer_norm", dtype)))

@@ -259,7 +259,7 @@ impl Compute for CudaMem {
         _: (&CudaMem, usize),
         _: Option<(&CudaMem, usize)>,
         _: [&CudaMem; 2],
-        _: &mut CudaMem,
+        _: (&mut CudaMem, usize, bool),
         _: Option<&mut CudaMem>,
         _: Option<&mut CudaMem>,
     ) -> Result<()> {

@@ -185,20 +185,45 @@ impl Tensor {
                     let g = g.contiguous()?;
                     let want_w = w.is_some() && needs[1];
                     let want_b = has_bias && needs[needs.len() - 1];
-                    let (dh, dw, db) = Storage::layer_norm_backward(
-                        &ln,
-                        at(&g),
-                        at(&x),
-                        w.as_ref().map(at),
-                        &mean,
-                        &rstd,
-                        (want_w, want_b),
-                    )?;
-                    let mut out = vec![if needs[0] {
-                        Some(Tensor::from_storage(dh, &shape)?)
-                    } else {
-                        None
-                    }];
+                    // The input's gradient added into the one gathered so far (the residual
+                    // stream's) when the engine alone holds it, else a new one.
+                    let into = crate::autograd::pending_gradient(0).filter(|p| {
+                        needs[0]
+                            && p.dtype() == x.dtype()
+                            && p.shape() == x.shape()
+                            && p.device() == x.device()
+                    });
+                    let (dx, dw, db) = match into {
+                        Some(p) => {
+                            let (dw, db) = Storage::layer_norm_backward_add(
+                                &ln,
+                                at(&g),
+                                at(&x),
+                                w.as_ref().map(at),
+                                &mean,
+                                &rstd,
+                                (want_w, want_b),
+                                at(&p),
+                            )?;
+                            (Some(p), dw, db)
+                        }
+                        None => {
+                            let (dh, dw, db) = Storage::layer_norm_backward(
+                                &ln,
+                                at(&g),
+                                at(&x),
+                                w.as_ref().map(at),
+                                &mean,
+                                &rstd,
+                                (want_w, want_b),
+                            )?;
+                            let dh = needs[0]
+                                .then(|| Tensor::from_storage(dh, &shape))
+                                .transpose()?;
+                            (dh, dw, db)
+                        }
+                    };
+                    let mut out = vec![dx];
                     if w.is_some() {
                         out.push(dw.map(|d| Tensor::from_storage(d, &[cols])).transpose()?);
                     }

@@ -608,3 +608,77 @@ fn cross_entropy_gradient_in_place_of_unheld_logits() {
     assert_eq!(twice.0, doubled(&alone.0), "retained backwards of x");
     assert_eq!(twice.1, doubled(&alone.1), "retained backwards of w");
 }
+
+/// Layer norm's backward adds the input's gradient into the one gathered so far when the
+/// engine alone holds it (the residual stream's), and makes a new one when another holder
+/// shares that buffer: either way the input's gradient is the sum of each use's gradient,
+/// each computed on its own (generated shapes, with and without weight and bias, the other
+/// use before or after the norm, and uses whose gradients share one buffer).
+#[test]
+fn layer_norm_gradient_added_into_the_residual_streams_matches_each_use_on_its_own() {
+    let _release = Release;
+    let g = Generator::new(11);
+    for dev in devices() {
+        for case in 0..24usize {
+            let rows = 1 + case % 7;
+            let cols = [1, 3, 8, 37, 64][case % 5];
+            let affine = case % 3 != 0;
+            let dtype = if case % 4 == 3 {
+                DType::F64
+            } else {
+                DType::F32
+            };
+            let leaf = |t: Tensor| t.to(dev).unwrap().detach().requires_grad_(true).unwrap();
+            let x0 = g.randn([rows, cols], dtype, CPU).unwrap();
+            let w = g.randn([cols], dtype, CPU).unwrap().to(dev).unwrap();
+            let b = g.randn([cols], dtype, CPU).unwrap().to(dev).unwrap();
+            let a = g.randn([rows, cols], dtype, CPU).unwrap().to(dev).unwrap();
+            let c = g.randn([rows, cols], dtype, CPU).unwrap().to(dev).unwrap();
+            let ln = |x: &Tensor| {
+                let (w, b) = if affine {
+                    (Some(&w), Some(&b))
+                } else {
+                    (None, None)
+                };
+                x.layer_norm(&[cols], w, b, 1e-5).unwrap()
+            };
+            // The norm's gradient on its own.
+            let xn = leaf(x0.clone());
+            ln(&xn).mul(&a).unwrap().sum().unwrap().backward().unwrap();
+            let norm_grad = xn.grad().unwrap();
+            // 0: x * c + ln(x) (the product's gradient, a buffer of its own, gathered first);
+            // 1: ln(x) + x * c written the other way round; 2: x + ln(x) (the sum hands one
+            // buffer to both inputs); 3: ln(x) twice over one residual (x + ln(x) + ln(x)).
+            let pattern = case % 4;
+            // A recorded tensor (its gradient gathered by the engine, as the residual stream's
+            // is), not a leaf.
+            let x_leaf = leaf(x0.clone());
+            let x = x_leaf.mul(1.0).unwrap();
+            let y = match pattern {
+                0 => x.mul(&c).unwrap().add(&ln(&x).mul(&a).unwrap()).unwrap(),
+                1 => ln(&x).mul(&a).unwrap().add(&x.mul(&c).unwrap()).unwrap(),
+                2 => x.mul(&a).unwrap().add(&ln(&x).mul(&a).unwrap()).unwrap(),
+                _ => x
+                    .mul(&c)
+                    .unwrap()
+                    .add(&ln(&x).mul(&a).unwrap())
+                    .unwrap()
+                    .add(&ln(&x).mul(&a).unwrap())
+                    .unwrap(),
+            };
+            y.sum().unwrap().backward().unwrap();
+            let other = if pattern == 2 { &a } else { &c };
+            let mut want = other.add(&norm_grad).unwrap();
+            if pattern == 3 {
+                want = want.add(&norm_grad).unwrap();
+            }
+            let err = worst(&x_leaf.grad().unwrap(), &want);
+            let tol = if dtype == DType::F64 { 1e-12 } else { 2e-6 };
+            assert!(
+                err <= tol,
+                "{dev:?} case {case} (pattern {pattern}, {rows}x{cols}, affine {affine}, \
+                 {dtype}): {err:e}"
+            );
+        }
+    }
+}

@@ -257,11 +257,15 @@ impl Compute for CudaMem {
         h: (&CudaMem, usize),
         w: Option<(&CudaMem, usize)>,
         stats: [&CudaMem; 2],
-        dh: &mut CudaMem,
+        dh: (&mut CudaMem, usize, bool),
         dw: Option<&mut CudaMem>,
         db: Option<&mut CudaMem>,
     ) -> Result<()> {
         let (len, rows, c) = (shape.numel()?, shape.rows, shape.cols);
+        let acc = genesis_kernels::layernorm::Accumulate {
+            dh: dh.2,
+            params: false,
+        };
         let ws_len = genesis_kernels::layernorm::backward_workspace_bytes(shape);
         let mut ws = CudaMem::new(self.ordinal(), ws_len)?;
         genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16], T => {
@@ -273,10 +277,10 @@ impl Compute for CudaMem {
                 w.map(|(m, at)| m.range::<T>(at, c)).transpose()?,
                 stats[0].range::<f32>(0, rows)?,
                 stats[1].range::<f32>(0, rows)?,
-                dh.range_mut::<T>(0, len)?,
+                dh.0.range_mut::<T>(dh.1, len)?,
                 dw.map(|m| m.range_mut::<T>(0, c)).transpose()?,
                 db.map(|m| m.range_mut::<T>(0, c)).transpose()?,
-                genesis_kernels::layernorm::Accumulate::default(),
+                acc,
                 ws.range_mut::<u8>(0, ws_len)?,
             )?;
             Ok(())

@@ -144,6 +144,62 @@ impl Storage {
         want: (bool, bool),
     ) -> Result<(Storage, Option<Storage>, Option<Storage>)> {
         let name = "layer_norm_backward";
+        let ds = dy.0;
+        check_float_only(name, true, ds.dtype)?;
+        let mut dh = Storage::uninit(shape.numel()?, ds.dtype, ds.device())?;
+        let (dw, db) =
+            Self::layer_norm_backward_core(shape, dy, h, w, mean, rstd, want, (&mut dh, 0, false))?;
+        Ok((dh, dw, db))
+    }
+
+    /// [`Storage::layer_norm_backward`] adding the input's gradient into the `rows * cols`
+    /// elements of `dh` from element `dh.1` (a handle others may share, written under its
+    /// write lock; the residual stream's gradient of llm.c), rounded once to the dtype. `dh`
+    /// must not be one of the inputs.
+    #[track_caller]
+    #[allow(clippy::too_many_arguments)]
+    pub fn layer_norm_backward_add(
+        shape: &LayerNormShape,
+        dy: (&Storage, usize),
+        h: (&Storage, usize),
+        w: Option<(&Storage, usize)>,
+        mean: &Storage,
+        rstd: &Storage,
+        want: (bool, bool),
+        dh: (&Storage, usize),
+    ) -> Result<(Option<Storage>, Option<Storage>)> {
+        let name = "layer_norm_backward";
+        let target = dh.0;
+        let inputs = [
+            Some(dy.0),
+            Some(h.0),
+            w.map(|p| p.0),
+            Some(mean),
+            Some(rstd),
+        ];
+        if inputs.iter().flatten().any(|s| std::ptr::eq(*s, target)) {
+            return Err(crate::Error::Aliased { op: name });
+        }
+        target.with_exclusive(name, |d| {
+            Self::layer_norm_backward_core(shape, dy, h, w, mean, rstd, want, (d, dh.1, true))
+        })
+    }
+
+    /// The checks and the kernel of the two backwards: `dh` from its element `dh.1`, written
+    /// or (`dh.2`) added to.
+    #[track_caller]
+    #[allow(clippy::too_many_arguments)]
+    fn layer_norm_backward_core(
+        shape: &LayerNormShape,
+        dy: (&Storage, usize),
+        h: (&Storage, usize),
+        w: Option<(&Storage, usize)>,
+        mean: &Storage,
+        rstd: &Storage,
+        want: (bool, bool),
+        dh: (&mut Storage, usize, bool),
+    ) -> Result<(Option<Storage>, Option<Storage>)> {
+        let name = "layer_norm_backward";
         let (ds, dtype) = (dy.0, dy.0.dtype);
         check_float_only(name, true, dtype)?;
         let len = shape.numel()?;
@@ -157,7 +213,7 @@ impl Storage {
             s.check_range(name, 0, shape.rows)?;
         }
         let dev = ds.device();
-        let mut dh = Storage::uninit(len, dtype, dev)?;
+        dh.0.check_operand(name, ds, dh.1, len)?;
         let mut dw = want
             .0
             .then(|| Storage::uninit(shape.cols, dtype, dev))
@@ -176,7 +232,8 @@ impl Storage {
         let wm = wr.as_ref().zip(w).map(|(g, p)| (g.mem(), p.1));
         let dwm = dw.as_mut().map(|s| s.mem_mut(name)).transpose()?;
         let dbm = db.as_mut().map(|s| s.mem_mut(name)).transpose()?;
-        match (dr.mem(), hr.mem(), mr.mem(), rr.mem(), dh.mem_mut(name)?) {
+        let (acc, at) = (dh.2, dh.1);
+        match (dr.mem(), hr.mem(), mr.mem(), rr.mem(), dh.0.mem_mut(name)?) {
             (Mem::Host(a), Mem::Host(hh), Mem::Host(m), Mem::Host(r), MemMut::Host(o)) => a
                 .layer_norm_backward(
                     dtype,
@@ -185,7 +242,7 @@ impl Storage {
                     (hh, h.1),
                     host_in(name, wm)?,
                     [m, r],
-                    o,
+                    (o, at, acc),
                     host_out(name, dwm)?,
                     host_out(name, dbm)?,
                 )?,
@@ -197,12 +254,12 @@ impl Storage {
                     (hh, h.1),
                     cuda_in(name, wm)?,
                     [m, r],
-                    o,
+                    (o, at, acc),
                     cuda_out(name, dwm)?,
                     cuda_out(name, dbm)?,
                 )?,
             _ => return Err(mixed(name)),
         }
-        Ok((dh, dw, db))
+        Ok((dw, db))
     }
 }

@@ -489,8 +489,18 @@ fn run_backward(
                     }
                 }
                 let needs: Vec<bool> = node.edges.iter().map(Option::is_some).collect();
+                // The inputs' gradients gathered so far, which a backward may add its own into
+                // in place (see `pending_gradient`).
+                let gathered: Vec<Option<Tensor>> = node
+                    .edges
+                    .iter()
+                    .map(|e| match e {
+                        Some(Edge::Node(c)) => pending.get(&(Arc::as_ptr(c) as usize)).cloned(),
+                        _ => None,
+                    })
+                    .collect();
                 let out = profile::timed(node.name, "backward", Some(g.device()), || {
-                    with_backward_once(!retain_graph, || f(&g, &needs))
+                    with_backward_state(!retain_graph, gathered, || f(&g, &needs))
                 })?;
                 if out.len() != node.edges.len() {
                     return Err(Error::Autograd {
@@ -517,6 +527,13 @@ fn run_backward(
                     let ck = Arc::as_ptr(c) as usize;
                     if let Some(g) = g {
                         let sum = match pending.remove(&ck) {
+                            // The backward added its gradient into the pending one itself.
+                            Some(acc)
+                                if Arc::ptr_eq(acc.view.storage(), g.view.storage())
+                                    && acc.layout() == g.layout() =>
+                            {
+                                g
+                            }
                             Some(acc) => acc.add(&g)?,
                             None => g,
                         };
@@ -958,6 +975,27 @@ thread_local! {
     /// Whether the backward function running on this thread runs only once (the graph is not
     /// retained): see [`backward_runs_once`].
     static BACKWARD_ONCE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The gradients gathered so far for the inputs of the backward running on this thread:
+    /// see [`pending_gradient`].
+    static GATHERED: std::cell::RefCell<Vec<Option<Tensor>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The gradient gathered so far for input `i` of the backward now running, when nothing but
+/// the engine holds its buffer (a contiguous tensor of its own storage): the backward may add
+/// its gradient for that input into it in place and return it (that very tensor), sparing a
+/// sum of two input-sized buffers (the residual stream's gradient, as llm.c's layer norm
+/// backward adds into it). `None` otherwise, and outside a backward.
+pub(crate) fn pending_gradient(i: usize) -> Option<Tensor> {
+    GATHERED.with(|g| {
+        let t = g.borrow().get(i).cloned().flatten()?;
+        // Held by the engine's map, the list above and `t`.
+        let alone = Arc::strong_count(t.view.storage()) == 3
+            && t.is_contiguous()
+            && t.layout().offset() == 0
+            && t.view.storage().len() == t.numel();
+        alone.then_some(t)
+    })
 }
 
 /// Whether the backward function now running will not run again (its graph is not retained):
@@ -967,16 +1005,23 @@ pub(crate) fn backward_runs_once() -> bool {
     BACKWARD_ONCE.with(std::cell::Cell::get)
 }
 
-/// Runs `f` with [`backward_runs_once`] answering `once`, then restores it.
-fn with_backward_once<R>(once: bool, f: impl FnOnce() -> R) -> R {
-    let before = BACKWARD_ONCE.with(|c| c.replace(once));
-    struct Restore(bool);
+/// Runs `f` with [`backward_runs_once`] answering `once` and [`pending_gradient`] reading
+/// `gathered`, then restores both (a backward may run a nested one: `checkpoint`).
+fn with_backward_state<R>(once: bool, gathered: Vec<Option<Tensor>>, f: impl FnOnce() -> R) -> R {
+    let before = (
+        BACKWARD_ONCE.with(|c| c.replace(once)),
+        GATHERED.with(|g| g.replace(gathered)),
+    );
+    struct Restore(Option<(bool, Vec<Option<Tensor>>)>);
     impl Drop for Restore {
         fn drop(&mut self) {
-            BACKWARD_ONCE.with(|c| c.set(self.0));
+            if let Some((once, gathered)) = self.0.take() {
+                BACKWARD_ONCE.with(|c| c.set(once));
+                GATHERED.with(|g| *g.borrow_mut() = gathered);
+            }
         }
     }
-    let _restore = Restore(before);
+    let _restore = Restore(Some(before));
     f()
 }
 

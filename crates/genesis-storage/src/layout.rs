@@ -332,6 +332,66 @@ impl Layout {
         true
     }
 
+    /// The layout as runs: `(run, count, pitch)` when its elements are `count` runs of `run`
+    /// consecutive indices, the runs `pitch` apart (`pitch >= run`, or `count == 1`): the
+    /// dimensions of more than one element, by increasing stride, merged where one continues
+    /// the other. `None` for other layouts (negative or zero strides, more than two levels).
+    fn runs(&self) -> Option<(usize, usize, usize)> {
+        let mut dims: Vec<(usize, usize)> = Vec::new();
+        for (&d, &st) in self.shape.iter().zip(&self.strides) {
+            if d > 1 {
+                dims.push((d, usize::try_from(st).ok().filter(|&s| s > 0)?));
+            }
+        }
+        dims.sort_by_key(|&(_, st)| st);
+        let mut merged: Vec<(usize, usize)> = Vec::new();
+        for (d, st) in dims {
+            match merged.last_mut() {
+                Some((n, s)) if n.checked_mul(*s) == Some(st) => *n *= d,
+                _ => merged.push((d, st)),
+            }
+        }
+        match merged[..] {
+            [] => Some((1, 1, 1)),
+            [(n, 1)] => Some((n, 1, n)),
+            [(c, p)] => Some((1, c, p)),
+            [(r, 1), (c, p)] if p >= r => Some((r, c, p)),
+            _ => None,
+        }
+    }
+
+    /// Whether no element index of `self` is one of `other`'s, when that can be shown cheaply:
+    /// their spans do not meet, or both are the same runs (see `runs`) at offsets whose runs
+    /// interleave without meeting (the pieces of a `split` along the last dimension). `false`
+    /// when they share an index or it cannot be shown.
+    pub fn disjoint_from(&self, other: &Layout) -> bool {
+        let (Ok(a), Ok(b)) = (self.span(), other.span()) else {
+            return false;
+        };
+        let (Some((alo, ahi)), Some((blo, bhi))) = (a, b) else {
+            return true;
+        };
+        if ahi <= blo || bhi <= alo {
+            return true;
+        }
+        let (Some(ra), Some(rb)) = (self.runs(), other.runs()) else {
+            return false;
+        };
+        if ra != rb {
+            return false;
+        }
+        let (run, count, pitch) = ra;
+        let d = self.offset.abs_diff(other.offset);
+        if count == 1 {
+            return d >= run;
+        }
+        // The runs i of one and j of the other meet when |d + (j - i) pitch| < run.
+        let (q, rem) = (d / pitch, d % pitch);
+        let meets_below = rem < run && q < count;
+        let meets_above = pitch - rem < run && q + 1 < count;
+        !(meets_below || meets_above)
+    }
+
     /// The smallest and one-past-largest element index the layout touches (`None` if empty),
     /// computed exactly: [`LayoutError::BadStrides`] when the layout reaches before element 0
     /// or its reach is not representable, [`LayoutError::TooManyElements`] and
@@ -835,6 +895,79 @@ impl Layout {
 
 #[cfg(test)]
 mod tests {
+    /// `disjoint_from` against the index sets of generated layouts: never `true` when they
+    /// share an index, and `true` for the pieces of splits along the last dimension.
+    #[test]
+    fn disjoint_from_never_claims_a_shared_index() {
+        use std::collections::HashSet;
+        let indices = |l: &Layout| -> HashSet<usize> {
+            let mut out = HashSet::new();
+            let n = l.numel();
+            for flat in 0..n {
+                let (mut rem, mut at) = (flat, l.offset() as isize);
+                for (&d, &s) in l.shape().iter().zip(l.strides()).rev() {
+                    at += (rem % d) as isize * s;
+                    rem /= d;
+                }
+                out.insert(at as usize);
+            }
+            out
+        };
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |m: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % m as u64) as usize
+        };
+        let mut shown = 0;
+        for _ in 0..4000 {
+            // A [B, T, P * C] tensor's pieces, some of them transposed or narrowed.
+            let (b, t, c, p) = (1 + next(3), 1 + next(4), 1 + next(5), 1 + next(4));
+            let whole = Layout::contiguous(&[b, t, p * c]);
+            let piece = |k: usize, w: usize| whole.narrow(2, k, w).unwrap();
+            let (k1, k2) = (next(p * c), next(p * c));
+            let (w1, w2) = (1 + next(p * c - k1), 1 + next(p * c - k2));
+            let kind = next(3);
+            let (mut x, mut y) = if kind == 0 {
+                (piece(k1, w1), piece(k2, w2))
+            } else if kind == 1 {
+                // Runs at any offsets: [count, run] with rows `pitch` apart.
+                let (run, count) = (1 + next(5), 1 + next(4));
+                let pitch = run + next(6);
+                let at = |o: usize| Layout::new(&[count, run], &[pitch as isize, 1], o);
+                (at(next(3 * pitch)), at(next(3 * pitch)))
+            } else {
+                let w = 1 + next(c);
+                let (i, j) = (next(p), next(p));
+                (piece(i * c, w.min(c)), piece(j * c, w.min(c)))
+            };
+            if next(3) == 0 {
+                x = x.transpose(0, 1).unwrap();
+                y = y.transpose(0, 1).unwrap();
+            }
+            let share = !indices(&x).is_disjoint(&indices(&y));
+            let claim = x.disjoint_from(&y);
+            assert!(!(claim && share), "{x:?} {y:?}");
+            assert_eq!(claim, y.disjoint_from(&x), "{x:?} {y:?}");
+            shown += usize::from(claim);
+        }
+        assert!(shown > 500, "{shown}");
+        // GPT-2's q, k and v: the thirds of [32, 1024, 2304] as [B, H, T, D] views.
+        let qkv = Layout::contiguous(&[32, 1024, 2304]);
+        let head = |k: usize| {
+            let l = qkv.narrow(2, k * 768, 768).unwrap();
+            Layout::new(
+                &[32, 12, 1024, 64],
+                &[l.strides()[0], 64, l.strides()[1], 1],
+                l.offset(),
+            )
+        };
+        let (q, k, v) = (head(0), head(1), head(2));
+        assert!(q.disjoint_from(&k) && k.disjoint_from(&v) && q.disjoint_from(&v));
+        assert!(!q.disjoint_from(&q));
+    }
+
     use super::*;
 
     fn idx(l: &Layout) -> Vec<usize> {

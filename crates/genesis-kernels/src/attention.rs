@@ -790,17 +790,75 @@ pub fn gpu_attention_backward<T: Element>(
     dv: genesis_cuda::DeviceSpanMut<'_, T>,
     workspace: genesis_cuda::DeviceSpanMut<'_, u8>,
 ) -> Result<()> {
+    let outs = [
+        (dq.addr(), dq.len()),
+        (dk.addr(), dk.len()),
+        (dv.addr(), dv.len()),
+    ];
+    backward::<T>(stream, shape, s, [q, k, v, o, dout], lse, outs, workspace)
+}
+
+/// [`gpu_attention_backward`] writing `dq`, `dk` and `dv` into one span, from its elements
+/// `at[0]`, `at[1]` and `at[2]` (each with its strides in `s`): the gradients of q, k and v
+/// that are views of one tensor, laid out as that tensor (the thirds of GPT-2's packed
+/// projection), so that their input's gradient needs no copy. Each piece is checked to lie
+/// within the span; the caller makes sure no two pieces share an element (were they to, the
+/// elements they share would hold one of the values).
+#[cfg(feature = "cuda")]
+#[allow(clippy::too_many_arguments)]
+pub fn gpu_attention_backward_packed<T: Element>(
+    stream: &genesis_cuda::Stream,
+    shape: &AttentionShape,
+    s: &BackwardStrides,
+    q: genesis_cuda::DeviceSpan<'_, T>,
+    k: genesis_cuda::DeviceSpan<'_, T>,
+    v: genesis_cuda::DeviceSpan<'_, T>,
+    o: genesis_cuda::DeviceSpan<'_, T>,
+    dout: genesis_cuda::DeviceSpan<'_, T>,
+    lse: genesis_cuda::DeviceSpan<'_, f32>,
+    dqkv: genesis_cuda::DeviceSpanMut<'_, T>,
+    at: [usize; 3],
+    workspace: genesis_cuda::DeviceSpanMut<'_, u8>,
+) -> Result<()> {
+    let (base, len) = (dqkv.addr(), dqkv.len());
+    let mut outs = [(0u64, 0usize); 3];
+    for (o, &a) in outs.iter_mut().zip(&at) {
+        if a > len {
+            return Err(Error::LengthMismatch {
+                op: OP,
+                expected: a,
+                got: len,
+            });
+        }
+        *o = (base + (a * size_of::<T>()) as u64, len - a);
+    }
+    backward::<T>(stream, shape, s, [q, k, v, o, dout], lse, outs, workspace)
+}
+
+/// The backward's checks and launches, the outputs as (address, elements available).
+#[cfg(feature = "cuda")]
+#[allow(clippy::too_many_arguments)]
+fn backward<T: Element>(
+    stream: &genesis_cuda::Stream,
+    shape: &AttentionShape,
+    s: &BackwardStrides,
+    ins: [genesis_cuda::DeviceSpan<'_, T>; 5],
+    lse: genesis_cuda::DeviceSpan<'_, f32>,
+    outs: [(u64, usize); 3],
+    workspace: genesis_cuda::DeviceSpanMut<'_, u8>,
+) -> Result<()> {
     shape.check_gpu()?;
     let kernels = names::<T>(shape.head_dim)?;
+    let [q, k, v, o, dout] = ins;
     let lens = [
         q.len(),
         k.len(),
         v.len(),
         o.len(),
         dout.len(),
-        dq.len(),
-        dk.len(),
-        dv.len(),
+        outs[0].1,
+        outs[1].1,
+        outs[2].1,
     ];
     shape.check_backward(s, lens, lse.len())?;
     let addrs = [
@@ -809,9 +867,9 @@ pub fn gpu_attention_backward<T: Element>(
         v.addr(),
         o.addr(),
         dout.addr(),
-        dq.addr(),
-        dk.addr(),
-        dv.addr(),
+        outs[0].0,
+        outs[1].0,
+        outs[2].0,
     ];
     for (op, addr) in shape.backward_operands(s).into_iter().zip(addrs) {
         shape.check_gpu_operand(op, addr)?;

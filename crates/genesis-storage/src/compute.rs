@@ -46,6 +46,16 @@ pub(crate) enum CeLogits<'a, M: ?Sized> {
     InPlace(&'a mut M, usize),
 }
 
+/// Where flash attention's backward writes `dq`, `dk` and `dv`.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) enum AttentionGrads<'a, M: ?Sized> {
+    /// Each in its own buffer, from element 0, `[dq, dk, dv]` elements available.
+    Separate([&'a mut M; 3], [usize; 3]),
+    /// All three in one buffer of that many elements, from the elements given (their
+    /// layouts share no element: the caller checks).
+    Packed(&'a mut M, usize, [usize; 3]),
+}
+
 /// The operations of one kind of memory (see the module documentation).
 #[allow(clippy::too_many_arguments)]
 pub(crate) trait Compute {
@@ -307,8 +317,8 @@ pub(crate) trait Compute {
     ) -> Result<()>;
 
     /// Flash attention's backward: `q` (`self`), `k`, `v`, the forward's `o`, `dout` (each
-    /// from element `at[i]`, `len[i]` elements) and `lse` (from 0); `dq`, `dk`, `dv` (from 0,
-    /// `out_len[i]` elements, through `s`) written.
+    /// from element `at[i]`, `len[i]` elements) and `lse` (from 0); `dq`, `dk`, `dv` written
+    /// through `s` (see [`AttentionGrads`]).
     #[allow(clippy::too_many_arguments)]
     fn attention_backward(
         &self,
@@ -319,8 +329,7 @@ pub(crate) trait Compute {
         len: [usize; 5],
         ins: [&Self; 4],
         lse: &Self,
-        outs: [&mut Self; 3],
-        out_len: [usize; 3],
+        outs: AttentionGrads<'_, Self>,
     ) -> Result<()>;
 
     /// Layer norm's forward (`genesis_kernels::layernorm`): `[rows, cols]` of `dtype` from
@@ -920,12 +929,16 @@ impl Compute for [u8] {
         len: [usize; 5],
         ins: [&[u8]; 4],
         lse: &[u8],
-        outs: [&mut [u8]; 3],
-        out_len: [usize; 3],
+        outs: AttentionGrads<'_, [u8]>,
     ) -> Result<()> {
         let n = shape.lse_len()?;
         let [k, v, o, dout] = ins;
-        let [dq, dk, dv] = outs;
+        let AttentionGrads::Separate([dq, dk, dv], out_len) = outs else {
+            return Err(Error::Kernel(genesis_kernels::Error::Unsupported {
+                op: "scaled_dot_product_attention_backward",
+                reason: "the gradients in one buffer are a CUDA path".into(),
+            }));
+        };
         genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
             genesis_kernels::attention::attention_backward::<T>(
                 shape,

@@ -17,7 +17,7 @@ use genesis_kernels::{BinaryNd, BinaryOp, CompareOp, MatmulPrecision, MatmulShap
 use genesis_kernels::{ReduceOp, ReduceShape};
 use genesis_kernels::{Rhs, Sampler, UnaryOp, WhereNd};
 
-use crate::compute::{AdamParts, CeLogits, Compute};
+use crate::compute::{AdamParts, AttentionGrads, CeLogits, Compute};
 use crate::storage::Inner;
 use crate::{DType, Device, Error, PoolInfo, Result};
 
@@ -275,8 +275,7 @@ impl Compute for CudaMem {
         _: [usize; 5],
         _: [&CudaMem; 4],
         _: &CudaMem,
-        _: [&mut CudaMem; 3],
-        _: [usize; 3],
+        _: AttentionGrads<'_, CudaMem>,
     ) -> Result<()> {
         match *self {}
     }

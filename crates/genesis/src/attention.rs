@@ -258,6 +258,13 @@ impl Tensor {
                         dk: Strides::bthd(h, s, e),
                         dv: Strides::bthd(h, s, e),
                     };
+                    // q, k and v read one storage, no two sharing an element (the thirds of
+                    // a packed projection): their gradients go into one buffer of their reach,
+                    // each where its input sits, and the engine takes that buffer as the
+                    // projection's gradient without adding the three into it.
+                    if let Some(grads) = packed_grads(&shape, &bs, [&q, &k, &v, &o, &g], &lse)? {
+                        return Ok(grads.into_iter().map(Some).collect());
+                    }
                     let kv_len = b * s * h * e;
                     let [dq, dk, dv] = Storage::attention_backward(
                         &shape,
@@ -288,6 +295,68 @@ impl Tensor {
         )?;
         Ok(Some(out))
     }
+}
+
+/// The gradients of `q`, `k` and `v` (`t[..3]`; `t[3]` is the forward's output, `t[4]` its
+/// gradient) as views of one buffer laid out as the storage they read, offered to the
+/// autograd engine ([`crate::autograd::offer_packed`]), when they read one storage, share no
+/// element and together cover their reach; `None` otherwise.
+fn packed_grads(
+    shape: &AttentionShape,
+    bs: &BackwardStrides,
+    t: [&Tensor; 5],
+    lse: &Storage,
+) -> Result<Option<[Tensor; 3]>> {
+    let [q, k, v, o, g] = t;
+    let same = |x: &Tensor| std::sync::Arc::ptr_eq(x.view.storage(), q.view.storage());
+    let layouts = [q.layout(), k.layout(), v.layout()];
+    let apart = layouts[0].disjoint_from(layouts[1])
+        && layouts[0].disjoint_from(layouts[2])
+        && layouts[1].disjoint_from(layouts[2]);
+    if !(same(k) && same(v) && apart) {
+        return Ok(None);
+    }
+    let mut spans = Vec::new();
+    for l in layouts {
+        match l.span() {
+            Ok(Some(sp)) => spans.push(sp),
+            _ => return Ok(None),
+        }
+    }
+    let lo = spans.iter().map(|sp| sp.0).min().unwrap_or(0);
+    let hi = spans.iter().map(|sp| sp.1).max().unwrap_or(0);
+    if layouts.iter().map(|l| l.numel()).sum::<usize>() != hi - lo {
+        return Ok(None);
+    }
+    let ops = [q, k, v, o, g].map(|x| strides_of(x).expect("checked layouts"));
+    let bs = BackwardStrides {
+        dq: ops[0].0,
+        dk: ops[1].0,
+        dv: ops[2].0,
+        ..*bs
+    };
+    let d = Storage::attention_backward_packed(
+        shape,
+        &bs,
+        (q.view.storage(), ops[0].1),
+        (k.view.storage(), ops[1].1),
+        (v.view.storage(), ops[2].1),
+        (o.view.storage(), ops[3].1),
+        (g.view.storage(), ops[4].1),
+        lse,
+        hi - lo,
+        [ops[0].1 - lo, ops[1].1 - lo, ops[2].1 - lo],
+    )?;
+    let d = Tensor::from_storage(d, &[hi - lo])?;
+    let view = |l: &crate::Layout| {
+        Tensor::through(
+            &d,
+            &crate::Layout::new(l.shape(), l.strides(), l.offset() - lo),
+        )
+    };
+    let grads = [view(layouts[0])?, view(layouts[1])?, view(layouts[2])?];
+    crate::autograd::offer_packed(&d);
+    Ok(Some(grads))
 }
 
 /// Whether the kernels take operand `t` (strides and first element `o`): rows of whole

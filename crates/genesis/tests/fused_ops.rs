@@ -682,3 +682,71 @@ fn layer_norm_gradient_added_into_the_residual_streams_matches_each_use_on_its_o
         }
     }
 }
+
+/// The gradient of GPT-2's packed projection through flash attention: q, k and v are the
+/// thirds of one `[B, T, 3C]` tensor that requires grad, so the backward writes their
+/// gradients into one buffer laid out as that tensor and the engine takes it as the tensor's
+/// gradient; against the composed ops on a float32 copy (also with a fourth use of the
+/// projection, whose gradient is added to the buffer's, and with only part of it read).
+#[test]
+fn flash_attention_gradient_of_a_packed_projection() {
+    let _release = Release;
+    let Some(&dev) = devices().iter().find(|d| matches!(d, Device::Cuda(_))) else {
+        eprintln!("skipped: no CUDA device");
+        return;
+    };
+    let g = Generator::new(17);
+    for (b, h, t, d, extra) in [
+        (2, 4, 128, 64, false),
+        (1, 3, 200, 64, true),
+        (2, 2, 64, 128, false),
+    ] {
+        let c = h * d;
+        let x0 = g.randn([b, t, 3 * c], DType::BF16, dev).unwrap();
+        let w = g.randn([b, h, t, d], DType::F32, dev).unwrap();
+        let grad_of = |dtype: DType| -> Tensor {
+            let x = x0
+                .to_dtype(dtype)
+                .unwrap()
+                .detach()
+                .requires_grad_(true)
+                .unwrap();
+            let parts = x.split(c, 2).unwrap();
+            let heads = |z: &Tensor| {
+                z.reshape([b as isize, t as isize, h as isize, d as isize])
+                    .unwrap()
+                    .transpose(1, 2)
+                    .unwrap()
+            };
+            let y = heads(&parts[0])
+                .scaled_dot_product_attention(&heads(&parts[1]), &heads(&parts[2]), true, None)
+                .unwrap();
+            let mut loss = y
+                .to_dtype(DType::F32)
+                .unwrap()
+                .mul(&w)
+                .unwrap()
+                .sum()
+                .unwrap();
+            if extra {
+                let s = x
+                    .to_dtype(DType::F32)
+                    .unwrap()
+                    .mul(0.5)
+                    .unwrap()
+                    .sum()
+                    .unwrap();
+                loss = loss.add(&s).unwrap();
+            }
+            loss.backward().unwrap();
+            x.grad().unwrap()
+        };
+        let (got, want) = (grad_of(DType::BF16), grad_of(DType::F32));
+        assert_eq!(got.dtype(), DType::BF16);
+        let e = worst(&got, &want);
+        assert!(
+            e < 8e-2,
+            "{b}x{h}x{t}x{d} extra {extra}: the projection's gradient off by {e}"
+        );
+    }
+}

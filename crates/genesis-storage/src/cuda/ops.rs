@@ -17,7 +17,7 @@ use genesis_kernels::{ReduceOp, ReduceShape};
 use genesis_kernels::{Rhs, Sampler, UnaryOp, WhereNd, gpu};
 
 use super::{CudaMem, Queue, queue_on};
-use crate::compute::{AdamParts, CeLogits, Compute};
+use crate::compute::{AdamParts, AttentionGrads, CeLogits, Compute};
 use crate::storage::Inner;
 use crate::{DType, Error, Result};
 
@@ -296,33 +296,56 @@ impl Compute for CudaMem {
         len: [usize; 5],
         ins: [&CudaMem; 4],
         lse: &CudaMem,
-        outs: [&mut CudaMem; 3],
-        out_len: [usize; 3],
+        outs: AttentionGrads<'_, CudaMem>,
     ) -> Result<()> {
+        use genesis_kernels::attention as fa;
         let n = shape.lse_len()?;
         let [k, v, o, dout] = ins;
-        let [dq, dk, dv] = outs;
-        let mut ws = CudaMem::new(
-            self.ordinal(),
-            genesis_kernels::attention::backward_workspace_bytes(shape),
-        )?;
-        let ws_len = genesis_kernels::attention::backward_workspace_bytes(shape);
+        let ws_len = fa::backward_workspace_bytes(shape);
+        let mut ws = CudaMem::new(self.ordinal(), ws_len)?;
+        let queue = self.queue();
         genesis_kernels::dispatch_dtype!(dtype, [F16, BF16], T => {
-            genesis_kernels::attention::gpu_attention_backward::<T>(
-                &self.queue(),
-                shape,
-                s,
+            let ins = [
                 self.range::<T>(at[0], len[0])?,
                 k.range::<T>(at[1], len[1])?,
                 v.range::<T>(at[2], len[2])?,
                 o.range::<T>(at[3], len[3])?,
                 dout.range::<T>(at[4], len[4])?,
-                lse.range::<f32>(0, n)?,
-                dq.range_mut::<T>(0, out_len[0])?,
-                dk.range_mut::<T>(0, out_len[1])?,
-                dv.range_mut::<T>(0, out_len[2])?,
-                ws.range_mut::<u8>(0, ws_len)?,
-            )?;
+            ];
+            let lse = lse.range::<f32>(0, n)?;
+            let ws = ws.range_mut::<u8>(0, ws_len)?;
+            let [q, k, v, o, dout] = ins;
+            match outs {
+                AttentionGrads::Separate([dq, dk, dv], out_len) => fa::gpu_attention_backward::<T>(
+                    &queue,
+                    shape,
+                    s,
+                    q,
+                    k,
+                    v,
+                    o,
+                    dout,
+                    lse,
+                    dq.range_mut::<T>(0, out_len[0])?,
+                    dk.range_mut::<T>(0, out_len[1])?,
+                    dv.range_mut::<T>(0, out_len[2])?,
+                    ws,
+                )?,
+                AttentionGrads::Packed(d, d_len, d_at) => fa::gpu_attention_backward_packed::<T>(
+                    &queue,
+                    shape,
+                    s,
+                    q,
+                    k,
+                    v,
+                    o,
+                    dout,
+                    lse,
+                    d.range_mut::<T>(0, d_len)?,
+                    d_at,
+                    ws,
+                )?,
+            }
             Ok(())
         }, _ => Err(unsupported("attention", dtype)))
     }

@@ -6,7 +6,7 @@ use genesis_kernels::attention::{AttentionShape, BackwardStrides, ForwardStrides
 
 use super::{Mem, MemMut, Storage, check_float_only, mixed};
 use crate::Result;
-use crate::compute::Compute;
+use crate::compute::{AttentionGrads, Compute};
 
 /// An attention operand: a storage and the element its first row starts at.
 pub type AttentionOperand<'a> = (&'a Storage, usize);
@@ -84,7 +84,82 @@ impl Storage {
         lse: &Storage,
         out_len: [usize; 3],
     ) -> Result<[Storage; 3]> {
+        let (dtype, dev) = (q.0.dtype, q.0.device());
+        let mut d = [
+            Storage::uninit(out_len[0], dtype, dev)?,
+            Storage::uninit(out_len[1], dtype, dev)?,
+            Storage::uninit(out_len[2], dtype, dev)?,
+        ];
+        let [dq, dk, dv] = &mut d;
+        Self::attention_backward_into(
+            shape,
+            s,
+            [q, k, v, o, dout],
+            lse,
+            Grads::Separate([dq, dk, dv], out_len),
+        )?;
+        Ok(d)
+    }
+
+    /// [`Storage::attention_backward`] writing `dq`, `dk` and `dv` into one new storage of
+    /// `len` elements, from its elements `at` (through `s.dq`, `s.dk`, `s.dv`): the gradients
+    /// of q, k and v that are views of one storage, laid out as it is (GPT-2's packed
+    /// projection), so that its gradient needs no copy. The three `[B, H, T, D]` layouts must
+    /// share no element ([`Error::Aliased`] otherwise); the elements outside them are left as
+    /// they were allocated. CUDA only (an unsupported-kernel error on the host).
+    #[track_caller]
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_backward_packed(
+        shape: &AttentionShape,
+        s: &BackwardStrides,
+        q: AttentionOperand<'_>,
+        k: AttentionOperand<'_>,
+        v: AttentionOperand<'_>,
+        o: AttentionOperand<'_>,
+        dout: AttentionOperand<'_>,
+        lse: &Storage,
+        len: usize,
+        at: [usize; 3],
+    ) -> Result<Storage> {
         let name = "scaled_dot_product_attention_backward";
+        let piece = |st: &genesis_kernels::attention::Strides, rows: usize, a: usize| {
+            let sh = [shape.batch, shape.heads, rows, shape.head_dim];
+            let to = |x: usize| isize::try_from(x).unwrap_or(isize::MAX);
+            crate::Layout::new(&sh, &[to(st.batch), to(st.head), to(st.seq), 1], a)
+        };
+        let pieces = [
+            piece(&s.dq, shape.tq, at[0]),
+            piece(&s.dk, shape.tk, at[1]),
+            piece(&s.dv, shape.tk, at[2]),
+        ];
+        if !(pieces[0].disjoint_from(&pieces[1])
+            && pieces[0].disjoint_from(&pieces[2])
+            && pieces[1].disjoint_from(&pieces[2]))
+        {
+            return Err(crate::Error::Aliased { op: name });
+        }
+        let mut d = Storage::uninit(len, q.0.dtype, q.0.device())?;
+        Self::attention_backward_into(
+            shape,
+            s,
+            [q, k, v, o, dout],
+            lse,
+            Grads::Packed(&mut d, len, at),
+        )?;
+        Ok(d)
+    }
+
+    /// The checks and the kernels of the two backwards.
+    #[track_caller]
+    fn attention_backward_into(
+        shape: &AttentionShape,
+        s: &BackwardStrides,
+        ins: [AttentionOperand<'_>; 5],
+        lse: &Storage,
+        outs: Grads<'_>,
+    ) -> Result<()> {
+        let name = "scaled_dot_product_attention_backward";
+        let [q, k, v, o, dout] = ins;
         for x in [k, v, o, dout] {
             q.0.check_binary_types(name, x.0)?;
         }
@@ -99,10 +174,6 @@ impl Storage {
             Self::tail_len(name, o)?,
             Self::tail_len(name, dout)?,
         ];
-        let dev = q.0.device();
-        let mut dq = Storage::uninit(out_len[0], dtype, dev)?;
-        let mut dk = Storage::uninit(out_len[1], dtype, dev)?;
-        let mut dv = Storage::uninit(out_len[2], dtype, dev)?;
         let at = [q.1, k.1, v.1, o.1, dout.1];
         let r = [
             q.0.read(name)?,
@@ -112,55 +183,108 @@ impl Storage {
             dout.0.read(name)?,
         ];
         let l = lse.read(name)?;
-        match (
-            [r[0].mem(), r[1].mem(), r[2].mem(), r[3].mem(), r[4].mem()],
-            l.mem(),
-            [dq.mem_mut(name)?, dk.mem_mut(name)?, dv.mem_mut(name)?],
-        ) {
-            (
-                [
-                    Mem::Host(a),
-                    Mem::Host(b),
-                    Mem::Host(c),
-                    Mem::Host(d),
-                    Mem::Host(e),
-                ],
-                Mem::Host(l),
-                [MemMut::Host(x), MemMut::Host(y), MemMut::Host(z)],
-            ) => a.attention_backward(
-                dtype,
-                shape,
-                s,
-                at,
-                len,
-                [b, c, d, e],
-                l,
-                [x, y, z],
-                out_len,
-            )?,
-            (
-                [
-                    Mem::Cuda(a),
-                    Mem::Cuda(b),
-                    Mem::Cuda(c),
-                    Mem::Cuda(d),
-                    Mem::Cuda(e),
-                ],
-                Mem::Cuda(l),
-                [MemMut::Cuda(x), MemMut::Cuda(y), MemMut::Cuda(z)],
-            ) => a.attention_backward(
-                dtype,
-                shape,
-                s,
-                at,
-                len,
-                [b, c, d, e],
-                l,
-                [x, y, z],
-                out_len,
-            )?,
-            _ => return Err(mixed(name)),
+        let mems = [r[0].mem(), r[1].mem(), r[2].mem(), r[3].mem(), r[4].mem()];
+        match outs {
+            Grads::Separate([dq, dk, dv], out_len) => {
+                match (
+                    mems,
+                    l.mem(),
+                    [dq.mem_mut(name)?, dk.mem_mut(name)?, dv.mem_mut(name)?],
+                ) {
+                    (
+                        [
+                            Mem::Host(a),
+                            Mem::Host(b),
+                            Mem::Host(c),
+                            Mem::Host(d),
+                            Mem::Host(e),
+                        ],
+                        Mem::Host(l),
+                        [MemMut::Host(x), MemMut::Host(y), MemMut::Host(z)],
+                    ) => a.attention_backward(
+                        dtype,
+                        shape,
+                        s,
+                        at,
+                        len,
+                        [b, c, d, e],
+                        l,
+                        AttentionGrads::Separate([x, y, z], out_len),
+                    )?,
+                    (
+                        [
+                            Mem::Cuda(a),
+                            Mem::Cuda(b),
+                            Mem::Cuda(c),
+                            Mem::Cuda(d),
+                            Mem::Cuda(e),
+                        ],
+                        Mem::Cuda(l),
+                        [MemMut::Cuda(x), MemMut::Cuda(y), MemMut::Cuda(z)],
+                    ) => a.attention_backward(
+                        dtype,
+                        shape,
+                        s,
+                        at,
+                        len,
+                        [b, c, d, e],
+                        l,
+                        AttentionGrads::Separate([x, y, z], out_len),
+                    )?,
+                    _ => return Err(mixed(name)),
+                }
+            }
+            Grads::Packed(dqkv, n, out_at) => match (mems, l.mem(), dqkv.mem_mut(name)?) {
+                (
+                    [
+                        Mem::Host(a),
+                        Mem::Host(b),
+                        Mem::Host(c),
+                        Mem::Host(d),
+                        Mem::Host(e),
+                    ],
+                    Mem::Host(l),
+                    MemMut::Host(x),
+                ) => a.attention_backward(
+                    dtype,
+                    shape,
+                    s,
+                    at,
+                    len,
+                    [b, c, d, e],
+                    l,
+                    AttentionGrads::Packed(x, n, out_at),
+                )?,
+                (
+                    [
+                        Mem::Cuda(a),
+                        Mem::Cuda(b),
+                        Mem::Cuda(c),
+                        Mem::Cuda(d),
+                        Mem::Cuda(e),
+                    ],
+                    Mem::Cuda(l),
+                    MemMut::Cuda(x),
+                ) => a.attention_backward(
+                    dtype,
+                    shape,
+                    s,
+                    at,
+                    len,
+                    [b, c, d, e],
+                    l,
+                    AttentionGrads::Packed(x, n, out_at),
+                )?,
+                _ => return Err(mixed(name)),
+            },
         }
-        Ok([dq, dk, dv])
+        Ok(())
     }
+}
+
+/// Where [`Storage::attention_backward_into`] writes: three storages (with the elements each
+/// holds) or one (its elements, and where each gradient starts).
+enum Grads<'a> {
+    Separate([&'a mut Storage; 3], [usize; 3]),
+    Packed(&'a mut Storage, usize, [usize; 3]),
 }

@@ -389,6 +389,7 @@ fn run_backward(
     mut capture: Option<HashMap<usize, Option<Tensor>>>,
 ) -> Result<Option<HashMap<usize, Option<Tensor>>>> {
     let _guard = NoGradGuard::new();
+    let _offers = OffersScope::enter();
     let mut pending: HashMap<usize, Tensor> = HashMap::new();
     // Pending gradients that views' gradients were added into in place (see
     // [`view_into_pending`]): the buffer each reads, while it is theirs alone.
@@ -438,8 +439,10 @@ fn run_backward(
         .collect();
     while let Some(node) = ready.pop() {
         let key = Arc::as_ptr(&node) as usize;
-        let grad = pending.remove(&key);
-        view_bases.remove(&key);
+        let mut grad = pending.remove(&key);
+        if let (Some(mut b), Some(g)) = (view_bases.remove(&key), grad.as_mut()) {
+            b.complete(g)?;
+        }
         let grads: Vec<Option<Tensor>> = match grad {
             None => vec![None; node.edges.len()],
             Some(mut g) => {
@@ -526,6 +529,10 @@ fn run_backward(
                 Some(Edge::Node(c)) => {
                     let ck = Arc::as_ptr(c) as usize;
                     if let Some(g) = g {
+                        if let (Some(b), Some(p)) = (view_bases.get_mut(&ck), pending.get_mut(&ck))
+                        {
+                            b.complete(p)?;
+                        }
                         let sum = match pending.remove(&ck) {
                             // The backward added its gradient into the pending one itself.
                             Some(acc)
@@ -1027,21 +1034,106 @@ fn with_backward_state<R>(once: bool, gathered: Vec<Option<Tensor>>, f: impl FnO
 
 /// The buffer a pending gradient reads (see [`view_into_pending`]): `z` holds the input's
 /// reach `lo..hi` of storage positions, the pending gradient is `z` read through `input`.
+/// `claimed`: `None` when every position of `z` holds the sum of the views' gradients so far
+/// (it began as zeros); for a buffer taken over from a backward that offered it
+/// ([`offer_packed`]), the layouts (in `z`) of the views whose gradients it holds, pairwise
+/// disjoint: the other positions hold whatever that backward left there until
+/// [`ViewBase::complete`].
 struct ViewBase {
     z: Tensor,
     lo: usize,
     hi: usize,
     input: crate::Layout,
+    claimed: Option<Vec<crate::Layout>>,
+}
+
+impl ViewBase {
+    /// Makes every position of `z` hold the sum (the claimed views cover `z`, or a zeroed
+    /// buffer takes the claimed views' values) and points `pending` at it.
+    fn complete(&mut self, pending: &mut Tensor) -> Result<()> {
+        let Some(claimed) = self.claimed.take() else {
+            return Ok(());
+        };
+        let covered: usize = claimed.iter().map(crate::Layout::numel).sum();
+        if covered != self.hi - self.lo {
+            let z = Tensor::zeros([self.hi - self.lo], self.z.dtype(), self.z.device())?;
+            for c in &claimed {
+                Tensor::through(&z, c)?.copy_(&Tensor::through(&self.z, c)?)?;
+            }
+            let shift = crate::Layout::new(
+                self.input.shape(),
+                self.input.strides(),
+                self.input.offset() - self.lo,
+            );
+            *pending = Tensor::through(&z, &shift)?;
+            self.z = z;
+        }
+        Ok(())
+    }
+}
+
+thread_local! {
+    /// Buffers a backward wrote several views' gradients into, laid out as the storage the
+    /// views read (see [`offer_packed`]); emptied when the outermost backward returns.
+    static OFFERED: std::cell::RefCell<Vec<std::sync::Weak<genesis_storage::Storage>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+    static BACKWARD_DEPTH: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Offers the buffer `t` reads to the engine: a backward that gave several inputs, views of one
+/// storage with pairwise disjoint layouts, their gradients as views of one buffer of that
+/// storage's reach, each at its input's layout (shifted by the reach's start), so that a view's
+/// gradient can become its base's pending gradient without a copy ([`view_into_pending`]).
+pub(crate) fn offer_packed(t: &Tensor) {
+    OFFERED.with(|o| {
+        let mut o = o.borrow_mut();
+        o.retain(|w| w.strong_count() > 0);
+        o.push(Arc::downgrade(t.view.storage()));
+    });
+}
+
+/// Takes `t`'s buffer back from the offers, saying whether it was offered.
+fn take_offer(t: &Tensor) -> bool {
+    OFFERED.with(|o| {
+        let mut o = o.borrow_mut();
+        let s = Arc::as_ptr(t.view.storage());
+        let before = o.len();
+        o.retain(|w| w.as_ptr() != s);
+        o.len() != before
+    })
+}
+
+/// The offers' lifetime: one outermost backward (a nested one, `checkpoint`'s, shares it).
+struct OffersScope;
+
+impl OffersScope {
+    fn enter() -> OffersScope {
+        BACKWARD_DEPTH.with(|d| d.set(d.get() + 1));
+        OffersScope
+    }
+}
+
+impl Drop for OffersScope {
+    fn drop(&mut self) {
+        let depth = BACKWARD_DEPTH.with(|d| {
+            d.set(d.get() - 1);
+            d.get()
+        });
+        if depth == 0 {
+            OFFERED.with(|o| o.borrow_mut().clear());
+        }
+    }
 }
 
 /// Adds the gradient `g` of a view into the pending gradient of its input (node key `ck`) in
 /// place: the first view's gradient makes the pending one (zeros over the input's reach, `g`
-/// written through the view's layout) and keeps its buffer; the next views of the same input
-/// add theirs to their own positions of that buffer (the `split` of a `[B, T, 3C]` tensor in
-/// three adds one third each, where the gradients of the views would each be input-sized).
+/// written through the view's layout; or, when `g` already sits at the view's layout in a
+/// buffer of the input's reach that its backward offered, that buffer itself) and keeps its
+/// buffer; the next views of the same input add theirs to their own positions of that buffer
+/// (the `split` of a `[B, T, 3C]` tensor in three adds one third each, where the gradients of
+/// the views would each be input-sized), or find them there already.
 /// `false` when it does not apply (the view is not one [`LayoutGrad::grad_by_copy`] takes,
-/// the pending gradient came from elsewhere, or the input's layout is not read in place): the
-/// view's own backward then runs.
+/// or the input's pending gradient is not such a buffer).
 fn view_into_pending(
     view: &LayoutGrad,
     g: &Tensor,
@@ -1053,12 +1145,40 @@ fn view_into_pending(
         return Ok(false);
     };
     let shift = |l: &crate::Layout| crate::Layout::new(l.shape(), l.strides(), l.offset() - lo);
-    let g = g.to_dtype(view.dtype)?;
-    match (pending.contains_key(&ck), bases.get(&ck)) {
+    // `to_dtype` makes a copy even to the same dtype: the gradient is read where it is.
+    let g = if g.dtype() == view.dtype {
+        g.clone()
+    } else {
+        g.to_dtype(view.dtype)?
+    };
+    let out = shift(&view.output);
+    let input = shift(&view.input);
+    match (pending.contains_key(&ck), bases.get_mut(&ck)) {
         (false, _) => {
+            // The backward wrote this view's gradient where the view sits, in a buffer of the
+            // input's reach that it offered: that buffer becomes the pending gradient.
+            if g.layout() == &out
+                && g.view.storage().len() == hi - lo
+                && input.is_contiguous()
+                && take_offer(&g)
+            {
+                let z = Tensor::through(&g, &crate::Layout::contiguous(&[hi - lo]))?;
+                pending.insert(ck, Tensor::through(&z, &input)?);
+                bases.insert(
+                    ck,
+                    ViewBase {
+                        z,
+                        lo,
+                        hi,
+                        input: view.input.clone(),
+                        claimed: Some(vec![out]),
+                    },
+                );
+                return Ok(true);
+            }
             let z = Tensor::zeros([hi - lo], view.dtype, g.device())?;
-            Tensor::through(&z, &shift(&view.output))?.copy_(&g)?;
-            let acc = Tensor::through(&z, &shift(&view.input))?.contiguous()?;
+            Tensor::through(&z, &out)?.copy_(&g)?;
+            let acc = Tensor::through(&z, &input)?.contiguous()?;
             if acc.shares_storage(&z) {
                 bases.insert(
                     ck,
@@ -1067,6 +1187,7 @@ fn view_into_pending(
                         lo,
                         hi,
                         input: view.input.clone(),
+                        claimed: None,
                     },
                 );
             }
@@ -1080,7 +1201,22 @@ fn view_into_pending(
                 && b.z.dtype() == view.dtype
                 && b.z.device() == g.device() =>
         {
-            Tensor::through(&b.z, &shift(&view.output))?.add_(&g)?;
+            if let Some(claimed) = &mut b.claimed {
+                let apart = claimed.iter().all(|c| c.disjoint_from(&out));
+                if apart && g.layout() == &out && g.shares_storage(&b.z) {
+                    // Written there by the backward that offered the buffer.
+                    claimed.push(out);
+                    return Ok(true);
+                }
+                if apart && !g.shares_storage(&b.z) {
+                    Tensor::through(&b.z, &out)?.copy_(&g)?;
+                    claimed.push(out);
+                    return Ok(true);
+                }
+                let p = pending.get_mut(&ck).expect("a base has a pending gradient");
+                b.complete(p)?;
+            }
+            Tensor::through(&b.z, &out)?.add_(&g)?;
             Ok(true)
         }
         _ => Ok(false),
@@ -1373,4 +1509,115 @@ pub fn checkpoint(
     let mut all: Vec<&Tensor> = inputs.to_vec();
     all.push(&anchor);
     Ok(record("checkpoint", &all, out, Box::new(back)))
+}
+
+#[cfg(test)]
+mod packed_tests {
+    use super::*;
+    use crate::{DType, Device, Generator};
+
+    /// `a * 2 + b * 3 + c * 5` of three same-shaped tensors; when `pack` and the three are
+    /// pairwise disjoint views of one storage covering a reach, the backward writes their
+    /// gradients into one buffer of that reach at their own layouts and offers it (as the
+    /// attention backward does for q, k and v).
+    fn weighted(a: &Tensor, b: &Tensor, c: &Tensor, pack: bool) -> Result<Tensor> {
+        let (a2, b2, c2) = (a.clone(), b.clone(), c.clone());
+        op(
+            "weighted",
+            &[a, b, c],
+            || a.mul(2.0)?.add(&b.mul(3.0)?)?.add(&c.mul(5.0)?),
+            move |_| {
+                let layouts = [
+                    a2.layout().clone(),
+                    b2.layout().clone(),
+                    c2.layout().clone(),
+                ];
+                let storage = a2.view.storage().clone();
+                let shared = [&b2, &c2]
+                    .iter()
+                    .all(|t| Arc::ptr_eq(t.view.storage(), &storage));
+                Box::new(move |g, _| {
+                    let grads = [g.mul(2.0)?, g.mul(3.0)?, g.mul(5.0)?];
+                    let apart = layouts[0].disjoint_from(&layouts[1])
+                        && layouts[0].disjoint_from(&layouts[2])
+                        && layouts[1].disjoint_from(&layouts[2]);
+                    let spans: Vec<(usize, usize)> = layouts
+                        .iter()
+                        .filter_map(|l| l.span().ok().flatten())
+                        .collect();
+                    if !(pack && shared && apart && spans.len() == 3) {
+                        return Ok(grads.into_iter().map(Some).collect());
+                    }
+                    let lo = spans.iter().map(|s| s.0).min().unwrap();
+                    let hi = spans.iter().map(|s| s.1).max().unwrap();
+                    let buf = Tensor::full([hi - lo], f32::NAN, g.device())?.to_dtype(g.dtype())?;
+                    let mut out = Vec::new();
+                    for (l, d) in layouts.iter().zip(&grads) {
+                        let at = crate::Layout::new(l.shape(), l.strides(), l.offset() - lo);
+                        let v = Tensor::through(&buf, &at)?;
+                        v.copy_(d)?;
+                        out.push(Some(v));
+                    }
+                    offer_packed(&buf);
+                    Ok(out)
+                })
+            },
+        )
+    }
+
+    /// The gradient of `x` through three views of it taken by `views`, the op packing or
+    /// not, with `extra` adding another use of `x`, a hook on a view's gradient, or one
+    /// view used twice.
+    fn grad_of(x0: &Tensor, case: usize, pack: bool) -> Result<Vec<f64>> {
+        let leaf = x0.detach().requires_grad_(true)?;
+        // A recorded tensor (its gradient gathered by the engine), [B, T, 3C].
+        let x = leaf.mul(1.0)?;
+        let c = x.shape()[2] / 3;
+        let third = |k: usize| x.narrow(2, k * c, c);
+        let (a, b, cc) = match case % 5 {
+            // q, k, v of a split, transposed as attention's heads are.
+            0 | 3 => (
+                third(0)?.transpose(0, 1)?,
+                third(1)?.transpose(0, 1)?,
+                third(2)?.transpose(0, 1)?,
+            ),
+            // Out of order.
+            1 => (third(2)?, third(0)?, third(1)?),
+            // Two of the thirds and one view twice: not disjoint, not packed.
+            2 => (third(0)?, third(1)?, third(1)?),
+            // Pieces that do not cover x (each a column short).
+            _ => (
+                x.narrow(2, 0, c - 1)?,
+                x.narrow(2, c, c - 1)?,
+                x.narrow(2, 2 * c, c - 1)?,
+            ),
+        };
+        if case % 5 == 3 {
+            b.register_hook(|g| Ok(Some(g.mul(-1.0)?)))?;
+        }
+        let y = weighted(&a, &b, &cc, pack)?;
+        let mut loss = y.mul(&y)?.sum()?;
+        if case % 2 == 1 {
+            // Another use of x, its gradient added to the views'.
+            loss = loss.add(&x.mul(&x)?.sum()?)?;
+        }
+        loss.backward()?;
+        leaf.grad()
+            .expect("x requires grad")
+            .to_dtype(DType::F64)?
+            .to_vec::<f64>()
+    }
+
+    #[test]
+    fn packed_view_gradients_equal_the_views_gradients_added_one_by_one() {
+        let g = Generator::new(5);
+        for case in 0..20 {
+            let (b, t, c) = (1 + case % 3, 2 + case % 4, 2 + case % 3);
+            let x0 = g.randn([b, t, 3 * c], DType::F32, Device::Cpu).unwrap();
+            let want = grad_of(&x0, case, false).unwrap();
+            let got = grad_of(&x0, case, true).unwrap();
+            assert_eq!(got, want, "case {case}");
+            assert!(got.iter().all(|v| v.is_finite()), "case {case}");
+        }
+    }
 }

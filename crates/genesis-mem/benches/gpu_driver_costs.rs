@@ -1,7 +1,7 @@
 //! What the VMM driver calls cost on this GPU by handle size: `cuMemCreate`, `cuMemMap` with
 //! its `cuMemSetAccess`, `cuMemUnmap` and `cuMemRelease`, each timed on the host around the
 //! call, for handles of 2 MiB to 1 GiB (median of 15 rounds after 2 warm-up ones), with the
-//! cost per 2 MiB: the prices `SimBackend::PRICES` takes for 2 MiB and scales linearly.
+//! cost per 2 MiB: the growth with size that `CallPrices::SIZE_SCALE` records.
 //! `gpu_driver_costs [--json PATH]`; without the `cuda` feature it says so and stops.
 
 #[cfg(feature = "cuda")]

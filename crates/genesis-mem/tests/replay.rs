@@ -359,17 +359,40 @@ fn the_replay_command_reports_a_bad_trace_and_goes_on() {
 fn replay_prices_the_driver_calls_and_counts_the_late_ones() {
     use genesis_mem::{Backend, SimBackend};
     let p = SimBackend::PRICES;
-    let mut sim = SimBackend::new(1 << 30, true);
-    let va = sim.reserve(16 << 20).unwrap();
-    let h = sim.create(6 << 20).unwrap();
-    sim.map(va, 6 << 20, h).unwrap();
-    sim.unmap(va, 6 << 20).unwrap();
-    sim.release(h, 6 << 20).unwrap();
-    let c = sim.counts();
+    // One handle's life (create, map with access, unmap, release) of `mib` MiB, priced.
+    let life = |mib: usize| {
+        let mut sim = SimBackend::new(4 << 30, true);
+        let bytes = mib << 20;
+        let va = sim.reserve(bytes).unwrap();
+        let h = sim.create(bytes).unwrap();
+        sim.map(va, bytes, h).unwrap();
+        sim.unmap(va, bytes).unwrap();
+        sim.release(h, bytes).unwrap();
+        sim.counts().nanos as f64
+    };
+    // Each call's 2 MiB price times its factor for the size, from the measured table.
+    let priced = |f: [f64; 4]| {
+        p.create as f64 * f[0]
+            + (p.map + p.set_access) as f64 * f[1]
+            + p.unmap as f64 * f[2]
+            + p.release as f64 * f[3]
+    };
+    let table = genesis_mem::CallPrices::SIZE_SCALE;
+    for &(mib, f) in &table {
+        let (got, want) = (life(mib), priced(f));
+        assert!(
+            (got - want).abs() <= 4.0,
+            "{mib} MiB: {got} ns, the table says {want}"
+        );
+    }
+    // Between measured sizes the price is interpolated; past 1 GiB it follows the last slope.
+    let mid = |a: [f64; 4], b: [f64; 4]| std::array::from_fn(|i| (a[i] + b[i]) / 2.0);
+    assert!((life(6) - priced(mid(table[1].1, table[2].1))).abs() <= 4.0);
+    let last = |i: usize| 2.0 * table[9].1[i] - table[8].1[i];
+    assert!((life(1536) - priced(std::array::from_fn(last))).abs() <= 4.0);
     assert_eq!(
-        c.nanos,
-        3 * (p.create + p.map + p.set_access + p.unmap + p.release),
-        "three 2 MiB units each"
+        life(2),
+        (p.create + p.map + p.set_access + p.unmap + p.release) as f64
     );
 
     let t = Trace::read(&data("gpt2_train.trace.gz")).unwrap();

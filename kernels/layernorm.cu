@@ -5,6 +5,8 @@
 //   ln_bwd_<T>[_v]     dh (written, or added to dh's contents) and per-block partial sums of
 //                      dw and db (f32) into a workspace
 //   ln_params_<T>      dw, db: the partial sums of every block, added in block order
+//   ln_fwd_f32_<O>[_v] ln_fwd_f32 with y stored as O = f16, bf16 (one rounding from f32)
+//   ln_bwd_f32_<G>[_v] ln_bwd_f32 reading dy as G = f16, bf16
 //
 // Built by `cargo xtask build-kernels` into crates/genesis-kernels/images/layernorm.fatbin. The
 // CPU twins are in crates/genesis-kernels/src/layernorm.rs, which checks every argument (the
@@ -81,43 +83,47 @@ template <> struct Ln<__nv_bfloat16> {
     static __device__ __forceinline__ __nv_bfloat16 store(float a) { return __float2bfloat16_rn(a); }
 };
 
-// 16 bytes of T: one chunk.
-template <typename T> struct __align__(16) Chunk {
+// N elements of T loaded or stored as one vector (N sizeof(T) bytes: 16 for a chunk of the
+// rows' type, 8 for a chunk of f32 rows read or written as 16-bit values).
+template <typename T, int N> struct alignas(sizeof(T) * N) Vec {
+    T v[N];
+};
+
+// A chunk of a row: W = 16 / sizeof(T) elements of the rows' type T (one 16-byte vector).
+template <typename T> struct Chunk {
     static const int W = 16 / sizeof(T);
-    T v[W];
 };
 
 // Loads chunk j of a row (elements j W .. j W + W - 1 that are < cols) as floats; the rest 0.
-template <typename T, bool VEC>
-__device__ __forceinline__ void load_chunk(const T *row, u64 j, u64 cols, float (&out)[Chunk<T>::W]) {
-    typedef Chunk<T> Ck;
+// E is the stored type, W the chunk's width (the rows' type's, which E may be narrower than).
+template <typename E, int W, bool VEC>
+__device__ __forceinline__ void load_chunk(const E *row, u64 j, u64 cols, float (&out)[W]) {
     if (VEC) {
-        const Ck c = reinterpret_cast<const Ck *>(row)[j];
+        const Vec<E, W> c = reinterpret_cast<const Vec<E, W> *>(row)[j];
 #pragma unroll
-        for (int e = 0; e < Ck::W; ++e) out[e] = Ln<T>::load(c.v[e]);
+        for (int e = 0; e < W; ++e) out[e] = Ln<E>::load(c.v[e]);
     } else {
 #pragma unroll
-        for (int e = 0; e < Ck::W; ++e) {
-            const u64 k = j * Ck::W + e;
-            out[e] = k < cols ? Ln<T>::load(row[k]) : 0.0f;
+        for (int e = 0; e < W; ++e) {
+            const u64 k = j * W + e;
+            out[e] = k < cols ? Ln<E>::load(row[k]) : 0.0f;
         }
     }
 }
 
-// Stores chunk j of a row from floats (rounded to T), elements < cols only.
-template <typename T, bool VEC>
-__device__ __forceinline__ void store_chunk(T *row, u64 j, u64 cols, const float (&in)[Chunk<T>::W]) {
-    typedef Chunk<T> Ck;
+// Stores chunk j of a row from floats (rounded to E), elements < cols only.
+template <typename E, int W, bool VEC>
+__device__ __forceinline__ void store_chunk(E *row, u64 j, u64 cols, const float (&in)[W]) {
     if (VEC) {
-        Ck c;
+        Vec<E, W> c;
 #pragma unroll
-        for (int e = 0; e < Ck::W; ++e) c.v[e] = Ln<T>::store(in[e]);
-        reinterpret_cast<Ck *>(row)[j] = c;
+        for (int e = 0; e < W; ++e) c.v[e] = Ln<E>::store(in[e]);
+        reinterpret_cast<Vec<E, W> *>(row)[j] = c;
     } else {
 #pragma unroll
-        for (int e = 0; e < Ck::W; ++e) {
-            const u64 k = j * Ck::W + e;
-            if (k < cols) row[k] = Ln<T>::store(in[e]);
+        for (int e = 0; e < W; ++e) {
+            const u64 k = j * W + e;
+            if (k < cols) row[k] = Ln<E>::store(in[e]);
         }
     }
 }
@@ -136,11 +142,10 @@ __device__ __forceinline__ float ln_block_sum(float v, float *red) {
     return v;
 }
 
-// ---- ln_fwd: a block a row, h cached in shared memory.
-template <typename T, bool VEC>
+// ---- ln_fwd: a block a row, h cached in shared memory; y of type O.
+template <typename T, typename O, bool VEC>
 __device__ __forceinline__ void fwd_impl(const LnArgs &a) {
-    typedef Chunk<T> Ck;
-    const int W = Ck::W;
+    const int W = Chunk<T>::W;
     extern __shared__ __align__(16) float hs[];
     __shared__ float red[32];
     const u64 cols = a.cols, nch = (cols + W - 1) / W;
@@ -151,14 +156,14 @@ __device__ __forceinline__ void fwd_impl(const LnArgs &a) {
         float sum = 0.0f;
         for (u64 j = threadIdx.x; j < nch; j += blockDim.x) {
             float v[W];
-            load_chunk<T, VEC>(reinterpret_cast<const T *>(a.x) + off, j, cols, v);
+            load_chunk<T, W, VEC>(reinterpret_cast<const T *>(a.x) + off, j, cols, v);
             if (a.r) {
                 float rv[W];
-                load_chunk<T, VEC>(reinterpret_cast<const T *>(a.r) + off, j, cols, rv);
+                load_chunk<T, W, VEC>(reinterpret_cast<const T *>(a.r) + off, j, cols, rv);
                 // h is rounded to T (it is the residual stream), and normalised as rounded.
 #pragma unroll
                 for (int e = 0; e < W; ++e) v[e] = Ln<T>::load(Ln<T>::store(v[e] + rv[e]));
-                store_chunk<T, VEC>(reinterpret_cast<T *>(a.h) + off, j, cols, v);
+                store_chunk<T, W, VEC>(reinterpret_cast<T *>(a.h) + off, j, cols, v);
             }
 #pragma unroll
             for (int e = 0; e < W; ++e) {
@@ -187,26 +192,25 @@ __device__ __forceinline__ void fwd_impl(const LnArgs &a) {
         }
         for (u64 j = threadIdx.x; j < nch; j += blockDim.x) {
             float wv[W], bv[W], o[W];
-            if (wp) load_chunk<T, VEC>(wp, j, cols, wv);
-            if (bp) load_chunk<T, VEC>(bp, j, cols, bv);
+            if (wp) load_chunk<T, W, VEC>(wp, j, cols, wv);
+            if (bp) load_chunk<T, W, VEC>(bp, j, cols, bv);
 #pragma unroll
             for (int e = 0; e < W; ++e) {
                 const u64 k = j * W + e;
                 const float n = k < cols ? (hs[k] - mean) * rstd : 0.0f;
                 o[e] = wp ? (bp ? __fmaf_rn(n, wv[e], bv[e]) : n * wv[e]) : (bp ? n + bv[e] : n);
             }
-            store_chunk<T, VEC>(reinterpret_cast<T *>(a.y) + off, j, cols, o);
+            store_chunk<O, W, VEC>(reinterpret_cast<O *>(a.y) + off, j, cols, o);
         }
         // The next row overwrites hs: every thread reads only its own entries, so no barrier
         // is needed; `red` is protected by the block sums' leading barriers.
     }
 }
 
-// ---- ln_bwd: R rows a block, dh, partial dw and db.
-template <typename T, bool VEC>
+// ---- ln_bwd: R rows a block, dh, partial dw and db; dy of type G.
+template <typename T, typename G, bool VEC>
 __device__ __forceinline__ void bwd_impl(const LnArgs &a) {
-    typedef Chunk<T> Ck;
-    const int W = Ck::W;
+    const int W = Chunk<T>::W;
     extern __shared__ __align__(16) float part[];  // dw partials [cols], then db [cols]
     __shared__ float red[32];
     const u64 cols = a.cols, nch = (cols + W - 1) / W;
@@ -231,9 +235,9 @@ __device__ __forceinline__ void bwd_impl(const LnArgs &a) {
             float s1 = 0.0f, s2 = 0.0f;
             for (u64 j = threadIdx.x; j < nch; j += blockDim.x) {
                 float dyv[W], hv[W], wv[W];
-                load_chunk<T, VEC>(reinterpret_cast<const T *>(a.dy) + off, j, cols, dyv);
-                load_chunk<T, VEC>(reinterpret_cast<const T *>(a.h) + off, j, cols, hv);
-                if (wp) load_chunk<T, VEC>(wp, j, cols, wv);
+                load_chunk<G, W, VEC>(reinterpret_cast<const G *>(a.dy) + off, j, cols, dyv);
+                load_chunk<T, W, VEC>(reinterpret_cast<const T *>(a.h) + off, j, cols, hv);
+                if (wp) load_chunk<T, W, VEC>(wp, j, cols, wv);
 #pragma unroll
                 for (int e = 0; e < W; ++e) {
                     const u64 k = j * W + e;
@@ -251,10 +255,10 @@ __device__ __forceinline__ void bwd_impl(const LnArgs &a) {
             const float mb = ln_block_sum(s2, red) * inv_c;
             for (u64 j = threadIdx.x; j < nch; j += blockDim.x) {
                 float dyv[W], hv[W], wv[W], old[W], o[W];
-                load_chunk<T, VEC>(reinterpret_cast<const T *>(a.dy) + off, j, cols, dyv);
-                load_chunk<T, VEC>(reinterpret_cast<const T *>(a.h) + off, j, cols, hv);
-                if (wp) load_chunk<T, VEC>(wp, j, cols, wv);
-                if (a.accumulate) load_chunk<T, VEC>(reinterpret_cast<const T *>(a.dh) + off, j, cols, old);
+                load_chunk<G, W, VEC>(reinterpret_cast<const G *>(a.dy) + off, j, cols, dyv);
+                load_chunk<T, W, VEC>(reinterpret_cast<const T *>(a.h) + off, j, cols, hv);
+                if (wp) load_chunk<T, W, VEC>(wp, j, cols, wv);
+                if (a.accumulate) load_chunk<T, W, VEC>(reinterpret_cast<const T *>(a.dh) + off, j, cols, old);
 #pragma unroll
                 for (int e = 0; e < W; ++e) {
                     const float n = (hv[e] - mean) * rstd;
@@ -263,7 +267,7 @@ __device__ __forceinline__ void bwd_impl(const LnArgs &a) {
                     if (a.accumulate) d += old[e];
                     o[e] = d;
                 }
-                store_chunk<T, VEC>(reinterpret_cast<T *>(a.dh) + off, j, cols, o);
+                store_chunk<T, W, VEC>(reinterpret_cast<T *>(a.dh) + off, j, cols, o);
             }
         }
         float *wsr = reinterpret_cast<float *>(a.ws) + 2 * g * cols;
@@ -310,18 +314,23 @@ __device__ __forceinline__ void params_impl(const LnArgs &a) {
     if (db) db[c] = Ln<T>::store(a.accumulate_params ? Ln<T>::load(db[c]) + b : b);
 }
 
-#define LN_KERNELS(NAME, SUFFIX, T, VEC)                                                                 \
-    extern "C" __global__ void __launch_bounds__(512) ln_fwd_##NAME##SUFFIX(const LnArgs a) {           \
-        fwd_impl<T, VEC>(a);                                                                             \
-    }                                                                                                    \
-    extern "C" __global__ void __launch_bounds__(512) ln_bwd_##NAME##SUFFIX(const LnArgs a) {           \
-        bwd_impl<T, VEC>(a);                                                                             \
-    }
+#define LN_FWD(NAME, T, O)                                                                               \
+    extern "C" __global__ void __launch_bounds__(512) ln_fwd_##NAME(const LnArgs a) { fwd_impl<T, O, false>(a); } \
+    extern "C" __global__ void __launch_bounds__(512) ln_fwd_##NAME##_v(const LnArgs a) { fwd_impl<T, O, true>(a); }
+#define LN_BWD(NAME, T, G)                                                                               \
+    extern "C" __global__ void __launch_bounds__(512) ln_bwd_##NAME(const LnArgs a) { bwd_impl<T, G, false>(a); } \
+    extern "C" __global__ void __launch_bounds__(512) ln_bwd_##NAME##_v(const LnArgs a) { bwd_impl<T, G, true>(a); }
 #define LN_ALL(NAME, T)                                                                                  \
-    LN_KERNELS(NAME, , T, false)                                                                         \
-    LN_KERNELS(NAME, _v, T, true)                                                                        \
+    LN_FWD(NAME, T, T)                                                                                   \
+    LN_BWD(NAME, T, T)                                                                                   \
     extern "C" __global__ void __launch_bounds__(1024) ln_params_##NAME(const LnArgs a) { params_impl<T>(a); }
 
 LN_ALL(f32, float)
 LN_ALL(f16, __half)
 LN_ALL(bf16, __nv_bfloat16)
+// f32 rows whose y (forward) or dy (backward) is f16 or bf16: autocast's layer norm feeding a
+// half-precision product, without a separate conversion.
+LN_FWD(f32_f16, float, __half)
+LN_FWD(f32_bf16, float, __nv_bfloat16)
+LN_BWD(f32_f16, float, __half)
+LN_BWD(f32_bf16, float, __nv_bfloat16)

@@ -7,11 +7,16 @@
 //!   `ce_*_fwd`: evaluation, `gpu_cross_entropy_forward` then the reduce.
 //! - `ln_*_fwd`: LayerNorm of `h = x + r` (`[32768, 768]`, weight and bias, `h` written);
 //!   `ln_*_bwd`: its backward with `dh` accumulated and `dw`, `db` (both kernels).
+//! - `ln_*_f32_to_{f32,bf16}_fwd`: LayerNorm of f32 rows without the residual, `y` in f32 or
+//!   bf16 (autocast's norm before a product); `ln_*_f32_dy_{f32,bf16}_bwd`: its backward
+//!   with `dy` in f32 or bf16, `dh` accumulated, `dw` and `db`.
 //!
 //! GB/s counts the least traffic each needs: the fused classifier reads and writes the logits
 //! once (`2 N V` elements; the kernel reads them twice), the forward reads them once; the
 //! LayerNorm forward reads `x`, `r` and writes `h`, `y` (`4 N C`), the backward reads `dy`,
-//! `h`, `dh` and writes `dh` (`4 N C`); targets, statistics and parameters are left out.
+//! `h`, `dh` and writes `dh` (`4 N C`), each element of its own size (the rows without the
+//! residual: `x` and `y`; `dy`, `h`, `dh` twice); targets, statistics and parameters are left
+//! out.
 //! `xtask/gpu/torch_fused.py` prints the same table for PyTorch (`F.cross_entropy`,
 //! `F.layer_norm` of `x + r`).
 //!
@@ -197,7 +202,7 @@ mod gpu {
         );
         let mut ws = DeviceBuffer::alloc(ctx, layernorm::backward_workspace_bytes(&shape))?;
         let fwd = timing::events(stream, WARMUP, RUNS, || {
-            layernorm::gpu_layer_norm_forward::<T>(
+            layernorm::gpu_layer_norm_forward::<T, T>(
                 stream,
                 &shape,
                 x.as_span()?,
@@ -211,7 +216,7 @@ mod gpu {
             Ok(())
         })?;
         let bwd = timing::events(stream, WARMUP, RUNS, || {
-            layernorm::gpu_layer_norm_backward::<T>(
+            layernorm::gpu_layer_norm_backward::<T, T>(
                 stream,
                 &shape,
                 dy.as_span()?,
@@ -245,6 +250,84 @@ mod gpu {
         Ok(())
     }
 
+    /// f32 rows without the residual, `y` (and the backward's `dy`) in `O`.
+    fn layernorm_narrow<O: Element>(
+        ctx: &Arc<Context>,
+        stream: &Stream,
+        rng: &mut SmallRng,
+        out: &mut Vec<Row>,
+    ) -> BoxResult {
+        let shape = LayerNormShape::new(LN_ROWS, LN_COLS);
+        let n = LN_ROWS * LN_COLS;
+        let (x, dy) = (
+            random::<f32>(ctx, rng, n, 2.0)?,
+            random::<O>(ctx, rng, n, 1.0)?,
+        );
+        let (w, b) = (
+            random::<f32>(ctx, rng, LN_COLS, 1.0)?,
+            random::<f32>(ctx, rng, LN_COLS, 1.0)?,
+        );
+        let (mut y, mut dh) = (
+            DeviceBuffer::alloc(ctx, n * size_of::<O>())?,
+            random::<f32>(ctx, rng, n, 1.0)?,
+        );
+        let (mut dw, mut db) = (
+            DeviceBuffer::alloc(ctx, LN_COLS * 4)?,
+            DeviceBuffer::alloc(ctx, LN_COLS * 4)?,
+        );
+        let (mut mean, mut rstd) = (
+            DeviceBuffer::alloc(ctx, LN_ROWS * 4)?,
+            DeviceBuffer::alloc(ctx, LN_ROWS * 4)?,
+        );
+        let mut ws = DeviceBuffer::alloc(ctx, layernorm::backward_workspace_bytes(&shape))?;
+        let fwd = timing::events(stream, WARMUP, RUNS, || {
+            layernorm::gpu_layer_norm_forward::<f32, O>(
+                stream,
+                &shape,
+                x.as_span()?,
+                None,
+                Some(w.as_span()?),
+                Some(b.as_span()?),
+                y.as_span_mut()?,
+                mean.as_span_mut()?,
+                rstd.as_span_mut()?,
+            )?;
+            Ok(())
+        })?;
+        let bwd = timing::events(stream, WARMUP, RUNS, || {
+            layernorm::gpu_layer_norm_backward::<f32, O>(
+                stream,
+                &shape,
+                dy.as_span()?,
+                x.as_span()?,
+                Some(w.as_span()?),
+                mean.as_span()?,
+                rstd.as_span()?,
+                dh.as_span_mut()?,
+                Some(dw.as_span_mut()?),
+                Some(db.as_span_mut()?),
+                Accumulate {
+                    dh: true,
+                    params: false,
+                },
+                ws.as_span_mut()?,
+            )?;
+            Ok(())
+        })?;
+        let (base, o) = (format!("ln_n{LN_ROWS}_c{LN_COLS}_f32"), size_of::<O>());
+        out.push(Row {
+            name: format!("{base}_to_{}_fwd", O::NAME),
+            t: fwd,
+            bytes: ((4 + o) * n) as f64,
+        });
+        out.push(Row {
+            name: format!("{base}_dy_{}_bwd", O::NAME),
+            t: bwd,
+            bytes: ((o + 4 + 8) * n) as f64,
+        });
+        Ok(())
+    }
+
     pub(crate) fn run() -> BoxResult {
         if genesis_cuda::skip_without_gpu("gpu_fused") {
             return Ok(());
@@ -266,6 +349,8 @@ mod gpu {
         }
         layernorm::<bf16>(&ctx, &stream, &mut rng, &mut rows)?;
         layernorm::<f32>(&ctx, &stream, &mut rng, &mut rows)?;
+        layernorm_narrow::<f32>(&ctx, &stream, &mut rng, &mut rows)?;
+        layernorm_narrow::<bf16>(&ctx, &stream, &mut rng, &mut rows)?;
         let mut json = Vec::new();
         for r in &rows {
             let gbs = r.bytes / (r.t.median_ms * 1e-3) / 1e9;

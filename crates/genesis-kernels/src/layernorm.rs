@@ -118,17 +118,18 @@ fn mean_of<A: Real>(sum: f64, inv_c: A) -> A {
     A::of_f64(sum) * inv_c
 }
 
-/// CPU twin of `ln_fwd_<T>`: `y`, `mean`, `rstd` of `x` (`[rows, cols]`), or of `h = x + r`
-/// when `residual` is `(r, h)` (then `h` is written). `w`, `b` hold `cols` values. Nothing is
-/// written on error.
+/// CPU twin of `ln_fwd_<T>` (and `ln_fwd_f32_<O>`): `y`, `mean`, `rstd` of `x`
+/// (`[rows, cols]`), or of `h = x + r` when `residual` is `(r, h)` (then `h` is written). `w`,
+/// `b` hold `cols` values. `y` may be of a narrower type `O` than the rows (f32 rows, f16 or
+/// bf16 `y`: rounded once from the f32 value). Nothing is written on error.
 #[allow(clippy::too_many_arguments)]
-pub fn layer_norm_forward<T: FusedElement>(
+pub fn layer_norm_forward<T: FusedElement, O: FusedElement<Acc = T::Acc>>(
     shape: &LayerNormShape,
     x: &[T],
     residual: Option<(&[T], &mut [T])>,
     w: Option<&[T]>,
     b: Option<&[T]>,
-    y: &mut [T],
+    y: &mut [O],
     mean: &mut [T::Acc],
     rstd: &mut [T::Acc],
 ) -> Result<()> {
@@ -153,7 +154,7 @@ pub fn layer_norm_forward<T: FusedElement>(
     let row = |hs: &mut Vec<T::Acc>,
                x: &[T],
                res: Option<(&[T], &mut [T])>,
-               y: &mut [T],
+               y: &mut [O],
                mean: &mut T::Acc,
                rstd: &mut T::Acc| {
         hs.clear();
@@ -188,7 +189,7 @@ pub fn layer_norm_forward<T: FusedElement>(
                 (None, Some(b)) => nv + b[k].acc(),
                 (None, None) => nv,
             };
-            y[k] = T::of_acc(v);
+            y[k] = O::of_acc(v);
         }
     };
     // Rows are independent: over rayon's threads when there are many elements.
@@ -226,13 +227,14 @@ pub fn layer_norm_forward<T: FusedElement>(
     Ok(())
 }
 
-/// CPU twin of `ln_bwd_<T>` and `ln_params_<T>`: `dh` from `dy`, `h`, `w` and the forward's
-/// `mean` and `rstd`, and `dw`, `db` when given (`cols` values each), overwriting or adding
-/// to them as `acc` says. Nothing is written on error.
+/// CPU twin of `ln_bwd_<T>` (and `ln_bwd_f32_<G>`) and `ln_params_<T>`: `dh` from `dy`, `h`,
+/// `w` and the forward's `mean` and `rstd`, and `dw`, `db` when given (`cols` values each),
+/// overwriting or adding to them as `acc` says. `dy` may be of a narrower type `G` than the
+/// rows (f32 rows, f16 or bf16 `dy`). Nothing is written on error.
 #[allow(clippy::too_many_arguments)]
-pub fn layer_norm_backward<T: FusedElement>(
+pub fn layer_norm_backward<T: FusedElement, G: FusedElement<Acc = T::Acc>>(
     shape: &LayerNormShape,
-    dy: &[T],
+    dy: &[G],
     h: &[T],
     w: Option<&[T]>,
     mean: &[T::Acc],
@@ -260,7 +262,7 @@ pub fn layer_norm_backward<T: FusedElement>(
     let parallel = len >= crate::softmax::PARALLEL_MIN;
     // The input's gradient, row by row (rows over rayon's threads when many).
     let row = |sc: &mut (Vec<T::Acc>, Vec<T::Acc>),
-               dy: &[T],
+               dy: &[G],
                h: &[T],
                dh: &mut [T],
                (m, r): (T::Acc, T::Acc)| {
@@ -411,18 +413,16 @@ const MAX_GRID: usize = 1 << 20;
 
 #[cfg(feature = "cuda")]
 impl Args {
-    /// Launches `ln_<kind>_<T>` (`_v` when `vec`) with `smem` bytes of dynamic shared memory.
-    fn launch<T: Element>(
+    /// Launches `name` with `smem` bytes of dynamic shared memory.
+    fn launch(
         &mut self,
         stream: &genesis_cuda::Stream,
-        kind: &str,
-        vec: bool,
+        name: &'static str,
         grid: (usize, u32),
         block: (u32, u32),
         smem: u32,
     ) -> Result<()> {
         use genesis_cuda::{Kernel, LaunchConfig};
-        let name = kernel_name::<T>(kind, vec)?;
         let kernel = Kernel::get(stream.context(), &crate::images::LAYERNORM, name)?;
         // The default limit, 48 KiB, counts the kernels' static shared memory too.
         if smem > 32 << 10 {
@@ -441,49 +441,77 @@ impl Args {
     }
 }
 
+/// The kernel `ln_<kind>_<T>` (`kind`: fwd, bwd, params), or `ln_<kind>_f32_<O>` for f32 rows
+/// whose `y` (fwd) or `dy` (bwd) is `O`; `_v` when `vec`.
 #[cfg(feature = "cuda")]
-fn kernel_name<T: Element>(kind: &str, vec: bool) -> Result<&'static str> {
-    use crate::DType;
-    let t = match T::DTYPE {
-        DType::F32 => 0,
-        DType::F16 => 1,
-        DType::BF16 => 2,
-        _ => {
-            return Err(unsupported(format!(
-                "element type {} on the GPU (f32, f16, bf16)",
-                T::NAME
-            )));
-        }
-    };
-    const FWD: [&str; 6] = [
+fn kernel_name<T: Element, O: Element>(kind: &str, vec: bool) -> Result<&'static str> {
+    // Every kernel of the image (`Kernel::get` takes a name that lives as long as the image).
+    const NAMES: [&str; 23] = [
         "ln_fwd_f32",
         "ln_fwd_f32_v",
         "ln_fwd_f16",
         "ln_fwd_f16_v",
         "ln_fwd_bf16",
         "ln_fwd_bf16_v",
-    ];
-    const BWD: [&str; 6] = [
+        "ln_fwd_f32_f16",
+        "ln_fwd_f32_f16_v",
+        "ln_fwd_f32_bf16",
+        "ln_fwd_f32_bf16_v",
         "ln_bwd_f32",
         "ln_bwd_f32_v",
         "ln_bwd_f16",
         "ln_bwd_f16_v",
         "ln_bwd_bf16",
         "ln_bwd_bf16_v",
+        "ln_bwd_f32_f16",
+        "ln_bwd_f32_f16_v",
+        "ln_bwd_f32_bf16",
+        "ln_bwd_f32_bf16_v",
+        "ln_params_f32",
+        "ln_params_f16",
+        "ln_params_bf16",
     ];
-    const PARAMS: [&str; 3] = ["ln_params_f32", "ln_params_f16", "ln_params_bf16"];
-    Ok(match kind {
-        "fwd" => FWD[2 * t + usize::from(vec)],
-        "bwd" => BWD[2 * t + usize::from(vec)],
-        _ => PARAMS[t],
-    })
+    use crate::DType;
+    let name = |d: DType| match d {
+        DType::F32 => Some("f32"),
+        DType::F16 => Some("f16"),
+        DType::BF16 => Some("bf16"),
+        _ => None,
+    };
+    let (Some(t), Some(o)) = (name(T::DTYPE), name(O::DTYPE)) else {
+        return Err(unsupported(format!(
+            "element types {} and {} on the GPU (f32, f16, bf16)",
+            T::NAME,
+            O::NAME
+        )));
+    };
+    let types = if T::DTYPE == O::DTYPE {
+        t.to_string()
+    } else if T::DTYPE == DType::F32 && kind != "params" {
+        format!("f32_{o}")
+    } else {
+        return Err(unsupported(format!(
+            "{} rows with {} {} on the GPU (the same type, or f32 rows with f16 or bf16)",
+            T::NAME,
+            O::NAME,
+            if kind == "fwd" { "output" } else { "gradient" }
+        )));
+    };
+    let name = format!(
+        "ln_{kind}_{types}{}",
+        if vec && kind != "params" { "_v" } else { "" }
+    );
+    NAMES
+        .into_iter()
+        .find(|n| *n == name)
+        .ok_or_else(|| unsupported(format!("no kernel {name}")))
 }
 
 /// Checks the GPU's limits on the shape: `cols <= MAX_COLS`; gives `rows * cols`.
 #[cfg(feature = "cuda")]
-fn gpu_len<T: Element>(shape: &LayerNormShape) -> Result<usize> {
+fn gpu_len<T: Element, O: Element>(kind: &str, shape: &LayerNormShape) -> Result<usize> {
     let len = shape.numel()?;
-    kernel_name::<T>("fwd", false)?;
+    kernel_name::<T, O>(kind, false)?;
     if shape.cols > MAX_COLS {
         return Err(unsupported(format!(
             "{} columns on the GPU (at most {MAX_COLS})",
@@ -506,18 +534,21 @@ fn short(need: &[(usize, usize)]) -> Result<()> {
     }
 }
 
-/// Whether every address is 16-byte aligned (0: an absent operand) and rows are whole chunks.
+/// Whether rows are whole chunks (16 bytes of the rows' `elem`-byte type) and every operand's
+/// address (0: an absent one) is aligned to its chunk: `(address, its element's bytes)`.
 #[cfg(feature = "cuda")]
-fn vectorised(addrs: &[u64], cols: usize, elem: usize) -> bool {
-    addrs.iter().all(|a| a.is_multiple_of(16)) && (cols * elem).is_multiple_of(16)
+fn vectorised(addrs: &[(u64, usize)], cols: usize, elem: usize) -> bool {
+    let w = (16 / elem) as u64;
+    addrs.iter().all(|&(a, e)| a.is_multiple_of(w * e as u64)) && (cols * elem).is_multiple_of(16)
 }
 
 /// Queues the forward on `stream` (see [`layer_norm_forward`]): `y`, `mean`, `rstd` (f32,
 /// `rows` each) of `x`, or of `h = x + r` when `residual` is `(r, h)` (then `h` is written).
-/// f32, f16, bf16; `cols <= MAX_COLS`; no operand may overlap another.
+/// f32, f16, bf16, `y` of the same type or, for f32 rows, f16 or bf16; `cols <= MAX_COLS`;
+/// no operand may overlap another.
 #[cfg(feature = "cuda")]
 #[allow(clippy::too_many_arguments)]
-pub fn gpu_layer_norm_forward<T: Element>(
+pub fn gpu_layer_norm_forward<T: Element, O: Element>(
     stream: &genesis_cuda::Stream,
     shape: &LayerNormShape,
     x: genesis_cuda::DeviceSpan<'_, T>,
@@ -527,11 +558,11 @@ pub fn gpu_layer_norm_forward<T: Element>(
     )>,
     w: Option<genesis_cuda::DeviceSpan<'_, T>>,
     b: Option<genesis_cuda::DeviceSpan<'_, T>>,
-    y: genesis_cuda::DeviceSpanMut<'_, T>,
+    y: genesis_cuda::DeviceSpanMut<'_, O>,
     mean: genesis_cuda::DeviceSpanMut<'_, f32>,
     rstd: genesis_cuda::DeviceSpanMut<'_, f32>,
 ) -> Result<()> {
-    let len = gpu_len::<T>(shape)?;
+    let len = gpu_len::<T, O>("fwd", shape)?;
     let (rows, c) = (shape.rows, shape.cols);
     let mut need = vec![
         (len, x.len()),
@@ -564,21 +595,24 @@ pub fn gpu_layer_norm_forward<T: Element>(
         (a.r, a.h) = (r.addr(), h.addr());
     }
     let elem = size_of::<T>();
-    let vec = vectorised(&[a.x, a.r, a.h, a.y, a.w, a.b], c, elem);
+    let ops = [a.x, a.r, a.h, a.w, a.b].map(|p| (p, elem));
+    let vec = vectorised(&ops, c, elem) && vectorised(&[(a.y, size_of::<O>())], c, elem);
     let smem = (c * 4) as u32;
-    a.launch::<T>(stream, "fwd", vec, (rows, 1), (threads(c, elem), 1), smem)
+    let name = kernel_name::<T, O>("fwd", vec)?;
+    a.launch(stream, name, (rows, 1), (threads(c, elem), 1), smem)
 }
 
 /// Queues the backward on `stream` (see [`layer_norm_backward`]): `dh` (written, or added to
 /// when `acc.dh`) from `dy`, `h`, `w` and the forward's f32 `mean` and `rstd`, and `dw`, `db`
 /// when given (overwritten, or added to when `acc.params`), through `workspace`
-/// ([`backward_workspace_bytes`], 4-byte aligned). Deterministic (no atomics).
+/// ([`backward_workspace_bytes`], 4-byte aligned). `dy` of the rows' type or, for f32 rows,
+/// f16 or bf16. Deterministic (no atomics).
 #[cfg(feature = "cuda")]
 #[allow(clippy::too_many_arguments)]
-pub fn gpu_layer_norm_backward<T: Element>(
+pub fn gpu_layer_norm_backward<T: Element, G: Element>(
     stream: &genesis_cuda::Stream,
     shape: &LayerNormShape,
-    dy: genesis_cuda::DeviceSpan<'_, T>,
+    dy: genesis_cuda::DeviceSpan<'_, G>,
     h: genesis_cuda::DeviceSpan<'_, T>,
     w: Option<genesis_cuda::DeviceSpan<'_, T>>,
     mean: genesis_cuda::DeviceSpan<'_, f32>,
@@ -589,7 +623,7 @@ pub fn gpu_layer_norm_backward<T: Element>(
     acc: Accumulate,
     workspace: genesis_cuda::DeviceSpanMut<'_, u8>,
 ) -> Result<()> {
-    let len = gpu_len::<T>(shape)?;
+    let len = gpu_len::<T, G>("bwd", shape)?;
     let (rows, c) = (shape.rows, shape.cols);
     let mut need = vec![
         (len, dy.len()),
@@ -627,12 +661,15 @@ pub fn gpu_layer_norm_backward<T: Element>(
     };
     let elem = size_of::<T>();
     if blocks > 0 {
-        let vec = vectorised(&[a.dy, a.h, a.w, a.dh], c, elem);
+        let ops = [a.h, a.w, a.dh].map(|p| (p, elem));
+        let vec = vectorised(&ops, c, elem) && vectorised(&[(a.dy, size_of::<G>())], c, elem);
         let smem = (c * 8) as u32;
-        a.launch::<T>(stream, "bwd", vec, (blocks, 1), (threads(c, elem), 1), smem)?;
+        let name = kernel_name::<T, G>("bwd", vec)?;
+        a.launch(stream, name, (blocks, 1), (threads(c, elem), 1), smem)?;
     }
     if a.dw != 0 || a.db != 0 {
-        a.launch::<T>(stream, "params", false, (c.div_ceil(32), 1), (32, 32), 0)?;
+        let name = kernel_name::<T, T>("params", false)?;
+        a.launch(stream, name, (c.div_ceil(32), 1), (32, 32), 0)?;
     }
     Ok(())
 }
@@ -1028,7 +1065,7 @@ mod tests {
         // No rows: dw and db are 0.
         let empty = LayerNormShape::new(0, 3);
         let mut dw = [5f32; 3];
-        layer_norm_backward(
+        layer_norm_backward::<f32, f32>(
             &empty,
             &[],
             &[],
@@ -1042,6 +1079,84 @@ mod tests {
         )
         .unwrap();
         assert_eq!(dw, [0.0; 3]);
+    }
+
+    /// f32 rows with a bf16 or f16 output: each value the f32 output rounded once; the
+    /// backward on a narrow `dy`: the f32 backward on `dy` widened, bit for bit; over
+    /// generated shapes, with and without the affine parameters and accumulation.
+    #[test]
+    fn narrow_output_and_gradient_are_the_f32_results_rounded_and_widened() {
+        fn check<O: FusedElement<Acc = f32> + Copy + PartialEq + std::fmt::Debug>(seed: u64) {
+            let mut rng = SmallRng::seed_from_u64(seed);
+            for case in 0..24 {
+                let rows = rng.random_range(1..40);
+                let cols = rng.random_range(1..300);
+                let shape = LayerNormShape {
+                    rows,
+                    cols,
+                    eps: 1e-5,
+                };
+                let len = rows * cols;
+                let mut v = |n: usize, s: f32| -> Vec<f32> {
+                    (0..n).map(|_| rng.random_range(-2.0f32..2.0) + s).collect()
+                };
+                let (x, w, b, dh0) = (v(len, 1.0), v(cols, 0.0), v(cols, 0.0), v(len, 0.0));
+                let dy_o: Vec<O> = v(len, 0.0).into_iter().map(O::of_acc).collect();
+                let dy_f: Vec<f32> = dy_o.iter().map(|d| d.acc()).collect();
+                let (wo, bo) = (
+                    (case % 2 == 0).then_some(&w[..]),
+                    (case % 3 != 0).then_some(&b[..]),
+                );
+                let (mut y, mut m, mut r) = (vec![0f32; len], vec![0f32; rows], vec![0f32; rows]);
+                layer_norm_forward(&shape, &x, None, wo, bo, &mut y, &mut m, &mut r).unwrap();
+                let mut yo = vec![O::of_acc(0.0); len];
+                let (mut m2, mut r2) = (vec![0f32; rows], vec![0f32; rows]);
+                layer_norm_forward(&shape, &x, None, wo, bo, &mut yo, &mut m2, &mut r2).unwrap();
+                let rounded: Vec<O> = y.iter().map(|&e| O::of_acc(e)).collect();
+                assert_eq!(yo, rounded, "case {case}: y");
+                assert_eq!((m2, r2), (m.clone(), r.clone()), "case {case}: statistics");
+                let acc = Accumulate {
+                    dh: case % 4 < 2,
+                    params: false,
+                };
+                let run = |narrow: bool| {
+                    let (mut dh, mut dw, mut db) =
+                        (dh0.clone(), vec![0f32; cols], vec![0f32; cols]);
+                    if narrow {
+                        layer_norm_backward(
+                            &shape,
+                            &dy_o,
+                            &x,
+                            wo,
+                            &m,
+                            &r,
+                            &mut dh,
+                            Some(&mut dw),
+                            Some(&mut db),
+                            acc,
+                        )
+                    } else {
+                        layer_norm_backward(
+                            &shape,
+                            &dy_f,
+                            &x,
+                            wo,
+                            &m,
+                            &r,
+                            &mut dh,
+                            Some(&mut dw),
+                            Some(&mut db),
+                            acc,
+                        )
+                    }
+                    .unwrap();
+                    (dh, dw, db)
+                };
+                assert_eq!(run(true), run(false), "case {case}: gradients");
+            }
+        }
+        check::<bf16>(11);
+        check::<half::f16>(12);
     }
 
     #[test]

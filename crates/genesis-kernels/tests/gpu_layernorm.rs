@@ -159,7 +159,7 @@ fn case<T: Float>(
                     .unwrap(),
             )
         });
-        layernorm::gpu_layer_norm_forward::<T>(
+        layernorm::gpu_layer_norm_forward::<T, T>(
             stream,
             &shape,
             sp::<T>(&gx, offset, len),
@@ -250,7 +250,7 @@ fn case<T: Float>(
             sp_mut::<T>(&mut gdw, offset, c),
             sp_mut::<T>(&mut gdb, offset, c),
         );
-        layernorm::gpu_layer_norm_backward::<T>(
+        layernorm::gpu_layer_norm_backward::<T, T>(
             stream,
             &shape,
             sp::<T>(&gdy, offset, len),
@@ -392,7 +392,7 @@ fn bad_shapes_and_spans_are_errors() {
         DeviceBuffer::alloc(&ctx, 64 * 4).unwrap(),
     );
     let mut run = |shape: LayerNormShape, n: usize| {
-        layernorm::gpu_layer_norm_forward::<f32>(
+        layernorm::gpu_layer_norm_forward::<f32, f32>(
             &stream,
             &shape,
             x.as_span::<f32>().unwrap().slice(..n).unwrap(),
@@ -417,7 +417,7 @@ fn bad_shapes_and_spans_are_errors() {
     );
     let mut dh = DeviceBuffer::alloc(&ctx, 64 * 4).unwrap();
     let mut ws = DeviceBuffer::alloc(&ctx, 4).unwrap();
-    let short_ws = layernorm::gpu_layer_norm_backward::<f32>(
+    let short_ws = layernorm::gpu_layer_norm_backward::<f32, f32>(
         &stream,
         &LayerNormShape::new(4, 16),
         x.as_span().unwrap(),
@@ -432,4 +432,192 @@ fn bad_shapes_and_spans_are_errors() {
         ws.as_span_mut().unwrap(),
     );
     assert!(short_ws.is_err(), "short workspace");
+}
+
+/// f32 rows with a narrower `O` output (forward) or output gradient (backward): `y` is the
+/// f32 kernel's `y` rounded once to `O`, and the backward on `dy` in `O` gives the f32
+/// kernel's gradients on `dy` widened to f32, bit for bit (the same sums in the same order),
+/// over the shapes above, aligned and misaligned `O` buffers (the 16-bit operands 2-byte
+/// aligned only: the element-wise loads against the f32 kernel's vectors).
+fn narrow_case<O: Float>(
+    ctx: &Arc<Context>,
+    stream: &Stream,
+    rng: &mut SmallRng,
+    rows: usize,
+    c: usize,
+    off: usize,
+) {
+    let len = rows * c;
+    let shape = LayerNormShape {
+        rows,
+        cols: c,
+        eps: 1e-5,
+    };
+    let x = random::<f32>(rng, len, 1.0);
+    let (w, b) = (random::<f32>(rng, c, 0.0), random::<f32>(rng, c, 0.0));
+    let dy_o = random::<O>(rng, len, 0.0);
+    let dy_f: Vec<f32> = dy_o.iter().map(|v| v.to_f64() as f32).collect();
+    let dh0 = random::<f32>(rng, len, 0.0);
+    let (gx, gw, gb) = (
+        upload(ctx, &x, 0, 0.0f32),
+        upload(ctx, &w, 0, 0.0f32),
+        upload(ctx, &b, 0, 0.0f32),
+    );
+    let stats = || DeviceBuffer::alloc(ctx, rows * 4 + 4).unwrap();
+    // Forward: f32 output, then O output.
+    let (mut gm, mut gs) = (stats(), stats());
+    let mut gy = DeviceBuffer::alloc(ctx, len * 4 + 4).unwrap();
+    layernorm::gpu_layer_norm_forward::<f32, f32>(
+        stream,
+        &shape,
+        sp(&gx, 0, len),
+        None,
+        Some(sp(&gw, 0, c)),
+        Some(sp(&gb, 0, c)),
+        sp_mut(&mut gy, 0, len),
+        sp_mut(&mut gm, 0, rows),
+        sp_mut(&mut gs, 0, rows),
+    )
+    .unwrap();
+    let (mut gm2, mut gs2) = (stats(), stats());
+    let mut gyo = upload(ctx, &vec![O::default(); len], off, O::default());
+    layernorm::gpu_layer_norm_forward::<f32, O>(
+        stream,
+        &shape,
+        sp(&gx, 0, len),
+        None,
+        Some(sp(&gw, 0, c)),
+        Some(sp(&gb, 0, c)),
+        sp_mut(&mut gyo, off, len),
+        sp_mut(&mut gm2, 0, rows),
+        sp_mut(&mut gs2, 0, rows),
+    )
+    .unwrap();
+    stream.synchronize().unwrap();
+    let y: Vec<f32> = download(&gy, 0, len);
+    let yo: Vec<O> = download(&gyo, off, len);
+    let ctx_s = format!("{} rows {rows} C {c} offset {off}", O::NAME);
+    for (i, (a, e)) in yo.iter().zip(&y).enumerate() {
+        let want = O::of_acc(*e);
+        assert!(
+            bytes_of(&[*a]) == bytes_of(&[want]),
+            "{ctx_s}: y[{i}] {a:?}, the f32 kernel's rounded {want:?}"
+        );
+    }
+    assert_eq!(
+        download::<f32>(&gm2, 0, rows),
+        download::<f32>(&gm, 0, rows),
+        "{ctx_s}: mean"
+    );
+    assert_eq!(
+        download::<f32>(&gs2, 0, rows),
+        download::<f32>(&gs, 0, rows),
+        "{ctx_s}: rstd"
+    );
+    // Backward, accumulating dh (GPT-2's use): dy widened to f32 against dy in O.
+    let ws_len = layernorm::backward_workspace_bytes(&shape).max(4);
+    let bwd = |dy: &DeviceBuffer, narrow: bool| {
+        let mut gdh = upload(ctx, &dh0, 0, 0.0f32);
+        let (mut gdw, mut gdb) = (
+            DeviceBuffer::alloc(ctx, c * 4).unwrap(),
+            DeviceBuffer::alloc(ctx, c * 4).unwrap(),
+        );
+        let mut ws = DeviceBuffer::alloc(ctx, ws_len).unwrap();
+        let acc = Accumulate {
+            dh: true,
+            params: false,
+        };
+        let (h, wv) = (sp::<f32>(&gx, 0, len), Some(sp::<f32>(&gw, 0, c)));
+        let (m, s) = (gm.as_span().unwrap(), gs.as_span().unwrap());
+        let outs = (
+            sp_mut(&mut gdh, 0, len),
+            Some(sp_mut(&mut gdw, 0, c)),
+            Some(sp_mut(&mut gdb, 0, c)),
+        );
+        let wsp = ws.as_span_mut().unwrap();
+        if narrow {
+            layernorm::gpu_layer_norm_backward::<f32, O>(
+                stream,
+                &shape,
+                sp(dy, off, len),
+                h,
+                wv,
+                m,
+                s,
+                outs.0,
+                outs.1,
+                outs.2,
+                acc,
+                wsp,
+            )
+        } else {
+            layernorm::gpu_layer_norm_backward::<f32, f32>(
+                stream,
+                &shape,
+                sp(dy, 0, len),
+                h,
+                wv,
+                m,
+                s,
+                outs.0,
+                outs.1,
+                outs.2,
+                acc,
+                wsp,
+            )
+        }
+        .unwrap();
+        stream.synchronize().unwrap();
+        (
+            download::<f32>(&gdh, 0, len),
+            download::<f32>(&gdw, 0, c),
+            download::<f32>(&gdb, 0, c),
+        )
+    };
+    let wide = bwd(&upload(ctx, &dy_f, 0, 0.0f32), false);
+    let narrow = bwd(&upload(ctx, &dy_o, off, O::default()), true);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert!(bits(&narrow.0) == bits(&wide.0), "{ctx_s}: dh differs");
+    assert!(bits(&narrow.1) == bits(&wide.1), "{ctx_s}: dw differs");
+    assert!(bits(&narrow.2) == bits(&wide.2), "{ctx_s}: db differs");
+}
+
+#[test]
+fn narrow_output_and_gradient_of_f32_rows_match_the_f32_kernels() {
+    if skip_without_gpu("layernorm") {
+        return;
+    }
+    let ctx = Context::get(0).unwrap();
+    let stream = Stream::new(&ctx).unwrap();
+    let mut rng = SmallRng::seed_from_u64(0x0b16_0f32);
+    for &(rows, c) in SHAPES {
+        for off in [0usize, 1] {
+            narrow_case::<bf16>(&ctx, &stream, &mut rng, rows, c, off);
+            narrow_case::<f16>(&ctx, &stream, &mut rng, rows, c, off);
+        }
+    }
+    // Rows of other types do not take a narrower output: an error, not a launch.
+    let shape = LayerNormShape {
+        rows: 1,
+        cols: 8,
+        eps: 1e-5,
+    };
+    let (gx, mut gy, mut gm, mut gs) = (
+        DeviceBuffer::alloc(&ctx, 64).unwrap(),
+        DeviceBuffer::alloc(&ctx, 64).unwrap(),
+        DeviceBuffer::alloc(&ctx, 8).unwrap(),
+        DeviceBuffer::alloc(&ctx, 8).unwrap(),
+    );
+    let e = layernorm::gpu_layer_norm_forward::<bf16, f32>(
+        &stream,
+        &shape,
+        sp(&gx, 0, 8),
+        None,
+        None,
+        None,
+        sp_mut(&mut gy, 0, 8),
+        sp_mut(&mut gm, 0, 1),
+        sp_mut(&mut gs, 0, 1),
+    );
+    assert!(e.is_err(), "bf16 rows with an f32 output");
 }

@@ -97,7 +97,7 @@ impl Block {
             z.reshape([b as isize, t as isize, h as isize, d as isize])?
                 .transpose(1, 2)
         };
-        let qkv = self.c_attn.forward(&self.ln_1.forward(x)?)?.split(c, 2)?;
+        let qkv = self.c_attn.forward(&norm(&self.ln_1, x)?)?.split(c, 2)?;
         let (q, k, v) = (heads(&qkv[0])?, heads(&qkv[1])?, heads(&qkv[2])?);
         let y = q
             .scaled_dot_product_attention(&k, &v, true, None)?
@@ -107,7 +107,7 @@ impl Block {
         let x = x.add(&self.attn_proj.forward(&y)?)?;
         let m = self
             .mlp_proj
-            .forward(&self.c_fc.forward(&self.ln_2.forward(&x)?)?.gelu_tanh()?)?;
+            .forward(&self.c_fc.forward(&norm(&self.ln_2, &x)?)?.gelu_tanh()?)?;
         x.add(&m)
     }
 
@@ -144,6 +144,16 @@ pub struct Gpt2 {
     /// Recompute each block's activations in the backward instead of keeping them
     /// ([`genesis::autograd::checkpoint`]): less memory, the forward twice.
     pub recompute: bool,
+}
+
+/// `ln` applied to `x` for a product: under autocast, with float32 rows, the result written in
+/// the autocast dtype by the norm itself ([`LayerNorm::forward_to`]), which the product would
+/// otherwise convert it to.
+fn norm(ln: &LayerNorm, x: &Tensor) -> Result<Tensor> {
+    match genesis::autograd::autocast_dtype() {
+        Some(d) if x.dtype() == DType::F32 => ln.forward_to(x, d),
+        _ => ln.forward(x),
+    }
 }
 
 impl Gpt2 {
@@ -208,15 +218,11 @@ impl Gpt2 {
                 block.causal_forward(&x)?
             };
         }
-        // Under autocast the head reads the normalised rows in the autocast dtype: cast them
-        // here, so that the float32 rows are freed before the logits (the largest tensor of
-        // the step) are allocated, rather than held through the product.
-        let h = self.ln_f.forward(&x)?;
+        // Under autocast the head reads the normalised rows in the autocast dtype, written so
+        // by the norm: no float32 rows are held through the product (the logits are the
+        // step's largest tensor).
+        let h = norm(&self.ln_f, &x)?;
         drop(x);
-        let h = match genesis::autograd::autocast_dtype() {
-            Some(d) if h.dtype() == DType::F32 => h.to_dtype(d)?,
-            _ => h,
-        };
         h.linear(&self.wte, None)
     }
 

@@ -159,8 +159,9 @@ impl LayerNorm {
     }
 }
 
-impl Module for LayerNorm {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+impl LayerNorm {
+    /// Checks that `x` ends in the normalised shape.
+    fn check_input(&self, x: &Tensor) -> Result<()> {
         let dims = last_dims(x, self.normalized_shape.len())?;
         if x.shape()[x.dim() - dims.len()..] != self.normalized_shape[..] {
             return Err(Error::ShapeMismatch {
@@ -169,6 +170,27 @@ impl Module for LayerNorm {
                 rhs: self.normalized_shape.clone(),
             });
         }
+        Ok(())
+    }
+
+    /// The layer applied to `x` with the result in `dtype` ([`Tensor::layer_norm_to`]): the
+    /// values of `forward(x)?.to_dtype(dtype)`, in one pass for float32 rows and a float16 or
+    /// bfloat16 `dtype` (a layer norm feeding a half-precision product).
+    pub fn forward_to(&self, x: &Tensor, dtype: genesis::DType) -> Result<Tensor> {
+        self.check_input(x)?;
+        x.layer_norm_to(
+            &self.normalized_shape,
+            self.weight.as_ref(),
+            self.bias.as_ref(),
+            self.eps,
+            dtype,
+        )
+    }
+}
+
+impl Module for LayerNorm {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.check_input(x)?;
         x.layer_norm(
             &self.normalized_shape,
             self.weight.as_ref(),

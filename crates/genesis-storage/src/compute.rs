@@ -334,11 +334,12 @@ pub(crate) trait Compute {
 
     /// Layer norm's forward (`genesis_kernels::layernorm`): `[rows, cols]` of `dtype` from
     /// element `x_at` of `self`, `w` and `b` (`cols` values from their element) optional,
-    /// into `y` and the rows' `mean` and `rstd` (f32; f64 for f64).
+    /// into `y` (of `dtype`, or f16 or bf16 for f32 rows: `types.1`) and the rows' `mean` and
+    /// `rstd` (f32; f64 for f64).
     #[allow(clippy::too_many_arguments)]
     fn layer_norm(
         &self,
-        dtype: DType,
+        types: (DType, DType),
         shape: &LayerNormShape,
         x_at: usize,
         w: Option<(&Self, usize)>,
@@ -350,11 +351,12 @@ pub(crate) trait Compute {
 
     /// Layer norm's backward: `dh` (from its element `dh.1`; written, or added to what it
     /// holds when `dh.2`) from `dy` (`self` from `dy_at`), the forward's input `h`, `w`,
-    /// `mean` and `rstd`; `dw` and `db` when given.
+    /// `mean` and `rstd`; `dw` and `db` when given. `types`: the rows' dtype and `dy`'s (the
+    /// same, or f16 or bf16 for f32 rows).
     #[allow(clippy::too_many_arguments)]
     fn layer_norm_backward(
         &self,
-        dtype: DType,
+        types: (DType, DType),
         shape: &LayerNormShape,
         dy_at: usize,
         h: (&Self, usize),
@@ -859,7 +861,7 @@ impl Compute for [u8] {
 
     fn layer_norm(
         &self,
-        dtype: DType,
+        types: (DType, DType),
         shape: &LayerNormShape,
         x_at: usize,
         w: Option<(&[u8], usize)>,
@@ -868,26 +870,54 @@ impl Compute for [u8] {
         mean: &mut [u8],
         rstd: &mut [u8],
     ) -> Result<()> {
-        let (len, rows, c) = (shape.numel()?, shape.rows, shape.cols);
-        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
-            type A = <T as genesis_kernels::real::FusedElement>::Acc;
-            genesis_kernels::layernorm::layer_norm_forward::<T>(
+        use genesis_kernels::real::FusedElement;
+        #[allow(clippy::too_many_arguments)]
+        fn run<T: FusedElement + WithDType, O: FusedElement<Acc = T::Acc> + WithDType>(
+            x: &[u8],
+            shape: &LayerNormShape,
+            x_at: usize,
+            w: Option<(&[u8], usize)>,
+            b: Option<(&[u8], usize)>,
+            y: &mut [u8],
+            mean: &mut [u8],
+            rstd: &mut [u8],
+        ) -> Result<()>
+        where
+            T::Acc: WithDType,
+        {
+            let (len, rows, c) = (shape.numel()?, shape.rows, shape.cols);
+            genesis_kernels::layernorm::layer_norm_forward::<T, O>(
                 shape,
-                host::<T>(self, x_at, len)?,
+                host::<T>(x, x_at, len)?,
                 None,
                 w.map(|(m, at)| host::<T>(m, at, c)).transpose()?,
                 b.map(|(m, at)| host::<T>(m, at, c)).transpose()?,
-                host_mut::<T>(y, 0, len)?,
-                host_mut::<A>(mean, 0, rows)?,
-                host_mut::<A>(rstd, 0, rows)?,
+                host_mut::<O>(y, 0, len)?,
+                host_mut::<T::Acc>(mean, 0, rows)?,
+                host_mut::<T::Acc>(rstd, 0, rows)?,
             )?;
             Ok(())
-        }, _ => Err(unsupported("layer_norm", dtype)))
+        }
+        let (dtype, out) = types;
+        match (dtype, out) {
+            (DType::F32, DType::F16) => {
+                run::<f32, half::f16>(self, shape, x_at, w, b, y, mean, rstd)
+            }
+            (DType::F32, DType::BF16) => {
+                run::<f32, half::bf16>(self, shape, x_at, w, b, y, mean, rstd)
+            }
+            _ if dtype == out => {
+                genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
+                run::<T, T>(self, shape, x_at, w, b, y, mean, rstd)
+            }, _ => Err(unsupported("layer_norm", dtype)))
+            }
+            _ => Err(unsupported("layer_norm", out)),
+        }
     }
 
     fn layer_norm_backward(
         &self,
-        dtype: DType,
+        types: (DType, DType),
         shape: &LayerNormShape,
         dy_at: usize,
         h: (&[u8], usize),
@@ -897,27 +927,56 @@ impl Compute for [u8] {
         dw: Option<&mut [u8]>,
         db: Option<&mut [u8]>,
     ) -> Result<()> {
-        let (len, rows, c) = (shape.numel()?, shape.rows, shape.cols);
-        let acc = genesis_kernels::layernorm::Accumulate {
-            dh: dh.2,
-            params: false,
-        };
-        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
-            type A = <T as genesis_kernels::real::FusedElement>::Acc;
-            genesis_kernels::layernorm::layer_norm_backward::<T>(
+        use genesis_kernels::real::FusedElement;
+        #[allow(clippy::too_many_arguments)]
+        fn run<T: FusedElement + WithDType, G: FusedElement<Acc = T::Acc> + WithDType>(
+            dy: &[u8],
+            shape: &LayerNormShape,
+            dy_at: usize,
+            h: (&[u8], usize),
+            w: Option<(&[u8], usize)>,
+            stats: [&[u8]; 2],
+            dh: (&mut [u8], usize, bool),
+            dw: Option<&mut [u8]>,
+            db: Option<&mut [u8]>,
+        ) -> Result<()>
+        where
+            T::Acc: WithDType,
+        {
+            let (len, rows, c) = (shape.numel()?, shape.rows, shape.cols);
+            let acc = genesis_kernels::layernorm::Accumulate {
+                dh: dh.2,
+                params: false,
+            };
+            genesis_kernels::layernorm::layer_norm_backward::<T, G>(
                 shape,
-                host::<T>(self, dy_at, len)?,
+                host::<G>(dy, dy_at, len)?,
                 host::<T>(h.0, h.1, len)?,
                 w.map(|(m, at)| host::<T>(m, at, c)).transpose()?,
-                host::<A>(stats[0], 0, rows)?,
-                host::<A>(stats[1], 0, rows)?,
+                host::<T::Acc>(stats[0], 0, rows)?,
+                host::<T::Acc>(stats[1], 0, rows)?,
                 host_mut::<T>(dh.0, dh.1, len)?,
                 dw.map(|m| host_mut::<T>(m, 0, c)).transpose()?,
                 db.map(|m| host_mut::<T>(m, 0, c)).transpose()?,
                 acc,
             )?;
             Ok(())
-        }, _ => Err(unsupported("layer_norm", dtype)))
+        }
+        let (dtype, grad) = types;
+        match (dtype, grad) {
+            (DType::F32, DType::F16) => {
+                run::<f32, half::f16>(self, shape, dy_at, h, w, stats, dh, dw, db)
+            }
+            (DType::F32, DType::BF16) => {
+                run::<f32, half::bf16>(self, shape, dy_at, h, w, stats, dh, dw, db)
+            }
+            _ if dtype == grad => {
+                genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
+                run::<T, T>(self, shape, dy_at, h, w, stats, dh, dw, db)
+            }, _ => Err(unsupported("layer_norm", dtype)))
+            }
+            _ => Err(unsupported("layer_norm", grad)),
+        }
     }
 
     fn attention_backward(

@@ -239,7 +239,7 @@ impl Compute for CudaMem {
 
     fn layer_norm(
         &self,
-        _: DType,
+        _: (DType, DType),
         _: &LayerNormShape,
         _: usize,
         _: Option<(&CudaMem, usize)>,
@@ -253,7 +253,7 @@ impl Compute for CudaMem {
 
     fn layer_norm_backward(
         &self,
-        _: DType,
+        _: (DType, DType),
         _: &LayerNormShape,
         _: usize,
         _: (&CudaMem, usize),

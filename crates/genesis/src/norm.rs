@@ -54,7 +54,7 @@ impl Tensor {
         let mut inputs = vec![self];
         inputs.extend(weight);
         inputs.extend(bias);
-        if let Some(y) = self.layer_norm_fused(&inputs, weight, bias, eps)? {
+        if let Some(y) = self.layer_norm_fused(&inputs, weight, bias, eps, self.dtype())? {
             return Ok(y);
         }
         let kept = std::cell::RefCell::new(None);
@@ -123,16 +123,50 @@ impl Tensor {
         )
     }
 
+    /// [`Tensor::layer_norm`] with the result in `dtype`: the values of
+    /// `self.layer_norm(..)?.to_dtype(dtype)`, each rounded once from the normalisation's
+    /// float32 result. Where the fused kernels apply (contiguous float32 rows, a float16 or
+    /// bfloat16 `dtype`, affine parameters of the input's dtype) it is one pass that writes
+    /// only the narrow result, and its gradient is read in `dtype` without a conversion:
+    /// what a layer norm feeding a half-precision product under
+    /// [`autocast`](crate::autograd::autocast) needs (the product would convert its input).
+    /// Otherwise it is the two ops.
+    pub fn layer_norm_to(
+        &self,
+        normalized_shape: &[usize],
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        eps: f64,
+        dtype: crate::DType,
+    ) -> Result<Tensor> {
+        let op = "layer_norm";
+        normalized_dims(op, self, normalized_shape)?;
+        check_affine(op, weight, normalized_shape)?;
+        check_affine(op, bias, normalized_shape)?;
+        if dtype != self.dtype() {
+            let mut inputs = vec![self];
+            inputs.extend(weight);
+            inputs.extend(bias);
+            if let Some(y) = self.layer_norm_fused(&inputs, weight, bias, eps, dtype)? {
+                return Ok(y);
+            }
+        }
+        self.layer_norm(normalized_shape, weight, bias, eps)?
+            .to_dtype(dtype)
+    }
+
     /// [`Tensor::layer_norm`] over the last dimension as one kernel forward and one backward
     /// (`genesis_kernels::layernorm`: each row read once, the statistics in f32; on the CPU
     /// its twin, rows on all cores), for contiguous f32, f16 or bf16 inputs with contiguous
-    /// affine parameters of their dtype; `None` when the operands do not suit it.
+    /// affine parameters of their dtype, the result in the input's dtype or (`out`, float32
+    /// input) float16 or bfloat16; `None` when the operands do not suit it.
     fn layer_norm_fused(
         &self,
         inputs: &[&Tensor],
         weight: Option<&Tensor>,
         bias: Option<&Tensor>,
         eps: f64,
+        out: crate::DType,
     ) -> Result<Option<Tensor>> {
         use genesis_kernels::layernorm::{LayerNormShape, MAX_COLS};
         use genesis_storage::Storage;
@@ -151,7 +185,10 @@ impl Tensor {
                 p.dtype() == dtype && p.device() == self.device() && p.layout().is_contiguous()
             })
             && eps.is_finite()
-            && eps >= 0.0;
+            && eps >= 0.0
+            && (out == dtype
+                || (dtype == crate::DType::F32
+                    && matches!(out, crate::DType::F16 | crate::DType::BF16)));
         if !suits {
             return Ok(None);
         }
@@ -169,7 +206,7 @@ impl Tensor {
             inputs,
             || {
                 let (y, mean, rstd) =
-                    Storage::layer_norm(&ln, at(self), weight.map(at), bias.map(at))?;
+                    Storage::layer_norm_to(&ln, at(self), weight.map(at), bias.map(at), out)?;
                 *stats.borrow_mut() = Some((mean, rstd));
                 Tensor::from_storage(y, &shape)
             },
@@ -182,7 +219,11 @@ impl Tensor {
                 Box::new(move |g, needs| {
                     let x = x.get()?;
                     let w = w.as_ref().map(Saved::get).transpose()?;
-                    let g = g.contiguous()?;
+                    // The kernels read the gradient in the output's dtype.
+                    let g = match g.dtype() == out {
+                        true => g.contiguous()?,
+                        false => g.to_dtype(out)?.contiguous()?,
+                    };
                     let want_w = w.is_some() && needs[1];
                     let want_b = has_bias && needs[needs.len() - 1];
                     // The input's gradient added into the one gathered so far (the residual

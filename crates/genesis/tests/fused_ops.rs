@@ -750,3 +750,92 @@ fn flash_attention_gradient_of_a_packed_projection() {
         );
     }
 }
+
+/// `layer_norm_to` gives `layer_norm(..).to_dtype(..)`: the values and the three gradients bit
+/// for bit, on every device (CUDA and the CPU twin: f32 rows written in bf16 or f16 by the norm
+/// itself, the gradient read in that dtype), over generated shapes, with and without the affine
+/// parameters; and where the fused path does not apply (non-contiguous rows, a half input, an
+/// output of the input's dtype) the composed ops' results.
+#[test]
+fn layer_norm_to_a_narrower_dtype_is_the_norm_then_the_conversion() {
+    let _release = Release;
+    let g = Generator::new(17);
+    let mut seed = 7u64;
+    let mut next = |n: usize| {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (seed >> 33) as usize % n
+    };
+    for dev in devices() {
+        for case in 0..12 {
+            let (rows, cols) = (1 + next(70), 1 + next(900));
+            let (out, input, transposed) = match case % 6 {
+                0 | 3 => (DType::BF16, DType::F32, false),
+                1 | 4 => (DType::F16, DType::F32, false),
+                2 => (DType::BF16, DType::F32, true),
+                _ => (DType::F32, DType::BF16, false),
+            };
+            let affine = case % 4 != 1;
+            let leaf = |shape: &[usize], scale: f64| {
+                let t = g.randn(shape, DType::F32, CPU).unwrap().mul(scale).unwrap();
+                let t = t.to_dtype(input).unwrap().to(dev).unwrap();
+                (
+                    t.detach().requires_grad_(true).unwrap(),
+                    t.detach().requires_grad_(true).unwrap(),
+                )
+            };
+            // Two copies of each leaf: one for each side.
+            let (xa, xb) = if transposed {
+                leaf(&[cols, rows], 2.0)
+            } else {
+                leaf(&[rows, cols], 2.0)
+            };
+            let ((wa, wb), (ba, bb)) = (leaf(&[cols], 1.0), leaf(&[cols], 1.0));
+            let rowsof = |x: &Tensor| {
+                if transposed {
+                    x.t().unwrap()
+                } else {
+                    x.clone()
+                }
+            };
+            let (wo, bo) = if affine {
+                (Some(&wa), Some(&ba))
+            } else {
+                (None, None)
+            };
+            let (wq, bq) = if affine {
+                (Some(&wb), Some(&bb))
+            } else {
+                (None, None)
+            };
+            let ya = rowsof(&xa)
+                .layer_norm_to(&[cols], wo, bo, 1e-5, out)
+                .unwrap();
+            let yb = rowsof(&xb)
+                .layer_norm(&[cols], wq, bq, 1e-5)
+                .unwrap()
+                .to_dtype(out)
+                .unwrap();
+            let ctx = format!("{dev:?} case {case}: {rows}x{cols} {input} -> {out}");
+            assert_eq!(ya.dtype(), out, "{ctx}");
+            let bits = |t: &Tensor| t.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap();
+            assert_eq!(bits(&ya), bits(&yb), "{ctx}: values");
+            let gy = g
+                .randn([rows, cols], DType::F32, CPU)
+                .unwrap()
+                .to_dtype(out)
+                .unwrap()
+                .to(dev)
+                .unwrap();
+            ya.mul(&gy).unwrap().sum().unwrap().backward().unwrap();
+            yb.mul(&gy).unwrap().sum().unwrap().backward().unwrap();
+            let grad = |t: &Tensor| bits(&t.grad().expect("a gradient"));
+            assert_eq!(grad(&xa), grad(&xb), "{ctx}: input gradient");
+            if affine {
+                assert_eq!(grad(&wa), grad(&wb), "{ctx}: weight gradient");
+                assert_eq!(grad(&ba), grad(&bb), "{ctx}: bias gradient");
+            }
+        }
+    }
+}

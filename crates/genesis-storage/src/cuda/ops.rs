@@ -223,7 +223,7 @@ impl Compute for CudaMem {
 
     fn layer_norm(
         &self,
-        dtype: DType,
+        types: (DType, DType),
         shape: &LayerNormShape,
         x_at: usize,
         w: Option<(&CudaMem, usize)>,
@@ -232,26 +232,49 @@ impl Compute for CudaMem {
         mean: &mut CudaMem,
         rstd: &mut CudaMem,
     ) -> Result<()> {
-        let (len, rows, c) = (shape.numel()?, shape.rows, shape.cols);
-        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16], T => {
-            genesis_kernels::layernorm::gpu_layer_norm_forward::<T>(
-                &self.queue(),
+        #[allow(clippy::too_many_arguments)]
+        fn run<T: genesis_kernels::Element, O: genesis_kernels::Element>(
+            x: &CudaMem,
+            shape: &LayerNormShape,
+            x_at: usize,
+            w: Option<(&CudaMem, usize)>,
+            b: Option<(&CudaMem, usize)>,
+            y: &mut CudaMem,
+            mean: &mut CudaMem,
+            rstd: &mut CudaMem,
+        ) -> Result<()> {
+            let (len, rows, c) = (shape.numel()?, shape.rows, shape.cols);
+            genesis_kernels::layernorm::gpu_layer_norm_forward::<T, O>(
+                &x.queue(),
                 shape,
-                self.range::<T>(x_at, len)?,
+                x.range::<T>(x_at, len)?,
                 None,
                 w.map(|(m, at)| m.range::<T>(at, c)).transpose()?,
                 b.map(|(m, at)| m.range::<T>(at, c)).transpose()?,
-                y.range_mut::<T>(0, len)?,
+                y.range_mut::<O>(0, len)?,
                 mean.range_mut::<f32>(0, rows)?,
                 rstd.range_mut::<f32>(0, rows)?,
             )?;
             Ok(())
-        }, _ => Err(unsupported("layer_norm", dtype)))
+        }
+        let (dtype, out) = types;
+        match (dtype, out) {
+            (DType::F32, DType::F16) => {
+                run::<f32, half::f16>(self, shape, x_at, w, b, y, mean, rstd)
+            }
+            (DType::F32, DType::BF16) => {
+                run::<f32, half::bf16>(self, shape, x_at, w, b, y, mean, rstd)
+            }
+            _ if dtype == out => genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16], T => {
+                run::<T, T>(self, shape, x_at, w, b, y, mean, rstd)
+            }, _ => Err(unsupported("layer_norm", dtype))),
+            _ => Err(unsupported("layer_norm", out)),
+        }
     }
 
     fn layer_norm_backward(
         &self,
-        dtype: DType,
+        types: (DType, DType),
         shape: &LayerNormShape,
         dy_at: usize,
         h: (&CudaMem, usize),
@@ -261,18 +284,29 @@ impl Compute for CudaMem {
         dw: Option<&mut CudaMem>,
         db: Option<&mut CudaMem>,
     ) -> Result<()> {
-        let (len, rows, c) = (shape.numel()?, shape.rows, shape.cols);
-        let acc = genesis_kernels::layernorm::Accumulate {
-            dh: dh.2,
-            params: false,
-        };
-        let ws_len = genesis_kernels::layernorm::backward_workspace_bytes(shape);
-        let mut ws = CudaMem::new(self.ordinal(), ws_len)?;
-        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16], T => {
-            genesis_kernels::layernorm::gpu_layer_norm_backward::<T>(
-                &self.queue(),
+        #[allow(clippy::too_many_arguments)]
+        fn run<T: genesis_kernels::Element, G: genesis_kernels::Element>(
+            dy: &CudaMem,
+            shape: &LayerNormShape,
+            dy_at: usize,
+            h: (&CudaMem, usize),
+            w: Option<(&CudaMem, usize)>,
+            stats: [&CudaMem; 2],
+            dh: (&mut CudaMem, usize, bool),
+            dw: Option<&mut CudaMem>,
+            db: Option<&mut CudaMem>,
+        ) -> Result<()> {
+            let (len, rows, c) = (shape.numel()?, shape.rows, shape.cols);
+            let acc = genesis_kernels::layernorm::Accumulate {
+                dh: dh.2,
+                params: false,
+            };
+            let ws_len = genesis_kernels::layernorm::backward_workspace_bytes(shape);
+            let mut ws = CudaMem::new(dy.ordinal(), ws_len)?;
+            genesis_kernels::layernorm::gpu_layer_norm_backward::<T, G>(
+                &dy.queue(),
                 shape,
-                self.range::<T>(dy_at, len)?,
+                dy.range::<G>(dy_at, len)?,
                 h.0.range::<T>(h.1, len)?,
                 w.map(|(m, at)| m.range::<T>(at, c)).transpose()?,
                 stats[0].range::<f32>(0, rows)?,
@@ -284,7 +318,20 @@ impl Compute for CudaMem {
                 ws.range_mut::<u8>(0, ws_len)?,
             )?;
             Ok(())
-        }, _ => Err(unsupported("layer_norm", dtype)))
+        }
+        let (dtype, grad) = types;
+        match (dtype, grad) {
+            (DType::F32, DType::F16) => {
+                run::<f32, half::f16>(self, shape, dy_at, h, w, stats, dh, dw, db)
+            }
+            (DType::F32, DType::BF16) => {
+                run::<f32, half::bf16>(self, shape, dy_at, h, w, stats, dh, dw, db)
+            }
+            _ if dtype == grad => genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16], T => {
+                run::<T, T>(self, shape, dy_at, h, w, stats, dh, dw, db)
+            }, _ => Err(unsupported("layer_norm", dtype))),
+            _ => Err(unsupported("layer_norm", grad)),
+        }
     }
 
     fn attention_backward(

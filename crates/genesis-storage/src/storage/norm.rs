@@ -4,8 +4,23 @@
 use genesis_kernels::layernorm::LayerNormShape;
 
 use super::{Mem, MemMut, Storage, check_float_only, mixed};
-use crate::Result;
 use crate::compute::Compute;
+use crate::{DType, Result};
+
+/// `DTypeMismatch` unless `other` is `rows` or, for f32 rows, f16 or bf16: the dtypes the
+/// layer norm's output and output gradient may take.
+fn check_narrowing(name: &'static str, rows: DType, other: DType) -> Result<()> {
+    let narrower = rows == DType::F32 && matches!(other, DType::F16 | DType::BF16);
+    if other == rows || narrower {
+        Ok(())
+    } else {
+        Err(crate::Error::DTypeMismatch {
+            op: name,
+            lhs: rows,
+            rhs: other,
+        })
+    }
+}
 
 /// An optional operand's host bytes and first element (an error for device memory).
 fn host_in<'a>(
@@ -79,9 +94,24 @@ impl Storage {
         w: Option<(&Storage, usize)>,
         b: Option<(&Storage, usize)>,
     ) -> Result<(Storage, Storage, Storage)> {
+        Self::layer_norm_to(shape, x, w, b, x.0.dtype)
+    }
+
+    /// [`Storage::layer_norm`] with `y` of dtype `out`: the input's, or f16 or bf16 for f32
+    /// rows (each value rounded once from the f32 result, as a layer norm followed by a
+    /// conversion gives; autocast's layer norm feeding a half-precision product).
+    #[track_caller]
+    pub fn layer_norm_to(
+        shape: &LayerNormShape,
+        x: (&Storage, usize),
+        w: Option<(&Storage, usize)>,
+        b: Option<(&Storage, usize)>,
+        out: DType,
+    ) -> Result<(Storage, Storage, Storage)> {
         let name = "layer_norm";
         let (xs, dtype) = (x.0, x.0.dtype);
         check_float_only(name, true, dtype)?;
+        check_narrowing(name, dtype, out)?;
         let len = shape.numel()?;
         xs.check_range(name, x.1, len)?;
         for p in [w, b].into_iter().flatten() {
@@ -89,7 +119,7 @@ impl Storage {
         }
         let dev = xs.device();
         let stats = Self::fused_acc_dtype(dtype);
-        let mut y = Storage::uninit(len, dtype, dev)?;
+        let mut y = Storage::uninit(len, out, dev)?;
         let mut mean = Storage::uninit(shape.rows, stats, dev)?;
         let mut rstd = Storage::uninit(shape.rows, stats, dev)?;
         let xr = xs.read(name)?;
@@ -104,7 +134,7 @@ impl Storage {
             rstd.mem_mut(name)?,
         ) {
             (Mem::Host(a), MemMut::Host(o), MemMut::Host(m), MemMut::Host(r)) => a.layer_norm(
-                dtype,
+                (dtype, out),
                 shape,
                 x.1,
                 host_in(name, wm)?,
@@ -114,7 +144,7 @@ impl Storage {
                 r,
             )?,
             (Mem::Cuda(a), MemMut::Cuda(o), MemMut::Cuda(m), MemMut::Cuda(r)) => a.layer_norm(
-                dtype,
+                (dtype, out),
                 shape,
                 x.1,
                 cuda_in(name, wm)?,
@@ -131,7 +161,9 @@ impl Storage {
     /// Layer norm's backward: the input's gradient `dh` from the output's `dy` (contiguous
     /// `[rows, cols]` from its element), the forward's input `h`, `w`, and the statistics
     /// [`Storage::layer_norm`] returned; with `want` (weight, bias), `dw` and `db` too
-    /// (`cols` values each, summed over the rows in a fixed order).
+    /// (`cols` values each, summed over the rows in a fixed order). `dy` is of `h`'s dtype, or
+    /// f16 or bf16 for f32 rows ([`Storage::layer_norm_to`]'s output); the gradients are of
+    /// `h`'s.
     #[track_caller]
     #[allow(clippy::too_many_arguments)]
     pub fn layer_norm_backward(
@@ -144,9 +176,9 @@ impl Storage {
         want: (bool, bool),
     ) -> Result<(Storage, Option<Storage>, Option<Storage>)> {
         let name = "layer_norm_backward";
-        let ds = dy.0;
-        check_float_only(name, true, ds.dtype)?;
-        let mut dh = Storage::uninit(shape.numel()?, ds.dtype, ds.device())?;
+        let hs = h.0;
+        check_float_only(name, true, hs.dtype)?;
+        let mut dh = Storage::uninit(shape.numel()?, hs.dtype, hs.device())?;
         let (dw, db) =
             Self::layer_norm_backward_core(shape, dy, h, w, mean, rstd, want, (&mut dh, 0, false))?;
         Ok((dh, dw, db))
@@ -200,20 +232,22 @@ impl Storage {
         dh: (&mut Storage, usize, bool),
     ) -> Result<(Option<Storage>, Option<Storage>)> {
         let name = "layer_norm_backward";
-        let (ds, dtype) = (dy.0, dy.0.dtype);
+        let (ds, hs, dtype) = (dy.0, h.0, h.0.dtype);
         check_float_only(name, true, dtype)?;
+        check_narrowing(name, dtype, ds.dtype)?;
         let len = shape.numel()?;
+        hs.check_range(name, h.1, len)?;
+        ds.expect_device(name, hs.device())?;
         ds.check_range(name, dy.1, len)?;
-        h.0.check_operand(name, ds, h.1, len)?;
         if let Some(p) = w {
-            p.0.check_operand(name, ds, p.1, shape.cols)?;
+            p.0.check_operand(name, hs, p.1, shape.cols)?;
         }
         for s in [mean, rstd] {
             s.expect_dtype(name, Self::fused_acc_dtype(dtype))?;
             s.check_range(name, 0, shape.rows)?;
         }
-        let dev = ds.device();
-        dh.0.check_operand(name, ds, dh.1, len)?;
+        let dev = hs.device();
+        dh.0.check_operand(name, hs, dh.1, len)?;
         let mut dw = want
             .0
             .then(|| Storage::uninit(shape.cols, dtype, dev))
@@ -236,7 +270,7 @@ impl Storage {
         match (dr.mem(), hr.mem(), mr.mem(), rr.mem(), dh.0.mem_mut(name)?) {
             (Mem::Host(a), Mem::Host(hh), Mem::Host(m), Mem::Host(r), MemMut::Host(o)) => a
                 .layer_norm_backward(
-                    dtype,
+                    (dtype, ds.dtype),
                     shape,
                     dy.1,
                     (hh, h.1),
@@ -248,7 +282,7 @@ impl Storage {
                 )?,
             (Mem::Cuda(a), Mem::Cuda(hh), Mem::Cuda(m), Mem::Cuda(r), MemMut::Cuda(o)) => a
                 .layer_norm_backward(
-                    dtype,
+                    (dtype, ds.dtype),
                     shape,
                     dy.1,
                     (hh, h.1),

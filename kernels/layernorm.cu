@@ -85,7 +85,7 @@ template <> struct Ln<__nv_bfloat16> {
 
 // N elements of T loaded or stored as one vector (N sizeof(T) bytes: 16 for a chunk of the
 // rows' type, 8 for a chunk of f32 rows read or written as 16-bit values).
-template <typename T, int N> struct alignas(sizeof(T) * N) Vec {
+template <typename T, int N> struct alignas(sizeof(T) * N) LnVec {
     T v[N];
 };
 
@@ -99,7 +99,7 @@ template <typename T> struct Chunk {
 template <typename E, int W, bool VEC>
 __device__ __forceinline__ void load_chunk(const E *row, u64 j, u64 cols, float (&out)[W]) {
     if (VEC) {
-        const Vec<E, W> c = reinterpret_cast<const Vec<E, W> *>(row)[j];
+        const LnVec<E, W> c = reinterpret_cast<const LnVec<E, W> *>(row)[j];
 #pragma unroll
         for (int e = 0; e < W; ++e) out[e] = Ln<E>::load(c.v[e]);
     } else {
@@ -115,10 +115,10 @@ __device__ __forceinline__ void load_chunk(const E *row, u64 j, u64 cols, float 
 template <typename E, int W, bool VEC>
 __device__ __forceinline__ void store_chunk(E *row, u64 j, u64 cols, const float (&in)[W]) {
     if (VEC) {
-        Vec<E, W> c;
+        LnVec<E, W> c;
 #pragma unroll
         for (int e = 0; e < W; ++e) c.v[e] = Ln<E>::store(in[e]);
-        reinterpret_cast<Vec<E, W> *>(row)[j] = c;
+        reinterpret_cast<LnVec<E, W> *>(row)[j] = c;
     } else {
 #pragma unroll
         for (int e = 0; e < W; ++e) {

@@ -1,7 +1,7 @@
 //! The LayerNorm kernels (`genesis_kernels::layernorm`) against their CPU twins, for f32, f16
 //! and bf16: `C` from 1 to `MAX_COLS` (odd ones, GPT-2's 768, 1024, 1600, 4096, 8192), 1 to
-//! 5000 rows (one and many backward blocks), aligned (16-byte vectors) and misaligned buffers,
-//! with and without the residual, the weight and the bias, overwriting and accumulating `dh`,
+//! 70,000 rows (one and many backward blocks, runs of rows past the least), aligned (16-byte
+//! vectors) and misaligned buffers, with and without the residual, the weight and the bias, overwriting and accumulating `dh`,
 //! `dw`, `db`; each run twice and compared bit for bit (determinism).
 //!
 //! Tolerances (the module documentation's bound, times 4 for safety): with `u = 2^-24`,
@@ -59,6 +59,9 @@ const SHAPES: &[(usize, usize)] = &[
     (3, 8192),
     (2, MAX_COLS),
     (5000, 64),
+    (9, 1025),
+    (4, 2048),
+    (70000, 24),
 ];
 
 fn upload<E: Copy>(ctx: &Arc<Context>, v: &[E], offset: usize, fill: E) -> DeviceBuffer {

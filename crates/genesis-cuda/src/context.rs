@@ -87,6 +87,8 @@ pub struct Context {
     capability: (u32, u32),
     multiprocessors: u32,
     total_memory: usize,
+    uuid: [u8; 16],
+    posix_fd_handles: bool,
     modules: Mutex<HashMap<&'static str, sys::CUmodule>>,
     functions: Mutex<HashMap<(&'static str, &'static str), sys::CUfunction>>,
     /// The dynamic shared memory each function (by address) is allowed, once raised
@@ -178,6 +180,17 @@ impl Context {
         check("cuDeviceTotalMem", unsafe {
             sys::cuDeviceTotalMem(&mut total_memory, device)
         })?;
+        let mut uuid = sys::Uuid::default();
+        // SAFETY: valid device handle and out-pointer.
+        check("cuDeviceGetUuid", unsafe {
+            sys::cuDeviceGetUuid(&mut uuid, device)
+        })?;
+        // A driver that does not know the attribute cannot export handles either.
+        let posix_fd_handles = attr(
+            sys::ATTR_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+            "cuDeviceGetAttribute",
+        )
+        .is_ok_and(|v| v != 0);
         let mut raw: sys::CUcontext = std::ptr::null_mut();
         // SAFETY: valid device handle and out-pointer; the matching release is in Drop.
         check("cuDevicePrimaryCtxRetain", unsafe {
@@ -191,6 +204,8 @@ impl Context {
             capability: (major, minor),
             multiprocessors,
             total_memory,
+            uuid: uuid.bytes,
+            posix_fd_handles,
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
             dynamic_shared: Mutex::new(HashMap::new()),
@@ -232,6 +247,18 @@ impl Context {
     /// Total device memory in bytes.
     pub fn total_memory(&self) -> usize {
         self.total_memory
+    }
+
+    /// The device's UUID: the same device has the same UUID in every process, whatever its
+    /// ordinal there (`CUDA_VISIBLE_DEVICES` renumbers devices).
+    pub fn uuid(&self) -> [u8; 16] {
+        self.uuid
+    }
+
+    /// Whether physical memory of this device can be created exportable as a POSIX file
+    /// descriptor (`CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED`).
+    pub fn supports_posix_fd_handles(&self) -> bool {
+        self.posix_fd_handles
     }
 
     /// Makes this context current on the calling thread, after launching the pending batch of

@@ -11,9 +11,13 @@ use crate::error::{Error, Result};
 use crate::sys;
 
 fn prop(ctx: &Context) -> sys::MemAllocationProp {
+    prop_with(ctx, sys::CU_MEM_HANDLE_TYPE_NONE)
+}
+
+fn prop_with(ctx: &Context, handle_types: u32) -> sys::MemAllocationProp {
     sys::MemAllocationProp {
         type_: sys::CU_MEM_ALLOCATION_TYPE_PINNED,
-        requested_handle_types: sys::CU_MEM_HANDLE_TYPE_NONE,
+        requested_handle_types: handle_types,
         location: sys::MemLocation {
             type_: sys::CU_MEM_LOCATION_TYPE_DEVICE,
             id: ctx.ordinal() as i32,
@@ -91,6 +95,126 @@ pub fn create_physical(ctx: &Arc<Context>, bytes: usize) -> Result<u64> {
         sys::cuMemCreate(&mut h, bytes, &p, 0)
     })?;
     Ok(h)
+}
+
+/// [`create_physical`] of memory that [`export_physical_fd`] can hand to another process
+/// (`requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`). Devices that do not
+/// support it ([`Context::supports_posix_fd_handles`]) refuse it.
+pub fn create_physical_exportable(ctx: &Arc<Context>, bytes: usize) -> Result<u64> {
+    ctx.bind()?;
+    let p = prop_with(ctx, sys::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    let mut h = 0u64;
+    // SAFETY: valid property struct and out-pointer.
+    check("cuMemCreate", unsafe {
+        sys::cuMemCreate(&mut h, bytes, &p, 0)
+    })?;
+    Ok(h)
+}
+
+/// `cuMemExportToShareableHandle`: a new file descriptor for the physical memory `handle`,
+/// which another process turns back into a handle with [`import_physical_fd`]. The memory
+/// stays allocated while any handle, mapping or such descriptor of it exists, in any process.
+/// Only memory created by [`create_physical_exportable`] can be exported.
+#[cfg(unix)]
+pub fn export_physical_fd(ctx: &Arc<Context>, handle: u64) -> Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    ctx.bind()?;
+    let mut fd: std::ffi::c_int = -1;
+    // SAFETY: for the POSIX file descriptor type the driver writes an `int` through the
+    // pointer; an unknown or non-exportable handle is an error code, not undefined behaviour.
+    check("cuMemExportToShareableHandle", unsafe {
+        sys::cuMemExportToShareableHandle(
+            (&raw mut fd).cast(),
+            handle,
+            sys::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+            0,
+        )
+    })?;
+    if fd < 0 {
+        return Err(Error::InvalidArgument {
+            op: "export_physical_fd",
+            reason: format!("the driver returned file descriptor {fd}"),
+        });
+    }
+    // SAFETY: the driver created `fd` for us; nothing else owns it.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// `cuMemImportFromShareableHandle`: the physical memory behind a file descriptor that
+/// [`export_physical_fd`] made (in this or another process), as a handle of this process to
+/// map with [`map`] and give back with [`release_physical`]. The descriptor stays the
+/// caller's (it may be closed once this returns).
+#[cfg(unix)]
+pub fn import_physical_fd(ctx: &Arc<Context>, fd: std::os::fd::BorrowedFd<'_>) -> Result<u64> {
+    use std::os::fd::AsRawFd;
+    ctx.bind()?;
+    let mut h = 0u64;
+    // SAFETY: for the POSIX file descriptor type the shareable handle is the descriptor itself,
+    // passed as a pointer-sized integer; the driver checks that it names exported memory.
+    check("cuMemImportFromShareableHandle", unsafe {
+        sys::cuMemImportFromShareableHandle(
+            &mut h,
+            fd.as_raw_fd() as isize as *mut c_void,
+            sys::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+        )
+    })?;
+    Ok(h)
+}
+
+/// `cuMemGetAddressRange`: the base and length of the allocation that holds device address
+/// `ptr` (for [`mem_alloc`] memory: the whole `cuMemAlloc` segment).
+pub fn address_range(ctx: &Arc<Context>, ptr: u64) -> Result<(u64, usize)> {
+    ctx.bind()?;
+    let (mut base, mut len) = (0u64, 0usize);
+    // SAFETY: valid out-pointers; an address the driver does not know is an error code.
+    check("cuMemGetAddressRange", unsafe {
+        sys::cuMemGetAddressRange(&mut base, &mut len, ptr)
+    })?;
+    Ok((base, len))
+}
+
+/// `cuIpcGetMemHandle`: 64 bytes naming the `cuMemAlloc` segment at `base`, which another
+/// process opens with [`ipc_open`]. The handle does not keep the memory alive: it stays valid
+/// only while the segment is allocated here (and this process lives).
+pub fn ipc_mem_handle(ctx: &Arc<Context>, base: u64) -> Result<[u8; 64]> {
+    ctx.bind()?;
+    let mut h = sys::IpcHandle { reserved: [0; 64] };
+    // SAFETY: valid out-pointer; memory the driver cannot share is an error code.
+    check("cuIpcGetMemHandle", unsafe {
+        sys::cuIpcGetMemHandle(&mut h, base)
+    })?;
+    Ok(h.reserved)
+}
+
+/// `cuIpcOpenMemHandle` (peer access enabled lazily): the address at which this process sees
+/// the segment another process named with [`ipc_mem_handle`]. Fails in the exporting
+/// process itself, and for a handle this context has already opened.
+pub fn ipc_open(ctx: &Arc<Context>, handle: [u8; 64]) -> Result<u64> {
+    ctx.bind()?;
+    let mut p = 0u64;
+    // SAFETY: valid out-pointer; the handle is plain bytes the driver validates.
+    check("cuIpcOpenMemHandle", unsafe {
+        sys::cuIpcOpenMemHandle(
+            &mut p,
+            sys::IpcHandle { reserved: handle },
+            sys::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS,
+        )
+    })?;
+    Ok(p)
+}
+
+/// `cuIpcCloseMemHandle`.
+///
+/// # Safety
+///
+/// `ptr` must come from [`ipc_open`] on this context, be closed once, and no queued work may
+/// still use it.
+pub unsafe fn ipc_close(ctx: &Arc<Context>, ptr: u64) -> Result<()> {
+    ctx.bind()?;
+    // SAFETY: guaranteed by the caller.
+    check("cuIpcCloseMemHandle", unsafe {
+        sys::cuIpcCloseMemHandle(ptr)
+    })
 }
 
 /// `cuMemRelease`.

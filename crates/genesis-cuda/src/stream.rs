@@ -198,6 +198,51 @@ impl Event {
         })
     }
 
+    /// A new event that other processes can open ([`Event::ipc_handle`], [`Event::open_ipc`]):
+    /// `CU_EVENT_INTERPROCESS`, without timing.
+    pub fn new_interprocess(ctx: &Arc<Context>) -> Result<Event> {
+        ctx.bind()?;
+        let mut raw: sys::CUevent = std::ptr::null_mut();
+        // SAFETY: the context is current and `raw` is a valid out-pointer.
+        check("cuEventCreate", unsafe {
+            sys::cuEventCreate(
+                &mut raw,
+                sys::CU_EVENT_INTERPROCESS | sys::CU_EVENT_DISABLE_TIMING,
+            )
+        })?;
+        Ok(Event {
+            ctx: Arc::clone(ctx),
+            raw,
+        })
+    }
+
+    /// `cuIpcGetEventHandle`: 64 bytes naming this event (made by
+    /// [`Event::new_interprocess`]) for another process.
+    pub fn ipc_handle(&self) -> Result<[u8; 64]> {
+        self.ctx.bind()?;
+        let mut h = sys::IpcHandle { reserved: [0; 64] };
+        // SAFETY: the event is alive; valid out-pointer.
+        check("cuIpcGetEventHandle", unsafe {
+            sys::cuIpcGetEventHandle(&mut h, self.raw)
+        })?;
+        Ok(h.reserved)
+    }
+
+    /// `cuIpcOpenEventHandle`: the event of another process named by `handle`
+    /// ([`Event::ipc_handle`]), on `ctx`'s device. Both processes may record it and wait on it.
+    pub fn open_ipc(ctx: &Arc<Context>, handle: [u8; 64]) -> Result<Event> {
+        ctx.bind()?;
+        let mut raw: sys::CUevent = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; the handle is plain bytes the driver validates.
+        check("cuIpcOpenEventHandle", unsafe {
+            sys::cuIpcOpenEventHandle(&mut raw, sys::IpcHandle { reserved: handle })
+        })?;
+        Ok(Event {
+            ctx: Arc::clone(ctx),
+            raw,
+        })
+    }
+
     /// Records the event at the current end of `stream`.
     pub fn record(&self, stream: &Stream) -> Result<()> {
         self.ctx.bind()?;

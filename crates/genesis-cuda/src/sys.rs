@@ -25,6 +25,8 @@ pub(crate) const ATTR_MULTIPROCESSOR_COUNT: c_int = 16;
 pub(crate) const ATTR_COMPUTE_CAPABILITY_MAJOR: c_int = 75;
 pub(crate) const ATTR_COMPUTE_CAPABILITY_MINOR: c_int = 76;
 pub(crate) const ATTR_MAX_THREADS_PER_MULTIPROCESSOR: c_int = 39;
+/// `CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED`.
+pub(crate) const ATTR_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED: c_int = 103;
 
 /// `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`.
 pub(crate) const CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: c_int = 8;
@@ -56,9 +58,12 @@ pub(crate) const CU_STREAM_NON_BLOCKING: c_uint = 1;
 pub(crate) const CU_STREAM_DEFAULT: c_uint = 0;
 pub(crate) const CU_EVENT_DEFAULT: c_uint = 0;
 pub(crate) const CU_EVENT_DISABLE_TIMING: c_uint = 2;
+pub(crate) const CU_EVENT_INTERPROCESS: c_uint = 4;
+pub(crate) const CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS: c_uint = 1;
 
 pub(crate) const CU_MEM_ALLOCATION_TYPE_PINNED: u32 = 1;
 pub(crate) const CU_MEM_HANDLE_TYPE_NONE: u32 = 0;
+pub(crate) const CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR: u32 = 1;
 pub(crate) const CU_MEM_LOCATION_TYPE_DEVICE: u32 = 1;
 pub(crate) const CU_MEM_ACCESS_FLAGS_PROT_READWRITE: u32 = 3;
 pub(crate) const CU_MEM_ALLOC_GRANULARITY_MINIMUM: u32 = 0;
@@ -87,6 +92,20 @@ pub(crate) struct Memcpy2D {
     pub(crate) dst_pitch: usize,
     pub(crate) width_in_bytes: usize,
     pub(crate) height: usize,
+}
+
+/// `CUipcMemHandle` and `CUipcEventHandle`: 64 opaque bytes, passed by value.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct IpcHandle {
+    pub(crate) reserved: [u8; 64],
+}
+
+/// `CUuuid`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Uuid {
+    pub(crate) bytes: [u8; 16],
 }
 
 /// `CUmemLocation`.
@@ -254,6 +273,35 @@ unsafe extern "C" {
     pub(crate) fn cuMemcpy2DAsync(copy: *const Memcpy2D, stream: CUstream) -> c_int;
     pub(crate) fn cuMemHostAlloc(pp: *mut *mut c_void, bytes: usize, flags: c_uint) -> c_int;
     pub(crate) fn cuMemFreeHost(p: *mut c_void) -> c_int;
+    #[link_name = "cuDeviceGetUuid_v2"]
+    pub(crate) fn cuDeviceGetUuid(uuid: *mut Uuid, dev: CUdevice) -> c_int;
+    pub(crate) fn cuMemExportToShareableHandle(
+        shareable: *mut c_void,
+        handle: u64,
+        handle_type: u32,
+        flags: u64,
+    ) -> c_int;
+    pub(crate) fn cuMemImportFromShareableHandle(
+        handle: *mut u64,
+        shareable: *mut c_void,
+        handle_type: u32,
+    ) -> c_int;
+    #[link_name = "cuMemGetAddressRange_v2"]
+    pub(crate) fn cuMemGetAddressRange(
+        base: *mut CUdeviceptr,
+        size: *mut usize,
+        ptr: CUdeviceptr,
+    ) -> c_int;
+    pub(crate) fn cuIpcGetMemHandle(handle: *mut IpcHandle, ptr: CUdeviceptr) -> c_int;
+    #[link_name = "cuIpcOpenMemHandle_v2"]
+    pub(crate) fn cuIpcOpenMemHandle(
+        ptr: *mut CUdeviceptr,
+        handle: IpcHandle,
+        flags: c_uint,
+    ) -> c_int;
+    pub(crate) fn cuIpcCloseMemHandle(ptr: CUdeviceptr) -> c_int;
+    pub(crate) fn cuIpcGetEventHandle(handle: *mut IpcHandle, event: CUevent) -> c_int;
+    pub(crate) fn cuIpcOpenEventHandle(event: *mut CUevent, handle: IpcHandle) -> c_int;
     pub(crate) fn cuFuncSetAttribute(f: CUfunction, attrib: c_int, value: c_int) -> c_int;
     pub(crate) fn cuTensorMapEncodeTiled(
         map: *mut [u64; 16],

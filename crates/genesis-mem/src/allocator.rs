@@ -293,6 +293,34 @@ impl Allocation {
     }
 }
 
+/// The device memory under an allocation ([`CachingAllocator::backing`]): what another process
+/// must map to see its bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backing {
+    /// Virtual memory: the physical handles mapped over the allocation, in address order,
+    /// each next to the one before. Together they cover the allocation's bytes and may reach
+    /// past them on either side (a handle may also hold other allocations).
+    Handles(Vec<MappedHandle>),
+    /// A plain segment (`Backend::alloc`), which holds the allocation.
+    Segment {
+        /// The segment's address.
+        base: u64,
+        /// Its length in bytes.
+        len: usize,
+    },
+}
+
+/// A physical handle and where it is mapped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MappedHandle {
+    /// The address it is mapped at.
+    pub va: u64,
+    /// Its length in bytes (a multiple of the granularity).
+    pub len: usize,
+    /// The backend's handle.
+    pub handle: PhysHandle,
+}
+
 /// State of a block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BlockState {
@@ -806,6 +834,51 @@ impl<B: Backend> CachingAllocator<B> {
             b.shared = true;
         }
         Ok(())
+    }
+
+    /// The device memory under `allocation`: the physical handles mapped over its bytes
+    /// (virtual memory) or the segment that holds it. They stay where they are while the
+    /// allocation lives: the allocator moves or releases a handle only when no live block
+    /// lies on it, and frees a segment only when it is wholly free.
+    pub fn backing(&self, allocation: &Allocation) -> Result<Backing, Error> {
+        if allocation.allocator != self.id {
+            return Err(Error::ForeignAllocation {
+                ptr: allocation.ptr,
+            });
+        }
+        let st = self.lock();
+        let b = &st.blocks[allocation.block as usize];
+        let r = &st.regions[b.region as usize];
+        let handles = match &r.kind {
+            RegionKind::Plain => {
+                return Ok(Backing::Segment {
+                    base: r.base,
+                    len: r.len,
+                });
+            }
+            RegionKind::Vmm { handles, .. } => handles,
+        };
+        let (start, end) = (allocation.ptr, allocation.ptr + allocation.size as u64);
+        let i = handles.all.partition_point(|h| h.0 + h.1 as u64 <= start);
+        let mut out = Vec::new();
+        let mut reach = start;
+        for &(va, len, handle) in handles.all[i..].iter().take_while(|h| h.0 < end) {
+            if va > reach {
+                break;
+            }
+            out.push(MappedHandle { va, len, handle });
+            reach = va + len as u64;
+        }
+        if reach < end {
+            return Err(Error::Backend(BackendError::Failed {
+                call: "backing",
+                message: format!(
+                    "the allocation at {start:#x} ({} bytes) is not mapped past {reach:#x}",
+                    allocation.size
+                ),
+            }));
+        }
+        Ok(Backing::Handles(out))
     }
 
     /// A copy of the statistics.

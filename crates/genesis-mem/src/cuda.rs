@@ -115,6 +115,8 @@ pub struct CudaBackend {
     /// Devices that can reach this one peer-to-peer: VMM mappings grant them access too.
     peers: Vec<usize>,
     vmm: bool,
+    /// Whether new physical handles are created exportable as POSIX file descriptors.
+    exportable: bool,
     granularity: usize,
     counts: CallCounts,
     events: EventPool,
@@ -137,6 +139,7 @@ impl CudaBackend {
             ctx: Arc::clone(ctx),
             peers,
             vmm,
+            exportable: vmm && ctx.supports_posix_fd_handles(),
             granularity,
             counts: CallCounts::default(),
             events: EventPool::default(),
@@ -146,6 +149,14 @@ impl CudaBackend {
     /// The context.
     pub fn context(&self) -> &Arc<Context> {
         &self.ctx
+    }
+
+    /// Whether the physical handles this backend creates can be exported to other processes
+    /// as POSIX file descriptors (`genesis_cuda::raw::export_physical_fd`). They are when the
+    /// device supports it, unless the driver refused such a handle once (a container may
+    /// forbid them): from then on handles are created plain, and this is `false`.
+    pub fn exportable(&self) -> bool {
+        self.exportable
     }
 }
 
@@ -197,6 +208,22 @@ impl Backend for CudaBackend {
 
     fn create(&mut self, bytes: usize) -> Result<PhysHandle, BackendError> {
         self.counts.alloc += 1;
+        if self.exportable {
+            let started = Instant::now();
+            let r = raw::create_physical_exportable(&self.ctx, bytes);
+            self.counts.nanos = self
+                .counts
+                .nanos
+                .saturating_add(u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX));
+            match r {
+                Ok(h) => return Ok(h),
+                Err(e) if e.is_out_of_memory() => return Err(backend_error("cuMemCreate", e)),
+                Err(e) => {
+                    tracing::info!(error = %e, "exportable physical memory refused; creating plain handles");
+                    self.exportable = false;
+                }
+            }
+        }
         timed(&mut self.counts.nanos, "cuMemCreate", || {
             raw::create_physical(&self.ctx, bytes)
         })

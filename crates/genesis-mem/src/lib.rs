@@ -33,7 +33,9 @@ pub mod snapshot;
 pub mod stats;
 pub mod trace;
 
-pub use allocator::{ALIGNMENT, Allocation, BlockState, CachingAllocator, Config, Error};
+pub use allocator::{
+    ALIGNMENT, Allocation, Backing, BlockState, CachingAllocator, Config, Error, MappedHandle,
+};
 pub use backend::{
     Backend, BackendError, CallCounts, CallPrices, FaultPoint, SimBackend, StreamId,
 };

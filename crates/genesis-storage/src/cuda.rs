@@ -10,10 +10,14 @@ use genesis_mem::{Allocation, CachingAllocator, Config};
 use crate::{Error, Result};
 
 mod index;
+#[cfg(unix)]
+mod ipc;
 mod ops;
 mod transfer;
 
 pub(crate) use genesis_cuda::Event;
+#[cfg(unix)]
+pub use ipc::{CudaExport, CudaImport};
 pub(crate) use transfer::batched_copy;
 pub use transfer::release_completed_copies;
 
@@ -45,6 +49,8 @@ fn pools() -> &'static Vec<OnceLock<DevicePool>> {
 }
 
 /// The caching allocator of device `ordinal`, created on first use and kept for the process.
+/// It maps virtual memory where the device supports it, plain `cuMemAlloc` segments when
+/// `GENESIS_NO_VMM` is set (to anything but `0`) or the device has no virtual memory.
 pub fn device_pool(ordinal: usize) -> Result<&'static DevicePool> {
     let pools = pools();
     let missing = if pools.is_empty() {
@@ -62,7 +68,11 @@ pub fn device_pool(ordinal: usize) -> Result<&'static DevicePool> {
         return Ok(p);
     }
     let ctx = Context::get(ordinal)?;
-    let allocator = device_allocator(&ctx, Config::default())?;
+    let config = Config {
+        use_vmm: std::env::var_os("GENESIS_NO_VMM").is_none_or(|v| v.is_empty() || v == "0"),
+        ..Config::default()
+    };
+    let allocator = device_allocator(&ctx, config)?;
     // Another thread may have won the race: its pool is kept and ours dropped (which gives its
     // empty cache back).
     Ok(slot.get_or_init(|| DevicePool { ctx, allocator }))
@@ -152,11 +162,15 @@ fn host_rows(host: &[u8], at: usize, pitch: usize, width: usize, rows: usize) ->
     })
 }
 
-/// Device memory from a device's pool, given back on drop.
+/// Device memory from a device's pool, given back on drop, or mapped from another process.
 #[derive(Debug)]
 pub(crate) struct CudaMem {
     alloc: Option<Allocation>,
     pool: &'static DevicePool,
+    /// Memory another process exported ([`crate::Storage::import_cuda`]), unmapped on drop;
+    /// `alloc` is then `None`.
+    #[cfg(unix)]
+    imported: Option<ipc::Imported>,
 }
 
 impl CudaMem {
@@ -170,10 +184,19 @@ impl CudaMem {
         } else {
             Some(pool.allocator.alloc(nbytes, current_stream_id(ordinal))?)
         };
-        Ok(CudaMem { alloc, pool })
+        Ok(CudaMem {
+            alloc,
+            pool,
+            #[cfg(unix)]
+            imported: None,
+        })
     }
 
     pub(crate) fn ptr(&self) -> u64 {
+        #[cfg(unix)]
+        if let Some(i) = &self.imported {
+            return i.ptr();
+        }
         self.alloc.as_ref().map_or(0, Allocation::ptr)
     }
 
@@ -431,11 +454,19 @@ impl CudaMem {
 
     /// Bytes of the allocation (at least the bytes asked for).
     pub(crate) fn capacity(&self) -> usize {
+        #[cfg(unix)]
+        if let Some(i) = &self.imported {
+            return i.nbytes();
+        }
         self.alloc.as_ref().map_or(0, Allocation::size)
     }
 
-    /// The figures of this memory's pool.
+    /// The figures of this memory's pool (none for memory of another process).
     pub(crate) fn pool_info(&self) -> Option<crate::PoolInfo> {
+        #[cfg(unix)]
+        if self.imported.is_some() {
+            return None;
+        }
         let st = self.pool.allocator().stats();
         Some(crate::PoolInfo {
             allocated_bytes: st.allocated_bytes.all().current as u64,
@@ -477,7 +508,7 @@ impl CudaMem {
     }
 
     fn checked_bytes<T>(&self, len: usize) -> Result<usize> {
-        let have = self.alloc.as_ref().map_or(0, Allocation::size);
+        let have = self.capacity();
         match len.checked_mul(size_of::<T>()) {
             Some(b) if b <= have => Ok(b),
             _ => Err(Error::Cuda(genesis_cuda::Error::InvalidArgument {

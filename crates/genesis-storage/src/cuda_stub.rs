@@ -675,3 +675,78 @@ impl Compute for CudaMem {
         match *self {}
     }
 }
+
+/// The exporting side of a CUDA storage shared with another process: none without the `cuda`
+/// feature.
+#[cfg(unix)]
+#[derive(Debug)]
+pub enum CudaExport {}
+
+/// The importing side of a CUDA storage shared by another process: none without the `cuda`
+/// feature.
+#[cfg(unix)]
+#[derive(Debug)]
+pub enum CudaImport {}
+
+#[cfg(unix)]
+#[allow(clippy::unused_self)]
+impl CudaExport {
+    /// Records this process's event and tells the importer (see the `cuda` build).
+    pub fn signal(&self) -> Result<()> {
+        match *self {}
+    }
+
+    /// Waits for the importer's signal (see the `cuda` build).
+    pub fn wait(&self, _timeout: std::time::Duration) -> Result<()> {
+        match *self {}
+    }
+
+    /// Whether the importer has let go of the storage.
+    pub fn is_released(&self) -> bool {
+        match *self {}
+    }
+
+    /// Waits until the importer has let go of the storage.
+    pub fn wait_released(&self, _timeout: std::time::Duration) -> Result<()> {
+        match *self {}
+    }
+}
+
+#[cfg(unix)]
+#[allow(clippy::unused_self)]
+impl CudaImport {
+    /// Records this process's event and tells the exporter (see the `cuda` build).
+    pub fn signal(&self) -> Result<()> {
+        match *self {}
+    }
+
+    /// Waits for the exporter's signal (see the `cuda` build).
+    pub fn wait(&self, _timeout: std::time::Duration) -> Result<()> {
+        match *self {}
+    }
+}
+
+#[cfg(unix)]
+impl crate::Storage {
+    /// Shares a CUDA storage with another process: without the `cuda` feature there is none,
+    /// so the storage is host memory ([`Error::NotOnDevice`]).
+    pub fn export_cuda(
+        self: &std::sync::Arc<Self>,
+        _conn: std::os::unix::net::UnixStream,
+    ) -> Result<CudaExport> {
+        Err(Error::NotOnDevice {
+            op: "export_cuda",
+            device: self.device(),
+        })
+    }
+
+    /// Maps a CUDA storage of another process: [`Error::CudaNotCompiled`] without the `cuda`
+    /// feature.
+    pub fn import_cuda(
+        _conn: std::os::unix::net::UnixStream,
+    ) -> Result<(crate::Storage, CudaImport)> {
+        Err(Error::CudaNotCompiled {
+            device: Device::Cuda(0),
+        })
+    }
+}

@@ -282,6 +282,49 @@ pub enum Error {
         /// The operation.
         op: &'static str,
     },
+    /// A storage that cannot be shared with another process: not CUDA memory of a device
+    /// pool, empty, or on memory the driver cannot export.
+    #[error("{op}: this storage cannot be shared with another process: {reason}")]
+    NotShareable {
+        /// The operation.
+        op: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// A message of the CUDA storage sharing protocol that this process cannot accept.
+    #[error("CUDA storage sharing: bad message from the other process: {reason}")]
+    IpcProtocol {
+        /// What was wrong with it.
+        reason: String,
+    },
+    /// The other process of a shared CUDA storage closed the connection (or exited).
+    #[error("CUDA storage sharing: the other process closed the connection")]
+    IpcPeerGone,
+    /// The importing process could not map an exported storage.
+    #[error("CUDA storage sharing: the importing process refused the storage: {reason}")]
+    IpcRefused {
+        /// The importer's reason.
+        reason: String,
+    },
+    /// An imported storage lies on a device this process does not see.
+    #[error(
+        "CUDA storage sharing: the storage is on device {ordinal} of the exporting process \
+         (UUID {uuid}), which this process does not see"
+    )]
+    IpcDeviceNotFound {
+        /// The device's UUID, in hexadecimal.
+        uuid: String,
+        /// Its ordinal in the exporting process.
+        ordinal: u32,
+    },
+    /// No message came from the other process in time.
+    #[error("CUDA storage sharing: {op} timed out after {millis} ms")]
+    IpcTimeout {
+        /// The operation.
+        op: &'static str,
+        /// How long it waited.
+        millis: u64,
+    },
     /// A view or layout error.
     #[error(transparent)]
     Layout(#[from] crate::LayoutError),

@@ -29,6 +29,10 @@ mod cuda;
 mod device;
 mod dtype;
 mod error;
+// The wire protocol; without the `cuda` feature only its tests use it.
+#[cfg(unix)]
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+mod ipc;
 mod layout;
 mod mapped;
 mod scalar;
@@ -39,6 +43,10 @@ mod transfer;
 mod view;
 
 pub use cpu::{CpuStorage, DEFAULT_ALIGN, check_host_bytes, host_memory_limit};
+/// The two sides of a CUDA storage shared between processes ([`Storage::export_cuda`],
+/// [`Storage::import_cuda`]).
+#[cfg(unix)]
+pub use cuda::{CudaExport, CudaImport};
 pub use device::{Device, current_cuda_device, set_current_cuda_device};
 pub use dtype::{DType, WithDType};
 pub use error::{Error, Result};

@@ -1,0 +1,645 @@
+//! CUDA storages shared between processes: [`Storage::export_cuda`] hands a storage of a device
+//! pool to the process at the other end of a Unix socket, [`Storage::import_cuda`] maps it
+//! there as a storage of that process (the protocol is in `crate::ipc`).
+//!
+//! # What is shared
+//!
+//! - **Virtual memory** (the pool's default): the physical handles under the storage are
+//!   created exportable (`CudaBackend::exportable`), exported as POSIX file descriptors and
+//!   sent with `SCM_RIGHTS`; the importer reserves an address range, maps the handles next to
+//!   each other and grants its device access. A storage may lie inside a larger handle, or
+//!   across several: what is mapped is the handles that cover it.
+//! - **Plain segments** (`GENESIS_NO_VMM`, or a device without virtual memory): the
+//!   `cuMemAlloc` segment that holds the storage is named by its IPC handle
+//!   (`cuIpcGetMemHandle`) and opened by the importer (`cuIpcOpenMemHandle`, once per segment
+//!   and process: imports of storages of one segment share the opening).
+//!
+//! Either way the importer can reach the whole handle or segment, which may hold other
+//! storages of the exporter: share memory only with processes trusted with all of it.
+//!
+//! # Lifetimes
+//!
+//! - The exporter keeps the storage (an `Arc`) until the importer reports that its mapping is
+//!   gone (`Release`) or its end of the socket closes (its process exited). That hold lives in
+//!   a thread of the exporting process, not in [`CudaExport`]: dropping the export handle and
+//!   every tensor of the storage does not free its memory while an importer maps it.
+//!   [`CudaExport::wait_released`] waits for that moment.
+//! - The importer's storage unmaps the memory when it drops, after the device has finished
+//!   the work queued on it (it synchronises the device), and then sends `Release`.
+//! - If the exporting process exits first: with virtual memory, the importer's mapping keeps
+//!   the physical memory alive (the driver counts the imported handles), so the imported
+//!   storage stays valid until it drops. With IPC handles of plain segments it does not: the
+//!   segment is freed with the exporter's context, and the importer's storage then refers to
+//!   memory that is gone; its work fails with a driver error. Keep an exporter of plain
+//!   segments alive until [`CudaExport::wait_released`] returns.
+//!
+//! # Ordering
+//!
+//! Each side owns an interprocess event (`CU_EVENT_INTERPROCESS`) that the other opens. The
+//! export records the exporter's event on its current stream of the device after the work
+//! queued so far (the storage's writes, when they were queued on that stream), and the import
+//! makes the importer's current stream wait on it. Afterwards, `signal` records the sender's
+//! event and tells the other side, whose `wait` makes its current stream wait on it: work
+//! queued after `wait` runs after the other process's work queued before its `signal`.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::sync::{Arc, Condvar, Mutex, Weak, mpsc};
+use std::time::Duration;
+
+use genesis_cuda::{Context, Event, raw};
+use genesis_mem::Backing;
+
+use super::{CudaMem, device_pool, queue_on};
+use crate::ipc::{self, Message, Offer, OfferMemory};
+use crate::storage::Inner;
+use crate::{Error, Result, Storage};
+
+/// How long the export waits for the importer's answer, and the import for the offer.
+pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Receives one message within `timeout`.
+fn recv_within(
+    sock: &UnixStream,
+    timeout: Duration,
+    op: &'static str,
+) -> Result<(Message, Vec<OwnedFd>)> {
+    let io = |e: std::io::Error| Error::Io {
+        path: "CUDA storage socket".into(),
+        message: e.to_string(),
+    };
+    sock.set_read_timeout(Some(timeout.max(Duration::from_millis(1))))
+        .map_err(io)?;
+    let got = ipc::recv(sock);
+    sock.set_read_timeout(None).map_err(io)?;
+    got.map_err(|e| match e {
+        Error::IpcTimeout { .. } => Error::IpcTimeout {
+            op,
+            millis: timeout.as_millis() as u64,
+        },
+        e => e,
+    })
+}
+
+/// Whether the exporter's hold on a storage is gone.
+#[derive(Debug, Default)]
+struct Released {
+    done: Mutex<bool>,
+    cv: Condvar,
+}
+
+/// The exporting side of a storage shared with one other process ([`Storage::export_cuda`]).
+#[derive(Debug)]
+pub struct CudaExport {
+    conn: UnixStream,
+    ctx: Arc<Context>,
+    /// This process's interprocess event (also held by the thread that holds the storage).
+    event: Arc<Event>,
+    /// The importer's event.
+    peer: Event,
+    /// A message for each `Recorded` the importer sent.
+    recorded: Mutex<mpsc::Receiver<()>>,
+    released: Arc<Released>,
+}
+
+impl CudaExport {
+    /// Records this process's event after the work queued so far on its current stream of the
+    /// device and tells the importer, whose [`CudaImport::wait`] orders its later work after it.
+    pub fn signal(&self) -> Result<()> {
+        self.event.record(&queue_on(&self.ctx))?;
+        ipc::send(&self.conn, &Message::Recorded, &[])
+    }
+
+    /// Waits (up to `timeout`) for the importer's next [`CudaImport::signal`], then makes this
+    /// thread's current stream of the device wait for the importer's work queued before it.
+    pub fn wait(&self, timeout: Duration) -> Result<()> {
+        let rx = self.recorded.lock().unwrap_or_else(|p| p.into_inner());
+        match rx.recv_timeout(timeout) {
+            Ok(()) => Ok(queue_on(&self.ctx).wait_event(&self.peer)?),
+            Err(mpsc::RecvTimeoutError::Timeout) => Err(Error::IpcTimeout {
+                op: "CudaExport::wait",
+                millis: timeout.as_millis() as u64,
+            }),
+            Err(mpsc::RecvTimeoutError::Disconnected) => Err(Error::IpcPeerGone),
+        }
+    }
+
+    /// Whether the importer has let go of the storage (and this process's hold on it is
+    /// dropped).
+    pub fn is_released(&self) -> bool {
+        *self.released.done.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits (up to `timeout`) until the importer has let go of the storage and this
+    /// process's hold on it is dropped.
+    pub fn wait_released(&self, timeout: Duration) -> Result<()> {
+        let done = self.released.done.lock().unwrap_or_else(|p| p.into_inner());
+        let (done, _) = self
+            .released
+            .cv
+            .wait_timeout_while(done, timeout, |d| !*d)
+            .unwrap_or_else(|p| p.into_inner());
+        if *done {
+            Ok(())
+        } else {
+            Err(Error::IpcTimeout {
+                op: "CudaExport::wait_released",
+                millis: timeout.as_millis() as u64,
+            })
+        }
+    }
+}
+
+/// The importing side of a storage shared by another process ([`Storage::import_cuda`]).
+#[derive(Debug)]
+pub struct CudaImport {
+    conn: UnixStream,
+    ctx: Arc<Context>,
+    /// This process's interprocess event (also held by the imported memory).
+    event: Arc<Event>,
+    /// The exporter's event.
+    peer: Event,
+}
+
+impl CudaImport {
+    /// Records this process's event after the work queued so far on its current stream of the
+    /// device and tells the exporter, whose [`CudaExport::wait`] orders its later work after it.
+    pub fn signal(&self) -> Result<()> {
+        self.event.record(&queue_on(&self.ctx))?;
+        ipc::send(&self.conn, &Message::Recorded, &[])
+    }
+
+    /// Waits (up to `timeout`) for the exporter's next [`CudaExport::signal`], then makes this
+    /// thread's current stream of the device wait for the exporter's work queued before it.
+    pub fn wait(&self, timeout: Duration) -> Result<()> {
+        match recv_within(&self.conn, timeout, "CudaImport::wait")?.0 {
+            Message::Recorded => Ok(queue_on(&self.ctx).wait_event(&self.peer)?),
+            other => Err(Error::IpcProtocol {
+                reason: format!("expected Recorded, got {other:?}"),
+            }),
+        }
+    }
+}
+
+/// Imported memory: where this process mapped it, and the connection to tell the exporter
+/// when it is gone.
+#[derive(Debug)]
+pub(crate) struct Imported {
+    ptr: u64,
+    nbytes: usize,
+    mapping: Mapping,
+    ctx: Arc<Context>,
+    conn: UnixStream,
+    /// Kept until the exporter is told: it may still wait on it.
+    _event: Arc<Event>,
+}
+
+#[derive(Debug)]
+#[allow(dead_code, reason = "the fields are held for their `Drop`")]
+enum Mapping {
+    /// Imported handles mapped next to each other in a reservation of `len` bytes at `va`.
+    Vmm(VmmMapping),
+    /// An opened IPC segment.
+    Segment(Arc<OpenSegment>),
+}
+
+impl Imported {
+    pub(crate) fn ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    pub(crate) fn nbytes(&self) -> usize {
+        self.nbytes
+    }
+}
+
+impl Drop for Imported {
+    fn drop(&mut self) {
+        // Work queued on any stream may still use the memory: it finishes before the
+        // mapping goes.
+        if let Err(e) = self.ctx.synchronize() {
+            self.ctx.record_error(e);
+        }
+        // Unmap now (the fields would drop after this body), then tell the exporter.
+        let mapping = std::mem::replace(&mut self.mapping, Mapping::Vmm(VmmMapping::empty()));
+        drop(mapping);
+        // The exporter may be gone already: nothing to tell then.
+        let _ = ipc::send(&self.conn, &Message::Release, &[]);
+        let _ = self.conn.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// A reservation with imported handles mapped at its start; unmapped and freed on drop.
+#[derive(Debug)]
+struct VmmMapping {
+    ctx: Option<Arc<Context>>,
+    va: u64,
+    reserved: usize,
+    mapped: usize,
+}
+
+impl VmmMapping {
+    fn empty() -> VmmMapping {
+        VmmMapping {
+            ctx: None,
+            va: 0,
+            reserved: 0,
+            mapped: 0,
+        }
+    }
+}
+
+impl Drop for VmmMapping {
+    fn drop(&mut self) {
+        let Some(ctx) = self.ctx.take() else {
+            return;
+        };
+        if self.mapped > 0 {
+            // SAFETY: `[va, va + mapped)` is whole mappings of imported handles made by
+            // `map_handles`; the owner synchronised the device (or never used the range).
+            if let Err(e) = unsafe { raw::unmap(&ctx, self.va, self.mapped) } {
+                ctx.record_error(e);
+                // Address space under a mapping cannot be freed.
+                return;
+            }
+        }
+        // SAFETY: the reservation came from `reserve_address_space` and nothing is mapped in
+        // it any more.
+        if let Err(e) = unsafe { raw::free_address_space(&ctx, self.va, self.reserved) } {
+            ctx.record_error(e);
+        }
+    }
+}
+
+/// Imports each descriptor's handle and maps them next to each other; the storage starts
+/// `offset` bytes into the first.
+fn map_handles(ctx: &Arc<Context>, fds: &[OwnedFd], lens: &[u64]) -> Result<VmmMapping> {
+    let granularity = raw::vmm_granularity(ctx)?;
+    let mut total = 0usize;
+    for &l in lens {
+        let l = usize::try_from(l).ok().filter(|l| l % granularity == 0);
+        let Some(l) = l else {
+            return Err(Error::IpcProtocol {
+                reason: format!("a handle length not a multiple of the granularity {granularity}"),
+            });
+        };
+        total = total.checked_add(l).ok_or(Error::IpcProtocol {
+            reason: "handle lengths overflow".into(),
+        })?;
+    }
+    let va = raw::reserve_address_space(ctx, total, granularity)?;
+    let mut m = VmmMapping {
+        ctx: Some(Arc::clone(ctx)),
+        va,
+        reserved: total,
+        mapped: 0,
+    };
+    for (fd, &len) in fds.iter().zip(lens) {
+        let len = len as usize;
+        let handle = raw::import_physical_fd(ctx, fd.as_fd())?;
+        // SAFETY: `[va + mapped, + len)` lies in the reservation, after everything mapped so
+        // far; the driver refuses a handle that is not `len` bytes long.
+        let mapped = unsafe { raw::map(ctx, m.va + m.mapped as u64, len, handle) };
+        // The mapping keeps the memory; the handle itself is not needed any more.
+        // SAFETY: the handle was imported above and is released once, here.
+        let released = unsafe { raw::release_physical(ctx, handle) };
+        mapped?;
+        m.mapped += len;
+        released?;
+    }
+    // SAFETY: the whole reservation is mapped.
+    unsafe { raw::set_access(ctx, m.va, m.mapped, &[]) }?;
+    Ok(m)
+}
+
+/// IPC segments this process has opened, by device and handle: the driver opens a handle once
+/// per context, so imports of storages of one segment share it.
+type OpenMap = std::collections::HashMap<(usize, [u8; 64]), Weak<OpenSegment>>;
+
+fn open_segments() -> &'static Mutex<OpenMap> {
+    static OPEN: std::sync::OnceLock<Mutex<OpenMap>> = std::sync::OnceLock::new();
+    OPEN.get_or_init(Default::default)
+}
+
+/// An opened IPC segment, closed when the last storage on it drops.
+#[derive(Debug)]
+struct OpenSegment {
+    ctx: Arc<Context>,
+    key: [u8; 64],
+    base: u64,
+}
+
+impl OpenSegment {
+    fn open(ctx: &Arc<Context>, handle: [u8; 64]) -> Result<Arc<OpenSegment>> {
+        let mut open = open_segments().lock().unwrap_or_else(|p| p.into_inner());
+        let key = (ctx.ordinal(), handle);
+        if let Some(s) = open.get(&key).and_then(Weak::upgrade) {
+            return Ok(s);
+        }
+        let base = raw::ipc_open(ctx, handle)?;
+        let s = Arc::new(OpenSegment {
+            ctx: Arc::clone(ctx),
+            key: handle,
+            base,
+        });
+        open.insert(key, Arc::downgrade(&s));
+        Ok(s)
+    }
+}
+
+impl Drop for OpenSegment {
+    fn drop(&mut self) {
+        // Under the lock, so that an import of the same segment waits for the close.
+        let mut open = open_segments().lock().unwrap_or_else(|p| p.into_inner());
+        let key = (self.ctx.ordinal(), self.key);
+        if open.get(&key).is_some_and(|w| w.strong_count() == 0) {
+            open.remove(&key);
+        }
+        // SAFETY: `base` came from `ipc_open` and is closed once (the last holder drops);
+        // every storage on it synchronised the device before letting go.
+        if let Err(e) = unsafe { raw::ipc_close(&self.ctx, self.base) } {
+            self.ctx.record_error(e);
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The context of the device whose UUID is `uuid`.
+fn device_with_uuid(offer: &Offer) -> Result<Arc<Context>> {
+    for ordinal in 0..genesis_cuda::device_count()? {
+        let ctx = Context::get(ordinal)?;
+        if ctx.uuid() == offer.uuid {
+            return Ok(ctx);
+        }
+    }
+    Err(Error::IpcDeviceNotFound {
+        uuid: hex(&offer.uuid),
+        ordinal: offer.ordinal,
+    })
+}
+
+fn not_shareable(reason: impl Into<String>) -> Error {
+    Error::NotShareable {
+        op: "export_cuda",
+        reason: reason.into(),
+    }
+}
+
+impl Storage {
+    /// Shares this CUDA storage with the process at the other end of `conn` (a connected Unix
+    /// stream socket), which calls [`Storage::import_cuda`] on its end. Returns once the
+    /// importer has mapped the memory (or with its reason for refusing).
+    ///
+    /// The storage's memory stays allocated until the importer lets go of it (drops its
+    /// storage, or exits), whatever this process drops meanwhile; the exporter's event is
+    /// recorded on this thread's current stream of the device, after the work queued there so
+    /// far. See the `cuda::ipc` module for what is shared, the lifetimes, and the ordering of
+    /// the two processes' work ([`CudaExport::signal`], [`CudaExport::wait`]).
+    ///
+    /// Errors: [`Error::NotShareable`] for storages that are not CUDA memory of a device pool
+    /// (host memory, an empty storage, a storage imported from another process) or on memory
+    /// the driver cannot export; the importer's [`Error::IpcRefused`]; socket errors.
+    pub fn export_cuda(self: &Arc<Self>, conn: UnixStream) -> Result<CudaExport> {
+        let guard = self.read("export_cuda")?;
+        let Inner::Cuda(m) = &*guard else {
+            return Err(Error::NotOnDevice {
+                op: "export_cuda",
+                device: self.device(),
+            });
+        };
+        if m.imported.is_some() {
+            return Err(not_shareable(
+                "it was imported from another process (export it from there)",
+            ));
+        }
+        let Some(alloc) = &m.alloc else {
+            return Err(not_shareable("it is empty"));
+        };
+        let ctx = Arc::clone(m.ctx());
+        let event = Arc::new(Event::new_interprocess(&ctx)?);
+        event.record(&queue_on(&ctx))?;
+        let (memory, fds) = match m.pool.allocator().backing(alloc)? {
+            Backing::Handles(hs) => {
+                let fds = hs
+                    .iter()
+                    .map(|h| raw::export_physical_fd(&ctx, h.handle))
+                    .collect::<genesis_cuda::Result<Vec<_>>>()
+                    .map_err(|e| {
+                        not_shareable(format!(
+                            "the driver does not export its memory ({e}); the device may not \
+                             support exportable virtual memory, or refused it (the pool then \
+                             creates plain handles)"
+                        ))
+                    })?;
+                let memory = OfferMemory::Handles {
+                    offset: alloc.ptr() - hs[0].va,
+                    lens: hs.iter().map(|h| h.len as u64).collect(),
+                };
+                (memory, fds)
+            }
+            Backing::Segment { base, len } => {
+                let handle = raw::ipc_mem_handle(&ctx, base).map_err(|e| {
+                    not_shareable(format!("the driver gives no IPC handle for it ({e})"))
+                })?;
+                let memory = OfferMemory::Segment {
+                    handle,
+                    len: len as u64,
+                    offset: alloc.ptr() - base,
+                };
+                (memory, Vec::new())
+            }
+        };
+        drop(guard);
+        let offer = Offer {
+            uuid: ctx.uuid(),
+            ordinal: ctx.ordinal() as u32,
+            dtype: self.dtype(),
+            len: self.len() as u64,
+            pid: std::process::id(),
+            event: event.ipc_handle()?,
+            memory,
+        };
+        ipc::send(&conn, &Message::Offer(offer), &ipc::borrow_all(&fds))?;
+        drop(fds);
+        let peer = match recv_within(&conn, HANDSHAKE_TIMEOUT, "export_cuda")?.0 {
+            Message::Accept { event } => Event::open_ipc(&ctx, event)?,
+            Message::Refuse { reason } => return Err(Error::IpcRefused { reason }),
+            other => {
+                return Err(Error::IpcProtocol {
+                    reason: format!("expected Accept or Refuse, got {other:?}"),
+                });
+            }
+        };
+        let released = Arc::new(Released::default());
+        let (tx, rx) = mpsc::channel();
+        let reader = conn.try_clone().map_err(|e| Error::Io {
+            path: "CUDA storage socket".into(),
+            message: e.to_string(),
+        })?;
+        let hold = (Arc::clone(self), Arc::clone(&event));
+        let flag = Arc::clone(&released);
+        std::thread::Builder::new()
+            .name("genesis-cuda-export".into())
+            .spawn(move || hold_until_released(&reader, hold, &tx, &flag))
+            .map_err(|e| Error::Io {
+                path: "CUDA storage export thread".into(),
+                message: e.to_string(),
+            })?;
+        Ok(CudaExport {
+            conn,
+            ctx,
+            event,
+            peer,
+            recorded: Mutex::new(rx),
+            released,
+        })
+    }
+
+    /// Maps the CUDA storage that the process at the other end of `conn` exports
+    /// ([`Storage::export_cuda`]) into this process, on the device with the same UUID.
+    /// Work this thread queues on its current stream of that device afterwards runs after the
+    /// work the exporter had queued before exporting.
+    ///
+    /// The storage is an ordinary CUDA storage of this process (its reads and writes are the
+    /// exporter's memory); dropping it unmaps the memory, once the device has finished its
+    /// work, and tells the exporter. [`CudaImport`] orders later work of the two processes.
+    ///
+    /// Errors (each also sent to the exporter as the reason of its [`Error::IpcRefused`]):
+    /// [`Error::IpcDeviceNotFound`], [`Error::IpcProtocol`] for a malformed offer, driver
+    /// errors of the mapping (a stale or foreign handle), [`Error::IpcTimeout`] when no offer
+    /// comes within two minutes.
+    #[track_caller]
+    pub fn import_cuda(conn: UnixStream) -> Result<(Storage, CudaImport)> {
+        let (msg, fds) = recv_within(&conn, HANDSHAKE_TIMEOUT, "import_cuda")?;
+        let refuse = |e: Error| {
+            let _ = ipc::send(
+                &conn,
+                &Message::Refuse {
+                    reason: e.to_string(),
+                },
+                &[],
+            );
+            e
+        };
+        let Message::Offer(offer) = msg else {
+            return Err(refuse(Error::IpcProtocol {
+                reason: format!("expected an offer, got {msg:?}"),
+            }));
+        };
+        let mapped = Self::map_offer(&offer, fds);
+        let (ctx, ptr, mapping, peer, event) = mapped.map_err(refuse)?;
+        ipc::send(
+            &conn,
+            &Message::Accept {
+                event: event.ipc_handle()?,
+            },
+            &[],
+        )?;
+        queue_on(&ctx).wait_event(&peer)?;
+        let nbytes = offer.nbytes()?;
+        let release = conn.try_clone().map_err(|e| Error::Io {
+            path: "CUDA storage socket".into(),
+            message: e.to_string(),
+        })?;
+        let mem = CudaMem {
+            alloc: None,
+            pool: device_pool(ctx.ordinal())?,
+            imported: Some(Imported {
+                ptr,
+                nbytes,
+                mapping,
+                ctx: Arc::clone(&ctx),
+                conn: release,
+                _event: Arc::clone(&event),
+            }),
+        };
+        let storage = Storage::make(Inner::Cuda(mem), offer.dtype, nbytes / offer.dtype.size());
+        Ok((
+            storage,
+            CudaImport {
+                conn,
+                ctx,
+                event,
+                peer,
+            },
+        ))
+    }
+
+    /// Maps the memory of `offer` and opens the exporter's event, and makes this process's.
+    #[allow(clippy::type_complexity)]
+    fn map_offer(
+        offer: &Offer,
+        fds: Vec<OwnedFd>,
+    ) -> Result<(Arc<Context>, u64, Mapping, Event, Arc<Event>)> {
+        let ctx = device_with_uuid(offer)?;
+        let (ptr, mapping) = match &offer.memory {
+            OfferMemory::Handles { offset, lens } => {
+                let m = map_handles(&ctx, &fds, lens)?;
+                (m.va + offset, Mapping::Vmm(m))
+            }
+            OfferMemory::Segment {
+                handle,
+                len,
+                offset,
+            } => {
+                if offer.pid == std::process::id() {
+                    return Err(Error::IpcProtocol {
+                        reason: "an IPC handle of this very process (the driver opens those \
+                                 only in other processes)"
+                            .into(),
+                    });
+                }
+                let s = OpenSegment::open(&ctx, *handle)?;
+                let (_, have) = raw::address_range(&ctx, s.base)?;
+                if (have as u64) < *len {
+                    return Err(Error::IpcProtocol {
+                        reason: format!("the segment holds {have} bytes, the offer says {len}"),
+                    });
+                }
+                (s.base + offset, Mapping::Segment(s))
+            }
+        };
+        let peer = Event::open_ipc(&ctx, offer.event)?;
+        let event = Arc::new(Event::new_interprocess(&ctx)?);
+        Ok((ctx, ptr, mapping, peer, event))
+    }
+}
+
+/// The exporter's thread for one import: forwards the importer's `Recorded` messages and keeps
+/// the storage (and this process's event) until the importer sends `Release` or its end of
+/// the socket closes.
+fn hold_until_released(
+    reader: &UnixStream,
+    hold: (Arc<Storage>, Arc<Event>),
+    recorded: &mpsc::Sender<()>,
+    released: &Released,
+) {
+    loop {
+        match ipc::recv(reader) {
+            Ok((Message::Recorded, _)) => {
+                // The export handle may be gone; the storage is still held.
+                let _ = recorded.send(());
+            }
+            Ok((Message::Release, _)) | Err(Error::IpcPeerGone) => break,
+            // A message out of place: the importer may still map the memory, keep holding.
+            Ok((other, _)) => {
+                tracing::warn!(message = ?other, "unexpected message from a CUDA storage importer");
+            }
+            Err(e @ Error::IpcProtocol { .. }) => {
+                tracing::warn!(error = %e, "bad message from a CUDA storage importer");
+            }
+            // Any other socket error leaves no way to hear from the importer again: its
+            // connection is broken, as when its process exits.
+            Err(e) => {
+                tracing::warn!(error = %e, "lost the connection to a CUDA storage importer");
+                break;
+            }
+        }
+    }
+    drop(hold);
+    *released.done.lock().unwrap_or_else(|p| p.into_inner()) = true;
+    released.cv.notify_all();
+}

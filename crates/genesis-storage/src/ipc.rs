@@ -11,14 +11,16 @@
 //! The conversation on one connection:
 //!
 //! 1. the exporter sends `Offer`: the device's UUID, dtype, length, the exporter's process id,
-//!    its interprocess event, and the memory (handle lengths and file descriptors, or an IPC
-//!    handle of a segment);
-//! 2. the importer maps the memory and answers `Accept` (its own interprocess event) or
-//!    `Refuse` (why it could not);
+//!    two interprocess events of the exporter (one the exporter records, one the importer
+//!    records), and the memory (handle lengths and file descriptors, or an IPC handle of a
+//!    segment);
+//! 2. the importer maps the memory and opens the events, and answers `Accept`, or `Refuse`
+//!    (why it could not);
 //! 3. either side may send `Recorded` after recording its event on its stream: the other side
 //!    then makes its stream wait on that event (`signal` / `wait`);
-//! 4. the importer sends `Release` once its mapping is gone (or its process ends, which closes
-//!    the socket); the exporter then drops its hold on the storage.
+//! 4. the importer sends `Release` once its mapping and its openings of the events are gone
+//!    (or its process ends, which closes the socket); the exporter then drops its hold on the
+//!    storage and the events.
 //!
 //! Decoding checks everything a peer could get wrong (magic, version, tags, lengths, dtype,
 //! that the mapped bytes cover the storage, descriptor counts) and returns
@@ -97,8 +99,10 @@ pub(crate) struct Offer {
     pub(crate) len: u64,
     /// The exporting process.
     pub(crate) pid: u32,
-    /// The exporter's interprocess event (`cuIpcGetEventHandle`), recorded after its writes.
+    /// The interprocess event (`cuIpcGetEventHandle`) the exporter records after its writes.
     pub(crate) event: [u8; 64],
+    /// The interprocess event of the exporter that the importer records after its writes.
+    pub(crate) reply_event: [u8; 64],
     /// The memory.
     pub(crate) memory: OfferMemory,
 }
@@ -161,14 +165,11 @@ impl Offer {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Message {
     /// The exporter's description of the storage.
-    Offer(Offer),
+    Offer(Box<Offer>),
     /// More file descriptors of an offer.
     More,
-    /// The importer mapped the memory; its interprocess event.
-    Accept {
-        /// `cuIpcGetEventHandle`'s bytes.
-        event: [u8; 64],
-    },
+    /// The importer mapped the memory and opened the events.
+    Accept,
     /// The importer could not map the memory.
     Refuse {
         /// Why.
@@ -218,6 +219,7 @@ pub(crate) fn encode(msg: &Message) -> Vec<u8> {
             b.extend_from_slice(&o.len.to_le_bytes());
             b.extend_from_slice(&o.pid.to_le_bytes());
             b.extend_from_slice(&o.event);
+            b.extend_from_slice(&o.reply_event);
             match &o.memory {
                 OfferMemory::Handles { offset, lens } => {
                     b.push(MEM_HANDLES);
@@ -240,10 +242,7 @@ pub(crate) fn encode(msg: &Message) -> Vec<u8> {
             }
         }
         Message::More => b.push(TAG_MORE),
-        Message::Accept { event } => {
-            b.push(TAG_ACCEPT);
-            b.extend_from_slice(event);
-        }
+        Message::Accept => b.push(TAG_ACCEPT),
         Message::Refuse { reason } => {
             b.push(TAG_REFUSE);
             let r = &reason.as_bytes()[..reason.len().min(4096)];
@@ -311,6 +310,7 @@ pub(crate) fn decode(body: &[u8]) -> Result<Message> {
             let len = r.u64()?;
             let pid = r.u32()?;
             let event = r.array()?;
+            let reply_event = r.array()?;
             let memory = match r.u8()? {
                 MEM_HANDLES => {
                     let offset = r.u64()?;
@@ -335,13 +335,14 @@ pub(crate) fn decode(body: &[u8]) -> Result<Message> {
                 len,
                 pid,
                 event,
+                reply_event,
                 memory,
             };
             offer.validate()?;
-            Message::Offer(offer)
+            Message::Offer(Box::new(offer))
         }
         TAG_MORE => Message::More,
-        TAG_ACCEPT => Message::Accept { event: r.array()? },
+        TAG_ACCEPT => Message::Accept,
         TAG_REFUSE => {
             let n = r.u32()? as usize;
             Message::Refuse {
@@ -478,16 +479,17 @@ pub(crate) fn borrow_all(fds: &[OwnedFd]) -> Vec<BorrowedFd<'_>> {
 mod tests {
     use super::*;
 
-    fn offer(memory: OfferMemory) -> Offer {
-        Offer {
+    fn offer(memory: OfferMemory) -> Box<Offer> {
+        Box::new(Offer {
             uuid: [7; 16],
             ordinal: 1,
             dtype: DType::F32,
             len: 1000,
             pid: 42,
             event: [9; 64],
+            reply_event: [8; 64],
             memory,
-        }
+        })
     }
 
     fn handles(offset: u64, lens: Vec<u64>) -> OfferMemory {
@@ -504,7 +506,7 @@ mod tests {
                 offset: 4096,
             })),
             Message::More,
-            Message::Accept { event: [5; 64] },
+            Message::Accept,
             Message::Refuse {
                 reason: "no such device".into(),
             },
@@ -569,11 +571,11 @@ mod tests {
     #[test]
     fn offers_whose_memory_misses_the_storage_are_refused() {
         // 1000 f32 = 4000 bytes.
-        let too_far = Message::Offer(offer(handles((2 << 20) - 100, vec![2 << 20])));
+        let too_far = Message::Offer(offer(handles((2 << 20) - 3584, vec![2 << 20])));
         refused(&encode(&too_far), "do not fit");
-        let fits = Message::Offer(offer(handles((2 << 20) - 4000, vec![2 << 20])));
+        let fits = Message::Offer(offer(handles((2 << 20) - 4096, vec![2 << 20])));
         assert!(decode(&encode(&fits)).is_ok());
-        let across = Message::Offer(offer(handles((2 << 20) - 100, vec![2 << 20, 2 << 20])));
+        let across = Message::Offer(offer(handles((2 << 20) - 512, vec![2 << 20, 2 << 20])));
         assert!(decode(&encode(&across)).is_ok());
         refused(
             &encode(&Message::Offer(offer(handles(0, vec![])))),
@@ -639,11 +641,11 @@ mod tests {
     fn plain_messages_and_a_closed_peer() {
         let (a, b) = UnixStream::pair().unwrap();
         send(&a, &Message::Recorded, &[]).unwrap();
-        send(&a, &Message::Accept { event: [1; 64] }, &[]).unwrap();
+        send(&a, &Message::Accept, &[]).unwrap();
         let (m, fds) = recv(&b).unwrap();
         assert_eq!(m, Message::Recorded);
         assert!(fds.is_empty());
-        assert_eq!(recv(&b).unwrap().0, Message::Accept { event: [1; 64] });
+        assert_eq!(recv(&b).unwrap().0, Message::Accept);
         drop(a);
         assert_eq!(recv(&b).unwrap_err(), Error::IpcPeerGone);
         // Writing to a closed peer is the same error, not SIGPIPE.

@@ -19,13 +19,15 @@
 //!
 //! # Lifetimes
 //!
-//! - The exporter keeps the storage (an `Arc`) until the importer reports that its mapping is
-//!   gone (`Release`) or its end of the socket closes (its process exited). That hold lives in
-//!   a thread of the exporting process, not in [`CudaExport`]: dropping the export handle and
-//!   every tensor of the storage does not free its memory while an importer maps it.
-//!   [`CudaExport::wait_released`] waits for that moment.
+//! - The exporter keeps the storage (an `Arc`) and the two events until the importer reports
+//!   that it let go (`Release`) or its end of the socket closes (its process exited). That
+//!   hold lives in a thread of the exporting process, not in [`CudaExport`]: dropping the
+//!   export handle and every tensor of the storage does not free its memory while an importer
+//!   maps it. [`CudaExport::wait_released`] waits for that moment.
 //! - The importer's storage unmaps the memory when it drops, after the device has finished
-//!   the work queued on it (it synchronises the device), and then sends `Release`.
+//!   the work queued on it (it synchronises the device). Once both the storage and its
+//!   [`CudaImport`] are dropped, the importer closes its openings of the events and sends
+//!   `Release`.
 //! - If the exporting process exits first: with virtual memory, the importer's mapping keeps
 //!   the physical memory alive (the driver counts the imported handles), so the imported
 //!   storage stays valid until it drops. With IPC handles of plain segments it does not: the
@@ -35,7 +37,9 @@
 //!
 //! # Ordering
 //!
-//! Each side owns an interprocess event (`CU_EVENT_INTERPROCESS`) that the other opens. The
+//! The exporter creates two interprocess events (`CU_EVENT_INTERPROCESS`) and the importer
+//! opens them: one that the exporter records, one that the importer records (both owned by
+//! the exporter, so that no event is destroyed while the other process still holds it). The
 //! export records the exporter's event on its current stream of the device after the work
 //! queued so far (the storage's writes, when they were queued on that stream), and the import
 //! makes the importer's current stream wait on it. Afterwards, `signal` records the sender's
@@ -93,10 +97,10 @@ struct Released {
 pub struct CudaExport {
     conn: UnixStream,
     ctx: Arc<Context>,
-    /// This process's interprocess event (also held by the thread that holds the storage).
+    /// The event this process records (also held by the thread that holds the storage).
     event: Arc<Event>,
-    /// The importer's event.
-    peer: Event,
+    /// The event the importer records (held likewise).
+    reply: Arc<Event>,
     /// A message for each `Recorded` the importer sent.
     recorded: Mutex<mpsc::Receiver<()>>,
     released: Arc<Released>,
@@ -115,7 +119,7 @@ impl CudaExport {
     pub fn wait(&self, timeout: Duration) -> Result<()> {
         let rx = self.recorded.lock().unwrap_or_else(|p| p.into_inner());
         match rx.recv_timeout(timeout) {
-            Ok(()) => Ok(queue_on(&self.ctx).wait_event(&self.peer)?),
+            Ok(()) => Ok(queue_on(&self.ctx).wait_event(&self.reply)?),
             Err(mpsc::RecvTimeoutError::Timeout) => Err(Error::IpcTimeout {
                 op: "CudaExport::wait",
                 millis: timeout.as_millis() as u64,
@@ -153,27 +157,23 @@ impl CudaExport {
 /// The importing side of a storage shared by another process ([`Storage::import_cuda`]).
 #[derive(Debug)]
 pub struct CudaImport {
-    conn: UnixStream,
     ctx: Arc<Context>,
-    /// This process's interprocess event (also held by the imported memory).
-    event: Arc<Event>,
-    /// The exporter's event.
-    peer: Event,
+    link: Arc<ImportLink>,
 }
 
 impl CudaImport {
     /// Records this process's event after the work queued so far on its current stream of the
     /// device and tells the exporter, whose [`CudaExport::wait`] orders its later work after it.
     pub fn signal(&self) -> Result<()> {
-        self.event.record(&queue_on(&self.ctx))?;
-        ipc::send(&self.conn, &Message::Recorded, &[])
+        self.link.events()?.1.record(&queue_on(&self.ctx))?;
+        ipc::send(&self.link.conn, &Message::Recorded, &[])
     }
 
     /// Waits (up to `timeout`) for the exporter's next [`CudaExport::signal`], then makes this
     /// thread's current stream of the device wait for the exporter's work queued before it.
     pub fn wait(&self, timeout: Duration) -> Result<()> {
-        match recv_within(&self.conn, timeout, "CudaImport::wait")?.0 {
-            Message::Recorded => Ok(queue_on(&self.ctx).wait_event(&self.peer)?),
+        match recv_within(&self.link.conn, timeout, "CudaImport::wait")?.0 {
+            Message::Recorded => Ok(queue_on(&self.ctx).wait_event(&self.link.events()?.0)?),
             other => Err(Error::IpcProtocol {
                 reason: format!("expected Recorded, got {other:?}"),
             }),
@@ -181,17 +181,41 @@ impl CudaImport {
     }
 }
 
-/// Imported memory: where this process mapped it, and the connection to tell the exporter
-/// when it is gone.
+/// The importer's connection and its openings of the exporter's events, shared by the
+/// imported storage and the [`CudaImport`]: when both are gone, the openings are closed and
+/// the exporter is told (`Release`), which then frees the memory and the events.
+#[derive(Debug)]
+struct ImportLink {
+    conn: UnixStream,
+    /// The event the exporter records, and the one this process records.
+    events: Option<(Event, Event)>,
+}
+
+impl ImportLink {
+    fn events(&self) -> Result<&(Event, Event)> {
+        self.events.as_ref().ok_or(Error::IpcPeerGone)
+    }
+}
+
+impl Drop for ImportLink {
+    fn drop(&mut self) {
+        // The openings go before the exporter may destroy the events.
+        drop(self.events.take());
+        // The exporter may be gone already: nothing to tell then.
+        let _ = ipc::send(&self.conn, &Message::Release, &[]);
+        let _ = self.conn.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// Imported memory: where this process mapped it, and the link to the exporter.
 #[derive(Debug)]
 pub(crate) struct Imported {
     ptr: u64,
     nbytes: usize,
     mapping: Mapping,
     ctx: Arc<Context>,
-    conn: UnixStream,
-    /// Kept until the exporter is told: it may still wait on it.
-    _event: Arc<Event>,
+    /// Dropped after the mapping (a field drops after `Drop::drop`'s body).
+    _link: Arc<ImportLink>,
 }
 
 #[derive(Debug)]
@@ -220,12 +244,9 @@ impl Drop for Imported {
         if let Err(e) = self.ctx.synchronize() {
             self.ctx.record_error(e);
         }
-        // Unmap now (the fields would drop after this body), then tell the exporter.
+        // Unmap now, before the link (a field) drops and may tell the exporter.
         let mapping = std::mem::replace(&mut self.mapping, Mapping::Vmm(VmmMapping::empty()));
         drop(mapping);
-        // The exporter may be gone already: nothing to tell then.
-        let _ = ipc::send(&self.conn, &Message::Release, &[]);
-        let _ = self.conn.shutdown(std::net::Shutdown::Both);
     }
 }
 
@@ -420,6 +441,7 @@ impl Storage {
         };
         let ctx = Arc::clone(m.ctx());
         let event = Arc::new(Event::new_interprocess(&ctx)?);
+        let reply = Arc::new(Event::new_interprocess(&ctx)?);
         event.record(&queue_on(&ctx))?;
         let (memory, fds) = match m.pool.allocator().backing(alloc)? {
             Backing::Handles(hs) => {
@@ -460,12 +482,17 @@ impl Storage {
             len: self.len() as u64,
             pid: std::process::id(),
             event: event.ipc_handle()?,
+            reply_event: reply.ipc_handle()?,
             memory,
         };
-        ipc::send(&conn, &Message::Offer(offer), &ipc::borrow_all(&fds))?;
+        ipc::send(
+            &conn,
+            &Message::Offer(Box::new(offer)),
+            &ipc::borrow_all(&fds),
+        )?;
         drop(fds);
-        let peer = match recv_within(&conn, HANDSHAKE_TIMEOUT, "export_cuda")?.0 {
-            Message::Accept { event } => Event::open_ipc(&ctx, event)?,
+        match recv_within(&conn, HANDSHAKE_TIMEOUT, "export_cuda")?.0 {
+            Message::Accept => {}
             Message::Refuse { reason } => return Err(Error::IpcRefused { reason }),
             other => {
                 return Err(Error::IpcProtocol {
@@ -479,7 +506,7 @@ impl Storage {
             path: "CUDA storage socket".into(),
             message: e.to_string(),
         })?;
-        let hold = (Arc::clone(self), Arc::clone(&event));
+        let hold = (Arc::clone(self), Arc::clone(&event), Arc::clone(&reply));
         let flag = Arc::clone(&released);
         std::thread::Builder::new()
             .name("genesis-cuda-export".into())
@@ -492,7 +519,7 @@ impl Storage {
             conn,
             ctx,
             event,
-            peer,
+            reply,
             recorded: Mutex::new(rx),
             released,
         })
@@ -513,7 +540,6 @@ impl Storage {
     /// comes within two minutes.
     #[track_caller]
     pub fn import_cuda(conn: UnixStream) -> Result<(Storage, CudaImport)> {
-        let (msg, fds) = recv_within(&conn, HANDSHAKE_TIMEOUT, "import_cuda")?;
         let refuse = |e: Error| {
             let _ = ipc::send(
                 &conn,
@@ -524,56 +550,48 @@ impl Storage {
             );
             e
         };
+        let (msg, fds) = match recv_within(&conn, HANDSHAKE_TIMEOUT, "import_cuda") {
+            Ok(m) => m,
+            Err(e @ Error::IpcProtocol { .. }) => return Err(refuse(e)),
+            Err(e) => return Err(e),
+        };
         let Message::Offer(offer) = msg else {
             return Err(refuse(Error::IpcProtocol {
                 reason: format!("expected an offer, got {msg:?}"),
             }));
         };
         let mapped = Self::map_offer(&offer, fds);
-        let (ctx, ptr, mapping, peer, event) = mapped.map_err(refuse)?;
-        ipc::send(
-            &conn,
-            &Message::Accept {
-                event: event.ipc_handle()?,
-            },
-            &[],
-        )?;
-        queue_on(&ctx).wait_event(&peer)?;
+        let (ctx, ptr, mapping, events) = mapped.map_err(refuse)?;
+        let pool = device_pool(ctx.ordinal()).map_err(refuse)?;
         let nbytes = offer.nbytes()?;
-        let release = conn.try_clone().map_err(|e| Error::Io {
-            path: "CUDA storage socket".into(),
-            message: e.to_string(),
-        })?;
+        // Accepted, the exporter holds the memory until this link lets go.
+        ipc::send(&conn, &Message::Accept, &[])?;
+        let link = Arc::new(ImportLink {
+            conn,
+            events: Some(events),
+        });
+        queue_on(&ctx).wait_event(&link.events()?.0)?;
         let mem = CudaMem {
             alloc: None,
-            pool: device_pool(ctx.ordinal())?,
+            pool,
             imported: Some(Imported {
                 ptr,
                 nbytes,
                 mapping,
                 ctx: Arc::clone(&ctx),
-                conn: release,
-                _event: Arc::clone(&event),
+                _link: Arc::clone(&link),
             }),
         };
         let storage = Storage::make(Inner::Cuda(mem), offer.dtype, nbytes / offer.dtype.size());
-        Ok((
-            storage,
-            CudaImport {
-                conn,
-                ctx,
-                event,
-                peer,
-            },
-        ))
+        Ok((storage, CudaImport { ctx, link }))
     }
 
-    /// Maps the memory of `offer` and opens the exporter's event, and makes this process's.
+    /// Maps the memory of `offer` and opens its two events.
     #[allow(clippy::type_complexity)]
     fn map_offer(
         offer: &Offer,
         fds: Vec<OwnedFd>,
-    ) -> Result<(Arc<Context>, u64, Mapping, Event, Arc<Event>)> {
+    ) -> Result<(Arc<Context>, u64, Mapping, (Event, Event))> {
         let ctx = device_with_uuid(offer)?;
         let (ptr, mapping) = match &offer.memory {
             OfferMemory::Handles { offset, lens } => {
@@ -602,9 +620,9 @@ impl Storage {
                 (s.base + offset, Mapping::Segment(s))
             }
         };
-        let peer = Event::open_ipc(&ctx, offer.event)?;
-        let event = Arc::new(Event::new_interprocess(&ctx)?);
-        Ok((ctx, ptr, mapping, peer, event))
+        let written = Event::open_ipc(&ctx, offer.event)?;
+        let reply = Event::open_ipc(&ctx, offer.reply_event)?;
+        Ok((ctx, ptr, mapping, (written, reply)))
     }
 }
 
@@ -613,7 +631,17 @@ impl Storage {
 /// the socket closes.
 fn hold_until_released(
     reader: &UnixStream,
-    hold: (Arc<Storage>, Arc<Event>),
+    hold: (Arc<Storage>, Arc<Event>, Arc<Event>),
+    recorded: &mpsc::Sender<()>,
+    released: &Released,
+) {
+    hold_until_released_with(reader, hold, recorded, released);
+}
+
+/// [`hold_until_released`] of any value.
+fn hold_until_released_with<T>(
+    reader: &UnixStream,
+    hold: T,
     recorded: &mpsc::Sender<()>,
     released: &Released,
 ) {
@@ -642,4 +670,129 @@ fn hold_until_released(
     drop(hold);
     *released.done.lock().unwrap_or_else(|p| p.into_inner()) = true;
     released.cv.notify_all();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn offer(uuid: [u8; 16]) -> Box<Offer> {
+        Box::new(Offer {
+            uuid,
+            ordinal: 3,
+            dtype: crate::DType::F32,
+            len: 1024,
+            pid: 1,
+            event: [0; 64],
+            reply_event: [0; 64],
+            memory: OfferMemory::Segment {
+                handle: [0; 64],
+                len: 2 << 20,
+                offset: 0,
+            },
+        })
+    }
+
+    /// The importer's answer, as the exporter receives it.
+    fn answer(exporter: &UnixStream) -> Message {
+        ipc::recv(exporter).unwrap().0
+    }
+
+    #[test]
+    fn an_offer_for_a_device_this_process_lacks_is_refused_with_its_uuid() {
+        // No device has this UUID: on a machine without a GPU none has any, and on one with
+        // GPUs the driver's UUIDs are not all 0xEE.
+        let (exporter, importer) = UnixStream::pair().unwrap();
+        ipc::send(&exporter, &Message::Offer(offer([0xEE; 16])), &[]).unwrap();
+        match Storage::import_cuda(importer) {
+            Err(Error::IpcDeviceNotFound { uuid, ordinal }) => {
+                assert_eq!(uuid, "ee".repeat(16));
+                assert_eq!(ordinal, 3);
+            }
+            Err(Error::Cuda(e)) if genesis_cuda::device_count().is_err() => {
+                eprintln!("no driver to enumerate devices: {e}");
+            }
+            other => panic!("{other:?}"),
+        }
+        match answer(&exporter) {
+            Message::Refuse { reason } => assert!(reason.contains(&"ee".repeat(16)), "{reason}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_malformed_offer_is_refused() {
+        let (exporter, importer) = UnixStream::pair().unwrap();
+        let mut body = ipc::encode(&Message::Offer(offer([1; 16])));
+        body[4] = 99; // the version
+        let mut frame = (body.len() as u32).to_le_bytes().to_vec();
+        frame.extend_from_slice(&0u32.to_le_bytes());
+        frame.extend_from_slice(&body);
+        (&exporter).write_all(&frame).unwrap();
+        let e = Storage::import_cuda(importer).unwrap_err();
+        assert!(
+            matches!(&e, Error::IpcProtocol { reason } if reason.contains("version 99")),
+            "{e}"
+        );
+        assert!(
+            matches!(answer(&exporter), Message::Refuse { reason } if reason.contains("version 99"))
+        );
+    }
+
+    #[test]
+    fn a_message_other_than_an_offer_is_refused() {
+        let (exporter, importer) = UnixStream::pair().unwrap();
+        ipc::send(&exporter, &Message::Recorded, &[]).unwrap();
+        let e = Storage::import_cuda(importer).unwrap_err();
+        assert!(
+            matches!(&e, Error::IpcProtocol { reason } if reason.contains("expected an offer")),
+            "{e}"
+        );
+        assert!(matches!(answer(&exporter), Message::Refuse { .. }));
+    }
+
+    #[test]
+    fn an_exporter_that_hangs_up_is_peer_gone() {
+        let (exporter, importer) = UnixStream::pair().unwrap();
+        drop(exporter);
+        assert_eq!(
+            Storage::import_cuda(importer).unwrap_err(),
+            Error::IpcPeerGone
+        );
+    }
+
+    #[test]
+    fn the_exporters_hold_ends_with_release_or_a_closed_socket() {
+        // The hold of a host storage stands for the storage of an export.
+        for close in [false, true] {
+            let (importer, exporter) = UnixStream::pair().unwrap();
+            let storage =
+                Arc::new(Storage::zeros(4, crate::DType::F32, crate::Device::Cpu).unwrap());
+            let weak = Arc::downgrade(&storage);
+            let event_free = Arc::new(Released::default());
+            let (tx, rx) = mpsc::channel();
+            let flag = Arc::clone(&event_free);
+            // The thread needs an event to hold; without a device the storage alone shows it.
+            let t = std::thread::spawn(move || {
+                hold_until_released_with(&exporter, storage, &tx, &flag)
+            });
+            ipc::send(&importer, &Message::Recorded, &[]).unwrap();
+            rx.recv_timeout(Duration::from_secs(10)).unwrap();
+            // A message out of place does not end the hold.
+            ipc::send(&importer, &Message::More, &[]).unwrap();
+            ipc::send(&importer, &Message::Accept, &[]).unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            assert!(weak.upgrade().is_some(), "the storage was let go too early");
+            assert!(!*event_free.done.lock().unwrap());
+            if close {
+                drop(importer);
+            } else {
+                ipc::send(&importer, &Message::Release, &[]).unwrap();
+            }
+            t.join().unwrap();
+            assert!(weak.upgrade().is_none(), "the storage is still held");
+            assert!(*event_free.done.lock().unwrap());
+        }
+    }
 }

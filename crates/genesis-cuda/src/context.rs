@@ -48,6 +48,25 @@ pub fn device_count() -> Result<usize> {
     Ok(usize::try_from(n).unwrap_or(0))
 }
 
+/// The UUID of device `ordinal` (see [`Context::uuid`]), without retaining its context.
+pub fn device_uuid(ordinal: usize) -> Result<[u8; 16]> {
+    let count = device_count()?;
+    if ordinal >= count {
+        return Err(Error::InvalidDevice { ordinal, count });
+    }
+    let mut device: sys::CUdevice = 0;
+    // SAFETY: the driver is initialised (device_count succeeded); valid out-pointer.
+    check("cuDeviceGet", unsafe {
+        sys::cuDeviceGet(&mut device, ordinal as c_int)
+    })?;
+    let mut uuid = sys::Uuid::default();
+    // SAFETY: valid device handle and out-pointer.
+    check("cuDeviceGetUuid", unsafe {
+        sys::cuDeviceGetUuid(&mut uuid, device)
+    })?;
+    Ok(uuid.bytes)
+}
+
 /// Whether at least one CUDA device can be used.
 pub fn is_available() -> bool {
     matches!(device_count(), Ok(n) if n > 0)

@@ -35,7 +35,7 @@ mod sys;
 mod tensor_map;
 
 #[cfg(feature = "cuda")]
-pub use context::{Context, device_count, driver_version, is_available};
+pub use context::{Context, device_count, device_uuid, driver_version, is_available};
 #[cfg(feature = "cuda")]
 pub use memory::DeviceBuffer;
 #[cfg(feature = "cuda")]

@@ -391,9 +391,8 @@ fn hex(bytes: &[u8]) -> String {
 /// The context of the device whose UUID is `uuid`.
 fn device_with_uuid(offer: &Offer) -> Result<Arc<Context>> {
     for ordinal in 0..genesis_cuda::device_count()? {
-        let ctx = Context::get(ordinal)?;
-        if ctx.uuid() == offer.uuid {
-            return Ok(ctx);
+        if genesis_cuda::device_uuid(ordinal)? == offer.uuid {
+            return Ok(Context::get(ordinal)?);
         }
     }
     Err(Error::IpcDeviceNotFound {
@@ -611,11 +610,16 @@ impl Storage {
                     });
                 }
                 let s = OpenSegment::open(&ctx, *handle)?;
-                let (_, have) = raw::address_range(&ctx, s.base)?;
-                if (have as u64) < *len {
-                    return Err(Error::IpcProtocol {
-                        reason: format!("the segment holds {have} bytes, the offer says {len}"),
-                    });
+                // The driver knows the opened segment's length: an offer that claims more is
+                // refused (where the driver does not say, the offer's length stands).
+                match raw::address_range(&ctx, s.base) {
+                    Ok((_, have)) if (have as u64) < *len => {
+                        return Err(Error::IpcProtocol {
+                            reason: format!("the segment holds {have} bytes, the offer says {len}"),
+                        });
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::debug!(error = %e, "no address range for an IPC segment"),
                 }
                 (s.base + offset, Mapping::Segment(s))
             }

@@ -85,6 +85,17 @@ fn recv_within(
     })
 }
 
+/// What the exporter's thread heard from the importer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Heard {
+    /// `Accept`.
+    Accepted,
+    /// `Refuse`, with its reason.
+    Refused(String),
+    /// `Recorded`.
+    Recorded,
+}
+
 /// Whether the exporter's hold on a storage is gone.
 #[derive(Debug, Default)]
 struct Released {
@@ -101,8 +112,8 @@ pub struct CudaExport {
     event: Arc<Event>,
     /// The event the importer records (held likewise).
     reply: Arc<Event>,
-    /// A message for each `Recorded` the importer sent.
-    recorded: Mutex<mpsc::Receiver<()>>,
+    /// What the importer said, from the thread that holds the storage.
+    recorded: Mutex<mpsc::Receiver<Heard>>,
     released: Arc<Released>,
 }
 
@@ -119,7 +130,10 @@ impl CudaExport {
     pub fn wait(&self, timeout: Duration) -> Result<()> {
         let rx = self.recorded.lock().unwrap_or_else(|p| p.into_inner());
         match rx.recv_timeout(timeout) {
-            Ok(()) => Ok(queue_on(&self.ctx).wait_event(&self.reply)?),
+            Ok(Heard::Recorded) => Ok(queue_on(&self.ctx).wait_event(&self.reply)?),
+            Ok(other) => Err(Error::IpcProtocol {
+                reason: format!("expected Recorded, got {other:?}"),
+            }),
             Err(mpsc::RecvTimeoutError::Timeout) => Err(Error::IpcTimeout {
                 op: "CudaExport::wait",
                 millis: timeout.as_millis() as u64,
@@ -490,30 +504,41 @@ impl Storage {
             &ipc::borrow_all(&fds),
         )?;
         drop(fds);
-        match recv_within(&conn, HANDSHAKE_TIMEOUT, "export_cuda")?.0 {
-            Message::Accept => {}
-            Message::Refuse { reason } => return Err(Error::IpcRefused { reason }),
-            other => {
-                return Err(Error::IpcProtocol {
-                    reason: format!("expected Accept or Refuse, got {other:?}"),
-                });
-            }
-        };
+        // From here the importer may map the memory: the hold starts now, and ends only when
+        // the importer refuses, releases or disconnects (also when this call fails).
         let released = Arc::new(Released::default());
         let (tx, rx) = mpsc::channel();
-        let reader = conn.try_clone().map_err(|e| Error::Io {
-            path: "CUDA storage socket".into(),
-            message: e.to_string(),
-        })?;
         let hold = (Arc::clone(self), Arc::clone(&event), Arc::clone(&reply));
         let flag = Arc::clone(&released);
-        std::thread::Builder::new()
-            .name("genesis-cuda-export".into())
-            .spawn(move || hold_until_released(&reader, hold, &tx, &flag))
-            .map_err(|e| Error::Io {
+        let spawned = conn.try_clone().and_then(|reader| {
+            std::thread::Builder::new()
+                .name("genesis-cuda-export".into())
+                .spawn(move || hold_until_released(&reader, hold, &tx, &flag))
+        });
+        if let Err(e) = spawned {
+            // No thread to hold the storage: make sure the importer cannot keep it.
+            let _ = conn.shutdown(std::net::Shutdown::Both);
+            return Err(Error::Io {
                 path: "CUDA storage export thread".into(),
                 message: e.to_string(),
-            })?;
+            });
+        }
+        match rx.recv_timeout(HANDSHAKE_TIMEOUT) {
+            Ok(Heard::Accepted) => {}
+            Ok(Heard::Refused(reason)) => return Err(Error::IpcRefused { reason }),
+            Ok(Heard::Recorded) => {
+                return Err(Error::IpcProtocol {
+                    reason: "Recorded before Accept".into(),
+                });
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                return Err(Error::IpcTimeout {
+                    op: "export_cuda",
+                    millis: HANDSHAKE_TIMEOUT.as_millis() as u64,
+                });
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => return Err(Error::IpcPeerGone),
+        }
         Ok(CudaExport {
             conn,
             ctx,
@@ -630,30 +655,38 @@ impl Storage {
     }
 }
 
-/// The exporter's thread for one import: forwards the importer's `Recorded` messages and keeps
-/// the storage (and this process's event) until the importer sends `Release` or its end of
-/// the socket closes.
+/// The exporter's thread for one import: forwards what the importer says (`Accept`, `Refuse`,
+/// `Recorded`) and keeps the storage and the two events until the importer refuses the
+/// offer, sends `Release`, or its end of the socket closes.
 fn hold_until_released(
     reader: &UnixStream,
     hold: (Arc<Storage>, Arc<Event>, Arc<Event>),
-    recorded: &mpsc::Sender<()>,
+    heard: &mpsc::Sender<Heard>,
     released: &Released,
 ) {
-    hold_until_released_with(reader, hold, recorded, released);
+    hold_until_released_with(reader, hold, heard, released);
 }
 
 /// [`hold_until_released`] of any value.
 fn hold_until_released_with<T>(
     reader: &UnixStream,
     hold: T,
-    recorded: &mpsc::Sender<()>,
+    heard: &mpsc::Sender<Heard>,
     released: &Released,
 ) {
     loop {
+        // The export handle may be gone (a send then fails): the storage is still held.
         match ipc::recv(reader) {
+            Ok((Message::Accept, _)) => {
+                let _ = heard.send(Heard::Accepted);
+            }
             Ok((Message::Recorded, _)) => {
-                // The export handle may be gone; the storage is still held.
-                let _ = recorded.send(());
+                let _ = heard.send(Heard::Recorded);
+            }
+            // The importer mapped nothing.
+            Ok((Message::Refuse { reason }, _)) => {
+                let _ = heard.send(Heard::Refused(reason));
+                break;
             }
             Ok((Message::Release, _)) | Err(Error::IpcPeerGone) => break,
             // A message out of place: the importer may still map the memory, keep holding.
@@ -769,7 +802,7 @@ mod tests {
     #[test]
     fn the_exporters_hold_ends_with_release_or_a_closed_socket() {
         // The hold of a host storage stands for the storage of an export.
-        for close in [false, true] {
+        for end in ["release", "close", "refuse"] {
             let (importer, exporter) = UnixStream::pair().unwrap();
             let storage =
                 Arc::new(Storage::zeros(4, crate::DType::F32, crate::Device::Cpu).unwrap());
@@ -781,18 +814,28 @@ mod tests {
             let t = std::thread::spawn(move || {
                 hold_until_released_with(&exporter, storage, &tx, &flag)
             });
+            ipc::send(&importer, &Message::Accept, &[]).unwrap();
             ipc::send(&importer, &Message::Recorded, &[]).unwrap();
-            rx.recv_timeout(Duration::from_secs(10)).unwrap();
+            let d = Duration::from_secs(10);
+            assert_eq!(rx.recv_timeout(d).unwrap(), Heard::Accepted);
+            assert_eq!(rx.recv_timeout(d).unwrap(), Heard::Recorded);
             // A message out of place does not end the hold.
             ipc::send(&importer, &Message::More, &[]).unwrap();
-            ipc::send(&importer, &Message::Accept, &[]).unwrap();
+            ipc::send(&importer, &Message::Offer(offer([0; 16])), &[]).unwrap();
             std::thread::sleep(Duration::from_millis(50));
             assert!(weak.upgrade().is_some(), "the storage was let go too early");
             assert!(!*event_free.done.lock().unwrap());
-            if close {
-                drop(importer);
-            } else {
-                ipc::send(&importer, &Message::Release, &[]).unwrap();
+            match end {
+                "release" => ipc::send(&importer, &Message::Release, &[]).unwrap(),
+                "close" => drop(importer),
+                _ => {
+                    let reason = "no such device".to_string();
+                    let refuse = Message::Refuse {
+                        reason: reason.clone(),
+                    };
+                    ipc::send(&importer, &refuse, &[]).unwrap();
+                    assert_eq!(rx.recv_timeout(d).unwrap(), Heard::Refused(reason));
+                }
             }
             t.join().unwrap();
             assert!(weak.upgrade().is_none(), "the storage is still held");

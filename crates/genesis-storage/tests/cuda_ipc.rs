@@ -2,12 +2,13 @@
 //!
 //! The GPU tests run two processes of this binary: an exporter and an importer (the same
 //! binary, re-run with `GENESIS_IPC_ROLE` naming the role and `GENESIS_IPC_SOCKET` the
-//! socket). The exporter fills two storages (one small, inside a larger handle or segment;
-//! one of 80 MiB, a large block on several handles) and exports each over its own
-//! connection; the importer checks the contents, writes new values with kernels and signals;
-//! the exporter waits, reads them back exactly, drops its own storage and checks that the
-//! pool still holds the memory, writes again and signals; the importer waits, reads the
-//! exporter's values, drops its storage; the exporter sees the memory freed only then.
+//! socket). For each of three storages (40 KB next to another storage in its handle or
+//! segment; 6 MB; 80 MiB, a large block on several handles) the exporter fills it and exports
+//! it over its own connection; the importer checks the contents, writes new values with
+//! kernels and signals; the exporter waits, reads them back exactly, drops its own handle and
+//! checks that the pool still holds the memory, and signals; the importer lets go; the
+//! exporter sees the memory freed only then. A last round orders the exporter's writes after
+//! the importer's and has the importer read them.
 //! `cuda_storage_between_processes_vmm` runs it with the pool's virtual memory (handles as
 //! file descriptors), `cuda_storage_between_processes_segments` with `GENESIS_NO_VMM=1`
 //! (IPC handles of `cuMemAlloc` segments).
@@ -43,9 +44,9 @@ mod gpu {
 
     const T: Duration = Duration::from_secs(60);
     const DEV: Device = Device::Cuda(0);
-    /// The two storages: elements of f32 (6 MB inside the pool's memory; 80 MiB, a large
-    /// block).
-    const SIZES: [usize; 2] = [1_500_000 + 123, 20 << 20];
+    /// The storages, in elements of f32: 40 KB (a small block, next to another in its handle
+    /// or segment), 6 MB, 80 MiB (a large block: several handles).
+    const SIZES: [usize; 3] = [10_000, 1_500_000 + 123, 20 << 20];
 
     fn initial(i: usize) -> f32 {
         (i % 1_000_003) as f32

@@ -170,7 +170,7 @@ pub(crate) struct CudaMem {
     /// Memory another process exported ([`crate::Storage::import_cuda`]), unmapped on drop;
     /// `alloc` is then `None`.
     #[cfg(unix)]
-    imported: Option<ipc::Imported>,
+    imported: Option<Box<ipc::Imported>>,
 }
 
 impl CudaMem {

@@ -598,13 +598,13 @@ impl Storage {
         let mem = CudaMem {
             alloc: None,
             pool,
-            imported: Some(Imported {
+            imported: Some(Box::new(Imported {
                 ptr,
                 nbytes,
                 mapping,
                 ctx: Arc::clone(&ctx),
                 _link: Arc::clone(&link),
-            }),
+            })),
         };
         let storage = Storage::make(Inner::Cuda(mem), offer.dtype, nbytes / offer.dtype.size());
         Ok((storage, CudaImport { ctx, link }))

@@ -244,8 +244,14 @@ pub struct ReplayResult {
     /// in nanoseconds.
     pub driver_ns: u64,
     /// Driver calls that created, mapped, unmapped or released memory in the second half of
-    /// the trace's events (a training loop's later steps: its steady state).
+    /// the trace's events.
     pub late_driver_calls: u64,
+    /// Driver calls that created, mapped, unmapped or released memory after reserved memory
+    /// last grew: what the allocator does once its footprint is final (a training loop's
+    /// steady state, whenever the workload reaches its largest step). A trace whose largest
+    /// step comes late has growth in its second half ([`Self::late_driver_calls`]) but none
+    /// of these unless the allocator gives memory back and takes it again.
+    pub steady_driver_calls: u64,
     /// The traced run's wall time in seconds (header key `seconds`), when recorded.
     pub seconds: Option<f64>,
     /// PyTorch's segment count, when the trace records it.
@@ -344,7 +350,7 @@ pub fn replay_evicting(
     let half = trace.events.len() / 2;
     let mut calls_at_half = 0;
     let mut at_peak = PeakDetail::default();
-    let (mut reserved_peak, mut calls_seen) = (0, 0);
+    let (mut reserved_peak, mut calls_seen, mut calls_at_peak) = (0, 0, 0);
     for (i, ev) in trace.events.iter().enumerate() {
         if i == half {
             calls_at_half = alloc.driver_calls().memory();
@@ -385,6 +391,7 @@ pub fn replay_evicting(
                     if reserved > reserved_peak {
                         reserved_peak = reserved;
                         at_peak = PeakDetail::of(i, &alloc.snapshot());
+                        calls_at_peak = alloc.driver_calls().memory();
                     }
                 }
             }
@@ -424,6 +431,7 @@ pub fn replay_evicting(
         all_driver_calls: alloc.driver_calls().total(),
         driver_ns: alloc.driver_calls().nanos,
         late_driver_calls: alloc.driver_calls().memory() - calls_at_half,
+        steady_driver_calls: alloc.driver_calls().memory() - calls_at_peak,
         seconds: trace.meta.get("seconds").and_then(|v| v.parse().ok()),
         pytorch_segments: trace.pytorch_segments(),
         pytorch: trace.pytorch_figures(),
@@ -490,6 +498,7 @@ impl ReplayResult {
             "all_driver_calls": self.all_driver_calls,
             "driver_ns": self.driver_ns,
             "late_driver_calls": self.late_driver_calls,
+            "steady_driver_calls": self.steady_driver_calls,
             "seconds": self.seconds,
             "driver_time_fraction": self.driver_time_fraction(),
             "best_pytorch_ratio": self.best_pytorch_ratio(),

@@ -352,6 +352,50 @@ fn the_replay_command_reports_a_bad_trace_and_goes_on() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Steady-state calls are those after reserved memory last grew: none for a loop of identical
+/// steps after its first, and none for a workload whose largest step comes last (its growth
+/// all lands in the second half, the late calls).
+#[test]
+fn steady_calls_are_the_ones_after_the_footprint_is_final() {
+    use std::fmt::Write;
+    // A step: allocate sizes of every scale, free them in another order.
+    let step = |text: &mut String, first: u64, scale: usize| {
+        let sizes = [512usize, 3 << 20, 70 << 20, 1 << 20, 200 << 20, 5000];
+        for (k, s) in sizes.iter().enumerate() {
+            writeln!(text, "a {} {} 0", first + k as u64, s * scale).unwrap();
+        }
+        for k in [3u64, 0, 5, 1, 4, 2] {
+            writeln!(text, "f {}", first + k).unwrap();
+        }
+    };
+    let mut same = String::new();
+    for i in 0..40 {
+        step(&mut same, i * 10, 1);
+    }
+    let mut growing = String::new();
+    for i in 0..40u64 {
+        step(
+            &mut growing,
+            i * 10,
+            if i < 30 { 1 } else { 2 + (i as usize - 30) / 5 },
+        );
+    }
+    let run = |text: &str| {
+        let t = Trace::parse(
+            "synthetic",
+            "synthetic",
+            std::io::BufReader::new(text.as_bytes()),
+        )
+        .unwrap();
+        replay(&t, Config::default(), 64 << 30).unwrap()
+    };
+    let (a, b) = (run(&same), run(&growing));
+    assert!(a.driver_calls > 0);
+    assert_eq!((a.late_driver_calls, a.steady_driver_calls), (0, 0));
+    assert!(b.late_driver_calls > 0, "the larger steps come late");
+    assert_eq!(b.steady_driver_calls, 0);
+}
+
 /// The simulated driver prices each call by the size it covers, and the replay reports the
 /// priced time against the traced run's wall time, the calls of the trace's second half, what
 /// the reserved memory held at its peak and the best of PyTorch's figures.
@@ -398,6 +442,7 @@ fn replay_prices_the_driver_calls_and_counts_the_late_ones() {
     let t = Trace::read(&data("gpt2_train.trace.gz")).unwrap();
     let r = replay(&t, Config::default(), 141_000_000_000).unwrap();
     assert!(r.driver_ns > 0 && r.late_driver_calls <= r.driver_calls);
+    assert!(r.steady_driver_calls <= r.driver_calls);
     let seconds: f64 = t.meta["seconds"].parse().unwrap();
     assert_eq!(r.seconds, Some(seconds));
     let share = r.driver_time_fraction().unwrap();

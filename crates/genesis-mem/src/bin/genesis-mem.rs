@@ -14,8 +14,9 @@
 //! budget (4x the larger of PyTorch's segments and maps), host nanoseconds per operation,
 //! whether both targets are met, the ratio over the best of PyTorch's three ("vs best"), the
 //! driver calls' time as the simulated driver prices it (`SimBackend::PRICES`) in percent of
-//! the traced run's wall time ("drv %run"), and the driver calls in the second half of the
-//! trace's events ("late", a training loop's steady state). `--memory-first` replays with [`Config::memory_first`]; the
+//! the traced run's wall time ("drv %run"), the driver calls in the second half of the
+//! trace's events ("late") and those after reserved memory last grew ("steady": the steady
+//! state's, once the footprint is final). `--memory-first` replays with [`Config::memory_first`]; the
 //! options after `--max-handle` set the [`Config`] field of the same name
 //! (`large_handle_pieces`, `burst_headroom_div`, `burst_headroom_granules`), applied after
 //! `--memory-first` whatever their order, and checked as the allocator checks them.
@@ -171,7 +172,7 @@ fn run_replay(args: &[String]) -> Result<ExitCode, Failure> {
     .map_err(|e| e.to_string())?;
     if !json {
         say(format_args!(
-            "{:<38} {:>9} {:>7} {:>7} {:>24} {:>13} {:>7} {:>7} {:>8} {:>8} {:>6}",
+            "{:<38} {:>9} {:>7} {:>7} {:>24} {:>13} {:>7} {:>7} {:>8} {:>8} {:>6} {:>6}",
             "trace",
             "live MiB",
             "ratio",
@@ -182,7 +183,8 @@ fn run_replay(args: &[String]) -> Result<ExitCode, Failure> {
             "targets",
             "vs best",
             "drv %run",
-            "late"
+            "late",
+            "steady"
         ))?;
     }
     let many = files.len() > 1;
@@ -217,7 +219,7 @@ fn run_replay(args: &[String]) -> Result<ExitCode, Failure> {
                 .driver_time_fraction()
                 .map_or("-".to_string(), |f| format!("{:.3}", f * 100.0));
             say(format_args!(
-                "{:<38} {:>9} {:>7.4} {:>7.4} {:>24} {:>13} {:>7.0} {:>7} {:>8} {:>8} {:>6}",
+                "{:<38} {:>9} {:>7.4} {:>7.4} {:>24} {:>13} {:>7.0} {:>7} {:>8} {:>8} {:>6} {:>6}",
                 r.trace,
                 r.peak_live_bytes >> 20,
                 r.ratio,
@@ -228,7 +230,8 @@ fn run_replay(args: &[String]) -> Result<ExitCode, Failure> {
                 if r.meets_targets() { "met" } else { "missed" },
                 best,
                 share,
-                r.late_driver_calls
+                r.late_driver_calls,
+                r.steady_driver_calls
             ))?;
         }
         if let Some(path) = &timeline {

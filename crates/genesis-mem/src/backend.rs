@@ -178,7 +178,7 @@ pub struct SimBackend {
 }
 
 /// What a 2 MiB handle's driver calls cost, in nanoseconds (see [`SimBackend::PRICES`]); a
-/// larger handle's price is this times [`CallPrices::scale`].
+/// larger handle's price is this times its factor in [`CallPrices::SIZE_SCALE`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CallPrices {
     /// `cuMemCreate`.

@@ -105,7 +105,7 @@ impl Storage {
     /// `len` elements, from its elements `at` (through `s.dq`, `s.dk`, `s.dv`): the gradients
     /// of q, k and v that are views of one storage, laid out as it is (GPT-2's packed
     /// projection), so that its gradient needs no copy. The three `[B, H, T, D]` layouts must
-    /// share no element ([`Error::Aliased`] otherwise); the elements outside them are left as
+    /// share no element ([`crate::Error::Aliased`] otherwise); the elements outside them are left as
     /// they were allocated. CUDA only (an unsupported-kernel error on the host).
     #[track_caller]
     #[allow(clippy::too_many_arguments)]

@@ -5,8 +5,12 @@ grad, the gradient into logits.grad), logits [N, 50304] random in [-4, 4); ce_*_
 forward alone under no_grad. ln_*_fwd: h = x + r; F.layer_norm(h, (768,), w, b) under no_grad,
 [32768, 768]; ln_*_bwd: forward + backward (torch.autograd.grad of y for x, r, w, b with a
 random dy) minus the forward (PyTorch's backward needs its own forward's saved tensors). bf16
-and f32. CUDA events around each run, warm-up, median. GB/s with the bench's byte counts (the
-least traffic: 2 N V elements for ce fused, N V for ce fwd, 4 N C for ln fwd and bwd).
+and f32. ln_*_f32_to_{f32,bf16}_fwd: F.layer_norm of f32 rows (no residual), then .to(bf16)
+for the bf16 row (autocast's norm before a product: two kernels); ln_*_f32_dy_*_bwd: its
+backward for x, w, b (autograd, minus the forward). gelu_tanh_*: F.gelu(x, approximate="tanh")
+of [32768, 3072] bf16 under no_grad, and aten's gelu_backward(g, x, approximate="tanh"). CUDA events around each run, warm-up, median. GB/s with the bench's byte counts (the
+least traffic: 2 N V elements for ce fused, N V for ce fwd, 4 N C for ln fwd and bwd, those of
+gpu_fused.rs for the other rows).
 Usage: python3 torch_fused.py [OUT.json]
 """
 import json
@@ -89,6 +93,37 @@ def main():
         nbytes = 4.0 * LN_ROWS * LN_COLS * elem
         add(f"{base}_fwd", fwd, nbytes)
         add(f"{base}_bwd", bwd, nbytes)
+
+    # f32 rows without the residual, y in f32 or bf16 (the conversion a second kernel here).
+    shape = (LN_ROWS, LN_COLS)
+    n = LN_ROWS * LN_COLS
+    x = (torch.rand(shape, device=dev) * 4 - 2).requires_grad_(True)
+    w = (torch.rand(LN_COLS, device=dev) * 2 - 1).requires_grad_(True)
+    b = (torch.rand(LN_COLS, device=dev) * 2 - 1).requires_grad_(True)
+    for dt, o in ((torch.float32, 4), (torch.bfloat16, 2)):
+        dy = (torch.rand(shape, device=dev) * 2 - 1).to(dt)
+
+        def norm():
+            return F.layer_norm(x, (LN_COLS,), w, b).to(dt)
+
+        def both():
+            torch.autograd.grad(norm(), (x, w, b), dy)
+
+        with torch.no_grad():
+            fwd = timed(norm)
+        fb = timed(both)
+        base = f"ln_n{LN_ROWS}_c{LN_COLS}_f32"
+        add(f"{base}_to_{NAMES[dt]}_fwd", fwd, (4 + o) * n)
+        add(f"{base}_dy_{NAMES[dt]}_bwd", (fb[0] - fwd[0], fb[1] - fwd[1]), (o + 12) * n)
+
+    gx = (torch.rand(32 * 1024, 3072, device=dev) * 4 - 2).to(torch.bfloat16)
+    gg = (torch.rand(32 * 1024, 3072, device=dev) * 2 - 1).to(torch.bfloat16)
+    gn = gx.numel()
+    with torch.no_grad():
+        add("gelu_tanh_n32768_c3072_bf16_fwd", timed(lambda: F.gelu(gx, approximate="tanh")),
+            2 * gn * 2)
+        add("gelu_tanh_n32768_c3072_bf16_bwd",
+            timed(lambda: torch.ops.aten.gelu_backward(gg, gx, approximate="tanh")), 3 * gn * 2)
 
     if len(sys.argv) > 1:
         with open(sys.argv[1], "w") as f:

@@ -7,6 +7,8 @@
 //!   `ce_*_fwd`: evaluation, `gpu_cross_entropy_forward` then the reduce.
 //! - `ln_*_fwd`: LayerNorm of `h = x + r` (`[32768, 768]`, weight and bias, `h` written);
 //!   `ln_*_bwd`: its backward with `dh` accumulated and `dw`, `db` (both kernels).
+//! - `gelu_tanh_*_fwd`: GELU (tanh) of `[32768, 3072]` bf16 (GPT-2's MLP activation);
+//!   `gelu_tanh_*_bwd`: its one-pass backward `dx = g gelu'(x)`.
 //! - `ln_*_f32_to_{f32,bf16}_fwd`: LayerNorm of f32 rows without the residual, `y` in f32 or
 //!   bf16 (autocast's norm before a product); `ln_*_f32_dy_{f32,bf16}_bwd`: its backward
 //!   with `dy` in f32 or bf16, `dh` accumulated, `dw` and `db`.
@@ -63,6 +65,8 @@ mod gpu {
     const CE_ROWS: [usize; 2] = [8 * 1024, 32 * 1024];
     const LN_ROWS: usize = 32 * 1024;
     const LN_COLS: usize = 768;
+    const GELU_ROWS: usize = 32 * 1024;
+    const GELU_COLS: usize = 3072;
 
     /// `n` random elements in `[-lo, lo)` on the device.
     fn random<T: Element>(
@@ -328,6 +332,52 @@ mod gpu {
         Ok(())
     }
 
+    /// GELU (tanh) forward and its one-pass backward over GPT-2's MLP activations.
+    fn gelu(
+        ctx: &Arc<Context>,
+        stream: &Stream,
+        rng: &mut SmallRng,
+        out: &mut Vec<Row>,
+    ) -> BoxResult {
+        use genesis_kernels::grad::{ActGrad, gpu_act_grad};
+        use genesis_kernels::{UnaryOp, gpu};
+        let n = GELU_ROWS * GELU_COLS;
+        let (x, g) = (
+            random::<bf16>(ctx, rng, n, 2.0)?,
+            random::<bf16>(ctx, rng, n, 1.0)?,
+        );
+        let (mut y, mut dx) = (
+            DeviceBuffer::alloc(ctx, n * 2)?,
+            DeviceBuffer::alloc(ctx, n * 2)?,
+        );
+        let fwd = timing::events(stream, WARMUP, RUNS, || {
+            gpu::unary::<bf16>(stream, UnaryOp::GeluTanh, x.as_span()?, y.as_span_mut()?)?;
+            Ok(())
+        })?;
+        let bwd = timing::events(stream, WARMUP, RUNS, || {
+            gpu_act_grad::<bf16>(
+                stream,
+                ActGrad::GeluTanh,
+                g.as_span()?,
+                x.as_span()?,
+                dx.as_span_mut()?,
+            )?;
+            Ok(())
+        })?;
+        let base = format!("gelu_tanh_n{GELU_ROWS}_c{GELU_COLS}_bf16");
+        out.push(Row {
+            name: format!("{base}_fwd"),
+            t: fwd,
+            bytes: (2 * n * 2) as f64,
+        });
+        out.push(Row {
+            name: format!("{base}_bwd"),
+            t: bwd,
+            bytes: (3 * n * 2) as f64,
+        });
+        Ok(())
+    }
+
     pub(crate) fn run() -> BoxResult {
         if genesis_cuda::skip_without_gpu("gpu_fused") {
             return Ok(());
@@ -351,6 +401,7 @@ mod gpu {
         layernorm::<f32>(&ctx, &stream, &mut rng, &mut rows)?;
         layernorm_narrow::<f32>(&ctx, &stream, &mut rng, &mut rows)?;
         layernorm_narrow::<bf16>(&ctx, &stream, &mut rng, &mut rows)?;
+        gelu(&ctx, &stream, &mut rng, &mut rows)?;
         let mut json = Vec::new();
         for r in &rows {
             let gbs = r.bytes / (r.t.median_ms * 1e-3) / 1e9;

@@ -21,6 +21,13 @@
 // scatter: when several positions write one element, which value lands is unspecified (as in
 // PyTorch). scatter_add: atomic adds (f16/bf16 in their own precision, as PyTorch's), so float
 // sums depend on the order of arrival; integers wrap.
+//
+// rows_by_key (index_select's backward along dim 0, the embedding's): `out[keys[j]] += rows[
+// perm[j]]` for keys sorted ascending (a stable sort: `perm` ascending within equal keys), with
+// no atomics: the thread of column c of the block that owns the first position of a run of
+// equal keys sums the run's rows in order, in f32 (f64 for f64), and writes the row once. Rows
+// no key names are left as they are (the caller zeroes `out`). Deterministic: every output
+// element is one fixed sequence of additions, the same as the CPU twin's.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
@@ -183,3 +190,55 @@ GA_ADD(f16, __half)
 GA_ADD(bf16, __nv_bfloat16)
 GA_ADD(i32, int32_t)
 GA_ADD(i64, int64_t)
+
+// ---- rows_by_key: blockIdx.x owns sorted positions [x per, (x + 1) per) (a run that starts
+// there is summed to its end, past the range if it goes on; a run that started before is
+// skipped), blockIdx.y a tile of blockDim.x columns, a thread a column.
+template <typename T> struct RkAcc { typedef float A; };
+template <> struct RkAcc<double> { typedef double A; };
+__device__ __forceinline__ float rk_load(float v) { return v; }
+__device__ __forceinline__ double rk_load(double v) { return v; }
+__device__ __forceinline__ float rk_load(__half v) { return __half2float(v); }
+__device__ __forceinline__ float rk_load(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ void rk_store(float *p, float a) { *p = a; }
+__device__ __forceinline__ void rk_store(double *p, double a) { *p = a; }
+__device__ __forceinline__ void rk_store(__half *p, float a) { *p = __float2half_rn(a); }
+__device__ __forceinline__ void rk_store(__nv_bfloat16 *p, float a) { *p = __float2bfloat16_rn(a); }
+
+// Keys outside 0..out_rows and positions outside 0..in_rows are skipped (never read or written
+// through), so a bad argument cannot reach memory; the caller's keys come from its own sort.
+template <typename T>
+__device__ __forceinline__ void rows_by_key_impl(const int64_t *keys, const int64_t *perm, const T *rows, T *out,
+                                                 uint64_t n, uint64_t cols, uint64_t per, uint64_t in_rows,
+                                                 uint64_t out_rows) {
+    typedef typename RkAcc<T>::A A;
+    const uint64_t c = (uint64_t)blockIdx.y * blockDim.x + threadIdx.x;
+    if (c >= cols) return;
+    const uint64_t j0 = (uint64_t)blockIdx.x * per, j1 = min(n, j0 + per);
+    uint64_t j = j0;
+    if (j0 > 0 && j0 < n) {
+        const int64_t before = keys[j0 - 1];
+        while (j < j1 && keys[j] == before) ++j;
+    }
+    while (j < j1) {
+        const int64_t k = keys[j];
+        A acc = 0;
+        do {
+            const int64_t p = perm[j];
+            if (p >= 0 && (uint64_t)p < in_rows) acc += (A)rk_load(rows[(uint64_t)p * cols + c]);
+            ++j;
+        } while (j < n && keys[j] == k);
+        if (k >= 0 && (uint64_t)k < out_rows) rk_store(out + (uint64_t)k * cols + c, acc);
+    }
+}
+
+#define RK(NAME, T)                                                                                       \
+    extern "C" __global__ void __launch_bounds__(GA_THREADS)                                              \
+        rows_by_key_##NAME(const int64_t *keys, const int64_t *perm, const T *rows, T *out, uint64_t n,    \
+                           uint64_t cols, uint64_t per, uint64_t in_rows, uint64_t out_rows) {            \
+        rows_by_key_impl<T>(keys, perm, rows, out, n, cols, per, in_rows, out_rows);                      \
+    }
+RK(f64, double)
+RK(f32, float)
+RK(f16, __half)
+RK(bf16, __nv_bfloat16)

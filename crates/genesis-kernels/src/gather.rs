@@ -14,7 +14,13 @@
 //! unspecified (as PyTorch's). `scatter_add` sums repeated targets: the twin in position order,
 //! the kernels with atomic adds in the type (f16/bf16 in their own precision, as PyTorch's), so
 //! float results agree within the rounding of the sums.
+//!
+//! [`rows_by_key`] is the deterministic sum of rows by key that `index_select`'s backward along
+//! dimension 0 (an embedding's) needs: with the keys sorted (stably), each run of equal keys is
+//! summed in order by one thread a column, in f32 (f64 for f64), without atomics: the twin and
+//! the kernels give the same bits on any device.
 
+use crate::real::{FusedElement, Real};
 use crate::{Element, Error, Result};
 
 /// Most dimensions of an [`Along`] (`GA_MAX_DIMS`).
@@ -276,6 +282,177 @@ pub fn scatter_add<T: Element>(out: &mut [T], idx: &[i64], vals: &[T], d: &Along
     Ok(())
 }
 
+/// The shape of a [`rows_by_key`]: `n` sorted keys and positions, rows of `cols` elements, an
+/// input of `in_rows` rows and an output of `out_rows`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowsByKey {
+    /// Keys (and positions).
+    pub n: usize,
+    /// Elements a row.
+    pub cols: usize,
+    /// Rows of the input (`perm`'s values lie below this).
+    pub in_rows: usize,
+    /// Rows of the output (the keys lie below this).
+    pub out_rows: usize,
+}
+
+impl RowsByKey {
+    /// Checks the spans' lengths: `n` keys and positions, the input's and output's rows.
+    fn check(&self, keys: usize, perm: usize, rows: usize, out: usize) -> Result<()> {
+        let op = "rows_by_key";
+        let need = |rows: usize| {
+            rows.checked_mul(self.cols)
+                .ok_or_else(|| Error::Unsupported {
+                    op,
+                    reason: format!("{rows} rows of {} elements overflow", self.cols),
+                })
+        };
+        for (expected, got) in [
+            (self.n, keys),
+            (self.n, perm),
+            (need(self.in_rows)?, rows),
+            (need(self.out_rows)?, out),
+        ] {
+            if got != expected {
+                return Err(Error::LengthMismatch { op, expected, got });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// CPU twin of `rows_by_key_<T>`: for `keys` sorted ascending and `perm` (each run of equal
+/// keys in ascending positions, as a stable sort gives), `out[k] = sum of rows[perm[j]]` over
+/// the run of key `k`, summed in order in `T::Acc` and rounded once; rows no key names are
+/// left as they are. A key outside `0..out_rows`, a position outside `0..in_rows`
+/// ([`Error::IndexOutOfRange`]) or keys out of order ([`Error::Unsupported`]): an error, with
+/// `out` untouched.
+pub fn rows_by_key<T: FusedElement>(
+    shape: &RowsByKey,
+    keys: &[i64],
+    perm: &[i64],
+    rows: &[T],
+    out: &mut [T],
+) -> Result<()> {
+    shape.check(keys.len(), perm.len(), rows.len(), out.len())?;
+    let op = "rows_by_key";
+    let bad = |position: usize, value: i64, size: usize| Error::IndexOutOfRange {
+        op,
+        position,
+        value,
+        size: size as i64,
+    };
+    for (j, (&k, &p)) in keys.iter().zip(perm).enumerate() {
+        if k < 0 || k as usize >= shape.out_rows {
+            return Err(bad(j, k, shape.out_rows));
+        }
+        if p < 0 || p as usize >= shape.in_rows {
+            return Err(bad(j, p, shape.in_rows));
+        }
+        if j > 0 && keys[j - 1] > k {
+            return Err(Error::Unsupported {
+                op,
+                reason: format!("keys out of order at position {j}"),
+            });
+        }
+    }
+    let c = shape.cols;
+    let mut acc = vec![T::Acc::of_f64(0.0); c];
+    let mut j = 0;
+    while j < keys.len() {
+        let k = keys[j];
+        acc.iter_mut().for_each(|a| *a = T::Acc::of_f64(0.0));
+        while j < keys.len() && keys[j] == k {
+            let row = &rows[perm[j] as usize * c..][..c];
+            for (a, v) in acc.iter_mut().zip(row) {
+                *a = *a + v.acc();
+            }
+            j += 1;
+        }
+        for (o, a) in out[k as usize * c..][..c].iter_mut().zip(&acc) {
+            *o = T::of_acc(*a);
+        }
+    }
+    Ok(())
+}
+
+/// Queues `rows_by_key` on `stream` (see [`rows_by_key`]; the same bits). The kernel trusts
+/// neither the keys nor the positions with memory: a key outside `0..out_rows` or a position
+/// outside `0..in_rows` is skipped, so the caller must pass keys it sorted itself, in range,
+/// for the result to mean anything. f64, f32, f16, bf16.
+#[cfg(feature = "cuda")]
+pub fn gpu_rows_by_key<T: Element>(
+    stream: &genesis_cuda::Stream,
+    shape: &RowsByKey,
+    keys: genesis_cuda::DeviceSpan<'_, i64>,
+    perm: genesis_cuda::DeviceSpan<'_, i64>,
+    rows: genesis_cuda::DeviceSpan<'_, T>,
+    out: genesis_cuda::DeviceSpanMut<'_, T>,
+) -> Result<()> {
+    use crate::DType;
+    use genesis_cuda::{Kernel, LaunchConfig};
+    use std::ffi::c_void;
+    shape.check(keys.len(), perm.len(), rows.len(), out.len())?;
+    let name = match T::DTYPE {
+        DType::F64 => "rows_by_key_f64",
+        DType::F32 => "rows_by_key_f32",
+        DType::F16 => "rows_by_key_f16",
+        DType::BF16 => "rows_by_key_bf16",
+        _ => {
+            return Err(Error::Unsupported {
+                op: "rows_by_key",
+                reason: format!("element type {} (floating types only)", T::NAME),
+            });
+        }
+    };
+    if shape.n == 0 || shape.cols == 0 {
+        return Ok(());
+    }
+    let kernel = Kernel::get(stream.context(), &crate::images::GATHER, name)?;
+    let blocks = shape.n.div_ceil(ROWS_BY_KEY_PER);
+    let tiles = shape.cols.div_ceil(256);
+    if blocks > u32::MAX as usize || tiles > 65_535 {
+        return Err(Error::Unsupported {
+            op: "rows_by_key",
+            reason: format!("{} keys of {} columns in one launch", shape.n, shape.cols),
+        });
+    }
+    let config = LaunchConfig {
+        grid: (blocks as u32, tiles as u32, 1),
+        block: (256, 1, 1),
+        shared_bytes: 0,
+    };
+    let (mut pk, mut pp, mut pr, mut po) = (keys.addr(), perm.addr(), rows.addr(), out.addr());
+    let (mut n, mut cols, mut per, mut ir, mut or) = (
+        shape.n as u64,
+        shape.cols as u64,
+        ROWS_BY_KEY_PER as u64,
+        shape.in_rows as u64,
+        shape.out_rows as u64,
+    );
+    let mut params: [*mut c_void; 9] = [
+        (&raw mut pk).cast(),
+        (&raw mut pp).cast(),
+        (&raw mut pr).cast(),
+        (&raw mut po).cast(),
+        (&raw mut n).cast(),
+        (&raw mut cols).cast(),
+        (&raw mut per).cast(),
+        (&raw mut ir).cast(),
+        (&raw mut or).cast(),
+    ];
+    // SAFETY: the parameters match `rows_by_key_<T>(const int64_t*, const int64_t*, const T*,
+    // T*, uint64_t x5)`; the spans hold `n` keys and positions, `in_rows` and `out_rows` rows
+    // of `cols` (checked), and the kernel reads and writes rows only at keys and positions it
+    // checked to lie below those counts.
+    unsafe { kernel.launch(stream, config, &mut params)? };
+    Ok(())
+}
+
+/// Sorted positions a block of `rows_by_key` owns (the runs that start there).
+#[cfg(feature = "cuda")]
+const ROWS_BY_KEY_PER: usize = 16;
+
 /// Queues `gather` on `stream`: `out[i] = src[target(i, idx[i])]` for elements of `elem`
 /// bytes (`src` and `out` as bytes). A bad index value writes 0 and its position lands in
 /// `bad[0]` (atomic minimum: initialise it to `u64::MAX` and read it back before using `out`).
@@ -425,6 +602,92 @@ fn launch(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Sorted keys of `idx` and the positions a stable sort gives.
+    fn sorted(idx: &[i64]) -> (Vec<i64>, Vec<i64>) {
+        let mut perm: Vec<i64> = (0..idx.len() as i64).collect();
+        perm.sort_by_key(|&p| idx[p as usize]);
+        (perm.iter().map(|&p| idx[p as usize]).collect(), perm)
+    }
+
+    /// The sum by key is an in-order accumulation in the wide type: the same bits as adding
+    /// each row, in position order, into an f32 (f64) zero, rounded once, over generated
+    /// indices with repeats, empty and full keys; rows no key names are left as they were;
+    /// bad keys, positions and an unsorted order are errors that write nothing.
+    #[test]
+    fn rows_by_key_sums_each_key_in_position_order() {
+        use half::bf16;
+        use rand::rngs::SmallRng;
+        use rand::{Rng, SeedableRng};
+        let mut rng = SmallRng::seed_from_u64(9);
+        for case in 0..40 {
+            let (n, cols, v) = (
+                rng.random_range(0..300usize),
+                rng.random_range(1..40usize),
+                rng.random_range(1..60usize),
+            );
+            let hot = rng.random_range(1..=v);
+            let idx: Vec<i64> = (0..n).map(|_| rng.random_range(0..hot) as i64).collect();
+            let rows32: Vec<f32> = (0..n * cols).map(|_| rng.random_range(-3.0..3.0)).collect();
+            let (keys, perm) = sorted(&idx);
+            let shape = RowsByKey {
+                n,
+                cols,
+                in_rows: n,
+                out_rows: v,
+            };
+            // f32 and bf16 against the accumulation in position order.
+            let mut want = vec![0f32; v * cols];
+            let mut seen = vec![false; v];
+            for (i, &k) in idx.iter().enumerate() {
+                seen[k as usize] = true;
+                for c in 0..cols {
+                    want[k as usize * cols + c] += rows32[i * cols + c];
+                }
+            }
+            let mut out = vec![7f32; v * cols];
+            rows_by_key(&shape, &keys, &perm, &rows32, &mut out).unwrap();
+            for k in 0..v {
+                for c in 0..cols {
+                    let (got, w) = (out[k * cols + c], want[k * cols + c]);
+                    let w = if seen[k] { w } else { 7.0 };
+                    assert_eq!(got.to_bits(), w.to_bits(), "case {case}: key {k} col {c}");
+                }
+            }
+            let rows16: Vec<bf16> = rows32.iter().map(|&x| bf16::from_f32(x)).collect();
+            let mut want16 = vec![0f32; v * cols];
+            for (i, &k) in idx.iter().enumerate() {
+                for c in 0..cols {
+                    want16[k as usize * cols + c] += rows16[i * cols + c].to_f32();
+                }
+            }
+            let mut out16 = vec![bf16::ZERO; v * cols];
+            rows_by_key(&shape, &keys, &perm, &rows16, &mut out16).unwrap();
+            for (j, (g, w)) in out16.iter().zip(&want16).enumerate() {
+                assert_eq!(*g, bf16::from_f32(*w), "case {case}: bf16 element {j}");
+            }
+        }
+        // Errors: nothing written.
+        let shape = RowsByKey {
+            n: 2,
+            cols: 1,
+            in_rows: 2,
+            out_rows: 3,
+        };
+        let rows = [1f32, 2.0];
+        for (keys, perm) in [
+            ([0i64, 3], [0i64, 1]),
+            ([0, 1], [0, 2]),
+            ([2, 1], [0, 1]),
+            ([-1, 0], [0, 1]),
+        ] {
+            let mut out = [5f32; 3];
+            assert!(rows_by_key(&shape, &keys, &perm, &rows, &mut out).is_err());
+            assert_eq!(out, [5.0; 3]);
+        }
+        let mut short = [0f32; 2];
+        assert!(rows_by_key(&shape, &[0, 1], &[0, 1], &rows, &mut short).is_err());
+    }
 
     fn contiguous(shape: &[usize]) -> Vec<usize> {
         let mut s = vec![1; shape.len()];

@@ -469,6 +469,19 @@ pub(crate) trait Compute {
         d: &Along,
     ) -> Result<()>;
 
+    /// The rows from `self[at]` summed by sorted key into `out` (`out_rows` rows, zeroed by the
+    /// caller): see `genesis_kernels::gather::rows_by_key`; `keys` and `perm` i64 from their
+    /// elements.
+    fn rows_by_key(
+        &self,
+        dtype: DType,
+        at: usize,
+        shape: &genesis_kernels::gather::RowsByKey,
+        keys: (&Self, usize),
+        perm: (&Self, usize),
+        out: &mut Self,
+    ) -> Result<()>;
+
     /// The stable sort of each of `rows` rows of `r` elements from `self[at]` (ascending, or
     /// descending): the first `k` (at most `r`) of each sorted row into `values` (`dtype`)
     /// and `indices` (i64 positions in the row), `rows * k` of each.
@@ -1486,6 +1499,30 @@ impl Compute for [u8] {
             genesis_kernels::softmax::softmax::<T>(op, input, shape, out)?;
             Ok(())
         }, _ => Err(unsupported(op.name(), dtype)))
+    }
+
+    fn rows_by_key(
+        &self,
+        dtype: DType,
+        at: usize,
+        shape: &genesis_kernels::gather::RowsByKey,
+        keys: (&[u8], usize),
+        perm: (&[u8], usize),
+        out: &mut [u8],
+    ) -> Result<()> {
+        let (n, c) = (shape.n, shape.cols);
+        let k = host::<i64>(keys.0, keys.1, n)?;
+        let p = host::<i64>(perm.0, perm.1, n)?;
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
+            genesis_kernels::gather::rows_by_key::<T>(
+                shape,
+                k,
+                p,
+                host::<T>(self, at, shape.in_rows * c)?,
+                host_mut::<T>(out, 0, shape.out_rows * c)?,
+            )?;
+            Ok(())
+        }, _ => Err(unsupported("rows_by_key", dtype)))
     }
 
     fn gather_along(

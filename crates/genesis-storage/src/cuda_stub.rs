@@ -510,6 +510,18 @@ impl Compute for CudaMem {
         match *self {}
     }
 
+    fn rows_by_key(
+        &self,
+        _: DType,
+        _: usize,
+        _: &genesis_kernels::gather::RowsByKey,
+        _: (&CudaMem, usize),
+        _: (&CudaMem, usize),
+        _: &mut CudaMem,
+    ) -> Result<()> {
+        match *self {}
+    }
+
     fn gather_along(
         &self,
         _: DType,

@@ -737,10 +737,13 @@ impl Tensor {
                 let (shape, dtype) = (self.shape().to_vec(), self.dtype());
                 let idx = crate::autograd::Saved::new("index_select", index);
                 Box::new(move |g, _| {
-                    // Scatter-add the rows back: the index broadcast over the other dimensions.
                     let idx = idx.get()?.to_dtype(DType::I64)?;
                     let d = crate::args::wrap_dim("index_select", dim as i64, shape.len())?
                         .unwrap_or(0);
+                    if d == 0 && g.dim() > 0 && g.dtype() == dtype && dtype.is_float() {
+                        return Ok(vec![Some(rows_by_index(&shape, &idx, g)?)]);
+                    }
+                    // Scatter-add the rows back: the index broadcast over the other dimensions.
                     let mut along = vec![1usize; g.dim().max(1)];
                     if g.dim() > 0 {
                         along[d] = idx.numel();
@@ -1356,4 +1359,28 @@ impl Truth<'_> {
         };
         Ok(t.0)
     }
+}
+
+/// The gradient of `index_select` along dimension 0 (an embedding's): the rows of `g` (`[n,
+/// ...]`) summed into the source's rows (`shape`) by the index's values, deterministically:
+/// the index sorted (stable), then each source row's gradient summed in the order of the
+/// positions that chose it, in f32 (f64 for f64), with no atomics
+/// (`Storage::rows_by_key`): the same bits on the CPU and the GPU, run after run.
+fn rows_by_index(shape: &[usize], idx: &Tensor, g: &Tensor) -> Result<Tensor> {
+    let n = idx.numel();
+    let cols: usize = g.shape()[1..].iter().product();
+    let (keys, perm) = idx.reshape([-1])?.sort(0, false)?;
+    let g = g.contiguous()?;
+    let plan = genesis_kernels::gather::RowsByKey {
+        n,
+        cols,
+        in_rows: n,
+        out_rows: shape[0],
+    };
+    fn at(t: &Tensor) -> (&genesis_storage::Storage, usize) {
+        (t.view.storage().as_ref(), t.layout().offset())
+    }
+    let (gs, g0) = at(&g);
+    let out = gs.rows_by_key(g0, &plan, at(&keys), at(&perm))?;
+    Tensor::from_storage(out, shape)
 }

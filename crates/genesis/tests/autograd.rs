@@ -1314,3 +1314,90 @@ fn gradients_of_many_views_of_one_tensor_add_up() {
         }
     }
 }
+
+/// `index_select`'s gradient along dimension 0 (an embedding's) sums each source row's
+/// gradients in the order of the positions that chose it, in f32, without atomics: on every
+/// device within the rounding of f32 sums of an f64 reference, the same bits on the CPU and
+/// the GPU and from run to run (f32 and bf16 rows; repeated, absent and hot indices; rows of
+/// one and many columns; an empty index).
+#[test]
+fn index_select_gradient_along_rows_is_deterministic() {
+    let _release = Release;
+    let g = Generator::new(41);
+    let mut rng = SmallRng::seed_from_u64(41);
+    for case in 0..10 {
+        let v = rng.random_range(1..300usize);
+        let n = if case == 9 {
+            0
+        } else {
+            rng.random_range(1..2000usize)
+        };
+        let hot = if case % 3 == 0 { 3.min(v) } else { v };
+        let rest: Vec<usize> = match case % 4 {
+            0 => vec![1],
+            1 => vec![37],
+            2 => vec![3, 5],
+            _ => vec![768],
+        };
+        let idx: Vec<i64> = (0..n).map(|_| rng.random_range(0..hot) as i64).collect();
+        let cols: usize = rest.iter().product();
+        let gshape: Vec<usize> = [vec![n], rest.clone()].concat();
+        let xshape: Vec<usize> = [vec![v], rest.clone()].concat();
+        let gy64 = g.randn(&gshape[..], DType::F64, CPU).unwrap();
+        for dtype in [DType::F32, DType::BF16] {
+            let mut results: Vec<Vec<f64>> = Vec::new();
+            for dev in devices() {
+                for _run in 0..2 {
+                    let x = Tensor::zeros(&xshape[..], dtype, dev)
+                        .unwrap()
+                        .requires_grad_(true)
+                        .unwrap();
+                    let index = Tensor::from_slice(&idx, [n], dev).unwrap();
+                    let gy = gy64.to_dtype(dtype).unwrap().to(dev).unwrap();
+                    x.index_select(0, &index)
+                        .unwrap()
+                        .mul(&gy)
+                        .unwrap()
+                        .sum()
+                        .unwrap()
+                        .backward()
+                        .unwrap();
+                    let got = x.grad().unwrap().to_dtype(DType::F64).unwrap();
+                    results.push(got.to_vec::<f64>().unwrap());
+                }
+            }
+            // Within the rounding of the sums of the rounded gradients.
+            let gyr = gy64
+                .to_dtype(dtype)
+                .unwrap()
+                .to_dtype(DType::F64)
+                .unwrap()
+                .to_vec::<f64>()
+                .unwrap();
+            let mut abs = vec![0f64; v * cols];
+            let mut exact = vec![0f64; v * cols];
+            for (i, &k) in idx.iter().enumerate() {
+                for c in 0..cols {
+                    abs[k as usize * cols + c] += gyr[i * cols + c].abs();
+                    exact[k as usize * cols + c] += gyr[i * cols + c];
+                }
+            }
+            let unit = if dtype == DType::F32 { 1e-7 } else { 8e-3 };
+            for (j, got) in results[0].iter().enumerate() {
+                let tol = abs[j] * 2e-7 * (n as f64).max(1.0) + exact[j].abs() * unit + 1e-30;
+                assert!(
+                    (got - exact[j]).abs() <= tol,
+                    "case {case} {dtype}: element {j} {got} against {} (tol {tol})",
+                    exact[j]
+                );
+            }
+            for (r, other) in results.iter().enumerate().skip(1) {
+                let same = other
+                    .iter()
+                    .zip(&results[0])
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "case {case} {dtype}: result {r} differs in its bits");
+            }
+        }
+    }
+}

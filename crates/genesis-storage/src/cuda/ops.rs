@@ -990,6 +990,29 @@ impl Compute for CudaMem {
         }, _ => Err(unsupported(op.name(), dtype)))
     }
 
+    fn rows_by_key(
+        &self,
+        dtype: DType,
+        at: usize,
+        shape: &genesis_kernels::gather::RowsByKey,
+        keys: (&CudaMem, usize),
+        perm: (&CudaMem, usize),
+        out: &mut CudaMem,
+    ) -> Result<()> {
+        let (n, c) = (shape.n, shape.cols);
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
+            genesis_kernels::gather::gpu_rows_by_key::<T>(
+                &self.queue(),
+                shape,
+                keys.0.range::<i64>(keys.1, n)?,
+                perm.0.range::<i64>(perm.1, n)?,
+                self.range::<T>(at, shape.in_rows * c)?,
+                out.range_mut::<T>(0, shape.out_rows * c)?,
+            )?;
+            Ok(())
+        }, _ => Err(unsupported("rows_by_key", dtype)))
+    }
+
     fn gather_along(
         &self,
         dtype: DType,

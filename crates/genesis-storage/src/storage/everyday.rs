@@ -244,6 +244,52 @@ impl Storage {
         }
     }
 
+    /// The rows of this storage (`shape.in_rows` rows of `shape.cols` from element `start`)
+    /// summed by key: a new zeroed storage of `shape.out_rows` rows with `out[keys[j]] +=
+    /// rows[perm[j]]`, where `keys` (i64, sorted ascending, each run of equal keys in ascending
+    /// positions: a stable sort's) and `perm` (i64) hold `shape.n` values from their elements.
+    /// Each row is summed in order in f32 (f64 for f64), without atomics: the same bits on
+    /// the CPU and the GPU, run after run (`genesis_kernels::gather::rows_by_key`; f64, f32,
+    /// f16, bf16). The CPU path reports keys or positions out of range or out of order; the
+    /// GPU skips those (callers pass keys they sorted themselves).
+    #[track_caller]
+    pub fn rows_by_key(
+        &self,
+        start: usize,
+        shape: &genesis_kernels::gather::RowsByKey,
+        keys: (&Storage, usize),
+        perm: (&Storage, usize),
+    ) -> Result<Storage> {
+        let name = "rows_by_key";
+        let dtype = self.dtype;
+        super::check_float_only(name, true, dtype)?;
+        let len = |rows: usize| {
+            rows.checked_mul(shape.cols).ok_or(Error::SizeOverflow {
+                len: usize::MAX,
+                dtype,
+            })
+        };
+        self.check_range(name, start, len(shape.in_rows)?)?;
+        keys.0.check_index(name, keys.1, shape.n)?;
+        perm.0.check_index(name, perm.1, shape.n)?;
+        let mut out = Storage::zeros(len(shape.out_rows)?, dtype, self.device())?;
+        match (
+            self.read(name)?.mem(),
+            keys.0.read(name)?.mem(),
+            perm.0.read(name)?.mem(),
+            out.mem_mut(name)?,
+        ) {
+            (Mem::Host(a), Mem::Host(k), Mem::Host(p), MemMut::Host(o)) => {
+                a.rows_by_key(dtype, start, shape, (k, keys.1), (p, perm.1), o)?
+            }
+            (Mem::Cuda(a), Mem::Cuda(k), Mem::Cuda(p), MemMut::Cuda(o)) => {
+                a.rows_by_key(dtype, start, shape, (k, keys.1), (p, perm.1), o)?
+            }
+            _ => return Err(mixed(name)),
+        }
+        Ok(out)
+    }
+
     /// An int64 index storage holding `len` elements from `start`.
     fn check_index(&self, op: &'static str, start: usize, len: usize) -> Result<()> {
         if self.dtype != DType::I64 {

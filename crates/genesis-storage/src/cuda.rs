@@ -204,6 +204,16 @@ impl CudaMem {
         &self.pool.ctx
     }
 
+    /// Tells the pool that work queued on `stream` (a raw `CUstream` of this device, 0 for
+    /// the legacy stream) uses this memory: once freed, it is reused only after that work is
+    /// done. Memory of another process is left alone (its exporter keeps it).
+    pub(crate) fn record_stream(&self, stream: u64) -> Result<()> {
+        if let Some(a) = &self.alloc {
+            self.pool.allocator.record_stream(a, stream)?;
+        }
+        Ok(())
+    }
+
     /// The memory as `len` elements of `T`, for kernels that read it; an error when the
     /// allocation holds fewer bytes.
     pub(crate) fn span<T>(&self, len: usize) -> Result<DeviceSpan<'_, T>> {

@@ -45,6 +45,10 @@ impl CudaMem {
         match *self {}
     }
 
+    pub(crate) fn record_stream(&self, _stream: u64) -> Result<()> {
+        match *self {}
+    }
+
     pub(crate) fn pool_info(&self) -> Option<PoolInfo> {
         match *self {}
     }

@@ -523,6 +523,26 @@ impl Storage {
         self.ptr
     }
 
+    /// Marks a CUDA storage's memory as used by work queued on `stream` (PyTorch's
+    /// `record_stream`), a raw `CUstream` of the storage's device as an integer (0 for the
+    /// legacy stream): when the storage is dropped, the pool reuses its memory only after the
+    /// work queued on that stream so far is done, as it does for the stream the memory was
+    /// allocated on. Needed when another stream than the allocation's reads or writes the
+    /// memory (a library such as NCCL queueing work on a stream of its caller's choice).
+    ///
+    /// The stream must stay alive while the pool holds the memory (the pool records events on
+    /// it when the memory is freed): a stream of the pool (`pooled_stream`), which lives as
+    /// long as the process, or the legacy stream. An error for storages not on a device.
+    pub fn record_stream(&self, stream: u64) -> Result<()> {
+        match &*self.read("record_stream")? {
+            Inner::Cuda(m) => m.record_stream(stream),
+            _ => Err(Error::NotOnDevice {
+                op: "record_stream",
+                device: self.device(),
+            }),
+        }
+    }
+
     /// The device address, if this is on a CUDA device.
     pub fn device_ptr(&self) -> Option<u64> {
         matches!(self.device, Device::Cuda(_)).then_some(self.ptr)

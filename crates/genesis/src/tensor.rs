@@ -1117,6 +1117,37 @@ impl Tensor {
         self.view.storage().version()
     }
 
+    /// The address of the tensor's first element (PyTorch's `data_ptr()`): a device address
+    /// for a CUDA tensor, a host address otherwise; the storage's address plus the view's
+    /// offset in bytes (for an empty tensor the address may point nowhere).
+    ///
+    /// For libraries that queue work on the memory themselves (NCCL): the address stays valid
+    /// while a tensor sharing the storage lives; device work through it must be queued on a
+    /// stream ordered with the tensor's other users (its device's current stream, or another
+    /// one named to [`Tensor::record_stream`]). Host memory must not be touched through it
+    /// while Genesis may read or write the storage.
+    pub fn data_ptr(&self) -> u64 {
+        let st = self.view.storage();
+        st.data_ptr() + (self.layout().offset() * st.dtype().size()) as u64
+    }
+
+    /// Marks this CUDA tensor's memory as used by work queued on `stream` (PyTorch's
+    /// `Tensor.record_stream`): when the last tensor sharing the storage is dropped, the pool
+    /// reuses the memory only once the work queued on `stream` until then is done. Needed when
+    /// the tensor is used on a stream other than the one current when it was allocated.
+    /// An error for a tensor not on CUDA or a stream of another device.
+    pub fn record_stream(&self, stream: &crate::cuda::Stream) -> Result<()> {
+        if self.device() != Device::Cuda(stream.device()) {
+            return Err(Error::DeviceMismatch {
+                op: "record_stream",
+                lhs: self.device(),
+                rhs: Device::Cuda(stream.device()),
+            });
+        }
+        // Facade streams are pooled or the legacy stream: they outlive the pool's use.
+        Ok(self.view.storage().record_stream(stream.id())?)
+    }
+
     /// The first element of a contiguous tensor (an error for a strided one), for the `_out`
     /// destinations, which are written as one run.
     pub(crate) fn in_place_start(&self, op: &'static str) -> Result<usize> {

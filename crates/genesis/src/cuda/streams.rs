@@ -180,6 +180,18 @@ mod imp {
             self.inner.id()
         }
 
+        /// The raw `CUstream` handle (0 for the default stream), made ready for work another
+        /// library (NCCL, cuBLAS) queues on it: the device's pending batch of small ops is
+        /// launched first, so that it runs before that work, and the device's primary context
+        /// is made current on this thread, the one the CUDA runtime inside such a library
+        /// takes its device from. Work queued through the handle is ordered with Genesis's
+        /// own on the stream; memory it uses on a stream other than its allocation's must be
+        /// named with [`crate::Tensor::record_stream`].
+        pub fn external_handle(&self) -> Result<u64> {
+            cuda(self.inner.context().bind())?;
+            Ok(self.inner.id())
+        }
+
         /// Waits until all work queued on the stream has completed.
         pub fn synchronize(&self) -> Result<()> {
             cuda(self.inner.synchronize())
@@ -323,6 +335,11 @@ mod imp {
 
         /// The raw `CUstream` handle as an integer.
         pub fn id(&self) -> u64 {
+            match self.never {}
+        }
+
+        /// The raw `CUstream` handle, made ready for another library's work.
+        pub fn external_handle(&self) -> Result<u64> {
             match self.never {}
         }
 

@@ -78,6 +78,98 @@ pub enum Error {
         /// How it ended.
         status: String,
     },
+    /// An NCCL call (communicator creation, a collective, its completion) did not finish in
+    /// time: the communicator was aborted.
+    #[error("{op}: NCCL did not finish within {after:?}; the communicator was aborted")]
+    NcclTimeout {
+        /// The call or collective.
+        op: &'static str,
+        /// The time it was given.
+        after: Duration,
+    },
+    /// The communicator was aborted (after an error, a timeout, or [`crate::ProcessGroup::abort`]):
+    /// it takes no more calls.
+    #[error("{op}: the communicator was aborted ({reason})")]
+    Aborted {
+        /// The call refused.
+        op: &'static str,
+        /// Why it was aborted.
+        reason: String,
+    },
+    /// A tensor that is not on a CUDA device.
+    #[error("{op}: {what} is on {device}; collectives take CUDA tensors")]
+    NotOnCuda {
+        /// The collective.
+        op: &'static str,
+        /// Which argument.
+        what: &'static str,
+        /// Its device.
+        device: genesis::Device,
+    },
+    /// A tensor on another device than the communicator's.
+    #[error("{op}: {what} is on {found}, the communicator on {expected}")]
+    WrongDevice {
+        /// The collective.
+        op: &'static str,
+        /// Which argument.
+        what: &'static str,
+        /// The communicator's device.
+        expected: genesis::Device,
+        /// The tensor's.
+        found: genesis::Device,
+    },
+    /// A tensor that is not contiguous (NCCL reads and writes one run of memory).
+    #[error(
+        "{op}: {what} is not contiguous (shape {shape:?}, strides {strides:?}); call .contiguous()"
+    )]
+    NotContiguous {
+        /// The collective.
+        op: &'static str,
+        /// Which argument.
+        what: &'static str,
+        /// Its shape.
+        shape: Vec<usize>,
+        /// Its strides.
+        strides: Vec<isize>,
+    },
+    /// A dtype NCCL has no type for (int16), or a reduction it cannot do on the dtype
+    /// (average of bool).
+    #[error("{op}: {reason}")]
+    UnsupportedDType {
+        /// The collective.
+        op: &'static str,
+        /// The dtype.
+        dtype: genesis::DType,
+        /// What is missing.
+        reason: String,
+    },
+    /// Two tensors of one collective with different dtypes.
+    #[error("{op}: {what} is {found}, expected {expected}")]
+    DTypeMismatch {
+        /// The collective.
+        op: &'static str,
+        /// Which argument.
+        what: &'static str,
+        /// The dtype needed.
+        expected: genesis::DType,
+        /// The dtype given.
+        found: genesis::DType,
+    },
+    /// A tensor of the wrong number of elements for the collective.
+    #[error("{op}: {what} has {found} elements, expected {expected}")]
+    SizeMismatch {
+        /// The collective.
+        op: &'static str,
+        /// Which argument.
+        what: String,
+        /// The count needed.
+        expected: usize,
+        /// The count given.
+        found: usize,
+    },
+    /// An error of the tensor library (devices, streams, events).
+    #[error(transparent)]
+    Tensor(#[from] genesis::Error),
     /// Bad input.
     #[error("{op}: {reason}")]
     InvalidArgument {

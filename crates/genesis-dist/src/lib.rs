@@ -14,12 +14,17 @@
 //! Without a GPU or NCCL everything here builds and its tests run (loading NCCL then reports
 //! where it looked).
 
+mod comm;
 pub mod env;
 mod error;
 pub mod launch;
 pub mod nccl;
 pub mod store;
 
+pub use comm::{
+    DEFAULT_TIMEOUT, ProcessGroup, ReduceOp, Work, group, init_process_group, nccl_types,
+    shared_nccl,
+};
 pub use env::GroupEnv;
 pub use error::{Error, Result};
 pub use launch::{Launch, launch};

@@ -68,6 +68,67 @@ pub enum DataType {
     BF16 = 9,
 }
 
+/// `ncclInProgress`: a call on a non-blocking communicator is still running (poll
+/// `ncclCommGetAsyncError`).
+pub const IN_PROGRESS: NcclResult = 7;
+
+/// `NCCL_CONFIG_UNDEF_INT`: a configuration field left to NCCL.
+const UNDEF_INT: c_int = c_int::MIN;
+
+/// NCCL's `ncclConfig_t` as of 2.18 (`MIN_VERSION`). NCCL reads `size` bytes of it and keeps
+/// its defaults for the fields of later versions, so this prefix is valid for every NCCL
+/// Genesis loads.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct Config {
+    size: usize,
+    magic: u32,
+    version: u32,
+    /// 0: non-blocking (calls may return [`IN_PROGRESS`]); 1: blocking.
+    pub blocking: c_int,
+    cga_cluster_size: c_int,
+    min_ctas: c_int,
+    max_ctas: c_int,
+    net_name: *const c_char,
+    split_share: c_int,
+}
+
+impl Config {
+    /// `NCCL_CONFIG_INITIALIZER` (every field NCCL's default) with `blocking` set.
+    pub fn new(blocking: bool) -> Config {
+        Config {
+            size: size_of::<Config>(),
+            magic: 0xcafe_beef,
+            version: 21800,
+            blocking: c_int::from(blocking),
+            cga_cluster_size: UNDEF_INT,
+            min_ctas: UNDEF_INT,
+            max_ctas: UNDEF_INT,
+            net_name: std::ptr::null(),
+            split_share: UNDEF_INT,
+        }
+    }
+}
+
+/// Sets `NCCL_NVLS_ENABLE=0` (NVLink multicast off, the setting Genesis's machines need and
+/// its reference figures were measured with) unless the user set it; called before every
+/// communicator is created. NCCL reads its environment when it creates a communicator.
+pub fn disable_nvls_unless_set() {
+    use std::sync::Mutex;
+    static LOCK: Mutex<bool> = Mutex::new(false);
+    let mut done = LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    if *done {
+        return;
+    }
+    *done = true;
+    if std::env::var_os("NCCL_NVLS_ENABLE").is_none() {
+        // SAFETY: `set_var` races with other threads reading the environment through libc.
+        // Genesis itself reads it only at start-up and under this lock here; NCCL reads it
+        // while creating a communicator, which happens after this call on this thread.
+        unsafe { std::env::set_var("NCCL_NVLS_ENABLE", "0") };
+    }
+}
+
 /// NCCL's reductions (`ncclRedOp_t`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(i32)]
@@ -87,6 +148,8 @@ pub enum RedOp {
 type GetVersion = unsafe extern "C" fn(*mut c_int) -> NcclResult;
 type GetUniqueId = unsafe extern "C" fn(*mut UniqueId) -> NcclResult;
 type CommInitRank = unsafe extern "C" fn(*mut NcclComm, c_int, UniqueId, c_int) -> NcclResult;
+type CommInitRankConfig =
+    unsafe extern "C" fn(*mut NcclComm, c_int, UniqueId, c_int, *mut Config) -> NcclResult;
 type CommOp = unsafe extern "C" fn(NcclComm) -> NcclResult;
 type CommGetAsyncError = unsafe extern "C" fn(NcclComm, *mut NcclResult) -> NcclResult;
 type GetErrorString = unsafe extern "C" fn(NcclResult) -> *const c_char;
@@ -145,6 +208,7 @@ type SendRecv =
 pub struct Functions {
     pub get_unique_id: GetUniqueId,
     pub comm_init_rank: CommInitRank,
+    pub comm_init_rank_config: CommInitRankConfig,
     pub comm_destroy: CommOp,
     pub comm_abort: CommOp,
     pub comm_get_async_error: CommGetAsyncError,
@@ -345,6 +409,7 @@ impl Nccl {
         let fns = Functions {
             get_unique_id: sym(&lib, &path, "ncclGetUniqueId")?,
             comm_init_rank: sym(&lib, &path, "ncclCommInitRank")?,
+            comm_init_rank_config: sym(&lib, &path, "ncclCommInitRankConfig")?,
             comm_destroy: sym(&lib, &path, "ncclCommDestroy")?,
             comm_abort: sym(&lib, &path, "ncclCommAbort")?,
             comm_get_async_error: sym(&lib, &path, "ncclCommGetAsyncError")?,
@@ -410,6 +475,15 @@ impl Nccl {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_config_is_nccl_2_18s_layout() {
+        // size_t, 2 x unsigned, 4 x int, a pointer, an int (padded): 48 bytes on 64-bit.
+        assert_eq!(size_of::<Config>(), 48);
+        let c = Config::new(false);
+        assert_eq!((c.size, c.magic, c.blocking), (48, 0xcafe_beef, 0));
+        assert_eq!(Config::new(true).blocking, 1);
+    }
 
     #[test]
     fn versions_decode_both_encodings() {

@@ -1,0 +1,164 @@
+//! All-reduce bus bandwidth, f32 sum in place, from 1 MiB to 4 GiB (doubling), as
+//! nccl-tests measures it: busbw = bytes / time x 2(n-1)/n, time the median of 20 runs after
+//! 5 warm-up runs, each timed by device events on every GPU (the slowest GPU's time).
+//! `xtask/gpu/torch_allreduce.py` is PyTorch's side (same sizes, same formula).
+//!
+//! Two ways to run it:
+//!
+//! - one process per GPU: `genesis-launch --nproc N target/release/deps/allreduce_busbw-*`
+//!   (the environment names the rank; rank 0 prints);
+//! - one process driving every GPU (or `GENESIS_DIST_GPUS` of them): run the binary alone.
+//!
+//! `GENESIS_BENCH_MAX_MIB` caps the largest size; the table goes to standard output and JSON
+//! to `$GENESIS_BENCH_JSON`, else `$OUT/allreduce_busbw.json` when `OUT` is set. Prints
+//! "skipped" without a GPU or NCCL. NCCL_NVLS_ENABLE=0 unless set (see `genesis_dist`).
+
+use std::time::Duration;
+
+use genesis::cuda::{Event, Stream};
+use genesis::{DType, Tensor};
+use genesis_dist::{GroupEnv, ProcessGroup, ReduceOp, Result, group, shared_nccl};
+
+const WARMUP: usize = 5;
+const RUNS: usize = 20;
+const T: Duration = Duration::from_secs(300);
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("allreduce_busbw: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<()> {
+    let gpus = genesis::cuda::device_count();
+    if gpus == 0 {
+        println!("allreduce_busbw: skipped (no CUDA device)");
+        return Ok(());
+    }
+    if let Err(e) = shared_nccl() {
+        println!("allreduce_busbw: skipped ({e})");
+        return Ok(());
+    }
+    let pgs = if std::env::var_os("RANK").is_some() {
+        vec![ProcessGroup::new(&GroupEnv::from_env()?, T)?]
+    } else {
+        let n = std::env::var("GENESIS_DIST_GPUS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(gpus, |g: usize| g.clamp(1, gpus));
+        ProcessGroup::new_local(&(0..n).collect::<Vec<_>>(), T)?
+    };
+    let n = pgs[0].size();
+    let lead = pgs[0].rank() == 0;
+    let max_mib: usize = std::env::var("GENESIS_BENCH_MAX_MIB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4096);
+    let mode = if pgs.len() == 1 && n > 1 {
+        "one process per GPU"
+    } else {
+        "one process, every GPU"
+    };
+    if lead {
+        println!(
+            "all_reduce f32 sum, {n} x {}, {mode}, NCCL {:?}, NCCL_NVLS_ENABLE={}",
+            genesis::cuda::get_device_name(0).unwrap_or_default(),
+            shared_nccl()?.version(),
+            std::env::var("NCCL_NVLS_ENABLE").unwrap_or_default(),
+        );
+        println!(
+            "{:>12} {:>12} {:>12} {:>12}",
+            "bytes", "time (us)", "algbw GB/s", "busbw GB/s"
+        );
+    }
+    let mut rows = Vec::new();
+    let mut mib = 1;
+    while mib <= max_mib {
+        let bytes = mib << 20;
+        let elems = bytes / 4;
+        let tensors: Vec<Tensor> = pgs
+            .iter()
+            .map(|pg| Tensor::rand([elems], DType::F32, pg.device()))
+            .collect::<genesis::Result<_>>()?;
+        let streams: Vec<Stream> = pgs
+            .iter()
+            .map(|pg| Stream::current(ordinal(pg)))
+            .collect::<genesis::Result<_>>()?;
+        let mut times = Vec::with_capacity(RUNS);
+        for run in 0..WARMUP + RUNS {
+            let mut marks = Vec::with_capacity(pgs.len());
+            for (pg, s) in pgs.iter().zip(&streams) {
+                let start = Event::new(ordinal(pg), true)?;
+                start.record(s)?;
+                marks.push(start);
+            }
+            let works = group(|| {
+                pgs.iter()
+                    .zip(&tensors)
+                    .map(|(pg, t)| pg.all_reduce(t, ReduceOp::Sum))
+                    .collect::<Result<Vec<_>>>()
+            })?;
+            let mut ms = 0f32;
+            for ((pg, s), start) in pgs.iter().zip(&streams).zip(&marks) {
+                let end = Event::new(ordinal(pg), true)?;
+                end.record(s)?;
+                end.synchronize()?;
+                ms = ms.max(end.elapsed_ms(start)?);
+            }
+            for w in &works {
+                w.wait()?;
+            }
+            if run >= WARMUP {
+                times.push(f64::from(ms) * 1e-3);
+            }
+        }
+        times.sort_by(f64::total_cmp);
+        let t = times[times.len() / 2];
+        let algbw = bytes as f64 / t / 1e9;
+        let busbw = algbw * 2.0 * (n as f64 - 1.0) / n as f64;
+        if lead {
+            println!("{bytes:>12} {:>12.1} {algbw:>12.1} {busbw:>12.1}", t * 1e6);
+        }
+        rows.push((bytes, t, algbw, busbw));
+        drop(tensors);
+        mib *= 2;
+    }
+    if lead {
+        write_json(n, mode, &rows);
+    }
+    Ok(())
+}
+
+fn ordinal(pg: &ProcessGroup) -> usize {
+    match pg.device() {
+        genesis::Device::Cuda(d) => d,
+        genesis::Device::Cpu => 0,
+    }
+}
+
+fn write_json(n: usize, mode: &str, rows: &[(usize, f64, f64, f64)]) {
+    let path = std::env::var("GENESIS_BENCH_JSON").ok().or_else(|| {
+        std::env::var("OUT")
+            .ok()
+            .map(|o| format!("{o}/allreduce_busbw.json"))
+    });
+    let Some(path) = path else {
+        return;
+    };
+    let rows: Vec<String> = rows
+        .iter()
+        .map(|(b, t, a, bus)| {
+            format!(
+                "{{\"bytes\": {b}, \"time_s\": {t:e}, \"algbw_gbs\": {a:.3}, \"busbw_gbs\": {bus:.3}}}"
+            )
+        })
+        .collect();
+    let json = format!(
+        "{{\"bench\": \"allreduce_busbw\", \"impl\": \"genesis\", \"gpus\": {n}, \"mode\": \"{mode}\", \"dtype\": \"float32\", \"rows\": [\n  {}\n]}}\n",
+        rows.join(",\n  ")
+    );
+    if let Err(e) = std::fs::write(&path, json) {
+        eprintln!("allreduce_busbw: writing {path}: {e}");
+    }
+}

@@ -100,6 +100,11 @@ for step in $steps; do
         if python3 "$B/$t.py" >> "$OUT/bench.log" 2>&1; then r=ok; else r=FAILED; status=1; fi
         summary+=("torch     $t.py: $r")
       done
+      # PyTorch's side of gpu_allreduce: one process per GPU under torchrun (NVLS off).
+      ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+      echo "== torch_allreduce.py ($ngpu GPUs)" >> "$OUT/bench.log"
+      if NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} python3 -m torch.distributed.run --nproc-per-node "${ngpu:-1}" "$B/torch_allreduce.py" "$OUT/torch_allreduce.json" >> "$OUT/bench.log" 2>&1; then r=ok; else r=FAILED; status=1; fi
+      summary+=("torch     torch_allreduce.py: $r")
       if [ -f "$OUT/gpu_matmul.json" ]; then
         echo "== torch_matmul.py (torch.matmul on gpu_matmul's rows, with the ratios)" >> "$OUT/bench.log"
         if python3 "$B/torch_matmul.py" "$OUT/gpu_matmul.json" "$OUT/torch_matmul.json" >> "$OUT/bench.log" 2>&1; then r=ok; else r=FAILED; status=1; fi

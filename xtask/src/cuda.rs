@@ -245,6 +245,7 @@ pub(crate) fn gpu_bundle() -> DynResult {
         "torch_matmul.py",
         "torch_attention.py",
         "torch_fused.py",
+        "torch_allreduce.py",
         "compare.py",
     ] {
         let src = root().join("xtask/gpu").join(script);

@@ -649,7 +649,7 @@ impl Work {
 static GROUPS: AtomicUsize = AtomicUsize::new(0);
 
 /// Creates this process's group from its environment (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`,
-/// `MASTER_ADDR`, `MASTER_PORT`, as [`crate::launch`] and `torchrun` set them), with
+/// `MASTER_ADDR`, `MASTER_PORT`, as [`mod@crate::launch`] and `torchrun` set them), with
 /// [`DEFAULT_TIMEOUT`] (PyTorch's `init_process_group("nccl")`).
 pub fn init_process_group() -> Result<ProcessGroup> {
     ProcessGroup::new(&GroupEnv::from_env()?, DEFAULT_TIMEOUT)

@@ -1,4 +1,6 @@
-//! Genesis on many GPUs. This crate holds what runs before and around the collectives:
+//! Genesis on many GPUs: [`ProcessGroup`] and the collectives on [`genesis::Tensor`]s
+//! (`all_reduce`, `broadcast`, `reduce`, `all_gather`, `reduce_scatter_tensor`, `send`,
+//! `recv`, [`group`]; see [`mod@comm`]), and what runs around them:
 //!
 //! - [`nccl`]: NCCL loaded at run time (building needs no NCCL): from an explicit path, a copy
 //!   the process already loaded, the `nvidia-nccl` Python wheel, or the system; its version
@@ -14,7 +16,7 @@
 //! Without a GPU or NCCL everything here builds and its tests run (loading NCCL then reports
 //! where it looked).
 
-mod comm;
+pub mod comm;
 pub mod env;
 mod error;
 pub mod launch;

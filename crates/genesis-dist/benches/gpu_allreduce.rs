@@ -1,16 +1,17 @@
 //! All-reduce bus bandwidth, f32 sum in place, from 1 MiB to 4 GiB (doubling), as
 //! nccl-tests measures it: busbw = bytes / time x 2(n-1)/n, time the median of 20 runs after
-//! 5 warm-up runs, each timed by device events on every GPU (the slowest GPU's time).
+//! 5 warm-up runs, each timed by device events on every GPU (the slowest GPU's time, over every process).
 //! `xtask/gpu/torch_allreduce.py` is PyTorch's side (same sizes, same formula).
 //!
 //! Two ways to run it:
 //!
-//! - one process per GPU: `genesis-launch --nproc N target/release/deps/allreduce_busbw-*`
+//! - one process per GPU: `genesis-launch --nproc N target/release/deps/gpu_allreduce-*`
 //!   (the environment names the rank; rank 0 prints);
 //! - one process driving every GPU (or `GENESIS_DIST_GPUS` of them): run the binary alone.
 //!
 //! `GENESIS_BENCH_MAX_MIB` caps the largest size; the table goes to standard output and JSON
-//! to `$GENESIS_BENCH_JSON`, else `$OUT/allreduce_busbw.json` when `OUT` is set. Prints
+//! to `--json PATH` (as `xtask/gpu/run.sh` passes it), else `$OUT/gpu_allreduce.json` when
+//! `OUT` is set. Prints
 //! "skipped" without a GPU or NCCL. NCCL_NVLS_ENABLE=0 unless set (see `genesis_dist`).
 
 use std::time::Duration;
@@ -25,7 +26,7 @@ const T: Duration = Duration::from_secs(300);
 
 fn main() {
     if let Err(e) = run() {
-        eprintln!("allreduce_busbw: {e}");
+        eprintln!("gpu_allreduce: {e}");
         std::process::exit(1);
     }
 }
@@ -33,11 +34,11 @@ fn main() {
 fn run() -> Result<()> {
     let gpus = genesis::cuda::device_count();
     if gpus == 0 {
-        println!("allreduce_busbw: skipped (no CUDA device)");
+        println!("gpu_allreduce: skipped (no CUDA device)");
         return Ok(());
     }
     if let Err(e) = shared_nccl() {
-        println!("allreduce_busbw: skipped ({e})");
+        println!("gpu_allreduce: skipped ({e})");
         return Ok(());
     }
     let pgs = if std::env::var_os("RANK").is_some() {
@@ -109,6 +110,12 @@ fn run() -> Result<()> {
             for w in &works {
                 w.wait()?;
             }
+            if pgs.len() == 1 && n > 1 {
+                // One GPU a process: the slowest rank's time (outside the timed region).
+                let t = Tensor::from_slice(&[ms], [1usize], pgs[0].device())?;
+                pgs[0].all_reduce(&t, ReduceOp::Max)?.wait()?;
+                ms = t.to_vec::<f32>()?[0];
+            }
             if run >= WARMUP {
                 times.push(f64::from(ms) * 1e-3);
             }
@@ -138,10 +145,11 @@ fn ordinal(pg: &ProcessGroup) -> usize {
 }
 
 fn write_json(n: usize, mode: &str, rows: &[(usize, f64, f64, f64)]) {
-    let path = std::env::var("GENESIS_BENCH_JSON").ok().or_else(|| {
+    let mut args = std::env::args().skip_while(|a| a != "--json");
+    let path = args.nth(1).or_else(|| {
         std::env::var("OUT")
             .ok()
-            .map(|o| format!("{o}/allreduce_busbw.json"))
+            .map(|o| format!("{o}/gpu_allreduce.json"))
     });
     let Some(path) = path else {
         return;
@@ -155,10 +163,10 @@ fn write_json(n: usize, mode: &str, rows: &[(usize, f64, f64, f64)]) {
         })
         .collect();
     let json = format!(
-        "{{\"bench\": \"allreduce_busbw\", \"impl\": \"genesis\", \"gpus\": {n}, \"mode\": \"{mode}\", \"dtype\": \"float32\", \"rows\": [\n  {}\n]}}\n",
+        "{{\"bench\": \"gpu_allreduce\", \"impl\": \"genesis\", \"gpus\": {n}, \"mode\": \"{mode}\", \"dtype\": \"float32\", \"rows\": [\n  {}\n]}}\n",
         rows.join(",\n  ")
     );
     if let Err(e) = std::fs::write(&path, json) {
-        eprintln!("allreduce_busbw: writing {path}: {e}");
+        eprintln!("gpu_allreduce: writing {path}: {e}");
     }
 }

@@ -22,12 +22,17 @@
 // PyTorch). scatter_add: atomic adds (f16/bf16 in their own precision, as PyTorch's), so float
 // sums depend on the order of arrival; integers wrap.
 //
-// rows_by_key (index_select's backward along dim 0, the embedding's): `out[keys[j]] += rows[
-// perm[j]]` for keys sorted ascending (a stable sort: `perm` ascending within equal keys), with
-// no atomics: the thread of column c of the block that owns the first position of a run of
-// equal keys sums the run's rows in order, in f32 (f64 for f64), and writes the row once. Rows
-// no key names are left as they are (the caller zeroes `out`). Deterministic: every output
-// element is one fixed sequence of additions, the same as the CPU twin's.
+// rows_by_key (index_select's backward along dim 0, the embedding's): `out[keys[j]] = sum of
+// rows[perm[j]]` over each run of equal keys, for keys sorted ascending (a stable sort: `perm`
+// ascending within equal keys), with no atomics, in f32 (f64 for f64). The sorted positions
+// are cut into chunks of RK_CHUNK: pass 1 (block x = chunk, a thread a column) sums each run's
+// piece inside the chunk in order; a run wholly inside writes its row, a piece of a run that
+// crosses a chunk boundary goes to the workspace (slot 0: the chunk's first piece, continuing
+// a run from before; slot 1: its last piece, starting a run that goes on). Pass 2: the chunk
+// where such a run starts adds its slot 1 and the following chunks' slot 0 in order and writes
+// the row. A hot key (a frequent token) is summed by many blocks at once, not by one thread.
+// Rows no key names are left as they are (the caller zeroes `out`). Deterministic: every output
+// element is one fixed sequence of additions, the CPU twin's.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
@@ -191,9 +196,11 @@ GA_ADD(bf16, __nv_bfloat16)
 GA_ADD(i32, int32_t)
 GA_ADD(i64, int64_t)
 
-// ---- rows_by_key: blockIdx.x owns sorted positions [x per, (x + 1) per) (a run that starts
-// there is summed to its end, past the range if it goes on; a run that started before is
-// skipped), blockIdx.y a tile of blockDim.x columns, a thread a column.
+
+// ---- rows_by_key. Keys outside 0..out_rows and positions outside 0..in_rows are skipped
+// (never read or written through), so a bad argument cannot reach memory; the caller's keys
+// come from its own sort.
+#define RK_CHUNK 32
 template <typename T> struct RkAcc { typedef float A; };
 template <> struct RkAcc<double> { typedef double A; };
 __device__ __forceinline__ float rk_load(float v) { return v; }
@@ -205,38 +212,67 @@ __device__ __forceinline__ void rk_store(double *p, double a) { *p = a; }
 __device__ __forceinline__ void rk_store(__half *p, float a) { *p = __float2half_rn(a); }
 __device__ __forceinline__ void rk_store(__nv_bfloat16 *p, float a) { *p = __float2bfloat16_rn(a); }
 
-// Keys outside 0..out_rows and positions outside 0..in_rows are skipped (never read or written
-// through), so a bad argument cannot reach memory; the caller's keys come from its own sort.
+struct RkArgs {
+    const int64_t *keys, *perm;
+    const void *rows;
+    void *out, *ws;  // ws: A [chunks][2][cols]
+    uint64_t n, cols, in_rows, out_rows;
+};
+
 template <typename T>
-__device__ __forceinline__ void rows_by_key_impl(const int64_t *keys, const int64_t *perm, const T *rows, T *out,
-                                                 uint64_t n, uint64_t cols, uint64_t per, uint64_t in_rows,
-                                                 uint64_t out_rows) {
+__device__ __forceinline__ void rk_pass1(const RkArgs &a) {
     typedef typename RkAcc<T>::A A;
     const uint64_t c = (uint64_t)blockIdx.y * blockDim.x + threadIdx.x;
-    if (c >= cols) return;
-    const uint64_t j0 = (uint64_t)blockIdx.x * per, j1 = min(n, j0 + per);
+    if (c >= a.cols) return;
+    const uint64_t chunk = blockIdx.x, j0 = chunk * RK_CHUNK, j1 = min(a.n, j0 + RK_CHUNK);
+    const T *rows = reinterpret_cast<const T *>(a.rows);
+    A *ws = reinterpret_cast<A *>(a.ws) + chunk * 2 * a.cols;
     uint64_t j = j0;
-    if (j0 > 0 && j0 < n) {
-        const int64_t before = keys[j0 - 1];
-        while (j < j1 && keys[j] == before) ++j;
-    }
     while (j < j1) {
-        const int64_t k = keys[j];
+        const int64_t k = a.keys[j];
+        const bool starts = j == 0 || a.keys[j - 1] != k;
         A acc = 0;
         do {
-            const int64_t p = perm[j];
-            if (p >= 0 && (uint64_t)p < in_rows) acc += (A)rk_load(rows[(uint64_t)p * cols + c]);
+            const int64_t p = a.perm[j];
+            if (p >= 0 && (uint64_t)p < a.in_rows) acc += (A)rk_load(rows[(uint64_t)p * a.cols + c]);
             ++j;
-        } while (j < n && keys[j] == k);
-        if (k >= 0 && (uint64_t)k < out_rows) rk_store(out + (uint64_t)k * cols + c, acc);
+        } while (j < j1 && a.keys[j] == k);
+        const bool ends = j == a.n || a.keys[j] != k;
+        if (!starts)
+            ws[c] = acc;  // the chunk's first piece, of a run from an earlier chunk
+        else if (!ends)
+            ws[a.cols + c] = acc;  // the chunk's last piece, of a run going on
+        else if (k >= 0 && (uint64_t)k < a.out_rows)
+            rk_store(reinterpret_cast<T *>(a.out) + (uint64_t)k * a.cols + c, acc);
     }
 }
 
+template <typename T>
+__device__ __forceinline__ void rk_pass2(const RkArgs &a) {
+    typedef typename RkAcc<T>::A A;
+    const uint64_t c = (uint64_t)blockIdx.y * blockDim.x + threadIdx.x;
+    if (c >= a.cols) return;
+    const uint64_t chunk = blockIdx.x, j0 = chunk * RK_CHUNK, j1 = min(a.n, j0 + RK_CHUNK);
+    // Does a run start in this chunk and go on past it?
+    if (j1 >= a.n || a.keys[j1 - 1] != a.keys[j1]) return;
+    const int64_t k = a.keys[j1 - 1];
+    if (j0 > 0 && a.keys[j0 - 1] == k) return;  // it started before: another chunk's run
+    const A *ws = reinterpret_cast<const A *>(a.ws);
+    A acc = ws[(chunk * 2 + 1) * a.cols + c];
+    for (uint64_t q = chunk + 1;; ++q) {
+        acc += ws[q * 2 * a.cols + c];
+        const uint64_t end = min(a.n, (q + 1) * RK_CHUNK);
+        if (end == a.n || a.keys[end] != k) break;
+    }
+    if (k >= 0 && (uint64_t)k < a.out_rows) rk_store(reinterpret_cast<T *>(a.out) + (uint64_t)k * a.cols + c, acc);
+}
+
 #define RK(NAME, T)                                                                                       \
-    extern "C" __global__ void __launch_bounds__(GA_THREADS)                                              \
-        rows_by_key_##NAME(const int64_t *keys, const int64_t *perm, const T *rows, T *out, uint64_t n,    \
-                           uint64_t cols, uint64_t per, uint64_t in_rows, uint64_t out_rows) {            \
-        rows_by_key_impl<T>(keys, perm, rows, out, n, cols, per, in_rows, out_rows);                      \
+    extern "C" __global__ void __launch_bounds__(GA_THREADS) rows_by_key1_##NAME(const RkArgs a) {        \
+        rk_pass1<T>(a);                                                                                   \
+    }                                                                                                     \
+    extern "C" __global__ void __launch_bounds__(GA_THREADS) rows_by_key2_##NAME(const RkArgs a) {        \
+        rk_pass2<T>(a);                                                                                   \
     }
 RK(f64, double)
 RK(f32, float)

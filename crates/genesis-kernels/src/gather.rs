@@ -17,8 +17,9 @@
 //!
 //! [`rows_by_key`] is the deterministic sum of rows by key that `index_select`'s backward along
 //! dimension 0 (an embedding's) needs: with the keys sorted (stably), each run of equal keys is
-//! summed in order by one thread a column, in f32 (f64 for f64), without atomics: the twin and
-//! the kernels give the same bits on any device.
+//! summed in f32 (f64 for f64) in pieces of at most [`ROWS_BY_KEY_CHUNK`] sorted positions (in
+//! parallel, so that a frequent key is not one thread's long loop), the pieces added in order,
+//! without atomics: the twin and the kernels give the same bits on any device.
 
 use crate::real::{FusedElement, Real};
 use crate::{Element, Error, Result};
@@ -321,10 +322,11 @@ impl RowsByKey {
     }
 }
 
-/// CPU twin of `rows_by_key_<T>`: for `keys` sorted ascending and `perm` (each run of equal
-/// keys in ascending positions, as a stable sort gives), `out[k] = sum of rows[perm[j]]` over
-/// the run of key `k`, summed in order in `T::Acc` and rounded once; rows no key names are
-/// left as they are. A key outside `0..out_rows`, a position outside `0..in_rows`
+/// CPU twin of the `rows_by_key` kernels: for `keys` sorted ascending and `perm` (each run of
+/// equal keys in ascending positions, as a stable sort gives), `out[k] = sum of rows[perm[j]]`
+/// over the run of key `k`, in `T::Acc`: each piece of the run between multiples of
+/// [`ROWS_BY_KEY_CHUNK`] summed in order from zero, the pieces added in order, rounded once;
+/// rows no key names are left as they are. A key outside `0..out_rows`, a position outside `0..in_rows`
 /// ([`Error::IndexOutOfRange`]) or keys out of order ([`Error::Unsupported`]): an error, with
 /// `out` untouched.
 pub fn rows_by_key<T: FusedElement>(
@@ -357,29 +359,61 @@ pub fn rows_by_key<T: FusedElement>(
         }
     }
     let c = shape.cols;
-    let mut acc = vec![T::Acc::of_f64(0.0); c];
+    let zero = T::Acc::of_f64(0.0);
+    let (mut total, mut piece) = (vec![zero; c], vec![zero; c]);
     let mut j = 0;
     while j < keys.len() {
+        // One run of equal keys, summed piece by piece (the pieces cut at multiples of
+        // ROWS_BY_KEY_CHUNK, as the kernels' chunks), the pieces added in order.
         let k = keys[j];
-        acc.iter_mut().for_each(|a| *a = T::Acc::of_f64(0.0));
+        let mut first = true;
         while j < keys.len() && keys[j] == k {
-            let row = &rows[perm[j] as usize * c..][..c];
-            for (a, v) in acc.iter_mut().zip(row) {
-                *a = *a + v.acc();
+            piece.iter_mut().for_each(|a| *a = zero);
+            let end = (j / ROWS_BY_KEY_CHUNK + 1) * ROWS_BY_KEY_CHUNK;
+            while j < keys.len() && j < end && keys[j] == k {
+                let row = &rows[perm[j] as usize * c..][..c];
+                for (a, v) in piece.iter_mut().zip(row) {
+                    *a = *a + v.acc();
+                }
+                j += 1;
             }
-            j += 1;
+            if first {
+                total.copy_from_slice(&piece);
+                first = false;
+            } else {
+                for (t, p) in total.iter_mut().zip(&piece) {
+                    *t = *t + *p;
+                }
+            }
         }
-        for (o, a) in out[k as usize * c..][..c].iter_mut().zip(&acc) {
+        for (o, a) in out[k as usize * c..][..c].iter_mut().zip(&total) {
             *o = T::of_acc(*a);
         }
     }
     Ok(())
 }
 
-/// Queues `rows_by_key` on `stream` (see [`rows_by_key`]; the same bits). The kernel trusts
-/// neither the keys nor the positions with memory: a key outside `0..out_rows` or a position
-/// outside `0..in_rows` is skipped, so the caller must pass keys it sorted itself, in range,
-/// for the result to mean anything. f64, f32, f16, bf16.
+/// Sorted positions a chunk of `rows_by_key` holds (`RK_CHUNK` in `gather.cu`): a run of
+/// equal keys is summed in pieces cut at multiples of this, the pieces added in order.
+pub const ROWS_BY_KEY_CHUNK: usize = 32;
+
+/// Bytes of device workspace [`gpu_rows_by_key`] needs for `shape` with elements of `elem`
+/// bytes: two rows of partial sums (f32; f64 for f64) a chunk.
+pub fn rows_by_key_workspace_bytes(shape: &RowsByKey, elem: usize) -> usize {
+    let acc = if elem == 8 { 8 } else { 4 };
+    shape
+        .n
+        .div_ceil(ROWS_BY_KEY_CHUNK)
+        .saturating_mul(2)
+        .saturating_mul(shape.cols)
+        .saturating_mul(acc)
+}
+
+/// Queues `rows_by_key` on `stream` (see [`rows_by_key`]; the same bits), through
+/// `workspace` ([`rows_by_key_workspace_bytes`], 8-byte aligned). The kernels trust neither the
+/// keys nor the positions with memory: a key outside `0..out_rows` or a position outside
+/// `0..in_rows` is skipped, so the caller must pass keys it sorted itself, in range, for the
+/// result to mean anything. f64, f32, f16, bf16.
 #[cfg(feature = "cuda")]
 pub fn gpu_rows_by_key<T: Element>(
     stream: &genesis_cuda::Stream,
@@ -388,19 +422,29 @@ pub fn gpu_rows_by_key<T: Element>(
     perm: genesis_cuda::DeviceSpan<'_, i64>,
     rows: genesis_cuda::DeviceSpan<'_, T>,
     out: genesis_cuda::DeviceSpanMut<'_, T>,
+    workspace: genesis_cuda::DeviceSpanMut<'_, u8>,
 ) -> Result<()> {
     use crate::DType;
     use genesis_cuda::{Kernel, LaunchConfig};
     use std::ffi::c_void;
+    let op = "rows_by_key";
     shape.check(keys.len(), perm.len(), rows.len(), out.len())?;
-    let name = match T::DTYPE {
-        DType::F64 => "rows_by_key_f64",
-        DType::F32 => "rows_by_key_f32",
-        DType::F16 => "rows_by_key_f16",
-        DType::BF16 => "rows_by_key_bf16",
+    let ws_len = rows_by_key_workspace_bytes(shape, size_of::<T>());
+    if workspace.len() < ws_len || !workspace.addr().is_multiple_of(8) {
+        return Err(Error::LengthMismatch {
+            op,
+            expected: ws_len,
+            got: workspace.len(),
+        });
+    }
+    let names = match T::DTYPE {
+        DType::F64 => ["rows_by_key1_f64", "rows_by_key2_f64"],
+        DType::F32 => ["rows_by_key1_f32", "rows_by_key2_f32"],
+        DType::F16 => ["rows_by_key1_f16", "rows_by_key2_f16"],
+        DType::BF16 => ["rows_by_key1_bf16", "rows_by_key2_bf16"],
         _ => {
             return Err(Error::Unsupported {
-                op: "rows_by_key",
+                op,
                 reason: format!("element type {} (floating types only)", T::NAME),
             });
         }
@@ -408,50 +452,56 @@ pub fn gpu_rows_by_key<T: Element>(
     if shape.n == 0 || shape.cols == 0 {
         return Ok(());
     }
-    let kernel = Kernel::get(stream.context(), &crate::images::GATHER, name)?;
-    let blocks = shape.n.div_ceil(ROWS_BY_KEY_PER);
+    let chunks = shape.n.div_ceil(ROWS_BY_KEY_CHUNK);
     let tiles = shape.cols.div_ceil(256);
-    if blocks > u32::MAX as usize || tiles > 65_535 {
+    if chunks > u32::MAX as usize || tiles > 65_535 {
         return Err(Error::Unsupported {
-            op: "rows_by_key",
+            op,
             reason: format!("{} keys of {} columns in one launch", shape.n, shape.cols),
         });
     }
+    let mut args = RkArgs {
+        keys: keys.addr(),
+        perm: perm.addr(),
+        rows: rows.addr(),
+        out: out.addr(),
+        ws: workspace.addr(),
+        n: shape.n as u64,
+        cols: shape.cols as u64,
+        in_rows: shape.in_rows as u64,
+        out_rows: shape.out_rows as u64,
+    };
     let config = LaunchConfig {
-        grid: (blocks as u32, tiles as u32, 1),
+        grid: (chunks as u32, tiles as u32, 1),
         block: (256, 1, 1),
         shared_bytes: 0,
     };
-    let (mut pk, mut pp, mut pr, mut po) = (keys.addr(), perm.addr(), rows.addr(), out.addr());
-    let (mut n, mut cols, mut per, mut ir, mut or) = (
-        shape.n as u64,
-        shape.cols as u64,
-        ROWS_BY_KEY_PER as u64,
-        shape.in_rows as u64,
-        shape.out_rows as u64,
-    );
-    let mut params: [*mut c_void; 9] = [
-        (&raw mut pk).cast(),
-        (&raw mut pp).cast(),
-        (&raw mut pr).cast(),
-        (&raw mut po).cast(),
-        (&raw mut n).cast(),
-        (&raw mut cols).cast(),
-        (&raw mut per).cast(),
-        (&raw mut ir).cast(),
-        (&raw mut or).cast(),
-    ];
-    // SAFETY: the parameters match `rows_by_key_<T>(const int64_t*, const int64_t*, const T*,
-    // T*, uint64_t x5)`; the spans hold `n` keys and positions, `in_rows` and `out_rows` rows
-    // of `cols` (checked), and the kernel reads and writes rows only at keys and positions it
-    // checked to lie below those counts.
-    unsafe { kernel.launch(stream, config, &mut params)? };
+    for name in names {
+        let kernel = Kernel::get(stream.context(), &crate::images::GATHER, name)?;
+        let mut params: [*mut c_void; 1] = [(&raw mut args).cast()];
+        // SAFETY: `rows_by_key{1,2}_<T>` take one `RkArgs`, which `RkArgs` here mirrors; the
+        // spans hold `n` keys and positions, `in_rows` and `out_rows` rows of `cols` and the
+        // workspace's partial rows (checked), and the kernels read and write rows only at
+        // keys and positions they checked to lie below those counts.
+        unsafe { kernel.launch(stream, config, &mut params)? };
+    }
     Ok(())
 }
 
-/// Sorted positions a block of `rows_by_key` owns (the runs that start there).
+/// The argument block of the `rows_by_key` kernels (`RkArgs` in `gather.cu`, field by field).
 #[cfg(feature = "cuda")]
-const ROWS_BY_KEY_PER: usize = 16;
+#[repr(C)]
+struct RkArgs {
+    keys: u64,
+    perm: u64,
+    rows: u64,
+    out: u64,
+    ws: u64,
+    n: u64,
+    cols: u64,
+    in_rows: u64,
+    out_rows: u64,
+}
 
 /// Queues `gather` on `stream`: `out[i] = src[target(i, idx[i])]` for elements of `elem`
 /// bytes (`src` and `out` as bytes). A bad index value writes 0 and its position lands in
@@ -610,19 +660,59 @@ mod tests {
         (perm.iter().map(|&p| idx[p as usize]).collect(), perm)
     }
 
-    /// The sum by key is an in-order accumulation in the wide type: the same bits as adding
-    /// each row, in position order, into an f32 (f64) zero, rounded once, over generated
-    /// indices with repeats, empty and full keys; rows no key names are left as they were;
-    /// bad keys, positions and an unsorted order are errors that write nothing.
+    /// The reference sum by key: the sorted positions grouped by (key, chunk of
+    /// `ROWS_BY_KEY_CHUNK`), each group summed from zero in order in f32, a key's groups added
+    /// in order, then rounded by `round`.
+    fn grouped<T: Copy>(
+        keys: &[i64],
+        perm: &[i64],
+        rows: &[f32],
+        cols: usize,
+        out: &mut [T],
+        round: impl Fn(f32) -> T,
+    ) {
+        let mut groups: Vec<((i64, usize), Vec<f32>)> = Vec::new();
+        for (j, (&k, &p)) in keys.iter().zip(perm).enumerate() {
+            let id = (k, j / ROWS_BY_KEY_CHUNK);
+            if groups.last().map(|g| g.0) != Some(id) {
+                groups.push((id, vec![0.0; cols]));
+            }
+            let g = &mut groups.last_mut().unwrap().1;
+            for c in 0..cols {
+                g[c] += rows[p as usize * cols + c];
+            }
+        }
+        let mut i = 0;
+        while i < groups.len() {
+            let k = groups[i].0.0;
+            let mut total = groups[i].1.clone();
+            i += 1;
+            while i < groups.len() && groups[i].0.0 == k {
+                for (t, x) in total.iter_mut().zip(&groups[i].1) {
+                    *t += x;
+                }
+                i += 1;
+            }
+            for c in 0..cols {
+                out[k as usize * cols + c] = round(total[c]);
+            }
+        }
+    }
+
+    /// The sum by key is the sum of each key's chunk-pieces, each in position order from zero
+    /// in f32, the pieces in order: the same bits as the grouped reference over generated
+    /// indices (repeats, hot keys whose runs cross many chunks, absent keys), f32 and bf16;
+    /// rows no key names are left as they were; bad keys, positions and an unsorted order are
+    /// errors that write nothing.
     #[test]
-    fn rows_by_key_sums_each_key_in_position_order() {
+    fn rows_by_key_sums_each_key_by_pieces_in_order() {
         use half::bf16;
         use rand::rngs::SmallRng;
         use rand::{Rng, SeedableRng};
         let mut rng = SmallRng::seed_from_u64(9);
         for case in 0..40 {
             let (n, cols, v) = (
-                rng.random_range(0..300usize),
+                rng.random_range(0..400usize),
                 rng.random_range(1..40usize),
                 rng.random_range(1..60usize),
             );
@@ -636,36 +726,19 @@ mod tests {
                 in_rows: n,
                 out_rows: v,
             };
-            // f32 and bf16 against the accumulation in position order.
-            let mut want = vec![0f32; v * cols];
-            let mut seen = vec![false; v];
-            for (i, &k) in idx.iter().enumerate() {
-                seen[k as usize] = true;
-                for c in 0..cols {
-                    want[k as usize * cols + c] += rows32[i * cols + c];
-                }
-            }
+            let mut want = vec![7f32; v * cols];
+            grouped(&keys, &perm, &rows32, cols, &mut want, |x| x);
             let mut out = vec![7f32; v * cols];
             rows_by_key(&shape, &keys, &perm, &rows32, &mut out).unwrap();
-            for k in 0..v {
-                for c in 0..cols {
-                    let (got, w) = (out[k * cols + c], want[k * cols + c]);
-                    let w = if seen[k] { w } else { 7.0 };
-                    assert_eq!(got.to_bits(), w.to_bits(), "case {case}: key {k} col {c}");
-                }
-            }
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&out), bits(&want), "case {case}: f32");
             let rows16: Vec<bf16> = rows32.iter().map(|&x| bf16::from_f32(x)).collect();
-            let mut want16 = vec![0f32; v * cols];
-            for (i, &k) in idx.iter().enumerate() {
-                for c in 0..cols {
-                    want16[k as usize * cols + c] += rows16[i * cols + c].to_f32();
-                }
-            }
+            let widened: Vec<f32> = rows16.iter().map(|x| x.to_f32()).collect();
+            let mut want16 = vec![bf16::ZERO; v * cols];
+            grouped(&keys, &perm, &widened, cols, &mut want16, bf16::from_f32);
             let mut out16 = vec![bf16::ZERO; v * cols];
             rows_by_key(&shape, &keys, &perm, &rows16, &mut out16).unwrap();
-            for (j, (g, w)) in out16.iter().zip(&want16).enumerate() {
-                assert_eq!(*g, bf16::from_f32(*w), "case {case}: bf16 element {j}");
-            }
+            assert_eq!(out16, want16, "case {case}: bf16");
         }
         // Errors: nothing written.
         let shape = RowsByKey {

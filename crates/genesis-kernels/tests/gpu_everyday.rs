@@ -1129,7 +1129,9 @@ fn rows_by_key_case<
     rng: &mut SmallRng,
     (n, cols, v, hot): (usize, usize, usize, usize),
 ) {
-    use genesis_kernels::gather::{RowsByKey, gpu_rows_by_key, rows_by_key};
+    use genesis_kernels::gather::{
+        RowsByKey, gpu_rows_by_key, rows_by_key, rows_by_key_workspace_bytes,
+    };
     let idx: Vec<i64> = (0..n).map(|_| rng.random_range(0..hot) as i64).collect();
     let mut perm: Vec<i64> = (0..n as i64).collect();
     perm.sort_by_key(|&p| idx[p as usize]);
@@ -1152,6 +1154,11 @@ fn rows_by_key_case<
         DeviceBuffer::from_host(ctx, bytes_of(&rows)).unwrap(),
     );
     let mut go = DeviceBuffer::from_host(ctx, bytes_of(&vec![marker; v * cols])).unwrap();
+    let mut ws = DeviceBuffer::alloc(
+        ctx,
+        rows_by_key_workspace_bytes(&shape, size_of::<T>()).max(8),
+    )
+    .unwrap();
     gpu_rows_by_key::<T>(
         stream,
         &shape,
@@ -1159,6 +1166,7 @@ fn rows_by_key_case<
         gp.as_span().unwrap(),
         gr.as_span().unwrap(),
         go.as_span_mut().unwrap(),
+        ws.as_span_mut().unwrap(),
     )
     .unwrap();
     stream.synchronize().unwrap();
@@ -1171,8 +1179,9 @@ fn rows_by_key_case<
 }
 
 /// The sum of rows by sorted key (embedding backward) on the GPU gives the twin's bits: runs
-/// that cross blocks, one key for everything, every key once, columns past a tile, GPT-2's
-/// shape; bad keys and positions are skipped, never read or written through.
+/// that cross chunks (a hot key over thousands of positions), one key for everything, every
+/// key once, columns past a tile, GPT-2's shape; bad keys and positions are skipped, never
+/// read or written through.
 #[test]
 fn rows_by_key_matches_the_cpu_twin() {
     if skip_without_gpu("rows_by_key") {
@@ -1189,6 +1198,7 @@ fn rows_by_key_matches_the_cpu_twin() {
         (5000, 257, 300, 300),
         (32_768, 768, 50_304, 50_304),
         (32_768, 768, 50_304, 200),
+        (32_768, 64, 50_304, 2),
         (0, 4, 3, 1),
     ];
     for &c in &cases {
@@ -1198,7 +1208,7 @@ fn rows_by_key_matches_the_cpu_twin() {
         rows_by_key_case::<f64>(&ctx, &stream, &mut rng, c);
     }
     // Keys and positions out of range: skipped (the rows they name stay as they were).
-    use genesis_kernels::gather::{RowsByKey, gpu_rows_by_key};
+    use genesis_kernels::gather::{RowsByKey, gpu_rows_by_key, rows_by_key_workspace_bytes};
     let shape = RowsByKey {
         n: 4,
         cols: 2,
@@ -1214,6 +1224,7 @@ fn rows_by_key_matches_the_cpu_twin() {
         DeviceBuffer::from_host(&ctx, bytes_of(&rows)).unwrap(),
     );
     let mut go = DeviceBuffer::from_host(&ctx, bytes_of(&[9f32; 6])).unwrap();
+    let mut ws = DeviceBuffer::alloc(&ctx, rows_by_key_workspace_bytes(&shape, 4)).unwrap();
     gpu_rows_by_key::<f32>(
         &stream,
         &shape,
@@ -1221,6 +1232,7 @@ fn rows_by_key_matches_the_cpu_twin() {
         gp.as_span().unwrap(),
         gr.as_span().unwrap(),
         go.as_span_mut().unwrap(),
+        ws.as_span_mut().unwrap(),
     )
     .unwrap();
     stream.synchronize().unwrap();

@@ -1000,6 +1000,8 @@ impl Compute for CudaMem {
         out: &mut CudaMem,
     ) -> Result<()> {
         let (n, c) = (shape.n, shape.cols);
+        let ws_len = genesis_kernels::gather::rows_by_key_workspace_bytes(shape, dtype.size());
+        let mut ws = CudaMem::new(self.ordinal(), ws_len.max(8))?;
         genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
             genesis_kernels::gather::gpu_rows_by_key::<T>(
                 &self.queue(),
@@ -1008,6 +1010,7 @@ impl Compute for CudaMem {
                 perm.0.range::<i64>(perm.1, n)?,
                 self.range::<T>(at, shape.in_rows * c)?,
                 out.range_mut::<T>(0, shape.out_rows * c)?,
+                ws.range_mut::<u8>(0, ws_len.max(8))?,
             )?;
             Ok(())
         }, _ => Err(unsupported("rows_by_key", dtype)))

@@ -57,6 +57,36 @@ macro_rules! dispatch_kernel_dtype {
 }
 pub(crate) use dispatch_kernel_dtype;
 
+/// Runs `$body` with `$T` bound to the Rust type of the rows' dtype and `$O` to a second
+/// operand's (`$types`: the two dtypes; a layer norm's output or output gradient): the same
+/// type for each of `[$($same),*]`, or f16 or bf16 for f32 rows; evaluates `$otherwise` for
+/// the rest.
+macro_rules! dispatch_narrowing {
+    ($types:expr, [$($same:ident),*], ($T:ident, $O:ident) => $body:expr, _ => $otherwise:expr) => {{
+        use $crate::DType;
+        match $types {
+            (DType::F32, DType::F16) => {
+                type $T = f32;
+                type $O = half::f16;
+                $body
+            }
+            (DType::F32, DType::BF16) => {
+                type $T = f32;
+                type $O = half::bf16;
+                $body
+            }
+            (rows, other) if rows == other => {
+                genesis_kernels::dispatch_dtype!(rows, [$($same),*], $T => {
+                    type $O = $T;
+                    $body
+                }, _ => $otherwise)
+            }
+            _ => $otherwise,
+        }
+    }};
+}
+pub(crate) use dispatch_narrowing;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -257,19 +257,9 @@ impl Compute for CudaMem {
             )?;
             Ok(())
         }
-        let (dtype, out) = types;
-        match (dtype, out) {
-            (DType::F32, DType::F16) => {
-                run::<f32, half::f16>(self, shape, x_at, w, b, y, mean, rstd)
-            }
-            (DType::F32, DType::BF16) => {
-                run::<f32, half::bf16>(self, shape, x_at, w, b, y, mean, rstd)
-            }
-            _ if dtype == out => genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16], T => {
-                run::<T, T>(self, shape, x_at, w, b, y, mean, rstd)
-            }, _ => Err(unsupported("layer_norm", dtype))),
-            _ => Err(unsupported("layer_norm", out)),
-        }
+        crate::dtype::dispatch_narrowing!(types, [F32, F16, BF16], (T, O) => {
+            run::<T, O>(self, shape, x_at, w, b, y, mean, rstd)
+        }, _ => Err(unsupported("layer_norm", types.1)))
     }
 
     fn layer_norm_backward(
@@ -319,19 +309,9 @@ impl Compute for CudaMem {
             )?;
             Ok(())
         }
-        let (dtype, grad) = types;
-        match (dtype, grad) {
-            (DType::F32, DType::F16) => {
-                run::<f32, half::f16>(self, shape, dy_at, h, w, stats, dh, dw, db)
-            }
-            (DType::F32, DType::BF16) => {
-                run::<f32, half::bf16>(self, shape, dy_at, h, w, stats, dh, dw, db)
-            }
-            _ if dtype == grad => genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16], T => {
-                run::<T, T>(self, shape, dy_at, h, w, stats, dh, dw, db)
-            }, _ => Err(unsupported("layer_norm", dtype))),
-            _ => Err(unsupported("layer_norm", grad)),
-        }
+        crate::dtype::dispatch_narrowing!(types, [F32, F16, BF16], (T, O) => {
+            run::<T, O>(self, shape, dy_at, h, w, stats, dh, dw, db)
+        }, _ => Err(unsupported("layer_norm", types.1)))
     }
 
     fn attention_backward(

@@ -21,7 +21,8 @@
 //
 // Layout of the work. A row is cut into chunks of W = 16 / sizeof(T) elements (one 16-byte
 // vector; the last may be partial); thread t of a block owns chunks t, t + T, ... of every
-// row it sees (T = the block's threads, chosen by the launcher from C: ~2 chunks a thread).
+// row it sees (T = the block's threads, chosen by the launcher from C: ~4 chunks a thread
+// in the forward, ~2 in the backward).
 // The `_v` kernels load whole chunks as vectors (the launcher picks them when every operand
 // is 16-byte aligned and C is a multiple of W); the others load the same chunks element by
 // element, so both add in the same order.

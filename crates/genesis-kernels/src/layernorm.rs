@@ -366,11 +366,26 @@ pub fn backward_workspace_bytes(shape: &LayerNormShape) -> usize {
         .saturating_mul(8)
 }
 
-/// Threads a block of the kernels for `cols` elements of `elem` bytes: about two 16-byte
+/// Threads a block of the backward for `cols` elements of `elem` bytes: about two 16-byte
 /// chunks a thread, a power of two in `32..=512`.
 pub fn threads(cols: usize, elem: usize) -> u32 {
+    chunk_threads(cols, elem, 2)
+}
+
+/// Threads a block of the forward (a block a row): about four 16-byte chunks a thread, a power
+/// of two in `32..=512`: fewer threads a row make its block sums cheaper, while the backward,
+/// whose threads also keep the columns' partial sums, is faster at two (figures in
+/// `docs/benchmarks.md`, "Fused classifier and layer norm").
+pub fn forward_threads(cols: usize, elem: usize) -> u32 {
+    chunk_threads(cols, elem, 4)
+}
+
+fn chunk_threads(cols: usize, elem: usize, per_thread: usize) -> u32 {
     let chunks = cols.div_ceil(16 / elem.max(1));
-    chunks.div_ceil(2).next_power_of_two().clamp(32, 512) as u32
+    chunks
+        .div_ceil(per_thread)
+        .next_power_of_two()
+        .clamp(32, 512) as u32
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -599,7 +614,7 @@ pub fn gpu_layer_norm_forward<T: Element, O: Element>(
     let vec = vectorised(&ops, c, elem) && vectorised(&[(a.y, size_of::<O>())], c, elem);
     let smem = (c * 4) as u32;
     let name = kernel_name::<T, O>("fwd", vec)?;
-    a.launch(stream, name, (rows, 1), (threads(c, elem), 1), smem)
+    a.launch(stream, name, (rows, 1), (forward_threads(c, elem), 1), smem)
 }
 
 /// Queues the backward on `stream` (see [`layer_norm_backward`]): `dh` (written, or added to
@@ -1163,6 +1178,9 @@ mod tests {
     fn plans() {
         assert_eq!(threads(768, 2), 64);
         assert_eq!(threads(768, 4), 128);
+        assert_eq!(forward_threads(768, 2), 32);
+        assert_eq!(forward_threads(768, 4), 64);
+        assert_eq!(forward_threads(MAX_COLS, 4), 512);
         assert_eq!(threads(1, 4), 32);
         assert_eq!(threads(MAX_COLS, 4), 512);
         assert_eq!(backward_rows_per_block(32 * 1024), 32);

@@ -365,9 +365,10 @@ LNK(float, f32)
 LNK(__half, f16)
 LNK(__nv_bfloat16, bf16)
 
-static unsigned ln_threads(u64 cols, size_t elem) {
+// layernorm.rs's threads (backward: two chunks a thread) and forward_threads (four).
+static unsigned ln_threads(u64 cols, size_t elem, u64 per = 2) {
     u64 chunks = (cols + 16 / elem - 1) / (16 / elem), t = 1;
-    while (t < (chunks + 1) / 2) t <<= 1;
+    while (t < (chunks + per - 1) / per) t <<= 1;
     return (unsigned)std::min<u64>(std::max<u64>(t, 32), 512);
 }
 
@@ -401,7 +402,7 @@ static void layernorm_case(std::mt19937_64 &rng, u64 rows, u64 C, bool res, bool
     a.cols = C;
     a.eps = eps;
     const unsigned th = ln_threads(C, sizeof(T));
-    launch([&] { LnK<T>::fwd(vec)(a); }, grid, th, 1, C * 4);
+    launch([&] { LnK<T>::fwd(vec)(a); }, grid, ln_threads(C, sizeof(T), 4), 1, C * 4);
     const double u = 1.0 / (1 << 24), k = 8 + 2 * std::sqrt((double)C);
     std::vector<double> hv(len);
     for (u64 n = 0; n < rows; ++n) {

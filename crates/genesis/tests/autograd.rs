@@ -1401,3 +1401,49 @@ fn index_select_gradient_along_rows_is_deterministic() {
         }
     }
 }
+
+#[test]
+fn a_leaf_used_twice_gets_its_gradients_summed_then_delivered_once() {
+    use std::sync::{Arc, Mutex};
+    // A tied weight: used by two ops, as GPT-2's token embedding and head.
+    let w = Tensor::from_slice(&[1.0f32, 2.0], [2], CPU)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    let pre = Arc::new(Mutex::new(Vec::new()));
+    let p2 = pre.clone();
+    w.register_hook(move |g| {
+        p2.lock().unwrap().push(g.to_vec::<f32>()?);
+        Ok(None)
+    })
+    .unwrap();
+    let posts = Arc::new(Mutex::new(Vec::new()));
+    let q2 = posts.clone();
+    w.register_post_accumulate_grad_hook(move |g| {
+        q2.lock().unwrap().push(g.to_vec::<f32>()?);
+        Ok(())
+    })
+    .unwrap();
+    let loss = w
+        .mul(3.0)
+        .unwrap()
+        .sum()
+        .unwrap()
+        .add(&w.square().unwrap().sum().unwrap())
+        .unwrap();
+    loss.backward().unwrap();
+    // 3 + 2w, summed before the hooks see it.
+    assert_eq!(*pre.lock().unwrap(), [vec![5.0f32, 7.0]]);
+    assert_eq!(*posts.lock().unwrap(), [vec![5.0f32, 7.0]]);
+    // A second backward accumulates into the gradient, and the hook sees the total once more.
+    let loss = w
+        .mul(3.0)
+        .unwrap()
+        .sum()
+        .unwrap()
+        .add(&w.sum().unwrap())
+        .unwrap();
+    loss.backward().unwrap();
+    assert_eq!(posts.lock().unwrap().last().unwrap(), &vec![9.0f32, 11.0]);
+    assert_eq!(posts.lock().unwrap().len(), 2);
+}

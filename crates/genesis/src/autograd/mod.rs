@@ -415,8 +415,13 @@ fn run_backward(
             }
         }
     }
-    // Dependencies: how many edges from nodes of the graph lead to each node.
+    // Dependencies: how many edges from nodes of the graph lead to each node, and to each
+    // leaf (a leaf used by several ops gets their gradients summed, then delivered once, as
+    // PyTorch's `AccumulateGrad` node: its hooks and post-accumulate hooks run once a
+    // backward).
     let mut deps: HashMap<usize, usize> = HashMap::new();
+    let mut leaf_deps: HashMap<usize, usize> = HashMap::new();
+    let mut leaf_pending: HashMap<usize, Tensor> = HashMap::new();
     let mut seen: HashMap<usize, ()> = HashMap::new();
     let mut stack: Vec<Arc<Node>> = start.clone();
     for n in &start {
@@ -424,11 +429,16 @@ fn run_backward(
     }
     while let Some(n) = stack.pop() {
         for e in n.edges.iter().flatten() {
-            if let Edge::Node(c) = e {
-                let key = Arc::as_ptr(c) as usize;
-                *deps.entry(key).or_insert(0) += 1;
-                if seen.insert(key, ()).is_none() {
-                    stack.push(c.clone());
+            match e {
+                Edge::Node(c) => {
+                    let key = Arc::as_ptr(c) as usize;
+                    *deps.entry(key).or_insert(0) += 1;
+                    if seen.insert(key, ()).is_none() {
+                        stack.push(c.clone());
+                    }
+                }
+                Edge::Leaf(meta) => {
+                    *leaf_deps.entry(Arc::as_ptr(meta) as usize).or_insert(0) += 1;
                 }
             }
         }
@@ -522,7 +532,19 @@ fn run_backward(
             match edge {
                 None => {}
                 Some(Edge::Leaf(meta)) => {
+                    let lk = Arc::as_ptr(meta) as usize;
                     if let Some(g) = g {
+                        let sum = match leaf_pending.remove(&lk) {
+                            Some(acc) => acc.add(&g)?,
+                            None => g,
+                        };
+                        leaf_pending.insert(lk, sum);
+                    }
+                    let left = leaf_deps.get_mut(&lk).expect("counted above");
+                    *left -= 1;
+                    if *left == 0
+                        && let Some(g) = leaf_pending.remove(&lk)
+                    {
                         deliver_to_leaf(meta, g, &mut capture)?;
                     }
                 }
@@ -556,6 +578,8 @@ fn run_backward(
             }
         }
     }
+    // Every node of the graph ran, so every leaf's count reached zero and was delivered.
+    debug_assert!(leaf_pending.is_empty());
     Ok(capture)
 }
 

@@ -581,6 +581,22 @@ impl std::fmt::Debug for Work {
 }
 
 impl Work {
+    /// A collective that ran to completion on the host before returning (a [`HostGroup`]'s):
+    /// done from the start.
+    ///
+    /// [`HostGroup`]: crate::HostGroup
+    pub(crate) fn completed(op: &'static str) -> Work {
+        Work {
+            inner: Arc::new(WorkInner {
+                op,
+                comms: Vec::new(),
+                events: OnceLock::from(Vec::new()),
+                _keep: Vec::new(),
+                timeout: DEFAULT_TIMEOUT,
+            }),
+        }
+    }
+
     /// The collective's name.
     pub fn op(&self) -> &'static str {
         self.inner.op
@@ -1043,6 +1059,45 @@ impl ProcessGroup {
     pub fn barrier(&self) -> Result<()> {
         let t = Tensor::zeros([1usize], DType::F32, self.device())?;
         self.all_reduce(&t, ReduceOp::Sum)?.wait()
+    }
+}
+
+/// The collectives that data parallelism uses ([`crate::DistributedDataParallel`],
+/// [`crate::ZeroAdamW`]), over NCCL ([`ProcessGroup`]) or between threads on the host
+/// ([`crate::HostGroup`]). Each has [`ProcessGroup`]'s semantics of the same name.
+pub trait Collectives: Send + Sync + std::fmt::Debug {
+    /// This rank.
+    fn rank(&self) -> usize;
+    /// The number of ranks.
+    fn size(&self) -> usize;
+    /// [`ProcessGroup::all_reduce`].
+    fn all_reduce(&self, tensor: &Tensor, op: ReduceOp) -> Result<Work>;
+    /// [`ProcessGroup::broadcast`].
+    fn broadcast(&self, tensor: &Tensor, root: usize) -> Result<Work>;
+    /// [`ProcessGroup::reduce_scatter_tensor`] (`output` may be `input`'s part of this rank).
+    fn reduce_scatter_tensor(&self, output: &Tensor, input: &Tensor, op: ReduceOp) -> Result<Work>;
+    /// [`ProcessGroup::all_gather_into_tensor`] (`input` may be `output`'s part of this rank).
+    fn all_gather_into_tensor(&self, output: &Tensor, input: &Tensor) -> Result<Work>;
+}
+
+impl Collectives for ProcessGroup {
+    fn rank(&self) -> usize {
+        ProcessGroup::rank(self)
+    }
+    fn size(&self) -> usize {
+        ProcessGroup::size(self)
+    }
+    fn all_reduce(&self, tensor: &Tensor, op: ReduceOp) -> Result<Work> {
+        ProcessGroup::all_reduce(self, tensor, op)
+    }
+    fn broadcast(&self, tensor: &Tensor, root: usize) -> Result<Work> {
+        ProcessGroup::broadcast(self, tensor, root)
+    }
+    fn reduce_scatter_tensor(&self, output: &Tensor, input: &Tensor, op: ReduceOp) -> Result<Work> {
+        ProcessGroup::reduce_scatter_tensor(self, output, input, op)
+    }
+    fn all_gather_into_tensor(&self, output: &Tensor, input: &Tensor) -> Result<Work> {
+        ProcessGroup::all_gather_into_tensor(self, output, input)
     }
 }
 

@@ -13,22 +13,33 @@
 //! - [`mod@launch`]: starting one process per GPU with that environment (the `genesis-launch`
 //!   binary), stopping the others when one fails.
 //!
+//! - [`mod@ddp`]: data-parallel training: [`DistributedDataParallel`] (gradients reduced in
+//!   buckets of one flat buffer from hooks during backward) and [`ZeroAdamW`] (ZeRO-1), over
+//!   any [`Collectives`]: a [`ProcessGroup`], or a [`HostGroup`] of threads.
+//!
 //! Without a GPU or NCCL everything here builds and its tests run (loading NCCL then reports
 //! where it looked).
 
 pub mod comm;
+pub mod ddp;
 pub mod env;
 mod error;
+mod host;
 pub mod launch;
 pub mod nccl;
 pub mod store;
 
 pub use comm::{
-    DEFAULT_TIMEOUT, ProcessGroup, ReduceOp, Work, group, init_process_group, nccl_types,
-    shared_nccl,
+    Collectives, DEFAULT_TIMEOUT, ProcessGroup, ReduceOp, Work, group, init_process_group,
+    nccl_types, shared_nccl,
+};
+pub use ddp::{
+    Bucket, BucketLayout, DEFAULT_BUCKET_CAP_BYTES, Ddp, DdpOptions, DistributedDataParallel,
+    ZeroAdamW,
 };
 pub use env::GroupEnv;
 pub use error::{Error, Result};
+pub use host::HostGroup;
 pub use launch::{Launch, launch};
 pub use nccl::Nccl;
 pub use store::{StoreClient, StoreServer};

@@ -192,6 +192,31 @@ for step in $steps; do
       summary+=("$step genesis_torch: $r $(grep -E 'ERROR SUMMARY' "$log" | tail -1 | sed 's/=* *//')")
       sed -n '/^== summary/,$p' "$log"
       ;;
+    ddp)
+      # Data-parallel GPT-2 124M in f32 on every GPU (GENESIS_DDP_GPUS of them), 8 x 1024 tokens
+      # a GPU: one GPU with the whole batch, DDP and ZeRO-1 (the losses must match), and
+      # PyTorch DDP (and ZeroRedundancyOptimizer) from the same parameters. Not a default step.
+      log="$OUT/ddp.log"; : > "$log"
+      ngpu=${GENESIS_DDP_GPUS:-$(nvidia-smi -L 2>/dev/null | wc -l)}
+      text=$(python3 -c 'import os; print(os.path.dirname(os.__file__))')
+      args=(--config 124m --batch $((8 * ngpu)) --seq 1024 --steps 20 --text "$text")
+      export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
+      for run in "one GPU:" "DDP:--ddp" "ZeRO-1:--zero1"; do
+        echo "== genesis ${run%%:*}" >> "$log"
+        if [ "${run#*:}" = "" ]; then
+          "$B/bin/example-gpt2_ddp" "${args[@]}" --init "$OUT/gpt2_ddp_init.safetensors" >> "$log" 2>&1 || status=1
+        else
+          "$B/bin/example-gpt2_ddp" --nproc "$ngpu" "${run#*:}" "${args[@]}" >> "$log" 2>&1 || status=1
+        fi
+      done
+      for run in "DDP:" "ZeRO-1:--zero1"; do
+        echo "== pytorch ${run%%:*}" >> "$log"
+        GENESIS_TWINS="$GENESIS_REPO_ROOT/crates/genesis-nn/tests" python3 -m torch.distributed.run \
+          --nproc-per-node "$ngpu" "$B/torch_gpt2_ddp.py" "$OUT/gpt2_ddp_init.safetensors" "${args[@]}" ${run#*:} >> "$log" 2>&1 || status=1
+      done
+      summary+=("ddp       $ngpu GPUs: see ddp.log")
+      grep -E '^(==|median|rank)' "$log"
+      ;;
     *) echo "unknown step $step"; status=2 ;;
   esac
 done

@@ -246,6 +246,7 @@ pub(crate) fn gpu_bundle() -> DynResult {
         "torch_attention.py",
         "torch_fused.py",
         "torch_allreduce.py",
+        "torch_gpt2_ddp.py",
         "compare.py",
     ] {
         let src = root().join("xtask/gpu").join(script);

@@ -1,0 +1,258 @@
+//! GPT-2 (genesis-nn's `gpt2_train`: nanoGPT's layout, byte tokens, AdamW with GPT-2's
+//! hyper-parameters, clipping at 1) trained data-parallel: started by `genesis-launch` (or
+//! `torchrun`) with `WORLD_SIZE` > 1, each rank takes its slice of the global batch `--batch`
+//! and, with `--ddp`, its gradients are reduced in buckets during backward
+//! ([`DistributedDataParallel`]); `--zero1` shards the optimiser ([`ZeroAdamW`]). Rank 0
+//! prints each step's loss (the mean over ranks), step time and the group's tokens per
+//! second, and at the end every rank's peak memory. Without `--ddp` it trains alone on the
+//! whole batch (the one-GPU baseline). `xtask/gpu/torch_gpt2_ddp.py` is PyTorch DDP's twin.
+//!
+//! `--nproc N` starts the N ranks itself ([`Launch`], as `genesis-launch --nproc N` would);
+//! `--init PATH` writes the initial parameters (for the PyTorch twin).
+//!
+//! ```text
+//! target/release/examples/gpt2_ddp --nproc 4 --ddp [--zero1] \
+//!     --config 124m --batch 32 --seq 1024 --steps 20 [--bf16] [--text DIR] [--bucket-mb 25]
+//! target/release/examples/gpt2_ddp --config 124m --batch 32 --seq 1024 --steps 20 [--init PATH]
+//! ```
+
+use std::sync::Arc;
+
+use clap::{Arg, ArgAction, Command};
+use genesis::{DType, Device, Generator, Tensor};
+use genesis_dist::{
+    Collectives, DdpOptions, DistributedDataParallel, GroupEnv, Launch, ProcessGroup, ReduceOp,
+    ZeroAdamW,
+};
+use genesis_nn::Module;
+use genesis_nn::gpt2::{Gpt2, Gpt2Config};
+use genesis_nn::optim::{Adam, Optimizer, clip_grad_norm_};
+use genesis_nn::train::{python_sources, window_batch};
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+fn main() -> Res<()> {
+    let m = Command::new("gpt2_ddp")
+        .arg(Arg::new("config").long("config").default_value("tiny"))
+        .arg(Arg::new("batch").long("batch").default_value("8"))
+        .arg(Arg::new("seq").long("seq").default_value("64"))
+        .arg(Arg::new("steps").long("steps").default_value("20"))
+        .arg(Arg::new("bucket-mb").long("bucket-mb").default_value("25"))
+        .arg(Arg::new("ddp").long("ddp").action(ArgAction::SetTrue))
+        .arg(Arg::new("zero1").long("zero1").action(ArgAction::SetTrue))
+        .arg(Arg::new("bf16").long("bf16").action(ArgAction::SetTrue))
+        .arg(Arg::new("device").long("device").default_value("cuda"))
+        .arg(Arg::new("text").long("text"))
+        .arg(Arg::new("init").long("init"))
+        .arg(Arg::new("nproc").long("nproc"))
+        .get_matches();
+    let get = |k: &str| m.get_one::<String>(k).cloned().unwrap_or_default();
+    let num = |k: &str| get(k).parse::<usize>().expect("a number");
+    let config = match get("config").as_str() {
+        "124m" => Gpt2Config::gpt2_124m(),
+        "small" => Gpt2Config {
+            block_size: 256,
+            vocab_size: 256,
+            n_layer: 4,
+            n_head: 4,
+            n_embd: 128,
+        },
+        _ => Gpt2Config {
+            block_size: 64,
+            vocab_size: 256,
+            n_layer: 2,
+            n_head: 2,
+            n_embd: 64,
+        },
+    };
+    if let Some(n) = m.get_one::<String>("nproc")
+        && std::env::var_os("RANK").is_none()
+    {
+        // The ranks: this program again, without --nproc, one process a GPU.
+        let mut args: Vec<String> = Vec::new();
+        let mut it = std::env::args().skip(1);
+        while let Some(a) = it.next() {
+            if a == "--nproc" {
+                it.next();
+            } else if !a.starts_with("--nproc=") {
+                args.push(a);
+            }
+        }
+        Launch::new(std::env::current_exe()?, n.parse()?)
+            .args(args)
+            .run()?;
+        return Ok(());
+    }
+    let (global, t, steps) = (num("batch"), num("seq"), num("steps"));
+    let zero1 = m.get_flag("zero1");
+    let ddp_on = m.get_flag("ddp") || zero1;
+    let env = if ddp_on {
+        Some(GroupEnv::from_env()?)
+    } else {
+        None
+    };
+    let (rank, world, local) = env
+        .as_ref()
+        .map_or((0, 1, 0), |e| (e.rank, e.world_size, e.local_rank));
+    if !global.is_multiple_of(world) {
+        return Err(format!("--batch {global} is not a multiple of WORLD_SIZE {world}").into());
+    }
+    let b = global / world;
+    let device = if get("device") == "cpu" {
+        Device::Cpu
+    } else {
+        genesis::cuda::set_device(local)?;
+        Device::Cuda(local)
+    };
+    // Peak (allocated, reserved) bytes on this rank's GPU.
+    let peak = || -> Res<(f64, f64)> {
+        Ok(match device {
+            Device::Cuda(i) => (
+                genesis::cuda::max_memory_allocated(i)? as f64,
+                genesis::cuda::max_memory_reserved(i)? as f64,
+            ),
+            _ => (0.0, 0.0),
+        })
+    };
+    let group: Option<Arc<ProcessGroup>> = match &env {
+        Some(e) => Some(Arc::new(ProcessGroup::new(
+            e,
+            genesis_dist::DEFAULT_TIMEOUT,
+        )?)),
+        None => None,
+    };
+    let text = match m.get_one::<String>("text") {
+        Some(d) => python_sources(std::path::Path::new(d))?,
+        None => genesis_nn::train::gpt2_tiny_text().to_vec(),
+    };
+    let model = Gpt2::new(config, &Generator::new(0), device)?;
+    if let Some(path) = m.get_one::<String>("init")
+        && rank == 0
+    {
+        model.save_safetensors(path)?;
+        println!("wrote the initial parameters to {path}");
+    }
+    let ddp = match &group {
+        Some(g) => Some(DistributedDataParallel::new(
+            model.parameters(),
+            Arc::clone(g) as Arc<dyn Collectives>,
+            DdpOptions {
+                bucket_cap_bytes: num("bucket-mb") << 20,
+                shard: zero1,
+                ..DdpOptions::default()
+            },
+        )?),
+        None => None,
+    };
+    let (mut zero, mut adam) = if zero1 {
+        let mut o = ZeroAdamW::new(ddp.as_ref().expect("made above"), 6e-4)?;
+        o.betas = (0.9, 0.95);
+        o.weight_decay = 0.1;
+        (Some(o), None)
+    } else {
+        let mut o = Adam::adamw(model.parameters(), 6e-4);
+        o.betas = (0.9, 0.95);
+        o.weight_decay = 0.1;
+        (None, Some(o))
+    };
+    let autocast = m.get_flag("bf16").then_some(DType::BF16);
+    if rank == 0 {
+        println!(
+            "gpt2 {config:?}, batch {global} x {t} ({world} ranks of {b}{}), {} bytes of text{}",
+            if zero1 {
+                ", ZeRO-1"
+            } else if ddp_on {
+                ", DDP"
+            } else {
+                ""
+            },
+            text.len(),
+            if autocast.is_some() {
+                ", bf16 autocast"
+            } else {
+                ""
+            }
+        );
+    }
+    let mut times = Vec::new();
+    for step in 0..steps {
+        let (x, y) = window_batch(&text, step, global, t, 7919, device)?;
+        let (x, y) = (x.narrow(0, rank * b, b)?, y.narrow(0, rank * b, b)?);
+        let start = std::time::Instant::now();
+        match (&ddp, &adam) {
+            (Some(d), _) => d.zero_grad()?,
+            (None, Some(o)) => o.zero_grad(),
+            (None, None) => unreachable!("one optimiser"),
+        }
+        let loss = match autocast {
+            Some(d) => genesis::autograd::autocast(d, || model.loss(&x, &y))?,
+            None => model.loss(&x, &y)?,
+        };
+        loss.backward()?;
+        if let Some(d) = &ddp {
+            d.finish()?;
+        }
+        if let Some(o) = &mut zero {
+            o.clip_grad_norm_(1.0)?;
+            o.step()?;
+        }
+        if let Some(o) = &mut adam {
+            clip_grad_norm_(o.params(), 1.0)?;
+            o.step()?;
+        }
+        // The mean of the ranks' losses (each the mean over its slice).
+        let l = loss.detach().to_dtype(DType::F32)?.reshape([1usize])?;
+        if let Some(g) = &group {
+            g.all_reduce(&l, ReduceOp::Avg)?;
+        }
+        let l = l.to_vec::<f32>()?[0]; // synchronises
+        let ms = start.elapsed().as_secs_f64() * 1e3;
+        times.push(ms);
+        if rank == 0 {
+            let (a, r) = peak()?;
+            println!(
+                "step {step:4}  loss {l:.6}  {ms:.2} ms  {:.0} tokens/s, peak allocated {:.1} MiB, reserved {:.1} MiB",
+                (global * t) as f64 / (ms / 1e3),
+                a / 1048576.0,
+                r / 1048576.0
+            );
+        }
+    }
+    // Throughput after warm-up (the first 3 steps left out when there are more than 5).
+    let skip = if steps > 5 { 3 } else { 0 };
+    let mut tail: Vec<f64> = times[skip..].to_vec();
+    tail.sort_by(f64::total_cmp);
+    let median = tail.get(tail.len() / 2).copied().unwrap_or(f64::NAN);
+    // Every rank's peak memory, gathered to every rank.
+    let (a, r) = peak()?;
+    let mine = Tensor::from_slice(&[a, r], [2usize], device)?;
+    let peaks = match &group {
+        Some(g) => {
+            let all = Tensor::zeros([2 * world], DType::F64, device)?;
+            g.all_gather_into_tensor(&all, &mine)?;
+            all.to_vec::<f64>()?
+        }
+        None => mine.to_vec::<f64>()?,
+    };
+    if rank == 0 {
+        println!(
+            "median step {median:.2} ms, {:.0} tokens/s for the group of {world}",
+            (global * t) as f64 / (median / 1e3)
+        );
+        for r in 0..world {
+            println!(
+                "rank {r}: peak allocated {:.1} MiB, reserved {:.1} MiB{}",
+                peaks[2 * r] / 1048576.0,
+                peaks[2 * r + 1] / 1048576.0,
+                match &zero {
+                    Some(o) => format!(
+                        " (optimiser state {:.1} MiB a rank)",
+                        o.state_bytes() as f64 / 1048576.0
+                    ),
+                    None => String::new(),
+                }
+            );
+        }
+    }
+    Ok(())
+}

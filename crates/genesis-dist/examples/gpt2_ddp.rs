@@ -121,6 +121,13 @@ fn main() -> Res<()> {
         )?)),
         None => None,
     };
+    // The work on a pooled stream rather than the legacy one, which would wait for the
+    // collectives' side stream (pooled streams are blocking ones) and undo the overlap.
+    let compute = match device {
+        Device::Cuda(d) => Some(genesis::cuda::Stream::new(d)?),
+        Device::Cpu => None,
+    };
+    let _compute = compute.as_ref().map(genesis::cuda::StreamGuard::new);
     let text = match m.get_one::<String>("text") {
         Some(d) => python_sources(std::path::Path::new(d))?,
         None => genesis_nn::train::gpt2_tiny_text().to_vec(),

@@ -52,8 +52,10 @@ pub struct DdpOptions {
     /// ZeRO-1: reduce-scatter each bucket (padded to a multiple of the group's size) instead
     /// of all-reducing it; the step is [`ZeroAdamW`]'s.
     pub shard: bool,
-    /// On CUDA, run the collectives on a side stream (overlapping backward); else on the
-    /// current stream.
+    /// On CUDA, run the collectives on a side stream (a pooled one) that overlaps the rest of
+    /// backward; else on the current stream. Pooled streams wait for the legacy stream and it
+    /// for them, so the overlap needs the training's work on a pooled stream too (a
+    /// [`genesis::cuda::StreamGuard`] of [`genesis::cuda::Stream::new`]).
     pub side_stream: bool,
 }
 

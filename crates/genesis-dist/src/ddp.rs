@@ -96,10 +96,18 @@ pub struct BucketLayout {
 
 impl BucketLayout {
     /// Buckets for parameters of `numels` elements of `elem_size` bytes: the parameters from
-    /// the last to the first, a bucket closing when the next one would take it past
-    /// `cap_bytes`; each bucket padded to a multiple of `multiple` elements.
-    pub fn new(numels: &[usize], elem_size: usize, cap_bytes: usize, multiple: usize) -> Self {
+    /// the last to the first, each starting at a multiple of `align` elements from its
+    /// bucket's start, a bucket closing when the next one would take it past `cap_bytes`;
+    /// each bucket padded to a multiple of `multiple` elements.
+    pub fn new(
+        numels: &[usize],
+        elem_size: usize,
+        cap_bytes: usize,
+        align: usize,
+        multiple: usize,
+    ) -> Self {
         let multiple = multiple.max(1);
+        let align = align.max(1);
         let mut buckets: Vec<Bucket> = Vec::new();
         let mut offsets = vec![0; numels.len()];
         let mut bucket_of = vec![0; numels.len()];
@@ -117,12 +125,13 @@ impl BucketLayout {
         for i in (0..numels.len()).rev() {
             if let Some(b) = &current
                 && !b.0.is_empty()
-                && (b.1 + numels[i]) * elem_size > cap_bytes
+                && (b.1.next_multiple_of(align) + numels[i]) * elem_size > cap_bytes
             {
                 let b = current.take().expect("checked");
                 close(b, &mut buckets, &mut next_offset);
             }
             let b = current.get_or_insert_with(|| (Vec::new(), 0));
+            b.1 = b.1.next_multiple_of(align);
             offsets[i] = next_offset + b.1;
             bucket_of[i] = buckets.len();
             b.0.push(i);
@@ -325,7 +334,15 @@ impl DistributedDataParallel {
         }
         let numels: Vec<usize> = params.iter().map(Tensor::numel).collect();
         let multiple = if options.shard { group.size() } else { 1 };
-        let layout = BucketLayout::new(&numels, dtype.size(), options.bucket_cap_bytes, multiple);
+        // Each gradient 256-byte aligned, as a tensor of its own would be (kernels that take
+        // vectorised paths on aligned memory then sum in the same order as without DDP).
+        let layout = BucketLayout::new(
+            &numels,
+            dtype.size(),
+            options.bucket_cap_bytes,
+            (256 / dtype.size()).max(1),
+            multiple,
+        );
         let flat = Tensor::zeros([layout.total], dtype, device)?;
         let mut grad_views = Vec::with_capacity(params.len());
         for (i, p) in params.iter().enumerate() {

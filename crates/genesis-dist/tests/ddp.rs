@@ -23,7 +23,7 @@ const T: Duration = Duration::from_secs(120);
 #[test]
 fn buckets_take_parameters_from_the_last_and_close_at_the_cap() {
     // 4-byte elements, a cap of 200 bytes (50 elements).
-    let l = BucketLayout::new(&[10, 20, 30, 40], 4, 200, 1);
+    let l = BucketLayout::new(&[10, 20, 30, 40], 4, 200, 1, 1);
     let params: Vec<Vec<usize>> = l.buckets.iter().map(|b| b.params.clone()).collect();
     assert_eq!(params, [vec![3], vec![2, 1], vec![0]]);
     assert_eq!(l.offsets, [90, 70, 40, 0]);
@@ -37,7 +37,7 @@ fn buckets_take_parameters_from_the_last_and_close_at_the_cap() {
     );
     assert_eq!(l.total, 100);
     // Padded to multiples of 4 (ZeRO-1 over 4 ranks): each rank's part of each bucket.
-    let l = BucketLayout::new(&[10, 20, 30, 40], 4, 200, 4);
+    let l = BucketLayout::new(&[10, 20, 30, 40], 4, 200, 1, 4);
     assert_eq!(l.offsets, [92, 70, 40, 0]);
     assert_eq!(
         l.buckets
@@ -50,16 +50,29 @@ fn buckets_take_parameters_from_the_last_and_close_at_the_cap() {
     assert_eq!(l.shard(1, 0, 4), (40, 13));
     assert_eq!(l.shard(1, 3, 4), (79, 13));
     // A parameter over the cap is a bucket of its own; a zero cap gives one bucket each.
-    let l = BucketLayout::new(&[5, 100, 5], 4, 40, 1);
+    let l = BucketLayout::new(&[5, 100, 5], 4, 40, 1, 1);
     let params: Vec<Vec<usize>> = l.buckets.iter().map(|b| b.params.clone()).collect();
     assert_eq!(params, [vec![2], vec![1], vec![0]]);
-    let l = BucketLayout::new(&[5, 6, 7], 4, 0, 1);
+    let l = BucketLayout::new(&[5, 6, 7], 4, 0, 1, 1);
     assert_eq!(l.buckets.len(), 3);
     // Everything in one bucket under a large cap.
-    let l = BucketLayout::new(&[5, 6, 7], 4, 1 << 20, 1);
+    let l = BucketLayout::new(&[5, 6, 7], 4, 1 << 20, 1, 1);
     assert_eq!(l.buckets.len(), 1);
     assert_eq!(l.buckets[0].params, [2, 1, 0]);
     assert_eq!(l.offsets, [13, 7, 0]);
+    // Aligned to 8 elements (the gaps count toward the cap), padded to 3 ranks.
+    let l = BucketLayout::new(&[5, 6, 7], 4, 16 * 4, 8, 3);
+    let params: Vec<Vec<usize>> = l.buckets.iter().map(|b| b.params.clone()).collect();
+    assert_eq!(params, [vec![2, 1], vec![0]]);
+    assert_eq!(l.offsets, [15, 8, 0]);
+    assert_eq!(l.bucket_of, [1, 0, 0]);
+    assert_eq!(
+        l.buckets
+            .iter()
+            .map(|b| (b.offset, b.len))
+            .collect::<Vec<_>>(),
+        [(0, 15), (15, 6)]
+    );
 }
 
 fn world_of_one() -> Arc<dyn Collectives> {

@@ -98,7 +98,8 @@ impl BucketLayout {
     /// Buckets for parameters of `numels` elements of `elem_size` bytes: the parameters from
     /// the last to the first, each starting at a multiple of `align` elements from its
     /// bucket's start, a bucket closing when the next one would take it past `cap_bytes`;
-    /// each bucket padded to a multiple of `multiple` elements.
+    /// each bucket padded to a multiple of `multiple * align` elements (so that buckets, and
+    /// their `multiple` parts, start aligned too).
     pub fn new(
         numels: &[usize],
         elem_size: usize,
@@ -106,8 +107,8 @@ impl BucketLayout {
         align: usize,
         multiple: usize,
     ) -> Self {
-        let multiple = multiple.max(1);
         let align = align.max(1);
+        let multiple = multiple.max(1) * align;
         let mut buckets: Vec<Bucket> = Vec::new();
         let mut offsets = vec![0; numels.len()];
         let mut bucket_of = vec![0; numels.len()];

@@ -60,19 +60,21 @@ fn buckets_take_parameters_from_the_last_and_close_at_the_cap() {
     assert_eq!(l.buckets.len(), 1);
     assert_eq!(l.buckets[0].params, [2, 1, 0]);
     assert_eq!(l.offsets, [13, 7, 0]);
-    // Aligned to 8 elements (the gaps count toward the cap), padded to 3 ranks.
+    // Aligned to 8 elements (the gaps count toward the cap), buckets padded to 3 parts of
+    // multiples of 8.
     let l = BucketLayout::new(&[5, 6, 7], 4, 16 * 4, 8, 3);
     let params: Vec<Vec<usize>> = l.buckets.iter().map(|b| b.params.clone()).collect();
     assert_eq!(params, [vec![2, 1], vec![0]]);
-    assert_eq!(l.offsets, [15, 8, 0]);
+    assert_eq!(l.offsets, [24, 8, 0]);
     assert_eq!(l.bucket_of, [1, 0, 0]);
     assert_eq!(
         l.buckets
             .iter()
             .map(|b| (b.offset, b.len))
             .collect::<Vec<_>>(),
-        [(0, 15), (15, 6)]
+        [(0, 24), (24, 24)]
     );
+    assert_eq!(l.shard(1, 2, 3), (40, 8));
 }
 
 fn world_of_one() -> Arc<dyn Collectives> {

@@ -2,6 +2,11 @@
 //! group's [`StoreServer`] itself, then starts `N` copies of the program with `RANK`,
 //! `LOCAL_RANK`, `WORLD_SIZE`, `MASTER_ADDR` and `MASTER_PORT` set (see [`crate::env`]), waits
 //! for them, and when one fails stops the others and reports the first failure.
+//!
+//! Over several hosts (`torchrun --nnodes M --node-rank R`): one launcher a host, each with the
+//! same `nproc`; node 0's serves the store (on an address the others reach), the others name
+//! it ([`Launch::master`]). Ranks are `R * nproc + local`, `WORLD_SIZE` is `M * nproc`, and
+//! `LOCAL_WORLD_SIZE` and `GROUP_RANK` are set as torchrun sets them.
 
 use std::path::PathBuf;
 use std::process::{Child, Command};
@@ -19,6 +24,8 @@ pub struct Launch {
     addr: String,
     env: Vec<(String, String)>,
     quiet: bool,
+    nodes: (usize, usize),
+    master: Option<String>,
 }
 
 impl Launch {
@@ -32,7 +39,22 @@ impl Launch {
             addr: "127.0.0.1:0".into(),
             env: Vec::new(),
             quiet: false,
+            nodes: (1, 0),
+            master: None,
         }
+    }
+
+    /// This launcher is node `node_rank` of `nnodes` hosts, each starting `nproc` processes.
+    pub fn nodes(mut self, nnodes: usize, node_rank: usize) -> Launch {
+        self.nodes = (nnodes, node_rank);
+        self
+    }
+
+    /// Where node 0's store listens (`host:port`, reachable from this host): the group's
+    /// meeting place for the launchers of nodes other than 0, which serve no store themselves.
+    pub fn master(mut self, addr: impl Into<String>) -> Launch {
+        self.master = Some(addr.into());
+        self
     }
 
     /// The program's arguments.
@@ -62,28 +84,53 @@ impl Launch {
 
     /// Starts the store and the processes and waits for them (see [`fn@launch`]).
     pub fn run(&self) -> Result<()> {
+        let invalid = |reason: String| Error::InvalidArgument {
+            op: "launch",
+            reason,
+        };
+        let (nnodes, node_rank) = self.nodes;
         if self.nproc == 0 {
-            return Err(Error::InvalidArgument {
-                op: "launch",
-                reason: "nproc must be at least 1".into(),
-            });
+            return Err(invalid("nproc must be at least 1".into()));
         }
-        let server = StoreServer::bind(self.addr.as_str())?;
-        let addr = server.local_addr();
-        let host = if addr.ip().is_unspecified() {
-            "127.0.0.1".to_string()
+        if nnodes == 0 || node_rank >= nnodes {
+            return Err(invalid(format!(
+                "node rank {node_rank} of {nnodes} nodes (0 <= rank < nodes)"
+            )));
+        }
+        // Node 0 serves the store; the others reach it at `master`.
+        let (server, host, port) = if node_rank == 0 {
+            let server = StoreServer::bind(self.addr.as_str())?;
+            let addr = server.local_addr();
+            let host = if addr.ip().is_unspecified() {
+                "127.0.0.1".to_string()
+            } else {
+                addr.ip().to_string()
+            };
+            (Some(server), host, addr.port())
         } else {
-            addr.ip().to_string()
+            let master = self.master.as_deref().ok_or_else(|| {
+                invalid(format!(
+                    "node {node_rank} needs the master's address (node 0's store)"
+                ))
+            })?;
+            let (host, port) = master
+                .rsplit_once(':')
+                .and_then(|(h, p)| Some((h.to_string(), p.parse::<u16>().ok()?)))
+                .ok_or_else(|| invalid(format!("master address {master:?} is not host:port")))?;
+            (None, host, port)
         };
         let mut children: Vec<Option<Child>> = Vec::with_capacity(self.nproc);
-        for rank in 0..self.nproc {
+        for local in 0..self.nproc {
+            let rank = node_rank * self.nproc + local;
             let mut cmd = Command::new(&self.program);
             cmd.args(&self.args)
                 .env("RANK", rank.to_string())
-                .env("LOCAL_RANK", rank.to_string())
-                .env("WORLD_SIZE", self.nproc.to_string())
+                .env("LOCAL_RANK", local.to_string())
+                .env("WORLD_SIZE", (nnodes * self.nproc).to_string())
+                .env("LOCAL_WORLD_SIZE", self.nproc.to_string())
+                .env("GROUP_RANK", node_rank.to_string())
                 .env("MASTER_ADDR", &host)
-                .env("MASTER_PORT", addr.port().to_string());
+                .env("MASTER_PORT", port.to_string());
             for (k, v) in &self.env {
                 cmd.env(k, v);
             }

@@ -126,6 +126,10 @@ fn child_rank() {
     if mode == "fail" && env.rank == 1 {
         panic!("rank 1 fails on purpose");
     }
+    // Several nodes: the rank is the node's first plus the local rank, as torchrun numbers.
+    let local_world: usize = std::env::var("LOCAL_WORLD_SIZE").unwrap().parse().unwrap();
+    let group: usize = std::env::var("GROUP_RANK").unwrap().parse().unwrap();
+    assert_eq!(env.rank, group * local_world + env.local_rank);
     let mut c = StoreClient::connect(&env.store_addr(), T).unwrap();
     c.set(
         &format!("seen/{}", env.rank),
@@ -136,7 +140,7 @@ fn child_rank() {
     for r in 0..env.world_size {
         assert_eq!(
             c.get(&format!("seen/{r}"), T).unwrap(),
-            r.to_string().as_bytes()
+            (r % local_world).to_string().as_bytes()
         );
     }
     let total = c.add("sum", env.rank as i64 + 1).unwrap();
@@ -156,6 +160,37 @@ fn this_test(mode: &str, nproc: usize) -> Launch {
 #[test]
 fn launched_ranks_meet_in_the_launchers_store() {
     this_test("ok", 4).run().unwrap();
+}
+
+/// Two nodes on this host (a launcher each, node 1 naming node 0's store): the six ranks meet
+/// in one store, numbered as torchrun numbers them; a node other than 0 without the master's
+/// address, or a node rank past the node count, is an error before anything starts.
+#[test]
+fn launchers_of_several_nodes_meet_in_node_zeros_store() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let node = move |rank: usize| {
+        let l = this_test("ok", 3).nodes(2, rank);
+        if rank == 0 {
+            l.store_addr(format!("127.0.0.1:{port}"))
+        } else {
+            l.master(format!("127.0.0.1:{port}"))
+        }
+    };
+    let one = std::thread::spawn(move || node(1).run());
+    node(0).run().unwrap();
+    one.join().unwrap().unwrap();
+    assert!(matches!(
+        this_test("ok", 2).nodes(2, 1).run(),
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert!(matches!(
+        this_test("ok", 2).nodes(2, 2).run(),
+        Err(Error::InvalidArgument { .. })
+    ));
 }
 
 #[test]

@@ -36,8 +36,12 @@ mkdir -p "$OUT"
 steps=${*:-tests sanitize racecheck bench examples training torch}
 summary=()
 status=0
-# GENESIS_ONLY=substring runs only the test binaries whose name contains it.
+# GENESIS_ONLY=substring runs only the test binaries whose name contains it;
+# GENESIS_BENCH_ONLY=substring only the benches (and PyTorch reference scripts) that contain it
+# (`allreduce`: bench-gpu_allreduce beside torch_allreduce.py, the many-GPU figures alone).
 tests=$(grep '^test-' "$B/bin/LIST" | grep -- "${GENESIS_ONLY:-}")
+bench_only=${GENESIS_BENCH_ONLY:-}
+wants() { [ -z "$bench_only" ] || [[ "$1" == *"$bench_only"* ]]; }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1
 date -u
@@ -87,31 +91,39 @@ for step in $steps; do
     bench)
       : > "$OUT/bench.log"
       for b in $(grep "^bench-" "$B/bin/LIST"); do
+        wants "$b" || continue
         echo "== $b" >> "$OUT/bench.log"
         if "$B/bin/$b" --json "$OUT/${b#bench-}.json" >> "$OUT/bench.log" 2>&1; then r=ok; else r=FAILED; status=1; fi
         summary+=("bench     $b: $r")
       done
-      echo "== torch_ref.py" >> "$OUT/bench.log"
-      if python3 "$B/torch_ref.py" "$OUT/torch_ref.json" >> "$OUT/bench.log" 2>&1; then r=ok; else r=FAILED; status=1; fi
-      summary+=("torch     torch_ref.py: $r")
+      if wants torch_ref; then
+        echo "== torch_ref.py" >> "$OUT/bench.log"
+        if python3 "$B/torch_ref.py" "$OUT/torch_ref.json" >> "$OUT/bench.log" 2>&1; then r=ok; else r=FAILED; status=1; fi
+        summary+=("torch     torch_ref.py: $r")
+      fi
       # PyTorch's side of the fused-kernel benches (flash attention, classifier, layer norm).
       for t in torch_attention torch_fused; do
+        wants "$t" || continue
         echo "== $t.py" >> "$OUT/bench.log"
         if python3 "$B/$t.py" >> "$OUT/bench.log" 2>&1; then r=ok; else r=FAILED; status=1; fi
         summary+=("torch     $t.py: $r")
       done
       # PyTorch's side of gpu_allreduce: one process per GPU under torchrun (NVLS off).
       ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
-      echo "== torch_allreduce.py ($ngpu GPUs)" >> "$OUT/bench.log"
-      if NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} python3 -m torch.distributed.run --nproc-per-node "${ngpu:-1}" "$B/torch_allreduce.py" "$OUT/torch_allreduce.json" >> "$OUT/bench.log" 2>&1; then r=ok; else r=FAILED; status=1; fi
-      summary+=("torch     torch_allreduce.py: $r")
+      if wants torch_allreduce; then
+        echo "== torch_allreduce.py ($ngpu GPUs)" >> "$OUT/bench.log"
+        if NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} python3 -m torch.distributed.run --nproc-per-node "${ngpu:-1}" "$B/torch_allreduce.py" "$OUT/torch_allreduce.json" >> "$OUT/bench.log" 2>&1; then r=ok; else r=FAILED; status=1; fi
+        summary+=("torch     torch_allreduce.py: $r")
+      fi
       if [ -f "$OUT/gpu_matmul.json" ]; then
         echo "== torch_matmul.py (torch.matmul on gpu_matmul's rows, with the ratios)" >> "$OUT/bench.log"
         if python3 "$B/torch_matmul.py" "$OUT/gpu_matmul.json" "$OUT/torch_matmul.json" >> "$OUT/bench.log" 2>&1; then r=ok; else r=FAILED; status=1; fi
         summary+=("torch     torch_matmul.py: $r")
       fi
-      echo "== genesis vs torch" >> "$OUT/bench.log"
-      python3 "$B/compare.py" "$OUT/torch_ref.json" "$OUT/gpu_elementwise.json" "$OUT/gpu_storage.json" "$OUT/gpu_index.json" "$OUT/gpu_facade.json" >> "$OUT/bench.log" 2>&1
+      if [ -z "$bench_only" ]; then
+        echo "== genesis vs torch" >> "$OUT/bench.log"
+        python3 "$B/compare.py" "$OUT/torch_ref.json" "$OUT/gpu_elementwise.json" "$OUT/gpu_storage.json" "$OUT/gpu_index.json" "$OUT/gpu_facade.json" >> "$OUT/bench.log" 2>&1
+      fi
       cat "$OUT/bench.log"
       ;;
     examples)

@@ -1447,3 +1447,22 @@ fn a_leaf_used_twice_gets_its_gradients_summed_then_delivered_once() {
     assert_eq!(posts.lock().unwrap().last().unwrap(), &vec![9.0f32, 11.0]);
     assert_eq!(posts.lock().unwrap().len(), 2);
 }
+
+/// `increment_version` counts as an in-place write: the version goes up by one, and a backward
+/// that saved the tensor (here `exp`'s output) then refuses to run, naming the op.
+#[test]
+fn increment_version_marks_a_saved_tensor_as_modified() {
+    let x = Tensor::from_slice(&[0.5f32, -1.0], [2], CPU)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    let y = x.exp().unwrap();
+    let v = y.version();
+    autograd::increment_version(&y).unwrap();
+    assert_eq!(y.version(), v + 1);
+    let e = y.sum().unwrap().backward().unwrap_err();
+    assert!(e.to_string().contains("exp"), "{e}");
+    // Untouched, the same graph runs.
+    let z = x.exp().unwrap();
+    z.sum().unwrap().backward().unwrap();
+}

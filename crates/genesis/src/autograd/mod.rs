@@ -1400,6 +1400,18 @@ thread_local! {
     static AUTOCAST: Cell<Option<crate::DType>> = const { Cell::new(None) };
 }
 
+/// Marks `tensor`'s storage as written in place (PyTorch's
+/// `torch.autograd.graph.increment_version`): its [`Tensor::version`] goes up by one, so that
+/// a backward that saved a tensor sharing the storage refuses to run on the changed values.
+/// For writes Genesis does not make itself (a library queuing work on [`Tensor::data_ptr`]:
+/// NCCL's collectives).
+pub fn increment_version(tensor: &Tensor) -> Result<()> {
+    tensor
+        .view
+        .storage()
+        .with_exclusive("increment_version", |_| Ok::<(), crate::Error>(()))
+}
+
 /// Runs `f` with automatic mixed precision (PyTorch's `torch.autocast(dtype=...)`) on this
 /// thread: matrix products (`matmul`, `bmm`, and so `Linear`) of float32 operands compute in
 /// `dtype` (float16 or bfloat16) from cast copies, their results in `dtype`; `softmax`,

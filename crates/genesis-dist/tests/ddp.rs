@@ -193,13 +193,7 @@ fn gradients_are_views_of_the_flat_buffer_and_hooks_fire_in_backward_order() {
 
 /// The small GPT-2 of the tests.
 fn config() -> Gpt2Config {
-    Gpt2Config {
-        block_size: 64,
-        vocab_size: 256,
-        n_layer: 2,
-        n_head: 2,
-        n_embd: 64,
-    }
+    Gpt2Config::named("tiny").unwrap()
 }
 
 const B: usize = 2;

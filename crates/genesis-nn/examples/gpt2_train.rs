@@ -40,23 +40,10 @@ fn main() -> Result<()> {
         .get_matches();
     let get = |k: &str| m.get_one::<String>(k).cloned().unwrap_or_default();
     let num = |k: &str| get(k).parse::<usize>().expect("a number");
-    let config = match get("config").as_str() {
-        "124m" => Gpt2Config::gpt2_124m(),
-        "small" => Gpt2Config {
-            block_size: 256,
-            vocab_size: 256,
-            n_layer: 4,
-            n_head: 4,
-            n_embd: 128,
-        },
-        _ => Gpt2Config {
-            block_size: 64,
-            vocab_size: 256,
-            n_layer: 2,
-            n_head: 2,
-            n_embd: 64,
-        },
-    };
+    // Any other name: the tiny model.
+    let config = Gpt2Config::named(&get("config"))
+        .or_else(|| Gpt2Config::named("tiny"))
+        .expect("tiny is a named size");
     let device = if get("device") == "cuda" {
         Device::Cuda(0)
     } else {

@@ -35,6 +35,25 @@ impl Gpt2Config {
             n_embd: 768,
         }
     }
+
+    /// The sizes the examples name (`--config`): `"124m"` ([`Gpt2Config::gpt2_124m`]),
+    /// `"small"` (256 positions, 4 layers, 4 heads, width 128) and `"tiny"` (64 positions, 2
+    /// layers, 2 heads, width 64), byte-level (256 tokens) but for 124M; `None` for others.
+    pub fn named(name: &str) -> Option<Gpt2Config> {
+        let bytes = |block_size, n_layer, n_head, n_embd| Gpt2Config {
+            block_size,
+            vocab_size: 256,
+            n_layer,
+            n_head,
+            n_embd,
+        };
+        match name {
+            "124m" => Some(Gpt2Config::gpt2_124m()),
+            "small" => Some(bytes(256, 4, 4, 128)),
+            "tiny" => Some(bytes(64, 2, 2, 64)),
+            _ => None,
+        }
+    }
 }
 
 /// One transformer block: pre-LayerNorm causal self-attention and a GELU (tanh) MLP, each
@@ -326,4 +345,31 @@ fn load_named(
         }
     }
     List(own).load_state_dict(state, strict)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Gpt2Config;
+
+    #[test]
+    fn named_sizes_are_the_examples() {
+        assert_eq!(Gpt2Config::named("124m"), Some(Gpt2Config::gpt2_124m()));
+        let tiny = Gpt2Config::named("tiny").unwrap();
+        assert_eq!(
+            (
+                tiny.block_size,
+                tiny.vocab_size,
+                tiny.n_layer,
+                tiny.n_head,
+                tiny.n_embd
+            ),
+            (64, 256, 2, 2, 64)
+        );
+        let small = Gpt2Config::named("small").unwrap();
+        assert_eq!(
+            (small.block_size, small.n_layer, small.n_embd),
+            (256, 4, 128)
+        );
+        assert_eq!(Gpt2Config::named("gpt-5"), None);
+    }
 }

@@ -7,12 +7,14 @@
 //! sum, product, maximum and minimum is exact in every dtype; averages are compared within
 //! the dtype's rounding.
 
+mod common;
+use common::{gpus, launch_ranks};
 use std::time::Duration;
 
 use genesis::cuda::{Stream, with_stream};
 use genesis::{DType, Device, Tensor};
 use genesis_dist::{
-    Error, GroupEnv, Launch, ProcessGroup, ReduceOp, StoreServer, Work, group, shared_nccl,
+    Error, GroupEnv, ProcessGroup, ReduceOp, StoreServer, Work, group, shared_nccl,
 };
 
 const T: Duration = Duration::from_secs(120);
@@ -364,15 +366,6 @@ fn a_world_of_one_runs_every_collective() {
     eprintln!("world of one: every collective and dtype checked");
 }
 
-/// How many GPUs the multi-GPU tests use: all of them, or `GENESIS_DIST_GPUS`.
-fn gpus() -> usize {
-    let n = genesis::cuda::device_count();
-    std::env::var("GENESIS_DIST_GPUS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .map_or(n, |g: usize| g.min(n))
-}
-
 /// One rank of [`one_process_per_gpu`] (a no-op unless launched by it).
 #[test]
 fn rank_of_a_launched_group() {
@@ -401,16 +394,7 @@ fn one_process_per_gpu() {
         return;
     }
     let n = gpus();
-    Launch::new(std::env::current_exe().unwrap(), n)
-        .args([
-            "--exact",
-            "rank_of_a_launched_group",
-            "--test-threads=1",
-            "--nocapture",
-        ])
-        .env("GENESIS_DIST_GPU_CHILD", "1")
-        .run()
-        .unwrap();
+    launch_ranks("rank_of_a_launched_group", "GENESIS_DIST_GPU_CHILD", n);
     eprintln!("{n} processes: every collective and dtype checked");
 }
 

@@ -4,12 +4,14 @@
 //! (a world of one), and on every GPU with one process each (two or more GPUs; "skipped"
 //! otherwise).
 
+mod common;
+use common::{gpus, launch_ranks};
 use std::sync::Arc;
 use std::time::Duration;
 
 use genesis::{DType, Device, Generator, Tensor};
 use genesis_dist::{
-    BucketLayout, Collectives, DdpOptions, DistributedDataParallel, GroupEnv, HostGroup, Launch,
+    BucketLayout, Collectives, DdpOptions, DistributedDataParallel, GroupEnv, HostGroup,
     ProcessGroup, ReduceOp, StoreServer, ZeroAdamW, shared_nccl,
 };
 use genesis_nn::Linear;
@@ -407,14 +409,6 @@ fn a_world_of_one_through_nccl_trains_exactly_as_no_data_parallelism() {
     eprintln!("world of one through NCCL: DDP and ZeRO-1 train as one process, bit for bit");
 }
 
-fn gpus() -> usize {
-    let n = genesis::cuda::device_count();
-    std::env::var("GENESIS_DIST_GPUS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .map_or(n, |g: usize| g.min(n))
-}
-
 /// One rank of [`one_process_per_gpu_trains_as_one_process`] (a no-op unless launched by
 /// it): trains data-parallel (plain, then ZeRO-1), averages the ranks' losses (an
 /// all-reduce), and compares them with one process training on the whole batch on this GPU.
@@ -458,15 +452,6 @@ fn one_process_per_gpu_trains_as_one_process() {
         return;
     }
     let n = gpus();
-    Launch::new(std::env::current_exe().unwrap(), n)
-        .args([
-            "--exact",
-            "rank_of_a_launched_ddp_group",
-            "--test-threads=1",
-            "--nocapture",
-        ])
-        .env("GENESIS_DIST_DDP_CHILD", "1")
-        .run()
-        .unwrap();
+    launch_ranks("rank_of_a_launched_ddp_group", "GENESIS_DIST_DDP_CHILD", n);
     eprintln!("{n} processes: DDP and ZeRO-1 losses within 1e-5 of one process");
 }

@@ -740,8 +740,16 @@ impl Tensor {
                     let idx = idx.get()?.to_dtype(DType::I64)?;
                     let d = crate::args::wrap_dim("index_select", dim as i64, shape.len())?
                         .unwrap_or(0);
-                    if d == 0 && g.dim() > 0 && g.dtype() == dtype && dtype.is_float() {
-                        return Ok(vec![Some(rows_by_index(&shape, &idx, g)?)]);
+                    if g.dim() > 0 && g.dtype() == dtype && dtype.is_float() {
+                        if d == 0 {
+                            return Ok(vec![Some(rows_by_index(&shape, &idx, g)?)]);
+                        }
+                        // Along another dimension: the same with it moved first (the
+                        // gradient copied in that order, the result copied back).
+                        let mut first = shape.clone();
+                        first.swap(0, d);
+                        let z = rows_by_index(&first, &idx, &g.transpose(0, d as isize)?)?;
+                        return Ok(vec![Some(z.transpose(0, d as isize)?.contiguous()?)]);
                     }
                     // Scatter-add the rows back: the index broadcast over the other dimensions.
                     let mut along = vec![1usize; g.dim().max(1)];
@@ -1361,8 +1369,9 @@ impl Truth<'_> {
     }
 }
 
-/// The gradient of `index_select` along dimension 0 (an embedding's): the rows of `g` (`[n,
-/// ...]`) summed into the source's rows (`shape`) by the index's values, deterministically:
+/// The gradient of `index_select` along dimension 0 (an embedding's; other dimensions are
+/// moved first): the rows of `g` (`[n, ...]`) summed into the source's rows (`shape`) by the
+/// index's values, deterministically:
 /// the index sorted (stable), then each source row's gradient summed in the order of the
 /// positions that chose it, in f32 (f64 for f64), with no atomics
 /// (`Storage::rows_by_key`): the same bits on the CPU and the GPU, run after run.

@@ -460,8 +460,10 @@ impl Args {
 /// whose `y` (fwd) or `dy` (bwd) is `O`; `_v` when `vec`.
 #[cfg(feature = "cuda")]
 fn kernel_name<T: Element, O: Element>(kind: &str, vec: bool) -> Result<&'static str> {
-    // Every kernel of the image (`Kernel::get` takes a name that lives as long as the image).
-    const NAMES: [&str; 23] = [
+    use crate::DType;
+    // Each kind's kernels by type pair (f32, f16, bf16, f32 rows with f16, with bf16), the
+    // scalar kernel then the `_v` one.
+    const FWD: [&str; 10] = [
         "ln_fwd_f32",
         "ln_fwd_f32_v",
         "ln_fwd_f16",
@@ -472,6 +474,8 @@ fn kernel_name<T: Element, O: Element>(kind: &str, vec: bool) -> Result<&'static
         "ln_fwd_f32_f16_v",
         "ln_fwd_f32_bf16",
         "ln_fwd_f32_bf16_v",
+    ];
+    const BWD: [&str; 10] = [
         "ln_bwd_f32",
         "ln_bwd_f32_v",
         "ln_bwd_f16",
@@ -482,44 +486,29 @@ fn kernel_name<T: Element, O: Element>(kind: &str, vec: bool) -> Result<&'static
         "ln_bwd_f32_f16_v",
         "ln_bwd_f32_bf16",
         "ln_bwd_f32_bf16_v",
-        "ln_params_f32",
-        "ln_params_f16",
-        "ln_params_bf16",
     ];
-    use crate::DType;
-    let name = |d: DType| match d {
-        DType::F32 => Some("f32"),
-        DType::F16 => Some("f16"),
-        DType::BF16 => Some("bf16"),
-        _ => None,
+    const PARAMS: [&str; 3] = ["ln_params_f32", "ln_params_f16", "ln_params_bf16"];
+    let pair = match (T::DTYPE, O::DTYPE) {
+        (DType::F32, DType::F32) => 0,
+        (DType::F16, DType::F16) => 1,
+        (DType::BF16, DType::BF16) => 2,
+        (DType::F32, DType::F16) if kind != "params" => 3,
+        (DType::F32, DType::BF16) if kind != "params" => 4,
+        _ => {
+            return Err(unsupported(format!(
+                "{} rows with {} {} on the GPU (f32, f16 or bf16, the same type, or f32 rows \
+                 with f16 or bf16)",
+                T::NAME,
+                O::NAME,
+                if kind == "bwd" { "gradient" } else { "output" }
+            )));
+        }
     };
-    let (Some(t), Some(o)) = (name(T::DTYPE), name(O::DTYPE)) else {
-        return Err(unsupported(format!(
-            "element types {} and {} on the GPU (f32, f16, bf16)",
-            T::NAME,
-            O::NAME
-        )));
-    };
-    let types = if T::DTYPE == O::DTYPE {
-        t.to_string()
-    } else if T::DTYPE == DType::F32 && kind != "params" {
-        format!("f32_{o}")
-    } else {
-        return Err(unsupported(format!(
-            "{} rows with {} {} on the GPU (the same type, or f32 rows with f16 or bf16)",
-            T::NAME,
-            O::NAME,
-            if kind == "fwd" { "output" } else { "gradient" }
-        )));
-    };
-    let name = format!(
-        "ln_{kind}_{types}{}",
-        if vec && kind != "params" { "_v" } else { "" }
-    );
-    NAMES
-        .into_iter()
-        .find(|n| *n == name)
-        .ok_or_else(|| unsupported(format!("no kernel {name}")))
+    Ok(match kind {
+        "fwd" => FWD[2 * pair + usize::from(vec)],
+        "bwd" => BWD[2 * pair + usize::from(vec)],
+        _ => PARAMS[pair],
+    })
 }
 
 /// Checks the GPU's limits on the shape: `cols <= MAX_COLS`; gives `rows * cols`.
@@ -1172,6 +1161,37 @@ mod tests {
         }
         check::<bf16>(11);
         check::<half::f16>(12);
+    }
+
+    /// Each kind and type pair names its kernel; pairs without one are errors.
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn kernel_names_by_kind_and_types() {
+        use half::f16;
+        assert_eq!(
+            kernel_name::<f32, f32>("fwd", true).unwrap(),
+            "ln_fwd_f32_v"
+        );
+        assert_eq!(kernel_name::<f16, f16>("fwd", false).unwrap(), "ln_fwd_f16");
+        assert_eq!(
+            kernel_name::<f32, bf16>("fwd", true).unwrap(),
+            "ln_fwd_f32_bf16_v"
+        );
+        assert_eq!(
+            kernel_name::<f32, f16>("bwd", false).unwrap(),
+            "ln_bwd_f32_f16"
+        );
+        assert_eq!(
+            kernel_name::<bf16, bf16>("bwd", true).unwrap(),
+            "ln_bwd_bf16_v"
+        );
+        assert_eq!(
+            kernel_name::<bf16, bf16>("params", true).unwrap(),
+            "ln_params_bf16"
+        );
+        assert!(kernel_name::<bf16, f32>("fwd", false).is_err());
+        assert!(kernel_name::<f32, bf16>("params", false).is_err());
+        assert!(kernel_name::<f64, f64>("fwd", false).is_err());
     }
 
     #[test]

@@ -152,16 +152,12 @@ __device__ void genesis_cos_sinf(float u, float* c, float* s) {
     sn = ffma(sn, p2, -1.0f / 6.0f);
     sn = ffma(sn, p2, 1.0f);
     sn = fmul(sn, phi);
-    switch (qi) {
-        case 0: *c = cs; *s = sn; break;
-        case 1: *c = sn; *s = cs; break;
-        case 2: *c = -sn; *s = cs; break;
-        case 3: *c = -cs; *s = sn; break;
-        case 4: *c = -cs; *s = -sn; break;
-        case 5: *c = -sn; *s = -cs; break;
-        case 6: *c = sn; *s = -cs; break;
-        default: *c = cs; *s = -sn; break;
-    }
+    // The octant's swap and signs as selects (no branch on a per-lane octant): cos and sin
+    // swap in octants 1, 2, 5, 6; cos is negative in 2..5, sin in 4..7.
+    const bool swap = ((qi + 1) >> 1) & 1;
+    const float a = swap ? sn : cs, b = swap ? cs : sn;
+    *c = (((qi + 2) >> 2) & 1) ? -a : a;
+    *s = ((qi >> 2) & 1) ? -b : b;
 }
 
 __device__ __forceinline__ void normals_f32(uint32_t a, uint32_t b, float* z0, float* z1) {

@@ -20,8 +20,7 @@
 // rows: the launcher's choice when there are rows for every multiprocessor) reads the input
 // once and writes the output once. With several chunks a row (few long rows), `scan_sums_*`
 // first sums each chunk, `scan_carry` turns each row's chunk sums into exclusive prefix sums
-// (one thread a row, in order), and the scan starts each chunk from its carry: the input is
-// read twice.
+// (one block a row), and the scan starts each chunk from its carry: the input is read twice.
 //
 // inner > 1 (`scan_cols_*`): a thread per column (o, c), in order along r; the threads of a warp
 // read adjacent columns (coalesced). Fast when outer * inner fills the device; a few long
@@ -195,17 +194,22 @@ __device__ __forceinline__ void sums_impl(const T *in, typename Sc<T>::A *sums, 
     if (threadIdx.x == 0) sums[blockIdx.x] = total;
 }
 
-// Each row's chunk sums become exclusive prefix sums, in order (thread t: row t).
+// Each row's chunk sums become exclusive prefix sums (block b: row b, SC_THREADS sums at a
+// time, each round's block scan starting from the rounds before).
 template <typename T, bool PROD>
 __device__ __forceinline__ void carry_impl(typename Sc<T>::A *sums, uint64_t outer, uint64_t chunks) {
     typedef typename Sc<T>::A A;
-    const uint64_t row = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    __shared__ A warp_tot[SC_WARPS];
+    const uint64_t row = blockIdx.x;
     if (row >= outer) return;
     A run = ScOp<T, PROD>::id();
-    for (uint64_t c = 0; c < chunks; ++c) {
-        const A s = sums[row * chunks + c];
-        sums[row * chunks + c] = run;
-        run = ScOp<T, PROD>::f(run, s);
+    for (uint64_t base = 0; base < chunks; base += SC_THREADS) {
+        const uint64_t c = base + threadIdx.x;
+        A *at = sums + row * chunks + c;
+        A total;
+        const A before = block_scan<T, PROD>(c < chunks ? *at : ScOp<T, PROD>::id(), warp_tot, total);
+        if (c < chunks) *at = ScOp<T, PROD>::f(run, before);
+        run = ScOp<T, PROD>::f(run, total);
     }
 }
 

@@ -548,36 +548,47 @@ SO_CHUNK_KERNEL(i64, int64_t)
 // passes, and a pass whose digit is the same for every element of a row (a count of r in one
 // bin: small integers' high bytes, a row of one value) leaves that row as it is.
 //
-// 1. `sort_rxinit_*`: keys (u32, or u64 for 64-bit T) and positions into buffer 0; for each
-//    row the OR of its keys and the OR of their complements (`bits`, zeroed first: a byte set
-//    in both varies within the row), and the row's digit counts of every pass (`hist`, rows x
-//    passes x 256), all from one read of the input.
+// 1. `sort_rxinit_*`: for each row the OR of its keys and the OR of their complements
+//    (`bits`, zeroed first: a byte set in both varies within the row), and the row's digit
+//    counts of every pass (`hist`, rows x passes x 256), from one read of the input (keys
+//    are u32, or u64 for 64-bit T; nothing is written but the counts).
 // 2. `sort_rxplan`: per row and pass, -1 when the pass's byte never varies in the row (the
-//    pass would leave it as it is), else the buffer (0 or 1) the pass reads; last, the buffer
-//    holding the sorted row.
+//    pass would leave it as it is), else flags: RX_SRC (the pass reads buffer 1, else 0),
+//    RX_FIRST (the row's first pass: it reads the input, making keys on the fly, and the
+//    positions are the identity), RX_LAST (the row's last pass: it writes values and int64
+//    indices to the outputs instead of keys and positions); last, RX_LAST when a pass wrote
+//    the row's outputs.
 // 3. Each pass, one kernel (`sort_rxpass_*`, "one sweep"): a block takes the next tile of
 //    RxTile elements in row order (an atomic counter, so a tile's predecessors are already
 //    taken by running blocks), ranks its elements stably by digit (warps in order; in a warp,
-//    `__match_any_sync` finds the lanes of one digit and a per-warp counter keeps the earlier
-//    rounds' count), and finds where its run of each digit starts in the row by decoupled
-//    look-back: it publishes its digit counts (`status`, rows x tiles x 256 words: the pass,
-//    a flag and a count), sums its predecessors' (RX_LOOK at a time) until one that holds an
-//    inclusive prefix, and publishes its own inclusive prefix. The row's elements of smaller
-//    digits come from `hist`. It then stages the tile in shared memory in digit order and
-//    writes each digit's run to its place (consecutive threads, consecutive addresses). A
-//    pass reads and writes each key and position once.
-// 4. `sort_rxfinal_*`: the first `kout` of each row: positions as int64 indices and values
-//    decoded from the keys (integers always; floats unless the key is of a zero or a NaN,
-//    whose sign or payload the key lost: those read the input at their position).
+//    `__match_any_sync` finds the lanes of one digit and the lowest of them adds their number
+//    to the warp's counter of that digit with one shared-memory atomic, whose old value is
+//    the earlier rounds' count: atomics of one warp to one address take effect in issue
+//    order, so no warp barrier separates the rounds), and finds where its run of each digit
+//    starts in the row by decoupled look-back: it publishes its digit counts (`status`, rows
+//    x tiles x 256 words: the pass, a flag and a count), sums its predecessors' (RX_LOOK at a
+//    time) until one that holds an inclusive prefix, and publishes its own inclusive prefix.
+//    The row's elements of smaller digits come from `hist`. It then stages the tile in shared
+//    memory in digit order and writes each digit's run to its place (consecutive threads,
+//    consecutive addresses). A middle pass reads and writes each key and position once; the
+//    first reads the input instead, the last writes the outputs (values decoded from the
+//    keys: integers always, floats unless the key is of a zero or a NaN, whose sign or
+//    payload the key lost: those read the input at their position).
+// 4. `sort_rxfinal_*`: rows no pass touched (every key of the row equal) are their own sorted
+//    order: the first `kout` values copied, the indices 0, 1, ...
 #define RX_THREADS 256
 #define RX_WARPS (RX_THREADS / 32)
-// Elements a thread ranks in a pass (12 for 32-bit keys, 8 for 64-bit ones, so that a tile's
-// keys and positions stay below 48 KiB of shared memory), and a tile's elements.
-template <typename K> struct RxTile {
-    static constexpr int ITEMS = sizeof(K) == 4 ? 12 : 8;
-    static constexpr int N = RX_THREADS * ITEMS;
-};
 #define RX_BINS 256
+#define RX_SRC 1
+#define RX_FIRST 2
+#define RX_LAST 4
+
+// Elements a thread ranks in a pass (20 for 32-bit keys, 16 for 64-bit ones: two blocks an
+// SM, 128 registers a thread), and a tile's elements.
+template <typename K> struct RxTile {
+    static constexpr int ITEMS = sizeof(K) == 4 ? 20 : 16;
+    static constexpr uint32_t N = RX_THREADS * ITEMS;
+};
 
 template <typename T> struct RxKey { typedef uint32_t K; };
 template <> struct RxKey<double> { typedef u64 K; };
@@ -630,9 +641,12 @@ template <typename K> struct RxValue<__nv_bfloat16, K> {
     }
 };
 
+// Tiles of the init kernel (its block's share of a row): any size works, the counts are summed.
+#define RX_INIT_TILE 4096
+
 template <typename T>
-__device__ __forceinline__ void rx_init_impl(const T *in, typename RxKey<T>::K *keys, uint32_t *pos, u64 *bits,
-                                             uint32_t *hist, uint64_t rows, uint64_t r, uint64_t tiles, int desc) {
+__device__ __forceinline__ void rx_init_impl(const T *in, u64 *bits, uint32_t *hist, uint64_t rows, uint64_t r,
+                                             int desc) {
     typedef typename RxKey<T>::K K;
     constexpr int passes = sizeof(T);
     __shared__ u64 s_or[RX_WARPS], s_nor[RX_WARPS];
@@ -642,18 +656,17 @@ __device__ __forceinline__ void rx_init_impl(const T *in, typename RxKey<T>::K *
     for (int i = threadIdx.x; i < passes * RX_BINS; i += RX_THREADS) h[i] = 0;
     // The block's tiles are consecutive (tiles of a row together); counts go out when the row
     // changes and at the end.
+    const uint64_t tiles = (r + RX_INIT_TILE - 1) / RX_INIT_TILE;
     const uint64_t all = rows * tiles, per = (all + gridDim.x - 1) / gridDim.x;
     const uint64_t first = blockIdx.x * per, last = min(all, first + per);
     u64 o = 0, no = 0;
     __syncthreads();
     for (uint64_t t = first; t < last; t++) {
-        const uint64_t row = t / tiles, start = (t % tiles) * RxTile<K>::N;
-        const uint32_t n = (uint32_t)min((uint64_t)RxTile<K>::N, r - start);
+        const uint64_t row = t / tiles, start = (t % tiles) * RX_INIT_TILE;
+        const uint32_t n = (uint32_t)min((uint64_t)RX_INIT_TILE, r - start);
         const uint64_t at = row * r + start;
         for (uint32_t i = threadIdx.x; i < n; i += RX_THREADS) {
             const K k = (K)Key<T>::to(in[at + i]) ^ inv;
-            keys[at + i] = k;
-            pos[at + i] = (uint32_t)start + i;
             o |= (u64)k;
             no |= (u64)(K)~k;
 #pragma unroll
@@ -696,13 +709,18 @@ extern "C" __global__ void sort_rxplan(const u64 *bits, int32_t *plan, uint64_t 
     const uint64_t row = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (row >= rows) return;
     const u64 varies = bits[2 * row] & bits[2 * row + 1];
-    int src = 0;
+    int32_t *pl = plan + row * (passes + 1);
+    int src = 0, last = -1;
     for (int p = 0; p < passes; p++) {
         const bool skip = ((varies >> (8 * p)) & 0xff) == 0;
-        plan[row * (passes + 1) + p] = skip ? -1 : src;
-        if (!skip) src ^= 1;
+        pl[p] = skip ? -1 : (src | (last < 0 ? RX_FIRST : 0));
+        if (!skip) {
+            src ^= 1;
+            last = p;
+        }
     }
-    plan[row * (passes + 1) + passes] = src;
+    if (last >= 0) pl[last] |= RX_LAST;
+    pl[passes] = last >= 0 ? RX_LAST : 0;
 }
 
 // Exclusive sum of the RX_BINS values `v` of a block of RX_BINS threads (thread i's), through
@@ -727,171 +745,240 @@ __device__ __forceinline__ uint32_t rx_block_exclusive(uint32_t v, uint32_t *s) 
 // written), RX_PREFIX when the count includes every earlier tile of the row, and the count.
 #define RX_PREFIX (1ull << 55)
 #define RX_COUNT ((1ull << 55) - 1)
-#define RX_LOOK 8
+// Predecessors a look-back loads at once (8 and 32 measured slower).
+#define RX_LOOK 16
 
 __device__ __forceinline__ u64 rx_load(const u64 *p) { return *(const volatile u64 *)p; }
 __device__ __forceinline__ void rx_store(u64 *p, u64 v) { *(volatile u64 *)p = v; }
 
-template <typename K>
-__device__ __forceinline__ void rx_pass_impl(K *k0, K *k1, uint32_t *p0, uint32_t *p1, const int32_t *plan,
-                                             const uint32_t *hist, u64 *status, uint32_t *counter,
-                                             uint64_t rows, uint64_t r, uint64_t tiles, int passes, int p) {
+// The tile staged in shared memory in digit order: (key, position) pairs, one 8-byte word
+// each for keys of 32 bits, keys and positions in two arrays for 64-bit keys.
+template <typename K, int N> struct RxStage {
+    uint2 *w;
+    __device__ __forceinline__ void put(uint32_t at, K k, uint32_t pos) { w[at] = make_uint2((uint32_t)k, pos); }
+    __device__ __forceinline__ void get(uint32_t i, K &k, uint32_t &pos) const {
+        const uint2 v = w[i];
+        k = (K)v.x;
+        pos = v.y;
+    }
+    static constexpr uint32_t BYTES = N * 8;
+};
+template <int N> struct RxStage<u64, N> {
+    u64 *w;
+    __device__ __forceinline__ void put(uint32_t at, u64 k, uint32_t pos) {
+        w[at] = k;
+        reinterpret_cast<uint32_t *>(w + N)[at] = pos;
+    }
+    __device__ __forceinline__ void get(uint32_t i, u64 &k, uint32_t &pos) const {
+        k = w[i];
+        pos = reinterpret_cast<const uint32_t *>(w + N)[i];
+    }
+    static constexpr uint32_t BYTES = N * 12;
+};
+
+// The sum of the counts of the tiles before `tile` (`st` points at tile 0's word of one
+// digit): windows of LOOK predecessors loaded together, summed nearest first until an
+// inclusive prefix; a word not yet written is loaded again with the next window. Tile 0
+// always holds a prefix, so the walk ends there at the latest.
+template <int LOOK> __device__ __forceinline__ u64 rx_look_back(const u64 *st, uint64_t tile, u64 epoch) {
+    u64 prefix = 0;
+    int64_t j = (int64_t)tile - 1;
+    for (;;) {
+        u64 w[LOOK];
+#pragma unroll
+        for (int i = 0; i < LOOK; i++) w[i] = j - i >= 0 ? rx_load(st + (j - i) * RX_BINS) : 0;
+        bool done = false;
+        int used = 0;
+#pragma unroll
+        for (int i = 0; i < LOOK; i++) {
+            if (done || used < i || (w[i] & ~(RX_PREFIX | RX_COUNT)) != epoch) continue;
+            prefix += w[i] & RX_COUNT;
+            used = i + 1;
+            done = (w[i] & RX_PREFIX) != 0;
+        }
+        if (done) return prefix;
+        j -= used;
+    }
+}
+
+// One pass over tiles of RX_THREADS * IT elements. Shared memory (dynamic): the staged tile,
+// per-warp digit counts (then each warp's first place of each digit in the staged tile),
+// each digit's row offset less its first place in the tile, a block sum and the tile
+// number.
+template <typename T>
+__device__ __forceinline__ void rx_pass_impl(const T *in, typename RxKey<T>::K *k0, typename RxKey<T>::K *k1,
+                                             uint32_t *p0, uint32_t *p1, const int32_t *plan,
+                                             const uint32_t *hist, u64 *status, uint32_t *counter, T *out,
+                                             int64_t *out_idx, uint64_t rows, uint64_t r, uint64_t tiles,
+                                             uint64_t kout, int passes, int p, int desc) {
+    typedef typename RxKey<T>::K K;
+    constexpr int IT = RxTile<K>::ITEMS;
+    constexpr uint32_t N = RxTile<K>::N;
     extern __shared__ uint4 rx_smem[];
-    K *sk = reinterpret_cast<K *>(rx_smem);
-    uint32_t *sp = reinterpret_cast<uint32_t *>(sk + RxTile<K>::N);
-    uint32_t *cnt = sp + RxTile<K>::N;          // [RX_WARPS][RX_BINS]: per-warp counts, then offsets
-    uint32_t *tstart = cnt + RX_WARPS * RX_BINS;  // the tile's first element of each digit
-    u64 *gbase = reinterpret_cast<u64 *>(tstart + RX_BINS);  // the row's offset of the tile's digit run
-    uint32_t *s = reinterpret_cast<uint32_t *>(gbase + RX_BINS);  // RX_WARPS words for the block sum
+    RxStage<K, N> stage{reinterpret_cast<decltype(RxStage<K, N>::w)>(rx_smem)};
+    int64_t *gdiff = reinterpret_cast<int64_t *>(reinterpret_cast<char *>(rx_smem) + RxStage<K, N>::BYTES);
+    uint32_t *cnt = reinterpret_cast<uint32_t *>(gdiff + RX_BINS);  // [RX_WARPS][RX_BINS]
+    uint32_t *s = cnt + RX_WARPS * RX_BINS;  // RX_WARPS words for the block sum
     uint32_t *s_tile = s + RX_WARPS;
     const uint32_t tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const uint32_t lt_mask = (1u << lane) - 1;
     const int shift = 8 * p;
     const u64 epoch = (u64)(p + 1) << 56;
-    constexpr int IT = RxTile<K>::ITEMS;
+    const K inv = desc ? (K)width_mask<T>() : (K)0;
     for (;;) {
         if (tid == 0) *s_tile = atomicAdd(counter + p, 1u);
         __syncthreads();
         const uint64_t t = *s_tile;
         __syncthreads();
         if (t >= rows * tiles) return;
-        const uint64_t row = t / tiles, tile = t % tiles, start = tile * RxTile<K>::N;
-        const int src = plan[row * (passes + 1) + p];
-        if (src < 0) continue;  // the same for the whole block (and every tile of the row)
-        const uint32_t n = (uint32_t)min((uint64_t)RxTile<K>::N, r - start);
+        const uint64_t row = t / tiles, tile = t % tiles, start = tile * N;
+        const int pl = plan[row * (passes + 1) + p];
+        if (pl < 0) continue;  // the same for the whole block (and every tile of the row)
+        const bool first = (pl & RX_FIRST) != 0, last = (pl & RX_LAST) != 0;
+        const int src = pl & RX_SRC;
+        const uint32_t n = (uint32_t)min((uint64_t)N, r - start);
         const K *sk_in = (src ? k1 : k0) + row * r + start;
         const uint32_t *sp_in = (src ? p1 : p0) + row * r + start;
-        K *dk = (src ? k0 : k1) + row * r;
-        uint32_t *dp = (src ? p0 : p1) + row * r;
+        const T *x_in = in + row * r + start;
         for (uint32_t d = lane; d < RX_BINS; d += 32) cnt[warp * RX_BINS + d] = 0;
         __syncwarp();
-        // Warp w ranks elements w * 32 * IT .. in rounds of 32 consecutive elements,
-        // all loaded first (IT loads of each kind in flight).
+        // Warp w ranks elements w * 32 * IT .. in rounds of 32 consecutive elements, all
+        // loaded first (IT loads of each kind in flight).
         K key[IT];
         uint32_t ps[IT], off[IT];
+        if (first) {
 #pragma unroll
-        for (int j = 0; j < IT; j++) {
-            const uint32_t i = warp * 32 * IT + j * 32 + lane;
-            key[j] = i < n ? sk_in[i] : (K)0;
-            ps[j] = i < n ? sp_in[i] : 0;
+            for (int j = 0; j < IT; j++) {
+                const uint32_t i = warp * 32 * IT + j * 32 + lane;
+                key[j] = i < n ? (K)Key<T>::to(x_in[i]) ^ inv : (K)0;
+                ps[j] = (uint32_t)start + i;
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < IT; j++) {
+                const uint32_t i = warp * 32 * IT + j * 32 + lane;
+                key[j] = i < n ? sk_in[i] : (K)0;
+                ps[j] = i < n ? sp_in[i] : 0;
+            }
         }
 #pragma unroll
         for (int j = 0; j < IT; j++) {
             const uint32_t i = warp * 32 * IT + j * 32 + lane;
             const bool valid = i < n;
-            const uint32_t d = valid ? (uint32_t)((key[j] >> shift) & 0xff) : RX_BINS;
-            const uint32_t peers = __match_any_sync(0xffffffffu, d);
-            const uint32_t before = d < RX_BINS ? cnt[warp * RX_BINS + d] : 0;
-            __syncwarp();
-            if (d < RX_BINS && (peers & lt_mask) == 0) cnt[warp * RX_BINS + d] = before + __popc(peers);
-            __syncwarp();
-            off[j] = before + __popc(peers & lt_mask);
+            const uint32_t d = (uint32_t)((key[j] >> shift) & 0xff);
+            // The lanes of digit d: eight ballots, one a bit of the digit (`__match_any_sync`
+            // measured slower).
+            uint32_t peers = __ballot_sync(0xffffffffu, valid);
+#pragma unroll
+            for (int b = 0; b < 8; b++) {
+                const uint32_t vb = __ballot_sync(0xffffffffu, (d >> b) & 1);
+                peers &= ((d >> b) & 1) ? vb : ~vb;
+            }
+            if (!valid) peers = 1u << lane;
+            const uint32_t leader = __ffs(peers) - 1;
+            uint32_t before = 0;
+            if (lane == leader && valid) before = atomicAdd(&cnt[warp * RX_BINS + d], __popc(peers));
+            off[j] = __shfl_sync(0xffffffffu, before, leader) + __popc(peers & lt_mask);
         }
         __syncthreads();
-        // Thread d: the warps' counts of digit d become their offsets in the tile's digit run.
+        // Thread d: digit d's count in each warp, and in the tile.
         uint32_t total = 0;
+#pragma unroll
+        for (int w = 0; w < RX_WARPS; w++) total += cnt[w * RX_BINS + tid];
+        // The tile's counts go out at once (tile 0's as the row's inclusive prefix); the
+        // look-back for them comes last, after the tile is staged, so that its loads have the
+        // registers the keys held.
+        u64 *st = status + row * tiles * RX_BINS + tid;
+        rx_store(st + tile * RX_BINS, epoch | (tile == 0 ? RX_PREFIX : 0) | total);
+        // The row's elements of smaller digits, and digit d's first place in the tile; each
+        // warp's first place of digit d follows.
+        const uint32_t below = rx_block_exclusive(hist[(row * passes + p) * RX_BINS + tid], s);
+        const uint32_t tstart = rx_block_exclusive(total, s);
+        uint32_t at_w = tstart;
 #pragma unroll
         for (int w = 0; w < RX_WARPS; w++) {
             const uint32_t c = cnt[w * RX_BINS + tid];
-            cnt[w * RX_BINS + tid] = total;
-            total += c;
+            cnt[w * RX_BINS + tid] = at_w;
+            at_w += c;
         }
-        // Decoupled look-back: digit `tid`'s elements in the row's tiles before this one.
-        u64 *st = status + row * tiles * RX_BINS + tid;
-        u64 prefix = 0;
-        if (tile == 0) {
-            rx_store(st, epoch | RX_PREFIX | total);
-        } else {
-            rx_store(st + tile * RX_BINS, epoch | total);
-            // Windows of RX_LOOK predecessors, loaded together, summed nearest first until an
-            // inclusive prefix; a word not yet written is loaded again with the next window.
-            // Tile 0 always holds a prefix, so the walk ends there at the latest.
-            int64_t j = (int64_t)tile - 1;
-            for (;;) {
-                u64 w[RX_LOOK];
-#pragma unroll
-                for (int i = 0; i < RX_LOOK; i++) w[i] = j - i >= 0 ? rx_load(st + (j - i) * RX_BINS) : 0;
-                bool done = false;
-                int used = 0;
-#pragma unroll
-                for (int i = 0; i < RX_LOOK; i++) {
-                    if (done || used < i || (w[i] & ~(RX_PREFIX | RX_COUNT)) != epoch) continue;
-                    prefix += w[i] & RX_COUNT;
-                    used = i + 1;
-                    done = (w[i] & RX_PREFIX) != 0;
-                }
-                if (done) break;
-                j -= used;
-            }
-            rx_store(st + tile * RX_BINS, epoch | RX_PREFIX | (prefix + total));
-        }
-        // The row's elements of smaller digits.
-        const uint32_t below = rx_block_exclusive(hist[(row * passes + p) * RX_BINS + tid], s);
-        gbase[tid] = below + prefix;
-        tstart[tid] = rx_block_exclusive(total, s);
         __syncthreads();
 #pragma unroll
         for (int j = 0; j < IT; j++) {
             const uint32_t i = warp * 32 * IT + j * 32 + lane;
             if (i < n) {
                 const uint32_t d = (uint32_t)((key[j] >> shift) & 0xff);
-                const uint32_t at = tstart[d] + cnt[warp * RX_BINS + d] + off[j];
-                sk[at] = key[j];
-                sp[at] = ps[j];
+                stage.put(cnt[warp * RX_BINS + d] + off[j], key[j], ps[j]);
+            }
+        }
+        // Decoupled look-back: digit `tid`'s elements in the row's tiles before this one.
+        u64 prefix = 0;
+        if (tile > 0) {
+            prefix = rx_look_back<RX_LOOK>(st, tile, epoch);
+            rx_store(st + tile * RX_BINS, epoch | RX_PREFIX | (prefix + total));
+        }
+        gdiff[tid] = (int64_t)(below + prefix) - (int64_t)tstart;
+        __syncthreads();
+        if (last) {
+            const T *x_row = in + row * r;
+            T *o = out + row * kout;
+            int64_t *oi = out_idx + row * kout;
+            for (uint32_t i = tid; i < n; i += RX_THREADS) {
+                K k;
+                uint32_t ps1;
+                stage.get(i, k, ps1);
+                const uint64_t at = (uint64_t)(gdiff[(uint32_t)((k >> shift) & 0xff)] + i);
+                if (at < kout) {
+                    o[at] = RxValue<T, K>::of(x_row, k ^ inv, ps1);
+                    oi[at] = ps1;
+                }
+            }
+        } else {
+            K *dk = (src ? k0 : k1) + row * r;
+            uint32_t *dp = (src ? p0 : p1) + row * r;
+            for (uint32_t i = tid; i < n; i += RX_THREADS) {
+                K k;
+                uint32_t ps1;
+                stage.get(i, k, ps1);
+                const uint64_t at = (uint64_t)(gdiff[(uint32_t)((k >> shift) & 0xff)] + i);
+                dk[at] = k;
+                dp[at] = ps1;
             }
         }
         __syncthreads();
-        for (uint32_t i = tid; i < n; i += RX_THREADS) {
-            const K k = sk[i];
-            const uint32_t d = (uint32_t)((k >> shift) & 0xff);
-            const u64 at = gbase[d] + (i - tstart[d]);
-            dk[at] = k;
-            dp[at] = sp[i];
-        }
-        __syncthreads();
     }
 }
 
+// Rows no pass touched: every key equal, so the stable order is the input's.
 template <typename T>
-__device__ __forceinline__ void rx_final_impl(const T *in, const typename RxKey<T>::K *k0,
-                                              const typename RxKey<T>::K *k1, const uint32_t *p0,
-                                              const uint32_t *p1, const int32_t *plan, T *out, int64_t *out_idx,
-                                              uint64_t rows, uint64_t r, uint64_t kout, int desc) {
-    typedef typename RxKey<T>::K K;
+__device__ __forceinline__ void rx_final_impl(const T *in, const int32_t *plan, T *out, int64_t *out_idx,
+                                              uint64_t rows, uint64_t r, uint64_t kout) {
     const int passes = sizeof(T);
-    const K inv = desc ? (K)width_mask<T>() : (K)0;
     const uint64_t all = rows * kout, stride = (uint64_t)gridDim.x * blockDim.x;
     for (uint64_t e = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; e < all; e += stride) {
         const uint64_t row = e / kout, i = e % kout;
-        const int src = plan[row * (passes + 1) + passes];
-        const uint32_t at = (src ? p1 : p0)[row * r + i];
-        out[e] = RxValue<T, K>::of(in + row * r, (src ? k1 : k0)[row * r + i] ^ inv, at);
-        out_idx[e] = at;
+        if (plan[row * (passes + 1) + passes] != 0) continue;
+        out[e] = in[row * r + i];
+        out_idx[e] = (int64_t)i;
     }
 }
 
-#define RX_KEY_KERNELS(KN, K)                                                                            \
-    extern "C" __global__ void __launch_bounds__(RX_THREADS, 3)                                          \
-        sort_rxpass_##KN(K *k0, K *k1, uint32_t *p0, uint32_t *p1, const int32_t *plan,                  \
-                         const uint32_t *hist, u64 *status, uint32_t *counter, uint64_t rows, uint64_t r, \
-                         uint64_t tiles, int passes, int p) {                                            \
-        rx_pass_impl<K>(k0, k1, p0, p1, plan, hist, status, counter, rows, r, tiles, passes, p);          \
-    }
-
-RX_KEY_KERNELS(k32, uint32_t)
-RX_KEY_KERNELS(k64, u64)
-
 #define RX_KERNELS(NAME, T)                                                                              \
     extern "C" __global__ void __launch_bounds__(RX_THREADS)                                             \
-        sort_rxinit_##NAME(const T *in, typename RxKey<T>::K *keys, uint32_t *pos, u64 *bits,            \
-                           uint32_t *hist, uint64_t rows, uint64_t r, uint64_t tiles, int desc) {        \
-        rx_init_impl<T>(in, keys, pos, bits, hist, rows, r, tiles, desc);                                \
+        sort_rxinit_##NAME(const T *in, u64 *bits, uint32_t *hist, uint64_t rows, uint64_t r, int desc) { \
+        rx_init_impl<T>(in, bits, hist, rows, r, desc);                                                  \
     }                                                                                                    \
-    extern "C" __global__ void sort_rxfinal_##NAME(                                                      \
-        const T *in, const typename RxKey<T>::K *k0, const typename RxKey<T>::K *k1, const uint32_t *p0, \
-        const uint32_t *p1, const int32_t *plan, T *out, int64_t *out_idx, uint64_t rows, uint64_t r,    \
-        uint64_t kout, int desc) {                                                                       \
-        rx_final_impl<T>(in, k0, k1, p0, p1, plan, out, out_idx, rows, r, kout, desc);                   \
+    extern "C" __global__ void __launch_bounds__(RX_THREADS, 2) sort_rxpass_##NAME(                      \
+        const T *in, typename RxKey<T>::K *k0, typename RxKey<T>::K *k1, uint32_t *p0, uint32_t *p1,     \
+        const int32_t *plan, const uint32_t *hist, u64 *status, uint32_t *counter, T *out,               \
+        int64_t *out_idx, uint64_t rows, uint64_t r, uint64_t tiles, uint64_t kout, int passes, int p,   \
+        int desc) {                                                                                      \
+        rx_pass_impl<T>(in, k0, k1, p0, p1, plan, hist, status, counter, out, out_idx, rows, r, tiles,   \
+                        kout, passes, p, desc);                                                          \
+    }                                                                                                    \
+    extern "C" __global__ void sort_rxfinal_##NAME(const T *in, const int32_t *plan, T *out,             \
+                                                   int64_t *out_idx, uint64_t rows, uint64_t r,          \
+                                                   uint64_t kout) {                                      \
+        rx_final_impl<T>(in, plan, out, out_idx, rows, r, kout);                                         \
     }
 
 RX_KERNELS(f64, double)

@@ -344,11 +344,12 @@ pub fn gpu_scan<T: Element>(
             (&raw mut outer).cast(),
             (&raw mut chunks).cast(),
         ];
-        // SAFETY: the parameters match `<op>_carry_<T>` over the sums written above.
+        // SAFETY: the parameters match `<op>_carry_<T>` (a block a row) over the sums written
+        // above.
         unsafe {
             carries.launch(
                 stream,
-                LaunchConfig::linear(shape.outer.div_ceil(THREADS) as u32, THREADS as u32),
+                LaunchConfig::linear(shape.outer as u32, THREADS as u32),
                 &mut params,
             )?
         };

@@ -129,10 +129,10 @@ pub const RADIX_MIN_32: usize = 1 << 17;
 /// Shortest row of 64-bit keys (f64, i64) sorted by the radix passes.
 pub const RADIX_MIN_64: usize = 1 << 19;
 
-/// Elements of one radix tile (`RxTile<K>::N`: 256 threads of 12 keys of at most 32 bits, or
-/// of 8 64-bit keys).
+/// Elements of one radix tile (`RxTile<K>::N`: 256 threads of 20 keys of at most 32 bits, or
+/// of 16 64-bit keys).
 fn radix_tile<T: Element>() -> usize {
-    if key_fits_32::<T>() { 3072 } else { 2048 }
+    if key_fits_32::<T>() { 5120 } else { 4096 }
 }
 
 /// How the kernels sort `[rows, r]`: rows of at most [`SMEM_ROW`] elements padded to `npad` (a
@@ -603,13 +603,13 @@ fn radix_sort<T: Element>(
     let key_bytes = if key_fits_32::<T>() { 4 } else { 8 };
     let ctx = stream.context();
     let get = |name: &'static str| Kernel::get(ctx, &crate::images::SORT, name);
-    let (init, fin) = match T::NAME {
-        "f64" => ("sort_rxinit_f64", "sort_rxfinal_f64"),
-        "f32" => ("sort_rxinit_f32", "sort_rxfinal_f32"),
-        "f16" => ("sort_rxinit_f16", "sort_rxfinal_f16"),
-        "bf16" => ("sort_rxinit_bf16", "sort_rxfinal_bf16"),
-        "i32" => ("sort_rxinit_i32", "sort_rxfinal_i32"),
-        "i64" => ("sort_rxinit_i64", "sort_rxfinal_i64"),
+    let (init, pass, fin) = match T::NAME {
+        "f64" => ("sort_rxinit_f64", "sort_rxpass_f64", "sort_rxfinal_f64"),
+        "f32" => ("sort_rxinit_f32", "sort_rxpass_f32", "sort_rxfinal_f32"),
+        "f16" => ("sort_rxinit_f16", "sort_rxpass_f16", "sort_rxfinal_f16"),
+        "bf16" => ("sort_rxinit_bf16", "sort_rxpass_bf16", "sort_rxfinal_bf16"),
+        "i32" => ("sort_rxinit_i32", "sort_rxpass_i32", "sort_rxfinal_i32"),
+        "i64" => ("sort_rxinit_i64", "sort_rxpass_i64", "sort_rxfinal_i64"),
         other => {
             return Err(Error::Unsupported {
                 op: "sort",
@@ -617,12 +617,7 @@ fn radix_sort<T: Element>(
             });
         }
     };
-    let (init, fin) = (get(init)?, get(fin)?);
-    let pass_kernel = get(if key_bytes == 4 {
-        "sort_rxpass_k32"
-    } else {
-        "sort_rxpass_k64"
-    })?;
+    let (init, fin, pass_kernel) = (get(init)?, get(fin)?, get(pass)?);
     let plan_k = get("sort_rxplan")?;
 
     let base = workspace.addr();
@@ -647,23 +642,21 @@ fn radix_sort<T: Element>(
     let mut passes = size_of::<T>() as i32;
     let sms = ctx.multiprocessors().max(1) as usize;
 
-    let mut params: [*mut c_void; 9] = [
+    let mut params: [*mut c_void; 6] = [
         (&raw mut pin).cast(),
-        (&raw mut k0).cast(),
-        (&raw mut p0).cast(),
         (&raw mut bits).cast(),
         (&raw mut hist).cast(),
         (&raw mut rows64).cast(),
         (&raw mut r64).cast(),
-        (&raw mut tiles64).cast(),
         (&raw mut desc).cast(),
     ];
-    // A few blocks an SM, each over consecutive tiles (its digit counts go out once a row).
-    let init_grid = LaunchConfig::linear((rows * tiles).clamp(1, sms * 4) as u32, 256);
+    // A few blocks an SM, each over consecutive tiles of 4096 (its digit counts go out once a
+    // row).
+    let init_tiles = rows * r.div_ceil(4096);
+    let init_grid = LaunchConfig::linear(init_tiles.clamp(1, sms * 4) as u32, 256);
     // SAFETY: the parameters match `sort_rxinit_<T>` (blocks of 256, static shared memory);
-    // the input holds `rows * r` elements, buffer 0 of keys and positions as many, the bits
-    // two words a row, the histograms 256 words a row and pass (all in the checked
-    // workspace); each block covers its share of the tiles.
+    // the input holds `rows * r` elements, the bits two words a row, the histograms 256 words
+    // a row and pass (all in the checked workspace); each block covers its share of the tiles.
     unsafe { init.launch(stream, init_grid, &mut params)? };
     let mut params: [*mut c_void; 4] = [
         (&raw mut bits).cast(),
@@ -683,15 +676,18 @@ fn radix_sort<T: Element>(
             reason: format!("{rows} rows of {r} elements in radix sort"),
         });
     }
-    // Keys, positions, the per-warp counts, the tile's digit starts (4 bytes) and row
-    // offsets (8 bytes), a block sum and the tile number.
-    let smem = radix_tile::<T>() * (key_bytes + 4) + (8 * 256 + 256 + 2 * 256 + 8 + 1) * 4;
+    // Keys and positions, the digits' row offsets (8 bytes), the per-warp counts, a block sum
+    // and the tile number.
+    let smem = radix_tile::<T>() * (key_bytes + 4) + 256 * 8 + (8 * 256 + 8 + 1) * 4;
+    let smem = smem.next_multiple_of(16) as u32;
+    pass_kernel.set_max_dynamic_shared_bytes(smem)?;
     let pass_grid = LaunchConfig {
-        shared_bytes: smem.next_multiple_of(16) as u32,
+        shared_bytes: smem,
         ..LaunchConfig::linear(blocks as u32, 256)
     };
     for mut pass in 0..size_of::<T>() as i32 {
-        let mut params: [*mut c_void; 13] = [
+        let mut params: [*mut c_void; 18] = [
+            (&raw mut pin).cast(),
             (&raw mut k0).cast(),
             (&raw mut k1).cast(),
             (&raw mut p0).cast(),
@@ -700,37 +696,37 @@ fn radix_sort<T: Element>(
             (&raw mut hist).cast(),
             (&raw mut status).cast(),
             (&raw mut counter).cast(),
+            (&raw mut pv).cast(),
+            (&raw mut pi).cast(),
             (&raw mut rows64).cast(),
             (&raw mut r64).cast(),
             (&raw mut tiles64).cast(),
+            (&raw mut k64).cast(),
             (&raw mut passes).cast(),
             (&raw mut pass).cast(),
+            (&raw mut desc).cast(),
         ];
-        // SAFETY: the parameters match `sort_rxpass_<k>` (blocks of 256; `smem` bytes of
-        // dynamic shared memory, below the 48 KiB default); both buffers hold `rows * r`
-        // keys and positions, the look-back words 256 a tile; a tile's digit runs start at
-        // the row's count of smaller digits plus the earlier tiles' count of its digit, so
-        // every write stays in the other buffer's row.
+        // SAFETY: the parameters match `sort_rxpass_<T>` (blocks of 256; `smem` bytes
+        // of dynamic shared memory, allowed above); the input holds `rows * r` elements, both
+        // buffers `rows * r` keys and positions, the look-back words 256 a tile, the outputs
+        // `rows * k` elements; a tile's digit runs start at the row's count of smaller digits
+        // plus the earlier tiles' count of its digit, so every write stays in its row of the
+        // other buffer, or of the outputs below `k`.
         unsafe { pass_kernel.launch(stream, pass_grid, &mut params)? };
     }
     let cap = u64::from(ctx.multiprocessors().max(1)) * 32;
     let grid = LaunchConfig::linear(((rows * k) as u64).div_ceil(256).clamp(1, cap) as u32, 256);
-    let mut params: [*mut c_void; 12] = [
+    let mut params: [*mut c_void; 7] = [
         (&raw mut pin).cast(),
-        (&raw mut k0).cast(),
-        (&raw mut k1).cast(),
-        (&raw mut p0).cast(),
-        (&raw mut p1).cast(),
         (&raw mut order).cast(),
         (&raw mut pv).cast(),
         (&raw mut pi).cast(),
         (&raw mut rows64).cast(),
         (&raw mut r64).cast(),
         (&raw mut k64).cast(),
-        (&raw mut desc).cast(),
     ];
     // SAFETY: the parameters match `sort_rxfinal_<T>` (grid-stride); the outputs hold
-    // `rows * k` elements (checked by the caller); positions index the input's rows.
+    // `rows * k` elements (checked by the caller), the input `rows * r` with `k <= r`.
     unsafe { fin.launch(stream, grid, &mut params)? };
     Ok(())
 }

@@ -1038,18 +1038,45 @@ impl Tensor {
         let (d, shape) = self.scatter_checks(name, dim, index, src)?;
         let size = self.shape().get(d).copied().unwrap_or(1);
         check_index_range(name, index, size)?;
+        self.scatter_in_range(name, d, &shape, index, src, add)
+    }
+
+    /// `scatter_` of an index known to lie in range (a permutation of the dimension's
+    /// positions, say): no reductions to check it first. A value out of range is still
+    /// never written (the kernels check each), but `self` is then left part-written.
+    pub(crate) fn scatter_known_in_range_(
+        &self,
+        dim: isize,
+        index: &Tensor,
+        src: &Tensor,
+    ) -> Result<()> {
+        let (d, shape) = self.scatter_checks("scatter_", dim, index, src)?;
+        self.scatter_in_range("scatter_", d, &shape, index, src, false)
+    }
+
+    /// The scatter of [`Tensor::scatter_in_place`] once its arguments are checked.
+    fn scatter_in_range(
+        &self,
+        name: &'static str,
+        d: usize,
+        shape: &[usize],
+        index: &Tensor,
+        src: &Tensor,
+        add: bool,
+    ) -> Result<()> {
+        let dim = d as isize;
+        let size = self.shape().get(d).copied().unwrap_or(1);
         if add && narrow_int(self.dtype()) {
             return self.copy_(&self.scatter_add_wide(name, dim, index, src)?);
         }
-        let dim = d;
         let Some(strides) = unsigned_strides(self) else {
             // A view with a negative stride: scattered into a copy, which is then written back.
-            let out = self.scatter_impl(name, dim as isize, index, src, add)?;
+            let out = self.scatter_impl(name, dim, index, src, add)?;
             return self.copy_(&out);
         };
         let (idx, istart, istrides) = strided_operand(index)?;
         let (vals, vstart, vstrides) = strided_operand(src)?;
-        let d = Along::new(&shape, dim, &istrides, &vstrides, &strides, size)?;
+        let d = Along::new(shape, d, &istrides, &vstrides, &strides, size)?;
         self.view.storage().scatter_along_shared(
             self.layout(),
             add,

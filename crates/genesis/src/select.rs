@@ -9,7 +9,7 @@
 use genesis_kernels::index::{MAX_INDEX_DIMS, Strided};
 use genesis_storage::Storage;
 
-use crate::{DType, Error, Result, Tensor};
+use crate::{BinaryOp, DType, Error, Result, Tensor};
 
 /// `(values, inverse, counts)` of [`Tensor::unique`].
 pub type Unique = (Tensor, Option<Tensor>, Option<Tensor>);
@@ -168,17 +168,20 @@ impl Tensor {
         if n == 0 {
             return self.unique_of_nothing(return_inverse, return_counts);
         }
+        let dev = self.device();
         let (values, perm) = flat.sort(0, false)?;
-        let first = first_of_runs(&values)?;
+        let differs = neighbours_differ(&values)?;
+        let first = Tensor::cat(&[&Tensor::from_bools(&[true], [1], dev)?, &differs], 0)?;
         let starts = run_starts(&first)?;
         let unique = values.index_select(0, &starts)?;
         let inverse = if return_inverse {
-            // Run `r` of the sorted values is value `r`; element `perm[i]` is in the run of
-            // sorted position `i`. `perm` is a permutation: the scatter writes every element.
-            let run = first.cumsum(0)?;
-            run.sub_(1)?;
-            let out = Tensor::empty([n], DType::I64, self.device())?;
-            out.scatter_(0, &perm, &run)?;
+            // Run `r` of the sorted values is value `r`: sorted position `i` is in run
+            // `differs[..i].count()`, and element `perm[i]` with it. `perm` is a permutation:
+            // the scatter writes every element, each index in range.
+            let run =
+                Tensor::cat(&[&Tensor::from_bools(&[false], [1], dev)?, &differs], 0)?.cumsum(0)?;
+            let out = Tensor::empty([n], DType::I64, dev)?;
+            out.scatter_known_in_range_(0, &perm, &run)?;
             Some(out.reshape_any(self.shape())?)
         } else {
             None
@@ -325,12 +328,14 @@ impl Tensor {
 /// `true` where a run of equal neighbours of the 1-D `values` starts (the first element, and
 /// each element `!=` its predecessor: each NaN starts a run).
 fn first_of_runs(values: &Tensor) -> Result<Tensor> {
-    let n = values.numel();
     let head = Tensor::from_bools(&[true], [1], values.device())?;
-    let differs = values
-        .narrow(0, 1, n - 1)?
-        .ne(&values.narrow(0, 0, n - 1)?)?;
-    Tensor::cat(&[&head, &differs], 0)
+    Tensor::cat(&[&head, &neighbours_differ(values)?], 0)
+}
+
+/// `values[i + 1] != values[i]` for the 1-D `values` (at least one element; each NaN differs).
+fn neighbours_differ(values: &Tensor) -> Result<Tensor> {
+    let n = values.numel();
+    values.narrow(0, 1, n - 1)?.ne(&values.narrow(0, 0, n - 1)?)
 }
 
 /// The positions (int64, 1-D) where the runs that `first` marks start.
@@ -343,9 +348,16 @@ fn run_starts(first: &Tensor) -> Result<Tensor> {
 /// differences of their starts, the last one running to `n`.
 fn run_lengths(starts: &Tensor, n: usize) -> Result<Tensor> {
     let k = starts.numel();
-    let end = Tensor::full([1], n as i64, starts.device())?;
-    let ends = Tensor::cat(&[&starts.narrow(0, 1, k - 1)?, &end], 0)?;
-    ends.sub(starts)
+    let dev = starts.device();
+    let counts = Tensor::empty([k], DType::I64, dev)?;
+    starts.narrow(0, 1, k - 1)?.binary_out(
+        BinaryOp::Sub,
+        &starts.narrow(0, 0, k - 1)?,
+        &mut counts.narrow(0, 0, k - 1)?,
+    )?;
+    let last = Tensor::full([1], n as i64, dev)?.sub(&starts.narrow(0, k - 1, 1)?)?;
+    counts.narrow(0, k - 1, 1)?.copy_(&last)?;
+    Ok(counts)
 }
 
 /// The coordinates in `shape` (at least 2 dimensions, every size at least 1) of the row-major

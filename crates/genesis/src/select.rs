@@ -177,9 +177,11 @@ impl Tensor {
         let inverse = if return_inverse {
             // Run `r` of the sorted values is value `r`: sorted position `i` is in run
             // `differs[..i].count()`, and element `perm[i]` with it. `perm` is a permutation:
-            // the scatter writes every element, each index in range.
-            let run =
-                Tensor::cat(&[&Tensor::from_bools(&[false], [1], dev)?, &differs], 0)?.cumsum(0)?;
+            // the scatter writes every element, each index in range. The flags are summed as
+            // int32 (fewer bytes than int64; the sums are int64 either way).
+            let run = Tensor::cat(&[&Tensor::from_bools(&[false], [1], dev)?, &differs], 0)?
+                .to_dtype(DType::I32)?
+                .cumsum(0)?;
             let out = Tensor::empty([n], DType::I64, dev)?;
             out.scatter_known_in_range_(0, &perm, &run)?;
             Some(out.reshape_any(self.shape())?)

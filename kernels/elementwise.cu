@@ -470,6 +470,38 @@ struct USoftplus {
     static __device__ __forceinline__ float f(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
     static __device__ __forceinline__ double f(double x) { return x > 20.0 ? x : log1p(exp(x)); }
 };
+struct UAsin {
+    static __device__ __forceinline__ float f(float x) { return asinf(x); }
+    static __device__ __forceinline__ double f(double x) { return asin(x); }
+};
+struct UAcos {
+    static __device__ __forceinline__ float f(float x) { return acosf(x); }
+    static __device__ __forceinline__ double f(double x) { return acos(x); }
+};
+struct UAtan {
+    static __device__ __forceinline__ float f(float x) { return atanf(x); }
+    static __device__ __forceinline__ double f(double x) { return atan(x); }
+};
+struct USinh {
+    static __device__ __forceinline__ float f(float x) { return sinhf(x); }
+    static __device__ __forceinline__ double f(double x) { return sinh(x); }
+};
+struct UCosh {
+    static __device__ __forceinline__ float f(float x) { return coshf(x); }
+    static __device__ __forceinline__ double f(double x) { return cosh(x); }
+};
+struct UAsinh {
+    static __device__ __forceinline__ float f(float x) { return asinhf(x); }
+    static __device__ __forceinline__ double f(double x) { return asinh(x); }
+};
+struct UAcosh {
+    static __device__ __forceinline__ float f(float x) { return acoshf(x); }
+    static __device__ __forceinline__ double f(double x) { return acosh(x); }
+};
+struct UAtanh {
+    static __device__ __forceinline__ float f(float x) { return atanhf(x); }
+    static __device__ __forceinline__ double f(double x) { return atanh(x); }
+};
 
 // The unary ops, in the order of the table in src/unary.rs (the tape's op codes): the kernel
 // name, the functor, and ALL (every type, i32 and i64 too) or FLOAT (f64, f32, f16, bf16).
@@ -502,7 +534,15 @@ struct USoftplus {
     X(gelu, UGelu, FLOAT)                                                                       \
     X(gelu_tanh, UGeluTanh, FLOAT)                                                              \
     X(silu, USilu, FLOAT)                                                                       \
-    X(softplus, USoftplus, FLOAT)
+    X(softplus, USoftplus, FLOAT)                                                               \
+    X(asin, UAsin, FLOAT)                                                                       \
+    X(acos, UAcos, FLOAT)                                                                       \
+    X(atan, UAtan, FLOAT)                                                                       \
+    X(sinh, USinh, FLOAT)                                                                       \
+    X(cosh, UCosh, FLOAT)                                                                       \
+    X(asinh, UAsinh, FLOAT)                                                                     \
+    X(acosh, UAcosh, FLOAT)                                                                     \
+    X(atanh, UAtanh, FLOAT)
 
 template <typename Op, typename T> struct ApplyU;
 template <typename Op> struct ApplyU<Op, float> {

@@ -105,6 +105,22 @@ macro_rules! unary_ops {
             /// `ln(1 + e^x)`, and `x` itself above 20 (PyTorch's `softplus` with `beta=1`,
             /// `threshold=20`).
             Softplus softplus softplus_: float ulps |x| if x > R::c(20.0) { x } else { x.exp().ln_1p() };
+            /// The arcsine, in radians (NaN outside `[-1, 1]`).
+            Asin asin asin_: float ulps |x| x.asin();
+            /// The arccosine, in radians (NaN outside `[-1, 1]`).
+            Acos acos acos_: float ulps |x| x.acos();
+            /// The arctangent, in radians.
+            Atan atan atan_: float ulps |x| x.atan();
+            /// The hyperbolic sine.
+            Sinh sinh sinh_: float ulps8 |x| x.sinh();
+            /// The hyperbolic cosine.
+            Cosh cosh cosh_: float ulps |x| x.cosh();
+            /// The inverse hyperbolic sine.
+            Asinh asinh asinh_: float ulps8 |x| x.asinh();
+            /// The inverse hyperbolic cosine (NaN below 1).
+            Acosh acosh acosh_: float ulps8 |x| x.acosh();
+            /// The inverse hyperbolic tangent (infinite at `±1`, NaN beyond).
+            Atanh atanh atanh_: float ulps8 |x| x.atanh();
         }
     };
 }
@@ -152,6 +168,22 @@ pub trait Real:
     fn erf(self) -> Self;
     /// `erfc x`.
     fn erfc(self) -> Self;
+    /// `asin x`.
+    fn asin(self) -> Self;
+    /// `acos x`.
+    fn acos(self) -> Self;
+    /// `atan x`.
+    fn atan(self) -> Self;
+    /// `sinh x`.
+    fn sinh(self) -> Self;
+    /// `cosh x`.
+    fn cosh(self) -> Self;
+    /// `asinh x`.
+    fn asinh(self) -> Self;
+    /// `acosh x`.
+    fn acosh(self) -> Self;
+    /// `atanh x`.
+    fn atanh(self) -> Self;
     /// Rounded down.
     fn floor(self) -> Self;
     /// Rounded up.
@@ -162,8 +194,23 @@ pub trait Real:
     fn trunc(self) -> Self;
 }
 
+/// libm's f32 functions under the f64 names, for [`real!`].
+mod f32_lib {
+    pub(super) use libm::{
+        acosf as acos, acoshf as acosh, asinf as asin, asinhf as asinh, atanf as atan,
+        atanhf as atanh, coshf as cosh, sinhf as sinh,
+    };
+}
+
+/// libm's f64 functions, for [`real!`].
+mod f64_lib {
+    pub(super) use libm::{acos, acosh, asin, asinh, atan, atanh, cosh, sinh};
+}
+
+// `$lib`: libm's functions of the type (musl's: `std`'s `asinh` and `acosh` of f32 overflow
+// to infinity for inputs above about 1e19, where the result is finite).
 macro_rules! real {
-    ($t:ty, $erf:path, $erfc:path) => {
+    ($t:ty, $erf:path, $erfc:path, $lib:ident) => {
         impl Real for $t {
             #[inline]
             fn c(v: f64) -> Self {
@@ -230,6 +277,44 @@ macro_rules! real {
                 $erfc(self)
             }
             #[inline]
+            fn asin(self) -> Self {
+                $lib::asin(self)
+            }
+            #[inline]
+            fn acos(self) -> Self {
+                $lib::acos(self)
+            }
+            #[inline]
+            fn atan(self) -> Self {
+                $lib::atan(self)
+            }
+            #[inline]
+            fn sinh(self) -> Self {
+                $lib::sinh(self)
+            }
+            #[inline]
+            fn cosh(self) -> Self {
+                $lib::cosh(self)
+            }
+            #[inline]
+            fn asinh(self) -> Self {
+                $lib::asinh(self)
+            }
+            #[inline]
+            fn acosh(self) -> Self {
+                // musl's acosh gives a value below -1 (the formula's mirror); the function
+                // is undefined below 1.
+                if self < 1.0 {
+                    <$t>::NAN
+                } else {
+                    $lib::acosh(self)
+                }
+            }
+            #[inline]
+            fn atanh(self) -> Self {
+                $lib::atanh(self)
+            }
+            #[inline]
             fn floor(self) -> Self {
                 <$t>::floor(self)
             }
@@ -249,8 +334,8 @@ macro_rules! real {
     };
 }
 
-real!(f32, libm::erff, libm::erfcf);
-real!(f64, libm::erf, libm::erfc);
+real!(f32, libm::erff, libm::erfcf, f32_lib);
+real!(f64, libm::erf, libm::erfc, f64_lib);
 
 /// The integer arithmetic the integer bodies of [`unary_ops!`](crate::unary_ops) use, for i32
 /// and i64 (wrapping where the result would overflow).

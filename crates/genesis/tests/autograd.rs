@@ -150,13 +150,23 @@ fn unary_ops_of_the_table() {
     let mut rng = SmallRng::seed_from_u64(3);
     for op in [
         Neg, Abs, Relu, Exp, Log, Sqrt, Tanh, Sigmoid, Sin, Cos, Tan, Erf, Erfc, Rsqrt, Reciprocal,
-        Square, Log1p, Expm1, Log2, Log10, Gelu, GeluTanh, Silu, Softplus,
+        Square, Log1p, Expm1, Log2, Log10, Gelu, GeluTanh, Silu, Softplus, Asin, Acos, Atan, Sinh,
+        Cosh, Asinh, Acosh, Atanh,
     ] {
         let sh = shape(&mut rng);
-        // Domains: positive for the logarithms and roots, small for tan.
-        let positive = matches!(op, Log | Sqrt | Rsqrt | Log2 | Log10 | Reciprocal | Log1p);
+        // Domains: positive for the logarithms and roots (above 1 for acosh), small for tan,
+        // inside (-0.8, 0.8) for asin, acos and atanh.
+        let positive = matches!(
+            op,
+            Log | Sqrt | Rsqrt | Log2 | Log10 | Reciprocal | Log1p | Acosh
+        );
         let x = input(&g, &sh, positive);
-        let x = if op == Tan { x.mul(0.3).unwrap() } else { x };
+        let x = match op {
+            Tan => x.mul(0.3).unwrap(),
+            Acosh => x.add(1.0).unwrap(),
+            Asin | Acos | Atanh => x.tanh().unwrap().mul(0.8).unwrap(),
+            _ => x,
+        };
         gradcheck(&format!("{} {sh:?}", op.name()), &[x], &|xs| {
             xs[0].unary(op)
         });

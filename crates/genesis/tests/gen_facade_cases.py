@@ -1558,6 +1558,14 @@ def _math_formulas(ft, lib):
             c(0.7978845608028654) * (x + c(0.044715) * x * x * x))),
         "silu": lambda x: x / (c(1.0) + lib(np.exp)(-x)),
         "softplus": _softplus(ft, lib),
+        "asin": lambda x: lib(np.arcsin)(x),
+        "acos": lambda x: lib(np.arccos)(x),
+        "atan": lambda x: lib(np.arctan)(x),
+        "sinh": lambda x: lib(np.sinh)(x),
+        "cosh": lambda x: lib(np.cosh)(x),
+        "asinh": lambda x: lib(np.arcsinh)(x),
+        "acosh": lambda x: lib(np.arccosh)(x),
+        "atanh": lambda x: lib(np.arctanh)(x),
     }
 
 

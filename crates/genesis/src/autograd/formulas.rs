@@ -143,6 +143,14 @@ pub(crate) fn unary(
             let d = x.mul(&s.neg()?.add(1.0)?)?.add(1.0)?.mul(&s)?;
             g.mul(&d)?
         }
+        UnaryOp::Asin => g.mul(&x.square()?.neg()?.add(1.0)?.rsqrt()?)?,
+        UnaryOp::Acos => g.mul(&x.square()?.neg()?.add(1.0)?.rsqrt()?.neg()?)?,
+        UnaryOp::Atan => g.div(&x.square()?.add(1.0)?)?,
+        UnaryOp::Sinh => g.mul(&x.cosh()?)?,
+        UnaryOp::Cosh => g.mul(&x.sinh()?)?,
+        UnaryOp::Asinh => g.mul(&x.square()?.add(1.0)?.rsqrt()?)?,
+        UnaryOp::Acosh => g.mul(&x.square()?.sub(1.0)?.rsqrt()?)?,
+        UnaryOp::Atanh => g.div(&x.square()?.neg()?.add(1.0)?)?,
         UnaryOp::Softplus => {
             // sigmoid(x), 1 above the threshold (20) where softplus is x.
             let s = x.sigmoid()?;

@@ -171,17 +171,13 @@ impl Tensor {
         let dev = self.device();
         let (values, perm) = flat.sort(0, false)?;
         let differs = neighbours_differ(&values)?;
-        let first = Tensor::cat(&[&Tensor::from_bools(&[true], [1], dev)?, &differs], 0)?;
-        let starts = run_starts(&first)?;
+        let starts = run_starts(&run_heads(&differs, true)?)?;
         let unique = values.index_select(0, &starts)?;
         let inverse = if return_inverse {
-            // Run `r` of the sorted values is value `r`: sorted position `i` is in run
-            // `differs[..i].count()`, and element `perm[i]` with it. `perm` is a permutation:
-            // the scatter writes every element, each index in range. The flags are summed as
-            // int32 (fewer bytes than int64; the sums are int64 either way).
-            let run = Tensor::cat(&[&Tensor::from_bools(&[false], [1], dev)?, &differs], 0)?
-                .to_dtype(DType::I32)?
-                .cumsum(0)?;
+            // Run `r` of the sorted values is value `r`, and element `perm[i]` is in the run of
+            // sorted position `i`. `perm` is a permutation: the scatter writes every element,
+            // each index in range.
+            let run = run_ids(&differs)?;
             let out = Tensor::empty([n], DType::I64, dev)?;
             out.scatter_known_in_range_(0, &perm, &run)?;
             Some(out.reshape_any(self.shape())?)
@@ -220,13 +216,11 @@ impl Tensor {
         if n == 0 {
             return self.unique_of_nothing(return_inverse, return_counts);
         }
-        let first = first_of_runs(&flat)?;
-        let starts = run_starts(&first)?;
+        let differs = neighbours_differ(&flat)?;
+        let starts = run_starts(&run_heads(&differs, true)?)?;
         let unique = flat.index_select(0, &starts)?;
         let inverse = if return_inverse {
-            let run = first.cumsum(0)?;
-            run.sub_(1)?;
-            Some(run.reshape_any(self.shape())?)
+            Some(run_ids(&differs)?.reshape_any(self.shape())?)
         } else {
             None
         };
@@ -327,11 +321,18 @@ impl Tensor {
     }
 }
 
-/// `true` where a run of equal neighbours of the 1-D `values` starts (the first element, and
-/// each element `!=` its predecessor: each NaN starts a run).
-fn first_of_runs(values: &Tensor) -> Result<Tensor> {
-    let head = Tensor::from_bools(&[true], [1], values.device())?;
-    Tensor::cat(&[&head, &neighbours_differ(values)?], 0)
+/// `differs` (see [`neighbours_differ`]) with `head` before it: with `true`, where a run of
+/// equal neighbours starts (the first element, and each element `!=` its predecessor: each
+/// NaN starts a run).
+fn run_heads(differs: &Tensor, head: bool) -> Result<Tensor> {
+    let head = Tensor::from_bools(&[head], [1], differs.device())?;
+    Tensor::cat(&[&head, differs], 0)
+}
+
+/// The run of each position (int64): `differs[..i].count()`, the flags summed as int32 (fewer
+/// bytes than int64; the sums are int64 either way).
+fn run_ids(differs: &Tensor) -> Result<Tensor> {
+    run_heads(differs, false)?.to_dtype(DType::I32)?.cumsum(0)
 }
 
 /// `values[i + 1] != values[i]` for the 1-D `values` (at least one element; each NaN differs).

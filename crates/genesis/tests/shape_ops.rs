@@ -394,3 +394,94 @@ fn bits(t: &Tensor) -> Vec<u64> {
             .collect(),
     }
 }
+
+/// `unique` (sorted, inverse, counts) and `unique_consecutive` of a 1-D f32 list, computed
+/// directly: a stable sort with NaN last, runs of `==` neighbours (each NaN its own run).
+fn unique_reference(x: &[f32]) -> [(Vec<u32>, Vec<i64>, Vec<i64>); 2] {
+    let runs = |order: &[usize]| {
+        let (mut values, mut inverse, mut counts) = (Vec::new(), vec![0i64; x.len()], Vec::new());
+        for (k, &i) in order.iter().enumerate() {
+            if k == 0 || x[i] != x[order[k - 1]] {
+                values.push(x[i].to_bits());
+                counts.push(0);
+            }
+            inverse[i] = values.len() as i64 - 1;
+            *counts.last_mut().unwrap() += 1;
+        }
+        (values, inverse, counts)
+    };
+    let mut sorted: Vec<usize> = (0..x.len()).collect();
+    sorted.sort_by(|&a, &b| match (x[a].is_nan(), x[b].is_nan()) {
+        (false, false) => x[a].partial_cmp(&x[b]).unwrap(),
+        (na, nb) => na.cmp(&nb),
+    });
+    let identity: Vec<usize> = (0..x.len()).collect();
+    [runs(&sorted), runs(&identity)]
+}
+
+#[test]
+fn unique_and_unique_consecutive_match_a_direct_computation_on_generated_lists() {
+    let _release = Release;
+    let g = genesis::Generator::new(11);
+    for trial in 0..60usize {
+        let n = 1 + (trial * 37) % 700;
+        let distinct = 1 + (trial * 13) % 40;
+        let mut x: Vec<f32> = g
+            .randint(0, distinct as i64, [n], DType::I64, Device::Cpu)
+            .unwrap()
+            .to_dtype(DType::F32)
+            .unwrap()
+            .sub(distinct as f64 / 2.0)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap();
+        if trial % 3 == 0 {
+            // Runs of one value, NaNs and both zeros.
+            for (i, v) in x.iter_mut().enumerate().step_by(7) {
+                *v = [f32::NAN, -0.0, 0.0][i % 3];
+            }
+            x.sort_by(|a, b| a.total_cmp(b).reverse());
+            x.rotate_left(n / 3);
+        }
+        let [sorted, consecutive] = unique_reference(&x);
+        for dev in devices() {
+            let t = Tensor::from_slice(&x, [n], dev).unwrap();
+            let got = |r: (Tensor, Option<Tensor>, Option<Tensor>)| {
+                let v = r.0.to_vec::<f32>().unwrap();
+                (
+                    v.iter().map(|v| v.to_bits()).collect::<Vec<u32>>(),
+                    r.1.unwrap().to_vec::<i64>().unwrap(),
+                    r.2.unwrap().to_vec::<i64>().unwrap(),
+                )
+            };
+            let u = got(t.unique(true, true, true).unwrap());
+            assert_eq!(u.1, sorted.1, "unique inverse, trial {trial} on {dev}");
+            assert_eq!(u.2, sorted.2, "unique counts, trial {trial} on {dev}");
+            // Values compare as numbers: a run of zeros keeps either sign's first.
+            let same = |a: &[u32], b: &[u32]| {
+                a.len() == b.len()
+                    && a.iter().zip(b).all(|(&p, &q)| {
+                        let (p, q) = (f32::from_bits(p), f32::from_bits(q));
+                        p == q || (p.is_nan() && q.is_nan())
+                    })
+            };
+            assert!(
+                same(&u.0, &sorted.0),
+                "unique values, trial {trial} on {dev}"
+            );
+            let c = got(t.unique_consecutive(true, true).unwrap());
+            assert_eq!(
+                c.1, consecutive.1,
+                "consecutive inverse, trial {trial} on {dev}"
+            );
+            assert_eq!(
+                c.2, consecutive.2,
+                "consecutive counts, trial {trial} on {dev}"
+            );
+            assert!(
+                same(&c.0, &consecutive.0),
+                "consecutive values, trial {trial} on {dev}"
+            );
+        }
+    }
+}

@@ -885,6 +885,7 @@ impl ProcessGroup {
         let (b, red) = buffer(name, "tensor", tensor, Some(op))?;
         check_device(name, "tensor", tensor, self.comm.device)?;
         let red = red.unwrap_or(RedOp::Sum) as c_int;
+        written(&[tensor])?;
         self.enqueue(name, &[tensor], |f, comm, s| {
             // SAFETY: `b` is the contiguous memory of `tensor`, on this communicator's GPU,
             // kept alive by the returned `Work` and ordered on `s` with its other users.
@@ -899,6 +900,7 @@ impl ProcessGroup {
         check_rank(name, "root", root, self.size())?;
         check_device(name, "tensor", tensor, self.comm.device)?;
         let root = root as c_int;
+        written(&[tensor])?;
         self.enqueue(name, &[tensor], |f, comm, s| {
             // SAFETY: as in `all_reduce`.
             unsafe { (f.broadcast)(b.send(), b.recv(), b.count, b.ty as c_int, root, comm, s) }
@@ -914,6 +916,7 @@ impl ProcessGroup {
         check_device(name, "tensor", tensor, self.comm.device)?;
         let red = red.unwrap_or(RedOp::Sum) as c_int;
         let root = root as c_int;
+        written(&[tensor])?;
         self.enqueue(name, &[tensor], |f, comm, s| {
             // SAFETY: as in `all_reduce`.
             unsafe {
@@ -942,6 +945,7 @@ impl ProcessGroup {
         check_count(name, "output", i.count * self.size(), o.count)?;
         check_device(name, "input", input, self.comm.device)?;
         check_device(name, "output", output, self.comm.device)?;
+        written(&[output])?;
         self.enqueue(name, &[input, output], |f, comm, s| {
             // SAFETY: as in `all_reduce`; `output` holds `size()` times `input`'s elements.
             unsafe { (f.all_gather)(i.send(), o.recv(), i.count, i.ty as c_int, comm, s) }
@@ -967,6 +971,7 @@ impl ProcessGroup {
             check_device(name, "an output", t, self.comm.device)?;
         }
         let mut keep: Vec<&Tensor> = outputs.iter().collect();
+        written(&keep)?;
         keep.push(input);
         self.enqueue(name, &keep, |f, comm, s| {
             // SAFETY: `group_start` only marks this thread's state.
@@ -1019,6 +1024,7 @@ impl ProcessGroup {
         check_device(name, "input", input, self.comm.device)?;
         check_device(name, "output", output, self.comm.device)?;
         let red = red.unwrap_or(RedOp::Sum) as c_int;
+        written(&[output])?;
         self.enqueue(name, &[input, output], |f, comm, s| {
             // SAFETY: as in `all_reduce`; `input` holds `size()` times `output`'s elements.
             unsafe { (f.reduce_scatter)(i.send(), o.recv(), o.count, o.ty as c_int, red, comm, s) }
@@ -1047,6 +1053,7 @@ impl ProcessGroup {
         check_rank(name, "src", src, self.size())?;
         check_device(name, "tensor", tensor, self.comm.device)?;
         let peer = src as c_int;
+        written(&[tensor])?;
         self.enqueue(name, &[tensor], |f, comm, s| {
             // SAFETY: as in `all_reduce`; NCCL's `recv` takes the buffer it writes.
             unsafe { (f.recv)(b.recv(), b.count, b.ty as c_int, peer, comm, s) }
@@ -1060,6 +1067,17 @@ impl ProcessGroup {
         let t = Tensor::zeros([1usize], DType::F32, self.device())?;
         self.all_reduce(&t, ReduceOp::Sum)?.wait()
     }
+}
+
+/// Marks the tensors a collective writes as written in place (their version goes up, as
+/// PyTorch's in-place collectives do), so that a backward that saved one of them refuses to
+/// run on the values NCCL will write. Before the launch: a tensor this thread is reading
+/// (`Error::Aliased`) fails the call with nothing queued.
+fn written(tensors: &[&Tensor]) -> Result<()> {
+    for t in tensors {
+        genesis::autograd::increment_version(t)?;
+    }
+    Ok(())
 }
 
 /// The collectives that data parallelism uses ([`crate::DistributedDataParallel`],

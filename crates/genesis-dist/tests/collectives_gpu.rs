@@ -356,6 +356,7 @@ fn a_world_of_one_runs_every_collective() {
         "NVLS set before NCCL"
     );
     check_every_collective(&pg);
+    versions_of_written_tensors_go_up(&pg);
     // After an abort, calls are refused with a typed error.
     pg.abort();
     let t = Tensor::zeros([4usize], DType::F32, Device::Cuda(0)).unwrap();
@@ -364,6 +365,74 @@ fn a_world_of_one_runs_every_collective() {
         Err(Error::Aborted { .. })
     ));
     eprintln!("world of one: every collective and dtype checked");
+}
+
+/// Every collective that writes a tensor raises its version by one (as PyTorch's in-place
+/// collectives do: a backward that saved it then refuses to run); what it only reads keeps
+/// its version.
+fn versions_of_written_tensors_go_up(pg: &ProcessGroup) {
+    let dev = pg.device();
+    let t = Tensor::ones([8usize], DType::F32, dev).unwrap();
+    let out = Tensor::zeros([8 * pg.size()], DType::F32, dev).unwrap();
+    let parts: Vec<Tensor> = (0..pg.size())
+        .map(|_| Tensor::zeros([8usize], DType::F32, dev).unwrap())
+        .collect();
+    let step = |what: &str, work: Work, written: &[&Tensor], before: &[u64], read: Option<u64>| {
+        work.wait().unwrap();
+        for (w, v) in written.iter().zip(before) {
+            assert_eq!(w.version(), v + 1, "{what}: the written tensor's version");
+        }
+        if let Some(v) = read {
+            assert_eq!(t.version(), v, "{what}: the input's version");
+        }
+    };
+    let v = t.version();
+    step(
+        "all_reduce",
+        pg.all_reduce(&t, ReduceOp::Sum).unwrap(),
+        &[&t],
+        &[v],
+        None,
+    );
+    let v = t.version();
+    step("broadcast", pg.broadcast(&t, 0).unwrap(), &[&t], &[v], None);
+    let v = t.version();
+    step(
+        "reduce",
+        pg.reduce(&t, 0, ReduceOp::Sum).unwrap(),
+        &[&t],
+        &[v],
+        None,
+    );
+    let (v, o) = (t.version(), out.version());
+    let w = pg.all_gather_into_tensor(&out, &t).unwrap();
+    step("all_gather_into_tensor", w, &[&out], &[o], Some(v));
+    let before: Vec<u64> = parts.iter().map(Tensor::version).collect();
+    let refs: Vec<&Tensor> = parts.iter().collect();
+    step(
+        "all_gather",
+        pg.all_gather(&parts, &t).unwrap(),
+        &refs,
+        &before,
+        Some(v),
+    );
+    let (v, o) = (out.version(), t.version());
+    let w = pg.reduce_scatter_tensor(&t, &out, ReduceOp::Sum).unwrap();
+    step("reduce_scatter_tensor", w, &[&t], &[o], None);
+    assert_eq!(
+        out.version(),
+        v,
+        "reduce_scatter_tensor: the input's version"
+    );
+    if pg.size() == 1 {
+        let (s, r) = (t.version(), out.version());
+        let recv_into = out.narrow(0, 0, 8).unwrap();
+        let works = group(|| Ok(vec![pg.send(&t, 0)?, pg.recv(&recv_into, 0)?])).unwrap();
+        for w in works {
+            w.wait().unwrap();
+        }
+        assert_eq!((t.version(), out.version()), (s, r + 1), "send / recv");
+    }
 }
 
 /// One rank of [`one_process_per_gpu`] (a no-op unless launched by it).
@@ -375,6 +444,7 @@ fn rank_of_a_launched_group() {
     let env = GroupEnv::from_env().unwrap();
     let pg = ProcessGroup::new(&env, T).unwrap();
     check_every_collective(&pg);
+    versions_of_written_tensors_go_up(&pg);
     eprintln!(
         "rank {} of {}: every collective and dtype checked",
         env.rank, env.world_size

@@ -1,6 +1,7 @@
 //! Everyday ops PyTorch users reach for: `clamp`, `prod`, `any`, `all`, `var`,
 //! `std`, `cumsum`, `cumprod`, `sort`, `argsort`, `topk`, `gather`, `index_select`, `scatter`,
-//! `scatter_add`, `eye`, `linspace`, `logspace`.
+//! `scatter_add`, `eye`, `linspace`, `logspace`; built from those and the elementwise ops:
+//! `isclose`, `allclose`, `lerp`, `outer`, `diff`.
 
 use std::sync::Arc;
 
@@ -1419,4 +1420,223 @@ fn rows_by_index(shape: &[usize], idx: &Tensor, g: &Tensor) -> Result<Tensor> {
     let (gs, g0) = at(&g);
     let out = gs.rows_by_key(g0, &plan, at(&keys), at(&perm))?;
     Tensor::from_storage(out, shape)
+}
+
+/// Ops built from the others (each recorded by autograd through the ops it calls):
+/// closeness, interpolation, outer products and differences.
+impl Tensor {
+    /// Where `self` and `other` are close (PyTorch's `isclose`): equal (infinities of one
+    /// sign included), or `|self - other| <= atol + rtol * |other|` with that difference
+    /// finite, or, with `equal_nan`, both NaN. The two broadcast together and must have one
+    /// dtype; `rtol` and `atol` must not be negative. A `Bool` tensor.
+    ///
+    /// ```
+    /// use genesis::{Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let a = Tensor::from_slice(&[1.0f32, 2.0, f32::NAN, f32::INFINITY], &[4], Device::Cpu)?;
+    /// let b = Tensor::from_slice(&[1.0f32 + 1e-7, 2.1, f32::NAN, f32::INFINITY], &[4], Device::Cpu)?;
+    /// assert_eq!(a.isclose(&b, 1e-5, 1e-8, false)?.to_bool_vec()?, [true, false, false, true]);
+    /// assert_eq!(a.isclose(&b, 1e-5, 1e-8, true)?.to_bool_vec()?, [true, false, true, true]);
+    /// assert!(!a.allclose(&b, 1e-5, 1e-8, true)?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn isclose(&self, other: &Tensor, rtol: f64, atol: f64, equal_nan: bool) -> Result<Tensor> {
+        let op = "isclose";
+        if self.dtype() != other.dtype() {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: format!(
+                    "{op}(): expected both inputs to have same dtype, but input has {} and \
+                     other has {}",
+                    self.dtype(),
+                    other.dtype()
+                ),
+            });
+        }
+        if !(rtol >= 0.0 && atol >= 0.0) {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: format!(
+                    "{op}(): rtol and atol must be non-negative, got rtol={rtol}, atol={atol}"
+                ),
+            });
+        }
+        crate::autograd::no_grad(|| {
+            let mut close = self.eq(other)?;
+            if equal_nan && self.dtype().is_float() {
+                close = close.maximum(&self.isnan()?.mul(&other.isnan()?)?)?;
+            }
+            if rtol == 0.0 && atol == 0.0 {
+                return Ok(close);
+            }
+            let (a, b) = if self.dtype() == DType::Bool {
+                (self.to_dtype(DType::F32)?, other.to_dtype(DType::F32)?)
+            } else {
+                (self.clone(), other.clone())
+            };
+            let allowed = b.mul(rtol)?.abs()?.add(atol)?;
+            let actual = a.sub(&b)?.abs()?;
+            let within = actual.isfinite()?.mul(&actual.le(&allowed)?)?;
+            close.maximum(&within)
+        })
+    }
+
+    /// Whether every element of `self` is close to `other`'s ([`Tensor::isclose`], PyTorch's
+    /// `allclose`); reads the answer back to the host.
+    #[track_caller]
+    pub fn allclose(&self, other: &Tensor, rtol: f64, atol: f64, equal_nan: bool) -> Result<bool> {
+        self.isclose(other, rtol, atol, equal_nan)?
+            .all()?
+            .item::<bool>()
+    }
+
+    /// The linear interpolation `self + weight * (end - self)` (PyTorch's `lerp` with a
+    /// number weight), computed as `end - (end - self) * (1 - weight)` for `weight >= 0.5`, as
+    /// PyTorch does, so that weight 1 gives `end` exactly. `self` and `end` must be floats
+    /// of one dtype; they broadcast together.
+    #[track_caller]
+    pub fn lerp(&self, end: &Tensor, weight: f64) -> Result<Tensor> {
+        lerp_check(self, end)?;
+        let diff = end.sub(self)?;
+        if weight.abs() < 0.5 {
+            self.add(&diff.mul(weight)?)
+        } else {
+            end.sub(&diff.mul(1.0 - weight)?)
+        }
+    }
+
+    /// [`Tensor::lerp`] with a tensor of weights (of `self`'s dtype), broadcast with the two.
+    #[track_caller]
+    pub fn lerp_tensor(&self, end: &Tensor, weight: &Tensor) -> Result<Tensor> {
+        lerp_check(self, end)?;
+        if weight.dtype() != self.dtype() {
+            return Err(Error::InvalidArgument {
+                op: "lerp",
+                reason: format!(
+                    "expected dtype {} for `weight` but got dtype {}",
+                    self.dtype(),
+                    weight.dtype()
+                ),
+            });
+        }
+        let diff = end.sub(self)?;
+        let low = self.add(&diff.mul(weight)?)?;
+        let high = end.sub(&diff.mul(&weight.neg()?.add(1.0)?)?)?;
+        Tensor::where_cond(&weight.abs()?.lt(0.5)?, &low, &high)
+    }
+
+    /// The outer product of two 1-D tensors (PyTorch's `outer`): `[n, m]` with element
+    /// `(i, j)` `self[i] * other[j]`, in the promoted dtype.
+    ///
+    /// ```
+    /// use genesis::{Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let a = Tensor::from_slice(&[1i64, 2, 3], &[3], Device::Cpu)?;
+    /// let b = Tensor::from_slice(&[10i64, 20], &[2], Device::Cpu)?;
+    /// assert_eq!(a.outer(&b)?.to_vec::<i64>()?, [10, 20, 20, 40, 30, 60]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn outer(&self, other: &Tensor) -> Result<Tensor> {
+        for (name, t) in [("self", self), ("vec2", other)] {
+            if t.dim() != 1 {
+                return Err(Error::InvalidArgument {
+                    op: "outer",
+                    reason: format!("outer: Expected 1-D argument {name}, but got {}-D", t.dim()),
+                });
+            }
+        }
+        self.unsqueeze(1)?.mul(&other.unsqueeze(0)?)
+    }
+
+    /// The `n`-th forward difference along `dim` (PyTorch's `diff`): `out[i] = x[i + 1] -
+    /// x[i]`, applied `n` times, after `prepend` and `append` (tensors of `self`'s rank and
+    /// dtype, the same shape but along `dim`) are joined before and after. Bools give their
+    /// `!=` (PyTorch's logical xor). `n = 0` returns the joined input.
+    ///
+    /// ```
+    /// use genesis::{Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let x = Tensor::from_slice(&[1i64, 4, 9, 16], &[4], Device::Cpu)?;
+    /// assert_eq!(x.diff(1, -1, None, None)?.to_vec::<i64>()?, [3, 5, 7]);
+    /// assert_eq!(x.diff(2, 0, None, None)?.to_vec::<i64>()?, [2, 2]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn diff(
+        &self,
+        n: usize,
+        dim: impl Dim,
+        prepend: Option<&Tensor>,
+        append: Option<&Tensor>,
+    ) -> Result<Tensor> {
+        let op = "diff";
+        if self.dim() == 0 {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: "diff expects input to be at least one-dimensional".into(),
+            });
+        }
+        let d = wrap_dim(op, dim.to_dim() as i64, self.dim())?.unwrap_or(0);
+        let mut parts: Vec<&Tensor> = Vec::new();
+        for (name, t) in [("prepend", prepend), ("append", append)] {
+            if let Some(t) = t
+                && t.dim() != self.dim()
+            {
+                return Err(Error::InvalidArgument {
+                    op,
+                    reason: format!(
+                        "diff expects {name} or its broadcast to have the same number of \
+                         dimensions as input, got {} and {}",
+                        t.dim(),
+                        self.dim()
+                    ),
+                });
+            }
+        }
+        if let Some(p) = prepend {
+            parts.push(p);
+        }
+        parts.push(self);
+        if let Some(a) = append {
+            parts.push(a);
+        }
+        let mut x = if parts.len() == 1 {
+            self.clone()
+        } else {
+            Tensor::cat(&parts, d as isize)?
+        };
+        for _ in 0..n {
+            let len = x.shape()[d];
+            if len == 0 {
+                break;
+            }
+            let (hi, lo) = (x.narrow(d, 1, len - 1)?, x.narrow(d, 0, len - 1)?);
+            x = if x.dtype() == DType::Bool {
+                hi.ne(&lo)?
+            } else {
+                hi.sub(&lo)?
+            };
+        }
+        Ok(x)
+    }
+}
+
+/// `lerp`'s operands: floats of one dtype.
+fn lerp_check(a: &Tensor, end: &Tensor) -> Result<()> {
+    if a.dtype() != end.dtype() || !a.dtype().is_float() {
+        return Err(Error::InvalidArgument {
+            op: "lerp",
+            reason: format!(
+                "expected `self` and `end` to be floats of one dtype, got {} and {}",
+                a.dtype(),
+                end.dtype()
+            ),
+        });
+    }
+    Ok(())
 }

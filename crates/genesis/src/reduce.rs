@@ -386,3 +386,74 @@ pub(crate) fn line_shape(outer: &[usize], r: &[usize], inner: &[usize]) -> Resul
         inner: count(inner)?,
     })
 }
+
+impl Tensor {
+    /// The vector norm of order `ord` over `dims` (every dimension when empty; PyTorch's
+    /// `torch.linalg.vector_norm(x, ord, dim, keepdim)`): `sum(|x|^ord)^(1/ord)`, with
+    /// `ord = inf` the largest `|x|`, `-inf` the smallest, `0` the count of nonzero elements.
+    /// Float tensors only; float16 and bfloat16 compute in float32 and round once. Its
+    /// gradient at a zero vector is zero for `ord = 2` (as PyTorch's), where the square root's
+    /// would be NaN.
+    ///
+    /// ```
+    /// use genesis::{Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let x = Tensor::from_slice(&[3.0f32, -4.0, 0.0, 12.0], &[2, 2], Device::Cpu)?;
+    /// assert_eq!(x.vector_norm(2.0, (), false)?.item::<f32>()?, 13.0);
+    /// assert_eq!(x.vector_norm(1.0, 1, false)?.to_vec::<f32>()?, [7.0, 12.0]);
+    /// assert_eq!(x.vector_norm(f64::INFINITY, 0, true)?.to_vec::<f32>()?, [3.0, 12.0]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn vector_norm(&self, ord: f64, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
+        let op = "linalg.vector_norm";
+        if !self.dtype().is_float() {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: format!(
+                    "{op}: Expected a floating point or complex tensor as input. Got {}",
+                    self.dtype()
+                ),
+            });
+        }
+        if ord.is_nan() {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: format!("{op}: the order must be a number, got NaN"),
+            });
+        }
+        let dims = shape_spec(&dims);
+        let half = matches!(self.dtype(), DType::F16 | DType::BF16);
+        let x = if half {
+            self.to_dtype(DType::F32)?
+        } else {
+            self.clone()
+        };
+        let a = x.abs()?;
+        let norm = if ord == 2.0 {
+            // sqrt of the sum of squares, through sqrt(1) where the sum is 0 and then masked,
+            // so that a zero vector's gradient is 0 rather than 0 * inf.
+            let s = x.mul(&x)?.sum_dim(&dims, keepdim)?;
+            let zero = s.eq(0)?;
+            Tensor::where_cond(&zero, 1.0, &s)?.sqrt()?.mul(&s.ne(0)?)?
+        } else if ord == f64::INFINITY {
+            a.amax(&dims, keepdim)?
+        } else if ord == f64::NEG_INFINITY {
+            a.amin(&dims, keepdim)?
+        } else if ord == 0.0 {
+            a.ne(0)?.to_dtype(x.dtype())?.sum_dim(&dims, keepdim)?
+        } else if ord == 1.0 {
+            a.sum_dim(&dims, keepdim)?
+        } else {
+            a.pow_scalar(ord)?
+                .sum_dim(&dims, keepdim)?
+                .pow_scalar(1.0 / ord)?
+        };
+        if half {
+            norm.to_dtype(self.dtype())
+        } else {
+            Ok(norm)
+        }
+    }
+}

@@ -1336,3 +1336,284 @@ fn index_select_rejects_negative_positions_and_matches_the_reference() {
         }
     }
 }
+
+/// A small deterministic stream of numbers for the generated cases below (splitmix64).
+struct Stream(u64);
+
+impl Stream {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `[lo, hi)`.
+    fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + (hi - lo) * (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+#[test]
+fn isclose_and_allclose_match_their_definition_on_generated_pairs() {
+    let _release = Release;
+    let mut s = Stream(5);
+    let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0];
+    for trial in 0..40 {
+        let n = 1 + s.below(60) as usize;
+        let a: Vec<f32> = (0..n)
+            .map(|_| match s.below(8) {
+                0 => specials[s.below(5) as usize],
+                _ => s.uniform(-100.0, 100.0) as f32,
+            })
+            .collect();
+        // Partners: the same value, a nearby one, a far one, or a special.
+        let b: Vec<f32> = a
+            .iter()
+            .map(|&v| match s.below(5) {
+                0 => v,
+                1 => v * (1.0 + s.uniform(-1e-5, 1e-5) as f32),
+                2 => v + s.uniform(-1e-3, 1e-3) as f32,
+                3 => specials[s.below(5) as usize],
+                _ => s.uniform(-100.0, 100.0) as f32,
+            })
+            .collect();
+        let (rtol, atol) = (s.uniform(0.0, 1e-4), [0.0, 1e-8, 1e-3][s.below(3) as usize]);
+        let equal_nan = trial % 2 == 0;
+        let want: Vec<bool> = a
+            .iter()
+            .zip(&b)
+            .map(|(&x, &y)| {
+                let allowed = (y * rtol as f32).abs() + atol as f32;
+                let actual = (x - y).abs();
+                x == y
+                    || (equal_nan && x.is_nan() && y.is_nan())
+                    || (rtol + atol > 0.0 && actual.is_finite() && actual <= allowed)
+            })
+            .collect();
+        for dev in devices() {
+            let ta = Tensor::from_slice(&a, [n], dev).unwrap();
+            let tb = Tensor::from_slice(&b, [n], dev).unwrap();
+            let got = ta.isclose(&tb, rtol, atol, equal_nan).unwrap();
+            assert_eq!(got.to_bool_vec().unwrap(), want, "trial {trial} on {dev}");
+            let all = ta.allclose(&tb, rtol, atol, equal_nan).unwrap();
+            assert_eq!(
+                all,
+                want.iter().all(|&c| c),
+                "allclose, trial {trial} on {dev}"
+            );
+        }
+    }
+    // Integers: the allowed error in float32, as PyTorch's.
+    let a = Tensor::from_slice(&[100i64, 100, 7, -5], [4], Device::Cpu).unwrap();
+    let b = Tensor::from_slice(&[101i64, 110, 7, 5], [4], Device::Cpu).unwrap();
+    let got = a
+        .isclose(&b, 0.01, 0.0, false)
+        .unwrap()
+        .to_bool_vec()
+        .unwrap();
+    assert_eq!(got, [true, false, true, false]);
+    // PyTorch's errors: two dtypes, a negative tolerance.
+    let f = Tensor::from_slice(&[1.0f64], [1], Device::Cpu).unwrap();
+    assert!(matches!(
+        a.isclose(&f, 1e-5, 1e-8, false),
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert!(matches!(
+        f.isclose(&f, -1.0, 0.0, false),
+        Err(Error::InvalidArgument { .. })
+    ));
+}
+
+#[test]
+fn lerp_outer_and_diff_match_direct_computations() {
+    let _release = Release;
+    let mut s = Stream(9);
+    for trial in 0..30 {
+        let n = 1 + s.below(40) as usize;
+        let a: Vec<f32> = (0..n).map(|_| s.uniform(-10.0, 10.0) as f32).collect();
+        let e: Vec<f32> = (0..n).map(|_| s.uniform(-10.0, 10.0) as f32).collect();
+        let w: Vec<f32> = (0..n).map(|_| s.uniform(-1.0, 2.0) as f32).collect();
+        let lerp = |x: f32, y: f32, t: f32| {
+            if t.abs() < 0.5 {
+                x + t * (y - x)
+            } else {
+                y - (y - x) * (1.0 - t)
+            }
+        };
+        let ws = w[0];
+        for dev in devices() {
+            let (ta, te, tw) = (
+                Tensor::from_slice(&a, [n], dev).unwrap(),
+                Tensor::from_slice(&e, [n], dev).unwrap(),
+                Tensor::from_slice(&w, [n], dev).unwrap(),
+            );
+            let got = ta
+                .lerp(&te, f64::from(ws))
+                .unwrap()
+                .to_vec::<f32>()
+                .unwrap();
+            let want: Vec<f32> = a.iter().zip(&e).map(|(&x, &y)| lerp(x, y, ws)).collect();
+            assert_eq!(got, want, "lerp, trial {trial} on {dev}");
+            let got = ta.lerp_tensor(&te, &tw).unwrap().to_vec::<f32>().unwrap();
+            let want: Vec<f32> = (0..n).map(|i| lerp(a[i], e[i], w[i])).collect();
+            assert_eq!(got, want, "lerp_tensor, trial {trial} on {dev}");
+            // Weight 1 is `end` exactly.
+            assert_eq!(ta.lerp(&te, 1.0).unwrap().to_vec::<f32>().unwrap(), e);
+        }
+        // outer and diff on integers: exact.
+        let (r, c) = (1 + s.below(5) as usize, 1 + s.below(6) as usize);
+        let x: Vec<i64> = (0..r * c).map(|_| s.below(200) as i64 - 100).collect();
+        let v: Vec<i64> = (0..c).map(|_| s.below(20) as i64 - 10).collect();
+        let order = s.below(4) as usize;
+        let dim = s.below(2) as usize;
+        let with_edges = trial % 3 == 0;
+        // The reference: the joined rows or columns, differenced `order` times.
+        let mut lines: Vec<Vec<i64>> = if dim == 1 {
+            (0..r).map(|i| x[i * c..(i + 1) * c].to_vec()).collect()
+        } else {
+            (0..c)
+                .map(|j| (0..r).map(|i| x[i * c + j]).collect())
+                .collect()
+        };
+        if with_edges {
+            for l in &mut lines {
+                l.insert(0, 1000);
+                l.push(-1000);
+            }
+        }
+        for _ in 0..order {
+            for l in &mut lines {
+                *l = l.windows(2).map(|p| p[1] - p[0]).collect();
+            }
+        }
+        for dev in devices() {
+            let t = Tensor::from_slice(&x, [r, c], dev).unwrap();
+            let tv = Tensor::from_slice(&v, [c], dev).unwrap();
+            let o = tv.outer(&tv).unwrap().to_vec::<i64>().unwrap();
+            let want: Vec<i64> = v
+                .iter()
+                .flat_map(|&p| v.iter().map(move |&q| p * q))
+                .collect();
+            assert_eq!(o, want, "outer, trial {trial} on {dev}");
+            let edge_shape = if dim == 1 { [r, 1] } else { [1, c] };
+            let pre = Tensor::full(edge_shape, 1000i64, dev).unwrap();
+            let app = Tensor::full(edge_shape, -1000i64, dev).unwrap();
+            let (p, q) = if with_edges {
+                (Some(&pre), Some(&app))
+            } else {
+                (None, None)
+            };
+            let got = t.diff(order, dim as isize, p, q).unwrap();
+            let len = lines[0].len();
+            let want: Vec<i64> = if dim == 1 {
+                lines.concat()
+            } else {
+                (0..len)
+                    .flat_map(|i| lines.iter().map(move |l| l[i]))
+                    .collect()
+            };
+            assert_eq!(
+                got.to_vec::<i64>().unwrap(),
+                want,
+                "diff, trial {trial} on {dev}"
+            );
+        }
+    }
+    let b = Tensor::from_bools(&[true, true, false, true], [4], Device::Cpu).unwrap();
+    let d = b.diff(1, 0, None, None).unwrap();
+    assert_eq!(
+        (d.dtype(), d.to_bool_vec().unwrap()),
+        (DType::Bool, vec![false, true, true])
+    );
+    let m = Tensor::zeros([2, 2], DType::F32, Device::Cpu).unwrap();
+    assert!(matches!(m.outer(&m), Err(Error::InvalidArgument { .. })));
+    let i = Tensor::zeros([2], DType::I64, Device::Cpu).unwrap();
+    assert!(matches!(
+        i.lerp(&i, 0.5),
+        Err(Error::InvalidArgument { .. })
+    ));
+}
+
+#[test]
+fn vector_norm_matches_its_definition_and_has_a_zero_gradient_at_zero() {
+    let _release = Release;
+    let mut s = Stream(13);
+    for trial in 0..24 {
+        let (r, c) = (1 + s.below(6) as usize, 1 + s.below(7) as usize);
+        let x: Vec<f64> = (0..r * c)
+            .map(|_| {
+                if s.below(5) == 0 {
+                    0.0
+                } else {
+                    s.uniform(-5.0, 5.0)
+                }
+            })
+            .collect();
+        let ord = [2.0, 1.0, f64::INFINITY, f64::NEG_INFINITY, 0.0, 3.0, 0.5][trial % 7];
+        let norm = |v: &[f64]| -> f64 {
+            let a: Vec<f64> = v.iter().map(|x| x.abs()).collect();
+            if ord == f64::INFINITY {
+                a.iter().cloned().fold(f64::NEG_INFINITY, f64::max)
+            } else if ord == f64::NEG_INFINITY {
+                a.iter().cloned().fold(f64::INFINITY, f64::min)
+            } else if ord == 0.0 {
+                a.iter().filter(|&&x| x != 0.0).count() as f64
+            } else {
+                a.iter().map(|x| x.powf(ord)).sum::<f64>().powf(1.0 / ord)
+            }
+        };
+        let rows: Vec<f64> = (0..r).map(|i| norm(&x[i * c..(i + 1) * c])).collect();
+        for dev in devices() {
+            let t = Tensor::from_slice(&x, [r, c], dev).unwrap();
+            let all = t.vector_norm(ord, (), false).unwrap();
+            assert_eq!(all.shape(), &[] as &[usize]);
+            let want = norm(&x);
+            let got = all.item::<f64>().unwrap();
+            assert!(
+                (got - want).abs() <= 1e-12 * want.abs().max(1.0),
+                "{ord}: {got} vs {want}"
+            );
+            let per_row = t.vector_norm(ord, 1, true).unwrap();
+            assert_eq!(per_row.shape(), &[r, 1]);
+            for (g, w) in per_row.to_vec::<f64>().unwrap().iter().zip(&rows) {
+                assert!(
+                    (g - w).abs() <= 1e-12 * w.abs().max(1.0),
+                    "{ord} row: {g} vs {w}"
+                );
+            }
+        }
+    }
+    // The gradient of the 2-norm: x / |x|, and 0 (not NaN) at the zero vector.
+    for dev in devices() {
+        let x = Tensor::from_slice(&[3.0f64, 4.0, 0.0, 0.0], [2, 2], dev)
+            .unwrap()
+            .requires_grad_(true)
+            .unwrap();
+        x.vector_norm(2.0, 1, false)
+            .unwrap()
+            .sum()
+            .unwrap()
+            .backward()
+            .unwrap();
+        let g = x.grad().unwrap().to_vec::<f64>().unwrap();
+        assert!(
+            (g[0] - 0.6).abs() < 1e-15 && (g[1] - 0.8).abs() < 1e-15,
+            "{g:?} on {dev}"
+        );
+        assert_eq!(g[2..], [0.0, 0.0], "the zero row's gradient on {dev}");
+    }
+    let b = Tensor::from_slice(&[1.0f32, -2.0, 2.0], [3], Device::Cpu)
+        .unwrap()
+        .to_dtype(DType::BF16)
+        .unwrap();
+    assert_eq!(b.vector_norm(2.0, (), false).unwrap().dtype(), DType::BF16);
+    let i = Tensor::zeros([3], DType::I64, Device::Cpu).unwrap();
+    assert!(matches!(
+        i.vector_norm(2.0, (), false),
+        Err(Error::InvalidArgument { .. })
+    ));
+}

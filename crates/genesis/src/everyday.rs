@@ -1,7 +1,8 @@
 //! Everyday ops PyTorch users reach for: `clamp`, `prod`, `any`, `all`, `var`,
 //! `std`, `cumsum`, `cumprod`, `sort`, `argsort`, `topk`, `gather`, `index_select`, `scatter`,
 //! `scatter_add`, `eye`, `linspace`, `logspace`; built from those and the elementwise ops:
-//! `isclose`, `allclose`, `lerp`, `outer`, `diff`.
+//! `isclose`, `allclose`, `lerp`, `outer`, `diff`, the logical ops, `count_nonzero`, `nansum`,
+//! `nanmean`, `median`, `bincount`.
 
 use std::sync::Arc;
 
@@ -1639,4 +1640,151 @@ fn lerp_check(a: &Tensor, end: &Tensor) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// Logical ops, counts that skip NaN, the median and `bincount`, built from the other ops.
+impl Tensor {
+    /// `self != 0 && other != 0` elementwise (PyTorch's `logical_and`): a `Bool` tensor of the
+    /// broadcast shape, for operands of any dtypes (NaN counts as true).
+    #[track_caller]
+    pub fn logical_and(&self, other: &Tensor) -> Result<Tensor> {
+        self.as_bools()?.mul(&other.as_bools()?)
+    }
+
+    /// `self != 0 || other != 0` elementwise (PyTorch's `logical_or`).
+    #[track_caller]
+    pub fn logical_or(&self, other: &Tensor) -> Result<Tensor> {
+        self.as_bools()?.maximum(&other.as_bools()?)
+    }
+
+    /// `(self != 0) != (other != 0)` elementwise (PyTorch's `logical_xor`).
+    #[track_caller]
+    pub fn logical_xor(&self, other: &Tensor) -> Result<Tensor> {
+        self.as_bools()?.ne(&other.as_bools()?)
+    }
+
+    /// `self == 0` elementwise (PyTorch's `logical_not`): a `Bool` tensor.
+    #[track_caller]
+    pub fn logical_not(&self) -> Result<Tensor> {
+        self.eq(0)
+    }
+
+    /// The elements' truth as a tensor: `!= 0` (a `Bool` tensor itself).
+    fn as_bools(&self) -> Result<Tensor> {
+        if self.dtype() == DType::Bool {
+            Ok(self.clone())
+        } else {
+            self.ne(0)
+        }
+    }
+
+    /// The number of nonzero elements over `dims` (every dimension when empty; PyTorch's
+    /// `count_nonzero`): int64.
+    #[track_caller]
+    pub fn count_nonzero(&self, dims: impl Dims) -> Result<Tensor> {
+        self.as_bools()?.to_dtype(DType::I64)?.sum_dim(dims, false)
+    }
+
+    /// The sum over `dims` (every dimension when empty) with NaN taken as zero (PyTorch's
+    /// `nansum`); integers as [`Tensor::sum_dim`].
+    #[track_caller]
+    pub fn nansum(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
+        if !self.dtype().is_float() {
+            return self.sum_dim(dims, keepdim);
+        }
+        Tensor::where_cond(&self.isnan()?, 0, self)?.sum_dim(dims, keepdim)
+    }
+
+    /// The mean over `dims` (every dimension when empty) of the elements that are not NaN
+    /// (PyTorch's `nanmean`; NaN where all are NaN). Floats only.
+    #[track_caller]
+    pub fn nanmean(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
+        if !self.dtype().is_float() {
+            return Err(Error::InvalidArgument {
+                op: "nanmean",
+                reason: format!(
+                    "nanmean(): expected input to have floating point dtype but got {}",
+                    self.dtype()
+                ),
+            });
+        }
+        let dims = crate::args::shape_spec(&dims);
+        let kept = self.isnan()?.logical_not()?;
+        let count = kept.to_dtype(self.dtype())?.sum_dim(&dims, keepdim)?;
+        self.nansum(&dims, keepdim)?.div(&count)
+    }
+
+    /// The median of all elements (PyTorch's `median()`): the lower of the two middle values
+    /// for an even count, NaN when any element is NaN; an error for an empty tensor. A 0-d
+    /// tensor, without a synchronisation.
+    ///
+    /// ```
+    /// use genesis::{Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let x = Tensor::from_slice(&[4.0f32, 1.0, 3.0, 2.0], &[2, 2], Device::Cpu)?;
+    /// assert_eq!(x.median()?.item::<f32>()?, 2.0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn median(&self) -> Result<Tensor> {
+        let n = self.numel();
+        if n == 0 {
+            return Err(Error::InvalidArgument {
+                op: "median",
+                reason: "median() input tensor cannot be empty".into(),
+            });
+        }
+        let (sorted, _) = self.ravel()?.sort(0, false)?;
+        let mid = sorted.narrow(0, (n - 1) / 2, 1)?;
+        let value = if self.dtype().is_float() {
+            // NaN sorts last: the last element says whether there is one.
+            let last = sorted.narrow(0, n - 1, 1)?;
+            Tensor::where_cond(&last.isnan()?, &last, &mid)?
+        } else {
+            mid
+        };
+        value.reshape(&[] as &[isize])
+    }
+
+    /// How often each value occurs in a 1-D tensor of non-negative integers (PyTorch's
+    /// `bincount` without weights): int64 counts of `max(largest + 1, minlength)` bins. Reads
+    /// the largest value back to size the result (a synchronisation on the GPU).
+    ///
+    /// ```
+    /// use genesis::{Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let x = Tensor::from_slice(&[1i64, 3, 1, 0], &[4], Device::Cpu)?;
+    /// assert_eq!(x.bincount(0)?.to_vec::<i64>()?, [1, 2, 0, 1]);
+    /// assert_eq!(x.bincount(6)?.to_vec::<i64>()?, [1, 2, 0, 1, 0, 0]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn bincount(&self, minlength: usize) -> Result<Tensor> {
+        let bad = || Error::InvalidArgument {
+            op: "bincount",
+            reason: "bincount only supports 1-d non-negative integral inputs.".into(),
+        };
+        let integral = matches!(
+            self.dtype(),
+            DType::U8 | DType::I8 | DType::I16 | DType::I32 | DType::I64
+        );
+        if self.dim() != 1 || !integral {
+            return Err(bad());
+        }
+        if self.numel() == 0 {
+            return Tensor::zeros([minlength], DType::I64, self.device());
+        }
+        let x = self.to_dtype(DType::I64)?;
+        let bounds = Tensor::stack(&[&x.min()?, &x.max()?], 0)?.to_vec::<i64>()?;
+        if bounds[0] < 0 {
+            return Err(bad());
+        }
+        let bins = usize::try_from(bounds[1]).map_err(|_| bad())? + 1;
+        let counts = Tensor::zeros([bins.max(minlength)], DType::I64, self.device())?;
+        let ones = Tensor::ones([x.numel()], DType::I64, self.device())?;
+        counts.scatter_add_(0, &x, &ones)?;
+        Ok(counts)
+    }
 }

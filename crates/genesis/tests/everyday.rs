@@ -1617,3 +1617,110 @@ fn vector_norm_matches_its_definition_and_has_a_zero_gradient_at_zero() {
         Err(Error::InvalidArgument { .. })
     ));
 }
+
+#[test]
+fn logical_ops_nan_reductions_median_and_bincount_match_direct_computations() {
+    let _release = Release;
+    let mut s = Stream(21);
+    for trial in 0..30 {
+        let n = 1 + s.below(50) as usize;
+        let pick = |s: &mut Stream| match s.below(6) {
+            0 => 0.0f32,
+            1 => f32::NAN,
+            2 => -0.0,
+            _ => s.uniform(-3.0, 3.0) as f32,
+        };
+        let a: Vec<f32> = (0..n).map(|_| pick(&mut s)).collect();
+        let b: Vec<f32> = (0..n).map(|_| pick(&mut s)).collect();
+        let t = |v: &f32| *v != 0.0;
+        let and: Vec<bool> = a.iter().zip(&b).map(|(x, y)| t(x) && t(y)).collect();
+        let or: Vec<bool> = a.iter().zip(&b).map(|(x, y)| t(x) || t(y)).collect();
+        let xor: Vec<bool> = a.iter().zip(&b).map(|(x, y)| t(x) != t(y)).collect();
+        let not: Vec<bool> = a.iter().map(|x| !t(x)).collect();
+        let kept: Vec<f64> = a
+            .iter()
+            .filter(|x| !x.is_nan())
+            .map(|&x| f64::from(x))
+            .collect();
+        let nansum: f64 = kept.iter().sum();
+        let median = if a.iter().any(|x| x.is_nan()) {
+            f32::NAN
+        } else {
+            let mut v = a.clone();
+            v.sort_by(|x, y| x.partial_cmp(y).unwrap());
+            v[(n - 1) / 2]
+        };
+        let ints: Vec<i64> = (0..n).map(|_| s.below(12) as i64).collect();
+        let minlength = s.below(20) as usize;
+        let bins = (ints.iter().max().unwrap() + 1).max(minlength as i64) as usize;
+        let mut counts = vec![0i64; bins];
+        for &i in &ints {
+            counts[i as usize] += 1;
+        }
+        for dev in devices() {
+            let (ta, tb) = (
+                Tensor::from_slice(&a, [n], dev).unwrap(),
+                Tensor::from_slice(&b, [n], dev).unwrap(),
+            );
+            let bools = |r: genesis::Result<Tensor>| r.unwrap().to_bool_vec().unwrap();
+            assert_eq!(
+                bools(ta.logical_and(&tb)),
+                and,
+                "and, trial {trial} on {dev}"
+            );
+            assert_eq!(bools(ta.logical_or(&tb)), or, "or, trial {trial} on {dev}");
+            assert_eq!(
+                bools(ta.logical_xor(&tb)),
+                xor,
+                "xor, trial {trial} on {dev}"
+            );
+            assert_eq!(bools(ta.logical_not()), not, "not, trial {trial} on {dev}");
+            let nz = ta.count_nonzero(()).unwrap().item::<i64>().unwrap();
+            assert_eq!(nz, a.iter().filter(|x| t(x)).count() as i64);
+            let got = f64::from(ta.nansum((), false).unwrap().item::<f32>().unwrap());
+            assert!((got - nansum).abs() <= 1e-4, "nansum {got} vs {nansum}");
+            let mean = ta.nanmean((), false).unwrap().item::<f32>().unwrap();
+            if kept.is_empty() {
+                assert!(mean.is_nan());
+            } else {
+                let want = nansum / kept.len() as f64;
+                assert!(
+                    (f64::from(mean) - want).abs() <= 1e-4,
+                    "nanmean {mean} vs {want}"
+                );
+            }
+            let m = ta.median().unwrap();
+            assert_eq!(m.dim(), 0);
+            let m = m.item::<f32>().unwrap();
+            assert!(
+                m == median || (m.is_nan() && median.is_nan()),
+                "median {m} vs {median}"
+            );
+            let ti = Tensor::from_slice(&ints, [n], dev).unwrap();
+            let got = ti.bincount(minlength).unwrap().to_vec::<i64>().unwrap();
+            assert_eq!(got, counts, "bincount, trial {trial} on {dev}");
+        }
+    }
+    let neg = Tensor::from_slice(&[1i64, -1], [2], Device::Cpu).unwrap();
+    assert!(matches!(
+        neg.bincount(0),
+        Err(Error::InvalidArgument { .. })
+    ));
+    let f = Tensor::from_slice(&[1.0f32], [1], Device::Cpu).unwrap();
+    assert!(matches!(f.bincount(0), Err(Error::InvalidArgument { .. })));
+    let empty = Tensor::zeros([0], DType::I64, Device::Cpu).unwrap();
+    assert_eq!(
+        empty.bincount(3).unwrap().to_vec::<i64>().unwrap(),
+        [0, 0, 0]
+    );
+    assert!(matches!(
+        empty.to_dtype(DType::F32).unwrap().median(),
+        Err(Error::InvalidArgument { .. })
+    ));
+    let i = Tensor::from_slice(&[1i64, 2], [2], Device::Cpu).unwrap();
+    assert!(matches!(
+        i.nanmean((), false),
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert_eq!(i.nansum((), false).unwrap().item::<i64>().unwrap(), 3);
+}

@@ -2,7 +2,7 @@
 //! `std`, `cumsum`, `cumprod`, `sort`, `argsort`, `topk`, `gather`, `index_select`, `scatter`,
 //! `scatter_add`, `eye`, `linspace`, `logspace`; built from those and the elementwise ops:
 //! `isclose`, `allclose`, `lerp`, `outer`, `diff`, the logical ops, `count_nonzero`, `nansum`,
-//! `nanmean`, `median`, `bincount`.
+//! `nanmean`, `median`, `bincount`, `meshgrid`, `cross`, `addcmul`, `addcdiv`.
 
 use std::sync::Arc;
 
@@ -1786,5 +1786,136 @@ impl Tensor {
         let ones = Tensor::ones([x.numel()], DType::I64, self.device())?;
         counts.scatter_add_(0, &x, &ones)?;
         Ok(counts)
+    }
+}
+
+/// Grids, cross products and the fused multiply-adds of optimisers, built from the other ops.
+impl Tensor {
+    /// Coordinate grids of 1-D (or 0-D) tensors (PyTorch's `meshgrid`): with `indexing`
+    /// `"ij"`, tensor `k` of the result has shape `[n0, n1, ...]` and varies along dimension
+    /// `k`; with `"xy"` the first two dimensions are swapped (NumPy's default). Each result is
+    /// a broadcast view of its input (no copy). The inputs must share a dtype and device.
+    ///
+    /// ```
+    /// use genesis::{Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let x = Tensor::from_slice(&[1i64, 2, 3], &[3], Device::Cpu)?;
+    /// let y = Tensor::from_slice(&[10i64, 20], &[2], Device::Cpu)?;
+    /// let g = Tensor::meshgrid(&[&x, &y], "ij")?;
+    /// assert_eq!(g[0].shape(), &[3, 2]);
+    /// assert_eq!(g[1].contiguous()?.to_vec::<i64>()?, [10, 20, 10, 20, 10, 20]);
+    /// assert_eq!(Tensor::meshgrid(&[&x, &y], "xy")?[0].shape(), &[2, 3]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn meshgrid(tensors: &[&Tensor], indexing: &str) -> Result<Vec<Tensor>> {
+        let op = "meshgrid";
+        let bad = |reason: String| Error::InvalidArgument { op, reason };
+        let Some(first) = tensors.first() else {
+            return Err(bad("torch.meshgrid: Expects a non-empty TensorList".into()));
+        };
+        let xy = match indexing {
+            "ij" => false,
+            "xy" => true,
+            other => {
+                return Err(bad(format!(
+                    "torch.meshgrid: indexing must be one of \"xy\" or \"ij\", but received: {other}"
+                )));
+            }
+        };
+        for t in tensors {
+            if t.dim() > 1 {
+                return Err(bad(format!(
+                    "torch.meshgrid: Expected 0D or 1D tensor in the tensor list but got: {}-D",
+                    t.dim()
+                )));
+            }
+            if t.dtype() != first.dtype() || t.device() != first.device() {
+                return Err(bad(
+                    "torch.meshgrid: Expected all tensors in the tensor list to have the same \
+                     dtype and device"
+                        .into(),
+                ));
+            }
+        }
+        let swap = xy && tensors.len() >= 2;
+        let mut shape: Vec<usize> = tensors.iter().map(|t| t.numel()).collect();
+        if swap {
+            shape.swap(0, 1);
+        }
+        let rank = shape.len();
+        tensors
+            .iter()
+            .enumerate()
+            .map(|(k, t)| {
+                let at = match k {
+                    0 if swap => 1,
+                    1 if swap => 0,
+                    _ => k,
+                };
+                let mut view = vec![1isize; rank];
+                view[at] = t.numel() as isize;
+                t.reshape(view.as_slice())?.expand(shape.as_slice())
+            })
+            .collect()
+    }
+
+    /// The cross product of 3-vectors along `dim` (PyTorch's `linalg.cross`): `self` and
+    /// `other` broadcast together, both of size 3 along `dim`; the result in the promoted
+    /// dtype.
+    #[track_caller]
+    pub fn cross(&self, other: &Tensor, dim: impl Dim) -> Result<Tensor> {
+        let op = "linalg.cross";
+        if self.dim() != other.dim() {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: format!(
+                    "{op}: inputs must have the same number of dimensions, got {} and {}",
+                    self.dim(),
+                    other.dim()
+                ),
+            });
+        }
+        let shape = crate::tensor::broadcast_shape(op, self.shape(), other.shape())?;
+        let d = wrap_dim(op, dim.to_dim() as i64, shape.len())?.unwrap_or(0);
+        if shape.get(d) != Some(&3) || self.shape()[d] != 3 || other.shape()[d] != 3 {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: format!("{op}: inputs dimension {d} must have length 3"),
+            });
+        }
+        let (a, b) = (
+            self.expand(shape.as_slice())?,
+            other.expand(shape.as_slice())?,
+        );
+        let c = |t: &Tensor, i: usize| t.narrow(d, i, 1);
+        let part = |i: usize, j: usize| -> Result<Tensor> {
+            c(&a, i)?.mul(&c(&b, j)?)?.sub(&c(&a, j)?.mul(&c(&b, i)?)?)
+        };
+        Tensor::cat(&[&part(1, 2)?, &part(2, 0)?, &part(0, 1)?], d as isize)
+    }
+
+    /// `self + value * t1 * t2` (PyTorch's `addcmul`, in its order: `(value * t1) * t2`),
+    /// broadcast and promoted.
+    #[track_caller]
+    pub fn addcmul(&self, t1: &Tensor, t2: &Tensor, value: f64) -> Result<Tensor> {
+        self.add(&t1.mul(value)?.mul(t2)?)
+    }
+
+    /// `self + value * t1 / t2` (PyTorch's `addcdiv`, in its order: `(value * t1) / t2`),
+    /// broadcast and promoted; integer `t1` and `t2` are refused, as in PyTorch.
+    #[track_caller]
+    pub fn addcdiv(&self, t1: &Tensor, t2: &Tensor, value: f64) -> Result<Tensor> {
+        if !t1.dtype().is_float() && !t2.dtype().is_float() {
+            return Err(Error::InvalidArgument {
+                op: "addcdiv",
+                reason: "Integer division with addcdiv is no longer supported, and in a future \
+                         release addcdiv will perform a true division of tensor1 and tensor2. \
+                         Use addcmul with 1 / tensor2 instead."
+                    .into(),
+            });
+        }
+        self.add(&t1.mul(value)?.div(t2)?)
     }
 }

@@ -1724,3 +1724,98 @@ fn logical_ops_nan_reductions_median_and_bincount_match_direct_computations() {
     ));
     assert_eq!(i.nansum((), false).unwrap().item::<i64>().unwrap(), 3);
 }
+
+#[test]
+fn meshgrid_cross_addcmul_and_addcdiv_match_direct_computations() {
+    let _release = Release;
+    let mut s = Stream(33);
+    for trial in 0..20 {
+        let (n, m) = (1 + s.below(5) as usize, 1 + s.below(4) as usize);
+        let x: Vec<i64> = (0..n).map(|_| s.below(100) as i64).collect();
+        let y: Vec<i64> = (0..m).map(|_| s.below(100) as i64).collect();
+        // Cross products of rows of 3 (a batch broadcast against one vector).
+        let rows = 1 + s.below(4) as usize;
+        let a: Vec<i64> = (0..rows * 3).map(|_| s.below(21) as i64 - 10).collect();
+        let b: Vec<i64> = (0..3).map(|_| s.below(21) as i64 - 10).collect();
+        let want_cross: Vec<i64> = a
+            .chunks(3)
+            .flat_map(|u| {
+                [
+                    u[1] * b[2] - u[2] * b[1],
+                    u[2] * b[0] - u[0] * b[2],
+                    u[0] * b[1] - u[1] * b[0],
+                ]
+            })
+            .collect();
+        let k = 1 + s.below(30) as usize;
+        let f =
+            |s: &mut Stream| -> Vec<f32> { (0..k).map(|_| s.uniform(-4.0, 4.0) as f32).collect() };
+        let (p, t1, t2) = (f(&mut s), f(&mut s), f(&mut s));
+        let value = s.uniform(-2.0, 2.0);
+        let v = value as f32;
+        let want_mul: Vec<f32> = (0..k).map(|i| p[i] + v * t1[i] * t2[i]).collect();
+        let want_div: Vec<f32> = (0..k).map(|i| p[i] + v * t1[i] / t2[i]).collect();
+        for dev in devices() {
+            let (tx, ty) = (
+                Tensor::from_slice(&x, [n], dev).unwrap(),
+                Tensor::from_slice(&y, [m], dev).unwrap(),
+            );
+            let ij = Tensor::meshgrid(&[&tx, &ty], "ij").unwrap();
+            let xy = Tensor::meshgrid(&[&tx, &ty], "xy").unwrap();
+            assert_eq!((ij[0].shape(), xy[0].shape()), (&[n, m][..], &[m, n][..]));
+            let flat = |t: &Tensor| t.contiguous().unwrap().to_vec::<i64>().unwrap();
+            let want: Vec<i64> = x.iter().flat_map(|&v| std::iter::repeat_n(v, m)).collect();
+            assert_eq!(flat(&ij[0]), want, "meshgrid ij, trial {trial} on {dev}");
+            let want: Vec<i64> = (0..n).flat_map(|_| y.iter().copied()).collect();
+            assert_eq!(flat(&ij[1]), want);
+            let want: Vec<i64> = (0..m).flat_map(|_| x.iter().copied()).collect();
+            assert_eq!(flat(&xy[0]), want, "meshgrid xy, trial {trial} on {dev}");
+            let ta = Tensor::from_slice(&a, [rows, 3], dev).unwrap();
+            let tb = Tensor::from_slice(&b, [1, 3], dev).unwrap();
+            let got = ta.cross(&tb, 1).unwrap();
+            assert_eq!(got.shape(), &[rows, 3]);
+            assert_eq!(
+                got.to_vec::<i64>().unwrap(),
+                want_cross,
+                "cross, trial {trial} on {dev}"
+            );
+            let t = |v: &[f32]| Tensor::from_slice(v, [k], dev).unwrap();
+            let got = t(&p).addcmul(&t(&t1), &t(&t2), value).unwrap();
+            assert_eq!(
+                got.to_vec::<f32>().unwrap(),
+                want_mul,
+                "addcmul, trial {trial} on {dev}"
+            );
+            let got = t(&p).addcdiv(&t(&t1), &t(&t2), value).unwrap();
+            assert_eq!(
+                got.to_vec::<f32>().unwrap(),
+                want_div,
+                "addcdiv, trial {trial} on {dev}"
+            );
+        }
+    }
+    let cpu = Device::Cpu;
+    let m2 = Tensor::zeros([2, 2], DType::I64, cpu).unwrap();
+    let v = Tensor::zeros([2], DType::I64, cpu).unwrap();
+    let f = Tensor::zeros([2], DType::F32, cpu).unwrap();
+    assert!(matches!(
+        Tensor::meshgrid(&[&m2], "ij"),
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert!(matches!(
+        Tensor::meshgrid(&[&v, &f], "ij"),
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert!(matches!(
+        Tensor::meshgrid(&[&v], "ab"),
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert!(matches!(
+        m2.cross(&m2, 1),
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert!(matches!(
+        v.addcdiv(&v, &v, 1.0),
+        Err(Error::InvalidArgument { .. })
+    ));
+}

@@ -217,14 +217,14 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn any(&self) -> Result<Tensor> {
-        self.truth().reduce_bool(ReduceOp::Any, None, false)
+        Ok(self.truth()?.reduce(ReduceOp::Any, None, false)?.0)
     }
 
     /// Whether every element is true (non-zero), as a 0-dimensional `Bool` tensor; true for
     /// no elements (see [`Tensor::any`]).
     #[track_caller]
     pub fn all(&self) -> Result<Tensor> {
-        self.truth().reduce_bool(ReduceOp::All, None, false)
+        Ok(self.truth()?.reduce(ReduceOp::All, None, false)?.0)
     }
 
     /// [`Tensor::any`] over `dims` (negative counts from the end; an empty list means every
@@ -232,24 +232,22 @@ impl Tensor {
     #[track_caller]
     pub fn any_dim(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
         let dims = shape_spec(&dims);
-        self.truth()
-            .reduce_bool(ReduceOp::Any, Some(&dims), keepdim)
+        Ok(self.truth()?.reduce(ReduceOp::Any, Some(&dims), keepdim)?.0)
     }
 
     /// [`Tensor::all`] over `dims` (as [`Tensor::any_dim`]).
     #[track_caller]
     pub fn all_dim(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
         let dims = shape_spec(&dims);
-        self.truth()
-            .reduce_bool(ReduceOp::All, Some(&dims), keepdim)
+        Ok(self.truth()?.reduce(ReduceOp::All, Some(&dims), keepdim)?.0)
     }
 
-    /// This tensor as bools: itself when it is `Bool`, else `self != 0`.
-    fn truth(&self) -> Truth<'_> {
+    /// This tensor as bools: itself when it is `Bool`, else `self != 0` (NaN is true).
+    fn truth(&self) -> Result<Tensor> {
         if self.dtype() == DType::Bool {
-            Truth::Same(self)
+            Ok(self.clone())
         } else {
-            Truth::Compared(self.ne_scalar(0))
+            self.ne_scalar(0)
         }
     }
 
@@ -1324,7 +1322,7 @@ fn check_index_range(op: &'static str, index: &Tensor, size: usize) -> Result<()
         return Ok(());
     }
     let size = i64::try_from(size).unwrap_or(i64::MAX);
-    let (lo, hi) = (index.min()?.item::<i64>()?, index.max()?.item::<i64>()?);
+    let (lo, hi) = index.int_bounds()?;
     if lo >= 0 && hi < size {
         return Ok(());
     }
@@ -1380,22 +1378,6 @@ fn on_device(s: Storage, device: Device) -> Result<Storage> {
     } else {
         s.to_device(device)?
     })
-}
-
-/// A tensor as bools for `any`/`all`: the tensor itself, or its comparison with 0.
-enum Truth<'a> {
-    Same(&'a Tensor),
-    Compared(Result<Tensor>),
-}
-
-impl Truth<'_> {
-    fn reduce_bool(self, op: ReduceOp, dims: Option<&[isize]>, keepdim: bool) -> Result<Tensor> {
-        let t = match self {
-            Truth::Same(t) => t.reduce(op, dims, keepdim)?,
-            Truth::Compared(t) => t?.reduce(op, dims, keepdim)?,
-        };
-        Ok(t.0)
-    }
 }
 
 /// The gradient of `index_select` along dimension 0 (an embedding's; other dimensions are
@@ -1648,19 +1630,19 @@ impl Tensor {
     /// broadcast shape, for operands of any dtypes (NaN counts as true).
     #[track_caller]
     pub fn logical_and(&self, other: &Tensor) -> Result<Tensor> {
-        self.as_bools()?.mul(&other.as_bools()?)
+        self.truth()?.mul(&other.truth()?)
     }
 
     /// `self != 0 || other != 0` elementwise (PyTorch's `logical_or`).
     #[track_caller]
     pub fn logical_or(&self, other: &Tensor) -> Result<Tensor> {
-        self.as_bools()?.maximum(&other.as_bools()?)
+        self.truth()?.maximum(&other.truth()?)
     }
 
     /// `(self != 0) != (other != 0)` elementwise (PyTorch's `logical_xor`).
     #[track_caller]
     pub fn logical_xor(&self, other: &Tensor) -> Result<Tensor> {
-        self.as_bools()?.ne(&other.as_bools()?)
+        self.truth()?.ne(&other.truth()?)
     }
 
     /// `self == 0` elementwise (PyTorch's `logical_not`): a `Bool` tensor.
@@ -1669,20 +1651,11 @@ impl Tensor {
         self.eq(0)
     }
 
-    /// The elements' truth as a tensor: `!= 0` (a `Bool` tensor itself).
-    fn as_bools(&self) -> Result<Tensor> {
-        if self.dtype() == DType::Bool {
-            Ok(self.clone())
-        } else {
-            self.ne(0)
-        }
-    }
-
     /// The number of nonzero elements over `dims` (every dimension when empty; PyTorch's
     /// `count_nonzero`): int64.
     #[track_caller]
     pub fn count_nonzero(&self, dims: impl Dims) -> Result<Tensor> {
-        self.as_bools()?.to_dtype(DType::I64)?.sum_dim(dims, false)
+        self.truth()?.to_dtype(DType::I64)?.sum_dim(dims, false)
     }
 
     /// The sum over `dims` (every dimension when empty) with NaN taken as zero (PyTorch's
@@ -1777,11 +1750,11 @@ impl Tensor {
             return Tensor::zeros([minlength], DType::I64, self.device());
         }
         let x = self.to_dtype(DType::I64)?;
-        let bounds = Tensor::stack(&[&x.min()?, &x.max()?], 0)?.to_vec::<i64>()?;
-        if bounds[0] < 0 {
+        let (lo, hi) = x.int_bounds()?;
+        if lo < 0 {
             return Err(bad());
         }
-        let bins = usize::try_from(bounds[1]).map_err(|_| bad())? + 1;
+        let bins = usize::try_from(hi).map_err(|_| bad())? + 1;
         let counts = Tensor::zeros([bins.max(minlength)], DType::I64, self.device())?;
         let ones = Tensor::ones([x.numel()], DType::I64, self.device())?;
         counts.scatter_add_(0, &x, &ones)?;

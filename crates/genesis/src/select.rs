@@ -296,11 +296,11 @@ impl Tensor {
         let classes = match num_classes {
             Some(c) => c,
             None => {
-                let bounds = Tensor::stack(&[&self.min()?, &self.max()?], 0)?.to_vec::<i64>()?;
-                if bounds[0] < 0 {
+                let (lo, hi) = self.int_bounds()?;
+                if lo < 0 {
                     return Err(bad("Class values must be non-negative."));
                 }
-                usize::try_from(bounds[1]).map_err(|_| bad("Class values overflow."))? + 1
+                usize::try_from(hi).map_err(|_| bad("Class values overflow."))? + 1
             }
         };
         shape.push(classes);
@@ -318,6 +318,17 @@ impl Tensor {
             })),
             Err(e) => Err(e.into()),
         }
+    }
+}
+
+impl Tensor {
+    /// The smallest and largest value of a non-empty integer tensor, as `i64`, read back
+    /// together (one synchronisation on the GPU).
+    pub(crate) fn int_bounds(&self) -> Result<(i64, i64)> {
+        let b = Tensor::stack(&[&self.min()?, &self.max()?], 0)?
+            .to_dtype(DType::I64)?
+            .to_vec::<i64>()?;
+        Ok((b[0], b[1]))
     }
 }
 

@@ -123,36 +123,18 @@ __device__ __forceinline__ void gather4_impl(const T *src, T *out, const int64_t
     }
 }
 
-// Four positions a thread a round (i, i + stride, ...), their index and value loads issued
-// before any store (a store might alias them, so the compiler would not reorder them).
 template <typename T>
 __device__ __forceinline__ void scatter_impl(T *out, const T *vals, const int64_t *idx, uint64_t n, GxAlong d,
                                              unsigned long long *bad) {
     const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
-    const int64_t ts = d.tgt_stride[d.dim];
-    for (uint64_t i0 = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i0 < n; i0 += 4 * stride) {
-        int64_t v[4], at[4];
-        T x[4];
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const uint64_t i = i0 + k * stride;
-            if (i < n) {
-                int64_t oi, ov, ot;
-                ga_offsets(d, i, oi, ov, ot);
-                v[k] = idx[oi];
-                x[k] = vals[ov];
-                at[k] = ot;
-            }
-        }
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const uint64_t i = i0 + k * stride;
-            if (i >= n) break;
-            if (v[k] < 0 || v[k] >= d.size)
-                atomicMin(bad, (unsigned long long)i);
-            else
-                out[at[k] + v[k] * ts] = x[k];
-        }
+    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        int64_t oi, ov, ot;
+        ga_offsets(d, i, oi, ov, ot);
+        const int64_t v = idx[oi];
+        if (v < 0 || v >= d.size)
+            atomicMin(bad, (unsigned long long)i);
+        else
+            out[ot + v * d.tgt_stride[d.dim]] = vals[ov];
     }
 }
 

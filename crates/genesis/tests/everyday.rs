@@ -7,6 +7,8 @@ use genesis::{DType, Device, Error, Tensor};
 
 mod common;
 use common::{Release, devices};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 
 const DTYPES: [DType; 6] = [
     DType::F32,
@@ -1337,51 +1339,34 @@ fn index_select_rejects_negative_positions_and_matches_the_reference() {
     }
 }
 
-/// A small deterministic stream of numbers for the generated cases below (splitmix64).
-struct Stream(u64);
-
-impl Stream {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in `[lo, hi)`.
-    fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
-        lo + (hi - lo) * (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
 #[test]
 fn isclose_and_allclose_match_their_definition_on_generated_pairs() {
     let _release = Release;
-    let mut s = Stream(5);
+    let mut s = SmallRng::seed_from_u64(5);
     let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0];
     for trial in 0..40 {
-        let n = 1 + s.below(60) as usize;
+        let n = 1 + s.random_range(0..60) as usize;
         let a: Vec<f32> = (0..n)
-            .map(|_| match s.below(8) {
-                0 => specials[s.below(5) as usize],
-                _ => s.uniform(-100.0, 100.0) as f32,
+            .map(|_| match s.random_range(0..8) {
+                0 => specials[s.random_range(0..5) as usize],
+                _ => s.random_range(-100.0..100.0) as f32,
             })
             .collect();
         // Partners: the same value, a nearby one, a far one, or a special.
         let b: Vec<f32> = a
             .iter()
-            .map(|&v| match s.below(5) {
+            .map(|&v| match s.random_range(0..5) {
                 0 => v,
-                1 => v * (1.0 + s.uniform(-1e-5, 1e-5) as f32),
-                2 => v + s.uniform(-1e-3, 1e-3) as f32,
-                3 => specials[s.below(5) as usize],
-                _ => s.uniform(-100.0, 100.0) as f32,
+                1 => v * (1.0 + s.random_range(-1e-5..1e-5) as f32),
+                2 => v + s.random_range(-1e-3..1e-3) as f32,
+                3 => specials[s.random_range(0..5) as usize],
+                _ => s.random_range(-100.0..100.0) as f32,
             })
             .collect();
-        let (rtol, atol) = (s.uniform(0.0, 1e-4), [0.0, 1e-8, 1e-3][s.below(3) as usize]);
+        let (rtol, atol) = (
+            s.random_range(0.0..1e-4),
+            [0.0, 1e-8, 1e-3][s.random_range(0..3) as usize],
+        );
         let equal_nan = trial % 2 == 0;
         let want: Vec<bool> = a
             .iter()
@@ -1431,12 +1416,12 @@ fn isclose_and_allclose_match_their_definition_on_generated_pairs() {
 #[test]
 fn lerp_outer_and_diff_match_direct_computations() {
     let _release = Release;
-    let mut s = Stream(9);
+    let mut s = SmallRng::seed_from_u64(9);
     for trial in 0..30 {
-        let n = 1 + s.below(40) as usize;
-        let a: Vec<f32> = (0..n).map(|_| s.uniform(-10.0, 10.0) as f32).collect();
-        let e: Vec<f32> = (0..n).map(|_| s.uniform(-10.0, 10.0) as f32).collect();
-        let w: Vec<f32> = (0..n).map(|_| s.uniform(-1.0, 2.0) as f32).collect();
+        let n = 1 + s.random_range(0..40) as usize;
+        let a: Vec<f32> = (0..n).map(|_| s.random_range(-10.0..10.0) as f32).collect();
+        let e: Vec<f32> = (0..n).map(|_| s.random_range(-10.0..10.0) as f32).collect();
+        let w: Vec<f32> = (0..n).map(|_| s.random_range(-1.0..2.0) as f32).collect();
         let lerp = |x: f32, y: f32, t: f32| {
             if t.abs() < 0.5 {
                 x + t * (y - x)
@@ -1465,11 +1450,16 @@ fn lerp_outer_and_diff_match_direct_computations() {
             assert_eq!(ta.lerp(&te, 1.0).unwrap().to_vec::<f32>().unwrap(), e);
         }
         // outer and diff on integers: exact.
-        let (r, c) = (1 + s.below(5) as usize, 1 + s.below(6) as usize);
-        let x: Vec<i64> = (0..r * c).map(|_| s.below(200) as i64 - 100).collect();
-        let v: Vec<i64> = (0..c).map(|_| s.below(20) as i64 - 10).collect();
-        let order = s.below(4) as usize;
-        let dim = s.below(2) as usize;
+        let (r, c) = (
+            1 + s.random_range(0..5) as usize,
+            1 + s.random_range(0..6) as usize,
+        );
+        let x: Vec<i64> = (0..r * c)
+            .map(|_| s.random_range(0..200) as i64 - 100)
+            .collect();
+        let v: Vec<i64> = (0..c).map(|_| s.random_range(0..20) as i64 - 10).collect();
+        let order = s.random_range(0..4) as usize;
+        let dim = s.random_range(0..2) as usize;
         let with_edges = trial % 3 == 0;
         // The reference: the joined rows or columns, differenced `order` times.
         let mut lines: Vec<Vec<i64>> = if dim == 1 {
@@ -1541,15 +1531,18 @@ fn lerp_outer_and_diff_match_direct_computations() {
 #[test]
 fn vector_norm_matches_its_definition_and_has_a_zero_gradient_at_zero() {
     let _release = Release;
-    let mut s = Stream(13);
+    let mut s = SmallRng::seed_from_u64(13);
     for trial in 0..24 {
-        let (r, c) = (1 + s.below(6) as usize, 1 + s.below(7) as usize);
+        let (r, c) = (
+            1 + s.random_range(0..6) as usize,
+            1 + s.random_range(0..7) as usize,
+        );
         let x: Vec<f64> = (0..r * c)
             .map(|_| {
-                if s.below(5) == 0 {
+                if s.random_range(0..5) == 0 {
                     0.0
                 } else {
-                    s.uniform(-5.0, 5.0)
+                    s.random_range(-5.0..5.0)
                 }
             })
             .collect();
@@ -1621,14 +1614,14 @@ fn vector_norm_matches_its_definition_and_has_a_zero_gradient_at_zero() {
 #[test]
 fn logical_ops_nan_reductions_median_and_bincount_match_direct_computations() {
     let _release = Release;
-    let mut s = Stream(21);
+    let mut s = SmallRng::seed_from_u64(21);
     for trial in 0..30 {
-        let n = 1 + s.below(50) as usize;
-        let pick = |s: &mut Stream| match s.below(6) {
+        let n = 1 + s.random_range(0..50) as usize;
+        let pick = |s: &mut SmallRng| match s.random_range(0..6) {
             0 => 0.0f32,
             1 => f32::NAN,
             2 => -0.0,
-            _ => s.uniform(-3.0, 3.0) as f32,
+            _ => s.random_range(-3.0..3.0) as f32,
         };
         let a: Vec<f32> = (0..n).map(|_| pick(&mut s)).collect();
         let b: Vec<f32> = (0..n).map(|_| pick(&mut s)).collect();
@@ -1650,8 +1643,8 @@ fn logical_ops_nan_reductions_median_and_bincount_match_direct_computations() {
             v.sort_by(|x, y| x.partial_cmp(y).unwrap());
             v[(n - 1) / 2]
         };
-        let ints: Vec<i64> = (0..n).map(|_| s.below(12) as i64).collect();
-        let minlength = s.below(20) as usize;
+        let ints: Vec<i64> = (0..n).map(|_| s.random_range(0..12) as i64).collect();
+        let minlength = s.random_range(0..20) as usize;
         let bins = (ints.iter().max().unwrap() + 1).max(minlength as i64) as usize;
         let mut counts = vec![0i64; bins];
         for &i in &ints {
@@ -1728,15 +1721,20 @@ fn logical_ops_nan_reductions_median_and_bincount_match_direct_computations() {
 #[test]
 fn meshgrid_cross_addcmul_and_addcdiv_match_direct_computations() {
     let _release = Release;
-    let mut s = Stream(33);
+    let mut s = SmallRng::seed_from_u64(33);
     for trial in 0..20 {
-        let (n, m) = (1 + s.below(5) as usize, 1 + s.below(4) as usize);
-        let x: Vec<i64> = (0..n).map(|_| s.below(100) as i64).collect();
-        let y: Vec<i64> = (0..m).map(|_| s.below(100) as i64).collect();
+        let (n, m) = (
+            1 + s.random_range(0..5) as usize,
+            1 + s.random_range(0..4) as usize,
+        );
+        let x: Vec<i64> = (0..n).map(|_| s.random_range(0..100) as i64).collect();
+        let y: Vec<i64> = (0..m).map(|_| s.random_range(0..100) as i64).collect();
         // Cross products of rows of 3 (a batch broadcast against one vector).
-        let rows = 1 + s.below(4) as usize;
-        let a: Vec<i64> = (0..rows * 3).map(|_| s.below(21) as i64 - 10).collect();
-        let b: Vec<i64> = (0..3).map(|_| s.below(21) as i64 - 10).collect();
+        let rows = 1 + s.random_range(0..4) as usize;
+        let a: Vec<i64> = (0..rows * 3)
+            .map(|_| s.random_range(0..21) as i64 - 10)
+            .collect();
+        let b: Vec<i64> = (0..3).map(|_| s.random_range(0..21) as i64 - 10).collect();
         let want_cross: Vec<i64> = a
             .chunks(3)
             .flat_map(|u| {
@@ -1747,11 +1745,12 @@ fn meshgrid_cross_addcmul_and_addcdiv_match_direct_computations() {
                 ]
             })
             .collect();
-        let k = 1 + s.below(30) as usize;
-        let f =
-            |s: &mut Stream| -> Vec<f32> { (0..k).map(|_| s.uniform(-4.0, 4.0) as f32).collect() };
+        let k = 1 + s.random_range(0..30) as usize;
+        let f = |s: &mut SmallRng| -> Vec<f32> {
+            (0..k).map(|_| s.random_range(-4.0..4.0) as f32).collect()
+        };
         let (p, t1, t2) = (f(&mut s), f(&mut s), f(&mut s));
-        let value = s.uniform(-2.0, 2.0);
+        let value = s.random_range(-2.0..2.0);
         let v = value as f32;
         let want_mul: Vec<f32> = (0..k).map(|i| p[i] + v * t1[i] * t2[i]).collect();
         let want_div: Vec<f32> = (0..k).map(|i| p[i] + v * t1[i] / t2[i]).collect();

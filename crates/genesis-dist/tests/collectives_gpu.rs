@@ -8,24 +8,14 @@
 //! the dtype's rounding.
 
 mod common;
-use common::{gpus, launch_ranks};
+use common::{gpus, gpus_lock, launch_ranks, nccl_world_of_one, skip};
 use std::time::Duration;
 
 use genesis::cuda::{Stream, with_stream};
 use genesis::{DType, Device, Tensor};
-use genesis_dist::{
-    Error, GroupEnv, ProcessGroup, ReduceOp, StoreServer, Work, group, shared_nccl,
-};
+use genesis_dist::{Error, GroupEnv, ProcessGroup, ReduceOp, Work, group};
 
 const T: Duration = Duration::from_secs(120);
-
-/// One test at a time on the GPUs: NCCL kernels of two communicators on one GPU, queued in
-/// different orders, can wait for each other.
-static GPUS: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn gpus_lock() -> std::sync::MutexGuard<'static, ()> {
-    GPUS.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// The dtypes NCCL takes (every Genesis dtype but int16).
 const DTYPES: [DType; 9] = [
@@ -42,18 +32,6 @@ const DTYPES: [DType; 9] = [
 
 /// Elements per rank: odd, so no vectorised path covers the whole buffer.
 const N: usize = 1031;
-
-/// Why this test cannot run here (fewer than `gpus` GPUs, or no NCCL), printed as "skipped".
-fn skip(gpus: usize) -> Option<String> {
-    let n = genesis::cuda::device_count();
-    if n < gpus {
-        return Some(format!("{n} CUDA devices, the test needs {gpus}"));
-    }
-    if let Err(e) = shared_nccl() {
-        return Some(format!("no NCCL: {e}"));
-    }
-    None
-}
 
 /// Rank `rank`'s value at element `i` for reduction `op` (1..=5; 1..=2 for products, so
 /// that a product over 4 ranks stays exact in bfloat16; 0 or 1 for bool).
@@ -341,15 +319,7 @@ fn a_world_of_one_runs_every_collective() {
         eprintln!("skipped: {why}");
         return;
     }
-    let server = StoreServer::bind("127.0.0.1:0").unwrap();
-    let env = GroupEnv {
-        rank: 0,
-        world_size: 1,
-        local_rank: 0,
-        master_addr: "127.0.0.1".into(),
-        master_port: server.local_addr().port(),
-    };
-    let pg = ProcessGroup::new(&env, T).unwrap();
+    let (_server, pg) = nccl_world_of_one(T);
     assert_eq!((pg.rank(), pg.size(), pg.device()), (0, 1, Device::Cuda(0)));
     assert!(
         std::env::var_os("NCCL_NVLS_ENABLE").is_some(),

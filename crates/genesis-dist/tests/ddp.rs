@@ -5,14 +5,14 @@
 //! otherwise).
 
 mod common;
-use common::{gpus, launch_ranks};
+use common::{gpus, gpus_lock, launch_ranks, nccl_world_of_one, skip};
 use std::sync::Arc;
 use std::time::Duration;
 
 use genesis::{DType, Device, Generator, Tensor};
 use genesis_dist::{
     BucketLayout, Collectives, DdpOptions, DistributedDataParallel, GroupEnv, HostGroup,
-    ProcessGroup, ReduceOp, StoreServer, ZeroAdamW, shared_nccl,
+    ProcessGroup, ReduceOp, ZeroAdamW,
 };
 use genesis_nn::Linear;
 use genesis_nn::Module;
@@ -366,37 +366,15 @@ fn ranks_with_parts_of_the_batch_train_as_one_process_with_all_of_it() {
     }
 }
 
-/// Skips without `gpus` CUDA devices or NCCL.
-fn skip(gpus: usize) -> Option<String> {
-    let n = genesis::cuda::device_count();
-    if n < gpus {
-        return Some(format!("{n} CUDA devices, the test needs {gpus}"));
-    }
-    if let Err(e) = shared_nccl() {
-        return Some(format!("no NCCL: {e}"));
-    }
-    None
-}
-
-/// One test at a time on the GPUs.
-static GPUS: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 #[test]
 fn a_world_of_one_through_nccl_trains_exactly_as_no_data_parallelism() {
-    let _gpus = GPUS.lock().unwrap_or_else(|p| p.into_inner());
+    let _gpus = gpus_lock();
     if let Some(why) = skip(1) {
         eprintln!("skipped: {why}");
         return;
     }
-    let server = StoreServer::bind("127.0.0.1:0").unwrap();
-    let env = GroupEnv {
-        rank: 0,
-        world_size: 1,
-        local_rank: 0,
-        master_addr: "127.0.0.1".into(),
-        master_port: server.local_addr().port(),
-    };
-    let pg: Arc<dyn Collectives> = Arc::new(ProcessGroup::new(&env, T).unwrap());
+    let (_server, pg) = nccl_world_of_one(T);
+    let pg: Arc<dyn Collectives> = Arc::new(pg);
     let dev = Device::Cuda(0);
     let (want, want_params) = train(Mode::Single, None, 1, dev, true);
     let (got, got_params) = train(Mode::Ddp, Some(pg.clone()), 1, dev, true);
@@ -443,7 +421,7 @@ fn rank_of_a_launched_ddp_group() {
 /// process with the whole batch.
 #[test]
 fn one_process_per_gpu_trains_as_one_process() {
-    let _gpus = GPUS.lock().unwrap_or_else(|p| p.into_inner());
+    let _gpus = gpus_lock();
     if std::env::var_os("GENESIS_DIST_DDP_CHILD").is_some() {
         return;
     }

@@ -1,7 +1,11 @@
-//! What the many-GPU tests share: how many GPUs they use, and starting this test binary once a
-//! GPU as the ranks of a group.
+//! What the many-GPU tests share: how many GPUs they use, when they skip, one test at a time
+//! on the GPUs, a group of one rank, and starting this test binary once a GPU as the ranks of
+//! a group.
 
-use genesis_dist::Launch;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use genesis_dist::{GroupEnv, Launch, ProcessGroup, StoreServer, shared_nccl};
 
 /// How many GPUs the multi-GPU tests use: all of them, or `GENESIS_DIST_GPUS`.
 pub(crate) fn gpus() -> usize {
@@ -20,4 +24,40 @@ pub(crate) fn launch_ranks(rank_test: &str, child_var: &str, n: usize) {
         .env(child_var, "1")
         .run()
         .unwrap();
+}
+
+/// Why a test that needs `gpus` GPUs and NCCL cannot run here, when it cannot.
+pub(crate) fn skip(gpus: usize) -> Option<String> {
+    let n = genesis::cuda::device_count();
+    if n < gpus {
+        return Some(format!("{n} CUDA devices, the test needs {gpus}"));
+    }
+    if let Err(e) = shared_nccl() {
+        return Some(format!("no NCCL: {e}"));
+    }
+    None
+}
+
+/// One test at a time on the GPUs: NCCL kernels of two communicators on one GPU, queued in
+/// different orders, can wait for each other.
+static GPUS: Mutex<()> = Mutex::new(());
+
+/// Holds [`GPUS`] (a test that panicked while holding it does not stop the others).
+pub(crate) fn gpus_lock() -> MutexGuard<'static, ()> {
+    GPUS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A group of one rank on GPU 0 of this process, and the store it met in (keep it while the
+/// group is used).
+pub(crate) fn nccl_world_of_one(timeout: Duration) -> (StoreServer, ProcessGroup) {
+    let server = StoreServer::bind("127.0.0.1:0").unwrap();
+    let env = GroupEnv {
+        rank: 0,
+        world_size: 1,
+        local_rank: 0,
+        master_addr: "127.0.0.1".into(),
+        master_port: server.local_addr().port(),
+    };
+    let pg = ProcessGroup::new(&env, timeout).unwrap();
+    (server, pg)
 }

@@ -49,6 +49,19 @@ fn contributions(rank: usize, n: usize, op: Option<ReduceOp>, dtype: DType) -> V
     (0..n).map(|i| contribution(rank, i, op, dtype)).collect()
 }
 
+/// Elements `positions` of the reduction with `op` over ranks `0..size` of their
+/// contributions, as NCCL computes it in `dtype`.
+fn reduced(size: usize, positions: std::ops::Range<usize>, op: ReduceOp, dtype: DType) -> Vec<f64> {
+    positions
+        .map(|i| {
+            let v: Vec<f64> = (0..size)
+                .map(|r| contribution(r, i, Some(op), dtype))
+                .collect();
+            reduce_cpu(&v, op, dtype)
+        })
+        .collect()
+}
+
 /// The CPU reduction of `values` (one a rank) as NCCL computes it in `dtype`.
 fn reduce_cpu(values: &[f64], op: ReduceOp, dtype: DType) -> f64 {
     let n = values.len() as f64;
@@ -120,15 +133,7 @@ fn check_every_collective(pg: &ProcessGroup) {
             let w = pg.all_reduce(&t, op).unwrap();
             w.wait().unwrap();
             assert!(w.is_completed().unwrap());
-            let want: Vec<f64> = (0..N)
-                .map(|i| {
-                    let v: Vec<f64> = ranks
-                        .clone()
-                        .map(|r| contribution(r, i, Some(op), dtype))
-                        .collect();
-                    reduce_cpu(&v, op, dtype)
-                })
-                .collect();
+            let want = reduced(size, 0..N, op, dtype);
             assert_close(&format!("all_reduce {op:?}"), dtype, &read(&t), &want);
         }
 
@@ -149,15 +154,7 @@ fn check_every_collective(pg: &ProcessGroup) {
             let t = tensor(&mine, dtype, dev);
             pg.reduce(&t, 0, op).unwrap().wait().unwrap();
             if rank == 0 {
-                let want: Vec<f64> = (0..N)
-                    .map(|i| {
-                        let v: Vec<f64> = ranks
-                            .clone()
-                            .map(|r| contribution(r, i, Some(op), dtype))
-                            .collect();
-                        reduce_cpu(&v, op, dtype)
-                    })
-                    .collect();
+                let want = reduced(size, 0..N, op, dtype);
                 assert_close(&format!("reduce {op:?}"), dtype, &read(&t), &want);
             } else {
                 assert_close(
@@ -203,15 +200,7 @@ fn check_every_collective(pg: &ProcessGroup) {
                 .unwrap()
                 .wait()
                 .unwrap();
-            let want: Vec<f64> = (rank * N..(rank + 1) * N)
-                .map(|i| {
-                    let v: Vec<f64> = ranks
-                        .clone()
-                        .map(|r| contribution(r, i, Some(op), dtype))
-                        .collect();
-                    reduce_cpu(&v, op, dtype)
-                })
-                .collect();
+            let want = reduced(size, rank * N..(rank + 1) * N, op, dtype);
             assert_close(&format!("reduce_scatter {op:?}"), dtype, &read(&out), &want);
         }
 
@@ -474,14 +463,7 @@ fn one_process_driving_every_gpu() {
             for w in &works {
                 w.wait().unwrap();
             }
-            let want: Vec<f64> = (0..N)
-                .map(|i| {
-                    let v: Vec<f64> = (0..n)
-                        .map(|r| contribution(r, i, Some(op), dtype))
-                        .collect();
-                    reduce_cpu(&v, op, dtype)
-                })
-                .collect();
+            let want = reduced(n, 0..N, op, dtype);
             for t in &ts {
                 assert_close(&format!("local all_reduce {op:?}"), dtype, &read(t), &want);
             }

@@ -12,6 +12,7 @@ Rank 0 prints the table and writes OUT.json (default $OUT/torch_allreduce.json w
 import json
 import os
 import sys
+import time
 
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
 
@@ -33,18 +34,21 @@ def main():
             f"torch all_reduce f32 sum, {n} x {torch.cuda.get_device_name(local)}, "
             f"NCCL {torch.cuda.nccl.version()}, NCCL_NVLS_ENABLE={os.environ['NCCL_NVLS_ENABLE']}"
         )
-        print(f"{'bytes':>12} {'time (us)':>12} {'algbw GB/s':>12} {'busbw GB/s':>12}")
+        print(f"{'bytes':>12} {'time (us)':>12} {'algbw GB/s':>12} {'busbw GB/s':>12} {'call (us)':>12}")
     rows = []
     mib = 1
     while mib <= max_mib:
         nbytes = mib << 20
         x = torch.rand(nbytes // 4, dtype=torch.float32, device="cuda")
         times = []
+        hosts = []
         for run in range(WARMUP + RUNS):
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             start.record()
+            called = time.perf_counter()
             dist.all_reduce(x, op=dist.ReduceOp.SUM)
+            host = time.perf_counter() - called
             end.record()
             end.synchronize()
             ms = torch.tensor([start.elapsed_time(end)], device="cuda")
@@ -52,12 +56,15 @@ def main():
             dist.all_reduce(ms, op=dist.ReduceOp.MAX)
             if run >= WARMUP:
                 times.append(ms.item() * 1e-3)
+                hosts.append(host)
         times.sort()
+        hosts.sort()
         t = times[len(times) // 2]
+        host = hosts[len(hosts) // 2]
         algbw = nbytes / t / 1e9
         busbw = algbw * 2 * (n - 1) / n
         if rank == 0:
-            print(f"{nbytes:>12} {t * 1e6:>12.1f} {algbw:>12.1f} {busbw:>12.1f}")
+            print(f"{nbytes:>12} {t * 1e6:>12.1f} {algbw:>12.1f} {busbw:>12.1f} {host * 1e6:>12.1f}")
         rows.append({"bytes": nbytes, "time_s": t, "algbw_gbs": algbw, "busbw_gbs": busbw})
         del x
         mib *= 2

@@ -1,6 +1,7 @@
 //! All-reduce bus bandwidth, f32 sum in place, from 1 MiB to 4 GiB (doubling), as
 //! nccl-tests measures it: busbw = bytes / time x 2(n-1)/n, time the median of 20 runs after
-//! 5 warm-up runs, each timed by device events on every GPU (the slowest GPU's time, over every process).
+//! 5 warm-up runs, each timed by device events on every GPU (the slowest GPU's time, over
+//! every process); beside it, the median host time of the call that queues it.
 //! `xtask/gpu/torch_allreduce.py` is PyTorch's side (same sizes, same formula).
 //!
 //! Two ways to run it:
@@ -69,8 +70,8 @@ fn run() -> Result<()> {
             std::env::var("NCCL_NVLS_ENABLE").unwrap_or_default(),
         );
         println!(
-            "{:>12} {:>12} {:>12} {:>12}",
-            "bytes", "time (us)", "algbw GB/s", "busbw GB/s"
+            "{:>12} {:>12} {:>12} {:>12} {:>12}",
+            "bytes", "time (us)", "algbw GB/s", "busbw GB/s", "call (us)"
         );
     }
     let mut rows = Vec::new();
@@ -87,6 +88,7 @@ fn run() -> Result<()> {
             .map(|pg| Stream::current(ordinal(pg)))
             .collect::<genesis::Result<_>>()?;
         let mut times = Vec::with_capacity(RUNS);
+        let mut hosts = Vec::with_capacity(RUNS);
         for run in 0..WARMUP + RUNS {
             let mut marks = Vec::with_capacity(pgs.len());
             for (pg, s) in pgs.iter().zip(&streams) {
@@ -94,12 +96,20 @@ fn run() -> Result<()> {
                 start.record(s)?;
                 marks.push(start);
             }
-            let works = group(|| {
-                pgs.iter()
-                    .zip(&tensors)
-                    .map(|(pg, t)| pg.all_reduce(t, ReduceOp::Sum))
-                    .collect::<Result<Vec<_>>>()
-            })?;
+            let called = std::time::Instant::now();
+            // One GPU a process: a plain call, as PyTorch's; every GPU of the process: one
+            // NCCL group, as NCCL needs.
+            let works = if pgs.len() == 1 {
+                vec![pgs[0].all_reduce(&tensors[0], ReduceOp::Sum)?]
+            } else {
+                group(|| {
+                    pgs.iter()
+                        .zip(&tensors)
+                        .map(|(pg, t)| pg.all_reduce(t, ReduceOp::Sum))
+                        .collect::<Result<Vec<_>>>()
+                })?
+            };
+            let host = called.elapsed().as_secs_f64();
             let mut ms = 0f32;
             for ((pg, s), start) in pgs.iter().zip(&streams).zip(&marks) {
                 let end = Event::new(ordinal(pg), true)?;
@@ -118,14 +128,21 @@ fn run() -> Result<()> {
             }
             if run >= WARMUP {
                 times.push(f64::from(ms) * 1e-3);
+                hosts.push(host);
             }
         }
         times.sort_by(f64::total_cmp);
+        hosts.sort_by(f64::total_cmp);
         let t = times[times.len() / 2];
+        let host = hosts[hosts.len() / 2];
         let algbw = bytes as f64 / t / 1e9;
         let busbw = algbw * 2.0 * (n as f64 - 1.0) / n as f64;
         if lead {
-            println!("{bytes:>12} {:>12.1} {algbw:>12.1} {busbw:>12.1}", t * 1e6);
+            println!(
+                "{bytes:>12} {:>12.1} {algbw:>12.1} {busbw:>12.1} {:>12.1}",
+                t * 1e6,
+                host * 1e6
+            );
         }
         rows.push((bytes, t, algbw, busbw));
         drop(tensors);

@@ -8,12 +8,21 @@
 //! - one process driving several GPUs ([`ProcessGroup::new_local`]): one communicator per GPU,
 //!   created together in one NCCL group.
 //!
-//! Communicators are NCCL's non-blocking ones (`ncclCommInitRankConfig` with `blocking = 0`):
-//! every call that NCCL leaves running is polled (`ncclCommGetAsyncError`) until it ends or the
-//! group's timeout passes; an error or a timeout aborts the communicator (`ncclCommAbort`) and
-//! is returned as a typed error ([`Error::Nccl`], [`Error::NcclTimeout`]), and later calls on it
-//! return [`Error::Aborted`]. `NCCL_NVLS_ENABLE=0` is set before the first communicator unless
-//! the environment sets it.
+//! Each rank holds two communicators. The first is non-blocking (`ncclCommInitRankConfig`
+//! with `blocking = 0`): every call that NCCL leaves running is polled
+//! (`ncclCommGetAsyncError`) until it ends or the group's timeout passes; an error or a
+//! timeout aborts the communicator (`ncclCommAbort`) and is returned as a typed error
+//! ([`Error::Nccl`], [`Error::NcclTimeout`]), and later calls on it return [`Error::Aborted`].
+//! Point-to-point calls run on it: NCCL connects two peers at their first exchange, which
+//! waits on the host for the other side. The second, created once the first is ready (on a
+//! thread of its own that the creation waits for at most the timeout), is blocking: the
+//! collectives run on it, launched on the calling thread, whereas a non-blocking
+//! communicator launches every call from a thread NCCL starts for it, which costs a small
+//! collective 50 µs or more. It never waits on the host for a peer, since
+//! `NCCL_RUNTIME_CONNECT=0` makes NCCL connect the collectives' peers while it is created; a
+//! collective that never ends on the device is caught by [`Work::wait`]'s timeout, as on the
+//! first. `NCCL_NVLS_ENABLE=0` and `NCCL_RUNTIME_CONNECT=0` are set before the first
+//! communicator unless the environment sets them.
 //!
 //! Collectives take CUDA tensors, contiguous, of a dtype NCCL has (every Genesis dtype but
 //! int16; bool travels as uint8, its sum being a logical or and its product a logical and),
@@ -237,17 +246,33 @@ pub(crate) fn check_rank(op: &'static str, what: &str, rank: usize, size: usize)
     Ok(())
 }
 
-/// Sleeps a little longer each round while polling (10 µs up to 1 ms).
-fn backoff(round: &mut u32) {
+/// Waits a little between two polls: the thread yields for the first 2 ms (a launch that NCCL
+/// completes on its own thread takes microseconds, and a sleep of 10 µs lasts 50 µs or more
+/// under Linux's timer slack, which a small collective's caller would wait for), then sleeps
+/// a little longer each round (10 µs up to 1 ms).
+fn backoff(since: Instant, round: &mut u32) {
+    if since.elapsed() < Duration::from_millis(2) {
+        std::thread::yield_now();
+        return;
+    }
     let us = 10u64 << (*round).min(7);
     *round += 1;
     std::thread::sleep(Duration::from_micros(us.min(1000)));
 }
 
-/// One NCCL communicator, destroyed (or, after an error, aborted) when the last handle goes.
+/// One rank's NCCL communicators, destroyed (or, after an error, aborted) when the last handle
+/// goes.
 struct Comm {
     nccl: &'static Nccl,
+    /// The non-blocking communicator: created first (polled, so that its creation can time
+    /// out), and the one of the point-to-point calls (whose connections NCCL makes at their
+    /// first use, waiting on the host for the peer).
     raw: NcclComm,
+    /// The blocking communicator split from `raw` (null until it is): the collectives. A call
+    /// on it launches on the calling thread (about 15 µs); one on a non-blocking communicator
+    /// launches from a thread that NCCL starts for it, and a small collective's time grows
+    /// by 50 µs or more.
+    fast: NcclComm,
     device: usize,
     rank: usize,
     size: usize,
@@ -299,9 +324,13 @@ impl Comm {
         }
         *aborted = Some(reason);
         bind(self.device);
-        // SAFETY: `raw` is a live communicator (not yet aborted or destroyed: `aborted` was
-        // empty under its lock); it is never used again.
-        let _ = unsafe { (self.nccl.fns.comm_abort)(self.raw) };
+        for c in [self.fast, self.raw] {
+            if !c.is_null() {
+                // SAFETY: `c` is a live communicator (not yet aborted or destroyed: `aborted`
+                // was empty under its lock); it is never used again.
+                let _ = unsafe { (self.nccl.fns.comm_abort)(c) };
+            }
+        }
     }
 
     /// The communicator's asynchronous state: `Ok(true)` when its last call finished,
@@ -314,25 +343,33 @@ impl Comm {
                 reason: reason.clone(),
             });
         }
-        let mut state: nccl::NcclResult = 0;
-        // SAFETY: `raw` is live: not aborted, and no abort can run while `aborted` is locked;
-        // NCCL writes one result.
-        let r = unsafe { (self.nccl.fns.comm_get_async_error)(self.raw, &mut state) };
-        self.nccl.check("ncclCommGetAsyncError", r)?;
-        match state {
-            0 => Ok(true),
-            IN_PROGRESS => Ok(false),
-            code => {
-                let e = self.nccl.check(op, code).unwrap_err();
-                self.abort_locked(&mut a, e.to_string());
-                Err(e)
+        let mut done = true;
+        for c in [self.fast, self.raw] {
+            if c.is_null() {
+                continue;
+            }
+            let mut state: nccl::NcclResult = 0;
+            // SAFETY: `c` is live: not aborted, and no abort can run while `aborted` is
+            // locked; NCCL writes one result.
+            let r = unsafe { (self.nccl.fns.comm_get_async_error)(c, &mut state) };
+            self.nccl.check("ncclCommGetAsyncError", r)?;
+            match state {
+                0 => {}
+                IN_PROGRESS => done = false,
+                code => {
+                    let e = self.nccl.check(op, code).unwrap_err();
+                    self.abort_locked(&mut a, e.to_string());
+                    return Err(e);
+                }
             }
         }
+        Ok(done)
     }
 
     /// Polls until the communicator's last call finished, at most until `deadline` (then it
     /// is aborted: [`Error::NcclTimeout`]).
     fn wait_ready(&self, op: &'static str, deadline: Instant) -> Result<()> {
+        let since = Instant::now();
         let mut round = 0;
         loop {
             if self.poll(op)? {
@@ -345,7 +382,7 @@ impl Comm {
                     after: self.timeout,
                 });
             }
-            backoff(&mut round);
+            backoff(since, &mut round);
         }
     }
 }
@@ -357,11 +394,16 @@ impl Drop for Comm {
             return;
         }
         bind(self.device);
-        // SAFETY: `raw` is live (not aborted) and this is its last use.
-        let r = unsafe { (self.nccl.fns.comm_destroy)(self.raw) };
-        if r != 0 && r != IN_PROGRESS {
-            // SAFETY: destroying failed, so the communicator still exists; abort frees it.
-            let _ = unsafe { (self.nccl.fns.comm_abort)(self.raw) };
+        for c in [self.fast, self.raw] {
+            if c.is_null() {
+                continue;
+            }
+            // SAFETY: `c` is live (not aborted) and this is its last use.
+            let r = unsafe { (self.nccl.fns.comm_destroy)(c) };
+            if r != 0 && r != IN_PROGRESS {
+                // SAFETY: destroying failed, so the communicator still exists; abort frees it.
+                let _ = unsafe { (self.nccl.fns.comm_abort)(c) };
+            }
         }
     }
 }
@@ -441,6 +483,86 @@ fn start_init(
         });
     }
     Ok(raw)
+}
+
+/// Creates the blocking communicator of rank `rank` of `size` on `device` (unique id `id`),
+/// on a thread of its own, waiting at most until `deadline`: a blocking creation waits on
+/// the host for every rank, and a rank that never comes would hold it forever. After a
+/// timeout ([`Error::NcclTimeout`]) that thread stays inside NCCL; the communicator it may
+/// still make is never used.
+fn init_blocking(
+    n: &'static Nccl,
+    id: nccl::UniqueId,
+    rank: usize,
+    size: usize,
+    device: usize,
+    deadline: Instant,
+) -> Result<NcclComm> {
+    {
+        let op = "ncclCommInitRankConfig";
+        let (Ok(nranks), Ok(r)) = (c_int::try_from(size), c_int::try_from(rank)) else {
+            return Err(Error::InvalidArgument {
+                op: "init_process_group",
+                reason: format!("a group of {size} is too large for NCCL"),
+            });
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("genesis-nccl-init".into())
+            .spawn(move || {
+                bind(device);
+                let mut raw: NcclComm = std::ptr::null_mut();
+                let mut config = Config::new(true);
+                // SAFETY: `raw` and `config` are valid for writes and reads for the call (this
+                // thread's own, alive until it returns); the config as in `start_init`.
+                let code =
+                    unsafe { (n.fns.comm_init_rank_config)(&mut raw, nranks, id, r, &mut config) };
+                let _ = tx.send((code, raw as usize));
+            })
+            .map_err(|e| Error::Protocol(format!("starting NCCL's creation thread: {e}")))?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok((0, raw)) if raw != 0 => Ok(raw as NcclComm),
+            // `NCCL_COMM_BLOCKING=0` in the environment overrides the configuration.
+            Ok((IN_PROGRESS, raw)) if raw != 0 => {
+                let raw = raw as NcclComm;
+                let since = Instant::now();
+                let mut round = 0;
+                loop {
+                    let mut state: nccl::NcclResult = 0;
+                    // SAFETY: `raw` is the communicator NCCL is creating, used by no one else.
+                    let r = unsafe { (n.fns.comm_get_async_error)(raw, &mut state) };
+                    let failed = match n.check("ncclCommGetAsyncError", r) {
+                        Err(e) => Some(e),
+                        Ok(()) if state == 0 => return Ok(raw),
+                        Ok(()) if state != IN_PROGRESS => n.check(op, state).err(),
+                        Ok(()) if Instant::now() >= deadline => {
+                            Some(Error::NcclTimeout { op, after: left })
+                        }
+                        Ok(()) => None,
+                    };
+                    if let Some(e) = failed {
+                        // SAFETY: the communicator failed or timed out: abort frees it.
+                        let _ = unsafe { (n.fns.comm_abort)(raw) };
+                        return Err(e);
+                    }
+                    backoff(since, &mut round);
+                }
+            }
+            Ok((code, raw)) => {
+                if raw != 0 {
+                    // SAFETY: NCCL returned a communicator it failed to set up: abort frees it.
+                    let _ = unsafe { (n.fns.comm_abort)(raw as NcclComm) };
+                }
+                Err(n.check(op, code).err().unwrap_or(Error::Nccl {
+                    call: op,
+                    code,
+                    message: "no communicator returned".into(),
+                }))
+            }
+            Err(_) => Err(Error::NcclTimeout { op, after: left }),
+        }
+    }
 }
 
 /// Collectives of one process, in a group or not.
@@ -638,7 +760,8 @@ impl Work {
                 ),
             });
         }
-        let deadline = Instant::now() + timeout;
+        let since = Instant::now();
+        let deadline = since + timeout;
         let mut round = 0;
         loop {
             if self.is_completed()? {
@@ -656,7 +779,7 @@ impl Work {
                     after: timeout,
                 });
             }
-            backoff(&mut round);
+            backoff(since, &mut round);
         }
     }
 }
@@ -695,36 +818,50 @@ impl ProcessGroup {
             GROUPS.fetch_add(1, Ordering::SeqCst)
         );
         let n = shared_nccl()?;
-        let id = if env.rank == 0 {
-            let id = n.unique_id()?;
-            store.set(&key, &id.internal)?;
-            id
-        } else {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let bytes = store.get(&key, left)?;
-            let internal: [u8; 128] = bytes.as_slice().try_into().map_err(|_| {
-                Error::Protocol(format!(
-                    "{key}: {} bytes where NCCL's unique id has 128",
-                    bytes.len()
-                ))
-            })?;
-            nccl::UniqueId { internal }
-        };
-        nccl::disable_nvls_unless_set();
+        // Two unique ids: the non-blocking communicator's and the blocking one's.
+        let mut ids = Vec::with_capacity(2);
+        for key in [key.clone(), format!("{key}/blocking")] {
+            ids.push(if env.rank == 0 {
+                let id = n.unique_id()?;
+                store.set(&key, &id.internal)?;
+                id
+            } else {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let bytes = store.get(&key, left)?;
+                let internal: [u8; 128] = bytes.as_slice().try_into().map_err(|_| {
+                    Error::Protocol(format!(
+                        "{key}: {} bytes where NCCL's unique id has 128",
+                        bytes.len()
+                    ))
+                })?;
+                nccl::UniqueId { internal }
+            });
+        }
+        let (id, id_blocking) = (ids[0], ids[1]);
+        nccl::set_env_defaults();
         let raw = start_init(n, id, env.rank, env.world_size, env.local_rank)?;
-        let comm = Arc::new(Comm {
+        let mut comm = Comm {
             nccl: n,
             raw,
+            fast: std::ptr::null_mut(),
             device: env.local_rank,
             rank: env.rank,
             size: env.world_size,
             timeout,
             calls: Mutex::new(()),
             aborted: Mutex::new(None),
-        });
+        };
         comm.wait_ready("ncclCommInitRankConfig", deadline)?;
+        comm.fast = init_blocking(
+            n,
+            id_blocking,
+            env.rank,
+            env.world_size,
+            env.local_rank,
+            deadline,
+        )?;
         Ok(ProcessGroup {
-            comm,
+            comm: Arc::new(comm),
             store: Some(Mutex::new(store)),
         })
     }
@@ -736,7 +873,7 @@ impl ProcessGroup {
         let op = "ProcessGroup::new_local";
         check_devices(op, devices)?;
         let n = shared_nccl()?;
-        nccl::disable_nvls_unless_set();
+        nccl::set_env_defaults();
         let id = n.unique_id()?;
         let deadline = Instant::now() + timeout;
         let size = devices.len();
@@ -755,12 +892,13 @@ impl ProcessGroup {
         }
         // SAFETY: pairs the `ncclGroupStart` above, on this thread.
         let end = unsafe { (n.fns.group_end)() };
-        let groups: Vec<ProcessGroup> = raws
+        let mut groups: Vec<ProcessGroup> = raws
             .into_iter()
             .map(|(raw, device, rank)| ProcessGroup {
                 comm: Arc::new(Comm {
                     nccl: n,
                     raw,
+                    fast: std::ptr::null_mut(),
                     device,
                     rank,
                     size,
@@ -788,6 +926,50 @@ impl ProcessGroup {
             if let Err(e) = g.comm.wait_ready("ncclCommInitRankConfig", deadline) {
                 return fail(e, &groups);
             }
+        }
+        // The blocking communicators, created together in one group on this thread: every
+        // rank is here, so none can keep the others waiting.
+        let id = n.unique_id()?;
+        let mut fasts = vec![std::ptr::null_mut(); size];
+        let mut configs = vec![Config::new(true); size];
+        // SAFETY: `ncclGroupStart` only marks this thread's state.
+        n.check("ncclGroupStart", unsafe { (n.fns.group_start)() })?;
+        let mut first_error = None;
+        for (((g, fast), config), rank) in groups.iter().zip(&mut fasts).zip(&mut configs).zip(0..)
+        {
+            bind(g.comm.device);
+            // SAFETY: `fast` and `config` are valid until the group ends; the config as in
+            // `start_init`.
+            let code =
+                unsafe { (n.fns.comm_init_rank_config)(fast, size as c_int, id, rank, config) };
+            if let Err(e) = n.check("ncclCommInitRankConfig", code) {
+                first_error = Some(e);
+                break;
+            }
+        }
+        // SAFETY: pairs the `ncclGroupStart` above, on this thread.
+        let end = unsafe { (n.fns.group_end)() };
+        let ok = first_error.is_none() && end == 0 && fasts.iter().all(|c| !c.is_null());
+        for (g, fast) in groups.iter_mut().zip(&fasts) {
+            if fast.is_null() {
+                continue;
+            }
+            if ok && let Some(c) = Arc::get_mut(&mut g.comm) {
+                c.fast = *fast;
+            } else {
+                // SAFETY: a communicator of the failed group: abort frees it.
+                let _ = unsafe { (n.fns.comm_abort)(*fast) };
+            }
+        }
+        if !ok {
+            let e = first_error.unwrap_or_else(|| {
+                n.check("ncclGroupEnd", end).err().unwrap_or(Error::Nccl {
+                    call: "ncclCommInitRankConfig",
+                    code: end,
+                    message: "no communicator returned".into(),
+                })
+            });
+            return fail(e, &groups);
         }
         Ok(groups)
     }
@@ -837,7 +1019,24 @@ impl ProcessGroup {
         tensors: &[&Tensor],
         call: impl FnOnce(&Functions, NcclComm, CudaStream) -> nccl::NcclResult,
     ) -> Result<Work> {
+        self.enqueue_on(op, tensors, false, call)
+    }
+
+    /// [`ProcessGroup::enqueue`] on the blocking communicator (collectives), or, with
+    /// `p2p`, on the non-blocking one (point-to-point calls).
+    fn enqueue_on(
+        &self,
+        op: &'static str,
+        tensors: &[&Tensor],
+        p2p: bool,
+        call: impl FnOnce(&Functions, NcclComm, CudaStream) -> nccl::NcclResult,
+    ) -> Result<Work> {
         let c = &self.comm;
+        let raw = if p2p || c.fast.is_null() {
+            c.raw
+        } else {
+            c.fast
+        };
         c.check_live(op)?;
         let (stream, handle) = stream_for(c.device)?;
         for t in tensors {
@@ -846,7 +1045,7 @@ impl ProcessGroup {
         {
             let _calls = c.calls.lock().unwrap_or_else(|p| p.into_inner());
             c.check_live(op)?;
-            let code = call(&c.nccl.fns, c.raw, handle);
+            let code = call(&c.nccl.fns, raw, handle);
             if code == IN_PROGRESS {
                 if !in_group() {
                     c.wait_ready(op, Instant::now() + c.timeout)?;
@@ -1039,7 +1238,7 @@ impl ProcessGroup {
         check_rank(name, "dst", dst, self.size())?;
         check_device(name, "tensor", tensor, self.comm.device)?;
         let peer = dst as c_int;
-        self.enqueue(name, &[tensor], |f, comm, s| {
+        self.enqueue_on(name, &[tensor], true, |f, comm, s| {
             // SAFETY: as in `all_reduce`.
             unsafe { (f.send)(b.send(), b.count, b.ty as c_int, peer, comm, s) }
         })
@@ -1054,7 +1253,7 @@ impl ProcessGroup {
         check_device(name, "tensor", tensor, self.comm.device)?;
         let peer = src as c_int;
         written(&[tensor])?;
-        self.enqueue(name, &[tensor], |f, comm, s| {
+        self.enqueue_on(name, &[tensor], true, |f, comm, s| {
             // SAFETY: as in `all_reduce`; NCCL's `recv` takes the buffer it writes.
             unsafe { (f.recv)(b.recv(), b.count, b.ty as c_int, peer, comm, s) }
         })

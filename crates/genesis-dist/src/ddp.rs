@@ -5,13 +5,12 @@
 //! **One flat gradient buffer.** The gradients live in one allocation of the parameters'
 //! dtype, split into buckets of about [`DdpOptions::bucket_cap_bytes`] (PyTorch's 25 MiB),
 //! filled in reverse parameter order (the order in which backward produces gradients). Each
-//! parameter's [`Tensor::grad`] *is* its view of that buffer (PyTorch's
-//! `gradient_as_bucket_view=True`): after [`DistributedDataParallel::zero_grad`] the backward
-//! adds each gradient into its view in place, so a bucket is reduced where it lies, with no
-//! copy into or out of a bucket and no second gradient-sized allocation, and the optimiser
-//! reads the reduced gradients where they are. A gradient that arrives as a new tensor (after
-//! the optimiser's `zero_grad`, which drops gradients) is copied into its view and the view
-//! made the parameter's gradient again.
+//! parameter's [`Tensor::grad`] *is* its view of that buffer once backward has produced it
+//! (PyTorch's `gradient_as_bucket_view=True`): [`DistributedDataParallel::zero_grad`] drops
+//! the gradients, each backward's hook copies a new gradient into its view and makes the view
+//! the parameter's gradient, and later backwards (gradient accumulation) add into the view in
+//! place. So a bucket is reduced where it lies, with no copy out of a bucket and no second
+//! gradient-sized allocation, and the optimiser reads the reduced gradients where they are.
 //!
 //! **Reduction during backward.** A post-accumulate-grad hook on each parameter
 //! ([`Tensor::register_post_accumulate_grad_hook`], run once a backward with the parameter's
@@ -401,13 +400,13 @@ impl DistributedDataParallel {
         Ok(DistributedDataParallel { shared })
     }
 
-    /// Zeroes the flat gradient buffer (one fill) and makes each parameter's gradient its view
-    /// of it again: the next backward adds into the buckets in place.
+    /// Drops every parameter's gradient (PyTorch's `zero_grad(set_to_none=True)`): the next
+    /// backward's hooks copy each new gradient into its view of the flat buffer and make the
+    /// view the gradient, which costs less than filling the buffer with zeros and adding into
+    /// it; a parameter that gets no gradient has its view zeroed by [`Self::finish`].
     pub fn zero_grad(&self) -> Result<()> {
-        let sh = &self.shared;
-        no_grad(|| sh.flat.zero_())?;
-        for (p, v) in sh.params.iter().zip(&sh.grad_views) {
-            p.set_grad(Some(v.clone()))?;
+        for p in &self.shared.params {
+            p.zero_grad();
         }
         Ok(())
     }
@@ -695,13 +694,10 @@ impl genesis_nn::optim::Optimizer for ZeroAdamW {
         self.ddp.parameters()
     }
 
-    /// Makes every gradient its zeroed view of the flat buffer
-    /// ([`DistributedDataParallel::zero_grad`]; an error there drops the gradients instead).
+    /// Drops every gradient ([`DistributedDataParallel::zero_grad`]).
     fn zero_grad(&self) {
-        if self.ddp.zero_grad().is_err() {
-            for p in self.ddp.parameters() {
-                p.zero_grad();
-            }
+        for p in self.ddp.parameters() {
+            p.zero_grad();
         }
     }
 

@@ -110,10 +110,16 @@ impl Config {
     }
 }
 
-/// Sets `NCCL_NVLS_ENABLE=0` (NVLink multicast off, the setting Genesis's machines need and
-/// its reference figures were measured with) unless the user set it; called before every
-/// communicator is created. NCCL reads its environment when it creates a communicator.
-pub fn disable_nvls_unless_set() {
+/// Sets NCCL's environment defaults that Genesis relies on, each unless the user set it;
+/// called before every communicator is created (NCCL reads its environment when it creates
+/// its first one):
+///
+/// - `NCCL_NVLS_ENABLE=0`: NVLink multicast off, the setting Genesis's machines need and its
+///   reference figures were measured with;
+/// - `NCCL_RUNTIME_CONNECT=0`: a communicator connects its peers for the collectives while it
+///   is created, not at the first collective of each kind, so that a collective on the
+///   blocking communicator (see [`crate::comm`]) never waits on the host for a peer.
+pub fn set_env_defaults() {
     use std::sync::Mutex;
     static LOCK: Mutex<bool> = Mutex::new(false);
     let mut done = LOCK.lock().unwrap_or_else(|p| p.into_inner());
@@ -121,11 +127,14 @@ pub fn disable_nvls_unless_set() {
         return;
     }
     *done = true;
-    if std::env::var_os("NCCL_NVLS_ENABLE").is_none() {
-        // SAFETY: `set_var` races with other threads reading the environment through libc.
-        // Genesis itself reads it only at start-up and under this lock here; NCCL reads it
-        // while creating a communicator, which happens after this call on this thread.
-        unsafe { std::env::set_var("NCCL_NVLS_ENABLE", "0") };
+    for (var, value) in [("NCCL_NVLS_ENABLE", "0"), ("NCCL_RUNTIME_CONNECT", "0")] {
+        if std::env::var_os(var).is_none() {
+            // SAFETY: `set_var` races with other threads reading the environment through
+            // libc. Genesis itself reads it only at start-up and under this lock here; NCCL
+            // reads it while creating a communicator, which happens after this call on this
+            // thread.
+            unsafe { std::env::set_var(var, value) };
+        }
     }
 }
 

@@ -314,8 +314,28 @@ fn a_world_of_one_runs_every_collective() {
         std::env::var_os("NCCL_NVLS_ENABLE").is_some(),
         "NVLS set before NCCL"
     );
+    assert!(
+        std::env::var_os("NCCL_RUNTIME_CONNECT").is_some(),
+        "runtime connection set before NCCL"
+    );
     check_every_collective(&pg);
     versions_of_written_tensors_go_up(&pg);
+    // A group may hold collectives (the blocking communicator) and point-to-point calls
+    // (the non-blocking one) together.
+    let a = Tensor::from_slice(&[1f32, 2., 3., 4.], [4usize], Device::Cuda(0)).unwrap();
+    let b = Tensor::zeros([4usize], DType::F32, Device::Cuda(0)).unwrap();
+    let works = group(|| {
+        Ok(vec![
+            pg.all_reduce(&a, ReduceOp::Sum)?,
+            pg.send(&a, 0)?,
+            pg.recv(&b, 0)?,
+        ])
+    })
+    .unwrap();
+    for w in &works {
+        w.wait().unwrap();
+    }
+    assert_eq!(b.to_vec::<f32>().unwrap(), [1., 2., 3., 4.]);
     // After an abort, calls are refused with a typed error.
     pg.abort();
     let t = Tensor::zeros([4usize], DType::F32, Device::Cuda(0)).unwrap();

@@ -93,7 +93,10 @@ for step in $steps; do
       for b in $(grep "^bench-" "$B/bin/LIST"); do
         wants "$b" || continue
         echo "== $b" >> "$OUT/bench.log"
-        if "$B/bin/$b" --json "$OUT/${b#bench-}.json" >> "$OUT/bench.log" 2>&1; then r=ok; else r=FAILED; status=1; fi
+        extra=()
+        # One process per GPU, as torch_allreduce.py runs under torchrun.
+        [ "$b" = bench-gpu_allreduce ] && extra=(--nproc "$(nvidia-smi -L 2>/dev/null | wc -l)")
+        if "$B/bin/$b" "${extra[@]}" --json "$OUT/${b#bench-}.json" >> "$OUT/bench.log" 2>&1; then r=ok; else r=FAILED; status=1; fi
         summary+=("bench     $b: $r")
       done
       if wants torch_ref; then
@@ -205,27 +208,36 @@ for step in $steps; do
       sed -n '/^== summary/,$p' "$log"
       ;;
     ddp)
-      # Data-parallel GPT-2 124M in f32 on every GPU (GENESIS_DDP_GPUS of them), 8 x 1024 tokens
-      # a GPU: one GPU with the whole batch, DDP and ZeRO-1 (the losses must match), and
-      # PyTorch DDP (and ZeroRedundancyOptimizer) from the same parameters. Not a default step.
+      # Data-parallel GPT-2 124M on every GPU (GENESIS_DDP_GPUS of them), 8 x 1024 tokens a GPU,
+      # in f32 and under bf16 autocast: one GPU at 8 (the scaling baseline), in f32 one GPU
+      # with the whole batch too (the losses must match), DDP and ZeRO-1; PyTorch DDP (and
+      # ZeroRedundancyOptimizer) from the same parameters, and PyTorch on one GPU under bf16.
+      # Not a default step.
       log="$OUT/ddp.log"; : > "$log"
       ngpu=${GENESIS_DDP_GPUS:-$(nvidia-smi -L 2>/dev/null | wc -l)}
       text=$(python3 -c 'import os; print(os.path.dirname(os.__file__))')
-      args=(--config 124m --batch $((8 * ngpu)) --seq 1024 --steps 20 --text "$text")
+      common=(--config 124m --seq 1024 --steps 20 --text "$text")
       export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
-      for run in "one GPU:" "DDP:--ddp" "ZeRO-1:--zero1"; do
-        echo "== genesis ${run%%:*}" >> "$log"
-        if [ "${run#*:}" = "" ]; then
-          "$B/bin/example-gpt2_ddp" "${args[@]}" --init "$OUT/gpt2_ddp_init.safetensors" >> "$log" 2>&1 || status=1
-        else
-          "$B/bin/example-gpt2_ddp" --nproc "$ngpu" "${run#*:}" "${args[@]}" >> "$log" 2>&1 || status=1
-        fi
-      done
-      for run in "DDP:" "ZeRO-1:--zero1"; do
-        echo "== pytorch ${run%%:*}" >> "$log"
+      ours() { echo "== genesis $*" >> "$log"; "$B/bin/example-gpt2_ddp" "${common[@]}" "$@" >> "$log" 2>&1 || status=1; }
+      theirs() {
+        local n=$1; shift
+        echo "== pytorch $n GPUs $*" >> "$log"
         GENESIS_TWINS="$GENESIS_REPO_ROOT/crates/genesis-nn/tests" python3 -m torch.distributed.run \
-          --nproc-per-node "$ngpu" "$B/torch_gpt2_ddp.py" "$OUT/gpt2_ddp_init.safetensors" "${args[@]}" ${run#*:} >> "$log" 2>&1 || status=1
-      done
+          --nproc-per-node "$n" "$B/torch_gpt2_ddp.py" "$OUT/gpt2_ddp_init.safetensors" "${common[@]}" "$@" >> "$log" 2>&1 || status=1
+      }
+      all=$((8 * ngpu))
+      ours --batch 8 --init "$OUT/gpt2_ddp_init.safetensors"
+      ours --batch "$all"
+      ours --batch "$all" --nproc "$ngpu" --ddp
+      ours --batch "$all" --nproc "$ngpu" --zero1
+      theirs "$ngpu" --batch "$all"
+      theirs "$ngpu" --batch "$all" --zero1
+      ours --batch 8 --bf16
+      ours --batch "$all" --nproc "$ngpu" --ddp --bf16
+      ours --batch "$all" --nproc "$ngpu" --zero1 --bf16
+      theirs 1 --batch 8 --bf16
+      theirs "$ngpu" --batch "$all" --bf16
+      theirs "$ngpu" --batch "$all" --bf16 --zero1
       summary+=("ddp       $ngpu GPUs: see ddp.log")
       grep -E '^(==|median|rank)' "$log"
       ;;

@@ -6,8 +6,9 @@
 //!
 //! Two ways to run it:
 //!
-//! - one process per GPU: `genesis-launch --nproc N target/release/deps/gpu_allreduce-*`
-//!   (the environment names the rank; rank 0 prints);
+//! - one process per GPU: `gpu_allreduce --nproc N` (it starts its N ranks itself, as
+//!   `genesis-launch --nproc N gpu_allreduce` would; the environment names each rank; rank 0
+//!   prints);
 //! - one process driving every GPU (or `GENESIS_DIST_GPUS` of them): run the binary alone.
 //!
 //! `GENESIS_BENCH_MAX_MIB` caps the largest size; the table goes to standard output and JSON
@@ -19,7 +20,7 @@ use std::time::Duration;
 
 use genesis::cuda::{Event, Stream};
 use genesis::{DType, Tensor};
-use genesis_dist::{GroupEnv, ProcessGroup, ReduceOp, Result, group, shared_nccl};
+use genesis_dist::{GroupEnv, Launch, ProcessGroup, ReduceOp, Result, group, shared_nccl};
 
 const WARMUP: usize = 5;
 const RUNS: usize = 20;
@@ -33,6 +34,23 @@ fn main() {
 }
 
 fn run() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(i) = args.iter().position(|a| a == "--nproc")
+        && std::env::var_os("RANK").is_none()
+    {
+        let n: usize = args
+            .get(i + 1)
+            .and_then(|v| v.parse().ok())
+            .filter(|&n| n > 0)
+            .ok_or_else(|| genesis_dist::Error::InvalidArgument {
+                op: "--nproc",
+                reason: "takes a number of processes above 0".into(),
+            })?;
+        let rest = args[..i].iter().chain(args.iter().skip(i + 2)).cloned();
+        let me = std::env::current_exe()
+            .map_err(|e| genesis_dist::Error::Protocol(format!("this program's path: {e}")))?;
+        return Launch::new(me, n).args(rest).run();
+    }
     let gpus = genesis::cuda::device_count();
     if gpus == 0 {
         println!("gpu_allreduce: skipped (no CUDA device)");

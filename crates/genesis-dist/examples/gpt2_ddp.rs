@@ -33,25 +33,53 @@ type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
 fn main() -> Res<()> {
     let m = Command::new("gpt2_ddp")
-        .arg(Arg::new("config").long("config").default_value("tiny"))
-        .arg(Arg::new("batch").long("batch").default_value("8"))
-        .arg(Arg::new("seq").long("seq").default_value("64"))
-        .arg(Arg::new("steps").long("steps").default_value("20"))
-        .arg(Arg::new("bucket-mb").long("bucket-mb").default_value("25"))
+        .arg(
+            Arg::new("config")
+                .long("config")
+                .value_parser(["tiny", "small", "124m"])
+                .default_value("tiny"),
+        )
+        .arg(
+            Arg::new("batch")
+                .long("batch")
+                .value_parser(positive)
+                .default_value("8"),
+        )
+        .arg(
+            Arg::new("seq")
+                .long("seq")
+                .value_parser(positive)
+                .default_value("64"),
+        )
+        .arg(
+            Arg::new("steps")
+                .long("steps")
+                .value_parser(positive)
+                .default_value("20"),
+        )
+        .arg(
+            Arg::new("bucket-mb")
+                .long("bucket-mb")
+                .value_parser(positive)
+                .default_value("25"),
+        )
         .arg(Arg::new("ddp").long("ddp").action(ArgAction::SetTrue))
         .arg(Arg::new("zero1").long("zero1").action(ArgAction::SetTrue))
         .arg(Arg::new("bf16").long("bf16").action(ArgAction::SetTrue))
-        .arg(Arg::new("device").long("device").default_value("cuda"))
+        .arg(
+            Arg::new("device")
+                .long("device")
+                .value_parser(["cpu", "cuda"])
+                .default_value("cuda"),
+        )
         .arg(Arg::new("text").long("text"))
         .arg(Arg::new("init").long("init"))
-        .arg(Arg::new("nproc").long("nproc"))
+        .arg(Arg::new("nproc").long("nproc").value_parser(positive))
         .get_matches();
     let get = |k: &str| m.get_one::<String>(k).cloned().unwrap_or_default();
-    let num = |k: &str| get(k).parse::<usize>().expect("a number");
-    // Any other name: the tiny model.
-    let config = Gpt2Config::named(&get("config"))
-        .or_else(|| Gpt2Config::named("tiny"))
-        .expect("tiny is a named size");
+    // Checked by `positive` as clap parsed them.
+    let num = |k: &str| get(k).parse::<usize>().unwrap_or(1);
+    let config = Gpt2Config::named(&get("config")).ok_or("--config: tiny, small or 124m")?;
     if let Some(n) = m.get_one::<String>("nproc")
         && std::env::var_os("RANK").is_none()
     {
@@ -249,4 +277,12 @@ fn main() -> Res<()> {
         }
     }
     Ok(())
+}
+
+/// Clap's check of a count: a whole number above 0.
+fn positive(s: &str) -> std::result::Result<String, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(s.to_string()),
+        _ => Err(format!("{s:?} is not a whole number above 0")),
+    }
 }

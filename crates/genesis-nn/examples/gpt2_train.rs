@@ -18,11 +18,36 @@ use genesis_nn::train::{python_sources, window_batch};
 
 fn main() -> Result<()> {
     let m = Command::new("gpt2_train")
-        .arg(Arg::new("config").long("config").default_value("tiny"))
-        .arg(Arg::new("batch").long("batch").default_value("4"))
-        .arg(Arg::new("seq").long("seq").default_value("64"))
-        .arg(Arg::new("steps").long("steps").default_value("20"))
-        .arg(Arg::new("device").long("device").default_value("cpu"))
+        .arg(
+            Arg::new("config")
+                .long("config")
+                .value_parser(["tiny", "small", "124m"])
+                .default_value("tiny"),
+        )
+        .arg(
+            Arg::new("batch")
+                .long("batch")
+                .value_parser(positive)
+                .default_value("4"),
+        )
+        .arg(
+            Arg::new("seq")
+                .long("seq")
+                .value_parser(positive)
+                .default_value("64"),
+        )
+        .arg(
+            Arg::new("steps")
+                .long("steps")
+                .value_parser(positive)
+                .default_value("20"),
+        )
+        .arg(
+            Arg::new("device")
+                .long("device")
+                .value_parser(["cpu", "cuda"])
+                .default_value("cpu"),
+        )
         .arg(Arg::new("bf16").long("bf16").action(ArgAction::SetTrue))
         .arg(
             Arg::new("recompute")
@@ -39,11 +64,12 @@ fn main() -> Result<()> {
         .arg(Arg::new("init").long("init"))
         .get_matches();
     let get = |k: &str| m.get_one::<String>(k).cloned().unwrap_or_default();
-    let num = |k: &str| get(k).parse::<usize>().expect("a number");
-    // Any other name: the tiny model.
-    let config = Gpt2Config::named(&get("config"))
-        .or_else(|| Gpt2Config::named("tiny"))
-        .expect("tiny is a named size");
+    // Checked by `positive` as clap parsed them.
+    let num = |k: &str| get(k).parse::<usize>().unwrap_or(1);
+    let Some(config) = Gpt2Config::named(&get("config")) else {
+        eprintln!("--config: tiny, small or 124m");
+        std::process::exit(2);
+    };
     let device = if get("device") == "cuda" {
         Device::Cuda(0)
     } else {
@@ -135,4 +161,12 @@ fn main() -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Clap's check of a count: a whole number above 0.
+fn positive(s: &str) -> std::result::Result<String, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(s.to_string()),
+        _ => Err(format!("{s:?} is not a whole number above 0")),
+    }
 }

@@ -31,53 +31,22 @@ use genesis_nn::train::{python_sources, window_batch};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
+#[path = "../../genesis-nn/examples/common/gpt2_args.rs"]
+mod gpt2_args;
+use gpt2_args::{count, gpt2_args, positive};
+
 fn main() -> Res<()> {
-    let m = Command::new("gpt2_ddp")
-        .arg(
-            Arg::new("config")
-                .long("config")
-                .value_parser(["tiny", "small", "124m"])
-                .default_value("tiny"),
-        )
-        .arg(
-            Arg::new("batch")
-                .long("batch")
-                .value_parser(positive)
-                .default_value("8"),
-        )
-        .arg(
-            Arg::new("seq")
-                .long("seq")
-                .value_parser(positive)
-                .default_value("64"),
-        )
-        .arg(
-            Arg::new("steps")
-                .long("steps")
-                .value_parser(positive)
-                .default_value("20"),
-        )
-        .arg(
-            Arg::new("bucket-mb")
-                .long("bucket-mb")
-                .value_parser(positive)
-                .default_value("25"),
-        )
+    let m = gpt2_args(Command::new("gpt2_ddp"), "8", "cuda")
+        .arg(count("bucket-mb", "25"))
         .arg(Arg::new("ddp").long("ddp").action(ArgAction::SetTrue))
         .arg(Arg::new("zero1").long("zero1").action(ArgAction::SetTrue))
         .arg(Arg::new("bf16").long("bf16").action(ArgAction::SetTrue))
-        .arg(
-            Arg::new("device")
-                .long("device")
-                .value_parser(["cpu", "cuda"])
-                .default_value("cuda"),
-        )
         .arg(Arg::new("text").long("text"))
         .arg(Arg::new("init").long("init"))
         .arg(Arg::new("nproc").long("nproc").value_parser(positive))
         .get_matches();
     let get = |k: &str| m.get_one::<String>(k).cloned().unwrap_or_default();
-    // Checked by `positive` as clap parsed them.
+    // Checked by clap (`gpt2_args::positive`).
     let num = |k: &str| get(k).parse::<usize>().unwrap_or(1);
     let config = Gpt2Config::named(&get("config")).ok_or("--config: tiny, small or 124m")?;
     if let Some(n) = m.get_one::<String>("nproc")
@@ -277,12 +246,4 @@ fn main() -> Res<()> {
         }
     }
     Ok(())
-}
-
-/// Clap's check of a count: a whole number above 0.
-fn positive(s: &str) -> std::result::Result<String, String> {
-    match s.parse::<usize>() {
-        Ok(n) if n > 0 => Ok(s.to_string()),
-        _ => Err(format!("{s:?} is not a whole number above 0")),
-    }
 }

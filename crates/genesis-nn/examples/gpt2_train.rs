@@ -16,38 +16,12 @@ use genesis_nn::gpt2::{Gpt2, Gpt2Config};
 use genesis_nn::optim::{Adam, Optimizer, clip_grad_norm_};
 use genesis_nn::train::{python_sources, window_batch};
 
+#[path = "common/gpt2_args.rs"]
+mod gpt2_args;
+use gpt2_args::gpt2_args;
+
 fn main() -> Result<()> {
-    let m = Command::new("gpt2_train")
-        .arg(
-            Arg::new("config")
-                .long("config")
-                .value_parser(["tiny", "small", "124m"])
-                .default_value("tiny"),
-        )
-        .arg(
-            Arg::new("batch")
-                .long("batch")
-                .value_parser(positive)
-                .default_value("4"),
-        )
-        .arg(
-            Arg::new("seq")
-                .long("seq")
-                .value_parser(positive)
-                .default_value("64"),
-        )
-        .arg(
-            Arg::new("steps")
-                .long("steps")
-                .value_parser(positive)
-                .default_value("20"),
-        )
-        .arg(
-            Arg::new("device")
-                .long("device")
-                .value_parser(["cpu", "cuda"])
-                .default_value("cpu"),
-        )
+    let m = gpt2_args(Command::new("gpt2_train"), "4", "cpu")
         .arg(Arg::new("bf16").long("bf16").action(ArgAction::SetTrue))
         .arg(
             Arg::new("recompute")
@@ -64,7 +38,7 @@ fn main() -> Result<()> {
         .arg(Arg::new("init").long("init"))
         .get_matches();
     let get = |k: &str| m.get_one::<String>(k).cloned().unwrap_or_default();
-    // Checked by `positive` as clap parsed them.
+    // Checked by clap (`gpt2_args::positive`).
     let num = |k: &str| get(k).parse::<usize>().unwrap_or(1);
     let Some(config) = Gpt2Config::named(&get("config")) else {
         eprintln!("--config: tiny, small or 124m");
@@ -161,12 +135,4 @@ fn main() -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// Clap's check of a count: a whole number above 0.
-fn positive(s: &str) -> std::result::Result<String, String> {
-    match s.parse::<usize>() {
-        Ok(n) if n > 0 => Ok(s.to_string()),
-        _ => Err(format!("{s:?} is not a whole number above 0")),
-    }
 }

@@ -324,7 +324,39 @@ pub fn strided_copy<T: Copy>(src: &[T], dst: &mut [T], desc: &StridedCopy) -> Re
             got: src.len().min(dst.len()),
         });
     }
-    desc.for_each(|s, d| dst[d] = src[s]);
+    if desc.numel() == 0 {
+        return Ok(());
+    }
+    // Line by line over the merged dimensions: the innermost dimension as one slice copy when
+    // it is contiguous on both sides, else a strided loop; the outer index advanced once a
+    // line. The same element pairs as `for_each`, in the same order.
+    let d = desc.merged();
+    let inner = d.rank as usize - 1;
+    let (n, ss, ds) = (d.shape[inner], d.src_strides[inner], d.dst_strides[inner]);
+    let lines = d.numel() / n as usize;
+    let mut idx = [0i64; MAX_DIMS];
+    let (mut s, mut t) = (d.src_offset, d.dst_offset);
+    for _ in 0..lines {
+        if ss == 1 && ds == 1 {
+            let (s, t, n) = (s as usize, t as usize, n as usize);
+            dst[t..t + n].copy_from_slice(&src[s..s + n]);
+        } else {
+            for i in 0..n {
+                dst[(t + i * ds) as usize] = src[(s + i * ss) as usize];
+            }
+        }
+        for k in (0..inner).rev() {
+            idx[k] += 1;
+            s += d.src_strides[k];
+            t += d.dst_strides[k];
+            if idx[k] < d.shape[k] {
+                break;
+            }
+            s -= d.src_strides[k] * d.shape[k];
+            t -= d.dst_strides[k] * d.shape[k];
+            idx[k] = 0;
+        }
+    }
     Ok(())
 }
 
@@ -761,5 +793,63 @@ mod tests {
         assert!(StridedCopy::new(&[2, 3], &[3, 1], 0, &[1, -2], 3).is_err());
         assert!(StridedCopy::new(&[0, 3], &[-5, 1], 0, &[1, 1], 0).is_ok());
         assert!(StridedCopy::new(&[3], &[isize::MAX], 0, &[1], 0).is_err());
+    }
+
+    /// The line-by-line copy against the element-by-element walk (`for_each`) on generated
+    /// layouts: permuted, sliced, broadcast (stride 0) and reversed (negative stride) sources,
+    /// permuted and padded destinations, dimensions of 0 and 1.
+    #[test]
+    fn strided_copy_moves_what_the_element_walk_moves() {
+        use rand::rngs::SmallRng;
+        use rand::{Rng, SeedableRng};
+        let mut rng = SmallRng::seed_from_u64(3);
+        for case in 0..400 {
+            let rank = rng.random_range(1..=5usize);
+            let shape: Vec<usize> = (0..rank)
+                .map(|_| [0usize, 1, 1, 2, 3, 4, 7][rng.random_range(0..7)])
+                .collect();
+            // A dense source of padded extents, read through a permutation, with some
+            // dimensions broadcast or reversed.
+            let mut order: Vec<usize> = (0..rank).collect();
+            for i in (1..rank).rev() {
+                order.swap(i, rng.random_range(0..=i));
+            }
+            let mut src_strides = vec![0isize; rank];
+            let mut step = 1isize;
+            for &k in order.iter().rev() {
+                src_strides[k] = step;
+                step *= shape[k] as isize + rng.random_range(0..2i64) as isize;
+            }
+            let mut src_offset = rng.random_range(0..3usize);
+            for k in 0..rank {
+                match rng.random_range(0..6) {
+                    0 => src_strides[k] = 0,
+                    1 if shape[k] > 0 => {
+                        src_offset += (shape[k] - 1) * src_strides[k] as usize;
+                        src_strides[k] = -src_strides[k];
+                    }
+                    _ => {}
+                }
+            }
+            let mut dst_strides = vec![0isize; rank];
+            let mut step = 1isize;
+            for k in (0..rank).rev() {
+                dst_strides[k] = step;
+                step *= shape[k] as isize + rng.random_range(0..2i64) as isize;
+            }
+            let dst_offset = rng.random_range(0..3usize);
+            let d = StridedCopy::new(&shape, &src_strides, src_offset, &dst_strides, dst_offset)
+                .unwrap();
+            let (se, de) = d.extents();
+            let src: Vec<u32> = (0..se as u32).map(|x| x.wrapping_mul(2654435761)).collect();
+            let mut want = vec![7u32; de + 2];
+            d.for_each(|s, t| want[t] = src[s]);
+            let mut got = vec![7u32; de + 2];
+            strided_copy(&src, &mut got, &d).unwrap();
+            assert_eq!(
+                got, want,
+                "case {case}: {shape:?} {src_strides:?} {dst_strides:?}"
+            );
+        }
     }
 }

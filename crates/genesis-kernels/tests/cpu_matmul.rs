@@ -334,3 +334,72 @@ fn host_checks_are_the_twins() {
     matmul_host(s, l, &a, &a, &mut c).unwrap();
     assert_eq!(c, [2; 8]);
 }
+
+/// A batch of small products runs product by product on rayon's threads, a lone product over
+/// every thread: the same bits either way (f32, f16 widened, f64), for products on both sides
+/// of `gemm`'s threading threshold and broadcast operands.
+#[test]
+fn batched_products_are_the_bits_of_each_product_alone() {
+    let mut rng = SmallRng::seed_from_u64(11);
+    for (batch, m, n, k, broadcast) in [
+        (4, 96, 80, 96, 0),
+        (3, 130, 70, 70, 1),
+        (5, 256, 256, 32, 2),
+        (2, 17, 33, 5, 0),
+    ] {
+        let transposed = rng.random_bool(0.5);
+        let la = MatrixLayout {
+            transposed,
+            ld: if transposed { m } else { k },
+        };
+        let lb = MatrixLayout {
+            transposed: false,
+            ld: n,
+        };
+        let (one_a, one_b) = (la.span(m, k).unwrap(), lb.span(k, n).unwrap());
+        let shape = MatmulShape {
+            batch,
+            m,
+            n,
+            k,
+            a_batch_stride: if broadcast == 1 { 0 } else { one_a },
+            b_batch_stride: if broadcast == 2 { 0 } else { one_b },
+        };
+        let layout = MatmulLayout { a: la, b: lb };
+        fn check<T: HostMatmul>(
+            shape: MatmulShape,
+            layout: MatmulLayout,
+            a: &[T],
+            b: &[T],
+            bits: impl Fn(&T) -> u64,
+        ) {
+            let (m, n) = (shape.m, shape.n);
+            let mut all = vec![T::from_i64(0); shape.batch * m * n];
+            matmul_host(shape, layout, a, b, &mut all).unwrap();
+            let one = MatmulShape { batch: 1, ..shape };
+            for bi in 0..shape.batch {
+                let mut c = vec![T::from_i64(0); m * n];
+                let a = &a[bi * shape.a_batch_stride..];
+                let b = &b[bi * shape.b_batch_stride..];
+                matmul_host(one, layout, a, b, &mut c).unwrap();
+                let got: Vec<u64> = all[bi * m * n..(bi + 1) * m * n]
+                    .iter()
+                    .map(&bits)
+                    .collect();
+                let want: Vec<u64> = c.iter().map(&bits).collect();
+                assert!(got == want, "product {bi} of {shape:?}");
+            }
+        }
+        let len_a = one_a + (batch - 1) * shape.a_batch_stride;
+        let len_b = one_b + (batch - 1) * shape.b_batch_stride;
+        let a: Vec<f32> = values(len_a, &mut rng);
+        let b: Vec<f32> = values(len_b, &mut rng);
+        check(shape, layout, &a, &b, |x| u64::from(x.to_bits()));
+        let a: Vec<f16> = values(len_a, &mut rng);
+        let b: Vec<f16> = values(len_b, &mut rng);
+        check(shape, layout, &a, &b, |x| u64::from(x.to_bits()));
+        let a: Vec<f64> = (0..len_a).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let b: Vec<f64> = (0..len_b).map(|_| rng.random_range(-1.0..1.0)).collect();
+        check(shape, layout, &a, &b, |x| x.to_bits());
+    }
+}

@@ -5,7 +5,8 @@
 //! column strides. f16 and bf16 operands (and f32 ones truncated to TF32) are first widened to
 //! f32 in their own major order, multiplied by the f32 `gemm`, and rounded once to the output
 //! type: the same f32 accumulation as the GPU kernels, within the bound of the module's docs.
-//! Integers (i32, i64) are exact modulo 2^bits (wrapping, as PyTorch's CPU matmul), by rows on
+//! A batch of small products (attention's) is split over the threads product by product, a
+//! large product over every thread; the bits are the same either way. Integers (i32, i64) are exact modulo 2^bits (wrapping, as PyTorch's CPU matmul), by rows on
 //! scoped threads.
 
 use super::{MatmulElement, MatmulLayout, MatmulOutput, MatmulShape, MatrixLayout};
@@ -15,6 +16,19 @@ use gemm::Parallelism;
 /// loop scoped threads (`gemm`'s own threading threshold, `48 * 48 * 256`): below it a thread
 /// costs more than it saves.
 const THREADED_MACS: usize = 48 * 48 * 256;
+
+/// Multiply-adds of one product below which a batch of several products is split over rayon's
+/// threads by product, each product on one thread, rather than each product over every thread:
+/// a product this small (attention's `[T, d] @ [d, T]` with a head dimension of 32 to 128)
+/// spends much of a threaded `gemm` call packing and waking threads. Each product is the same
+/// `gemm` call either way, so the bits do not depend on it.
+const BATCHED_MACS: usize = 1 << 24;
+
+/// Whether a batch of `batch` products of `macs` multiply-adds each runs product by product on
+/// rayon's threads (see [`BATCHED_MACS`]).
+fn by_product(batch: usize, macs: usize) -> bool {
+    batch > 1 && macs < BATCHED_MACS && rayon::current_num_threads() > 1
+}
 
 /// `(row stride, column stride)` of `l` for a `[rows, cols]` matrix, as `gemm` takes them.
 /// A stride over a dimension of one element never multiplies a non-zero index and may be any
@@ -54,6 +68,7 @@ fn gemm_one<F: GemmFloat>(
     b: &[F],
     lb: MatrixLayout,
     c: &mut [F],
+    alone: bool,
 ) {
     assert!(m > 0 && n > 0 && k > 0);
     assert!(la.span(m, k).is_some_and(|s| s <= a.len()));
@@ -63,7 +78,7 @@ fn gemm_one<F: GemmFloat>(
     let (b_rs, b_cs) = strides(lb, k, n);
     let n_stride = isize::try_from(n).expect("n fits: m * n elements are in a slice");
     let macs = m.saturating_mul(n).saturating_mul(k);
-    let parallelism = if macs >= THREADED_MACS {
+    let parallelism = if macs >= THREADED_MACS && !alone {
         Parallelism::Rayon(0)
     } else {
         Parallelism::None
@@ -137,7 +152,6 @@ pub(super) fn f32_accumulated<T: MatmulElement, O: MatmulOutput<T>>(
     c: &mut [O],
 ) {
     let MatmulShape { m, n, k, .. } = shape;
-    let (mut wa, mut wb, mut wc) = (Vec::new(), Vec::new(), Vec::new());
     // The operands read in place when they are f32 and used as they are.
     let (direct_a, direct_b) = match widen {
         None => (T::as_f32s(a), T::as_f32s(b)),
@@ -146,36 +160,60 @@ pub(super) fn f32_accumulated<T: MatmulElement, O: MatmulOutput<T>>(
     let widen = widen.unwrap_or(T::to_f32);
     let (la, lb) = (layout.a, layout.b);
     let mn = m * n;
-    for (bi, c) in c.chunks_exact_mut(mn).take(shape.batch).enumerate() {
+    let alone = by_product(shape.batch, mn.saturating_mul(k));
+    // An operand shared by every product (batch stride 0) is widened once, up front.
+    let shared = |x: &[T], direct: Option<&[f32]>, stride: usize, l, rows_cols| {
+        let mut w = Vec::new();
+        if direct.is_none() && stride == 0 {
+            widen_into(x, l, rows_cols, widen, &mut w);
+        }
+        w
+    };
+    let shared_a = shared(a, direct_a, shape.a_batch_stride, la, (m, k));
+    let shared_b = shared(b, direct_b, shape.b_batch_stride, lb, (k, n));
+    // Product `bi` into `c`, with `w` the scratch of the thread running it.
+    let product = |bi: usize, c: &mut [O], w: &mut [Vec<f32>; 3]| {
+        let [wa, wb, wc] = w;
         let a_at = bi * shape.a_batch_stride;
         let b_at = bi * shape.b_batch_stride;
-        let a = match direct_a {
+        let a: &[f32] = match direct_a {
             Some(a) => &a[a_at..],
+            None if shape.a_batch_stride == 0 => &shared_a,
             None => {
-                if bi == 0 || shape.a_batch_stride != 0 {
-                    widen_into(&a[a_at..], la, (m, k), widen, &mut wa);
-                }
-                &wa[..]
+                widen_into(&a[a_at..], la, (m, k), widen, wa);
+                wa
             }
         };
-        let b = match direct_b {
+        let b: &[f32] = match direct_b {
             Some(b) => &b[b_at..],
+            None if shape.b_batch_stride == 0 => &shared_b,
             None => {
-                if bi == 0 || shape.b_batch_stride != 0 {
-                    widen_into(&b[b_at..], lb, (k, n), widen, &mut wb);
-                }
-                &wb[..]
+                widen_into(&b[b_at..], lb, (k, n), widen, wb);
+                wb
             }
         };
         match O::as_f32s_mut(c) {
-            Some(c) => gemm_one((m, n, k), a, la, b, lb, c),
+            Some(c) => gemm_one((m, n, k), a, la, b, lb, c, alone),
             None => {
                 wc.resize(mn, 0f32);
-                gemm_one((m, n, k), a, la, b, lb, &mut wc);
-                for (d, &s) in c.iter_mut().zip(&wc) {
+                gemm_one((m, n, k), a, la, b, lb, wc, alone);
+                for (d, &s) in c.iter_mut().zip(wc.iter()) {
                     *d = O::from_f32(s);
                 }
             }
+        }
+    };
+    let end = (shape.batch * mn).min(c.len());
+    let c = &mut c[..end];
+    if alone {
+        use rayon::prelude::*;
+        c.par_chunks_exact_mut(mn)
+            .enumerate()
+            .for_each_init(<[Vec<f32>; 3]>::default, |w, (bi, c)| product(bi, c, w));
+    } else {
+        let mut w = <[Vec<f32>; 3]>::default();
+        for (bi, c) in c.chunks_exact_mut(mn).enumerate() {
+            product(bi, c, &mut w);
         }
     }
 }
@@ -189,10 +227,24 @@ pub(super) fn f64_product(
     c: &mut [f64],
 ) {
     let MatmulShape { m, n, k, .. } = shape;
-    for (bi, c) in c.chunks_exact_mut(m * n).take(shape.batch).enumerate() {
+    let mn = m * n;
+    let alone = by_product(shape.batch, mn.saturating_mul(k));
+    let product = |bi: usize, c: &mut [f64]| {
         let a = &a[bi * shape.a_batch_stride..];
         let b = &b[bi * shape.b_batch_stride..];
-        gemm_one((m, n, k), a, layout.a, b, layout.b, c);
+        gemm_one((m, n, k), a, layout.a, b, layout.b, c, alone);
+    };
+    let end = (shape.batch * mn).min(c.len());
+    let c = &mut c[..end];
+    if alone {
+        use rayon::prelude::*;
+        c.par_chunks_exact_mut(mn)
+            .enumerate()
+            .for_each(|(bi, c)| product(bi, c));
+    } else {
+        for (bi, c) in c.chunks_exact_mut(mn).enumerate() {
+            product(bi, c);
+        }
     }
 }
 

@@ -498,70 +498,68 @@ fn init_blocking(
     device: usize,
     deadline: Instant,
 ) -> Result<NcclComm> {
-    {
-        let op = "ncclCommInitRankConfig";
-        let (Ok(nranks), Ok(r)) = (c_int::try_from(size), c_int::try_from(rank)) else {
-            return Err(Error::InvalidArgument {
-                op: "init_process_group",
-                reason: format!("a group of {size} is too large for NCCL"),
-            });
-        };
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::Builder::new()
-            .name("genesis-nccl-init".into())
-            .spawn(move || {
-                bind(device);
-                let mut raw: NcclComm = std::ptr::null_mut();
-                let mut config = Config::new(true);
-                // SAFETY: `raw` and `config` are valid for writes and reads for the call (this
-                // thread's own, alive until it returns); the config as in `start_init`.
-                let code =
-                    unsafe { (n.fns.comm_init_rank_config)(&mut raw, nranks, id, r, &mut config) };
-                let _ = tx.send((code, raw as usize));
-            })
-            .map_err(|e| Error::Protocol(format!("starting NCCL's creation thread: {e}")))?;
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok((0, raw)) if raw != 0 => Ok(raw as NcclComm),
-            // `NCCL_COMM_BLOCKING=0` in the environment overrides the configuration.
-            Ok((IN_PROGRESS, raw)) if raw != 0 => {
-                let raw = raw as NcclComm;
-                let since = Instant::now();
-                let mut round = 0;
-                loop {
-                    let mut state: nccl::NcclResult = 0;
-                    // SAFETY: `raw` is the communicator NCCL is creating, used by no one else.
-                    let r = unsafe { (n.fns.comm_get_async_error)(raw, &mut state) };
-                    let failed = match n.check("ncclCommGetAsyncError", r) {
-                        Err(e) => Some(e),
-                        Ok(()) if state == 0 => return Ok(raw),
-                        Ok(()) if state != IN_PROGRESS => n.check(op, state).err(),
-                        Ok(()) if Instant::now() >= deadline => {
-                            Some(Error::NcclTimeout { op, after: left })
-                        }
-                        Ok(()) => None,
-                    };
-                    if let Some(e) = failed {
-                        // SAFETY: the communicator failed or timed out: abort frees it.
-                        let _ = unsafe { (n.fns.comm_abort)(raw) };
-                        return Err(e);
+    let op = "ncclCommInitRankConfig";
+    let (Ok(nranks), Ok(r)) = (c_int::try_from(size), c_int::try_from(rank)) else {
+        return Err(Error::InvalidArgument {
+            op: "init_process_group",
+            reason: format!("a group of {size} is too large for NCCL"),
+        });
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("genesis-nccl-init".into())
+        .spawn(move || {
+            bind(device);
+            let mut raw: NcclComm = std::ptr::null_mut();
+            let mut config = Config::new(true);
+            // SAFETY: `raw` and `config` are valid for writes and reads for the call (this
+            // thread's own, alive until it returns); the config as in `start_init`.
+            let code =
+                unsafe { (n.fns.comm_init_rank_config)(&mut raw, nranks, id, r, &mut config) };
+            let _ = tx.send((code, raw as usize));
+        })
+        .map_err(|e| Error::Protocol(format!("starting NCCL's creation thread: {e}")))?;
+    let left = deadline.saturating_duration_since(Instant::now());
+    match rx.recv_timeout(left) {
+        Ok((0, raw)) if raw != 0 => Ok(raw as NcclComm),
+        // `NCCL_COMM_BLOCKING=0` in the environment overrides the configuration.
+        Ok((IN_PROGRESS, raw)) if raw != 0 => {
+            let raw = raw as NcclComm;
+            let since = Instant::now();
+            let mut round = 0;
+            loop {
+                let mut state: nccl::NcclResult = 0;
+                // SAFETY: `raw` is the communicator NCCL is creating, used by no one else.
+                let r = unsafe { (n.fns.comm_get_async_error)(raw, &mut state) };
+                let failed = match n.check("ncclCommGetAsyncError", r) {
+                    Err(e) => Some(e),
+                    Ok(()) if state == 0 => return Ok(raw),
+                    Ok(()) if state != IN_PROGRESS => n.check(op, state).err(),
+                    Ok(()) if Instant::now() >= deadline => {
+                        Some(Error::NcclTimeout { op, after: left })
                     }
-                    backoff(since, &mut round);
+                    Ok(()) => None,
+                };
+                if let Some(e) = failed {
+                    // SAFETY: the communicator failed or timed out: abort frees it.
+                    let _ = unsafe { (n.fns.comm_abort)(raw) };
+                    return Err(e);
                 }
+                backoff(since, &mut round);
             }
-            Ok((code, raw)) => {
-                if raw != 0 {
-                    // SAFETY: NCCL returned a communicator it failed to set up: abort frees it.
-                    let _ = unsafe { (n.fns.comm_abort)(raw as NcclComm) };
-                }
-                Err(n.check(op, code).err().unwrap_or(Error::Nccl {
-                    call: op,
-                    code,
-                    message: "no communicator returned".into(),
-                }))
-            }
-            Err(_) => Err(Error::NcclTimeout { op, after: left }),
         }
+        Ok((code, raw)) => {
+            if raw != 0 {
+                // SAFETY: NCCL returned a communicator it failed to set up: abort frees it.
+                let _ = unsafe { (n.fns.comm_abort)(raw as NcclComm) };
+            }
+            Err(n.check(op, code).err().unwrap_or(Error::Nccl {
+                call: op,
+                code,
+                message: "no communicator returned".into(),
+            }))
+        }
+        Err(_) => Err(Error::NcclTimeout { op, after: left }),
     }
 }
 
@@ -949,7 +947,10 @@ impl ProcessGroup {
         }
         // SAFETY: pairs the `ncclGroupStart` above, on this thread.
         let end = unsafe { (n.fns.group_end)() };
-        let ok = first_error.is_none() && end == 0 && fasts.iter().all(|c| !c.is_null());
+        // `NCCL_COMM_BLOCKING=0` in the environment makes the creation run on (polled below).
+        let ok = first_error.is_none()
+            && (end == 0 || end == IN_PROGRESS)
+            && fasts.iter().all(|c| !c.is_null());
         for (g, fast) in groups.iter_mut().zip(&fasts) {
             if fast.is_null() {
                 continue;
@@ -970,6 +971,11 @@ impl ProcessGroup {
                 })
             });
             return fail(e, &groups);
+        }
+        for g in &groups {
+            if let Err(e) = g.comm.wait_ready("ncclCommInitRankConfig", deadline) {
+                return fail(e, &groups);
+            }
         }
         Ok(groups)
     }

@@ -92,17 +92,23 @@ impl StridedCopy {
         let (mut s, mut d) = (self.src_offset, self.dst_offset);
         for _ in 0..n {
             f(s as usize, d as usize);
-            for k in (0..rank).rev() {
-                idx[k] += 1;
-                s += self.src_strides[k];
-                d += self.dst_strides[k];
-                if idx[k] < self.shape[k] {
-                    break;
-                }
-                s -= self.src_strides[k] * self.shape[k];
-                d -= self.dst_strides[k] * self.shape[k];
-                idx[k] = 0;
+            self.advance(rank, &mut idx, &mut s, &mut d);
+        }
+    }
+
+    /// Steps the index `idx` over the first `dims` dimensions (row-major, the last fastest)
+    /// by one, moving the source and destination positions `s` and `d` with it.
+    fn advance(&self, dims: usize, idx: &mut [i64; MAX_DIMS], s: &mut i64, d: &mut i64) {
+        for k in (0..dims).rev() {
+            idx[k] += 1;
+            *s += self.src_strides[k];
+            *d += self.dst_strides[k];
+            if idx[k] < self.shape[k] {
+                return;
             }
+            *s -= self.src_strides[k] * self.shape[k];
+            *d -= self.dst_strides[k] * self.shape[k];
+            idx[k] = 0;
         }
     }
 
@@ -345,17 +351,7 @@ pub fn strided_copy<T: Copy>(src: &[T], dst: &mut [T], desc: &StridedCopy) -> Re
                 dst[(t + i * ds) as usize] = src[(s + i * ss) as usize];
             }
         }
-        for k in (0..inner).rev() {
-            idx[k] += 1;
-            s += d.src_strides[k];
-            t += d.dst_strides[k];
-            if idx[k] < d.shape[k] {
-                break;
-            }
-            s -= d.src_strides[k] * d.shape[k];
-            t -= d.dst_strides[k] * d.shape[k];
-            idx[k] = 0;
-        }
+        d.advance(inner, &mut idx, &mut s, &mut t);
     }
     Ok(())
 }

@@ -636,11 +636,74 @@ impl WhereNd {
             }
         }
     }
+
+    /// Elements of the innermost dimension (1 for a 0-d descriptor): a row.
+    fn inner(&self) -> usize {
+        match self.rank as usize {
+            0 => 1,
+            r => self.size[r - 1] as usize,
+        }
+    }
+
+    /// [`WhereNd::for_each`] over rows `r0..r1` only (positions `r0 * inner ..`): the offsets
+    /// of row `r0` from its multi-index, then row by row, the innermost dimension a plain loop
+    /// and the others advanced once a row.
+    fn for_each_rows(&self, r0: usize, r1: usize, mut f: impl FnMut(usize, [i64; 3])) {
+        let rank = self.rank as usize;
+        if self.numel() == 0 || r0 >= r1 {
+            return;
+        }
+        let inner = self.inner();
+        let step = match rank {
+            0 => [0; 3],
+            r => [
+                self.c_strides[r - 1],
+                self.a_strides[r - 1],
+                self.b_strides[r - 1],
+            ],
+        };
+        let outer = rank.saturating_sub(1);
+        let mut idx = [0u32; ND_DIMS];
+        let mut o = [self.c_offset, self.a_offset, self.b_offset];
+        let mut rest = r0;
+        for k in (0..outer).rev() {
+            let size = self.size[k] as usize;
+            idx[k] = (rest % size) as u32;
+            rest /= size;
+            let st = [self.c_strides[k], self.a_strides[k], self.b_strides[k]];
+            for (o, s) in o.iter_mut().zip(st) {
+                *o += s * i64::from(idx[k]);
+            }
+        }
+        for r in r0..r1 {
+            let mut at = o;
+            for j in 0..inner {
+                f(r * inner + j, at);
+                for (a, s) in at.iter_mut().zip(step) {
+                    *a += s;
+                }
+            }
+            for k in (0..outer).rev() {
+                idx[k] += 1;
+                let st = [self.c_strides[k], self.a_strides[k], self.b_strides[k]];
+                for (o, s) in o.iter_mut().zip(st) {
+                    *o += s;
+                }
+                if idx[k] < self.size[k] {
+                    break;
+                }
+                for (o, s) in o.iter_mut().zip(st) {
+                    *o -= s * i64::from(self.size[k]);
+                }
+                idx[k] = 0;
+            }
+        }
+    }
 }
 
 /// The CPU twin of `where_nd_e<N>`: `out[i] = cond[c(i)] != 0 ? a[a(i)] : b[b(i)]`, a scalar
 /// value standing for every position of its side.
-pub fn where_nd<T: Copy>(
+pub fn where_nd<T: Copy + Send + Sync>(
     desc: &WhereNd,
     cond: &[u8],
     a: Rhs<&[T], T>,
@@ -656,13 +719,33 @@ pub fn where_nd<T: Copy>(
         Rhs::Tensor(s) => s[at],
         Rhs::Scalar(v) => *v,
     };
-    desc.for_each(|i, ic, ia, ib| {
-        out[i] = if cond[ic] != 0 {
-            pick(&a, ia)
-        } else {
-            pick(&b, ib)
-        };
-    });
+    // Blocks of whole rows of the (contiguous) output, over rayon's threads when many; each
+    // element is picked alone, so the result does not depend on the split.
+    use rayon::prelude::*;
+    let (n, inner) = (desc.numel(), desc.inner().max(1));
+    let rows = n / inner;
+    let block = |r0: usize, r1: usize, out: &mut [T]| {
+        let base = r0 * inner;
+        desc.for_each_rows(r0, r1, |i, [ic, ia, ib]| {
+            out[i - base] = if cond[ic as usize] != 0 {
+                pick(&a, ia as usize)
+            } else {
+                pick(&b, ib as usize)
+            };
+        });
+    };
+    if n < crate::softmax::PARALLEL_MIN || rows < 2 {
+        block(0, rows, out);
+    } else {
+        let per = (16384 / inner).max(1);
+        out[..n]
+            .par_chunks_mut(per * inner)
+            .enumerate()
+            .for_each(|(c, chunk)| {
+                let r0 = c * per;
+                block(r0, r0 + chunk.len() / inner, chunk)
+            });
+    }
     Ok(())
 }
 
@@ -782,6 +865,77 @@ mod tests {
         )
         .unwrap();
         assert_eq!(flat.rank, 1);
+    }
+
+    /// `where_nd` (row blocks, over rayon's threads when large) against the element walk
+    /// ([`WhereNd::for_each`]) on generated layouts: broadcast, permuted and offset
+    /// conditions and values, scalar sides, small and large outputs.
+    #[test]
+    fn where_rows_pick_what_the_element_walk_picks() {
+        use rand::rngs::SmallRng;
+        use rand::{Rng, SeedableRng};
+        let mut rng = SmallRng::seed_from_u64(12);
+        for case in 0..200 {
+            let rank = rng.random_range(0..=4usize);
+            let big = case % 5 == 0;
+            let shape: Vec<usize> = (0..rank)
+                .map(|k| {
+                    if big && k + 2 >= rank {
+                        rng.random_range(100..300)
+                    } else {
+                        [1usize, 2, 3, 5][rng.random_range(0..4)]
+                    }
+                })
+                .collect();
+            // Strides of a dense buffer in a random dimension order, some broadcast (0).
+            let layout = |rng: &mut SmallRng| -> (Vec<isize>, usize) {
+                let mut order: Vec<usize> = (0..rank).collect();
+                for i in (1..rank).rev() {
+                    order.swap(i, rng.random_range(0..=i));
+                }
+                let mut st = vec![0isize; rank];
+                let mut step = 1isize;
+                for &k in order.iter().rev() {
+                    st[k] = if rng.random_range(0..4) == 0 { 0 } else { step };
+                    step *= shape[k] as isize;
+                }
+                (st, rng.random_range(0..3))
+            };
+            let (cs, co) = layout(&mut rng);
+            let (as_, ao) = layout(&mut rng);
+            let (bs, bo) = layout(&mut rng);
+            let scalar_b = rng.random_bool(0.3);
+            let w = WhereNd::new(
+                &shape,
+                (&cs, co),
+                Some((&as_, ao)),
+                (!scalar_b).then_some((&bs[..], bo)),
+            )
+            .unwrap();
+            let n: usize = shape.iter().product();
+            let len = n + 3;
+            let cond: Vec<u8> = (0..len).map(|_| rng.random_range(0..2)).collect();
+            let a: Vec<i32> = (0..len as i32).collect();
+            let b: Vec<i32> = (0..len as i32).map(|x| -x - 1).collect();
+            let rb = if scalar_b {
+                Rhs::Scalar(-7)
+            } else {
+                Rhs::Tensor(&b[..])
+            };
+            let mut want = vec![0i32; n];
+            w.for_each(|i, ic, ia, ib| {
+                want[i] = if cond[ic] != 0 {
+                    a[ia]
+                } else if scalar_b {
+                    -7
+                } else {
+                    b[ib]
+                };
+            });
+            let mut got = vec![0i32; n];
+            where_nd(&w, &cond, Rhs::Tensor(&a[..]), rb, &mut got).unwrap();
+            assert_eq!(got, want, "case {case}: {shape:?}");
+        }
     }
 
     #[test]

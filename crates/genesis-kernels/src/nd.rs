@@ -614,27 +614,10 @@ impl WhereNd {
 
     /// Visits `(output index, cond offset, a offset, b offset)` in output order.
     pub fn for_each(&self, mut f: impl FnMut(usize, usize, usize, usize)) {
-        let n = self.numel();
-        let rank = self.rank as usize;
-        let mut idx = [0u32; ND_DIMS];
-        let mut o = [self.c_offset, self.a_offset, self.b_offset];
-        for i in 0..n {
-            f(i, o[0] as usize, o[1] as usize, o[2] as usize);
-            for k in (0..rank).rev() {
-                idx[k] += 1;
-                let st = [self.c_strides[k], self.a_strides[k], self.b_strides[k]];
-                for (o, s) in o.iter_mut().zip(st) {
-                    *o += s;
-                }
-                if idx[k] < self.size[k] {
-                    break;
-                }
-                for (o, s) in o.iter_mut().zip(st) {
-                    *o -= s * i64::from(self.size[k]);
-                }
-                idx[k] = 0;
-            }
-        }
+        let rows = self.numel() / self.inner().max(1);
+        self.for_each_rows(0, rows, |i, [c, a, b]| {
+            f(i, c as usize, a as usize, b as usize)
+        });
     }
 
     /// Elements of the innermost dimension (1 for a 0-d descriptor): a row.
@@ -867,11 +850,11 @@ mod tests {
         assert_eq!(flat.rank, 1);
     }
 
-    /// `where_nd` (row blocks, over rayon's threads when large) against the element walk
-    /// ([`WhereNd::for_each`]) on generated layouts: broadcast, permuted and offset
+    /// `where_nd` (row blocks, over rayon's threads when large) against each output's
+    /// operands found by its multi-index, on generated layouts: broadcast, permuted and offset
     /// conditions and values, scalar sides, small and large outputs.
     #[test]
-    fn where_rows_pick_what_the_element_walk_picks() {
+    fn where_rows_pick_what_each_multi_index_names() {
         use rand::rngs::SmallRng;
         use rand::{Rng, SeedableRng};
         let mut rng = SmallRng::seed_from_u64(12);
@@ -922,16 +905,27 @@ mod tests {
             } else {
                 Rhs::Tensor(&b[..])
             };
-            let mut want = vec![0i32; n];
-            w.for_each(|i, ic, ia, ib| {
-                want[i] = if cond[ic] != 0 {
-                    a[ia]
-                } else if scalar_b {
-                    -7
-                } else {
-                    b[ib]
-                };
-            });
+            // Each output's operands from its own multi-index.
+            let at = |i: usize, st: &[isize], off: usize| -> usize {
+                let mut rest = i;
+                let mut o = off as isize;
+                for (&d, &s) in shape.iter().zip(st).rev() {
+                    o += (rest % d) as isize * s;
+                    rest /= d;
+                }
+                o as usize
+            };
+            let want: Vec<i32> = (0..n)
+                .map(|i| {
+                    if cond[at(i, &cs, co)] != 0 {
+                        a[at(i, &as_, ao)]
+                    } else if scalar_b {
+                        -7
+                    } else {
+                        b[at(i, &bs, bo)]
+                    }
+                })
+                .collect();
             let mut got = vec![0i32; n];
             where_nd(&w, &cond, Rhs::Tensor(&a[..]), rb, &mut got).unwrap();
             assert_eq!(got, want, "case {case}: {shape:?}");

@@ -447,18 +447,20 @@ fn check_devices(op: &'static str, devices: &[usize]) -> Result<()> {
     Ok(())
 }
 
-/// Starts creating a non-blocking communicator of rank `rank` of `size` on `device`; the
-/// handle, once NCCL made one.
+/// Starts creating a communicator of rank `rank` of `size` on `device` (non-blocking unless
+/// `blocking`, which the environment's `NCCL_COMM_BLOCKING` overrides); the handle, once
+/// NCCL made one ([`Comm::wait_ready`] tells when it is ready).
 fn start_init(
     n: &'static Nccl,
     id: nccl::UniqueId,
     rank: usize,
     size: usize,
     device: usize,
+    blocking: bool,
 ) -> Result<NcclComm> {
     let (_, _) = stream_for(device)?;
     let mut raw: NcclComm = std::ptr::null_mut();
-    let mut config = Config::new(false);
+    let mut config = Config::new(blocking);
     let (Ok(nranks), Ok(r)) = (c_int::try_from(size), c_int::try_from(rank)) else {
         return Err(Error::InvalidArgument {
             op: "init_process_group",
@@ -485,9 +487,9 @@ fn start_init(
     Ok(raw)
 }
 
-/// Creates the blocking communicator of rank `rank` of `size` on `device` (unique id `id`),
-/// on a thread of its own, waiting at most until `deadline`: a blocking creation waits on
-/// the host for every rank, and a rank that never comes would hold it forever. After a
+/// Starts creating the blocking communicator of rank `rank` of `size` on `device` (unique id
+/// `id`) on a thread of its own, waiting at most until `deadline`: a blocking creation waits
+/// on the host for every rank, and a rank that never comes would hold it forever. After a
 /// timeout ([`Error::NcclTimeout`]) that thread stays inside NCCL; the communicator it may
 /// still make is never used.
 fn init_blocking(
@@ -498,68 +500,21 @@ fn init_blocking(
     device: usize,
     deadline: Instant,
 ) -> Result<NcclComm> {
-    let op = "ncclCommInitRankConfig";
-    let (Ok(nranks), Ok(r)) = (c_int::try_from(size), c_int::try_from(rank)) else {
-        return Err(Error::InvalidArgument {
-            op: "init_process_group",
-            reason: format!("a group of {size} is too large for NCCL"),
-        });
-    };
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::Builder::new()
         .name("genesis-nccl-init".into())
         .spawn(move || {
-            bind(device);
-            let mut raw: NcclComm = std::ptr::null_mut();
-            let mut config = Config::new(true);
-            // SAFETY: `raw` and `config` are valid for writes and reads for the call (this
-            // thread's own, alive until it returns); the config as in `start_init`.
-            let code =
-                unsafe { (n.fns.comm_init_rank_config)(&mut raw, nranks, id, r, &mut config) };
-            let _ = tx.send((code, raw as usize));
+            let made = start_init(n, id, rank, size, device, true).map(|raw| raw as usize);
+            let _ = tx.send(made);
         })
         .map_err(|e| Error::Protocol(format!("starting NCCL's creation thread: {e}")))?;
     let left = deadline.saturating_duration_since(Instant::now());
     match rx.recv_timeout(left) {
-        Ok((0, raw)) if raw != 0 => Ok(raw as NcclComm),
-        // `NCCL_COMM_BLOCKING=0` in the environment overrides the configuration.
-        Ok((IN_PROGRESS, raw)) if raw != 0 => {
-            let raw = raw as NcclComm;
-            let since = Instant::now();
-            let mut round = 0;
-            loop {
-                let mut state: nccl::NcclResult = 0;
-                // SAFETY: `raw` is the communicator NCCL is creating, used by no one else.
-                let r = unsafe { (n.fns.comm_get_async_error)(raw, &mut state) };
-                let failed = match n.check("ncclCommGetAsyncError", r) {
-                    Err(e) => Some(e),
-                    Ok(()) if state == 0 => return Ok(raw),
-                    Ok(()) if state != IN_PROGRESS => n.check(op, state).err(),
-                    Ok(()) if Instant::now() >= deadline => {
-                        Some(Error::NcclTimeout { op, after: left })
-                    }
-                    Ok(()) => None,
-                };
-                if let Some(e) = failed {
-                    // SAFETY: the communicator failed or timed out: abort frees it.
-                    let _ = unsafe { (n.fns.comm_abort)(raw) };
-                    return Err(e);
-                }
-                backoff(since, &mut round);
-            }
-        }
-        Ok((code, raw)) => {
-            if raw != 0 {
-                // SAFETY: NCCL returned a communicator it failed to set up: abort frees it.
-                let _ = unsafe { (n.fns.comm_abort)(raw as NcclComm) };
-            }
-            Err(n.check(op, code).err().unwrap_or(Error::Nccl {
-                call: op,
-                code,
-                message: "no communicator returned".into(),
-            }))
-        }
-        Err(_) => Err(Error::NcclTimeout { op, after: left }),
+        Ok(made) => made.map(|raw| raw as NcclComm),
+        Err(_) => Err(Error::NcclTimeout {
+            op: "ncclCommInitRankConfig",
+            after: left,
+        }),
     }
 }
 
@@ -837,7 +792,7 @@ impl ProcessGroup {
         }
         let (id, id_blocking) = (ids[0], ids[1]);
         nccl::set_env_defaults();
-        let raw = start_init(n, id, env.rank, env.world_size, env.local_rank)?;
+        let raw = start_init(n, id, env.rank, env.world_size, env.local_rank, false)?;
         let mut comm = Comm {
             nccl: n,
             raw,
@@ -858,6 +813,8 @@ impl ProcessGroup {
             env.local_rank,
             deadline,
         )?;
+        // Ready at once, unless `NCCL_COMM_BLOCKING=0` made the creation run on.
+        comm.wait_ready("ncclCommInitRankConfig", deadline)?;
         Ok(ProcessGroup {
             comm: Arc::new(comm),
             store: Some(Mutex::new(store)),
@@ -880,7 +837,7 @@ impl ProcessGroup {
         let mut raws = Vec::with_capacity(size);
         let mut first_error = None;
         for (rank, &d) in devices.iter().enumerate() {
-            match start_init(n, id, rank, size, d) {
+            match start_init(n, id, rank, size, d, false) {
                 Ok(raw) => raws.push((raw, d, rank)),
                 Err(e) => {
                     first_error = Some(e);

@@ -597,6 +597,50 @@ __device__ __forceinline__ void add_bias(float (&acc)[BN / 2], const O* __restri
     }
 }
 
+// The bias values of a lane's columns (8 j + 2 (lane % 4), + 1 for j < BN / 8), each pair
+// packed as one 32-bit word of two 16-bit values (the low half the lower column; 0 past N):
+// loaded ahead of the k loop and added by add_bias_pairs after it.
+template <typename O, int BN>
+__device__ __forceinline__ void load_bias_pairs(uint32_t (&bw)[BN / 8], const O* __restrict__ bias,
+                                                uint64_t n0, uint64_t N, int lane) {
+    static_assert(sizeof(O) == 2, "16-bit outputs");
+    const bool words = ((uintptr_t)bias & 3) == 0;
+    const uint16_t* b = reinterpret_cast<const uint16_t*>(bias);
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+        const uint64_t col = n0 + j * 8 + (lane % 4) * 2;
+        if (words && col + 1 < N) {
+            bw[j] = *reinterpret_cast<const uint32_t*>(b + col);
+        } else {
+            const uint32_t lo = col < N ? b[col] : 0u, hi = col + 1 < N ? b[col + 1] : 0u;
+            bw[j] = lo | (hi << 16);
+        }
+    }
+}
+
+// The low (hi = 0) or high 16-bit value of a bias word as f32.
+__device__ __forceinline__ float bias_half(uint32_t w, int hi, const __nv_bfloat16*) {
+    return __uint_as_float(hi ? (w & 0xffff0000u) : (w << 16));
+}
+__device__ __forceinline__ float bias_half(uint32_t w, int hi, const __half*) {
+    return __half2float(__ushort_as_half((unsigned short)(hi ? (w >> 16) : (w & 0xffffu))));
+}
+
+// add_bias with the words of load_bias_pairs.
+template <typename O, int BN>
+__device__ __forceinline__ void add_bias_pairs(float (&acc)[BN / 2], const uint32_t (&bw)[BN / 8]) {
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+        const float b0 = bias_half(bw[j], 0, (const O*)nullptr);
+        const float b1 = bias_half(bw[j], 1, (const O*)nullptr);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            acc[j * 4 + h * 2] += b0;
+            acc[j * 4 + h * 2 + 1] += b1;
+        }
+    }
+}
+
 // Stores a warpgroup's 64 x BN accumulators (the m64nNk16 layout: register i of lane l of warp
 // w holds row 16w + l / 4 + 8 ((i / 2) % 2), column 8 (i / 4) + 2 (l % 4) + i % 2) into `out`
 // (rows of N), in-range elements only; `row0` is this lane's first row (the tile's first row of
@@ -761,12 +805,12 @@ __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMa
     if constexpr (PP) {
         // Ping-pong: consumer c computes whole 128 x BN tiles, the block's units c, c + 2, ...
         // (rows 0..63 and 64..127 as two m64 accumulators). The two take turns at the tensor
-        // cores: c waits for turn[c] before its unit's k loop and hands the turn over when its
-        // products are complete, so one consumer's epilogue runs beside the other's k loop.
-        // Every unit has the same kt_n stages (unsplit), so unit i's first stage is ring
-        // position i * kt_n. The turns also order the ring: a consumer starts a unit only
-        // once every earlier position was loaded and consumed, so each full-barrier wait is
-        // at most one phase ahead.
+        // cores: c waits for turn[c] before its unit's k loop and hands the turn over once its
+        // last products are issued (the other's queue behind them while they complete), so
+        // one consumer's epilogue runs beside the other's k loop. Every unit has the same
+        // kt_n stages (unsplit), so unit i's first stage is ring position i * kt_n. The turns
+        // also order the ring: a consumer starts a unit only once every earlier position was
+        // loaded and waited for, so each full-barrier wait is at most one phase ahead.
         static_assert(!SPLITS && BN == 128, "ping-pong: unsplit 128 x 128 tiles");
         float acc0[BN / 2], acc1[BN / 2];
 #pragma unroll
@@ -780,6 +824,9 @@ __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMa
             const uint64_t pos = i * (uint64_t)kt_n;
             int stage = (int)(pos % STAGES);
             uint32_t phase = (uint32_t)((pos / STAGES) & 1);
+            // The bias of this lane's columns, loaded before the k loop hides their latency.
+            uint32_t bw[BN / 8];
+            if (bias != nullptr) load_bias_pairs<O, BN>(bw, bias, w.n0, N, lane);
             mbar_wait(turn + 8 * c, turns & 1);
             int prev = 0;
             for (int kt = 0; kt < kt_n; ++kt) {
@@ -807,6 +854,9 @@ __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMa
                     phase ^= 1;
                 }
             }
+            // The unit's products are issued: the other consumer's queue behind them at the
+            // tensor cores while these complete.
+            if (leader) mbar_arrive(turn + 8 * (1 - c));
             wgmma_wait<0>();
 #pragma unroll
             for (int j = 0; j < BN / 2; ++j) {
@@ -814,11 +864,12 @@ __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMa
                 pin(acc1[j]);
             }
             if (kt_n > 0 && leader) mbar_arrive(empty + 8 * prev);
-            if (leader) mbar_arrive(turn + 8 * (1 - c));
             ++turns;
             O* out = C + w.b * M * N;
-            add_bias<O, BN>(acc0, bias, w.n0, N, lane);
-            add_bias<O, BN>(acc1, bias, w.n0, N, lane);
+            if (bias != nullptr) {
+                add_bias_pairs<O, BN>(acc0, bw);
+                add_bias_pairs<O, BN>(acc1, bw);
+            }
             const uint64_t row0 = w.m0 + warp * 16 + lane / 4;
             store_rows<O, BN>(acc0, out, row0, w.n0, M, N, lane, pairs, vec16);
             store_rows<O, BN>(acc1, out, row0 + 64, w.n0, M, N, lane, pairs, vec16);

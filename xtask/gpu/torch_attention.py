@@ -1,4 +1,4 @@
-"""torch.nn.functional.scaled_dot_product_attention (the flash backend) on the rows of
+"""torch.nn.functional.scaled_dot_product_attention (the flash and cuDNN backends) on the rows of
 Genesis's gpu_attention bench, in its table format.
 
 bf16, [B, H, T, D] contiguous, random data in [-1, 1); CUDA events around each run, warm-up,
@@ -14,7 +14,10 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-CASES = [(8, 12, 1024, 64, True), (4, 16, 2048, 128, True), (4, 16, 2048, 128, False)]
+CASES = [(8, 12, 1024, 64, True), (32, 12, 1024, 64, True), (4, 16, 2048, 128, True),
+         (4, 16, 2048, 128, False)]
+# The flash backend (FlashAttention-2) and cuDNN's (what PyTorch picks on Hopper by default).
+BACKENDS = [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)]
 WARMUP, RUNS = 5, 30
 
 
@@ -37,8 +40,8 @@ def timed(fn):
 def main():
     dev = torch.device("cuda:0")
     print(f"device: {torch.cuda.get_device_name(dev)}, bf16, [B, H, T, D] contiguous, "
-          f"median of {RUNS} after {WARMUP} warm-up (torch {torch.__version__}, flash backend)")
-    print(f'{"case":<28} {"fwd ms":>9} {"fwd TF/s":>9} {"bwd ms":>9} {"bwd TF/s":>9}')
+          f"median of {RUNS} after {WARMUP} warm-up (torch {torch.__version__})")
+    print(f'{"case":<34} {"fwd ms":>9} {"fwd TF/s":>9} {"bwd ms":>9} {"bwd TF/s":>9}')
     rows = []
     for b, h, t, d, causal in CASES:
         q, k, v = (torch.rand(b, h, t, d, device=dev, dtype=torch.bfloat16) * 2 - 1 for _ in range(3))
@@ -46,23 +49,24 @@ def main():
         k.requires_grad_(True)
         v.requires_grad_(True)
         g = torch.rand(b, h, t, d, device=dev, dtype=torch.bfloat16) * 2 - 1
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            with torch.no_grad():
-                fwd, fwd_min = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+        for backend_name, backend in BACKENDS:
+            with sdpa_kernel(backend):
+                with torch.no_grad():
+                    fwd, fwd_min = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
 
-            def both():
-                o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                torch.autograd.grad(o, (q, k, v), g)
+                def both():
+                    o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                    torch.autograd.grad(o, (q, k, v), g)
 
-            fb, fb_min = timed(both)
-        bwd = fb - fwd
-        flops = 4.0 * b * h * t * t * d / (2 if causal else 1)
-        ft, bt = flops / (fwd * 1e-3) / 1e12, 2.5 * flops / (bwd * 1e-3) / 1e12
-        name = f"attn_b{b}_h{h}_t{t}_d{d}" + ("_causal" if causal else "")
-        print(f"{name:<28} {fwd:>9.3f} {ft:>9.1f} {bwd:>9.3f} {bt:>9.1f}")
-        rows.append({"name": name, "fwd_median_ms": fwd, "fwd_min_ms": fwd_min, "fwd_tflops": ft,
-                     "fwd_bwd_median_ms": fb, "fwd_bwd_min_ms": fb_min, "bwd_median_ms": bwd,
-                     "bwd_tflops": bt})
+                fb, fb_min = timed(both)
+            bwd = fb - fwd
+            flops = 4.0 * b * h * t * t * d / (2 if causal else 1)
+            ft, bt = flops / (fwd * 1e-3) / 1e12, 2.5 * flops / (bwd * 1e-3) / 1e12
+            name = f"attn_b{b}_h{h}_t{t}_d{d}" + ("_causal" if causal else "")
+            print(f"{name + ' ' + backend_name:<34} {fwd:>9.3f} {ft:>9.1f} {bwd:>9.3f} {bt:>9.1f}")
+            rows.append({"name": name, "backend": backend_name, "fwd_median_ms": fwd,
+                         "fwd_min_ms": fwd_min, "fwd_tflops": ft, "fwd_bwd_median_ms": fb,
+                         "fwd_bwd_min_ms": fb_min, "bwd_median_ms": bwd, "bwd_tflops": bt})
     if len(sys.argv) > 1:
         with open(sys.argv[1], "w") as f:
             json.dump({"device": torch.cuda.get_device_name(dev), "torch": torch.__version__,

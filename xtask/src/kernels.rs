@@ -13,9 +13,13 @@ pub(crate) const SASS_TARGETS: [&str; 4] = ["sm_80", "sm_86", "sm_89", "sm_90"];
 pub(crate) const PTX_TARGET: &str = "compute_80";
 
 /// Sources built for their own targets instead of the list above: `(source stem, targets)`.
-/// `matmul_sm90` uses Hopper-only instructions (wgmma, setmaxnreg), which exist only in
-/// architecture-specific machine code (`sm_90a`, loaded on compute capability 9.0 alone).
-const OWN_TARGETS: [(&str, &[&str]); 1] = [("matmul_sm90", &["sm_90a"])];
+/// `matmul_sm90` and `attention_sm90` use Hopper-only instructions (wgmma, setmaxnreg), which
+/// exist only in architecture-specific machine code (`sm_90a`, loaded on compute capability 9.0
+/// alone).
+const OWN_TARGETS: [(&str, &[&str]); 2] = [
+    ("matmul_sm90", &["sm_90a"]),
+    ("attention_sm90", &["sm_90a"]),
+];
 
 /// nvcc flags of single sources, after [`NVCC_FLAGS`]: `(source stem, flags)`. `matmul_f32w`
 /// keeps its fragment reads among the multiply-adds only at ptxas `-O1` (see the file's top).

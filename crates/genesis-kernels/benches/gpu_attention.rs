@@ -42,8 +42,9 @@ mod gpu {
     const RUNS: usize = 30;
 
     /// `(batch, heads, t, head_dim, causal)`.
-    pub(crate) const CASES: [(usize, usize, usize, usize, bool); 3] = [
+    pub(crate) const CASES: [(usize, usize, usize, usize, bool); 4] = [
         (8, 12, 1024, 64, true),
+        (32, 12, 1024, 64, true),
         (4, 16, 2048, 128, true),
         (4, 16, 2048, 128, false),
     ];
@@ -104,19 +105,32 @@ mod gpu {
                 DeviceBuffer::alloc(&ctx, n * 2)?,
             );
             let mut ws = DeviceBuffer::alloc(&ctx, attention::backward_workspace_bytes(&sh))?;
-            let fwd = timing::events(&stream, WARMUP, RUNS, || {
-                attention::gpu_attention_forward::<bf16>(
-                    &stream,
-                    &sh,
-                    &fs,
-                    q.as_span()?,
-                    k.as_span()?,
-                    v.as_span()?,
-                    o.as_span_mut()?,
-                    lse.as_span_mut()?,
-                )?;
-                Ok(())
-            })?;
+            let mut forward = |sm80: bool| {
+                attention::force_sm80_attention_on_thread(sm80);
+                let t = timing::events(&stream, WARMUP, RUNS, || {
+                    attention::gpu_attention_forward::<bf16>(
+                        &stream,
+                        &sh,
+                        &fs,
+                        q.as_span()?,
+                        k.as_span()?,
+                        v.as_span()?,
+                        o.as_span_mut()?,
+                        lse.as_span_mut()?,
+                    )?;
+                    Ok(())
+                });
+                attention::force_sm80_attention_on_thread(false);
+                t
+            };
+            // On Hopper, head dim 64's forward runs the wgmma kernel; the mma.sync one (what
+            // Ampere and Ada run) is timed beside it.
+            let sm80_fwd = if ctx.compute_capability() == (9, 0) && d == 64 {
+                Some(forward(true)?)
+            } else {
+                None
+            };
+            let fwd = forward(false)?;
             let bwd = timing::events(&stream, WARMUP, RUNS, || {
                 attention::gpu_attention_backward::<bf16>(
                     &stream,
@@ -149,6 +163,14 @@ mod gpu {
                 "{:<28} {:>9.3} {:>9.1} {:>9.3} {:>9.1}",
                 name, fwd.median_ms, ft, bwd.median_ms, bt
             );
+            if let Some(f) = &sm80_fwd {
+                println!(
+                    "{:<28} {:>9.3} {:>9.1}",
+                    format!("{name} mma.sync"),
+                    f.median_ms,
+                    tf(flops, f.median_ms)
+                );
+            }
             json.push(format!(
                 "{{\"name\":\"{name}\",\"fwd_median_ms\":{},\"fwd_min_ms\":{},\"fwd_tflops\":{ft},\
                  \"bwd_median_ms\":{},\"bwd_min_ms\":{},\"bwd_tflops\":{bt}}}",

@@ -654,8 +654,22 @@ impl Args {
         block: u32,
         smem: u32,
     ) -> Result<()> {
+        self.launch_from(&crate::images::ATTENTION, stream, name, grid, block, smem)
+    }
+
+    /// [`Args::launch`] of a kernel of `image`.
+    fn launch_from(
+        &mut self,
+        image: &'static genesis_cuda::KernelImage,
+        stream: &genesis_cuda::Stream,
+        name: &'static str,
+        grid: (u32, u32),
+        block: u32,
+        smem: u32,
+    ) -> Result<()> {
         use genesis_cuda::{Kernel, LaunchConfig};
-        let kernel = Kernel::get(stream.context(), &crate::images::ATTENTION, name)?;
+        record_kernel(name);
+        let kernel = Kernel::get(stream.context(), image, name)?;
         if smem > 48 << 10 {
             kernel.set_max_dynamic_shared_bytes(smem)?;
         }
@@ -723,6 +737,70 @@ const fn shared_bytes(d: usize) -> [u32; 3] {
     [fwd as u32, dkdv as u32, dq as u32]
 }
 
+thread_local! {
+    /// The calling thread's override of [`force_sm80_attention_on_thread`].
+    static FORCE_SM80: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The attention kernel the thread queued last ([`last_attention_kernel`]).
+    static LAST_KERNEL: std::cell::Cell<Option<&'static str>> = const { std::cell::Cell::new(None) };
+}
+
+/// Makes the calling thread's attention run on the `mma.sync` kernels of `attention.cu` (what
+/// Ampere and Ada run) also on Hopper (`true`), or lets the launcher choose again (`false`):
+/// for tests and benchmarks that compare the two.
+pub fn force_sm80_attention_on_thread(force: bool) {
+    FORCE_SM80.with(|f| f.set(force));
+}
+
+/// The name of the attention kernel the calling thread queued last (`attn_fwd_bf16_d64`,
+/// `attn_fwd_sm90_bf16_d64`, `attn_bwd_dq_f16_d128`, ...), or `None` when it queued none.
+pub fn last_attention_kernel() -> Option<&'static str> {
+    LAST_KERNEL.with(|k| k.get())
+}
+
+#[cfg(feature = "cuda")]
+fn record_kernel(name: &'static str) {
+    LAST_KERNEL.with(|k| k.set(Some(name)));
+}
+
+/// The Hopper (`wgmma`) forward of `T` for head dim `d` on a device of compute capability
+/// `cc`, unless the thread forces the `mma.sync` kernels: `attn_fwd_sm90_<T>_d64` and its
+/// dynamic shared memory (alignment slack, the Q tile of 128 rows, four stages of K and V
+/// tiles of 64 keys: `attention_sm90.cu`).
+#[cfg(feature = "cuda")]
+fn sm90_forward<T: Element>(cc: (u32, u32), d: usize) -> Option<(&'static str, u32)> {
+    if cc != (9, 0) || d != 64 || FORCE_SM80.with(|f| f.get()) {
+        return None;
+    }
+    // `FWD_SMEM` of the source.
+    const SMEM: u32 = 1024 + 128 * 128 + 4 * 2 * 64 * 128;
+    match T::DTYPE {
+        crate::DType::BF16 => Some(("attn_fwd_sm90_bf16_d64", SMEM)),
+        crate::DType::F16 => Some(("attn_fwd_sm90_f16_d64", SMEM)),
+        _ => None,
+    }
+}
+
+/// The Hopper (`wgmma`) dQ kernel, as [`sm90_forward`]: `attn_bwd_dq_sm90_<T>_d64` and its
+/// dynamic shared memory (alignment slack, the Q and dO tiles of 128 rows, four stages of K and
+/// V tiles of 64 keys).
+#[cfg(feature = "cuda")]
+fn sm90_backward_dq<T: Element>(cc: (u32, u32), d: usize) -> Option<(&'static str, u32)> {
+    if cc != (9, 0) || d != 64 || FORCE_SM80.with(|f| f.get()) {
+        return None;
+    }
+    // `DQ_SMEM` of the source.
+    const SMEM: u32 = 1024 + 2 * 128 * 128 + 4 * 2 * 64 * 128;
+    match T::DTYPE {
+        crate::DType::BF16 => Some(("attn_bwd_dq_sm90_bf16_d64", SMEM)),
+        crate::DType::F16 => Some(("attn_bwd_dq_sm90_f16_d64", SMEM)),
+        _ => None,
+    }
+}
+
+/// Query rows a block of the Hopper forward and dQ kernels.
+#[cfg(feature = "cuda")]
+const SM90_FORWARD_ROWS: usize = 128;
+
 /// Queues the forward on `stream`: `o` (strides `s.o`) and `lse` (f32 `[batch, heads, tq]`)
 /// from `q`, `k`, `v` (see the module documentation). bf16 and f16, head dims 64 and 128; every
 /// span is checked before anything is launched.
@@ -755,6 +833,22 @@ pub fn gpu_attention_forward<T: Element>(
     a.set(2, v.addr(), s.v);
     a.set(3, o.addr(), s.o);
     a.ptr[8] = lse.addr();
+    if let Some((name, smem)) =
+        sm90_forward::<T>(stream.context().compute_capability(), shape.head_dim)
+    {
+        let grid = (
+            shape.tq.div_ceil(SM90_FORWARD_ROWS) as u32,
+            bh.min(MAX_GRID_Y) as u32,
+        );
+        return a.launch_from(
+            &crate::images::ATTENTION_SM90,
+            stream,
+            name,
+            grid,
+            256,
+            smem,
+        );
+    }
     let grid = (
         shape.tq.div_ceil(forward_tile(shape.head_dim).0) as u32,
         bh.min(MAX_GRID_Y) as u32,
@@ -910,8 +1004,22 @@ fn backward<T: Element>(
         a.launch(stream, kernels[2], grid, THREADS, smem[1])?;
     }
     if shape.tq > 0 {
-        let grid = (shape.tq.div_ceil(BLOCK_ROWS) as u32, grid_y);
-        a.launch(stream, kernels[3], grid, THREADS, smem[2])?;
+        if let Some((name, smem)) =
+            sm90_backward_dq::<T>(stream.context().compute_capability(), shape.head_dim)
+        {
+            let grid = (shape.tq.div_ceil(SM90_FORWARD_ROWS) as u32, grid_y);
+            a.launch_from(
+                &crate::images::ATTENTION_SM90,
+                stream,
+                name,
+                grid,
+                256,
+                smem,
+            )?;
+        } else {
+            let grid = (shape.tq.div_ceil(BLOCK_ROWS) as u32, grid_y);
+            a.launch(stream, kernels[3], grid, THREADS, smem[2])?;
+        }
     }
     Ok(())
 }

@@ -16,6 +16,17 @@ pub static ATTENTION: genesis_cuda::KernelImage = genesis_cuda::KernelImage {
 /// Bytes of the `attention` image, for size reports.
 pub const ATTENTION_BYTES: usize = include_bytes!("../images/attention.fatbin").len();
 
+/// The fatbin built from `kernels/attention_sm90.cu`.
+#[cfg(feature = "cuda")]
+pub static ATTENTION_SM90: genesis_cuda::KernelImage = genesis_cuda::KernelImage {
+    name: "attention_sm90",
+    image: include_bytes!("../images/attention_sm90.fatbin"),
+    targets: &["sm_90a"],
+};
+
+/// Bytes of the `attention_sm90` image, for size reports.
+pub const ATTENTION_SM90_BYTES: usize = include_bytes!("../images/attention_sm90.fatbin").len();
+
 /// The fatbin built from `kernels/classifier.cu`.
 #[cfg(feature = "cuda")]
 pub static CLASSIFIER: genesis_cuda::KernelImage = genesis_cuda::KernelImage {

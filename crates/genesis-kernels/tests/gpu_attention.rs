@@ -257,6 +257,12 @@ fn run_case<T: Half>(ctx: &Arc<Context>, stream: &Stream, rng: &mut SmallRng, c:
     )
     .unwrap();
     stream.synchronize().unwrap();
+    // On Hopper head dim 64 runs the wgmma forward unless the thread forces the mma.sync one.
+    let ran = attention::last_attention_kernel().unwrap_or("");
+    if sh.batch * sh.heads > 0 && sh.tq > 0 {
+        let sm90 = ctx.compute_capability() == (9, 0) && sh.head_dim == 64 && !forced_sm80();
+        assert_eq!(ran.starts_with("attn_fwd_sm90_"), sm90, "{what}: ran {ran}");
+    }
     let o_gpu: Vec<T> = download(&d_o);
     let lse_gpu: Vec<f32> = download(&d_lse);
     assert!(
@@ -323,6 +329,16 @@ fn run_case<T: Half>(ctx: &Arc<Context>, stream: &Stream, rng: &mut SmallRng, c:
         )
         .unwrap();
         stream.synchronize().unwrap();
+        // The dQ kernel is the last launch: on Hopper, head dim 64's runs on wgmma.
+        if sh.batch * sh.heads > 0 && sh.tq > 0 {
+            let ran = attention::last_attention_kernel().unwrap_or("");
+            let sm90 = ctx.compute_capability() == (9, 0) && sh.head_dim == 64 && !forced_sm80();
+            assert_eq!(
+                ran.starts_with("attn_bwd_dq_sm90_"),
+                sm90,
+                "{what}: ran {ran}"
+            );
+        }
         results.push(download(&d_grad));
     }
     assert!(
@@ -411,6 +427,55 @@ fn attention_f16_matches_twin() {
     let ctx = Context::get(0).unwrap();
     let stream = Stream::new(&ctx).unwrap();
     run_all::<f16>(&ctx, &stream);
+}
+
+/// A few small cases of head dim 64 (both layouts, causal or not, edges of the 128-row query
+/// and 64-key tiles), for compute-sanitizer runs of the Hopper kernels
+/// (`gpu_attention small_head_dim_64_cases`).
+#[test]
+fn small_head_dim_64_cases() {
+    if skip_without_gpu("attention small head dim 64 cases") {
+        return;
+    }
+    let ctx = Context::get(0).unwrap();
+    let stream = Stream::new(&ctx).unwrap();
+    let mut rng = SmallRng::seed_from_u64(11);
+    for causal in [false, true] {
+        for (tq, tk) in [(17, 17), (130, 130), (200, 70), (64, 193)] {
+            for layout in [Layout::Bhtd, Layout::Gpt2] {
+                let layout = if tq == tk { layout } else { Layout::Bhtd };
+                let sh = AttentionShape::new(1, 2, tq, tk, 64, causal);
+                run_case::<bf16>(&ctx, &stream, &mut rng, &Case::new(sh, layout));
+            }
+        }
+    }
+}
+
+thread_local! {
+    static FORCED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn forced_sm80() -> bool {
+    FORCED.with(|f| f.get())
+}
+
+/// On Hopper, the mma.sync kernels (what Ampere and Ada run) on the same cases.
+#[test]
+fn attention_sm80_kernels_match_twin_on_hopper() {
+    if skip_without_gpu("attention sm80 kernels on hopper") {
+        return;
+    }
+    let ctx = Context::get(0).unwrap();
+    if ctx.compute_capability() != (9, 0) {
+        return;
+    }
+    let stream = Stream::new(&ctx).unwrap();
+    attention::force_sm80_attention_on_thread(true);
+    FORCED.with(|f| f.set(true));
+    run_all::<bf16>(&ctx, &stream);
+    run_all::<f16>(&ctx, &stream);
+    attention::force_sm80_attention_on_thread(false);
+    FORCED.with(|f| f.set(false));
 }
 
 /// Spans the launchers refuse before launching anything.

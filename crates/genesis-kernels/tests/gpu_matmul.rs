@@ -318,8 +318,8 @@ mod gpu {
     use super::*;
     use genesis_cuda::{Context, DeviceBuffer, Stream, skip_without_gpu};
     use genesis_kernels::matmul::{
-        MatmulPlan, force_sm80_matmul_on_thread, gpu_matmul_planned, gpu_matmul_strided,
-        last_matmul_kernel,
+        MatmulPlan, force_sm80_matmul_on_thread, gpu_matmul_planned, gpu_matmul_planned_bias,
+        gpu_matmul_strided, last_matmul_kernel,
     };
     use std::sync::Arc;
 
@@ -1622,6 +1622,124 @@ mod gpu {
                 wide_case::<bf16, bf16>(&ctx, &stream, w, false, true, None, true, &mut rng);
                 wide_case::<f16, f32>(&ctx, &stream, w, false, true, None, true, &mut rng);
             }
+        }
+    }
+
+    /// The ping-pong kernels' bias (loaded before the k loop, added before the one rounding):
+    /// each output with the bias equals the output without it plus the bias, rounded, within
+    /// the two roundings' bound; biases starting on 4 bytes and on 2 (read as single values),
+    /// odd widths (a last column pair half past `n`), every layout.
+    #[test]
+    fn pingpong_kernels_add_the_bias_before_rounding() {
+        if skip_without_gpu("pingpong_kernels_add_the_bias_before_rounding") {
+            return;
+        }
+        let ctx = Context::get(0).unwrap();
+        if ctx.compute_capability() != (9, 0) {
+            return;
+        }
+        let stream = Stream::new(&ctx).unwrap();
+        let mut rng = SmallRng::seed_from_u64(41);
+        let sms = ctx.multiprocessors() as usize;
+        for (m, n, k) in [(300, 200, 64), (260, 131, 96), (128 * sms + 64, 384, 768)] {
+            for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+                for start in [0usize, 1] {
+                    pingpong_bias_case::<bf16>(
+                        &ctx,
+                        &stream,
+                        wide(m, n, k, ta, tb),
+                        start,
+                        &mut rng,
+                    );
+                    pingpong_bias_case::<f16>(
+                        &ctx,
+                        &stream,
+                        wide(m, n, k, ta, tb),
+                        start,
+                        &mut rng,
+                    );
+                }
+            }
+        }
+    }
+
+    fn pingpong_bias_case<T: MatmulOutput<T> + Out>(
+        ctx: &Arc<Context>,
+        stream: &Stream,
+        w: Wide,
+        start: usize,
+        rng: &mut SmallRng,
+    ) {
+        let p = wide_problem::<T>(w, rng);
+        let len = p.shape.c_len().unwrap();
+        let plan = MatmulPlan::new(
+            p.shape,
+            ctx.multiprocessors() as usize,
+            MatmulPrecision::Highest,
+        )
+        .with_splits(1)
+        .with_sm90_tile(3);
+        let bias: Vec<T> = (0..start + w.n)
+            .map(|_| T::from_f32(rng.random_range(-4.0f32..4.0)))
+            .collect();
+        let a = DeviceBuffer::from_host(ctx, bytes(&p.a)).unwrap();
+        let b = DeviceBuffer::from_host(ctx, bytes(&p.b)).unwrap();
+        let bias_buf = DeviceBuffer::from_host(ctx, bytes(&bias)).unwrap();
+        let mut ws = DeviceBuffer::alloc(ctx, plan.workspace_bytes().max(16)).unwrap();
+        let mut outs = Vec::new();
+        for with_bias in [false, true] {
+            let mut out =
+                DeviceBuffer::from_host(ctx, bytes(&vec![T::from_f32(f32::NAN); len])).unwrap();
+            let (a_span, b_span) = (a.as_span::<T>().unwrap(), b.as_span::<T>().unwrap());
+            let c = out.as_span_mut::<T>().unwrap();
+            let wsp = ws.as_span_mut::<u8>().unwrap();
+            if with_bias {
+                let bspan = bias_buf.as_span::<T>().unwrap().slice(start..).unwrap();
+                let added = gpu_matmul_planned_bias::<T, T>(
+                    stream, &plan, p.layout, a_span, b_span, bspan, c, wsp,
+                )
+                .unwrap();
+                assert!(added, "{w:?}: the kernel did not add the bias");
+            } else {
+                gpu_matmul_planned::<T, T>(stream, &plan, p.layout, a_span, b_span, c, wsp)
+                    .unwrap();
+            }
+            stream.synchronize().unwrap();
+            assert!(
+                last_matmul_kernel().unwrap().contains("_pp_"),
+                "{w:?}: not ping-pong"
+            );
+            let mut got = vec![T::from_f32(0.0); len];
+            // SAFETY: any bit pattern is a value of these types.
+            let dst = unsafe {
+                std::slice::from_raw_parts_mut(
+                    got.as_mut_ptr().cast::<u8>(),
+                    std::mem::size_of_val(&got[..]),
+                )
+            };
+            out.copy_to_host(dst).unwrap();
+            outs.push(got);
+        }
+        // 16-bit rounding: 2^-8 (bf16) or 2^-11 (f16) relative, once without and once with.
+        let u = if T::NAME == "bf16" {
+            unit(8.0)
+        } else {
+            unit(11.0)
+        };
+        for (i, (plain, biased)) in outs[0].iter().zip(&outs[1]).enumerate() {
+            let col = i % w.n;
+            let (x, bv) = (
+                f64::from(plain.to_f32()),
+                f64::from(bias[start + col].to_f32()),
+            );
+            let y = f64::from(biased.to_f32());
+            let tol = u * (x.abs() + (x + bv).abs() + bv.abs()) + 1e-30;
+            assert!(
+                (y - (x + bv)).abs() <= tol,
+                "{} {w:?} bias from element {start}: [{}, {col}] {y} against {x} + {bv}",
+                T::NAME,
+                i / w.n
+            );
         }
     }
 

@@ -1,0 +1,499 @@
+// Flash attention of Genesis on Hopper (sm_90a only): the forward `attn_fwd_sm90_<T>_d64` and
+// the backward's dQ kernel `attn_bwd_dq_sm90_<T>_d64` for T = bf16, f16 and head dim 64, on
+// `wgmma` (warpgroup tensor-core products, twice the `mma.sync` rate of attention.cu's kernels
+// on this architecture). Semantics, arguments (`AttnArgs`), layouts and the numerical contract
+// are attention.cu's (read its header); the launcher (src/attention.rs) takes these kernels on
+// compute capability 9.0 for head dim 64, and attention.cu's elsewhere (and for the rest of
+// the backward: the row sums d and the dK/dV kernel).
+//
+// Forward: a block of two warpgroups (256 threads) takes BQ = 128 query rows of one (b, h),
+// warpgroup g rows 64 g .. 64 g + 63 (grid and order as attention.cu's forward: query tiles
+// in grid.x, heaviest causal tile first; (b, h) in grid.y, strided).
+//   * Shared memory: the Q tile (128 x 64) and a 4-stage ring of (K, V) tiles of BK = 64
+//     keys, each row 128 bytes with chunk c of row r at chunk c ^ (r % 8) (attention.cu's
+//     swizzle, which for 64-wide rows is the 128-byte swizzle that wgmma reads), every tile 1
+//     KiB aligned. Filled by 16-byte cp.async from all threads (rows past Tq or Tk
+//     zero-filled), then made visible to the tensor cores' asynchronous proxy by
+//     `fence.proxy.async` before the block barrier.
+//   * Per key tile: S = Q K^T as `wgmma m64n64k16` (4 k steps, both operands k-major from
+//     shared memory); the online softmax of attention.cu on the accumulators (x = S * scale *
+//     log2 e, masked entries -inf, running max m, alpha = exp2(m_old - m_new), p = exp2(x -
+//     m_new)); then O = alpha O + P V as `wgmma m64n64k16` with P from registers (the
+//     accumulator layout is the A fragment layout, pairs rounded to T) and V mn-major from
+//     shared memory (4 k steps of 16 keys).
+//   * The copies of tile j + 3 are queued before tile j's products (each tile its own
+//     cp.async group); a barrier after tile j frees its stage. Two blocks share a
+//     multiprocessor (115 registers a thread, 81 KiB of shared memory each), so that one's
+//     softmax and copies run beside the other's products: the two warpgroups of a block
+//     proceed in step, tile by tile.
+//   * End: O / l rounded to T, lse = (m + log2 l) ln 2 (-inf, and O 0, when l = 0).
+//
+// dQ: the same blocks, tiles and ring, with the dO tile beside Q. Per key tile: S = Q K^T and
+// dP = dO V^T (8 `wgmma m64n64k16`, one commit group), P = exp2(S * scale * log2 e - lse
+// log2 e) (0 where masked; a row of lse -inf has P 0), dS = P (dP - d) rounded to T as A
+// fragments, dQ += dS K with K read mn-major (keys as k). dQ times scale is written once: the
+// backward stays deterministic.
+//
+// Accumulator layout (m64nNk16, f32): register i of lane l of warp w of the warpgroup holds
+// row 16 w + l / 4 + 8 ((i / 2) % 2), column 8 (i / 4) + 2 (l % 4) + i % 2. Register pairs
+// (8 kk + 2 e, + 1), e = 0..3, rounded and packed, are the A fragment of k slice kk.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+typedef unsigned long long u64;
+
+// attention.cu's `AttnArgs`, field by field (`Args` in attention.rs mirrors both).
+struct AttnArgs {
+    u64 q, k, v, o, dout, dq, dk, dv;
+    u64 lse, dsum;
+    u64 st[8][3];
+    u64 batch, heads, tq, tk;
+    float scale;
+    float scale_log2;
+    int causal;
+    int pad_;
+};
+
+enum { S_Q = 0, S_K, S_V, S_O, S_DO, S_DQ };
+
+#define NEG_INF __int_as_float(0xff800000)
+
+namespace {
+
+constexpr int D = 64, BQ = 128, BK = 64, STAGES = 4, THREADS = 256;
+constexpr int Q_BYTES = BQ * D * 2, KV_BYTES = BK * D * 2;
+// Dynamic shared memory (`sm90_forward` in attention.rs): alignment slack, Q, then STAGES
+// stages of (K, V); two blocks a multiprocessor.
+constexpr int FWD_SMEM = 1024 + Q_BYTES + STAGES * 2 * KV_BYTES;
+static_assert(FWD_SMEM == 82944 && 2 * FWD_SMEM <= 227 * 1024, "shared memory of two blocks");
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+// Orders this thread's generic-proxy writes of shared memory (the cp.async copies, complete)
+// before the tensor cores' asynchronous-proxy reads that follow the next barrier.
+__device__ __forceinline__ void fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving accesses of `x` across the asynchronous wgmma window.
+__device__ __forceinline__ void pin(float& x) { asm volatile("" : "+f"(x)::"memory"); }
+
+// A shared-memory matrix descriptor with 128-byte swizzle (matmul_sm90.cu's): start address,
+// leading and stride byte offsets (>> 4) in bits 0-13, 16-29 and 32-45, layout type 1 in bits
+// 62-63, base offset 0 (tiles 1 KiB aligned).
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)((lbo >> 4) & 0x3FFF) << 16) |
+           ((uint64_t)((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
+}
+// k step kk (16 elements) of a k-major tile of 128-byte rows (+32 bytes) and of an mn-major
+// tile of 64 mn values a row, one row per k (+16 rows).
+__device__ __forceinline__ uint64_t kmajor(uint32_t tile, int kk) { return sw128_desc(tile + kk * 32, 16, 1024); }
+__device__ __forceinline__ uint64_t mnmajor(uint32_t tile, int kk) { return sw128_desc(tile + kk * 2048, 8192, 1024); }
+
+template <int TB>
+__device__ __forceinline__ void wgmma_rs_n64(float (&d)[32], const uint32_t (&a)[4], uint64_t db, int scale_d,
+                                            __nv_bfloat16) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d), "n"(TB));
+}
+
+__device__ __forceinline__ void wgmma_ss_n64(float (&d)[32], uint64_t da, uint64_t db, int scale_d,
+                                            __nv_bfloat16) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db), "r"(scale_d));
+}
+
+__device__ __forceinline__ void wgmma_ss_n64(float (&d)[32], uint64_t da, uint64_t db, int scale_d,
+                                            __half) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db), "r"(scale_d));
+}
+
+template <int TB>
+__device__ __forceinline__ void wgmma_rs_n64(float (&d)[32], const uint32_t (&a)[4], uint64_t db, int scale_d,
+                                            __half) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d), "n"(TB));
+}
+
+__device__ __forceinline__ uint32_t pack2(float lo, float hi, __nv_bfloat16) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+}
+__device__ __forceinline__ uint32_t pack2(float lo, float hi, __half) {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Byte offset of chunk c (8 elements) of row r in a swizzled tile of 64-wide rows.
+__device__ __forceinline__ uint32_t swz(int r, int c) { return (uint32_t)(r * 8 + (c ^ (r & 7))) * 16u; }
+
+// Queues the copy of rows row0 .. row0 + ROWS - 1 of a [*, 64] operand (row r at base + r st)
+// into the swizzled tile at `tile`; rows at or past `limit` are zero-filled.
+template <int ROWS>
+__device__ __forceinline__ void load_tile(uint32_t tile, const uint16_t* base, u64 st, int row0, int limit, int tid) {
+    constexpr int RSTEP = THREADS / 8;
+    const int r = tid / 8, c = tid % 8;
+    const uint16_t* p = base + (u64)(row0 + r) * st + c * 8;
+#pragma unroll
+    for (int i = 0; i < ROWS / RSTEP; ++i) {
+        const bool ok = row0 + r + i * RSTEP < limit;
+        cp_async16(tile + swz(r + i * RSTEP, c), ok ? p : base, ok ? 16 : 0);
+        p += (u64)RSTEP * st;
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void attn_fwd_sm90(const AttnArgs& a) {
+    extern __shared__ uint8_t smem_raw[];
+    const uint32_t sq = (smem_addr(smem_raw) + 1023) & ~1023u, skv = sq + Q_BYTES;
+    const int tid = threadIdx.x, lane = tid & 31, wg = tid / 128, warp = (tid / 32) % 4;
+    const int tq = (int)a.tq, tk = (int)a.tk;  // below 2^30 (checked)
+    const int ntq = (tq + BQ - 1) / BQ;
+    const int q0 = (ntq - 1 - (int)blockIdx.x) * BQ;  // the heaviest causal tiles first
+    const int qw = q0 + 64 * wg;                       // this warpgroup's first row
+    const int row_t = qw + 16 * warp + lane / 4;       // this thread's rows: row_t, row_t + 8
+    const u64 bhs = a.batch * a.heads;
+    const float sl2 = a.scale_log2;
+    const int kv_end = a.causal ? min(tk, q0 + BQ) : tk;
+    const int n_tiles = (kv_end + BK - 1) / BK;
+    const T tag{};
+
+    for (u64 bh = blockIdx.y; bh < bhs; bh += gridDim.y) {
+        const u64 b = bh / a.heads, h = bh % a.heads;
+        const uint16_t* q = reinterpret_cast<const uint16_t*>(a.q) + b * a.st[S_Q][0] + h * a.st[S_Q][1];
+        const uint16_t* k = reinterpret_cast<const uint16_t*>(a.k) + b * a.st[S_K][0] + h * a.st[S_K][1];
+        const uint16_t* v = reinterpret_cast<const uint16_t*>(a.v) + b * a.st[S_V][0] + h * a.st[S_V][1];
+        const u64 kst = a.st[S_K][2], vst = a.st[S_V][2];
+        // Tile j's K at stage j % STAGES, its V KV_BYTES after.
+        auto load_kv = [&](int j) {
+            const uint32_t st = skv + (j % STAGES) * 2 * KV_BYTES;
+            load_tile<BK>(st, k, kst, j * BK, tk, tid);
+            load_tile<BK>(st + KV_BYTES, v, vst, j * BK, tk, tid);
+        };
+
+        // Q and the first STAGES - 1 tiles, a commit group each (Q's with tile 0's).
+        load_tile<BQ>(sq, q, a.st[S_Q][2], q0, tq, tid);
+#pragma unroll
+        for (int j = 0; j < STAGES - 1; ++j) {
+            if (j < n_tiles) load_kv(j);
+            cp_async_commit();
+        }
+
+        float o[32];
+#pragma unroll
+        for (int i = 0; i < 32; ++i) o[i] = 0.f;
+        float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
+
+        for (int j = 0; j < n_tiles; ++j) {
+            // Tile j + STAGES - 1 into the stage tile j - 1 used (freed by the barrier that
+            // ended it); then tile j is complete once at most STAGES - 1 groups are pending.
+            if (j + STAGES - 1 < n_tiles) load_kv(j + STAGES - 1);
+            cp_async_commit();
+            cp_async_wait<STAGES - 1>();
+            fence_proxy_async();
+            __syncthreads();
+            const uint32_t sk = skv + (j % STAGES) * 2 * KV_BYTES, sv = sk + KV_BYTES;
+            const int k0 = j * BK;
+
+            // S = Q K^T (this warpgroup's 64 rows x BK keys).
+            float s[BK / 2];
+#pragma unroll
+            for (int i = 0; i < BK / 2; ++i) s[i] = 0.f;
+#pragma unroll
+            for (int i = 0; i < BK / 2; ++i) pin(s[i]);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < D / 16; ++kk) wgmma_ss_n64(s, kmajor(sq + wg * (Q_BYTES / 2), kk), kmajor(sk, kk), kk > 0, tag);
+            wgmma_commit();
+            wgmma_wait<0>();
+#pragma unroll
+            for (int i = 0; i < BK / 2; ++i) pin(s[i]);
+
+            // Scale (to log2 units), mask, online softmax; P as A fragments.
+            const bool need_mask = k0 + BK > tk || (a.causal && k0 + BK - 1 > qw);
+            float mx[2] = {m[0], m[1]};
+#pragma unroll
+            for (int i = 0; i < BK / 2; ++i) {
+                float x = s[i] * sl2;
+                if (need_mask) {
+                    const int col = k0 + 8 * (i / 4) + 2 * (lane % 4) + (i & 1), row = row_t + 8 * ((i >> 1) & 1);
+                    if (col >= tk || (a.causal && col > row)) x = NEG_INF;
+                }
+                s[i] = x;
+                mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], x);
+            }
+            float mu[2];
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+                mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 1));
+                mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
+                mu[hh] = mx[hh] == NEG_INF ? 0.f : mx[hh];
+                const float alpha = exp2f(m[hh] - mu[hh]);
+                m[hh] = mx[hh];
+                l[hh] *= alpha;
+#pragma unroll
+                for (int i = 0; i < 32; ++i)
+                    if (((i >> 1) & 1) == hh) o[i] *= alpha;
+            }
+            uint32_t pa[BK / 16][4];
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; ++kk)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int i = 8 * kk + 2 * e;
+                    const float p0 = exp2f(s[i] - mu[e & 1]), p1 = exp2f(s[i + 1] - mu[e & 1]);
+                    l[e & 1] += p0 + p1;
+                    pa[kk][e] = pack2(p0, p1, tag);
+                }
+
+            // O += P V.
+#pragma unroll
+            for (int i = 0; i < 32; ++i) pin(o[i]);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; ++kk) wgmma_rs_n64<1>(o, pa[kk], mnmajor(sv, kk), 1, tag);
+            wgmma_commit();
+            wgmma_wait<0>();
+#pragma unroll
+            for (int i = 0; i < 32; ++i) pin(o[i]);
+            __syncthreads();  // the stage is refilled STAGES tiles on
+        }
+        cp_async_wait<0>();
+
+        // Normalise and write O and lse.
+        uint16_t* out = reinterpret_cast<uint16_t*>(a.o) + b * a.st[S_O][0] + h * a.st[S_O][1];
+        const u64 ost = a.st[S_O][2];
+        float* lse = reinterpret_cast<float*>(a.lse) + bh * a.tq;
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            float ls = l[hh];
+            ls += __shfl_xor_sync(0xffffffffu, ls, 1);
+            ls += __shfl_xor_sync(0xffffffffu, ls, 2);
+            const float inv = ls > 0.f ? 1.f / ls : 0.f;
+            const int row = row_t + 8 * hh;
+            if (row < tq) {
+                if (lane % 4 == 0) lse[row] = ls > 0.f ? (m[hh] + log2f(ls)) * 0.69314718055994531f : NEG_INF;
+                uint16_t* p = out + (u64)row * ost + 2 * (lane % 4);
+#pragma unroll
+                for (int g = 0; g < 8; ++g)
+                    *reinterpret_cast<uint32_t*>(p + 8 * g) = pack2(o[4 * g + 2 * hh] * inv, o[4 * g + 2 * hh + 1] * inv, tag);
+            }
+        }
+        __syncthreads();  // Q's tile is refilled for the next (b, h)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward: dQ, a block per query tile (attention.cu's `attn_bwd_dq` on wgmma).
+
+// Dynamic shared memory (`sm90_backward_dq` in attention.rs): alignment slack, Q and dO (128
+// rows each), then STAGES stages of (K, V); two blocks a multiprocessor.
+constexpr int DQ_SMEM = 1024 + 2 * Q_BYTES + STAGES * 2 * KV_BYTES;
+static_assert(DQ_SMEM == 99328 && 2 * DQ_SMEM <= 227 * 1024, "shared memory of two blocks");
+
+template <typename T>
+__device__ __forceinline__ void attn_bwd_dq_sm90(const AttnArgs& a) {
+    extern __shared__ uint8_t smem_raw[];
+    const uint32_t sq = (smem_addr(smem_raw) + 1023) & ~1023u, so = sq + Q_BYTES, skv = so + Q_BYTES;
+    const int tid = threadIdx.x, lane = tid & 31, wg = tid / 128, warp = (tid / 32) % 4;
+    const int tq = (int)a.tq, tk = (int)a.tk;
+    const int ntq = (tq + BQ - 1) / BQ;
+    const int q0 = (ntq - 1 - (int)blockIdx.x) * BQ;
+    const int qw = q0 + 64 * wg;
+    const int row_t = qw + 16 * warp + lane / 4;
+    const u64 bhs = a.batch * a.heads;
+    const float sl2 = a.scale_log2;
+    const int kv_end = a.causal ? min(tk, q0 + BQ) : tk;
+    const int n_tiles = (kv_end + BK - 1) / BK;
+    const T tag{};
+
+    for (u64 bh = blockIdx.y; bh < bhs; bh += gridDim.y) {
+        const u64 b = bh / a.heads, h = bh % a.heads;
+        const uint16_t* k = reinterpret_cast<const uint16_t*>(a.k) + b * a.st[S_K][0] + h * a.st[S_K][1];
+        const uint16_t* v = reinterpret_cast<const uint16_t*>(a.v) + b * a.st[S_V][0] + h * a.st[S_V][1];
+        const u64 kst = a.st[S_K][2], vst = a.st[S_V][2];
+        auto load_kv = [&](int j) {
+            const uint32_t st = skv + (j % STAGES) * 2 * KV_BYTES;
+            load_tile<BK>(st, k, kst, j * BK, tk, tid);
+            load_tile<BK>(st + KV_BYTES, v, vst, j * BK, tk, tid);
+        };
+        load_tile<BQ>(sq, reinterpret_cast<const uint16_t*>(a.q) + b * a.st[S_Q][0] + h * a.st[S_Q][1], a.st[S_Q][2], q0,
+                      tq, tid);
+        load_tile<BQ>(so, reinterpret_cast<const uint16_t*>(a.dout) + b * a.st[S_DO][0] + h * a.st[S_DO][1],
+                      a.st[S_DO][2], q0, tq, tid);
+#pragma unroll
+        for (int j = 0; j < STAGES - 1; ++j) {
+            if (j < n_tiles) load_kv(j);
+            cp_async_commit();
+        }
+
+        // The rows' lse (in log2 units; -inf, a row that saw no key, as +inf: p = 0) and d.
+        float lq[2], dr[2];
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const int row = row_t + 8 * hh;
+            const bool ok = row < tq;
+            const float x = ok ? reinterpret_cast<const float*>(a.lse)[bh * a.tq + row] * 1.44269504088896341f : 0.f;
+            lq[hh] = x == NEG_INF ? __int_as_float(0x7f800000) : x;
+            dr[hh] = ok ? reinterpret_cast<const float*>(a.dsum)[bh * a.tq + row] : 0.f;
+        }
+
+        float dq[32];
+#pragma unroll
+        for (int i = 0; i < 32; ++i) dq[i] = 0.f;
+
+        for (int j = 0; j < n_tiles; ++j) {
+            if (j + STAGES - 1 < n_tiles) load_kv(j + STAGES - 1);
+            cp_async_commit();
+            cp_async_wait<STAGES - 1>();
+            fence_proxy_async();
+            __syncthreads();
+            const uint32_t sk = skv + (j % STAGES) * 2 * KV_BYTES, sv = sk + KV_BYTES;
+            const int k0 = j * BK;
+
+            // S = Q K^T and dP = dO V^T (this warpgroup's 64 rows x BK keys).
+            float s[32], dp[32];
+#pragma unroll
+            for (int i = 0; i < 32; ++i) s[i] = dp[i] = 0.f;
+#pragma unroll
+            for (int i = 0; i < 32; ++i) {
+                pin(s[i]);
+                pin(dp[i]);
+            }
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < D / 16; ++kk) wgmma_ss_n64(s, kmajor(sq + wg * (Q_BYTES / 2), kk), kmajor(sk, kk), kk > 0, tag);
+#pragma unroll
+            for (int kk = 0; kk < D / 16; ++kk) wgmma_ss_n64(dp, kmajor(so + wg * (Q_BYTES / 2), kk), kmajor(sv, kk), kk > 0, tag);
+            wgmma_commit();
+            wgmma_wait<0>();
+#pragma unroll
+            for (int i = 0; i < 32; ++i) {
+                pin(s[i]);
+                pin(dp[i]);
+            }
+
+            // dS = P (dP - d), rounded to T as A fragments.
+            const bool need_mask = k0 + BK > tk || (a.causal && k0 + BK - 1 > qw);
+            uint32_t da[BK / 16][4];
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; ++kk)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    float ds[2];
+#pragma unroll
+                    for (int x = 0; x < 2; ++x) {
+                        const int i = 8 * kk + 2 * e + x;
+                        float p = exp2f(s[i] * sl2 - lq[e & 1]);
+                        if (need_mask) {
+                            const int col = k0 + 8 * (i / 4) + 2 * (lane % 4) + (i & 1), row = row_t + 8 * (e & 1);
+                            if (col >= tk || (a.causal && col > row)) p = 0.f;
+                        }
+                        ds[x] = p * (dp[i] - dr[e & 1]);
+                    }
+                    da[kk][e] = pack2(ds[0], ds[1], tag);
+                }
+
+            // dQ += dS K (keys as k: K mn-major).
+#pragma unroll
+            for (int i = 0; i < 32; ++i) pin(dq[i]);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; ++kk) wgmma_rs_n64<1>(dq, da[kk], mnmajor(sk, kk), 1, tag);
+            wgmma_commit();
+            wgmma_wait<0>();
+#pragma unroll
+            for (int i = 0; i < 32; ++i) pin(dq[i]);
+            __syncthreads();  // the stage is refilled STAGES tiles on
+        }
+        cp_async_wait<0>();
+
+        // dQ times scale, rounded to T.
+        uint16_t* out = reinterpret_cast<uint16_t*>(a.dq) + b * a.st[S_DQ][0] + h * a.st[S_DQ][1];
+        const u64 dst = a.st[S_DQ][2];
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const int row = row_t + 8 * hh;
+            if (row >= tq) continue;
+            uint16_t* p = out + (u64)row * dst + 2 * (lane % 4);
+#pragma unroll
+            for (int g = 0; g < 8; ++g)
+                *reinterpret_cast<uint32_t*>(p + 8 * g) =
+                    pack2(dq[4 * g + 2 * hh] * a.scale, dq[4 * g + 2 * hh + 1] * a.scale, tag);
+        }
+        __syncthreads();  // Q and dO are refilled for the next (b, h)
+    }
+}
+
+}  // namespace
+
+// Two blocks a multiprocessor (at most 128 registers a thread): one block's softmax runs beside
+// the other's products.
+extern "C" __global__ void __launch_bounds__(THREADS, 2) attn_fwd_sm90_bf16_d64(const AttnArgs a) {
+    attn_fwd_sm90<__nv_bfloat16>(a);
+}
+extern "C" __global__ void __launch_bounds__(THREADS, 2) attn_fwd_sm90_f16_d64(const AttnArgs a) {
+    attn_fwd_sm90<__half>(a);
+}
+extern "C" __global__ void __launch_bounds__(THREADS, 2) attn_bwd_dq_sm90_bf16_d64(const AttnArgs a) {
+    attn_bwd_dq_sm90<__nv_bfloat16>(a);
+}
+extern "C" __global__ void __launch_bounds__(THREADS, 2) attn_bwd_dq_sm90_f16_d64(const AttnArgs a) {
+    attn_bwd_dq_sm90<__half>(a);
+}

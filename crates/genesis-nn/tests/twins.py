@@ -25,7 +25,7 @@ def load_safetensors(path):
     return out
 
 
-# Attention through F.scaled_dot_product_attention (flash on CUDA) instead of the written-out
+# Attention through F.scaled_dot_product_attention (its default backend on CUDA) instead of the written-out
 # ops; the benchmark twin sets it, the CPU fixtures keep the written-out ops.
 SDPA = False
 

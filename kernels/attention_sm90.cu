@@ -1,10 +1,10 @@
 // Flash attention of Genesis on Hopper (sm_90a only): the forward `attn_fwd_sm90_<T>_d64` and
-// the backward's dQ kernel `attn_bwd_dq_sm90_<T>_d64` for T = bf16, f16 and head dim 64, on
-// `wgmma` (warpgroup tensor-core products, twice the `mma.sync` rate of attention.cu's kernels
-// on this architecture). Semantics, arguments (`AttnArgs`), layouts and the numerical contract
-// are attention.cu's (read its header); the launcher (src/attention.rs) takes these kernels on
-// compute capability 9.0 for head dim 64, and attention.cu's elsewhere (and for the rest of
-// the backward: the row sums d and the dK/dV kernel).
+// the backward's dK/dV and dQ kernels `attn_bwd_dkdv_sm90_<T>_d64`, `attn_bwd_dq_sm90_<T>_d64`
+// for T = bf16, f16 and head dim 64, on `wgmma` (warpgroup tensor-core products, twice the
+// `mma.sync` rate of attention.cu's kernels on this architecture). Semantics, arguments
+// (`AttnArgs`), layouts and the numerical contract are attention.cu's (read its header); the
+// launcher (src/attention.rs) takes these kernels on compute capability 9.0 for head dim 64,
+// and attention.cu's elsewhere (and for the backward's row sums d).
 //
 // Forward: a block of two warpgroups (256 threads) takes BQ = 128 query rows of one (b, h),
 // warpgroup g rows 64 g .. 64 g + 63 (grid and order as attention.cu's forward: query tiles
@@ -28,7 +28,15 @@
 //     proceed in step, tile by tile.
 //   * End: O / l rounded to T, lse = (m + log2 l) ln 2 (-inf, and O 0, when l = 0).
 //
-// dQ: the same blocks, tiles and ring, with the dO tile beside Q. Per key tile: S = Q K^T and
+// dK/dV: a block is one warpgroup and owns 64 keys (K and V loaded once), and walks the query
+// tiles of 64 that can see them (causal: from the tile holding its first key) through a
+// 3-stage ring of (Q, dO, lse, d). Per query tile: S^T = K Q^T and dP^T = V dO^T (keys as
+// rows), P^T and dS^T in registers, then dV += P^T dO and dK += dS^T Q with P^T, dS^T rounded
+// to T as A fragments and dO, Q read mn-major (queries as k). dK (times scale) and dV are
+// written once. Three blocks share a multiprocessor (168 registers a thread, 68 KiB of shared
+// memory each) and run independently of each other.
+//
+// dQ: the same blocks, tiles and ring as the forward, with the dO tile beside Q. Per key tile: S = Q K^T and
 // dP = dO V^T (8 `wgmma m64n64k16`, one commit group), P = exp2(S * scale * log2 e - lse
 // log2 e) (0 where masked; a row of lse -inf has P 0), dS = P (dP - d) rounded to T as A
 // fragments, dQ += dS K with K read mn-major (keys as k). dQ times scale is written once: the
@@ -55,7 +63,7 @@ struct AttnArgs {
     int pad_;
 };
 
-enum { S_Q = 0, S_K, S_V, S_O, S_DO, S_DQ };
+enum { S_Q = 0, S_K, S_V, S_O, S_DO, S_DQ, S_DK, S_DV };
 
 #define NEG_INF __int_as_float(0xff800000)
 
@@ -185,9 +193,9 @@ __device__ __forceinline__ uint32_t swz(int r, int c) { return (uint32_t)(r * 8 
 
 // Queues the copy of rows row0 .. row0 + ROWS - 1 of a [*, 64] operand (row r at base + r st)
 // into the swizzled tile at `tile`; rows at or past `limit` are zero-filled.
-template <int ROWS>
+template <int ROWS, int NT = THREADS>
 __device__ __forceinline__ void load_tile(uint32_t tile, const uint16_t* base, u64 st, int row0, int limit, int tid) {
-    constexpr int RSTEP = THREADS / 8;
+    constexpr int RSTEP = NT / 8;
     const int r = tid / 8, c = tid % 8;
     const uint16_t* p = base + (u64)(row0 + r) * st + c * 8;
 #pragma unroll
@@ -195,6 +203,15 @@ __device__ __forceinline__ void load_tile(uint32_t tile, const uint16_t* base, u
         const bool ok = row0 + r + i * RSTEP < limit;
         cp_async16(tile + swz(r + i * RSTEP, c), ok ? p : base, ok ? 16 : 0);
         p += (u64)RSTEP * st;
+    }
+}
+
+// Queues the copy of n f32 values base[i0 .. i0 + n) into `dst` (zeros past `limit`).
+__device__ __forceinline__ void load_vec(uint32_t dst, const float* base, int i0, int limit, int n, int tid) {
+    if (tid < n) {
+        const bool ok = i0 + tid < limit;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst + 4 * tid), "l"(ok ? base + i0 + tid : base),
+                     "r"(ok ? 4 : 0));
     }
 }
 
@@ -481,6 +498,172 @@ __device__ __forceinline__ void attn_bwd_dq_sm90(const AttnArgs& a) {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Backward: dK and dV, a block (one warpgroup) per 64 keys (attention.cu's `attn_bwd_dkdv` on
+// wgmma, keys as the products' rows).
+
+constexpr int KV_THREADS = 128, KV_STAGES = 3;
+// A stage: the Q and dO tiles of BQK = 64 queries, then their lse and d (f32).
+constexpr int BQK = 64, QK_BYTES = BQK * D * 2, KV_STAGE = 2 * QK_BYTES + 2 * BQK * 4;
+// Dynamic shared memory (`sm90_backward_dkdv` in attention.rs): alignment slack, K and V (64
+// keys each), then KV_STAGES stages, each 1 KiB aligned; three blocks a multiprocessor.
+constexpr int KV_STAGE_STRIDE = (KV_STAGE + 1023) / 1024 * 1024;
+constexpr int DKDV_SMEM = 1024 + 2 * KV_BYTES + KV_STAGES * KV_STAGE_STRIDE;
+static_assert(DKDV_SMEM == 69632 && 3 * DKDV_SMEM <= 227 * 1024, "shared memory of three blocks");
+
+template <typename T>
+__device__ __forceinline__ void attn_bwd_dkdv_sm90(const AttnArgs& a) {
+    extern __shared__ uint8_t smem_raw[];
+    const uint32_t sk = (smem_addr(smem_raw) + 1023) & ~1023u, sv = sk + KV_BYTES, sst = sv + KV_BYTES;
+    const uint8_t* gen = smem_raw + (sk - smem_addr(smem_raw));  // sk as a generic pointer
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid / 32;
+    const int tq = (int)a.tq, tk = (int)a.tk;
+    const int j0 = (int)blockIdx.x * BK;  // causal: the first key blocks see the most queries
+    const int key_t = j0 + 16 * warp + lane / 4;  // this thread's keys: key_t, key_t + 8
+    const u64 bhs = a.batch * a.heads;
+    const float sl2 = a.scale_log2;
+    const int ntq = (tq + BQK - 1) / BQK;
+    const int it0 = a.causal ? j0 / BQK : 0;  // queries below j0 see none of these keys
+    const int n_it = it0 < ntq ? ntq - it0 : 0;
+    const T tag{};
+
+    for (u64 bh = blockIdx.y; bh < bhs; bh += gridDim.y) {
+        const u64 b = bh / a.heads, h = bh % a.heads;
+        const uint16_t* q = reinterpret_cast<const uint16_t*>(a.q) + b * a.st[S_Q][0] + h * a.st[S_Q][1];
+        const uint16_t* dout = reinterpret_cast<const uint16_t*>(a.dout) + b * a.st[S_DO][0] + h * a.st[S_DO][1];
+        const float* lse = reinterpret_cast<const float*>(a.lse) + bh * a.tq;
+        const float* dsum = reinterpret_cast<const float*>(a.dsum) + bh * a.tq;
+        const u64 qst = a.st[S_Q][2], dst = a.st[S_DO][2];
+        auto load_stage = [&](int it) {
+            const uint32_t base = sst + (it % KV_STAGES) * KV_STAGE_STRIDE;
+            const int i0 = (it0 + it) * BQK;
+            load_tile<BQK, KV_THREADS>(base, q, qst, i0, tq, tid);
+            load_tile<BQK, KV_THREADS>(base + QK_BYTES, dout, dst, i0, tq, tid);
+            // Threads 0..63 copy the lse, 64..127 the d.
+            if (tid < BQK)
+                load_vec(base + 2 * QK_BYTES, lse, i0, tq, BQK, tid);
+            else
+                load_vec(base + 2 * QK_BYTES + 4 * BQK, dsum, i0, tq, BQK, tid - BQK);
+        };
+
+        // K, V and the first KV_STAGES - 1 query tiles, a commit group each (K and V's with
+        // the first).
+        load_tile<BK, KV_THREADS>(sk, reinterpret_cast<const uint16_t*>(a.k) + b * a.st[S_K][0] + h * a.st[S_K][1],
+                                  a.st[S_K][2], j0, tk, tid);
+        load_tile<BK, KV_THREADS>(sv, reinterpret_cast<const uint16_t*>(a.v) + b * a.st[S_V][0] + h * a.st[S_V][1],
+                                  a.st[S_V][2], j0, tk, tid);
+#pragma unroll
+        for (int it = 0; it < KV_STAGES - 1; ++it) {
+            if (it < n_it) load_stage(it);
+            cp_async_commit();
+        }
+
+        float dk[32], dv[32];
+#pragma unroll
+        for (int i = 0; i < 32; ++i) dk[i] = dv[i] = 0.f;
+
+        for (int it = 0; it < n_it; ++it) {
+            if (it + KV_STAGES - 1 < n_it) load_stage(it + KV_STAGES - 1);
+            cp_async_commit();
+            cp_async_wait<KV_STAGES - 1>();
+            fence_proxy_async();
+            __syncthreads();
+            const int so = (it % KV_STAGES) * KV_STAGE_STRIDE;
+            const uint32_t stq = sst + so, sto = stq + QK_BYTES;
+            const float* slse = reinterpret_cast<const float*>(gen + 2 * KV_BYTES + so + 2 * QK_BYTES);
+            const float* sds = slse + BQK;
+            const int i0 = (it0 + it) * BQK;
+
+            // S^T = K Q^T and dP^T = V dO^T (64 keys x 64 queries).
+            float st[32], dp[32];
+#pragma unroll
+            for (int i = 0; i < 32; ++i) st[i] = dp[i] = 0.f;
+#pragma unroll
+            for (int i = 0; i < 32; ++i) {
+                pin(st[i]);
+                pin(dp[i]);
+            }
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < D / 16; ++kk) wgmma_ss_n64(st, kmajor(sk, kk), kmajor(stq, kk), kk > 0, tag);
+#pragma unroll
+            for (int kk = 0; kk < D / 16; ++kk) wgmma_ss_n64(dp, kmajor(sv, kk), kmajor(sto, kk), kk > 0, tag);
+            wgmma_commit();
+            wgmma_wait<0>();
+#pragma unroll
+            for (int i = 0; i < 32; ++i) {
+                pin(st[i]);
+                pin(dp[i]);
+            }
+
+            // P^T and dS^T (register i: key key_t + 8 ((i / 2) % 2), query i0 + 8 (i / 4) +
+            // 2 (lane % 4) + i % 2), rounded to T as A fragments (queries as k).
+            const bool need_mask = i0 + BQK > tq || (a.causal && i0 < j0 + BK - 1);
+            uint32_t pf[BQK / 16][4], df[BQK / 16][4];
+#pragma unroll
+            for (int kq = 0; kq < BQK / 16; ++kq)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    float p2[2], d2[2];
+#pragma unroll
+                    for (int x = 0; x < 2; ++x) {
+                        const int i = 8 * kq + 2 * e + x;
+                        const int ci = 8 * (i / 4) + 2 * (lane % 4) + x;
+                        float lq = slse[ci] * 1.44269504088896341f;
+                        lq = lq == NEG_INF ? __int_as_float(0x7f800000) : lq;
+                        float p = exp2f(st[i] * sl2 - lq);
+                        if (need_mask) {
+                            const int qi = i0 + ci, kj = key_t + 8 * (e & 1);
+                            if (qi >= tq || (a.causal && kj > qi)) p = 0.f;
+                        }
+                        p2[x] = p;
+                        d2[x] = p * (dp[i] - sds[ci]);
+                    }
+                    pf[kq][e] = pack2(p2[0], p2[1], tag);
+                    df[kq][e] = pack2(d2[0], d2[1], tag);
+                }
+
+            // dV += P^T dO, dK += dS^T Q (queries as k: dO and Q mn-major).
+#pragma unroll
+            for (int i = 0; i < 32; ++i) {
+                pin(dk[i]);
+                pin(dv[i]);
+            }
+            wgmma_fence();
+#pragma unroll
+            for (int kq = 0; kq < BQK / 16; ++kq) wgmma_rs_n64<1>(dv, pf[kq], mnmajor(sto, kq), 1, tag);
+#pragma unroll
+            for (int kq = 0; kq < BQK / 16; ++kq) wgmma_rs_n64<1>(dk, df[kq], mnmajor(stq, kq), 1, tag);
+            wgmma_commit();
+            wgmma_wait<0>();
+#pragma unroll
+            for (int i = 0; i < 32; ++i) {
+                pin(dk[i]);
+                pin(dv[i]);
+            }
+            __syncthreads();  // the stage is refilled KV_STAGES tiles on
+        }
+        cp_async_wait<0>();  // K and V's copies, when no query tile waited for them
+
+        // dK times scale and dV, rounded to T (rows below tk).
+        uint16_t* odk = reinterpret_cast<uint16_t*>(a.dk) + b * a.st[S_DK][0] + h * a.st[S_DK][1];
+        uint16_t* odv = reinterpret_cast<uint16_t*>(a.dv) + b * a.st[S_DV][0] + h * a.st[S_DV][1];
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const int row = key_t + 8 * hh;
+            if (row >= tk) continue;
+            uint16_t* pk = odk + (u64)row * a.st[S_DK][2] + 2 * (lane % 4);
+            uint16_t* pv = odv + (u64)row * a.st[S_DV][2] + 2 * (lane % 4);
+#pragma unroll
+            for (int g = 0; g < 8; ++g) {
+                *reinterpret_cast<uint32_t*>(pk + 8 * g) = pack2(dk[4 * g + 2 * hh] * a.scale, dk[4 * g + 2 * hh + 1] * a.scale, tag);
+                *reinterpret_cast<uint32_t*>(pv + 8 * g) = pack2(dv[4 * g + 2 * hh], dv[4 * g + 2 * hh + 1], tag);
+            }
+        }
+        __syncthreads();  // K and V are refilled for the next (b, h)
+    }
+}
+
 }  // namespace
 
 // Two blocks a multiprocessor (at most 128 registers a thread): one block's softmax runs beside
@@ -496,4 +679,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 2) attn_bwd_dq_sm90_bf16_d
 }
 extern "C" __global__ void __launch_bounds__(THREADS, 2) attn_bwd_dq_sm90_f16_d64(const AttnArgs a) {
     attn_bwd_dq_sm90<__half>(a);
+}
+extern "C" __global__ void __launch_bounds__(KV_THREADS, 3) attn_bwd_dkdv_sm90_bf16_d64(const AttnArgs a) {
+    attn_bwd_dkdv_sm90<__nv_bfloat16>(a);
+}
+extern "C" __global__ void __launch_bounds__(KV_THREADS, 3) attn_bwd_dkdv_sm90_f16_d64(const AttnArgs a) {
+    attn_bwd_dkdv_sm90<__half>(a);
 }

@@ -797,6 +797,23 @@ fn sm90_backward_dq<T: Element>(cc: (u32, u32), d: usize) -> Option<(&'static st
     }
 }
 
+/// The Hopper (`wgmma`) dK/dV kernel, as [`sm90_forward`]: `attn_bwd_dkdv_sm90_<T>_d64` (one
+/// warpgroup a block of 64 keys) and its dynamic shared memory (alignment slack, K and V, three
+/// 1 KiB-aligned stages of the Q and dO tiles of 64 queries and their lse and d).
+#[cfg(feature = "cuda")]
+fn sm90_backward_dkdv<T: Element>(cc: (u32, u32), d: usize) -> Option<(&'static str, u32)> {
+    if cc != (9, 0) || d != 64 || FORCE_SM80.with(|f| f.get()) {
+        return None;
+    }
+    // `DKDV_SMEM` of the source.
+    const SMEM: u32 = 1024 + 2 * 64 * 128 + 3 * 17 * 1024;
+    match T::DTYPE {
+        crate::DType::BF16 => Some(("attn_bwd_dkdv_sm90_bf16_d64", SMEM)),
+        crate::DType::F16 => Some(("attn_bwd_dkdv_sm90_f16_d64", SMEM)),
+        _ => None,
+    }
+}
+
 /// Query rows a block of the Hopper forward and dQ kernels.
 #[cfg(feature = "cuda")]
 const SM90_FORWARD_ROWS: usize = 128;
@@ -1001,7 +1018,20 @@ fn backward<T: Element>(
     if shape.tk > 0 {
         // With tq == 0 it writes zeros.
         let grid = (shape.tk.div_ceil(BLOCK_ROWS) as u32, grid_y);
-        a.launch(stream, kernels[2], grid, THREADS, smem[1])?;
+        if let Some((name, smem)) =
+            sm90_backward_dkdv::<T>(stream.context().compute_capability(), shape.head_dim)
+        {
+            a.launch_from(
+                &crate::images::ATTENTION_SM90,
+                stream,
+                name,
+                grid,
+                128,
+                smem,
+            )?;
+        } else {
+            a.launch(stream, kernels[2], grid, THREADS, smem[1])?;
+        }
     }
     if shape.tq > 0 {
         if let Some((name, smem)) =

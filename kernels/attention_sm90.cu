@@ -6,43 +6,43 @@
 // launcher (src/attention.rs) takes these kernels on compute capability 9.0 for head dim 64,
 // and attention.cu's elsewhere (and for the backward's row sums d).
 //
-// Forward: a block of two warpgroups (256 threads) takes BQ = 128 query rows of one (b, h),
-// warpgroup g rows 64 g .. 64 g + 63 (grid and order as attention.cu's forward: query tiles
-// in grid.x, heaviest causal tile first; (b, h) in grid.y, strided).
-//   * Shared memory: the Q tile (128 x 64) and a 4-stage ring of (K, V) tiles of BK = 64
-//     keys, each row 128 bytes with chunk c of row r at chunk c ^ (r % 8) (attention.cu's
-//     swizzle, which for 64-wide rows is the 128-byte swizzle that wgmma reads), every tile 1
-//     KiB aligned. Filled by 16-byte cp.async from all threads (rows past Tq or Tk
-//     zero-filled), then made visible to the tensor cores' asynchronous proxy by
-//     `fence.proxy.async` before the block barrier.
+// Every kernel's block is one warpgroup (128 threads) running on its own: several blocks share
+// a multiprocessor, so that one's softmax, copies and barriers run beside another's products.
+//
+// Forward: a block takes BQ = 64 query rows of one (b, h) (grid and order as attention.cu's
+// forward: query tiles in grid.x, heaviest causal tile first; (b, h) in grid.y, strided).
+//   * Shared memory: the Q tile (64 x 64) and a 2-stage ring of (K, V) tiles of BK = 64 keys,
+//     each row 128 bytes with chunk c of row r at chunk c ^ (r % 8) (attention.cu's swizzle,
+//     which for 64-wide rows is the 128-byte swizzle that wgmma reads), every tile 1 KiB
+//     aligned. Filled by 16-byte cp.async from all threads (rows past Tq or Tk zero-filled),
+//     then made visible to the tensor cores' asynchronous proxy by `fence.proxy.async` before
+//     the block barrier.
 //   * Per key tile: S = Q K^T as `wgmma m64n64k16` (4 k steps, both operands k-major from
 //     shared memory); the online softmax of attention.cu on the accumulators (x = S * scale *
 //     log2 e, masked entries -inf, running max m, alpha = exp2(m_old - m_new), p = exp2(x -
 //     m_new)); then O = alpha O + P V as `wgmma m64n64k16` with P from registers (the
 //     accumulator layout is the A fragment layout, pairs rounded to T) and V mn-major from
 //     shared memory (4 k steps of 16 keys).
-//   * The copies of tile j + 3 are queued before tile j's products (each tile its own
-//     cp.async group); a barrier after tile j frees its stage. Two blocks share a
-//     multiprocessor (115 registers a thread, 81 KiB of shared memory each), so that one's
-//     softmax and copies run beside the other's products: the two warpgroups of a block
-//     proceed in step, tile by tile.
+//   * The copies of tile j + 1 are queued before tile j's products (each tile its own cp.async
+//     group); a barrier after tile j frees its stage. Four blocks a multiprocessor (110
+//     registers a thread, 41 KiB of shared memory each).
 //   * End: O / l rounded to T, lse = (m + log2 l) ln 2 (-inf, and O 0, when l = 0).
 //
-// dK/dV: a block is one warpgroup and owns 64 keys (K and V loaded once), and walks the query
-// tiles of 64 that can see them (causal: from the tile holding its first key) through a
-// 3-stage ring of (Q, dO, lse, d). Per query tile: S^T = K Q^T and dP^T = V dO^T (keys as
-// rows), P^T and dS^T in registers, then dV += P^T dO and dK += dS^T Q with P^T, dS^T rounded
-// to T as A fragments and dO, Q read mn-major (queries as k). dK (times scale) and dV are
-// written once. Three blocks share a multiprocessor (168 registers a thread, 68 KiB of shared
-// memory each) and run independently of each other.
+// dK/dV: a block owns 64 keys (K and V loaded once), and walks the query tiles of 64 that can
+// see them (causal: from the tile holding its first key) through a 3-stage ring of (Q, dO,
+// lse, d). Per query tile: S^T = K Q^T and dP^T = V dO^T (keys as rows), P^T and dS^T in
+// registers, then dV += P^T dO and dK += dS^T Q with P^T, dS^T rounded to T as A fragments
+// and dO, Q read mn-major (queries as k). dK (times scale) and dV are written once. Three
+// blocks a multiprocessor (168 registers a thread, 68 KiB of shared memory each).
 //
-// dQ: the same blocks, tiles and ring as the forward, with the dO tile beside Q. Per key tile: S = Q K^T and
-// dP = dO V^T (8 `wgmma m64n64k16`, one commit group), P = exp2(S * scale * log2 e - lse
-// log2 e) (0 where masked; a row of lse -inf has P 0), dS = P (dP - d) rounded to T as A
-// fragments, dQ += dS K with K read mn-major (keys as k). dQ times scale is written once: the
-// backward stays deterministic.
+// dQ: the forward's blocks and tiles with the dO tile beside Q and a 3-stage ring of (K, V).
+// Per key tile: S = Q K^T and dP = dO V^T (8 `wgmma m64n64k16`, one commit group), P =
+// exp2(S * scale * log2 e - lse log2 e) (0 where masked; a row of lse -inf has P 0), dS = P
+// (dP - d) rounded to T as A fragments, dQ += dS K with K read mn-major (keys as k). dQ times
+// scale is written once: the backward stays deterministic. Three blocks a multiprocessor (140
+// registers a thread, 65 KiB of shared memory each).
 //
-// Accumulator layout (m64nNk16, f32): register i of lane l of warp w of the warpgroup holds
+// Accumulator layout (m64nNk16, f32): register i of lane l of warp w holds
 // row 16 w + l / 4 + 8 ((i / 2) % 2), column 8 (i / 4) + 2 (l % 4) + i % 2. Register pairs
 // (8 kk + 2 e, + 1), e = 0..3, rounded and packed, are the A fragment of k slice kk.
 #include <cuda_bf16.h>
@@ -69,12 +69,14 @@ enum { S_Q = 0, S_K, S_V, S_O, S_DO, S_DQ, S_DK, S_DV };
 
 namespace {
 
-constexpr int D = 64, BQ = 128, BK = 64, STAGES = 4, THREADS = 256;
+// A block is one warpgroup: 64 query rows (forward, dQ) or 64 keys (dK/dV).
+constexpr int D = 64, BQ = 64, BK = 64, THREADS = 128;
 constexpr int Q_BYTES = BQ * D * 2, KV_BYTES = BK * D * 2;
-// Dynamic shared memory (`sm90_forward` in attention.rs): alignment slack, Q, then STAGES
-// stages of (K, V); two blocks a multiprocessor.
-constexpr int FWD_SMEM = 1024 + Q_BYTES + STAGES * 2 * KV_BYTES;
-static_assert(FWD_SMEM == 82944 && 2 * FWD_SMEM <= 227 * 1024, "shared memory of two blocks");
+// Dynamic shared memory (`sm90_forward` in attention.rs): alignment slack, Q, then FWD_STAGES
+// stages of (K, V); four blocks a multiprocessor.
+constexpr int FWD_STAGES = 2;
+constexpr int FWD_SMEM = 1024 + Q_BYTES + FWD_STAGES * 2 * KV_BYTES;
+static_assert(FWD_SMEM == 41984 && 4 * FWD_SMEM <= 227 * 1024, "shared memory of four blocks");
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -193,9 +195,9 @@ __device__ __forceinline__ uint32_t swz(int r, int c) { return (uint32_t)(r * 8 
 
 // Queues the copy of rows row0 .. row0 + ROWS - 1 of a [*, 64] operand (row r at base + r st)
 // into the swizzled tile at `tile`; rows at or past `limit` are zero-filled.
-template <int ROWS, int NT = THREADS>
+template <int ROWS>
 __device__ __forceinline__ void load_tile(uint32_t tile, const uint16_t* base, u64 st, int row0, int limit, int tid) {
-    constexpr int RSTEP = NT / 8;
+    constexpr int RSTEP = THREADS / 8;
     const int r = tid / 8, c = tid % 8;
     const uint16_t* p = base + (u64)(row0 + r) * st + c * 8;
 #pragma unroll
@@ -217,14 +219,14 @@ __device__ __forceinline__ void load_vec(uint32_t dst, const float* base, int i0
 
 template <typename T>
 __device__ __forceinline__ void attn_fwd_sm90(const AttnArgs& a) {
+    constexpr int STAGES = FWD_STAGES;
     extern __shared__ uint8_t smem_raw[];
     const uint32_t sq = (smem_addr(smem_raw) + 1023) & ~1023u, skv = sq + Q_BYTES;
-    const int tid = threadIdx.x, lane = tid & 31, wg = tid / 128, warp = (tid / 32) % 4;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid / 32;
     const int tq = (int)a.tq, tk = (int)a.tk;  // below 2^30 (checked)
     const int ntq = (tq + BQ - 1) / BQ;
     const int q0 = (ntq - 1 - (int)blockIdx.x) * BQ;  // the heaviest causal tiles first
-    const int qw = q0 + 64 * wg;                       // this warpgroup's first row
-    const int row_t = qw + 16 * warp + lane / 4;       // this thread's rows: row_t, row_t + 8
+    const int row_t = q0 + 16 * warp + lane / 4;       // this thread's rows: row_t, row_t + 8
     const u64 bhs = a.batch * a.heads;
     const float sl2 = a.scale_log2;
     const int kv_end = a.causal ? min(tk, q0 + BQ) : tk;
@@ -268,7 +270,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const AttnArgs& a) {
             const uint32_t sk = skv + (j % STAGES) * 2 * KV_BYTES, sv = sk + KV_BYTES;
             const int k0 = j * BK;
 
-            // S = Q K^T (this warpgroup's 64 rows x BK keys).
+            // S = Q K^T (64 rows x BK keys).
             float s[BK / 2];
 #pragma unroll
             for (int i = 0; i < BK / 2; ++i) s[i] = 0.f;
@@ -276,14 +278,14 @@ __device__ __forceinline__ void attn_fwd_sm90(const AttnArgs& a) {
             for (int i = 0; i < BK / 2; ++i) pin(s[i]);
             wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < D / 16; ++kk) wgmma_ss_n64(s, kmajor(sq + wg * (Q_BYTES / 2), kk), kmajor(sk, kk), kk > 0, tag);
+            for (int kk = 0; kk < D / 16; ++kk) wgmma_ss_n64(s, kmajor(sq, kk), kmajor(sk, kk), kk > 0, tag);
             wgmma_commit();
             wgmma_wait<0>();
 #pragma unroll
             for (int i = 0; i < BK / 2; ++i) pin(s[i]);
 
             // Scale (to log2 units), mask, online softmax; P as A fragments.
-            const bool need_mask = k0 + BK > tk || (a.causal && k0 + BK - 1 > qw);
+            const bool need_mask = k0 + BK > tk || (a.causal && k0 + BK - 1 > q0);
             float mx[2] = {m[0], m[1]};
 #pragma unroll
             for (int i = 0; i < BK / 2; ++i) {
@@ -359,21 +361,22 @@ __device__ __forceinline__ void attn_fwd_sm90(const AttnArgs& a) {
 // ---------------------------------------------------------------------------------------------
 // Backward: dQ, a block per query tile (attention.cu's `attn_bwd_dq` on wgmma).
 
-// Dynamic shared memory (`sm90_backward_dq` in attention.rs): alignment slack, Q and dO (128
-// rows each), then STAGES stages of (K, V); two blocks a multiprocessor.
-constexpr int DQ_SMEM = 1024 + 2 * Q_BYTES + STAGES * 2 * KV_BYTES;
-static_assert(DQ_SMEM == 99328 && 2 * DQ_SMEM <= 227 * 1024, "shared memory of two blocks");
+// Dynamic shared memory (`sm90_backward_dq` in attention.rs): alignment slack, Q and dO, then
+// DQ_STAGES stages of (K, V); three blocks a multiprocessor.
+constexpr int DQ_STAGES = 3;
+constexpr int DQ_SMEM = 1024 + 2 * Q_BYTES + DQ_STAGES * 2 * KV_BYTES;
+static_assert(DQ_SMEM == 66560 && 3 * DQ_SMEM <= 227 * 1024, "shared memory of three blocks");
 
 template <typename T>
 __device__ __forceinline__ void attn_bwd_dq_sm90(const AttnArgs& a) {
+    constexpr int STAGES = DQ_STAGES;
     extern __shared__ uint8_t smem_raw[];
     const uint32_t sq = (smem_addr(smem_raw) + 1023) & ~1023u, so = sq + Q_BYTES, skv = so + Q_BYTES;
-    const int tid = threadIdx.x, lane = tid & 31, wg = tid / 128, warp = (tid / 32) % 4;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid / 32;
     const int tq = (int)a.tq, tk = (int)a.tk;
     const int ntq = (tq + BQ - 1) / BQ;
     const int q0 = (ntq - 1 - (int)blockIdx.x) * BQ;
-    const int qw = q0 + 64 * wg;
-    const int row_t = qw + 16 * warp + lane / 4;
+    const int row_t = q0 + 16 * warp + lane / 4;
     const u64 bhs = a.batch * a.heads;
     const float sl2 = a.scale_log2;
     const int kv_end = a.causal ? min(tk, q0 + BQ) : tk;
@@ -424,7 +427,7 @@ __device__ __forceinline__ void attn_bwd_dq_sm90(const AttnArgs& a) {
             const uint32_t sk = skv + (j % STAGES) * 2 * KV_BYTES, sv = sk + KV_BYTES;
             const int k0 = j * BK;
 
-            // S = Q K^T and dP = dO V^T (this warpgroup's 64 rows x BK keys).
+            // S = Q K^T and dP = dO V^T (64 rows x BK keys).
             float s[32], dp[32];
 #pragma unroll
             for (int i = 0; i < 32; ++i) s[i] = dp[i] = 0.f;
@@ -435,9 +438,9 @@ __device__ __forceinline__ void attn_bwd_dq_sm90(const AttnArgs& a) {
             }
             wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < D / 16; ++kk) wgmma_ss_n64(s, kmajor(sq + wg * (Q_BYTES / 2), kk), kmajor(sk, kk), kk > 0, tag);
+            for (int kk = 0; kk < D / 16; ++kk) wgmma_ss_n64(s, kmajor(sq, kk), kmajor(sk, kk), kk > 0, tag);
 #pragma unroll
-            for (int kk = 0; kk < D / 16; ++kk) wgmma_ss_n64(dp, kmajor(so + wg * (Q_BYTES / 2), kk), kmajor(sv, kk), kk > 0, tag);
+            for (int kk = 0; kk < D / 16; ++kk) wgmma_ss_n64(dp, kmajor(so, kk), kmajor(sv, kk), kk > 0, tag);
             wgmma_commit();
             wgmma_wait<0>();
 #pragma unroll
@@ -447,7 +450,7 @@ __device__ __forceinline__ void attn_bwd_dq_sm90(const AttnArgs& a) {
             }
 
             // dS = P (dP - d), rounded to T as A fragments.
-            const bool need_mask = k0 + BK > tk || (a.causal && k0 + BK - 1 > qw);
+            const bool need_mask = k0 + BK > tk || (a.causal && k0 + BK - 1 > q0);
             uint32_t da[BK / 16][4];
 #pragma unroll
             for (int kk = 0; kk < BK / 16; ++kk)
@@ -502,7 +505,7 @@ __device__ __forceinline__ void attn_bwd_dq_sm90(const AttnArgs& a) {
 // Backward: dK and dV, a block (one warpgroup) per 64 keys (attention.cu's `attn_bwd_dkdv` on
 // wgmma, keys as the products' rows).
 
-constexpr int KV_THREADS = 128, KV_STAGES = 3;
+constexpr int KV_STAGES = 3;
 // A stage: the Q and dO tiles of BQK = 64 queries, then their lse and d (f32).
 constexpr int BQK = 64, QK_BYTES = BQK * D * 2, KV_STAGE = 2 * QK_BYTES + 2 * BQK * 4;
 // Dynamic shared memory (`sm90_backward_dkdv` in attention.rs): alignment slack, K and V (64
@@ -537,8 +540,8 @@ __device__ __forceinline__ void attn_bwd_dkdv_sm90(const AttnArgs& a) {
         auto load_stage = [&](int it) {
             const uint32_t base = sst + (it % KV_STAGES) * KV_STAGE_STRIDE;
             const int i0 = (it0 + it) * BQK;
-            load_tile<BQK, KV_THREADS>(base, q, qst, i0, tq, tid);
-            load_tile<BQK, KV_THREADS>(base + QK_BYTES, dout, dst, i0, tq, tid);
+            load_tile<BQK>(base, q, qst, i0, tq, tid);
+            load_tile<BQK>(base + QK_BYTES, dout, dst, i0, tq, tid);
             // Threads 0..63 copy the lse, 64..127 the d.
             if (tid < BQK)
                 load_vec(base + 2 * QK_BYTES, lse, i0, tq, BQK, tid);
@@ -548,9 +551,9 @@ __device__ __forceinline__ void attn_bwd_dkdv_sm90(const AttnArgs& a) {
 
         // K, V and the first KV_STAGES - 1 query tiles, a commit group each (K and V's with
         // the first).
-        load_tile<BK, KV_THREADS>(sk, reinterpret_cast<const uint16_t*>(a.k) + b * a.st[S_K][0] + h * a.st[S_K][1],
+        load_tile<BK>(sk, reinterpret_cast<const uint16_t*>(a.k) + b * a.st[S_K][0] + h * a.st[S_K][1],
                                   a.st[S_K][2], j0, tk, tid);
-        load_tile<BK, KV_THREADS>(sv, reinterpret_cast<const uint16_t*>(a.v) + b * a.st[S_V][0] + h * a.st[S_V][1],
+        load_tile<BK>(sv, reinterpret_cast<const uint16_t*>(a.v) + b * a.st[S_V][0] + h * a.st[S_V][1],
                                   a.st[S_V][2], j0, tk, tid);
 #pragma unroll
         for (int it = 0; it < KV_STAGES - 1; ++it) {
@@ -666,23 +669,23 @@ __device__ __forceinline__ void attn_bwd_dkdv_sm90(const AttnArgs& a) {
 
 }  // namespace
 
-// Two blocks a multiprocessor (at most 128 registers a thread): one block's softmax runs beside
-// the other's products.
-extern "C" __global__ void __launch_bounds__(THREADS, 2) attn_fwd_sm90_bf16_d64(const AttnArgs a) {
+// Four forward blocks a multiprocessor (115 registers a thread), three dQ and three dK/dV
+// blocks (at most 170).
+extern "C" __global__ void __launch_bounds__(THREADS, 4) attn_fwd_sm90_bf16_d64(const AttnArgs a) {
     attn_fwd_sm90<__nv_bfloat16>(a);
 }
-extern "C" __global__ void __launch_bounds__(THREADS, 2) attn_fwd_sm90_f16_d64(const AttnArgs a) {
+extern "C" __global__ void __launch_bounds__(THREADS, 4) attn_fwd_sm90_f16_d64(const AttnArgs a) {
     attn_fwd_sm90<__half>(a);
 }
-extern "C" __global__ void __launch_bounds__(THREADS, 2) attn_bwd_dq_sm90_bf16_d64(const AttnArgs a) {
+extern "C" __global__ void __launch_bounds__(THREADS, 3) attn_bwd_dq_sm90_bf16_d64(const AttnArgs a) {
     attn_bwd_dq_sm90<__nv_bfloat16>(a);
 }
-extern "C" __global__ void __launch_bounds__(THREADS, 2) attn_bwd_dq_sm90_f16_d64(const AttnArgs a) {
+extern "C" __global__ void __launch_bounds__(THREADS, 3) attn_bwd_dq_sm90_f16_d64(const AttnArgs a) {
     attn_bwd_dq_sm90<__half>(a);
 }
-extern "C" __global__ void __launch_bounds__(KV_THREADS, 3) attn_bwd_dkdv_sm90_bf16_d64(const AttnArgs a) {
+extern "C" __global__ void __launch_bounds__(THREADS, 3) attn_bwd_dkdv_sm90_bf16_d64(const AttnArgs a) {
     attn_bwd_dkdv_sm90<__nv_bfloat16>(a);
 }
-extern "C" __global__ void __launch_bounds__(KV_THREADS, 3) attn_bwd_dkdv_sm90_f16_d64(const AttnArgs a) {
+extern "C" __global__ void __launch_bounds__(THREADS, 3) attn_bwd_dkdv_sm90_f16_d64(const AttnArgs a) {
     attn_bwd_dkdv_sm90<__half>(a);
 }

@@ -764,15 +764,14 @@ fn record_kernel(name: &'static str) {
 
 /// The Hopper (`wgmma`) forward of `T` for head dim `d` on a device of compute capability
 /// `cc`, unless the thread forces the `mma.sync` kernels: `attn_fwd_sm90_<T>_d64` and its
-/// dynamic shared memory (alignment slack, the Q tile of 128 rows, four stages of K and V
-/// tiles of 64 keys: `attention_sm90.cu`).
+/// dynamic shared memory (alignment slack, the Q tile, two stages of K and V tiles of 64 keys:
+/// `FWD_SMEM` of `attention_sm90.cu`).
 #[cfg(feature = "cuda")]
 fn sm90_forward<T: Element>(cc: (u32, u32), d: usize) -> Option<(&'static str, u32)> {
     if cc != (9, 0) || d != 64 || FORCE_SM80.with(|f| f.get()) {
         return None;
     }
-    // `FWD_SMEM` of the source.
-    const SMEM: u32 = 1024 + 128 * 128 + 4 * 2 * 64 * 128;
+    const SMEM: u32 = 1024 + 64 * 128 + 2 * 2 * 64 * 128;
     match T::DTYPE {
         crate::DType::BF16 => Some(("attn_fwd_sm90_bf16_d64", SMEM)),
         crate::DType::F16 => Some(("attn_fwd_sm90_f16_d64", SMEM)),
@@ -781,15 +780,14 @@ fn sm90_forward<T: Element>(cc: (u32, u32), d: usize) -> Option<(&'static str, u
 }
 
 /// The Hopper (`wgmma`) dQ kernel, as [`sm90_forward`]: `attn_bwd_dq_sm90_<T>_d64` and its
-/// dynamic shared memory (alignment slack, the Q and dO tiles of 128 rows, four stages of K and
-/// V tiles of 64 keys).
+/// dynamic shared memory (alignment slack, the Q and dO tiles, three stages of K and V tiles
+/// of 64 keys: `DQ_SMEM`).
 #[cfg(feature = "cuda")]
 fn sm90_backward_dq<T: Element>(cc: (u32, u32), d: usize) -> Option<(&'static str, u32)> {
     if cc != (9, 0) || d != 64 || FORCE_SM80.with(|f| f.get()) {
         return None;
     }
-    // `DQ_SMEM` of the source.
-    const SMEM: u32 = 1024 + 2 * 128 * 128 + 4 * 2 * 64 * 128;
+    const SMEM: u32 = 1024 + 2 * 64 * 128 + 3 * 2 * 64 * 128;
     match T::DTYPE {
         crate::DType::BF16 => Some(("attn_bwd_dq_sm90_bf16_d64", SMEM)),
         crate::DType::F16 => Some(("attn_bwd_dq_sm90_f16_d64", SMEM)),
@@ -814,9 +812,10 @@ fn sm90_backward_dkdv<T: Element>(cc: (u32, u32), d: usize) -> Option<(&'static 
     }
 }
 
-/// Query rows a block of the Hopper forward and dQ kernels.
+/// Query rows (forward, dQ) or keys (dK/dV) a block of the Hopper kernels, and its threads
+/// (one warpgroup).
 #[cfg(feature = "cuda")]
-const SM90_FORWARD_ROWS: usize = 128;
+const SM90_BLOCK: (usize, u32) = (64, 128);
 
 /// Queues the forward on `stream`: `o` (strides `s.o`) and `lse` (f32 `[batch, heads, tq]`)
 /// from `q`, `k`, `v` (see the module documentation). bf16 and f16, head dims 64 and 128; every
@@ -853,16 +852,14 @@ pub fn gpu_attention_forward<T: Element>(
     if let Some((name, smem)) =
         sm90_forward::<T>(stream.context().compute_capability(), shape.head_dim)
     {
-        let grid = (
-            shape.tq.div_ceil(SM90_FORWARD_ROWS) as u32,
-            bh.min(MAX_GRID_Y) as u32,
-        );
+        let (rows, threads) = SM90_BLOCK;
+        let grid = (shape.tq.div_ceil(rows) as u32, bh.min(MAX_GRID_Y) as u32);
         return a.launch_from(
             &crate::images::ATTENTION_SM90,
             stream,
             name,
             grid,
-            256,
+            threads,
             smem,
         );
     }
@@ -1017,19 +1014,14 @@ fn backward<T: Element>(
     }
     if shape.tk > 0 {
         // With tq == 0 it writes zeros.
-        let grid = (shape.tk.div_ceil(BLOCK_ROWS) as u32, grid_y);
         if let Some((name, smem)) =
             sm90_backward_dkdv::<T>(stream.context().compute_capability(), shape.head_dim)
         {
-            a.launch_from(
-                &crate::images::ATTENTION_SM90,
-                stream,
-                name,
-                grid,
-                128,
-                smem,
-            )?;
+            let grid = (shape.tk.div_ceil(SM90_BLOCK.0) as u32, grid_y);
+            let image = &crate::images::ATTENTION_SM90;
+            a.launch_from(image, stream, name, grid, SM90_BLOCK.1, smem)?;
         } else {
+            let grid = (shape.tk.div_ceil(BLOCK_ROWS) as u32, grid_y);
             a.launch(stream, kernels[2], grid, THREADS, smem[1])?;
         }
     }
@@ -1037,13 +1029,14 @@ fn backward<T: Element>(
         if let Some((name, smem)) =
             sm90_backward_dq::<T>(stream.context().compute_capability(), shape.head_dim)
         {
-            let grid = (shape.tq.div_ceil(SM90_FORWARD_ROWS) as u32, grid_y);
+            let (rows, threads) = SM90_BLOCK;
+            let grid = (shape.tq.div_ceil(rows) as u32, grid_y);
             a.launch_from(
                 &crate::images::ATTENTION_SM90,
                 stream,
                 name,
                 grid,
-                256,
+                threads,
                 smem,
             )?;
         } else {

@@ -72,7 +72,7 @@ namespace {
 // A block is one warpgroup: 64 query rows (forward, dQ) or 64 keys (dK/dV).
 constexpr int D = 64, BQ = 64, BK = 64, THREADS = 128;
 constexpr int Q_BYTES = BQ * D * 2, KV_BYTES = BK * D * 2;
-// Dynamic shared memory (`sm90_forward` in attention.rs): alignment slack, Q, then FWD_STAGES
+// Dynamic shared memory (`sm90_kernel` in attention.rs): alignment slack, Q, then FWD_STAGES
 // stages of (K, V); four blocks a multiprocessor.
 constexpr int FWD_STAGES = 2;
 constexpr int FWD_SMEM = 1024 + Q_BYTES + FWD_STAGES * 2 * KV_BYTES;
@@ -190,6 +190,45 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi, __half) {
     return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// The accumulators x (32 registers) kept out of the compiler's reordering across the
+// asynchronous wgmma window.
+__device__ __forceinline__ void pin_all(float (&x)[32]) {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) pin(x[i]);
+}
+
+// Queues d = A B^T over the 64-deep head dim (4 k steps), A's 64 rows and B's 64 rows k-major
+// tiles at `a` and `b` (d's old values ignored).
+template <typename T>
+__device__ __forceinline__ void queue_abt(float (&d)[32], uint32_t a, uint32_t b, T tag) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) wgmma_ss_n64(d, kmajor(a, kk), kmajor(b, kk), kk > 0, tag);
+}
+
+// Queues d += F B over 64 k values (4 k slices): F the A fragments in registers, B the k x 64
+// tile at `b`, mn-major.
+template <typename T>
+__device__ __forceinline__ void queue_fb(float (&d)[32], const uint32_t (&f)[4][4], uint32_t b, T tag) {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wgmma_rs_n64<1>(d, f[kk], mnmajor(b, kk), 1, tag);
+}
+
+// Writes a warpgroup's 64 x 64 accumulators (this thread's rows row_t and row_t + 8, times
+// mul[0] and mul[1]) rounded to T into rows below `limit` of `out` (row r at out + r st).
+template <typename T>
+__device__ __forceinline__ void store_rows(uint16_t* out, u64 st, int row_t, int limit, const float (&acc)[32],
+                                           const float (&mul)[2], int lane, T tag) {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+        const int row = row_t + 8 * hh;
+        if (row >= limit) continue;
+        uint16_t* p = out + (u64)row * st + 2 * (lane % 4);
+#pragma unroll
+        for (int g = 0; g < 8; ++g)
+            *reinterpret_cast<uint32_t*>(p + 8 * g) = pack2(acc[4 * g + 2 * hh] * mul[hh], acc[4 * g + 2 * hh + 1] * mul[hh], tag);
+    }
+}
+
 // Byte offset of chunk c (8 elements) of row r in a swizzled tile of 64-wide rows.
 __device__ __forceinline__ uint32_t swz(int r, int c) { return (uint32_t)(r * 8 + (c ^ (r & 7))) * 16u; }
 
@@ -271,24 +310,21 @@ __device__ __forceinline__ void attn_fwd_sm90(const AttnArgs& a) {
             const int k0 = j * BK;
 
             // S = Q K^T (64 rows x BK keys).
-            float s[BK / 2];
+            float s[32];
 #pragma unroll
-            for (int i = 0; i < BK / 2; ++i) s[i] = 0.f;
-#pragma unroll
-            for (int i = 0; i < BK / 2; ++i) pin(s[i]);
+            for (int i = 0; i < 32; ++i) s[i] = 0.f;
+            pin_all(s);
             wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < D / 16; ++kk) wgmma_ss_n64(s, kmajor(sq, kk), kmajor(sk, kk), kk > 0, tag);
+            queue_abt(s, sq, sk, tag);
             wgmma_commit();
             wgmma_wait<0>();
-#pragma unroll
-            for (int i = 0; i < BK / 2; ++i) pin(s[i]);
+            pin_all(s);
 
             // Scale (to log2 units), mask, online softmax; P as A fragments.
             const bool need_mask = k0 + BK > tk || (a.causal && k0 + BK - 1 > q0);
             float mx[2] = {m[0], m[1]};
 #pragma unroll
-            for (int i = 0; i < BK / 2; ++i) {
+            for (int i = 0; i < 32; ++i) {
                 float x = s[i] * sl2;
                 if (need_mask) {
                     const int col = k0 + 8 * (i / 4) + 2 * (lane % 4) + (i & 1), row = row_t + 8 * ((i >> 1) & 1);
@@ -322,38 +358,30 @@ __device__ __forceinline__ void attn_fwd_sm90(const AttnArgs& a) {
                 }
 
             // O += P V.
-#pragma unroll
-            for (int i = 0; i < 32; ++i) pin(o[i]);
+            pin_all(o);
             wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < BK / 16; ++kk) wgmma_rs_n64<1>(o, pa[kk], mnmajor(sv, kk), 1, tag);
+            queue_fb(o, pa, sv, tag);
             wgmma_commit();
             wgmma_wait<0>();
-#pragma unroll
-            for (int i = 0; i < 32; ++i) pin(o[i]);
+            pin_all(o);
             __syncthreads();  // the stage is refilled STAGES tiles on
         }
         cp_async_wait<0>();
 
         // Normalise and write O and lse.
-        uint16_t* out = reinterpret_cast<uint16_t*>(a.o) + b * a.st[S_O][0] + h * a.st[S_O][1];
-        const u64 ost = a.st[S_O][2];
+        float inv[2];
         float* lse = reinterpret_cast<float*>(a.lse) + bh * a.tq;
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
             float ls = l[hh];
             ls += __shfl_xor_sync(0xffffffffu, ls, 1);
             ls += __shfl_xor_sync(0xffffffffu, ls, 2);
-            const float inv = ls > 0.f ? 1.f / ls : 0.f;
+            inv[hh] = ls > 0.f ? 1.f / ls : 0.f;
             const int row = row_t + 8 * hh;
-            if (row < tq) {
-                if (lane % 4 == 0) lse[row] = ls > 0.f ? (m[hh] + log2f(ls)) * 0.69314718055994531f : NEG_INF;
-                uint16_t* p = out + (u64)row * ost + 2 * (lane % 4);
-#pragma unroll
-                for (int g = 0; g < 8; ++g)
-                    *reinterpret_cast<uint32_t*>(p + 8 * g) = pack2(o[4 * g + 2 * hh] * inv, o[4 * g + 2 * hh + 1] * inv, tag);
-            }
+            if (row < tq && lane % 4 == 0) lse[row] = ls > 0.f ? (m[hh] + log2f(ls)) * 0.69314718055994531f : NEG_INF;
         }
+        uint16_t* out = reinterpret_cast<uint16_t*>(a.o) + b * a.st[S_O][0] + h * a.st[S_O][1];
+        store_rows(out, a.st[S_O][2], row_t, tq, o, inv, lane, tag);
         __syncthreads();  // Q's tile is refilled for the next (b, h)
     }
 }
@@ -361,7 +389,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const AttnArgs& a) {
 // ---------------------------------------------------------------------------------------------
 // Backward: dQ, a block per query tile (attention.cu's `attn_bwd_dq` on wgmma).
 
-// Dynamic shared memory (`sm90_backward_dq` in attention.rs): alignment slack, Q and dO, then
+// Dynamic shared memory (`sm90_kernel` in attention.rs): alignment slack, Q and dO, then
 // DQ_STAGES stages of (K, V); three blocks a multiprocessor.
 constexpr int DQ_STAGES = 3;
 constexpr int DQ_SMEM = 1024 + 2 * Q_BYTES + DQ_STAGES * 2 * KV_BYTES;
@@ -431,23 +459,15 @@ __device__ __forceinline__ void attn_bwd_dq_sm90(const AttnArgs& a) {
             float s[32], dp[32];
 #pragma unroll
             for (int i = 0; i < 32; ++i) s[i] = dp[i] = 0.f;
-#pragma unroll
-            for (int i = 0; i < 32; ++i) {
-                pin(s[i]);
-                pin(dp[i]);
-            }
+            pin_all(s);
+            pin_all(dp);
             wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < D / 16; ++kk) wgmma_ss_n64(s, kmajor(sq, kk), kmajor(sk, kk), kk > 0, tag);
-#pragma unroll
-            for (int kk = 0; kk < D / 16; ++kk) wgmma_ss_n64(dp, kmajor(so, kk), kmajor(sv, kk), kk > 0, tag);
+            queue_abt(s, sq, sk, tag);
+            queue_abt(dp, so, sv, tag);
             wgmma_commit();
             wgmma_wait<0>();
-#pragma unroll
-            for (int i = 0; i < 32; ++i) {
-                pin(s[i]);
-                pin(dp[i]);
-            }
+            pin_all(s);
+            pin_all(dp);
 
             // dS = P (dP - d), rounded to T as A fragments.
             const bool need_mask = k0 + BK > tk || (a.causal && k0 + BK - 1 > q0);
@@ -471,32 +491,20 @@ __device__ __forceinline__ void attn_bwd_dq_sm90(const AttnArgs& a) {
                 }
 
             // dQ += dS K (keys as k: K mn-major).
-#pragma unroll
-            for (int i = 0; i < 32; ++i) pin(dq[i]);
+            pin_all(dq);
             wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < BK / 16; ++kk) wgmma_rs_n64<1>(dq, da[kk], mnmajor(sk, kk), 1, tag);
+            queue_fb(dq, da, sk, tag);
             wgmma_commit();
             wgmma_wait<0>();
-#pragma unroll
-            for (int i = 0; i < 32; ++i) pin(dq[i]);
+            pin_all(dq);
             __syncthreads();  // the stage is refilled STAGES tiles on
         }
         cp_async_wait<0>();
 
         // dQ times scale, rounded to T.
         uint16_t* out = reinterpret_cast<uint16_t*>(a.dq) + b * a.st[S_DQ][0] + h * a.st[S_DQ][1];
-        const u64 dst = a.st[S_DQ][2];
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            const int row = row_t + 8 * hh;
-            if (row >= tq) continue;
-            uint16_t* p = out + (u64)row * dst + 2 * (lane % 4);
-#pragma unroll
-            for (int g = 0; g < 8; ++g)
-                *reinterpret_cast<uint32_t*>(p + 8 * g) =
-                    pack2(dq[4 * g + 2 * hh] * a.scale, dq[4 * g + 2 * hh + 1] * a.scale, tag);
-        }
+        const float mul[2] = {a.scale, a.scale};
+        store_rows(out, a.st[S_DQ][2], row_t, tq, dq, mul, lane, tag);
         __syncthreads();  // Q and dO are refilled for the next (b, h)
     }
 }
@@ -508,7 +516,7 @@ __device__ __forceinline__ void attn_bwd_dq_sm90(const AttnArgs& a) {
 constexpr int KV_STAGES = 3;
 // A stage: the Q and dO tiles of BQK = 64 queries, then their lse and d (f32).
 constexpr int BQK = 64, QK_BYTES = BQK * D * 2, KV_STAGE = 2 * QK_BYTES + 2 * BQK * 4;
-// Dynamic shared memory (`sm90_backward_dkdv` in attention.rs): alignment slack, K and V (64
+// Dynamic shared memory (`sm90_kernel` in attention.rs): alignment slack, K and V (64
 // keys each), then KV_STAGES stages, each 1 KiB aligned; three blocks a multiprocessor.
 constexpr int KV_STAGE_STRIDE = (KV_STAGE + 1023) / 1024 * 1024;
 constexpr int DKDV_SMEM = 1024 + 2 * KV_BYTES + KV_STAGES * KV_STAGE_STRIDE;
@@ -581,23 +589,15 @@ __device__ __forceinline__ void attn_bwd_dkdv_sm90(const AttnArgs& a) {
             float st[32], dp[32];
 #pragma unroll
             for (int i = 0; i < 32; ++i) st[i] = dp[i] = 0.f;
-#pragma unroll
-            for (int i = 0; i < 32; ++i) {
-                pin(st[i]);
-                pin(dp[i]);
-            }
+            pin_all(st);
+            pin_all(dp);
             wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < D / 16; ++kk) wgmma_ss_n64(st, kmajor(sk, kk), kmajor(stq, kk), kk > 0, tag);
-#pragma unroll
-            for (int kk = 0; kk < D / 16; ++kk) wgmma_ss_n64(dp, kmajor(sv, kk), kmajor(sto, kk), kk > 0, tag);
+            queue_abt(st, sk, stq, tag);
+            queue_abt(dp, sv, sto, tag);
             wgmma_commit();
             wgmma_wait<0>();
-#pragma unroll
-            for (int i = 0; i < 32; ++i) {
-                pin(st[i]);
-                pin(dp[i]);
-            }
+            pin_all(st);
+            pin_all(dp);
 
             // P^T and dS^T (register i: key key_t + 8 ((i / 2) % 2), query i0 + 8 (i / 4) +
             // 2 (lane % 4) + i % 2), rounded to T as A fragments (queries as k).
@@ -627,42 +627,25 @@ __device__ __forceinline__ void attn_bwd_dkdv_sm90(const AttnArgs& a) {
                 }
 
             // dV += P^T dO, dK += dS^T Q (queries as k: dO and Q mn-major).
-#pragma unroll
-            for (int i = 0; i < 32; ++i) {
-                pin(dk[i]);
-                pin(dv[i]);
-            }
+            pin_all(dk);
+            pin_all(dv);
             wgmma_fence();
-#pragma unroll
-            for (int kq = 0; kq < BQK / 16; ++kq) wgmma_rs_n64<1>(dv, pf[kq], mnmajor(sto, kq), 1, tag);
-#pragma unroll
-            for (int kq = 0; kq < BQK / 16; ++kq) wgmma_rs_n64<1>(dk, df[kq], mnmajor(stq, kq), 1, tag);
+            queue_fb(dv, pf, sto, tag);
+            queue_fb(dk, df, stq, tag);
             wgmma_commit();
             wgmma_wait<0>();
-#pragma unroll
-            for (int i = 0; i < 32; ++i) {
-                pin(dk[i]);
-                pin(dv[i]);
-            }
+            pin_all(dk);
+            pin_all(dv);
             __syncthreads();  // the stage is refilled KV_STAGES tiles on
         }
         cp_async_wait<0>();  // K and V's copies, when no query tile waited for them
 
         // dK times scale and dV, rounded to T (rows below tk).
-        uint16_t* odk = reinterpret_cast<uint16_t*>(a.dk) + b * a.st[S_DK][0] + h * a.st[S_DK][1];
-        uint16_t* odv = reinterpret_cast<uint16_t*>(a.dv) + b * a.st[S_DV][0] + h * a.st[S_DV][1];
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            const int row = key_t + 8 * hh;
-            if (row >= tk) continue;
-            uint16_t* pk = odk + (u64)row * a.st[S_DK][2] + 2 * (lane % 4);
-            uint16_t* pv = odv + (u64)row * a.st[S_DV][2] + 2 * (lane % 4);
-#pragma unroll
-            for (int g = 0; g < 8; ++g) {
-                *reinterpret_cast<uint32_t*>(pk + 8 * g) = pack2(dk[4 * g + 2 * hh] * a.scale, dk[4 * g + 2 * hh + 1] * a.scale, tag);
-                *reinterpret_cast<uint32_t*>(pv + 8 * g) = pack2(dv[4 * g + 2 * hh], dv[4 * g + 2 * hh + 1], tag);
-            }
-        }
+        const float ks[2] = {a.scale, a.scale}, one[2] = {1.f, 1.f};
+        store_rows(reinterpret_cast<uint16_t*>(a.dk) + b * a.st[S_DK][0] + h * a.st[S_DK][1], a.st[S_DK][2], key_t, tk,
+                   dk, ks, lane, tag);
+        store_rows(reinterpret_cast<uint16_t*>(a.dv) + b * a.st[S_DV][0] + h * a.st[S_DV][1], a.st[S_DV][2], key_t, tk,
+                   dv, one, lane, tag);
         __syncthreads();  // K and V are refilled for the next (b, h)
     }
 }

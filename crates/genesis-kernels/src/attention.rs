@@ -762,52 +762,46 @@ fn record_kernel(name: &'static str) {
     LAST_KERNEL.with(|k| k.set(Some(name)));
 }
 
-/// The Hopper (`wgmma`) forward of `T` for head dim `d` on a device of compute capability
-/// `cc`, unless the thread forces the `mma.sync` kernels: `attn_fwd_sm90_<T>_d64` and its
-/// dynamic shared memory (alignment slack, the Q tile, two stages of K and V tiles of 64 keys:
-/// `FWD_SMEM` of `attention_sm90.cu`).
+/// A kernel of `attention_sm90.cu`.
 #[cfg(feature = "cuda")]
-fn sm90_forward<T: Element>(cc: (u32, u32), d: usize) -> Option<(&'static str, u32)> {
-    if cc != (9, 0) || d != 64 || FORCE_SM80.with(|f| f.get()) {
-        return None;
-    }
-    const SMEM: u32 = 1024 + 64 * 128 + 2 * 2 * 64 * 128;
-    match T::DTYPE {
-        crate::DType::BF16 => Some(("attn_fwd_sm90_bf16_d64", SMEM)),
-        crate::DType::F16 => Some(("attn_fwd_sm90_f16_d64", SMEM)),
-        _ => None,
-    }
+#[derive(Clone, Copy)]
+enum Sm90 {
+    Forward,
+    Dq,
+    Dkdv,
 }
 
-/// The Hopper (`wgmma`) dQ kernel, as [`sm90_forward`]: `attn_bwd_dq_sm90_<T>_d64` and its
-/// dynamic shared memory (alignment slack, the Q and dO tiles, three stages of K and V tiles
-/// of 64 keys: `DQ_SMEM`).
+/// The Hopper (`wgmma`) kernel `which` of `T` for head dim `d` on a device of compute
+/// capability `cc`, unless the thread forces the `mma.sync` kernels: its name and dynamic
+/// shared memory (`FWD_SMEM`, `DQ_SMEM`, `DKDV_SMEM` of the source: alignment slack, then the
+/// forward's Q tile and two stages of 64-key K and V tiles; dQ's Q and dO tiles and three such
+/// stages; dK/dV's K and V and three 1 KiB-aligned stages of the Q and dO tiles of 64 queries
+/// with their lse and d).
 #[cfg(feature = "cuda")]
-fn sm90_backward_dq<T: Element>(cc: (u32, u32), d: usize) -> Option<(&'static str, u32)> {
+fn sm90_kernel<T: Element>(which: Sm90, cc: (u32, u32), d: usize) -> Option<(&'static str, u32)> {
     if cc != (9, 0) || d != 64 || FORCE_SM80.with(|f| f.get()) {
         return None;
     }
-    const SMEM: u32 = 1024 + 2 * 64 * 128 + 3 * 2 * 64 * 128;
+    let (bf16, f16, smem) = match which {
+        Sm90::Forward => (
+            "attn_fwd_sm90_bf16_d64",
+            "attn_fwd_sm90_f16_d64",
+            1024 + 64 * 128 + 2 * 2 * 64 * 128,
+        ),
+        Sm90::Dq => (
+            "attn_bwd_dq_sm90_bf16_d64",
+            "attn_bwd_dq_sm90_f16_d64",
+            1024 + 2 * 64 * 128 + 3 * 2 * 64 * 128,
+        ),
+        Sm90::Dkdv => (
+            "attn_bwd_dkdv_sm90_bf16_d64",
+            "attn_bwd_dkdv_sm90_f16_d64",
+            1024 + 2 * 64 * 128 + 3 * 17 * 1024,
+        ),
+    };
     match T::DTYPE {
-        crate::DType::BF16 => Some(("attn_bwd_dq_sm90_bf16_d64", SMEM)),
-        crate::DType::F16 => Some(("attn_bwd_dq_sm90_f16_d64", SMEM)),
-        _ => None,
-    }
-}
-
-/// The Hopper (`wgmma`) dK/dV kernel, as [`sm90_forward`]: `attn_bwd_dkdv_sm90_<T>_d64` (one
-/// warpgroup a block of 64 keys) and its dynamic shared memory (alignment slack, K and V, three
-/// 1 KiB-aligned stages of the Q and dO tiles of 64 queries and their lse and d).
-#[cfg(feature = "cuda")]
-fn sm90_backward_dkdv<T: Element>(cc: (u32, u32), d: usize) -> Option<(&'static str, u32)> {
-    if cc != (9, 0) || d != 64 || FORCE_SM80.with(|f| f.get()) {
-        return None;
-    }
-    // `DKDV_SMEM` of the source.
-    const SMEM: u32 = 1024 + 2 * 64 * 128 + 3 * 17 * 1024;
-    match T::DTYPE {
-        crate::DType::BF16 => Some(("attn_bwd_dkdv_sm90_bf16_d64", SMEM)),
-        crate::DType::F16 => Some(("attn_bwd_dkdv_sm90_f16_d64", SMEM)),
+        crate::DType::BF16 => Some((bf16, smem)),
+        crate::DType::F16 => Some((f16, smem)),
         _ => None,
     }
 }
@@ -849,9 +843,11 @@ pub fn gpu_attention_forward<T: Element>(
     a.set(2, v.addr(), s.v);
     a.set(3, o.addr(), s.o);
     a.ptr[8] = lse.addr();
-    if let Some((name, smem)) =
-        sm90_forward::<T>(stream.context().compute_capability(), shape.head_dim)
-    {
+    if let Some((name, smem)) = sm90_kernel::<T>(
+        Sm90::Forward,
+        stream.context().compute_capability(),
+        shape.head_dim,
+    ) {
         let (rows, threads) = SM90_BLOCK;
         let grid = (shape.tq.div_ceil(rows) as u32, bh.min(MAX_GRID_Y) as u32);
         return a.launch_from(
@@ -1014,9 +1010,11 @@ fn backward<T: Element>(
     }
     if shape.tk > 0 {
         // With tq == 0 it writes zeros.
-        if let Some((name, smem)) =
-            sm90_backward_dkdv::<T>(stream.context().compute_capability(), shape.head_dim)
-        {
+        if let Some((name, smem)) = sm90_kernel::<T>(
+            Sm90::Dkdv,
+            stream.context().compute_capability(),
+            shape.head_dim,
+        ) {
             let grid = (shape.tk.div_ceil(SM90_BLOCK.0) as u32, grid_y);
             let image = &crate::images::ATTENTION_SM90;
             a.launch_from(image, stream, name, grid, SM90_BLOCK.1, smem)?;
@@ -1026,9 +1024,11 @@ fn backward<T: Element>(
         }
     }
     if shape.tq > 0 {
-        if let Some((name, smem)) =
-            sm90_backward_dq::<T>(stream.context().compute_capability(), shape.head_dim)
-        {
+        if let Some((name, smem)) = sm90_kernel::<T>(
+            Sm90::Dq,
+            stream.context().compute_capability(),
+            shape.head_dim,
+        ) {
             let (rows, threads) = SM90_BLOCK;
             let grid = (shape.tq.div_ceil(rows) as u32, grid_y);
             a.launch_from(

@@ -1,4 +1,5 @@
-//! Flash attention (`kernels/attention.cu`, FlashAttention-2): the forward
+//! Flash attention (`kernels/attention.cu`, FlashAttention-2; on Hopper with head dim 64
+//! `kernels/attention_sm90.cu`, the same algorithm on `wgmma`): the forward
 //! ([`gpu_attention_forward`]) writes `o` and the row log-sum-exps `lse`, the backward
 //! ([`gpu_attention_backward`]) `dq`, `dk`, `dv` from `do`; with CPU twins
 //! [`attention_forward`] and [`attention_backward`].
@@ -46,7 +47,11 @@
 //! tiles for head dim 64, 64 queries (16 a warp) against 64-key tiles for 128, double-buffered
 //! by `cp.async`, fragments by `ldmatrix`, `mma.sync.m16n8k16` with f32
 //! accumulators; the backward's dK/dV blocks own 64 keys and walk the query tiles, the dQ
-//! blocks own 64 queries and walk the key tiles. See `kernels/attention.cu`.
+//! blocks own 64 queries and walk the key tiles. See `kernels/attention.cu`. On compute
+//! capability 9.0 with head dim 64 the forward, dK/dV and dQ kernels are `attention_sm90.cu`'s:
+//! one warpgroup a block of 64 queries or keys, `wgmma.m64n64k16` products (P and dS from
+//! registers), several blocks a multiprocessor; the same results within the same bound, also
+//! deterministic. [`force_sm80_attention_on_thread`] keeps the `mma.sync` kernels there.
 
 #[cfg(feature = "cuda")]
 use crate::Element;

@@ -662,6 +662,31 @@ impl Args {
         self.launch_from(&crate::images::ATTENTION, stream, name, grid, block, smem)
     }
 
+    /// Launches the Hopper kernel `which` of `T` ([`sm90_kernel`]) over `shape` (a block per 64
+    /// queries, or keys for dK/dV; `grid_y` blocks over `(b, h)`) when the device and head dim
+    /// take one; `false` when not (nothing launched).
+    fn launch_sm90<T: Element>(
+        &mut self,
+        stream: &genesis_cuda::Stream,
+        which: Sm90,
+        shape: &AttentionShape,
+        grid_y: u32,
+    ) -> Result<bool> {
+        let cc = stream.context().compute_capability();
+        let Some((name, smem)) = sm90_kernel::<T>(which, cc, shape.head_dim) else {
+            return Ok(false);
+        };
+        let (rows, threads) = SM90_BLOCK;
+        let extent = match which {
+            Sm90::Dkdv => shape.tk,
+            Sm90::Forward | Sm90::Dq => shape.tq,
+        };
+        let grid = (extent.div_ceil(rows) as u32, grid_y);
+        let image = &crate::images::ATTENTION_SM90;
+        self.launch_from(image, stream, name, grid, threads, smem)?;
+        Ok(true)
+    }
+
     /// [`Args::launch`] of a kernel of `image`.
     fn launch_from(
         &mut self,
@@ -848,21 +873,8 @@ pub fn gpu_attention_forward<T: Element>(
     a.set(2, v.addr(), s.v);
     a.set(3, o.addr(), s.o);
     a.ptr[8] = lse.addr();
-    if let Some((name, smem)) = sm90_kernel::<T>(
-        Sm90::Forward,
-        stream.context().compute_capability(),
-        shape.head_dim,
-    ) {
-        let (rows, threads) = SM90_BLOCK;
-        let grid = (shape.tq.div_ceil(rows) as u32, bh.min(MAX_GRID_Y) as u32);
-        return a.launch_from(
-            &crate::images::ATTENTION_SM90,
-            stream,
-            name,
-            grid,
-            threads,
-            smem,
-        );
+    if a.launch_sm90::<T>(stream, Sm90::Forward, shape, bh.min(MAX_GRID_Y) as u32)? {
+        return Ok(());
     }
     let grid = (
         shape.tq.div_ceil(forward_tile(shape.head_dim).0) as u32,
@@ -1015,39 +1027,14 @@ fn backward<T: Element>(
     }
     if shape.tk > 0 {
         // With tq == 0 it writes zeros.
-        if let Some((name, smem)) = sm90_kernel::<T>(
-            Sm90::Dkdv,
-            stream.context().compute_capability(),
-            shape.head_dim,
-        ) {
-            let grid = (shape.tk.div_ceil(SM90_BLOCK.0) as u32, grid_y);
-            let image = &crate::images::ATTENTION_SM90;
-            a.launch_from(image, stream, name, grid, SM90_BLOCK.1, smem)?;
-        } else {
+        if !a.launch_sm90::<T>(stream, Sm90::Dkdv, shape, grid_y)? {
             let grid = (shape.tk.div_ceil(BLOCK_ROWS) as u32, grid_y);
             a.launch(stream, kernels[2], grid, THREADS, smem[1])?;
         }
     }
-    if shape.tq > 0 {
-        if let Some((name, smem)) = sm90_kernel::<T>(
-            Sm90::Dq,
-            stream.context().compute_capability(),
-            shape.head_dim,
-        ) {
-            let (rows, threads) = SM90_BLOCK;
-            let grid = (shape.tq.div_ceil(rows) as u32, grid_y);
-            a.launch_from(
-                &crate::images::ATTENTION_SM90,
-                stream,
-                name,
-                grid,
-                threads,
-                smem,
-            )?;
-        } else {
-            let grid = (shape.tq.div_ceil(BLOCK_ROWS) as u32, grid_y);
-            a.launch(stream, kernels[3], grid, THREADS, smem[2])?;
-        }
+    if shape.tq > 0 && !a.launch_sm90::<T>(stream, Sm90::Dq, shape, grid_y)? {
+        let grid = (shape.tq.div_ceil(BLOCK_ROWS) as u32, grid_y);
+        a.launch(stream, kernels[3], grid, THREADS, smem[2])?;
     }
     Ok(())
 }

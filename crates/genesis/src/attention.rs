@@ -143,11 +143,28 @@ impl Tensor {
         if let Some(y) = flash {
             return Ok(y);
         }
-        let mut scores = q.matmul(&k.transpose(-2, -1)?)?.mul(scale)?;
+        // Composed: the scale goes on the smaller of the query ([.., L, E]) and the scores
+        // ([.., L, S]), and the causal mask is an additive [L, S] bias (0 or -inf) that the
+        // add reads broadcast: one pass over the scores, no copy of them and no mask of their
+        // shape. Masked scores are -inf, so softmax gives them 0 (PyTorch's math path).
+        let l = q.shape()[n - 2];
+        let scale_query = e <= s;
+        let scaled;
+        let q = if scale_query {
+            scaled = q.mul(scale)?;
+            &scaled
+        } else {
+            q
+        };
+        let mut scores = q.matmul(&k.transpose(-2, -1)?)?;
+        if !scale_query {
+            scores = scores.mul(scale)?;
+        }
         if is_causal {
-            let l = q.shape()[n - 2];
-            let mask = Tensor::ones([l, s], DType::Bool, q.device())?.triu(1)?;
-            scores = scores.masked_fill(&mask, f64::NEG_INFINITY)?;
+            let above = Tensor::ones([l, s], DType::Bool, q.device())?.triu(1)?;
+            let bias = Tensor::zeros([l, s], scores.dtype(), q.device())?
+                .masked_fill(&above, f64::NEG_INFINITY)?;
+            scores = scores.add(&bias)?;
         }
         scores.softmax(-1)?.matmul(v)
     }

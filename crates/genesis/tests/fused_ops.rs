@@ -50,7 +50,14 @@ fn reference(
 #[test]
 fn composed_path_matches_the_definition_and_its_gradients() {
     let g = Generator::new(5);
-    for (l, s, causal) in [(5, 5, true), (4, 7, false), (6, 3, true), (1, 1, false)] {
+    // Head dim 3: the scale goes on the query where s >= 3 and on the scores otherwise.
+    for (l, s, causal) in [
+        (5, 5, true),
+        (4, 7, false),
+        (6, 3, true),
+        (4, 2, true),
+        (1, 1, false),
+    ] {
         let q = g.randn([2, l, 3], DType::F64, CPU).unwrap();
         let k = g.randn([2, s, 3], DType::F64, CPU).unwrap();
         let v = g.randn([2, s, 3], DType::F64, CPU).unwrap();

@@ -173,6 +173,24 @@ mod gpu {
                 ..case("bf16", o, i, 32768)
             });
         }
+        // The same in full-precision f32 at batch 8 x 1024 tokens (GPT-2 trained in float32).
+        for (i, o) in [
+            (768, 2304),
+            (768, 768),
+            (768, 3072),
+            (3072, 768),
+            (768, 50304),
+        ] {
+            v.push(Case {
+                tb: true,
+                ..case("f32", 8192, o, i)
+            });
+            v.push(case("f32", 8192, i, o));
+            v.push(Case {
+                ta: true,
+                ..case("f32", o, i, 8192)
+            });
+        }
         v
     }
 
@@ -464,8 +482,28 @@ mod gpu {
             (40, 300, 2000, 2),
             (1000, 64, 500, 1),
         ];
+        // `--sweep --gpt2`: GPT-2 124M's f32 products at batch 8 x 1024 instead (layouts as in
+        // `cases`).
+        let mut shapes: Vec<(usize, usize, usize, usize, bool, bool)> = shapes
+            .iter()
+            .map(|&(m, n, k, b)| (m, n, k, b, false, false))
+            .collect();
+        if std::env::args().any(|a| a == "--gpt2") {
+            shapes.clear();
+            for (i, o) in [
+                (768, 2304),
+                (768, 768),
+                (768, 3072),
+                (3072, 768),
+                (768, 50304),
+            ] {
+                shapes.push((8192, o, i, 1, false, true));
+                shapes.push((8192, i, o, 1, false, false));
+                shapes.push((o, i, 8192, 1, true, false));
+            }
+        }
         let sms = ctx.multiprocessors() as usize;
-        for (m, n, k, batch) in shapes {
+        for (m, n, k, batch, ta, tb) in shapes {
             let chosen = MatmulPlan::new_for::<f32>(
                 MatmulShape {
                     batch,
@@ -488,6 +526,8 @@ mod gpu {
                 for s in [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 20, 24, 32] {
                     let c = Case {
                         batch,
+                        ta,
+                        tb,
                         force: Some((small, s)),
                         ..case("f32", m, n, k)
                     };
@@ -499,7 +539,16 @@ mod gpu {
                     let is_chosen = plan.splits() == chosen.splits()
                         && plan.small_tiles() == chosen.small_tiles();
                     println!(
-                        "sweep {m} {n} {k} {batch} {} {} {} {:.4} {}",
+                        "sweep {m} {n} {k} {batch}{} {} {} {} {:.4} {}",
+                        if ta || tb {
+                            format!(
+                                " {}{}",
+                                if ta { 't' } else { 'n' },
+                                if tb { 't' } else { 'n' }
+                            )
+                        } else {
+                            String::new()
+                        },
                         u8::from(small),
                         plan.splits(),
                         plan.kslice(),

@@ -1135,6 +1135,10 @@ const SMALL_PROLOGUE_K: f64 = 27.7;
 /// `128 x 128` tiles'.
 const WIDE_TILE_K_NS: f64 = 175.0;
 
+/// A full-precision f32 product with at least as many tiles as multiprocessors splits `k` only
+/// when the split's modelled time is below this share of the unsplit one.
+const FULL_SPLIT_GAIN: f64 = 0.85;
+
 /// The wide SIMT tile (rows, columns).
 const WIDE_TILE: (usize, usize) = (128, 256);
 
@@ -1274,7 +1278,10 @@ impl MatmulPlan {
     /// slice's k steps times the time of a k step with the blocks each multiprocessor gets
     /// (one block at a time of the large tiles; a latency floor, or the multiprocessor's
     /// throughput shared, for the small ones), plus the partials' traffic and the summing
-    /// launch.
+    /// launch. A product with at least as many SIMT tiles as multiprocessors runs unsplit (on
+    /// the `128 x 256` tiles where their waves take less time) unless a split of its own tiles
+    /// takes less than 0.85 of that modelled time: where the last wave of tiles is nearly
+    /// empty (144 tiles on 132 multiprocessors, GPT-2's `3072 x 768` weight gradients).
     ///
     /// A matrix-vector product (`m` or `n` 1, `k` at least 512) whose outputs lie contiguous in
     /// the matrix (`[1, k] @ [k, n]` with a row-major `B`, `[m, k] @ [k, 1]` with a
@@ -1308,17 +1315,21 @@ impl MatmulPlan {
         }
         let tiles = simt_tiles(&shape);
         let sms = sms.max(1);
+        // Unsplit on as many tiles as multiprocessors or more (`new` counts 128 x 128 tiles,
+        // at least as many: unsplit too), the 128 x 256 tiles taking it when their waves (one
+        // block a multiprocessor) take less time; a split below competes with that.
+        let mut unsplit_ns = None;
         if tiles >= sms {
-            // `new` counts 128 x 128 tiles, at least as many: unsplit too. The 128 x 256
-            // tiles take it when their waves (one block a multiprocessor) take less time.
+            let k = shape.k as f64 + SIMT_PROLOGUE_K;
+            let narrow_ns = tiles.div_ceil(sms) as f64 * SIMT_TILE_K_NS * k;
+            let mut ns = narrow_ns;
             if wide_shape(&shape) {
                 let wide = tiles_of(&shape, WIDE_TILE);
-                let k = shape.k as f64 + SIMT_PROLOGUE_K;
-                let narrow_ns = tiles.div_ceil(sms) as f64 * SIMT_TILE_K_NS * k;
                 let wide_ns = wide.div_ceil(sms) as f64 * WIDE_TILE_K_NS * k;
                 plan.wide = wide_ns < narrow_ns;
+                ns = ns.min(wide_ns);
             }
-            return plan;
+            unsplit_ns = Some(ns);
         }
         // The 64 x 64 tiles serve the products the 128 x 128 tiles do (not those of
         // n <= 64, nor those run transposed).
@@ -1344,13 +1355,23 @@ impl MatmulPlan {
             kslice: shape.k,
             ..plan
         };
-        let (mut best, mut best_cost) = (unsplit, cost(&unsplit));
+        // A product that fills the multiprocessors splits only for a clear gain (its last
+        // wave nearly empty, as 144 tiles on 132 multiprocessors): the partials cost memory.
+        let (mut best, mut best_cost) = (
+            unsplit,
+            unsplit_ns.map_or_else(|| cost(&unsplit), |ns| ns * FULL_SPLIT_GAIN),
+        );
         for small in [false, true] {
-            if small && !small_ok {
+            // A product that fills the multiprocessors stays on the large tiles.
+            if small && (!small_ok || unsplit_ns.is_some()) {
                 continue;
             }
             for s in 1..=shape.k.div_ceil(SLICE_ALIGN).min(MAX_SPLITS) {
-                let mut p = MatmulPlan { small, ..unsplit };
+                let mut p = MatmulPlan {
+                    small,
+                    wide: false,
+                    ..unsplit
+                };
                 p.set_splits(s);
                 let c = cost(&p);
                 if c < best_cost {
@@ -2699,8 +2720,9 @@ mod tests {
         let p = MatmulPlan::new_for::<f32>(shape(3, 40, 300, 2000), 132, full);
         let t = MatmulPlan::new_for::<f32>(shape(3, 300, 40, 2000), 132, full);
         assert_eq!((p.splits(), p.kslice()), (t.splits(), t.kslice()));
-        // Enough tiles: unsplit, as `new` (4096^3 on the 128 x 256 tiles).
-        for s in [shape(1, 40000, 64, 8192), shape(1, 4096, 4096, 4096)] {
+        // Enough tiles in even waves: unsplit, as `new` (4096^3 on the 128 x 256 tiles;
+        // [8192, 50304] @ [50304, 768], 384 tiles in three waves, gains too little from a split).
+        for s in [shape(1, 4096, 4096, 4096), shape(1, 8192, 768, 50304)] {
             let p = MatmulPlan::new_for::<f32>(s, 132, full);
             assert_eq!(
                 MatmulPlan { wide: false, ..p },
@@ -2709,6 +2731,16 @@ mod tests {
             assert_eq!(p.wide_tiles(), s.m == 4096);
             assert_eq!(MatmulPlan::new(s, 132, full).splits(), 1);
         }
+        // A last wave nearly empty splits: GPT-2's weight gradient [3072, 8192] @ [8192, 768]
+        // (144 tiles on 132 multiprocessors: 0.86 ms in 8 slices against 1.42 unsplit on the
+        // H200), and 40000 x 64 (157 tiles of 256 x 64).
+        let p = MatmulPlan::new_for::<f32>(shape(1, 3072, 768, 8192), 132, full);
+        assert_eq!(
+            (p.small_tiles(), p.wide_tiles(), p.splits()),
+            (false, false, 8)
+        );
+        let p = MatmulPlan::new_for::<f32>(shape(1, 40000, 64, 8192), 132, full);
+        assert!(p.splits() > 1 && !p.wide_tiles());
         // The tensor-core kernels keep slices of at least 256: 500 is not split.
         assert_eq!(MatmulPlan::new_for::<bf16>(s, 132, full).splits(), 1);
         // Only full-precision f32 runs on the 64 x 64 SIMT tiles.

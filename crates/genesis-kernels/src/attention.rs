@@ -22,7 +22,9 @@
 //! Outputs must not overlap themselves (checked: the strides, sorted, each reach past the
 //! extent of the dims inside them); inputs may (a stride of 0 broadcasts).
 //!
-//! **GPU.** bf16 and f16, head dims 64 and 128, `tq, tk < 2^30`, every span 16-byte aligned and
+//! **GPU.** bf16 and f16 with head dims 64 and 128, f32 with head dim 64 (`kernels/
+//! attention_f32.cu`: the same algorithm in f32 on the CUDA cores, nothing rounded to a
+//! narrower type), `tq, tk < 2^30`, every span 16-byte aligned and
 //! every stride of a dim longer than 1 a multiple of 8 elements (whole 16-byte rows for
 //! `cp.async`). The backward needs a workspace of [`backward_workspace_bytes`] (the f32 row
 //! sums `d`). Results are deterministic: no atomics, every output element summed by one
@@ -650,18 +652,6 @@ impl Args {
         self.st[slot] = [s.batch as u64, s.head as u64, s.seq as u64];
     }
 
-    /// Launches `attn_<kind>_<T>_d<D>` on `grid` with `smem` bytes of dynamic shared memory.
-    fn launch(
-        &mut self,
-        stream: &genesis_cuda::Stream,
-        name: &'static str,
-        grid: (u32, u32),
-        block: u32,
-        smem: u32,
-    ) -> Result<()> {
-        self.launch_from(&crate::images::ATTENTION, stream, name, grid, block, smem)
-    }
-
     /// Launches the Hopper kernel `which` of `T` ([`sm90_kernel`]) over `shape` (a block per 64
     /// queries, or keys for dK/dV; `grid_y` blocks over `(b, h)`) when the device and head dim
     /// take one; `false` when not (nothing launched).
@@ -687,7 +677,8 @@ impl Args {
         Ok(true)
     }
 
-    /// [`Args::launch`] of a kernel of `image`.
+    /// Launches kernel `name` of `image` (`attn_<kind>_<T>_d<D>`) on `grid` with `smem` bytes
+    /// of dynamic shared memory.
     fn launch_from(
         &mut self,
         image: &'static genesis_cuda::KernelImage,
@@ -744,13 +735,51 @@ fn names<T: Element>(d: usize) -> Result<[&'static str; 4]> {
             "attn_bwd_dkdv_f16_d128",
             "attn_bwd_dq_f16_d128",
         ],
+        (crate::DType::F32, 64) => [
+            "attn_fwd_f32_d64",
+            "attn_bwd_dot_f32_d64",
+            "attn_bwd_dkdv_f32_d64",
+            "attn_bwd_dq_f32_d64",
+        ],
         _ => {
             return Err(unsupported(format!(
-                "element type {} with head_dim {d} on the GPU (bf16, f16; 64, 128)",
+                "element type {} with head_dim {d} on the GPU (bf16, f16: 64, 128; f32: 64)",
                 T::NAME
             )));
         }
     })
+}
+
+/// The kernels a launch of `T` runs outside the Hopper path: `attention.cu`'s (`mma.sync`; 128
+/// threads, the shared memory of [`shared_bytes`], forward rows of [`forward_tile`]) or, for
+/// f32, `attention_f32.cu`'s (CUDA cores; 256 threads, 64 forward rows).
+#[cfg(feature = "cuda")]
+struct Family {
+    image: &'static genesis_cuda::KernelImage,
+    threads: u32,
+    /// `[fwd, dkdv, dq]` dynamic shared memory.
+    smem: [u32; 3],
+    forward_rows: usize,
+}
+
+#[cfg(feature = "cuda")]
+fn family<T: Element>(d: usize) -> Family {
+    if T::DTYPE == crate::DType::F32 {
+        // `FWD_SMEM`, `DKDV_SMEM`, `DQ_SMEM` of attention_f32.cu.
+        Family {
+            image: &crate::images::ATTENTION_F32,
+            threads: 256,
+            smem: [66_560, 84_224, 99_840],
+            forward_rows: 64,
+        }
+    } else {
+        Family {
+            image: &crate::images::ATTENTION,
+            threads: THREADS,
+            smem: shared_bytes(d),
+            forward_rows: forward_tile(d).0,
+        }
+    }
 }
 
 /// Dynamic shared memory of the kernels (the traits `Fwd`, `Bkv`, `Bq` of the source):
@@ -876,17 +905,12 @@ pub fn gpu_attention_forward<T: Element>(
     if a.launch_sm90::<T>(stream, Sm90::Forward, shape, bh.min(MAX_GRID_Y) as u32)? {
         return Ok(());
     }
+    let f = family::<T>(shape.head_dim);
     let grid = (
-        shape.tq.div_ceil(forward_tile(shape.head_dim).0) as u32,
+        shape.tq.div_ceil(f.forward_rows) as u32,
         bh.min(MAX_GRID_Y) as u32,
     );
-    a.launch(
-        stream,
-        kernels[0],
-        grid,
-        THREADS,
-        shared_bytes(shape.head_dim)[0],
-    )
+    a.launch_from(f.image, stream, kernels[0], grid, f.threads, f.smem[0])
 }
 
 /// Queues the backward on `stream`: `dq`, `dk`, `dv` from `q`, `k`, `v`, the forward's `o` and
@@ -1017,24 +1041,24 @@ fn backward<T: Element>(
     }
     a.ptr[8] = lse.addr();
     a.ptr[9] = workspace.addr();
-    let smem = shared_bytes(shape.head_dim);
+    let f = family::<T>(shape.head_dim);
     let grid_y = bh.min(MAX_GRID_Y) as u32;
     if shape.tq > 0 {
         let rows = bh * shape.tq;
         let sms = stream.context().multiprocessors() as usize;
         let blocks = rows.div_ceil(8).clamp(1, sms.max(1) * 32);
-        a.launch(stream, kernels[1], (blocks as u32, 1), 256, 0)?;
+        a.launch_from(f.image, stream, kernels[1], (blocks as u32, 1), 256, 0)?;
     }
     if shape.tk > 0 {
         // With tq == 0 it writes zeros.
         if !a.launch_sm90::<T>(stream, Sm90::Dkdv, shape, grid_y)? {
             let grid = (shape.tk.div_ceil(BLOCK_ROWS) as u32, grid_y);
-            a.launch(stream, kernels[2], grid, THREADS, smem[1])?;
+            a.launch_from(f.image, stream, kernels[2], grid, f.threads, f.smem[1])?;
         }
     }
     if shape.tq > 0 && !a.launch_sm90::<T>(stream, Sm90::Dq, shape, grid_y)? {
         let grid = (shape.tq.div_ceil(BLOCK_ROWS) as u32, grid_y);
-        a.launch(stream, kernels[3], grid, THREADS, smem[2])?;
+        a.launch_from(f.image, stream, kernels[3], grid, f.threads, f.smem[2])?;
     }
     Ok(())
 }

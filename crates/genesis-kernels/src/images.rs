@@ -16,6 +16,17 @@ pub static ATTENTION: genesis_cuda::KernelImage = genesis_cuda::KernelImage {
 /// Bytes of the `attention` image, for size reports.
 pub const ATTENTION_BYTES: usize = include_bytes!("../images/attention.fatbin").len();
 
+/// The fatbin built from `kernels/attention_f32.cu`.
+#[cfg(feature = "cuda")]
+pub static ATTENTION_F32: genesis_cuda::KernelImage = genesis_cuda::KernelImage {
+    name: "attention_f32",
+    image: include_bytes!("../images/attention_f32.fatbin"),
+    targets: TARGETS,
+};
+
+/// Bytes of the `attention_f32` image, for size reports.
+pub const ATTENTION_F32_BYTES: usize = include_bytes!("../images/attention_f32.fatbin").len();
+
 /// The fatbin built from `kernels/attention_sm90.cu`.
 #[cfg(feature = "cuda")]
 pub static ATTENTION_SM90: genesis_cuda::KernelImage = genesis_cuda::KernelImage {

@@ -1,5 +1,5 @@
 //! The flash attention kernels against their CPU twins (`genesis_kernels::attention`): bf16 and
-//! f16, head dims 64 and 128, causal and not, `tq = tk` in {1, 17, 64, 127, 128, 200, 1024}
+//! f16 with head dims 64 and 128, f32 with head dim 64, causal and not, `tq = tk` in {1, 17, 64, 127, 128, 200, 1024}
 //! and `tq != tk`, a few batches and heads (and 70 000 of them), contiguous `[B, H, T, D]` and GPT-2's `[B, T, 3, H,
 //! D]` (q, k, v read from one projection; o in `[B, T, H, D]`; dq, dk, dv written into one
 //! `[B, T, 3, H, D]` gradient). Forward: `o` and `lse`; backward (fed the GPU forward's `o` and
@@ -40,6 +40,8 @@ const TAIL: usize = 64;
 trait Half: FusedElement<Acc = f32> + Default {
     /// Unit roundoff.
     const U: f64;
+    /// The absolute floor of the bound, relative to the largest result.
+    const FLOOR: f64 = 1.0 / 16384.0;
     fn of(x: f64) -> Self {
         Self::from_f64(x)
     }
@@ -55,6 +57,16 @@ impl Half for f16 {
     const U: f64 = 1.0 / 2048.0;
     fn sentinel() -> Self {
         f16::from_f32(12345.0)
+    }
+}
+/// f32 (`attention_f32.cu`, head dim 64): nothing is rounded to a narrower type, the kernels
+/// and the twin sum in other orders and the kernels take `exp2f`; a few f32 roundings of `S`
+/// (2^-20 here; a wrong mask, scale or layout moves a result by O(1)).
+impl Half for f32 {
+    const U: f64 = 1.0 / 1_048_576.0;
+    const FLOOR: f64 = 1.0 / 16_777_216.0;
+    fn sentinel() -> Self {
+        12345.0
     }
 }
 
@@ -198,7 +210,7 @@ fn compare<T: Half>(what: &str, got: &[T], want: &[T], s: &[f64]) {
             continue;
         }
         let (gf, wf) = (g.to_f64(), w.to_f64());
-        let tol = 2.0 * T::U * (wf.abs() + s[i]) + max / 16384.0;
+        let tol = 2.0 * T::U * (wf.abs() + s[i]) + max * T::FLOOR;
         assert!(
             (gf - wf).abs() <= tol,
             "{what}: element {i}: gpu {gf}, twin {wf} (tol {tol}, S {})",
@@ -259,9 +271,12 @@ fn run_case<T: Half>(ctx: &Arc<Context>, stream: &Stream, rng: &mut SmallRng, c:
     stream.synchronize().unwrap();
     // On Hopper head dim 64 runs the wgmma forward unless the thread forces the mma.sync one.
     let ran = attention::last_attention_kernel().unwrap_or("");
+    let f32 = T::NAME == "f32";
     if sh.batch * sh.heads > 0 && sh.tq > 0 {
-        let sm90 = ctx.compute_capability() == (9, 0) && sh.head_dim == 64 && !forced_sm80();
+        let sm90 =
+            ctx.compute_capability() == (9, 0) && sh.head_dim == 64 && !forced_sm80() && !f32;
         assert_eq!(ran.starts_with("attn_fwd_sm90_"), sm90, "{what}: ran {ran}");
+        assert_eq!(ran == "attn_fwd_f32_d64", f32, "{what}: ran {ran}");
     }
     let o_gpu: Vec<T> = download(&d_o);
     let lse_gpu: Vec<f32> = download(&d_lse);
@@ -332,12 +347,14 @@ fn run_case<T: Half>(ctx: &Arc<Context>, stream: &Stream, rng: &mut SmallRng, c:
         // The dQ kernel is the last launch: on Hopper, head dim 64's runs on wgmma.
         if sh.batch * sh.heads > 0 && sh.tq > 0 {
             let ran = attention::last_attention_kernel().unwrap_or("");
-            let sm90 = ctx.compute_capability() == (9, 0) && sh.head_dim == 64 && !forced_sm80();
+            let sm90 =
+                ctx.compute_capability() == (9, 0) && sh.head_dim == 64 && !forced_sm80() && !f32;
             assert_eq!(
                 ran.starts_with("attn_bwd_dq_sm90_"),
                 sm90,
                 "{what}: ran {ran}"
             );
+            assert_eq!(ran == "attn_bwd_dq_f32_d64", f32, "{what}: ran {ran}");
         }
         results.push(download(&d_grad));
     }
@@ -378,9 +395,9 @@ fn run_case<T: Half>(ctx: &Arc<Context>, stream: &Stream, rng: &mut SmallRng, c:
     compare(&format!("{what}: dq/dk/dv"), &results[0], &grad_twin, &sg);
 }
 
-fn run_all<T: Half>(ctx: &Arc<Context>, stream: &Stream) {
+fn run_all<T: Half>(ctx: &Arc<Context>, stream: &Stream, dims: &[usize]) {
     let mut rng = SmallRng::seed_from_u64(7);
-    for d in [64, 128] {
+    for &d in dims {
         for causal in [false, true] {
             for t in [1, 17, 64, 127, 128, 200, 1024] {
                 let layouts: &[Layout] = if t == 1024 {
@@ -416,7 +433,7 @@ fn attention_bf16_matches_twin() {
     }
     let ctx = Context::get(0).unwrap();
     let stream = Stream::new(&ctx).unwrap();
-    run_all::<bf16>(&ctx, &stream);
+    run_all::<bf16>(&ctx, &stream, &[64, 128]);
 }
 
 #[test]
@@ -426,12 +443,48 @@ fn attention_f16_matches_twin() {
     }
     let ctx = Context::get(0).unwrap();
     let stream = Stream::new(&ctx).unwrap();
-    run_all::<f16>(&ctx, &stream);
+    run_all::<f16>(&ctx, &stream, &[64, 128]);
+}
+
+/// f32, head dim 64 (`attention_f32.cu`); head dim 128 in f32 is a typed error, nothing
+/// launched.
+#[test]
+fn attention_f32_matches_twin() {
+    if skip_without_gpu("attention f32") {
+        return;
+    }
+    let ctx = Context::get(0).unwrap();
+    let stream = Stream::new(&ctx).unwrap();
+    run_all::<f32>(&ctx, &stream, &[64]);
+    let sh = AttentionShape::new(1, 1, 8, 8, 128, false);
+    let c = Case::new(sh, Layout::Bhtd);
+    let fs = ForwardStrides {
+        q: c.bs.q,
+        k: c.bs.k,
+        v: c.bs.v,
+        o: c.bs.o,
+    };
+    let x = upload(&ctx, &vec![0.5f32; c.qkv_len]);
+    let mut o = upload(&ctx, &vec![0f32; c.o_len]);
+    let mut lse = upload(&ctx, &[0f32; 8]);
+    let span = |i: usize| x.as_span::<f32>().unwrap().slice(c.at[i]..).unwrap();
+    let err = attention::gpu_attention_forward::<f32>(
+        &stream,
+        &sh,
+        &fs,
+        span(0),
+        span(1),
+        span(2),
+        o.as_span_mut::<f32>().unwrap(),
+        lse.as_span_mut::<f32>().unwrap(),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("head_dim 128"), "{err}");
 }
 
 /// A few small cases of head dim 64 (both layouts, causal or not, edges of the 128-row query
-/// and 64-key tiles), for compute-sanitizer runs of the Hopper kernels
-/// (`gpu_attention small_head_dim_64_cases`).
+/// and 64-key tiles) in bf16 and f32, for compute-sanitizer runs of the Hopper kernels and of
+/// the f32 ones (`gpu_attention small_head_dim_64_cases`).
 #[test]
 fn small_head_dim_64_cases() {
     if skip_without_gpu("attention small head dim 64 cases") {
@@ -446,6 +499,7 @@ fn small_head_dim_64_cases() {
                 let layout = if tq == tk { layout } else { Layout::Bhtd };
                 let sh = AttentionShape::new(1, 2, tq, tk, 64, causal);
                 run_case::<bf16>(&ctx, &stream, &mut rng, &Case::new(sh, layout));
+                run_case::<f32>(&ctx, &stream, &mut rng, &Case::new(sh, layout));
             }
         }
     }
@@ -472,8 +526,8 @@ fn attention_sm80_kernels_match_twin_on_hopper() {
     let stream = Stream::new(&ctx).unwrap();
     attention::force_sm80_attention_on_thread(true);
     FORCED.with(|f| f.set(true));
-    run_all::<bf16>(&ctx, &stream);
-    run_all::<f16>(&ctx, &stream);
+    run_all::<bf16>(&ctx, &stream, &[64, 128]);
+    run_all::<f16>(&ctx, &stream, &[64, 128]);
     attention::force_sm80_attention_on_thread(false);
     FORCED.with(|f| f.set(false));
 }

@@ -55,9 +55,10 @@ impl Tensor {
     /// aligned to the top left, as PyTorch's). The leading dimensions of the three must be
     /// equal; the result is `[..., L, Ev]` in their dtype.
     ///
-    /// CUDA bf16 and f16 operands of rank 3 or 4 with `E == Ev` of 64 or 128, read in place
-    /// (a view into a packed projection is fine) when their rows are 16-byte aligned, run as
-    /// flash attention: the `[L, S]` scores are never stored, forward or backward, and the
+    /// CUDA bf16 and f16 operands of rank 3 or 4 with `E == Ev` of 64 or 128, and f32 ones
+    /// with `E == Ev == 64` (computed in f32 on the CUDA cores), read in place (a view into a
+    /// packed projection is fine) when their rows are 16-byte aligned, run as flash
+    /// attention: the `[L, S]` scores are never stored, forward or backward, and the
     /// result is a `[B, H, L, E]` view of a `[B, L, H, E]` tensor (its `transpose(1, 2)` is
     /// contiguous, as PyTorch's). Anything else runs the composed ops (the product, the mask,
     /// softmax and the product, each under its own [`autocast`](crate::autograd::autocast)
@@ -183,11 +184,11 @@ impl Tensor {
         let dtype = q.dtype();
         let e = q.shape()[n - 1];
         let suits = matches!(q.device(), Device::Cuda(_))
-            && matches!(dtype, DType::BF16 | DType::F16)
+            && (matches!(dtype, DType::BF16 | DType::F16) && matches!(e, 64 | 128)
+                || dtype == DType::F32 && e == 64)
             && k.dtype() == dtype
             && v.dtype() == dtype
             && (n == 3 || n == 4)
-            && matches!(e, 64 | 128)
             && v.shape()[n - 1] == e
             && k.device() == q.device()
             && v.device() == q.device();

@@ -1,7 +1,8 @@
 //! The ops with fused kernels on the GPU. `scaled_dot_product_attention`: the composed path
 //! against a reference written out and finite differences on the CPU; on a GPU, flash
-//! attention (bf16, f16; head dims 64 and 128; causal and not; GPT-2's packed projection read
-//! in place) against the composed ops on the same operands in float32, forward and gradients.
+//! attention (bf16, f16 with head dims 64 and 128, f32 with 64; causal and not; GPT-2's packed
+//! projection read in place) against the composed ops on the same operands in float32 on the
+//! CPU, forward and gradients.
 //! `layer_norm`: the one-kernel CUDA path against the composed ops in float64.
 
 use genesis::{DType, Device, Error, Generator, Tensor, no_grad};
@@ -180,14 +181,23 @@ fn flash_attention_matches_the_composed_ops() {
         return;
     };
     let g = Generator::new(11);
-    for dtype in [DType::BF16, DType::F16] {
-        let tol = if dtype == DType::BF16 { 2e-2 } else { 4e-3 };
+    for dtype in [DType::BF16, DType::F16, DType::F32] {
+        let tol = match dtype {
+            DType::BF16 => 2e-2,
+            DType::F16 => 4e-3,
+            _ => 1e-5,
+        };
         for (b, h, t, d, causal, packed) in [
             (2, 3, 100, 64, true, false),
             (1, 2, 257, 128, false, false),
             (2, 4, 128, 64, true, true),
             (1, 12, 1024, 64, true, true),
+            (2, 2, 300, 64, false, true),
         ] {
+            // f32 runs flash attention at head dim 64 only.
+            if dtype == DType::F32 && d != 64 {
+                continue;
+            }
             // q, k, v: views of a [B, T, 3C] projection (GPT-2's), or separate tensors.
             let (q, k, v) = if packed {
                 let c = h * d;
@@ -204,11 +214,13 @@ fn flash_attention_matches_the_composed_ops() {
                 let r = || g.randn([b, h, t, d], dtype, dev).unwrap();
                 (r(), r(), r())
             };
-            let leaves = |to: DType| -> Vec<Tensor> {
+            let leaves = |to: DType, on: Device| -> Vec<Tensor> {
                 [&q, &k, &v]
                     .iter()
                     .map(|x| {
                         x.to_dtype(to)
+                            .unwrap()
+                            .to(on)
                             .unwrap()
                             .detach()
                             .requires_grad_(true)
@@ -216,7 +228,8 @@ fn flash_attention_matches_the_composed_ops() {
                     })
                     .collect()
             };
-            let (fl, rf) = (leaves(dtype), leaves(DType::F32));
+            // The reference: the composed ops in float32 on the CPU.
+            let (fl, rf) = (leaves(dtype, dev), leaves(DType::F32, CPU));
             let y = fl[0]
                 .scaled_dot_product_attention(&fl[1], &fl[2], causal, None)
                 .unwrap();
@@ -243,6 +256,7 @@ fn flash_attention_matches_the_composed_ops() {
                 .unwrap()
                 .backward()
                 .unwrap();
+            let w = w.to(CPU).unwrap();
             want.mul(&w).unwrap().sum().unwrap().backward().unwrap();
             for (i, name) in ["dq", "dk", "dv"].iter().enumerate() {
                 let (a, r) = (fl[i].grad().unwrap(), rf[i].grad().unwrap());

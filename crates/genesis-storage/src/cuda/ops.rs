@@ -123,7 +123,7 @@ impl Compute for CudaMem {
         lse: &mut CudaMem,
     ) -> Result<()> {
         let n = shape.lse_len()?;
-        genesis_kernels::dispatch_dtype!(dtype, [F16, BF16], T => {
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16], T => {
             genesis_kernels::attention::gpu_attention_forward::<T>(
                 &self.queue(),
                 shape,
@@ -331,7 +331,7 @@ impl Compute for CudaMem {
         let ws_len = fa::backward_workspace_bytes(shape);
         let mut ws = CudaMem::new(self.ordinal(), ws_len)?;
         let queue = self.queue();
-        genesis_kernels::dispatch_dtype!(dtype, [F16, BF16], T => {
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16], T => {
             let ins = [
                 self.range::<T>(at[0], len[0])?,
                 k.range::<T>(at[1], len[1])?,

@@ -1,6 +1,6 @@
 //! Flash attention of storages (`genesis_kernels::attention`): the forward and backward on the
-//! CUDA kernels (bf16, f16; head dims 64 and 128) or their CPU twins (f32, f64, f16, bf16;
-//! any head dim), operands read in place through their strides.
+//! CUDA kernels (bf16, f16 with head dims 64 and 128; f32 with head dim 64) or their CPU twins
+//! (f32, f64, f16, bf16; any head dim), operands read in place through their strides.
 
 use genesis_kernels::attention::{AttentionShape, BackwardStrides, ForwardStrides};
 

@@ -30,10 +30,11 @@
 // end), O = alpha O + P V. End: O / l (0 when l = 0), lse = (m + log2 l) ln 2 (-inf when l = 0).
 // Shared memory: Q^T, K^T, V, P: 66,560 bytes.
 // Backward: `attn_bwd_dot` d_i = sum_c do_ic o_ic (a warp a row). `attn_bwd_dkdv`: a block owns
-// 64 keys (K^T and V^T in shared memory) and walks the query tiles of 32 that can see them
-// (causal: from the tile of query k0): S^T = K Q^T, dP^T = V dO^T, P^T = exp2(S^T scale log2 e -
-// lse log2 e) (0 where masked or lse = -inf), dS^T = P^T (dP^T - d), then dV += P^T dO and
-// dK += dS^T Q; written once (dK times scale). Shared memory 84,224 bytes. `attn_bwd_dq`: a block
+// 64 keys (K^T and V^T in shared memory) and walks the query tiles of 64 that can see them
+// (causal: from the tile of query k0), Q^T and dO^T in shared memory: S^T = K Q^T,
+// dP^T = V dO^T, P^T = exp2(S^T scale log2 e - lse log2 e) (0 where masked or lse = -inf),
+// dS^T = P^T (dP^T - d), then dV^T += dO^T P and dK^T += Q^T dS (P and dS through shared
+// memory); written once, transposed back (dK times scale). Shared memory 100,864 bytes. `attn_bwd_dq`: a block
 // owns 64 queries (Q^T, dO^T, lse, d) and walks the key tiles of 64 (causal: below q0 + 64):
 // S, dP, dS as above, dQ += dS K; written once times scale. Shared memory 99,840 bytes. Every
 // output element is summed by one thread in a fixed order: the backward is deterministic.
@@ -92,9 +93,9 @@ __device__ __forceinline__ float row_sum(float x) {
     return x;
 }
 
-// Rows [r0, r0 + R) of an operand (rows `st` floats apart, `rows` of them) into dst[d * R + r],
+// Rows [r0, r0 + R) of an operand (rows `st` floats apart, `rows` of them) into dst[d * LD + r],
 // zeros past `rows`. Lanes take consecutive rows, so the stores hit consecutive banks.
-template <int R>
+template <int R, int LD = R>
 __device__ __forceinline__ void load_t(float* dst, const float* src, u64 st, u64 r0, u64 rows) {
     constexpr int PER = THREADS / R;  // threads on one row
     const int r = threadIdx.x % R;
@@ -102,10 +103,10 @@ __device__ __forceinline__ void load_t(float* dst, const float* src, u64 st, u64
     const float* row = src + (r0 + r) * st;
     for (int c4 = threadIdx.x / R; c4 < D / 4; c4 += PER) {
         const float4 x = ok ? *reinterpret_cast<const float4*>(row + 4 * c4) : make_float4(0.f, 0.f, 0.f, 0.f);
-        dst[(4 * c4 + 0) * R + r] = x.x;
-        dst[(4 * c4 + 1) * R + r] = x.y;
-        dst[(4 * c4 + 2) * R + r] = x.z;
-        dst[(4 * c4 + 3) * R + r] = x.w;
+        dst[(4 * c4 + 0) * LD + r] = x.x;
+        dst[(4 * c4 + 1) * LD + r] = x.y;
+        dst[(4 * c4 + 2) * LD + r] = x.z;
+        dst[(4 * c4 + 3) * LD + r] = x.w;
     }
 }
 
@@ -120,19 +121,20 @@ __device__ __forceinline__ void load_r(float* dst, const float* src, u64 st, u64
     }
 }
 
-// acc[i][j] += sum_d at[d][4 ty + i] * bt[d][N/16 tx + j]: at holds 64 rows, bt N.
-template <int N>
+// acc[i][j] += sum_d at[d][4 ty + i] * bt[d][N/16 tx + j]: at holds 64 rows (lines of LDA
+// floats), bt N (lines of LDB).
+template <int N, int LDA = 64, int LDB = N>
 __device__ __forceinline__ void product_t(float (&acc)[4][N / 16], const float* at, const float* bt, int ty, int tx) {
     constexpr int JN = N / 16;
 #pragma unroll 8
     for (int d = 0; d < D; ++d) {
-        const float4 a = *reinterpret_cast<const float4*>(at + d * 64 + 4 * ty);
+        const float4 a = *reinterpret_cast<const float4*>(at + d * LDA + 4 * ty);
         float bv[JN];
         if constexpr (JN == 4) {
-            const float4 b = *reinterpret_cast<const float4*>(bt + d * N + 4 * tx);
+            const float4 b = *reinterpret_cast<const float4*>(bt + d * LDB + 4 * tx);
             bv[0] = b.x, bv[1] = b.y, bv[2] = b.z, bv[3] = b.w;
         } else {
-            const float2 b = *reinterpret_cast<const float2*>(bt + d * N + 2 * tx);
+            const float2 b = *reinterpret_cast<const float2*>(bt + d * LDB + 2 * tx);
             bv[0] = b.x, bv[1] = b.y;
         }
 #pragma unroll
@@ -142,18 +144,19 @@ __device__ __forceinline__ void product_t(float (&acc)[4][N / 16], const float* 
     }
 }
 
-// acc[i][e] += sum_c m[4 ty + i][c] * b[c][4 tx + e] over c < N: m row-major with rows of
-// N + 4 floats, b row-major [N][D].
-template <int N>
+// acc[i][e] += sum_c m[4 ty + i][c] * b[c][4 tx + e] over c < N: m row-major with rows of LDM
+// floats (N + 4: the two grid rows of a warp, 4 rows apart, read other banks), b row-major with
+// rows of LDB.
+template <int N, int LDM = N + 4, int LDB = D>
 __device__ __forceinline__ void product_r(float (&acc)[4][4], const float* m, const float* b, int ty, int tx) {
 #pragma unroll 2
     for (int c = 0; c < N; c += 4) {
         float4 mv[4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) mv[i] = *reinterpret_cast<const float4*>(m + (4 * ty + i) * (N + 4) + c);
+        for (int i = 0; i < 4; ++i) mv[i] = *reinterpret_cast<const float4*>(m + (4 * ty + i) * LDM + c);
 #pragma unroll
         for (int cc = 0; cc < 4; ++cc) {
-            const float4 bv = *reinterpret_cast<const float4*>(b + (c + cc) * D + 4 * tx);
+            const float4 bv = *reinterpret_cast<const float4*>(b + (c + cc) * LDB + 4 * tx);
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const float x = get(mv[i], cc);
@@ -278,23 +281,22 @@ __device__ __forceinline__ void attn_bwd_dot(const AttnArgs& a) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Backward: dK and dV, a block per 64 keys, query tiles of 32.
+// Backward: dK and dV, a block per 64 keys, query tiles of 64. The sums over the queries run
+// transposed (dV^T = dO^T P, dK^T = Q^T dS, thread (ty, tx) holding head-dim rows 4 ty .. and
+// keys 4 tx ..), so that Q and dO are needed only as Q^T and dO^T.
 
-constexpr int KV_BQ = 32;
-constexpr int DKDV_SMEM = (2 * D * 64 + 4 * D * KV_BQ + 2 * 64 * (KV_BQ + 4) + 2 * KV_BQ) * 4;
+constexpr int DKDV_SMEM = (2 * D * 64 + 2 * D * 68 + 2 * 64 * 64 + 2 * 64) * 4;
 
 __device__ __forceinline__ void attn_bwd_dkdv(const AttnArgs& a) {
     extern __shared__ __align__(16) float smem[];
-    float* kt = smem;                  // [D][64]
-    float* vt = kt + D * 64;           // [D][64]
-    float* qt = vt + D * 64;           // [D][32]
-    float* qr = qt + D * KV_BQ;        // [32][D]
-    float* gt = qr + KV_BQ * D;        // dO^T [D][32]
-    float* gr = gt + D * KV_BQ;        // dO [32][D]
-    float* ps = gr + KV_BQ * D;        // P^T [64][36]
-    float* ds = ps + 64 * (KV_BQ + 4); // dS^T [64][36]
-    float* ls = ds + 64 * (KV_BQ + 4); // lse [32]
-    float* dd = ls + KV_BQ;            // d [32]
+    float* kt = smem;          // K^T [D][64]
+    float* vt = kt + D * 64;   // V^T [D][64]
+    float* qt = vt + D * 64;   // Q^T [D][68]
+    float* gt = qt + D * 68;   // dO^T [D][68]
+    float* ps = gt + D * 68;   // P [64 queries][64 keys]
+    float* ds = ps + 64 * 64;  // dS [64][64]
+    float* ls = ds + 64 * 64;  // lse [64]
+    float* dd = ls + 64;       // d [64]
     const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
     const u64 tq = a.tq, tk = a.tk, bhn = a.batch * a.heads;
     const u64 k0 = (u64)blockIdx.x * 64;
@@ -304,46 +306,56 @@ __device__ __forceinline__ void attn_bwd_dkdv(const AttnArgs& a) {
         const u64 b = bh / a.heads, h = bh % a.heads;
         load_t<64>(kt, in_ptr(a.k, a.st[S_K], b, h), a.st[S_K][2], k0, tk);
         load_t<64>(vt, in_ptr(a.v, a.st[S_V], b, h), a.st[S_V][2], k0, tk);
-        float dk[4][4] = {}, dv[4][4] = {};
+        float dkt[4][4] = {}, dvt[4][4] = {};
         // Causal: query i sees key j only when i >= j, so the tiles from query k0 on.
-        for (u64 q0 = a.causal ? k0 : 0; q0 < tq; q0 += KV_BQ) {
+        for (u64 q0 = a.causal ? k0 : 0; q0 < tq; q0 += 64) {
             __syncthreads();  // the previous tile is read (and K, V are written)
-            load_t<KV_BQ>(qt, in_ptr(a.q, a.st[S_Q], b, h), a.st[S_Q][2], q0, tq);
-            load_r<KV_BQ>(qr, in_ptr(a.q, a.st[S_Q], b, h), a.st[S_Q][2], q0, tq);
-            load_t<KV_BQ>(gt, in_ptr(a.dout, a.st[S_DO], b, h), a.st[S_DO][2], q0, tq);
-            load_r<KV_BQ>(gr, in_ptr(a.dout, a.st[S_DO], b, h), a.st[S_DO][2], q0, tq);
-            if (threadIdx.x < KV_BQ) {
+            load_t<64, 68>(qt, in_ptr(a.q, a.st[S_Q], b, h), a.st[S_Q][2], q0, tq);
+            load_t<64, 68>(gt, in_ptr(a.dout, a.st[S_DO], b, h), a.st[S_DO][2], q0, tq);
+            if (threadIdx.x < 64) {
                 const u64 i = q0 + threadIdx.x;
                 ls[threadIdx.x] = i < tq ? lse[bh * tq + i] : NEG_INF;
                 dd[threadIdx.x] = i < tq ? dsum[bh * tq + i] : 0.f;
             }
             __syncthreads();
-            float s[4][2] = {}, dp[4][2] = {};
-            product_t<KV_BQ>(s, kt, qt, ty, tx);
-            product_t<KV_BQ>(dp, vt, gt, ty, tx);
+            // S^T and dP^T: keys 4 ty + r, queries 4 tx + c.
+            float s[4][4] = {}, dp[4][4] = {};
+            product_t<64, 64, 68>(s, kt, qt, ty, tx);
+            product_t<64, 64, 68>(dp, vt, gt, ty, tx);
             const bool edge = k0 + 64 > tk || (a.causal && k0 + 63 > q0);
 #pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                const u64 kj = k0 + 4 * ty + r;
+            for (int c = 0; c < 4; ++c) {
+                const int il = 4 * tx + c;
+                const u64 qi = q0 + il;
+                const float li = ls[il], di = dd[il];
 #pragma unroll
-                for (int c = 0; c < 2; ++c) {
-                    const int il = 2 * tx + c;
-                    const u64 qi = q0 + il;
-                    const float li = ls[il];
+                for (int r = 0; r < 4; ++r) {
+                    const u64 kj = k0 + 4 * ty + r;
                     float p = exp2f(s[r][c] * a.scale_log2 - li * LOG2E);
                     if (li == NEG_INF || (edge && (kj >= tk || (a.causal && kj > qi)))) p = 0.f;
                     s[r][c] = p;
-                    dp[r][c] = p * (dp[r][c] - dd[il]);
+                    dp[r][c] = p * (dp[r][c] - di);
                 }
-                *reinterpret_cast<float2*>(ps + (4 * ty + r) * (KV_BQ + 4) + 2 * tx) = make_float2(s[r][0], s[r][1]);
-                *reinterpret_cast<float2*>(ds + (4 * ty + r) * (KV_BQ + 4) + 2 * tx) = make_float2(dp[r][0], dp[r][1]);
+                *reinterpret_cast<float4*>(ps + il * 64 + 4 * ty) = make_float4(s[0][c], s[1][c], s[2][c], s[3][c]);
+                *reinterpret_cast<float4*>(ds + il * 64 + 4 * ty) = make_float4(dp[0][c], dp[1][c], dp[2][c], dp[3][c]);
             }
             __syncthreads();
-            product_r<KV_BQ>(dv, ps, gr, ty, tx);
-            product_r<KV_BQ>(dk, ds, qr, ty, tx);
+            product_r<64, 68, 64>(dvt, gt, ps, ty, tx);
+            product_r<64, 68, 64>(dkt, qt, ds, ty, tx);
         }
-        store_rows(out_ptr(a.dk, a.st[S_DK], b, h), a.st[S_DK][2], k0, tk, dk, a.scale, ty, tx);
-        store_rows(out_ptr(a.dv, a.st[S_DV], b, h), a.st[S_DV][2], k0, tk, dv, 1.f, ty, tx);
+        // dK[j][4 ty ..] = scale dK^T[4 ty ..][j] for keys j = k0 + 4 tx + e.
+        float* dk = out_ptr(a.dk, a.st[S_DK], b, h);
+        float* dv = out_ptr(a.dv, a.st[S_DV], b, h);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const u64 kj = k0 + 4 * tx + e;
+            if (kj < tk) {
+                *reinterpret_cast<float4*>(dk + kj * a.st[S_DK][2] + 4 * ty) =
+                    make_float4(dkt[0][e] * a.scale, dkt[1][e] * a.scale, dkt[2][e] * a.scale, dkt[3][e] * a.scale);
+                *reinterpret_cast<float4*>(dv + kj * a.st[S_DV][2] + 4 * ty) =
+                    make_float4(dvt[0][e], dvt[1][e], dvt[2][e], dvt[3][e]);
+            }
+        }
         __syncthreads();  // K and V are reloaded for the next (b, h)
     }
 }
@@ -412,7 +424,8 @@ __device__ __forceinline__ void attn_bwd_dq(const AttnArgs& a) {
 }
 
 static_assert(FWD_SMEM == 66560, "attention.rs: f32_shared_bytes");
-static_assert(DKDV_SMEM == 84224, "attention.rs: f32_shared_bytes");
+static_assert(DKDV_SMEM == 100864, "attention.rs: f32_shared_bytes");
+static_assert(DKDV_SMEM <= 99 * 1024, "a block's shared memory on compute capability 8.6 and 8.9");
 static_assert(DQ_SMEM == 99840, "attention.rs: f32_shared_bytes");
 static_assert(DQ_SMEM <= 99 * 1024, "a block's shared memory on compute capability 8.6 and 8.9");
 

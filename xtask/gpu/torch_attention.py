@@ -1,7 +1,8 @@
 """torch.nn.functional.scaled_dot_product_attention (the flash and cuDNN backends) on the rows of
 Genesis's gpu_attention bench, in its table format.
 
-bf16, [B, H, T, D] contiguous, random data in [-1, 1); CUDA events around each run, warm-up,
+bf16 ([B, H, T, D] contiguous; rows `attn_f32_...`: f32 on the memory-efficient backend, PyTorch's
+choice for f32, and the math one), random data in [-1, 1); CUDA events around each run, warm-up,
 median. Forward: the forward alone. Backward: forward + backward minus the forward (PyTorch's
 backward needs its own forward's saved tensors), with `do` random. TFLOP/s as the bench counts:
 4 B H T^2 D for the forward (halved when causal), 2.5 times that for the backward.
@@ -18,6 +19,8 @@ CASES = [(8, 12, 1024, 64, True), (32, 12, 1024, 64, True), (4, 16, 2048, 128, T
          (4, 16, 2048, 128, False)]
 # The flash backend (FlashAttention-2) and cuDNN's (what PyTorch picks on Hopper by default).
 BACKENDS = [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)]
+F32_CASES = [(8, 12, 1024, 64, True), (8, 12, 1024, 64, False)]
+F32_BACKENDS = [("efficient", SDPBackend.EFFICIENT_ATTENTION), ("math", SDPBackend.MATH)]
 WARMUP, RUNS = 5, 30
 
 
@@ -43,13 +46,15 @@ def main():
           f"median of {RUNS} after {WARMUP} warm-up (torch {torch.__version__})")
     print(f'{"case":<34} {"fwd ms":>9} {"fwd TF/s":>9} {"bwd ms":>9} {"bwd TF/s":>9}')
     rows = []
-    for b, h, t, d, causal in CASES:
-        q, k, v = (torch.rand(b, h, t, d, device=dev, dtype=torch.bfloat16) * 2 - 1 for _ in range(3))
+    runs = [(c, torch.bfloat16, "", BACKENDS) for c in CASES]
+    runs += [(c, torch.float32, "f32_", F32_BACKENDS) for c in F32_CASES]
+    for (b, h, t, d, causal), dtype, prefix, backends in runs:
+        q, k, v = (torch.rand(b, h, t, d, device=dev, dtype=dtype) * 2 - 1 for _ in range(3))
         q.requires_grad_(True)
         k.requires_grad_(True)
         v.requires_grad_(True)
-        g = torch.rand(b, h, t, d, device=dev, dtype=torch.bfloat16) * 2 - 1
-        for backend_name, backend in BACKENDS:
+        g = torch.rand(b, h, t, d, device=dev, dtype=dtype) * 2 - 1
+        for backend_name, backend in backends:
             with sdpa_kernel(backend):
                 with torch.no_grad():
                     fwd, fwd_min = timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
@@ -62,7 +67,7 @@ def main():
             bwd = fb - fwd
             flops = 4.0 * b * h * t * t * d / (2 if causal else 1)
             ft, bt = flops / (fwd * 1e-3) / 1e12, 2.5 * flops / (bwd * 1e-3) / 1e12
-            name = f"attn_b{b}_h{h}_t{t}_d{d}" + ("_causal" if causal else "")
+            name = f"attn_{prefix}b{b}_h{h}_t{t}_d{d}" + ("_causal" if causal else "")
             print(f"{name + ' ' + backend_name:<34} {fwd:>9.3f} {ft:>9.1f} {bwd:>9.3f} {bt:>9.1f}")
             rows.append({"name": name, "backend": backend_name, "fwd_median_ms": fwd,
                          "fwd_min_ms": fwd_min, "fwd_tflops": ft, "fwd_bwd_median_ms": fb,

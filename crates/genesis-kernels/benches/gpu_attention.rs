@@ -1,9 +1,10 @@
 //! GPU timings of the flash attention kernels (device events, warm-up, median of many runs):
 //! forward and backward (the three launches of `gpu_attention_backward`) in bf16 for GPT-2's
-//! `B=8, H=12, T=1024, D=64` causal, and `B=4, H=16, T=2048, D=128` causal and not, in
-//! TFLOP/s: the forward does `4 B H Tq Tk D` flops (halved when causal), the backward 2.5 times
-//! that (FlashAttention's convention). `xtask/gpu/torch_attention.py` prints the same table for
-//! PyTorch's flash backend.
+//! `B=8, H=12, T=1024, D=64` causal (and batch 32), and `B=4, H=16, T=2048, D=128` causal and
+//! not, and in f32 (rows `attn_f32_...`) for GPT-2's shape, causal and not, in TFLOP/s: the
+//! forward does `4 B H Tq Tk D` flops (halved when causal), the backward 2.5 times that
+//! (FlashAttention's convention). `xtask/gpu/torch_attention.py` prints the same table for
+//! PyTorch's flash and cuDNN backends (bf16) and its memory-efficient and math ones (f32).
 //!
 //! `gpu_attention [--json PATH]`: prints a table and, with `--json`, writes the figures.
 //! Without a GPU (or without the `cuda` feature) it says so and exits successfully.
@@ -29,6 +30,7 @@ mod timing;
 #[cfg(feature = "cuda")]
 mod gpu {
     use genesis_cuda::{Context, DeviceBuffer, Stream};
+    use genesis_kernels::Element;
     use genesis_kernels::attention::{
         self, AttentionShape, BackwardStrides, ForwardStrides, Strides,
     };
@@ -49,17 +51,129 @@ mod gpu {
         (4, 16, 2048, 128, false),
     ];
 
-    fn random(
+    /// The f32 cases (head dim 64 only).
+    pub(crate) const F32_CASES: [(usize, usize, usize, usize, bool); 2] =
+        [(8, 12, 1024, 64, true), (8, 12, 1024, 64, false)];
+
+    fn random<T: Element>(
         ctx: &std::sync::Arc<Context>,
         rng: &mut SmallRng,
         n: usize,
     ) -> BoxResult<DeviceBuffer> {
-        let v: Vec<bf16> = (0..n)
-            .map(|_| bf16::from_f32(rng.random_range(-1.0f32..1.0)))
+        let v: Vec<T> = (0..n)
+            .map(|_| T::from_f64(rng.random_range(-1.0..1.0)))
             .collect();
-        // SAFETY: bf16 is plain-old-data.
-        let bytes = unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), n * 2) };
+        // SAFETY: the element types are plain-old-data.
+        let bytes =
+            unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), n * size_of::<T>()) };
         Ok(DeviceBuffer::from_host(ctx, bytes)?)
+    }
+
+    /// Times one case in `T`, printing its row and pushing its JSON object to `json`.
+    fn case<T: Element>(
+        ctx: &std::sync::Arc<Context>,
+        stream: &Stream,
+        rng: &mut SmallRng,
+        (b, h, t, d, causal): (usize, usize, usize, usize, bool),
+        prefix: &str,
+        json: &mut Vec<String>,
+    ) -> BoxResult {
+        let sh = AttentionShape::new(b, h, t, t, d, causal);
+        let s = Strides::bhtd(h, t, d);
+        let fs = ForwardStrides {
+            q: s,
+            k: s,
+            v: s,
+            o: s,
+        };
+        let bs = BackwardStrides::of(fs);
+        let n = b * h * t * d;
+        let (q, k, v, dout) = (
+            random::<T>(ctx, rng, n)?,
+            random::<T>(ctx, rng, n)?,
+            random::<T>(ctx, rng, n)?,
+            random::<T>(ctx, rng, n)?,
+        );
+        let mut o = DeviceBuffer::alloc(ctx, n * size_of::<T>())?;
+        let mut lse = DeviceBuffer::alloc(ctx, b * h * t * 4)?;
+        let (mut dq, mut dk, mut dv) = (
+            DeviceBuffer::alloc(ctx, n * size_of::<T>())?,
+            DeviceBuffer::alloc(ctx, n * size_of::<T>())?,
+            DeviceBuffer::alloc(ctx, n * size_of::<T>())?,
+        );
+        let mut ws = DeviceBuffer::alloc(ctx, attention::backward_workspace_bytes(&sh))?;
+        let mut forward = |sm80: bool| {
+            attention::force_sm80_attention_on_thread(sm80);
+            let t = timing::events(stream, WARMUP, RUNS, || {
+                attention::gpu_attention_forward::<T>(
+                    stream,
+                    &sh,
+                    &fs,
+                    q.as_span()?,
+                    k.as_span()?,
+                    v.as_span()?,
+                    o.as_span_mut()?,
+                    lse.as_span_mut()?,
+                )?;
+                Ok(())
+            });
+            attention::force_sm80_attention_on_thread(false);
+            t
+        };
+        // On Hopper, head dim 64's forward runs the wgmma kernel; the mma.sync one (what
+        // Ampere and Ada run) is timed beside it.
+        let sm80_fwd = if ctx.compute_capability() == (9, 0) && d == 64 && T::NAME != "f32" {
+            Some(forward(true)?)
+        } else {
+            None
+        };
+        let fwd = forward(false)?;
+        let bwd = timing::events(stream, WARMUP, RUNS, || {
+            attention::gpu_attention_backward::<T>(
+                stream,
+                &sh,
+                &bs,
+                q.as_span()?,
+                k.as_span()?,
+                v.as_span()?,
+                o.as_span()?,
+                dout.as_span()?,
+                lse.as_span()?,
+                dq.as_span_mut()?,
+                dk.as_span_mut()?,
+                dv.as_span_mut()?,
+                ws.as_span_mut()?,
+            )?;
+            Ok(())
+        })?;
+        let mut flops = 4.0 * (b * h * t * t * d) as f64;
+        if causal {
+            flops /= 2.0;
+        }
+        let tf = |fl: f64, ms: f64| fl / (ms * 1e-3) / 1e12;
+        let name = format!(
+            "attn_{prefix}b{b}_h{h}_t{t}_d{d}{}",
+            if causal { "_causal" } else { "" }
+        );
+        let (ft, bt) = (tf(flops, fwd.median_ms), tf(2.5 * flops, bwd.median_ms));
+        println!(
+            "{:<28} {:>9.3} {:>9.1} {:>9.3} {:>9.1}",
+            name, fwd.median_ms, ft, bwd.median_ms, bt
+        );
+        if let Some(f) = &sm80_fwd {
+            println!(
+                "{:<28} {:>9.3} {:>9.1}",
+                format!("{name} mma.sync"),
+                f.median_ms,
+                tf(flops, f.median_ms)
+            );
+        }
+        json.push(format!(
+            "{{\"name\":\"{name}\",\"fwd_median_ms\":{},\"fwd_min_ms\":{},\"fwd_tflops\":{ft},\
+             \"bwd_median_ms\":{},\"bwd_min_ms\":{},\"bwd_tflops\":{bt}}}",
+            fwd.median_ms, fwd.min_ms, bwd.median_ms, bwd.min_ms
+        ));
+        Ok(())
     }
 
     pub(crate) fn run() -> BoxResult {
@@ -71,7 +185,7 @@ mod gpu {
         let stream = Stream::new(&ctx)?;
         let mut rng = SmallRng::seed_from_u64(42);
         println!(
-            "device: {} ({}), bf16, [B, H, T, D] contiguous, median of {RUNS} after {WARMUP} warm-up",
+            "device: {} ({}), bf16 (rows attn_f32_: f32), [B, H, T, D] contiguous, median of {RUNS} after {WARMUP} warm-up",
             ctx.name(),
             ctx.arch()
         );
@@ -80,102 +194,11 @@ mod gpu {
             "case", "fwd ms", "fwd TF/s", "bwd ms", "bwd TF/s"
         );
         let mut json = Vec::new();
-        for (b, h, t, d, causal) in CASES {
-            let sh = AttentionShape::new(b, h, t, t, d, causal);
-            let s = Strides::bhtd(h, t, d);
-            let fs = ForwardStrides {
-                q: s,
-                k: s,
-                v: s,
-                o: s,
-            };
-            let bs = BackwardStrides::of(fs);
-            let n = b * h * t * d;
-            let (q, k, v, dout) = (
-                random(&ctx, &mut rng, n)?,
-                random(&ctx, &mut rng, n)?,
-                random(&ctx, &mut rng, n)?,
-                random(&ctx, &mut rng, n)?,
-            );
-            let mut o = DeviceBuffer::alloc(&ctx, n * 2)?;
-            let mut lse = DeviceBuffer::alloc(&ctx, b * h * t * 4)?;
-            let (mut dq, mut dk, mut dv) = (
-                DeviceBuffer::alloc(&ctx, n * 2)?,
-                DeviceBuffer::alloc(&ctx, n * 2)?,
-                DeviceBuffer::alloc(&ctx, n * 2)?,
-            );
-            let mut ws = DeviceBuffer::alloc(&ctx, attention::backward_workspace_bytes(&sh))?;
-            let mut forward = |sm80: bool| {
-                attention::force_sm80_attention_on_thread(sm80);
-                let t = timing::events(&stream, WARMUP, RUNS, || {
-                    attention::gpu_attention_forward::<bf16>(
-                        &stream,
-                        &sh,
-                        &fs,
-                        q.as_span()?,
-                        k.as_span()?,
-                        v.as_span()?,
-                        o.as_span_mut()?,
-                        lse.as_span_mut()?,
-                    )?;
-                    Ok(())
-                });
-                attention::force_sm80_attention_on_thread(false);
-                t
-            };
-            // On Hopper, head dim 64's forward runs the wgmma kernel; the mma.sync one (what
-            // Ampere and Ada run) is timed beside it.
-            let sm80_fwd = if ctx.compute_capability() == (9, 0) && d == 64 {
-                Some(forward(true)?)
-            } else {
-                None
-            };
-            let fwd = forward(false)?;
-            let bwd = timing::events(&stream, WARMUP, RUNS, || {
-                attention::gpu_attention_backward::<bf16>(
-                    &stream,
-                    &sh,
-                    &bs,
-                    q.as_span()?,
-                    k.as_span()?,
-                    v.as_span()?,
-                    o.as_span()?,
-                    dout.as_span()?,
-                    lse.as_span()?,
-                    dq.as_span_mut()?,
-                    dk.as_span_mut()?,
-                    dv.as_span_mut()?,
-                    ws.as_span_mut()?,
-                )?;
-                Ok(())
-            })?;
-            let mut flops = 4.0 * (b * h * t * t * d) as f64;
-            if causal {
-                flops /= 2.0;
-            }
-            let tf = |fl: f64, ms: f64| fl / (ms * 1e-3) / 1e12;
-            let name = format!(
-                "attn_b{b}_h{h}_t{t}_d{d}{}",
-                if causal { "_causal" } else { "" }
-            );
-            let (ft, bt) = (tf(flops, fwd.median_ms), tf(2.5 * flops, bwd.median_ms));
-            println!(
-                "{:<28} {:>9.3} {:>9.1} {:>9.3} {:>9.1}",
-                name, fwd.median_ms, ft, bwd.median_ms, bt
-            );
-            if let Some(f) = &sm80_fwd {
-                println!(
-                    "{:<28} {:>9.3} {:>9.1}",
-                    format!("{name} mma.sync"),
-                    f.median_ms,
-                    tf(flops, f.median_ms)
-                );
-            }
-            json.push(format!(
-                "{{\"name\":\"{name}\",\"fwd_median_ms\":{},\"fwd_min_ms\":{},\"fwd_tflops\":{ft},\
-                 \"bwd_median_ms\":{},\"bwd_min_ms\":{},\"bwd_tflops\":{bt}}}",
-                fwd.median_ms, fwd.min_ms, bwd.median_ms, bwd.min_ms
-            ));
+        for c in CASES {
+            case::<bf16>(&ctx, &stream, &mut rng, c, "", &mut json)?;
+        }
+        for c in F32_CASES {
+            case::<f32>(&ctx, &stream, &mut rng, c, "f32_", &mut json)?;
         }
         if let Some(p) = json_path {
             let text = format!(

@@ -769,7 +769,7 @@ fn family<T: Element>(d: usize) -> Family {
         Family {
             image: &crate::images::ATTENTION_F32,
             threads: 256,
-            smem: [66_560, 84_224, 99_840],
+            smem: [66_560, 100_864, 99_840],
             forward_rows: 64,
         }
     } else {

@@ -154,44 +154,42 @@ mod gpu {
             tb: true,
             ..case("tf32", 4096, 4096, 4096)
         });
-        // GPT-2 124M's linear layers at batch 32 x 1024 tokens in bf16 (`in -> out`): the
-        // forward `x @ Wᵀ`, and the backward `g @ W` and `gᵀ @ x`, each operand read in place.
-        for (i, o) in [
-            (768, 2304),
-            (768, 768),
-            (768, 3072),
-            (3072, 768),
-            (768, 50304),
-        ] {
-            v.push(Case {
-                tb: true,
-                ..case("bf16", 32768, o, i)
-            });
-            v.push(case("bf16", 32768, i, o));
-            v.push(Case {
-                ta: true,
-                ..case("bf16", o, i, 32768)
-            });
-        }
-        // The same in full-precision f32 at batch 8 x 1024 tokens (GPT-2 trained in float32).
-        for (i, o) in [
-            (768, 2304),
-            (768, 768),
-            (768, 3072),
-            (3072, 768),
-            (768, 50304),
-        ] {
-            v.push(Case {
-                tb: true,
-                ..case("f32", 8192, o, i)
-            });
-            v.push(case("f32", 8192, i, o));
-            v.push(Case {
-                ta: true,
-                ..case("f32", o, i, 8192)
-            });
+        // GPT-2 124M's linear layers at batch 32 x 1024 tokens in bf16, and at 8 x 1024 in
+        // full-precision f32 (GPT-2 trained in float32).
+        for (dtype, tokens) in [("bf16", 32768), ("f32", 8192)] {
+            for (m, n, k, ta, tb) in gpt2_products(tokens) {
+                v.push(Case {
+                    ta,
+                    tb,
+                    ..case(dtype, m, n, k)
+                });
+            }
         }
         v
+    }
+
+    /// GPT-2 124M's layers (`in -> out`) of the product tables.
+    const GPT2_LAYERS: [(usize, usize); 5] = [
+        (768, 2304),
+        (768, 768),
+        (768, 3072),
+        (3072, 768),
+        (768, 50304),
+    ];
+
+    /// The products of each GPT-2 layer at `tokens` rows: the forward `x @ Wᵀ`, and the
+    /// backward `g @ W` and `gᵀ @ x`, each operand read in place: `(m, n, k, ta, tb)`.
+    fn gpt2_products(tokens: usize) -> Vec<(usize, usize, usize, bool, bool)> {
+        GPT2_LAYERS
+            .iter()
+            .flat_map(|&(i, o)| {
+                [
+                    (tokens, o, i, false, true),
+                    (tokens, i, o, false, false),
+                    (o, i, tokens, true, false),
+                ]
+            })
+            .collect()
     }
 
     fn name(c: &Case) -> String {
@@ -373,10 +371,9 @@ mod gpu {
     /// chosen`.
     fn sweep_sm90(ctx: &Arc<Context>, stream: &Stream, rng: &mut SmallRng) -> BoxResult {
         let mut shapes: Vec<(usize, usize, usize, usize, bool, bool)> = Vec::new();
-        for (i, o) in [(768, 2304), (768, 768), (768, 3072), (3072, 768)] {
-            shapes.push((32768, o, i, 1, false, true));
-            shapes.push((32768, i, o, 1, false, false));
-            shapes.push((o, i, 32768, 1, true, false));
+        // The first four layers' products (the head's are not part of the fit).
+        for (m, n, k, ta, tb) in gpt2_products(32768).into_iter().take(12) {
+            shapes.push((m, n, k, 1, ta, tb));
         }
         shapes.extend([
             (4096, 4096, 4096, 1, false, false),
@@ -489,18 +486,10 @@ mod gpu {
             .map(|&(m, n, k, b)| (m, n, k, b, false, false))
             .collect();
         if std::env::args().any(|a| a == "--gpt2") {
-            shapes.clear();
-            for (i, o) in [
-                (768, 2304),
-                (768, 768),
-                (768, 3072),
-                (3072, 768),
-                (768, 50304),
-            ] {
-                shapes.push((8192, o, i, 1, false, true));
-                shapes.push((8192, i, o, 1, false, false));
-                shapes.push((o, i, 8192, 1, true, false));
-            }
+            shapes = gpt2_products(8192)
+                .into_iter()
+                .map(|(m, n, k, ta, tb)| (m, n, k, 1, ta, tb))
+                .collect();
         }
         let sms = ctx.multiprocessors() as usize;
         for (m, n, k, batch, ta, tb) in shapes {

@@ -113,13 +113,32 @@ impl Tensor {
         Ok(())
     }
 
-    /// A copy of `self` with `value` where `mask` is true (see [`Tensor::masked_fill_`]).
+    /// A copy of `self` with `value` where `mask` is true (see [`Tensor::masked_fill_`]). A
+    /// float tensor is filled in one pass that reads it and the mask in place (a broadcast
+    /// mask at stride 0, never made dense).
     #[track_caller]
     pub fn masked_fill(&self, mask: &Tensor, value: impl Scalar) -> Result<Tensor> {
         crate::autograd::op(
             "masked_fill",
             &[self],
             || {
+                if self.dtype().is_float() {
+                    // One pass of `where` reading `self` and the mask in place (a broadcast
+                    // mask at stride 0): no copy of `self` to fill and no mask of its shape.
+                    // A number takes a float tensor's dtype, so the result keeps it.
+                    let op = "masked_fill";
+                    check_mask(op, self, mask)?;
+                    let shape = broadcast_shape(op, self.shape(), mask.shape())?;
+                    if shape != self.shape() {
+                        return Err(Error::ShapeMismatch {
+                            op,
+                            lhs: self.shape().to_vec(),
+                            rhs: mask.shape().to_vec(),
+                        });
+                    }
+                    checked_scalar(op, self.dtype(), value.value())?;
+                    return crate::no_grad(|| Tensor::where_cond(mask, value, self));
+                }
                 let out = Tensor::from_storage(self.view.contiguous()?, self.shape())?;
                 out.masked_fill_(mask, value)?;
                 Ok(out)

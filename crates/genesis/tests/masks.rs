@@ -219,3 +219,104 @@ fn masked_select_of_tens_of_millions_keeps_every_element() {
         assert!(got.to_vec::<u8>().unwrap() == want, "on {dev}");
     }
 }
+
+/// `masked_fill` out of place (float tensors: one pass reading the mask broadcast): generated
+/// shapes with masks broadcast along any subset of the dimensions, views read in place (a
+/// transpose, a slice), every float dtype, values finite, infinite and NaN; the result keeps
+/// the dtype and the input is untouched; errors as the in-place fill's.
+#[test]
+fn masked_fill_out_of_place_broadcasts_the_mask_over_views() {
+    let _release = Release;
+    let g = Generator::new(23);
+    for dev in devices() {
+        for (case, dtype) in [DType::F32, DType::F16, DType::BF16, DType::F64]
+            .into_iter()
+            .cycle()
+            .take(16)
+            .enumerate()
+        {
+            let shape = [2 + case % 3, 3 + case % 5, 1 + case % 4];
+            let base = g
+                .randn(shape, DType::F32, dev)
+                .unwrap()
+                .to_dtype(dtype)
+                .unwrap();
+            // A view: the last two dimensions transposed, or a slice of every other row.
+            let x = match case % 3 {
+                0 => base.clone(),
+                1 => base.transpose(1, 2).unwrap(),
+                _ => base.i(&s![.., ..;2, ..]).unwrap(),
+            };
+            let xs = x.shape().to_vec();
+            // The mask keeps a dimension or broadcasts it (size 1), by the bits of `case`.
+            let mshape: Vec<usize> = xs
+                .iter()
+                .enumerate()
+                .map(|(d, &n)| if (case >> d) & 1 == 1 { 1 } else { n })
+                .collect();
+            let mask = g
+                .rand(&mshape[..], DType::F32, dev)
+                .unwrap()
+                .lt_scalar(0.4)
+                .unwrap();
+            let value = [1.5, f64::NEG_INFINITY, f64::NAN, -3.0][case % 4];
+            let held = f64s(&x);
+            let y = x.masked_fill(&mask, value).unwrap();
+            assert_eq!(y.dtype(), dtype);
+            assert_eq!(y.shape(), &xs[..]);
+            assert_eq!(f64s(&x), held, "the input is untouched");
+            let full = mask
+                .expand(xs.iter().map(|&n| n as isize).collect::<Vec<_>>())
+                .unwrap()
+                .contiguous()
+                .unwrap()
+                .to_bool_vec()
+                .unwrap();
+            let want = Tensor::from_slice(&[value], [1], Device::Cpu)
+                .unwrap()
+                .to_dtype(dtype)
+                .unwrap();
+            let v = f64s(&want)[0];
+            for (i, (got, (&h, &b))) in f64s(&y).iter().zip(held.iter().zip(&full)).enumerate() {
+                let w = if b { v } else { h };
+                assert!(
+                    got.to_bits() == w.to_bits() || (got.is_nan() && w.is_nan()),
+                    "{dtype} case {case} on {dev}: element {i}: {got} against {w}"
+                );
+            }
+        }
+        let x = Tensor::zeros([3, 4], DType::F16, dev).unwrap();
+        let cols = Tensor::from_bools(&[false, true, false, true], [4], dev).unwrap();
+        assert!(matches!(
+            x.masked_fill(&Tensor::zeros([4], DType::F32, dev).unwrap(), 1.0),
+            Err(Error::InvalidArgument {
+                op: "masked_fill",
+                ..
+            })
+        ));
+        let big = Tensor::from_bools(&[true; 24], [2, 3, 4], dev).unwrap();
+        assert!(matches!(
+            x.masked_fill(&big, 1.0),
+            Err(Error::ShapeMismatch { .. })
+        ));
+        assert!(matches!(
+            x.masked_fill(&cols, 1e10),
+            Err(Error::ScalarOutOfRange { .. })
+        ));
+        // The gradient reaches the positions left as they were.
+        let w = Tensor::ones([3, 4], DType::F32, dev)
+            .unwrap()
+            .requires_grad_(true)
+            .unwrap();
+        w.masked_fill(&cols, 0.0)
+            .unwrap()
+            .sum()
+            .unwrap()
+            .backward()
+            .unwrap();
+        assert_eq!(
+            w.grad().unwrap().to_vec::<f32>().unwrap(),
+            [1.0, 0.0, 1.0, 0.0].repeat(3)
+        );
+    }
+}

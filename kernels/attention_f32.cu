@@ -34,10 +34,12 @@
 // (causal: from the tile of query k0), Q^T and dO^T in shared memory: S^T = K Q^T,
 // dP^T = V dO^T, P^T = exp2(S^T scale log2 e - lse log2 e) (0 where masked or lse = -inf),
 // dS^T = P^T (dP^T - d), then dV^T += dO^T P and dK^T += Q^T dS (P and dS through shared
-// memory); written once, transposed back (dK times scale). Shared memory 100,864 bytes. `attn_bwd_dq`: a block
-// owns 64 queries (Q^T, dO^T, lse, d) and walks the key tiles of 64 (causal: below q0 + 64):
-// S, dP, dS as above, dQ += dS K; written once times scale. Shared memory 99,840 bytes. Every
-// output element is summed by one thread in a fixed order: the backward is deterministic.
+// memory, their 16-byte chunks swizzled by row so that a thread's four rows hit four banks);
+// written once, transposed back (dK times scale). Shared memory 100,864 bytes.
+// `attn_bwd_dq`: a block owns 64 queries (Q^T, dO^T, lse, d; the heaviest causal tile first)
+// and walks the key tiles of 64 (causal: below q0 + 64): S, dP, dS as above, dQ += dS K;
+// written once times scale. Shared memory 99,840 bytes. Every output element is summed by one
+// thread in a fixed order: the backward is deterministic.
 // Every kernel fits the 99 KiB of a block on compute capability 8.6 and 8.9.
 //
 // Numerics: products and sums in f32 in the order above; exp2f (2 ulp) of x log2(e) where the
@@ -144,10 +146,14 @@ __device__ __forceinline__ void product_t(float (&acc)[4][N / 16], const float* 
     }
 }
 
+// The 16-byte chunk that holds chunk `c` of row `r` of a swizzled [rows][64] tile: rows four
+// apart (the rows one thread writes) put a chunk in different banks.
+__device__ __forceinline__ int swizzle(int c, int r) { return c ^ ((r >> 2) & 7); }
+
 // acc[i][e] += sum_c m[4 ty + i][c] * b[c][4 tx + e] over c < N: m row-major with rows of LDM
 // floats (N + 4: the two grid rows of a warp, 4 rows apart, read other banks), b row-major with
-// rows of LDB.
-template <int N, int LDM = N + 4, int LDB = D>
+// rows of LDB (SWZ: a swizzled [N][64] tile).
+template <int N, int LDM = N + 4, int LDB = D, bool SWZ = false>
 __device__ __forceinline__ void product_r(float (&acc)[4][4], const float* m, const float* b, int ty, int tx) {
 #pragma unroll 2
     for (int c = 0; c < N; c += 4) {
@@ -156,7 +162,8 @@ __device__ __forceinline__ void product_r(float (&acc)[4][4], const float* m, co
         for (int i = 0; i < 4; ++i) mv[i] = *reinterpret_cast<const float4*>(m + (4 * ty + i) * LDM + c);
 #pragma unroll
         for (int cc = 0; cc < 4; ++cc) {
-            const float4 bv = *reinterpret_cast<const float4*>(b + (c + cc) * LDB + 4 * tx);
+            const int chunk = SWZ ? swizzle(tx, c + cc) : tx;
+            const float4 bv = *reinterpret_cast<const float4*>(b + (c + cc) * LDB + 4 * chunk);
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const float x = get(mv[i], cc);
@@ -293,8 +300,8 @@ __device__ __forceinline__ void attn_bwd_dkdv(const AttnArgs& a) {
     float* vt = kt + D * 64;   // V^T [D][64]
     float* qt = vt + D * 64;   // Q^T [D][68]
     float* gt = qt + D * 68;   // dO^T [D][68]
-    float* ps = gt + D * 68;   // P [64 queries][64 keys]
-    float* ds = ps + 64 * 64;  // dS [64][64]
+    float* ps = gt + D * 68;   // P [64 queries][64 keys], swizzled
+    float* ds = ps + 64 * 64;  // dS [64][64], swizzled
     float* ls = ds + 64 * 64;  // lse [64]
     float* dd = ls + 64;       // d [64]
     const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
@@ -336,12 +343,13 @@ __device__ __forceinline__ void attn_bwd_dkdv(const AttnArgs& a) {
                     s[r][c] = p;
                     dp[r][c] = p * (dp[r][c] - di);
                 }
-                *reinterpret_cast<float4*>(ps + il * 64 + 4 * ty) = make_float4(s[0][c], s[1][c], s[2][c], s[3][c]);
-                *reinterpret_cast<float4*>(ds + il * 64 + 4 * ty) = make_float4(dp[0][c], dp[1][c], dp[2][c], dp[3][c]);
+                const int chunk = swizzle(ty, il);
+                *reinterpret_cast<float4*>(ps + il * 64 + 4 * chunk) = make_float4(s[0][c], s[1][c], s[2][c], s[3][c]);
+                *reinterpret_cast<float4*>(ds + il * 64 + 4 * chunk) = make_float4(dp[0][c], dp[1][c], dp[2][c], dp[3][c]);
             }
             __syncthreads();
-            product_r<64, 68, 64>(dvt, gt, ps, ty, tx);
-            product_r<64, 68, 64>(dkt, qt, ds, ty, tx);
+            product_r<64, 68, 64, true>(dvt, gt, ps, ty, tx);
+            product_r<64, 68, 64, true>(dkt, qt, ds, ty, tx);
         }
         // dK[j][4 ty ..] = scale dK^T[4 ty ..][j] for keys j = k0 + 4 tx + e.
         float* dk = out_ptr(a.dk, a.st[S_DK], b, h);
@@ -377,7 +385,9 @@ __device__ __forceinline__ void attn_bwd_dq(const AttnArgs& a) {
     float* dd = ls + 64;       // d [64]
     const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
     const u64 tq = a.tq, tk = a.tk, bhn = a.batch * a.heads;
-    const u64 q0 = (u64)blockIdx.x * 64;
+    // Causal: the heaviest query tile (the last) first.
+    const u64 tiles = (tq + 63) / 64;
+    const u64 q0 = (a.causal ? tiles - 1 - blockIdx.x : blockIdx.x) * 64;
     const u64 kend = a.causal ? (q0 + 64 < tk ? q0 + 64 : tk) : tk;
     const float* lse = reinterpret_cast<const float*>(a.lse);
     const float* dsum = reinterpret_cast<const float*>(a.dsum);

@@ -21,6 +21,22 @@ fn check_mask(op: &'static str, x: &Tensor, mask: &Tensor) -> Result<()> {
     Ok(())
 }
 
+/// The checks of a fill of `x` (in place or not): a bool mask on `x`'s device that broadcasts
+/// to `x`'s shape without enlarging it, and a value the dtype represents (returned, checked).
+fn check_fill(x: &Tensor, mask: &Tensor, value: impl Scalar) -> Result<genesis_storage::Storage> {
+    let op = "masked_fill";
+    check_mask(op, x, mask)?;
+    let shape = broadcast_shape(op, x.shape(), mask.shape())?;
+    if shape != x.shape() {
+        return Err(Error::ShapeMismatch {
+            op,
+            lhs: x.shape().to_vec(),
+            rhs: mask.shape().to_vec(),
+        });
+    }
+    checked_scalar(op, x.dtype(), value.value())
+}
+
 impl Tensor {
     /// The elements where `mask` is true, in row-major order, as a 1-D tensor (PyTorch's
     /// `masked_select`, and `x[mask]` for a mask of `x`'s shape). `self` and `mask` (a `Bool`
@@ -95,17 +111,7 @@ impl Tensor {
         if self.in_place_recorded("masked_fill_", &[], |x| x.masked_fill(mask, value))? {
             return Ok(());
         }
-        let op = "masked_fill";
-        check_mask(op, self, mask)?;
-        let shape = broadcast_shape(op, self.shape(), mask.shape())?;
-        if shape != self.shape() {
-            return Err(Error::ShapeMismatch {
-                op,
-                lhs: self.shape().to_vec(),
-                rhs: mask.shape().to_vec(),
-            });
-        }
-        let bytes = checked_scalar(op, self.dtype(), value.value())?.to_bytes()?;
+        let bytes = check_fill(self, mask, value)?.to_bytes()?;
         let (m, m0) = mask.dense_operand(self.shape())?;
         self.view
             .storage()
@@ -126,17 +132,7 @@ impl Tensor {
                     // One pass of `where` reading `self` and the mask in place (a broadcast
                     // mask at stride 0): no copy of `self` to fill and no mask of its shape.
                     // A number takes a float tensor's dtype, so the result keeps it.
-                    let op = "masked_fill";
-                    check_mask(op, self, mask)?;
-                    let shape = broadcast_shape(op, self.shape(), mask.shape())?;
-                    if shape != self.shape() {
-                        return Err(Error::ShapeMismatch {
-                            op,
-                            lhs: self.shape().to_vec(),
-                            rhs: mask.shape().to_vec(),
-                        });
-                    }
-                    checked_scalar(op, self.dtype(), value.value())?;
+                    check_fill(self, mask, value)?;
                     return crate::no_grad(|| Tensor::where_cond(mask, value, self));
                 }
                 let out = Tensor::from_storage(self.view.contiguous()?, self.shape())?;

@@ -54,12 +54,16 @@
 //     consumers then issue only its first two k steps (a box past k itself holds TMA's zeros
 //     there, so all four steps run).
 //
-// Ping-pong (`matmul_sm90_<in>_pp_<ab>_128`, 16-bit outputs, unsplit products): the same
-// producer and ring, but each consumer warpgroup computes whole 128 x 128 tiles (two m64
+// Ping-pong (`matmul_sm90_<in>_pp_<ab>_<BN>`, 16-bit outputs, unsplit products): the same
+// producer and ring, but each consumer warpgroup computes whole 128 x BN tiles (two m64
 // accumulators), the block's units alternating between the two; they take turns at the
 // tensor cores (two more mbarriers), so that one's epilogue (and the next tile's first
 // stages) overlap the other's k loop. It serves products of a short k, where the cooperative
 // kernels' epilogue, which both consumers run at once, is a large share of a tile's time.
+// BN = 128 (6 stages of 32 KiB) or 192 (5 stages of 40 KiB; nn and nt only): a 128 x 192
+// tile reads a sixth fewer operand bytes per product from L2 and shared memory than a
+// 128 x 128 one, and its 192 accumulators a thread fit the consumers' registers only with the
+// bias staged in shared memory rather than held in registers through the k loop.
 //
 // Products are accumulated in f32 in another order than the CPU twin's (per 16-deep wgmma step)
 // and rounded once to the output type: the accuracy contract of matmul.cu.
@@ -79,7 +83,8 @@
 // kslice a multiple of 32.
 //
 // Launch contract (src/matmul.rs): 384 threads, grid (min(SMs, units), 1, 1), dynamic shared
-// memory Config<BN>::SMEM (set as the function's maximum first). Parameters: (tensor map of A,
+// memory Config<BN>::SMEM (set as the function's maximum first; the 128 x 192 ping-pong
+// kernels' includes their bias buffers). Parameters: (tensor map of A,
 // tensor map of B, C, batch, m, n, k, a batch stride, b batch stride, kslice, slices), the maps
 // 128-byte CUtensorMap structs, every integer a u64. Kernel names:
 // matmul_sm90_<in>[_f32out]_<a><b>_<BN>, e.g. matmul_sm90_bf16_nt_256, matmul_sm90_f16_tn_64.
@@ -104,14 +109,18 @@ struct Config {
     static constexpr int A_BYTES = BM * BK * 2;
     static constexpr int B_BYTES = BN * BK * 2;
     static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
-    // 192 KiB of operand ring for every tile: 4 stages of 48 KiB (BN = 256), 6 of 32 KiB
-    // (BN = 128), 8 of 24 KiB (BN = 64).
-    static constexpr int STAGES = 192 * 1024 / STAGE_BYTES;
+    // 192 KiB of operand ring for most tiles: 4 stages of 48 KiB (BN = 256), 6 of 32 KiB
+    // (BN = 128), 8 of 24 KiB (BN = 64); 5 of 40 KiB (200 KiB) for BN = 192.
+    static constexpr int STAGES = (BN == 192 ? 200 : 192) * 1024 / STAGE_BYTES;
     // Slack to align the ring to 1 KiB, the ring, the 2 * STAGES mbarriers and the two turn
     // mbarriers of the ping-pong kernels.
-    static constexpr int SMEM = 1024 + STAGES * STAGE_BYTES + 2 * STAGES * 8 + 16;
+    // The ping-pong 128 x 192 kernels' bias: f32 values of a tile's columns, two buffers for
+    // each consumer.
+    static constexpr int BIAS_BYTES = BN == 192 ? 2 * 2 * BN * 4 : 0;
+    static constexpr int SMEM = 1024 + STAGES * STAGE_BYTES + 2 * STAGES * 8 + 16 + BIAS_BYTES;
 };
 static_assert(Config<256>::SMEM <= 227 * 1024, "shared memory of a block");
+static_assert(Config<192>::SMEM <= 227 * 1024, "shared memory of a block");
 static_assert(Config<128>::SMEM <= 227 * 1024, "shared memory of a block");
 static_assert(Config<64>::SMEM <= 227 * 1024, "shared memory of a block");
 
@@ -277,6 +286,74 @@ __device__ __forceinline__ void wgmma_n256(float (&d)[128], uint64_t da, uint64_
           "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
           "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]),
           "+f"(d[126]), "+f"(d[127])
+        : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
+}
+
+template <int TRANS_A, int TRANS_B>
+__device__ __forceinline__ void wgmma_n192(float (&d)[96], uint64_t da, uint64_t db,
+                                          int scale_d, __nv_bfloat16) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
+        "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, "
+        "%60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, "
+        "%72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, "
+        "%84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+        "}, %96, %97, p, 1, 1, %99, %100;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+          "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+          "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]),
+          "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]),
+          "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+          "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]),
+          "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+        : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
+}
+
+template <int TRANS_A, int TRANS_B>
+__device__ __forceinline__ void wgmma_n192(float (&d)[96], uint64_t da, uint64_t db,
+                                          int scale_d, __half) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n192k16.f32.f16.f16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
+        "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, "
+        "%60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, "
+        "%72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, "
+        "%84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+        "}, %96, %97, p, 1, 1, %99, %100;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+          "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+          "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]),
+          "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]),
+          "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+          "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]),
+          "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
         : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
 }
 
@@ -476,6 +553,8 @@ __device__ __forceinline__ void wgmma_tile(float (&d)[BN / 2], uint64_t da, uint
         }
     } else if constexpr (BN == 256) {
         wgmma_n256<TRANS_A, TRANS_B>(d, da, db, scale_d, T());
+    } else if constexpr (BN == 192) {
+        wgmma_n192<TRANS_A, TRANS_B>(d, da, db, scale_d, T());
     } else if constexpr (BN == 128) {
         wgmma_n128<TRANS_A, TRANS_B>(d, da, db, scale_d, T());
     } else {
@@ -641,6 +720,28 @@ __device__ __forceinline__ void add_bias_pairs(float (&acc)[BN / 2], const uint3
     }
 }
 
+// add_bias for both accumulators of a ping-pong tile from the f32 bias of its columns in
+// shared memory at `sbias` (column c at + 4 c).
+template <int BN>
+__device__ __forceinline__ void add_bias_shared(float (&acc0)[BN / 2], float (&acc1)[BN / 2],
+                                                uint32_t sbias, int lane) {
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+        float b0, b1;
+        asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
+                     : "=f"(b0), "=f"(b1)
+                     : "r"(sbias + 4 * (j * 8 + (lane % 4) * 2))
+                     : "memory");
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            acc0[j * 4 + h * 2] += b0;
+            acc0[j * 4 + h * 2 + 1] += b1;
+            acc1[j * 4 + h * 2] += b0;
+            acc1[j * 4 + h * 2 + 1] += b1;
+        }
+    }
+}
+
 // Stores a warpgroup's 64 x BN accumulators (the m64nNk16 layout: register i of lane l of warp
 // w holds row 16w + l / 4 + 8 ((i / 2) % 2), column 8 (i / 4) + 2 (l % 4) + i % 2) into `out`
 // (rows of N), in-range elements only; `row0` is this lane's first row (the tile's first row of
@@ -719,6 +820,7 @@ __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMa
     const uint32_t full = ring + STAGES * Cfg::STAGE_BYTES;  // full[s] at + 8 s
     const uint32_t empty = full + STAGES * 8;                 // empty[s] at + 8 s
     const uint32_t turn = empty + STAGES * 8;                 // turn[c] at + 8 c (ping-pong)
+    const uint32_t bias_buf = turn + 16;                      // consumer c, buffer t at + (2c + t) BN 4
     const int wg = threadIdx.x / 128;
 
     if (threadIdx.x == 0) {
@@ -811,7 +913,7 @@ __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMa
         // kt_n stages (unsplit), so unit i's first stage is ring position i * kt_n. The turns
         // also order the ring: a consumer starts a unit only once every earlier position was
         // loaded and waited for, so each full-barrier wait is at most one phase ahead.
-        static_assert(!SPLITS && BN == 128, "ping-pong: unsplit 128 x 128 tiles");
+        static_assert(!SPLITS && (BN == 128 || BN == 192), "ping-pong: unsplit 128 x BN tiles");
         float acc0[BN / 2], acc1[BN / 2];
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) acc0[i] = acc1[i] = 0.0f;
@@ -824,9 +926,28 @@ __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMa
             const uint64_t pos = i * (uint64_t)kt_n;
             int stage = (int)(pos % STAGES);
             uint32_t phase = (uint32_t)((pos / STAGES) & 1);
-            // The bias of this lane's columns, loaded before the k loop hides their latency.
-            uint32_t bw[BN / 8];
-            if (bias != nullptr) load_bias_pairs<O, BN>(bw, bias, w.n0, N, lane);
+            // The bias of this lane's columns, loaded before the k loop hides their latency:
+            // in registers for 128 x 128 tiles; a 128 x 192 tile's 192 accumulators leave no
+            // room for them, so its consumer stages the tile's bias in shared memory as f32
+            // (buffer turns % 2: the barrier after writing it also orders the reads of the
+            // other buffer, two units ago, before its next write).
+            constexpr bool PRELOAD = BN == 128;
+            uint32_t bw[PRELOAD ? BN / 8 : 1];
+            const uint32_t my_bias = bias_buf + (uint32_t)((2 * c + (turns & 1)) * BN * 4);
+            if (bias != nullptr) {
+                if constexpr (PRELOAD) {
+                    load_bias_pairs<O, BN>(bw, bias, w.n0, N, lane);
+                } else {
+                    const int t = threadIdx.x % 128;
+                    for (int j = t; j < BN; j += 128) {
+                        const uint64_t col = w.n0 + j;
+                        const float v = col < N ? bias_f32(bias + col) : 0.0f;
+                        asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(my_bias + 4 * j), "f"(v)
+                                     : "memory");
+                    }
+                    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + c) : "memory");
+                }
+            }
             mbar_wait(turn + 8 * c, turns & 1);
             int prev = 0;
             for (int kt = 0; kt < kt_n; ++kt) {
@@ -867,8 +988,12 @@ __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMa
             ++turns;
             O* out = C + w.b * M * N;
             if (bias != nullptr) {
-                add_bias_pairs<O, BN>(acc0, bw);
-                add_bias_pairs<O, BN>(acc1, bw);
+                if constexpr (PRELOAD) {
+                    add_bias_pairs<O, BN>(acc0, bw);
+                    add_bias_pairs<O, BN>(acc1, bw);
+                } else {
+                    add_bias_shared<BN>(acc0, acc1, my_bias, lane);
+                }
             }
             const uint64_t row0 = w.m0 + warp * 16 + lane / 4;
             store_rows<O, BN>(acc0, out, row0, w.n0, M, N, lane, pairs, vec16);
@@ -951,7 +1076,7 @@ __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMa
     SM90_LAYOUTS(P, T, O, 128)   \
     SM90_LAYOUTS(P, T, O, 64)
 
-// The ping-pong kernels (16-bit outputs, unsplit): matmul_sm90_<in>_pp_<ab>_128.
+// The ping-pong kernels (16-bit outputs, unsplit): matmul_sm90_<in>_pp_<ab>_<128|192>.
 #define SM90_PP_KERNEL(NAME, T, BN, TA, TB)                                                    \
     extern "C" __global__ void __launch_bounds__(THREADS, 1)                                   \
         NAME(const __grid_constant__ TensorMap a, const __grid_constant__ TensorMap b,         \
@@ -961,11 +1086,17 @@ __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMa
         gemm_sm90<T, T, BN, TA, TB, true>(&a, &b, c, bias, batch, m, n, k, sa, sb, kslice,     \
                                           slices);                                             \
     }
+#define SM90_PP_LAYOUTS(P, T, BN)                            \
+    SM90_PP_KERNEL(P##_pp_nn_##BN, T, BN, false, false)      \
+    SM90_PP_KERNEL(P##_pp_nt_##BN, T, BN, false, true)       \
+    SM90_PP_KERNEL(P##_pp_tn_##BN, T, BN, true, false)       \
+    SM90_PP_KERNEL(P##_pp_tt_##BN, T, BN, true, true)
+// The 128 x 192 ping-pong kernels take a k-major A only (nn, nt): with an mn-major A they
+// ran slower than the 128 x 128 ones on the H200.
 #define SM90_PP(P, T)                                        \
-    SM90_PP_KERNEL(P##_pp_nn_128, T, 128, false, false)      \
-    SM90_PP_KERNEL(P##_pp_nt_128, T, 128, false, true)       \
-    SM90_PP_KERNEL(P##_pp_tn_128, T, 128, true, false)       \
-    SM90_PP_KERNEL(P##_pp_tt_128, T, 128, true, true)
+    SM90_PP_LAYOUTS(P, T, 128)                               \
+    SM90_PP_KERNEL(P##_pp_nn_192, T, 192, false, false)      \
+    SM90_PP_KERNEL(P##_pp_nt_192, T, 192, false, true)
 
 SM90_TILES(matmul_sm90_bf16, __nv_bfloat16, __nv_bfloat16)
 SM90_TILES(matmul_sm90_bf16_f32out, __nv_bfloat16, float)

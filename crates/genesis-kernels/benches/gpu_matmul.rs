@@ -365,7 +365,8 @@ mod gpu {
     }
 
     /// `--sweep-sm90 [--pp-only]`: bf16 products on the Hopper kernels, each tile (`128 x 256`,
-    /// `128 x 128`, and unsplit the `128 x 128` ping-pong, tile 3) and split in turn (device time), next to the plan `MatmulPlan::new_for_device`
+    /// `128 x 128`, and unsplit the ping-pong `128 x 128` and `128 x 192`, tiles 3 and 4) and
+    /// split in turn (device time), next to the plan `MatmulPlan::new_for_device`
     /// makes, for fitting and checking its cost model: GPT-2's linear layers (the fit) and
     /// other shapes (the check). Lines `sweep_sm90 m n k batch layout tile splits median_ms
     /// chosen`.
@@ -399,12 +400,12 @@ mod gpu {
             };
             let chosen =
                 MatmulPlan::new_for_device::<bf16>(shape, sms, cc, MatmulPrecision::Highest);
-            // `--pp-only`: the ping-pong tile alone (unsplit).
+            // `--pp-only`: the ping-pong tiles alone (unsplit).
             let pp_only = std::env::args().any(|a| a == "--pp-only");
-            let tiles: &[usize] = if pp_only { &[3] } else { &[0, 1, 3] };
+            let tiles: &[usize] = if pp_only { &[3, 4] } else { &[0, 1, 3, 4] };
             for &tile in tiles {
                 let mut seen = Vec::new();
-                let splits: &[usize] = if tile == 3 {
+                let splits: &[usize] = if tile >= 3 {
                     &[1]
                 } else {
                     &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 14, 16]

@@ -27,8 +27,8 @@
 //! On Hopper (compute capability 9.0), f16 and bf16 products run on the `wgmma` kernels of
 //! `kernels/matmul_sm90.cu` (TMA, warp-specialised, persistent; `128 x 256` tiles when they
 //! fill the GPU, else `128 x 128`, and `128 x 64` for `n` below 128; a plan from
-//! [`MatmulPlan::new_for_device`] picks the tile, the ping-pong `128 x 128` kernels for short
-//! `k`, and the split by a cost model) when the operands qualify:
+//! [`MatmulPlan::new_for_device`] picks the tile, the ping-pong `128 x 128` or `128 x 192`
+//! kernels for short `k`, and the split by a cost model) when the operands qualify:
 //! `m` at least 128, `n` at least 64, `k` at least 64, both operands starting on 16 bytes, leading dimensions multiples of 8 elements,
 //! and batch strides 0 or multiples of 8 elements of at least one matrix of `ld`-long lines.
 //! Everything else, every other device, and every product while [`sm80_matmul_forced`]
@@ -455,6 +455,9 @@ pub struct Sm90Kernels {
     /// The ping-pong `128 x 128` kernels (tile 3) by `[a transposed][b transposed]`, for 16-bit
     /// outputs of unsplit products.
     pingpong: Option<[[&'static str; 2]; 2]>,
+    /// The ping-pong `128 x 192` kernels (tile 4) by `[b transposed]`: a row-major `A` only
+    /// (tile 3 runs the others).
+    pingpong_wide: Option<[&'static str; 2]>,
 }
 
 /// The kernel table `<prefix>_<ab>[_any]`.
@@ -507,7 +510,7 @@ macro_rules! sm90_table {
 
 macro_rules! kernels {
     ($t:ty => $o:ty, $p:literal, $g:literal, $partial:literal, $sum:literal
-     $(, tf32: $tf32:literal, n64: $n64:literal, n64ct: $n64ct:literal, small: $small:literal)? $(, sm90: $bf16:literal, $sm90:literal, $sm90_partial:literal, $pp:expr)?) => {
+     $(, tf32: $tf32:literal, n64: $n64:literal, n64ct: $n64ct:literal, small: $small:literal)? $(, sm90: $bf16:literal, $sm90:literal, $sm90_partial:literal, $pp:expr, $ppw:expr)?) => {
         impl MatmulOutput<$t> for $o {
             const GEMV: [&'static str; 4] = [
                 concat!("gemv_dot_", $g),
@@ -531,13 +534,14 @@ macro_rules! kernels {
                 kernels: sm90_table!($sm90),
                 partial: sm90_table!($sm90_partial),
                 pingpong: $pp,
+                pingpong_wide: $ppw,
             });)?
         }
     };
 }
 kernels!(f32 => f32, "matmul_f32", "f32", "matmul_f32", "splitk_sum_f32", tf32: "matmul_tf32",
     n64: "matmul_f32n64", n64ct: "matmul_f32n64ct", small: "matmul_f32s");
-/// The ping-pong kernel table `<prefix>_pp_<ab>_128`.
+/// The ping-pong kernel tables `<prefix>_pp_<ab>_128` and `<prefix>_pp_n<b>_192`.
 macro_rules! pp_table {
     ($p:literal) => {
         Some([
@@ -546,14 +550,21 @@ macro_rules! pp_table {
         ])
     };
 }
+macro_rules! pp_wide_table {
+    ($p:literal) => {
+        Some([concat!($p, "_pp_nn_192"), concat!($p, "_pp_nt_192")])
+    };
+}
 kernels!(f16 => f16, "matmul_f16", "f16", "matmul_f16_f32out", "splitk_sum_f16",
-    sm90: false, "matmul_sm90_f16", "matmul_sm90_f16_f32out", pp_table!("matmul_sm90_f16"));
+    sm90: false, "matmul_sm90_f16", "matmul_sm90_f16_f32out", pp_table!("matmul_sm90_f16"),
+    pp_wide_table!("matmul_sm90_f16"));
 kernels!(f16 => f32, "matmul_f16_f32out", "f16_f32out", "matmul_f16_f32out", "splitk_sum_f32",
-    sm90: false, "matmul_sm90_f16_f32out", "matmul_sm90_f16_f32out", None);
+    sm90: false, "matmul_sm90_f16_f32out", "matmul_sm90_f16_f32out", None, None);
 kernels!(bf16 => bf16, "matmul_bf16", "bf16", "matmul_bf16_f32out", "splitk_sum_bf16",
-    sm90: true, "matmul_sm90_bf16", "matmul_sm90_bf16_f32out", pp_table!("matmul_sm90_bf16"));
+    sm90: true, "matmul_sm90_bf16", "matmul_sm90_bf16_f32out", pp_table!("matmul_sm90_bf16"),
+    pp_wide_table!("matmul_sm90_bf16"));
 kernels!(bf16 => f32, "matmul_bf16_f32out", "bf16_f32out", "matmul_bf16_f32out", "splitk_sum_f32",
-    sm90: true, "matmul_sm90_bf16_f32out", "matmul_sm90_bf16_f32out", None);
+    sm90: true, "matmul_sm90_bf16_f32out", "matmul_sm90_bf16_f32out", None, None);
 
 /// The precision of f32 products, PyTorch's `torch.set_float32_matmul_precision`. f16 and bf16
 /// products are the same at every precision.
@@ -650,18 +661,20 @@ const SM90_BK: usize = 64;
 
 /// Columns of a Hopper kernel's tile by tile index (the kernels' `BN`).
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-const SM90_TILE_N: [usize; 4] = [256, 128, 64, 128];
+const SM90_TILE_N: [usize; 5] = [256, 128, 64, 128, 192];
 
 /// Dynamic shared memory of the Hopper kernels by tile (`Config<BN>::SMEM` in
 /// `kernels/matmul_sm90.cu`): 1 KiB of alignment slack, the stages (4 of 48 KiB, 6 of 32 KiB
 /// or 8 of 24 KiB), two mbarriers per stage and the ping-pong kernels' two turn mbarriers;
-/// tile 3 (`128 x 128` ping-pong) as tile 1.
+/// tile 3 (`128 x 128` ping-pong) as tile 1; tile 4 (`128 x 192` ping-pong): 5 stages of 40
+/// KiB and two f32 bias buffers of 192 columns for each consumer.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-const SM90_SMEM: [u32; 4] = [
+const SM90_SMEM: [u32; 5] = [
     1024 + 4 * 49152 + 4 * 16 + 16,
     1024 + 6 * 32768 + 6 * 16 + 16,
     1024 + 8 * 24576 + 8 * 16 + 16,
     1024 + 6 * 32768 + 6 * 16 + 16,
+    1024 + 5 * 40960 + 5 * 16 + 16 + 4 * 192 * 4,
 ];
 
 /// The Hopper tile for a product, or `None` when it must run on the `sm_80` kernels (see the
@@ -1099,12 +1112,20 @@ const SLICE_ALIGN: usize = 32;
 /// times of bf16 products on an H200 (`gpu_matmul --sweep-sm90`: every tile and split of
 /// GPT-2's linear layers at 32768 rows; checked on nine other shapes, where the model's
 /// choices take 1.1 % more time in all than the fastest, 5 % at worst, on `8192 x 1024 x
-/// 4096`): a 64-deep k step of a `128 x 256`, a `128 x 128` and a ping-pong `128 x 128` tile;
-/// a unit's fixed time (its epilogue and pipeline fill, mostly hidden by the ping-pong
-/// kernels) with 16-bit and with f32 (split) outputs; a byte of f32 partials written and
-/// summed; a split product's summing launch.
-const SM90_K_NS: [f64; 3] = [653.4, 363.5, 331.1];
-const SM90_UNIT_NS: [[f64; 2]; 3] = [[5013.0, 8418.0], [2557.0, 4374.0], [1969.0, 0.0]];
+/// 4096`): a 64-deep k step of a `128 x 256`, a `128 x 128`, a ping-pong `128 x 128` and a
+/// ping-pong `128 x 192` tile; a unit's fixed time (its epilogue and pipeline fill, mostly
+/// hidden by the ping-pong kernels) with 16-bit and with f32 (split) outputs; a byte of f32
+/// partials written and summed; a split product's summing launch. The `128 x 192` tile's two
+/// are the `128 x 128` ping-pong tile's scaled by their ratios on GPT-2's products of normally
+/// distributed operands timed side by side (`k` = 768 and 3072: a k step 1.46 times as long
+/// for 1.5 times the products, a unit's fixed time 1.25 times).
+const SM90_K_NS: [f64; 4] = [653.4, 363.5, 331.1, 483.4];
+const SM90_UNIT_NS: [[f64; 2]; 4] = [
+    [5013.0, 8418.0],
+    [2557.0, 4374.0],
+    [1969.0, 0.0],
+    [2461.0, 0.0],
+];
 const SM90_PARTIAL_NS: f64 = 0.0000922;
 const SM90_SPLIT_NS: f64 = 16236.0;
 
@@ -1264,8 +1285,9 @@ pub struct MatmulPlan {
     /// Full-precision f32 on the `128 x 256` SIMT tiles (`matmul_f32w_*`) when the operands
     /// allow them (see [`MatmulPlan::wide_tiles`]).
     wide: bool,
-    /// The Hopper tile (0: `128 x 256`, 1: `128 x 128`, 3: `128 x 128` ping-pong) chosen with
-    /// the split by [`MatmulPlan::new_for_device`]; `None`: by the rule of [`sm90_width`].
+    /// The Hopper tile (0: `128 x 256`, 1: `128 x 128`, 3: `128 x 128` ping-pong, 4: `128 x 192`
+    /// ping-pong) chosen with the split by [`MatmulPlan::new_for_device`]; `None`: by the rule
+    /// of [`sm90_width`].
     sm90: Option<usize>,
 }
 
@@ -1385,7 +1407,8 @@ impl MatmulPlan {
     /// The plan of a product of `T` operands on a device of compute capability `cc` with `sms`
     /// multiprocessors: [`MatmulPlan::new_for`], but on Hopper (9.0) a 16-bit product that the
     /// `wgmma` kernels take by its shape (`m` at least 128, `n` at least 128, `k` at least 64)
-    /// takes the tile (`128 x 256` or `128 x 128`) and the split of least modelled time: the
+    /// takes the tile (`128 x 256`, `128 x 128`, or the ping-pong `128 x 128` or `128 x 192`)
+    /// and the split of least modelled time: the
     /// waves of work units (`ceil(units / sms)`) times a unit's time (its 64-deep k steps and
     /// a fixed time, longer for the f32 partials of a split), plus the partials' sum. Splitting
     /// then also serves products that fill the GPU with a poor last wave (`3072 x 768` outputs
@@ -1406,9 +1429,10 @@ impl MatmulPlan {
         }
         let sms = sms.max(1);
         let values = (s.m * s.n).saturating_mul(s.batch) as f64;
-        // Model index of a tile: 0 (`128 x 256`), 1 (`128 x 128`), 2 (ping-pong `128 x 128`).
+        // Model index of a tile: 0 (`128 x 256`), 1 (`128 x 128`), 2 (ping-pong `128 x 128`),
+        // 3 (ping-pong `128 x 192`).
         let cost = |tile: usize, p: &MatmulPlan| {
-            let units = sm90_units(s, [256, 128, 128][tile], p.splits);
+            let units = sm90_units(s, [256, 128, 128, 192][tile], p.splits);
             let split = usize::from(p.splits > 1);
             let unit = p.kslice.div_ceil(64) as f64 * SM90_K_NS[tile] + SM90_UNIT_NS[tile][split];
             let partials = if p.splits > 1 {
@@ -1424,20 +1448,20 @@ impl MatmulPlan {
             ..plan
         };
         let mut best: Option<(f64, MatmulPlan)> = None;
-        for tile in [0, 1, 2] {
+        for tile in [0, 1, 2, 3] {
             // The ping-pong kernels run unsplit products.
-            let most = if tile == 2 {
+            let most = if tile >= 2 {
                 1
             } else {
                 s.k.div_ceil(MIN_SLICE).clamp(1, MAX_SPLITS)
             };
             for n in 1..=most {
                 let mut p = MatmulPlan {
-                    sm90: Some([0, 1, 3][tile]),
+                    sm90: Some([0, 1, 3, 4][tile]),
                     ..unsplit
                 };
                 p.set_splits(n);
-                if tile == 2 && p.splits > 1 {
+                if tile >= 2 && p.splits > 1 {
                     continue;
                 }
                 let c = cost(tile, &p);
@@ -1498,16 +1522,17 @@ impl MatmulPlan {
     }
 
     /// The plan on Hopper tile `tile` (0: `128 x 256`, 1: `128 x 128`, 3: `128 x 128`
-    /// ping-pong, for unsplit 16-bit outputs; 2 is taken as 1) where the `wgmma` kernels run it
-    /// with `n` of at least 128, for tests and tuning.
+    /// ping-pong, 4: `128 x 192` ping-pong, both for unsplit 16-bit outputs, tile 4 with a
+    /// row-major `A`, else tile 3; 2 is taken as 1) where the `wgmma` kernels run it with `n`
+    /// of at least 128, for tests and tuning.
     #[cfg(feature = "tuning")]
     pub fn with_sm90_tile(mut self, tile: usize) -> MatmulPlan {
-        self.sm90 = Some(if tile == 3 { 3 } else { tile.min(1) });
+        self.sm90 = Some(if tile >= 3 { tile.min(4) } else { tile.min(1) });
         self
     }
 
-    /// The Hopper tile [`MatmulPlan::new_for_device`] chose (0: `128 x 256`, 1: `128 x 128`),
-    /// or `None` for the default rule.
+    /// The Hopper tile [`MatmulPlan::new_for_device`] chose (0: `128 x 256`, 1: `128 x 128`, 3:
+    /// ping-pong `128 x 128`, 4: ping-pong `128 x 192`), or `None` for the default rule.
     pub fn sm90_tile(&self) -> Option<usize> {
         self.sm90
     }
@@ -1948,14 +1973,16 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
             usize::from(layout.a.transposed),
             usize::from(layout.b.transposed),
         );
-        // Tile 3, the ping-pong kernels, runs 16-bit outputs of unsplit products; the
-        // cooperative 128 x 128 kernels run the rest it is chosen for.
-        let (tile, name) = match (tile, k.pingpong) {
-            (3, Some(pp)) if plan.splits <= 1 => (3, pp[ta][tb]),
-            (3, _) => (1, k.kernels[ta][tb][1]),
-            (t, _) => (t, k.kernels[ta][tb][t]),
+        // Tiles 3 and 4, the ping-pong kernels, run 16-bit outputs of unsplit products (tile
+        // 4 with a row-major A; tile 3 the others); the cooperative 128 x 128 kernels run the
+        // rest they are chosen for.
+        let (tile, name) = match (tile, k.pingpong, k.pingpong_wide) {
+            (4, _, Some(w)) if plan.splits <= 1 && ta == 0 => (4, w[tb]),
+            (3 | 4, Some(pp), _) if plan.splits <= 1 => (3, pp[ta][tb]),
+            (3 | 4, _, _) => (1, k.kernels[ta][tb][1]),
+            (t, _, _) => (t, k.kernels[ta][tb][t]),
         };
-        let partial = k.partial[ta][tb][if tile == 3 { 1 } else { tile }];
+        let partial = k.partial[ta][tb][if tile >= 3 { 1 } else { tile }];
         Some((k.bf16, tile, name, partial))
     });
     if plan.splits <= 1 {
@@ -2531,12 +2558,21 @@ mod tests {
         ] {
             assert_eq!(dev(s).splits, 1, "{s:?}");
         }
-        // A short k: the ping-pong tile, which hides a tile's epilogue; a long one whose
-        // tiles fill the waves: the wide tile.
-        for s in [shape(1, 32768, 3072, 768), shape(1, 32768, 2304, 768)] {
-            assert_eq!(dev(s).sm90, Some(3), "{s:?}");
+        // A short k: a ping-pong tile, which hides a tile's epilogue (the 128 x 192 one where
+        // n is a whole number of its columns).
+        for s in [
+            shape(1, 32768, 3072, 768),
+            shape(1, 32768, 2304, 768),
+            shape(1, 32768, 50304, 768),
+        ] {
+            assert_eq!(dev(s).sm90, Some(4), "{s:?}");
         }
-        assert_eq!(dev(shape(1, 32768, 768, 50304)).sm90, Some(0));
+        // 4096 columns are 21 1/3 tiles of 192: the 128 x 128 ping-pong tile.
+        assert_eq!(dev(shape(1, 4096, 4096, 4096)).sm90, Some(3));
+        // A long k whose 256-wide tiles fill the waves better than 192-wide ones (4 against
+        // 5 1/3 tile columns): the wide tile; the head's 768 columns are 4 tiles of 192.
+        assert_eq!(dev(shape(1, 32768, 1024, 8192)).sm90, Some(0));
+        assert_eq!(dev(shape(1, 32768, 768, 50304)).sm90, Some(4));
         for s in [
             shape(1, 768, 768, 32768),
             shape(1, 2304, 768, 32768),

@@ -1097,13 +1097,13 @@ mod gpu {
                 batch: if ta { 2 } else { 1 },
                 ..wide(129, 200, 72, ta, tb)
             };
-            wide_case::<bf16, bf16>(&ctx, &stream, w, true, false, None, false, &mut rng);
-            wide_case::<f16, f32>(&ctx, &stream, w, true, false, None, false, &mut rng);
+            wide_case::<bf16, bf16>(&ctx, &stream, w, true, false, None, None, &mut rng);
+            wide_case::<f16, f32>(&ctx, &stream, w, true, false, None, None, &mut rng);
         }
         let thin = wide(300, 64, 1000, false, true);
-        wide_case::<bf16, bf16>(&ctx, &stream, thin, true, false, None, false, &mut rng);
+        wide_case::<bf16, bf16>(&ctx, &stream, thin, true, false, None, None, &mut rng);
         let split = wide(200, 130, 1500, true, false);
-        wide_case::<f16, f32>(&ctx, &stream, split, true, true, None, false, &mut rng);
+        wide_case::<f16, f32>(&ctx, &stream, split, true, true, None, None, &mut rng);
     }
 
     /// A Hopper-path problem: leading dimensions rounded up to multiples of 8 elements (plus
@@ -1273,7 +1273,7 @@ mod gpu {
         sm80: bool,
         planned: bool,
         tile: Option<&str>,
-        pingpong: bool,
+        pingpong: Option<usize>,
         rng: &mut SmallRng,
     ) {
         let macs = w.batch * w.m * w.n * w.k;
@@ -1299,8 +1299,8 @@ mod gpu {
             ctx.multiprocessors() as usize,
             MatmulPrecision::Highest,
         );
-        if pingpong {
-            plan = plan.with_splits(1).with_sm90_tile(3);
+        if let Some(t) = pingpong {
+            plan = plan.with_splits(1).with_sm90_tile(t);
         }
         let what = format!(
             "{} -> {} {w:?} sm80 {sm80} splits {}",
@@ -1345,11 +1345,13 @@ mod gpu {
             if let Some(t) = tile {
                 assert!(kernel.ends_with(t), "{what}: ran {kernel}, not tile {t}");
             }
-            // The ping-pong kernels run 16-bit outputs of products of n >= 128.
-            if pingpong && O::NAME == T::NAME && w.n >= 128 {
+            // The ping-pong kernels run 16-bit outputs of products of n >= 128, those of
+            // tile 4 (128 x 192) with a row-major A.
+            if let Some(t) = pingpong.filter(|_| O::NAME == T::NAME && w.n >= 128) {
+                let want = if t == 4 && !w.ta { "_192" } else { "_128" };
                 assert!(
-                    kernel.contains("_pp_"),
-                    "{what}: ran {kernel}, not ping-pong"
+                    kernel.contains("_pp_") && kernel.ends_with(want),
+                    "{what}: ran {kernel}, not the ping-pong tile {t}"
                 );
             }
         } else {
@@ -1411,17 +1413,17 @@ mod gpu {
 
     fn wide_all_types(ctx: &Arc<Context>, stream: &Stream, sm80: bool, rng: &mut SmallRng) {
         for w in wide_cases() {
-            wide_case::<bf16, bf16>(ctx, stream, w, sm80, false, None, false, rng);
-            wide_case::<f16, f16>(ctx, stream, w, sm80, false, None, false, rng);
-            wide_case::<bf16, f32>(ctx, stream, w, sm80, false, None, false, rng);
-            wide_case::<f16, f32>(ctx, stream, w, sm80, false, None, false, rng);
+            wide_case::<bf16, bf16>(ctx, stream, w, sm80, false, None, None, rng);
+            wide_case::<f16, f16>(ctx, stream, w, sm80, false, None, None, rng);
+            wide_case::<bf16, f32>(ctx, stream, w, sm80, false, None, None, rng);
+            wide_case::<f16, f32>(ctx, stream, w, sm80, false, None, None, rng);
         }
         // Large squares: the 128 x 256 tile.
         for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
             let w = wide(4096, 4096, 4096, ta, tb);
             let t = Some("_256");
-            wide_case::<bf16, bf16>(ctx, stream, w, sm80, false, t, false, rng);
-            wide_case::<f16, f16>(ctx, stream, w, sm80, false, t, false, rng);
+            wide_case::<bf16, bf16>(ctx, stream, w, sm80, false, t, None, rng);
+            wide_case::<f16, f16>(ctx, stream, w, sm80, false, t, None, rng);
         }
         // Thin products split by the plan rule: slices of 256, 256, 320 (the last 220 long) and
         // 352 (not a multiple of the kernels' 64-deep stages; the last 296 long).
@@ -1433,8 +1435,8 @@ mod gpu {
         ] {
             for (ta, tb) in [(false, false), (true, true)] {
                 let w = wide(m, n, k, ta, tb);
-                wide_case::<bf16, bf16>(ctx, stream, w, sm80, true, None, false, rng);
-                wide_case::<f16, f32>(ctx, stream, w, sm80, true, None, false, rng);
+                wide_case::<bf16, bf16>(ctx, stream, w, sm80, true, None, None, rng);
+                wide_case::<f16, f32>(ctx, stream, w, sm80, true, None, None, rng);
             }
         }
         // Thin n: the 128 x 64 tile, unsplit (a partial last column tile at n = 72 and 120, a
@@ -1449,15 +1451,15 @@ mod gpu {
                     extra: if tb { 8 } else { 0 },
                     ..wide(m, n, k, ta, tb)
                 };
-                wide_case::<bf16, bf16>(ctx, stream, w, sm80, false, thin, false, rng);
-                wide_case::<f16, f32>(ctx, stream, w, sm80, false, thin, false, rng);
+                wide_case::<bf16, bf16>(ctx, stream, w, sm80, false, thin, None, rng);
+                wide_case::<f16, f32>(ctx, stream, w, sm80, false, thin, None, rng);
             }
         }
         for (m, n, k) in [(8192, 64, 8192), (2048, 96, 4096)] {
             for (ta, tb) in [(false, false), (true, true)] {
                 let w = wide(m, n, k, ta, tb);
-                wide_case::<bf16, bf16>(ctx, stream, w, sm80, true, thin, false, rng);
-                wide_case::<f16, f32>(ctx, stream, w, sm80, true, thin, false, rng);
+                wide_case::<bf16, bf16>(ctx, stream, w, sm80, true, thin, None, rng);
+                wide_case::<f16, f32>(ctx, stream, w, sm80, true, thin, None, rng);
             }
         }
     }
@@ -1595,10 +1597,11 @@ mod gpu {
         wide_all_types(&ctx, &stream, false, &mut rng);
     }
 
-    /// The ping-pong kernels (tile 3) on the Hopper shapes (squares, tile edges, every layout,
-    /// batches, broadcasts, padded and shifted operands, outputs off 16 bytes), on GPT-2-like
-    /// shapes of many units a block (odd and even unit counts, so that either consumer takes
-    /// the last), and f32 outputs (which run the cooperative kernels instead).
+    /// The ping-pong kernels (tiles 3 and 4: 128 x 128 and 128 x 192) on the Hopper shapes
+    /// (squares, tile edges, every layout, batches, broadcasts, padded and shifted operands,
+    /// outputs off 16 bytes), on GPT-2-like shapes of many units a block (odd and even unit
+    /// counts, so that either consumer takes the last), and f32 outputs (which run the
+    /// cooperative kernels instead).
     #[test]
     fn pingpong_kernels_match_f64_references() {
         if skip_without_gpu("pingpong_kernels_match_f64_references") {
@@ -1607,28 +1610,34 @@ mod gpu {
         let ctx = Context::get(0).unwrap();
         let stream = Stream::new(&ctx).unwrap();
         let mut rng = SmallRng::seed_from_u64(33);
-        for w in wide_cases() {
-            wide_case::<bf16, bf16>(&ctx, &stream, w, false, true, None, true, &mut rng);
-            wide_case::<f16, f16>(&ctx, &stream, w, false, true, None, true, &mut rng);
-        }
         let sms = ctx.multiprocessors() as usize;
-        for (m, n, k) in [
-            (128 * sms * 2 + 128, 256, 768),
-            (128 * sms, 384, 200),
-            (3000, 640, 64),
-        ] {
-            for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
-                let w = wide(m, n, k, ta, tb);
-                wide_case::<bf16, bf16>(&ctx, &stream, w, false, true, None, true, &mut rng);
-                wide_case::<f16, f32>(&ctx, &stream, w, false, true, None, true, &mut rng);
+        for tile in [3, 4] {
+            let pp = Some(tile);
+            for w in wide_cases() {
+                wide_case::<bf16, bf16>(&ctx, &stream, w, false, true, None, pp, &mut rng);
+                wide_case::<f16, f16>(&ctx, &stream, w, false, true, None, pp, &mut rng);
+            }
+            for (m, n, k) in [
+                (128 * sms * 2 + 128, 256, 768),
+                (128 * sms, 384, 200),
+                (128 * sms * 3, 576, 128),
+                (3000, 640, 64),
+            ] {
+                for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+                    let w = wide(m, n, k, ta, tb);
+                    wide_case::<bf16, bf16>(&ctx, &stream, w, false, true, None, pp, &mut rng);
+                    wide_case::<f16, f32>(&ctx, &stream, w, false, true, None, pp, &mut rng);
+                }
             }
         }
     }
 
-    /// The ping-pong kernels' bias (loaded before the k loop, added before the one rounding):
-    /// each output with the bias equals the output without it plus the bias, rounded, within
-    /// the two roundings' bound; biases starting on 4 bytes and on 2 (read as single values),
-    /// odd widths (a last column pair half past `n`), every layout.
+    /// The ping-pong kernels' bias (loaded before the k loop: into registers on the 128 x 128
+    /// tile, shared memory on the 128 x 192 one; added before the one rounding): each output
+    /// with the bias equals the output without it plus the bias, rounded, within the two
+    /// roundings' bound; biases starting on 4 bytes and on 2 (read as single values), odd
+    /// widths (a last column pair half past `n`), partial last tiles of 192, many units a
+    /// consumer (its two bias buffers in turn), every layout.
     #[test]
     fn pingpong_kernels_add_the_bias_before_rounding() {
         if skip_without_gpu("pingpong_kernels_add_the_bias_before_rounding") {
@@ -1641,23 +1650,20 @@ mod gpu {
         let stream = Stream::new(&ctx).unwrap();
         let mut rng = SmallRng::seed_from_u64(41);
         let sms = ctx.multiprocessors() as usize;
-        for (m, n, k) in [(300, 200, 64), (260, 131, 96), (128 * sms + 64, 384, 768)] {
-            for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
-                for start in [0usize, 1] {
-                    pingpong_bias_case::<bf16>(
-                        &ctx,
-                        &stream,
-                        wide(m, n, k, ta, tb),
-                        start,
-                        &mut rng,
-                    );
-                    pingpong_bias_case::<f16>(
-                        &ctx,
-                        &stream,
-                        wide(m, n, k, ta, tb),
-                        start,
-                        &mut rng,
-                    );
+        let shapes = [
+            (300, 200, 64),
+            (260, 131, 96),
+            (128 * sms + 64, 384, 768),
+            (128 * sms * 2, 400, 192),
+        ];
+        for tile in [3, 4] {
+            for (m, n, k) in shapes {
+                for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+                    for start in [0usize, 1] {
+                        let w = wide(m, n, k, ta, tb);
+                        pingpong_bias_case::<bf16>(&ctx, &stream, w, tile, start, &mut rng);
+                        pingpong_bias_case::<f16>(&ctx, &stream, w, tile, start, &mut rng);
+                    }
                 }
             }
         }
@@ -1667,6 +1673,7 @@ mod gpu {
         ctx: &Arc<Context>,
         stream: &Stream,
         w: Wide,
+        tile: usize,
         start: usize,
         rng: &mut SmallRng,
     ) {
@@ -1678,7 +1685,7 @@ mod gpu {
             MatmulPrecision::Highest,
         )
         .with_splits(1)
-        .with_sm90_tile(3);
+        .with_sm90_tile(tile);
         let bias: Vec<T> = (0..start + w.n)
             .map(|_| T::from_f32(rng.random_range(-4.0f32..4.0)))
             .collect();
@@ -1705,9 +1712,11 @@ mod gpu {
                     .unwrap();
             }
             stream.synchronize().unwrap();
+            let want = if tile == 4 && !w.ta { "_192" } else { "_128" };
+            let kernel = last_matmul_kernel().unwrap();
             assert!(
-                last_matmul_kernel().unwrap().contains("_pp_"),
-                "{w:?}: not ping-pong"
+                kernel.contains("_pp_") && kernel.ends_with(want),
+                "{w:?}: ran {kernel}, not the ping-pong tile {tile}"
             );
             let mut got = vec![T::from_f32(0.0); len];
             // SAFETY: any bit pattern is a value of these types.

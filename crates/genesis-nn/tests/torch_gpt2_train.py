@@ -35,6 +35,8 @@ def main():
     p.add_argument("--compile", action="store_true")
     p.add_argument("--text", default=None)
     p.add_argument("--math-attention", action="store_true", help="written-out attention, AdamW unfused")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="after the steps, N more under torch.profiler: each kernel's device time a step")
     a = p.parse_args()
     # On CUDA, PyTorch's fast settings: SDPA attention (its default backend: cuDNN's on the H200)
     # and the fused AdamW.
@@ -62,6 +64,58 @@ def main():
         ms = (time.perf_counter() - start) * 1e3
         peak = ", peak allocated %.1f MiB, reserved %.1f MiB" % (torch.cuda.max_memory_allocated() / 1048576, torch.cuda.max_memory_reserved() / 1048576) if a.device == "cuda" else ""
         print("step %4d  loss %.6f  %.2f ms  %.0f tokens/s%s" % (step, l, ms, a.batch * a.seq / (ms / 1e3), peak))
+    if a.profile > 0:
+        profile_steps(a, text, model, run, opt)
+
+
+def step_once(a, text, model, run, opt, step):
+    x, y = window_batch(text, step, a.batch, a.seq, 7919, a.device)
+    opt.zero_grad(set_to_none=True)
+    with torch.autocast(device_type=a.device, dtype=torch.bfloat16, enabled=a.bf16):
+        loss = run(x, y)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return loss
+
+
+def kernel_family(name):
+    n = name.lower()
+    if any(k in n for k in ("gemm", "nvjet", "cutlass", "xmma", "cublas")):
+        return "products"
+    if any(k in n for k in ("flash", "fmha", "cudnn", "attn", "attention")):
+        return "attention"
+    if "triton" in n:
+        return "triton (fused)"
+    return "other"
+
+
+def profile_steps(a, text, model, run, opt):
+    """Device time of each kernel over a.profile steps (after the timed ones), a step's share:
+    the totals by family, then the kernels that took the most."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for i in range(a.profile):
+            step_once(a, text, model, run, opt, a.steps + i)
+        torch.cuda.synchronize()
+    kernels = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            t, c = kernels.get(e.name, (0.0, 0))
+            kernels[e.name] = (t + e.device_time / 1e3, c + 1)
+    families = {}
+    for name, (t, c) in kernels.items():
+        f = kernel_family(name)
+        ft, fc = families.get(f, (0.0, 0))
+        families[f] = (ft + t, fc + c)
+    total = sum(t for t, _ in kernels.values()) / a.profile
+    print("profile: %.2f ms of kernels a step, %d kernels" % (total, sum(c for _, c in kernels.values()) // a.profile))
+    for f, (t, c) in sorted(families.items(), key=lambda kv: -kv[1][0]):
+        print("  %-16s %8.2f ms  %5d kernels" % (f, t / a.profile, c // a.profile))
+    for name, (t, c) in sorted(kernels.items(), key=lambda kv: -kv[1][0])[:30]:
+        print("  %8.3f ms %4d  %s" % (t / a.profile, c // a.profile, name[:150]))
 
 
 main()

@@ -262,6 +262,7 @@ mod gpu {
         };
         let mut plan = MatmulPlan::new_for_device::<T>(
             shape,
+            &layout,
             ctx.multiprocessors() as usize,
             ctx.compute_capability(),
             precision,
@@ -398,8 +399,25 @@ mod gpu {
                 a_batch_stride: m * k,
                 b_batch_stride: k * n,
             };
-            let chosen =
-                MatmulPlan::new_for_device::<bf16>(shape, sms, cc, MatmulPrecision::Highest);
+            // The layout's leading dimensions do not matter to the plan, only which operand
+            // is transposed.
+            let layout = MatmulLayout {
+                a: MatrixLayout {
+                    transposed: ta,
+                    ld: if ta { m } else { k },
+                },
+                b: MatrixLayout {
+                    transposed: tb,
+                    ld: if tb { k } else { n },
+                },
+            };
+            let chosen = MatmulPlan::new_for_device::<bf16>(
+                shape,
+                &layout,
+                sms,
+                cc,
+                MatmulPrecision::Highest,
+            );
             // `--pp-only`: the ping-pong tiles alone (unsplit).
             let pp_only = std::env::args().any(|a| a == "--pp-only");
             let tiles: &[usize] = if pp_only { &[3, 4] } else { &[0, 1, 3, 4] };

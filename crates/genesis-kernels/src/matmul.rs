@@ -1412,9 +1412,11 @@ impl MatmulPlan {
     /// waves of work units (`ceil(units / sms)`) times a unit's time (its 64-deep k steps and
     /// a fixed time, longer for the f32 partials of a split), plus the partials' sum. Splitting
     /// then also serves products that fill the GPU with a poor last wave (`3072 x 768` outputs
-    /// of a long `k`: 144 tiles of `128 x 128` on 132 multiprocessors).
+    /// of a long `k`: 144 tiles of `128 x 128` on 132 multiprocessors). `layout`: the
+    /// operands' (the `128 x 192` tile is a candidate for a row-major `A` only).
     pub fn new_for_device<T: MatmulElement>(
         shape: MatmulShape,
+        layout: &MatmulLayout,
         sms: usize,
         cc: (u32, u32),
         precision: MatmulPrecision,
@@ -1448,7 +1450,13 @@ impl MatmulPlan {
             ..plan
         };
         let mut best: Option<(f64, MatmulPlan)> = None;
-        for tile in [0, 1, 2, 3] {
+        // The ping-pong 128 x 192 kernels read a row-major A only.
+        let tiles: &[usize] = if layout.a.transposed {
+            &[0, 1, 2]
+        } else {
+            &[0, 1, 2, 3]
+        };
+        for &tile in tiles {
             // The ping-pong kernels run unsplit products.
             let most = if tile >= 2 {
                 1
@@ -2542,7 +2550,8 @@ mod tests {
     #[test]
     fn hopper_plans_fill_the_waves() {
         let dev = |s: MatmulShape| {
-            MatmulPlan::new_for_device::<bf16>(s, 132, (9, 0), MatmulPrecision::Highest)
+            let l = MatmulLayout::contiguous(&s);
+            MatmulPlan::new_for_device::<bf16>(s, &l, 132, (9, 0), MatmulPrecision::Highest)
         };
         let units = |p: &MatmulPlan| {
             sm90_units(
@@ -2566,6 +2575,20 @@ mod tests {
             shape(1, 32768, 50304, 768),
         ] {
             assert_eq!(dev(s).sm90, Some(4), "{s:?}");
+        }
+        // An A read transposed (a weight's gradient) never gets the 128 x 192 tile, which has
+        // no kernel for it.
+        let t = |s: MatmulShape| MatmulLayout {
+            a: MatrixLayout {
+                transposed: true,
+                ld: s.m,
+            },
+            ..MatmulLayout::contiguous(&s)
+        };
+        for s in [shape(1, 50304, 768, 32768), shape(1, 2304, 768, 32768)] {
+            let p =
+                MatmulPlan::new_for_device::<bf16>(s, &t(s), 132, (9, 0), MatmulPrecision::Highest);
+            assert_ne!(p.sm90, Some(4), "{s:?}");
         }
         // 4096 columns are 21 1/3 tiles of 192: the 128 x 128 ping-pong tile.
         assert_eq!(dev(shape(1, 4096, 4096, 4096)).sm90, Some(3));
@@ -2593,14 +2616,16 @@ mod tests {
             (shape(1, 64, 4096, 1024), (9, 0)),
             (shape(1, 8192, 64, 8192), (9, 0)),
         ] {
-            let p = MatmulPlan::new_for_device::<bf16>(s, 132, cc, MatmulPrecision::Highest);
+            let l = MatmulLayout::contiguous(&s);
+            let p = MatmulPlan::new_for_device::<bf16>(s, &l, 132, cc, MatmulPrecision::Highest);
             assert_eq!(
                 p,
                 MatmulPlan::new_for::<bf16>(s, 132, MatmulPrecision::Highest)
             );
         }
         let s = shape(1, 768, 768, 32768);
-        let f = MatmulPlan::new_for_device::<f32>(s, 132, (9, 0), MatmulPrecision::High);
+        let l = MatmulLayout::contiguous(&s);
+        let f = MatmulPlan::new_for_device::<f32>(s, &l, 132, (9, 0), MatmulPrecision::High);
         assert_eq!(f, MatmulPlan::new_for::<f32>(s, 132, MatmulPrecision::High));
     }
 

@@ -44,7 +44,8 @@
 //     (Within the last tiles a row may see no key of a tile; its max stays, its p are 0.)
 //   * End: O / l rounded to T (0 when l = 0), lse = (m + log2 l) ln 2 (-inf when l = 0).
 // Backward:
-//   * `attn_bwd_dot`: d_i = sum_c do_ic o_ic in f32 (a warp a row), into the workspace.
+//   * `attn_bwd_dot`: d_i = sum_c do_ic o_ic in f32 (D / 8 lanes a row, 16 bytes a lane),
+//     into the workspace.
 //   * `attn_bwd_dkdv`: a block of 4 warps owns BK = 64 keys (a warp 16), K and V in shared
 //     memory, and walks the query tiles of BQ rows (64 for D = 64, 32 for D = 128) that can see
 //     them (causal: from the tile holding query j0), Q, dO, lse and d double-buffered by
@@ -440,24 +441,45 @@ __device__ __forceinline__ void attn_fwd(const AttnArgs& a) {
 
 template <typename T, int D>
 __device__ __forceinline__ void attn_bwd_dot(const AttnArgs& a) {
+    // L = D / 8 lanes a row, each one 16-byte chunk (8 elements) of o and of do: a warp takes
+    // 32 / L rows at once, two such groups a pass, so that a thread has four 16-byte loads in
+    // flight: enough bytes in flight on a multiprocessor to cover the memory's latency.
+    constexpr int L = D / 8, RW = 32 / L, G = 2;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    const int sub = lane / L, c = (lane % L) * 8;
     const u64 rows = a.batch * a.heads * a.tq;
+    const u64 stride = (u64)gridDim.x * warps * RW;
     float* dsum = reinterpret_cast<float*>(a.dsum);
-    for (u64 r = (u64)blockIdx.x * warps + warp; r < rows; r += (u64)gridDim.x * warps) {
-        const u64 bh = r / a.tq, i = r % a.tq, b = bh / a.heads, h = bh % a.heads;
-        const uint16_t* o = in_ptr<T>(a.o, a.st[S_O], b, h) + i * a.st[S_O][2];
-        const uint16_t* d = in_ptr<T>(a.dout, a.st[S_DO], b, h) + i * a.st[S_DO][2];
-        float s = 0.f;
+    // Every lane of a warp runs the same passes (the shuffles take the whole warp).
+    for (u64 r0 = ((u64)blockIdx.x * warps + warp) * RW + sub; r0 - sub < rows; r0 += G * stride) {
+        uint4 x[G], y[G];
 #pragma unroll
-        for (int c = 2 * lane; c < D; c += 64) {
-            const float2 x = Ty<T>::unpack(*reinterpret_cast<const uint32_t*>(o + c));
-            const float2 y = Ty<T>::unpack(*reinterpret_cast<const uint32_t*>(d + c));
-            s = fmaf(x.x, y.x, s);
-            s = fmaf(x.y, y.y, s);
+        for (int g = 0; g < G; ++g) {
+            const u64 r = r0 + g * stride;
+            x[g] = y[g] = make_uint4(0, 0, 0, 0);
+            if (r < rows) {
+                const u64 bh = r / a.tq, i = r % a.tq, b = bh / a.heads, h = bh % a.heads;
+                x[g] = *reinterpret_cast<const uint4*>(in_ptr<T>(a.o, a.st[S_O], b, h) + i * a.st[S_O][2] + c);
+                y[g] = *reinterpret_cast<const uint4*>(in_ptr<T>(a.dout, a.st[S_DO], b, h) + i * a.st[S_DO][2] + c);
+            }
         }
 #pragma unroll
-        for (int x = 16; x > 0; x >>= 1) s += __shfl_xor_sync(0xffffffffu, s, x);
-        if (lane == 0) dsum[r] = s;
+        for (int g = 0; g < G; ++g) {
+            const uint32_t xs[4] = {x[g].x, x[g].y, x[g].z, x[g].w};
+            const uint32_t ys[4] = {y[g].x, y[g].y, y[g].z, y[g].w};
+            float s = 0.f;
+#pragma unroll
+            for (int w = 0; w < 4; ++w) {
+                const float2 u = Ty<T>::unpack(xs[w]), v = Ty<T>::unpack(ys[w]);
+                s = fmaf(u.x, v.x, s);
+                s = fmaf(u.y, v.y, s);
+            }
+            // The L lanes of a row are consecutive: xor offsets below L stay within them.
+#pragma unroll
+            for (int o = L / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+            const u64 r = r0 + g * stride;
+            if (lane % L == 0 && r < rows) dsum[r] = s;
+        }
     }
 }
 

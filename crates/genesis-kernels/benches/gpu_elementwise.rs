@@ -402,6 +402,24 @@ mod gpu {
             ReduceOp::Sum,
             cols_shape,
         )?;
+        // A linear layer's bias gradient in GPT-2's training (batch 32 x 1024 rows, 768 and
+        // 2048 columns; N elements hold no more): few columns, so many splits for the final
+        // pass to combine.
+        for inner in [768, 2048] {
+            bench_reduce::<bf16>(
+                rows,
+                ctx,
+                stream,
+                &y,
+                &format!("sum_dim0_bf16_32768x{inner}"),
+                ReduceOp::Sum,
+                ReduceShape {
+                    outer: 1,
+                    r: 32768,
+                    inner,
+                },
+            )?;
+        }
         for min_rows in [128, 256] {
             bench_reduce_plan::<bf16>(
                 rows,

@@ -4,7 +4,10 @@ byte tokens of the same *.py files with AdamW (lr 6e-4, betas 0.9/0.95, weight d
 every parameter) and clipping at 1; prints the same lines.
 
     python3 torch_gpt2_train.py INIT.safetensors --config tiny --batch 4 --seq 64 --steps 20 \\
-        [--device cuda] [--bf16] [--compile] [--text DIR]
+        [--device cuda] [--bf16] [--compile] [--text DIR] [--profile N]
+
+--profile N times N more steps under torch.profiler and prints each kernel's device time a
+step, grouped as products, attention, Triton's fused kernels (torch.compile) and the rest.
 """
 import argparse
 import glob
@@ -54,13 +57,7 @@ def main():
     for step in range(a.steps):
         x, y = window_batch(text, step, a.batch, a.seq, 7919, a.device)
         start = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast(device_type=a.device, dtype=torch.bfloat16, enabled=a.bf16):
-            loss = run(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        l = loss.item()
+        l = train_step(a, model, run, opt, x, y).item()
         ms = (time.perf_counter() - start) * 1e3
         peak = ", peak allocated %.1f MiB, reserved %.1f MiB" % (torch.cuda.max_memory_allocated() / 1048576, torch.cuda.max_memory_reserved() / 1048576) if a.device == "cuda" else ""
         print("step %4d  loss %.6f  %.2f ms  %.0f tokens/s%s" % (step, l, ms, a.batch * a.seq / (ms / 1e3), peak))
@@ -68,8 +65,9 @@ def main():
         profile_steps(a, text, model, run, opt)
 
 
-def step_once(a, text, model, run, opt, step):
-    x, y = window_batch(text, step, a.batch, a.seq, 7919, a.device)
+def train_step(a, model, run, opt, x, y):
+    """One step: gradients zeroed, forward (under autocast with --bf16), backward, clipping at
+    1, AdamW; returns the loss."""
     opt.zero_grad(set_to_none=True)
     with torch.autocast(device_type=a.device, dtype=torch.bfloat16, enabled=a.bf16):
         loss = run(x, y)
@@ -98,7 +96,8 @@ def profile_steps(a, text, model, run, opt):
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for i in range(a.profile):
-            step_once(a, text, model, run, opt, a.steps + i)
+            x, y = window_batch(text, a.steps + i, a.batch, a.seq, 7919, a.device)
+            train_step(a, model, run, opt, x, y)
         torch.cuda.synchronize()
     kernels = {}
     for e in prof.events():

@@ -656,9 +656,20 @@ __device__ __forceinline__ float bias_f32(const float* b) { return *b; }
 __device__ __forceinline__ float bias_f32(const __half* b) { return __half2float(*b); }
 __device__ __forceinline__ float bias_f32(const __nv_bfloat16* b) { return __bfloat162float(*b); }
 
+// b0 and b1 added to the accumulators of a lane's columns 8j + 2 (lane % 4) and + 1 in both
+// of its rows (register 4j + 2h + e of a lane holds column 8j + 2 (lane % 4) + e of the
+// m64nNk16 layout).
+template <int BN>
+__device__ __forceinline__ void add_column_pair(float (&acc)[BN / 2], int j, float b0, float b1) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        acc[j * 4 + h * 2] += b0;
+        acc[j * 4 + h * 2 + 1] += b1;
+    }
+}
+
 // The bias (when given): column c's added to every row's accumulator of column c, in f32,
-// before the one rounding (register 4j + 2h + e of a lane holds column 8j + 2 (lane % 4) + e
-// of the m64nNk16 layout).
+// before the one rounding.
 template <typename O, int BN>
 __device__ __forceinline__ void add_bias(float (&acc)[BN / 2], const O* __restrict__ bias,
                                          uint64_t n0, uint64_t N, int lane) {
@@ -668,11 +679,7 @@ __device__ __forceinline__ void add_bias(float (&acc)[BN / 2], const O* __restri
         const uint64_t col = n0 + j * 8 + (lane % 4) * 2;
         const float b0 = col < N ? bias_f32(bias + col) : 0.0f;
         const float b1 = col + 1 < N ? bias_f32(bias + col + 1) : 0.0f;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            acc[j * 4 + h * 2] += b0;
-            acc[j * 4 + h * 2 + 1] += b1;
-        }
+        add_column_pair<BN>(acc, j, b0, b1);
     }
 }
 
@@ -712,11 +719,7 @@ __device__ __forceinline__ void add_bias_pairs(float (&acc)[BN / 2], const uint3
     for (int j = 0; j < BN / 8; ++j) {
         const float b0 = bias_half(bw[j], 0, (const O*)nullptr);
         const float b1 = bias_half(bw[j], 1, (const O*)nullptr);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            acc[j * 4 + h * 2] += b0;
-            acc[j * 4 + h * 2 + 1] += b1;
-        }
+        add_column_pair<BN>(acc, j, b0, b1);
     }
 }
 

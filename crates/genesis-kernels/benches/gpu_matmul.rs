@@ -192,6 +192,23 @@ mod gpu {
             .collect()
     }
 
+    /// The layout of packed `m x k` and `k x n` operands, each read transposed (column-major)
+    /// when `ta` or `tb`.
+    fn packed_layout(m: usize, n: usize, k: usize, ta: bool, tb: bool) -> MatmulLayout {
+        MatmulLayout {
+            a: if ta {
+                MatrixLayout::col_major(m)
+            } else {
+                MatrixLayout::row_major(k)
+            },
+            b: if tb {
+                MatrixLayout::col_major(k)
+            } else {
+                MatrixLayout::row_major(n)
+            },
+        }
+    }
+
     fn name(c: &Case) -> String {
         format!(
             "mm_{}_{}x{}x{}_{}{}{}{}{}",
@@ -240,18 +257,7 @@ mod gpu {
             a_batch_stride: if c.batch > 1 { c.m * c.k } else { 0 },
             b_batch_stride: if c.batch > 1 { c.k * c.n } else { 0 },
         };
-        let layout = MatmulLayout {
-            a: if c.ta {
-                MatrixLayout::col_major(c.m)
-            } else {
-                MatrixLayout::row_major(c.k)
-            },
-            b: if c.tb {
-                MatrixLayout::col_major(c.k)
-            } else {
-                MatrixLayout::row_major(c.n)
-            },
-        };
+        let layout = packed_layout(c.m, c.n, c.k, c.ta, c.tb);
         let a = upload::<T>(ctx, c.batch * c.m * c.k, rng)?;
         let b = upload::<T>(ctx, c.batch * c.k * c.n, rng)?;
         let mut out = DeviceBuffer::alloc(ctx, c.batch * c.m * c.n * std::mem::size_of::<T>())?;
@@ -399,21 +405,9 @@ mod gpu {
                 a_batch_stride: m * k,
                 b_batch_stride: k * n,
             };
-            // The layout's leading dimensions do not matter to the plan, only which operand
-            // is transposed.
-            let layout = MatmulLayout {
-                a: MatrixLayout {
-                    transposed: ta,
-                    ld: if ta { m } else { k },
-                },
-                b: MatrixLayout {
-                    transposed: tb,
-                    ld: if tb { k } else { n },
-                },
-            };
             let chosen = MatmulPlan::new_for_device::<bf16>(
                 shape,
-                &layout,
+                &packed_layout(m, n, k, ta, tb),
                 sms,
                 cc,
                 MatmulPrecision::Highest,

@@ -1432,9 +1432,10 @@ impl MatmulPlan {
         let sms = sms.max(1);
         let values = (s.m * s.n).saturating_mul(s.batch) as f64;
         // Model index of a tile: 0 (`128 x 256`), 1 (`128 x 128`), 2 (ping-pong `128 x 128`),
-        // 3 (ping-pong `128 x 192`).
+        // 3 (ping-pong `128 x 192`); the Hopper tile of each.
+        const TILES: [usize; 4] = [0, 1, 3, 4];
         let cost = |tile: usize, p: &MatmulPlan| {
-            let units = sm90_units(s, [256, 128, 128, 192][tile], p.splits);
+            let units = sm90_units(s, SM90_TILE_N[TILES[tile]], p.splits);
             let split = usize::from(p.splits > 1);
             let unit = p.kslice.div_ceil(64) as f64 * SM90_K_NS[tile] + SM90_UNIT_NS[tile][split];
             let partials = if p.splits > 1 {
@@ -1465,7 +1466,7 @@ impl MatmulPlan {
             };
             for n in 1..=most {
                 let mut p = MatmulPlan {
-                    sm90: Some([0, 1, 3, 4][tile]),
+                    sm90: Some(TILES[tile]),
                     ..unsplit
                 };
                 p.set_splits(n);

@@ -6,6 +6,9 @@
 //                      dw and db (f32) into a workspace
 //   ln_params_<T>      dw, db: the partial sums of every block, added in block order
 //   ln_fwd_f32_<O>[_v] ln_fwd_f32 with y stored as O = f16, bf16 (one rounding from f32)
+//   ln_fwd_f32_<O>_r[_v] ln_fwd_f32_<O> with the residual r of type O too (autocast's
+//                      f32 residual stream plus a half-precision branch: h = x + float(r),
+//                      as PyTorch's mixed add computes it)
 //   ln_bwd_f32_<G>[_v] ln_bwd_f32 reading dy as G = f16, bf16
 //
 // Built by `cargo xtask build-kernels` into crates/genesis-kernels/images/layernorm.fatbin. The
@@ -143,8 +146,8 @@ __device__ __forceinline__ float ln_block_sum(float v, float *red) {
     return v;
 }
 
-// ---- ln_fwd: a block a row, h cached in shared memory; y of type O.
-template <typename T, typename O, bool VEC>
+// ---- ln_fwd: a block a row, h cached in shared memory; y of type O, the residual of R.
+template <typename T, typename O, typename R, bool VEC>
 __device__ __forceinline__ void fwd_impl(const LnArgs &a) {
     const int W = Chunk<T>::W;
     extern __shared__ __align__(16) float hs[];
@@ -160,7 +163,7 @@ __device__ __forceinline__ void fwd_impl(const LnArgs &a) {
             load_chunk<T, W, VEC>(reinterpret_cast<const T *>(a.x) + off, j, cols, v);
             if (a.r) {
                 float rv[W];
-                load_chunk<T, W, VEC>(reinterpret_cast<const T *>(a.r) + off, j, cols, rv);
+                load_chunk<R, W, VEC>(reinterpret_cast<const R *>(a.r) + off, j, cols, rv);
                 // h is rounded to T (it is the residual stream), and normalised as rounded.
 #pragma unroll
                 for (int e = 0; e < W; ++e) v[e] = Ln<T>::load(Ln<T>::store(v[e] + rv[e]));
@@ -315,9 +318,10 @@ __device__ __forceinline__ void params_impl(const LnArgs &a) {
     if (db) db[c] = Ln<T>::store(a.accumulate_params ? Ln<T>::load(db[c]) + b : b);
 }
 
-#define LN_FWD(NAME, T, O)                                                                               \
-    extern "C" __global__ void __launch_bounds__(512) ln_fwd_##NAME(const LnArgs a) { fwd_impl<T, O, false>(a); } \
-    extern "C" __global__ void __launch_bounds__(512) ln_fwd_##NAME##_v(const LnArgs a) { fwd_impl<T, O, true>(a); }
+#define LN_FWD_R(NAME, T, O, R)                                                                          \
+    extern "C" __global__ void __launch_bounds__(512) ln_fwd_##NAME(const LnArgs a) { fwd_impl<T, O, R, false>(a); } \
+    extern "C" __global__ void __launch_bounds__(512) ln_fwd_##NAME##_v(const LnArgs a) { fwd_impl<T, O, R, true>(a); }
+#define LN_FWD(NAME, T, O) LN_FWD_R(NAME, T, O, T)
 #define LN_BWD(NAME, T, G)                                                                               \
     extern "C" __global__ void __launch_bounds__(512) ln_bwd_##NAME(const LnArgs a) { bwd_impl<T, G, false>(a); } \
     extern "C" __global__ void __launch_bounds__(512) ln_bwd_##NAME##_v(const LnArgs a) { bwd_impl<T, G, true>(a); }
@@ -333,5 +337,7 @@ LN_ALL(bf16, __nv_bfloat16)
 // half-precision product, without a separate conversion.
 LN_FWD(f32_f16, float, __half)
 LN_FWD(f32_bf16, float, __nv_bfloat16)
+LN_FWD_R(f32_f16_r, float, __half, __half)
+LN_FWD_R(f32_bf16_r, float, __nv_bfloat16, __nv_bfloat16)
 LN_BWD(f32_f16, float, __half)
 LN_BWD(f32_bf16, float, __nv_bfloat16)

@@ -7,7 +7,8 @@ forward alone under no_grad. ln_*_fwd: h = x + r; F.layer_norm(h, (768,), w, b) 
 random dy) minus the forward (PyTorch's backward needs its own forward's saved tensors). bf16
 and f32. ln_*_f32_to_{f32,bf16}_fwd: F.layer_norm of f32 rows (no residual), then .to(bf16)
 for the bf16 row (autocast's norm before a product: two kernels); ln_*_f32_dy_*_bwd: its
-backward for x, w, b (autograd, minus the forward). gelu_tanh_*: F.gelu(x, approximate="tanh")
+backward for x, w, b (autograd, minus the forward). ln_*_f32_r_bf16_to_bf16_fwd: x + r (f32 x,
+bf16 r), F.layer_norm of the sum, .to(bf16) (autocast's residual add and norm). gelu_tanh_*: F.gelu(x, approximate="tanh")
 of [32768, 3072] bf16 under no_grad, and aten's gelu_backward(g, x, approximate="tanh"). CUDA events around each run, warm-up, median. GB/s with the bench's byte counts (the
 least traffic: 2 N V elements for ce fused, N V for ce fwd, 4 N C for ln fwd and bwd, those of
 gpu_fused.rs for the other rows).
@@ -113,6 +114,11 @@ def main():
             fwd = timed(norm)
         fb = timed(both)
         base = f"ln_n{LN_ROWS}_c{LN_COLS}_f32"
+        if dt != torch.float32:
+            r = (torch.rand(shape, device=dev) * 2 - 1).to(dt)
+            with torch.no_grad():
+                radd = timed(lambda: F.layer_norm(x + r, (LN_COLS,), w, b).to(dt))
+            add(f"{base}_r_{NAMES[dt]}_to_{NAMES[dt]}_fwd", radd, 2 * (4 + o) * n)
         add(f"{base}_to_{NAMES[dt]}_fwd", fwd, (4 + o) * n)
         add(f"{base}_dy_{NAMES[dt]}_bwd", (fb[0] - fwd[0], fb[1] - fwd[1]), (o + 12) * n)
 

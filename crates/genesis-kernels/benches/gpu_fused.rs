@@ -11,7 +11,9 @@
 //!   `gelu_tanh_*_bwd`: its one-pass backward `dx = g gelu'(x)`.
 //! - `ln_*_f32_to_{f32,bf16}_fwd`: LayerNorm of f32 rows without the residual, `y` in f32 or
 //!   bf16 (autocast's norm before a product); `ln_*_f32_dy_{f32,bf16}_bwd`: its backward
-//!   with `dy` in f32 or bf16, `dh` accumulated, `dw` and `db`.
+//!   with `dy` in f32 or bf16, `dh` accumulated, `dw` and `db`;
+//!   `ln_*_f32_r_bf16_to_bf16_fwd`: LayerNorm of `h = x + r` with f32 `x`, bf16 `r` and `y`,
+//!   `h` written in f32 (autocast's residual stream and the norm that reads it).
 //!
 //! GB/s counts the least traffic each needs: the fused classifier reads and writes the logits
 //! once (`2 N V` elements; the kernel reads them twice), the forward reads them once; the
@@ -318,7 +320,32 @@ mod gpu {
             )?;
             Ok(())
         })?;
+        // The residual stream under autocast: f32 rows plus a residual in `O`, `h` in f32.
+        let r = random::<O>(ctx, rng, n, 1.0)?;
+        let mut h = DeviceBuffer::alloc(ctx, n * 4)?;
+        let add = timing::events(stream, WARMUP, RUNS, || {
+            layernorm::gpu_add_layer_norm_forward::<f32, O, O>(
+                stream,
+                &shape,
+                x.as_span()?,
+                r.as_span()?,
+                h.as_span_mut()?,
+                Some(w.as_span()?),
+                Some(b.as_span()?),
+                y.as_span_mut()?,
+                mean.as_span_mut()?,
+                rstd.as_span_mut()?,
+            )?;
+            Ok(())
+        })?;
         let (base, o) = (format!("ln_n{LN_ROWS}_c{LN_COLS}_f32"), size_of::<O>());
+        if O::NAME != "f32" {
+            out.push(Row {
+                name: format!("{base}_r_{}_to_{}_fwd", O::NAME, O::NAME),
+                t: add,
+                bytes: (2 * (4 + o) * n) as f64,
+            });
+        }
         out.push(Row {
             name: format!("{base}_to_{}_fwd", O::NAME),
             t: fwd,

@@ -133,6 +133,49 @@ pub fn layer_norm_forward<T: FusedElement, O: FusedElement<Acc = T::Acc>>(
     mean: &mut [T::Acc],
     rstd: &mut [T::Acc],
 ) -> Result<()> {
+    forward_twin(shape, x, residual, w, b, y, mean, rstd)
+}
+
+/// CPU twin of `ln_fwd_<T>` with a residual (and `ln_fwd_f32_<O>_r`): `h = x + r` written
+/// (`r` of the rows' type or, for f32 rows, of `y`'s narrower type, widened exactly before
+/// the f32 add: PyTorch's mixed-dtype add), then `y`, `mean`, `rstd` of `h` as
+/// [`layer_norm_forward`]. Nothing is written on error.
+#[allow(clippy::too_many_arguments)]
+pub fn add_layer_norm_forward<T, O, R>(
+    shape: &LayerNormShape,
+    x: &[T],
+    r: &[R],
+    h: &mut [T],
+    w: Option<&[T]>,
+    b: Option<&[T]>,
+    y: &mut [O],
+    mean: &mut [T::Acc],
+    rstd: &mut [T::Acc],
+) -> Result<()>
+where
+    T: FusedElement,
+    O: FusedElement<Acc = T::Acc>,
+    R: FusedElement<Acc = T::Acc>,
+{
+    forward_twin(shape, x, Some((r, h)), w, b, y, mean, rstd)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn forward_twin<T, O, R>(
+    shape: &LayerNormShape,
+    x: &[T],
+    residual: Option<(&[R], &mut [T])>,
+    w: Option<&[T]>,
+    b: Option<&[T]>,
+    y: &mut [O],
+    mean: &mut [T::Acc],
+    rstd: &mut [T::Acc],
+) -> Result<()>
+where
+    T: FusedElement,
+    O: FusedElement<Acc = T::Acc>,
+    R: FusedElement<Acc = T::Acc>,
+{
     let len = shape.numel()?;
     let (rows, c) = (shape.rows, shape.cols);
     let mut need = vec![
@@ -153,7 +196,7 @@ pub fn layer_norm_forward<T: FusedElement, O: FusedElement<Acc = T::Acc>>(
     // One row: `x` (and `r`, writing `h = x + r`) in, `y`, its mean and rstd out.
     let row = |hs: &mut Vec<T::Acc>,
                x: &[T],
-               res: Option<(&[T], &mut [T])>,
+               res: Option<(&[R], &mut [T])>,
                y: &mut [O],
                mean: &mut T::Acc,
                rstd: &mut T::Acc| {
@@ -566,7 +609,72 @@ pub fn gpu_layer_norm_forward<T: Element, O: Element>(
     mean: genesis_cuda::DeviceSpanMut<'_, f32>,
     rstd: genesis_cuda::DeviceSpanMut<'_, f32>,
 ) -> Result<()> {
+    gpu_forward(stream, shape, x, residual, w, b, y, mean, rstd)
+}
+
+/// Queues the forward with a residual on `stream` (see [`add_layer_norm_forward`]): `h = x +
+/// r` written, then `y`, `mean`, `rstd` of `h`. `r` of the rows' type or, for f32 rows, of
+/// `y`'s f16 or bf16 (`ln_fwd_f32_<O>_r`); otherwise as [`gpu_layer_norm_forward`].
+#[cfg(feature = "cuda")]
+#[allow(clippy::too_many_arguments)]
+pub fn gpu_add_layer_norm_forward<T: Element, O: Element, R: Element>(
+    stream: &genesis_cuda::Stream,
+    shape: &LayerNormShape,
+    x: genesis_cuda::DeviceSpan<'_, T>,
+    r: genesis_cuda::DeviceSpan<'_, R>,
+    h: genesis_cuda::DeviceSpanMut<'_, T>,
+    w: Option<genesis_cuda::DeviceSpan<'_, T>>,
+    b: Option<genesis_cuda::DeviceSpan<'_, T>>,
+    y: genesis_cuda::DeviceSpanMut<'_, O>,
+    mean: genesis_cuda::DeviceSpanMut<'_, f32>,
+    rstd: genesis_cuda::DeviceSpanMut<'_, f32>,
+) -> Result<()> {
+    gpu_forward(stream, shape, x, Some((r, h)), w, b, y, mean, rstd)
+}
+
+/// The forward's kernel for rows of `T`, `y` of `O` and a residual of `R` (`R = T`: none or
+/// of the rows' type); `_v` when `vec`.
+#[cfg(feature = "cuda")]
+fn forward_kernel<T: Element, O: Element, R: Element>(vec: bool) -> Result<&'static str> {
+    use crate::DType;
+    if R::DTYPE == T::DTYPE {
+        return kernel_name::<T, O>("fwd", vec);
+    }
+    Ok(match (T::DTYPE, O::DTYPE, R::DTYPE, vec) {
+        (DType::F32, DType::F16, DType::F16, false) => "ln_fwd_f32_f16_r",
+        (DType::F32, DType::F16, DType::F16, true) => "ln_fwd_f32_f16_r_v",
+        (DType::F32, DType::BF16, DType::BF16, false) => "ln_fwd_f32_bf16_r",
+        (DType::F32, DType::BF16, DType::BF16, true) => "ln_fwd_f32_bf16_r_v",
+        _ => {
+            return Err(unsupported(format!(
+                "{} rows with a {} residual and {} output on the GPU (a residual of the rows' \
+                 type, or f32 rows with an f16 or bf16 residual and output of that type)",
+                T::NAME,
+                R::NAME,
+                O::NAME
+            )));
+        }
+    })
+}
+
+#[cfg(feature = "cuda")]
+#[allow(clippy::too_many_arguments)]
+fn gpu_forward<T: Element, O: Element, R: Element>(
+    stream: &genesis_cuda::Stream,
+    shape: &LayerNormShape,
+    x: genesis_cuda::DeviceSpan<'_, T>,
+    residual: Option<(
+        genesis_cuda::DeviceSpan<'_, R>,
+        genesis_cuda::DeviceSpanMut<'_, T>,
+    )>,
+    w: Option<genesis_cuda::DeviceSpan<'_, T>>,
+    b: Option<genesis_cuda::DeviceSpan<'_, T>>,
+    y: genesis_cuda::DeviceSpanMut<'_, O>,
+    mean: genesis_cuda::DeviceSpanMut<'_, f32>,
+    rstd: genesis_cuda::DeviceSpanMut<'_, f32>,
+) -> Result<()> {
     let len = gpu_len::<T, O>("fwd", shape)?;
+    forward_kernel::<T, O, R>(false)?;
     let (rows, c) = (shape.rows, shape.cols);
     let mut need = vec![
         (len, x.len()),
@@ -599,10 +707,11 @@ pub fn gpu_layer_norm_forward<T: Element, O: Element>(
         (a.r, a.h) = (r.addr(), h.addr());
     }
     let elem = size_of::<T>();
-    let ops = [a.x, a.r, a.h, a.w, a.b].map(|p| (p, elem));
-    let vec = vectorised(&ops, c, elem) && vectorised(&[(a.y, size_of::<O>())], c, elem);
+    let ops = [a.x, a.h, a.w, a.b].map(|p| (p, elem));
+    let vec = vectorised(&ops, c, elem)
+        && vectorised(&[(a.y, size_of::<O>()), (a.r, size_of::<R>())], c, elem);
     let smem = (c * 4) as u32;
-    let name = kernel_name::<T, O>("fwd", vec)?;
+    let name = forward_kernel::<T, O, R>(vec)?;
     a.launch(stream, name, (rows, 1), (forward_threads(c, elem), 1), smem)
 }
 

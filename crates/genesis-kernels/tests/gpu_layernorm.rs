@@ -624,3 +624,128 @@ fn narrow_output_and_gradient_of_f32_rows_match_the_f32_kernels() {
     );
     assert!(e.is_err(), "bf16 rows with an f32 output");
 }
+
+/// f32 rows plus a residual of the narrower output type `O` (`ln_fwd_f32_<O>_r`: autocast's
+/// residual stream): `h` and the statistics are the f32 kernel's with the residual widened to
+/// f32 (bit for bit: the same f32 add), `y` its `y` rounded once to `O`; aligned and misaligned
+/// `O` buffers (element-wise loads against vectors).
+fn mixed_residual_case<O: Float>(
+    ctx: &Arc<Context>,
+    stream: &Stream,
+    rng: &mut SmallRng,
+    rows: usize,
+    c: usize,
+    off: usize,
+) {
+    let len = rows * c;
+    let shape = LayerNormShape {
+        rows,
+        cols: c,
+        eps: 1e-5,
+    };
+    let x = random::<f32>(rng, len, 1.0);
+    let r_o = random::<O>(rng, len, 0.0);
+    let r_f: Vec<f32> = r_o.iter().map(|v| v.to_f64() as f32).collect();
+    let (w, b) = (random::<f32>(rng, c, 0.0), random::<f32>(rng, c, 0.0));
+    let (gx, gw, gb) = (
+        upload(ctx, &x, 0, 0.0f32),
+        upload(ctx, &w, 0, 0.0f32),
+        upload(ctx, &b, 0, 0.0f32),
+    );
+    let stats = || DeviceBuffer::alloc(ctx, rows * 4 + 4).unwrap();
+    let f32_buf = || DeviceBuffer::alloc(ctx, len * 4 + 4).unwrap();
+    // The f32 kernel on the widened residual.
+    let (mut gm, mut gs, mut gh, mut gy) = (stats(), stats(), f32_buf(), f32_buf());
+    let grf = upload(ctx, &r_f, 0, 0.0f32);
+    layernorm::gpu_add_layer_norm_forward::<f32, f32, f32>(
+        stream,
+        &shape,
+        sp(&gx, 0, len),
+        sp(&grf, 0, len),
+        sp_mut(&mut gh, 0, len),
+        Some(sp(&gw, 0, c)),
+        Some(sp(&gb, 0, c)),
+        sp_mut(&mut gy, 0, len),
+        sp_mut(&mut gm, 0, rows),
+        sp_mut(&mut gs, 0, rows),
+    )
+    .unwrap();
+    // The mixed kernel.
+    let (mut gm2, mut gs2, mut gh2) = (stats(), stats(), f32_buf());
+    let gro = upload(ctx, &r_o, off, O::default());
+    let mut gyo = upload(ctx, &vec![O::default(); len], off, O::default());
+    layernorm::gpu_add_layer_norm_forward::<f32, O, O>(
+        stream,
+        &shape,
+        sp(&gx, 0, len),
+        sp(&gro, off, len),
+        sp_mut(&mut gh2, 0, len),
+        Some(sp(&gw, 0, c)),
+        Some(sp(&gb, 0, c)),
+        sp_mut(&mut gyo, off, len),
+        sp_mut(&mut gm2, 0, rows),
+        sp_mut(&mut gs2, 0, rows),
+    )
+    .unwrap();
+    stream.synchronize().unwrap();
+    let ctx_s = format!("{} residual, rows {rows} C {c} offset {off}", O::NAME);
+    let bits = |v: Vec<f32>| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert!(
+        bits(download(&gh2, 0, len)) == bits(download(&gh, 0, len)),
+        "{ctx_s}: h"
+    );
+    let h: Vec<f32> = download(&gh, 0, len);
+    for (i, want) in h.iter().enumerate() {
+        assert_eq!(*want, x[i] + r_f[i], "{ctx_s}: h[{i}] is not the f32 sum");
+    }
+    assert!(
+        bits(download(&gm2, 0, rows)) == bits(download(&gm, 0, rows)),
+        "{ctx_s}: mean"
+    );
+    assert!(
+        bits(download(&gs2, 0, rows)) == bits(download(&gs, 0, rows)),
+        "{ctx_s}: rstd"
+    );
+    let y: Vec<f32> = download(&gy, 0, len);
+    let yo: Vec<O> = download(&gyo, off, len);
+    for (i, (a, e)) in yo.iter().zip(&y).enumerate() {
+        let want = O::of_acc(*e);
+        assert!(
+            bytes_of(&[*a]) == bytes_of(&[want]),
+            "{ctx_s}: y[{i}] {a:?}, the f32 kernel's rounded {want:?}"
+        );
+    }
+}
+
+#[test]
+fn narrow_residual_of_f32_rows_matches_the_f32_kernel() {
+    if skip_without_gpu("layernorm") {
+        return;
+    }
+    let ctx = Context::get(0).unwrap();
+    let stream = Stream::new(&ctx).unwrap();
+    let mut rng = SmallRng::seed_from_u64(0x0b16_0f33);
+    for &(rows, c) in SHAPES {
+        for off in [0usize, 1] {
+            mixed_residual_case::<bf16>(&ctx, &stream, &mut rng, rows, c, off);
+            mixed_residual_case::<f16>(&ctx, &stream, &mut rng, rows, c, off);
+        }
+    }
+    // A residual of another type than the rows' or the output's: an error, not a launch.
+    let shape = LayerNormShape::new(1, 8);
+    let b = || DeviceBuffer::alloc(&ctx, 64).unwrap();
+    let (gx, gr, mut gh, mut gy, mut gm, mut gs) = (b(), b(), b(), b(), b(), b());
+    let e = layernorm::gpu_add_layer_norm_forward::<f32, f32, bf16>(
+        &stream,
+        &shape,
+        sp(&gx, 0, 8),
+        sp(&gr, 0, 8),
+        sp_mut(&mut gh, 0, 8),
+        None,
+        None,
+        sp_mut(&mut gy, 0, 8),
+        sp_mut(&mut gm, 0, 1),
+        sp_mut(&mut gs, 0, 1),
+    );
+    assert!(e.is_err(), "f32 rows and output with a bf16 residual");
+}

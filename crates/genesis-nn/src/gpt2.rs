@@ -106,28 +106,33 @@ impl Block {
         })
     }
 
-    /// The block applied to `x` (`[B, T, C]`): causal self-attention through
+    /// The block applied to `x + pending` (`[B, T, C]`; `pending`: the previous block's MLP
+    /// output, not yet added): causal self-attention through
     /// [`Tensor::scaled_dot_product_attention`] (flash attention on CUDA bf16/f16 heads of 64 or
-    /// 128, reading q, k and v in place from the packed projection), then the MLP.
-    fn causal_forward(&self, x: &Tensor) -> Result<Tensor> {
+    /// 128, reading q, k and v in place from the packed projection), then the MLP. Returns the
+    /// residual stream after the attention and the MLP's output, whose sum is the block's
+    /// output: each residual add is formed by the layer norm that reads it
+    /// ([`LayerNorm::forward_add`]), one pass over the stream instead of two.
+    fn causal_forward(&self, x: &Tensor, pending: Option<&Tensor>) -> Result<(Tensor, Tensor)> {
         let (b, t, c) = (x.shape()[0], x.shape()[1], x.shape()[2]);
         let (h, d) = (self.n_head, c / self.n_head);
         let heads = |z: &Tensor| -> Result<Tensor> {
             z.reshape([b as isize, t as isize, h as isize, d as isize])?
                 .transpose(1, 2)
         };
-        let qkv = self.c_attn.forward(&norm(&self.ln_1, x)?)?.split(c, 2)?;
+        let (x, a) = norm_add(&self.ln_1, x, pending)?;
+        let qkv = self.c_attn.forward(&a)?.split(c, 2)?;
         let (q, k, v) = (heads(&qkv[0])?, heads(&qkv[1])?, heads(&qkv[2])?);
         let y = q
             .scaled_dot_product_attention(&k, &v, true, None)?
             .transpose(1, 2)?
             .contiguous()?
             .reshape([b as isize, t as isize, c as isize])?;
-        let x = x.add(&self.attn_proj.forward(&y)?)?;
+        let (x, a) = norm_add(&self.ln_2, &x, Some(&self.attn_proj.forward(&y)?))?;
         let m = self
             .mlp_proj
-            .forward(&self.c_fc.forward(&norm(&self.ln_2, &x)?)?.gelu_tanh()?)?;
-        x.add(&m)
+            .forward(&self.c_fc.forward(&a)?.gelu_tanh()?)?;
+        Ok((x, m))
     }
 
     fn named_parameters(&self, prefix: &str) -> Vec<(String, Tensor)> {
@@ -172,6 +177,18 @@ fn norm(ln: &LayerNorm, x: &Tensor) -> Result<Tensor> {
     match genesis::autograd::autocast_dtype() {
         Some(d) if x.dtype() == DType::F32 => ln.forward_to(x, d),
         _ => ln.forward(x),
+    }
+}
+
+/// `(h, norm(ln, h))` with `h = x + r` (`h = x` without `r`), the add formed by the norm
+/// ([`LayerNorm::forward_add`]).
+fn norm_add(ln: &LayerNorm, x: &Tensor, r: Option<&Tensor>) -> Result<(Tensor, Tensor)> {
+    let Some(r) = r else {
+        return Ok((x.clone(), norm(ln, x)?));
+    };
+    match genesis::autograd::autocast_dtype() {
+        Some(d) if x.dtype() == DType::F32 => ln.forward_add(x, r, Some(d)),
+        _ => ln.forward_add(x, r, None),
     }
 }
 
@@ -229,19 +246,28 @@ impl Gpt2 {
         let mut x = tok.add(&pos)?;
         // Only the sum is needed from here on (the embedding's backward keeps the indices).
         drop(tok);
+        // The last block's MLP output, added to the stream by the next norm.
+        let mut pending: Option<Tensor> = None;
         for block in &self.blocks {
-            x = if self.recompute {
+            if self.recompute {
+                // A checkpoint keeps its inputs and returns one tensor: the block's sum.
                 let block = block.clone();
-                genesis::autograd::checkpoint(&[&x], move |t| block.causal_forward(&t[0]))?
+                let inputs: Vec<&Tensor> = std::iter::once(&x).chain(&pending).collect();
+                x = genesis::autograd::checkpoint(&inputs, move |t| {
+                    let (h, m) = block.causal_forward(&t[0], t.get(1))?;
+                    h.add(&m)
+                })?;
+                pending = None;
             } else {
-                block.causal_forward(&x)?
-            };
+                let (h, m) = block.causal_forward(&x, pending.as_ref())?;
+                (x, pending) = (h, Some(m));
+            }
         }
         // Under autocast the head reads the normalised rows in the autocast dtype, written so
         // by the norm: no float32 rows are held through the product (the logits are the
         // step's largest tensor).
-        let h = norm(&self.ln_f, &x)?;
-        drop(x);
+        let (x, h) = norm_add(&self.ln_f, &x, pending.as_ref())?;
+        drop((x, pending));
         h.linear(&self.wte, None)
     }
 
@@ -263,7 +289,8 @@ impl Module for Block {
                 reason: format!("expects [batch, time, width], got {:?}", x.shape()),
             });
         }
-        self.causal_forward(x)
+        let (h, m) = self.causal_forward(x, None)?;
+        h.add(&m)
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {

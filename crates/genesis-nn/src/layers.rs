@@ -186,6 +186,24 @@ impl LayerNorm {
             dtype,
         )
     }
+
+    /// The residual add and the layer: `(h, forward(h))` with `h = x + r`
+    /// ([`Tensor::add_layer_norm`]), the normalised rows in `dtype` when given
+    /// ([`Tensor::add_layer_norm_to`]); one pass where the fused kernels apply (a transformer's
+    /// residual stream: float32 `x`, a branch's output `r` of `x`'s dtype or of `dtype`).
+    pub fn forward_add(
+        &self,
+        x: &Tensor,
+        r: &Tensor,
+        dtype: Option<genesis::DType>,
+    ) -> Result<(Tensor, Tensor)> {
+        self.check_input(x)?;
+        let (w, b) = (self.weight.as_ref(), self.bias.as_ref());
+        match dtype {
+            Some(d) => x.add_layer_norm_to(r, &self.normalized_shape, w, b, self.eps, d),
+            None => x.add_layer_norm(r, &self.normalized_shape, w, b, self.eps),
+        }
+    }
 }
 
 impl Module for LayerNorm {

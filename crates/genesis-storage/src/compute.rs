@@ -56,6 +56,16 @@ pub(crate) enum AttentionGrads<'a, M: ?Sized> {
     Packed(&'a mut M, usize, [usize; 3]),
 }
 
+/// The residual of a fused layer norm ([`Compute::layer_norm`]): `r` (`rows * cols` values of
+/// `dtype` from element `at`: the rows' dtype, or for f32 rows the output's f16 or bf16) and
+/// `h`, which receives `x + r` (the rows' dtype, from element 0).
+pub(crate) struct LnResidual<'a, M: ?Sized> {
+    pub(crate) r: &'a M,
+    pub(crate) at: usize,
+    pub(crate) dtype: DType,
+    pub(crate) h: &'a mut M,
+}
+
 /// The operations of one kind of memory (see the module documentation).
 #[allow(clippy::too_many_arguments)]
 pub(crate) trait Compute {
@@ -335,13 +345,14 @@ pub(crate) trait Compute {
     /// Layer norm's forward (`genesis_kernels::layernorm`): `[rows, cols]` of `dtype` from
     /// element `x_at` of `self`, `w` and `b` (`cols` values from their element) optional,
     /// into `y` (of `dtype`, or f16 or bf16 for f32 rows: `types.1`) and the rows' `mean` and
-    /// `rstd` (f32; f64 for f64).
+    /// `rstd` (f32; f64 for f64). With a `residual`, of `h = x + r` (`h` written).
     #[allow(clippy::too_many_arguments)]
     fn layer_norm(
         &self,
         types: (DType, DType),
         shape: &LayerNormShape,
         x_at: usize,
+        residual: Option<LnResidual<'_, Self>>,
         w: Option<(&Self, usize)>,
         b: Option<(&Self, usize)>,
         y: &mut Self,
@@ -877,6 +888,7 @@ impl Compute for [u8] {
         types: (DType, DType),
         shape: &LayerNormShape,
         x_at: usize,
+        residual: Option<LnResidual<'_, [u8]>>,
         w: Option<(&[u8], usize)>,
         b: Option<(&[u8], usize)>,
         y: &mut [u8],
@@ -885,10 +897,11 @@ impl Compute for [u8] {
     ) -> Result<()> {
         use genesis_kernels::real::FusedElement;
         #[allow(clippy::too_many_arguments)]
-        fn run<T: FusedElement + WithDType, O: FusedElement<Acc = T::Acc> + WithDType>(
+        fn run<T, O, R>(
             x: &[u8],
             shape: &LayerNormShape,
             x_at: usize,
+            residual: Option<LnResidual<'_, [u8]>>,
             w: Option<(&[u8], usize)>,
             b: Option<(&[u8], usize)>,
             y: &mut [u8],
@@ -896,23 +909,44 @@ impl Compute for [u8] {
             rstd: &mut [u8],
         ) -> Result<()>
         where
+            T: FusedElement + WithDType,
+            O: FusedElement<Acc = T::Acc> + WithDType,
+            R: FusedElement<Acc = T::Acc> + WithDType,
             T::Acc: WithDType,
         {
+            use genesis_kernels::layernorm as ln;
             let (len, rows, c) = (shape.numel()?, shape.rows, shape.cols);
-            genesis_kernels::layernorm::layer_norm_forward::<T, O>(
-                shape,
-                host::<T>(x, x_at, len)?,
-                None,
-                w.map(|(m, at)| host::<T>(m, at, c)).transpose()?,
-                b.map(|(m, at)| host::<T>(m, at, c)).transpose()?,
-                host_mut::<O>(y, 0, len)?,
-                host_mut::<T::Acc>(mean, 0, rows)?,
-                host_mut::<T::Acc>(rstd, 0, rows)?,
-            )?;
+            let x = host::<T>(x, x_at, len)?;
+            let w = w.map(|(m, at)| host::<T>(m, at, c)).transpose()?;
+            let b = b.map(|(m, at)| host::<T>(m, at, c)).transpose()?;
+            let y = host_mut::<O>(y, 0, len)?;
+            let mean = host_mut::<T::Acc>(mean, 0, rows)?;
+            let rstd = host_mut::<T::Acc>(rstd, 0, rows)?;
+            match residual {
+                None => ln::layer_norm_forward::<T, O>(shape, x, None, w, b, y, mean, rstd)?,
+                Some(res) => ln::add_layer_norm_forward::<T, O, R>(
+                    shape,
+                    x,
+                    host::<R>(res.r, res.at, len)?,
+                    host_mut::<T>(res.h, 0, len)?,
+                    w,
+                    b,
+                    y,
+                    mean,
+                    rstd,
+                )?,
+            }
             Ok(())
         }
+        let r_type = residual.as_ref().map_or(types.0, |r| r.dtype);
         crate::dtype::dispatch_narrowing!(types, [F32, F16, BF16, F64], (T, O) => {
-            run::<T, O>(self, shape, x_at, w, b, y, mean, rstd)
+            if r_type == types.0 {
+                run::<T, O, T>(self, shape, x_at, residual, w, b, y, mean, rstd)
+            } else if r_type == types.1 {
+                run::<T, O, O>(self, shape, x_at, residual, w, b, y, mean, rstd)
+            } else {
+                Err(unsupported("layer_norm", r_type))
+            }
         }, _ => Err(unsupported("layer_norm", types.1)))
     }
 

@@ -17,7 +17,7 @@ use genesis_kernels::{BinaryNd, BinaryOp, CompareOp, MatmulPrecision, MatmulShap
 use genesis_kernels::{ReduceOp, ReduceShape};
 use genesis_kernels::{Rhs, Sampler, UnaryOp, WhereNd};
 
-use crate::compute::{AdamParts, AttentionGrads, CeLogits, Compute};
+use crate::compute::{AdamParts, AttentionGrads, CeLogits, Compute, LnResidual};
 use crate::storage::Inner;
 use crate::{DType, Device, Error, PoolInfo, Result};
 
@@ -246,6 +246,7 @@ impl Compute for CudaMem {
         _: (DType, DType),
         _: &LayerNormShape,
         _: usize,
+        _: Option<LnResidual<'_, CudaMem>>,
         _: Option<(&CudaMem, usize)>,
         _: Option<(&CudaMem, usize)>,
         _: &mut CudaMem,

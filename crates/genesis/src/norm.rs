@@ -33,6 +33,84 @@ fn check_affine(op: &'static str, t: Option<&Tensor>, shape: &[usize]) -> Result
     }
 }
 
+/// A tensor's storage and first element, as the storage-level kernels take them.
+fn at(t: &Tensor) -> (&genesis_storage::Storage, usize) {
+    (t.view.storage().as_ref(), t.layout().offset())
+}
+
+/// The backward of the fused layer norm of `x` (its rows `ln`, the output in `out`, the
+/// forward's `stats`): the input's gradient added into the one gathered so far (the residual
+/// stream's) when the engine alone holds it, else a new one; the weight's and the bias's.
+#[allow(clippy::too_many_arguments)]
+fn layer_norm_grad_fn(
+    ln: genesis_kernels::layernorm::LayerNormShape,
+    x: &Tensor,
+    normalized_shape: &[usize],
+    weight: Option<&Tensor>,
+    has_bias: bool,
+    out: crate::DType,
+    stats: (genesis_storage::Storage, genesis_storage::Storage),
+) -> Box<crate::autograd::BackwardFn> {
+    use genesis_storage::Storage;
+    let op = "layer_norm";
+    let (mean, rstd) = stats;
+    let x = Saved::new(op, x);
+    let w = weight.map(|w| Saved::new(op, w));
+    let pshape = normalized_shape.to_vec();
+    Box::new(move |g, needs| {
+        let x = x.get()?;
+        let w = w.as_ref().map(Saved::get).transpose()?;
+        // The kernels read the gradient in the output's dtype.
+        let g = match g.dtype() == out {
+            true => g.contiguous()?,
+            false => g.to_dtype(out)?.contiguous()?,
+        };
+        let want_w = w.is_some() && needs[1];
+        let want_b = has_bias && needs[needs.len() - 1];
+        let into = crate::autograd::pending_gradient(0).filter(|p| {
+            needs[0] && p.dtype() == x.dtype() && p.shape() == x.shape() && p.device() == x.device()
+        });
+        let (dx, dw, db) = match into {
+            Some(p) => {
+                let (dw, db) = Storage::layer_norm_backward_add(
+                    &ln,
+                    at(&g),
+                    at(&x),
+                    w.as_ref().map(at),
+                    &mean,
+                    &rstd,
+                    (want_w, want_b),
+                    at(&p),
+                )?;
+                (Some(p), dw, db)
+            }
+            None => {
+                let (dh, dw, db) = Storage::layer_norm_backward(
+                    &ln,
+                    at(&g),
+                    at(&x),
+                    w.as_ref().map(at),
+                    &mean,
+                    &rstd,
+                    (want_w, want_b),
+                )?;
+                let dh = needs[0]
+                    .then(|| Tensor::from_storage(dh, x.shape()))
+                    .transpose()?;
+                (dh, dw, db)
+            }
+        };
+        let mut grads = vec![dx];
+        if w.is_some() {
+            grads.push(dw.map(|d| Tensor::from_storage(d, &pshape)).transpose()?);
+        }
+        if has_bias {
+            grads.push(db.map(|d| Tensor::from_storage(d, &pshape)).transpose()?);
+        }
+        Ok(grads)
+    })
+}
+
 impl Tensor {
     /// Layer normalisation over the trailing dimensions `normalized_shape` (PyTorch's
     /// `F.layer_norm`): `(x - mean) / sqrt(var + eps) * weight + bias`, the biased variance,
@@ -54,7 +132,7 @@ impl Tensor {
         let mut inputs = vec![self];
         inputs.extend(weight);
         inputs.extend(bias);
-        if let Some(y) = self.layer_norm_fused(&inputs, weight, bias, eps, self.dtype())? {
+        if let Some(y) = self.layer_norm_fused(normalized_shape, weight, bias, eps, self.dtype())? {
             return Ok(y);
         }
         let kept = std::cell::RefCell::new(None);
@@ -143,39 +221,115 @@ impl Tensor {
         normalized_dims(op, self, normalized_shape)?;
         check_affine(op, weight, normalized_shape)?;
         check_affine(op, bias, normalized_shape)?;
-        if dtype != self.dtype() {
-            let mut inputs = vec![self];
-            inputs.extend(weight);
-            inputs.extend(bias);
-            if let Some(y) = self.layer_norm_fused(&inputs, weight, bias, eps, dtype)? {
-                return Ok(y);
-            }
+        if dtype != self.dtype()
+            && let Some(y) = self.layer_norm_fused(normalized_shape, weight, bias, eps, dtype)?
+        {
+            return Ok(y);
         }
         self.layer_norm(normalized_shape, weight, bias, eps)?
             .to_dtype(dtype)
     }
 
-    /// [`Tensor::layer_norm`] over the last dimension as one kernel forward and one backward
-    /// (`genesis_kernels::layernorm`: each row read once, the statistics in f32; on the CPU
-    /// its twin, rows on all cores), for contiguous f32, f16 or bf16 inputs with contiguous
-    /// affine parameters of their dtype, the result in the input's dtype or (`out`, float32
-    /// input) float16 or bfloat16; `None` when the operands do not suit it.
-    fn layer_norm_fused(
+    /// `self + other` and the layer norm of the sum over the trailing dimensions
+    /// `normalized_shape`: `(h, h.layer_norm(normalized_shape, weight, bias, eps))` with `h =
+    /// self.add(other)` (broadcasting and promoting as [`Tensor::add`]), the values and
+    /// gradients of those two ops. A transformer's residual stream and the norm that reads it
+    /// (llm.c's fused residual forward): where the fused kernels apply (contiguous rows of the
+    /// same shape, `other` of the rows' dtype, affine parameters of it) one pass reads `self`
+    /// and `other` and writes `h` and the normalised rows. See
+    /// [`Tensor::add_layer_norm_to`] for a narrower result.
+    ///
+    /// ```
+    /// use genesis::{Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[2, 2], Device::Cpu)?;
+    /// let r = Tensor::from_slice(&[0.0f32, 1.0, 0.0, 2.0], &[2, 2], Device::Cpu)?;
+    /// let (h, y) = x.add_layer_norm(&r, &[2], None, None, 0.0)?;
+    /// assert_eq!(h.to_vec::<f32>()?, [1.0, 3.0, 3.0, 6.0]);
+    /// assert_eq!(y.to_vec::<f32>()?, [-1.0, 1.0, -1.0, 1.0]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn add_layer_norm(
         &self,
-        inputs: &[&Tensor],
+        other: &Tensor,
+        normalized_shape: &[usize],
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        eps: f64,
+    ) -> Result<(Tensor, Tensor)> {
+        self.add_layer_norm_impl(other, normalized_shape, weight, bias, eps, None)
+    }
+
+    /// [`Tensor::add_layer_norm`] with the normalised rows in `dtype`: `(h,
+    /// h.layer_norm_to(normalized_shape, weight, bias, eps, dtype))`. Under
+    /// [`autocast`](crate::autograd::autocast) the float32 residual stream plus a float16 or
+    /// bfloat16 branch (`other`: widened exactly, added in float32, as PyTorch adds them) is
+    /// one pass that writes the float32 sum and the narrow rows the next product reads.
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_layer_norm_to(
+        &self,
+        other: &Tensor,
+        normalized_shape: &[usize],
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        eps: f64,
+        dtype: crate::DType,
+    ) -> Result<(Tensor, Tensor)> {
+        self.add_layer_norm_impl(other, normalized_shape, weight, bias, eps, Some(dtype))
+    }
+
+    fn add_layer_norm_impl(
+        &self,
+        other: &Tensor,
+        normalized_shape: &[usize],
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        eps: f64,
+        out: Option<crate::DType>,
+    ) -> Result<(Tensor, Tensor)> {
+        let op = "add_layer_norm";
+        check_affine(op, weight, normalized_shape)?;
+        check_affine(op, bias, normalized_shape)?;
+        // The fused pass: `other` of `self`'s shape and dtype, or (float32 rows) of the narrow
+        // output's; then `h` is of `self`'s dtype, as the add promotes.
+        let y_dtype = out.unwrap_or(self.dtype());
+        let fused = other.shape() == self.shape()
+            && other.device() == self.device()
+            && other.layout().is_contiguous()
+            && (other.dtype() == self.dtype() || other.dtype() == y_dtype)
+            && crate::result_type(self, other) == self.dtype();
+        if fused {
+            normalized_dims(op, self, normalized_shape)?;
+            if let Some(pair) =
+                self.add_layer_norm_fused(other, normalized_shape, weight, bias, eps, y_dtype)?
+            {
+                return Ok(pair);
+            }
+        }
+        let h = self.add(other)?;
+        let y = match out {
+            Some(d) => h.layer_norm_to(normalized_shape, weight, bias, eps, d)?,
+            None => h.layer_norm(normalized_shape, weight, bias, eps)?,
+        };
+        Ok((h, y))
+    }
+
+    /// The rows' shape for the fused kernels (`genesis_kernels::layernorm`) of `self` over
+    /// the trailing `normalized_shape` (contiguous, so its elements are one row), with
+    /// contiguous affine parameters of its dtype and device, an output of its dtype or (float32
+    /// rows) float16 or bfloat16; `None` when the operands do not suit them.
+    fn layer_norm_rows(
+        &self,
+        normalized_shape: &[usize],
         weight: Option<&Tensor>,
         bias: Option<&Tensor>,
         eps: f64,
         out: crate::DType,
-    ) -> Result<Option<Tensor>> {
+    ) -> Option<genesis_kernels::layernorm::LayerNormShape> {
         use genesis_kernels::layernorm::{LayerNormShape, MAX_COLS};
-        use genesis_storage::Storage;
-        let op = "layer_norm";
         let dtype = self.dtype();
-        let shape = self.shape().to_vec();
-        let Some(&cols) = shape.last() else {
-            return Ok(None);
-        };
+        let cols: usize = normalized_shape.iter().product();
         let suits = matches!(
             dtype,
             crate::DType::F32 | crate::DType::F16 | crate::DType::BF16
@@ -189,93 +343,122 @@ impl Tensor {
             && (out == dtype
                 || (dtype == crate::DType::F32
                     && matches!(out, crate::DType::F16 | crate::DType::BF16)));
-        if !suits {
-            return Ok(None);
-        }
-        let ln = LayerNormShape {
+        suits.then(|| LayerNormShape {
             rows: self.numel() / cols,
             cols,
             eps,
+        })
+    }
+
+    /// [`Tensor::layer_norm`] over the trailing `normalized_shape` as one kernel forward and
+    /// one backward (`genesis_kernels::layernorm`: each row read once, the statistics in f32;
+    /// on the CPU its twin, rows on all cores), for contiguous f32, f16 or bf16 inputs with
+    /// contiguous affine parameters of their dtype, the result in the input's dtype or
+    /// (`out`, float32 input) float16 or bfloat16; `None` when the operands do not suit it.
+    fn layer_norm_fused(
+        &self,
+        normalized_shape: &[usize],
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        eps: f64,
+        out: crate::DType,
+    ) -> Result<Option<Tensor>> {
+        use genesis_storage::Storage;
+        let op = "layer_norm";
+        let Some(ln) = self.layer_norm_rows(normalized_shape, weight, bias, eps, out) else {
+            return Ok(None);
         };
-        fn at(t: &Tensor) -> (&Storage, usize) {
-            (t.view.storage().as_ref(), t.layout().offset())
-        }
+        let mut inputs = vec![self];
+        inputs.extend(weight);
+        inputs.extend(bias);
         let stats = std::cell::RefCell::new(None);
         let y = crate::autograd::op(
             op,
-            inputs,
+            &inputs,
             || {
                 let (y, mean, rstd) =
                     Storage::layer_norm_to(&ln, at(self), weight.map(at), bias.map(at), out)?;
                 *stats.borrow_mut() = Some((mean, rstd));
-                Tensor::from_storage(y, &shape)
+                Tensor::from_storage(y, self.shape())
             },
             |_| {
-                let (mean, rstd) = stats.borrow_mut().take().expect("set by the forward");
-                let x = Saved::new(op, self);
-                let w = weight.map(|w| Saved::new(op, w));
-                let has_bias = bias.is_some();
-                let shape = shape.clone();
-                Box::new(move |g, needs| {
-                    let x = x.get()?;
-                    let w = w.as_ref().map(Saved::get).transpose()?;
-                    // The kernels read the gradient in the output's dtype.
-                    let g = match g.dtype() == out {
-                        true => g.contiguous()?,
-                        false => g.to_dtype(out)?.contiguous()?,
-                    };
-                    let want_w = w.is_some() && needs[1];
-                    let want_b = has_bias && needs[needs.len() - 1];
-                    // The input's gradient added into the one gathered so far (the residual
-                    // stream's) when the engine alone holds it, else a new one.
-                    let into = crate::autograd::pending_gradient(0).filter(|p| {
-                        needs[0]
-                            && p.dtype() == x.dtype()
-                            && p.shape() == x.shape()
-                            && p.device() == x.device()
-                    });
-                    let (dx, dw, db) = match into {
-                        Some(p) => {
-                            let (dw, db) = Storage::layer_norm_backward_add(
-                                &ln,
-                                at(&g),
-                                at(&x),
-                                w.as_ref().map(at),
-                                &mean,
-                                &rstd,
-                                (want_w, want_b),
-                                at(&p),
-                            )?;
-                            (Some(p), dw, db)
-                        }
-                        None => {
-                            let (dh, dw, db) = Storage::layer_norm_backward(
-                                &ln,
-                                at(&g),
-                                at(&x),
-                                w.as_ref().map(at),
-                                &mean,
-                                &rstd,
-                                (want_w, want_b),
-                            )?;
-                            let dh = needs[0]
-                                .then(|| Tensor::from_storage(dh, &shape))
-                                .transpose()?;
-                            (dh, dw, db)
-                        }
-                    };
-                    let mut out = vec![dx];
-                    if w.is_some() {
-                        out.push(dw.map(|d| Tensor::from_storage(d, &[cols])).transpose()?);
-                    }
-                    if has_bias {
-                        out.push(db.map(|d| Tensor::from_storage(d, &[cols])).transpose()?);
-                    }
-                    Ok(out)
-                })
+                let stats = stats.borrow_mut().take().expect("set by the forward");
+                layer_norm_grad_fn(
+                    ln,
+                    self,
+                    normalized_shape,
+                    weight,
+                    bias.is_some(),
+                    out,
+                    stats,
+                )
             },
         )?;
         Ok(Some(y))
+    }
+
+    /// [`Tensor::add_layer_norm`] on the fused kernels: `h = self + other` and `y` in `out`
+    /// from one pass, recorded as the two ops they stand for (an add, whose gradient reaches
+    /// `other` in its dtype, and a layer norm of `h`); `None` when the operands do not suit
+    /// them (the caller checked the shapes, the dtypes and the layout of `other`).
+    fn add_layer_norm_fused(
+        &self,
+        other: &Tensor,
+        normalized_shape: &[usize],
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        eps: f64,
+        out: crate::DType,
+    ) -> Result<Option<(Tensor, Tensor)>> {
+        use genesis_storage::Storage;
+        let Some(ln) = self.layer_norm_rows(normalized_shape, weight, bias, eps, out) else {
+            return Ok(None);
+        };
+        let (h, y, mean, rstd) = crate::autograd::profile::timed(
+            "add_layer_norm",
+            "forward",
+            Some(self.device()),
+            || {
+                Ok(Storage::add_layer_norm_to(
+                    &ln,
+                    at(self),
+                    at(other),
+                    weight.map(at),
+                    bias.map(at),
+                    out,
+                )?)
+            },
+        )?;
+        let h = Tensor::from_storage(h, self.shape())?;
+        let y = Tensor::from_storage(y, self.shape())?;
+        let r_dtype = other.dtype();
+        let h = crate::autograd::record(
+            "add",
+            &[self, other],
+            h,
+            Box::new(move |g, needs| {
+                Ok(vec![
+                    needs[0].then(|| g.clone()),
+                    needs[1]
+                        .then(|| cast_grad(g.clone(), r_dtype))
+                        .transpose()?,
+                ])
+            }),
+        );
+        let mut inputs = vec![&h];
+        inputs.extend(weight);
+        inputs.extend(bias);
+        let backward = layer_norm_grad_fn(
+            ln,
+            &h,
+            normalized_shape,
+            weight,
+            bias.is_some(),
+            out,
+            (mean, rstd),
+        );
+        let y = crate::autograd::record("layer_norm", &inputs, y, backward);
+        Ok(Some((h, y)))
     }
 
     /// Root-mean-square normalisation over the trailing dimensions `normalized_shape`

@@ -153,6 +153,17 @@ fn bad_operands_are_typed_errors() {
             .shape(),
         &[2, 3, 6]
     );
+    // add_layer_norm: a residual that does not broadcast, a normalised shape that is not the
+    // trailing dimensions, affine parameters of another shape.
+    assert!(matches!(
+        x.add_layer_norm(&y, &[4], None, None, 1e-5),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    assert!(x.add_layer_norm(&x, &[3], None, None, 1e-5).is_err());
+    assert!(matches!(
+        x.add_layer_norm(&x, &[4], Some(&w), None, 1e-5),
+        Err(Error::ShapeMismatch { .. })
+    ));
 }
 
 /// Largest |a - b| / (1 + |b|) over two tensors of one shape (any layout), in f64.
@@ -856,6 +867,186 @@ fn layer_norm_to_a_narrower_dtype_is_the_norm_then_the_conversion() {
             if affine {
                 assert_eq!(grad(&wa), grad(&wb), "{ctx}: weight gradient");
                 assert_eq!(grad(&ba), grad(&bb), "{ctx}: bias gradient");
+            }
+        }
+    }
+}
+
+/// `add_layer_norm(_to)` gives `(x + r, layer_norm(x + r))` as the two ops compute them: the
+/// sum, the normalised rows and the four gradients bit for bit, on every device, over generated
+/// shapes: the fused pass (a residual of the rows' dtype; float32 rows with a bfloat16 or
+/// float16 residual and output, autocast's residual stream), with and without the affine
+/// parameters, the loss reading both the sum and the rows (the norm's gradient added into the
+/// sum's); and where the fused pass does not apply (a broadcast or transposed residual, one
+/// that promotes the rows, float64, two normalised dimensions) the composed ops' results.
+#[test]
+fn add_layer_norm_is_the_add_then_the_norm() {
+    let _release = Release;
+    let g = Generator::new(29);
+    let mut seed = 3u64;
+    let mut next = |n: usize| {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (seed >> 33) as usize % n
+    };
+    for dev in devices() {
+        for case in 0..16 {
+            let (rows, cols) = (1 + next(40), 1 + next(700));
+            // (rows, residual, output or None for add_layer_norm, residual layout)
+            let (input, resid, out, layout) = match case % 8 {
+                0 => (DType::F32, DType::BF16, Some(DType::BF16), 0),
+                1 => (DType::F32, DType::F16, Some(DType::F16), 0),
+                2 => (DType::F32, DType::F32, None, 0),
+                3 => (DType::BF16, DType::BF16, None, 0),
+                4 => (DType::F32, DType::BF16, Some(DType::BF16), 1),
+                5 => (DType::F32, DType::BF16, Some(DType::BF16), 2),
+                6 => (DType::BF16, DType::F32, None, 0),
+                _ => (DType::F64, DType::F64, None, 0),
+            };
+            let affine = case % 3 != 2;
+            let leaf = |shape: &[usize], dtype: DType, scale: f64| {
+                let t = g.randn(shape, DType::F32, CPU).unwrap().mul(scale).unwrap();
+                let t = t.to_dtype(dtype).unwrap().to(dev).unwrap();
+                (
+                    t.detach().requires_grad_(true).unwrap(),
+                    t.detach().requires_grad_(true).unwrap(),
+                )
+            };
+            let (xa, xb) = leaf(&[rows, cols], input, 2.0);
+            // 0: the rows' shape; 1: broadcast over the rows; 2: transposed.
+            let (ra, rb) = match layout {
+                1 => leaf(&[cols], resid, 1.0),
+                2 => leaf(&[cols, rows], resid, 1.0),
+                _ => leaf(&[rows, cols], resid, 1.0),
+            };
+            let rview = |r: &Tensor| {
+                if layout == 2 {
+                    r.t().unwrap()
+                } else {
+                    r.clone()
+                }
+            };
+            let ((wa, wb), (ba, bb)) = (leaf(&[cols], input, 1.0), leaf(&[cols], input, 1.0));
+            let (wo, bo, wq, bq) = if affine {
+                (Some(&wa), Some(&ba), Some(&wb), Some(&bb))
+            } else {
+                (None, None, None, None)
+            };
+            // Recorded tensors, not leaves (the residual stream's gradient is gathered).
+            let (x1, x2) = (xa.mul(1.0).unwrap(), xb.mul(1.0).unwrap());
+            let (ha, ya) = match out {
+                Some(d) => x1.add_layer_norm_to(&rview(&ra), &[cols], wo, bo, 1e-5, d),
+                None => x1.add_layer_norm(&rview(&ra), &[cols], wo, bo, 1e-5),
+            }
+            .unwrap();
+            let hb = x2.add(&rview(&rb)).unwrap();
+            let yb = match out {
+                Some(d) => hb.layer_norm_to(&[cols], wq, bq, 1e-5, d),
+                None => hb.layer_norm(&[cols], wq, bq, 1e-5),
+            }
+            .unwrap();
+            let ctx = format!("{dev:?} case {case}: {rows}x{cols} {input} + {resid} -> {out:?}");
+            assert_eq!((ha.dtype(), ya.dtype()), (hb.dtype(), yb.dtype()), "{ctx}");
+            let bits = |t: &Tensor| t.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap();
+            assert_eq!(bits(&ha), bits(&hb), "{ctx}: sum");
+            assert_eq!(bits(&ya), bits(&yb), "{ctx}: rows");
+            let gy = g.randn([rows, cols], DType::F32, CPU).unwrap();
+            let gh = g.randn([rows, cols], DType::F32, CPU).unwrap();
+            let loss = |h: &Tensor, y: &Tensor| {
+                let gy = gy.to_dtype(y.dtype()).unwrap().to(dev).unwrap();
+                let gh = gh.to_dtype(h.dtype()).unwrap().to(dev).unwrap();
+                let s = y
+                    .mul(&gy)
+                    .unwrap()
+                    .sum()
+                    .unwrap()
+                    .to_dtype(DType::F64)
+                    .unwrap();
+                s.add(
+                    &h.mul(&gh)
+                        .unwrap()
+                        .sum()
+                        .unwrap()
+                        .to_dtype(DType::F64)
+                        .unwrap(),
+                )
+                .unwrap()
+            };
+            loss(&ha, &ya).backward().unwrap();
+            loss(&hb, &yb).backward().unwrap();
+            let grad = |t: &Tensor| bits(&t.grad().expect("a gradient"));
+            assert_eq!(grad(&xa), grad(&xb), "{ctx}: input gradient");
+            assert_eq!(grad(&ra), grad(&rb), "{ctx}: residual gradient");
+            assert_eq!(ra.grad().unwrap().dtype(), resid, "{ctx}");
+            if affine {
+                assert_eq!(grad(&wa), grad(&wb), "{ctx}: weight gradient");
+                assert_eq!(grad(&ba), grad(&bb), "{ctx}: bias gradient");
+            }
+        }
+    }
+}
+
+/// A layer norm over two trailing dimensions normalises each `[4, 8]` block as one row (the
+/// fused kernels take the block's 32 contiguous values), and its affine gradients keep the
+/// parameters' shape: against the float64 composed ops, with and without a residual.
+#[test]
+fn layer_norm_over_two_dimensions_normalises_the_whole_block() {
+    let _release = Release;
+    let g = Generator::new(5);
+    for dev in devices() {
+        let x64 = g.randn([3, 4, 8], DType::F64, CPU).unwrap();
+        let r64 = g.randn([3, 4, 8], DType::F64, CPU).unwrap();
+        let w64 = g.randn([4, 8], DType::F64, CPU).unwrap();
+        let b64 = g.randn([4, 8], DType::F64, CPU).unwrap();
+        let on = |t: &Tensor, d: DType, dev: Device| {
+            t.to_dtype(d)
+                .unwrap()
+                .to(dev)
+                .unwrap()
+                .detach()
+                .requires_grad_(true)
+                .unwrap()
+        };
+        for residual in [false, true] {
+            let [x, r, w, b] = [&x64, &r64, &w64, &b64].map(|t| on(t, DType::F32, dev));
+            // The reference: the composed ops in float64 on the CPU.
+            let [xr, rr, wr, br] = [&x64, &r64, &w64, &b64].map(|t| on(t, DType::F64, CPU));
+            let (y, want) = if residual {
+                let y = x
+                    .add_layer_norm(&r, &[4, 8], Some(&w), Some(&b), 1e-5)
+                    .unwrap()
+                    .1;
+                let want = xr
+                    .add(&rr)
+                    .unwrap()
+                    .layer_norm(&[4, 8], Some(&wr), Some(&br), 1e-5);
+                (y, want.unwrap())
+            } else {
+                let y = x.layer_norm(&[4, 8], Some(&w), Some(&b), 1e-5).unwrap();
+                (
+                    y,
+                    xr.layer_norm(&[4, 8], Some(&wr), Some(&br), 1e-5).unwrap(),
+                )
+            };
+            let e = worst(&y, &want);
+            assert!(e < 1e-5, "{dev:?} residual {residual}: y off by {e}");
+            let gy = g.randn([3, 4, 8], DType::F64, CPU).unwrap();
+            let cpu = |t: &Tensor| t.to_dtype(DType::F64).unwrap().to(CPU).unwrap();
+            cpu(&y).mul(&gy).unwrap().sum().unwrap().backward().unwrap();
+            want.mul(&gy).unwrap().sum().unwrap().backward().unwrap();
+            for (name, a, e) in [("dx", &x, &xr), ("dw", &w, &wr), ("db", &b, &br)] {
+                let (ga, ge) = (a.grad().unwrap(), e.grad().unwrap());
+                assert_eq!(ga.shape(), ge.shape(), "{dev:?} {name}");
+                let err = worst(&ga, &ge);
+                assert!(
+                    err < 1e-4,
+                    "{dev:?} residual {residual}: {name} off by {err}"
+                );
+            }
+            if residual {
+                let err = worst(&r.grad().unwrap(), &rr.grad().unwrap());
+                assert!(err < 1e-4, "{dev:?}: dr off by {err}");
             }
         }
     }

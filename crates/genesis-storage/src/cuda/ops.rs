@@ -17,7 +17,7 @@ use genesis_kernels::{ReduceOp, ReduceShape};
 use genesis_kernels::{Rhs, Sampler, UnaryOp, WhereNd, gpu};
 
 use super::{CudaMem, Queue, queue_on};
-use crate::compute::{AdamParts, AttentionGrads, CeLogits, Compute};
+use crate::compute::{AdamParts, AttentionGrads, CeLogits, Compute, LnResidual};
 use crate::storage::Inner;
 use crate::{DType, Error, Result};
 
@@ -226,6 +226,7 @@ impl Compute for CudaMem {
         types: (DType, DType),
         shape: &LayerNormShape,
         x_at: usize,
+        residual: Option<LnResidual<'_, CudaMem>>,
         w: Option<(&CudaMem, usize)>,
         b: Option<(&CudaMem, usize)>,
         y: &mut CudaMem,
@@ -233,32 +234,58 @@ impl Compute for CudaMem {
         rstd: &mut CudaMem,
     ) -> Result<()> {
         #[allow(clippy::too_many_arguments)]
-        fn run<T: genesis_kernels::Element, O: genesis_kernels::Element>(
+        fn run<
+            T: genesis_kernels::Element,
+            O: genesis_kernels::Element,
+            R: genesis_kernels::Element,
+        >(
             x: &CudaMem,
             shape: &LayerNormShape,
             x_at: usize,
+            residual: Option<LnResidual<'_, CudaMem>>,
             w: Option<(&CudaMem, usize)>,
             b: Option<(&CudaMem, usize)>,
             y: &mut CudaMem,
             mean: &mut CudaMem,
             rstd: &mut CudaMem,
         ) -> Result<()> {
+            use genesis_kernels::layernorm as ln;
             let (len, rows, c) = (shape.numel()?, shape.rows, shape.cols);
-            genesis_kernels::layernorm::gpu_layer_norm_forward::<T, O>(
-                &x.queue(),
-                shape,
-                x.range::<T>(x_at, len)?,
-                None,
-                w.map(|(m, at)| m.range::<T>(at, c)).transpose()?,
-                b.map(|(m, at)| m.range::<T>(at, c)).transpose()?,
-                y.range_mut::<O>(0, len)?,
-                mean.range_mut::<f32>(0, rows)?,
-                rstd.range_mut::<f32>(0, rows)?,
-            )?;
+            let stream = x.queue();
+            let x = x.range::<T>(x_at, len)?;
+            let w = w.map(|(m, at)| m.range::<T>(at, c)).transpose()?;
+            let b = b.map(|(m, at)| m.range::<T>(at, c)).transpose()?;
+            let y = y.range_mut::<O>(0, len)?;
+            let mean = mean.range_mut::<f32>(0, rows)?;
+            let rstd = rstd.range_mut::<f32>(0, rows)?;
+            match residual {
+                None => ln::gpu_layer_norm_forward::<T, O>(
+                    &stream, shape, x, None, w, b, y, mean, rstd,
+                )?,
+                Some(res) => ln::gpu_add_layer_norm_forward::<T, O, R>(
+                    &stream,
+                    shape,
+                    x,
+                    res.r.range::<R>(res.at, len)?,
+                    res.h.range_mut::<T>(0, len)?,
+                    w,
+                    b,
+                    y,
+                    mean,
+                    rstd,
+                )?,
+            }
             Ok(())
         }
+        let r_type = residual.as_ref().map_or(types.0, |r| r.dtype);
         crate::dtype::dispatch_narrowing!(types, [F32, F16, BF16], (T, O) => {
-            run::<T, O>(self, shape, x_at, w, b, y, mean, rstd)
+            if r_type == types.0 {
+                run::<T, O, T>(self, shape, x_at, residual, w, b, y, mean, rstd)
+            } else if r_type == types.1 {
+                run::<T, O, O>(self, shape, x_at, residual, w, b, y, mean, rstd)
+            } else {
+                Err(unsupported("layer_norm", r_type))
+            }
         }, _ => Err(unsupported("layer_norm", types.1)))
     }
 

@@ -4,7 +4,7 @@
 use genesis_kernels::layernorm::LayerNormShape;
 
 use super::{Mem, MemMut, Storage, check_float_only, mixed};
-use crate::compute::Compute;
+use crate::compute::{Compute, LnResidual};
 use crate::{DType, Result};
 
 /// `DTypeMismatch` unless `other` is `rows` or, for f32 rows, f16 or bf16: the dtypes the
@@ -108,6 +108,41 @@ impl Storage {
         b: Option<(&Storage, usize)>,
         out: DType,
     ) -> Result<(Storage, Storage, Storage)> {
+        let (y, mean, rstd, _) = Self::layer_norm_core(shape, x, None, w, b, out)?;
+        Ok((y, mean, rstd))
+    }
+
+    /// [`Storage::layer_norm_to`] of `h = x + r`, formed and written by the same pass: returns
+    /// `(h, y, mean, rstd)`. `r` (`rows * cols` values from its element) is of the rows'
+    /// dtype or, for f32 rows, of `out` (f16 or bf16: widened exactly, then added in f32, as
+    /// PyTorch adds a half-precision tensor to a float32 one); `h` is of the rows' dtype. The
+    /// residual stream of a transformer under autocast: `x` float32, `r` a half-precision
+    /// branch's output, `y` the next product's half-precision input.
+    #[track_caller]
+    pub fn add_layer_norm_to(
+        shape: &LayerNormShape,
+        x: (&Storage, usize),
+        r: (&Storage, usize),
+        w: Option<(&Storage, usize)>,
+        b: Option<(&Storage, usize)>,
+        out: DType,
+    ) -> Result<(Storage, Storage, Storage, Storage)> {
+        let (y, mean, rstd, h) = Self::layer_norm_core(shape, x, Some(r), w, b, out)?;
+        let h = h.expect("made with a residual");
+        Ok((h, y, mean, rstd))
+    }
+
+    /// The checks and the kernel of the forwards: `y`, `mean`, `rstd`, and `h` when a
+    /// residual is given.
+    #[track_caller]
+    fn layer_norm_core(
+        shape: &LayerNormShape,
+        x: (&Storage, usize),
+        r: Option<(&Storage, usize)>,
+        w: Option<(&Storage, usize)>,
+        b: Option<(&Storage, usize)>,
+        out: DType,
+    ) -> Result<(Storage, Storage, Storage, Option<Storage>)> {
         let name = "layer_norm";
         let (xs, dtype) = (x.0, x.0.dtype);
         check_float_only(name, true, dtype)?;
@@ -118,44 +153,80 @@ impl Storage {
             p.0.check_operand(name, xs, p.1, shape.cols)?;
         }
         let dev = xs.device();
+        if let Some((rs, at)) = r {
+            if rs.dtype != dtype && rs.dtype != out {
+                return Err(crate::Error::DTypeMismatch {
+                    op: name,
+                    lhs: dtype,
+                    rhs: rs.dtype,
+                });
+            }
+            rs.expect_device(name, dev)?;
+            rs.check_range(name, at, len)?;
+        }
         let stats = Self::fused_acc_dtype(dtype);
         let mut y = Storage::uninit(len, out, dev)?;
         let mut mean = Storage::uninit(shape.rows, stats, dev)?;
         let mut rstd = Storage::uninit(shape.rows, stats, dev)?;
+        let mut h = r.map(|_| Storage::uninit(len, dtype, dev)).transpose()?;
         let xr = xs.read(name)?;
+        let rr = r.map(|p| p.0.read(name)).transpose()?;
         let wr = w.map(|p| p.0.read(name)).transpose()?;
         let br = b.map(|p| p.0.read(name)).transpose()?;
         let wm = wr.as_ref().zip(w).map(|(g, p)| (g.mem(), p.1));
         let bm = br.as_ref().zip(b).map(|(g, p)| (g.mem(), p.1));
+        let rm = rr.as_ref().zip(r).map(|(g, p)| (g.mem(), p.1, p.0.dtype));
+        let hm = h.as_mut().map(|h| h.mem_mut(name)).transpose()?;
         match (
             xr.mem(),
             y.mem_mut(name)?,
             mean.mem_mut(name)?,
             rstd.mem_mut(name)?,
         ) {
-            (Mem::Host(a), MemMut::Host(o), MemMut::Host(m), MemMut::Host(r)) => a.layer_norm(
-                (dtype, out),
-                shape,
-                x.1,
-                host_in(name, wm)?,
-                host_in(name, bm)?,
-                o,
-                m,
-                r,
-            )?,
-            (Mem::Cuda(a), MemMut::Cuda(o), MemMut::Cuda(m), MemMut::Cuda(r)) => a.layer_norm(
-                (dtype, out),
-                shape,
-                x.1,
-                cuda_in(name, wm)?,
-                cuda_in(name, bm)?,
-                o,
-                m,
-                r,
-            )?,
+            (Mem::Host(a), MemMut::Host(o), MemMut::Host(m), MemMut::Host(s)) => {
+                let residual = match (rm, hm) {
+                    (Some((Mem::Host(r), at, dtype)), Some(MemMut::Host(h))) => {
+                        Some(LnResidual { r, at, dtype, h })
+                    }
+                    (None, None) => None,
+                    _ => return Err(mixed(name)),
+                };
+                a.layer_norm(
+                    (dtype, out),
+                    shape,
+                    x.1,
+                    residual,
+                    host_in(name, wm)?,
+                    host_in(name, bm)?,
+                    o,
+                    m,
+                    s,
+                )?
+            }
+            (Mem::Cuda(a), MemMut::Cuda(o), MemMut::Cuda(m), MemMut::Cuda(s)) => {
+                let residual = match (rm, hm) {
+                    (Some((Mem::Cuda(r), at, dtype)), Some(MemMut::Cuda(h))) => {
+                        Some(LnResidual { r, at, dtype, h })
+                    }
+                    (None, None) => None,
+                    _ => return Err(mixed(name)),
+                };
+                a.layer_norm(
+                    (dtype, out),
+                    shape,
+                    x.1,
+                    residual,
+                    cuda_in(name, wm)?,
+                    cuda_in(name, bm)?,
+                    o,
+                    m,
+                    s,
+                )?
+            }
             _ => return Err(mixed(name)),
         }
-        Ok((y, mean, rstd))
+        drop((xr, rr, wr, br));
+        Ok((y, mean, rstd, h))
     }
 
     /// Layer norm's backward: the input's gradient `dh` from the output's `dy` (contiguous

@@ -3,7 +3,9 @@
 //   ln_fwd_<T>[_v]     h = x + r (when a residual is given; h written, rounded to T), then
 //                      y = (h - mean) rstd w + b, mean and rstd (f32 [N]) saved
 //   ln_bwd_<T>[_v]     dh (written, or added to dh's contents) and per-block partial sums of
-//                      dw and db (f32) into a workspace
+//                      dw and db (f32) into a workspace; with dr, dh's final value also
+//                      rounded to dy's type (a residual stream's gradient for the narrow
+//                      branch that was added to it: autocast's, without a conversion pass)
 //   ln_params_<T>      dw, db: the partial sums of every block, added in block order
 //   ln_fwd_f32_<O>[_v] ln_fwd_f32 with y stored as O = f16, bf16 (one rounding from f32)
 //   ln_fwd_f32_<O>_r[_v] ln_fwd_f32_<O> with the residual r of type O too (autocast's
@@ -63,6 +65,7 @@ struct LnArgs {
     u64 dy, dh;            // T*: backward input, dh (written or accumulated)
     u64 dw, db;            // T* [cols] or 0
     u64 ws;                // float* [2 blocks][cols]: the backward's partial sums
+    u64 dr;                // G* or 0: dh (its final value) also rounded to dy's type G
     u64 rows, cols;
     u64 rows_per_block;    // ln_bwd's R
     u64 blocks;            // ln_bwd's blocks (ln_params reads their partials)
@@ -71,7 +74,7 @@ struct LnArgs {
     int accumulate_params; // dw, db += instead of =
     int pad_;
 };
-static_assert(sizeof(LnArgs) == 152, "layernorm.rs mirrors LnArgs");
+static_assert(sizeof(LnArgs) == 160, "layernorm.rs mirrors LnArgs");
 
 template <typename T> struct Ln;
 template <> struct Ln<float> {
@@ -272,6 +275,7 @@ __device__ __forceinline__ void bwd_impl(const LnArgs &a) {
                     o[e] = d;
                 }
                 store_chunk<T, W, VEC>(reinterpret_cast<T *>(a.dh) + off, j, cols, o);
+                if (a.dr) store_chunk<G, W, VEC>(reinterpret_cast<G *>(a.dr) + off, j, cols, o);
             }
         }
         float *wsr = reinterpret_cast<float *>(a.ws) + 2 * g * cols;

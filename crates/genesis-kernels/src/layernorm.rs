@@ -401,6 +401,19 @@ pub const fn backward_blocks(rows: usize) -> usize {
     rows.div_ceil(backward_rows_per_block(rows))
 }
 
+/// CPU twin of the backward's `copy` ([`gpu_layer_norm_backward_copy`]): `dh` rounded to `G`,
+/// `dy`'s type (one rounding of the kernel's f32 value: `G` is `T`, or narrower than f32 rows).
+pub fn narrow_copy<T: FusedElement, G: FusedElement<Acc = T::Acc>>(
+    dh: &[T],
+    copy: &mut [G],
+) -> Result<()> {
+    exact(&[(dh.len(), copy.len())])?;
+    for (o, v) in copy.iter_mut().zip(dh) {
+        *o = G::of_acc(v.acc());
+    }
+    Ok(())
+}
+
 /// Bytes of device workspace [`gpu_layer_norm_backward`] needs: two rows of `cols` f32
 /// partial sums a block.
 pub fn backward_workspace_bytes(shape: &LayerNormShape) -> usize {
@@ -452,6 +465,7 @@ struct Args {
     dw: u64,
     db: u64,
     ws: u64,
+    dr: u64,
     rows: u64,
     cols: u64,
     rows_per_block: u64,
@@ -463,7 +477,7 @@ struct Args {
 }
 
 #[cfg(feature = "cuda")]
-const _: () = assert!(size_of::<Args>() == 152, "LnArgs is 152 bytes");
+const _: () = assert!(size_of::<Args>() == 160, "LnArgs is 160 bytes");
 
 /// The largest grid (blocks stride over the rest).
 #[cfg(feature = "cuda")]
@@ -736,6 +750,32 @@ pub fn gpu_layer_norm_backward<T: Element, G: Element>(
     acc: Accumulate,
     workspace: genesis_cuda::DeviceSpanMut<'_, u8>,
 ) -> Result<()> {
+    gpu_layer_norm_backward_copy(
+        stream, shape, dy, h, w, mean, rstd, dh, None, dw, db, acc, workspace,
+    )
+}
+
+/// [`gpu_layer_norm_backward`] that also writes `dh`'s final value rounded to `dy`'s type
+/// into `copy` when given (twin: [`narrow_copy`] after [`layer_norm_backward`]): the residual
+/// stream's gradient for a branch of `dy`'s type that was added to it (autocast's), without a
+/// conversion pass. `copy` may not overlap another operand.
+#[cfg(feature = "cuda")]
+#[allow(clippy::too_many_arguments)]
+pub fn gpu_layer_norm_backward_copy<T: Element, G: Element>(
+    stream: &genesis_cuda::Stream,
+    shape: &LayerNormShape,
+    dy: genesis_cuda::DeviceSpan<'_, G>,
+    h: genesis_cuda::DeviceSpan<'_, T>,
+    w: Option<genesis_cuda::DeviceSpan<'_, T>>,
+    mean: genesis_cuda::DeviceSpan<'_, f32>,
+    rstd: genesis_cuda::DeviceSpan<'_, f32>,
+    dh: genesis_cuda::DeviceSpanMut<'_, T>,
+    copy: Option<genesis_cuda::DeviceSpanMut<'_, G>>,
+    dw: Option<genesis_cuda::DeviceSpanMut<'_, T>>,
+    db: Option<genesis_cuda::DeviceSpanMut<'_, T>>,
+    acc: Accumulate,
+    workspace: genesis_cuda::DeviceSpanMut<'_, u8>,
+) -> Result<()> {
     let len = gpu_len::<T, G>("bwd", shape)?;
     let (rows, c) = (shape.rows, shape.cols);
     let mut need = vec![
@@ -746,6 +786,7 @@ pub fn gpu_layer_norm_backward<T: Element, G: Element>(
         (rows, rstd.len()),
         (backward_workspace_bytes(shape), workspace.len()),
     ];
+    need.extend(copy.as_ref().map(|v| (len, v.len())));
     need.extend(w.map(|w| (c, w.len())));
     need.extend(dw.as_ref().map(|v| (c, v.len())));
     need.extend(db.as_ref().map(|v| (c, v.len())));
@@ -764,6 +805,7 @@ pub fn gpu_layer_norm_backward<T: Element, G: Element>(
         dw: dw.as_ref().map_or(0, |s| s.addr()),
         db: db.as_ref().map_or(0, |s| s.addr()),
         ws: workspace.addr(),
+        dr: copy.as_ref().map_or(0, |s| s.addr()),
         rows: rows as u64,
         cols: c as u64,
         rows_per_block: backward_rows_per_block(rows) as u64,
@@ -775,7 +817,8 @@ pub fn gpu_layer_norm_backward<T: Element, G: Element>(
     let elem = size_of::<T>();
     if blocks > 0 {
         let ops = [a.h, a.w, a.dh].map(|p| (p, elem));
-        let vec = vectorised(&ops, c, elem) && vectorised(&[(a.dy, size_of::<G>())], c, elem);
+        let narrow = [(a.dy, size_of::<G>()), (a.dr, size_of::<G>())];
+        let vec = vectorised(&ops, c, elem) && vectorised(&narrow, c, elem);
         let smem = (c * 8) as u32;
         let name = kernel_name::<T, G>("bwd", vec)?;
         a.launch(stream, name, (blocks, 1), (threads(c, elem), 1), smem)?;

@@ -538,8 +538,10 @@ fn narrow_case<O: Float>(
             Some(sp_mut(&mut gdb, 0, c)),
         );
         let wsp = ws.as_span_mut().unwrap();
+        // The narrow backward also writes dh rounded to O (at the O buffers' offset).
+        let mut gcopy = upload(ctx, &vec![O::default(); len], off, O::default());
         if narrow {
-            layernorm::gpu_layer_norm_backward::<f32, O>(
+            layernorm::gpu_layer_norm_backward_copy::<f32, O>(
                 stream,
                 &shape,
                 sp(dy, off, len),
@@ -548,6 +550,7 @@ fn narrow_case<O: Float>(
                 m,
                 s,
                 outs.0,
+                Some(sp_mut(&mut gcopy, off, len)),
                 outs.1,
                 outs.2,
                 acc,
@@ -571,11 +574,19 @@ fn narrow_case<O: Float>(
         }
         .unwrap();
         stream.synchronize().unwrap();
-        (
-            download::<f32>(&gdh, 0, len),
-            download::<f32>(&gdw, 0, c),
-            download::<f32>(&gdb, 0, c),
-        )
+        let dh = download::<f32>(&gdh, 0, len);
+        if narrow {
+            let copy: Vec<O> = download(&gcopy, off, len);
+            for (i, (a, e)) in copy.iter().zip(&dh).enumerate() {
+                let want = O::of_acc(*e);
+                assert!(
+                    bytes_of(&[*a]) == bytes_of(&[want]),
+                    "{} rows {rows} C {c} offset {off}: copy[{i}] {a:?}, dh rounded {want:?}",
+                    O::NAME
+                );
+            }
+        }
+        (dh, download::<f32>(&gdw, 0, c), download::<f32>(&gdb, 0, c))
     };
     let wide = bwd(&upload(ctx, &dy_f, 0, 0.0f32), false);
     let narrow = bwd(&upload(ctx, &dy_o, off, O::default()), true);

@@ -363,7 +363,8 @@ pub(crate) trait Compute {
     /// Layer norm's backward: `dh` (from its element `dh.1`; written, or added to what it
     /// holds when `dh.2`) from `dy` (`self` from `dy_at`), the forward's input `h`, `w`,
     /// `mean` and `rstd`; `dw` and `db` when given. `types`: the rows' dtype and `dy`'s (the
-    /// same, or f16 or bf16 for f32 rows).
+    /// same, or f16 or bf16 for f32 rows). `copy`: `dh`'s final value rounded to `dy`'s dtype
+    /// (from element 0).
     #[allow(clippy::too_many_arguments)]
     fn layer_norm_backward(
         &self,
@@ -374,6 +375,7 @@ pub(crate) trait Compute {
         w: Option<(&Self, usize)>,
         stats: [&Self; 2],
         dh: (&mut Self, usize, bool),
+        copy: Option<&mut Self>,
         dw: Option<&mut Self>,
         db: Option<&mut Self>,
     ) -> Result<()>;
@@ -959,6 +961,7 @@ impl Compute for [u8] {
         w: Option<(&[u8], usize)>,
         stats: [&[u8]; 2],
         dh: (&mut [u8], usize, bool),
+        copy: Option<&mut [u8]>,
         dw: Option<&mut [u8]>,
         db: Option<&mut [u8]>,
     ) -> Result<()> {
@@ -972,6 +975,7 @@ impl Compute for [u8] {
             w: Option<(&[u8], usize)>,
             stats: [&[u8]; 2],
             dh: (&mut [u8], usize, bool),
+            copy: Option<&mut [u8]>,
             dw: Option<&mut [u8]>,
             db: Option<&mut [u8]>,
         ) -> Result<()>
@@ -995,10 +999,16 @@ impl Compute for [u8] {
                 db.map(|m| host_mut::<T>(m, 0, c)).transpose()?,
                 acc,
             )?;
+            if let Some(m) = copy {
+                genesis_kernels::layernorm::narrow_copy::<T, G>(
+                    host::<T>(dh.0, dh.1, len)?,
+                    host_mut::<G>(m, 0, len)?,
+                )?;
+            }
             Ok(())
         }
         crate::dtype::dispatch_narrowing!(types, [F32, F16, BF16, F64], (T, O) => {
-            run::<T, O>(self, shape, dy_at, h, w, stats, dh, dw, db)
+            run::<T, O>(self, shape, dy_at, h, w, stats, dh, copy, dw, db)
         }, _ => Err(unsupported("layer_norm", types.1)))
     }
 

@@ -267,6 +267,7 @@ impl Compute for CudaMem {
         _: (&mut CudaMem, usize, bool),
         _: Option<&mut CudaMem>,
         _: Option<&mut CudaMem>,
+        _: Option<&mut CudaMem>,
     ) -> Result<()> {
         match *self {}
     }

@@ -38,9 +38,54 @@ fn at(t: &Tensor) -> (&genesis_storage::Storage, usize) {
     (t.view.storage().as_ref(), t.layout().offset())
 }
 
+/// The residual stream's gradient rounded to a narrow branch's dtype by the layer norm's
+/// backward that completed it ([`Tensor::add_layer_norm`]'s two nodes share one): the gradient
+/// buffer it was written from (its storage and version then) and the copy. The add's backward
+/// takes the copy when its gradient is still that buffer unchanged, else converts.
+#[derive(Default)]
+struct NarrowGrad(std::sync::Mutex<Option<NarrowEntry>>);
+
+/// A [`NarrowGrad`]'s content: the buffer (weakly), its version, the copy.
+type NarrowEntry = (std::sync::Weak<genesis_storage::Storage>, u64, Tensor);
+
+impl NarrowGrad {
+    fn put(&self, from: &Tensor, copy: Tensor) {
+        let entry = (
+            std::sync::Arc::downgrade(from.view.storage()),
+            from.version(),
+            copy,
+        );
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(entry);
+    }
+
+    /// The copy made from `g` (the whole of its storage, unchanged since), if any; `None`
+    /// otherwise. Empties the slot either way.
+    fn take(&self, g: &Tensor) -> Option<Tensor> {
+        let (from, version, copy) = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()?;
+        let same = from
+            .upgrade()
+            .is_some_and(|s| std::sync::Arc::ptr_eq(&s, g.view.storage()))
+            && g.version() == version
+            && g.is_contiguous()
+            && g.layout().offset() == 0
+            && g.view.storage().len() == g.numel()
+            && copy.shape() == g.shape();
+        same.then_some(copy)
+    }
+}
+
 /// The backward of the fused layer norm of `x` (its rows `ln`, the output in `out`, the
 /// forward's `stats`): the input's gradient added into the one gathered so far (the residual
 /// stream's) when the engine alone holds it, else a new one; the weight's and the bias's.
+/// With `narrow`, the sum in the input's gradient is also rounded to `out` by the same pass
+/// and left there for the add that formed the input.
 #[allow(clippy::too_many_arguments)]
 fn layer_norm_grad_fn(
     ln: genesis_kernels::layernorm::LayerNormShape,
@@ -50,6 +95,7 @@ fn layer_norm_grad_fn(
     has_bias: bool,
     out: crate::DType,
     stats: (genesis_storage::Storage, genesis_storage::Storage),
+    narrow: Option<std::sync::Arc<NarrowGrad>>,
 ) -> Box<crate::autograd::BackwardFn> {
     use genesis_storage::Storage;
     let op = "layer_norm";
@@ -72,7 +118,7 @@ fn layer_norm_grad_fn(
         });
         let (dx, dw, db) = match into {
             Some(p) => {
-                let (dw, db) = Storage::layer_norm_backward_add(
+                let (copy, dw, db) = Storage::layer_norm_backward_add(
                     &ln,
                     at(&g),
                     at(&x),
@@ -81,7 +127,11 @@ fn layer_norm_grad_fn(
                     &rstd,
                     (want_w, want_b),
                     at(&p),
+                    narrow.is_some(),
                 )?;
+                if let (Some(slot), Some(copy)) = (&narrow, copy) {
+                    slot.put(&p, Tensor::from_storage(copy, x.shape())?);
+                }
                 (Some(p), dw, db)
             }
             None => {
@@ -391,6 +441,7 @@ impl Tensor {
                     bias.is_some(),
                     out,
                     stats,
+                    None,
                 )
             },
         )?;
@@ -432,17 +483,24 @@ impl Tensor {
         let h = Tensor::from_storage(h, self.shape())?;
         let y = Tensor::from_storage(y, self.shape())?;
         let r_dtype = other.dtype();
+        // A residual narrower than the stream (autocast's) takes its gradient rounded by the
+        // norm's backward, which completes the stream's gradient, when it can.
+        let narrow = (r_dtype != self.dtype() && r_dtype == out && other.requires_grad())
+            .then(|| std::sync::Arc::new(NarrowGrad::default()));
+        let slot = narrow.clone();
         let h = crate::autograd::record(
             "add",
             &[self, other],
             h,
             Box::new(move |g, needs| {
-                Ok(vec![
-                    needs[0].then(|| g.clone()),
-                    needs[1]
-                        .then(|| cast_grad(g.clone(), r_dtype))
-                        .transpose()?,
-                ])
+                let gr = match needs[1] {
+                    true => match slot.as_ref().and_then(|s| s.take(g)) {
+                        Some(copy) => Some(copy),
+                        None => Some(cast_grad(g.clone(), r_dtype)?),
+                    },
+                    false => None,
+                };
+                Ok(vec![needs[0].then(|| g.clone()), gr])
             }),
         );
         let mut inputs = vec![&h];
@@ -456,6 +514,7 @@ impl Tensor {
             bias.is_some(),
             out,
             (mean, rstd),
+            narrow,
         );
         let y = crate::autograd::record("layer_norm", &inputs, y, backward);
         Ok(Some((h, y)))

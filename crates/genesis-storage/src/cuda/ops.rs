@@ -298,6 +298,7 @@ impl Compute for CudaMem {
         w: Option<(&CudaMem, usize)>,
         stats: [&CudaMem; 2],
         dh: (&mut CudaMem, usize, bool),
+        copy: Option<&mut CudaMem>,
         dw: Option<&mut CudaMem>,
         db: Option<&mut CudaMem>,
     ) -> Result<()> {
@@ -310,6 +311,7 @@ impl Compute for CudaMem {
             w: Option<(&CudaMem, usize)>,
             stats: [&CudaMem; 2],
             dh: (&mut CudaMem, usize, bool),
+            copy: Option<&mut CudaMem>,
             dw: Option<&mut CudaMem>,
             db: Option<&mut CudaMem>,
         ) -> Result<()> {
@@ -320,7 +322,7 @@ impl Compute for CudaMem {
             };
             let ws_len = genesis_kernels::layernorm::backward_workspace_bytes(shape);
             let mut ws = CudaMem::new(dy.ordinal(), ws_len)?;
-            genesis_kernels::layernorm::gpu_layer_norm_backward::<T, G>(
+            genesis_kernels::layernorm::gpu_layer_norm_backward_copy::<T, G>(
                 &dy.queue(),
                 shape,
                 dy.range::<G>(dy_at, len)?,
@@ -329,6 +331,7 @@ impl Compute for CudaMem {
                 stats[0].range::<f32>(0, rows)?,
                 stats[1].range::<f32>(0, rows)?,
                 dh.0.range_mut::<T>(dh.1, len)?,
+                copy.map(|m| m.range_mut::<G>(0, len)).transpose()?,
                 dw.map(|m| m.range_mut::<T>(0, c)).transpose()?,
                 db.map(|m| m.range_mut::<T>(0, c)).transpose()?,
                 acc,
@@ -337,7 +340,7 @@ impl Compute for CudaMem {
             Ok(())
         }
         crate::dtype::dispatch_narrowing!(types, [F32, F16, BF16], (T, O) => {
-            run::<T, O>(self, shape, dy_at, h, w, stats, dh, dw, db)
+            run::<T, O>(self, shape, dy_at, h, w, stats, dh, copy, dw, db)
         }, _ => Err(unsupported("layer_norm", types.1)))
     }
 

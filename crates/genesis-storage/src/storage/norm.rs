@@ -250,15 +250,27 @@ impl Storage {
         let hs = h.0;
         check_float_only(name, true, hs.dtype)?;
         let mut dh = Storage::uninit(shape.numel()?, hs.dtype, hs.device())?;
-        let (dw, db) =
-            Self::layer_norm_backward_core(shape, dy, h, w, mean, rstd, want, (&mut dh, 0, false))?;
+        let (_, dw, db) = Self::layer_norm_backward_core(
+            shape,
+            dy,
+            h,
+            w,
+            mean,
+            rstd,
+            want,
+            (&mut dh, 0, false),
+            false,
+        )?;
         Ok((dh, dw, db))
     }
 
     /// [`Storage::layer_norm_backward`] adding the input's gradient into the `rows * cols`
     /// elements of `dh` from element `dh.1` (a handle others may share, written under its
     /// write lock; the residual stream's gradient of llm.c), rounded once to the dtype. `dh`
-    /// must not be one of the inputs.
+    /// must not be one of the inputs. With `copy`, also returns the sum rounded to `dy`'s
+    /// dtype (contiguous, from element 0), written by the same pass: the gradient of a branch
+    /// of that dtype added to the residual stream (autocast's), without a conversion.
+    /// Returns `(copy, dw, db)`.
     #[track_caller]
     #[allow(clippy::too_many_arguments)]
     pub fn layer_norm_backward_add(
@@ -270,7 +282,8 @@ impl Storage {
         rstd: &Storage,
         want: (bool, bool),
         dh: (&Storage, usize),
-    ) -> Result<(Option<Storage>, Option<Storage>)> {
+        copy: bool,
+    ) -> Result<(Option<Storage>, Option<Storage>, Option<Storage>)> {
         let name = "layer_norm_backward";
         let target = dh.0;
         let inputs = [
@@ -284,12 +297,13 @@ impl Storage {
             return Err(crate::Error::Aliased { op: name });
         }
         target.with_exclusive(name, |d| {
-            Self::layer_norm_backward_core(shape, dy, h, w, mean, rstd, want, (d, dh.1, true))
+            Self::layer_norm_backward_core(shape, dy, h, w, mean, rstd, want, (d, dh.1, true), copy)
         })
     }
 
     /// The checks and the kernel of the two backwards: `dh` from its element `dh.1`, written
-    /// or (`dh.2`) added to.
+    /// or (`dh.2`) added to; with `copy`, `dh` rounded to `dy`'s dtype too. Returns `(copy,
+    /// dw, db)`.
     #[track_caller]
     #[allow(clippy::too_many_arguments)]
     fn layer_norm_backward_core(
@@ -301,7 +315,8 @@ impl Storage {
         rstd: &Storage,
         want: (bool, bool),
         dh: (&mut Storage, usize, bool),
-    ) -> Result<(Option<Storage>, Option<Storage>)> {
+        copy: bool,
+    ) -> Result<(Option<Storage>, Option<Storage>, Option<Storage>)> {
         let name = "layer_norm_backward";
         let (ds, hs, dtype) = (dy.0, h.0, h.0.dtype);
         check_float_only(name, true, dtype)?;
@@ -327,6 +342,9 @@ impl Storage {
             .1
             .then(|| Storage::uninit(shape.cols, dtype, dev))
             .transpose()?;
+        let mut narrow = copy
+            .then(|| Storage::uninit(len, ds.dtype, dev))
+            .transpose()?;
         let (dr, hr, mr, rr) = (
             ds.read(name)?,
             h.0.read(name)?,
@@ -337,6 +355,7 @@ impl Storage {
         let wm = wr.as_ref().zip(w).map(|(g, p)| (g.mem(), p.1));
         let dwm = dw.as_mut().map(|s| s.mem_mut(name)).transpose()?;
         let dbm = db.as_mut().map(|s| s.mem_mut(name)).transpose()?;
+        let cm = narrow.as_mut().map(|s| s.mem_mut(name)).transpose()?;
         let (acc, at) = (dh.2, dh.1);
         match (dr.mem(), hr.mem(), mr.mem(), rr.mem(), dh.0.mem_mut(name)?) {
             (Mem::Host(a), Mem::Host(hh), Mem::Host(m), Mem::Host(r), MemMut::Host(o)) => a
@@ -348,6 +367,7 @@ impl Storage {
                     host_in(name, wm)?,
                     [m, r],
                     (o, at, acc),
+                    host_out(name, cm)?,
                     host_out(name, dwm)?,
                     host_out(name, dbm)?,
                 )?,
@@ -360,11 +380,12 @@ impl Storage {
                     cuda_in(name, wm)?,
                     [m, r],
                     (o, at, acc),
+                    cuda_out(name, cm)?,
                     cuda_out(name, dwm)?,
                     cuda_out(name, dbm)?,
                 )?,
             _ => return Err(mixed(name)),
         }
-        Ok((dw, db))
+        Ok((narrow, dw, db))
     }
 }

@@ -40,6 +40,8 @@
 #define RD_UNROLL 4
 #define RD_COLS_X 32
 #define RD_COLS_Y 8
+// Threads an output of the final pass (not in warp mode) combines its splits with.
+#define RD_FINAL_Y (RD_THREADS / 32)
 
 typedef long long i64;
 
@@ -487,16 +489,27 @@ __device__ __forceinline__ void final_impl(const typename Tr<T>::A *pv, const i6
         s = warp_reduce<Op, A>(s);
         if (lane != 0) return;
     } else {
-        t = (uint64_t)blockIdx.x * RD_THREADS + threadIdx.x;
-        if (t >= total) return;
-        const uint64_t o = t / inner, c = t % inner;
-        // Unrolled so that the loads of several partials are in flight at once (the combine
-        // stays in split order).
-#pragma unroll 8
-        for (uint64_t p = 0; p < splits; ++p) {
-            const uint64_t at = (o * splits + p) * inner + c;
-            s = Op::combine(s, St<A>{pv[at], Op::IDX ? pi[at] : 0});
+        // 32 outputs a block (consecutive: a row of partials' columns read together), 8
+        // threads each: thread y combines splits y, y + 8, ... in order, then the 8 states in
+        // order of y. Eight lines of loads in flight per output, not one: a column reduction's
+        // few outputs (768 columns) would otherwise be 3 blocks walking every split.
+        __shared__ A fv[RD_FINAL_Y][33];
+        __shared__ i64 fi[Op::IDX ? RD_FINAL_Y : 1][33];
+        const int x = threadIdx.x & 31, y = threadIdx.x >> 5;
+        t = (uint64_t)blockIdx.x * 32 + x;
+        if (t < total) {
+            const uint64_t o = t / inner, c = t % inner;
+#pragma unroll 4
+            for (uint64_t p = y; p < splits; p += RD_FINAL_Y) {
+                const uint64_t at = (o * splits + p) * inner + c;
+                s = Op::combine(s, St<A>{pv[at], Op::IDX ? pi[at] : 0});
+            }
         }
+        fv[y][x] = s.v;
+        if (Op::IDX) fi[y][x] = s.i;
+        __syncthreads();
+        if (y != 0 || t >= total) return;
+        for (int k = 1; k < RD_FINAL_Y; ++k) s = Op::combine(s, St<A>{fv[k][x], Op::IDX ? fi[k][x] : 0});
     }
     A v = Fin<Op>::go(s.v);
     if (mean) v = mean_of(v, r);

@@ -93,6 +93,13 @@ def main():
         for op, fn in cases:
             med, mn = timed(fn)
             rows.append({"name": f"{op}_{name}", "bytes": N * size, "median_ms": med, "min_ms": mn})
+        if name == "bf16":
+            # GPT-2's bias gradients (batch 32 x 1024 rows): few columns, many rows.
+            for inner in (768, 2048):
+                g = x[:32768 * inner].view(32768, inner)
+                med, mn = timed(lambda: g.sum(0))
+                rows.append({"name": f"sum_dim0_bf16_32768x{inner}", "bytes": g.numel() * size,
+                             "median_ms": med, "min_ms": mn})
         del x, m
     host = torch.rand(N)
     pinned = host.pin_memory()

@@ -826,6 +826,13 @@ fn launch_reduce(
             reason: format!("a plan that does not cover the axis once: {plan:?}"),
         });
     }
+    // The final pass's grid (32 outputs a block) must fit its x extent.
+    if shape.output_len().div_ceil(32) > i32::MAX as usize {
+        return Err(Error::Unsupported {
+            op: op.name(),
+            reason: format!("{} outputs in one launch", shape.output_len()),
+        });
+    }
     if workspace_len < need {
         return Err(Error::LengthMismatch {
             op: "reduce workspace",
@@ -911,11 +918,13 @@ fn launch_reduce(
     let mut mean = i32::from(op == ReduceOp::Mean);
     let mut warp = i32::from(warp_final);
     let total = shape.output_len() as u64;
+    // Warp mode: 8 outputs a block of 256 threads; otherwise 32 (8 threads an output).
     let blocks = if warp_final {
         total.div_ceil(8)
     } else {
-        total.div_ceil(256)
+        total.div_ceil(32)
     };
+
     let mut params: [*mut c_void; 10] = [
         (&raw mut pv_).cast(),
         (&raw mut pi_).cast(),

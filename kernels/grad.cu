@@ -182,3 +182,97 @@ GX_SM_GRAD(f32, float)
 GX_SM_GRAD(f64, double)
 GX_SM_GRAD(f16, __half)
 GX_SM_GRAD(bf16, __nv_bfloat16)
+
+// ---- Activation gradients with their column sums: act_grad_cols_<op>_<T> writes dx as
+// act_grad does and, for rows of `cols` elements, each column's sum of dx (the values as
+// rounded to T) over the rows: a linear layer's bias gradient when the activation reads its
+// output (GPT-2's MLP), without a second pass over dx. Blocks of 32 x 8 threads, grid (column
+// tiles, splits): thread x owns V adjacent columns (one 16-byte vector when `vec`: the host
+// passes it when cols % V == 0 and the arrays start on 16 bytes; else V = 1), thread y the
+// rows y, y + 8, ... of the split's `chunk` rows, in order; the 8 threads of a column add
+// their sums in order of y into part[split][column] (A: f32, f64 for f64).
+// act_grad_cols_final_<T> adds each column's splits: 8 threads a column (32 columns a
+// block), thread y the splits y, y + 8, ... in order, then the 8 in order of y; rounded once
+// to T. A fixed order throughout, and the splits depend on the shape only: the sums are the
+// same bits run to run and device to device.
+template <typename T, typename F, int V>
+__device__ __forceinline__ void gx_cols(const T* g, const T* x, T* dx, typename G<T>::A* part, u64 rows,
+                                        u64 cols, u64 chunk) {
+    typedef typename G<T>::A A;
+    __shared__ A sm[8][32 * V + 1];
+    const u64 c0 = ((u64)blockIdx.x * 32 + threadIdx.x) * V;
+    const u64 splits = (rows + chunk - 1) / chunk;
+    // Splits past the grid's y extent: grid-stride (at least one split, for no rows).
+    for (u64 split = blockIdx.y; split < max(splits, (u64)1); split += gridDim.y) {
+        const u64 r0 = split * chunk, r1 = min(rows, r0 + chunk);
+        A s[V];
+#pragma unroll
+        for (int e = 0; e < V; ++e) s[e] = A(0);
+        if (c0 < cols) {
+            for (u64 r = r0 + threadIdx.y; r < r1; r += 8) {
+                const u64 at = r * cols + c0;
+                if (V > 1) {
+                    GxVec16<T> gv, xv, ov;
+                    gv.raw = *reinterpret_cast<const uint4*>(g + at);
+                    xv.raw = *reinterpret_cast<const uint4*>(x + at);
+#pragma unroll
+                    for (int e = 0; e < V; ++e) {
+                        ov.v[e] = G<T>::store(G<T>::load(gv.v[e]) * F::d(G<T>::load(xv.v[e])));
+                        s[e] += G<T>::load(ov.v[e]);
+                    }
+                    *reinterpret_cast<uint4*>(dx + at) = ov.raw;
+                } else {
+                    const T d = G<T>::store(G<T>::load(g[at]) * F::d(G<T>::load(x[at])));
+                    dx[at] = d;
+                    s[0] += G<T>::load(d);
+                }
+            }
+        }
+#pragma unroll
+        for (int e = 0; e < V; ++e) sm[threadIdx.y][threadIdx.x * V + e] = s[e];
+        __syncthreads();
+        if (threadIdx.y == 0) {
+#pragma unroll
+            for (int e = 0; e < V; ++e) {
+                A t = s[e];
+                for (int y = 1; y < 8; ++y) t += sm[y][threadIdx.x * V + e];
+                if (c0 + e < cols) part[split * cols + c0 + e] = t;
+            }
+        }
+        __syncthreads();
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void gx_cols_final(const typename G<T>::A* part, T* out, u64 splits, u64 cols) {
+    typedef typename G<T>::A A;
+    __shared__ A sm[8][33];
+    const u64 c = (u64)blockIdx.x * 32 + threadIdx.x;
+    A t = A(0);
+    if (c < cols)
+        for (u64 p = threadIdx.y; p < splits; p += 8) t += part[p * cols + c];
+    sm[threadIdx.y][threadIdx.x] = t;
+    __syncthreads();
+    if (threadIdx.y != 0 || c >= cols) return;
+    for (int y = 1; y < 8; ++y) t += sm[y][threadIdx.x];
+    out[c] = G<T>::store(t);
+}
+
+#define GX_COLS(op, F, name, T)                                                                    \
+    extern "C" __global__ void __launch_bounds__(256) act_grad_cols_##op##_##name(                 \
+        const T* g, const T* x, T* dx, G<T>::A* part, u64 rows, u64 cols, u64 chunk, int vec) {    \
+        if (vec)                                                                                   \
+            gx_cols<T, F<T>, 16 / sizeof(T)>(g, x, dx, part, rows, cols, chunk);                   \
+        else                                                                                       \
+            gx_cols<T, F<T>, 1>(g, x, dx, part, rows, cols, chunk);                                \
+    }
+#define GX_COLS_ALL(name, T)                                                                       \
+    GX_COLS(gelu, Gelu, name, T) GX_COLS(gelu_tanh, GeluTanh, name, T) GX_COLS(silu, Silu, name, T) \
+    extern "C" __global__ void __launch_bounds__(256)                                              \
+        act_grad_cols_final_##name(const G<T>::A* part, T* out, u64 splits, u64 cols) {            \
+        gx_cols_final<T>(part, out, splits, cols);                                                 \
+    }
+GX_COLS_ALL(f32, float)
+GX_COLS_ALL(f64, double)
+GX_COLS_ALL(f16, __half)
+GX_COLS_ALL(bf16, __nv_bfloat16)

@@ -9,7 +9,8 @@ and f32. ln_*_f32_to_{f32,bf16}_fwd: F.layer_norm of f32 rows (no residual), the
 for the bf16 row (autocast's norm before a product: two kernels); ln_*_f32_dy_*_bwd: its
 backward for x, w, b (autograd, minus the forward). ln_*_f32_r_bf16_to_bf16_fwd: x + r (f32 x,
 bf16 r), F.layer_norm of the sum, .to(bf16) (autocast's residual add and norm). gelu_tanh_*: F.gelu(x, approximate="tanh")
-of [32768, 3072] bf16 under no_grad, and aten's gelu_backward(g, x, approximate="tanh"). CUDA events around each run, warm-up, median. GB/s with the bench's byte counts (the
+of [32768, 3072] bf16 under no_grad, and aten's gelu_backward(g, x, approximate="tanh"); _bwd_colsum: that, then .sum(0) (the MLP's
+first bias gradient). CUDA events around each run, warm-up, median. GB/s with the bench's byte counts (the
 least traffic: 2 N V elements for ce fused, N V for ce fwd, 4 N C for ln fwd and bwd, those of
 gpu_fused.rs for the other rows).
 Usage: python3 torch_fused.py [OUT.json]
@@ -130,6 +131,9 @@ def main():
             2 * gn * 2)
         add("gelu_tanh_n32768_c3072_bf16_bwd",
             timed(lambda: torch.ops.aten.gelu_backward(gg, gx, approximate="tanh")), 3 * gn * 2)
+        add("gelu_tanh_n32768_c3072_bf16_bwd_colsum",
+            timed(lambda: torch.ops.aten.gelu_backward(gg, gx, approximate="tanh").sum(0)),
+            3 * gn * 2)
 
     if len(sys.argv) > 1:
         with open(sys.argv[1], "w") as f:

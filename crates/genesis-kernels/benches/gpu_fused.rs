@@ -8,7 +8,8 @@
 //! - `ln_*_fwd`: LayerNorm of `h = x + r` (`[32768, 768]`, weight and bias, `h` written);
 //!   `ln_*_bwd`: its backward with `dh` accumulated and `dw`, `db` (both kernels).
 //! - `gelu_tanh_*_fwd`: GELU (tanh) of `[32768, 3072]` bf16 (GPT-2's MLP activation);
-//!   `gelu_tanh_*_bwd`: its one-pass backward `dx = g gelu'(x)`.
+//!   `gelu_tanh_*_bwd`: its one-pass backward `dx = g gelu'(x)`; `gelu_tanh_*_bwd_colsum`: the
+//!   same with the column sums of `dx` (the MLP's first bias gradient) from that pass.
 //! - `ln_*_f32_to_{f32,bf16}_fwd`: LayerNorm of f32 rows without the residual, `y` in f32 or
 //!   bf16 (autocast's norm before a product); `ln_*_f32_dy_{f32,bf16}_bwd`: its backward
 //!   with `dy` in f32 or bf16, `dh` accumulated, `dw` and `db`;
@@ -391,7 +392,30 @@ mod gpu {
             )?;
             Ok(())
         })?;
+        // With the bias gradient's column sums from the same pass (GPT-2's MLP).
+        let mut sums = DeviceBuffer::alloc(ctx, GELU_COLS * 2)?;
+        let ws_len =
+            genesis_kernels::grad::act_grad_cols_workspace_bytes::<bf16>(GELU_ROWS, GELU_COLS);
+        let mut ws = DeviceBuffer::alloc(ctx, ws_len.max(8))?;
+        let cols = timing::events(stream, WARMUP, RUNS, || {
+            genesis_kernels::grad::gpu_act_grad_cols::<bf16>(
+                stream,
+                ActGrad::GeluTanh,
+                g.as_span()?,
+                x.as_span()?,
+                dx.as_span_mut()?,
+                GELU_COLS,
+                sums.as_span_mut()?,
+                ws.as_span_mut()?,
+            )?;
+            Ok(())
+        })?;
         let base = format!("gelu_tanh_n{GELU_ROWS}_c{GELU_COLS}_bf16");
+        out.push(Row {
+            name: format!("{base}_bwd_colsum"),
+            t: cols,
+            bytes: (3 * n * 2) as f64,
+        });
         out.push(Row {
             name: format!("{base}_fwd"),
             t: fwd,

@@ -129,9 +129,12 @@ impl Block {
             .contiguous()?
             .reshape([b as isize, t as isize, c as isize])?;
         let (x, a) = norm_add(&self.ln_2, &x, Some(&self.attn_proj.forward(&y)?))?;
+        // The MLP's first layer and its GELU as one op: its backward sums the bias's
+        // gradient in the activation's gradient pass.
+        let fc = &self.c_fc;
         let m = self
             .mlp_proj
-            .forward(&self.c_fc.forward(&a)?.gelu_tanh()?)?;
+            .forward(&a.linear_gelu_tanh(&fc.weight, fc.bias.as_ref())?)?;
         Ok((x, m))
     }
 

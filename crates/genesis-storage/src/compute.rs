@@ -279,7 +279,8 @@ pub(crate) trait Compute {
         out: &mut Self,
     ) -> Result<()>;
 
-    /// `out[i] = self[g_at + i] * f'(x[x_at + i])` for `i < len` (`dtype` floating).
+    /// `out[i] = self[g_at + i] * f'(x[x_at + i])` for `i < len` (`dtype` floating); with
+    /// `sums` `(cols, s)`, also `s[c]` the sum of `out`'s column `c` over rows of `cols`.
     #[allow(clippy::too_many_arguments)]
     fn act_grad(
         &self,
@@ -290,6 +291,7 @@ pub(crate) trait Compute {
         x_at: usize,
         out: &mut Self,
         len: usize,
+        sums: Option<(usize, &mut Self)>,
     ) -> Result<()>;
 
     /// The softmax (`log`: log_softmax) gradient of `len` elements in rows of `n`: `self`
@@ -771,14 +773,18 @@ impl Compute for [u8] {
         x_at: usize,
         out: &mut [u8],
         len: usize,
+        sums: Option<(usize, &mut [u8])>,
     ) -> Result<()> {
+        use genesis_kernels::grad;
         genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
-            genesis_kernels::grad::act_grad::<T>(
-                op,
-                host::<T>(self, g_at, len)?,
-                host::<T>(x, x_at, len)?,
-                host_mut::<T>(out, 0, len)?,
-            )?;
+            let (g, x) = (host::<T>(self, g_at, len)?, host::<T>(x, x_at, len)?);
+            let out = host_mut::<T>(out, 0, len)?;
+            match sums {
+                None => grad::act_grad::<T>(op, g, x, out)?,
+                Some((cols, s)) => {
+                    grad::act_grad_cols::<T>(op, g, x, out, cols, host_mut::<T>(s, 0, cols)?)?
+                }
+            }
             Ok(())
         }, _ => Err(unsupported("act_grad", dtype)))
     }

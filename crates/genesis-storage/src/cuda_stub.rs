@@ -191,6 +191,7 @@ impl Compute for CudaMem {
         _: usize,
         _: &mut CudaMem,
         _: usize,
+        _: Option<(usize, &mut CudaMem)>,
     ) -> Result<()> {
         match *self {}
     }

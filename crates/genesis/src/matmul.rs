@@ -332,20 +332,7 @@ impl Tensor {
                 let b = bias.map(|b| (b.shape().to_vec(), b.dtype()));
                 Box::new(move |g, needs| {
                     let (x, w) = (x.get()?, w.get()?);
-                    // dx = g W; dW = gᵀ x over every leading position, [out, in] contiguous.
-                    let gx = if needs[0] {
-                        Some(cast_grad(g.matmul(&w)?, x.dtype())?)
-                    } else {
-                        None
-                    };
-                    let gw = if needs[1] {
-                        let (o, i) = (w.shape()[0] as isize, w.shape()[1] as isize);
-                        let g2 = g.reshape([-1, o])?;
-                        let x2 = x.reshape([-1, i])?;
-                        Some(cast_grad(g2.t()?.matmul(&x2)?, w.dtype())?)
-                    } else {
-                        None
-                    };
+                    let (gx, gw) = linear_grads(&x, &w, g, needs)?;
                     let mut out = vec![gx, gw];
                     if let Some((shape, dtype)) = &b {
                         out.push(if needs[2] {
@@ -353,6 +340,132 @@ impl Tensor {
                         } else {
                             None
                         });
+                    }
+                    Ok(out)
+                })
+            },
+        )
+    }
+
+    /// `gelu(self @ weightᵀ + bias)` (PyTorch's `F.gelu(F.linear(x, weight, bias))`, the
+    /// exact form): [`Tensor::linear`] then [`Tensor::gelu`], the values of those two ops, as
+    /// one recorded op. Its backward computes the activation's gradient and, with a bias that
+    /// needs one, the bias's gradient (the column sums of the former) in one pass over the
+    /// output (`genesis_kernels::grad::gpu_act_grad_cols`), where the two ops would read the
+    /// activation's gradient again to sum it. Autocast as [`Tensor::linear`].
+    #[track_caller]
+    pub fn linear_gelu(&self, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+        self.linear_act(weight, bias, genesis_storage::ActGrad::Gelu)
+    }
+
+    /// [`Tensor::linear_gelu`] with the tanh approximation (`F.gelu(.., approximate="tanh")`,
+    /// [`Tensor::gelu_tanh`]): GPT-2's MLP.
+    ///
+    /// ```
+    /// use genesis::{DType, Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let x = Tensor::ones(&[4, 3], DType::F32, Device::Cpu)?;
+    /// let w = Tensor::ones(&[2, 3], DType::F32, Device::Cpu)?;
+    /// let b = Tensor::zeros(&[2], DType::F32, Device::Cpu)?;
+    /// let y = x.linear_gelu_tanh(&w, Some(&b))?;
+    /// let want = x.linear(&w, Some(&b))?.gelu_tanh()?;
+    /// assert_eq!(y.to_vec::<f32>()?, want.to_vec::<f32>()?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn linear_gelu_tanh(&self, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+        self.linear_act(weight, bias, genesis_storage::ActGrad::GeluTanh)
+    }
+
+    /// `act(self.linear(weight, bias))` as one recorded op (see [`Tensor::linear_gelu`]).
+    fn linear_act(
+        &self,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        act: genesis_storage::ActGrad,
+    ) -> Result<Tensor> {
+        use crate::autograd::{Saved, cast_grad};
+        use genesis_storage::ActGrad;
+        let apply = |t: &Tensor| match act {
+            ActGrad::Gelu => t.gelu(),
+            ActGrad::GeluTanh => t.gelu_tanh(),
+            ActGrad::Silu => t.silu(),
+        };
+        if let Some((x, w)) = crate::autograd::autocast_operands(self, weight)? {
+            let b = match bias {
+                Some(b) if b.dtype() != w.dtype() => Some(b.to_dtype(w.dtype())?),
+                b => b.cloned(),
+            };
+            return crate::autograd::without_autocast(|| x.linear_act(&w, b.as_ref(), act));
+        }
+        let mut inputs = vec![self, weight];
+        inputs.extend(bias);
+        // The fused backward reads the product's output and its gradient as rows of `out`
+        // features, in one floating dtype that the bias shares.
+        let fusable = bias.is_some_and(|b| b.dtype() == self.dtype())
+            && self.dtype().is_float()
+            && weight.dtype() == self.dtype();
+        if !crate::autograd::wants(&inputs) || !fusable {
+            return apply(&self.linear(weight, bias)?);
+        }
+        let kept = std::cell::RefCell::new(None);
+        crate::autograd::op(
+            "linear_act",
+            &inputs,
+            || {
+                let pre = self.linear(weight, bias)?;
+                let y = apply(&pre)?;
+                *kept.borrow_mut() = Some(pre);
+                Ok(y)
+            },
+            |_| {
+                let pre = kept.borrow_mut().take().expect("set by the forward");
+                let pre = Saved::new("linear_act", &pre);
+                let (x, w) = (
+                    Saved::new("linear_act", self),
+                    Saved::new("linear_act", weight),
+                );
+                let b = bias.map(|b| b.dtype());
+                Box::new(move |g, needs| {
+                    let (x, w, pre) = (x.get()?, w.get()?, pre.get()?);
+                    let g = g.contiguous()?;
+                    let out_f = w.shape()[0];
+                    let want_b = b.is_some() && needs[2];
+                    // dpre = g act'(pre), and the bias's gradient from the same pass.
+                    let (dpre, db) = if want_b && g.dtype() == pre.dtype() {
+                        let (d, s) = genesis_storage::Storage::act_grad_cols(
+                            act,
+                            g.view.storage(),
+                            g.first_element(),
+                            pre.view.storage(),
+                            pre.first_element(),
+                            g.numel(),
+                            out_f,
+                        )?;
+                        (
+                            Tensor::from_storage(d, pre.shape())?,
+                            Some(Tensor::from_storage(s, &[out_f])?),
+                        )
+                    } else {
+                        let d = genesis_storage::Storage::act_grad(
+                            act,
+                            g.view.storage(),
+                            g.first_element(),
+                            pre.view.storage(),
+                            pre.first_element(),
+                            g.numel(),
+                        )?;
+                        let d = Tensor::from_storage(d, pre.shape())?;
+                        let db = want_b
+                            .then(|| crate::autograd::sum_to(&d, &[out_f]))
+                            .transpose()?;
+                        (d, db)
+                    };
+                    let (gx, gw) = linear_grads(&x, &w, &dpre, needs)?;
+                    let mut out = vec![gx, gw];
+                    if let Some(dtype) = b {
+                        out.push(db.map(|d| cast_grad(d, dtype)).transpose()?);
                     }
                     Ok(out)
                 })
@@ -423,6 +536,32 @@ impl Tensor {
             Ok(a.matmul_layout_into_with(a0, &b, b0, shape, layout, dst, out_start, precision)?)
         })
     }
+}
+
+/// The input's and the weight's gradients of `x.linear(w, ..)` for the output's gradient `g`
+/// (each where `needs` says): `dx = g W`, `dW = gᵀ x` over every leading position (`[out, in]`
+/// contiguous), in the operands' dtypes.
+fn linear_grads(
+    x: &Tensor,
+    w: &Tensor,
+    g: &Tensor,
+    needs: &[bool],
+) -> Result<(Option<Tensor>, Option<Tensor>)> {
+    use crate::autograd::cast_grad;
+    let gx = if needs[0] {
+        Some(cast_grad(g.matmul(w)?, x.dtype())?)
+    } else {
+        None
+    };
+    let gw = if needs[1] {
+        let (o, i) = (w.shape()[0] as isize, w.shape()[1] as isize);
+        let g2 = g.reshape([-1, o])?;
+        let x2 = x.reshape([-1, i])?;
+        Some(cast_grad(g2.t()?.matmul(&x2)?, w.dtype())?)
+    } else {
+        None
+    };
+    Ok((gx, gw))
 }
 
 #[cfg(test)]

@@ -96,15 +96,30 @@ impl Compute for CudaMem {
         x_at: usize,
         out: &mut CudaMem,
         len: usize,
+        sums: Option<(usize, &mut CudaMem)>,
     ) -> Result<()> {
+        use genesis_kernels::grad;
         genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
-            genesis_kernels::grad::gpu_act_grad::<T>(
-                &self.queue(),
-                op,
-                self.range::<T>(g_at, len)?,
-                x.range::<T>(x_at, len)?,
-                out.span_mut::<T>(len)?,
-            )?;
+            let (g, x) = (self.range::<T>(g_at, len)?, x.range::<T>(x_at, len)?);
+            let queue = self.queue();
+            match sums {
+                None => grad::gpu_act_grad::<T>(&queue, op, g, x, out.span_mut::<T>(len)?)?,
+                Some((cols, s)) => {
+                    let rows = len.checked_div(cols).unwrap_or(0);
+                    let ws_len = grad::act_grad_cols_workspace_bytes::<T>(rows, cols).max(8);
+                    let mut ws = CudaMem::new(self.ordinal(), ws_len)?;
+                    grad::gpu_act_grad_cols::<T>(
+                        &queue,
+                        op,
+                        g,
+                        x,
+                        out.span_mut::<T>(len)?,
+                        cols,
+                        s.span_mut::<T>(cols)?,
+                        ws.range_mut::<u8>(0, ws_len)?,
+                    )?
+                }
+            }
             Ok(())
         }, _ => Err(unsupported("act_grad", dtype)))
     }

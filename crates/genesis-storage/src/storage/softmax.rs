@@ -51,23 +51,77 @@ impl Storage {
         x_at: usize,
         len: usize,
     ) -> Result<Storage> {
+        Ok(Self::act_grad_core(op, g, g_at, x, x_at, len, None)?.0)
+    }
+
+    /// [`Storage::act_grad`] with, for rows of `cols`, the sum of each column of the result
+    /// over the rows (of the values as rounded to the dtype), computed by the same pass: a
+    /// linear layer's bias gradient where the activation reads its output. Returns the
+    /// gradient and the `cols` sums. `cols` must divide `len`.
+    #[track_caller]
+    pub fn act_grad_cols(
+        op: ActGrad,
+        g: &Storage,
+        g_at: usize,
+        x: &Storage,
+        x_at: usize,
+        len: usize,
+        cols: usize,
+    ) -> Result<(Storage, Storage)> {
+        let (out, sums) = Self::act_grad_core(op, g, g_at, x, x_at, len, Some(cols))?;
+        Ok((out, sums.expect("made with cols")))
+    }
+
+    #[track_caller]
+    fn act_grad_core(
+        op: ActGrad,
+        g: &Storage,
+        g_at: usize,
+        x: &Storage,
+        x_at: usize,
+        len: usize,
+        cols: Option<usize>,
+    ) -> Result<(Storage, Option<Storage>)> {
         let name = "act_grad";
         g.check_binary_types(name, x)?;
         let dtype = g.dtype;
         g.check_range(name, g_at, len)?;
         x.check_range(name, x_at, len)?;
         check_float_only(name, true, dtype)?;
+        if let Some(c) = cols
+            && (c == 0 || !len.is_multiple_of(c))
+        {
+            return Err(crate::Error::ShapeMismatch {
+                op: name,
+                lhs: vec![len],
+                rhs: vec![c],
+            });
+        }
         let mut out = Storage::uninit(len, dtype, g.device())?;
+        let mut sums = cols
+            .map(|c| Storage::uninit(c, dtype, g.device()))
+            .transpose()?;
+        let sm = sums.as_mut().map(|s| s.mem_mut(name)).transpose()?;
         match (g.read(name)?.mem(), x.read(name)?.mem(), out.mem_mut(name)?) {
             (Mem::Host(a), Mem::Host(b), MemMut::Host(o)) => {
-                a.act_grad(op, dtype, g_at, b, x_at, o, len)?
+                let sums = match (cols, sm) {
+                    (Some(c), Some(MemMut::Host(s))) => Some((c, s)),
+                    (None, None) => None,
+                    _ => return Err(mixed(name)),
+                };
+                a.act_grad(op, dtype, g_at, b, x_at, o, len, sums)?
             }
             (Mem::Cuda(a), Mem::Cuda(b), MemMut::Cuda(o)) => {
-                a.act_grad(op, dtype, g_at, b, x_at, o, len)?
+                let sums = match (cols, sm) {
+                    (Some(c), Some(MemMut::Cuda(s))) => Some((c, s)),
+                    (None, None) => None,
+                    _ => return Err(mixed(name)),
+                };
+                a.act_grad(op, dtype, g_at, b, x_at, o, len, sums)?
             }
             _ => return Err(mixed(name)),
         }
-        Ok(out)
+        Ok((out, sums))
     }
 
     /// The gradient of softmax (`log`: log_softmax) along rows of `n`: `y` the forward's

@@ -75,10 +75,10 @@ for step in $steps; do
       done
       ;;
     racecheck)
-      # Kernels with shared memory (tiled transpose, reductions, matmul, scans, sorts) under
-      # racecheck.
+      # Kernels with shared memory (tiled transpose, reductions, matmul, scans, sorts, layer
+      # norm, activation gradients with column sums) under racecheck.
       : > "$OUT/racecheck.log"
-      for t in $(grep -E '^test-.*(gpu_copy|gpu_reduce|gpu_everyday|gpu_softmax|gpu_matmul|genesis-matmul|genesis-masks)$' "$B/bin/LIST" | grep -- "${GENESIS_ONLY:-}"); do
+      for t in $(grep -E '^test-.*(gpu_copy|gpu_reduce|gpu_everyday|gpu_softmax|gpu_matmul|gpu_layernorm|gpu_grad|genesis-matmul|genesis-masks)$' "$B/bin/LIST" | grep -- "${GENESIS_ONLY:-}"); do
         if compute-sanitizer --tool racecheck --error-exitcode 99 --report-api-errors no \
              "$B/bin/$t" --test-threads=1 >> "$OUT/racecheck.log" 2>&1; then
           r="clean: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/racecheck.log" | tail -1 | sed 's/=* *//')"

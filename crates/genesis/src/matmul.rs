@@ -433,34 +433,17 @@ impl Tensor {
                     let out_f = w.shape()[0];
                     let want_b = b.is_some() && needs[2];
                     // dpre = g act'(pre), and the bias's gradient from the same pass.
-                    let (dpre, db) = if want_b && g.dtype() == pre.dtype() {
-                        let (d, s) = genesis_storage::Storage::act_grad_cols(
-                            act,
-                            g.view.storage(),
-                            g.first_element(),
-                            pre.view.storage(),
-                            pre.first_element(),
-                            g.numel(),
-                            out_f,
-                        )?;
-                        (
-                            Tensor::from_storage(d, pre.shape())?,
-                            Some(Tensor::from_storage(s, &[out_f])?),
-                        )
+                    use genesis_storage::Storage;
+                    let (gs, ga) = (g.view.storage(), g.first_element());
+                    let (ps, pa) = (pre.view.storage(), pre.first_element());
+                    let n = g.numel();
+                    let (dpre, db) = if want_b {
+                        let (d, s) = Storage::act_grad_cols(act, gs, ga, ps, pa, n, out_f)?;
+                        let db = Tensor::from_storage(s, &[out_f])?;
+                        (Tensor::from_storage(d, pre.shape())?, Some(db))
                     } else {
-                        let d = genesis_storage::Storage::act_grad(
-                            act,
-                            g.view.storage(),
-                            g.first_element(),
-                            pre.view.storage(),
-                            pre.first_element(),
-                            g.numel(),
-                        )?;
-                        let d = Tensor::from_storage(d, pre.shape())?;
-                        let db = want_b
-                            .then(|| crate::autograd::sum_to(&d, &[out_f]))
-                            .transpose()?;
-                        (d, db)
+                        let d = Storage::act_grad(act, gs, ga, ps, pa, n)?;
+                        (Tensor::from_storage(d, pre.shape())?, None)
                     };
                     let (gx, gw) = linear_grads(&x, &w, &dpre, needs)?;
                     let mut out = vec![gx, gw];

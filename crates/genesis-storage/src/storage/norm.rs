@@ -46,6 +46,37 @@ fn cuda_in<'a>(
     }
 }
 
+/// A residual's operand (memory, first element, dtype) and `h` as host memory (an error for
+/// device memory).
+fn host_residual<'a>(
+    name: &'static str,
+    r: Option<(Mem<'a>, usize, DType)>,
+    h: Option<MemMut<'a>>,
+) -> Result<Option<LnResidual<'a, [u8]>>> {
+    match (r, h) {
+        (Some((Mem::Host(r), at, dtype)), Some(MemMut::Host(h))) => {
+            Ok(Some(LnResidual { r, at, dtype, h }))
+        }
+        (None, None) => Ok(None),
+        _ => Err(mixed(name)),
+    }
+}
+
+/// [`host_residual`] for device memory.
+fn cuda_residual<'a>(
+    name: &'static str,
+    r: Option<(Mem<'a>, usize, DType)>,
+    h: Option<MemMut<'a>>,
+) -> Result<Option<LnResidual<'a, crate::cuda::CudaMem>>> {
+    match (r, h) {
+        (Some((Mem::Cuda(r), at, dtype)), Some(MemMut::Cuda(h))) => {
+            Ok(Some(LnResidual { r, at, dtype, h }))
+        }
+        (None, None) => Ok(None),
+        _ => Err(mixed(name)),
+    }
+}
+
 /// An optional output's host bytes (an error for device memory).
 fn host_out<'a>(name: &'static str, m: Option<MemMut<'a>>) -> Result<Option<&'a mut [u8]>> {
     match m {
@@ -183,49 +214,30 @@ impl Storage {
             mean.mem_mut(name)?,
             rstd.mem_mut(name)?,
         ) {
-            (Mem::Host(a), MemMut::Host(o), MemMut::Host(m), MemMut::Host(s)) => {
-                let residual = match (rm, hm) {
-                    (Some((Mem::Host(r), at, dtype)), Some(MemMut::Host(h))) => {
-                        Some(LnResidual { r, at, dtype, h })
-                    }
-                    (None, None) => None,
-                    _ => return Err(mixed(name)),
-                };
-                a.layer_norm(
-                    (dtype, out),
-                    shape,
-                    x.1,
-                    residual,
-                    host_in(name, wm)?,
-                    host_in(name, bm)?,
-                    o,
-                    m,
-                    s,
-                )?
-            }
-            (Mem::Cuda(a), MemMut::Cuda(o), MemMut::Cuda(m), MemMut::Cuda(s)) => {
-                let residual = match (rm, hm) {
-                    (Some((Mem::Cuda(r), at, dtype)), Some(MemMut::Cuda(h))) => {
-                        Some(LnResidual { r, at, dtype, h })
-                    }
-                    (None, None) => None,
-                    _ => return Err(mixed(name)),
-                };
-                a.layer_norm(
-                    (dtype, out),
-                    shape,
-                    x.1,
-                    residual,
-                    cuda_in(name, wm)?,
-                    cuda_in(name, bm)?,
-                    o,
-                    m,
-                    s,
-                )?
-            }
+            (Mem::Host(a), MemMut::Host(o), MemMut::Host(m), MemMut::Host(s)) => a.layer_norm(
+                (dtype, out),
+                shape,
+                x.1,
+                host_residual(name, rm, hm)?,
+                host_in(name, wm)?,
+                host_in(name, bm)?,
+                o,
+                m,
+                s,
+            )?,
+            (Mem::Cuda(a), MemMut::Cuda(o), MemMut::Cuda(m), MemMut::Cuda(s)) => a.layer_norm(
+                (dtype, out),
+                shape,
+                x.1,
+                cuda_residual(name, rm, hm)?,
+                cuda_in(name, wm)?,
+                cuda_in(name, bm)?,
+                o,
+                m,
+                s,
+            )?,
             _ => return Err(mixed(name)),
         }
-        drop((xr, rr, wr, br));
         Ok((y, mean, rstd, h))
     }
 

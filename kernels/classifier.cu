@@ -35,7 +35,8 @@
 // (c > m: s = s exp(m - c), m = c), then its elements in order into one partial sum of
 // exp(x - m), as exp2(x log2(e) - m log2(e)) while m is finite (1 where x = m when it is not,
 // so infinities count once each), added to s; a NaN makes s NaN, and lse NaN. One multiply-add
-// and one exp2 an element, no branch per element. The warp merges the states by
+// and one exp2 (`ex2.approx.ftz`, see ce_exp2) an element, no branch per element; a thread's
+// aligned chunks are loaded eight at a time, all in flight before the first is folded. The warp merges the states by
 // xor-shuffles, the 16 warp states merge in warp order through shared memory (all threads get
 // the row's (m, s)). Pass 2 (fused, bwd): each thread reads its elements again and writes
 // their gradient. The barriers of the block merge separate every read of a row from the first
@@ -46,7 +47,8 @@
 // losses summed in f64 (thread t takes rows t, t + 1024, ... in order, then a fixed tree),
 // rounded once to f32 after the division by the count.
 //
-// Numerical contract: f32 throughout with CUDA's exp2f / expf / logf (2, 2 and 1 ulp; the
+// Numerical contract: f32 throughout with CUDA's exp2f (ex2.approx.ftz: the same values but
+// 0 for subnormal results) / expf / logf (2, 2 and 1 ulp; the
 // exp2 argument's multiply-add rounds once, an error within the twin bound's |m| term); the state merges
 // add in a tree (the twin sums in order, in f64): see classifier.rs for the bound.
 #include <cuda_bf16.h>
@@ -105,6 +107,20 @@ template <typename T> struct __align__(16) Vec {
 
 __device__ __forceinline__ bool is_fin(float a) { return a - a == 0.0f; }
 
+// 2^a by the multifunction unit alone (`ex2.approx.ftz`): exp2f's value wherever 2^a is a
+// normal float (exp2f is this instruction plus the scaling that keeps subnormal results), and
+// 0 below 2^-126, where exp2f gives a subnormal. The sums of the online softmax add these to
+// at least 1 (the maximum's term), so a flushed term changes them by less than 2^-126.
+__device__ __forceinline__ float ce_exp2(float a) {
+#ifdef __CUDA_ARCH__
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(a));
+    return r;
+#else
+    return exp2f(a);  // the CPU emulation (tests/emu)
+#endif
+}
+
 // The online state (m, s) of a row (see the top of the file; softmax.cu's `St`).
 struct CeSt {
     float m, s;
@@ -131,7 +147,7 @@ struct CeSt {
             const float ml = m * CE_LOG2E;
 #pragma unroll
             for (int e = 0; e < N; ++e)
-                if (FULL || e < cnt) add += exp2f(fmaf(v[e], CE_LOG2E, -ml));
+                if (FULL || e < cnt) add += ce_exp2(fmaf(v[e], CE_LOG2E, -ml));
         } else {
 #pragma unroll
             for (int e = 0; e < N; ++e)
@@ -219,9 +235,25 @@ __device__ __forceinline__ CeSt ce_row_state(const T *p, u64 n, float *red) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) st[i].init();
     const u64 chunks = (n + V::N - 1) / V::N, step = blockDim.x;
-    // Whole chunks four at a time, then the rest (the last chunk may be partial).
+    // Whole chunks eight at a time (as raw vectors: all eight loads in flight, converted as
+    // they are folded; chunk j + step i into state i % 4, as below), then four at a time,
+    // then the rest (the last chunk may be partial).
     const u64 whole = n / V::N;
     u64 j = threadIdx.x;
+    if (VEC) {
+        for (; j + 7 * step < whole; j += 8 * step) {
+            V raw[8];
+#pragma unroll
+            for (int i = 0; i < 8; ++i) raw[i] = reinterpret_cast<const V *>(p)[j + step * i];
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                float v[V::N];
+#pragma unroll
+                for (int e = 0; e < V::N; ++e) v[e] = Ce<T>::load(raw[i].v[e]);
+                st[i % 4].template push_chunk<true>(v, V::N);
+            }
+        }
+    }
     for (; j + 3 * step < whole; j += 4 * step) {
         float v[4][V::N];
 #pragma unroll
@@ -264,20 +296,30 @@ __device__ __forceinline__ float ce_scale(const CeArgs &a, u64 row, int kind) {
     return g;
 }
 
-// Pass 2: writes the gradient of the row at p into q (the chunks of pass 1, so each element is
-// read and written by the thread that read it in pass 1).
+// Pass 2: writes the gradient of the row at p into q. Each element is read and written by the
+// same thread, and only after the block's merge barriers (so q may be p). The vector path
+// takes the chunks of pass 1 (thread `first` of `step` takes chunks first, first + step, ...);
+// the element path, for rows not 16-byte aligned, takes elements first, first + step, ...,
+// so that a warp's loads and stores cover consecutive elements (whole sectors: a thread
+// storing a chunk element by element leaves every sector of a warp's store partly written).
+// An element's gradient does not depend on who computes it: both paths give the same bits.
 template <typename T, bool VEC>
 __device__ __forceinline__ void ce_row_grad(const T *p, T *q, u64 n, float lse, i64 t, float g, int kind,
                                             u64 first, u64 step) {
     typedef Vec<T> V;
     const bool fin = is_fin(lse);
+    if (!VEC) {
+#pragma unroll 4
+        for (u64 k = first; k < n; k += step) q[k] = Ce<T>::store(ce_grad(Ce<T>::load(p[k]), lse, fin, k, t, g, kind));
+        return;
+    }
     const u64 chunks = (n + V::N - 1) / V::N;
 #pragma unroll 2
     for (u64 j = first; j < chunks; j += step) {
         float v[V::N];
         const int m = ce_load<T, VEC>(p, j, n, v);
         const u64 k0 = j * V::N;
-        if (VEC && m == V::N) {
+        if (m == V::N) {
             V o;
 #pragma unroll
             for (int e = 0; e < V::N; ++e) o.v[e] = Ce<T>::store(ce_grad(v[e], lse, fin, k0 + e, t, g, kind));

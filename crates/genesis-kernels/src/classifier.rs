@@ -26,7 +26,9 @@
 //! **Twin bound.** The twins take `m`, then sum `s` in order in f64 (rounded once to the
 //! accumulator); the kernels build `(m, s)` online and merge the states in a tree, with CUDA's
 //! `exp2f`/`expf`/`logf` (2, 2 and 1 ulp; `exp(x - m)` as `exp2f(fma(x, log2 e, -m log2 e))`,
-//! whose argument rounds once: within the bound's `|m|` term). With `u = 2^-24` and `k = 8 + 2 sqrt(V)`, `lse` (and the
+//! whose argument rounds once: within the bound's `|m|` term; the statistics take `exp2f`'s
+//! instruction alone, which gives 0 where `exp2f` gives a subnormal, less than `2^-126` added
+//! to a sum of at least 1). With `u = 2^-24` and `k = 8 + 2 sqrt(V)`, `lse` (and the
 //! loss) agree within `d = k u (1 + |m| + |ln s|)` (the softmax bound of `softmax.rs`); a
 //! gradient within `|g| (p (d + 4u) + u |p - [j == t]|)` before its rounding to `T`, and one
 //! ulp of `T` after; `Sum`/`Mean` are summed in f64 on both sides (the kernel in a tree), so
@@ -36,9 +38,11 @@
 //!
 //! **Speed.** A block of 512 threads a row; the statistics take one multiply-add and one
 //! `exp2f` an element (the running maximum moves once a 16-byte chunk, four independent
-//! states a thread); the fused kernel reads a row twice (the second read mostly from L2) and
+//! states a thread, eight chunks loaded at once); the fused kernel reads a row twice and
 //! writes it once, with 16-byte vectors when the buffers and row
-//! strides are 16-byte aligned (any `V`: a partial last chunk goes element by element).
+//! strides are 16-byte aligned (any `V`: a partial last chunk goes element by element); rows
+//! that are not aligned (an odd `V` of 16-bit logits) go element by element, the gradient's
+//! consecutive elements to consecutive threads.
 //! `Mean` adds a one-block count of the targets before the gradient (`ce_count`).
 //!
 //! **Reproducibility.** Every kernel folds a row's elements in the same order whatever the

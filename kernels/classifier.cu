@@ -301,16 +301,38 @@ __device__ __forceinline__ float ce_scale(const CeArgs &a, u64 row, int kind) {
 // takes the chunks of pass 1 (thread `first` of `step` takes chunks first, first + step, ...);
 // the element path, for rows not 16-byte aligned, takes elements first, first + step, ...,
 // so that a warp's loads and stores cover consecutive elements (whole sectors: a thread
-// storing a chunk element by element leaves every sector of a warp's store partly written).
-// An element's gradient does not depend on who computes it: both paths give the same bits.
+// storing a chunk element by element leaves every sector of a warp's store partly written),
+// and takes the row's 16-byte-aligned middle as vectors where p and q allow it. An element's
+// gradient does not depend on who computes it: every path gives the same bits.
 template <typename T, bool VEC>
 __device__ __forceinline__ void ce_row_grad(const T *p, T *q, u64 n, float lse, i64 t, float g, int kind,
                                             u64 first, u64 step) {
     typedef Vec<T> V;
     const bool fin = is_fin(lse);
     if (!VEC) {
-#pragma unroll 4
-        for (u64 k = first; k < n; k += step) q[k] = Ce<T>::store(ce_grad(Ce<T>::load(p[k]), lse, fin, k, t, g, kind));
+        // A row not 16-byte aligned: when p and q are equally misaligned (in place, or rows of
+        // one stride), the elements before p's first 16-byte boundary and after its last one
+        // go one by one and the rest as vectors; otherwise all one by one.
+        const u64 ap = reinterpret_cast<u64>(p) & 15, aq = reinterpret_cast<u64>(q) & 15;
+        u64 head = n, body = 0;
+        if (ap == aq && ap % sizeof(T) == 0) {
+            head = min(n, ((16 - ap) & 15) / sizeof(T));
+            body = (n - head) / V::N;
+        }
+        const u64 tail = head + body * V::N;
+        for (u64 k = first; k < head; k += step) q[k] = Ce<T>::store(ce_grad(Ce<T>::load(p[k]), lse, fin, k, t, g, kind));
+        for (u64 k = tail + first; k < n; k += step) q[k] = Ce<T>::store(ce_grad(Ce<T>::load(p[k]), lse, fin, k, t, g, kind));
+        const V *pv = reinterpret_cast<const V *>(p + head);
+        V *qv = reinterpret_cast<V *>(q + head);
+#pragma unroll 2
+        for (u64 j = first; j < body; j += step) {
+            const V c = pv[j];
+            V o;
+            const u64 k0 = head + j * V::N;
+#pragma unroll
+            for (int e = 0; e < V::N; ++e) o.v[e] = Ce<T>::store(ce_grad(Ce<T>::load(c.v[e]), lse, fin, k0 + e, t, g, kind));
+            qv[j] = o;
+        }
         return;
     }
     const u64 chunks = (n + V::N - 1) / V::N;

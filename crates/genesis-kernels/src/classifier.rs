@@ -41,8 +41,10 @@
 //! states a thread, eight chunks loaded at once); the fused kernel reads a row twice and
 //! writes it once, with 16-byte vectors when the buffers and row
 //! strides are 16-byte aligned (any `V`: a partial last chunk goes element by element); rows
-//! that are not aligned (an odd `V` of 16-bit logits) go element by element, the gradient's
-//! consecutive elements to consecutive threads.
+//! that are not aligned (an odd `V` of 16-bit logits) fold element by element (the same
+//! chunks, so the same bits), and write the gradient's aligned middle as vectors where the
+//! logits and the gradient are equally misaligned (the rest one by one, consecutive elements
+//! to consecutive threads).
 //! `Mean` adds a one-block count of the targets before the gradient (`ce_count`).
 //!
 //! **Reproducibility.** Every kernel folds a row's elements in the same order whatever the

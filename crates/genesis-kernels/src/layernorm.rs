@@ -390,10 +390,14 @@ pub fn layer_norm_backward<T: FusedElement, G: FusedElement<Acc = T::Acc>>(
     Ok(())
 }
 
-/// Rows a block of the backward owns: at least 32, and at most 2048 blocks.
+/// Rows a block of the backward owns: at least 8, and at most 2048 blocks. A block works on
+/// its rows one after another (two block-wide sums a row), so the device needs many blocks
+/// at once: at 8,192 rows of 768, runs of 8 rows (1,024 blocks) take 0.049 ms where runs of
+/// 32 (256 blocks: two a multiprocessor on an H200) took 0.109 (figures in
+/// `docs/benchmarks.md`, "Fused classifier and layer norm").
 pub const fn backward_rows_per_block(rows: usize) -> usize {
     let r = rows.div_ceil(2048);
-    if r > 32 { r } else { 32 }
+    if r > 8 { r } else { 8 }
 }
 
 /// Blocks of the backward: `rows / backward_rows_per_block(rows)`, rounded up.
@@ -1355,14 +1359,16 @@ mod tests {
         assert_eq!(forward_threads(MAX_COLS, 4), 512);
         assert_eq!(threads(1, 4), 32);
         assert_eq!(threads(MAX_COLS, 4), 512);
-        assert_eq!(backward_rows_per_block(32 * 1024), 32);
-        assert_eq!(backward_blocks(32 * 1024), 1024);
+        assert_eq!(backward_rows_per_block(32 * 1024), 16);
+        assert_eq!(backward_blocks(32 * 1024), 2048);
+        assert_eq!(backward_rows_per_block(8 * 1024), 8);
+        assert_eq!(backward_blocks(8 * 1024), 1024);
         assert_eq!(backward_rows_per_block(1 << 20), 512);
         assert_eq!(backward_blocks(0), 0);
-        assert_eq!(backward_blocks(33), 2);
+        assert_eq!(backward_blocks(33), 5);
         assert_eq!(
             backward_workspace_bytes(&LayerNormShape::new(32 * 1024, 768)),
-            1024 * 768 * 8
+            2048 * 768 * 8
         );
     }
 }

@@ -296,61 +296,37 @@ __device__ __forceinline__ float ce_scale(const CeArgs &a, u64 row, int kind) {
     return g;
 }
 
-// Pass 2: writes the gradient of the row at p into q. Each element is read and written by the
-// same thread, and only after the block's merge barriers (so q may be p). The vector path
-// takes the chunks of pass 1 (thread `first` of `step` takes chunks first, first + step, ...);
-// the element path, for rows not 16-byte aligned, takes elements first, first + step, ...,
-// so that a warp's loads and stores cover consecutive elements (whole sectors: a thread
-// storing a chunk element by element leaves every sector of a warp's store partly written),
-// and takes the row's 16-byte-aligned middle as vectors where p and q allow it. An element's
-// gradient does not depend on who computes it: every path gives the same bits.
-template <typename T, bool VEC>
+// Pass 2: writes the gradient of the row at p into q, after the block's merge barriers (so q
+// may be p: each element is read and written by one thread). Where p and q are equally
+// misaligned (aligned rows, in place, or rows of one stride) the row's 16-byte-aligned middle
+// goes as vectors (thread `first` of `step` takes vectors first, first + step, ...), and the
+// elements before and after it, or the whole row otherwise, one by one (elements first,
+// first + step, ...), so that a warp's loads and stores cover consecutive elements (whole
+// sectors). An element's gradient does not depend on who computes it: the same bits either way.
+template <typename T>
 __device__ __forceinline__ void ce_row_grad(const T *p, T *q, u64 n, float lse, i64 t, float g, int kind,
                                             u64 first, u64 step) {
     typedef Vec<T> V;
     const bool fin = is_fin(lse);
-    if (!VEC) {
-        // A row not 16-byte aligned: when p and q are equally misaligned (in place, or rows of
-        // one stride), the elements before p's first 16-byte boundary and after its last one
-        // go one by one and the rest as vectors; otherwise all one by one.
-        const u64 ap = reinterpret_cast<u64>(p) & 15, aq = reinterpret_cast<u64>(q) & 15;
-        u64 head = n, body = 0;
-        if (ap == aq && ap % sizeof(T) == 0) {
-            head = min(n, ((16 - ap) & 15) / sizeof(T));
-            body = (n - head) / V::N;
-        }
-        const u64 tail = head + body * V::N;
-        for (u64 k = first; k < head; k += step) q[k] = Ce<T>::store(ce_grad(Ce<T>::load(p[k]), lse, fin, k, t, g, kind));
-        for (u64 k = tail + first; k < n; k += step) q[k] = Ce<T>::store(ce_grad(Ce<T>::load(p[k]), lse, fin, k, t, g, kind));
-        const V *pv = reinterpret_cast<const V *>(p + head);
-        V *qv = reinterpret_cast<V *>(q + head);
-#pragma unroll 2
-        for (u64 j = first; j < body; j += step) {
-            const V c = pv[j];
-            V o;
-            const u64 k0 = head + j * V::N;
-#pragma unroll
-            for (int e = 0; e < V::N; ++e) o.v[e] = Ce<T>::store(ce_grad(Ce<T>::load(c.v[e]), lse, fin, k0 + e, t, g, kind));
-            qv[j] = o;
-        }
-        return;
+    const u64 ap = reinterpret_cast<u64>(p) & 15, aq = reinterpret_cast<u64>(q) & 15;
+    u64 head = n, body = 0;
+    if (ap == aq) {
+        head = min(n, ((16 - ap) & 15) / sizeof(T));
+        body = (n - head) / V::N;
     }
-    const u64 chunks = (n + V::N - 1) / V::N;
+    const u64 tail = head + body * V::N;
+    for (u64 k = first; k < head; k += step) q[k] = Ce<T>::store(ce_grad(Ce<T>::load(p[k]), lse, fin, k, t, g, kind));
+    for (u64 k = tail + first; k < n; k += step) q[k] = Ce<T>::store(ce_grad(Ce<T>::load(p[k]), lse, fin, k, t, g, kind));
+    const V *pv = reinterpret_cast<const V *>(p + head);
+    V *qv = reinterpret_cast<V *>(q + head);
 #pragma unroll 2
-    for (u64 j = first; j < chunks; j += step) {
-        float v[V::N];
-        const int m = ce_load<T, VEC>(p, j, n, v);
-        const u64 k0 = j * V::N;
-        if (m == V::N) {
-            V o;
+    for (u64 j = first; j < body; j += step) {
+        const V c = pv[j];
+        V o;
+        const u64 k0 = head + j * V::N;
 #pragma unroll
-            for (int e = 0; e < V::N; ++e) o.v[e] = Ce<T>::store(ce_grad(v[e], lse, fin, k0 + e, t, g, kind));
-            reinterpret_cast<V *>(q)[j] = o;
-        } else {
-#pragma unroll
-            for (int e = 0; e < V::N; ++e)
-                if (e < m) q[k0 + e] = Ce<T>::store(ce_grad(v[e], lse, fin, k0 + e, t, g, kind));
-        }
+        for (int e = 0; e < V::N; ++e) o.v[e] = Ce<T>::store(ce_grad(Ce<T>::load(c.v[e]), lse, fin, k0 + e, t, g, kind));
+        qv[j] = o;
     }
 }
 
@@ -383,7 +359,7 @@ __device__ __forceinline__ void bwd_impl(const CeArgs &a) {
         const int kind = ce_kind(a, row, t);
         const float lse = reinterpret_cast<const float *>(a.lse)[row];
         const float g = ce_scale(a, row, kind);
-        ce_row_grad<T, VEC>(base + row * a.in_stride, obase + row * a.out_stride, a.classes, lse, t, g, kind,
+        ce_row_grad<T>(base + row * a.in_stride, obase + row * a.out_stride, a.classes, lse, t, g, kind,
                             threadIdx.x, blockDim.x);
     }
 }
@@ -407,7 +383,7 @@ __device__ __forceinline__ void fused_impl(const CeArgs &a) {
             reinterpret_cast<float *>(a.loss)[row] = kind == 0 ? lse - xt : kind == 1 ? 0.0f : F_NAN;
         }
         const float g = ce_scale(a, row, kind);
-        ce_row_grad<T, VEC>(p, obase + row * a.out_stride, a.classes, lse, t, g, kind, threadIdx.x, blockDim.x);
+        ce_row_grad<T>(p, obase + row * a.out_stride, a.classes, lse, t, g, kind, threadIdx.x, blockDim.x);
     }
 }
 

@@ -426,16 +426,30 @@ pub fn backward_workspace_bytes(shape: &LayerNormShape) -> usize {
         .saturating_mul(8)
 }
 
-/// Threads a block of the backward for `cols` elements of `elem` bytes: about two 16-byte
-/// chunks a thread, a power of two in `32..=512`.
-pub fn threads(cols: usize, elem: usize) -> u32 {
-    chunk_threads(cols, elem, 2)
+/// Threads a block of the backward for `rows` rows of `cols` elements of `elem` bytes, a power
+/// of two in `32..=512`: about two 16-byte chunks of a row a thread, or four where the grid
+/// has its 2,048 blocks (`rows` at least 16,384) and a row's chunks divide evenly among four
+/// a thread. Only the rows' count and width decide: the same bits on every device. On an H200
+/// four chunks a thread took 32,768 rows of 768 f32 from 0.157 to 0.135 ms (bf16: 0.209 to
+/// 0.168; widths 1,024 and 4,096 3-19 % faster), while at 8,192 rows (1,024 blocks) they
+/// were mostly slower (up to 30 %), and with an uneven split at 32,768 rows of 1,600 bf16
+/// columns 23 % slower (figures in `docs/benchmarks.md`, "Fused classifier and layer norm").
+pub fn threads(rows: usize, cols: usize, elem: usize) -> u32 {
+    let four = chunk_threads(cols, elem, 4);
+    let chunks = cols.div_ceil(16 / elem.max(1));
+    if rows >= FULL_GRID_ROWS && chunks.is_multiple_of(four as usize) {
+        four
+    } else {
+        chunk_threads(cols, elem, 2)
+    }
 }
 
+/// Rows from which the backward runs its full 2,048 blocks (runs of 8 rows and more).
+const FULL_GRID_ROWS: usize = 2048 * 8;
+
 /// Threads a block of the forward (a block a row): about four 16-byte chunks a thread, a power
-/// of two in `32..=512`: fewer threads a row make its block sums cheaper, while the backward,
-/// whose threads also keep the columns' partial sums, is faster at two (figures in
-/// `docs/benchmarks.md`, "Fused classifier and layer norm").
+/// of two in `32..=512`: fewer threads a row make its block sums cheaper (the backward's rule
+/// is [`threads`]; figures in `docs/benchmarks.md`, "Fused classifier and layer norm").
 pub fn forward_threads(cols: usize, elem: usize) -> u32 {
     chunk_threads(cols, elem, 4)
 }
@@ -825,7 +839,7 @@ pub fn gpu_layer_norm_backward_copy<T: Element, G: Element>(
         let vec = vectorised(&ops, c, elem) && vectorised(&narrow, c, elem);
         let smem = (c * 8) as u32;
         let name = kernel_name::<T, G>("bwd", vec)?;
-        a.launch(stream, name, (blocks, 1), (threads(c, elem), 1), smem)?;
+        a.launch(stream, name, (blocks, 1), (threads(rows, c, elem), 1), smem)?;
     }
     if a.dw != 0 || a.db != 0 {
         let name = kernel_name::<T, T>("params", false)?;
@@ -1352,13 +1366,21 @@ mod tests {
 
     #[test]
     fn plans() {
-        assert_eq!(threads(768, 2), 64);
-        assert_eq!(threads(768, 4), 128);
+        assert_eq!(threads(8192, 768, 2), 64);
+        assert_eq!(threads(8192, 768, 4), 128);
+        // From 16,384 rows, four chunks a thread where they divide a row evenly.
+        assert_eq!(threads(16383, 768, 4), 128);
+        assert_eq!(threads(16384, 768, 4), 64);
+        assert_eq!(threads(32768, 768, 2), 32);
+        assert_eq!(threads(32768, 4096, 4), 256);
+        assert_eq!(threads(32768, 1600, 4), 256);
+        assert_eq!(threads(32768, 1600, 2), 128);
         assert_eq!(forward_threads(768, 2), 32);
         assert_eq!(forward_threads(768, 4), 64);
         assert_eq!(forward_threads(MAX_COLS, 4), 512);
-        assert_eq!(threads(1, 4), 32);
-        assert_eq!(threads(MAX_COLS, 4), 512);
+        assert_eq!(threads(1, 1, 4), 32);
+        assert_eq!(threads(1, MAX_COLS, 4), 512);
+        assert_eq!(threads(1 << 20, MAX_COLS, 4), 512);
         assert_eq!(backward_rows_per_block(32 * 1024), 16);
         assert_eq!(backward_blocks(32 * 1024), 2048);
         assert_eq!(backward_rows_per_block(8 * 1024), 8);

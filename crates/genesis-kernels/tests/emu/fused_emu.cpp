@@ -365,11 +365,20 @@ LNK(float, f32)
 LNK(__half, f16)
 LNK(__nv_bfloat16, bf16)
 
-// layernorm.rs's threads (backward: two chunks a thread) and forward_threads (four).
+// layernorm.rs's forward_threads (four chunks a thread) and, with `per` 2, the chunk rule of
+// its backward threads.
 static unsigned ln_threads(u64 cols, size_t elem, u64 per = 2) {
     u64 chunks = (cols + 16 / elem - 1) / (16 / elem), t = 1;
     while (t < (chunks + per - 1) / per) t <<= 1;
     return (unsigned)std::min<u64>(std::max<u64>(t, 32), 512);
+}
+
+// layernorm.rs's threads (the backward's): four chunks a thread from 16,384 rows where they
+// divide a row's chunks evenly, else two.
+static unsigned ln_bwd_threads(u64 rows, u64 cols, size_t elem) {
+    const u64 chunks = (cols + 16 / elem - 1) / (16 / elem);
+    const unsigned four = ln_threads(cols, elem, 4);
+    return rows >= 16384 && chunks % four == 0 ? four : ln_threads(cols, elem, 2);
 }
 
 template <class T>
@@ -401,7 +410,7 @@ static void layernorm_case(std::mt19937_64 &rng, u64 rows, u64 C, bool res, bool
     a.rows = rows;
     a.cols = C;
     a.eps = eps;
-    const unsigned th = ln_threads(C, sizeof(T));
+    const unsigned th = ln_bwd_threads(rows, C, sizeof(T));
     launch([&] { LnK<T>::fwd(vec)(a); }, grid, ln_threads(C, sizeof(T), 4), 1, C * 4);
     const double u = 1.0 / (1 << 24), k = 8 + 2 * std::sqrt((double)C);
     std::vector<double> hv(len);
@@ -522,9 +531,13 @@ template <class T> static void all(std::mt19937_64 &rng, int part) {
     }
     if (part == 0 || part == 2) {
         struct L { u64 rows, C; unsigned grid; u64 rpb; };
-        const L ls[] = {{1, 1, 1, 32}, {5, 3, 2, 2}, {7, 768, 7, 3}, {40, 768, 3, 32}, {3, 1601, 3, 2}, {2, 4096, 1, 1}, {66, 8, 5, 32}};
+        const L ls[] = {{1, 1, 1, 32}, {5, 3, 2, 2}, {7, 768, 7, 3}, {40, 768, 3, 32}, {3, 1601, 3, 2}, {2, 4096, 1, 1}, {66, 8, 5, 32},
+                        // From 16,384 rows: three f32 chunks a thread (ln_bwd_threads; f32
+                        // only, the 16-bit rows' split being two chunks either way).
+                        {16400, 384, 2, 8200}};
         int i = 0;
         for (auto l : ls) {
+            if (l.rows >= 16384 && sizeof(T) != 4) continue;
             layernorm_case<T>(rng, l.rows, l.C, i % 2 == 0, i % 3 != 1, i % 4 != 3, l.grid, l.rpb, i % 4);
             layernorm_case<T>(rng, l.rows, l.C, i % 2 != 0, true, true, l.grid, l.rpb, 0);
             ++i;

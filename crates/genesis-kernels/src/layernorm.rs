@@ -396,9 +396,13 @@ pub fn layer_norm_backward<T: FusedElement, G: FusedElement<Acc = T::Acc>>(
 /// 32 (256 blocks: two a multiprocessor on an H200) took 0.109 (figures in
 /// `docs/benchmarks.md`, "Fused classifier and layer norm").
 pub const fn backward_rows_per_block(rows: usize) -> usize {
-    let r = rows.div_ceil(2048);
-    if r > 8 { r } else { 8 }
+    let r = rows.div_ceil(BWD_MAX_BLOCKS);
+    if r > BWD_MIN_RUN { r } else { BWD_MIN_RUN }
 }
+
+/// The backward's most blocks, and the fewest rows a block owns.
+const BWD_MAX_BLOCKS: usize = 2048;
+const BWD_MIN_RUN: usize = 8;
 
 /// Blocks of the backward: `rows / backward_rows_per_block(rows)`, rounded up.
 pub const fn backward_blocks(rows: usize) -> usize {
@@ -427,25 +431,22 @@ pub fn backward_workspace_bytes(shape: &LayerNormShape) -> usize {
 }
 
 /// Threads a block of the backward for `rows` rows of `cols` elements of `elem` bytes, a power
-/// of two in `32..=512`: about two 16-byte chunks of a row a thread, or four where the grid
-/// has its 2,048 blocks (`rows` at least 16,384) and a row's chunks divide evenly among four
-/// a thread. Only the rows' count and width decide: the same bits on every device. On an H200
+/// of two in `32..=512`: about two 16-byte chunks of a row a thread, or the threads that
+/// about four a thread need where the grid has its 2,048 blocks (`rows` at least 16,384) and
+/// those threads divide a row's chunks evenly (768 f32 columns: 64 threads of 3). Only the rows' count and width decide: the same bits on every device. On an H200
 /// four chunks a thread took 32,768 rows of 768 f32 from 0.157 to 0.135 ms (bf16: 0.209 to
 /// 0.168; widths 1,024 and 4,096 3-19 % faster), while at 8,192 rows (1,024 blocks) they
 /// were mostly slower (up to 30 %), and with an uneven split at 32,768 rows of 1,600 bf16
 /// columns 23 % slower (figures in `docs/benchmarks.md`, "Fused classifier and layer norm").
 pub fn threads(rows: usize, cols: usize, elem: usize) -> u32 {
     let four = chunk_threads(cols, elem, 4);
-    let chunks = cols.div_ceil(16 / elem.max(1));
-    if rows >= FULL_GRID_ROWS && chunks.is_multiple_of(four as usize) {
+    let full_grid = rows >= BWD_MAX_BLOCKS * BWD_MIN_RUN;
+    if full_grid && row_chunks(cols, elem).is_multiple_of(four as usize) {
         four
     } else {
         chunk_threads(cols, elem, 2)
     }
 }
-
-/// Rows from which the backward runs its full 2,048 blocks (runs of 8 rows and more).
-const FULL_GRID_ROWS: usize = 2048 * 8;
 
 /// Threads a block of the forward (a block a row): about four 16-byte chunks a thread, a power
 /// of two in `32..=512`: fewer threads a row make its block sums cheaper (the backward's rule
@@ -454,9 +455,13 @@ pub fn forward_threads(cols: usize, elem: usize) -> u32 {
     chunk_threads(cols, elem, 4)
 }
 
+/// 16-byte chunks of a row of `cols` elements of `elem` bytes (the last may be partial).
+fn row_chunks(cols: usize, elem: usize) -> usize {
+    cols.div_ceil(16 / elem.max(1))
+}
+
 fn chunk_threads(cols: usize, elem: usize, per_thread: usize) -> u32 {
-    let chunks = cols.div_ceil(16 / elem.max(1));
-    chunks
+    row_chunks(cols, elem)
         .div_ceil(per_thread)
         .next_power_of_two()
         .clamp(32, 512) as u32

@@ -607,25 +607,32 @@ __device__ __forceinline__ uint32_t pack2(__nv_bfloat16*, float x, float y) {
     return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-// Element i of a 4-word array at a lane-dependent index, by selects (a dynamically indexed
-// register array would live in local memory).
-__device__ __forceinline__ uint32_t pick4(const uint32_t (&w)[4], int i) {
-    return i == 0 ? w[0] : i == 1 ? w[1] : i == 2 ? w[2] : w[3];
-}
-
 // The 4 x 4 transpose of 32-bit words across the quad of lanes 4r .. 4r + 3: lane q enters
 // w[j] and leaves with o[p] = word q of lane p's w. In the accumulator layout word j of lane
 // q holds columns 8 j + 2 q, + 1 of a row, so o is columns 8 q .. 8 q + 7: 16 contiguous
-// bytes. Every lane of the warp takes part (the shuffles are warp-wide).
+// bytes. Two exchange rounds of plain selects (no lane-dependent indexing, which compiles to
+// divergent branches and splits the warp's stores that follow): lanes q and q ^ 2 swap the
+// off-diagonal 2 x 2 blocks of the quad's 4 x 4 words, then lanes q and q ^ 1 transpose each
+// block. Every lane of the warp takes part (the shuffles are warp-wide).
 __device__ __forceinline__ void quad_transpose(const uint32_t (&w)[4], uint32_t (&o)[4],
                                                int q) {
-    uint32_t got[4];
-    got[0] = pick4(w, q);
+    const bool hi = (q & 2) != 0, odd = (q & 1) != 0;
 #pragma unroll
-    for (int r = 1; r < 4; ++r) got[r] = __shfl_xor_sync(0xffffffffu, pick4(w, q ^ r), r);
-    // got[r] came from lane q ^ r: it is o[q ^ r].
+    for (int j = 0; j < 4; ++j) o[j] = w[j];
 #pragma unroll
-    for (int p = 0; p < 4; ++p) o[p] = pick4(got, p ^ q);
+    for (int k = 0; k < 2; ++k) {
+        // The upper lanes send their left block's column k and take the partner's right
+        // block's; the lower lanes the other way round.
+        const uint32_t r = __shfl_xor_sync(0xffffffffu, hi ? o[k] : o[2 + k], 2);
+        o[k] = hi ? r : o[k];
+        o[2 + k] = hi ? o[2 + k] : r;
+    }
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+        const uint32_t r = __shfl_xor_sync(0xffffffffu, odd ? o[2 * m] : o[2 * m + 1], 1);
+        o[2 * m] = odd ? r : o[2 * m];
+        o[2 * m + 1] = odd ? o[2 * m + 1] : r;
+    }
 }
 
 // Work unit u: slice z, batch b and the first row and column (m0, n0) of its tile. Units run

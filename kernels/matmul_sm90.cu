@@ -60,7 +60,7 @@
 // tensor cores (two more mbarriers), so that one's epilogue (and the next tile's first
 // stages) overlap the other's k loop. It serves products of a short k, where the cooperative
 // kernels' epilogue, which both consumers run at once, is a large share of a tile's time.
-// BN = 128 (6 stages of 32 KiB) or 192 (5 stages of 40 KiB; nn and nt only): a 128 x 192
+// BN = 128 (6 stages of 32 KiB) or 192 (5 stages of 40 KiB): a 128 x 192
 // tile reads a sixth fewer operand bytes per product from L2 and shared memory than a
 // 128 x 128 one, and its 192 accumulators a thread fit the consumers' registers only with the
 // bias staged in shared memory rather than held in registers through the k loop.
@@ -1101,13 +1101,9 @@ __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMa
     SM90_PP_KERNEL(P##_pp_nt_##BN, T, BN, false, true)       \
     SM90_PP_KERNEL(P##_pp_tn_##BN, T, BN, true, false)       \
     SM90_PP_KERNEL(P##_pp_tt_##BN, T, BN, true, true)
-// The 128 x 192 ping-pong kernels take a k-major A only (nn, nt): with an mn-major A a 128 x
-// 192 tile is slower than a 128 x 128 one on the H200 (0.318 against 0.212 ms at 2304 x 768 x
-// 32768).
-#define SM90_PP(P, T)                                        \
-    SM90_PP_LAYOUTS(P, T, 128)                               \
-    SM90_PP_KERNEL(P##_pp_nn_192, T, 192, false, false)      \
-    SM90_PP_KERNEL(P##_pp_nt_192, T, 192, false, true)
+#define SM90_PP(P, T)          \
+    SM90_PP_LAYOUTS(P, T, 128) \
+    SM90_PP_LAYOUTS(P, T, 192)
 
 SM90_TILES(matmul_sm90_bf16, __nv_bfloat16, __nv_bfloat16)
 SM90_TILES(matmul_sm90_bf16_f32out, __nv_bfloat16, float)

@@ -393,6 +393,7 @@ mod gpu {
             (512, 512, 64, 64, false, false),
             (1536, 640, 20000, 1, true, false),
             (16384, 4096, 512, 1, false, true),
+            (50304, 768, 32768, 1, true, false),
         ]);
         let sms = ctx.multiprocessors() as usize;
         let cc = ctx.compute_capability();

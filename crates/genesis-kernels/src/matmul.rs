@@ -455,9 +455,8 @@ pub struct Sm90Kernels {
     /// The ping-pong `128 x 128` kernels (tile 3) by `[a transposed][b transposed]`, for 16-bit
     /// outputs of unsplit products.
     pingpong: Option<[[&'static str; 2]; 2]>,
-    /// The ping-pong `128 x 192` kernels (tile 4) by `[b transposed]`: a row-major `A` only
-    /// (tile 3 runs the others).
-    pingpong_wide: Option<[&'static str; 2]>,
+    /// The ping-pong `128 x 192` kernels (tile 4), indexed as `pingpong`.
+    pingpong_wide: Option<[[&'static str; 2]; 2]>,
 }
 
 /// The kernel table `<prefix>_<ab>[_any]`.
@@ -541,7 +540,7 @@ macro_rules! kernels {
 }
 kernels!(f32 => f32, "matmul_f32", "f32", "matmul_f32", "splitk_sum_f32", tf32: "matmul_tf32",
     n64: "matmul_f32n64", n64ct: "matmul_f32n64ct", small: "matmul_f32s");
-/// The ping-pong kernel tables `<prefix>_pp_<ab>_128` and `<prefix>_pp_n<b>_192`.
+/// The ping-pong kernel tables `<prefix>_pp_<ab>_128` and `<prefix>_pp_<ab>_192`.
 macro_rules! pp_table {
     ($p:literal) => {
         Some([
@@ -552,7 +551,10 @@ macro_rules! pp_table {
 }
 macro_rules! pp_wide_table {
     ($p:literal) => {
-        Some([concat!($p, "_pp_nn_192"), concat!($p, "_pp_nt_192")])
+        Some([
+            [concat!($p, "_pp_nn_192"), concat!($p, "_pp_nt_192")],
+            [concat!($p, "_pp_tn_192"), concat!($p, "_pp_tt_192")],
+        ])
     };
 }
 kernels!(f16 => f16, "matmul_f16", "f16", "matmul_f16_f32out", "splitk_sum_f16",
@@ -1108,26 +1110,24 @@ unsafe fn tf32_sm90(
 /// each slice's first element as aligned as the operand's first for the 16-byte loads.
 const SLICE_ALIGN: usize = 32;
 
-/// The Hopper cost model ([`MatmulPlan::new_for_device`]), in nanoseconds, fitted to device
-/// times of bf16 products on an H200 (`gpu_matmul --sweep-sm90`: every tile and split of
-/// GPT-2's linear layers at 32768 rows; checked on nine other shapes, where the model's
-/// choices take 1.1 % more time in all than the fastest, 5 % at worst, on `8192 x 1024 x
-/// 4096`): a 64-deep k step of a `128 x 256`, a `128 x 128`, a ping-pong `128 x 128` and a
-/// ping-pong `128 x 192` tile; a unit's fixed time (its epilogue and pipeline fill, mostly
-/// hidden by the ping-pong kernels) with 16-bit and with f32 (split) outputs; a byte of f32
-/// partials written and summed; a split product's summing launch. The `128 x 192` tile's two
-/// are the `128 x 128` ping-pong tile's scaled by their ratios on GPT-2's products of normally
-/// distributed operands timed side by side (`k` = 768 and 3072: a k step 1.46 times as long
-/// for 1.5 times the products, a unit's fixed time 1.25 times).
-const SM90_K_NS: [f64; 4] = [653.4, 363.5, 331.1, 483.4];
+/// The Hopper cost model ([`MatmulPlan::new_for_device`]), in nanoseconds, fitted (least
+/// squares of relative error) to device times of bf16 products on an H200 (`gpu_matmul
+/// --sweep-sm90`: every tile and split of GPT-2's linear layers at 32768 rows, uniform operands;
+/// checked on ten other shapes, where the model's choices take 0.05 % more time in all than
+/// the fastest, 1.2 % at worst, on `4095 x 4097 x 1023`): a 64-deep k step of a `128 x 256`, a
+/// `128 x 128`, a ping-pong `128 x 128` and a ping-pong `128 x 192` tile; a unit's fixed time
+/// (its epilogue and pipeline fill, mostly hidden by the ping-pong kernels) with 16-bit and
+/// with f32 (split) outputs; a byte of f32 partials written and summed; a split product's
+/// summing launch.
+const SM90_K_NS: [f64; 4] = [659.2, 374.6, 336.5, 470.5];
 const SM90_UNIT_NS: [[f64; 2]; 4] = [
-    [5013.0, 8418.0],
-    [2557.0, 4374.0],
-    [1969.0, 0.0],
-    [2461.0, 0.0],
+    [3177.5, 6700.6],
+    [1627.9, 3460.7],
+    [1629.1, 0.0],
+    [1747.2, 0.0],
 ];
-const SM90_PARTIAL_NS: f64 = 0.0000922;
-const SM90_SPLIT_NS: f64 = 16236.0;
+const SM90_PARTIAL_NS: f64 = 0.0001926;
+const SM90_SPLIT_NS: f64 = 16674.2;
 
 /// The shortest slice of `k` the split rule makes (shorter slices spend more on the partials'
 /// traffic and the prologue than they gain in parallelism).
@@ -1413,7 +1413,7 @@ impl MatmulPlan {
     /// a fixed time, longer for the f32 partials of a split), plus the partials' sum. Splitting
     /// then also serves products that fill the GPU with a poor last wave (`3072 x 768` outputs
     /// of a long `k`: 144 tiles of `128 x 128` on 132 multiprocessors). `layout`: the
-    /// operands' (the `128 x 192` tile is a candidate for a row-major `A` only).
+    /// operands' (every tile has kernels for every layout, so no cost reads it today).
     pub fn new_for_device<T: MatmulElement>(
         shape: MatmulShape,
         layout: &MatmulLayout,
@@ -1421,6 +1421,7 @@ impl MatmulPlan {
         cc: (u32, u32),
         precision: MatmulPrecision,
     ) -> MatmulPlan {
+        let _ = layout;
         let plan = Self::new_for::<T>(shape, sms, precision);
         let s = shape;
         if cc != (9, 0) || size_of::<T>() != 2 || s.m < 128 || s.n < 128 || s.k < 64 {
@@ -1451,13 +1452,7 @@ impl MatmulPlan {
             ..plan
         };
         let mut best: Option<(f64, MatmulPlan)> = None;
-        // The ping-pong 128 x 192 kernels read a row-major A only.
-        let tiles: &[usize] = if layout.a.transposed {
-            &[0, 1, 2]
-        } else {
-            &[0, 1, 2, 3]
-        };
-        for &tile in tiles {
+        for (tile, &hopper_tile) in TILES.iter().enumerate() {
             // The ping-pong kernels run unsplit products.
             let most = if tile >= 2 {
                 1
@@ -1466,7 +1461,7 @@ impl MatmulPlan {
             };
             for n in 1..=most {
                 let mut p = MatmulPlan {
-                    sm90: Some(TILES[tile]),
+                    sm90: Some(hopper_tile),
                     ..unsplit
                 };
                 p.set_splits(n);
@@ -1531,9 +1526,8 @@ impl MatmulPlan {
     }
 
     /// The plan on Hopper tile `tile` (0: `128 x 256`, 1: `128 x 128`, 3: `128 x 128`
-    /// ping-pong, 4: `128 x 192` ping-pong, both for unsplit 16-bit outputs, tile 4 with a
-    /// row-major `A`, else tile 3; 2 is taken as 1) where the `wgmma` kernels run it with `n`
-    /// of at least 128, for tests and tuning.
+    /// ping-pong, 4: `128 x 192` ping-pong, both for unsplit 16-bit outputs; 2 is taken as
+    /// 1) where the `wgmma` kernels run it with `n` of at least 128, for tests and tuning.
     #[cfg(feature = "tuning")]
     pub fn with_sm90_tile(mut self, tile: usize) -> MatmulPlan {
         self.sm90 = Some(if tile >= 3 { tile.min(4) } else { tile.min(1) });
@@ -1982,11 +1976,10 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
             usize::from(layout.a.transposed),
             usize::from(layout.b.transposed),
         );
-        // Tiles 3 and 4, the ping-pong kernels, run 16-bit outputs of unsplit products (tile
-        // 4 with a row-major A; tile 3 the others); the cooperative 128 x 128 kernels run the
-        // rest they are chosen for.
+        // Tiles 3 and 4, the ping-pong kernels, run 16-bit outputs of unsplit products; the
+        // cooperative 128 x 128 kernels run the rest they are chosen for.
         let (tile, name) = match (tile, k.pingpong, k.pingpong_wide) {
-            (4, _, Some(w)) if plan.splits <= 1 && ta == 0 => (4, w[tb]),
+            (4, _, Some(w)) if plan.splits <= 1 => (4, w[ta][tb]),
             (3 | 4, Some(pp), _) if plan.splits <= 1 => (3, pp[ta][tb]),
             (3 | 4, _, _) => (1, k.kernels[ta][tb][1]),
             (t, _, _) => (t, k.kernels[ta][tb][t]),
@@ -2577,8 +2570,10 @@ mod tests {
         ] {
             assert_eq!(dev(s).sm90, Some(4), "{s:?}");
         }
-        // An A read transposed (a weight's gradient) never gets the 128 x 192 tile, which has
-        // no kernel for it.
+        // Weight gradients (an A read transposed) of a long k: GPT-2's 3072 x 768 (either
+        // way round) are 96 tiles of 128 x 192, one wave unsplit, where 128 x 256 tiles need
+        // k split in five (three waves, then the partials summed); its 2304 x 768 is 108 tiles
+        // of 128 x 128 (72 of 128 x 192 leave 60 multiprocessors idle).
         let t = |s: MatmulShape| MatmulLayout {
             a: MatrixLayout {
                 transposed: true,
@@ -2586,13 +2581,19 @@ mod tests {
             },
             ..MatmulLayout::contiguous(&s)
         };
-        for s in [shape(1, 50304, 768, 32768), shape(1, 2304, 768, 32768)] {
-            let p =
-                MatmulPlan::new_for_device::<bf16>(s, &t(s), 132, (9, 0), MatmulPrecision::Highest);
-            assert_ne!(p.sm90, Some(4), "{s:?}");
+        let grad = |s: MatmulShape| {
+            MatmulPlan::new_for_device::<bf16>(s, &t(s), 132, (9, 0), MatmulPrecision::Highest)
+        };
+        for s in [shape(1, 3072, 768, 32768), shape(1, 768, 3072, 32768)] {
+            let p = grad(s);
+            assert_eq!((p.sm90, p.splits), (Some(4), 1), "{s:?}");
         }
-        // 4096 columns are 21 1/3 tiles of 192: the 128 x 128 ping-pong tile.
-        assert_eq!(dev(shape(1, 4096, 4096, 4096)).sm90, Some(3));
+        let p = grad(shape(1, 2304, 768, 32768));
+        assert_eq!((p.sm90, p.splits), (Some(3), 1));
+        // 4096 columns are 21 1/3 tiles of 192, 16 of 256: at k = 4096 the epilogue is a small
+        // share of a unit, so the wide tile (512 units, 3.9 waves; measured 0.184 ms against
+        // 0.192 on the 128 x 128 ping-pong tile).
+        assert_eq!(dev(shape(1, 4096, 4096, 4096)).sm90, Some(0));
         // A long k whose 256-wide tiles fill the waves better than 192-wide ones (4 against
         // 5 1/3 tile columns): the wide tile; the head's 768 columns are 4 tiles of 192.
         assert_eq!(dev(shape(1, 32768, 1024, 8192)).sm90, Some(0));

@@ -1346,9 +1346,9 @@ mod gpu {
                 assert!(kernel.ends_with(t), "{what}: ran {kernel}, not tile {t}");
             }
             // The ping-pong kernels run 16-bit outputs of products of n >= 128, those of
-            // tile 4 (128 x 192) with a row-major A.
+            // tile 4 (128 x 192).
             if let Some(t) = pingpong.filter(|_| O::NAME == T::NAME && w.n >= 128) {
-                let want = if t == 4 && !w.ta { "_192" } else { "_128" };
+                let want = if t == 4 { "_192" } else { "_128" };
                 assert!(
                     kernel.contains("_pp_") && kernel.ends_with(want),
                     "{what}: ran {kernel}, not the ping-pong tile {t}"
@@ -1712,7 +1712,7 @@ mod gpu {
                     .unwrap();
             }
             stream.synchronize().unwrap();
-            let want = if tile == 4 && !w.ta { "_192" } else { "_128" };
+            let want = if tile == 4 { "_192" } else { "_128" };
             let kernel = last_matmul_kernel().unwrap();
             assert!(
                 kernel.contains("_pp_") && kernel.ends_with(want),

@@ -638,16 +638,16 @@ __device__ __forceinline__ void quad_transpose(const uint32_t (&w)[4], uint32_t 
     }
 }
 
-// One 16-byte store of four words to global memory at p + BYTES (16-byte aligned), as PTX:
-// from a plain `uint4` store the compiler split the first store of each row's run into four
-// 4-byte stores, which wrote C's sectors in pieces (Nsight Compute: a third of C's sectors
-// excess on 128 x 192 tiles).
 // f(std::integral_constant<int, I>) for each I of the sequence, in order.
 template <typename F, int... I>
 __device__ __forceinline__ void for_each_index(F&& f, std::integer_sequence<int, I...>) {
     (f(std::integral_constant<int, I>{}), ...);
 }
 
+// One 16-byte store of four words to global memory at p + BYTES (16-byte aligned), as PTX:
+// from a plain `uint4` store the compiler split the first store of each row's run into four
+// 4-byte stores, which wrote C's sectors in pieces (Nsight Compute: a third of C's sectors
+// excess on 128 x 192 tiles).
 template <int BYTES>
 __device__ __forceinline__ void st_global_v4(const void* p, const uint32_t (&w)[4]) {
     asm volatile("st.global.v4.b32 [%0 + %5], {%1, %2, %3, %4};\n" ::"l"(p), "r"(w[0]),

@@ -59,7 +59,8 @@
 // accumulators), the block's units alternating between the two; they take turns at the
 // tensor cores (two more mbarriers), so that one's epilogue (and the next tile's first
 // stages) overlap the other's k loop. It serves products of a short k, where the cooperative
-// kernels' epilogue, which both consumers run at once, is a large share of a tile's time.
+// kernels' epilogue, which both consumers run at once, is a large share of a tile's time, and
+// long-k products whose 128 x 192 tiles fill whole waves unsplit (the cost model's choice).
 // BN = 128 (6 stages of 32 KiB) or 192 (5 stages of 40 KiB): a 128 x 192
 // tile reads a sixth fewer operand bytes per product from L2 and shared memory than a
 // 128 x 128 one, and its 192 accumulators a thread fit the consumers' registers only with the

@@ -433,11 +433,10 @@ pub fn backward_workspace_bytes(shape: &LayerNormShape) -> usize {
 /// Threads a block of the backward for `rows` rows of `cols` elements of `elem` bytes, a power
 /// of two in `32..=512`: about two 16-byte chunks of a row a thread, or the threads that
 /// about four a thread need where the grid has its 2,048 blocks (`rows` at least 16,384) and
-/// those threads divide a row's chunks evenly (768 f32 columns: 64 threads of 3). Only the rows' count and width decide: the same bits on every device. On an H200
-/// four chunks a thread took 32,768 rows of 768 f32 from 0.157 to 0.135 ms (bf16: 0.209 to
-/// 0.168; widths 1,024 and 4,096 3-19 % faster), while at 8,192 rows (1,024 blocks) they
-/// were mostly slower (up to 30 %), and with an uneven split at 32,768 rows of 1,600 bf16
-/// columns 23 % slower (figures in `docs/benchmarks.md`, "Fused classifier and layer norm").
+/// those threads divide a row's chunks evenly (768 f32 columns: 64 threads of 3). Four chunks
+/// a thread are faster only with the full grid and an even split (figures in
+/// `docs/benchmarks.md`, "Fused classifier and layer norm"). Only the rows' count and width
+/// decide, so the partial sums' order, hence the bits, are the same on every device.
 pub fn threads(rows: usize, cols: usize, elem: usize) -> u32 {
     let four = chunk_threads(cols, elem, 4);
     let full_grid = rows >= BWD_MAX_BLOCKS * BWD_MIN_RUN;

@@ -22,9 +22,12 @@
 //     log2 e, masked entries -inf, running max m, alpha = exp2(m_old - m_new), p = exp2(x -
 //     m_new)); then O = alpha O + P V as `wgmma m64n64k16` with P from registers (the
 //     accumulator layout is the A fragment layout, pairs rounded to T) and V mn-major from
-//     shared memory (4 k steps of 16 keys).
+//     shared memory (4 k steps of 16 keys). The kernel is bound by instruction issue, so the
+//     softmax is lean: with a positive scale the row maximum is taken on S itself and p is one
+//     fused multiply-add and one `ex2.approx.ftz` an element (see `ex2`); O's rescaling is
+//     skipped by a warp whose rows' maxima did not move (alpha 1 for each).
 //   * The copies of tile j + 1 are queued before tile j's products (each tile its own cp.async
-//     group); a barrier after tile j frees its stage. Four blocks a multiprocessor (110
+//     group); a barrier after tile j frees its stage. Four blocks a multiprocessor (122
 //     registers a thread, 41 KiB of shared memory each).
 //   * End: O / l rounded to T, lse = (m + log2 l) ln 2 (-inf, and O 0, when l = 0).
 //
@@ -33,13 +36,13 @@
 // lse, d). Per query tile: S^T = K Q^T and dP^T = V dO^T (keys as rows), P^T and dS^T in
 // registers, then dV += P^T dO and dK += dS^T Q with P^T, dS^T rounded to T as A fragments
 // and dO, Q read mn-major (queries as k). dK (times scale) and dV are written once. Three
-// blocks a multiprocessor (168 registers a thread, 68 KiB of shared memory each).
+// blocks a multiprocessor (166 registers a thread, 68 KiB of shared memory each).
 //
 // dQ: the forward's blocks and tiles with the dO tile beside Q and a 3-stage ring of (K, V).
 // Per key tile: S = Q K^T and dP = dO V^T (8 `wgmma m64n64k16`, one commit group), P =
 // exp2(S * scale * log2 e - lse log2 e) (0 where masked; a row of lse -inf has P 0), dS = P
 // (dP - d) rounded to T as A fragments, dQ += dS K with K read mn-major (keys as k). dQ times
-// scale is written once: the backward stays deterministic. Three blocks a multiprocessor (140
+// scale is written once: the backward stays deterministic. Three blocks a multiprocessor (126
 // registers a thread, 65 KiB of shared memory each).
 //
 // Accumulator layout (m64nNk16, f32): register i of lane l of warp w holds
@@ -181,6 +184,26 @@ __device__ __forceinline__ void wgmma_rs_n64(float (&d)[32], const uint32_t (&a)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d), "n"(TB));
 }
 
+// d = A B (d's registers only written): wgmma_ss_n64 with scale-d false and d as outputs.
+#define GENESIS_WGMMA_SS_NEW(TYPE, PTXT)                                                                     \
+    __device__ __forceinline__ void wgmma_ss_n64_new(float (&d)[32], uint64_t da, uint64_t db, TYPE) {       \
+        asm volatile(                                                                                        \
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                     \
+            "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTXT "." PTXT " {"                                 \
+            "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
+            "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"                                          \
+            "}, %32, %33, p, 1, 1, 0, 0;\n}\n"                                                              \
+            : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]),           \
+              "=f"(d[7]), "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]),       \
+              "=f"(d[14]), "=f"(d[15]), "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]),    \
+              "=f"(d[21]), "=f"(d[22]), "=f"(d[23]), "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]),    \
+              "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31])                                             \
+            : "l"(da), "l"(db), "r"(0));                                                                     \
+    }
+GENESIS_WGMMA_SS_NEW(__nv_bfloat16, "bf16")
+GENESIS_WGMMA_SS_NEW(__half, "f16")
+#undef GENESIS_WGMMA_SS_NEW
+
 __device__ __forceinline__ uint32_t pack2(float lo, float hi, __nv_bfloat16) {
     const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<const uint32_t*>(&v);
@@ -188,6 +211,16 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi, __nv_bfloat16) {
 __device__ __forceinline__ uint32_t pack2(float lo, float hi, __half) {
     const __half2 v = __floats2half2_rn(lo, hi);
     return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// 2^x on the multifunction unit alone (`ex2.approx.ftz`): exp2f's value wherever 2^x is a
+// normal number, 0 below (exp2f's range handling costs three more instructions an element).
+// Every exponent here is at most 0 (a score minus its row's maximum), so what is flushed is
+// below 2^-126 of the row's largest term.
+__device__ __forceinline__ float ex2(float x) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
 }
 
 // The accumulators x (32 registers) kept out of the compiler's reordering across the
@@ -198,11 +231,12 @@ __device__ __forceinline__ void pin_all(float (&x)[32]) {
 }
 
 // Queues d = A B^T over the 64-deep head dim (4 k steps), A's 64 rows and B's 64 rows k-major
-// tiles at `a` and `b` (d's old values ignored).
+// tiles at `a` and `b`. The first k step only writes d (its registers need no zeroing before).
 template <typename T>
 __device__ __forceinline__ void queue_abt(float (&d)[32], uint32_t a, uint32_t b, T tag) {
+    wgmma_ss_n64_new(d, kmajor(a, 0), kmajor(b, 0), tag);
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) wgmma_ss_n64(d, kmajor(a, kk), kmajor(b, kk), kk > 0, tag);
+    for (int kk = 1; kk < D / 16; ++kk) wgmma_ss_n64(d, kmajor(a, kk), kmajor(b, kk), 1, tag);
 }
 
 // Queues d += F B over 64 k values (4 k slices): F the A fragments in registers, B the k x 64
@@ -256,7 +290,11 @@ __device__ __forceinline__ void load_vec(uint32_t dst, const float* base, int i0
     }
 }
 
-template <typename T>
+// POS: scale_log2 > 0, so a row's maximum of x = s * scale_log2 is its maximum of s times
+// scale_log2 (rounding is monotonic), and p = 2^(s * scale_log2 - m) is one fused
+// multiply-add and an ex2: the scores are not scaled one by one. Otherwise x is formed first
+// (the maximum of x is then the one that counts).
+template <typename T, bool POS>
 __device__ __forceinline__ void attn_fwd_sm90(const AttnArgs& a) {
     constexpr int STAGES = FWD_STAGES;
     extern __shared__ uint8_t smem_raw[];
@@ -311,21 +349,20 @@ __device__ __forceinline__ void attn_fwd_sm90(const AttnArgs& a) {
 
             // S = Q K^T (64 rows x BK keys).
             float s[32];
-#pragma unroll
-            for (int i = 0; i < 32; ++i) s[i] = 0.f;
-            pin_all(s);
             wgmma_fence();
             queue_abt(s, sq, sk, tag);
             wgmma_commit();
             wgmma_wait<0>();
             pin_all(s);
 
-            // Scale (to log2 units), mask, online softmax; P as A fragments.
+            // Mask (and scale to log2 units unless POS), online softmax; P as A fragments.
+            // x = s * mul is in log2 units; m is kept in them.
+            const float mul = POS ? sl2 : 1.f;
             const bool need_mask = k0 + BK > tk || (a.causal && k0 + BK - 1 > q0);
-            float mx[2] = {m[0], m[1]};
+            float mx[2] = {NEG_INF, NEG_INF};
 #pragma unroll
             for (int i = 0; i < 32; ++i) {
-                float x = s[i] * sl2;
+                float x = POS ? s[i] : s[i] * sl2;
                 if (need_mask) {
                     const int col = k0 + 8 * (i / 4) + 2 * (lane % 4) + (i & 1), row = row_t + 8 * ((i >> 1) & 1);
                     if (col >= tk || (a.causal && col > row)) x = NEG_INF;
@@ -333,18 +370,21 @@ __device__ __forceinline__ void attn_fwd_sm90(const AttnArgs& a) {
                 s[i] = x;
                 mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], x);
             }
-            float mu[2];
+            float mu[2], alpha[2];
 #pragma unroll
             for (int hh = 0; hh < 2; ++hh) {
                 mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 1));
                 mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
+                mx[hh] = fmaxf(m[hh], mx[hh] * mul);
                 mu[hh] = mx[hh] == NEG_INF ? 0.f : mx[hh];
-                const float alpha = exp2f(m[hh] - mu[hh]);
+                alpha[hh] = ex2(m[hh] - mu[hh]);
                 m[hh] = mx[hh];
-                l[hh] *= alpha;
+                l[hh] *= alpha[hh];
+            }
+            // O's rescaling, skipped by a warp none of whose rows' maximum moved (alpha 1).
+            if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
-                for (int i = 0; i < 32; ++i)
-                    if (((i >> 1) & 1) == hh) o[i] *= alpha;
+                for (int i = 0; i < 32; ++i) o[i] *= alpha[(i >> 1) & 1];
             }
             uint32_t pa[BK / 16][4];
 #pragma unroll
@@ -352,7 +392,8 @@ __device__ __forceinline__ void attn_fwd_sm90(const AttnArgs& a) {
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int i = 8 * kk + 2 * e;
-                    const float p0 = exp2f(s[i] - mu[e & 1]), p1 = exp2f(s[i + 1] - mu[e & 1]);
+                    const float nm = -mu[e & 1];
+                    const float p0 = ex2(fmaf(s[i], mul, nm)), p1 = ex2(fmaf(s[i + 1], mul, nm));
                     l[e & 1] += p0 + p1;
                     pa[kk][e] = pack2(p0, p1, tag);
                 }
@@ -457,10 +498,6 @@ __device__ __forceinline__ void attn_bwd_dq_sm90(const AttnArgs& a) {
 
             // S = Q K^T and dP = dO V^T (64 rows x BK keys).
             float s[32], dp[32];
-#pragma unroll
-            for (int i = 0; i < 32; ++i) s[i] = dp[i] = 0.f;
-            pin_all(s);
-            pin_all(dp);
             wgmma_fence();
             queue_abt(s, sq, sk, tag);
             queue_abt(dp, so, sv, tag);
@@ -480,7 +517,7 @@ __device__ __forceinline__ void attn_bwd_dq_sm90(const AttnArgs& a) {
 #pragma unroll
                     for (int x = 0; x < 2; ++x) {
                         const int i = 8 * kk + 2 * e + x;
-                        float p = exp2f(s[i] * sl2 - lq[e & 1]);
+                        float p = ex2(fmaf(s[i], sl2, -lq[e & 1]));
                         if (need_mask) {
                             const int col = k0 + 8 * (i / 4) + 2 * (lane % 4) + (i & 1), row = row_t + 8 * (e & 1);
                             if (col >= tk || (a.causal && col > row)) p = 0.f;
@@ -587,10 +624,6 @@ __device__ __forceinline__ void attn_bwd_dkdv_sm90(const AttnArgs& a) {
 
             // S^T = K Q^T and dP^T = V dO^T (64 keys x 64 queries).
             float st[32], dp[32];
-#pragma unroll
-            for (int i = 0; i < 32; ++i) st[i] = dp[i] = 0.f;
-            pin_all(st);
-            pin_all(dp);
             wgmma_fence();
             queue_abt(st, sk, stq, tag);
             queue_abt(dp, sv, sto, tag);
@@ -614,7 +647,7 @@ __device__ __forceinline__ void attn_bwd_dkdv_sm90(const AttnArgs& a) {
                         const int ci = 8 * (i / 4) + 2 * (lane % 4) + x;
                         float lq = slse[ci] * 1.44269504088896341f;
                         lq = lq == NEG_INF ? __int_as_float(0x7f800000) : lq;
-                        float p = exp2f(st[i] * sl2 - lq);
+                        float p = ex2(fmaf(st[i], sl2, -lq));
                         if (need_mask) {
                             const int qi = i0 + ci, kj = key_t + 8 * (e & 1);
                             if (qi >= tq || (a.causal && kj > qi)) p = 0.f;
@@ -652,13 +685,19 @@ __device__ __forceinline__ void attn_bwd_dkdv_sm90(const AttnArgs& a) {
 
 }  // namespace
 
-// Four forward blocks a multiprocessor (115 registers a thread), three dQ and three dK/dV
+// Four forward blocks a multiprocessor (at most 128 registers a thread), three dQ and three dK/dV
 // blocks (at most 170).
 extern "C" __global__ void __launch_bounds__(THREADS, 4) attn_fwd_sm90_bf16_d64(const AttnArgs a) {
-    attn_fwd_sm90<__nv_bfloat16>(a);
+    if (a.scale_log2 > 0.f)
+        attn_fwd_sm90<__nv_bfloat16, true>(a);
+    else
+        attn_fwd_sm90<__nv_bfloat16, false>(a);
 }
 extern "C" __global__ void __launch_bounds__(THREADS, 4) attn_fwd_sm90_f16_d64(const AttnArgs a) {
-    attn_fwd_sm90<__half>(a);
+    if (a.scale_log2 > 0.f)
+        attn_fwd_sm90<__half, true>(a);
+    else
+        attn_fwd_sm90<__half, false>(a);
 }
 extern "C" __global__ void __launch_bounds__(THREADS, 3) attn_bwd_dq_sm90_bf16_d64(const AttnArgs a) {
     attn_bwd_dq_sm90<__nv_bfloat16>(a);

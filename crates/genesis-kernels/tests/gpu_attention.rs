@@ -415,10 +415,13 @@ fn run_all<T: Half>(ctx: &Arc<Context>, stream: &Stream, dims: &[usize]) {
                 let sh = AttentionShape::new(2, 2, tq, tk, d, causal);
                 run_case::<T>(ctx, stream, &mut rng, &Case::new(sh, Layout::Bhtd));
             }
-            // A non-default scale.
-            let mut sh = AttentionShape::new(1, 2, 130, 130, d, causal);
-            sh.scale = 0.3;
-            run_case::<T>(ctx, stream, &mut rng, &Case::new(sh, Layout::Gpt2));
+            // Non-default scales: a negative one reverses which score is a row's maximum,
+            // and 0 makes every visible key's weight equal.
+            for scale in [0.3, -0.3, 0.0] {
+                let mut sh = AttentionShape::new(1, 2, 130, 130, d, causal);
+                sh.scale = scale;
+                run_case::<T>(ctx, stream, &mut rng, &Case::new(sh, Layout::Gpt2));
+            }
         }
     }
     // More (b, h) than a grid's y dimension holds (65535): blocks stride over them.

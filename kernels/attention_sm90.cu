@@ -24,8 +24,11 @@
 //     accumulator layout is the A fragment layout, pairs rounded to T) and V mn-major from
 //     shared memory (4 k steps of 16 keys). The kernel is bound by instruction issue, so the
 //     softmax is lean: with a positive scale the row maximum is taken on S itself and p is one
-//     fused multiply-add and one `ex2.approx.ftz` an element (see `ex2`); O's rescaling is
-//     skipped by a warp whose rows' maxima did not move (alpha 1 for each).
+//     fused multiply-add and one `ex2.approx.ftz` an element (see `ex2`); the running maximum
+//     moves, and O and l are rescaled, only when a row of the warp meets a score more than
+//     RESCALE (2^8) above it, so p stays at most 2^8 (O and l are f32; O / l is the same up
+//     to rounding); whole key tiles are copied without row checks, and the mask is formed
+//     only on the tiles that need it.
 //   * The copies of tile j + 1 are queued before tile j's products (each tile its own cp.async
 //     group); a barrier after tile j frees its stage. Four blocks a multiprocessor (122
 //     registers a thread, 41 KiB of shared memory each).
@@ -78,6 +81,9 @@ constexpr int Q_BYTES = BQ * D * 2, KV_BYTES = BK * D * 2;
 // Dynamic shared memory (`sm90_kernel` in attention.rs): alignment slack, Q, then FWD_STAGES
 // stages of (K, V); four blocks a multiprocessor.
 constexpr int FWD_STAGES = 2;
+// The forward's lazy rescaling threshold (log2 units, see attn_fwd_sm90): probabilities up to
+// 2^8 before the final division by l.
+constexpr float RESCALE = 8.f;
 constexpr int FWD_SMEM = 1024 + Q_BYTES + FWD_STAGES * 2 * KV_BYTES;
 static_assert(FWD_SMEM == 41984 && 4 * FWD_SMEM <= 227 * 1024, "shared memory of four blocks");
 
@@ -115,8 +121,10 @@ __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t lbo, uint
 }
 // k step kk (16 elements) of a k-major tile of 128-byte rows (+32 bytes) and of an mn-major
 // tile of 64 mn values a row, one row per k (+16 rows).
-__device__ __forceinline__ uint64_t kmajor(uint32_t tile, int kk) { return sw128_desc(tile + kk * 32, 16, 1024); }
-__device__ __forceinline__ uint64_t mnmajor(uint32_t tile, int kk) { return sw128_desc(tile + kk * 2048, 8192, 1024); }
+// A step moves the start address (bits 0-13, in 16 bytes) by 32 and 2048 bytes: added to the
+// tile's descriptor, which cannot carry out of the field (shared memory ends below 2^18).
+__device__ __forceinline__ uint64_t kmajor(uint32_t tile, int kk) { return sw128_desc(tile, 16, 1024) + 2 * kk; }
+__device__ __forceinline__ uint64_t mnmajor(uint32_t tile, int kk) { return sw128_desc(tile, 8192, 1024) + 128 * kk; }
 
 template <int TB>
 __device__ __forceinline__ void wgmma_rs_n64(float (&d)[32], const uint32_t (&a)[4], uint64_t db, int scale_d,
@@ -267,12 +275,23 @@ __device__ __forceinline__ void store_rows(uint16_t* out, u64 st, int row_t, int
 __device__ __forceinline__ uint32_t swz(int r, int c) { return (uint32_t)(r * 8 + (c ^ (r & 7))) * 16u; }
 
 // Queues the copy of rows row0 .. row0 + ROWS - 1 of a [*, 64] operand (row r at base + r st)
-// into the swizzled tile at `tile`; rows at or past `limit` are zero-filled.
+// into the swizzled tile at `tile`; rows at or past `limit` are zero-filled (a whole tile
+// below `limit` takes no row checks).
 template <int ROWS>
 __device__ __forceinline__ void load_tile(uint32_t tile, const uint16_t* base, u64 st, int row0, int limit, int tid) {
     constexpr int RSTEP = THREADS / 8;
     const int r = tid / 8, c = tid % 8;
     const uint16_t* p = base + (u64)(row0 + r) * st + c * 8;
+    if (row0 + ROWS <= limit) {
+        // Row r + i RSTEP sits i RSTEP rows (of 128 bytes) past row r: the same swizzle.
+        const uint32_t dst = tile + swz(r, c);
+#pragma unroll
+        for (int i = 0; i < ROWS / RSTEP; ++i) {
+            cp_async16(dst + i * RSTEP * 128, p, 16);
+            p += (u64)RSTEP * st;
+        }
+        return;
+    }
 #pragma unroll
     for (int i = 0; i < ROWS / RSTEP; ++i) {
         const bool ok = row0 + r + i * RSTEP < limit;
@@ -358,34 +377,51 @@ __device__ __forceinline__ void attn_fwd_sm90(const AttnArgs& a) {
             // Mask (and scale to log2 units unless POS), online softmax; P as A fragments.
             // x = s * mul is in log2 units; m is kept in them.
             const float mul = POS ? sl2 : 1.f;
-            const bool need_mask = k0 + BK > tk || (a.causal && k0 + BK - 1 > q0);
+            if (!POS) {
+#pragma unroll
+                for (int i = 0; i < 32; ++i) s[i] *= sl2;
+            }
+            if (k0 + BK > tk || (a.causal && k0 + BK - 1 > q0)) {
+                // Column k0 + 8 (i / 4) + 2 (lane % 4) + i % 2 is visible to row r when below tk
+                // and, causal, at most r: when 8 (i / 4) + i % 2 <= last[(i / 2) % 2].
+                int last[2];
+#pragma unroll
+                for (int hh = 0; hh < 2; ++hh)
+                    last[hh] = (a.causal ? min(tk - 1, row_t + 8 * hh) : tk - 1) - k0 - 2 * (lane % 4);
+#pragma unroll
+                for (int i = 0; i < 32; ++i)
+                    if (8 * (i / 4) + (i & 1) > last[(i >> 1) & 1]) s[i] = NEG_INF;
+            }
             float mx[2] = {NEG_INF, NEG_INF};
 #pragma unroll
-            for (int i = 0; i < 32; ++i) {
-                float x = POS ? s[i] : s[i] * sl2;
-                if (need_mask) {
-                    const int col = k0 + 8 * (i / 4) + 2 * (lane % 4) + (i & 1), row = row_t + 8 * ((i >> 1) & 1);
-                    if (col >= tk || (a.causal && col > row)) x = NEG_INF;
-                }
-                s[i] = x;
-                mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], x);
-            }
-            float mu[2], alpha[2];
+            for (int i = 0; i < 32; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+            // The running maximum m moves only when some row of the warp sees one more than
+            // RESCALE above it (or its first visible key): until then p = 2^(x - m) <= 2^RESCALE
+            // and O and l need no rescaling (the result is the same up to rounding; l and O
+            // are f32).
+            bool move = false;
 #pragma unroll
             for (int hh = 0; hh < 2; ++hh) {
                 mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 1));
                 mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
-                mx[hh] = fmaxf(m[hh], mx[hh] * mul);
-                mu[hh] = mx[hh] == NEG_INF ? 0.f : mx[hh];
-                alpha[hh] = ex2(m[hh] - mu[hh]);
-                m[hh] = mx[hh];
-                l[hh] *= alpha[hh];
+                mx[hh] *= mul;
+                move |= mx[hh] > m[hh] + RESCALE;
             }
-            // O's rescaling, skipped by a warp none of whose rows' maximum moved (alpha 1).
-            if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+            if (__any_sync(0xffffffffu, move)) {
+                float alpha[2];
+#pragma unroll
+                for (int hh = 0; hh < 2; ++hh) {
+                    const float mn = fmaxf(m[hh], mx[hh]);
+                    alpha[hh] = ex2(m[hh] - (mn == NEG_INF ? 0.f : mn));
+                    m[hh] = mn;
+                    l[hh] *= alpha[hh];
+                }
 #pragma unroll
                 for (int i = 0; i < 32; ++i) o[i] *= alpha[(i >> 1) & 1];
             }
+            float mu[2];
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) mu[hh] = m[hh] == NEG_INF ? 0.f : m[hh];
             uint32_t pa[BK / 16][4];
 #pragma unroll
             for (int kk = 0; kk < BK / 16; ++kk)

@@ -88,6 +88,9 @@ struct Case {
     /// Lengths of the q/k/v buffer (and of the gradient buffer, laid out alike) and of o.
     qkv_len: usize,
     o_len: usize,
+    /// Key j's row scaled by 1 + key_ramp j: scores that grow along the keys, so that a row's
+    /// running maximum keeps moving far (the forward's rescaling of O).
+    key_ramp: f64,
 }
 
 impl Case {
@@ -111,6 +114,7 @@ impl Case {
                     at: [0, nq, nq + nk],
                     qkv_len: nq + 2 * nk,
                     o_len: nq,
+                    key_ramp: 0.0,
                 }
             }
             Layout::Gpt2 => {
@@ -134,10 +138,16 @@ impl Case {
                     at: [0, c, 2 * c],
                     qkv_len: sh.batch * t * 3 * c,
                     o_len: sh.batch * t * c,
+                    key_ramp: 0.0,
                 }
             }
         }
     }
+}
+
+/// Every `(b, h, j)` below the bounds, in order.
+fn every_row(b: usize, h: usize, t: usize) -> impl Iterator<Item = (usize, usize, usize)> {
+    (0..b).flat_map(move |bi| (0..h).flat_map(move |hi| (0..t).map(move |ti| (bi, hi, ti))))
 }
 
 fn upload<T: Copy>(ctx: &Arc<Context>, v: &[T]) -> DeviceBuffer {
@@ -243,9 +253,18 @@ fn run_case<T: Half>(ctx: &Arc<Context>, stream: &Stream, rng: &mut SmallRng, c:
         v: c.bs.v,
         o: c.bs.o,
     };
-    let qkv: Vec<T> = (0..c.qkv_len)
+    let mut qkv: Vec<T> = (0..c.qkv_len)
         .map(|_| T::of(rng.random_range(-2.0..2.0)))
         .collect();
+    if c.key_ramp != 0.0 {
+        let st = c.bs.k;
+        for (b, h, j) in every_row(sh.batch, sh.heads, sh.tk) {
+            let at = c.at[1] + b * st.batch + h * st.head + j * st.seq;
+            for x in &mut qkv[at..at + sh.head_dim] {
+                *x = T::of(x.to_f64() * (1.0 + c.key_ramp * j as f64));
+            }
+        }
+    }
     let dout: Vec<T> = (0..c.o_len)
         .map(|_| T::of(rng.random_range(-1.0..1.0)))
         .collect();
@@ -421,6 +440,14 @@ fn run_all<T: Half>(ctx: &Arc<Context>, stream: &Stream, dims: &[usize]) {
                 let mut sh = AttentionShape::new(1, 2, 130, 130, d, causal);
                 sh.scale = scale;
                 run_case::<T>(ctx, stream, &mut rng, &Case::new(sh, Layout::Gpt2));
+            }
+            // Scores growing along the keys (a row's maximum moves by far more than the
+            // forward's rescaling threshold, tile after tile), and shrinking ones.
+            for ramp in [0.05, -0.004] {
+                let sh = AttentionShape::new(1, 2, 250, 250, d, causal);
+                let mut c = Case::new(sh, Layout::Bhtd);
+                c.key_ramp = ramp;
+                run_case::<T>(ctx, stream, &mut rng, &c);
             }
         }
     }

@@ -41,12 +41,13 @@
 // and dO, Q read mn-major (queries as k). dK (times scale) and dV are written once. Three
 // blocks a multiprocessor (166 registers a thread, 68 KiB of shared memory each).
 //
-// dQ: the forward's blocks and tiles with the dO tile beside Q and a 3-stage ring of (K, V).
+// dQ: the forward's blocks and tiles with the dO tile beside Q and a 2-stage ring of (K, V).
 // Per key tile: S = Q K^T and dP = dO V^T (8 `wgmma m64n64k16`, one commit group), P =
 // exp2(S * scale * log2 e - lse log2 e) (0 where masked; a row of lse -inf has P 0), dS = P
 // (dP - d) rounded to T as A fragments, dQ += dS K with K read mn-major (keys as k). dQ times
-// scale is written once: the backward stays deterministic. Three blocks a multiprocessor (126
-// registers a thread, 65 KiB of shared memory each).
+// scale is written once: the backward stays deterministic. Four blocks a multiprocessor (122
+// registers a thread, 49 KiB of shared memory each: the block waits on its products and
+// barriers, so more blocks beside it keep the tensor cores fed).
 //
 // Accumulator layout (m64nNk16, f32): register i of lane l of warp w holds
 // row 16 w + l / 4 + 8 ((i / 2) % 2), column 8 (i / 4) + 2 (l % 4) + i % 2. Register pairs
@@ -467,10 +468,10 @@ __device__ __forceinline__ void attn_fwd_sm90(const AttnArgs& a) {
 // Backward: dQ, a block per query tile (attention.cu's `attn_bwd_dq` on wgmma).
 
 // Dynamic shared memory (`sm90_kernel` in attention.rs): alignment slack, Q and dO, then
-// DQ_STAGES stages of (K, V); three blocks a multiprocessor.
-constexpr int DQ_STAGES = 3;
+// DQ_STAGES stages of (K, V); four blocks a multiprocessor.
+constexpr int DQ_STAGES = 2;
 constexpr int DQ_SMEM = 1024 + 2 * Q_BYTES + DQ_STAGES * 2 * KV_BYTES;
-static_assert(DQ_SMEM == 66560 && 3 * DQ_SMEM <= 227 * 1024, "shared memory of three blocks");
+static_assert(DQ_SMEM == 50176 && 4 * DQ_SMEM <= 227 * 1024, "shared memory of four blocks");
 
 template <typename T>
 __device__ __forceinline__ void attn_bwd_dq_sm90(const AttnArgs& a) {
@@ -721,8 +722,8 @@ __device__ __forceinline__ void attn_bwd_dkdv_sm90(const AttnArgs& a) {
 
 }  // namespace
 
-// Four forward blocks a multiprocessor (at most 128 registers a thread), three dQ and three dK/dV
-// blocks (at most 170).
+// Four forward and four dQ blocks a multiprocessor (at most 128 registers a thread), three
+// dK/dV blocks (at most 170).
 extern "C" __global__ void __launch_bounds__(THREADS, 4) attn_fwd_sm90_bf16_d64(const AttnArgs a) {
     if (a.scale_log2 > 0.f)
         attn_fwd_sm90<__nv_bfloat16, true>(a);
@@ -735,10 +736,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 4) attn_fwd_sm90_f16_d64(c
     else
         attn_fwd_sm90<__half, false>(a);
 }
-extern "C" __global__ void __launch_bounds__(THREADS, 3) attn_bwd_dq_sm90_bf16_d64(const AttnArgs a) {
+extern "C" __global__ void __launch_bounds__(THREADS, 4) attn_bwd_dq_sm90_bf16_d64(const AttnArgs a) {
     attn_bwd_dq_sm90<__nv_bfloat16>(a);
 }
-extern "C" __global__ void __launch_bounds__(THREADS, 3) attn_bwd_dq_sm90_f16_d64(const AttnArgs a) {
+extern "C" __global__ void __launch_bounds__(THREADS, 4) attn_bwd_dq_sm90_f16_d64(const AttnArgs a) {
     attn_bwd_dq_sm90<__half>(a);
 }
 extern "C" __global__ void __launch_bounds__(THREADS, 3) attn_bwd_dkdv_sm90_bf16_d64(const AttnArgs a) {

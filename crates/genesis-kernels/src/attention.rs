@@ -833,7 +833,7 @@ enum Sm90 {
 /// The Hopper (`wgmma`) kernel `which` of `T` for head dim `d` on a device of compute
 /// capability `cc`, unless the thread forces the `mma.sync` kernels: its name and dynamic
 /// shared memory (`FWD_SMEM`, `DQ_SMEM`, `DKDV_SMEM` of the source: alignment slack, then the
-/// forward's Q tile and two stages of 64-key K and V tiles; dQ's Q and dO tiles and three such
+/// forward's Q tile and two stages of 64-key K and V tiles; dQ's Q and dO tiles and two such
 /// stages; dK/dV's K and V and three 1 KiB-aligned stages of the Q and dO tiles of 64 queries
 /// with their lse and d).
 #[cfg(feature = "cuda")]
@@ -850,7 +850,7 @@ fn sm90_kernel<T: Element>(which: Sm90, cc: (u32, u32), d: usize) -> Option<(&'s
         Sm90::Dq => (
             "attn_bwd_dq_sm90_bf16_d64",
             "attn_bwd_dq_sm90_f16_d64",
-            1024 + 2 * 64 * 128 + 3 * 2 * 64 * 128,
+            1024 + 2 * 64 * 128 + 2 * 2 * 64 * 128,
         ),
         Sm90::Dkdv => (
             "attn_bwd_dkdv_sm90_bf16_d64",

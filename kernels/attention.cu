@@ -33,13 +33,14 @@
 //     memory filled by 16-byte cp.async (the copies of tile j + 1 are in flight while tile j is
 //     used; rows past Tk are zero-filled).
 //   * Per key tile: S = Q K^T (B fragments by ldmatrix from K stored [key][d]); x = S * scale *
-//     log2(e) (so exp2f gives exp); masked entries (key >= Tk, or causal and key > query) are
+//     log2(e) (so exp2 gives exp); masked entries (key >= Tk, or causal and key > query) are
 //     -inf (only tiles that can hold one test); the running row max m, the rescale
 //     alpha = exp2(m_old - m_new), p = exp2(x - m_new), the running sum l += p (thread
 //     partials, the quad's reduced at the end) and O = alpha O + P V, where P (rounded to T) is
 //     reused from the accumulator registers as the A fragment and V's B fragments come from
 //     `ldmatrix.trans` (V stored [key][d]). A row with m_new = -inf uses 0 in its place (no
-//     NaN from -inf - -inf).
+//     NaN from -inf - -inf). m moves lazily: only when a row of the warp meets a score more
+//     than RESCALE (2^8) above it, so that O and l are rarely rescaled (p <= 2^8 meanwhile).
 //   * Causal blocks visit keys below min(Tk, q0 + BQ) only: fully masked tiles are skipped.
 //     (Within the last tiles a row may see no key of a tile; its max stays, its p are 0.)
 //   * End: O / l rounded to T (0 when l = 0), lse = (m + log2 l) ln 2 (-inf when l = 0).
@@ -84,9 +85,10 @@
 //
 // Numerical contract (see attention.rs): S, dP and the products accumulate in f32 in the tensor
 // cores' order; P and dS are rounded to T before their products (FlashAttention-2 does the
-// same); exp2f / log2f are CUDA's (2 and 1 ulp). The twin computes in f32 without rounding P or
-// dS, so results differ by about the unit roundoff of T relative to the sums of the absolute
-// terms, plus the output's own rounding.
+// same); exp2 is `ex2.approx.ftz` (exp2f's value where the result is normal, 0 below 2^-126),
+// log2f CUDA's (1 ulp). The twin computes in f32 without rounding P or dS, so results differ
+// by about the unit roundoff of T relative to the sums of the absolute terms, plus the
+// output's own rounding.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
@@ -255,6 +257,19 @@ template <int D, int MT, int BK_> struct Fwd {
     static constexpr int SMEM = Q_BYTES + 4 * KV_BYTES;  // Q, then 2 stages of (K, V)
 };
 
+// 2^x on the multifunction unit alone (`ex2.approx.ftz`): exp2f's value wherever 2^x is a
+// normal number, 0 below. The forward's exponents are at most RESCALE (a score minus a
+// running maximum at most RESCALE below it), so what is flushed is below 2^-126 of the row's
+// largest term.
+__device__ __forceinline__ float ex2(float x) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
+// The forward's lazy rescaling threshold (log2 units, see attn_fwd): probabilities up to 2^8
+// before the final division by l.
+constexpr float RESCALE = 8.f;
+
 template <typename T, int D, int MT, int BK_>
 __device__ __forceinline__ void attn_fwd(const AttnArgs& a) {
     typedef Fwd<D, MT, BK_> C;
@@ -341,44 +356,75 @@ __device__ __forceinline__ void attn_fwd(const AttnArgs& a) {
                     }
                 }
 
-            // Scale (to log2 units), mask, online softmax; P overwrites S.
+            // Mask (and scale to log2 units unless the scale is positive), online softmax; P overwrites S. x =
+            // s * mul is in log2 units; m is kept in them. The running maximum moves, and O
+            // and l are rescaled, only when a row of the warp meets a score more than RESCALE
+            // above it (or its first visible key): p stays at most 2^RESCALE, O / l is the
+            // same up to rounding (O and l are f32).
+            //
+            // With a positive scale a row's maximum of x is its maximum of s times scale_log2
+            // (rounding is monotonic) and p = 2^(s * scale_log2 - m) is one fused multiply-add
+            // and an ex2; otherwise x is formed first (one code path: a uniform branch).
+            const bool pos = sl2 > 0.f;
+            const float mul = pos ? sl2 : 1.f;
             const bool need_mask = k0 + BK > tk || (a.causal && k0 + BK - 1 > q0);
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
                 const int row_w = q0 + mt * 64 + warp * 16;  // the m tile's first row
-                float mx[2] = {m[mt][0], m[mt][1]};
+                if (!pos) {
+#pragma unroll
+                    for (int nt = 0; nt < BK / 8; ++nt)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) s[mt][nt][e] *= sl2;
+                }
+                if (need_mask) {
+                    // Column k0 + 8 nt + 2 t + e % 2 is visible to row r when below tk and,
+                    // causal, at most r: when 8 nt + e % 2 <= last[e / 2].
+                    int last[2];
+#pragma unroll
+                    for (int hh = 0; hh < 2; ++hh)
+                        last[hh] = (a.causal ? min(tk - 1, row_w + g + 8 * hh) : tk - 1) - k0 - 2 * t;
+#pragma unroll
+                    for (int nt = 0; nt < BK / 8; ++nt)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e)
+                            if (nt * 8 + (e & 1) > last[e >> 1]) s[mt][nt][e] = NEG_INF;
+                }
+                float mx[2] = {NEG_INF, NEG_INF};
 #pragma unroll
                 for (int nt = 0; nt < BK / 8; ++nt)
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        float x = s[mt][nt][e] * sl2;
-                        if (need_mask) {
-                            const int col = k0 + nt * 8 + 2 * t + (e & 1), row = row_w + g + 8 * (e >> 1);
-                            if (col >= tk || (a.causal && col > row)) x = NEG_INF;
-                        }
-                        s[mt][nt][e] = x;
-                        mx[e >> 1] = fmaxf(mx[e >> 1], x);
-                    }
-                float mu[2];
+                    for (int e = 0; e < 4; ++e) mx[e >> 1] = fmaxf(mx[e >> 1], s[mt][nt][e]);
+                bool move = false;
 #pragma unroll
                 for (int hh = 0; hh < 2; ++hh) {
                     mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 1));
                     mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
-                    mu[hh] = mx[hh] == NEG_INF ? 0.f : mx[hh];
-                    const float alpha = exp2f(m[mt][hh] - mu[hh]);
-                    m[mt][hh] = mx[hh];
-                    l[mt][hh] *= alpha;
+                    mx[hh] *= mul;
+                    move |= mx[hh] > m[mt][hh] + RESCALE;
+                }
+                if (__any_sync(0xffffffffu, move)) {
 #pragma unroll
-                    for (int dt = 0; dt < D / 8; ++dt) {
-                        o[mt][dt][2 * hh] *= alpha;
-                        o[mt][dt][2 * hh + 1] *= alpha;
+                    for (int hh = 0; hh < 2; ++hh) {
+                        const float mn = fmaxf(m[mt][hh], mx[hh]);
+                        const float alpha = ex2(m[mt][hh] - (mn == NEG_INF ? 0.f : mn));
+                        m[mt][hh] = mn;
+                        l[mt][hh] *= alpha;
+#pragma unroll
+                        for (int dt = 0; dt < D / 8; ++dt) {
+                            o[mt][dt][2 * hh] *= alpha;
+                            o[mt][dt][2 * hh + 1] *= alpha;
+                        }
                     }
                 }
+                float nm[2];
+#pragma unroll
+                for (int hh = 0; hh < 2; ++hh) nm[hh] = m[mt][hh] == NEG_INF ? 0.f : -m[mt][hh];
 #pragma unroll
                 for (int nt = 0; nt < BK / 8; ++nt)
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
-                        const float p = exp2f(s[mt][nt][e] - mu[e >> 1]);
+                        const float p = ex2(fmaf(s[mt][nt][e], mul, nm[e >> 1]));
                         s[mt][nt][e] = p;
                         l[mt][e >> 1] += p;
                     }
@@ -581,7 +627,7 @@ __device__ __forceinline__ void attn_bwd_dkdv(const AttnArgs& a) {
                     const int ci = nt * 8 + 2 * t + (e & 1);
                     float lq = slse[ci] * 1.44269504088896341f;
                     lq = lq == NEG_INF ? POS_INF : lq;
-                    float p = exp2f(s[nt][e] * sl2 - lq);
+                    float p = ex2(fmaf(s[nt][e], sl2, -lq));
                     if (need_mask) {
                         const int i = i0 + ci, j = key_w + g + 8 * (e >> 1);
                         if (i >= tq || (a.causal && j > i)) p = 0.f;
@@ -719,7 +765,7 @@ __device__ __forceinline__ void attn_bwd_dq(const AttnArgs& a) {
             for (int nt = 0; nt < BK / 8; ++nt)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
-                    float p = exp2f(s[nt][e] * sl2 - lq[e >> 1]);
+                    float p = ex2(fmaf(s[nt][e], sl2, -lq[e >> 1]));
                     if (need_mask) {
                         const int col = k0 + nt * 8 + 2 * t + (e & 1), row = row_w + g + 8 * (e >> 1);
                         if (col >= tk || (a.causal && col > row)) p = 0.f;

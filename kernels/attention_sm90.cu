@@ -224,8 +224,8 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi, __half) {
 
 // 2^x on the multifunction unit alone (`ex2.approx.ftz`): exp2f's value wherever 2^x is a
 // normal number, 0 below (exp2f's range handling costs three more instructions an element).
-// Every exponent here is at most 0 (a score minus its row's maximum), so what is flushed is
-// below 2^-126 of the row's largest term.
+// Every exponent here is at most RESCALE (a score minus a running maximum at most RESCALE
+// below the row's), so what is flushed is below 2^-126 of the row's largest term.
 __device__ __forceinline__ float ex2(float x) {
     float r;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));

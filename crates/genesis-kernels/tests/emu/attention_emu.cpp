@@ -28,6 +28,7 @@
 #define __align__(x)
 
 struct uint4 { uint32_t x, y, z, w; };
+static inline uint4 make_uint4(uint32_t x, uint32_t y, uint32_t z, uint32_t w) { return uint4{x, y, z, w}; }
 struct float2 { float x, y; };
 struct dim3 { unsigned x = 1, y = 1, z = 1; };
 struct __nv_bfloat16 { uint16_t x; };
@@ -169,6 +170,16 @@ static float __shfl_xor_sync(unsigned, float v, int x) {
     float r = w->f[l ^ x];
     w->bar.arrive_and_wait();
     return r;
+}
+static int __any_sync(unsigned, int pred) {
+    Warp* w = my_warp();
+    int l = emu_tid & 31;
+    w->f[l] = pred ? 1.f : 0.f;
+    w->bar.arrive_and_wait();
+    int any = 0;
+    for (int i = 0; i < 32; ++i) any |= w->f[i] != 0.f;
+    w->bar.arrive_and_wait();
+    return any;
 }
 static void __syncthreads() { emu_block->bar->arrive_and_wait(); }
 

@@ -29,9 +29,11 @@
 //     RESCALE (2^8) above it, so p stays at most 2^8 (O and l are f32; O / l is the same up
 //     to rounding); whole key tiles are copied without row checks, and the mask is formed
 //     only on the tiles that need it.
-//   * The copies of tile j + 1 are queued before tile j's products (each tile its own cp.async
-//     group); a barrier after tile j frees its stage. Four blocks a multiprocessor (122
-//     registers a thread, 41 KiB of shared memory each).
+//   * The copies of tile j + 1 are queued, each tile its own cp.async group, right after the
+//     barrier that starts tile j, into the stage tile j - 1 used: past that barrier no thread
+//     reads it (each waited for its products), so one barrier a tile serves both (the
+//     backward's kernels likewise). Four blocks a multiprocessor (124 registers a thread,
+//     41 KiB of shared memory each).
 //   * End: O / l rounded to T, lse = (m + log2 l) ln 2 (-inf, and O 0, when l = 0).
 //
 // dK/dV: a block owns 64 keys (K and V loaded once), and walks the query tiles of 64 that can
@@ -357,13 +359,14 @@ __device__ __forceinline__ void attn_fwd_sm90(const AttnArgs& a) {
         float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
 
         for (int j = 0; j < n_tiles; ++j) {
-            // Tile j + STAGES - 1 into the stage tile j - 1 used (freed by the barrier that
-            // ended it); then tile j is complete once at most STAGES - 1 groups are pending.
-            if (j + STAGES - 1 < n_tiles) load_kv(j + STAGES - 1);
-            cp_async_commit();
-            cp_async_wait<STAGES - 1>();
+            // Tile j is complete once at most STAGES - 2 groups are pending. Past the barrier
+            // no thread reads the stage tile j - 1 used any more (each waited for its products
+            // on it), so tile j + STAGES - 1 goes there: one barrier a tile.
+            cp_async_wait<STAGES - 2>();
             fence_proxy_async();
             __syncthreads();
+            if (j + STAGES - 1 < n_tiles) load_kv(j + STAGES - 1);
+            cp_async_commit();
             const uint32_t sk = skv + (j % STAGES) * 2 * KV_BYTES, sv = sk + KV_BYTES;
             const int k0 = j * BK;
 
@@ -442,7 +445,6 @@ __device__ __forceinline__ void attn_fwd_sm90(const AttnArgs& a) {
             wgmma_commit();
             wgmma_wait<0>();
             pin_all(o);
-            __syncthreads();  // the stage is refilled STAGES tiles on
         }
         cp_async_wait<0>();
 
@@ -525,11 +527,12 @@ __device__ __forceinline__ void attn_bwd_dq_sm90(const AttnArgs& a) {
         for (int i = 0; i < 32; ++i) dq[i] = 0.f;
 
         for (int j = 0; j < n_tiles; ++j) {
-            if (j + STAGES - 1 < n_tiles) load_kv(j + STAGES - 1);
-            cp_async_commit();
-            cp_async_wait<STAGES - 1>();
+            // As the forward's: one barrier a tile, the stage of tile j - 1 refilled past it.
+            cp_async_wait<STAGES - 2>();
             fence_proxy_async();
             __syncthreads();
+            if (j + STAGES - 1 < n_tiles) load_kv(j + STAGES - 1);
+            cp_async_commit();
             const uint32_t sk = skv + (j % STAGES) * 2 * KV_BYTES, sv = sk + KV_BYTES;
             const int k0 = j * BK;
 
@@ -571,7 +574,6 @@ __device__ __forceinline__ void attn_bwd_dq_sm90(const AttnArgs& a) {
             wgmma_commit();
             wgmma_wait<0>();
             pin_all(dq);
-            __syncthreads();  // the stage is refilled STAGES tiles on
         }
         cp_async_wait<0>();
 
@@ -648,11 +650,13 @@ __device__ __forceinline__ void attn_bwd_dkdv_sm90(const AttnArgs& a) {
         for (int i = 0; i < 32; ++i) dk[i] = dv[i] = 0.f;
 
         for (int it = 0; it < n_it; ++it) {
-            if (it + KV_STAGES - 1 < n_it) load_stage(it + KV_STAGES - 1);
-            cp_async_commit();
-            cp_async_wait<KV_STAGES - 1>();
+            // As the forward's: one barrier a tile, the stage of query tile it - 1 (its Q,
+            // dO, lse and d) refilled past it.
+            cp_async_wait<KV_STAGES - 2>();
             fence_proxy_async();
             __syncthreads();
+            if (it + KV_STAGES - 1 < n_it) load_stage(it + KV_STAGES - 1);
+            cp_async_commit();
             const int so = (it % KV_STAGES) * KV_STAGE_STRIDE;
             const uint32_t stq = sst + so, sto = stq + QK_BYTES;
             const float* slse = reinterpret_cast<const float*>(gen + 2 * KV_BYTES + so + 2 * QK_BYTES);
@@ -706,7 +710,6 @@ __device__ __forceinline__ void attn_bwd_dkdv_sm90(const AttnArgs& a) {
             wgmma_wait<0>();
             pin_all(dk);
             pin_all(dv);
-            __syncthreads();  // the stage is refilled KV_STAGES tiles on
         }
         cp_async_wait<0>();  // K and V's copies, when no query tile waited for them
 

@@ -268,7 +268,6 @@ mod gpu {
         };
         let mut plan = MatmulPlan::new_for_device::<T>(
             shape,
-            &layout,
             ctx.multiprocessors() as usize,
             ctx.compute_capability(),
             precision,
@@ -406,13 +405,8 @@ mod gpu {
                 a_batch_stride: m * k,
                 b_batch_stride: k * n,
             };
-            let chosen = MatmulPlan::new_for_device::<bf16>(
-                shape,
-                &packed_layout(m, n, k, ta, tb),
-                sms,
-                cc,
-                MatmulPrecision::Highest,
-            );
+            let chosen =
+                MatmulPlan::new_for_device::<bf16>(shape, sms, cc, MatmulPrecision::Highest);
             // `--pp-only`: the ping-pong tiles alone (unsplit).
             let pp_only = std::env::args().any(|a| a == "--pp-only");
             let tiles: &[usize] = if pp_only { &[3, 4] } else { &[0, 1, 3, 4] };

@@ -35,7 +35,8 @@
 //! row max, `exp` and sums in order of `j`, `o = (sum p v) / l`, one rounding to `T` at the end.
 //! The kernels accumulate in f32 in the tensor cores' order, take `2^(x log2(e))` from
 //! `ex2.approx.ftz` in bf16 and f16 (exp2f's value, 0 below 2^-126; their forward's running
-//! maximum moves only past a margin of 2^8, which changes nothing but rounding), and round `p` (forward, and `dv`'s product) and `ds` to `T` before their products, as
+//! maximum moves only past a margin of 2^8, which changes nothing but rounding), and round
+//! `p` (forward, and `dv`'s product) and `ds` to `T` before their products, as
 //! FlashAttention-2 does. With `u` the unit roundoff of `T` (2^-8 bf16, 2^-11 f16), a result
 //! `r = sum_n a_n b_n` whose factors `a` the kernel rounds differs from the twin's by at most
 //! about `u sum_n |a_n b_n|` (plus f32 accumulation, `~ sqrt(n) 2^-24` of the same sum) and

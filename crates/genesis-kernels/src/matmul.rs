@@ -1412,16 +1412,14 @@ impl MatmulPlan {
     /// waves of work units (`ceil(units / sms)`) times a unit's time (its 64-deep k steps and
     /// a fixed time, longer for the f32 partials of a split), plus the partials' sum. Splitting
     /// then also serves products that fill the GPU with a poor last wave (`3072 x 768` outputs
-    /// of a long `k`: 144 tiles of `128 x 128` on 132 multiprocessors). `layout`: the
-    /// operands' (every tile has kernels for every layout, so no cost reads it today).
+    /// of a long `k`: 144 tiles of `128 x 128` on 132 multiprocessors). Every tile has kernels
+    /// for every operand layout, so the shape alone decides.
     pub fn new_for_device<T: MatmulElement>(
         shape: MatmulShape,
-        layout: &MatmulLayout,
         sms: usize,
         cc: (u32, u32),
         precision: MatmulPrecision,
     ) -> MatmulPlan {
-        let _ = layout;
         let plan = Self::new_for::<T>(shape, sms, precision);
         let s = shape;
         if cc != (9, 0) || size_of::<T>() != 2 || s.m < 128 || s.n < 128 || s.k < 64 {
@@ -2544,8 +2542,7 @@ mod tests {
     #[test]
     fn hopper_plans_fill_the_waves() {
         let dev = |s: MatmulShape| {
-            let l = MatmulLayout::contiguous(&s);
-            MatmulPlan::new_for_device::<bf16>(s, &l, 132, (9, 0), MatmulPrecision::Highest)
+            MatmulPlan::new_for_device::<bf16>(s, 132, (9, 0), MatmulPrecision::Highest)
         };
         let units = |p: &MatmulPlan| {
             sm90_units(
@@ -2570,25 +2567,16 @@ mod tests {
         ] {
             assert_eq!(dev(s).sm90, Some(4), "{s:?}");
         }
-        // Weight gradients (an A read transposed) of a long k: GPT-2's 3072 x 768 (either
-        // way round) are 96 tiles of 128 x 192, one wave unsplit, where 128 x 256 tiles need
-        // k split in five (three waves, then the partials summed); its 2304 x 768 is 108 tiles
-        // of 128 x 128 (72 of 128 x 192 leave 60 multiprocessors idle).
-        let t = |s: MatmulShape| MatmulLayout {
-            a: MatrixLayout {
-                transposed: true,
-                ld: s.m,
-            },
-            ..MatmulLayout::contiguous(&s)
-        };
-        let grad = |s: MatmulShape| {
-            MatmulPlan::new_for_device::<bf16>(s, &t(s), 132, (9, 0), MatmulPrecision::Highest)
-        };
+        // Weight gradients (an A read transposed; the plan depends on the shape alone) of a
+        // long k: GPT-2's 3072 x 768 (either way round) are 96 tiles of 128 x 192, one wave
+        // unsplit, where 128 x 256 tiles need k split in five (three waves, then the partials
+        // summed); its 2304 x 768 is 108 tiles of 128 x 128 (72 of 128 x 192 leave 60
+        // multiprocessors idle).
         for s in [shape(1, 3072, 768, 32768), shape(1, 768, 3072, 32768)] {
-            let p = grad(s);
+            let p = dev(s);
             assert_eq!((p.sm90, p.splits), (Some(4), 1), "{s:?}");
         }
-        let p = grad(shape(1, 2304, 768, 32768));
+        let p = dev(shape(1, 2304, 768, 32768));
         assert_eq!((p.sm90, p.splits), (Some(3), 1));
         // 4096 columns are 21 1/3 tiles of 192, 16 of 256: at k = 4096 the epilogue is a small
         // share of a unit, so the wide tile (512 units, 3.9 waves; measured 0.184 ms against
@@ -2618,16 +2606,14 @@ mod tests {
             (shape(1, 64, 4096, 1024), (9, 0)),
             (shape(1, 8192, 64, 8192), (9, 0)),
         ] {
-            let l = MatmulLayout::contiguous(&s);
-            let p = MatmulPlan::new_for_device::<bf16>(s, &l, 132, cc, MatmulPrecision::Highest);
+            let p = MatmulPlan::new_for_device::<bf16>(s, 132, cc, MatmulPrecision::Highest);
             assert_eq!(
                 p,
                 MatmulPlan::new_for::<bf16>(s, 132, MatmulPrecision::Highest)
             );
         }
         let s = shape(1, 768, 768, 32768);
-        let l = MatmulLayout::contiguous(&s);
-        let f = MatmulPlan::new_for_device::<f32>(s, &l, 132, (9, 0), MatmulPrecision::High);
+        let f = MatmulPlan::new_for_device::<f32>(s, 132, (9, 0), MatmulPrecision::High);
         assert_eq!(f, MatmulPlan::new_for::<f32>(s, 132, MatmulPrecision::High));
     }
 

@@ -1159,7 +1159,7 @@ impl Compute for CudaMem {
         let sms = self.ctx().multiprocessors() as usize;
         let cc = self.ctx().compute_capability();
         genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16], T => {
-            let plan = MatmulPlan::new_for_device::<T>(shape, &layout, sms, cc, precision);
+            let plan = MatmulPlan::new_for_device::<T>(shape, sms, cc, precision);
             let all = |m: &CudaMem| m.capacity() / size_of::<T>();
             let c_len = all(out);
             let a = self.span::<T>(all(self))?.slice(a_at..)?;

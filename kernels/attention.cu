@@ -93,6 +93,8 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "ptx.cuh"
+
 typedef unsigned long long u64;
 
 // The arguments of every attention kernel (`Args` in attention.rs mirrors it, field by field).
@@ -257,15 +259,6 @@ template <int D, int MT, int BK_> struct Fwd {
     static constexpr int SMEM = Q_BYTES + 4 * KV_BYTES;  // Q, then 2 stages of (K, V)
 };
 
-// 2^x on the multifunction unit alone (`ex2.approx.ftz`): exp2f's value wherever 2^x is a
-// normal number, 0 below. The forward's exponents are at most RESCALE (a score minus a
-// running maximum at most RESCALE below it), so what is flushed is below 2^-126 of the row's
-// largest term.
-__device__ __forceinline__ float ex2(float x) {
-    float r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-    return r;
-}
 // The forward's lazy rescaling threshold (log2 units, see attn_fwd): probabilities up to 2^8
 // before the final division by l.
 constexpr float RESCALE = 8.f;

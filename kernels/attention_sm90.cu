@@ -24,15 +24,15 @@
 //     accumulator layout is the A fragment layout, pairs rounded to T) and V mn-major from
 //     shared memory (4 k steps of 16 keys). The kernel is bound by instruction issue, so the
 //     softmax is lean: with a positive scale the row maximum is taken on S itself and p is one
-//     fused multiply-add and one `ex2.approx.ftz` an element (see `ex2`); the running maximum
-//     moves, and O and l are rescaled, only when a row of the warp meets a score more than
-//     RESCALE (2^8) above it, so p stays at most 2^8 (O and l are f32; O / l is the same up
+//     fused multiply-add and one `ex2.approx.ftz` an element (ptx.cuh's `ex2`); the running
+//     maximum moves, and O and l are rescaled, only when a row of the warp meets a score more
+//     than RESCALE (2^8) above it, so p stays at most 2^8 (O and l are f32; O / l is the same up
 //     to rounding); whole key tiles are copied without row checks, and the mask is formed
 //     only on the tiles that need it.
 //   * The copies of tile j + 1 are queued, each tile its own cp.async group, right after the
 //     barrier that starts tile j, into the stage tile j - 1 used: past that barrier no thread
 //     reads it (each waited for its products), so one barrier a tile serves both (the
-//     backward's kernels likewise). Four blocks a multiprocessor (124 registers a thread,
+//     backward's kernels likewise). Four blocks a multiprocessor (115 registers a thread,
 //     41 KiB of shared memory each).
 //   * End: O / l rounded to T, lse = (m + log2 l) ln 2 (-inf, and O 0, when l = 0).
 //
@@ -57,6 +57,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
+
+#include "ptx.cuh"
 
 typedef unsigned long long u64;
 
@@ -224,16 +226,6 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi, __half) {
     return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-// 2^x on the multifunction unit alone (`ex2.approx.ftz`): exp2f's value wherever 2^x is a
-// normal number, 0 below (exp2f's range handling costs three more instructions an element).
-// Every exponent here is at most RESCALE (a score minus a running maximum at most RESCALE
-// below the row's), so what is flushed is below 2^-126 of the row's largest term.
-__device__ __forceinline__ float ex2(float x) {
-    float r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-    return r;
-}
-
 // The accumulators x (32 registers) kept out of the compiler's reordering across the
 // asynchronous wgmma window.
 __device__ __forceinline__ void pin_all(float (&x)[32]) {
@@ -312,11 +304,7 @@ __device__ __forceinline__ void load_vec(uint32_t dst, const float* base, int i0
     }
 }
 
-// POS: scale_log2 > 0, so a row's maximum of x = s * scale_log2 is its maximum of s times
-// scale_log2 (rounding is monotonic), and p = 2^(s * scale_log2 - m) is one fused
-// multiply-add and an ex2: the scores are not scaled one by one. Otherwise x is formed first
-// (the maximum of x is then the one that counts).
-template <typename T, bool POS>
+template <typename T>
 __device__ __forceinline__ void attn_fwd_sm90(const AttnArgs& a) {
     constexpr int STAGES = FWD_STAGES;
     extern __shared__ uint8_t smem_raw[];
@@ -378,10 +366,14 @@ __device__ __forceinline__ void attn_fwd_sm90(const AttnArgs& a) {
             wgmma_wait<0>();
             pin_all(s);
 
-            // Mask (and scale to log2 units unless POS), online softmax; P as A fragments.
-            // x = s * mul is in log2 units; m is kept in them.
-            const float mul = POS ? sl2 : 1.f;
-            if (!POS) {
+            // Mask (and scale to log2 units unless the scale is positive), online softmax; P as
+            // A fragments. x = s * mul is in log2 units; m is kept in them. With a positive
+            // scale a row's maximum of x is its maximum of s times scale_log2 (rounding is
+            // monotonic) and p = 2^(s * scale_log2 - m) is one fused multiply-add and an ex2;
+            // otherwise x is formed first (one code path: a uniform branch).
+            const bool pos = sl2 > 0.f;
+            const float mul = pos ? sl2 : 1.f;
+            if (!pos) {
 #pragma unroll
                 for (int i = 0; i < 32; ++i) s[i] *= sl2;
             }
@@ -728,16 +720,10 @@ __device__ __forceinline__ void attn_bwd_dkdv_sm90(const AttnArgs& a) {
 // Four forward and four dQ blocks a multiprocessor (at most 128 registers a thread), three
 // dK/dV blocks (at most 170).
 extern "C" __global__ void __launch_bounds__(THREADS, 4) attn_fwd_sm90_bf16_d64(const AttnArgs a) {
-    if (a.scale_log2 > 0.f)
-        attn_fwd_sm90<__nv_bfloat16, true>(a);
-    else
-        attn_fwd_sm90<__nv_bfloat16, false>(a);
+    attn_fwd_sm90<__nv_bfloat16>(a);
 }
 extern "C" __global__ void __launch_bounds__(THREADS, 4) attn_fwd_sm90_f16_d64(const AttnArgs a) {
-    if (a.scale_log2 > 0.f)
-        attn_fwd_sm90<__half, true>(a);
-    else
-        attn_fwd_sm90<__half, false>(a);
+    attn_fwd_sm90<__half>(a);
 }
 extern "C" __global__ void __launch_bounds__(THREADS, 4) attn_bwd_dq_sm90_bf16_d64(const AttnArgs a) {
     attn_bwd_dq_sm90<__nv_bfloat16>(a);

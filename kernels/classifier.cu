@@ -35,7 +35,7 @@
 // (c > m: s = s exp(m - c), m = c), then its elements in order into one partial sum of
 // exp(x - m), as exp2(x log2(e) - m log2(e)) while m is finite (1 where x = m when it is not,
 // so infinities count once each), added to s; a NaN makes s NaN, and lse NaN. One multiply-add
-// and one exp2 (`ex2.approx.ftz`, see ce_exp2) an element, no branch per element; a thread's
+// and one exp2 (`ex2.approx.ftz`, see ptx.cuh's ex2) an element, no branch per element; a thread's
 // aligned chunks are loaded eight at a time, all in flight before the first is folded. The warp merges the states by
 // xor-shuffles, the 16 warp states merge in warp order through shared memory (all threads get
 // the row's (m, s)). Pass 2 (fused, bwd): each thread reads its elements again and writes
@@ -54,6 +54,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
+
+#include "ptx.cuh"
 
 typedef unsigned long long u64;
 typedef long long i64;
@@ -107,19 +109,6 @@ template <typename T> struct __align__(16) Vec {
 
 __device__ __forceinline__ bool is_fin(float a) { return a - a == 0.0f; }
 
-// 2^a by the multifunction unit alone (`ex2.approx.ftz`): exp2f's value wherever 2^a is a
-// normal float (exp2f is this instruction plus the scaling that keeps subnormal results), and
-// 0 below 2^-126, where exp2f gives a subnormal. The sums of the online softmax add these to
-// at least 1 (the maximum's term), so a flushed term changes them by less than 2^-126.
-__device__ __forceinline__ float ce_exp2(float a) {
-#ifdef __CUDA_ARCH__
-    float r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(a));
-    return r;
-#else
-    return exp2f(a);  // the CPU emulation (tests/emu)
-#endif
-}
 
 // The online state (m, s) of a row (see the top of the file; softmax.cu's `St`).
 struct CeSt {
@@ -147,7 +136,7 @@ struct CeSt {
             const float ml = m * CE_LOG2E;
 #pragma unroll
             for (int e = 0; e < N; ++e)
-                if (FULL || e < cnt) add += ce_exp2(fmaf(v[e], CE_LOG2E, -ml));
+                if (FULL || e < cnt) add += ex2(fmaf(v[e], CE_LOG2E, -ml));
         } else {
 #pragma unroll
             for (int e = 0; e < N; ++e)

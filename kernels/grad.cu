@@ -28,6 +28,8 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "ptx.cuh"
+
 typedef unsigned long long u64;
 
 template <typename T> struct G;
@@ -102,13 +104,6 @@ template <typename T> union GxVec16 {
     T v[16 / sizeof(T)];
 };
 
-// One 16-byte store of `w` at `p` (16-byte aligned). Written out in PTX: from the union's
-// `raw` the compiler split an f32 vector's store into four 4-byte stores.
-__device__ __forceinline__ void st_global16(void* p, const uint4& w) {
-    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "r"(w.x), "r"(w.y), "r"(w.z), "r"(w.w)
-                 : "memory");
-}
-
 // Grid-stride over 16-byte vectors when the three arrays start on 16 bytes (the tail, and
 // unaligned arrays, element by element).
 template <typename T, typename F>
@@ -125,7 +120,7 @@ __device__ __forceinline__ void gx_act_grad(const T* g, const T* x, T* dx, u64 n
             xv.raw = reinterpret_cast<const uint4*>(x)[i];
 #pragma unroll
             for (int j = 0; j < V; ++j) ov.v[j] = G<T>::store(G<T>::load(gv.v[j]) * F::d(G<T>::load(xv.v[j])));
-            st_global16(reinterpret_cast<uint4*>(dx) + i, ov.raw);
+            st_global_v4(reinterpret_cast<uint4*>(dx) + i, ov.raw.x, ov.raw.y, ov.raw.z, ov.raw.w);
         }
         done = nv * V;
     }
@@ -227,7 +222,7 @@ __device__ __forceinline__ void gx_cols(const T* g, const T* x, T* dx, typename 
                         ov.v[e] = G<T>::store(G<T>::load(gv.v[e]) * F::d(G<T>::load(xv.v[e])));
                         s[e] += G<T>::load(ov.v[e]);
                     }
-                    st_global16(dx + at, ov.raw);
+                    st_global_v4(dx + at, ov.raw.x, ov.raw.y, ov.raw.z, ov.raw.w);
                 } else {
                     const T d = G<T>::store(G<T>::load(g[at]) * F::d(G<T>::load(x[at])));
                     dx[at] = d;

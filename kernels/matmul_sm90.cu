@@ -96,6 +96,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "ptx.cuh"
+
 namespace {
 
 // The driver's CUtensorMap: 128 opaque bytes, aligned as cuda.h declares it.
@@ -645,15 +647,6 @@ __device__ __forceinline__ void for_each_index(F&& f, std::integer_sequence<int,
     (f(std::integral_constant<int, I>{}), ...);
 }
 
-// One 16-byte store of four words to global memory at p + BYTES (16-byte aligned), as PTX:
-// from a plain `uint4` store the compiler split the first store of each row's run into four
-// 4-byte stores, which wrote C's sectors in pieces (Nsight Compute: a third of C's sectors
-// excess on 128 x 192 tiles).
-template <int BYTES>
-__device__ __forceinline__ void st_global_v4(const void* p, const uint32_t (&w)[4]) {
-    asm volatile("st.global.v4.b32 [%0 + %5], {%1, %2, %3, %4};\n" ::"l"(p), "r"(w[0]),
-                 "r"(w[1]), "r"(w[2]), "r"(w[3]), "n"(BYTES));
-}
 
 // Work unit u: slice z, batch b and the first row and column (m0, n0) of its tile. Units run
 // slice-major, then batch, then tile; tiles of one matrix in groups of GROUP_M tile rows,
@@ -805,7 +798,7 @@ __device__ __forceinline__ void store_rows(const float (&acc)[BN / 2], O* __rest
                                           acc[(4 * g + j) * 4 + h * 2 + 1]);
                         quad_transpose(wd, o, q);
                         const uint64_t col = n0 + (uint64_t)(4 * g + q) * 8;
-                        if (row < M && col < N) st_global_v4<64 * g>(line, o);
+                        if (row < M && col < N) st_global_v4<64 * g>(line, o[0], o[1], o[2], o[3]);
                     },
                     std::make_integer_sequence<int, BN / 32>{});
             }

@@ -15,5 +15,5 @@ for k in classifier layernorm; do
       "$root/kernels/$k.cu" > "$tmp/${k}_host.inc"
   if grep -q 'extern __shared__' "$tmp/${k}_host.inc"; then echo "$k.cu: unhandled extern __shared__" >&2; exit 1; fi
 done
-g++ -std=c++20 -O1 -g -pthread -fsanitize=address -fno-omit-frame-pointer -I"$tmp" "$here/fused_emu.cpp" -o "$tmp/fused_emu"
+g++ -std=c++20 -O1 -g -pthread -fsanitize=address -fno-omit-frame-pointer -I"$tmp" -I"$root/kernels" "$here/fused_emu.cpp" -o "$tmp/fused_emu"
 ASAN_OPTIONS=detect_leaks=0 "$tmp/fused_emu" "${1:-0}"

@@ -9,5 +9,5 @@ root=$(cd "$here/../../../.." && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 python3 "$here/gen.py" "$root/kernels/attention.cu" "$tmp/attn_host.inc"
-g++ -std=c++20 -O2 -pthread -I"$here" -I"$tmp" "$here/attention_emu.cpp" -o "$tmp/attention_emu"
+g++ -std=c++20 -O2 -pthread -I"$here" -I"$tmp" -I"$root/kernels" "$here/attention_emu.cpp" -o "$tmp/attention_emu"
 "$tmp/attention_emu" "${1:-0}"

@@ -8,7 +8,11 @@
 //! whole batch (the one-GPU baseline). `xtask/gpu/torch_gpt2_ddp.py` is PyTorch DDP's twin.
 //!
 //! `--nproc N` starts the N ranks itself ([`Launch`], as `genesis-launch --nproc N` would);
-//! `--init PATH` writes the initial parameters (for the PyTorch twin).
+//! `--init PATH` writes the initial parameters (for the PyTorch twin). `--phases` adds, on
+//! CUDA, rank 0's device time of each step's parts (CUDA events on the training's stream):
+//! forward and backward, the wait for the gradients' reductions after backward (what the
+//! overlap did not hide), and clipping with the optimiser step; the median over the steps
+//! after warm-up at the end.
 //!
 //! ```text
 //! target/release/examples/gpt2_ddp --nproc 4 --ddp [--zero1] \
@@ -44,6 +48,7 @@ fn main() -> Res<()> {
         .arg(Arg::new("text").long("text"))
         .arg(Arg::new("init").long("init"))
         .arg(Arg::new("nproc").long("nproc").value_parser(positive))
+        .arg(Arg::new("phases").long("phases").action(ArgAction::SetTrue))
         .get_matches();
     let get = |k: &str| m.get_one::<String>(k).cloned().unwrap_or_default();
     // Checked by clap (`gpt2_args::positive`).
@@ -166,10 +171,23 @@ fn main() -> Res<()> {
         );
     }
     let mut times = Vec::new();
+    // `--phases`: events on the training's stream at the step's start, after backward, after
+    // the reductions and after the optimiser; the three spans of each step.
+    let phases = match (m.get_flag("phases"), &compute) {
+        (true, Some(s)) => Some(s),
+        _ => None,
+    };
+    let mut spans: Vec<[f32; 5]> = Vec::new();
+    let mark = |s: &genesis::cuda::Stream| -> Res<genesis::cuda::Event> {
+        let e = genesis::cuda::Event::new(s.device(), true)?;
+        e.record(s)?;
+        Ok(e)
+    };
     for step in 0..steps {
         let (x, y) = window_batch(&text, step, global, t, 7919, device)?;
         let (x, y) = (x.narrow(0, rank * b, b)?, y.narrow(0, rank * b, b)?);
         let start = std::time::Instant::now();
+        let e0 = phases.map(mark).transpose()?;
         match (&ddp, &adam) {
             (Some(d), _) => d.zero_grad()?,
             (None, Some(o)) => o.zero_grad(),
@@ -179,10 +197,14 @@ fn main() -> Res<()> {
             Some(d) => genesis::autograd::autocast(d, || model.loss(&x, &y))?,
             None => model.loss(&x, &y)?,
         };
+        let host_fwd = start.elapsed();
         loss.backward()?;
+        let host_bwd = start.elapsed();
+        let e1 = phases.map(mark).transpose()?;
         if let Some(d) = &ddp {
             d.finish()?;
         }
+        let e2 = phases.map(mark).transpose()?;
         if let Some(o) = &mut zero {
             o.clip_grad_norm_(1.0)?;
             o.step()?;
@@ -196,9 +218,21 @@ fn main() -> Res<()> {
         if let Some(g) = &group {
             g.all_reduce(&l, ReduceOp::Avg)?;
         }
+        let e3 = phases.map(mark).transpose()?;
         let l = l.to_vec::<f32>()?[0]; // synchronises
         let ms = start.elapsed().as_secs_f64() * 1e3;
         times.push(ms);
+        if let (Some(e0), Some(e1), Some(e2), Some(e3)) = (e0, e1, e2, e3) {
+            e3.synchronize()?;
+            let host = |d: std::time::Duration| d.as_secs_f32() * 1e3;
+            spans.push([
+                e1.elapsed_ms(&e0)?,
+                e2.elapsed_ms(&e1)?,
+                e3.elapsed_ms(&e2)?,
+                host(host_fwd),
+                host(host_bwd),
+            ]);
+        }
         if rank == 0 {
             let (a, r) = peak()?;
             println!(
@@ -230,6 +264,23 @@ fn main() -> Res<()> {
             "median step {median:.2} ms, {:.0} tokens/s for the group of {world}",
             (global * t) as f64 / (median / 1e3)
         );
+        if spans.len() > skip {
+            let med = |i: usize| {
+                let mut v: Vec<f32> = spans[skip..].iter().map(|s| s[i]).collect();
+                v.sort_by(f32::total_cmp);
+                v[v.len() / 2]
+            };
+            println!(
+                "device time a step (medians): forward and backward {:.2} ms, waiting for the \
+                 reductions after backward {:.2} ms, clipping and the optimiser {:.2} ms; the \
+                 host returned from forward at {:.2} ms and from backward at {:.2} ms",
+                med(0),
+                med(1),
+                med(2),
+                med(3),
+                med(4)
+            );
+        }
         for r in 0..world {
             println!(
                 "rank {r}: peak allocated {:.1} MiB, reserved {:.1} MiB{}",

@@ -167,7 +167,9 @@ __device__ __forceinline__ void gx_sumsq(const MtBatch& batch, double* partials)
     if (threadIdx.x == 0) partials[b] = tree[0];
 }
 
-// g = g * coef[0] over block b's chunk (the factor rounded to A first).
+// g = g * coef[0] over block b's chunk (the factor rounded to A first); nothing when the factor
+// is 1 (gradients within the norm: every value would stay as it is), which spares a read and
+// a write of every gradient.
 template <typename T>
 __device__ __forceinline__ void gx_scale(const MtBatch& batch, const double* coef) {
     typedef Op<T> O;
@@ -179,6 +181,7 @@ __device__ __forceinline__ void gx_scale(const MtBatch& batch, const double* coe
     const u64 base = (u64)(b - batch.first[t]) * GX_CHUNK;
     const u64 end = min(n, base + GX_CHUNK);
     const A c = (A)coef[0];
+    if (c == A(1)) return;
     for (u64 i = base + threadIdx.x; i < end; i += GX_THREADS) {
         G[i] = O::store(O::mul_(O::load(G[i]), c));
     }

@@ -602,19 +602,26 @@ impl ZeroAdamW {
             .collect()
     }
 
-    /// Scales the reduced gradients so that their global 2-norm (over every rank's parts:
-    /// squares summed in f32 per part, then all-reduced) is at most `max_norm`, by PyTorch's
-    /// `clip_grad_norm_` factor; returns the norm before clipping (0-d, f32, no host wait).
-    /// Call it after [`DistributedDataParallel::finish`], in place of
+    /// Scales the reduced gradients so that their global 2-norm (over every rank's parts) is at
+    /// most `max_norm`, by PyTorch's `clip_grad_norm_` factor; returns the norm before clipping
+    /// (0-d, f32, no host wait). This rank's norm comes from the fused multi-tensor kernels
+    /// ([`genesis::fused::clip_grad_norm_`], one pass over the parts; with a bound no finite
+    /// norm reaches, so that it scales nothing, but an infinite norm gives the factor 0 as the
+    /// global one would), its square is summed over the group in f64, and the parts are scaled
+    /// by the global factor. Call it after [`DistributedDataParallel::finish`], in place of
     /// [`genesis_nn::optim::clip_grad_norm_`] (which would read unreduced parts).
     pub fn clip_grad_norm_(&self, max_norm: f64) -> Result<Tensor> {
         let sh = &self.ddp.shared;
-        let shards = self.shards()?;
+        let shards: Vec<Tensor> = self
+            .shards()?
+            .into_iter()
+            .filter(|g| g.numel() > 0)
+            .collect();
         no_grad(|| -> Result<Tensor> {
-            let mut total = Tensor::zeros([1usize], DType::F32, sh.device)?;
-            for g in &shards {
-                total = total.add(&g.to_dtype(DType::F32)?.square()?.sum()?)?;
-            }
+            let total = match genesis::fused::clip_grad_norm_(&shards, f64::MAX)? {
+                Some(local) => local.to_dtype(DType::F64)?.square()?.reshape([1usize])?,
+                None => Tensor::zeros([1usize], DType::F64, sh.device)?,
+            };
             sh.group.all_reduce(&total, ReduceOp::Sum)?;
             let norm = total.sqrt()?;
             let coef = (max_norm / &norm.add(1e-6)?)?.clamp_max(1.0)?;
@@ -622,7 +629,7 @@ impl ZeroAdamW {
             for g in &shards {
                 g.mul_(&coef)?;
             }
-            Ok(norm.reshape([0usize; 0])?)
+            Ok(norm.to_dtype(DType::F32)?.reshape([0usize; 0])?)
         })
     }
 

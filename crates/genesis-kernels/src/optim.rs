@@ -98,7 +98,7 @@ impl AdamStep {
 }
 
 /// The compute type: f32, or f64 for f64.
-pub trait Acc: Copy + std::fmt::Debug + 'static {
+pub trait Acc: Copy + PartialEq + std::fmt::Debug + 'static {
     /// `x` rounded once to this type.
     fn of64(x: f64) -> Self;
     /// `x` widened (exactly).
@@ -277,7 +277,8 @@ pub fn clip_coef(partials: &[f64], max_norm: f64) -> [f64; 2] {
     [norm, coef]
 }
 
-/// The CPU twin of `scale_<T>`: `g *= coef` (the factor rounded to f32, or f64 for f64).
+/// The CPU twin of `scale_<T>`: `g *= coef` (the factor rounded to f32, or f64 for f64; nothing
+/// when that is 1).
 pub fn scale<T: Element>(g: &mut [T], coef: f64) -> Result<()> {
     float_only::<T>("scale")?;
     if size_of::<T>() == 8 {
@@ -290,6 +291,10 @@ pub fn scale<T: Element>(g: &mut [T], coef: f64) -> Result<()> {
 
 fn scale_in<T: Element, A: Acc>(g: &mut [T], coef: f64) {
     let c = A::of64(coef);
+    // As the kernel: a factor of 1 leaves every value as it is (NaN payloads included).
+    if c == A::of64(1.0) {
+        return;
+    }
     for x in g {
         *x = A::mul(A::of(*x), c).to();
     }

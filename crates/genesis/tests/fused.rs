@@ -360,6 +360,10 @@ fn clipping_scales_by_pytorchs_factor() {
         for (g, b) in grads.iter().zip(&before) {
             let dtype = g.dtype();
             // The norm, and so the factor, is f32-accurate when f32 gradients are among them.
+            if coef == 1.0 {
+                // Within the norm: every gradient as it was, bit for bit.
+                assert_eq!(&f64s(g), b, "{dtype:?}: changed within the norm");
+            }
             for (x, y) in f64s(g).iter().zip(b) {
                 let want = y * coef;
                 assert!(
@@ -421,6 +425,14 @@ fn cuda_steps_are_the_cpus_bit_for_bit() {
         );
         for (a, b) in cpu.grads.iter().zip(&dev.grads) {
             assert_eq!(f64s(a), f64s(b), "seed {seed}: clipped gradients");
+        }
+        // Within the norm the factor is 1 and nothing changes, on either device.
+        let before: Vec<Vec<f64>> = dev.grads.iter().map(f64s).collect();
+        clip_grad_norm_(&cpu.grads, 1e9).unwrap();
+        clip_grad_norm_(&dev.grads, 1e9).unwrap();
+        for ((a, b), was) in cpu.grads.iter().zip(&dev.grads).zip(&before) {
+            assert_eq!(&f64s(b), was, "seed {seed}: changed within the norm");
+            assert_eq!(f64s(a), f64s(b), "seed {seed}: within the norm");
         }
     }
 }

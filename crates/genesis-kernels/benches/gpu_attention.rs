@@ -6,6 +6,11 @@
 //! (FlashAttention's convention). `xtask/gpu/torch_attention.py` prints the same table for
 //! PyTorch's flash and cuDNN backends (bf16) and its memory-efficient and math ones (f32).
 //!
+//! The batch-32 GPT-2 case runs again as GPT-2's training lays it out (`..._packed`): q, k and
+//! v the thirds of one `[B, T, 3, H, D]` projection (rows 3 H D apart), the output and its
+//! gradient `[B, T, H, D]`, and the three gradients written into one buffer laid out as the
+//! projection (`gpu_attention_backward_packed`).
+//!
 //! `gpu_attention [--json PATH]`: prints a table and, with `--json`, writes the figures.
 //! Without a GPU (or without the `cuda` feature) it says so and exits successfully.
 
@@ -69,38 +74,44 @@ mod gpu {
         Ok(DeviceBuffer::from_host(ctx, bytes)?)
     }
 
-    /// Times one case in `T`, printing its row and pushing its JSON object to `json`.
+    /// Times one case in `T`, printing its row and pushing its JSON object to `json`; with
+    /// `packed`, in GPT-2's training layout (see the module documentation).
     fn case<T: Element>(
         ctx: &std::sync::Arc<Context>,
         stream: &Stream,
         rng: &mut SmallRng,
         (b, h, t, d, causal): (usize, usize, usize, usize, bool),
         prefix: &str,
+        packed: bool,
         json: &mut Vec<String>,
     ) -> BoxResult {
         let sh = AttentionShape::new(b, h, t, t, d, causal);
-        let s = Strides::bhtd(h, t, d);
+        let n = b * h * t * d;
+        // Contiguous [B, H, T, D] operands, or q, k, v at 0, H D and 2 H D of one
+        // [B, T, 3, H, D] buffer with the output [B, T, H, D].
+        let (qkv_s, o_s, at) = if packed {
+            let s = Strides {
+                batch: t * 3 * h * d,
+                head: d,
+                seq: 3 * h * d,
+            };
+            (s, Strides::bthd(h, t, d), [0, h * d, 2 * h * d])
+        } else {
+            let s = Strides::bhtd(h, t, d);
+            (s, s, [0, n, 2 * n])
+        };
         let fs = ForwardStrides {
-            q: s,
-            k: s,
-            v: s,
-            o: s,
+            q: qkv_s,
+            k: qkv_s,
+            v: qkv_s,
+            o: o_s,
         };
         let bs = BackwardStrides::of(fs);
-        let n = b * h * t * d;
-        let (q, k, v, dout) = (
-            random::<T>(ctx, rng, n)?,
-            random::<T>(ctx, rng, n)?,
-            random::<T>(ctx, rng, n)?,
-            random::<T>(ctx, rng, n)?,
-        );
+        let (qkv, dout) = (random::<T>(ctx, rng, 3 * n)?, random::<T>(ctx, rng, n)?);
+        let part = |i: usize| qkv.as_span::<T>().and_then(|s| s.slice(at[i]..));
         let mut o = DeviceBuffer::alloc(ctx, n * size_of::<T>())?;
         let mut lse = DeviceBuffer::alloc(ctx, b * h * t * 4)?;
-        let (mut dq, mut dk, mut dv) = (
-            DeviceBuffer::alloc(ctx, n * size_of::<T>())?,
-            DeviceBuffer::alloc(ctx, n * size_of::<T>())?,
-            DeviceBuffer::alloc(ctx, n * size_of::<T>())?,
-        );
+        let mut dqkv = DeviceBuffer::alloc(ctx, 3 * n * size_of::<T>())?;
         let mut ws = DeviceBuffer::alloc(ctx, attention::backward_workspace_bytes(&sh))?;
         let mut forward = |sm80: bool| {
             attention::force_sm80_attention_on_thread(sm80);
@@ -109,9 +120,9 @@ mod gpu {
                     stream,
                     &sh,
                     &fs,
-                    q.as_span()?,
-                    k.as_span()?,
-                    v.as_span()?,
+                    part(0)?,
+                    part(1)?,
+                    part(2)?,
                     o.as_span_mut()?,
                     lse.as_span_mut()?,
                 )?;
@@ -122,26 +133,26 @@ mod gpu {
         };
         // On Hopper, head dim 64's forward runs the wgmma kernel; the mma.sync one (what
         // Ampere and Ada run) is timed beside it.
-        let sm80_fwd = if ctx.compute_capability() == (9, 0) && d == 64 && T::NAME != "f32" {
-            Some(forward(true)?)
-        } else {
-            None
-        };
+        let sm80_fwd =
+            if ctx.compute_capability() == (9, 0) && d == 64 && T::NAME != "f32" && !packed {
+                Some(forward(true)?)
+            } else {
+                None
+            };
         let fwd = forward(false)?;
         let bwd = timing::events(stream, WARMUP, RUNS, || {
-            attention::gpu_attention_backward::<T>(
+            attention::gpu_attention_backward_packed::<T>(
                 stream,
                 &sh,
                 &bs,
-                q.as_span()?,
-                k.as_span()?,
-                v.as_span()?,
+                part(0)?,
+                part(1)?,
+                part(2)?,
                 o.as_span()?,
                 dout.as_span()?,
                 lse.as_span()?,
-                dq.as_span_mut()?,
-                dk.as_span_mut()?,
-                dv.as_span_mut()?,
+                dqkv.as_span_mut()?,
+                at,
                 ws.as_span_mut()?,
             )?;
             Ok(())
@@ -152,8 +163,9 @@ mod gpu {
         }
         let tf = |fl: f64, ms: f64| fl / (ms * 1e-3) / 1e12;
         let name = format!(
-            "attn_{prefix}b{b}_h{h}_t{t}_d{d}{}",
-            if causal { "_causal" } else { "" }
+            "attn_{prefix}b{b}_h{h}_t{t}_d{d}{}{}",
+            if causal { "_causal" } else { "" },
+            if packed { "_packed" } else { "" }
         );
         let (ft, bt) = (tf(flops, fwd.median_ms), tf(2.5 * flops, bwd.median_ms));
         println!(
@@ -195,10 +207,11 @@ mod gpu {
         );
         let mut json = Vec::new();
         for c in CASES {
-            case::<bf16>(&ctx, &stream, &mut rng, c, "", &mut json)?;
+            case::<bf16>(&ctx, &stream, &mut rng, c, "", false, &mut json)?;
         }
+        case::<bf16>(&ctx, &stream, &mut rng, CASES[1], "", true, &mut json)?;
         for c in F32_CASES {
-            case::<f32>(&ctx, &stream, &mut rng, c, "f32_", &mut json)?;
+            case::<f32>(&ctx, &stream, &mut rng, c, "f32_", false, &mut json)?;
         }
         if let Some(p) = json_path {
             let text = format!(

@@ -109,7 +109,6 @@ template <typename T> struct __align__(16) Vec {
 
 __device__ __forceinline__ bool is_fin(float a) { return a - a == 0.0f; }
 
-
 // The online state (m, s) of a row (see the top of the file; softmax.cu's `St`).
 struct CeSt {
     float m, s;

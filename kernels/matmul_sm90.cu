@@ -647,7 +647,6 @@ __device__ __forceinline__ void for_each_index(F&& f, std::integer_sequence<int,
     (f(std::integral_constant<int, I>{}), ...);
 }
 
-
 // Work unit u: slice z, batch b and the first row and column (m0, n0) of its tile. Units run
 // slice-major, then batch, then tile; tiles of one matrix in groups of GROUP_M tile rows,
 // column by column inside a group.

@@ -612,11 +612,7 @@ impl ZeroAdamW {
     /// [`genesis_nn::optim::clip_grad_norm_`] (which would read unreduced parts).
     pub fn clip_grad_norm_(&self, max_norm: f64) -> Result<Tensor> {
         let sh = &self.ddp.shared;
-        let shards: Vec<Tensor> = self
-            .shards()?
-            .into_iter()
-            .filter(|g| g.numel() > 0)
-            .collect();
+        let shards = self.shards()?;
         no_grad(|| -> Result<Tensor> {
             let total = match genesis::fused::clip_grad_norm_(&shards, f64::MAX)? {
                 Some(local) => local.to_dtype(DType::F64)?.square()?.reshape([1usize])?,

@@ -183,7 +183,13 @@ fn main() -> Res<()> {
         e.record(s)?;
         Ok(e)
     };
+    // Throughput (and the op profile) after warm-up: the first 3 steps left out when there are
+    // more than 5.
+    let skip = if steps > 5 { 3 } else { 0 };
     for step in 0..steps {
+        if step == skip {
+            genesis::autograd::profile::reset();
+        }
         let (x, y) = window_batch(&text, step, global, t, 7919, device)?;
         let (x, y) = (x.narrow(0, rank * b, b)?, y.narrow(0, rank * b, b)?);
         let start = std::time::Instant::now();
@@ -243,8 +249,6 @@ fn main() -> Res<()> {
             );
         }
     }
-    // Throughput after warm-up (the first 3 steps left out when there are more than 5).
-    let skip = if steps > 5 { 3 } else { 0 };
     let mut tail: Vec<f64> = times[skip..].to_vec();
     tail.sort_by(f64::total_cmp);
     let median = tail.get(tail.len() / 2).copied().unwrap_or(f64::NAN);
@@ -293,6 +297,12 @@ fn main() -> Res<()> {
                     ),
                     None => String::new(),
                 }
+            );
+        }
+        if genesis::autograd::profile::is_enabled() {
+            println!(
+                "time by op (GENESIS_PROFILE)\n{}",
+                genesis::autograd::profile::report()
             );
         }
     }

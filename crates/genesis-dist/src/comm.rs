@@ -457,10 +457,11 @@ fn start_init(
     size: usize,
     device: usize,
     blocking: bool,
+    options: &GroupOptions,
 ) -> Result<NcclComm> {
     let (_, _) = stream_for(device)?;
     let mut raw: NcclComm = std::ptr::null_mut();
-    let mut config = Config::new(blocking);
+    let mut config = Config::new(blocking).with_max_ctas(options.max_ctas);
     let (Ok(nranks), Ok(r)) = (c_int::try_from(size), c_int::try_from(rank)) else {
         return Err(Error::InvalidArgument {
             op: "init_process_group",
@@ -499,12 +500,15 @@ fn init_blocking(
     size: usize,
     device: usize,
     deadline: Instant,
+    options: &GroupOptions,
 ) -> Result<NcclComm> {
     let (tx, rx) = std::sync::mpsc::channel();
+    let options = options.clone();
     std::thread::Builder::new()
         .name("genesis-nccl-init".into())
         .spawn(move || {
-            let made = start_init(n, id, rank, size, device, true).map(|raw| raw as usize);
+            let made =
+                start_init(n, id, rank, size, device, true, &options).map(|raw| raw as usize);
             let _ = tx.send(made);
         })
         .map_err(|e| Error::Protocol(format!("starting NCCL's creation thread: {e}")))?;
@@ -747,6 +751,30 @@ pub fn init_process_group() -> Result<ProcessGroup> {
     ProcessGroup::new(&GroupEnv::from_env()?, DEFAULT_TIMEOUT)
 }
 
+/// NCCL's settings for the communicators of a [`ProcessGroup`] (PyTorch's
+/// `ProcessGroupNCCL.Options().config`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GroupOptions {
+    /// The most thread blocks (CTAs) a collective runs with (NCCL's `maxCTAs`; `None`: NCCL's
+    /// choice for the topology). A collective that runs beside other
+    /// kernels takes that many multiprocessors, and their share of memory bandwidth, from
+    /// them for its whole length: fewer make it slower and the kernels beside it faster.
+    pub max_ctas: Option<u32>,
+}
+
+impl GroupOptions {
+    /// Refuses settings no communicator can have (NCCL checks the rest when it makes one).
+    fn check(&self, op: &'static str) -> Result<()> {
+        if self.max_ctas == Some(0) {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: "max_ctas must be at least 1 (None leaves NCCL's choice)".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
 /// One rank of a group of processes or GPUs: an NCCL communicator on one GPU, and the
 /// collectives on its tensors (see the module documentation).
 #[derive(Debug)]
@@ -762,7 +790,19 @@ impl ProcessGroup {
     /// (at most `timeout` too). Processes create their groups in the same order (the id's key
     /// counts them).
     pub fn new(env: &GroupEnv, timeout: Duration) -> Result<ProcessGroup> {
+        ProcessGroup::new_with(env, timeout, &GroupOptions::default())
+    }
+
+    /// [`ProcessGroup::new`] with NCCL's settings of `options` for this group's
+    /// communicators (a second group over the same ranks may have other settings: see
+    /// [`crate::DdpOptions::overlap_group`]).
+    pub fn new_with(
+        env: &GroupEnv,
+        timeout: Duration,
+        options: &GroupOptions,
+    ) -> Result<ProcessGroup> {
         let op = "init_process_group";
+        options.check(op)?;
         check_devices(op, &[env.local_rank])?;
         let deadline = Instant::now() + timeout;
         let mut store = StoreClient::connect(&env.store_addr(), timeout)?;
@@ -792,7 +832,15 @@ impl ProcessGroup {
         }
         let (id, id_blocking) = (ids[0], ids[1]);
         nccl::set_env_defaults();
-        let raw = start_init(n, id, env.rank, env.world_size, env.local_rank, false)?;
+        let raw = start_init(
+            n,
+            id,
+            env.rank,
+            env.world_size,
+            env.local_rank,
+            false,
+            options,
+        )?;
         let mut comm = Comm {
             nccl: n,
             raw,
@@ -812,6 +860,7 @@ impl ProcessGroup {
             env.world_size,
             env.local_rank,
             deadline,
+            options,
         )?;
         // Ready at once, unless `NCCL_COMM_BLOCKING=0` made the creation run on.
         comm.wait_ready("ncclCommInitRankConfig", deadline)?;
@@ -825,7 +874,17 @@ impl ProcessGroup {
     /// (distinct GPUs): the communicators are created together in one NCCL group, at most
     /// `timeout`. Collectives on them must be queued together, in [`group`].
     pub fn new_local(devices: &[usize], timeout: Duration) -> Result<Vec<ProcessGroup>> {
+        ProcessGroup::new_local_with(devices, timeout, &GroupOptions::default())
+    }
+
+    /// [`ProcessGroup::new_local`] with NCCL's settings of `options`.
+    pub fn new_local_with(
+        devices: &[usize],
+        timeout: Duration,
+        options: &GroupOptions,
+    ) -> Result<Vec<ProcessGroup>> {
         let op = "ProcessGroup::new_local";
+        options.check(op)?;
         check_devices(op, devices)?;
         let n = shared_nccl()?;
         nccl::set_env_defaults();
@@ -837,7 +896,7 @@ impl ProcessGroup {
         let mut raws = Vec::with_capacity(size);
         let mut first_error = None;
         for (rank, &d) in devices.iter().enumerate() {
-            match start_init(n, id, rank, size, d, false) {
+            match start_init(n, id, rank, size, d, false, options) {
                 Ok(raw) => raws.push((raw, d, rank)),
                 Err(e) => {
                     first_error = Some(e);
@@ -886,7 +945,7 @@ impl ProcessGroup {
         // rank is here, so none can keep the others waiting.
         let id = n.unique_id()?;
         let mut fasts = vec![std::ptr::null_mut(); size];
-        let mut configs = vec![Config::new(true); size];
+        let mut configs = vec![Config::new(true).with_max_ctas(options.max_ctas); size];
         // SAFETY: `ncclGroupStart` only marks this thread's state.
         n.check("ncclGroupStart", unsafe { (n.fns.group_start)() })?;
         let mut first_error = None;

@@ -30,8 +30,8 @@ pub mod nccl;
 pub mod store;
 
 pub use comm::{
-    Collectives, DEFAULT_TIMEOUT, ProcessGroup, ReduceOp, Work, group, init_process_group,
-    nccl_types, shared_nccl,
+    Collectives, DEFAULT_TIMEOUT, GroupOptions, ProcessGroup, ReduceOp, Work, group,
+    init_process_group, nccl_types, shared_nccl,
 };
 pub use ddp::{
     Bucket, BucketLayout, DEFAULT_BUCKET_CAP_BYTES, Ddp, DdpOptions, DistributedDataParallel,

@@ -108,6 +108,16 @@ impl Config {
             split_share: UNDEF_INT,
         }
     }
+
+    /// The most thread blocks (CTAs) NCCL runs a collective of this communicator with
+    /// (`maxCTAs`); `None` leaves NCCL's default. Values NCCL does not take (0, more than its
+    /// channels) are refused by the communicator's creation.
+    pub fn with_max_ctas(mut self, max_ctas: Option<u32>) -> Config {
+        if let Some(m) = max_ctas {
+            self.max_ctas = c_int::try_from(m).unwrap_or(c_int::MAX);
+        }
+        self
+    }
 }
 
 /// Sets NCCL's environment defaults that Genesis relies on, each unless the user set it;

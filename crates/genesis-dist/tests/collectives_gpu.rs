@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use genesis::cuda::{Stream, with_stream};
 use genesis::{DType, Device, Tensor};
-use genesis_dist::{Error, GroupEnv, ProcessGroup, ReduceOp, Work, group};
+use genesis_dist::{Error, GroupEnv, GroupOptions, ProcessGroup, ReduceOp, Work, group};
 
 const T: Duration = Duration::from_secs(120);
 
@@ -424,10 +424,41 @@ fn rank_of_a_launched_group() {
     let pg = ProcessGroup::new(&env, T).unwrap();
     check_every_collective(&pg);
     versions_of_written_tensors_go_up(&pg);
+    // A second group over the same ranks whose collectives run on at most two CTAs.
+    let narrow = GroupOptions { max_ctas: Some(2) };
+    let pg2 = ProcessGroup::new_with(&env, T, &narrow).unwrap();
+    check_every_collective(&pg2);
     eprintln!(
-        "rank {} of {}: every collective and dtype checked",
+        "rank {} of {}: every collective and dtype checked, on NCCL's own CTAs and on two",
         env.rank, env.world_size
     );
+}
+
+/// A group of at most no CTAs is a typed error (before NCCL is asked); one of a single CTA
+/// runs every collective.
+#[test]
+fn groups_of_no_ctas_are_refused_and_of_one_run() {
+    let _gpus = gpus_lock();
+    let server = genesis_dist::StoreServer::bind("127.0.0.1:0").unwrap();
+    let env = GroupEnv {
+        rank: 0,
+        world_size: 1,
+        local_rank: 0,
+        master_addr: "127.0.0.1".into(),
+        master_port: server.local_addr().port(),
+    };
+    let none = GroupOptions { max_ctas: Some(0) };
+    match ProcessGroup::new_with(&env, T, &none) {
+        Err(Error::InvalidArgument { reason, .. }) => assert!(reason.contains("max_ctas")),
+        other => panic!("a group of at most 0 CTAs: {other:?}"),
+    }
+    if let Some(why) = skip(1) {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let one = GroupOptions { max_ctas: Some(1) };
+    let pg = ProcessGroup::new_with(&env, T, &one).unwrap();
+    check_every_collective(&pg);
 }
 
 /// One process per GPU, started by the launcher with `RANK`, `WORLD_SIZE`, `LOCAL_RANK`,

@@ -247,6 +247,7 @@ pub(crate) fn gpu_bundle() -> DynResult {
         "torch_fused.py",
         "torch_allreduce.py",
         "torch_gpt2_ddp.py",
+        "gpt2_grad_error.py",
         "compare.py",
     ] {
         let src = root().join("xtask/gpu").join(script);

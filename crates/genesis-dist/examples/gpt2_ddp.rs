@@ -12,12 +12,16 @@
 //! CUDA, rank 0's device time of each step's parts (CUDA events on the training's stream):
 //! forward and backward, the wait for the gradients' reductions after backward (what the
 //! overlap did not hide), and clipping with the optimiser step; the median over the steps
-//! after warm-up at the end.
+//! after warm-up at the end. `--dump-grads DIR --dump-step N` writes rank 0's parameters and
+//! gradients (reduced over the group with `--ddp`; not with `--zero1`, whose ranks hold parts)
+//! at step N, before its optimiser step (see `dump`). `GENESIS_PROFILE=events` prints the
+//! per-op device times of the steps after warm-up.
 //!
 //! ```text
 //! target/release/examples/gpt2_ddp --nproc 4 --ddp [--zero1] \
 //!     --config 124m --batch 32 --seq 1024 --steps 20 [--bf16] [--text DIR] [--bucket-mb 25]
 //! target/release/examples/gpt2_ddp --config 124m --batch 32 --seq 1024 --steps 20 [--init PATH]
+//!     [--dump-grads DIR --dump-step N]
 //! ```
 
 use std::sync::Arc;
@@ -49,6 +53,8 @@ fn main() -> Res<()> {
         .arg(Arg::new("init").long("init"))
         .arg(Arg::new("nproc").long("nproc").value_parser(positive))
         .arg(Arg::new("phases").long("phases").action(ArgAction::SetTrue))
+        .arg(Arg::new("dump-grads").long("dump-grads"))
+        .arg(count("dump-step", "0"))
         .get_matches();
     let get = |k: &str| m.get_one::<String>(k).cloned().unwrap_or_default();
     // Checked by clap (`gpt2_args::positive`).
@@ -74,6 +80,9 @@ fn main() -> Res<()> {
     }
     let (global, t, steps) = (num("batch"), num("seq"), num("steps"));
     let zero1 = m.get_flag("zero1");
+    if zero1 && m.get_one::<String>("dump-grads").is_some() {
+        return Err("--dump-grads: ZeRO-1's ranks hold parts of the gradients; use --ddp".into());
+    }
     let ddp_on = m.get_flag("ddp") || zero1;
     let env = if ddp_on {
         Some(GroupEnv::from_env()?)
@@ -210,6 +219,12 @@ fn main() -> Res<()> {
         if let Some(d) = &ddp {
             d.finish()?;
         }
+        if let Some(dir) = m.get_one::<String>("dump-grads")
+            && step == num("dump-step")
+            && rank == 0
+        {
+            dump(&model, std::path::Path::new(dir))?;
+        }
         let e2 = phases.map(mark).transpose()?;
         if let Some(o) = &mut zero {
             o.clip_grad_norm_(1.0)?;
@@ -304,6 +319,28 @@ fn main() -> Res<()> {
                 "time by op (GENESIS_PROFILE)\n{}",
                 genesis::autograd::profile::report()
             );
+        }
+    }
+    Ok(())
+}
+
+/// Writes each parameter (`NAME.param`) and its gradient (`NAME.grad`, once reduced) as raw
+/// little-endian f32 into `dir`: `xtask/gpu/gpt2_grad_error.py` compares them with PyTorch's
+/// gradients in f32 and f64 from the same parameters and batch.
+fn dump(model: &Gpt2, dir: &std::path::Path) -> Res<()> {
+    std::fs::create_dir_all(dir)?;
+    let raw = |t: &Tensor| -> Res<Vec<u8>> {
+        let v = t
+            .detach()
+            .to_dtype(DType::F32)?
+            .contiguous()?
+            .to_vec::<f32>()?;
+        Ok(v.iter().flat_map(|x| x.to_le_bytes()).collect())
+    };
+    for (name, p) in model.named_parameters() {
+        std::fs::write(dir.join(format!("{name}.param")), raw(&p)?)?;
+        if let Some(g) = p.grad() {
+            std::fs::write(dir.join(format!("{name}.grad")), raw(&g)?)?;
         }
     }
     Ok(())

@@ -21,13 +21,7 @@ import torch.distributed as dist
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.environ.get("GENESIS_TWINS", os.path.join(HERE, "..", "..", "crates", "genesis-nn", "tests")))
 import twins  # noqa: E402
-from twins import GPT, load_safetensors, window_batch  # noqa: E402
-
-CONFIGS = {
-    "tiny": dict(block=64, vocab=256, layers=2, heads=2, width=64),
-    "small": dict(block=256, vocab=256, layers=4, heads=4, width=128),
-    "124m": dict(block=1024, vocab=50304, layers=12, heads=12, width=768),
-}
+from twins import CONFIGS, GPT, load_safetensors, window_batch  # noqa: E402
 
 
 def main():

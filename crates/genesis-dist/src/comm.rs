@@ -756,9 +756,9 @@ pub fn init_process_group() -> Result<ProcessGroup> {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GroupOptions {
     /// The most thread blocks (CTAs) a collective runs with (NCCL's `maxCTAs`; `None`: NCCL's
-    /// choice for the topology). A collective that runs beside other
-    /// kernels takes that many multiprocessors, and their share of memory bandwidth, from
-    /// them for its whole length: fewer make it slower and the kernels beside it faster.
+    /// choice for the topology). A collective that runs beside other kernels holds that many
+    /// multiprocessors for its whole length: fewer make it slower and leave more to the
+    /// kernels beside it.
     pub max_ctas: Option<u32>,
 }
 
@@ -794,8 +794,7 @@ impl ProcessGroup {
     }
 
     /// [`ProcessGroup::new`] with NCCL's settings of `options` for this group's
-    /// communicators (a second group over the same ranks may have other settings: see
-    /// [`crate::DdpOptions::overlap_group`]).
+    /// communicators (a second group over the same ranks, made after it, may have others).
     pub fn new_with(
         env: &GroupEnv,
         timeout: Duration,

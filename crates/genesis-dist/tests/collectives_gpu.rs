@@ -8,7 +8,7 @@
 //! the dtype's rounding.
 
 mod common;
-use common::{gpus, gpus_lock, launch_ranks, nccl_world_of_one, skip};
+use common::{gpus, gpus_lock, launch_ranks, nccl_world_of_one, skip, world_of_one_env};
 use std::time::Duration;
 
 use genesis::cuda::{Stream, with_stream};
@@ -439,14 +439,7 @@ fn rank_of_a_launched_group() {
 #[test]
 fn groups_of_no_ctas_are_refused_and_of_one_run() {
     let _gpus = gpus_lock();
-    let server = genesis_dist::StoreServer::bind("127.0.0.1:0").unwrap();
-    let env = GroupEnv {
-        rank: 0,
-        world_size: 1,
-        local_rank: 0,
-        master_addr: "127.0.0.1".into(),
-        master_port: server.local_addr().port(),
-    };
+    let (_server, env) = world_of_one_env();
     let none = GroupOptions { max_ctas: Some(0) };
     match ProcessGroup::new_with(&env, T, &none) {
         Err(Error::InvalidArgument { reason, .. }) => assert!(reason.contains("max_ctas")),

@@ -17,13 +17,7 @@ import time
 import torch
 
 import twins
-from twins import GPT, load_safetensors, window_batch
-
-CONFIGS = {
-    "tiny": dict(block=64, vocab=256, layers=2, heads=2, width=64),
-    "small": dict(block=256, vocab=256, layers=4, heads=4, width=128),
-    "124m": dict(block=1024, vocab=50304, layers=12, heads=12, width=768),
-}
+from twins import CONFIGS, GPT, load_safetensors, window_batch
 
 
 def main():

@@ -9,6 +9,14 @@ import struct
 import torch
 
 
+# The GPT-2 configurations of genesis_nn::gpt2::Gpt2Config::named.
+CONFIGS = {
+    "tiny": dict(block=64, vocab=256, layers=2, heads=2, width=64),
+    "small": dict(block=256, vocab=256, layers=4, heads=4, width=128),
+    "124m": dict(block=1024, vocab=50304, layers=12, heads=12, width=768),
+}
+
+
 def load_safetensors(path):
     """The float32 tensors of a safetensors file, by name."""
     with open(path, "rb") as f:

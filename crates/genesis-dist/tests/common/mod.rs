@@ -50,6 +50,14 @@ pub(crate) fn gpus_lock() -> MutexGuard<'static, ()> {
 /// A group of one rank on GPU 0 of this process, and the store it met in (keep it while the
 /// group is used).
 pub(crate) fn nccl_world_of_one(timeout: Duration) -> (StoreServer, ProcessGroup) {
+    let (server, env) = world_of_one_env();
+    let pg = ProcessGroup::new(&env, timeout).unwrap();
+    (server, pg)
+}
+
+/// A store on this host and the environment of rank 0 of a group of one on GPU 0 that meets
+/// in it (keep the store while the group is made and used).
+pub(crate) fn world_of_one_env() -> (StoreServer, GroupEnv) {
     let server = StoreServer::bind("127.0.0.1:0").unwrap();
     let env = GroupEnv {
         rank: 0,
@@ -58,6 +66,5 @@ pub(crate) fn nccl_world_of_one(timeout: Duration) -> (StoreServer, ProcessGroup
         master_addr: "127.0.0.1".into(),
         master_port: server.local_addr().port(),
     };
-    let pg = ProcessGroup::new(&env, timeout).unwrap();
-    (server, pg)
+    (server, env)
 }

@@ -16,10 +16,13 @@ pub enum Target<'a> {
     Probabilities(&'a Tensor),
 }
 
-/// The options of [`cross_entropy_with`] (PyTorch's keyword arguments).
-#[derive(Debug, Clone, Copy, Default)]
+/// The options of [`cross_entropy_with`] (PyTorch's keyword arguments, with its defaults:
+/// `ignore_index` -100, no smoothing, the mean).
+#[derive(Debug, Clone, Copy)]
 pub struct CrossEntropy {
-    /// Targets with this class index contribute nothing (nor to the mean's count).
+    /// Targets with this class index contribute nothing (nor to the mean's count); `None`:
+    /// every target counts (and one outside `[0, C)` is an error). PyTorch's default, -100,
+    /// is the label of padding in most datasets.
     pub ignore_index: Option<i64>,
     /// `ε` in `[0, 1]`: the target becomes `(1 - ε)` on the class plus `ε / C` everywhere.
     pub label_smoothing: f64,
@@ -27,9 +30,22 @@ pub struct CrossEntropy {
     pub reduction: Reduction,
 }
 
+impl Default for CrossEntropy {
+    fn default() -> CrossEntropy {
+        CrossEntropy {
+            ignore_index: Some(DEFAULT_IGNORE_INDEX),
+            label_smoothing: 0.0,
+            reduction: Reduction::Mean,
+        }
+    }
+}
+
+/// PyTorch's default `ignore_index` of `cross_entropy` and `nll_loss`.
+pub const DEFAULT_IGNORE_INDEX: i64 = -100;
+
 /// The mean cross entropy of `logits` (`[N, C]`, `[C]`, or `[N, C, d...]`: classes in
 /// dimension 1) against int64 class indices `target` (PyTorch's `F.cross_entropy` with its
-/// defaults).
+/// defaults: targets of -100 are ignored).
 pub fn cross_entropy(logits: &Tensor, target: &Tensor) -> Result<Tensor> {
     cross_entropy_with(logits, Target::Indices(target), CrossEntropy::default())
 }
@@ -77,6 +93,27 @@ pub fn cross_entropy_with(
             reason: "the input must have a class dimension".into(),
         });
     }
+    let lone = logits.dim() == 1;
+    let per = cross_entropy_batched(logits, target, opts)?;
+    unbatched(per, lone, opts.reduction)
+}
+
+/// A `[C]` input's unreduced loss as PyTorch gives it: a 0-d tensor, not `[1]`.
+fn unbatched(out: Tensor, lone: bool, reduction: Reduction) -> Result<Tensor> {
+    if lone && reduction == Reduction::None {
+        out.reshape([0usize; 0])
+    } else {
+        Ok(out)
+    }
+}
+
+/// [`cross_entropy_with`] on the input made batched (`[C]` as `[1, C]`).
+fn cross_entropy_batched(
+    logits: &Tensor,
+    target: Target<'_>,
+    opts: CrossEntropy,
+) -> Result<Tensor> {
+    let eps = opts.label_smoothing;
     let (logits, indices, probs) = batched(logits, target)?;
     if let (Some(t), None, true) = (&indices, &probs, eps == 0.0)
         && logits.dim() == 2
@@ -104,21 +141,21 @@ pub fn cross_entropy_with(
         return reduce(per, None, opts.reduction);
     }
     let t = indices.expect("indices");
-    let nll = nll_parts(&logp, &t, opts.ignore_index)?;
-    let (mut per, mask) = nll;
+    let (mut per, ignored) = nll_parts(&logp, &t, opts.ignore_index)?;
     if eps > 0.0 {
         let smooth = logp.mean_dim([1], false)?.neg()?;
-        let smooth = match &mask {
-            Some(m) => smooth.mul(m)?,
+        let smooth = match &ignored {
+            Some(i) => Tensor::where_cond(i, 0.0, &smooth)?,
             None => smooth,
         };
         per = per.mul(1.0 - eps)?.add(&smooth.mul(eps)?)?;
     }
-    reduce(per, mask, opts.reduction)
+    reduce(per, ignored, opts.reduction)
 }
 
-/// The per-element negative log likelihood `-logp[target]` (0 where ignored) and, with
-/// `ignore_index`, the float mask of the elements that count.
+/// The per-element negative log likelihood `-logp[target]` (0 where ignored, selected away so
+/// that an ignored element's gradient is exactly 0, even when the mean's count is 0, as
+/// PyTorch's) and, with `ignore_index`, the bool mask of the ignored elements.
 fn nll_parts(
     logp: &Tensor,
     target: &Tensor,
@@ -142,46 +179,49 @@ fn nll_parts(
             rhs: target.shape().to_vec(),
         });
     }
-    let (safe, mask) = match ignore_index {
+    let (safe, ignored) = match ignore_index {
         Some(ig) => {
             let ignored = target.eq_scalar(ig)?;
-            let safe = Tensor::where_cond(&ignored, 0i64, target)?;
-            let mask = ignored.logical_not_mask()?.to_dtype(logp.dtype())?;
-            (safe, Some(mask))
+            (Tensor::where_cond(&ignored, 0i64, target)?, Some(ignored))
         }
         None => (target.clone(), None),
     };
     let picked = logp.gather(1, &safe.unsqueeze(1)?)?.squeeze(1)?.neg()?;
-    let per = match &mask {
-        Some(m) => picked.mul(m)?,
+    let per = match &ignored {
+        Some(i) => Tensor::where_cond(i, 0.0, &picked)?,
         None => picked,
     };
-    Ok((per, mask))
+    Ok((per, ignored))
 }
 
-/// `per` reduced: the mean over the counted elements (all, or the mask's), the sum, or as is.
-fn reduce(per: Tensor, mask: Option<Tensor>, reduction: Reduction) -> Result<Tensor> {
+/// `per` reduced: the mean over the counted elements (all, or those not `ignored`: NaN when
+/// none counts, as PyTorch's), the sum, or as is.
+fn reduce(per: Tensor, ignored: Option<Tensor>, reduction: Reduction) -> Result<Tensor> {
     match reduction {
         Reduction::None => Ok(per),
         Reduction::Sum => per.sum(),
-        Reduction::Mean => match mask {
-            Some(m) => per.sum()?.div(&m.sum()?),
+        Reduction::Mean => match ignored {
+            Some(i) => per
+                .sum()?
+                .div(&i.logical_not_mask()?.to_dtype(per.dtype())?.sum()?),
             None => per.mean(),
         },
     }
 }
 
-/// The negative log likelihood of log-probabilities `logp` (`[N, C]`, classes in dimension
-/// 1) at int64 `target` (PyTorch's `F.nll_loss`).
+/// The negative log likelihood of log-probabilities `logp` (`[N, C]` or `[C]`, classes in
+/// dimension 1) at int64 `target` (PyTorch's `F.nll_loss`; its default `ignore_index` is
+/// `Some(DEFAULT_IGNORE_INDEX)`).
 pub fn nll_loss(
     logp: &Tensor,
     target: &Tensor,
     ignore_index: Option<i64>,
     reduction: Reduction,
 ) -> Result<Tensor> {
+    let lone = logp.dim() == 1;
     let (logp, t, _) = batched(logp, Target::Indices(target))?;
-    let (per, mask) = nll_parts(&logp, &t.expect("indices"), ignore_index)?;
-    reduce(per, mask, reduction)
+    let (per, ignored) = nll_parts(&logp, &t.expect("indices"), ignore_index)?;
+    unbatched(reduce(per, ignored, reduction)?, lone, reduction)
 }
 
 /// `(input - target)²`, reduced (PyTorch's `F.mse_loss`); the shapes broadcast.

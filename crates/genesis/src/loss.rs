@@ -88,19 +88,23 @@ impl Tensor {
             None => self.clone(),
         };
         let logp = logits.log_softmax(1)?;
-        let (safe, mask) = match ignore_index {
+        let (safe, ignored) = match ignore_index {
             Some(ig) => {
                 let ignored = target.eq_scalar(ig)?;
-                let safe = Tensor::where_cond(&ignored, 0i64, target)?;
-                let mask = ignored.eq_scalar(false)?.to_dtype(logp.dtype())?;
-                (safe, Some(mask))
+                (Tensor::where_cond(&ignored, 0i64, target)?, Some(ignored))
             }
             None => (target.clone(), None),
         };
         let picked = logp.gather(1, &safe.unsqueeze(1)?)?.squeeze(1)?.neg()?;
-        let per = match &mask {
-            Some(m) => picked.mul(m)?,
-            None => picked,
+        // An ignored row's loss is selected away (not multiplied by 0), so that its gradient
+        // is exactly 0 even when the mean's count is 0 (PyTorch's: the loss NaN, the gradient
+        // 0).
+        let (per, mask) = match &ignored {
+            Some(i) => (
+                Tensor::where_cond(i, 0.0, &picked)?,
+                Some(i.eq_scalar(false)?.to_dtype(logp.dtype())?),
+            ),
+            None => (picked, None),
         };
         match reduction {
             Reduction::None => Ok(per),

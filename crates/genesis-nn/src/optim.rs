@@ -5,7 +5,7 @@
 //! updates the parameter in place under [`no_grad`]; optimiser state (momentum, moments) lives
 //! on the parameter's device.
 
-use genesis::{Result, Tensor, no_grad};
+use genesis::{Error, Result, Tensor, no_grad};
 
 /// An optimiser over a fixed list of parameters.
 pub trait Optimizer {
@@ -27,6 +27,11 @@ pub trait Optimizer {
 
     /// Sets the learning rate (what a schedule does each step).
     fn set_lr(&mut self, lr: f64);
+}
+
+/// `x >= 0` (false for NaN, which PyTorch's checks refuse too).
+fn non_negative(x: f64) -> bool {
+    x >= 0.0
 }
 
 /// Stochastic gradient descent (PyTorch's `optim.SGD`): with weight decay `g += wd p`,
@@ -64,8 +69,30 @@ impl Sgd {
     }
 }
 
+impl Sgd {
+    /// PyTorch's checks of the hyper-parameters (its messages), made at each step since the
+    /// fields are public.
+    fn check(&self) -> Result<()> {
+        let bad = |reason: String| Err(Error::InvalidArgument { op: "SGD", reason });
+        if !non_negative(self.lr) {
+            return bad(format!("Invalid learning rate: {}", self.lr));
+        }
+        if !non_negative(self.momentum) {
+            return bad(format!("Invalid momentum value: {}", self.momentum));
+        }
+        if !non_negative(self.weight_decay) {
+            return bad(format!("Invalid weight_decay value: {}", self.weight_decay));
+        }
+        if self.nesterov && (self.momentum <= 0.0 || self.dampening != 0.0) {
+            return bad("Nesterov momentum requires a momentum and zero dampening".into());
+        }
+        Ok(())
+    }
+}
+
 impl Optimizer for Sgd {
     fn step(&mut self) -> Result<()> {
+        self.check()?;
         no_grad(|| {
             for (p, buf) in self.params.iter().zip(&mut self.buffers) {
                 let Some(mut g) = p.grad() else { continue };
@@ -107,11 +134,13 @@ impl Optimizer for Sgd {
     }
 }
 
-/// The moments of one parameter.
+/// The moments of one parameter, and its steps (PyTorch counts them per parameter: a step in
+/// which the parameter has no gradient leaves it, and its bias corrections, as they were).
 #[derive(Debug)]
 struct Moments {
     m: Tensor,
     v: Tensor,
+    step: u64,
 }
 
 /// Adam (PyTorch's `optim.Adam`, L2 `weight_decay` added to the gradient) and, with
@@ -168,24 +197,48 @@ impl Adam {
     pub fn steps(&self) -> u64 {
         self.step
     }
+
+    /// PyTorch's checks of the hyper-parameters (its messages), made at each step since the
+    /// fields are public.
+    fn check(&self) -> Result<()> {
+        let bad = |reason: String| Err(Error::InvalidArgument { op: "Adam", reason });
+        let (b1, b2) = self.betas;
+        if !non_negative(self.lr) {
+            return bad(format!("Invalid learning rate: {}", self.lr));
+        }
+        if !non_negative(self.eps) {
+            return bad(format!("Invalid epsilon value: {}", self.eps));
+        }
+        if !(0.0..1.0).contains(&b1) {
+            return bad(format!("Invalid beta parameter at index 0: {b1}"));
+        }
+        if !(0.0..1.0).contains(&b2) {
+            return bad(format!("Invalid beta parameter at index 1: {b2}"));
+        }
+        if !non_negative(self.weight_decay) {
+            return bad(format!("Invalid weight_decay value: {}", self.weight_decay));
+        }
+        Ok(())
+    }
 }
 
 impl Adam {
     /// The step of the parameters that have a gradient: fused (one launch per 32 tensors of a
-    /// dtype, [`genesis::fused::adam_`]) for contiguous floating tensors, grouped by device;
-    /// tensor by tensor otherwise.
+    /// dtype, [`genesis::fused::adam_`]) for contiguous floating tensors, grouped by device and
+    /// by the parameter's step count; tensor by tensor otherwise.
     fn update(&mut self) -> Result<()> {
-        let h = genesis::fused::AdamStep {
+        let h = |step: u64| genesis::fused::AdamStep {
             lr: self.lr,
             beta1: self.betas.0,
             beta2: self.betas.1,
             eps: self.eps,
             weight_decay: self.weight_decay,
             decoupled: self.decoupled,
-            step: self.step,
+            step,
         };
-        // Per device: (params, grads, exp_avgs, exp_avg_sqs) of the fused step.
-        let mut groups: Vec<(genesis::Device, [Vec<Tensor>; 4])> = Vec::new();
+        // Per device and parameter step count (one group unless some parameter missed a
+        // step's gradient): (params, grads, exp_avgs, exp_avg_sqs) of the fused step.
+        let mut groups: Vec<(GroupKey, [Vec<Tensor>; 4])> = Vec::new();
         for (p, state) in self.params.iter().zip(&mut self.moments) {
             let Some(g) = p.grad() else { continue };
             let s = match state {
@@ -193,19 +246,22 @@ impl Adam {
                 None => state.insert(Moments {
                     m: p.zeros_like()?,
                     v: p.zeros_like()?,
+                    step: 0,
                 }),
             };
+            s.step += 1;
             let fused = p.dtype().is_float()
                 && g.dtype() == p.dtype()
                 && [p, &g, &s.m, &s.v].iter().all(|t| t.is_contiguous());
             if !fused {
-                adam_one(&h, p, g, s)?;
+                adam_one(&h(s.step), p, g, s)?;
                 continue;
             }
-            let at = match groups.iter().position(|(d, _)| *d == p.device()) {
+            let key = (p.device(), s.step);
+            let at = match groups.iter().position(|(k, _)| *k == key) {
                 Some(i) => i,
                 None => {
-                    groups.push((p.device(), Default::default()));
+                    groups.push((key, Default::default()));
                     groups.len() - 1
                 }
             };
@@ -215,12 +271,15 @@ impl Adam {
             lists[2].push(s.m.clone());
             lists[3].push(s.v.clone());
         }
-        for (_, [p, g, m, v]) in groups {
-            genesis::fused::adam_(&p, &g, &m, &v, &h)?;
+        for ((_, step), [p, g, m, v]) in groups {
+            genesis::fused::adam_(&p, &g, &m, &v, &h(step))?;
         }
         Ok(())
     }
 }
+
+/// The parameters of one fused Adam launch: their device and their step count.
+type GroupKey = (genesis::Device, u64);
 
 /// One parameter's step by tensor ops (PyTorch's single-tensor Adam).
 fn adam_one(
@@ -250,6 +309,7 @@ fn adam_one(
 
 impl Optimizer for Adam {
     fn step(&mut self) -> Result<()> {
+        self.check()?;
         self.step += 1;
         no_grad(|| self.update())
     }

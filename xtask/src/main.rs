@@ -165,6 +165,29 @@ fn ci() -> DynResult {
     env.apply(&mut c);
     run("clippy (cuda feature)", &mut c)?;
     test()?;
+    // The data-parallel example's argument parsing and a short CPU run (the tests do not run
+    // examples): two steps of the tiny GPT-2 alone on the CPU.
+    run(
+        "example gpt2_ddp (CPU, tiny)",
+        cargo().args([
+            "run",
+            "-p",
+            "genesis-dist",
+            "--example",
+            "gpt2_ddp",
+            "--",
+            "--config",
+            "tiny",
+            "--seq",
+            "32",
+            "--batch",
+            "2",
+            "--steps",
+            "2",
+            "--device",
+            "cpu",
+        ]),
+    )?;
     let mut c = cargo();
     c.args([
         "doc",

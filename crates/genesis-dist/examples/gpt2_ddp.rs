@@ -54,7 +54,12 @@ fn main() -> Res<()> {
         .arg(Arg::new("nproc").long("nproc").value_parser(positive))
         .arg(Arg::new("phases").long("phases").action(ArgAction::SetTrue))
         .arg(Arg::new("dump-grads").long("dump-grads"))
-        .arg(count("dump-step", "0"))
+        .arg(
+            Arg::new("dump-step")
+                .long("dump-step")
+                .value_parser(clap::value_parser!(usize))
+                .default_value("0"),
+        )
         .get_matches();
     let get = |k: &str| m.get_one::<String>(k).cloned().unwrap_or_default();
     // Checked by clap (`gpt2_args::positive`).
@@ -80,7 +85,12 @@ fn main() -> Res<()> {
     }
     let (global, t, steps) = (num("batch"), num("seq"), num("steps"));
     let zero1 = m.get_flag("zero1");
-    if zero1 && m.get_one::<String>("dump-grads").is_some() {
+    // `--dump-grads DIR --dump-step N`: where and at which step.
+    let dump_at = m.get_one::<String>("dump-grads").map(|d| {
+        let at = m.get_one::<usize>("dump-step").copied().unwrap_or(0);
+        (std::path::PathBuf::from(d), at)
+    });
+    if zero1 && dump_at.is_some() {
         return Err("--dump-grads: ZeRO-1's ranks hold parts of the gradients; use --ddp".into());
     }
     let ddp_on = m.get_flag("ddp") || zero1;
@@ -219,11 +229,11 @@ fn main() -> Res<()> {
         if let Some(d) = &ddp {
             d.finish()?;
         }
-        if let Some(dir) = m.get_one::<String>("dump-grads")
-            && step == num("dump-step")
+        if let Some((dir, at)) = &dump_at
+            && step == *at
             && rank == 0
         {
-            dump(&model, std::path::Path::new(dir))?;
+            dump(&model, dir)?;
         }
         let e2 = phases.map(mark).transpose()?;
         if let Some(o) = &mut zero {

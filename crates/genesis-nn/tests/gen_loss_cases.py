@@ -29,34 +29,12 @@ output's shape). `err` marks a call PyTorch refuses (a class index out of range,
 above 1; and a negative smoothing, which PyTorch accepts although its message asks for 0 to
 1): Genesis must return an error there.
 """
-import argparse
-import gzip
-import json
 import math
-import random
 
 import torch
 import torch.nn.functional as F
 
-
-def enc(t):
-    t = t.detach()
-    if t.dtype == torch.int64:
-        return {"dt": "i64", "sh": list(t.shape), "d": [int(v) for v in t.reshape(-1).tolist()]}
-    out = []
-    for v in t.double().reshape(-1).tolist():
-        if math.isnan(v):
-            out.append("nan")
-        elif math.isinf(v):
-            out.append("inf" if v > 0 else "-inf")
-        else:
-            out.append(v)
-    return {"dt": "f64", "sh": list(t.shape), "d": out}
-
-
-def values(rng, shape, scale):
-    n = math.prod(shape)
-    return torch.tensor([rng.gauss(0.0, scale) for _ in range(n)], dtype=torch.float64).reshape(shape)
+from gen_cases import GEN, enc, main, rand
 
 
 def class_shape(rng):
@@ -100,14 +78,14 @@ def cross_entropy(rng, i):
     shape = class_shape(rng)
     c = shape[0] if len(shape) == 1 else shape[1]
     scale = rng.choice([1.0, 1.0, 4.0, 30.0, 1000.0])
-    x = values(rng, shape, scale)
+    x = rand(rng, shape, scale)
     red = rng.choice(["none", "mean", "sum"])
     eps = rng.choice([0.0, 0.0, 0.1, 0.5, 1.0] + ([1.5, -0.1] if rng.random() < 0.03 else []))
     args = {"reduction": red, "label_smoothing": eps}
     tshape = [] if len(shape) == 1 else [shape[0]] + shape[2:]
     ignore = None
     if rng.random() < 0.3:
-        p = values(rng, shape, 1.0).abs()
+        p = rand(rng, shape, 1.0).abs()
         if rng.random() < 0.7:
             s = p.sum(dim=0 if len(shape) == 1 else 1, keepdim=True)
             p = p / s.clamp_min(1e-12)
@@ -140,7 +118,7 @@ def nll_loss(rng, i):
     c = shape[0] if len(shape) == 1 else shape[1]
     if len(shape) > 2:
         shape = shape[:2]
-    x = F.log_softmax(values(rng, shape, rng.choice([1.0, 5.0])), dim=0 if len(shape) == 1 else 1)
+    x = F.log_softmax(rand(rng, shape, rng.choice([1.0, 5.0])), dim=0 if len(shape) == 1 else 1)
     red = rng.choice(["none", "mean", "sum"])
     ignore = rng.choice([None, None, -100, 0])
     tshape = [] if len(shape) == 1 else [shape[0]]
@@ -156,8 +134,8 @@ def nll_loss(rng, i):
 
 def mse_loss(rng, i):
     shape = [rng.randint(0, 4) if rng.random() < 0.1 else rng.randint(1, 4) for _ in range(rng.randint(0, 3))]
-    x = values(rng, shape, rng.choice([1.0, 100.0]))
-    t = values(rng, shape, 1.0)
+    x = rand(rng, shape, rng.choice([1.0, 100.0]))
+    t = rand(rng, shape, 1.0)
     red = rng.choice(["none", "mean", "sum"])
     case = {"id": "mse_loss/%d" % i, "op": "mse_loss", "args": {"reduction": red}}
     return finish(case, lambda x: F.mse_loss(x, t, reduction=red), x, t)
@@ -165,7 +143,7 @@ def mse_loss(rng, i):
 
 def bce_with_logits(rng, i):
     shape = [rng.randint(0, 3) if rng.random() < 0.1 else rng.randint(1, 4) for _ in range(rng.randint(0, 3))]
-    x = values(rng, shape, rng.choice([1.0, 10.0, 100.0, 1000.0]))
+    x = rand(rng, shape, rng.choice([1.0, 10.0, 100.0, 1000.0]))
     t = torch.tensor([rng.random() if rng.random() < 0.5 else float(rng.random() < 0.5)
                       for _ in range(math.prod(shape))], dtype=torch.float64).reshape(shape)
     red = rng.choice(["none", "mean", "sum"])
@@ -173,32 +151,15 @@ def bce_with_logits(rng, i):
     return finish(case, lambda x: F.binary_cross_entropy_with_logits(x, t, reduction=red), x, t)
 
 
-GEN = torch.Generator()
-
-
-def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--seed", type=int, required=True)
-    p.add_argument("--count", type=int, required=True)
-    p.add_argument("--out", required=True)
-    a = p.parse_args()
-    rng = random.Random(a.seed)
-    GEN.manual_seed(a.seed)
-    makers = [(cross_entropy, 0.55), (nll_loss, 0.15), (mse_loss, 0.15), (bce_with_logits, 0.15)]
-    cases = []
-    for i in range(a.count):
-        r, acc = rng.random(), 0.0
-        for make, w in makers:
-            acc += w
-            if r < acc:
-                break
-        cases.append(make(rng, i))
-    doc = {"format": "genesis-loss-cases v1", "torch": torch.__version__, "seed": a.seed, "cases": cases}
-    with gzip.open(a.out, "wt") as f:
-        json.dump(doc, f, separators=(",", ":"))
-    errs = sum("err" in c for c in cases)
-    print("%d cases (%d to be refused) into %s" % (len(cases), errs, a.out))
+def make(rng, i):
+    """A case of a loss drawn by weight: cross entropy most often."""
+    r, acc = rng.random(), 0.0
+    for maker, w in [(cross_entropy, 0.55), (nll_loss, 0.15), (mse_loss, 0.15), (bce_with_logits, 0.15)]:
+        acc += w
+        if r < acc:
+            break
+    return maker(rng, i)
 
 
 if __name__ == "__main__":
-    main()
+    main("genesis-loss-cases v1", make)

@@ -19,25 +19,11 @@ and the gradients of the input and of every parameter for a random upstream grad
 `shape`, `eps`, `affine` (layer_norm); `shape`, `eps` (rms_norm); `tanh` (gelu). A tensor
 `T` is `{"dt": "f64" | "i64", "sh": shape, "d": data}`.
 """
-import argparse
-import gzip
-import json
 import math
-import random
 
 import torch
 
-
-def enc(t):
-    t = t.detach()
-    if t.dtype == torch.int64:
-        return {"dt": "i64", "sh": list(t.shape), "d": [int(v) for v in t.reshape(-1).tolist()]}
-    return {"dt": "f64", "sh": list(t.shape), "d": t.double().reshape(-1).tolist()}
-
-
-def rand(rng, shape, scale=1.0):
-    n = math.prod(shape)
-    return torch.tensor([rng.gauss(0.0, scale) for _ in range(n)], dtype=torch.float64).reshape(shape)
+from gen_cases import GEN, enc, main, rand
 
 
 def lead(rng):
@@ -102,26 +88,9 @@ def make(rng, layer, i):
     return case
 
 
-GEN = torch.Generator()
-
-
-def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--seed", type=int, required=True)
-    p.add_argument("--count", type=int, required=True)
-    p.add_argument("--out", required=True)
-    a = p.parse_args()
-    rng = random.Random(a.seed)
-    GEN.manual_seed(a.seed)
-    torch.manual_seed(a.seed)
-    layers = ["linear", "linear", "embedding", "layer_norm", "layer_norm", "rms_norm", "gelu", "gelu",
-              "relu", "silu", "tanh"]
-    cases = [make(rng, rng.choice(layers), i) for i in range(a.count)]
-    doc = {"format": "genesis-module-cases v1", "torch": torch.__version__, "seed": a.seed, "cases": cases}
-    with gzip.open(a.out, "wt") as f:
-        json.dump(doc, f, separators=(",", ":"))
-    print("%d cases (%d refused) into %s" % (len(cases), sum("err" in c for c in cases), a.out))
+LAYERS = ["linear", "linear", "embedding", "layer_norm", "layer_norm", "rms_norm", "gelu", "gelu",
+          "relu", "silu", "tanh"]
 
 
 if __name__ == "__main__":
-    main()
+    main("genesis-module-cases v1", lambda rng, i: make(rng, rng.choice(LAYERS), i))

@@ -20,24 +20,13 @@ float64:
 
 `hp`: `lr`, and `momentum`, `dampening`, `weight_decay`, `nesterov` (sgd) or `betas`, `eps`,
 `weight_decay` (adam, adamw). `after` holds the parameters after the step; `norm` the total
-gradient norm that clipping returned. A tensor `T` is `{"sh": shape, "d": data}` (floats).
+gradient norm that clipping returned. A tensor `T` is `{"dt": "f64", "sh": shape, "d": data}`
+(`gen_cases.enc`).
 """
-import argparse
-import gzip
-import json
-import math
-import random
 
 import torch
 
-
-def enc(t):
-    return {"sh": list(t.shape), "d": t.detach().double().reshape(-1).tolist()}
-
-
-def rand(rng, shape, scale=1.0):
-    n = math.prod(shape)
-    return torch.tensor([rng.gauss(0.0, scale) for _ in range(n)], dtype=torch.float64).reshape(shape)
+from gen_cases import enc, main, rand
 
 
 def shape(rng):
@@ -108,19 +97,5 @@ def make(rng, opt_name, i):
     return case
 
 
-def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--seed", type=int, required=True)
-    p.add_argument("--count", type=int, required=True)
-    p.add_argument("--out", required=True)
-    a = p.parse_args()
-    rng = random.Random(a.seed)
-    cases = [make(rng, rng.choice(["sgd", "adam", "adamw"]), i) for i in range(a.count)]
-    doc = {"format": "genesis-optim-cases v1", "torch": torch.__version__, "seed": a.seed, "cases": cases}
-    with gzip.open(a.out, "wt") as f:
-        json.dump(doc, f, separators=(",", ":"))
-    print("%d cases (%d refused) into %s" % (len(cases), sum("err" in c for c in cases), a.out))
-
-
 if __name__ == "__main__":
-    main()
+    main("genesis-optim-cases v1", lambda rng, i: make(rng, rng.choice(["sgd", "adam", "adamw"]), i))

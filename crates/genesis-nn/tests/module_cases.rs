@@ -4,55 +4,18 @@
 //! error where PyTorch refuses the input. `data/module-heldout.json.gz` was generated with
 //! another seed and not looked at while the first set's failures were fixed.
 
-use std::io::Read;
+mod common;
 
+use common::{assert_all, far, floats, shape, values};
 use genesis::{DType, Device, Generator, Tensor};
 use genesis_nn::{Embedding, Gelu, LayerNorm, Linear, Module, RMSNorm, Relu, Silu, Tanh};
 use serde_json::Value;
 
-fn load(name: &str) -> Vec<Value> {
-    let path = format!("{}/tests/data/{name}", env!("CARGO_MANIFEST_DIR"));
-    let mut text = String::new();
-    flate2::read::GzDecoder::new(std::fs::File::open(&path).expect("the cases"))
-        .read_to_string(&mut text)
-        .expect("gzip");
-    let doc: Value = serde_json::from_str(&text).expect("json");
-    assert_eq!(doc["format"], "genesis-module-cases v1");
-    doc["cases"].as_array().expect("cases").clone()
-}
+const FORMAT: &str = "genesis-module-cases v1";
 
-fn shape(t: &Value) -> Vec<usize> {
-    let sh = t["sh"].as_array().expect("shape");
-    sh.iter()
-        .map(|d| d.as_u64().expect("dim") as usize)
-        .collect()
-}
-
-fn floats(t: &Value) -> Vec<f64> {
-    let d = t["d"].as_array().expect("data");
-    d.iter().map(|v| v.as_f64().expect("a number")).collect()
-}
-
-/// The case's tensor: int64 as it is, floats in `dtype`.
+/// The case's tensor on the CPU: int64 as it is, floats in `dtype`.
 fn tensor(t: &Value, dtype: DType) -> Tensor {
-    let sh = shape(t);
-    if t["dt"] == "i64" {
-        let d: Vec<i64> = t["d"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_i64().unwrap())
-            .collect();
-        return Tensor::from_slice(&d, &sh[..], Device::Cpu).unwrap();
-    }
-    Tensor::from_slice(&floats(t), &sh[..], Device::Cpu)
-        .unwrap()
-        .to_dtype(dtype)
-        .unwrap()
-}
-
-fn values(t: &Tensor) -> Vec<f64> {
-    t.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap()
+    common::tensor(t, dtype, Device::Cpu)
 }
 
 fn dims(v: &Value) -> Vec<usize> {
@@ -108,15 +71,6 @@ fn layer(case: &Value, dtype: DType) -> Box<dyn Module> {
         "tanh" => Box::new(Tanh),
         other => panic!("layer {other}"),
     }
-}
-
-/// The first element of `got` not within `rtol |want| + atol` of `want` (NaN fails).
-fn far(got: &[f64], want: &[f64], rtol: f64, atol: f64) -> Option<usize> {
-    if got.len() != want.len() {
-        return Some(usize::MAX);
-    }
-    let within = |i: usize| (got[i] - want[i]).abs() <= rtol * want[i].abs() + atol;
-    (0..got.len()).find(|&i| !within(i))
 }
 
 /// Runs every case in `dtype`; the failures, described.
@@ -204,31 +158,18 @@ fn run(cases: &[Value], dtype: DType) -> Vec<String> {
     failures
 }
 
-fn assert_all(name: &str, dtype: DType) {
-    let cases = load(name);
-    let failures = run(&cases, dtype);
-    assert!(
-        failures.is_empty(),
-        "{} of {} cases of {name} ({dtype}) fail; the first:\n{}",
-        failures.len(),
-        cases.len(),
-        failures
-            .iter()
-            .take(12)
-            .cloned()
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+fn check(name: &str, dtype: DType) {
+    assert_all(name, FORMAT, &dtype.to_string(), |cases| run(cases, dtype));
 }
 
 #[test]
 fn layers_match_pytorch_in_f64() {
-    assert_all("module-cases.json.gz", DType::F64);
-    assert_all("module-heldout.json.gz", DType::F64);
+    check("module-cases.json.gz", DType::F64);
+    check("module-heldout.json.gz", DType::F64);
 }
 
 #[test]
 fn layers_match_pytorch_in_f32() {
-    assert_all("module-cases.json.gz", DType::F32);
-    assert_all("module-heldout.json.gz", DType::F32);
+    check("module-cases.json.gz", DType::F32);
+    check("module-heldout.json.gz", DType::F32);
 }

@@ -1160,6 +1160,21 @@ const WIDE_TILE_K_NS: f64 = 175.0;
 /// when the split's modelled time is below this share of the unsplit one.
 const FULL_SPLIT_GAIN: f64 = 0.85;
 
+/// A full-precision f32 product that fills the multiprocessors and must split (a `k` past
+/// [`SIMT_CHAIN`]) takes more slices than it needs only when their modelled time is below this
+/// share of the fewest slices' time.
+const CHAIN_SPLIT_GAIN: f64 = 0.95;
+
+/// The longest run of `k` a full-precision f32 product accumulates in one register: a
+/// longer `k` is split into slices of at most this length (up to [`MAX_SPLITS`]), summed in a
+/// fixed order after ([`MatmulPlan::new_for`]). The rounding error of a sum in one accumulator
+/// grows with the running sum, so long sums lose accuracy faster than their length: GPT-2's
+/// head gradient `dlogits @ wte` (`k` = 50,304) unsplit has 1.6 times cuBLAS's error against
+/// float64, and it reaches every gradient below the head. The slices' partials cost
+/// `splits * m * n * 4` bytes of workspace and their traffic, small beside the products of a
+/// `k` this long.
+const SIMT_CHAIN: usize = 8192;
+
 /// The wide SIMT tile (rows, columns).
 const WIDE_TILE: (usize, usize) = (128, 256);
 
@@ -1233,8 +1248,8 @@ fn simt_tiles(shape: &MatmulShape) -> usize {
     )
 }
 
-/// Whether the wide SIMT kernel (`matmul_f32w_*`) can run `shape` unsplit, as far as the shape
-/// tells: `m` and `n` above 64 (not the `256 x 64` tiles' products), `k` a multiple of its k
+/// Whether the wide SIMT kernel (`matmul_f32w_*`) can run `shape`, split or not, as far as
+/// the shape tells: `m` and `n` above 64 (not the `256 x 64` tiles' products), `k` a multiple of its k
 /// step, a batch within the grid's y extent, and extents its 32-bit offsets hold.
 fn wide_shape(shape: &MatmulShape) -> bool {
     let small = |x: usize| x < 1 << 27;
@@ -1305,6 +1320,12 @@ impl MatmulPlan {
     /// takes less than 0.85 of that modelled time: where the last wave of tiles is nearly
     /// empty (144 tiles on 132 multiprocessors, GPT-2's `3072 x 768` weight gradients).
     ///
+    /// Whatever the shape, a `k` longer than 8192 is split so that no slice is longer
+    /// (at most 32 slices): each output then sums at most 8192 products in one accumulator
+    /// ([`SIMT_CHAIN`]). Such a product that fills the multiprocessors takes the fewest slices
+    /// that do, on the `128 x 128` or the `128 x 256` tiles, unless more take less than 0.95
+    /// of their modelled time (each slice's partials cost `m * n * 4` bytes of workspace).
+    ///
     /// A matrix-vector product (`m` or `n` 1, `k` at least 512) whose outputs lie contiguous in
     /// the matrix (`[1, k] @ [k, n]` with a row-major `B`, `[m, k] @ [k, 1]` with a
     /// column-major `A`) runs on a kernel whose blocks cover `128 / size_of::<T>()` outputs;
@@ -1361,6 +1382,13 @@ impl MatmulPlan {
         let cost = |p: &MatmulPlan| {
             let (units, alone, shared, prologue) = if p.small {
                 (small, SMALL_K_NS_ALONE, SMALL_K_NS_SHARED, SMALL_PROLOGUE_K)
+            } else if p.wide {
+                (
+                    tiles_of(&shape, WIDE_TILE),
+                    WIDE_TILE_K_NS,
+                    WIDE_TILE_K_NS,
+                    SIMT_PROLOGUE_K,
+                )
             } else {
                 (tiles, SIMT_TILE_K_NS, SIMT_TILE_K_NS, SIMT_PROLOGUE_K)
             };
@@ -1377,25 +1405,45 @@ impl MatmulPlan {
             kslice: shape.k,
             ..plan
         };
-        // A product that fills the multiprocessors splits only for a clear gain (its last
-        // wave nearly empty, as 144 tiles on 132 multiprocessors): the partials cost memory.
-        let (mut best, mut best_cost) = (
-            unsplit,
-            unsplit_ns.map_or_else(|| cost(&unsplit), |ns| ns * FULL_SPLIT_GAIN),
-        );
-        for small in [false, true] {
+        // Each output sums at most SIMT_CHAIN products in one accumulator: a longer `k` is
+        // split however full the GPU is (see `SIMT_CHAIN`), into `fewest` slices or more.
+        let fewest = shape.k.div_ceil(SIMT_CHAIN).clamp(1, MAX_SPLITS);
+        let fills = unsplit_ns.is_some();
+        let (mut best, mut best_cost) = match (fewest, unsplit_ns) {
+            (1, Some(ns)) => (unsplit, ns),
+            (1, None) => (unsplit, cost(&unsplit)),
+            _ => (unsplit, f64::INFINITY),
+        };
+        // The wide tiles compete for products that fill the multiprocessors and must split.
+        let wide_ok = fills && fewest > 1 && wide_shape(&shape);
+        for (small, wide) in [(false, false), (false, true), (true, false)] {
             // A product that fills the multiprocessors stays on the large tiles.
-            if small && (!small_ok || unsplit_ns.is_some()) {
+            if (small && (!small_ok || fills)) || (wide && !wide_ok) {
                 continue;
             }
-            for s in 1..=shape.k.div_ceil(SLICE_ALIGN).min(MAX_SPLITS) {
+            let first = fewest.max(if wide { 2 } else { 1 });
+            for s in first..=shape.k.div_ceil(SLICE_ALIGN).min(MAX_SPLITS) {
                 let mut p = MatmulPlan {
                     small,
-                    wide: false,
+                    wide,
                     ..unsplit
                 };
                 p.set_splits(s);
-                let c = cost(&p);
+                if p.kslice > SIMT_CHAIN && s < MAX_SPLITS {
+                    continue;
+                }
+                // A product that fills the multiprocessors splits (beyond the slices it needs)
+                // only for a gain: the partials cost memory. A clear one when it need not
+                // split at all (its last wave nearly empty, as 144 tiles on 132
+                // multiprocessors), a smaller one to add slices to a split it needs.
+                let mut c = cost(&p);
+                if fills && p.splits > fewest {
+                    c /= if fewest == 1 {
+                        FULL_SPLIT_GAIN
+                    } else {
+                        CHAIN_SPLIT_GAIN
+                    };
+                }
                 if c < best_cost {
                     (best, best_cost) = (p, c);
                 }
@@ -1544,8 +1592,8 @@ impl MatmulPlan {
     }
 
     /// The plan on the `128 x 256` SIMT tiles (`wide`) or not, for tests and tuning; used only
-    /// by unsplit full-precision f32 products whose shape and operands the wide kernel takes
-    /// (see [`Self::wide_tiles`]).
+    /// by full-precision f32 products whose shape and operands the wide kernel takes (see
+    /// [`Self::wide_tiles`]).
     #[cfg(feature = "tuning")]
     pub fn with_wide_tiles(mut self, wide: bool) -> MatmulPlan {
         self.wide = wide;
@@ -1554,8 +1602,8 @@ impl MatmulPlan {
 
     /// Whether a full-precision f32 product runs on the `128 x 256` SIMT tiles
     /// (`matmul_f32w_*`): products of at least one wave of `128 x 128` tiles whose waves of
-    /// wide tiles take less time, unsplit, with `m` and `n` above 64, `k` a multiple of 16 and
-    /// a batch of at most 65535. At launch the operands must also suit 16-byte loads (leading
+    /// wide tiles (with the plan's split) take less time, with `m` and `n` above 64, `k` a
+    /// multiple of 16 and a batch of at most 65535. At launch the operands must also suit 16-byte loads (leading
     /// dimensions and batch strides multiples of 4 elements, 16-byte aligned, and a multiple
     /// of 4 elements along the dimension an operand is contiguous in besides `k`); otherwise
     /// the `128 x 128` tiles run it.
@@ -1939,7 +1987,6 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
                 && n64.is_none()
                 && small.is_none()
                 && plan.wide
-                && plan.splits <= 1
                 && aligned
                 && wide_shape(&shape)
                 && layout.a.ld < 1 << 27
@@ -2048,9 +2095,10 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
             )?;
         }
     } else {
-        let name = at(tf32.or(n64).or(small).unwrap_or(O::PARTIAL));
+        // The wide kernels are f32-output kernels, as `PARTIAL` and `TF32` are.
+        let name = wide.unwrap_or_else(|| at(tf32.or(n64).or(small).unwrap_or(O::PARTIAL)));
         // SAFETY: the partial kernels write f32 values (`PARTIAL` and `TF32` are f32-output
-        // kernels), `splits` slices of `need` elements each: `workspace_bytes()`, which the
+        // kernels, and `wide` is chosen only for f32 outputs), `splits` slices of `need` elements each: `workspace_bytes()`, which the
         // workspace holds (checked), borrowed exclusively.
         unsafe {
             gemm(
@@ -2770,8 +2818,8 @@ mod tests {
         let t = MatmulPlan::new_for::<f32>(shape(3, 300, 40, 2000), 132, full);
         assert_eq!((p.splits(), p.kslice()), (t.splits(), t.kslice()));
         // Enough tiles in even waves: unsplit, as `new` (4096^3 on the 128 x 256 tiles;
-        // [8192, 50304] @ [50304, 768], 384 tiles in three waves, gains too little from a split).
-        for s in [shape(1, 4096, 4096, 4096), shape(1, 8192, 768, 50304)] {
+        // 8192 x 768 x 8192, 384 tiles in three waves, gains too little from a split).
+        for s in [shape(1, 4096, 4096, 4096), shape(1, 8192, 768, 8192)] {
             let p = MatmulPlan::new_for::<f32>(s, 132, full);
             assert_eq!(
                 MatmulPlan { wide: false, ..p },
@@ -2779,6 +2827,32 @@ mod tests {
             );
             assert_eq!(p.wide_tiles(), s.m == 4096);
             assert_eq!(MatmulPlan::new(s, 132, full).splits(), 1);
+        }
+        // A k past 8192 is split into slices of at most 8192 however many tiles there are:
+        // GPT-2's head gradient [rows, 50304] @ [50304, 768] in the fewest, 7, or in 11
+        // where those waves are even (16 of 132 wide tiles at 8192 rows against 10.2).
+        for (m, splits) in [(4096, 11), (8192, 11), (32768, 7)] {
+            let p = MatmulPlan::new_for::<f32>(shape(1, m, 768, 50304), 132, full);
+            assert_eq!((p.splits(), p.wide_tiles()), (splits, true), "{m}: {p:?}");
+        }
+        // Every chain within the bound, on random shapes (up to 32 slices).
+        let mut x = 0x9e3779b97f4a7c15u64;
+        for _ in 0..2000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let s = shape(
+                1 + (x % 8) as usize,
+                2 + (x >> 3) as usize % 5000,
+                2 + (x >> 17) as usize % 5000,
+                1 + (x >> 31) as usize % 300_000,
+            );
+            let p = MatmulPlan::new_for::<f32>(s, 132, full);
+            assert!(p.kslice() <= 8192 || p.splits() == 32, "{s:?}: {p:?}");
+            assert!(
+                p.splits() <= 32 && (p.splits() - 1) * p.kslice() < s.k,
+                "{s:?}: {p:?}"
+            );
         }
         // A last wave nearly empty splits: GPT-2's weight gradient [3072, 8192] @ [8192, 768]
         // (144 tiles on 132 multiprocessors: 0.86 ms in 8 slices against 1.42 unsplit on the

@@ -888,7 +888,7 @@ mod gpu {
 
     /// Full-precision f32 products on the `128 x 256` tiles (`matmul_f32w_*`), every layout:
     /// edge tiles in m and n, one k slice and many, batches and broadcasts, planned by the cost
-    /// model and forced. Operands the wide kernel cannot read with float4 loads (m or n not a
+    /// model and forced, unsplit and split. Operands the wide kernel cannot read with float4 loads (m or n not a
     /// multiple of 4 where the operand is contiguous along it, padded rows or a start off 16
     /// bytes) run on the `128 x 128` tiles instead, with the same result.
     #[test]
@@ -907,13 +907,25 @@ mod gpu {
             (131, 133, 64, 0, 0, 2, 0),
             (260, 196, 48, 4, 0, 3, 0),
             (260, 196, 48, 0, 1, 3, 0),
+            (256, 520, 8208, 0, 0, 1, 0),
         ];
         // The cases whose every layout suits the wide kernel.
-        let all_wide = [true, true, true, true, true, false, false, false];
-        let plans = |shape| {
+        let all_wide = [true, true, true, true, true, false, false, false, true];
+        // Split plans too: forced into 3 slices, and the cost model's for a GPU of 4
+        // multiprocessors, which the long case fills, so that its k (past `SIMT_CHAIN`) is
+        // split however full the GPU is.
+        let plans = |shape: MatmulShape| {
+            let few = MatmulPlan::new_for::<f32>(shape, 4, full);
+            if shape.k > 8192 {
+                assert!(few.splits() >= 2 && few.kslice() <= 8192, "{few:?}");
+            }
             vec![
                 MatmulPlan::new_for::<f32>(shape, sms, full),
                 MatmulPlan::new(shape, sms, full).with_wide_tiles(true),
+                MatmulPlan::new(shape, sms, full)
+                    .with_splits(3)
+                    .with_wide_tiles(true),
+                few,
             ]
         };
         f32_cases_with(59, &cases, plans, |i, plan, ran, what| {

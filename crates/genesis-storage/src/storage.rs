@@ -487,6 +487,35 @@ impl Storage {
         }
     }
 
+    /// `len` elements of `dtype`, every one `value` converted exactly as [`Storage::scalar`]
+    /// converts it (an error when `dtype` cannot represent it), on `device`: the `fill` kernel
+    /// on CUDA for the dtypes it takes (no copy from the host, nothing waited for), the host
+    /// otherwise.
+    #[track_caller]
+    pub fn full_scalar(len: usize, value: f64, dtype: DType, device: Device) -> Result<Storage> {
+        let one = Storage::scalar(value, dtype)?;
+        let elem = host_of(&*one.read("full")?, "full")?.to_vec();
+        let nbytes = byte_len(len, dtype)?;
+        let on_device = match device {
+            Device::Cuda(_) => crate::dtype::dispatch_kernel_dtype!(dtype, _K => true, _ => false),
+            Device::Cpu => false,
+        };
+        if let (Device::Cuda(i), true) = (device, on_device) {
+            let mut mem = crate::cuda::CudaMem::new(i, nbytes)?;
+            mem.fill(dtype, &elem, len)?;
+            return Ok(Storage::make(Inner::Cuda(mem), dtype, len));
+        }
+        let mut cpu = CpuStorage::zeroed(nbytes)?;
+        for chunk in cpu.as_bytes_mut().chunks_exact_mut(elem.len()) {
+            chunk.copy_from_slice(&elem);
+        }
+        let host = Storage::cpu(cpu, dtype, len);
+        match device {
+            Device::Cpu => Ok(host),
+            _ => host.to_device(device),
+        }
+    }
+
     /// The device (`Cpu` for pinned host memory too).
     pub fn device(&self) -> Device {
         self.device
@@ -1033,7 +1062,19 @@ impl Storage {
         let device = self.device();
         let mut out = Storage::uninit(len, dtype, device)?;
         if dtype == self.dtype {
-            out.copy_bytes_from(0, self, start * dtype.size(), len * dtype.size())?;
+            let (at, bytes) = (start * dtype.size(), len * dtype.size());
+            // Within one device, stream-ordered as the cast kernels are: the host does not
+            // wait for the copy.
+            if let (Inner::Cuda(d), Inner::Cuda(s)) =
+                (out.inner.get_mut(), &*self.read("to_dtype")?)
+                && d.ordinal() == s.ordinal()
+            {
+                if bytes > 0 {
+                    d.copy_within_device(0, s, at, bytes)?;
+                }
+                return Ok(out);
+            }
+            out.copy_bytes_from(0, self, at, bytes)?;
             return Ok(out);
         }
         match (self.read("to_dtype")?.mem(), out.mem_mut("to_dtype")?) {
@@ -1220,6 +1261,26 @@ fn host_strided_copy(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `full_scalar` repeats the element `Storage::scalar` makes of the value, and refuses
+    /// what it refuses, for every dtype.
+    #[test]
+    fn full_scalar_repeats_the_exact_scalar() {
+        for dtype in DType::ALL {
+            for value in [0.0, 1.0, -2.5, 300.0, 1e39, f64::NAN] {
+                let one = Storage::scalar(value, dtype);
+                let full = Storage::full_scalar(5, value, dtype, Device::Cpu);
+                match (one, full) {
+                    (Ok(o), Ok(f)) => {
+                        assert_eq!((f.len(), f.dtype()), (5, dtype));
+                        assert_eq!(f.to_bytes().unwrap(), o.to_bytes().unwrap().repeat(5));
+                    }
+                    (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
+                    (a, b) => panic!("{value} as {dtype}: {a:?} against {b:?}"),
+                }
+            }
+        }
+    }
     use half::bf16;
 
     #[test]

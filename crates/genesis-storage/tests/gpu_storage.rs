@@ -116,6 +116,41 @@ fn casts_match_the_cpu_for_every_pair() {
             let got = gpu.to_dtype(to).unwrap().to_bytes().unwrap();
             assert!(same(to, &got, &want), "{from} -> {to}");
         }
+        // A part, from an odd element: the same dtype is a stream-ordered copy.
+        for to in [from, DType::F32] {
+            let want = cpu.to_dtype_at(7, 4000, to).unwrap().to_bytes().unwrap();
+            let got = gpu.to_dtype_at(7, 4000, to).unwrap().to_bytes().unwrap();
+            assert!(same(to, &got, &want), "{from} -> {to} from element 7");
+        }
+    }
+}
+
+/// `Storage::full_scalar` on the GPU (the fill kernel, or the host for the dtypes it does not
+/// take) gives the CPU's bytes for every dtype, and the same error for a value the dtype
+/// cannot hold.
+#[test]
+fn full_scalars_match_the_cpu() {
+    let _release = Release;
+    if skip_without_gpu("full_scalars_match_the_cpu") {
+        return;
+    }
+    for dtype in DType::ALL {
+        for value in [0.0, 1.0, -2.5, 3.0, 300.0, 1e39, f64::NAN] {
+            for len in [0, 1, 1000] {
+                let cpu = Storage::full_scalar(len, value, dtype, Device::Cpu);
+                let gpu = Storage::full_scalar(len, value, dtype, Device::Cuda(0));
+                match (cpu, gpu) {
+                    (Ok(c), Ok(g)) => {
+                        assert_eq!(g.device(), Device::Cuda(0));
+                        assert_eq!((g.len(), g.dtype()), (len, dtype));
+                        let (c, g) = (c.to_bytes().unwrap(), g.to_bytes().unwrap());
+                        assert!(same(dtype, &g, &c), "{value} as {dtype}");
+                    }
+                    (Err(c), Err(g)) => assert_eq!(c.to_string(), g.to_string()),
+                    (c, g) => panic!("{value} as {dtype}: CPU {c:?}, GPU {g:?}"),
+                }
+            }
+        }
     }
 }
 

@@ -145,15 +145,7 @@ impl Tensor {
     pub fn ones(shape: impl Dims, dtype: DType, device: Device) -> Result<Tensor> {
         let shape = &sizes("ones", &shape)?[..];
         let n = numel_of("ones", shape)?;
-        let one = Storage::full(n, 1.0f64, Device::Cpu)?.to_dtype(dtype)?;
-        Tensor::created(
-            if device == Device::Cpu {
-                one
-            } else {
-                one.to_device(device)?
-            },
-            shape,
-        )
+        Tensor::created(Storage::full_scalar(n, 1.0, dtype, device)?, shape)
     }
 
     /// A tensor whose contents are unspecified (to be overwritten whole).

@@ -1321,8 +1321,9 @@ impl MatmulPlan {
     /// empty (144 tiles on 132 multiprocessors, GPT-2's `3072 x 768` weight gradients).
     ///
     /// Whatever the shape, a `k` longer than 8192 is split so that no slice is longer
-    /// (at most 32 slices): each output then sums at most 8192 products in one accumulator
-    /// ([`SIMT_CHAIN`]). Such a product that fills the multiprocessors takes the fewest slices
+    /// (at most 32 slices): each output then sums at most 8192 products in one accumulator,
+    /// whose rounding error grows with the running sum. Such a product that fills the
+    /// multiprocessors takes the fewest slices
     /// that do, on the `128 x 128` or the `128 x 256` tiles, unless more take less than 0.95
     /// of their modelled time (each slice's partials cost `m * n * 4` bytes of workspace).
     ///

@@ -1261,6 +1261,7 @@ fn host_strided_copy(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use half::bf16;
 
     /// `full_scalar` repeats the element `Storage::scalar` makes of the value, and refuses
     /// what it refuses, for every dtype.
@@ -1281,7 +1282,6 @@ mod tests {
             }
         }
     }
-    use half::bf16;
 
     #[test]
     fn cpu_add_and_errors() {

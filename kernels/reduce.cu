@@ -558,7 +558,8 @@ RD_KERNELS(all, RAll, b8, uint8_t)
 // Variance over the same [outer, r, inner] view and split plan (f64, f32, f16, bf16). Each
 // reduced line is shifted by its first element K, and the partial states are (sum, sum of
 // squares) of x - K in f64, the values widened exactly. The final pass combines the splits of
-// each output and gives (Q - S^2 / n) / max(0, n - correction), clamped at 0, and its square
+// each output and gives (Q - S^2 / n) / max(0, n - correction), clamped at 0 (NaN kept: a
+// line holding a NaN or an infinity gives NaN, as PyTorch), and its square
 // root for std, rounded once to the output type. With the shift and f64 sums the cancellation
 // costs about 2^-53 * (1 + ((K - mean) / std)^2) relative: far below the rounding of f32 for
 // any line whose first element lies within 10^6 standard deviations of its mean; an f64 result
@@ -732,7 +733,10 @@ __device__ __forceinline__ void var_final_impl(const double2 *part, T *out, uint
         q += v.y;
     }
     const double n = (double)r;
-    const double m2 = fmax(q - s * (s / n), 0.0);
+    // Clamped at 0, NaN kept (fmax would turn the NaN of a line holding a NaN or an infinity
+    // into 0).
+    double m2 = q - s * (s / n);
+    if (m2 < 0.0) m2 = 0.0;
     double v = m2 / fmax(n - correction, 0.0);
     if (r == 0) v = __longlong_as_double(0x7ff8000000000000LL);
     if (root) v = sqrt(v);

@@ -398,7 +398,10 @@ fn var_of(n: usize, at: impl Fn(usize) -> f64, correction: f64, std: bool) -> f6
         squares = d.mul_add(d, squares);
     }
     let nf = n as f64;
-    let m2 = (squares - sum * (sum / nf)).max(0.0);
+    // Clamped at 0 (rounding can leave it just below), NaN kept: `f64::max` would turn a NaN
+    // (from a NaN or an infinity in the line) into 0.
+    let m2 = squares - sum * (sum / nf);
+    let m2 = if m2 < 0.0 { 0.0 } else { m2 };
     let v = m2 / (nf - correction).max(0.0);
     if std { v.sqrt() } else { v }
 }

@@ -202,8 +202,8 @@ impl Tensor {
     }
 
     /// Whether any element is true (non-zero; NaN counts as true), as a 0-dimensional `Bool`
-    /// tensor; false for no elements. A tensor that is not `Bool` is first compared with 0
-    /// (one pass more).
+    /// tensor (`U8` for a `U8` tensor, as PyTorch); false for no elements. A tensor that is not
+    /// `Bool` is first compared with 0 (one pass more).
     ///
     /// ```
     /// use genesis::{Device, Tensor};
@@ -217,14 +217,14 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn any(&self) -> Result<Tensor> {
-        Ok(self.truth()?.reduce(ReduceOp::Any, None, false)?.0)
+        self.as_truth_dtype(self.truth()?.reduce(ReduceOp::Any, None, false)?.0)
     }
 
-    /// Whether every element is true (non-zero), as a 0-dimensional `Bool` tensor; true for
-    /// no elements (see [`Tensor::any`]).
+    /// Whether every element is true (non-zero), as a 0-dimensional `Bool` tensor (`U8` for a
+    /// `U8` tensor); true for no elements (see [`Tensor::any`]).
     #[track_caller]
     pub fn all(&self) -> Result<Tensor> {
-        Ok(self.truth()?.reduce(ReduceOp::All, None, false)?.0)
+        self.as_truth_dtype(self.truth()?.reduce(ReduceOp::All, None, false)?.0)
     }
 
     /// [`Tensor::any`] over `dims` (negative counts from the end; an empty list means every
@@ -232,14 +232,24 @@ impl Tensor {
     #[track_caller]
     pub fn any_dim(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
         let dims = shape_spec(&dims);
-        Ok(self.truth()?.reduce(ReduceOp::Any, Some(&dims), keepdim)?.0)
+        self.as_truth_dtype(self.truth()?.reduce(ReduceOp::Any, Some(&dims), keepdim)?.0)
     }
 
     /// [`Tensor::all`] over `dims` (as [`Tensor::any_dim`]).
     #[track_caller]
     pub fn all_dim(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
         let dims = shape_spec(&dims);
-        Ok(self.truth()?.reduce(ReduceOp::All, Some(&dims), keepdim)?.0)
+        self.as_truth_dtype(self.truth()?.reduce(ReduceOp::All, Some(&dims), keepdim)?.0)
+    }
+
+    /// The result of `all` or `any` of this tensor: `Bool`, but `U8` for a `U8` tensor
+    /// (PyTorch keeps uint8 there, for its masks of old).
+    fn as_truth_dtype(&self, b: Tensor) -> Result<Tensor> {
+        if self.dtype() == DType::U8 {
+            b.to_dtype(DType::U8)
+        } else {
+            Ok(b)
+        }
     }
 
     /// This tensor as bools: itself when it is `Bool`, else `self != 0` (NaN is true).
@@ -791,6 +801,15 @@ impl Tensor {
             });
         }
         let dim = wrap_dim(name, dim.to_dim() as i64, self.dim())?.unwrap_or(0);
+        // An index into a tensor with no elements elsewhere selects nothing, so no kernel
+        // reads it: its values are checked here, as PyTorch checks them.
+        let others: usize = (0..self.dim())
+            .filter(|&d| d != dim)
+            .map(|d| self.shape()[d])
+            .product();
+        if others == 0 && index.numel() > 0 {
+            check_index_range(name, &index.cast_to(DType::I64)?, self.shape()[dim])?;
+        }
         self.index_select_along(dim, index).map_err(|e| {
             // A bad value is found by the kernel (`gather`) or by the row copy: it is reported
             // as this op's, with its position in the index.
@@ -922,7 +941,7 @@ impl Tensor {
 
     /// A copy of `self` with the values of `src` added along `dim` where `index` points
     /// (PyTorch's out-of-place `scatter_add`; f64, f32, f16, bf16, i64, i32, and i16, i8, u8
-    /// summed in int32 and wrapped back, as PyTorch's wrapping sums), every contribution
+    /// summed in int32 and wrapped back, as PyTorch's wrapping sums; bool as "or"), every contribution
     /// counted: on the GPU with atomic adds (float sums depend on their order of arrival), on the
     /// CPU in position order. Arguments as [`Tensor::scatter`].
     #[track_caller]
@@ -1148,6 +1167,13 @@ impl Tensor {
         let (d, shape) = self.scatter_checks(name, dim, index, src)?;
         if add && narrow_int(self.dtype()) {
             return self.scatter_add_wide(name, dim, index, src);
+        }
+        if add && self.dtype() == DType::Bool {
+            // PyTorch's bool addition is "or": the int32 sums, then whether each is non-zero.
+            let wide = self.to_dtype(DType::I32)?;
+            return wide
+                .scatter_impl(name, dim, index, &src.to_dtype(DType::I32)?, true)?
+                .ne_scalar(0);
         }
         let dim = d;
         let mut out = self.view.contiguous()?;
@@ -1870,14 +1896,17 @@ impl Tensor {
     }
 
     /// `self + value * t1 * t2` (PyTorch's `addcmul`, in its order: `(value * t1) * t2`),
-    /// broadcast and promoted.
+    /// broadcast, in the three tensors' result dtype (PyTorch's: `value` does not take part;
+    /// an integer result takes `value` truncated toward zero, a `Bool` one `value != 0`).
     #[track_caller]
     pub fn addcmul(&self, t1: &Tensor, t2: &Tensor, value: f64) -> Result<Tensor> {
-        self.add(&t1.mul(value)?.mul(t2)?)
+        let (x, a, b) = addc_operands(self, t1, t2)?;
+        x.add(&scale_in_dtype("addcmul", &a, value)?.mul(&b)?)
     }
 
     /// `self + value * t1 / t2` (PyTorch's `addcdiv`, in its order: `(value * t1) / t2`),
-    /// broadcast and promoted; integer `t1` and `t2` are refused, as in PyTorch.
+    /// broadcast, in the three tensors' result dtype (as [`Tensor::addcmul`]); integer `t1`
+    /// and `t2` are refused, as in PyTorch.
     #[track_caller]
     pub fn addcdiv(&self, t1: &Tensor, t2: &Tensor, value: f64) -> Result<Tensor> {
         if !t1.dtype().is_float() && !t2.dtype().is_float() {
@@ -1889,6 +1918,29 @@ impl Tensor {
                     .into(),
             });
         }
-        self.add(&t1.mul(value)?.div(t2)?)
+        let (x, a, b) = addc_operands(self, t1, t2)?;
+        x.add(&scale_in_dtype("addcdiv", &a, value)?.div(&b)?)
     }
+}
+
+/// `addcmul`'s and `addcdiv`'s tensors converted to their result dtype (PyTorch's
+/// `result_type` of the three).
+fn addc_operands(x: &Tensor, t1: &Tensor, t2: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
+    let r = result_type_of(&[
+        Participant::Tensor(x.dtype(), x.dim()),
+        Participant::Tensor(t1.dtype(), t1.dim()),
+        Participant::Tensor(t2.dtype(), t2.dim()),
+    ]);
+    Ok((x.to_dtype(r)?, t1.to_dtype(r)?, t2.to_dtype(r)?))
+}
+
+/// `value * a` in `a`'s dtype, `value` converted as PyTorch converts a scalar to it: a float
+/// dtype takes it as it is, an integer one drops its fraction (an error when it does not fit),
+/// `Bool` takes `value != 0` ([`checked_scalar`]).
+fn scale_in_dtype(op: &'static str, a: &Tensor, value: f64) -> Result<Tensor> {
+    if a.dtype().is_float() {
+        return a.mul(value);
+    }
+    let v = checked_scalar(op, a.dtype(), ScalarValue::Float(value))?;
+    a.mul(&Tensor::from_storage(v, &[])?.to(a.device())?)
 }

@@ -25,6 +25,15 @@
 //! python3 gen_shape_cases.py --seed 23 --count 3000 --out data/shape-cases.json.gz
 //! python3 gen_shape_cases.py --seed 1023 --count 1000 --out data/shape-heldout.json.gz
 //! ```
+//!
+//! The ops NumPy does not define as PyTorch does (sort, topk, cumsum, var, softmax,
+//! vector_norm, clamp, gather, scatter, ...) have PyTorch as the oracle, written by
+//! `tests/gen_torch_cases.py` (needs PyTorch; its CPU build will do):
+//!
+//! ```sh
+//! python3 gen_torch_cases.py --seed 31 --count 3000 --out data/torch-cases.json.gz
+//! python3 gen_torch_cases.py --seed 1031 --count 1000 --out data/torch-heldout.json.gz
+//! ```
 
 mod common;
 #[path = "common/facade.rs"]
@@ -159,6 +168,18 @@ fn shape_cases_agree_with_numpy() {
 #[test]
 fn held_out_shape_cases_agree_with_numpy() {
     run_all("shape-heldout.json.gz");
+}
+
+/// The ops the NumPy cases do not reach (sorting, scans, variances, softmax, norms, clamp,
+/// gather and scatter, ...), with PyTorch as the oracle (`tests/gen_torch_cases.py`).
+#[test]
+fn torch_op_cases_agree_with_pytorch() {
+    run_all("torch-cases.json.gz");
+}
+
+#[test]
+fn held_out_torch_op_cases_agree_with_pytorch() {
+    run_all("torch-heldout.json.gz");
 }
 
 /// The interpreter's own checks: an error kind is the path of variant names.

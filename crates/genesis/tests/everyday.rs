@@ -974,7 +974,14 @@ fn index_ops_reject_bad_indices_and_shapes() {
         assert!(x.scatter(1, &i(&[0, 1], &[1, 2]), &small).is_err());
         let b = Tensor::from_bools(&[true, false], [2], dev).unwrap();
         let one = Tensor::from_bools(&[true], [1], dev).unwrap();
-        assert!(b.scatter_add(0, &i(&[0], &[1]), &one).is_err());
+        // Bool sums are "or", as PyTorch's.
+        assert_eq!(
+            b.scatter_add(0, &i(&[1], &[1]), &one)
+                .unwrap()
+                .to_bool_vec()
+                .unwrap(),
+            [true, true]
+        );
         assert_eq!(
             b.scatter(0, &i(&[1], &[1]), &one)
                 .unwrap()

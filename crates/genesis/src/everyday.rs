@@ -1243,8 +1243,9 @@ impl Tensor {
     /// `steps` values evenly spaced from `start` to `end` inclusive (PyTorch's `linspace`):
     /// `start + i * step` for the first half and `end - (steps - 1 - i) * step` for the
     /// second, `step = (end - start) / (steps - 1)`, computed in f64 and rounded once to
-    /// `dtype` (integer dtypes: truncated toward zero; every value must be representable).
-    /// Built on the host and copied to `device`.
+    /// `dtype` (integer dtypes: `start` and `end` truncated toward zero first, as PyTorch, and
+    /// each value truncated; every value must be representable). Built on the host and copied
+    /// to `device`.
     ///
     /// ```
     /// use genesis::{DType, Device, Tensor};
@@ -1303,6 +1304,13 @@ impl Tensor {
             });
         }
         numel_of(op, &[steps])?;
+        // As PyTorch: an integer dtype takes `start` and `end` as its own values first
+        // (truncated toward zero), and the points from those.
+        let (start, end) = if dtype.is_float() {
+            (start, end)
+        } else {
+            (start.trunc(), end.trunc())
+        };
         let mut values = Storage::zeros(steps, DType::F64, Device::Cpu)?;
         let out = values.as_mut_slice::<f64>()?;
         let step = if steps > 1 {
@@ -1941,6 +1949,13 @@ fn scale_in_dtype(op: &'static str, a: &Tensor, value: f64) -> Result<Tensor> {
     if a.dtype().is_float() {
         return a.mul(value);
     }
-    let v = checked_scalar(op, a.dtype(), ScalarValue::Float(value))?;
+    // A whole value converts as an integer does (uint8 then also takes -255..=-1, wrapping,
+    // as PyTorch's integer scalars).
+    let value = if value.fract() == 0.0 && value.abs() < 2f64.powi(63) {
+        ScalarValue::Int(value as i128)
+    } else {
+        ScalarValue::Float(value)
+    };
+    let v = checked_scalar(op, a.dtype(), value)?;
     a.mul(&Tensor::from_storage(v, &[])?.to(a.device())?)
 }

@@ -156,7 +156,9 @@ impl Tensor {
         Tensor::created(Storage::empty(n, dtype, device)?, shape)
     }
 
-    /// `start, start + step, ...` below `end` (as `f64` arithmetic, converted to `dtype`).
+    /// `start, start + step, ...` below `end` (PyTorch's `arange`): `ceil((end - start) / step)`
+    /// values, as `f64` arithmetic converted to `dtype`; an integer dtype takes `start` and
+    /// `step` truncated toward zero first, as PyTorch does.
     #[track_caller]
     pub fn arange(start: f64, end: f64, step: f64, dtype: DType, device: Device) -> Result<Tensor> {
         if step == 0.0 || !step.is_finite() || !start.is_finite() || !end.is_finite() {
@@ -194,6 +196,14 @@ impl Tensor {
         }
         let n = count as usize;
         numel_of("arange", &[n])?;
+        // As PyTorch: the count comes from the numbers given, but an integer dtype takes
+        // `start` and `step` as its own values (truncated toward zero: a step of 0.5 gives
+        // `n` copies of `start`).
+        let (start, step) = if dtype.is_float() {
+            (start, step)
+        } else {
+            (start.trunc(), step.trunc())
+        };
         // Every value must be representable in the dtype (no saturation, no infinity): the
         // first and the last bound the rest.
         if n > 0 {

@@ -1,5 +1,5 @@
 """Random facade cases with PyTorch as the oracle, for `tests/torch_ops.rs`: the ops the NumPy
-cases of `gen_facade_cases.py` do not reach (sort, argsort, topk, cumsum, cumprod, var, std,
+cases of `gen_facade_cases.py` do not reach (arange, linspace, logspace, eye, sort, argsort, topk, cumsum, cumprod, var, std,
 prod, logsumexp, softmax, log_softmax, median, all, any, count_nonzero, nansum, nanmean,
 vector_norm, clamp, lerp, addcmul, addcdiv, gather, scatter, scatter_add, index_select, cross,
 outer, diff, isclose, bincount). Needs PyTorch (the CPU build will do); only to regenerate:
@@ -13,7 +13,9 @@ Left out, as PyTorch's answer there depends on its version or device: `clamp` of
 negative bound (recent versions refuse it, older ones wrap it), `median` and `topk` of bool
 (not implemented on the CPU, implemented on CUDA), `median` of no elements (NaN in recent
 versions, an error in older ones), `softmax` of integers with no elements, and `isclose` of
-integers (older versions subtract in the integer type).
+integers (older versions subtract in the integer type); and `arange`, `linspace` and
+`logspace` into uint8 from a negative start, or into an integer dtype past its range (PyTorch
+wraps such values or refuses them, depending on the op; Genesis refuses them).
 The format is `gen_facade_cases.py`'s (`genesis-facade-cases v1`); an error PyTorch raises is
 `"err": "*"` (any typed error: Genesis must refuse, whatever it calls the refusal). Floats are
 written as Python's shortest round-trip form of their f64 value (exact in their dtype).
@@ -397,7 +399,52 @@ def case_misc(G, op):
     return c
 
 
+def case_create(G, op):
+    r = G.r
+    dt = r.choice(FLOATS + INTS)
+    if op == "arange":
+        start = r.choice([0, 1, -3, 0.5, -2.25, 10])
+        end = r.choice([5, 0, -1, 7.5, 3, 100])
+        step = r.choice([1, 2, -1, 0.5, -0.75, 3, 0.1])
+        args = {"start": fmt(start), "end": fmt(end), "step": fmt(step), "dtype": name(dt)}
+        fn = lambda: torch.arange(start, end, step, dtype=dt)
+    elif op in ("linspace", "logspace"):
+        start = r.choice([0, 1, -3, 0.5, -2.25, 10])
+        end = r.choice([5, 0, -1, 7.5, 3, 100])
+        steps = r.choice([0, 1, 2, 3, 4, 7, 10])
+        args = {"start": fmt(start), "end": fmt(end), "steps": steps, "dtype": name(dt)}
+        if op == "linspace":
+            fn = lambda: torch.linspace(start, end, steps, dtype=dt)
+        else:
+            if abs(start) > 3 or abs(end) > 3:
+                return None
+            base = r.choice([10.0, 2.0, 0.5])
+            args["base"] = fmt(base)
+            fn = lambda: torch.logspace(start, end, steps, base, dtype=dt)
+    else:  # eye
+        n = r.randint(0, 4)
+        m = r.choice([None, 0, 1, 3, 5])
+        args = {"n": n, "m": m, "dtype": name(dt)}
+        fn = (lambda: torch.eye(n, dtype=dt)) if m is None else (lambda: torch.eye(n, m, dtype=dt))
+    if dt == torch.uint8 and op != "eye" and min(start, end if op != "arange" else start) < 0:
+        return None
+    c = {"op": op, "in": [], "args": args}
+    c.update(outcome(fn))
+    if op == "logspace" and "out" in c and not dt.is_floating_point:
+        # Values past an integer dtype's range: PyTorch wraps them (a C cast), Genesis refuses.
+        exps = torch.linspace(float(int(start)), float(int(end)), steps, dtype=torch.float64)
+        info = torch.iinfo(dt)
+        if any(not (info.min <= base ** float(e) <= info.max) for e in exps):
+            return None
+    if "out" in c:
+        t = tol_for(dt)
+        if t:
+            c["tol"] = t
+    return c
+
+
 FAMILIES = {
+    "create": (case_create, ["arange", "linspace", "logspace", "eye"]),
     "reduce": (case_reduce, ["var", "std", "prod", "logsumexp", "all", "any", "count_nonzero",
                              "nansum", "nanmean", "vector_norm", "median"]),
     "scan": (case_scan, ["cumsum", "cumprod"]),

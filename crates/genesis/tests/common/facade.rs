@@ -218,6 +218,9 @@ fn index_items(items: &Value, device: Device) -> genesis::Result<Vec<IndexItem>>
 
 /// Runs the case's op on `device`; the tensors it gives (several for `max_dim`).
 pub(crate) fn run(case: &Value, device: Device) -> genesis::Result<Vec<Tensor>> {
+    if let Some(made) = create(case, device) {
+        return made.map(|t| vec![t]);
+    }
     let inputs: Vec<Tensor> = case["in"]
         .as_array()
         .expect("in")
@@ -650,6 +653,38 @@ fn matches(got: El, want: El, tol: Tol) -> bool {
         }
         _ => false,
     }
+}
+
+/// The creation ops (no input tensor): `None` for another op.
+fn create(case: &Value, device: Device) -> Option<genesis::Result<Tensor>> {
+    let a = &case["args"];
+    let f = |k: &str| num(&a[k]);
+    let dt = || dtype(a["dtype"].as_str().expect("dtype"));
+    Some(match case["op"].as_str()? {
+        "arange" => Tensor::arange(f("start"), f("end"), f("step"), dt(), device),
+        "linspace" => Tensor::linspace(
+            f("start"),
+            f("end"),
+            int(&a["steps"]) as usize,
+            dt(),
+            device,
+        ),
+        "logspace" => Tensor::logspace(
+            f("start"),
+            f("end"),
+            int(&a["steps"]) as usize,
+            f("base"),
+            dt(),
+            device,
+        ),
+        "eye" => Tensor::eye(
+            int(&a["n"]) as usize,
+            a["m"].as_i64().map(|m| m as usize),
+            dt(),
+            device,
+        ),
+        _ => return None,
+    })
 }
 
 /// Compares what the op gave with the case's expectation; a readable diff when they differ.

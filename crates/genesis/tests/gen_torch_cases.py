@@ -38,6 +38,8 @@ def name(dt):
 
 
 def fmt(v):
+    # gen_facade_cases.py's `fmt_float` without NumPy (which that module imports): an f64's
+    # shortest round-trip digits are exact in every float dtype the value came from.
     v = float(v)
     if math.isnan(v):
         return "nan"
@@ -146,6 +148,16 @@ def tol_for(dt, loose=False):
     return [k * eps, k * eps]
 
 
+def finish(c, loose=False):
+    """Adds the float tolerance of the case's result dtype (none for exact results)."""
+    if "out" in c:
+        out = c["out"][0] if isinstance(c["out"], list) else c["out"]
+        t = tol_for(getattr(torch, out["dt"]), loose)
+        if t:
+            c["tol"] = t
+    return c
+
+
 def case_reduce(G, op):
     r = G.r
     dt = r.choice(ALL)
@@ -194,45 +206,22 @@ def case_reduce(G, op):
         raise ValueError(op)
     c = {"op": op, "in": [enc(x)], "args": args}
     c.update(outcome(fn))
-    loose = op in ("var", "std", "logsumexp", "vector_norm", "nanmean", "prod")
-    t = tol_for(getattr(torch, c["out"]["dt"]) if "out" in c else None, loose) if "out" in c else None
-    if t:
-        c["tol"] = t
-    return c
+    return finish(c, op in ("var", "std", "logsumexp", "vector_norm", "nanmean", "prod"))
 
 
-def case_scan(G, op):
+def case_along(G, op):
+    """An op along one dimension: the scans, softmax and log_softmax."""
     r = G.r
     dt = r.choice(ALL)
     sh = G.shape()
     x = G.data(sh, dt)
     d = G.dim(len(sh))
-    f = getattr(torch, op)
-    c = {"op": op, "in": [enc(x)], "args": {"dim": d}}
-    c.update(outcome(lambda: f(x, d)))
-    if "out" in c:
-        t = tol_for(getattr(torch, c["out"]["dt"]), True)
-        if t:
-            c["tol"] = t
-    return c
-
-
-def case_softmax(G, op):
-    r = G.r
-    dt = r.choice(ALL)
-    sh = G.shape()
-    x = G.data(sh, dt)
-    d = G.dim(len(sh))
-    if not dt.is_floating_point and x.numel() == 0:
+    if op in ("softmax", "log_softmax") and not dt.is_floating_point and x.numel() == 0:
         return None
     f = getattr(torch, op)
     c = {"op": op, "in": [enc(x)], "args": {"dim": d}}
     c.update(outcome(lambda: f(x, d)))
-    if "out" in c:
-        t = tol_for(getattr(torch, c["out"]["dt"]), True)
-        if t:
-            c["tol"] = t
-    return c
+    return finish(c, True)
 
 
 def case_sort(G, op):
@@ -287,11 +276,7 @@ def case_elementwise(G, op):
         c = {"op": op, "in": [enc(x), enc(a), enc(b)], "args": {"value": fmt(v)}}
         f = getattr(torch, op)
         c.update(outcome(lambda: f(x, a, b, value=v)))
-    if "out" in c:
-        t = tol_for(getattr(torch, c["out"]["dt"]))
-        if t:
-            c["tol"] = t
-    return c
+    return finish(c)
 
 
 def case_index(G, op):
@@ -339,11 +324,7 @@ def case_index(G, op):
     f = getattr(torch, op)
     c = {"op": op, "in": [enc(x), enc(idx), enc(src)], "args": {"dim": d}}
     c.update(outcome(lambda: f(x, d, idx, src)))
-    if "out" in c and op == "scatter_add":
-        t = tol_for(getattr(torch, c["out"]["dt"]))
-        if t:
-            c["tol"] = t
-    return c
+    return finish(c) if op == "scatter_add" else c
 
 
 def case_misc(G, op):
@@ -392,11 +373,7 @@ def case_misc(G, op):
         c.update(outcome(lambda: torch.bincount(x, minlength=ml)))
     else:
         raise ValueError(op)
-    if "out" in c:
-        t = tol_for(getattr(torch, c["out"]["dt"]))
-        if t:
-            c["tol"] = t
-    return c
+    return finish(c)
 
 
 def case_create(G, op):
@@ -436,19 +413,15 @@ def case_create(G, op):
         info = torch.iinfo(dt)
         if any(not (info.min <= base ** float(e) <= info.max) for e in exps):
             return None
-    if "out" in c:
-        t = tol_for(dt)
-        if t:
-            c["tol"] = t
-    return c
+    return finish(c)
 
 
 FAMILIES = {
     "create": (case_create, ["arange", "linspace", "logspace", "eye"]),
     "reduce": (case_reduce, ["var", "std", "prod", "logsumexp", "all", "any", "count_nonzero",
                              "nansum", "nanmean", "vector_norm", "median"]),
-    "scan": (case_scan, ["cumsum", "cumprod"]),
-    "softmax": (case_softmax, ["softmax", "log_softmax"]),
+    "scan": (case_along, ["cumsum", "cumprod"]),
+    "softmax": (case_along, ["softmax", "log_softmax"]),
     "sort": (case_sort, ["sort", "argsort", "topk"]),
     "elementwise": (case_elementwise, ["clamp", "lerp", "addcmul", "addcdiv"]),
     "index": (case_index, ["index_select", "gather", "scatter", "scatter_add"]),

@@ -52,8 +52,9 @@ impl Tensor {
     /// `value` (`[..., S, Ev]`), PyTorch's `F.scaled_dot_product_attention(q, k, v,
     /// is_causal=..., scale=...)`: `softmax(q kᵀ * scale + mask) v` with `scale` `1 / sqrt(E)`
     /// unless given, and with `is_causal` query `i` seeing keys `j <= i` only (the mask
-    /// aligned to the top left, as PyTorch's). The leading dimensions of the three must be
-    /// equal; the result is `[..., L, Ev]` in their dtype.
+    /// aligned to the top left, as PyTorch's). The leading dimensions of the three broadcast
+    /// (a size-1 or missing one is expanded, a view); the result is `[..., L, Ev]` in their
+    /// dtype.
     ///
     /// CUDA bf16 and f16 operands of rank 3 or 4 with `E == Ev` of 64 or 128, and f32 ones
     /// with `E == Ev == 64` (computed in f32 on the CUDA cores), read in place (a view into a
@@ -86,6 +87,32 @@ impl Tensor {
         let (q, k, v) = (self, key, value);
         let (rq, rk, rv) = (q.dim(), k.dim(), v.dim());
         let bad = |reason: String| Error::InvalidArgument { op: OP, reason };
+        // Leading dimensions that differ broadcast, as PyTorch's (one head of keys for many
+        // of queries, say): each operand is expanded to the common ones, a view.
+        if rq >= 2
+            && rk >= 2
+            && rv >= 2
+            && (q.shape()[..rq - 2] != k.shape()[..rk - 2]
+                || q.shape()[..rq - 2] != v.shape()[..rv - 2])
+        {
+            let lead =
+                crate::tensor::broadcast_shape(OP, &q.shape()[..rq - 2], &k.shape()[..rk - 2])
+                    .and_then(|l| crate::tensor::broadcast_shape(OP, &l, &v.shape()[..rv - 2]));
+            if let Ok(lead) = lead {
+                let grow = |t: &Tensor| -> Result<Tensor> {
+                    let r = t.dim();
+                    let mut shape = lead.clone();
+                    shape.extend_from_slice(&t.shape()[r - 2..]);
+                    t.expand(shape.as_slice())
+                };
+                return grow(q)?.scaled_dot_product_attention(
+                    &grow(k)?,
+                    &grow(v)?,
+                    is_causal,
+                    scale,
+                );
+            }
+        }
         if rq < 2 || rk != rq || rv != rq {
             return Err(bad(format!(
                 "query, key and value must have one rank of at least 2, got shapes {:?}, {:?} \

@@ -1305,7 +1305,8 @@ impl Tensor {
         }
         numel_of(op, &[steps])?;
         // As PyTorch: an integer dtype takes `start` and `end` as its own values first
-        // (truncated toward zero), and the points from those.
+        // (truncated toward zero), and the points from those; one point is `start` as given.
+        let given = start;
         let (start, end) = if dtype.is_float() {
             (start, end)
         } else {
@@ -1325,7 +1326,7 @@ impl Tensor {
             } else {
                 end - step * (steps - 1 - i) as f64
             };
-            let x = if steps == 1 { start } else { x };
+            let x = if steps == 1 { given } else { x };
             let x = base.map_or(x, |b| b.powf(x));
             let x = if dtype.is_float() { x } else { x.trunc() };
             if host_scalar(op, dtype, x).is_err() {

@@ -416,7 +416,28 @@ def case_create(G, op):
     return finish(c)
 
 
+def case_sdpa(G, op):
+    r = G.r
+    dt = r.choice([torch.float32, torch.float64, torch.float32, torch.float16, torch.bfloat16])
+    lead = [r.choice([1, 2, 3]) for _ in range(r.choice([0, 1, 2]))]
+    L, S, E, Ev = r.randint(1, 6), r.randint(1, 6), r.choice([1, 4, 8]), r.choice([1, 4, 8])
+    if r.random() < 0.5:
+        Ev = E
+    def lead_of():
+        # Sometimes a size-1 leading dimension, broadcast against the others.
+        return [1 if (x > 1 and r.random() < 0.15) else x for x in lead]
+    q = G.data(lead_of() + [L, E], dt, special=0.0)
+    k = G.data(lead_of() + [S, E], dt, special=0.0)
+    v = G.data(lead_of() + [S, Ev], dt, special=0.0)
+    causal = r.random() < 0.5
+    scale = r.choice([None, None, 0.5, 1.0])
+    c = {"op": op, "in": [enc(q), enc(k), enc(v)], "args": {"causal": causal, "scale": None if scale is None else fmt(scale)}}
+    c.update(outcome(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)))
+    return finish(c, True)
+
+
 FAMILIES = {
+    "sdpa": (case_sdpa, ["sdpa"]),
     "create": (case_create, ["arange", "linspace", "logspace", "eye"]),
     "reduce": (case_reduce, ["var", "std", "prod", "logsumexp", "all", "any", "count_nonzero",
                              "nansum", "nanmean", "vector_norm", "median"]),

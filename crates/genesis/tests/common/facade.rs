@@ -518,6 +518,12 @@ pub(crate) fn run(case: &Value, device: Device) -> genesis::Result<Vec<Tensor>> 
             arg_bool(case, "equal_nan"),
         )),
         "bincount" => one(x.bincount(arg_i(case, "minlength") as usize)),
+        "sdpa" => one(x.scaled_dot_product_attention(
+            &inputs[1],
+            &inputs[2],
+            arg_bool(case, "causal"),
+            case["args"].get("scale").filter(|v| !v.is_null()).map(num),
+        )),
         o => panic!("{}: unknown op {o}", id(case)),
     }
 }

@@ -1573,7 +1573,8 @@ impl Tensor {
     /// The `n`-th forward difference along `dim` (PyTorch's `diff`): `out[i] = x[i + 1] -
     /// x[i]`, applied `n` times, after `prepend` and `append` (tensors of `self`'s rank and
     /// dtype, the same shape but along `dim`) are joined before and after. Bools give their
-    /// `!=` (PyTorch's logical xor). `n = 0` returns the joined input.
+    /// `!=` (PyTorch's logical xor). `n = 0` returns the input itself, as PyTorch (prepend and
+    /// append checked, not joined).
     ///
     /// ```
     /// use genesis::{Device, Tensor};
@@ -1615,6 +1616,10 @@ impl Tensor {
                     ),
                 });
             }
+        }
+        // As PyTorch: no difference taken is the input itself, prepend and append unused.
+        if n == 0 {
+            return Ok(self.clone());
         }
         if let Some(p) = prepend {
             parts.push(p);

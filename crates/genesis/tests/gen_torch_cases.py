@@ -232,6 +232,9 @@ def case_sort(G, op):
     if op == "topk" and dt == torch.bool:
         return None
     x = G.data(sh, dt, special=0.0 if distinct else 0.1, distinct=distinct)
+    if distinct and dt.is_floating_point and x.numel() and r.random() < 0.3:
+        # One NaN (PyTorch's topk takes NaN as the largest value).
+        x.view(-1)[r.randrange(x.numel())] = float("nan")
     d = G.dim(len(sh))
     desc = r.random() < 0.5
     if op == "sort":
@@ -334,7 +337,8 @@ def case_misc(G, op):
         sh = G.shape(min_rank=1, max_rank=3)
         d = G.dim(len(sh))
         sh[d] = 3 if r.random() < 0.9 else r.choice([2, 4])
-        x, y = G.data(sh, dt, special=0.0), G.data(sh, dt, special=0.0)
+        sh2 = [1 if (i != d % len(sh) and r.random() < 0.2) else n_ for i, n_ in enumerate(sh)]
+        x, y = G.data(sh, dt, special=0.0), G.data(sh2, dt, special=0.0)
         c = {"op": op, "in": [enc(x), enc(y)], "args": {"dim": d}}
         c.update(outcome(lambda: torch.linalg.cross(x, y, dim=d)))
     elif op == "outer":
@@ -348,8 +352,15 @@ def case_misc(G, op):
         d = G.dim(len(sh))
         n = r.randint(0, 3)
         x = G.data(sh, dt)
-        c = {"op": op, "in": [enc(x)], "args": {"n": n, "dim": d}}
-        c.update(outcome(lambda: torch.diff(x, n=n, dim=d)))
+        extra = {}
+        for k in ("prepend", "append"):
+            if r.random() < 0.3:
+                esh = list(sh)
+                esh[d] = r.randint(0, 2)
+                extra[k] = G.data(esh, r.choice([dt, dt, r.choice(ALL)]))
+        ins = [enc(x)] + [enc(extra[k]) for k in ("prepend", "append") if k in extra]
+        c = {"op": op, "in": ins, "args": {"n": n, "dim": d, "prepend": "prepend" in extra, "append": "append" in extra}}
+        c.update(outcome(lambda: torch.diff(x, n=n, dim=d, prepend=extra.get("prepend"), append=extra.get("append"))))
     elif op == "isclose":
         dt = r.choice(FLOATS)
         sh = G.shape()
@@ -371,6 +382,28 @@ def case_misc(G, op):
         ml = r.choice([0, 0, 3, 12])
         c = {"op": op, "in": [enc(x)], "args": {"minlength": ml}}
         c.update(outcome(lambda: torch.bincount(x, minlength=ml)))
+    elif op == "meshgrid":
+        k = r.randint(1, 3)
+        dts = [r.choice(ALL)] * k if r.random() < 0.8 else [r.choice(ALL) for _ in range(k)]
+        ts = [G.data([r.randint(0, 3)] if r.random() < 0.9 else [], dt) for dt in dts]
+        ix = r.choice(["ij", "xy"])
+        c = {"op": op, "in": [enc(t) for t in ts], "args": {"indexing": ix}}
+        c.update(outcome(lambda: torch.meshgrid(*ts, indexing=ix)))
+        return c
+    elif op == "lerp_tensor":
+        dt = r.choice(FLOATS)
+        sh = G.shape()
+        w = G.data([x if r.random() < 0.7 else 1 for x in sh], dt, special=0.0)
+        x, y = G.data(sh, dt), G.data(sh, dt)
+        c = {"op": op, "in": [enc(x), enc(y), enc(w)], "args": {}}
+        c.update(outcome(lambda: torch.lerp(x, y, w)))
+    elif op == "softplus":
+        dt = r.choice(FLOATS)
+        x = G.data(G.shape(), dt)
+        beta, th = r.choice([1.0, 2.0, 0.5]), r.choice([20.0, 1.0, 5.0])
+        c = {"op": op, "in": [enc(x)], "args": {"beta": fmt(beta), "threshold": fmt(th)}}
+        c.update(outcome(lambda: torch.nn.functional.softplus(x, beta, th)))
+        return finish(c, True)
     else:
         raise ValueError(op)
     return finish(c)
@@ -403,7 +436,7 @@ def case_create(G, op):
         m = r.choice([None, 0, 1, 3, 5])
         args = {"n": n, "m": m, "dtype": name(dt)}
         fn = (lambda: torch.eye(n, dtype=dt)) if m is None else (lambda: torch.eye(n, m, dtype=dt))
-    if dt == torch.uint8 and op != "eye" and min(start, end if op != "arange" else start) < 0:
+    if dt == torch.uint8 and op != "eye" and min(start, end) < 0:
         return None
     c = {"op": op, "in": [], "args": args}
     c.update(outcome(fn))
@@ -446,7 +479,8 @@ FAMILIES = {
     "sort": (case_sort, ["sort", "argsort", "topk"]),
     "elementwise": (case_elementwise, ["clamp", "lerp", "addcmul", "addcdiv"]),
     "index": (case_index, ["index_select", "gather", "scatter", "scatter_add"]),
-    "misc": (case_misc, ["cross", "outer", "diff", "isclose", "bincount"]),
+    "misc": (case_misc, ["cross", "outer", "diff", "isclose", "bincount", "meshgrid",
+                         "lerp_tensor", "softplus"]),
 }
 
 

@@ -510,7 +510,21 @@ pub(crate) fn run(case: &Value, device: Device) -> genesis::Result<Vec<Tensor>> 
         "scatter_add" => one(x.scatter_add(arg_i(case, "dim"), &inputs[1], &inputs[2])),
         "cross" => one(x.cross(&inputs[1], arg_i(case, "dim"))),
         "outer" => one(x.outer(&inputs[1])),
-        "diff" => one(x.diff(arg_i(case, "n") as usize, arg_i(case, "dim"), None, None)),
+        "diff" => {
+            // The optional prepend and append follow the input, in that order.
+            let mut rest = inputs[1..].iter();
+            let pre = arg_bool(case, "prepend").then(|| rest.next()).flatten();
+            let app = arg_bool(case, "append").then(|| rest.next()).flatten();
+            one(x.diff(arg_i(case, "n") as usize, arg_i(case, "dim"), pre, app))
+        }
+        "meshgrid" => {
+            let refs: Vec<&Tensor> = inputs.iter().collect();
+            Tensor::meshgrid(&refs, arg_str(case, "indexing"))
+        }
+        "lerp_tensor" => one(x.lerp_tensor(&inputs[1], &inputs[2])),
+        "softplus" => {
+            one(x.softplus_with(num(&case["args"]["beta"]), num(&case["args"]["threshold"])))
+        }
         "isclose" => one(x.isclose(
             &inputs[1],
             num(&case["args"]["rtol"]),

@@ -522,6 +522,10 @@ pub(crate) fn run(case: &Value, device: Device) -> genesis::Result<Vec<Tensor>> 
             Tensor::meshgrid(&refs, arg_str(case, "indexing"))
         }
         "lerp_tensor" => one(x.lerp_tensor(&inputs[1], &inputs[2])),
+        "logical_and" => one(x.logical_and(&inputs[1])),
+        "logical_or" => one(x.logical_or(&inputs[1])),
+        "logical_xor" => one(x.logical_xor(&inputs[1])),
+        "logical_not" => one(x.logical_not()),
         "softplus" => {
             one(x.softplus_with(num(&case["args"]["beta"]), num(&case["args"]["threshold"])))
         }

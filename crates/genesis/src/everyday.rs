@@ -941,8 +941,8 @@ impl Tensor {
 
     /// A copy of `self` with the values of `src` added along `dim` where `index` points
     /// (PyTorch's out-of-place `scatter_add`; f64, f32, f16, bf16, i64, i32, and i16, i8, u8
-    /// summed in int32 and wrapped back, as PyTorch's wrapping sums; bool as "or"), every contribution
-    /// counted: on the GPU with atomic adds (float sums depend on their order of arrival), on the
+    /// summed in int32 and wrapped back, as PyTorch's wrapping sums; bool as "or"), every
+    /// contribution counted: on the GPU with atomic adds (float sums depend on their order of arrival), on the
     /// CPU in position order. Arguments as [`Tensor::scatter`].
     #[track_caller]
     pub fn scatter_add(&self, dim: impl Dim, index: &Tensor, src: &Tensor) -> Result<Tensor> {
@@ -1945,7 +1945,15 @@ fn addc_operands(x: &Tensor, t1: &Tensor, t2: &Tensor) -> Result<(Tensor, Tensor
         Participant::Tensor(t1.dtype(), t1.dim()),
         Participant::Tensor(t2.dtype(), t2.dim()),
     ]);
-    Ok((x.to_dtype(r)?, t1.to_dtype(r)?, t2.to_dtype(r)?))
+    // Only what is not already of it is converted (a conversion is a pass over the tensor).
+    let cast = |t: &Tensor| {
+        if t.dtype() == r {
+            Ok(t.clone())
+        } else {
+            t.to_dtype(r)
+        }
+    };
+    Ok((cast(x)?, cast(t1)?, cast(t2)?))
 }
 
 /// `value * a` in `a`'s dtype, `value` converted as PyTorch converts a scalar to it: a float

@@ -210,6 +210,14 @@ impl Tensor {
         if beta == 1.0 && threshold == 20.0 {
             return self.softplus();
         }
+        // Half precision computes in f32, as PyTorch's (exp(beta x) overflows f16 from x ~ 11 /
+        // beta), rounded once at the end.
+        if matches!(self.dtype(), DType::F16 | DType::BF16) {
+            return self
+                .to_dtype(DType::F32)?
+                .softplus_with(beta, threshold)?
+                .to_dtype(self.dtype());
+        }
         let bx = self.mul(beta)?;
         let soft = bx.exp()?.log1p()?.div(beta)?;
         Tensor::where_cond(&bx.compare_scalar(CompareOp::Gt, threshold)?, self, &soft)

@@ -5,8 +5,8 @@ prod, logsumexp, softmax, log_softmax, median, all, any, count_nonzero, nansum, 
 vector_norm, clamp, lerp, addcmul, addcdiv, gather, scatter, scatter_add, index_select, cross,
 outer, diff, isclose, bincount). Needs PyTorch (the CPU build will do); only to regenerate:
 
-    python3 gen_torch_cases.py --seed 31 --count 4600 --out data/torch-cases.json.gz
-    python3 gen_torch_cases.py --seed 1031 --count 1400 --out data/torch-heldout.json.gz
+    python3 gen_torch_cases.py --seed 31 --count 5000 --out data/torch-cases.json.gz
+    python3 gen_torch_cases.py --seed 1031 --count 1500 --out data/torch-heldout.json.gz
 
 The second set is held out (another seed), not looked at while fixing failures of the first.
 
@@ -16,7 +16,8 @@ negative bound (recent versions refuse it, older ones wrap it), `median` and `to
 versions, an error in older ones), `softmax` of integers with no elements, and `isclose` of
 integers (older versions subtract in the integer type); and `arange`, `linspace` and
 `logspace` into uint8 from a negative start, or into an integer dtype past its range (PyTorch
-wraps such values or refuses them, depending on the op; Genesis refuses them).
+wraps such values or refuses them, depending on the op; Genesis refuses them); `pow` of two
+bools (refused by recent PyTorch, a result in the NumPy corpus).
 The format is `gen_facade_cases.py`'s (`genesis-facade-cases v1`); an error PyTorch raises is
 `"err": "*"` (any typed error: Genesis must refuse, whatever it calls the refusal). Floats are
 written as Python's shortest round-trip form of their f64 value (exact in their dtype).
@@ -410,6 +411,35 @@ def case_misc(G, op):
     return finish(c)
 
 
+def case_arith(G, op):
+    """Arithmetic with PyTorch's promotion: n-d and 0-d tensors, and Python scalars."""
+    r = G.r
+    x = G.data(G.shape(min_rank=1) if r.random() < 0.8 else [], r.choice(ALL))
+    kind = r.choice(["tensor", "zero_d", "scalar"])
+    f = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
+         "maximum": torch.maximum, "minimum": torch.minimum, "pow": torch.pow}[op]
+    if kind == "scalar":
+        if op in ("maximum", "minimum"):
+            return None
+        v = r.choice([2, -3, 0, 1, 0.5, -1.25, True, False, 3.0])
+        if op == "pow" and isinstance(v, int) and not isinstance(v, bool) and v < 0:
+            v = 2
+        if op == "pow" and x.dtype == torch.bool and isinstance(v, bool):
+            return None
+        enc_v = v if isinstance(v, bool) else (v if isinstance(v, int) else fmt(v))
+        c = {"op": "arith_scalar", "in": [enc(x)], "args": {"op": op, "scalar": enc_v,
+                                                           "kind": type(v).__name__}}
+        c.update(outcome(lambda: f(x, v)))
+    else:
+        ysh = [] if kind == "zero_d" else list(x.shape)[r.randint(0, x.dim()):]
+        y = G.data(ysh, r.choice(ALL))
+        if op == "pow" and x.dtype == torch.bool and y.dtype == torch.bool:
+            return None
+        c = {"op": "arith", "in": [enc(x), enc(y)], "args": {"op": op}}
+        c.update(outcome(lambda: f(x, y)))
+    return finish(c, op in ("pow", "div"))
+
+
 def case_logical(G, op):
     r = G.r
     sh = G.shape()
@@ -487,6 +517,7 @@ def case_sdpa(G, op):
 
 
 FAMILIES = {
+    "arith": (case_arith, ["add", "sub", "mul", "div", "maximum", "minimum", "pow"]),
     "logical": (case_logical, ["logical_and", "logical_or", "logical_xor", "logical_not"]),
     "sdpa": (case_sdpa, ["sdpa"]),
     "create": (case_create, ["arange", "linspace", "logspace", "eye"]),

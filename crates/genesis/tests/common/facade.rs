@@ -522,6 +522,35 @@ pub(crate) fn run(case: &Value, device: Device) -> genesis::Result<Vec<Tensor>> 
             Tensor::meshgrid(&refs, arg_str(case, "indexing"))
         }
         "lerp_tensor" => one(x.lerp_tensor(&inputs[1], &inputs[2])),
+        // Arithmetic by name with a tensor or a scalar operand of the JSON's kind (an integer,
+        // a float or a bool: PyTorch's Python scalars promote by kind).
+        "arith" | "arith_scalar" => {
+            let a = &case["args"];
+            let name = arg_str(case, "op");
+            macro_rules! apply {
+                ($y:expr) => {
+                    match name {
+                        "add" => x.add($y),
+                        "sub" => x.sub($y),
+                        "mul" => x.mul($y),
+                        "div" => x.div($y),
+                        "maximum" => x.maximum($y),
+                        "minimum" => x.minimum($y),
+                        "pow" => x.pow($y),
+                        o => panic!("unknown arithmetic {o}"),
+                    }
+                };
+            }
+            one(if op == "arith" {
+                apply!(&inputs[1])
+            } else {
+                match a["kind"].as_str().unwrap_or("") {
+                    "bool" => apply!(a["scalar"].as_bool().expect("bool")),
+                    "int" => apply!(int(&a["scalar"])),
+                    _ => apply!(num(&a["scalar"])),
+                }
+            })
+        }
         "logical_and" => one(x.logical_and(&inputs[1])),
         "logical_or" => one(x.logical_or(&inputs[1])),
         "logical_xor" => one(x.logical_xor(&inputs[1])),

@@ -426,7 +426,15 @@ pub(crate) fn run(case: &Value, device: Device) -> genesis::Result<Vec<Tensor>> 
         "contiguous" => one(x.contiguous()),
         "index" => one(x.i(&index_items(&case["args"]["items"], device)?)),
         "to_dtype" => one(x.to_dtype(dtype(arg_str(case, "dtype")))),
-        "masked_fill" => one(x.masked_fill(&inputs[1], num(&case["args"]["value"]))),
+        // The value as a float, or (the PyTorch corpus) as the JSON's kind of Python scalar.
+        "masked_fill" => {
+            let a = &case["args"];
+            one(match a.get("kind").and_then(|k| k.as_str()).unwrap_or("") {
+                "bool" => x.masked_fill(&inputs[1], a["value"].as_bool().expect("bool")),
+                "int" => x.masked_fill(&inputs[1], int(&a["value"])),
+                _ => x.masked_fill(&inputs[1], num(&a["value"])),
+            })
+        }
         "masked_fill_" => {
             let own = tensor(&case["in"][0], device)?;
             own.masked_fill_(&inputs[1], num(&case["args"]["value"]))?;
@@ -548,6 +556,32 @@ pub(crate) fn run(case: &Value, device: Device) -> genesis::Result<Vec<Tensor>> 
                     "bool" => apply!(a["scalar"].as_bool().expect("bool")),
                     "int" => apply!(int(&a["scalar"])),
                     _ => apply!(num(&a["scalar"])),
+                }
+            })
+        }
+        "where_scalar" => {
+            // A scalar of the JSON's kind: a Rust bool, i64 or f64 operand.
+            let a = &case["args"];
+            let scalar = |v: &Value, kind: &str| -> genesis::ScalarValue {
+                match kind {
+                    "bool" => genesis::ScalarValue::Bool(v.as_bool().expect("bool")),
+                    "int" => genesis::ScalarValue::Int(i128::from(int(v))),
+                    _ => genesis::ScalarValue::Float(num(v)),
+                }
+            };
+            let c = x;
+            one(if a.get("b").is_some() {
+                let (p, q) = (
+                    scalar(&a["a"], arg_str(case, "akind")),
+                    scalar(&a["b"], arg_str(case, "bkind")),
+                );
+                where_values(c, p, q)
+            } else {
+                let s = scalar(&a["scalar"], arg_str(case, "kind"));
+                if arg_bool(case, "left") {
+                    where_scalar_left(c, s, &inputs[1])
+                } else {
+                    where_scalar_right(c, &inputs[1], s)
                 }
             })
         }
@@ -705,6 +739,46 @@ fn matches(got: El, want: El, tol: Tol) -> bool {
             }
         }
         _ => false,
+    }
+}
+
+/// `where(c, p, q)` for two scalars, each as its kind.
+fn where_values(
+    c: &Tensor,
+    p: genesis::ScalarValue,
+    q: genesis::ScalarValue,
+) -> genesis::Result<Tensor> {
+    use genesis::ScalarValue::{Bool, Float, Int};
+    match (p, q) {
+        (Bool(a), Bool(b)) => Tensor::where_cond(c, a, b),
+        (Bool(a), Int(b)) => Tensor::where_cond(c, a, b as i64),
+        (Bool(a), Float(b)) => Tensor::where_cond(c, a, b),
+        (Int(a), Bool(b)) => Tensor::where_cond(c, a as i64, b),
+        (Int(a), Int(b)) => Tensor::where_cond(c, a as i64, b as i64),
+        (Int(a), Float(b)) => Tensor::where_cond(c, a as i64, b),
+        (Float(a), Bool(b)) => Tensor::where_cond(c, a, b),
+        (Float(a), Int(b)) => Tensor::where_cond(c, a, b as i64),
+        (Float(a), Float(b)) => Tensor::where_cond(c, a, b),
+    }
+}
+
+/// `where(c, s, t)` with the scalar `s` as its kind.
+fn where_scalar_left(c: &Tensor, s: genesis::ScalarValue, t: &Tensor) -> genesis::Result<Tensor> {
+    use genesis::ScalarValue::{Bool, Float, Int};
+    match s {
+        Bool(a) => Tensor::where_cond(c, a, t),
+        Int(a) => Tensor::where_cond(c, a as i64, t),
+        Float(a) => Tensor::where_cond(c, a, t),
+    }
+}
+
+/// `where(c, t, s)` with the scalar `s` as its kind.
+fn where_scalar_right(c: &Tensor, t: &Tensor, s: genesis::ScalarValue) -> genesis::Result<Tensor> {
+    use genesis::ScalarValue::{Bool, Float, Int};
+    match s {
+        Bool(a) => Tensor::where_cond(c, t, a),
+        Int(a) => Tensor::where_cond(c, t, a as i64),
+        Float(a) => Tensor::where_cond(c, t, a),
     }
 }
 

@@ -31,8 +31,8 @@
 //! `tests/gen_torch_cases.py` (needs PyTorch; its CPU build will do):
 //!
 //! ```sh
-//! python3 gen_torch_cases.py --seed 31 --count 5400 --out data/torch-cases.json.gz
-//! python3 gen_torch_cases.py --seed 1031 --count 1600 --out data/torch-heldout.json.gz
+//! python3 gen_torch_cases.py --seed 31 --count 5800 --out data/torch-cases.json.gz
+//! python3 gen_torch_cases.py --seed 1031 --count 1700 --out data/torch-heldout.json.gz
 //! ```
 
 mod common;

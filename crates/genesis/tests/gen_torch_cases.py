@@ -1,13 +1,14 @@
 """Random facade cases with PyTorch as the oracle, for `tests/torch_ops.rs`: the ops the NumPy
-cases of `gen_facade_cases.py` do not reach (where with scalar branches, masked_fill with
+cases of `gen_facade_cases.py` do not reach (index_put with and without accumulation, where
+with scalar branches, masked_fill with
 each kind of Python scalar, logical_and, logical_or, logical_xor, logical_not,
 arange, linspace, logspace, eye, sort, argsort, topk, cumsum, cumprod, var, std,
 prod, logsumexp, softmax, log_softmax, median, all, any, count_nonzero, nansum, nanmean,
 vector_norm, clamp, lerp, addcmul, addcdiv, gather, scatter, scatter_add, index_select, cross,
 outer, diff, isclose, bincount). Needs PyTorch (the CPU build will do); only to regenerate:
 
-    python3 gen_torch_cases.py --seed 31 --count 5400 --out data/torch-cases.json.gz
-    python3 gen_torch_cases.py --seed 1031 --count 1600 --out data/torch-heldout.json.gz
+    python3 gen_torch_cases.py --seed 31 --count 5800 --out data/torch-cases.json.gz
+    python3 gen_torch_cases.py --seed 1031 --count 1700 --out data/torch-heldout.json.gz
 
 The second set is held out (another seed), not looked at while fixing failures of the first.
 
@@ -471,6 +472,35 @@ def case_select(G, op):
     return c
 
 
+def case_index_put(G, op):
+    """index_put with k index tensors (negative, repeated, out of range), values broadcast."""
+    r = G.r
+    dt = r.choice(ALL)
+    sh = G.shape(min_rank=1, zero=0.0)
+    x = G.data(sh, dt, special=0.0)
+    k = r.randint(1, len(sh))
+    n = r.randint(0, 5)
+    acc = r.random() < 0.5
+    bad = r.random() < 0.08
+    idx = []
+    for d in range(k):
+        lo, hi = -sh[d], sh[d] - 1
+        if bad and d == 0:
+            hi += 2
+        idx.append(torch.tensor([r.randint(lo, hi) for _ in range(n)], dtype=torch.int64))
+    if not acc and not bad:
+        # Distinct positions (which write lands is unspecified for repeats without accumulate).
+        keys = [tuple(int(t[i]) % sh[d] for d, t in enumerate(idx)) for i in range(n)]
+        if len(set(keys)) < n:
+            return None
+    vsh = r.choice([[n] + sh[k:], [1] + sh[k:], sh[k:], []])
+    vals = G.data(vsh, dt, special=0.0)
+    c = {"op": op, "in": [enc(x)] + [enc(t) for t in idx] + [enc(vals)],
+         "args": {"k": k, "accumulate": acc}}
+    c.update(outcome(lambda: torch.index_put(x, tuple(idx), vals, accumulate=acc)))
+    return finish(c) if acc else c
+
+
 def case_logical(G, op):
     r = G.r
     sh = G.shape()
@@ -548,6 +578,7 @@ def case_sdpa(G, op):
 
 
 FAMILIES = {
+    "index_put": (case_index_put, ["index_put"]),
     "select": (case_select, ["where_scalar", "masked_fill"]),
     "arith": (case_arith, ["add", "sub", "mul", "div", "maximum", "minimum", "pow"]),
     "logical": (case_logical, ["logical_and", "logical_or", "logical_xor", "logical_not"]),

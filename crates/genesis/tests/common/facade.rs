@@ -585,6 +585,13 @@ pub(crate) fn run(case: &Value, device: Device) -> genesis::Result<Vec<Tensor>> 
                 }
             })
         }
+        // `k` index tensors after the input, then the values.
+        "index_put" => {
+            use genesis::ToIndex;
+            let k = arg_i(case, "k") as usize;
+            let items: Vec<IndexItem> = inputs[1..=k].iter().map(|t| t.to_index_item()).collect();
+            one(x.index_put(&items, &inputs[k + 1], arg_bool(case, "accumulate")))
+        }
         "logical_and" => one(x.logical_and(&inputs[1])),
         "logical_or" => one(x.logical_or(&inputs[1])),
         "logical_xor" => one(x.logical_xor(&inputs[1])),

@@ -203,7 +203,7 @@ fn reduce(per: Tensor, ignored: Option<Tensor>, reduction: Reduction) -> Result<
         Reduction::Mean => match ignored {
             Some(i) => per
                 .sum()?
-                .div(&i.logical_not_mask()?.to_dtype(per.dtype())?.sum()?),
+                .div(&i.logical_not()?.to_dtype(per.dtype())?.sum()?),
             None => per.mean(),
         },
     }
@@ -249,16 +249,4 @@ pub fn binary_cross_entropy_with_logits(
         .sub(&logits.mul(target)?)?
         .add(&logits.abs()?.neg()?.exp()?.log1p()?)?;
     reduce(per, None, reduction)
-}
-
-/// Masks as numbers.
-trait MaskExt {
-    fn logical_not_mask(&self) -> Result<Tensor>;
-}
-
-impl MaskExt for Tensor {
-    /// `!self` for a bool tensor.
-    fn logical_not_mask(&self) -> Result<Tensor> {
-        self.eq_scalar(false)
-    }
 }

@@ -466,25 +466,8 @@ impl Storage {
     /// `len` elements, every one `value`, on `device` (the `fill` kernel on CUDA).
     #[track_caller]
     pub fn full<T: WithDType>(len: usize, value: T, device: Device) -> Result<Storage> {
-        let dtype = T::DTYPE;
-        let nbytes = byte_len(len, dtype)?;
-        match device {
-            Device::Cpu => {
-                let mut cpu = CpuStorage::zeroed(nbytes)?;
-                cpu.as_mut_slice::<T>().fill(value);
-                Ok(Storage::cpu(cpu, dtype, len))
-            }
-            Device::Cuda(i) => {
-                // The fill kernel takes the elementwise dtypes; others are filled on the host.
-                if !crate::dtype::dispatch_kernel_dtype!(dtype, _K => true, _ => false) {
-                    return Storage::full(len, value, Device::Cpu)?.to_device(device);
-                }
-                let mut mem = crate::cuda::CudaMem::new(i, nbytes)?;
-                let one = CpuStorage::from_slice(std::slice::from_ref(&value))?;
-                mem.fill(dtype, one.as_bytes(), len)?;
-                Ok(Storage::make(Inner::Cuda(mem), dtype, len))
-            }
-        }
+        let one = CpuStorage::from_slice(std::slice::from_ref(&value))?;
+        Storage::filled(len, T::DTYPE, one.as_bytes(), device)
     }
 
     /// `len` elements of `dtype`, every one `value` converted exactly as [`Storage::scalar`]
@@ -495,19 +478,23 @@ impl Storage {
     pub fn full_scalar(len: usize, value: f64, dtype: DType, device: Device) -> Result<Storage> {
         let one = Storage::scalar(value, dtype)?;
         let elem = host_of(&*one.read("full")?, "full")?.to_vec();
+        Storage::filled(len, dtype, &elem, device)
+    }
+
+    /// `len` copies of the element `elem` (its bytes) of `dtype` on `device`: the `fill` kernel
+    /// on CUDA for the elementwise dtypes; others are filled on the host and copied over.
+    fn filled(len: usize, dtype: DType, elem: &[u8], device: Device) -> Result<Storage> {
         let nbytes = byte_len(len, dtype)?;
-        let on_device = match device {
-            Device::Cuda(_) => crate::dtype::dispatch_kernel_dtype!(dtype, _K => true, _ => false),
-            Device::Cpu => false,
-        };
-        if let (Device::Cuda(i), true) = (device, on_device) {
+        if let Device::Cuda(i) = device
+            && crate::dtype::dispatch_kernel_dtype!(dtype, _K => true, _ => false)
+        {
             let mut mem = crate::cuda::CudaMem::new(i, nbytes)?;
-            mem.fill(dtype, &elem, len)?;
+            mem.fill(dtype, elem, len)?;
             return Ok(Storage::make(Inner::Cuda(mem), dtype, len));
         }
         let mut cpu = CpuStorage::zeroed(nbytes)?;
         for chunk in cpu.as_bytes_mut().chunks_exact_mut(elem.len()) {
-            chunk.copy_from_slice(&elem);
+            chunk.copy_from_slice(elem);
         }
         let host = Storage::cpu(cpu, dtype, len);
         match device {

@@ -1957,19 +1957,23 @@ fn addc_operands(x: &Tensor, t1: &Tensor, t2: &Tensor) -> Result<(Tensor, Tensor
 }
 
 /// `value * a` in `a`'s dtype, `value` converted as PyTorch converts a scalar to it: a float
-/// dtype takes it as it is, an integer one drops its fraction (an error when it does not fit),
-/// `Bool` takes `value != 0` ([`checked_scalar`]).
+/// dtype takes it as it is, `Bool` takes `value != 0`, an integer one drops its fraction (an
+/// error when it does not fit, checked by [`checked_scalar`]; uint8 also takes -255..=-1,
+/// wrapping, as PyTorch's integer scalars). A number operand, never a tensor copied over.
 fn scale_in_dtype(op: &'static str, a: &Tensor, value: f64) -> Result<Tensor> {
-    if a.dtype().is_float() {
-        return a.mul(value);
+    match a.dtype() {
+        d if d.is_float() => a.mul(value),
+        DType::Bool => a.mul(value != 0.0),
+        d => {
+            let whole = value.fract() == 0.0 && value.abs() < 2f64.powi(63);
+            let v = if whole {
+                ScalarValue::Int(value as i128)
+            } else {
+                ScalarValue::Float(value)
+            };
+            checked_scalar(op, d, v)?;
+            // In range (checked): the integer operand converts to `d` as the check did.
+            a.mul(value.trunc() as i64)
+        }
     }
-    // A whole value converts as an integer does (uint8 then also takes -255..=-1, wrapping,
-    // as PyTorch's integer scalars).
-    let value = if value.fract() == 0.0 && value.abs() < 2f64.powi(63) {
-        ScalarValue::Int(value as i128)
-    } else {
-        ScalarValue::Float(value)
-    };
-    let v = checked_scalar(op, a.dtype(), value)?;
-    a.mul(&Tensor::from_storage(v, &[])?.to(a.device())?)
 }

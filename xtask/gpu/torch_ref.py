@@ -289,7 +289,8 @@ def main():
         med, mn = wall(fn, 10)
         rows.append({"name": name, "bytes": nbytes, "median_ms": med, "min_ms": mn})
     del x, y, cond, long, wide
-    for dt, name in [(torch.float32, "matmul_4096_f32"), (torch.bfloat16, "matmul_4096_bf16")]:
+    for dt, name in [(torch.float32, "matmul_4096_f32"), (torch.bfloat16, "matmul_4096_bf16"),
+                     (torch.float64, "matmul_4096_f64")]:
         a = torch.randn(4096, 4096, device=dev, dtype=dt)
         b = torch.randn(4096, 4096, device=dev, dtype=dt)
         med, mn = wall(lambda: a @ b, 10)

@@ -148,6 +148,17 @@ pub static MATMUL_F32W: genesis_cuda::KernelImage = genesis_cuda::KernelImage {
 /// Bytes of the `matmul_f32w` image, for size reports.
 pub const MATMUL_F32W_BYTES: usize = include_bytes!("../images/matmul_f32w.fatbin").len();
 
+/// The fatbin built from `kernels/matmul_f64.cu`.
+#[cfg(feature = "cuda")]
+pub static MATMUL_F64: genesis_cuda::KernelImage = genesis_cuda::KernelImage {
+    name: "matmul_f64",
+    image: include_bytes!("../images/matmul_f64.fatbin"),
+    targets: TARGETS,
+};
+
+/// Bytes of the `matmul_f64` image, for size reports.
+pub const MATMUL_F64_BYTES: usize = include_bytes!("../images/matmul_f64.fatbin").len();
+
 /// The fatbin built from `kernels/matmul_sm90.cu`.
 #[cfg(feature = "cuda")]
 pub static MATMUL_SM90: genesis_cuda::KernelImage = genesis_cuda::KernelImage {

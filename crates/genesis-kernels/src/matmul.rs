@@ -1891,6 +1891,74 @@ pub fn gpu_matmul_planned_bias<T: MatmulElement, O: MatmulOutput<T>>(
     run(stream, plan, layout, a, b, c, Some(workspace), addr)
 }
 
+/// Queues `c = a @ b` of f64 operands on `stream`, read where `layout` says (any major
+/// order, leading dimension, batch stride or alignment), accumulated in f64
+/// (`kernels/matmul_f64.cu`: the f64 tensor cores, `64 x 64` tiles, no split). The CPU twin is
+/// [`matmul_host`] for f64; the two agree within the f64 accumulation bound
+/// (`k * 2^-53 * sum |a||b|`). Fails before launching on short spans (as
+/// [`gpu_matmul_strided`]).
+#[cfg(feature = "cuda")]
+pub fn gpu_matmul_f64(
+    stream: &genesis_cuda::Stream,
+    shape: MatmulShape,
+    layout: MatmulLayout,
+    a: genesis_cuda::DeviceSpan<'_, f64>,
+    b: genesis_cuda::DeviceSpan<'_, f64>,
+    c: genesis_cuda::DeviceSpanMut<'_, f64>,
+) -> Result<()> {
+    use genesis_cuda::{Kernel, LaunchConfig};
+    const KERNELS: [[&str; 2]; 2] = [
+        ["matmul_f64_nn", "matmul_f64_nt"],
+        ["matmul_f64_tn", "matmul_f64_tt"],
+    ];
+    const F64_TILE: usize = 64;
+    let need = shape.c_len().ok_or_else(overflow)?;
+    if need == 0 {
+        return Ok(());
+    }
+    check(&shape, &layout, a.len(), b.len(), c.len())?;
+    let tiles = shape
+        .m
+        .div_ceil(F64_TILE)
+        .checked_mul(shape.n.div_ceil(F64_TILE));
+    let tiles = match tiles {
+        Some(t) if t <= i32::MAX as usize => t as u32,
+        _ => {
+            return Err(Error::Unsupported {
+                op: "matmul",
+                reason: format!("{} x {} outputs per matrix", shape.m, shape.n),
+            });
+        }
+    };
+    let name = KERNELS[usize::from(layout.a.transposed)][usize::from(layout.b.transposed)];
+    let kernel = Kernel::get(stream.context(), &crate::images::MATMUL_F64, name)?;
+    let config = LaunchConfig {
+        grid: (tiles, shape.batch.min(65535) as u32, 1),
+        block: (128, 1, 1),
+        shared_bytes: 0,
+    };
+    let args = [
+        a.addr(),
+        b.addr(),
+        c.addr(),
+        shape.batch as u64,
+        shape.m as u64,
+        shape.n as u64,
+        shape.k as u64,
+        layout.a.ld as u64,
+        layout.b.ld as u64,
+        shape.a_batch_stride as u64,
+        shape.b_batch_stride as u64,
+        shape.k as u64,
+    ];
+    record_kernel(name);
+    // SAFETY: the parameters match `matmul_f64_<ab>` (const double*, const double*, double*,
+    // u64 batch, m, n, k, lda, ldb, sa, sb, kslice); the spans hold every element the layout
+    // reads and `c` the `need` outputs (checked above), `c` borrowed exclusively, so it
+    // overlaps neither input; the kernel reads element by element with bounds checks.
+    unsafe { launch_u64(stream, &kernel, config, args) }
+}
+
 /// The launches of [`gpu_matmul_planned`] (`workspace` is `None` only for unsplit plans), with
 /// the address of a bias of `n` output values (0: none), which only the unsplit Hopper
 /// kernels add (returning `true`).

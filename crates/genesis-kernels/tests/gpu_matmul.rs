@@ -1805,4 +1805,126 @@ mod gpu {
             }
         }
     }
+
+    /// f64 products (`matmul_f64_*`) against the CPU twin accumulated in f64: random shapes
+    /// (empty, thin, edge tiles, k past many slices), every layout, padded leading dimensions,
+    /// batches with broadcast operands and operands starting off 16 bytes, within the f64
+    /// accumulation bound; outputs poisoned with NaN first, so an output never written fails.
+    #[test]
+    fn f64_products_match_the_cpu_twin() {
+        if skip_without_gpu("f64_products_match_the_cpu_twin") {
+            return;
+        }
+        use genesis_kernels::matmul::{gpu_matmul_f64, matmul_host};
+        let ctx = Context::get(0).unwrap();
+        let stream = Stream::new(&ctx).unwrap();
+        let mut rng = SmallRng::seed_from_u64(64);
+        let dims = [0usize, 1, 2, 5, 16, 63, 64, 65, 100, 129, 200];
+        for case in 0..160 {
+            let pick = |rng: &mut SmallRng| dims[rng.random_range(0..dims.len())];
+            let (m, n) = (pick(&mut rng), pick(&mut rng));
+            let k = if case % 8 == 0 {
+                rng.random_range(300..700)
+            } else {
+                pick(&mut rng)
+            };
+            let batch = rng.random_range(1..4);
+            let (ta, tb) = (rng.random_bool(0.5), rng.random_bool(0.5));
+            let pad = |rng: &mut SmallRng| {
+                if rng.random_bool(0.3) {
+                    rng.random_range(1..5)
+                } else {
+                    0
+                }
+            };
+            let a_l = MatrixLayout {
+                transposed: ta,
+                ld: if ta { m } else { k } + pad(&mut rng),
+            };
+            let b_l = MatrixLayout {
+                transposed: tb,
+                ld: if tb { k } else { n } + pad(&mut rng),
+            };
+            let layout = MatmulLayout { a: a_l, b: b_l };
+            let a_one = a_l.span(m, k).unwrap();
+            let b_one = b_l.span(k, n).unwrap();
+            let sa = if rng.random_bool(0.25) {
+                0
+            } else {
+                a_one + rng.random_range(0..3)
+            };
+            let sb = if rng.random_bool(0.25) {
+                0
+            } else {
+                b_one + rng.random_range(0..3)
+            };
+            let shape = MatmulShape {
+                batch,
+                m,
+                n,
+                k,
+                a_batch_stride: sa,
+                b_batch_stride: sb,
+            };
+            let offset = rng.random_range(0..2);
+            let a_len = offset + layout.a_len(&shape).unwrap();
+            let b_len = offset + layout.b_len(&shape).unwrap();
+            let a: Vec<f64> = (0..a_len).map(|_| rng.random_range(-1.0..1.0)).collect();
+            let b: Vec<f64> = (0..b_len).map(|_| rng.random_range(-1.0..1.0)).collect();
+            let len = shape.c_len().unwrap();
+            let mut want = vec![0.0f64; len];
+            matmul_host(shape, layout, &a[offset..], &b[offset..], &mut want).unwrap();
+            let da = DeviceBuffer::from_host(&ctx, bytes(&a)).unwrap();
+            let db = DeviceBuffer::from_host(&ctx, bytes(&b)).unwrap();
+            let mut out =
+                DeviceBuffer::from_host(&ctx, bytes(&vec![f64::NAN; len.max(1)])).unwrap();
+            gpu_matmul_f64(
+                &stream,
+                shape,
+                layout,
+                da.as_span::<f64>().unwrap().slice(offset..).unwrap(),
+                db.as_span::<f64>().unwrap().slice(offset..).unwrap(),
+                out.as_span_mut::<f64>().unwrap(),
+            )
+            .unwrap();
+            stream.synchronize().unwrap();
+            let mut got = vec![0.0f64; len.max(1)];
+            // SAFETY: any bit pattern is an f64.
+            let dst = unsafe {
+                std::slice::from_raw_parts_mut(got.as_mut_ptr().cast::<u8>(), got.len() * 8)
+            };
+            out.copy_to_host(dst).unwrap();
+            // |a|, |b| <= 1: sum |a||b| <= k; the bound doubled for the two orders.
+            let tol = 2.0 * (k as f64 + 1.0) * k as f64 * f64::EPSILON / 2.0 + f64::MIN_POSITIVE;
+            for (i, (g, w)) in got[..len].iter().zip(&want).enumerate() {
+                assert!(
+                    (g - w).abs() <= tol,
+                    "case {case} {shape:?} {layout:?} offset {offset}: c[{i}] = {g}, want {w}"
+                );
+            }
+        }
+        // A product of mismatched spans fails before launching.
+        let shape = MatmulShape {
+            batch: 1,
+            m: 4,
+            n: 4,
+            k: 4,
+            a_batch_stride: 16,
+            b_batch_stride: 16,
+        };
+        let small = DeviceBuffer::from_host(&ctx, bytes(&[0.0f64; 15])).unwrap();
+        let full = DeviceBuffer::from_host(&ctx, bytes(&[0.0f64; 16])).unwrap();
+        let mut out = DeviceBuffer::from_host(&ctx, bytes(&[0.0f64; 16])).unwrap();
+        assert!(
+            gpu_matmul_f64(
+                &stream,
+                shape,
+                MatmulLayout::contiguous(&shape),
+                small.as_span::<f64>().unwrap(),
+                full.as_span::<f64>().unwrap(),
+                out.as_span_mut::<f64>().unwrap(),
+            )
+            .is_err()
+        );
+    }
 }

@@ -718,10 +718,14 @@ mod gpu {
         wall_rows(&mut rows, 10, &cases)?;
         drop((x, y, cond, long, wide));
 
-        // matmul at 4096 (f32 and bf16), output allocation included.
+        // matmul at 4096 (f32, bf16 and f64), output allocation included.
         let side = 4096usize;
         let g = genesis::Generator::new(1);
-        for (dtype, label) in [(DType::F32, "f32"), (DType::BF16, "bf16")] {
+        for (dtype, label) in [
+            (DType::F32, "f32"),
+            (DType::BF16, "bf16"),
+            (DType::F64, "f64"),
+        ] {
             let a = g.randn([side, side], dtype, dev)?;
             let b = g.randn([side, side], dtype, dev)?;
             let (med, min) = wall(10, || {

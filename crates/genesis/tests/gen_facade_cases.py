@@ -31,7 +31,7 @@ Case format (`genesis-facade-cases v1`), one JSON object per case in `cases`:
   `Storage.UnsupportedDType`, `ShapeMismatch`, `Index.IndexOutOfRange`; `DimOutOfRange` for a
   dimension out of range, whichever layer reports it; `"A|B"` accepts either kind).
 - `cuda_err`: the expected error on a CUDA device where the CPU gives `out`, for an op a CUDA
-  device lacks (only `matmul` of float64, int32 and int64, which run on the CPU only).
+  device lacks (only `matmul` of int32 and int64, which run on the CPU only, as PyTorch's).
 - Comparison: no `tol` means exact (same values, NaN matching any NaN, and the same sign of
   zero); `"eqv"` the same values with zeros of either sign equal; `[rtol, atol]` floats within
   `atol + rtol * |expected|` (NaN and infinities exactly; used for the transcendental ops and
@@ -54,8 +54,8 @@ sums (integers and bools to int64) and takes max/min; argmax/argmin refuse bools
 ops: `neg`/`abs`/`relu` of integers wrap (of bools: `Storage.UnsupportedDType`), the float ops
 of integers and bools give float32 (in place, or into an `out=` of the operand's dtype:
 `InvalidArgument`, PyTorch's `can_cast`), float64 as above;
-`matmul` is for float32/float16/bfloat16 and, on the CPU only, float64/int32/int64 (integers
-exact and wrapping; on CUDA `Storage.UnsupportedDType`). `binary_scalar(op, s)`
+`matmul` is for float32/float16/bfloat16/float64 and, on the CPU only, int32/int64 (integers
+exact and wrapping; on CUDA `Storage.UnsupportedDType`, as PyTorch's). `binary_scalar(op, s)`
 takes `s` in the tensor's dtype (it must be representable: `ScalarOutOfRange`) as a 0-d tensor
 of it; `pow_scalar` and `compare_scalar` take `s` as a Python float (an integer or bool tensor
 computes in float32): pow's exponent must be representable in the result dtype, a compared
@@ -89,7 +89,8 @@ INTS = ["uint8", "int8", "int16", "int32", "int64"]
 KERNEL = ["float32", "float16", "bfloat16", "int32", "int64"]  # elementwise/compare/reduce kernels
 KFLOAT = ["float32", "float16", "bfloat16"]
 MATMUL = ["float32", "float16", "bfloat16"]
-HOST_MATMUL = ["float64", "int32", "int64"]  # matmul on the CPU only
+HOST_MATMUL = ["float64", "int32", "int64"]  # matmul by the host kernels on the CPU
+CPU_ONLY_MATMUL = ["int32", "int64"]  # matmul on the CPU only (as PyTorch's)
 IRANGE = {"uint8": (0, 255), "int8": (-128, 127), "int16": (-2**15, 2**15 - 1),
           "int32": (-2**31, 2**31 - 1), "int64": (-2**63, 2**63 - 1), "bool": (0, 1)}
 # Significand bits (with the implicit one), smallest normal, largest finite.
@@ -1053,7 +1054,8 @@ def mk_matmul(g, i):
     if dt in HOST_MATMUL:
         # NumPy's integer matmul wraps in the dtype, as PyTorch's CPU one. No random draw
         # here: the cases after this one stay those of the seed.
-        case["cuda_err"] = UNSUPPORTED
+        if dt in CPU_ONLY_MATMUL:
+            case["cuda_err"] = UNSUPPORTED
         with np.errstate(all="ignore"):
             exact = np.asarray(np.matmul(a.a, b.a))
             if dt != "float64":

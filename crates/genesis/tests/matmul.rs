@@ -326,12 +326,20 @@ fn allocations(dev: Device) -> i64 {
     }
 }
 
-/// f64, int32 and int64 products: on the CPU, f64 within the f64 accumulation bound and
-/// integers exact (small values, so the f64 reference is exact) and wrapping, with NumPy's
-/// shape rules, transposed operands and broadcast batches; on CUDA, which has no kernel for
-/// them, a typed `UnsupportedDType`.
+/// The devices that compute products of `dtype`: every one for f64, the CPU for integers.
+fn computes(dtype: DType) -> Vec<Device> {
+    devices()
+        .into_iter()
+        .filter(|&d| d == Device::Cpu || dtype == DType::F64)
+        .collect()
+}
+
+/// f64, int32 and int64 products: f64 within the f64 accumulation bound on every device,
+/// integers exact (small values, so the f64 reference is exact) and wrapping on the CPU, with
+/// NumPy's shape rules, transposed operands and broadcast batches; integers on CUDA, which
+/// has no kernel for them (nor has PyTorch), a typed `UnsupportedDType`.
 #[test]
-fn f64_and_integer_products_on_the_cpu_and_refused_on_cuda() {
+fn f64_products_everywhere_and_integer_products_on_the_cpu() {
     let _serial = serial();
     let _release = Release;
     let g = Generator::new(12);
@@ -362,27 +370,48 @@ fn f64_and_integer_products_on_the_cpu_and_refused_on_cuda() {
         for &(sa, sb) in CASES {
             let (a, va) = make(sa);
             let (b, vb) = make(sb);
-            let got = a.matmul(&b).unwrap();
             let (shape, want, scale) = reference((&va, sa), (&vb, sb));
-            assert_eq!(got.shape(), shape.as_slice(), "{sa:?} @ {sb:?}");
             let k = if sa.len() == 1 {
                 sa[0]
             } else {
                 sa[sa.len() - 1]
             };
-            check(&got, &want, &scale, k, &format!("{dtype} {sa:?} @ {sb:?}"));
+            for dev in computes(dtype) {
+                let (a, b) = (a.to(dev).unwrap(), b.to(dev).unwrap());
+                let got = a.matmul(&b).unwrap().to(Device::Cpu).unwrap();
+                assert_eq!(got.shape(), shape.as_slice(), "{sa:?} @ {sb:?} on {dev}");
+                check(
+                    &got,
+                    &want,
+                    &scale,
+                    k,
+                    &format!("{dtype} {sa:?} @ {sb:?} on {dev}"),
+                );
+            }
         }
         // Transposed operands, batched against a broadcast transposed matrix.
         let (a, va) = make(&[3, 6, 4]);
         let (b, vb) = make(&[5, 6]);
-        let got = a.transpose(1, 2).unwrap().matmul(&b.t().unwrap()).unwrap();
         let at: Vec<f64> = (0..72)
             .map(|x| va[(x / 24) * 24 + (x % 6) * 4 + (x % 24) / 6])
             .collect();
         let bt: Vec<f64> = (0..30).map(|x| vb[(x % 5) * 6 + x / 5]).collect();
         let (_, want, scale) = reference((&at, &[3, 4, 6]), (&bt, &[6, 5]));
-        check(&got, &want, &scale, 6, &format!("transposed {dtype}"));
-        if let Some(&dev) = devices().get(1) {
+        for dev in computes(dtype) {
+            let (a, b) = (a.to(dev).unwrap(), b.to(dev).unwrap());
+            let got = a.transpose(1, 2).unwrap().matmul(&b.t().unwrap()).unwrap();
+            let got = got.to(Device::Cpu).unwrap();
+            check(
+                &got,
+                &want,
+                &scale,
+                6,
+                &format!("transposed {dtype} on {dev}"),
+            );
+        }
+        if dtype != DType::F64
+            && let Some(&dev) = devices().get(1)
+        {
             let (a, b) = (a.to(dev).unwrap(), b.to(dev).unwrap());
             assert!(
                 matches!(
@@ -392,6 +421,20 @@ fn f64_and_integer_products_on_the_cpu_and_refused_on_cuda() {
                     ))
                 ),
                 "{dtype} on {dev}"
+            );
+        }
+    }
+    // f64 products on a GPU at sizes past one tile and one k slice, against the CPU's.
+    if let Some(&dev) = devices().get(1) {
+        let a = g.randn(&[2, 130, 70][..], DType::F64, Device::Cpu).unwrap();
+        let b = g.randn(&[70, 67][..], DType::F64, Device::Cpu).unwrap();
+        let want = a.matmul(&b).unwrap().to_vec::<f64>().unwrap();
+        let got = a.to(dev).unwrap().matmul(&b.to(dev).unwrap()).unwrap();
+        let got = got.to(Device::Cpu).unwrap().to_vec::<f64>().unwrap();
+        for (i, (x, y)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                (x - y).abs() <= 1e-12 * (1.0 + y.abs()),
+                "element {i}: {x} vs {y}"
             );
         }
     }
@@ -407,19 +450,19 @@ fn f64_and_integer_products_on_the_cpu_and_refused_on_cuda() {
 /// dimensions they read in place and ones they copy) and views copied (stepped inner
 /// dimensions): the same values as the product of contiguous copies (small integer values, so
 /// every order of the sum is exact and a half-precision result rounds the same exact sum),
-/// through `matmul` and `matmul_out`: f32, f64 and int64 on the CPU, f32, f16 and bf16 on
-/// CUDA.
+/// through `matmul` and `matmul_out`: f32, f64 and int64 on the CPU, f32, f16, bf16 and f64
+/// on CUDA.
 #[test]
 fn strided_views_give_the_product_of_their_contiguous_copies() {
     let _serial = serial();
     let g = Generator::new(13);
     for dev in devices() {
-        let dtypes = if dev == Device::Cpu {
-            [DType::F32, DType::F64, DType::I64]
+        let dtypes: &[DType] = if dev == Device::Cpu {
+            &[DType::F32, DType::F64, DType::I64]
         } else {
-            [DType::F32, DType::F16, DType::BF16]
+            &[DType::F32, DType::F16, DType::BF16, DType::F64]
         };
-        for dtype in dtypes {
+        for &dtype in dtypes {
             let ints = |shape: &[usize]| -> Tensor {
                 g.randn(shape, DType::F32, Device::Cpu)
                     .unwrap()

@@ -1156,6 +1156,17 @@ impl Compute for CudaMem {
         // reads only once copied (k-major for Hopper TF32, 16-byte aligned lines), in a
         // workspace from the pool, on the thread's stream: released in stream order after the
         // launches.
+        if dtype == DType::F64 {
+            // f64 products have their own kernels (no plan, no workspace); the caller adds a
+            // bias.
+            let all = |m: &CudaMem| m.capacity() / size_of::<f64>();
+            let a = self.span::<f64>(all(self))?.slice(a_at..)?;
+            let b = b.span::<f64>(all(b))?.slice(b_at..)?;
+            let c_len = all(out);
+            let c = out.span_mut::<f64>(c_len)?.into_slice(out_at..)?;
+            genesis_kernels::matmul::gpu_matmul_f64(&self.queue(), shape, layout, a, b, c)?;
+            return Ok(false);
+        }
         let sms = self.ctx().multiprocessors() as usize;
         let cc = self.ctx().compute_capability();
         genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16], T => {

@@ -18,6 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from soak import SOAK_MS, sustained
+
 CASES = [(8, 12, 1024, 64, True), (32, 12, 1024, 64, True), (4, 16, 2048, 128, True),
          (4, 16, 2048, 128, False)]
 # The flash backend (FlashAttention-2) and cuDNN's (what PyTorch picks on Hopper by default).
@@ -76,6 +78,12 @@ def main():
 
                 fb, fb_min = timed(both)
             bwd = fb - fwd
+            if SOAK_MS > 0 and packed:
+                with sdpa_kernel(backend):
+                    with torch.no_grad():
+                        sf = sustained(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+                    sfb = sustained(both)
+                print(f"sustained {backend_name} packed: forward {sf:.4f} ms, backward {sfb - sf:.4f} ms")
             flops = 4.0 * b * h * t * t * d / (2 if causal else 1)
             ft, bt = flops / (fwd * 1e-3) / 1e12, 2.5 * flops / (bwd * 1e-3) / 1e12
             name = (f"attn_{prefix}b{b}_h{h}_t{t}_d{d}" + ("_causal" if causal else "")

@@ -5,6 +5,8 @@ read in place by cuBLAS), random data, CUDA events around each run (wall clock o
 rows the bench times that way), warm-up, median. TF32 stays off (PyTorch's default) but for
 the rows of dtype tf32: f32 products with torch.backends.cuda.matmul.allow_tf32 = True.
 A row name's `_s1` suffix (Genesis without split-k) does not change PyTorch's side.
+With GENESIS_SOAK_MS=N each row is also timed sustained (as the bench: N ms back to back,
+then batches of 30 queued back to back).
 Usage: python3 torch_matmul.py GENESIS.json OUT.json
 """
 import json
@@ -13,6 +15,8 @@ import sys
 import time
 
 import torch
+
+from soak import SOAK_MS, sustained
 
 PEAK = {"f32": 67.0, "tf32": 494.0, "bf16": 989.0, "f16": 989.0}  # H200 SXM dense TFLOP/s
 DT = {"f32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
@@ -72,6 +76,8 @@ def main():
         else:
             fn = lambda: torch.matmul(a, b, out=out)
         med, mn = timed(fn, warmup, runs, wall)
+        if SOAK_MS > 0:
+            print(f'sustained {r["name"]}: {sustained(fn):.4f} ms a product')
         tf = flops / (r["median_ms"] * 1e-3) / 1e12
         row = {"name": r["name"], "ours_ms": r["median_ms"], "torch_ms": med, "torch_min_ms": mn,
                "ratio": med / r["median_ms"], "tflops": tf, "torch_tflops": flops / (med * 1e-3) / 1e12,

@@ -244,6 +244,7 @@ pub(crate) fn gpu_bundle() -> DynResult {
         "torch_ref.py",
         "torch_matmul.py",
         "torch_attention.py",
+        "soak.py",
         "torch_fused.py",
         "torch_allreduce.py",
         "torch_gpt2_ddp.py",

@@ -11,7 +11,9 @@
 //! gradient `[B, T, H, D]`, and the three gradients written into one buffer laid out as the
 //! projection (`gpu_attention_backward_packed`).
 //!
-//! `gpu_attention [--json PATH]`: prints a table and, with `--json`, writes the figures.
+//! `gpu_attention [--json PATH]`: prints a table and, with `--json`, writes the figures. With
+//! `GENESIS_SOAK_MS=N` the packed case is also timed sustained (`timing::sustained`; the
+//! PyTorch script does the same with the variable set).
 //! Without a GPU (or without the `cuda` feature) it says so and exits successfully.
 
 #[cfg(not(feature = "cuda"))]
@@ -157,6 +159,41 @@ mod gpu {
             )?;
             Ok(())
         })?;
+        if let Some(ms) = timing::soak_ms().filter(|_| packed) {
+            let fwd = timing::sustained(stream, ms, &mut || {
+                attention::gpu_attention_forward::<T>(
+                    stream,
+                    &sh,
+                    &fs,
+                    part(0)?,
+                    part(1)?,
+                    part(2)?,
+                    o.as_span_mut()?,
+                    lse.as_span_mut()?,
+                )?;
+                Ok(())
+            })?;
+            let bwd = timing::sustained(stream, ms, &mut || {
+                attention::gpu_attention_backward_packed::<T>(
+                    stream,
+                    &sh,
+                    &bs,
+                    part(0)?,
+                    part(1)?,
+                    part(2)?,
+                    o.as_span()?,
+                    dout.as_span()?,
+                    lse.as_span()?,
+                    dqkv.as_span_mut()?,
+                    at,
+                    ws.as_span_mut()?,
+                )?;
+                Ok(())
+            })?;
+            println!(
+                "sustained {prefix}b{b}_h{h}_t{t}_d{d} packed: forward {fwd:.4} ms, backward {bwd:.4} ms"
+            );
+        }
         let mut flops = 4.0 * (b * h * t * t * d) as f64;
         if causal {
             flops /= 2.0;

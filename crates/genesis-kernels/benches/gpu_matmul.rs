@@ -13,6 +13,9 @@
 //!
 //! `gpu_matmul [--json PATH] [--only TEXT]`: prints a table and, with `--json`, writes the
 //! figures; `--only` times just the rows whose name contains `TEXT` (for a profiler run).
+//! With `GENESIS_SOAK_MS=N` each row is also timed sustained: after N ms of the product back
+//! to back, batches of 30 queued back to back (`torch_matmul.py` does the same with the
+//! variable set), the speed a training step gets once the GPU runs at its power limit.
 //! Without a GPU (or without the `cuda` feature) it says so and exits successfully.
 
 #[cfg(not(feature = "cuda"))]
@@ -304,10 +307,17 @@ mod gpu {
         };
         force_sm80_matmul_on_thread(Some(c.sm80));
         let t = if c.wall {
-            timing::wall(warmup, runs, || Ok(stream.synchronize()?), f)
+            timing::wall(warmup, runs, || Ok(stream.synchronize()?), &mut f)
         } else {
             timing::events(stream, warmup, runs, &mut f)
         };
+        if let Some(ms) = timing::soak_ms() {
+            println!(
+                "sustained {}: {:.4} ms a product",
+                name(c),
+                timing::sustained(stream, ms, &mut f)?
+            );
+        }
         force_sm80_matmul_on_thread(None);
         Ok((t?, plan, last_matmul_kernel().unwrap_or("-")))
     }

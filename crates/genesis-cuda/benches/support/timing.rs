@@ -4,7 +4,8 @@
 //! Two clocks: device time between two events recorded around the work on a stream, and the
 //! wall clock from before the work to the end of a synchronisation after it (what a caller
 //! waits, launch and allocation costs included). Each runs warm-up iterations first, then
-//! reports the median and the minimum of the timed runs.
+//! reports the median and the minimum of the timed runs. With `GENESIS_SOAK_MS` set, benches
+//! that support it also time work sustained ([`sustained`]).
 
 use std::time::Instant;
 
@@ -77,4 +78,42 @@ pub fn wall(
         ms.push(t.elapsed().as_secs_f64() * 1e3);
     }
     Ok(Timing::of(ms))
+}
+
+/// `GENESIS_SOAK_MS`: the milliseconds of back-to-back work before a [`sustained`] timing, if
+/// set and positive.
+pub fn soak_ms() -> Option<u64> {
+    std::env::var("GENESIS_SOAK_MS")
+        .ok()?
+        .parse()
+        .ok()
+        .filter(|&ms| ms > 0)
+}
+
+/// The time of one run of `f` under sustained load, as in training: `f` back to back for
+/// `soak_ms` of wall clock (the GPU settles at the clock its power limit allows), then the
+/// median of 5 batches of 30 runs queued back to back, each batch's wall clock over 30.
+pub fn sustained(
+    stream: &Stream,
+    soak_ms: u64,
+    f: &mut dyn FnMut() -> BoxResult,
+) -> BoxResult<f64> {
+    let start = Instant::now();
+    while start.elapsed().as_millis() < u128::from(soak_ms) {
+        for _ in 0..10 {
+            f()?;
+        }
+        stream.synchronize()?;
+    }
+    let mut ms = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        for _ in 0..30 {
+            f()?;
+        }
+        stream.synchronize()?;
+        ms.push(t.elapsed().as_secs_f64() * 1e3 / 30.0);
+    }
+    ms.sort_by(f64::total_cmp);
+    Ok(ms[2])
 }

@@ -115,34 +115,25 @@ mod gpu {
         let mut lse = DeviceBuffer::alloc(ctx, b * h * t * 4)?;
         let mut dqkv = DeviceBuffer::alloc(ctx, 3 * n * size_of::<T>())?;
         let mut ws = DeviceBuffer::alloc(ctx, attention::backward_workspace_bytes(&sh))?;
-        let mut forward = |sm80: bool| {
-            attention::force_sm80_attention_on_thread(sm80);
-            let t = timing::events(stream, WARMUP, RUNS, || {
-                attention::gpu_attention_forward::<T>(
-                    stream,
-                    &sh,
-                    &fs,
-                    part(0)?,
-                    part(1)?,
-                    part(2)?,
-                    o.as_span_mut()?,
-                    lse.as_span_mut()?,
-                )?;
-                Ok(())
-            });
-            attention::force_sm80_attention_on_thread(false);
-            t
+        // One forward into `o` and `lse`, one backward from them (each timing below runs one).
+        let run_fwd = |o: &mut DeviceBuffer, lse: &mut DeviceBuffer| -> BoxResult {
+            attention::gpu_attention_forward::<T>(
+                stream,
+                &sh,
+                &fs,
+                part(0)?,
+                part(1)?,
+                part(2)?,
+                o.as_span_mut()?,
+                lse.as_span_mut()?,
+            )?;
+            Ok(())
         };
-        // On Hopper, head dim 64's forward runs the wgmma kernel; the mma.sync one (what
-        // Ampere and Ada run) is timed beside it.
-        let sm80_fwd =
-            if ctx.compute_capability() == (9, 0) && d == 64 && T::NAME != "f32" && !packed {
-                Some(forward(true)?)
-            } else {
-                None
-            };
-        let fwd = forward(false)?;
-        let bwd = timing::events(stream, WARMUP, RUNS, || {
+        let run_bwd = |o: &DeviceBuffer,
+                       lse: &DeviceBuffer,
+                       dqkv: &mut DeviceBuffer,
+                       ws: &mut DeviceBuffer|
+         -> BoxResult {
             attention::gpu_attention_backward_packed::<T>(
                 stream,
                 &sh,
@@ -158,38 +149,28 @@ mod gpu {
                 ws.as_span_mut()?,
             )?;
             Ok(())
+        };
+        let mut forward = |sm80: bool| {
+            attention::force_sm80_attention_on_thread(sm80);
+            let t = timing::events(stream, WARMUP, RUNS, || run_fwd(&mut o, &mut lse));
+            attention::force_sm80_attention_on_thread(false);
+            t
+        };
+        // On Hopper, head dim 64's forward runs the wgmma kernel; the mma.sync one (what
+        // Ampere and Ada run) is timed beside it.
+        let sm80_fwd =
+            if ctx.compute_capability() == (9, 0) && d == 64 && T::NAME != "f32" && !packed {
+                Some(forward(true)?)
+            } else {
+                None
+            };
+        let fwd = forward(false)?;
+        let bwd = timing::events(stream, WARMUP, RUNS, || {
+            run_bwd(&o, &lse, &mut dqkv, &mut ws)
         })?;
         if let Some(ms) = timing::soak_ms().filter(|_| packed) {
-            let fwd = timing::sustained(stream, ms, &mut || {
-                attention::gpu_attention_forward::<T>(
-                    stream,
-                    &sh,
-                    &fs,
-                    part(0)?,
-                    part(1)?,
-                    part(2)?,
-                    o.as_span_mut()?,
-                    lse.as_span_mut()?,
-                )?;
-                Ok(())
-            })?;
-            let bwd = timing::sustained(stream, ms, &mut || {
-                attention::gpu_attention_backward_packed::<T>(
-                    stream,
-                    &sh,
-                    &bs,
-                    part(0)?,
-                    part(1)?,
-                    part(2)?,
-                    o.as_span()?,
-                    dout.as_span()?,
-                    lse.as_span()?,
-                    dqkv.as_span_mut()?,
-                    at,
-                    ws.as_span_mut()?,
-                )?;
-                Ok(())
-            })?;
+            let fwd = timing::sustained(stream, ms, &mut || run_fwd(&mut o, &mut lse))?;
+            let bwd = timing::sustained(stream, ms, &mut || run_bwd(&o, &lse, &mut dqkv, &mut ws))?;
             println!(
                 "sustained {prefix}b{b}_h{h}_t{t}_d{d} packed: forward {fwd:.4} ms, backward {bwd:.4} ms"
             );

@@ -1917,19 +1917,7 @@ pub fn gpu_matmul_f64(
         return Ok(());
     }
     check(&shape, &layout, a.len(), b.len(), c.len())?;
-    let tiles = shape
-        .m
-        .div_ceil(F64_TILE)
-        .checked_mul(shape.n.div_ceil(F64_TILE));
-    let tiles = match tiles {
-        Some(t) if t <= i32::MAX as usize => t as u32,
-        _ => {
-            return Err(Error::Unsupported {
-                op: "matmul",
-                reason: format!("{} x {} outputs per matrix", shape.m, shape.n),
-            });
-        }
-    };
+    let tiles = tile_count(&shape, (F64_TILE, F64_TILE))?;
     let name = KERNELS[usize::from(layout.a.transposed)][usize::from(layout.b.transposed)];
     let kernel = Kernel::get(stream.context(), &crate::images::MATMUL_F64, name)?;
     let config = LaunchConfig {
@@ -1937,20 +1925,7 @@ pub fn gpu_matmul_f64(
         block: (128, 1, 1),
         shared_bytes: 0,
     };
-    let args = [
-        a.addr(),
-        b.addr(),
-        c.addr(),
-        shape.batch as u64,
-        shape.m as u64,
-        shape.n as u64,
-        shape.k as u64,
-        layout.a.ld as u64,
-        layout.b.ld as u64,
-        shape.a_batch_stride as u64,
-        shape.b_batch_stride as u64,
-        shape.k as u64,
-    ];
+    let args = simt_args(a.addr(), b.addr(), c.addr(), &shape, &layout, shape.k);
     record_kernel(name);
     // SAFETY: the parameters match `matmul_f64_<ab>` (const double*, const double*, double*,
     // u64 batch, m, n, k, lda, ldb, sa, sb, kslice); the spans hold every element the layout
@@ -2195,6 +2170,50 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
     .map(|()| false)
 }
 
+/// The tiles of one matrix of `shape` on `tile`-sized tiles, as a grid dimension (a typed
+/// error past `i32::MAX`).
+#[cfg(feature = "cuda")]
+fn tile_count(shape: &MatmulShape, tile: (usize, usize)) -> Result<u32> {
+    match shape
+        .m
+        .div_ceil(tile.0)
+        .checked_mul(shape.n.div_ceil(tile.1))
+    {
+        Some(t) if t <= i32::MAX as usize => Ok(t as u32),
+        _ => Err(Error::Unsupported {
+            op: "matmul",
+            reason: format!("{} x {} outputs per matrix", shape.m, shape.n),
+        }),
+    }
+}
+
+/// The parameters of the `matmul.cu` family's launch contract: (A, B, C, batch, m, n, k, lda,
+/// ldb, batch stride of A, batch stride of B, kslice).
+#[cfg(feature = "cuda")]
+fn simt_args(
+    a: u64,
+    b: u64,
+    out: u64,
+    shape: &MatmulShape,
+    layout: &MatmulLayout,
+    kslice: usize,
+) -> [u64; 12] {
+    [
+        a,
+        b,
+        out,
+        shape.batch as u64,
+        shape.m as u64,
+        shape.n as u64,
+        shape.k as u64,
+        layout.a.ld as u64,
+        layout.b.ld as u64,
+        shape.a_batch_stride as u64,
+        shape.b_batch_stride as u64,
+        kslice as u64,
+    ]
+}
+
 /// Launches the matmul kernel `name` (see the launch contract in `kernels/matmul.cu`) on the
 /// operands at `a` and `b` with grid z `splits` and slices of `kslice`, writing to `out`;
 /// `tile` is the kernel's tile (rows, columns): `128 x 128`, `256 x 64` for `matmul_f32n64*`,
@@ -2231,39 +2250,14 @@ unsafe fn gemm(
     } else {
         Kernel::get(stream.context(), &crate::images::MATMUL, name)?
     };
-    let tiles = shape
-        .m
-        .div_ceil(tile.0)
-        .checked_mul(shape.n.div_ceil(tile.1));
-    let tiles = match tiles {
-        Some(t) if t <= i32::MAX as usize => t as u32,
-        _ => {
-            return Err(Error::Unsupported {
-                op: "matmul",
-                reason: format!("{} x {} outputs per matrix", shape.m, shape.n),
-            });
-        }
-    };
+    let tiles = tile_count(&shape, tile)?;
     let config = LaunchConfig {
         // `splits <= 65535`: at most 32 from the rule, 65535 from `with_splits`.
         grid: (tiles, shape.batch.min(65535) as u32, splits as u32),
         block: (256, 1, 1),
         shared_bytes: if wide { WIDE_SMEM } else { 0 },
     };
-    let args = [
-        a,
-        b,
-        out,
-        shape.batch as u64,
-        shape.m as u64,
-        shape.n as u64,
-        shape.k as u64,
-        layout.a.ld as u64,
-        layout.b.ld as u64,
-        shape.a_batch_stride as u64,
-        shape.b_batch_stride as u64,
-        kslice as u64,
-    ];
+    let args = simt_args(a, b, out, &shape, &layout, kslice);
     record_kernel(name);
     // SAFETY: the parameters match `matmul_<in>[_f32out]_<ab>[_any]`, `matmul_f32w_<ab>` and
     // `matmul_tf32_<ab>[_any]` (const T*, const T*, O*, u64 batch, u64 m, u64 n, u64 k, u64

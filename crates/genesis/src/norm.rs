@@ -9,7 +9,13 @@ use crate::{Error, Result, Tensor};
 /// The last `shape.len()` dimensions of `x`, which must equal `shape`, as dimension indices.
 fn normalized_dims(op: &'static str, x: &Tensor, shape: &[usize]) -> Result<Vec<isize>> {
     let k = shape.len();
-    if k == 0 || k > x.dim() || x.shape()[x.dim() - k..] != *shape {
+    if k == 0 {
+        return Err(Error::InvalidArgument {
+            op,
+            reason: "normalized_shape must have at least one dimension (got [])".into(),
+        });
+    }
+    if k > x.dim() || x.shape()[x.dim() - k..] != *shape {
         return Err(Error::InvalidArgument {
             op,
             reason: format!(

@@ -6,15 +6,17 @@
 // `matmul_f64_<a><b>`, "n" row-major, "t" column-major (a transposed view).
 //
 //   * A block of 128 threads (4 warps as 2 x 2) computes a 64 x 64 tile of C; each warp a
-//     32 x 32 sub-tile as 4 x 4 tensor-core products `mma.sync.aligned.m8n8k4` of f64 (sm_80
-//     and newer): 32 f64 accumulators a thread, 8 fragment loads from shared memory for 16
-//     instructions a k step of 4.
-//   * K advances in slices of 16 through two shared tiles per operand, k-major (As[k][m],
-//     Bs[k][n], rows padded to 68 values; 34 KiB in all): the global loads of slice t + 1 go
-//     to registers before slice t is multiplied and are stored to the other buffer after it;
-//     one barrier per slice. Each thread loads 8 elements of each operand a slice,
-//     consecutive threads consecutive addresses along the operand's contiguous dimension,
-//     bounds-checked (zeros past m, n or k).
+//     32 x 32 sub-tile on the f64 tensor cores through `mma.sync`: on sm_90 2 x 4 products
+//     m16n8k8 a k step of 8, before it 4 x 4 products m8n8k4 a k step of 4; 32 f64
+//     accumulators a thread.
+//   * K advances in slices of 16 through a 3-stage ring of shared tiles (60 KiB of dynamic
+//     shared memory, `F64_SMEM` in the launcher): the 8-byte `cp.async` copies of slices t + 1
+//     and t + 2 are in flight while slice t is multiplied; one barrier a slice. A slice of an
+//     operand whose k is contiguous in memory is kept as rows of 16 k values padded to 20,
+//     else as rows of 64 m or n values padded to 68, so the copies of consecutive threads
+//     are consecutive in both memories and the fragment loads meet no bank conflict. Each
+//     thread copies 8 elements of each operand a slice; elements past m, n or k are
+//     zero-filled (nothing read).
 //   * Each output is accumulated in f64 over k in increasing steps of 4; the CPU twin
 //     (`matmul_host` for f64) accumulates in f64 in another order, so the two agree within
 //     the f64 accumulation bound (k * 2^-53 * sum |a||b|), not bit for bit.
@@ -27,38 +29,54 @@
 
 namespace {
 
-constexpr int BM = 64, BN = 64, BK = 16, THREADS = 128;
-// Shared rows of 68 values (64 and 4 of padding): a fragment load (k = lane % 4, m or n =
-// lane / 4 + const) of a half-warp then touches 16 different pairs of banks, and rows stay on
-// 16 bytes.
-constexpr int PAD = BM + 4;
-constexpr int LOADS = BM * BK / THREADS;  // elements of each operand a thread loads a slice
+constexpr int BM = 64, BN = 64, BK = 16, THREADS = 128, STAGES = 3;
+constexpr int LOADS = BM * BK / THREADS;  // elements of each operand a thread copies a slice
+// An operand's slice in shared memory: rows of k values padded to 20 when k is contiguous in
+// memory (`[64][20]`), else rows of 64 m or n values padded to 68 (`[16][68]`). Either way a
+// fragment load (k = lane % 4 + c, m or n = lane / 4 + c') of a half-warp touches 16
+// different pairs of banks, and rows stay on 16 bytes.
+constexpr int KROW = BK + 4, MROW = BM + 4;
+constexpr int TILE = BM * KROW > BK * MROW ? BM * KROW : BK * MROW;  // doubles a slice
+// Dynamic shared memory: STAGES x (A, B) slices, 60 KiB.
+constexpr int SMEM_BYTES = STAGES * 2 * TILE * 8;
 
-// Loads of one operand's slice into registers: element e = threadIdx.x + THREADS i of the
-// `[64, BK]` tile (rows along m or n), consecutive threads along the contiguous dimension.
-// KCONT: k is the contiguous dimension (row-major A, column-major B).
+// Offset of element (r, k) of a slice (r along m or n) in its shared tile.
 template <bool KCONT>
-__device__ __forceinline__ void load_slice(const double* X, uint64_t ld, uint64_t r0,
-                                           uint64_t rows, uint64_t k0, uint64_t K,
-                                           double (&v)[LOADS]) {
+__device__ __forceinline__ int at(int r, int k) {
+    return KCONT ? r * KROW + k : k * MROW + r;
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// An 8-byte asynchronous copy to shared memory; `bytes` 0 writes zeros and reads nothing.
+__device__ __forceinline__ void cp_async8(uint32_t dst, const void* src, int bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Queues the copies of one operand's slice (k in [k0, k0 + BK), rows [r0, r0 + 64)) into the
+// shared tile `s`: element e = threadIdx.x + THREADS i, consecutive threads along the
+// operand's contiguous dimension; zeros past `rows` or K. KCONT: k is the contiguous
+// dimension (row-major A, column-major B).
+template <bool KCONT>
+__device__ __forceinline__ void copy_slice(const double* X, uint64_t ld, uint64_t r0,
+                                           uint64_t rows, uint64_t k0, uint64_t K, double* s) {
 #pragma unroll
     for (int i = 0; i < LOADS; ++i) {
         const int e = threadIdx.x + THREADS * i;
         const int r = KCONT ? e / BK : e % BM;
         const int kk = KCONT ? e % BK : e / BM;
         const uint64_t gr = r0 + r, gk = k0 + kk;
-        v[i] = (gr < rows && gk < K) ? X[KCONT ? gr * ld + gk : gk * ld + gr] : 0.0;
-    }
-}
-
-template <bool KCONT>
-__device__ __forceinline__ void store_slice(double (*s)[PAD], const double (&v)[LOADS]) {
-#pragma unroll
-    for (int i = 0; i < LOADS; ++i) {
-        const int e = threadIdx.x + THREADS * i;
-        const int r = KCONT ? e / BK : e % BM;
-        const int kk = KCONT ? e % BK : e / BM;
-        s[kk][r] = v[i];
+        const bool in = gr < rows && gk < K;
+        const double* src = in ? X + (KCONT ? gr * ld + gk : gk * ld + gr) : X;
+        cp_async8(smem_addr(s + at<KCONT>(r, kk)), src, in ? 8 : 0);
     }
 }
 
@@ -89,8 +107,7 @@ template <bool TA, bool TB>
 __device__ __forceinline__ void gemm_f64(const double* A, const double* B, double* C,
                                          uint64_t batch, uint64_t M, uint64_t N, uint64_t K,
                                          uint64_t lda, uint64_t ldb, uint64_t sa, uint64_t sb) {
-    __shared__ __align__(16) double As[2][BK][PAD];
-    __shared__ __align__(16) double Bs[2][BK][PAD];
+    extern __shared__ __align__(16) double smem[];
     const uint64_t tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
     uint64_t tm, tn;
     tile_of(blockIdx.x, tiles_m, tiles_n, tm, tn);
@@ -100,6 +117,7 @@ __device__ __forceinline__ void gemm_f64(const double* A, const double* B, doubl
     const int g = lane / 4, q = lane % 4;
     // Row-major A has k contiguous; column-major B (TB) has k contiguous.
     constexpr bool AK = !TA, BKC = TB;
+    const uint64_t slices = (K + BK - 1) / BK;
     for (uint64_t b = blockIdx.y; b < batch; b += gridDim.y) {
         const double* a = A + b * sa;
         const double* bb = B + b * sb;
@@ -112,20 +130,30 @@ __device__ __forceinline__ void gemm_f64(const double* A, const double* B, doubl
             for (int j = 0; j < 4; ++j)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0;
-        double va[LOADS], vb[LOADS];
-        load_slice<AK>(a, lda, m0, M, 0, K, va);
-        load_slice<BKC>(bb, ldb, n0, N, 0, K, vb);
-        store_slice<AK>(As[0], va);
-        store_slice<BKC>(Bs[0], vb);
-        __syncthreads();
-        const uint64_t slices = (K + BK - 1) / BK;
-        for (uint64_t s = 0; s < slices; ++s) {
-            const int cur = s & 1;
-            const bool more = s + 1 < slices;
-            if (more) {
-                load_slice<AK>(a, lda, m0, M, (s + 1) * BK, K, va);
-                load_slice<BKC>(bb, ldb, n0, N, (s + 1) * BK, K, vb);
+        // Slices 0 .. STAGES - 2 in flight; one commit group a slice (empty past the last).
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; ++s) {
+            if (s < slices) {
+                double* st = smem + s * 2 * TILE;
+                copy_slice<AK>(a, lda, m0, M, s * BK, K, st);
+                copy_slice<BKC>(bb, ldb, n0, N, s * BK, K, st + TILE);
             }
+            cp_async_commit();
+        }
+        for (uint64_t s = 0; s < slices; ++s) {
+            // Slice s has landed (at most STAGES - 2 later groups pending), and every warp is
+            // done with the stage the copies below overwrite (slice s - 1's).
+            cp_async_wait<STAGES - 2>();
+            __syncthreads();
+            const uint64_t next = s + STAGES - 1;
+            if (next < slices) {
+                double* st = smem + (next % STAGES) * 2 * TILE;
+                copy_slice<AK>(a, lda, m0, M, next * BK, K, st);
+                copy_slice<BKC>(bb, ldb, n0, N, next * BK, K, st + TILE);
+            }
+            cp_async_commit();
+            const double* As = smem + (s % STAGES) * 2 * TILE;
+            const double* Bs = As + TILE;
 #if __CUDA_ARCH__ >= 900
 #pragma unroll
             for (int kk = 0; kk < BK; kk += 8) {
@@ -134,11 +162,11 @@ __device__ __forceinline__ void gemm_f64(const double* A, const double* B, doubl
                 for (int i = 0; i < 2; ++i)
 #pragma unroll
                     for (int e = 0; e < 4; ++e)
-                        fa[i][e] = As[cur][kk + q + 4 * (e >> 1)][wm + 16 * i + g + 8 * (e & 1)];
+                        fa[i][e] = As[at<AK>(wm + 16 * i + g + 8 * (e & 1), kk + q + 4 * (e >> 1))];
 #pragma unroll
                 for (int j = 0; j < 4; ++j)
 #pragma unroll
-                    for (int e = 0; e < 2; ++e) fb[j][e] = Bs[cur][kk + q + 4 * e][wn + 8 * j + g];
+                    for (int e = 0; e < 2; ++e) fb[j][e] = Bs[at<BKC>(wn + 8 * j + g, kk + q + 4 * e)];
 #pragma unroll
                 for (int i = 0; i < 2; ++i)
 #pragma unroll
@@ -149,9 +177,9 @@ __device__ __forceinline__ void gemm_f64(const double* A, const double* B, doubl
             for (int kk = 0; kk < BK; kk += 4) {
                 double fa[4], fb[4];
 #pragma unroll
-                for (int i = 0; i < 4; ++i) fa[i] = As[cur][kk + q][wm + 8 * i + g];
+                for (int i = 0; i < 4; ++i) fa[i] = As[at<AK>(wm + 8 * i + g, kk + q)];
 #pragma unroll
-                for (int j = 0; j < 4; ++j) fb[j] = Bs[cur][kk + q][wn + 8 * j + g];
+                for (int j = 0; j < 4; ++j) fb[j] = Bs[at<BKC>(wn + 8 * j + g, kk + q)];
 #pragma unroll
                 for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -161,12 +189,10 @@ __device__ __forceinline__ void gemm_f64(const double* A, const double* B, doubl
                     }
             }
 #endif
-            if (more) {
-                store_slice<AK>(As[cur ^ 1], va);
-                store_slice<BKC>(Bs[cur ^ 1], vb);
-            }
-            __syncthreads();
         }
+        // Every copy landed and every warp done with the tiles before the next batch's copies.
+        cp_async_wait<0>();
+        __syncthreads();
         double* c = C + b * M * N;
 #pragma unroll
         for (int i = 0; i < 2; ++i)
@@ -187,7 +213,7 @@ __device__ __forceinline__ void gemm_f64(const double* A, const double* B, doubl
 }  // namespace
 
 #define F64(name, TA, TB)                                                                      \
-    extern "C" __global__ void __launch_bounds__(THREADS)                                     \
+    extern "C" __global__ void __launch_bounds__(THREADS, 3)                                  \
         name(const double* A, const double* B, double* C, uint64_t batch, uint64_t m,          \
              uint64_t n, uint64_t k, uint64_t lda, uint64_t ldb, uint64_t sa, uint64_t sb,     \
              uint64_t kslice) {                                                                \

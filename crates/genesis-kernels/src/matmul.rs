@@ -1893,7 +1893,8 @@ pub fn gpu_matmul_planned_bias<T: MatmulElement, O: MatmulOutput<T>>(
 
 /// Queues `c = a @ b` of f64 operands on `stream`, read where `layout` says (any major
 /// order, leading dimension, batch stride or alignment), accumulated in f64
-/// (`kernels/matmul_f64.cu`: the f64 tensor cores, `64 x 64` tiles, no split). The CPU twin is
+/// (`kernels/matmul_f64.cu`: the f64 tensor cores, `64 x 64` tiles, a 3-stage `cp.async`
+/// ring, no split). The CPU twin is
 /// [`matmul_host`] for f64; the two agree within the f64 accumulation bound
 /// (`k * 2^-53 * sum |a||b|`). Fails before launching on short spans (as
 /// [`gpu_matmul_strided`]).
@@ -1919,11 +1920,14 @@ pub fn gpu_matmul_f64(
     check(&shape, &layout, a.len(), b.len(), c.len())?;
     let tiles = tile_count(&shape, (F64_TILE, F64_TILE))?;
     let name = KERNELS[usize::from(layout.a.transposed)][usize::from(layout.b.transposed)];
+    // The kernel's ring of 3 stages of two `64 x 20` f64 slices (dynamic shared memory).
+    const F64_SMEM: u32 = 3 * 2 * 64 * 20 * 8;
     let kernel = Kernel::get(stream.context(), &crate::images::MATMUL_F64, name)?;
+    kernel.set_max_dynamic_shared_bytes(F64_SMEM)?;
     let config = LaunchConfig {
         grid: (tiles, shape.batch.min(65535) as u32, 1),
         block: (128, 1, 1),
-        shared_bytes: 0,
+        shared_bytes: F64_SMEM,
     };
     let args = simt_args(a.addr(), b.addr(), c.addr(), &shape, &layout, shape.k);
     record_kernel(name);

@@ -8,7 +8,7 @@
 mod common;
 
 use common::Release;
-use genesis::{DType, Device, Reduction, Tensor};
+use genesis::{DType, Device, Generator, Reduction, Tensor};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -289,6 +289,103 @@ fn cuda_computes_what_the_cpu_computes() {
         }
     }
     eprintln!("{cases} cases, {both_refused} refused on both devices");
+    assert!(
+        failures.is_empty(),
+        "{} of {cases} cases differ:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// A creation op on a device: its name and the op, given the dtype, a shape and an argument
+/// generator.
+type Make = (
+    &'static str,
+    fn(DType, &[usize], &mut SmallRng, Device) -> genesis::Result<Tensor>,
+);
+
+fn makers() -> Vec<Make> {
+    vec![
+        ("zeros", |d, s, _, dev| Tensor::zeros(s.to_vec(), d, dev)),
+        ("ones", |d, s, _, dev| Tensor::ones(s.to_vec(), d, dev)),
+        ("full", |d, s, rng, dev| {
+            Tensor::full(s.to_vec(), rng.random_range(-3i64..4), dev)?.to_dtype(d)
+        }),
+        ("eye", |d, s, _, dev| {
+            Tensor::eye(s.first().copied().unwrap_or(0), s.get(1).copied(), d, dev)
+        }),
+        ("arange", |d, s, rng, dev| {
+            let start = rng.random_range(-5i64..5) as f64 * 0.75;
+            let n = s.iter().product::<usize>() as f64;
+            Tensor::arange(start, start + n * 0.5, 0.5, d, dev)
+        }),
+        ("linspace", |d, s, rng, dev| {
+            let start = rng.random_range(-5i64..5) as f64;
+            Tensor::linspace(start, start + 7.0, s.iter().product(), d, dev)
+        }),
+        // The generator is counter-based: the same seed gives the same bits on every device.
+        ("rand", |d, s, rng, dev| {
+            Generator::new(rng.random()).rand(s.to_vec(), d, dev)
+        }),
+        ("randn", |d, s, rng, dev| {
+            Generator::new(rng.random()).randn(s.to_vec(), d, dev)
+        }),
+        ("randint", |d, s, rng, dev| {
+            let low = rng.random_range(-4i64..2);
+            let high = low + rng.random_range(1i64..9);
+            Generator::new(rng.random()).randint(low, high, s.to_vec(), d, dev)
+        }),
+    ]
+}
+
+/// Creation ops give the same tensors (bit for bit) on the CPU and on CUDA for every dtype,
+/// or both refuse.
+#[test]
+fn cuda_creates_what_the_cpu_creates() {
+    let _release = Release;
+    let Some(&gpu) = common::devices().get(1) else {
+        return;
+    };
+    let mut failures = Vec::new();
+    let mut meta = SmallRng::seed_from_u64(7);
+    let mut cases = 0;
+    for (name, make) in makers() {
+        for dtype in DTYPES {
+            for _ in 0..4 {
+                let shape = shape(&mut meta, 0);
+                let seed = meta.random::<u64>();
+                let cpu = make(
+                    dtype,
+                    &shape,
+                    &mut SmallRng::seed_from_u64(seed),
+                    Device::Cpu,
+                );
+                let on_gpu = make(dtype, &shape, &mut SmallRng::seed_from_u64(seed), gpu);
+                cases += 1;
+                let what = format!("{name} {dtype} {shape:?} (seed {seed})");
+                match (cpu, on_gpu) {
+                    (Err(_), Err(_)) => {}
+                    (Ok(_), Err(e)) => failures.push(format!("{what}: CUDA refuses: {e}")),
+                    (Err(e), Ok(_)) => failures.push(format!("{what}: only the CPU refuses: {e}")),
+                    (Ok(a), Ok(b)) => {
+                        let same_kind = a.dtype() == b.dtype() && a.shape() == b.shape();
+                        let (va, vb) = (values(&a), values(&b));
+                        let same = va.len() == vb.len()
+                            && va.iter().zip(&vb).all(|(p, q)| p.to_bits() == q.to_bits());
+                        if !same_kind || !same {
+                            failures.push(format!(
+                                "{what}: CPU {} {:?}, CUDA {} {:?}, values equal: {same}",
+                                a.dtype(),
+                                a.shape(),
+                                b.dtype(),
+                                b.shape()
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
     assert!(
         failures.is_empty(),
         "{} of {cases} cases differ:\n{}",

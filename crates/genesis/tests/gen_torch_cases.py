@@ -9,6 +9,11 @@ outer, diff, isclose, bincount). Needs PyTorch (the CPU build will do); only to 
 
     python3 gen_torch_cases.py --seed 31 --count 5800 --out data/torch-cases.json.gz
     python3 gen_torch_cases.py --seed 1031 --count 1700 --out data/torch-heldout.json.gz
+    python3 gen_torch_cases.py --more --seed 37 --count 2000 --out data/torch-more-cases.json.gz
+    python3 gen_torch_cases.py --more --seed 1037 --count 600 --out data/torch-more-heldout.json.gz
+
+(`--more`: cross_entropy, layer_norm and rms_norm in every float dtype, masked_select with
+broadcast masks, unique_consecutive.)
 
 The second set is held out (another seed), not looked at while fixing failures of the first.
 
@@ -576,6 +581,59 @@ def case_sdpa(G, op):
     c.update(outcome(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)))
     return finish(c, True)
 
+def case_nn(G, op):
+    """cross_entropy, layer_norm and rms_norm in every float dtype (half precision computed in
+    float32 and rounded, as PyTorch's CPU kernels), edge sizes included."""
+    r = G.r
+    dt = r.choice(FLOATS)
+    if op == "cross_entropy":
+        n, k = r.choice([0, 1, 2, 3, 5]), r.choice([1, 2, 3, 5, 7])
+        x = G.data([n, k], dt, special=0.03)
+        t = [r.randrange(k) if r.random() > 0.15 else -100 for _ in range(n)]
+        if r.random() < 0.05 and n:
+            t[r.randrange(n)] = r.choice([k, -1])  # out of range: an error
+        t = torch.tensor(t, dtype=torch.int64)
+        red = r.choice(["mean", "sum", "none"])
+        c = {"op": op, "in": [enc(x), enc(t)], "args": {"reduction": red}}
+        c.update(outcome(lambda: torch.nn.functional.cross_entropy(x, t, ignore_index=-100, reduction=red)))
+        return finish(c, True)
+    sh = G.shape(min_rank=1)
+    x = G.data(sh, dt, special=0.03)
+    k = r.randint(1, len(sh))
+    ns = sh[len(sh) - k:]
+    w = G.data(ns, dt, special=0.0) if r.random() < 0.7 else None
+    eps = r.choice([1e-5, 1e-6, 0.1])
+    if op == "layer_norm":
+        b = G.data(ns, dt, special=0.0) if r.random() < 0.7 else None
+        ins = [enc(x)] + [enc(t) for t in (w, b) if t is not None]
+        c = {"op": op, "in": ins, "args": {"shape": ns, "weight": w is not None, "bias": b is not None, "eps": fmt(eps)}}
+        c.update(outcome(lambda: torch.nn.functional.layer_norm(x, ns, w, b, eps)))
+    else:
+        ins = [enc(x)] + ([enc(w)] if w is not None else [])
+        c = {"op": op, "in": ins, "args": {"shape": ns, "weight": w is not None, "eps": fmt(eps)}}
+        c.update(outcome(lambda: torch.nn.functional.rms_norm(x, ns, w, eps)))
+    return finish(c, True)
+
+
+def case_pick(G, op):
+    """masked_select (broadcast masks) and unique_consecutive (inverse and counts)."""
+    r = G.r
+    dt = r.choice(ALL)
+    sh = G.shape()
+    x = G.data(sh, dt, special=0.05)
+    if op == "masked_select":
+        msh = [1 if r.random() < 0.25 else s for s in sh]
+        if r.random() < 0.2 and msh:
+            msh = msh[r.randint(1, len(msh)):]
+        m = G.data(msh, torch.bool)
+        c = {"op": op, "in": [enc(x), enc(m)], "args": {}}
+        c.update(outcome(lambda: torch.masked_select(x, m)))
+    else:
+        inv, counts = r.random() < 0.7, r.random() < 0.7
+        c = {"op": op, "in": [enc(x)], "args": {"inverse": inv, "counts": counts}}
+        c.update(outcome(lambda: torch.unique_consecutive(x, return_inverse=inv, return_counts=counts)))
+    return c
+
 
 FAMILIES = {
     "index_put": (case_index_put, ["index_put"]),
@@ -596,20 +654,29 @@ FAMILIES = {
 }
 
 
+# The families of the second corpus (`--more`: torch-more-*.json.gz).
+MORE_FAMILIES = {
+    "nn": (case_nn, ["cross_entropy", "layer_norm", "rms_norm"]),
+    "pick": (case_pick, ["masked_select", "unique_consecutive"]),
+}
+
+
 def main():
     p = argparse.ArgumentParser()
+    p.add_argument("--more", action="store_true", help="the second corpus's families")
     p.add_argument("--seed", type=int, required=True)
     p.add_argument("--count", type=int, required=True)
     p.add_argument("--out", required=True)
     a = p.parse_args()
     G = Gen(a.seed)
-    fams = sorted(FAMILIES)
+    families = MORE_FAMILIES if a.more else FAMILIES
+    fams = sorted(families)
     cases, counts = [], {}
     i = 0
     while len(cases) < a.count:
         fam = fams[i % len(fams)]
         i += 1
-        fn, ops = FAMILIES[fam]
+        fn, ops = families[fam]
         op = G.r.choice(ops)
         c = fn(G, op)
         if c is None:

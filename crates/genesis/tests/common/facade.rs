@@ -612,6 +612,27 @@ pub(crate) fn run(case: &Value, device: Device) -> genesis::Result<Vec<Tensor>> 
             arg_bool(case, "causal"),
             case["args"].get("scale").filter(|v| !v.is_null()).map(num),
         )),
+        "cross_entropy" => {
+            let reduction = match arg_str(case, "reduction") {
+                "mean" => genesis::Reduction::Mean,
+                "sum" => genesis::Reduction::Sum,
+                _ => genesis::Reduction::None,
+            };
+            one(x.cross_entropy(&inputs[1], Some(-100), reduction))
+        }
+        // The optional weight and bias follow the input, in that order.
+        "layer_norm" | "rms_norm" => {
+            let shape = usizes(&case["args"]["shape"]);
+            let mut rest = inputs[1..].iter();
+            let w = arg_bool(case, "weight").then(|| rest.next()).flatten();
+            let eps = num(&case["args"]["eps"]);
+            if op == "layer_norm" {
+                let b = arg_bool(case, "bias").then(|| rest.next()).flatten();
+                one(x.layer_norm(&shape, w, b, eps))
+            } else {
+                one(x.rms_norm(&shape, w, eps))
+            }
+        }
         o => panic!("{}: unknown op {o}", id(case)),
     }
 }

@@ -12,7 +12,7 @@ use genesis_storage::{Layout, Storage};
 
 use crate::args::{Dim, Dims, wrap_dim};
 use crate::tensor::numel_of;
-use crate::{Error, Result, Tensor};
+use crate::{DType, Error, Result, Tensor};
 
 /// The rank up to which the strided-copy kernel copies a layout in one launch.
 const COPY_RANK: usize = genesis_kernels::copy::MAX_DIMS;
@@ -455,6 +455,122 @@ impl Tensor {
         }
         let layout = Layout::new(&ishape, &istrides, self.layout().offset());
         self.copy_layout(&layout)?.reshape_any(&out_shape)
+    }
+
+    /// Each element repeated `repeats` times along `dim` (PyTorch's
+    /// `Tensor.repeat_interleave` with an integer): `[a, b]` becomes `[a, a, b, b]` for 2.
+    /// Without a dimension the tensor is flattened first (a 0-d tensor too); a 0-d tensor with
+    /// a dimension is an error, as PyTorch's. A new contiguous tensor (one strided copy of a
+    /// view with a stride-0 dimension after `dim`), differentiable.
+    ///
+    /// ```
+    /// use genesis::{Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let x = Tensor::from_slice(&[1i64, 2, 3, 4], &[2, 2], Device::Cpu)?;
+    /// assert_eq!(x.repeat_interleave(2, Some(0))?.to_vec::<i64>()?, [1, 2, 1, 2, 3, 4, 3, 4]);
+    /// assert_eq!(x.repeat_interleave(2, None)?.to_vec::<i64>()?, [1, 1, 2, 2, 3, 3, 4, 4]);
+    /// let counts = Tensor::from_slice(&[0i64, 3], &[2], Device::Cpu)?;
+    /// let r = x.repeat_interleave_tensor(&counts, Some(1))?;
+    /// assert_eq!(r.to_vec::<i64>()?, [2, 2, 2, 4, 4, 4]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn repeat_interleave(&self, repeats: usize, dim: Option<isize>) -> Result<Tensor> {
+        let op = "repeat_interleave";
+        let (x, d) = self.interleave_dim(op, dim)?;
+        let size = x.shape()[d];
+        let mut out_shape = x.shape().to_vec();
+        out_shape[d] = size
+            .checked_mul(repeats)
+            .filter(|&n| n <= isize::MAX as usize)
+            .ok_or_else(|| Error::InvalidArgument {
+                op,
+                reason: format!("the result's size overflows ({size} times {repeats})"),
+            })?;
+        if numel_of(op, &out_shape)? == 0 {
+            return Tensor::empty(&out_shape, x.dtype(), x.device());
+        }
+        // Dimension `d` followed by a stride-0 dimension of `repeats`: row-major, the result.
+        let mut shape = x.shape().to_vec();
+        let mut strides = x.strides().to_vec();
+        shape.insert(d + 1, repeats);
+        strides.insert(d + 1, 0);
+        let layout = Layout::new(&shape, &strides, x.layout().offset());
+        x.copy_layout(&layout)?.reshape_any(&out_shape)
+    }
+
+    /// Element `i` along `dim` repeated `repeats[i]` times (PyTorch's
+    /// `Tensor.repeat_interleave` with a tensor): `repeats` a 0-d or 1-d int32 or int64 tensor
+    /// of non-negative counts, one per element along `dim` (one count for all when it holds a
+    /// single value). Without a dimension the tensor is flattened first. The counts are read
+    /// on the host to size the result (on a GPU, one synchronisation, as PyTorch's); the rows
+    /// are gathered by [`Tensor::index_select`], so the result is differentiable.
+    #[track_caller]
+    pub fn repeat_interleave_tensor(&self, repeats: &Tensor, dim: Option<isize>) -> Result<Tensor> {
+        let op = "repeat_interleave";
+        if repeats.dim() > 1 {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: format!(
+                    "repeats must be a 0-d or 1-d tensor, got shape {:?}",
+                    repeats.shape()
+                ),
+            });
+        }
+        if !matches!(repeats.dtype(), DType::I32 | DType::I64) {
+            return Err(Error::Storage(genesis_storage::Error::UnsupportedDType {
+                op,
+                dtype: repeats.dtype(),
+            }));
+        }
+        let (x, d) = self.interleave_dim(op, dim)?;
+        let size = x.shape()[d];
+        let mut counts = repeats.to_dtype(DType::I64)?.to_vec::<i64>()?;
+        if counts.len() == 1 && size != 1 {
+            counts = vec![counts[0]; size];
+        }
+        if counts.len() != size {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: format!(
+                    "repeats must have the same size as the input along dim {d}: {} against {size}",
+                    counts.len()
+                ),
+            });
+        }
+        let mut rows: Vec<i64> = Vec::new();
+        for (i, &c) in counts.iter().enumerate() {
+            let c = usize::try_from(c).map_err(|_| Error::InvalidArgument {
+                op,
+                reason: format!("repeats can not be negative (got {c})"),
+            })?;
+            if rows.len().saturating_add(c) > isize::MAX as usize / 8 {
+                return Err(Error::InvalidArgument {
+                    op,
+                    reason: "the result's size overflows".into(),
+                });
+            }
+            rows.extend(std::iter::repeat_n(i as i64, c));
+        }
+        let idx = Tensor::from_slice(&rows, [rows.len()], x.device())?;
+        x.index_select(d as isize, &idx)
+    }
+
+    /// The tensor and dimension `repeat_interleave` works on: flattened and 0 without a
+    /// dimension, else the dimension wrapped (an error for a 0-d tensor, as PyTorch's).
+    fn interleave_dim(&self, op: &'static str, dim: Option<isize>) -> Result<(Tensor, usize)> {
+        match dim {
+            None => Ok((self.reshape([-1])?, 0)),
+            Some(d) => match wrap_dim(op, d as i64, self.dim())? {
+                Some(d) => Ok((self.clone(), d)),
+                None => Err(Error::DimOutOfRange {
+                    op,
+                    dim: d as i64,
+                    rank: 0,
+                }),
+            },
+        }
     }
 
     /// The tensor repeated `reps[i]` times along each dimension (PyTorch's `torch.tile`):

@@ -291,6 +291,24 @@ fn reductions_views_and_selection() {
         ("roll", Box::new(|x| x.roll(&[1, -3], &[1, 2]))),
         ("repeat", Box::new(|x| x.repeat([2, 1, 1, 2]))),
         ("tile", Box::new(|x| x.narrow(0, 0, 1)?.tile([3]))),
+        (
+            "repeat_interleave",
+            Box::new(|x| {
+                x.repeat_interleave(2, Some(1))?
+                    .mul(&x.repeat_interleave(2, Some(1))?)
+            }),
+        ),
+        (
+            "repeat_interleave flat",
+            Box::new(|x| x.repeat_interleave(3, None)),
+        ),
+        (
+            "repeat_interleave counts",
+            Box::new(|x| {
+                let counts = Tensor::from_slice(&[2i64, 0, 1, 3], [4], CPU)?;
+                x.repeat_interleave_tensor(&counts, Some(-1))
+            }),
+        ),
         ("diagonal", Box::new(|x| x.diagonal(1, 1, 2))),
         ("tril triu", Box::new(|x| x.tril(0)?.add(&x.triu(2)?))),
         (

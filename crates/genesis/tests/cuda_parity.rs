@@ -1,5 +1,5 @@
-//! The ops the NumPy and PyTorch corpora (`differential.rs`) do not reach, run on the CPU and on
-//! CUDA on the same generated inputs: every dtype, random shapes (0-d, empty and edge sizes
+//! Shape, selection and normalisation ops (`ops()`) and the creation ops (`makers()`), run on
+//! the CPU and on CUDA on the same generated inputs: every dtype, random shapes (0-d, empty and edge sizes
 //! included), random arguments. CUDA must give what the CPU gives (dtype, shape and values:
 //! exactly for the ops that move or select elements, within the rounding of the dtype for the
 //! ones that compute), or refuse it as the CPU does: a device never lacks an op or a dtype
@@ -197,6 +197,18 @@ fn ops() -> Vec<Op> {
         ("cumsum", Cmp::Rounded, |x, rng| {
             let d = dims_of(x, rng);
             Ok(vec![x.cumsum(d)?])
+        }),
+        ("repeat_interleave", Cmp::Exact, |x, rng| {
+            let dim = (x.dim() > 0 && rng.random_bool(0.7)).then(|| dims_of(x, rng));
+            if rng.random_bool(0.5) {
+                return Ok(vec![x.repeat_interleave(rng.random_range(0..4), dim)?]);
+            }
+            let n = dim.map_or(x.numel(), |d| {
+                x.shape()[d.rem_euclid(x.dim() as isize) as usize]
+            });
+            let c: Vec<i64> = (0..n).map(|_| rng.random_range(0..4)).collect();
+            let counts = Tensor::from_slice(&c, [n], Device::Cpu)?.to(x.device())?;
+            Ok(vec![x.repeat_interleave_tensor(&counts, dim)?])
         }),
         ("argsort", Cmp::Exact, |x, rng| {
             let d = dims_of(x, rng);

@@ -9,11 +9,11 @@ outer, diff, isclose, bincount). Needs PyTorch (the CPU build will do); only to 
 
     python3 gen_torch_cases.py --seed 31 --count 5800 --out data/torch-cases.json.gz
     python3 gen_torch_cases.py --seed 1031 --count 1700 --out data/torch-heldout.json.gz
-    python3 gen_torch_cases.py --more --seed 37 --count 2000 --out data/torch-more-cases.json.gz
-    python3 gen_torch_cases.py --more --seed 1037 --count 600 --out data/torch-more-heldout.json.gz
+    python3 gen_torch_cases.py --more --seed 37 --count 2400 --out data/torch-more-cases.json.gz
+    python3 gen_torch_cases.py --more --seed 1037 --count 800 --out data/torch-more-heldout.json.gz
 
 (`--more`: cross_entropy, layer_norm and rms_norm in every float dtype, masked_select with
-broadcast masks, unique_consecutive.)
+broadcast masks, unique_consecutive, repeat_interleave.)
 
 The second set is held out (another seed), not looked at while fixing failures of the first.
 
@@ -654,10 +654,36 @@ FAMILIES = {
 }
 
 
+def case_interleave(G, op):
+    """repeat_interleave with an integer or a tensor of counts, along a dimension or flat."""
+    r = G.r
+    dt = r.choice(ALL)
+    sh = G.shape()
+    x = G.data(sh, dt, special=0.05)
+    dim = None if r.random() < 0.3 else r.randint(-max(len(sh), 1), max(len(sh), 1) - 1)
+    if r.random() < 0.5:
+        reps = r.choice([0, 1, 2, 3])
+        c = {"op": op, "in": [enc(x)], "args": {"repeats": reps, "dim": dim}}
+        c.update(outcome(lambda: torch.repeat_interleave(x, reps, dim=dim)))
+        return c
+    size = (x.numel() if dim is None else (x.shape[dim] if x.dim() else 1))
+    n = size if r.random() < 0.8 else r.choice([1, size + 1])
+    counts = [r.randint(0, 3) for _ in range(n)]
+    if counts and r.random() < 0.05:
+        counts[r.randrange(n)] = -1
+    t = torch.tensor(counts, dtype=r.choice([torch.int64, torch.int64, torch.int32]))
+    if n == 1 and r.random() < 0.5:
+        t = t.reshape([])
+    c = {"op": op, "in": [enc(x), enc(t)], "args": {"dim": dim}}
+    c.update(outcome(lambda: torch.repeat_interleave(x, t, dim=dim)))
+    return c
+
+
 # The families of the second corpus (`--more`: torch-more-*.json.gz).
 MORE_FAMILIES = {
     "nn": (case_nn, ["cross_entropy", "layer_norm", "rms_norm"]),
     "pick": (case_pick, ["masked_select", "unique_consecutive"]),
+    "interleave": (case_interleave, ["repeat_interleave"]),
 }
 
 

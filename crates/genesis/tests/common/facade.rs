@@ -633,6 +633,13 @@ pub(crate) fn run(case: &Value, device: Device) -> genesis::Result<Vec<Tensor>> 
                 one(x.rms_norm(&shape, w, eps))
             }
         }
+        "repeat_interleave" => {
+            let dim = case["args"]["dim"].as_i64().map(|d| d as isize);
+            match case["args"].get("repeats").and_then(Value::as_u64) {
+                Some(r) => one(x.repeat_interleave(r as usize, dim)),
+                None => one(x.repeat_interleave_tensor(&inputs[1], dim)),
+            }
+        }
         o => panic!("{}: unknown op {o}", id(case)),
     }
 }

@@ -6,7 +6,7 @@ use genesis_storage::{MatmulLayout, MatmulShape, MatrixLayout, Storage};
 
 use crate::ops::check_out;
 use crate::tensor::broadcast_shape;
-use crate::{Error, Result, Tensor};
+use crate::{DType, Error, Result, Tensor};
 
 /// An operand's storage, first element and layout.
 type Operand = (Arc<Storage>, usize, MatrixLayout);
@@ -490,6 +490,91 @@ impl Tensor {
         if self.dim() != 3 || other.dim() != 3 || self.shape()[0] != other.shape()[0] {
             return Err(Error::ShapeMismatch {
                 op: "bmm",
+                lhs: self.shape().to_vec(),
+                rhs: other.shape().to_vec(),
+            });
+        }
+        self.matmul(other)
+    }
+
+    /// Matrix product of two 2-D tensors (PyTorch's `mm`: no broadcasting, no 1-D operands;
+    /// [`Tensor::matmul`] otherwise).
+    #[track_caller]
+    pub fn mm(&self, other: &Tensor) -> Result<Tensor> {
+        self.ranked_product("mm", other, 2, 2)
+    }
+
+    /// Matrix-vector product `[n, m] @ [m] -> [n]` (PyTorch's `mv`).
+    #[track_caller]
+    pub fn mv(&self, vec: &Tensor) -> Result<Tensor> {
+        self.ranked_product("mv", vec, 2, 1)
+    }
+
+    /// Dot product of two 1-D tensors of the same length and dtype, a 0-d tensor (PyTorch's
+    /// `dot`, which takes no mixed dtypes either).
+    ///
+    /// ```
+    /// use genesis::{Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let a = Tensor::from_slice(&[1.0f32, 2.0, 3.0], &[3], Device::Cpu)?;
+    /// assert_eq!(a.dot(&a)?.item::<f32>()?, 14.0);
+    /// let m = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[2, 2], Device::Cpu)?;
+    /// assert_eq!(m.trace()?.item::<f32>()?, 5.0);
+    /// assert_eq!(m.mv(&a.narrow(0, 0, 2)?)?.to_vec::<f32>()?, [5.0, 11.0]);
+    /// assert!(m.mm(&a).is_err()); // mm takes two matrices
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn dot(&self, other: &Tensor) -> Result<Tensor> {
+        if self.dtype() != other.dtype() {
+            return Err(Error::InvalidArgument {
+                op: "dot",
+                reason: format!(
+                    "expected both vectors to have the same dtype, but found {} and {}",
+                    self.dtype(),
+                    other.dtype()
+                ),
+            });
+        }
+        self.ranked_product("dot", other, 1, 1)
+    }
+
+    /// The sum of the main diagonal of a 2-D tensor (PyTorch's `trace`), in the dtype
+    /// [`Tensor::sum`] gives (int64 for integers); bools are refused, as PyTorch refuses them.
+    #[track_caller]
+    pub fn trace(&self) -> Result<Tensor> {
+        if self.dtype() == DType::Bool {
+            return Err(Error::Storage(genesis_storage::Error::UnsupportedDType {
+                op: "trace",
+                dtype: self.dtype(),
+            }));
+        }
+        if self.dim() != 2 {
+            return Err(Error::InvalidArgument {
+                op: "trace",
+                reason: format!(
+                    "expected a matrix, got a tensor of shape {:?}",
+                    self.shape()
+                ),
+            });
+        }
+        self.diagonal(0, 0, 1)?.sum()
+    }
+
+    /// [`Tensor::matmul`] of operands of exactly ranks `ra` and `rb` (the ranked products).
+    #[track_caller]
+    fn ranked_product(
+        &self,
+        op: &'static str,
+        other: &Tensor,
+        ra: usize,
+        rb: usize,
+    ) -> Result<Tensor> {
+        let inner_ok = self.shape().last() == other.shape().first();
+        if self.dim() != ra || other.dim() != rb || !inner_ok {
+            return Err(Error::ShapeMismatch {
+                op,
                 lhs: self.shape().to_vec(),
                 rhs: other.shape().to_vec(),
             });

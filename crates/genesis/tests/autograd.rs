@@ -303,6 +303,19 @@ fn reductions_views_and_selection() {
             Box::new(|x| x.repeat_interleave(3, None)),
         ),
         (
+            "mm",
+            Box::new(|x| x.reshape([6, 4])?.mm(&x.reshape([4, 6])?)),
+        ),
+        (
+            "mv dot trace",
+            Box::new(|x| {
+                let m = x.reshape([6, 4])?;
+                let v = x.reshape([24])?.narrow(0, 0, 4)?;
+                let col = m.narrow(1, 0, 1)?.reshape([6])?;
+                m.mv(&v)?.dot(&col)?.add(&m.narrow(0, 0, 4)?.trace()?)
+            }),
+        ),
+        (
             "repeat_interleave counts",
             Box::new(|x| {
                 let counts = Tensor::from_slice(&[2i64, 0, 1, 3], [4], CPU)?;

@@ -9,11 +9,11 @@ outer, diff, isclose, bincount). Needs PyTorch (the CPU build will do); only to 
 
     python3 gen_torch_cases.py --seed 31 --count 5800 --out data/torch-cases.json.gz
     python3 gen_torch_cases.py --seed 1031 --count 1700 --out data/torch-heldout.json.gz
-    python3 gen_torch_cases.py --more --seed 37 --count 2400 --out data/torch-more-cases.json.gz
-    python3 gen_torch_cases.py --more --seed 1037 --count 800 --out data/torch-more-heldout.json.gz
+    python3 gen_torch_cases.py --more --seed 37 --count 3000 --out data/torch-more-cases.json.gz
+    python3 gen_torch_cases.py --more --seed 1037 --count 1000 --out data/torch-more-heldout.json.gz
 
 (`--more`: cross_entropy, layer_norm and rms_norm in every float dtype, masked_select with
-broadcast masks, unique_consecutive, repeat_interleave.)
+broadcast masks, unique_consecutive, repeat_interleave, mm, mv, dot, trace.)
 
 The second set is held out (another seed), not looked at while fixing failures of the first.
 
@@ -24,7 +24,8 @@ versions, an error in older ones), `softmax` of integers with no elements, and `
 integers (older versions subtract in the integer type); and `arange`, `linspace` and
 `logspace` into uint8 from a negative start, or into an integer dtype past its range (PyTorch
 wraps such values or refuses them, depending on the op; Genesis refuses them); `pow` of two
-bools (refused by recent PyTorch, a result in the NumPy corpus).
+bools (refused by recent PyTorch, a result in the NumPy corpus); `mm`, `mv` and `dot` of bool,
+uint8, int8 and int16 (computed by PyTorch's CPU, refused by Genesis as by PyTorch's CUDA).
 The format is `gen_facade_cases.py`'s (`genesis-facade-cases v1`); an error PyTorch raises is
 `"err": "*"` (any typed error: Genesis must refuse, whatever it calls the refusal). Floats are
 written as Python's shortest round-trip form of their f64 value (exact in their dtype).
@@ -679,11 +680,43 @@ def case_interleave(G, op):
     return c
 
 
+# Products of these, which PyTorch's CPU computes (wrapping) and Genesis refuses as PyTorch's
+# CUDA does, are left out of the mm, mv and dot cases.
+SMALL_INTS = [torch.bool, torch.uint8, torch.int8, torch.int16]
+
+
+def case_linalg(G, op):
+    """mm, mv, dot and trace: their ranks, mismatched sizes and dtypes, every dtype."""
+    r = G.r
+    dt = r.choice(ALL)
+    n, k, m = r.randint(0, 4), r.randint(0, 4), r.randint(0, 4)
+    odd = r.random() < 0.1
+    if op == "trace":
+        sh = [n, m] if r.random() < 0.9 else r.choice([[n], [n, m, k]])
+        x = G.data(sh, dt, special=0.02)
+        c = {"op": op, "in": [enc(x)], "args": {}}
+        c.update(outcome(lambda: torch.trace(x)))
+        return finish(c, True)
+    sa, sb = {"mm": ([n, k], [k, m]), "mv": ([n, k], [k]), "dot": ([k], [k])}[op]
+    if odd:
+        sb = list(sb)
+        sb[0] += 1
+    if dt in SMALL_INTS:
+        return None
+    dt2 = dt if r.random() < 0.9 else r.choice(ALL)
+    x, y = G.data(sa, dt, special=0.02), G.data(sb, dt2, special=0.02)
+    f = getattr(torch, op)
+    c = {"op": op, "in": [enc(x), enc(y)], "args": {}}
+    c.update(outcome(lambda: f(x, y)))
+    return finish(c, True)
+
+
 # The families of the second corpus (`--more`: torch-more-*.json.gz).
 MORE_FAMILIES = {
     "nn": (case_nn, ["cross_entropy", "layer_norm", "rms_norm"]),
     "pick": (case_pick, ["masked_select", "unique_consecutive"]),
     "interleave": (case_interleave, ["repeat_interleave"]),
+    "linalg": (case_linalg, ["mm", "mv", "dot", "trace"]),
 }
 
 

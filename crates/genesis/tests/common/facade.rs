@@ -633,6 +633,10 @@ pub(crate) fn run(case: &Value, device: Device) -> genesis::Result<Vec<Tensor>> 
                 one(x.rms_norm(&shape, w, eps))
             }
         }
+        "mm" => one(x.mm(&inputs[1])),
+        "mv" => one(x.mv(&inputs[1])),
+        "dot" => one(x.dot(&inputs[1])),
+        "trace" => one(x.trace()),
         "repeat_interleave" => {
             let dim = case["args"]["dim"].as_i64().map(|d| d as isize);
             match case["args"].get("repeats").and_then(Value::as_u64) {

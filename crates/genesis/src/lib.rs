@@ -26,6 +26,7 @@ mod attention;
 pub mod autograd;
 pub mod backends;
 pub mod cpu;
+mod einsum;
 mod error;
 mod everyday;
 pub mod fused;

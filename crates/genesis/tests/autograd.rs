@@ -307,6 +307,21 @@ fn reductions_views_and_selection() {
             Box::new(|x| x.reshape([6, 4])?.mm(&x.reshape([4, 6])?)),
         ),
         (
+            "einsum batched",
+            Box::new(|x| Tensor::einsum("bij,bkj->bik", &[x, &x.exp()?])),
+        ),
+        (
+            "einsum diagonal",
+            Box::new(|x| Tensor::einsum("iji->j", &[&x.narrow(2, 0, 2)?])),
+        ),
+        (
+            "einsum ellipsis",
+            Box::new(|x| {
+                let v = x.narrow(0, 0, 1)?.narrow(1, 0, 1)?.reshape([4])?;
+                Tensor::einsum("...j,j->...", &[x, &v])
+            }),
+        ),
+        (
             "mv dot trace",
             Box::new(|x| {
                 let m = x.reshape([6, 4])?;

@@ -210,6 +210,18 @@ fn ops() -> Vec<Op> {
             let counts = Tensor::from_slice(&c, [n], Device::Cpu)?.to(x.device())?;
             Ok(vec![x.repeat_interleave_tensor(&counts, dim)?])
         }),
+        ("einsum", Cmp::Rounded, |x, rng| {
+            // One operand (sums, permutations, diagonals: every dtype on every device).
+            let square = x.dim() == 2 && x.shape()[0] == x.shape()[1];
+            let eq = match x.dim() {
+                0 => "->",
+                1 => ["i->", "i->i"][rng.random_range(0..2)],
+                2 if square && rng.random_bool(0.5) => ["ii->i", "ii"][rng.random_range(0..2)],
+                2 => ["ij->ji", "ij->j", "ij"][rng.random_range(0..3)],
+                _ => ["ijk->kji", "ijk->j", "i...->..."][rng.random_range(0..3)],
+            };
+            Ok(vec![Tensor::einsum(eq, &[x])?])
+        }),
         ("argsort", Cmp::Exact, |x, rng| {
             let d = dims_of(x, rng);
             Ok(vec![x.argsort(d, rng.random_bool(0.5))?])

@@ -9,11 +9,11 @@ outer, diff, isclose, bincount). Needs PyTorch (the CPU build will do); only to 
 
     python3 gen_torch_cases.py --seed 31 --count 5800 --out data/torch-cases.json.gz
     python3 gen_torch_cases.py --seed 1031 --count 1700 --out data/torch-heldout.json.gz
-    python3 gen_torch_cases.py --more --seed 37 --count 3000 --out data/torch-more-cases.json.gz
-    python3 gen_torch_cases.py --more --seed 1037 --count 1000 --out data/torch-more-heldout.json.gz
+    python3 gen_torch_cases.py --more --seed 37 --count 3600 --out data/torch-more-cases.json.gz
+    python3 gen_torch_cases.py --more --seed 1037 --count 1200 --out data/torch-more-heldout.json.gz
 
 (`--more`: cross_entropy, layer_norm and rms_norm in every float dtype, masked_select with
-broadcast masks, unique_consecutive, repeat_interleave, mm, mv, dot, trace.)
+broadcast masks, unique_consecutive, repeat_interleave, mm, mv, dot, trace, einsum.)
 
 The second set is held out (another seed), not looked at while fixing failures of the first.
 
@@ -711,12 +711,56 @@ def case_linalg(G, op):
     return finish(c, True)
 
 
+def case_einsum(G, op):
+    """einsum: one to three operands, shared, repeated (diagonal) and summed letters, capitals,
+    an ellipsis, explicit and implicit outputs, size-1 dimensions that broadcast, and bad
+    equations. Several operands in float dtypes only (PyTorch's integer promotion in einsum
+    depends on how it pairs the operands); one operand in every dtype."""
+    r = G.r
+    k = r.choice([1, 1, 2, 2, 2, 3])
+    dt = r.choice(ALL) if k == 1 else r.choice(FLOATS)
+    pool = r.sample("abcdijkAB", r.randint(2, 5))
+    size = {c: r.choice([1, 2, 3, 4, 0] if r.random() < 0.1 else [1, 2, 3, 4]) for c in pool}
+    ell = r.random() < 0.15
+    ell_shape = [r.choice([1, 2, 3]) for _ in range(r.randint(0, 2))]
+    terms, ops = [], []
+    for _ in range(k):
+        rank = r.randint(0, 3)
+        letters = [r.choice(pool) for _ in range(rank)]
+        shape = [size[c] for c in letters]
+        term = "".join(letters)
+        if ell and r.random() < 0.7:
+            at = r.randint(0, len(letters))
+            e = ell_shape[len(ell_shape) - r.randint(0, len(ell_shape)):]
+            term = term[:at] + "..." + term[at:]
+            shape = shape[:at] + e + shape[at:]
+        shape = [1 if (x > 1 and r.random() < 0.08) else x for x in shape]
+        terms.append(term)
+        ops.append(G.data(shape, dt, special=0.02))
+    eq = ",".join(terms)
+    if r.random() < 0.7:
+        used = sorted(set(c for t in terms for c in t if c.isalpha()))
+        out = r.sample(used, r.randint(0, len(used)))
+        if r.random() < 0.05 and out:
+            out.append(out[0])  # repeated: an error
+        o = "".join(out)
+        if ell and r.random() < 0.7:
+            o = "..." + o
+        eq += "->" + o
+    if r.random() < 0.03:
+        eq = eq.replace(",", ",,", 1) if k > 1 else eq + "1"  # malformed
+    c = {"op": op, "in": [enc(t) for t in ops], "args": {"equation": eq}}
+    c.update(outcome(lambda: torch.einsum(eq, *ops)))
+    return finish(c, True)
+
+
 # The families of the second corpus (`--more`: torch-more-*.json.gz).
 MORE_FAMILIES = {
     "nn": (case_nn, ["cross_entropy", "layer_norm", "rms_norm"]),
     "pick": (case_pick, ["masked_select", "unique_consecutive"]),
     "interleave": (case_interleave, ["repeat_interleave"]),
     "linalg": (case_linalg, ["mm", "mv", "dot", "trace"]),
+    "einsum": (case_einsum, ["einsum"]),
 }
 
 

@@ -633,6 +633,10 @@ pub(crate) fn run(case: &Value, device: Device) -> genesis::Result<Vec<Tensor>> 
                 one(x.rms_norm(&shape, w, eps))
             }
         }
+        "einsum" => {
+            let refs: Vec<&Tensor> = inputs.iter().collect();
+            one(Tensor::einsum(arg_str(case, "equation"), &refs))
+        }
         "mm" => one(x.mm(&inputs[1])),
         "mv" => one(x.mv(&inputs[1])),
         "dot" => one(x.dot(&inputs[1])),

@@ -7,23 +7,12 @@
 
 mod common;
 
-use common::Release;
+use common::{Release, f64_values as values};
 use genesis::{DType, Device, Generator, Reduction, Tensor};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-const DTYPES: [DType; 10] = [
-    DType::Bool,
-    DType::U8,
-    DType::I8,
-    DType::I16,
-    DType::I32,
-    DType::I64,
-    DType::F16,
-    DType::BF16,
-    DType::F32,
-    DType::F64,
-];
+const DTYPES: [DType; 10] = DType::ALL;
 
 /// How a case's results are compared.
 #[derive(Clone, Copy, PartialEq)]
@@ -244,15 +233,6 @@ fn close(a: f64, b: f64, dtype: DType) -> bool {
         _ => 1e-12,
     };
     (a - b).abs() <= eps * (1.0 + a.abs().max(b.abs()))
-}
-
-fn values(t: &Tensor) -> Vec<f64> {
-    t.to(Device::Cpu)
-        .unwrap()
-        .to_dtype(DType::F64)
-        .unwrap()
-        .to_vec::<f64>()
-        .unwrap()
 }
 
 #[test]

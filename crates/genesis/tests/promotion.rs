@@ -15,6 +15,7 @@ fn table() -> serde_json::Value {
     serde_json::from_str(include_str!("data/promotion.json")).unwrap()
 }
 
+use common::f64_values as values;
 use common::short_dtype as dtype;
 
 fn field<'a>(e: &'a serde_json::Value, k: &str) -> &'a str {
@@ -35,16 +36,6 @@ fn operand(d: DType, zero_d: bool, device: Device) -> Tensor {
         .to_dtype(d)
         .unwrap()
         .to(device)
-        .unwrap()
-}
-
-/// Any tensor's values as f64 (through the cast, exact for every value used here).
-fn values(t: &Tensor) -> Vec<f64> {
-    t.to(Device::Cpu)
-        .unwrap()
-        .to_dtype(DType::F64)
-        .unwrap()
-        .to_vec::<f64>()
         .unwrap()
 }
 

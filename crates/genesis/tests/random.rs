@@ -7,12 +7,7 @@ mod common;
 use common::{Release, devices};
 
 fn bits(t: &Tensor) -> Vec<u64> {
-    t.to(Device::Cpu)
-        .unwrap()
-        .to_dtype(DType::F64)
-        .unwrap()
-        .to_vec::<f64>()
-        .unwrap()
+    common::f64_values(t)
         .into_iter()
         .map(f64::to_bits)
         .collect()

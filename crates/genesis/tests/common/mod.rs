@@ -34,6 +34,18 @@ pub(crate) fn short_dtype(name: &str) -> genesis::DType {
     }
 }
 
+/// Any tensor's values as f64 on the host (through the cast: exact for every value of the
+/// integer dtypes up to 2^53 and of every float dtype).
+#[allow(dead_code)] // not every test binary compares values this way
+pub(crate) fn f64_values(t: &genesis::Tensor) -> Vec<f64> {
+    t.to(Device::Cpu)
+        .unwrap()
+        .to_dtype(genesis::DType::F64)
+        .unwrap()
+        .to_vec::<f64>()
+        .unwrap()
+}
+
 /// Gives cached device memory back when a test ends (even by panicking), so nothing is held
 /// at exit (compute-sanitizer's leak check).
 pub(crate) struct Release;

@@ -85,8 +85,8 @@ impl Labelled {
         })
     }
 
-    /// The tensor permuted (and reshaped) so its labels are `order`, each dimension expanded
-    /// to `size(label)` (size-1 dimensions broadcast).
+    /// The tensor permuted so its labels are `order`, each dimension expanded to
+    /// `size(label)` (size-1 dimensions broadcast): a view.
     fn arranged(&self, order: &[Label], size: &dyn Fn(Label) -> usize) -> Result<Tensor> {
         let perm: Vec<isize> = order
             .iter()
@@ -310,17 +310,7 @@ impl Tensor {
         // The result's order, a view (as PyTorch's: `"ij->ji"` is a transposed view), size-1
         // dimensions expanded to their label's size.
         let acc = acc.sum_out(|l| !output.contains(&l))?;
-        let perm: Vec<isize> = output
-            .iter()
-            .map(|l| acc.labels.iter().position(|m| m == l).expect("label") as isize)
-            .collect();
-        let t = acc.t.permute(perm)?;
-        let want: Vec<usize> = output.iter().map(|&l| size(l)).collect();
-        if t.shape() == want.as_slice() {
-            Ok(t)
-        } else {
-            t.expand(want)
-        }
+        acc.arranged(&output, &size)
     }
 }
 

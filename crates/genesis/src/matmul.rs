@@ -562,6 +562,81 @@ impl Tensor {
         self.diagonal(0, 0, 1)?.sum()
     }
 
+    /// `beta * self + alpha * (mat1 @ mat2)` (PyTorch's `addmm`): `mat1` and `mat2` 2-D,
+    /// `self` of their dtype and broadcasting to the product's shape. A zero `beta` or `alpha`
+    /// drops its term unread (NaNs and infinities there do not reach the result). For integer
+    /// tensors `beta` and `alpha` are truncated to integers and the result wraps, as PyTorch's
+    /// CPU computes it.
+    #[track_caller]
+    pub fn addmm(&self, mat1: &Tensor, mat2: &Tensor, beta: f64, alpha: f64) -> Result<Tensor> {
+        self.add_scaled_product("addmm", &mat1.mm(mat2)?, beta, alpha, true)
+    }
+
+    /// `beta * self + alpha * (batch1 @ batch2)` for 3-D `batch1` and `batch2` (PyTorch's
+    /// `baddbmm`), as [`Tensor::addmm`] but for a zero `alpha`, which multiplies the product as
+    /// any other (its NaNs and infinities give NaN), as PyTorch's `baddbmm` does.
+    #[track_caller]
+    pub fn baddbmm(
+        &self,
+        batch1: &Tensor,
+        batch2: &Tensor,
+        beta: f64,
+        alpha: f64,
+    ) -> Result<Tensor> {
+        self.add_scaled_product("baddbmm", &batch1.bmm(batch2)?, beta, alpha, false)
+    }
+
+    /// `beta * self + alpha * prod` with `addmm`'s rules (`drop_zero_alpha`: a zero `alpha`
+    /// drops the product unread).
+    fn add_scaled_product(
+        &self,
+        op: &'static str,
+        prod: &Tensor,
+        beta: f64,
+        alpha: f64,
+        drop_zero_alpha: bool,
+    ) -> Result<Tensor> {
+        if self.dtype() != prod.dtype() {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: format!(
+                    "self and the matrices must have the same dtype, but got {} and {}",
+                    self.dtype(),
+                    prod.dtype()
+                ),
+            });
+        }
+        if broadcast_shape(op, self.shape(), prod.shape())
+            .ok()
+            .as_deref()
+            != Some(prod.shape())
+        {
+            return Err(Error::ShapeMismatch {
+                op,
+                lhs: self.shape().to_vec(),
+                rhs: prod.shape().to_vec(),
+            });
+        }
+        let float = self.dtype().is_float();
+        let scaled = |t: &Tensor, s: f64| -> Result<Tensor> {
+            if float {
+                if s == 1.0 { Ok(t.clone()) } else { t.mul(s) }
+            } else {
+                t.mul(s.trunc() as i64)
+            }
+        };
+        // A zero scale drops its term unread (as BLAS does: 0 times an infinity is no NaN).
+        let p = if alpha == 0.0 && drop_zero_alpha {
+            Tensor::zeros(prod.shape(), prod.dtype(), prod.device())?
+        } else {
+            scaled(prod, alpha)?
+        };
+        if beta == 0.0 {
+            return Ok(p);
+        }
+        p.add(&scaled(self, beta)?)
+    }
+
     /// [`Tensor::matmul`] of operands of exactly ranks `ra` and `rb` (the ranked products).
     #[track_caller]
     fn ranked_product(

@@ -307,6 +307,21 @@ fn reductions_views_and_selection() {
             Box::new(|x| x.reshape([6, 4])?.mm(&x.reshape([4, 6])?)),
         ),
         (
+            "addmm",
+            Box::new(|x| {
+                let m1 = x.reshape([3, 8])?.narrow(1, 0, 6)?;
+                let bias = x.reshape([24])?.narrow(0, 0, 4)?;
+                bias.addmm(&m1, &x.reshape([6, 4])?, 0.5, -2.0)
+            }),
+        ),
+        (
+            "baddbmm",
+            Box::new(|x| {
+                x.narrow(2, 0, 3)?
+                    .baddbmm(x, &x.transpose(1, 2)?, -1.5, 0.25)
+            }),
+        ),
+        (
             "einsum batched",
             Box::new(|x| Tensor::einsum("bij,bkj->bik", &[x, &x.exp()?])),
         ),

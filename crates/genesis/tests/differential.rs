@@ -180,7 +180,7 @@ fn torch_op_cases_agree_with_pytorch() {
 }
 
 /// cross_entropy, layer_norm and rms_norm in every float dtype, masked_select with broadcast
-/// masks, unique_consecutive, repeat_interleave, mm, mv, dot, trace and einsum
+/// masks, unique_consecutive, repeat_interleave, mm, mv, dot, trace, addmm, baddbmm and einsum
 /// (`gen_torch_cases.py --more`).
 #[test]
 fn more_torch_op_cases_agree_with_pytorch() {

@@ -13,7 +13,8 @@ outer, diff, isclose, bincount). Needs PyTorch (the CPU build will do); only to 
     python3 gen_torch_cases.py --more --seed 1037 --count 1200 --out data/torch-more-heldout.json.gz
 
 (`--more`: cross_entropy, layer_norm and rms_norm in every float dtype, masked_select with
-broadcast masks, unique_consecutive, repeat_interleave, mm, mv, dot, trace, einsum.)
+broadcast masks, unique_consecutive, repeat_interleave, mm, mv, dot, trace, addmm, baddbmm,
+einsum.)
 
 The second set is held out (another seed), not looked at while fixing failures of the first.
 
@@ -25,7 +26,11 @@ integers (older versions subtract in the integer type); and `arange`, `linspace`
 `logspace` into uint8 from a negative start, or into an integer dtype past its range (PyTorch
 wraps such values or refuses them, depending on the op; Genesis refuses them); `pow` of two
 bools (refused by recent PyTorch, a result in the NumPy corpus); `mm`, `mv` and `dot` of bool,
-uint8, int8 and int16 (computed by PyTorch's CPU, refused by Genesis as by PyTorch's CUDA).
+uint8, int8 and int16 (computed by PyTorch's CPU, refused by Genesis as by PyTorch's CUDA);
+`addmm` and `baddbmm` of integers with fractional `beta` or `alpha` (PyTorch truncates them
+or refuses them depending on the path it takes; Genesis truncates); `addmm` with a zero
+`alpha` of matrices holding NaN or infinities (PyTorch drops the product unread in f32 and
+f64, as Genesis does, and multiplies it in f16 and bf16).
 The format is `gen_facade_cases.py`'s (`genesis-facade-cases v1`); an error PyTorch raises is
 `"err": "*"` (any typed error: Genesis must refuse, whatever it calls the refusal). Floats are
 written as Python's shortest round-trip form of their f64 value (exact in their dtype).
@@ -686,11 +691,33 @@ SMALL_INTS = [torch.bool, torch.uint8, torch.int8, torch.int16]
 
 
 def case_linalg(G, op):
-    """mm, mv, dot and trace: their ranks, mismatched sizes and dtypes, every dtype."""
+    """mm, mv, dot, trace, addmm and baddbmm: their ranks, mismatched sizes and dtypes, every
+    dtype (addmm and baddbmm: floats and int32/int64, with beta 0 and fractional scales)."""
     r = G.r
     dt = r.choice(ALL)
     n, k, m = r.randint(0, 4), r.randint(0, 4), r.randint(0, 4)
     odd = r.random() < 0.1
+    if op in ("addmm", "baddbmm"):
+        dt = r.choice(FLOATS + [torch.int32, torch.int64])
+        b = [r.randint(0, 3)] if op == "baddbmm" else []
+        full = b + [n, m]
+        ish = [x if r.random() < 0.7 else 1 for x in full][r.randint(0, len(full)):]
+        if odd:
+            ish = ish + [m + 1] if ish else [m + 1]
+        x = G.data(ish, dt if r.random() < 0.95 else r.choice(FLOATS), special=0.02)
+        m1, m2 = G.data(b + [n, k], dt, special=0.02), G.data(b + [k, m], dt, special=0.02)
+        beta, alpha = r.choice([1, 0, 0.5, -2, 2.5]), r.choice([1, 0, 0.5, -2, 3])
+        if dt in INTS and (beta != int(beta) or alpha != int(alpha)):
+            # PyTorch truncates fractional scales of integer tensors or refuses them, by path.
+            return None
+        if op == "addmm" and alpha == 0 and dt.is_floating_point and not (m1.isfinite().all() and m2.isfinite().all()):
+            # A zero alpha drops the product unread on PyTorch's BLAS path (f32, f64) but
+            # multiplies its NaNs in on the others (f16, bf16): left out.
+            return None
+        f = getattr(torch, op)
+        c = {"op": op, "in": [enc(x), enc(m1), enc(m2)], "args": {"beta": fmt(beta), "alpha": fmt(alpha)}}
+        c.update(outcome(lambda: f(x, m1, m2, beta=beta, alpha=alpha)))
+        return finish(c, True)
     if op == "trace":
         sh = [n, m] if r.random() < 0.9 else r.choice([[n], [n, m, k]])
         x = G.data(sh, dt, special=0.02)
@@ -759,7 +786,7 @@ MORE_FAMILIES = {
     "nn": (case_nn, ["cross_entropy", "layer_norm", "rms_norm"]),
     "pick": (case_pick, ["masked_select", "unique_consecutive"]),
     "interleave": (case_interleave, ["repeat_interleave"]),
-    "linalg": (case_linalg, ["mm", "mv", "dot", "trace"]),
+    "linalg": (case_linalg, ["mm", "mv", "dot", "trace", "addmm", "baddbmm"]),
     "einsum": (case_einsum, ["einsum"]),
 }
 

@@ -641,6 +641,14 @@ pub(crate) fn run(case: &Value, device: Device) -> genesis::Result<Vec<Tensor>> 
         "mv" => one(x.mv(&inputs[1])),
         "dot" => one(x.dot(&inputs[1])),
         "trace" => one(x.trace()),
+        "addmm" | "baddbmm" => {
+            let (beta, alpha) = (num(&case["args"]["beta"]), num(&case["args"]["alpha"]));
+            one(if op == "addmm" {
+                x.addmm(&inputs[1], &inputs[2], beta, alpha)
+            } else {
+                x.baddbmm(&inputs[1], &inputs[2], beta, alpha)
+            })
+        }
         "repeat_interleave" => {
             let dim = case["args"]["dim"].as_i64().map(|d| d as isize);
             match case["args"].get("repeats").and_then(Value::as_u64) {

@@ -557,6 +557,106 @@ impl Tensor {
         x.index_select(d as isize, &idx)
     }
 
+    /// The Kronecker product (PyTorch's `torch.kron`): the operands' shapes padded with leading
+    /// 1s to one rank, `out[i * q + k] = self[i] * other[k]` along every dimension (sizes
+    /// multiplied), in the dtype [`Tensor::mul`] gives (bools: "and"). Differentiable.
+    ///
+    /// ```
+    /// use genesis::{Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let a = Tensor::from_slice(&[1i64, 2], &[2], Device::Cpu)?;
+    /// let b = Tensor::from_slice(&[1i64, 10, 100], &[3], Device::Cpu)?;
+    /// assert_eq!(a.kron(&b)?.to_vec::<i64>()?, [1, 10, 100, 2, 20, 200]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn kron(&self, other: &Tensor) -> Result<Tensor> {
+        let rank = self.dim().max(other.dim());
+        let padded = |t: &Tensor| -> Vec<usize> {
+            let mut s = vec![1usize; rank - t.dim()];
+            s.extend_from_slice(t.shape());
+            s
+        };
+        let (sa, sb) = (padded(self), padded(other));
+        // a as [a0, 1, a1, 1, ...] times b as [1, b0, 1, b1, ...]: row-major, the product.
+        let a_shape: Vec<usize> = sa.iter().flat_map(|&d| [d, 1]).collect();
+        let b_shape: Vec<usize> = sb.iter().flat_map(|&d| [1, d]).collect();
+        let out: Vec<usize> = sa
+            .iter()
+            .zip(&sb)
+            .map(|(&x, &y)| x.checked_mul(y))
+            .collect::<Option<_>>()
+            .ok_or_else(|| Error::InvalidArgument {
+                op: "kron",
+                reason: format!("the result's size overflows ({sa:?} by {sb:?})"),
+            })?;
+        self.reshape(a_shape)?
+            .mul(&other.reshape(b_shape)?)?
+            .reshape(out)
+    }
+
+    /// The elements of `self` at `indices` along `dim` (PyTorch's `torch.take_along_dim`):
+    /// [`Tensor::gather`] after broadcasting the two shapes in every other dimension (they
+    /// must have the same rank; a 0-d tensor takes no dimension); without a dimension both are
+    /// flattened first. Indices are int64, each in range (an error otherwise, where PyTorch's
+    /// CPU reads past the input).
+    ///
+    /// ```
+    /// use genesis::{Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let x = Tensor::from_slice(&[10.0f32, 11.0, 12.0, 20.0, 21.0, 22.0], &[2, 3], Device::Cpu)?;
+    /// let i = Tensor::from_slice(&[2i64, 0], &[2, 1], Device::Cpu)?;
+    /// assert_eq!(x.take_along_dim(&i, Some(1))?.to_vec::<f32>()?, [12.0, 20.0]);
+    /// assert_eq!(x.take_along_dim(&i, None)?.to_vec::<f32>()?, [12.0, 10.0]);
+    /// let bad = Tensor::from_slice(&[3i64], &[1, 1], Device::Cpu)?;
+    /// assert!(x.take_along_dim(&bad, Some(1)).is_err());
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn take_along_dim(&self, indices: &Tensor, dim: Option<isize>) -> Result<Tensor> {
+        let op = "take_along_dim";
+        let Some(d) = dim else {
+            return self.reshape([-1])?.gather(0, &indices.reshape([-1])?);
+        };
+        if self.dim() != indices.dim() {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: format!(
+                    "input and indices should have the same number of dimensions, but got {} \
+                     and {}",
+                    self.dim(),
+                    indices.dim()
+                ),
+            });
+        }
+        let Some(d) = wrap_dim(op, d as i64, self.dim())? else {
+            // PyTorch takes no dimension of a 0-d tensor here.
+            return Err(Error::DimOutOfRange {
+                op,
+                dim: d as i64,
+                rank: 0,
+            });
+        };
+        let (mut xs, mut is) = (self.shape().to_vec(), indices.shape().to_vec());
+        for k in (0..xs.len()).filter(|&k| k != d) {
+            let b = match (xs[k], is[k]) {
+                (x, i) if x == i || i == 1 => x,
+                (1, i) => i,
+                _ => {
+                    return Err(Error::ShapeMismatch {
+                        op,
+                        lhs: self.shape().to_vec(),
+                        rhs: indices.shape().to_vec(),
+                    });
+                }
+            };
+            (xs[k], is[k]) = (b, b);
+        }
+        self.expand(xs)?.gather(d as isize, &indices.expand(is)?)
+    }
+
     /// The tensor and dimension `repeat_interleave` works on: flattened and 0 without a
     /// dimension, else the dimension wrapped (an error for a 0-d tensor, as PyTorch's).
     fn interleave_dim(&self, op: &'static str, dim: Option<isize>) -> Result<(Tensor, usize)> {

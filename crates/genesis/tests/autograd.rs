@@ -322,6 +322,21 @@ fn reductions_views_and_selection() {
             }),
         ),
         (
+            "kron",
+            Box::new(|x| {
+                x.narrow(0, 0, 1)?
+                    .narrow(1, 0, 2)?
+                    .kron(&x.narrow(2, 0, 2)?)
+            }),
+        ),
+        (
+            "take_along_dim",
+            Box::new(|x| {
+                let idx = Tensor::from_slice(&[3i64, 0, 3, 1, 2, 2], [1, 3, 2], CPU)?;
+                x.take_along_dim(&idx, Some(2))
+            }),
+        ),
+        (
             "einsum batched",
             Box::new(|x| Tensor::einsum("bij,bkj->bik", &[x, &x.exp()?])),
         ),

@@ -33,8 +33,8 @@
 //! ```sh
 //! python3 gen_torch_cases.py --seed 31 --count 5800 --out data/torch-cases.json.gz
 //! python3 gen_torch_cases.py --seed 1031 --count 1700 --out data/torch-heldout.json.gz
-//! python3 gen_torch_cases.py --more --seed 37 --count 3600 --out data/torch-more-cases.json.gz
-//! python3 gen_torch_cases.py --more --seed 1037 --count 1200 --out data/torch-more-heldout.json.gz
+//! python3 gen_torch_cases.py --more --seed 37 --count 4200 --out data/torch-more-cases.json.gz
+//! python3 gen_torch_cases.py --more --seed 1037 --count 1400 --out data/torch-more-heldout.json.gz
 //! ```
 
 mod common;
@@ -180,7 +180,8 @@ fn torch_op_cases_agree_with_pytorch() {
 }
 
 /// cross_entropy, layer_norm and rms_norm in every float dtype, masked_select with broadcast
-/// masks, unique_consecutive, repeat_interleave, mm, mv, dot, trace, addmm, baddbmm and einsum
+/// masks, unique_consecutive, repeat_interleave, mm, mv, dot, trace, addmm, baddbmm, einsum,
+/// kron and take_along_dim
 /// (`gen_torch_cases.py --more`).
 #[test]
 fn more_torch_op_cases_agree_with_pytorch() {

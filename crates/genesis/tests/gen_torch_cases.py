@@ -9,12 +9,12 @@ outer, diff, isclose, bincount). Needs PyTorch (the CPU build will do); only to 
 
     python3 gen_torch_cases.py --seed 31 --count 5800 --out data/torch-cases.json.gz
     python3 gen_torch_cases.py --seed 1031 --count 1700 --out data/torch-heldout.json.gz
-    python3 gen_torch_cases.py --more --seed 37 --count 3600 --out data/torch-more-cases.json.gz
-    python3 gen_torch_cases.py --more --seed 1037 --count 1200 --out data/torch-more-heldout.json.gz
+    python3 gen_torch_cases.py --more --seed 37 --count 4200 --out data/torch-more-cases.json.gz
+    python3 gen_torch_cases.py --more --seed 1037 --count 1400 --out data/torch-more-heldout.json.gz
 
 (`--more`: cross_entropy, layer_norm and rms_norm in every float dtype, masked_select with
 broadcast masks, unique_consecutive, repeat_interleave, mm, mv, dot, trace, addmm, baddbmm,
-einsum.)
+einsum, kron, take_along_dim.)
 
 The second set is held out (another seed), not looked at while fixing failures of the first.
 
@@ -30,7 +30,8 @@ uint8, int8 and int16 (computed by PyTorch's CPU, refused by Genesis as by PyTor
 `addmm` and `baddbmm` of integers with fractional `beta` or `alpha` (PyTorch truncates them
 or refuses them depending on the path it takes; Genesis truncates); `addmm` with a zero
 `alpha` of matrices holding NaN or infinities (PyTorch drops the product unread in f32 and
-f64, as Genesis does, and multiplies it in f16 and bf16).
+f64, as Genesis does, and multiplies it in f16 and bf16); `take_along_dim` with out-of-range
+indices (PyTorch's CPU gives a result without checking them; Genesis refuses them).
 The format is `gen_facade_cases.py`'s (`genesis-facade-cases v1`); an error PyTorch raises is
 `"err": "*"` (any typed error: Genesis must refuse, whatever it calls the refusal). Floats are
 written as Python's shortest round-trip form of their f64 value (exact in their dtype).
@@ -781,6 +782,48 @@ def case_einsum(G, op):
     return finish(c, True)
 
 
+def case_combine(G, op):
+    """kron (ranks and dtypes mixed: PyTorch's promotion) and take_along_dim (broadcast
+    shapes, flat, mismatched ranks; indices in range: PyTorch's CPU does not check them here,
+    Genesis refuses them)."""
+    r = G.r
+    if op == "kron":
+        dts = [r.choice(ALL), r.choice(ALL)] if r.random() < 0.3 else [r.choice(ALL)] * 2
+        x = G.data(G.shape(max_numel=12), dts[0], special=0.03)
+        y = G.data(G.shape(max_numel=12), dts[1], special=0.03)
+        c = {"op": op, "in": [enc(x), enc(y)], "args": {}}
+        c.update(outcome(lambda: torch.kron(x, y)))
+        return finish(c, True)
+    dt = r.choice(ALL)
+    sh = G.shape(min_rank=0)
+    x = G.data(sh, dt, special=0.03)
+    if r.random() < 0.25:
+        n = x.numel()
+        if n == 0:
+            return None
+        idx = torch.tensor([r.randrange(n) for _ in range(r.randint(0, 4))], dtype=torch.int64)
+        c = {"op": op, "in": [enc(x), enc(idx)], "args": {"dim": None}}
+        c.update(outcome(lambda: torch.take_along_dim(x, idx)))
+        return c
+    d = G.dim(len(sh))
+    ish = [1 if r.random() < 0.3 else s_ for s_ in sh]
+    if sh:
+        dd = d % len(sh)
+        ish[dd] = r.randint(0, 4)
+        size = sh[dd]
+    else:
+        size = 1
+    if r.random() < 0.05 and ish:
+        ish = ish + [1]
+    n = math.prod(ish)
+    if size == 0 and n:
+        return None
+    idx = torch.tensor([r.randrange(size) for _ in range(n)], dtype=torch.int64).reshape(ish)
+    c = {"op": op, "in": [enc(x), enc(idx)], "args": {"dim": d}}
+    c.update(outcome(lambda: torch.take_along_dim(x, idx, dim=d)))
+    return c
+
+
 # The families of the second corpus (`--more`: torch-more-*.json.gz).
 MORE_FAMILIES = {
     "nn": (case_nn, ["cross_entropy", "layer_norm", "rms_norm"]),
@@ -788,6 +831,7 @@ MORE_FAMILIES = {
     "interleave": (case_interleave, ["repeat_interleave"]),
     "linalg": (case_linalg, ["mm", "mv", "dot", "trace", "addmm", "baddbmm"]),
     "einsum": (case_einsum, ["einsum"]),
+    "combine": (case_combine, ["kron", "take_along_dim"]),
 }
 
 

@@ -637,6 +637,10 @@ pub(crate) fn run(case: &Value, device: Device) -> genesis::Result<Vec<Tensor>> 
             let refs: Vec<&Tensor> = inputs.iter().collect();
             one(Tensor::einsum(arg_str(case, "equation"), &refs))
         }
+        "kron" => one(x.kron(&inputs[1])),
+        "take_along_dim" => {
+            one(x.take_along_dim(&inputs[1], case["args"]["dim"].as_i64().map(|d| d as isize)))
+        }
         "mm" => one(x.mm(&inputs[1])),
         "mv" => one(x.mv(&inputs[1])),
         "dot" => one(x.dot(&inputs[1])),

@@ -505,7 +505,8 @@ impl Tensor {
     /// of non-negative counts, one per element along `dim` (one count for all when it holds a
     /// single value). Without a dimension the tensor is flattened first. The counts are read
     /// on the host to size the result (on a GPU, one synchronisation, as PyTorch's); the rows
-    /// are gathered by [`Tensor::index_select`], so the result is differentiable.
+    /// are gathered by [`Tensor::index_select`], so the result is differentiable. Counts whose
+    /// total the host or the device cannot hold are an error.
     #[track_caller]
     pub fn repeat_interleave_tensor(&self, repeats: &Tensor, dim: Option<isize>) -> Result<Tensor> {
         let op = "repeat_interleave";
@@ -539,19 +540,30 @@ impl Tensor {
                 ),
             });
         }
-        let mut rows: Vec<i64> = Vec::new();
-        for (i, &c) in counts.iter().enumerate() {
+        let mut total = 0usize;
+        for &c in &counts {
             let c = usize::try_from(c).map_err(|_| Error::InvalidArgument {
                 op,
                 reason: format!("repeats can not be negative (got {c})"),
             })?;
-            if rows.len().saturating_add(c) > isize::MAX as usize / 8 {
-                return Err(Error::InvalidArgument {
+            total = total
+                .checked_add(c)
+                .filter(|&t| t <= isize::MAX as usize / 8)
+                .ok_or_else(|| Error::InvalidArgument {
                     op,
                     reason: "the result's size overflows".into(),
-                });
-            }
-            rows.extend(std::iter::repeat_n(i as i64, c));
+                })?;
+        }
+        // The row of every output position, on the host: refused, not aborted, when the host
+        // cannot hold it.
+        let mut rows: Vec<i64> = Vec::new();
+        rows.try_reserve_exact(total)
+            .map_err(|_| Error::InvalidArgument {
+                op,
+                reason: format!("{total} output rows do not fit in host memory"),
+            })?;
+        for (i, &c) in counts.iter().enumerate() {
+            rows.extend(std::iter::repeat_n(i as i64, c as usize));
         }
         let idx = Tensor::from_slice(&rows, [rows.len()], x.device())?;
         x.index_select(d as isize, &idx)

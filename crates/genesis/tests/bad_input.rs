@@ -6,7 +6,8 @@
 //! range; elementwise ops, comparisons, `where`, reductions, matmul, masks, cat/stack, indexing,
 //! `_out` and in-place forms with mismatched or shared outputs; wrong `to_vec` types; random
 //! tensors; safetensors bytes and files; the shape and selection ops (split, chunk, flatten,
-//! unflatten, repeat, tile, flip, roll, tril, triu, diagonal, one_hot); attention and cross
+//! unflatten, repeat, tile, flip, roll, tril, triu, diagonal, one_hot, repeat_interleave,
+//! take_along_dim, kron, einsum, mm, mv, dot, trace, addmm, baddbmm); attention and cross
 //! entropy with mismatched shapes, dtypes, targets and scales.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -271,6 +272,105 @@ fn shape_and_selection_ops() {
         s.err(&format!("diagonal(0, 0, {d})"), || x.diagonal(0, 0, d));
         s.err(&format!("diagonal(0, {d}, 1)"), || x.diagonal(0, d, 1));
     }
+    // repeat_interleave, take_along_dim, kron, einsum and the ranked products.
+    for d in [3isize, -4, isize::MAX, isize::MIN] {
+        s.err(&format!("repeat_interleave(2, {d})"), || {
+            x.repeat_interleave(2, Some(d))
+        });
+        s.err(&format!("take_along_dim(dim {d})"), || {
+            x.take_along_dim(&x.to_dtype(DType::I64)?, Some(d))
+        });
+    }
+    s.err("repeat_interleave(usize::MAX)", || {
+        x.repeat_interleave(usize::MAX, Some(0))
+    });
+    s.err("repeat_interleave of 0-d along 0", || {
+        scalar.repeat_interleave(2, Some(0))
+    });
+    for (name, counts) in [
+        ("negative", vec![1i64, -1]),
+        ("too many", vec![1, 1, 1]),
+        ("huge", vec![i64::MAX, i64::MAX]),
+        ("past the host", vec![1 << 57, 1 << 57]),
+    ] {
+        let counts = Tensor::from_slice(&counts, [counts.len()], Device::Cpu).unwrap();
+        s.err(&format!("repeat_interleave_tensor({name})"), || {
+            x.repeat_interleave_tensor(&counts, Some(0))
+        });
+    }
+    s.err("repeat_interleave_tensor(float counts)", || {
+        x.repeat_interleave_tensor(&t(&[2]), Some(0))
+    });
+    s.err("repeat_interleave_tensor(2-d counts)", || {
+        x.repeat_interleave_tensor(&t(&[2, 1]).to_dtype(DType::I64)?, Some(0))
+    });
+    let idx =
+        |v: &[i64], shape: &[usize]| Tensor::from_slice(v, shape.to_vec(), Device::Cpu).unwrap();
+    s.err("take_along_dim(out of range)", || {
+        x.take_along_dim(&idx(&[4], &[1, 1, 1]), Some(2))
+    });
+    s.err("take_along_dim(negative)", || {
+        x.take_along_dim(&idx(&[-1], &[1, 1, 1]), Some(2))
+    });
+    s.err("take_along_dim(rank)", || {
+        x.take_along_dim(&idx(&[0], &[1]), Some(0))
+    });
+    s.err("take_along_dim(shapes)", || {
+        x.take_along_dim(&idx(&[0; 3], &[3, 1, 1]), Some(2))
+    });
+    s.err("take_along_dim(float indices)", || {
+        x.take_along_dim(&t(&[1, 1, 1]), Some(2))
+    });
+    s.err("take_along_dim(0-d with a dim)", || {
+        scalar.take_along_dim(&idx(&[0], &[]), Some(0))
+    });
+    s.err("kron(a size past usize)", || {
+        let big = x.narrow(0, 0, 1)?.expand([1usize << 40, 3, 4])?;
+        big.kron(&big)
+    });
+    for eq in [
+        "",
+        "ij",
+        "ijk,",
+        "i..j",
+        "i....",
+        "ij->k",
+        "ijk->ii",
+        "é",
+        "ij,jk->ik",
+        "ijk->ijk->",
+        "iij",
+    ] {
+        s.err(&format!("einsum({eq:?})"), || Tensor::einsum(eq, &[&x]));
+    }
+    s.err("einsum(no operands)", || Tensor::einsum("->", &[]));
+    s.err("einsum(sizes)", || {
+        Tensor::einsum("ij,ij->", &[&t(&[2, 3]), &t(&[3, 2])])
+    });
+    s.err("einsum(dtypes)", || {
+        Tensor::einsum(
+            "ij,jk->ik",
+            &[&t(&[2, 3]), &t(&[3, 2]).to_dtype(DType::F64)?],
+        )
+    });
+    s.err("mm of 1-d", || v.mm(&v));
+    s.err("mm(sizes)", || t(&[2, 3]).mm(&t(&[2, 3])));
+    s.err("mv of 2-d", || t(&[2, 3]).mv(&t(&[3, 1])));
+    s.err("dot(lengths)", || v.dot(&t(&[4])));
+    s.err("dot(dtypes)", || v.dot(&v.to_dtype(DType::F64)?));
+    s.err("trace of 3-d", || x.trace());
+    s.err("trace of bools", || t(&[2, 2]).gt(0.0)?.trace());
+    s.err("addmm(broadcast)", || {
+        t(&[3]).addmm(&t(&[2, 2]), &t(&[2, 2]), 1.0, 1.0)
+    });
+    s.err("addmm(dtypes)", || {
+        t(&[2, 2])
+            .to_dtype(DType::F64)?
+            .addmm(&t(&[2, 2]), &t(&[2, 2]), 1.0, 1.0)
+    });
+    s.err("baddbmm(ranks)", || {
+        t(&[2, 2]).baddbmm(&t(&[2, 2]), &t(&[2, 2]), 1.0, 1.0)
+    });
     // 0-d tensors: no dimension to split, unflatten, roll, take a triangle or a diagonal of.
     s.err("split of 0-d", || scalar.split(1, 0));
     s.err("split_sizes of 0-d", || scalar.split_sizes(&[1], 0));

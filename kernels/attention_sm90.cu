@@ -59,6 +59,7 @@
 #include <stdint.h>
 
 #include "ptx.cuh"
+#include "cp_async.cuh"
 
 typedef unsigned long long u64;
 
@@ -92,17 +93,6 @@ constexpr float RESCALE = 8.f;
 constexpr int FWD_SMEM = 1024 + Q_BYTES + FWD_STAGES * 2 * KV_BYTES;
 static_assert(FWD_SMEM == 41984 && 4 * FWD_SMEM <= 227 * 1024, "shared memory of four blocks");
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 // Orders this thread's generic-proxy writes of shared memory (the cp.async copies, complete)
 // before the tensor cores' asynchronous-proxy reads that follow the next barrier.
 __device__ __forceinline__ void fence_proxy_async() {

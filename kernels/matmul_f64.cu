@@ -25,6 +25,7 @@
 //     launcher never splits f64 products).
 #include <stdint.h>
 
+#include "cp_async.cuh"
 #include "matmul_f32.cuh"
 
 namespace {
@@ -44,21 +45,6 @@ constexpr int SMEM_BYTES = STAGES * 2 * TILE * 8;
 template <bool KCONT>
 __device__ __forceinline__ int at(int r, int k) {
     return KCONT ? r * KROW + k : k * MROW + r;
-}
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// An 8-byte asynchronous copy to shared memory; `bytes` 0 writes zeros and reads nothing.
-__device__ __forceinline__ void cp_async8(uint32_t dst, const void* src, int bytes) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
 // Queues the copies of one operand's slice (k in [k0, k0 + BK), rows [r0, r0 + 64)) into the

@@ -97,6 +97,7 @@
 #include <utility>
 
 #include "ptx.cuh"
+#include "cp_async.cuh"
 
 namespace {
 
@@ -130,9 +131,6 @@ static_assert(Config<192>::SMEM <= 227 * 1024, "shared memory of a block");
 static_assert(Config<128>::SMEM <= 227 * 1024, "shared memory of a block");
 static_assert(Config<64>::SMEM <= 227 * 1024, "shared memory of a block");
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
 
 // ---------------------------------------------------------------------------------------------
 // mbarrier, TMA, wgmma and register-count primitives.

@@ -1894,9 +1894,8 @@ pub fn gpu_matmul_planned_bias<T: MatmulElement, O: MatmulOutput<T>>(
 /// Queues `c = a @ b` of f64 operands on `stream`, read where `layout` says (any major
 /// order, leading dimension, batch stride or alignment), accumulated in f64
 /// (`kernels/matmul_f64.cu`: the f64 tensor cores, `64 x 64` tiles, a 3-stage `cp.async`
-/// ring, no split). The CPU twin is
-/// [`matmul_host`] for f64; the two agree within the f64 accumulation bound
-/// (`k * 2^-53 * sum |a||b|`). Fails before launching on short spans (as
+/// ring, no split). The CPU twin is [`matmul_host`] for f64; the two agree within the f64
+/// accumulation bound (`k * 2^-53 * sum |a||b|`). Fails before launching on short spans (as
 /// [`gpu_matmul_strided`]).
 #[cfg(feature = "cuda")]
 pub fn gpu_matmul_f64(

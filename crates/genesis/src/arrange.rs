@@ -546,22 +546,13 @@ impl Tensor {
                 op,
                 reason: format!("repeats can not be negative (got {c})"),
             })?;
-            total = total
-                .checked_add(c)
-                .filter(|&t| t <= isize::MAX as usize / 8)
-                .ok_or_else(|| Error::InvalidArgument {
-                    op,
-                    reason: "the result's size overflows".into(),
-                })?;
-        }
-        // The row of every output position, on the host: refused, not aborted, when the host
-        // cannot hold it.
-        let mut rows: Vec<i64> = Vec::new();
-        rows.try_reserve_exact(total)
-            .map_err(|_| Error::InvalidArgument {
+            total = total.checked_add(c).ok_or_else(|| Error::InvalidArgument {
                 op,
-                reason: format!("{total} output rows do not fit in host memory"),
+                reason: "the result's size overflows".into(),
             })?;
+        }
+        // The row of every output position, on the host (an error when it cannot hold them).
+        let mut rows: Vec<i64> = pieces(total)?;
         for (i, &c) in counts.iter().enumerate() {
             rows.extend(std::iter::repeat_n(i as i64, c as usize));
         }
@@ -643,14 +634,8 @@ impl Tensor {
                 ),
             });
         }
-        let Some(d) = wrap_dim(op, d as i64, self.dim())? else {
-            // PyTorch takes no dimension of a 0-d tensor here.
-            return Err(Error::DimOutOfRange {
-                op,
-                dim: d as i64,
-                rank: 0,
-            });
-        };
+        // PyTorch takes no dimension of a 0-d tensor here.
+        let d = self.dim_1d(op, d)?;
         let (mut xs, mut is) = (self.shape().to_vec(), indices.shape().to_vec());
         for k in (0..xs.len()).filter(|&k| k != d) {
             let b = match (xs[k], is[k]) {
@@ -674,14 +659,7 @@ impl Tensor {
     fn interleave_dim(&self, op: &'static str, dim: Option<isize>) -> Result<(Tensor, usize)> {
         match dim {
             None => Ok((self.reshape([-1])?, 0)),
-            Some(d) => match wrap_dim(op, d as i64, self.dim())? {
-                Some(d) => Ok((self.clone(), d)),
-                None => Err(Error::DimOutOfRange {
-                    op,
-                    dim: d as i64,
-                    rank: 0,
-                }),
-            },
+            Some(d) => Ok((self.clone(), self.dim_1d(op, d)?)),
         }
     }
 

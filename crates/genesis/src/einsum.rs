@@ -227,8 +227,7 @@ impl Tensor {
         }
         // Within one operand: diagonals of repeated labels, then the sums of labels no other
         // operand and not the result has.
-        let n = inputs.len();
-        let mut ready = Vec::with_capacity(n);
+        let mut ready = Vec::with_capacity(inputs.len());
         for (k, mut x) in inputs.into_iter().enumerate() {
             while let Some((i, j)) = repeated(&x.labels) {
                 let l = x.labels[i];
@@ -245,11 +244,11 @@ impl Tensor {
                 x.labels.remove(i);
                 x.labels.push(l);
             }
-            ready.push((k, x));
+            ready.push(x);
         }
-        let all_labels: Vec<Vec<Label>> = ready.iter().map(|(_, x)| x.labels.clone()).collect();
-        let mut pending: Vec<Labelled> = Vec::with_capacity(n);
-        for (k, x) in ready {
+        let all_labels: Vec<Vec<Label>> = ready.iter().map(|x| x.labels.clone()).collect();
+        let mut pending: Vec<Labelled> = Vec::with_capacity(ready.len());
+        for (k, x) in ready.into_iter().enumerate() {
             let elsewhere = |l: Label| {
                 output.contains(&l)
                     || all_labels
@@ -307,9 +306,9 @@ impl Tensor {
                 labels: [&batch[..], &a_only, &b_only].concat(),
             };
         }
-        // The result's order, a view (as PyTorch's: `"ij->ji"` is a transposed view), size-1
-        // dimensions expanded to their label's size.
-        let acc = acc.sum_out(|l| !output.contains(&l))?;
+        // Every label left is the result's (the others were summed within their operand or
+        // contracted once no later operand had them): the result's order, a view (as
+        // PyTorch's: `"ij->ji"` is a transposed view), size-1 dimensions expanded.
         acc.arranged(&output, &size)
     }
 }

@@ -1945,15 +1945,7 @@ fn addc_operands(x: &Tensor, t1: &Tensor, t2: &Tensor) -> Result<(Tensor, Tensor
         Participant::Tensor(t1.dtype(), t1.dim()),
         Participant::Tensor(t2.dtype(), t2.dim()),
     ]);
-    // Only what is not already of it is converted (a conversion is a pass over the tensor).
-    let cast = |t: &Tensor| {
-        if t.dtype() == r {
-            Ok(t.clone())
-        } else {
-            t.to_dtype(r)
-        }
-    };
-    Ok((cast(x)?, cast(t1)?, cast(t2)?))
+    Ok((x.cast_to(r)?, t1.cast_to(r)?, t2.cast_to(r)?))
 }
 
 /// `value * a` in `a`'s dtype, `value` converted as PyTorch converts a scalar to it: a float

@@ -35,6 +35,9 @@ indices (PyTorch's CPU gives a result without checking them; Genesis refuses the
 The format is `gen_facade_cases.py`'s (`genesis-facade-cases v1`); an error PyTorch raises is
 `"err": "*"` (any typed error: Genesis must refuse, whatever it calls the refusal). Floats are
 written as Python's shortest round-trip form of their f64 value (exact in their dtype).
+The oracle is PyTorch on the CPU; where PyTorch's CUDA refuses what its CPU computes (the
+products `mm`, `mv`, `dot`, `addmm` and `baddbmm` of int32 and int64: cuBLAS has no integer
+products), the case carries `"cuda_err"`, the error Genesis gives on a CUDA device instead.
 """
 import argparse
 import gzip
@@ -171,7 +174,14 @@ def finish(c, loose=False):
         t = tol_for(getattr(torch, out["dt"]), loose)
         if t:
             c["tol"] = t
+        if c["op"] in CUDA_REFUSED_PRODUCTS and out["dt"] in ("int32", "int64"):
+            c["cuda_err"] = "Storage.UnsupportedDType"
     return c
+
+
+# Integer products PyTorch computes on the CPU and refuses on CUDA ("addmm_cuda" not
+# implemented for 'Int'/'Long'), as Genesis does.
+CUDA_REFUSED_PRODUCTS = ("mm", "mv", "dot", "addmm", "baddbmm")
 
 
 def case_reduce(G, op):

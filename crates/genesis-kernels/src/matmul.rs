@@ -356,9 +356,9 @@ fn settled<O: Copy>(
 }
 
 /// Element types of the host matmul [`matmul_host`]: f32, f16 and bf16 (the CPU twin, f32
-/// accumulation), f64 (accumulated in f64) and i32 and i64 (exact, wrapping). Only f32, f16
-/// and bf16 have GPU kernels.
-pub trait HostMatmul: Element {
+/// accumulation), f64 (accumulated in f64) and the integers u8, i8, i16, i32 and i64 (exact,
+/// wrapping). The integers have no GPU kernels.
+pub trait HostMatmul: Copy + Default + Send + Sync + 'static {
     /// `c = a @ b` for checked, non-empty problems (`m`, `n`, `k`, `batch` positive).
     #[doc(hidden)]
     fn host_product(
@@ -388,11 +388,11 @@ macro_rules! host_matmul {
 }
 host_matmul!(|s, l, a, b, c| host::f32_accumulated::<Self, Self>(s, l, None, a, b, c); f32, f16, bf16);
 host_matmul!(host::f64_product; f64);
-host_matmul!(host::int_product; i32, i64);
+host_matmul!(host::int_product; u8, i8, i16, i32, i64);
 
 /// The host matmul of every dtype the CPU path takes: `c = a @ b` per batch with the operands
 /// where `layout` says, into the contiguous `c [batch, m, n]`. f32, f16 and bf16 as
-/// [`matmul_strided`] (accumulated in f32, rounded once); f64 accumulated in f64; i32 and i64
+/// [`matmul_strided`] (accumulated in f32, rounded once); f64 accumulated in f64; integers
 /// exact modulo 2^bits (wrapping, as PyTorch's CPU matmul). The checks are
 /// [`matmul_strided`]'s.
 pub fn matmul_host<T: HostMatmul>(
@@ -402,7 +402,8 @@ pub fn matmul_host<T: HostMatmul>(
     b: &[T],
     c: &mut [T],
 ) -> Result<()> {
-    if settled(&shape, &layout, a.len(), b.len(), c, T::from_i64(0))? {
+    // Every element type's default is its zero.
+    if settled(&shape, &layout, a.len(), b.len(), c, T::default())? {
         return Ok(());
     }
     T::host_product(shape, layout, a, b, c);

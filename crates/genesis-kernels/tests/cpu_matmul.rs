@@ -1,7 +1,7 @@
 //! The host matmul (`matmul_host`, and the CPU twin `matmul_strided_precision`) on generated
 //! problems against references: f32, f16 and bf16 within the f32 accumulation bound of an f64
 //! reference (and f16/bf16 into f32 outputs, and TF32 inputs), f64 within the f64 bound,
-//! i32 and i64 exactly (wrapping). Shapes include empty ones, `1 x n`, `n x 1`, long `k`,
+//! u8, i8, i16, i32 and i64 exactly (wrapping). Shapes include empty ones, `1 x n`, `n x 1`, long `k`,
 //! transposed and padded operands, offsets and broadcast batches; outputs start as NaN (or a
 //! sentinel) and past the product stay untouched.
 
@@ -242,12 +242,12 @@ fn f64_within_the_f64_accumulation_bound() {
 }
 
 macro_rules! int_test {
-    ($name:ident, $t:ty) => {
+    ($name:ident, $t:ty, $small:expr) => {
         /// Exact and wrapping: full-range values, against the same sum in wrapping arithmetic.
         #[test]
         fn $name() {
             let mut rng = SmallRng::seed_from_u64(10);
-            const SENTINEL: $t = 0x5a5a;
+            const SENTINEL: $t = 0x5a;
             for (ci, c) in cases().into_iter().enumerate() {
                 // Small values in half the cases (sums that do not wrap), any value otherwise.
                 let small = ci % 2 == 0;
@@ -255,7 +255,7 @@ macro_rules! int_test {
                     (0..len)
                         .map(|_| {
                             if small {
-                                rng.random_range(-100..100)
+                                rng.random_range($small)
                             } else {
                                 rng.random()
                             }
@@ -288,8 +288,11 @@ macro_rules! int_test {
         }
     };
 }
-int_test!(i32_exact_and_wrapping, i32);
-int_test!(i64_exact_and_wrapping, i64);
+int_test!(u8_exact_and_wrapping, u8, 0..4);
+int_test!(i8_exact_and_wrapping, i8, -3..3);
+int_test!(i16_exact_and_wrapping, i16, -20..20);
+int_test!(i32_exact_and_wrapping, i32, -100..100);
+int_test!(i64_exact_and_wrapping, i64, -100..100);
 
 #[test]
 fn integer_overflow_wraps_as_pytorch() {
@@ -308,6 +311,15 @@ fn integer_overflow_wraps_as_pytorch() {
     let mut c = [0i64];
     matmul_host(s, l, &[i64::MIN, -1], &[-1, i64::MIN], &mut c).unwrap();
     assert_eq!(c, [0]); // 2^63 + 2^63 = 2^64
+    let mut c = [0u8];
+    matmul_host(s, l, &[200u8, 7], &[3, 9], &mut c).unwrap();
+    assert_eq!(c, [151]); // 600 + 63 = 663 = 2 * 256 + 151
+    let mut c = [0i8];
+    matmul_host(s, l, &[-128i8, 127], &[-1, 127], &mut c).unwrap();
+    assert_eq!(c, [-127]); // 128 + 16129 = 16257 = 63 * 256 + 129 = -127 (mod 256)
+    let mut c = [0i16];
+    matmul_host(s, l, &[300i16, 2], &[300, 1], &mut c).unwrap();
+    assert_eq!(c, [24466]); // 90002 - 65536
 }
 
 #[test]
@@ -374,11 +386,11 @@ fn batched_products_are_the_bits_of_each_product_alone() {
             bits: impl Fn(&T) -> u64,
         ) {
             let (m, n) = (shape.m, shape.n);
-            let mut all = vec![T::from_i64(0); shape.batch * m * n];
+            let mut all = vec![T::default(); shape.batch * m * n];
             matmul_host(shape, layout, a, b, &mut all).unwrap();
             let one = MatmulShape { batch: 1, ..shape };
             for bi in 0..shape.batch {
-                let mut c = vec![T::from_i64(0); m * n];
+                let mut c = vec![T::default(); m * n];
                 let a = &a[bi * shape.a_batch_stride..];
                 let b = &b[bi * shape.b_batch_stride..];
                 matmul_host(one, layout, a, b, &mut c).unwrap();

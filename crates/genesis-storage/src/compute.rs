@@ -1641,7 +1641,7 @@ impl Compute for [u8] {
         out_at: usize,
     ) -> Result<bool> {
         use genesis_kernels::matmul::matmul_host;
-        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64, I32, I64], T => {
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64, U8, I8, I16, I32, I64], T => {
             let a = host::<T>(self, a_at, self.len() / size_of::<T>() - a_at)?;
             let b = host::<T>(b, b_at, b.len() / size_of::<T>() - b_at)?;
             let c = host_mut::<T>(out, out_at, out.len() / size_of::<T>() - out_at)?;

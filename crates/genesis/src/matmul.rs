@@ -222,8 +222,8 @@ impl Tensor {
     /// operand is a row and a 1-D right operand a column (that dimension is dropped from the
     /// result, so 1-D @ 1-D is a dot product of shape `[]`); leading dimensions are batch
     /// dimensions and broadcast. f32, f16 and bf16 (accumulated in f32) and f64 (accumulated
-    /// in f64) on the CPU and CUDA; int32 and int64 (exact, wrapping, as PyTorch's CPU) on the
-    /// CPU only (CUDA: [`genesis_storage::Error::UnsupportedDType`], as PyTorch's). On the
+    /// in f64) on the CPU and CUDA; uint8, int8, int16, int32 and int64 (exact, wrapping, as PyTorch's CPU) on
+    /// the CPU only (CUDA: [`genesis_storage::Error::UnsupportedDType`], as PyTorch's). On the
     /// CPU, transposed and sliced operands are read in place by their strides.
     /// f32 products on CUDA run at the precision of
     /// [`backends::set_float32_matmul_precision`](crate::backends::set_float32_matmul_precision)

@@ -31,7 +31,7 @@ Case format (`genesis-facade-cases v1`), one JSON object per case in `cases`:
   `Storage.UnsupportedDType`, `ShapeMismatch`, `Index.IndexOutOfRange`; `DimOutOfRange` for a
   dimension out of range, whichever layer reports it; `"A|B"` accepts either kind).
 - `cuda_err`: the expected error on a CUDA device where the CPU gives `out`, for an op a CUDA
-  device lacks (only `matmul` of int32 and int64, which run on the CPU only, as PyTorch's).
+  device lacks (only `matmul` of the integer dtypes, which runs on the CPU only, as PyTorch's).
 - Comparison: no `tol` means exact (same values, NaN matching any NaN, and the same sign of
   zero); `"eqv"` the same values with zeros of either sign equal; `[rtol, atol]` floats within
   `atol + rtol * |expected|` (NaN and infinities exactly; used for the transcendental ops and
@@ -89,8 +89,8 @@ INTS = ["uint8", "int8", "int16", "int32", "int64"]
 KERNEL = ["float32", "float16", "bfloat16", "int32", "int64"]  # elementwise/compare/reduce kernels
 KFLOAT = ["float32", "float16", "bfloat16"]
 MATMUL = ["float32", "float16", "bfloat16"]
-HOST_MATMUL = ["float64", "int32", "int64"]  # matmul by the host kernels on the CPU
-CPU_ONLY_MATMUL = ["int32", "int64"]  # matmul on the CPU only (as PyTorch's)
+HOST_MATMUL = ["float64", "uint8", "int8", "int16", "int32", "int64"]  # matmul by the host kernels on the CPU
+CPU_ONLY_MATMUL = ["uint8", "int8", "int16", "int32", "int64"]  # matmul on the CPU only (as PyTorch's)
 IRANGE = {"uint8": (0, 255), "int8": (-128, 127), "int16": (-2**15, 2**15 - 1),
           "int32": (-2**31, 2**31 - 1), "int64": (-2**63, 2**63 - 1), "bool": (0, 1)}
 # Significand bits (with the implicit one), smallest normal, largest finite.

@@ -25,9 +25,10 @@ versions, an error in older ones), `softmax` of integers with no elements, and `
 integers (older versions subtract in the integer type); and `arange`, `linspace` and
 `logspace` into uint8 from a negative start, or into an integer dtype past its range (PyTorch
 wraps such values or refuses them, depending on the op; Genesis refuses them); `pow` of two
-bools (refused by recent PyTorch, a result in the NumPy corpus); `mm`, `mv` and `dot` of bool,
-uint8, int8 and int16 (computed by PyTorch's CPU, refused by Genesis as by PyTorch's CUDA);
-`addmm` and `baddbmm` of integers with fractional `beta` or `alpha` (PyTorch truncates them
+bools (refused by recent PyTorch, a result in the NumPy corpus);
+`mm`, `mv` and `dot` of bools with an empty operand (PyTorch refuses products of bools but
+returns these unchecked; Genesis refuses them); `addmm` and `baddbmm` of integers with
+fractional `beta` or `alpha` (PyTorch truncates them
 or refuses them depending on the path it takes; Genesis truncates); `addmm` with a zero
 `alpha` of matrices holding NaN or infinities (PyTorch drops the product unread in f32 and
 f64, as Genesis does, and multiplies it in f16 and bf16); `take_along_dim` with out-of-range
@@ -36,8 +37,8 @@ The format is `gen_facade_cases.py`'s (`genesis-facade-cases v1`); an error PyTo
 `"err": "*"` (any typed error: Genesis must refuse, whatever it calls the refusal). Floats are
 written as Python's shortest round-trip form of their f64 value (exact in their dtype).
 The oracle is PyTorch on the CPU; where PyTorch's CUDA refuses what its CPU computes (the
-products `mm`, `mv`, `dot`, `addmm` and `baddbmm` of int32 and int64: cuBLAS has no integer
-products), the case carries `"cuda_err"`, the error Genesis gives on a CUDA device instead.
+products `mm`, `mv`, `dot`, `addmm` and `baddbmm` of the integer dtypes: cuBLAS has no
+integer products), the case carries `"cuda_err"`, the error Genesis gives on a CUDA device instead.
 """
 import argparse
 import gzip
@@ -174,13 +175,13 @@ def finish(c, loose=False):
         t = tol_for(getattr(torch, out["dt"]), loose)
         if t:
             c["tol"] = t
-        if c["op"] in CUDA_REFUSED_PRODUCTS and out["dt"] in ("int32", "int64"):
+        if c["op"] in CUDA_REFUSED_PRODUCTS and out["dt"] in ("uint8", "int8", "int16", "int32", "int64"):
             c["cuda_err"] = "Storage.UnsupportedDType"
     return c
 
 
 # Integer products PyTorch computes on the CPU and refuses on CUDA ("addmm_cuda" not
-# implemented for 'Int'/'Long'), as Genesis does.
+# implemented for integer dtypes), as Genesis does.
 CUDA_REFUSED_PRODUCTS = ("mm", "mv", "dot", "addmm", "baddbmm")
 
 
@@ -696,20 +697,15 @@ def case_interleave(G, op):
     return c
 
 
-# Products of these, which PyTorch's CPU computes (wrapping) and Genesis refuses as PyTorch's
-# CUDA does, are left out of the mm, mv and dot cases.
-SMALL_INTS = [torch.bool, torch.uint8, torch.int8, torch.int16]
-
-
 def case_linalg(G, op):
     """mm, mv, dot, trace, addmm and baddbmm: their ranks, mismatched sizes and dtypes, every
-    dtype (addmm and baddbmm: floats and int32/int64, with beta 0 and fractional scales)."""
+    dtype (addmm and baddbmm: floats and integers, with beta 0 and fractional scales)."""
     r = G.r
     dt = r.choice(ALL)
     n, k, m = r.randint(0, 4), r.randint(0, 4), r.randint(0, 4)
     odd = r.random() < 0.1
     if op in ("addmm", "baddbmm"):
-        dt = r.choice(FLOATS + [torch.int32, torch.int64])
+        dt = r.choice(FLOATS + INTS)
         b = [r.randint(0, 3)] if op == "baddbmm" else []
         full = b + [n, m]
         ish = [x if r.random() < 0.7 else 1 for x in full][r.randint(0, len(full)):]
@@ -739,10 +735,12 @@ def case_linalg(G, op):
     if odd:
         sb = list(sb)
         sb[0] += 1
-    if dt in SMALL_INTS:
-        return None
     dt2 = dt if r.random() < 0.9 else r.choice(ALL)
     x, y = G.data(sa, dt, special=0.02), G.data(sb, dt2, special=0.02)
+    if torch.bool in (dt, dt2) and (x.numel() == 0 or y.numel() == 0):
+        # PyTorch refuses products of bools but returns the empty or all-false result of
+        # one with no elements unchecked; Genesis refuses them all.
+        return None
     f = getattr(torch, op)
     c = {"op": op, "in": [enc(x), enc(y)], "args": {}}
     c.update(outcome(lambda: f(x, y)))

@@ -6,8 +6,9 @@
 //! f32 in their own major order, multiplied by the f32 `gemm`, and rounded once to the output
 //! type: the same f32 accumulation as the GPU kernels, within the bound of the module's docs.
 //! A batch of small products (attention's) is split over the threads product by product, a
-//! large product over every thread; the bits are the same either way. Integers (i32, i64) are exact modulo 2^bits (wrapping, as PyTorch's CPU matmul), by rows on
-//! scoped threads.
+//! large product over every thread; the bits are the same either way. Integers (u8, i8, i16,
+//! i32, i64) are exact modulo 2^bits (wrapping, as PyTorch's CPU matmul), by rows on scoped
+//! threads.
 
 use super::{MatmulElement, MatmulLayout, MatmulOutput, MatmulShape, MatrixLayout};
 use gemm::Parallelism;
@@ -264,7 +265,7 @@ macro_rules! wrapping_int {
         }
     )*};
 }
-wrapping_int!(i32, i64);
+wrapping_int!(u8, i8, i16, i32, i64);
 
 /// The exact product modulo 2^bits (wrapping; any order of the sum gives these bits). Each row
 /// of `C` is `sum_p A[i, p] * B[p, :]` over a row-major `B` (copied compact when `B` is

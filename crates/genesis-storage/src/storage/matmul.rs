@@ -15,9 +15,9 @@ fn overflow() -> Error {
 impl Storage {
     /// `C[b] = A[b] @ B[b]` (see [`MatmulShape`]) reading `self` from `a_start` and `other`
     /// from `b_start`, into a new contiguous storage of `batch * m * n` elements. f32, f16,
-    /// bf16 (accumulated in f32) on every device; f64 (accumulated in f64) and i32 and i64
-    /// (exact, wrapping) on the host only (CUDA: [`Error::UnsupportedDType`]); both operands on
-    /// one device. Full f32 precision ([`Storage::matmul_with`] chooses).
+    /// bf16 (accumulated in f32) and f64 (accumulated in f64) on every device; u8, i8, i16, i32
+    /// and i64 (exact, wrapping) on the host only (CUDA: [`Error::UnsupportedDType`], as
+    /// PyTorch's); both operands on one device. Full f32 precision ([`Storage::matmul_with`] chooses).
     #[track_caller]
     pub fn matmul(
         &self,
@@ -197,7 +197,7 @@ impl Storage {
         other.check_range(name, b_start, layout.b_len(&shape).ok_or_else(overflow)?)?;
         out.check_range(name, out_start, shape.c_len().ok_or_else(overflow)?)?;
         let dtype = self.dtype;
-        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64, I32, I64], _T => (), _ => {
+        genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64, U8, I8, I16, I32, I64], _T => (), _ => {
             return Err(Error::UnsupportedDType { op: name, dtype })
         });
         let bias_read = bias

@@ -75,7 +75,7 @@ fn tour(device: Device) -> genesis::Result<()> {
         m.t()?.contiguous()?.is_contiguous()
     );
     let z = Tensor::zeros([3, 4], DType::F32, device)?;
-    z.index_fill(&s![.., 1..3], 5.0)?;
+    z.index_put_scalar_(&s![.., 1..3], 5.0)?;
     println!("z[:, 1:3] = 5 -> {z}");
 
     // Seeded random numbers: the same seed gives the same values on every device.

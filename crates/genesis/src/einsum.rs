@@ -263,12 +263,42 @@ impl Tensor {
         let mut it = pending.into_iter();
         let mut acc = it.next().expect("one operand at least");
         let rest: Vec<Labelled> = it.collect();
-        for (k, b) in rest.iter().enumerate() {
+        for k in 0..rest.len() {
             let later: Vec<Label> = rest[k + 1..]
                 .iter()
                 .flat_map(|x| x.labels.iter().copied())
                 .collect();
             let keep = |l: Label| output.contains(&l) || later.contains(&l);
+            // A summed label of size 1 in one of the two (it broadcasts) is summed within the
+            // other first, as PyTorch's einsum does: `a[k] * b[k]` over a size-1 `a` is
+            // `a * sum(b)` (the same numbers, fewer products; with infinities, PyTorch's).
+            let mut b = Labelled {
+                t: rest[k].t.clone(),
+                labels: rest[k].labels.clone(),
+            };
+            let dim_size = |x: &Labelled, l: Label| {
+                x.labels
+                    .iter()
+                    .position(|&m| m == l)
+                    .map(|i| x.t.shape()[i])
+            };
+            let broadcast: Vec<Label> = acc
+                .labels
+                .iter()
+                .copied()
+                .filter(|&l| {
+                    !keep(l)
+                        && match (dim_size(&acc, l), dim_size(&b, l)) {
+                            (Some(x), Some(y)) => (x == 1) != (y == 1),
+                            _ => false,
+                        }
+                })
+                .collect();
+            if !broadcast.is_empty() {
+                acc = acc.sum_out(|l| broadcast.contains(&l))?;
+                b = b.sum_out(|l| broadcast.contains(&l))?;
+            }
+            let b = &b;
             let shared = |l: &Label| b.labels.contains(l);
             let batch: Vec<Label> = acc
                 .labels

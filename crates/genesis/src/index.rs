@@ -63,7 +63,7 @@ impl IndexArg for Tensor {
 /// assert_eq!(m.i(&s![m.shape()[0] - 1, NEW, ELLIPSIS])?.shape(), &[1, 5]);
 /// // Assignment, PyTorch's `m[1:3, ::2] = 0` and `m[:, 0] = -1`: through a view, or in place.
 /// m.i(&s![1..3, ..;2])?.fill_(0.0)?;
-/// m.index_fill(&s![.., 0], -1.0)?;
+/// m.index_put_scalar_(&s![.., 0], -1.0)?;
 /// assert_eq!(m.i(&s![1])?.to_vec::<f32>()?, [-1.0, 6.0, 0.0, 8.0, 0.0]);
 /// # Ok(())
 /// # }

@@ -31,6 +31,7 @@ mod error;
 mod everyday;
 pub mod fused;
 mod index;
+mod index_along;
 mod interop;
 #[doc(hidden)]
 pub mod literal;

@@ -68,7 +68,7 @@ impl Tensor {
                     let full = crate::broadcast_shape("masked_select", &shape, m.shape())?;
                     let m = m.expand(full.iter().map(|&n| n as isize).collect::<Vec<_>>())?;
                     let z = Tensor::zeros(&full[..], dtype, g.device())?;
-                    z.index_put_(&[crate::IndexArg::index_item(&m)], g)?;
+                    z.index_put_(&[crate::IndexArg::index_item(&m)], g, false)?;
                     Ok(vec![Some(crate::autograd::sum_to(&z, &shape)?)])
                 })
             },

@@ -776,7 +776,7 @@ impl Tensor {
                 move |g: &Tensor| {
                     // The gradient lands where the elements came from; repeats add up.
                     let z = Tensor::zeros(&shape[..], dtype, g.device())?;
-                    z.index_add_(&kept, g)?;
+                    z.index_put_(&kept, g, true)?;
                     Ok(z)
                 }
             },
@@ -830,47 +830,49 @@ impl Tensor {
         })
     }
 
-    /// `self[items] = value` (`value` broadcast to the indexed shape), in place: the write goes
-    /// to the storage, so every tensor that shares it (a view of `self`, or `self` a view of
-    /// it) sees it, as in PyTorch. A `value` or an index tensor that shares `self`'s storage
-    /// is read before the write.
+    /// `self[items] = value` (`value` broadcast to the indexed shape), or with `accumulate`
+    /// `self[items] += value` adding at duplicate indices: PyTorch's `index_put_(indices,
+    /// values, accumulate)`, with any index items (slices, integers, index and mask tensors,
+    /// `NEW`, `ELLIPSIS`), in place. The write goes to the storage, so every tensor that shares
+    /// it (a view of `self`, or `self` a view of it) sees it, as in PyTorch. A `value` or an
+    /// index tensor that shares `self`'s storage is read before the write.
     ///
     /// ```
     /// use genesis::{DType, Device, Tensor, s};
     /// # fn main() -> genesis::Result<()> {
     /// let m = Tensor::zeros(&[3, 4], DType::F32, Device::Cpu)?;
     /// let row = m.i(&s![1])?; // a view of row 1
-    /// m.index_put_(&s![1, 1..3], &Tensor::full(&[2], 5.0f32, Device::Cpu)?)?;
+    /// m.index_put_(&s![1, 1..3], &Tensor::full(&[2], 5.0f32, Device::Cpu)?, false)?;
     /// assert_eq!(row.to_vec::<f32>()?, [0.0, 5.0, 5.0, 0.0]);
-    /// row.index_fill(&s![..;3], -1.0)?; // through the view, seen by `m`
+    /// row.index_put_scalar_(&s![..;3], -1.0)?; // through the view, seen by `m`
     /// assert_eq!(m.i(&s![1])?.to_vec::<f32>()?, [-1.0, 5.0, 5.0, -1.0]);
+    /// // Accumulating: both 2s add up in row 0.
+    /// let idx = Tensor::from_slice(&[2i64, 2], &[2], Device::Cpu)?;
+    /// m.index_put_(&s![0, @&idx], &Tensor::ones(&[2], DType::F32, Device::Cpu)?, true)?;
+    /// assert_eq!(m.i(&s![0])?.to_vec::<f32>()?, [0.0, 0.0, 2.0, 0.0]);
     /// # Ok(())
     /// # }
     /// ```
     ///
-    /// A `value` of another dtype is converted to `self`'s first, as Python's `x[i] = v`
-    /// converts (any dtype into any other, floats into integers truncating toward zero).
-    pub fn index_put_(&self, items: &[IndexItem], value: &Tensor) -> Result<()> {
-        if self.in_place_recorded("index_put_", &[value], |x| x.index_put(items, value, false))? {
+    /// Without `accumulate`, a `value` of another dtype is converted to `self`'s first, as
+    /// Python's `x[i] = v` converts (any dtype into any other, floats into integers truncating
+    /// toward zero). With it, the in-place rule applies: the promoted dtype of `self` and
+    /// `value` must cast into `self`'s ([`can_cast`](crate::can_cast); an integer tensor takes
+    /// no float value), and `value` is converted to it.
+    #[doc(alias = "__setitem__")]
+    pub fn index_put_(&self, items: &[IndexItem], value: &Tensor, accumulate: bool) -> Result<()> {
+        let recorded = self.in_place_recorded("index_put_", &[value], |x| {
+            x.index_put(items, value, accumulate)
+        })?;
+        if recorded {
             return Ok(());
         }
-        let value = value.cast_to(self.dtype())?;
-        self.assign(items, Value::Tensor(&value.view), false)
-    }
-
-    /// `self[items] += value`, adding at duplicate indices (in place, as
-    /// [`Tensor::index_put_`]). A `value` of another dtype follows the in-place rule: the
-    /// promoted dtype of `self` and `value` must cast into `self`'s
-    /// ([`can_cast`](crate::can_cast); an integer tensor takes no float value), and `value`
-    /// is converted to it.
-    pub fn index_add_(&self, items: &[IndexItem], value: &Tensor) -> Result<()> {
-        if self.in_place_recorded("index_add_", &[value], |x| x.index_put(items, value, true))? {
-            return Ok(());
+        if accumulate {
+            let r = crate::promote::promote_types(self.dtype(), value.dtype());
+            crate::promote::check_cast("index_put_", r, self.dtype())?;
         }
-        let r = crate::promote::promote_types(self.dtype(), value.dtype());
-        crate::promote::check_cast("index_add_", r, self.dtype())?;
         let value = value.cast_to(self.dtype())?;
-        self.assign(items, Value::Tensor(&value.view), true)
+        self.assign(items, Value::Tensor(&value.view), accumulate)
     }
 
     /// A copy of `self` with `self[items] = values` (or, with `accumulate`, `+= values`,
@@ -892,9 +894,9 @@ impl Tensor {
             || {
                 let out = self.deep_clone()?;
                 if accumulate {
-                    out.index_add_(items, values)?;
+                    out.index_put_(items, values, true)?;
                 } else {
-                    out.index_put_(items, values)?;
+                    out.index_put_(items, values, false)?;
                 }
                 Ok(out)
             },
@@ -905,7 +907,7 @@ impl Tensor {
                     let gx = if needs[0] {
                         let gx = g.deep_clone()?;
                         if !accumulate {
-                            gx.index_fill(&kept, 0.0)?;
+                            gx.index_put_scalar_(&kept, 0.0)?;
                         }
                         Some(gx)
                     } else {
@@ -929,9 +931,11 @@ impl Tensor {
     /// `self[items] = value` for a scalar, converted to the dtype as a fill value (PyTorch's
     /// checked conversion, as for [`Tensor::masked_fill`] and [`Tensor::full_like`]: a float
     /// into an integer dtype must lie in its range and drops its fraction); in place, as
-    /// [`Tensor::index_put_`].
-    pub fn index_fill(&self, items: &[IndexItem], value: impl Scalar) -> Result<()> {
-        let host = crate::args::checked_scalar("index_fill", self.dtype(), value.value())?;
+    /// [`Tensor::index_put_`]. (PyTorch's `index_fill_(dim, index, value)` is
+    /// [`Tensor::index_fill_`].)
+    #[doc(alias = "__setitem__")]
+    pub fn index_put_scalar_(&self, items: &[IndexItem], value: impl Scalar) -> Result<()> {
+        let host = crate::args::checked_scalar("index_put_scalar_", self.dtype(), value.value())?;
         let x = host.to_f64_vec()?[0];
         if x.abs() > 9_007_199_254_740_992.0 {
             // Integers beyond 2^53 are not f64 values: they go as a 0-d tensor.

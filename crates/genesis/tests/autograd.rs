@@ -337,6 +337,42 @@ fn reductions_views_and_selection() {
             }),
         ),
         (
+            "index_add",
+            Box::new(|x| {
+                let idx = Tensor::from_slice(&[2i64, 0, 2], [3], CPU)?;
+                x.index_add(1, &idx, &x.exp()?, 2.0)
+            }),
+        ),
+        (
+            "index_copy",
+            Box::new(|x| {
+                let idx = Tensor::from_slice(&[3i64, 0], [2], CPU)?;
+                x.index_copy(2, &idx, &x.narrow(2, 1, 2)?.sin()?)
+            }),
+        ),
+        (
+            "index_fill",
+            Box::new(|x| {
+                let idx = Tensor::from_slice(&[-1i64], [1], CPU)?;
+                x.index_fill(0, &idx, 0.5)?.mul(x)
+            }),
+        ),
+        (
+            "index_add_ index_copy_ index_fill_ in place",
+            Box::new(|x| {
+                let y = x.mul(3.0)?;
+                let idx = Tensor::from_slice(&[1i64, 1], [2], CPU)?;
+                y.index_add_(2, &idx, &x.narrow(2, 0, 2)?.cos()?, -1)?;
+                y.index_copy_(
+                    0,
+                    &Tensor::from_slice(&[0i64], [1], CPU)?,
+                    &x.narrow(0, 1, 1)?,
+                )?;
+                y.index_fill_(1, &Tensor::from_slice(&[2i64], [1], CPU)?, 1.0)?;
+                Ok(y)
+            }),
+        ),
+        (
             "einsum batched",
             Box::new(|x| Tensor::einsum("bij,bkj->bik", &[x, &x.exp()?])),
         ),
@@ -1239,7 +1275,7 @@ fn out_of_place_index_put_sends_gradients_to_both_sides() {
     let y = x.index_put(&genesis::s![0], &v, false).unwrap();
     assert!(y.requires_grad());
     assert_eq!(x.to_vec::<f64>().unwrap(), before);
-    assert!(x.index_put_(&genesis::s![0], &v).is_err());
+    assert!(x.index_put_(&genesis::s![0], &v, false).is_err());
 }
 
 #[test]
@@ -1267,7 +1303,7 @@ fn in_place_ops_on_non_leaves_rebase_the_graph() {
         &[x.clone(), w.clone()],
         &|t| {
             let y = t[0].exp()?.mul(1.0)?;
-            y.index_put_(&s![0], &t[1].i(&s![1])?)?;
+            y.index_put_(&s![0], &t[1].i(&s![1])?, false)?;
             let m = t[1].gt_scalar(0.0)?;
             y.masked_fill_(&m, 0.5)?;
             y.fill_(0.0).and(Ok(()))?;

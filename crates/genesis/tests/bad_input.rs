@@ -7,7 +7,8 @@
 //! `_out` and in-place forms with mismatched or shared outputs; wrong `to_vec` types; random
 //! tensors; safetensors bytes and files; the shape and selection ops (split, chunk, flatten,
 //! unflatten, repeat, tile, flip, roll, tril, triu, diagonal, one_hot, repeat_interleave,
-//! take_along_dim, kron, einsum, mm, mv, dot, trace, addmm, baddbmm); attention and cross
+//! take_along_dim, kron, einsum, mm, mv, dot, trace, addmm, baddbmm, index_add, index_copy,
+//! index_fill); attention and cross
 //! entropy with mismatched shapes, dtypes, targets and scales.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -323,6 +324,73 @@ fn shape_and_selection_ops() {
     });
     s.err("take_along_dim(0-d with a dim)", || {
         scalar.take_along_dim(&idx(&[0], &[]), Some(0))
+    });
+    // index_add, index_copy, index_fill: dims, index ranks, dtypes and values, sources.
+    let src = t(&[2, 2, 4]);
+    for d in [3isize, -4, isize::MAX, isize::MIN] {
+        s.err(&format!("index_add(dim {d})"), || {
+            x.index_add(d, &idx(&[0, 1], &[2]), &src, 1)
+        });
+        s.err(&format!("index_copy(dim {d})"), || {
+            x.index_copy(d, &idx(&[0, 1], &[2]), &src)
+        });
+        s.err(&format!("index_fill(dim {d})"), || {
+            x.index_fill(d, &idx(&[0], &[1]), 1.0)
+        });
+    }
+    for (name, v) in [
+        ("too large", vec![0i64, 3]),
+        ("negative", vec![-1, 0]),
+        ("huge", vec![i64::MAX, 0]),
+        ("most negative", vec![i64::MIN, 0]),
+    ] {
+        s.err(&format!("index_add({name})"), || {
+            x.index_add_(
+                1,
+                &idx(&v, &[2]),
+                &src.transpose(0, 1)?.reshape([2, 2, 4])?,
+                1,
+            )
+        });
+        s.err(&format!("index_copy({name})"), || {
+            x.index_copy_(1, &idx(&v, &[2]), &src)
+        });
+    }
+    for v in [3i64, -4, i64::MAX, i64::MIN] {
+        s.err(&format!("index_fill({v})"), || {
+            x.index_fill_(1, &idx(&[v], &[1]), 1.0)
+        });
+    }
+    s.err("index_add(2-d index)", || {
+        x.index_add(1, &idx(&[0, 1], &[1, 2]), &src, 1)
+    });
+    s.err("index_add(float index)", || {
+        x.index_add(1, &t(&[2]), &src, 1)
+    });
+    s.err("index_copy(int32 index)", || {
+        x.index_copy(1, &idx(&[0, 1], &[2]).to_dtype(DType::I32)?, &src)
+    });
+    s.err("index_fill(int32 index)", || {
+        x.index_fill(1, &idx(&[0], &[1]).to_dtype(DType::I32)?, 1.0)
+    });
+    s.err("index_add(source dtype)", || {
+        x.index_add(1, &idx(&[0, 1], &[2]), &src.to_dtype(DType::F64)?, 1)
+    });
+    s.err("index_add(source shape)", || {
+        x.index_add(1, &idx(&[0, 1], &[2]), &t(&[2, 3, 4]), 1)
+    });
+    s.err("index_copy(source rank)", || {
+        x.index_copy(1, &idx(&[0, 1], &[2]), &t(&[2, 4]))
+    });
+    s.err("index_add(0-d self, two indices)", || {
+        scalar.index_add(0, &idx(&[0, 0], &[2]), &t(&[2]), 1)
+    });
+    s.err("index_add(integer, alpha past i64)", || {
+        x.to_dtype(DType::I32)?
+            .index_add(1, &idx(&[0, 1], &[2]), &src.to_dtype(DType::I32)?, 1e30)
+    });
+    s.err("index_fill(int8, 300)", || {
+        x.to_dtype(DType::I8)?.index_fill(1, &idx(&[0], &[1]), 300)
     });
     s.err("kron(a size past usize)", || {
         let big = x.narrow(0, 0, 1)?.expand([1usize << 40, 3, 4])?;
@@ -731,21 +799,27 @@ fn indexing() {
         s.err(&format!("i({items:?})"), || x.i(&items));
         let y = x.clone().contiguous().unwrap();
         s.err(&format!("index_fill({items:?})"), || {
-            y.index_fill(&items, 0.0)
+            y.index_put_scalar_(&items, 0.0)
         });
     }
     s.err("i(step 0)", || x.i(&s![.., 0..4;0]));
     s.err("i(negative step)", || x.i(&s![.., 0..4;-1]));
     let y = t(&[3, 4]);
-    s.err("index_put(value shape)", || y.index_put_(&s![0], &t(&[5])));
+    s.err("index_put(value shape)", || {
+        y.index_put_(&s![0], &t(&[5]), false)
+    });
     // `x[i] += v`: a float value does not go into an integer tensor.
     s.err("index_add(value dtype)", || {
         Tensor::zeros([3usize, 4], DType::I32, CPU)
             .unwrap()
-            .index_add_(&s![0], &Tensor::zeros([4usize], DType::F64, CPU).unwrap())
+            .index_put_(
+                &s![0],
+                &Tensor::zeros([4usize], DType::F64, CPU).unwrap(),
+                true,
+            )
     });
     s.err("index_add(value shape)", || {
-        y.index_add_(&s![.., 0], &t(&[4]))
+        y.index_put_(&s![.., 0], &t(&[4]), true)
     });
     s.finish();
 }

@@ -127,7 +127,7 @@ fn scalars_are_exact() {
     );
 }
 
-/// `index_fill` checks its scalar as `masked_fill` does.
+/// `index_put_scalar_` and `index_fill` check their scalar as `masked_fill` does.
 #[test]
 fn index_fill_checks_its_scalar() {
     let cpu = Device::Cpu;
@@ -138,9 +138,17 @@ fn index_fill_checks_its_scalar() {
     // PyTorch's checked conversion: out of range or NaN is refused (a fraction is dropped).
     for (t, v) in [(&mut u, 300.0), (&mut i, f64::NAN), (&mut j, 3e9)] {
         assert!(matches!(
-            t.index_fill(&idx, v).unwrap_err(),
+            t.index_put_scalar_(&idx, v).unwrap_err(),
             Error::ScalarOutOfRange {
-                op: "index_fill",
+                op: "index_put_scalar_",
+                ..
+            }
+        ));
+        let at = Tensor::from_slice(&[0i64], [1], cpu).unwrap();
+        assert!(matches!(
+            t.index_fill_(0, &at, v).unwrap_err(),
+            Error::ScalarOutOfRange {
+                op: "index_fill_",
                 ..
             }
         ));
@@ -150,7 +158,7 @@ fn index_fill_checks_its_scalar() {
         vec![0, 0, 0],
         "unchanged on error"
     );
-    u.index_fill(&idx, 255.0).unwrap();
+    u.index_put_scalar_(&idx, 255.0).unwrap();
     assert_eq!(u.to_vec::<u8>().unwrap(), vec![255; 3]);
     // The index layer checks a scalar too, whatever calls it.
     let mut raw = genesis_storage::Storage::zeros(3, DType::U8, cpu).unwrap();

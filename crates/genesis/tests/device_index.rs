@@ -115,9 +115,9 @@ fn out_of_range_device_indices_are_typed_errors_and_write_nothing() {
                 "{e:?}"
             );
             let v = Tensor::full([3, 4], 7.0f32, dev).unwrap();
-            assert!(x.index_put_(&s![@&idx], &v).is_err());
-            assert!(x.index_add_(&s![@&idx], &v).is_err());
-            assert!(x.index_fill(&s![@&idx], 9.0).is_err());
+            assert!(x.index_put_(&s![@&idx], &v, false).is_err());
+            assert!(x.index_put_(&s![@&idx], &v, true).is_err());
+            assert!(x.index_put_scalar_(&s![@&idx], 9.0).is_err());
             assert_eq!(f32s(&x), before, "target changed on {dev}");
         }
         // Float index tensors are rejected.
@@ -143,11 +143,13 @@ fn assignment_through_device_indices_matches_the_host() {
             let x = matrix(9, 8, dev);
             let xc = matrix(9, 8, Device::Cpu);
             if accumulate {
-                x.index_add_(&s![@&idx], &v).unwrap();
-                xc.index_add_(&s![@host_index(&rows, &[6])], &vc).unwrap();
+                x.index_put_(&s![@&idx], &v, true).unwrap();
+                xc.index_put_(&s![@host_index(&rows, &[6])], &vc, true)
+                    .unwrap();
             } else {
-                x.index_put_(&s![@&idx], &v).unwrap();
-                xc.index_put_(&s![@host_index(&rows, &[6])], &vc).unwrap();
+                x.index_put_(&s![@&idx], &v, false).unwrap();
+                xc.index_put_(&s![@host_index(&rows, &[6])], &vc, false)
+                    .unwrap();
             }
             assert_eq!(f32s(&x), f32s(&xc), "accumulate={accumulate} on {dev}");
         }
@@ -163,11 +165,16 @@ fn assignment_through_device_indices_matches_the_host() {
             .unwrap();
         let val = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], [4], dev).unwrap();
         let valc = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], [4], Device::Cpu).unwrap();
-        x.index_put_(&s![@&ta, @&tb], &val).unwrap();
-        xc.index_put_(&s![@host_index(&a, &[4]), @host_index(&b, &[4])], &valc)
+        x.index_put_(&s![@&ta, @&tb], &val, false).unwrap();
+        xc.index_put_(
+            &s![@host_index(&a, &[4]), @host_index(&b, &[4])],
+            &valc,
+            false,
+        )
+        .unwrap();
+        x.index_put_scalar_(&s![@&ta], -1.0).unwrap();
+        xc.index_put_scalar_(&s![@host_index(&a, &[4])], -1.0)
             .unwrap();
-        x.index_fill(&s![@&ta], -1.0).unwrap();
-        xc.index_fill(&s![@host_index(&a, &[4])], -1.0).unwrap();
         assert_eq!(f32s(&x), f32s(&xc), "on {dev}");
     }
 }
@@ -218,8 +225,8 @@ fn masks_on_their_device_select_and_assign() {
             // Assignment through the same mask.
             let y = Tensor::from_slice(&f32s(&src), src.shape(), dev).unwrap();
             let yc = Tensor::from_slice(&f32s(&src), src.shape(), Device::Cpu).unwrap();
-            y.index_fill(&on_device, -5.0).unwrap();
-            yc.index_fill(&on_host, -5.0).unwrap();
+            y.index_put_scalar_(&on_device, -5.0).unwrap();
+            yc.index_put_scalar_(&on_host, -5.0).unwrap();
             assert_eq!(f32s(&y), f32s(&yc), "fill case {k} on {dev}");
         }
         // A mask of the wrong shape.

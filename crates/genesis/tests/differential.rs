@@ -181,7 +181,7 @@ fn torch_op_cases_agree_with_pytorch() {
 
 /// cross_entropy, layer_norm and rms_norm in every float dtype, masked_select with broadcast
 /// masks, unique_consecutive, repeat_interleave, mm, mv, dot, trace, addmm, baddbmm, einsum,
-/// kron and take_along_dim
+/// kron, take_along_dim, index_add, index_copy and index_fill
 /// (`gen_torch_cases.py --more`).
 #[test]
 fn more_torch_op_cases_agree_with_pytorch() {

@@ -14,7 +14,7 @@ outer, diff, isclose, bincount). Needs PyTorch (the CPU build will do); only to 
 
 (`--more`: cross_entropy, layer_norm and rms_norm in every float dtype, masked_select with
 broadcast masks, unique_consecutive, repeat_interleave, mm, mv, dot, trace, addmm, baddbmm,
-einsum, kron, take_along_dim.)
+einsum, kron, take_along_dim, index_add, index_copy, index_fill.)
 
 The second set is held out (another seed), not looked at while fixing failures of the first.
 
@@ -832,6 +832,67 @@ def case_combine(G, op):
     return c
 
 
+def case_along_index(G, op):
+    """index_add, index_copy and index_fill along a dimension: index vectors (0-d, 1-D, int64,
+    int32, repeated, negative, out of range, 2-D or float: refused), sources of the right and
+    wrong shapes and dtypes, alpha (truncated for integers), fill values of every kind, 0-d
+    tensors. index_copy with a repeated index is left out (PyTorch leaves the winner
+    unspecified)."""
+    r = G.r
+    dt = r.choice(ALL)
+    sh = G.shape(min_rank=0 if r.random() < 0.1 else 1)
+    x = G.data(sh, dt, special=0.05)
+    rank = len(sh)
+    d = G.dim(rank)
+    size = sh[d] if rank else 1
+    n = r.randint(0, 4)
+    bad = r.random() < 0.08
+    lo = -size if op == "index_fill" else 0
+    if bad:
+        vals = [r.randrange(lo, size) if size else 0 for _ in range(n)]
+        if n:
+            vals[r.randrange(n)] = r.choice([size, lo - 1])
+    else:
+        vals = [r.randrange(lo, size) for _ in range(n)] if size else []
+        n = len(vals)
+    if op == "index_copy" and not bad and len(set(v % max(size, 1) for v in vals)) < n:
+        return None
+    idt = torch.int64 if r.random() < 0.85 else r.choice([torch.int32, torch.float32])
+    idx = torch.tensor(vals, dtype=idt)
+    if n == 1 and r.random() < 0.2:
+        idx = idx.reshape(())
+    elif r.random() < 0.03:
+        idx = idx.reshape(1, n)
+    if op == "index_fill":
+        v, ev, kind = py_scalar(r)
+        if dt == torch.bool and kind != "bool":
+            v, ev, kind = bool(r.random() < 0.5), None, "bool"
+            ev = v
+        c = {"op": op, "in": [enc(x), enc(idx)], "args": {"dim": d, "value": ev, "kind": kind}}
+        c.update(outcome(lambda: x.index_fill(d, idx, v)))
+        return finish(c)
+    ssh = list(sh)
+    if rank:
+        ssh[d] = n
+    elif n != 1 or r.random() < 0.5:
+        ssh = [n]
+    if r.random() < 0.05:
+        ssh = ssh + [1]
+    sdt = dt if r.random() < 0.95 else r.choice(ALL)
+    src = G.data(ssh, sdt, special=0.0)
+    if op == "index_copy":
+        c = {"op": op, "in": [enc(x), enc(idx), enc(src)], "args": {"dim": d}}
+        c.update(outcome(lambda: x.index_copy(d, idx, src)))
+        return c
+    alpha = r.choice([1, 1, 1, 2, -1, 0, 0.5, 2.5])
+    if dt in (torch.float16, torch.bfloat16) and alpha != 1:
+        # PyTorch scales and adds with one rounding to f16/bf16, Genesis with two.
+        alpha = 1
+    c = {"op": op, "in": [enc(x), enc(idx), enc(src)], "args": {"dim": d, "alpha": fmt(alpha)}}
+    c.update(outcome(lambda: x.index_add(d, idx, src, alpha=alpha)))
+    return finish(c, True)
+
+
 # The families of the second corpus (`--more`: torch-more-*.json.gz).
 MORE_FAMILIES = {
     "nn": (case_nn, ["cross_entropy", "layer_norm", "rms_norm"]),
@@ -840,6 +901,7 @@ MORE_FAMILIES = {
     "linalg": (case_linalg, ["mm", "mv", "dot", "trace", "addmm", "baddbmm"]),
     "einsum": (case_einsum, ["einsum"]),
     "combine": (case_combine, ["kron", "take_along_dim"]),
+    "along": (case_along_index, ["index_add", "index_copy", "index_fill"]),
 }
 
 

@@ -96,15 +96,15 @@ fn mask_assignment_checks_the_value_shape_even_when_nothing_is_selected() {
             let (r, mask) = match kind {
                 0 => {
                     let m = Tensor::from_bools(&bits, [rows], dev).unwrap();
-                    (x.index_put_(&s![&m], &value), m)
+                    (x.index_put_(&s![&m], &value, false), m)
                 }
                 1 => {
                     let m = Tensor::from_bools(&bits, [cols], dev).unwrap();
-                    (x.index_put_(&s![.., &m], &value), m)
+                    (x.index_put_(&s![.., &m], &value, false), m)
                 }
                 _ => {
                     let m = Tensor::from_bools(&bits, [rows, cols], dev).unwrap();
-                    (x.index_put_(&s![&m], &value), m)
+                    (x.index_put_(&s![&m], &value, false), m)
                 }
             };
             let what =
@@ -160,7 +160,10 @@ fn host_index_tensors_must_hold_one_value_per_element() {
                 let what = format!("{:?} {shape:?} with {len} values", t.dtype);
                 let items = [IndexItem::Tensor(t)];
                 assert!(x.i(&items).is_err(), "{what}: read accepted");
-                assert!(x.index_put_(&items, &v).is_err(), "{what}: write accepted");
+                assert!(
+                    x.index_put_(&items, &v, false).is_err(),
+                    "{what}: write accepted"
+                );
                 assert_eq!(x.sum().unwrap().to_vec::<f32>().unwrap(), [0.0], "{what}");
             }
         }

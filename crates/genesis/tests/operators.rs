@@ -158,9 +158,9 @@ fn fills_and_scalar_comparisons_take_any_scalar_exactly() {
         assert_eq!(m.to_vec::<i64>().unwrap(), [big, 0, big]);
         let w = z.masked_fill(&mask, 7u8).unwrap();
         assert_eq!(w.to_vec::<i64>().unwrap(), [7, 0, 7]);
-        w.index_fill(&s![1..], big).unwrap();
+        w.index_put_scalar_(&s![1..], big).unwrap();
         assert_eq!(w.to_vec::<i64>().unwrap(), [7, big, big]);
-        w.index_fill(&s![0], -3i32).unwrap();
+        w.index_put_scalar_(&s![0], -3i32).unwrap();
         assert_eq!(w.to_vec::<i64>().unwrap(), [-3, big, big]);
         let x = Tensor::from_slice(&[1.0f32, 2.0, 3.0], [3], dev).unwrap();
         assert_eq!(f32s(&x.pow_scalar(2).unwrap()), [1.0, 4.0, 9.0]);

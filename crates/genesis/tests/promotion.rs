@@ -611,22 +611,23 @@ fn index_assignment_converts_its_value_as_python() {
         // x[1:3] = v converts v (floats truncate toward zero into integers).
         let x = Tensor::zeros([4], DType::I32, dev).unwrap();
         let v = Tensor::from_slice(&[2.75f64, -1.5], [2], dev).unwrap();
-        x.index_put_(&genesis::s![1..3], &v).unwrap();
+        x.index_put_(&genesis::s![1..3], &v, false).unwrap();
         assert_eq!(x.to_vec::<i32>().unwrap(), [0, 2, -1, 0], "{dev}");
         let f = Tensor::zeros([3], DType::F16, dev).unwrap();
         let i = Tensor::from_slice(&[7i64, 9], [2], dev).unwrap();
-        f.index_put_(&genesis::s![..2], &i).unwrap();
+        f.index_put_(&genesis::s![..2], &i, false).unwrap();
         assert_eq!(values(&f), [7.0, 9.0, 0.0], "{dev}");
         // x[i] += v follows the in-place rule: an integer value into a float tensor is fine,
         // a float value into an integer tensor is an error that writes nothing.
         let idx = Tensor::from_slice(&[0i64, 0, 2], [3], dev).unwrap();
         let ones = Tensor::ones([3], DType::I64, dev).unwrap();
-        f.index_add_(&genesis::s![@&idx], &ones).unwrap();
+        f.index_put_(&genesis::s![@&idx], &ones, true).unwrap();
         assert_eq!(values(&f), [9.0, 9.0, 1.0], "{dev}");
         assert!(matches!(
-            x.index_add_(
+            x.index_put_(
                 &genesis::s![@&idx],
-                &v.narrow(0, 0, 1).unwrap().expand([3]).unwrap()
+                &v.narrow(0, 0, 1).unwrap().expand([3]).unwrap(),
+                true
             ),
             Err(Error::InvalidArgument { .. })
         ));

@@ -51,7 +51,7 @@ fn writes_through_everyday_views_reach_the_base() {
         assert_eq!(f32s(&m.i(&s![0]).unwrap()), [2.0; 8]);
         // Assignment into a slice of a view: the base sees it.
         let v = m.i(&s![1..4]).unwrap();
-        v.index_fill(&s![.., 0..2], 9.0).unwrap();
+        v.index_put_scalar_(&s![.., 0..2], 9.0).unwrap();
         v.i(&s![2, 6..]).unwrap().zero_().unwrap();
         assert_eq!(f32s(&m.i(&s![1..4, 0]).unwrap()), [9.0; 3]);
         assert_eq!(f32s(&m.i(&s![3, 6..]).unwrap()), [0.0, 0.0]);
@@ -115,13 +115,16 @@ fn every_write_bumps_the_shared_version() {
             ("masked_fill_", Box::new(|| x.masked_fill_(&mask, 1.0))),
             (
                 "index_put",
-                Box::new(|| x.index_put_(&s![0], &mask.to_dtype(DType::F32)?)),
+                Box::new(|| x.index_put_(&s![0], &mask.to_dtype(DType::F32)?, false)),
             ),
             (
                 "index_add",
-                Box::new(|| v.index_add_(&s![.., 1], &ones.i(&s![.., 0])?)),
+                Box::new(|| v.index_put_(&s![.., 1], &ones.i(&s![.., 0])?, true)),
             ),
-            ("index_fill", Box::new(|| x.index_fill(&s![.., 3], 4.0))),
+            (
+                "index_fill",
+                Box::new(|| x.index_put_scalar_(&s![.., 3], 4.0)),
+            ),
             ("mul_out", Box::new(|| v.mul_out(&ones, &mut v.clone()))),
         ];
         for (k, (name, write)) in writes.iter().enumerate() {
@@ -166,7 +169,7 @@ fn overlapping_views_read_before_the_write() {
         assert_eq!(b.to_bool_vec().unwrap(), [false; 4]);
         let ix = Tensor::from_slice(&[2i64, 0, 1, 3], [4], dev).unwrap();
         // ix[ix] = ix.flip(0): the positions and values are read before the write.
-        ix.index_put_(&s![@&ix], &flip(&ix)).unwrap();
+        ix.index_put_(&s![@&ix], &flip(&ix), false).unwrap();
         assert_eq!(ix.to_vec::<i64>().unwrap(), [1, 0, 3, 2]);
         // A destination that repeats elements is refused and writes nothing.
         let e = Tensor::zeros([1, 3], DType::F32, dev)
@@ -362,9 +365,9 @@ fn generated_cases(dev: Device, seed: u64, cases: usize) -> Vec<Vec<f32>> {
             }
             8 if !vshape.is_empty() => {
                 let i = rng.random_range(0..vshape[0]) as i64;
-                view.index_fill(&s![i], 3.0).unwrap();
+                view.index_put_scalar_(&s![i], 3.0).unwrap();
                 let fresh = view_d.deep_clone().unwrap();
-                fresh.index_fill(&s![i], 3.0).unwrap();
+                fresh.index_put_scalar_(&s![i], 3.0).unwrap();
                 fresh
             }
             9 if !vshape.is_empty() => {
@@ -553,7 +556,9 @@ fn threads_that_write_each_others_sources_finish() {
                         match k % 4 {
                             0 => x.copy_(&y).unwrap(),
                             1 => x.add_(&y.i(&s![..;1]).unwrap()).unwrap(),
-                            2 => x.index_put_(&s![@&idx], &y.i(&s![1..4]).unwrap()).unwrap(),
+                            2 => x
+                                .index_put_(&s![@&idx], &y.i(&s![1..4]).unwrap(), false)
+                                .unwrap(),
                             _ => y.sub_out(&y, &mut x.clone()).unwrap(),
                         }
                     }

@@ -87,11 +87,11 @@ fn indexing_and_assignment() {
         );
 
         let x = Tensor::zeros([3, 4], DType::F32, dev).unwrap();
-        x.index_fill(&s![1], 7.0).unwrap();
+        x.index_put_scalar_(&s![1], 7.0).unwrap();
         let row = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], [4], dev).unwrap();
-        x.index_put_(&s![@IndexTensor::i64(&[2], vec![0, 2])], &row)
+        x.index_put_(&s![@IndexTensor::i64(&[2], vec![0, 2])], &row, false)
             .unwrap();
-        x.index_add_(&s![@IndexTensor::i64(&[2], vec![2, 2])], &row)
+        x.index_put_(&s![@IndexTensor::i64(&[2], vec![2, 2])], &row, true)
             .unwrap();
         assert_eq!(
             x.to_vec::<f32>().unwrap(),
@@ -99,7 +99,7 @@ fn indexing_and_assignment() {
         );
         let bad = Tensor::from_slice(&[1.0f32, 2.0, 3.0], [3], dev).unwrap();
         let before = x.to_vec::<f32>().unwrap();
-        assert!(x.index_put_(&s![..], &bad).is_err());
+        assert!(x.index_put_(&s![..], &bad, false).is_err());
         assert_eq!(
             x.to_vec::<f32>().unwrap(),
             before,
@@ -108,9 +108,9 @@ fn indexing_and_assignment() {
         // Assignment writes the shared storage: a view sees it, and assignment through a
         // view is seen by its base (PyTorch's `x[0][1:3] = ...`).
         let view = x.i(&s![0]).unwrap();
-        x.index_fill(&s![0], 1.0).unwrap();
+        x.index_put_scalar_(&s![0], 1.0).unwrap();
         assert_eq!(view.to_vec::<f32>().unwrap(), [1.0; 4]);
-        view.index_fill(&s![1..3], -2.0).unwrap();
+        view.index_put_scalar_(&s![1..3], -2.0).unwrap();
         assert_eq!(
             x.i(&s![0]).unwrap().to_vec::<f32>().unwrap(),
             [1.0, -2.0, -2.0, 1.0]

@@ -441,9 +441,11 @@ pub(crate) fn run(case: &Value, device: Device) -> genesis::Result<Vec<Tensor>> 
             Ok(vec![own])
         }
         "masked_select" => one(x.masked_select(&inputs[1])),
-        "index_fill" => {
+        // The NumPy corpus's `x[items] = value`; the PyTorch corpus's `index_fill(dim, index,
+        // value)` is below.
+        "index_fill" if case["args"].get("items").is_some() => {
             let own = tensor(&case["in"][0], device)?;
-            own.index_fill(
+            own.index_put_scalar_(
                 &index_items(&case["args"]["items"], device)?,
                 num(&case["args"]["value"]),
             )?;
@@ -638,6 +640,22 @@ pub(crate) fn run(case: &Value, device: Device) -> genesis::Result<Vec<Tensor>> 
             one(Tensor::einsum(arg_str(case, "equation"), &refs))
         }
         "kron" => one(x.kron(&inputs[1])),
+        "index_add" => one(x.index_add(
+            arg_i(case, "dim"),
+            &inputs[1],
+            &inputs[2],
+            num(&case["args"]["alpha"]),
+        )),
+        "index_copy" => one(x.index_copy(arg_i(case, "dim"), &inputs[1], &inputs[2])),
+        "index_fill" => {
+            let a = &case["args"];
+            let d = arg_i(case, "dim");
+            one(match a.get("kind").and_then(|k| k.as_str()).unwrap_or("") {
+                "bool" => x.index_fill(d, &inputs[1], a["value"].as_bool().expect("bool")),
+                "int" => x.index_fill(d, &inputs[1], int(&a["value"])),
+                _ => x.index_fill(d, &inputs[1], num(&a["value"])),
+            })
+        }
         "take_along_dim" => {
             one(x.take_along_dim(&inputs[1], case["args"]["dim"].as_i64().map(|d| d as isize)))
         }

@@ -18,7 +18,8 @@
 //
 // Semantics, per row n with target t = targets[n] and logits x:
 //   m = max x (NaN when any x is NaN), s = sum exp(x - m),
-//   lse = m + log(s) when m is finite, else m (softmax.cu's logsumexp),
+//   lse = m + log(s) when m is finite, else NaN (PyTorch's log_softmax: x - m is NaN at an
+//   infinite maximum, so a row holding +inf, or only -inf, has a NaN loss and gradient),
 //   loss = lse - x[t], p_j = exp(x_j - lse) when lse is finite, else NaN,
 //   dlogits_j = (p_j - [j == t]) g, rounded once to T, with g the row's gradient scale:
 //   dloss[n] ('none'), dloss[0] ('sum'), dloss[0] / count ('mean'; count = rows whose
@@ -262,9 +263,9 @@ __device__ __forceinline__ CeSt ce_row_state(const T *p, u64 n, float *red) {
     return st[0];
 }
 
-// lse = m + log(s) for a finite m, else m; NaN when a value was NaN (s is then NaN).
+// lse = m + log(s) for a finite m, else NaN; NaN when a value was NaN (s is then NaN).
 __device__ __forceinline__ float ce_lse(const CeSt &st) {
-    return st.s != st.s ? F_NAN : is_fin(st.m) ? st.m + logf(st.s) : st.m;
+    return st.s != st.s || !is_fin(st.m) ? F_NAN : st.m + logf(st.s);
 }
 
 // The gradient of element k: (p - [k == t]) g; exactly 0 for an ignored row (kind 1).

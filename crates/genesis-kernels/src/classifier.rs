@@ -5,7 +5,8 @@
 //!
 //! **Semantics.** Row `n` of `V` logits `x` (rows `stride` elements apart) with target `t`:
 //! `m = max x` (NaN when any is), `s = sum exp(x - m)`, `lse = m + ln s` when `m` is finite
-//! (else `m`), `loss = lse - x[t]`, and the gradient `dlogits_j = (p_j - [j == t]) g` with
+//! (else NaN, as PyTorch's `log_softmax`, whose `x - m` is NaN at an infinite maximum: a row
+//! holding `+inf`, or only `-inf`, has a NaN loss and gradient), `loss = lse - x[t]`, and the gradient `dlogits_j = (p_j - [j == t]) g` with
 //! `p_j = exp(x_j - lse)` (NaN when `lse` is not finite) and `g` the row's scale: `dloss[n]`
 //! ([`Reduction::None`]), `dloss` ([`Reduction::Sum`]) or `dloss / count`
 //! ([`Reduction::Mean`], `count` the rows whose target is not `ignore_index`). A row whose
@@ -200,7 +201,7 @@ fn row_lse<T: FusedElement>(row: &[T]) -> T::Acc {
         nanmax(a, x.acc())
     });
     if !m.finite() {
-        return m;
+        return T::Acc::of_f64(f64::NAN);
     }
     let s: f64 = row.iter().map(|&x| (x.acc() - m).exp().to_f64()).sum();
     m + T::Acc::of_f64(s).ln()
@@ -936,8 +937,19 @@ mod tests {
         let (mut loss, mut lse) = ([0f32; 3], [0f32; 3]);
         cross_entropy_forward(&shape, &x, &t, &mut loss, &mut lse).unwrap();
         assert!(loss[0].is_nan() && lse[0].is_nan());
-        assert!(loss[1].is_nan() && lse[1] == f32::NEG_INFINITY);
+        // Only -inf, and (below) a +inf: NaN, as PyTorch's log_softmax.
+        assert!(loss[1].is_nan() && lse[1].is_nan());
         assert_eq!(loss[2], 0.0);
+        let inf = [f32::INFINITY, 0.0];
+        let s1 = ClassifierShape::new(1, 2);
+        for target in [0, 1] {
+            let (mut l1, mut e1) = ([0f32; 1], [0f32; 1]);
+            cross_entropy_forward(&s1, &inf, &[target], &mut l1, &mut e1).unwrap();
+            assert!(
+                l1[0].is_nan() && e1[0].is_nan(),
+                "+inf row, target {target}"
+            );
+        }
         let mut dx = [1f32; 6];
         cross_entropy_backward(&shape, Reduction::Sum, &x, &t, &lse, &[1.0], &mut dx, 2).unwrap();
         assert!(dx[..4].iter().all(|v| v.is_nan()));

@@ -1,8 +1,8 @@
 //! The fused classifier kernels (`genesis_kernels::classifier`) against their CPU twins, for
 //! f32, f16 and bf16: rows of 1 to 100 000 logits (odd `V`, GPT-2's 50 257 and padded 50 304),
 //! contiguous and strided rows, aligned (16-byte vectors) and misaligned buffers, ignored rows,
-//! special rows (a NaN, -inf entries, a +1000 offset), every reduction, the loss's gradient from
-//! the device or a host value. Forward (`loss`, `lse`), reduce, fused (out of place into rows
+//! special rows (a NaN, a -inf entry, a +inf entry, a +1000 offset), every reduction, the
+//! loss's gradient from the device or a host value. Forward (`loss`, `lse`), reduce, fused (out of place into rows
 //! with gaps, and in place), the backward from the forward's `lse`, run twice (determinism);
 //! bad targets set the status word.
 //!
@@ -93,6 +93,8 @@ fn data<T: Float>(rng: &mut SmallRng, shape: &ClassifierShape) -> Data<T> {
     if rows > 6 {
         x[3 * st + v / 2] = T::from_f64(f64::NAN);
         x[4 * st] = T::from_f64(f64::NEG_INFINITY);
+        // A row holding +inf: NaN loss and gradient (PyTorch's log_softmax).
+        x[6 * st + v - 1] = T::from_f64(f64::INFINITY);
         for k in 0..v {
             x[5 * st + k] = T::from_f64(x[5 * st + k].to_f64() + 1000.0);
         }

@@ -233,7 +233,7 @@ static void classifier_case(std::mt19937_64 &rng, u64 rows, u64 V, u64 stride, b
         double s = 0;
         if (std::isfinite(m) && !nan)
             for (u64 k = 0; k < V; ++k) s += std::exp(Ty<T>::f(x.p[n * stride + k]) - m);
-        lse[n] = nan ? NAN : std::isfinite(m) ? m + std::log(s) : m;
+        lse[n] = nan || !std::isfinite(m) ? NAN : m + std::log(s);
         tol_lse[n] = (8 + 2 * std::sqrt((double)V)) * (1.0 / (1 << 24)) * (1 + std::fabs(m) + std::fabs(std::log(s)));
         const i64 t = tg.p[n];
         const bool ign = t == ignore, bd = !ign && (t < 0 || t >= (i64)V);

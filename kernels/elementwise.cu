@@ -1,8 +1,9 @@
 // Elementwise kernels of Genesis.
 //
 // What is here:
-//   * `<op>_<T>`: the binary ops (add, sub, mul, maximum, minimum, pow for f64, f32, f16, bf16,
-//     i32, i64; div for the float types) over contiguous operands of equal length.
+//   * `<op>_<T>`: the binary ops (add, sub, mul, maximum, minimum, pow, floor_divide,
+//     trunc_divide, remainder, fmod for f64, f32, f16, bf16, i32, i64; div for the float
+//     types; bitwise_and/or/xor for i32, i64) over contiguous operands of equal length.
 //   * `<op>_nd_<T>`: the same ops over operands read in place through their layouts: each
 //     operand has a stride per output dimension (0 for a broadcast dimension, any other value
 //     for a strided view), and the right operand may instead be a scalar kernel argument. The
@@ -103,6 +104,76 @@ struct OpMin {
     template <typename S> static __device__ __forceinline__ S s(S x, S y) { return x < y ? x : y; }
 };
 
+// Floor and truncating division, remainder and fmod, as PyTorch's (c10's div_floor_floating,
+// div_floor_integer, remainder and fmod kernels): floats computed in the operands' float type
+// (f16/bf16 in f32, rounded once), every step exact or one IEEE operation, so the CPU twins in
+// src/element.rs give the same bits; integers in the signed type, `MIN / -1` wrapping to
+// `MIN` (a zero divisor gives 0: the facade refuses it first, as PyTorch's CPU).
+__device__ __forceinline__ float gx_div(float x, float y) { return __fdiv_rn(x, y); }
+__device__ __forceinline__ double gx_div(double x, double y) { return __ddiv_rn(x, y); }
+__device__ __forceinline__ float gx_sub(float x, float y) { return __fsub_rn(x, y); }
+__device__ __forceinline__ double gx_sub(double x, double y) { return __dsub_rn(x, y); }
+__device__ __forceinline__ float gx_add(float x, float y) { return __fadd_rn(x, y); }
+__device__ __forceinline__ double gx_add(double x, double y) { return __dadd_rn(x, y); }
+struct OpFloorDiv {
+    template <typename F> static __device__ __forceinline__ F g(F x, F y) {
+        if (y == (F)0) return gx_div(x, y);
+        const F m = fmod(x, y);
+        F d = gx_div(gx_sub(x, m), y);
+        if (m != (F)0 && ((y < (F)0) != (m < (F)0))) d = gx_sub(d, (F)1);
+        if (d == (F)0) return copysign((F)0, gx_div(x, y));
+        const F f = floor(d);
+        return gx_sub(d, f) > (F)0.5 ? gx_add(f, (F)1) : f;
+    }
+    static __device__ __forceinline__ float f(float x, float y) { return g<float>(x, y); }
+    static __device__ __forceinline__ double f(double x, double y) { return g<double>(x, y); }
+    template <typename S> static __device__ __forceinline__ S s(S x, S y) {
+        if (y == 0) return 0;
+        if (y == -1) return (S)(0 - (typename Unsigned<S>::T)x);
+        const S q = x / y, r = x % y;
+        return (r != 0 && ((x < 0) != (y < 0))) ? (S)(q - 1) : q;
+    }
+};
+struct OpTruncDiv {
+    static __device__ __forceinline__ float f(float x, float y) { return truncf(__fdiv_rn(x, y)); }
+    static __device__ __forceinline__ double f(double x, double y) { return trunc(__ddiv_rn(x, y)); }
+    template <typename S> static __device__ __forceinline__ S s(S x, S y) {
+        if (y == 0) return 0;
+        if (y == -1) return (S)(0 - (typename Unsigned<S>::T)x);
+        return x / y;
+    }
+};
+struct OpRem {
+    template <typename F> static __device__ __forceinline__ F g(F x, F y) {
+        const F m = fmod(x, y);
+        return (m != (F)0 && ((y < (F)0) != (m < (F)0))) ? gx_add(m, y) : m;
+    }
+    static __device__ __forceinline__ float f(float x, float y) { return g<float>(x, y); }
+    static __device__ __forceinline__ double f(double x, double y) { return g<double>(x, y); }
+    template <typename S> static __device__ __forceinline__ S s(S x, S y) {
+        if (y == 0 || y == -1) return 0;
+        const S r = x % y;
+        return (r != 0 && ((r < 0) != (y < 0))) ? (S)(r + y) : r;
+    }
+};
+struct OpFmod {
+    static __device__ __forceinline__ float f(float x, float y) { return fmodf(x, y); }
+    static __device__ __forceinline__ double f(double x, double y) { return fmod(x, y); }
+    template <typename S> static __device__ __forceinline__ S s(S x, S y) {
+        if (y == 0 || y == -1) return 0;
+        return x % y;
+    }
+};
+struct OpAnd {
+    template <typename U> static __device__ __forceinline__ U u(U x, U y) { return x & y; }
+};
+struct OpOr {
+    template <typename U> static __device__ __forceinline__ U u(U x, U y) { return x | y; }
+};
+struct OpXor {
+    template <typename U> static __device__ __forceinline__ U u(U x, U y) { return x ^ y; }
+};
+
 template <typename Op, typename T> struct Apply;
 template <typename Op> struct Apply<Op, float> {
     static __device__ __forceinline__ float go(float x, float y) { return Op::f(x, y); }
@@ -130,6 +201,29 @@ template <typename S, typename U> struct ApplyInt<OpMax, S, U> {
 template <typename S, typename U> struct ApplyInt<OpMin, S, U> {
     static __device__ __forceinline__ S go(S x, S y) { return OpMin::s<S>(x, y); }
 };
+// A truncating division of f16/bf16 rounds the quotient to the type first, then truncates
+// (PyTorch's `trunc(a / b)` in the operands' type): exact after the rounding.
+template <> struct Apply<OpTruncDiv, __half> {
+    static __device__ __forceinline__ __half go(__half x, __half y) {
+        const __half q = __float2half_rn(__fdiv_rn(__half2float(x), __half2float(y)));
+        return __float2half_rn(truncf(__half2float(q)));
+    }
+};
+template <> struct Apply<OpTruncDiv, __nv_bfloat16> {
+    static __device__ __forceinline__ __nv_bfloat16 go(__nv_bfloat16 x, __nv_bfloat16 y) {
+        const __nv_bfloat16 q = __float2bfloat16_rn(__fdiv_rn(__bfloat162float(x), __bfloat162float(y)));
+        return __float2bfloat16_rn(truncf(__bfloat162float(q)));
+    }
+};
+// The signed divisions take the signed values.
+#define GX_SIGNED_INT(OP)                                                                      \
+    template <typename S, typename U> struct ApplyInt<OP, S, U> {                              \
+        static __device__ __forceinline__ S go(S x, S y) { return OP::s<S>(x, y); }            \
+    };
+GX_SIGNED_INT(OpFloorDiv)
+GX_SIGNED_INT(OpTruncDiv)
+GX_SIGNED_INT(OpRem)
+GX_SIGNED_INT(OpFmod)
 // Integer pow: base^exp wrapped to the type (squaring in the unsigned type); a negative exponent
 // gives 0 but for bases 1 (1) and -1 (-1 for an odd exponent, else 1).
 template <typename S, typename U> struct ApplyInt<OpPow, S, U> {
@@ -829,6 +923,10 @@ GX_CLASSIFY_ALL(isfinite, CIsFinite)
     GX_BINARY(mul, OpMul, NAME, T)                                                              \
     GX_BINARY(maximum, OpMax, NAME, T)                                                          \
     GX_BINARY(minimum, OpMin, NAME, T)                                                          \
+    GX_BINARY(floor_divide, OpFloorDiv, NAME, T)                                                \
+    GX_BINARY(trunc_divide, OpTruncDiv, NAME, T)                                                \
+    GX_BINARY(remainder, OpRem, NAME, T)                                                        \
+    GX_BINARY(fmod, OpFmod, NAME, T)                                                            \
     extern "C" __global__ void __launch_bounds__(GX_THREADS)                                    \
         fill_##NAME(T *out, T value, uint64_t n, int vec_ok) {                                  \
         fill_impl<T>(out, value, n, vec_ok);                                                    \
@@ -854,6 +952,14 @@ GX_BINARY(pow, OpPow, f16, __half)
 GX_BINARY(pow, OpPow, bf16, __nv_bfloat16)
 GX_BINARY(pow, OpPow, i32, int32_t)
 GX_BINARY(pow, OpPow, i64, int64_t)
+
+// Bitwise ops: integers only (bools compute as int32).
+GX_BINARY(bitwise_and, OpAnd, i32, int32_t)
+GX_BINARY(bitwise_and, OpAnd, i64, int64_t)
+GX_BINARY(bitwise_or, OpOr, i32, int32_t)
+GX_BINARY(bitwise_or, OpOr, i64, int64_t)
+GX_BINARY(bitwise_xor, OpXor, i32, int32_t)
+GX_BINARY(bitwise_xor, OpXor, i64, int64_t)
 
 #define GX_UNARY(OPNAME, OP, NAME, T)                                                          \
     extern "C" __global__ void __launch_bounds__(GX_THREADS)                                    \
@@ -1177,6 +1283,8 @@ template <bool SCALAR> __device__ __forceinline__ void tape_binary_op(uint32_t o
     case 4: tape_binary_as<OpMax, true, SCALAR>(ty, r); break;
     case 5: tape_binary_as<OpMin, true, SCALAR>(ty, r); break;
     case 6: tape_binary_as<OpPow, true, SCALAR>(ty, r); break;
+    // The later ops (floor_divide, ..., bitwise_xor) are not on the tape (gpu.rs's
+    // `on_tape`): their code would push the tape kernel past its registers.
     }
 }
 template <typename Op, bool INTS> __device__ __forceinline__ void tape_unary_as(uint32_t t, const TapeRecord &r) {

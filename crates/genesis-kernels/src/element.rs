@@ -39,11 +39,32 @@ pub enum BinaryOp {
     /// multiplications, by squaring); a negative `b` gives 0, except 1 for `a == 1` and `-1` or
     /// `1` (odd or even `b`) for `a == -1` (PyTorch's integer `pow`).
     Pow,
+    /// `floor(a / b)` (Python's `//`, PyTorch's `floor_divide`). Floats as PyTorch's
+    /// `div_floor_floating`: `(a - fmod(a, b)) / b`, one less when the remainder and `b` differ
+    /// in sign, rounded to the nearest integer (IEEE `a / b` when `b` is 0); integers exact, the
+    /// truncated quotient less one when the signs differ and the remainder is not 0 (`MIN // -1`
+    /// wraps to `MIN`).
+    FloorDivide,
+    /// `trunc(a / b)` (PyTorch's `div(rounding_mode="trunc")`): floats the truncated IEEE
+    /// quotient (f16 and bf16: the quotient rounded to the type, then truncated, as PyTorch's);
+    /// integers C's division (`MIN / -1` wraps to `MIN`).
+    TruncDivide,
+    /// `a - floor(a / b) * b` with the sign of `b` (Python's `%`, PyTorch's `remainder`): floats
+    /// `fmod(a, b)`, plus `b` when it is not 0 and its sign differs from `b`'s; integers likewise.
+    Remainder,
+    /// C's `fmod`: the remainder of the truncated quotient, with the sign of `a` (exact).
+    Fmod,
+    /// `a & b` (integers only; bools compute as integers).
+    BitwiseAnd,
+    /// `a | b` (integers only).
+    BitwiseOr,
+    /// `a ^ b` (integers only).
+    BitwiseXor,
 }
 
 impl BinaryOp {
     /// Every operation, for tests and dispatch tables.
-    pub const ALL: [BinaryOp; 7] = [
+    pub const ALL: [BinaryOp; 14] = [
         BinaryOp::Add,
         BinaryOp::Sub,
         BinaryOp::Mul,
@@ -51,11 +72,34 @@ impl BinaryOp {
         BinaryOp::Maximum,
         BinaryOp::Minimum,
         BinaryOp::Pow,
+        BinaryOp::FloorDivide,
+        BinaryOp::TruncDivide,
+        BinaryOp::Remainder,
+        BinaryOp::Fmod,
+        BinaryOp::BitwiseAnd,
+        BinaryOp::BitwiseOr,
+        BinaryOp::BitwiseXor,
     ];
 
     /// Whether only the floating types support the operation (true division).
     pub const fn float_only(self) -> bool {
         matches!(self, BinaryOp::Div)
+    }
+
+    /// Whether only the integer types support the operation (the bitwise ones).
+    pub const fn int_only(self) -> bool {
+        matches!(
+            self,
+            BinaryOp::BitwiseAnd | BinaryOp::BitwiseOr | BinaryOp::BitwiseXor
+        )
+    }
+
+    /// Whether an integer operation divides by `b` (a zero `b` is the caller's to refuse).
+    pub const fn divides(self) -> bool {
+        matches!(
+            self,
+            BinaryOp::FloorDivide | BinaryOp::TruncDivide | BinaryOp::Remainder | BinaryOp::Fmod
+        )
     }
 
     /// Whether the GPU kernel and the CPU twin give identical bits: all but `pow`, which uses
@@ -75,6 +119,13 @@ impl BinaryOp {
             BinaryOp::Maximum => "maximum",
             BinaryOp::Minimum => "minimum",
             BinaryOp::Pow => "pow",
+            BinaryOp::FloorDivide => "floor_divide",
+            BinaryOp::TruncDivide => "trunc_divide",
+            BinaryOp::Remainder => "remainder",
+            BinaryOp::Fmod => "fmod",
+            BinaryOp::BitwiseAnd => "bitwise_and",
+            BinaryOp::BitwiseOr => "bitwise_or",
+            BinaryOp::BitwiseXor => "bitwise_xor",
         }
     }
 }
@@ -247,6 +298,34 @@ macro_rules! float_ops {
                     }
                 }
                 BinaryOp::Pow => x.powf(y),
+                BinaryOp::FloorDivide => {
+                    if y == 0.0 {
+                        return x / y;
+                    }
+                    let m = x % y;
+                    let mut d = (x - m) / y;
+                    if m != 0.0 && ((y < 0.0) != (m < 0.0)) {
+                        d -= 1.0;
+                    }
+                    if d != 0.0 {
+                        let f = d.floor();
+                        if d - f > 0.5 { f + 1.0 } else { f }
+                    } else {
+                        (0.0 as $t).copysign(x / y)
+                    }
+                }
+                BinaryOp::TruncDivide => (x / y).trunc(),
+                BinaryOp::Remainder => {
+                    let m = x % y;
+                    if m != 0.0 && ((y < 0.0) != (m < 0.0)) {
+                        m + y
+                    } else {
+                        m
+                    }
+                }
+                BinaryOp::Fmod => x % y,
+                // Not defined for floats (the launchers refuse them).
+                BinaryOp::BitwiseAnd | BinaryOp::BitwiseOr | BinaryOp::BitwiseXor => <$t>::NAN,
             }
         }
     };
@@ -286,6 +365,13 @@ macro_rules! float_element {
                     BinaryOp::Maximum => concat!("maximum_", $name),
                     BinaryOp::Minimum => concat!("minimum_", $name),
                     BinaryOp::Pow => concat!("pow_", $name),
+                    BinaryOp::FloorDivide => concat!("floor_divide_", $name),
+                    BinaryOp::TruncDivide => concat!("trunc_divide_", $name),
+                    BinaryOp::Remainder => concat!("remainder_", $name),
+                    BinaryOp::Fmod => concat!("fmod_", $name),
+                    BinaryOp::BitwiseAnd | BinaryOp::BitwiseOr | BinaryOp::BitwiseXor => {
+                        return None;
+                    }
                 })
             }
             fn compare_kernel(op: CompareOp) -> &'static str {
@@ -319,6 +405,16 @@ macro_rules! float_element {
             #[inline]
             fn binary(op: BinaryOp, a: Self, b: Self) -> Self {
                 let to = |$v: Self| -> f32 { $to };
+                if op == BinaryOp::TruncDivide {
+                    // The quotient rounded to this type first, then truncated (PyTorch's
+                    // `trunc(a / b)` in the operands' type): exact after the rounding.
+                    let q = {
+                        let $f = to(a) / to(b);
+                        $from
+                    };
+                    let $f = to(q).trunc();
+                    return $from;
+                }
                 let $f = f32_op(op, to(a), to(b));
                 $from
             }
@@ -394,6 +490,13 @@ macro_rules! int_element {
                     BinaryOp::Pow => concat!("pow_", $name),
                     BinaryOp::Maximum => concat!("maximum_", $name),
                     BinaryOp::Minimum => concat!("minimum_", $name),
+                    BinaryOp::FloorDivide => concat!("floor_divide_", $name),
+                    BinaryOp::TruncDivide => concat!("trunc_divide_", $name),
+                    BinaryOp::Remainder => concat!("remainder_", $name),
+                    BinaryOp::Fmod => concat!("fmod_", $name),
+                    BinaryOp::BitwiseAnd => concat!("bitwise_and_", $name),
+                    BinaryOp::BitwiseOr => concat!("bitwise_or_", $name),
+                    BinaryOp::BitwiseXor => concat!("bitwise_xor_", $name),
                 })
             }
             fn compare_kernel(op: CompareOp) -> &'static str {
@@ -420,6 +523,46 @@ macro_rules! int_element {
                     BinaryOp::Maximum => a.max(b),
                     BinaryOp::Minimum => a.min(b),
                     BinaryOp::Pow => int_pow!(a, b),
+                    // A zero `b` gives 0 (the facade refuses it first, as PyTorch's CPU).
+                    BinaryOp::FloorDivide => {
+                        if b == 0 {
+                            return 0;
+                        }
+                        let (q, r) = (a.wrapping_div(b), a.wrapping_rem(b));
+                        if r != 0 && ((a < 0) != (b < 0)) {
+                            q.wrapping_sub(1)
+                        } else {
+                            q
+                        }
+                    }
+                    BinaryOp::TruncDivide => {
+                        if b == 0 {
+                            0
+                        } else {
+                            a.wrapping_div(b)
+                        }
+                    }
+                    BinaryOp::Remainder => {
+                        if b == 0 {
+                            return 0;
+                        }
+                        let r = a.wrapping_rem(b);
+                        if r != 0 && ((r < 0) != (b < 0)) {
+                            r.wrapping_add(b)
+                        } else {
+                            r
+                        }
+                    }
+                    BinaryOp::Fmod => {
+                        if b == 0 {
+                            0
+                        } else {
+                            a.wrapping_rem(b)
+                        }
+                    }
+                    BinaryOp::BitwiseAnd => a & b,
+                    BinaryOp::BitwiseOr => a | b,
+                    BinaryOp::BitwiseXor => a ^ b,
                 }
             }
             #[inline]
@@ -496,6 +639,11 @@ impl Element for f64 {
             BinaryOp::Maximum => "maximum_f64",
             BinaryOp::Minimum => "minimum_f64",
             BinaryOp::Pow => "pow_f64",
+            BinaryOp::FloorDivide => "floor_divide_f64",
+            BinaryOp::TruncDivide => "trunc_divide_f64",
+            BinaryOp::Remainder => "remainder_f64",
+            BinaryOp::Fmod => "fmod_f64",
+            BinaryOp::BitwiseAnd | BinaryOp::BitwiseOr | BinaryOp::BitwiseXor => return None,
         })
     }
     fn compare_kernel(op: CompareOp) -> &'static str {

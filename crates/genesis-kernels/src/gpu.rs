@@ -102,6 +102,12 @@ unsafe fn tape_push(
     Ok(true)
 }
 
+/// Whether the `tape` kernel runs `op`: the ops up to `pow` (its switch; the later ones would
+/// push it past its registers and launch alone).
+fn on_tape(op: BinaryOp) -> bool {
+    (op as u32) <= BinaryOp::Pow as u32
+}
+
 fn aligned16(ptrs: &[u64]) -> bool {
     ptrs.iter().all(|p| p % 16 == 0)
 }
@@ -199,9 +205,11 @@ unsafe fn binary_raw<T: Element>(
     if n == 0 {
         return Ok(());
     }
-    // SAFETY: forwarded contract.
-    if unsafe { tape_push(stream, TAPE_BINARY, op as u32, T::TYPE_CODE, n, a, b, out)? } {
-        return Ok(());
+    if on_tape(op) {
+        // SAFETY: forwarded contract.
+        if unsafe { tape_push(stream, TAPE_BINARY, op as u32, T::TYPE_CODE, n, a, b, out)? } {
+            return Ok(());
+        }
     }
     let kernel = Kernel::get(stream.context(), &images::ELEMENTWISE, name)?;
     let vec_ok = aligned16(&[a, b, out]);
@@ -395,7 +403,7 @@ pub fn binary_nd<T: Element>(
         return Ok(());
     }
     let at = |s: DeviceSpan<'_, T>, off: usize| s.addr() + (off * size_of::<T>()) as u64;
-    if let Some((a_off, b_off)) = desc.contiguous() {
+    if let Some((a_off, b_off)) = desc.contiguous().filter(|_| on_tape(op)) {
         let record = match b {
             Rhs::Scalar(v) => Some((TAPE_BINARY_SCALAR, value_bits(v))),
             Rhs::Tensor(s) => b_off.map(|o| (TAPE_BINARY, at(s, o))),

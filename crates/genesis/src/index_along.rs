@@ -81,6 +81,7 @@ impl Tensor {
     fn along_operands(
         &self,
         op: &'static str,
+        kind: Kind,
         dim: usize,
         index: &Tensor,
         source: &Tensor,
@@ -93,7 +94,6 @@ impl Tensor {
             });
         }
         let n = index.numel();
-        // A 0-d `self` takes a 0-d source and one index (PyTorch's rule), as a vector of one.
         let scalar = self.dim() == 0;
         let target = if scalar {
             self.reshape([1])?
@@ -102,10 +102,13 @@ impl Tensor {
         };
         let mut want = target.shape().to_vec();
         want[dim] = n;
-        let fits = if scalar {
-            source.dim() == 0 && n == 1
-        } else {
-            source.shape() == want.as_slice()
+        let fits = match kind {
+            // index_add: a 0-d `self` takes a 0-d source and one index; otherwise the shapes
+            // match exactly (PyTorch's rule).
+            Kind::Add if scalar => source.dim() == 0 && n == 1,
+            // index_copy: vectors and 0-d tensors are alike (a 0-d source is one slice).
+            Kind::Copy if self.dim() <= 1 && source.dim() <= 1 => source.numel() == n,
+            _ => source.shape() == want.as_slice(),
         };
         if !fits {
             return Err(Error::ShapeMismatch {
@@ -190,7 +193,11 @@ impl Tensor {
     ) -> Result<Tensor> {
         let op = Kind::Add.name(false);
         let (dim, index) = self.along_index(op, Kind::Add, dim.to_dim(), index)?;
-        let (target, index, source) = self.along_operands(op, dim, &index, source)?;
+        let (target, index, source) = self.along_operands(op, Kind::Add, dim, &index, source)?;
+        if self.numel() == 0 {
+            // Nothing to add to: PyTorch reads no index value.
+            return self.deep_clone();
+        }
         let out = match self.scaled(&source, alpha.value())? {
             Some(src) => target.scatter_add(dim as isize, &index, &src)?,
             None => target.deep_clone()?,
@@ -215,7 +222,10 @@ impl Tensor {
             return Ok(());
         }
         let (dim, index) = self.along_index(op, Kind::Add, d, index)?;
-        let (target, index, source) = self.along_operands(op, dim, &index, source)?;
+        let (target, index, source) = self.along_operands(op, Kind::Add, dim, &index, source)?;
+        if self.numel() == 0 {
+            return Ok(());
+        }
         match self.scaled(&source, alpha.value())? {
             Some(src) => target.scatter_add_(dim as isize, &index, &src),
             None => Ok(()),
@@ -240,7 +250,7 @@ impl Tensor {
     pub fn index_copy(&self, dim: impl Dim, index: &Tensor, source: &Tensor) -> Result<Tensor> {
         let op = Kind::Copy.name(false);
         let (dim, index) = self.along_index(op, Kind::Copy, dim.to_dim(), index)?;
-        let (target, index, source) = self.along_operands(op, dim, &index, source)?;
+        let (target, index, source) = self.along_operands(op, Kind::Copy, dim, &index, source)?;
         target
             .scatter(dim as isize, &index, &source)?
             .reshape(self.shape())
@@ -256,7 +266,7 @@ impl Tensor {
             return Ok(());
         }
         let (dim, index) = self.along_index(op, Kind::Copy, d, index)?;
-        let (target, index, source) = self.along_operands(op, dim, &index, source)?;
+        let (target, index, source) = self.along_operands(op, Kind::Copy, dim, &index, source)?;
         target.scatter_(dim as isize, &index, &source)
     }
 
@@ -294,6 +304,10 @@ impl Tensor {
         let op = Kind::Fill.name(false);
         let (dim, index) = self.along_index(op, Kind::Fill, dim.to_dim(), index)?;
         let fill = crate::args::checked_scalar(op, self.dtype(), value.value())?;
+        if self.numel() == 0 {
+            // Nothing to fill: PyTorch reads no index value.
+            return self.deep_clone();
+        }
         let fill = Tensor::from_storage(fill.to_device(self.device())?, &[])?;
         let target = if self.dim() == 0 {
             self.reshape([1])?
@@ -317,6 +331,9 @@ impl Tensor {
         let (dim, index) = self.along_index(op, Kind::Fill, d, index)?;
         // Checked here too, so that a refused value is reported as this op's.
         crate::args::checked_scalar(op, self.dtype(), value.value())?;
+        if self.numel() == 0 {
+            return Ok(());
+        }
         let target = if self.dim() == 0 {
             self.reshape([1])?
         } else {

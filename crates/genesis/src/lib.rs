@@ -68,7 +68,7 @@ pub use interop::{
 pub use literal::{Element, TensorData};
 pub use loss::Reduction;
 pub use npy::{load_npy, load_npz, save_npy, save_npz};
-pub use operand::{Operand, OperandRef, result_type};
+pub use operand::{Operand, OperandRef, RoundingMode, result_type};
 pub use print::{PrintOptions, printoptions, set_printoptions};
 pub use promote::{can_cast, promote_types};
 pub use random::{DEFAULT_SEED, Generator, default_generator, manual_seed};

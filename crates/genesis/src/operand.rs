@@ -118,6 +118,78 @@ impl Tensor {
         self.binary_operand(BinaryOp::Minimum, other.operand())
     }
 
+    /// Elementwise `floor(self / other)`, broadcasting (Python's `//`, PyTorch's
+    /// `floor_divide` and `div(rounding_mode="floor")`), in the promoted dtype: integers stay
+    /// integers (exact; a zero divisor is an error, as PyTorch's CPU says `ZeroDivisionError`),
+    /// floats as PyTorch computes them (`(a - fmod(a, b)) / b` corrected toward the floor; a
+    /// zero divisor gives IEEE's `a / b`). Bools are refused. Differentiable (zero gradient).
+    ///
+    /// ```
+    /// use genesis::{tensor, Tensor};
+    /// let a = tensor!([7i64, -7, 7, -7])?;
+    /// let b = tensor!([2i64, 2, -2, -2])?;
+    /// assert_eq!(a.floor_divide(&b)?.to_vec::<i64>()?, [3, -4, -4, 3]);
+    /// assert_eq!(a.remainder(&b)?.to_vec::<i64>()?, [1, 1, -1, -1]);
+    /// assert_eq!(a.fmod(&b)?.to_vec::<i64>()?, [1, -1, 1, -1]);
+    /// assert_eq!((&a % 3)?.to_vec::<i64>()?, [1, 2, 1, 2]);
+    /// # Ok::<(), genesis::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn floor_divide(&self, other: impl Operand) -> Result<Tensor> {
+        self.binary_operand(BinaryOp::FloorDivide, other.operand())
+    }
+
+    /// Elementwise `self / other` rounded as `mode` says (PyTorch's `div(a, b,
+    /// rounding_mode=...)`): [`RoundingMode::Floor`] is [`Tensor::floor_divide`],
+    /// [`RoundingMode::Trunc`] the quotient rounded toward zero (integers: C's division, a
+    /// zero divisor an error; floats: `trunc(a / b)`). The true division is [`Tensor::div`].
+    #[track_caller]
+    pub fn div_mode(&self, other: impl Operand, mode: RoundingMode) -> Result<Tensor> {
+        let op = match mode {
+            RoundingMode::Floor => BinaryOp::FloorDivide,
+            RoundingMode::Trunc => BinaryOp::TruncDivide,
+        };
+        self.binary_operand(op, other.operand())
+    }
+
+    /// Elementwise remainder with the sign of the divisor (Python's `%`, PyTorch's
+    /// `remainder`): `self - floor(self / other) * other`, broadcasting, in the promoted
+    /// dtype; an integer zero divisor is an error, a float one gives NaN. Also the `%`
+    /// operator. Differentiable (`d/d other = -floor(self / other)`).
+    #[track_caller]
+    pub fn remainder(&self, other: impl Operand) -> Result<Tensor> {
+        self.binary_operand(BinaryOp::Remainder, other.operand())
+    }
+
+    /// Elementwise C `fmod`: the remainder with the sign of `self` (PyTorch's `fmod`),
+    /// broadcasting, exact; an integer zero divisor is an error, a float one gives NaN.
+    /// Differentiable (`d/d other = -trunc(self / other)`).
+    #[track_caller]
+    pub fn fmod(&self, other: impl Operand) -> Result<Tensor> {
+        self.binary_operand(BinaryOp::Fmod, other.operand())
+    }
+
+    /// Elementwise `self & other` of integers or bools (PyTorch's `bitwise_and`, the `&`
+    /// operator), broadcasting, in the promoted dtype; floats are refused.
+    #[track_caller]
+    pub fn bitwise_and(&self, other: impl Operand) -> Result<Tensor> {
+        self.binary_operand(BinaryOp::BitwiseAnd, other.operand())
+    }
+
+    /// Elementwise `self | other` of integers or bools (the `|` operator); as
+    /// [`Tensor::bitwise_and`].
+    #[track_caller]
+    pub fn bitwise_or(&self, other: impl Operand) -> Result<Tensor> {
+        self.binary_operand(BinaryOp::BitwiseOr, other.operand())
+    }
+
+    /// Elementwise `self ^ other` of integers or bools (the `^` operator); as
+    /// [`Tensor::bitwise_and`].
+    #[track_caller]
+    pub fn bitwise_xor(&self, other: impl Operand) -> Result<Tensor> {
+        self.binary_operand(BinaryOp::BitwiseXor, other.operand())
+    }
+
     /// In place: `self = op(self, other)`, `other` broadcast to `self`'s shape. `self` may be
     /// any tensor, a strided view included: the write goes to its storage, and every tensor
     /// that shares the storage sees it (PyTorch's in-place semantics). A contiguous `self` is
@@ -153,6 +225,13 @@ impl Tensor {
         let name = op.name();
         self.check_operands(name, other)?;
         let shape = broadcast_shape(name, self.shape(), other.shape())?;
+        if op.divides()
+            && !other.dtype().is_float()
+            && self.numel() > 0
+            && other.eq_scalar(0)?.any()?.item::<bool>()?
+        {
+            return Err(zero_division(op));
+        }
         if shape != self.shape() {
             return Err(Error::ShapeMismatch {
                 op: name,
@@ -307,6 +386,13 @@ impl Tensor {
         let name = op.name();
         self.check_operands(name, other)?;
         let shape = broadcast_shape(name, self.shape(), other.shape())?;
+        if op.divides()
+            && !other.dtype().is_float()
+            && shape.iter().product::<usize>() > 0
+            && other.eq_scalar(0)?.any()?.item::<bool>()?
+        {
+            return Err(zero_division(op));
+        }
         let dense = |t: &Tensor| t.shape() == shape && t.is_contiguous();
         if dense(self) && dense(other) {
             let (a, a_start) = self.dense_operand(&shape)?;
@@ -377,6 +463,9 @@ impl Tensor {
             _ => {}
         }
         let r = self.binary_result_type(op, OperandRef::Scalar(value))?;
+        if op.divides() && !r.is_float() && value.to_f64() == 0.0 && self.numel() > 0 {
+            return Err(zero_division(op));
+        }
         if op == BinaryOp::Pow {
             // PyTorch's `pow(Tensor, Scalar)` takes the exponent by checked conversion.
             checked_scalar(op.name(), r, value)?;
@@ -507,6 +596,23 @@ fn needs_opmath(r: DType, value: ScalarValue) -> bool {
     matches!(r, DType::F16 | DType::BF16) && !holds_exactly(r, value)
 }
 
+/// An integer division by zero (PyTorch's CPU: `ZeroDivisionError`).
+fn zero_division(op: BinaryOp) -> Error {
+    Error::InvalidArgument {
+        op: op.name(),
+        reason: "ZeroDivisionError: integer division by zero".into(),
+    }
+}
+
+/// How [`Tensor::div_mode`] rounds the quotient (PyTorch's `rounding_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RoundingMode {
+    /// Toward zero (`"trunc"`).
+    Trunc,
+    /// Toward negative infinity (`"floor"`, Python's `//`).
+    Floor,
+}
+
 /// PyTorch's rule for an integer (or bool) tensor to the power of an integer scalar: a
 /// negative exponent is an error (NumPy's), while a tensor of negative exponents gives 0 (1 and
 /// +-1 for bases 1 and -1).
@@ -552,8 +658,16 @@ impl Tensor {
                 OperandRef::Tensor(t) => t.dtype() == DType::Bool,
                 OperandRef::Scalar(v) => matches!(v, ScalarValue::Bool(_)),
             };
+        let refuse = |dtype| {
+            Err(Error::Storage(genesis_storage::Error::UnsupportedDType {
+                op: op.name(),
+                dtype,
+            }))
+        };
         match op {
             BinaryOp::Div => Ok(div_type(r)),
+            _ if op.divides() && r == DType::Bool => refuse(r),
+            _ if op.int_only() && r.is_float() => refuse(r),
             BinaryOp::Sub if bool_operand => Err(Error::InvalidArgument {
                 op: op.name(),
                 reason: "subtraction with a bool operand is not supported (use logical \
@@ -764,6 +878,10 @@ tensor_operator!(Add, add, BinaryOp::Add);
 tensor_operator!(Sub, sub, BinaryOp::Sub);
 tensor_operator!(Mul, mul, BinaryOp::Mul);
 tensor_operator!(Div, div, BinaryOp::Div);
+tensor_operator!(Rem, rem, BinaryOp::Remainder);
+tensor_operator!(BitAnd, bitand, BinaryOp::BitwiseAnd);
+tensor_operator!(BitOr, bitor, BinaryOp::BitwiseOr);
+tensor_operator!(BitXor, bitxor, BinaryOp::BitwiseXor);
 
 macro_rules! tensor_assign_operator {
     ($trait:ident, $method:ident, $op:expr, $fallible:literal) => {

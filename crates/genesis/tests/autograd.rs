@@ -337,6 +337,17 @@ fn reductions_views_and_selection() {
             }),
         ),
         (
+            "remainder fmod",
+            Box::new(|x| {
+                let r = x.mul(3.0)?.remainder(&x.exp()?.add(0.25)?)?;
+                r.add(&x.mul(5.0)?.fmod(&x.cos()?.add(1.5)?)?)
+            }),
+        ),
+        (
+            "floor_divide (zero gradient)",
+            Box::new(|x| x.floor_divide(&x.exp()?)?.add(x)),
+        ),
+        (
             "index_add",
             Box::new(|x| {
                 let idx = Tensor::from_slice(&[2i64, 0, 2], [3], CPU)?;

@@ -325,6 +325,38 @@ fn shape_and_selection_ops() {
     s.err("take_along_dim(0-d with a dim)", || {
         scalar.take_along_dim(&idx(&[0], &[]), Some(0))
     });
+    // Integer divisions by zero, bitwise ops of floats, divisions of bools.
+    let ints = idx(&[6, -7, 0], &[3]);
+    let zero = idx(&[1, 0, 2], &[3]);
+    for (name, r) in [
+        ("floor_divide", ints.floor_divide(&zero)),
+        ("remainder", ints.remainder(&zero)),
+        ("fmod", ints.fmod(&zero)),
+        (
+            "div trunc",
+            ints.div_mode(&zero, genesis::RoundingMode::Trunc),
+        ),
+        ("remainder by 0", ints.remainder(0)),
+        ("% 0", &ints % 0),
+        ("bitwise_and of floats", x.bitwise_and(&x)),
+        ("| of floats", &x | &x),
+        ("bitwise_xor float scalar", ints.bitwise_xor(2.5)),
+        (
+            "floor_divide of bools",
+            ints.gt_scalar(0).and_then(|b| b.floor_divide(&b)),
+        ),
+        (
+            "remainder of bools",
+            ints.gt_scalar(0).and_then(|b| b.remainder(true)),
+        ),
+    ] {
+        s.err(name, || r);
+    }
+    let before = ints.to_vec::<i64>().unwrap();
+    s.err("remainder_ by 0 in place", || {
+        ints.binary_(genesis::BinaryOp::Remainder, &zero)
+    });
+    assert_eq!(ints.to_vec::<i64>().unwrap(), before, "unchanged on error");
     // index_add, index_copy, index_fill: dims, index ranks, dtypes and values, sources.
     let src = t(&[2, 2, 4]);
     for d in [3isize, -4, isize::MAX, isize::MIN] {

@@ -190,7 +190,7 @@ fn binary_ops_match_the_cpu() {
     let _release = Release;
     let Some(dev) = gpu() else { return };
     for (what, [(ac, ag), (bc, bg)]) in operand_pairs(dev) {
-        for op in BinaryOp::ALL {
+        for op in BinaryOp::ALL.into_iter().filter(|op| !op.int_only()) {
             let tol = if op == BinaryOp::Pow { 4 } else { 0 };
             let name = format!("{} {what}", op.name());
             same(

@@ -14,7 +14,8 @@ outer, diff, isclose, bincount). Needs PyTorch (the CPU build will do); only to 
 
 (`--more`: cross_entropy, layer_norm and rms_norm in every float dtype, masked_select with
 broadcast masks, unique_consecutive, repeat_interleave, mm, mv, dot, trace, addmm, baddbmm,
-einsum, kron, take_along_dim, index_add, index_copy, index_fill.)
+einsum, kron, take_along_dim, index_add, index_copy, index_fill, floor_divide, div with
+rounding_mode="trunc", remainder, fmod, bitwise_and/or/xor.)
 
 The second set is held out (another seed), not looked at while fixing failures of the first.
 
@@ -893,6 +894,37 @@ def case_along_index(G, op):
     return finish(c, True)
 
 
+def case_intdiv(G, op):
+    """floor_divide, div(rounding_mode="trunc"), remainder, fmod and the bitwise ops with
+    PyTorch's promotion: n-d and 0-d tensors and Python scalars, zero divisors (integers: an
+    error), negative operands, special float values, bools (refused by the divisions)."""
+    r = G.r
+    f = {"floor_divide": torch.floor_divide,
+         "div_trunc": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+         "remainder": torch.remainder, "fmod": torch.fmod,
+         "bitwise_and": torch.bitwise_and, "bitwise_or": torch.bitwise_or,
+         "bitwise_xor": torch.bitwise_xor}[op]
+    bitwise = op.startswith("bitwise")
+    pick = (INTS + [torch.bool] if r.random() < 0.9 else ALL) if bitwise else ALL
+    x = G.data(G.shape(min_rank=1) if r.random() < 0.8 else [], r.choice(pick), special=0.05)
+    kind = r.choice(["tensor", "tensor", "zero_d", "scalar"])
+    if kind == "scalar":
+        v = r.choice([2, -3, 0, 1, 7, 0.5, -1.25, True, False, 3.0, -0.0])
+        enc_v = v if isinstance(v, bool) else (v if isinstance(v, int) else fmt(v))
+        c = {"op": "arith_scalar", "in": [enc(x)], "args": {"op": op, "scalar": enc_v,
+                                                           "kind": type(v).__name__}}
+        c.update(outcome(lambda: f(x, v)))
+    else:
+        ysh = [] if kind == "zero_d" else list(x.shape)[r.randint(0, x.dim()):]
+        y = G.data(ysh, r.choice(pick), special=0.05)
+        if r.random() < 0.7 and y.numel() and not y.dtype.is_floating_point and y.dtype != torch.bool:
+            # Mostly nonzero integer divisors, so that most cases compute.
+            y = torch.where(y == 0, torch.ones_like(y), y)
+        c = {"op": "arith", "in": [enc(x), enc(y)], "args": {"op": op}}
+        c.update(outcome(lambda: f(x, y)))
+    return finish(c)
+
+
 # The families of the second corpus (`--more`: torch-more-*.json.gz).
 MORE_FAMILIES = {
     "nn": (case_nn, ["cross_entropy", "layer_norm", "rms_norm"]),
@@ -902,6 +934,8 @@ MORE_FAMILIES = {
     "einsum": (case_einsum, ["einsum"]),
     "combine": (case_combine, ["kron", "take_along_dim"]),
     "along": (case_along_index, ["index_add", "index_copy", "index_fill"]),
+    "intdiv": (case_intdiv, ["floor_divide", "div_trunc", "remainder", "fmod", "bitwise_and",
+                             "bitwise_or", "bitwise_xor"]),
 }
 
 

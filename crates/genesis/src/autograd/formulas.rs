@@ -240,6 +240,31 @@ pub(crate) fn binary(
             };
             (Some(ga), gb)
         }
+        // a - q b for the quotient q rounded down (remainder) or toward zero (fmod): d/da = 1,
+        // d/db = -q, as PyTorch's.
+        BinaryOp::Remainder | BinaryOp::Fmod => {
+            let gb = match b {
+                Operand2::Tensor(b) if needs[1] => {
+                    let q = if op == BinaryOp::Remainder {
+                        a.floor_divide(b)?
+                    } else {
+                        a.div_mode(b, crate::RoundingMode::Trunc)?
+                    };
+                    Some(g.mul(&q)?.neg()?)
+                }
+                _ => None,
+            };
+            (Some(g.clone()), gb)
+        }
+        // Piecewise constant (and the bitwise ops are of integers): zero, as PyTorch's.
+        BinaryOp::FloorDivide
+        | BinaryOp::TruncDivide
+        | BinaryOp::BitwiseAnd
+        | BinaryOp::BitwiseOr
+        | BinaryOp::BitwiseXor => {
+            let z = g.mul(0.0)?;
+            (Some(z.clone()), Some(z))
+        }
     };
     let ga = match ga {
         Some(x) if needs[0] => Some(cast_to(sum_to(&x, a.shape())?, a.dtype())?),
@@ -280,6 +305,12 @@ pub(crate) fn scalar_lhs(
         BinaryOp::Maximum | BinaryOp::Minimum => {
             return binary(op, x, Operand2::Scalar(s), out, g, [true, false])
                 .map(|[gx, _]| gx.unwrap_or_else(|| g.clone()));
+        }
+        // `s op x` as `full(s) op x`, the gradient its second operand's.
+        _ => {
+            let lhs = x.full_like(s)?;
+            let [_, gx] = binary(op, &lhs, Operand2::Tensor(x), out, g, [false, true])?;
+            return Ok(gx.unwrap_or(g.mul(0.0)?));
         }
     };
     cast_to(sum_to(&d, x.shape())?, x.dtype())

@@ -547,6 +547,13 @@ pub(crate) fn run(case: &Value, device: Device) -> genesis::Result<Vec<Tensor>> 
                         "maximum" => x.maximum($y),
                         "minimum" => x.minimum($y),
                         "pow" => x.pow($y),
+                        "floor_divide" => x.floor_divide($y),
+                        "div_trunc" => x.div_mode($y, genesis::RoundingMode::Trunc),
+                        "remainder" => x.remainder($y),
+                        "fmod" => x.fmod($y),
+                        "bitwise_and" => x.bitwise_and($y),
+                        "bitwise_or" => x.bitwise_or($y),
+                        "bitwise_xor" => x.bitwise_xor($y),
                         o => panic!("unknown arithmetic {o}"),
                     }
                 };

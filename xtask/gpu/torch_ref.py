@@ -232,6 +232,20 @@ def main():
         med, mn = wall(fn, 30)
         rows.append({"name": name, "bytes": nbytes, "median_ms": med, "min_ms": mn})
     del x, flags, idx, sel, narrow, wide, pinned
+    # Floor division, remainder and the bitwise ops of gpu_facade on 8192^2.
+    x = torch.rand(8192, 8192, device=dev)
+    y = torch.rand(8192, 8192, device=dev) + 0.5
+    a = torch.randint(-1000, 1000, (8192, 8192), device=dev)
+    b = torch.randint(1, 50, (8192, 8192), device=dev)
+    ai, bi = a.int(), b.int()
+    for name, nbytes, fn in [
+            ("floor_divide_8192x8192_f32", 3 * n2 * 4, lambda: torch.floor_divide(x, y)),
+            ("remainder_scalar_8192x8192_f32", 2 * n2 * 4, lambda: x % 0.3),
+            ("remainder_8192x8192_i64", 3 * n2 * 8, lambda: a % b),
+            ("bitwise_and_8192x8192_i32", 3 * n2 * 4, lambda: ai & bi)]:
+        med, mn = wall(fn, 30)
+        rows.append({"name": name, "bytes": nbytes, "median_ms": med, "min_ms": mn})
+    del x, y, a, b, ai, bi
     # The softmax family of gpu_facade, on 8192^2 f32 and bf16; bytes: input + output.
     x = torch.randn(8192, 8192, device=dev)
     xb = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)

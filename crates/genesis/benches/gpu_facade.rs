@@ -586,6 +586,36 @@ mod gpu {
         wall_rows(&mut rows, 30, cases)?;
         drop((x, flags, idx, picks, narrow, wide, pinned));
 
+        // Floor division, remainder and the bitwise ops on 8192^2 (output allocation included;
+        // wall clock, as torch_ref). Integer divisions check the divisor for zeros first (one
+        // more read of it and a synchronisation; PyTorch's CUDA does not check). Bytes: inputs
+        // plus output.
+        let x = g.rand([8192, 8192], DType::F32, dev)?;
+        let y = g.rand([8192, 8192], DType::F32, dev)?.add(0.5)?;
+        let a = g.randint(-1000, 1000, [8192, 8192], DType::I64, dev)?;
+        let b = g.randint(1, 50, [8192, 8192], DType::I64, dev)?;
+        let (ai, bi) = (a.to_dtype(DType::I32)?, b.to_dtype(DType::I32)?);
+        let cases: [(&str, usize, &dyn Fn() -> BoxResult); 4] = [
+            ("floor_divide_8192x8192_f32", 3 * n2 * 4, &|| {
+                x.floor_divide(&y)?;
+                Ok(())
+            }),
+            ("remainder_scalar_8192x8192_f32", 2 * n2 * 4, &|| {
+                (&x % 0.3)?;
+                Ok(())
+            }),
+            ("remainder_8192x8192_i64", 3 * n2 * 8, &|| {
+                (&a % &b)?;
+                Ok(())
+            }),
+            ("bitwise_and_8192x8192_i32", 3 * n2 * 4, &|| {
+                (&ai & &bi)?;
+                Ok(())
+            }),
+        ];
+        wall_rows(&mut rows, 30, &cases)?;
+        drop((x, y, a, b, ai, bi));
+
         // The softmax family on 8192^2 (f32 and bf16), output allocation included; wall clock,
         // as torch_ref. Bytes: input plus output.
         let x = g.randn([8192, 8192], DType::F32, dev)?;

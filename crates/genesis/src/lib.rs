@@ -25,6 +25,7 @@ mod arrange;
 mod attention;
 pub mod autograd;
 pub mod backends;
+mod compose;
 pub mod cpu;
 mod einsum;
 mod error;

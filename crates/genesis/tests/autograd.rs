@@ -337,6 +337,32 @@ fn reductions_views_and_selection() {
             }),
         ),
         (
+            "movedim rot90 unbind",
+            Box::new(|x| {
+                let y = x.movedim(0, 2)?.rot90(1, [0, 1])?;
+                let parts = y.unbind(2)?;
+                parts[0].mul(&parts[1])
+            }),
+        ),
+        (
+            "tensordot hstack vstack",
+            Box::new(|x| {
+                let t = x.tensordot(&x.exp()?, [1, 2], [1, 2])?;
+                let h = Tensor::hstack(&[&t, &t.sin()?])?;
+                Tensor::vstack(&[&h, &h.mul(2.0)?])
+            }),
+        ),
+        (
+            "logaddexp var_mean std_mean aminmax",
+            Box::new(|x| {
+                let l = x.logaddexp(&x.mul(-2.0)?)?;
+                let (v, m) = x.var_mean([2], 1.0, true)?;
+                let (sd, _) = x.std_mean([0, 1], 0.0, false)?;
+                let (lo, hi) = x.aminmax(Some(1), true)?;
+                l.add(&v)?.add(&m)?.add(&sd)?.add(&lo)?.add(&hi)
+            }),
+        ),
+        (
             "remainder fmod",
             Box::new(|x| {
                 let r = x.mul(3.0)?.remainder(&x.exp()?.add(0.25)?)?;

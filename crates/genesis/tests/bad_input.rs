@@ -325,6 +325,23 @@ fn shape_and_selection_ops() {
     s.err("take_along_dim(0-d with a dim)", || {
         scalar.take_along_dim(&idx(&[0], &[]), Some(0))
     });
+    // movedim, rot90, tensordot, unbind, hstack with bad dimensions and sizes.
+    s.err("movedim(repeated)", || x.movedim([0, 0], [1, 2]));
+    s.err("movedim(lengths)", || x.movedim([0, 1], [2]));
+    s.err("movedim(out of range)", || x.movedim(3, 0));
+    s.err("rot90(one dim)", || x.rot90(1, [0]));
+    s.err("rot90(same dims)", || x.rot90(1, [1, -2]));
+    s.err("rot90(1-d)", || t(&[3]).rot90(1, [0, 0]));
+    s.err("tensordot(sizes)", || x.tensordot(&x, [0], [1]));
+    s.err("tensordot(counts)", || x.tensordot(&x, [0, 1], [0]));
+    s.err("tensordot(dtypes)", || {
+        x.tensordot(&x.to_dtype(DType::F64)?, [0], [0])
+    });
+    s.err("unbind(0-d)", || scalar.unbind(0));
+    s.err("unbind(dim)", || x.unbind(5));
+    s.err("hstack(none)", || Tensor::hstack(&[]));
+    s.err("vstack(shapes)", || Tensor::vstack(&[&x, &t(&[5])]));
+    s.err("aminmax(empty)", || t(&[0]).aminmax(None, false));
     // Integer divisions by zero, bitwise ops of floats, divisions of bools.
     let ints = idx(&[6, -7, 0], &[3]);
     let zero = idx(&[1, 0, 2], &[3]);

@@ -663,6 +663,58 @@ pub(crate) fn run(case: &Value, device: Device) -> genesis::Result<Vec<Tensor>> 
                 _ => x.index_fill(d, &inputs[1], num(&a["value"])),
             })
         }
+        "movedim" => one(x.movedim(isizes(&case["args"]["src"]), isizes(&case["args"]["dst"]))),
+        "unbind" => x.unbind(arg_i(case, "dim")),
+        "hstack" | "vstack" | "dstack" => {
+            let refs: Vec<&Tensor> = inputs.iter().collect();
+            one(match op {
+                "hstack" => Tensor::hstack(&refs),
+                "vstack" => Tensor::vstack(&refs),
+                _ => Tensor::dstack(&refs),
+            })
+        }
+        "rot90" => one(x.rot90(int(&case["args"]["k"]), isizes(&case["args"]["dims"]))),
+        "tensordot" => one(x.tensordot(
+            &inputs[1],
+            isizes(&case["args"]["da"]),
+            isizes(&case["args"]["db"]),
+        )),
+        "aminmax" => {
+            let d = case["args"]["dim"].as_i64().map(|d| d as isize);
+            x.aminmax(d, keep).map(|(a, b)| vec![a, b])
+        }
+        "var_mean" | "std_mean" => {
+            let (d, corr) = (
+                isizes(&case["args"]["dims"]),
+                num(&case["args"]["correction"]),
+            );
+            if op == "var_mean" {
+                x.var_mean(d, corr, keep)
+            } else {
+                x.std_mean(d, corr, keep)
+            }
+            .map(|(a, b)| vec![a, b])
+        }
+        "logaddexp" => one(x.logaddexp(&inputs[1])),
+        "equal" => {
+            let e = x.equal(&inputs[1])?;
+            one(Tensor::from_bools(&[e], [0usize; 0], Device::Cpu))
+        }
+        "clamp_" => {
+            // Python ints stay integers (an int tensor keeps its dtype), floats are floats.
+            let bound = |k: &str| case["args"].get(k).filter(|v| !v.is_null());
+            let own = tensor(&case["in"][0], device)?;
+            if [bound("min"), bound("max")]
+                .iter()
+                .flatten()
+                .all(|v| v.is_i64())
+            {
+                own.clamp_(bound("min").map(int), bound("max").map(int))?;
+            } else {
+                own.clamp_(bound("min").map(num), bound("max").map(num))?;
+            }
+            Ok(vec![own])
+        }
         "take_along_dim" => {
             one(x.take_along_dim(&inputs[1], case["args"]["dim"].as_i64().map(|d| d as isize)))
         }

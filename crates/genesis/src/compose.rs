@@ -1,0 +1,332 @@
+//! PyTorch conveniences built from the facade's ops (so they run on every device and are
+//! differentiable): `movedim`, `swapaxes`, `unbind`, `hstack`/`vstack`/`dstack`, `rot90`,
+//! `tensordot`, `aminmax`, `var_mean`/`std_mean`, `logaddexp`, `equal`, `clamp_`.
+
+use crate::args::{Dim, Dims, Scalar, wrap_dim};
+use crate::{DType, Error, Result, Tensor};
+
+fn bad(op: &'static str, reason: impl Into<String>) -> Error {
+    Error::InvalidArgument {
+        op,
+        reason: reason.into(),
+    }
+}
+
+/// `dims` wrapped into `0..rank`, each once.
+fn unique_dims(op: &'static str, dims: &(impl Dims + ?Sized), rank: usize) -> Result<Vec<usize>> {
+    let mut out = Vec::new();
+    for d in dims.to_dims() {
+        let d = wrap_dim(op, d, rank)?.unwrap_or(0);
+        if out.contains(&d) {
+            return Err(bad(op, format!("dimension {d} is repeated")));
+        }
+        out.push(d);
+    }
+    Ok(out)
+}
+
+impl Tensor {
+    /// The dimensions `source` moved to the positions `destination` (PyTorch's `movedim`),
+    /// the others keeping their order: a view. `source` and `destination` are one dimension
+    /// each or lists of equal length, without repeats; negative ones count from the end.
+    ///
+    /// ```
+    /// use genesis::{DType, Device, Tensor};
+    /// let x = Tensor::zeros([2, 3, 4], DType::F32, Device::Cpu)?;
+    /// assert_eq!(x.movedim(0, -1)?.shape(), &[3, 4, 2]);
+    /// assert_eq!(x.movedim([0, 1], [2, 0])?.shape(), &[3, 4, 2]);
+    /// # Ok::<(), genesis::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn movedim(&self, source: impl Dims, destination: impl Dims) -> Result<Tensor> {
+        let op = "movedim";
+        let rank = self.dim();
+        let src = unique_dims(op, &source, rank)?;
+        let dst = unique_dims(op, &destination, rank)?;
+        if src.len() != dst.len() {
+            return Err(bad(
+                op,
+                format!(
+                    "source and destination must have the same number of dimensions, got {} \
+                     and {}",
+                    src.len(),
+                    dst.len()
+                ),
+            ));
+        }
+        if rank == 0 {
+            // A 0-d tensor's one "dimension" (0 or -1) goes nowhere.
+            return Ok(self.clone());
+        }
+        let mut perm: Vec<Option<usize>> = vec![None; rank];
+        for (&s, &d) in src.iter().zip(&dst) {
+            perm[d] = Some(s);
+        }
+        let mut rest = (0..rank).filter(|d| !src.contains(d));
+        let perm: Vec<isize> = perm
+            .into_iter()
+            .map(|p| p.or_else(|| rest.next()).expect("one dimension each") as isize)
+            .collect();
+        self.permute(perm)
+    }
+
+    /// Dimensions `a` and `b` swapped (PyTorch's and NumPy's `swapaxes`): [`Tensor::transpose`].
+    #[track_caller]
+    pub fn swapaxes(&self, a: impl Dim, b: impl Dim) -> Result<Tensor> {
+        self.transpose(a, b)
+    }
+
+    /// Dimensions `a` and `b` swapped (PyTorch's `swapdims`): [`Tensor::transpose`].
+    #[track_caller]
+    pub fn swapdims(&self, a: impl Dim, b: impl Dim) -> Result<Tensor> {
+        self.transpose(a, b)
+    }
+
+    /// The slices of `self` along `dim`, each without that dimension (PyTorch's `unbind`):
+    /// views, as many as `self.size(dim)`.
+    #[track_caller]
+    pub fn unbind(&self, dim: impl Dim) -> Result<Vec<Tensor>> {
+        let op = "unbind";
+        if self.dim() == 0 {
+            return Err(bad(op, "a 0-d tensor has no dimension to unbind"));
+        }
+        let d = wrap_dim(op, dim.to_dim() as i64, self.dim())?.unwrap_or(0);
+        (0..self.shape()[d])
+            .map(|i| self.narrow(d as isize, i, 1)?.squeeze(d as isize))
+            .collect()
+    }
+
+    /// `self` with at least `n` dimensions, PyTorch's `atleast_1d`/`_2d`/`_3d` rule: a 0-d
+    /// tensor is `[1]`, `[1, 1]` or `[1, 1, 1]`; a vector `[n]` is `[1, n]` or `[1, n, 1]`; a
+    /// matrix `[m, n]` is `[m, n, 1]`.
+    fn at_least(&self, n: usize) -> Result<Tensor> {
+        let s = self.shape();
+        let shape: Vec<usize> = match (s.len(), n) {
+            (r, n) if r >= n => return Ok(self.clone()),
+            (0, n) => vec![1; n],
+            (1, 2) => vec![1, s[0]],
+            (1, 3) => vec![1, s[0], 1],
+            (2, 3) => vec![s[0], s[1], 1],
+            _ => unreachable!("n is 1, 2 or 3"),
+        };
+        self.reshape(shape)
+    }
+
+    fn stack_along(op: &'static str, tensors: &[&Tensor], least: usize) -> Result<Tensor> {
+        if tensors.is_empty() {
+            return Err(bad(op, "expects a non-empty list of tensors"));
+        }
+        let parts: Vec<Tensor> = tensors
+            .iter()
+            .map(|t| t.at_least(least))
+            .collect::<Result<_>>()?;
+        let dim = match op {
+            // hstack: along the first dimension of vectors, else the second.
+            "hstack" => usize::from(parts[0].dim() > 1),
+            "vstack" => 0,
+            _ => 2,
+        };
+        let refs: Vec<&Tensor> = parts.iter().collect();
+        Tensor::cat(&refs, dim)
+    }
+
+    /// Tensors joined column-wise (PyTorch's `hstack`): vectors (and 0-d tensors, as vectors
+    /// of one) end to end, others along dimension 1.
+    #[track_caller]
+    pub fn hstack(tensors: &[&Tensor]) -> Result<Tensor> {
+        Tensor::stack_along("hstack", tensors, 1)
+    }
+
+    /// Tensors joined row-wise (PyTorch's `vstack`): each made at least 2-D (a vector `[n]`
+    /// is a row `[1, n]`), then joined along dimension 0.
+    #[track_caller]
+    pub fn vstack(tensors: &[&Tensor]) -> Result<Tensor> {
+        Tensor::stack_along("vstack", tensors, 2)
+    }
+
+    /// Tensors joined depth-wise (PyTorch's `dstack`): each made at least 3-D (`[n]` is
+    /// `[1, n, 1]`, `[m, n]` is `[m, n, 1]`), then joined along dimension 2.
+    #[track_caller]
+    pub fn dstack(tensors: &[&Tensor]) -> Result<Tensor> {
+        Tensor::stack_along("dstack", tensors, 3)
+    }
+
+    /// `self` rotated by 90 degrees `k` times in the plane of `dims` (PyTorch's `rot90`), from
+    /// the first towards the second; negative `k` turns the other way. `dims` are two
+    /// different dimensions of a tensor of at least two: a view.
+    ///
+    /// ```
+    /// use genesis::{tensor, Tensor};
+    /// let x = tensor!([[0i64, 1, 2], [3, 4, 5]])?;
+    /// assert_eq!(x.rot90(1, [0, 1])?.contiguous()?.to_vec::<i64>()?, [2, 5, 1, 4, 0, 3]);
+    /// # Ok::<(), genesis::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn rot90(&self, k: i64, dims: impl Dims) -> Result<Tensor> {
+        let op = "rot90";
+        let given = dims.to_dims();
+        if given.len() != 2 {
+            return Err(bad(
+                op,
+                format!("expects two dimensions, got {}", given.len()),
+            ));
+        }
+        if self.dim() < 2 {
+            return Err(bad(
+                op,
+                format!(
+                    "expects a tensor of at least 2 dimensions, got {}",
+                    self.dim()
+                ),
+            ));
+        }
+        let d = unique_dims(op, &given, self.dim())?;
+        let (a, b) = (d[0] as isize, d[1] as isize);
+        match k.rem_euclid(4) {
+            1 => self.flip([b])?.transpose(a, b),
+            2 => self.flip([a, b]),
+            3 => self.flip([a])?.transpose(a, b),
+            _ => Ok(self.clone()),
+        }
+    }
+
+    /// The sum of products over the dimensions `dims_self` of `self` and `dims_other` of
+    /// `other`, paired in order (PyTorch's `tensordot`); the result has `self`'s other
+    /// dimensions, then `other`'s. The paired sizes must match; the products are one
+    /// [`Tensor::matmul`] (so dtypes must match, as there).
+    ///
+    /// ```
+    /// use genesis::{DType, Device, Tensor};
+    /// let a = Tensor::ones([2, 3, 4], DType::F32, Device::Cpu)?;
+    /// let b = Tensor::ones([4, 3, 5], DType::F32, Device::Cpu)?;
+    /// let c = a.tensordot(&b, [1, 2], [1, 0])?;
+    /// assert_eq!(c.shape(), &[2, 5]);
+    /// assert_eq!(c.to_vec::<f32>()?[0], 12.0);
+    /// # Ok::<(), genesis::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn tensordot(
+        &self,
+        other: &Tensor,
+        dims_self: impl Dims,
+        dims_other: impl Dims,
+    ) -> Result<Tensor> {
+        let op = "tensordot";
+        let da = unique_dims(op, &dims_self, self.dim())?;
+        let db = unique_dims(op, &dims_other, other.dim())?;
+        if da.len() != db.len() {
+            return Err(bad(
+                op,
+                format!(
+                    "both sides must contract as many dimensions, got {} and {}",
+                    da.len(),
+                    db.len()
+                ),
+            ));
+        }
+        for (&x, &y) in da.iter().zip(&db) {
+            if self.shape()[x] != other.shape()[y] {
+                return Err(bad(
+                    op,
+                    format!(
+                        "contracted dimensions {x} and {y} have sizes {} and {}",
+                        self.shape()[x],
+                        other.shape()[y]
+                    ),
+                ));
+            }
+        }
+        let free_a: Vec<usize> = (0..self.dim()).filter(|d| !da.contains(d)).collect();
+        let free_b: Vec<usize> = (0..other.dim()).filter(|d| !db.contains(d)).collect();
+        let size = |t: &Tensor, ds: &[usize]| ds.iter().map(|&d| t.shape()[d]).product::<usize>();
+        let (m, k, n) = (size(self, &free_a), size(self, &da), size(other, &free_b));
+        let pa: Vec<isize> = free_a.iter().chain(&da).map(|&d| d as isize).collect();
+        let pb: Vec<isize> = db.iter().chain(&free_b).map(|&d| d as isize).collect();
+        let a2 = self.permute(pa)?.reshape([m, k])?;
+        let b2 = other.permute(pb)?.reshape([k, n])?;
+        let shape: Vec<usize> = free_a
+            .iter()
+            .map(|&d| self.shape()[d])
+            .chain(free_b.iter().map(|&d| other.shape()[d]))
+            .collect();
+        a2.matmul(&b2)?.reshape(shape)
+    }
+
+    /// The minimum and the maximum (PyTorch's `aminmax`): over every element (`dim` `None`),
+    /// or along `dim` (`keepdim` keeping it as size 1). An empty reduction is an error, as
+    /// for [`Tensor::amin`].
+    #[track_caller]
+    pub fn aminmax(&self, dim: Option<isize>, keepdim: bool) -> Result<(Tensor, Tensor)> {
+        match dim {
+            None => {
+                let all: Vec<isize> = (0..self.dim() as isize).collect();
+                Ok((self.amin(&all[..], keepdim)?, self.amax(&all[..], keepdim)?))
+            }
+            Some(d) => Ok((self.amin([d], keepdim)?, self.amax([d], keepdim)?)),
+        }
+    }
+
+    /// The variance and the mean over `dims` (PyTorch's `var_mean`): [`Tensor::var_dim`] and
+    /// [`Tensor::mean_dim`] together.
+    #[track_caller]
+    pub fn var_mean(
+        &self,
+        dims: impl Dims,
+        correction: f64,
+        keepdim: bool,
+    ) -> Result<(Tensor, Tensor)> {
+        Ok((
+            self.var_dim(&dims, correction, keepdim)?,
+            self.mean_dim(&dims, keepdim)?,
+        ))
+    }
+
+    /// The standard deviation and the mean over `dims` (PyTorch's `std_mean`).
+    #[track_caller]
+    pub fn std_mean(
+        &self,
+        dims: impl Dims,
+        correction: f64,
+        keepdim: bool,
+    ) -> Result<(Tensor, Tensor)> {
+        Ok((
+            self.std_dim(&dims, correction, keepdim)?,
+            self.mean_dim(&dims, keepdim)?,
+        ))
+    }
+
+    /// `log(exp(self) + exp(other))` without overflow, broadcasting (PyTorch's `logaddexp`):
+    /// `max + log1p(exp(-|self - other|))`, and the common value where both are the same
+    /// infinity. Floating dtypes (integers compute in float32, as PyTorch's).
+    #[track_caller]
+    pub fn logaddexp(&self, other: &Tensor) -> Result<Tensor> {
+        let r = crate::promote::promote_types(self.dtype(), other.dtype());
+        let r = if r.is_float() { r } else { DType::F32 };
+        let (a, b) = (self.cast_to(r)?, other.cast_to(r)?);
+        let m = a.maximum(&b)?;
+        let general = m.add(&a.sub(&b)?.abs()?.neg()?.exp()?.log1p()?)?;
+        let same_inf = a.isinf()?.logical_and(&a.eq(&b)?)?;
+        Tensor::where_cond(&same_inf, &a, &general)
+    }
+
+    /// Whether `self` and `other` have the same shape and equal elements (PyTorch's `equal`;
+    /// NaN equals nothing); elements of different dtypes compare after promotion.
+    #[track_caller]
+    pub fn equal(&self, other: &Tensor) -> Result<bool> {
+        if self.shape() != other.shape() {
+            return Ok(false);
+        }
+        self.eq(other)?.all()?.item::<bool>()
+    }
+
+    /// In place: [`Tensor::clamp`] written into `self` (PyTorch's `clamp_`).
+    #[track_caller]
+    pub fn clamp_<S: Scalar>(&self, min: Option<S>, max: Option<S>) -> Result<()> {
+        if self.in_place_recorded("clamp_", &[], |x| x.clamp(min, max))? {
+            return Ok(());
+        }
+        let out = self.clamp(min, max)?;
+        crate::promote::check_cast("clamp_", out.dtype(), self.dtype())?;
+        self.copy_(&out.cast_to(self.dtype())?)
+    }
+}

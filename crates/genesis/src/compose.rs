@@ -1,9 +1,23 @@
 //! PyTorch conveniences built from the facade's ops (so they run on every device and are
 //! differentiable): `movedim`, `swapaxes`, `unbind`, `hstack`/`vstack`/`dstack`, `rot90`,
-//! `tensordot`, `aminmax`, `var_mean`/`std_mean`, `logaddexp`, `equal`, `clamp_`.
+//! `tensordot`, `aminmax`, `var_mean`/`std_mean`, `logaddexp`, `equal`, `clamp_`, `pad`.
 
 use crate::args::{Dim, Dims, Scalar, wrap_dim};
 use crate::{DType, Error, Result, Tensor};
+
+/// How [`Tensor::pad`] fills the new elements (PyTorch's `F.pad` modes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PadMode {
+    /// A constant value.
+    Constant,
+    /// The input mirrored at its edges, the edge not repeated (`[0, 1, 2]` padded by 2 on the
+    /// left gives `[2, 1, 0, 1, 2]`).
+    Reflect,
+    /// The edge values repeated.
+    Replicate,
+    /// The input repeated periodically.
+    Circular,
+}
 
 fn bad(op: &'static str, reason: impl Into<String>) -> Error {
     Error::InvalidArgument {
@@ -224,29 +238,41 @@ impl Tensor {
                 ),
             ));
         }
+        // A contracted dimension of size 1 on one side broadcasts to the other's size (as
+        // PyTorch's): expanded views.
+        let (mut sa, mut sb) = (self.shape().to_vec(), other.shape().to_vec());
         for (&x, &y) in da.iter().zip(&db) {
-            if self.shape()[x] != other.shape()[y] {
+            match (sa[x], sb[y]) {
+                (1, m) => sa[x] = m,
+                (m, 1) => sb[y] = m,
+                _ => {}
+            }
+        }
+        let (ea, eb) = (self.expand(sa.clone())?, other.expand(sb.clone())?);
+        let (this, other) = (&ea, &eb);
+        for (&x, &y) in da.iter().zip(&db) {
+            if this.shape()[x] != other.shape()[y] {
                 return Err(bad(
                     op,
                     format!(
                         "contracted dimensions {x} and {y} have sizes {} and {}",
-                        self.shape()[x],
+                        this.shape()[x],
                         other.shape()[y]
                     ),
                 ));
             }
         }
-        let free_a: Vec<usize> = (0..self.dim()).filter(|d| !da.contains(d)).collect();
+        let free_a: Vec<usize> = (0..this.dim()).filter(|d| !da.contains(d)).collect();
         let free_b: Vec<usize> = (0..other.dim()).filter(|d| !db.contains(d)).collect();
         let size = |t: &Tensor, ds: &[usize]| ds.iter().map(|&d| t.shape()[d]).product::<usize>();
-        let (m, k, n) = (size(self, &free_a), size(self, &da), size(other, &free_b));
+        let (m, k, n) = (size(this, &free_a), size(this, &da), size(other, &free_b));
         let pa: Vec<isize> = free_a.iter().chain(&da).map(|&d| d as isize).collect();
         let pb: Vec<isize> = db.iter().chain(&free_b).map(|&d| d as isize).collect();
-        let a2 = self.permute(pa)?.reshape([m, k])?;
+        let a2 = this.permute(pa)?.reshape([m, k])?;
         let b2 = other.permute(pb)?.reshape([k, n])?;
         let shape: Vec<usize> = free_a
             .iter()
-            .map(|&d| self.shape()[d])
+            .map(|&d| this.shape()[d])
             .chain(free_b.iter().map(|&d| other.shape()[d]))
             .collect();
         a2.matmul(&b2)?.reshape(shape)
@@ -328,5 +354,159 @@ impl Tensor {
         let out = self.clamp(min, max)?;
         crate::promote::check_cast("clamp_", out.dtype(), self.dtype())?;
         self.copy_(&out.cast_to(self.dtype())?)
+    }
+
+    /// `self` padded (PyTorch's `F.pad`): `pads` holds (before, after) pairs for the last
+    /// dimension, then the one before it, and so on (at most one pair a dimension); a negative
+    /// pad removes elements. [`PadMode::Constant`] writes `value` (converted to the dtype as a
+    /// fill value: a fraction is dropped for integers) and pads any dimensions; the other
+    /// modes take PyTorch's shapes: 1, 2 or 3 pairs for the last dimensions of a tensor of 2
+    /// or 3, 3 or 4, 4 or 5 dimensions, with [`PadMode::Reflect`] pads smaller than the
+    /// dimension and [`PadMode::Circular`] pads no larger. Differentiable (cat, narrow and
+    /// index_select underneath).
+    ///
+    /// ```
+    /// use genesis::{tensor, PadMode, Tensor};
+    /// let x = tensor!([[0.0f32, 1.0, 2.0]])?;
+    /// let c = x.pad(&[1, 2], PadMode::Constant, 9.0)?;
+    /// assert_eq!(c.to_vec::<f32>()?, [9.0, 0.0, 1.0, 2.0, 9.0, 9.0]);
+    /// let r = x.pad(&[2, 1], PadMode::Reflect, 0.0)?;
+    /// assert_eq!(r.to_vec::<f32>()?, [2.0, 1.0, 0.0, 1.0, 2.0, 1.0]);
+    /// # Ok::<(), genesis::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn pad(&self, pads: &[i64], mode: PadMode, value: f64) -> Result<Tensor> {
+        let op = "pad";
+        let rank = self.dim();
+        if !pads.len().is_multiple_of(2) {
+            return Err(bad(
+                op,
+                format!("padding length {} must be even", pads.len()),
+            ));
+        }
+        let pairs = pads.len() / 2;
+        if pairs > rank {
+            return Err(bad(
+                op,
+                format!("{} pads for a tensor of {rank} dimensions", pads.len()),
+            ));
+        }
+        if mode != PadMode::Constant && !(1..=3).contains(&pairs) {
+            return Err(bad(
+                op,
+                format!("{mode:?} padding takes 1 to 3 pairs, got {pairs}"),
+            ));
+        }
+        if mode != PadMode::Constant && !(pairs + 1..=pairs + 2).contains(&rank) {
+            return Err(bad(
+                op,
+                format!(
+                    "{mode:?} padding of {pairs} pair(s) takes a tensor of {} or {} \
+                     dimensions, got {rank}",
+                    pairs + 1,
+                    pairs + 2
+                ),
+            ));
+        }
+        let mut x = self.clone();
+        for k in 0..pairs {
+            let d = rank - 1 - k;
+            let (l, r) = (pads[2 * k], pads[2 * k + 1]);
+            let n = x.shape()[d] as i64;
+            let len = n
+                .checked_add(l)
+                .and_then(|v| v.checked_add(r))
+                .filter(|&v| v >= 0)
+                .ok_or_else(|| {
+                    bad(
+                        op,
+                        format!(
+                            "pads ({l}, {r}) of dimension {d} (size {n}) leave a negative size"
+                        ),
+                    )
+                })?;
+            if matches!(mode, PadMode::Reflect | PadMode::Replicate) && x.dtype() == DType::Bool {
+                return Err(Error::Storage(genesis_storage::Error::UnsupportedDType {
+                    op,
+                    dtype: DType::Bool,
+                }));
+            }
+            // Circular padding wraps within what negative pads leave (PyTorch's order).
+            let (x0, l, r, n) = if mode == PadMode::Circular && (l < 0 || r < 0) {
+                let kept = x.pad_constant(d, l.min(0), r.min(0), n + l.min(0) + r.min(0), 0.0)?;
+                let n = kept.shape()[d] as i64;
+                (kept, l.max(0), r.max(0), n)
+            } else {
+                (x, l, r, n)
+            };
+            let x1 = x0;
+            x = match mode {
+                PadMode::Constant => x1.pad_constant(d, l, r, len, value)?,
+                _ => {
+                    let ok = match mode {
+                        PadMode::Reflect => n > 0 && l < n && r < n,
+                        PadMode::Replicate => n > 0 || (l <= 0 && r <= 0),
+                        _ => l <= n && r <= n,
+                    };
+                    if !ok {
+                        return Err(bad(
+                            op,
+                            format!(
+                                "{mode:?} pads ({l}, {r}) do not fit dimension {d} of size {n}"
+                            ),
+                        ));
+                    }
+                    let idx: Vec<i64> = (-l..n + r)
+                        .map(|j| match mode {
+                            PadMode::Reflect if j < 0 => -j,
+                            PadMode::Reflect if j >= n => 2 * (n - 1) - j,
+                            PadMode::Replicate => j.clamp(0, n - 1),
+                            PadMode::Circular => j.rem_euclid(n),
+                            _ => j,
+                        })
+                        .collect();
+                    let idx = Tensor::from_slice(&idx, [len as usize], crate::Device::Cpu)?
+                        .to(x1.device())?;
+                    x1.index_select(d as isize, &idx)?
+                }
+            };
+        }
+        Ok(x)
+    }
+
+    /// [`Tensor::pad`]'s constant mode along `d`: the kept part (narrowed by negative pads)
+    /// between blocks of `value`.
+    fn pad_constant(&self, d: usize, l: i64, r: i64, len: i64, value: f64) -> Result<Tensor> {
+        let n = self.shape()[d] as i64;
+        let start = (-l).max(0);
+        let kept = n - start - (-r).max(0);
+        if kept < 0 {
+            return Err(bad(
+                "pad",
+                format!("pads ({l}, {r}) remove more than dimension {d}'s {n} elements"),
+            ));
+        }
+        let core = self.narrow(d as isize, start as usize, kept as usize)?;
+        let block = |size: i64| -> Result<Tensor> {
+            let mut shape = self.shape().to_vec();
+            shape[d] = size as usize;
+            let t = Tensor::zeros(&shape[..], self.dtype(), self.device())?;
+            t.fill_(value)?;
+            Ok(t)
+        };
+        let mut parts = Vec::new();
+        if l > 0 {
+            parts.push(block(l)?);
+        }
+        parts.push(core);
+        if r > 0 {
+            parts.push(block(r)?);
+        }
+        debug_assert_eq!(parts.iter().map(|p| p.shape()[d] as i64).sum::<i64>(), len);
+        if parts.len() == 1 {
+            return Ok(parts.remove(0));
+        }
+        let refs: Vec<&Tensor> = parts.iter().collect();
+        Tensor::cat(&refs, d)
     }
 }

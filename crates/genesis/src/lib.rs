@@ -26,6 +26,7 @@ mod attention;
 pub mod autograd;
 pub mod backends;
 mod compose;
+pub use compose::PadMode;
 pub mod cpu;
 mod einsum;
 mod error;

@@ -363,6 +363,20 @@ fn reductions_views_and_selection() {
             }),
         ),
         (
+            "pad constant reflect replicate circular",
+            Box::new(|x| {
+                use genesis::PadMode::*;
+                let c = x.pad(&[1, -1, 2, 0], Constant, 0.5)?;
+                let r = x.pad(&[2, 1], Reflect, 0.0)?;
+                let p = x.pad(&[1, 2, 1, 0], Replicate, 0.0)?;
+                let q = x.pad(&[-1, 2], Circular, 0.0)?;
+                Ok(c.sum()?
+                    .add(&r.mul(&r)?.sum()?)?
+                    .add(&p.sin()?.sum()?)?
+                    .add(&q.exp()?.sum()?)?)
+            }),
+        ),
+        (
             "remainder fmod",
             Box::new(|x| {
                 let r = x.mul(3.0)?.remainder(&x.exp()?.add(0.25)?)?;

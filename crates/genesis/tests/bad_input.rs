@@ -342,6 +342,26 @@ fn shape_and_selection_ops() {
     s.err("hstack(none)", || Tensor::hstack(&[]));
     s.err("vstack(shapes)", || Tensor::vstack(&[&x, &t(&[5])]));
     s.err("aminmax(empty)", || t(&[0]).aminmax(None, false));
+    use genesis::PadMode::*;
+    for (name, pads, mode) in [
+        ("odd", vec![1i64], Constant),
+        ("too many pairs", vec![1; 8], Constant),
+        ("crop past the size", vec![-5, 0], Constant),
+        ("crop past both", vec![-2, -3], Constant),
+        ("huge", vec![i64::MAX, 1], Constant),
+        ("reflect past the size", vec![4, 0], Reflect),
+        ("circular twice around", vec![5, 0], Circular),
+        ("reflect 4 pairs", vec![1; 8], Reflect),
+    ] {
+        s.err(&format!("pad({name})"), || x.pad(&pads, mode, 0.0));
+    }
+    s.err("pad(reflect of 1-d)", || t(&[3]).pad(&[1, 1], Reflect, 0.0));
+    s.err("pad(replicate of bools)", || {
+        x.gt_scalar(0.0)?.pad(&[1, 1], Replicate, 0.0)
+    });
+    s.err("pad(int8 value 300)", || {
+        x.to_dtype(DType::I8)?.pad(&[1, 1], Constant, 300.0)
+    });
     // Integer divisions by zero, bitwise ops of floats, divisions of bools.
     let ints = idx(&[6, -7, 0], &[3]);
     let zero = idx(&[1, 0, 2], &[3]);

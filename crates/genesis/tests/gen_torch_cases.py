@@ -16,7 +16,7 @@ outer, diff, isclose, bincount). Needs PyTorch (the CPU build will do); only to 
 broadcast masks, unique_consecutive, repeat_interleave, mm, mv, dot, trace, addmm, baddbmm,
 einsum, kron, take_along_dim, index_add, index_copy, index_fill, floor_divide, div with
 rounding_mode="trunc", remainder, fmod, bitwise_and/or/xor, movedim, unbind, hstack, vstack,
-dstack, rot90, tensordot, aminmax, var_mean, std_mean, logaddexp, equal, clamp_.)
+dstack, rot90, tensordot, aminmax, var_mean, std_mean, logaddexp, equal, clamp_, F.pad.)
 
 The second set is held out (another seed), not looked at while fixing failures of the first.
 
@@ -1015,6 +1015,26 @@ def case_compose(G, op):
             y = y.to(r.choice(ALL))
         c["in"] = [enc(x), enc(y)]
         c.update(outcome(lambda: torch.tensor(torch.equal(x, y))))
+    elif op == "pad":
+        mode = r.choice(["constant", "constant", "reflect", "replicate", "circular"])
+        if mode != "constant":
+            rank = r.randint(2, 5)
+            sh = [r.randint(1, 4) for _ in range(rank)]
+            pairs = r.randint(max(1, rank - 2), min(3, rank - 1))
+            if r.random() < 0.1:
+                pairs = r.randint(1, 3)
+        else:
+            pairs = r.randint(0, rank) if r.random() < 0.95 else rank + 1
+        x = G.data(sh, dt, special=0.05)
+        pads = [r.choice([0, 1, 2, 3, -1]) for _ in range(2 * pairs)]
+        if r.random() < 0.03:
+            pads = pads + [1]
+        value = r.choice([0, 0, 1.5, -2])
+        c = {"op": op, "in": [enc(x)], "args": {"pads": pads, "mode": mode, "value": fmt(value)}}
+        if mode == "constant":
+            c.update(outcome(lambda: torch.nn.functional.pad(x, pads, mode, value)))
+        else:
+            c.update(outcome(lambda: torch.nn.functional.pad(x, pads, mode)))
     elif op == "clamp_":
         if dt == torch.bool:
             return None
@@ -1040,7 +1060,7 @@ MORE_FAMILIES = {
                              "bitwise_or", "bitwise_xor"]),
     "compose": (case_compose, ["movedim", "unbind", "hstack", "vstack", "dstack", "rot90",
                                "tensordot", "aminmax", "var_mean", "std_mean", "logaddexp",
-                               "equal", "clamp_"]),
+                               "equal", "clamp_", "pad"]),
 }
 
 

@@ -696,6 +696,19 @@ pub(crate) fn run(case: &Value, device: Device) -> genesis::Result<Vec<Tensor>> 
             .map(|(a, b)| vec![a, b])
         }
         "logaddexp" => one(x.logaddexp(&inputs[1])),
+        "pad" => {
+            let mode = match arg_str(case, "mode") {
+                "constant" => genesis::PadMode::Constant,
+                "reflect" => genesis::PadMode::Reflect,
+                "replicate" => genesis::PadMode::Replicate,
+                _ => genesis::PadMode::Circular,
+            };
+            one(x.pad(
+                &ints(&case["args"]["pads"]),
+                mode,
+                num(&case["args"]["value"]),
+            ))
+        }
         "equal" => {
             let e = x.equal(&inputs[1])?;
             one(Tensor::from_bools(&[e], [0usize; 0], Device::Cpu))

@@ -370,10 +370,12 @@ fn reductions_views_and_selection() {
                 let r = x.pad(&[2, 1], Reflect, 0.0)?;
                 let p = x.pad(&[1, 2, 1, 0], Replicate, 0.0)?;
                 let q = x.pad(&[-1, 2], Circular, 0.0)?;
-                Ok(c.sum()?
-                    .add(&r.mul(&r)?.sum()?)?
-                    .add(&p.sin()?.sum()?)?
-                    .add(&q.exp()?.sum()?)?)
+                c.sum()?.add(
+                    &r.mul(&r)?
+                        .sum()?
+                        .add(&p.sin()?.sum()?)?
+                        .add(&q.exp()?.sum()?)?,
+                )
             }),
         ),
         (

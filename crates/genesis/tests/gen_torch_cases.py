@@ -438,6 +438,15 @@ def case_misc(G, op):
     return finish(c)
 
 
+def arith_scalar_case(op, x, v, f):
+    """`f(x, v)` for a Python number `v`, as the `arith_scalar` case of `op`."""
+    enc_v = v if isinstance(v, bool) else (v if isinstance(v, int) else fmt(v))
+    c = {"op": "arith_scalar", "in": [enc(x)], "args": {"op": op, "scalar": enc_v,
+                                                       "kind": type(v).__name__}}
+    c.update(outcome(lambda: f(x, v)))
+    return c
+
+
 def case_arith(G, op):
     """Arithmetic with PyTorch's promotion: n-d and 0-d tensors, and Python scalars."""
     r = G.r
@@ -453,10 +462,7 @@ def case_arith(G, op):
             v = 2
         if op == "pow" and x.dtype == torch.bool and isinstance(v, bool):
             return None
-        enc_v = v if isinstance(v, bool) else (v if isinstance(v, int) else fmt(v))
-        c = {"op": "arith_scalar", "in": [enc(x)], "args": {"op": op, "scalar": enc_v,
-                                                           "kind": type(v).__name__}}
-        c.update(outcome(lambda: f(x, v)))
+        c = arith_scalar_case(op, x, v, f)
     else:
         ysh = [] if kind == "zero_d" else list(x.shape)[r.randint(0, x.dim()):]
         y = G.data(ysh, r.choice(ALL))
@@ -911,10 +917,7 @@ def case_intdiv(G, op):
     kind = r.choice(["tensor", "tensor", "zero_d", "scalar"])
     if kind == "scalar":
         v = r.choice([2, -3, 0, 1, 7, 0.5, -1.25, True, False, 3.0, -0.0])
-        enc_v = v if isinstance(v, bool) else (v if isinstance(v, int) else fmt(v))
-        c = {"op": "arith_scalar", "in": [enc(x)], "args": {"op": op, "scalar": enc_v,
-                                                           "kind": type(v).__name__}}
-        c.update(outcome(lambda: f(x, v)))
+        c = arith_scalar_case(op, x, v, f)
     else:
         ysh = [] if kind == "zero_d" else list(x.shape)[r.randint(0, x.dim()):]
         y = G.data(ysh, r.choice(pick), special=0.05)

@@ -1,4 +1,5 @@
-//! Seeded random tensors: `rand`, `randn`, `randint` and their `_like` forms.
+//! Seeded random tensors: `rand`, `randn`, `randint` and their `_like` forms, and sampling
+//! built on them: `randperm`, `multinomial`, `bernoulli`.
 
 use std::sync::Mutex;
 
@@ -201,7 +202,184 @@ impl Generator {
     }
 }
 
+impl Generator {
+    /// A random permutation of `0..n` (PyTorch's `randperm`) in `dtype` (an integer dtype that
+    /// holds `n - 1`, or a float one that holds it exactly) on `device`: the order that sorts
+    /// `n` uniform f64 keys (53 random bits each; a stable sort, so the rare tie keeps index
+    /// order).
+    #[track_caller]
+    pub fn randperm(&self, n: usize, dtype: DType, device: Device) -> Result<Tensor> {
+        let op = "randperm";
+        if n > 0 {
+            crate::args::checked_scalar(op, dtype, crate::ScalarValue::Int(n as i128 - 1))?;
+        }
+        if dtype == DType::Bool && n > 2 {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: format!("{n} values do not fit bool"),
+            });
+        }
+        let keys = self.rand([n], DType::F64, device)?;
+        keys.argsort(0, false)?.to_dtype(dtype)
+    }
+
+    /// `num_samples` category indices (int64) drawn from the weights `probs` (PyTorch's
+    /// `multinomial`): a vector of weights, or a matrix of one distribution a row (the result
+    /// then `[rows, num_samples]`). Weights need not sum to 1 but must be finite, non-negative
+    /// and not all zero in a row; a zero weight is never drawn. Without `replacement` each
+    /// category is drawn at most once (`num_samples` at most the row's non-zero weights).
+    /// Exact sampling by the Gumbel trick: the largest `log p - log(-log u)` over the
+    /// categories (its top `num_samples` without replacement) for uniform `u`, in f64; one
+    /// synchronisation checks the weights. Memory `rows x num_samples x categories` f64 with
+    /// replacement.
+    #[track_caller]
+    pub fn multinomial(
+        &self,
+        probs: &Tensor,
+        num_samples: usize,
+        replacement: bool,
+    ) -> Result<Tensor> {
+        let op = "multinomial";
+        let bad = |reason: String| Error::InvalidArgument { op, reason };
+        if !matches!(probs.dim(), 1 | 2) {
+            return Err(bad(format!(
+                "probabilities must be 1-D or 2-D, got shape {:?}",
+                probs.shape()
+            )));
+        }
+        if !probs.dtype().is_float() {
+            return Err(bad(format!(
+                "probabilities must be floats, not {}",
+                probs.dtype()
+            )));
+        }
+        if num_samples == 0 {
+            return Err(bad("cannot draw 0 samples".into()));
+        }
+        let p = probs.to_dtype(DType::F64)?;
+        let p2 = if p.dim() == 1 { p.unsqueeze(0)? } else { p };
+        let (rows, cats) = (p2.shape()[0], p2.shape()[1]);
+        if cats == 0 {
+            return Err(bad("no categories to draw from".into()));
+        }
+        if !replacement && num_samples > cats {
+            return Err(bad(format!(
+                "cannot draw {num_samples} samples from {cats} categories without replacement"
+            )));
+        }
+        if rows > 0 {
+            // Non-negative and finite, some weight in every row, enough non-zero ones.
+            let negative = p2
+                .lt_scalar(0.0)?
+                .logical_or(&p2.isfinite()?.logical_not()?)?
+                .any()?;
+            let nonzero = p2
+                .gt_scalar(0.0)?
+                .to_dtype(DType::I64)?
+                .sum_dim([1], false)?;
+            let least = nonzero.amin([0], false)?.item::<i64>()?;
+            if negative.item::<bool>()? {
+                return Err(bad(
+                    "probabilities must be finite and non-negative (found inf, NaN or < 0)".into(),
+                ));
+            }
+            if least == 0 {
+                return Err(bad("a row's probabilities are all zero".into()));
+            }
+            if !replacement && (least as usize) < num_samples {
+                return Err(bad(format!(
+                    "a row has {least} non-zero probabilities, fewer than the {num_samples} \
+                     samples to draw without replacement"
+                )));
+            }
+        }
+        let logp = p2.log()?;
+        let out = if replacement {
+            let u = self.rand([rows, num_samples, cats], DType::F64, p2.device())?;
+            let keys = logp.unsqueeze(1)?.sub(&u.log()?.neg()?.log()?)?;
+            keys.argmax_dim(2, false)?
+        } else {
+            let u = self.rand([rows, cats], DType::F64, p2.device())?;
+            let keys = logp.sub(&u.log()?.neg()?.log()?)?;
+            keys.topk(num_samples, 1, true, true)?.1
+        };
+        if probs.dim() == 1 {
+            out.squeeze(0)
+        } else {
+            Ok(out)
+        }
+    }
+
+    /// Zeros and ones (in `probs`' float dtype) drawn with the probabilities `probs` (PyTorch's
+    /// `bernoulli`): `1` where a uniform value lies below the probability. Probabilities must
+    /// lie in `[0, 1]`.
+    #[track_caller]
+    pub fn bernoulli(&self, probs: &Tensor) -> Result<Tensor> {
+        let op = "bernoulli";
+        if !probs.dtype().is_float() {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: format!("probabilities must be floats, not {}", probs.dtype()),
+            });
+        }
+        if probs.numel() > 0 {
+            let out_of_range = probs
+                .lt_scalar(0.0)?
+                .logical_or(&probs.gt_scalar(1.0)?)?
+                .logical_or(&probs.isnan()?)?
+                .any()?;
+            if out_of_range.item::<bool>()? {
+                return Err(Error::InvalidArgument {
+                    op,
+                    reason: "probabilities must lie in [0, 1]".into(),
+                });
+            }
+        }
+        let u = self.rand(probs.shape(), DType::F64, probs.device())?;
+        u.lt(&probs.to_dtype(DType::F64)?)?.to_dtype(probs.dtype())
+    }
+}
+
 impl Tensor {
+    /// A random permutation of `0..n` from the global generator (see [`Generator::randperm`]).
+    ///
+    /// ```
+    /// use genesis::{DType, Device, Tensor};
+    /// let p = Tensor::randperm(10, DType::I64, Device::Cpu)?;
+    /// let mut v = p.to_vec::<i64>()?;
+    /// v.sort();
+    /// assert_eq!(v, (0..10).collect::<Vec<i64>>());
+    /// # Ok::<(), genesis::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn randperm(n: usize, dtype: DType, device: Device) -> Result<Tensor> {
+        GLOBAL.randperm(n, dtype, device)
+    }
+
+    /// Category indices drawn from the weights in `self` with the global generator (see
+    /// [`Generator::multinomial`]).
+    ///
+    /// ```
+    /// use genesis::{tensor, Tensor};
+    /// let probs = tensor!([0.0f32, 0.3, 0.7])?;
+    /// let draws = probs.multinomial(1000, true)?.to_vec::<i64>()?;
+    /// assert!(draws.iter().all(|&k| k == 1 || k == 2));
+    /// let two = probs.multinomial(2, false)?.to_vec::<i64>()?;
+    /// assert!(two == [1, 2] || two == [2, 1]);
+    /// # Ok::<(), genesis::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn multinomial(&self, num_samples: usize, replacement: bool) -> Result<Tensor> {
+        GLOBAL.multinomial(self, num_samples, replacement)
+    }
+
+    /// Zeros and ones drawn with the probabilities in `self` with the global generator (see
+    /// [`Generator::bernoulli`]).
+    #[track_caller]
+    pub fn bernoulli(&self) -> Result<Tensor> {
+        GLOBAL.bernoulli(self)
+    }
+
     /// Uniform values in `[0, 1)` from the global generator (see [`Generator::rand`]).
     ///
     /// ```

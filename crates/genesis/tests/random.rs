@@ -199,3 +199,94 @@ fn integers_of_every_range_width_agree_across_devices() {
         }
     }
 }
+
+/// randperm gives permutations (the same on every device from one seed), multinomial draws
+/// each category about as often as its weight says (never a zero weight; without
+/// replacement, distinct categories), bernoulli's mean follows its probability; bad
+/// arguments are typed errors.
+#[test]
+fn sampling_randperm_multinomial_bernoulli() {
+    let _release = Release;
+    for dev in devices() {
+        for n in [0usize, 1, 2, 7, 1000, 5000] {
+            let g = Generator::new(11);
+            let p = g.randperm(n, DType::I64, dev).unwrap();
+            let mut v = p.to_vec::<i64>().unwrap();
+            let first = v.clone();
+            v.sort_unstable();
+            assert_eq!(
+                v,
+                (0..n as i64).collect::<Vec<_>>(),
+                "randperm({n}) on {dev}"
+            );
+            let again = Generator::new(11)
+                .randperm(n, DType::I64, Device::Cpu)
+                .unwrap();
+            assert_eq!(
+                again.to_vec::<i64>().unwrap(),
+                first,
+                "same seed, same permutation"
+            );
+        }
+        let w = [0.0f64, 1.0, 3.0, 0.0, 6.0];
+        let probs = Tensor::from_slice(&w, [5], dev).unwrap();
+        let g = Generator::new(5);
+        let n = 20_000usize;
+        let draws = g.multinomial(&probs, n, true).unwrap();
+        assert_eq!(draws.shape(), &[n]);
+        let mut counts = [0usize; 5];
+        for k in draws.to_vec::<i64>().unwrap() {
+            counts[k as usize] += 1;
+        }
+        assert_eq!(
+            (counts[0], counts[3]),
+            (0, 0),
+            "zero weights drawn on {dev}"
+        );
+        for (k, &c) in counts.iter().enumerate() {
+            let expect = n as f64 * w[k] / 10.0;
+            // Five standard deviations of a binomial count.
+            let sd = (n as f64 * w[k] / 10.0 * (1.0 - w[k] / 10.0)).sqrt();
+            assert!(
+                (c as f64 - expect).abs() <= 5.0 * sd + 1.0,
+                "category {k}: {c} draws, expected about {expect} on {dev}"
+            );
+        }
+        // Without replacement: distinct, non-zero categories, a row at a time.
+        let rows =
+            Tensor::from_slice(&[1.0f32, 0.0, 2.0, 3.0, 5.0, 5.0, 0.0, 1.0], [2, 4], dev).unwrap();
+        for _ in 0..20 {
+            let d = g.multinomial(&rows, 3, false).unwrap();
+            assert_eq!(d.shape(), &[2, 3]);
+            let v = d.to_vec::<i64>().unwrap();
+            for r in v.chunks(3) {
+                let mut s = r.to_vec();
+                s.sort_unstable();
+                s.dedup();
+                assert_eq!(s.len(), 3, "distinct draws {r:?}");
+            }
+            assert!(
+                !v[..3].contains(&1) && !v[3..].contains(&2),
+                "a zero weight drawn: {v:?}"
+            );
+        }
+        // Errors.
+        let bad = |t: &[f32]| Tensor::from_slice(t, [t.len()], dev).unwrap();
+        assert!(g.multinomial(&bad(&[0.0, 0.0]), 1, true).is_err());
+        assert!(g.multinomial(&bad(&[1.0, -1.0]), 1, true).is_err());
+        assert!(g.multinomial(&bad(&[1.0, f32::NAN]), 1, true).is_err());
+        assert!(g.multinomial(&bad(&[1.0, 0.0]), 2, false).is_err());
+        assert!(g.multinomial(&bad(&[1.0, 1.0]), 3, false).is_err());
+        assert!(g.multinomial(&bad(&[1.0, 1.0]), 0, true).is_err());
+        assert!(g.multinomial(&bad(&[]), 1, true).is_err());
+        // bernoulli: the mean follows the probability; out-of-range probabilities refused.
+        let probs = Tensor::full([20_000], 0.3f32, dev).unwrap();
+        let b = g.bernoulli(&probs).unwrap();
+        assert_eq!(b.dtype(), DType::F32);
+        let mean = b.to_vec::<f32>().unwrap().iter().sum::<f32>() / 20_000.0;
+        assert!((mean - 0.3).abs() < 0.02, "bernoulli mean {mean} on {dev}");
+        assert!(g.bernoulli(&bad(&[0.5, 1.5])).is_err());
+        assert!(g.bernoulli(&bad(&[f32::NAN])).is_err());
+        assert!(g.randperm(300, DType::U8, dev).is_err());
+    }
+}

@@ -1,6 +1,7 @@
 //! PyTorch conveniences built from the facade's ops (so they run on every device and are
 //! differentiable): `movedim`, `swapaxes`, `unbind`, `hstack`/`vstack`/`dstack`, `rot90`,
-//! `tensordot`, `aminmax`, `var_mean`/`std_mean`, `logaddexp`, `equal`, `clamp_`, `pad`.
+//! `tensordot`, `aminmax`, `var_mean`/`std_mean`, `logaddexp`, `equal`, `clamp_`, `pad`,
+//! `normalize`, `cosine_similarity`, `searchsorted`, `bucketize`, `triu_indices`, `tril_indices`.
 
 use crate::args::{Dim, Dims, Scalar, wrap_dim};
 use crate::{DType, Error, Result, Tensor};
@@ -508,5 +509,130 @@ impl Tensor {
         }
         let refs: Vec<&Tensor> = parts.iter().collect();
         Tensor::cat(&refs, d)
+    }
+
+    /// `self` divided by its `p`-norm along `dim`, the norm at least `eps` (PyTorch's
+    /// `F.normalize(x, p, dim, eps)`; float dtypes).
+    #[track_caller]
+    pub fn normalize(&self, p: f64, dim: impl Dim, eps: f64) -> Result<Tensor> {
+        let norm = self.vector_norm(p, [dim.to_dim()], true)?.clamp_min(eps)?;
+        self.div(&norm)
+    }
+
+    /// The cosine of the angle between `self` and `other` along `dim`, broadcasting (PyTorch's
+    /// `F.cosine_similarity`): each divided by its 2-norm (at least `eps`), the products summed.
+    #[track_caller]
+    pub fn cosine_similarity(&self, other: &Tensor, dim: impl Dim, eps: f64) -> Result<Tensor> {
+        let d = dim.to_dim();
+        let shape = crate::broadcast_shape("cosine_similarity", self.shape(), other.shape())?;
+        let spread: Vec<isize> = shape.iter().map(|&n| n as isize).collect();
+        let (a, b) = (self.expand(&spread[..])?, other.expand(&spread[..])?);
+        let na = a.vector_norm(2.0, [d], true)?.clamp_min(eps)?;
+        let nb = b.vector_norm(2.0, [d], true)?.clamp_min(eps)?;
+        a.div(&na)?.mul(&b.div(&nb)?)?.sum_dim([d], false)
+    }
+
+    /// For each of `values`, the index where it would go in `sorted` to keep it sorted
+    /// (PyTorch's `searchsorted`): the count of elements below it (with `right`, at or below
+    /// it), int64. `sorted` is 1-D, or has `values`' leading dimensions with the sorted runs
+    /// last. Computed by comparing every value with its run (memory `values x run length`
+    /// bools), on any device; NaNs count as larger than every number.
+    #[track_caller]
+    pub fn searchsorted(sorted: &Tensor, values: &Tensor, right: bool) -> Result<Tensor> {
+        let op = "searchsorted";
+        if sorted.dim() == 0 {
+            return Err(bad(
+                op,
+                "the sorted sequence must have at least one dimension",
+            ));
+        }
+        let lead = &sorted.shape()[..sorted.dim() - 1];
+        if sorted.dim() > 1 && (values.dim() == 0 || &values.shape()[..values.dim() - 1] != lead) {
+            return Err(bad(
+                op,
+                format!(
+                    "a sorted sequence of shape {:?} needs values with the leading dimensions \
+                     {lead:?}, got {:?}",
+                    sorted.shape(),
+                    values.shape()
+                ),
+            ));
+        }
+        // [..., values, 1] against [..., 1, run]: how many of the run are below (or at).
+        let v = values.unsqueeze(-1)?;
+        let s = sorted.unsqueeze(-2)?;
+        let below = if right { s.le(&v)? } else { s.lt(&v)? };
+        // A NaN value goes after every number: count the whole run.
+        let nan = v.isnan()?;
+        let below = below.logical_or(&nan)?;
+        // The result has the values' shape (a 0-d value gives a 0-d index).
+        below
+            .to_dtype(DType::I64)?
+            .sum_dim([-1], false)?
+            .reshape(values.shape())
+    }
+
+    /// The bucket of each element of `self` among `boundaries` (1-D, sorted; PyTorch's
+    /// `bucketize`): [`Tensor::searchsorted`] of `self` in `boundaries`.
+    #[track_caller]
+    pub fn bucketize(&self, boundaries: &Tensor, right: bool) -> Result<Tensor> {
+        if boundaries.dim() != 1 {
+            return Err(bad(
+                "bucketize",
+                format!("boundaries must be 1-D, got shape {:?}", boundaries.shape()),
+            ));
+        }
+        Tensor::searchsorted(boundaries, self, right)
+    }
+
+    /// The (row, column) indices of the upper triangle of a `rows x cols` matrix from the
+    /// diagonal `offset` on (PyTorch's `triu_indices`): a `[2, n]` int64 tensor, row-major.
+    #[track_caller]
+    pub fn triu_indices(
+        rows: usize,
+        cols: usize,
+        offset: i64,
+        device: crate::Device,
+    ) -> Result<Tensor> {
+        Tensor::triangle_indices(rows, cols, |r, c| c - r >= offset, device)
+    }
+
+    /// The (row, column) indices of the lower triangle up to the diagonal `offset` (PyTorch's
+    /// `tril_indices`).
+    #[track_caller]
+    pub fn tril_indices(
+        rows: usize,
+        cols: usize,
+        offset: i64,
+        device: crate::Device,
+    ) -> Result<Tensor> {
+        Tensor::triangle_indices(rows, cols, |r, c| c - r <= offset, device)
+    }
+
+    fn triangle_indices(
+        rows: usize,
+        cols: usize,
+        keep: impl Fn(i64, i64) -> bool,
+        device: crate::Device,
+    ) -> Result<Tensor> {
+        let (mut rs, mut cs) = (Vec::new(), Vec::new());
+        // Walked on the host: past 2^28 positions it is refused rather than left to run.
+        let n = rows
+            .checked_mul(cols)
+            .filter(|&n| n <= 1 << 28)
+            .ok_or_else(|| bad("triangle indices", format!("{rows} x {cols} is too large")))?;
+        rs.try_reserve(n.min(1 << 24))
+            .map_err(|_| bad("triangle indices", "out of host memory"))?;
+        for r in 0..rows as i64 {
+            for c in 0..cols as i64 {
+                if keep(r, c) {
+                    rs.push(r);
+                    cs.push(c);
+                }
+            }
+        }
+        let k = rs.len();
+        rs.extend(cs);
+        Tensor::from_slice(&rs, [2, k], crate::Device::Cpu)?.to(device)
     }
 }

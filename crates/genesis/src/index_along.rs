@@ -304,8 +304,9 @@ impl Tensor {
         let op = Kind::Fill.name(false);
         let (dim, index) = self.along_index(op, Kind::Fill, dim.to_dim(), index)?;
         let fill = crate::args::checked_scalar(op, self.dtype(), value.value())?;
-        if self.numel() == 0 {
-            // Nothing to fill: PyTorch reads no index value.
+        if self.numel() == 0 && (self.dim() == 0 || self.shape()[dim] > 0 || index.numel() == 0) {
+            // Nothing to fill: PyTorch reads no index value (but an index into an empty
+            // dimension is out of range).
             return self.deep_clone();
         }
         let fill = Tensor::from_storage(fill.to_device(self.device())?, &[])?;
@@ -331,7 +332,7 @@ impl Tensor {
         let (dim, index) = self.along_index(op, Kind::Fill, d, index)?;
         // Checked here too, so that a refused value is reported as this op's.
         crate::args::checked_scalar(op, self.dtype(), value.value())?;
-        if self.numel() == 0 {
+        if self.numel() == 0 && (self.dim() == 0 || self.shape()[dim] > 0 || index.numel() == 0) {
             return Ok(());
         }
         let target = if self.dim() == 0 {

@@ -379,6 +379,14 @@ fn reductions_views_and_selection() {
             }),
         ),
         (
+            "normalize cosine_similarity",
+            Box::new(|x| {
+                let n = x.normalize(2.0, 1, 1e-12)?;
+                let c = x.cosine_similarity(&x.exp()?, -1, 1e-8)?;
+                n.sum_dim([2], false)?.mul(&c)
+            }),
+        ),
+        (
             "remainder fmod",
             Box::new(|x| {
                 let r = x.mul(3.0)?.remainder(&x.exp()?.add(0.25)?)?;

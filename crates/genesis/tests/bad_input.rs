@@ -342,6 +342,21 @@ fn shape_and_selection_ops() {
     s.err("hstack(none)", || Tensor::hstack(&[]));
     s.err("vstack(shapes)", || Tensor::vstack(&[&x, &t(&[5])]));
     s.err("aminmax(empty)", || t(&[0]).aminmax(None, false));
+    s.err("searchsorted(0-d sequence)", || {
+        Tensor::searchsorted(&scalar, &x, false)
+    });
+    s.err("searchsorted(leading dims)", || {
+        Tensor::searchsorted(&t(&[2, 3]), &t(&[3, 2]), false)
+    });
+    s.err("bucketize(2-d boundaries)", || {
+        x.bucketize(&t(&[2, 2]), false)
+    });
+    s.err("triu_indices(too large)", || {
+        Tensor::triu_indices(1 << 20, 1 << 20, 0, CPU)
+    });
+    s.err("tril_indices(overflow)", || {
+        Tensor::tril_indices(usize::MAX, 2, 0, CPU)
+    });
     use genesis::PadMode::*;
     for (name, pads, mode) in [
         ("odd", vec![1i64], Constant),

@@ -16,7 +16,8 @@ outer, diff, isclose, bincount). Needs PyTorch (the CPU build will do); only to 
 broadcast masks, unique_consecutive, repeat_interleave, mm, mv, dot, trace, addmm, baddbmm,
 einsum, kron, take_along_dim, index_add, index_copy, index_fill, floor_divide, div with
 rounding_mode="trunc", remainder, fmod, bitwise_and/or/xor, movedim, unbind, hstack, vstack,
-dstack, rot90, tensordot, aminmax, var_mean, std_mean, logaddexp, equal, clamp_, F.pad.)
+dstack, rot90, tensordot, aminmax, var_mean, std_mean, logaddexp, equal, clamp_, F.pad,
+F.normalize, F.cosine_similarity, searchsorted, bucketize, triu_indices, tril_indices.)
 
 The second set is held out (another seed), not looked at while fixing failures of the first.
 
@@ -1038,6 +1039,42 @@ def case_compose(G, op):
             c.update(outcome(lambda: torch.nn.functional.pad(x, pads, mode, value)))
         else:
             c.update(outcome(lambda: torch.nn.functional.pad(x, pads, mode)))
+    elif op in ("normalize", "cosine_similarity"):
+        dt = r.choice(FLOATS)
+        x = G.data(sh, dt, special=0.0)
+        if rank == 0:
+            return None
+        d = G.dim(rank)
+        eps = r.choice([1e-12, 1e-8, 0.5])
+        if op == "normalize":
+            pn = r.choice([2.0, 1.0, 3.0, float("inf")])
+            c = {"op": op, "in": [enc(x)], "args": {"p": fmt(pn), "dim": d, "eps": fmt(eps)}}
+            c.update(outcome(lambda: torch.nn.functional.normalize(x, pn, d, eps)))
+        else:
+            y = G.data(list(sh)[r.randint(0, rank):] if r.random() < 0.3 else sh, dt, special=0.0)
+            c = {"op": op, "in": [enc(x), enc(y)], "args": {"dim": d, "eps": fmt(eps)}}
+            c.update(outcome(lambda: torch.nn.functional.cosine_similarity(x, y, d, eps)))
+        return finish(c, True)
+    elif op in ("searchsorted", "bucketize"):
+        dt = r.choice([torch.float32, torch.float64, torch.int32, torch.int64])
+        right = r.random() < 0.5
+        if op == "bucketize" or r.random() < 0.7:
+            seq = torch.sort(G.data([r.randint(0, 6)], dt, special=0.0)).values
+            vals = G.data(sh, dt, special=0.0)
+        else:
+            lead = [r.randint(1, 3) for _ in range(r.randint(1, 2))]
+            seq = torch.sort(G.data(lead + [r.randint(1, 5)], dt, special=0.0), dim=-1).values
+            vals = G.data(lead + [r.randint(0, 4)], dt, special=0.0)
+        c = {"op": op, "in": [enc(seq), enc(vals)], "args": {"right": right}}
+        if op == "searchsorted":
+            c.update(outcome(lambda: torch.searchsorted(seq, vals, right=right)))
+        else:
+            c.update(outcome(lambda: torch.bucketize(vals, seq, right=right)))
+    elif op in ("triu_indices", "tril_indices"):
+        rows, cols, off = r.randint(0, 5), r.randint(0, 5), r.randint(-4, 4)
+        c = {"op": op, "in": [], "args": {"rows": rows, "cols": cols, "offset": off}}
+        f = getattr(torch, op)
+        c.update(outcome(lambda: f(rows, cols, off)))
     elif op == "clamp_":
         if dt == torch.bool:
             return None
@@ -1063,7 +1100,8 @@ MORE_FAMILIES = {
                              "bitwise_or", "bitwise_xor"]),
     "compose": (case_compose, ["movedim", "unbind", "hstack", "vstack", "dstack", "rot90",
                                "tensordot", "aminmax", "var_mean", "std_mean", "logaddexp",
-                               "equal", "clamp_", "pad"]),
+                               "equal", "clamp_", "pad", "normalize", "cosine_similarity",
+                               "searchsorted", "bucketize", "triu_indices", "tril_indices"]),
 }
 
 

@@ -696,6 +696,16 @@ pub(crate) fn run(case: &Value, device: Device) -> genesis::Result<Vec<Tensor>> 
             .map(|(a, b)| vec![a, b])
         }
         "logaddexp" => one(x.logaddexp(&inputs[1])),
+        "normalize" => one(x.normalize(
+            num(&case["args"]["p"]),
+            arg_i(case, "dim"),
+            num(&case["args"]["eps"]),
+        )),
+        "cosine_similarity" => {
+            one(x.cosine_similarity(&inputs[1], arg_i(case, "dim"), num(&case["args"]["eps"])))
+        }
+        "searchsorted" => one(Tensor::searchsorted(x, &inputs[1], arg_bool(case, "right"))),
+        "bucketize" => one(inputs[1].bucketize(x, arg_bool(case, "right"))),
         "pad" => {
             let mode = match arg_str(case, "mode") {
                 "constant" => genesis::PadMode::Constant,
@@ -934,6 +944,18 @@ fn create(case: &Value, device: Device) -> Option<genesis::Result<Tensor>> {
     let dt = || dtype(a["dtype"].as_str().expect("dtype"));
     Some(match case["op"].as_str()? {
         "arange" => Tensor::arange(f("start"), f("end"), f("step"), dt(), device),
+        "triu_indices" | "tril_indices" => {
+            let (r, c, o) = (
+                int(&a["rows"]) as usize,
+                int(&a["cols"]) as usize,
+                int(&a["offset"]),
+            );
+            if case["op"] == "triu_indices" {
+                Tensor::triu_indices(r, c, o, device)
+            } else {
+                Tensor::tril_indices(r, c, o, device)
+            }
+        }
         "linspace" => Tensor::linspace(
             f("start"),
             f("end"),

@@ -3,7 +3,8 @@
 // What is here:
 //   * `<op>_<T>`: the binary ops (add, sub, mul, maximum, minimum, pow, floor_divide,
 //     trunc_divide, remainder, fmod for f64, f32, f16, bf16, i32, i64; div for the float
-//     types; bitwise_and/or/xor for i32, i64) over contiguous operands of equal length.
+//     types, and atan2, hypot; bitwise_and/or/xor for i32, i64) over contiguous operands of
+//     equal length.
 //   * `<op>_nd_<T>`: the same ops over operands read in place through their layouts: each
 //     operand has a stride per output dimension (0 for a broadcast dimension, any other value
 //     for a strided view), and the right operand may instead be a scalar kernel argument. The
@@ -163,6 +164,16 @@ struct OpFmod {
         if (y == 0 || y == -1) return 0;
         return x % y;
     }
+};
+// atan2 and hypot: CUDA's (atan2f 2 ulp, hypotf 3 ulp; the CPU twins' within 1), so the twins
+// agree within 4 ulp of the result type, as pow's.
+struct OpAtan2 {
+    static __device__ __forceinline__ float f(float x, float y) { return atan2f(x, y); }
+    static __device__ __forceinline__ double f(double x, double y) { return atan2(x, y); }
+};
+struct OpHypot {
+    static __device__ __forceinline__ float f(float x, float y) { return hypotf(x, y); }
+    static __device__ __forceinline__ double f(double x, double y) { return hypot(x, y); }
 };
 struct OpAnd {
     template <typename U> static __device__ __forceinline__ U u(U x, U y) { return x & y; }
@@ -952,6 +963,16 @@ GX_BINARY(pow, OpPow, f16, __half)
 GX_BINARY(pow, OpPow, bf16, __nv_bfloat16)
 GX_BINARY(pow, OpPow, i32, int32_t)
 GX_BINARY(pow, OpPow, i64, int64_t)
+
+// atan2 and hypot: the float types only.
+GX_BINARY(atan2, OpAtan2, f64, double)
+GX_BINARY(atan2, OpAtan2, f32, float)
+GX_BINARY(atan2, OpAtan2, f16, __half)
+GX_BINARY(atan2, OpAtan2, bf16, __nv_bfloat16)
+GX_BINARY(hypot, OpHypot, f64, double)
+GX_BINARY(hypot, OpHypot, f32, float)
+GX_BINARY(hypot, OpHypot, f16, __half)
+GX_BINARY(hypot, OpHypot, bf16, __nv_bfloat16)
 
 // Bitwise ops: integers only (bools compute as int32).
 GX_BINARY(bitwise_and, OpAnd, i32, int32_t)

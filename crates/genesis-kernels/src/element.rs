@@ -60,11 +60,16 @@ pub enum BinaryOp {
     BitwiseOr,
     /// `a ^ b` (integers only).
     BitwiseXor,
+    /// The angle of the point `(b, a)`, in `(-pi, pi]` (C's `atan2(a, b)`; floats, integers
+    /// computed as float32 as PyTorch's).
+    Atan2,
+    /// `sqrt(a^2 + b^2)` without overflow or underflow in between (C's `hypot`; floats).
+    Hypot,
 }
 
 impl BinaryOp {
     /// Every operation, for tests and dispatch tables.
-    pub const ALL: [BinaryOp; 14] = [
+    pub const ALL: [BinaryOp; 16] = [
         BinaryOp::Add,
         BinaryOp::Sub,
         BinaryOp::Mul,
@@ -79,11 +84,13 @@ impl BinaryOp {
         BinaryOp::BitwiseAnd,
         BinaryOp::BitwiseOr,
         BinaryOp::BitwiseXor,
+        BinaryOp::Atan2,
+        BinaryOp::Hypot,
     ];
 
     /// Whether only the floating types support the operation (true division).
     pub const fn float_only(self) -> bool {
-        matches!(self, BinaryOp::Div)
+        matches!(self, BinaryOp::Div | BinaryOp::Atan2 | BinaryOp::Hypot)
     }
 
     /// Whether only the integer types support the operation (the bitwise ones).
@@ -104,9 +111,10 @@ impl BinaryOp {
 
     /// Whether the GPU kernel and the CPU twin give identical bits: all but `pow`, which uses
     /// CUDA's `powf` on the GPU and Rust's on the CPU (both within 2 ulp, so the twins agree
-    /// within 4 ulp of the result type). Integer `pow` is exact on both.
+    /// within 4 ulp of the result type), and `atan2` and `hypot` (CUDA's within 2 and 3 ulp,
+    /// Rust's within 1: also 4). Integer `pow` is exact on both.
     pub const fn exact_twin(self) -> bool {
-        !matches!(self, BinaryOp::Pow)
+        !matches!(self, BinaryOp::Pow | BinaryOp::Atan2 | BinaryOp::Hypot)
     }
 
     /// The operation's name (`"add"`), also the prefix of its kernels.
@@ -126,6 +134,8 @@ impl BinaryOp {
             BinaryOp::BitwiseAnd => "bitwise_and",
             BinaryOp::BitwiseOr => "bitwise_or",
             BinaryOp::BitwiseXor => "bitwise_xor",
+            BinaryOp::Atan2 => "atan2",
+            BinaryOp::Hypot => "hypot",
         }
     }
 }
@@ -326,6 +336,8 @@ macro_rules! float_ops {
                 BinaryOp::Fmod => x % y,
                 // Not defined for floats (the launchers refuse them).
                 BinaryOp::BitwiseAnd | BinaryOp::BitwiseOr | BinaryOp::BitwiseXor => <$t>::NAN,
+                BinaryOp::Atan2 => x.atan2(y),
+                BinaryOp::Hypot => x.hypot(y),
             }
         }
     };
@@ -369,6 +381,8 @@ macro_rules! float_element {
                     BinaryOp::TruncDivide => concat!("trunc_divide_", $name),
                     BinaryOp::Remainder => concat!("remainder_", $name),
                     BinaryOp::Fmod => concat!("fmod_", $name),
+                    BinaryOp::Atan2 => concat!("atan2_", $name),
+                    BinaryOp::Hypot => concat!("hypot_", $name),
                     BinaryOp::BitwiseAnd | BinaryOp::BitwiseOr | BinaryOp::BitwiseXor => {
                         return None;
                     }
@@ -497,6 +511,7 @@ macro_rules! int_element {
                     BinaryOp::BitwiseAnd => concat!("bitwise_and_", $name),
                     BinaryOp::BitwiseOr => concat!("bitwise_or_", $name),
                     BinaryOp::BitwiseXor => concat!("bitwise_xor_", $name),
+                    BinaryOp::Atan2 | BinaryOp::Hypot => return None,
                 })
             }
             fn compare_kernel(op: CompareOp) -> &'static str {
@@ -563,6 +578,8 @@ macro_rules! int_element {
                     BinaryOp::BitwiseAnd => a & b,
                     BinaryOp::BitwiseOr => a | b,
                     BinaryOp::BitwiseXor => a ^ b,
+                    // Float-only (integers are converted first).
+                    BinaryOp::Atan2 | BinaryOp::Hypot => 0,
                 }
             }
             #[inline]
@@ -643,6 +660,8 @@ impl Element for f64 {
             BinaryOp::TruncDivide => "trunc_divide_f64",
             BinaryOp::Remainder => "remainder_f64",
             BinaryOp::Fmod => "fmod_f64",
+            BinaryOp::Atan2 => "atan2_f64",
+            BinaryOp::Hypot => "hypot_f64",
             BinaryOp::BitwiseAnd | BinaryOp::BitwiseOr | BinaryOp::BitwiseXor => return None,
         })
     }

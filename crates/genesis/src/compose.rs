@@ -444,9 +444,10 @@ impl Tensor {
             x = match mode {
                 PadMode::Constant => x1.pad_constant(d, l, r, len, value)?,
                 _ => {
+                    // Reflect and replicate (PyTorch's kernels) leave the dimension non-empty.
                     let ok = match mode {
-                        PadMode::Reflect => n > 0 && l < n && r < n,
-                        PadMode::Replicate => n > 0 || (l <= 0 && r <= 0),
+                        PadMode::Reflect => len > 0 && n > 0 && l < n && r < n,
+                        PadMode::Replicate => len > 0 && (n > 0 || (l <= 0 && r <= 0)),
                         _ => l <= n && r <= n,
                     };
                     if !ok {

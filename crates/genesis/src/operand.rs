@@ -169,6 +169,23 @@ impl Tensor {
         self.binary_operand(BinaryOp::Fmod, other.operand())
     }
 
+    /// Elementwise `atan2(self, other)`: the angle of the point `(other, self)` in `(-pi, pi]`,
+    /// broadcasting (PyTorch's `atan2`); integers and bools compute in float32. Within 2 ulp
+    /// on the GPU (CUDA's `atan2f`), 1 on the CPU. Differentiable.
+    #[track_caller]
+    pub fn atan2(&self, other: impl Operand) -> Result<Tensor> {
+        self.binary_operand(BinaryOp::Atan2, other.operand())
+    }
+
+    /// Elementwise `sqrt(self^2 + other^2)` without overflow or underflow in between,
+    /// broadcasting (PyTorch's `hypot`); float dtypes (integers and bools are refused, as
+    /// PyTorch's). Within 3 ulp on the GPU (CUDA's
+    /// `hypotf`), 1 on the CPU. Differentiable.
+    #[track_caller]
+    pub fn hypot(&self, other: impl Operand) -> Result<Tensor> {
+        self.binary_operand(BinaryOp::Hypot, other.operand())
+    }
+
     /// Elementwise `self & other` of integers or bools (PyTorch's `bitwise_and`, the `&`
     /// operator), broadcasting, in the promoted dtype; floats are refused.
     #[track_caller]
@@ -665,7 +682,8 @@ impl Tensor {
             }))
         };
         match op {
-            BinaryOp::Div => Ok(div_type(r)),
+            BinaryOp::Hypot if !r.is_float() => refuse(r),
+            BinaryOp::Div | BinaryOp::Atan2 | BinaryOp::Hypot => Ok(div_type(r)),
             _ if op.divides() && r == DType::Bool => refuse(r),
             _ if op.int_only() && r.is_float() => refuse(r),
             BinaryOp::Sub if bool_operand => Err(Error::InvalidArgument {

@@ -387,6 +387,15 @@ fn reductions_views_and_selection() {
             }),
         ),
         (
+            "atan2 hypot",
+            Box::new(|x| {
+                let a = x.atan2(&x.cos()?.add(0.5)?)?;
+                a.add(&x.hypot(&x.exp()?)?)?
+                    .add(&x.atan2(0.7)?)?
+                    .add(&x.hypot(-1.5)?)
+            }),
+        ),
+        (
             "remainder fmod",
             Box::new(|x| {
                 let r = x.mul(3.0)?.remainder(&x.exp()?.add(0.25)?)?;

@@ -401,6 +401,8 @@ fn shape_and_selection_ops() {
             "remainder of bools",
             ints.gt_scalar(0).and_then(|b| b.remainder(true)),
         ),
+        ("hypot of integers", ints.hypot(&zero)),
+        ("atan2 shapes", x.atan2(&t(&[5]))),
     ] {
         s.err(name, || r);
     }

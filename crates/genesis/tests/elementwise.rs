@@ -67,6 +67,8 @@ fn reference(op: BinaryOp, x: f64, y: f64) -> f64 {
         BinaryOp::Maximum => x.max(y),
         BinaryOp::Minimum => x.min(y),
         BinaryOp::Pow => x.powf(y),
+        BinaryOp::Atan2 => x.atan2(y),
+        BinaryOp::Hypot => x.hypot(y),
         // Covered by the PyTorch corpus (integer zero divisors are errors there).
         _ => unreachable!("{} is not in these tests", op.name()),
     }

@@ -191,7 +191,7 @@ fn binary_ops_match_the_cpu() {
     let Some(dev) = gpu() else { return };
     for (what, [(ac, ag), (bc, bg)]) in operand_pairs(dev) {
         for op in BinaryOp::ALL.into_iter().filter(|op| !op.int_only()) {
-            let tol = if op == BinaryOp::Pow { 4 } else { 0 };
+            let tol = if op.exact_twin() { 0 } else { 4 };
             let name = format!("{} {what}", op.name());
             same(
                 &name,

@@ -15,7 +15,7 @@ outer, diff, isclose, bincount). Needs PyTorch (the CPU build will do); only to 
 (`--more`: cross_entropy, layer_norm and rms_norm in every float dtype, masked_select with
 broadcast masks, unique_consecutive, repeat_interleave, mm, mv, dot, trace, addmm, baddbmm,
 einsum, kron, take_along_dim, index_add, index_copy, index_fill, floor_divide, div with
-rounding_mode="trunc", remainder, fmod, bitwise_and/or/xor, movedim, unbind, hstack, vstack,
+rounding_mode="trunc", remainder, fmod, bitwise_and/or/xor, atan2, hypot, movedim, unbind, hstack, vstack,
 dstack, rot90, tensordot, aminmax, var_mean, std_mean, logaddexp, equal, clamp_, F.pad,
 F.normalize, F.cosine_similarity, searchsorted, bucketize, triu_indices, tril_indices.)
 
@@ -911,11 +911,14 @@ def case_intdiv(G, op):
          "div_trunc": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
          "remainder": torch.remainder, "fmod": torch.fmod,
          "bitwise_and": torch.bitwise_and, "bitwise_or": torch.bitwise_or,
-         "bitwise_xor": torch.bitwise_xor}[op]
+         "bitwise_xor": torch.bitwise_xor, "atan2": torch.atan2, "hypot": torch.hypot}[op]
     bitwise = op.startswith("bitwise")
     pick = (INTS + [torch.bool] if r.random() < 0.9 else ALL) if bitwise else ALL
+    if op in ("atan2", "hypot") and r.random() < 0.8:
+        pick = FLOATS
     x = G.data(G.shape(min_rank=1) if r.random() < 0.8 else [], r.choice(pick), special=0.05)
-    kind = r.choice(["tensor", "tensor", "zero_d", "scalar"])
+    # PyTorch's atan2 and hypot take no Python number.
+    kind = r.choice(["tensor", "tensor", "zero_d"] + ([] if op in ("atan2", "hypot") else ["scalar"]))
     if kind == "scalar":
         v = r.choice([2, -3, 0, 1, 7, 0.5, -1.25, True, False, 3.0, -0.0])
         c = arith_scalar_case(op, x, v, f)
@@ -1034,6 +1037,13 @@ def case_compose(G, op):
         if r.random() < 0.03:
             pads = pads + [1]
         value = r.choice([0, 0, 1.5, -2])
+        if mode == "circular":
+            for k in range(len(pads) // 2):
+                lo, hi = pads[2 * k], pads[2 * k + 1]
+                kept = sh[len(sh) - 1 - k] + min(lo, 0) + min(hi, 0)
+                if (lo < 0 or hi < 0) and max(lo, hi) > kept:
+                    # PyTorch copies the wrap from the output it is writing (aliasing).
+                    return None
         c = {"op": op, "in": [enc(x)], "args": {"pads": pads, "mode": mode, "value": fmt(value)}}
         if mode == "constant":
             c.update(outcome(lambda: torch.nn.functional.pad(x, pads, mode, value)))
@@ -1097,7 +1107,7 @@ MORE_FAMILIES = {
     "combine": (case_combine, ["kron", "take_along_dim"]),
     "along": (case_along_index, ["index_add", "index_copy", "index_fill"]),
     "intdiv": (case_intdiv, ["floor_divide", "div_trunc", "remainder", "fmod", "bitwise_and",
-                             "bitwise_or", "bitwise_xor"]),
+                             "bitwise_or", "bitwise_xor", "atan2", "hypot"]),
     "compose": (case_compose, ["movedim", "unbind", "hstack", "vstack", "dstack", "rot90",
                                "tensordot", "aminmax", "var_mean", "std_mean", "logaddexp",
                                "equal", "clamp_", "pad", "normalize", "cosine_similarity",

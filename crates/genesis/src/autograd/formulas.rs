@@ -256,6 +256,31 @@ pub(crate) fn binary(
             };
             (Some(g.clone()), gb)
         }
+        // atan2(a, b): d/da = b / (a^2 + b^2), d/db = -a / (a^2 + b^2).
+        BinaryOp::Atan2 => {
+            let (ga, gb) = match b {
+                Operand2::Tensor(b) => {
+                    let r2 = a.mul(a)?.add(&b.mul(b)?)?;
+                    let gb = needs[1].then(|| g.mul(a)?.div(&r2)?.neg()).transpose()?;
+                    (g.mul(b)?.div(&r2)?, gb)
+                }
+                Operand2::Scalar(s) => (g.mul(s)?.div(&a.mul(a)?.add(s * s)?)?, None),
+            };
+            (Some(ga), gb)
+        }
+        // hypot(a, b): d/da = a / h, d/db = b / h, h recomputed (the callers save the output
+        // for pow and div only).
+        BinaryOp::Hypot => {
+            let h = match b {
+                Operand2::Tensor(b) => a.hypot(b)?,
+                Operand2::Scalar(s) => a.hypot(s)?,
+            };
+            let gb = match b {
+                Operand2::Tensor(b) if needs[1] => Some(g.mul(b)?.div(&h)?),
+                _ => None,
+            };
+            (Some(g.mul(a)?.div(&h)?), gb)
+        }
         // Piecewise constant (and the bitwise ops are of integers): zero, as PyTorch's.
         BinaryOp::FloorDivide
         | BinaryOp::TruncDivide

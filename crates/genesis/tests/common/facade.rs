@@ -554,6 +554,8 @@ pub(crate) fn run(case: &Value, device: Device) -> genesis::Result<Vec<Tensor>> 
                         "bitwise_and" => x.bitwise_and($y),
                         "bitwise_or" => x.bitwise_or($y),
                         "bitwise_xor" => x.bitwise_xor($y),
+                        "atan2" => x.atan2($y),
+                        "hypot" => x.hypot($y),
                         o => panic!("unknown arithmetic {o}"),
                     }
                 };

@@ -489,12 +489,12 @@ impl Tensor {
             ));
         }
         let core = self.narrow(d as isize, start as usize, kept as usize)?;
+        // The pads read one converted value through a broadcast (stride 0) view.
+        let fill = self.scalar_tensor_like("pad", crate::ScalarValue::Float(value))?;
         let block = |size: i64| -> Result<Tensor> {
-            let mut shape = self.shape().to_vec();
-            shape[d] = size as usize;
-            let t = Tensor::zeros(&shape[..], self.dtype(), self.device())?;
-            t.fill_(value)?;
-            Ok(t)
+            let mut shape: Vec<isize> = self.shape().iter().map(|&n| n as isize).collect();
+            shape[d] = size as isize;
+            fill.expand(shape)
         };
         let mut parts = Vec::new();
         if l > 0 {

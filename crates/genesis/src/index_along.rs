@@ -301,23 +301,13 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn index_fill(&self, dim: impl Dim, index: &Tensor, value: impl Scalar) -> Result<Tensor> {
-        let op = Kind::Fill.name(false);
-        let (dim, index) = self.along_index(op, Kind::Fill, dim.to_dim(), index)?;
-        let fill = crate::args::checked_scalar(op, self.dtype(), value.value())?;
-        if self.numel() == 0 && (self.dim() == 0 || self.shape()[dim] > 0 || index.numel() == 0) {
-            // Nothing to fill: PyTorch reads no index value (but an index into an empty
-            // dimension is out of range).
-            return self.deep_clone();
+        match self.fill_plan(Kind::Fill.name(false), dim.to_dim(), index, value.value())? {
+            Some((target, items, fill)) => target
+                .index_put(&items, &fill, false)?
+                .reshape(self.shape()),
+            // Nothing to fill: PyTorch reads no index value.
+            None => self.deep_clone(),
         }
-        let fill = Tensor::from_storage(fill.to_device(self.device())?, &[])?;
-        let target = if self.dim() == 0 {
-            self.reshape([1])?
-        } else {
-            self.clone()
-        };
-        target
-            .index_put(&Self::along_items(dim, &index), &fill, false)?
-            .reshape(self.shape())
     }
 
     /// In place: [`Tensor::index_fill`] into `self` (PyTorch's `index_fill_`); `self` may be
@@ -329,17 +319,33 @@ impl Tensor {
         if self.in_place_recorded(op, &[], |x| x.index_fill(d, index, value))? {
             return Ok(());
         }
-        let (dim, index) = self.along_index(op, Kind::Fill, d, index)?;
-        // Checked here too, so that a refused value is reported as this op's.
-        crate::args::checked_scalar(op, self.dtype(), value.value())?;
+        match self.fill_plan(op, d, index, value.value())? {
+            Some((target, items, fill)) => target.index_put_(&items, &fill, false),
+            None => Ok(()),
+        }
+    }
+
+    /// What `index_fill` writes: the target (a 0-d `self` as a vector of one), the items of
+    /// the slices, and `value` checked and converted as a fill value (a 0-d tensor); `None`
+    /// when `self` is empty and nothing is read (but an index into an empty dimension is out
+    /// of range, as in PyTorch).
+    fn fill_plan(
+        &self,
+        op: &'static str,
+        dim: isize,
+        index: &Tensor,
+        value: ScalarValue,
+    ) -> Result<Option<(Tensor, Vec<IndexItem>, Tensor)>> {
+        let (dim, index) = self.along_index(op, Kind::Fill, dim, index)?;
+        let fill = self.scalar_tensor_like(op, value)?;
         if self.numel() == 0 && (self.dim() == 0 || self.shape()[dim] > 0 || index.numel() == 0) {
-            return Ok(());
+            return Ok(None);
         }
         let target = if self.dim() == 0 {
             self.reshape([1])?
         } else {
             self.clone()
         };
-        target.index_put_scalar_(&Self::along_items(dim, &index), value)
+        Ok(Some((target, Self::along_items(dim, &index), fill)))
     }
 }

@@ -242,13 +242,7 @@ impl Tensor {
         let name = op.name();
         self.check_operands(name, other)?;
         let shape = broadcast_shape(name, self.shape(), other.shape())?;
-        if op.divides()
-            && !other.dtype().is_float()
-            && self.numel() > 0
-            && other.eq_scalar(0)?.any()?.item::<bool>()?
-        {
-            return Err(zero_division(op));
-        }
+        check_divisor(op, other, self.numel())?;
         if shape != self.shape() {
             return Err(Error::ShapeMismatch {
                 op: name,
@@ -403,13 +397,7 @@ impl Tensor {
         let name = op.name();
         self.check_operands(name, other)?;
         let shape = broadcast_shape(name, self.shape(), other.shape())?;
-        if op.divides()
-            && !other.dtype().is_float()
-            && shape.iter().product::<usize>() > 0
-            && other.eq_scalar(0)?.any()?.item::<bool>()?
-        {
-            return Err(zero_division(op));
-        }
+        check_divisor(op, other, shape.iter().product())?;
         let dense = |t: &Tensor| t.shape() == shape && t.is_contiguous();
         if dense(self) && dense(other) {
             let (a, a_start) = self.dense_operand(&shape)?;
@@ -611,6 +599,20 @@ impl Tensor {
 /// rounding is the same, since they compute in float32 too).
 fn needs_opmath(r: DType, value: ScalarValue) -> bool {
     matches!(r, DType::F16 | DType::BF16) && !holds_exactly(r, value)
+}
+
+/// For an integer division with `results` elements, an error when the divisor `other` holds a
+/// zero (one comparison, a reduction and a synchronisation; PyTorch's CPU checks, its CUDA
+/// does not).
+fn check_divisor(op: BinaryOp, other: &Tensor, results: usize) -> Result<()> {
+    if op.divides()
+        && !other.dtype().is_float()
+        && results > 0
+        && other.eq_scalar(0)?.any()?.item::<bool>()?
+    {
+        return Err(zero_division(op));
+    }
+    Ok(())
 }
 
 /// An integer division by zero (PyTorch's CPU: `ZeroDivisionError`).

@@ -277,8 +277,14 @@ impl Generator {
                 .gt_scalar(0.0)?
                 .to_dtype(DType::I64)?
                 .sum_dim([1], false)?;
-            let least = nonzero.amin([0], false)?.item::<i64>()?;
-            if negative.item::<bool>()? {
+            // One read back: [any bad weight, the fewest non-zero weights of a row].
+            let both = Tensor::stack(
+                &[&negative.to_dtype(DType::I64)?, &nonzero.amin([0], false)?],
+                0,
+            )?
+            .to_vec::<i64>()?;
+            let least = both[1];
+            if both[0] != 0 {
                 return Err(bad(
                     "probabilities must be finite and non-negative (found inf, NaN or < 0)".into(),
                 ));

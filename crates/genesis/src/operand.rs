@@ -242,7 +242,7 @@ impl Tensor {
         let name = op.name();
         self.check_operands(name, other)?;
         let shape = broadcast_shape(name, self.shape(), other.shape())?;
-        check_divisor(op, other, self.numel())?;
+        check_divisor(op, other, self.numel() > 0)?;
         if shape != self.shape() {
             return Err(Error::ShapeMismatch {
                 op: name,
@@ -397,7 +397,7 @@ impl Tensor {
         let name = op.name();
         self.check_operands(name, other)?;
         let shape = broadcast_shape(name, self.shape(), other.shape())?;
-        check_divisor(op, other, shape.iter().product())?;
+        check_divisor(op, other, !shape.contains(&0))?;
         let dense = |t: &Tensor| t.shape() == shape && t.is_contiguous();
         if dense(self) && dense(other) {
             let (a, a_start) = self.dense_operand(&shape)?;
@@ -601,13 +601,13 @@ fn needs_opmath(r: DType, value: ScalarValue) -> bool {
     matches!(r, DType::F16 | DType::BF16) && !holds_exactly(r, value)
 }
 
-/// For an integer division with `results` elements, an error when the divisor `other` holds a
-/// zero (one comparison, a reduction and a synchronisation; PyTorch's CPU checks, its CUDA
-/// does not).
-fn check_divisor(op: BinaryOp, other: &Tensor, results: usize) -> Result<()> {
+/// For an integer division with results (`computes`: the result is not empty), an error when
+/// the divisor `other` holds a zero (one comparison, a reduction and a synchronisation;
+/// PyTorch's CPU checks, its CUDA does not).
+fn check_divisor(op: BinaryOp, other: &Tensor, computes: bool) -> Result<()> {
     if op.divides()
         && !other.dtype().is_float()
-        && results > 0
+        && computes
         && other.eq_scalar(0)?.any()?.item::<bool>()?
     {
         return Err(zero_division(op));

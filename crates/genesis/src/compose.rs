@@ -1,7 +1,9 @@
 //! PyTorch conveniences built from the facade's ops (so they run on every device and are
 //! differentiable): `movedim`, `swapaxes`, `unbind`, `hstack`/`vstack`/`dstack`, `rot90`,
 //! `tensordot`, `aminmax`, `var_mean`/`std_mean`, `logaddexp`, `equal`, `clamp_`, `pad`,
-//! `normalize`, `cosine_similarity`, `searchsorted`, `bucketize`, `triu_indices`, `tril_indices`.
+//! `normalize`, `cosine_similarity`, `searchsorted`, `bucketize`, `triu_indices`, `tril_indices`,
+//! `logaddexp2`, `xlogy`, `frac`, `deg2rad`, `rad2deg`, `sinc`, `logit`, `heaviside`, `fliplr`,
+//! `flipud`, `inner`, `dist`.
 
 use crate::args::{Dim, Dims, Scalar, wrap_dim};
 use crate::{DType, Error, Result, Tensor};
@@ -336,6 +338,211 @@ impl Tensor {
         Tensor::where_cond(&same_inf, &a, &general)
     }
 
+    /// `log2(2^self + 2^other)` without overflow, broadcasting (PyTorch's `logaddexp2`):
+    /// `max + log2(1 + 2^-|self - other|)`, and the common value where both are the same
+    /// infinity. Floating dtypes only (integers and bools are refused, as PyTorch's).
+    ///
+    /// ```
+    /// use genesis::tensor;
+    /// let a = tensor!([1.0f32, 1000.0, f32::NEG_INFINITY])?;
+    /// let b = tensor!([1.0f32, 1000.0, f32::NEG_INFINITY])?;
+    /// assert_eq!(a.logaddexp2(&b)?.to_vec::<f32>()?, [2.0, 1001.0, f32::NEG_INFINITY]);
+    /// assert!(tensor!([1i64])?.logaddexp2(&tensor!([1i64])?).is_err());
+    /// # Ok::<(), genesis::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn logaddexp2(&self, other: &Tensor) -> Result<Tensor> {
+        let r = crate::promote::promote_types(self.dtype(), other.dtype());
+        if !r.is_float() {
+            return Err(Error::Storage(genesis_storage::Error::UnsupportedDType {
+                op: "logaddexp2",
+                dtype: r,
+            }));
+        }
+        let w = opmath(r);
+        let (a, b) = (self.cast_to(w)?, other.cast_to(w)?);
+        let m = a.maximum(&b)?;
+        // 2^-d = exp(-d ln 2); log2(1 + y) = log1p(y) / ln 2.
+        let ln2 = std::f64::consts::LN_2;
+        let d = a.sub(&b)?.abs()?.mul(-ln2)?.exp()?.log1p()?.div(ln2)?;
+        let general = m.add(&d)?;
+        let same_inf = a.isinf()?.logical_and(&a.eq(&b)?)?;
+        Tensor::where_cond(&same_inf, &a, &general)?.cast_to(r)
+    }
+
+    /// `self * log(other)`, 0 where `self` is 0 unless `other` is NaN, broadcasting (PyTorch's
+    /// `xlogy`); integers and bools compute in float32.
+    #[track_caller]
+    pub fn xlogy(&self, other: &Tensor) -> Result<Tensor> {
+        let r = crate::promote::promote_types(self.dtype(), other.dtype());
+        let r = if r.is_float() { r } else { DType::F32 };
+        let (x, y) = (self.cast_to(opmath(r))?, other.cast_to(opmath(r))?);
+        let prod = x.mul(&y.log()?)?;
+        let zero = x.eq(0.0)?.logical_and(&y.isnan()?.logical_not()?)?;
+        Tensor::where_cond(&zero, 0.0, &prod)?.cast_to(r)
+    }
+
+    /// The fractional part `self - trunc(self)`, with the sign of `self` (PyTorch's `frac`):
+    /// floating dtypes only, as PyTorch's.
+    #[track_caller]
+    pub fn frac(&self) -> Result<Tensor> {
+        if !self.dtype().is_float() {
+            return Err(Error::Storage(genesis_storage::Error::UnsupportedDType {
+                op: "frac",
+                dtype: self.dtype(),
+            }));
+        }
+        self.sub(&self.trunc()?)
+    }
+
+    /// Degrees to radians, `self * pi / 180` (PyTorch's `deg2rad`): integers and bools
+    /// compute in float32.
+    #[track_caller]
+    pub fn deg2rad(&self) -> Result<Tensor> {
+        self.to_float()?.mul(std::f64::consts::PI / 180.0)
+    }
+
+    /// Radians to degrees, `self * 180 / pi` (PyTorch's `rad2deg`): integers and bools
+    /// compute in float32.
+    #[track_caller]
+    pub fn rad2deg(&self) -> Result<Tensor> {
+        self.to_float()?.mul(180.0 / std::f64::consts::PI)
+    }
+
+    /// The normalised sinc, `sin(pi x) / (pi x)` and 1 at 0 (PyTorch's `sinc`): integers and
+    /// bools compute in float32.
+    #[track_caller]
+    pub fn sinc(&self) -> Result<Tensor> {
+        let r = self.to_float()?.dtype();
+        let x = self.cast_to(opmath(r))?;
+        let px = x.mul(std::f64::consts::PI)?;
+        let s = px.sin()?.div(&px)?;
+        Tensor::where_cond(&x.eq(0.0)?, 1.0, &s)?.cast_to(r)
+    }
+
+    /// The log-odds `log(x / (1 - x))` (PyTorch's `logit`), `x` first clamped to `[eps, 1 -
+    /// eps]` when `eps` is given (both bounds rounded to the dtype, as PyTorch's: in bfloat16
+    /// `1 - 1e-6` is 1, and the logit of 1 infinite); integers and bools compute in float32.
+    #[track_caller]
+    pub fn logit(&self, eps: Option<f64>) -> Result<Tensor> {
+        let r = self.to_float()?.dtype();
+        let x = self.cast_to(opmath(r))?;
+        let x = match eps {
+            Some(e) => x.clamp(Some(round_to(r, e)), Some(round_to(r, 1.0 - e)))?,
+            None => x,
+        };
+        x.div(&x.neg()?.add(1.0)?)?.log()?.cast_to(r)
+    }
+
+    /// The Heaviside step (PyTorch's `heaviside`): 0 where `self` is negative (or NaN), 1
+    /// where positive, `values` (broadcast) where it is zero. Both of one dtype, as PyTorch
+    /// requires.
+    #[track_caller]
+    pub fn heaviside(&self, values: &Tensor) -> Result<Tensor> {
+        if self.dtype() != values.dtype() {
+            return Err(bad(
+                "heaviside",
+                format!(
+                    "heaviside is not implemented for tensors of different dtypes ({} and {})",
+                    self.dtype(),
+                    values.dtype()
+                ),
+            ));
+        }
+        let step = self.gt(0.0)?.cast_to(self.dtype())?;
+        Tensor::where_cond(&self.eq(0.0)?, values, &step)
+    }
+
+    /// `self` with its columns in reverse order (dimension 1; PyTorch's `fliplr`): at least
+    /// two dimensions.
+    #[track_caller]
+    pub fn fliplr(&self) -> Result<Tensor> {
+        if self.dim() < 2 {
+            return Err(bad(
+                "fliplr",
+                format!("input must be at least 2-D, got shape {:?}", self.shape()),
+            ));
+        }
+        self.flip(1)
+    }
+
+    /// `self` with its rows in reverse order (dimension 0; PyTorch's `flipud`): at least one
+    /// dimension.
+    #[track_caller]
+    pub fn flipud(&self) -> Result<Tensor> {
+        if self.dim() < 1 {
+            return Err(bad(
+                "flipud",
+                "input must be at least 1-D, got a 0-d tensor",
+            ));
+        }
+        self.flip(0)
+    }
+
+    /// The inner product over the last dimension (PyTorch's `inner`): `self [..., k]` and
+    /// `other [..., k]` give `self.shape[..-1] + other.shape[..-1]`; a 0-d operand multiplies.
+    /// Both of one dtype, as PyTorch requires.
+    ///
+    /// ```
+    /// use genesis::tensor;
+    /// let a = tensor!([[1.0f32, 2.0], [3.0, 4.0]])?;
+    /// let b = tensor!([[1.0f32, 0.0], [0.0, 1.0], [1.0, 1.0]])?;
+    /// let i = a.inner(&b)?;
+    /// assert_eq!(i.shape(), [2, 3]);
+    /// assert_eq!(i.to_vec::<f32>()?, [1.0, 2.0, 3.0, 3.0, 4.0, 7.0]);
+    /// # Ok::<(), genesis::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn inner(&self, other: &Tensor) -> Result<Tensor> {
+        if self.dtype() != other.dtype() {
+            return Err(bad(
+                "inner",
+                format!(
+                    "both inputs should have the same dtype, got {} and {}",
+                    self.dtype(),
+                    other.dtype()
+                ),
+            ));
+        }
+        if self.dim() == 0 || other.dim() == 0 {
+            return self.mul(other);
+        }
+        let (ka, kb) = (self.shape()[self.dim() - 1], other.shape()[other.dim() - 1]);
+        if ka != kb {
+            return Err(Error::ShapeMismatch {
+                op: "inner",
+                lhs: self.shape().to_vec(),
+                rhs: other.shape().to_vec(),
+            });
+        }
+        self.tensordot(other, [-1isize], [-1isize])
+    }
+
+    /// The `p`-norm of `self - other` over all elements, broadcasting (PyTorch's `dist`):
+    /// [`Tensor::vector_norm`] of the difference; floating dtypes only.
+    #[track_caller]
+    pub fn dist(&self, other: &Tensor, p: f64) -> Result<Tensor> {
+        // The difference first: its rules (bools refused, PyTorch's promotion) are dist's.
+        let d = self.sub(other)?;
+        if !d.dtype().is_float() {
+            return Err(Error::Storage(genesis_storage::Error::UnsupportedDType {
+                op: "dist",
+                dtype: d.dtype(),
+            }));
+        }
+        d.vector_norm(p, (), false)
+    }
+
+    /// `self` as a floating tensor: itself when floating, else float32 (the ops of PyTorch
+    /// that compute integers in the default float dtype).
+    fn to_float(&self) -> Result<Tensor> {
+        if self.dtype().is_float() {
+            Ok(self.clone())
+        } else {
+            self.cast_to(DType::F32)
+        }
+    }
+
     /// Whether `self` and `other` have the same shape and equal elements (PyTorch's `equal`;
     /// NaN equals nothing); elements of different dtypes compare after promotion.
     #[track_caller]
@@ -635,5 +842,25 @@ impl Tensor {
         let k = rs.len();
         rs.extend(cs);
         Tensor::from_slice(&rs, [2, k], crate::Device::Cpu)?.to(device)
+    }
+}
+
+/// The dtype a composed op computes `dtype` in: float32 for float16 and bfloat16 (PyTorch's
+/// `opmath` type: one rounding at the end), else `dtype`.
+fn opmath(dtype: DType) -> DType {
+    if matches!(dtype, DType::F16 | DType::BF16) {
+        DType::F32
+    } else {
+        dtype
+    }
+}
+
+/// `v` rounded to the floating dtype `dtype` (to nearest, ties to even), as f64.
+fn round_to(dtype: DType, v: f64) -> f64 {
+    match dtype {
+        DType::F16 => half::f16::from_f64(v).to_f64(),
+        DType::BF16 => half::bf16::from_f64(v).to_f64(),
+        DType::F32 => f64::from(v as f32),
+        _ => v,
     }
 }

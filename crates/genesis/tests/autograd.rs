@@ -387,6 +387,28 @@ fn reductions_views_and_selection() {
             }),
         ),
         (
+            "logaddexp2 xlogy sinc logit dist inner fliplr flipud deg2rad frac",
+            Box::new(|x| {
+                let a = x.logaddexp2(&x.mul(-2.0)?)?;
+                let b = x.exp()?.xlogy(&x.exp()?.add(0.5)?)?;
+                let s = x.mul(0.3)?.add(0.1)?.sinc()?;
+                let l = x.sigmoid()?.logit(None)?;
+                let f = x.mul(1.7)?.frac()?.add(&x.deg2rad()?)?;
+                let d = x.dist(&x.sin()?, 3.0)?;
+                let i = x.inner(&x.cos()?)?.sum()?;
+                a.add(&b)?
+                    .add(&s)?
+                    .add(&l)?
+                    .add(&f)?
+                    .fliplr()?
+                    .flipud()?
+                    .mul(&x.cos()?)?
+                    .sum()?
+                    .add(&d)?
+                    .add(&i)
+            }),
+        ),
+        (
             "atan2 hypot",
             Box::new(|x| {
                 let a = x.atan2(&x.cos()?.add(0.5)?)?;

@@ -1097,6 +1097,64 @@ def case_compose(G, op):
     return finish(c)
 
 
+def case_extra(G, op):
+    """Elementwise and shape conveniences built from other ops: logaddexp2, xlogy, frac,
+    deg2rad, rad2deg, sinc, logit, heaviside, fliplr, flipud, inner, dist (every dtype, ranks
+    0 to 4, broadcasting, the dtype rules PyTorch refuses)."""
+    r = G.r
+    dt = r.choice(ALL)
+    sh = G.shape(min_rank=0 if r.random() < 0.15 else 1)
+    rank = len(sh)
+    x = G.data(sh, dt, special=0.1)
+    c = {"op": op, "in": [enc(x)], "args": {}}
+    other = lambda d: G.data(list(sh)[r.randint(0, rank):] if rank and r.random() < 0.3 else sh, d, special=0.1)
+    if op in ("logaddexp2", "xlogy", "dist"):
+        d2 = dt if r.random() < 0.7 else r.choice(ALL)
+        y = other(d2)
+        c["in"] = [enc(x), enc(y)]
+        if op == "dist":
+            pn = r.choice([2.0, 1.0, 3.0, 0.0, float("inf")])
+            c["args"] = {"p": fmt(pn)}
+            c.update(outcome(lambda: torch.dist(x, y, pn)))
+        else:
+            f = getattr(torch, op)
+            c.update(outcome(lambda: f(x, y)))
+        return finish(c, True)
+    if op in ("frac", "deg2rad", "rad2deg", "sinc"):
+        f = getattr(torch, op)
+        c.update(outcome(lambda: f(x)))
+        return finish(c, True)
+    if op == "logit":
+        eps = r.choice([None, None, 0.1, 1e-6])
+        c["args"] = {"eps": None if eps is None else fmt(eps)}
+        c.update(outcome(lambda: torch.logit(x, eps)))
+        return finish(c, True)
+    if op == "heaviside":
+        d2 = dt if r.random() < 0.85 else r.choice(ALL)
+        v = G.data([] if r.random() < 0.5 else ([sh[-1]] if rank else []), d2, special=0.0)
+        c["in"] = [enc(x), enc(v)]
+        c.update(outcome(lambda: torch.heaviside(x, v)))
+        return finish(c)
+    if op in ("fliplr", "flipud"):
+        f = getattr(torch, op)
+        c.update(outcome(lambda: f(x)))
+        return finish(c)
+    if op == "inner":
+        d2 = dt if r.random() < 0.85 else r.choice(ALL)
+        if rank and r.random() < 0.9:
+            lead = [r.randint(0, 3) for _ in range(r.randint(0, 2))]
+            k = sh[-1] if r.random() < 0.9 else sh[-1] + 1
+            y = G.data(lead + [k], d2, special=0.0)
+        else:
+            y = G.data(G.shape(min_rank=0), d2, special=0.0)
+        if dt == torch.bool or dt in INTS[:3]:
+            return None  # PyTorch's CPU products of bool and narrow ints: path-dependent
+        c["in"] = [enc(x), enc(y)]
+        c.update(outcome(lambda: torch.inner(x, y)))
+        return finish(c, True)
+    return None
+
+
 # The families of the second corpus (`--more`: torch-more-*.json.gz).
 MORE_FAMILIES = {
     "nn": (case_nn, ["cross_entropy", "layer_norm", "rms_norm"]),
@@ -1112,6 +1170,8 @@ MORE_FAMILIES = {
                                "tensordot", "aminmax", "var_mean", "std_mean", "logaddexp",
                                "equal", "clamp_", "pad", "normalize", "cosine_similarity",
                                "searchsorted", "bucketize", "triu_indices", "tril_indices"]),
+    "extra": (case_extra, ["logaddexp2", "xlogy", "frac", "deg2rad", "rad2deg", "sinc", "logit",
+                           "heaviside", "fliplr", "flipud", "inner", "dist"]),
 }
 
 

@@ -698,6 +698,21 @@ pub(crate) fn run(case: &Value, device: Device) -> genesis::Result<Vec<Tensor>> 
             .map(|(a, b)| vec![a, b])
         }
         "logaddexp" => one(x.logaddexp(&inputs[1])),
+        "logaddexp2" => one(x.logaddexp2(&inputs[1])),
+        "xlogy" => one(x.xlogy(&inputs[1])),
+        "dist" => one(x.dist(&inputs[1], num(&case["args"]["p"]))),
+        "frac" => one(x.frac()),
+        "deg2rad" => one(x.deg2rad()),
+        "rad2deg" => one(x.rad2deg()),
+        "sinc" => one(x.sinc()),
+        "logit" => {
+            let eps = case["args"].get("eps").filter(|v| !v.is_null()).map(num);
+            one(x.logit(eps))
+        }
+        "heaviside" => one(x.heaviside(&inputs[1])),
+        "fliplr" => one(x.fliplr()),
+        "flipud" => one(x.flipud()),
+        "inner" => one(x.inner(&inputs[1])),
         "normalize" => one(x.normalize(
             num(&case["args"]["p"]),
             arg_i(case, "dim"),

@@ -3,7 +3,7 @@
 //! `tensordot`, `aminmax`, `var_mean`/`std_mean`, `logaddexp`, `equal`, `clamp_`, `pad`,
 //! `normalize`, `cosine_similarity`, `searchsorted`, `bucketize`, `triu_indices`, `tril_indices`,
 //! `logaddexp2`, `xlogy`, `frac`, `deg2rad`, `rad2deg`, `sinc`, `logit`, `heaviside`, `fliplr`,
-//! `flipud`, `inner`, `dist`.
+//! `flipud`, `inner`, `dist`, `diag`, `diag_embed`, `diagflat`.
 
 use crate::args::{Dim, Dims, Scalar, wrap_dim};
 use crate::{DType, Error, Result, Tensor};
@@ -531,6 +531,80 @@ impl Tensor {
             }));
         }
         d.vector_norm(p, (), false)
+    }
+
+    /// Diagonal matrices from the last dimension (PyTorch's `diag_embed`): `self [..., n]`
+    /// gives a tensor of one more dimension whose planes over `dim1` and `dim2` (wrapped
+    /// against the result's rank) are `n + |offset|` square with the values on diagonal
+    /// `offset` (above the main one when positive), zeros elsewhere; the other dimensions
+    /// keep their order. Differentiable (a pad and views underneath).
+    ///
+    /// ```
+    /// use genesis::tensor;
+    /// let v = tensor!([1i64, 2])?;
+    /// assert_eq!(v.diag_embed(0, -2, -1)?.to_vec::<i64>()?, [1, 0, 0, 2]);
+    /// let up = v.diag_embed(1, -2, -1)?;
+    /// assert_eq!(up.shape(), [3, 3]);
+    /// assert_eq!(up.to_vec::<i64>()?, [0, 1, 0, 0, 0, 2, 0, 0, 0]);
+    /// # Ok::<(), genesis::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn diag_embed(&self, offset: i64, dim1: impl Dim, dim2: impl Dim) -> Result<Tensor> {
+        let op = "diag_embed";
+        let rank = self.dim() + 1;
+        let (a, b) = (dim1.to_dim() as i64, dim2.to_dim() as i64);
+        let d1 = wrap_dim(op, a, rank)?.unwrap_or(0);
+        let d2 = wrap_dim(op, b, rank)?.unwrap_or(0);
+        if d1 == d2 {
+            return Err(bad(
+                op,
+                format!("diagonal dimensions cannot be identical {a}, {b}"),
+            ));
+        }
+        let n = self.shape()[rank - 2];
+        let mut square = self.shape().to_vec();
+        square.push(n);
+        // Each value followed by n zeros, flattened: value i lands at i (n + 1) = (i, i) of
+        // the n x n matrix the first n * n elements make.
+        let k = offset.unsigned_abs() as i64;
+        let main = self
+            .unsqueeze(-1)?
+            .pad(&[0, n as i64], PadMode::Constant, 0.0)?
+            .flatten(-2, -1)?
+            .narrow(-1, 0, n * n)?
+            .reshape(square.as_slice())?;
+        // Diagonal `offset`: k columns before and k rows after it (above), or the reverse.
+        let pads = if offset >= 0 {
+            [k, 0, 0, k]
+        } else {
+            [0, k, k, 0]
+        };
+        main.pad(&pads, PadMode::Constant, 0.0)?.movedim(
+            [rank as isize - 2, rank as isize - 1],
+            [d1 as isize, d2 as isize],
+        )
+    }
+
+    /// PyTorch's `diag`: a vector gives the square matrix with it on diagonal `offset`
+    /// ([`Tensor::diag_embed`]); a matrix gives a copy of its diagonal `offset`
+    /// ([`Tensor::diagonal`]); other ranks are refused.
+    #[track_caller]
+    pub fn diag(&self, offset: i64) -> Result<Tensor> {
+        match self.dim() {
+            1 => self.diag_embed(offset, 0, 1),
+            2 => self.diagonal(offset, 0, 1)?.contiguous(),
+            d => Err(bad(
+                "diag",
+                format!("diag() supports 1-D or 2-D tensors, got {d}-D"),
+            )),
+        }
+    }
+
+    /// The square matrix with `self`'s elements, flattened, on diagonal `offset` (PyTorch's
+    /// `diagflat`).
+    #[track_caller]
+    pub fn diagflat(&self, offset: i64) -> Result<Tensor> {
+        self.reshape([-1isize])?.diag_embed(offset, 0, 1)
     }
 
     /// `self` as a floating tensor: itself when floating, else float32 (the ops of PyTorch

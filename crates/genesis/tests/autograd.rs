@@ -409,6 +409,17 @@ fn reductions_views_and_selection() {
             }),
         ),
         (
+            "diag diag_embed diagflat",
+            Box::new(|x| {
+                let e = x.diag_embed(1, 0, -1)?.sin()?.sum()?;
+                let m = x.narrow(0, 0, 1)?.reshape([3, 4])?;
+                let d = m.diag(1)?.exp()?.sum()?;
+                let v = x.narrow(1, 0, 1)?.reshape([-1isize])?;
+                let f = v.diag(-1)?.mul(&v.diagflat(-1)?)?.sum()?;
+                e.add(&d)?.add(&f)
+            }),
+        ),
+        (
             "atan2 hypot",
             Box::new(|x| {
                 let a = x.atan2(&x.cos()?.add(0.5)?)?;

@@ -1099,8 +1099,8 @@ def case_compose(G, op):
 
 def case_extra(G, op):
     """Elementwise and shape conveniences built from other ops: logaddexp2, xlogy, frac,
-    deg2rad, rad2deg, sinc, logit, heaviside, fliplr, flipud, inner, dist (every dtype, ranks
-    0 to 4, broadcasting, the dtype rules PyTorch refuses)."""
+    deg2rad, rad2deg, sinc, logit, heaviside, fliplr, flipud, inner, dist, diag, diag_embed,
+    diagflat (every dtype, ranks 0 to 4, broadcasting, the dtype rules PyTorch refuses)."""
     r = G.r
     dt = r.choice(ALL)
     sh = G.shape(min_rank=0 if r.random() < 0.15 else 1)
@@ -1139,6 +1139,24 @@ def case_extra(G, op):
         f = getattr(torch, op)
         c.update(outcome(lambda: f(x)))
         return finish(c)
+    if op in ("diag", "diagflat"):
+        if op == "diag" and r.random() < 0.8:
+            sh = [r.randint(0, 5) for _ in range(r.choice([1, 1, 2, 2, 0, 3]))]
+            x = G.data(sh, dt, special=0.05)
+            c["in"] = [enc(x)]
+        k = r.choice([0, 0, 1, -1, 2, -3, 6])
+        c["args"] = {"offset": k}
+        f = getattr(torch, op)
+        c.update(outcome(lambda: f(x, k)))
+        return finish(c)
+    if op == "diag_embed":
+        k = r.choice([0, 0, 1, -1, 2, -2])
+        d1, d2 = r.randint(-rank - 1, rank), r.randint(-rank - 1, rank)
+        if r.random() < 0.5:
+            d1, d2 = -2, -1
+        c["args"] = {"offset": k, "dim1": d1, "dim2": d2}
+        c.update(outcome(lambda: torch.diag_embed(x, k, d1, d2)))
+        return finish(c)
     if op == "inner":
         d2 = dt if r.random() < 0.85 else r.choice(ALL)
         if rank and r.random() < 0.9:
@@ -1171,7 +1189,8 @@ MORE_FAMILIES = {
                                "equal", "clamp_", "pad", "normalize", "cosine_similarity",
                                "searchsorted", "bucketize", "triu_indices", "tril_indices"]),
     "extra": (case_extra, ["logaddexp2", "xlogy", "frac", "deg2rad", "rad2deg", "sinc", "logit",
-                           "heaviside", "fliplr", "flipud", "inner", "dist"]),
+                           "heaviside", "fliplr", "flipud", "inner", "dist", "diag",
+                           "diag_embed", "diagflat"]),
 }
 
 

@@ -713,6 +713,13 @@ pub(crate) fn run(case: &Value, device: Device) -> genesis::Result<Vec<Tensor>> 
         "fliplr" => one(x.fliplr()),
         "flipud" => one(x.flipud()),
         "inner" => one(x.inner(&inputs[1])),
+        "diag" => one(x.diag(int(&case["args"]["offset"]))),
+        "diagflat" => one(x.diagflat(int(&case["args"]["offset"]))),
+        "diag_embed" => one(x.diag_embed(
+            int(&case["args"]["offset"]),
+            arg_i(case, "dim1"),
+            arg_i(case, "dim2"),
+        )),
         "normalize" => one(x.normalize(
             num(&case["args"]["p"]),
             arg_i(case, "dim"),

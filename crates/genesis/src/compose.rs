@@ -3,7 +3,8 @@
 //! `tensordot`, `aminmax`, `var_mean`/`std_mean`, `logaddexp`, `equal`, `clamp_`, `pad`,
 //! `normalize`, `cosine_similarity`, `searchsorted`, `bucketize`, `triu_indices`, `tril_indices`,
 //! `logaddexp2`, `xlogy`, `frac`, `deg2rad`, `rad2deg`, `sinc`, `logit`, `heaviside`, `fliplr`,
-//! `flipud`, `inner`, `dist`, `diag`, `diag_embed`, `diagflat`.
+//! `flipud`, `inner`, `dist`, `diag`, `diag_embed`, `diagflat`, `cartesian_prod`, `block_diag`,
+//! `isin`, `trapezoid`, `vander`, `matrix_power`, `renorm`.
 
 use crate::args::{Dim, Dims, Scalar, wrap_dim};
 use crate::{DType, Error, Result, Tensor};
@@ -605,6 +606,291 @@ impl Tensor {
     #[track_caller]
     pub fn diagflat(&self, offset: i64) -> Result<Tensor> {
         self.reshape([-1isize])?.diag_embed(offset, 0, 1)
+    }
+
+    /// The Cartesian product of 1-D tensors of one dtype (PyTorch's `cartesian_prod`): `[N,
+    /// k]` rows of every combination, the last tensor varying fastest (one tensor: a copy of
+    /// it).
+    #[track_caller]
+    pub fn cartesian_prod(tensors: &[&Tensor]) -> Result<Tensor> {
+        let op = "cartesian_prod";
+        if let Some(t) = tensors.iter().find(|t| t.dim() != 1) {
+            return Err(bad(
+                op,
+                format!("expected 1-D tensors, got shape {:?}", t.shape()),
+            ));
+        }
+        if tensors.len() == 1 {
+            return tensors[0].contiguous();
+        }
+        let grids = Tensor::meshgrid(tensors, "ij")?;
+        let flat: Vec<Tensor> = grids
+            .iter()
+            .map(|g| g.reshape([-1isize]))
+            .collect::<Result<_>>()?;
+        let refs: Vec<&Tensor> = flat.iter().collect();
+        Tensor::stack(&refs, 1)
+    }
+
+    /// The block-diagonal matrix of `tensors` (PyTorch's `block_diag`): each 0-d, 1-D (a row)
+    /// or 2-D, placed along the diagonal in order, zeros elsewhere, in their result type (a 0-d
+    /// block promotes as a lower-priority operand, as in PyTorch's `result_type`).
+    /// No tensors give an empty `[1, 0]` float32 matrix, as PyTorch.
+    #[track_caller]
+    pub fn block_diag(tensors: &[&Tensor]) -> Result<Tensor> {
+        let op = "block_diag";
+        let Some(first) = tensors.first() else {
+            return Tensor::zeros([1, 0], DType::F32, crate::Device::Cpu);
+        };
+        for (i, t) in tensors.iter().enumerate() {
+            if t.dim() > 2 {
+                return Err(bad(
+                    op,
+                    format!(
+                        "input tensors must have 2 or fewer dimensions; input {i} has {}",
+                        t.dim()
+                    ),
+                ));
+            }
+            if t.device() != first.device() {
+                return Err(bad(
+                    op,
+                    "every input must be on the same device".to_string(),
+                ));
+            }
+        }
+        // PyTorch's result_type: a 0-d block promotes as a lower-priority operand.
+        let parts: Vec<crate::promote::Participant> = tensors
+            .iter()
+            .map(|t| crate::promote::Participant::Tensor(t.dtype(), t.dim()))
+            .collect();
+        let dtype = crate::promote::result_type_of(&parts);
+        let blocks: Vec<Tensor> = tensors
+            .iter()
+            .map(|t| match t.dim() {
+                0 => t.reshape([1, 1]),
+                1 => t.unsqueeze(0),
+                _ => Ok((*t).clone()),
+            })
+            .map(|b| b.and_then(|b| b.cast_to(dtype)))
+            .collect::<Result<_>>()?;
+        let cols: usize = blocks.iter().map(|b| b.shape()[1]).sum();
+        let mut before = 0usize;
+        let mut rows = Vec::with_capacity(blocks.len());
+        for b in &blocks {
+            let w = b.shape()[1];
+            let after = cols - before - w;
+            rows.push(b.pad(&[before as i64, after as i64], PadMode::Constant, 0.0)?);
+            before += w;
+        }
+        let refs: Vec<&Tensor> = rows.iter().collect();
+        Tensor::cat(&refs, 0)
+    }
+
+    /// Whether each element of `self` is among `test` (PyTorch's `isin`; `invert` negates),
+    /// compared after promotion (NaN matches nothing); bools are refused, as PyTorch's. By
+    /// comparing every pair: memory of `self.numel() * test.numel()` bools.
+    #[track_caller]
+    pub fn isin(&self, test: &Tensor, invert: bool) -> Result<Tensor> {
+        if self.dtype() == DType::Bool || test.dtype() == DType::Bool {
+            return Err(Error::Storage(genesis_storage::Error::UnsupportedDType {
+                op: "isin",
+                dtype: DType::Bool,
+            }));
+        }
+        let found = if test.numel() == 0 {
+            Tensor::zeros(self.shape(), DType::Bool, self.device())?
+        } else {
+            self.reshape([-1isize, 1])?
+                .eq(&test.reshape([1isize, -1])?)?
+                .any_dim(1, false)?
+                .reshape(self.shape())?
+        };
+        if invert {
+            found.logical_not()
+        } else {
+            Ok(found)
+        }
+    }
+
+    /// The trapezoidal rule along `dim` with spacing `dx` (PyTorch's `trapezoid(y, dx=dx,
+    /// dim=dim)`): `(sum(y) - (y_first + y_last) / 2) dx`, 0 for fewer than two points, each
+    /// step in `y`'s dtype as PyTorch's; integers compute in float32, bools and 0-d tensors are
+    /// refused.
+    #[track_caller]
+    pub fn trapezoid(&self, dx: f64, dim: impl Dim) -> Result<Tensor> {
+        let d = self.trapezoid_dim(dim)?;
+        let y = self.to_float()?;
+        let n = y.shape()[d];
+        if n < 2 {
+            return y.sum_dim([d], false)?.mul(0.0);
+        }
+        let ends = y
+            .narrow(d, 0, 1)?
+            .add(&y.narrow(d, n - 1, 1)?)?
+            .squeeze(d)?;
+        y.sum_dim([d], false)?.sub(&ends.mul(0.5)?)?.mul(dx)
+    }
+
+    /// The wrapped `dim` of the trapezoidal rule, after its checks (bools and 0-d tensors
+    /// refused, as PyTorch's).
+    fn trapezoid_dim(&self, dim: impl Dim) -> Result<usize> {
+        let op = "trapezoid";
+        if self.dtype() == DType::Bool {
+            return Err(bad(op, "bool input for `y` is not supported"));
+        }
+        if self.dim() == 0 {
+            return Err(bad(op, "y must have at least one dimension"));
+        }
+        Ok(wrap_dim(op, dim.to_dim() as i64, self.dim())?.unwrap_or(0))
+    }
+
+    /// The trapezoidal rule along `dim` at sample points `x` (PyTorch's `trapezoid(y, x,
+    /// dim=dim)`; `x` 1-D along `dim` or broadcast like `self`): the sum over neighbouring
+    /// points of their spacing times the sum of their values, halved; the sums of neighbours
+    /// in `y`'s dtype and the rest promoted with `x`'s, as PyTorch's (integers together in
+    /// float32).
+    #[track_caller]
+    pub fn trapezoid_x(&self, x: &Tensor, dim: impl Dim) -> Result<Tensor> {
+        let op = "trapezoid";
+        let d = self.trapezoid_dim(dim)?;
+        let n = self.shape()[d];
+        // A 1-D x lies along `dim`.
+        let x = if x.dim() == 1 && self.dim() > 1 {
+            let mut shape = vec![1usize; self.dim()];
+            shape[d] = x.numel();
+            x.reshape(shape.as_slice())?
+        } else {
+            x.clone()
+        };
+        let xdim = (d + x.dim()).checked_sub(self.dim()).ok_or_else(|| {
+            bad(
+                op,
+                format!("x of shape {:?} does not broadcast with y", x.shape()),
+            )
+        })?;
+        if x.shape()[xdim] != n {
+            return Err(bad(op, "there must be one `x` value for each sample point"));
+        }
+        let r = crate::promote::promote_types(self.dtype(), x.dtype());
+        let r = if r.is_float() { r } else { DType::F32 };
+        if n < 2 {
+            return self.sum_dim([d], false)?.mul(0.0)?.cast_to(r);
+        }
+        let dx = x.narrow(xdim, 1, n - 1)?.sub(&x.narrow(xdim, 0, n - 1)?)?;
+        let sy = self.narrow(d, 1, n - 1)?.add(&self.narrow(d, 0, n - 1)?)?;
+        dx.mul(&sy)?.sum_dim([d], false)?.div(2.0)?.cast_to(r)
+    }
+
+    /// The Vandermonde matrix of a 1-D `self` (PyTorch's `vander`): `n` columns (default the
+    /// length) of powers `x^(n-1) .. x^0`, or `x^0 .. x^(n-1)` when `increasing`, formed as
+    /// running products; integers and bools as int64.
+    #[track_caller]
+    pub fn vander(&self, n: Option<usize>, increasing: bool) -> Result<Tensor> {
+        if self.dim() != 1 {
+            return Err(bad("vander", "x must be a one-dimensional tensor"));
+        }
+        // Integers and bools as int64 (PyTorch's cumulative product of integers).
+        let x = if self.dtype().is_float() {
+            self.clone()
+        } else {
+            self.cast_to(DType::I64)?
+        };
+        let n = n.unwrap_or(x.numel());
+        let len = x.numel();
+        let out = if n == 0 {
+            Tensor::zeros([len, 0], x.dtype(), x.device())?
+        } else {
+            let ones = Tensor::ones([len, 1], x.dtype(), x.device())?;
+            let reps = x.unsqueeze(1)?.expand([len, n - 1])?;
+            Tensor::cat(&[&ones, &reps], 1)?.cumprod(1)?
+        };
+        if increasing { Ok(out) } else { out.flip(1) }
+    }
+
+    /// `self` (square matrices `[..., m, m]`) to the power `n >= 0` (PyTorch's `matrix_power`
+    /// and `linalg.matrix_power`), by squaring with PyTorch's order of products; `n = 0` gives
+    /// identity matrices. Negative powers (an inverse) are refused.
+    #[track_caller]
+    pub fn matrix_power(&self, n: i64) -> Result<Tensor> {
+        let op = "matrix_power";
+        let r = self.dim();
+        if r < 2 || self.shape()[r - 1] != self.shape()[r - 2] {
+            return Err(bad(
+                op,
+                format!(
+                    "A must be batches of square matrices, got shape {:?}",
+                    self.shape()
+                ),
+            ));
+        }
+        if n < 0 {
+            return Err(bad(
+                op,
+                "negative powers need an inverse, which Genesis lacks",
+            ));
+        }
+        let m = self.shape()[r - 1];
+        if n == 0 {
+            let eye = Tensor::eye(m, None, self.dtype(), self.device())?;
+            return eye.expand(self.shape())?.contiguous();
+        }
+        let (mut z, mut result, mut k) = (self.clone(), None::<Tensor>, n);
+        while k > 0 {
+            if k & 1 == 1 {
+                result = Some(match result {
+                    None => z.clone(),
+                    Some(acc) => acc.matmul(&z)?,
+                });
+            }
+            k >>= 1;
+            if k > 0 {
+                z = z.matmul(&z)?;
+            }
+        }
+        result.expect("n > 0").contiguous()
+    }
+
+    /// Each slice of `self` along `dim` whose `p`-norm exceeds `maxnorm` scaled down to norm
+    /// `maxnorm` (PyTorch's `renorm`: by `maxnorm / (norm + 1e-7)`); floating dtypes, at least
+    /// two dimensions, `p > 0`, as PyTorch's.
+    #[track_caller]
+    pub fn renorm(&self, p: f64, dim: impl Dim, maxnorm: f64) -> Result<Tensor> {
+        let op = "renorm";
+        if !self.dtype().is_float() {
+            return Err(Error::Storage(genesis_storage::Error::UnsupportedDType {
+                op,
+                dtype: self.dtype(),
+            }));
+        }
+        if p.is_nan() || p <= 0.0 {
+            return Err(bad(op, format!("non-positive norm not supported, got {p}")));
+        }
+        if maxnorm.is_nan() || maxnorm < 0.0 {
+            return Err(bad(
+                op,
+                format!("expected maxnorm to be >= 0, got {maxnorm}"),
+            ));
+        }
+        if self.dim() < 2 {
+            return Err(bad(
+                op,
+                format!("input needs at least 2 dimensions, got {}", self.dim()),
+            ));
+        }
+        let d = wrap_dim(op, dim.to_dim() as i64, self.dim())?.unwrap_or(0);
+        let others: Vec<isize> = (0..self.dim())
+            .filter(|&i| i != d)
+            .map(|i| i as isize)
+            .collect();
+        let w = self.cast_to(opmath(self.dtype()))?;
+        let norm = w.vector_norm(p, others.as_slice(), true)?;
+        let factor = Tensor::where_cond(
+            &norm.gt(maxnorm)?,
+            &norm.add(1e-7)?.reciprocal()?.mul(maxnorm)?,
+            1.0,
+        )?;
+        w.mul(&factor)?.cast_to(self.dtype())
     }
 
     /// `self` as a floating tensor: itself when floating, else float32 (the ops of PyTorch

@@ -420,6 +420,25 @@ fn reductions_views_and_selection() {
             }),
         ),
         (
+            "block_diag cartesian_prod trapezoid vander matrix_power renorm",
+            Box::new(|x| {
+                let a = x.narrow(0, 0, 1)?.reshape([3, 4])?;
+                let b = Tensor::block_diag(&[&a, &a.narrow(0, 0, 2)?.sin()?])?
+                    .exp()?
+                    .sum()?;
+                let v = a.narrow(0, 0, 1)?.reshape([4])?;
+                let c = Tensor::cartesian_prod(&[&v, &v.cos()?])?.prod()?;
+                let t = x.trapezoid(0.5, 1)?.sum()?;
+                let s = Tensor::linspace(0.0, 2.0, 3, x.dtype(), CPU)?;
+                let tx = x.trapezoid_x(&s, 1)?.sum()?;
+                let vd = v.vander(Some(3), true)?.sum()?;
+                let m = a.narrow(1, 0, 3)?.mul(0.5)?;
+                let p = m.matrix_power(3)?.sum()?;
+                let r = x.renorm(2.0, 0, 1.0)?.sum()?;
+                b.add(&c)?.add(&t)?.add(&tx)?.add(&vd)?.add(&p)?.add(&r)
+            }),
+        ),
+        (
             "atan2 hypot",
             Box::new(|x| {
                 let a = x.atan2(&x.cos()?.add(0.5)?)?;

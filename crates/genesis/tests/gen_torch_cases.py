@@ -1100,7 +1100,8 @@ def case_compose(G, op):
 def case_extra(G, op):
     """Elementwise and shape conveniences built from other ops: logaddexp2, xlogy, frac,
     deg2rad, rad2deg, sinc, logit, heaviside, fliplr, flipud, inner, dist, diag, diag_embed,
-    diagflat (every dtype, ranks 0 to 4, broadcasting, the dtype rules PyTorch refuses)."""
+    diagflat, cartesian_prod, block_diag, isin, trapezoid, vander, matrix_power, renorm (every
+    dtype, ranks 0 to 4, broadcasting, the dtype rules PyTorch refuses)."""
     r = G.r
     dt = r.choice(ALL)
     sh = G.shape(min_rank=0 if r.random() < 0.15 else 1)
@@ -1149,6 +1150,66 @@ def case_extra(G, op):
         f = getattr(torch, op)
         c.update(outcome(lambda: f(x, k)))
         return finish(c)
+    if op in ("cartesian_prod", "block_diag"):
+        k = r.randint(1, 3)
+        ts = []
+        for _ in range(k):
+            rk = 1 if op == "cartesian_prod" and r.random() < 0.9 else r.choice([0, 1, 2, 2, 3])
+            d2 = dt if r.random() < 0.8 else r.choice(ALL)
+            ts.append(G.data([r.randint(0, 3) for _ in range(rk)], d2, special=0.05))
+        c["in"] = [enc(t) for t in ts]
+        f = getattr(torch, op)
+        c.update(outcome(lambda: f(*ts)))
+        return finish(c)
+    if op == "isin":
+        d2 = dt if r.random() < 0.7 else r.choice(ALL)
+        y = G.data([r.randint(0, 5)] if r.random() < 0.8 else G.shape(min_rank=0), d2, special=0.1)
+        inv = r.random() < 0.3
+        c["in"] = [enc(x), enc(y)]
+        c["args"] = {"invert": inv}
+        c.update(outcome(lambda: torch.isin(x, y, invert=inv)))
+        return finish(c)
+    if op == "trapezoid":
+        d = G.dim(rank) if rank else -1
+        if r.random() < 0.5:
+            dx = r.choice([1.0, 0.5, -2.0])
+            c["args"] = {"dim": d, "dx": fmt(dx)}
+            c.update(outcome(lambda: torch.trapezoid(x, dx=dx, dim=d)))
+        else:
+            n = sh[d] if rank else 1
+            d2 = r.choice(FLOATS + [torch.int64])
+            xs = G.data([n if r.random() < 0.95 else n + 1], d2, special=0.0)
+            c["in"] = [enc(x), enc(xs)]
+            c["args"] = {"dim": d}
+            c.update(outcome(lambda: torch.trapezoid(x, xs, dim=d)))
+        return finish(c, True)
+    if op == "vander":
+        if r.random() < 0.85:
+            x = G.data([r.randint(0, 4)], dt, special=0.0)
+            c["in"] = [enc(x)]
+        n = r.choice([None, None, 0, 1, 3, 5])
+        inc = r.random() < 0.5
+        c["args"] = {"n": n, "increasing": inc}
+        c.update(outcome(lambda: torch.vander(x, N=n, increasing=inc)))
+        return finish(c, True)
+    if op == "matrix_power":
+        m = r.randint(0, 3)
+        lead = [r.randint(1, 2) for _ in range(r.randint(0, 2))]
+        if dt == torch.bool or dt in INTS[:3] or dt in (torch.float16, torch.bfloat16):
+            return None  # PyTorch's CPU products of these dtypes: see the linalg family
+        x = G.data(lead + [m, m if r.random() < 0.9 else m + 1], dt, special=0.0)
+        n = r.choice([0, 1, 2, 3, 5, -1])
+        c["in"] = [enc(x)]
+        c["args"] = {"n": n}
+        c.update(outcome(lambda: torch.linalg.matrix_power(x, n)))
+        return finish(c, True)
+    if op == "renorm":
+        p = r.choice([2.0, 1.0, 3.0, float("inf"), 0.0])
+        d = G.dim(rank) if rank else 0
+        maxnorm = r.choice([1.0, 0.5, 5.0, -1.0])
+        c["args"] = {"p": fmt(p), "dim": d, "maxnorm": fmt(maxnorm)}
+        c.update(outcome(lambda: torch.renorm(x, p, d, maxnorm)))
+        return finish(c, True)
     if op == "diag_embed":
         k = r.choice([0, 0, 1, -1, 2, -2])
         d1, d2 = r.randint(-rank - 1, rank), r.randint(-rank - 1, rank)
@@ -1190,7 +1251,8 @@ MORE_FAMILIES = {
                                "searchsorted", "bucketize", "triu_indices", "tril_indices"]),
     "extra": (case_extra, ["logaddexp2", "xlogy", "frac", "deg2rad", "rad2deg", "sinc", "logit",
                            "heaviside", "fliplr", "flipud", "inner", "dist", "diag",
-                           "diag_embed", "diagflat"]),
+                           "diag_embed", "diagflat", "cartesian_prod", "block_diag", "isin",
+                           "trapezoid", "vander", "matrix_power", "renorm"]),
 }
 
 

@@ -714,6 +714,32 @@ pub(crate) fn run(case: &Value, device: Device) -> genesis::Result<Vec<Tensor>> 
         "flipud" => one(x.flipud()),
         "inner" => one(x.inner(&inputs[1])),
         "diag" => one(x.diag(int(&case["args"]["offset"]))),
+        "cartesian_prod" | "block_diag" => {
+            let refs: Vec<&Tensor> = inputs.iter().collect();
+            one(if op == "cartesian_prod" {
+                Tensor::cartesian_prod(&refs)
+            } else {
+                Tensor::block_diag(&refs)
+            })
+        }
+        "isin" => one(x.isin(&inputs[1], arg_bool(case, "invert"))),
+        "trapezoid" => {
+            let d = arg_i(case, "dim");
+            one(match inputs.get(1) {
+                Some(xs) => x.trapezoid_x(xs, d),
+                None => x.trapezoid(num(&case["args"]["dx"]), d),
+            })
+        }
+        "vander" => {
+            let n = case["args"]["n"].as_u64().map(|n| n as usize);
+            one(x.vander(n, arg_bool(case, "increasing")))
+        }
+        "matrix_power" => one(x.matrix_power(int(&case["args"]["n"]))),
+        "renorm" => one(x.renorm(
+            num(&case["args"]["p"]),
+            arg_i(case, "dim"),
+            num(&case["args"]["maxnorm"]),
+        )),
         "diagflat" => one(x.diagflat(int(&case["args"]["offset"]))),
         "diag_embed" => one(x.diag_embed(
             int(&case["args"]["offset"]),

@@ -23,6 +23,26 @@ pub enum PadMode {
     Circular,
 }
 
+/// PyTorch's refusal of `dtype` for `op` (a typed error).
+fn unsupported(op: &'static str, dtype: DType) -> Error {
+    Error::Storage(genesis_storage::Error::UnsupportedDType { op, dtype })
+}
+
+/// `a` and `b` of one dtype, as PyTorch requires of some ops (`heaviside`, `inner`).
+fn same_dtype(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
+    if a.dtype() == b.dtype() {
+        return Ok(());
+    }
+    Err(bad(
+        op,
+        format!(
+            "expected both inputs of one dtype, got {} and {}",
+            a.dtype(),
+            b.dtype()
+        ),
+    ))
+}
+
 fn bad(op: &'static str, reason: impl Into<String>) -> Error {
     Error::InvalidArgument {
         op,
@@ -355,10 +375,7 @@ impl Tensor {
     pub fn logaddexp2(&self, other: &Tensor) -> Result<Tensor> {
         let r = crate::promote::promote_types(self.dtype(), other.dtype());
         if !r.is_float() {
-            return Err(Error::Storage(genesis_storage::Error::UnsupportedDType {
-                op: "logaddexp2",
-                dtype: r,
-            }));
+            return Err(unsupported("logaddexp2", r));
         }
         let w = opmath(r);
         let (a, b) = (self.cast_to(w)?, other.cast_to(w)?);
@@ -388,10 +405,7 @@ impl Tensor {
     #[track_caller]
     pub fn frac(&self) -> Result<Tensor> {
         if !self.dtype().is_float() {
-            return Err(Error::Storage(genesis_storage::Error::UnsupportedDType {
-                op: "frac",
-                dtype: self.dtype(),
-            }));
+            return Err(unsupported("frac", self.dtype()));
         }
         self.sub(&self.trunc()?)
     }
@@ -440,16 +454,7 @@ impl Tensor {
     /// requires.
     #[track_caller]
     pub fn heaviside(&self, values: &Tensor) -> Result<Tensor> {
-        if self.dtype() != values.dtype() {
-            return Err(bad(
-                "heaviside",
-                format!(
-                    "heaviside is not implemented for tensors of different dtypes ({} and {})",
-                    self.dtype(),
-                    values.dtype()
-                ),
-            ));
-        }
+        same_dtype("heaviside", self, values)?;
         let step = self.gt(0.0)?.cast_to(self.dtype())?;
         Tensor::where_cond(&self.eq(0.0)?, values, &step)
     }
@@ -495,16 +500,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn inner(&self, other: &Tensor) -> Result<Tensor> {
-        if self.dtype() != other.dtype() {
-            return Err(bad(
-                "inner",
-                format!(
-                    "both inputs should have the same dtype, got {} and {}",
-                    self.dtype(),
-                    other.dtype()
-                ),
-            ));
-        }
+        same_dtype("inner", self, other)?;
         if self.dim() == 0 || other.dim() == 0 {
             return self.mul(other);
         }
@@ -526,10 +522,7 @@ impl Tensor {
         // The difference first: its rules (bools refused, PyTorch's promotion) are dist's.
         let d = self.sub(other)?;
         if !d.dtype().is_float() {
-            return Err(Error::Storage(genesis_storage::Error::UnsupportedDType {
-                op: "dist",
-                dtype: d.dtype(),
-            }));
+            return Err(unsupported("dist", d.dtype()));
         }
         d.vector_norm(p, (), false)
     }
@@ -693,10 +686,7 @@ impl Tensor {
     #[track_caller]
     pub fn isin(&self, test: &Tensor, invert: bool) -> Result<Tensor> {
         if self.dtype() == DType::Bool || test.dtype() == DType::Bool {
-            return Err(Error::Storage(genesis_storage::Error::UnsupportedDType {
-                op: "isin",
-                dtype: DType::Bool,
-            }));
+            return Err(unsupported("isin", DType::Bool));
         }
         let found = if test.numel() == 0 {
             Tensor::zeros(self.shape(), DType::Bool, self.device())?
@@ -858,10 +848,7 @@ impl Tensor {
     pub fn renorm(&self, p: f64, dim: impl Dim, maxnorm: f64) -> Result<Tensor> {
         let op = "renorm";
         if !self.dtype().is_float() {
-            return Err(Error::Storage(genesis_storage::Error::UnsupportedDType {
-                op,
-                dtype: self.dtype(),
-            }));
+            return Err(unsupported(op, self.dtype()));
         }
         if p.is_nan() || p <= 0.0 {
             return Err(bad(op, format!("non-positive norm not supported, got {p}")));
@@ -994,10 +981,7 @@ impl Tensor {
                     )
                 })?;
             if matches!(mode, PadMode::Reflect | PadMode::Replicate) && x.dtype() == DType::Bool {
-                return Err(Error::Storage(genesis_storage::Error::UnsupportedDType {
-                    op,
-                    dtype: DType::Bool,
-                }));
+                return Err(unsupported(op, DType::Bool));
             }
             // Circular padding wraps within what negative pads leave (PyTorch's order).
             let (x0, l, r, n) = if mode == PadMode::Circular && (l < 0 || r < 0) {

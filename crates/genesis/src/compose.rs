@@ -4,7 +4,7 @@
 //! `normalize`, `cosine_similarity`, `searchsorted`, `bucketize`, `triu_indices`, `tril_indices`,
 //! `logaddexp2`, `xlogy`, `frac`, `deg2rad`, `rad2deg`, `sinc`, `logit`, `heaviside`, `fliplr`,
 //! `flipud`, `inner`, `dist`, `diag`, `diag_embed`, `diagflat`, `cartesian_prod`, `block_diag`,
-//! `isin`, `trapezoid`, `vander`, `matrix_power`, `renorm`.
+//! `isin`, `trapezoid`, `vander`, `matrix_power`, `renorm`, `cummax`, `cummin`, `logcumsumexp`.
 
 use crate::args::{Dim, Dims, Scalar, wrap_dim};
 use crate::{DType, Error, Result, Tensor};
@@ -350,7 +350,7 @@ impl Tensor {
     /// infinity. Floating dtypes (integers compute in float32, as PyTorch's).
     #[track_caller]
     pub fn logaddexp(&self, other: &Tensor) -> Result<Tensor> {
-        let r = crate::promote::promote_types(self.dtype(), other.dtype());
+        let r = crate::result_type(self, other);
         let r = if r.is_float() { r } else { DType::F32 };
         let (a, b) = (self.cast_to(r)?, other.cast_to(r)?);
         let m = a.maximum(&b)?;
@@ -373,7 +373,7 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn logaddexp2(&self, other: &Tensor) -> Result<Tensor> {
-        let r = crate::promote::promote_types(self.dtype(), other.dtype());
+        let r = crate::result_type(self, other);
         if !r.is_float() {
             return Err(unsupported("logaddexp2", r));
         }
@@ -392,7 +392,7 @@ impl Tensor {
     /// `xlogy`); integers and bools compute in float32.
     #[track_caller]
     pub fn xlogy(&self, other: &Tensor) -> Result<Tensor> {
-        let r = crate::promote::promote_types(self.dtype(), other.dtype());
+        let r = crate::result_type(self, other);
         let r = if r.is_float() { r } else { DType::F32 };
         let (x, y) = (self.cast_to(opmath(r))?, other.cast_to(opmath(r))?);
         let prod = x.mul(&y.log()?)?;
@@ -705,11 +705,14 @@ impl Tensor {
 
     /// The trapezoidal rule along `dim` with spacing `dx` (PyTorch's `trapezoid(y, dx=dx,
     /// dim=dim)`): `(sum(y) - (y_first + y_last) / 2) dx`, 0 for fewer than two points, each
-    /// step in `y`'s dtype as PyTorch's; integers compute in float32, bools and 0-d tensors are
-    /// refused.
+    /// step in `y`'s dtype as PyTorch's; integers compute in float32 (no points at all: zeros
+    /// of `y`'s dtype), bools and 0-d tensors are refused.
     #[track_caller]
     pub fn trapezoid(&self, dx: f64, dim: impl Dim) -> Result<Tensor> {
         let d = self.trapezoid_dim(dim)?;
+        if let Some(z) = self.trapezoid_empty(d)? {
+            return Ok(z);
+        }
         let y = self.to_float()?;
         let n = y.shape()[d];
         if n < 2 {
@@ -722,17 +725,29 @@ impl Tensor {
         y.sum_dim([d], false)?.sub(&ends.mul(0.5)?)?.mul(dx)
     }
 
-    /// The wrapped `dim` of the trapezoidal rule, after its checks (bools and 0-d tensors
-    /// refused, as PyTorch's).
+    /// The wrapped `dim` of the trapezoidal rule, after its checks (0-d tensors refused, and
+    /// bools unless `dim` is empty, as PyTorch's).
     fn trapezoid_dim(&self, dim: impl Dim) -> Result<usize> {
         let op = "trapezoid";
-        if self.dtype() == DType::Bool {
-            return Err(bad(op, "bool input for `y` is not supported"));
-        }
         if self.dim() == 0 {
             return Err(bad(op, "y must have at least one dimension"));
         }
-        Ok(wrap_dim(op, dim.to_dim() as i64, self.dim())?.unwrap_or(0))
+        let d = wrap_dim(op, dim.to_dim() as i64, self.dim())?.unwrap_or(0);
+        if self.dtype() == DType::Bool && self.shape()[d] > 0 {
+            return Err(bad(op, "bool input for `y` is not supported"));
+        }
+        Ok(d)
+    }
+
+    /// No samples along `d`: zeros of `self`'s dtype without that dimension (PyTorch's, and
+    /// NumPy's, answer).
+    fn trapezoid_empty(&self, d: usize) -> Result<Option<Tensor>> {
+        if self.shape()[d] > 0 {
+            return Ok(None);
+        }
+        let mut shape = self.shape().to_vec();
+        shape.remove(d);
+        Tensor::zeros(shape.as_slice(), self.dtype(), self.device()).map(Some)
     }
 
     /// The trapezoidal rule along `dim` at sample points `x` (PyTorch's `trapezoid(y, x,
@@ -744,6 +759,9 @@ impl Tensor {
     pub fn trapezoid_x(&self, x: &Tensor, dim: impl Dim) -> Result<Tensor> {
         let op = "trapezoid";
         let d = self.trapezoid_dim(dim)?;
+        if let Some(z) = self.trapezoid_empty(d)? {
+            return Ok(z);
+        }
         let n = self.shape()[d];
         // A 1-D x lies along `dim`.
         let x = if x.dim() == 1 && self.dim() > 1 {
@@ -878,6 +896,86 @@ impl Tensor {
             1.0,
         )?;
         w.mul(&factor)?.cast_to(self.dtype())
+    }
+
+    /// The running maximum along `dim` and where it was reached (PyTorch's `cummax`): element
+    /// `i` holds the largest of elements `0..=i`, a tie going to the later one and NaN
+    /// counting as the largest (a later NaN wins), its index in int64. Every dtype. Computed
+    /// by doubling (`ceil(log2 n)` rounds of comparisons of shifted copies); differentiable in
+    /// the values.
+    #[track_caller]
+    pub fn cummax(&self, dim: impl Dim) -> Result<(Tensor, Tensor)> {
+        self.cumulative_extreme("cummax", dim, true)
+    }
+
+    /// The running minimum along `dim` and where it was reached (PyTorch's `cummin`): as
+    /// [`Tensor::cummax`] with the smallest.
+    #[track_caller]
+    pub fn cummin(&self, dim: impl Dim) -> Result<(Tensor, Tensor)> {
+        self.cumulative_extreme("cummin", dim, false)
+    }
+
+    /// `log(cumsum(exp(self)))` along `dim` without overflow (PyTorch's `logcumsumexp`), by
+    /// doubling with [`Tensor::logaddexp`]; floating dtypes only (float16 and bfloat16
+    /// computed in float32 and rounded once).
+    #[track_caller]
+    pub fn logcumsumexp(&self, dim: impl Dim) -> Result<Tensor> {
+        let op = "logcumsumexp";
+        if !self.dtype().is_float() {
+            return Err(unsupported(op, self.dtype()));
+        }
+        let r = self.dtype();
+        let d = wrap_dim(op, dim.to_dim() as i64, self.dim())?;
+        let Some(d) = d.filter(|_| self.dim() > 0) else {
+            return self.contiguous();
+        };
+        let mut acc = self.cast_to(opmath(r))?;
+        let n = acc.shape()[d];
+        let mut shift = 1;
+        while shift < n {
+            let (prev, valid) = shifted(&acc, d, shift)?;
+            acc = Tensor::where_cond(&valid, &prev.logaddexp(&acc)?, &acc)?;
+            shift *= 2;
+        }
+        acc.cast_to(r)
+    }
+
+    /// [`Tensor::cummax`] (`max`) or [`Tensor::cummin`]: (value, index) pairs combined by
+    /// doubling, the later pair taken when it is NaN or at least (at most) the earlier one
+    /// and the earlier is not NaN: the last extreme, NaN above all (an associative choice).
+    fn cumulative_extreme(
+        &self,
+        op: &'static str,
+        dim: impl Dim,
+        max: bool,
+    ) -> Result<(Tensor, Tensor)> {
+        let d = wrap_dim(op, dim.to_dim() as i64, self.dim())?;
+        let Some(d) = d.filter(|_| self.dim() > 0) else {
+            let zero = Tensor::zeros(self.shape(), DType::I64, self.device())?;
+            return Ok((self.contiguous()?, zero));
+        };
+        let n = self.shape()[d];
+        let mut along = vec![1usize; self.dim()];
+        along[d] = n;
+        let mut idx = Tensor::arange(0.0, n as f64, 1.0, DType::I64, self.device())?
+            .reshape(along.as_slice())?
+            .expand(self.shape())?
+            .contiguous()?;
+        let mut val = self.contiguous()?;
+        let mut shift = 1;
+        while shift < n {
+            let (pv, valid) = shifted(&val, d, shift)?;
+            let (pi, _) = shifted(&idx, d, shift)?;
+            let beats = if max { val.ge(&pv)? } else { val.le(&pv)? };
+            let later = val
+                .isnan()?
+                .logical_or(&pv.isnan()?.logical_not()?.logical_and(&beats)?)?;
+            let keep_prev = valid.logical_and(&later.logical_not()?)?;
+            val = Tensor::where_cond(&keep_prev, &pv, &val)?;
+            idx = Tensor::where_cond(&keep_prev, &pi, &idx)?;
+            shift *= 2;
+        }
+        Ok((val, idx))
     }
 
     /// `self` as a floating tensor: itself when floating, else float32 (the ops of PyTorch
@@ -1207,4 +1305,19 @@ fn round_to(dtype: DType, v: f64) -> f64 {
         DType::F32 => f64::from(v as f32),
         _ => v,
     }
+}
+
+/// `t` shifted `by` places forward along `d` (element `i` holds element `i - by`), and where
+/// that element exists (`i >= by`, broadcast along `d`): the first `by` places hold copies of
+/// the first elements, never used.
+fn shifted(t: &Tensor, d: usize, by: usize) -> Result<(Tensor, Tensor)> {
+    let n = t.shape()[d];
+    let head = t.narrow(d, 0, by.min(n))?;
+    let body = t.narrow(d, 0, n - by.min(n))?;
+    let prev = Tensor::cat(&[&head, &body], d)?;
+    let mut along = vec![1usize; t.dim()];
+    along[d] = n;
+    let pos =
+        Tensor::arange(0.0, n as f64, 1.0, DType::I64, t.device())?.reshape(along.as_slice())?;
+    Ok((prev, pos.ge(by as f64)?))
 }

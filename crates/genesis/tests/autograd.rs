@@ -439,6 +439,15 @@ fn reductions_views_and_selection() {
             }),
         ),
         (
+            "cummax cummin logcumsumexp",
+            Box::new(|x| {
+                let (mx, _) = x.cummax(1)?;
+                let (mn, _) = x.cummin(-1)?;
+                let l = x.logcumsumexp(2)?;
+                mx.add(&mn.exp()?)?.add(&l)
+            }),
+        ),
+        (
             "atan2 hypot",
             Box::new(|x| {
                 let a = x.atan2(&x.cos()?.add(0.5)?)?;

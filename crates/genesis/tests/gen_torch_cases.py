@@ -1100,8 +1100,9 @@ def case_compose(G, op):
 def case_extra(G, op):
     """Elementwise and shape conveniences built from other ops: logaddexp2, xlogy, frac,
     deg2rad, rad2deg, sinc, logit, heaviside, fliplr, flipud, inner, dist, diag, diag_embed,
-    diagflat, cartesian_prod, block_diag, isin, trapezoid, vander, matrix_power, renorm (every
-    dtype, ranks 0 to 4, broadcasting, the dtype rules PyTorch refuses)."""
+    diagflat, cartesian_prod, block_diag, isin, trapezoid, vander, matrix_power, renorm,
+    cummax, cummin, logcumsumexp (every dtype, ranks 0 to 4, broadcasting, ties, the dtype
+    rules PyTorch refuses)."""
     r = G.r
     dt = r.choice(ALL)
     sh = G.shape(min_rank=0 if r.random() < 0.15 else 1)
@@ -1210,6 +1211,19 @@ def case_extra(G, op):
         c["args"] = {"p": fmt(p), "dim": d, "maxnorm": fmt(maxnorm)}
         c.update(outcome(lambda: torch.renorm(x, p, d, maxnorm)))
         return finish(c, True)
+    if op in ("cummax", "cummin", "logcumsumexp"):
+        d = G.dim(rank) if rank else r.choice([0, -1])
+        if dt != torch.bool and dt not in FLOATS and r.random() < 0.5:
+            # Ties: small integers repeat.
+            x = torch.randint(-2, 3, sh).to(dt) if dt != torch.uint8 else torch.randint(0, 3, sh).to(dt)
+            c["in"] = [enc(x)]
+        c["args"] = {"dim": d}
+        f = getattr(torch, op)
+        if op == "logcumsumexp":
+            c.update(outcome(lambda: f(x, d)))
+            return finish(c, True)
+        c.update(outcome(lambda: list(f(x, d))))
+        return finish(c)
     if op == "diag_embed":
         k = r.choice([0, 0, 1, -1, 2, -2])
         d1, d2 = r.randint(-rank - 1, rank), r.randint(-rank - 1, rank)
@@ -1252,7 +1266,8 @@ MORE_FAMILIES = {
     "extra": (case_extra, ["logaddexp2", "xlogy", "frac", "deg2rad", "rad2deg", "sinc", "logit",
                            "heaviside", "fliplr", "flipud", "inner", "dist", "diag",
                            "diag_embed", "diagflat", "cartesian_prod", "block_diag", "isin",
-                           "trapezoid", "vander", "matrix_power", "renorm"]),
+                           "trapezoid", "vander", "matrix_power", "renorm", "cummax",
+                           "cummin", "logcumsumexp"]),
 }
 
 

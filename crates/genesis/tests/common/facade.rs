@@ -735,6 +735,16 @@ pub(crate) fn run(case: &Value, device: Device) -> genesis::Result<Vec<Tensor>> 
             one(x.vander(n, arg_bool(case, "increasing")))
         }
         "matrix_power" => one(x.matrix_power(int(&case["args"]["n"]))),
+        "cummax" | "cummin" => {
+            let d = arg_i(case, "dim");
+            if op == "cummax" {
+                x.cummax(d)
+            } else {
+                x.cummin(d)
+            }
+            .map(|(v, i)| vec![v, i])
+        }
+        "logcumsumexp" => one(x.logcumsumexp(arg_i(case, "dim"))),
         "renorm" => one(x.renorm(
             num(&case["args"]["p"]),
             arg_i(case, "dim"),

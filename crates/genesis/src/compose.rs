@@ -352,11 +352,7 @@ impl Tensor {
     pub fn logaddexp(&self, other: &Tensor) -> Result<Tensor> {
         let r = crate::result_type(self, other);
         let r = if r.is_float() { r } else { DType::F32 };
-        let (a, b) = (self.cast_to(r)?, other.cast_to(r)?);
-        let m = a.maximum(&b)?;
-        let general = m.add(&a.sub(&b)?.abs()?.neg()?.exp()?.log1p()?)?;
-        let same_inf = a.isinf()?.logical_and(&a.eq(&b)?)?;
-        Tensor::where_cond(&same_inf, &a, &general)
+        log_add_exp(&self.cast_to(r)?, &other.cast_to(r)?, false)
     }
 
     /// `log2(2^self + 2^other)` without overflow, broadcasting (PyTorch's `logaddexp2`):
@@ -378,14 +374,7 @@ impl Tensor {
             return Err(unsupported("logaddexp2", r));
         }
         let w = opmath(r);
-        let (a, b) = (self.cast_to(w)?, other.cast_to(w)?);
-        let m = a.maximum(&b)?;
-        // 2^-d = exp(-d ln 2); log2(1 + y) = log1p(y) / ln 2.
-        let ln2 = std::f64::consts::LN_2;
-        let d = a.sub(&b)?.abs()?.mul(-ln2)?.exp()?.log1p()?.div(ln2)?;
-        let general = m.add(&d)?;
-        let same_inf = a.isinf()?.logical_and(&a.eq(&b)?)?;
-        Tensor::where_cond(&same_inf, &a, &general)?.cast_to(r)
+        log_add_exp(&self.cast_to(w)?, &other.cast_to(w)?, true)?.cast_to(r)
     }
 
     /// `self * log(other)`, 0 where `self` is 0 unless `other` is NaN, broadcasting (PyTorch's
@@ -931,9 +920,11 @@ impl Tensor {
         };
         let mut acc = self.cast_to(opmath(r))?;
         let n = acc.shape()[d];
+        let pos = positions(&acc, d)?;
         let mut shift = 1;
         while shift < n {
-            let (prev, valid) = shifted(&acc, d, shift)?;
+            let valid = pos.ge(shift as f64)?;
+            let prev = shifted(&acc, d, shift)?;
             acc = Tensor::where_cond(&valid, &prev.logaddexp(&acc)?, &acc)?;
             shift *= 2;
         }
@@ -955,17 +946,14 @@ impl Tensor {
             return Ok((self.contiguous()?, zero));
         };
         let n = self.shape()[d];
-        let mut along = vec![1usize; self.dim()];
-        along[d] = n;
-        let mut idx = Tensor::arange(0.0, n as f64, 1.0, DType::I64, self.device())?
-            .reshape(along.as_slice())?
-            .expand(self.shape())?
-            .contiguous()?;
+        let pos = positions(self, d)?;
+        let mut idx = pos.expand(self.shape())?.contiguous()?;
         let mut val = self.contiguous()?;
         let mut shift = 1;
         while shift < n {
-            let (pv, valid) = shifted(&val, d, shift)?;
-            let (pi, _) = shifted(&idx, d, shift)?;
+            let valid = pos.ge(shift as f64)?;
+            let pv = shifted(&val, d, shift)?;
+            let pi = shifted(&idx, d, shift)?;
             let beats = if max { val.ge(&pv)? } else { val.le(&pv)? };
             let later = val
                 .isnan()?
@@ -1307,17 +1295,36 @@ fn round_to(dtype: DType, v: f64) -> f64 {
     }
 }
 
-/// `t` shifted `by` places forward along `d` (element `i` holds element `i - by`), and where
-/// that element exists (`i >= by`, broadcast along `d`): the first `by` places hold copies of
-/// the first elements, never used.
-fn shifted(t: &Tensor, d: usize, by: usize) -> Result<(Tensor, Tensor)> {
+/// `logaddexp` of `a` and `b` (one floating dtype), in base 2 when `two`: the maximum plus
+/// `log1p(exp(-d))` of their distance `d` (base 2: `2^-d = exp(-d ln 2)` and `log2(1 + y) =
+/// log1p(y) / ln 2`), and the common value where both are the same infinity.
+fn log_add_exp(a: &Tensor, b: &Tensor, two: bool) -> Result<Tensor> {
+    let ln2 = std::f64::consts::LN_2;
+    let m = a.maximum(b)?;
+    let gap = a.sub(b)?.abs()?;
+    let d = if two {
+        gap.mul(-ln2)?.exp()?.log1p()?.div(ln2)?
+    } else {
+        gap.neg()?.exp()?.log1p()?
+    };
+    let general = m.add(&d)?;
+    let same_inf = a.isinf()?.logical_and(&a.eq(b)?)?;
+    Tensor::where_cond(&same_inf, a, &general)
+}
+
+/// `t` shifted `by` places forward along `d` (element `i` holds element `i - by`); the first
+/// `by` places hold copies of the first elements, never used (see [`positions`]).
+fn shifted(t: &Tensor, d: usize, by: usize) -> Result<Tensor> {
     let n = t.shape()[d];
     let head = t.narrow(d, 0, by.min(n))?;
     let body = t.narrow(d, 0, n - by.min(n))?;
-    let prev = Tensor::cat(&[&head, &body], d)?;
+    Tensor::cat(&[&head, &body], d)
+}
+
+/// The positions `0..n` along dimension `d` of `t` (int64, size 1 in the other dimensions):
+/// a shift by `by` has a predecessor where `positions >= by`.
+fn positions(t: &Tensor, d: usize) -> Result<Tensor> {
     let mut along = vec![1usize; t.dim()];
-    along[d] = n;
-    let pos =
-        Tensor::arange(0.0, n as f64, 1.0, DType::I64, t.device())?.reshape(along.as_slice())?;
-    Ok((prev, pos.ge(by as f64)?))
+    along[d] = t.shape()[d];
+    Tensor::arange(0.0, along[d] as f64, 1.0, DType::I64, t.device())?.reshape(along.as_slice())
 }

@@ -9,8 +9,8 @@ outer, diff, isclose, bincount). Needs PyTorch (the CPU build will do); only to 
 
     python3 gen_torch_cases.py --seed 31 --count 5800 --out data/torch-cases.json.gz
     python3 gen_torch_cases.py --seed 1031 --count 1700 --out data/torch-heldout.json.gz
-    python3 gen_torch_cases.py --more --seed 37 --count 4200 --out data/torch-more-cases.json.gz
-    python3 gen_torch_cases.py --more --seed 1037 --count 1400 --out data/torch-more-heldout.json.gz
+    python3 gen_torch_cases.py --more --seed 37 --count 5200 --out data/torch-more-cases.json.gz
+    python3 gen_torch_cases.py --more --seed 4037 --count 1740 --out data/torch-more-heldout.json.gz
 
 (`--more`: cross_entropy, layer_norm and rms_norm in every float dtype, masked_select with
 broadcast masks, unique_consecutive, repeat_interleave, mm, mv, dot, trace, addmm, baddbmm,
@@ -171,20 +171,22 @@ def tol_for(dt, loose=False):
     return [k * eps, k * eps]
 
 
-def finish(c, loose=False):
-    """Adds the float tolerance of the case's result dtype (none for exact results)."""
+def finish(c, loose=False, product=False):
+    """Adds the float tolerance of the case's result dtype (none for exact results); `product`:
+    the case runs an integer matrix product, which CUDA refuses (`CUDA_REFUSED_PRODUCTS`)."""
     if "out" in c and c["out"] != []:
         out = c["out"][0] if isinstance(c["out"], list) else c["out"]
         t = tol_for(getattr(torch, out["dt"]), loose)
         if t:
             c["tol"] = t
-        if c["op"] in CUDA_REFUSED_PRODUCTS and out["dt"] in ("uint8", "int8", "int16", "int32", "int64"):
+        if (product or c["op"] in CUDA_REFUSED_PRODUCTS) and out["dt"] in ("uint8", "int8", "int16", "int32", "int64"):
             c["cuda_err"] = "Storage.UnsupportedDType"
     return c
 
 
 # Integer products PyTorch computes on the CPU and refuses on CUDA ("addmm_cuda" not
-# implemented for integer dtypes), as Genesis does.
+# implemented for integer dtypes), as Genesis does; `inner` of two tensors with dimensions and
+# `matrix_power` with n >= 2 run such a product too (`finish(.., product=True)`).
 CUDA_REFUSED_PRODUCTS = ("mm", "mv", "dot", "addmm", "baddbmm")
 
 
@@ -1203,7 +1205,7 @@ def case_extra(G, op):
         c["in"] = [enc(x)]
         c["args"] = {"n": n}
         c.update(outcome(lambda: torch.linalg.matrix_power(x, n)))
-        return finish(c, True)
+        return finish(c, True, product=n >= 2)
     if op == "renorm":
         p = r.choice([2.0, 1.0, 3.0, float("inf"), 0.0])
         d = G.dim(rank) if rank else 0
@@ -1215,7 +1217,8 @@ def case_extra(G, op):
         d = G.dim(rank) if rank else r.choice([0, -1])
         if dt != torch.bool and dt not in FLOATS and r.random() < 0.5:
             # Ties: small integers repeat.
-            x = torch.randint(-2, 3, sh).to(dt) if dt != torch.uint8 else torch.randint(0, 3, sh).to(dt)
+            lo = 0 if dt == torch.uint8 else -2
+            x = torch.randint(lo, 3, sh, generator=G.g).to(dt)
             c["in"] = [enc(x)]
         c["args"] = {"dim": d}
         f = getattr(torch, op)
@@ -1244,7 +1247,7 @@ def case_extra(G, op):
             return None  # PyTorch's CPU products of bool and narrow ints: path-dependent
         c["in"] = [enc(x), enc(y)]
         c.update(outcome(lambda: torch.inner(x, y)))
-        return finish(c, True)
+        return finish(c, True, product=x.dim() > 0 and y.dim() > 0)
     return None
 
 

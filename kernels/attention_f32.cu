@@ -1,52 +1,58 @@
-// Flash attention of Genesis in float32 (FlashAttention-2's algorithm on the CUDA cores):
-// forward `attn_fwd_f32_d64` and backward (`attn_bwd_dot_f32_d64`, `attn_bwd_dkdv_f32_d64`,
-// `attn_bwd_dq_f32_d64`) for head dim 64. Inputs, outputs and every product are f32 (fused
-// multiply-adds, no tensor cores): the precision of PyTorch's float32 attention, without the
-// [Tq, Tk] scores in memory.
+// Flash attention of Genesis in float32 (FlashAttention-2's algorithm): forward
+// `attn_fwd_f32_d64` and backward (`attn_bwd_dot_f32_d64`, `attn_bwd_dkdv_f32_d64`,
+// `attn_bwd_dq_f32_d64`) for head dim 64. Inputs and outputs are f32; every product runs on
+// the tensor cores as three TF32 products (`mma.sync.m16n8k8`, "3xTF32"): an f32 value x is
+// split into big = tf32(x) and small = tf32(x - big), and a b is taken as
+// a_small b_big + a_big b_small + a_big b_big with f32 accumulation (a_small b_small, about
+// 2^-22 |a b|, is left out). That is the arithmetic of PyTorch's float32 attention on compute
+// capability 8.0 and newer (its memory-efficient kernels' `OpMultiplyAddFastF32`): f32
+// accuracy up to a few units of 2^-22 a product, without the [Tq, Tk] scores in memory.
 //
 // Built by `cargo xtask build-kernels` into crates/genesis-kernels/images/attention_f32.fatbin.
-// The semantics, the argument block `AttnArgs`, the layouts and the launcher's checks are
-// attention.cu's (read its header); the CPU twins are `attention_forward` and
+// The semantics, the argument block `AttnArgs`, the layouts and the launcher's checks (16-byte
+// aligned rows) are attention.cu's (read its header); the CPU twins are `attention_forward` and
 // `attention_backward` in crates/genesis-kernels/src/attention.rs.
 //
-// Threads: every kernel runs 256 threads as a 16 x 16 grid (ty = thread / 16, tx = thread %
-// 16); a warp is two rows of the grid, so the 16 threads of a row of the grid reduce with
-// `shfl.xor` over offsets 8, 4, 2, 1. A 64 x N tile of products gives thread (ty, tx) rows
-// 4 ty .. 4 ty + 3 and columns N/16 tx .. N/16 tx + N/16 - 1; a 64 x 64 tile of head-dim outputs
-// gives it the same rows and columns 4 tx .. 4 tx + 3.
+// Threads: 128 a block, 4 warps; a block owns 64 rows (queries, or keys for dK/dV), warp w the
+// 16 rows 16 w .. 16 w + 15. In a warp g = lane / 4, t = lane % 4, and the m16n8k8 fragments
+// are: A (16 x 8) a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4); B (8 x 8, k x n)
+// b0 (t, g), b1 (t + 4, g); C (16 x 8) c0 (g, 2t), c1 (g, 2t + 1), c2 (g + 8, 2t),
+// c3 (g + 8, 2t + 1). A product's C tile becomes the next product's A operand (P for P V, dS
+// for dS K) without shared memory by numbering k inside each group of 8 as 0, 4, 1, 5, 2, 6,
+// 3, 7: A's (g, t) is C's (g, 2t) and A's (g, t + 4) is C's (g, 2t + 1); the B operand of that
+// product then reads rows 2t and 2t + 1 of its group (a sum's order changes, not its terms).
 //
-// Shared memory: an operand that is the second factor of a product over the head dim (q k^T,
-// do v^T) is stored transposed, [D][rows] (`load_t`), so that a thread reads 4 of its rows as
-// one float4 and the 16 threads of a grid row read 16 consecutive float4 (no bank conflict);
-// an operand that is summed over its rows (p v, ds q, ds k) is stored row-major [rows][D]
-// (`load_r`); p and ds are written row-major with rows of N + 4 floats, so that the two grid
-// rows of a warp, 4 rows apart, read different banks. Rows past the extent are zeros.
+// Shared memory: every tile is 64 rows of D = 64 floats, rows LD = 68 floats apart, staged by
+// 16-byte `cp.async` copies (zeros past the extent). With LD = 68 (4 mod 32 banks) each
+// fragment read of a warp, (row g, col t) or (row 2t, col g), touches 32 different banks.
 //
-// Forward: a block owns 64 query rows of one (b, h) (query tiles in grid.x, the heaviest causal
+// Forward: a block owns 64 queries of one (b, h) (query tiles in grid.x, the heaviest causal
 // tile first; (b, h) in grid.y, strided) and walks the key tiles of 64 (causal: those below
-// q0 + 64): S = Q K^T, x = S scale log2(e), masked entries -inf (only in tiles that can hold
-// one), the running row max m, alpha = exp2(m_old - m_new), p = exp2(x - m_new) (a row whose max
-// is still -inf uses 0 in its place), l = alpha l + rowsum(p) (thread partials, reduced at the
-// end), O = alpha O + P V. End: O / l (0 when l = 0), lse = (m + log2 l) ln 2 (-inf when l = 0).
-// Shared memory: Q^T, K^T, V, P: 66,560 bytes.
+// q0 + 64), each staged as its tf32 parts (`stage_split`: a value split once a block, not once
+// a warp; the next tile's reads issued before the barrier that frees the planes):
+// S = Q K^T (Q's split fragments kept in registers),
+// x = S scale log2(e), masked entries -inf (only in tiles that can hold one), the running row
+// max m, alpha = exp2(m_old - m_new), p = exp2(x - m_new) (a row whose max is still -inf uses
+// 0 in its place), l = alpha l + rowsum(p) (thread partials, reduced at the end),
+// O = alpha O + P V. End: O / l (0 when l = 0), lse = (m + log2 l) ln 2 (-inf when l = 0).
+// Shared memory: Q, the parts of K and V: 87,040 bytes.
 // Backward: `attn_bwd_dot` d_i = sum_c do_ic o_ic (a warp a row). `attn_bwd_dkdv`: a block owns
-// 64 keys (K^T and V^T in shared memory) and walks the query tiles of 64 that can see them
-// (causal: from the tile of query k0), Q^T and dO^T in shared memory: S^T = K Q^T,
-// dP^T = V dO^T, P^T = exp2(S^T scale log2 e - lse log2 e) (0 where masked or lse = -inf),
-// dS^T = P^T (dP^T - d), then dV^T += dO^T P and dK^T += Q^T dS (P and dS through shared
-// memory, their 16-byte chunks swizzled by row so that a thread's four rows hit four banks);
-// written once, transposed back (dK times scale). Shared memory 100,864 bytes.
-// `attn_bwd_dq`: a block owns 64 queries (Q^T, dO^T, lse, d; the heaviest causal tile first)
-// and walks the key tiles of 64 (causal: below q0 + 64): S, dP, dS as above, dQ += dS K;
-// written once times scale. Shared memory 99,840 bytes. Every output element is summed by one
-// thread in a fixed order: the backward is deterministic.
+// 64 keys (K, V) and walks the query tiles of 64 that can see them (causal: from the tile of
+// query k0), with their lse and d: S^T = K Q^T, dP^T = V dO^T, P^T = exp2(S^T scale log2 e -
+// lse log2 e) (0 where masked or lse = -inf), dS^T = P^T (dP^T - d), dV += P^T dO and
+// dK += dS^T Q; written once (dK times scale). Shared memory 70,144 bytes.
+// `attn_bwd_dq`: a block owns 64 queries (Q, dO; lse and d in registers; the heaviest causal
+// tile first) and walks the key tiles of 64 (causal: below q0 + 64): S, dP, dS as above,
+// dQ += dS K; written once times scale. Shared memory 69,632 bytes. Every output element is
+// summed by one thread in a fixed order: the backward is deterministic.
 // Every kernel fits the 99 KiB of a block on compute capability 8.6 and 8.9.
 //
-// Numerics: products and sums in f32 in the order above; exp2f (2 ulp) of x log2(e) where the
-// twin uses exp of x. The results differ from the twin's by a few f32 roundings of the sums
-// involved (|gpu - twin| <= 2^-18 (|twin| + S), S the sum of the magnitudes of the terms:
-// `tests/gpu_attention.rs`).
+// Numerics: 3xTF32 products (above) accumulated in f32 in the tensor cores' order; exp2f
+// (2 ulp) of x log2(e) where the twin uses exp of x. `tests/gpu_attention.rs` bounds the
+// difference to the twin by a few units of 2^-20 of the sums of the magnitudes involved.
 #include <stdint.h>
+
+#include "cp_async.cuh"
 
 namespace {
 
@@ -68,8 +74,10 @@ enum { S_Q = 0, S_K, S_V, S_O, S_DO, S_DQ, S_DK, S_DV };
 
 #define NEG_INF __int_as_float(0xff800000)
 
-constexpr int THREADS = 256;
+constexpr int THREADS = 128;
 constexpr int D = 64;
+constexpr int LD = D + 4;      // floats a row of a tile in shared memory
+constexpr int TILE = 64 * LD;  // floats a tile
 constexpr float LOG2E = 1.4426950408889634f;
 constexpr float LN2 = 0.6931471805599453f;
 
@@ -80,111 +88,167 @@ __device__ __forceinline__ float* out_ptr(u64 base, const u64 (&st)[3], u64 b, u
     return reinterpret_cast<float*>(base) + b * st[0] + h * st[1];
 }
 
-__device__ __forceinline__ float get(const float4& v, int i) {
-    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-}
-
-__device__ __forceinline__ float row_max(float x) {
+// Rows [r0, r0 + 64) of an operand (rows `st` floats apart, `rows` of them, 16-byte aligned)
+// into dst[r * LD + c] by cp.async (the caller commits); zeros past `rows`.
+__device__ __forceinline__ void load_tile(float* dst, const float* src, u64 st, u64 r0, u64 rows) {
 #pragma unroll
-    for (int o = 8; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-    return x;
-}
-__device__ __forceinline__ float row_sum(float x) {
-#pragma unroll
-    for (int o = 8; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-    return x;
-}
-
-// Rows [r0, r0 + R) of an operand (rows `st` floats apart, `rows` of them) into dst[d * LD + r],
-// zeros past `rows`. Lanes take consecutive rows, so the stores hit consecutive banks.
-template <int R, int LD = R>
-__device__ __forceinline__ void load_t(float* dst, const float* src, u64 st, u64 r0, u64 rows) {
-    constexpr int PER = THREADS / R;  // threads on one row
-    const int r = threadIdx.x % R;
-    const bool ok = r0 + r < rows;
-    const float* row = src + (r0 + r) * st;
-    for (int c4 = threadIdx.x / R; c4 < D / 4; c4 += PER) {
-        const float4 x = ok ? *reinterpret_cast<const float4*>(row + 4 * c4) : make_float4(0.f, 0.f, 0.f, 0.f);
-        dst[(4 * c4 + 0) * LD + r] = x.x;
-        dst[(4 * c4 + 1) * LD + r] = x.y;
-        dst[(4 * c4 + 2) * LD + r] = x.z;
-        dst[(4 * c4 + 3) * LD + r] = x.w;
+    for (int i = 0; i < 64 * D / 4 / THREADS; ++i) {
+        const int e = threadIdx.x + THREADS * i;
+        const int r = e / (D / 4), c = (e % (D / 4)) * 4;
+        const bool ok = r0 + r < rows;
+        cp_async16(smem_addr(dst + r * LD + c), ok ? src + (r0 + r) * st + c : src, ok ? 16 : 0);
     }
 }
 
-// Rows [r0, r0 + R) into dst[r * D + c], zeros past `rows`.
-template <int R>
-__device__ __forceinline__ void load_r(float* dst, const float* src, u64 st, u64 r0, u64 rows) {
-    for (int i = threadIdx.x; i < R * D / 4; i += THREADS) {
-        const int r = i / (D / 4), c4 = i % (D / 4);
-        const float4 x = r0 + r < rows ? *reinterpret_cast<const float4*>(src + (r0 + r) * st + 4 * c4)
-                                       : make_float4(0.f, 0.f, 0.f, 0.f);
-        *reinterpret_cast<float4*>(dst + r * D + 4 * c4) = x;
+// x as the tf32 values big (rounded to nearest, ties away) and small (the rest, rounded):
+// x = big + small within 2^-22 |x|.
+__device__ __forceinline__ void split(float x, uint32_t& big, uint32_t& small) {
+    uint32_t b;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(b) : "f"(x));
+    b &= 0xffffe000u;
+    big = b;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(small) : "f"(x - __uint_as_float(b)));
+}
+
+__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// An A operand split in two (`big`, `small`).
+struct FragA {
+    uint32_t big[4], small[4];
+};
+
+// c += a b in 3xTF32, b's fragment given as its two values' tf32 parts.
+__device__ __forceinline__ void mma3(float (&c)[4], const FragA& a, uint32_t bb0, uint32_t bb1, uint32_t bs0, uint32_t bs1) {
+    mma(c, a.small, bb0, bb1);
+    mma(c, a.big, bs0, bs1);
+    mma(c, a.big, bb0, bb1);
+}
+
+// A B operand's tile in shared memory: raw f32 values, split as they are read.
+struct RawTile {
+    const float* p;
+    __device__ __forceinline__ void get(int at, uint32_t& big, uint32_t& small) const { split(p[at], big, small); }
+};
+
+// A B operand's tile split once when staged (`stage_split`): the tf32 parts in two planes.
+struct SplitTile {
+    const float* big;
+    const float* small;
+    __device__ __forceinline__ void get(int at, uint32_t& b, uint32_t& s) const {
+        b = __float_as_uint(big[at]);
+        s = __float_as_uint(small[at]);
+    }
+};
+
+// The A fragment of rows r .. r + 15 (the thread's g, g + 8 given as `row`) and k columns
+// k0 .. k0 + 7 of a tile.
+__device__ __forceinline__ FragA frag_a(const float* tile, int row, int k0, int t) {
+    FragA f;
+    const float* p = tile + row * LD + k0 + t;
+    split(p[0], f.big[0], f.small[0]);
+    split(p[8 * LD], f.big[1], f.small[1]);
+    split(p[4], f.big[2], f.small[2]);
+    split(p[8 * LD + 4], f.big[3], f.small[3]);
+    return f;
+}
+
+// A C tile (c0 .. c3) as an A operand with k numbered 0, 4, 1, 5, ... (see the top).
+__device__ __forceinline__ FragA frag_c(const float (&c)[4]) {
+    FragA f;
+    split(c[0], f.big[0], f.small[0]);
+    split(c[2], f.big[1], f.small[1]);
+    split(c[1], f.big[2], f.small[2]);
+    split(c[3], f.big[3], f.small[3]);
+    return f;
+}
+
+// acc[j] += A B_j over k0 .. k0 + 7 where B_j's column n is row 8 j + n of `tile` (k along
+// the tile's columns): S = Q K^T and its kind.
+template <class B>
+__device__ __forceinline__ void product_rows(float (&acc)[8][4], const FragA& a, const B& tile, int k0, int g, int t) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const int at = (8 * j + g) * LD + k0 + t;
+        uint32_t bb0, bs0, bb1, bs1;
+        tile.get(at, bb0, bs0);
+        tile.get(at + 4, bb1, bs1);
+        mma3(acc[j], a, bb0, bb1, bs0, bs1);
     }
 }
 
-// acc[i][j] += sum_d at[d][4 ty + i] * bt[d][N/16 tx + j]: at holds 64 rows (lines of LDA
-// floats), bt N (lines of LDB).
-template <int N, int LDA = 64, int LDB = N>
-__device__ __forceinline__ void product_t(float (&acc)[4][N / 16], const float* at, const float* bt, int ty, int tx) {
-    constexpr int JN = N / 16;
-#pragma unroll 8
-    for (int d = 0; d < D; ++d) {
-        const float4 a = *reinterpret_cast<const float4*>(at + d * LDA + 4 * ty);
-        float bv[JN];
-        if constexpr (JN == 4) {
-            const float4 b = *reinterpret_cast<const float4*>(bt + d * LDB + 4 * tx);
-            bv[0] = b.x, bv[1] = b.y, bv[2] = b.z, bv[3] = b.w;
-        } else {
-            const float2 b = *reinterpret_cast<const float2*>(bt + d * LDB + 2 * tx);
-            bv[0] = b.x, bv[1] = b.y;
-        }
+// acc[n] += A B_n where A comes from C tile j (k = rows 8 j .. 8 j + 7 of `tile` in the order of
+// `frag_c`) and B_n's column is tile column 8 n + g: O += P V and its kind.
+template <class B>
+__device__ __forceinline__ void product_cols(float (&acc)[8][4], const FragA& a, const B& tile, int j, int g, int t) {
+    const int at = (8 * j + 2 * t) * LD + g;
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
-#pragma unroll
-            for (int j = 0; j < JN; ++j) acc[i][j] = fmaf(get(a, i), bv[j], acc[i][j]);
+    for (int n = 0; n < 8; ++n) {
+        uint32_t bb0, bs0, bb1, bs1;
+        tile.get(at + 8 * n, bb0, bs0);
+        tile.get(at + 8 * n + LD, bb1, bs1);
+        mma3(acc[n], a, bb0, bb1, bs0, bs1);
     }
 }
 
-// The 16-byte chunk that holds chunk `c` of row `r` of a swizzled [rows][64] tile: rows four
-// apart (the rows one thread writes) put a chunk in different banks.
-__device__ __forceinline__ int swizzle(int c, int r) { return c ^ ((r >> 2) & 7); }
-
-// acc[i][e] += sum_c m[4 ty + i][c] * b[c][4 tx + e] over c < N: m row-major with rows of LDM
-// floats (N + 4: the two grid rows of a warp, 4 rows apart, read other banks), b row-major with
-// rows of LDB (SWZ: a swizzled [N][64] tile).
-template <int N, int LDM = N + 4, int LDB = D, bool SWZ = false>
-__device__ __forceinline__ void product_r(float (&acc)[4][4], const float* m, const float* b, int ty, int tx) {
-#pragma unroll 2
-    for (int c = 0; c < N; c += 4) {
-        float4 mv[4];
+// Rows [r0, r0 + 64) of an operand (as `load_tile`) read into registers: `stage_split` stores
+// them. Read before the barrier that frees the planes, so that the reads' latency overlaps
+// the wait.
+struct Staged {
+    float4 x[64 * D / 4 / THREADS];
+};
+__device__ __forceinline__ Staged stage_read(const float* src, u64 st, u64 r0, u64 rows) {
+    Staged v;
 #pragma unroll
-        for (int i = 0; i < 4; ++i) mv[i] = *reinterpret_cast<const float4*>(m + (4 * ty + i) * LDM + c);
+    for (int i = 0; i < 64 * D / 4 / THREADS; ++i) {
+        const int e = threadIdx.x + THREADS * i;
+        const int r = e / (D / 4), c = (e % (D / 4)) * 4;
+        v.x[i] = r0 + r < rows ? *reinterpret_cast<const float4*>(src + (r0 + r) * st + c)
+                               : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    return v;
+}
+// The staged rows' tf32 parts into the planes big[r * LD + c] and small[r * LD + c].
+__device__ __forceinline__ void stage_split(float* big, float* small, const Staged& v) {
 #pragma unroll
-        for (int cc = 0; cc < 4; ++cc) {
-            const int chunk = SWZ ? swizzle(tx, c + cc) : tx;
-            const float4 bv = *reinterpret_cast<const float4*>(b + (c + cc) * LDB + 4 * chunk);
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const float x = get(mv[i], cc);
-                acc[i][0] = fmaf(x, bv.x, acc[i][0]);
-                acc[i][1] = fmaf(x, bv.y, acc[i][1]);
-                acc[i][2] = fmaf(x, bv.z, acc[i][2]);
-                acc[i][3] = fmaf(x, bv.w, acc[i][3]);
-            }
-        }
+    for (int i = 0; i < 64 * D / 4 / THREADS; ++i) {
+        const int e = threadIdx.x + THREADS * i;
+        const int at = e / (D / 4) * LD + (e % (D / 4)) * 4;
+        uint32_t b[4], s[4];
+        split(v.x[i].x, b[0], s[0]);
+        split(v.x[i].y, b[1], s[1]);
+        split(v.x[i].z, b[2], s[2]);
+        split(v.x[i].w, b[3], s[3]);
+        *reinterpret_cast<uint4*>(big + at) = make_uint4(b[0], b[1], b[2], b[3]);
+        *reinterpret_cast<uint4*>(small + at) = make_uint4(s[0], s[1], s[2], s[3]);
     }
 }
 
-// Rows 4 ty + i of a 64-row tile starting at r0 (those below `rows`), columns 4 tx .. 4 tx + 3,
-// times `mul`.
-__device__ __forceinline__ void store_rows(float* base, u64 st, u64 r0, u64 rows, const float (&acc)[4][4], float mul, int ty, int tx) {
+__device__ __forceinline__ float quad_max(float x) {
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// Rows `row` and `row + 8` (C layout, below `rows`) of a 64-column result from r0, times `mul`.
+__device__ __forceinline__ void store_c(float* base, u64 st, u64 row, u64 rows, const float (&acc)[8][4], float mul, int t) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const u64 r = r0 + 4 * ty + i;
+    for (int hi = 0; hi < 2; ++hi) {
+        const u64 r = row + 8 * hi;
         if (r < rows) {
-            *reinterpret_cast<float4*>(base + r * st + 4 * tx) =
-                make_float4(acc[i][0] * mul, acc[i][1] * mul, acc[i][2] * mul, acc[i][3] * mul);
+#pragma unroll
+            for (int n = 0; n < 8; ++n) {
+                *reinterpret_cast<float2*>(base + r * st + 8 * n + 2 * t) =
+                    make_float2(acc[n][2 * hi] * mul, acc[n][2 * hi + 1] * mul);
+            }
         }
     }
 }
@@ -192,78 +256,94 @@ __device__ __forceinline__ void store_rows(float* base, u64 st, u64 r0, u64 rows
 // ---------------------------------------------------------------------------------------------
 // Forward.
 
-constexpr int FWD_SMEM = (2 * D * 64 + 64 * D + 64 * 68) * 4;
+constexpr int FWD_SMEM = 5 * TILE * 4;
 
 __device__ __forceinline__ void attn_fwd(const AttnArgs& a) {
     extern __shared__ __align__(16) float smem[];
-    float* qt = smem;          // [D][64]
-    float* kt = qt + D * 64;   // [D][64]
-    float* vr = kt + D * 64;   // [64][D]
-    float* ps = vr + 64 * D;   // [64][68]
-    const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
+    float* qs = smem;         // Q
+    float* ks = qs + TILE;    // K's tf32 parts: big, then small
+    float* vs = ks + 2 * TILE;  // V's, as K's
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const u64 tq = a.tq, tk = a.tk, bhn = a.batch * a.heads;
     const u64 tiles = (tq + 63) / 64;
     const u64 q0 = (a.causal ? tiles - 1 - blockIdx.x : blockIdx.x) * 64;
     const u64 kend = a.causal ? (q0 + 64 < tk ? q0 + 64 : tk) : tk;
+    const int row = 16 * w + g;  // the thread's rows: row and row + 8 of the tile
+    const SplitTile kt{ks, ks + TILE}, vt{vs, vs + TILE};
     float* lse = reinterpret_cast<float*>(a.lse);
     for (u64 bh = blockIdx.y; bh < bhn; bh += gridDim.y) {
         const u64 b = bh / a.heads, h = bh % a.heads;
-        load_t<64>(qt, in_ptr(a.q, a.st[S_Q], b, h), a.st[S_Q][2], q0, tq);
-        float o[4][4] = {};
-        float m[4], l[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) m[i] = NEG_INF, l[i] = 0.f;
+        const float* kp = in_ptr(a.k, a.st[S_K], b, h);
+        const float* vp = in_ptr(a.v, a.st[S_V], b, h);
+        load_tile(qs, in_ptr(a.q, a.st[S_Q], b, h), a.st[S_Q][2], q0, tq);
+        cp_async_commit();
+        FragA qf[8];
+        float o[8][4] = {};
+        float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
         for (u64 k0 = 0; k0 < kend; k0 += 64) {
-            __syncthreads();  // the previous tile's K, V and P are read (and Q is written)
-            load_t<64>(kt, in_ptr(a.k, a.st[S_K], b, h), a.st[S_K][2], k0, tk);
-            load_r<64>(vr, in_ptr(a.v, a.st[S_V], b, h), a.st[S_V][2], k0, tk);
+            const Staged xk = stage_read(kp, a.st[S_K][2], k0, tk);
+            const Staged xv = stage_read(vp, a.st[S_V][2], k0, tk);
+            __syncthreads();  // the previous tile is read
+            stage_split(ks, ks + TILE, xk);
+            stage_split(vs, vs + TILE, xv);
+            cp_async_wait<0>();
             __syncthreads();
-            float s[4][4] = {};
-            product_t<64>(s, qt, kt, ty, tx);
+            if (k0 == 0) {
+#pragma unroll
+                for (int kk = 0; kk < 8; ++kk) qf[kk] = frag_a(qs, row, 8 * kk, t);
+            }
+            float s[8][4] = {};
+#pragma unroll
+            for (int kk = 0; kk < 8; ++kk) product_rows(s, qf[kk], kt, 8 * kk, g, t);
             const bool edge = k0 + 64 > tk || (a.causal && k0 + 63 > q0);
+            float use[2], alpha[2], mx[2] = {NEG_INF, NEG_INF};
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const u64 qi = q0 + 4 * ty + i;
-                float mx = NEG_INF;
+            for (int j = 0; j < 8; ++j) {
 #pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    const u64 kj = k0 + 4 * tx + j;
-                    float x = s[i][j] * a.scale_log2;
+                for (int e = 0; e < 4; ++e) {
+                    const u64 qi = q0 + row + 8 * (e >> 1), kj = k0 + 8 * j + 2 * t + (e & 1);
+                    float x = s[j][e] * a.scale_log2;
                     if (edge && (kj >= tk || (a.causal && kj > qi))) x = NEG_INF;
-                    s[i][j] = x;
-                    mx = fmaxf(mx, x);
+                    s[j][e] = x;
+                    mx[e >> 1] = fmaxf(mx[e >> 1], x);
                 }
-                const float mn = fmaxf(m[i], row_max(mx));
-                const float use = mn == NEG_INF ? 0.f : mn;
-                const float alpha = exp2f(m[i] - use);
-                m[i] = mn;
-                float sum = 0.f;
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    s[i][j] = exp2f(s[i][j] - use);
-                    sum += s[i][j];
-                }
-                l[i] = l[i] * alpha + sum;
-#pragma unroll
-                for (int e = 0; e < 4; ++e) o[i][e] *= alpha;
-                *reinterpret_cast<float4*>(ps + (4 * ty + i) * 68 + 4 * tx) = make_float4(s[i][0], s[i][1], s[i][2], s[i][3]);
             }
-            __syncthreads();
-            product_r<64>(o, ps, vr, ty, tx);
+#pragma unroll
+            for (int hi = 0; hi < 2; ++hi) {
+                const float mn = fmaxf(m[hi], quad_max(mx[hi]));
+                use[hi] = mn == NEG_INF ? 0.f : mn;
+                alpha[hi] = exp2f(m[hi] - use[hi]);
+                m[hi] = mn;
+                l[hi] *= alpha[hi];
+            }
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    s[j][e] = exp2f(s[j][e] - use[e >> 1]);
+                    l[e >> 1] += s[j][e];
+                    o[j][e] *= alpha[e >> 1];
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < 8; ++j) product_cols(o, frag_c(s[j]), vt, j, g, t);
         }
+        cp_async_wait<0>();  // (no key tiles: Q's copies)
         float* out = out_ptr(a.o, a.st[S_O], b, h);
+        float inv[2];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const float li = row_sum(l[i]);
-            const u64 qi = q0 + 4 * ty + i;
-            float inv = li > 0.f ? 1.f / li : 0.f;
-            if (qi < tq) {
-                *reinterpret_cast<float4*>(out + qi * a.st[S_O][2] + 4 * tx) =
-                    make_float4(o[i][0] * inv, o[i][1] * inv, o[i][2] * inv, o[i][3] * inv);
-                if (tx == 0) lse[bh * tq + qi] = li > 0.f ? (m[i] + log2f(li)) * LN2 : NEG_INF;
-            }
+        for (int hi = 0; hi < 2; ++hi) {
+            const float li = quad_sum(l[hi]);
+            inv[hi] = li > 0.f ? 1.f / li : 0.f;
+            const u64 qi = q0 + row + 8 * hi;
+            if (t == 0 && qi < tq) lse[bh * tq + qi] = li > 0.f ? (m[hi] + log2f(li)) * LN2 : NEG_INF;
         }
-        __syncthreads();  // Q is reloaded for the next (b, h)
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+            o[n][0] *= inv[0], o[n][1] *= inv[0], o[n][2] *= inv[1], o[n][3] *= inv[1];
+        }
+        store_c(out, a.st[S_O][2], q0 + row, tq, o, 1.f, t);
+        __syncthreads();  // Q and the planes are refilled for the next (b, h)
     }
 }
 
@@ -288,163 +368,202 @@ __device__ __forceinline__ void attn_bwd_dot(const AttnArgs& a) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Backward: dK and dV, a block per 64 keys, query tiles of 64. The sums over the queries run
-// transposed (dV^T = dO^T P, dK^T = Q^T dS, thread (ty, tx) holding head-dim rows 4 ty .. and
-// keys 4 tx ..), so that Q and dO are needed only as Q^T and dO^T.
+// Backward: dK and dV, a block per 64 keys, query tiles of 64. PLANES: Q and dO staged as
+// their tf32 parts (`stage_split`: each value split once a block, not once a warp), for
+// devices whose blocks take the 104,960 bytes; else raw f32 staged by cp.async.
 
-constexpr int DKDV_SMEM = (2 * D * 64 + 2 * D * 68 + 2 * 64 * 64 + 2 * 64) * 4;
+template <bool PLANES>
+constexpr int dkdv_smem() { return ((PLANES ? 6 : 4) * TILE + 2 * 64) * 4; }
 
+template <bool PLANES>
 __device__ __forceinline__ void attn_bwd_dkdv(const AttnArgs& a) {
     extern __shared__ __align__(16) float smem[];
-    float* kt = smem;          // K^T [D][64]
-    float* vt = kt + D * 64;   // V^T [D][64]
-    float* qt = vt + D * 64;   // Q^T [D][68]
-    float* gt = qt + D * 68;   // dO^T [D][68]
-    float* ps = gt + D * 68;   // P [64 queries][64 keys], swizzled
-    float* ds = ps + 64 * 64;  // dS [64][64], swizzled
-    float* ls = ds + 64 * 64;  // lse [64]
-    float* dd = ls + 64;       // d [64]
-    const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
+    float* ks = smem;         // K
+    float* vs = ks + TILE;    // V
+    float* qs = vs + TILE;    // Q (PLANES: its big parts, then its small parts)
+    float* gs = qs + (PLANES ? 2 : 1) * TILE;  // dO, as Q
+    float* ls = gs + (PLANES ? 2 : 1) * TILE;  // lse [64]
+    float* dd = ls + 64;      // d [64]
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const u64 tq = a.tq, tk = a.tk, bhn = a.batch * a.heads;
     const u64 k0 = (u64)blockIdx.x * 64;
+    const int row = 16 * w + g;  // the thread's keys: k0 + row and k0 + row + 8
     const float* lse = reinterpret_cast<const float*>(a.lse);
     const float* dsum = reinterpret_cast<const float*>(a.dsum);
     for (u64 bh = blockIdx.y; bh < bhn; bh += gridDim.y) {
         const u64 b = bh / a.heads, h = bh % a.heads;
-        load_t<64>(kt, in_ptr(a.k, a.st[S_K], b, h), a.st[S_K][2], k0, tk);
-        load_t<64>(vt, in_ptr(a.v, a.st[S_V], b, h), a.st[S_V][2], k0, tk);
-        float dkt[4][4] = {}, dvt[4][4] = {};
+        const float* qp = in_ptr(a.q, a.st[S_Q], b, h);
+        const float* gp = in_ptr(a.dout, a.st[S_DO], b, h);
+        load_tile(ks, in_ptr(a.k, a.st[S_K], b, h), a.st[S_K][2], k0, tk);
+        load_tile(vs, in_ptr(a.v, a.st[S_V], b, h), a.st[S_V][2], k0, tk);
+        cp_async_commit();
+        float dk[8][4] = {}, dv[8][4] = {};
         // Causal: query i sees key j only when i >= j, so the tiles from query k0 on.
         for (u64 q0 = a.causal ? k0 : 0; q0 < tq; q0 += 64) {
-            __syncthreads();  // the previous tile is read (and K, V are written)
-            load_t<64, 68>(qt, in_ptr(a.q, a.st[S_Q], b, h), a.st[S_Q][2], q0, tq);
-            load_t<64, 68>(gt, in_ptr(a.dout, a.st[S_DO], b, h), a.st[S_DO][2], q0, tq);
+            if constexpr (PLANES) {
+                const Staged xq = stage_read(qp, a.st[S_Q][2], q0, tq);
+                const Staged xg = stage_read(gp, a.st[S_DO][2], q0, tq);
+                __syncthreads();  // the previous tile is read
+                stage_split(qs, qs + TILE, xq);
+                stage_split(gs, gs + TILE, xg);
+            } else {
+                __syncthreads();  // the previous tile is read
+                load_tile(qs, qp, a.st[S_Q][2], q0, tq);
+                load_tile(gs, gp, a.st[S_DO][2], q0, tq);
+                cp_async_commit();
+            }
             if (threadIdx.x < 64) {
                 const u64 i = q0 + threadIdx.x;
                 ls[threadIdx.x] = i < tq ? lse[bh * tq + i] : NEG_INF;
                 dd[threadIdx.x] = i < tq ? dsum[bh * tq + i] : 0.f;
             }
+            cp_async_wait<0>();
             __syncthreads();
-            // S^T and dP^T: keys 4 ty + r, queries 4 tx + c.
-            float s[4][4] = {}, dp[4][4] = {};
-            product_t<64, 64, 68>(s, kt, qt, ty, tx);
-            product_t<64, 64, 68>(dp, vt, gt, ty, tx);
+            const auto qt = [&] {
+                if constexpr (PLANES) return SplitTile{qs, qs + TILE};
+                else return RawTile{qs};
+            }();
+            const auto gt = [&] {
+                if constexpr (PLANES) return SplitTile{gs, gs + TILE};
+                else return RawTile{gs};
+            }();
+            // S^T and dP^T: keys k0 + row (+ 8), queries q0 + 8 j + 2 t (+ 1).
+            float s[8][4] = {}, dp[8][4] = {};
+#pragma unroll
+            for (int kk = 0; kk < 8; ++kk) {
+                product_rows(s, frag_a(ks, row, 8 * kk, t), qt, 8 * kk, g, t);
+                product_rows(dp, frag_a(vs, row, 8 * kk, t), gt, 8 * kk, g, t);
+            }
             const bool edge = k0 + 64 > tk || (a.causal && k0 + 63 > q0);
 #pragma unroll
-            for (int c = 0; c < 4; ++c) {
-                const int il = 4 * tx + c;
-                const u64 qi = q0 + il;
-                const float li = ls[il], di = dd[il];
+            for (int j = 0; j < 8; ++j) {
 #pragma unroll
-                for (int r = 0; r < 4; ++r) {
-                    const u64 kj = k0 + 4 * ty + r;
-                    float p = exp2f(s[r][c] * a.scale_log2 - li * LOG2E);
+                for (int e = 0; e < 4; ++e) {
+                    const int il = 8 * j + 2 * t + (e & 1);
+                    const u64 qi = q0 + il, kj = k0 + row + 8 * (e >> 1);
+                    const float li = ls[il], di = dd[il];
+                    float p = exp2f(s[j][e] * a.scale_log2 - li * LOG2E);
                     if (li == NEG_INF || (edge && (kj >= tk || (a.causal && kj > qi)))) p = 0.f;
-                    s[r][c] = p;
-                    dp[r][c] = p * (dp[r][c] - di);
+                    s[j][e] = p;
+                    dp[j][e] = p * (dp[j][e] - di);
                 }
-                const int chunk = swizzle(ty, il);
-                *reinterpret_cast<float4*>(ps + il * 64 + 4 * chunk) = make_float4(s[0][c], s[1][c], s[2][c], s[3][c]);
-                *reinterpret_cast<float4*>(ds + il * 64 + 4 * chunk) = make_float4(dp[0][c], dp[1][c], dp[2][c], dp[3][c]);
             }
-            __syncthreads();
-            product_r<64, 68, 64, true>(dvt, gt, ps, ty, tx);
-            product_r<64, 68, 64, true>(dkt, qt, ds, ty, tx);
-        }
-        // dK[j][4 ty ..] = scale dK^T[4 ty ..][j] for keys j = k0 + 4 tx + e.
-        float* dk = out_ptr(a.dk, a.st[S_DK], b, h);
-        float* dv = out_ptr(a.dv, a.st[S_DV], b, h);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const u64 kj = k0 + 4 * tx + e;
-            if (kj < tk) {
-                *reinterpret_cast<float4*>(dk + kj * a.st[S_DK][2] + 4 * ty) =
-                    make_float4(dkt[0][e] * a.scale, dkt[1][e] * a.scale, dkt[2][e] * a.scale, dkt[3][e] * a.scale);
-                *reinterpret_cast<float4*>(dv + kj * a.st[S_DV][2] + 4 * ty) =
-                    make_float4(dvt[0][e], dvt[1][e], dvt[2][e], dvt[3][e]);
+            for (int j = 0; j < 8; ++j) {
+                product_cols(dv, frag_c(s[j]), gt, j, g, t);
+                product_cols(dk, frag_c(dp[j]), qt, j, g, t);
             }
         }
+        cp_async_wait<0>();  // (no query tiles: K's and V's copies)
+        store_c(out_ptr(a.dk, a.st[S_DK], b, h), a.st[S_DK][2], k0 + row, tk, dk, a.scale, t);
+        store_c(out_ptr(a.dv, a.st[S_DV], b, h), a.st[S_DV][2], k0 + row, tk, dv, 1.f, t);
         __syncthreads();  // K and V are reloaded for the next (b, h)
     }
 }
 
 // ---------------------------------------------------------------------------------------------
-// Backward: dQ, a block per 64 queries, key tiles of 64.
+// Backward: dQ, a block per 64 queries, key tiles of 64. PLANES: K and V staged as their tf32
+// parts (104,448 bytes); else raw.
 
-constexpr int DQ_SMEM = (4 * D * 64 + 64 * D + 64 * 68 + 2 * 64) * 4;
+template <bool PLANES>
+constexpr int dq_smem() { return (PLANES ? 6 : 4) * TILE * 4; }
 
+template <bool PLANES>
 __device__ __forceinline__ void attn_bwd_dq(const AttnArgs& a) {
     extern __shared__ __align__(16) float smem[];
-    float* qt = smem;          // [D][64]
-    float* gt = qt + D * 64;   // dO^T [D][64]
-    float* kt = gt + D * 64;   // [D][64]
-    float* vt = kt + D * 64;   // [D][64]
-    float* kr = vt + D * 64;   // [64][D]
-    float* ds = kr + 64 * D;   // [64][68]
-    float* ls = ds + 64 * 68;  // lse [64]
-    float* dd = ls + 64;       // d [64]
-    const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
+    float* qs = smem;         // Q
+    float* gs = qs + TILE;    // dO
+    float* ks = gs + TILE;    // K (PLANES: its big parts, then its small parts)
+    float* vs = ks + (PLANES ? 2 : 1) * TILE;  // V, as K
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const u64 tq = a.tq, tk = a.tk, bhn = a.batch * a.heads;
     // Causal: the heaviest query tile (the last) first.
     const u64 tiles = (tq + 63) / 64;
     const u64 q0 = (a.causal ? tiles - 1 - blockIdx.x : blockIdx.x) * 64;
     const u64 kend = a.causal ? (q0 + 64 < tk ? q0 + 64 : tk) : tk;
+    const int row = 16 * w + g;  // the thread's queries: q0 + row and q0 + row + 8
     const float* lse = reinterpret_cast<const float*>(a.lse);
     const float* dsum = reinterpret_cast<const float*>(a.dsum);
     for (u64 bh = blockIdx.y; bh < bhn; bh += gridDim.y) {
         const u64 b = bh / a.heads, h = bh % a.heads;
-        load_t<64>(qt, in_ptr(a.q, a.st[S_Q], b, h), a.st[S_Q][2], q0, tq);
-        load_t<64>(gt, in_ptr(a.dout, a.st[S_DO], b, h), a.st[S_DO][2], q0, tq);
-        if (threadIdx.x < 64) {
-            const u64 i = q0 + threadIdx.x;
-            ls[threadIdx.x] = i < tq ? lse[bh * tq + i] : NEG_INF;
-            dd[threadIdx.x] = i < tq ? dsum[bh * tq + i] : 0.f;
+        const float* kp = in_ptr(a.k, a.st[S_K], b, h);
+        const float* vp = in_ptr(a.v, a.st[S_V], b, h);
+        load_tile(qs, in_ptr(a.q, a.st[S_Q], b, h), a.st[S_Q][2], q0, tq);
+        load_tile(gs, in_ptr(a.dout, a.st[S_DO], b, h), a.st[S_DO][2], q0, tq);
+        cp_async_commit();
+        float li[2], di[2];
+#pragma unroll
+        for (int hi = 0; hi < 2; ++hi) {
+            const u64 i = q0 + row + 8 * hi;
+            li[hi] = i < tq ? lse[bh * tq + i] : NEG_INF;
+            di[hi] = i < tq ? dsum[bh * tq + i] : 0.f;
         }
-        float dq[4][4] = {};
+        float dq[8][4] = {};
         for (u64 k0 = 0; k0 < kend; k0 += 64) {
-            __syncthreads();  // the previous tile is read (and Q, dO, lse, d are written)
-            load_t<64>(kt, in_ptr(a.k, a.st[S_K], b, h), a.st[S_K][2], k0, tk);
-            load_t<64>(vt, in_ptr(a.v, a.st[S_V], b, h), a.st[S_V][2], k0, tk);
-            load_r<64>(kr, in_ptr(a.k, a.st[S_K], b, h), a.st[S_K][2], k0, tk);
+            if constexpr (PLANES) {
+                const Staged xk = stage_read(kp, a.st[S_K][2], k0, tk);
+                const Staged xv = stage_read(vp, a.st[S_V][2], k0, tk);
+                __syncthreads();  // the previous tile is read
+                stage_split(ks, ks + TILE, xk);
+                stage_split(vs, vs + TILE, xv);
+            } else {
+                __syncthreads();  // the previous tile is read
+                load_tile(ks, kp, a.st[S_K][2], k0, tk);
+                load_tile(vs, vp, a.st[S_V][2], k0, tk);
+                cp_async_commit();
+            }
+            cp_async_wait<0>();
             __syncthreads();
-            float s[4][4] = {}, dp[4][4] = {};
-            product_t<64>(s, qt, kt, ty, tx);
-            product_t<64>(dp, gt, vt, ty, tx);
+            const auto kt = [&] {
+                if constexpr (PLANES) return SplitTile{ks, ks + TILE};
+                else return RawTile{ks};
+            }();
+            const auto vt = [&] {
+                if constexpr (PLANES) return SplitTile{vs, vs + TILE};
+                else return RawTile{vs};
+            }();
+            float s[8][4] = {}, dp[8][4] = {};
+#pragma unroll
+            for (int kk = 0; kk < 8; ++kk) {
+                product_rows(s, frag_a(qs, row, 8 * kk, t), kt, 8 * kk, g, t);
+                product_rows(dp, frag_a(gs, row, 8 * kk, t), vt, 8 * kk, g, t);
+            }
             const bool edge = k0 + 64 > tk || (a.causal && k0 + 63 > q0);
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int il = 4 * ty + i;
-                const u64 qi = q0 + il;
-                const float li = ls[il], di = dd[il];
+            for (int j = 0; j < 8; ++j) {
 #pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    const u64 kj = k0 + 4 * tx + j;
-                    float p = exp2f(s[i][j] * a.scale_log2 - li * LOG2E);
-                    if (li == NEG_INF || (edge && (kj >= tk || (a.causal && kj > qi)))) p = 0.f;
-                    dp[i][j] = p * (dp[i][j] - di);
+                for (int e = 0; e < 4; ++e) {
+                    const int hi = e >> 1;
+                    const u64 qi = q0 + row + 8 * hi, kj = k0 + 8 * j + 2 * t + (e & 1);
+                    float p = exp2f(s[j][e] * a.scale_log2 - li[hi] * LOG2E);
+                    if (li[hi] == NEG_INF || (edge && (kj >= tk || (a.causal && kj > qi)))) p = 0.f;
+                    dp[j][e] = p * (dp[j][e] - di[hi]);
                 }
-                *reinterpret_cast<float4*>(ds + il * 68 + 4 * tx) = make_float4(dp[i][0], dp[i][1], dp[i][2], dp[i][3]);
             }
-            __syncthreads();
-            product_r<64>(dq, ds, kr, ty, tx);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) product_cols(dq, frag_c(dp[j]), kt, j, g, t);
         }
-        store_rows(out_ptr(a.dq, a.st[S_DQ], b, h), a.st[S_DQ][2], q0, tq, dq, a.scale, ty, tx);
-        __syncthreads();  // Q, dO, lse and d are reloaded for the next (b, h)
+        cp_async_wait<0>();  // (no key tiles: Q's and dO's copies)
+        store_c(out_ptr(a.dq, a.st[S_DQ], b, h), a.st[S_DQ][2], q0 + row, tq, dq, a.scale, t);
+        __syncthreads();  // Q and dO are reloaded for the next (b, h)
     }
 }
 
-static_assert(FWD_SMEM == 66560, "attention.rs: f32_shared_bytes");
-static_assert(DKDV_SMEM == 100864, "attention.rs: f32_shared_bytes");
-static_assert(DKDV_SMEM <= 99 * 1024, "a block's shared memory on compute capability 8.6 and 8.9");
-static_assert(DQ_SMEM == 99840, "attention.rs: f32_shared_bytes");
-static_assert(DQ_SMEM <= 99 * 1024, "a block's shared memory on compute capability 8.6 and 8.9");
+static_assert(FWD_SMEM == 87040, "attention.rs: family");
+static_assert(dkdv_smem<false>() == 70144 && dkdv_smem<true>() == 104960, "attention.rs: family");
+static_assert(dq_smem<false>() == 69632 && dq_smem<true>() == 104448, "attention.rs: family");
+static_assert(FWD_SMEM <= 99 * 1024 && dkdv_smem<false>() <= 99 * 1024,
+              "a block's shared memory on compute capability 8.6 and 8.9");
 
 }  // namespace
 
 // Entry points: forward and dQ grid (query tiles of 64, min(B H, 65535)), dK/dV grid (key tiles
-// of 64, min(B H, 65535)), 256 threads and the dynamic shared memory above; dot: any grid of
-// 256-thread blocks.
+// of 64, min(B H, 65535)), 128 threads and the dynamic shared memory above; dot: any grid of
+// blocks of whole warps. `_planes`: the dK/dV and dQ kernels with staged tf32 parts, for
+// compute capability 8.0 and 9.0 (whose blocks take over 99 KiB).
 extern "C" __global__ void __launch_bounds__(THREADS, 2) attn_fwd_f32_d64(const AttnArgs a) { attn_fwd(a); }
-extern "C" __global__ void __launch_bounds__(THREADS) attn_bwd_dot_f32_d64(const AttnArgs a) { attn_bwd_dot(a); }
-extern "C" __global__ void __launch_bounds__(THREADS, 2) attn_bwd_dkdv_f32_d64(const AttnArgs a) { attn_bwd_dkdv(a); }
-extern "C" __global__ void __launch_bounds__(THREADS, 2) attn_bwd_dq_f32_d64(const AttnArgs a) { attn_bwd_dq(a); }
+extern "C" __global__ void __launch_bounds__(256) attn_bwd_dot_f32_d64(const AttnArgs a) { attn_bwd_dot(a); }
+extern "C" __global__ void __launch_bounds__(THREADS, 2) attn_bwd_dkdv_f32_d64(const AttnArgs a) { attn_bwd_dkdv<false>(a); }
+extern "C" __global__ void __launch_bounds__(THREADS, 2) attn_bwd_dq_f32_d64(const AttnArgs a) { attn_bwd_dq<false>(a); }
+extern "C" __global__ void __launch_bounds__(THREADS, 2) attn_bwd_dkdv_planes_f32_d64(const AttnArgs a) { attn_bwd_dkdv<true>(a); }
+extern "C" __global__ void __launch_bounds__(THREADS, 2) attn_bwd_dq_planes_f32_d64(const AttnArgs a) { attn_bwd_dq<true>(a); }

@@ -23,8 +23,9 @@
 //! extent of the dims inside them); inputs may (a stride of 0 broadcasts).
 //!
 //! **GPU.** bf16 and f16 with head dims 64 and 128, f32 with head dim 64 (`kernels/
-//! attention_f32.cu`: the same algorithm in f32 on the CUDA cores, nothing rounded to a
-//! narrower type), `tq, tk < 2^30`, every span 16-byte aligned and
+//! attention_f32.cu`: the same algorithm with f32 inputs, outputs and accumulators, every
+//! product as three TF32 tensor-core products, "3xTF32", PyTorch's f32 arithmetic: within a
+//! few units of 2^-22 a product of f32's), `tq, tk < 2^30`, every span 16-byte aligned and
 //! every stride of a dim longer than 1 a multiple of 8 elements (whole 16-byte rows for
 //! `cp.async`). The backward needs a workspace of [`backward_workspace_bytes`] (the f32 row
 //! sums `d`). Results are deterministic: no atomics, every output element summed by one
@@ -754,7 +755,7 @@ fn names<T: Element>(d: usize) -> Result<[&'static str; 4]> {
 
 /// The kernels a launch of `T` runs outside the Hopper path: `attention.cu`'s (`mma.sync`; 128
 /// threads, the shared memory of [`shared_bytes`], forward rows of [`forward_tile`]) or, for
-/// f32, `attention_f32.cu`'s (CUDA cores; 256 threads, 64 forward rows).
+/// f32, `attention_f32.cu`'s (3xTF32 on `mma.sync`; 128 threads, 64 forward rows).
 #[cfg(feature = "cuda")]
 struct Family {
     image: &'static genesis_cuda::KernelImage,
@@ -770,8 +771,8 @@ fn family<T: Element>(d: usize) -> Family {
         // `FWD_SMEM`, `DKDV_SMEM`, `DQ_SMEM` of attention_f32.cu.
         Family {
             image: &crate::images::ATTENTION_F32,
-            threads: 256,
-            smem: [66_560, 100_864, 99_840],
+            threads: 128,
+            smem: [87_040, 70_144, 69_632],
             forward_rows: 64,
         }
     } else {
@@ -782,6 +783,24 @@ fn family<T: Element>(d: usize) -> Family {
             forward_rows: forward_tile(d).0,
         }
     }
+}
+
+/// A kernel's name and its dynamic shared memory.
+#[cfg(feature = "cuda")]
+type Launch = (&'static str, u32);
+
+/// The f32 dK/dV and dQ kernels that stage the B operands' tf32 parts once a block
+/// (`attention_f32.cu`'s `_planes` entry points) with their dynamic shared memory
+/// (`dkdv_smem<true>`, `dq_smem<true>`): on compute capability 8.0, 9.0 and 10.x, whose blocks
+/// take over 99 KiB, unless the thread forces the kernels of Ampere's and Ada's other chips
+/// ([`force_sm80_attention_on_thread`]). `None`: the raw-staging kernels of [`names`].
+#[cfg(feature = "cuda")]
+fn f32_planes<T: Element>(cc: (u32, u32)) -> Option<(Launch, Launch)> {
+    let big = cc == (8, 0) || cc.0 == 9 || cc.0 == 10;
+    (T::DTYPE == crate::DType::F32 && big && !FORCE_SM80.with(|f| f.get())).then_some((
+        ("attn_bwd_dkdv_planes_f32_d64", 104_960),
+        ("attn_bwd_dq_planes_f32_d64", 104_448),
+    ))
 }
 
 /// Dynamic shared memory of the kernels (the traits `Fwd`, `Bkv`, `Bq` of the source):
@@ -806,8 +825,9 @@ thread_local! {
 }
 
 /// Makes the calling thread's attention run on the `mma.sync` kernels of `attention.cu` (what
-/// Ampere and Ada run) also on Hopper (`true`), or lets the launcher choose again (`false`):
-/// for tests and benchmarks that compare the two.
+/// Ampere and Ada run) also on Hopper, and f32's backward on the kernels of the chips with 99
+/// KiB blocks (compute capability 8.6, 8.9) (`true`), or lets the launcher choose again
+/// (`false`): for tests and benchmarks that compare the two.
 pub fn force_sm80_attention_on_thread(force: bool) {
     FORCE_SM80.with(|f| f.set(force));
 }
@@ -1051,16 +1071,20 @@ fn backward<T: Element>(
         let blocks = rows.div_ceil(8).clamp(1, sms.max(1) * 32);
         a.launch_from(f.image, stream, kernels[1], (blocks as u32, 1), 256, 0)?;
     }
+    let (dkdv, dq) = match f32_planes::<T>(stream.context().compute_capability()) {
+        Some(planes) => planes,
+        None => ((kernels[2], f.smem[1]), (kernels[3], f.smem[2])),
+    };
     if shape.tk > 0 {
         // With tq == 0 it writes zeros.
         if !a.launch_sm90::<T>(stream, Sm90::Dkdv, shape, grid_y)? {
             let grid = (shape.tk.div_ceil(BLOCK_ROWS) as u32, grid_y);
-            a.launch_from(f.image, stream, kernels[2], grid, f.threads, f.smem[1])?;
+            a.launch_from(f.image, stream, dkdv.0, grid, f.threads, dkdv.1)?;
         }
     }
     if shape.tq > 0 && !a.launch_sm90::<T>(stream, Sm90::Dq, shape, grid_y)? {
         let grid = (shape.tq.div_ceil(BLOCK_ROWS) as u32, grid_y);
-        a.launch_from(f.image, stream, kernels[3], grid, f.threads, f.smem[2])?;
+        a.launch_from(f.image, stream, dq.0, grid, f.threads, dq.1)?;
     }
     Ok(())
 }

@@ -373,7 +373,14 @@ fn run_case<T: Half>(ctx: &Arc<Context>, stream: &Stream, rng: &mut SmallRng, c:
                 sm90,
                 "{what}: ran {ran}"
             );
-            assert_eq!(ran == "attn_bwd_dq_f32_d64", f32, "{what}: ran {ran}");
+            let cc = ctx.compute_capability();
+            let planes = cc == (8, 0) || cc.0 == 9 || cc.0 == 10;
+            let f32_dq = if planes && !forced_sm80() {
+                "attn_bwd_dq_planes_f32_d64"
+            } else {
+                "attn_bwd_dq_f32_d64"
+            };
+            assert_eq!(ran == f32_dq, f32, "{what}: ran {ran}");
         }
         results.push(download(&d_grad));
     }
@@ -513,8 +520,9 @@ fn attention_f32_matches_twin() {
 }
 
 /// A few small cases of head dim 64 (both layouts, causal or not, edges of the 128-row query
-/// and 64-key tiles) in bf16 and f32, for compute-sanitizer runs of the Hopper kernels and of
-/// the f32 ones (`gpu_attention small_head_dim_64_cases`).
+/// and 64-key tiles) in bf16 and f32 (f32 also on the kernels of 99 KiB blocks), for
+/// compute-sanitizer runs of the Hopper kernels and of the f32 ones (`gpu_attention
+/// small_head_dim_64_cases`).
 #[test]
 fn small_head_dim_64_cases() {
     if skip_without_gpu("attention small head dim 64 cases") {
@@ -530,6 +538,12 @@ fn small_head_dim_64_cases() {
                 let sh = AttentionShape::new(1, 2, tq, tk, 64, causal);
                 run_case::<bf16>(&ctx, &stream, &mut rng, &Case::new(sh, layout));
                 run_case::<f32>(&ctx, &stream, &mut rng, &Case::new(sh, layout));
+                // f32's backward kernels of 99 KiB blocks (compute capability 8.6 and 8.9).
+                attention::force_sm80_attention_on_thread(true);
+                FORCED.with(|f| f.set(true));
+                run_case::<f32>(&ctx, &stream, &mut rng, &Case::new(sh, layout));
+                attention::force_sm80_attention_on_thread(false);
+                FORCED.with(|f| f.set(false));
             }
         }
     }
@@ -543,7 +557,8 @@ fn forced_sm80() -> bool {
     FORCED.with(|f| f.get())
 }
 
-/// On Hopper, the mma.sync kernels (what Ampere and Ada run) on the same cases.
+/// On Hopper, the mma.sync kernels (what Ampere and Ada run) on the same cases, and f32's
+/// backward kernels of 99 KiB blocks (what compute capability 8.6 and 8.9 run).
 #[test]
 fn attention_sm80_kernels_match_twin_on_hopper() {
     if skip_without_gpu("attention sm80 kernels on hopper") {
@@ -558,6 +573,7 @@ fn attention_sm80_kernels_match_twin_on_hopper() {
     FORCED.with(|f| f.set(true));
     run_all::<bf16>(&ctx, &stream, &[64, 128]);
     run_all::<f16>(&ctx, &stream, &[64, 128]);
+    run_all::<f32>(&ctx, &stream, &[64]);
     attention::force_sm80_attention_on_thread(false);
     FORCED.with(|f| f.set(false));
 }

@@ -3,7 +3,7 @@
 // `attn_bwd_dq_f32_d64`) for head dim 64. Inputs and outputs are f32; every product runs on
 // the tensor cores as three TF32 products (`mma.sync.m16n8k8`, "3xTF32"): an f32 value x is
 // split into big = tf32(x) and small = tf32(x - big), and a b is taken as
-// a_small b_big + a_big b_small + a_big b_big with f32 accumulation (a_small b_small, about
+// a_small b_big + a_big b_big + a_big b_small with f32 accumulation (a_small b_small, about
 // 2^-22 |a b|, is left out). That is the arithmetic of PyTorch's float32 attention on compute
 // capability 8.0 and newer (its memory-efficient kernels' `OpMultiplyAddFastF32`): f32
 // accuracy up to a few units of 2^-22 a product, without the [Tq, Tk] scores in memory.
@@ -111,8 +111,7 @@ __device__ __forceinline__ void split(float x, uint32_t& big, uint32_t& small) {
 }
 
 __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
         "{%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
@@ -122,13 +121,6 @@ __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint3
 struct FragA {
     uint32_t big[4], small[4];
 };
-
-// c += a b in 3xTF32, b's fragment given as its two values' tf32 parts.
-__device__ __forceinline__ void mma3(float (&c)[4], const FragA& a, uint32_t bb0, uint32_t bb1, uint32_t bs0, uint32_t bs1) {
-    mma(c, a.small, bb0, bb1);
-    mma(c, a.big, bs0, bs1);
-    mma(c, a.big, bb0, bb1);
-}
 
 // A B operand's tile in shared memory: raw f32 values, split as they are read.
 struct RawTile {
@@ -168,17 +160,70 @@ __device__ __forceinline__ FragA frag_c(const float (&c)[4]) {
     return f;
 }
 
+// The three passes of 3xTF32 over 8 accumulators sharing the A operand: a_small b_big and
+// a_big b_big over the 8 (the big parts of the 8 B fragments held), then a_big b_small over the
+// 8, so that consecutive products write different accumulators (one accumulator's three would
+// wait on each other). `at(i)`: the offset of value i (0 b0, 1 b1) of fragment n in the tile.
+template <class B, class At>
+__device__ __forceinline__ void product8(float (&acc)[8][4], const FragA& a, const B& tile, At at) {
+    uint32_t bb[8][2];
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+        uint32_t unused;
+        tile.get(at(n, 0), bb[n][0], unused);
+        tile.get(at(n, 1), bb[n][1], unused);
+        mma(acc[n], a.small, bb[n][0], bb[n][1]);
+    }
+#pragma unroll
+    for (int n = 0; n < 8; ++n) mma(acc[n], a.big, bb[n][0], bb[n][1]);
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+        uint32_t unused, bs0, bs1;
+        tile.get(at(n, 0), unused, bs0);
+        tile.get(at(n, 1), unused, bs1);
+        mma(acc[n], a.big, bs0, bs1);
+    }
+}
+
 // acc[j] += A B_j over k0 .. k0 + 7 where B_j's column n is row 8 j + n of `tile` (k along
 // the tile's columns): S = Q K^T and its kind.
 template <class B>
 __device__ __forceinline__ void product_rows(float (&acc)[8][4], const FragA& a, const B& tile, int k0, int g, int t) {
+    product8(acc, a, tile, [=](int j, int i) { return (8 * j + g) * LD + k0 + t + 4 * i; });
+}
+
+// Four 8 x 4 blocks of f32 (8 x 8 of b16 to `ldmatrix`): lane l gives the address of row l % 8
+// of block l / 8 (16 bytes), and register m of thread (g, t) is element (g, t) of block m: a
+// B fragment's b0 or b1 read from rows of the tile.
+__device__ __forceinline__ void ldsm4(uint32_t (&r)[4], const float* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+// `product_rows` from staged parts: each plane's 8 fragments by 4 `ldmatrix` (fragments j and
+// j + 1 by one: rows 8 j .. 8 j + 15, columns k0 .. k0 + 3 and k0 + 4 .. k0 + 7), the passes as
+// `product8`'s.
+__device__ __forceinline__ void product_rows(float (&acc)[8][4], const FragA& a, const SplitTile& tile, int k0, int g, int t) {
+    const int lane = 4 * g + t, m = lane >> 3;
+    const int at = (8 * (m >> 1) + (lane & 7)) * LD + k0 + 4 * (m & 1);
+    uint32_t bb[8][2];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-        const int at = (8 * j + g) * LD + k0 + t;
-        uint32_t bb0, bs0, bb1, bs1;
-        tile.get(at, bb0, bs0);
-        tile.get(at + 4, bb1, bs1);
-        mma3(acc[j], a, bb0, bb1, bs0, bs1);
+    for (int jp = 0; jp < 4; ++jp) {
+        uint32_t x[4];
+        ldsm4(x, tile.big + at + 16 * jp * LD);
+        bb[2 * jp][0] = x[0], bb[2 * jp][1] = x[1], bb[2 * jp + 1][0] = x[2], bb[2 * jp + 1][1] = x[3];
+        mma(acc[2 * jp], a.small, x[0], x[1]);
+        mma(acc[2 * jp + 1], a.small, x[2], x[3]);
+    }
+#pragma unroll
+    for (int n = 0; n < 8; ++n) mma(acc[n], a.big, bb[n][0], bb[n][1]);
+#pragma unroll
+    for (int jp = 0; jp < 4; ++jp) {
+        uint32_t x[4];
+        ldsm4(x, tile.small + at + 16 * jp * LD);
+        mma(acc[2 * jp], a.big, x[0], x[1]);
+        mma(acc[2 * jp + 1], a.big, x[2], x[3]);
     }
 }
 
@@ -186,14 +231,7 @@ __device__ __forceinline__ void product_rows(float (&acc)[8][4], const FragA& a,
 // `frag_c`) and B_n's column is tile column 8 n + g: O += P V and its kind.
 template <class B>
 __device__ __forceinline__ void product_cols(float (&acc)[8][4], const FragA& a, const B& tile, int j, int g, int t) {
-    const int at = (8 * j + 2 * t) * LD + g;
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-        uint32_t bb0, bs0, bb1, bs1;
-        tile.get(at + 8 * n, bb0, bs0);
-        tile.get(at + 8 * n + LD, bb1, bs1);
-        mma3(acc[n], a, bb0, bb1, bs0, bs1);
-    }
+    product8(acc, a, tile, [=](int n, int i) { return (8 * j + 2 * t + i) * LD + 8 * n + g; });
 }
 
 // Rows [r0, r0 + 64) of an operand (as `load_tile`) read into registers: `stage_split` stores

@@ -771,9 +771,7 @@ impl Tensor {
         }
         let r = crate::promote::promote_types(self.dtype(), x.dtype());
         let r = if r.is_float() { r } else { DType::F32 };
-        if n < 2 {
-            return self.sum_dim([d], false)?.mul(0.0)?.cast_to(r);
-        }
+        // One point: empty neighbour sums, so zeros (whatever the values, as PyTorch's).
         let dx = x.narrow(xdim, 1, n - 1)?.sub(&x.narrow(xdim, 0, n - 1)?)?;
         let sy = self.narrow(d, 1, n - 1)?.add(&self.narrow(d, 0, n - 1)?)?;
         dx.mul(&sy)?.sum_dim([d], false)?.div(2.0)?.cast_to(r)
@@ -1327,4 +1325,26 @@ fn positions(t: &Tensor, d: usize) -> Result<Tensor> {
     let mut along = vec![1usize; t.dim()];
     along[d] = t.shape()[d];
     Tensor::arange(0.0, along[d] as f64, 1.0, DType::I64, t.device())?.reshape(along.as_slice())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{DType, Device, Tensor};
+
+    /// One sample point with sample positions: no neighbours, so zeros whatever the values
+    /// (PyTorch's `trapezoid(tensor([inf]), tensor([-1.]))` is `0.`); with a spacing the
+    /// formula's `(sum - (first + last) / 2) dx` keeps the infinity's NaN, as PyTorch's.
+    #[test]
+    fn trapezoid_of_one_point() {
+        let y = Tensor::from_slice(&[f32::INFINITY, 1.0], [1, 2], Device::Cpu).unwrap();
+        let x = Tensor::from_slice(&[-1.0f32], [1], Device::Cpu)
+            .unwrap()
+            .to_dtype(DType::F16)
+            .unwrap();
+        let r = y.trapezoid_x(&x, 0).unwrap();
+        assert_eq!((r.shape(), r.dtype()), (&[2usize][..], DType::F32));
+        assert_eq!(r.to_vec::<f32>().unwrap(), [0.0, 0.0]);
+        let r = y.trapezoid(2.0, 0).unwrap().to_vec::<f32>().unwrap();
+        assert!(r[0].is_nan() && r[1] == 0.0, "{r:?}");
+    }
 }

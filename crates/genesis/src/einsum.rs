@@ -319,17 +319,26 @@ impl Tensor {
                 .copied()
                 .filter(|l| !acc.labels.contains(l))
                 .collect();
-            let prod = |ls: &[Label]| ls.iter().map(|&l| size(l)).product::<usize>();
+            // The pair's sizes: a label broadcasts only against the other operand of the pair
+            // (one kept for a later operand stays of size 1 until that operand, as in PyTorch's
+            // pairwise products: expanding it early would multiply, say, an infinity by every
+            // later value before their sum, not by the sum).
+            let local = |l: Label| match (dim_size(&acc, l), dim_size(b, l)) {
+                (Some(1), Some(y)) => y,
+                (Some(x), _) | (None, Some(x)) => x,
+                (None, None) => 1,
+            };
+            let prod = |ls: &[Label]| ls.iter().map(|&l| local(l)).product::<usize>();
             let (bs, m, kk, nn) = (prod(&batch), prod(&a_only), prod(&summed), prod(&b_only));
             let a_order: Vec<Label> = [&batch[..], &a_only, &summed].concat();
             let b_order: Vec<Label> = [&batch[..], &summed, &b_only].concat();
-            let a3 = acc.arranged(&a_order, &size)?.reshape([bs, m, kk])?;
-            let b3 = b.arranged(&b_order, &size)?.reshape([bs, kk, nn])?;
+            let a3 = acc.arranged(&a_order, &local)?.reshape([bs, m, kk])?;
+            let b3 = b.arranged(&b_order, &local)?.reshape([bs, kk, nn])?;
             let shape: Vec<usize> = batch
                 .iter()
                 .chain(&a_only)
                 .chain(&b_only)
-                .map(|&l| size(l))
+                .map(|&l| local(l))
                 .collect();
             acc = Labelled {
                 t: a3.matmul(&b3)?.reshape(shape)?,
@@ -351,4 +360,29 @@ fn repeated(labels: &[Label]) -> Option<(usize, usize)> {
             .position(|&l| l == labels[j])
             .map(|i| (i, j))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Device, Tensor};
+
+    /// A label of size 1 kept for a later operand stays of size 1 until that operand: `d`
+    /// below broadcasts against `z`'s 3 only at the last pair, so `x`'s infinity multiplies
+    /// the sum over `d`, not each term (PyTorch's `tensor([inf, inf])`; expanded early, the
+    /// terms of both signs summed to NaN).
+    #[test]
+    fn broadcast_label_kept_for_a_later_operand_stays_size_one() {
+        let x = Tensor::from_slice(&[f32::NEG_INFINITY, 1.0], [2], Device::Cpu).unwrap();
+        let y = Tensor::from_slice(&[3.0f32, 1.0], [2, 1], Device::Cpu).unwrap();
+        let z = Tensor::from_slice(
+            &[-0.5f32, 1.0, 2.0, 3.0, 0.25, 4.0, 5.0, 6.0, -2.0],
+            [3, 3],
+            Device::Cpu,
+        )
+        .unwrap();
+        let r = Tensor::einsum("a,bd,dd->b", &[&x, &y, &z]).unwrap();
+        assert_eq!(r.to_vec::<f32>().unwrap(), [f32::INFINITY, f32::INFINITY]);
+        let r = Tensor::einsum("bd,dd->b", &[&y, &z]).unwrap();
+        assert_eq!(r.to_vec::<f32>().unwrap(), [-6.75, -2.25]);
+    }
 }

@@ -198,10 +198,13 @@ impl Tensor {
             // Nothing to add to: PyTorch reads no index value.
             return self.deep_clone();
         }
-        let out = match self.scaled(&source, alpha.value())? {
-            Some(src) => target.scatter_add(dim as isize, &index, &src)?,
-            None => target.deep_clone()?,
+        // A bool `alpha` of false adds nothing, but the index values are still checked (as
+        // PyTorch's): by adding falses.
+        let src = match self.scaled(&source, alpha.value())? {
+            Some(src) => src,
+            None => source.zeros_like()?,
         };
+        let out = target.scatter_add(dim as isize, &index, &src)?;
         out.reshape(self.shape())
     }
 
@@ -226,10 +229,11 @@ impl Tensor {
         if self.numel() == 0 {
             return Ok(());
         }
-        match self.scaled(&source, alpha.value())? {
-            Some(src) => target.scatter_add_(dim as isize, &index, &src),
-            None => Ok(()),
-        }
+        let src = match self.scaled(&source, alpha.value())? {
+            Some(src) => src,
+            None => source.zeros_like()?,
+        };
+        target.scatter_add_(dim as isize, &index, &src)
     }
 
     /// A copy of `self` with the slices of `source` written along `dim` at the positions
@@ -347,5 +351,25 @@ impl Tensor {
             self.clone()
         };
         Ok(Some((target, Self::along_items(dim, &index), fill)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{DType, Device, Tensor};
+
+    /// A bool `alpha` of false adds nothing but still checks the index values (PyTorch:
+    /// "index out of range in self").
+    #[test]
+    fn index_add_of_false_alpha_checks_the_index() {
+        let x = Tensor::zeros([4, 1], DType::Bool, Device::Cpu).unwrap();
+        let s = Tensor::ones([1, 1], DType::Bool, Device::Cpu).unwrap();
+        let bad = Tensor::from_slice(&[-1i64], [1], Device::Cpu).unwrap();
+        assert!(x.index_add(0, &bad, &s, false).is_err());
+        assert!(x.index_add_(0, &bad, &s, false).is_err());
+        let ok = Tensor::from_slice(&[3i64], [1], Device::Cpu).unwrap();
+        let ints = |t: Tensor| t.to_dtype(DType::I64).unwrap().to_vec::<i64>().unwrap();
+        assert_eq!(ints(x.index_add(0, &ok, &s, false).unwrap()), [0; 4]);
+        assert_eq!(ints(x.index_add(0, &ok, &s, true).unwrap()), [0, 0, 0, 1]);
     }
 }

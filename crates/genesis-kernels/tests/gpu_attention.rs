@@ -59,9 +59,9 @@ impl Half for f16 {
         f16::from_f32(12345.0)
     }
 }
-/// f32 (`attention_f32.cu`, head dim 64): nothing is rounded to a narrower type, the kernels
-/// and the twin sum in other orders and the kernels take `exp2f`; a few f32 roundings of `S`
-/// (2^-20 here; a wrong mask, scale or layout moves a result by O(1)).
+/// f32 (`attention_f32.cu`, head dim 64): each product as three TF32 products (within about
+/// 3 x 2^-22 of the f32 product), sums in f32 in other orders than the twin's, `exp2f`; a few
+/// units of 2^-22 of `S` (2^-20 here; a wrong mask, scale or layout moves a result by O(1)).
 impl Half for f32 {
     const U: f64 = 1.0 / 1_048_576.0;
     const FLOOR: f64 = 1.0 / 16_777_216.0;

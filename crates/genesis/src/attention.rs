@@ -57,7 +57,8 @@ impl Tensor {
     /// dtype.
     ///
     /// CUDA bf16 and f16 operands of rank 3 or 4 with `E == Ev` of 64 or 128, and f32 ones
-    /// with `E == Ev == 64` (computed in f32 on the CUDA cores), read in place (a view into a
+    /// with `E == Ev == 64` (f32 inputs and sums, each product as three TF32 tensor-core
+    /// products, the arithmetic of PyTorch's f32 attention), read in place (a view into a
     /// packed projection is fine) when their rows are 16-byte aligned, run as flash
     /// attention: the `[L, S]` scores are never stored, forward or backward, and the
     /// result is a `[B, H, L, E]` view of a `[B, L, H, E]` tensor (its `transpose(1, 2)` is

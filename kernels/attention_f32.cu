@@ -101,13 +101,11 @@ __device__ __forceinline__ void load_tile(float* dst, const float* src, u64 st, 
 }
 
 // x as the tf32 values big (rounded to nearest, ties away) and small (the rest, rounded):
-// x = big + small within 2^-22 |x|.
+// x = big + small within 2^-22 |x|. `cvt` to tf32 leaves the low 13 bits zero, so big is
+// also the f32 value subtracted.
 __device__ __forceinline__ void split(float x, uint32_t& big, uint32_t& small) {
-    uint32_t b;
-    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(b) : "f"(x));
-    b &= 0xffffe000u;
-    big = b;
-    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(small) : "f"(x - __uint_as_float(b)));
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(big) : "f"(x));
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(small) : "f"(x - __uint_as_float(big)));
 }
 
 __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -115,6 +113,15 @@ __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint3
         "{%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Four 8 x 4 blocks of f32 (8 x 8 of b16 to `ldmatrix`): lane l gives the address of row l % 8
+// of block l / 8 (16 bytes), and register m of thread (g, t) is element (g, t) of block m: a
+// B fragment's b0 or b1 read from rows of the tile.
+__device__ __forceinline__ void ldsm4(uint32_t (&r)[4], const float* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
 }
 
 // An A operand split in two (`big`, `small`).
@@ -141,12 +148,16 @@ struct SplitTile {
 // The A fragment of rows r .. r + 15 (the thread's g, g + 8 given as `row`) and k columns
 // k0 .. k0 + 7 of a tile.
 __device__ __forceinline__ FragA frag_a(const float* tile, int row, int k0, int t) {
+    // One `ldmatrix` (`ldsm4`): blocks (rows r .. r + 7 | r + 8 .. r + 15) x (columns k0 ..
+    // k0 + 3 | k0 + 4 .. k0 + 7) are a0, a1, a2, a3.
+    const int lane = threadIdx.x & 31, m = lane >> 3;
+    const int r = row - (lane >> 2) + 8 * (m & 1) + (lane & 7);
+    uint32_t x[4];
+    ldsm4(x, tile + r * LD + k0 + 4 * (m >> 1));
     FragA f;
-    const float* p = tile + row * LD + k0 + t;
-    split(p[0], f.big[0], f.small[0]);
-    split(p[8 * LD], f.big[1], f.small[1]);
-    split(p[4], f.big[2], f.small[2]);
-    split(p[8 * LD + 4], f.big[3], f.small[3]);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) split(__uint_as_float(x[i]), f.big[i], f.small[i]);
+    (void)t;
     return f;
 }
 
@@ -190,15 +201,6 @@ __device__ __forceinline__ void product8(float (&acc)[8][4], const FragA& a, con
 template <class B>
 __device__ __forceinline__ void product_rows(float (&acc)[8][4], const FragA& a, const B& tile, int k0, int g, int t) {
     product8(acc, a, tile, [=](int j, int i) { return (8 * j + g) * LD + k0 + t + 4 * i; });
-}
-
-// Four 8 x 4 blocks of f32 (8 x 8 of b16 to `ldmatrix`): lane l gives the address of row l % 8
-// of block l / 8 (16 bytes), and register m of thread (g, t) is element (g, t) of block m: a
-// B fragment's b0 or b1 read from rows of the tile.
-__device__ __forceinline__ void ldsm4(uint32_t (&r)[4], const float* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
 }
 
 // `product_rows` from staged parts: each plane's 8 fragments by 4 `ldmatrix` (fragments j and

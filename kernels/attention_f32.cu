@@ -147,7 +147,7 @@ struct SplitTile {
 
 // The A fragment of rows r .. r + 15 (the thread's g, g + 8 given as `row`) and k columns
 // k0 .. k0 + 7 of a tile.
-__device__ __forceinline__ FragA frag_a(const float* tile, int row, int k0, int t) {
+__device__ __forceinline__ FragA frag_a(const float* tile, int row, int k0) {
     // One `ldmatrix` (`ldsm4`): blocks (rows r .. r + 7 | r + 8 .. r + 15) x (columns k0 ..
     // k0 + 3 | k0 + 4 .. k0 + 7) are a0, a1, a2, a3.
     const int lane = threadIdx.x & 31, m = lane >> 3;
@@ -157,7 +157,6 @@ __device__ __forceinline__ FragA frag_a(const float* tile, int row, int k0, int 
     FragA f;
 #pragma unroll
     for (int i = 0; i < 4; ++i) split(__uint_as_float(x[i]), f.big[i], f.small[i]);
-    (void)t;
     return f;
 }
 
@@ -234,6 +233,26 @@ __device__ __forceinline__ void product_rows(float (&acc)[8][4], const FragA& a,
 template <class B>
 __device__ __forceinline__ void product_cols(float (&acc)[8][4], const FragA& a, const B& tile, int j, int g, int t) {
     product8(acc, a, tile, [=](int n, int i) { return (8 * j + 2 * t + i) * LD + 8 * n + g; });
+}
+
+// The B operand tile at p: its staged parts (planes at p and p + TILE) when PLANES, else its
+// raw values.
+template <bool PLANES>
+__device__ __forceinline__ auto b_tile(const float* p) {
+    if constexpr (PLANES) return SplitTile{p, p + TILE};
+    else return RawTile{p};
+}
+
+// The backward's two score products of a tile pair: s = A1 B1^T and dp = A2 B2^T over the head
+// dim (A1, A2 the raw tiles of the block's rows; S^T and dP^T in dK/dV, S and dP in dQ).
+template <class B>
+__device__ __forceinline__ void scores(float (&s)[8][4], float (&dp)[8][4], const float* a1, const B& b1,
+                                       const float* a2, const B& b2, int row, int g, int t) {
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+        product_rows(s, frag_a(a1, row, 8 * kk), b1, 8 * kk, g, t);
+        product_rows(dp, frag_a(a2, row, 8 * kk), b2, 8 * kk, g, t);
+    }
 }
 
 // Rows [r0, r0 + 64) of an operand (as `load_tile`) read into registers: `stage_split` stores
@@ -330,7 +349,7 @@ __device__ __forceinline__ void attn_fwd(const AttnArgs& a) {
             __syncthreads();
             if (k0 == 0) {
 #pragma unroll
-                for (int kk = 0; kk < 8; ++kk) qf[kk] = frag_a(qs, row, 8 * kk, t);
+                for (int kk = 0; kk < 8; ++kk) qf[kk] = frag_a(qs, row, 8 * kk);
             }
             float s[8][4] = {};
 #pragma unroll
@@ -459,21 +478,10 @@ __device__ __forceinline__ void attn_bwd_dkdv(const AttnArgs& a) {
             }
             cp_async_wait<0>();
             __syncthreads();
-            const auto qt = [&] {
-                if constexpr (PLANES) return SplitTile{qs, qs + TILE};
-                else return RawTile{qs};
-            }();
-            const auto gt = [&] {
-                if constexpr (PLANES) return SplitTile{gs, gs + TILE};
-                else return RawTile{gs};
-            }();
+            const auto qt = b_tile<PLANES>(qs), gt = b_tile<PLANES>(gs);
             // S^T and dP^T: keys k0 + row (+ 8), queries q0 + 8 j + 2 t (+ 1).
             float s[8][4] = {}, dp[8][4] = {};
-#pragma unroll
-            for (int kk = 0; kk < 8; ++kk) {
-                product_rows(s, frag_a(ks, row, 8 * kk, t), qt, 8 * kk, g, t);
-                product_rows(dp, frag_a(vs, row, 8 * kk, t), gt, 8 * kk, g, t);
-            }
+            scores(s, dp, ks, qt, vs, gt, row, g, t);
             const bool edge = k0 + 64 > tk || (a.causal && k0 + 63 > q0);
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
@@ -554,20 +562,9 @@ __device__ __forceinline__ void attn_bwd_dq(const AttnArgs& a) {
             }
             cp_async_wait<0>();
             __syncthreads();
-            const auto kt = [&] {
-                if constexpr (PLANES) return SplitTile{ks, ks + TILE};
-                else return RawTile{ks};
-            }();
-            const auto vt = [&] {
-                if constexpr (PLANES) return SplitTile{vs, vs + TILE};
-                else return RawTile{vs};
-            }();
+            const auto kt = b_tile<PLANES>(ks), vt = b_tile<PLANES>(vs);
             float s[8][4] = {}, dp[8][4] = {};
-#pragma unroll
-            for (int kk = 0; kk < 8; ++kk) {
-                product_rows(s, frag_a(qs, row, 8 * kk, t), kt, 8 * kk, g, t);
-                product_rows(dp, frag_a(gs, row, 8 * kk, t), vt, 8 * kk, g, t);
-            }
+            scores(s, dp, qs, kt, gs, vt, row, g, t);
             const bool edge = k0 + 64 > tk || (a.causal && k0 + 63 > q0);
 #pragma unroll
             for (int j = 0; j < 8; ++j) {

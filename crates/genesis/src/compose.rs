@@ -475,8 +475,8 @@ impl Tensor {
     }
 
     /// The inner product over the last dimension (PyTorch's `inner`): `self [..., k]` and
-    /// `other [..., k]` give `self.shape[..-1] + other.shape[..-1]`; a 0-d operand multiplies.
-    /// Both of one dtype, as PyTorch requires.
+    /// `other [..., k]` give `self.shape[..-1] + other.shape[..-1]`, both of one dtype, as
+    /// PyTorch requires; a 0-d operand multiplies ([`Tensor::mul`], promoting as PyTorch's).
     ///
     /// ```
     /// use genesis::tensor;
@@ -489,10 +489,11 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn inner(&self, other: &Tensor) -> Result<Tensor> {
-        same_dtype("inner", self, other)?;
+        // With a 0-d operand, the product (promoting, as PyTorch's).
         if self.dim() == 0 || other.dim() == 0 {
             return self.mul(other);
         }
+        same_dtype("inner", self, other)?;
         let (ka, kb) = (self.shape()[self.dim() - 1], other.shape()[other.dim() - 1]);
         if ka != kb {
             return Err(Error::ShapeMismatch {
@@ -805,7 +806,8 @@ impl Tensor {
 
     /// `self` (square matrices `[..., m, m]`) to the power `n >= 0` (PyTorch's `matrix_power`
     /// and `linalg.matrix_power`), by squaring with PyTorch's order of products; `n = 0` gives
-    /// identity matrices. Negative powers (an inverse) are refused.
+    /// identity matrices. Negative powers (an inverse) are refused, but for empty f32 and f64
+    /// operands (nothing to invert: the empty result, as PyTorch's).
     #[track_caller]
     pub fn matrix_power(&self, n: i64) -> Result<Tensor> {
         let op = "matrix_power";
@@ -820,6 +822,11 @@ impl Tensor {
             ));
         }
         if n < 0 {
+            // No matrices, or 0 x 0 ones, of f32 or f64: nothing to invert (PyTorch gives the
+            // empty result; other dtypes its inverse refuses).
+            if self.numel() == 0 && matches!(self.dtype(), DType::F32 | DType::F64) {
+                return self.contiguous();
+            }
             return Err(bad(
                 op,
                 "negative powers need an inverse, which Genesis lacks",
@@ -1330,6 +1337,36 @@ fn positions(t: &Tensor, d: usize) -> Result<Tensor> {
 #[cfg(test)]
 mod tests {
     use crate::{DType, Device, Tensor};
+
+    /// `inner` with a 0-d operand is the product, promoting (PyTorch's `inner(bf16 0-d, bool
+    /// 0-d)` is bf16); two tensors with dimensions must share a dtype.
+    #[test]
+    fn inner_of_a_0d_operand_promotes() {
+        let a = Tensor::from_slice(&[-1.5f32], [0usize; 0], Device::Cpu)
+            .unwrap()
+            .to_dtype(DType::BF16)
+            .unwrap();
+        let b = Tensor::from_slice(&[1i64, 2], [2], Device::Cpu).unwrap();
+        let r = a.inner(&b.to_dtype(DType::Bool).unwrap()).unwrap();
+        assert_eq!(r.dtype(), DType::BF16);
+        let r = b
+            .inner(&Tensor::from_slice(&[2.0f32], [0usize; 0], Device::Cpu).unwrap())
+            .unwrap();
+        assert_eq!(r.to_vec::<f32>().unwrap(), [2.0, 4.0]);
+        let f = Tensor::from_slice(&[1.0f32, 2.0], [2], Device::Cpu).unwrap();
+        assert!(f.inner(&b).is_err());
+    }
+
+    /// A negative power of no matrices is the empty result (f32, f64), else refused.
+    #[test]
+    fn negative_matrix_power_of_nothing() {
+        let e = Tensor::zeros([2, 0, 0], DType::F32, Device::Cpu).unwrap();
+        assert_eq!(e.matrix_power(-1).unwrap().shape(), &[2, 0, 0]);
+        let i = Tensor::zeros([0, 2, 2], DType::I64, Device::Cpu).unwrap();
+        assert!(i.matrix_power(-1).is_err());
+        let m = Tensor::ones([2, 2], DType::F32, Device::Cpu).unwrap();
+        assert!(m.matrix_power(-1).is_err());
+    }
 
     /// One sample point with sample positions: no neighbours, so zeros whatever the values
     /// (PyTorch's `trapezoid(tensor([inf]), tensor([-1.]))` is `0.`); with a spacing the

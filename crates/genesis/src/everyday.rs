@@ -1321,10 +1321,13 @@ impl Tensor {
         };
         let half = steps / 2;
         for (i, v) in out.iter_mut().enumerate() {
+            // Fused multiply-adds, as PyTorch's vectorised CPU kernel computes them: an integer
+            // result truncates `7 - 3 (10 / 6)` from just below 2 (PyTorch's `linspace(-3,
+            // 7.5, 7, dtype=int64)` is [-3, -1, 0, 1, 3, 5, 7]).
             let x = if i < half {
-                start + step * i as f64
+                step.mul_add(i as f64, start)
             } else {
-                end - step * (steps - 1 - i) as f64
+                (-step).mul_add((steps - 1 - i) as f64, end)
             };
             let x = if steps == 1 { given } else { x };
             let x = base.map_or(x, |b| b.powf(x));
@@ -1911,10 +1914,17 @@ impl Tensor {
 
     /// `self + value * t1 * t2` (PyTorch's `addcmul`, in its order: `(value * t1) * t2`),
     /// broadcast, in the three tensors' result dtype (PyTorch's: `value` does not take part;
-    /// an integer result takes `value` truncated toward zero, a `Bool` one `value != 0`).
+    /// an integer result takes `value` truncated toward zero). Three bools (a `Bool` result)
+    /// are refused, as PyTorch's ("addcmul_cpu_out" not implemented for 'Bool').
     #[track_caller]
     pub fn addcmul(&self, t1: &Tensor, t2: &Tensor, value: f64) -> Result<Tensor> {
         let (x, a, b) = addc_operands(self, t1, t2)?;
+        if x.dtype() == DType::Bool {
+            return Err(Error::Storage(genesis_storage::Error::UnsupportedDType {
+                op: "addcmul",
+                dtype: DType::Bool,
+            }));
+        }
         x.add(&scale_in_dtype("addcmul", &a, value)?.mul(&b)?)
     }
 
@@ -1967,5 +1977,40 @@ fn scale_in_dtype(op: &'static str, a: &Tensor, value: f64) -> Result<Tensor> {
             // In range (checked): the integer operand converts to `d` as the check did.
             a.mul(value.trunc() as i64)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{DType, Device, Tensor};
+
+    /// `addcmul` of three bools is refused; a bool `self` with integer factors is not.
+    #[test]
+    fn addcmul_of_bools_is_refused() {
+        let t = Tensor::from_slice(&[1i64], [1], Device::Cpu).unwrap();
+        let b = t.to_dtype(DType::Bool).unwrap();
+        assert!(b.addcmul(&b, &b, 3.0).is_err());
+        let r = b.addcmul(&t, &t, 2.0).unwrap();
+        assert_eq!(
+            (r.dtype(), r.to_vec::<i64>().unwrap()),
+            (DType::I64, vec![3])
+        );
+    }
+
+    /// Integer `linspace` and `logspace` from the truncated ends, points formed by fused
+    /// multiply-adds (PyTorch 2.11's values, CPU).
+    #[test]
+    fn integer_spacing_as_pytorch() {
+        let ints = |t: Tensor| t.to_vec::<i64>().unwrap();
+        let l = |a, b, n| Tensor::linspace(a, b, n, DType::I64, Device::Cpu).unwrap();
+        assert_eq!(ints(l(-3.0, 7.5, 7)), [-3, -1, 0, 1, 3, 5, 7]);
+        assert_eq!(ints(l(-3.0, 7.5, 8)), [-3, -1, 0, 1, 2, 4, 5, 7]);
+        assert_eq!(ints(l(-3.7, 7.5, 7)), [-3, -1, 0, 1, 3, 5, 7]);
+        assert_eq!(ints(l(-3.0, 8.0, 7)), [-3, -1, 0, 2, 4, 6, 8]);
+        assert_eq!(ints(l(10.0, 0.0, 4)), [10, 6, 3, 0]);
+        let g = |a, b, n, base| Tensor::logspace(a, b, n, base, DType::I64, Device::Cpu).unwrap();
+        assert_eq!(ints(g(-0.5, 2.5, 4, 2.0)), [1, 1, 2, 4]);
+        assert_eq!(ints(g(-1.5, 2.5, 5, 2.0)), [0, 0, 1, 2, 4]);
+        assert_eq!(ints(g(1.5, 4.5, 3, 3.0)), [3, 15, 81]);
     }
 }

@@ -1355,7 +1355,7 @@ fn narrow_int(dtype: DType) -> bool {
 
 /// Checks that every value of the i64 `index` lies in `0..size` (two reductions read back);
 /// the first bad one in row-major order is the error, as the kernels report it.
-fn check_index_range(op: &'static str, index: &Tensor, size: usize) -> Result<()> {
+pub(crate) fn check_index_range(op: &'static str, index: &Tensor, size: usize) -> Result<()> {
     if index.numel() == 0 {
         return Ok(());
     }

@@ -195,7 +195,11 @@ impl Tensor {
         let (dim, index) = self.along_index(op, Kind::Add, dim.to_dim(), index)?;
         let (target, index, source) = self.along_operands(op, Kind::Add, dim, &index, source)?;
         if self.numel() == 0 {
-            // Nothing to add to: PyTorch reads no index value.
+            // Nothing to add to: PyTorch reads no index value, but for a 1-D `self`, whose
+            // values it checks against the length 0 (an error whenever there is one).
+            if self.dim() == 1 {
+                crate::everyday::check_index_range(op, &index, 0)?;
+            }
             return self.deep_clone();
         }
         // A bool `alpha` of false adds nothing, but the index values are still checked (as
@@ -227,6 +231,9 @@ impl Tensor {
         let (dim, index) = self.along_index(op, Kind::Add, d, index)?;
         let (target, index, source) = self.along_operands(op, Kind::Add, dim, &index, source)?;
         if self.numel() == 0 {
+            if self.dim() == 1 {
+                crate::everyday::check_index_range(op, &index, 0)?;
+            }
             return Ok(());
         }
         let src = match self.scaled(&source, alpha.value())? {
@@ -368,6 +375,18 @@ mod tests {
         assert!(x.index_add(0, &bad, &s, false).is_err());
         assert!(x.index_add_(0, &bad, &s, false).is_err());
         let ok = Tensor::from_slice(&[3i64], [1], Device::Cpu).unwrap();
+        // An empty 1-D `self` checks its index values against the length 0; an empty 2-D one
+        // reads none (PyTorch's two paths).
+        let e = Tensor::zeros([0], DType::I64, Device::Cpu).unwrap();
+        let two = Tensor::from_slice(&[0i64, 0], [2], Device::Cpu).unwrap();
+        assert!(e.index_add(0, &two, &two, 1).is_err());
+        assert!(e.index_add_(0, &two, &two, 1).is_err());
+        let none = Tensor::zeros([0], DType::I64, Device::Cpu).unwrap();
+        assert_eq!(e.index_add(0, &none, &e, 1).unwrap().shape(), &[0]);
+        let e2 = Tensor::zeros([0, 3], DType::F32, Device::Cpu).unwrap();
+        let one = Tensor::from_slice(&[0i64], [1], Device::Cpu).unwrap();
+        let rows = Tensor::zeros([1, 3], DType::F32, Device::Cpu).unwrap();
+        assert_eq!(e2.index_add(0, &one, &rows, 1).unwrap().shape(), &[0, 3]);
         let ints = |t: Tensor| t.to_dtype(DType::I64).unwrap().to_vec::<i64>().unwrap();
         assert_eq!(ints(x.index_add(0, &ok, &s, false).unwrap()), [0; 4]);
         assert_eq!(ints(x.index_add(0, &ok, &s, true).unwrap()), [0, 0, 0, 1]);

@@ -192,24 +192,12 @@ impl Tensor {
         alpha: impl Scalar,
     ) -> Result<Tensor> {
         let op = Kind::Add.name(false);
-        let (dim, index) = self.along_index(op, Kind::Add, dim.to_dim(), index)?;
-        let (target, index, source) = self.along_operands(op, Kind::Add, dim, &index, source)?;
-        if self.numel() == 0 {
-            // Nothing to add to: PyTorch reads no index value, but for a 1-D `self`, whose
-            // values it checks against the length 0 (an error whenever there is one).
-            if self.dim() == 1 {
-                crate::everyday::check_index_range(op, &index, 0)?;
-            }
-            return self.deep_clone();
+        match self.index_add_parts(op, dim.to_dim(), index, source, alpha.value())? {
+            Some((dim, target, index, src)) => target
+                .scatter_add(dim as isize, &index, &src)?
+                .reshape(self.shape()),
+            None => self.deep_clone(),
         }
-        // A bool `alpha` of false adds nothing, but the index values are still checked (as
-        // PyTorch's): by adding falses.
-        let src = match self.scaled(&source, alpha.value())? {
-            Some(src) => src,
-            None => source.zeros_like()?,
-        };
-        let out = target.scatter_add(dim as isize, &index, &src)?;
-        out.reshape(self.shape())
     }
 
     /// In place: [`Tensor::index_add`] into `self` (PyTorch's `index_add_`). `self` may be a
@@ -228,19 +216,40 @@ impl Tensor {
         if self.in_place_recorded(op, &[source], |x| x.index_add(d, index, source, alpha))? {
             return Ok(());
         }
-        let (dim, index) = self.along_index(op, Kind::Add, d, index)?;
-        let (target, index, source) = self.along_operands(op, Kind::Add, dim, &index, source)?;
+        match self.index_add_parts(op, d, index, source, alpha.value())? {
+            Some((dim, target, index, src)) => target.scatter_add_(dim as isize, &index, &src),
+            None => Ok(()),
+        }
+    }
+
+    /// `index_add`'s and `index_add_`'s checked operands: the dimension, `self` as the
+    /// scatter's target, the index spread over the source and the source times `alpha`; `None`
+    /// when nothing is added. PyTorch still checks the index values then: against `self`'s
+    /// length along `dim` for a bool `alpha` of false, against the length 0 for an empty 1-D
+    /// `self` (an empty `self` of more dimensions reads none).
+    fn index_add_parts(
+        &self,
+        op: &'static str,
+        dim: isize,
+        index: &Tensor,
+        source: &Tensor,
+        alpha: ScalarValue,
+    ) -> Result<Option<(usize, Tensor, Tensor, Tensor)>> {
+        let (dim, index) = self.along_index(op, Kind::Add, dim, index)?;
+        let (target, spread, source) = self.along_operands(op, Kind::Add, dim, &index, source)?;
         if self.numel() == 0 {
             if self.dim() == 1 {
                 crate::everyday::check_index_range(op, &index, 0)?;
             }
-            return Ok(());
+            return Ok(None);
         }
-        let src = match self.scaled(&source, alpha.value())? {
-            Some(src) => src,
-            None => source.zeros_like()?,
-        };
-        target.scatter_add_(dim as isize, &index, &src)
+        match self.scaled(&source, alpha)? {
+            Some(src) => Ok(Some((dim, target, spread, src))),
+            None => {
+                crate::everyday::check_index_range(op, &index, target.shape()[dim])?;
+                Ok(None)
+            }
+        }
     }
 
     /// A copy of `self` with the slices of `source` written along `dim` at the positions

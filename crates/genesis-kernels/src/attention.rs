@@ -791,7 +791,7 @@ type Launch = (&'static str, u32);
 
 /// The f32 dK/dV and dQ kernels that stage the B operands' tf32 parts once a block
 /// (`attention_f32.cu`'s `_planes` entry points) with their dynamic shared memory
-/// (`dkdv_smem<true>`, `dq_smem<true>`): on compute capability 8.0, 9.0 and 10.x, whose blocks
+/// (`dkdv_smem<true>`, `dq_smem<true>`): on compute capability 8.0, 9.x and 10.x, whose blocks
 /// take over 99 KiB, unless the thread forces the kernels of Ampere's and Ada's other chips
 /// ([`force_sm80_attention_on_thread`]). `None`: the raw-staging kernels of [`names`].
 #[cfg(feature = "cuda")]

@@ -10,8 +10,8 @@ their own, and single traces move by several percent when the threshold moves by
 A workload never seen places its tensor sizes at random against the threshold, so each setting
 (large-block pieces, burst headroom, small-request bound) is replayed with ten thresholds and
 judged by the means: traces meeting both targets, summed ratio excess over the target, traces
-over the driver-call budget, on the design half, the held-out half and the unseen traces of the
-corpus (`corpus.py`'s `split_of`). Settings are chosen on the design half only.
+over the driver-call budget, on the design half, the held-out half, the unseen and the fresh traces of
+the corpus (`corpus.py`'s `split_of`). Settings are chosen on the design half only.
 
 With `--handle-caps`, it instead replays the default settings with physical handles capped at
 each size (`--max-handle`) and prints, per group, the traces meeting the ratio target, the
@@ -34,7 +34,7 @@ THRESHOLDS = ["48MiB", "56MiB", "64MiB", "80MiB", "96MiB", "128MiB", "160MiB", "
 PIECES = ["1", "2", "4"]
 HEADROOM = ["32", "64"]
 SMALL = ["64KiB", "256KiB"]
-GROUPS = ["design", "held out", "unseen"]
+GROUPS = ["design", "held out", "unseen", "fresh"]
 
 
 def replay(binary, traces, opts):

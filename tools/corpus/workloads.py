@@ -11,7 +11,8 @@ checkpointing, gradient accumulation, prefill and decode with a growing KV cache
 beam search, variable resolution, fp32 and bf16, train/eval interleaving, a side stream,
 mixture-of-experts routing (how many tokens each expert gets changes every step), two models
 trained in turn (a GAN). The workloads after the `UNSEEN` marker below were added after the
-allocator's policy was fixed (`corpus.py`'s `UNSEEN`).
+allocator's policy was fixed (`corpus.py`'s `UNSEEN`), and those after the `FRESH` marker later
+still, as a check on the policy of that time (`corpus.py`'s `FRESH`).
 `scale` multiplies the step count (1.0 for the corpus; smaller for a smoke test).
 """
 
@@ -670,6 +671,100 @@ def dcgan_train_bf16_varbatch(dev, rng, scale):
         yield d_loss.item() + g_loss.item()
 
 
+# ---- FRESH: recorded as a check on the policy of commit e143bbc (never tuned on) ------------
+
+def gpt2_infer_varlen_fp32(dev, rng, scale):
+    """Forward passes of GPT-2 without a cache over batches of random size and length, the
+    whole vocabulary's logits each time (scoring, not generation)."""
+    m = _gpt2(12, 768, 12, vocab=50257).to(dev)
+    m.eval()
+    with torch.no_grad():
+        for _ in range(steps(40, scale)):
+            ids = _lm_batch(dev, rng, 50257, [1, 2, 4, 8, 16],
+                            [17, 64, 128, 300, 512, 777, 1024])
+            logits = m(input_ids=ids, use_cache=False).logits
+            yield float(logits[:, -1].float().sum().item())
+
+
+def llama_train_varlen_fp32(dev, rng, scale):
+    m = _llama(6, 768, 12, 12, 2048).to(dev)
+    yield from _train_lm(m, dev, rng, scale, vocab=32000, batches=[1, 2, 4, 8],
+                         lengths=[100, 333, 512, 900, 1500, 2048], n=20, bf16=False)
+
+
+def gptneox_train_varbatch_varlen_bf16(dev, rng, scale):
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    cfg = GPTNeoXConfig(vocab_size=50304, hidden_size=1024, num_hidden_layers=8,
+                        num_attention_heads=16, intermediate_size=4096,
+                        max_position_embeddings=2048, hidden_dropout=0.0, attention_dropout=0.0)
+    m = GPTNeoXForCausalLM(cfg).to(dev)
+    yield from _train_lm(m, dev, rng, scale, vocab=50304, batches=[2, 4, 8, 12],
+                         lengths=[128, 256, 512, 768, 1024], n=20, bf16=True)
+
+
+def regnet_y_800mf_train_varbatch(dev, rng, scale):
+    import torchvision
+
+    m = torchvision.models.regnet_y_800mf(weights=None, num_classes=100).to(dev)
+    yield from _train_classifier(m, dev, rng, scale, n=20, batches=[32, 64, 96, 128],
+                                 sizes=[224], bf16=False, classes=100)
+
+
+def encoder_train_padmask_varlen_fp32(dev, rng, scale):
+    """A Transformer encoder (torch.nn) classifying padded batches: each sequence of a batch
+    has its own length, masked by `src_key_padding_mask`."""
+    layer = nn.TransformerEncoderLayer(512, 8, 2048, dropout=0.0, batch_first=True)
+    enc = nn.TransformerEncoder(layer, 6, enable_nested_tensor=False)
+    emb, head = nn.Embedding(20000, 512), nn.Linear(512, 10)
+    m = nn.ModuleList([emb, enc, head]).to(dev)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    for _ in range(steps(30, scale)):
+        b, t = rng.choice([16, 32, 64]), rng.choice([64, 128, 200, 256, 384, 512])
+        g = torch.Generator(device="cpu").manual_seed(rng.randrange(1 << 30))
+        ids = torch.randint(0, 20000, (b, t), generator=g).to(dev)
+        lens = torch.randint(1, t + 1, (b,), generator=g).to(dev)
+        pad = torch.arange(t, device=dev)[None, :] >= lens[:, None]
+        h = enc(emb(ids), src_key_padding_mask=pad)
+        h = h.masked_fill(pad[..., None], 0.0).sum(1) / lens[:, None]
+        y = torch.randint(0, 10, (b,), device=dev)
+        loss = F.cross_entropy(head(h), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        yield loss.item()
+
+
+def efficientnet_v2_s_infer_varbatch_varres(dev, rng, scale):
+    import torchvision
+
+    m = torchvision.models.efficientnet_v2_s(weights=None).to(dev)
+    m.eval()
+    with torch.no_grad():
+        for _ in range(steps(30, scale)):
+            x = _images(dev, rng, [1, 8, 32, 64], [224, 288, 384])
+            yield float(m(x).float().sum().item())
+
+
+def llama_generate_sample_varlen_bf16(dev, rng, scale):
+    m = _llama(12, 1536, 12, 4, 4096).to(dev, dtype=torch.bfloat16)
+    yield from _generate(m, dev, rng, scale, n=8, batches=[1, 4, 8, 24],
+                         prompts=[20, 150, 600, 1200], new_tokens=[16, 64, 128],
+                         do_sample=True, top_k=40, top_p=0.9)
+
+
+def vit_l16_infer_varbatch_bf16(dev, rng, scale):
+    import torchvision
+
+    m = torchvision.models.vit_l_16(weights=None).to(dev)
+    m.eval()
+    with torch.no_grad():
+        for _ in range(steps(24, scale)):
+            x = _images(dev, rng, [1, 4, 16, 48, 96], [224])
+            with autocast(True):
+                yield float(m(x).float().sum().item())
+
+
 WORKLOADS = {f.__name__: f for f in [
     gpt2_train_varlen_bf16,
     gpt2_train_ckpt_bf16,
@@ -703,4 +798,12 @@ WORKLOADS = {f.__name__: f for f in [
     whisper_train_varbatch_fp32,
     mixtral_moe_train_varlen_bf16,
     dcgan_train_bf16_varbatch,
+    gpt2_infer_varlen_fp32,
+    llama_train_varlen_fp32,
+    gptneox_train_varbatch_varlen_bf16,
+    regnet_y_800mf_train_varbatch,
+    encoder_train_padmask_varlen_fp32,
+    efficientnet_v2_s_infer_varbatch_varres,
+    llama_generate_sample_varlen_bf16,
+    vit_l16_infer_varbatch_bf16,
 ]}

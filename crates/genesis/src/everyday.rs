@@ -1914,7 +1914,8 @@ impl Tensor {
 
     /// `self + value * t1 * t2` (PyTorch's `addcmul`, in its order: `(value * t1) * t2`),
     /// broadcast, in the three tensors' result dtype (PyTorch's: `value` does not take part;
-    /// an integer result takes `value` truncated toward zero). Three bools (a `Bool` result)
+    /// an integer result takes `value` truncated toward zero; a float16 or bfloat16 result is
+    /// computed in float32 and rounded once, as PyTorch does). Three bools (a `Bool` result)
     /// are refused, as PyTorch's ("addcmul_cpu_out" not implemented for 'Bool').
     #[track_caller]
     pub fn addcmul(&self, t1: &Tensor, t2: &Tensor, value: f64) -> Result<Tensor> {
@@ -1925,7 +1926,9 @@ impl Tensor {
                 dtype: DType::Bool,
             }));
         }
-        x.add(&scale_in_dtype("addcmul", &a, value)?.mul(&b)?)
+        in_opmath(&x, &a, &b, |x, a, b| {
+            x.add(&scale_in_dtype("addcmul", a, value)?.mul(b)?)
+        })
     }
 
     /// `self + value * t1 / t2` (PyTorch's `addcdiv`, in its order: `(value * t1) / t2`),
@@ -1943,7 +1946,27 @@ impl Tensor {
             });
         }
         let (x, a, b) = addc_operands(self, t1, t2)?;
-        x.add(&scale_in_dtype("addcdiv", &a, value)?.div(&b)?)
+        in_opmath(&x, &a, &b, |x, a, b| {
+            x.add(&scale_in_dtype("addcdiv", a, value)?.div(b)?)
+        })
+    }
+}
+
+/// `f(x, a, b)` for `addcmul` and `addcdiv`, whose operands share their result dtype: for
+/// float16 and bfloat16 computed in float32 and rounded once at the end, as PyTorch computes
+/// them (in its `opmath` type, on the CPU and on CUDA); in that dtype otherwise.
+fn in_opmath(
+    x: &Tensor,
+    a: &Tensor,
+    b: &Tensor,
+    f: impl FnOnce(&Tensor, &Tensor, &Tensor) -> Result<Tensor>,
+) -> Result<Tensor> {
+    let r = x.dtype();
+    if matches!(r, DType::F16 | DType::BF16) {
+        let wide = |t: &Tensor| t.to_dtype(DType::F32);
+        f(&wide(x)?, &wide(a)?, &wide(b)?)?.to_dtype(r)
+    } else {
+        f(x, a, b)
     }
 }
 
@@ -1995,6 +2018,41 @@ mod tests {
             (r.dtype(), r.to_vec::<i64>().unwrap()),
             (DType::I64, vec![3])
         );
+    }
+
+    /// bfloat16 `addcmul` and `addcdiv` are computed in float32 and rounded once: `34 + 0.5 *
+    /// 38 * -1.796875` is -0.140625 (PyTorch 2.11), not the -0.25 of a product rounded to
+    /// bfloat16 first.
+    #[test]
+    fn half_precision_addcmul_rounds_once() {
+        let bf = |v: &[f32]| {
+            Tensor::from_slice(v, [v.len()], Device::Cpu)
+                .unwrap()
+                .to_dtype(DType::BF16)
+                .unwrap()
+        };
+        let x = Tensor::from_slice(&[34i16], [1], Device::Cpu).unwrap();
+        let t1 = Tensor::from_slice(&[38i32], [1], Device::Cpu).unwrap();
+        let r = x.addcmul(&t1, &bf(&[-1.796875]), 0.5).unwrap();
+        assert_eq!(r.dtype(), DType::BF16);
+        assert_eq!(
+            r.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap(),
+            [-0.140625]
+        );
+        // 34 + 0.5 * 38 / -0.5546875 is -0.2535...: -0.25390625 in bfloat16, where a quotient
+        // rounded first (-34.25) would give -0.25.
+        let d = x.addcdiv(&bf(&[38.0]), &bf(&[-0.5546875]), 0.5).unwrap();
+        let want = (34.0f32 + 0.5 * 38.0 / -0.5546875f32) as f64;
+        let got = d.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap()[0];
+        let rounded = Tensor::from_slice(&[want], [1], Device::Cpu)
+            .unwrap()
+            .to_dtype(DType::BF16)
+            .unwrap()
+            .to_dtype(DType::F64)
+            .unwrap()
+            .to_vec::<f64>()
+            .unwrap()[0];
+        assert_eq!((got, rounded), (-0.25390625, -0.25390625));
     }
 
     /// Integer `linspace` and `logspace` from the truncated ends, points formed by fused

@@ -804,10 +804,10 @@ impl Tensor {
         if increasing { Ok(out) } else { out.flip(1) }
     }
 
-    /// `self` (square matrices `[..., m, m]`) to the power `n >= 0` (PyTorch's `matrix_power`
-    /// and `linalg.matrix_power`), by squaring with PyTorch's order of products; `n = 0` gives
-    /// identity matrices. Negative powers (an inverse) are refused, but for empty f32 and f64
-    /// operands (nothing to invert: the empty result, as PyTorch's).
+    /// `self` (square matrices `[..., m, m]`) to the power `n` (PyTorch's `matrix_power` and
+    /// `linalg.matrix_power`), by squaring with PyTorch's order of products; `n = 0` gives
+    /// identity matrices, a negative `n` the [inverse](Tensor::inverse) to the power `-n`
+    /// (float32 and float64 only; a singular matrix is an error).
     #[track_caller]
     pub fn matrix_power(&self, n: i64) -> Result<Tensor> {
         let op = "matrix_power";
@@ -822,15 +822,13 @@ impl Tensor {
             ));
         }
         if n < 0 {
-            // No matrices, or 0 x 0 ones, of f32 or f64: nothing to invert (PyTorch gives the
-            // empty result; other dtypes its inverse refuses).
-            if self.numel() == 0 && matches!(self.dtype(), DType::F32 | DType::F64) {
-                return self.contiguous();
-            }
-            return Err(bad(
-                op,
-                "negative powers need an inverse, which Genesis lacks",
-            ));
+            // PyTorch's order: the inverse to the power -n.
+            return self.inverse()?.matrix_power(n.checked_neg().ok_or_else(|| {
+                bad(
+                    op,
+                    format!("the power {n} has no positive counterpart in i64"),
+                )
+            })?);
         }
         let m = self.shape()[r - 1];
         if n == 0 {
@@ -1357,15 +1355,20 @@ mod tests {
         assert!(f.inner(&b).is_err());
     }
 
-    /// A negative power of no matrices is the empty result (f32, f64), else refused.
+    /// A negative power is the inverse's: the empty result of no matrices (f32, f64),
+    /// refused for integers and for singular matrices.
     #[test]
-    fn negative_matrix_power_of_nothing() {
+    fn negative_matrix_powers() {
         let e = Tensor::zeros([2, 0, 0], DType::F32, Device::Cpu).unwrap();
         assert_eq!(e.matrix_power(-1).unwrap().shape(), &[2, 0, 0]);
         let i = Tensor::zeros([0, 2, 2], DType::I64, Device::Cpu).unwrap();
         assert!(i.matrix_power(-1).is_err());
         let m = Tensor::ones([2, 2], DType::F32, Device::Cpu).unwrap();
         assert!(m.matrix_power(-1).is_err());
+        // [[2, 1], [0, 1]]^-2 = [[1/4, -3/4], [0, 1]].
+        let a = Tensor::from_slice(&[2.0f64, 1.0, 0.0, 1.0], [2, 2], Device::Cpu).unwrap();
+        let p = a.matrix_power(-2).unwrap().to_vec::<f64>().unwrap();
+        assert_eq!(p, [0.25, -0.75, 0.0, 1.0]);
     }
 
     /// One sample point with sample positions: no neighbours, so zeros whatever the values

@@ -35,6 +35,7 @@ pub mod fused;
 mod index;
 mod index_along;
 mod interop;
+mod linalg;
 #[doc(hidden)]
 pub mod literal;
 mod loss;

@@ -33,8 +33,8 @@
 //! ```sh
 //! python3 gen_torch_cases.py --seed 31 --count 5800 --out data/torch-cases.json.gz
 //! python3 gen_torch_cases.py --seed 1031 --count 1700 --out data/torch-heldout.json.gz
-//! python3 gen_torch_cases.py --more --seed 37 --count 5200 --out data/torch-more-cases.json.gz
-//! python3 gen_torch_cases.py --more --seed 4037 --count 1740 --out data/torch-more-heldout.json.gz
+//! python3 gen_torch_cases.py --more --seed 37 --count 5800 --out data/torch-more-cases.json.gz
+//! python3 gen_torch_cases.py --more --seed 4037 --count 1940 --out data/torch-more-heldout.json.gz
 //! ```
 
 mod common;

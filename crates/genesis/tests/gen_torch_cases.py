@@ -1251,6 +1251,70 @@ def case_extra(G, op):
     return None
 
 
+def case_solve(G, op):
+    """inverse, det, slogdet, logdet and linalg_solve (PyTorch's linalg.inv, linalg.det,
+    linalg.slogdet, logdet and linalg.solve): batches of 0 to 4 square matrices, mostly
+    float32 and float64 and well conditioned (a diagonally dominant matrix, whose results
+    LAPACK and any other partial-pivoting LU give within a few ulp), some singular (a zero
+    row: errors for the inverse and the solve, 0 and -inf for the determinants),
+    some of small integers (exact pivots), other dtypes and shapes that PyTorch refuses."""
+    r = G.r
+    dt = r.choice([torch.float32, torch.float64]) if r.random() < 0.88 else r.choice(ALL)
+    m = r.randint(0, 4)
+    batch = [r.randint(0, 3) for _ in range(r.randint(0, 2))]
+    sh = batch + [m, m]
+    if r.random() < 0.04:
+        sh = batch + [m, m + 1]
+    elif r.random() < 0.03:
+        sh = [m]
+    n = math.prod(sh)
+    kind = r.random()
+    if dt in (torch.float32, torch.float64) and len(sh) >= 2 and sh[-1] == sh[-2]:
+        if kind < 0.7:
+            a = torch.tensor([r.uniform(-1, 1) for _ in range(n)], dtype=torch.float64)
+            a = a.reshape(sh) + (m + 1) * torch.eye(m, dtype=torch.float64) * r.choice([1, -1])
+        elif kind < 0.85:
+            a = torch.tensor([float(r.randint(-3, 3)) for _ in range(n)], dtype=torch.float64).reshape(sh)
+            # Integer matrices singular in exact arithmetic are left out: whether their last
+            # pivot comes out 0 or a few ulp depends on the LU's rounding (MKL's batched and
+            # single-matrix paths differ), so no answer is PyTorch's.
+            if m > 0 and bool((torch.linalg.det(a).abs() < 0.5).any()):
+                return None
+        else:
+            a = torch.tensor([round(r.gauss(0, 2), 2) for _ in range(n)], dtype=torch.float64).reshape(sh)
+            if m >= 1:
+                # A zero row: exactly singular in any elimination (a repeated row is singular
+                # only up to the rounding of the implementation's updates).
+                a[..., r.randrange(m), :] = 0.0
+        x = a.to(dt)
+    else:
+        x = G.data(sh, dt, special=0.0)
+    c = {"op": op, "in": [enc(x)], "args": {}}
+    if op == "linalg_solve":
+        k = r.randint(1, 3)
+        bdt = dt if r.random() < 0.95 else r.choice(FLOATS)
+        form = r.random()
+        if form < 0.35:
+            bsh = sh[:-1]
+        elif form < 0.45:
+            bsh = sh[-1:] if sh else [m]
+        else:
+            bb = [d if r.random() < 0.8 else 1 for d in sh[:-2]]
+            if r.random() < 0.2:
+                bb = [r.randint(1, 2)] + bb
+            bsh = bb + [sh[-2] if len(sh) >= 2 else m, k]
+        if r.random() < 0.04:
+            bsh = bsh[:-1] + [bsh[-1] + 1] if bsh else [1]
+        y = G.data(bsh, bdt, special=0.0)
+        c["in"].append(enc(y))
+        c.update(outcome(lambda: torch.linalg.solve(x, y)))
+        return finish(c, True)
+    f = {"inverse": torch.linalg.inv, "det": torch.linalg.det, "slogdet": torch.linalg.slogdet,
+         "logdet": torch.logdet}[op]
+    c.update(outcome(lambda: f(x)))
+    return finish(c, True)
+
+
 # The families of the second corpus (`--more`: torch-more-*.json.gz).
 MORE_FAMILIES = {
     "nn": (case_nn, ["cross_entropy", "layer_norm", "rms_norm"]),
@@ -1258,6 +1322,7 @@ MORE_FAMILIES = {
     "interleave": (case_interleave, ["repeat_interleave"]),
     "linalg": (case_linalg, ["mm", "mv", "dot", "trace", "addmm", "baddbmm"]),
     "einsum": (case_einsum, ["einsum"]),
+    "solve": (case_solve, ["inverse", "det", "slogdet", "logdet", "linalg_solve"]),
     "combine": (case_combine, ["kron", "take_along_dim"]),
     "along": (case_along_index, ["index_add", "index_copy", "index_fill"]),
     "intdiv": (case_intdiv, ["floor_divide", "div_trunc", "remainder", "fmod", "bitwise_and",

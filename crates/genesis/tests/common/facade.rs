@@ -735,6 +735,11 @@ pub(crate) fn run(case: &Value, device: Device) -> genesis::Result<Vec<Tensor>> 
             one(x.vander(n, arg_bool(case, "increasing")))
         }
         "matrix_power" => one(x.matrix_power(int(&case["args"]["n"]))),
+        "inverse" => one(x.inverse()),
+        "det" => one(x.det()),
+        "logdet" => one(x.logdet()),
+        "slogdet" => x.slogdet().map(|(s, l)| vec![s, l]),
+        "linalg_solve" => one(x.linalg_solve(&inputs[1])),
         "cummax" | "cummin" => {
             let d = arg_i(case, "dim");
             if op == "cummax" {

@@ -1132,7 +1132,8 @@ GX_COMPARE_ND_ALL(i64, int64_t)
 // where with operands read in place: out[i] = cond[offset_c(i)] ? (a ? a[offset_a(i)] : the
 // bits of a_scalar) : (b ? b[offset_b(i)] : the bits of b_scalar), by element size; the output
 // is contiguous. `GxWhereNd` (WhereNd in src/nd.rs, same layout) has each operand's strides per
-// output dimension, merged like GxBinaryNd's; one element a thread per grid-stride step.
+// output dimension, merged like GxBinaryNd's; one element a thread per grid-stride step, four
+// (vector accesses where aligned) when every operand is contiguous.
 struct GxWhereNd {
     uint32_t size[GX_ND_DIMS];
     uint32_t magic[GX_ND_DIMS];
@@ -1145,6 +1146,10 @@ struct GxWhereNd {
     int64_t b_offset;
     int32_t rank;
     int32_t pad;
+};
+// Four elements of T, aligned to their size: one vector access (two for 8-byte elements).
+template <typename T> struct alignas(4 * sizeof(T)) Quad {
+    T v[4];
 };
 template <typename T>
 __device__ __forceinline__ void where_nd_impl(const uint8_t *cond, const T *a, const T *b, uint64_t a_bits,
@@ -1159,6 +1164,29 @@ __device__ __forceinline__ void where_nd_impl(const uint8_t *cond, const T *a, c
         const T *pa = a ? a + d.a_offset : nullptr;
         const T *pb = b ? b + d.b_offset : nullptr;
         const uint32_t quads = n / 4, stride = gridDim.x * blockDim.x;
+        // Where every operand's quads are aligned to their size (fresh allocations are): one
+        // 4-byte load of the conditions and one vector load of each value operand a quad.
+        const auto quad_aligned = [](const void *p, size_t bytes) {
+            return p == nullptr || (uintptr_t)p % bytes == 0;
+        };
+        if (quad_aligned(pc, 4) && quad_aligned(pa, sizeof(Quad<T>)) && quad_aligned(pb, sizeof(Quad<T>)) &&
+            quad_aligned(out, sizeof(Quad<T>))) {
+            Quad<T> qa, qb;
+#pragma unroll
+            for (int k = 0; k < 4; k++) qa.v[k] = sa, qb.v[k] = sb;
+            for (uint32_t q = blockIdx.x * blockDim.x + threadIdx.x; q < quads; q += stride) {
+                const uint32_t c = reinterpret_cast<const uint32_t *>(pc)[q];
+                const Quad<T> x = pa ? reinterpret_cast<const Quad<T> *>(pa)[q] : qa;
+                const Quad<T> y = pb ? reinterpret_cast<const Quad<T> *>(pb)[q] : qb;
+                Quad<T> o;
+#pragma unroll
+                for (int k = 0; k < 4; k++) o.v[k] = (c >> (8 * k)) & 0xff ? x.v[k] : y.v[k];
+                reinterpret_cast<Quad<T> *>(out)[q] = o;
+            }
+            for (uint32_t i = 4 * quads + blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+                out[i] = pc[i] ? (pa ? pa[i] : sa) : (pb ? pb[i] : sb);
+            return;
+        }
         for (uint32_t q = blockIdx.x * blockDim.x + threadIdx.x; q < quads; q += stride) {
             const uint32_t i = 4 * q;
             uint8_t c[4];

@@ -5,15 +5,17 @@
 // launch contract and parameter list). Kernel names end in the two layouts:
 // `matmul_f64_<a><b>`, "n" row-major, "t" column-major (a transposed view).
 //
-//   * A block of 128 threads (4 warps as 2 x 2) computes a 64 x 64 tile of C; each warp a
-//     32 x 32 sub-tile on the f64 tensor cores through `mma.sync`: on sm_90 2 x 4 products
-//     m16n8k8 a k step of 8, before it 4 x 4 products m8n8k4 a k step of 4; 32 f64
+//   * A block of 128 threads (4 warps as 2 x 2) computes a 64 x 64 tile of C, each warp a
+//     32 x 32 sub-tile (`matmul_f64_<a><b>`), or a block of 256 threads (4 x 2 warps) a
+//     128 x 128 tile, each warp 32 x 64 (`matmul_f64_big_<a><b>`: half the operand copies a
+//     product, for products of enough tiles), on the f64 tensor cores through `mma.sync`: on
+//     sm_90 products m16n8k8 a k step of 8, before it m8n8k4 a k step of 4; 32 or 64 f64
 //     accumulators a thread.
-//   * K advances in slices of 16 through a 3-stage ring of shared tiles (60 KiB of dynamic
-//     shared memory, `F64_SMEM` in the launcher): the 8-byte `cp.async` copies of slices t + 1
-//     and t + 2 are in flight while slice t is multiplied; one barrier a slice. A slice of an
-//     operand whose k is contiguous in memory is kept as rows of 16 k values padded to 20,
-//     else as rows of 64 m or n values padded to 68, so the copies of consecutive threads
+//   * K advances in slices of 16 through a 3-stage ring of shared tiles (60 or 120 KiB of
+//     dynamic shared memory, `F64_TILES` in the launcher): the 8-byte `cp.async` copies of
+//     slices t + 1 and t + 2 are in flight while slice t is multiplied; one barrier a slice. A
+//     slice of an operand whose k is contiguous in memory is kept as rows of 16 k values
+//     padded to 20, else as rows of 64 (128) m or n values padded to 68 (132), so the copies of consecutive threads
 //     are consecutive in both memories and the fragment loads meet no bank conflict. Each
 //     thread copies 8 elements of each operand a slice; elements past m, n or k are
 //     zero-filled (nothing read).
@@ -30,39 +32,54 @@
 
 namespace {
 
-constexpr int BM = 64, BN = 64, BK = 16, THREADS = 128, STAGES = 3;
-constexpr int LOADS = BM * BK / THREADS;  // elements of each operand a thread copies a slice
+constexpr int BK = 16, STAGES = 3;
 // An operand's slice in shared memory: rows of k values padded to 20 when k is contiguous in
-// memory (`[64][20]`), else rows of 64 m or n values padded to 68 (`[16][68]`). Either way a
-// fragment load (k = lane % 4 + c, m or n = lane / 4 + c') of a half-warp touches 16
-// different pairs of banks, and rows stay on 16 bytes.
-constexpr int KROW = BK + 4, MROW = BM + 4;
-constexpr int TILE = BM * KROW > BK * MROW ? BM * KROW : BK * MROW;  // doubles a slice
-// Dynamic shared memory: STAGES x (A, B) slices, 60 KiB.
-constexpr int SMEM_BYTES = STAGES * 2 * TILE * 8;
+// memory (`[BM][20]`), else rows of BM m or n values padded to BM + 4 (`[16][BM + 4]`). Either
+// way a fragment load (k = lane % 4 + c, m or n = lane / 4 + c') of a half-warp touches 16
+// different pairs of banks (BM + 4 is 4 modulo 16), and rows stay on 16 bytes.
+constexpr int KROW = BK + 4;
+
+// A tile shape: BM x BM outputs a block of THREADS threads, the warps as (BM / 32) x WARPS_N,
+// each warp 32 rows by WN columns (J products 8 wide).
+template <int BM_, int THREADS_>
+struct Tile {
+    static constexpr int BM = BM_, THREADS = THREADS_;
+    static constexpr int WARPS_M = BM / 32, WARPS_N = THREADS / 32 / WARPS_M;
+    static constexpr int WN = BM / WARPS_N, J = WN / 8;
+    static constexpr int LOADS = BM * BK / THREADS;  // elements of each operand a thread copies
+    static constexpr int MROW = BM + 4;
+    static constexpr int TILE = BM * KROW > BK * MROW ? BM * KROW : BK * MROW;  // doubles a slice
+    static constexpr int SMEM_BYTES = STAGES * 2 * TILE * 8;
+    static_assert(WARPS_M * WARPS_N * 32 == THREADS && J * 8 * WARPS_N == BM, "tile shape");
+};
+// 64 x 64 on 4 warps of 32 x 32 (60 KiB of shared memory); 128 x 128 on 8 warps of 32 x 64
+// (half the operand traffic a product, 1.5 fragment loads a tensor-core product instead of 2;
+// 120 KiB). The launcher's `F64_TILES` holds the same shapes.
+using Small = Tile<64, 128>;
+using Big = Tile<128, 256>;
 
 // Offset of element (r, k) of a slice (r along m or n) in its shared tile.
-template <bool KCONT>
+template <typename T, bool KCONT>
 __device__ __forceinline__ int at(int r, int k) {
-    return KCONT ? r * KROW + k : k * MROW + r;
+    return KCONT ? r * KROW + k : k * T::MROW + r;
 }
 
-// Queues the copies of one operand's slice (k in [k0, k0 + BK), rows [r0, r0 + 64)) into the
+// Queues the copies of one operand's slice (k in [k0, k0 + BK), rows [r0, r0 + BM)) into the
 // shared tile `s`: element e = threadIdx.x + THREADS i, consecutive threads along the
 // operand's contiguous dimension; zeros past `rows` or K. KCONT: k is the contiguous
 // dimension (row-major A, column-major B).
-template <bool KCONT>
+template <typename T, bool KCONT>
 __device__ __forceinline__ void copy_slice(const double* X, uint64_t ld, uint64_t r0,
                                            uint64_t rows, uint64_t k0, uint64_t K, double* s) {
 #pragma unroll
-    for (int i = 0; i < LOADS; ++i) {
-        const int e = threadIdx.x + THREADS * i;
-        const int r = KCONT ? e / BK : e % BM;
-        const int kk = KCONT ? e % BK : e / BM;
+    for (int i = 0; i < T::LOADS; ++i) {
+        const int e = threadIdx.x + T::THREADS * i;
+        const int r = KCONT ? e / BK : e % T::BM;
+        const int kk = KCONT ? e % BK : e / T::BM;
         const uint64_t gr = r0 + r, gk = k0 + kk;
         const bool in = gr < rows && gk < K;
         const double* src = in ? X + (KCONT ? gr * ld + gk : gk * ld + gr) : X;
-        cp_async8(smem_addr(s + at<KCONT>(r, kk)), src, in ? 8 : 0);
+        cp_async8(smem_addr(s + at<T, KCONT>(r, kk)), src, in ? 8 : 0);
     }
 }
 
@@ -89,17 +106,19 @@ __device__ __forceinline__ void dmma16(double (&d)[4], const double (&a)[4], con
 }
 #endif
 
-template <bool TA, bool TB>
+template <typename T, bool TA, bool TB>
 __device__ __forceinline__ void gemm_f64(const double* A, const double* B, double* C,
                                          uint64_t batch, uint64_t M, uint64_t N, uint64_t K,
                                          uint64_t lda, uint64_t ldb, uint64_t sa, uint64_t sb) {
+    constexpr int BM = T::BM, BN = T::BM, J = T::J, TILE = T::TILE;
     extern __shared__ __align__(16) double smem[];
     const uint64_t tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
     uint64_t tm, tn;
     tile_of(blockIdx.x, tiles_m, tiles_n, tm, tn);
     const uint64_t m0 = tm * BM, n0 = tn * BN;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;  // the warp's 32 x 32 sub-tile
+    // The warp's 32 x WN sub-tile.
+    const int wm = (warp / T::WARPS_N) * 32, wn = (warp % T::WARPS_N) * T::WN;
     const int g = lane / 4, q = lane % 4;
     // Row-major A has k contiguous; column-major B (TB) has k contiguous.
     constexpr bool AK = !TA, BKC = TB;
@@ -107,13 +126,13 @@ __device__ __forceinline__ void gemm_f64(const double* A, const double* B, doubl
     for (uint64_t b = blockIdx.y; b < batch; b += gridDim.y) {
         const double* a = A + b * sa;
         const double* bb = B + b * sb;
-        // acc[i][j]: the 16 x 8 product tile (i, j) of the warp's 32 x 32 (elements as dmma16's d;
-        // the m8n8k4 path keeps rows g in [0..2] and rows g + 8 in [2..4]).
-        double acc[2][4][4];
+        // acc[i][j]: the 16 x 8 product tile (i, j) of the warp's sub-tile (elements as
+        // dmma16's d; the m8n8k4 path keeps rows g in [0..2] and rows g + 8 in [2..4]).
+        double acc[2][J][4];
 #pragma unroll
         for (int i = 0; i < 2; ++i)
 #pragma unroll
-            for (int j = 0; j < 4; ++j)
+            for (int j = 0; j < J; ++j)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0;
         // Slices 0 .. STAGES - 2 in flight; one commit group a slice (empty past the last).
@@ -121,8 +140,8 @@ __device__ __forceinline__ void gemm_f64(const double* A, const double* B, doubl
         for (int s = 0; s < STAGES - 1; ++s) {
             if (s < slices) {
                 double* st = smem + s * 2 * TILE;
-                copy_slice<AK>(a, lda, m0, M, s * BK, K, st);
-                copy_slice<BKC>(bb, ldb, n0, N, s * BK, K, st + TILE);
+                copy_slice<T, AK>(a, lda, m0, M, s * BK, K, st);
+                copy_slice<T, BKC>(bb, ldb, n0, N, s * BK, K, st + TILE);
             }
             cp_async_commit();
         }
@@ -134,8 +153,8 @@ __device__ __forceinline__ void gemm_f64(const double* A, const double* B, doubl
             const uint64_t next = s + STAGES - 1;
             if (next < slices) {
                 double* st = smem + (next % STAGES) * 2 * TILE;
-                copy_slice<AK>(a, lda, m0, M, next * BK, K, st);
-                copy_slice<BKC>(bb, ldb, n0, N, next * BK, K, st + TILE);
+                copy_slice<T, AK>(a, lda, m0, M, next * BK, K, st);
+                copy_slice<T, BKC>(bb, ldb, n0, N, next * BK, K, st + TILE);
             }
             cp_async_commit();
             const double* As = smem + (s % STAGES) * 2 * TILE;
@@ -143,33 +162,33 @@ __device__ __forceinline__ void gemm_f64(const double* A, const double* B, doubl
 #if __CUDA_ARCH__ >= 900
 #pragma unroll
             for (int kk = 0; kk < BK; kk += 8) {
-                double fa[2][4], fb[4][2];
+                double fa[2][4], fb[J][2];
 #pragma unroll
                 for (int i = 0; i < 2; ++i)
 #pragma unroll
                     for (int e = 0; e < 4; ++e)
-                        fa[i][e] = As[at<AK>(wm + 16 * i + g + 8 * (e & 1), kk + q + 4 * (e >> 1))];
+                        fa[i][e] = As[at<T, AK>(wm + 16 * i + g + 8 * (e & 1), kk + q + 4 * (e >> 1))];
 #pragma unroll
-                for (int j = 0; j < 4; ++j)
+                for (int j = 0; j < J; ++j)
 #pragma unroll
-                    for (int e = 0; e < 2; ++e) fb[j][e] = Bs[at<BKC>(wn + 8 * j + g, kk + q + 4 * e)];
+                    for (int e = 0; e < 2; ++e) fb[j][e] = Bs[at<T, BKC>(wn + 8 * j + g, kk + q + 4 * e)];
 #pragma unroll
                 for (int i = 0; i < 2; ++i)
 #pragma unroll
-                    for (int j = 0; j < 4; ++j) dmma16(acc[i][j], fa[i], fb[j]);
+                    for (int j = 0; j < J; ++j) dmma16(acc[i][j], fa[i], fb[j]);
             }
 #else
 #pragma unroll
             for (int kk = 0; kk < BK; kk += 4) {
-                double fa[4], fb[4];
+                double fa[4], fb[J];
 #pragma unroll
-                for (int i = 0; i < 4; ++i) fa[i] = As[at<AK>(wm + 8 * i + g, kk + q)];
+                for (int i = 0; i < 4; ++i) fa[i] = As[at<T, AK>(wm + 8 * i + g, kk + q)];
 #pragma unroll
-                for (int j = 0; j < 4; ++j) fb[j] = Bs[at<BKC>(wn + 8 * j + g, kk + q)];
+                for (int j = 0; j < J; ++j) fb[j] = Bs[at<T, BKC>(wn + 8 * j + g, kk + q)];
 #pragma unroll
                 for (int i = 0; i < 4; ++i)
 #pragma unroll
-                    for (int j = 0; j < 4; ++j) {
+                    for (int j = 0; j < J; ++j) {
                         double (&d)[2] = *reinterpret_cast<double(*)[2]>(&acc[i >> 1][j][2 * (i & 1)]);
                         dmma(d, fa[i], fb[j]);
                     }
@@ -187,7 +206,7 @@ __device__ __forceinline__ void gemm_f64(const double* A, const double* B, doubl
                 const uint64_t gr = m0 + wm + 16 * i + 8 * h + g;
                 if (gr >= M) continue;
 #pragma unroll
-                for (int j = 0; j < 4; ++j) {
+                for (int j = 0; j < J; ++j) {
                     const uint64_t gc = n0 + wn + 8 * j + 2 * q;
                     if (gc < N) c[gr * N + gc] = acc[i][j][2 * h];
                     if (gc + 1 < N) c[gr * N + gc + 1] = acc[i][j][2 * h + 1];
@@ -198,15 +217,19 @@ __device__ __forceinline__ void gemm_f64(const double* A, const double* B, doubl
 
 }  // namespace
 
-#define F64(name, TA, TB)                                                                      \
-    extern "C" __global__ void __launch_bounds__(THREADS, 3)                                  \
+#define F64(name, T, MIN_BLOCKS, TA, TB)                                                       \
+    extern "C" __global__ void __launch_bounds__(T::THREADS, MIN_BLOCKS)                      \
         name(const double* A, const double* B, double* C, uint64_t batch, uint64_t m,          \
              uint64_t n, uint64_t k, uint64_t lda, uint64_t ldb, uint64_t sa, uint64_t sb,     \
              uint64_t kslice) {                                                                \
         (void)kslice;                                                                          \
-        gemm_f64<TA, TB>(A, B, C, batch, m, n, k, lda, ldb, sa, sb);                           \
+        gemm_f64<T, TA, TB>(A, B, C, batch, m, n, k, lda, ldb, sa, sb);                        \
     }
-F64(matmul_f64_nn, false, false)
-F64(matmul_f64_nt, false, true)
-F64(matmul_f64_tn, true, false)
-F64(matmul_f64_tt, true, true)
+F64(matmul_f64_nn, Small, 3, false, false)
+F64(matmul_f64_nt, Small, 3, false, true)
+F64(matmul_f64_tn, Small, 3, true, false)
+F64(matmul_f64_tt, Small, 3, true, true)
+F64(matmul_f64_big_nn, Big, 1, false, false)
+F64(matmul_f64_big_nt, Big, 1, false, true)
+F64(matmul_f64_big_tn, Big, 1, true, false)
+F64(matmul_f64_big_tt, Big, 1, true, true)

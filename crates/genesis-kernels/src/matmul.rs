@@ -1894,8 +1894,8 @@ pub fn gpu_matmul_planned_bias<T: MatmulElement, O: MatmulOutput<T>>(
 
 /// Queues `c = a @ b` of f64 operands on `stream`, read where `layout` says (any major
 /// order, leading dimension, batch stride or alignment), accumulated in f64
-/// (`kernels/matmul_f64.cu`: the f64 tensor cores, `64 x 64` tiles, a 3-stage `cp.async`
-/// ring, no split). The CPU twin is [`matmul_host`] for f64; the two agree within the f64
+/// (`kernels/matmul_f64.cu`: the f64 tensor cores, `128 x 128` tiles where they fill the
+/// device twice over, else `64 x 64`, a 3-stage `cp.async` ring, no split). The CPU twin is [`matmul_host`] for f64; the two agree within the f64
 /// accumulation bound (`k * 2^-53 * sum |a||b|`). Fails before launching on short spans (as
 /// [`gpu_matmul_strided`]).
 #[cfg(feature = "cuda")]
@@ -1908,26 +1908,48 @@ pub fn gpu_matmul_f64(
     c: genesis_cuda::DeviceSpanMut<'_, f64>,
 ) -> Result<()> {
     use genesis_cuda::{Kernel, LaunchConfig};
-    const KERNELS: [[&str; 2]; 2] = [
-        ["matmul_f64_nn", "matmul_f64_nt"],
-        ["matmul_f64_tn", "matmul_f64_tt"],
+    // (kernels by layout, tile side, threads, dynamic shared memory: a ring of 3 stages of two
+    // `side x 20` f64 slices), the `64 x 64` tile and the `128 x 128` one.
+    type F64Tile = ([[&'static str; 2]; 2], usize, u32, u32);
+    const F64_TILES: [F64Tile; 2] = [
+        (
+            [
+                ["matmul_f64_nn", "matmul_f64_nt"],
+                ["matmul_f64_tn", "matmul_f64_tt"],
+            ],
+            64,
+            128,
+            3 * 2 * 64 * 20 * 8,
+        ),
+        (
+            [
+                ["matmul_f64_big_nn", "matmul_f64_big_nt"],
+                ["matmul_f64_big_tn", "matmul_f64_big_tt"],
+            ],
+            128,
+            256,
+            3 * 2 * 128 * 20 * 8,
+        ),
     ];
-    const F64_TILE: usize = 64;
     let need = shape.c_len().ok_or_else(overflow)?;
     if need == 0 {
         return Ok(());
     }
     check(&shape, &layout, a.len(), b.len(), c.len())?;
-    let tiles = tile_count(&shape, (F64_TILE, F64_TILE))?;
-    let name = KERNELS[usize::from(layout.a.transposed)][usize::from(layout.b.transposed)];
-    // The kernel's ring of 3 stages of two `64 x 20` f64 slices (dynamic shared memory).
-    const F64_SMEM: u32 = 3 * 2 * 64 * 20 * 8;
+    // The large tile where its tiles (over the batch) fill every multiprocessor at least
+    // twice; the small one otherwise, for parallelism.
+    let sms = u64::from(stream.context().multiprocessors().max(1));
+    let big =
+        u64::from(tile_count(&shape, (128, 128))?).saturating_mul(shape.batch as u64) >= 2 * sms;
+    let (kernels, side, threads, smem) = F64_TILES[usize::from(big)];
+    let tiles = tile_count(&shape, (side, side))?;
+    let name = kernels[usize::from(layout.a.transposed)][usize::from(layout.b.transposed)];
     let kernel = Kernel::get(stream.context(), &crate::images::MATMUL_F64, name)?;
-    kernel.set_max_dynamic_shared_bytes(F64_SMEM)?;
+    kernel.set_max_dynamic_shared_bytes(smem)?;
     let config = LaunchConfig {
         grid: (tiles, shape.batch.min(65535) as u32, 1),
-        block: (128, 1, 1),
-        shared_bytes: F64_SMEM,
+        block: (threads, 1, 1),
+        shared_bytes: smem,
     };
     let args = simt_args(a.addr(), b.addr(), c.addr(), &shape, &layout, shape.k);
     record_kernel(name);

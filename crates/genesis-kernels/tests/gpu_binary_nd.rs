@@ -53,6 +53,14 @@ fn cases() -> Vec<Case> {
         c(&[100], (&[1], 0, 100), None),
         c(&[64, 33], (&[1, 64], 0, 64 * 33), None),
         c(&[999], (&[1], 1, 1000), None),
+        // Two contiguous tensors (where's vector path for both values, with a tail), and
+        // offsets that leave the first value's quads unaligned (where's element path).
+        c(
+            &[(1 << 20) + 3],
+            (&[1], 0, (1 << 20) + 3),
+            Some((&[1], 0, (1 << 20) + 3)),
+        ),
+        c(&[1000], (&[1], 4, 1004), Some((&[1], 2, 1002))),
         // Empty and single elements.
         c(&[0, 4], (&[4, 1], 0, 0), Some((&[0, 1], 0, 4))),
         c(&[], (&[], 5, 6), Some((&[], 2, 3))),

@@ -1806,8 +1806,8 @@ mod gpu {
         }
     }
 
-    /// f64 products (`matmul_f64_*`) against the CPU twin accumulated in f64: random shapes
-    /// (empty, thin, edge tiles, k past many slices), every layout, padded leading dimensions,
+    /// f64 products (`matmul_f64_*`, both tiles) against the CPU twin accumulated in f64:
+    /// random shapes (empty, thin, edge tiles, k past many slices), every layout, padded leading dimensions,
     /// batches with broadcast operands and operands starting off 16 bytes, within the f64
     /// accumulation bound; outputs poisoned with NaN first, so an output never written fails.
     #[test]
@@ -1820,15 +1820,29 @@ mod gpu {
         let stream = Stream::new(&ctx).unwrap();
         let mut rng = SmallRng::seed_from_u64(64);
         let dims = [0usize, 1, 2, 5, 16, 63, 64, 65, 100, 129, 200];
-        for case in 0..160 {
+        // The last cases have enough 128 x 128 tiles (at least twice the multiprocessors)
+        // for the large tile (`matmul_f64_big_*`), edge tiles included.
+        let big_dims = [640usize, 700, 777];
+        let mut big_runs = 0;
+        for case in 0..172 {
+            let big = case >= 160;
             let pick = |rng: &mut SmallRng| dims[rng.random_range(0..dims.len())];
-            let (m, n) = (pick(&mut rng), pick(&mut rng));
-            let k = if case % 8 == 0 {
+            let pick_big = |rng: &mut SmallRng| big_dims[rng.random_range(0..big_dims.len())];
+            let (m, n) = if big {
+                (pick_big(&mut rng), pick_big(&mut rng))
+            } else {
+                (pick(&mut rng), pick(&mut rng))
+            };
+            let k = if case % 8 == 0 || big {
                 rng.random_range(300..700)
             } else {
                 pick(&mut rng)
             };
-            let batch = rng.random_range(1..4);
+            let batch = if big {
+                rng.random_range(6..14)
+            } else {
+                rng.random_range(1..4)
+            };
             let (ta, tb) = (rng.random_bool(0.5), rng.random_bool(0.5));
             let pad = |rng: &mut SmallRng| {
                 if rng.random_bool(0.3) {
@@ -1887,6 +1901,19 @@ mod gpu {
                 out.as_span_mut::<f64>().unwrap(),
             )
             .unwrap();
+            if len > 0 {
+                // The launcher's rule: the large tile where its tiles over the batch fill
+                // every multiprocessor at least twice.
+                let tiles = m.div_ceil(128) * n.div_ceil(128) * batch;
+                let want_big = tiles >= 2 * ctx.multiprocessors() as usize;
+                let ran = genesis_kernels::matmul::last_matmul_kernel().unwrap_or("");
+                assert_eq!(
+                    ran.starts_with("matmul_f64_big_"),
+                    want_big,
+                    "case {case}: {ran}"
+                );
+                big_runs += usize::from(want_big);
+            }
             stream.synchronize().unwrap();
             let mut got = vec![0.0f64; len.max(1)];
             // SAFETY: any bit pattern is an f64.
@@ -1903,6 +1930,7 @@ mod gpu {
                 );
             }
         }
+        assert!(big_runs >= 4, "the large tile ran {big_runs} times");
         // A product of mismatched spans fails before launching.
         let shape = MatmulShape {
             batch: 1,

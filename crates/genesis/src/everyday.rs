@@ -1321,13 +1321,17 @@ impl Tensor {
         };
         let half = steps / 2;
         for (i, v) in out.iter_mut().enumerate() {
-            // Fused multiply-adds, as PyTorch's vectorised CPU kernel computes them: an integer
-            // result truncates `7 - 3 (10 / 6)` from just below 2 (PyTorch's `linspace(-3,
-            // 7.5, 7, dtype=int64)` is [-3, -1, 0, 1, 3, 5, 7]).
-            let x = if i < half {
-                step.mul_add(i as f64, start)
-            } else {
-                (-step).mul_add((steps - 1 - i) as f64, end)
+            // linspace: fused multiply-adds, as PyTorch's vectorised CPU kernel computes them
+            // (an integer result truncates `7 - 3 (10 / 6)` from just below 2: PyTorch's
+            // `linspace(-3, 7.5, 7, dtype=int64)` is [-3, -1, 0, 1, 3, 5, 7]). logspace: a
+            // product, rounded, then the sum, as PyTorch's serial kernel (its `logspace(1, -1,
+            // 7, dtype=int16)` has 10^(-1 - 3 (-2 / 6)) = 10^0 = 1 in the middle, where a
+            // fused multiply-add gives an exponent just below 0 and the point 0).
+            let x = match (base.is_some(), i < half) {
+                (false, true) => step.mul_add(i as f64, start),
+                (false, false) => (-step).mul_add((steps - 1 - i) as f64, end),
+                (true, true) => start + step * i as f64,
+                (true, false) => end - step * (steps - 1 - i) as f64,
             };
             let x = if steps == 1 { given } else { x };
             let x = base.map_or(x, |b| b.powf(x));
@@ -2053,6 +2057,18 @@ mod tests {
             .to_vec::<f64>()
             .unwrap()[0];
         assert_eq!((got, rounded), (-0.25390625, -0.25390625));
+    }
+
+    /// Integer `logspace` exponents formed as PyTorch's serial kernel forms them (a rounded
+    /// product, then the sum), not by fused multiply-adds (PyTorch 2.11's values, CPU).
+    #[test]
+    fn integer_logspace_rounds_the_product_first() {
+        let l = Tensor::logspace(1.0, -1.0, 7, 10.0, DType::I16, Device::Cpu).unwrap();
+        assert_eq!(l.to_vec::<i16>().unwrap(), [10, 4, 2, 1, 0, 0, 0]);
+        let l = Tensor::logspace(-3.0, 7.5, 7, 2.0, DType::I64, Device::Cpu).unwrap();
+        assert_eq!(l.to_vec::<i64>().unwrap(), [0, 0, 1, 4, 12, 40, 128]);
+        let l = Tensor::logspace(0.0, 2.0, 3, 2.5, DType::I64, Device::Cpu).unwrap();
+        assert_eq!(l.to_vec::<i64>().unwrap(), [1, 2, 6]);
     }
 
     /// Integer `linspace` and `logspace` from the truncated ends, points formed by fused

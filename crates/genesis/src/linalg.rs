@@ -28,6 +28,7 @@ trait Real:
     const ONE: Self;
     fn abs(self) -> Self;
     fn ln(self) -> Self;
+    fn is_nan(self) -> bool;
 }
 
 impl Real for f32 {
@@ -39,6 +40,9 @@ impl Real for f32 {
     fn ln(self) -> Self {
         f32::ln(self)
     }
+    fn is_nan(self) -> bool {
+        f32::is_nan(self)
+    }
 }
 
 impl Real for f64 {
@@ -49,6 +53,9 @@ impl Real for f64 {
     }
     fn ln(self) -> Self {
         f64::ln(self)
+    }
+    fn is_nan(self) -> bool {
+        f64::is_nan(self)
     }
 }
 
@@ -284,6 +291,10 @@ fn slogdet_host<T: Real>(a: &Tensor, m: usize) -> Result<(Tensor, Tensor)> {
             let d = lu[k * m + k];
             if (p != k) != (d < T::ZERO) {
                 s = -s;
+            }
+            // A NaN pivot has sign 0 (PyTorch's `sgn`), and its log NaN.
+            if d.is_nan() {
+                s = T::ZERO;
             }
             l = l + d.abs().ln();
         }
@@ -634,6 +645,38 @@ mod tests {
         let q = t(&[0.0, 2.0, -3.0, 0.0], &[2, 2]);
         assert_eq!(q.det().unwrap().item::<f64>().unwrap(), 6.0);
         assert!((q.logdet().unwrap().item::<f64>().unwrap() - 6f64.ln()).abs() < 1e-15);
+    }
+
+    /// NaN spreads (the sign of a NaN determinant is 0, as PyTorch's), an infinite pivot
+    /// gives an infinite determinant, a transposed view is read as it is, 0 x 0 systems
+    /// solve to nothing.
+    #[test]
+    fn special_values_and_views() {
+        let n = t(&[1.0, f64::NAN, 2.0, 3.0], &[2, 2]);
+        assert!(
+            n.inverse()
+                .unwrap()
+                .to_vec::<f64>()
+                .unwrap()
+                .iter()
+                .all(|v| v.is_nan())
+        );
+        assert!(n.det().unwrap().item::<f64>().unwrap().is_nan());
+        let (s, l) = n.slogdet().unwrap();
+        assert_eq!(s.item::<f64>().unwrap(), 0.0);
+        assert!(l.item::<f64>().unwrap().is_nan());
+        let i = t(&[f64::INFINITY, 1.0, 1.0, 1.0], &[2, 2]);
+        assert_eq!(i.det().unwrap().item::<f64>().unwrap(), f64::INFINITY);
+        let a = t(&[2.0, 1.0, 1.0, 3.0], &[2, 2]).t().unwrap();
+        let inv = a.inverse().unwrap().to_vec::<f64>().unwrap();
+        let want = [0.6, -0.2, -0.2, 0.4];
+        assert!(
+            inv.iter().zip(want).all(|(g, w)| (g - w).abs() < 1e-15),
+            "{inv:?}"
+        );
+        let z = Tensor::zeros([0, 0], DType::F64, Device::Cpu).unwrap();
+        let v = Tensor::zeros([0], DType::F64, Device::Cpu).unwrap();
+        assert_eq!(z.linalg_solve(&v).unwrap().shape(), &[0]);
     }
 
     #[test]

@@ -3,7 +3,9 @@
 // place in either major order, with any leading dimension, batch stride (0 broadcasts one
 // matrix to every batch) or alignment, as the f32 kernels of `matmul.cu` take them (the same
 // launch contract and parameter list). Kernel names end in the two layouts:
-// `matmul_f64_<a><b>`, "n" row-major, "t" column-major (a transposed view).
+// `matmul_f64_<a><b>`, "n" row-major, "t" column-major (a transposed view); `_v_` kernels
+// copy operands in 16-byte pairs (both operands starting on 16 bytes, even leading
+// dimensions and batch strides), the others element by element.
 //
 //   * A block of 128 threads (4 warps as 2 x 2) computes a 64 x 64 tile of C, each warp a
 //     32 x 32 sub-tile (`matmul_f64_<a><b>`), or a block of 256 threads (4 x 2 warps) a
@@ -13,7 +15,8 @@
 //     accumulators a thread.
 //   * K advances in slices of 16 through a 3-stage ring of shared tiles (60 or 120 KiB of
 //     dynamic shared memory, `F64_TILES` in the launcher): the 8-byte `cp.async` copies of
-//     slices t + 1 and t + 2 are in flight while slice t is multiplied; one barrier a slice. A
+//     slices t + 1 and t + 2 are in flight while slice t is multiplied (16-byte copies of
+//     element pairs in the `_v_` kernels); one barrier a slice. A
 //     slice of an operand whose k is contiguous in memory is kept as rows of 16 k values
 //     padded to 20, else as rows of 64 (128) m or n values padded to 68 (132), so the copies of consecutive threads
 //     are consecutive in both memories and the fragment loads meet no bank conflict. Each
@@ -68,9 +71,36 @@ __device__ __forceinline__ int at(int r, int k) {
 // shared tile `s`: element e = threadIdx.x + THREADS i, consecutive threads along the
 // operand's contiguous dimension; zeros past `rows` or K. KCONT: k is the contiguous
 // dimension (row-major A, column-major B).
-template <typename T, bool KCONT>
+template <typename T, bool KCONT, bool PAIRS>
 __device__ __forceinline__ void copy_slice(const double* X, uint64_t ld, uint64_t r0,
                                            uint64_t rows, uint64_t k0, uint64_t K, double* s) {
+    if constexpr (PAIRS) {
+        // 16-byte copies of two elements consecutive in memory (the launcher checked that the
+        // operand starts on 16 bytes with an even leading dimension and batch stride, so every
+        // pair is aligned; in shared memory rows stay on 16 bytes): a pair half past the
+        // operand's edge is one 8-byte copy and a zero, wholly past it zeros.
+        constexpr int HALF_ROW = KCONT ? BK / 2 : T::BM / 2;
+#pragma unroll
+        for (int i = 0; i < T::LOADS / 2; ++i) {
+            const int e = threadIdx.x + T::THREADS * i;
+            const int r = KCONT ? e / HALF_ROW : 2 * (e % HALF_ROW);
+            const int kk = KCONT ? 2 * (e % HALF_ROW) : e / HALF_ROW;
+            const uint64_t gr = r0 + r, gk = k0 + kk;
+            const bool in = gr < rows && gk < K;
+            const bool in2 = KCONT ? gk + 1 < K : gr + 1 < rows;
+            const double* src = in ? X + (KCONT ? gr * ld + gk : gk * ld + gr) : X;
+            double* dst = s + at<T, KCONT>(r, kk);
+            if (in2 || !in) {
+                cp_async16(smem_addr(dst), src, in ? 16 : 0);
+            } else {
+                // The operand's last element of a row or column: an 8-byte copy and a zero
+                // (no 16-byte access reaches past the operand, which may end the allocation).
+                cp_async8(smem_addr(dst), src, 8);
+                cp_async8(smem_addr(dst + 1), src, 0);
+            }
+        }
+        return;
+    }
 #pragma unroll
     for (int i = 0; i < T::LOADS; ++i) {
         const int e = threadIdx.x + T::THREADS * i;
@@ -106,7 +136,7 @@ __device__ __forceinline__ void dmma16(double (&d)[4], const double (&a)[4], con
 }
 #endif
 
-template <typename T, bool TA, bool TB>
+template <typename T, bool TA, bool TB, bool PAIRS>
 __device__ __forceinline__ void gemm_f64(const double* A, const double* B, double* C,
                                          uint64_t batch, uint64_t M, uint64_t N, uint64_t K,
                                          uint64_t lda, uint64_t ldb, uint64_t sa, uint64_t sb) {
@@ -140,8 +170,8 @@ __device__ __forceinline__ void gemm_f64(const double* A, const double* B, doubl
         for (int s = 0; s < STAGES - 1; ++s) {
             if (s < slices) {
                 double* st = smem + s * 2 * TILE;
-                copy_slice<T, AK>(a, lda, m0, M, s * BK, K, st);
-                copy_slice<T, BKC>(bb, ldb, n0, N, s * BK, K, st + TILE);
+                copy_slice<T, AK, PAIRS>(a, lda, m0, M, s * BK, K, st);
+                copy_slice<T, BKC, PAIRS>(bb, ldb, n0, N, s * BK, K, st + TILE);
             }
             cp_async_commit();
         }
@@ -153,8 +183,8 @@ __device__ __forceinline__ void gemm_f64(const double* A, const double* B, doubl
             const uint64_t next = s + STAGES - 1;
             if (next < slices) {
                 double* st = smem + (next % STAGES) * 2 * TILE;
-                copy_slice<T, AK>(a, lda, m0, M, next * BK, K, st);
-                copy_slice<T, BKC>(bb, ldb, n0, N, next * BK, K, st + TILE);
+                copy_slice<T, AK, PAIRS>(a, lda, m0, M, next * BK, K, st);
+                copy_slice<T, BKC, PAIRS>(bb, ldb, n0, N, next * BK, K, st + TILE);
             }
             cp_async_commit();
             const double* As = smem + (s % STAGES) * 2 * TILE;
@@ -217,19 +247,20 @@ __device__ __forceinline__ void gemm_f64(const double* A, const double* B, doubl
 
 }  // namespace
 
-#define F64(name, T, MIN_BLOCKS, TA, TB)                                                       \
+#define F64(name, T, MIN_BLOCKS, TA, TB, PAIRS)                                                \
     extern "C" __global__ void __launch_bounds__(T::THREADS, MIN_BLOCKS)                      \
         name(const double* A, const double* B, double* C, uint64_t batch, uint64_t m,          \
              uint64_t n, uint64_t k, uint64_t lda, uint64_t ldb, uint64_t sa, uint64_t sb,     \
              uint64_t kslice) {                                                                \
         (void)kslice;                                                                          \
-        gemm_f64<T, TA, TB>(A, B, C, batch, m, n, k, lda, ldb, sa, sb);                        \
+        gemm_f64<T, TA, TB, PAIRS>(A, B, C, batch, m, n, k, lda, ldb, sa, sb);                 \
     }
-F64(matmul_f64_nn, Small, 3, false, false)
-F64(matmul_f64_nt, Small, 3, false, true)
-F64(matmul_f64_tn, Small, 3, true, false)
-F64(matmul_f64_tt, Small, 3, true, true)
-F64(matmul_f64_big_nn, Big, 1, false, false)
-F64(matmul_f64_big_nt, Big, 1, false, true)
-F64(matmul_f64_big_tn, Big, 1, true, false)
-F64(matmul_f64_big_tt, Big, 1, true, true)
+#define F64_LAYOUTS(prefix, T, MIN_BLOCKS, PAIRS)                                              \
+    F64(prefix##nn, T, MIN_BLOCKS, false, false, PAIRS)                                        \
+    F64(prefix##nt, T, MIN_BLOCKS, false, true, PAIRS)                                         \
+    F64(prefix##tn, T, MIN_BLOCKS, true, false, PAIRS)                                         \
+    F64(prefix##tt, T, MIN_BLOCKS, true, true, PAIRS)
+F64_LAYOUTS(matmul_f64_, Small, 3, false)
+F64_LAYOUTS(matmul_f64_big_, Big, 1, false)
+F64_LAYOUTS(matmul_f64_v_, Small, 3, true)
+F64_LAYOUTS(matmul_f64_big_v_, Big, 1, true)

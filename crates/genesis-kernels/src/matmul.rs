@@ -1895,7 +1895,8 @@ pub fn gpu_matmul_planned_bias<T: MatmulElement, O: MatmulOutput<T>>(
 /// Queues `c = a @ b` of f64 operands on `stream`, read where `layout` says (any major
 /// order, leading dimension, batch stride or alignment), accumulated in f64
 /// (`kernels/matmul_f64.cu`: the f64 tensor cores, `128 x 128` tiles where they fill the
-/// device twice over, else `64 x 64`, a 3-stage `cp.async` ring, no split). The CPU twin is [`matmul_host`] for f64; the two agree within the f64
+/// device twice over, else `64 x 64`, a 3-stage `cp.async` ring of 16-byte copies where the
+/// operands are aligned for them, else of 8-byte ones; no split). The CPU twin is [`matmul_host`] for f64; the two agree within the f64
 /// accumulation bound (`k * 2^-53 * sum |a||b|`). Fails before launching on short spans (as
 /// [`gpu_matmul_strided`]).
 #[cfg(feature = "cuda")]
@@ -1908,14 +1909,21 @@ pub fn gpu_matmul_f64(
     c: genesis_cuda::DeviceSpanMut<'_, f64>,
 ) -> Result<()> {
     use genesis_cuda::{Kernel, LaunchConfig};
-    // (kernels by layout, tile side, threads, dynamic shared memory: a ring of 3 stages of two
-    // `side x 20` f64 slices), the `64 x 64` tile and the `128 x 128` one.
-    type F64Tile = ([[&'static str; 2]; 2], usize, u32, u32);
+    // (kernels by copies (element by element, 16-byte pairs) and layout, tile side, threads,
+    // dynamic shared memory: a ring of 3 stages of two `side x 20` f64 slices), the `64 x 64`
+    // tile and the `128 x 128` one.
+    type F64Tile = ([[[&'static str; 2]; 2]; 2], usize, u32, u32);
     const F64_TILES: [F64Tile; 2] = [
         (
             [
-                ["matmul_f64_nn", "matmul_f64_nt"],
-                ["matmul_f64_tn", "matmul_f64_tt"],
+                [
+                    ["matmul_f64_nn", "matmul_f64_nt"],
+                    ["matmul_f64_tn", "matmul_f64_tt"],
+                ],
+                [
+                    ["matmul_f64_v_nn", "matmul_f64_v_nt"],
+                    ["matmul_f64_v_tn", "matmul_f64_v_tt"],
+                ],
             ],
             64,
             128,
@@ -1923,8 +1931,14 @@ pub fn gpu_matmul_f64(
         ),
         (
             [
-                ["matmul_f64_big_nn", "matmul_f64_big_nt"],
-                ["matmul_f64_big_tn", "matmul_f64_big_tt"],
+                [
+                    ["matmul_f64_big_nn", "matmul_f64_big_nt"],
+                    ["matmul_f64_big_tn", "matmul_f64_big_tt"],
+                ],
+                [
+                    ["matmul_f64_big_v_nn", "matmul_f64_big_v_nt"],
+                    ["matmul_f64_big_v_tn", "matmul_f64_big_v_tt"],
+                ],
             ],
             128,
             256,
@@ -1943,7 +1957,20 @@ pub fn gpu_matmul_f64(
         u64::from(tile_count(&shape, (128, 128))?).saturating_mul(shape.batch as u64) >= 2 * sms;
     let (kernels, side, threads, smem) = F64_TILES[usize::from(big)];
     let tiles = tile_count(&shape, (side, side))?;
-    let name = kernels[usize::from(layout.a.transposed)][usize::from(layout.b.transposed)];
+    // 16-byte copies of element pairs where both operands start on 16 bytes and their leading
+    // dimensions and batch strides are even (every pair then is aligned).
+    let pairs = a.addr().is_multiple_of(16)
+        && b.addr().is_multiple_of(16)
+        && [
+            layout.a.ld,
+            layout.b.ld,
+            shape.a_batch_stride,
+            shape.b_batch_stride,
+        ]
+        .iter()
+        .all(|x| x.is_multiple_of(2));
+    let name = kernels[usize::from(pairs)][usize::from(layout.a.transposed)]
+        [usize::from(layout.b.transposed)];
     let kernel = Kernel::get(stream.context(), &crate::images::MATMUL_F64, name)?;
     kernel.set_max_dynamic_shared_bytes(smem)?;
     let config = LaunchConfig {

@@ -1823,7 +1823,7 @@ mod gpu {
         // The last cases have enough 128 x 128 tiles (at least twice the multiprocessors)
         // for the large tile (`matmul_f64_big_*`), edge tiles included.
         let big_dims = [640usize, 700, 777];
-        let mut big_runs = 0;
+        let (mut big_runs, mut pair_runs) = (0, 0);
         for case in 0..172 {
             let big = case >= 160;
             let pick = |rng: &mut SmallRng| dims[rng.random_range(0..dims.len())];
@@ -1851,13 +1851,17 @@ mod gpu {
                     0
                 }
             };
+            // A third of the cases aligned for the 16-byte copies (`matmul_f64_*v_*`): even
+            // leading dimensions and batch strides, no offset.
+            let aligned = case % 3 == 0;
+            let even = |x: usize| if aligned { x + x % 2 } else { x };
             let a_l = MatrixLayout {
                 transposed: ta,
-                ld: if ta { m } else { k } + pad(&mut rng),
+                ld: even(if ta { m } else { k } + pad(&mut rng)),
             };
             let b_l = MatrixLayout {
                 transposed: tb,
-                ld: if tb { k } else { n } + pad(&mut rng),
+                ld: even(if tb { k } else { n } + pad(&mut rng)),
             };
             let layout = MatmulLayout { a: a_l, b: b_l };
             let a_one = a_l.span(m, k).unwrap();
@@ -1865,12 +1869,12 @@ mod gpu {
             let sa = if rng.random_bool(0.25) {
                 0
             } else {
-                a_one + rng.random_range(0..3)
+                even(a_one + rng.random_range(0..3))
             };
             let sb = if rng.random_bool(0.25) {
                 0
             } else {
-                b_one + rng.random_range(0..3)
+                even(b_one + rng.random_range(0..3))
             };
             let shape = MatmulShape {
                 batch,
@@ -1880,7 +1884,7 @@ mod gpu {
                 a_batch_stride: sa,
                 b_batch_stride: sb,
             };
-            let offset = rng.random_range(0..2);
+            let offset = if aligned { 0 } else { rng.random_range(0..2) };
             let a_len = offset + layout.a_len(&shape).unwrap();
             let b_len = offset + layout.b_len(&shape).unwrap();
             let a: Vec<f64> = (0..a_len).map(|_| rng.random_range(-1.0..1.0)).collect();
@@ -1913,6 +1917,7 @@ mod gpu {
                     "case {case}: {ran}"
                 );
                 big_runs += usize::from(want_big);
+                pair_runs += usize::from(ran.contains("_v_"));
             }
             stream.synchronize().unwrap();
             let mut got = vec![0.0f64; len.max(1)];
@@ -1931,6 +1936,12 @@ mod gpu {
             }
         }
         assert!(big_runs >= 4, "the large tile ran {big_runs} times");
+        // Both copy paths ran: every aligned case (a third, less the empty ones) and some
+        // others take the 16-byte copies, the cases with an odd offset never.
+        assert!(
+            (40..150).contains(&pair_runs),
+            "16-byte copies in {pair_runs} cases"
+        );
         // A product of mismatched spans fails before launching.
         let shape = MatmulShape {
             batch: 1,

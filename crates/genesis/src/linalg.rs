@@ -13,51 +13,26 @@
 use crate::autograd::{Saved, sum_to};
 use crate::{DType, Device, Error, Result, Tensor};
 
-/// The arithmetic the factorisation needs, for `f32` and `f64`.
-trait Real:
-    Copy
-    + PartialOrd
-    + std::ops::Add<Output = Self>
-    + std::ops::Sub<Output = Self>
-    + std::ops::Mul<Output = Self>
-    + std::ops::Div<Output = Self>
-    + std::ops::Neg<Output = Self>
-    + genesis_storage::WithDType
-{
-    const ZERO: Self;
-    const ONE: Self;
-    fn abs(self) -> Self;
-    fn ln(self) -> Self;
-    fn is_nan(self) -> bool;
-}
-
-impl Real for f32 {
-    const ZERO: Self = 0.0;
-    const ONE: Self = 1.0;
-    fn abs(self) -> Self {
-        f32::abs(self)
+/// The arithmetic the factorisation needs: `f32` and `f64` ([`genesis_kernels::real::Real`],
+/// the fused kernels' compute types) that tensors hold.
+trait Real: genesis_kernels::real::Real + genesis_storage::WithDType {
+    fn zero() -> Self {
+        Self::of_f64(0.0)
     }
-    fn ln(self) -> Self {
-        f32::ln(self)
+    fn one() -> Self {
+        Self::of_f64(1.0)
+    }
+    /// `|self|` (NaN stays NaN).
+    fn magnitude(self) -> Self {
+        if self < Self::zero() { -self } else { self }
     }
     fn is_nan(self) -> bool {
-        f32::is_nan(self)
+        self.partial_cmp(&self).is_none()
     }
 }
 
-impl Real for f64 {
-    const ZERO: Self = 0.0;
-    const ONE: Self = 1.0;
-    fn abs(self) -> Self {
-        f64::abs(self)
-    }
-    fn ln(self) -> Self {
-        f64::ln(self)
-    }
-    fn is_nan(self) -> bool {
-        f64::is_nan(self)
-    }
-}
+impl Real for f32 {}
+impl Real for f64 {}
 
 /// One `m x m` matrix (row-major) factored in place as `getrf` does: `piv[k]` is the row
 /// swapped with row `k` at step `k`. Returns the first zero pivot (0-based), if any; the
@@ -67,16 +42,16 @@ fn lu_in_place<T: Real>(a: &mut [T], m: usize, piv: &mut [usize]) -> Option<usiz
     for k in 0..m {
         // The first row of largest magnitude (`isamax`); NaN never compares larger.
         let mut p = k;
-        let mut best = a[k * m + k].abs();
+        let mut best = a[k * m + k].magnitude();
         for i in k + 1..m {
-            let v = a[i * m + k].abs();
+            let v = a[i * m + k].magnitude();
             if v > best {
                 best = v;
                 p = i;
             }
         }
         piv[k] = p;
-        if a[p * m + k] == T::ZERO {
+        if a[p * m + k] == T::zero() {
             singular.get_or_insert(k);
             continue;
         }
@@ -92,7 +67,7 @@ fn lu_in_place<T: Real>(a: &mut [T], m: usize, piv: &mut [usize]) -> Option<usiz
         for i in k + 1..m {
             let l = a[i * m + k] / pivot;
             a[i * m + k] = l;
-            if l != T::ZERO {
+            if l != T::zero() {
                 for j in k + 1..m {
                     a[i * m + j] = a[i * m + j] - l * a[k * m + j];
                 }
@@ -116,7 +91,7 @@ fn lu_solve<T: Real>(lu: &[T], piv: &[usize], m: usize, b: &mut [T], k: usize) {
     for i in 0..m {
         for r in 0..i {
             let l = lu[i * m + r];
-            if l != T::ZERO {
+            if l != T::zero() {
                 for j in 0..k {
                     b[i * k + j] = b[i * k + j] - l * b[r * k + j];
                 }
@@ -126,7 +101,7 @@ fn lu_solve<T: Real>(lu: &[T], piv: &[usize], m: usize, b: &mut [T], k: usize) {
     for i in (0..m).rev() {
         for r in (i + 1..m).rev() {
             let u = lu[i * m + r];
-            if u != T::ZERO {
+            if u != T::zero() {
                 for j in 0..k {
                     b[i * k + j] = b[i * k + j] - u * b[r * k + j];
                 }
@@ -197,7 +172,7 @@ fn each_lu<T: Real>(
     mut f: impl FnMut(usize, &[T], &[usize], Option<usize>) -> Result<()>,
 ) -> Result<()> {
     let data = a.to_vec::<T>()?;
-    let mut work = vec![T::ZERO; m * m];
+    let mut work = vec![T::zero(); m * m];
     let mut piv = vec![0; m];
     let batch = a.numel().checked_div(m * m).unwrap_or(0);
     for b in 0..batch {
@@ -278,25 +253,25 @@ fn solve_any(op: &'static str, a: &Tensor, b: &Tensor, inverse: bool) -> Result<
 fn slogdet_host<T: Real>(a: &Tensor, m: usize) -> Result<(Tensor, Tensor)> {
     let batch_shape = &a.shape()[..a.dim() - 2];
     let batch: usize = batch_shape.iter().product();
-    let (mut sign, mut log) = (vec![T::ONE; batch], vec![T::ZERO; batch]);
+    let (mut sign, mut log) = (vec![T::one(); batch], vec![T::zero(); batch]);
     each_lu::<T>(a, m, |i, lu, piv, zero| {
         if zero.is_some() {
-            sign[i] = T::ZERO;
-            log[i] = -(T::ONE / T::ZERO);
+            sign[i] = T::zero();
+            log[i] = -(T::one() / T::zero());
             return Ok(());
         }
-        let mut s = T::ONE;
-        let mut l = T::ZERO;
+        let mut s = T::one();
+        let mut l = T::zero();
         for (k, &p) in piv.iter().enumerate() {
             let d = lu[k * m + k];
-            if (p != k) != (d < T::ZERO) {
+            if (p != k) != (d < T::zero()) {
                 s = -s;
             }
             // A NaN pivot has sign 0 (PyTorch's `sgn`), and its log NaN.
             if d.is_nan() {
-                s = T::ZERO;
+                s = T::zero();
             }
-            l = l + d.abs().ln();
+            l = l + d.magnitude().ln();
         }
         sign[i] = s;
         log[i] = l;
@@ -313,9 +288,9 @@ fn slogdet_host<T: Real>(a: &Tensor, m: usize) -> Result<(Tensor, Tensor)> {
 fn det_host<T: Real>(a: &Tensor, m: usize) -> Result<Tensor> {
     let batch_shape = &a.shape()[..a.dim() - 2];
     let batch: usize = batch_shape.iter().product();
-    let mut det = vec![T::ONE; batch];
+    let mut det = vec![T::one(); batch];
     each_lu::<T>(a, m, |i, lu, piv, _| {
-        let mut d = T::ONE;
+        let mut d = T::one();
         for (k, &p) in piv.iter().enumerate() {
             d = d * lu[k * m + k];
             if p != k {

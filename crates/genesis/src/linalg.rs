@@ -318,8 +318,9 @@ impl Tensor {
     /// The inverse of each square matrix of `self` (`[..., m, m]`, float32 or float64;
     /// PyTorch's `linalg.inv` and `inverse`): `P A = L U` with partial pivoting (LAPACK's
     /// `getrf`), then `L U X = P I`. A singular matrix (a zero pivot) is an error naming it,
-    /// as PyTorch's. Differentiable: the gradient is `-A⁻ᵀ G A⁻ᵀ`. On a CUDA device the
-    /// matrices are inverted on the host (see the [module](crate) notes of `linalg`).
+    /// as PyTorch's. Differentiable: the gradient is `-A⁻ᵀ G A⁻ᵀ`. Computed on the host: a
+    /// CUDA tensor's matrices are copied there and the result back (as for [`Tensor::det`],
+    /// [`Tensor::slogdet`] and [`Tensor::linalg_solve`]; Genesis has no GPU factorisation).
     ///
     /// ```
     /// use genesis::{Device, Tensor};

@@ -2059,6 +2059,39 @@ mod tests {
         assert_eq!((got, rounded), (-0.25390625, -0.25390625));
     }
 
+    /// A truncating division of bfloat16 by one value (a number, a one-element tensor) is
+    /// computed in float32 and rounded once, as PyTorch's CPU kernel computes it; by a tensor of
+    /// divisors the quotient is rounded first (PyTorch 2.11: -9 and -10 for -3 / 0.30078125).
+    #[test]
+    fn half_precision_trunc_division_by_one_value() {
+        let bf = |v: &[f32], shape: &[usize]| {
+            Tensor::from_slice(v, shape, Device::Cpu)
+                .unwrap()
+                .to_dtype(DType::BF16)
+                .unwrap()
+        };
+        let a = bf(&[-3.0, 2.59375, -2.09375], &[3]);
+        let got = |t: Tensor| {
+            assert_eq!(t.dtype(), DType::BF16);
+            t.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap()
+        };
+        let trunc = crate::RoundingMode::Trunc;
+        assert_eq!(
+            got(a.div_mode(0.30078125, trunc).unwrap()),
+            [-9.0, 8.0, -6.0]
+        );
+        let one = bf(&[0.30078125], &[]);
+        assert_eq!(got(a.div_mode(&one, trunc).unwrap()), [-9.0, 8.0, -6.0]);
+        let row = bf(&[0.30078125], &[1]);
+        assert_eq!(got(a.div_mode(&row, trunc).unwrap()), [-9.0, 8.0, -6.0]);
+        let full = bf(&[0.30078125; 3], &[3]);
+        assert_eq!(got(a.div_mode(&full, trunc).unwrap()), [-10.0, 8.0, -6.0]);
+        // In place, the same.
+        let b = bf(&[-3.0, 2.59375, -2.09375], &[3]);
+        b.binary_(crate::BinaryOp::TruncDivide, &one).unwrap();
+        assert_eq!(got(b), [-9.0, 8.0, -6.0]);
+    }
+
     /// Integer `logspace` exponents formed as PyTorch's serial kernel forms them (a rounded
     /// product, then the sum), not by fused multiply-adds (PyTorch 2.11's values, CPU).
     #[test]

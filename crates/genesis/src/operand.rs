@@ -250,6 +250,9 @@ impl Tensor {
                 rhs: other.shape().to_vec(),
             });
         }
+        if op == BinaryOp::TruncDivide && trunc_div_in_f32(self, other, self.dtype()) {
+            return self.copy_(&self.binary_raw(op, other)?);
+        }
         // A broadcast or strided operand is read in place through its layout.
         let layout = other.layout().expand(self.shape())?;
         self.view.storage().binary_assign_shared(
@@ -385,6 +388,13 @@ impl Tensor {
 
     /// [`Tensor::binary`] without recording.
     fn binary_raw(&self, op: BinaryOp, other: &Tensor) -> Result<Tensor> {
+        if op == BinaryOp::TruncDivide {
+            let r = self.binary_result_type(op, OperandRef::Tensor(other))?;
+            if trunc_div_in_f32(self, other, r) {
+                let wide = |t: &Tensor| t.cast_to(DType::F32);
+                return wide(self)?.binary_raw(op, &wide(other)?)?.cast_to(r);
+            }
+        }
         if let Some((a, b)) = host_scalar_moved(self, other)? {
             return a.binary(op, &b);
         }
@@ -475,7 +485,9 @@ impl Tensor {
             // PyTorch's `pow(Tensor, Scalar)` takes the exponent by checked conversion.
             checked_scalar(op.name(), r, value)?;
         }
-        if needs_opmath(r, value) {
+        // A number divisor of a truncating division is one value (see `trunc_div_in_f32`).
+        let trunc_one = op == BinaryOp::TruncDivide && matches!(r, DType::F16 | DType::BF16);
+        if needs_opmath(r, value) || trunc_one {
             return self
                 .cast_to(DType::F32)?
                 .binary_scalar_value(op, value)?
@@ -599,6 +611,18 @@ impl Tensor {
 /// rounding is the same, since they compute in float32 too).
 fn needs_opmath(r: DType, value: ScalarValue) -> bool {
     matches!(r, DType::F16 | DType::BF16) && !holds_exactly(r, value)
+}
+
+/// Whether PyTorch computes `trunc(a / b)` of a float16 or bfloat16 result `r` in float32,
+/// rounding once: when the divisor is one value, a one-element tensor on the CPU (its CPU
+/// kernel's `is_scalar` path) or a 0-d CPU tensor beside a CUDA one (its CUDA kernel's CPU
+/// scalar). Otherwise it rounds the quotient to `r` before truncating (`trunc(-3 / 0.30078125)`
+/// in bfloat16 is -10 from a tensor of divisors, -9 from a single one), as the kernels do.
+fn trunc_div_in_f32(a: &Tensor, b: &Tensor, r: DType) -> bool {
+    matches!(r, DType::F16 | DType::BF16)
+        && b.numel() == 1
+        && b.device() == Device::Cpu
+        && (a.device() == Device::Cpu || b.dim() == 0)
 }
 
 /// For an integer division with results (`computes`: the result is not empty), an error when

@@ -69,6 +69,16 @@ struct Labelled {
 }
 
 impl Labelled {
+    /// The labels of the dimensions whose size is not 1.
+    fn sized_labels(&self) -> Vec<Label> {
+        self.labels
+            .iter()
+            .zip(self.t.shape())
+            .filter(|&(_, &n)| n != 1)
+            .map(|(&l, _)| l)
+            .collect()
+    }
+
     /// Sums out the dimensions whose labels `drop` says.
     fn sum_out(self, drop: impl Fn(Label) -> bool) -> Result<Labelled> {
         let dims: Vec<isize> = (0..self.labels.len())
@@ -246,12 +256,16 @@ impl Tensor {
             }
             ready.push(x);
         }
-        let all_labels: Vec<Vec<Label>> = ready.iter().map(|x| x.labels.clone()).collect();
+        // A label counts in an operand only where its size is not 1 (PyTorch's `dim_last_op`):
+        // a `k` of size 3 in one operand and of size 1 in every other broadcasts there, so it
+        // is summed within the first, before any product (with infinities, PyTorch's
+        // numbers: `inf * (sum of k)`, not a sum of products that meets `inf - inf`).
+        let sized: Vec<Vec<Label>> = ready.iter().map(Labelled::sized_labels).collect();
         let mut pending: Vec<Labelled> = Vec::with_capacity(ready.len());
         for (k, x) in ready.into_iter().enumerate() {
             let elsewhere = |l: Label| {
                 output.contains(&l)
-                    || all_labels
+                    || sized
                         .iter()
                         .enumerate()
                         .any(|(m, ls)| m != k && ls.contains(&l))
@@ -266,16 +280,22 @@ impl Tensor {
         for k in 0..rest.len() {
             let later: Vec<Label> = rest[k + 1..]
                 .iter()
-                .flat_map(|x| x.labels.iter().copied())
+                .flat_map(Labelled::sized_labels)
                 .collect();
             let keep = |l: Label| output.contains(&l) || later.contains(&l);
+            // What neither the result nor a later operand (where not of size 1) has is summed
+            // within its side before the product, as PyTorch sums a dimension one side lacks.
+            let b_labels = rest[k].labels.clone();
+            acc = acc.sum_out(|l| !keep(l) && !b_labels.contains(&l))?;
             // A summed label of size 1 in one of the two (it broadcasts) is summed within the
             // other first, as PyTorch's einsum does: `a[k] * b[k]` over a size-1 `a` is
             // `a * sum(b)` (the same numbers, fewer products; with infinities, PyTorch's).
+            let acc_labels = acc.labels.clone();
             let mut b = Labelled {
                 t: rest[k].t.clone(),
                 labels: rest[k].labels.clone(),
-            };
+            }
+            .sum_out(|l| !keep(l) && !acc_labels.contains(&l))?;
             let dim_size = |x: &Labelled, l: Label| {
                 x.labels
                     .iter()
@@ -384,5 +404,24 @@ mod tests {
         assert_eq!(r.to_vec::<f32>().unwrap(), [f32::INFINITY, f32::INFINITY]);
         let r = Tensor::einsum("bd,dd->b", &[&y, &z]).unwrap();
         assert_eq!(r.to_vec::<f32>().unwrap(), [-6.75, -2.25]);
+    }
+
+    /// A label of size 1 in every later operand is summed where it has its size, before the
+    /// product (PyTorch 2.11: `inf * (-2.5 - inf - 0) * -0.125` is `inf`; the products first
+    /// would meet `-inf + inf` and NaN).
+    #[test]
+    fn label_of_size_one_later_is_summed_where_it_has_its_size() {
+        let x = Tensor::from_slice(&[f32::INFINITY, 1.0], [1, 2], Device::Cpu).unwrap();
+        let y = Tensor::from_slice(
+            &[-2.5f32, f32::NEG_INFINITY, -0.0, 1.0, 2.0, 3.0],
+            [2, 3],
+            Device::Cpu,
+        )
+        .unwrap();
+        let z = Tensor::from_slice(&[-0.125f32, 2.0], [1, 2], Device::Cpu).unwrap();
+        let r = Tensor::einsum("ed,dk,kd->ed", &[&x, &y, &z]).unwrap();
+        assert_eq!(r.to_vec::<f32>().unwrap(), [f32::INFINITY, 12.0]);
+        let r = Tensor::einsum("ed,dk,kd->e", &[&x, &y, &z]).unwrap();
+        assert_eq!(r.to_vec::<f32>().unwrap(), [f32::INFINITY]);
     }
 }

@@ -43,7 +43,8 @@ fn same_dtype(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
     ))
 }
 
-fn bad(op: &'static str, reason: impl Into<String>) -> Error {
+/// An invalid-argument error of `op` (also the linear algebra's, `linalg.rs`).
+pub(crate) fn bad(op: &'static str, reason: impl Into<String>) -> Error {
     Error::InvalidArgument {
         op,
         reason: reason.into(),

@@ -11,6 +11,7 @@
 //! copied there and the result copied back): these ops have no GPU kernels.
 
 use crate::autograd::{Saved, sum_to};
+use crate::compose::bad;
 use crate::{DType, Device, Error, Result, Tensor};
 
 /// The arithmetic the factorisation needs: `f32` and `f64` ([`genesis_kernels::real::Real`],
@@ -111,13 +112,6 @@ fn lu_solve<T: Real>(lu: &[T], piv: &[usize], m: usize, b: &mut [T], k: usize) {
         for j in 0..k {
             b[i * k + j] = b[i * k + j] / d;
         }
-    }
-}
-
-fn bad(op: &'static str, reason: impl Into<String>) -> Error {
-    Error::InvalidArgument {
-        op,
-        reason: reason.into(),
     }
 }
 
@@ -303,12 +297,6 @@ fn det_host<T: Real>(a: &Tensor, m: usize) -> Result<Tensor> {
     Tensor::from_slice(&det, batch_shape, Device::Cpu)
 }
 
-/// The transpose of each matrix (the last two dimensions).
-fn mt(t: &Tensor) -> Result<Tensor> {
-    let r = t.dim() as isize;
-    t.transpose(r - 2, r - 1)
-}
-
 /// `t` with two trailing dimensions of size 1 (a batch of scalars as 1 x 1 matrices).
 fn as_matrices(t: &Tensor) -> Result<Tensor> {
     t.unsqueeze(-1)?.unsqueeze(-1)
@@ -350,7 +338,7 @@ impl Tensor {
             |y| {
                 let y = Saved::new(op, y);
                 Box::new(move |g, _| {
-                    let yt = mt(&y.get()?)?;
+                    let yt = y.get()?.transpose(-2, -1)?;
                     Ok(vec![Some(yt.matmul(g)?.matmul(&yt)?.neg()?)])
                 })
             },
@@ -391,7 +379,7 @@ impl Tensor {
             |d| {
                 let (a, d) = (Saved::new(op, self), Saved::new(op, d));
                 Box::new(move |g, _| {
-                    let inv_t = mt(&a.get()?.inverse()?)?;
+                    let inv_t = a.get()?.inverse()?.transpose(-2, -1)?;
                     let scale = as_matrices(&g.mul(&d.get()?)?)?;
                     Ok(vec![Some(inv_t.mul(&scale)?)])
                 })
@@ -434,7 +422,7 @@ impl Tensor {
             |_| {
                 let a = Saved::new(op, self);
                 Box::new(move |g, _| {
-                    let inv_t = mt(&a.get()?.inverse()?)?;
+                    let inv_t = a.get()?.inverse()?.transpose(-2, -1)?;
                     Ok(vec![Some(inv_t.mul(&as_matrices(g)?)?)])
                 })
             },
@@ -520,9 +508,9 @@ impl Tensor {
                 let (a_shape, b_shape) = (self.shape().to_vec(), bm.shape().to_vec());
                 Box::new(move |g, needs| {
                     let (a, x) = (a.get()?, x.get()?);
-                    let gb = mt(&a)?.linalg_solve(g)?;
+                    let gb = a.transpose(-2, -1)?.linalg_solve(g)?;
                     let ga = if needs[0] {
-                        Some(sum_to(&gb.matmul(&mt(&x)?)?.neg()?, &a_shape)?)
+                        Some(sum_to(&gb.matmul(&x.transpose(-2, -1)?)?.neg()?, &a_shape)?)
                     } else {
                         None
                     };

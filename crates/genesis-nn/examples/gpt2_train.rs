@@ -6,14 +6,17 @@
 //! ```text
 //! cargo run --release -p genesis-nn [--features cuda] --example gpt2_train -- \
 //!     --config tiny|small|124m --batch 4 --seq 64 --steps 20 [--device cuda] [--bf16] \
-//!     [--recompute] [--text DIR] [--init PATH]
+//!     [--recompute] [--text DIR] [--init PATH] [--warmup N]
 //! ```
+//!
+//! The learning rate is 6e-4 throughout, or with `--warmup N` llm.c's schedule: a linear
+//! warm-up over `N` steps, then a cosine down to a tenth at the last step.
 
 use clap::{Arg, ArgAction, Command};
 use genesis::{DType, Device, Generator, Result};
 use genesis_nn::Module;
 use genesis_nn::gpt2::{Gpt2, Gpt2Config};
-use genesis_nn::optim::{Adam, Optimizer, clip_grad_norm_};
+use genesis_nn::optim::{Adam, CosineWithWarmup, Optimizer, Schedule, clip_grad_norm_};
 use genesis_nn::train::{python_sources, window_batch};
 
 #[path = "common/gpt2_args.rs"]
@@ -36,6 +39,12 @@ fn main() -> Result<()> {
         )
         .arg(Arg::new("text").long("text"))
         .arg(Arg::new("init").long("init"))
+        .arg(
+            Arg::new("warmup")
+                .long("warmup")
+                .value_parser(gpt2_args::positive)
+                .help("warm the learning rate up linearly over N steps, then a cosine to a tenth"),
+        )
         .get_matches();
     let get = |k: &str| m.get_one::<String>(k).cloned().unwrap_or_default();
     // Checked by clap (`gpt2_args::positive`).
@@ -62,7 +71,13 @@ fn main() -> Result<()> {
         model.save_safetensors(path)?;
         println!("wrote the initial parameters to {path}");
     }
-    let mut opt = Adam::adamw(model.parameters(), 6e-4);
+    const LR: f64 = 6e-4;
+    let schedule = m.get_one::<String>("warmup").map(|w| CosineWithWarmup {
+        warmup: w.parse().unwrap_or(1),
+        total: steps,
+        min_factor: 0.1,
+    });
+    let mut opt = Adam::adamw(model.parameters(), LR);
     opt.betas = (0.9, 0.95);
     opt.weight_decay = 0.1;
     let autocast = m.get_flag("bf16").then_some(DType::BF16);
@@ -78,6 +93,9 @@ fn main() -> Result<()> {
     for step in 0..steps {
         let (x, y) = window_batch(&text, step, b, t, 7919, device)?;
         let start = std::time::Instant::now();
+        if let Some(s) = &schedule {
+            s.apply(&mut opt, LR, step);
+        }
         opt.zero_grad();
         let loss = match autocast {
             Some(d) => genesis::autograd::autocast(d, || model.loss(&x, &y))?,

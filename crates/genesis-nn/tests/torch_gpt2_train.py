@@ -4,12 +4,13 @@ byte tokens of the same *.py files with AdamW (lr 6e-4, betas 0.9/0.95, weight d
 every parameter) and clipping at 1; prints the same lines.
 
     python3 torch_gpt2_train.py INIT.safetensors --config tiny --batch 4 --seq 64 --steps 20 \\
-        [--device cuda] [--bf16] [--compile] [--text DIR] [--profile N]
+        [--device cuda] [--bf16] [--compile] [--text DIR] [--warmup N] [--profile N]
 
 --profile N times N more steps under torch.profiler and prints each kernel's device time a
 step, grouped as products, attention, Triton's fused kernels (torch.compile) and the rest.
 """
 import argparse
+import math
 import glob
 import os
 import time
@@ -31,6 +32,8 @@ def main():
     p.add_argument("--bf16", action="store_true")
     p.add_argument("--compile", action="store_true")
     p.add_argument("--text", default=None)
+    p.add_argument("--warmup", type=int, default=0, metavar="N",
+                   help="the learning rate warmed up linearly over N steps, then a cosine to a tenth at the last step")
     p.add_argument("--math-attention", action="store_true", help="written-out attention, AdamW unfused")
     p.add_argument("--profile", type=int, default=0, metavar="N",
                    help="after the steps, N more under torch.profiler: each kernel's device time a step")
@@ -50,6 +53,9 @@ def main():
     print("gpt2 %s, batch %d x %d, %d bytes of text, %s%s" % (a.config, a.batch, a.seq, len(text), a.device, ", bf16 autocast" if a.bf16 else ""))
     for step in range(a.steps):
         x, y = window_batch(text, step, a.batch, a.seq, 7919, a.device)
+        if a.warmup > 0:
+            for g in opt.param_groups:
+                g["lr"] = 6e-4 * lr_factor(step, a.warmup, a.steps)
         start = time.perf_counter()
         l = train_step(a, model, run, opt, x, y).item()
         ms = (time.perf_counter() - start) * 1e3
@@ -57,6 +63,17 @@ def main():
         print("step %4d  loss %.6f  %.2f ms  %.0f tokens/s%s" % (step, l, ms, a.batch * a.seq / (ms / 1e3), peak))
     if a.profile > 0:
         profile_steps(a, text, model, run, opt)
+
+
+def lr_factor(step, warmup, total, min_factor=0.1):
+    """genesis_nn's CosineWithWarmup: a linear warm-up over `warmup` steps, then a cosine from 1
+    down to `min_factor` at step `total`."""
+    if step < warmup:
+        return (step + 1) / warmup
+    if step >= total:
+        return min_factor
+    t = (step - warmup) / max(total - warmup, 1)
+    return min_factor + (1 - min_factor) * 0.5 * (1 + math.cos(math.pi * t))
 
 
 def train_step(a, model, run, opt, x, y):

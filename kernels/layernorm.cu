@@ -5,8 +5,12 @@
 //   ln_bwd_<T>[_v]     dh (written, or added to dh's contents) and per-block partial sums of
 //                      dw and db (f32) into a workspace; with dr, dh's final value also
 //                      rounded to dy's type (a residual stream's gradient for the narrow
-//                      branch that was added to it: autocast's, without a conversion pass)
-//   ln_params_<T>      dw, db: the partial sums of every block, added in block order
+//                      branch that was added to it: autocast's, without a conversion pass);
+//                      with ds, per-block partial sums of dh's final value as stored (in dr
+//                      when given, else in dh): the column sums of the branch's gradient,
+//                      which are its bias's gradient when the branch is a linear layer
+//   ln_params_<T>      dw, db (and ds, of type ds_type): the partial sums of every block,
+//                      added in block order
 //   ln_fwd_f32_<O>[_v] ln_fwd_f32 with y stored as O = f16, bf16 (one rounding from f32)
 //   ln_fwd_f32_<O>_r[_v] ln_fwd_f32_<O> with the residual r of type O too (autocast's
 //                      f32 residual stream plus a half-precision branch: h = x + float(r),
@@ -40,8 +44,9 @@
 //     N only, not on the device). Per row, pass 1 reads dy and h, adds dn and dn n for the two
 //     block sums and each element's dy n and dy into the thread's columns of two shared f32
 //     arrays (dw, db partials: only the owner thread touches a column, in row order); pass 2
-//     reads dy and h again (L1/L2) and writes dh. At the end the block writes its partials to
-//     workspace rows [2g] (dw) and [2g + 1] (db), each of C floats.
+//     reads dy and h again (L1/L2), writes dh and (with ds) adds each value as stored into a
+//     third array. At the end the block writes its partials to workspace rows [P g] (dw),
+//     [P g + 1] (db) and [P g + 2] (ds), each of C floats (P = 3 with ds, else 2).
 //   * ln_params: blocks of 32 x 32 threads; column c = 32 blockIdx.x + threadIdx.x, thread y
 //     adds the partials of blocks y, y + 32, ... in order, the 32 sums of a column are added
 //     in order of y (shared memory), rounded once to T (after adding the old value when
@@ -66,15 +71,16 @@ struct LnArgs {
     u64 dw, db;            // T* [cols] or 0
     u64 ws;                // float* [2 blocks][cols]: the backward's partial sums
     u64 dr;                // G* or 0: dh (its final value) also rounded to dy's type G
+    u64 ds;                // [cols] of type ds_type, or 0: column sums of dh as stored
     u64 rows, cols;
     u64 rows_per_block;    // ln_bwd's R
     u64 blocks;            // ln_bwd's blocks (ln_params reads their partials)
     float eps;
     int accumulate;        // dh += instead of dh =
     int accumulate_params; // dw, db += instead of =
-    int pad_;
+    int ds_type;           // ds's type: 0 f32, 1 f16, 2 bf16
 };
-static_assert(sizeof(LnArgs) == 160, "layernorm.rs mirrors LnArgs");
+static_assert(sizeof(LnArgs) == 168, "layernorm.rs mirrors LnArgs");
 
 template <typename T> struct Ln;
 template <> struct Ln<float> {
@@ -218,12 +224,13 @@ __device__ __forceinline__ void fwd_impl(const LnArgs &a) {
 template <typename T, typename G, bool VEC>
 __device__ __forceinline__ void bwd_impl(const LnArgs &a) {
     const int W = Chunk<T>::W;
-    extern __shared__ __align__(16) float part[];  // dw partials [cols], then db [cols]
+    extern __shared__ __align__(16) float part[];  // dw partials [cols], db [cols], ds [cols]
     __shared__ float red[32];
     const u64 cols = a.cols, nch = (cols + W - 1) / W;
     const float inv_c = 1.0f / (float)cols;
     const T *wp = reinterpret_cast<const T *>(a.w);
-    float *dwp = part, *dbp = part + cols;
+    float *dwp = part, *dbp = part + cols, *dsp = part + 2 * cols;
+    const u64 parts = a.ds ? 3 : 2;
     for (u64 g = blockIdx.x; g < a.blocks; g += gridDim.x) {
         for (u64 k = threadIdx.x * W; k < cols; k += (u64)blockDim.x * W) {
 #pragma unroll
@@ -231,6 +238,7 @@ __device__ __forceinline__ void bwd_impl(const LnArgs &a) {
                 if (k + e < cols) {
                     dwp[k + e] = 0.0f;
                     dbp[k + e] = 0.0f;
+                    if (a.ds) dsp[k + e] = 0.0f;
                 }
             }
         }
@@ -276,15 +284,27 @@ __device__ __forceinline__ void bwd_impl(const LnArgs &a) {
                 }
                 store_chunk<T, W, VEC>(reinterpret_cast<T *>(a.dh) + off, j, cols, o);
                 if (a.dr) store_chunk<G, W, VEC>(reinterpret_cast<G *>(a.dr) + off, j, cols, o);
+                if (a.ds) {
+                    // The value as stored: rounded to dr's type, else to dh's.
+#pragma unroll
+                    for (int e = 0; e < W; ++e) {
+                        const u64 k = j * W + e;
+                        if (k < cols) {
+                            dsp[k] += a.dr ? Ln<G>::load(Ln<G>::store(o[e]))
+                                           : Ln<T>::load(Ln<T>::store(o[e]));
+                        }
+                    }
+                }
             }
         }
-        float *wsr = reinterpret_cast<float *>(a.ws) + 2 * g * cols;
+        float *wsr = reinterpret_cast<float *>(a.ws) + parts * g * cols;
         for (u64 k = threadIdx.x * W; k < cols; k += (u64)blockDim.x * W) {
 #pragma unroll
             for (int e = 0; e < W; ++e) {
                 if (k + e < cols) {
                     wsr[k + e] = dwp[k + e];
                     wsr[cols + k + e] = dbp[k + e];
+                    if (a.ds) wsr[2 * cols + k + e] = dsp[k + e];
                 }
             }
         }
@@ -293,33 +313,47 @@ __device__ __forceinline__ void bwd_impl(const LnArgs &a) {
     }
 }
 
-// ---- ln_params: dw and db from the partials, blocks of 32 x 32.
+// ---- ln_params: dw, db and ds from the partials, blocks of 32 x 32.
 template <typename T>
 __device__ __forceinline__ void params_impl(const LnArgs &a) {
-    __shared__ float sw[32][33], sb[32][33];
+    __shared__ float sw[32][33], sb[32][33], sd[32][33];
     const u64 c = (u64)blockIdx.x * 32 + threadIdx.x;
     const int y = threadIdx.y;
-    float w = 0.0f, b = 0.0f;
+    const u64 parts = a.ds ? 3 : 2;
+    float w = 0.0f, b = 0.0f, d = 0.0f;
     if (c < a.cols) {
         const float *ws = reinterpret_cast<const float *>(a.ws);
         for (u64 g = y; g < a.blocks; g += 32) {
-            w += ws[2 * g * a.cols + c];
-            b += ws[(2 * g + 1) * a.cols + c];
+            w += ws[parts * g * a.cols + c];
+            b += ws[(parts * g + 1) * a.cols + c];
+            if (a.ds) d += ws[(parts * g + 2) * a.cols + c];
         }
     }
     sw[y][threadIdx.x] = w;
     sb[y][threadIdx.x] = b;
+    sd[y][threadIdx.x] = d;
     __syncthreads();
     if (y != 0 || c >= a.cols) return;
     w = sw[0][threadIdx.x];
     b = sb[0][threadIdx.x];
+    d = sd[0][threadIdx.x];
     for (int i = 1; i < 32; ++i) {
         w += sw[i][threadIdx.x];
         b += sb[i][threadIdx.x];
+        d += sd[i][threadIdx.x];
     }
     T *dw = reinterpret_cast<T *>(a.dw), *db = reinterpret_cast<T *>(a.db);
     if (dw) dw[c] = Ln<T>::store(a.accumulate_params ? Ln<T>::load(dw[c]) + w : w);
     if (db) db[c] = Ln<T>::store(a.accumulate_params ? Ln<T>::load(db[c]) + b : b);
+    if (a.ds) {
+        if (a.ds_type == 1) {
+            reinterpret_cast<__half *>(a.ds)[c] = Ln<__half>::store(d);
+        } else if (a.ds_type == 2) {
+            reinterpret_cast<__nv_bfloat16 *>(a.ds)[c] = Ln<__nv_bfloat16>::store(d);
+        } else {
+            reinterpret_cast<float *>(a.ds)[c] = d;
+        }
+    }
 }
 
 #define LN_FWD_R(NAME, T, O, R)                                                                          \

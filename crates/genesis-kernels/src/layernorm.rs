@@ -34,8 +34,8 @@
 //! **Speed.** Forward: a block a row, `h` cached in shared memory, global memory read once
 //! and written once (16-byte vectors when every operand is 16-byte aligned and `C` is a
 //! multiple of `16 / size`). Backward: `dy` and `h` read twice (the second time mostly from
-//! L1), `dh` written once, the partials `2 C` floats a block of [`backward_rows_per_block`]
-//! rows. `C` up to [`MAX_COLS`].
+//! L1), `dh` written once, the partials `2 C` floats (`3 C` with the column sums) a block of
+//! [`backward_rows_per_block`] rows. `C` up to [`MAX_COLS`].
 
 #[cfg(feature = "cuda")]
 use crate::Element;
@@ -54,6 +54,10 @@ fn unsupported(reason: impl Into<String>) -> Error {
 /// The largest `C` the kernels take (the backward keeps `2 C` f32 partials in 96 KiB of
 /// shared memory).
 pub const MAX_COLS: usize = 12 * 1024;
+
+/// The most columns whose sums [`gpu_layer_norm_backward_copy`] forms alongside (its three
+/// rows of partials in shared memory: 96 KiB, within every supported GPU's limit).
+pub const MAX_SUM_COLS: usize = 8 * 1024;
 
 /// The problem: `rows` rows of `cols` elements, contiguous.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -422,12 +426,37 @@ pub fn narrow_copy<T: FusedElement, G: FusedElement<Acc = T::Acc>>(
     Ok(())
 }
 
-/// Bytes of device workspace [`gpu_layer_norm_backward`] needs: two rows of `cols` f32
-/// partial sums a block.
+/// CPU twin of the backward's `sums` ([`gpu_layer_norm_backward_copy`]): the column sums of
+/// `rows` (contiguous rows of `sums.len()` values: the gradient as the backward stored it),
+/// each summed in order in f64 and rounded once to `S`. The kernels sum in f32 trees: within
+/// `(8 + 2 sqrt(N)) u sum_rows |v|` before the rounding, as `db`.
+pub fn column_sums<V: FusedElement, S: FusedElement>(rows: &[V], sums: &mut [S]) -> Result<()> {
+    let c = sums.len();
+    if c == 0 || !rows.len().is_multiple_of(c) {
+        return Err(unsupported(format!(
+            "{} values are not rows of {c} columns",
+            rows.len()
+        )));
+    }
+    let mut acc = vec![0f64; c];
+    for row in rows.chunks(c) {
+        for (a, v) in acc.iter_mut().zip(row) {
+            *a += v.acc().to_f64();
+        }
+    }
+    for (o, a) in sums.iter_mut().zip(acc) {
+        *o = S::of_acc(S::Acc::of_f64(a));
+    }
+    Ok(())
+}
+
+/// Bytes of device workspace [`gpu_layer_norm_backward`] and
+/// [`gpu_layer_norm_backward_copy`] need: three rows of `cols` f32 partial sums a block (the
+/// weight's, the bias's and, when asked for, the column sums').
 pub fn backward_workspace_bytes(shape: &LayerNormShape) -> usize {
     backward_blocks(shape.rows)
         .saturating_mul(shape.cols)
-        .saturating_mul(8)
+        .saturating_mul(12)
 }
 
 /// Threads a block of the backward for `rows` rows of `cols` elements of `elem` bytes, a power
@@ -488,6 +517,7 @@ struct Args {
     db: u64,
     ws: u64,
     dr: u64,
+    ds: u64,
     rows: u64,
     cols: u64,
     rows_per_block: u64,
@@ -495,11 +525,11 @@ struct Args {
     eps: f32,
     accumulate: i32,
     accumulate_params: i32,
-    pad: i32,
+    ds_type: i32,
 }
 
 #[cfg(feature = "cuda")]
-const _: () = assert!(size_of::<Args>() == 160, "LnArgs is 160 bytes");
+const _: () = assert!(size_of::<Args>() == 168, "LnArgs is 168 bytes");
 
 /// The largest grid (blocks stride over the rest).
 #[cfg(feature = "cuda")]
@@ -773,14 +803,17 @@ pub fn gpu_layer_norm_backward<T: Element, G: Element>(
     workspace: genesis_cuda::DeviceSpanMut<'_, u8>,
 ) -> Result<()> {
     gpu_layer_norm_backward_copy(
-        stream, shape, dy, h, w, mean, rstd, dh, None, dw, db, acc, workspace,
+        stream, shape, dy, h, w, mean, rstd, dh, None, None, dw, db, acc, workspace,
     )
 }
 
 /// [`gpu_layer_norm_backward`] that also writes `dh`'s final value rounded to `dy`'s type
 /// into `copy` when given (twin: [`narrow_copy`] after [`layer_norm_backward`]): the residual
 /// stream's gradient for a branch of `dy`'s type that was added to it (autocast's), without a
-/// conversion pass. `copy` may not overlap another operand.
+/// conversion pass. With `sums` (`cols` values of `dy`'s type), also the column sums of that
+/// gradient as stored (of `copy` when given, else of `dh`, when `dy`'s type is `T`), each
+/// rounded once (twin: [`column_sums`]): the bias gradient of a linear branch, without reading
+/// the gradient again. `copy` and `sums` may not overlap another operand.
 #[cfg(feature = "cuda")]
 #[allow(clippy::too_many_arguments)]
 pub fn gpu_layer_norm_backward_copy<T: Element, G: Element>(
@@ -793,6 +826,7 @@ pub fn gpu_layer_norm_backward_copy<T: Element, G: Element>(
     rstd: genesis_cuda::DeviceSpan<'_, f32>,
     dh: genesis_cuda::DeviceSpanMut<'_, T>,
     copy: Option<genesis_cuda::DeviceSpanMut<'_, G>>,
+    sums: Option<genesis_cuda::DeviceSpanMut<'_, G>>,
     dw: Option<genesis_cuda::DeviceSpanMut<'_, T>>,
     db: Option<genesis_cuda::DeviceSpanMut<'_, T>>,
     acc: Accumulate,
@@ -809,6 +843,7 @@ pub fn gpu_layer_norm_backward_copy<T: Element, G: Element>(
         (backward_workspace_bytes(shape), workspace.len()),
     ];
     need.extend(copy.as_ref().map(|v| (len, v.len())));
+    need.extend(sums.as_ref().map(|v| (c, v.len())));
     need.extend(w.map(|w| (c, w.len())));
     need.extend(dw.as_ref().map(|v| (c, v.len())));
     need.extend(db.as_ref().map(|v| (c, v.len())));
@@ -816,6 +851,23 @@ pub fn gpu_layer_norm_backward_copy<T: Element, G: Element>(
     if !workspace.addr().is_multiple_of(4) {
         return Err(unsupported("the workspace is not 4-byte aligned"));
     }
+    if sums.is_some() && c > MAX_SUM_COLS {
+        return Err(unsupported(format!(
+            "column sums of {c} columns (at most {MAX_SUM_COLS})"
+        )));
+    }
+    if sums.is_some() && copy.is_none() && T::DTYPE != G::DTYPE {
+        return Err(unsupported(format!(
+            "column sums of {} rows in {} without a copy in that type",
+            T::NAME,
+            G::NAME
+        )));
+    }
+    let ds_type = match G::DTYPE {
+        crate::DType::F16 => 1,
+        crate::DType::BF16 => 2,
+        _ => 0,
+    };
     let blocks = backward_blocks(rows);
     let mut a = Args {
         dy: dy.addr(),
@@ -828,6 +880,8 @@ pub fn gpu_layer_norm_backward_copy<T: Element, G: Element>(
         db: db.as_ref().map_or(0, |s| s.addr()),
         ws: workspace.addr(),
         dr: copy.as_ref().map_or(0, |s| s.addr()),
+        ds: sums.as_ref().map_or(0, |s| s.addr()),
+        ds_type,
         rows: rows as u64,
         cols: c as u64,
         rows_per_block: backward_rows_per_block(rows) as u64,
@@ -841,11 +895,11 @@ pub fn gpu_layer_norm_backward_copy<T: Element, G: Element>(
         let ops = [a.h, a.w, a.dh].map(|p| (p, elem));
         let narrow = [(a.dy, size_of::<G>()), (a.dr, size_of::<G>())];
         let vec = vectorised(&ops, c, elem) && vectorised(&narrow, c, elem);
-        let smem = (c * 8) as u32;
+        let smem = (c * if a.ds != 0 { 12 } else { 8 }) as u32;
         let name = kernel_name::<T, G>("bwd", vec)?;
         a.launch(stream, name, (blocks, 1), (threads(rows, c, elem), 1), smem)?;
     }
-    if a.dw != 0 || a.db != 0 {
+    if a.dw != 0 || a.db != 0 || a.ds != 0 {
         let name = kernel_name::<T, T>("params", false)?;
         a.launch(stream, name, (c.div_ceil(32), 1), (32, 32), 0)?;
     }
@@ -1394,7 +1448,7 @@ mod tests {
         assert_eq!(backward_blocks(33), 5);
         assert_eq!(
             backward_workspace_bytes(&LayerNormShape::new(32 * 1024, 768)),
-            2048 * 768 * 8
+            2048 * 768 * 12
         );
     }
 }

@@ -541,8 +541,34 @@ fn narrow_case<O: Float>(
             Some(sp_mut(&mut gdb, 0, c)),
         );
         let wsp = ws.as_span_mut().unwrap();
-        // The narrow backward also writes dh rounded to O (at the O buffers' offset).
+        // The narrow backward also writes dh rounded to O (at the O buffers' offset) and the
+        // copy's column sums; the wide one dh's column sums (f32).
         let mut gcopy = upload(ctx, &vec![O::default(); len], off, O::default());
+        let mut gsum = upload(ctx, &vec![O::default(); c], off, O::default());
+        let mut gsum_f = DeviceBuffer::alloc(ctx, c * 4).unwrap();
+        // Column sums up to MAX_SUM_COLS; beyond it, asking for them is an error.
+        let sums = c <= layernorm::MAX_SUM_COLS;
+        if !sums && !narrow {
+            let mut ws = DeviceBuffer::alloc(ctx, ws_len).unwrap();
+            let mut gdh = upload(ctx, &dh0, 0, 0.0f32);
+            let e = layernorm::gpu_layer_norm_backward_copy::<f32, f32>(
+                stream,
+                &shape,
+                sp(dy, 0, len),
+                sp::<f32>(&gx, 0, len),
+                None,
+                gm.as_span().unwrap(),
+                gs.as_span().unwrap(),
+                sp_mut(&mut gdh, 0, len),
+                None,
+                Some(sp_mut(&mut gsum_f, 0, c)),
+                None,
+                None,
+                acc,
+                ws.as_span_mut().unwrap(),
+            );
+            assert!(e.is_err(), "column sums of {c} columns");
+        }
         if narrow {
             layernorm::gpu_layer_norm_backward_copy::<f32, O>(
                 stream,
@@ -554,13 +580,14 @@ fn narrow_case<O: Float>(
                 s,
                 outs.0,
                 Some(sp_mut(&mut gcopy, off, len)),
+                sums.then(|| sp_mut(&mut gsum, off, c)),
                 outs.1,
                 outs.2,
                 acc,
                 wsp,
             )
         } else {
-            layernorm::gpu_layer_norm_backward::<f32, f32>(
+            layernorm::gpu_layer_norm_backward_copy::<f32, f32>(
                 stream,
                 &shape,
                 sp(dy, 0, len),
@@ -569,6 +596,8 @@ fn narrow_case<O: Float>(
                 m,
                 s,
                 outs.0,
+                None,
+                sums.then(|| sp_mut(&mut gsum_f, 0, c)),
                 outs.1,
                 outs.2,
                 acc,
@@ -578,7 +607,7 @@ fn narrow_case<O: Float>(
         .unwrap();
         stream.synchronize().unwrap();
         let dh = download::<f32>(&gdh, 0, len);
-        if narrow {
+        if narrow && sums {
             let copy: Vec<O> = download(&gcopy, off, len);
             for (i, (a, e)) in copy.iter().zip(&dh).enumerate() {
                 let want = O::of_acc(*e);
@@ -588,6 +617,28 @@ fn narrow_case<O: Float>(
                     O::NAME
                 );
             }
+            let got: Vec<O> = download(&gsum, off, c);
+            let mut twin = vec![O::default(); c];
+            layernorm::column_sums(&copy, &mut twin).unwrap();
+            let unit = if O::NAME == "bf16" {
+                2f64.powi(-8)
+            } else {
+                2f64.powi(-11)
+            };
+            check_sums(
+                &copy,
+                &got,
+                &twin,
+                unit,
+                &format!("{} copy", O::NAME),
+                rows,
+                c,
+            );
+        } else if sums {
+            let got: Vec<f32> = download(&gsum_f, 0, c);
+            let mut twin = vec![0f32; c];
+            layernorm::column_sums(&dh, &mut twin).unwrap();
+            check_sums(&dh, &got, &twin, 2f64.powi(-24), "f32 dh", rows, c);
         }
         (dh, download::<f32>(&gdw, 0, c), download::<f32>(&gdb, 0, c))
     };
@@ -597,6 +648,35 @@ fn narrow_case<O: Float>(
     assert!(bits(&narrow.0) == bits(&wide.0), "{ctx_s}: dh differs");
     assert!(bits(&narrow.1) == bits(&wide.1), "{ctx_s}: dw differs");
     assert!(bits(&narrow.2) == bits(&wide.2), "{ctx_s}: db differs");
+}
+
+/// The kernel's column sums `got` of `rows` (the gradient as stored) against the twin's:
+/// within the sums' bound, `(8 + 2 sqrt(N)) 2^-24 sum |v|`, plus a rounding to the sums'
+/// type (unit roundoff `unit`) on each side.
+fn check_sums<V: Float, S: Float>(
+    rows_v: &[V],
+    got: &[S],
+    twin: &[S],
+    unit: f64,
+    what: &str,
+    rows: usize,
+    c: usize,
+) {
+    let k = (8.0 + 2.0 * (rows as f64).sqrt()) * 2f64.powi(-24);
+    for j in 0..c {
+        let abs: f64 = rows_v
+            .iter()
+            .skip(j)
+            .step_by(c)
+            .map(|v| v.to_f64().abs())
+            .sum();
+        let (a, e) = (got[j].to_f64(), twin[j].to_f64());
+        let tol = k * abs + 2.0 * unit * e.abs().max(a.abs()) + 1e-30;
+        assert!(
+            (a - e).abs() <= tol,
+            "{what} rows {rows} C {c}: column {j} sum {a}, twin {e} (tolerance {tol})"
+        );
+    }
 }
 
 #[test]

@@ -366,7 +366,8 @@ pub(crate) trait Compute {
     /// holds when `dh.2`) from `dy` (`self` from `dy_at`), the forward's input `h`, `w`,
     /// `mean` and `rstd`; `dw` and `db` when given. `types`: the rows' dtype and `dy`'s (the
     /// same, or f16 or bf16 for f32 rows). `copy`: `dh`'s final value rounded to `dy`'s dtype
-    /// (from element 0).
+    /// (from element 0). `sums`: the column sums of that copy (of `dh` without one), `cols`
+    /// values of `dy`'s dtype.
     #[allow(clippy::too_many_arguments)]
     fn layer_norm_backward(
         &self,
@@ -378,6 +379,7 @@ pub(crate) trait Compute {
         stats: [&Self; 2],
         dh: (&mut Self, usize, bool),
         copy: Option<&mut Self>,
+        sums: Option<&mut Self>,
         dw: Option<&mut Self>,
         db: Option<&mut Self>,
     ) -> Result<()>;
@@ -968,6 +970,7 @@ impl Compute for [u8] {
         stats: [&[u8]; 2],
         dh: (&mut [u8], usize, bool),
         copy: Option<&mut [u8]>,
+        sums: Option<&mut [u8]>,
         dw: Option<&mut [u8]>,
         db: Option<&mut [u8]>,
     ) -> Result<()> {
@@ -982,6 +985,7 @@ impl Compute for [u8] {
             stats: [&[u8]; 2],
             dh: (&mut [u8], usize, bool),
             copy: Option<&mut [u8]>,
+            sums: Option<&mut [u8]>,
             dw: Option<&mut [u8]>,
             db: Option<&mut [u8]>,
         ) -> Result<()>
@@ -1005,16 +1009,29 @@ impl Compute for [u8] {
                 db.map(|m| host_mut::<T>(m, 0, c)).transpose()?,
                 acc,
             )?;
-            if let Some(m) = copy {
-                genesis_kernels::layernorm::narrow_copy::<T, G>(
-                    host::<T>(dh.0, dh.1, len)?,
-                    host_mut::<G>(m, 0, len)?,
-                )?;
+            let copied = match copy {
+                Some(m) => {
+                    genesis_kernels::layernorm::narrow_copy::<T, G>(
+                        host::<T>(dh.0, dh.1, len)?,
+                        host_mut::<G>(m, 0, len)?,
+                    )?;
+                    Some(m)
+                }
+                None => None,
+            };
+            if let Some(out) = sums {
+                let out = host_mut::<G>(out, 0, c)?;
+                match copied {
+                    Some(m) => genesis_kernels::layernorm::column_sums(host::<G>(m, 0, len)?, out)?,
+                    None => {
+                        genesis_kernels::layernorm::column_sums(host::<T>(dh.0, dh.1, len)?, out)?
+                    }
+                }
             }
             Ok(())
         }
         crate::dtype::dispatch_narrowing!(types, [F32, F16, BF16, F64], (T, O) => {
-            run::<T, O>(self, shape, dy_at, h, w, stats, dh, copy, dw, db)
+            run::<T, O>(self, shape, dy_at, h, w, stats, dh, copy, sums, dw, db)
         }, _ => Err(unsupported("layer_norm", types.1)))
     }
 

@@ -269,6 +269,7 @@ impl Compute for CudaMem {
         _: Option<&mut CudaMem>,
         _: Option<&mut CudaMem>,
         _: Option<&mut CudaMem>,
+        _: Option<&mut CudaMem>,
     ) -> Result<()> {
         match *self {}
     }

@@ -67,7 +67,8 @@ pub use layout::{
 pub use mapped::{DEFAULT_SHARED_MODE, MapMode, regular_file_len};
 pub use storage::{
     AddGroups, AttentionOperand, BinaryRhs, DeadMask, HostBytes, HostSlice, IndexSource,
-    IndexValues, PoolInfo, Reduced, Storage, StorageInfo, StorageRange, ViewInfo, reduce_dtype,
+    IndexValues, LayerNormGrads, PoolInfo, Reduced, Storage, StorageInfo, StorageRange, ViewInfo,
+    reduce_dtype,
 };
 pub use transfer::{PendingCopy, batched_copy};
 pub use view::View;

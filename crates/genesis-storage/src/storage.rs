@@ -1449,4 +1449,5 @@ pub use attention::AttentionOperand;
 pub use index_values::{AddGroups, DeadMask, IndexSource, IndexValues};
 pub use multi::StorageRange;
 pub use nd::BinaryRhs;
+pub use norm::LayerNormGrads;
 pub use reduce::{Reduced, reduce_dtype};

@@ -336,7 +336,12 @@ impl Tensor {
                     let mut out = vec![gx, gw];
                     if let Some((shape, dtype)) = &b {
                         out.push(if needs[2] {
-                            Some(cast_grad(sum_to(g, shape)?, *dtype)?)
+                            // Formed by the backward that wrote `g` where it could.
+                            let sums = match crate::autograd::noted_column_sums(g, shape) {
+                                Some(s) => s,
+                                None => sum_to(g, shape)?,
+                            };
+                            Some(cast_grad(sums, *dtype)?)
                         } else {
                             None
                         });

@@ -91,7 +91,10 @@ impl NarrowGrad {
 /// forward's `stats`): the input's gradient added into the one gathered so far (the residual
 /// stream's) when the engine alone holds it, else a new one; the weight's and the bias's.
 /// With `narrow`, the sum in the input's gradient is also rounded to `out` by the same pass
-/// and left there for the add that formed the input.
+/// and left there for the add that formed the input. With `branch_sums`, the same pass also
+/// forms the column sums of the gradient the add's other operand (a branch, in the branch's
+/// dtype) receives, noted for it ([`crate::autograd::note_column_sums`]): a linear branch
+/// takes them as its bias's gradient without reading the gradient again.
 #[allow(clippy::too_many_arguments)]
 fn layer_norm_grad_fn(
     ln: genesis_kernels::layernorm::LayerNormShape,
@@ -102,6 +105,7 @@ fn layer_norm_grad_fn(
     out: crate::DType,
     stats: (genesis_storage::Storage, genesis_storage::Storage),
     narrow: Option<std::sync::Arc<NarrowGrad>>,
+    branch_sums: bool,
 ) -> Box<crate::autograd::BackwardFn> {
     use genesis_storage::Storage;
     let op = "layer_norm";
@@ -122,9 +126,16 @@ fn layer_norm_grad_fn(
         let into = crate::autograd::pending_gradient(0).filter(|p| {
             needs[0] && p.dtype() == x.dtype() && p.shape() == x.shape() && p.device() == x.device()
         });
-        let (dx, dw, db) = match into {
+        // The branch's gradient is the narrow copy, or the input's gradient itself when the
+        // branch has the input's dtype (which the kernels then read `g` in).
+        let sums = branch_sums
+            && needs[0]
+            && ln.cols <= genesis_kernels::layernorm::MAX_SUM_COLS
+            && (narrow.is_some() || out == x.dtype());
+        let copy = needs[0] && narrow.is_some();
+        let (dx, grads) = match into {
             Some(p) => {
-                let (copy, dw, db) = Storage::layer_norm_backward_add(
+                let grads = Storage::layer_norm_backward_add(
                     &ln,
                     at(&g),
                     at(&x),
@@ -133,15 +144,13 @@ fn layer_norm_grad_fn(
                     &rstd,
                     (want_w, want_b),
                     at(&p),
-                    narrow.is_some(),
+                    copy,
+                    sums,
                 )?;
-                if let (Some(slot), Some(copy)) = (&narrow, copy) {
-                    slot.put(&p, Tensor::from_storage(copy, x.shape())?);
-                }
-                (Some(p), dw, db)
+                (p, grads)
             }
             None => {
-                let (dh, dw, db) = Storage::layer_norm_backward(
+                let (dh, grads) = Storage::layer_norm_backward(
                     &ln,
                     at(&g),
                     at(&x),
@@ -149,13 +158,24 @@ fn layer_norm_grad_fn(
                     &mean,
                     &rstd,
                     (want_w, want_b),
+                    copy,
+                    sums,
                 )?;
-                let dh = needs[0]
-                    .then(|| Tensor::from_storage(dh, x.shape()))
-                    .transpose()?;
-                (dh, dw, db)
+                (Tensor::from_storage(dh, x.shape())?, grads)
             }
         };
+        let genesis_storage::LayerNormGrads { copy, sums, dw, db } = grads;
+        let copy = copy
+            .map(|c| Tensor::from_storage(c, x.shape()))
+            .transpose()?;
+        if let Some(s) = sums {
+            let s = Tensor::from_storage(s, &[ln.cols])?;
+            crate::autograd::note_column_sums(copy.as_ref().unwrap_or(&dx), s);
+        }
+        if let (Some(slot), Some(copy)) = (&narrow, copy) {
+            slot.put(&dx, copy);
+        }
+        let dx = needs[0].then_some(dx);
         let mut grads = vec![dx];
         if w.is_some() {
             grads.push(dw.map(|d| Tensor::from_storage(d, &pshape)).transpose()?);
@@ -448,6 +468,7 @@ impl Tensor {
                     out,
                     stats,
                     None,
+                    false,
                 )
             },
         )?;
@@ -493,6 +514,9 @@ impl Tensor {
         // norm's backward, which completes the stream's gradient, when it can.
         let narrow = (r_dtype != self.dtype() && r_dtype == out && other.requires_grad())
             .then(|| std::sync::Arc::new(NarrowGrad::default()));
+        // The branch's gradient's column sums, formed by the norm's backward, serve a linear
+        // branch as its bias's gradient (a transformer's output projections).
+        let branch_sums = other.requires_grad() && (narrow.is_some() || r_dtype == self.dtype());
         let slot = narrow.clone();
         let h = crate::autograd::record(
             "add",
@@ -521,6 +545,7 @@ impl Tensor {
             out,
             (mean, rstd),
             narrow,
+            branch_sums,
         );
         let y = crate::autograd::record("layer_norm", &inputs, y, backward);
         Ok(Some((h, y)))
@@ -592,5 +617,82 @@ impl Tensor {
                 })
             },
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{DType, Device, Generator, Tensor};
+
+    /// The add-and-norm's backward notes the column sums of the gradient its branch receives,
+    /// and the branch's linear layer takes its bias's gradient from that note: a hook on the
+    /// branch finds the note (the exact column sums) and replaces it by the sums plus one,
+    /// which then arrive as the bias's gradient. With an autocast-style narrow branch too.
+    #[test]
+    fn the_norms_backward_notes_the_branch_sums_and_the_linear_takes_them() {
+        let g = Generator::new(3);
+        for (branch, out) in [(DType::F32, None), (DType::BF16, Some(DType::BF16))] {
+            let (rows, k, cols) = (7, 5, 12);
+            let leaf = |shape: &[usize], dtype: DType| {
+                g.randn(shape, DType::F32, Device::Cpu)
+                    .unwrap()
+                    .to_dtype(dtype)
+                    .unwrap()
+                    .requires_grad_(true)
+                    .unwrap()
+            };
+            let x = leaf(&[rows, cols], DType::F32);
+            let (z, w, b) = (
+                leaf(&[rows, k], branch),
+                leaf(&[cols, k], branch),
+                leaf(&[cols], branch),
+            );
+            let y_branch = z.linear(&w, Some(&b)).unwrap();
+            let seen = std::sync::Arc::new(std::sync::Mutex::new(None::<Vec<f64>>));
+            let seen_in = seen.clone();
+            y_branch
+                .register_hook(move |gr| {
+                    let s = crate::autograd::noted_column_sums(gr, &[cols]).expect("noted sums");
+                    let v = s.to_dtype(DType::F64)?.to_vec::<f64>()?;
+                    *seen_in.lock().unwrap() = Some(v);
+                    crate::autograd::note_column_sums(gr, s.add(1.0)?);
+                    Ok(None)
+                })
+                .unwrap();
+            // The residual's own gradient (`gh`, a whole buffer), gathered before the norm's
+            // backward adds into it.
+            let gh = g.randn([rows, cols], DType::F32, Device::Cpu).unwrap();
+            let x1 = x.mul(1.0).unwrap();
+            let (h, y) = match out {
+                Some(d) => x1.add_layer_norm_to(&y_branch, &[cols], None, None, 1e-5, d),
+                None => x1.add_layer_norm(&y_branch, &[cols], None, None, 1e-5),
+            }
+            .unwrap();
+            let loss = y
+                .to_dtype(DType::F32)
+                .unwrap()
+                .square()
+                .unwrap()
+                .sum()
+                .unwrap()
+                .add(&h.mul(&gh).unwrap().sum().unwrap())
+                .unwrap();
+            loss.backward().unwrap();
+            let seen = seen.lock().unwrap().clone().expect("the hook ran");
+            let got = b.grad().unwrap().to_dtype(DType::F64).unwrap();
+            let want = Tensor::from_slice(&seen, [cols], Device::Cpu)
+                .unwrap()
+                .to_dtype(branch)
+                .unwrap()
+                .add(1.0)
+                .unwrap()
+                .to_dtype(DType::F64)
+                .unwrap();
+            assert_eq!(
+                got.to_vec::<f64>().unwrap(),
+                want.to_vec::<f64>().unwrap(),
+                "{branch}"
+            );
+        }
     }
 }

@@ -987,6 +987,109 @@ fn add_layer_norm_is_the_add_then_the_norm() {
     }
 }
 
+/// A linear branch added to the residual stream before a layer norm (a transformer's output
+/// projection) takes its bias's gradient from the norm's backward, which sums the branch's
+/// gradient by columns as it writes it: on the CPU the twin's sums (in order in f64, rounded
+/// once), bit for bit the column sums of the branch's gradient so computed; on a GPU within
+/// the kernel's bound (f32 trees). The other gradients are those of the add and the norm
+/// apart (the test above).
+#[test]
+fn a_linear_branch_takes_its_bias_gradient_from_the_layer_norms_backward() {
+    let _release = Release;
+    let g = Generator::new(31);
+    for dev in devices() {
+        // (residual stream, branch, norm output or None for add_layer_norm)
+        for (case, (stream, branch, out)) in [
+            (DType::F32, DType::F32, None),
+            (DType::F32, DType::BF16, Some(DType::BF16)),
+            (DType::F32, DType::F16, Some(DType::F16)),
+            (DType::BF16, DType::BF16, None),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let (rows, k, cols) = (96 + 37 * case, 24, 40 + 8 * case);
+            let leaf = |shape: &[usize], dtype: DType| {
+                g.randn(shape, DType::F32, CPU)
+                    .unwrap()
+                    .to_dtype(dtype)
+                    .unwrap()
+                    .to(dev)
+                    .unwrap()
+                    .requires_grad_(true)
+                    .unwrap()
+            };
+            let (x, z) = (leaf(&[rows, cols], stream), leaf(&[rows, k], branch));
+            let (w, b) = (leaf(&[cols, k], branch), leaf(&[cols], branch));
+            let (nw, nb) = (leaf(&[cols], stream), leaf(&[cols], stream));
+            let y_branch = z.linear(&w, Some(&b)).unwrap();
+            y_branch.retain_grad().unwrap();
+            // A recorded residual (not a leaf), so that its gradient is gathered.
+            let x1 = x.mul(1.0).unwrap();
+            let (h, y) = match out {
+                Some(d) => x1.add_layer_norm_to(&y_branch, &[cols], Some(&nw), Some(&nb), 1e-5, d),
+                None => x1.add_layer_norm(&y_branch, &[cols], Some(&nw), Some(&nb), 1e-5),
+            }
+            .unwrap();
+            let gy = g.randn([rows, cols], DType::F32, CPU).unwrap();
+            let gh = g.randn([rows, cols], DType::F32, CPU).unwrap();
+            let term = |t: &Tensor, w: &Tensor| {
+                let w = w.to_dtype(t.dtype()).unwrap().to(dev).unwrap();
+                t.mul(&w)
+                    .unwrap()
+                    .sum()
+                    .unwrap()
+                    .to_dtype(DType::F64)
+                    .unwrap()
+            };
+            term(&y, &gy)
+                .add(&term(&h, &gh))
+                .unwrap()
+                .backward()
+                .unwrap();
+            let ctx = format!("{dev:?} {stream} + {branch} branch -> {out:?}");
+            let gb = y_branch.grad().expect("the branch's gradient");
+            assert_eq!(gb.dtype(), branch, "{ctx}");
+            let vals = gb.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap();
+            let (mut sums, mut abs) = (vec![0f64; cols], vec![0f64; cols]);
+            for (i, v) in vals.iter().enumerate() {
+                sums[i % cols] += v;
+                abs[i % cols] += v.abs();
+            }
+            let want = Tensor::from_slice(&sums, [cols], CPU)
+                .unwrap()
+                .to_dtype(branch)
+                .unwrap()
+                .to_dtype(DType::F64)
+                .unwrap()
+                .to_vec::<f64>()
+                .unwrap();
+            let got = b.grad().expect("the bias's gradient");
+            assert_eq!(got.dtype(), branch, "{ctx}");
+            let got = got.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap();
+            let unit = match branch {
+                DType::BF16 => 2f64.powi(-8),
+                DType::F16 => 2f64.powi(-11),
+                _ => 2f64.powi(-24),
+            };
+            for c in 0..cols {
+                if dev == CPU {
+                    assert_eq!(got[c], want[c], "{ctx}: column {c}");
+                } else {
+                    let tol = (8.0 + 2.0 * (rows as f64).sqrt()) * 2f64.powi(-24) * abs[c]
+                        + 2.0 * unit * sums[c].abs();
+                    assert!(
+                        (got[c] - sums[c]).abs() <= tol,
+                        "{ctx}: column {c}: {} against {} (tolerance {tol})",
+                        got[c],
+                        sums[c]
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// A layer norm over two trailing dimensions normalises each `[4, 8]` block as one row (the
 /// fused kernels take the block's 32 contiguous values), and its affine gradients keep the
 /// parameters' shape: against the float64 composed ops, with and without a residual.

@@ -451,7 +451,8 @@ static void layernorm_case(std::mt19937_64 &rng, u64 rows, u64 C, bool res, bool
     check(x.same(x0) && r.same(r0), "fwd inputs unchanged", ctx, 0, 0, 0, 0);
     // Backward (from the kernel's own mean and rstd, as training does).
     const u64 blocks = rows ? (rows + rpb - 1) / rpb : 0;
-    Buf<float> ws(blocks * 2 * C + (blocks ? 0 : 1));
+    Buf<float> ws(blocks * 3 * C + (blocks ? 0 : 1));
+    Buf<T> dsum(C + 1);
     LnArgs g;
     memset(&g, 0, sizeof g);
     g.dy = dy.addr();
@@ -469,8 +470,11 @@ static void layernorm_case(std::mt19937_64 &rng, u64 rows, u64 C, bool res, bool
     g.blocks = blocks;
     g.accumulate = acc & 1;
     g.accumulate_params = (acc >> 1) & 1;
+    // dh's column sums as stored (the bias gradient of a branch of dh's type).
+    g.ds = dsum.addr();
+    g.ds_type = std::is_same_v<T, float> ? 0 : std::is_same_v<T, __half> ? 1 : 2;
     const auto hin = res ? h.copy() : x.copy(), dyc = dy.copy();
-    if (blocks) launch([&] { LnK<T>::bwd(vec)(g); }, std::min<unsigned>(grid, (unsigned)blocks), th, 1, C * 8);
+    if (blocks) launch([&] { LnK<T>::bwd(vec)(g); }, std::min<unsigned>(grid, (unsigned)blocks), th, 1, C * 12);
     launch([&] { LnK<T>::params()(g); }, (unsigned)((C + 31) / 32), 32, 32, 0);
     std::vector<double> sw(C, 0), sb(C, 0), swa(C, 0), sba(C, 0);
     for (u64 n = 0; n < rows; ++n) {
@@ -505,14 +509,21 @@ static void layernorm_case(std::mt19937_64 &rng, u64 rows, u64 C, bool res, bool
         if (hasb) check(close(Ty<T>::f(db.p[c]), sb[c] + ob, tb), "db", ctx, c, Ty<T>::f(db.p[c]), sb[c] + ob, tb);
         else check(memcmp(&db.p[c], &db0[c], sizeof(T)) == 0, "db untouched", ctx, c, 0, 0, 0);
     }
+    for (u64 c = 0; c < C; ++c) {
+        double s = 0, sa = 0;
+        for (u64 n = 0; n < rows; ++n) s += Ty<T>::f(dh.p[n * C + c]), sa += std::fabs(Ty<T>::f(dh.p[n * C + c]));
+        const double t = 4 * kr * u * sa + 2 * Ty<T>::U * std::fabs(s) + Ty<T>::TINY;
+        check(close(Ty<T>::f(dsum.p[c]), s, t), "column sums of dh", ctx, c, Ty<T>::f(dsum.p[c]), s, t);
+    }
     check(dy.same(dyc), "bwd inputs unchanged", ctx, 0, 0, 0, 0);
     // Determinism: again from the same inputs, bit for bit.
     if (!(acc & 3)) {
         const auto d1 = dh.copy(), w1 = dw.copy();
         memset(dh.p, 0, len * sizeof(T));
-        if (blocks) launch([&] { LnK<T>::bwd(vec)(g); }, std::min<unsigned>(grid, (unsigned)blocks), th, 1, C * 8);
+        const auto s1 = dsum.copy();
+        if (blocks) launch([&] { LnK<T>::bwd(vec)(g); }, std::min<unsigned>(grid, (unsigned)blocks), th, 1, C * 12);
         launch([&] { LnK<T>::params()(g); }, (unsigned)((C + 31) / 32), 32, 32, 0);
-        check(dh.same(d1) && dw.same(w1), "bwd deterministic", ctx, 0, 0, 0, 0);
+        check(dh.same(d1) && dw.same(w1) && dsum.same(s1), "bwd deterministic", ctx, 0, 0, 0, 0);
     }
 }
 

@@ -314,6 +314,7 @@ impl Compute for CudaMem {
         stats: [&CudaMem; 2],
         dh: (&mut CudaMem, usize, bool),
         copy: Option<&mut CudaMem>,
+        sums: Option<&mut CudaMem>,
         dw: Option<&mut CudaMem>,
         db: Option<&mut CudaMem>,
     ) -> Result<()> {
@@ -327,6 +328,7 @@ impl Compute for CudaMem {
             stats: [&CudaMem; 2],
             dh: (&mut CudaMem, usize, bool),
             copy: Option<&mut CudaMem>,
+            sums: Option<&mut CudaMem>,
             dw: Option<&mut CudaMem>,
             db: Option<&mut CudaMem>,
         ) -> Result<()> {
@@ -347,6 +349,7 @@ impl Compute for CudaMem {
                 stats[1].range::<f32>(0, rows)?,
                 dh.0.range_mut::<T>(dh.1, len)?,
                 copy.map(|m| m.range_mut::<G>(0, len)).transpose()?,
+                sums.map(|m| m.range_mut::<G>(0, c)).transpose()?,
                 dw.map(|m| m.range_mut::<T>(0, c)).transpose()?,
                 db.map(|m| m.range_mut::<T>(0, c)).transpose()?,
                 acc,
@@ -355,7 +358,7 @@ impl Compute for CudaMem {
             Ok(())
         }
         crate::dtype::dispatch_narrowing!(types, [F32, F16, BF16], (T, O) => {
-            run::<T, O>(self, shape, dy_at, h, w, stats, dh, copy, dw, db)
+            run::<T, O>(self, shape, dy_at, h, w, stats, dh, copy, sums, dw, db)
         }, _ => Err(unsupported("layer_norm", types.1)))
     }
 

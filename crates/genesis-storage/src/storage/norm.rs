@@ -246,7 +246,7 @@ impl Storage {
     /// [`Storage::layer_norm`] returned; with `want` (weight, bias), `dw` and `db` too
     /// (`cols` values each, summed over the rows in a fixed order). `dy` is of `h`'s dtype, or
     /// f16 or bf16 for f32 rows ([`Storage::layer_norm_to`]'s output); the gradients are of
-    /// `h`'s.
+    /// `h`'s. `copy` and `sums` as [`Storage::layer_norm_backward_add`].
     #[track_caller]
     #[allow(clippy::too_many_arguments)]
     pub fn layer_norm_backward(
@@ -257,12 +257,14 @@ impl Storage {
         mean: &Storage,
         rstd: &Storage,
         want: (bool, bool),
-    ) -> Result<(Storage, Option<Storage>, Option<Storage>)> {
+        copy: bool,
+        sums: bool,
+    ) -> Result<(Storage, LayerNormGrads)> {
         let name = "layer_norm_backward";
         let hs = h.0;
         check_float_only(name, true, hs.dtype)?;
         let mut dh = Storage::uninit(shape.numel()?, hs.dtype, hs.device())?;
-        let (_, dw, db) = Self::layer_norm_backward_core(
+        let grads = Self::layer_norm_backward_core(
             shape,
             dy,
             h,
@@ -271,9 +273,9 @@ impl Storage {
             rstd,
             want,
             (&mut dh, 0, false),
-            false,
+            (copy, sums),
         )?;
-        Ok((dh, dw, db))
+        Ok((dh, grads))
     }
 
     /// [`Storage::layer_norm_backward`] adding the input's gradient into the `rows * cols`
@@ -281,8 +283,11 @@ impl Storage {
     /// write lock; the residual stream's gradient of llm.c), rounded once to the dtype. `dh`
     /// must not be one of the inputs. With `copy`, also returns the sum rounded to `dy`'s
     /// dtype (contiguous, from element 0), written by the same pass: the gradient of a branch
-    /// of that dtype added to the residual stream (autocast's), without a conversion.
-    /// Returns `(copy, dw, db)`.
+    /// of that dtype added to the residual stream (autocast's), without a conversion. With
+    /// `sums`, also the column sums of that gradient as stored (the copy's, else `dh`'s; `cols`
+    /// values of `dy`'s dtype, which must then be `h`'s without `copy`), from the same pass:
+    /// the bias gradient of a linear branch. `cols` at most
+    /// [`genesis_kernels::layernorm::MAX_SUM_COLS`] with `sums`.
     #[track_caller]
     #[allow(clippy::too_many_arguments)]
     pub fn layer_norm_backward_add(
@@ -295,7 +300,8 @@ impl Storage {
         want: (bool, bool),
         dh: (&Storage, usize),
         copy: bool,
-    ) -> Result<(Option<Storage>, Option<Storage>, Option<Storage>)> {
+        sums: bool,
+    ) -> Result<LayerNormGrads> {
         let name = "layer_norm_backward";
         let target = dh.0;
         let inputs = [
@@ -309,13 +315,23 @@ impl Storage {
             return Err(crate::Error::Aliased { op: name });
         }
         target.with_exclusive(name, |d| {
-            Self::layer_norm_backward_core(shape, dy, h, w, mean, rstd, want, (d, dh.1, true), copy)
+            Self::layer_norm_backward_core(
+                shape,
+                dy,
+                h,
+                w,
+                mean,
+                rstd,
+                want,
+                (d, dh.1, true),
+                (copy, sums),
+            )
         })
     }
 
     /// The checks and the kernel of the two backwards: `dh` from its element `dh.1`, written
-    /// or (`dh.2`) added to; with `copy`, `dh` rounded to `dy`'s dtype too. Returns `(copy,
-    /// dw, db)`.
+    /// or (`dh.2`) added to; with `also.0`, `dh` rounded to `dy`'s dtype too; with `also.1`,
+    /// the column sums.
     #[track_caller]
     #[allow(clippy::too_many_arguments)]
     fn layer_norm_backward_core(
@@ -327,8 +343,8 @@ impl Storage {
         rstd: &Storage,
         want: (bool, bool),
         dh: (&mut Storage, usize, bool),
-        copy: bool,
-    ) -> Result<(Option<Storage>, Option<Storage>, Option<Storage>)> {
+        (copy, sums): (bool, bool),
+    ) -> Result<LayerNormGrads> {
         let name = "layer_norm_backward";
         let (ds, hs, dtype) = (dy.0, h.0, h.0.dtype);
         check_float_only(name, true, dtype)?;
@@ -357,6 +373,30 @@ impl Storage {
         let mut narrow = copy
             .then(|| Storage::uninit(len, ds.dtype, dev))
             .transpose()?;
+        if sums {
+            if !copy && ds.dtype != dtype {
+                return Err(crate::Error::Kernel(genesis_kernels::Error::Unsupported {
+                    op: name,
+                    reason: format!(
+                        "column sums of {dtype:?} rows in {:?} without a copy",
+                        ds.dtype
+                    ),
+                }));
+            }
+            if shape.cols > genesis_kernels::layernorm::MAX_SUM_COLS {
+                return Err(crate::Error::Kernel(genesis_kernels::Error::Unsupported {
+                    op: name,
+                    reason: format!(
+                        "column sums of {} columns (at most {})",
+                        shape.cols,
+                        genesis_kernels::layernorm::MAX_SUM_COLS
+                    ),
+                }));
+            }
+        }
+        let mut col_sums = sums
+            .then(|| Storage::uninit(shape.cols, ds.dtype, dev))
+            .transpose()?;
         let (dr, hr, mr, rr) = (
             ds.read(name)?,
             h.0.read(name)?,
@@ -368,6 +408,7 @@ impl Storage {
         let dwm = dw.as_mut().map(|s| s.mem_mut(name)).transpose()?;
         let dbm = db.as_mut().map(|s| s.mem_mut(name)).transpose()?;
         let cm = narrow.as_mut().map(|s| s.mem_mut(name)).transpose()?;
+        let sm = col_sums.as_mut().map(|s| s.mem_mut(name)).transpose()?;
         let (acc, at) = (dh.2, dh.1);
         match (dr.mem(), hr.mem(), mr.mem(), rr.mem(), dh.0.mem_mut(name)?) {
             (Mem::Host(a), Mem::Host(hh), Mem::Host(m), Mem::Host(r), MemMut::Host(o)) => a
@@ -380,6 +421,7 @@ impl Storage {
                     [m, r],
                     (o, at, acc),
                     host_out(name, cm)?,
+                    host_out(name, sm)?,
                     host_out(name, dwm)?,
                     host_out(name, dbm)?,
                 )?,
@@ -393,11 +435,30 @@ impl Storage {
                     [m, r],
                     (o, at, acc),
                     cuda_out(name, cm)?,
+                    cuda_out(name, sm)?,
                     cuda_out(name, dwm)?,
                     cuda_out(name, dbm)?,
                 )?,
             _ => return Err(mixed(name)),
         }
-        Ok((narrow, dw, db))
+        Ok(LayerNormGrads {
+            copy: narrow,
+            sums: col_sums,
+            dw,
+            db,
+        })
     }
+}
+
+/// What the layer norm backwards return beside the input's gradient, each where asked for.
+#[derive(Debug)]
+pub struct LayerNormGrads {
+    /// The input's gradient rounded to the output gradient's dtype.
+    pub copy: Option<Storage>,
+    /// The column sums of the input's gradient as stored (of `copy` when there is one).
+    pub sums: Option<Storage>,
+    /// The weight's gradient.
+    pub dw: Option<Storage>,
+    /// The bias's gradient.
+    pub db: Option<Storage>,
 }

@@ -1102,6 +1102,66 @@ thread_local! {
     static OFFERED: std::cell::RefCell<Vec<std::sync::Weak<genesis_storage::Storage>>> =
         const { std::cell::RefCell::new(Vec::new()) };
     static BACKWARD_DEPTH: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// Column sums a backward formed while writing a gradient (see [`note_column_sums`]);
+    /// emptied when the outermost backward returns.
+    static COLUMN_SUMS: std::cell::RefCell<Vec<NotedSums>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A gradient's buffer (weakly), its version when noted, and its column sums.
+type NotedSums = (std::sync::Weak<genesis_storage::Storage>, u64, Tensor);
+
+/// The most column sums kept at once: a gradient's sums are taken by the next backward that
+/// reads it, so only a few are ever waiting.
+const MAX_NOTED_SUMS: usize = 8;
+
+/// Whether `g` is a whole contiguous buffer of at least two dimensions, as noted column sums
+/// need.
+fn whole_rows(g: &Tensor) -> bool {
+    g.dim() >= 2
+        && g.is_contiguous()
+        && g.layout().offset() == 0
+        && g.view.storage().len() == g.numel()
+}
+
+/// Notes that `sums` are the column sums of `g` (over every dimension but the last, in
+/// `g`'s dtype), formed by the backward that wrote `g` in the same pass (a layer norm's
+/// backward writing a linear branch's gradient): the branch's backward takes them through
+/// [`noted_column_sums`] as its bias's gradient instead of reading `g` again. Ignored outside
+/// a backward or when `g` is not a whole contiguous buffer.
+pub(crate) fn note_column_sums(g: &Tensor, sums: Tensor) {
+    let last = g.shape().last().copied();
+    if BACKWARD_DEPTH.with(std::cell::Cell::get) == 0
+        || !whole_rows(g)
+        || sums.shape() != [last.unwrap_or(0)]
+        || sums.dtype() != g.dtype()
+    {
+        return;
+    }
+    COLUMN_SUMS.with(|c| {
+        let mut c = c.borrow_mut();
+        c.retain(|(w, _, _)| w.strong_count() > 0);
+        if c.len() == MAX_NOTED_SUMS {
+            c.remove(0);
+        }
+        c.push((Arc::downgrade(g.view.storage()), g.version(), sums));
+    });
+}
+
+/// The column sums noted for `g` ([`note_column_sums`]), when `g` is still that buffer
+/// unchanged (same storage, same version, whole and contiguous) and `shape` is its last
+/// dimension alone (a bias's shape); taken, so they serve once.
+pub(crate) fn noted_column_sums(g: &Tensor, shape: &[usize]) -> Option<Tensor> {
+    if !whole_rows(g) || g.shape().last().map(std::slice::from_ref) != Some(shape) {
+        return None;
+    }
+    COLUMN_SUMS.with(|c| {
+        let mut c = c.borrow_mut();
+        let s = Arc::as_ptr(g.view.storage());
+        let i = c.iter().position(|(w, _, _)| w.as_ptr() == s)?;
+        let (_, version, sums) = c.remove(i);
+        (version == g.version()).then_some(sums)
+    })
 }
 
 /// Offers the buffer `t` reads to the engine: a backward that gave several inputs, views of one
@@ -1145,6 +1205,7 @@ impl Drop for OffersScope {
         });
         if depth == 0 {
             OFFERED.with(|o| o.borrow_mut().clear());
+            COLUMN_SUMS.with(|c| c.borrow_mut().clear());
         }
     }
 }

@@ -51,6 +51,16 @@
 // registers a thread, 49 KiB of shared memory each: the block waits on its products and
 // barriers, so more blocks beside it keep the tensor cores fed).
 //
+// Column sums (`csum`, optional): with q, k and v the thirds of one packed projection, the
+// gradient that projection receives has per column the sum over rows of dQ, dK or dV as
+// stored, its bias's gradient. Each dQ and dK/dV block adds its tile's rows of each output
+// (the values rounded to T, as stored; rows past tq or tk left out): a thread its two rows,
+// then the lanes of a column by xor-shuffles (halving: each lane ends with two columns'
+// sums), then the four warps in order through shared memory, and writes the tile's 64 sums to `csum` (f32) at [b][tile][which][h][64], `which`
+// 0 for dQ, 1 dK and 2 dV (the launcher asks only with tq == tk, so the tiles line up): a row
+// of `csum` per tile, laid out as the packed projection's row. The launcher adds the rows in
+// order: deterministic, no atomics.
+//
 // Accumulator layout (m64nNk16, f32): register i of lane l of warp w holds
 // row 16 w + l / 4 + 8 ((i / 2) % 2), column 8 (i / 4) + 2 (l % 4) + i % 2. Register pairs
 // (8 kk + 2 e, + 1), e = 0..3, rounded and packed, are the A fragment of k slice kk.
@@ -73,6 +83,7 @@ struct AttnArgs {
     float scale_log2;
     int causal;
     int pad_;
+    u64 csum;  // f32 tile column sums, or 0 (see above); attention.cu's kernels stop before it
 };
 
 enum { S_Q = 0, S_K, S_V, S_O, S_DO, S_DQ, S_DK, S_DV };
@@ -254,6 +265,57 @@ __device__ __forceinline__ void store_rows(uint16_t* out, u64 st, int row_t, int
         for (int g = 0; g < 8; ++g)
             *reinterpret_cast<uint32_t*>(p + 8 * g) = pack2(acc[4 * g + 2 * hh] * mul[hh], acc[4 * g + 2 * hh + 1] * mul[hh], tag);
     }
+}
+
+__device__ __forceinline__ float rounded(float x, __nv_bfloat16) { return __bfloat162float(__float2bfloat16_rn(x)); }
+__device__ __forceinline__ float rounded(float x, __half) { return __half2float(__float2half_rn(x)); }
+
+// The column sums of this warp's 16 rows of what store_rows writes (the same rows, values
+// and rounding) into red[0 .. 64) (shared memory; see "Column sums" above). The 8 lanes of a
+// column pair (the same lane % 4) hold 16 partial sums each; three xor-shuffle steps halve
+// them (each lane keeps one half, adds its partner's copy of it), leaving each lane 2 sums.
+// Every lane of the warp must call it.
+template <typename T>
+__device__ __forceinline__ void warp_col_sums(float* red, int row_t, int limit, const float (&acc)[32],
+                                              const float (&mul)[2], int lane, T tag) {
+    float s[16];
+#pragma unroll
+    for (int g = 0; g < 8; ++g)
+#pragma unroll
+        for (int x = 0; x < 2; ++x) {
+            float v = 0.f;
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh)
+                if (row_t + 8 * hh < limit) v += rounded(acc[4 * g + 2 * hh + x] * mul[hh], tag);
+            s[2 * g + x] = v;
+        }
+    // Lane bit 4 picks the half of s (8 values) it keeps, then bit 3 a half of that, bit 2 a
+    // half again: the lane's two sums are s[base], s[base + 1] of the original order.
+    const bool b4 = lane & 16, b3 = lane & 8, b2 = lane & 4;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const float mine = b4 ? s[8 + i] : s[i], other = __shfl_xor_sync(0xffffffffu, b4 ? s[i] : s[8 + i], 16);
+        s[i] = mine + other;
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float mine = b3 ? s[4 + i] : s[i], other = __shfl_xor_sync(0xffffffffu, b3 ? s[i] : s[4 + i], 8);
+        s[i] = mine + other;
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const float mine = b2 ? s[2 + i] : s[i], other = __shfl_xor_sync(0xffffffffu, b2 ? s[i] : s[2 + i], 4);
+        s[i] = mine + other;
+    }
+    const int base = (b4 ? 8 : 0) + (b3 ? 4 : 0) + (b2 ? 2 : 0);  // s index 2 g + x
+    const int col = 8 * (base / 2) + 2 * (lane % 4);
+    red[col] = s[0];
+    red[col + 1] = s[1];
+}
+
+// out[c] for column c of the four warps' sums in red[w * 64 + c], added in order of w.
+__device__ __forceinline__ void add_warp_sums(float* out, const float* red, int c) {
+    out[c] = ((red[c] + red[64 + c]) + red[128 + c]) + red[192 + c];
 }
 
 // Byte offset of chunk c (8 elements) of row r in a swizzled tile of 64-wide rows.
@@ -563,6 +625,15 @@ __device__ __forceinline__ void attn_bwd_dq_sm90(const AttnArgs& a) {
         uint16_t* out = reinterpret_cast<uint16_t*>(a.dq) + b * a.st[S_DQ][0] + h * a.st[S_DQ][1];
         const float mul[2] = {a.scale, a.scale};
         store_rows(out, a.st[S_DQ][2], row_t, tq, dq, mul, lane, tag);
+        if (a.csum) {
+            // The previous (b, h)'s readers of `red` passed the loop's last barrier.
+            __shared__ float red[4 * 64];
+            warp_col_sums(red + 64 * warp, row_t, tq, dq, mul, lane, tag);
+            __syncthreads();
+            if (tid < 64)
+                add_warp_sums(reinterpret_cast<float*>(a.csum) + ((b * ntq + q0 / BQ) * 3 * a.heads + h) * 64, red,
+                              tid);
+        }
         __syncthreads();  // Q and dO are refilled for the next (b, h)
     }
 }
@@ -701,6 +772,17 @@ __device__ __forceinline__ void attn_bwd_dkdv_sm90(const AttnArgs& a) {
                    dk, ks, lane, tag);
         store_rows(reinterpret_cast<uint16_t*>(a.dv) + b * a.st[S_DV][0] + h * a.st[S_DV][1], a.st[S_DV][2], key_t, tk,
                    dv, one, lane, tag);
+        if (a.csum) {
+            // dK's sums in red[0], dV's in red[1]; the previous (b, h)'s readers passed the
+            // loop's last barrier. Threads 0-63 add dK's columns, 64-127 dV's.
+            __shared__ float red[2][4 * 64];
+            warp_col_sums(red[0] + 64 * warp, key_t, tk, dk, ks, lane, tag);
+            warp_col_sums(red[1] + 64 * warp, key_t, tk, dv, one, lane, tag);
+            __syncthreads();
+            const u64 ntk = (tk + BK - 1) / BK;
+            float* cs = reinterpret_cast<float*>(a.csum) + ((b * ntk + j0 / BK) * 3 * a.heads + a.heads + h) * 64;
+            add_warp_sums(cs + (tid / 64) * a.heads * 64, red[tid / 64], tid % 64);
+        }
         __syncthreads();  // K and V are refilled for the next (b, h)
     }
 }

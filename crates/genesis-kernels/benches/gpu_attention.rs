@@ -147,6 +147,7 @@ mod gpu {
                 dqkv.as_span_mut()?,
                 at,
                 ws.as_span_mut()?,
+                None,
             )?;
             Ok(())
         };

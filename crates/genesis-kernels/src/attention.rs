@@ -406,6 +406,17 @@ fn check_lse(expected: usize, got: usize) -> Result<()> {
     Ok(())
 }
 
+/// f32 values of the tile column sums [`gpu_attention_backward_packed`] writes when asked:
+/// for each tile of 64 rows (of `tq` rows, which must equal `tk`), 64 per head for each of
+/// dQ, dK and dV.
+pub fn backward_sums_len(shape: &AttentionShape) -> usize {
+    shape
+        .batch
+        .saturating_mul(shape.tq.div_ceil(64))
+        .saturating_mul(3 * shape.heads)
+        .saturating_mul(64)
+}
+
 /// Bytes of device workspace [`gpu_attention_backward`] needs: the f32 row sums `d`,
 /// `4 * batch * heads * tq` (saturating; the launcher checks the shape).
 pub fn backward_workspace_bytes(shape: &AttentionShape) -> usize {
@@ -616,6 +627,9 @@ struct Args {
     scale_log2: f32,
     causal: i32,
     pad: i32,
+    /// The Hopper backward's tile column sums (f32), or 0 (`attention_sm90.cu`; the
+    /// `attention.cu` kernels' argument block ends before it).
+    csum: u64,
 }
 
 /// Threads a block of the tiled kernels.
@@ -962,7 +976,17 @@ pub fn gpu_attention_backward<T: Element>(
         (dk.addr(), dk.len()),
         (dv.addr(), dv.len()),
     ];
-    backward::<T>(stream, shape, s, [q, k, v, o, dout], lse, outs, workspace)
+    backward::<T>(
+        stream,
+        shape,
+        s,
+        [q, k, v, o, dout],
+        lse,
+        outs,
+        workspace,
+        None,
+    )?;
+    Ok(())
 }
 
 /// [`gpu_attention_backward`] writing `dq`, `dk` and `dv` into one span, from its elements
@@ -971,6 +995,14 @@ pub fn gpu_attention_backward<T: Element>(
 /// projection), so that their input's gradient needs no copy. Each piece is checked to lie
 /// within the span; the caller makes sure no two pieces share an element (were they to, the
 /// elements they share would hold one of the values).
+///
+/// With `sums` ([`backward_sums_len`] values), the Hopper kernels (head dim 64, compute
+/// capability 9.0) also write the column sums of each 64-row tile of dQ, dK and dV as stored:
+/// a row of `3 heads 64` values a tile (tile `t` of batch element `b` at row `b tiles + t`;
+/// in it output `w`'s head `h` at `(w heads + h) 64`, the packed projection's order); returns
+/// whether they did (not on other devices or head dims, nor unless `tq == tk > 0`). Added
+/// over the rows they are the column sums of the gradients: the packed projection's bias
+/// gradient.
 #[cfg(feature = "cuda")]
 #[allow(clippy::too_many_arguments)]
 pub fn gpu_attention_backward_packed<T: Element>(
@@ -986,7 +1018,8 @@ pub fn gpu_attention_backward_packed<T: Element>(
     dqkv: genesis_cuda::DeviceSpanMut<'_, T>,
     at: [usize; 3],
     workspace: genesis_cuda::DeviceSpanMut<'_, u8>,
-) -> Result<()> {
+    sums: Option<genesis_cuda::DeviceSpanMut<'_, f32>>,
+) -> Result<bool> {
     let (base, len) = (dqkv.addr(), dqkv.len());
     let mut outs = [(0u64, 0usize); 3];
     for (o, &a) in outs.iter_mut().zip(&at) {
@@ -999,10 +1032,21 @@ pub fn gpu_attention_backward_packed<T: Element>(
         }
         *o = (base + (a * size_of::<T>()) as u64, len - a);
     }
-    backward::<T>(stream, shape, s, [q, k, v, o, dout], lse, outs, workspace)
+    backward::<T>(
+        stream,
+        shape,
+        s,
+        [q, k, v, o, dout],
+        lse,
+        outs,
+        workspace,
+        sums,
+    )
 }
 
-/// The backward's checks and launches, the outputs as (address, elements available).
+/// The backward's checks and launches, the outputs as (address, elements available); with
+/// `sums`, the tile column sums where the Hopper kernels run (returns whether they were
+/// written).
 #[cfg(feature = "cuda")]
 #[allow(clippy::too_many_arguments)]
 fn backward<T: Element>(
@@ -1013,7 +1057,8 @@ fn backward<T: Element>(
     lse: genesis_cuda::DeviceSpan<'_, f32>,
     outs: [(u64, usize); 3],
     workspace: genesis_cuda::DeviceSpanMut<'_, u8>,
-) -> Result<()> {
+    sums: Option<genesis_cuda::DeviceSpanMut<'_, f32>>,
+) -> Result<bool> {
     shape.check_gpu()?;
     let kernels = names::<T>(shape.head_dim)?;
     let [q, k, v, o, dout] = ins;
@@ -1052,9 +1097,18 @@ fn backward<T: Element>(
     if !workspace.addr().is_multiple_of(4) {
         return Err(unsupported("workspace not 4-byte aligned"));
     }
+    if let Some(sp) = &sums
+        && sp.len() < backward_sums_len(shape)
+    {
+        return Err(Error::LengthMismatch {
+            op: OP,
+            expected: backward_sums_len(shape),
+            got: sp.len(),
+        });
+    }
     let bh = shape.batch * shape.heads;
     if bh == 0 {
-        return Ok(());
+        return Ok(false);
     }
     let mut a = Args::new(shape);
     for (slot, addr) in addrs.into_iter().enumerate() {
@@ -1063,6 +1117,18 @@ fn backward<T: Element>(
     }
     a.ptr[8] = lse.addr();
     a.ptr[9] = workspace.addr();
+    // The column sums: only the Hopper kernels form them, and only with both passes running.
+    let cc = stream.context().compute_capability();
+    let hopper = [Sm90::Dq, Sm90::Dkdv]
+        .into_iter()
+        .all(|w| sm90_kernel::<T>(w, cc, shape.head_dim).is_some());
+    if let Some(sp) = &sums
+        && hopper
+        && shape.tq > 0
+        && shape.tq == shape.tk
+    {
+        a.csum = sp.addr();
+    }
     let f = family::<T>(shape.head_dim);
     let grid_y = bh.min(MAX_GRID_Y) as u32;
     if shape.tq > 0 {
@@ -1086,7 +1152,7 @@ fn backward<T: Element>(
         let grid = (shape.tq.div_ceil(BLOCK_ROWS) as u32, grid_y);
         a.launch_from(f.image, stream, dq.0, grid, f.threads, dq.1)?;
     }
-    Ok(())
+    Ok(a.csum != 0)
 }
 
 #[cfg(test)]

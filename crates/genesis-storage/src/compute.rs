@@ -52,8 +52,10 @@ pub(crate) enum AttentionGrads<'a, M: ?Sized> {
     /// Each in its own buffer, from element 0, `[dq, dk, dv]` elements available.
     Separate([&'a mut M; 3], [usize; 3]),
     /// All three in one buffer of that many elements, from the elements given (their
-    /// layouts share no element: the caller checks).
-    Packed(&'a mut M, usize, [usize; 3]),
+    /// layouts share no element: the caller checks); with the last, also the tile column
+    /// sums where the kernels form them (`genesis_kernels::attention::backward_sums_len`
+    /// f32 values).
+    Packed(&'a mut M, usize, [usize; 3], Option<&'a mut M>),
 }
 
 /// The residual of a fused layer norm ([`Compute::layer_norm`]): `r` (`rows * cols` values of
@@ -330,7 +332,8 @@ pub(crate) trait Compute {
 
     /// Flash attention's backward: `q` (`self`), `k`, `v`, the forward's `o`, `dout` (each
     /// from element `at[i]`, `len[i]` elements) and `lse` (from 0); `dq`, `dk`, `dv` written
-    /// through `s` (see [`AttentionGrads`]).
+    /// through `s` (see [`AttentionGrads`]). Returns whether the tile column sums were
+    /// written.
     #[allow(clippy::too_many_arguments)]
     fn attention_backward(
         &self,
@@ -342,7 +345,7 @@ pub(crate) trait Compute {
         ins: [&Self; 4],
         lse: &Self,
         outs: AttentionGrads<'_, Self>,
-    ) -> Result<()>;
+    ) -> Result<bool>;
 
     /// Layer norm's forward (`genesis_kernels::layernorm`): `[rows, cols]` of `dtype` from
     /// element `x_at` of `self`, `w` and `b` (`cols` values from their element) optional,
@@ -1045,7 +1048,7 @@ impl Compute for [u8] {
         ins: [&[u8]; 4],
         lse: &[u8],
         outs: AttentionGrads<'_, [u8]>,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let n = shape.lse_len()?;
         let [k, v, o, dout] = ins;
         let AttentionGrads::Separate([dq, dk, dv], out_len) = outs else {
@@ -1068,7 +1071,7 @@ impl Compute for [u8] {
                 host_mut::<T>(dk, 0, out_len[1])?,
                 host_mut::<T>(dv, 0, out_len[2])?,
             )?;
-            Ok(())
+            Ok(false)
         }, _ => Err(unsupported("attention", dtype)))
     }
 

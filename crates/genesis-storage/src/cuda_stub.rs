@@ -284,7 +284,7 @@ impl Compute for CudaMem {
         _: [&CudaMem; 4],
         _: &CudaMem,
         _: AttentionGrads<'_, CudaMem>,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         match *self {}
     }
 

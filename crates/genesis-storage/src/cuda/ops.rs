@@ -372,7 +372,7 @@ impl Compute for CudaMem {
         ins: [&CudaMem; 4],
         lse: &CudaMem,
         outs: AttentionGrads<'_, CudaMem>,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         use genesis_kernels::attention as fa;
         let n = shape.lse_len()?;
         let [k, v, o, dout] = ins;
@@ -390,8 +390,9 @@ impl Compute for CudaMem {
             let lse = lse.range::<f32>(0, n)?;
             let ws = ws.range_mut::<u8>(0, ws_len)?;
             let [q, k, v, o, dout] = ins;
-            match outs {
-                AttentionGrads::Separate([dq, dk, dv], out_len) => fa::gpu_attention_backward::<T>(
+            let wrote = match outs {
+                AttentionGrads::Separate([dq, dk, dv], out_len) => {
+                    fa::gpu_attention_backward::<T>(
                     &queue,
                     shape,
                     s,
@@ -405,8 +406,10 @@ impl Compute for CudaMem {
                     dk.range_mut::<T>(0, out_len[1])?,
                     dv.range_mut::<T>(0, out_len[2])?,
                     ws,
-                )?,
-                AttentionGrads::Packed(d, d_len, d_at) => fa::gpu_attention_backward_packed::<T>(
+                )?;
+                    false
+                }
+                AttentionGrads::Packed(d, d_len, d_at, sums) => fa::gpu_attention_backward_packed::<T>(
                     &queue,
                     shape,
                     s,
@@ -419,9 +422,10 @@ impl Compute for CudaMem {
                     d.range_mut::<T>(0, d_len)?,
                     d_at,
                     ws,
+                    sums.map(|m| m.range_mut::<f32>(0, fa::backward_sums_len(shape))).transpose()?,
                 )?,
-            }
-            Ok(())
+            };
+            Ok(wrote)
         }, _ => Err(unsupported("attention", dtype)))
     }
 

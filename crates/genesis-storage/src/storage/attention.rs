@@ -106,7 +106,9 @@ impl Storage {
     /// of q, k and v that are views of one storage, laid out as it is (GPT-2's packed
     /// projection), so that its gradient needs no copy. The three `[B, H, T, D]` layouts must
     /// share no element ([`crate::Error::Aliased`] otherwise); the elements outside them are left as
-    /// they were allocated. CUDA only (an unsupported-kernel error on the host).
+    /// they were allocated. CUDA only (an unsupported-kernel error on the host). With `sums`,
+    /// also returns the tile column sums where the kernels form them
+    /// (`genesis_kernels::attention::gpu_attention_backward_packed`: f32, laid out there).
     #[track_caller]
     #[allow(clippy::too_many_arguments)]
     pub fn attention_backward_packed(
@@ -120,7 +122,8 @@ impl Storage {
         lse: &Storage,
         len: usize,
         at: [usize; 3],
-    ) -> Result<Storage> {
+        sums: bool,
+    ) -> Result<(Storage, Option<Storage>)> {
         let name = "scaled_dot_product_attention_backward";
         let piece = |st: &genesis_kernels::attention::Strides, rows: usize, a: usize| {
             let sh = [shape.batch, shape.heads, rows, shape.head_dim];
@@ -139,14 +142,22 @@ impl Storage {
             return Err(crate::Error::Aliased { op: name });
         }
         let mut d = Storage::uninit(len, q.0.dtype, q.0.device())?;
-        Self::attention_backward_into(
+        let mut partials = match sums && q.0.device() != crate::Device::Cpu {
+            true => Some(Storage::uninit(
+                genesis_kernels::attention::backward_sums_len(shape),
+                crate::DType::F32,
+                q.0.device(),
+            )?),
+            false => None,
+        };
+        let wrote = Self::attention_backward_into(
             shape,
             s,
             [q, k, v, o, dout],
             lse,
-            Grads::Packed(&mut d, len, at),
+            Grads::Packed(&mut d, len, at, partials.as_mut()),
         )?;
-        Ok(d)
+        Ok((d, partials.filter(|_| wrote)))
     }
 
     /// The checks and the kernels of the two backwards.
@@ -157,7 +168,7 @@ impl Storage {
         ins: [AttentionOperand<'_>; 5],
         lse: &Storage,
         outs: Grads<'_>,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let name = "scaled_dot_product_attention_backward";
         let [q, k, v, o, dout] = ins;
         for x in [k, v, o, dout] {
@@ -184,7 +195,7 @@ impl Storage {
         ];
         let l = lse.read(name)?;
         let mems = [r[0].mem(), r[1].mem(), r[2].mem(), r[3].mem(), r[4].mem()];
-        match outs {
+        let wrote = match outs {
             Grads::Separate([dq, dk, dv], out_len) => {
                 match (
                     mems,
@@ -234,7 +245,12 @@ impl Storage {
                     _ => return Err(mixed(name)),
                 }
             }
-            Grads::Packed(dqkv, n, out_at) => match (mems, l.mem(), dqkv.mem_mut(name)?) {
+            Grads::Packed(dqkv, n, out_at, sums) => match (
+                mems,
+                l.mem(),
+                dqkv.mem_mut(name)?,
+                sums.map(|x| x.mem_mut(name)).transpose()?,
+            ) {
                 (
                     [
                         Mem::Host(a),
@@ -245,6 +261,7 @@ impl Storage {
                     ],
                     Mem::Host(l),
                     MemMut::Host(x),
+                    None,
                 ) => a.attention_backward(
                     dtype,
                     shape,
@@ -253,7 +270,7 @@ impl Storage {
                     len,
                     [b, c, d, e],
                     l,
-                    AttentionGrads::Packed(x, n, out_at),
+                    AttentionGrads::Packed(x, n, out_at, None),
                 )?,
                 (
                     [
@@ -265,26 +282,35 @@ impl Storage {
                     ],
                     Mem::Cuda(l),
                     MemMut::Cuda(x),
-                ) => a.attention_backward(
-                    dtype,
-                    shape,
-                    s,
-                    at,
-                    len,
-                    [b, c, d, e],
-                    l,
-                    AttentionGrads::Packed(x, n, out_at),
-                )?,
+                    sums,
+                ) => {
+                    let sums = match sums {
+                        None => None,
+                        Some(MemMut::Cuda(y)) => Some(y),
+                        Some(_) => return Err(mixed(name)),
+                    };
+                    a.attention_backward(
+                        dtype,
+                        shape,
+                        s,
+                        at,
+                        len,
+                        [b, c, d, e],
+                        l,
+                        AttentionGrads::Packed(x, n, out_at, sums),
+                    )?
+                }
                 _ => return Err(mixed(name)),
             },
-        }
-        Ok(())
+        };
+        Ok(wrote)
     }
 }
 
 /// Where [`Storage::attention_backward_into`] writes: three storages (with the elements each
-/// holds) or one (its elements, and where each gradient starts).
+/// holds) or one (its elements, where each gradient starts, and the tile column sums' buffer
+/// when asked for).
 enum Grads<'a> {
     Separate([&'a mut Storage; 3], [usize; 3]),
-    Packed(&'a mut Storage, usize, [usize; 3]),
+    Packed(&'a mut Storage, usize, [usize; 3], Option<&'a mut Storage>),
 }

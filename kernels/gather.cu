@@ -217,15 +217,7 @@ struct RkArgs {
     const void *rows;
     void *out, *ws;  // ws: A [chunks][2][cols]
     uint64_t n, cols, in_rows, out_rows;
-    uint64_t accumulate;  // add each key's sum to out's row (in A, rounded once) instead of writing it
 };
-
-// Stores a key's sum `acc` at `p`, or with `a.accumulate` adds it to what `p` holds.
-template <typename T, typename A>
-__device__ __forceinline__ void rk_put(const RkArgs &a, T *p, A acc) {
-    if (a.accumulate) acc = (A)rk_load(*p) + acc;
-    rk_store(p, acc);
-}
 
 template <typename T>
 __device__ __forceinline__ void rk_pass1(const RkArgs &a) {
@@ -251,7 +243,7 @@ __device__ __forceinline__ void rk_pass1(const RkArgs &a) {
         else if (!ends)
             ws[a.cols + c] = acc;  // the chunk's last piece, of a run going on
         else if (k >= 0 && (uint64_t)k < a.out_rows)
-            rk_put(a, reinterpret_cast<T *>(a.out) + (uint64_t)k * a.cols + c, acc);
+            rk_store(reinterpret_cast<T *>(a.out) + (uint64_t)k * a.cols + c, acc);
     }
 }
 
@@ -272,7 +264,7 @@ __device__ __forceinline__ void rk_pass2(const RkArgs &a) {
         const uint64_t end = min(a.n, (q + 1) * RK_CHUNK);
         if (end == a.n || a.keys[end] != k) break;
     }
-    if (k >= 0 && (uint64_t)k < a.out_rows) rk_put(a, reinterpret_cast<T *>(a.out) + (uint64_t)k * a.cols + c, acc);
+    if (k >= 0 && (uint64_t)k < a.out_rows) rk_store(reinterpret_cast<T *>(a.out) + (uint64_t)k * a.cols + c, acc);
 }
 
 #define RK(NAME, T)                                                                                       \

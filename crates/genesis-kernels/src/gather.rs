@@ -295,9 +295,6 @@ pub struct RowsByKey {
     pub in_rows: usize,
     /// Rows of the output (the keys lie below this).
     pub out_rows: usize,
-    /// Add each key's sum to the output's row (in the accumulator, rounded once) instead of
-    /// writing it: a gradient added into the one gathered so far (a tied embedding's).
-    pub accumulate: bool,
 }
 
 impl RowsByKey {
@@ -328,9 +325,8 @@ impl RowsByKey {
 /// CPU twin of the `rows_by_key` kernels: for `keys` sorted ascending and `perm` (each run of
 /// equal keys in ascending positions, as a stable sort gives), `out[k] = sum of rows[perm[j]]`
 /// over the run of key `k`, in `T::Acc`: each piece of the run between multiples of
-/// [`ROWS_BY_KEY_CHUNK`] summed in order from zero, the pieces added in order, rounded once
-/// (with `shape.accumulate`, added to the row's value first: `out[k] = out[k] + sum`); rows no
-/// key names are left as they are. A key outside `0..out_rows`, a position outside `0..in_rows`
+/// [`ROWS_BY_KEY_CHUNK`] summed in order from zero, the pieces added in order, rounded once;
+/// rows no key names are left as they are. A key outside `0..out_rows`, a position outside `0..in_rows`
 /// ([`Error::IndexOutOfRange`]) or keys out of order ([`Error::Unsupported`]): an error, with
 /// `out` untouched.
 pub fn rows_by_key<T: FusedElement>(
@@ -391,7 +387,7 @@ pub fn rows_by_key<T: FusedElement>(
             }
         }
         for (o, a) in out[k as usize * c..][..c].iter_mut().zip(&total) {
-            *o = T::of_acc(if shape.accumulate { o.acc() + *a } else { *a });
+            *o = T::of_acc(*a);
         }
     }
     Ok(())
@@ -474,7 +470,6 @@ pub fn gpu_rows_by_key<T: Element>(
         cols: shape.cols as u64,
         in_rows: shape.in_rows as u64,
         out_rows: shape.out_rows as u64,
-        accumulate: u64::from(shape.accumulate),
     };
     let config = LaunchConfig {
         grid: (chunks as u32, tiles as u32, 1),
@@ -506,7 +501,6 @@ struct RkArgs {
     cols: u64,
     in_rows: u64,
     out_rows: u64,
-    accumulate: u64,
 }
 
 /// Queues `gather` on `stream`: `out[i] = src[target(i, idx[i])]` for elements of `elem`
@@ -731,7 +725,6 @@ mod tests {
                 cols,
                 in_rows: n,
                 out_rows: v,
-                accumulate: false,
             };
             let mut want = vec![7f32; v * cols];
             grouped(&keys, &perm, &rows32, cols, &mut want, |x| x);
@@ -753,7 +746,6 @@ mod tests {
             cols: 1,
             in_rows: 2,
             out_rows: 3,
-            accumulate: false,
         };
         let rows = [1f32, 2.0];
         for (keys, perm) in [

@@ -1128,7 +1128,6 @@ fn rows_by_key_case<
     stream: &Stream,
     rng: &mut SmallRng,
     (n, cols, v, hot): (usize, usize, usize, usize),
-    accumulate: bool,
 ) {
     use genesis_kernels::gather::{
         RowsByKey, gpu_rows_by_key, rows_by_key, rows_by_key_workspace_bytes,
@@ -1140,28 +1139,21 @@ fn rows_by_key_case<
     let rows: Vec<T> = (0..n * cols)
         .map(|_| T::from_f64(rng.random_range(-3.0..3.0)))
         .collect();
-    // Written over a marker, or added to random values.
-    let start: Vec<T> = match accumulate {
-        true => (0..v * cols)
-            .map(|_| T::from_f64(rng.random_range(-3.0..3.0)))
-            .collect(),
-        false => vec![T::from_f64(7.0); v * cols],
-    };
+    let marker = T::from_f64(7.0);
     let shape = RowsByKey {
         n,
         cols,
         in_rows: n,
         out_rows: v,
-        accumulate,
     };
-    let mut want = start.clone();
+    let mut want = vec![marker; v * cols];
     rows_by_key(&shape, &keys, &perm, &rows, &mut want).unwrap();
     let (gk, gp, gr) = (
         DeviceBuffer::from_host(ctx, bytes_of(&keys)).unwrap(),
         DeviceBuffer::from_host(ctx, bytes_of(&perm)).unwrap(),
         DeviceBuffer::from_host(ctx, bytes_of(&rows)).unwrap(),
     );
-    let mut go = DeviceBuffer::from_host(ctx, bytes_of(&start)).unwrap();
+    let mut go = DeviceBuffer::from_host(ctx, bytes_of(&vec![marker; v * cols])).unwrap();
     let mut ws = DeviceBuffer::alloc(
         ctx,
         rows_by_key_workspace_bytes(&shape, size_of::<T>()).max(8),
@@ -1181,15 +1173,15 @@ fn rows_by_key_case<
     let got: Vec<T> = from_bytes(&go.to_host_vec().unwrap());
     assert!(
         bytes_of(&got) == bytes_of(&want),
-        "{} n {n} cols {cols} v {v} hot {hot} accumulate {accumulate}: differs from the twin",
+        "{} n {n} cols {cols} v {v} hot {hot}: differs from the twin",
         T::NAME
     );
 }
 
 /// The sum of rows by sorted key (embedding backward) on the GPU gives the twin's bits: runs
 /// that cross chunks (a hot key over thousands of positions), one key for everything, every
-/// key once, columns past a tile, GPT-2's shape, each written and added to what the output
-/// holds; bad keys and positions are skipped, never read or written through.
+/// key once, columns past a tile, GPT-2's shape; bad keys and positions are skipped, never
+/// read or written through.
 #[test]
 fn rows_by_key_matches_the_cpu_twin() {
     if skip_without_gpu("rows_by_key") {
@@ -1210,12 +1202,10 @@ fn rows_by_key_matches_the_cpu_twin() {
         (0, 4, 3, 1),
     ];
     for &c in &cases {
-        for acc in [false, true] {
-            rows_by_key_case::<f32>(&ctx, &stream, &mut rng, c, acc);
-            rows_by_key_case::<bf16>(&ctx, &stream, &mut rng, c, acc);
-            rows_by_key_case::<f16>(&ctx, &stream, &mut rng, c, acc);
-            rows_by_key_case::<f64>(&ctx, &stream, &mut rng, c, acc);
-        }
+        rows_by_key_case::<f32>(&ctx, &stream, &mut rng, c);
+        rows_by_key_case::<bf16>(&ctx, &stream, &mut rng, c);
+        rows_by_key_case::<f16>(&ctx, &stream, &mut rng, c);
+        rows_by_key_case::<f64>(&ctx, &stream, &mut rng, c);
     }
     // Keys and positions out of range: skipped (the rows they name stay as they were).
     use genesis_kernels::gather::{RowsByKey, gpu_rows_by_key, rows_by_key_workspace_bytes};
@@ -1224,7 +1214,6 @@ fn rows_by_key_matches_the_cpu_twin() {
         cols: 2,
         in_rows: 4,
         out_rows: 3,
-        accumulate: false,
     };
     let keys = [-5i64, 0, 1, 1 << 40];
     let perm = [0i64, 9, 2, 1];

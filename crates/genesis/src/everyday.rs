@@ -752,18 +752,13 @@ impl Tensor {
                         .unwrap_or(0);
                     if g.dim() > 0 && g.dtype() == dtype && dtype.is_float() {
                         if d == 0 {
-                            // Added into the gradient gathered so far when the engine alone
-                            // holds it (a tied embedding's, from the output layer).
-                            let into = crate::autograd::pending_gradient(0).filter(|p| {
-                                p.dtype() == dtype && p.shape() == shape && p.device() == g.device()
-                            });
-                            return Ok(vec![Some(rows_by_index(&shape, &idx, g, into)?)]);
+                            return Ok(vec![Some(rows_by_index(&shape, &idx, g)?)]);
                         }
                         // Along another dimension: the same with it moved first (the
                         // gradient copied in that order, the result copied back).
                         let mut first = shape.clone();
                         first.swap(0, d);
-                        let z = rows_by_index(&first, &idx, &g.transpose(0, d as isize)?, None)?;
+                        let z = rows_by_index(&first, &idx, &g.transpose(0, d as isize)?)?;
                         return Ok(vec![Some(z.transpose(0, d as isize)?.contiguous()?)]);
                     }
                     // Scatter-add the rows back: the index broadcast over the other dimensions.
@@ -1432,15 +1427,8 @@ fn on_device(s: Storage, device: Device) -> Result<Storage> {
 /// index's values, deterministically:
 /// the index sorted (stable), then each source row's gradient summed in the order of the
 /// positions that chose it, in f32 (f64 for f64), with no atomics
-/// (`Storage::rows_by_key`): the same bits on the CPU and the GPU, run after run. With `into`
-/// (the gradient gathered so far, the source's shape and dtype, which the engine alone holds),
-/// each chosen row's sum is added into it (`Storage::rows_by_key_into`) and `into` returned.
-fn rows_by_index(
-    shape: &[usize],
-    idx: &Tensor,
-    g: &Tensor,
-    into: Option<Tensor>,
-) -> Result<Tensor> {
+/// (`Storage::rows_by_key`): the same bits on the CPU and the GPU, run after run.
+fn rows_by_index(shape: &[usize], idx: &Tensor, g: &Tensor) -> Result<Tensor> {
     let n = idx.numel();
     let cols: usize = g.shape()[1..].iter().product();
     let (keys, perm) = idx.reshape([-1])?.sort(0, false)?;
@@ -1450,22 +1438,13 @@ fn rows_by_index(
         cols,
         in_rows: n,
         out_rows: shape[0],
-        accumulate: into.is_some(),
     };
     fn at(t: &Tensor) -> (&genesis_storage::Storage, usize) {
         (t.view.storage().as_ref(), t.layout().offset())
     }
     let (gs, g0) = at(&g);
-    match into {
-        Some(p) => {
-            gs.rows_by_key_into(g0, &plan, at(&keys), at(&perm), p.view.storage())?;
-            Ok(p)
-        }
-        None => {
-            let out = gs.rows_by_key(g0, &plan, at(&keys), at(&perm))?;
-            Tensor::from_storage(out, shape)
-        }
-    }
+    let out = gs.rows_by_key(g0, &plan, at(&keys), at(&perm))?;
+    Tensor::from_storage(out, shape)
 }
 
 /// Ops built from the others (each recorded by autograd through the ops it calls):

@@ -1568,57 +1568,6 @@ fn gradients_of_many_views_of_one_tensor_add_up() {
     }
 }
 
-/// A tied embedding (GPT-2's token embedding, also the output layer's weight): the
-/// embedding's backward adds its rows into the gradient the output layer left, the bits of
-/// the two uses' gradients added (f32), on every device; the same with the uses in the other
-/// order (the embedding's gradient first, then the layer's added by the engine).
-#[test]
-fn a_tied_embeddings_gradient_is_the_sum_of_its_two_uses() {
-    let _release = Release;
-    let g = Generator::new(43);
-    let mut rng = SmallRng::seed_from_u64(43);
-    let (v, c, n) = (97, 24, 300);
-    let idx: Vec<i64> = (0..n).map(|_| rng.random_range(0..v) as i64).collect();
-    let w0 = g.randn([v, c], DType::F32, CPU).unwrap();
-    let x0 = g.randn([n, c], DType::F32, CPU).unwrap();
-    let gy0 = g.randn([n, c], DType::F32, CPU).unwrap();
-    let gz0 = g.randn([n, v], DType::F32, CPU).unwrap();
-    for dev in devices() {
-        let (x, gy, gz) = (
-            x0.to(dev).unwrap(),
-            gy0.to(dev).unwrap(),
-            gz0.to(dev).unwrap(),
-        );
-        let index = Tensor::from_slice(&idx, [n], dev).unwrap();
-        let leaf = || w0.to(dev).unwrap().requires_grad_(true).unwrap();
-        let embed = |w: &Tensor| {
-            w.index_select(0, &index)
-                .unwrap()
-                .mul(&gy)
-                .unwrap()
-                .sum()
-                .unwrap()
-        };
-        let head = |w: &Tensor| x.linear(w, None).unwrap().mul(&gz).unwrap().sum().unwrap();
-        let (w1, w2) = (leaf(), leaf());
-        embed(&w1).add(&head(&w2)).unwrap().backward().unwrap();
-        let want = w1.grad().unwrap().add(&w2.grad().unwrap()).unwrap();
-        let want = want.to_vec::<f32>().unwrap();
-        for head_last in [true, false] {
-            let w = leaf();
-            let loss = if head_last {
-                embed(&w).add(&head(&w)).unwrap()
-            } else {
-                head(&w).add(&embed(&w)).unwrap()
-            };
-            loss.backward().unwrap();
-            let got = w.grad().unwrap().to_vec::<f32>().unwrap();
-            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert!(bits(&got) == bits(&want), "{dev:?} head last {head_last}");
-        }
-    }
-}
-
 /// `index_select`'s gradient along dimension 0 (an embedding's) sums each source row's
 /// gradients in the order of the positions that chose it, in f32, without atomics: on every
 /// device within the rounding of f32 sums of an f64 reference, the same bits on the CPU and

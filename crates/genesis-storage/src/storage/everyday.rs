@@ -251,8 +251,7 @@ impl Storage {
     /// Each row is summed in order in f32 (f64 for f64), without atomics: the same bits on
     /// the CPU and the GPU, run after run (`genesis_kernels::gather::rows_by_key`; f64, f32,
     /// f16, bf16). The CPU path reports keys or positions out of range or out of order; the
-    /// GPU skips those (callers pass keys they sorted themselves). `shape.accumulate` is
-    /// ignored (the storage is new).
+    /// GPU skips those (callers pass keys they sorted themselves).
     #[track_caller]
     pub fn rows_by_key(
         &self,
@@ -261,55 +260,6 @@ impl Storage {
         keys: (&Storage, usize),
         perm: (&Storage, usize),
     ) -> Result<Storage> {
-        let len = shape
-            .cols
-            .checked_mul(shape.out_rows)
-            .ok_or(Error::SizeOverflow {
-                len: usize::MAX,
-                dtype: self.dtype,
-            })?;
-        let mut out = Storage::zeros(len, self.dtype, self.device())?;
-        let plan = genesis_kernels::gather::RowsByKey {
-            accumulate: false,
-            ..*shape
-        };
-        self.rows_by_key_core(start, &plan, keys, perm, &mut out)?;
-        Ok(out)
-    }
-
-    /// [`Storage::rows_by_key`] into `out` (its first `shape.out_rows` rows of `shape.cols`,
-    /// of this storage's dtype and device; a handle others may share, written under its write
-    /// lock): each key's sum written over its row, or with `shape.accumulate` added to it (in
-    /// f32, rounded once: a gradient added into the one gathered so far). Rows no key names
-    /// are left as they are. `out` must not be one of the inputs.
-    #[track_caller]
-    pub fn rows_by_key_into(
-        &self,
-        start: usize,
-        shape: &genesis_kernels::gather::RowsByKey,
-        keys: (&Storage, usize),
-        perm: (&Storage, usize),
-        out: &Storage,
-    ) -> Result<()> {
-        let name = "rows_by_key";
-        if [self, keys.0, perm.0].iter().any(|s| std::ptr::eq(*s, out)) {
-            return Err(Error::Aliased { op: name });
-        }
-        out.expect_dtype(name, self.dtype)?;
-        out.expect_device(name, self.device())?;
-        out.with_exclusive(name, |o| self.rows_by_key_core(start, shape, keys, perm, o))
-    }
-
-    /// The checks and the kernels of the two: `out` from element 0.
-    #[track_caller]
-    fn rows_by_key_core(
-        &self,
-        start: usize,
-        shape: &genesis_kernels::gather::RowsByKey,
-        keys: (&Storage, usize),
-        perm: (&Storage, usize),
-        out: &mut Storage,
-    ) -> Result<()> {
         let name = "rows_by_key";
         let dtype = self.dtype;
         super::check_float_only(name, true, dtype)?;
@@ -322,7 +272,7 @@ impl Storage {
         self.check_range(name, start, len(shape.in_rows)?)?;
         keys.0.check_index(name, keys.1, shape.n)?;
         perm.0.check_index(name, perm.1, shape.n)?;
-        out.check_range(name, 0, len(shape.out_rows)?)?;
+        let mut out = Storage::zeros(len(shape.out_rows)?, dtype, self.device())?;
         match (
             self.read(name)?.mem(),
             keys.0.read(name)?.mem(),
@@ -337,7 +287,7 @@ impl Storage {
             }
             _ => return Err(mixed(name)),
         }
-        Ok(())
+        Ok(out)
     }
 
     /// An int64 index storage holding `len` elements from `start`.

@@ -509,10 +509,7 @@ fn run_backward(
                     .iter()
                     .map(|e| match e {
                         Some(Edge::Node(c)) => pending.get(&(Arc::as_ptr(c) as usize)).cloned(),
-                        Some(Edge::Leaf(m)) => {
-                            leaf_pending.get(&(Arc::as_ptr(m) as usize)).cloned()
-                        }
-                        None => None,
+                        _ => None,
                     })
                     .collect();
                 let out = profile::timed(node.name, "backward", Some(g.device()), || {
@@ -538,13 +535,6 @@ fn run_backward(
                     let lk = Arc::as_ptr(meta) as usize;
                     if let Some(g) = g {
                         let sum = match leaf_pending.remove(&lk) {
-                            // The backward added its gradient into the pending one itself.
-                            Some(acc)
-                                if Arc::ptr_eq(acc.view.storage(), g.view.storage())
-                                    && acc.layout() == g.layout() =>
-                            {
-                                g
-                            }
                             Some(acc) => acc.add(&g)?,
                             None => g,
                         };
@@ -1022,9 +1012,8 @@ thread_local! {
         const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// The gradient gathered so far for input `i` of the backward now running (a recorded
-/// tensor's, or a leaf's before its delivery), when nothing but the engine holds its buffer (a
-/// contiguous tensor of its own storage): the backward may add
+/// The gradient gathered so far for input `i` of the backward now running, when nothing but
+/// the engine holds its buffer (a contiguous tensor of its own storage): the backward may add
 /// its gradient for that input into it in place and return it (that very tensor), sparing a
 /// sum of two input-sized buffers (the residual stream's gradient, as llm.c's layer norm
 /// backward adds into it). `None` otherwise, and outside a backward.

@@ -49,41 +49,26 @@ fn at(t: &Tensor) -> (&genesis_storage::Storage, usize) {
 /// buffer it was written from (its storage and version then) and the copy. The add's backward
 /// takes the copy when its gradient is still that buffer unchanged, else converts.
 #[derive(Default)]
-struct NarrowGrad(std::sync::Mutex<Option<NarrowEntry>>);
-
-/// A [`NarrowGrad`]'s content: the buffer (weakly), its version, the copy.
-type NarrowEntry = (std::sync::Weak<genesis_storage::Storage>, u64, Tensor);
+struct NarrowGrad(std::sync::Mutex<Option<crate::autograd::BufferNote>>);
 
 impl NarrowGrad {
     fn put(&self, from: &Tensor, copy: Tensor) {
-        let entry = (
-            std::sync::Arc::downgrade(from.view.storage()),
-            from.version(),
-            copy,
-        );
         *self
             .0
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(entry);
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some(crate::autograd::BufferNote::new(from, copy));
     }
 
     /// The copy made from `g` (the whole of its storage, unchanged since), if any; `None`
     /// otherwise. Empties the slot either way.
     fn take(&self, g: &Tensor) -> Option<Tensor> {
-        let (from, version, copy) = self
-            .0
+        self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take()?;
-        let same = from
-            .upgrade()
-            .is_some_and(|s| std::sync::Arc::ptr_eq(&s, g.view.storage()))
-            && g.version() == version
-            && g.is_contiguous()
-            && g.layout().offset() == 0
-            && g.view.storage().len() == g.numel()
-            && copy.shape() == g.shape();
-        same.then_some(copy)
+            .take()?
+            .value_for(g)
+            .filter(|copy| copy.shape() == g.shape())
     }
 }
 

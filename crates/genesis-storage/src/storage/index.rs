@@ -19,7 +19,7 @@ use crate::compute::Compute;
 use crate::{DType, Device, Error, Result};
 
 /// A malformed request, as the kernels' error.
-fn invalid(op: &'static str, reason: String) -> Error {
+pub(super) fn invalid(op: &'static str, reason: String) -> Error {
     Error::Kernel(genesis_kernels::Error::Unsupported { op, reason })
 }
 

@@ -330,8 +330,8 @@ impl Storage {
     }
 
     /// The checks and the kernel of the two backwards: `dh` from its element `dh.1`, written
-    /// or (`dh.2`) added to; with `also.0`, `dh` rounded to `dy`'s dtype too; with `also.1`,
-    /// the column sums.
+    /// or (`dh.2`) added to; with `copy`, `dh` rounded to `dy`'s dtype too; with `sums`, the
+    /// column sums.
     #[track_caller]
     #[allow(clippy::too_many_arguments)]
     fn layer_norm_backward_core(
@@ -375,23 +375,16 @@ impl Storage {
             .transpose()?;
         if sums {
             if !copy && ds.dtype != dtype {
-                return Err(crate::Error::Kernel(genesis_kernels::Error::Unsupported {
-                    op: name,
-                    reason: format!(
-                        "column sums of {dtype:?} rows in {:?} without a copy",
-                        ds.dtype
-                    ),
-                }));
+                let reason = format!(
+                    "column sums of {dtype:?} rows in {:?} without a copy",
+                    ds.dtype
+                );
+                return Err(super::index::invalid(name, reason));
             }
-            if shape.cols > genesis_kernels::layernorm::MAX_SUM_COLS {
-                return Err(crate::Error::Kernel(genesis_kernels::Error::Unsupported {
-                    op: name,
-                    reason: format!(
-                        "column sums of {} columns (at most {})",
-                        shape.cols,
-                        genesis_kernels::layernorm::MAX_SUM_COLS
-                    ),
-                }));
+            let most = genesis_kernels::layernorm::MAX_SUM_COLS;
+            if shape.cols > most {
+                let reason = format!("column sums of {} columns (at most {most})", shape.cols);
+                return Err(super::index::invalid(name, reason));
             }
         }
         let mut col_sums = sums

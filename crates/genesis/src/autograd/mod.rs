@@ -1104,35 +1104,64 @@ thread_local! {
     static BACKWARD_DEPTH: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
     /// Column sums a backward formed while writing a gradient (see [`note_column_sums`]);
     /// emptied when the outermost backward returns.
-    static COLUMN_SUMS: std::cell::RefCell<Vec<NotedSums>> =
+    static COLUMN_SUMS: std::cell::RefCell<Vec<BufferNote>> =
         const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// A gradient's buffer (weakly), its version when noted, and its column sums.
-type NotedSums = (std::sync::Weak<genesis_storage::Storage>, u64, Tensor);
+/// A value a backward derived from a gradient buffer it wrote (a rounded copy, column sums),
+/// kept for the backward that reads that buffer next: the buffer (weakly), its version then,
+/// and the value. It serves only while the gradient is still that buffer, unchanged.
+pub(crate) struct BufferNote {
+    buffer: std::sync::Weak<genesis_storage::Storage>,
+    version: u64,
+    value: Tensor,
+}
+
+impl BufferNote {
+    /// `value`, derived from the buffer `g` as it is now.
+    pub(crate) fn new(g: &Tensor, value: Tensor) -> BufferNote {
+        BufferNote {
+            buffer: Arc::downgrade(g.view.storage()),
+            version: g.version(),
+            value,
+        }
+    }
+
+    /// Whether `g` reads the noted buffer (whatever its version).
+    fn reads_buffer(&self, g: &Tensor) -> bool {
+        self.buffer.as_ptr() == Arc::as_ptr(g.view.storage())
+    }
+
+    /// The value, when `g` is the whole noted buffer (contiguous, from its start) unchanged
+    /// since.
+    pub(crate) fn value_for(self, g: &Tensor) -> Option<Tensor> {
+        (self.buffer.strong_count() > 0
+            && self.reads_buffer(g)
+            && g.version() == self.version
+            && whole_buffer(g))
+        .then_some(self.value)
+    }
+}
+
+/// Whether `g` is the whole of its storage, contiguous from its start.
+fn whole_buffer(g: &Tensor) -> bool {
+    g.is_contiguous() && g.layout().offset() == 0 && g.view.storage().len() == g.numel()
+}
 
 /// The most column sums kept at once: a gradient's sums are taken by the next backward that
 /// reads it, so only a few are ever waiting.
 const MAX_NOTED_SUMS: usize = 8;
 
-/// Whether `g` is a whole contiguous buffer of at least two dimensions, as noted column sums
-/// need.
-fn whole_rows(g: &Tensor) -> bool {
-    g.dim() >= 2
-        && g.is_contiguous()
-        && g.layout().offset() == 0
-        && g.view.storage().len() == g.numel()
-}
-
 /// Notes that `sums` are the column sums of `g` (over every dimension but the last, in
 /// `g`'s dtype), formed by the backward that wrote `g` in the same pass (a layer norm's
 /// backward writing a linear branch's gradient): the branch's backward takes them through
 /// [`noted_column_sums`] as its bias's gradient instead of reading `g` again. Ignored outside
-/// a backward or when `g` is not a whole contiguous buffer.
+/// a backward or when `g` is not a whole contiguous buffer of two dimensions or more.
 pub(crate) fn note_column_sums(g: &Tensor, sums: Tensor) {
     let last = g.shape().last().copied();
     if BACKWARD_DEPTH.with(std::cell::Cell::get) == 0
-        || !whole_rows(g)
+        || g.dim() < 2
+        || !whole_buffer(g)
         || sums.shape() != [last.unwrap_or(0)]
         || sums.dtype() != g.dtype()
     {
@@ -1140,27 +1169,25 @@ pub(crate) fn note_column_sums(g: &Tensor, sums: Tensor) {
     }
     COLUMN_SUMS.with(|c| {
         let mut c = c.borrow_mut();
-        c.retain(|(w, _, _)| w.strong_count() > 0);
+        c.retain(|n| n.buffer.strong_count() > 0);
         if c.len() == MAX_NOTED_SUMS {
             c.remove(0);
         }
-        c.push((Arc::downgrade(g.view.storage()), g.version(), sums));
+        c.push(BufferNote::new(g, sums));
     });
 }
 
 /// The column sums noted for `g` ([`note_column_sums`]), when `g` is still that buffer
-/// unchanged (same storage, same version, whole and contiguous) and `shape` is its last
-/// dimension alone (a bias's shape); taken, so they serve once.
+/// unchanged and `shape` is its last dimension alone (a bias's shape, `g` of two dimensions
+/// or more); taken, so they serve once.
 pub(crate) fn noted_column_sums(g: &Tensor, shape: &[usize]) -> Option<Tensor> {
-    if !whole_rows(g) || g.shape().last().map(std::slice::from_ref) != Some(shape) {
+    if g.dim() < 2 || g.shape().last().map(std::slice::from_ref) != Some(shape) {
         return None;
     }
     COLUMN_SUMS.with(|c| {
         let mut c = c.borrow_mut();
-        let s = Arc::as_ptr(g.view.storage());
-        let i = c.iter().position(|(w, _, _)| w.as_ptr() == s)?;
-        let (_, version, sums) = c.remove(i);
-        (version == g.version()).then_some(sums)
+        let i = c.iter().position(|n| n.reads_buffer(g))?;
+        c.remove(i).value_for(g)
     })
 }
 

@@ -231,7 +231,8 @@ def _last_error(lib) -> str:
 
 
 def install(path: str | None = None, *, oom: str | None = None, guard_streams: bool = False,
-            vmm: bool | None = None, memory_first: bool | None = None) -> str:
+            vmm: bool | None = None, memory_first: bool | None = None,
+            max_handle: int | str | None = None) -> str:
     """Makes Genesis PyTorch's CUDA allocator. Call it before the first CUDA allocation.
 
     ``path``: the library (a file or its folder); see :func:`find_library`.
@@ -243,6 +244,8 @@ def install(path: str | None = None, *, oom: str | None = None, guard_streams: b
     ``vmm``: ``False`` for plain ``cuMemAlloc`` segments instead of the virtual-memory arena.
     ``memory_first``: ``True`` for the settings that keep peak reserved memory closer to peak
     live for more driver calls (``Config::memory_first``; ``$GENESIS_CAPI_MEMORY_FIRST=1``).
+    ``max_handle``: the largest physical handle, in bytes or as a size such as ``"128MiB"``
+    (``Config::max_handle_bytes``, 64 MiB by default; ``$GENESIS_CAPI_MAX_HANDLE``).
 
     Returns the path of the library PyTorch loaded (the wrapper, or the library itself).
     Installing again with the same library is a no-op.
@@ -267,6 +270,8 @@ def install(path: str | None = None, *, oom: str | None = None, guard_streams: b
             os.environ["GENESIS_CAPI_VMM"] = "1" if vmm else "0"
         if memory_first is not None:
             os.environ["GENESIS_CAPI_MEMORY_FIRST"] = "1" if memory_first else "0"
+        if max_handle is not None:
+            os.environ["GENESIS_CAPI_MAX_HANDLE"] = str(max_handle)
         mode = oom or os.environ.get("GENESIS_TORCH_OOM", "raise")
         if mode not in ("raise", "require", "null"):
             raise ValueError(f"oom must be 'raise', 'require' or 'null', not {mode!r}")

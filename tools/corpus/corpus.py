@@ -41,8 +41,12 @@
         Runs one workload N times under each allocator, J processes at a time on the same CPUs,
         with deterministic algorithms and the same seeds, and compares every run's losses with
         the most common sequence: a run that differs shows nondeterminism, of the workload or
-        of an allocator. A mode may carry environment settings (`genesis:NAME=VALUE:...`).
+        of an allocator.
         Writes DIR/repeat.json and DIR/repeat.md.
+
+    Every --modes entry is MODE or MODE:NAME=VALUE[:NAME=VALUE...]: the allocator and
+    environment settings of its processes (`genesis:GENESIS_CAPI_MAX_HANDLE=128MiB` is
+    Genesis's allocator with 128 MiB handles).
 
     corpus.py table DIR
         Prints the markdown table of DIR's traces (their header figures and peak live bytes),
@@ -305,19 +309,30 @@ def convert(entries):
 
 # ---- the corpus -------------------------------------------------------------------------------
 
-def worker_env(mode):
+def split_mode(spec):
+    """`MODE[:NAME=VALUE...]` -> (MODE, {NAME: VALUE}): an allocator and the environment
+    settings of its processes (`genesis:GENESIS_CAPI_MAX_HANDLE=128MiB`)."""
+    mode, *settings = spec.split(":")
+    if mode not in ALLOC_CONF or not all("=" in x for x in settings):
+        sys.exit(f"bad mode {spec!r} (MODE[:NAME=VALUE...], MODE one of {', '.join(ALLOC_CONF)})")
+    return mode, dict(x.split("=", 1) for x in settings)
+
+
+def worker_env(spec):
+    mode, extra = split_mode(spec)
     env = dict(os.environ)
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
     if ALLOC_CONF[mode]:
         env["PYTORCH_CUDA_ALLOC_CONF"] = ALLOC_CONF[mode]
     env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
     env["PYTHONPATH"] = HERE + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(extra)
     return env
 
 
 def worker_cmd(name, mode, json_path, *, trace=None, scale=1.0, deterministic=False,
                poll=False, warmup=0.0, probe=False, lockstep=None):
-    cmd = [sys.executable, os.path.abspath(__file__), "worker", name, "--mode", mode,
+    cmd = [sys.executable, os.path.abspath(__file__), "worker", name, "--mode", split_mode(mode)[0],
            "--json", json_path, "--scale", str(scale)]
     if trace:
         cmd += ["--trace", trace]
@@ -576,6 +591,8 @@ def live(args):
     os.makedirs(args.out, exist_ok=True)
     runs = {}
     modes = args.modes.split(",")
+    for m in modes:
+        split_mode(m)
     for r in range(args.rounds):
         # Interleaved: every round runs every allocator once, in an order rotated each round,
         # so that drift of the machine (clocks, temperature, other tenants) falls on all.
@@ -660,6 +677,8 @@ def pace(args):
     by pair."""
     os.makedirs(args.out, exist_ok=True)
     base_mode, mode = args.modes.split(",")
+    split_mode(base_mode)
+    split_mode(mode)
     # Labels: the same allocator on both sides (an A/A run, the method's own noise) is
     # "default" against "default'".
     sides = {base_mode: base_mode, (mode + "'" if mode == base_mode else mode): mode}
@@ -760,26 +779,21 @@ def repeat(args):
     os.makedirs(args.out, exist_ok=True)
     variants = []
     for spec in args.modes.split(","):
-        mode, *settings = spec.split(":")
-        if mode not in ALLOC_CONF or not all("=" in x for x in settings):
-            sys.exit(f"repeat: bad mode {spec!r} (MODE[:NAME=VALUE...], MODE one of "
-                     f"{', '.join(ALLOC_CONF)})")
-        if any(spec == v[0] for v in variants):
+        split_mode(spec)
+        if spec in variants:
             sys.exit(f"repeat: mode {spec!r} given twice (use --runs for more runs)")
-        variants.append((spec, mode, dict(x.split("=", 1) for x in settings)))
+        variants.append(spec)
     pin = pin_to(args.cpus)
     # Interleaved, so that every allocator meets the same neighbours on the machine.
     jobs = [(k, v, i) for i in range(args.runs) for k, v in enumerate(variants)]
 
     def one(job):
-        k, (spec, mode, extra), i = job
+        k, spec, i = job
         js = os.path.join(args.out, f"repeat.{k}.{i}.json")
-        env = worker_env(mode)
-        env.update(extra)
-        cmd = worker_cmd(args.workload, mode, js, scale=args.scale, deterministic=True,
+        cmd = worker_cmd(args.workload, spec, js, scale=args.scale, deterministic=True,
                          warmup=args.warmup)
         try:
-            p = subprocess.run(cmd, env=env, capture_output=True, text=True,
+            p = subprocess.run(cmd, env=worker_env(spec), capture_output=True, text=True,
                                timeout=args.timeout, preexec_fn=pin)
         except subprocess.TimeoutExpired:
             print(f"[FAIL] {spec} run {i}: timeout", flush=True)
@@ -832,7 +846,8 @@ def main():
     lv.add_argument("--out", required=True)
     lv.add_argument("--workloads", default="gpt2_train_varlen_bf16,bert_train_varbatch_varlen_bf16,"
                     "resnet50_train_varres_fp32,vit_b16_train_bf16_varbatch")
-    lv.add_argument("--modes", default="default,expandable,async,genesis")
+    lv.add_argument("--modes", default="default,expandable,async,genesis",
+                    help="allocators, each MODE or MODE:NAME=VALUE[:NAME=VALUE...]")
     lv.add_argument("--scale", type=float, default=1.0)
     lv.add_argument("--timeout", type=int, default=300)
     lv.add_argument("--rounds", type=int, default=1,
@@ -847,7 +862,7 @@ def main():
     pc.add_argument("--workloads", default="gpt2_train_varlen_bf16,bert_train_varbatch_varlen_bf16,"
                     "resnet50_train_varres_fp32,vit_b16_train_bf16_varbatch")
     pc.add_argument("--modes", default="default,genesis",
-                    help="the two allocators, the baseline first")
+                    help="the two allocators, the baseline first (MODE[:NAME=VALUE...])")
     pc.add_argument("--scale", type=float, default=1.0)
     pc.add_argument("--timeout", type=int, default=300,
                     help="seconds a worker may take to start or to run one step")

@@ -24,11 +24,12 @@
 //!
 //! One allocator per device, created on first use on the device's **primary context**
 //! (`cuDevicePrimaryCtxRetain`, the context the CUDA runtime and so PyTorch use), with the
-//! virtual-memory arena (set `GENESIS_CAPI_VMM=0` for plain `cuMemAlloc` segments, and
+//! virtual-memory arena (set `GENESIS_CAPI_VMM=0` for plain `cuMemAlloc` segments,
 //! `GENESIS_CAPI_MEMORY_FIRST=1` for [`genesis_mem::Config::memory_first`]: less memory, more
-//! driver calls). The calling thread's current context is put back after a call that had to
-//! make another device's context current, so the caller's current device never changes under
-//! it.
+//! driver calls, and `GENESIS_CAPI_MAX_HANDLE=SIZE`, such as `128MiB`, for another
+//! [`genesis_mem::Config::max_handle_bytes`]). The calling thread's current context is put back
+//! after a call that had to make another device's context current, so the caller's current
+//! device never changes under it.
 //!
 //! A `cudaStream_t` is a `CUstream`: its value is the allocator's [`genesis_mem::StreamId`]
 //! (NULL is the legacy default stream; `cudaStreamLegacy` and `cudaStreamPerThread` pass
@@ -306,6 +307,11 @@ mod devices {
         };
         if std::env::var("GENESIS_CAPI_MEMORY_FIRST").is_ok_and(|v| v == "1") {
             config = config.with_memory_first();
+        }
+        if let Ok(v) = std::env::var("GENESIS_CAPI_MAX_HANDLE") {
+            let bytes = genesis_mem::parse_size(&v)
+                .map_err(|e| Failure::other(format!("GENESIS_CAPI_MAX_HANDLE={v}: {e}")))?;
+            config.max_handle_bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
         }
         let allocator = genesis_mem::cuda::device_allocator(&ctx, config)
             .map_err(|e| Failure::other(format!("device {ordinal}: {e}")))?;

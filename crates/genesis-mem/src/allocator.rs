@@ -20,30 +20,31 @@
 //!     next fitting block, and pins such a handle only when every choice does (the fewest
 //!     bytes of them). Free big handles stay whole, for a large request or for a growth to
 //!     move.
-//!   - *Large* requests (at least [`Config::large_bytes`], 64 MiB; virtual memory only) first
-//!     look for a run of consecutive wholly free handles that they fill with at most 1/8 left
-//!     over, best fill first; a run within a granule of the request is taken whole. Otherwise
-//!     they are placed as other requests.
-//! - **Growth with virtual memory** (when the backend supports it): each stream has one region
-//!   of reserved address space. New memory goes where it needs the fewest new bytes: after the
-//!   free block at the end of the region, or into an unmapped hole of the region next to free
-//!   blocks (filled from its front or its back). It comes first from *moving* physical handles
-//!   that lie wholly under free ranges elsewhere (a map, no new memory: the old mapping stays,
-//!   stale, under an unmapped range until new memory is mapped there or the handle is
-//!   released; a move to another stream's region first waits for the old stream), and only then
-//!   from new handles. A large request is rounded up to the granularity and starts at a handle
-//!   boundary, on handles of its own: once freed, its memory is reused whole by the next large
-//!   request or moved by a growth in a few remaps. That memory is [`Config::large_handle_pieces`]
-//!   equal handles (2; 4 in [`Config::memory_first`]) and the block may start at the first
-//!   handle of the free block at the region's end: what a smaller large block leaves of it can
-//!   then move, at the cost of more driver calls. Growths that come within 64
-//!   operations of each other are a burst (loading a model, a first training step); there the
-//!   region grows ahead of the request, by 16 MiB doubling up to 1/64 of reserved memory, as
-//!   long as what is left cached stays within max(16 MiB, 1/64 of allocated memory) (the
-//!   defaults of [`Config::burst_headroom_div`] and [`Config::burst_headroom_granules`]): far
-//!   fewer driver calls for little memory ahead. A lone growth maps exactly what the request
-//!   lacks. Handles that lie wholly under free ranges are used before any new memory, and no
-//!   address of a live block ever moves.
+//!   - *Large* requests (at least [`Config::large_bytes`]; virtual memory only; none by
+//!     default) first look for a run of consecutive wholly free handles that they fill with at
+//!     most 1/8 left over, best fill first; a run within a granule of the request is taken
+//!     whole. Otherwise they are placed as other requests.
+//! - **Growth with virtual memory** (when the backend supports it): each stream has one region of
+//!   reserved address space. New memory goes where it needs the fewest new bytes: after the free
+//!   block at the end of the region, or into an unmapped hole of the region next to free blocks
+//!   (filled from its front or its back). It comes first from *moving* physical handles that lie
+//!   wholly under free ranges elsewhere (a map, no new memory: the old mapping stays, stale,
+//!   under an unmapped range until new memory is mapped there or the handle is released; a move
+//!   to another stream's region first waits for the old stream), and only then from new handles,
+//!   none larger than [`Config::max_handle_bytes`] (80 MiB; 32 MiB in [`Config::memory_first`]).
+//!   A handle is mapped whole, so one live block on it keeps all of it in place: finer handles
+//!   let more free memory move, at the cost of more driver calls. When [`Config::large_bytes`] is
+//!   set, a large request is rounded up to the granularity and starts at a handle boundary, on
+//!   [`Config::large_handle_pieces`] equal handles of its own (it may start at the first handle
+//!   of the free block at the region's end): once freed, its memory is reused whole by the next
+//!   large request or moved by a growth in a few remaps. Growths that come within 64 operations
+//!   of each other are a burst (loading a model, a first training step); there the region grows
+//!   ahead of the request, by 16 MiB doubling up to 1/64 of reserved memory, as long as what is
+//!   left cached stays within max(16 MiB, 1/64 of allocated memory) (the defaults of
+//!   [`Config::burst_headroom_div`] and [`Config::burst_headroom_granules`]): far fewer driver
+//!   calls for little memory ahead. A lone growth maps exactly what the request lacks. Handles
+//!   that lie wholly under free ranges are used before any new memory, and no address of a live
+//!   block ever moves.
 //! - **Growth with plain segments**: a segment of exactly the rounded request (2 MiB for small
 //!   requests). Before reserved memory would pass its earlier peak, wholly free segments are
 //!   freed, least recently used first. Placement is best fit.
@@ -73,6 +74,12 @@ const BURST_OPS: u64 = 64;
 /// The default of [`Config::burst_headroom_div`] and [`Config::burst_headroom_granules`].
 const HEADROOM_DIV: usize = 64;
 const HEADROOM_GRANULES: usize = 8;
+
+/// The default of [`Config::max_handle_bytes`]: 80 MiB.
+const MAX_HANDLE_BYTES: usize = 80 << 20;
+
+/// [`Config::max_handle_bytes`] in [`Config::memory_first`]: 32 MiB.
+const MEMORY_FIRST_HANDLE_BYTES: usize = 32 << 20;
 
 /// Wholly free handles of at least this many granules are kept whole by placement when it can.
 const PROTECT_GRANULES: usize = 8;
@@ -177,8 +184,10 @@ pub struct Config {
     pub memory_fraction: f64,
     /// At most this many bytes are kept cached (reserved but not allocated); `None`: no limit.
     pub cache_limit: Option<usize>,
-    /// Largest physical handle the VMM arena creates; smaller handles can be moved and given
-    /// back at a finer grain, at the cost of more driver calls.
+    /// Largest physical handle the VMM arena creates (80 MiB by default); smaller handles can
+    /// be moved and given back at a finer grain, at the cost of more driver calls. A handle is
+    /// mapped whole, so a live block anywhere on it keeps all of it where it is: with larger
+    /// handles, a small block placed where a large one was freed pins the large one's memory.
     pub max_handle_bytes: usize,
     /// Address space reserved per VMM region.
     pub region_bytes: usize,
@@ -192,6 +201,8 @@ pub struct Config {
     /// VMM: a request of at least this many bytes is a *large* block: it is rounded up to the
     /// granularity and starts at a handle boundary, on handles of its own when it grows the
     /// arena, so that once freed its memory is reused whole or moved in a few remaps.
+    /// `usize::MAX` by default: no request is large, and every block is placed best fit,
+    /// its new memory on handles of at most [`Self::max_handle_bytes`].
     pub large_bytes: usize,
     /// Requests of at most this many bytes are placed first fit (lowest address among the
     /// fitting blocks), larger ones best fit: small blocks pack together instead of cutting
@@ -213,14 +224,15 @@ pub struct Config {
 }
 
 impl Config {
-    /// Settings that trade driver calls for memory: large blocks on 4 handles each
-    /// ([`Self::large_handle_pieces`]) and a burst headroom of 1/64 (at least 4 granules).
-    /// Peak reserved memory comes closer to peak live where large blocks change size (variable
-    /// batch or sequence length), because what a smaller block leaves of a larger one can
-    /// move; every such move is two driver calls, so those workloads make several times the
-    /// calls of the default settings (`genesis-mem replay --memory-first` compares them on
-    /// recorded traces). The default settings stay the better choice when driver calls matter:
-    /// each map or unmap costs microseconds, and an unmap waits for its stream.
+    /// Settings that trade driver calls for memory: handles of at most 32 MiB
+    /// ([`Self::max_handle_bytes`]) and a burst headroom of 1/64 (at least 4 granules).
+    /// Peak reserved memory comes closer to peak live where blocks change size (variable
+    /// batch or sequence length), because finer handles under what a smaller block leaves of
+    /// a larger one can move; every such move is a driver call or two, so those workloads
+    /// make more calls than with the default settings, in their steady state too
+    /// (`genesis-mem replay --memory-first` compares them on recorded traces). The default
+    /// settings stay the better choice when driver calls matter: each map or unmap costs
+    /// microseconds, and an unmap waits for its stream.
     pub fn memory_first() -> Config {
         Config::default().with_memory_first()
     }
@@ -229,7 +241,7 @@ impl Config {
     /// (its other fields kept).
     pub fn with_memory_first(self) -> Config {
         Config {
-            large_handle_pieces: 4,
+            max_handle_bytes: MEMORY_FIRST_HANDLE_BYTES,
             burst_headroom_div: 64,
             burst_headroom_granules: 4,
             ..self
@@ -243,12 +255,12 @@ impl Default for Config {
             use_vmm: true,
             memory_fraction: 1.0,
             cache_limit: None,
-            max_handle_bytes: 1 << 40,
+            max_handle_bytes: MAX_HANDLE_BYTES,
             region_bytes: 1 << 40,
             compact_threshold: None,
             record_sites: true,
             quick_lists: true,
-            large_bytes: 64 << 20,
+            large_bytes: usize::MAX,
             small_bytes: 64 << 10,
             large_handle_pieces: 2,
             burst_headroom_div: HEADROOM_DIV,

@@ -178,6 +178,60 @@ impl History {
         s
     }
 
+    /// The recorded allocations and frees in the genesis-trace format (`corpus/README.md` in
+    /// this crate): `a ID SIZE STREAM` with the size asked for, `f ID`, streams numbered 0, 1,
+    /// ... in order of first use, after `#` lines naming the source and `workload` and giving
+    /// `seconds` (the time from the start of recording to the last event) and `dropped` (events
+    /// lost to the capacity). `genesis-mem replay` replays it with other settings. A free of a
+    /// block allocated before the recorded events is left out.
+    pub fn to_trace(&self, workload: &str) -> String {
+        let mut out = String::new();
+        let workload: String = workload
+            .chars()
+            .map(|c| {
+                if c.is_whitespace() || c == '=' {
+                    '_'
+                } else {
+                    c
+                }
+            })
+            .collect();
+        let _ = writeln!(out, "# genesis-trace v1 source=genesis workload={workload}");
+        let seconds = self.records.back().map_or(0.0, |r| r.t_ns as f64 / 1e9);
+        let _ = writeln!(out, "# seconds={seconds:.3} dropped={}", self.dropped);
+        let mut streams: Vec<StreamId> = Vec::new();
+        let mut live: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
+        let mut next = 0u64;
+        for r in &self.records {
+            match r.event {
+                Event::Alloc {
+                    addr,
+                    requested,
+                    stream,
+                    ..
+                } => {
+                    let s = match streams.iter().position(|&x| x == stream) {
+                        Some(i) => i,
+                        None => {
+                            streams.push(stream);
+                            streams.len() - 1
+                        }
+                    };
+                    live.insert(addr, next);
+                    let _ = writeln!(out, "a {next} {requested} {s}");
+                    next += 1;
+                }
+                Event::Free { addr, .. } => {
+                    if let Some(id) = live.remove(&addr) {
+                        let _ = writeln!(out, "f {id}");
+                    }
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
     /// An SVG picture of allocated and reserved bytes over time, with the largest allocations
     /// marked at the moment they were made.
     pub fn timeline_svg(&self) -> String {

@@ -158,8 +158,8 @@ fn property_vmm_memory_first_with_large_blocks() {
     random_ops_with(7, 30_000, true, Config::default(), true);
 }
 
-/// With large blocks on several handles, the part of a freed large block that a smaller one
-/// does not reuse can move to serve a bigger request; on one handle it stays pinned.
+/// With a freed large block on several handles, the part a smaller block does not reuse can
+/// move to serve a bigger request; on one handle it stays pinned.
 #[test]
 fn large_blocks_on_pieces_move_what_a_smaller_one_leaves() {
     let run = |cfg: Config| {
@@ -179,13 +179,26 @@ fn large_blocks_on_pieces_move_what_a_smaller_one_leaves() {
     // One 256 MiB handle: the 128 MiB block pins it, the 384 MiB block needs all new memory.
     let one = Config {
         large_handle_pieces: 1,
-        ..Config::default()
+        ..large_path()
     };
     assert_eq!(run(one), 640 * MIB);
-    // Two 128 MiB handles (the default), or four of 64 MiB: what the 128 MiB block leaves
-    // stays wholly free and moves under the 384 MiB block.
-    assert_eq!(run(Config::default()), 512 * MIB);
+    // Two 128 MiB handles, or (without the large path) handles of at most 32 MiB (memory
+    // first) or 80 MiB (the default): what the 128 MiB block leaves of them moves under the
+    // 384 MiB block.
+    assert_eq!(run(large_path()), 512 * MIB);
     assert_eq!(run(Config::memory_first()), 512 * MIB);
+    assert_eq!(run(Config::default()), 512 * MIB);
+}
+
+/// Settings with the large-block path: a request of 64 MiB or more starts at a handle
+/// boundary, its new memory two equal handles however large.
+fn large_path() -> Config {
+    Config {
+        large_bytes: 64 * MIB,
+        large_handle_pieces: 2,
+        max_handle_bytes: 1 << 40,
+        ..Config::default()
+    }
 }
 
 /// A 256 MiB block on two 128 MiB handles and a small block after it; the large one is freed,
@@ -201,7 +214,7 @@ fn one_move(
     u64,
     usize,
 ) {
-    let a = CachingAllocator::new(SimBackend::new(4 << 30, true), Config::default()).unwrap();
+    let a = CachingAllocator::new(SimBackend::new(4 << 30, true), large_path()).unwrap();
     let x = a.alloc(256 * MIB, 1).unwrap();
     let t = a.alloc(MIB, 1).unwrap();
     a.free(x).unwrap();

@@ -82,42 +82,28 @@ fn replays_the_shared_traces() {
     }
 }
 
-/// Traces on which the allocator does not meet the targets yet, with its current figures
-/// (ratio, driver calls) as a ceiling against regressions. Every other trace of the corpus must
-/// meet both targets: peak reserved / peak live at most the lowest of 1.03 and PyTorch's three
-/// figures, and driver calls at most 4x the larger of PyTorch's segments and maps.
-const OPEN: &[(&str, f64, u64)] = &[
-    ("bert_infer_varbatch_fp32", 1.0649, 380),
-    ("bert_mlm_train_accum_fp32", 1.0849, 433),
-    ("convnext_tiny_train_fp32", 1.0188, 707),
-    ("dcgan_train_bf16_varbatch", 1.0949, 117),
-    ("efficientnet_b0_train_bf16_varres_cl", 1.0101, 487),
-    ("efficientnet_v2_s_infer_varbatch_varres", 1.1123, 119),
-    ("encoder_train_padmask_varlen_fp32", 1.0490, 257),
-    ("fasterrcnn_train_varres", 1.0082, 461),
-    ("gpt2_infer_varlen_fp32", 1.1215, 125),
-    ("gpt2_train_accum_fp32", 1.0677, 221),
-    ("gpt2_train_ckpt_bf16", 1.0524, 147),
-    ("gpt2_train_varlen_bf16", 1.0309, 290),
-    ("gptneox_train_varbatch_varlen_bf16", 1.0877, 306),
-    ("gru_lm_train_varlen_fp32", 1.0407, 126),
-    ("llama_generate_sample_varlen_bf16", 1.0917, 186),
-    ("llama_gqa_train_ckpt_accum_bf16", 1.0489, 697),
-    ("llama_gqa_train_varlen_bf16", 1.0315, 460),
-    ("llama_train_varlen_fp32", 1.0126, 430),
-    ("mobilenet_v3_train_varbatch_bf16_cl", 1.0228, 237),
-    ("opt_generate_sample_bf16", 1.0329, 106),
-    ("regnet_y_800mf_train_varbatch", 1.0355, 214),
-    ("resnet18_infer_varbatch_bf16_cl", 1.0746, 77),
-    ("resnet18_train_side_stream_prefetch", 1.0670, 376),
-    ("resnet50_train", 1.0310, 170),
-    ("resnet50_train_varres_fp32", 1.0177, 471),
-    ("retinanet_train_varres", 1.0114, 644),
-    ("t5_train_varlen_bf16", 1.0366, 657),
-    ("vit_b16_train_bf16_varbatch", 1.0363, 317),
-    ("vit_l16_infer_varbatch_bf16", 1.0194, 450),
-    ("whisper_train_varbatch_fp32", 1.0206, 263),
+/// Traces on which peak reserved is above the best of PyTorch's three modes x 1.005 (the
+/// replay target), with ours / best as a ceiling against regressions. Every other trace must
+/// be within the target.
+const OPEN: &[(&str, f64)] = &[
+    ("dcgan_train_bf16_varbatch", 1.0265),
+    ("efficientnet_b0_train_bf16_varres_cl", 1.0068),
+    ("encoder_train_padmask_varlen_fp32", 1.0089),
+    ("llama_generate_sample_varlen_bf16", 1.0263),
+    ("llama_train_varlen_fp32", 1.0084),
+    ("vit_b16_train_bf16_varbatch", 1.0072),
 ];
+
+/// Peak reserved at most the best of PyTorch's three modes times this (the replay target).
+const BEST_SLACK: f64 = 1.005;
+
+/// Traces whose priced driver time may pass 1 % of the recorded run's wall time (the
+/// target), with a ceiling: none.
+const DRIVER_OPEN: &[(&str, f64)] = &[];
+
+/// Driver calls after reserved memory last grew, summed over the corpus: a ceiling against
+/// regressions (the target is none in the steady state of repeated training steps).
+const STEADY_CEILING: u64 = 100;
 
 #[test]
 fn replays_the_corpus() {
@@ -130,7 +116,7 @@ fn replays_the_corpus() {
     paths.sort();
     assert!(paths.len() >= 43, "the corpus has {} traces", paths.len());
     let mut failures = Vec::new();
-    let mut open_seen = 0;
+    let (mut open_seen, mut steady) = (0, 0);
     for path in &paths {
         let t = Trace::read(path).unwrap();
         let config = Config {
@@ -148,28 +134,33 @@ fn replays_the_corpus() {
                 r.ratio
             ));
         }
-        match OPEN.iter().find(|o| o.0 == name) {
-            Some(&(_, ratio, calls)) => {
+        let vs_best = r.ratio / r.best_pytorch_ratio().expect("PyTorch's figures");
+        let ceiling = match OPEN.iter().find(|o| o.0 == name) {
+            Some(&(_, c)) => {
                 open_seen += 1;
-                if r.ratio > ratio + 0.0005 || r.driver_calls > calls + calls / 20 {
-                    failures.push(format!(
-                        "{name}: regressed to ratio {:.4}, {} calls (ceiling {ratio}, {calls})",
-                        r.ratio, r.driver_calls
-                    ));
-                }
+                c + 0.0005
             }
-            None => {
-                if !r.meets_targets() {
-                    failures.push(format!(
-                        "{name}: ratio {:.4} (target {:.4}), {} driver calls (budget {:?})",
-                        r.ratio,
-                        r.target_ratio(),
-                        r.driver_calls,
-                        r.call_budget()
-                    ));
-                }
-            }
+            None => BEST_SLACK,
+        };
+        if vs_best > ceiling {
+            failures.push(format!(
+                "{name}: peak reserved {vs_best:.4} x the best of PyTorch's modes (ceiling \
+                 {ceiling:.4})"
+            ));
         }
+        let driver = r.driver_time_fraction().expect("the run's wall time");
+        let limit = DRIVER_OPEN
+            .iter()
+            .find(|o| o.0 == name)
+            .map_or(0.01, |o| o.1 + 0.0005);
+        if driver > limit {
+            failures.push(format!(
+                "{name}: priced driver time {:.3} % of the run (limit {:.3} %)",
+                driver * 100.0,
+                limit * 100.0
+            ));
+        }
+        steady += r.steady_driver_calls;
     }
     assert_eq!(
         open_seen,
@@ -177,16 +168,20 @@ fn replays_the_corpus() {
         "an OPEN trace is missing from the corpus"
     );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(
+        steady <= STEADY_CEILING,
+        "{steady} driver calls after reserved memory last grew (ceiling {STEADY_CEILING})"
+    );
 }
 
-/// `Config::memory_first` over the whole corpus: below PyTorch's default allocator and within
-/// 1.06 of peak live on every trace (or within 0.01 of the default settings where they are
-/// above that; `MEMORY_FIRST_OPEN` lists the exceptions), within 1.03 on at least 22 of them, with driver calls at most 5x the budget,
-/// and a lower mean peak reserved / peak live than the default settings.
-/// Traces on which [`Config::memory_first`] is above both 1.06 and the default settings + 0.01,
-/// with its ratio as a ceiling: on `llama_generate_sample_varlen_bf16` (a fresh trace) it is
-/// 1.1166 against the default settings' 1.0917.
-const MEMORY_FIRST_OPEN: &[(&str, f64)] = &[("llama_generate_sample_varlen_bf16", 1.1166)];
+/// `Config::memory_first` over the whole corpus: below PyTorch's default allocator on every
+/// trace and at most 0.01 above the default settings (`MEMORY_FIRST_OPEN` lists the
+/// exceptions), with priced driver time at most 2 % of each run, and a lower mean peak
+/// reserved / peak live than the default settings.
+/// Traces on which [`Config::memory_first`] is more than 0.01 above the default settings, with
+/// its ratio as a ceiling: `vit_l16_infer_varbatch_bf16` (a fresh trace) 1.0709 against the
+/// default settings' 1.0484.
+const MEMORY_FIRST_OPEN: &[(&str, f64)] = &[("vit_l16_infer_varbatch_bf16", 1.0709)];
 
 #[test]
 fn memory_first_replays_the_corpus_closer_to_peak_live() {
@@ -197,7 +192,7 @@ fn memory_first_replays_the_corpus_closer_to_peak_live() {
         .collect();
     paths.sort();
     let mut failures = Vec::new();
-    let (mut within, mut sum_first, mut sum_default) = (0, 0.0, 0.0);
+    let (mut sum_first, mut sum_default) = (0.0, 0.0);
     for path in &paths {
         let t = Trace::read(path).unwrap();
         let quiet = |c: Config| Config {
@@ -210,22 +205,22 @@ fn memory_first_replays_the_corpus_closer_to_peak_live() {
         let pytorch_default = r.pytorch.ratios(r.peak_live_bytes)[0].expect("PyTorch's figure");
         let bound = match MEMORY_FIRST_OPEN.iter().find(|o| o.0 == name.as_str()) {
             Some(&(_, ceiling)) => ceiling + 0.0005,
-            None => 1.06f64.max(d.ratio + 0.01),
+            None => d.ratio + 0.01,
         };
         if !(1.0..pytorch_default.min(bound)).contains(&r.ratio) {
             failures.push(format!("{name}: ratio {:.4}", r.ratio));
         }
-        if let Some(budget) = r.call_budget()
-            && r.driver_calls > 5 * budget
-        {
-            failures.push(format!("{name}: {} calls, budget {budget}", r.driver_calls));
+        let driver = r.driver_time_fraction().expect("the run's wall time");
+        if driver > 0.02 {
+            failures.push(format!(
+                "{name}: priced driver time {:.2} % of the run",
+                driver * 100.0
+            ));
         }
-        within += usize::from(r.ratio <= 1.03);
         sum_first += r.ratio;
         sum_default += d.ratio;
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
-    assert!(within >= 22, "within 1.03 on {within} traces");
     assert!(
         sum_first < sum_default,
         "mean ratio {} against the default settings' {}",
@@ -472,4 +467,73 @@ fn replay_prices_the_driver_calls_and_counts_the_late_ones() {
     let ratios = r.pytorch.ratios(r.peak_live_bytes);
     assert!(ratios.iter().flatten().all(|&x| best <= x));
     assert!(ratios.iter().flatten().any(|&x| x == best));
+}
+
+/// A recorded history written as a genesis-trace reads back as the same allocations and frees
+/// (sizes asked for, streams numbered in order of first use, a free of a block allocated
+/// before recording left out), and replays to the same peak of live bytes.
+#[test]
+fn a_recorded_history_is_a_trace() {
+    use genesis_mem::{CachingAllocator, SimBackend};
+    let a = CachingAllocator::new(SimBackend::new(1 << 30, true), Config::default()).unwrap();
+    let before = a.alloc(4096, 7).unwrap();
+    a.record_history(1 << 16);
+    let x = a.alloc(1000, 7).unwrap();
+    let y = a.alloc(3 << 20, 9).unwrap();
+    a.free(before).unwrap();
+    let z = a.alloc(100 << 20, 7).unwrap();
+    a.free(x).unwrap();
+    let w = a.alloc(1000, 9).unwrap();
+    for b in [y, z, w] {
+        a.free(b).unwrap();
+    }
+    let text = a.take_history().unwrap().to_trace("two streams");
+    assert!(
+        text.starts_with("# genesis-trace v1 source=genesis workload=two_streams\n"),
+        "{text}"
+    );
+    let t = Trace::parse("two_streams", "memory", text.as_bytes()).unwrap();
+    assert_eq!(t.meta.get("dropped").map(String::as_str), Some("0"));
+    let e = |s: &str| -> Vec<TraceEvent> { Trace::parse("e", "e", s.as_bytes()).unwrap().events };
+    assert_eq!(
+        t.events,
+        e("a 0 1000 0\na 1 3145728 1\na 2 104857600 0\nf 0\na 3 1000 1\nf 1\nf 2\nf 3\n")
+    );
+    let r = replay(&t, Config::default(), 1 << 30).unwrap();
+    assert_eq!(r.peak_live_bytes, 1000 + (3 << 20) + (100 << 20));
+    assert_eq!(r.unknown_frees, 0);
+}
+
+/// Genesis's own GPT-2 124M training (`corpus/genesis/`, recorded with `gpt2_train
+/// --memory-trace` on an H200: bf16 autocast at batch 32 x 1024, f32 at batch 8, and bf16 with
+/// recomputation at batch 16; 8 steps each), with its peak reserved / peak live as a ceiling
+/// and no driver call once the footprint is final.
+const GENESIS_TRACES: &[(&str, f64)] = &[
+    ("genesis_gpt2_124m_bf16_b16_recompute", 1.0660),
+    ("genesis_gpt2_124m_bf16_b32", 1.0163),
+    ("genesis_gpt2_124m_f32_b8", 1.0560),
+];
+
+#[test]
+fn replays_genesis_own_training() {
+    for &(name, ceiling) in GENESIS_TRACES {
+        let t = Trace::read(&corpus().join("genesis").join(format!("{name}.trace.gz"))).unwrap();
+        let config = Config {
+            record_sites: false,
+            ..Config::default()
+        };
+        let r = replay(&t, config, 141_000_000_000).unwrap();
+        assert_eq!(r.unknown_frees, 0, "{name}");
+        assert_eq!(r.peak_live_bytes, peak_live(&t), "{name}");
+        assert!(
+            (1.0..=ceiling + 0.0005).contains(&r.ratio),
+            "{name}: ratio {:.4} (ceiling {ceiling})",
+            r.ratio
+        );
+        assert!(
+            r.steady_driver_calls <= 1,
+            "{name}: {} driver calls after reserved memory last grew",
+            r.steady_driver_calls
+        );
+    }
 }

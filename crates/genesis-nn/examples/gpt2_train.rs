@@ -6,7 +6,7 @@
 //! ```text
 //! cargo run --release -p genesis-nn [--features cuda] --example gpt2_train -- \
 //!     --config tiny|small|124m --batch 4 --seq 64 --steps 20 [--device cuda] [--bf16] \
-//!     [--recompute] [--text DIR] [--init PATH] [--warmup N]
+//!     [--recompute] [--text DIR] [--init PATH] [--warmup N] [--memory-trace PATH]
 //! ```
 //!
 //! The learning rate is 6e-4 throughout, or with `--warmup N` llm.c's schedule: a linear
@@ -38,6 +38,10 @@ fn main() -> Result<()> {
                 .action(ArgAction::SetTrue),
         )
         .arg(Arg::new("text").long("text"))
+        .arg(Arg::new("memory-trace").long("memory-trace").help(
+            "on a GPU: write the run's allocations to this genesis-trace file \
+             (`genesis-mem replay` replays it)",
+        ))
         .arg(Arg::new("init").long("init"))
         .arg(
             Arg::new("warmup")
@@ -65,6 +69,10 @@ fn main() -> Result<()> {
         Some(d) => python_sources(std::path::Path::new(d))?,
         None => genesis_nn::train::gpt2_tiny_text().to_vec(),
     };
+    let trace = m.get_one::<String>("memory-trace");
+    if let (Some(_), Device::Cuda(i)) = (trace, device) {
+        genesis::cuda::record_memory_history(i, 16 << 20)?;
+    }
     let mut model = Gpt2::new(config, &Generator::new(0), device)?;
     model.recompute = m.get_flag("recompute");
     if let Some(path) = m.get_one::<String>("init") {
@@ -145,6 +153,16 @@ fn main() -> Result<()> {
             "step {step:4}  loss {l:.6}  {ms:.2} ms  {:.0} tokens/s{peak}",
             (b * t) as f64 / (ms / 1e3)
         );
+    }
+    if let (Some(path), Device::Cuda(i)) = (trace, device)
+        && let Some(h) = genesis::cuda::take_memory_history(i)?
+    {
+        let name = format!("genesis_gpt2_{}_b{b}", get("config"));
+        std::fs::write(path, h.to_trace(&name)).map_err(|e| genesis::Error::InvalidArgument {
+            op: "gpt2_train",
+            reason: format!("--memory-trace {path}: {e}"),
+        })?;
+        println!("wrote the allocation trace to {path}");
     }
     if genesis::autograd::profile::is_enabled() {
         println!(

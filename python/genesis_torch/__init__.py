@@ -245,7 +245,7 @@ def install(path: str | None = None, *, oom: str | None = None, guard_streams: b
     ``memory_first``: ``True`` for the settings that keep peak reserved memory closer to peak
     live for more driver calls (``Config::memory_first``; ``$GENESIS_CAPI_MEMORY_FIRST=1``).
     ``max_handle``: the largest physical handle, in bytes or as a size such as ``"128MiB"``
-    (``Config::max_handle_bytes``, 64 MiB by default; ``$GENESIS_CAPI_MAX_HANDLE``).
+    (``Config::max_handle_bytes``, 80 MiB by default; ``$GENESIS_CAPI_MAX_HANDLE``).
 
     Returns the path of the library PyTorch loaded (the wrapper, or the library itself).
     Installing again with the same library is a no-op.

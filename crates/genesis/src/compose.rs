@@ -385,9 +385,35 @@ impl Tensor {
         let r = crate::result_type(self, other);
         let r = if r.is_float() { r } else { DType::F32 };
         let (x, y) = (self.cast_to(opmath(r))?, other.cast_to(opmath(r))?);
-        let prod = x.mul(&y.log()?)?;
-        let zero = x.eq(0.0)?.logical_and(&y.isnan()?.logical_not()?)?;
-        Tensor::where_cond(&zero, 0.0, &prod)?.cast_to(r)
+        // PyTorch's gradients: `xlogy(x != 0, y)` for x (0 where x is 0, whatever y is but
+        // NaN) and `x / y` for y.
+        crate::autograd::op(
+            "xlogy",
+            &[&x, &y],
+            || {
+                let prod = x.mul(&y.log()?)?;
+                let zero = x.eq(0.0)?.logical_and(&y.isnan()?.logical_not()?)?;
+                Tensor::where_cond(&zero, 0.0, &prod)
+            },
+            |_| {
+                let (xs, ys) = (
+                    crate::autograd::Saved::new("xlogy", &x),
+                    crate::autograd::Saved::new("xlogy", &y),
+                );
+                Box::new(move |g, _| {
+                    let (x, y) = (xs.get()?, ys.get()?);
+                    let zero = x.eq(0.0)?.logical_and(&y.isnan()?.logical_not()?)?;
+                    let ly = Tensor::where_cond(&zero, 1.0, &y)?.log()?;
+                    let gx = g.mul(&ly)?;
+                    let gy = g.mul(&x)?.div(&y)?;
+                    Ok(vec![
+                        Some(crate::autograd::sum_to(&gx, x.shape())?),
+                        Some(crate::autograd::sum_to(&gy, y.shape())?),
+                    ])
+                })
+            },
+        )?
+        .cast_to(r)
     }
 
     /// The fractional part `self - trunc(self)`, with the sign of `self` (PyTorch's `frac`):
@@ -919,11 +945,17 @@ impl Tensor {
         }
         let r = self.dtype();
         let d = wrap_dim(op, dim.to_dim() as i64, self.dim())?;
+        // A scan of one element is the element, written `logaddexp(x, -inf)` so that its
+        // gradient is PyTorch's (NaN where the output is -inf, as for longer scans).
+        let lone = |x: &Tensor| x.logaddexp(&x.full_like(f64::NEG_INFINITY)?);
         let Some(d) = d.filter(|_| self.dim() > 0) else {
-            return self.contiguous();
+            return lone(self);
         };
         let mut acc = self.cast_to(opmath(r))?;
         let n = acc.shape()[d];
+        if n == 1 {
+            return lone(&acc)?.cast_to(r);
+        }
         let pos = positions(&acc, d)?;
         let mut shift = 1;
         while shift < n {

@@ -336,7 +336,8 @@ impl Tensor {
                 Tensor::from_storage(values, &r.out_shape)
             },
             |out| {
-                // d var = 2 (x - mean) / (n - correction); d std = d var / (2 std).
+                // d var = 2 (x - mean) / (n - correction); d std = d var / (2 std), 0 where
+                // std is 0.
                 let x = crate::autograd::Saved::new(name, self);
                 let y = crate::autograd::Saved::new(name, out);
                 let reduced = crate::autograd::reduced_dims(self, dims).unwrap_or_default();
@@ -349,8 +350,11 @@ impl Tensor {
                     let centred = x.sub(&x.mean_dim(&keep[..], true)?)?;
                     let g = spread(g, &shape, &reduced, keepdim)?;
                     let d = if std {
+                        // 0 where the deviation is 0 (every element equal), as PyTorch, not
+                        // 0 / 0.
                         let s = spread(&y, &shape, &reduced, keepdim)?;
-                        g.mul(&centred)?.div(&s.mul(n as f64 - correction)?)?
+                        let d = g.mul(&centred)?.div(&s.mul(n as f64 - correction)?)?;
+                        d.masked_fill(&s.eq_scalar(0.0)?, 0.0)?
                     } else {
                         g.mul(&centred)?.mul(2.0 / (n as f64 - correction))?
                     };

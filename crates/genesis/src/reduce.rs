@@ -445,10 +445,22 @@ impl Tensor {
             a.ne(0)?.to_dtype(x.dtype())?.sum_dim(&dims, keepdim)?
         } else if ord == 1.0 {
             a.sum_dim(&dims, keepdim)?
-        } else {
+        } else if ord < 0.0 {
             a.pow_scalar(ord)?
                 .sum_dim(&dims, keepdim)?
                 .pow_scalar(1.0 / ord)?
+        } else {
+            // (sum |x|^p)^(1/p), each power taken of 1 where its base is 0 and then masked
+            // (0^p is 0 for p > 0): the gradient is 0 for a zero element (|x|^p for p < 1)
+            // and for a zero vector, as PyTorch's, rather than 0 * inf.
+            let masked_pow = |t: &Tensor, e: f64| -> Result<Tensor> {
+                let zero = t.eq(0)?;
+                Tensor::where_cond(&zero, 1.0, t)?
+                    .pow_scalar(e)?
+                    .mul(&t.ne(0)?)
+            };
+            let s = masked_pow(&a, ord)?.sum_dim(&dims, keepdim)?;
+            masked_pow(&s, 1.0 / ord)?
         };
         if half {
             norm.to_dtype(self.dtype())

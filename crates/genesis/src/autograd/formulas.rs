@@ -223,9 +223,13 @@ pub(crate) fn binary(
             (Some(ga), gb)
         }
         BinaryOp::Pow => {
-            // d/da = b a^(b-1); d/db = out ln(a) (0 where a == 0 and b >= 0, as PyTorch).
+            // d/da = b a^(b-1), 0 where b == 0 (also at a == 0, where the formula is 0 * inf);
+            // d/db = out ln(a) (0 where a == 0 and b >= 0), as PyTorch.
             let ga = match b {
-                Operand2::Tensor(b) => g.mul(&b.mul(&a.pow(&b.sub(1.0)?)?)?)?,
+                Operand2::Tensor(b) => {
+                    let d = b.mul(&a.pow(&b.sub(1.0)?)?)?;
+                    g.mul(&Tensor::where_cond(&b.eq_scalar(0.0)?, 0.0, &d)?)?
+                }
                 Operand2::Scalar(0.0) => g.mul(0.0)?,
                 Operand2::Scalar(s) => g.mul(&a.pow(s - 1.0)?.mul(s)?)?,
             };

@@ -12,6 +12,11 @@ use serde_json::Value;
 /// away from the source tree: `GENESIS_REPO_ROOT` says where the repository is (as for the
 /// other data-reading tests).
 pub(crate) fn load(file: &str) -> Vec<Value> {
+    load_format(file, "genesis-facade-cases v1")
+}
+
+/// [`load`] for a fixture whose `format` is `format`.
+pub(crate) fn load_format(file: &str, format: &str) -> Vec<Value> {
     let path = std::env::var_os("GENESIS_REPO_ROOT")
         .map(|r| std::path::PathBuf::from(r).join("crates/genesis"))
         .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")))
@@ -25,8 +30,8 @@ pub(crate) fn load(file: &str) -> Vec<Value> {
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     assert_eq!(
         doc["format"],
-        "genesis-facade-cases v1",
-        "{}: not a facade case file",
+        format,
+        "{}: not a {format} file",
         path.display()
     );
     match doc["cases"].take() {
@@ -102,7 +107,7 @@ fn arg_str<'c>(case: &'c Value, name: &str) -> &'c str {
 }
 
 /// A tensor of the case data (`{"dt", "sh", "d"}`) on `device`, with its `mk` view applied.
-fn tensor(t: &Value, device: Device) -> genesis::Result<Tensor> {
+pub(crate) fn tensor(t: &Value, device: Device) -> genesis::Result<Tensor> {
     let dt = dtype(t["dt"].as_str().expect("dt"));
     let shape = usizes(&t["sh"]);
     let d = t["d"].as_array().expect("d");
@@ -221,12 +226,26 @@ pub(crate) fn run(case: &Value, device: Device) -> genesis::Result<Vec<Tensor>> 
     if let Some(made) = create(case, device) {
         return made.map(|t| vec![t]);
     }
-    let inputs: Vec<Tensor> = case["in"]
+    run_with(case, &inputs(case, device)?, device)
+}
+
+/// The case's input tensors on `device`.
+pub(crate) fn inputs(case: &Value, device: Device) -> genesis::Result<Vec<Tensor>> {
+    case["in"]
         .as_array()
         .expect("in")
         .iter()
         .map(|t| tensor(t, device))
-        .collect::<genesis::Result<_>>()?;
+        .collect()
+}
+
+/// [`run`] on given input tensors (the case's `in`, built by [`inputs`] and perhaps marked to
+/// require gradients).
+pub(crate) fn run_with(
+    case: &Value,
+    inputs: &[Tensor],
+    device: Device,
+) -> genesis::Result<Vec<Tensor>> {
     let x = &inputs[0];
     let dims = |c: &Value| -> Option<Vec<isize>> {
         let d = &c["args"]["dims"];

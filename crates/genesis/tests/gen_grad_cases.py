@@ -1,0 +1,307 @@
+"""Random gradient cases with PyTorch's autograd as the oracle, for `tests/grad_differential.rs`.
+
+Each case is a facade case in `gen_torch_cases.py`'s format (`op`, `in`, `args`, run by the
+same dispatcher as the forward corpora) plus `w`, a weight with the shape of the op's first
+output, and `grads`: PyTorch's gradient of `(out * w).sum()` with respect to each input (`null`
+for an input that is not float64 or that PyTorch gives no gradient). Inputs are float64 and
+are drawn to land on the points where a gradient is a convention rather than a limit: zeros
+(`abs`, `relu`, `sqrt`, `prod`, `cumprod`, norms), ties (`maximum`, `max`, `max_dim`,
+`median`, `sort`), the bounds of `clamp`, `-inf` in `logsumexp`, a single element under
+`var`'s correction, and values outside a function's domain. Needs PyTorch (the CPU build will
+do); only to regenerate:
+
+    python3 gen_grad_cases.py --seed 71 --count 3000 --out data/grad-cases.json.gz
+    python3 gen_grad_cases.py --seed 1071 --count 1000 --out data/grad-heldout.json.gz
+
+The second set is held out (another seed), not looked at while fixing failures of the first.
+The oracle is PyTorch's autograd as of version 2.11 (the version the rest of the project is
+measured against): where a later version changed a convention (`clamp` at its bounds, `xlogy`
+at x = 0), `make` writes 2.11's gradient.
+"""
+import argparse
+import gzip
+import json
+import math
+import random
+
+import torch
+import torch.nn.functional as F
+
+from gen_torch_cases import enc, fmt
+
+F64 = torch.float64
+
+UNARY = {
+    "abs": torch.abs, "neg": torch.neg, "relu": torch.relu, "sqrt": torch.sqrt,
+    "rsqrt": torch.rsqrt, "exp": torch.exp, "expm1": torch.expm1, "log": torch.log,
+    "log1p": torch.log1p, "log2": torch.log2, "log10": torch.log10, "tanh": torch.tanh,
+    "sigmoid": torch.sigmoid, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu, "softplus": F.softplus, "sign": torch.sign, "floor": torch.floor,
+    "ceil": torch.ceil, "round": torch.round, "trunc": torch.trunc,
+    "reciprocal": torch.reciprocal, "erf": torch.erf, "erfc": torch.erfc, "atan": torch.atan,
+    "asin": torch.asin, "acos": torch.acos, "asinh": torch.asinh, "acosh": torch.acosh,
+    "atanh": torch.atanh, "sinh": torch.sinh, "cosh": torch.cosh, "square": torch.square,
+    "tan": torch.tan,
+}
+BINARY = {
+    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
+    "maximum": torch.maximum, "minimum": torch.minimum, "pow": torch.pow,
+}
+
+
+class Gen:
+    def __init__(self, seed):
+        self.r = random.Random(seed)
+
+    def shape(self, max_rank=3, max_numel=24, min_rank=0):
+        r = self.r
+        rank = r.randint(min_rank, max_rank)
+        while True:
+            s = [r.choice([1, 2, 2, 3, 3, 4]) for _ in range(rank)]
+            if math.prod(s) <= max_numel:
+                return s
+
+    def data(self, shape, pool=None, edge=0.3):
+        """Float64 values: small numbers with repeats, and with probability `edge` each a value
+        from `pool` (the op's convention points)."""
+        r = self.r
+        n = math.prod(shape)
+        base = [round(r.uniform(-2, 2), r.choice([0, 1, 2])) for _ in range(n)]
+        pool = pool or [0.0, -0.0, 1.0, -1.0]
+        vals = [r.choice(pool) if r.random() < edge else v for v in base]
+        return torch.tensor(vals, dtype=F64).reshape(shape)
+
+    def dims(self, rank):
+        r = self.r
+        if r.random() < 0.3:
+            return None
+        if rank == 0:
+            return [] if r.random() < 0.5 else [r.choice([0, -1])]
+        k = r.randint(1, rank)
+        return sorted(r.sample(range(rank), k))
+
+    def dim(self, rank):
+        return self.r.randrange(rank) if rank else self.r.choice([0, -1])
+
+
+def unary(G):
+    op = G.r.choice(sorted(UNARY))
+    pool = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.0, float("inf"), float("-inf")]
+    x = G.data(G.shape(), pool)
+    return "unary", {"op": op}, [x], lambda t: UNARY[op](t[0])
+
+
+def binary(G):
+    op = G.r.choice(sorted(BINARY))
+    s = G.shape()
+    # A broadcastable second shape: some dimensions of `s` set to 1, some dropped in front.
+    s2 = [d if G.r.random() < 0.7 else 1 for d in s][G.r.randint(0, len(s)) if s else 0:]
+    x = G.data(s, [0.0, 1.0, -1.0, 2.0])
+    y = G.data(s2, [0.0, 1.0, -1.0, 2.0])
+    if op in ("maximum", "minimum") and x.numel() and y.numel():
+        # Ties: copy some of x's values (broadcast) into y's places.
+        xb = torch.broadcast_to(y, torch.broadcast_shapes(x.shape, y.shape)).clone()
+        if G.r.random() < 0.6 and y.shape == x.shape:
+            m = torch.rand(x.shape, generator=torch.Generator().manual_seed(G.r.randrange(1 << 30))) < 0.5
+            y = torch.where(m, x, y)
+        del xb
+    return "binary", {"op": op}, [x, y], lambda t: BINARY[op](t[0], t[1])
+
+
+def reduce_all(G):
+    op = G.r.choice(["sum", "mean", "max", "min"])
+    s = G.shape(min_rank=1)
+    x = G.data(s, [0.0, 1.0, 1.0, -1.0])
+    dims = G.dims(len(s))
+    keep = G.r.random() < 0.5
+    if op in ("max", "min") and x.numel() == 0:
+        return None
+    def f(t):
+        d = dims if dims is not None else list(range(t[0].dim()))
+        if op == "sum":
+            return t[0].sum(dim=d, keepdim=keep) if d else t[0].sum()
+        if op == "mean":
+            return t[0].mean(dim=d, keepdim=keep) if d else t[0].mean()
+        fn = torch.amax if op == "max" else torch.amin
+        return fn(t[0], dim=d, keepdim=keep) if d else fn(t[0])
+    if op in ("max", "min") and dims == []:
+        return None
+    return op, {"dims": dims, "keepdim": keep}, [x], f
+
+
+def reduce_dim(G):
+    op = G.r.choice(["max_dim", "min_dim", "median", "logsumexp", "cumsum", "cumprod", "softmax",
+                     "log_softmax", "prod", "cummax", "logcumsumexp", "sort", "topk"])
+    s = G.shape(min_rank=1)
+    if math.prod(s) == 0:
+        return None
+    pool = [0.0, 0.0, 1.0, -1.0, float("-inf")] if op in ("logsumexp", "logcumsumexp", "softmax", "log_softmax") else [0.0, 1.0, 1.0, -1.0]
+    x = G.data(s, pool)
+    d = G.dim(len(s))
+    keep = G.r.random() < 0.5
+    if op == "max_dim":
+        return op, {"dim": d, "keepdim": keep}, [x], lambda t: t[0].max(dim=d, keepdim=keep).values
+    if op == "min_dim":
+        return op, {"dim": d, "keepdim": keep}, [x], lambda t: t[0].min(dim=d, keepdim=keep).values
+    if op in ("median", "sort"):
+        # Distinct values: which of several equal elements these return is unspecified.
+        x = torch.randperm(math.prod(s), generator=torch.Generator().manual_seed(G.r.randrange(1 << 30))).to(F64).sub(3).mul(0.5).reshape(s)
+    if op == "median":
+        return op, {"keepdim": False}, [x], lambda t: t[0].median()
+    if op == "logsumexp":
+        return op, {"keepdim": keep, "dims": [d]}, [x], lambda t: torch.logsumexp(t[0], dim=[d], keepdim=keep)
+    if op in ("cumsum", "cumprod", "logcumsumexp"):
+        fn = getattr(torch, op)
+        return op, {"dim": d}, [x], lambda t: fn(t[0], dim=d)
+    if op == "cummax":
+        return op, {"dim": d}, [x], lambda t: torch.cummax(t[0], dim=d).values
+    if op in ("softmax", "log_softmax"):
+        fn = getattr(torch, op)
+        return op, {"dim": d}, [x], lambda t: fn(t[0], dim=d)
+    if op == "prod":
+        if G.r.random() < 0.4:
+            return op, {"keepdim": False, "dim": None}, [x], lambda t: t[0].prod()
+        return op, {"keepdim": keep, "dim": d}, [x], lambda t: t[0].prod(dim=d, keepdim=keep)
+    if op == "sort":
+        desc = G.r.random() < 0.5
+        return op, {"dim": d, "descending": desc}, [x], lambda t: torch.sort(t[0], dim=d, descending=desc, stable=True).values
+    if op == "topk":
+        n = s[d]
+        k = G.r.randint(1, n)
+        # Distinct values: which of several ties topk returns is unspecified.
+        x = torch.randperm(math.prod(s), generator=torch.Generator().manual_seed(G.r.randrange(1 << 30))).to(F64).sub(3).mul(0.5).reshape(s)
+        largest = G.r.random() < 0.5
+        return op, {"k": k, "dim": d, "largest": largest, "sorted": True}, [x], lambda t: torch.topk(t[0], k, dim=d, largest=largest, sorted=True).values
+    return None
+
+
+def moments(G):
+    op = G.r.choice(["var", "std", "vector_norm"])
+    s = G.shape(min_rank=1)
+    x = G.data(s, [0.0, 1.0, 1.0, -1.0], edge=0.5)
+    if G.r.random() < 0.2:
+        x = torch.zeros_like(x)
+    keep = G.r.random() < 0.5
+    dims = G.dims(len(s))
+    if op == "vector_norm":
+        o = G.r.choice([2, 1, float("inf"), 3, 0.5])
+        args = {"keepdim": keep, "dims": dims, "ord": fmt(o)}
+        return op, args, [x], lambda t: torch.linalg.vector_norm(t[0], ord=o, dim=dims, keepdim=keep)
+    corr = G.r.choice([0, 1, 1])
+    fn = torch.var if op == "var" else torch.std
+    return op, {"keepdim": keep, "dims": dims, "correction": corr}, [x], lambda t: fn(t[0], dim=dims, correction=corr, keepdim=keep)
+
+
+def clamp(G):
+    s = G.shape()
+    lo = G.r.choice([None, -1.0, 0.0, 0.5])
+    hi = G.r.choice([None, 1.0, 0.5, 2.0])
+    if lo is None and hi is None:
+        lo = 0.0
+    pool = [v for v in (lo, hi) if v is not None] + [0.0]
+    x = G.data(s, pool, edge=0.5)
+    args = {"min": None if lo is None else fmt(lo), "max": None if hi is None else fmt(hi)}
+    return "clamp", args, [x], lambda t: torch.clamp(t[0], min=lo, max=hi)
+
+
+def combine(G):
+    op = G.r.choice(["where", "lerp", "addcmul", "addcdiv", "xlogy", "logaddexp", "matmul",
+                     "normalize", "cosine_similarity"])
+    s = G.shape(min_rank=1)
+    if op == "where":
+        c = torch.rand(s, generator=torch.Generator().manual_seed(G.r.randrange(1 << 30))) < 0.5
+        x, y = G.data(s), G.data(s)
+        return op, {}, [c, x, y], lambda t: torch.where(t[0], t[1], t[2])
+    if op == "lerp":
+        w = G.r.choice([0.0, 0.25, 0.75, 1.0])
+        return op, {"weight": fmt(w)}, [G.data(s), G.data(s)], lambda t: torch.lerp(t[0], t[1], w)
+    if op in ("addcmul", "addcdiv"):
+        v = G.r.choice([1, -2, 0.5])
+        a, b, c = G.data(s), G.data(s), G.data(s, [1.0, -1.0, 2.0])
+        if op == "addcdiv":
+            c = torch.where(c == 0, torch.ones_like(c), c)
+        fn = getattr(torch, op)
+        return op, {"value": fmt(v)}, [a, b, c], lambda t: fn(t[0], t[1], t[2], value=v)
+    if op == "xlogy":
+        x, y = G.data(s, [0.0, 0.0, 1.0]), G.data(s, [0.0, 1.0, 2.0])
+        return op, {}, [x, y], lambda t: torch.xlogy(t[0], t[1])
+    if op == "logaddexp":
+        x, y = G.data(s, [float("-inf"), 0.0]), G.data(s, [float("-inf"), 0.0])
+        return op, {}, [x, y], lambda t: torch.logaddexp(t[0], t[1])
+    if op == "matmul":
+        n, k, m = G.r.randint(1, 4), G.r.randint(1, 4), G.r.randint(1, 4)
+        a, b = G.data([n, k]), G.data([k, m])
+        return op, {}, [a, b], lambda t: t[0] @ t[1]
+    if op == "normalize":
+        x = G.data(s, [0.0], edge=0.6)
+        d = G.dim(len(s))
+        return op, {"p": 2, "dim": d, "eps": fmt(1e-12)}, [x], lambda t: F.normalize(t[0], p=2, dim=d, eps=1e-12)
+    if op == "cosine_similarity":
+        d = G.dim(len(s))
+        x, y = G.data(s, [0.0], edge=0.5), G.data(s, [0.0], edge=0.5)
+        return op, {"dim": d, "eps": fmt(1e-8)}, [x, y], lambda t: F.cosine_similarity(t[0], t[1], dim=d, eps=1e-8)
+    return None
+
+
+FAMILIES = [unary, unary, binary, reduce_all, reduce_dim, reduce_dim, moments, clamp, combine]
+
+
+def make(G):
+    made = FAMILIES[G.r.randrange(len(FAMILIES))](G)
+    if made is None:
+        return None
+    op, args, ins, fn = made
+    leaves = [t.clone().requires_grad_(t.dtype == F64) for t in ins]
+    try:
+        out = fn(leaves)
+    except (RuntimeError, ValueError, TypeError, IndexError):
+        return None
+    if not out.dtype.is_floating_point or not out.requires_grad:
+        return None
+    w = torch.tensor([round(G.r.uniform(-1.5, 1.5), 2) for _ in range(out.numel())], dtype=F64)
+    w = w.reshape(out.shape)
+    (out * w).sum().backward()
+    grads = [leaf.grad for leaf in leaves]
+    # Two conventions PyTorch changed after 2.11 (the version the rest of the project follows;
+    # the CPU build this script may run with can be newer): `clamp` passes the gradient at its
+    # bounds (subgradient 1; 0 in later versions), and `xlogy`'s gradient for x is
+    # `xlogy(x != 0, y)` (0 where x is 0; `log(y)` there in later versions).
+    x = ins[0]
+    if op == "clamp":
+        keep = torch.ones_like(x, dtype=torch.bool)
+        if args["min"] is not None:
+            keep &= x >= float(args["min"])
+        if args["max"] is not None:
+            keep &= x <= float(args["max"])
+        grads[0] = torch.where(keep, w, torch.zeros_like(w))
+    if op == "xlogy":
+        grads[0] = w * torch.xlogy((x != 0).to(F64), ins[1])
+    grads = [enc(g) if g is not None else None for g in grads]
+    return {"op": op, "in": [enc(t) for t in ins], "args": args, "w": enc(w), "grads": grads}
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--count", type=int, required=True)
+    p.add_argument("--out", required=True)
+    a = p.parse_args()
+    G = Gen(a.seed)
+    cases, counts = [], {}
+    while len(cases) < a.count:
+        c = make(G)
+        if c is None:
+            continue
+        key = c["op"] if c["op"] not in ("unary", "binary") else c["args"]["op"]
+        c["id"] = "%s/%d" % (key, counts.get(key, 0))
+        counts[key] = counts.get(key, 0) + 1
+        cases.append(c)
+    doc = {"format": "genesis-grad-cases v1", "seed": a.seed, "count": a.count,
+           "oracle": "PyTorch %s" % torch.__version__, "families": counts, "cases": cases}
+    with gzip.open(a.out, "wt") as f:
+        json.dump(doc, f, separators=(",", ":"))
+    print("%d cases to %s: %s" % (len(cases), a.out, counts))
+
+
+if __name__ == "__main__":
+    main()

@@ -446,9 +446,12 @@ impl Tensor {
     pub fn sinc(&self) -> Result<Tensor> {
         let r = self.to_float()?.dtype();
         let x = self.cast_to(opmath(r))?;
-        let px = x.mul(std::f64::consts::PI)?;
+        // At 0, `sin(pi x) / (pi x)` of 1 instead (and so a gradient of 0 there, PyTorch's,
+        // rather than the 0 / 0 of the quotient's).
+        let zero = x.eq(0.0)?;
+        let px = Tensor::where_cond(&zero, 1.0, &x)?.mul(std::f64::consts::PI)?;
         let s = px.sin()?.div(&px)?;
-        Tensor::where_cond(&x.eq(0.0)?, 1.0, &s)?.cast_to(r)
+        Tensor::where_cond(&zero, 1.0, &s)?.cast_to(r)
     }
 
     /// The log-odds `log(x / (1 - x))` (PyTorch's `logit`), `x` first clamped to `[eps, 1 -
@@ -458,11 +461,42 @@ impl Tensor {
     pub fn logit(&self, eps: Option<f64>) -> Result<Tensor> {
         let r = self.to_float()?.dtype();
         let x = self.cast_to(opmath(r))?;
-        let x = match eps {
-            Some(e) => x.clamp(Some(round_to(r, e)), Some(round_to(r, 1.0 - e)))?,
-            None => x,
-        };
-        x.div(&x.neg()?.add(1.0)?)?.log()?.cast_to(r)
+        let bounds = eps.map(|e| (round_to(r, e), round_to(r, 1.0 - e)));
+        // PyTorch's gradient, `g / (x (1 - x))` (`g * inf` at 0 and 1): NaN outside [0, 1]
+        // without `eps`, and 0 outside [eps, 1 - eps] with it.
+        crate::autograd::op(
+            "logit",
+            &[&x],
+            || {
+                let c = match bounds {
+                    Some((lo, hi)) => x.clamp(Some(lo), Some(hi))?,
+                    None => x.clone(),
+                };
+                c.div(&c.neg()?.add(1.0)?)?.log()
+            },
+            |_| {
+                let xs = crate::autograd::Saved::new("logit", &x);
+                Box::new(move |g, _| {
+                    let x = xs.get()?;
+                    // At 0 and 1 (either zero) `g * inf`, whatever the sign of the zero.
+                    let pole = x.eq_scalar(0.0)?.logical_or(&x.eq_scalar(1.0)?)?;
+                    let d = g.div(&x.mul(&x.neg()?.add(1.0)?)?)?;
+                    let d = Tensor::where_cond(&pole, &g.mul(f64::INFINITY)?, &d)?;
+                    let d = match bounds {
+                        Some((lo, hi)) => {
+                            let out = x.lt_scalar(lo)?.logical_or(&x.gt_scalar(hi)?)?;
+                            Tensor::where_cond(&out, 0.0, &d)?
+                        }
+                        None => {
+                            let out = x.lt_scalar(0.0)?.logical_or(&x.gt_scalar(1.0)?)?;
+                            Tensor::where_cond(&out, f64::NAN, &d)?
+                        }
+                    };
+                    Ok(vec![Some(d)])
+                })
+            },
+        )?
+        .cast_to(r)
     }
 
     /// The Heaviside step (PyTorch's `heaviside`): 0 where `self` is negative (or NaN), 1

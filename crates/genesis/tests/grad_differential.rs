@@ -12,8 +12,8 @@
 //!
 //! ```sh
 //! cd crates/genesis/tests
-//! python3 gen_grad_cases.py --seed 71 --count 3000 --out data/grad-cases.json.gz
-//! python3 gen_grad_cases.py --seed 1071 --count 1000 --out data/grad-heldout.json.gz
+//! python3 gen_grad_cases.py --seed 71 --count 4000 --out data/grad-cases.json.gz
+//! python3 gen_grad_cases.py --seed 1071 --count 1300 --out data/grad-heldout.json.gz
 //! ```
 
 mod common;

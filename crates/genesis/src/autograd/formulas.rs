@@ -261,14 +261,18 @@ pub(crate) fn binary(
             (Some(g.clone()), gb)
         }
         // atan2(a, b): d/da = b / (a^2 + b^2), d/db = -a / (a^2 + b^2).
+        // Both 0 at the origin, where a^2 + b^2 is 0 (PyTorch's, not 0 / 0).
         BinaryOp::Atan2 => {
+            let recip = |r2: Tensor| -> Result<Tensor> {
+                Tensor::where_cond(&r2.eq_scalar(0.0)?, 0.0, &r2.reciprocal()?)
+            };
             let (ga, gb) = match b {
                 Operand2::Tensor(b) => {
-                    let r2 = a.mul(a)?.add(&b.mul(b)?)?;
-                    let gb = needs[1].then(|| g.mul(a)?.div(&r2)?.neg()).transpose()?;
-                    (g.mul(b)?.div(&r2)?, gb)
+                    let k = recip(a.mul(a)?.add(&b.mul(b)?)?)?;
+                    let gb = needs[1].then(|| g.mul(a)?.mul(&k)?.neg()).transpose()?;
+                    (g.mul(b)?.mul(&k)?, gb)
                 }
-                Operand2::Scalar(s) => (g.mul(s)?.div(&a.mul(a)?.add(s * s)?)?, None),
+                Operand2::Scalar(s) => (g.mul(s)?.mul(&recip(a.mul(a)?.add(s * s)?)?)?, None),
             };
             (Some(ga), gb)
         }

@@ -1716,7 +1716,25 @@ impl Tensor {
         if !self.dtype().is_float() {
             return self.sum_dim(dims, keepdim);
         }
-        Tensor::where_cond(&self.isnan()?, 0, self)?.sum_dim(dims, keepdim)
+        let dims = crate::args::shape_spec(&dims);
+        // The gradient is PyTorch's `g * !isnan(x)`: a product, so a gradient that is not
+        // finite (`nanmean` of NaNs only divides by a count of 0) gives NaN at NaN elements too.
+        crate::autograd::op(
+            "nansum",
+            &[self],
+            || Tensor::where_cond(&self.isnan()?, 0, self)?.sum_dim(&dims, keepdim),
+            |_| {
+                let x = crate::autograd::Saved::new("nansum", self);
+                let reduced = crate::autograd::reduced_dims(self, Some(&dims)).unwrap_or_default();
+                let shape = self.shape().to_vec();
+                Box::new(move |g, _| {
+                    let x = x.get()?;
+                    let g = crate::autograd::spread(g, &shape, &reduced, keepdim)?;
+                    let kept = x.isnan()?.logical_not()?.to_dtype(g.dtype())?;
+                    Ok(vec![Some(g.mul(&kept)?)])
+                })
+            },
+        )
     }
 
     /// The mean over `dims` (every dimension when empty) of the elements that are not NaN

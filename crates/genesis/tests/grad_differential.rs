@@ -9,12 +9,12 @@
 //! the same interpreter as the forward corpora, on the CPU and, when a device is present, on
 //! CUDA device 0, and compares every input's gradient with PyTorch's.
 //!
-//! Regenerate (needs PyTorch; its CPU build will do):
+//! Regenerate (needs PyTorch, its CPU build will do, and NumPy):
 //!
 //! ```sh
 //! cd crates/genesis/tests
-//! python3 gen_grad_cases.py --seed 71 --count 5000 --out data/grad-cases.json.gz
-//! python3 gen_grad_cases.py --seed 1071 --count 1600 --out data/grad-heldout.json.gz
+//! python3 gen_grad_cases.py --seed 71 --count 5600 --out data/grad-cases.json.gz
+//! python3 gen_grad_cases.py --seed 1071 --count 1800 --out data/grad-heldout.json.gz
 //! ```
 
 mod common;

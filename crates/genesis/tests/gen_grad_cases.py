@@ -10,8 +10,8 @@ norms), ties (`maximum`, `max`, `max_dim`), the bounds of `clamp`, `-inf` in `lo
 single element under `var`'s correction, repeated positions under indexing, and values outside
 a function's domain. Needs PyTorch (the CPU build will do) and NumPy; only to regenerate:
 
-    python3 gen_grad_cases.py --seed 71 --count 5600 --out data/grad-cases.json.gz
-    python3 gen_grad_cases.py --seed 1071 --count 1800 --out data/grad-heldout.json.gz
+    python3 gen_grad_cases.py --seed 71 --count 6400 --out data/grad-cases.json.gz
+    python3 gen_grad_cases.py --seed 1071 --count 2000 --out data/grad-heldout.json.gz
 
 The second set is held out (another seed), not looked at while fixing failures of the first.
 The oracle is PyTorch's autograd as of version 2.11 (the version the rest of the project is
@@ -543,7 +543,10 @@ def indexing(G):
         # it first), Genesis follows NumPy (genesis-index): such cases are left out.
         import numpy as np
         npy = tuple(i.numpy() if isinstance(i, torch.Tensor) else i for i in py)
-        if tuple(np.empty(s)[npy].shape) != tuple(torch.empty(s)[tuple(py)].shape):
+        n = math.prod(s)
+        a = np.arange(n).reshape(s)[npy]
+        b = torch.arange(n).reshape(s)[tuple(py)]
+        if tuple(a.shape) != tuple(b.shape) or a.reshape(-1).tolist() != b.reshape(-1).tolist():
             return None
         return op, {"items": items}, [G.data(s)], lambda t: t[0][tuple(py)]
     if op == "take_along_dim":
@@ -563,8 +566,33 @@ def indexing(G):
     return op, {"scalar": fmt(v), "kind": "float", "left": left}, [c, G.data(s)], f
 
 
+def nans(G):
+    """Ops over inputs holding NaN (and infinities): which operand or element PyTorch sends
+    the gradient to when a comparison is false both ways."""
+    # Not the products and scans: what PyTorch's formulas for them give around NaN and
+    # infinities (quotients of the product by each element) follows from how they are
+    # written, not from a convention.
+    fam = G.r.choice([binary, reduce_all, clamp, unary])
+    made = fam(G)
+    if made is None:
+        return None
+    op, args, ins, fn = made
+    if op in ("sort", "median", "topk"):
+        return None
+    out = []
+    for t in ins:
+        if t.dtype == F64 and t.numel():
+            t = t.clone().reshape(-1)
+            for i in range(t.numel()):
+                if G.r.random() < 0.25:
+                    t[i] = G.r.choice([float("nan"), float("inf"), float("-inf")])
+            t = t.reshape(ins[len(out)].shape)
+        out.append(t)
+    return op, args, out, fn
+
+
 FAMILIES = [unary, unary, binary, reduce_all, reduce_dim, reduce_dim, moments, clamp, combine,
-            more, more, more, more2, more2, indexing, indexing]
+            more, more, more, more2, more2, indexing, indexing, nans, nans]
 
 
 def make(G):

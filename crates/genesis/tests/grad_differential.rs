@@ -13,8 +13,8 @@
 //!
 //! ```sh
 //! cd crates/genesis/tests
-//! python3 gen_grad_cases.py --seed 71 --count 5600 --out data/grad-cases.json.gz
-//! python3 gen_grad_cases.py --seed 1071 --count 1800 --out data/grad-heldout.json.gz
+//! python3 gen_grad_cases.py --seed 71 --count 6400 --out data/grad-cases.json.gz
+//! python3 gen_grad_cases.py --seed 1071 --count 2000 --out data/grad-heldout.json.gz
 //! ```
 
 mod common;

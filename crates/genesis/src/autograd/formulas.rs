@@ -93,7 +93,8 @@ pub(crate) fn unary(
     let d = match op {
         UnaryOp::Neg => g.neg()?,
         UnaryOp::Abs => g.mul(&x.sign()?)?,
-        UnaryOp::Relu => g.mul(&x.gt_scalar(0.0)?.to_dtype(g.dtype())?)?,
+        // 0 where x <= 0 (PyTorch's threshold backward): a NaN input passes the gradient.
+        UnaryOp::Relu => Tensor::where_cond(&x.le_scalar(0.0)?, 0.0, g)?,
         UnaryOp::Exp => g.mul(out)?,
         UnaryOp::Log => g.div(x)?,
         UnaryOp::Sqrt => g.div(&out.mul(2.0)?)?,
@@ -203,21 +204,29 @@ pub(crate) fn binary(
             },
         ),
         BinaryOp::Maximum | BinaryOp::Minimum => {
-            // The larger (smaller) operand takes the gradient; ties split it in halves.
-            let (wins, ties) = match (op, b) {
-                (BinaryOp::Maximum, Operand2::Tensor(b)) => (a.gt(b)?, a.eq(b)?),
-                (_, Operand2::Tensor(b)) => (a.lt(b)?, a.eq(b)?),
-                (BinaryOp::Maximum, Operand2::Scalar(s)) => (a.gt_scalar(s)?, a.eq_scalar(s)?),
-                (_, Operand2::Scalar(s)) => (a.lt_scalar(s)?, a.eq_scalar(s)?),
-            };
-            let (wins, ties) = (wins.to_dtype(g.dtype())?, ties.to_dtype(g.dtype())?);
-            let half = g.mul(0.5)?.mul(&ties)?;
-            let ga = g.mul(&wins)?.add(&half)?;
-            let gb = match b {
-                Operand2::Tensor(_) if needs[1] => {
-                    let loses = wins.add(&ties)?.neg()?.add(1.0)?;
-                    Some(g.mul(&loses)?.add(&half)?)
+            // Each operand takes the gradient unless it loses (is smaller for maximum, larger
+            // for minimum); ties split it in halves. As PyTorch's: where a NaN makes every
+            // comparison false, both operands take it.
+            let (a_loses, b_loses, ties) = match (op, b) {
+                (BinaryOp::Maximum, Operand2::Tensor(b)) => (a.lt(b)?, a.gt(b)?, a.eq(b)?),
+                (_, Operand2::Tensor(b)) => (a.gt(b)?, a.lt(b)?, a.eq(b)?),
+                (BinaryOp::Maximum, Operand2::Scalar(s)) => {
+                    (a.lt_scalar(s)?, a.gt_scalar(s)?, a.eq_scalar(s)?)
                 }
+                (_, Operand2::Scalar(s)) => (a.gt_scalar(s)?, a.lt_scalar(s)?, a.eq_scalar(s)?),
+            };
+            let dt = g.dtype();
+            let keep = |loses: &Tensor| -> Result<Tensor> {
+                // 1 - loses - ties / 2
+                loses
+                    .to_dtype(dt)?
+                    .add(&ties.to_dtype(dt)?.mul(0.5)?)?
+                    .neg()?
+                    .add(1.0)
+            };
+            let ga = g.mul(&keep(&a_loses)?)?;
+            let gb = match b {
+                Operand2::Tensor(_) if needs[1] => Some(g.mul(&keep(&b_loses)?)?),
                 _ => None,
             };
             (Some(ga), gb)

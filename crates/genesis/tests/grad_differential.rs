@@ -145,17 +145,7 @@ fn run_file(file: &str, device: Device) -> Vec<String> {
 }
 
 fn run_all(file: &str) {
-    let _release = common::Release;
-    let mut failures = Vec::new();
-    for device in common::devices() {
-        failures.extend(run_file(file, device));
-    }
-    assert!(
-        failures.is_empty(),
-        "{} failing cases of {file}:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    common::run_corpus(file, run_file);
 }
 
 #[test]

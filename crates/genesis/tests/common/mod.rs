@@ -46,6 +46,23 @@ pub(crate) fn f64_values(t: &genesis::Tensor) -> Vec<f64> {
         .unwrap()
 }
 
+/// Runs the corpus `file` on every device ([`devices`]) through `run_file`, which returns the
+/// report lines of its failing cases, and fails listing them all.
+#[allow(dead_code)] // the corpus-driven test binaries
+pub(crate) fn run_corpus(file: &str, run_file: impl Fn(&str, Device) -> Vec<String>) {
+    let _release = Release;
+    let mut failures = Vec::new();
+    for device in devices() {
+        failures.extend(run_file(file, device));
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failing cases of {file}:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
 /// Gives cached device memory back when a test ends (even by panicking), so nothing is held
 /// at exit (compute-sanitizer's leak check).
 pub(crate) struct Release;

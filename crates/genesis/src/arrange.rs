@@ -488,16 +488,14 @@ impl Tensor {
                 op,
                 reason: format!("the result's size overflows ({size} times {repeats})"),
             })?;
-        if numel_of(op, &out_shape)? == 0 {
-            return Tensor::empty(&out_shape, x.dtype(), x.device());
-        }
-        // Dimension `d` followed by a stride-0 dimension of `repeats`: row-major, the result.
+        numel_of(op, &out_shape)?;
+        // Dimension `d` followed by a broadcast dimension of `repeats`: row-major, the result
+        // (one copy; recorded as an expand and a reshape, whose gradients sum the repeats).
         let mut shape = x.shape().to_vec();
-        let mut strides = x.strides().to_vec();
         shape.insert(d + 1, repeats);
-        strides.insert(d + 1, 0);
-        let layout = Layout::new(&shape, &strides, x.layout().offset());
-        x.copy_layout(&layout)?.reshape_any(&out_shape)
+        x.unsqueeze(d as isize + 1)?
+            .expand(&shape[..])?
+            .reshape(&out_shape[..])
     }
 
     /// Element `i` along `dim` repeated `repeats[i]` times (PyTorch's

@@ -893,8 +893,28 @@ impl Tensor {
         }
         let m = self.shape()[r - 1];
         if n == 0 {
-            let eye = Tensor::eye(m, None, self.dtype(), self.device())?;
-            return eye.expand(self.shape())?.contiguous();
+            // The identities, recorded with a zero gradient for `self` (PyTorch's result is
+            // part of the graph too).
+            let (shape, dtype, device) = (self.shape().to_vec(), self.dtype(), self.device());
+            return crate::autograd::op(
+                op,
+                &[self],
+                || {
+                    Tensor::eye(m, None, dtype, device)?
+                        .expand(&shape[..])?
+                        .contiguous()
+                },
+                |_| {
+                    let shape = self.shape().to_vec();
+                    Box::new(move |g, _| {
+                        Ok(vec![Some(Tensor::zeros(
+                            &shape[..],
+                            g.dtype(),
+                            g.device(),
+                        )?)])
+                    })
+                },
+            );
         }
         let (mut z, mut result, mut k) = (self.clone(), None::<Tensor>, n);
         while k > 0 {
@@ -978,27 +998,43 @@ impl Tensor {
             return Err(unsupported(op, self.dtype()));
         }
         let r = self.dtype();
-        let d = wrap_dim(op, dim.to_dim() as i64, self.dim())?;
-        // A scan of one element is the element, written `logaddexp(x, -inf)` so that its
-        // gradient is PyTorch's (NaN where the output is -inf, as for longer scans).
-        let lone = |x: &Tensor| x.logaddexp(&x.full_like(f64::NEG_INFINITY)?);
-        let Some(d) = d.filter(|_| self.dim() > 0) else {
-            return lone(self);
-        };
-        let mut acc = self.cast_to(opmath(r))?;
-        let n = acc.shape()[d];
-        if n == 1 {
-            return lone(&acc)?.cast_to(r);
-        }
-        let pos = positions(&acc, d)?;
-        let mut shift = 1;
-        while shift < n {
-            let valid = pos.ge(shift as f64)?;
-            let prev = shifted(&acc, d, shift)?;
-            acc = Tensor::where_cond(&valid, &prev.logaddexp(&acc)?, &acc)?;
-            shift *= 2;
-        }
-        acc.cast_to(r)
+        let d = wrap_dim(op, dim.to_dim() as i64, self.dim())?.unwrap_or(0);
+        let x = self.cast_to(opmath(r))?;
+        // PyTorch's gradient (its formula, so that its conventions at -inf hold): with `g`
+        // split by sign into logs (the lowest finite value where a part is absent),
+        // `exp(rlcse(log g+ - out) + x) - exp(rlcse(log g- - out) + x)`, `rlcse` the scan
+        // from the end: 0 at a -inf element after finite ones, NaN where the output is -inf.
+        crate::autograd::op(
+            op,
+            &[&x],
+            || log_cum_sum_exp(&x, d),
+            |out| {
+                let (xs, outs) = (
+                    crate::autograd::Saved::new(op, &x),
+                    crate::autograd::Saved::new(op, out),
+                );
+                Box::new(move |g, _| {
+                    let (x, out) = (xs.get()?, outs.get()?);
+                    if x.dim() == 0 || x.numel() == 0 {
+                        return Ok(vec![Some(g.mul(&out.sub(&x)?.exp()?)?)]);
+                    }
+                    let lowest = match x.dtype() {
+                        DType::F64 => f64::MIN,
+                        _ => f64::from(f32::MIN),
+                    };
+                    let log_g = g.abs()?.log()?;
+                    let part = |keep: Tensor| -> Result<Tensor> {
+                        let l = Tensor::where_cond(&keep, &log_g, lowest)?.sub(&out)?;
+                        let rev = log_cum_sum_exp(&l.flip([d as isize])?, d)?.flip([d as isize])?;
+                        rev.add(&x)?.exp()
+                    };
+                    let pos = part(g.gt_scalar(0.0)?)?;
+                    let neg = part(g.lt_scalar(0.0)?)?;
+                    Ok(vec![Some(pos.sub(&neg)?)])
+                })
+            },
+        )?
+        .cast_to(r)
     }
 
     /// [`Tensor::cummax`] (`max`) or [`Tensor::cummin`]: (value, index) pairs combined by
@@ -1380,6 +1416,25 @@ fn log_add_exp(a: &Tensor, b: &Tensor, two: bool) -> Result<Tensor> {
     let general = m.add(&d)?;
     let same_inf = a.isinf()?.logical_and(&a.eq(b)?)?;
     Tensor::where_cond(&same_inf, a, &general)
+}
+
+/// The inclusive log-sum-exp scan of `t` along `d` by doubling (a 0-d or empty `t` is
+/// itself).
+fn log_cum_sum_exp(t: &Tensor, d: usize) -> Result<Tensor> {
+    if t.dim() == 0 || t.numel() == 0 {
+        return t.contiguous();
+    }
+    let n = t.shape()[d];
+    let pos = positions(t, d)?;
+    let mut acc = t.contiguous()?;
+    let mut shift = 1;
+    while shift < n {
+        let valid = pos.ge(shift as f64)?;
+        let prev = shifted(&acc, d, shift)?;
+        acc = Tensor::where_cond(&valid, &prev.logaddexp(&acc)?, &acc)?;
+        shift *= 2;
+    }
+    Ok(acc)
 }
 
 /// `t` shifted `by` places forward along `d` (element `i` holds element `i - by`); the first

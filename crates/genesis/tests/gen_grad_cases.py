@@ -10,8 +10,8 @@ norms), ties (`maximum`, `max`, `max_dim`), the bounds of `clamp`, `-inf` in `lo
 single element under `var`'s correction, repeated positions under indexing, and values outside
 a function's domain. Needs PyTorch (the CPU build will do) and NumPy; only to regenerate:
 
-    python3 gen_grad_cases.py --seed 71 --count 7000 --out data/grad-cases.json.gz
-    python3 gen_grad_cases.py --seed 1071 --count 2200 --out data/grad-heldout.json.gz
+    python3 gen_grad_cases.py --seed 71 --count 8000 --out data/grad-cases.json.gz
+    python3 gen_grad_cases.py --seed 1071 --count 2500 --out data/grad-heldout.json.gz
 
 The second set is held out (another seed), not looked at while fixing failures of the first.
 The oracle is PyTorch's autograd as of version 2.11 (the version the rest of the project is
@@ -605,8 +605,130 @@ def half(G):
     return op, args, ins, fn
 
 
+def linalg(G):
+    op = G.r.choice(["mm", "mv", "dot", "addmm", "baddbmm", "trace", "diag", "diagflat",
+                     "diag_embed", "triu", "scatter", "split", "chunk", "squeeze", "unsqueeze",
+                     "flatten", "reshape", "hstack", "vstack", "sdpa", "rms_norm",
+                     "matrix_power", "inverse", "det", "logdet", "linalg_solve", "repeat_interleave", "frac", "index_copy", "vander", "inner"])
+    d = lambda *sh: G.data(list(sh))  # noqa: E731
+    ri = G.r.randint
+    if op == "mm":
+        n, k, m = ri(1, 4), ri(1, 4), ri(1, 4)
+        return op, {}, [d(n, k), d(k, m)], lambda t: t[0] @ t[1]
+    if op == "mv":
+        n, k = ri(1, 4), ri(1, 4)
+        return op, {}, [d(n, k), d(k)], lambda t: torch.mv(t[0], t[1])
+    if op == "dot":
+        k = ri(1, 5)
+        return op, {}, [d(k), d(k)], lambda t: torch.dot(t[0], t[1])
+    if op == "inner":
+        k = ri(1, 4)
+        return op, {}, [d(ri(1, 3), k), d(k)], lambda t: torch.inner(t[0], t[1])
+    if op in ("addmm", "baddbmm"):
+        beta, alpha = G.r.choice([1, 0.5, -2]), G.r.choice([1, 0.5])
+        if op == "addmm":
+            n, k, m = ri(1, 3), ri(1, 3), ri(1, 3)
+            ins = [d(n, m), d(n, k), d(k, m)]
+            fn = lambda t: torch.addmm(t[0], t[1], t[2], beta=beta, alpha=alpha)  # noqa: E731
+        else:
+            b, n, k, m = ri(1, 2), ri(1, 3), ri(1, 3), ri(1, 3)
+            ins = [d(b, n, m), d(b, n, k), d(b, k, m)]
+            fn = lambda t: torch.baddbmm(t[0], t[1], t[2], beta=beta, alpha=alpha)  # noqa: E731
+        return op, {"beta": fmt(beta), "alpha": fmt(alpha)}, ins, fn
+    if op == "trace":
+        return op, {}, [d(ri(1, 4), ri(1, 4))], lambda t: torch.trace(t[0])
+    if op == "diag":
+        off = ri(-1, 1)
+        x = d(ri(1, 4), ri(1, 4)) if G.r.random() < 0.5 else d(ri(1, 4))
+        return op, {"offset": off}, [x], lambda t: torch.diag(t[0], off)
+    if op == "diagflat":
+        off = ri(-1, 1)
+        return op, {"offset": off}, [d(ri(1, 3), ri(1, 3))], lambda t: torch.diagflat(t[0], off)
+    if op == "diag_embed":
+        off = ri(-1, 1)
+        return op, {"offset": off, "dim1": -2, "dim2": -1}, [d(ri(1, 2), ri(1, 3))], lambda t: torch.diag_embed(t[0], off, -2, -1)
+    if op == "triu":
+        k = ri(-1, 1)
+        return op, {"diagonal": k}, [d(ri(1, 3), ri(1, 4))], lambda t: torch.triu(t[0], k)
+    if op == "scatter":
+        n, m = ri(1, 3), ri(2, 4)
+        k = ri(1, m)
+        rows = [torch.randperm(m, generator=torch.Generator().manual_seed(G.r.randrange(1 << 30)))[:k] for _ in range(n)]
+        idx = torch.stack(rows)  # distinct positions in a row: one source per place
+        return op, {"dim": 1}, [d(n, m), idx, d(n, k)], lambda t: torch.scatter(t[0], 1, t[1], t[2])
+    if op in ("split", "chunk"):
+        n = ri(1, 5)
+        x = d(n, ri(1, 3))
+        if op == "split":
+            sz = ri(1, n)
+            return op, {"size": sz, "dim": 0}, [x], lambda t: torch.split(t[0], sz, 0)[0]
+        c = ri(1, 3)
+        return op, {"chunks": c, "dim": 0}, [x], lambda t: torch.chunk(t[0], c, 0)[0]
+    if op == "squeeze":
+        return op, {"dim": 1}, [d(ri(1, 3), 1, ri(1, 3))], lambda t: t[0].squeeze(1)
+    if op == "unsqueeze":
+        dm = ri(-3, 2)
+        return op, {"dim": dm}, [d(ri(1, 3), ri(1, 3))], lambda t: t[0].unsqueeze(dm)
+    if op == "flatten":
+        return op, {}, [d(ri(1, 3), ri(1, 3), ri(1, 2))], lambda t: t[0].flatten()
+    if op == "reshape":
+        a, b = ri(1, 3), ri(1, 4)
+        return op, {"shape": [b, a]}, [d(a, b)], lambda t: t[0].reshape(b, a)
+    if op in ("hstack", "vstack"):
+        n = ri(1, 3)
+        parts = [d(n, ri(1, 3)) if op == "hstack" else d(ri(1, 3), n) for _ in range(ri(1, 3))]
+        fn = torch.hstack if op == "hstack" else torch.vstack
+        return op, {}, parts, lambda t: fn(t)
+    if op == "sdpa":
+        b, h, lq, lk, e = ri(1, 2), ri(1, 2), ri(1, 4), ri(1, 4), ri(1, 4)
+        causal = G.r.random() < 0.5
+        if causal:
+            lk = lq
+        scale = G.r.choice([None, 0.5])
+        ins = [d(b, h, lq, e), d(b, h, lk, e), d(b, h, lk, e)]
+        return op, {"causal": causal, "scale": None if scale is None else fmt(scale)}, ins, lambda t: F.scaled_dot_product_attention(t[0], t[1], t[2], is_causal=causal, scale=scale)
+    if op == "rms_norm":
+        n, m = ri(1, 3), ri(1, 4)
+        x = d(n, m)
+        if G.r.random() < 0.3:
+            x = torch.zeros(n, m, dtype=F64)
+        wt = G.r.random() < 0.6
+        eps = G.r.choice([1e-6, 0.1])
+        ins = [x] + ([d(m)] if wt else [])
+        return op, {"shape": [m], "weight": wt, "eps": fmt(eps)}, ins, lambda t: F.rms_norm(t[0], [m], t[1] if wt else None, eps)
+    if op in ("matrix_power", "inverse", "det", "logdet", "linalg_solve"):
+        n = ri(1, 3)
+        if op == "matrix_power":
+            k = ri(0, 3)
+            return op, {"n": k}, [d(n, n)], lambda t: torch.linalg.matrix_power(t[0], k)
+        # Well-conditioned: the identity plus a small random part.
+        a = torch.eye(n, dtype=F64) * 2 + G.data([n, n]) * 0.3
+        if op == "inverse":
+            return op, {}, [a], lambda t: torch.linalg.inv(t[0])
+        if op == "det":
+            return op, {}, [a], lambda t: torch.linalg.det(t[0])
+        if op == "logdet":
+            return op, {}, [a], lambda t: torch.logdet(t[0])
+        return op, {}, [a, d(n)], lambda t: torch.linalg.solve(t[0], t[1])
+    if op == "repeat_interleave":
+        r = ri(0, 3)
+        dm = ri(0, 1)
+        return op, {"repeats": r, "dim": dm}, [d(ri(1, 3), ri(1, 3))], lambda t: torch.repeat_interleave(t[0], r, dm)
+    if op == "frac":
+        return op, {}, [G.data([ri(1, 4)], [0.5, -1.5, 2.0])], lambda t: torch.frac(t[0])
+    if op == "index_copy":
+        n, m = ri(2, 4), ri(1, 3)
+        k = ri(1, n)
+        idx = torch.randperm(n, generator=torch.Generator().manual_seed(G.r.randrange(1 << 30)))[:k]
+        return op, {"dim": 0}, [d(n, m), idx, d(k, m)], lambda t: t[0].index_copy(0, t[1], t[2])
+    if op == "vander":
+        return op, {"n": None, "increasing": True}, [d(ri(1, 4))], lambda t: torch.linalg.vander(t[0])
+    return None
+
+
 FAMILIES = [unary, unary, binary, reduce_all, reduce_dim, reduce_dim, moments, clamp, combine,
-            more, more, more, more2, more2, indexing, indexing, nans, nans, half, half]
+            more, more, more, more2, more2, indexing, indexing, nans, nans, half, half, linalg,
+            linalg]
 
 
 def make(G):

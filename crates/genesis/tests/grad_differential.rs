@@ -14,8 +14,8 @@
 //!
 //! ```sh
 //! cd crates/genesis/tests
-//! python3 gen_grad_cases.py --seed 71 --count 7000 --out data/grad-cases.json.gz
-//! python3 gen_grad_cases.py --seed 1071 --count 2200 --out data/grad-heldout.json.gz
+//! python3 gen_grad_cases.py --seed 71 --count 8000 --out data/grad-cases.json.gz
+//! python3 gen_grad_cases.py --seed 1071 --count 2500 --out data/grad-heldout.json.gz
 //! ```
 
 mod common;

@@ -19,15 +19,13 @@ measured against): where a later version changed a convention (`clamp` at its bo
 at x = 0), `make` writes 2.11's gradient.
 """
 import argparse
-import gzip
-import json
 import math
 import random
 
 import torch
 import torch.nn.functional as F
 
-from gen_torch_cases import enc, fmt
+from gen_torch_cases import enc, fmt, write_cases
 
 F64 = torch.float64
 
@@ -773,20 +771,14 @@ def main():
     p.add_argument("--out", required=True)
     a = p.parse_args()
     G = Gen(a.seed)
-    cases, counts = [], {}
-    while len(cases) < a.count:
+
+    def draw():
         c = make(G)
         if c is None:
-            continue
-        key = c["op"] if c["op"] not in ("unary", "binary") else c["args"]["op"]
-        c["id"] = "%s/%d" % (key, counts.get(key, 0))
-        counts[key] = counts.get(key, 0) + 1
-        cases.append(c)
-    doc = {"format": "genesis-grad-cases v1", "seed": a.seed, "count": a.count,
-           "oracle": "PyTorch %s" % torch.__version__, "families": counts, "cases": cases}
-    with gzip.open(a.out, "wt") as f:
-        json.dump(doc, f, separators=(",", ":"))
-    print("%d cases to %s: %s" % (len(cases), a.out, counts))
+            return None
+        return (c["op"] if c["op"] not in ("unary", "binary") else c["args"]["op"]), c
+
+    write_cases(a.out, "genesis-grad-cases v1", a.seed, a.count, draw)
 
 
 if __name__ == "__main__":

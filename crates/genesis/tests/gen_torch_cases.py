@@ -1349,24 +1349,36 @@ def main():
     G = Gen(a.seed)
     families = MORE_FAMILIES if a.more else FAMILIES
     fams = sorted(families)
-    cases, counts = [], {}
-    i = 0
-    while len(cases) < a.count:
-        fam = fams[i % len(fams)]
-        i += 1
+    state = {"i": 0}
+
+    def draw():
+        fam = fams[state["i"] % len(fams)]
+        state["i"] += 1
         fn, ops = families[fam]
         op = G.r.choice(ops)
         c = fn(G, op)
-        if c is None:
+        return None if c is None else (op, c)
+
+    write_cases(a.out, "genesis-facade-cases v1", a.seed, a.count, draw)
+
+
+def write_cases(out, format_name, seed, count, draw):
+    """Draws `count` cases (`draw()` gives `(family, case)` or None to skip), numbers each
+    within its family (`"family/k"`), and writes them gzipped in the corpus document."""
+    cases, counts = [], {}
+    while len(cases) < count:
+        drawn = draw()
+        if drawn is None:
             continue
-        c["id"] = "%s/%d" % (op, counts.get(op, 0))
-        counts[op] = counts.get(op, 0) + 1
+        key, c = drawn
+        c["id"] = "%s/%d" % (key, counts.get(key, 0))
+        counts[key] = counts.get(key, 0) + 1
         cases.append(c)
-    doc = {"format": "genesis-facade-cases v1", "seed": a.seed, "count": a.count,
+    doc = {"format": format_name, "seed": seed, "count": count,
            "oracle": "PyTorch %s" % torch.__version__, "families": counts, "cases": cases}
-    with gzip.open(a.out, "wt") as f:
+    with gzip.open(out, "wt") as f:
         json.dump(doc, f, separators=(",", ":"))
-    print("%d cases to %s: %s" % (len(cases), a.out, counts))
+    print("%d cases to %s: %s" % (len(cases), out, counts))
 
 
 if __name__ == "__main__":

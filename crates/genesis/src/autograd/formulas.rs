@@ -216,13 +216,10 @@ pub(crate) fn binary(
                 (_, Operand2::Scalar(s)) => (a.gt_scalar(s)?, a.lt_scalar(s)?, a.eq_scalar(s)?),
             };
             let dt = g.dtype();
+            let half_ties = ties.to_dtype(dt)?.mul(0.5)?;
+            // 1 - loses - ties / 2
             let keep = |loses: &Tensor| -> Result<Tensor> {
-                // 1 - loses - ties / 2
-                loses
-                    .to_dtype(dt)?
-                    .add(&ties.to_dtype(dt)?.mul(0.5)?)?
-                    .neg()?
-                    .add(1.0)
+                loses.to_dtype(dt)?.add(&half_ties)?.neg()?.add(1.0)
             };
             let ga = g.mul(&keep(&a_loses)?)?;
             let gb = match b {

@@ -122,7 +122,7 @@ fn test() -> DynResult {
 /// The test targets that call public entry points with invalid, extreme or untrusted input
 /// (each crate's `bad_input`, and the facade's sweeps of extreme shapes, files, options and
 /// numbers): run in the debug and in the release build.
-const BAD_INPUT_SWEEPS: [&str; 8] = [
+const BAD_INPUT_SWEEPS: [&str; 9] = [
     "bad_input",
     "checked_limits",
     "empty_extremes",
@@ -131,6 +131,7 @@ const BAD_INPUT_SWEEPS: [&str; 8] = [
     "print_options",
     "mask_assign",
     "scalar_rules",
+    "fuzz_ops",
 ];
 
 fn ci() -> DynResult {

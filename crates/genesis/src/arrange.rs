@@ -525,11 +525,11 @@ impl Tensor {
         }
         let (x, d) = self.interleave_dim(op, dim)?;
         let size = x.shape()[d];
-        let mut counts = repeats.to_dtype(DType::I64)?.to_vec::<i64>()?;
-        if counts.len() == 1 && size != 1 {
-            counts = vec![counts[0]; size];
-        }
-        if counts.len() != size {
+        let counts = repeats.to_dtype(DType::I64)?.to_vec::<i64>()?;
+        // One count for every element: not spread into a list as long as the dimension (which
+        // an empty tensor may have of 2^40).
+        let single = counts.len() == 1 && size != 1;
+        if !single && counts.len() != size {
             return Err(Error::InvalidArgument {
                 op,
                 reason: format!(
@@ -538,21 +538,30 @@ impl Tensor {
                 ),
             });
         }
+        let overflow = || Error::InvalidArgument {
+            op,
+            reason: "the result's size overflows".into(),
+        };
         let mut total = 0usize;
         for &c in &counts {
             let c = usize::try_from(c).map_err(|_| Error::InvalidArgument {
                 op,
                 reason: format!("repeats can not be negative (got {c})"),
             })?;
-            total = total.checked_add(c).ok_or_else(|| Error::InvalidArgument {
-                op,
-                reason: "the result's size overflows".into(),
-            })?;
+            total = if single {
+                c.checked_mul(size).ok_or_else(overflow)?
+            } else {
+                total.checked_add(c).ok_or_else(overflow)?
+            };
         }
         // The row of every output position, on the host (an error when it cannot hold them).
         let mut rows: Vec<i64> = pieces(total)?;
-        for (i, &c) in counts.iter().enumerate() {
-            rows.extend(std::iter::repeat_n(i as i64, c as usize));
+        if total > 0 {
+            // (With a single count, `size` is at most `total` here.)
+            for i in 0..size {
+                let c = counts[if single { 0 } else { i }];
+                rows.extend(std::iter::repeat_n(i as i64, c as usize));
+            }
         }
         let idx = Tensor::from_slice(&rows, [rows.len()], x.device())?;
         x.index_select(d as isize, &idx)

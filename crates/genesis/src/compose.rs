@@ -130,9 +130,13 @@ impl Tensor {
             return Err(bad(op, "a 0-d tensor has no dimension to unbind"));
         }
         let d = wrap_dim(op, dim.to_dim() as i64, self.dim())?.unwrap_or(0);
-        (0..self.shape()[d])
-            .map(|i| self.narrow(d as isize, i, 1)?.squeeze(d as isize))
-            .collect()
+        // As many views as the dimension is long: their list is checked like a tensor (an
+        // empty tensor may have a dimension of 2^40).
+        let mut out = crate::arrange::pieces(self.shape()[d])?;
+        for i in 0..self.shape()[d] {
+            out.push(self.narrow(d as isize, i, 1)?.squeeze(d as isize)?);
+        }
+        Ok(out)
     }
 
     /// `self` with at least `n` dimensions, PyTorch's `atleast_1d`/`_2d`/`_3d` rule: a 0-d
@@ -253,6 +257,11 @@ impl Tensor {
         let op = "tensordot";
         let da = unique_dims(op, &dims_self, self.dim())?;
         let db = unique_dims(op, &dims_other, other.dim())?;
+        // A 0-d tensor takes dimension 0 elsewhere, but has none to contract (PyTorch: "the
+        // tensor has no dimensions").
+        if (self.dim() == 0 && !da.is_empty()) || (other.dim() == 0 && !db.is_empty()) {
+            return Err(bad(op, "a 0-d tensor has no dimension to contract"));
+        }
         if da.len() != db.len() {
             return Err(bad(
                 op,
@@ -289,7 +298,11 @@ impl Tensor {
         }
         let free_a: Vec<usize> = (0..this.dim()).filter(|d| !da.contains(d)).collect();
         let free_b: Vec<usize> = (0..other.dim()).filter(|d| !db.contains(d)).collect();
-        let size = |t: &Tensor, ds: &[usize]| ds.iter().map(|&d| t.shape()[d]).product::<usize>();
+        // Saturating: an empty tensor may have huge dimensions (the reshapes then decide).
+        let size = |t: &Tensor, ds: &[usize]| {
+            ds.iter()
+                .fold(1usize, |n, &d| n.saturating_mul(t.shape()[d]))
+        };
         let (m, k, n) = (size(this, &free_a), size(this, &da), size(other, &free_b));
         let pa: Vec<isize> = free_a.iter().chain(&da).map(|&d| d as isize).collect();
         let pb: Vec<isize> = db.iter().chain(&free_b).map(|&d| d as isize).collect();
@@ -609,6 +622,15 @@ impl Tensor {
         let n = self.shape()[rank - 2];
         let mut square = self.shape().to_vec();
         square.push(n);
+        // The result ([.., n + |offset|, n + |offset|]) is checked before any step builds it.
+        let side = usize::try_from(offset.unsigned_abs())
+            .ok()
+            .and_then(|k| k.checked_add(n))
+            .ok_or_else(|| bad(op, format!("offset {offset} is too large")))?;
+        let mut result = square.clone();
+        result[rank - 2] = side;
+        result[rank - 1] = side;
+        crate::tensor::check_result_size(&result, self.dtype())?;
         // Each value followed by n zeros, flattened: value i lands at i (n + 1) = (i, i) of
         // the n x n matrix the first n * n elements make.
         let k = offset.unsigned_abs() as i64;
@@ -718,7 +740,11 @@ impl Tensor {
             })
             .map(|b| b.and_then(|b| b.cast_to(dtype)))
             .collect::<Result<_>>()?;
-        let cols: usize = blocks.iter().map(|b| b.shape()[1]).sum();
+        let cols = blocks
+            .iter()
+            .try_fold(0usize, |n, b| n.checked_add(b.shape()[1]))
+            .filter(|&n| n <= isize::MAX as usize)
+            .ok_or_else(|| bad("block_diag", "the blocks' columns overflow a dimension"))?;
         let mut before = 0usize;
         let mut rows = Vec::with_capacity(blocks.len());
         for b in &blocks {
@@ -1047,7 +1073,9 @@ impl Tensor {
         max: bool,
     ) -> Result<(Tensor, Tensor)> {
         let d = wrap_dim(op, dim.to_dim() as i64, self.dim())?;
-        let Some(d) = d.filter(|_| self.dim() > 0) else {
+        // A 0-d tensor is its own extreme; an empty one has none (and no positions to make,
+        // however long the dimension).
+        let Some(d) = d.filter(|_| self.dim() > 0 && self.numel() > 0) else {
             let zero = Tensor::zeros(self.shape(), DType::I64, self.device())?;
             return Ok((self.contiguous()?, zero));
         };
@@ -1155,6 +1183,20 @@ impl Tensor {
                 ),
             ));
         }
+        // The result's size is checked before the first step: a huge pad is refused, not
+        // built a dimension at a time (nor its index list made).
+        let mut out = self.shape().to_vec();
+        for k in 0..pairs {
+            let d = rank - 1 - k;
+            let len = (out[d] as i64)
+                .checked_add(pads[2 * k])
+                .and_then(|v| v.checked_add(pads[2 * k + 1]));
+            match len.and_then(|v| usize::try_from(v).ok()) {
+                Some(v) => out[d] = v,
+                None => break, // refused below, naming the dimension
+            }
+        }
+        crate::tensor::check_result_size(&out, self.dtype())?;
         let mut x = self.clone();
         for k in 0..pairs {
             let d = rank - 1 - k;
@@ -1201,15 +1243,23 @@ impl Tensor {
                             ),
                         ));
                     }
-                    let idx: Vec<i64> = (-l..n + r)
-                        .map(|j| match mode {
-                            PadMode::Reflect if j < 0 => -j,
-                            PadMode::Reflect if j >= n => 2 * (n - 1) - j,
-                            PadMode::Replicate => j.clamp(0, n - 1),
-                            PadMode::Circular => j.rem_euclid(n),
-                            _ => j,
-                        })
-                        .collect();
+                    if x1.numel() == 0 {
+                        // Nothing to gather (another dimension is 0): the empty result's
+                        // shape, without a list of every padded position.
+                        let mut shape = x1.shape().to_vec();
+                        shape[d] = len as usize;
+                        x = x1.narrow(d as isize, 0, 0)?.reshape(shape.as_slice())?;
+                        continue;
+                    }
+                    // The index list is checked like a tensor (its length is the result's).
+                    let mut idx = crate::arrange::pieces::<i64>(len as usize)?;
+                    idx.extend((-l..n + r).map(|j| match mode {
+                        PadMode::Reflect if j < 0 => -j,
+                        PadMode::Reflect if j >= n => 2 * (n - 1) - j,
+                        PadMode::Replicate => j.clamp(0, n - 1),
+                        PadMode::Circular => j.rem_euclid(n),
+                        _ => j,
+                    }));
                     let idx = Tensor::from_slice(&idx, [len as usize], crate::Device::Cpu)?
                         .to(x1.device())?;
                     x1.index_select(d as isize, &idx)?
@@ -1367,6 +1417,8 @@ impl Tensor {
             .ok_or_else(|| bad("triangle indices", format!("{rows} x {cols} is too large")))?;
         rs.try_reserve(n.min(1 << 24))
             .map_err(|_| bad("triangle indices", "out of host memory"))?;
+        // No positions (a side of 0) walks no rows: a huge `rows` with no columns is not a loop.
+        let rows = if n == 0 { 0 } else { rows };
         for r in 0..rows as i64 {
             for c in 0..cols as i64 {
                 if keep(r, c) {

@@ -348,7 +348,8 @@ impl Tensor {
                 (Some(x), _) | (None, Some(x)) => x,
                 (None, None) => 1,
             };
-            let prod = |ls: &[Label]| ls.iter().map(|&l| local(l)).product::<usize>();
+            // Saturating: an empty operand may have huge dimensions (the reshapes then decide).
+            let prod = |ls: &[Label]| ls.iter().fold(1usize, |n, &l| n.saturating_mul(local(l)));
             let (bs, m, kk, nn) = (prod(&batch), prod(&a_only), prod(&summed), prod(&b_only));
             let a_order: Vec<Label> = [&batch[..], &a_only, &summed].concat();
             let b_order: Vec<Label> = [&batch[..], &summed, &b_only].concat();

@@ -345,7 +345,9 @@ impl Tensor {
                 Box::new(move |g, _| {
                     use crate::autograd::spread;
                     let (x, y) = (x.get()?, y.get()?);
-                    let n: usize = reduced.iter().map(|&d| shape[d]).product();
+                    let n = reduced
+                        .iter()
+                        .fold(1usize, |n, &d| n.saturating_mul(shape[d]));
                     let keep: Vec<isize> = reduced.iter().map(|&d| d as isize).collect();
                     let centred = x.sub(&x.mean_dim(&keep[..], true)?)?;
                     let g = spread(g, &shape, &reduced, keepdim)?;
@@ -807,10 +809,11 @@ impl Tensor {
         let dim = wrap_dim(name, dim.to_dim() as i64, self.dim())?.unwrap_or(0);
         // An index into a tensor with no elements elsewhere selects nothing, so no kernel
         // reads it: its values are checked here, as PyTorch checks them.
+        // (Saturating: the others of an empty tensor may be huge.)
         let others: usize = (0..self.dim())
             .filter(|&d| d != dim)
             .map(|d| self.shape()[d])
-            .product();
+            .fold(1usize, |n, d| n.saturating_mul(d));
         if others == 0 && index.numel() > 0 {
             check_index_range(name, &index.cast_to(DType::I64)?, self.shape()[dim])?;
         }
@@ -1408,11 +1411,12 @@ fn strided_operand(t: &Tensor) -> Result<(Arc<Storage>, usize, Vec<usize>)> {
     }
 }
 
-/// Row-major strides of `shape`.
+/// Row-major strides of `shape` (saturating: a shape with no elements may have a huge
+/// dimension, and then no stride is used).
 fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
     let mut s = vec![1usize; shape.len()];
     for i in (0..shape.len().saturating_sub(1)).rev() {
-        s[i] = s[i + 1] * shape[i + 1];
+        s[i] = s[i + 1].saturating_mul(shape[i + 1]);
     }
     s
 }
@@ -1434,7 +1438,9 @@ fn on_device(s: Storage, device: Device) -> Result<Storage> {
 /// (`Storage::rows_by_key`): the same bits on the CPU and the GPU, run after run.
 fn rows_by_index(shape: &[usize], idx: &Tensor, g: &Tensor) -> Result<Tensor> {
     let n = idx.numel();
-    let cols: usize = g.shape()[1..].iter().product();
+    let cols = g.shape()[1..]
+        .iter()
+        .fold(1usize, |n, &d| n.saturating_mul(d));
     let (keys, perm) = idx.reshape([-1])?.sort(0, false)?;
     let g = g.contiguous()?;
     let plan = genesis_kernels::gather::RowsByKey {
@@ -1644,6 +1650,12 @@ impl Tensor {
         } else {
             Tensor::cat(&parts, d as isize)?
         };
+        if x.numel() == 0 {
+            // Each difference shortens the dimension by one, and there is nothing to subtract:
+            // the result at once (a dimension of 2^62 was walked one difference at a time).
+            let len = x.shape()[d];
+            return x.narrow(d, 0, len - n.min(len));
+        }
         for _ in 0..n {
             let len = x.shape()[d];
             if len == 0 {

@@ -165,10 +165,18 @@ fn each_lu<T: Real>(
     m: usize,
     mut f: impl FnMut(usize, &[T], &[usize], Option<usize>) -> Result<()>,
 ) -> Result<()> {
+    // No matrices (an empty batch, or empty matrices): nothing to factor, and no work buffer
+    // of a huge empty matrix's size.
+    let batch = m
+        .checked_mul(m)
+        .and_then(|mm| a.numel().checked_div(mm))
+        .unwrap_or(0);
+    if batch == 0 {
+        return Ok(());
+    }
     let data = a.to_vec::<T>()?;
     let mut work = vec![T::zero(); m * m];
     let mut piv = vec![0; m];
-    let batch = a.numel().checked_div(m * m).unwrap_or(0);
     for b in 0..batch {
         work.copy_from_slice(&data[b * m * m..(b + 1) * m * m]);
         let zero = lu_in_place(&mut work, m, &mut piv);
@@ -216,7 +224,7 @@ fn solve_host<T: Real>(op: &'static str, a: &Tensor, b: &Tensor, inverse: bool) 
     let m = a.shape()[a.dim() - 1];
     let k = b.shape()[b.dim() - 1];
     let mut out = b.to_vec::<T>()?;
-    let batched = a.numel() > m * m;
+    let batched = a.numel() > m.saturating_mul(m);
     each_lu::<T>(a, m, |i, lu, piv, zero| {
         if let Some(z) = zero {
             return Err(if inverse {
@@ -246,7 +254,8 @@ fn solve_any(op: &'static str, a: &Tensor, b: &Tensor, inverse: bool) -> Result<
 /// in its dtype; the sign is 0 and the log -inf for a singular matrix.
 fn slogdet_host<T: Real>(a: &Tensor, m: usize) -> Result<(Tensor, Tensor)> {
     let batch_shape = &a.shape()[..a.dim() - 2];
-    let batch: usize = batch_shape.iter().product();
+    // The results' size checked before their buffers (a batch of 2^40 empty matrices).
+    let batch = crate::tensor::check_result_size(batch_shape, a.dtype())?;
     let (mut sign, mut log) = (vec![T::one(); batch], vec![T::zero(); batch]);
     each_lu::<T>(a, m, |i, lu, piv, zero| {
         if zero.is_some() {
@@ -281,7 +290,8 @@ fn slogdet_host<T: Real>(a: &Tensor, m: usize) -> Result<(Tensor, Tensor)> {
 /// the order `getrf` leaves it, signed by the row swaps (0 for a singular matrix).
 fn det_host<T: Real>(a: &Tensor, m: usize) -> Result<Tensor> {
     let batch_shape = &a.shape()[..a.dim() - 2];
-    let batch: usize = batch_shape.iter().product();
+    // The result's size checked before its buffer (a batch of 2^40 empty matrices).
+    let batch = crate::tensor::check_result_size(batch_shape, a.dtype())?;
     let mut det = vec![T::one(); batch];
     each_lu::<T>(a, m, |i, lu, piv, _| {
         let mut d = T::one();
@@ -330,6 +340,11 @@ impl Tensor {
             &[self],
             || {
                 let a = host(self)?;
+                if a.numel() == 0 {
+                    // No matrices, or empty ones: the empty result, without an identity of
+                    // the (maybe huge) matrix size.
+                    return back(a, self);
+                }
                 let eye = Tensor::eye(m, None, a.dtype(), Device::Cpu)?
                     .expand(a.shape())?
                     .contiguous()?;

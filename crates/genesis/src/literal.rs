@@ -328,7 +328,10 @@ impl Tensor {
     pub fn to_vec2<T: Element>(&self) -> Result<Vec<Vec<T>>> {
         let [r, c] = self.rank_shape::<2>("to_vec2")?;
         let flat = T::read(self, "to_vec2")?;
-        Ok((0..r).map(|i| flat[i * c..(i + 1) * c].to_vec()).collect())
+        // One vector a row, counted like elements: an empty tensor may have 2^63 rows.
+        let mut rows = crate::arrange::pieces(r)?;
+        rows.extend((0..r).map(|i| flat[i * c..(i + 1) * c].to_vec()));
+        Ok(rows)
     }
 
     /// The elements of a 3-d tensor as nested rows, copied to the host.
@@ -336,13 +339,17 @@ impl Tensor {
     pub fn to_vec3<T: Element>(&self) -> Result<Vec<Vec<Vec<T>>>> {
         let [a, b, c] = self.rank_shape::<3>("to_vec3")?;
         let flat = T::read(self, "to_vec3")?;
-        Ok((0..a)
-            .map(|i| {
-                (0..b)
-                    .map(|j| flat[(i * b + j) * c..(i * b + j + 1) * c].to_vec())
-                    .collect()
-            })
-            .collect())
+        // One vector a row, counted like elements: an empty tensor may have 2^63 of them.
+        let inner = a.saturating_mul(b);
+        let bytes = inner.saturating_mul(std::mem::size_of::<Vec<T>>());
+        genesis_storage::check_host_bytes(bytes)?;
+        let mut out = crate::arrange::pieces(a)?;
+        for i in 0..a {
+            let mut rows = crate::arrange::pieces(b)?;
+            rows.extend((0..b).map(|j| flat[(i * b + j) * c..(i * b + j + 1) * c].to_vec()));
+            out.push(rows);
+        }
+        Ok(out)
     }
 
     fn rank_shape<const R: usize>(&self, op: &'static str) -> Result<[usize; R]> {

@@ -306,10 +306,12 @@ impl Tensor {
             || {
                 let wt = weight.t()?;
                 match bias {
-                    // The bias added by the product (in its kernel where it can).
+                    // The bias added by the product (in its kernel where it can; the narrow
+                    // integers, which the add kernels lack, through the facade's add).
                     Some(b)
                         if b.dtype() == self.dtype()
                             && b.dtype() == weight.dtype()
+                            && crate::promote::has_kernels(b.dtype())
                             && b.device() == self.device()
                             && (b.numel() <= 1 || b.strides()[0] == 1) =>
                     {

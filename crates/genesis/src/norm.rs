@@ -39,6 +39,41 @@ fn check_affine(op: &'static str, t: Option<&Tensor>, shape: &[usize]) -> Result
     }
 }
 
+/// `t` in float32 when it is float16 or bfloat16 (the dtype the norms compute those in, as
+/// PyTorch's kernels do), else `t`.
+fn widened(t: &Tensor) -> Result<Tensor> {
+    if matches!(t.dtype(), crate::DType::F16 | crate::DType::BF16) {
+        t.to_dtype(crate::DType::F32)
+    } else {
+        Ok(t.clone())
+    }
+}
+
+/// The dtype of a norm of `x` with the affine parameters: that of `x * weight + bias`
+/// (PyTorch's `result_type`, a dimensioned `x` against each parameter in turn), probed with
+/// one-element broadcast views.
+fn affine_result_type(
+    x: &Tensor,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+) -> Result<crate::DType> {
+    let probe = |d: crate::DType| Tensor::zeros((), d, crate::Device::Cpu)?.expand(x.shape());
+    let mut dtype = x.dtype();
+    for p in [weight, bias].into_iter().flatten() {
+        dtype = crate::result_type(&probe(dtype)?, p);
+    }
+    Ok(dtype)
+}
+
+/// `t` in `dtype` (itself when it is of it).
+fn in_dtype(t: Tensor, dtype: crate::DType) -> Result<Tensor> {
+    if t.dtype() == dtype {
+        Ok(t)
+    } else {
+        t.to_dtype(dtype)
+    }
+}
+
 /// A tensor's storage and first element, as the storage-level kernels take them.
 fn at(t: &Tensor) -> (&genesis_storage::Storage, usize) {
     (t.view.storage().as_ref(), t.layout().offset())
@@ -201,8 +236,11 @@ impl Tensor {
             op,
             &inputs,
             || {
-                let mean = self.mean_dim(&dims[..], true)?;
-                let centred = self.sub(&mean)?;
+                // float16 and bfloat16 in float32 (PyTorch's accumulate type), rounded once at
+                // the end: a square of a half value beyond 256 would overflow its dtype.
+                let x = widened(self)?;
+                let mean = x.mean_dim(&dims[..], true)?;
+                let centred = x.sub(&mean)?;
                 let var = centred.square()?.mean_dim(&dims[..], true)?;
                 let rstd = var.add(eps)?.rsqrt()?;
                 let mut y = centred.mul(&rstd)?;
@@ -212,6 +250,11 @@ impl Tensor {
                 if let Some(b) = bias {
                     y = y.add(b)?;
                 }
+                let y = if x.dtype() == self.dtype() {
+                    y
+                } else {
+                    in_dtype(y, affine_result_type(self, weight, bias)?)?
+                };
                 *kept.borrow_mut() = Some((mean, rstd));
                 Ok(y)
             },
@@ -390,7 +433,10 @@ impl Tensor {
     ) -> Option<genesis_kernels::layernorm::LayerNormShape> {
         use genesis_kernels::layernorm::{LayerNormShape, MAX_COLS};
         let dtype = self.dtype();
-        let cols: usize = normalized_shape.iter().product();
+        // Saturating: a huge `normalized_shape` of an empty input is beyond `MAX_COLS` anyway.
+        let cols = normalized_shape
+            .iter()
+            .fold(1usize, |n, &d| n.saturating_mul(d));
         let suits = matches!(
             dtype,
             crate::DType::F32 | crate::DType::F16 | crate::DType::BF16
@@ -556,12 +602,11 @@ impl Tensor {
             op,
             &inputs,
             || {
-                let rstd = self
-                    .square()?
-                    .mean_dim(&dims[..], true)?
-                    .add(eps)?
-                    .rsqrt()?;
-                let mut y = self.mul(&rstd)?;
+                // As PyTorch: float16 and bfloat16 normalised in float32 and rounded to their
+                // dtype (`type_as`) before the weight multiplies.
+                let x = widened(self)?;
+                let rstd = x.square()?.mean_dim(&dims[..], true)?.add(eps)?.rsqrt()?;
+                let mut y = in_dtype(x.mul(&rstd)?, self.dtype())?;
                 if let Some(w) = weight {
                     y = y.mul(w)?;
                 }

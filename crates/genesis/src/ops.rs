@@ -293,11 +293,10 @@ impl Tensor {
             return a.binary_out(op, &b, out);
         }
         let same = self.dtype() == other.dtype() && other.dtype() == out.dtype();
-        if !same || !has_kernels(self.dtype()) || (op == BinaryOp::Div && !self.dtype().is_float())
-        {
-            // Mixed dtypes, a dtype without kernels (computed wider), or a true division of
-            // integers: the op promotes as PyTorch's does, and its result is cast into `out`
-            // when PyTorch's `can_cast` allows it.
+        if !same || !has_kernels(self.dtype()) || (op.float_only() && !self.dtype().is_float()) {
+            // Mixed dtypes, a dtype without kernels (computed wider), or an op of float
+            // results (true division, atan2, hypot) of integers: the op promotes as PyTorch's
+            // does, and its result is cast into `out` when PyTorch's `can_cast` allows it.
             self.check_device(name, other)?;
             let shape = broadcast_shape(name, self.shape(), other.shape())?;
             check_out_shape_device(name, self, &shape, out)?;

@@ -67,7 +67,9 @@ impl Tensor {
                 Box::new(move |g, _| {
                     let g = crate::autograd::spread(g, &shape, &reduced, keepdim)?;
                     let g = if op == ReduceOp::Mean {
-                        let count: usize = reduced.iter().map(|&d| shape[d]).product();
+                        let count = reduced
+                            .iter()
+                            .fold(1usize, |n, &d| n.saturating_mul(shape[d]));
                         g.div(count as f64)?
                     } else {
                         g

@@ -390,7 +390,11 @@ fn unravel(positions: Storage, shape: &[usize]) -> Result<Vec<Tensor>> {
             rest.to_vec()
         } else {
             let mut h = rest[..MAX_INDEX_DIMS - 1].to_vec();
-            h.push(rest[MAX_INDEX_DIMS - 1..].iter().product());
+            h.push(
+                rest[MAX_INDEX_DIMS - 1..]
+                    .iter()
+                    .fold(1usize, |n, &d| n.saturating_mul(d)),
+            );
             h
         };
         let k = head.len();

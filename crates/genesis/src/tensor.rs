@@ -45,6 +45,15 @@ pub(crate) fn numel_of(_op: &'static str, shape: &[usize]) -> Result<usize> {
     Ok(genesis_storage::checked_numel(shape)?)
 }
 
+/// [`Error::OutOfMemory`] (or a shape error) unless the host can hold a tensor of `shape` and
+/// `dtype`: the check an op that builds its result in steps makes before the first step, so
+/// that a result too large is refused before intermediates of gigabytes are made.
+pub(crate) fn check_result_size(shape: &[usize], dtype: DType) -> Result<usize> {
+    let n = genesis_storage::checked_numel(shape)?;
+    genesis_storage::check_host_bytes(n.saturating_mul(dtype.size()))?;
+    Ok(n)
+}
+
 impl Tensor {
     #[track_caller]
     pub(crate) fn from_storage(storage: Storage, shape: &[usize]) -> Result<Tensor> {

@@ -356,15 +356,18 @@ pub(crate) fn scalar_lhs(
 }
 
 /// The dimensions of `x` a reduction over `dims` reduces (`None` or an empty list: all),
-/// sorted, negative ones wrapped.
+/// sorted, negative ones wrapped. A 0-d tensor has none (its dimension 0 or -1 is itself).
 pub(crate) fn reduced_dims(x: &Tensor, dims: Option<&[isize]>) -> Result<Vec<usize>> {
     let rank = x.dim();
     let mut out = match dims {
         None | Some([]) => (0..rank).collect::<Vec<_>>(),
         Some(ds) => ds
             .iter()
-            .map(|&d| Ok(crate::args::wrap_dim("sum", d as i64, rank)?.unwrap_or(0)))
-            .collect::<Result<Vec<_>>>()?,
+            .map(|&d| crate::args::wrap_dim("sum", d as i64, rank))
+            .collect::<Result<Vec<_>>>()?
+            .into_iter()
+            .flatten()
+            .collect(),
     };
     out.sort_unstable();
     out.dedup();

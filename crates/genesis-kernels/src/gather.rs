@@ -79,6 +79,15 @@ impl Along {
         {
             return Err(bad("a stride list of another rank".into()));
         }
+        // The positions must be countable (`numel`): an empty shape may have huge other sizes.
+        if !shape.contains(&0)
+            && shape
+                .iter()
+                .try_fold(1usize, |n, &s| n.checked_mul(s))
+                .is_none()
+        {
+            return Err(bad(format!("{shape:?}: the count of positions overflows")));
+        }
         let mut d = Along {
             shape: [1; ALONG_MAX_DIMS],
             idx_stride: [0; ALONG_MAX_DIMS],
@@ -128,10 +137,15 @@ impl Along {
 
     /// Positions of the iteration.
     pub fn numel(&self) -> usize {
-        self.shape[..self.rank as usize]
+        let shape = &self.shape[..self.rank as usize];
+        if shape.contains(&0) {
+            return 0;
+        }
+        // Checked in `new`; saturating all the same.
+        shape
             .iter()
-            .map(|&s| s as usize)
-            .product()
+            .try_fold(1usize, |n, &s| n.checked_mul(s as usize))
+            .unwrap_or(usize::MAX)
     }
 
     /// Elements each operand must hold: (index, other operand, target), 0 when there are no
@@ -158,7 +172,9 @@ impl Along {
                     .and_then(|x| last.checked_add(x))
                     .ok_or_else(over)?;
             }
-            usize::try_from(last + 1).map_err(|_| over())
+            last.checked_add(1)
+                .and_then(|end| usize::try_from(end).ok())
+                .ok_or_else(over)
         };
         let tgt = if self.size == 0 {
             0
@@ -357,6 +373,11 @@ pub fn rows_by_key<T: FusedElement>(
                 reason: format!("keys out of order at position {j}"),
             });
         }
+    }
+    if keys.is_empty() {
+        // No row to add: `out` stays as it is (and `cols`, which an empty input does not
+        // bound, sizes no accumulator).
+        return Ok(());
     }
     let c = shape.cols;
     let zero = T::Acc::of_f64(0.0);

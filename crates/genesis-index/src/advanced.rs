@@ -39,7 +39,7 @@ fn desc(p: &IndexPlan, adv: &Advanced) -> Option<IndexDesc> {
         res_stride: [0; MAX_INDEX_DIMS],
         adv_stride: [0; MAX_INDEX_DIMS],
         base: p.view.offset() as i64,
-        nb: adv.index_shape.iter().product::<usize>() as i64,
+        nb: crate::numel(&adv.index_shape) as i64,
         rank: rank as i32,
         pos: adv.position as i32,
         k: k as i32,
@@ -125,8 +125,11 @@ fn rows16_of(view: &Layout, nrows: usize, size: usize) -> Option<genesis_kernels
         .zip(&strides[1..])
         .zip(row.strides())
         .all(|((&d, &s), &c)| d == 1 || s == c);
-    let row_bytes = row.numel() * size;
-    let (base_bytes, stride_bytes) = (view.offset() * size, strides[0].max(0) as usize * size);
+    // Products that overflow (an empty view's other sizes and strides may be huge: it is never
+    // walked) take the general path.
+    let row_bytes = row.try_numel().ok()?.checked_mul(size)?;
+    let base_bytes = view.offset().checked_mul(size)?;
+    let stride_bytes = (strides[0].max(0) as usize).checked_mul(size)?;
     let ok = rest_contiguous
         && strides[0] > 0
         && row_bytes.is_multiple_of(16)
@@ -169,7 +172,7 @@ fn layout_desc(v: &View) -> Result<Strided> {
 /// the device (no synchronisation: [`check_bad`] reads the result after the work that uses it
 /// is queued).
 fn prepare_indices(adv: &Advanced, view: &Layout, device: Device) -> Result<IndexValues> {
-    let nb: usize = adv.index_shape.iter().product();
+    let nb = crate::numel(&adv.index_shape);
     // Per device array: its layout for the normalisation, or, for an index tensor of more than
     // MAX_INDEX_DIMS dimensions (rare), its values read on the host through its layout, checked
     // there and wrapped.
@@ -273,7 +276,7 @@ fn check_bad(adv: &Advanced, ix: &IndexValues) -> Result<()> {
 
 /// The normalised index arrays, read back to the host (after [`check_bad`]).
 fn host_indices<'a>(adv: &'a Advanced, ix: &IndexValues) -> Result<Vec<Cow<'a, [i64]>>> {
-    let nb: usize = adv.index_shape.iter().product();
+    let nb = crate::numel(&adv.index_shape);
     if let Some(host) = adv
         .indices
         .iter()
@@ -290,18 +293,19 @@ fn host_indices<'a>(adv: &'a Advanced, ix: &IndexValues) -> Result<Vec<Cow<'a, [
 
 /// Gathers a plan's result from a view on any device.
 pub(crate) fn gather(input: &View, p: &IndexPlan) -> Result<View> {
-    let adv = p
-        .advanced
-        .as_ref()
-        .expect("a gather plan has an advanced part");
+    let Some(adv) = p.advanced.as_ref() else {
+        return Err(Error::InvalidIndex {
+            reason: "a gather plan without an advanced part".into(),
+        });
+    };
     let src = input.storage();
     check_host_target(src, adv)?;
     let size = src.dtype().size();
-    let n: usize = p.result_shape.iter().product();
+    let n = crate::numel(&p.result_shape);
     if n == 0 {
         // Nothing to read (an empty view's offset need not lie in its storage, so no span of
         // it is taken); device index values are still checked (an out-of-range one is an error).
-        if adv.index_shape.iter().product::<usize>() > 0 {
+        if crate::numel(&adv.index_shape) > 0 {
             let ix = prepare_indices(adv, &p.view, src.device())?;
             check_bad(adv, &ix)?;
         }
@@ -347,7 +351,7 @@ fn gather_rows_raw(
     dim: usize,
     rows: &genesis_kernels::index::Rows16,
 ) -> Result<View> {
-    let n: usize = p.result_shape.iter().product();
+    let n = crate::numel(&p.result_shape);
     if rows.nrows > 0 && size == 0 {
         return Err(first_out_of_range(index, 0, dim, true));
     }
@@ -412,10 +416,11 @@ pub fn select_rows(input: &View, index: &View) -> Result<Option<View>> {
     let mut shape = input.layout().shape().to_vec();
     let size = shape[0];
     shape[0] = nrows;
-    let n: usize = shape.iter().product();
     if nrows > 0 && size == 0 {
         return Err(first_out_of_range(&stored, 0, 0, false));
     }
+    // The rows of an empty input may be huge: `nrows` of them may be too many to count.
+    let n = genesis_storage::checked_numel(&shape)?;
     let layout = (l.offset(), l.strides()[0] as i64);
     let Some(out) =
         src.index_gather_rows_checked(&rows, index.storage(), layout, size, false, n)?
@@ -465,12 +470,13 @@ pub(crate) fn scatter(
     values: &Storage,
     accumulate: bool,
 ) -> Result<()> {
-    let adv = p
-        .advanced
-        .as_ref()
-        .expect("a scatter plan has an advanced part");
+    let Some(adv) = p.advanced.as_ref() else {
+        return Err(Error::InvalidIndex {
+            reason: "a scatter plan without an advanced part".into(),
+        });
+    };
     check_host_target(target, adv)?;
-    let n: usize = p.result_shape.iter().product();
+    let n = crate::numel(&p.result_shape);
     if n == 0 {
         return Ok(());
     }
@@ -478,7 +484,7 @@ pub(crate) fn scatter(
         return scatter_flat(target, p, adv, values, accumulate);
     };
     let dev = target.device();
-    let nb: usize = adv.index_shape.iter().product();
+    let nb = crate::numel(&adv.index_shape);
     let ix = prepare_indices(adv, &p.view, dev)?;
     let rows = rows16(p, adv, target.dtype().size());
     // Duplicate tuples: on the device when the arrays are there and their keys are few enough;
@@ -530,7 +536,7 @@ const MAX_DEVICE_KEYS: usize = 1 << 22;
 pub(crate) fn resolve_mask(mask: &StoredIndex) -> Result<IndexItem> {
     let v = &mask.view;
     let shape = v.layout().shape().to_vec();
-    let len: usize = shape.iter().product();
+    let len = crate::numel(&shape);
     let dense;
     let (storage, start) = if v.layout().is_contiguous() {
         (v.storage().as_ref(), v.layout().offset())

@@ -56,7 +56,7 @@ pub fn get_routed(input: &View, items: &[IndexItem], upload_mask: Option<bool>) 
     }
     let items = resolve_masks(items)?;
     let p = plan(input.layout(), &items, false)?;
-    execute_get(input, &p)
+    execute_checked_get(input, &p)
 }
 
 /// `x[mask]` for a device mask of `x`'s whole shape, both contiguous: the single-pass
@@ -257,8 +257,15 @@ pub fn resolve_masks(items: &[IndexItem]) -> Result<Cow<'_, [IndexItem]>> {
     Ok(Cow::Owned(out))
 }
 
-/// Executes a read plan made for `input`'s layout.
+/// Executes a read plan made for `input`'s layout. A plan whose parts do not agree (built or
+/// edited by hand: [`IndexPlan::check`]) is an error.
 pub fn execute_get(input: &View, p: &IndexPlan) -> Result<View> {
+    p.check()?;
+    execute_checked_get(input, p)
+}
+
+/// [`execute_get`] of a plan known to hold together (one [`plan`] made).
+fn execute_checked_get(input: &View, p: &IndexPlan) -> Result<View> {
     match p.kind {
         PlanKind::View => Ok(input.relayout(p.view.clone())?),
         PlanKind::Gather => crate::advanced::gather(input, p),
@@ -348,7 +355,7 @@ fn dense_values(
     let vshape = layout.shape();
     // Already the dense result on the right device (contiguous from the storage's first
     // element, nothing more): read where it is.
-    let n: usize = p.result_shape.iter().product();
+    let n = crate::numel(&p.result_shape);
     if storage.device() == device
         && layout.is_contiguous()
         && layout.offset() == 0

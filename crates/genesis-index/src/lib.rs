@@ -134,5 +134,12 @@ impl Error {
     }
 }
 
+/// The element count of `shape`: 0 when a size is 0, whatever the others (an empty layout's
+/// may be huge, their product overflowing), else the product, `usize::MAX` when it is not
+/// representable (no storage holds that many elements).
+pub(crate) fn numel(shape: &[usize]) -> usize {
+    genesis_storage::checked_numel(shape).unwrap_or(usize::MAX)
+}
+
 /// Result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

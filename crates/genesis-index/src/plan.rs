@@ -188,10 +188,11 @@ pub(crate) fn mask_plan(k: usize, ndim: usize, selected: usize, total: usize) ->
     }
 }
 
-/// Integer index `i` along a dimension of `size`, wrapped if negative.
+/// Integer index `i` along a dimension of `size`, wrapped if negative. Exact for every size
+/// (in `i128`: an empty layout's other sizes may exceed `i64::MAX`).
 fn wrap(i: i64, size: usize, dim: usize) -> Result<usize> {
-    let s = size as i64;
-    let j = if i < 0 { i + s } else { i };
+    let s = size as i128;
+    let j = if i < 0 { i as i128 + s } else { i as i128 };
     if j < 0 || j >= s {
         return Err(Error::IndexOutOfRange {
             dim,
@@ -202,18 +203,29 @@ fn wrap(i: i64, size: usize, dim: usize) -> Result<usize> {
     Ok(j as usize)
 }
 
-/// [`wrap`] for every value of a host index array.
+/// [`wrap`] for every value of a host index array (a wrapped value past `i64::MAX`, only
+/// possible in a dimension larger than any tensor's, is out of range too).
 fn wrap_all(values: &[i64], size: usize, dim: usize) -> Result<Vec<i64>> {
     values
         .iter()
-        .map(|&i| wrap(i, size, dim).map(|j| j as i64))
+        .map(|&i| {
+            wrap(i, size, dim).and_then(|j| {
+                i64::try_from(j).map_err(|_| Error::IndexOutOfRange {
+                    dim,
+                    index: i,
+                    size,
+                })
+            })
+        })
         .collect()
 }
 
-/// NumPy's slice bounds for a positive step: `(start, stop)` clamped to `0..=size`.
+/// NumPy's slice bounds for a positive step: `(start, stop)` clamped to `0..=size` (exact, in
+/// `i128`, for every size).
 fn slice_bounds(start: Option<i64>, stop: Option<i64>, size: usize) -> (usize, usize) {
-    let s = size as i64;
-    let clamp = |v: i64| -> i64 {
+    let s = size as i128;
+    let clamp = |v: i64| -> i128 {
+        let v = v as i128;
         let v = if v < 0 { v + s } else { v };
         v.clamp(0, s)
     };
@@ -281,6 +293,9 @@ fn broadcast_to(data: &[i64], shape: &[usize], target: &[usize]) -> Result<Vec<i
 /// shape); [`get`](crate::get) and [`set`](crate::set) do that themselves.
 pub fn plan(input: &Layout, items: &[IndexItem], assign: bool) -> Result<IndexPlan> {
     genesis_storage::check_rank(input.rank())?;
+    // A layout no storage can hold (strides of another count, an element count or a reach
+    // that overflows) has no elements to index.
+    input.span()?;
     let items = host_items(items)?;
     let items: &[IndexItem] = &items;
     let ndim = input.rank();
@@ -418,7 +433,7 @@ pub fn plan(input: &Layout, items: &[IndexItem], assign: bool) -> Result<IndexPl
                 let j = wrap(*i, size, in_dim)?;
                 if any_tensor {
                     // With advanced indices present, integers are 0-d index arrays.
-                    adv.push((vdim, vec![], Src::Host(vec![j as i64])));
+                    adv.push((vdim, vec![], Src::Host(wrap_all(&[*i], size, in_dim)?)));
                     vdim += 1;
                 } else {
                     view = view.narrow(vdim as isize, j, 1)?.squeeze(vdim as isize)?;
@@ -456,9 +471,11 @@ pub fn plan(input: &Layout, items: &[IndexItem], assign: bool) -> Result<IndexPl
                         idx[d] = 0;
                     }
                 }
-                let n = coords
-                    .first()
-                    .map_or(usize::from(t.data.first() == Some(&1)), Vec::len);
+                // A 0-d mask: set when its one value is (nonzero, as `coords` counts values).
+                let n = coords.first().map_or(
+                    usize::from(t.data.first().is_some_and(|&v| v != 0)),
+                    Vec::len,
+                );
                 if k == 0 {
                     // A 0-d mask: a new axis of size 1 (true) or 0 (false), indexed.
                     view = view.unsqueeze(vdim as isize)?;
@@ -479,6 +496,15 @@ pub fn plan(input: &Layout, items: &[IndexItem], assign: bool) -> Result<IndexPl
                 // covers.
                 let covered = &m.mask_shape;
                 let n = m.selected;
+                // A mask selects at most its elements (a 0-d one has one).
+                let total = genesis_storage::checked_numel(covered)?;
+                if n > total {
+                    return Err(Error::InvalidIndex {
+                        reason: format!(
+                            "mask coordinates: {n} selected of a mask of shape {covered:?}"
+                        ),
+                    });
+                }
                 if k != 0 && m.coords.len() != k {
                     return Err(Error::InvalidIndex {
                         reason: format!(
@@ -513,7 +539,6 @@ pub fn plan(input: &Layout, items: &[IndexItem], assign: bool) -> Result<IndexPl
                     }
                     vdim += k;
                 }
-                let total = m.mask_shape.iter().product();
                 mask = Some(mask_plan(k, ndim, n, total));
                 in_dim += k;
             }
@@ -567,7 +592,7 @@ pub fn plan(input: &Layout, items: &[IndexItem], assign: bool) -> Result<IndexPl
         what: format!("indexing arrays of shapes {shapes:?} could not be broadcast together"),
     })?;
     genesis_storage::checked_numel(&index_shape)?;
-    let index_numel: usize = index_shape.iter().product();
+    let index_numel = crate::numel(&index_shape);
     let dims: Vec<usize> = adv.iter().map(|(d, _, _)| *d).collect();
     let mut indices = Vec::with_capacity(adv.len());
     for (_, s, src) in &adv {
@@ -627,6 +652,112 @@ pub fn plan(input: &Layout, items: &[IndexItem], assign: bool) -> Result<IndexPl
 }
 
 impl IndexPlan {
+    /// Checks that the parts of the plan agree, as they do in every plan [`plan`] makes: a
+    /// view that fits some storage (one stride per dimension, its element count and reach
+    /// representable); for a view, copy or fill, no advanced part and the view's shape as the
+    /// result's; for a gather or scatter, an advanced part whose dimensions are the view's,
+    /// each named once, with one index array each (host values, one per element of the index
+    /// shape; device arrays of the index shape, for a dimension of their size), and the
+    /// result's shape the view's without those dimensions, with the index shape at `position`.
+    /// The index values themselves are not read here: execution checks each against its
+    /// dimension (and each offset against the storage), [`IndexPlan::source_offsets`] too.
+    ///
+    /// [`execute_get`](crate::execute_get) and [`IndexPlan::source_offsets`] check it first: a
+    /// plan built or edited by hand that does not hold gives [`Error::InvalidIndex`] there,
+    /// never a panic or a walk of a view the result does not describe.
+    pub fn check(&self) -> Result<()> {
+        let bad = |reason: String| {
+            Err(Error::InvalidIndex {
+                reason: format!("inconsistent index plan: {reason}"),
+            })
+        };
+        // The view's dimensions of size 1 (new axes: a plan's view may have more than
+        // `MAX_RANK` with them while the result has not) reach nothing.
+        self.view.squeeze_all().span()?;
+        genesis_storage::checked_numel(&self.result_shape)?;
+        let shape = self.view.shape();
+        let basic = matches!(self.kind, PlanKind::View | PlanKind::Copy | PlanKind::Fill);
+        let Some(adv) = &self.advanced else {
+            if !basic {
+                return bad(format!("a {:?} plan without an advanced part", self.kind));
+            }
+            if self.result_shape != shape {
+                return bad(format!(
+                    "result shape {:?} for a view of shape {shape:?}",
+                    self.result_shape
+                ));
+            }
+            return Ok(());
+        };
+        if basic {
+            return bad(format!("a {:?} plan with an advanced part", self.kind));
+        }
+        let index_numel = genesis_storage::checked_numel(&adv.index_shape)?;
+        if adv.dims.is_empty() || adv.indices.len() != adv.dims.len() {
+            return bad(format!(
+                "{} index array(s) for the dimensions {:?}",
+                adv.indices.len(),
+                adv.dims
+            ));
+        }
+        for (a, &d) in adv.dims.iter().enumerate() {
+            if d >= shape.len() || adv.dims[..a].contains(&d) {
+                return bad(format!(
+                    "indexed dimensions {:?} of a view of rank {}",
+                    adv.dims,
+                    shape.len()
+                ));
+            }
+        }
+        let rest = shape.len() - adv.dims.len();
+        if adv.position > rest {
+            return bad(format!(
+                "the index dimensions at {} among {rest} others",
+                adv.position
+            ));
+        }
+        let mut want: Vec<usize> = shape
+            .iter()
+            .enumerate()
+            .filter(|(d, _)| !adv.dims.contains(d))
+            .map(|(_, &s)| s)
+            .collect();
+        for (k, &s) in adv.index_shape.iter().enumerate() {
+            want.insert(adv.position + k, s);
+        }
+        if want != self.result_shape {
+            return bad(format!(
+                "result shape {:?}, the view and the index give {want:?}",
+                self.result_shape
+            ));
+        }
+        for (a, arr) in adv.indices.iter().enumerate() {
+            let size = shape[adv.dims[a]];
+            match arr {
+                IndexArray::Host(v) => {
+                    if v.len() != index_numel {
+                        return bad(format!(
+                            "{} values in a host index array of shape {:?}",
+                            v.len(),
+                            adv.index_shape
+                        ));
+                    }
+                }
+                IndexArray::Device { index, size: s, .. } => {
+                    if index.shape() != adv.index_shape.as_slice() || *s != size {
+                        return bad(format!(
+                            "a device index array of shape {:?} for a dimension of size {s}, \
+                             the index shape is {:?} and the dimension's size {size}",
+                            index.shape(),
+                            adv.index_shape
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The layout of an assigned value (`value`: its layout) broadcast to the indexed shape,
     /// NumPy's and PyTorch's way: leading dimensions of size 1 beyond the indexed shape's rank
     /// are dropped, then the value broadcasts (aligned at the last dimension, sizes equal or
@@ -664,11 +795,15 @@ impl IndexPlan {
     /// order, with the basic (non-advanced) dimensions of size 1 dropped and neighbouring basic
     /// dimensions that are contiguous with each other merged; the advanced part (index shape
     /// and arrays) is unchanged. Its `result_shape` is the reduced one: allocate outputs with
-    /// the original plan's. Plans without an advanced part come back unchanged.
+    /// the original plan's. Plans without an advanced part, and plans whose parts do not agree
+    /// ([`IndexPlan::check`]), come back unchanged.
     pub fn compacted(&self) -> IndexPlan {
         let Some(adv) = &self.advanced else {
             return self.clone();
         };
+        if self.check().is_err() {
+            return self.clone();
+        }
         if self.result_shape.contains(&0) {
             return self.clone();
         }
@@ -684,8 +819,9 @@ impl IndexPlan {
                 && let Some(last) = kept.last_mut()
                 && last.2.is_none()
                 && Some(last.1) == strides[d].checked_mul(shape[d] as isize)
+                && let Some(merged) = last.0.checked_mul(shape[d])
             {
-                last.0 *= shape[d];
+                last.0 = merged;
                 last.1 = strides[d];
                 continue;
             }
@@ -727,8 +863,10 @@ impl IndexPlan {
     /// The view offset (in elements) of every result element, row-major: where `result[i]`
     /// comes from (or, for assignment, goes to).
     ///
-    /// Host plans only: index arrays on a device give [`Error::UnsupportedDevice`].
+    /// Host plans only: index arrays on a device give [`Error::UnsupportedDevice`]. A plan whose
+    /// parts do not agree is an error ([`IndexPlan::check`]).
     pub fn source_offsets(&self) -> Result<Vec<usize>> {
+        self.check()?;
         let n = genesis_storage::checked_numel(&self.result_shape)?;
         let mut out = Vec::new();
         genesis_storage::check_host_bytes(n.saturating_mul(size_of::<usize>()))?;
@@ -746,9 +884,21 @@ impl IndexPlan {
             return Ok(out);
         };
         let mut host = Vec::with_capacity(adv.indices.len());
-        for a in &adv.indices {
-            match a {
-                IndexArray::Host(v) => host.push(v.as_slice()),
+        for (a, arr) in adv.indices.iter().enumerate() {
+            match arr {
+                IndexArray::Host(v) => {
+                    // Normalised values (as `plan` makes them): a plan edited by hand may
+                    // hold others.
+                    let (dim, size) = (adv.dims[a], shape[adv.dims[a]]);
+                    if let Some(&i) = v.iter().find(|&&i| i < 0 || i as u64 >= size as u64) {
+                        return Err(Error::IndexOutOfRange {
+                            dim,
+                            index: i,
+                            size,
+                        });
+                    }
+                    host.push(v.as_slice());
+                }
                 IndexArray::Device { index, .. } => {
                     return Err(Error::UnsupportedDevice {
                         op: "indexing a host tensor with a device index tensor",

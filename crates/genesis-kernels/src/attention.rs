@@ -432,6 +432,34 @@ pub fn backward_workspace_bytes(shape: &AttentionShape) -> usize {
 
 use crate::real::{FusedElement, Real};
 
+/// Elements of host scratch the CPU twins take (in the accumulator type), beyond their
+/// operands: [`attention_forward`]'s (`backward` false) or [`attention_backward`]'s, saturating.
+/// Broadcast operands (a sequence stride of 0) are read whole into scratch, so this can exceed
+/// the operands' own size by far.
+pub fn host_scratch_len(shape: &AttentionShape, backward: bool) -> usize {
+    let (d, tq, tk) = (shape.head_dim, shape.tq, shape.tk);
+    let rows_q = tq.saturating_mul(d);
+    let rows_k = tk.saturating_mul(d);
+    let (q_like, k_like, k_vecs) = if backward { (3, 4, 2) } else { (1, 2, 1) };
+    rows_q
+        .saturating_mul(q_like)
+        .saturating_add(rows_k.saturating_mul(k_like))
+        .saturating_add(tk.saturating_mul(k_vecs))
+        .saturating_add(d)
+}
+
+/// `n` copies of `x`, or [`Error::Unsupported`] when the host cannot allocate them (never an
+/// allocation abort).
+fn scratch<A: Copy>(n: usize, x: A) -> Result<Vec<A>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| Error::Unsupported {
+        op: "attention",
+        reason: format!("{n} elements of scratch do not fit in host memory"),
+    })?;
+    v.resize(n, x);
+    Ok(v)
+}
+
 /// The rows `0..rows` of operand `(b, h)` widened to the accumulator, `[rows][d]`.
 fn rows_of<T: FusedElement>(
     x: &[T],
@@ -440,14 +468,24 @@ fn rows_of<T: FusedElement>(
     h: usize,
     rows: usize,
     d: usize,
-) -> Vec<T::Acc> {
+) -> Result<Vec<T::Acc>> {
+    let mut v = Vec::new();
+    if rows == 0 || d == 0 {
+        // Nothing to read: the operand's strides, which no element walks, may be anything.
+        v.resize(rows.saturating_mul(d), T::Acc::default());
+        return Ok(v);
+    }
     let base = b * s.batch + h * s.head;
-    let mut v = Vec::with_capacity(rows * d);
+    v.try_reserve_exact(rows.saturating_mul(d))
+        .map_err(|_| Error::Unsupported {
+            op: "attention",
+            reason: format!("{rows} rows of {d} elements do not fit in host memory"),
+        })?;
     for t in 0..rows {
         let at = base + t * s.seq;
         v.extend(x[at..at + d].iter().map(|&e| e.acc()));
     }
-    v
+    Ok(v)
 }
 
 fn dot<A: Real>(a: &[A], b: &[A]) -> A {
@@ -477,15 +515,19 @@ pub fn attention_forward<T: FusedElement>(
 ) -> Result<()> {
     shape.check_forward(s, [q.len(), k.len(), v.len(), o.len()], lse.len())?;
     let (d, tq, tk) = (shape.head_dim, shape.tq, shape.tk);
+    if shape.batch == 0 || shape.heads == 0 || tq == 0 {
+        // No query row: nothing to write (and no scratch sized by the other sizes).
+        return Ok(());
+    }
     let scale = T::Acc::of_f64(f64::from(shape.scale));
     let neg_inf = T::Acc::of_f64(f64::NEG_INFINITY);
-    let mut x = vec![T::Acc::default(); tk];
-    let mut acc_o = vec![T::Acc::default(); d];
+    let mut x = scratch(tk, T::Acc::default())?;
+    let mut acc_o = scratch(d, T::Acc::default())?;
     for b in 0..shape.batch {
         for h in 0..shape.heads {
-            let qs = rows_of(q, s.q, b, h, tq, d);
-            let ks = rows_of(k, s.k, b, h, tk, d);
-            let vs = rows_of(v, s.v, b, h, tk, d);
+            let qs = rows_of(q, s.q, b, h, tq, d)?;
+            let ks = rows_of(k, s.k, b, h, tk, d)?;
+            let vs = rows_of(v, s.v, b, h, tk, d)?;
             let lse_row = (b * shape.heads + h) * tq;
             for i in 0..tq {
                 let n = visible(shape, i);
@@ -547,21 +589,26 @@ pub fn attention_backward<T: FusedElement>(
     ];
     shape.check_backward(s, lens, lse.len())?;
     let (d, tq, tk) = (shape.head_dim, shape.tq, shape.tk);
+    if shape.batch == 0 || shape.heads == 0 || d == 0 || (tq == 0 && tk == 0) {
+        // No gradient element to write (and no scratch, nor a walk over the heads, sized by
+        // the other sizes).
+        return Ok(());
+    }
     let scale = T::Acc::of_f64(f64::from(shape.scale));
     let zero = T::Acc::default();
     let neg_inf = T::Acc::of_f64(f64::NEG_INFINITY);
-    let mut dqi = vec![zero; d];
-    let mut ds = vec![zero; tk];
-    let mut ps = vec![zero; tk];
+    let mut dqi = scratch(d, zero)?;
+    let mut ds = scratch(tk, zero)?;
+    let mut ps = scratch(tk, zero)?;
     for b in 0..shape.batch {
         for h in 0..shape.heads {
-            let qs = rows_of(q, s.q, b, h, tq, d);
-            let ks = rows_of(k, s.k, b, h, tk, d);
-            let vs = rows_of(v, s.v, b, h, tk, d);
-            let os = rows_of(o, s.o, b, h, tq, d);
-            let dos = rows_of(dout, s.dout, b, h, tq, d);
-            let mut dks = vec![zero; tk * d];
-            let mut dvs = vec![zero; tk * d];
+            let qs = rows_of(q, s.q, b, h, tq, d)?;
+            let ks = rows_of(k, s.k, b, h, tk, d)?;
+            let vs = rows_of(v, s.v, b, h, tk, d)?;
+            let os = rows_of(o, s.o, b, h, tq, d)?;
+            let dos = rows_of(dout, s.dout, b, h, tq, d)?;
+            let mut dks = scratch(tk.saturating_mul(d), zero)?;
+            let mut dvs = scratch(tk.saturating_mul(d), zero)?;
             let lse_row = (b * shape.heads + h) * tq;
             for i in 0..tq {
                 let li = lse[lse_row + i];

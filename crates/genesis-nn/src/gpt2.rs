@@ -56,6 +56,47 @@ impl Gpt2Config {
     }
 }
 
+/// Host bytes one block takes besides its parameters' elements (a floor: its twelve tensor
+/// handles with their storages and autograd records take more).
+const BLOCK_HOST_BYTES: usize = 1024;
+
+/// The float32 parameters of one block of width `c`: two layer norms (`4c`), the attention's
+/// projections (`3c² + 3c`, `c² + c`) and the MLP's (`4c² + 4c`, `4c² + c`): `12c² + 13c`;
+/// `None` when that overflows.
+fn block_elements(c: usize) -> Option<usize> {
+    c.checked_mul(c)?
+        .checked_mul(12)?
+        .checked_add(c.checked_mul(13)?)
+}
+
+/// Refuses, before anything is allocated, a model of `elements` float32 parameters (`None`:
+/// the count overflows `usize`) in `blocks` blocks on `device`: an overflowing count is an
+/// [`Error::InvalidArgument`], and more bytes than the host has (the parameters themselves
+/// when `device` is the host, and the blocks' handles wherever the parameters are) is
+/// [`Error::OutOfMemory`] — rather than allocating block after block until memory runs out.
+fn check_model_size(
+    op: &'static str,
+    sizes: impl FnOnce() -> String,
+    elements: Option<usize>,
+    blocks: usize,
+    device: Device,
+) -> Result<()> {
+    let elements = elements.ok_or_else(|| Error::InvalidArgument {
+        op,
+        reason: format!("{}: the parameter count overflows", sizes()),
+    })?;
+    let handles = blocks.saturating_mul(BLOCK_HOST_BYTES);
+    let host = if device.is_cuda() {
+        handles
+    } else {
+        elements
+            .saturating_mul(DType::F32.size())
+            .saturating_add(handles)
+    };
+    genesis_storage::check_host_bytes(host)?;
+    Ok(())
+}
+
 /// One transformer block: pre-LayerNorm causal self-attention and a GELU (tanh) MLP, each
 /// added to the residual stream (nanoGPT's `Block`).
 #[derive(Debug)]
@@ -85,6 +126,13 @@ impl Block {
                 reason: format!("n_embd {n_embd} is not a multiple of n_head {n_head}"),
             });
         }
+        check_model_size(
+            "Block::new",
+            || format!("a block of width {n_embd}"),
+            block_elements(n_embd),
+            1,
+            device,
+        )?;
         let linear = |i: usize, o: usize, std: f64| -> Result<Linear> {
             let l = Linear::new(i, o, true, g, device)?;
             init::normal_(&l.weight, 0.0, std, g)?;
@@ -121,7 +169,8 @@ impl Block {
                 .transpose(1, 2)
         };
         let (x, a) = norm_add(&self.ln_1, x, pending)?;
-        let qkv = self.c_attn.forward(&a)?.split(c, 2)?;
+        // Three pieces of width `c`, also when `c` is 0 (`split(0, ..)` gives one piece).
+        let qkv = self.c_attn.forward(&a)?.split_sizes(&[c, c, c], 2)?;
         let (q, k, v) = (heads(&qkv[0])?, heads(&qkv[1])?, heads(&qkv[2])?);
         let y = q
             .scaled_dot_product_attention(&k, &v, true, None)?
@@ -207,6 +256,24 @@ impl Gpt2 {
                 reason: format!("n_embd {c} is not a multiple of n_head {}", config.n_head),
             });
         }
+        // Embeddings, blocks and the final norm, counted before any is allocated.
+        let elements = (|| {
+            let embeddings = config
+                .vocab_size
+                .checked_add(config.block_size)?
+                .checked_mul(c)?;
+            let blocks = block_elements(c)?.checked_mul(config.n_layer)?;
+            embeddings
+                .checked_add(blocks)?
+                .checked_add(c.checked_mul(2)?)
+        })();
+        check_model_size(
+            "Gpt2::new",
+            || format!("{config:?}"),
+            elements,
+            config.n_layer,
+            device,
+        )?;
         let normal = |shape: &[usize], std: f64| -> Result<Tensor> {
             let t = Tensor::empty(shape, DType::F32, device)?;
             init::normal_(&t, 0.0, std, g)?;
@@ -345,8 +412,10 @@ impl Module for Gpt2 {
         let mut own = state.clone();
         if let Some(head) = own.remove("lm_head.weight") {
             let wte = own.get("transformer.wte.weight").unwrap_or(&head);
-            let same = no_grad(|| head.to(wte.device())?.eq(wte)?.all()?.item::<bool>())?;
-            if head.shape() != wte.shape() || !same {
+            // The shapes first: `eq` of others would broadcast, or fail with its own error.
+            let same = head.shape() == wte.shape()
+                && no_grad(|| head.to(wte.device())?.eq(wte)?.all()?.item::<bool>())?;
+            if !same {
                 return Err(Error::InvalidArgument {
                     op: "load_state_dict",
                     reason: "lm_head.weight differs from transformer.wte.weight (the head is \

@@ -6,7 +6,8 @@ use genesis::{DType, Device, Error, Generator, Result, Tensor, no_grad};
 
 /// `(fan_in, fan_out)` of a weight: `[out, in, k...]` has `in * k...` inputs and `out * k...`
 /// outputs per element (PyTorch's `_calculate_fan_in_and_fan_out`); fewer than 2 dimensions
-/// is an error.
+/// is an error, and so are fans that `usize` cannot hold (only a tensor of no elements, with
+/// huge other sizes, has them).
 pub fn fans(t: &Tensor) -> Result<(usize, usize)> {
     let s = t.shape();
     if s.len() < 2 {
@@ -18,8 +19,29 @@ pub fn fans(t: &Tensor) -> Result<(usize, usize)> {
             ),
         });
     }
-    let field: usize = s[2..].iter().product();
-    Ok((s[1] * field, s[0] * field))
+    let overflow = || Error::InvalidArgument {
+        op: "init",
+        reason: format!("the fan in and fan out of shape {s:?} overflow"),
+    };
+    // The receptive field: 0 when a size is 0, whatever the others.
+    let field = if s[2..].contains(&0) {
+        0
+    } else {
+        s[2..]
+            .iter()
+            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+            .ok_or_else(overflow)?
+    };
+    let fan_in = s[1].checked_mul(field).ok_or_else(overflow)?;
+    let fan_out = s[0].checked_mul(field).ok_or_else(overflow)?;
+    Ok((fan_in, fan_out))
+}
+
+/// Whether `t` has no element: PyTorch's Kaiming initialisers return such a tensor unchanged
+/// before computing its fans ("initializing zero-element tensors is a no-op"), and every
+/// initialiser leaves it as it is.
+fn no_elements(t: &Tensor) -> bool {
+    t.numel() == 0
 }
 
 fn fill(t: &Tensor, values: &Tensor) -> Result<()> {
@@ -62,29 +84,45 @@ pub fn calculate_gain(nonlinearity: &str, slope: f64) -> Result<f64> {
 }
 
 /// Kaiming (He) uniform: bound `gain * √(3 / fan_in)`, gain of `leaky_relu` with slope `a`
-/// (PyTorch's default `kaiming_uniform_(mode="fan_in", nonlinearity="leaky_relu")`).
+/// (PyTorch's default `kaiming_uniform_(mode="fan_in", nonlinearity="leaky_relu")`). A tensor
+/// of no elements is left as it is, whatever its rank (PyTorch's no-op).
 pub fn kaiming_uniform_(t: &Tensor, a: f64, g: &Generator) -> Result<()> {
+    if no_elements(t) {
+        return Ok(());
+    }
     let (fan_in, _) = fans(t)?;
     let bound = calculate_gain("leaky_relu", a)? * (3.0 / fan_in as f64).sqrt();
     uniform_(t, -bound, bound, g)
 }
 
-/// Kaiming (He) normal: std `gain / √fan_in`, gain of `leaky_relu` with slope `a`.
+/// Kaiming (He) normal: std `gain / √fan_in`, gain of `leaky_relu` with slope `a`. A tensor of
+/// no elements is left as it is (PyTorch's no-op).
 pub fn kaiming_normal_(t: &Tensor, a: f64, g: &Generator) -> Result<()> {
+    if no_elements(t) {
+        return Ok(());
+    }
     let (fan_in, _) = fans(t)?;
     let std = calculate_gain("leaky_relu", a)? / (fan_in as f64).sqrt();
     normal_(t, 0.0, std, g)
 }
 
-/// Xavier (Glorot) uniform: bound `gain * √(6 / (fan_in + fan_out))`.
+/// Xavier (Glorot) uniform: bound `gain * √(6 / (fan_in + fan_out))` (a tensor of no elements
+/// and at least 2 dimensions is left as it is).
 pub fn xavier_uniform_(t: &Tensor, gain: f64, g: &Generator) -> Result<()> {
+    if no_elements(t) && t.dim() >= 2 {
+        return Ok(());
+    }
     let (fan_in, fan_out) = fans(t)?;
     let bound = gain * (6.0 / (fan_in + fan_out) as f64).sqrt();
     uniform_(t, -bound, bound, g)
 }
 
-/// Xavier (Glorot) normal: std `gain * √(2 / (fan_in + fan_out))`.
+/// Xavier (Glorot) normal: std `gain * √(2 / (fan_in + fan_out))` (a tensor of no elements
+/// and at least 2 dimensions is left as it is).
 pub fn xavier_normal_(t: &Tensor, gain: f64, g: &Generator) -> Result<()> {
+    if no_elements(t) && t.dim() >= 2 {
+        return Ok(());
+    }
     let (fan_in, fan_out) = fans(t)?;
     normal_(t, 0.0, gain * (2.0 / (fan_in + fan_out) as f64).sqrt(), g)
 }

@@ -11,7 +11,8 @@ fn parameter(t: Tensor) -> Result<Tensor> {
 }
 
 /// `y = x Wᵀ + b` (PyTorch's `nn.Linear`): `weight` `[out, in]`, `bias` `[out]`, both
-/// uniform in `±1/√in` at creation (PyTorch's initialisation), float32.
+/// uniform in `±1/√in` at creation (PyTorch's initialisation; a layer of no inputs has a zero
+/// bias), float32.
 #[derive(Debug)]
 pub struct Linear {
     /// `[out_features, in_features]`.
@@ -33,7 +34,12 @@ impl Linear {
         init::kaiming_uniform_(&weight, 5f64.sqrt(), g)?;
         let bias = if bias {
             let b = Tensor::empty([out_features], DType::F32, device)?;
-            let bound = 1.0 / (in_features.max(1) as f64).sqrt();
+            // PyTorch's: `1 / √fan_in`, or 0 (zeros) for a layer of no inputs.
+            let bound = if in_features > 0 {
+                1.0 / (in_features as f64).sqrt()
+            } else {
+                0.0
+            };
             init::uniform_(&b, -bound, bound, g)?;
             Some(parameter(b)?)
         } else {

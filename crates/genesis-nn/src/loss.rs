@@ -170,6 +170,13 @@ fn nll_parts(
             ),
         });
     }
+    if logp.dim() < 2 {
+        // Callers batch a `[C]` input first; a 0-d one has no class dimension.
+        return Err(Error::InvalidArgument {
+            op: "nll_loss",
+            reason: format!("Expected 1 or more dimensions (got {})", logp.dim()),
+        });
+    }
     let mut want = logp.shape().to_vec();
     want.remove(1);
     if target.shape() != want {
@@ -218,6 +225,13 @@ pub fn nll_loss(
     ignore_index: Option<i64>,
     reduction: Reduction,
 ) -> Result<Tensor> {
+    if logp.dim() == 0 {
+        // PyTorch's `nll_loss_nd` check (a 0-d input has no class dimension).
+        return Err(Error::InvalidArgument {
+            op: "nll_loss",
+            reason: "Expected 1 or more dimensions (got 0)".into(),
+        });
+    }
     let lone = logp.dim() == 1;
     let (logp, t, _) = batched(logp, Target::Indices(target))?;
     let (per, ignored) = nll_parts(&logp, &t.expect("indices"), ignore_index)?;

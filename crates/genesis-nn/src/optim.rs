@@ -193,7 +193,7 @@ impl Adam {
         }
     }
 
-    /// Steps taken.
+    /// Steps taken (a step that returned an error is not counted).
     pub fn steps(&self) -> u64 {
         self.step
     }
@@ -225,7 +225,10 @@ impl Adam {
 impl Adam {
     /// The step of the parameters that have a gradient: fused (one launch per 32 tensors of a
     /// dtype, [`genesis::fused::adam_`]) for contiguous floating tensors, grouped by device and
-    /// by the parameter's step count; tensor by tensor otherwise.
+    /// by the parameter's step count; tensor by tensor otherwise, and for every parameter when
+    /// a hyper-parameter is not finite (PyTorch takes an infinite learning rate, epsilon or
+    /// weight decay, which the fused kernels refuse). A parameter's step count advances only
+    /// once its update is done.
     fn update(&mut self) -> Result<()> {
         let h = |step: u64| genesis::fused::AdamStep {
             lr: self.lr,
@@ -236,10 +239,14 @@ impl Adam {
             decoupled: self.decoupled,
             step,
         };
+        let finite = [self.lr, self.eps, self.weight_decay]
+            .iter()
+            .all(|v| v.is_finite());
         // Per device and parameter step count (one group unless some parameter missed a
-        // step's gradient): (params, grads, exp_avgs, exp_avg_sqs) of the fused step.
-        let mut groups: Vec<(GroupKey, [Vec<Tensor>; 4])> = Vec::new();
-        for (p, state) in self.params.iter().zip(&mut self.moments) {
+        // step's gradient): the parameters' positions and (params, grads, exp_avgs,
+        // exp_avg_sqs) of the fused step.
+        let mut groups: Vec<(GroupKey, Vec<usize>, [Vec<Tensor>; 4])> = Vec::new();
+        for (i, (p, state)) in self.params.iter().zip(&mut self.moments).enumerate() {
             let Some(g) = p.grad() else { continue };
             let s = match state {
                 Some(s) => s,
@@ -249,30 +256,38 @@ impl Adam {
                     step: 0,
                 }),
             };
-            s.step += 1;
-            let fused = p.dtype().is_float()
+            let step = s.step.saturating_add(1);
+            let fused = finite
+                && p.dtype().is_float()
                 && g.dtype() == p.dtype()
                 && [p, &g, &s.m, &s.v].iter().all(|t| t.is_contiguous());
             if !fused {
-                adam_one(&h(s.step), p, g, s)?;
+                adam_one(&h(step), p, g, s)?;
+                s.step = step;
                 continue;
             }
-            let key = (p.device(), s.step);
-            let at = match groups.iter().position(|(k, _)| *k == key) {
-                Some(i) => i,
+            let key = (p.device(), step);
+            let at = match groups.iter().position(|(k, _, _)| *k == key) {
+                Some(at) => at,
                 None => {
-                    groups.push((key, Default::default()));
+                    groups.push((key, Vec::new(), Default::default()));
                     groups.len() - 1
                 }
             };
-            let lists = &mut groups[at].1;
+            let (_, members, lists) = &mut groups[at];
+            members.push(i);
             lists[0].push(p.clone());
             lists[1].push(g);
             lists[2].push(s.m.clone());
             lists[3].push(s.v.clone());
         }
-        for ((_, step), [p, g, m, v]) in groups {
+        for ((_, step), members, [p, g, m, v]) in groups {
             genesis::fused::adam_(&p, &g, &m, &v, &h(step))?;
+            for i in members {
+                if let Some(s) = &mut self.moments[i] {
+                    s.step = step;
+                }
+            }
         }
         Ok(())
     }
@@ -310,8 +325,9 @@ fn adam_one(
 impl Optimizer for Adam {
     fn step(&mut self) -> Result<()> {
         self.check()?;
+        no_grad(|| self.update())?;
         self.step += 1;
-        no_grad(|| self.update())
+        Ok(())
     }
 
     fn params(&self) -> &[Tensor] {
@@ -378,7 +394,13 @@ pub struct StepLr {
 
 impl Schedule for StepLr {
     fn factor(&self, step: usize) -> f64 {
-        self.gamma.powi((step / self.step_size.max(1)) as i32)
+        let decays = step / self.step_size.max(1);
+        // `gamma ** decays`, PyTorch's: `powi` where the count fits an `i32` (as before), else
+        // `powf` (a cast would wrap the count: `2^32` decays to none).
+        match i32::try_from(decays) {
+            Ok(n) => self.gamma.powi(n),
+            Err(_) => self.gamma.powf(decays as f64),
+        }
     }
 }
 

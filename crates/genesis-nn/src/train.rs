@@ -38,6 +38,8 @@ pub fn train_digits(device: Device, epochs: usize, seed: u64) -> Result<DigitsRu
         .add(Linear::new(128, 10, true, &g, device)?);
     let mut opt = Adam::new(model.parameters(), 3e-3);
     let batch = 64;
+    // One loss a step is kept: refuse up front a run whose losses the host cannot hold.
+    reserve_losses(epochs.checked_mul(train.div_ceil(batch)))?;
     let mut losses = Vec::new();
     for _ in 0..epochs {
         let perm = g
@@ -87,7 +89,8 @@ pub fn comparison_batch(
     labels: &genesis::Tensor,
     step: usize,
 ) -> Result<(genesis::Tensor, genesis::Tensor)> {
-    let start = (64 * step) % 1728;
+    // `64 * step` modulo 1,728 (= 64 × 27), for every step (no overflow).
+    let start = 64 * (step % 27);
     Ok((
         images.narrow(0, start as isize, 64)?.div(16.0)?,
         labels.narrow(0, start as isize, 64)?,
@@ -102,7 +105,8 @@ pub fn comparison_losses(seed: u64, steps: usize, device: Device) -> Result<Vec<
     let (images, labels) = datasets::digits()?;
     let (images, labels) = (images.to(device)?, labels.to(device)?);
     let mut opt = Adam::new(model.parameters(), 1e-3);
-    let mut losses = Vec::with_capacity(steps);
+    reserve_losses(Some(steps))?;
+    let mut losses = Vec::new();
     for step in 0..steps {
         let (xb, yb) = comparison_batch(&images, &labels, step)?;
         opt.zero_grad();
@@ -137,19 +141,38 @@ pub fn window_batch(
     stride: usize,
     device: Device,
 ) -> Result<(genesis::Tensor, genesis::Tensor)> {
-    let span = text
-        .len()
-        .checked_sub(t + 1)
+    let bad = |reason: String| genesis::Error::InvalidArgument {
+        op: "window_batch",
+        reason,
+    };
+    let span = t
+        .checked_add(1)
+        .and_then(|w| text.len().checked_sub(w))
         .filter(|&s| s > 0)
-        .ok_or_else(|| genesis::Error::InvalidArgument {
-            op: "window_batch",
-            reason: format!("{} bytes of text for windows of {t}", text.len()),
-        })?;
-    let (mut x, mut y) = (Vec::with_capacity(b * t), Vec::with_capacity(b * t));
-    for i in 0..b {
-        let start = (stride * (b * step + i)) % span;
-        x.extend(text[start..start + t].iter().map(|&c| i64::from(c)));
-        y.extend(text[start + 1..start + t + 1].iter().map(|&c| i64::from(c)));
+        .ok_or_else(|| bad(format!("{} bytes of text for windows of {t}", text.len())))?;
+    let n = b
+        .checked_mul(t)
+        .ok_or_else(|| bad(format!("{b} windows of {t} tokens: the count overflows")))?;
+    // Two int64 arrays of `n` tokens.
+    let bytes = n.saturating_mul(2 * size_of::<i64>());
+    genesis_storage::check_host_bytes(bytes)?;
+    let (mut x, mut y) = (Vec::new(), Vec::new());
+    for v in [&mut x, &mut y] {
+        v.try_reserve_exact(n)
+            .map_err(|_| genesis_storage::Error::HostOutOfMemory { bytes })?;
+    }
+    // Windows of no tokens hold nothing: `b` of them need no walk.
+    if t > 0 {
+        // `stride * (b * step + i)` modulo `span`, computed without overflow (the same start
+        // for every argument whose product fits).
+        let span128 = span as u128;
+        let (stride, first) = (stride as u128 % span128, b as u128 * step as u128);
+        for i in 0..b {
+            let k = (first + i as u128) % span128;
+            let start = (stride * k % span128) as usize;
+            x.extend(text[start..start + t].iter().map(|&c| i64::from(c)));
+            y.extend(text[start + 1..start + t + 1].iter().map(|&c| i64::from(c)));
+        }
     }
     Ok((
         genesis::Tensor::from_slice(&x, [b, t], device)?,
@@ -165,6 +188,15 @@ pub fn gpt2_tiny_batch(
     device: Device,
 ) -> Result<(genesis::Tensor, genesis::Tensor)> {
     window_batch(text, step, 4, 32, 37, device)
+}
+
+/// Refuses a run of `steps` steps (`None`: more than `usize` counts) whose losses, one `f32`
+/// a step, the host cannot hold, before it starts ([`genesis::Error::OutOfMemory`]), instead
+/// of failing after hours, or at once with a panic for a count that overflows.
+fn reserve_losses(steps: Option<usize>) -> Result<()> {
+    let bytes = steps.map_or(usize::MAX, |n| n.saturating_mul(size_of::<f32>()));
+    genesis_storage::check_host_bytes(bytes)?;
+    Ok(())
 }
 
 /// The bytes of every `*.py` file directly in `dir`, in the order of their names: text that
@@ -212,7 +244,8 @@ pub fn gpt2_tiny_losses_with(
     let mut opt = Adam::adamw(model.parameters(), 1e-3);
     opt.betas = (0.9, 0.95);
     opt.weight_decay = 0.1;
-    let mut losses = Vec::with_capacity(steps);
+    reserve_losses(Some(steps))?;
+    let mut losses = Vec::new();
     for step in 0..steps {
         let (x, y) = gpt2_tiny_batch(gpt2_tiny_text(), step, device)?;
         opt.zero_grad();

@@ -691,6 +691,15 @@ pub(crate) trait Compute {
     ) -> Result<bool>;
 }
 
+/// [`Error::HostOutOfMemory`] when the attention CPU twin's scratch (operand rows read whole,
+/// also those of broadcast operands: a key sequence of stride 0 costs nothing as an operand)
+/// exceeds the host's memory: refused before the twin asks for it.
+fn check_attention_scratch(shape: &AttentionShape, dtype: DType, backward: bool) -> Result<()> {
+    let acc = crate::Storage::fused_acc_dtype(dtype).size();
+    let n = genesis_kernels::attention::host_scratch_len(shape, backward);
+    crate::cpu::check_host_bytes(n.saturating_mul(acc))
+}
+
 /// `len` elements of `T` from element `at` of host bytes.
 fn host<T: WithDType>(b: &[u8], at: usize, len: usize) -> Result<&[T]> {
     let bytes = host_range::<T>(b.len(), at, len)?;
@@ -808,6 +817,7 @@ impl Compute for [u8] {
         lse: &mut [u8],
     ) -> Result<()> {
         let n = shape.lse_len()?;
+        check_attention_scratch(shape, dtype, false)?;
         genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
             genesis_kernels::attention::attention_forward::<T>(
                 shape,
@@ -1057,6 +1067,7 @@ impl Compute for [u8] {
                 reason: "the gradients in one buffer are a CUDA path".into(),
             }));
         };
+        check_attention_scratch(shape, dtype, true)?;
         genesis_kernels::dispatch_dtype!(dtype, [F32, F16, BF16, F64], T => {
             genesis_kernels::attention::attention_backward::<T>(
                 shape,

@@ -741,21 +741,19 @@ impl Layout {
         Ok(l)
     }
 
-    /// Removes every dimension of size 1.
+    /// Removes every dimension of size 1 (with its stride; of a layout whose stride count
+    /// differs from its rank, which [`Layout::check_bounds`] refuses, the strides past the
+    /// rank are kept).
     pub fn squeeze_all(&self) -> Layout {
-        let mut l = self.clone();
-        let keep: Vec<bool> = l.shape.iter().map(|&d| d != 1).collect();
-        let mut i = 0;
-        l.shape.retain(|_| {
-            i += 1;
-            keep[i - 1]
-        });
-        let mut j = 0;
-        l.strides.retain(|_| {
-            j += 1;
-            keep[j - 1]
-        });
-        l
+        let keep = |i: usize| self.shape.get(i).is_none_or(|&d| d != 1);
+        Layout {
+            shape: self.shape.iter().copied().filter(|&d| d != 1).collect(),
+            strides: (0..self.strides.len())
+                .filter(|&i| keep(i))
+                .map(|i| self.strides[i])
+                .collect(),
+            offset: self.offset,
+        }
     }
 
     /// Inserts a dimension of size 1 at `dim` (which may equal the rank);
@@ -789,8 +787,12 @@ impl Layout {
     }
 
     /// Merges adjacent dimensions that are contiguous with each other and drops size-1
-    /// dimensions: the same elements in the same order with the fewest dimensions.
+    /// dimensions: the same elements in the same order with the fewest dimensions. A layout
+    /// whose stride count differs from its rank comes back as it is.
     pub fn coalesced(&self) -> Layout {
+        if self.check_stride_count().is_err() {
+            return self.clone();
+        }
         let mut shape: Dims = SmallVec::new();
         let mut strides: Strides = SmallVec::new();
         for (&d, &s) in self.shape.iter().zip(&self.strides) {
@@ -865,9 +867,15 @@ impl Layout {
     }
 
     /// The storage index of every element, in row-major order (for CPU copies and tests).
+    /// A layout whose stride count differs from its rank (which [`Layout::check_bounds`]
+    /// refuses) has no elements to walk: it yields none.
     pub fn indices(&self) -> impl Iterator<Item = usize> + '_ {
         let rank = self.rank();
-        let n = self.numel();
+        let n = if self.check_stride_count().is_ok() {
+            self.numel()
+        } else {
+            0
+        };
         let mut idx: Dims = SmallVec::from_elem(0, rank);
         let mut pos = self.offset as isize;
         let mut k = 0usize;

@@ -935,6 +935,11 @@ impl Storage {
             }
             return self.copy_bytes_from(dst_at, src, src_at, bytes);
         }
+        // More dimensions than the strided kernel (and its twin) take: the pair reduced, or a
+        // loop of copies of the innermost dimensions (any rank up to `MAX_RANK`, as PyTorch).
+        if src_layout.rank() > genesis_kernels::copy::MAX_DIMS {
+            return self.copy_strided_high_rank(dst_layout, src, src_layout);
+        }
         // Rows of contiguous elements on both sides (uniform blocks): a 2-D copy.
         if let (Some(d2), Some(s2)) = (rows_of(dst_layout), rows_of(src_layout))
             && d2.1 == s2.1
@@ -976,6 +981,47 @@ impl Storage {
                 host_strided_copy(size, s, d, &desc)
             }
         }
+    }
+
+    /// [`Storage::copy_strided_from`] for layouts (checked, of one shape, non-empty) of more
+    /// dimensions than the strided kernel takes: the two reduced together (dimensions of size 1
+    /// dropped, neighbours contiguous with each other on both sides merged: the same element
+    /// pairs in the same order), then one copy, or one copy of the innermost dimensions per
+    /// index of the outer ones.
+    fn copy_strided_high_rank(
+        &mut self,
+        dst_layout: &Layout,
+        src: &Storage,
+        src_layout: &Layout,
+    ) -> Result<()> {
+        const MAX: usize = genesis_kernels::copy::MAX_DIMS;
+        let (dl, sl) = coalesce_pair(dst_layout, src_layout);
+        let rank = dl.rank();
+        if rank <= MAX {
+            return self.copy_strided_from(&dl, src, &sl);
+        }
+        let outer = rank - MAX;
+        let mut idx = vec![0usize; outer];
+        let count: usize = dl.shape()[..outer].iter().product();
+        for _ in 0..count {
+            // In range: both layouts passed `check_bounds`, so every element offset fits.
+            let at = |l: &Layout| {
+                let off = idx
+                    .iter()
+                    .zip(l.strides())
+                    .fold(l.offset() as isize, |o, (&i, &s)| o + i as isize * s);
+                Layout::new(&l.shape()[outer..], &l.strides()[outer..], off as usize)
+            };
+            self.copy_strided_from(&at(&dl), src, &at(&sl))?;
+            for d in (0..outer).rev() {
+                idx[d] += 1;
+                if idx[d] < dl.shape()[d] {
+                    break;
+                }
+                idx[d] = 0;
+            }
+        }
+        Ok(())
     }
 
     /// Copies `count` rows of `len` elements (row starts `pitch` elements apart) with a 2-D
@@ -1182,6 +1228,34 @@ fn check_float_only(op: &'static str, float_only: bool, dtype: DType) -> Result<
     } else {
         Ok(())
     }
+}
+
+/// `dst` and `src` (one shape, with elements) reduced together to the fewest dimensions that
+/// visit the same element pairs in the same order.
+fn coalesce_pair(dst: &Layout, src: &Layout) -> (Layout, Layout) {
+    let mut shape: Vec<usize> = Vec::new();
+    let (mut ds, mut ss): (Vec<isize>, Vec<isize>) = (Vec::new(), Vec::new());
+    for ((&d, &a), &b) in dst.shape().iter().zip(dst.strides()).zip(src.strides()) {
+        if d == 1 {
+            continue;
+        }
+        if let (Some(last), Some(la), Some(lb)) = (shape.last_mut(), ds.last_mut(), ss.last_mut())
+            && Some(*la) == a.checked_mul(d as isize)
+            && Some(*lb) == b.checked_mul(d as isize)
+        {
+            *last *= d;
+            *la = a;
+            *lb = b;
+            continue;
+        }
+        shape.push(d);
+        ds.push(a);
+        ss.push(b);
+    }
+    (
+        Layout::new(&shape, &ds, dst.offset()),
+        Layout::new(&shape, &ss, src.offset()),
+    )
 }
 
 /// `(start, len, count, pitch)` when the layout's elements are `count` rows of `len`

@@ -1,10 +1,16 @@
-// Flash attention of Genesis on Hopper (sm_90a only): the forward `attn_fwd_sm90_<T>_d64` and
-// the backward's dK/dV and dQ kernels `attn_bwd_dkdv_sm90_<T>_d64`, `attn_bwd_dq_sm90_<T>_d64`
-// for T = bf16, f16 and head dim 64, on `wgmma` (warpgroup tensor-core products, twice the
-// `mma.sync` rate of attention.cu's kernels on this architecture). Semantics, arguments
-// (`AttnArgs`), layouts and the numerical contract are attention.cu's (read its header); the
-// launcher (src/attention.rs) takes these kernels on compute capability 9.0 for head dim 64,
-// and attention.cu's elsewhere (and for the backward's row sums d).
+// Flash attention of Genesis on Hopper (sm_90a only): the forward `attn_fwd_sm90_<T>_d<D>` and
+// the backward's dK/dV and dQ kernels `attn_bwd_dkdv_sm90_<T>_d<D>`, `attn_bwd_dq_sm90_<T>_d<D>`
+// for T = bf16, f16 and head dims D = 64 and 128, on `wgmma` (warpgroup tensor-core products,
+// twice the `mma.sync` rate of attention.cu's kernels on this architecture). Semantics,
+// arguments (`AttnArgs`), layouts and the numerical contract are attention.cu's (read its
+// header); the launcher (src/attention.rs) takes these kernels on compute capability 9.0, and
+// attention.cu's elsewhere (and for the backward's row sums d).
+//
+// Head dim 128: every tile row is two 64-column panels (each its own 128-byte swizzled tile,
+// `PANEL` bytes apart), so that each product over the head dim is 8 k steps, four a panel, and
+// each product whose columns are the head dim (O, dQ, dK, dV) two m64n64 accumulators, one a
+// panel. The text below gives head dim 64's sizes; `Cfg<D>` gives both (two blocks a
+// multiprocessor of each kernel for 128, two dK/dV stages).
 //
 // Every kernel's block is one warpgroup (128 threads) running on its own: several blocks share
 // a multiprocessor, so that one's softmax, copies and barriers run beside another's products.
@@ -56,7 +62,7 @@
 // stored, its bias's gradient. Each dQ and dK/dV block adds its tile's rows of each output
 // (the values rounded to T, as stored; rows past tq or tk left out): a thread its two rows,
 // then the lanes of a column by xor-shuffles (halving: each lane ends with two columns'
-// sums), then the four warps in order through shared memory, and writes the tile's 64 sums to `csum` (f32) at [b][tile][which][h][64], `which`
+// sums), then the four warps in order through shared memory, and writes the tile's D sums to `csum` (f32) at [b][tile][which][h][D], `which`
 // 0 for dQ, 1 dK and 2 dV (the launcher asks only with tq == tk, so the tiles line up): a row
 // of `csum` per tile, laid out as the packed projection's row. The launcher adds the rows in
 // order: deterministic, no atomics.
@@ -93,16 +99,39 @@ enum { S_Q = 0, S_K, S_V, S_O, S_DO, S_DQ, S_DK, S_DV };
 namespace {
 
 // A block is one warpgroup: 64 query rows (forward, dQ) or 64 keys (dK/dV).
-constexpr int D = 64, BQ = 64, BK = 64, THREADS = 128;
-constexpr int Q_BYTES = BQ * D * 2, KV_BYTES = BK * D * 2;
-// Dynamic shared memory (`sm90_kernel` in attention.rs): alignment slack, Q, then FWD_STAGES
-// stages of (K, V); four blocks a multiprocessor.
-constexpr int FWD_STAGES = 2;
+constexpr int BQ = 64, BK = 64, THREADS = 128;
+// Every tile has 64 rows, stored as D / 64 panels of 64 columns (128-byte rows, the 128-byte
+// swizzle wgmma reads), panel p of a tile PANEL p bytes past its start.
+constexpr int PANEL = 64 * 128;
 // The forward's lazy rescaling threshold (log2 units, see attn_fwd_sm90): probabilities up to
 // 2^8 before the final division by l.
 constexpr float RESCALE = 8.f;
-constexpr int FWD_SMEM = 1024 + Q_BYTES + FWD_STAGES * 2 * KV_BYTES;
-static_assert(FWD_SMEM == 41984 && 4 * FWD_SMEM <= 227 * 1024, "shared memory of four blocks");
+
+// Shared memory of the kernels for head dim D (`sm90_kernel` in attention.rs mirrors it); each
+// begins with 1 KiB of alignment slack.
+template <int D>
+struct Cfg {
+    static constexpr int P = D / 64;          // panels a row
+    static constexpr int TILE = P * PANEL;    // a 64-row tile of T
+    static constexpr int FWD_STAGES = 2;      // forward: Q, then stages of (K, V)
+    static constexpr int FWD_SMEM = 1024 + TILE + FWD_STAGES * 2 * TILE;
+    static constexpr int DQ_STAGES = 2;       // dQ: Q and dO, then stages of (K, V)
+    static constexpr int DQ_SMEM = 1024 + 2 * TILE + DQ_STAGES * 2 * TILE;
+    // dK/dV: K and V, then stages of (Q, dO, lse, d) of BQK = 64 queries, each 1 KiB aligned.
+    static constexpr int KV_STAGES = D == 64 ? 3 : 2;
+    static constexpr int KV_STAGE = 2 * TILE + 2 * 64 * 4;
+    static constexpr int KV_STAGE_STRIDE = (KV_STAGE + 1023) / 1024 * 1024;
+    static constexpr int DKDV_SMEM = 1024 + 2 * TILE + KV_STAGES * KV_STAGE_STRIDE;
+};
+// Blocks a multiprocessor (with the static `red` of the column sums and the 1 KiB the
+// hardware reserves a block): head dim 64 four forward and dQ blocks and three dK/dV ones,
+// 128 two of each.
+static_assert(Cfg<64>::FWD_SMEM == 41984 && 4 * (Cfg<64>::FWD_SMEM + 1024) <= 228 * 1024, "fwd d64");
+static_assert(Cfg<64>::DQ_SMEM == 50176 && 4 * (Cfg<64>::DQ_SMEM + 1024 + 1024) <= 228 * 1024, "dq d64");
+static_assert(Cfg<64>::DKDV_SMEM == 69632 && 3 * (Cfg<64>::DKDV_SMEM + 2048 + 1024) <= 228 * 1024, "dkdv d64");
+static_assert(Cfg<128>::FWD_SMEM == 82944 && 2 * (Cfg<128>::FWD_SMEM + 1024) <= 228 * 1024, "fwd d128");
+static_assert(Cfg<128>::DQ_SMEM == 99328 && 2 * (Cfg<128>::DQ_SMEM + 2048 + 1024) <= 228 * 1024, "dq d128");
+static_assert(Cfg<128>::DKDV_SMEM == 101376 && 2 * (Cfg<128>::DKDV_SMEM + 4096 + 1024) <= 228 * 1024, "dkdv d128");
 
 // Orders this thread's generic-proxy writes of shared memory (the cp.async copies, complete)
 // before the tensor cores' asynchronous-proxy reads that follow the next barrier.
@@ -227,28 +256,39 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi, __half) {
     return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-// The accumulators x (32 registers) kept out of the compiler's reordering across the
+// The accumulators x (32 registers a panel) kept out of the compiler's reordering across the
 // asynchronous wgmma window.
 __device__ __forceinline__ void pin_all(float (&x)[32]) {
 #pragma unroll
     for (int i = 0; i < 32; ++i) pin(x[i]);
 }
+template <int P>
+__device__ __forceinline__ void pin_all(float (&x)[P][32]) {
+#pragma unroll
+    for (int p = 0; p < P; ++p) pin_all(x[p]);
+}
 
-// Queues d = A B^T over the 64-deep head dim (4 k steps), A's 64 rows and B's 64 rows k-major
-// tiles at `a` and `b`. The first k step only writes d (its registers need no zeroing before).
-template <typename T>
+// Queues d = A B^T over the D-deep head dim (D / 16 k steps, four a panel), A's 64 rows and
+// B's 64 rows k-major tiles at `a` and `b`. The first k step only writes d (its registers need
+// no zeroing before).
+template <int D, typename T>
 __device__ __forceinline__ void queue_abt(float (&d)[32], uint32_t a, uint32_t b, T tag) {
     wgmma_ss_n64_new(d, kmajor(a, 0), kmajor(b, 0), tag);
 #pragma unroll
-    for (int kk = 1; kk < D / 16; ++kk) wgmma_ss_n64(d, kmajor(a, kk), kmajor(b, kk), 1, tag);
+    for (int kk = 1; kk < D / 16; ++kk) {
+        const uint32_t off = (kk / 4) * PANEL;
+        wgmma_ss_n64(d, kmajor(a + off, kk % 4), kmajor(b + off, kk % 4), 1, tag);
+    }
 }
 
-// Queues d += F B over 64 k values (4 k slices): F the A fragments in registers, B the k x 64
-// tile at `b`, mn-major.
-template <typename T>
-__device__ __forceinline__ void queue_fb(float (&d)[32], const uint32_t (&f)[4][4], uint32_t b, T tag) {
+// Queues d += F B over 64 k values (4 k slices): F the A fragments in registers, B the k x D
+// tile at `b`, mn-major (its panel p gives d[p], columns 64 p .. 64 p + 63).
+template <int P, typename T>
+__device__ __forceinline__ void queue_fb(float (&d)[P][32], const uint32_t (&f)[4][4], uint32_t b, T tag) {
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) wgmma_rs_n64<1>(d, f[kk], mnmajor(b, kk), 1, tag);
+    for (int p = 0; p < P; ++p)
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) wgmma_rs_n64<1>(d[p], f[kk], mnmajor(b + p * PANEL, kk), 1, tag);
 }
 
 // Writes a warpgroup's 64 x 64 accumulators (this thread's rows row_t and row_t + 8, times
@@ -313,25 +353,28 @@ __device__ __forceinline__ void warp_col_sums(float* red, int row_t, int limit, 
     red[col + 1] = s[1];
 }
 
-// out[c] for column c of the four warps' sums in red[w * 64 + c], added in order of w.
+// out[c] for column c of the four warps' sums in red[w * D + c], added in order of w.
+template <int D>
 __device__ __forceinline__ void add_warp_sums(float* out, const float* red, int c) {
-    out[c] = ((red[c] + red[64 + c]) + red[128 + c]) + red[192 + c];
+    out[c] = ((red[c] + red[D + c]) + red[2 * D + c]) + red[3 * D + c];
 }
 
 // Byte offset of chunk c (8 elements) of row r in a swizzled tile of 64-wide rows.
 __device__ __forceinline__ uint32_t swz(int r, int c) { return (uint32_t)(r * 8 + (c ^ (r & 7))) * 16u; }
 
-// Queues the copy of rows row0 .. row0 + ROWS - 1 of a [*, 64] operand (row r at base + r st)
-// into the swizzled tile at `tile`; rows at or past `limit` are zero-filled (a whole tile
-// below `limit` takes no row checks).
-template <int ROWS>
+// Queues the copy of rows row0 .. row0 + ROWS - 1 of a [*, D] operand (row r at base + r st)
+// into the swizzled tile at `tile` (chunk c of a row in panel c / 8); rows at or past `limit`
+// are zero-filled (a whole tile below `limit` takes no row checks).
+template <int ROWS, int D>
 __device__ __forceinline__ void load_tile(uint32_t tile, const uint16_t* base, u64 st, int row0, int limit, int tid) {
-    constexpr int RSTEP = THREADS / 8;
-    const int r = tid / 8, c = tid % 8;
+    constexpr int CPR = D / 8, RSTEP = THREADS / CPR;  // chunks a row; rows a pass (a multiple of 8)
+    static_assert(RSTEP % 8 == 0 && ROWS % RSTEP == 0, "row steps keep the swizzle");
+    const int r = tid / CPR, c = tid % CPR;
+    const uint32_t panel = tile + (c / 8) * (ROWS * 128);
     const uint16_t* p = base + (u64)(row0 + r) * st + c * 8;
     if (row0 + ROWS <= limit) {
         // Row r + i RSTEP sits i RSTEP rows (of 128 bytes) past row r: the same swizzle.
-        const uint32_t dst = tile + swz(r, c);
+        const uint32_t dst = panel + swz(r, c % 8);
 #pragma unroll
         for (int i = 0; i < ROWS / RSTEP; ++i) {
             cp_async16(dst + i * RSTEP * 128, p, 16);
@@ -342,7 +385,7 @@ __device__ __forceinline__ void load_tile(uint32_t tile, const uint16_t* base, u
 #pragma unroll
     for (int i = 0; i < ROWS / RSTEP; ++i) {
         const bool ok = row0 + r + i * RSTEP < limit;
-        cp_async16(tile + swz(r + i * RSTEP, c), ok ? p : base, ok ? 16 : 0);
+        cp_async16(panel + swz(r + i * RSTEP, c % 8), ok ? p : base, ok ? 16 : 0);
         p += (u64)RSTEP * st;
     }
 }
@@ -356,11 +399,12 @@ __device__ __forceinline__ void load_vec(uint32_t dst, const float* base, int i0
     }
 }
 
-template <typename T>
+template <int D, typename T>
 __device__ __forceinline__ void attn_fwd_sm90(const AttnArgs& a) {
-    constexpr int STAGES = FWD_STAGES;
+    using C = Cfg<D>;
+    constexpr int STAGES = C::FWD_STAGES, P = C::P, KV_BYTES = C::TILE;
     extern __shared__ uint8_t smem_raw[];
-    const uint32_t sq = (smem_addr(smem_raw) + 1023) & ~1023u, skv = sq + Q_BYTES;
+    const uint32_t sq = (smem_addr(smem_raw) + 1023) & ~1023u, skv = sq + C::TILE;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid / 32;
     const int tq = (int)a.tq, tk = (int)a.tk;  // below 2^30 (checked)
     const int ntq = (tq + BQ - 1) / BQ;
@@ -381,21 +425,23 @@ __device__ __forceinline__ void attn_fwd_sm90(const AttnArgs& a) {
         // Tile j's K at stage j % STAGES, its V KV_BYTES after.
         auto load_kv = [&](int j) {
             const uint32_t st = skv + (j % STAGES) * 2 * KV_BYTES;
-            load_tile<BK>(st, k, kst, j * BK, tk, tid);
-            load_tile<BK>(st + KV_BYTES, v, vst, j * BK, tk, tid);
+            load_tile<BK, D>(st, k, kst, j * BK, tk, tid);
+            load_tile<BK, D>(st + KV_BYTES, v, vst, j * BK, tk, tid);
         };
 
         // Q and the first STAGES - 1 tiles, a commit group each (Q's with tile 0's).
-        load_tile<BQ>(sq, q, a.st[S_Q][2], q0, tq, tid);
+        load_tile<BQ, D>(sq, q, a.st[S_Q][2], q0, tq, tid);
 #pragma unroll
         for (int j = 0; j < STAGES - 1; ++j) {
             if (j < n_tiles) load_kv(j);
             cp_async_commit();
         }
 
-        float o[32];
+        float o[P][32];
 #pragma unroll
-        for (int i = 0; i < 32; ++i) o[i] = 0.f;
+        for (int p = 0; p < P; ++p)
+#pragma unroll
+            for (int i = 0; i < 32; ++i) o[p][i] = 0.f;
         float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
 
         for (int j = 0; j < n_tiles; ++j) {
@@ -413,7 +459,7 @@ __device__ __forceinline__ void attn_fwd_sm90(const AttnArgs& a) {
             // S = Q K^T (64 rows x BK keys).
             float s[32];
             wgmma_fence();
-            queue_abt(s, sq, sk, tag);
+            queue_abt<D>(s, sq, sk, tag);
             wgmma_commit();
             wgmma_wait<0>();
             pin_all(s);
@@ -465,7 +511,9 @@ __device__ __forceinline__ void attn_fwd_sm90(const AttnArgs& a) {
                     l[hh] *= alpha[hh];
                 }
 #pragma unroll
-                for (int i = 0; i < 32; ++i) o[i] *= alpha[(i >> 1) & 1];
+                for (int p = 0; p < P; ++p)
+#pragma unroll
+                    for (int i = 0; i < 32; ++i) o[p][i] *= alpha[(i >> 1) & 1];
             }
             float mu[2];
 #pragma unroll
@@ -505,7 +553,8 @@ __device__ __forceinline__ void attn_fwd_sm90(const AttnArgs& a) {
             if (row < tq && lane % 4 == 0) lse[row] = ls > 0.f ? (m[hh] + log2f(ls)) * 0.69314718055994531f : NEG_INF;
         }
         uint16_t* out = reinterpret_cast<uint16_t*>(a.o) + b * a.st[S_O][0] + h * a.st[S_O][1];
-        store_rows(out, a.st[S_O][2], row_t, tq, o, inv, lane, tag);
+#pragma unroll
+        for (int p = 0; p < P; ++p) store_rows(out + 64 * p, a.st[S_O][2], row_t, tq, o[p], inv, lane, tag);
         __syncthreads();  // Q's tile is refilled for the next (b, h)
     }
 }
@@ -515,15 +564,12 @@ __device__ __forceinline__ void attn_fwd_sm90(const AttnArgs& a) {
 
 // Dynamic shared memory (`sm90_kernel` in attention.rs): alignment slack, Q and dO, then
 // DQ_STAGES stages of (K, V); four blocks a multiprocessor.
-constexpr int DQ_STAGES = 2;
-constexpr int DQ_SMEM = 1024 + 2 * Q_BYTES + DQ_STAGES * 2 * KV_BYTES;
-static_assert(DQ_SMEM == 50176 && 4 * DQ_SMEM <= 227 * 1024, "shared memory of four blocks");
-
-template <typename T>
+template <int D, typename T>
 __device__ __forceinline__ void attn_bwd_dq_sm90(const AttnArgs& a) {
-    constexpr int STAGES = DQ_STAGES;
+    using C = Cfg<D>;
+    constexpr int STAGES = C::DQ_STAGES, P = C::P, KV_BYTES = C::TILE;
     extern __shared__ uint8_t smem_raw[];
-    const uint32_t sq = (smem_addr(smem_raw) + 1023) & ~1023u, so = sq + Q_BYTES, skv = so + Q_BYTES;
+    const uint32_t sq = (smem_addr(smem_raw) + 1023) & ~1023u, so = sq + C::TILE, skv = so + C::TILE;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid / 32;
     const int tq = (int)a.tq, tk = (int)a.tk;
     const int ntq = (tq + BQ - 1) / BQ;
@@ -542,12 +588,12 @@ __device__ __forceinline__ void attn_bwd_dq_sm90(const AttnArgs& a) {
         const u64 kst = a.st[S_K][2], vst = a.st[S_V][2];
         auto load_kv = [&](int j) {
             const uint32_t st = skv + (j % STAGES) * 2 * KV_BYTES;
-            load_tile<BK>(st, k, kst, j * BK, tk, tid);
-            load_tile<BK>(st + KV_BYTES, v, vst, j * BK, tk, tid);
+            load_tile<BK, D>(st, k, kst, j * BK, tk, tid);
+            load_tile<BK, D>(st + KV_BYTES, v, vst, j * BK, tk, tid);
         };
-        load_tile<BQ>(sq, reinterpret_cast<const uint16_t*>(a.q) + b * a.st[S_Q][0] + h * a.st[S_Q][1], a.st[S_Q][2], q0,
+        load_tile<BQ, D>(sq, reinterpret_cast<const uint16_t*>(a.q) + b * a.st[S_Q][0] + h * a.st[S_Q][1], a.st[S_Q][2], q0,
                       tq, tid);
-        load_tile<BQ>(so, reinterpret_cast<const uint16_t*>(a.dout) + b * a.st[S_DO][0] + h * a.st[S_DO][1],
+        load_tile<BQ, D>(so, reinterpret_cast<const uint16_t*>(a.dout) + b * a.st[S_DO][0] + h * a.st[S_DO][1],
                       a.st[S_DO][2], q0, tq, tid);
 #pragma unroll
         for (int j = 0; j < STAGES - 1; ++j) {
@@ -566,9 +612,11 @@ __device__ __forceinline__ void attn_bwd_dq_sm90(const AttnArgs& a) {
             dr[hh] = ok ? reinterpret_cast<const float*>(a.dsum)[bh * a.tq + row] : 0.f;
         }
 
-        float dq[32];
+        float dq[P][32];
 #pragma unroll
-        for (int i = 0; i < 32; ++i) dq[i] = 0.f;
+        for (int p = 0; p < P; ++p)
+#pragma unroll
+            for (int i = 0; i < 32; ++i) dq[p][i] = 0.f;
 
         for (int j = 0; j < n_tiles; ++j) {
             // As the forward's: one barrier a tile, the stage of tile j - 1 refilled past it.
@@ -583,8 +631,8 @@ __device__ __forceinline__ void attn_bwd_dq_sm90(const AttnArgs& a) {
             // S = Q K^T and dP = dO V^T (64 rows x BK keys).
             float s[32], dp[32];
             wgmma_fence();
-            queue_abt(s, sq, sk, tag);
-            queue_abt(dp, so, sv, tag);
+            queue_abt<D>(s, sq, sk, tag);
+            queue_abt<D>(dp, so, sv, tag);
             wgmma_commit();
             wgmma_wait<0>();
             pin_all(s);
@@ -624,15 +672,17 @@ __device__ __forceinline__ void attn_bwd_dq_sm90(const AttnArgs& a) {
         // dQ times scale, rounded to T.
         uint16_t* out = reinterpret_cast<uint16_t*>(a.dq) + b * a.st[S_DQ][0] + h * a.st[S_DQ][1];
         const float mul[2] = {a.scale, a.scale};
-        store_rows(out, a.st[S_DQ][2], row_t, tq, dq, mul, lane, tag);
+#pragma unroll
+        for (int p = 0; p < P; ++p) store_rows(out + 64 * p, a.st[S_DQ][2], row_t, tq, dq[p], mul, lane, tag);
         if (a.csum) {
             // The previous (b, h)'s readers of `red` passed the loop's last barrier.
-            __shared__ float red[4 * 64];
-            warp_col_sums(red + 64 * warp, row_t, tq, dq, mul, lane, tag);
+            __shared__ float red[4 * D];
+#pragma unroll
+            for (int p = 0; p < P; ++p) warp_col_sums(red + D * warp + 64 * p, row_t, tq, dq[p], mul, lane, tag);
             __syncthreads();
-            if (tid < 64)
-                add_warp_sums(reinterpret_cast<float*>(a.csum) + ((b * ntq + q0 / BQ) * 3 * a.heads + h) * 64, red,
-                              tid);
+            if (tid < D)
+                add_warp_sums<D>(reinterpret_cast<float*>(a.csum) + ((b * ntq + q0 / BQ) * 3 * a.heads + h) * D, red,
+                                 tid);
         }
         __syncthreads();  // Q and dO are refilled for the next (b, h)
     }
@@ -642,17 +692,14 @@ __device__ __forceinline__ void attn_bwd_dq_sm90(const AttnArgs& a) {
 // Backward: dK and dV, a block (one warpgroup) per 64 keys (attention.cu's `attn_bwd_dkdv` on
 // wgmma, keys as the products' rows).
 
-constexpr int KV_STAGES = 3;
-// A stage: the Q and dO tiles of BQK = 64 queries, then their lse and d (f32).
-constexpr int BQK = 64, QK_BYTES = BQK * D * 2, KV_STAGE = 2 * QK_BYTES + 2 * BQK * 4;
-// Dynamic shared memory (`sm90_kernel` in attention.rs): alignment slack, K and V (64
-// keys each), then KV_STAGES stages, each 1 KiB aligned; three blocks a multiprocessor.
-constexpr int KV_STAGE_STRIDE = (KV_STAGE + 1023) / 1024 * 1024;
-constexpr int DKDV_SMEM = 1024 + 2 * KV_BYTES + KV_STAGES * KV_STAGE_STRIDE;
-static_assert(DKDV_SMEM == 69632 && 3 * DKDV_SMEM <= 227 * 1024, "shared memory of three blocks");
+// A stage (Cfg's KV_STAGE): the Q and dO tiles of BQK = 64 queries, then their lse and d (f32).
+constexpr int BQK = 64;
 
-template <typename T>
+template <int D, typename T>
 __device__ __forceinline__ void attn_bwd_dkdv_sm90(const AttnArgs& a) {
+    using C = Cfg<D>;
+    constexpr int KV_STAGES = C::KV_STAGES, KV_STAGE_STRIDE = C::KV_STAGE_STRIDE, P = C::P;
+    constexpr int KV_BYTES = C::TILE, QK_BYTES = C::TILE;
     extern __shared__ uint8_t smem_raw[];
     const uint32_t sk = (smem_addr(smem_raw) + 1023) & ~1023u, sv = sk + KV_BYTES, sst = sv + KV_BYTES;
     const uint8_t* gen = smem_raw + (sk - smem_addr(smem_raw));  // sk as a generic pointer
@@ -677,8 +724,8 @@ __device__ __forceinline__ void attn_bwd_dkdv_sm90(const AttnArgs& a) {
         auto load_stage = [&](int it) {
             const uint32_t base = sst + (it % KV_STAGES) * KV_STAGE_STRIDE;
             const int i0 = (it0 + it) * BQK;
-            load_tile<BQK>(base, q, qst, i0, tq, tid);
-            load_tile<BQK>(base + QK_BYTES, dout, dst, i0, tq, tid);
+            load_tile<BQK, D>(base, q, qst, i0, tq, tid);
+            load_tile<BQK, D>(base + QK_BYTES, dout, dst, i0, tq, tid);
             // Threads 0..63 copy the lse, 64..127 the d.
             if (tid < BQK)
                 load_vec(base + 2 * QK_BYTES, lse, i0, tq, BQK, tid);
@@ -688,9 +735,9 @@ __device__ __forceinline__ void attn_bwd_dkdv_sm90(const AttnArgs& a) {
 
         // K, V and the first KV_STAGES - 1 query tiles, a commit group each (K and V's with
         // the first).
-        load_tile<BK>(sk, reinterpret_cast<const uint16_t*>(a.k) + b * a.st[S_K][0] + h * a.st[S_K][1],
+        load_tile<BK, D>(sk, reinterpret_cast<const uint16_t*>(a.k) + b * a.st[S_K][0] + h * a.st[S_K][1],
                                   a.st[S_K][2], j0, tk, tid);
-        load_tile<BK>(sv, reinterpret_cast<const uint16_t*>(a.v) + b * a.st[S_V][0] + h * a.st[S_V][1],
+        load_tile<BK, D>(sv, reinterpret_cast<const uint16_t*>(a.v) + b * a.st[S_V][0] + h * a.st[S_V][1],
                                   a.st[S_V][2], j0, tk, tid);
 #pragma unroll
         for (int it = 0; it < KV_STAGES - 1; ++it) {
@@ -698,9 +745,11 @@ __device__ __forceinline__ void attn_bwd_dkdv_sm90(const AttnArgs& a) {
             cp_async_commit();
         }
 
-        float dk[32], dv[32];
+        float dk[P][32], dv[P][32];
 #pragma unroll
-        for (int i = 0; i < 32; ++i) dk[i] = dv[i] = 0.f;
+        for (int p = 0; p < P; ++p)
+#pragma unroll
+            for (int i = 0; i < 32; ++i) dk[p][i] = dv[p][i] = 0.f;
 
         for (int it = 0; it < n_it; ++it) {
             // As the forward's: one barrier a tile, the stage of query tile it - 1 (its Q,
@@ -719,8 +768,8 @@ __device__ __forceinline__ void attn_bwd_dkdv_sm90(const AttnArgs& a) {
             // S^T = K Q^T and dP^T = V dO^T (64 keys x 64 queries).
             float st[32], dp[32];
             wgmma_fence();
-            queue_abt(st, sk, stq, tag);
-            queue_abt(dp, sv, sto, tag);
+            queue_abt<D>(st, sk, stq, tag);
+            queue_abt<D>(dp, sv, sto, tag);
             wgmma_commit();
             wgmma_wait<0>();
             pin_all(st);
@@ -768,20 +817,27 @@ __device__ __forceinline__ void attn_bwd_dkdv_sm90(const AttnArgs& a) {
 
         // dK times scale and dV, rounded to T (rows below tk).
         const float ks[2] = {a.scale, a.scale}, one[2] = {1.f, 1.f};
-        store_rows(reinterpret_cast<uint16_t*>(a.dk) + b * a.st[S_DK][0] + h * a.st[S_DK][1], a.st[S_DK][2], key_t, tk,
-                   dk, ks, lane, tag);
-        store_rows(reinterpret_cast<uint16_t*>(a.dv) + b * a.st[S_DV][0] + h * a.st[S_DV][1], a.st[S_DV][2], key_t, tk,
-                   dv, one, lane, tag);
+        uint16_t* odk = reinterpret_cast<uint16_t*>(a.dk) + b * a.st[S_DK][0] + h * a.st[S_DK][1];
+        uint16_t* odv = reinterpret_cast<uint16_t*>(a.dv) + b * a.st[S_DV][0] + h * a.st[S_DV][1];
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+            store_rows(odk + 64 * p, a.st[S_DK][2], key_t, tk, dk[p], ks, lane, tag);
+            store_rows(odv + 64 * p, a.st[S_DV][2], key_t, tk, dv[p], one, lane, tag);
+        }
         if (a.csum) {
             // dK's sums in red[0], dV's in red[1]; the previous (b, h)'s readers passed the
-            // loop's last barrier. Threads 0-63 add dK's columns, 64-127 dV's.
-            __shared__ float red[2][4 * 64];
-            warp_col_sums(red[0] + 64 * warp, key_t, tk, dk, ks, lane, tag);
-            warp_col_sums(red[1] + 64 * warp, key_t, tk, dv, one, lane, tag);
+            // loop's last barrier. Thread t adds column (t mod D) of dK's and dV's sums.
+            __shared__ float red[2][4 * D];
+#pragma unroll
+            for (int p = 0; p < P; ++p) {
+                warp_col_sums(red[0] + D * warp + 64 * p, key_t, tk, dk[p], ks, lane, tag);
+                warp_col_sums(red[1] + D * warp + 64 * p, key_t, tk, dv[p], one, lane, tag);
+            }
             __syncthreads();
             const u64 ntk = (tk + BK - 1) / BK;
-            float* cs = reinterpret_cast<float*>(a.csum) + ((b * ntk + j0 / BK) * 3 * a.heads + a.heads + h) * 64;
-            add_warp_sums(cs + (tid / 64) * a.heads * 64, red[tid / 64], tid % 64);
+            float* cs = reinterpret_cast<float*>(a.csum) + ((b * ntk + j0 / BK) * 3 * a.heads + a.heads + h) * D;
+            for (int idx = tid; idx < 2 * D; idx += THREADS)
+                add_warp_sums<D>(cs + (idx / D) * a.heads * D, red[idx / D], idx % D);
         }
         __syncthreads();  // K and V are refilled for the next (b, h)
     }
@@ -789,23 +845,21 @@ __device__ __forceinline__ void attn_bwd_dkdv_sm90(const AttnArgs& a) {
 
 }  // namespace
 
-// Four forward and four dQ blocks a multiprocessor (at most 128 registers a thread), three
-// dK/dV blocks (at most 170).
-extern "C" __global__ void __launch_bounds__(THREADS, 4) attn_fwd_sm90_bf16_d64(const AttnArgs a) {
-    attn_fwd_sm90<__nv_bfloat16>(a);
-}
-extern "C" __global__ void __launch_bounds__(THREADS, 4) attn_fwd_sm90_f16_d64(const AttnArgs a) {
-    attn_fwd_sm90<__half>(a);
-}
-extern "C" __global__ void __launch_bounds__(THREADS, 4) attn_bwd_dq_sm90_bf16_d64(const AttnArgs a) {
-    attn_bwd_dq_sm90<__nv_bfloat16>(a);
-}
-extern "C" __global__ void __launch_bounds__(THREADS, 4) attn_bwd_dq_sm90_f16_d64(const AttnArgs a) {
-    attn_bwd_dq_sm90<__half>(a);
-}
-extern "C" __global__ void __launch_bounds__(THREADS, 3) attn_bwd_dkdv_sm90_bf16_d64(const AttnArgs a) {
-    attn_bwd_dkdv_sm90<__nv_bfloat16>(a);
-}
-extern "C" __global__ void __launch_bounds__(THREADS, 3) attn_bwd_dkdv_sm90_f16_d64(const AttnArgs a) {
-    attn_bwd_dkdv_sm90<__half>(a);
-}
+// Head dim 64: four forward and four dQ blocks a multiprocessor (at most 128 registers a
+// thread), three dK/dV blocks (at most 170). Head dim 128: two of each (at most 255).
+#define GENESIS_ATTN_SM90(D, NAME, TYPE, FWD_MIN, DQ_MIN, DKDV_MIN)                                        \
+    extern "C" __global__ void __launch_bounds__(THREADS, FWD_MIN) attn_fwd_sm90_##NAME##_d##D(const AttnArgs a) { \
+        attn_fwd_sm90<D, TYPE>(a);                                                                         \
+    }                                                                                                      \
+    extern "C" __global__ void __launch_bounds__(THREADS, DQ_MIN) attn_bwd_dq_sm90_##NAME##_d##D(const AttnArgs a) { \
+        attn_bwd_dq_sm90<D, TYPE>(a);                                                                      \
+    }                                                                                                      \
+    extern "C" __global__ void __launch_bounds__(THREADS, DKDV_MIN)                                        \
+        attn_bwd_dkdv_sm90_##NAME##_d##D(const AttnArgs a) {                                               \
+        attn_bwd_dkdv_sm90<D, TYPE>(a);                                                                    \
+    }
+GENESIS_ATTN_SM90(64, bf16, __nv_bfloat16, 4, 4, 3)
+GENESIS_ATTN_SM90(64, f16, __half, 4, 4, 3)
+GENESIS_ATTN_SM90(128, bf16, __nv_bfloat16, 2, 2, 2)
+GENESIS_ATTN_SM90(128, f16, __half, 2, 2, 2)
+#undef GENESIS_ATTN_SM90

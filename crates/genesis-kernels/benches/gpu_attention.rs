@@ -157,18 +157,21 @@ mod gpu {
             attention::force_sm80_attention_on_thread(false);
             t
         };
-        // On Hopper, head dim 64's forward runs the wgmma kernel; the mma.sync one (what
-        // Ampere and Ada run) is timed beside it.
-        let sm80_fwd =
-            if ctx.compute_capability() == (9, 0) && d == 64 && T::NAME != "f32" && !packed {
-                Some(forward(true)?)
-            } else {
-                None
-            };
+        // On Hopper, bf16 and f16 run the wgmma kernels; the mma.sync ones (what Ampere and
+        // Ada run) are timed beside them.
+        let sm80 = ctx.compute_capability() == (9, 0) && T::NAME != "f32" && !packed;
+        let sm80_fwd = if sm80 { Some(forward(true)?) } else { None };
         let fwd = forward(false)?;
-        let bwd = timing::events(stream, WARMUP, RUNS, || {
-            run_bwd(&o, &lse, &mut dqkv, &mut ws)
-        })?;
+        let mut backward = |sm80: bool| {
+            attention::force_sm80_attention_on_thread(sm80);
+            let t = timing::events(stream, WARMUP, RUNS, || {
+                run_bwd(&o, &lse, &mut dqkv, &mut ws)
+            });
+            attention::force_sm80_attention_on_thread(false);
+            t
+        };
+        let sm80_bwd = if sm80 { Some(backward(true)?) } else { None };
+        let bwd = backward(false)?;
         if let Some(ms) = timing::soak_ms().filter(|_| packed) {
             let fwd = timing::sustained(stream, ms, &mut || run_fwd(&mut o, &mut lse))?;
             let bwd = timing::sustained(stream, ms, &mut || run_bwd(&o, &lse, &mut dqkv, &mut ws))?;
@@ -191,12 +194,14 @@ mod gpu {
             "{:<28} {:>9.3} {:>9.1} {:>9.3} {:>9.1}",
             name, fwd.median_ms, ft, bwd.median_ms, bt
         );
-        if let Some(f) = &sm80_fwd {
+        if let (Some(f), Some(bk)) = (&sm80_fwd, &sm80_bwd) {
             println!(
-                "{:<28} {:>9.3} {:>9.1}",
+                "{:<28} {:>9.3} {:>9.1} {:>9.3} {:>9.1}",
                 format!("{name} mma.sync"),
                 f.median_ms,
-                tf(flops, f.median_ms)
+                tf(flops, f.median_ms),
+                bk.median_ms,
+                tf(2.5 * flops, bk.median_ms)
             );
         }
         json.push(format!(

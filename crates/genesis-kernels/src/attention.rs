@@ -1,4 +1,4 @@
-//! Flash attention (`kernels/attention.cu`, FlashAttention-2; on Hopper with head dim 64
+//! Flash attention (`kernels/attention.cu`, FlashAttention-2; on Hopper in bf16 and f16
 //! `kernels/attention_sm90.cu`, the same algorithm on `wgmma`): the forward
 //! ([`gpu_attention_forward`]) writes `o` and the row log-sum-exps `lse`, the backward
 //! ([`gpu_attention_backward`]) `dq`, `dk`, `dv` from `do`; with CPU twins
@@ -53,9 +53,10 @@
 //! by `cp.async`, fragments by `ldmatrix`, `mma.sync.m16n8k16` with f32
 //! accumulators; the backward's dK/dV blocks own 64 keys and walk the query tiles, the dQ
 //! blocks own 64 queries and walk the key tiles. See `kernels/attention.cu`. On compute
-//! capability 9.0 with head dim 64 the forward, dK/dV and dQ kernels are `attention_sm90.cu`'s:
+//! capability 9.0 in bf16 and f16 the forward, dK/dV and dQ kernels are `attention_sm90.cu`'s:
 //! one warpgroup a block of 64 queries or keys, `wgmma.m64n64k16` products (P and dS from
-//! registers), several blocks a multiprocessor; the same results within the same bound, also
+//! registers; head dim 128 as two 64-column panels), several blocks a multiprocessor (four or
+//! three for head dim 64, two for 128); the same results within the same bound, also
 //! deterministic. [`force_sm80_attention_on_thread`] keeps the `mma.sync` kernels there.
 
 #[cfg(feature = "cuda")]
@@ -407,14 +408,14 @@ fn check_lse(expected: usize, got: usize) -> Result<()> {
 }
 
 /// f32 values of the tile column sums [`gpu_attention_backward_packed`] writes when asked:
-/// for each tile of 64 rows (of `tq` rows, which must equal `tk`), 64 per head for each of
-/// dQ, dK and dV.
+/// for each tile of 64 rows (of `tq` rows, which must equal `tk`), `head_dim` per head for
+/// each of dQ, dK and dV.
 pub fn backward_sums_len(shape: &AttentionShape) -> usize {
     shape
         .batch
         .saturating_mul(shape.tq.div_ceil(64))
         .saturating_mul(3 * shape.heads)
-        .saturating_mul(64)
+        .saturating_mul(shape.head_dim)
 }
 
 /// Bytes of device workspace [`gpu_attention_backward`] needs: the f32 row sums `d`,
@@ -913,32 +914,52 @@ enum Sm90 {
     Dkdv,
 }
 
-/// The Hopper (`wgmma`) kernel `which` of `T` for head dim `d` on a device of compute
-/// capability `cc`, unless the thread forces the `mma.sync` kernels: its name and dynamic
-/// shared memory (`FWD_SMEM`, `DQ_SMEM`, `DKDV_SMEM` of the source: alignment slack, then the
-/// forward's Q tile and two stages of 64-key K and V tiles; dQ's Q and dO tiles and two such
-/// stages; dK/dV's K and V and three 1 KiB-aligned stages of the Q and dO tiles of 64 queries
-/// with their lse and d).
+/// The Hopper (`wgmma`) kernel `which` of `T` for head dim `d` (64 or 128) on a device of
+/// compute capability `cc`, unless the thread forces the `mma.sync` kernels: its name and
+/// dynamic shared memory (`Cfg<D>` of the source: alignment slack, then the forward's Q tile
+/// and two stages of 64-key K and V tiles; dQ's Q and dO tiles and two such stages; dK/dV's K
+/// and V and 1 KiB-aligned stages (three for 64, two for 128) of the Q and dO tiles of 64
+/// queries with their lse and d; a tile is 64 rows of `d` elements).
 #[cfg(feature = "cuda")]
 fn sm90_kernel<T: Element>(which: Sm90, cc: (u32, u32), d: usize) -> Option<(&'static str, u32)> {
-    if cc != (9, 0) || d != 64 || FORCE_SM80.with(|f| f.get()) {
+    if cc != (9, 0) || !(d == 64 || d == 128) || FORCE_SM80.with(|f| f.get()) {
         return None;
     }
-    let (bf16, f16, smem) = match which {
-        Sm90::Forward => (
+    let tile = 64 * 2 * d as u32;
+    let (kv_stages, kv_stage) = (
+        if d == 64 { 3 } else { 2 },
+        (2 * tile + 512).div_ceil(1024) * 1024,
+    );
+    let (bf16, f16, smem) = match (which, d) {
+        (Sm90::Forward, 64) => (
             "attn_fwd_sm90_bf16_d64",
             "attn_fwd_sm90_f16_d64",
-            1024 + 64 * 128 + 2 * 2 * 64 * 128,
+            1024 + 5 * tile,
         ),
-        Sm90::Dq => (
+        (Sm90::Forward, _) => (
+            "attn_fwd_sm90_bf16_d128",
+            "attn_fwd_sm90_f16_d128",
+            1024 + 5 * tile,
+        ),
+        (Sm90::Dq, 64) => (
             "attn_bwd_dq_sm90_bf16_d64",
             "attn_bwd_dq_sm90_f16_d64",
-            1024 + 2 * 64 * 128 + 2 * 2 * 64 * 128,
+            1024 + 6 * tile,
         ),
-        Sm90::Dkdv => (
+        (Sm90::Dq, _) => (
+            "attn_bwd_dq_sm90_bf16_d128",
+            "attn_bwd_dq_sm90_f16_d128",
+            1024 + 6 * tile,
+        ),
+        (Sm90::Dkdv, 64) => (
             "attn_bwd_dkdv_sm90_bf16_d64",
             "attn_bwd_dkdv_sm90_f16_d64",
-            1024 + 2 * 64 * 128 + 3 * 17 * 1024,
+            1024 + 2 * tile + kv_stages * kv_stage,
+        ),
+        (Sm90::Dkdv, _) => (
+            "attn_bwd_dkdv_sm90_bf16_d128",
+            "attn_bwd_dkdv_sm90_f16_d128",
+            1024 + 2 * tile + kv_stages * kv_stage,
         ),
     };
     match T::DTYPE {
@@ -1043,11 +1064,11 @@ pub fn gpu_attention_backward<T: Element>(
 /// within the span; the caller makes sure no two pieces share an element (were they to, the
 /// elements they share would hold one of the values).
 ///
-/// With `sums` ([`backward_sums_len`] values), the Hopper kernels (head dim 64, compute
-/// capability 9.0) also write the column sums of each 64-row tile of dQ, dK and dV as stored:
-/// a row of `3 heads 64` values a tile (tile `t` of batch element `b` at row `b tiles + t`;
-/// in it output `w`'s head `h` at `(w heads + h) 64`, the packed projection's order); returns
-/// whether they did (not on other devices or head dims, nor unless `tq == tk > 0`). Added
+/// With `sums` ([`backward_sums_len`] values), the Hopper kernels (compute capability 9.0,
+/// bf16 and f16) also write the column sums of each 64-row tile of dQ, dK and dV as stored:
+/// a row of `3 heads D` values a tile (`D` the head dim; tile `t` of batch element `b` at row
+/// `b tiles + t`; in it output `w`'s head `h` at `(w heads + h) D`, the packed projection's
+/// order); returns whether they did (not on other devices, nor unless `tq == tk > 0`). Added
 /// over the rows they are the column sums of the gradients: the packed projection's bias
 /// gradient.
 #[cfg(feature = "cuda")]

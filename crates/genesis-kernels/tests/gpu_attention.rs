@@ -292,8 +292,7 @@ fn run_case<T: Half>(ctx: &Arc<Context>, stream: &Stream, rng: &mut SmallRng, c:
     let ran = attention::last_attention_kernel().unwrap_or("");
     let f32 = T::NAME == "f32";
     if sh.batch * sh.heads > 0 && sh.tq > 0 {
-        let sm90 =
-            ctx.compute_capability() == (9, 0) && sh.head_dim == 64 && !forced_sm80() && !f32;
+        let sm90 = ctx.compute_capability() == (9, 0) && !forced_sm80() && !f32;
         assert_eq!(ran.starts_with("attn_fwd_sm90_"), sm90, "{what}: ran {ran}");
         assert_eq!(ran == "attn_fwd_f32_d64", f32, "{what}: ran {ran}");
     }
@@ -366,8 +365,7 @@ fn run_case<T: Half>(ctx: &Arc<Context>, stream: &Stream, rng: &mut SmallRng, c:
         // The dQ kernel is the last launch: on Hopper, head dim 64's runs on wgmma.
         if sh.batch * sh.heads > 0 && sh.tq > 0 {
             let ran = attention::last_attention_kernel().unwrap_or("");
-            let sm90 =
-                ctx.compute_capability() == (9, 0) && sh.head_dim == 64 && !forced_sm80() && !f32;
+            let sm90 = ctx.compute_capability() == (9, 0) && !forced_sm80() && !f32;
             assert_eq!(
                 ran.starts_with("attn_bwd_dq_sm90_"),
                 sm90,
@@ -520,9 +518,9 @@ fn attention_f32_matches_twin() {
 }
 
 /// A few small cases of head dim 64 (both layouts, causal or not, edges of the 128-row query
-/// and 64-key tiles) in bf16 and f32 (f32 also on the kernels of 99 KiB blocks), for
-/// compute-sanitizer runs of the Hopper kernels and of the f32 ones (`gpu_attention
-/// small_head_dim_64_cases`).
+/// and 64-key tiles) in bf16 and f32 (f32 also on the kernels of 99 KiB blocks), and of head
+/// dim 128 in bf16 and f16, for compute-sanitizer runs of the Hopper kernels and of the f32
+/// ones (`gpu_attention small_head_dim`).
 #[test]
 fn small_head_dim_64_cases() {
     if skip_without_gpu("attention small head dim 64 cases") {
@@ -544,6 +542,28 @@ fn small_head_dim_64_cases() {
                 run_case::<f32>(&ctx, &stream, &mut rng, &Case::new(sh, layout));
                 attention::force_sm80_attention_on_thread(false);
                 FORCED.with(|f| f.set(false));
+            }
+        }
+    }
+}
+
+/// The small cases of [`small_head_dim_64_cases`] at head dim 128 (two 64-column panels a row
+/// on Hopper) in bf16 and f16.
+#[test]
+fn small_head_dim_128_cases() {
+    if skip_without_gpu("attention small head dim 128 cases") {
+        return;
+    }
+    let ctx = Context::get(0).unwrap();
+    let stream = Stream::new(&ctx).unwrap();
+    let mut rng = SmallRng::seed_from_u64(12);
+    for causal in [false, true] {
+        for (tq, tk) in [(17, 17), (130, 130), (200, 70), (64, 193)] {
+            for layout in [Layout::Bhtd, Layout::Gpt2] {
+                let layout = if tq == tk { layout } else { Layout::Bhtd };
+                let sh = AttentionShape::new(1, 2, tq, tk, 128, causal);
+                run_case::<bf16>(&ctx, &stream, &mut rng, &Case::new(sh, layout));
+                run_case::<f16>(&ctx, &stream, &mut rng, &Case::new(sh, layout));
             }
         }
     }

@@ -449,12 +449,13 @@ fn aligned(t: &Tensor, o: (Strides, usize)) -> bool {
 mod tests {
     use crate::{DType, Device, Generator, Tensor};
 
-    /// On a Hopper GPU, attention over the thirds of a packed projection (GPT-2's `qkv`)
-    /// notes the column sums of the projection's gradient, formed by the backward's kernels,
-    /// and the projection's linear layer takes them as its bias's gradient: a hook on the
-    /// projection finds the note within the sums' bound of the gradient's column sums, and
-    /// the note it alters (plus one) arrives as the bias's gradient. Elsewhere (no GPU, other
-    /// devices) there is no note, and the bias's gradient is the gradient's column sums.
+    /// On a Hopper GPU, attention over the thirds of a packed projection (GPT-2's `qkv`; head
+    /// dims 64 and 128) notes the column sums of the projection's gradient, formed by the
+    /// backward's kernels, and the projection's linear layer takes them as its bias's
+    /// gradient: a hook on the projection finds the note within the sums' bound of the
+    /// gradient's column sums, and the note it alters (plus one) arrives as the bias's
+    /// gradient. Elsewhere (no GPU, other devices) there is no note, and the bias's gradient
+    /// is the gradient's column sums.
     #[test]
     fn packed_attention_notes_the_projections_bias_gradient() {
         if !crate::cuda::is_available() {
@@ -462,93 +463,94 @@ mod tests {
         }
         let dev = Device::Cuda(0);
         let g = Generator::new(5);
-        let (b, t, h, d) = (2, 200, 3, 64);
-        let c = h * d;
-        let leaf = |shape: &[usize], scale: f64| {
-            g.randn(shape, DType::F32, Device::Cpu)
-                .unwrap()
-                .mul(scale)
-                .unwrap()
-                .to_dtype(DType::BF16)
-                .unwrap()
-                .to(dev)
-                .unwrap()
-                .requires_grad_(true)
-                .unwrap()
-        };
-        let (x, w, bias) = (
-            leaf(&[b, t, c], 1.0),
-            leaf(&[3 * c, c], 0.1),
-            leaf(&[3 * c], 0.1),
-        );
-        let qkv = x.linear(&w, Some(&bias)).unwrap();
-        qkv.retain_grad().unwrap();
-        let seen = std::sync::Arc::new(std::sync::Mutex::new(None::<Vec<f64>>));
-        let seen_in = seen.clone();
-        qkv.register_hook(move |gr| {
-            if let Some(s) = crate::autograd::noted_column_sums(gr, &[3 * c]) {
-                *seen_in.lock().unwrap() = Some(s.to_dtype(DType::F64)?.to_vec::<f64>()?);
-                crate::autograd::note_column_sums(gr, s.add(1.0)?);
-            }
-            Ok(None)
-        })
-        .unwrap();
-        let heads = |i: usize| {
-            qkv.narrow(2, i * c, c)
-                .unwrap()
-                .reshape([b, t, h, d])
-                .unwrap()
-                .transpose(1, 2)
-                .unwrap()
-        };
-        let y = heads(0)
-            .scaled_dot_product_attention(&heads(1), &heads(2), true, None)
-            .unwrap();
-        let gy = g.randn([b, h, t, d], DType::F32, Device::Cpu).unwrap();
-        let gy = gy.to_dtype(DType::BF16).unwrap().to(dev).unwrap();
-        y.mul(&gy).unwrap().sum().unwrap().backward().unwrap();
-        let gq = qkv.grad().unwrap().to_dtype(DType::F64).unwrap();
-        let vals = gq.to_vec::<f64>().unwrap();
-        let (mut sums, mut abs) = (vec![0f64; 3 * c], vec![0f64; 3 * c]);
-        for (i, v) in vals.iter().enumerate() {
-            sums[i % (3 * c)] += v;
-            abs[i % (3 * c)] += v.abs();
-        }
-        let got = bias.grad().unwrap().to_dtype(DType::F64).unwrap();
-        let got = got.to_vec::<f64>().unwrap();
-        let hopper = crate::cuda::get_device_properties(0)
-            .map(|p| p.major == 9)
-            .unwrap_or(false);
-        let seen = seen.lock().unwrap().clone();
-        assert_eq!(seen.is_some(), hopper, "a note on Hopper only");
-        let tol = |j: usize| {
-            (8.0 + 2.0 * ((b * t) as f64).sqrt()) * 2f64.powi(-24) * abs[j]
-                + 2.0 * 2f64.powi(-8) * sums[j].abs()
-                + 1e-6
-        };
-        match seen {
-            Some(noted) => {
-                for j in 0..3 * c {
-                    assert!(
-                        (noted[j] - sums[j]).abs() <= tol(j),
-                        "column {j}: noted {} against {} (tolerance {})",
-                        noted[j],
-                        sums[j],
-                        tol(j)
-                    );
-                    let want = Tensor::from_slice(&[noted[j] + 1.0], [1], Device::Cpu)
-                        .unwrap()
-                        .to_dtype(DType::BF16)
-                        .unwrap()
-                        .to_vec::<half::bf16>()
-                        .unwrap()[0]
-                        .to_f64();
-                    assert_eq!(got[j], want, "column {j}: the altered note");
+        for (b, t, h, d) in [(2, 200, 3, 64), (2, 130, 2, 128)] {
+            let c = h * d;
+            let leaf = |shape: &[usize], scale: f64| {
+                g.randn(shape, DType::F32, Device::Cpu)
+                    .unwrap()
+                    .mul(scale)
+                    .unwrap()
+                    .to_dtype(DType::BF16)
+                    .unwrap()
+                    .to(dev)
+                    .unwrap()
+                    .requires_grad_(true)
+                    .unwrap()
+            };
+            let (x, w, bias) = (
+                leaf(&[b, t, c], 1.0),
+                leaf(&[3 * c, c], 0.1),
+                leaf(&[3 * c], 0.1),
+            );
+            let qkv = x.linear(&w, Some(&bias)).unwrap();
+            qkv.retain_grad().unwrap();
+            let seen = std::sync::Arc::new(std::sync::Mutex::new(None::<Vec<f64>>));
+            let seen_in = seen.clone();
+            qkv.register_hook(move |gr| {
+                if let Some(s) = crate::autograd::noted_column_sums(gr, &[3 * c]) {
+                    *seen_in.lock().unwrap() = Some(s.to_dtype(DType::F64)?.to_vec::<f64>()?);
+                    crate::autograd::note_column_sums(gr, s.add(1.0)?);
                 }
+                Ok(None)
+            })
+            .unwrap();
+            let heads = |i: usize| {
+                qkv.narrow(2, i * c, c)
+                    .unwrap()
+                    .reshape([b, t, h, d])
+                    .unwrap()
+                    .transpose(1, 2)
+                    .unwrap()
+            };
+            let y = heads(0)
+                .scaled_dot_product_attention(&heads(1), &heads(2), true, None)
+                .unwrap();
+            let gy = g.randn([b, h, t, d], DType::F32, Device::Cpu).unwrap();
+            let gy = gy.to_dtype(DType::BF16).unwrap().to(dev).unwrap();
+            y.mul(&gy).unwrap().sum().unwrap().backward().unwrap();
+            let gq = qkv.grad().unwrap().to_dtype(DType::F64).unwrap();
+            let vals = gq.to_vec::<f64>().unwrap();
+            let (mut sums, mut abs) = (vec![0f64; 3 * c], vec![0f64; 3 * c]);
+            for (i, v) in vals.iter().enumerate() {
+                sums[i % (3 * c)] += v;
+                abs[i % (3 * c)] += v.abs();
             }
-            None => {
-                for j in 0..3 * c {
-                    assert!((got[j] - sums[j]).abs() <= tol(j), "column {j}");
+            let got = bias.grad().unwrap().to_dtype(DType::F64).unwrap();
+            let got = got.to_vec::<f64>().unwrap();
+            let hopper = crate::cuda::get_device_properties(0)
+                .map(|p| p.major == 9)
+                .unwrap_or(false);
+            let seen = seen.lock().unwrap().clone();
+            assert_eq!(seen.is_some(), hopper, "a note on Hopper only");
+            let tol = |j: usize| {
+                (8.0 + 2.0 * ((b * t) as f64).sqrt()) * 2f64.powi(-24) * abs[j]
+                    + 2.0 * 2f64.powi(-8) * sums[j].abs()
+                    + 1e-6
+            };
+            match seen {
+                Some(noted) => {
+                    for j in 0..3 * c {
+                        assert!(
+                            (noted[j] - sums[j]).abs() <= tol(j),
+                            "column {j}: noted {} against {} (tolerance {})",
+                            noted[j],
+                            sums[j],
+                            tol(j)
+                        );
+                        let want = Tensor::from_slice(&[noted[j] + 1.0], [1], Device::Cpu)
+                            .unwrap()
+                            .to_dtype(DType::BF16)
+                            .unwrap()
+                            .to_vec::<half::bf16>()
+                            .unwrap()[0]
+                            .to_f64();
+                        assert_eq!(got[j], want, "column {j}: the altered note");
+                    }
+                }
+                None => {
+                    for j in 0..3 * c {
+                        assert!((got[j] - sums[j]).abs() <= tol(j), "column {j}");
+                    }
                 }
             }
         }

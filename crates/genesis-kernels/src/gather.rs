@@ -50,10 +50,69 @@ pub struct Along {
     dim: i32,
 }
 
+/// An iteration of more dimensions than [`ALONG_MAX_DIMS`] with fewer: dimensions of size 1
+/// (but `dim`) dropped, and each dimension merged into the one before it (neither `dim`) where
+/// all three operands step over the pair as over one dimension, so that the positions keep
+/// their row-major order (PyTorch's `TensorIterator` collapses dimensions the same way). An
+/// iteration with no positions becomes one dimension of size 0.
+struct Coalesced {
+    shape: Vec<usize>,
+    dim: usize,
+    strides: [Vec<usize>; 3],
+}
+
+impl Coalesced {
+    fn new(shape: &[usize], dim: usize, strides: [&[usize]; 3]) -> Coalesced {
+        if shape.contains(&0) {
+            return Coalesced {
+                shape: vec![0],
+                dim: 0,
+                strides: [vec![0], vec![0], vec![0]],
+            };
+        }
+        let mut c = Coalesced {
+            shape: Vec::new(),
+            dim: 0,
+            strides: [Vec::new(), Vec::new(), Vec::new()],
+        };
+        // Whether the last kept dimension may take more (it is not `dim`).
+        let mut open = false;
+        for (r, &n) in shape.iter().enumerate() {
+            if r != dim && n == 1 {
+                continue;
+            }
+            let mergeable = open
+                && r != dim
+                && strides.iter().zip(&c.strides).all(|(st, kept)| {
+                    let last = kept.len() - 1;
+                    st[r].checked_mul(n) == Some(kept[last])
+                });
+            if mergeable {
+                let last = c.shape.len() - 1;
+                c.shape[last] *= n;
+                for (kept, st) in c.strides.iter_mut().zip(strides) {
+                    kept[last] = st[r];
+                }
+                continue;
+            }
+            if r == dim {
+                c.dim = c.shape.len();
+            }
+            c.shape.push(n);
+            for (kept, st) in c.strides.iter_mut().zip(strides) {
+                kept.push(st[r]);
+            }
+            open = r != dim;
+        }
+        c
+    }
+}
+
 impl Along {
     /// The descriptor of an iteration over `shape` along `dim`; every stride list has one
     /// non-negative entry per dimension. A 0-d iteration is one element (`dim` 0 with a size
-    /// given by `size`).
+    /// given by `size`). More than [`ALONG_MAX_DIMS`] dimensions are merged where the strides
+    /// allow (see `Coalesced`); what still has more is [`Error::Unsupported`].
     pub fn new(
         shape: &[usize],
         dim: usize,
@@ -67,9 +126,6 @@ impl Along {
             reason,
         };
         let rank = shape.len();
-        if rank > ALONG_MAX_DIMS {
-            return Err(bad(format!("{rank} dimensions (at most {ALONG_MAX_DIMS})")));
-        }
         if (rank > 0 && dim >= rank) || (rank == 0 && dim != 0) {
             return Err(bad(format!("dimension {dim} of {rank}")));
         }
@@ -87,6 +143,17 @@ impl Along {
                 .is_none()
         {
             return Err(bad(format!("{shape:?}: the count of positions overflows")));
+        }
+        if rank > ALONG_MAX_DIMS {
+            let c = Coalesced::new(shape, dim, [idx_stride, val_stride, tgt_stride]);
+            if c.shape.len() > ALONG_MAX_DIMS {
+                return Err(bad(format!(
+                    "{rank} dimensions that merge to {} (at most {ALONG_MAX_DIMS})",
+                    c.shape.len()
+                )));
+            }
+            let [i, v, t] = &c.strides;
+            return Along::new(&c.shape, c.dim, i, v, t, size);
         }
         let mut d = Along {
             shape: [1; ALONG_MAX_DIMS],

@@ -560,7 +560,10 @@ impl Layout {
         let numel = self.try_numel()?;
         let mut out: Dims = SmallVec::new();
         let mut infer = None;
-        let mut known = 1usize;
+        // The product of the given sizes: 0 when one is 0, however large the others (their
+        // product may overflow then, as in PyTorch's `empty(0).reshape(2**40, 2**40, 0)`).
+        let mut known = Some(1usize);
+        let mut zero = false;
         let too_many = |out: &[isize]| LayoutError::TooManyElements {
             shape: out.iter().map(|&x| x.max(0) as usize).collect(),
         };
@@ -579,12 +582,16 @@ impl Layout {
                     size: d,
                 });
             } else {
-                known = known
-                    .checked_mul(d as usize)
-                    .ok_or_else(|| too_many(shape))?;
+                zero |= d == 0;
+                known = known.and_then(|k| k.checked_mul(d as usize));
                 out.push(d as usize);
             }
         }
+        let known = match known {
+            _ if zero => 0,
+            Some(k) => k,
+            None => return Err(too_many(shape)),
+        };
         let invalid = || LayoutError::ElementCount {
             shape: shape.to_vec(),
             numel,
@@ -1236,6 +1243,25 @@ mod tests {
                 .is_err()
         );
         assert!(six.infer_shape(&[-1, 1 << 40, 1 << 40]).is_err());
+        // Sizes whose product overflows before a 0 among them: no elements, as PyTorch's
+        // `empty(0).reshape(2**40, 2**40, 0)`.
+        let huge = [1 << 40, 1 << 40, 0];
+        assert_eq!(
+            empty.infer_shape(&huge).unwrap().as_slice(),
+            &[1 << 40, 1 << 40, 0]
+        );
+        assert_eq!(
+            empty.view(&[1 << 40, 1 << 40, 0]).unwrap().shape(),
+            &[1 << 40, 1 << 40, 0]
+        );
+        assert!(matches!(
+            empty.infer_shape(&[-1, 1 << 40, 1 << 40, 0]),
+            Err(LayoutError::AmbiguousInferred { .. })
+        ));
+        assert!(matches!(
+            six.infer_shape(&[1 << 40, 1 << 40, 0]),
+            Err(LayoutError::ElementCount { .. })
+        ));
         assert!(matches!(
             Layout::contiguous(&[1]).expand(&[1 << 40, 1 << 40]),
             Err(LayoutError::TooManyElements { .. })

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use genesis_kernels::gather::Along;
+use genesis_kernels::gather::{ALONG_MAX_DIMS, Along};
 use genesis_storage::{DType, Device, ReduceOp, ReduceShape, Storage};
 
 use crate::args::{Dim, Dims, ScalarValue, checked_scalar, shape_spec, wrap_dim};
@@ -722,8 +722,18 @@ impl Tensor {
                 });
             }
         }
-        let (index, istart, istrides) = strided_operand(index)?;
-        let (src, sstart, sstrides) = strided_operand(self)?;
+        // Past the kernels' dimensions: the index and the part of `self` it reads, each
+        // contiguous, whose dimensions then merge.
+        let (index, this) = if rank > ALONG_MAX_DIMS {
+            (
+                index.contiguous()?,
+                along_part(self, &shape, dim)?.contiguous()?,
+            )
+        } else {
+            (index.clone(), self.clone())
+        };
+        let (index, istart, istrides) = strided_operand(&index)?;
+        let (src, sstart, sstrides) = strided_operand(&this)?;
         let d = Along::new(
             &shape,
             dim,
@@ -861,8 +871,14 @@ impl Tensor {
         let (idx, istart, istrides) = strided_operand(&index)?;
         let mut along = vec![0usize; self.dim()];
         along[dim] = istrides.first().copied().unwrap_or(0);
-        let (src, sstart, sstrides) = strided_operand(self)?;
         let rank = self.dim();
+        // Past the kernels' dimensions: `self` contiguous, whose dimensions then merge.
+        let this = if rank > ALONG_MAX_DIMS {
+            self.contiguous()?
+        } else {
+            self.clone()
+        };
+        let (src, sstart, sstrides) = strided_operand(&this)?;
         let d = Along::new(
             &shape,
             dim,
@@ -1095,10 +1111,14 @@ impl Tensor {
         if add && narrow_int(self.dtype()) {
             return self.copy_(&self.scatter_add_wide(name, dim, index, src)?);
         }
-        let Some(strides) = unsigned_strides(self) else {
-            // A view with a negative stride: scattered into a copy, which is then written back.
-            let out = self.scatter_impl(name, dim, index, src, add)?;
-            return self.copy_(&out);
+        let strides = match unsigned_strides(self) {
+            Some(st) if self.dim() <= ALONG_MAX_DIMS => st,
+            // A view with a negative stride, or of more dimensions than the kernels take:
+            // scattered into a copy, which is then written back.
+            _ => {
+                let out = self.scatter_impl(name, dim, index, src, add)?;
+                return self.copy_(&out);
+            }
         };
         let (idx, istart, istrides) = strided_operand(index)?;
         let (vals, vstart, vstrides) = strided_operand(src)?;
@@ -1184,8 +1204,16 @@ impl Tensor {
         }
         let dim = d;
         let mut out = self.view.contiguous()?;
-        let (idx, istart, istrides) = strided_operand(index)?;
-        let (vals, vstart, vstrides) = strided_operand(src)?;
+        // Past the kernels' dimensions: the index and the part of `src` it reads, each
+        // contiguous, whose dimensions then merge (with the output's where the index spans it).
+        let (index, src) = if self.dim() > ALONG_MAX_DIMS {
+            let part = along_part(src, &shape, usize::MAX)?;
+            (index.contiguous()?, part.contiguous()?)
+        } else {
+            (index.clone(), src.clone())
+        };
+        let (idx, istart, istrides) = strided_operand(&index)?;
+        let (vals, vstart, vstrides) = strided_operand(&src)?;
         let d = Along::new(
             &shape,
             dim,
@@ -1398,6 +1426,18 @@ fn unsigned_strides(t: &Tensor) -> Option<Vec<usize>> {
         .iter()
         .map(|&s| usize::try_from(s).ok())
         .collect()
+}
+
+/// `t` narrowed to `shape` in every dimension but `dim` (all of them for `usize::MAX`): the
+/// part an op along `dim` over an iteration of `shape` reads.
+fn along_part(t: &Tensor, shape: &[usize], dim: usize) -> Result<Tensor> {
+    let mut part = t.detach();
+    for (d, &n) in shape.iter().enumerate() {
+        if d != dim && part.shape()[d] != n {
+            part = part.narrow(d as isize, 0, n)?;
+        }
+    }
+    Ok(part)
 }
 
 fn strided_operand(t: &Tensor) -> Result<(Arc<Storage>, usize, Vec<usize>)> {

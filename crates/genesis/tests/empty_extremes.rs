@@ -29,6 +29,7 @@ fn shapes() -> Vec<Vec<usize>> {
         vec![0],
         vec![0, 1 << 32, 1 << 32],
         vec![1 << 31, 1 << 31, 0],
+        vec![1 << 40, 1 << 40, 0],
         vec![0, 1 << 62],
         vec![1 << 62, 0],
         vec![1 << 40, 0, 7],
@@ -308,6 +309,19 @@ fn probes<'a>(t: &'a Tensor, shape: &'a [usize], dtype: DType) -> Vec<Probe<'a>>
         "reshape".into(),
         Want::Shape(vec![0]),
         Box::new(move || shape_of(t.reshape(&[0i64][..]))),
+    ));
+    // Onto its own sizes, whose product may overflow before the 0 among them.
+    let own: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+    let own2 = own.clone();
+    p.push((
+        "reshape_own".into(),
+        same(),
+        Box::new(move || shape_of(t.reshape(&own[..]))),
+    ));
+    p.push((
+        "view_own".into(),
+        same(),
+        Box::new(move || shape_of(t.view(&own2[..]))),
     ));
     p.push((
         "print".into(),

@@ -1,7 +1,8 @@
 //! No tensor has more than `MAX_RANK` dimensions. Every facade path that makes a
 //! shape (creation, views, reshapes, broadcasting, indexing with new axes) refuses more with
 //! `LayoutError::RankTooLarge`, for generated shapes of every rank around the limit, and a
-//! tensor of the maximum rank prints without recursing per dimension.
+//! tensor of the maximum rank prints without recursing per dimension. Below the limit, ops
+//! along a dimension take more dimensions than their kernels' iteration.
 
 use genesis::{
     DType, Device, Error, IndexItem, IndexTensor, LayoutError, MAX_RANK, Tensor, broadcast_shape,
@@ -226,5 +227,134 @@ fn ndarray_arrays_of_more_dimensions_are_refused() {
             let back = t.to_ndarray::<f32>().unwrap();
             assert_eq!(back.shape(), shape.as_slice());
         }
+    }
+}
+
+/// The row-major position of `ix` in `shape`.
+fn offset(ix: &[usize], shape: &[usize]) -> usize {
+    ix.iter().zip(shape).fold(0, |o, (&i, &n)| o * n + i)
+}
+
+/// The index of row-major position `i` in `shape`.
+fn unravel(mut i: usize, shape: &[usize]) -> Vec<usize> {
+    let mut ix = vec![0; shape.len()];
+    for d in (0..shape.len()).rev() {
+        ix[d] = i % shape[d];
+        i /= shape[d];
+    }
+    ix
+}
+
+fn values(t: &Tensor) -> Vec<f64> {
+    t.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap()
+}
+
+/// Ops along one dimension (`gather`, `index_select`, `take_along_dim`, `scatter_add`, its
+/// in-place form, `index_add`) take tensors of more dimensions than the kernels' iteration
+/// (eight), contiguous or permuted views, as PyTorch's do: against element-by-element
+/// references over generated shapes, dimensions and indices, on the CPU and on CUDA.
+#[test]
+fn ops_along_a_dimension_take_tensors_of_many_dimensions() {
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = |n: usize| {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (seed >> 33) as usize % n
+    };
+    let mut devices = vec![Device::Cpu];
+    if genesis::cuda::is_available() {
+        devices.push(Device::Cuda(0));
+    }
+    for case in 0..64 {
+        let dev = devices[case % devices.len()];
+        let on = |t: Tensor| t.to(dev).unwrap();
+        let rank = 9 + case / 2 % 4;
+        let base_shape: Vec<usize> = (0..rank).map(|_| 1 + next(3)).collect();
+        let n: usize = base_shape.iter().product();
+        let data: Vec<f64> = (0..n).map(|i| i as f64).collect();
+        let base = on(Tensor::from_slice(&data, base_shape.clone(), Device::Cpu).unwrap());
+        // Odd cases: a permuted view, whose dimensions do not merge.
+        let mut perm: Vec<usize> = (0..rank).collect();
+        if case / 2 % 2 == 1 {
+            for i in (1..rank).rev() {
+                perm.swap(i, next(i + 1));
+            }
+        }
+        let x = base.permute(&perm[..]).unwrap();
+        let xs = x.shape().to_vec();
+        let xv = values(&x.contiguous().unwrap());
+        let dim = next(rank);
+        let ctx = format!("case {case} on {dev:?}: shape {xs:?}, perm {perm:?}, dim {dim}");
+
+        // gather / take_along_dim: an index no larger than x but along dim.
+        let ishape: Vec<usize> = xs
+            .iter()
+            .enumerate()
+            .map(|(d, &s)| if d == dim { 1 + next(3) } else { 1 + next(s) })
+            .collect();
+        let inum: usize = ishape.iter().product();
+        let iv: Vec<i64> = (0..inum).map(|_| next(xs[dim]) as i64).collect();
+        let idx = on(Tensor::from_slice(&iv, ishape.clone(), Device::Cpu).unwrap());
+        let want: Vec<f64> = (0..inum)
+            .map(|p| {
+                let mut ix = unravel(p, &ishape);
+                ix[dim] = iv[p] as usize;
+                xv[offset(&ix, &xs)]
+            })
+            .collect();
+        assert_eq!(values(&x.gather(dim, &idx).unwrap()), want, "{ctx}: gather");
+        if ishape
+            .iter()
+            .enumerate()
+            .all(|(d, &s)| d == dim || s == xs[d])
+        {
+            let t = x.take_along_dim(&idx, Some(dim as isize)).unwrap();
+            assert_eq!(values(&t), want, "{ctx}: take_along_dim");
+        }
+
+        // scatter_add (and in place, into a permuted copy): values of the index's shape.
+        let sv: Vec<f64> = (0..inum).map(|p| (p * 7 % 11) as f64).collect();
+        let src = on(Tensor::from_slice(&sv, ishape.clone(), Device::Cpu).unwrap());
+        let mut want = xv.clone();
+        for p in 0..inum {
+            let mut ix = unravel(p, &ishape);
+            ix[dim] = iv[p] as usize;
+            want[offset(&ix, &xs)] += sv[p];
+        }
+        let got = x.scatter_add(dim, &idx, &src).unwrap();
+        assert_eq!(values(&got), want, "{ctx}: scatter_add");
+        let y = base.deep_clone().unwrap().permute(&perm[..]).unwrap();
+        y.scatter_add_(dim, &idx, &src).unwrap();
+        assert_eq!(values(&y), want, "{ctx}: scatter_add_");
+
+        // index_select / index_add: a 1-D index.
+        let m = 1 + next(4);
+        let jv: Vec<i64> = (0..m).map(|_| next(xs[dim]) as i64).collect();
+        let j = on(Tensor::from_slice(&jv, [m], Device::Cpu).unwrap());
+        let mut oshape = xs.clone();
+        oshape[dim] = m;
+        let onum: usize = oshape.iter().product();
+        let want: Vec<f64> = (0..onum)
+            .map(|p| {
+                let mut ix = unravel(p, &oshape);
+                ix[dim] = jv[ix[dim]] as usize;
+                xv[offset(&ix, &xs)]
+            })
+            .collect();
+        assert_eq!(
+            values(&x.index_select(dim, &j).unwrap()),
+            want,
+            "{ctx}: index_select"
+        );
+        let source = on(Tensor::from_slice(&want, oshape.clone(), Device::Cpu).unwrap());
+        let mut sum = xv.clone();
+        for (p, &w) in want.iter().enumerate() {
+            let mut ix = unravel(p, &oshape);
+            ix[dim] = jv[ix[dim]] as usize;
+            sum[offset(&ix, &xs)] += w;
+        }
+        let got = x.index_add(dim, &j, &source, 1.0).unwrap();
+        assert_eq!(values(&got), sum, "{ctx}: index_add");
     }
 }

@@ -17,7 +17,7 @@
 //
 // Forward: a block takes BQ = 64 query rows of one (b, h) (grid and order as attention.cu's
 // forward: query tiles in grid.x, heaviest causal tile first; (b, h) in grid.y, strided).
-//   * Shared memory: the Q tile (64 x 64) and a 2-stage ring of (K, V) tiles of BK = 64 keys,
+//   * Shared memory: the Q tile (64 x 64) and 2-stage rings of K and of V tiles of BK = 64 keys,
 //     each row 128 bytes with chunk c of row r at chunk c ^ (r % 8) (attention.cu's swizzle,
 //     which for 64-wide rows is the 128-byte swizzle that wgmma reads), every tile 1 KiB
 //     aligned. Filled by 16-byte cp.async from all threads (rows past Tq or Tk zero-filled),
@@ -38,8 +38,14 @@
 //   * The copies of tile j + 1 are queued, each tile its own cp.async group, right after the
 //     barrier that starts tile j, into the stage tile j - 1 used: past that barrier no thread
 //     reads it (each waited for its products), so one barrier a tile serves both (the
-//     backward's kernels likewise). Four blocks a multiprocessor (115 registers a thread,
+//     backward's kernels likewise). Four blocks a multiprocessor (108 registers a thread,
 //     41 KiB of shared memory each).
+//   * Head dim 128 (two blocks a multiprocessor, whose products are twice as long) overlaps
+//     the softmax with the tensor cores inside the block: step j queues S of tile j, then
+//     O += P V of tile j - 1, waits for S only, forms P of tile j while P V runs, then waits
+//     for it and rescales O (which then holds tile j - 1's values at the former maximum). Its
+//     copies are K of tile j + 1 and V of tile j, into the stages K of tile j - 1 and V of
+//     tile j - 2 used.
 //   * End: O / l rounded to T, lse = (m + log2 l) ln 2 (-inf, and O 0, when l = 0).
 //
 // dK/dV: a block owns 64 keys (K and V loaded once), and walks the query tiles of 64 that can
@@ -399,12 +405,109 @@ __device__ __forceinline__ void load_vec(uint32_t dst, const float* base, int i0
     }
 }
 
+// The mask (and the scale to log2 units unless it is positive), online softmax and P (A
+// fragments rounded to T) of the key tile at k0 from its scores s, this thread's rows row_t
+// and row_t + 8: x = s * mul is in log2 units, and m is kept in them. With a positive scale a
+// row's maximum of x is its maximum of s times scale_log2 (rounding is monotonic) and
+// p = 2^(s * scale_log2 - m) is one fused multiply-add and an ex2; otherwise x is formed first
+// (one code path: a uniform branch). The running maximum m moves only when some row of the
+// warp sees one more than RESCALE above it (or its first visible key): until then
+// p = 2^(x - m) <= 2^RESCALE and O and l need no rescaling (the result is the same up to
+// rounding; l and O are f32). When it moves, l is scaled here and the function returns true
+// with alpha the factor O takes.
+template <typename T>
+__device__ __forceinline__ bool online_softmax(float (&s)[32], int k0, int tk, int q0, int row_t, int lane, bool causal,
+                                               float sl2, float (&m)[2], float (&l)[2], uint32_t (&pf)[BK / 16][4],
+                                               float (&alpha)[2], T tag) {
+    const bool pos = sl2 > 0.f;
+    const float mul = pos ? sl2 : 1.f;
+    if (!pos) {
+#pragma unroll
+        for (int i = 0; i < 32; ++i) s[i] *= sl2;
+    }
+    if (k0 + BK > tk || (causal && k0 + BK - 1 > q0)) {
+        // Column k0 + 8 (i / 4) + 2 (lane % 4) + i % 2 is visible to row r when below tk
+        // and, causal, at most r: when 8 (i / 4) + i % 2 <= last[(i / 2) % 2].
+        int last[2];
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) last[hh] = (causal ? min(tk - 1, row_t + 8 * hh) : tk - 1) - k0 - 2 * (lane % 4);
+#pragma unroll
+        for (int i = 0; i < 32; ++i)
+            if (8 * (i / 4) + (i & 1) > last[(i >> 1) & 1]) s[i] = NEG_INF;
+    }
+    float mx[2] = {NEG_INF, NEG_INF};
+#pragma unroll
+    for (int i = 0; i < 32; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+    bool move = false;
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+        mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 1));
+        mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
+        mx[hh] *= mul;
+        move |= mx[hh] > m[hh] + RESCALE;
+    }
+    const bool rescale = __any_sync(0xffffffffu, move);
+    if (rescale) {
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const float mn = fmaxf(m[hh], mx[hh]);
+            alpha[hh] = ex2(m[hh] - (mn == NEG_INF ? 0.f : mn));
+            m[hh] = mn;
+            l[hh] *= alpha[hh];
+        }
+    }
+    float mu[2];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) mu[hh] = m[hh] == NEG_INF ? 0.f : m[hh];
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int i = 8 * kk + 2 * e;
+            const float nm = -mu[e & 1];
+            const float p0 = ex2(fmaf(s[i], mul, nm)), p1 = ex2(fmaf(s[i + 1], mul, nm));
+            l[e & 1] += p0 + p1;
+            pf[kk][e] = pack2(p0, p1, tag);
+        }
+    return rescale;
+}
+
+template <int P>
+__device__ __forceinline__ void rescale_rows(float (&o)[P][32], const float (&alpha)[2]) {
+#pragma unroll
+    for (int p = 0; p < P; ++p)
+#pragma unroll
+        for (int i = 0; i < 32; ++i) o[p][i] *= alpha[(i >> 1) & 1];
+}
+
+// The forward's end for one (b, h): O / l rounded to T into rows below tq of `out` (row r at
+// out + r st), lse = (m + log2 l) ln 2 (-inf, and O 0, when l = 0).
+template <int P, typename T>
+__device__ __forceinline__ void finish_forward(const float (&o)[P][32], const float (&m)[2], const float (&l)[2],
+                                               float* lse, uint16_t* out, u64 st, int row_t, int tq, int lane,
+                                               T tag) {
+    float inv[2];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+        float ls = l[hh];
+        ls += __shfl_xor_sync(0xffffffffu, ls, 1);
+        ls += __shfl_xor_sync(0xffffffffu, ls, 2);
+        inv[hh] = ls > 0.f ? 1.f / ls : 0.f;
+        const int row = row_t + 8 * hh;
+        if (row < tq && lane % 4 == 0) lse[row] = ls > 0.f ? (m[hh] + log2f(ls)) * 0.69314718055994531f : NEG_INF;
+    }
+#pragma unroll
+    for (int p = 0; p < P; ++p) store_rows(out + 64 * p, st, row_t, tq, o[p], inv, lane, tag);
+}
+
 template <int D, typename T>
 __device__ __forceinline__ void attn_fwd_sm90(const AttnArgs& a) {
     using C = Cfg<D>;
-    constexpr int STAGES = C::FWD_STAGES, P = C::P, KV_BYTES = C::TILE;
+    constexpr int P = C::P, TILE = C::TILE;
+    static_assert(C::FWD_STAGES == 2, "two-stage rings of K and V");
     extern __shared__ uint8_t smem_raw[];
-    const uint32_t sq = (smem_addr(smem_raw) + 1023) & ~1023u, skv = sq + C::TILE;
+    // Q, then K's ring of two stages, then V's.
+    const uint32_t sq = (smem_addr(smem_raw) + 1023) & ~1023u, sk0 = sq + TILE, sv0 = sk0 + 2 * TILE;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid / 32;
     const int tq = (int)a.tq, tk = (int)a.tk;  // below 2^30 (checked)
     const int ntq = (tq + BQ - 1) / BQ;
@@ -422,20 +525,11 @@ __device__ __forceinline__ void attn_fwd_sm90(const AttnArgs& a) {
         const uint16_t* k = reinterpret_cast<const uint16_t*>(a.k) + b * a.st[S_K][0] + h * a.st[S_K][1];
         const uint16_t* v = reinterpret_cast<const uint16_t*>(a.v) + b * a.st[S_V][0] + h * a.st[S_V][1];
         const u64 kst = a.st[S_K][2], vst = a.st[S_V][2];
-        // Tile j's K at stage j % STAGES, its V KV_BYTES after.
-        auto load_kv = [&](int j) {
-            const uint32_t st = skv + (j % STAGES) * 2 * KV_BYTES;
-            load_tile<BK, D>(st, k, kst, j * BK, tk, tid);
-            load_tile<BK, D>(st + KV_BYTES, v, vst, j * BK, tk, tid);
-        };
-
-        // Q and the first STAGES - 1 tiles, a commit group each (Q's with tile 0's).
-        load_tile<BQ, D>(sq, q, a.st[S_Q][2], q0, tq, tid);
-#pragma unroll
-        for (int j = 0; j < STAGES - 1; ++j) {
-            if (j < n_tiles) load_kv(j);
-            cp_async_commit();
-        }
+        // K and V of tile j at stage j % 2 of their rings.
+        auto sk_of = [&](int j) { return sk0 + (j & 1) * TILE; };
+        auto sv_of = [&](int j) { return sv0 + (j & 1) * TILE; };
+        auto load_k = [&](int j) { load_tile<BK, D>(sk_of(j), k, kst, j * BK, tk, tid); };
+        auto load_v = [&](int j) { load_tile<BK, D>(sv_of(j), v, vst, j * BK, tk, tid); };
 
         float o[P][32];
 #pragma unroll
@@ -444,117 +538,116 @@ __device__ __forceinline__ void attn_fwd_sm90(const AttnArgs& a) {
             for (int i = 0; i < 32; ++i) o[p][i] = 0.f;
         float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
 
-        for (int j = 0; j < n_tiles; ++j) {
-            // Tile j is complete once at most STAGES - 2 groups are pending. Past the barrier
-            // no thread reads the stage tile j - 1 used any more (each waited for its products
-            // on it), so tile j + STAGES - 1 goes there: one barrier a tile.
-            cp_async_wait<STAGES - 2>();
+        // The copies of a step are complete at the next step's barrier, and past that barrier
+        // no thread reads the stages the step before used (each waited for its products on
+        // them): one barrier a tile. `copies(f)` waits for the pending copies, passes the
+        // barrier, then queues f's copies as one commit group.
+        auto copies = [&](auto&& f) {
+            cp_async_wait<0>();
             fence_proxy_async();
             __syncthreads();
-            if (j + STAGES - 1 < n_tiles) load_kv(j + STAGES - 1);
+            f();
             cp_async_commit();
-            const uint32_t sk = skv + (j % STAGES) * 2 * KV_BYTES, sv = sk + KV_BYTES;
-            const int k0 = j * BK;
-
-            // S = Q K^T (64 rows x BK keys).
-            float s[32];
-            wgmma_fence();
-            queue_abt<D>(s, sq, sk, tag);
-            wgmma_commit();
-            wgmma_wait<0>();
-            pin_all(s);
-
-            // Mask (and scale to log2 units unless the scale is positive), online softmax; P as
-            // A fragments. x = s * mul is in log2 units; m is kept in them. With a positive
-            // scale a row's maximum of x is its maximum of s times scale_log2 (rounding is
-            // monotonic) and p = 2^(s * scale_log2 - m) is one fused multiply-add and an ex2;
-            // otherwise x is formed first (one code path: a uniform branch).
-            const bool pos = sl2 > 0.f;
-            const float mul = pos ? sl2 : 1.f;
-            if (!pos) {
-#pragma unroll
-                for (int i = 0; i < 32; ++i) s[i] *= sl2;
+        };
+        load_tile<BQ, D>(sq, q, a.st[S_Q][2], q0, tq, tid);
+        if constexpr (D == 64) {
+            // Step j: S = Q K^T of tile j, the softmax, O += P V; tile j + 1's copies queued
+            // at its start.
+            if (n_tiles > 0) {
+                load_k(0);
+                load_v(0);
             }
-            if (k0 + BK > tk || (a.causal && k0 + BK - 1 > q0)) {
-                // Column k0 + 8 (i / 4) + 2 (lane % 4) + i % 2 is visible to row r when below tk
-                // and, causal, at most r: when 8 (i / 4) + i % 2 <= last[(i / 2) % 2].
-                int last[2];
-#pragma unroll
-                for (int hh = 0; hh < 2; ++hh)
-                    last[hh] = (a.causal ? min(tk - 1, row_t + 8 * hh) : tk - 1) - k0 - 2 * (lane % 4);
-#pragma unroll
-                for (int i = 0; i < 32; ++i)
-                    if (8 * (i / 4) + (i & 1) > last[(i >> 1) & 1]) s[i] = NEG_INF;
-            }
-            float mx[2] = {NEG_INF, NEG_INF};
-#pragma unroll
-            for (int i = 0; i < 32; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
-            // The running maximum m moves only when some row of the warp sees one more than
-            // RESCALE above it (or its first visible key): until then p = 2^(x - m) <= 2^RESCALE
-            // and O and l need no rescaling (the result is the same up to rounding; l and O
-            // are f32).
-            bool move = false;
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-                mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 1));
-                mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], 2));
-                mx[hh] *= mul;
-                move |= mx[hh] > m[hh] + RESCALE;
-            }
-            if (__any_sync(0xffffffffu, move)) {
+            cp_async_commit();
+            for (int j = 0; j < n_tiles; ++j) {
+                copies([&] {
+                    if (j + 1 < n_tiles) {
+                        load_k(j + 1);
+                        load_v(j + 1);
+                    }
+                });
+                float s[32];
+                wgmma_fence();
+                queue_abt<D>(s, sq, sk_of(j), tag);
+                wgmma_commit();
+                wgmma_wait<0>();
+                pin_all(s);
+                uint32_t pa[BK / 16][4];
                 float alpha[2];
-#pragma unroll
-                for (int hh = 0; hh < 2; ++hh) {
-                    const float mn = fmaxf(m[hh], mx[hh]);
-                    alpha[hh] = ex2(m[hh] - (mn == NEG_INF ? 0.f : mn));
-                    m[hh] = mn;
-                    l[hh] *= alpha[hh];
-                }
-#pragma unroll
-                for (int p = 0; p < P; ++p)
-#pragma unroll
-                    for (int i = 0; i < 32; ++i) o[p][i] *= alpha[(i >> 1) & 1];
+                if (online_softmax(s, j * BK, tk, q0, row_t, lane, a.causal, sl2, m, l, pa, alpha, tag))
+                    rescale_rows(o, alpha);
+                pin_all(o);
+                wgmma_fence();
+                queue_fb(o, pa, sv_of(j), tag);
+                wgmma_commit();
+                wgmma_wait<0>();
+                pin_all(o);
             }
-            float mu[2];
+        } else {
+            // Step j queues S = Q K^T of tile j before O += P V of tile j - 1, so that one
+            // tile's softmax runs while the tensor cores take the next tile's scores and the
+            // previous tile's values; its copies are K of tile j + 1 and V of tile j (into the
+            // stages of K of tile j - 1 and V of tile j - 2).
+            if (n_tiles > 0) load_k(0);
+            cp_async_commit();
+            uint32_t pa[BK / 16][4];  // P of the previous tile
+            if (n_tiles > 0) {
+                copies([&] {
+                    if (1 < n_tiles) load_k(1);
+                    load_v(0);
+                });
+                float s[32], alpha[2];
+                wgmma_fence();
+                queue_abt<D>(s, sq, sk0, tag);
+                wgmma_commit();
+                wgmma_wait<0>();
+                pin_all(s);
+                online_softmax(s, 0, tk, q0, row_t, lane, a.causal, sl2, m, l, pa, alpha, tag);  // O is 0
+            }
+            for (int j = 1; j < n_tiles; ++j) {
+                copies([&] {
+                    if (j + 1 < n_tiles) load_k(j + 1);
+                    load_v(j);
+                });
+                float s[32], alpha[2];
+                uint32_t pn[BK / 16][4];
+                pin_all(o);
+                wgmma_fence();
+                queue_abt<D>(s, sq, sk_of(j), tag);
+                wgmma_commit();
+                queue_fb(o, pa, sv_of(j - 1), tag);
+                wgmma_commit();
+                wgmma_wait<1>();
+                pin_all(s);
+                const bool rescale = online_softmax(s, j * BK, tk, q0, row_t, lane, a.causal, sl2, m, l, pn, alpha, tag);
+                // The previous tile's P V is done: O (which holds it at the former maximum)
+                // is rescaled, and this tile's P takes the fragments' place.
+                wgmma_wait<0>();
+                pin_all(o);
 #pragma unroll
-            for (int hh = 0; hh < 2; ++hh) mu[hh] = m[hh] == NEG_INF ? 0.f : m[hh];
-            uint32_t pa[BK / 16][4];
+                for (int kk = 0; kk < BK / 16; ++kk)
 #pragma unroll
-            for (int kk = 0; kk < BK / 16; ++kk)
+                    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(pa[kk][e])::"memory");
+                if (rescale) rescale_rows(o, alpha);
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int i = 8 * kk + 2 * e;
-                    const float nm = -mu[e & 1];
-                    const float p0 = ex2(fmaf(s[i], mul, nm)), p1 = ex2(fmaf(s[i + 1], mul, nm));
-                    l[e & 1] += p0 + p1;
-                    pa[kk][e] = pack2(p0, p1, tag);
-                }
-
-            // O += P V.
-            pin_all(o);
-            wgmma_fence();
-            queue_fb(o, pa, sv, tag);
-            wgmma_commit();
-            wgmma_wait<0>();
-            pin_all(o);
+                for (int kk = 0; kk < BK / 16; ++kk)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) pa[kk][e] = pn[kk][e];
+            }
+            if (n_tiles > 0) {
+                // The last tile's P V.
+                copies([] {});
+                pin_all(o);
+                wgmma_fence();
+                queue_fb(o, pa, sv_of(n_tiles - 1), tag);
+                wgmma_commit();
+                wgmma_wait<0>();
+                pin_all(o);
+            }
         }
         cp_async_wait<0>();
-
-        // Normalise and write O and lse.
-        float inv[2];
-        float* lse = reinterpret_cast<float*>(a.lse) + bh * a.tq;
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            float ls = l[hh];
-            ls += __shfl_xor_sync(0xffffffffu, ls, 1);
-            ls += __shfl_xor_sync(0xffffffffu, ls, 2);
-            inv[hh] = ls > 0.f ? 1.f / ls : 0.f;
-            const int row = row_t + 8 * hh;
-            if (row < tq && lane % 4 == 0) lse[row] = ls > 0.f ? (m[hh] + log2f(ls)) * 0.69314718055994531f : NEG_INF;
-        }
-        uint16_t* out = reinterpret_cast<uint16_t*>(a.o) + b * a.st[S_O][0] + h * a.st[S_O][1];
-#pragma unroll
-        for (int p = 0; p < P; ++p) store_rows(out + 64 * p, a.st[S_O][2], row_t, tq, o[p], inv, lane, tag);
+        finish_forward(o, m, l, reinterpret_cast<float*>(a.lse) + bh * a.tq,
+                       reinterpret_cast<uint16_t*>(a.o) + b * a.st[S_O][0] + h * a.st[S_O][1], a.st[S_O][2], row_t, tq,
+                       lane, tag);
         __syncthreads();  // Q's tile is refilled for the next (b, h)
     }
 }

@@ -18,9 +18,7 @@
 //! iteration counts, default 1) widen a local run; `GENESIS_FUZZ_TRACE` prints each call
 //! before it runs; `GENESIS_FUZZ_BACKTRACE` adds a backtrace to each panic reported.
 
-use std::cell::{Cell, RefCell};
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Arc, Once};
+use std::sync::Arc;
 
 use genesis_index::{
     Advanced, IndexArg, IndexArray, IndexInt, IndexItem, IndexPlan, IndexTensor, MaskCoords,
@@ -28,132 +26,18 @@ use genesis_index::{
     resolve_masks, select_rows, set,
 };
 use genesis_storage::{DType, Device, Layout, Storage, View};
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 
 const CPU: Device = Device::Cpu;
 
 // ---------------------------------------------------------------------------------------------
-// The harness.
+// The harness (shared by the fuzzers) and this fuzzer's random inputs.
 
-thread_local! {
-    static LAST_PANIC: RefCell<String> = const { RefCell::new(String::new()) };
-    static IN_CALL: Cell<bool> = const { Cell::new(false) };
-}
-
-fn quiet_panics() {
-    static HOOK: Once = Once::new();
-    HOOK.call_once(|| {
-        let default = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            if !IN_CALL.with(|c| c.get()) {
-                default(info);
-                return;
-            }
-            let msg = info
-                .payload()
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| info.payload().downcast_ref::<String>().cloned())
-                .unwrap_or_default();
-            let at = info
-                .location()
-                .map(|l| format!("{}:{}", l.file(), l.line()))
-                .unwrap_or_default();
-            let trace = if std::env::var_os("GENESIS_FUZZ_BACKTRACE").is_some() {
-                format!("\n{}", std::backtrace::Backtrace::force_capture())
-            } else {
-                String::new()
-            };
-            LAST_PANIC.with(|p| *p.borrow_mut() = format!("{msg} (at {at}){trace}"));
-        }));
-    });
-}
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-struct Fuzz {
-    rng: SmallRng,
-    seed: u64,
-    test: &'static str,
-    iteration: usize,
-    calls: usize,
-    failures: Vec<String>,
-}
+#[path = "../../genesis-storage/tests/support/fuzz.rs"]
+mod fuzz;
+use fuzz::Fuzz;
 
 impl Fuzz {
-    fn new(test: &'static str, salt: u64) -> Fuzz {
-        quiet_panics();
-        let seed = env_u64("GENESIS_FUZZ_SEED", 0);
-        Fuzz {
-            rng: SmallRng::seed_from_u64(seed ^ salt.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
-            seed,
-            test,
-            iteration: 0,
-            calls: 0,
-            failures: Vec::new(),
-        }
-    }
-
-    fn iterations(&self, base: usize) -> usize {
-        base * env_u64("GENESIS_FUZZ_ITERS", 1) as usize
-    }
-
-    /// Runs `f`; a panic is recorded under `what`; an `Err` from `f` is a failed check.
-    fn call(&mut self, what: &dyn Fn() -> String, f: impl FnOnce() -> Result<(), String>) {
-        self.calls += 1;
-        if std::env::var_os("GENESIS_FUZZ_TRACE").is_some() {
-            eprintln!("[{} iteration {}] {}", self.test, self.iteration, what());
-        }
-        IN_CALL.with(|c| c.set(true));
-        let r = catch_unwind(AssertUnwindSafe(f));
-        IN_CALL.with(|c| c.set(false));
-        let failure = match r {
-            Ok(Ok(())) => return,
-            Ok(Err(broken)) => broken,
-            Err(_) => format!("panicked: {}", LAST_PANIC.with(|p| p.borrow().clone())),
-        };
-        let shown: String = what().chars().take(700).collect();
-        self.failures.push(format!(
-            "[{} seed {} iteration {}] {shown}: {failure}",
-            self.test, self.seed, self.iteration
-        ));
-    }
-
-    fn finish(self) {
-        let mut distinct: Vec<&String> = Vec::new();
-        for f in &self.failures {
-            if !distinct.contains(&f) {
-                distinct.push(f);
-            }
-        }
-        assert!(
-            distinct.is_empty(),
-            "{} of {} calls failed:\n{}",
-            self.failures.len(),
-            self.calls,
-            distinct
-                .iter()
-                .take(60)
-                .map(|s| s.as_str())
-                .collect::<Vec<_>>()
-                .join("\n")
-        );
-    }
-
-    fn pick<T: Copy>(&mut self, from: &[T]) -> T {
-        from[self.rng.random_range(0..from.len())]
-    }
-
-    fn chance(&mut self, p: f64) -> bool {
-        self.rng.random_bool(p)
-    }
-
     /// An integer index or bound: mostly small, sometimes at the extremes.
     fn int(&mut self) -> i64 {
         if self.chance(0.15) {

@@ -19,10 +19,7 @@
 //! before it runs (to find a call that hangs); `GENESIS_FUZZ_BACKTRACE` adds a backtrace to
 //! each panic reported.
 
-use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Once;
 
 use genesis::{DType, Device, Generator, Tensor};
 use genesis_nn::gpt2::{Block, Gpt2, Gpt2Config};
@@ -34,142 +31,18 @@ use genesis_nn::{
     Dropout, Embedding, Gelu, LayerNorm, Linear, Module, RMSNorm, Relu, Sequential, Silu, Tanh,
     init,
 };
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 
 const CPU: Device = Device::Cpu;
 
 // ---------------------------------------------------------------------------------------------
-// The harness.
+// The harness (shared by the fuzzers) and this fuzzer's random inputs.
 
-thread_local! {
-    /// The message and location of the last panic on this thread (the hook records it instead
-    /// of printing it while a fuzz call runs).
-    static LAST_PANIC: RefCell<String> = const { RefCell::new(String::new()) };
-    /// Whether a fuzz call is running on this thread.
-    static IN_CALL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-fn quiet_panics() {
-    static HOOK: Once = Once::new();
-    HOOK.call_once(|| {
-        let default = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            if !IN_CALL.with(|c| c.get()) {
-                default(info);
-                return;
-            }
-            let msg = info
-                .payload()
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| info.payload().downcast_ref::<String>().cloned())
-                .unwrap_or_default();
-            let at = info
-                .location()
-                .map(|l| format!("{}:{}", l.file(), l.line()))
-                .unwrap_or_default();
-            let trace = if std::env::var_os("GENESIS_FUZZ_BACKTRACE").is_some() {
-                format!("\n{}", std::backtrace::Backtrace::force_capture())
-            } else {
-                String::new()
-            };
-            LAST_PANIC.with(|p| *p.borrow_mut() = format!("{msg} (at {at}){trace}"));
-        }));
-    });
-}
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-struct Fuzz {
-    rng: SmallRng,
-    seed: u64,
-    test: &'static str,
-    iteration: usize,
-    calls: usize,
-    failures: Vec<String>,
-}
+#[path = "../../genesis-storage/tests/support/fuzz.rs"]
+mod fuzz;
+use fuzz::Fuzz;
 
 impl Fuzz {
-    fn new(test: &'static str, salt: u64) -> Fuzz {
-        quiet_panics();
-        let seed = env_u64("GENESIS_FUZZ_SEED", 0);
-        Fuzz {
-            rng: SmallRng::seed_from_u64(seed ^ salt.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
-            seed,
-            test,
-            iteration: 0,
-            calls: 0,
-            failures: Vec::new(),
-        }
-    }
-
-    /// The iterations of this run: `base` times `GENESIS_FUZZ_ITERS`.
-    fn iterations(&self, base: usize) -> usize {
-        base * env_u64("GENESIS_FUZZ_ITERS", 1) as usize
-    }
-
-    /// Runs `f`; a panic is recorded under `what`; an `Err` from `f` is a failed check.
-    fn call(&mut self, what: &str, f: impl FnOnce() -> Result<(), String>) {
-        self.calls += 1;
-        if std::env::var_os("GENESIS_FUZZ_TRACE").is_some() {
-            eprintln!("[{} iteration {}] {what}", self.test, self.iteration);
-        }
-        IN_CALL.with(|c| c.set(true));
-        let r = catch_unwind(AssertUnwindSafe(f));
-        IN_CALL.with(|c| c.set(false));
-        match r {
-            Ok(Ok(())) => {}
-            Ok(Err(broken)) => self.failures.push(format!(
-                "[{} seed {} iteration {}] {what}: {broken}",
-                self.test, self.seed, self.iteration
-            )),
-            Err(_) => {
-                let m = LAST_PANIC.with(|p| p.borrow().clone());
-                self.failures.push(format!(
-                    "[{} seed {} iteration {}] {what}: panicked: {m}",
-                    self.test, self.seed, self.iteration
-                ));
-            }
-        }
-    }
-
-    fn finish(self) {
-        let mut distinct: Vec<String> = Vec::new();
-        for f in &self.failures {
-            if !distinct.contains(f) {
-                distinct.push(f.clone());
-            }
-        }
-        assert!(
-            distinct.is_empty(),
-            "{} of {} calls failed:\n{}",
-            self.failures.len(),
-            self.calls,
-            distinct
-                .iter()
-                .take(60)
-                .cloned()
-                .collect::<Vec<_>>()
-                .join("\n")
-        );
-    }
-
-    // -- random inputs ------------------------------------------------------------------------
-
-    fn pick<T: Copy>(&mut self, from: &[T]) -> T {
-        from[self.rng.random_range(0..from.len())]
-    }
-
-    fn chance(&mut self, p: f64) -> bool {
-        self.rng.random_bool(p)
-    }
-
     /// A size: mostly small, sometimes 0, sometimes one no host can hold.
     fn size(&mut self) -> usize {
         match self.rng.random_range(0..10) {
@@ -476,7 +349,7 @@ fn layers() {
         let spec = random_layer(&mut z);
         let what = format!("{spec:?}");
         let mut layer = None;
-        z.call(&format!("{what}: constructor"), || {
+        z.call_named(&format!("{what}: constructor"), || {
             layer = build(&spec, &g);
             Ok(())
         });
@@ -485,7 +358,7 @@ fn layers() {
             let (x, shown) = input_for(&mut z, layer.as_ref());
             let Some(x) = x else { continue };
             let before = snapshot(layer.as_ref());
-            z.call(&format!("{what}.forward({shown})"), || {
+            z.call_named(&format!("{what}.forward({shown})"), || {
                 let _ = layer.forward(&x);
                 // A forward pass changes no parameter.
                 if snapshot(layer.as_ref()) != before {
@@ -495,7 +368,7 @@ fn layers() {
             });
             let grad = z.chance(0.3);
             if grad {
-                z.call(&format!("{what}.forward({shown}).sum().backward()"), || {
+                z.call_named(&format!("{what}.forward({shown}).sum().backward()"), || {
                     if let Ok(y) = layer.forward(&x)
                         && let Ok(s) = y.sum()
                     {
@@ -506,7 +379,7 @@ fn layers() {
             }
         }
         let train = z.chance(0.5);
-        z.call(&format!("{what}.set_training({train}), state_dict"), || {
+        z.call_named(&format!("{what}.set_training({train}), state_dict"), || {
             layer.set_training(train);
             let _ = layer.state_dict();
             Ok(())
@@ -533,12 +406,12 @@ fn layers() {
         let (Some(x), Some(r)) = (x, r) else { continue };
         let to = z.dtype();
         let what = format!("LayerNorm::new({ns:?}, {eps:?}, {affine})");
-        z.call(&format!("{what}.forward_to({sx}, {to})"), || {
+        z.call_named(&format!("{what}.forward_to({sx}, {to})"), || {
             let _ = ln.forward_to(&x, to);
             Ok(())
         });
         let d = if z.chance(0.5) { Some(to) } else { None };
-        z.call(&format!("{what}.forward_add({sx}, {sr}, {d:?})"), || {
+        z.call_named(&format!("{what}.forward_add({sx}, {sr}, {d:?})"), || {
             let _ = ln.forward_add(&x, &r, d);
             Ok(())
         });
@@ -580,7 +453,7 @@ fn layers() {
         }
         let (x, sx) = z.any_tensor();
         let Some(x) = x else { continue };
-        z.call(&format!("Sequential{names:?}.forward({sx})"), || {
+        z.call_named(&format!("Sequential{names:?}.forward({sx})"), || {
             let _ = seq.forward(&x);
             seq.eval();
             let _ = seq.forward(&x);
@@ -657,10 +530,10 @@ fn losses() {
             }
             Ok(())
         };
-        z.call(&format!("cross_entropy({sl}, {st})"), || {
+        z.call_named(&format!("cross_entropy({sl}, {st})"), || {
             finish(loss::cross_entropy(&logits, &target))
         });
-        z.call(
+        z.call_named(
             &format!("cross_entropy_with({sl}, Indices({st}), {opts:?})"),
             || {
                 finish(loss::cross_entropy_with(
@@ -671,7 +544,7 @@ fn losses() {
             },
         );
         if let Some(p) = &probs {
-            z.call(
+            z.call_named(
                 &format!("cross_entropy_with({sl}, Probabilities({sp}), {opts:?})"),
                 || {
                     finish(loss::cross_entropy_with(
@@ -683,14 +556,14 @@ fn losses() {
             );
         }
         let (ig, red) = (opts.ignore_index, opts.reduction);
-        z.call(&format!("nll_loss({sl}, {st}, {ig:?}, {red:?})"), || {
+        z.call_named(&format!("nll_loss({sl}, {st}, {ig:?}, {red:?})"), || {
             finish(loss::nll_loss(&logits, &target, ig, red))
         });
         if let Some(p) = &probs {
-            z.call(&format!("mse_loss({sl}, {sp}, {red:?})"), || {
+            z.call_named(&format!("mse_loss({sl}, {sp}, {red:?})"), || {
                 finish(loss::mse_loss(&logits, p, red))
             });
-            z.call(
+            z.call_named(
                 &format!("binary_cross_entropy_with_logits({sl}, {sp}, {red:?})"),
                 || finish(loss::binary_cross_entropy_with_logits(&logits, p, red)),
             );
@@ -782,7 +655,7 @@ fn optimisers_schedules_init() {
         };
         let what = format!("{opt:?} over [{sp}]", opt = OptName(kind, lr));
         let steps = z.rng.random_range(1..4);
-        z.call(&format!("{what}: {steps} steps"), || {
+        z.call_named(&format!("{what}: {steps} steps"), || {
             for _ in 0..steps {
                 let before: Vec<Vec<u64>> = params.iter().map(bits).collect();
                 if let Err(e) = opt.step() {
@@ -799,7 +672,7 @@ fn optimisers_schedules_init() {
         });
         let max_norm = z.float();
         let (grads, sg) = random_params(&mut z);
-        z.call(&format!("clip_grad_norm_([{sg}], {max_norm:?})"), || {
+        z.call_named(&format!("clip_grad_norm_([{sg}], {max_norm:?})"), || {
             let _ = clip_grad_norm_(&grads, max_norm);
             Ok(())
         });
@@ -827,7 +700,7 @@ fn optimisers_schedules_init() {
             min_factor: z.float(),
         };
         let base = z.float();
-        z.call(
+        z.call_named(
             &format!("{s:?}.factor({step}), apply(base {base:?})"),
             || {
                 let _ = s.factor(step);
@@ -836,7 +709,7 @@ fn optimisers_schedules_init() {
                 Ok(())
             },
         );
-        z.call(&format!("{c:?}.factor({step})"), || {
+        z.call_named(&format!("{c:?}.factor({step})"), || {
             let _ = c.factor(step);
             Ok(())
         });
@@ -877,7 +750,7 @@ fn optimisers_schedules_init() {
             "trunc_normal_",
             "calculate_gain(other)",
         ][which];
-        z.call(
+        z.call_named(
             &format!("init::{name}({dt}{shape:?}, {a:?}, {b:?}, {c:?}, {d:?}, {e:?})"),
             || {
                 let _ = match which {
@@ -985,7 +858,7 @@ fn state_dicts_and_safetensors() {
             }
         }
         let strict = z.chance(0.6);
-        z.call(
+        z.call_named(
             &format!("load_state_dict({edits:?}, strict {strict})"),
             || {
                 let before = snapshot(&model);
@@ -1063,7 +936,7 @@ fn state_dicts_and_safetensors() {
         };
         let path = temp_path("bad", it);
         std::fs::write(&path, &b).unwrap();
-        z.call(&format!("load_safetensors({mutation})"), || {
+        z.call_named(&format!("load_safetensors({mutation})"), || {
             let before = snapshot(&model);
             let r = model.load_safetensors(&path);
             if r.is_err() && snapshot(&model) != before {
@@ -1071,11 +944,11 @@ fn state_dicts_and_safetensors() {
             }
             Ok(())
         });
-        z.call(&format!("genesis::load_safetensors({mutation})"), || {
+        z.call_named(&format!("genesis::load_safetensors({mutation})"), || {
             let _ = genesis::load_safetensors(&path, CPU);
             Ok(())
         });
-        z.call(
+        z.call_named(
             &format!("genesis::deserialize_safetensors({mutation})"),
             || {
                 let _ = genesis::deserialize_safetensors(&b, CPU);
@@ -1093,13 +966,13 @@ fn state_dicts_and_safetensors() {
         std::path::PathBuf::from("/nonexistent-genesis-dir/x.safetensors"),
         std::path::PathBuf::from("/proc/self/nope"),
     ] {
-        z.call(&format!("save_safetensors({})", bad.display()), || {
+        z.call_named(&format!("save_safetensors({})", bad.display()), || {
             if model.save_safetensors(&bad).is_ok() && bad.as_os_str().is_empty() {
                 return Err("saved to an empty path".into());
             }
             Ok(())
         });
-        z.call(&format!("load_safetensors({})", bad.display()), || {
+        z.call_named(&format!("load_safetensors({})", bad.display()), || {
             let _ = model.load_safetensors(&bad);
             Ok(())
         });
@@ -1203,7 +1076,7 @@ fn gpt2_and_training_helpers() {
             },
         };
         let mut model = None;
-        z.call(&format!("Gpt2::new({cfg:?})"), || {
+        z.call_named(&format!("Gpt2::new({cfg:?})"), || {
             model = Gpt2::new(cfg, &g, CPU).ok();
             Ok(())
         });
@@ -1227,7 +1100,7 @@ fn gpt2_and_training_helpers() {
                 continue;
             };
             let rc = model.recompute;
-            z.call(
+            z.call_named(
                 &format!("Gpt2({cfg:?}, recompute {rc}).loss({si}, {st}).backward()"),
                 || {
                     let _ = model.logits(&idx);
@@ -1254,7 +1127,7 @@ fn gpt2_and_training_helpers() {
             _ => {}
         }
         let strict = z.chance(0.5);
-        z.call(
+        z.call_named(
             &format!("Gpt2({cfg:?}).load_state_dict(edit {edit}, strict {strict})"),
             || {
                 let before = snapshot(&model);
@@ -1269,7 +1142,7 @@ fn gpt2_and_training_helpers() {
     for it in 0..z.iterations(60) {
         z.iteration = it;
         let (c, h, l) = (z.size(), z.size(), z.size());
-        z.call(&format!("Block::new({c}, {h}, {l})"), || {
+        z.call_named(&format!("Block::new({c}, {h}, {l})"), || {
             if let Ok(b) = Block::new(c, h, l, &g, CPU)
                 && let Ok(x) = Tensor::zeros([1, 2, c], DType::F32, CPU)
             {
@@ -1279,7 +1152,7 @@ fn gpt2_and_training_helpers() {
             Ok(())
         });
         let name = z.pick(&["124m", "small", "tiny", "", "TINY", "tiny\u{0}", "gpt-5"]);
-        z.call(&format!("Gpt2Config::named({name:?})"), || {
+        z.call_named(&format!("Gpt2Config::named({name:?})"), || {
             let _ = Gpt2Config::named(name);
             Ok(())
         });
@@ -1306,7 +1179,7 @@ fn gpt2_and_training_helpers() {
         let len = z.pick(&[0usize, 1, 2, 10, 64]);
         let text = &text[..len];
         let fits = b.checked_mul(t).is_some_and(|n| n <= 4096);
-        z.call(
+        z.call_named(
             &format!(
                 "train::window_batch(text of {len}, step {step}, b {b}, t {t}, stride {stride})"
             ),
@@ -1319,7 +1192,7 @@ fn gpt2_and_training_helpers() {
                 Ok(())
             },
         );
-        z.call(&format!("train::gpt2_tiny_batch(step {step})"), || {
+        z.call_named(&format!("train::gpt2_tiny_batch(step {step})"), || {
             let _ =
                 genesis_nn::train::gpt2_tiny_batch(genesis_nn::train::gpt2_tiny_text(), step, CPU);
             Ok(())
@@ -1328,7 +1201,7 @@ fn gpt2_and_training_helpers() {
             Tensor::zeros([1, 64], DType::F32, CPU).unwrap(),
             Tensor::zeros([1], DType::I64, CPU).unwrap(),
         );
-        z.call(
+        z.call_named(
             &format!("train::comparison_batch(1 image, step {step})"),
             || {
                 let _ = genesis_nn::train::comparison_batch(&images, &labels, step);
@@ -1343,12 +1216,12 @@ fn gpt2_and_training_helpers() {
         "/dev/null",
         "\u{0}",
     ] {
-        z.call(&format!("train::python_sources({dir:?})"), || {
+        z.call_named(&format!("train::python_sources({dir:?})"), || {
             let _ = genesis_nn::train::python_sources(std::path::Path::new(dir));
             Ok(())
         });
     }
-    z.call("datasets::digits()", || {
+    z.call_named("datasets::digits()", || {
         let (x, y) = genesis_nn::datasets::digits().map_err(|e| e.to_string())?;
         if x.shape() != [1797, 64] || y.shape() != [1797] {
             return Err(format!("shapes {:?} {:?}", x.shape(), y.shape()));

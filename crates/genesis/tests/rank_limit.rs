@@ -358,3 +358,211 @@ fn ops_along_a_dimension_take_tensors_of_many_dimensions() {
         assert_eq!(values(&got), sum, "{ctx}: index_add");
     }
 }
+
+/// Views of ten dimensions that do not merge (every stride reversed) through the facade's ops
+/// (advanced indexing, index_put, along-a-dimension ops, reductions, scans, einsum, norms,
+/// backwards): no op refuses them, and on CUDA each result equals the CPU's.
+#[test]
+fn views_of_ten_dimensions_through_the_ops() {
+    type Outcome = Vec<(&'static str, Result<Vec<f64>, String>)>;
+    fn run(dev: Device) -> Outcome {
+        let n = 1024usize;
+        let a = Tensor::arange(0.0, n as f64, 1.0, DType::F32, dev)
+            .unwrap()
+            .reshape(&[2i64; 10][..])
+            .unwrap();
+        let p = a.permute(&[9, 8, 7, 6, 5, 4, 3, 2, 1, 0][..]).unwrap();
+        let i2 = Tensor::from_slice(&[1i64, 0], [2], dev).unwrap();
+        let full = IndexItem::Slice {
+            start: None,
+            stop: None,
+            step: None,
+        };
+        let ops: Vec<(&str, genesis::Result<Tensor>)> = vec![
+            (
+                "i_tensor",
+                p.i(&[full.clone(), genesis::ToIndex::to_index_item(&i2)]),
+            ),
+            (
+                "i_tensor_mid",
+                p.i(&[
+                    full.clone(),
+                    full.clone(),
+                    full.clone(),
+                    genesis::ToIndex::to_index_item(&i2),
+                    full.clone(),
+                    genesis::ToIndex::to_index_item(&i2),
+                ]),
+            ),
+            (
+                "i_mask",
+                p.lt(&a)
+                    .and_then(|m| p.i(&[genesis::ToIndex::to_index_item(&m)])),
+            ),
+            ("index_put", {
+                let c = p.deep_clone().unwrap();
+                c.index_put_(
+                    &[full.clone(), genesis::ToIndex::to_index_item(&i2)],
+                    &Tensor::from_slice(&[1.0f32], [1], dev).unwrap(),
+                    false,
+                )
+                .map(|_| c)
+            }),
+            ("index_put_acc", {
+                let c = p.deep_clone().unwrap();
+                c.index_put_(
+                    &[full.clone(), genesis::ToIndex::to_index_item(&i2)],
+                    &Tensor::from_slice(&[1.0f32], [1], dev).unwrap(),
+                    true,
+                )
+                .map(|_| c)
+            }),
+            ("index_copy", p.index_copy(4, &i2, &a)),
+            ("index_fill", p.index_fill(4, &i2, 3.0)),
+            ("diagonal", p.diagonal(0, 2, 5)),
+            ("einsum", Tensor::einsum("abcdefghij->jihgfedcba", &[&p])),
+            ("repeat_interleave", p.repeat_interleave(2, Some(3))),
+            ("layer_norm", p.layer_norm(&[2, 2], None, None, 1e-5)),
+            ("cumprod", p.cumprod(5)),
+            (
+                "cross",
+                p.narrow(2, 0, 1)
+                    .and_then(|x| x.expand(&[2i64, 2, 3, 2, 2, 2, 2, 2, 2, 2][..]))
+                    .and_then(|x| x.cross(&x, 2)),
+            ),
+            ("median", p.median()),
+            (
+                "trace2d",
+                p.reshape(&[32i64, 32][..]).and_then(|x| x.trace()),
+            ),
+            ("renorm", p.renorm(2.0, 1, 1.0)),
+            (
+                "bucketize",
+                p.bucketize(
+                    &Tensor::from_slice(&[1.0f32, 10.0, 100.0], [3], dev).unwrap(),
+                    false,
+                ),
+            ),
+            ("sum_backward", {
+                let x = p.detach().requires_grad_(true).unwrap();
+                x.mul(&x)
+                    .unwrap()
+                    .sum()
+                    .unwrap()
+                    .backward()
+                    .map(|_| x.grad().unwrap())
+            }),
+            ("softmax_backward", {
+                let x = p.detach().requires_grad_(true).unwrap();
+                x.softmax(3)
+                    .unwrap()
+                    .mul(&a)
+                    .unwrap()
+                    .sum()
+                    .unwrap()
+                    .backward()
+                    .map(|_| x.grad().unwrap())
+            }),
+            ("gather_backward", {
+                let x = p.detach().requires_grad_(true).unwrap();
+                x.gather(
+                    3,
+                    &Tensor::zeros(&[2usize; 10][..], DType::I64, dev).unwrap(),
+                )
+                .unwrap()
+                .sum()
+                .unwrap()
+                .backward()
+                .map(|_| x.grad().unwrap())
+            }),
+            ("index_select_backward", {
+                let x = p.detach().requires_grad_(true).unwrap();
+                x.index_select(4, &i2)
+                    .unwrap()
+                    .sum()
+                    .unwrap()
+                    .backward()
+                    .map(|_| x.grad().unwrap())
+            }),
+            ("max_backward", {
+                let x = p.detach().requires_grad_(true).unwrap();
+                x.max_dim(2, false)
+                    .unwrap()
+                    .0
+                    .sum()
+                    .unwrap()
+                    .backward()
+                    .map(|_| x.grad().unwrap())
+            }),
+            ("sort_backward", {
+                let x = p.detach().requires_grad_(true).unwrap();
+                x.sort(6, false)
+                    .unwrap()
+                    .0
+                    .mul(&a)
+                    .unwrap()
+                    .sum()
+                    .unwrap()
+                    .backward()
+                    .map(|_| x.grad().unwrap())
+            }),
+            ("i_backward", {
+                let x = p.detach().requires_grad_(true).unwrap();
+                x.i(&[full.clone(), genesis::ToIndex::to_index_item(&i2)])
+                    .unwrap()
+                    .sum()
+                    .unwrap()
+                    .backward()
+                    .map(|_| x.grad().unwrap())
+            }),
+            ("cummax_backward", {
+                let x = p.detach().requires_grad_(true).unwrap();
+                x.cummax(2)
+                    .unwrap()
+                    .0
+                    .sum()
+                    .unwrap()
+                    .backward()
+                    .map(|_| x.grad().unwrap())
+            }),
+            ("topk_backward", {
+                let x = p.detach().requires_grad_(true).unwrap();
+                x.topk(1, 7, true, true)
+                    .unwrap()
+                    .0
+                    .sum()
+                    .unwrap()
+                    .backward()
+                    .map(|_| x.grad().unwrap())
+            }),
+        ];
+        ops.into_iter()
+            .map(|(name, r)| {
+                let v = r
+                    .and_then(|t| t.to_dtype(DType::F64))
+                    .and_then(|t| t.to_vec::<f64>())
+                    .map_err(|e| e.to_string());
+                (name, v)
+            })
+            .collect()
+    }
+    let cpu = run(Device::Cpu);
+    for (name, r) in &cpu {
+        assert!(r.is_ok(), "{name} on the CPU: {r:?}");
+    }
+    if genesis::cuda::is_available() {
+        for ((name, want), (_, got)) in cpu.iter().zip(run(Device::Cuda(0))) {
+            let (want, got) = (
+                want.as_ref().unwrap(),
+                got.unwrap_or_else(|e| panic!("{name} on CUDA: {e}")),
+            );
+            assert_eq!(want.len(), got.len(), "{name}");
+            for (i, (w, g)) in want.iter().zip(&got).enumerate() {
+                assert!(
+                    (w - g).abs() <= 1e-5 * (1.0 + w.abs()),
+                    "{name} on CUDA, element {i}: {g} against the CPU's {w}"
+                );
+            }
+        }
+    }
+}

@@ -378,6 +378,13 @@ fn views_of_ten_dimensions_through_the_ops() {
             stop: None,
             step: None,
         };
+        let zeros = Tensor::zeros(&[2usize; 10][..], DType::I64, dev).unwrap();
+        // The gradient of `f(p).sum()` with respect to `p`.
+        let grad = |f: &dyn Fn(&Tensor) -> genesis::Result<Tensor>| -> genesis::Result<Tensor> {
+            let x = p.detach().requires_grad_(true)?;
+            f(&x)?.sum()?.backward()?;
+            Ok(x.grad().expect("a gradient"))
+        };
         let ops: Vec<(&str, genesis::Result<Tensor>)> = vec![
             (
                 "i_tensor",
@@ -443,98 +450,18 @@ fn views_of_ten_dimensions_through_the_ops() {
                     false,
                 ),
             ),
-            ("sum_backward", {
-                let x = p.detach().requires_grad_(true).unwrap();
-                x.mul(&x)
-                    .unwrap()
-                    .sum()
-                    .unwrap()
-                    .backward()
-                    .map(|_| x.grad().unwrap())
-            }),
-            ("softmax_backward", {
-                let x = p.detach().requires_grad_(true).unwrap();
-                x.softmax(3)
-                    .unwrap()
-                    .mul(&a)
-                    .unwrap()
-                    .sum()
-                    .unwrap()
-                    .backward()
-                    .map(|_| x.grad().unwrap())
-            }),
-            ("gather_backward", {
-                let x = p.detach().requires_grad_(true).unwrap();
-                x.gather(
-                    3,
-                    &Tensor::zeros(&[2usize; 10][..], DType::I64, dev).unwrap(),
-                )
-                .unwrap()
-                .sum()
-                .unwrap()
-                .backward()
-                .map(|_| x.grad().unwrap())
-            }),
-            ("index_select_backward", {
-                let x = p.detach().requires_grad_(true).unwrap();
-                x.index_select(4, &i2)
-                    .unwrap()
-                    .sum()
-                    .unwrap()
-                    .backward()
-                    .map(|_| x.grad().unwrap())
-            }),
-            ("max_backward", {
-                let x = p.detach().requires_grad_(true).unwrap();
-                x.max_dim(2, false)
-                    .unwrap()
-                    .0
-                    .sum()
-                    .unwrap()
-                    .backward()
-                    .map(|_| x.grad().unwrap())
-            }),
-            ("sort_backward", {
-                let x = p.detach().requires_grad_(true).unwrap();
-                x.sort(6, false)
-                    .unwrap()
-                    .0
-                    .mul(&a)
-                    .unwrap()
-                    .sum()
-                    .unwrap()
-                    .backward()
-                    .map(|_| x.grad().unwrap())
-            }),
-            ("i_backward", {
-                let x = p.detach().requires_grad_(true).unwrap();
-                x.i(&[full.clone(), genesis::ToIndex::to_index_item(&i2)])
-                    .unwrap()
-                    .sum()
-                    .unwrap()
-                    .backward()
-                    .map(|_| x.grad().unwrap())
-            }),
-            ("cummax_backward", {
-                let x = p.detach().requires_grad_(true).unwrap();
-                x.cummax(2)
-                    .unwrap()
-                    .0
-                    .sum()
-                    .unwrap()
-                    .backward()
-                    .map(|_| x.grad().unwrap())
-            }),
-            ("topk_backward", {
-                let x = p.detach().requires_grad_(true).unwrap();
-                x.topk(1, 7, true, true)
-                    .unwrap()
-                    .0
-                    .sum()
-                    .unwrap()
-                    .backward()
-                    .map(|_| x.grad().unwrap())
-            }),
+            ("sum_backward", grad(&|x| x.mul(x))),
+            ("softmax_backward", grad(&|x| x.softmax(3)?.mul(&a))),
+            ("gather_backward", grad(&|x| x.gather(3, &zeros))),
+            ("index_select_backward", grad(&|x| x.index_select(4, &i2))),
+            ("max_backward", grad(&|x| Ok(x.max_dim(2, false)?.0))),
+            ("sort_backward", grad(&|x| x.sort(6, false)?.0.mul(&a))),
+            (
+                "i_backward",
+                grad(&|x| x.i(&[full.clone(), genesis::ToIndex::to_index_item(&i2)])),
+            ),
+            ("cummax_backward", grad(&|x| Ok(x.cummax(2)?.0))),
+            ("topk_backward", grad(&|x| Ok(x.topk(1, 7, true, true)?.0))),
         ];
         ops.into_iter()
             .map(|(name, r)| {

@@ -633,8 +633,10 @@ pub fn plan(input: &Layout, items: &[IndexItem], assign: bool) -> Result<IndexPl
         result_shape.insert(position + k, s);
     }
     // The view and the index arrays each have at most `MAX_RANK` dimensions (new axes are
-    // `unsqueeze`s, which check it); their combination may have more.
+    // `unsqueeze`s, which check it), and each a representable element count; their
+    // combination may have more of either.
     genesis_storage::check_rank(result_shape.len())?;
+    genesis_storage::checked_numel(&result_shape)?;
     let temp_bytes = indices.len().saturating_mul(index_numel).saturating_mul(8);
     Ok(IndexPlan {
         kind: value_kind(PlanKind::Scatter, PlanKind::Gather),
@@ -808,16 +810,24 @@ impl IndexPlan {
             return self.clone();
         }
         let (shape, strides) = (self.view.shape(), self.view.strides());
-        // (size, stride, advanced entry) of the kept view dimensions.
-        let mut kept: Vec<(usize, isize, Option<usize>)> = Vec::new();
+        // (size, stride, advanced entry, whether a basic dimension stands before the index
+        // dimensions in the result) of the kept view dimensions. Basic dimensions on either
+        // side of the index dimensions never merge.
+        let mut kept: Vec<(usize, isize, Option<usize>, bool)> = Vec::new();
+        let mut basic = 0;
         for d in 0..shape.len() {
             let a = adv.dims.iter().position(|&x| x == d);
+            let before = a.is_none() && basic < adv.position;
+            if a.is_none() {
+                basic += 1;
+            }
             if a.is_none() && shape[d] == 1 {
                 continue;
             }
             if a.is_none()
                 && let Some(last) = kept.last_mut()
                 && last.2.is_none()
+                && last.3 == before
                 && Some(last.1) == strides[d].checked_mul(shape[d] as isize)
                 && let Some(merged) = last.0.checked_mul(shape[d])
             {
@@ -825,7 +835,7 @@ impl IndexPlan {
                 last.1 = strides[d];
                 continue;
             }
-            kept.push((shape[d], strides[d], a));
+            kept.push((shape[d], strides[d], a, before));
         }
         let vshape: Vec<usize> = kept.iter().map(|k| k.0).collect();
         let vstrides: Vec<isize> = kept.iter().map(|k| k.1).collect();
@@ -835,11 +845,8 @@ impl IndexPlan {
                 dims[a] = d;
             }
         }
-        let position = if adv.position == 0 && adv.dims[0] != 0 {
-            0
-        } else {
-            dims[0]
-        };
+        // The index dimensions go after the kept basic dimensions that stood before them.
+        let position = kept.iter().filter(|k| k.2.is_none() && k.3).count();
         let mut result_shape: Vec<usize> =
             kept.iter().filter(|k| k.2.is_none()).map(|k| k.0).collect();
         for (j, &s) in adv.index_shape.iter().enumerate() {

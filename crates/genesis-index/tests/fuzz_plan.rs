@@ -920,6 +920,61 @@ fn hand_built_plans_are_checked() {
     assert_eq!(wide.source_offsets().unwrap(), vec![5]);
 }
 
+/// A hand-built plan whose indexed dimensions are listed out of order, with the index
+/// dimensions placed after the other two (`position` 2): its compaction (which
+/// `execute_get` and `source_offsets` run) placed them by the first indexed dimension and
+/// panicked inserting past the end. The compacted plan now places them after the basic
+/// dimensions that stood before them, and reads what the plan describes.
+#[test]
+fn plans_with_indexed_dimensions_out_of_order_compact() {
+    let data: Vec<i32> = (0..12).collect();
+    let input = View::new(Storage::from_slice(&data, CPU).unwrap());
+    // View [2, 2, 3] (contiguous); index dimensions 2 then 0; result [2 (dim 1), index 2].
+    let view = Layout::contiguous(&[2, 2, 3]);
+    let p = IndexPlan {
+        kind: PlanKind::Gather,
+        view: view.clone(),
+        advanced: Some(Advanced {
+            dims: vec![2, 0],
+            index_shape: vec![2],
+            indices: vec![IndexArray::Host(vec![2, 0]), IndexArray::Host(vec![1, 0])],
+            position: 1,
+        }),
+        result_shape: vec![2, 2],
+        mask: None,
+        temp_bytes: 0,
+    };
+    p.check().unwrap();
+    // Result [j, k] = x[dim0 = [1, 0][k], j, dim2 = [2, 0][k]] = 6 * [1, 0][k] + 3 j + [2, 0][k].
+    let want = [8usize, 0, 11, 3];
+    assert_eq!(p.source_offsets().unwrap(), want);
+    let got = execute_get(&input.relayout(view).unwrap(), &p).unwrap();
+    let values: Vec<usize> = got
+        .contiguous()
+        .unwrap()
+        .to_vec::<i32>()
+        .unwrap()
+        .into_iter()
+        .map(|v| v as usize)
+        .collect();
+    assert_eq!(values, want);
+}
+
+/// `plan` made a plan whose result has more elements than any tensor may (a view of
+/// `isize::MAX` elements beside an index of two), which failed its own check; it refuses
+/// such an index now.
+#[test]
+fn plans_of_too_many_result_elements_are_refused() {
+    let l = Layout::new(&[1, isize::MAX as usize], &[0, 0], 1);
+    let items = [
+        IndexItem::NewAxis,
+        IndexItem::Tensor(IndexTensor::i64(&[1, 2], vec![0, -1])),
+    ];
+    for assign in [false, true] {
+        assert!(plan(&l, &items, assign).is_err());
+    }
+}
+
 /// Gathers and assignments over an empty layout whose other sizes are huge multiplied the
 /// sizes unchecked (`[3, usize::MAX, 0]`); the element counts are zero-aware now.
 #[test]

@@ -673,6 +673,13 @@ impl IndexPlan {
                 reason: format!("inconsistent index plan: {reason}"),
             })
         };
+        if self.view.strides().len() != self.view.rank() {
+            return bad(format!(
+                "a view of {} dimensions with {} strides",
+                self.view.rank(),
+                self.view.strides().len()
+            ));
+        }
         // The view's dimensions of size 1 (new axes: a plan's view may have more than
         // `MAX_RANK` with them while the result has not) reach nothing.
         self.view.squeeze_all().span()?;

@@ -918,6 +918,28 @@ fn hand_built_plans_are_checked() {
     assert_eq!((wide.view.rank(), wide.result_shape.len()), (65, 63));
     wide.check().unwrap();
     assert_eq!(wide.source_offsets().unwrap(), vec![5]);
+    // A view with strides of another count than its rank, whose dimensions of size 1 hid it
+    // from the reach check, indexed the strides past their end in compaction.
+    for (shape, strides) in [(vec![1usize], vec![]), (vec![0, 0, 1], vec![0isize, -1])] {
+        let rank = shape.len();
+        let p = basic(
+            PlanKind::Gather,
+            Layout::new(&shape, &strides, 0),
+            shape.clone(),
+            Some(Advanced {
+                dims: vec![rank - 1],
+                index_shape: vec![1],
+                indices: vec![IndexArray::Host(vec![0])],
+                position: rank - 1,
+            }),
+        );
+        assert!(matches!(
+            p.check(),
+            Err(genesis_index::Error::InvalidIndex { .. })
+        ));
+        assert_eq!(p.compacted(), p);
+        assert!(p.source_offsets().is_err());
+    }
 }
 
 /// A hand-built plan whose indexed dimensions are listed out of order, with the index

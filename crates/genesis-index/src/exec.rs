@@ -364,7 +364,7 @@ fn dense_values(
     {
         return Ok(storage);
     }
-    let dense = crate::strided::dense(&storage, &expanded)?;
+    let dense = storage.contiguous(&expanded)?;
     Ok(Arc::new(if dense.device() == device {
         dense
     } else {
@@ -385,13 +385,14 @@ fn execute_set(
         PlanKind::Scatter => crate::advanced::scatter(target, p, &values, accumulate),
         _ => {
             let dense = Layout::contiguous(&p.result_shape);
-            // Any rank (the strided copy takes at most eight dimensions after reduction).
+            // Any rank: the storage layer's strided copies reduce the layouts, and loop over
+            // what still has more dimensions than their kernel takes.
             if accumulate {
-                let current = crate::strided::dense(target, &p.view)?;
+                let current = target.contiguous(&p.view)?;
                 let sum = add_dense(current, &values)?;
-                crate::strided::copy_into(target, &p.view, &sum, &dense)?;
+                target.copy_strided_from(&p.view, &sum, &dense)?;
             } else {
-                crate::strided::copy_into(target, &p.view, &values, &dense)?;
+                target.copy_strided_from(&p.view, &values, &dense)?;
             }
             Ok(())
         }

@@ -21,7 +21,6 @@ mod exec;
 mod expr;
 mod plan;
 mod spec;
-mod strided;
 
 pub use advanced::select_rows;
 pub use exec::{Value, execute_get, get, get_routed, resolve_masks, set};

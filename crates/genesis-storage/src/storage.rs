@@ -1324,6 +1324,36 @@ mod tests {
     use super::*;
     use half::bf16;
 
+    /// Copies of more than the strided kernel's dimensions, coalescible or not.
+    #[test]
+    fn copies_of_any_rank() {
+        let n = 1 << 12;
+        let data: Vec<i32> = (0..n).collect();
+        let src = Storage::from_slice(&data, Device::Cpu).unwrap();
+        // Twelve dimensions of 2, transposed: nothing merges.
+        let base = Layout::contiguous(&[2; 12]);
+        let perm: Vec<usize> = (0..12).rev().collect();
+        let t = base.permute(&perm).unwrap();
+        let out = src.contiguous(&t).unwrap();
+        let want: Vec<i32> = t.indices().map(|i| data[i]).collect();
+        assert_eq!(out.to_vec::<i32>().unwrap(), want);
+        // Sixty-four dimensions, all but two of size 1: one plain copy.
+        let mut shape = vec![1usize; 64];
+        shape[10] = 64;
+        shape[40] = 64;
+        let l = Layout::contiguous(&shape);
+        let (a, b) = coalesce_pair(&l, &l);
+        assert_eq!(a.shape(), &[4096]);
+        assert_eq!(b.strides(), &[1]);
+        assert_eq!(src.contiguous(&l).unwrap().to_vec::<i32>().unwrap(), data);
+        // Writing through a rank-12 destination.
+        let mut dst = Storage::zeros(n as usize, DType::I32, Device::Cpu).unwrap();
+        dst.copy_strided_from(&t, &src, &Layout::contiguous(t.shape()))
+            .unwrap();
+        let back = dst.contiguous(&t).unwrap();
+        assert_eq!(back.to_vec::<i32>().unwrap(), data);
+    }
+
     /// `full_scalar` repeats the element `Storage::scalar` makes of the value, and refuses
     /// what it refuses, for every dtype.
     #[test]

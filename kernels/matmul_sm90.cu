@@ -65,6 +65,15 @@
 // tile reads a sixth fewer operand bytes per product from L2 and shared memory than a
 // 128 x 128 one, and its 192 accumulators a thread fit the consumers' registers only with the
 // bias staged in shared memory rather than held in registers through the k loop.
+// `matmul_sm90_<in>_pp_<ab>_192x96`: tiles of 192 x 96 (three m64n96 accumulators a consumer,
+// 6 stages of 36 KiB), for long-k products whose outputs make 128 of them and fewer of any
+// larger tile (GPT-2's 3072 x 768 weight gradients: one wave on 128 multiprocessors where 128 x
+// 192 tiles fill 96). They read a quarter more shared memory per product than 128 x 192 tiles
+// (B once for each of the three m64 rows), which costs where the tiles come in several waves.
+// B's boxes are 32 columns wide: an mn-major B is copied as 64-byte rows with the 64-byte
+// swizzle (chunk c of row r at c ^ ((r / 2) % 4)), the wgmma descriptor's layout type 2,
+// leading byte offset 4 KiB (the next 32 columns), stride byte offset 512 (8 k rows); a
+// k-major B as boxes of 32 rows of 128 bytes, contiguous, the 128 x BN layout.
 //
 // Products are accumulated in f32 in another order than the CPU twin's (per 16-deep wgmma step)
 // and rounded once to the output type: the accuracy contract of matmul.cu.
@@ -107,18 +116,25 @@ struct alignas(128) TensorMap {
 };
 
 constexpr int THREADS = 384;
-constexpr int BM = 128, BK = 64;
+constexpr int BK = 64;
 constexpr int BOX_BYTES = 64 * 64 * 2;  // one 64 x 64 box of 16-bit elements
 constexpr int GROUP_M = 8;
 
-template <int BN>
+// A kernel's tile: BM x BN outputs (BM = 128, or 192 for the 192 x 96 ping-pong tile).
+template <int BN, int BM = 128>
 struct Config {
     static constexpr int A_BYTES = BM * BK * 2;
     static constexpr int B_BYTES = BN * BK * 2;
     static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
+    // B's boxes: 64 wide (n, or n rows of a k-major B), 32 wide for BN = 96 (three boxes;
+    // an mn-major B's 32-element rows are 64 bytes, copied with the 64-byte swizzle).
+    static constexpr int B_BOX = BN % 64 == 0 ? 64 : 32;
+    static constexpr int B_BOX_BYTES = B_BOX * 64 * 2;
     // 192 KiB of operand ring for most tiles: 4 stages of 48 KiB (BN = 256), 6 of 32 KiB
-    // (BN = 128), 8 of 24 KiB (BN = 64); 5 of 40 KiB (200 KiB) for BN = 192.
-    static constexpr int STAGES = (BN == 192 ? 200 : 192) * 1024 / STAGE_BYTES;
+    // (BN = 128), 8 of 24 KiB (BN = 64); 5 of 40 KiB (200 KiB) for BN = 192; 6 of 36 KiB
+    // (216 KiB) for 192 x 96.
+    static constexpr int STAGES =
+        BN == 96 ? 6 : (BN == 192 ? 200 : 192) * 1024 / STAGE_BYTES;
     // Slack to align the ring to 1 KiB, the ring, the 2 * STAGES mbarriers and the two turn
     // mbarriers of the ping-pong kernels.
     // The ping-pong 128 x 192 kernels' bias: f32 values of a tile's columns, two buffers for
@@ -130,6 +146,7 @@ static_assert(Config<256>::SMEM <= 227 * 1024, "shared memory of a block");
 static_assert(Config<192>::SMEM <= 227 * 1024, "shared memory of a block");
 static_assert(Config<128>::SMEM <= 227 * 1024, "shared memory of a block");
 static_assert(Config<64>::SMEM <= 227 * 1024, "shared memory of a block");
+static_assert(Config<96, 192>::SMEM <= 227 * 1024, "shared memory of a block");
 
 
 // ---------------------------------------------------------------------------------------------
@@ -202,6 +219,13 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
     return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)((lbo >> 4) & 0x3FFF) << 16) |
            ((uint64_t)((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
+}
+
+// The same with the 64-byte swizzle (layout type 2): an mn-major operand of 32-element
+// (64-byte) rows, 16-byte chunk c of row r at chunk c ^ ((r / 2) % 4).
+__device__ __forceinline__ uint64_t sw64_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)((lbo >> 4) & 0x3FFF) << 16) |
+           ((uint64_t)((sbo >> 4) & 0x3FFF) << 32) | (2ull << 62);
 }
 
 // wgmma.mma_async.m64nNk16 with f32 accumulators d (in and out), A and B from shared memory
@@ -453,6 +477,50 @@ __device__ __forceinline__ void wgmma_n64(float (&d)[32], uint64_t da, uint64_t 
         : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
 }
 
+template <int TRANS_A, int TRANS_B>
+__device__ __forceinline__ void wgmma_n96(float (&d)[48], uint64_t da, uint64_t db, int scale_d,
+                                         __nv_bfloat16) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
+        "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
+        "}, %48, %49, p, 1, 1, %51, %52;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+        : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
+}
+
+template <int TRANS_A, int TRANS_B>
+__device__ __forceinline__ void wgmma_n96(float (&d)[48], uint64_t da, uint64_t db, int scale_d,
+                                         __half) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
+        "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
+        "}, %48, %49, p, 1, 1, %51, %52;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+        : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
+}
+
 // wgmma.mma_async.m64nNk8 of tf32 operands, both k-major (tf32 has no transposed form): the
 // tensor cores read the top 19 bits of each f32 (sign, exponent, 10 mantissa bits) and ignore
 // the low 13, so an f32 operand is used truncated to tf32.
@@ -561,6 +629,8 @@ __device__ __forceinline__ void wgmma_tile(float (&d)[BN / 2], uint64_t da, uint
         wgmma_n192<TRANS_A, TRANS_B>(d, da, db, scale_d, T());
     } else if constexpr (BN == 128) {
         wgmma_n128<TRANS_A, TRANS_B>(d, da, db, scale_d, T());
+    } else if constexpr (BN == 96) {
+        wgmma_n96<TRANS_A, TRANS_B>(d, da, db, scale_d, T());
     } else {
         static_assert(BN == 64, "tile width");
         wgmma_n64<TRANS_A, TRANS_B>(d, da, db, scale_d, T());
@@ -568,8 +638,10 @@ __device__ __forceinline__ void wgmma_tile(float (&d)[BN / 2], uint64_t da, uint
 }
 
 // STEPS k steps of 16 (tf32: 8) of one stage: A rows 64c.. at sa (this consumer's box), B at
-// sb. Step kk is +32 bytes in a k-major row, +16 rows (2 KiB) in an mn-major box. `accumulate` false: the
-// first step overwrites d. Starts with the fence that orders d's earlier writes before wgmma.
+// sb. Step kk is +32 bytes in a k-major row, +16 rows (2 KiB) in an mn-major box. A 96-wide
+// mn-major B lies in three 32-wide boxes of 64-byte rows (4 KiB apart; step kk is +1 KiB).
+// `accumulate` false: the first step overwrites d. Starts with the fence that orders d's
+// earlier writes before wgmma.
 template <typename T, int BN, bool TA, bool TB, int STEPS>
 __device__ __forceinline__ void mma_steps(float (&d)[BN / 2], uint32_t sa, uint32_t sb,
                                           bool accumulate) {
@@ -578,8 +650,9 @@ __device__ __forceinline__ void mma_steps(float (&d)[BN / 2], uint32_t sa, uint3
     for (int kk = 0; kk < STEPS; ++kk) {
         const uint64_t da = TA ? sw128_desc(sa + kk * 2048, 8192, 1024)
                                : sw128_desc(sa + kk * 32, 16, 1024);
-        const uint64_t db = TB ? sw128_desc(sb + kk * 32, 16, 1024)
-                               : sw128_desc(sb + kk * 2048, 8192, 1024);
+        const uint64_t db = TB        ? sw128_desc(sb + kk * 32, 16, 1024)
+                            : BN == 96 ? sw64_desc(sb + kk * 1024, 4096, 512)
+                                       : sw128_desc(sb + kk * 2048, 8192, 1024);
         wgmma_tile<BN, TA ? 1 : 0, TB ? 0 : 1, T>(d, da, db, (accumulate || kk > 0) ? 1 : 0);
     }
 }
@@ -652,7 +725,7 @@ struct Unit {
     uint64_t z, b, m0, n0;
 };
 
-template <int BN>
+template <int BM, int BN>
 __device__ __forceinline__ Unit unit_of(uint64_t u, uint64_t batch, uint64_t tiles_m,
                                         uint64_t tiles_n) {
     const uint64_t per = tiles_m * tiles_n;
@@ -740,11 +813,20 @@ __device__ __forceinline__ void add_bias_pairs(float (&acc)[BN / 2], const uint3
     }
 }
 
-// add_bias for both accumulators of a ping-pong tile from the f32 bias of its columns in
+// pin() on every accumulator of a ping-pong tile.
+template <int MI, int BN>
+__device__ __forceinline__ void pin_all(float (&acc)[MI][BN / 2]) {
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < BN / 2; ++j) pin(acc[i][j]);
+}
+
+// add_bias for the accumulators of a ping-pong tile from the f32 bias of its columns in
 // shared memory at `sbias` (column c at + 4 c).
-template <int BN>
-__device__ __forceinline__ void add_bias_shared(float (&acc0)[BN / 2], float (&acc1)[BN / 2],
-                                                uint32_t sbias, int lane) {
+template <int BN, int MI>
+__device__ __forceinline__ void add_bias_shared(float (&acc)[MI][BN / 2], uint32_t sbias,
+                                                int lane) {
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
         float b0, b1;
@@ -753,12 +835,7 @@ __device__ __forceinline__ void add_bias_shared(float (&acc0)[BN / 2], float (&a
                      : "r"(sbias + 4 * (j * 8 + (lane % 4) * 2))
                      : "memory");
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            acc0[j * 4 + h * 2] += b0;
-            acc0[j * 4 + h * 2 + 1] += b1;
-            acc1[j * 4 + h * 2] += b0;
-            acc1[j * 4 + h * 2 + 1] += b1;
-        }
+        for (int i = 0; i < MI; ++i) add_column_pair<BN>(acc[i], j, b0, b1);
     }
 }
 
@@ -821,14 +898,15 @@ __device__ __forceinline__ void store_rows(const float (&acc)[BN / 2], O* __rest
     }
 }
 
-template <typename T, typename O, int BN, bool TA, bool TB, bool PP = false>
+template <typename T, typename O, int BN, bool TA, bool TB, bool PP = false, int BM = 128>
 __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMap* map_b,
                                           O* __restrict__ C, const O* __restrict__ bias,
                                           uint64_t batch, uint64_t M,
                                           uint64_t N, uint64_t K, uint64_t sa, uint64_t sb,
                                           uint64_t kslice, uint64_t slices) {
-    using Cfg = Config<BN>;
+    using Cfg = Config<BN, BM>;
     constexpr int STAGES = Cfg::STAGES;
+    constexpr int B_BOX = Cfg::B_BOX;
     // k elements of a stage: a box row is 128 bytes (64 16-bit or 32 f32 elements).
     constexpr int KE = 128 / (int)sizeof(T);
     static_assert(sizeof(T) == 2 || (!TA && TB), "tf32 operands are both k-major");
@@ -876,7 +954,7 @@ __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMa
         int stage = 0;
         uint32_t phase = 0;
         for (uint64_t u = blockIdx.x; u < units; u += gridDim.x) {
-            const Unit w = unit_of<BN>(u, batch, tiles_m, tiles_n);
+            const Unit w = unit_of<BM, BN>(u, batch, tiles_m, tiles_n);
             const uint64_t k_begin = w.z * kslice;
             const uint64_t k_end = min(K, k_begin + kslice);
             const int kt_n = (int)((k_end - k_begin + KE - 1) / KE);
@@ -885,8 +963,9 @@ __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMa
             // Boxes wholly past m or n are not copied: their rows and columns of C are dropped,
             // so whatever the stage held there is never stored.
             const int a_boxes = (int)min((uint64_t)(BM / 64), (M - w.m0 + 63) / 64);
-            const int b_boxes = (int)min((uint64_t)(BN / 64), (N - w.n0 + 63) / 64);
-            const uint32_t bytes = (uint32_t)(a_boxes + b_boxes) * BOX_BYTES;
+            const int b_boxes = (int)min((uint64_t)(BN / B_BOX), (N - w.n0 + B_BOX - 1) / B_BOX);
+            const uint32_t bytes =
+                (uint32_t)a_boxes * BOX_BYTES + (uint32_t)b_boxes * Cfg::B_BOX_BYTES;
             for (int kt = 0; kt < kt_n; ++kt) {
                 // The stage is free once both consumers released its previous use (a fresh
                 // barrier counts as released: parity 1 is the phase before its first).
@@ -905,12 +984,13 @@ __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMa
                         tma_load(sa_stage + j * BOX_BYTES, map_a, k0, m0 + 64 * j, ba, bar);
                 }
 #pragma unroll
-                for (int j = 0; j < BN / 64; ++j) {
+                for (int j = 0; j < BN / B_BOX; ++j) {
                     if (j >= b_boxes) break;
+                    const uint32_t dst = sb_stage + j * Cfg::B_BOX_BYTES;
                     if (TB)
-                        tma_load(sb_stage + j * BOX_BYTES, map_b, k0, n0 + 64 * j, bb, bar);
+                        tma_load(dst, map_b, k0, n0 + B_BOX * j, bb, bar);
                     else
-                        tma_load(sb_stage + j * BOX_BYTES, map_b, n0 + 64 * j, k0, bb, bar);
+                        tma_load(dst, map_b, n0 + B_BOX * j, k0, bb, bar);
                 }
                 if (++stage == STAGES) {
                     stage = 0;
@@ -928,24 +1008,29 @@ __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMa
     const bool pairs = N % 2 == 0 && ((uintptr_t)C & (2 * sizeof(O) - 1)) == 0;
     const bool vec16 = N % 8 == 0 && ((uintptr_t)C & 15) == 0;
     if constexpr (PP) {
-        // Ping-pong: consumer c computes whole 128 x BN tiles, the block's units c, c + 2, ...
-        // (rows 0..63 and 64..127 as two m64 accumulators). The two take turns at the tensor
+        // Ping-pong: consumer c computes whole BM x BN tiles, the block's units c, c + 2, ...
+        // (rows 64i .. 64i + 63 as m64 accumulator i). The two take turns at the tensor
         // cores: c waits for turn[c] before its unit's k loop and hands the turn over once its
         // last products are issued (the other's queue behind them while they complete), so
         // one consumer's epilogue runs beside the other's k loop. Every unit has the same
         // kt_n stages (unsplit), so unit i's first stage is ring position i * kt_n. The turns
         // also order the ring: a consumer starts a unit only once every earlier position was
         // loaded and waited for, so each full-barrier wait is at most one phase ahead.
-        static_assert(!SPLITS && (BN == 128 || BN == 192), "ping-pong: unsplit 128 x BN tiles");
-        float acc0[BN / 2], acc1[BN / 2];
+        static_assert(!SPLITS && ((BM == 128 && (BN == 128 || BN == 192)) ||
+                                  (BM == 192 && BN == 96)),
+                      "ping-pong: unsplit 128 x 128, 128 x 192 or 192 x 96 tiles");
+        constexpr int MI = BM / 64;
+        float acc[MI][BN / 2];
 #pragma unroll
-        for (int i = 0; i < BN / 2; ++i) acc0[i] = acc1[i] = 0.0f;
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+            for (int j = 0; j < BN / 2; ++j) acc[i][j] = 0.0f;
         const int kt_n = (int)((K + KE - 1) / KE);
         uint32_t turns = 0;
         for (uint64_t i = (uint64_t)c;; i += 2) {
             const uint64_t u = blockIdx.x + i * gridDim.x;
             if (u >= units) break;
-            const Unit w = unit_of<BN>(u, batch, tiles_m, tiles_n);
+            const Unit w = unit_of<BM, BN>(u, batch, tiles_m, tiles_n);
             const uint64_t pos = i * (uint64_t)kt_n;
             int stage = (int)(pos % STAGES);
             uint32_t phase = (uint32_t)((pos / STAGES) & 1);
@@ -954,7 +1039,7 @@ __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMa
             // room for them, so its consumer stages the tile's bias in shared memory as f32
             // (buffer turns % 2: the barrier after writing it also orders the reads of the
             // other buffer, two units ago, before its next write).
-            constexpr bool PRELOAD = BN == 128;
+            constexpr bool PRELOAD = BN != 192;
             uint32_t bw[PRELOAD ? BN / 8 : 1];
             const uint32_t my_bias = bias_buf + (uint32_t)((2 * c + (turns & 1)) * BN * 4);
             if (bias != nullptr) {
@@ -977,19 +1062,13 @@ __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMa
                 mbar_wait(full + 8 * stage, phase);
                 const uint32_t sa_stage = a_ring + stage * Cfg::A_BYTES;
                 const uint32_t sb_stage = b_ring + stage * Cfg::B_BYTES;
+                pin_all<MI, BN>(acc);
 #pragma unroll
-                for (int j = 0; j < BN / 2; ++j) {
-                    pin(acc0[j]);
-                    pin(acc1[j]);
-                }
-                mma_steps<T, BN, TA, TB, 4>(acc0, sa_stage, sb_stage, kt > 0);
-                mma_steps<T, BN, TA, TB, 4>(acc1, sa_stage + BOX_BYTES, sb_stage, kt > 0);
+                for (int i = 0; i < MI; ++i)
+                    mma_steps<T, BN, TA, TB, 4>(acc[i], sa_stage + i * BOX_BYTES, sb_stage,
+                                                kt > 0);
                 wgmma_commit();
-#pragma unroll
-                for (int j = 0; j < BN / 2; ++j) {
-                    pin(acc0[j]);
-                    pin(acc1[j]);
-                }
+                pin_all<MI, BN>(acc);
                 wgmma_wait<1>();
                 if (kt > 0 && leader) mbar_arrive(empty + 8 * prev);
                 prev = stage;
@@ -1002,25 +1081,22 @@ __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMa
             // tensor cores while these complete.
             if (leader) mbar_arrive(turn + 8 * (1 - c));
             wgmma_wait<0>();
-#pragma unroll
-            for (int j = 0; j < BN / 2; ++j) {
-                pin(acc0[j]);
-                pin(acc1[j]);
-            }
+            pin_all<MI, BN>(acc);
             if (kt_n > 0 && leader) mbar_arrive(empty + 8 * prev);
             ++turns;
             O* out = C + w.b * M * N;
             if (bias != nullptr) {
                 if constexpr (PRELOAD) {
-                    add_bias_pairs<O, BN>(acc0, bw);
-                    add_bias_pairs<O, BN>(acc1, bw);
+#pragma unroll
+                    for (int i = 0; i < MI; ++i) add_bias_pairs<O, BN>(acc[i], bw);
                 } else {
-                    add_bias_shared<BN>(acc0, acc1, my_bias, lane);
+                    add_bias_shared<BN, MI>(acc, my_bias, lane);
                 }
             }
             const uint64_t row0 = w.m0 + warp * 16 + lane / 4;
-            store_rows<O, BN>(acc0, out, row0, w.n0, M, N, lane, pairs, vec16);
-            store_rows<O, BN>(acc1, out, row0 + 64, w.n0, M, N, lane, pairs, vec16);
+#pragma unroll
+            for (int i = 0; i < MI; ++i)
+                store_rows<O, BN>(acc[i], out, row0 + 64 * i, w.n0, M, N, lane, pairs, vec16);
         }
     } else {
         // Cooperative: warpgroup 1 + c computes rows 64c .. 64c + 63 of each tile.
@@ -1030,7 +1106,7 @@ __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMa
         int stage = 0;
         uint32_t phase = 0;
         for (uint64_t u = blockIdx.x; u < units; u += gridDim.x) {
-            const Unit w = unit_of<BN>(u, batch, tiles_m, tiles_n);
+            const Unit w = unit_of<BM, BN>(u, batch, tiles_m, tiles_n);
             const uint64_t k_begin = w.z * kslice;
             const uint64_t k_end = min(K, k_begin + kslice);
             const int kt_n = (int)((k_end - k_begin + KE - 1) / KE);
@@ -1114,9 +1190,23 @@ __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMa
     SM90_PP_KERNEL(P##_pp_nt_##BN, T, BN, false, true)       \
     SM90_PP_KERNEL(P##_pp_tn_##BN, T, BN, true, false)       \
     SM90_PP_KERNEL(P##_pp_tt_##BN, T, BN, true, true)
-#define SM90_PP(P, T)          \
-    SM90_PP_LAYOUTS(P, T, 128) \
-    SM90_PP_LAYOUTS(P, T, 192)
+// The 192 x 96 ping-pong kernels: matmul_sm90_<in>_pp_<ab>_192x96.
+#define SM90_PP96_KERNEL(NAME, T, TA, TB)                                                      \
+    extern "C" __global__ void __launch_bounds__(THREADS, 1)                                   \
+        NAME(const __grid_constant__ TensorMap a, const __grid_constant__ TensorMap b,         \
+             T* __restrict__ c, const T* __restrict__ bias, uint64_t batch, uint64_t m,        \
+             uint64_t n, uint64_t k, uint64_t sa, uint64_t sb, uint64_t kslice,                \
+             uint64_t slices) {                                                                \
+        gemm_sm90<T, T, 96, TA, TB, true, 192>(&a, &b, c, bias, batch, m, n, k, sa, sb,        \
+                                               kslice, slices);                                \
+    }
+#define SM90_PP(P, T)                                    \
+    SM90_PP_LAYOUTS(P, T, 128)                           \
+    SM90_PP_LAYOUTS(P, T, 192)                           \
+    SM90_PP96_KERNEL(P##_pp_nn_192x96, T, false, false)  \
+    SM90_PP96_KERNEL(P##_pp_nt_192x96, T, false, true)   \
+    SM90_PP96_KERNEL(P##_pp_tn_192x96, T, true, false)   \
+    SM90_PP96_KERNEL(P##_pp_tt_192x96, T, true, true)
 
 SM90_TILES(matmul_sm90_bf16, __nv_bfloat16, __nv_bfloat16)
 SM90_TILES(matmul_sm90_bf16_f32out, __nv_bfloat16, float)

@@ -380,8 +380,9 @@ mod gpu {
         Ok(())
     }
 
-    /// `--sweep-sm90 [--pp-only]`: bf16 products on the Hopper kernels, each tile (`128 x 256`,
-    /// `128 x 128`, and unsplit the ping-pong `128 x 128` and `128 x 192`, tiles 3 and 4) and
+    /// `--sweep-sm90 [--pp-only] [--only MxNxK]`: bf16 products on the Hopper kernels, each tile (`128 x 256`,
+    /// `128 x 128`, and unsplit the ping-pong `128 x 128`, `128 x 192` and `192 x 96`, tiles
+    /// 3 to 5) and
     /// split in turn (device time), next to the plan `MatmulPlan::new_for_device`
     /// makes, for fitting and checking its cost model: GPT-2's linear layers (the fit) and
     /// other shapes (the check). Lines `sweep_sm90 m n k batch layout tile splits median_ms
@@ -406,7 +407,15 @@ mod gpu {
         ]);
         let sms = ctx.multiprocessors() as usize;
         let cc = ctx.compute_capability();
+        // `--only MxNxK`: the shapes whose extents read so.
+        let only = std::env::args().skip_while(|a| a != "--only").nth(1);
         for (m, n, k, batch, ta, tb) in shapes {
+            if only
+                .as_deref()
+                .is_some_and(|o| !format!("{m}x{n}x{k}").contains(o))
+            {
+                continue;
+            }
             let shape = MatmulShape {
                 batch,
                 m,
@@ -419,7 +428,11 @@ mod gpu {
                 MatmulPlan::new_for_device::<bf16>(shape, sms, cc, MatmulPrecision::Highest);
             // `--pp-only`: the ping-pong tiles alone (unsplit).
             let pp_only = std::env::args().any(|a| a == "--pp-only");
-            let tiles: &[usize] = if pp_only { &[3, 4] } else { &[0, 1, 3, 4] };
+            let tiles: &[usize] = if pp_only {
+                &[3, 4, 5]
+            } else {
+                &[0, 1, 3, 4, 5]
+            };
             for &tile in tiles {
                 let mut seen = Vec::new();
                 let splits: &[usize] = if tile >= 3 {

@@ -1358,9 +1358,9 @@ mod gpu {
                 assert!(kernel.ends_with(t), "{what}: ran {kernel}, not tile {t}");
             }
             // The ping-pong kernels run 16-bit outputs of products of n >= 128, those of
-            // tile 4 (128 x 192).
+            // tile 4 (128 x 192) and tile 5 (192 x 96).
             if let Some(t) = pingpong.filter(|_| O::NAME == T::NAME && w.n >= 128) {
-                let want = if t == 4 { "_192" } else { "_128" };
+                let want = pingpong_suffix(t);
                 assert!(
                     kernel.contains("_pp_") && kernel.ends_with(want),
                     "{what}: ran {kernel}, not the ping-pong tile {t}"
@@ -1609,7 +1609,16 @@ mod gpu {
         wide_all_types(&ctx, &stream, false, &mut rng);
     }
 
-    /// The ping-pong kernels (tiles 3 and 4: 128 x 128 and 128 x 192) on the Hopper shapes
+    /// The name ending of ping-pong tile `tile`'s kernels.
+    fn pingpong_suffix(tile: usize) -> &'static str {
+        match tile {
+            4 => "_192",
+            5 => "_192x96",
+            _ => "_128",
+        }
+    }
+
+    /// The ping-pong kernels (tiles 3 to 5: 128 x 128, 128 x 192, 192 x 96) on the Hopper shapes
     /// (squares, tile edges, every layout, batches, broadcasts, padded and shifted operands,
     /// outputs off 16 bytes), on GPT-2-like shapes of many units a block (odd and even unit
     /// counts, so that either consumer takes the last), and f32 outputs (which run the
@@ -1623,7 +1632,7 @@ mod gpu {
         let stream = Stream::new(&ctx).unwrap();
         let mut rng = SmallRng::seed_from_u64(33);
         let sms = ctx.multiprocessors() as usize;
-        for tile in [3, 4] {
+        for tile in [3, 4, 5] {
             let pp = Some(tile);
             for w in wide_cases() {
                 wide_case::<bf16, bf16>(&ctx, &stream, w, false, true, None, pp, &mut rng);
@@ -1668,7 +1677,7 @@ mod gpu {
             (128 * sms + 64, 384, 768),
             (128 * sms * 2, 400, 192),
         ];
-        for tile in [3, 4] {
+        for tile in [3, 4, 5] {
             for (m, n, k) in shapes {
                 for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
                     for start in [0usize, 1] {
@@ -1724,7 +1733,7 @@ mod gpu {
                     .unwrap();
             }
             stream.synchronize().unwrap();
-            let want = if tile == 4 { "_192" } else { "_128" };
+            let want = pingpong_suffix(tile);
             let kernel = last_matmul_kernel().unwrap();
             assert!(
                 kernel.contains("_pp_") && kernel.ends_with(want),

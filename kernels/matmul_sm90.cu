@@ -75,6 +75,14 @@
 // leading byte offset 4 KiB (the next 32 columns), stride byte offset 512 (8 k rows); a
 // k-major B as boxes of 32 rows of 128 bytes, contiguous, the 128 x BN layout.
 //
+// Cooperative 192 x 192 (`matmul_sm90_<in>[_f32out]_<ab>_192x192`, 512 threads): the
+// cooperative kernel with three consumer warpgroups, consumer c computing rows 64c .. 64c + 63
+// with m64n192k16 products (96 accumulators a thread; registers: producer 40, consumers 152), 4
+// stages of 48 KiB, a stage released by all three. Long-k weight gradients take it split in k:
+// GPT-2's 3072 x 768 outputs are 64 of its tiles, two k slices each one wave of 128 units, and
+// a 192 x 192 tile reads a third less from L2 per product than a 192 x 96 one (a fifth less
+// than 128 x 192), which shows most where the power limit holds the clock down.
+//
 // Products are accumulated in f32 in another order than the CPU twin's (per 16-deep wgmma step)
 // and rounded once to the output type: the accuracy contract of matmul.cu.
 //
@@ -115,12 +123,13 @@ struct alignas(128) TensorMap {
     uint64_t opaque[16];
 };
 
-constexpr int THREADS = 384;
+constexpr int THREADS = 384;  // a producer and two consumer warpgroups (192 x 192: three)
 constexpr int BK = 64;
 constexpr int BOX_BYTES = 64 * 64 * 2;  // one 64 x 64 box of 16-bit elements
 constexpr int GROUP_M = 8;
 
-// A kernel's tile: BM x BN outputs (BM = 128, or 192 for the 192 x 96 ping-pong tile).
+// A kernel's tile: BM x BN outputs (BM = 128, or 192 for the 192 x 96 ping-pong tile and the
+// cooperative 192 x 192 tile).
 template <int BN, int BM = 128>
 struct Config {
     static constexpr int A_BYTES = BM * BK * 2;
@@ -131,15 +140,15 @@ struct Config {
     static constexpr int B_BOX = BN % 64 == 0 ? 64 : 32;
     static constexpr int B_BOX_BYTES = B_BOX * 64 * 2;
     // 192 KiB of operand ring for most tiles: 4 stages of 48 KiB (BN = 256), 6 of 32 KiB
-    // (BN = 128), 8 of 24 KiB (BN = 64); 5 of 40 KiB (200 KiB) for BN = 192; 6 of 36 KiB
-    // (216 KiB) for 192 x 96.
+    // (BN = 128), 8 of 24 KiB (BN = 64); 5 of 40 KiB (200 KiB) for 128 x 192; 6 of 36 KiB
+    // (216 KiB) for 192 x 96; 4 of 48 KiB for 192 x 192.
     static constexpr int STAGES =
         BN == 96 ? 6 : (BN == 192 ? 200 : 192) * 1024 / STAGE_BYTES;
     // Slack to align the ring to 1 KiB, the ring, the 2 * STAGES mbarriers and the two turn
     // mbarriers of the ping-pong kernels.
     // The ping-pong 128 x 192 kernels' bias: f32 values of a tile's columns, two buffers for
     // each consumer.
-    static constexpr int BIAS_BYTES = BN == 192 ? 2 * 2 * BN * 4 : 0;
+    static constexpr int BIAS_BYTES = BN == 192 && BM == 128 ? 2 * 2 * BN * 4 : 0;
     static constexpr int SMEM = 1024 + STAGES * STAGE_BYTES + 2 * STAGES * 8 + 16 + BIAS_BYTES;
 };
 static_assert(Config<256>::SMEM <= 227 * 1024, "shared memory of a block");
@@ -147,6 +156,7 @@ static_assert(Config<192>::SMEM <= 227 * 1024, "shared memory of a block");
 static_assert(Config<128>::SMEM <= 227 * 1024, "shared memory of a block");
 static_assert(Config<64>::SMEM <= 227 * 1024, "shared memory of a block");
 static_assert(Config<96, 192>::SMEM <= 227 * 1024, "shared memory of a block");
+static_assert(Config<192, 192>::SMEM <= 227 * 1024, "shared memory of a block");
 
 
 // ---------------------------------------------------------------------------------------------
@@ -907,6 +917,9 @@ __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMa
     using Cfg = Config<BN, BM>;
     constexpr int STAGES = Cfg::STAGES;
     constexpr int B_BOX = Cfg::B_BOX;
+    // Consumer warpgroups: two, or (cooperative 192-row tiles) one a 64-row band.
+    constexpr int NC = PP ? 2 : BM / 64;
+    static_assert(NC == 2 || NC == 3, "two or three consumer warpgroups");
     // k elements of a stage: a box row is 128 bytes (64 16-bit or 32 f32 elements).
     constexpr int KE = 128 / (int)sizeof(T);
     static_assert(sizeof(T) == 2 || (!TA && TB), "tf32 operands are both k-major");
@@ -927,8 +940,8 @@ __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMa
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(full + 8 * s, 1);
-            // A stage is released by both consumers, or (ping-pong) by the one whose unit it is.
-            mbar_init(empty + 8 * s, PP ? 1 : 2);
+            // A stage is released by every consumer, or (ping-pong) by the one whose unit it is.
+            mbar_init(empty + 8 * s, PP ? 1 : NC);
         }
         if (PP) {
             mbar_init(turn, 1);
@@ -1001,7 +1014,8 @@ __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMa
         return;
     }
 
-    setmaxnreg_inc<232>();
+    // Two consumers take 232 registers a thread; three (512 threads) 152.
+    setmaxnreg_inc<NC == 3 ? 152 : 232>();
     const int c = wg - 1;
     const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     const bool leader = threadIdx.x % 128 == 0;
@@ -1099,7 +1113,8 @@ __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMa
                 store_rows<O, BN>(acc[i], out, row0 + 64 * i, w.n0, M, N, lane, pairs, vec16);
         }
     } else {
-        // Cooperative: warpgroup 1 + c computes rows 64c .. 64c + 63 of each tile.
+        // Cooperative: warpgroup 1 + c computes rows 64c .. 64c + 63 of each tile (the 192 x 192
+        // tile has three consumers).
         float acc[BN / 2];
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
@@ -1170,10 +1185,25 @@ __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMa
     SM90_KERNEL(P##_tn_##BN, T, O, BN, true, false)      \
     SM90_KERNEL(P##_tt_##BN, T, O, BN, true, true)
 
-#define SM90_TILES(P, T, O)      \
-    SM90_LAYOUTS(P, T, O, 256)   \
-    SM90_LAYOUTS(P, T, O, 128)   \
-    SM90_LAYOUTS(P, T, O, 64)
+// The cooperative 192 x 192 kernels (512 threads): matmul_sm90_<in>[_f32out]_<ab>_192x192.
+#define SM90_SQ_KERNEL(NAME, T, O, TA, TB)                                                     \
+    extern "C" __global__ void __launch_bounds__(512, 1)                                       \
+        NAME(const __grid_constant__ TensorMap a, const __grid_constant__ TensorMap b,         \
+             O* __restrict__ c, const O* __restrict__ bias, uint64_t batch, uint64_t m,        \
+             uint64_t n, uint64_t k, uint64_t sa, uint64_t sb, uint64_t kslice,                \
+             uint64_t slices) {                                                                \
+        gemm_sm90<T, O, 192, TA, TB, false, 192>(&a, &b, c, bias, batch, m, n, k, sa, sb,      \
+                                                 kslice, slices);                              \
+    }
+
+#define SM90_TILES(P, T, O)                                    \
+    SM90_LAYOUTS(P, T, O, 256)                                 \
+    SM90_LAYOUTS(P, T, O, 128)                                 \
+    SM90_LAYOUTS(P, T, O, 64)                                  \
+    SM90_SQ_KERNEL(P##_nn_192x192, T, O, false, false)         \
+    SM90_SQ_KERNEL(P##_nt_192x192, T, O, false, true)          \
+    SM90_SQ_KERNEL(P##_tn_192x192, T, O, true, false)          \
+    SM90_SQ_KERNEL(P##_tt_192x192, T, O, true, true)
 
 // The ping-pong kernels (16-bit outputs, unsplit): matmul_sm90_<in>_pp_<ab>_<128|192>.
 #define SM90_PP_KERNEL(NAME, T, BN, TA, TB)                                                    \

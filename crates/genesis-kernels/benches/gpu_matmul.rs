@@ -380,9 +380,9 @@ mod gpu {
         Ok(())
     }
 
-    /// `--sweep-sm90 [--pp-only] [--only MxNxK]`: bf16 products on the Hopper kernels, each tile (`128 x 256`,
-    /// `128 x 128`, and unsplit the ping-pong `128 x 128`, `128 x 192` and `192 x 96`, tiles
-    /// 3 to 5) and
+    /// `--sweep-sm90 [--pp-only] [--tile N] [--splits N] [--only MxNxK]`: bf16 products on the Hopper
+    /// kernels, each tile (`128 x 256`, `128 x 128`, unsplit the ping-pong `128 x 128`, `128 x
+    /// 192` and `192 x 96`, tiles 3 to 5, and `192 x 192`, tile 6) and
     /// split in turn (device time), next to the plan `MatmulPlan::new_for_device`
     /// makes, for fitting and checking its cost model: GPT-2's linear layers (the fit) and
     /// other shapes (the check). Lines `sweep_sm90 m n k batch layout tile splits median_ms
@@ -428,19 +428,34 @@ mod gpu {
                 MatmulPlan::new_for_device::<bf16>(shape, sms, cc, MatmulPrecision::Highest);
             // `--pp-only`: the ping-pong tiles alone (unsplit).
             let pp_only = std::env::args().any(|a| a == "--pp-only");
-            let tiles: &[usize] = if pp_only {
+            // `--tile N`: that tile alone.
+            let one = std::env::args()
+                .skip_while(|a| a != "--tile")
+                .nth(1)
+                .and_then(|t| t.parse::<usize>().ok());
+            let tiles: &[usize] = if let Some(t) = one.as_ref() {
+                std::slice::from_ref(t)
+            } else if pp_only {
                 &[3, 4, 5]
             } else {
-                &[0, 1, 3, 4, 5]
+                &[0, 1, 3, 4, 5, 6]
             };
             for &tile in tiles {
                 let mut seen = Vec::new();
-                let splits: &[usize] = if tile >= 3 {
+                let splits: &[usize] = if (3..=5).contains(&tile) {
                     &[1]
                 } else {
                     &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 14, 16]
                 };
+                // `--splits N`: that split alone.
+                let want = std::env::args()
+                    .skip_while(|a| a != "--splits")
+                    .nth(1)
+                    .and_then(|t| t.parse::<usize>().ok());
                 for &s in splits {
+                    if want.is_some_and(|w| w != s) {
+                        continue;
+                    }
                     let c = Case {
                         batch,
                         ta,

@@ -448,11 +448,11 @@ pub trait MatmulOutput<T: MatmulElement>: MatmulElement {
 pub struct Sm90Kernels {
     /// bf16 operands (else f16): the element type of the tensor maps.
     bf16: bool,
-    /// Indexed by `[a transposed][b transposed][tile]`, tile 0: `128 x 256` outputs, 1:
-    /// `128 x 128`, 2: `128 x 64`.
-    kernels: [[[&'static str; 3]; 2]; 2],
+    /// Indexed by `[a transposed][b transposed][kernel]`, kernel 0: `128 x 256` outputs, 1:
+    /// `128 x 128`, 2: `128 x 64`, 3: `192 x 192` (tile 6).
+    kernels: [[[&'static str; 4]; 2]; 2],
     /// The f32-output kernels (split-k partial products), indexed as `kernels`.
-    partial: [[[&'static str; 3]; 2]; 2],
+    partial: [[[&'static str; 4]; 2]; 2],
     /// The ping-pong `128 x 128` kernels (tile 3) by `[a transposed][b transposed]`, for 16-bit
     /// outputs of unsplit products.
     pingpong: Option<[[&'static str; 2]; 2]>,
@@ -487,11 +487,13 @@ macro_rules! sm90_table {
                     concat!($p, "_nn_256"),
                     concat!($p, "_nn_128"),
                     concat!($p, "_nn_64"),
+                    concat!($p, "_nn_192x192"),
                 ],
                 [
                     concat!($p, "_nt_256"),
                     concat!($p, "_nt_128"),
                     concat!($p, "_nt_64"),
+                    concat!($p, "_nt_192x192"),
                 ],
             ],
             [
@@ -499,11 +501,13 @@ macro_rules! sm90_table {
                     concat!($p, "_tn_256"),
                     concat!($p, "_tn_128"),
                     concat!($p, "_tn_64"),
+                    concat!($p, "_tn_192x192"),
                 ],
                 [
                     concat!($p, "_tt_256"),
                     concat!($p, "_tt_128"),
                     concat!($p, "_tt_64"),
+                    concat!($p, "_tt_192x192"),
                 ],
             ],
         ]
@@ -666,9 +670,16 @@ fn record_kernel(name: &'static str) {
     LAST_KERNEL.with(|k| k.set(Some(name)));
 }
 
-/// Rows of a Hopper kernel's tile by tile index (the kernels' `BM`).
+/// Rows of a Hopper kernel's tile by tile index (the kernels' `BM`): 0 `128 x 256`, 1
+/// `128 x 128`, 2 `128 x 64`, 3 `128 x 128` ping-pong, 4 `128 x 192` ping-pong, 5 `192 x 96`
+/// ping-pong, 6 `192 x 192` (three consumer warpgroups).
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-const SM90_TILE_M: [usize; 6] = [128, 128, 128, 128, 128, 192];
+const SM90_TILE_M: [usize; 7] = [128, 128, 128, 128, 128, 192, 192];
+
+/// Threads of a Hopper kernel's block by tile: a producer warpgroup and two consumers, three
+/// for tile 6.
+#[cfg(feature = "cuda")]
+const SM90_THREADS: [u32; 7] = [384, 384, 384, 384, 384, 384, 512];
 
 /// k depth of a Hopper kernel's shared-memory stage, the least `k` it is used for.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
@@ -676,22 +687,23 @@ const SM90_BK: usize = 64;
 
 /// Columns of a Hopper kernel's tile by tile index (the kernels' `BN`).
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-const SM90_TILE_N: [usize; 6] = [256, 128, 64, 128, 192, 96];
+const SM90_TILE_N: [usize; 7] = [256, 128, 64, 128, 192, 96, 192];
 
 /// Dynamic shared memory of the Hopper kernels by tile (`Config<BN>::SMEM` in
 /// `kernels/matmul_sm90.cu`): 1 KiB of alignment slack, the stages (4 of 48 KiB, 6 of 32 KiB
 /// or 8 of 24 KiB), two mbarriers per stage and the ping-pong kernels' two turn mbarriers;
 /// tile 3 (`128 x 128` ping-pong) as tile 1; tile 4 (`128 x 192` ping-pong): 5 stages of 40
 /// KiB and two f32 bias buffers of 192 columns for each consumer; tile 5 (`192 x 96`
-/// ping-pong): 6 stages of 36 KiB.
+/// ping-pong): 6 stages of 36 KiB; tile 6 (`192 x 192`): 4 stages of 48 KiB.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-const SM90_SMEM: [u32; 6] = [
+const SM90_SMEM: [u32; 7] = [
     1024 + 4 * 49152 + 4 * 16 + 16,
     1024 + 6 * 32768 + 6 * 16 + 16,
     1024 + 8 * 24576 + 8 * 16 + 16,
     1024 + 6 * 32768 + 6 * 16 + 16,
     1024 + 5 * 40960 + 5 * 16 + 16 + 4 * 192 * 4,
     1024 + 6 * 36864 + 6 * 16 + 16,
+    1024 + 4 * 49152 + 4 * 16 + 16,
 ];
 
 /// The Hopper tile for a product, or `None` when it must run on the `sm_80` kernels (see the
@@ -1131,19 +1143,20 @@ const SLICE_ALIGN: usize = 32;
 /// --sweep-sm90`: every tile and split of GPT-2's linear layers at 32768 rows, uniform operands;
 /// checked on ten other shapes, where the model's choices take 0.05 % more time in all than
 /// the fastest, 1.2 % at worst, on `4095 x 4097 x 1023`): a 64-deep k step of a `128 x 256`, a
-/// `128 x 128`, a ping-pong `128 x 128`, a ping-pong `128 x 192` and a ping-pong `192 x 96`
-/// tile (the last fitted alone, the others' constants held, to the same shapes' times of all
-/// three ping-pong tiles in one call); a unit's fixed time
+/// `128 x 128`, a ping-pong `128 x 128`, a ping-pong `128 x 192`, a ping-pong `192 x 96` and
+/// a `192 x 192` tile (the last two each fitted alone, the others' constants held, to the same
+/// shapes' times of that tile in a later call); a unit's fixed time
 /// (its epilogue and pipeline fill, mostly hidden by the ping-pong kernels) with 16-bit and
 /// with f32 (split) outputs; a byte of f32 partials written and summed; a split product's
 /// summing launch.
-const SM90_K_NS: [f64; 5] = [659.2, 374.6, 336.5, 470.5, 424.6];
-const SM90_UNIT_NS: [[f64; 2]; 5] = [
+const SM90_K_NS: [f64; 6] = [659.2, 374.6, 336.5, 470.5, 424.6, 716.0];
+const SM90_UNIT_NS: [[f64; 2]; 6] = [
     [3177.5, 6700.6],
     [1627.9, 3460.7],
     [1629.1, 0.0],
     [1747.2, 0.0],
     [1414.8, 0.0],
+    [3142.8, 7371.5],
 ];
 const SM90_PARTIAL_NS: f64 = 0.0001926;
 const SM90_SPLIT_NS: f64 = 16674.2;
@@ -1500,8 +1513,9 @@ impl MatmulPlan {
         let sms = sms.max(1);
         let values = (s.m * s.n).saturating_mul(s.batch) as f64;
         // Model index of a tile: 0 (`128 x 256`), 1 (`128 x 128`), 2 (ping-pong `128 x 128`),
-        // 3 (ping-pong `128 x 192`), 4 (ping-pong `192 x 96`); the Hopper tile of each.
-        const TILES: [usize; 5] = [0, 1, 3, 4, 5];
+        // 3 (ping-pong `128 x 192`), 4 (ping-pong `192 x 96`), 5 (`192 x 192`); the Hopper
+        // tile of each.
+        const TILES: [usize; 6] = [0, 1, 3, 4, 5, 6];
         let cost = |tile: usize, p: &MatmulPlan| {
             let units = sm90_units(s, TILES[tile], p.splits);
             let split = usize::from(p.splits > 1);
@@ -1520,8 +1534,9 @@ impl MatmulPlan {
         };
         let mut best: Option<(f64, MatmulPlan)> = None;
         for (tile, &hopper_tile) in TILES.iter().enumerate() {
-            // The ping-pong kernels run unsplit products.
-            let most = if tile >= 2 {
+            // The ping-pong kernels (model indices 2 to 4) run unsplit products.
+            let pingpong = (2..=4).contains(&tile);
+            let most = if pingpong {
                 1
             } else {
                 s.k.div_ceil(MIN_SLICE).clamp(1, MAX_SPLITS)
@@ -1532,7 +1547,7 @@ impl MatmulPlan {
                     ..unsplit
                 };
                 p.set_splits(n);
-                if tile >= 2 && p.splits > 1 {
+                if pingpong && p.splits > 1 {
                     continue;
                 }
                 let c = cost(tile, &p);
@@ -1598,7 +1613,7 @@ impl MatmulPlan {
     /// 1) where the `wgmma` kernels run it with `n` of at least 128, for tests and tuning.
     #[cfg(feature = "tuning")]
     pub fn with_sm90_tile(mut self, tile: usize) -> MatmulPlan {
-        self.sm90 = Some(if tile >= 3 { tile.min(5) } else { tile.min(1) });
+        self.sm90 = Some(if tile >= 3 { tile.min(6) } else { tile.min(1) });
         self
     }
 
@@ -2146,9 +2161,14 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
             (4, _, Some(w), _) if plan.splits <= 1 => (4, w[ta][tb]),
             (3..=5, Some(pp), _, _) if plan.splits <= 1 => (3, pp[ta][tb]),
             (3..=5, _, _, _) => (1, k.kernels[ta][tb][1]),
+            (6, _, _, _) => (6, k.kernels[ta][tb][3]),
             (t, _, _, _) => (t, k.kernels[ta][tb][t]),
         };
-        let partial = k.partial[ta][tb][if tile >= 3 { 1 } else { tile }];
+        let partial = k.partial[ta][tb][match tile {
+            3..=5 => 1,
+            6 => 3,
+            t => t,
+        }];
         Some((k.bf16, tile, name, partial))
     });
     if plan.splits <= 1 {
@@ -2469,7 +2489,7 @@ unsafe fn gemm_sm90<T: MatmulElement>(
             1,
             1,
         ),
-        block: (384, 1, 1),
+        block: (SM90_THREADS[tile], 1, 1),
         shared_bytes: smem,
     };
     let (mut pc, mut pbias) = (out, bias);
@@ -2762,14 +2782,14 @@ mod tests {
             assert_eq!(dev(s).sm90, Some(4), "{s:?}");
         }
         // Weight gradients (an A read transposed; the plan depends on the shape alone) of a
-        // long k: GPT-2's 3072 x 768 (either way round) are 128 tiles of 192 x 96, one wave
-        // unsplit on 128 of the 132 multiprocessors (96 tiles of 128 x 192 leave 36 idle;
-        // 128 x 256 tiles need k split in five: three waves, then the partials summed); its
-        // 2304 x 768 is 108 tiles of 128 x 128 (72 of 128 x 192 leave 60 multiprocessors
-        // idle).
+        // long k: GPT-2's 3072 x 768 (either way round) are 64 tiles of 192 x 192, k split in
+        // two: one wave of 128 units on 128 of the 132 multiprocessors, reading a third less
+        // from L2 than 128 tiles of 192 x 96 unsplit (96 tiles of 128 x 192 leave 36 idle;
+        // 128 x 256 tiles need k split in five: three waves); its 2304 x 768 is 108 tiles of
+        // 128 x 128 (72 of 128 x 192 leave 60 multiprocessors idle).
         for s in [shape(1, 3072, 768, 32768), shape(1, 768, 3072, 32768)] {
             let p = dev(s);
-            assert_eq!((p.sm90, p.splits), (Some(5), 1), "{s:?}");
+            assert_eq!((p.sm90, p.splits), (Some(6), 2), "{s:?}");
         }
         let p = dev(shape(1, 2304, 768, 32768));
         assert_eq!((p.sm90, p.splits), (Some(3), 1));

@@ -1609,6 +1609,114 @@ mod gpu {
         wide_all_types(&ctx, &stream, false, &mut rng);
     }
 
+    /// The cooperative `192 x 192` tile (tile 6: three consumer warpgroups, 512 threads) on
+    /// the Hopper shapes (squares, tile edges, every layout, batches, broadcasts, padded and
+    /// shifted operands, outputs off 16 bytes) and long-k weight-gradient shapes: 16-bit and
+    /// f32 outputs, unsplit and split in k (its f32 partials summed).
+    #[test]
+    fn square_tile_matches_f64_references() {
+        if skip_without_gpu("square_tile_matches_f64_references") {
+            return;
+        }
+        let ctx = Context::get(0).unwrap();
+        if ctx.compute_capability() != (9, 0) {
+            return;
+        }
+        let stream = Stream::new(&ctx).unwrap();
+        let mut rng = SmallRng::seed_from_u64(61);
+        let mut cases = wide_cases();
+        for (m, n, k) in [
+            (200, 400, 64),
+            (385, 193, 1000),
+            (3072, 768, 4096),
+            (768, 200, 8200),
+        ] {
+            for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+                cases.push(wide(m, n, k, ta, tb));
+            }
+        }
+        for w in cases {
+            for splits in [1, 3] {
+                square_case::<bf16, bf16>(&ctx, &stream, w, splits, &mut rng);
+                square_case::<f16, f32>(&ctx, &stream, w, splits, &mut rng);
+            }
+        }
+    }
+
+    /// Runs `w` as `T -> O` on tile 6 with `splits` slices of k and checks it.
+    fn square_case<T: MatmulElement, O: MatmulOutput<T> + Out>(
+        ctx: &Arc<Context>,
+        stream: &Stream,
+        w: Wide,
+        splits: usize,
+        rng: &mut SmallRng,
+    ) {
+        let macs = w.batch * w.m * w.n * w.k;
+        if std::env::var("GENESIS_MATMUL_TEST_MAX_MACS")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .is_some_and(|max| macs > max)
+        {
+            return;
+        }
+        let p = wide_problem::<T>(w, rng);
+        let len = p.shape.c_len().unwrap();
+        let plan = MatmulPlan::new(
+            p.shape,
+            ctx.multiprocessors() as usize,
+            MatmulPrecision::Highest,
+        )
+        .with_splits(splits)
+        .with_sm90_tile(6);
+        let what = format!(
+            "{} -> {} {w:?} tile 6, splits {}",
+            T::NAME,
+            O::NAME,
+            plan.splits()
+        );
+        let a = DeviceBuffer::from_host(ctx, bytes(&p.a)).unwrap();
+        let b = DeviceBuffer::from_host(ctx, bytes(&p.b)).unwrap();
+        let mut out =
+            DeviceBuffer::from_host(ctx, bytes(&vec![O::from_f32(f32::NAN); w.c_offset + len]))
+                .unwrap();
+        let mut ws = DeviceBuffer::alloc(ctx, plan.workspace_bytes().max(16)).unwrap();
+        gpu_matmul_planned::<T, O>(
+            stream,
+            &plan,
+            p.layout,
+            a.as_span::<T>().unwrap().slice(w.offset..).unwrap(),
+            b.as_span::<T>().unwrap().slice(w.offset..).unwrap(),
+            out.as_span_mut::<O>()
+                .unwrap()
+                .slice_mut(w.c_offset..)
+                .unwrap(),
+            ws.as_span_mut::<u8>().unwrap(),
+        )
+        .unwrap();
+        stream.synchronize().unwrap();
+        let kernel = last_matmul_kernel().unwrap();
+        if w.n >= 128 && w.m >= 128 {
+            assert!(
+                kernel.ends_with("_192x192"),
+                "{what}: ran {kernel}, not tile 6"
+            );
+        }
+        let mut got = vec![O::from_f32(0.0); w.c_offset + len];
+        // SAFETY: any bit pattern is a value of these types.
+        let dst = unsafe {
+            std::slice::from_raw_parts_mut(
+                got.as_mut_ptr().cast::<u8>(),
+                std::mem::size_of_val(&got[..]),
+            )
+        };
+        out.copy_to_host(dst).unwrap();
+        assert!(
+            got[..w.c_offset].iter().all(|x| x.to_f32().is_nan()),
+            "{what}: wrote before C"
+        );
+        wide_check(&got[w.c_offset..], &p, w, rng, &what);
+    }
+
     /// The name ending of ping-pong tile `tile`'s kernels.
     fn pingpong_suffix(tile: usize) -> &'static str {
         match tile {

@@ -1273,10 +1273,11 @@ mod gpu {
         }
     }
 
-    /// Runs `w` as `T -> O` (unsplit, or by the plan rule when `planned`) and checks it; with
-    /// `sm80` the `sm_80` kernels are forced on this thread. Asserts which kernel ran: a
-    /// Hopper kernel (of `tile` when given, `256` or `128`) on a compute capability 9.0
-    /// device unless forced, a `matmul.cu` kernel otherwise.
+    /// Runs `w` as `T -> O` (unsplit, or by the plan rule when `planned`, or on the Hopper
+    /// tile and split `forced` gives) and checks it; with `sm80` the `sm_80` kernels are
+    /// forced on this thread. Asserts which kernel ran: a Hopper kernel (of `tile` when given,
+    /// `256` or `128`; of the forced tile) on a compute capability 9.0 device unless forced, a
+    /// `matmul.cu` kernel otherwise.
     #[allow(clippy::too_many_arguments)]
     fn wide_case<T: MatmulElement, O: MatmulOutput<T> + Out>(
         ctx: &Arc<Context>,
@@ -1285,7 +1286,7 @@ mod gpu {
         sm80: bool,
         planned: bool,
         tile: Option<&str>,
-        pingpong: Option<usize>,
+        forced: Option<(usize, usize)>,
         rng: &mut SmallRng,
     ) {
         let macs = w.batch * w.m * w.n * w.k;
@@ -1311,8 +1312,8 @@ mod gpu {
             ctx.multiprocessors() as usize,
             MatmulPrecision::Highest,
         );
-        if let Some(t) = pingpong {
-            plan = plan.with_splits(1).with_sm90_tile(t);
+        if let Some((t, splits)) = forced {
+            plan = plan.with_splits(splits).with_sm90_tile(t);
         }
         let what = format!(
             "{} -> {} {w:?} sm80 {sm80} splits {}",
@@ -1357,13 +1358,15 @@ mod gpu {
             if let Some(t) = tile {
                 assert!(kernel.ends_with(t), "{what}: ran {kernel}, not tile {t}");
             }
-            // The ping-pong kernels run 16-bit outputs of products of n >= 128, those of
-            // tile 4 (128 x 192) and tile 5 (192 x 96).
-            if let Some(t) = pingpong.filter(|_| O::NAME == T::NAME && w.n >= 128) {
+            // Forced tiles take products of n >= 128; the ping-pong kernels (tiles 3 to 5) run
+            // 16-bit outputs of unsplit products, the 192 x 192 ones (tile 6) every output.
+            if let Some((t, _)) =
+                forced.filter(|&(t, _)| w.n >= 128 && (t == 6 || O::NAME == T::NAME))
+            {
                 let want = pingpong_suffix(t);
                 assert!(
-                    kernel.contains("_pp_") && kernel.ends_with(want),
-                    "{what}: ran {kernel}, not the ping-pong tile {t}"
+                    (t == 6 || kernel.contains("_pp_")) && kernel.ends_with(want),
+                    "{what}: ran {kernel}, not the forced tile {t}"
                 );
             }
         } else {
@@ -1637,91 +1640,20 @@ mod gpu {
         }
         for w in cases {
             for splits in [1, 3] {
-                square_case::<bf16, bf16>(&ctx, &stream, w, splits, &mut rng);
-                square_case::<f16, f32>(&ctx, &stream, w, splits, &mut rng);
+                let tile = Some((6, splits));
+                wide_case::<bf16, bf16>(&ctx, &stream, w, false, true, None, tile, &mut rng);
+                wide_case::<f16, f32>(&ctx, &stream, w, false, true, None, tile, &mut rng);
             }
         }
     }
 
-    /// Runs `w` as `T -> O` on tile 6 with `splits` slices of k and checks it.
-    fn square_case<T: MatmulElement, O: MatmulOutput<T> + Out>(
-        ctx: &Arc<Context>,
-        stream: &Stream,
-        w: Wide,
-        splits: usize,
-        rng: &mut SmallRng,
-    ) {
-        let macs = w.batch * w.m * w.n * w.k;
-        if std::env::var("GENESIS_MATMUL_TEST_MAX_MACS")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .is_some_and(|max| macs > max)
-        {
-            return;
-        }
-        let p = wide_problem::<T>(w, rng);
-        let len = p.shape.c_len().unwrap();
-        let plan = MatmulPlan::new(
-            p.shape,
-            ctx.multiprocessors() as usize,
-            MatmulPrecision::Highest,
-        )
-        .with_splits(splits)
-        .with_sm90_tile(6);
-        let what = format!(
-            "{} -> {} {w:?} tile 6, splits {}",
-            T::NAME,
-            O::NAME,
-            plan.splits()
-        );
-        let a = DeviceBuffer::from_host(ctx, bytes(&p.a)).unwrap();
-        let b = DeviceBuffer::from_host(ctx, bytes(&p.b)).unwrap();
-        let mut out =
-            DeviceBuffer::from_host(ctx, bytes(&vec![O::from_f32(f32::NAN); w.c_offset + len]))
-                .unwrap();
-        let mut ws = DeviceBuffer::alloc(ctx, plan.workspace_bytes().max(16)).unwrap();
-        gpu_matmul_planned::<T, O>(
-            stream,
-            &plan,
-            p.layout,
-            a.as_span::<T>().unwrap().slice(w.offset..).unwrap(),
-            b.as_span::<T>().unwrap().slice(w.offset..).unwrap(),
-            out.as_span_mut::<O>()
-                .unwrap()
-                .slice_mut(w.c_offset..)
-                .unwrap(),
-            ws.as_span_mut::<u8>().unwrap(),
-        )
-        .unwrap();
-        stream.synchronize().unwrap();
-        let kernel = last_matmul_kernel().unwrap();
-        if w.n >= 128 && w.m >= 128 {
-            assert!(
-                kernel.ends_with("_192x192"),
-                "{what}: ran {kernel}, not tile 6"
-            );
-        }
-        let mut got = vec![O::from_f32(0.0); w.c_offset + len];
-        // SAFETY: any bit pattern is a value of these types.
-        let dst = unsafe {
-            std::slice::from_raw_parts_mut(
-                got.as_mut_ptr().cast::<u8>(),
-                std::mem::size_of_val(&got[..]),
-            )
-        };
-        out.copy_to_host(dst).unwrap();
-        assert!(
-            got[..w.c_offset].iter().all(|x| x.to_f32().is_nan()),
-            "{what}: wrote before C"
-        );
-        wide_check(&got[w.c_offset..], &p, w, rng, &what);
-    }
-
-    /// The name ending of ping-pong tile `tile`'s kernels.
+    /// The name ending of forced tile `tile`'s kernels (the ping-pong tiles 3 to 5 and the
+    /// 192 x 192 tile 6).
     fn pingpong_suffix(tile: usize) -> &'static str {
         match tile {
             4 => "_192",
             5 => "_192x96",
+            6 => "_192x192",
             _ => "_128",
         }
     }
@@ -1741,7 +1673,7 @@ mod gpu {
         let mut rng = SmallRng::seed_from_u64(33);
         let sms = ctx.multiprocessors() as usize;
         for tile in [3, 4, 5] {
-            let pp = Some(tile);
+            let pp = Some((tile, 1));
             for w in wide_cases() {
                 wide_case::<bf16, bf16>(&ctx, &stream, w, false, true, None, pp, &mut rng);
                 wide_case::<f16, f16>(&ctx, &stream, w, false, true, None, pp, &mut rng);

@@ -27,8 +27,9 @@
 //! On Hopper (compute capability 9.0), f16 and bf16 products run on the `wgmma` kernels of
 //! `kernels/matmul_sm90.cu` (TMA, warp-specialised, persistent; `128 x 256` tiles when they
 //! fill the GPU, else `128 x 128`, and `128 x 64` for `n` below 128; a plan from
-//! [`MatmulPlan::new_for_device`] picks the tile, among them the ping-pong `128 x 128` and
-//! `128 x 192` kernels, and the split by a cost model) when the operands qualify:
+//! [`MatmulPlan::new_for_device`] picks the tile, among them the ping-pong `128 x 128`,
+//! `128 x 192` and `192 x 96` kernels and the cooperative `192 x 192` one, and the split by a
+//! cost model) when the operands qualify:
 //! `m` at least 128, `n` at least 64, `k` at least 64, both operands starting on 16 bytes, leading dimensions multiples of 8 elements,
 //! and batch strides 0 or multiples of 8 elements of at least one matrix of `ld`-long lines.
 //! Everything else, every other device, and every product while [`sm80_matmul_forced`]

@@ -8,13 +8,43 @@ use crate::{DType, Error, Result, WithDType};
 /// The default alignment of CPU storages: one cache line (and any SIMD width in use).
 pub const DEFAULT_ALIGN: usize = 64;
 
-/// The most bytes one host allocation may ask for: the machine's physical memory plus swap
-/// (Linux, read once with `sysinfo`); `None` (no limit but the allocator's) elsewhere or when
-/// it cannot be read. A host that overcommits memory grants larger requests and kills the
+/// The most bytes one host allocation may ask for: the least of the machine's physical memory
+/// plus swap (Linux, read once with `sysinfo`), the memory limit of the process's control
+/// group plus its swap limit (Linux cgroup v2 `memory.max` + `memory.swap.max`, v1
+/// `memory.limit_in_bytes` or `memory.memsw.limit_in_bytes`, read once; a container's limit),
+/// and the cap [`set_host_memory_limit`] sets; `None` (no limit but the allocator's) when none
+/// of them is known. A host that overcommits memory grants larger requests and kills the
 /// process when they are touched (zeroed), so they are refused up front.
 pub fn host_memory_limit() -> Option<usize> {
     static LIMIT: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    *LIMIT.get_or_init(read_host_memory_limit)
+    let machine =
+        *LIMIT.get_or_init(
+            || match (read_host_memory_limit(), read_cgroup_memory_limit()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
+        );
+    let cap = USER_CAP.load(std::sync::atomic::Ordering::Relaxed);
+    match (machine, cap) {
+        (m, 0) => m,
+        (Some(m), c) => Some(m.min(c)),
+        (None, c) => Some(c),
+    }
+}
+
+/// The cap of [`set_host_memory_limit`] (0: none).
+static USER_CAP: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Caps what one host allocation may ask for below what the machine has (`None` removes the
+/// cap): a larger request is then refused with [`Error::HostOutOfMemory`] before any memory is
+/// touched, as one beyond the machine is. For processes that share a machine, or tests that
+/// should never take a large share of it. Process-wide; it does not free or move anything
+/// already allocated.
+pub fn set_host_memory_limit(bytes: Option<usize>) {
+    USER_CAP.store(
+        bytes.map_or(0, |b| b.max(1)),
+        std::sync::atomic::Ordering::Relaxed,
+    );
 }
 
 #[cfg(target_os = "linux")]
@@ -34,6 +64,80 @@ fn read_host_memory_limit() -> Option<usize> {
 #[cfg(not(target_os = "linux"))]
 fn read_host_memory_limit() -> Option<usize> {
     None
+}
+
+/// The memory limit of this process's control group, plus its swap limit (see
+/// [`host_memory_limit`]); `None` when there is none or it cannot be read.
+#[cfg(target_os = "linux")]
+fn read_cgroup_memory_limit() -> Option<usize> {
+    let groups = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let read = |path: String| std::fs::read_to_string(path).ok();
+    for line in groups.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let path = path.trim_end_matches('/');
+        if controllers.is_empty() {
+            // cgroup v2: the unified hierarchy.
+            let dir = format!("/sys/fs/cgroup{path}");
+            if let Some(mem) = read(format!("{dir}/memory.max")) {
+                return cgroup_limit(
+                    &mem,
+                    read(format!("{dir}/memory.swap.max")).as_deref(),
+                    false,
+                );
+            }
+        } else if controllers.split(',').any(|c| c == "memory") {
+            let dir = format!("/sys/fs/cgroup/memory{path}");
+            if let Some(mem) = read(format!("{dir}/memory.limit_in_bytes")) {
+                return cgroup_limit(
+                    &mem,
+                    read(format!("{dir}/memory.memsw.limit_in_bytes")).as_deref(),
+                    true,
+                );
+            }
+        }
+    }
+    None
+}
+
+#[cfg(not(target_os = "linux"))]
+fn read_cgroup_memory_limit() -> Option<usize> {
+    None
+}
+
+/// The limit of a control group from its memory file's text and its swap file's (`None`: no
+/// such file): v2 (`v1` false) gives `memory.max` and `memory.swap.max`, each `max` or bytes,
+/// the sum the limit; v1 gives `memory.limit_in_bytes` and `memory.memsw.limit_in_bytes`
+/// (memory and swap together), the larger the limit. Values of 2^62 bytes and more (v1's
+/// "unlimited" is 2^63 rounded down to a page) and unreadable text are no limit.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+fn cgroup_limit(mem: &str, swap: Option<&str>, v1: bool) -> Option<usize> {
+    let bytes = |s: &str| {
+        s.trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|&b| b < 1 << 62)
+            .and_then(|b| usize::try_from(b).ok())
+    };
+    let mem = bytes(mem)?;
+    let swap = swap.map(bytes);
+    if v1 {
+        // memsw counts memory and swap together; "unlimited" swap leaves the memory limit.
+        Some(match swap {
+            Some(Some(both)) => both.max(mem),
+            _ => mem,
+        })
+    } else {
+        match swap {
+            // `max`: swap as the machine has it, which `sysinfo` bounds.
+            Some(None) => None,
+            Some(Some(s)) => Some(mem.saturating_add(s)),
+            None => Some(mem),
+        }
+    }
 }
 
 /// [`Error::HostOutOfMemory`] when `bytes` exceed [`host_memory_limit`]: the check every host
@@ -231,6 +335,37 @@ mod tests {
         ));
         assert!(check_host_bytes(limit).is_ok());
         assert_eq!(host_memory_limit(), Some(limit), "read once");
+    }
+
+    #[test]
+    fn control_group_limits_parse_as_the_kernel_writes_them() {
+        let gib = 1usize << 30;
+        // v2: memory.max plus memory.swap.max; `max` is no limit of its own.
+        assert_eq!(
+            cgroup_limit("4294967296\n", Some("0\n"), false),
+            Some(4 * gib)
+        );
+        assert_eq!(
+            cgroup_limit("4294967296\n", Some("1073741824"), false),
+            Some(5 * gib)
+        );
+        assert_eq!(cgroup_limit("4294967296\n", Some("max\n"), false), None);
+        assert_eq!(cgroup_limit("4294967296\n", None, false), Some(4 * gib));
+        assert_eq!(cgroup_limit("max\n", Some("0"), false), None);
+        // v1: the larger of memory and memory plus swap; "unlimited" is 2^63 less a page.
+        let unlimited = "9223372036854771712\n";
+        assert_eq!(
+            cgroup_limit("2147483648\n", Some("3221225472\n"), true),
+            Some(3 * gib)
+        );
+        assert_eq!(
+            cgroup_limit("2147483648\n", Some(unlimited), true),
+            Some(2 * gib)
+        );
+        assert_eq!(cgroup_limit("2147483648\n", None, true), Some(2 * gib));
+        assert_eq!(cgroup_limit(unlimited, Some(unlimited), true), None);
+        assert_eq!(cgroup_limit("garbage", None, true), None);
+        assert_eq!(cgroup_limit("", Some(""), false), None);
     }
 
     #[test]

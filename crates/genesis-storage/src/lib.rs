@@ -42,7 +42,9 @@ pub mod tracker;
 mod transfer;
 mod view;
 
-pub use cpu::{CpuStorage, DEFAULT_ALIGN, check_host_bytes, host_memory_limit};
+pub use cpu::{
+    CpuStorage, DEFAULT_ALIGN, check_host_bytes, host_memory_limit, set_host_memory_limit,
+};
 /// The two sides of a CUDA storage shared between processes ([`Storage::export_cuda`],
 /// [`Storage::import_cuda`]).
 #[cfg(unix)]

@@ -61,6 +61,7 @@ pub use genesis_index::{IndexArg, IndexInt, SliceArg};
 pub use genesis_index::{IndexItem, IndexTensor, ToIndex};
 pub use genesis_storage::{BinaryOp, CompareOp, ReduceOp, Twin, UnaryOp};
 pub use genesis_storage::{DType, Device, Layout, LayoutError, MAX_RANK, WithDType};
+pub use genesis_storage::{host_memory_limit, set_host_memory_limit};
 pub use half::{bf16, f16};
 pub use index::{ELLIPSIS, NEW, s};
 pub use interop::{

@@ -4423,6 +4423,11 @@ fn case_rng(seed: u64, case: u64) -> SmallRng {
 fn fuzz_tensor_ops() {
     install_hook();
     start_watchdog();
+    // The inputs are small: a host allocation of more than 256 MiB comes from an adversarial
+    // size or value (a pad of 2^31 - 1, the bincount of 2^31 - 1), which PyTorch would also
+    // honour given the memory. Capped, such a call is refused up front like one beyond the
+    // machine, instead of filling it for minutes.
+    genesis::set_host_memory_limit(Some(256 << 20));
     let seeds = env_u64s("GENESIS_FUZZ_SEEDS").unwrap_or_else(|| vec![1, 2]);
     let iters = env_u64s("GENESIS_FUZZ_ITERS")
         .and_then(|v| v.first().copied())

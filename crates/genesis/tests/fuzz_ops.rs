@@ -1534,7 +1534,14 @@ fn creation(fz: &mut Fuzz, rng: &mut SmallRng) {
                 one(Tensor::randint(lo, hi, &sh, dtype, CPU)?)
             }) && let Ok(v) = f64s(&o[0])
             {
-                let bad = v.iter().find(|&&x| x < lo as f64 || x >= hi as f64);
+                // A float result is an integer of [lo, hi) rounded to the dtype: it lies between
+                // lo and hi - 1 rounded the same way (hi as an f64 may round down onto lo).
+                let (flo, fhi) = Tensor::from_slice(&[lo, hi.wrapping_sub(1)], [2], CPU)
+                    .and_then(|t| t.to_dtype(dtype))
+                    .ok()
+                    .and_then(|t| f64s(&t).ok())
+                    .map_or((lo as f64, hi as f64), |b| (b[0], b[1]));
+                let bad = v.iter().find(|&&x| x < flo || x > fhi);
                 fz.expect(
                     bad.is_none() || !dtype.is_float(),
                     "randint",

@@ -1170,73 +1170,39 @@ __device__ __forceinline__ void gemm_sm90(const TensorMap* map_a, const TensorMa
 
 }  // namespace
 
-#define SM90_KERNEL(NAME, T, O, BN, TA, TB)                                                    \
-    extern "C" __global__ void __launch_bounds__(THREADS, 1)                                   \
+// One kernel: NAME runs gemm_sm90<T, O, BN, TA, TB, PP, BM> in blocks of NT threads.
+#define SM90_KERNEL_OF(NAME, T, O, BN, TA, TB, PP, BM, NT)                                     \
+    extern "C" __global__ void __launch_bounds__(NT, 1)                                        \
         NAME(const __grid_constant__ TensorMap a, const __grid_constant__ TensorMap b,         \
              O* __restrict__ c, const O* __restrict__ bias, uint64_t batch, uint64_t m,        \
              uint64_t n, uint64_t k, uint64_t sa, uint64_t sb, uint64_t kslice,                \
              uint64_t slices) {                                                                \
-        gemm_sm90<T, O, BN, TA, TB>(&a, &b, c, bias, batch, m, n, k, sa, sb, kslice, slices);  \
+        gemm_sm90<T, O, BN, TA, TB, PP, BM>(&a, &b, c, bias, batch, m, n, k, sa, sb, kslice,   \
+                                            slices);                                           \
     }
+#define SM90_KERNEL(NAME, T, O, BN, TA, TB) \
+    SM90_KERNEL_OF(NAME, T, O, BN, TA, TB, false, 128, THREADS)
 
-#define SM90_LAYOUTS(P, T, O, BN)                        \
-    SM90_KERNEL(P##_nn_##BN, T, O, BN, false, false)     \
-    SM90_KERNEL(P##_nt_##BN, T, O, BN, false, true)      \
-    SM90_KERNEL(P##_tn_##BN, T, O, BN, true, false)      \
-    SM90_KERNEL(P##_tt_##BN, T, O, BN, true, true)
+// The four layouts of one tile: P_<ab>SFX.
+#define SM90_LAYOUTS(P, SFX, T, O, BN, PP, BM, NT)                          \
+    SM90_KERNEL_OF(P##_nn##SFX, T, O, BN, false, false, PP, BM, NT)         \
+    SM90_KERNEL_OF(P##_nt##SFX, T, O, BN, false, true, PP, BM, NT)          \
+    SM90_KERNEL_OF(P##_tn##SFX, T, O, BN, true, false, PP, BM, NT)          \
+    SM90_KERNEL_OF(P##_tt##SFX, T, O, BN, true, true, PP, BM, NT)
 
-// The cooperative 192 x 192 kernels (512 threads): matmul_sm90_<in>[_f32out]_<ab>_192x192.
-#define SM90_SQ_KERNEL(NAME, T, O, TA, TB)                                                     \
-    extern "C" __global__ void __launch_bounds__(512, 1)                                       \
-        NAME(const __grid_constant__ TensorMap a, const __grid_constant__ TensorMap b,         \
-             O* __restrict__ c, const O* __restrict__ bias, uint64_t batch, uint64_t m,        \
-             uint64_t n, uint64_t k, uint64_t sa, uint64_t sb, uint64_t kslice,                \
-             uint64_t slices) {                                                                \
-        gemm_sm90<T, O, 192, TA, TB, false, 192>(&a, &b, c, bias, batch, m, n, k, sa, sb,      \
-                                                 kslice, slices);                              \
-    }
+// The cooperative kernels, matmul_sm90_<in>[_f32out]_<ab>_<BN>: 128 x 256, 128 x 128 and
+// 128 x 64 tiles, and 192 x 192 (three consumers, 512 threads) as _192x192.
+#define SM90_TILES(P, T, O)                                         \
+    SM90_LAYOUTS(P, _256, T, O, 256, false, 128, THREADS)           \
+    SM90_LAYOUTS(P, _128, T, O, 128, false, 128, THREADS)           \
+    SM90_LAYOUTS(P, _64, T, O, 64, false, 128, THREADS)             \
+    SM90_LAYOUTS(P, _192x192, T, O, 192, false, 192, 512)
 
-#define SM90_TILES(P, T, O)                                    \
-    SM90_LAYOUTS(P, T, O, 256)                                 \
-    SM90_LAYOUTS(P, T, O, 128)                                 \
-    SM90_LAYOUTS(P, T, O, 64)                                  \
-    SM90_SQ_KERNEL(P##_nn_192x192, T, O, false, false)         \
-    SM90_SQ_KERNEL(P##_nt_192x192, T, O, false, true)          \
-    SM90_SQ_KERNEL(P##_tn_192x192, T, O, true, false)          \
-    SM90_SQ_KERNEL(P##_tt_192x192, T, O, true, true)
-
-// The ping-pong kernels (16-bit outputs, unsplit): matmul_sm90_<in>_pp_<ab>_<128|192>.
-#define SM90_PP_KERNEL(NAME, T, BN, TA, TB)                                                    \
-    extern "C" __global__ void __launch_bounds__(THREADS, 1)                                   \
-        NAME(const __grid_constant__ TensorMap a, const __grid_constant__ TensorMap b,         \
-             T* __restrict__ c, const T* __restrict__ bias, uint64_t batch, uint64_t m,        \
-             uint64_t n, uint64_t k, uint64_t sa, uint64_t sb, uint64_t kslice,                \
-             uint64_t slices) {                                                                \
-        gemm_sm90<T, T, BN, TA, TB, true>(&a, &b, c, bias, batch, m, n, k, sa, sb, kslice,     \
-                                          slices);                                             \
-    }
-#define SM90_PP_LAYOUTS(P, T, BN)                            \
-    SM90_PP_KERNEL(P##_pp_nn_##BN, T, BN, false, false)      \
-    SM90_PP_KERNEL(P##_pp_nt_##BN, T, BN, false, true)       \
-    SM90_PP_KERNEL(P##_pp_tn_##BN, T, BN, true, false)       \
-    SM90_PP_KERNEL(P##_pp_tt_##BN, T, BN, true, true)
-// The 192 x 96 ping-pong kernels: matmul_sm90_<in>_pp_<ab>_192x96.
-#define SM90_PP96_KERNEL(NAME, T, TA, TB)                                                      \
-    extern "C" __global__ void __launch_bounds__(THREADS, 1)                                   \
-        NAME(const __grid_constant__ TensorMap a, const __grid_constant__ TensorMap b,         \
-             T* __restrict__ c, const T* __restrict__ bias, uint64_t batch, uint64_t m,        \
-             uint64_t n, uint64_t k, uint64_t sa, uint64_t sb, uint64_t kslice,                \
-             uint64_t slices) {                                                                \
-        gemm_sm90<T, T, 96, TA, TB, true, 192>(&a, &b, c, bias, batch, m, n, k, sa, sb,        \
-                                               kslice, slices);                                \
-    }
-#define SM90_PP(P, T)                                    \
-    SM90_PP_LAYOUTS(P, T, 128)                           \
-    SM90_PP_LAYOUTS(P, T, 192)                           \
-    SM90_PP96_KERNEL(P##_pp_nn_192x96, T, false, false)  \
-    SM90_PP96_KERNEL(P##_pp_nt_192x96, T, false, true)   \
-    SM90_PP96_KERNEL(P##_pp_tn_192x96, T, true, false)   \
-    SM90_PP96_KERNEL(P##_pp_tt_192x96, T, true, true)
+// The ping-pong kernels (16-bit outputs, unsplit): matmul_sm90_<in>_pp_<ab>_<128|192|192x96>.
+#define SM90_PP(P, T)                                               \
+    SM90_LAYOUTS(P##_pp, _128, T, T, 128, true, 128, THREADS)       \
+    SM90_LAYOUTS(P##_pp, _192, T, T, 192, true, 128, THREADS)       \
+    SM90_LAYOUTS(P##_pp, _192x96, T, T, 96, true, 192, THREADS)
 
 SM90_TILES(matmul_sm90_bf16, __nv_bfloat16, __nv_bfloat16)
 SM90_TILES(matmul_sm90_bf16_f32out, __nv_bfloat16, float)

@@ -1489,9 +1489,8 @@ impl MatmulPlan {
     /// The plan of a product of `T` operands on a device of compute capability `cc` with `sms`
     /// multiprocessors: [`MatmulPlan::new_for`], but on Hopper (9.0) a 16-bit product that the
     /// `wgmma` kernels take by its shape (`m` at least 128, `n` at least 128, `k` at least 64)
-    /// takes the tile (`128 x 256`, `128 x 128`, or the ping-pong `128 x 128`, `128 x 192` or
-    /// `192 x 96`)
-    /// and the split of least modelled time: the
+    /// takes the tile (`128 x 256`, `128 x 128`, `192 x 192`, or the ping-pong `128 x 128`,
+    /// `128 x 192` or `192 x 96`) and the split of least modelled time: the
     /// waves of work units (`ceil(units / sms)`) times a unit's time (its 64-deep k steps and
     /// a fixed time, longer for the f32 partials of a split), plus the partials' sum. Splitting
     /// then also serves products that fill the GPU with a poor last wave (`3072 x 768` outputs
@@ -1610,8 +1609,8 @@ impl MatmulPlan {
 
     /// The plan on Hopper tile `tile` (0: `128 x 256`, 1: `128 x 128`, 3: `128 x 128`
     /// ping-pong, 4: `128 x 192` ping-pong, 5: `192 x 96` ping-pong, all three for unsplit
-    /// 16-bit outputs; 2 is taken as
-    /// 1) where the `wgmma` kernels run it with `n` of at least 128, for tests and tuning.
+    /// 16-bit outputs; 6: `192 x 192`; 2 is taken as 1) where the `wgmma` kernels run it with
+    /// `n` of at least 128, for tests and tuning.
     #[cfg(feature = "tuning")]
     pub fn with_sm90_tile(mut self, tile: usize) -> MatmulPlan {
         self.sm90 = Some(if tile >= 3 { tile.min(6) } else { tile.min(1) });
@@ -1619,8 +1618,8 @@ impl MatmulPlan {
     }
 
     /// The Hopper tile [`MatmulPlan::new_for_device`] chose (0: `128 x 256`, 1: `128 x 128`, 3:
-    /// ping-pong `128 x 128`, 4: ping-pong `128 x 192`, 5: ping-pong `192 x 96`), or `None`
-    /// for the default rule.
+    /// ping-pong `128 x 128`, 4: ping-pong `128 x 192`, 5: ping-pong `192 x 96`, 6: `192 x
+    /// 192`), or `None` for the default rule.
     pub fn sm90_tile(&self) -> Option<usize> {
         self.sm90
     }
@@ -2155,21 +2154,25 @@ fn run<T: MatmulElement, O: MatmulOutput<T>>(
             usize::from(layout.a.transposed),
             usize::from(layout.b.transposed),
         );
-        // Tiles 3 and 4, the ping-pong kernels, run 16-bit outputs of unsplit products; the
-        // cooperative 128 x 128 kernels run the rest they are chosen for.
-        let (tile, name) = match (tile, k.pingpong, k.pingpong_wide, k.pingpong_tall) {
-            (5, _, _, Some(w)) if plan.splits <= 1 => (5, w[ta][tb]),
-            (4, _, Some(w), _) if plan.splits <= 1 => (4, w[ta][tb]),
-            (3..=5, Some(pp), _, _) if plan.splits <= 1 => (3, pp[ta][tb]),
-            (3..=5, _, _, _) => (1, k.kernels[ta][tb][1]),
-            (6, _, _, _) => (6, k.kernels[ta][tb][3]),
-            (t, _, _, _) => (t, k.kernels[ta][tb][t]),
+        // Tiles 3 to 5, the ping-pong kernels, run 16-bit outputs of unsplit products; the
+        // cooperative 128 x 128 kernels run the rest they are chosen for. `coop`: the index in
+        // `kernels` and `partial` of the cooperative kernel that runs the tile.
+        let pingpong = match tile {
+            3 => k.pingpong,
+            4 => k.pingpong_wide,
+            5 => k.pingpong_tall,
+            _ => None,
         };
-        let partial = k.partial[ta][tb][match tile {
-            3..=5 => 1,
-            6 => 3,
-            t => t,
-        }];
+        let (coop_tile, coop) = match tile {
+            3..=5 => (1, 1),
+            6 => (6, 3),
+            t => (t, t),
+        };
+        let (tile, name) = match pingpong {
+            Some(pp) if plan.splits <= 1 => (tile, pp[ta][tb]),
+            _ => (coop_tile, k.kernels[ta][tb][coop]),
+        };
+        let partial = k.partial[ta][tb][coop];
         Some((k.bf16, tile, name, partial))
     });
     if plan.splits <= 1 {

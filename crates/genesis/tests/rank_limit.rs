@@ -385,6 +385,16 @@ fn views_of_ten_dimensions_through_the_ops() {
             f(&x)?.sum()?.backward()?;
             Ok(x.grad().expect("a gradient"))
         };
+        // `index_put_` of one value into a copy, accumulating or not.
+        let index_put = |acc: bool| {
+            let c = p.deep_clone().unwrap();
+            c.index_put_(
+                &[full.clone(), genesis::ToIndex::to_index_item(&i2)],
+                &Tensor::from_slice(&[1.0f32], [1], dev).unwrap(),
+                acc,
+            )
+            .map(|_| c)
+        };
         let ops: Vec<(&str, genesis::Result<Tensor>)> = vec![
             (
                 "i_tensor",
@@ -406,24 +416,8 @@ fn views_of_ten_dimensions_through_the_ops() {
                 p.lt(&a)
                     .and_then(|m| p.i(&[genesis::ToIndex::to_index_item(&m)])),
             ),
-            ("index_put", {
-                let c = p.deep_clone().unwrap();
-                c.index_put_(
-                    &[full.clone(), genesis::ToIndex::to_index_item(&i2)],
-                    &Tensor::from_slice(&[1.0f32], [1], dev).unwrap(),
-                    false,
-                )
-                .map(|_| c)
-            }),
-            ("index_put_acc", {
-                let c = p.deep_clone().unwrap();
-                c.index_put_(
-                    &[full.clone(), genesis::ToIndex::to_index_item(&i2)],
-                    &Tensor::from_slice(&[1.0f32], [1], dev).unwrap(),
-                    true,
-                )
-                .map(|_| c)
-            }),
+            ("index_put", index_put(false)),
+            ("index_put_acc", index_put(true)),
             ("index_copy", p.index_copy(4, &i2, &a)),
             ("index_fill", p.index_fill(4, &i2, 3.0)),
             ("diagonal", p.diagonal(0, 2, 5)),

@@ -1,7 +1,9 @@
 //! What the VMM driver calls cost on this GPU by handle size: `cuMemCreate`, `cuMemMap` with
 //! its `cuMemSetAccess`, `cuMemUnmap` and `cuMemRelease`, each timed on the host around the
 //! call, for handles of 2 MiB to 1 GiB (median of 15 rounds after 2 warm-up ones), with the
-//! cost per 2 MiB: the growth with size that `CallPrices::SIZE_SCALE` records.
+//! cost per 2 MiB: the growth with size that `CallPrices::SIZE_SCALE` records. A second table
+//! maps several handles side by side and times `cuMemSetAccess` and `cuMemUnmap` once over
+//! the whole range against once a handle.
 //! `gpu_driver_costs [--json PATH]`; without the `cuda` feature it says so and stops.
 
 #[cfg(feature = "cuda")]
@@ -61,6 +63,94 @@ fn main() {
     }
     if let Some(p) = json_path {
         std::fs::write(&p, format!("[{}]\n", rows.join(","))).unwrap();
+    }
+    ranges(&ctx);
+}
+
+/// Several handles mapped side by side: `cuMemSetAccess` once over the whole range against
+/// once a handle, and `cuMemUnmap` once over the range against once a handle (medians of 9
+/// rounds after 2 warm-up ones, microseconds for all `k` handles).
+#[cfg(feature = "cuda")]
+fn ranges(ctx: &std::sync::Arc<genesis_cuda::Context>) {
+    use genesis_cuda::raw;
+    use std::time::Instant;
+
+    println!(
+        "\n{:>7} {:>3} {:>10} {:>12} {:>12} {:>12} {:>12}",
+        "handle", "k", "map us", "access 1 us", "access k us", "unmap 1 us", "unmap k us"
+    );
+    let us = |s: Instant| s.elapsed().as_secs_f64() * 1e6;
+    for mib in [2usize, 16, 32, 64] {
+        for k in [1usize, 4, 16] {
+            let h = mib << 20;
+            let len = h * k;
+            let va = raw::reserve_address_space(ctx, len, h).unwrap();
+            let mut t = [Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new()];
+            let mut whole_unmap_ok = true;
+            for round in 0..11 {
+                for whole in [true, false] {
+                    let hs: Vec<u64> = (0..k)
+                        .map(|_| raw::create_physical(ctx, h).unwrap())
+                        .collect();
+                    let s = Instant::now();
+                    for (i, &p) in hs.iter().enumerate() {
+                        // SAFETY: the handle is `h` bytes and `[va + i h, va + (i + 1) h)` lies
+                        // in the reservation, unmapped.
+                        unsafe { raw::map(ctx, va + (i * h) as u64, h, p).unwrap() };
+                    }
+                    let m = us(s);
+                    let s = Instant::now();
+                    if whole {
+                        // SAFETY: the whole range is mapped.
+                        unsafe { raw::set_access(ctx, va, len, &[]).unwrap() };
+                    } else {
+                        for i in 0..k {
+                            // SAFETY: each handle's range is mapped.
+                            unsafe { raw::set_access(ctx, va + (i * h) as u64, h, &[]).unwrap() };
+                        }
+                    }
+                    let a = us(s);
+                    let s = Instant::now();
+                    // SAFETY: the range is mapped and nothing uses it.
+                    let one = whole && unsafe { raw::unmap(ctx, va, len) }.is_ok();
+                    if whole && !one {
+                        whole_unmap_ok = false;
+                    }
+                    if !one {
+                        for i in 0..k {
+                            // SAFETY: each handle's range is mapped and unused.
+                            unsafe { raw::unmap(ctx, va + (i * h) as u64, h).unwrap() };
+                        }
+                    }
+                    let u = us(s);
+                    for p in hs {
+                        // SAFETY: the handle is unmapped.
+                        unsafe { raw::release_physical(ctx, p).unwrap() };
+                    }
+                    if round >= 2 {
+                        t[0].push(m);
+                        t[if whole { 1 } else { 2 }].push(a);
+                        t[if whole { 3 } else { 4 }].push(u);
+                    }
+                }
+            }
+            // SAFETY: nothing is mapped in the reservation.
+            unsafe { raw::free_address_space(ctx, va, len).unwrap() };
+            let med = |v: &mut Vec<f64>| {
+                v.sort_by(f64::total_cmp);
+                v[v.len() / 2]
+            };
+            let [m, a1, ak, u1, uk] = t.each_mut().map(med);
+            println!(
+                "{:>4} MiB {k:>3} {m:>10.1} {a1:>12.1} {ak:>12.1} {:>12} {uk:>12.1}",
+                mib,
+                if whole_unmap_ok {
+                    format!("{u1:.1}")
+                } else {
+                    "refused".into()
+                }
+            );
+        }
     }
 }
 

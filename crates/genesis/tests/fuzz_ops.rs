@@ -4560,6 +4560,50 @@ fn diag_embed_with_a_huge_offset_is_refused_before_building_it() {
     assert_eq!(up.to_vec::<i64>().unwrap(), [0, 1, 0, 0, 0, 2, 0, 0, 0]);
 }
 
+/// `index_select`, `gather` and `take_along_dim` along a dimension of size 0 refuse a
+/// non-empty index at once: every value is out of range. `index_select` allocated the result
+/// of the other dimensions first (`[1, 2^36]` bfloat16, 128 GiB, which the H200 could hold)
+/// and filled it for 50 s before the kernel's check reported the index (seed 204, case 3680,
+/// on CUDA); `take_along_dim` broadcasts its index as large.
+#[test]
+fn indexing_along_an_empty_dimension_is_refused_up_front() {
+    let dev = input_device();
+    let huge = 1usize << 36;
+    let base = Tensor::zeros([huge, 0], DType::BF16, dev).unwrap();
+    let t = base.t().unwrap();
+    let index = Tensor::from_slice(&[3i64], [1], dev).unwrap();
+    let square = index.reshape([1, 1]).unwrap();
+    let t0 = Instant::now();
+    let results = [
+        t.index_select(0, &index),
+        t.index_select(-2, &index),
+        base.index_select(1, &index),
+        t.gather(0, &square),
+        base.gather(1, &square),
+        t.take_along_dim(&square, Some(0)),
+    ];
+    for r in results {
+        let e = r.unwrap_err();
+        assert!(
+            matches!(
+                e,
+                genesis::Error::Storage(genesis_storage::Error::Kernel(
+                    genesis_kernels::Error::IndexOutOfRange {
+                        value: 3,
+                        size: 0,
+                        ..
+                    }
+                ))
+            ),
+            "{e:?}"
+        );
+    }
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    // No index selects nothing: the empty result.
+    let none = Tensor::from_slice(&[0i64; 0], [0], dev).unwrap();
+    assert_eq!(t.index_select(0, &none).unwrap().shape(), [0, huge]);
+}
+
 /// `pad` refuses a result too large for the host up front: a replicate pad of 2^40 built its
 /// index list first (an allocation failure aborts the process), a constant pad its pieces.
 #[test]

@@ -79,25 +79,19 @@ fn read_cgroup_memory_limit() -> Option<usize> {
             continue;
         };
         let path = path.trim_end_matches('/');
-        if controllers.is_empty() {
-            // cgroup v2: the unified hierarchy.
-            let dir = format!("/sys/fs/cgroup{path}");
-            if let Some(mem) = read(format!("{dir}/memory.max")) {
-                return cgroup_limit(
-                    &mem,
-                    read(format!("{dir}/memory.swap.max")).as_deref(),
-                    false,
-                );
-            }
+        // cgroup v2 (the unified hierarchy, no controllers named) or v1's memory controller:
+        // the directory, its memory and swap files, and whether it is v1.
+        let (dir, [mem, swap], v1) = if controllers.is_empty() {
+            let files = ["memory.max", "memory.swap.max"];
+            (format!("/sys/fs/cgroup{path}"), files, false)
         } else if controllers.split(',').any(|c| c == "memory") {
-            let dir = format!("/sys/fs/cgroup/memory{path}");
-            if let Some(mem) = read(format!("{dir}/memory.limit_in_bytes")) {
-                return cgroup_limit(
-                    &mem,
-                    read(format!("{dir}/memory.memsw.limit_in_bytes")).as_deref(),
-                    true,
-                );
-            }
+            let files = ["memory.limit_in_bytes", "memory.memsw.limit_in_bytes"];
+            (format!("/sys/fs/cgroup/memory{path}"), files, true)
+        } else {
+            continue;
+        };
+        if let Some(mem) = read(format!("{dir}/{mem}")) {
+            return cgroup_limit(&mem, read(format!("{dir}/{swap}")).as_deref(), v1);
         }
     }
     None

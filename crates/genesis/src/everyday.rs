@@ -820,18 +820,18 @@ impl Tensor {
             });
         }
         let dim = wrap_dim(name, dim.to_dim() as i64, self.dim())?.unwrap_or(0);
+        // An index into a dimension of size 0, where every value is out of range, is refused
+        // before the result (of the other dimensions, which may be huge) is allocated.
+        if self.shape()[dim] == 0 && index.numel() > 0 {
+            return Err(out_of_empty(name, index));
+        }
         // An index into a tensor with no elements elsewhere selects nothing, so no kernel
-        // reads it: its values are checked here, as PyTorch checks them. So is an index into
-        // a dimension of size 0, where every value is out of range: refused before the result
-        // (of the other dimensions, which may be huge) is allocated and filled.
+        // reads it: its values are checked here, as PyTorch checks them.
         // (Saturating: the others of an empty tensor may be huge.)
         let others: usize = (0..self.dim())
             .filter(|&d| d != dim)
             .map(|d| self.shape()[d])
             .fold(1usize, |n, d| n.saturating_mul(d));
-        if self.shape()[dim] == 0 && index.numel() > 0 {
-            return Err(out_of_empty(name, index));
-        }
         if others == 0 && index.numel() > 0 {
             check_index_range(name, &index.cast_to(DType::I64)?, self.shape()[dim])?;
         }
@@ -1400,8 +1400,6 @@ fn narrow_int(dtype: DType) -> bool {
     matches!(dtype, DType::U8 | DType::I8 | DType::I16)
 }
 
-/// Checks that every value of the i64 `index` lies in `0..size` (two reductions read back);
-/// the first bad one in row-major order is the error, as the kernels report it.
 /// The error of a non-empty `index` into a dimension of size 0, where every value is out of
 /// range: its first value names it, read alone (the index may be a huge broadcast view). Found
 /// before the result is allocated, which the other dimensions may make huge.
@@ -1421,6 +1419,8 @@ fn out_of_empty(op: &'static str, index: &Tensor) -> Error {
     }
 }
 
+/// Checks that every value of the i64 `index` lies in `0..size` (two reductions read back);
+/// the first bad one in row-major order is the error, as the kernels report it.
 pub(crate) fn check_index_range(op: &'static str, index: &Tensor, size: usize) -> Result<()> {
     if index.numel() == 0 {
         return Ok(());

@@ -821,6 +821,18 @@ enum Cmp {
     Skip,
 }
 
+impl Cmp {
+    /// This comparison for results of `inputs`: within rounding is meaningless where sums of
+    /// the inputs overflow, so then only the shapes and dtypes are compared.
+    fn for_inputs(self, inputs: &[&Input]) -> Cmp {
+        if self == Cmp::Approx && inputs.iter().any(|i| i.extreme()) {
+            Cmp::Shape
+        } else {
+            self
+        }
+    }
+}
+
 enum Values {
     F(Vec<f64>),
     I(Vec<i64>),
@@ -1104,13 +1116,7 @@ impl Fuzz {
             .filter(|i| i.dtype.is_float())
             .map(|i| eps_of(i.dtype))
             .fold(0.0, f64::max);
-        // Within rounding is meaningless where sums of the inputs overflow: then only the
-        // shapes and dtypes are compared.
-        let cmp = if cmp == Cmp::Approx && inputs.iter().any(|i| i.extreme()) {
-            Cmp::Shape
-        } else {
-            cmp
-        };
+        let cmp = cmp.for_inputs(inputs);
         if cmp != Cmp::Skip && inputs.iter().any(|i| !i.t.is_contiguous()) {
             let cs: R<Vec<Tensor>> = inputs.iter().map(|i| i.t.contiguous()).collect();
             let Ok(cs) = cs else {
@@ -1277,12 +1283,7 @@ impl Fuzz {
                     f(&copy, &ocs)
                 }) {
                     Some(Ok(())) => {
-                        let cmp = if cmp == Cmp::Approx && inputs.iter().any(|i| i.extreme()) {
-                            Cmp::Shape
-                        } else {
-                            cmp
-                        };
-                        if let Err(why) = same(&view, &copy, cmp, 0.0) {
+                        if let Err(why) = same(&view, &copy, cmp.for_inputs(&inputs), 0.0) {
                             self.fail(
                                 op,
                                 args,

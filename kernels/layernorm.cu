@@ -22,7 +22,8 @@
 // kernels trust it) and documents the twin bound.
 //
 // Semantics (PyTorch's F.layer_norm over the last dim of C, rows contiguous [N, C]):
-//   mean = sum h / C, var = sum (h - mean)^2 / C (biased), rstd = 1 / sqrt(var + eps),
+//   mean = h0 + sum (h - h0) / C with h0 the row's first h (a row of equal values has its
+//   mean exactly), var = sum (h - mean)^2 / C (biased), rstd = 1 / sqrt(var + eps),
 //   n = (h - mean) rstd, y = n w + b (w, b of [C] in T, each optional: 1 and 0).
 // Backward, given dy, h, w, mean and rstd: dn = dy w,
 //   dh = rstd ((dn - sum dn / C) - n (sum dn n / C))   (+ dh's old value when accumulating),
@@ -37,8 +38,9 @@
 // element, so both add in the same order.
 //   * ln_fwd: a block a row (grid-stride). Pass 1 reads x (and r), forms h, keeps it in
 //     dynamic shared memory (C floats; each thread reads back only what it wrote) and adds
-//     the thread's h; a block sum (xor-shuffles in each warp, then the warps' sums in order)
-//     gives mean; pass 2 adds (h - mean)^2 (fused multiply-adds) for var; pass 3 writes y.
+//     the thread's h - h0 (every thread reads the row's first element for h0); a block sum
+//     (xor-shuffles in each warp, then the warps' sums in order) times 1 / C plus h0 (one
+//     fused multiply-add) gives mean; pass 2 adds (h - mean)^2 (fused multiply-adds) for var; pass 3 writes y.
 //     Global memory is read once and written once.
 //   * ln_bwd: block g owns rows [g R, (g + 1) R) (R from the launcher: the split depends on
 //     N only, not on the device). Per row, pass 1 reads dy and h, adds dn and dn n for the two
@@ -166,6 +168,12 @@ __device__ __forceinline__ void fwd_impl(const LnArgs &a) {
     const T *wp = reinterpret_cast<const T *>(a.w), *bp = reinterpret_cast<const T *>(a.b);
     for (u64 row = blockIdx.x; row < a.rows; row += gridDim.x) {
         const u64 off = row * cols;
+        // The row's first h (every thread reads it; the same arithmetic as pass 1's): the
+        // sum is of h - h0, so that a row of equal values has its mean exactly (a sum of the
+        // values themselves, rounded to f32, would land ulps off their value, which the
+        // variance would take for spread).
+        float h0 = Ln<T>::load(reinterpret_cast<const T *>(a.x)[off]);
+        if (a.r) h0 = Ln<T>::load(Ln<T>::store(h0 + Ln<R>::load(reinterpret_cast<const R *>(a.r)[off])));
         float sum = 0.0f;
         for (u64 j = threadIdx.x; j < nch; j += blockDim.x) {
             float v[W];
@@ -182,11 +190,11 @@ __device__ __forceinline__ void fwd_impl(const LnArgs &a) {
             for (int e = 0; e < W; ++e) {
                 if (j * W + e < cols) {
                     hs[j * W + e] = v[e];
-                    sum += v[e];
+                    sum += v[e] - h0;
                 }
             }
         }
-        const float mean = ln_block_sum(sum, red) * inv_c;
+        const float mean = __fmaf_rn(ln_block_sum(sum, red), inv_c, h0);
         float sq = 0.0f;
         for (u64 j = threadIdx.x; j < nch; j += blockDim.x) {
 #pragma unroll

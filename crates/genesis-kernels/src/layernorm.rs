@@ -3,7 +3,9 @@
 //!
 //! **Semantics** (PyTorch's `F.layer_norm` over the last dim, rows contiguous `[N, C]`): the
 //! forward optionally first forms the residual stream `h = x + r` (rounded to `T`, written
-//! out: the backward and the next block read it), then `mean = sum h / C`,
+//! out: the backward and the next block read it), then `mean = h0 + sum (h - h0) / C` (`h0`
+//! the row's first `h`: a row of equal values has its mean exactly, where `sum h` rounded to
+//! f32 would land ulps off and the variance take them for spread),
 //! `var = sum (h - mean)^2 / C` (biased), `rstd = 1 / sqrt(var + eps)`,
 //! `y = (h - mean) rstd w + b` (`w`, `b` of `[C]` in `T`, each optional), and saves `mean` and
 //! `rstd` (f32 `[N]` on the GPU). The backward takes `dy`, `h`, `w`, `mean`, `rstd`:
@@ -22,9 +24,9 @@
 //!
 //! **Twin bound.** f32, f16 and bf16 compute in f32 (f64 in f64, twins only); the twins sum in
 //! order in f64 (rounded once to the accumulator), the kernels in f32 trees. With `u = 2^-24`
-//! and `k = 8 + 2 sqrt(C)`: `mean` within `k u mean|h|`, `rstd` relatively within `2 k u`
-//! (plus the effect of `mean`'s error on `var`), `y` within `|w| (|n| 2 k u + rstd k u
-//! mean|h|)` before its rounding to `T` (one ulp of `T` after); `dh` within
+//! and `k = 8 + 2 sqrt(C)`: `mean` within `k u mean|h - h0| + u |mean|`, `rstd` relatively
+//! within `2 k u` (plus the effect of `mean`'s error on `var`), `y` within `|w| (|n| 2 k u +
+//! rstd (k u mean|h - h0| + u |mean|))` before its rounding to `T` (one ulp of `T` after); `dh` within
 //! `rstd (k u (mean|dn| + |n| mean|dn n|) + |n| 2 k u |mean(dn n)|) + |dh| 2 k u` before
 //! rounding; `dw`, `db` within `(8 + 2 sqrt(N)) u sum_rows |dy n|` (`|dy|`). `h` is the same
 //! single rounding on both sides: identical. `tests/gpu_layernorm.rs` checks this bound (with
@@ -215,7 +217,10 @@ where
             }
             None => hs.extend(x.iter().map(|v| v.acc())),
         }
-        let m = mean_of(hs.iter().map(|v| v.to_f64()).sum(), inv_c);
+        // Shifted by the first value, as the kernels: a row of equal values has its mean
+        // exactly.
+        let h0 = hs.first().copied().unwrap_or(T::Acc::of_f64(0.0));
+        let m = T::Acc::of_f64(hs.iter().map(|&v| (v - h0).to_f64()).sum()).fma(inv_c, h0);
         let var = mean_of(
             hs.iter()
                 .map(|&v| {

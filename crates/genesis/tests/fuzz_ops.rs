@@ -4650,6 +4650,29 @@ fn indexing_along_an_empty_dimension_is_refused_up_front() {
     assert_eq!(t.index_select(0, &none).unwrap().shape(), [0, huge]);
 }
 
+/// `layer_norm` of a row of equal values gives the bias exactly, however large the values: the
+/// fused kernels (and their CPU twin) took the row's sum as an f32 times 1/C for the mean,
+/// which for three values of 1e10 lands one ulp (1,024) away, and the variance then saw
+/// spread: `w` times ±1 plus the bias (seed 407, case 2864; the composite path of an
+/// expanded view gave the bias).
+#[test]
+fn layer_norm_of_equal_values_is_its_bias() {
+    let dev = input_device();
+    let w = Tensor::from_slice(&[2.25f32, 0.75, -2.0], [3], dev).unwrap();
+    let b = Tensor::from_slice(&[-1.0f32, 3.0, -1.0], [3], dev).unwrap();
+    for v in [1e10f32, -3e30, 7.0, 1e-30] {
+        for rows in [1usize, 5] {
+            let x = Tensor::full([rows, 3], v, dev).unwrap();
+            let view = Tensor::full([0usize; 0], v, dev).unwrap().expand([rows, 3]).unwrap();
+            for (x, what) in [(x, "contiguous"), (view, "expanded")] {
+                let y = x.layer_norm(&[3], Some(&w), Some(&b), 1e-5).unwrap();
+                let got = y.to_vec::<f32>().unwrap();
+                assert_eq!(got, [-1.0, 3.0, -1.0].repeat(rows), "{v} {rows} {what}");
+            }
+        }
+    }
+}
+
 /// `pad` refuses a result too large for the host up front: a replicate pad of 2^40 built its
 /// index list first (an allocation failure aborts the process), a constant pad its pieces.
 #[test]

@@ -164,7 +164,7 @@ fn host_mask<'a>(layout: &Layout, items: &'a [IndexItem]) -> Result<Option<HostM
 /// A `Bool` storage on the tensor's device holding the mask from an offset.
 enum MaskStorage<'a> {
     Borrowed(&'a Storage, usize),
-    Owned(Storage),
+    Owned(Box<Storage>),
 }
 
 impl MaskStorage<'_> {
@@ -213,16 +213,18 @@ fn host_mask_route<'a>(
         drop(bytes);
         let m = match mask {
             HostMask::Stored(s, offset, _) => MaskStorage::Borrowed(s, offset),
-            HostMask::Owned(v) => {
-                MaskStorage::Owned(Storage::from_bytes(&v, DType::Bool, storage.device())?)
-            }
+            HostMask::Owned(v) => MaskStorage::Owned(Box::new(Storage::from_bytes(
+                &v,
+                DType::Bool,
+                storage.device(),
+            )?)),
         };
         return Ok(Some((HostMaskRoute::Bytes(m), total)));
     }
     let upload = upload_mask.unwrap_or(true);
     let route = if upload {
         let m = Storage::from_bytes(&bytes, DType::Bool, storage.device())?;
-        HostMaskRoute::Bytes(MaskStorage::Owned(m))
+        HostMaskRoute::Bytes(MaskStorage::Owned(Box::new(m)))
     } else {
         let pos: Vec<i64> = bytes
             .iter()

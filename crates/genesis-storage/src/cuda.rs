@@ -101,7 +101,11 @@ impl crate::Storage {
     /// memory allocated); device memory is written only by work queued in stream order, so
     /// the span may be used while tensors that share the storage write it: the writes are
     /// ordered with kernels launched on the span by their streams.
+    ///
+    /// Handing the address out drops [`Storage::known_bounds`](crate::Storage::known_bounds)
+    /// for good: a kernel of the caller's may write through it.
     pub fn cuda_span<T: Copy>(&self) -> Result<DeviceSpan<'_, T>> {
+        self.mark_addressed();
         let n = self.nbytes() / size_of::<T>().max(1);
         if n * size_of::<T>() != self.nbytes() {
             return Err(Error::LengthMismatch {

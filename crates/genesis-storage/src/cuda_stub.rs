@@ -538,6 +538,7 @@ impl Compute for CudaMem {
         _: usize,
         _: &Along,
         _: &mut CudaMem,
+        _: bool,
     ) -> Result<()> {
         match *self {}
     }
@@ -552,6 +553,7 @@ impl Compute for CudaMem {
         _: &CudaMem,
         _: usize,
         _: &Along,
+        _: bool,
     ) -> Result<()> {
         match *self {}
     }

@@ -68,9 +68,9 @@ pub use layout::{
 };
 pub use mapped::{DEFAULT_SHARED_MODE, MapMode, regular_file_len};
 pub use storage::{
-    AddGroups, AttentionOperand, BinaryRhs, DeadMask, HostBytes, HostSlice, IndexSource,
-    IndexValues, LayerNormGrads, PoolInfo, Reduced, Storage, StorageInfo, StorageRange, ViewInfo,
-    reduce_dtype,
+    AddGroups, AttentionOperand, BOUNDS_MAX_LEN, BinaryRhs, DeadMask, HostBytes, HostSlice,
+    IndexSource, IndexValues, LayerNormGrads, PoolInfo, Reduced, Storage, StorageInfo,
+    StorageRange, ViewInfo, reduce_dtype,
 };
 pub use transfer::{PendingCopy, batched_copy};
 pub use view::View;

@@ -9,7 +9,7 @@
 //! Every operation here is synchronous with respect to the host unless its name says `async`:
 //! device work is queued on the legacy stream, which orders it with the synchronous copies.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::compute::Compute;
 use crate::cpu::{CpuStorage, byte_len};
@@ -59,6 +59,41 @@ pub struct Storage {
     ptr: u64,
     /// Writes through shared handles (see [`Storage::version`]).
     version: AtomicU64,
+    /// The least and greatest value of an int64 device storage filled from host values (see
+    /// [`Storage::known_bounds`]); cleared by every write through `&mut Storage`.
+    bounds: Option<(i64, i64)>,
+    /// Set once the storage's address has been handed out ([`Storage::data_ptr`],
+    /// [`Storage::device_ptr`], [`Storage::cuda_span`], an IPC export): code that keeps no
+    /// version may write the memory from then on, so `bounds` no longer holds.
+    addressed: AtomicBool,
+}
+
+/// The most int64 values whose bounds a copy from CPU memory to a device records
+/// ([`Storage::known_bounds`]): finding them is one pass over the host values, about the time
+/// of a second copy, which index arrays repay by the synchronisation they spare; larger
+/// copies are left as they are.
+pub const BOUNDS_MAX_LEN: usize = 1 << 20;
+
+/// The least and greatest of the little-endian int64 values in `bytes` (a whole number of
+/// them, at least one), in four independent lanes.
+fn i64_bounds(bytes: &[u8]) -> Option<(i64, i64)> {
+    let value = |c: &[u8]| i64::from_le_bytes(c.try_into().expect("8 bytes"));
+    let first = value(bytes.get(..8)?);
+    let (mut lo, mut hi) = ([first; 4], [first; 4]);
+    let mut quads = bytes.chunks_exact(32);
+    for q in &mut quads {
+        for (j, c) in q.chunks_exact(8).enumerate() {
+            let v = value(c);
+            lo[j] = lo[j].min(v);
+            hi[j] = hi[j].max(v);
+        }
+    }
+    for c in quads.remainder().chunks_exact(8) {
+        let v = value(c);
+        lo[0] = lo[0].min(v);
+        hi[0] = hi[0].max(v);
+    }
+    Some((lo.into_iter().min()?, hi.into_iter().max()?))
 }
 
 /// The bytes of a host storage, read-locked for as long as this guard lives (see
@@ -308,6 +343,8 @@ impl Storage {
             device,
             ptr,
             version: AtomicU64::new(0),
+            bounds: None,
+            addressed: AtomicBool::new(false),
         };
         s.track =
             crate::tracker::register(kind, device, dtype, len, std::panic::Location::caller());
@@ -426,7 +463,9 @@ impl Storage {
                 let mut mem = crate::cuda::CudaMem::new(i, nbytes)?;
                 let host = CpuStorage::from_slice(data)?;
                 mem.upload_pageable(&host)?;
-                Ok(Storage::make(Inner::Cuda(mem), T::DTYPE, data.len()))
+                let mut out = Storage::make(Inner::Cuda(mem), T::DTYPE, data.len());
+                out.note_bounds(host.as_bytes());
+                Ok(out)
             }
             _ => Storage::from_slice(data, device),
         }
@@ -457,9 +496,10 @@ impl Storage {
         }
         // Straight from the caller's bytes to the device: no host copy in between.
         let mut out = Storage::uninit(len, dtype, device)?;
-        if let (Inner::Cuda(d), false) = (out.inner.get_mut(), bytes.is_empty()) {
+        if let (Inner::Cuda(d), false) = (out.inner_mut(), bytes.is_empty()) {
             d.write_from_host(0, bytes)?;
         }
+        out.note_bounds(bytes);
         Ok(out)
     }
 
@@ -535,7 +575,10 @@ impl Storage {
 
     /// The address of the first byte: a device address for CUDA storages, a host address
     /// otherwise (0 for an empty device storage).
+    /// Handing the address out drops [`Storage::known_bounds`] for good: code that keeps no
+    /// version may write through it.
     pub fn data_ptr(&self) -> u64 {
+        self.mark_addressed();
         self.ptr
     }
 
@@ -559,8 +602,10 @@ impl Storage {
         }
     }
 
-    /// The device address, if this is on a CUDA device.
+    /// The device address, if this is on a CUDA device (which drops
+    /// [`Storage::known_bounds`], as [`Storage::data_ptr`] does).
     pub fn device_ptr(&self) -> Option<u64> {
+        self.mark_addressed();
         matches!(self.device, Device::Cuda(_)).then_some(self.ptr)
     }
 
@@ -595,6 +640,51 @@ impl Storage {
     /// can make (building a new storage), are not counted.
     pub fn version(&self) -> u64 {
         self.version.load(Ordering::SeqCst)
+    }
+
+    /// The least and greatest value of this int64 storage when they are known without reading
+    /// the device: recorded when it was filled from CPU memory (a copy of at most
+    /// [`BOUNDS_MAX_LEN`] values to a device: `from_slice`, `from_bytes`, `to_device`), and
+    /// kept only while nothing has written it since ([`Storage::version`] still 0, no write
+    /// through `&mut Storage`) and its address has not been handed out
+    /// ([`Storage::data_ptr`], [`Storage::device_ptr`], [`Storage::cuda_span`], an IPC
+    /// export). Index ops on CUDA whose index values all lie in range by these bounds skip
+    /// the read-back of their device-side check, a synchronisation (`cross_entropy`'s
+    /// targets, `gather`, `scatter`): a loss's targets uploaded each step make the host wait
+    /// for nothing.
+    pub fn known_bounds(&self) -> Option<(i64, i64)> {
+        let unwritten = self.version() == 0 && !self.addressed.load(Ordering::SeqCst);
+        self.bounds.filter(|_| unwritten)
+    }
+
+    /// Whether every value of this int64 storage is known, by [`Storage::known_bounds`], to
+    /// lie in `0..size`.
+    pub(crate) fn known_within(&self, size: usize) -> bool {
+        self.known_bounds()
+            .is_some_and(|(lo, hi)| lo >= 0 && (hi as u64) < size as u64)
+    }
+
+    /// Drops [`Storage::known_bounds`] for good (the address is handed out).
+    pub(crate) fn mark_addressed(&self) {
+        self.addressed.store(true, Ordering::SeqCst);
+    }
+
+    /// The memory, for a write through `&mut Storage` (which drops the known bounds).
+    pub(crate) fn inner_mut(&mut self) -> &mut Inner {
+        self.bounds = None;
+        self.inner.get_mut()
+    }
+
+    /// Records the bounds of int64 `bytes` (host values just copied whole into this device
+    /// storage) for [`Storage::known_bounds`], for at most [`BOUNDS_MAX_LEN`] values.
+    fn note_bounds(&mut self, bytes: &[u8]) {
+        if self.dtype == DType::I64
+            && self.device != Device::Cpu
+            && bytes.len() == self.nbytes()
+            && self.len <= BOUNDS_MAX_LEN
+        {
+            self.bounds = i64_bounds(bytes);
+        }
     }
 
     /// Runs `f` with exclusive access to this shared storage: the write lock is held while `f`
@@ -652,6 +742,8 @@ impl Storage {
                 device: self.device,
                 ptr: self.ptr,
                 version: AtomicU64::new(0),
+                bounds: None,
+                addressed: AtomicBool::new(false),
             }),
             header: (self.kind, self.device, self.ptr, self.dtype, self.len),
         };
@@ -664,7 +756,7 @@ impl Storage {
     }
 
     fn host_bytes_mut_for(&mut self, op: &'static str) -> Result<&mut [u8]> {
-        host_of_mut(self.inner.get_mut(), op)
+        host_of_mut(self.inner_mut(), op)
     }
 
     /// The elements of a host storage as `T` (which must be the dtype), read-locked while the
@@ -769,6 +861,15 @@ impl Storage {
         let size = self.dtype.size();
         let mut out = Storage::uninit(len, self.dtype, device)?;
         out.copy_bytes_from(0, self, start * size, len * size)?;
+        // Values copied from private host memory under its read lock are the values the
+        // device holds (pinned copies may still be in flight; shared ones can change).
+        if self.dtype == DType::I64
+            && len <= BOUNDS_MAX_LEN
+            && device != Device::Cpu
+            && let Inner::Cpu(c) = &*self.read("to_device")?
+        {
+            out.note_bounds(&c.as_bytes()[start * size..(start + len) * size]);
+        }
         Ok(out)
     }
 
@@ -842,7 +943,7 @@ impl Storage {
             return Ok(());
         }
         let src_inner = src.read("copy_from")?;
-        match (self.inner.get_mut(), &*src_inner) {
+        match (self.inner_mut(), &*src_inner) {
             (Inner::Cuda(d), Inner::Cuda(s)) => d.copy_from_device(dst_at, s, src_at, bytes),
             (Inner::Cuda(d), s) => {
                 let host = &host_of(s, "copy_from")?[src_at..src_at + bytes];
@@ -928,7 +1029,7 @@ impl Storage {
         {
             let (dst_at, src_at, bytes) = (ds * size, ss * size, len * size);
             if let (Inner::Cuda(d), Inner::Cuda(s)) =
-                (self.inner.get_mut(), &*src.read("copy_strided_from")?)
+                (self.inner_mut(), &*src.read("copy_strided_from")?)
                 && d.ordinal() == s.ordinal()
             {
                 return d.copy_within_device(dst_at, s, src_at, bytes);
@@ -956,12 +1057,13 @@ impl Storage {
             dst_layout.offset(),
         )?;
         let src_inner = src.read("copy_strided_from")?;
-        match (self.inner.get_mut(), &*src_inner) {
+        let dst_bytes = self.len * size;
+        match (self.inner_mut(), &*src_inner) {
             (Inner::Cuda(d), Inner::Cuda(s)) if d.ordinal() == s.ordinal() => {
                 // A 2-D transpose into a dense destination takes the tiled kernel.
                 let transpose = transpose_shape(src_layout, dst_layout)
                     .map(|(r, c, ld)| (r, c, ld, src_layout.offset(), dst_layout.offset()));
-                let sizes = (src.nbytes(), self.len * size, size);
+                let sizes = (src.nbytes(), dst_bytes, size);
                 d.strided_copy_from(s, sizes, &desc, transpose)
             }
             (Inner::Cuda(_), _) | (_, Inner::Cuda(_)) => {
@@ -1037,7 +1139,7 @@ impl Storage {
         let (ss, _, _, sp) = s;
         let width = len * size;
         let src_inner = src.read("copy_strided_from")?;
-        match (self.inner.get_mut(), &*src_inner) {
+        match (self.inner_mut(), &*src_inner) {
             (Inner::Cuda(dm), Inner::Cuda(sm)) => {
                 // Narrow rows, and rows the strided kernel moves 16 bytes an access (row
                 // width, pitches and starts multiples of 16 bytes), are faster through the
@@ -1098,8 +1200,7 @@ impl Storage {
             let (at, bytes) = (start * dtype.size(), len * dtype.size());
             // Within one device, stream-ordered as the cast kernels are: the host does not
             // wait for the copy.
-            if let (Inner::Cuda(d), Inner::Cuda(s)) =
-                (out.inner.get_mut(), &*self.read("to_dtype")?)
+            if let (Inner::Cuda(d), Inner::Cuda(s)) = (out.inner_mut(), &*self.read("to_dtype")?)
                 && d.ordinal() == s.ordinal()
             {
                 if bytes > 0 {
@@ -1161,7 +1262,7 @@ impl Storage {
 
     /// The memory, writable, for its backend (an error for a read-only mapping).
     pub(crate) fn mem_mut(&mut self, op: &'static str) -> Result<MemMut<'_>> {
-        match self.inner.get_mut() {
+        match self.inner_mut() {
             Inner::Cuda(m) => Ok(MemMut::Cuda(m)),
             Inner::Cpu(c) => Ok(MemMut::Host(c.as_bytes_mut())),
             Inner::Mapped(m) => m
@@ -1323,6 +1424,37 @@ fn host_strided_copy(
 mod tests {
     use super::*;
     use half::bf16;
+
+    /// The bounds of int64 bytes over every length up to a few lanes and random values, the
+    /// extremes included, against a plain fold; no value, no bounds.
+    #[test]
+    fn i64_bounds_are_the_least_and_greatest() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
+        assert_eq!(i64_bounds(&[]), None);
+        for n in (1..40).chain([1000, 4097]) {
+            for _ in 0..20 {
+                let v: Vec<i64> = (0..n)
+                    .map(|_| match rng.random_range(0..8) {
+                        0 => i64::MIN,
+                        1 => i64::MAX,
+                        _ => rng.random_range(-1000..1000),
+                    })
+                    .collect();
+                let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+                let want = (*v.iter().min().unwrap(), *v.iter().max().unwrap());
+                assert_eq!(i64_bounds(&bytes), Some(want), "{v:?}");
+            }
+        }
+    }
+
+    /// Host storages keep no bounds: their values are read where they are.
+    #[test]
+    fn host_storages_keep_no_bounds() {
+        let s = Storage::from_slice(&[3i64, 1, 2], Device::Cpu).unwrap();
+        assert_eq!(s.known_bounds(), None);
+        assert!(!s.known_within(4));
+    }
 
     /// Copies of more than the strided kernel's dimensions, coalescible or not.
     #[test]

@@ -371,3 +371,108 @@ fn two_dimensional_copies_between_host_and_device() {
         assert_eq!(back[i], reference[k]);
     }
 }
+
+/// An int64 storage copied from CPU memory to the device knows its values' bounds until it is
+/// written or its address is handed out; other dtypes, pinned sources and copies over the
+/// limit know none.
+#[test]
+fn uploads_know_their_bounds_until_written() {
+    let _release = Release;
+    if skip_without_gpu("uploads_know_their_bounds_until_written") {
+        return;
+    }
+    let dev = Device::Cuda(0);
+    let vals = [5i64, -3, 17, 0, 9];
+    let from_slice = Storage::from_slice(&vals, dev).unwrap();
+    assert_eq!(from_slice.known_bounds(), Some((-3, 17)));
+    let up = Storage::upload(&vals, dev).unwrap();
+    assert_eq!(up.known_bounds(), Some((-3, 17)));
+    let bytes: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let raw = Storage::from_bytes(&bytes, DType::I64, dev).unwrap();
+    assert_eq!(raw.known_bounds(), Some((-3, 17)));
+    // A part of a host storage: the bounds of the part copied.
+    let cpu = Storage::from_slice(&vals, Device::Cpu).unwrap();
+    let part = cpu.to_device_at(2, 2, dev).unwrap();
+    assert_eq!(part.known_bounds(), Some((0, 17)));
+    assert_eq!(part.to_vec::<i64>().unwrap(), [17, 0]);
+    // None for other dtypes, pinned sources, device copies and copies over the limit.
+    assert_eq!(
+        Storage::from_slice(&[1i32, 2], dev).unwrap().known_bounds(),
+        None
+    );
+    let pinned = cpu.to_pinned().unwrap();
+    assert_eq!(pinned.to_device(dev).unwrap().known_bounds(), None);
+    assert_eq!(from_slice.to_device(dev).unwrap().known_bounds(), None);
+    let big = vec![1i64; genesis_storage::BOUNDS_MAX_LEN + 1];
+    assert_eq!(Storage::from_slice(&big, dev).unwrap().known_bounds(), None);
+    let limit = Storage::from_slice(&big[1..], dev).unwrap();
+    assert_eq!(limit.known_bounds(), Some((1, 1)));
+    // Any write drops them: through a shared handle, or through `&mut`.
+    let seven = Storage::from_slice(&[7i64], Device::Cpu).unwrap();
+    let shared = Storage::from_slice(&vals, dev).unwrap();
+    shared
+        .fill_shared(&Layout::contiguous(&[1]), &seven)
+        .unwrap();
+    assert_eq!(shared.known_bounds(), None);
+    let mut owned = Storage::from_slice(&vals, dev).unwrap();
+    owned
+        .copy_from(&Storage::from_slice(&vals, Device::Cpu).unwrap())
+        .unwrap();
+    assert_eq!(owned.known_bounds(), None);
+    // So does handing the address out.
+    for hand_out in [0, 1, 2] {
+        let s = Storage::from_slice(&vals, dev).unwrap();
+        match hand_out {
+            0 => drop(s.data_ptr()),
+            1 => drop(s.device_ptr()),
+            _ => drop(s.cuda_span::<i64>().unwrap()),
+        }
+        assert_eq!(s.known_bounds(), None, "{hand_out}");
+    }
+}
+
+/// A gather and a scatter whose index's known bounds put every value in range give the same
+/// results as ones that read their check back; an index written on the device after its
+/// upload is checked again, and a bad value is still an error.
+#[test]
+fn indexing_by_an_upload_is_exact_and_still_checked() {
+    let _release = Release;
+    if skip_without_gpu("indexing_by_an_upload_is_exact_and_still_checked") {
+        return;
+    }
+    use genesis_kernels::gather::Along;
+    let dev = Device::Cuda(0);
+    let src: Vec<f32> = (0..12).map(|i| i as f32).collect();
+    let s = Storage::from_slice(&src, dev).unwrap();
+    // Rows of a [4, 3] table by an index of 5 along dimension 0.
+    let along = |n: usize| Along::new(&[n, 3], 0, &[1, 0], &[3, 1], &[3, 1], 4).unwrap();
+    let idx = Storage::from_slice(&[3i64, 0, 2, 2, 1], dev).unwrap();
+    assert!(idx.known_bounds().is_some());
+    let got = s.gather_along(0, &idx, 0, &along(5)).unwrap();
+    let want: Vec<f32> = [3, 0, 2, 2, 1]
+        .iter()
+        .flat_map(|&r| (0..3).map(move |c| (r * 3 + c) as f32))
+        .collect();
+    assert_eq!(got.to_vec::<f32>().unwrap(), want);
+    // A bad value: the bounds say so, and the device check reports it.
+    let bad = Storage::from_slice(&[3i64, 4], dev).unwrap();
+    let e = s.gather_along(0, &bad, 0, &along(2)).unwrap_err();
+    assert!(e.to_string().contains("out of bounds"), "{e}");
+    // Written after the upload (to 9): checked on the device again.
+    let idx = Storage::from_slice(&[3i64, 0], dev).unwrap();
+    let nine = Storage::from_slice(&[9i64], Device::Cpu).unwrap();
+    idx.fill_shared(&Layout::contiguous(&[1]), &nine).unwrap();
+    let e = s.gather_along(0, &idx, 0, &along(2)).unwrap_err();
+    assert!(e.to_string().contains("out of bounds"), "{e}");
+    // A scatter-add by an uploaded index.
+    let mut t = Storage::from_slice(&[0f32; 12], dev).unwrap();
+    let idx = Storage::from_slice(&[1i64, 1, 3], dev).unwrap();
+    t.scatter_along(0, true, &idx, 0, &s, 0, &along(3)).unwrap();
+    let mut want = [0f32; 12];
+    for (i, &r) in [1usize, 1, 3].iter().enumerate() {
+        for c in 0..3 {
+            want[r * 3 + c] += src[i * 3 + c];
+        }
+    }
+    assert_eq!(t.to_vec::<f32>().unwrap(), want);
+}

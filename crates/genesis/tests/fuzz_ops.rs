@@ -4663,7 +4663,10 @@ fn layer_norm_of_equal_values_is_its_bias() {
     for v in [1e10f32, -3e30, 7.0, 1e-30] {
         for rows in [1usize, 5] {
             let x = Tensor::full([rows, 3], v, dev).unwrap();
-            let view = Tensor::full([0usize; 0], v, dev).unwrap().expand([rows, 3]).unwrap();
+            let view = Tensor::full([0usize; 0], v, dev)
+                .unwrap()
+                .expand([rows, 3])
+                .unwrap();
             for (x, what) in [(x, "contiguous"), (view, "expanded")] {
                 let y = x.layer_norm(&[3], Some(&w), Some(&b), 1e-5).unwrap();
                 let got = y.to_vec::<f32>().unwrap();

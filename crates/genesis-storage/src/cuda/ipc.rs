@@ -437,6 +437,8 @@ impl Storage {
     /// (host memory, an empty storage, a storage imported from another process) or on memory
     /// the driver cannot export; the importer's [`Error::IpcRefused`]; socket errors.
     pub fn export_cuda(self: &Arc<Self>, conn: UnixStream) -> Result<CudaExport> {
+        // The importer writes the memory without our version.
+        self.mark_addressed();
         let guard = self.read("export_cuda")?;
         let Inner::Cuda(m) = &*guard else {
             return Err(Error::NotOnDevice {

@@ -56,7 +56,7 @@ impl Storage {
             Ok(())
         };
         let src_inner = src.read("copy_from_async")?;
-        let queued = match (self.inner.get_mut(), &*src_inner) {
+        let queued = match (self.inner_mut(), &*src_inner) {
             (Inner::Cuda(d), Inner::Cuda(s)) => {
                 on(Device::Cuda(d.ordinal()))?;
                 order_after_legacy(d.ctx())?;

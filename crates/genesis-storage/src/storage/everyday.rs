@@ -165,7 +165,8 @@ impl Storage {
     /// on the same device with `out[i] = self[start + target(i, index[index_start + ..])]`
     /// (any dtype; the index i64 on the same device). A value outside `0..d.size` is an error
     /// ([`genesis_kernels::Error::IndexOutOfRange`]); on CUDA it is checked on the device and
-    /// read back (one synchronisation) before the result is returned.
+    /// read back (one synchronisation) before the result is returned, unless the index's
+    /// [`Storage::known_bounds`] already put every value in range.
     #[track_caller]
     pub fn gather_along(
         &self,
@@ -180,16 +181,17 @@ impl Storage {
         self.check_range("gather", start, nt)?;
         byte_len(d.numel(), dtype)?;
         let mut out = Storage::uninit(d.numel(), dtype, self.device())?;
+        let in_range = usize::try_from(d.size()).is_ok_and(|n| index.known_within(n));
         match (
             self.read("gather")?.mem(),
             index.read("gather")?.mem(),
             out.mem_mut("gather")?,
         ) {
             (Mem::Host(a), Mem::Host(i), MemMut::Host(o)) => {
-                a.gather_along(dtype, start, i, index_start, d, o)?
+                a.gather_along(dtype, start, i, index_start, d, o, in_range)?
             }
             (Mem::Cuda(a), Mem::Cuda(i), MemMut::Cuda(o)) => {
-                a.gather_along(dtype, start, i, index_start, d, o)?
+                a.gather_along(dtype, start, i, index_start, d, o, in_range)?
             }
             _ => return Err(mixed("gather")),
         }
@@ -199,7 +201,8 @@ impl Storage {
     /// In place: the scatter (`add`: scatter-add, f64, f32, f16, bf16, i32, i64) of the values from
     /// `values[values_start]` into this storage at `out_start + target(i, index[..])` over
     /// `d`. A value outside `0..d.size` is an error, checked on the device for CUDA memory
-    /// (and read back, one synchronisation); the storage is then partly written, so callers
+    /// (and read back, one synchronisation, unless the index's [`Storage::known_bounds`] put
+    /// every value in range); the storage is then partly written, so callers
     /// check the index first or scatter into a new copy of the target.
     #[track_caller]
     #[allow(clippy::too_many_arguments)]
@@ -229,17 +232,34 @@ impl Storage {
         index.check_index(name, index_start, ni)?;
         values.check_range(name, values_start, nv)?;
         self.check_range(name, out_start, nt)?;
+        let in_range = usize::try_from(d.size()).is_ok_and(|n| index.known_within(n));
         match (
             self.mem_mut(name)?,
             index.read(name)?.mem(),
             values.read(name)?.mem(),
         ) {
-            (MemMut::Host(o), Mem::Host(i), Mem::Host(v)) => {
-                o.scatter_along(dtype, add, out_start, i, index_start, v, values_start, d)
-            }
-            (MemMut::Cuda(o), Mem::Cuda(i), Mem::Cuda(v)) => {
-                o.scatter_along(dtype, add, out_start, i, index_start, v, values_start, d)
-            }
+            (MemMut::Host(o), Mem::Host(i), Mem::Host(v)) => o.scatter_along(
+                dtype,
+                add,
+                out_start,
+                i,
+                index_start,
+                v,
+                values_start,
+                d,
+                in_range,
+            ),
+            (MemMut::Cuda(o), Mem::Cuda(i), Mem::Cuda(v)) => o.scatter_along(
+                dtype,
+                add,
+                out_start,
+                i,
+                index_start,
+                v,
+                values_start,
+                d,
+                in_range,
+            ),
             _ => Err(mixed(name)),
         }
     }

@@ -1,0 +1,183 @@
+//! Index tensors uploaded from host memory: on CUDA an int64 tensor copied from the host
+//! carries its values' bounds, and `cross_entropy`, `index_select`, `gather` and `scatter_add_`
+//! skip reading their device-side check back when those bounds put every value in range.
+//! Whatever writes the tensor afterwards (in place, through a view, by a copy) must bring the
+//! check back: random targets and tables, written or not after the upload, give on every
+//! device what the CPU gives for the same final values, errors included.
+
+use genesis::{Reduction, Tensor};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+mod common;
+use common::{Release, devices};
+
+/// The ways a test writes an uploaded index in place.
+#[derive(Debug, Clone, Copy)]
+enum Write {
+    None,
+    Fill(i64),
+    AddScalar(i64),
+    CopyFrom,
+    ViewFill(i64),
+    ReshapedFill(i64),
+}
+
+fn random_write(rng: &mut SmallRng, hi: i64) -> Write {
+    let v = rng.random_range(-3..hi + 3);
+    match rng.random_range(0..7) {
+        0 | 1 => Write::None,
+        2 => Write::Fill(v),
+        3 => Write::AddScalar(rng.random_range(-2..4)),
+        4 => Write::CopyFrom,
+        5 => Write::ViewFill(v),
+        _ => Write::ReshapedFill(v),
+    }
+}
+
+/// Applies `w` to `t` (1-D int64), `other` the values a copy writes.
+fn apply(w: Write, t: &Tensor, other: &[i64]) {
+    let dev = t.device();
+    match w {
+        Write::None => {}
+        Write::Fill(v) => t.fill_(v).unwrap(),
+        Write::AddScalar(v) => t.add_(v).unwrap(),
+        Write::CopyFrom => t
+            .copy_(&Tensor::from_slice(other, [other.len()], dev).unwrap())
+            .unwrap(),
+        Write::ViewFill(v) => {
+            let n = t.shape()[0];
+            t.narrow(0, n / 2, n - n / 2).unwrap().fill_(v).unwrap()
+        }
+        Write::ReshapedFill(v) => t.reshape([-1, 1]).unwrap().fill_(v).unwrap(),
+    }
+}
+
+/// Random values in `lo..hi`, now and then one `ignore` among them.
+fn values(rng: &mut SmallRng, n: usize, lo: i64, hi: i64, ignore: Option<i64>) -> Vec<i64> {
+    (0..n)
+        .map(|_| match ignore {
+            Some(i) if rng.random_range(0..8) == 0 => i,
+            _ => rng.random_range(lo..hi),
+        })
+        .collect()
+}
+
+/// The outcome of an op as values or an error's message.
+fn outcome(r: genesis::Result<Tensor>) -> Result<Vec<f32>, String> {
+    r.and_then(|t| t.to_vec::<f32>()).map_err(|e| e.to_string())
+}
+
+fn same(a: &Result<Vec<f32>, String>, b: &Result<Vec<f32>, String>, what: &str) {
+    match (a, b) {
+        (Ok(x), Ok(y)) => {
+            assert_eq!(x.len(), y.len(), "{what}");
+            for (p, q) in x.iter().zip(y) {
+                assert!(
+                    (p - q).abs() <= 1e-5 * (1.0 + q.abs()),
+                    "{what}: {x:?} vs {y:?}"
+                );
+            }
+        }
+        // Both refused (the devices may name another bad position).
+        (Err(_), Err(_)) => {}
+        _ => panic!("{what}: {a:?} against the CPU's {b:?}"),
+    }
+}
+
+#[test]
+fn cross_entropy_by_uploaded_targets_matches_the_cpu() {
+    let _release = Release;
+    let mut rng = SmallRng::seed_from_u64(11);
+    let mut refused = 0;
+    for case in 0..300 {
+        let (n, c) = (rng.random_range(1..40), rng.random_range(1..12i64));
+        // Mostly in range; sometimes a value just outside, or the ignored -100.
+        let (lo, hi) = match rng.random_range(0..4) {
+            0 => (-1, c),
+            1 => (0, c + 1),
+            _ => (0, c),
+        };
+        let ignore = rng.random_bool(0.3).then_some(-100);
+        let t = values(&mut rng, n, lo, hi, ignore);
+        let other = values(&mut rng, n, -1, c + 1, None);
+        let w = random_write(&mut rng, c);
+        let logits: Vec<f32> = (0..n * c as usize)
+            .map(|_| rng.random_range(-4.0..4.0))
+            .collect();
+        for red in [Reduction::Mean, Reduction::None] {
+            let mut want = None;
+            for dev in devices() {
+                let target = Tensor::from_slice(&t, [n], dev).unwrap();
+                apply(w, &target, &other);
+                let x = Tensor::from_slice(&logits, [n, c as usize], dev).unwrap();
+                let got = outcome(x.cross_entropy(&target, ignore, red));
+                match &want {
+                    None => {
+                        refused += usize::from(got.is_err());
+                        want = Some(got);
+                    }
+                    Some(w0) => same(
+                        &got,
+                        w0,
+                        &format!("case {case} {dev:?} {w:?} {red:?} {t:?}"),
+                    ),
+                }
+            }
+        }
+    }
+    // Both outcomes were reached.
+    assert!((50..550).contains(&refused), "{refused} of 600 refused");
+}
+
+#[test]
+fn selection_by_uploaded_indices_matches_the_cpu() {
+    let _release = Release;
+    let mut rng = SmallRng::seed_from_u64(12);
+    let mut refused = 0;
+    for case in 0..300 {
+        let (rows, cols, n) = (
+            rng.random_range(1..9i64),
+            rng.random_range(1..5usize),
+            rng.random_range(1..30),
+        );
+        let (lo, hi) = match rng.random_range(0..4) {
+            0 => (-1, rows),
+            1 => (0, rows + 1),
+            _ => (0, rows),
+        };
+        let idx = values(&mut rng, n, lo, hi, None);
+        let other = values(&mut rng, n, -1, rows + 1, None);
+        let w = random_write(&mut rng, rows);
+        let table: Vec<f32> = (0..rows as usize * cols).map(|i| i as f32).collect();
+        let src: Vec<f32> = (0..n * cols).map(|_| rng.random_range(-4.0..4.0)).collect();
+        let mut want: Option<Vec<Result<Vec<f32>, String>>> = None;
+        for dev in devices() {
+            let index = Tensor::from_slice(&idx, [n], dev).unwrap();
+            apply(w, &index, &other);
+            let tab = Tensor::from_slice(&table, [rows as usize, cols], dev).unwrap();
+            let by_rows = outcome(tab.index_select(0, &index));
+            // gather along dimension 0 with the index repeated over the columns.
+            // (A view of the index: its storage is the upload's.)
+            let g = index.reshape([-1, 1]).unwrap().expand([n, cols]).unwrap();
+            let gathered = outcome(tab.gather(0, &g));
+            // scatter_add_ of rows into a zeroed table.
+            let acc = Tensor::zeros([rows as usize, cols], genesis::DType::F32, dev).unwrap();
+            let vals = Tensor::from_slice(&src, [n, cols], dev).unwrap();
+            let scattered = outcome(acc.scatter_add_(0, &g, &vals).map(|()| acc.clone()));
+            let got = vec![by_rows, gathered, scattered];
+            match &want {
+                None => {
+                    refused += got.iter().filter(|r| r.is_err()).count();
+                    want = Some(got);
+                }
+                Some(w0) => {
+                    for (k, (a, b)) in got.iter().zip(w0).enumerate() {
+                        same(a, b, &format!("case {case} {dev:?} {w:?} op {k} {idx:?}"));
+                    }
+                }
+            }
+        }
+    } // Both outcomes were reached.
+    assert!((100..800).contains(&refused), "{refused} of 900 refused");
+}

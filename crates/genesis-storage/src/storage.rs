@@ -642,16 +642,17 @@ impl Storage {
         self.version.load(Ordering::SeqCst)
     }
 
-    /// The least and greatest value of this int64 storage when they are known without reading
-    /// the device: recorded when it was filled from CPU memory (a copy of at most
-    /// [`BOUNDS_MAX_LEN`] values to a device: `from_slice`, `from_bytes`, `to_device`), and
+    /// The least and greatest value of this integer device storage when they are known without
+    /// reading the device: recorded when it was filled from CPU memory (int64, a copy of at
+    /// most [`BOUNDS_MAX_LEN`] values: `from_slice`, `from_bytes`, `to_device`) or drawn by
+    /// [`Storage::random`] in a range (`randint`), and
     /// kept only while nothing has written it since ([`Storage::version`] still 0, no write
     /// through `&mut Storage`) and its address has not been handed out
     /// ([`Storage::data_ptr`], [`Storage::device_ptr`], [`Storage::cuda_span`], an IPC
     /// export). Index ops on CUDA whose index values all lie in range by these bounds skip
     /// the read-back of their device-side check, a synchronisation (`cross_entropy`'s
     /// targets, `gather`, `scatter`): a loss's targets uploaded each step make the host wait
-    /// for nothing.
+    /// for nothing. The facade's integer division skips its check for zero divisors alike.
     pub fn known_bounds(&self) -> Option<(i64, i64)> {
         let unwritten = self.version() == 0 && !self.addressed.load(Ordering::SeqCst);
         self.bounds.filter(|_| unwritten)
@@ -673,6 +674,14 @@ impl Storage {
     pub(crate) fn inner_mut(&mut self) -> &mut Inner {
         self.bounds = None;
         self.inner.get_mut()
+    }
+
+    /// Records that every value of this freshly written integer device storage lies in
+    /// `lo..=hi` (integers drawn in that range) for [`Storage::known_bounds`].
+    pub(crate) fn note_drawn_bounds(&mut self, lo: i64, hi: i64) {
+        if !self.dtype.is_float() && self.dtype != DType::Bool && self.device != Device::Cpu {
+            self.bounds = Some((lo, hi));
+        }
     }
 
     /// Records the bounds of int64 `bytes` (host values just copied whole into this device

@@ -407,6 +407,15 @@ fn uploads_know_their_bounds_until_written() {
     assert_eq!(Storage::from_slice(&big, dev).unwrap().known_bounds(), None);
     let limit = Storage::from_slice(&big[1..], dev).unwrap();
     assert_eq!(limit.known_bounds(), Some((1, 1)));
+    // Integers drawn in a range know it; floats know nothing.
+    use genesis_kernels::random::Sampler;
+    let int = Sampler::Int { low: -4, range: 10 };
+    for dtype in [DType::I64, DType::I32] {
+        let r = Storage::random(int, 1000, dtype, dev, 1, 0).unwrap();
+        assert_eq!(r.known_bounds(), Some((-4, 5)), "{dtype}");
+    }
+    let f = Storage::random(Sampler::Uniform, 10, DType::F32, dev, 1, 0).unwrap();
+    assert_eq!(f.known_bounds(), None);
     // Any write drops them: through a shared handle, or through `&mut`.
     let seven = Storage::from_slice(&[7i64], Device::Cpu).unwrap();
     let shared = Storage::from_slice(&vals, dev).unwrap();

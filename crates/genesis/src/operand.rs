@@ -627,11 +627,20 @@ fn trunc_div_in_f32(a: &Tensor, b: &Tensor, r: DType) -> bool {
 
 /// For an integer division with results (`computes`: the result is not empty), an error when
 /// the divisor `other` holds a zero (one comparison, a reduction and a synchronisation;
-/// PyTorch's CPU checks, its CUDA does not).
+/// PyTorch's CPU checks, its CUDA does not), unless the divisor's storage's known bounds
+/// exclude zero (`Storage::known_bounds`: uploaded from the host, or drawn by `randint`).
 fn check_divisor(op: BinaryOp, other: &Tensor, computes: bool) -> Result<()> {
+    let nonzero = || {
+        other
+            .view
+            .storage()
+            .known_bounds()
+            .is_some_and(|(lo, hi)| lo > 0 || hi < 0)
+    };
     if op.divides()
         && !other.dtype().is_float()
         && computes
+        && !nonzero()
         && other.eq_scalar(0)?.any()?.item::<bool>()?
     {
         return Err(zero_division(op));

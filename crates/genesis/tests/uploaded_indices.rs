@@ -181,3 +181,71 @@ fn selection_by_uploaded_indices_matches_the_cpu() {
     } // Both outcomes were reached.
     assert!((100..800).contains(&refused), "{refused} of 900 refused");
 }
+
+/// Integer division whose divisors were uploaded or drawn by `randint` (whose known bounds may
+/// rule zero out, sparing the check for zeros its read-back), written afterwards or not: on
+/// every device what the CPU gives for the same final values, a zero divisor an error.
+#[test]
+fn integer_division_by_uploaded_or_drawn_divisors_matches_the_cpu() {
+    use genesis::{DType, RoundingMode};
+    let _release = Release;
+    let mut rng = SmallRng::seed_from_u64(13);
+    let mut refused = 0;
+    for case in 0..200 {
+        let n = rng.random_range(1..40);
+        let a = values(&mut rng, n, -1000, 1000, None);
+        // Divisors: a range that may hold zero, uploaded or drawn on the device.
+        let (lo, hi) = match rng.random_range(0..4) {
+            0 => (-5, 6),
+            1 => (-9, -1),
+            _ => (1, 50),
+        };
+        let drawn = rng.random_bool(0.5);
+        let host_b = values(&mut rng, n, lo, hi, None);
+        let w = match rng.random_range(0..4) {
+            0 => Write::ViewFill(0),
+            1 => Write::AddScalar(rng.random_range(-2..3)),
+            _ => Write::None,
+        };
+        // Drawn on the last device: that device divides by the drawn tensor itself, the
+        // others by copies of its values.
+        let last = *devices().last().unwrap();
+        let drawn_t = drawn.then(|| Tensor::randint(lo, hi, [n], DType::I64, last).unwrap());
+        let start = match &drawn_t {
+            Some(t) => t.to_vec::<i64>().unwrap(),
+            None => host_b.clone(),
+        };
+        let mut want: Option<Vec<Result<Vec<f32>, String>>> = None;
+        for dev in devices() {
+            let b = match &drawn_t {
+                Some(t) if dev == last => t.clone(),
+                _ => Tensor::from_slice(&start, [n], dev).unwrap(),
+            };
+            apply(w, &b, &host_b);
+            let x = Tensor::from_slice(&a, [n], dev).unwrap();
+            let as_f32 =
+                |r: genesis::Result<Tensor>| outcome(r.and_then(|t| t.to_dtype(DType::F32)));
+            let got = vec![
+                as_f32(x.remainder(&b)),
+                as_f32(x.floor_divide(&b)),
+                as_f32(x.div_mode(&b, RoundingMode::Trunc)),
+            ];
+            match &want {
+                None => {
+                    refused += got.iter().filter(|r| r.is_err()).count();
+                    want = Some(got);
+                }
+                Some(w0) => {
+                    for (k, (g, e)) in got.iter().zip(w0).enumerate() {
+                        same(
+                            g,
+                            e,
+                            &format!("case {case} {dev:?} {w:?} drawn {drawn} op {k}"),
+                        );
+                    }
+                }
+            }
+        }
+    }
+    assert!((30..500).contains(&refused), "{refused} of 600 refused");
+}

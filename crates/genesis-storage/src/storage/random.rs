@@ -40,6 +40,13 @@ impl Storage {
             MemMut::Host(o) => o.random(dtype, sampler, seed, offset, len)?,
             MemMut::Cuda(o) => o.random(dtype, sampler, seed, offset, len)?,
         }
+        // Integers drawn in `[low, low + range)`: bounds known without reading them back.
+        if let Sampler::Int { low, range } = sampler
+            && !dtype.is_float()
+            && let Ok(hi) = i64::try_from(i128::from(low) + i128::from(range) - 1)
+        {
+            out.note_drawn_bounds(low, hi);
+        }
         Ok(out)
     }
 

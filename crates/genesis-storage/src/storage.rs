@@ -68,7 +68,7 @@ pub struct Storage {
     addressed: AtomicBool,
 }
 
-/// The most int64 values whose bounds a copy from CPU memory to a device records
+/// The most int64 or int32 values whose bounds a copy from CPU memory to a device records
 /// ([`Storage::known_bounds`]): finding them is one pass over the host values, about the time
 /// of a second copy, which index arrays repay by the synchronisation they spare; larger
 /// copies are left as they are.
@@ -77,19 +77,38 @@ pub const BOUNDS_MAX_LEN: usize = 1 << 20;
 /// The least and greatest of the little-endian int64 values in `bytes` (a whole number of
 /// them, at least one), in four independent lanes.
 fn i64_bounds(bytes: &[u8]) -> Option<(i64, i64)> {
-    let value = |c: &[u8]| i64::from_le_bytes(c.try_into().expect("8 bytes"));
-    let first = value(bytes.get(..8)?);
+    lane_bounds::<8>(bytes, |c| i64::from_le_bytes(*c))
+}
+
+/// The bounds of host values of `dtype` (int64 or int32; `None` for the others or no value).
+fn host_bounds(dtype: DType, bytes: &[u8]) -> Option<(i64, i64)> {
+    match dtype {
+        DType::I64 => i64_bounds(bytes),
+        DType::I32 => i32_bounds(bytes),
+        _ => None,
+    }
+}
+
+/// [`i64_bounds`] of int32 values.
+fn i32_bounds(bytes: &[u8]) -> Option<(i64, i64)> {
+    lane_bounds::<4>(bytes, |c| i64::from(i32::from_le_bytes(*c)))
+}
+
+/// The least and greatest of the values of `N` bytes each in `bytes`, read by `value`.
+fn lane_bounds<const N: usize>(bytes: &[u8], value: fn(&[u8; N]) -> i64) -> Option<(i64, i64)> {
+    let read = |c: &[u8]| value(c.try_into().expect("N bytes"));
+    let first = read(bytes.get(..N)?);
     let (mut lo, mut hi) = ([first; 4], [first; 4]);
-    let mut quads = bytes.chunks_exact(32);
+    let mut quads = bytes.chunks_exact(4 * N);
     for q in &mut quads {
-        for (j, c) in q.chunks_exact(8).enumerate() {
-            let v = value(c);
+        for (j, c) in q.chunks_exact(N).enumerate() {
+            let v = read(c);
             lo[j] = lo[j].min(v);
             hi[j] = hi[j].max(v);
         }
     }
-    for c in quads.remainder().chunks_exact(8) {
-        let v = value(c);
+    for c in quads.remainder().chunks_exact(N) {
+        let v = read(c);
         lo[0] = lo[0].min(v);
         hi[0] = hi[0].max(v);
     }
@@ -643,9 +662,10 @@ impl Storage {
     }
 
     /// The least and greatest value of this integer device storage when they are known without
-    /// reading the device: recorded when it was filled from CPU memory (int64, a copy of at
-    /// most [`BOUNDS_MAX_LEN`] values: `from_slice`, `from_bytes`, `to_device`) or drawn by
-    /// [`Storage::random`] in a range (`randint`), and
+    /// reading the device: recorded when it was filled from CPU memory (int64 or int32, a copy
+    /// of at most [`BOUNDS_MAX_LEN`] values: `from_slice`, `from_bytes`, `to_device`) or drawn by
+    /// [`Storage::random`] in a range (`randint`), passed on by copies and integer
+    /// conversions of such a storage (`to_device`, `to_dtype`, `try_clone`), and
     /// kept only while nothing has written it since ([`Storage::version`] still 0, no write
     /// through `&mut Storage`) and its address has not been handed out
     /// ([`Storage::data_ptr`], [`Storage::device_ptr`], [`Storage::cuda_span`], an IPC
@@ -677,22 +697,39 @@ impl Storage {
     }
 
     /// Records that every value of this freshly written integer device storage lies in
-    /// `lo..=hi` (integers drawn in that range) for [`Storage::known_bounds`].
-    pub(crate) fn note_drawn_bounds(&mut self, lo: i64, hi: i64) {
-        if !self.dtype.is_float() && self.dtype != DType::Bool && self.device != Device::Cpu {
+    /// `lo..=hi` (integers drawn in that range, or copied from a storage known so) for
+    /// [`Storage::known_bounds`]; nothing when its dtype cannot hold them.
+    pub(crate) fn note_known_bounds(&mut self, lo: i64, hi: i64) {
+        let holds = match self.dtype {
+            DType::U8 => (0, i64::from(u8::MAX)),
+            DType::I8 => (i64::from(i8::MIN), i64::from(i8::MAX)),
+            DType::I16 => (i64::from(i16::MIN), i64::from(i16::MAX)),
+            DType::I32 => (i64::from(i32::MIN), i64::from(i32::MAX)),
+            DType::I64 => (i64::MIN, i64::MAX),
+            _ => return,
+        };
+        if self.device != Device::Cpu && lo <= hi && holds.0 <= lo && hi <= holds.1 {
             self.bounds = Some((lo, hi));
         }
     }
 
-    /// Records the bounds of int64 `bytes` (host values just copied whole into this device
-    /// storage) for [`Storage::known_bounds`], for at most [`BOUNDS_MAX_LEN`] values.
-    fn note_bounds(&mut self, bytes: &[u8]) {
-        if self.dtype == DType::I64
-            && self.device != Device::Cpu
-            && bytes.len() == self.nbytes()
-            && self.len <= BOUNDS_MAX_LEN
+    /// Gives `out`, just written with values of this storage (copied or converted), the
+    /// bounds this storage was known to have before the copy (`before`) when they still hold
+    /// after it: no write came in between.
+    fn pass_bounds(&self, out: &mut Storage, before: Option<(i64, i64)>) {
+        if let Some((lo, hi)) = before
+            && self.known_bounds() == before
         {
-            self.bounds = i64_bounds(bytes);
+            out.note_known_bounds(lo, hi);
+        }
+    }
+
+    /// Records the bounds of int64 or int32 `bytes` (host values just copied whole into this
+    /// device storage) for [`Storage::known_bounds`], for at most [`BOUNDS_MAX_LEN`] values.
+    fn note_bounds(&mut self, bytes: &[u8]) {
+        if self.device != Device::Cpu && bytes.len() == self.nbytes() && self.len <= BOUNDS_MAX_LEN
+        {
+            self.bounds = host_bounds(self.dtype, bytes);
         }
     }
 
@@ -869,15 +906,24 @@ impl Storage {
         self.check_range("to_device", start, len)?;
         let size = self.dtype.size();
         let mut out = Storage::uninit(len, self.dtype, device)?;
+        let before = self.known_bounds();
+        // The bounds of integers in private host memory, found before the copy and kept if no
+        // write came in between (the version unchanged); pinned copies may still be in flight
+        // after the call, and shared or mapped memory can change behind the lock.
+        let version = self.version();
+        let host = match &*self.read("to_device")? {
+            Inner::Cpu(c) if len <= BOUNDS_MAX_LEN && device != Device::Cpu => host_bounds(
+                self.dtype,
+                &c.as_bytes()[start * size..(start + len) * size],
+            ),
+            _ => None,
+        };
         out.copy_bytes_from(0, self, start * size, len * size)?;
-        // Values copied from private host memory under its read lock are the values the
-        // device holds (pinned copies may still be in flight; shared ones can change).
-        if self.dtype == DType::I64
-            && len <= BOUNDS_MAX_LEN
-            && device != Device::Cpu
-            && let Inner::Cpu(c) = &*self.read("to_device")?
+        self.pass_bounds(&mut out, before);
+        if let Some((lo, hi)) = host
+            && self.version() == version
         {
-            out.note_bounds(&c.as_bytes()[start * size..(start + len) * size]);
+            out.note_known_bounds(lo, hi);
         }
         Ok(out)
     }
@@ -1205,6 +1251,8 @@ impl Storage {
         self.check_range("to_dtype", start, len)?;
         let device = self.device();
         let mut out = Storage::uninit(len, dtype, device)?;
+        // Integers converted to integers keep their values, so their known bounds.
+        let before = self.known_bounds();
         if dtype == self.dtype {
             let (at, bytes) = (start * dtype.size(), len * dtype.size());
             // Within one device, stream-ordered as the cast kernels are: the host does not
@@ -1215,9 +1263,10 @@ impl Storage {
                 if bytes > 0 {
                     d.copy_within_device(0, s, at, bytes)?;
                 }
-                return Ok(out);
+            } else {
+                out.copy_bytes_from(0, self, at, bytes)?;
             }
-            out.copy_bytes_from(0, self, at, bytes)?;
+            self.pass_bounds(&mut out, before);
             return Ok(out);
         }
         match (self.read("to_dtype")?.mem(), out.mem_mut("to_dtype")?) {
@@ -1225,6 +1274,7 @@ impl Storage {
             (Mem::Cuda(a), MemMut::Cuda(o)) => a.cast(self.dtype, start, dtype, o, len)?,
             _ => return Err(mixed("to_dtype")),
         }
+        self.pass_bounds(&mut out, before);
         Ok(out)
     }
 
@@ -1441,6 +1491,7 @@ mod tests {
         use rand::{Rng, SeedableRng};
         let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
         assert_eq!(i64_bounds(&[]), None);
+        assert_eq!(i32_bounds(&[]), None);
         for n in (1..40).chain([1000, 4097]) {
             for _ in 0..20 {
                 let v: Vec<i64> = (0..n)
@@ -1453,6 +1504,13 @@ mod tests {
                 let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
                 let want = (*v.iter().min().unwrap(), *v.iter().max().unwrap());
                 assert_eq!(i64_bounds(&bytes), Some(want), "{v:?}");
+                let narrow: Vec<i32> = v.iter().map(|&x| x as i32).collect();
+                let bytes: Vec<u8> = narrow.iter().flat_map(|x| x.to_le_bytes()).collect();
+                let want = (
+                    i64::from(*narrow.iter().min().unwrap()),
+                    i64::from(*narrow.iter().max().unwrap()),
+                );
+                assert_eq!(i32_bounds(&bytes), Some(want), "{narrow:?}");
             }
         }
     }

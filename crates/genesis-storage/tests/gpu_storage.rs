@@ -372,9 +372,9 @@ fn two_dimensional_copies_between_host_and_device() {
     }
 }
 
-/// An int64 storage copied from CPU memory to the device knows its values' bounds until it is
-/// written or its address is handed out; other dtypes, pinned sources and copies over the
-/// limit know none.
+/// An int64 or int32 storage copied from CPU memory to the device knows its values' bounds
+/// until it is written or its address is handed out; other dtypes, pinned sources and copies
+/// over the limit know none; copies and integer conversions pass them on.
 #[test]
 fn uploads_know_their_bounds_until_written() {
     let _release = Release;
@@ -395,14 +395,23 @@ fn uploads_know_their_bounds_until_written() {
     let part = cpu.to_device_at(2, 2, dev).unwrap();
     assert_eq!(part.known_bounds(), Some((0, 17)));
     assert_eq!(part.to_vec::<i64>().unwrap(), [17, 0]);
-    // None for other dtypes, pinned sources, device copies and copies over the limit.
+    // None for other dtypes, pinned sources and copies over the limit; a device copy keeps them.
     assert_eq!(
-        Storage::from_slice(&[1i32, 2], dev).unwrap().known_bounds(),
+        Storage::from_slice(&[1i32, -2], dev)
+            .unwrap()
+            .known_bounds(),
+        Some((-2, 1))
+    );
+    assert_eq!(
+        Storage::from_slice(&[1i16, 2], dev).unwrap().known_bounds(),
         None
     );
     let pinned = cpu.to_pinned().unwrap();
     assert_eq!(pinned.to_device(dev).unwrap().known_bounds(), None);
-    assert_eq!(from_slice.to_device(dev).unwrap().known_bounds(), None);
+    assert_eq!(
+        from_slice.to_device(dev).unwrap().known_bounds(),
+        Some((-3, 17))
+    );
     let big = vec![1i64; genesis_storage::BOUNDS_MAX_LEN + 1];
     assert_eq!(Storage::from_slice(&big, dev).unwrap().known_bounds(), None);
     let limit = Storage::from_slice(&big[1..], dev).unwrap();
@@ -416,6 +425,33 @@ fn uploads_know_their_bounds_until_written() {
     }
     let f = Storage::random(Sampler::Uniform, 10, DType::F32, dev, 1, 0).unwrap();
     assert_eq!(f.known_bounds(), None);
+    // Copies and integer conversions on the device pass them on where the dtype holds them.
+    let src = Storage::from_slice(&[5i64, -3, 200], dev).unwrap();
+    assert_eq!(src.try_clone().unwrap().known_bounds(), Some((-3, 200)));
+    assert_eq!(
+        src.to_device_at(1, 1, dev).unwrap().known_bounds(),
+        Some((-3, 200))
+    );
+    assert_eq!(
+        src.to_dtype(DType::I32).unwrap().known_bounds(),
+        Some((-3, 200))
+    );
+    assert_eq!(
+        src.to_dtype(DType::I16).unwrap().known_bounds(),
+        Some((-3, 200))
+    );
+    assert_eq!(
+        src.to_dtype(DType::I8).unwrap().known_bounds(),
+        None,
+        "200 wraps"
+    );
+    assert_eq!(
+        src.to_dtype(DType::U8).unwrap().known_bounds(),
+        None,
+        "-3 wraps"
+    );
+    assert_eq!(src.to_dtype(DType::F32).unwrap().known_bounds(), None);
+    assert_eq!(src.to_device(Device::Cpu).unwrap().known_bounds(), None);
     // Any write drops them: through a shared handle, or through `&mut`.
     let seven = Storage::from_slice(&[7i64], Device::Cpu).unwrap();
     let shared = Storage::from_slice(&vals, dev).unwrap();

@@ -152,8 +152,16 @@ fn selection_by_uploaded_indices_matches_the_cpu() {
         let table: Vec<f32> = (0..rows as usize * cols).map(|i| i as f32).collect();
         let src: Vec<f32> = (0..n * cols).map(|_| rng.random_range(-4.0..4.0)).collect();
         let mut want: Option<Vec<Result<Vec<f32>, String>>> = None;
+        // Uploaded as int64, or as int32 and converted on the device.
+        let narrow = rng.random_bool(0.3);
         for dev in devices() {
-            let index = Tensor::from_slice(&idx, [n], dev).unwrap();
+            let index = if narrow {
+                let i32s: Vec<i32> = idx.iter().map(|&v| v as i32).collect();
+                let t = Tensor::from_slice(&i32s, [n], dev).unwrap();
+                t.to_dtype(genesis::DType::I64).unwrap()
+            } else {
+                Tensor::from_slice(&idx, [n], dev).unwrap()
+            };
             apply(w, &index, &other);
             let tab = Tensor::from_slice(&table, [rows as usize, cols], dev).unwrap();
             let by_rows = outcome(tab.index_select(0, &index));
@@ -173,7 +181,11 @@ fn selection_by_uploaded_indices_matches_the_cpu() {
                 }
                 Some(w0) => {
                     for (k, (a, b)) in got.iter().zip(w0).enumerate() {
-                        same(a, b, &format!("case {case} {dev:?} {w:?} op {k} {idx:?}"));
+                        same(
+                            a,
+                            b,
+                            &format!("case {case} {dev:?} {w:?} {narrow} op {k} {idx:?}"),
+                        );
                     }
                 }
             }

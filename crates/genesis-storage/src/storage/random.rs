@@ -45,7 +45,7 @@ impl Storage {
             && !dtype.is_float()
             && let Ok(hi) = i64::try_from(i128::from(low) + i128::from(range) - 1)
         {
-            out.note_drawn_bounds(low, hi);
+            out.note_known_bounds(low, hi);
         }
         Ok(out)
     }

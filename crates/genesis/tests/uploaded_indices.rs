@@ -1,9 +1,10 @@
-//! Index tensors uploaded from host memory: on CUDA an int64 tensor copied from the host
-//! carries its values' bounds, and `cross_entropy`, `index_select`, `gather` and `scatter_add_`
-//! skip reading their device-side check back when those bounds put every value in range.
-//! Whatever writes the tensor afterwards (in place, through a view, by a copy) must bring the
-//! check back: random targets and tables, written or not after the upload, give on every
-//! device what the CPU gives for the same final values, errors included.
+//! Index tensors uploaded from host memory: on CUDA an integer tensor copied from the host (or
+//! drawn by `randint`) carries its values' bounds, and `cross_entropy`, `gather`,
+//! `scatter_add_`, advanced indexing and integer division skip reading their device-side
+//! check back when those bounds rule every bad value out. Whatever writes the tensor
+//! afterwards (in place, through a view, by a copy) must bring the check back: random targets,
+//! indices and divisors, written or not after the upload, give on every device what the CPU
+//! gives for the same final values, errors included.
 
 use genesis::{Reduction, Tensor};
 use rand::rngs::SmallRng;
@@ -260,4 +261,69 @@ fn integer_division_by_uploaded_or_drawn_divisors_matches_the_cpu() {
         }
     }
     assert!((30..500).contains(&refused), "{refused} of 600 refused");
+}
+
+/// Advanced indexing by uploaded index tensors (negative values wrap, some out of range),
+/// written afterwards or not: reads through columns and rows, and assignments with and
+/// without accumulation, give on every device what the CPU gives.
+#[test]
+fn advanced_indexing_by_uploaded_tensors_matches_the_cpu() {
+    use genesis::s;
+    let _release = Release;
+    let mut rng = SmallRng::seed_from_u64(14);
+    let mut refused = 0;
+    for case in 0..200 {
+        let (rows, cols, n) = (
+            rng.random_range(1..7i64),
+            rng.random_range(1..7i64),
+            rng.random_range(1..12),
+        );
+        let size = rows.min(cols);
+        let (lo, hi) = match rng.random_range(0..4) {
+            0 => (-size - 1, size),
+            1 => (0, size + 1),
+            _ => (-size, size),
+        };
+        let idx = values(&mut rng, n, lo, hi, None);
+        let other = values(&mut rng, n, -size - 1, size + 1, None);
+        let w = random_write(&mut rng, size);
+        let narrow = rng.random_bool(0.3);
+        let table: Vec<f32> = (0..rows * cols).map(|i| i as f32).collect();
+        let mut want: Option<Vec<Result<Vec<f32>, String>>> = None;
+        for dev in devices() {
+            let index = if narrow {
+                let i32s: Vec<i32> = idx.iter().map(|&v| v as i32).collect();
+                let t = Tensor::from_slice(&i32s, [n], dev).unwrap();
+                t.to_dtype(genesis::DType::I64).unwrap()
+            } else {
+                Tensor::from_slice(&idx, [n], dev).unwrap()
+            };
+            apply(w, &index, &other);
+            let x = Tensor::from_slice(&table, [rows as usize, cols as usize], dev).unwrap();
+            let by_cols = outcome(x.i(&s![.., @&index]));
+            let by_rows = outcome(x.i(&s![@&index]));
+            let put = |accumulate: bool| {
+                let t = x.clone().contiguous().unwrap().mul(1.0).unwrap();
+                let v = Tensor::full([0usize; 0], 100.0f32, dev).unwrap();
+                outcome(t.index_put_(&s![.., @&index], &v, accumulate).map(|()| t))
+            };
+            let got = vec![by_cols, by_rows, put(false), put(true)];
+            match &want {
+                None => {
+                    refused += got.iter().filter(|r| r.is_err()).count();
+                    want = Some(got);
+                }
+                Some(w0) => {
+                    for (k, (a, b)) in got.iter().zip(w0).enumerate() {
+                        same(
+                            a,
+                            b,
+                            &format!("case {case} {dev:?} {w:?} {narrow} op {k} {idx:?}"),
+                        );
+                    }
+                }
+            }
+        }
+    }
+    assert!((50..700).contains(&refused), "{refused} of 800 refused");
 }

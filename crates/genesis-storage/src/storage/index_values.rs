@@ -65,6 +65,9 @@ pub struct IndexValues {
     /// One word per array when some array was normalised on the device: -1, or the smallest
     /// position whose value was out of range.
     bad: Option<Storage>,
+    /// Every value is known to have been in range (host arrays checked, stored ones by their
+    /// storages' [`Storage::known_bounds`]): the words are all -1 without reading them.
+    in_range: bool,
 }
 
 impl IndexValues {
@@ -129,6 +132,17 @@ impl IndexValues {
             (Storage::empty(total.max(1), DType::I64, device)?, None)
         };
         let mut bad = None;
+        // Stored arrays whose storages' known bounds lie in `-size..size` (before and, no write
+        // having come in between, after the normalisation read them) have no bad value: their
+        // words need no read-back.
+        let bounds = |s: &Storage| s.known_bounds();
+        let before: Vec<_> = arrays
+            .iter()
+            .map(|(src, _)| match src {
+                IndexSource::Stored { values: s, .. } => bounds(s),
+                IndexSource::Host(_) => None,
+            })
+            .collect();
         if stored {
             let mut words = Storage::full::<i64>(n_adv, -1, device)?;
             for (a, (src, size)) in arrays.iter().enumerate() {
@@ -138,6 +152,19 @@ impl IndexValues {
             }
             bad = Some(words);
         }
+        let in_range = arrays
+            .iter()
+            .zip(&before)
+            .all(|((src, size), b)| match src {
+                IndexSource::Stored { values: s, .. } => {
+                    let size = *size as i128;
+                    bounds(s) == *b
+                        && b.is_some_and(|(lo, hi)| {
+                            -size <= i128::from(lo) && i128::from(hi) < size
+                        })
+                }
+                IndexSource::Host(_) => true,
+            });
         Ok(IndexValues {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             values,
@@ -145,6 +172,7 @@ impl IndexValues {
             sizes: arrays.iter().map(|&(_, s)| s).collect(),
             nb,
             bad,
+            in_range,
         })
     }
 
@@ -181,9 +209,13 @@ impl IndexValues {
 
     /// The normalisation's reports, read back (one synchronisation): per array -1, or the
     /// smallest position whose value was out of range (then written as 0); `None` when every
-    /// array was given on the host (checked then).
+    /// array was given on the host (checked then). Arrays whose storages' known bounds put
+    /// every value in range report -1 without a read-back.
     pub fn bad_positions(&self) -> Result<Option<Vec<i64>>> {
-        self.bad.as_ref().map(Storage::to_vec::<i64>).transpose()
+        match &self.bad {
+            Some(_) if self.in_range => Ok(Some(vec![-1; self.sizes.len()])),
+            b => b.as_ref().map(Storage::to_vec::<i64>).transpose(),
+        }
     }
 
     /// The `n_adv * nb` values, array after array, on the host.

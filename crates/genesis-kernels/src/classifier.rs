@@ -37,7 +37,8 @@
 //! `tests/gpu_classifier.rs` checks this bound; `tests/emu/fused_run.sh` runs the kernels' source
 //! on the CPU (threads for CUDA threads, under AddressSanitizer) against an f64 reference.
 //!
-//! **Speed.** A block of 512 threads a row; the statistics take one multiply-add and one
+//! **Speed.** A block a row, of up to 512 threads (four 16-byte chunks a thread, at least a
+//! warp: `row_threads`); the statistics take one multiply-add and one
 //! `exp2f` an element (the running maximum moves once a 16-byte chunk, four independent
 //! states a thread, eight chunks loaded at once); the fused kernel reads a row twice and
 //! writes it once, with 16-byte vectors when the buffers and row
@@ -420,9 +421,23 @@ pub fn cross_entropy_fused_in_place<T: FusedElement>(
 /// `Mean`), 8-byte aligned.
 pub const WORKSPACE_BYTES: usize = 8;
 
-/// Threads a block of the row kernels (`CE_THREADS`).
+/// The most threads a block of the row kernels (`CE_THREADS`).
 #[cfg(feature = "cuda")]
 const THREADS: u32 = 512;
+
+/// Threads a block of the row kernels for rows of `classes` elements of `elem` bytes: enough
+/// for four 16-byte chunks a thread, from one warp to [`THREADS`]. A short row on a large block
+/// leaves most threads idle through the block's merges (4,096 rows of 1,000 f32 took a 512-
+/// thread block each); shorter blocks let more rows run at once. A function of the shape
+/// alone, so the forward and the fused kernel fold a row in the same order.
+#[cfg(feature = "cuda")]
+fn row_threads(classes: u64, elem: u64) -> u32 {
+    let chunks = classes.div_ceil(16 / elem.max(1));
+    chunks
+        .div_ceil(4)
+        .next_power_of_two()
+        .clamp(32, u64::from(THREADS)) as u32
+}
 /// The largest grid (blocks stride over the other rows).
 #[cfg(feature = "cuda")]
 const MAX_GRID: usize = 1 << 20;
@@ -558,11 +573,12 @@ impl Args {
             crate::DType::BF16 => 2,
             _ => unreachable!("checked by gpu_dtype"),
         };
+        let threads = row_threads(self.classes, elem);
         self.launch(
             stream,
             names[kind][2 * t + usize::from(vec)],
             self.rows as usize,
-            THREADS,
+            threads,
         )
     }
 }

@@ -86,19 +86,68 @@ fn same(a: &Result<Vec<f32>, String>, b: &Result<Vec<f32>, String>, what: &str) 
     }
 }
 
+type Outcome = Result<Vec<f32>, String>;
+
+/// The first device's (the CPU's) outcomes of a case, which the other devices' must match.
+#[derive(Default)]
+struct Expected {
+    first: Option<Vec<Outcome>>,
+    /// Refusals on the first device, over all cases.
+    refused: usize,
+}
+
+impl Expected {
+    /// Keeps `got` as the case's outcomes when it is the first device's, else compares.
+    fn check(&mut self, got: Vec<Outcome>, what: &str) {
+        match &self.first {
+            None => {
+                self.refused += got.iter().filter(|r| r.is_err()).count();
+                self.first = Some(got);
+            }
+            Some(w0) => {
+                for (k, (a, b)) in got.iter().zip(w0).enumerate() {
+                    same(a, b, &format!("{what} op {k}"));
+                }
+            }
+        }
+    }
+
+    /// Starts the next case.
+    fn next(&mut self) {
+        self.first = None;
+    }
+}
+
+/// A range of `size` values around `0..size`: mostly it, sometimes one value further below
+/// (`below`) or above.
+fn range_of(rng: &mut SmallRng, size: i64, below: i64) -> (i64, i64) {
+    match rng.random_range(0..4) {
+        0 => (below - 1, size),
+        1 => (below, size + 1),
+        _ => (below, size),
+    }
+}
+
+/// The index `idx` uploaded to `dev` as int64, or as int32 converted on the device (`narrow`).
+fn upload_index(idx: &[i64], narrow: bool, dev: genesis::Device) -> Tensor {
+    if narrow {
+        let i32s: Vec<i32> = idx.iter().map(|&v| v as i32).collect();
+        let t = Tensor::from_slice(&i32s, [idx.len()], dev).unwrap();
+        t.to_dtype(genesis::DType::I64).unwrap()
+    } else {
+        Tensor::from_slice(idx, [idx.len()], dev).unwrap()
+    }
+}
+
 #[test]
 fn cross_entropy_by_uploaded_targets_matches_the_cpu() {
     let _release = Release;
     let mut rng = SmallRng::seed_from_u64(11);
-    let mut refused = 0;
+    let mut want = Expected::default();
     for case in 0..300 {
         let (n, c) = (rng.random_range(1..40), rng.random_range(1..12i64));
         // Mostly in range; sometimes a value just outside, or the ignored -100.
-        let (lo, hi) = match rng.random_range(0..4) {
-            0 => (-1, c),
-            1 => (0, c + 1),
-            _ => (0, c),
-        };
+        let (lo, hi) = range_of(&mut rng, c, 0);
         let ignore = rng.random_bool(0.3).then_some(-100);
         let t = values(&mut rng, n, lo, hi, ignore);
         let other = values(&mut rng, n, -1, c + 1, None);
@@ -106,28 +155,18 @@ fn cross_entropy_by_uploaded_targets_matches_the_cpu() {
         let logits: Vec<f32> = (0..n * c as usize)
             .map(|_| rng.random_range(-4.0..4.0))
             .collect();
-        for red in [Reduction::Mean, Reduction::None] {
-            let mut want = None;
-            for dev in devices() {
-                let target = Tensor::from_slice(&t, [n], dev).unwrap();
-                apply(w, &target, &other);
-                let x = Tensor::from_slice(&logits, [n, c as usize], dev).unwrap();
-                let got = outcome(x.cross_entropy(&target, ignore, red));
-                match &want {
-                    None => {
-                        refused += usize::from(got.is_err());
-                        want = Some(got);
-                    }
-                    Some(w0) => same(
-                        &got,
-                        w0,
-                        &format!("case {case} {dev:?} {w:?} {red:?} {t:?}"),
-                    ),
-                }
-            }
+        want.next();
+        for dev in devices() {
+            let target = Tensor::from_slice(&t, [n], dev).unwrap();
+            apply(w, &target, &other);
+            let x = Tensor::from_slice(&logits, [n, c as usize], dev).unwrap();
+            let got = [Reduction::Mean, Reduction::None]
+                .map(|red| outcome(x.cross_entropy(&target, ignore, red)));
+            want.check(got.to_vec(), &format!("case {case} {dev:?} {w:?} {t:?}"));
         }
     }
     // Both outcomes were reached.
+    let refused = want.refused;
     assert!((50..550).contains(&refused), "{refused} of 600 refused");
 }
 
@@ -135,34 +174,24 @@ fn cross_entropy_by_uploaded_targets_matches_the_cpu() {
 fn selection_by_uploaded_indices_matches_the_cpu() {
     let _release = Release;
     let mut rng = SmallRng::seed_from_u64(12);
-    let mut refused = 0;
+    let mut want = Expected::default();
     for case in 0..300 {
         let (rows, cols, n) = (
             rng.random_range(1..9i64),
             rng.random_range(1..5usize),
             rng.random_range(1..30),
         );
-        let (lo, hi) = match rng.random_range(0..4) {
-            0 => (-1, rows),
-            1 => (0, rows + 1),
-            _ => (0, rows),
-        };
+        let (lo, hi) = range_of(&mut rng, rows, 0);
         let idx = values(&mut rng, n, lo, hi, None);
         let other = values(&mut rng, n, -1, rows + 1, None);
         let w = random_write(&mut rng, rows);
         let table: Vec<f32> = (0..rows as usize * cols).map(|i| i as f32).collect();
         let src: Vec<f32> = (0..n * cols).map(|_| rng.random_range(-4.0..4.0)).collect();
-        let mut want: Option<Vec<Result<Vec<f32>, String>>> = None;
         // Uploaded as int64, or as int32 and converted on the device.
         let narrow = rng.random_bool(0.3);
+        want.next();
         for dev in devices() {
-            let index = if narrow {
-                let i32s: Vec<i32> = idx.iter().map(|&v| v as i32).collect();
-                let t = Tensor::from_slice(&i32s, [n], dev).unwrap();
-                t.to_dtype(genesis::DType::I64).unwrap()
-            } else {
-                Tensor::from_slice(&idx, [n], dev).unwrap()
-            };
+            let index = upload_index(&idx, narrow, dev);
             apply(w, &index, &other);
             let tab = Tensor::from_slice(&table, [rows as usize, cols], dev).unwrap();
             let by_rows = outcome(tab.index_select(0, &index));
@@ -174,24 +203,12 @@ fn selection_by_uploaded_indices_matches_the_cpu() {
             let acc = Tensor::zeros([rows as usize, cols], genesis::DType::F32, dev).unwrap();
             let vals = Tensor::from_slice(&src, [n, cols], dev).unwrap();
             let scattered = outcome(acc.scatter_add_(0, &g, &vals).map(|()| acc.clone()));
-            let got = vec![by_rows, gathered, scattered];
-            match &want {
-                None => {
-                    refused += got.iter().filter(|r| r.is_err()).count();
-                    want = Some(got);
-                }
-                Some(w0) => {
-                    for (k, (a, b)) in got.iter().zip(w0).enumerate() {
-                        same(
-                            a,
-                            b,
-                            &format!("case {case} {dev:?} {w:?} {narrow} op {k} {idx:?}"),
-                        );
-                    }
-                }
-            }
+            let what = format!("case {case} {dev:?} {w:?} {narrow} {idx:?}");
+            want.check(vec![by_rows, gathered, scattered], &what);
         }
-    } // Both outcomes were reached.
+    }
+    // Both outcomes were reached.
+    let refused = want.refused;
     assert!((100..800).contains(&refused), "{refused} of 900 refused");
 }
 
@@ -203,7 +220,7 @@ fn integer_division_by_uploaded_or_drawn_divisors_matches_the_cpu() {
     use genesis::{DType, RoundingMode};
     let _release = Release;
     let mut rng = SmallRng::seed_from_u64(13);
-    let mut refused = 0;
+    let mut want = Expected::default();
     for case in 0..200 {
         let n = rng.random_range(1..40);
         let a = values(&mut rng, n, -1000, 1000, None);
@@ -228,7 +245,7 @@ fn integer_division_by_uploaded_or_drawn_divisors_matches_the_cpu() {
             Some(t) => t.to_vec::<i64>().unwrap(),
             None => host_b.clone(),
         };
-        let mut want: Option<Vec<Result<Vec<f32>, String>>> = None;
+        want.next();
         for dev in devices() {
             let b = match &drawn_t {
                 Some(t) if dev == last => t.clone(),
@@ -243,23 +260,10 @@ fn integer_division_by_uploaded_or_drawn_divisors_matches_the_cpu() {
                 as_f32(x.floor_divide(&b)),
                 as_f32(x.div_mode(&b, RoundingMode::Trunc)),
             ];
-            match &want {
-                None => {
-                    refused += got.iter().filter(|r| r.is_err()).count();
-                    want = Some(got);
-                }
-                Some(w0) => {
-                    for (k, (g, e)) in got.iter().zip(w0).enumerate() {
-                        same(
-                            g,
-                            e,
-                            &format!("case {case} {dev:?} {w:?} drawn {drawn} op {k}"),
-                        );
-                    }
-                }
-            }
+            want.check(got, &format!("case {case} {dev:?} {w:?} drawn {drawn}"));
         }
     }
+    let refused = want.refused;
     assert!((30..500).contains(&refused), "{refused} of 600 refused");
 }
 
@@ -271,7 +275,7 @@ fn advanced_indexing_by_uploaded_tensors_matches_the_cpu() {
     use genesis::s;
     let _release = Release;
     let mut rng = SmallRng::seed_from_u64(14);
-    let mut refused = 0;
+    let mut want = Expected::default();
     for case in 0..200 {
         let (rows, cols, n) = (
             rng.random_range(1..7i64),
@@ -279,25 +283,15 @@ fn advanced_indexing_by_uploaded_tensors_matches_the_cpu() {
             rng.random_range(1..12),
         );
         let size = rows.min(cols);
-        let (lo, hi) = match rng.random_range(0..4) {
-            0 => (-size - 1, size),
-            1 => (0, size + 1),
-            _ => (-size, size),
-        };
+        let (lo, hi) = range_of(&mut rng, size, -size);
         let idx = values(&mut rng, n, lo, hi, None);
         let other = values(&mut rng, n, -size - 1, size + 1, None);
         let w = random_write(&mut rng, size);
         let narrow = rng.random_bool(0.3);
         let table: Vec<f32> = (0..rows * cols).map(|i| i as f32).collect();
-        let mut want: Option<Vec<Result<Vec<f32>, String>>> = None;
+        want.next();
         for dev in devices() {
-            let index = if narrow {
-                let i32s: Vec<i32> = idx.iter().map(|&v| v as i32).collect();
-                let t = Tensor::from_slice(&i32s, [n], dev).unwrap();
-                t.to_dtype(genesis::DType::I64).unwrap()
-            } else {
-                Tensor::from_slice(&idx, [n], dev).unwrap()
-            };
+            let index = upload_index(&idx, narrow, dev);
             apply(w, &index, &other);
             let x = Tensor::from_slice(&table, [rows as usize, cols as usize], dev).unwrap();
             let by_cols = outcome(x.i(&s![.., @&index]));
@@ -308,22 +302,9 @@ fn advanced_indexing_by_uploaded_tensors_matches_the_cpu() {
                 outcome(t.index_put_(&s![.., @&index], &v, accumulate).map(|()| t))
             };
             let got = vec![by_cols, by_rows, put(false), put(true)];
-            match &want {
-                None => {
-                    refused += got.iter().filter(|r| r.is_err()).count();
-                    want = Some(got);
-                }
-                Some(w0) => {
-                    for (k, (a, b)) in got.iter().zip(w0).enumerate() {
-                        same(
-                            a,
-                            b,
-                            &format!("case {case} {dev:?} {w:?} {narrow} op {k} {idx:?}"),
-                        );
-                    }
-                }
-            }
+            want.check(got, &format!("case {case} {dev:?} {w:?} {narrow} {idx:?}"));
         }
     }
+    let refused = want.refused;
     assert!((50..700).contains(&refused), "{refused} of 800 refused");
 }

@@ -41,7 +41,11 @@ impl Tensor {
     /// [`autocast`](crate::autograd::autocast) (PyTorch computes the loss in float32 there),
     /// on CUDA take one fused kernel each way, whose backward writes the logits' gradient
     /// without storing their softmax; the loss is then float32. A target outside `0..C`
-    /// other than `ignore_index` is an index error.
+    /// other than `ignore_index` is an index error. On CUDA the kernel checks the targets and
+    /// the host reads its verdict back (one synchronisation), except for targets whose values
+    /// are known to be in range without reading them: copied from host memory (`from_slice`,
+    /// `to`) or drawn by `randint`, and not written since
+    /// (`genesis_storage::Storage::known_bounds`), as a training loop's batches are.
     ///
     /// ```
     /// use genesis::{Device, Reduction, Tensor};

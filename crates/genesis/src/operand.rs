@@ -120,7 +120,9 @@ impl Tensor {
 
     /// Elementwise `floor(self / other)`, broadcasting (Python's `//`, PyTorch's
     /// `floor_divide` and `div(rounding_mode="floor")`), in the promoted dtype: integers stay
-    /// integers (exact; a zero divisor is an error, as PyTorch's CPU says `ZeroDivisionError`),
+    /// integers (exact; a zero divisor is an error, as PyTorch's CPU says `ZeroDivisionError`:
+    /// on CUDA a check with one synchronisation, skipped for divisors known to hold no zero,
+    /// copied from host memory or drawn by `randint` and not written since),
     /// floats as PyTorch computes them (`(a - fmod(a, b)) / b` corrected toward the floor; a
     /// zero divisor gives IEEE's `a / b`). Bools are refused. Differentiable (zero gradient).
     ///
@@ -154,8 +156,9 @@ impl Tensor {
 
     /// Elementwise remainder with the sign of the divisor (Python's `%`, PyTorch's
     /// `remainder`): `self - floor(self / other) * other`, broadcasting, in the promoted
-    /// dtype; an integer zero divisor is an error, a float one gives NaN. Also the `%`
-    /// operator. Differentiable (`d/d other = -floor(self / other)`).
+    /// dtype; an integer zero divisor is an error (checked as for [`Tensor::floor_divide`]), a
+    /// float one gives NaN. Also the `%` operator. Differentiable
+    /// (`d/d other = -floor(self / other)`).
     #[track_caller]
     pub fn remainder(&self, other: impl Operand) -> Result<Tensor> {
         self.binary_operand(BinaryOp::Remainder, other.operand())

@@ -461,9 +461,9 @@ pub(crate) trait Compute {
     ) -> Result<()>;
 
     /// `out[i] = self[at + target(i, idx[idx_at + ..])]` over `d` for `dtype` elements (the
-    /// gather of `genesis_kernels::gather`); a bad index value is an error. `in_range`: the
-    /// caller knows every index value lies in `0..d.size()` (a device need not read its check
-    /// back).
+    /// gather of `genesis_kernels::gather`); a bad index value is an error. `in_range`, asked
+    /// once the work is queued: whether every index value is known to lie in `0..d.size()`
+    /// (a device need not read its check back).
     #[allow(clippy::too_many_arguments)]
     fn gather_along(
         &self,
@@ -473,7 +473,7 @@ pub(crate) trait Compute {
         idx_at: usize,
         d: &Along,
         out: &mut Self,
-        in_range: bool,
+        in_range: &dyn Fn() -> bool,
     ) -> Result<()>;
 
     /// In place into `self` (targets counted from element `out_at`): the scatter (`add`:
@@ -491,7 +491,7 @@ pub(crate) trait Compute {
         vals: &Self,
         vals_at: usize,
         d: &Along,
-        in_range: bool,
+        in_range: &dyn Fn() -> bool,
     ) -> Result<()>;
 
     /// The rows from `self[at]` summed by sorted key into `out` (`out_rows` rows, zeroed by the
@@ -1595,7 +1595,7 @@ impl Compute for [u8] {
         idx_at: usize,
         d: &Along,
         out: &mut [u8],
-        _in_range: bool,
+        _in_range: &dyn Fn() -> bool,
     ) -> Result<()> {
         let (ni, _, nt) = d.reach()?;
         let ix = host::<i64>(idx, idx_at, ni)?;
@@ -1616,7 +1616,7 @@ impl Compute for [u8] {
         vals: &[u8],
         vals_at: usize,
         d: &Along,
-        _in_range: bool,
+        _in_range: &dyn Fn() -> bool,
     ) -> Result<()> {
         let (ni, nv, nt) = d.reach()?;
         let ix = host::<i64>(idx, idx_at, ni)?;

@@ -538,7 +538,7 @@ impl Compute for CudaMem {
         _: usize,
         _: &Along,
         _: &mut CudaMem,
-        _: bool,
+        _: &dyn Fn() -> bool,
     ) -> Result<()> {
         match *self {}
     }
@@ -553,7 +553,7 @@ impl Compute for CudaMem {
         _: &CudaMem,
         _: usize,
         _: &Along,
-        _: bool,
+        _: &dyn Fn() -> bool,
     ) -> Result<()> {
         match *self {}
     }

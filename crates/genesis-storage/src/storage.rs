@@ -80,8 +80,12 @@ fn i64_bounds(bytes: &[u8]) -> Option<(i64, i64)> {
     lane_bounds::<8>(bytes, |c| i64::from_le_bytes(*c))
 }
 
-/// The bounds of host values of `dtype` (int64 or int32; `None` for the others or no value).
+/// The bounds of host values of `dtype` (int64 or int32, at most [`BOUNDS_MAX_LEN`] of them;
+/// `None` for the others, more values, or none).
 fn host_bounds(dtype: DType, bytes: &[u8]) -> Option<(i64, i64)> {
+    if bytes.len() / dtype.size() > BOUNDS_MAX_LEN {
+        return None;
+    }
     match dtype {
         DType::I64 => i64_bounds(bytes),
         DType::I32 => i32_bounds(bytes),
@@ -678,11 +682,12 @@ impl Storage {
         self.bounds.filter(|_| unwritten)
     }
 
-    /// Whether every value of this int64 storage is known, by [`Storage::known_bounds`], to
-    /// lie in `0..size`.
-    pub(crate) fn known_within(&self, size: usize) -> bool {
+    /// Whether every value of this storage is known, by [`Storage::known_bounds`], to lie in
+    /// `lo..hi`. Asked after the work that reads the values is queued: bounds still known then
+    /// were known all along (they are only ever dropped), and later writes queue after it.
+    pub(crate) fn known_within(&self, lo: i128, hi: i128) -> bool {
         self.known_bounds()
-            .is_some_and(|(lo, hi)| lo >= 0 && (hi as u64) < size as u64)
+            .is_some_and(|(l, h)| lo <= i128::from(l) && i128::from(h) < hi)
     }
 
     /// Drops [`Storage::known_bounds`] for good (the address is handed out).
@@ -713,23 +718,21 @@ impl Storage {
         }
     }
 
-    /// Gives `out`, just written with values of this storage (copied or converted), the
-    /// bounds this storage was known to have before the copy (`before`) when they still hold
-    /// after it: no write came in between.
-    fn pass_bounds(&self, out: &mut Storage, before: Option<(i64, i64)>) {
-        if let Some((lo, hi)) = before
-            && self.known_bounds() == before
-        {
+    /// Gives `out`, just written with values of this storage (copied or converted), this
+    /// storage's known bounds, asked after the copy (see [`Storage::known_within`]).
+    fn pass_bounds(&self, out: &mut Storage) {
+        if let Some((lo, hi)) = self.known_bounds() {
             out.note_known_bounds(lo, hi);
         }
     }
 
-    /// Records the bounds of int64 or int32 `bytes` (host values just copied whole into this
-    /// device storage) for [`Storage::known_bounds`], for at most [`BOUNDS_MAX_LEN`] values.
+    /// Records the bounds of `bytes`, host values just copied whole into this device storage
+    /// ([`host_bounds`]).
     fn note_bounds(&mut self, bytes: &[u8]) {
-        if self.device != Device::Cpu && bytes.len() == self.nbytes() && self.len <= BOUNDS_MAX_LEN
+        if bytes.len() == self.nbytes()
+            && let Some((lo, hi)) = host_bounds(self.dtype, bytes)
         {
-            self.bounds = host_bounds(self.dtype, bytes);
+            self.note_known_bounds(lo, hi);
         }
     }
 
@@ -906,24 +909,30 @@ impl Storage {
         self.check_range("to_device", start, len)?;
         let size = self.dtype.size();
         let mut out = Storage::uninit(len, self.dtype, device)?;
-        let before = self.known_bounds();
-        // The bounds of integers in private host memory, found before the copy and kept if no
-        // write came in between (the version unchanged); pinned copies may still be in flight
-        // after the call, and shared or mapped memory can change behind the lock.
+        // Integers to a device: the bounds of values in private host memory, found before the
+        // copy and kept if no write came in between (the version unchanged; pinned copies may
+        // still be in flight after the call, and shared or mapped memory can change behind
+        // the lock), else a device source's own. Other copies take neither lock nor bounds.
+        let ints = !self.dtype.is_float() && self.dtype != DType::Bool && device != Device::Cpu;
         let version = self.version();
-        let host = match &*self.read("to_device")? {
-            Inner::Cpu(c) if len <= BOUNDS_MAX_LEN && device != Device::Cpu => host_bounds(
-                self.dtype,
-                &c.as_bytes()[start * size..(start + len) * size],
-            ),
-            _ => None,
+        let host = if ints {
+            match &*self.read("to_device")? {
+                Inner::Cpu(c) => host_bounds(
+                    self.dtype,
+                    &c.as_bytes()[start * size..(start + len) * size],
+                ),
+                _ => None,
+            }
+        } else {
+            None
         };
         out.copy_bytes_from(0, self, start * size, len * size)?;
-        self.pass_bounds(&mut out, before);
         if let Some((lo, hi)) = host
             && self.version() == version
         {
             out.note_known_bounds(lo, hi);
+        } else if ints {
+            self.pass_bounds(&mut out);
         }
         Ok(out)
     }
@@ -1252,7 +1261,6 @@ impl Storage {
         let device = self.device();
         let mut out = Storage::uninit(len, dtype, device)?;
         // Integers converted to integers keep their values, so their known bounds.
-        let before = self.known_bounds();
         if dtype == self.dtype {
             let (at, bytes) = (start * dtype.size(), len * dtype.size());
             // Within one device, stream-ordered as the cast kernels are: the host does not
@@ -1266,7 +1274,7 @@ impl Storage {
             } else {
                 out.copy_bytes_from(0, self, at, bytes)?;
             }
-            self.pass_bounds(&mut out, before);
+            self.pass_bounds(&mut out);
             return Ok(out);
         }
         match (self.read("to_dtype")?.mem(), out.mem_mut("to_dtype")?) {
@@ -1274,7 +1282,7 @@ impl Storage {
             (Mem::Cuda(a), MemMut::Cuda(o)) => a.cast(self.dtype, start, dtype, o, len)?,
             _ => return Err(mixed("to_dtype")),
         }
-        self.pass_bounds(&mut out, before);
+        self.pass_bounds(&mut out);
         Ok(out)
     }
 
@@ -1520,7 +1528,7 @@ mod tests {
     fn host_storages_keep_no_bounds() {
         let s = Storage::from_slice(&[3i64, 1, 2], Device::Cpu).unwrap();
         assert_eq!(s.known_bounds(), None);
-        assert!(!s.known_within(4));
+        assert!(!s.known_within(0, 4));
     }
 
     /// Copies of more than the strided kernel's dimensions, coalescible or not.

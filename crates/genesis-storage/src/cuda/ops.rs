@@ -1056,7 +1056,7 @@ impl Compute for CudaMem {
         idx_at: usize,
         d: &Along,
         out: &mut CudaMem,
-        in_range: bool,
+        in_range: &dyn Fn() -> bool,
     ) -> Result<()> {
         let (ni, _, nt) = d.reach()?;
         let es = dtype.size();
@@ -1072,7 +1072,7 @@ impl Compute for CudaMem {
             out.span_mut::<u8>(d.numel() * es)?,
             bad.span_mut::<u64>(1)?,
         )?;
-        if in_range {
+        if in_range() {
             return Ok(());
         }
         check_bad(&stream, "gather", &bad, idx, idx_at, d)
@@ -1088,7 +1088,7 @@ impl Compute for CudaMem {
         vals: &CudaMem,
         vals_at: usize,
         d: &Along,
-        in_range: bool,
+        in_range: &dyn Fn() -> bool,
     ) -> Result<()> {
         let (ni, nv, nt) = d.reach()?;
         let es = dtype.size();
@@ -1105,7 +1105,7 @@ impl Compute for CudaMem {
             d,
             bad.span_mut::<u64>(1)?,
         )?;
-        if in_range {
+        if in_range() {
             return Ok(());
         }
         check_bad(

@@ -101,7 +101,7 @@ impl Storage {
             }
         }
         // Targets whose known bounds lie in `0..classes` need no read-back.
-        if dev != crate::Device::Cpu && !targets.0.known_within(shape.classes) {
+        if dev != crate::Device::Cpu && !targets.0.known_within(0, shape.classes as i128) {
             Self::check_status(&status, shape, targets)?;
         }
         Ok((

@@ -181,17 +181,17 @@ impl Storage {
         self.check_range("gather", start, nt)?;
         byte_len(d.numel(), dtype)?;
         let mut out = Storage::uninit(d.numel(), dtype, self.device())?;
-        let in_range = usize::try_from(d.size()).is_ok_and(|n| index.known_within(n));
+        let in_range = || index.known_within(0, i128::from(d.size()));
         match (
             self.read("gather")?.mem(),
             index.read("gather")?.mem(),
             out.mem_mut("gather")?,
         ) {
             (Mem::Host(a), Mem::Host(i), MemMut::Host(o)) => {
-                a.gather_along(dtype, start, i, index_start, d, o, in_range)?
+                a.gather_along(dtype, start, i, index_start, d, o, &in_range)?
             }
             (Mem::Cuda(a), Mem::Cuda(i), MemMut::Cuda(o)) => {
-                a.gather_along(dtype, start, i, index_start, d, o, in_range)?
+                a.gather_along(dtype, start, i, index_start, d, o, &in_range)?
             }
             _ => return Err(mixed("gather")),
         }
@@ -232,7 +232,7 @@ impl Storage {
         index.check_index(name, index_start, ni)?;
         values.check_range(name, values_start, nv)?;
         self.check_range(name, out_start, nt)?;
-        let in_range = usize::try_from(d.size()).is_ok_and(|n| index.known_within(n));
+        let in_range = || index.known_within(0, i128::from(d.size()));
         match (
             self.mem_mut(name)?,
             index.read(name)?.mem(),
@@ -247,7 +247,7 @@ impl Storage {
                 v,
                 values_start,
                 d,
-                in_range,
+                &in_range,
             ),
             (MemMut::Cuda(o), Mem::Cuda(i), Mem::Cuda(v)) => o.scatter_along(
                 dtype,
@@ -258,7 +258,7 @@ impl Storage {
                 v,
                 values_start,
                 d,
-                in_range,
+                &in_range,
             ),
             _ => Err(mixed(name)),
         }

@@ -132,17 +132,6 @@ impl IndexValues {
             (Storage::empty(total.max(1), DType::I64, device)?, None)
         };
         let mut bad = None;
-        // Stored arrays whose storages' known bounds lie in `-size..size` (before and, no write
-        // having come in between, after the normalisation read them) have no bad value: their
-        // words need no read-back.
-        let bounds = |s: &Storage| s.known_bounds();
-        let before: Vec<_> = arrays
-            .iter()
-            .map(|(src, _)| match src {
-                IndexSource::Stored { values: s, .. } => bounds(s),
-                IndexSource::Host(_) => None,
-            })
-            .collect();
         if stored {
             let mut words = Storage::full::<i64>(n_adv, -1, device)?;
             for (a, (src, size)) in arrays.iter().enumerate() {
@@ -152,19 +141,15 @@ impl IndexValues {
             }
             bad = Some(words);
         }
-        let in_range = arrays
-            .iter()
-            .zip(&before)
-            .all(|((src, size), b)| match src {
-                IndexSource::Stored { values: s, .. } => {
-                    let size = *size as i128;
-                    bounds(s) == *b
-                        && b.is_some_and(|(lo, hi)| {
-                            -size <= i128::from(lo) && i128::from(hi) < size
-                        })
-                }
-                IndexSource::Host(_) => true,
-            });
+        // Stored arrays whose storages' known bounds lie in `-size..size` (asked once the
+        // normalisation that reads them is queued) have no bad value: their words need no
+        // read-back.
+        let in_range = arrays.iter().all(|(src, size)| match src {
+            IndexSource::Stored { values: s, .. } => {
+                s.known_within(-(*size as i128), *size as i128)
+            }
+            IndexSource::Host(_) => true,
+        });
         Ok(IndexValues {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             values,

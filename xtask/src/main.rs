@@ -46,7 +46,7 @@ fn main() -> ExitCode {
             Some(p) => println!("CUDA_LIBRARY_PATH={}", p.display()),
             None => println!("a CUDA installation was found; no stub needed"),
         }),
-        Some("test") => test(),
+        Some("test") => test(false),
         Some("ci") => ci(),
         Some("gpu-bundle") => cuda::gpu_bundle(),
         Some("help") | Some("--help") | Some("-h") | None => {
@@ -91,32 +91,84 @@ pub(crate) fn run(step: &str, cmd: &mut Command) -> DynResult {
     }
 }
 
-fn test() -> DynResult {
-    run(
+/// The tests: without and with the `cuda` feature, then the bad-input sweeps in a release
+/// build. With `prune`, each phase's test and example executables are deleted once the phase
+/// passed, so the disk holds one phase's executables at a time (a `cuda`-feature test binary
+/// embeds the kernel images it reaches, tens of MB each; `ci` prunes, `test` keeps them for
+/// reruns).
+fn test(prune: bool) -> DynResult {
+    let none = cuda::LinkEnv::default();
+    cargo_test(
         "test (no cuda)",
-        cargo().args(["test", "--workspace", "--exclude", "xtask"]),
+        &["--workspace", "--exclude", "xtask"],
+        &none,
+        prune,
     )?;
     let env = cuda::ensure_link_env()?;
-    let mut c = cargo();
-    c.args([
-        "test",
-        "--workspace",
-        "--exclude",
-        "xtask",
-        "--features",
-        "cuda,genesis/ndarray",
-    ]);
-    env.apply(&mut c);
-    run("test (cuda feature)", &mut c)?;
+    cargo_test(
+        "test (cuda feature)",
+        &[
+            "--workspace",
+            "--exclude",
+            "xtask",
+            "--features",
+            "cuda,genesis/ndarray",
+        ],
+        &env,
+        prune,
+    )?;
     // The sweeps of bad input also in a release build: the tests above run with overflow
     // checks on (debug), these with the optimiser's assumptions (release).
-    let mut c = cargo();
-    c.args(["test", "--release", "--workspace", "--exclude", "xtask"]);
+    let mut args = vec!["--release", "--workspace", "--exclude", "xtask"];
     for t in BAD_INPUT_SWEEPS {
-        c.args(["--test", t]);
+        args.extend(["--test", t]);
     }
-    run("test (bad-input sweeps, release)", &mut c)?;
-    run("test (xtask)", cargo().args(["test", "-p", "xtask"]))
+    cargo_test("test (bad-input sweeps, release)", &args, &none, prune)?;
+    cargo_test("test (xtask)", &["-p", "xtask"], &none, prune)
+}
+
+/// Runs `cargo test ARGS` under `env`; with `prune`, then deletes the executables that command
+/// built (asked of cargo with `--no-run --message-format=json`, which builds nothing more).
+fn cargo_test(step: &str, args: &[&str], env: &cuda::LinkEnv, prune: bool) -> DynResult {
+    let command = |extra: &[&str]| {
+        let mut c = cargo();
+        c.arg("test").args(args).args(extra);
+        env.apply(&mut c);
+        c
+    };
+    run(step, &mut command(&[]))?;
+    if !prune {
+        return Ok(());
+    }
+    let out = command(&["--no-run", "--message-format=json"])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("{step}: cannot list its executables: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("{step}: listing its executables failed ({})", out.status).into());
+    }
+    let (mut files, mut bytes) = (0usize, 0u64);
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if msg["reason"] != "compiler-artifact" {
+            continue;
+        }
+        let Some(exe) = msg["executable"].as_str() else {
+            continue;
+        };
+        let size = std::fs::metadata(exe).map(|m| m.len()).unwrap_or(0);
+        if std::fs::remove_file(exe).is_ok() {
+            files += 1;
+            bytes += size;
+        }
+    }
+    eprintln!(
+        "xtask: [{step}] pruned {files} executables, {} MiB",
+        bytes >> 20
+    );
+    Ok(())
 }
 
 /// The test targets that call public entry points with invalid, extreme or untrusted input
@@ -165,7 +217,7 @@ fn ci() -> DynResult {
     ]);
     env.apply(&mut c);
     run("clippy (cuda feature)", &mut c)?;
-    test()?;
+    test(true)?;
     // The data-parallel example's argument parsing and a short CPU run (the tests do not run
     // examples): two steps of the tiny GPT-2 alone on the CPU.
     run(

@@ -1,7 +1,10 @@
-//! Layers: [`Linear`], [`Embedding`], [`LayerNorm`], [`RMSNorm`], [`Dropout`] and the
-//! activations, each a [`Module`] with PyTorch's parameter names and initialisation.
+//! Layers: [`Linear`], [`Conv1d`], [`Conv2d`], [`Embedding`], [`LayerNorm`], [`RMSNorm`],
+//! [`Dropout`], the pooling layers, [`Flatten`] and the activations, each a [`Module`] with
+//! PyTorch's parameter names and initialisation.
 
-use genesis::{DType, Device, Error, Generator, Result, Tensor};
+use genesis::{
+    ConvOptions, DType, Device, Error, Generator, IntoPair, PoolOptions, Result, Tensor,
+};
 
 use crate::Module;
 use crate::init;
@@ -33,15 +36,7 @@ impl Linear {
         let weight = Tensor::empty([out_features, in_features], DType::F32, device)?;
         init::kaiming_uniform_(&weight, 5f64.sqrt(), g)?;
         let bias = if bias {
-            let b = Tensor::empty([out_features], DType::F32, device)?;
-            // PyTorch's: `1 / √fan_in`, or 0 (zeros) for a layer of no inputs.
-            let bound = if in_features > 0 {
-                1.0 / (in_features as f64).sqrt()
-            } else {
-                0.0
-            };
-            init::uniform_(&b, -bound, bound, g)?;
-            Some(parameter(b)?)
+            Some(fan_in_bias(out_features, in_features, g, device)?)
         } else {
             None
         };
@@ -367,6 +362,270 @@ pub struct Gelu {
 impl Module for Gelu {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         if self.tanh { x.gelu_tanh() } else { x.gelu() }
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        Vec::new()
+    }
+}
+
+/// A bias of `out` channels uniform in `±1/√fan_in` (PyTorch's, for linear and convolution
+/// layers), zeros when `fan_in` is 0.
+fn fan_in_bias(out: usize, fan_in: usize, g: &Generator, device: Device) -> Result<Tensor> {
+    let b = Tensor::empty([out], DType::F32, device)?;
+    let bound = if fan_in > 0 {
+        1.0 / (fan_in as f64).sqrt()
+    } else {
+        0.0
+    };
+    init::uniform_(&b, -bound, bound, g)?;
+    parameter(b)
+}
+
+/// A convolution's parameters, PyTorch's shapes and initialisation: `weight`
+/// `[out, in / groups, k...]` Kaiming-uniform with `a = √5` (uniform in `±1/√fan_in`),
+/// `bias` `[out]` uniform in the same bound.
+fn conv_parameters(
+    op: &'static str,
+    shape: &[usize],
+    groups: usize,
+    bias: bool,
+    g: &Generator,
+    device: Device,
+) -> Result<(Tensor, Option<Tensor>)> {
+    let (out, inp) = (shape[0], shape[1]);
+    if groups == 0 || !inp.is_multiple_of(groups) || !out.is_multiple_of(groups) {
+        return Err(Error::InvalidArgument {
+            op,
+            reason: format!(
+                "in_channels ({inp}) and out_channels ({out}) must be multiples of groups \
+                 ({groups}), which must be positive"
+            ),
+        });
+    }
+    let mut wshape = shape.to_vec();
+    wshape[1] = inp / groups;
+    if wshape[2..].contains(&0) {
+        return Err(Error::InvalidArgument {
+            op,
+            reason: format!("kernel size must be positive, got {:?}", &shape[2..]),
+        });
+    }
+    let weight = Tensor::empty(wshape.as_slice(), DType::F32, device)?;
+    init::kaiming_uniform_(&weight, 5f64.sqrt(), g)?;
+    let fan_in = wshape[1..]
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d));
+    let bias = if bias {
+        Some(fan_in_bias(out, fan_in.unwrap_or(0), g, device)?)
+    } else {
+        None
+    };
+    Ok((parameter(weight)?, bias))
+}
+
+/// A 2-d convolution over `[N, C, H, W]` images (or `[C, H, W]`), PyTorch's `nn.Conv2d`:
+/// [`Tensor::conv2d`] with `weight` `[out, in / groups, kh, kw]` and `bias` `[out]`,
+/// initialised as PyTorch's, float32.
+///
+/// ```
+/// use genesis::{ConvOptions, DType, Device, Generator, Tensor};
+/// use genesis_nn::{Conv2d, Module};
+/// # fn main() -> genesis::Result<()> {
+/// let g = Generator::new(0);
+/// let conv = Conv2d::new(3, 8, 3, ConvOptions::new().padding(1), true, &g, Device::Cpu)?;
+/// let y = conv.forward(&Tensor::zeros([2, 3, 16, 16], DType::F32, Device::Cpu)?)?;
+/// assert_eq!(y.shape(), [2, 8, 16, 16]);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct Conv2d {
+    /// `[out_channels, in_channels / groups, kh, kw]`.
+    pub weight: Tensor,
+    /// `[out_channels]`, when the layer has one.
+    pub bias: Option<Tensor>,
+    /// Stride, padding, dilation and groups.
+    pub options: ConvOptions,
+}
+
+impl Conv2d {
+    /// A layer from `in_channels` to `out_channels` with windows of `kernel_size` (one
+    /// number or a pair) on `device`, drawn from `g`.
+    pub fn new(
+        in_channels: usize,
+        out_channels: usize,
+        kernel_size: impl IntoPair,
+        options: ConvOptions,
+        bias: bool,
+        g: &Generator,
+        device: Device,
+    ) -> Result<Conv2d> {
+        let [kh, kw] = kernel_size.into_pair();
+        let (weight, bias) = conv_parameters(
+            "Conv2d",
+            &[out_channels, in_channels, kh, kw],
+            options.get_groups(),
+            bias,
+            g,
+            device,
+        )?;
+        Ok(Conv2d {
+            weight,
+            bias,
+            options,
+        })
+    }
+}
+
+impl Module for Conv2d {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        x.conv2d(&self.weight, self.bias.as_ref(), self.options)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        let mut p = vec![("weight".to_string(), self.weight.clone())];
+        if let Some(b) = &self.bias {
+            p.push(("bias".to_string(), b.clone()));
+        }
+        p
+    }
+}
+
+/// A 1-d convolution over `[N, C, L]` sequences (or `[C, L]`), PyTorch's `nn.Conv1d`:
+/// [`Tensor::conv1d`] with `weight` `[out, in / groups, k]`, initialised as PyTorch's.
+#[derive(Debug)]
+pub struct Conv1d {
+    /// `[out_channels, in_channels / groups, k]`.
+    pub weight: Tensor,
+    /// `[out_channels]`, when the layer has one.
+    pub bias: Option<Tensor>,
+    /// Stride, padding, dilation (one number each) and groups.
+    pub options: ConvOptions,
+}
+
+impl Conv1d {
+    /// A layer from `in_channels` to `out_channels` with windows of `kernel_size` on
+    /// `device`, drawn from `g`.
+    pub fn new(
+        in_channels: usize,
+        out_channels: usize,
+        kernel_size: usize,
+        options: ConvOptions,
+        bias: bool,
+        g: &Generator,
+        device: Device,
+    ) -> Result<Conv1d> {
+        let (weight, bias) = conv_parameters(
+            "Conv1d",
+            &[out_channels, in_channels, kernel_size],
+            options.get_groups(),
+            bias,
+            g,
+            device,
+        )?;
+        Ok(Conv1d {
+            weight,
+            bias,
+            options,
+        })
+    }
+}
+
+impl Module for Conv1d {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        x.conv1d(&self.weight, self.bias.as_ref(), self.options)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        let mut p = vec![("weight".to_string(), self.weight.clone())];
+        if let Some(b) = &self.bias {
+            p.push(("bias".to_string(), b.clone()));
+        }
+        p
+    }
+}
+
+/// 2-d max pooling (PyTorch's `nn.MaxPool2d`): [`Tensor::max_pool2d`].
+#[derive(Debug, Clone, Copy)]
+pub struct MaxPool2d {
+    /// The window.
+    pub kernel_size: [usize; 2],
+    /// Stride (the window's by default), padding, dilation, `ceil_mode`.
+    pub options: PoolOptions,
+}
+
+impl MaxPool2d {
+    /// Pooling over windows of `kernel_size` (one number or a pair).
+    pub fn new(kernel_size: impl IntoPair, options: PoolOptions) -> MaxPool2d {
+        MaxPool2d {
+            kernel_size: kernel_size.into_pair(),
+            options,
+        }
+    }
+}
+
+impl Module for MaxPool2d {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        x.max_pool2d(self.kernel_size, self.options)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        Vec::new()
+    }
+}
+
+/// 2-d average pooling (PyTorch's `nn.AvgPool2d`): [`Tensor::avg_pool2d`].
+#[derive(Debug, Clone, Copy)]
+pub struct AvgPool2d {
+    /// The window.
+    pub kernel_size: [usize; 2],
+    /// Stride (the window's by default), padding, `ceil_mode`, `count_include_pad`, divisor.
+    pub options: PoolOptions,
+}
+
+impl AvgPool2d {
+    /// Pooling over windows of `kernel_size` (one number or a pair).
+    pub fn new(kernel_size: impl IntoPair, options: PoolOptions) -> AvgPool2d {
+        AvgPool2d {
+            kernel_size: kernel_size.into_pair(),
+            options,
+        }
+    }
+}
+
+impl Module for AvgPool2d {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        x.avg_pool2d(self.kernel_size, self.options)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        Vec::new()
+    }
+}
+
+/// Flattens dimensions `start_dim..=end_dim` into one (PyTorch's `nn.Flatten`, by default
+/// every dimension but the batch's: `start_dim` 1, `end_dim` -1).
+#[derive(Debug, Clone, Copy)]
+pub struct Flatten {
+    /// The first dimension flattened (negative counts from the end).
+    pub start_dim: isize,
+    /// The last dimension flattened (negative counts from the end).
+    pub end_dim: isize,
+}
+
+impl Default for Flatten {
+    fn default() -> Flatten {
+        Flatten {
+            start_dim: 1,
+            end_dim: -1,
+        }
+    }
+}
+
+impl Module for Flatten {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        x.flatten(self.start_dim, self.end_dim)
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {

@@ -1,6 +1,7 @@
 //! Neural networks on [`genesis::Tensor`] and its autograd, with PyTorch's names and
-//! semantics: [`Module`]s with named parameters ([`Linear`], [`Embedding`], [`LayerNorm`],
-//! [`RMSNorm`], [`Dropout`], activations, [`Sequential`]), losses ([`loss`]), seeded
+//! semantics: [`Module`]s with named parameters ([`Linear`], [`Conv1d`], [`Conv2d`],
+//! [`Embedding`], [`LayerNorm`], [`RMSNorm`], [`Dropout`], pooling, [`Flatten`], activations,
+//! [`Sequential`]), losses ([`loss`]), seeded
 //! initialisers ([`init`]), optimisers and schedules ([`optim`]), and a small real data set
 //! ([`datasets::digits`]).
 //!
@@ -36,5 +37,8 @@ mod module;
 pub mod optim;
 pub mod train;
 
-pub use layers::{Dropout, Embedding, Gelu, LayerNorm, Linear, RMSNorm, Relu, Silu, Tanh};
+pub use layers::{
+    AvgPool2d, Conv1d, Conv2d, Dropout, Embedding, Flatten, Gelu, LayerNorm, Linear, MaxPool2d,
+    RMSNorm, Relu, Silu, Tanh,
+};
 pub use module::{Module, Sequential};

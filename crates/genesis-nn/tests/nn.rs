@@ -3,13 +3,15 @@
 
 use std::collections::BTreeMap;
 
+use genesis::{ConvOptions, PoolOptions};
 use genesis::{DType, Device, Error, Generator, Tensor, no_grad};
 use genesis_nn::loss::{self, CrossEntropy, Reduction, Target};
 use genesis_nn::optim::{
     Adam, CosineWithWarmup, Optimizer, Schedule, Sgd, StepLr, clip_grad_norm_,
 };
 use genesis_nn::{
-    Dropout, Embedding, Gelu, LayerNorm, Linear, Module, RMSNorm, Relu, Sequential, init,
+    AvgPool2d, Conv1d, Conv2d, Dropout, Embedding, Flatten, Gelu, LayerNorm, Linear, MaxPool2d,
+    Module, RMSNorm, Relu, Sequential, init,
 };
 
 const CPU: Device = Device::Cpu;
@@ -39,6 +41,74 @@ fn the_digits_classifier_reaches_95_percent() {
     let first = run.losses[0];
     let last = *run.losses.last().unwrap();
     assert!(first > 2.0 && last < 0.3, "losses {first} .. {last}");
+}
+
+#[test]
+fn the_convolutional_digits_classifier_reaches_95_percent() {
+    let run = genesis_nn::train::train_digits_cnn(CPU, 6, 0).unwrap();
+    assert!(
+        run.test_accuracy >= 0.95,
+        "test accuracy {:.4}",
+        run.test_accuracy
+    );
+    let first = run.losses[0];
+    let last = *run.losses.last().unwrap();
+    assert!(first > 2.0 && last < 0.3, "losses {first} .. {last}");
+}
+
+/// The convolution layers: PyTorch's parameter names, shapes and initialisation bounds
+/// (`±1/√(in / groups · k...)`), the forward of the tensor op, the pooling and flatten
+/// layers, and the arguments refused.
+#[test]
+fn convolution_layers_as_pytorchs() {
+    let g = Generator::new(3);
+    let o = ConvOptions::new().padding(1).groups(2);
+    let conv = Conv2d::new(4, 6, [3, 2], o, true, &g, CPU).unwrap();
+    let p = conv.named_parameters();
+    assert_eq!(p[0].0, "weight");
+    assert_eq!(p[0].1.shape(), [6, 2, 3, 2]);
+    assert_eq!(p[1].0, "bias");
+    assert_eq!(p[1].1.shape(), [6]);
+    let bound = 1.0 / (2.0f32 * 3.0 * 2.0).sqrt();
+    for (_, t) in &p {
+        let v = vec32(t);
+        assert!(v.iter().all(|x| x.abs() <= bound), "{v:?}");
+        assert!(v.iter().any(|x| x.abs() > bound / 2.0));
+        assert!(t.requires_grad() && t.is_leaf());
+    }
+    let x = g.randn([2, 4, 5, 5], DType::F32, CPU).unwrap();
+    let y = conv.forward(&x).unwrap();
+    assert_eq!(y.shape(), [2, 6, 5, 6]);
+    assert_eq!(
+        vec32(&y),
+        vec32(&x.conv2d(&conv.weight, conv.bias.as_ref(), o).unwrap())
+    );
+    let c1 = Conv1d::new(4, 2, 3, ConvOptions::new().stride(2), false, &g, CPU).unwrap();
+    assert!(c1.bias.is_none());
+    assert_eq!(c1.named_parameters().len(), 1);
+    let s = c1
+        .forward(&g.randn([3, 4, 9], DType::F32, CPU).unwrap())
+        .unwrap();
+    assert_eq!(s.shape(), [3, 2, 4]);
+    let net = Sequential::new()
+        .add(conv)
+        .add(Relu)
+        .add(MaxPool2d::new(2, PoolOptions::new().ceil_mode(true)))
+        .add(AvgPool2d::new(
+            [3, 2],
+            PoolOptions::new().stride(1).padding([1, 0]),
+        ))
+        .add(Flatten::default());
+    let names: Vec<String> = net.named_parameters().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["0.weight", "0.bias"]);
+    assert_eq!(net.forward(&x).unwrap().shape(), [2, 6 * 3 * 2]);
+    net.forward(&x).unwrap().sum().unwrap().backward().unwrap();
+    assert!(net.parameters().iter().all(|p| p.grad().is_some()));
+    // Refused: channels that the groups do not divide, a kernel of no taps.
+    assert!(Conv2d::new(3, 6, 3, ConvOptions::new().groups(2), true, &g, CPU).is_err());
+    assert!(Conv2d::new(4, 6, 3, ConvOptions::new().groups(0), true, &g, CPU).is_err());
+    assert!(Conv2d::new(4, 6, [0, 3], ConvOptions::new(), true, &g, CPU).is_err());
+    assert!(Conv1d::new(4, 6, 0, ConvOptions::new(), true, &g, CPU).is_err());
 }
 
 #[test]

@@ -27,6 +27,8 @@ pub mod autograd;
 pub mod backends;
 mod compose;
 pub use compose::PadMode;
+mod conv;
+pub use conv::{ConvOptions, IntoPair, PoolOptions};
 pub mod cpu;
 mod einsum;
 mod error;

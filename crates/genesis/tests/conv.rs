@@ -1,0 +1,627 @@
+//! Convolution and pooling against direct loops written from PyTorch's definitions (in
+//! float64): generated shapes, strides, paddings, dilations, groups and `ceil_mode`, the
+//! values and the gradients of every input, on every device; and the arguments PyTorch
+//! refuses, refused with an error.
+
+use genesis::{ConvOptions, DType, Device, PoolOptions, Tensor};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+mod common;
+use common::devices;
+
+fn randv(rng: &mut SmallRng, n: usize) -> Vec<f64> {
+    (0..n).map(|_| rng.random_range(-2.0..2.0)).collect()
+}
+
+/// Small integers: windows with ties, for the max's gradient rule.
+fn tied(rng: &mut SmallRng, n: usize) -> Vec<f64> {
+    (0..n).map(|_| rng.random_range(-2..3) as f64).collect()
+}
+
+fn close(got: &[f64], want: &[f64], tol: f64, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let ok = (g - w).abs() <= tol * (1.0 + w.abs()) || (g.is_nan() && w.is_nan()) || g == w;
+        assert!(ok, "{what}: element {i}: got {g}, want {w}");
+    }
+}
+
+/// PyTorch's output length (floor or ceil mode).
+fn out_len(len: usize, k: usize, s: usize, p: usize, d: usize, ceil: bool) -> Option<usize> {
+    let span = d * (k - 1) + 1;
+    if len + 2 * p < span {
+        return None;
+    }
+    let num = len + 2 * p - span;
+    let mut out = if ceil { num.div_ceil(s) } else { num / s } + 1;
+    if ceil && (out - 1) * s >= len + p {
+        out -= 1;
+    }
+    Some(out)
+}
+
+#[derive(Debug, Clone, Copy)]
+struct ConvCase {
+    n: usize,
+    groups: usize,
+    cg: usize,
+    og: usize,
+    h: usize,
+    w: usize,
+    k: [usize; 2],
+    s: [usize; 2],
+    p: [usize; 2],
+    d: [usize; 2],
+    bias: bool,
+}
+
+impl ConvCase {
+    fn random(rng: &mut SmallRng) -> ConvCase {
+        ConvCase {
+            n: rng.random_range(0..4).max(rng.random_range(0..2)),
+            groups: rng.random_range(1..4),
+            cg: rng.random_range(1..4),
+            og: rng.random_range(1..4),
+            h: rng.random_range(1..9),
+            w: rng.random_range(1..9),
+            k: [rng.random_range(1..5), rng.random_range(1..5)],
+            s: [rng.random_range(1..4), rng.random_range(1..4)],
+            p: [rng.random_range(0..3), rng.random_range(0..3)],
+            d: [rng.random_range(1..3), rng.random_range(1..3)],
+            bias: rng.random_bool(0.7),
+        }
+    }
+
+    fn out(&self) -> Option<[usize; 2]> {
+        Some([
+            out_len(self.h, self.k[0], self.s[0], self.p[0], self.d[0], false)?,
+            out_len(self.w, self.k[1], self.s[1], self.p[1], self.d[1], false)?,
+        ])
+    }
+
+    fn opts(&self) -> ConvOptions {
+        ConvOptions::new()
+            .stride(self.s)
+            .padding(self.p)
+            .dilation(self.d)
+            .groups(self.groups)
+    }
+}
+
+/// The convolution's value and, for the upstream gradient `r`, the gradients of the input,
+/// weight and bias, by direct loops.
+#[allow(clippy::type_complexity)]
+fn conv_ref(
+    c: &ConvCase,
+    x: &[f64],
+    w: &[f64],
+    b: &[f64],
+    r: &[f64],
+) -> (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>) {
+    let [oh, ow] = c.out().unwrap();
+    let (cin, o) = (c.groups * c.cg, c.groups * c.og);
+    let [kh, kw] = c.k;
+    let mut y = vec![0.0; c.n * o * oh * ow];
+    let mut gx = vec![0.0; x.len()];
+    let mut gw = vec![0.0; w.len()];
+    let mut gb = vec![0.0; o];
+    for ni in 0..c.n {
+        for oc in 0..o {
+            let grp = oc / c.og;
+            for yi in 0..oh {
+                for xi in 0..ow {
+                    let yidx = ((ni * o + oc) * oh + yi) * ow + xi;
+                    let mut acc = if c.bias { b[oc] } else { 0.0 };
+                    let up = r[yidx];
+                    gb[oc] += up;
+                    for ci in 0..c.cg {
+                        let ic = grp * c.cg + ci;
+                        for i in 0..kh {
+                            for j in 0..kw {
+                                let ih = (yi * c.s[0] + i * c.d[0]) as i64 - c.p[0] as i64;
+                                let iw = (xi * c.s[1] + j * c.d[1]) as i64 - c.p[1] as i64;
+                                if ih < 0 || iw < 0 || ih >= c.h as i64 || iw >= c.w as i64 {
+                                    continue;
+                                }
+                                let xidx =
+                                    ((ni * cin + ic) * c.h + ih as usize) * c.w + iw as usize;
+                                let widx = ((oc * c.cg + ci) * kh + i) * kw + j;
+                                acc += x[xidx] * w[widx];
+                                gx[xidx] += up * w[widx];
+                                gw[widx] += up * x[xidx];
+                            }
+                        }
+                    }
+                    y[yidx] = acc;
+                }
+            }
+        }
+    }
+    (y, gx, gw, gb)
+}
+
+fn leaf(v: &[f64], shape: &[usize], dtype: DType, device: Device) -> Tensor {
+    Tensor::from_slice(v, shape, device)
+        .unwrap()
+        .to_dtype(dtype)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap()
+}
+
+fn values(t: &Tensor) -> Vec<f64> {
+    t.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap()
+}
+
+fn grad(t: &Tensor) -> Vec<f64> {
+    values(&t.grad().expect("a gradient"))
+}
+
+#[test]
+fn conv2d_matches_direct_loops_in_value_and_gradient() {
+    let mut rng = SmallRng::seed_from_u64(41);
+    let mut checked = 0;
+    for case in 0..300 {
+        let c = ConvCase::random(&mut rng);
+        let (cin, o) = (c.groups * c.cg, c.groups * c.og);
+        let xs = [c.n, cin, c.h, c.w];
+        let wsh = [o, c.cg, c.k[0], c.k[1]];
+        let x = randv(&mut rng, xs.iter().product());
+        let w = randv(&mut rng, wsh.iter().product());
+        let b = randv(&mut rng, o);
+        for device in devices() {
+            let (xt, wt, bt) = (
+                leaf(&x, &xs, DType::F64, device),
+                leaf(&w, &wsh, DType::F64, device),
+                leaf(&b, &[o], DType::F64, device),
+            );
+            let got = xt.conv2d(&wt, c.bias.then_some(&bt), c.opts());
+            let Some([oh, ow]) = c.out() else {
+                assert!(
+                    got.is_err(),
+                    "case {case} {c:?}: a window larger than the input"
+                );
+                continue;
+            };
+            let y = got.unwrap_or_else(|e| panic!("case {case} {c:?}: {e}"));
+            assert_eq!(y.shape(), [c.n, o, oh, ow], "case {case} {c:?}");
+            let r = randv(&mut SmallRng::seed_from_u64(case), y.numel());
+            let (want, gx, gw, gb) = conv_ref(&c, &x, &w, &b, &r);
+            close(
+                &values(&y),
+                &want,
+                1e-10,
+                &format!("case {case} {c:?} value"),
+            );
+            let rt = Tensor::from_slice(&r, y.shape(), device).unwrap();
+            y.mul(&rt).unwrap().sum().unwrap().backward().unwrap();
+            close(
+                &grad(&xt),
+                &gx,
+                1e-10,
+                &format!("case {case} {c:?} input grad"),
+            );
+            close(
+                &grad(&wt),
+                &gw,
+                1e-10,
+                &format!("case {case} {c:?} weight grad"),
+            );
+            if c.bias {
+                close(
+                    &grad(&bt),
+                    &gb,
+                    1e-10,
+                    &format!("case {case} {c:?} bias grad"),
+                );
+            } else {
+                assert!(bt.grad().is_none());
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked > 150, "too few valid cases: {checked}");
+}
+
+#[test]
+fn conv_takes_views_unbatched_inputs_lower_precision_and_one_dimension() {
+    let mut rng = SmallRng::seed_from_u64(7);
+    for device in devices() {
+        // A transposed (non-contiguous) input and weight give what their copies give.
+        let x = Tensor::from_slice(&randv(&mut rng, 2 * 3 * 6 * 5), [2, 3, 5, 6], device).unwrap();
+        let xt = x.transpose(2, 3).unwrap();
+        let w = Tensor::from_slice(&randv(&mut rng, 4 * 3 * 2 * 3), [4, 3, 3, 2], device).unwrap();
+        let wt = w.transpose(2, 3).unwrap();
+        let o = ConvOptions::new().padding(1).stride([2, 1]);
+        let a = xt.conv2d(&wt, None, o).unwrap();
+        let b = xt
+            .contiguous()
+            .unwrap()
+            .conv2d(&wt.contiguous().unwrap(), None, o)
+            .unwrap();
+        close(&values(&a), &values(&b), 0.0, "views");
+        // Unbatched: the batched result's first image.
+        let one = xt.narrow(0, 0, 1).unwrap().squeeze(0).unwrap();
+        let u = one.conv2d(&wt, None, o).unwrap();
+        assert_eq!(u.shape(), &a.shape()[1..]);
+        close(
+            &values(&u),
+            &values(&a.narrow(0, 0, 1).unwrap()),
+            0.0,
+            "unbatched",
+        );
+        // float32, float16 and bfloat16 follow float64 within their precision.
+        let want = values(
+            &xt.to_dtype(DType::F64)
+                .unwrap()
+                .conv2d(&wt.to_dtype(DType::F64).unwrap(), None, o)
+                .unwrap(),
+        );
+        for (dtype, tol) in [(DType::F32, 1e-5), (DType::F16, 2e-2), (DType::BF16, 6e-2)] {
+            let y = xt
+                .to_dtype(dtype)
+                .unwrap()
+                .conv2d(&wt.to_dtype(dtype).unwrap(), None, o)
+                .unwrap();
+            assert_eq!(y.dtype(), dtype);
+            close(&values(&y), &want, tol, &format!("{dtype}"));
+        }
+        // conv1d is conv2d over a height of one.
+        let s = Tensor::from_slice(&randv(&mut rng, 2 * 4 * 9), [2, 4, 9], device).unwrap();
+        let k = Tensor::from_slice(&randv(&mut rng, 6 * 2 * 3), [6, 2, 3], device).unwrap();
+        let bias = Tensor::from_slice(&randv(&mut rng, 6), [6], device).unwrap();
+        let o1 = ConvOptions::new()
+            .stride(2)
+            .padding(2)
+            .dilation(2)
+            .groups(2);
+        let y1 = s.conv1d(&k, Some(&bias), o1).unwrap();
+        let y2 = s
+            .unsqueeze(2)
+            .unwrap()
+            .conv2d(
+                &k.unsqueeze(2).unwrap(),
+                Some(&bias),
+                ConvOptions::new()
+                    .stride([1, 2])
+                    .padding([0, 2])
+                    .dilation([1, 2])
+                    .groups(2),
+            )
+            .unwrap()
+            .squeeze(2)
+            .unwrap();
+        assert_eq!(y1.shape(), [2, 6, 5]);
+        close(&values(&y1), &values(&y2), 0.0, "conv1d");
+        let u1 = s
+            .narrow(0, 1, 1)
+            .unwrap()
+            .squeeze(0)
+            .unwrap()
+            .conv1d(&k, Some(&bias), o1)
+            .unwrap();
+        close(
+            &values(&u1),
+            &values(&y1.narrow(0, 1, 1).unwrap()),
+            0.0,
+            "conv1d unbatched",
+        );
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct PoolCase {
+    n: usize,
+    c: usize,
+    h: usize,
+    w: usize,
+    k: [usize; 2],
+    s: [usize; 2],
+    p: [usize; 2],
+    d: [usize; 2],
+    ceil: bool,
+    include_pad: bool,
+    divisor: Option<usize>,
+}
+
+impl PoolCase {
+    fn random(rng: &mut SmallRng, max: bool) -> PoolCase {
+        let k = [rng.random_range(1..4), rng.random_range(1..4)];
+        let d = if max {
+            [rng.random_range(1..3), rng.random_range(1..3)]
+        } else {
+            [1, 1]
+        };
+        let span = |a: usize| d[a] * (k[a] - 1) + 1;
+        PoolCase {
+            n: rng.random_range(1..3),
+            c: rng.random_range(1..3),
+            h: rng.random_range(1..9),
+            w: rng.random_range(1..9),
+            k,
+            s: [rng.random_range(1..4), rng.random_range(1..4)],
+            p: [
+                rng.random_range(0..=span(0) / 2),
+                rng.random_range(0..=span(1) / 2),
+            ],
+            d,
+            ceil: rng.random_bool(0.4),
+            include_pad: rng.random_bool(0.6),
+            divisor: rng.random_bool(0.15).then(|| rng.random_range(1..7)),
+        }
+    }
+
+    fn out(&self) -> Option<[usize; 2]> {
+        Some([
+            out_len(
+                self.h, self.k[0], self.s[0], self.p[0], self.d[0], self.ceil,
+            )?,
+            out_len(
+                self.w, self.k[1], self.s[1], self.p[1], self.d[1], self.ceil,
+            )?,
+        ])
+    }
+
+    fn opts(&self) -> PoolOptions {
+        let mut o = PoolOptions::new()
+            .stride(self.s)
+            .padding(self.p)
+            .dilation(self.d)
+            .ceil_mode(self.ceil)
+            .count_include_pad(self.include_pad);
+        if let Some(d) = self.divisor {
+            o = o.divisor_override(d);
+        }
+        o
+    }
+
+    /// The input positions of output `(yi, xi)`'s window, row-major, `None` for padding.
+    fn window(&self, yi: usize, xi: usize) -> Vec<Option<(usize, usize)>> {
+        let mut v = Vec::new();
+        for i in 0..self.k[0] {
+            for j in 0..self.k[1] {
+                let ih = (yi * self.s[0] + i * self.d[0]) as i64 - self.p[0] as i64;
+                let iw = (xi * self.s[1] + j * self.d[1]) as i64 - self.p[1] as i64;
+                v.push(
+                    (ih >= 0 && iw >= 0 && ih < self.h as i64 && iw < self.w as i64)
+                        .then_some((ih as usize, iw as usize)),
+                );
+            }
+        }
+        v
+    }
+}
+
+/// Max pooling's value and input gradient for upstream `r`, PyTorch's loop: padding is
+/// `-inf`, a strictly larger element (or a NaN) takes the place of the maximum.
+fn max_ref(c: &PoolCase, x: &[f64], r: &[f64]) -> (Vec<f64>, Vec<f64>) {
+    let [oh, ow] = c.out().unwrap();
+    let (mut y, mut gx) = (Vec::new(), vec![0.0; x.len()]);
+    for plane in 0..c.n * c.c {
+        for yi in 0..oh {
+            for xi in 0..ow {
+                let mut best: Option<(f64, usize)> = None;
+                for (h, w) in c.window(yi, xi).into_iter().flatten() {
+                    let at = (plane * c.h + h) * c.w + w;
+                    let v = x[at];
+                    match best {
+                        Some((b, _)) if !(v > b || (v.is_nan() && !b.is_nan())) => {}
+                        _ => best = Some((v, at)),
+                    }
+                }
+                // A dilated window may hold padding alone: `-inf`, no gradient.
+                let v = match best {
+                    Some((v, at)) => {
+                        gx[at] += r[y.len()];
+                        v
+                    }
+                    None => f64::NEG_INFINITY,
+                };
+                y.push(v);
+            }
+        }
+    }
+    (y, gx)
+}
+
+/// Average pooling's value and input gradient, PyTorch's divisors.
+fn avg_ref(c: &PoolCase, x: &[f64], r: &[f64]) -> (Vec<f64>, Vec<f64>) {
+    let [oh, ow] = c.out().unwrap();
+    let (mut y, mut gx) = (Vec::new(), vec![0.0; x.len()]);
+    let padded_count = |o: usize, a: usize| {
+        let len = if a == 0 { c.h } else { c.w };
+        let start = (o * c.s[a]) as i64 - c.p[a] as i64;
+        let end = (start + c.k[a] as i64).min((len + c.p[a]) as i64);
+        (end - start) as f64
+    };
+    for plane in 0..c.n * c.c {
+        for yi in 0..oh {
+            for xi in 0..ow {
+                let inside: Vec<usize> = c
+                    .window(yi, xi)
+                    .into_iter()
+                    .flatten()
+                    .map(|(h, w)| (plane * c.h + h) * c.w + w)
+                    .collect();
+                let div = match c.divisor {
+                    Some(d) => d as f64,
+                    None if c.include_pad => padded_count(yi, 0) * padded_count(xi, 1),
+                    None => inside.len() as f64,
+                };
+                let up = r[y.len()];
+                for &at in &inside {
+                    gx[at] += up / div;
+                }
+                y.push(inside.iter().map(|&at| x[at]).sum::<f64>() / div);
+            }
+        }
+    }
+    (y, gx)
+}
+
+#[test]
+fn pooling_matches_direct_loops_in_value_and_gradient() {
+    let mut rng = SmallRng::seed_from_u64(99);
+    let mut checked = 0;
+    for case in 0..400 {
+        let max = case % 2 == 0;
+        let c = PoolCase::random(&mut rng, max);
+        let shape = [c.n, c.c, c.h, c.w];
+        let numel = shape.iter().product();
+        let x = if rng.random_bool(0.5) {
+            tied(&mut rng, numel)
+        } else {
+            randv(&mut rng, numel)
+        };
+        for device in devices() {
+            let xt = leaf(&x, &shape, DType::F64, device);
+            let got = if max {
+                xt.max_pool2d(c.k, c.opts())
+            } else {
+                xt.avg_pool2d(c.k, c.opts())
+            };
+            let Some([oh, ow]) = c.out() else {
+                assert!(
+                    got.is_err(),
+                    "case {case} {c:?}: a window larger than the input"
+                );
+                continue;
+            };
+            let y = got.unwrap_or_else(|e| panic!("case {case} {c:?}: {e}"));
+            assert_eq!(y.shape(), [c.n, c.c, oh, ow], "case {case} {c:?}");
+            let r = randv(&mut SmallRng::seed_from_u64(case), y.numel());
+            let (want, gx) = if max {
+                max_ref(&c, &x, &r)
+            } else {
+                avg_ref(&c, &x, &r)
+            };
+            close(
+                &values(&y),
+                &want,
+                1e-12,
+                &format!("case {case} {c:?} value"),
+            );
+            let rt = Tensor::from_slice(&r, y.shape(), device).unwrap();
+            y.mul(&rt).unwrap().sum().unwrap().backward().unwrap();
+            close(&grad(&xt), &gx, 1e-12, &format!("case {case} {c:?} grad"));
+            checked += 1;
+        }
+    }
+    assert!(checked > 300, "too few valid cases: {checked}");
+}
+
+#[test]
+fn pooling_nan_one_dimension_and_lower_precision() {
+    for device in devices() {
+        let x = Tensor::from_slice(&[1.0f32, f32::NAN, 3.0, 4.0, 0.5, -1.0], [1, 1, 6], device)
+            .unwrap();
+        let m = x.max_pool1d(2, PoolOptions::new()).unwrap();
+        let v = m.to_vec::<f32>().unwrap();
+        assert!(v[0].is_nan());
+        assert_eq!(&v[1..], [4.0, 0.5]);
+        let a = x.avg_pool1d(3, PoolOptions::new().stride(3)).unwrap();
+        let v = a.to_vec::<f32>().unwrap();
+        assert!(v[0].is_nan());
+        assert_eq!(v[1], (4.0 + 0.5 - 1.0) / 3.0);
+        // A 1-d op takes one number each.
+        assert!(x.max_pool1d(2, PoolOptions::new().stride([1, 2])).is_err());
+        // bfloat16 sums in float32 and rounds once.
+        let ones = Tensor::ones([1, 1, 16, 16], DType::BF16, device).unwrap();
+        let third = ones.mul(0.3).unwrap();
+        let p = third.avg_pool2d(16, PoolOptions::new()).unwrap();
+        assert_eq!(p.dtype(), DType::BF16);
+        assert_eq!(
+            values(&p),
+            values(&third.narrow(2, 0, 1).unwrap().narrow(3, 0, 1).unwrap())
+        );
+    }
+}
+
+#[test]
+fn bad_arguments_are_errors() {
+    let cpu = Device::Cpu;
+    let x = Tensor::ones([1, 4, 5, 5], DType::F32, cpu).unwrap();
+    let w = Tensor::ones([2, 4, 3, 3], DType::F32, cpu).unwrap();
+    let o = ConvOptions::new();
+    let bad = [
+        // rank
+        Tensor::ones([4, 5], DType::F32, cpu)
+            .unwrap()
+            .conv2d(&w, None, o),
+        x.conv2d(&Tensor::ones([2, 4, 3], DType::F32, cpu).unwrap(), None, o),
+        // channels and groups
+        x.conv2d(
+            &Tensor::ones([2, 3, 3, 3], DType::F32, cpu).unwrap(),
+            None,
+            o,
+        ),
+        x.conv2d(&w, None, o.groups(0)),
+        x.conv2d(&w, None, o.groups(3)),
+        x.conv2d(
+            &Tensor::ones([3, 2, 3, 3], DType::F32, cpu).unwrap(),
+            None,
+            o.groups(2),
+        ),
+        // bias
+        x.conv2d(&w, Some(&Tensor::ones([3], DType::F32, cpu).unwrap()), o),
+        x.conv2d(&w, Some(&Tensor::ones([2], DType::F64, cpu).unwrap()), o),
+        // dtypes
+        x.conv2d(&w.to_dtype(DType::F64).unwrap(), None, o),
+        x.to_dtype(DType::I64)
+            .unwrap()
+            .conv2d(&w.to_dtype(DType::I64).unwrap(), None, o),
+        // geometry
+        x.conv2d(&w, None, o.stride(0)),
+        x.conv2d(&w, None, o.dilation([1, 0])),
+        x.conv2d(
+            &Tensor::ones([2, 4, 0, 3], DType::F32, cpu).unwrap(),
+            None,
+            o,
+        ),
+        x.conv2d(&w, None, o.dilation(3)),
+        x.conv2d(&w, None, o.padding(usize::MAX)),
+        x.conv2d(&w, None, o.dilation(usize::MAX)),
+        x.conv2d(&w, None, o.padding(usize::MAX / 2)),
+        Tensor::ones([1, 4, 5], DType::F32, cpu)
+            .unwrap()
+            .conv1d(&w, None, o),
+        Tensor::ones([1, 4, 5], DType::F32, cpu).unwrap().conv1d(
+            &Tensor::ones([2, 4, 3], DType::F32, cpu).unwrap(),
+            None,
+            o.stride([1, 2]),
+        ),
+        // pooling
+        x.max_pool2d(0, PoolOptions::new()),
+        x.max_pool2d(2, PoolOptions::new().padding(2)),
+        x.max_pool2d(6, PoolOptions::new()),
+        x.max_pool2d(2, PoolOptions::new().stride(0)),
+        x.avg_pool2d(2, PoolOptions::new().dilation(2)),
+        x.avg_pool2d(2, PoolOptions::new().divisor_override(0)),
+        x.avg_pool2d(usize::MAX, PoolOptions::new()),
+        x.to_dtype(DType::I32)
+            .unwrap()
+            .max_pool2d(2, PoolOptions::new()),
+        Tensor::ones([5], DType::F32, cpu)
+            .unwrap()
+            .max_pool2d(1, PoolOptions::new()),
+    ];
+    for (i, r) in bad.into_iter().enumerate() {
+        assert!(r.is_err(), "bad call {i} was accepted");
+    }
+    // Extreme strides and dilations that leave one window are fine.
+    let y = x.conv2d(&w, None, o.stride(usize::MAX)).unwrap();
+    assert_eq!(y.shape(), [1, 2, 1, 1]);
+    let y = x
+        .conv2d(
+            &Tensor::ones([2, 4, 1, 1], DType::F32, cpu).unwrap(),
+            None,
+            o.dilation(usize::MAX),
+        )
+        .unwrap();
+    assert_eq!(y.shape(), [1, 2, 5, 5]);
+    let m = x
+        .max_pool2d(5, PoolOptions::new().stride(usize::MAX).ceil_mode(true))
+        .unwrap();
+    assert_eq!(m.shape(), [1, 4, 1, 1]);
+}

@@ -269,7 +269,7 @@ fn out_len(
     let rest = padded - span;
     let mut out = if ceil { rest.div_ceil(s) } else { rest / s } + 1;
     // PyTorch: the last window must start inside the input or its leading padding.
-    if ceil && (out - 1) * s >= len + p {
+    if ceil && (out - 1).checked_mul(s).is_none_or(|v| v >= len + p) {
         out -= 1;
     }
     let reach = (out - 1)

@@ -32,8 +32,8 @@ use std::sync::{Mutex, Once};
 use std::time::{Duration, Instant};
 
 use genesis::{
-    BinaryOp, CompareOp, DType, Device, IndexItem, PadMode, ReduceOp, Reduction, RoundingMode,
-    Tensor, UnaryOp, bf16, f16,
+    BinaryOp, CompareOp, ConvOptions, DType, Device, IndexItem, PadMode, PoolOptions, ReduceOp,
+    Reduction, RoundingMode, Tensor, UnaryOp, bf16, f16,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -4156,6 +4156,48 @@ const GRAD_OPS: &[GradOp] = &[
     ("pad", |x, _, _, d, k| {
         x.pad(&[d, k], PadMode::Constant, 1.0)
     }),
+    ("conv2d", |x, y, _, d, k| {
+        let o = ConvOptions::new()
+            .stride(k.rem_euclid(3) as usize)
+            .padding(d.rem_euclid(3) as usize)
+            .dilation(1 + (d.rem_euclid(5) == 0) as usize);
+        x.conv2d(y, None, o)
+    }),
+    ("conv2d_extreme", |x, y, _, d, k| {
+        let o = ConvOptions::new().padding(d as usize).dilation(k as usize);
+        x.conv2d(y, None, o.stride(k as usize).groups(d as usize))
+    }),
+    ("conv1d", |x, y, _, d, k| {
+        let o = ConvOptions::new()
+            .stride(1 + d.rem_euclid(2) as usize)
+            .padding(k.rem_euclid(2) as usize)
+            .groups(1 + k.rem_euclid(2) as usize);
+        x.conv1d(y, None, o)
+    }),
+    ("max_pool2d", |x, _, _, d, k| {
+        let o = PoolOptions::new()
+            .ceil_mode(k % 2 == 0)
+            .padding(k.rem_euclid(2) as usize);
+        x.max_pool2d([d.rem_euclid(4) as usize, k.rem_euclid(4) as usize], o)
+    }),
+    ("max_pool2d_extreme", |x, _, _, d, k| {
+        let o = PoolOptions::new().stride(k as usize).dilation(d as usize);
+        x.max_pool2d(d as usize, o.ceil_mode(true))
+    }),
+    ("avg_pool2d", |x, _, _, d, k| {
+        let o = PoolOptions::new()
+            .count_include_pad(k % 2 == 0)
+            .ceil_mode(d % 2 == 0)
+            .padding(k.rem_euclid(2) as usize);
+        x.avg_pool2d(d.rem_euclid(4) as usize, o)
+    }),
+    ("avg_pool1d", |x, _, _, d, k| {
+        x.avg_pool1d(d as usize, PoolOptions::new().stride(k as usize))
+    }),
+    ("max_pool1d", |x, _, _, d, k| {
+        let o = PoolOptions::new().stride(1 + k.rem_euclid(3) as usize);
+        x.max_pool1d(d.rem_euclid(4) as usize, o)
+    }),
     ("pad_reflect", |x, _, _, d, k| {
         x.pad(&[d, k], PadMode::Reflect, 0.0)
     }),
@@ -4287,6 +4329,23 @@ fn autograd_ops(fz: &mut Fuzz, rng: &mut SmallRng) {
         }
         "cross" => vec![rng.random_range(0..=2), 3],
         "cross_entropy" => vec![rng.random_range(0..=3), rng.random_range(1..=3)],
+        // Images [N, C, H, W] and sequences [N, C, L] (or unbatched) for convolution and
+        // pooling.
+        "conv2d" | "conv2d_extreme" | "max_pool2d" | "max_pool2d_extreme" | "avg_pool2d" => {
+            let mut s = vec![rng.random_range(1..=3), rng.random_range(1..=5)];
+            s.push(rng.random_range(1..=5));
+            if rng.random_bool(0.8) {
+                s.insert(0, rng.random_range(0..=2));
+            }
+            s
+        }
+        "conv1d" | "max_pool1d" | "avg_pool1d" => {
+            let mut s = vec![rng.random_range(1..=4), rng.random_range(1..=6)];
+            if rng.random_bool(0.8) {
+                s.insert(0, rng.random_range(0..=2));
+            }
+            s
+        }
         _ => gen_shape(rng),
     };
     let x = gen_input_with(rng, dt, &shape);
@@ -4295,7 +4354,23 @@ fn autograd_ops(fz: &mut Fuzz, rng: &mut SmallRng) {
     } else {
         gen_float_dtype(rng)
     };
-    let ysh = partner_shape(rng, &shape);
+    let spatial = if name == "conv1d" { 1 } else { 2 };
+    let ysh = if name.starts_with("conv") && shape.len() > spatial && rng.random_bool(0.8) {
+        // A weight [O, C / groups, k...] for the input's channels.
+        let c = shape[shape.len() - spatial - 1];
+        let groups = if c % 2 == 0 && rng.random_bool(0.3) {
+            2
+        } else {
+            1
+        };
+        let mut w = vec![groups * rng.random_range(1..=2), c / groups];
+        for _ in 0..spatial {
+            w.push(rng.random_range(1..=3));
+        }
+        w
+    } else {
+        partner_shape(rng, &shape)
+    };
     let y = gen_input_with(rng, ydt, &ysh);
     let d = if name == "cross" {
         -1

@@ -1,6 +1,6 @@
 //! Layers: [`Linear`], [`Conv1d`], [`Conv2d`], [`Embedding`], [`LayerNorm`], [`RMSNorm`],
-//! [`Dropout`], the pooling layers, [`Flatten`] and the activations, each a [`Module`] with
-//! PyTorch's parameter names and initialisation.
+//! [`BatchNorm1d`], [`BatchNorm2d`], [`Dropout`], the pooling layers, [`Flatten`] and the
+//! activations, each a [`Module`] with PyTorch's parameter names and initialisation.
 
 use genesis::{
     ConvOptions, DType, Device, Error, Generator, IntoPair, PoolOptions, Result, Tensor,
@@ -632,3 +632,215 @@ impl Module for Flatten {
         Vec::new()
     }
 }
+
+/// Batch normalisation's state, shared by [`BatchNorm1d`] and [`BatchNorm2d`]: the affine
+/// parameters and the running statistics (PyTorch's names).
+#[derive(Debug)]
+struct BatchNorm {
+    weight: Option<Tensor>,
+    bias: Option<Tensor>,
+    running_mean: Option<Tensor>,
+    running_var: Option<Tensor>,
+    num_batches_tracked: Option<Tensor>,
+    eps: f64,
+    momentum: Option<f64>,
+    training: bool,
+}
+
+impl BatchNorm {
+    fn new(
+        num_features: usize,
+        eps: f64,
+        momentum: Option<f64>,
+        affine: bool,
+        track_running_stats: bool,
+        device: Device,
+    ) -> Result<BatchNorm> {
+        let affine_param = |v: f32| -> Result<Option<Tensor>> {
+            if affine {
+                Ok(Some(parameter(Tensor::full([num_features], v, device)?)?))
+            } else {
+                Ok(None)
+            }
+        };
+        let stat = |v: f32| -> Result<Option<Tensor>> {
+            if track_running_stats {
+                Ok(Some(Tensor::full([num_features], v, device)?))
+            } else {
+                Ok(None)
+            }
+        };
+        Ok(BatchNorm {
+            weight: affine_param(1.0)?,
+            bias: affine_param(0.0)?,
+            running_mean: stat(0.0)?,
+            running_var: stat(1.0)?,
+            num_batches_tracked: if track_running_stats {
+                Some(Tensor::zeros([0usize; 0], DType::I64, device)?)
+            } else {
+                None
+            },
+            eps,
+            momentum,
+            training: true,
+        })
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let mut momentum = self.momentum.unwrap_or(0.0);
+        if self.training
+            && let Some(n) = &self.num_batches_tracked
+        {
+            n.add_(1i64)?;
+            if self.momentum.is_none() {
+                // PyTorch's cumulative moving average.
+                momentum = 1.0 / n.item::<i64>()? as f64;
+            }
+        }
+        x.batch_norm(
+            self.running_mean.as_ref(),
+            self.running_var.as_ref(),
+            self.weight.as_ref(),
+            self.bias.as_ref(),
+            self.training || self.running_mean.is_none(),
+            momentum,
+            self.eps,
+        )
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        let mut p = Vec::new();
+        if let (Some(w), Some(b)) = (&self.weight, &self.bias) {
+            p.push(("weight".to_string(), w.clone()));
+            p.push(("bias".to_string(), b.clone()));
+        }
+        p
+    }
+
+    fn named_buffers(&self) -> Vec<(String, Tensor)> {
+        [
+            ("running_mean", &self.running_mean),
+            ("running_var", &self.running_var),
+            ("num_batches_tracked", &self.num_batches_tracked),
+        ]
+        .into_iter()
+        .filter_map(|(n, t)| t.as_ref().map(|t| (n.to_string(), t.clone())))
+        .collect()
+    }
+}
+
+macro_rules! batch_norm_layer {
+    ($(#[$doc:meta])* $name:ident, $op:literal, $ranks:expr, $expect:literal) => {
+        $(#[$doc])*
+        #[derive(Debug)]
+        pub struct $name(BatchNorm);
+
+        impl $name {
+            /// PyTorch's defaults: `eps` 1e-5, momentum 0.1, learnable `weight` (ones) and
+            /// `bias` (zeros), running statistics tracked.
+            pub fn new(num_features: usize, device: Device) -> Result<$name> {
+                $name::with(num_features, 1e-5, Some(0.1), true, true, device)
+            }
+
+            /// Every option: `momentum` `None` for a cumulative average of the batches'
+            /// statistics, `affine` for the weight and bias, `track_running_stats` for the
+            /// running statistics (without them, evaluation uses the batch's too).
+            pub fn with(
+                num_features: usize,
+                eps: f64,
+                momentum: Option<f64>,
+                affine: bool,
+                track_running_stats: bool,
+                device: Device,
+            ) -> Result<$name> {
+                Ok($name(BatchNorm::new(
+                    num_features,
+                    eps,
+                    momentum,
+                    affine,
+                    track_running_stats,
+                    device,
+                )?))
+            }
+
+            /// `[num_features]`, when the layer is affine.
+            pub fn weight(&self) -> Option<&Tensor> {
+                self.0.weight.as_ref()
+            }
+
+            /// `[num_features]`, when the layer is affine.
+            pub fn bias(&self) -> Option<&Tensor> {
+                self.0.bias.as_ref()
+            }
+
+            /// The running mean, when tracked.
+            pub fn running_mean(&self) -> Option<&Tensor> {
+                self.0.running_mean.as_ref()
+            }
+
+            /// The running (unbiased) variance, when tracked.
+            pub fn running_var(&self) -> Option<&Tensor> {
+                self.0.running_var.as_ref()
+            }
+        }
+
+        impl Module for $name {
+            fn forward(&self, x: &Tensor) -> Result<Tensor> {
+                if !$ranks.contains(&x.dim()) {
+                    return Err(Error::InvalidArgument {
+                        op: $op,
+                        reason: format!(concat!("expected ", $expect, " input (got {}D input)"), x.dim()),
+                    });
+                }
+                self.0.forward(x)
+            }
+
+            fn named_parameters(&self) -> Vec<(String, Tensor)> {
+                self.0.named_parameters()
+            }
+
+            fn named_buffers(&self) -> Vec<(String, Tensor)> {
+                self.0.named_buffers()
+            }
+
+            fn set_training(&mut self, training: bool) {
+                self.0.training = training;
+            }
+        }
+    };
+}
+
+batch_norm_layer!(
+    /// Batch normalisation of `[N, C]` or `[N, C, L]` inputs (PyTorch's `nn.BatchNorm1d`):
+    /// [`Tensor::batch_norm`] with the batch's statistics in training, updating the running
+    /// ones (buffers `running_mean`, `running_var`, `num_batches_tracked` in the state dict),
+    /// and the running ones in evaluation.
+    BatchNorm1d,
+    "BatchNorm1d",
+    [2usize, 3],
+    "2D or 3D"
+);
+batch_norm_layer!(
+    /// Batch normalisation of `[N, C, H, W]` images (PyTorch's `nn.BatchNorm2d`): as
+    /// [`BatchNorm1d`].
+    ///
+    /// ```
+    /// use genesis::{DType, Device, Generator};
+    /// use genesis_nn::{BatchNorm2d, Module};
+    /// # fn main() -> genesis::Result<()> {
+    /// let mut bn = BatchNorm2d::new(3, Device::Cpu)?;
+    /// let x = Generator::new(0).randn([4, 3, 5, 5], DType::F32, Device::Cpu)?;
+    /// let y = bn.forward(&x)?; // training: the batch's statistics
+    /// let m = y.mean_dim([0isize, 2, 3], false)?.to_vec::<f32>()?;
+    /// assert!(m.iter().all(|v| v.abs() < 1e-5));
+    /// bn.eval();
+    /// let z = bn.forward(&x)?; // evaluation: the running statistics
+    /// assert_eq!(z.shape(), x.shape());
+    /// # Ok(())
+    /// # }
+    /// ```
+    BatchNorm2d,
+    "BatchNorm2d",
+    [4usize],
+    "4D"
+);

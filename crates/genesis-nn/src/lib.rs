@@ -1,6 +1,6 @@
 //! Neural networks on [`genesis::Tensor`] and its autograd, with PyTorch's names and
 //! semantics: [`Module`]s with named parameters ([`Linear`], [`Conv1d`], [`Conv2d`],
-//! [`Embedding`], [`LayerNorm`], [`RMSNorm`], [`Dropout`], pooling, [`Flatten`], activations,
+//! [`Embedding`], [`LayerNorm`], [`RMSNorm`], [`BatchNorm2d`], [`Dropout`], pooling, [`Flatten`], activations,
 //! [`Sequential`]), losses ([`loss`]), seeded
 //! initialisers ([`init`]), optimisers and schedules ([`optim`]), and a small real data set
 //! ([`datasets::digits`]).
@@ -38,7 +38,7 @@ pub mod optim;
 pub mod train;
 
 pub use layers::{
-    AvgPool2d, Conv1d, Conv2d, Dropout, Embedding, Flatten, Gelu, LayerNorm, Linear, MaxPool2d,
-    RMSNorm, Relu, Silu, Tanh,
+    AvgPool2d, BatchNorm1d, BatchNorm2d, Conv1d, Conv2d, Dropout, Embedding, Flatten, Gelu,
+    LayerNorm, Linear, MaxPool2d, RMSNorm, Relu, Silu, Tanh,
 };
 pub use module::{Module, Sequential};

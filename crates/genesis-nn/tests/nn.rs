@@ -10,8 +10,8 @@ use genesis_nn::optim::{
     Adam, CosineWithWarmup, Optimizer, Schedule, Sgd, StepLr, clip_grad_norm_,
 };
 use genesis_nn::{
-    AvgPool2d, Conv1d, Conv2d, Dropout, Embedding, Flatten, Gelu, LayerNorm, Linear, MaxPool2d,
-    Module, RMSNorm, Relu, Sequential, init,
+    AvgPool2d, BatchNorm1d, BatchNorm2d, Conv1d, Conv2d, Dropout, Embedding, Flatten, Gelu,
+    LayerNorm, Linear, MaxPool2d, Module, RMSNorm, Relu, Sequential, init,
 };
 
 const CPU: Device = Device::Cpu;
@@ -109,6 +109,94 @@ fn convolution_layers_as_pytorchs() {
     assert!(Conv2d::new(4, 6, 3, ConvOptions::new().groups(0), true, &g, CPU).is_err());
     assert!(Conv2d::new(4, 6, [0, 3], ConvOptions::new(), true, &g, CPU).is_err());
     assert!(Conv1d::new(4, 6, 0, ConvOptions::new(), true, &g, CPU).is_err());
+}
+
+/// Batch normalisation layers: PyTorch's parameter and buffer names, the running statistics
+/// moved by training batches (momentum 0.1, or the cumulative average), evaluation by them,
+/// and the ranks each layer takes.
+#[test]
+fn batch_norm_layers_as_pytorchs() {
+    let g = Generator::new(4);
+    let mut bn = BatchNorm2d::new(3, CPU).unwrap();
+    let names: Vec<String> = bn.state_dict().into_keys().collect();
+    assert_eq!(
+        names,
+        [
+            "bias",
+            "num_batches_tracked",
+            "running_mean",
+            "running_var",
+            "weight"
+        ]
+    );
+    let x = g
+        .randn([4, 3, 2, 2], DType::F32, CPU)
+        .unwrap()
+        .mul(3.0)
+        .unwrap()
+        .add(1.0)
+        .unwrap();
+    let mean: Vec<f64> = vec32(&x.mean_dim([0isize, 2, 3], false).unwrap())
+        .iter()
+        .map(|&v| v as f64)
+        .collect();
+    let y = bn.forward(&x).unwrap();
+    let ym = vec32(&y.mean_dim([0isize, 2, 3], false).unwrap());
+    assert!(ym.iter().all(|v| v.abs() < 1e-5), "{ym:?}");
+    let want: Vec<f64> = mean.iter().map(|m| 0.1 * m).collect();
+    close(
+        &vec32(bn.running_mean().unwrap()),
+        &want,
+        1e-5,
+        "running mean",
+    );
+    assert_eq!(
+        bn.state_dict()["num_batches_tracked"]
+            .item::<i64>()
+            .unwrap(),
+        1
+    );
+    y.sum().unwrap().backward().unwrap();
+    assert!(bn.weight().unwrap().grad().is_some());
+    // Evaluation: the running statistics, nothing moves.
+    bn.eval();
+    let before = vec32(bn.running_mean().unwrap());
+    let z = bn.forward(&x).unwrap();
+    let rv = vec32(bn.running_var().unwrap());
+    let want: Vec<f64> = vec32(&x)
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let ch = (i / 4) % 3;
+            (v as f64 - before[ch] as f64) / (rv[ch] as f64 + 1e-5).sqrt()
+        })
+        .collect();
+    close(&vec32(&z), &want, 1e-5, "evaluation");
+    assert_eq!(vec32(bn.running_mean().unwrap()), before);
+    assert_eq!(
+        bn.state_dict()["num_batches_tracked"]
+            .item::<i64>()
+            .unwrap(),
+        1
+    );
+    // momentum None: the cumulative average of the batches' means.
+    let cma = BatchNorm1d::with(2, 1e-5, None, false, true, CPU).unwrap();
+    assert!(cma.named_parameters().is_empty());
+    let a = Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0], [2, 2], CPU).unwrap();
+    let b = Tensor::from_slice(&[5.0f32, 6.0, 7.0, 8.0], [2, 2], CPU).unwrap();
+    cma.forward(&a).unwrap();
+    cma.forward(&b).unwrap();
+    assert_eq!(vec32(cma.running_mean().unwrap()), [4.0, 5.0]);
+    // Ranks.
+    assert!(bn.forward(&a).is_err());
+    assert!(cma.forward(&x).is_err());
+    assert!(cma.forward(&a.unsqueeze(2).unwrap()).is_ok());
+    // Without running statistics, evaluation normalises by the batch.
+    let mut free = BatchNorm1d::with(2, 1e-5, Some(0.1), true, false, CPU).unwrap();
+    free.eval();
+    assert!(free.named_buffers().is_empty());
+    let f = vec32(&free.forward(&b).unwrap());
+    close(&f, &[-1.0, -1.0, 1.0, 1.0], 1e-5, "batch statistics");
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! Normalisations over the last dimensions: [`Tensor::layer_norm`] and [`Tensor::rms_norm`]
 //! (PyTorch's `F.layer_norm` and `F.rms_norm`), each one recorded op whose backward keeps
 //! only the input, the per-row statistics and the weight (PyTorch's saved set), not the
-//! intermediate tensors of the forward.
+//! intermediate tensors of the forward; and [`Tensor::batch_norm`] over channels, composed
+//! of the facade's ops.
 
 use crate::autograd::{Saved, cast_grad, sum_to};
 use crate::{Error, Result, Tensor};
@@ -208,6 +209,140 @@ fn layer_norm_grad_fn(
 }
 
 impl Tensor {
+    /// Batch normalisation (PyTorch's `F.batch_norm`) of `self` (`[N, C, ...]`, floating
+    /// point) per channel (dimension 1). With `training`, each channel is normalised by its
+    /// mean and biased variance over the batch and the other dimensions, and the running
+    /// statistics (`[C]`, when given) move toward them in place:
+    /// `running = (1 − momentum)·running + momentum·statistic`, the variance unbiased (PyTorch's);
+    /// a channel of one value is refused. Without `training`, the running statistics normalise
+    /// (they must be given). Then `· weight + bias` (`[C]` each, when given). Float16 and bfloat16
+    /// inputs compute in float32 and round once. Differentiable in the input, weight and bias
+    /// (composed ops); the running statistics are updated without recording.
+    ///
+    /// ```
+    /// use genesis::{DType, Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let x = Tensor::from_slice(&[1.0f32, 3.0, 10.0, 30.0], [2, 2], Device::Cpu)?;
+    /// let (rm, rv) = (Tensor::zeros([2], DType::F32, Device::Cpu)?, Tensor::ones([2], DType::F32, Device::Cpu)?);
+    /// let y = x.batch_norm(Some(&rm), Some(&rv), None, None, true, 0.1, 0.0)?;
+    /// assert_eq!(y.to_vec::<f32>()?, [-1.0, -1.0, 1.0, 1.0]);
+    /// let rm = rm.to_vec::<f32>()?; // 0.1 · the batch means 5.5 and 16.5
+    /// assert!((rm[0] - 0.55).abs() < 1e-6 && (rm[1] - 1.65).abs() < 1e-6);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[allow(clippy::too_many_arguments)]
+    #[track_caller]
+    pub fn batch_norm(
+        &self,
+        running_mean: Option<&Tensor>,
+        running_var: Option<&Tensor>,
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        training: bool,
+        momentum: f64,
+        eps: f64,
+    ) -> Result<Tensor> {
+        let op = "batch_norm";
+        if self.dim() < 2 {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: format!(
+                    "expected an input of at least 2 dimensions [N, C, ...], got shape {:?}",
+                    self.shape()
+                ),
+            });
+        }
+        if !self.dtype().is_float() {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: format!("takes floating-point input, got {}", self.dtype()),
+            });
+        }
+        let c = self.shape()[1];
+        for t in [running_mean, running_var, weight, bias]
+            .into_iter()
+            .flatten()
+        {
+            check_affine(op, Some(t), &[c])?;
+            if t.device() != self.device() {
+                return Err(Error::DeviceMismatch {
+                    op,
+                    lhs: self.device(),
+                    rhs: t.device(),
+                });
+            }
+            if !t.dtype().is_float() {
+                return Err(Error::InvalidArgument {
+                    op,
+                    reason: format!("takes floating-point parameters, got {}", t.dtype()),
+                });
+            }
+        }
+        let running = match (running_mean, running_var) {
+            (Some(m), Some(v)) => Some((m, v)),
+            (None, None) => None,
+            _ => {
+                return Err(Error::InvalidArgument {
+                    op,
+                    reason: "running_mean and running_var must be given together".into(),
+                });
+            }
+        };
+        let per_channel = self.numel().checked_div(c).unwrap_or(0);
+        if (training || running.is_none()) && per_channel <= 1 {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: format!(
+                    "expected more than 1 value per channel when training, got input size {:?}",
+                    self.shape()
+                ),
+            });
+        }
+        let mut bshape = vec![1usize; self.dim()];
+        bshape[1] = c;
+        let dims: Vec<isize> = (0..self.dim() as isize).filter(|&d| d != 1).collect();
+        let x = match self.dtype() {
+            crate::DType::F16 | crate::DType::BF16 => self.to_dtype(crate::DType::F32)?,
+            _ => self.clone(),
+        };
+        let (mean, var) = match running {
+            Some((m, v)) if !training => (
+                m.detach().to_dtype(x.dtype())?.reshape(bshape.as_slice())?,
+                v.detach().to_dtype(x.dtype())?.reshape(bshape.as_slice())?,
+            ),
+            _ => {
+                let mean = x.mean_dim(dims.as_slice(), true)?;
+                let var = x.var_dim(dims.as_slice(), 0.0, true)?;
+                if let Some((m, v)) = running {
+                    let n = per_channel as f64;
+                    crate::autograd::no_grad(|| -> Result<()> {
+                        let step = |r: &Tensor, stat: &Tensor| -> Result<()> {
+                            let stat = stat.detach().reshape([c])?.mul(momentum)?;
+                            r.mul_(1.0 - momentum)?;
+                            r.add_(&stat.to_dtype(r.dtype())?)
+                        };
+                        step(m, &mean)?;
+                        step(v, &var.mul(n / (n - 1.0))?)
+                    })?;
+                }
+                (mean, var)
+            }
+        };
+        let mut y = x.sub(&mean)?.mul(&var.add(eps)?.rsqrt()?)?;
+        if let Some(w) = weight {
+            y = y.mul(&w.reshape(bshape.as_slice())?)?;
+        }
+        if let Some(b) = bias {
+            y = y.add(&b.reshape(bshape.as_slice())?)?;
+        }
+        if y.dtype() == self.dtype() {
+            Ok(y)
+        } else {
+            y.to_dtype(self.dtype())
+        }
+    }
+
     /// Layer normalisation over the trailing dimensions `normalized_shape` (PyTorch's
     /// `F.layer_norm`): `(x - mean) / sqrt(var + eps) * weight + bias`, the biased variance,
     /// `weight` and `bias` of shape `normalized_shape` (either may be absent). Computed in the

@@ -1,7 +1,8 @@
-//! Convolution and pooling against direct loops written from PyTorch's definitions (in
-//! float64): generated shapes, strides, paddings, dilations, groups and `ceil_mode`, the
-//! values and the gradients of every input, on every device; and the arguments PyTorch
-//! refuses, refused with an error.
+//! The ops of convolutional networks, convolution, pooling and batch normalisation, against
+//! direct loops written from PyTorch's definitions (in float64): generated shapes, strides,
+//! paddings, dilations, groups, `ceil_mode`, training and evaluation, the values, the
+//! gradients of every input and the running statistics, on every device; and the arguments
+//! PyTorch refuses, refused with an error.
 
 use genesis::{ConvOptions, DType, Device, PoolOptions, Tensor};
 use rand::rngs::SmallRng;
@@ -624,4 +625,159 @@ fn bad_arguments_are_errors() {
         .max_pool2d(5, PoolOptions::new().stride(usize::MAX).ceil_mode(true))
         .unwrap();
     assert_eq!(m.shape(), [1, 4, 1, 1]);
+}
+
+/// Batch normalisation by direct loops: the output, the gradients of the input, weight and
+/// bias for upstream `r`, and the running statistics after the call.
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+fn bn_ref(
+    shape: &[usize],
+    x: &[f64],
+    w: &[f64],
+    b: &[f64],
+    rm: &[f64],
+    rv: &[f64],
+    r: &[f64],
+    training: bool,
+    momentum: f64,
+    eps: f64,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>) {
+    let (n, c) = (shape[0], shape[1]);
+    let inner: usize = shape[2..].iter().product();
+    let at = |i: usize, ch: usize, j: usize| (i * c + ch) * inner + j;
+    let m = (n * inner) as f64;
+    let (mut y, mut gx) = (vec![0.0; x.len()], vec![0.0; x.len()]);
+    let (mut gw, mut gb) = (vec![0.0; c], vec![0.0; c]);
+    let (mut rm2, mut rv2) = (rm.to_vec(), rv.to_vec());
+    for ch in 0..c {
+        let idx: Vec<usize> = (0..n)
+            .flat_map(|i| (0..inner).map(move |j| at(i, ch, j)))
+            .collect();
+        let (mu, var) = if training {
+            let mu = idx.iter().map(|&k| x[k]).sum::<f64>() / m;
+            let var = idx.iter().map(|&k| (x[k] - mu).powi(2)).sum::<f64>() / m;
+            rm2[ch] = (1.0 - momentum) * rm[ch] + momentum * mu;
+            rv2[ch] = (1.0 - momentum) * rv[ch] + momentum * var * m / (m - 1.0);
+            (mu, var)
+        } else {
+            (rm[ch], rv[ch])
+        };
+        let rstd = 1.0 / (var + eps).sqrt();
+        let xhat: Vec<f64> = idx.iter().map(|&k| (x[k] - mu) * rstd).collect();
+        let dxhat: Vec<f64> = idx.iter().map(|&k| r[k] * w[ch]).collect();
+        let mean_d = dxhat.iter().sum::<f64>() / m;
+        let mean_dx = dxhat.iter().zip(&xhat).map(|(d, h)| d * h).sum::<f64>() / m;
+        for (t, &k) in idx.iter().enumerate() {
+            y[k] = xhat[t] * w[ch] + b[ch];
+            gx[k] = if training {
+                rstd * (dxhat[t] - mean_d - xhat[t] * mean_dx)
+            } else {
+                rstd * dxhat[t]
+            };
+            gw[ch] += r[k] * xhat[t];
+            gb[ch] += r[k];
+        }
+    }
+    (y, gx, gw, gb, rm2, rv2)
+}
+
+#[test]
+fn batch_norm_matches_direct_loops_in_value_gradient_and_running_statistics() {
+    let mut rng = SmallRng::seed_from_u64(5);
+    for case in 0..120 {
+        let rank = rng.random_range(2..=4);
+        let mut shape = vec![rng.random_range(1..4), rng.random_range(1..4)];
+        for _ in 2..rank {
+            shape.push(rng.random_range(1..4));
+        }
+        let numel: usize = shape.iter().product();
+        let c = shape[1];
+        let training = rng.random_bool(0.6);
+        let (momentum, eps) = (rng.random_range(0.0..1.0), [1e-5, 0.1][case % 2]);
+        let x = randv(&mut rng, numel);
+        let w = randv(&mut rng, c);
+        let b = randv(&mut rng, c);
+        let rm = randv(&mut rng, c);
+        let rv: Vec<f64> = (0..c).map(|_| rng.random_range(0.1..2.0)).collect();
+        let r = randv(&mut rng, numel);
+        for device in devices() {
+            let xt = leaf(&x, &shape, DType::F64, device);
+            let (wt, bt) = (
+                leaf(&w, &[c], DType::F64, device),
+                leaf(&b, &[c], DType::F64, device),
+            );
+            let rmt = Tensor::from_slice(&rm, [c], device).unwrap();
+            let rvt = Tensor::from_slice(&rv, [c], device).unwrap();
+            let got = xt.batch_norm(
+                Some(&rmt),
+                Some(&rvt),
+                Some(&wt),
+                Some(&bt),
+                training,
+                momentum,
+                eps,
+            );
+            if training && numel / c <= 1 {
+                assert!(got.is_err(), "case {case}: one value a channel in training");
+                continue;
+            }
+            let y = got.unwrap();
+            let (want, gx, gw, gb, rm2, rv2) =
+                bn_ref(&shape, &x, &w, &b, &rm, &rv, &r, training, momentum, eps);
+            let what = format!("case {case} {shape:?} training {training}");
+            close(&values(&y), &want, 1e-10, &format!("{what} value"));
+            close(&values(&rmt), &rm2, 1e-12, &format!("{what} running mean"));
+            close(&values(&rvt), &rv2, 1e-12, &format!("{what} running var"));
+            let rt = Tensor::from_slice(&r, y.shape(), device).unwrap();
+            y.mul(&rt).unwrap().sum().unwrap().backward().unwrap();
+            close(&grad(&xt), &gx, 1e-9, &format!("{what} input grad"));
+            close(&grad(&wt), &gw, 1e-10, &format!("{what} weight grad"));
+            close(&grad(&bt), &gb, 1e-10, &format!("{what} bias grad"));
+        }
+    }
+    // Refused: one value a channel in training, a rank below 2, mismatched statistics.
+    let x = Tensor::ones([1, 3], DType::F32, Device::Cpu).unwrap();
+    let s = Tensor::ones([3], DType::F32, Device::Cpu).unwrap();
+    assert!(
+        x.batch_norm(Some(&s), Some(&s), None, None, true, 0.1, 1e-5)
+            .is_err()
+    );
+    assert!(
+        x.batch_norm(None, None, None, None, false, 0.1, 1e-5)
+            .is_err()
+    );
+    let x = Tensor::ones([2, 3], DType::F32, Device::Cpu).unwrap();
+    let s2 = Tensor::ones([2], DType::F32, Device::Cpu).unwrap();
+    assert!(
+        x.batch_norm(Some(&s2), Some(&s2), None, None, true, 0.1, 1e-5)
+            .is_err()
+    );
+    assert!(
+        x.batch_norm(Some(&s), None, None, None, true, 0.1, 1e-5)
+            .is_err()
+    );
+    assert!(
+        x.batch_norm(None, None, Some(&s2), None, true, 0.1, 1e-5)
+            .is_err()
+    );
+    assert!(
+        Tensor::ones([3], DType::F32, Device::Cpu)
+            .unwrap()
+            .batch_norm(None, None, None, None, true, 0.1, 1e-5)
+            .is_err()
+    );
+    assert!(
+        x.to_dtype(DType::I64)
+            .unwrap()
+            .batch_norm(None, None, None, None, true, 0.1, 1e-5)
+            .is_err()
+    );
+    // float16 in float32, rounded once; evaluation without statistics uses the batch's.
+    let h = x.to_dtype(DType::F16).unwrap();
+    assert_eq!(
+        h.batch_norm(None, None, None, None, true, 0.1, 1e-5)
+            .unwrap()
+            .dtype(),
+        DType::F16
+    );
 }

@@ -604,6 +604,33 @@ impl Module for AvgPool2d {
     }
 }
 
+/// Adaptive 2-d average pooling to a fixed output size (PyTorch's `nn.AdaptiveAvgPool2d`):
+/// [`Tensor::adaptive_avg_pool2d`]; `AdaptiveAvgPool2d::new(1)` is a global average pool.
+#[derive(Debug, Clone, Copy)]
+pub struct AdaptiveAvgPool2d {
+    /// The output's height and width.
+    pub output_size: [usize; 2],
+}
+
+impl AdaptiveAvgPool2d {
+    /// Pooling to `output_size` (one number or a pair).
+    pub fn new(output_size: impl IntoPair) -> AdaptiveAvgPool2d {
+        AdaptiveAvgPool2d {
+            output_size: output_size.into_pair(),
+        }
+    }
+}
+
+impl Module for AdaptiveAvgPool2d {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        x.adaptive_avg_pool2d(self.output_size)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        Vec::new()
+    }
+}
+
 /// Flattens dimensions `start_dim..=end_dim` into one (PyTorch's `nn.Flatten`, by default
 /// every dimension but the batch's: `start_dim` 1, `end_dim` -1).
 #[derive(Debug, Clone, Copy)]

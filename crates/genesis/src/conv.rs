@@ -1,6 +1,6 @@
 //! Convolution and pooling over images and sequences, PyTorch's `F.conv1d`, `F.conv2d`,
-//! `F.max_pool1d`, `F.max_pool2d`, `F.avg_pool1d` and `F.avg_pool2d`, built from the facade's
-//! ops on every device.
+//! `F.max_pool1d`, `F.max_pool2d`, `F.avg_pool1d`, `F.avg_pool2d` and the adaptive average
+//! pools, built from the facade's ops on every device.
 //!
 //! A convolution is a product over the unfolded input ("im2col"): the input, padded, is read
 //! through a strided layout that names every window (no copy), one strided copy lays the
@@ -316,10 +316,16 @@ impl Geometry {
             out: [oh, ow],
             padded: [hp, wp],
         };
-        // Every buffer the op makes must be countable: the padded input and the columns.
-        let cols = [g.n, g.c, k[0], k[1], oh, ow];
-        genesis_storage::checked_numel(&cols)?;
-        genesis_storage::checked_numel(&[g.n, g.c, hp, wp])?;
+        // Every buffer the op makes must be countable, the padded input and the columns, and
+        // their strides must fit even where another size is 0 (an empty batch of huge images).
+        for dims in [&[g.n, g.c, hp, wp][..], &[g.n, g.c, k[0], k[1], oh, ow]] {
+            dims.iter()
+                .filter(|&&d| d != 0)
+                .try_fold(1usize, |a, &d| a.checked_mul(d))
+                .filter(|&v| v <= isize::MAX as usize)
+                .ok_or_else(|| overflow(op))?;
+            genesis_storage::checked_numel(dims)?;
+        }
         Ok(g)
     }
 
@@ -874,7 +880,13 @@ impl Tensor {
             return Err(bad(op, "the divisor override must be positive"));
         }
         let geo = Tensor::pool_geometry(op, &x, kernel, &opts)?;
-        let divisor = pool_divisors(&geo, &opts);
+        // An empty batch divides nothing: one divisor stands for all.
+        let divisor = if geo.n == 0 || geo.c == 0 {
+            vec![1.0]
+        } else {
+            genesis_storage::check_host_bytes(geo.positions().saturating_mul(8))?;
+            pool_divisors(&geo, &opts)
+        };
         // Float16 and bfloat16 in float32, rounded once.
         let wide = |t: &Tensor| match t.dtype() {
             DType::F16 | DType::BF16 => t.to_dtype(DType::F32),
@@ -905,6 +917,75 @@ impl Tensor {
         )?;
         if unbatched { y.squeeze(0) } else { Ok(y) }
     }
+}
+
+impl Tensor {
+    /// Adaptive 2-d average pooling (PyTorch's `F.adaptive_avg_pool2d`) of `self`
+    /// (`[N, C, H, W]` or `[C, H, W]`, floating point, `C`, `H`, `W` not 0) to `output_size`
+    /// (one number or a pair): output `(i, j)` is the mean of rows
+    /// `⌊i·H/OH⌋..⌈(i+1)·H/OH⌉` and columns `⌊j·W/OW⌋..⌈(j+1)·W/OW⌉`. Computed as two matmuls
+    /// with the averaging matrices (`P_h · x · P_wᵀ`, each row of `P` `1/len` over its
+    /// window): the mean's value within rounding, differentiable.
+    ///
+    /// ```
+    /// use genesis::{DType, Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let x = Tensor::arange(0.0, 10.0, 1.0, DType::F32, Device::Cpu)?.reshape([1, 1, 2, 5])?;
+    /// let y = x.adaptive_avg_pool2d([1, 2])?; // columns 0..3 and 2..5
+    /// assert_eq!(y.to_vec::<f32>()?, [3.5, 5.5]);
+    /// assert_eq!(x.adaptive_avg_pool2d(1)?.to_vec::<f32>()?, [4.5]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn adaptive_avg_pool2d(&self, output_size: impl IntoPair) -> Result<Tensor> {
+        let op = "adaptive_avg_pool2d";
+        let (x, unbatched) = batched(op, self, "input")?;
+        let [oh, ow] = output_size.into_pair();
+        let y = adaptive_avg(op, &x, [oh, ow])?;
+        if unbatched { y.squeeze(0) } else { Ok(y) }
+    }
+
+    /// Adaptive 1-d average pooling (PyTorch's `F.adaptive_avg_pool1d`) of `self`
+    /// (`[N, C, L]` or `[C, L]`): [`Tensor::adaptive_avg_pool2d`] over a height of one.
+    #[track_caller]
+    pub fn adaptive_avg_pool1d(&self, output_size: usize) -> Result<Tensor> {
+        let op = "adaptive_avg_pool1d";
+        let x = as_image(op, self)?;
+        let (x4, unbatched) = batched(op, &x, "input")?;
+        let y = adaptive_avg(op, &x4, [1, output_size])?.squeeze(-2)?;
+        if unbatched { y.squeeze(0) } else { Ok(y) }
+    }
+}
+
+/// `x` (`[n, c, h, w]`) averaged over PyTorch's adaptive windows to `[n, c, oh, ow]`.
+fn adaptive_avg(op: &'static str, x: &Tensor, out: [usize; 2]) -> Result<Tensor> {
+    float_only(op, x)?;
+    let s = x.shape();
+    if s[1..].contains(&0) {
+        return Err(bad(
+            op,
+            format!("expected an input with non-zero channels and spatial sizes, got shape {s:?}"),
+        ));
+    }
+    genesis_storage::checked_numel(&[s[0], s[1], out[0], out[1]])?;
+    // The averaging matrix `[o, len]` of one dimension.
+    let averaging = |o: usize, len: usize| -> Result<Tensor> {
+        let cells = o.checked_mul(len).ok_or_else(|| overflow(op))?;
+        genesis_storage::check_host_bytes(cells.saturating_mul(8))?;
+        let mut p = vec![0.0f64; cells];
+        for i in 0..o {
+            // ⌊i·len/o⌋ and ⌈(i+1)·len/o⌉ in 128 bits: no overflow.
+            let start = (i as u128 * len as u128 / o as u128) as usize;
+            let end = ((i as u128 + 1) * len as u128).div_ceil(o as u128) as usize;
+            let share = 1.0 / (end - start) as f64;
+            p[i * len + start..i * len + end].fill(share);
+        }
+        Tensor::from_slice(&p, [o, len], x.device())?.to_dtype(x.dtype())
+    };
+    let pw = averaging(out[1], s[3])?;
+    let ph = averaging(out[0], s[2])?;
+    ph.matmul(&x.matmul(&pw.t()?)?)
 }
 
 /// A 1-d pooling op's options as a 2-d op's over a height of one.

@@ -781,3 +781,91 @@ fn batch_norm_matches_direct_loops_in_value_gradient_and_running_statistics() {
         DType::F16
     );
 }
+
+#[test]
+fn adaptive_average_pooling_matches_direct_loops() {
+    let mut rng = SmallRng::seed_from_u64(23);
+    for case in 0..150 {
+        let shape = [
+            rng.random_range(0..3),
+            rng.random_range(1..3),
+            rng.random_range(1..9),
+            rng.random_range(1..9),
+        ];
+        let out = [rng.random_range(1..10), rng.random_range(1..10)];
+        let numel: usize = shape.iter().product();
+        let x = randv(&mut rng, numel);
+        let window = |o: usize, i: usize, len: usize| (i * len / o, ((i + 1) * len).div_ceil(o));
+        let [n, c, h, w] = shape;
+        let mut want = Vec::new();
+        let mut gx = vec![0.0; numel];
+        let r = randv(&mut rng, n * c * out[0] * out[1]);
+        for plane in 0..n * c {
+            for i in 0..out[0] {
+                for j in 0..out[1] {
+                    let (h0, h1) = window(out[0], i, h);
+                    let (w0, w1) = window(out[1], j, w);
+                    let count = ((h1 - h0) * (w1 - w0)) as f64;
+                    let mut sum = 0.0;
+                    for a in h0..h1 {
+                        for b in w0..w1 {
+                            sum += x[(plane * h + a) * w + b];
+                            gx[(plane * h + a) * w + b] += r[want.len()] / count;
+                        }
+                    }
+                    want.push(sum / count);
+                }
+            }
+        }
+        for device in devices() {
+            let xt = leaf(&x, &shape, DType::F64, device);
+            let y = xt.adaptive_avg_pool2d(out).unwrap();
+            assert_eq!(y.shape(), [n, c, out[0], out[1]]);
+            close(
+                &values(&y),
+                &want,
+                1e-12,
+                &format!("case {case} {shape:?} -> {out:?}"),
+            );
+            let rt = Tensor::from_slice(&r, y.shape(), device).unwrap();
+            y.mul(&rt).unwrap().sum().unwrap().backward().unwrap();
+            close(&grad(&xt), &gx, 1e-12, &format!("case {case} grad"));
+        }
+    }
+    let x = Tensor::ones([2, 3, 5], DType::F32, Device::Cpu).unwrap();
+    assert_eq!(x.adaptive_avg_pool1d(2).unwrap().shape(), [2, 3, 2]);
+    assert_eq!(x.adaptive_avg_pool2d([4, 1]).unwrap().shape(), [2, 4, 1]);
+    assert_eq!(x.adaptive_avg_pool2d(0).unwrap().shape(), [2, 0, 0]);
+    let empty = Tensor::ones([2, 3, 0, 5], DType::F32, Device::Cpu).unwrap();
+    assert!(empty.adaptive_avg_pool2d(1).is_err());
+    assert!(
+        x.to_dtype(DType::I32)
+            .unwrap()
+            .adaptive_avg_pool1d(1)
+            .is_err()
+    );
+    assert!(x.adaptive_avg_pool2d(usize::MAX).is_err());
+    assert!(x.adaptive_avg_pool2d([usize::MAX, 1]).is_err());
+}
+
+/// Found by the fuzzer: an empty batch of sequences of 2^62 elements made the convolution's
+/// strides and the average pool's divisors overflow or exhaust the host. Each op now returns
+/// an error or an empty result.
+#[test]
+fn empty_batches_of_huge_inputs_are_refused_or_empty() {
+    let cpu = Device::Cpu;
+    let x = Tensor::zeros([0usize, 3, 1 << 62], DType::F64, cpu).unwrap();
+    let w = Tensor::zeros([2usize, 3, 2], DType::F64, cpu).unwrap();
+    let empty_or_err = |r: genesis::Result<Tensor>| r.map(|y| y.numel() == 0).unwrap_or(true);
+    assert!(empty_or_err(x.conv1d(&w, None, ConvOptions::new())));
+    assert!(empty_or_err(x.avg_pool1d(2, PoolOptions::new())));
+    assert!(empty_or_err(x.max_pool1d(2, PoolOptions::new())));
+    assert!(empty_or_err(x.adaptive_avg_pool1d(1 << 40)));
+    let images = Tensor::zeros([0usize, 1, 1 << 31, 1 << 31], DType::F32, cpu).unwrap();
+    assert!(empty_or_err(
+        images.avg_pool2d(3, PoolOptions::new().stride(1))
+    ));
+    assert!(empty_or_err(
+        images.batch_norm(None, None, None, None, true, 0.1, 1e-5)
+    ));
+}

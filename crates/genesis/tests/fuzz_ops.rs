@@ -4191,6 +4191,9 @@ const GRAD_OPS: &[GradOp] = &[
             .padding(k.rem_euclid(2) as usize);
         x.avg_pool2d(d.rem_euclid(4) as usize, o)
     }),
+    ("adaptive_avg_pool2d", |x, _, _, d, k| {
+        x.adaptive_avg_pool2d([d.rem_euclid(5) as usize, k as usize])
+    }),
     ("avg_pool1d", |x, _, _, d, k| {
         x.avg_pool1d(d as usize, PoolOptions::new().stride(k as usize))
     }),
@@ -4331,7 +4334,12 @@ fn autograd_ops(fz: &mut Fuzz, rng: &mut SmallRng) {
         "cross_entropy" => vec![rng.random_range(0..=3), rng.random_range(1..=3)],
         // Images [N, C, H, W] and sequences [N, C, L] (or unbatched) for convolution and
         // pooling.
-        "conv2d" | "conv2d_extreme" | "max_pool2d" | "max_pool2d_extreme" | "avg_pool2d" => {
+        "conv2d"
+        | "conv2d_extreme"
+        | "max_pool2d"
+        | "max_pool2d_extreme"
+        | "avg_pool2d"
+        | "adaptive_avg_pool2d" => {
             let mut s = vec![rng.random_range(1..=3), rng.random_range(1..=5)];
             s.push(rng.random_range(1..=5));
             if rng.random_bool(0.8) {

@@ -92,28 +92,18 @@ pub(crate) fn run(step: &str, cmd: &mut Command) -> DynResult {
 }
 
 /// The tests: without and with the `cuda` feature, then the bad-input sweeps in a release
-/// build. With `prune`, each phase's test and example executables are deleted once the phase
-/// passed, so the disk holds one phase's executables at a time (a `cuda`-feature test binary
-/// embeds the kernel images it reaches, tens of MB each; `ci` prunes, `test` keeps them for
-/// reruns).
+/// build. With `prune`, each workspace phase runs in parts (the unit tests and examples, the
+/// integration tests [`TESTS_AT_ONCE`] targets at a time, the doc tests) and each part's
+/// executables are deleted once it passed, so the disk holds a few test binaries at a time (a
+/// `cuda`-feature test binary embeds the kernel images it reaches, tens of MB each; `ci`
+/// prunes, `test` keeps them for reruns).
 fn test(prune: bool) -> DynResult {
     let none = cuda::LinkEnv::default();
-    cargo_test(
-        "test (no cuda)",
-        &["--workspace", "--exclude", "xtask"],
-        &none,
-        prune,
-    )?;
+    test_workspace("test (no cuda)", &[], &none, prune)?;
     let env = cuda::ensure_link_env()?;
-    cargo_test(
+    test_workspace(
         "test (cuda feature)",
-        &[
-            "--workspace",
-            "--exclude",
-            "xtask",
-            "--features",
-            "cuda,genesis/ndarray",
-        ],
+        &["--features", "cuda,genesis/ndarray"],
         &env,
         prune,
     )?;
@@ -125,6 +115,58 @@ fn test(prune: bool) -> DynResult {
     }
     cargo_test("test (bad-input sweeps, release)", &args, &none, prune)?;
     cargo_test("test (xtask)", &["-p", "xtask"], &none, prune)
+}
+
+/// Integration test targets that a pruned workspace phase builds and runs at once.
+const TESTS_AT_ONCE: usize = 16;
+
+/// `cargo test` over the workspace (xtask aside) with `features`: at once, or with `prune` in
+/// parts, each part's executables deleted once it passed.
+fn test_workspace(step: &str, features: &[&str], env: &cuda::LinkEnv, prune: bool) -> DynResult {
+    let mut base = vec!["--workspace", "--exclude", "xtask"];
+    base.extend(features);
+    if !prune {
+        return cargo_test(step, &base, env, false);
+    }
+    let names = test_targets()?;
+    let mut parts: Vec<Vec<&str>> = vec![vec!["--lib", "--bins", "--examples"]];
+    for chunk in names.chunks(TESTS_AT_ONCE) {
+        parts.push(chunk.iter().flat_map(|n| ["--test", n.as_str()]).collect());
+    }
+    parts.push(vec!["--doc"]);
+    for part in parts {
+        let mut args = base.clone();
+        args.extend(part);
+        cargo_test(step, &args, env, true)?;
+    }
+    Ok(())
+}
+
+/// The names of the workspace's integration test targets (xtask's aside), each once.
+fn test_targets() -> DynResult<Vec<String>> {
+    let out = cargo()
+        .args(["metadata", "--no-deps", "--format-version", "1"])
+        .output()
+        .map_err(|e| format!("cargo metadata: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("cargo metadata failed ({})", out.status).into());
+    }
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let mut names = std::collections::BTreeSet::new();
+    for pkg in meta["packages"].as_array().into_iter().flatten() {
+        if pkg["name"] == "xtask" {
+            continue;
+        }
+        for t in pkg["targets"].as_array().into_iter().flatten() {
+            let is_test = t["kind"]
+                .as_array()
+                .is_some_and(|k| k.iter().any(|v| v == "test"));
+            if let (true, Some(name)) = (is_test, t["name"].as_str()) {
+                names.insert(name.to_string());
+            }
+        }
+    }
+    Ok(names.into_iter().collect())
 }
 
 /// Runs `cargo test ARGS` under `env`; with `prune`, then deletes the executables that command

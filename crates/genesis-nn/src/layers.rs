@@ -1,6 +1,7 @@
-//! Layers: [`Linear`], [`Conv1d`], [`Conv2d`], [`Embedding`], [`LayerNorm`], [`RMSNorm`],
-//! [`BatchNorm1d`], [`BatchNorm2d`], [`Dropout`], the pooling layers, [`Flatten`] and the
-//! activations, each a [`Module`] with PyTorch's parameter names and initialisation.
+//! Layers: [`Linear`], [`Conv1d`], [`Conv2d`], [`ConvTranspose2d`], [`Embedding`],
+//! [`LayerNorm`], [`RMSNorm`], [`BatchNorm1d`], [`BatchNorm2d`], [`Dropout`], the pooling
+//! layers, [`Flatten`] and the activations, each a [`Module`] with PyTorch's parameter names
+//! and initialisation.
 
 use genesis::{
     ConvOptions, DType, Device, Error, Generator, IntoPair, PoolOptions, Result, Tensor,
@@ -383,17 +384,20 @@ fn fan_in_bias(out: usize, fan_in: usize, g: &Generator, device: Device) -> Resu
 }
 
 /// A convolution's parameters, PyTorch's shapes and initialisation: `weight`
-/// `[out, in / groups, k...]` Kaiming-uniform with `a = √5` (uniform in `±1/√fan_in`),
-/// `bias` `[out]` uniform in the same bound.
+/// `[out, in / groups, k...]` (transposed: `[in, out / groups, k...]`) Kaiming-uniform with
+/// `a = √5` (uniform in `±1/√fan_in`, `fan_in` its second dimension times the taps), `bias`
+/// `[out]` uniform in the same bound.
+#[allow(clippy::too_many_arguments)]
 fn conv_parameters(
     op: &'static str,
-    shape: &[usize],
+    (inp, out): (usize, usize),
+    kernel: &[usize],
     groups: usize,
+    transposed: bool,
     bias: bool,
     g: &Generator,
     device: Device,
 ) -> Result<(Tensor, Option<Tensor>)> {
-    let (out, inp) = (shape[0], shape[1]);
     if groups == 0 || !inp.is_multiple_of(groups) || !out.is_multiple_of(groups) {
         return Err(Error::InvalidArgument {
             op,
@@ -403,14 +407,18 @@ fn conv_parameters(
             ),
         });
     }
-    let mut wshape = shape.to_vec();
-    wshape[1] = inp / groups;
-    if wshape[2..].contains(&0) {
+    if kernel.contains(&0) {
         return Err(Error::InvalidArgument {
             op,
-            reason: format!("kernel size must be positive, got {:?}", &shape[2..]),
+            reason: format!("kernel size must be positive, got {kernel:?}"),
         });
     }
+    let mut wshape = if transposed {
+        vec![inp, out / groups]
+    } else {
+        vec![out, inp / groups]
+    };
+    wshape.extend_from_slice(kernel);
     let weight = Tensor::empty(wshape.as_slice(), DType::F32, device)?;
     init::kaiming_uniform_(&weight, 5f64.sqrt(), g)?;
     let fan_in = wshape[1..]
@@ -461,11 +469,12 @@ impl Conv2d {
         g: &Generator,
         device: Device,
     ) -> Result<Conv2d> {
-        let [kh, kw] = kernel_size.into_pair();
         let (weight, bias) = conv_parameters(
             "Conv2d",
-            &[out_channels, in_channels, kh, kw],
+            (in_channels, out_channels),
+            &kernel_size.into_pair(),
             options.get_groups(),
+            false,
             bias,
             g,
             device,
@@ -518,8 +527,10 @@ impl Conv1d {
     ) -> Result<Conv1d> {
         let (weight, bias) = conv_parameters(
             "Conv1d",
-            &[out_channels, in_channels, kernel_size],
+            (in_channels, out_channels),
+            &[kernel_size],
             options.get_groups(),
+            false,
             bias,
             g,
             device,
@@ -535,6 +546,75 @@ impl Conv1d {
 impl Module for Conv1d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         x.conv1d(&self.weight, self.bias.as_ref(), self.options)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        let mut p = vec![("weight".to_string(), self.weight.clone())];
+        if let Some(b) = &self.bias {
+            p.push(("bias".to_string(), b.clone()));
+        }
+        p
+    }
+}
+
+/// A 2-d transposed convolution (PyTorch's `nn.ConvTranspose2d`, the upsampling of decoders
+/// and generators): [`Tensor::conv_transpose2d`] with `weight` `[in, out / groups, kh, kw]`
+/// and `bias` `[out]`, initialised as PyTorch's, float32.
+///
+/// ```
+/// use genesis::{ConvOptions, DType, Device, Generator, Tensor};
+/// use genesis_nn::{ConvTranspose2d, Module};
+/// # fn main() -> genesis::Result<()> {
+/// let g = Generator::new(0);
+/// let up = ConvTranspose2d::new(8, 4, 4, ConvOptions::new().stride(2).padding(1), true, &g, Device::Cpu)?;
+/// let y = up.forward(&Tensor::zeros([2, 8, 7, 7], DType::F32, Device::Cpu)?)?;
+/// assert_eq!(y.shape(), [2, 4, 14, 14]);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct ConvTranspose2d {
+    /// `[in_channels, out_channels / groups, kh, kw]`.
+    pub weight: Tensor,
+    /// `[out_channels]`, when the layer has one.
+    pub bias: Option<Tensor>,
+    /// Stride, padding, output padding, dilation and groups.
+    pub options: ConvOptions,
+}
+
+impl ConvTranspose2d {
+    /// A layer from `in_channels` to `out_channels` with windows of `kernel_size` (one
+    /// number or a pair) on `device`, drawn from `g`.
+    pub fn new(
+        in_channels: usize,
+        out_channels: usize,
+        kernel_size: impl IntoPair,
+        options: ConvOptions,
+        bias: bool,
+        g: &Generator,
+        device: Device,
+    ) -> Result<ConvTranspose2d> {
+        let (weight, bias) = conv_parameters(
+            "ConvTranspose2d",
+            (in_channels, out_channels),
+            &kernel_size.into_pair(),
+            options.get_groups(),
+            true,
+            bias,
+            g,
+            device,
+        )?;
+        Ok(ConvTranspose2d {
+            weight,
+            bias,
+            options,
+        })
+    }
+}
+
+impl Module for ConvTranspose2d {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        x.conv_transpose2d(&self.weight, self.bias.as_ref(), self.options)
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {

@@ -38,7 +38,7 @@ pub mod optim;
 pub mod train;
 
 pub use layers::{
-    AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv1d, Conv2d, Dropout, Embedding,
-    Flatten, Gelu, LayerNorm, Linear, MaxPool2d, RMSNorm, Relu, Silu, Tanh,
+    AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv1d, Conv2d, ConvTranspose2d,
+    Dropout, Embedding, Flatten, Gelu, LayerNorm, Linear, MaxPool2d, RMSNorm, Relu, Silu, Tanh,
 };
 pub use module::{Module, Sequential};

@@ -10,8 +10,9 @@ use genesis_nn::optim::{
     Adam, CosineWithWarmup, Optimizer, Schedule, Sgd, StepLr, clip_grad_norm_,
 };
 use genesis_nn::{
-    AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv1d, Conv2d, Dropout, Embedding,
-    Flatten, Gelu, LayerNorm, Linear, MaxPool2d, Module, RMSNorm, Relu, Sequential, init,
+    AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv1d, Conv2d, ConvTranspose2d,
+    Dropout, Embedding, Flatten, Gelu, LayerNorm, Linear, MaxPool2d, Module, RMSNorm, Relu,
+    Sequential, init,
 };
 
 const CPU: Device = Device::Cpu;
@@ -105,6 +106,23 @@ fn convolution_layers_as_pytorchs() {
     assert_eq!(net.forward(&x).unwrap().shape(), [2, 6 * 2]);
     net.forward(&x).unwrap().sum().unwrap().backward().unwrap();
     assert!(net.parameters().iter().all(|p| p.grad().is_some()));
+    // Transposed: [in, out / groups, k...], fan in = out / groups · taps; it undoes the
+    // shape of the strided convolution.
+    let up = ConvTranspose2d::new(
+        6,
+        4,
+        3,
+        ConvOptions::new().groups(2).stride(2),
+        true,
+        &g,
+        CPU,
+    )
+    .unwrap();
+    assert_eq!(up.weight.shape(), [6, 2, 3, 3]);
+    let bound = 1.0 / (2.0f32 * 9.0).sqrt();
+    assert!(vec32(&up.weight).iter().all(|x| x.abs() <= bound));
+    let z = up.forward(&y.narrow(3, 0, 5).unwrap()).unwrap();
+    assert_eq!(z.shape(), [2, 4, 11, 11]);
     // Refused: channels that the groups do not divide, a kernel of no taps.
     assert!(Conv2d::new(3, 6, 3, ConvOptions::new().groups(2), true, &g, CPU).is_err());
     assert!(Conv2d::new(4, 6, 3, ConvOptions::new().groups(0), true, &g, CPU).is_err());

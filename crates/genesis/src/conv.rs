@@ -1,6 +1,6 @@
 //! Convolution and pooling over images and sequences, PyTorch's `F.conv1d`, `F.conv2d`,
-//! `F.max_pool1d`, `F.max_pool2d`, `F.avg_pool1d`, `F.avg_pool2d` and the adaptive average
-//! pools, built from the facade's ops on every device.
+//! `F.conv_transpose1d`, `F.conv_transpose2d`, `F.max_pool1d`, `F.max_pool2d`, `F.avg_pool1d`,
+//! `F.avg_pool2d` and the adaptive average pools, built from the facade's ops on every device.
 //!
 //! A convolution is a product over the unfolded input ("im2col"): the input, padded, is read
 //! through a strided layout that names every window (no copy), one strided copy lays the
@@ -10,7 +10,9 @@
 //! input (the columns are never kept) for the weights' gradient, and forms the input's
 //! gradient by folding the columns' gradient back: one strided add a kernel position (`kh·kw`
 //! of them), or one strided copy when the windows do not overlap, so it is deterministic on
-//! every device. The columns take `C·kh·kw·OH·OW` elements an image while an op runs.
+//! every device. The columns take `C·kh·kw·OH·OW` elements an image while an op runs. A
+//! transposed convolution runs the same two steps the other way: the matmul gives the
+//! columns, the fold gives the output, and its backward is a convolution.
 //!
 //! Pooling reads the same windows: max pooling as a max over each window (its gradient goes
 //! to the first maximum of a window, PyTorch's choice, and a NaN is a maximum), average
@@ -62,6 +64,7 @@ pub struct ConvOptions {
     padding: [usize; 2],
     dilation: [usize; 2],
     groups: usize,
+    output_padding: [usize; 2],
 }
 
 impl Default for ConvOptions {
@@ -71,6 +74,7 @@ impl Default for ConvOptions {
             padding: [0, 0],
             dilation: [1, 1],
             groups: 1,
+            output_padding: [0, 0],
         }
     }
 }
@@ -106,6 +110,13 @@ impl ConvOptions {
         self
     }
 
+    /// Transposed convolutions: rows and columns added at the end of the output (less than
+    /// the stride or the dilation), to reach an output size the stride leaves ambiguous.
+    pub fn output_padding(mut self, p: impl IntoPair) -> ConvOptions {
+        self.output_padding = p.into_pair();
+        self
+    }
+
     /// The stride.
     pub fn get_stride(&self) -> [usize; 2] {
         self.stride
@@ -124,6 +135,11 @@ impl ConvOptions {
     /// The groups.
     pub fn get_groups(&self) -> usize {
         self.groups
+    }
+
+    /// The output padding.
+    pub fn get_output_padding(&self) -> [usize; 2] {
+        self.output_padding
     }
 }
 
@@ -329,6 +345,98 @@ impl Geometry {
         Ok(g)
     }
 
+    /// The geometry of a transposed convolution of `[n, _, h, w]` inputs into `c` channels:
+    /// the windows (one an input position) read and write a buffer of
+    /// `(h − 1)·stride + dilation·(k − 1) + 1 + output_padding` rows (and so for columns)
+    /// whose interior, the padding cut from both sides, is the output.
+    #[allow(clippy::too_many_arguments)]
+    fn transposed(
+        op: &'static str,
+        x: &[usize],
+        c: usize,
+        k: [usize; 2],
+        stride: [usize; 2],
+        pad: [usize; 2],
+        dilation: [usize; 2],
+        output_padding: [usize; 2],
+    ) -> Result<Geometry> {
+        let mut padded = [0; 2];
+        let mut len = [0; 2];
+        for a in 0..2 {
+            let (s, d, op_a) = (stride[a], dilation[a], output_padding[a]);
+            if k[a] == 0 || s == 0 || d == 0 {
+                return Err(bad(
+                    op,
+                    format!(
+                        "kernel size {k:?}, stride {stride:?} and dilation {dilation:?} must be positive"
+                    ),
+                ));
+            }
+            if op_a >= s.max(d) {
+                return Err(bad(
+                    op,
+                    format!(
+                        "output padding {output_padding:?} must be smaller than the stride \
+                         {stride:?} or the dilation {dilation:?}"
+                    ),
+                ));
+            }
+            let n_in = x[2 + a];
+            padded[a] = n_in
+                .saturating_sub(1)
+                .checked_mul(s)
+                .and_then(|v| v.checked_add((k[a] - 1).checked_mul(d)?))
+                .and_then(|v| v.checked_add(1 + op_a))
+                .ok_or_else(|| overflow(op))?;
+            len[a] = match padded[a].checked_sub(pad[a].saturating_mul(2)) {
+                Some(l) if l > 0 && n_in > 0 => l,
+                _ => {
+                    return Err(bad(
+                        op,
+                        format!(
+                            "the output would have no rows or columns (input {:?}, padding \
+                             {pad:?})",
+                            &x[2..]
+                        ),
+                    ));
+                }
+            };
+        }
+        let (mut stride, mut dilation) = (stride, dilation);
+        for a in 0..2 {
+            if x[2 + a] == 1 {
+                stride[a] = 1;
+            }
+            if k[a] == 1 {
+                dilation[a] = 1;
+            }
+        }
+        let g = Geometry {
+            n: x[0],
+            c,
+            h: len[0],
+            w: len[1],
+            k,
+            stride,
+            pad,
+            dilation,
+            out: [x[2], x[3]],
+            padded,
+        };
+        for dims in [
+            &[g.n, c, padded[0], padded[1]][..],
+            &[g.n, c, k[0], k[1], x[2], x[3]],
+        ] {
+            dims.iter()
+                .filter(|&&d| d != 0)
+                .try_fold(1usize, |a, &d| a.checked_mul(d))
+                .filter(|&v| v <= isize::MAX as usize)
+                .ok_or_else(|| overflow(op))?;
+            genesis_storage::checked_numel(dims)?;
+        }
+        Ok(g)
+    }
+
     fn image(&self) -> usize {
         self.padded[0] * self.padded[1]
     }
@@ -478,6 +586,50 @@ fn float_only(op: &'static str, t: &Tensor) -> Result<()> {
     }
 }
 
+/// The checks every convolution makes of its operands: floating point, one dtype, one
+/// device, a 4-d weight (`layout` names its dimensions in the error).
+fn check_operands(
+    op: &'static str,
+    x: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    layout: &str,
+) -> Result<()> {
+    for t in [x, weight].into_iter().chain(bias) {
+        float_only(op, t)?;
+        if t.dtype() != x.dtype() {
+            return Err(Error::DTypeMismatch {
+                op,
+                lhs: x.dtype(),
+                rhs: t.dtype(),
+            });
+        }
+        if t.device() != x.device() {
+            return Err(Error::DeviceMismatch {
+                op,
+                lhs: x.device(),
+                rhs: t.device(),
+            });
+        }
+    }
+    if weight.dim() != 4 {
+        return Err(bad(
+            op,
+            format!(
+                "weight must be 4-d {layout}, got shape {:?}",
+                weight.shape()
+            ),
+        ));
+    }
+    if let Some(b) = bias {
+        let o = b.shape();
+        if o.len() != 1 {
+            return Err(bad(op, format!("bias must be 1-d, got shape {o:?}")));
+        }
+    }
+    Ok(())
+}
+
 /// A 1-d op's pair: one number, `[v, v]`, read as its width.
 fn one(op: &'static str, what: &str, p: [usize; 2]) -> Result<usize> {
     if p[0] == p[1] {
@@ -565,12 +717,7 @@ impl Tensor {
                 ),
             ));
         }
-        let o = ConvOptions {
-            stride: [1, one(op, "stride", opts.stride)?],
-            padding: [0, one(op, "padding", opts.padding)?],
-            dilation: [1, one(op, "dilation", opts.dilation)?],
-            groups: opts.groups,
-        };
+        let o = conv1d_options(op, opts)?;
         x.conv2d_op(op, &weight.unsqueeze(-2)?, bias, o)?
             .squeeze(-2)
     }
@@ -590,31 +737,9 @@ impl Tensor {
             return crate::autograd::without_autocast(|| x.conv2d_op(op, &w, b.as_ref(), opts));
         }
         let (x, unbatched) = batched(op, self, "input")?;
-        for t in [&x, weight].into_iter().chain(bias) {
-            float_only(op, t)?;
-            if t.dtype() != x.dtype() {
-                return Err(Error::DTypeMismatch {
-                    op,
-                    lhs: x.dtype(),
-                    rhs: t.dtype(),
-                });
-            }
-            if t.device() != x.device() {
-                return Err(Error::DeviceMismatch {
-                    op,
-                    lhs: x.device(),
-                    rhs: t.device(),
-                });
-            }
-        }
-        if weight.dim() != 4 {
-            return Err(bad(
-                op,
-                format!(
-                    "weight must be 4-d [out, in / groups, kh, kw], got shape {:?}",
-                    weight.shape()
-                ),
-            ));
+        check_operands(op, &x, weight, bias, "[out, in / groups, kh, kw]")?;
+        if opts.output_padding != [0, 0] {
+            return Err(bad(op, "output padding is for transposed convolutions"));
         }
         let ws = weight.shape();
         let (o, groups) = (ws[0], opts.groups);
@@ -712,6 +837,197 @@ impl Tensor {
                     let gw = if needs[1] {
                         let cols = columns(&xs.get()?)?;
                         let gw = go
+                            .matmul(&cols.transpose(-1, -2)?)?
+                            .sum_dim([0isize], false)?
+                            .reshape(w.shape())?;
+                        Some(gw)
+                    } else {
+                        None
+                    };
+                    let mut out = vec![gx, gw];
+                    if let Some(dtype) = b {
+                        out.push(if needs[2] {
+                            Some(cast_grad(g.sum_dim([0isize, 2, 3], false)?, dtype)?)
+                        } else {
+                            None
+                        });
+                    }
+                    Ok(out)
+                })
+            },
+        )?;
+        if unbatched { y.squeeze(0) } else { Ok(y) }
+    }
+
+    /// The 2-d transposed convolution of `self` (`[N, C, H, W]` or `[C, H, W]`) with
+    /// `weight` (`[C, O / groups, kh, kw]`) plus `bias` (`[O]`), PyTorch's
+    /// `F.conv_transpose2d` (the gradient of [`Tensor::conv2d`] with respect to its input):
+    /// `[N, O, OH, OW]` with
+    /// `OH = (H − 1)·stride − 2·padding + dilation·(kh − 1) + output_padding + 1`. Each input
+    /// element scatters its products with the kernel onto its window of the output; computed
+    /// as one batched matmul and a fold (one strided add a kernel position), deterministic.
+    /// Differentiable in all three.
+    ///
+    /// ```
+    /// use genesis::{ConvOptions, DType, Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let x = Tensor::from_slice(&[1.0f32, 2.0], [1, 1, 1, 2], Device::Cpu)?;
+    /// let w = Tensor::ones([1, 1, 1, 3], DType::F32, Device::Cpu)?;
+    /// let y = x.conv_transpose2d(&w, None, ConvOptions::new().stride(2))?;
+    /// assert_eq!(y.to_vec::<f32>()?, [1.0, 1.0, 3.0, 2.0, 2.0]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn conv_transpose2d(
+        &self,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        opts: ConvOptions,
+    ) -> Result<Tensor> {
+        self.conv_transpose2d_op("conv_transpose2d", weight, bias, opts)
+    }
+
+    /// The 1-d transposed convolution (PyTorch's `F.conv_transpose1d`) of `self` (`[N, C, L]`
+    /// or `[C, L]`) with `weight` (`[C, O / groups, k]`): [`Tensor::conv_transpose2d`] over a
+    /// height of one; `opts` takes one number each.
+    #[track_caller]
+    pub fn conv_transpose1d(
+        &self,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        opts: ConvOptions,
+    ) -> Result<Tensor> {
+        let op = "conv_transpose1d";
+        let x = as_image(op, self)?;
+        if weight.dim() != 3 {
+            return Err(bad(
+                op,
+                format!(
+                    "weight must be 3-d [in, out / groups, k], got shape {:?}",
+                    weight.shape()
+                ),
+            ));
+        }
+        let o = conv1d_options(op, opts)?;
+        x.conv_transpose2d_op(op, &weight.unsqueeze(-2)?, bias, o)?
+            .squeeze(-2)
+    }
+
+    fn conv_transpose2d_op(
+        &self,
+        op: &'static str,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        opts: ConvOptions,
+    ) -> Result<Tensor> {
+        if let Some((x, w)) = crate::autograd::autocast_operands(self, weight)? {
+            let b = match bias {
+                Some(b) if b.dtype() != w.dtype() => Some(b.to_dtype(w.dtype())?),
+                b => b.cloned(),
+            };
+            return crate::autograd::without_autocast(|| {
+                x.conv_transpose2d_op(op, &w, b.as_ref(), opts)
+            });
+        }
+        let (x, unbatched) = batched(op, self, "input")?;
+        check_operands(op, &x, weight, bias, "[in, out / groups, kh, kw]")?;
+        let ws = weight.shape();
+        let (cin, groups) = (x.shape()[1], opts.groups);
+        if groups == 0 || ws[0] != cin || !cin.is_multiple_of(groups) {
+            return Err(bad(
+                op,
+                format!(
+                    "a weight {ws:?} takes {} input channels in {groups} groups, got an input {:?}",
+                    ws[0],
+                    self.shape()
+                ),
+            ));
+        }
+        let o = ws[1].checked_mul(groups).ok_or_else(|| overflow(op))?;
+        if let Some(b) = bias
+            && b.shape() != [o]
+        {
+            return Err(Error::ShapeMismatch {
+                op,
+                lhs: b.shape().to_vec(),
+                rhs: vec![o],
+            });
+        }
+        let geo = Geometry::transposed(
+            op,
+            x.shape(),
+            o,
+            [ws[2], ws[3]],
+            opts.stride,
+            opts.padding,
+            opts.dilation,
+            opts.output_padding,
+        )?;
+        // `k`: one group's output channels times the taps; `l`: the input's positions.
+        let (k, l) = (ws[1] * geo.taps(), geo.positions());
+        let (kh, kw) = (geo.k[0], geo.k[1]);
+        // The columns `[n, o, kh, kw, h, w]` folded onto the output.
+        let fold = move |cols: &Tensor| -> Result<Tensor> {
+            let tap = |i: usize, j: usize| {
+                at(
+                    cols,
+                    &Layout::new(
+                        &[geo.n, geo.c, geo.out[0], geo.out[1]],
+                        &[
+                            (geo.c * kh * kw * l) as isize,
+                            (kh * kw * l) as isize,
+                            geo.out[1] as isize,
+                            1,
+                        ],
+                        (i * kw + j) * l,
+                    ),
+                )
+            };
+            let all = || cols.reshape([geo.n, geo.c, kh, kw, geo.out[0], geo.out[1]]);
+            geo.fold(cols, all, tap)
+        };
+        let mut inputs = vec![&x, weight];
+        inputs.extend(bias);
+        let y = crate::autograd::op(
+            op,
+            &inputs,
+            || {
+                let cols = weight
+                    .reshape([groups, cin / groups, k])?
+                    .transpose(-1, -2)?
+                    .matmul(&x.reshape([geo.n, groups, cin / groups, l])?)?
+                    .contiguous()?;
+                let y = fold(&cols)?;
+                if let Some(b) = bias {
+                    let y = y.contiguous()?;
+                    y.add_(&b.reshape([1, o, 1, 1])?)?;
+                    return Ok(y);
+                }
+                Ok(y)
+            },
+            |_| {
+                let (xs, wsv) = (Saved::new(op, &x), Saved::new(op, weight));
+                let b = bias.map(|b| b.dtype());
+                Box::new(move |g, needs| {
+                    // The output's gradient read through the windows: `[n, groups, k, l]`.
+                    let gp = geo.pad_input(g, 0.0)?;
+                    let cols = at(&gp, &geo.windows())?
+                        .contiguous()?
+                        .reshape([geo.n, groups, k, l])?;
+                    let w = wsv.get()?;
+                    let gx = if needs[0] {
+                        let gx = w
+                            .reshape([groups, cin / groups, k])?
+                            .matmul(&cols)?
+                            .reshape([geo.n, cin, geo.out[0], geo.out[1]])?;
+                        Some(gx)
+                    } else {
+                        None
+                    };
+                    let gw = if needs[1] {
+                        let x = xs.get()?.reshape([geo.n, groups, cin / groups, l])?;
+                        let gw = x
                             .matmul(&cols.transpose(-1, -2)?)?
                             .sum_dim([0isize], false)?
                             .reshape(w.shape())?;
@@ -986,6 +1302,17 @@ fn adaptive_avg(op: &'static str, x: &Tensor, out: [usize; 2]) -> Result<Tensor>
     let pw = averaging(out[1], s[3])?;
     let ph = averaging(out[0], s[2])?;
     ph.matmul(&x.matmul(&pw.t()?)?)
+}
+
+/// A 1-d convolution's options as a 2-d one's over a height of one.
+fn conv1d_options(op: &'static str, opts: ConvOptions) -> Result<ConvOptions> {
+    Ok(ConvOptions {
+        stride: [1, one(op, "stride", opts.stride)?],
+        padding: [0, one(op, "padding", opts.padding)?],
+        dilation: [1, one(op, "dilation", opts.dilation)?],
+        groups: opts.groups,
+        output_padding: [0, one(op, "output padding", opts.output_padding)?],
+    })
 }
 
 /// A 1-d pooling op's options as a 2-d op's over a height of one.

@@ -869,3 +869,156 @@ fn empty_batches_of_huge_inputs_are_refused_or_empty() {
         images.batch_norm(None, None, None, None, true, 0.1, 1e-5)
     ));
 }
+
+#[test]
+fn transposed_convolution_matches_direct_loops_in_value_and_gradient() {
+    let mut rng = SmallRng::seed_from_u64(77);
+    let mut checked = 0;
+    for case in 0..250 {
+        let groups = rng.random_range(1..3);
+        let (cg, og) = (rng.random_range(1..3), rng.random_range(1..3));
+        let (n, h, w) = (
+            rng.random_range(0..3),
+            rng.random_range(1..5),
+            rng.random_range(1..5),
+        );
+        let k = [rng.random_range(1..4), rng.random_range(1..4)];
+        let s = [rng.random_range(1..4), rng.random_range(1..4)];
+        let d = [rng.random_range(1..3), rng.random_range(1..3)];
+        let p = [rng.random_range(0..3), rng.random_range(0..3)];
+        let opad = [
+            rng.random_range(0..s[0].max(d[0])),
+            rng.random_range(0..s[1].max(d[1])),
+        ];
+        let bias = rng.random_bool(0.6);
+        let (cin, o) = (groups * cg, groups * og);
+        let full = |a: usize, len: usize| (len - 1) * s[a] + d[a] * (k[a] - 1) + 1 + opad[a];
+        let (fh, fw) = (full(0, h), full(1, w));
+        let valid = fh > 2 * p[0] && fw > 2 * p[1];
+        let (oh, ow) = (fh.saturating_sub(2 * p[0]), fw.saturating_sub(2 * p[1]));
+        let xs = [n, cin, h, w];
+        let wsh = [cin, og, k[0], k[1]];
+        let x = randv(&mut rng, xs.iter().product());
+        let wv = randv(&mut rng, wsh.iter().product());
+        let b = randv(&mut rng, o);
+        let r = randv(&mut rng, n * o * oh * ow);
+        // y[n, oc, i·s + a·d − p, j·s + b·d − p] += x[n, ic, i, j] · w[ic, oc − group·og, a, b].
+        let mut want = vec![0.0; n * o * oh * ow];
+        let (mut gx, mut gw, mut gb) = (vec![0.0; x.len()], vec![0.0; wv.len()], vec![0.0; o]);
+        for ni in 0..n {
+            for oc in 0..o {
+                for yi in 0..oh {
+                    for xi in 0..ow {
+                        let at = ((ni * o + oc) * oh + yi) * ow + xi;
+                        if bias {
+                            want[at] += b[oc];
+                        }
+                        gb[oc] += r[at];
+                    }
+                }
+            }
+            for ic in 0..cin {
+                let grp = ic / cg;
+                for co in 0..og {
+                    let oc = grp * og + co;
+                    for i in 0..h {
+                        for j in 0..w {
+                            for a in 0..k[0] {
+                                for bb in 0..k[1] {
+                                    let yi = (i * s[0] + a * d[0]) as i64 - p[0] as i64;
+                                    let xi = (j * s[1] + bb * d[1]) as i64 - p[1] as i64;
+                                    if yi < 0 || xi < 0 || yi >= oh as i64 || xi >= ow as i64 {
+                                        continue;
+                                    }
+                                    let at = ((ni * o + oc) * oh + yi as usize) * ow + xi as usize;
+                                    let xa = ((ni * cin + ic) * h + i) * w + j;
+                                    let wa = ((ic * og + co) * k[0] + a) * k[1] + bb;
+                                    want[at] += x[xa] * wv[wa];
+                                    gx[xa] += r[at] * wv[wa];
+                                    gw[wa] += r[at] * x[xa];
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let opts = ConvOptions::new()
+            .stride(s)
+            .padding(p)
+            .dilation(d)
+            .groups(groups)
+            .output_padding(opad);
+        for device in devices() {
+            let xt = leaf(&x, &xs, DType::F64, device);
+            let wt = leaf(&wv, &wsh, DType::F64, device);
+            let bt = leaf(&b, &[o], DType::F64, device);
+            let got = xt.conv_transpose2d(&wt, bias.then_some(&bt), opts);
+            if !valid {
+                assert!(got.is_err(), "case {case}: an output of no rows");
+                continue;
+            }
+            let y = got.unwrap_or_else(|e| panic!("case {case}: {e}"));
+            let what = format!("case {case} x {xs:?} w {wsh:?} {opts:?}");
+            assert_eq!(y.shape(), [n, o, oh, ow], "{what}");
+            close(&values(&y), &want, 1e-10, &format!("{what} value"));
+            let rt = Tensor::from_slice(&r, y.shape(), device).unwrap();
+            y.mul(&rt).unwrap().sum().unwrap().backward().unwrap();
+            close(&grad(&xt), &gx, 1e-10, &format!("{what} input grad"));
+            close(&grad(&wt), &gw, 1e-10, &format!("{what} weight grad"));
+            if bias {
+                close(&grad(&bt), &gb, 1e-10, &format!("{what} bias grad"));
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked > 150, "too few valid cases: {checked}");
+    // The 1-d form, and what is refused.
+    let cpu = Device::Cpu;
+    let x = Tensor::ones([2, 4, 5], DType::F32, cpu).unwrap();
+    let w = Tensor::ones([4, 3, 2], DType::F32, cpu).unwrap();
+    let y = x
+        .conv_transpose1d(&w, None, ConvOptions::new().stride(2).output_padding(1))
+        .unwrap();
+    assert_eq!(y.shape(), [2, 3, 11]);
+    let y2 = x
+        .unsqueeze(2)
+        .unwrap()
+        .conv_transpose2d(
+            &w.unsqueeze(2).unwrap(),
+            None,
+            ConvOptions::new().stride([1, 2]).output_padding([0, 1]),
+        )
+        .unwrap();
+    assert_eq!(values(&y), values(&y2.squeeze(2).unwrap()));
+    let x4 = x.unsqueeze(2).unwrap();
+    let w4 = w.unsqueeze(2).unwrap();
+    assert!(
+        x4.conv_transpose2d(&w4, None, ConvOptions::new().output_padding(1))
+            .is_err()
+    );
+    assert!(
+        x4.conv_transpose2d(&w4, None, ConvOptions::new().groups(3))
+            .is_err()
+    );
+    assert!(
+        x4.conv_transpose2d(&w4.narrow(0, 0, 2).unwrap(), None, ConvOptions::new())
+            .is_err()
+    );
+    assert!(
+        x4.conv_transpose2d(&w4, None, ConvOptions::new().padding(9))
+            .is_err()
+    );
+    assert!(
+        x4.conv_transpose2d(&w4, None, ConvOptions::new().stride(usize::MAX))
+            .is_err()
+    );
+    assert!(
+        x4.conv2d(
+            &w4.transpose(0, 1).unwrap(),
+            None,
+            ConvOptions::new().output_padding(1)
+        )
+        .is_err()
+    );
+}

@@ -4167,6 +4167,18 @@ const GRAD_OPS: &[GradOp] = &[
         let o = ConvOptions::new().padding(d as usize).dilation(k as usize);
         x.conv2d(y, None, o.stride(k as usize).groups(d as usize))
     }),
+    ("conv_transpose2d", |x, y, _, d, k| {
+        let o = ConvOptions::new()
+            .stride(1 + k.rem_euclid(2) as usize)
+            .padding(d.rem_euclid(2) as usize)
+            .output_padding(k.rem_euclid(2) as usize)
+            .dilation(1 + (d.rem_euclid(5) == 0) as usize);
+        x.conv_transpose2d(y, None, o)
+    }),
+    ("conv_transpose2d_extreme", |x, y, _, d, k| {
+        let o = ConvOptions::new().padding(d as usize).stride(k as usize);
+        x.conv_transpose2d(y, None, o.output_padding(k as usize).groups(d as usize))
+    }),
     ("conv1d", |x, y, _, d, k| {
         let o = ConvOptions::new()
             .stride(1 + d.rem_euclid(2) as usize)
@@ -4336,6 +4348,8 @@ fn autograd_ops(fz: &mut Fuzz, rng: &mut SmallRng) {
         // pooling.
         "conv2d"
         | "conv2d_extreme"
+        | "conv_transpose2d"
+        | "conv_transpose2d_extreme"
         | "max_pool2d"
         | "max_pool2d_extreme"
         | "avg_pool2d"
@@ -4371,7 +4385,12 @@ fn autograd_ops(fz: &mut Fuzz, rng: &mut SmallRng) {
         } else {
             1
         };
-        let mut w = vec![groups * rng.random_range(1..=2), c / groups];
+        // Transposed: [C, O / groups, k...].
+        let mut w = if name.starts_with("conv_transpose") {
+            vec![c, rng.random_range(1..=2)]
+        } else {
+            vec![groups * rng.random_range(1..=2), c / groups]
+        };
         for _ in 0..spatial {
             w.push(rng.random_range(1..=3));
         }

@@ -243,6 +243,126 @@ pub fn mse_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Result
     reduce(input.sub(target)?.square()?, None, reduction)
 }
 
+/// `|input − target|`, reduced (PyTorch's `F.l1_loss`); the shapes broadcast.
+pub fn l1_loss(input: &Tensor, target: &Tensor, reduction: Reduction) -> Result<Tensor> {
+    reduce(input.sub(target)?.abs()?, None, reduction)
+}
+
+/// PyTorch's `F.smooth_l1_loss`: with `d = input − target`, `0.5 d² / beta` where
+/// `|d| < beta`, else `|d| − 0.5 beta`; `beta` 0 is [`l1_loss`], a negative `beta` an error.
+pub fn smooth_l1_loss(
+    input: &Tensor,
+    target: &Tensor,
+    reduction: Reduction,
+    beta: f64,
+) -> Result<Tensor> {
+    if beta.is_nan() || beta < 0.0 {
+        return Err(Error::InvalidArgument {
+            op: "smooth_l1_loss",
+            reason: format!(
+                "smooth_l1_loss does not support negative values for beta (got {beta})"
+            ),
+        });
+    }
+    if beta == 0.0 {
+        return l1_loss(input, target, reduction);
+    }
+    let d = input.sub(target)?;
+    let a = d.abs()?;
+    let per = Tensor::where_cond(
+        &a.lt_scalar(beta)?,
+        &d.square()?.mul(0.5 / beta)?,
+        &a.sub(0.5 * beta)?,
+    )?;
+    reduce(per, None, reduction)
+}
+
+/// PyTorch's `F.huber_loss`: with `d = input − target`, `0.5 d²` where `|d| < delta`, else
+/// `delta (|d| − 0.5 delta)`; `delta` must be positive.
+pub fn huber_loss(
+    input: &Tensor,
+    target: &Tensor,
+    reduction: Reduction,
+    delta: f64,
+) -> Result<Tensor> {
+    if delta.is_nan() || delta <= 0.0 {
+        return Err(Error::InvalidArgument {
+            op: "huber_loss",
+            reason: format!(
+                "huber_loss does not support non-positive values for delta (got {delta})"
+            ),
+        });
+    }
+    let d = input.sub(target)?;
+    let a = d.abs()?;
+    let per = Tensor::where_cond(
+        &a.lt_scalar(delta)?,
+        &d.square()?.mul(0.5)?,
+        &a.sub(0.5 * delta)?.mul(delta)?,
+    )?;
+    reduce(per, None, reduction)
+}
+
+/// The binary cross entropy of probabilities `input` against `target` of the same shape
+/// (PyTorch's `F.binary_cross_entropy`): `−weight (t log p + (1 − t) log(1 − p))`, each log
+/// at least −100, `weight` (optional) broadcast to the input. An input outside `[0, 1]` (or
+/// NaN) is an error, found by reading a reduction back (a synchronisation on CUDA). The
+/// gradients are PyTorch's: `weight (p − t) / max(p (1 − p), 1e-12)` for the input, and
+/// `weight (log(1 − p) − log p)` (the clamped logs) for the target. For logits,
+/// [`binary_cross_entropy_with_logits`] is the stable form.
+pub fn binary_cross_entropy(
+    input: &Tensor,
+    target: &Tensor,
+    weight: Option<&Tensor>,
+    reduction: Reduction,
+) -> Result<Tensor> {
+    let op = "binary_cross_entropy";
+    if input.shape() != target.shape() {
+        return Err(Error::ShapeMismatch {
+            op,
+            lhs: input.shape().to_vec(),
+            rhs: target.shape().to_vec(),
+        });
+    }
+    let inside = genesis::no_grad(|| -> Result<bool> {
+        input
+            .ge_scalar(0.0)?
+            .logical_and(&input.le_scalar(1.0)?)?
+            .all()?
+            .item::<bool>()
+    })?;
+    if !inside {
+        return Err(Error::InvalidArgument {
+            op,
+            reason: "all elements of input should be between 0 and 1".into(),
+        });
+    }
+    let (p, t) = (input.detach(), target.detach());
+    let (log_p, log_q) = (
+        p.log()?.clamp_min(-100.0)?,
+        p.neg()?.log1p()?.clamp_min(-100.0)?,
+    );
+    // The value, and each gradient as the coefficient of a term that is zero in value.
+    let value = t
+        .mul(&log_p)?
+        .add(&t.neg()?.add(1.0)?.mul(&log_q)?)?
+        .neg()?;
+    let mut per = value;
+    if input.requires_grad() {
+        let coef = p
+            .sub(&t)?
+            .div(&p.mul(&p.neg()?.add(1.0)?)?.clamp_min(1e-12)?)?;
+        per = per.add(&input.sub(&p)?.mul(&coef)?)?;
+    }
+    if target.requires_grad() {
+        per = per.add(&target.sub(&t)?.mul(&log_q.sub(&log_p)?)?)?;
+    }
+    if let Some(w) = weight {
+        per = per.mul(w)?;
+    }
+    reduce(per, None, reduction)
+}
+
 /// The binary cross entropy of `logits` against probabilities `target` of the same shape
 /// (PyTorch's `F.binary_cross_entropy_with_logits`), computed stably as `max(x, 0) - x t +
 /// log(1 + exp(-|x|))`.

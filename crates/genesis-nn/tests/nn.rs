@@ -419,6 +419,188 @@ fn losses_compute_pytorchs_values() {
 
 /// PyTorch's SGD and Adam updates on the host, in f64, for parameters whose gradient is
 /// `grad(p) = 2 p + 1` (the gradient of `sum(p² + p)`).
+/// L1, smooth L1, Huber and binary cross entropy against PyTorch's formulas in float64 on
+/// generated values (ties at `beta` and `delta`, probabilities 0 and 1 among them): the
+/// losses under each reduction and the gradients of both operands.
+#[test]
+fn regression_and_probability_losses_as_pytorchs() {
+    use rand::rngs::SmallRng;
+    use rand::{Rng, SeedableRng};
+    let mut rng = SmallRng::seed_from_u64(8);
+    let f64s = |v: &Tensor| v.to_vec::<f64>().unwrap();
+    let near = |a: &[f64], b: &[f64], what: &str| {
+        assert_eq!(a.len(), b.len(), "{what}");
+        for (i, (x, y)) in a.iter().zip(b).enumerate() {
+            assert!(
+                (x - y).abs() <= 1e-12 * (1.0 + y.abs()),
+                "{what}[{i}]: {x} vs {y}"
+            );
+        }
+    };
+    for case in 0..60 {
+        let n = rng.random_range(1..12);
+        let (beta, delta) = (rng.random_range(0.0..2.0), rng.random_range(0.1..2.0));
+        let t: Vec<f64> = (0..n).map(|_| rng.random_range(-2.0..2.0)).collect();
+        // Some differences exactly at beta or delta, or zero.
+        let x: Vec<f64> = t
+            .iter()
+            .map(|&v| match rng.random_range(0..5) {
+                0 => v + beta,
+                1 => v - delta,
+                2 => v,
+                _ => v + rng.random_range(-3.0..3.0),
+            })
+            .collect();
+        // Per element: (loss, d loss / d x).
+        type Rule = Box<dyn Fn(f64) -> (f64, f64)>;
+        let rules: [(&str, Rule); 3] = [
+            (
+                "l1",
+                Box::new(|d: f64| (d.abs(), d.signum() * (d != 0.0) as u8 as f64)),
+            ),
+            (
+                "smooth_l1",
+                Box::new(move |d: f64| {
+                    if d.abs() < beta {
+                        (0.5 * d * d / beta, d / beta)
+                    } else {
+                        (d.abs() - 0.5 * beta, d.signum())
+                    }
+                }),
+            ),
+            (
+                "huber",
+                Box::new(move |d: f64| {
+                    if d.abs() < delta {
+                        (0.5 * d * d, d)
+                    } else {
+                        (delta * (d.abs() - 0.5 * delta), delta * d.signum())
+                    }
+                }),
+            ),
+        ];
+        for (name, rule) in rules.iter() {
+            for reduction in [Reduction::None, Reduction::Sum, Reduction::Mean] {
+                let xt = Tensor::from_slice(&x, [n], CPU)
+                    .unwrap()
+                    .requires_grad_(true)
+                    .unwrap();
+                let tt = Tensor::from_slice(&t, [n], CPU)
+                    .unwrap()
+                    .requires_grad_(true)
+                    .unwrap();
+                let l = match *name {
+                    "l1" => loss::l1_loss(&xt, &tt, reduction),
+                    "smooth_l1" => loss::smooth_l1_loss(&xt, &tt, reduction, beta),
+                    _ => loss::huber_loss(&xt, &tt, reduction, delta),
+                }
+                .unwrap();
+                let per: Vec<(f64, f64)> = x.iter().zip(&t).map(|(a, b)| rule(a - b)).collect();
+                let scale = if reduction == Reduction::Mean {
+                    1.0 / n as f64
+                } else {
+                    1.0
+                };
+                let what = format!("case {case} {name} {reduction:?}");
+                match reduction {
+                    Reduction::None => near(
+                        &f64s(&l),
+                        &per.iter().map(|p| p.0).collect::<Vec<_>>(),
+                        &what,
+                    ),
+                    _ => near(
+                        &[l.item::<f64>().unwrap()],
+                        &[per.iter().map(|p| p.0).sum::<f64>() * scale],
+                        &what,
+                    ),
+                }
+                l.sum().unwrap().backward().unwrap();
+                let gx: Vec<f64> = per.iter().map(|p| p.1 * scale).collect();
+                near(
+                    &f64s(&xt.grad().unwrap()),
+                    &gx,
+                    &format!("{what} input grad"),
+                );
+                let gt: Vec<f64> = gx.iter().map(|g| -g).collect();
+                near(
+                    &f64s(&tt.grad().unwrap()),
+                    &gt,
+                    &format!("{what} target grad"),
+                );
+            }
+        }
+        // Binary cross entropy: probabilities with 0 and 1 among them, a weight.
+        let p: Vec<f64> = (0..n)
+            .map(|_| match rng.random_range(0..6) {
+                0 => 0.0,
+                1 => 1.0,
+                _ => rng.random_range(0.0..1.0),
+            })
+            .collect();
+        let y: Vec<f64> = (0..n).map(|_| rng.random_range(0.0..1.0)).collect();
+        let w: Vec<f64> = (0..n).map(|_| rng.random_range(0.5..2.0)).collect();
+        let pt = Tensor::from_slice(&p, [n], CPU)
+            .unwrap()
+            .requires_grad_(true)
+            .unwrap();
+        let yt = Tensor::from_slice(&y, [n], CPU)
+            .unwrap()
+            .requires_grad_(true)
+            .unwrap();
+        let wt = Tensor::from_slice(&w, [n], CPU).unwrap();
+        let l = loss::binary_cross_entropy(&pt, &yt, Some(&wt), Reduction::None).unwrap();
+        let logs = |v: f64| (v.ln().max(-100.0), (1.0 - v).ln().max(-100.0));
+        let want: Vec<f64> = (0..n)
+            .map(|i| {
+                let (lp, lq) = logs(p[i]);
+                -w[i] * (y[i] * lp + (1.0 - y[i]) * lq)
+            })
+            .collect();
+        near(&f64s(&l), &want, &format!("case {case} bce"));
+        l.sum().unwrap().backward().unwrap();
+        let gp: Vec<f64> = (0..n)
+            .map(|i| w[i] * (p[i] - y[i]) / (p[i] * (1.0 - p[i])).max(1e-12))
+            .collect();
+        near(
+            &f64s(&pt.grad().unwrap()),
+            &gp,
+            &format!("case {case} bce input grad"),
+        );
+        let gy: Vec<f64> = (0..n)
+            .map(|i| {
+                let (lp, lq) = logs(p[i]);
+                w[i] * (lq - lp)
+            })
+            .collect();
+        near(
+            &f64s(&yt.grad().unwrap()),
+            &gy,
+            &format!("case {case} bce target grad"),
+        );
+    }
+    // Refused as PyTorch refuses.
+    let a = Tensor::from_slice(&[0.5f32, 1.5], [2], CPU).unwrap();
+    let b = Tensor::from_slice(&[0.0f32, 1.0], [2], CPU).unwrap();
+    assert!(loss::binary_cross_entropy(&a, &b, None, Reduction::Mean).is_err());
+    let nan = Tensor::from_slice(&[f32::NAN, 0.5], [2], CPU).unwrap();
+    assert!(loss::binary_cross_entropy(&nan, &b, None, Reduction::Mean).is_err());
+    assert!(
+        loss::binary_cross_entropy(&b, &b.narrow(0, 0, 1).unwrap(), None, Reduction::Mean).is_err()
+    );
+    assert!(loss::smooth_l1_loss(&a, &b, Reduction::Mean, -1.0).is_err());
+    assert!(loss::huber_loss(&a, &b, Reduction::Mean, 0.0).is_err());
+    assert!(loss::huber_loss(&a, &b, Reduction::Mean, f64::NAN).is_err());
+    // Empty inputs: the mean of nothing is NaN, as PyTorch's.
+    let e = Tensor::zeros([0usize], DType::F32, CPU).unwrap();
+    assert!(
+        loss::binary_cross_entropy(&e, &e, None, Reduction::Mean)
+            .unwrap()
+            .item::<f32>()
+            .unwrap()
+            .is_nan()
+    );
+}
+
 #[test]
 fn optimisers_follow_pytorchs_updates() {
     let start = [0.5f64, -1.5, 2.0];

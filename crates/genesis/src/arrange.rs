@@ -1,12 +1,12 @@
 //! PyTorch's shape and arrangement ops: `split`, `split_sizes`, `chunk`, `flatten`, `ravel`,
-//! `unflatten`, `repeat`, `tile`, `flip`, `roll`, `tril`, `triu`, `diagonal`.
+//! `unflatten`, `repeat`, `tile`, `flip`, `roll`, `tril`, `triu`, `diagonal`, `unfold`.
 //!
 //! Built from the facade's views (layouts over the same storage) and its copies, so that every
 //! device runs them without kernels of their own: the splits, `flatten` (where the layout
-//! allows), `unflatten` and `diagonal` are views; `repeat`/`tile` and `flip` are one strided
-//! copy of a view (stride 0 for the repeats, negative strides for the flips); `roll` copies
-//! the blocks of the result in one pass (up to three rolled dimensions at a time); `tril` and
-//! `triu` are one `where` with a broadcast `[rows, cols]` mask.
+//! allows), `unflatten`, `diagonal` and `unfold` are views; `repeat`/`tile` and `flip` are one
+//! strided copy of a view (stride 0 for the repeats, negative strides for the flips); `roll`
+//! copies the blocks of the result in one pass (up to three rolled dimensions at a time);
+//! `tril` and `triu` are one `where` with a broadcast `[rows, cols]` mask.
 
 use genesis_storage::{Layout, Storage};
 
@@ -1033,5 +1033,67 @@ fn copy_pair(dst: &mut Storage, to: &Layout, src: &Storage, from: &Layout) -> Re
             }
             idx[k] = 0;
         }
+    }
+}
+
+impl Tensor {
+    /// Every window of `size` elements along `dim`, `step` apart, as a view (PyTorch's
+    /// `Tensor.unfold`): `dim` becomes the windows' count, `(n − size) / step + 1`, and a new
+    /// last dimension of `size` holds each window. Windows may overlap (`step < size`): the view
+    /// shares elements, and its gradient adds them up. A 0-d tensor is one window of one
+    /// element (`size` at most 1).
+    ///
+    /// ```
+    /// use genesis::{DType, Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let x = Tensor::arange(0.0, 7.0, 1.0, DType::F32, Device::Cpu)?;
+    /// let w = x.unfold(0, 3, 2)?;
+    /// assert_eq!(w.shape(), [3, 3]);
+    /// assert_eq!(w.to_vec::<f32>()?, [0.0, 1.0, 2.0, 2.0, 3.0, 4.0, 4.0, 5.0, 6.0]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn unfold(&self, dim: impl Dim, size: usize, step: usize) -> Result<Tensor> {
+        let op = "unfold";
+        let rank = self.dim();
+        let d = wrap_dim(op, dim.to_dim() as i64, rank)?;
+        let l = self.layout();
+        let (n, stride) = match d {
+            Some(d) => (l.shape()[d], l.strides()[d]),
+            None => (1, 1),
+        };
+        if step == 0 {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: format!("step is {step} but must be > 0"),
+            });
+        }
+        if size > n {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: format!(
+                    "maximum size for tensor at dimension {dim} is {n} but size is {size}",
+                    dim = d.unwrap_or(0)
+                ),
+            });
+        }
+        let count = (n - size) / step + 1;
+        let mut shape = l.shape().to_vec();
+        let mut strides = l.strides().to_vec();
+        if let Some(d) = d {
+            shape[d] = count;
+            // A stride that cannot be named: only where one window is taken (never walked).
+            strides[d] = if count > 1 {
+                stride
+                    .checked_mul(step as isize)
+                    .ok_or_else(|| bad_view(op, l))?
+            } else {
+                stride
+            };
+        }
+        shape.push(size);
+        strides.push(stride);
+        self.with_layout(Layout::new(&shape, &strides, l.offset()))
     }
 }

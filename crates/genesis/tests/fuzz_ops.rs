@@ -4156,6 +4156,12 @@ const GRAD_OPS: &[GradOp] = &[
     ("pad", |x, _, _, d, k| {
         x.pad(&[d, k], PadMode::Constant, 1.0)
     }),
+    ("unfold", |x, _, _, d, k| {
+        x.unfold(d, k.rem_euclid(4) as usize, 1 + d.rem_euclid(3) as usize)
+    }),
+    ("unfold_extreme", |x, _, _, d, k| {
+        x.unfold(d, k as usize, d as usize)
+    }),
     ("conv2d", |x, y, _, d, k| {
         let o = ConvOptions::new()
             .stride(k.rem_euclid(3) as usize)

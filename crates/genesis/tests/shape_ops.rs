@@ -485,3 +485,74 @@ fn unique_and_unique_consecutive_match_a_direct_computation_on_generated_lists()
         }
     }
 }
+
+/// `unfold` against windows cut by hand on generated shapes, dimensions, sizes and steps:
+/// the view's shape and values (also of a non-contiguous input) and the gradient, which
+/// counts how many windows hold each element; the refusals PyTorch makes.
+#[test]
+fn unfold_takes_every_window() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(12);
+    for case in 0..200 {
+        let rank = rng.random_range(1..4);
+        let shape: Vec<usize> = (0..rank).map(|_| rng.random_range(1..6)).collect();
+        let d = rng.random_range(0..rank);
+        let size = rng.random_range(0..=shape[d]);
+        let step = rng.random_range(1..4);
+        let numel: usize = shape.iter().product();
+        let vals: Vec<f64> = (0..numel).map(|i| i as f64).collect();
+        for device in devices() {
+            let base = Tensor::from_slice(&vals, shape.as_slice(), device).unwrap();
+            // A transposed copy read back through a transpose: a non-contiguous input.
+            let x = if rank > 1 && case % 2 == 0 {
+                base.transpose(0, rank - 1)
+                    .unwrap()
+                    .contiguous()
+                    .unwrap()
+                    .transpose(0, rank - 1)
+                    .unwrap()
+            } else {
+                base.clone()
+            }
+            .requires_grad_(true)
+            .unwrap();
+            let u = x.unfold(d as isize, size, step).unwrap();
+            let count = (shape[d] - size) / step + 1;
+            let mut want_shape = shape.clone();
+            want_shape[d] = count;
+            want_shape.push(size);
+            assert_eq!(u.shape(), want_shape.as_slice(), "case {case}");
+            // Window w of dim d holds elements w·step .. w·step + size of that dimension.
+            let mut want = Vec::new();
+            let mut hits = vec![0.0; numel];
+            let outer: usize = shape[..d].iter().product();
+            let inner: usize = shape[d + 1..].iter().product();
+            for o in 0..outer {
+                for w in 0..count {
+                    for i in 0..inner {
+                        for k in 0..size {
+                            let at = (o * shape[d] + w * step + k) * inner + i;
+                            want.push(vals[at]);
+                            hits[at] += 1.0;
+                        }
+                    }
+                }
+            }
+            assert_eq!(u.to_vec::<f64>().unwrap(), want, "case {case}");
+            u.sum().unwrap().backward().unwrap();
+            assert_eq!(
+                x.grad().unwrap().to_vec::<f64>().unwrap(),
+                hits,
+                "case {case} grad"
+            );
+        }
+    }
+    let x = Tensor::zeros([3usize, 4], DType::F32, Device::Cpu).unwrap();
+    assert!(x.unfold(1, 5, 1).is_err());
+    assert!(x.unfold(1, 2, 0).is_err());
+    assert!(x.unfold(2, 1, 1).is_err());
+    assert_eq!(x.unfold(-1, 4, usize::MAX).unwrap().shape(), [3, 1, 4]);
+    let s = Tensor::full([0usize; 0], 2.0f32, Device::Cpu).unwrap();
+    assert_eq!(s.unfold(0, 1, 1).unwrap().to_vec::<f32>().unwrap(), [2.0]);
+    assert!(s.unfold(0, 2, 1).is_err());
+}

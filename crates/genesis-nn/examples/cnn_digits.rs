@@ -16,18 +16,6 @@ fn main() -> genesis::Result<()> {
     };
     let t = std::time::Instant::now();
     let run = genesis_nn::train::train_digits_cnn(device, 20, 0)?;
-    let steps = run.losses.len();
-    for (i, l) in run.losses.iter().enumerate() {
-        if i % (steps / 10).max(1) == 0 || i + 1 == steps {
-            println!("step {i:4}  loss {l:.4}");
-        }
-    }
-    println!(
-        "{} training images, {} held out: test accuracy {:.2} % ({device:?}, {:.2} s)",
-        run.train_size,
-        run.test_size,
-        run.test_accuracy * 100.0,
-        t.elapsed().as_secs_f64()
-    );
+    println!("{}", run.summary(device, t.elapsed().as_secs_f64()));
     Ok(())
 }

@@ -14,6 +14,13 @@ fn parameter(t: Tensor) -> Result<Tensor> {
     t.requires_grad_(true)
 }
 
+/// The named parameters of a layer of a `weight` and maybe a `bias`.
+fn weight_and_bias(weight: &Tensor, bias: Option<&Tensor>) -> Vec<(String, Tensor)> {
+    let mut p = vec![("weight".to_string(), weight.clone())];
+    p.extend(bias.map(|b| ("bias".to_string(), b.clone())));
+    p
+}
+
 /// `y = x Wᵀ + b` (PyTorch's `nn.Linear`): `weight` `[out, in]`, `bias` `[out]`, both
 /// uniform in `±1/√in` at creation (PyTorch's initialisation; a layer of no inputs has a zero
 /// bias), float32.
@@ -54,11 +61,7 @@ impl Module for Linear {
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        let mut p = vec![("weight".to_string(), self.weight.clone())];
-        if let Some(b) = &self.bias {
-            p.push(("bias".to_string(), b.clone()));
-        }
-        p
+        weight_and_bias(&self.weight, self.bias.as_ref())
     }
 }
 
@@ -493,11 +496,7 @@ impl Module for Conv2d {
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        let mut p = vec![("weight".to_string(), self.weight.clone())];
-        if let Some(b) = &self.bias {
-            p.push(("bias".to_string(), b.clone()));
-        }
-        p
+        weight_and_bias(&self.weight, self.bias.as_ref())
     }
 }
 
@@ -549,11 +548,7 @@ impl Module for Conv1d {
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        let mut p = vec![("weight".to_string(), self.weight.clone())];
-        if let Some(b) = &self.bias {
-            p.push(("bias".to_string(), b.clone()));
-        }
-        p
+        weight_and_bias(&self.weight, self.bias.as_ref())
     }
 }
 
@@ -618,11 +613,7 @@ impl Module for ConvTranspose2d {
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        let mut p = vec![("weight".to_string(), self.weight.clone())];
-        if let Some(b) = &self.bias {
-            p.push(("bias".to_string(), b.clone()));
-        }
-        p
+        weight_and_bias(&self.weight, self.bias.as_ref())
     }
 }
 

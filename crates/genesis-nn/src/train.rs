@@ -20,6 +20,27 @@ pub struct DigitsRun {
     pub test_size: usize,
 }
 
+impl DigitsRun {
+    /// Eleven of the run's losses (every tenth of the run, and the last) and the held-out
+    /// accuracy, as the digits examples print them.
+    pub fn summary(&self, device: Device, seconds: f64) -> String {
+        let steps = self.losses.len();
+        let mut out = String::new();
+        for (i, l) in self.losses.iter().enumerate() {
+            if i % (steps / 10).max(1) == 0 || i + 1 == steps {
+                out += &format!("step {i:4}  loss {l:.4}\n");
+            }
+        }
+        out += &format!(
+            "{} training images, {} held out: test accuracy {:.2} % ({device:?}, {seconds:.2} s)",
+            self.train_size,
+            self.test_size,
+            self.test_accuracy * 100.0,
+        );
+        out
+    }
+}
+
 /// Trains a 64-128-10 perceptron (GELU) on scikit-learn's digits on `device`: pixels scaled to
 /// `[0, 1]`, a seeded shuffle keeping 297 images aside, `epochs` passes of batches of 64 with
 /// Adam (learning rate 3e-3), everything drawn from `seed`; returns the losses and the held-out

@@ -497,6 +497,40 @@ impl Geometry {
         )
     }
 
+    /// The windows of `x` (`[n, c, h, w]`, zero padded) laid out as the columns of `groups`
+    /// matrices: `[n, groups, c / groups · kh · kw, oh · ow]`.
+    fn columns(&self, x: &Tensor, groups: usize) -> Result<Tensor> {
+        let k = self.c / groups * self.taps();
+        at(&self.pad_input(x, 0.0)?, &self.windows())?
+            .contiguous()?
+            .reshape([self.n, groups, k, self.positions()])
+    }
+
+    /// [`Geometry::fold`] of columns laid out as [`Geometry::columns`] gives them
+    /// (`[n, c, kh, kw, oh, ow]`, contiguous).
+    fn fold_columns(&self, cols: &Tensor) -> Result<Tensor> {
+        let cols = cols.contiguous()?;
+        let [kh, kw] = self.k;
+        let l = self.positions();
+        let tap = |i: usize, j: usize| {
+            at(
+                &cols,
+                &Layout::new(
+                    &[self.n, self.c, self.out[0], self.out[1]],
+                    &[
+                        (self.c * kh * kw * l) as isize,
+                        (kh * kw * l) as isize,
+                        self.out[1] as isize,
+                        1,
+                    ],
+                    (i * kw + j) * l,
+                ),
+            )
+        };
+        let all = || cols.reshape([self.n, self.c, kh, kw, self.out[0], self.out[1]]);
+        self.fold(&cols, all, tap)
+    }
+
     /// Whether no two windows share an element.
     fn disjoint(&self) -> bool {
         self.dilation == [1, 1] && self.stride[0] >= self.k[0] && self.stride[1] >= self.k[1]
@@ -707,19 +741,8 @@ impl Tensor {
         opts: ConvOptions,
     ) -> Result<Tensor> {
         let op = "conv1d";
-        let x = as_image(op, self)?;
-        if weight.dim() != 3 {
-            return Err(bad(
-                op,
-                format!(
-                    "weight must be 3-d [out, in / groups, k], got shape {:?}",
-                    weight.shape()
-                ),
-            ));
-        }
-        let o = conv1d_options(op, opts)?;
-        x.conv2d_op(op, &weight.unsqueeze(-2)?, bias, o)?
-            .squeeze(-2)
+        let (x, w, o) = conv1d_operands(op, self, weight, opts, "[out, in / groups, k]")?;
+        x.conv2d_op(op, &w, bias, o)?.squeeze(-2)
     }
 
     fn conv2d_op(
@@ -729,11 +752,7 @@ impl Tensor {
         bias: Option<&Tensor>,
         opts: ConvOptions,
     ) -> Result<Tensor> {
-        if let Some((x, w)) = crate::autograd::autocast_operands(self, weight)? {
-            let b = match bias {
-                Some(b) if b.dtype() != w.dtype() => Some(b.to_dtype(w.dtype())?),
-                b => b.cloned(),
-            };
+        if let Some((x, w, b)) = autocast_conv(self, weight, bias)? {
             return crate::autograd::without_autocast(|| x.conv2d_op(op, &w, b.as_ref(), opts));
         }
         let (x, unbatched) = batched(op, self, "input")?;
@@ -773,14 +792,7 @@ impl Tensor {
             opts.dilation,
             false,
         )?;
-        let k = ws[1] * geo.taps();
-        let l = geo.positions();
-        let columns = move |x: &Tensor| -> Result<Tensor> {
-            let xp = geo.pad_input(x, 0.0)?;
-            at(&xp, &geo.windows())?
-                .contiguous()?
-                .reshape([geo.n, groups, k, l])
-        };
+        let (k, l) = (ws[1] * geo.taps(), geo.positions());
         let mut inputs = vec![&x, weight];
         inputs.extend(bias);
         let y = crate::autograd::op(
@@ -789,16 +801,9 @@ impl Tensor {
             || {
                 let y = weight
                     .reshape([groups, o / groups, k])?
-                    .matmul(&columns(&x)?)?
+                    .matmul(&geo.columns(&x, groups)?)?
                     .reshape([geo.n, o, geo.out[0], geo.out[1]])?;
-                match bias {
-                    Some(b) => {
-                        let y = y.contiguous()?;
-                        y.add_(&b.reshape([1, o, 1, 1])?)?;
-                        Ok(y)
-                    }
-                    None => Ok(y),
-                }
+                with_bias(y, bias)
             },
             |_| {
                 let (xs, wsv) = (Saved::new(op, &x), Saved::new(op, weight));
@@ -807,35 +812,17 @@ impl Tensor {
                     let go = g.reshape([geo.n, groups, o / groups, l])?;
                     let w = wsv.get()?;
                     let gx = if needs[0] {
-                        // [n, groups, k, l]: the columns' gradient, laid out as the windows.
+                        // [n, groups, k, l]: the columns' gradient, folded onto the input.
                         let gcols = w
                             .reshape([groups, o / groups, k])?
                             .transpose(-1, -2)?
-                            .matmul(&go)?
-                            .contiguous()?;
-                        let (kh, kw) = (geo.k[0], geo.k[1]);
-                        let tap = |i: usize, j: usize| {
-                            at(
-                                &gcols,
-                                &Layout::new(
-                                    &[geo.n, geo.c, geo.out[0], geo.out[1]],
-                                    &[
-                                        (geo.c * kh * kw * l) as isize,
-                                        (kh * kw * l) as isize,
-                                        geo.out[1] as isize,
-                                        1,
-                                    ],
-                                    (i * kw + j) * l,
-                                ),
-                            )
-                        };
-                        let all = || gcols.reshape([geo.n, geo.c, kh, kw, geo.out[0], geo.out[1]]);
-                        Some(geo.fold(&gcols, all, tap)?)
+                            .matmul(&go)?;
+                        Some(geo.fold_columns(&gcols)?)
                     } else {
                         None
                     };
                     let gw = if needs[1] {
-                        let cols = columns(&xs.get()?)?;
+                        let cols = geo.columns(&xs.get()?, groups)?;
                         let gw = go
                             .matmul(&cols.transpose(-1, -2)?)?
                             .sum_dim([0isize], false)?
@@ -846,11 +833,7 @@ impl Tensor {
                     };
                     let mut out = vec![gx, gw];
                     if let Some(dtype) = b {
-                        out.push(if needs[2] {
-                            Some(cast_grad(g.sum_dim([0isize, 2, 3], false)?, dtype)?)
-                        } else {
-                            None
-                        });
+                        out.push(bias_grad(g, dtype, needs[2])?);
                     }
                     Ok(out)
                 })
@@ -899,19 +882,8 @@ impl Tensor {
         opts: ConvOptions,
     ) -> Result<Tensor> {
         let op = "conv_transpose1d";
-        let x = as_image(op, self)?;
-        if weight.dim() != 3 {
-            return Err(bad(
-                op,
-                format!(
-                    "weight must be 3-d [in, out / groups, k], got shape {:?}",
-                    weight.shape()
-                ),
-            ));
-        }
-        let o = conv1d_options(op, opts)?;
-        x.conv_transpose2d_op(op, &weight.unsqueeze(-2)?, bias, o)?
-            .squeeze(-2)
+        let (x, w, o) = conv1d_operands(op, self, weight, opts, "[in, out / groups, k]")?;
+        x.conv_transpose2d_op(op, &w, bias, o)?.squeeze(-2)
     }
 
     fn conv_transpose2d_op(
@@ -921,11 +893,7 @@ impl Tensor {
         bias: Option<&Tensor>,
         opts: ConvOptions,
     ) -> Result<Tensor> {
-        if let Some((x, w)) = crate::autograd::autocast_operands(self, weight)? {
-            let b = match bias {
-                Some(b) if b.dtype() != w.dtype() => Some(b.to_dtype(w.dtype())?),
-                b => b.cloned(),
-            };
+        if let Some((x, w, b)) = autocast_conv(self, weight, bias)? {
             return crate::autograd::without_autocast(|| {
                 x.conv_transpose2d_op(op, &w, b.as_ref(), opts)
             });
@@ -966,55 +934,25 @@ impl Tensor {
         )?;
         // `k`: one group's output channels times the taps; `l`: the input's positions.
         let (k, l) = (ws[1] * geo.taps(), geo.positions());
-        let (kh, kw) = (geo.k[0], geo.k[1]);
-        // The columns `[n, o, kh, kw, h, w]` folded onto the output.
-        let fold = move |cols: &Tensor| -> Result<Tensor> {
-            let tap = |i: usize, j: usize| {
-                at(
-                    cols,
-                    &Layout::new(
-                        &[geo.n, geo.c, geo.out[0], geo.out[1]],
-                        &[
-                            (geo.c * kh * kw * l) as isize,
-                            (kh * kw * l) as isize,
-                            geo.out[1] as isize,
-                            1,
-                        ],
-                        (i * kw + j) * l,
-                    ),
-                )
-            };
-            let all = || cols.reshape([geo.n, geo.c, kh, kw, geo.out[0], geo.out[1]]);
-            geo.fold(cols, all, tap)
-        };
         let mut inputs = vec![&x, weight];
         inputs.extend(bias);
         let y = crate::autograd::op(
             op,
             &inputs,
             || {
+                // The columns `[n, o, kh, kw, h, w]`, folded onto the output.
                 let cols = weight
                     .reshape([groups, cin / groups, k])?
                     .transpose(-1, -2)?
-                    .matmul(&x.reshape([geo.n, groups, cin / groups, l])?)?
-                    .contiguous()?;
-                let y = fold(&cols)?;
-                if let Some(b) = bias {
-                    let y = y.contiguous()?;
-                    y.add_(&b.reshape([1, o, 1, 1])?)?;
-                    return Ok(y);
-                }
-                Ok(y)
+                    .matmul(&x.reshape([geo.n, groups, cin / groups, l])?)?;
+                with_bias(geo.fold_columns(&cols)?, bias)
             },
             |_| {
                 let (xs, wsv) = (Saved::new(op, &x), Saved::new(op, weight));
                 let b = bias.map(|b| b.dtype());
                 Box::new(move |g, needs| {
                     // The output's gradient read through the windows: `[n, groups, k, l]`.
-                    let gp = geo.pad_input(g, 0.0)?;
-                    let cols = at(&gp, &geo.windows())?
-                        .contiguous()?
-                        .reshape([geo.n, groups, k, l])?;
+                    let cols = geo.columns(g, groups)?;
                     let w = wsv.get()?;
                     let gx = if needs[0] {
                         let gx = w
@@ -1037,11 +975,7 @@ impl Tensor {
                     };
                     let mut out = vec![gx, gw];
                     if let Some(dtype) = b {
-                        out.push(if needs[2] {
-                            Some(cast_grad(g.sum_dim([0isize, 2, 3], false)?, dtype)?)
-                        } else {
-                            None
-                        });
+                        out.push(bias_grad(g, dtype, needs[2])?);
                     }
                     Ok(out)
                 })
@@ -1302,6 +1236,67 @@ fn adaptive_avg(op: &'static str, x: &Tensor, out: [usize; 2]) -> Result<Tensor>
     let pw = averaging(out[1], s[3])?;
     let ph = averaging(out[0], s[2])?;
     ph.matmul(&x.matmul(&pw.t()?)?)
+}
+
+/// A 1-d convolution's input, weight (`layout` names its dimensions in the error) and
+/// options as a 2-d convolution's over a height of one.
+fn conv1d_operands(
+    op: &'static str,
+    x: &Tensor,
+    weight: &Tensor,
+    opts: ConvOptions,
+    layout: &str,
+) -> Result<(Tensor, Tensor, ConvOptions)> {
+    let x = as_image(op, x)?;
+    if weight.dim() != 3 {
+        return Err(bad(
+            op,
+            format!(
+                "weight must be 3-d {layout}, got shape {:?}",
+                weight.shape()
+            ),
+        ));
+    }
+    Ok((x, weight.unsqueeze(-2)?, conv1d_options(op, opts)?))
+}
+
+/// A convolution's operands lowered under autocast (as [`Tensor::linear`]'s, the bias cast to
+/// the weight's dtype); `None` outside autocast or when neither operand is float32.
+#[allow(clippy::type_complexity)]
+fn autocast_conv(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+) -> Result<Option<(Tensor, Tensor, Option<Tensor>)>> {
+    let Some((x, w)) = crate::autograd::autocast_operands(x, weight)? else {
+        return Ok(None);
+    };
+    let b = match bias {
+        Some(b) if b.dtype() != w.dtype() => Some(b.to_dtype(w.dtype())?),
+        b => b.cloned(),
+    };
+    Ok(Some((x, w, b)))
+}
+
+/// `y` (`[n, o, ..]`) plus the channels' `bias` (`[o]`), in place in a contiguous copy.
+fn with_bias(y: Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    let Some(b) = bias else {
+        return Ok(y);
+    };
+    let y = y.contiguous()?;
+    let mut shape = vec![1usize; y.dim()];
+    shape[1] = b.numel();
+    y.add_(&b.reshape(shape.as_slice())?)?;
+    Ok(y)
+}
+
+/// The gradient of a channels' bias of `dtype` from the output's gradient `g`
+/// (`[n, o, h, w]`): its sums over every dimension but the channels', when `needed`.
+fn bias_grad(g: &Tensor, dtype: DType, needed: bool) -> Result<Option<Tensor>> {
+    if !needed {
+        return Ok(None);
+    }
+    Ok(Some(cast_grad(g.sum_dim([0isize, 2, 3], false)?, dtype)?))
 }
 
 /// A 1-d convolution's options as a 2-d one's over a height of one.

@@ -1,10 +1,11 @@
 //! Layers: [`Linear`], [`Conv1d`], [`Conv2d`], [`ConvTranspose2d`], [`Embedding`],
 //! [`LayerNorm`], [`RMSNorm`], [`BatchNorm1d`], [`BatchNorm2d`], [`Dropout`], the pooling
-//! layers, [`Flatten`] and the activations, each a [`Module`] with PyTorch's parameter names
-//! and initialisation.
+//! layers, [`Upsample`], [`Flatten`] and the activations, each a [`Module`] with PyTorch's
+//! parameter names and initialisation.
 
 use genesis::{
-    ConvOptions, DType, Device, Error, Generator, IntoPair, PoolOptions, Result, Tensor,
+    ConvOptions, DType, Device, Error, Generator, Interpolation, IntoPair, PoolOptions, Result,
+    Tensor,
 };
 
 use crate::Module;
@@ -695,6 +696,66 @@ impl AdaptiveAvgPool2d {
 impl Module for AdaptiveAvgPool2d {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         x.adaptive_avg_pool2d(self.output_size)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        Vec::new()
+    }
+}
+
+/// Resizes `[N, C, L]` or `[N, C, H, W]` inputs to a size or by a scale factor (PyTorch's
+/// `nn.Upsample`): [`Tensor::interpolate`] or [`Tensor::interpolate_scale`].
+///
+/// ```
+/// use genesis::{DType, Device, Interpolation, Tensor};
+/// use genesis_nn::{Module, Upsample};
+/// # fn main() -> genesis::Result<()> {
+/// let up = Upsample::scale(&[2.0, 2.0], Interpolation::Nearest);
+/// let y = up.forward(&Tensor::zeros([1, 3, 4, 5], DType::F32, Device::Cpu)?)?;
+/// assert_eq!(y.shape(), [1, 3, 8, 10]);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Upsample {
+    /// The output's spatial size, or
+    pub size: Option<Vec<usize>>,
+    /// the factor of each spatial dimension.
+    pub scale_factor: Option<Vec<f64>>,
+    /// Nearest or linear.
+    pub mode: Interpolation,
+}
+
+impl Upsample {
+    /// Resizing to `size` (one length a spatial dimension).
+    pub fn size(size: &[usize], mode: Interpolation) -> Upsample {
+        Upsample {
+            size: Some(size.to_vec()),
+            scale_factor: None,
+            mode,
+        }
+    }
+
+    /// Resizing by `scale_factor` (one a spatial dimension).
+    pub fn scale(scale_factor: &[f64], mode: Interpolation) -> Upsample {
+        Upsample {
+            size: None,
+            scale_factor: Some(scale_factor.to_vec()),
+            mode,
+        }
+    }
+}
+
+impl Module for Upsample {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        match (&self.size, &self.scale_factor) {
+            (Some(s), None) => x.interpolate(s, self.mode),
+            (None, Some(f)) => x.interpolate_scale(f, self.mode),
+            _ => Err(Error::InvalidArgument {
+                op: "Upsample",
+                reason: "either size or scale_factor should be defined, and not both".into(),
+            }),
+        }
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {

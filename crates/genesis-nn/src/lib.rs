@@ -40,5 +40,6 @@ pub mod train;
 pub use layers::{
     AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv1d, Conv2d, ConvTranspose2d,
     Dropout, Embedding, Flatten, Gelu, LayerNorm, Linear, MaxPool2d, RMSNorm, Relu, Silu, Tanh,
+    Upsample,
 };
 pub use module::{Module, Sequential};

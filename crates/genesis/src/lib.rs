@@ -37,6 +37,8 @@ pub mod fused;
 mod index;
 mod index_along;
 mod interop;
+mod interpolate;
+pub use interpolate::Interpolation;
 mod linalg;
 #[doc(hidden)]
 pub mod literal;

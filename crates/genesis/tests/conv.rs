@@ -1022,3 +1022,223 @@ fn transposed_convolution_matches_direct_loops_in_value_and_gradient() {
         .is_err()
     );
 }
+
+/// PyTorch's source index of output `d` for nearest interpolation, in float32.
+fn nearest_ref(d: usize, len: usize, out: usize, scale: f32, exact: bool) -> usize {
+    let src = if exact {
+        ((d as f32 + 0.5) * scale).floor() as usize
+    } else if out == len {
+        d
+    } else if out == 2 * len {
+        d / 2
+    } else {
+        (d as f32 * scale).floor() as usize
+    };
+    src.min(len - 1)
+}
+
+/// PyTorch's two neighbours and weights of output `d` for linear interpolation, in float64.
+fn linear_ref(d: usize, len: usize, out: usize, scale: f64, align: bool) -> [(usize, f64); 2] {
+    if out == len && !align {
+        return [(d, 1.0), (d, 0.0)];
+    }
+    let src = if align {
+        let s = if out > 1 {
+            (len as f64 - 1.0) / (out as f64 - 1.0)
+        } else {
+            0.0
+        };
+        s * d as f64
+    } else {
+        (scale * (d as f64 + 0.5) - 0.5).max(0.0)
+    };
+    let i0 = (src.floor() as usize).min(len - 1);
+    let i1 = if i0 < len - 1 { i0 + 1 } else { i0 };
+    let l1 = (src - i0 as f64).clamp(0.0, 1.0);
+    [(i0, 1.0 - l1), (i1, l1)]
+}
+
+#[test]
+fn interpolation_matches_pytorchs_arithmetic() {
+    use genesis::Interpolation;
+    let mut rng = SmallRng::seed_from_u64(31);
+    for case in 0..300 {
+        let two_d = rng.random_bool(0.6);
+        let spatial = if two_d { 2 } else { 1 };
+        let mut shape = vec![rng.random_range(0..3), rng.random_range(1..3)];
+        let lens: Vec<usize> = (0..spatial).map(|_| rng.random_range(1..7)).collect();
+        shape.extend(&lens);
+        let by_scale = rng.random_bool(0.4);
+        let factors: Vec<f64> = (0..spatial)
+            .map(|_| [0.5, 0.75, 1.0, 1.3, 1.5, 2.0, 2.5, 3.0][rng.random_range(0..8)])
+            .collect();
+        let outs: Vec<usize> = if by_scale {
+            lens.iter()
+                .zip(&factors)
+                .map(|(&l, f)| (l as f64 * f).floor() as usize)
+                .collect()
+        } else {
+            (0..spatial).map(|_| rng.random_range(1..10)).collect()
+        };
+        let mode = match rng.random_range(0..4) {
+            0 => Interpolation::Nearest,
+            1 => Interpolation::NearestExact,
+            2 => Interpolation::Linear {
+                align_corners: false,
+            },
+            _ => Interpolation::Linear {
+                align_corners: true,
+            },
+        };
+        let numel: usize = shape.iter().product();
+        let x = randv(&mut rng, numel);
+        if outs.contains(&0) {
+            // PyTorch: "Input and output sizes should be greater than 0".
+            let xt = Tensor::from_slice(&x, shape.as_slice(), Device::Cpu).unwrap();
+            assert!(xt.interpolate_scale(&factors, mode).is_err(), "case {case}");
+            continue;
+        }
+        // Per spatial dimension: each output's sources and weights.
+        let taps: Vec<Vec<Vec<(usize, f64)>>> = (0..spatial)
+            .map(|a| {
+                let (len, out) = (lens[a], outs[a]);
+                let scale = if by_scale {
+                    1.0 / factors[a]
+                } else {
+                    len as f64 / out as f64
+                };
+                let scale32 = if by_scale {
+                    scale as f32
+                } else {
+                    len as f32 / out as f32
+                };
+                (0..out)
+                    .map(|d| match mode {
+                        Interpolation::Nearest | Interpolation::NearestExact => {
+                            let exact = mode == Interpolation::NearestExact;
+                            let keep = out == len && !(exact && by_scale);
+                            let i = if keep {
+                                d
+                            } else {
+                                nearest_ref(d, len, out, scale32, exact)
+                            };
+                            vec![(i, 1.0)]
+                        }
+                        Interpolation::Linear { align_corners } => {
+                            let same = out == len && !by_scale;
+                            if same {
+                                vec![(d, 1.0)]
+                            } else {
+                                linear_ref(d, len, out, scale, align_corners).to_vec()
+                            }
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        let planes = shape[0] * shape[1];
+        let (h, w) = if two_d {
+            (lens[0], lens[1])
+        } else {
+            (1, lens[0])
+        };
+        let (oh, ow) = if two_d {
+            (outs[0], outs[1])
+        } else {
+            (1, outs[0])
+        };
+        let (th, tw) = if two_d {
+            (Some(&taps[0]), &taps[1])
+        } else {
+            (None, &taps[0])
+        };
+        let mut want = Vec::new();
+        for p in 0..planes {
+            for i in 0..oh {
+                for cols in tw.iter().take(ow) {
+                    let rows: Vec<(usize, f64)> = th.map_or(vec![(0, 1.0)], |t| t[i].clone());
+                    // Along the width first, then the height (PyTorch's order).
+                    let mut v = 0.0;
+                    for &(r, wr) in &rows {
+                        let mut across = 0.0;
+                        for &(c, wc) in cols {
+                            across += wc * x[(p * h + r) * w + c];
+                        }
+                        v += wr * across;
+                    }
+                    want.push(v);
+                }
+            }
+        }
+        for device in devices() {
+            let xt = Tensor::from_slice(&x, shape.as_slice(), device).unwrap();
+            let y = if by_scale {
+                xt.interpolate_scale(&factors, mode)
+            } else {
+                xt.interpolate(&outs, mode)
+            };
+            let what = format!("case {case} {shape:?} -> {outs:?} {mode:?} scale {by_scale}");
+            let y = y.unwrap_or_else(|e| panic!("{what}: {e}"));
+            let mut out_shape = shape[..2].to_vec();
+            out_shape.extend(&outs);
+            assert_eq!(y.shape(), out_shape.as_slice(), "{what}");
+            close(&values(&y), &want, 1e-12, &what);
+            // float32 within rounding of float64.
+            let y32 = xt.to_dtype(DType::F32).unwrap();
+            let y32 = if by_scale {
+                y32.interpolate_scale(&factors, mode)
+            } else {
+                y32.interpolate(&outs, mode)
+            }
+            .unwrap();
+            close(&values(&y32), &want, 1e-5, &format!("{what} f32"));
+        }
+    }
+    // The gradient: each output's weights sent back to its sources.
+    let x = Tensor::from_slice(&[0.0f64, 10.0, 20.0], [1, 1, 3], Device::Cpu)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    let y = x
+        .interpolate(
+            &[5],
+            Interpolation::Linear {
+                align_corners: true,
+            },
+        )
+        .unwrap();
+    assert_eq!(y.to_vec::<f64>().unwrap(), [0.0, 5.0, 10.0, 15.0, 20.0]);
+    y.sum().unwrap().backward().unwrap();
+    assert_eq!(x.grad().unwrap().to_vec::<f64>().unwrap(), [1.5, 2.0, 1.5]);
+    // PyTorch's nearest under a scale factor uses 1 / factor: indices 0 0 1 2 2 3 4.
+    let r = Tensor::arange(0.0, 5.0, 1.0, DType::F32, Device::Cpu)
+        .unwrap()
+        .reshape([1, 1, 5])
+        .unwrap();
+    let n = r.interpolate_scale(&[1.5], Interpolation::Nearest).unwrap();
+    assert_eq!(
+        n.to_vec::<f32>().unwrap(),
+        [0.0, 0.0, 1.0, 2.0, 2.0, 3.0, 4.0]
+    );
+    // Refused.
+    let bad = [
+        r.interpolate(&[2, 2], Interpolation::Nearest),
+        r.interpolate(&[0], Interpolation::Nearest),
+        r.interpolate_scale(&[0.0], Interpolation::Nearest),
+        r.interpolate_scale(&[f64::NAN], Interpolation::Nearest),
+        r.interpolate_scale(&[1e300], Interpolation::Nearest),
+        r.interpolate_scale(&[0.1], Interpolation::Nearest),
+        r.reshape([5])
+            .unwrap()
+            .interpolate(&[3], Interpolation::Nearest),
+        r.to_dtype(DType::I64)
+            .unwrap()
+            .interpolate(&[3], Interpolation::Nearest),
+        Tensor::zeros([1usize, 1, 0], DType::F32, Device::Cpu)
+            .unwrap()
+            .interpolate(&[3], Interpolation::Nearest),
+    ];
+    for (i, b) in bad.into_iter().enumerate() {
+        assert!(b.is_err(), "bad call {i} accepted");
+    }
+}

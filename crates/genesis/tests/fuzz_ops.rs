@@ -4156,6 +4156,21 @@ const GRAD_OPS: &[GradOp] = &[
     ("pad", |x, _, _, d, k| {
         x.pad(&[d, k], PadMode::Constant, 1.0)
     }),
+    ("interpolate", |x, _, _, d, k| {
+        let mode = match k.rem_euclid(4) {
+            0 => genesis::Interpolation::Nearest,
+            1 => genesis::Interpolation::NearestExact,
+            m => genesis::Interpolation::Linear {
+                align_corners: m == 3,
+            },
+        };
+        let n = x.dim().saturating_sub(2);
+        if d % 2 == 0 {
+            x.interpolate(&vec![d.rem_euclid(7) as usize; n], mode)
+        } else {
+            x.interpolate_scale(&vec![0.5 + d.rem_euclid(5) as f64 * 0.6; n], mode)
+        }
+    }),
     ("unfold", |x, _, _, d, k| {
         x.unfold(d, k.rem_euclid(4) as usize, 1 + d.rem_euclid(3) as usize)
     }),
@@ -4356,6 +4371,7 @@ fn autograd_ops(fz: &mut Fuzz, rng: &mut SmallRng) {
         | "conv2d_extreme"
         | "conv_transpose2d"
         | "conv_transpose2d_extreme"
+        | "interpolate"
         | "max_pool2d"
         | "max_pool2d_extreme"
         | "avg_pool2d"

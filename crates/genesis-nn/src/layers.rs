@@ -1,7 +1,7 @@
 //! Layers: [`Linear`], [`Conv1d`], [`Conv2d`], [`ConvTranspose2d`], [`Embedding`],
-//! [`LayerNorm`], [`RMSNorm`], [`BatchNorm1d`], [`BatchNorm2d`], [`Dropout`], the pooling
-//! layers, [`Upsample`], [`Flatten`] and the activations, each a [`Module`] with PyTorch's
-//! parameter names and initialisation.
+//! [`LayerNorm`], [`RMSNorm`], [`BatchNorm1d`], [`BatchNorm2d`], [`GroupNorm`], [`Dropout`],
+//! the pooling layers, [`Upsample`], [`Flatten`] and the activations, each a [`Module`] with
+//! PyTorch's parameter names and initialisation.
 
 use genesis::{
     ConvOptions, DType, Device, Error, Generator, Interpolation, IntoPair, PoolOptions, Result,
@@ -355,6 +355,103 @@ activation!(
     Tanh,
     |x| x.tanh()
 );
+
+activation!(
+    /// `1 / (1 + exp(−x))` (PyTorch's `nn.Sigmoid`).
+    Sigmoid,
+    |x| x.sigmoid()
+);
+activation!(
+    /// PyTorch's `nn.SELU`: [`Tensor::selu`].
+    Selu,
+    |x| x.selu()
+);
+activation!(
+    /// `min(max(x, 0), 6)` (PyTorch's `nn.ReLU6`).
+    Relu6,
+    |x| x.relu6()
+);
+activation!(
+    /// PyTorch's `nn.Hardsigmoid`: [`Tensor::hardsigmoid`].
+    Hardsigmoid,
+    |x| x.hardsigmoid()
+);
+activation!(
+    /// PyTorch's `nn.Hardswish`: [`Tensor::hardswish`].
+    Hardswish,
+    |x| x.hardswish()
+);
+activation!(
+    /// `x · tanh(softplus(x))` (PyTorch's `nn.Mish`).
+    Mish,
+    |x| x.mish()
+);
+
+/// `x` where `x > 0`, else `negative_slope · x` (PyTorch's `nn.LeakyReLU`, slope 0.01 by
+/// default).
+#[derive(Debug, Clone, Copy)]
+pub struct LeakyRelu {
+    /// The slope below 0.
+    pub negative_slope: f64,
+}
+
+impl Default for LeakyRelu {
+    fn default() -> LeakyRelu {
+        LeakyRelu {
+            negative_slope: 0.01,
+        }
+    }
+}
+
+impl Module for LeakyRelu {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        x.leaky_relu(self.negative_slope)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        Vec::new()
+    }
+}
+
+/// `x` where `x > 0`, else `alpha (exp(x) − 1)` (PyTorch's `nn.ELU`, `alpha` 1 by default).
+#[derive(Debug, Clone, Copy)]
+pub struct Elu {
+    /// The negative side's scale.
+    pub alpha: f64,
+}
+
+impl Default for Elu {
+    fn default() -> Elu {
+        Elu { alpha: 1.0 }
+    }
+}
+
+impl Module for Elu {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        x.elu(self.alpha)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        Vec::new()
+    }
+}
+
+/// The softmax over dimension `dim` (PyTorch's `nn.Softmax(dim)`).
+#[derive(Debug, Clone, Copy)]
+pub struct Softmax {
+    /// The dimension normalised (negative counts from the end).
+    pub dim: isize,
+}
+
+impl Module for Softmax {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        x.softmax(self.dim)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        Vec::new()
+    }
+}
 
 /// `x Φ(x)` (PyTorch's `nn.GELU`): exact, or with the tanh approximation
 /// (`approximate="tanh"`) when `tanh` is set.
@@ -789,6 +886,72 @@ impl Module for Flatten {
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
         Vec::new()
+    }
+}
+
+/// Group normalisation (PyTorch's `nn.GroupNorm`): [`Tensor::group_norm`] over
+/// `num_groups` groups of `num_channels` channels, with a learnable per-channel `weight`
+/// (ones) and `bias` (zeros) when affine.
+#[derive(Debug)]
+pub struct GroupNorm {
+    /// The groups.
+    pub num_groups: usize,
+    /// `[num_channels]`, when affine.
+    pub weight: Option<Tensor>,
+    /// `[num_channels]`, when affine.
+    pub bias: Option<Tensor>,
+    /// Added to the variance.
+    pub eps: f64,
+}
+
+impl GroupNorm {
+    /// PyTorch's `nn.GroupNorm(num_groups, num_channels, eps, affine)`.
+    pub fn new(
+        num_groups: usize,
+        num_channels: usize,
+        eps: f64,
+        affine: bool,
+        device: Device,
+    ) -> Result<GroupNorm> {
+        if num_groups == 0 || !num_channels.is_multiple_of(num_groups) {
+            return Err(Error::InvalidArgument {
+                op: "GroupNorm",
+                reason: format!(
+                    "num_channels ({num_channels}) must be divisible by num_groups ({num_groups})"
+                ),
+            });
+        }
+        let param = |v: f32| -> Result<Option<Tensor>> {
+            if affine {
+                Ok(Some(parameter(Tensor::full([num_channels], v, device)?)?))
+            } else {
+                Ok(None)
+            }
+        };
+        Ok(GroupNorm {
+            num_groups,
+            weight: param(1.0)?,
+            bias: param(0.0)?,
+            eps,
+        })
+    }
+}
+
+impl Module for GroupNorm {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        x.group_norm(
+            self.num_groups,
+            self.weight.as_ref(),
+            self.bias.as_ref(),
+            self.eps,
+        )
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        match &self.weight {
+            Some(w) => weight_and_bias(w, self.bias.as_ref()),
+            None => Vec::new(),
+        }
     }
 }
 

@@ -39,7 +39,8 @@ pub mod train;
 
 pub use layers::{
     AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv1d, Conv2d, ConvTranspose2d,
-    Dropout, Embedding, Flatten, Gelu, LayerNorm, Linear, MaxPool2d, RMSNorm, Relu, Silu, Tanh,
+    Dropout, Elu, Embedding, Flatten, Gelu, GroupNorm, Hardsigmoid, Hardswish, LayerNorm,
+    LeakyRelu, Linear, MaxPool2d, Mish, RMSNorm, Relu, Relu6, Selu, Sigmoid, Silu, Softmax, Tanh,
     Upsample,
 };
 pub use module::{Module, Sequential};

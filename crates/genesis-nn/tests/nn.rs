@@ -11,8 +11,9 @@ use genesis_nn::optim::{
 };
 use genesis_nn::{
     AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv1d, Conv2d, ConvTranspose2d,
-    Dropout, Embedding, Flatten, Gelu, LayerNorm, Linear, MaxPool2d, Module, RMSNorm, Relu,
-    Sequential, init,
+    Dropout, Elu, Embedding, Flatten, Gelu, GroupNorm, Hardsigmoid, Hardswish, LayerNorm,
+    LeakyRelu, Linear, MaxPool2d, Mish, Module, RMSNorm, Relu, Relu6, Selu, Sequential, Sigmoid,
+    Softmax, init,
 };
 
 const CPU: Device = Device::Cpu;
@@ -123,6 +124,40 @@ fn convolution_layers_as_pytorchs() {
     assert!(vec32(&up.weight).iter().all(|x| x.abs() <= bound));
     let z = up.forward(&y.narrow(3, 0, 5).unwrap()).unwrap();
     assert_eq!(z.shape(), [2, 4, 11, 11]);
+    // Group normalisation and the activation layers are their tensor ops.
+    let gn = GroupNorm::new(2, 6, 1e-5, true, CPU).unwrap();
+    let names: Vec<String> = gn.named_parameters().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["weight", "bias"]);
+    assert!(GroupNorm::new(4, 6, 1e-5, true, CPU).is_err());
+    assert!(
+        GroupNorm::new(2, 6, 1e-5, false, CPU)
+            .unwrap()
+            .named_parameters()
+            .is_empty()
+    );
+    let z = g.randn([2, 6, 3], DType::F32, CPU).unwrap();
+    assert_eq!(
+        vec32(&gn.forward(&z).unwrap()),
+        vec32(
+            &z.group_norm(2, gn.weight.as_ref(), gn.bias.as_ref(), 1e-5)
+                .unwrap()
+        )
+    );
+    let acts: [(&dyn Module, Tensor); 9] = [
+        (&LeakyRelu::default(), z.leaky_relu(0.01).unwrap()),
+        (&Elu::default(), z.elu(1.0).unwrap()),
+        (&Selu, z.selu().unwrap()),
+        (&Relu6, z.relu6().unwrap()),
+        (&Hardsigmoid, z.hardsigmoid().unwrap()),
+        (&Hardswish, z.hardswish().unwrap()),
+        (&Mish, z.mish().unwrap()),
+        (&Sigmoid, z.sigmoid().unwrap()),
+        (&Softmax { dim: -1 }, z.softmax(-1).unwrap()),
+    ];
+    for (m, want) in acts {
+        assert_eq!(vec32(&m.forward(&z).unwrap()), vec32(&want));
+        assert!(m.named_parameters().is_empty());
+    }
     // Refused: channels that the groups do not divide, a kernel of no taps.
     assert!(Conv2d::new(3, 6, 3, ConvOptions::new().groups(2), true, &g, CPU).is_err());
     assert!(Conv2d::new(4, 6, 3, ConvOptions::new().groups(0), true, &g, CPU).is_err());

@@ -1,8 +1,8 @@
 //! Normalisations over the last dimensions: [`Tensor::layer_norm`] and [`Tensor::rms_norm`]
 //! (PyTorch's `F.layer_norm` and `F.rms_norm`), each one recorded op whose backward keeps
 //! only the input, the per-row statistics and the weight (PyTorch's saved set), not the
-//! intermediate tensors of the forward; and [`Tensor::batch_norm`] over channels, composed
-//! of the facade's ops.
+//! intermediate tensors of the forward; and [`Tensor::batch_norm`] and
+//! [`Tensor::group_norm`] over channels, composed of the facade's ops.
 
 use crate::autograd::{Saved, cast_grad, sum_to};
 use crate::{Error, Result, Tensor};
@@ -209,6 +209,95 @@ fn layer_norm_grad_fn(
 }
 
 impl Tensor {
+    /// Group normalisation (PyTorch's `F.group_norm`) of `self` (`[N, C, ...]`, floating
+    /// point): the channels split into `num_groups` groups, each group of each sample
+    /// normalised by its mean and biased variance (over its channels and every position),
+    /// then `· weight + bias` per channel (`[C]` each, when given). Float16 and bfloat16
+    /// compute in float32 and round once. Differentiable (composed ops).
+    ///
+    /// ```
+    /// use genesis::{Device, Tensor};
+    /// # fn main() -> genesis::Result<()> {
+    /// let x = Tensor::from_slice(&[1.0f32, 3.0, 10.0, 30.0], [1, 4], Device::Cpu)?;
+    /// let y = x.group_norm(2, None, None, 0.0)?;
+    /// assert_eq!(y.to_vec::<f32>()?, [-1.0, 1.0, -1.0, 1.0]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn group_norm(
+        &self,
+        num_groups: usize,
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        eps: f64,
+    ) -> Result<Tensor> {
+        let op = "group_norm";
+        if self.dim() < 2 || !self.dtype().is_float() {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: format!(
+                    "expected a floating-point input of at least 2 dimensions [N, C, ...], got \
+                     {} of shape {:?}",
+                    self.dtype(),
+                    self.shape()
+                ),
+            });
+        }
+        let (n, c) = (self.shape()[0], self.shape()[1]);
+        if num_groups == 0 || !c.is_multiple_of(num_groups) {
+            return Err(Error::InvalidArgument {
+                op,
+                reason: format!(
+                    "Expected number of channels in input to be divisible by num_groups, but got \
+                     input of shape {:?} and num_groups={num_groups}",
+                    self.shape()
+                ),
+            });
+        }
+        for t in [weight, bias].into_iter().flatten() {
+            check_affine(op, Some(t), &[c])?;
+            if t.device() != self.device() {
+                return Err(Error::DeviceMismatch {
+                    op,
+                    lhs: self.device(),
+                    rhs: t.device(),
+                });
+            }
+        }
+        let x = match self.dtype() {
+            crate::DType::F16 | crate::DType::BF16 => self.to_dtype(crate::DType::F32)?,
+            _ => self.clone(),
+        };
+        // [N, G, rest]: each group of each sample a row.
+        let rest = self.shape()[2..]
+            .iter()
+            .try_fold(c / num_groups, |a, &d| a.checked_mul(d))
+            .ok_or_else(|| Error::InvalidArgument {
+                op,
+                reason: format!("the shape {:?} overflows", self.shape()),
+            })?;
+        let rows = x.reshape([n, num_groups, rest])?;
+        let (var, mean) = rows.var_mean([-1isize], 0.0, true)?;
+        let mut y = rows
+            .sub(&mean)?
+            .mul(&var.add(eps)?.rsqrt()?)?
+            .reshape(self.shape())?;
+        let mut bshape = vec![1usize; self.dim()];
+        bshape[1] = c;
+        if let Some(w) = weight {
+            y = y.mul(&w.reshape(bshape.as_slice())?)?;
+        }
+        if let Some(b) = bias {
+            y = y.add(&b.reshape(bshape.as_slice())?)?;
+        }
+        if y.dtype() == self.dtype() {
+            Ok(y)
+        } else {
+            y.to_dtype(self.dtype())
+        }
+    }
+
     /// Batch normalisation (PyTorch's `F.batch_norm`) of `self` (`[N, C, ...]`, floating
     /// point) per channel (dimension 1). With `training`, each channel is normalised by its
     /// mean and biased variance over the batch and the other dimensions, and the running

@@ -1242,3 +1242,81 @@ fn interpolation_matches_pytorchs_arithmetic() {
         assert!(b.is_err(), "bad call {i} accepted");
     }
 }
+
+#[test]
+fn group_norm_matches_direct_loops() {
+    let mut rng = SmallRng::seed_from_u64(17);
+    for case in 0..100 {
+        let groups = rng.random_range(1..4);
+        let c = groups * rng.random_range(1..3);
+        let mut shape = vec![rng.random_range(0..3), c];
+        for _ in 0..rng.random_range(0..3) {
+            shape.push(rng.random_range(1..4));
+        }
+        let numel: usize = shape.iter().product();
+        let inner: usize = shape[2..].iter().product();
+        let (x, w, b, r) = (
+            randv(&mut rng, numel),
+            randv(&mut rng, c),
+            randv(&mut rng, c),
+            randv(&mut rng, numel),
+        );
+        let eps = [1e-5, 0.5][case % 2];
+        // Each (sample, group): its elements, normalised; the gradient by the formula.
+        let per = c / groups * inner;
+        let (mut want, mut gx) = (vec![0.0; numel], vec![0.0; numel]);
+        let (mut gw, mut gb) = (vec![0.0; c], vec![0.0; c]);
+        for row in 0..shape[0] * groups {
+            let idx: Vec<usize> = (row * per..(row + 1) * per).collect();
+            let chan = |k: usize| (k / inner) % c;
+            let m = per as f64;
+            let mu = idx.iter().map(|&k| x[k]).sum::<f64>() / m;
+            let var = idx.iter().map(|&k| (x[k] - mu).powi(2)).sum::<f64>() / m;
+            let rstd = 1.0 / (var + eps).sqrt();
+            let xhat: Vec<f64> = idx.iter().map(|&k| (x[k] - mu) * rstd).collect();
+            let dxhat: Vec<f64> = idx.iter().map(|&k| r[k] * w[chan(k)]).collect();
+            let md = dxhat.iter().sum::<f64>() / m;
+            let mdx = dxhat.iter().zip(&xhat).map(|(a, b)| a * b).sum::<f64>() / m;
+            for (t, &k) in idx.iter().enumerate() {
+                want[k] = xhat[t] * w[chan(k)] + b[chan(k)];
+                gx[k] = rstd * (dxhat[t] - md - xhat[t] * mdx);
+                gw[chan(k)] += r[k] * xhat[t];
+                gb[chan(k)] += r[k];
+            }
+        }
+        for device in devices() {
+            let xt = leaf(&x, &shape, DType::F64, device);
+            let (wt, bt) = (
+                leaf(&w, &[c], DType::F64, device),
+                leaf(&b, &[c], DType::F64, device),
+            );
+            let y = xt.group_norm(groups, Some(&wt), Some(&bt), eps).unwrap();
+            let what = format!("case {case} {shape:?} groups {groups}");
+            close(&values(&y), &want, 1e-10, &what);
+            let rt = Tensor::from_slice(&r, y.shape(), device).unwrap();
+            y.mul(&rt).unwrap().sum().unwrap().backward().unwrap();
+            close(&grad(&xt), &gx, 1e-9, &format!("{what} input grad"));
+            close(&grad(&wt), &gw, 1e-10, &format!("{what} weight grad"));
+            close(&grad(&bt), &gb, 1e-10, &format!("{what} bias grad"));
+        }
+    }
+    let x = Tensor::ones([2usize, 6, 3], DType::F32, Device::Cpu).unwrap();
+    assert!(x.group_norm(4, None, None, 1e-5).is_err());
+    assert!(x.group_norm(0, None, None, 1e-5).is_err());
+    let w = Tensor::ones([4usize], DType::F32, Device::Cpu).unwrap();
+    assert!(x.group_norm(3, Some(&w), None, 1e-5).is_err());
+    assert!(
+        Tensor::ones([6usize], DType::F32, Device::Cpu)
+            .unwrap()
+            .group_norm(3, None, None, 1e-5)
+            .is_err()
+    );
+    assert_eq!(
+        x.to_dtype(DType::BF16)
+            .unwrap()
+            .group_norm(3, None, None, 1e-5)
+            .unwrap()
+            .dtype(),
+        DType::BF16
+    );
+}

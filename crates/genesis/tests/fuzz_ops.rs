@@ -4171,6 +4171,21 @@ const GRAD_OPS: &[GradOp] = &[
             x.interpolate_scale(&vec![0.5 + d.rem_euclid(5) as f64 * 0.6; n], mode)
         }
     }),
+    ("leaky_relu", |x, _, _, _, k| x.leaky_relu(k as f64 / 4.0)),
+    ("elu", |x, _, _, _, k| x.elu(k as f64)),
+    ("celu", |x, _, _, _, k| x.celu(k as f64)),
+    ("selu", |x, _, _, _, _| x.selu()),
+    ("hardtanh", |x, _, _, d, k| x.hardtanh(d as f64, k as f64)),
+    ("relu6", |x, _, _, _, _| x.relu6()),
+    ("hardsigmoid", |x, _, _, _, _| x.hardsigmoid()),
+    ("hardswish", |x, _, _, _, _| x.hardswish()),
+    ("mish", |x, _, _, _, _| x.mish()),
+    ("group_norm", |x, y, _, _, k| {
+        let g = k.rem_euclid(3) as usize;
+        let c = x.shape().get(1).copied().unwrap_or(0);
+        let w = y.reshape([-1])?.narrow(0, 0, c.min(y.numel()))?;
+        x.group_norm(g, Some(&w), None, 1e-5)
+    }),
     ("unfold", |x, _, _, d, k| {
         x.unfold(d, k.rem_euclid(4) as usize, 1 + d.rem_euclid(3) as usize)
     }),

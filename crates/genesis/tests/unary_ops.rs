@@ -179,3 +179,172 @@ fn every_table_op_has_both_methods_and_a_name() {
         assert_eq!(bits(&y), bits(&z), "{op:?}");
     }
 }
+
+/// The activations of `activation.rs` against PyTorch's forward and derivative formulas in
+/// float64, on generated values with each formula's boundary points among them; float32 and
+/// bfloat16 within their rounding; the arguments refused.
+#[test]
+fn activations_follow_pytorchs_formulas_and_derivatives() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(21);
+    let (sa, ss) = (1.673_263_242_354_377_3f64, 1.050_700_987_355_480_5f64);
+    type F = Box<dyn Fn(f64) -> (f64, f64)>;
+    let elu = |alpha: f64, scale: f64, input: f64| -> F {
+        Box::new(move |x: f64| {
+            let v = if x > 0.0 {
+                scale * x
+            } else {
+                alpha * scale * (x * input).exp_m1()
+            };
+            let d = if x <= 0.0 {
+                input * alpha * scale * (x * input).exp()
+            } else {
+                scale
+            };
+            (v, d)
+        })
+    };
+    type Op = fn(&Tensor) -> genesis::Result<Tensor>;
+    let cases: Vec<(&str, F, Op)> = vec![
+        (
+            "leaky_relu",
+            Box::new(|x: f64| if x > 0.0 { (x, 1.0) } else { (0.01 * x, 0.01) }),
+            |t| t.leaky_relu(0.01),
+        ),
+        ("elu", elu(1.5, 1.0, 1.0), |t| t.elu(1.5)),
+        ("selu", elu(sa, ss, 1.0), |t| t.selu()),
+        ("celu", elu(0.7, 1.0, 1.0 / 0.7), |t| t.celu(0.7)),
+        (
+            "hardtanh",
+            Box::new(|x: f64| {
+                (
+                    x.clamp(-1.0, 2.0),
+                    if x > -1.0 && x < 2.0 { 1.0 } else { 0.0 },
+                )
+            }),
+            |t| t.hardtanh(-1.0, 2.0),
+        ),
+        (
+            "relu6",
+            Box::new(|x: f64| {
+                (
+                    x.clamp(0.0, 6.0),
+                    if x > 0.0 && x < 6.0 { 1.0 } else { 0.0 },
+                )
+            }),
+            |t| t.relu6(),
+        ),
+        (
+            "hardsigmoid",
+            Box::new(|x: f64| {
+                let v = if x <= -3.0 {
+                    0.0
+                } else if x >= 3.0 {
+                    1.0
+                } else {
+                    x / 6.0 + 0.5
+                };
+                (v, if x > -3.0 && x < 3.0 { 1.0 / 6.0 } else { 0.0 })
+            }),
+            |t| t.hardsigmoid(),
+        ),
+        (
+            "hardswish",
+            Box::new(|x: f64| {
+                let v = if x <= -3.0 {
+                    0.0
+                } else if x >= 3.0 {
+                    x
+                } else {
+                    x * (x + 3.0) / 6.0
+                };
+                let d = if x < -3.0 {
+                    0.0
+                } else if x <= 3.0 {
+                    x / 3.0 + 0.5
+                } else {
+                    1.0
+                };
+                (v, d)
+            }),
+            |t| t.hardswish(),
+        ),
+        (
+            "mish",
+            Box::new(|x: f64| {
+                let t = x.exp().ln_1p().tanh();
+                let s = 1.0 / (1.0 + (-x).exp());
+                (x * t, t + x * s * (1.0 - t * t))
+            }),
+            |t| t.mish(),
+        ),
+    ];
+    let edges = [-3.0, 3.0, 0.0, -1.0, 2.0, 6.0, -0.0, 25.0, -25.0];
+    for (name, rule, op) in &cases {
+        let x: Vec<f64> = (0..64)
+            .map(|i| {
+                if i < edges.len() {
+                    edges[i]
+                } else {
+                    rng.random_range(-8.0..8.0)
+                }
+            })
+            .collect();
+        let up: Vec<f64> = (0..64).map(|_| rng.random_range(-2.0..2.0)).collect();
+        for device in devices() {
+            let xt = Tensor::from_slice(&x, [64], device)
+                .unwrap()
+                .requires_grad_(true)
+                .unwrap();
+            let y = op(&xt).unwrap();
+            let got = y.to_vec::<f64>().unwrap();
+            y.mul(&Tensor::from_slice(&up, [64], device).unwrap())
+                .unwrap()
+                .sum()
+                .unwrap()
+                .backward()
+                .unwrap();
+            let grad = xt.grad().unwrap().to_vec::<f64>().unwrap();
+            for i in 0..64 {
+                let (v, d) = rule(x[i]);
+                let tol = |w: f64| 1e-12 * (1.0 + w.abs());
+                assert!(
+                    (got[i] - v).abs() <= tol(v),
+                    "{name}({}) = {} want {v}",
+                    x[i],
+                    got[i]
+                );
+                let dg = d * up[i];
+                assert!(
+                    (grad[i] - dg).abs() <= tol(dg),
+                    "{name}'({}) = {} want {dg}",
+                    x[i],
+                    grad[i]
+                );
+            }
+            // Lower precisions within their rounding, in their own dtype.
+            for (dtype, tol) in [(DType::F32, 1e-6), (DType::BF16, 1e-2)] {
+                let lo = op(&xt.detach().to_dtype(dtype).unwrap()).unwrap();
+                assert_eq!(lo.dtype(), dtype);
+                let lo = lo.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap();
+                for i in 0..64 {
+                    let v = rule(x[i]).0;
+                    assert!(
+                        (lo[i] - v).abs() <= tol * (1.0 + v.abs()),
+                        "{name} {dtype} at {}",
+                        x[i]
+                    );
+                }
+            }
+            // NaN stays NaN.
+            let n = op(&Tensor::from_slice(&[f64::NAN], [1], device).unwrap()).unwrap();
+            assert!(n.to_vec::<f64>().unwrap()[0].is_nan(), "{name}(NaN)");
+        }
+    }
+    let x = Tensor::from_slice(&[1i64, 2], [2], genesis::Device::Cpu).unwrap();
+    assert!(x.leaky_relu(0.1).is_err());
+    let f = x.to_dtype(DType::F32).unwrap();
+    assert!(f.celu(0.0).is_err());
+    assert!(f.hardtanh(1.0, -1.0).is_err());
+    assert!(f.hardtanh(f64::NAN, 1.0).is_err());
+}

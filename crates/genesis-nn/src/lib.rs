@@ -2,8 +2,8 @@
 //! semantics: [`Module`]s with named parameters ([`Linear`], [`Conv1d`], [`Conv2d`],
 //! [`Embedding`], [`LayerNorm`], [`RMSNorm`], [`BatchNorm2d`], [`Dropout`], pooling, [`Flatten`], activations,
 //! [`Sequential`]), losses ([`loss`]), seeded
-//! initialisers ([`init`]), optimisers and schedules ([`optim`]), and a small real data set
-//! ([`datasets::digits`]).
+//! initialisers ([`init`]), optimisers and schedules ([`optim`]), mini-batches
+//! ([`data::DataLoader`]) and a small real data set ([`datasets::digits`]).
 //!
 //! ```
 //! use genesis::{DType, Device, Generator, Tensor};
@@ -28,6 +28,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod data;
 pub mod datasets;
 pub mod gpt2;
 pub mod init;

@@ -4,6 +4,7 @@
 
 use genesis::{ConvOptions, DType, Device, Generator, PoolOptions, Result, no_grad};
 
+use crate::data::DataLoader;
 use crate::optim::{Adam, Optimizer};
 use crate::{Conv2d, Flatten, Gelu, Linear, MaxPool2d, Module, Relu, Sequential, datasets, loss};
 
@@ -42,9 +43,9 @@ impl DigitsRun {
 }
 
 /// Trains a 64-128-10 perceptron (GELU) on scikit-learn's digits on `device`: pixels scaled to
-/// `[0, 1]`, a seeded shuffle keeping 297 images aside, `epochs` passes of batches of 64 with
-/// Adam (learning rate 3e-3), everything drawn from `seed`; returns the losses and the held-out
-/// accuracy.
+/// `[0, 1]`, a seeded shuffle keeping 297 images aside, `epochs` passes of shuffled batches of
+/// 64 ([`DataLoader`]) with Adam (learning rate 3e-3), everything drawn from `seed`; returns
+/// the losses and the held-out accuracy.
 pub fn train_digits(device: Device, epochs: usize, seed: u64) -> Result<DigitsRun> {
     train_on_digits(device, epochs, seed, &[64], |g| {
         Ok(Sequential::new()
@@ -100,18 +101,13 @@ fn train_on_digits(
     // One loss a step is kept: refuse up front a run whose losses the host cannot hold.
     reserve_losses(epochs.checked_mul(train.div_ceil(batch)))?;
     let mut losses = Vec::new();
+    let (xtrain, ytrain) = (x.narrow(0, 0, train)?, y.narrow(0, 0, train)?);
+    let loader = DataLoader::new(&[&xtrain, &ytrain], batch)?.shuffle(&g);
     for _ in 0..epochs {
-        let perm = g
-            .rand([train], DType::F32, Device::Cpu)?
-            .argsort(0, false)?
-            .to(device)?;
-        for start in (0..train).step_by(batch) {
-            let len = batch.min(train - start);
-            let idx = perm.narrow(0, start as isize, len)?;
-            let xb = x.index_select(0, &idx)?;
-            let yb = y.index_select(0, &idx)?;
+        for b in loader.epoch()? {
+            let b = b?;
             opt.zero_grad();
-            let l = loss::cross_entropy(&model.forward(&xb)?, &yb)?;
+            let l = loss::cross_entropy(&model.forward(&b[0])?, &b[1])?;
             l.backward()?;
             opt.step()?;
             losses.push(l.item::<f32>()?);

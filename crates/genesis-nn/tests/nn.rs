@@ -253,6 +253,60 @@ fn batch_norm_layers_as_pytorchs() {
     close(&f, &[-1.0, -1.0, 1.0, 1.0], 1e-5, "batch statistics");
 }
 
+/// Mini-batches: every sample once an epoch, the rows of every tensor together, a new order
+/// each shuffled epoch (the same for the same seed), `drop_last`, and the refusals.
+#[test]
+fn data_loader_batches_as_pytorchs() {
+    use genesis_nn::data::DataLoader;
+    let n = 23;
+    let x = Tensor::arange(0.0, (2 * n) as f64, 1.0, DType::F64, CPU)
+        .unwrap()
+        .reshape([n, 2])
+        .unwrap();
+    let y = Tensor::arange(0.0, n as f64, 1.0, DType::I64, CPU).unwrap();
+    let order = |l: &DataLoader<'_>| -> Vec<i64> {
+        let mut seen = Vec::new();
+        for b in l.epoch().unwrap() {
+            let b = b.unwrap();
+            let (xs, ys) = (b[0].to_vec::<f64>().unwrap(), b[1].to_vec::<i64>().unwrap());
+            for (i, &label) in ys.iter().enumerate() {
+                // Row `label` of x is [2 label, 2 label + 1].
+                assert_eq!(xs[2 * i], 2.0 * label as f64);
+                assert_eq!(xs[2 * i + 1], 2.0 * label as f64 + 1.0);
+            }
+            seen.extend(ys);
+        }
+        seen
+    };
+    let plain = DataLoader::new(&[&x, &y], 5).unwrap();
+    assert_eq!((plain.len(), plain.batches()), (23, 5));
+    assert_eq!(order(&plain), (0..23).collect::<Vec<i64>>());
+    let g7 = Generator::new(7);
+    let shuffled = DataLoader::new(&[&x, &y], 5).unwrap().shuffle(&g7);
+    let (a, b) = (order(&shuffled), order(&shuffled));
+    assert_ne!(a, b, "each epoch draws a new order");
+    for e in [&a, &b] {
+        let mut sorted = e.clone();
+        sorted.sort();
+        assert_eq!(sorted, (0..23).collect::<Vec<i64>>());
+    }
+    let again_g = Generator::new(7);
+    let again = DataLoader::new(&[&x, &y], 5).unwrap().shuffle(&again_g);
+    assert_eq!(order(&again), a, "the same seed gives the same orders");
+    let dropped = DataLoader::new(&[&x, &y], 5).unwrap().drop_last(true);
+    assert_eq!(dropped.batches(), 4);
+    assert_eq!(order(&dropped).len(), 20);
+    // Refused: no tensors, batch size 0, lengths that differ, a 0-d tensor.
+    assert!(DataLoader::new(&[], 5).is_err());
+    assert!(DataLoader::new(&[&x], 0).is_err());
+    assert!(DataLoader::new(&[&x, &y.narrow(0, 0, 3).unwrap()], 5).is_err());
+    let s = Tensor::zeros([0usize; 0], DType::F32, CPU).unwrap();
+    assert!(DataLoader::new(&[&s], 1).is_err());
+    // An empty data set has no batches.
+    let e = DataLoader::new(&[&x.narrow(0, 0, 0).unwrap()], 4).unwrap();
+    assert!(e.is_empty() && e.epoch().unwrap().next().is_none());
+}
+
 #[test]
 fn modules_name_their_parameters_as_pytorch() {
     let g = Generator::new(0);

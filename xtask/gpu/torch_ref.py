@@ -259,6 +259,36 @@ def main():
         med, mn = wall(fn, 30)
         rows.append({"name": name, "bytes": nbytes, "median_ms": med, "min_ms": mn})
     del x, xb
+    # The convolutional network ops of gpu_facade on [32, 64, 56, 56]; bytes: input + output
+    # (the convolutions: 0). PyTorch's defaults (cuDNN; TF32 allowed for float32 convolutions).
+    import torch.nn.functional as F
+    x = torch.randn(32, 64, 56, 56, device=dev)
+    xb = x.bfloat16()
+    w = torch.randn(64, 64, 3, 3, device=dev) * 0.05
+    wb = w.bfloat16()
+    wg = wb.detach().requires_grad_(True)
+    rm, rv = torch.zeros(64, device=dev), torch.ones(64, device=dev)
+    bn_w, bn_b = torch.ones(64, device=dev), torch.zeros(64, device=dev)
+    n_img = 32 * 64 * 56 * 56
+
+    def fwd_bwd():
+        F.conv2d(xb, wg, padding=1).sum().backward()
+        wg.grad = None
+
+    for name, nbytes, fn in [
+            ("conv2d_3x3_64c_56x56_n32_f32", 0, lambda: F.conv2d(x, w, padding=1)),
+            ("conv2d_3x3_64c_56x56_n32_bf16", 0, lambda: F.conv2d(xb, wb, padding=1)),
+            ("conv2d_fwd_bwd_3x3_64c_56x56_n32_bf16", 0, fwd_bwd),
+            ("max_pool2d_3x3_s2_64c_56x56_n32_f32", n_img * 4 + n_img,
+             lambda: F.max_pool2d(x, 3, stride=2, padding=1)),
+            ("avg_pool2d_2x2_64c_56x56_n32_f32", n_img * 4 + n_img, lambda: F.avg_pool2d(x, 2)),
+            ("batch_norm_train_64c_56x56_n32_f32", 2 * n_img * 4,
+             lambda: F.batch_norm(x, rm, rv, bn_w, bn_b, True, 0.1, 1e-5)),
+            ("interpolate_bilinear_2x_64c_56x56_n32_f32", 5 * n_img * 4,
+             lambda: F.interpolate(x, size=(112, 112), mode="bilinear", align_corners=False))]:
+        med, mn = wall(fn, 10)
+        rows.append({"name": name, "bytes": nbytes, "median_ms": med, "min_ms": mn})
+    del x, xb, w, wb, wg
     # The shape and selection ops of gpu_facade; bytes: input + output.
     x = torch.rand(8192, 8192, device=dev)
     half = torch.rand(4096, 4096, device=dev)

@@ -1,6 +1,6 @@
 //! GPU timings through the `genesis` facade: the host cost of a small op (1000 dependent adds
 //! on 1-element tensors, wall clock), whole-path reductions, broadcast and scalar adds, `cat`,
-//! masks and matmul (output allocation included).
+//! masks, matmul and the ops of convolutional networks (output allocation included).
 //!
 //! `gpu_facade [--json PATH]`: prints a table and, with `--json`, writes the figures. Without a
 //! GPU (or without the `cuda` feature) it says so and exits successfully.
@@ -648,6 +648,85 @@ mod gpu {
         ];
         wall_rows(&mut rows, 30, &cases)?;
         drop((x, xb));
+
+        // The ops of convolutional networks on a ResNet stage's shape ([32, 64, 56, 56]),
+        // output allocation included; wall clock, as torch_ref. The convolution is an im2col
+        // copy and one matmul (PyTorch: cuDNN, which may use TF32 for float32); its backward
+        // row runs the forward and the backward of a weight that requires grad. Bytes: input
+        // plus output (the convolutions: 0, they are compute-bound).
+        let x = g.randn([32, 64, 56, 56], DType::F32, dev)?;
+        let xb = x.to_dtype(DType::BF16)?;
+        let w = g.randn([64, 64, 3, 3], DType::F32, dev)?.mul(0.05)?;
+        let wb = w.to_dtype(DType::BF16)?;
+        let wg = wb.detach().requires_grad_(true)?;
+        let (rm, rv) = (
+            Tensor::zeros([64], DType::F32, dev)?,
+            Tensor::ones([64], DType::F32, dev)?,
+        );
+        let (bn_w, bn_b) = (
+            Tensor::ones([64], DType::F32, dev)?,
+            Tensor::zeros([64], DType::F32, dev)?,
+        );
+        let n_img = 32 * 64 * 56 * 56usize;
+        let same = genesis::ConvOptions::new().padding(1);
+        let cases: [(&str, usize, &dyn Fn() -> BoxResult); 7] = [
+            ("conv2d_3x3_64c_56x56_n32_f32", 0, &|| {
+                x.conv2d(&w, None, same)?;
+                Ok(())
+            }),
+            ("conv2d_3x3_64c_56x56_n32_bf16", 0, &|| {
+                xb.conv2d(&wb, None, same)?;
+                Ok(())
+            }),
+            ("conv2d_fwd_bwd_3x3_64c_56x56_n32_bf16", 0, &|| {
+                xb.conv2d(&wg, None, same)?.sum()?.backward()?;
+                wg.zero_grad();
+                Ok(())
+            }),
+            (
+                "max_pool2d_3x3_s2_64c_56x56_n32_f32",
+                n_img * 4 + n_img,
+                &|| {
+                    x.max_pool2d(3, genesis::PoolOptions::new().stride(2).padding(1))?;
+                    Ok(())
+                },
+            ),
+            (
+                "avg_pool2d_2x2_64c_56x56_n32_f32",
+                n_img * 4 + n_img,
+                &|| {
+                    x.avg_pool2d(2, genesis::PoolOptions::new())?;
+                    Ok(())
+                },
+            ),
+            ("batch_norm_train_64c_56x56_n32_f32", 2 * n_img * 4, &|| {
+                x.batch_norm(
+                    Some(&rm),
+                    Some(&rv),
+                    Some(&bn_w),
+                    Some(&bn_b),
+                    true,
+                    0.1,
+                    1e-5,
+                )?;
+                Ok(())
+            }),
+            (
+                "interpolate_bilinear_2x_64c_56x56_n32_f32",
+                5 * n_img * 4,
+                &|| {
+                    x.interpolate(
+                        &[112, 112],
+                        genesis::Interpolation::Linear {
+                            align_corners: false,
+                        },
+                    )?;
+                    Ok(())
+                },
+            ),
+        ];
+        wall_rows(&mut rows, 10, &cases)?;
+        drop((x, xb, w, wb, wg, rm, rv, bn_w, bn_b));
 
         // Shape and selection ops, output allocation included; wall clock, as torch_ref.
         // Bytes: input plus output (nonzero and unique: their outputs).

@@ -1,5 +1,6 @@
-//! Optimisers ([`Sgd`], [`Adam`], [`AdamW`]) with PyTorch's update rules, gradient clipping
-//! ([`clip_grad_norm_`]) and learning-rate schedules ([`StepLr`], [`CosineWithWarmup`]).
+//! Optimisers ([`Sgd`], [`Adam`], [`AdamW`], [`RmsProp`], [`Adagrad`]) with PyTorch's update
+//! rules, gradient clipping ([`clip_grad_norm_`]) and learning-rate schedules ([`StepLr`],
+//! [`CosineWithWarmup`]).
 //!
 //! A step reads each parameter's [`Tensor::grad`] (parameters without one are skipped) and
 //! updates the parameter in place under [`no_grad`]; optimiser state (momentum, moments) lives
@@ -116,6 +117,230 @@ impl Optimizer for Sgd {
                     *buf = Some(b);
                 }
                 p.sub_(&g.mul(self.lr)?)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn params(&self) -> &[Tensor] {
+        &self.params
+    }
+
+    fn lr(&self) -> f64 {
+        self.lr
+    }
+
+    fn set_lr(&mut self, lr: f64) {
+        self.lr = lr;
+    }
+}
+
+/// RMSprop (PyTorch's `optim.RMSprop`): with weight decay `g += wd p`, the square average
+/// `v = α v + (1 − α) g²`; centred, `ḡ = α ḡ + (1 − α) g` and `avg = √(v − ḡ²) + eps`, else
+/// `avg = √v + eps`; with momentum `b = μ b + g / avg` and `p −= lr b`, else
+/// `p −= lr g / avg`.
+#[derive(Debug)]
+pub struct RmsProp {
+    params: Vec<Tensor>,
+    /// Learning rate (PyTorch's default 0.01).
+    pub lr: f64,
+    /// Smoothing constant α (0.99).
+    pub alpha: f64,
+    /// Added to the denominator (1e-8).
+    pub eps: f64,
+    /// L2 weight decay (0).
+    pub weight_decay: f64,
+    /// Momentum μ (0).
+    pub momentum: f64,
+    /// Normalise by the estimated variance instead of the second moment.
+    pub centered: bool,
+    /// Per parameter: the square average, the gradient average (centred) and the momentum
+    /// buffer, made at its first step.
+    state: Vec<Option<[Option<Tensor>; 3]>>,
+}
+
+impl RmsProp {
+    /// RMSprop with learning rate `lr` and PyTorch's other defaults (set the public fields
+    /// for the rest).
+    pub fn new(params: Vec<Tensor>, lr: f64) -> RmsProp {
+        let state = params.iter().map(|_| None).collect();
+        RmsProp {
+            params,
+            lr,
+            alpha: 0.99,
+            eps: 1e-8,
+            weight_decay: 0.0,
+            momentum: 0.0,
+            centered: false,
+            state,
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        let bad = |reason: String| {
+            Err(Error::InvalidArgument {
+                op: "RMSprop",
+                reason,
+            })
+        };
+        if !non_negative(self.lr) {
+            return bad(format!("Invalid learning rate: {}", self.lr));
+        }
+        if !non_negative(self.eps) {
+            return bad(format!("Invalid epsilon value: {}", self.eps));
+        }
+        if !non_negative(self.momentum) {
+            return bad(format!("Invalid momentum value: {}", self.momentum));
+        }
+        if !non_negative(self.weight_decay) {
+            return bad(format!("Invalid weight_decay value: {}", self.weight_decay));
+        }
+        if !non_negative(self.alpha) {
+            return bad(format!("Invalid alpha value: {}", self.alpha));
+        }
+        Ok(())
+    }
+}
+
+impl Optimizer for RmsProp {
+    fn step(&mut self) -> Result<()> {
+        self.check()?;
+        let (alpha, eps, mu) = (self.alpha, self.eps, self.momentum);
+        no_grad(|| {
+            for (p, state) in self.params.iter().zip(&mut self.state) {
+                let Some(mut g) = p.grad() else { continue };
+                if self.weight_decay != 0.0 {
+                    g = g.add(&p.mul(self.weight_decay)?)?;
+                }
+                let [v, avg_g, buf] = state.get_or_insert_with(|| [None, None, None]);
+                let v = match v {
+                    Some(v) => v,
+                    None => v.insert(p.zeros_like()?),
+                };
+                v.mul_(alpha)?;
+                v.add_(&g.square()?.mul(1.0 - alpha)?)?;
+                let avg = if self.centered {
+                    let a = match avg_g {
+                        Some(a) => a,
+                        None => avg_g.insert(p.zeros_like()?),
+                    };
+                    a.mul_(alpha)?;
+                    a.add_(&g.mul(1.0 - alpha)?)?;
+                    v.sub(&a.square()?)?.sqrt()?.add(eps)?
+                } else {
+                    v.sqrt()?.add(eps)?
+                };
+                let step = if mu > 0.0 {
+                    let b = match buf {
+                        Some(b) => b,
+                        None => buf.insert(p.zeros_like()?),
+                    };
+                    b.mul_(mu)?;
+                    b.add_(&g.div(&avg)?)?;
+                    b.clone()
+                } else {
+                    g.div(&avg)?
+                };
+                p.sub_(&step.mul(self.lr)?)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn params(&self) -> &[Tensor] {
+        &self.params
+    }
+
+    fn lr(&self) -> f64 {
+        self.lr
+    }
+
+    fn set_lr(&mut self, lr: f64) {
+        self.lr = lr;
+    }
+}
+
+/// Adagrad (PyTorch's `optim.Adagrad`): at step `t`, with weight decay `g += wd p`, the
+/// learning rate `lr / (1 + (t − 1) lr_decay)`, the sum of squares `s += g²` (starting at
+/// `initial_accumulator_value`), then `p −= lr_t g / (√s + eps)`.
+#[derive(Debug)]
+pub struct Adagrad {
+    params: Vec<Tensor>,
+    /// Learning rate (PyTorch's default 0.01).
+    pub lr: f64,
+    /// Learning-rate decay (0).
+    pub lr_decay: f64,
+    /// L2 weight decay (0).
+    pub weight_decay: f64,
+    /// Added to the denominator (1e-10).
+    pub eps: f64,
+    /// The sums' starting value (0), read at a parameter's first step.
+    pub initial_accumulator_value: f64,
+    /// Per parameter: its steps and sum of squares.
+    state: Vec<Option<(u64, Tensor)>>,
+}
+
+impl Adagrad {
+    /// Adagrad with learning rate `lr` and PyTorch's other defaults.
+    pub fn new(params: Vec<Tensor>, lr: f64) -> Adagrad {
+        let state = params.iter().map(|_| None).collect();
+        Adagrad {
+            params,
+            lr,
+            lr_decay: 0.0,
+            weight_decay: 0.0,
+            eps: 1e-10,
+            initial_accumulator_value: 0.0,
+            state,
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        let bad = |reason: String| {
+            Err(Error::InvalidArgument {
+                op: "Adagrad",
+                reason,
+            })
+        };
+        if !non_negative(self.lr) {
+            return bad(format!("Invalid learning rate: {}", self.lr));
+        }
+        if !non_negative(self.lr_decay) {
+            return bad(format!("Invalid lr_decay value: {}", self.lr_decay));
+        }
+        if !non_negative(self.weight_decay) {
+            return bad(format!("Invalid weight_decay value: {}", self.weight_decay));
+        }
+        if !non_negative(self.initial_accumulator_value) {
+            return bad(format!(
+                "Invalid initial_accumulator_value value: {}",
+                self.initial_accumulator_value
+            ));
+        }
+        if !non_negative(self.eps) {
+            return bad(format!("Invalid epsilon value: {}", self.eps));
+        }
+        Ok(())
+    }
+}
+
+impl Optimizer for Adagrad {
+    fn step(&mut self) -> Result<()> {
+        self.check()?;
+        no_grad(|| {
+            for (p, state) in self.params.iter().zip(&mut self.state) {
+                let Some(mut g) = p.grad() else { continue };
+                if self.weight_decay != 0.0 {
+                    g = g.add(&p.mul(self.weight_decay)?)?;
+                }
+                let (steps, sum) = match state {
+                    Some(s) => s,
+                    None => state.insert((0, p.full_like(self.initial_accumulator_value)?)),
+                };
+                *steps += 1;
+                let clr = self.lr / (1.0 + (*steps - 1) as f64 * self.lr_decay);
+                sum.add_(&g.square()?)?;
+                p.sub_(&g.div(&sum.sqrt()?.add(self.eps)?)?.mul(clr)?)?;
             }
             Ok(())
         })

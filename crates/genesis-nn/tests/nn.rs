@@ -690,6 +690,120 @@ fn regression_and_probability_losses_as_pytorchs() {
     );
 }
 
+/// RMSprop (plain, centred, with momentum and weight decay) and Adagrad (with learning-rate
+/// decay and a starting accumulator) against their PyTorch update rules in float64 over
+/// several steps of generated gradients, a step without a gradient among them; and their
+/// refusals.
+#[test]
+fn rmsprop_and_adagrad_follow_pytorchs_updates() {
+    use genesis_nn::optim::{Adagrad, RmsProp};
+    use rand::rngs::SmallRng;
+    use rand::{Rng, SeedableRng};
+    let mut rng = SmallRng::seed_from_u64(3);
+    let n = 7;
+    for case in 0..12 {
+        let p0: Vec<f64> = (0..n).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let grads: Vec<Option<Vec<f64>>> = (0..6)
+            .map(|s| (s != 3).then(|| (0..n).map(|_| rng.random_range(-2.0..2.0)).collect()))
+            .collect();
+        let (centered, momentum, wd) = (
+            case % 2 == 1,
+            [0.0, 0.9][case / 2 % 2],
+            [0.0, 0.1][case / 4 % 2],
+        );
+        // RMSprop by the formulas.
+        let (lr, alpha, eps) = (0.01, 0.9, 1e-8);
+        let mut want = p0.clone();
+        let (mut v, mut ga, mut b) = (vec![0.0; n], vec![0.0; n], vec![0.0; n]);
+        for g in grads.iter().flatten() {
+            for i in 0..n {
+                let gi = g[i] + wd * want[i];
+                v[i] = alpha * v[i] + (1.0 - alpha) * gi * gi;
+                let avg = if centered {
+                    ga[i] = alpha * ga[i] + (1.0 - alpha) * gi;
+                    (v[i] - ga[i] * ga[i]).sqrt() + eps
+                } else {
+                    v[i].sqrt() + eps
+                };
+                if momentum > 0.0 {
+                    b[i] = momentum * b[i] + gi / avg;
+                    want[i] -= lr * b[i];
+                } else {
+                    want[i] -= lr * gi / avg;
+                }
+            }
+        }
+        let p = Tensor::from_slice(&p0, [n], CPU)
+            .unwrap()
+            .requires_grad_(true)
+            .unwrap();
+        let mut opt = RmsProp::new(vec![p.clone()], lr);
+        (opt.alpha, opt.centered, opt.momentum, opt.weight_decay) = (alpha, centered, momentum, wd);
+        for g in &grads {
+            p.set_grad(g.as_ref().map(|g| Tensor::from_slice(g, [n], CPU).unwrap()))
+                .unwrap();
+            opt.step().unwrap();
+        }
+        let got = p.to_vec::<f64>().unwrap();
+        for i in 0..n {
+            assert!(
+                (got[i] - want[i]).abs() <= 1e-12,
+                "rmsprop case {case}: {got:?} vs {want:?}"
+            );
+        }
+        // Adagrad by the formulas.
+        let (lr, lr_decay, init) = (0.1, [0.0, 0.05][case % 2], [0.0, 0.3][case / 2 % 2]);
+        let mut want = p0.clone();
+        let mut sum = vec![init; n];
+        let mut t = 0;
+        for g in grads.iter().flatten() {
+            t += 1;
+            let clr = lr / (1.0 + (t - 1) as f64 * lr_decay);
+            for i in 0..n {
+                let gi = g[i] + wd * want[i];
+                sum[i] += gi * gi;
+                want[i] -= clr * gi / (sum[i].sqrt() + 1e-10);
+            }
+        }
+        let p = Tensor::from_slice(&p0, [n], CPU)
+            .unwrap()
+            .requires_grad_(true)
+            .unwrap();
+        let mut opt = Adagrad::new(vec![p.clone()], lr);
+        (
+            opt.lr_decay,
+            opt.initial_accumulator_value,
+            opt.weight_decay,
+        ) = (lr_decay, init, wd);
+        for g in &grads {
+            p.set_grad(g.as_ref().map(|g| Tensor::from_slice(g, [n], CPU).unwrap()))
+                .unwrap();
+            opt.step().unwrap();
+        }
+        let got = p.to_vec::<f64>().unwrap();
+        for i in 0..n {
+            assert!(
+                (got[i] - want[i]).abs() <= 1e-12,
+                "adagrad case {case}: {got:?} vs {want:?}"
+            );
+        }
+    }
+    let p = Tensor::zeros([2usize], DType::F32, CPU)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    let mut r = RmsProp::new(vec![p.clone()], -1.0);
+    assert!(r.step().is_err());
+    r.lr = 0.1;
+    r.alpha = -0.5;
+    assert!(r.step().is_err());
+    let mut a = Adagrad::new(vec![p], 0.1);
+    a.initial_accumulator_value = -1.0;
+    assert!(a.step().is_err());
+    a.initial_accumulator_value = f64::NAN;
+    assert!(a.step().is_err());
+}
+
 #[test]
 fn optimisers_follow_pytorchs_updates() {
     let start = [0.5f64, -1.5, 2.0];

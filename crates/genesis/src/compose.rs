@@ -1252,13 +1252,18 @@ impl Tensor {
                         continue;
                     }
                     // The index list is checked like a tensor (its length is the result's).
+                    // The positions in i128 (a pad of i64::MIN, or a huge one beside a
+                    // negative one, has no i64 negation or sum); each index lands in `0..n`.
                     let mut idx = crate::arrange::pieces::<i64>(len as usize)?;
-                    idx.extend((-l..n + r).map(|j| match mode {
-                        PadMode::Reflect if j < 0 => -j,
-                        PadMode::Reflect if j >= n => 2 * (n - 1) - j,
-                        PadMode::Replicate => j.clamp(0, n - 1),
-                        PadMode::Circular => j.rem_euclid(n),
-                        _ => j,
+                    let (n1, l1, r1) = (n as i128, l as i128, r as i128);
+                    idx.extend((-l1..n1 + r1).map(|j| {
+                        (match mode {
+                            PadMode::Reflect if j < 0 => -j,
+                            PadMode::Reflect if j >= n1 => 2 * (n1 - 1) - j,
+                            PadMode::Replicate => j.clamp(0, n1 - 1),
+                            PadMode::Circular => j.rem_euclid(n1),
+                            _ => j,
+                        }) as i64
                     }));
                     let idx = Tensor::from_slice(&idx, [len as usize], crate::Device::Cpu)?
                         .to(x1.device())?;
@@ -1273,8 +1278,9 @@ impl Tensor {
     /// between blocks of `value`.
     fn pad_constant(&self, d: usize, l: i64, r: i64, len: i64, value: f64) -> Result<Tensor> {
         let n = self.shape()[d] as i64;
-        let start = (-l).max(0);
-        let kept = n - start - (-r).max(0);
+        // In i128: a pad of `i64::MIN` has no i64 negation.
+        let start = (-(l as i128)).max(0);
+        let kept = n as i128 - start - (-(r as i128)).max(0);
         if kept < 0 {
             return Err(bad(
                 "pad",

@@ -7,7 +7,8 @@
 //! windows out as the columns of a matrix `[N, groups, C/groups·kh·kw, OH·OW]`, and one batched
 //! matmul with the weights `[groups, O/groups, C/groups·kh·kw]` gives the output
 //! `[N, O, OH, OW]` without a transpose. Its backward recomputes the columns from the saved
-//! input (the columns are never kept) for the weights' gradient, and forms the input's
+//! input (the columns are never kept) with the batch's images side by side, so that the
+//! weights' gradient is one product a group (no per-image partial sums), and forms the input's
 //! gradient by folding the columns' gradient back: one strided add a kernel position (`kh·kw`
 //! of them), or one strided copy when the windows do not overlap, so it is deterministic on
 //! every device. The columns take `C·kh·kw·OH·OW` elements an image while an op runs. A
@@ -506,6 +507,17 @@ impl Geometry {
             .reshape([self.n, groups, k, self.positions()])
     }
 
+    /// The windows of `x` as [`Geometry::columns`] gives them but with every image's side by
+    /// side: `[groups, c / groups · kh · kw, n · oh · ow]`, the columns of one matmul a group
+    /// over the whole batch (a weight's gradient without a product per image).
+    fn columns_by_group(&self, x: &Tensor, groups: usize) -> Result<Tensor> {
+        let k = self.c / groups * self.taps();
+        at(&self.pad_input(x, 0.0)?, &self.windows())?
+            .permute([1usize, 2, 3, 0, 4, 5])?
+            .contiguous()?
+            .reshape([groups, k, self.n * self.positions()])
+    }
+
     /// [`Geometry::fold`] of columns laid out as [`Geometry::columns`] gives them
     /// (`[n, c, kh, kw, oh, ow]`, contiguous).
     fn fold_columns(&self, cols: &Tensor) -> Result<Tensor> {
@@ -822,10 +834,10 @@ impl Tensor {
                         None
                     };
                     let gw = if needs[1] {
-                        let cols = geo.columns(&xs.get()?, groups)?;
-                        let gw = go
+                        // One product a group over the batch: [groups, o / groups, k].
+                        let cols = geo.columns_by_group(&xs.get()?, groups)?;
+                        let gw = by_group(g, groups)?
                             .matmul(&cols.transpose(-1, -2)?)?
-                            .sum_dim([0isize], false)?
                             .reshape(w.shape())?;
                         Some(gw)
                     } else {
@@ -951,23 +963,26 @@ impl Tensor {
                 let (xs, wsv) = (Saved::new(op, &x), Saved::new(op, weight));
                 let b = bias.map(|b| b.dtype());
                 Box::new(move |g, needs| {
-                    // The output's gradient read through the windows: `[n, groups, k, l]`.
-                    let cols = geo.columns(g, groups)?;
+                    // The output's gradient read through the windows, the batch side by side:
+                    // `[groups, k, n · l]`.
+                    let cols = geo.columns_by_group(g, groups)?;
                     let w = wsv.get()?;
                     let gx = if needs[0] {
+                        // [groups, cin / groups, n, l] back to [n, cin, h, w].
                         let gx = w
                             .reshape([groups, cin / groups, k])?
                             .matmul(&cols)?
+                            .reshape([cin, geo.n, l])?
+                            .transpose(0, 1)?
+                            .contiguous()?
                             .reshape([geo.n, cin, geo.out[0], geo.out[1]])?;
                         Some(gx)
                     } else {
                         None
                     };
                     let gw = if needs[1] {
-                        let x = xs.get()?.reshape([geo.n, groups, cin / groups, l])?;
-                        let gw = x
+                        let gw = by_group(&xs.get()?, groups)?
                             .matmul(&cols.transpose(-1, -2)?)?
-                            .sum_dim([0isize], false)?
                             .reshape(w.shape())?;
                         Some(gw)
                     } else {
@@ -1276,6 +1291,17 @@ fn autocast_conv(
         b => b.cloned(),
     };
     Ok(Some((x, w, b)))
+}
+
+/// `t` (`[n, c, h, w]`) as `[groups, c / groups, n · h · w]`: each group's channels with the
+/// batch's positions side by side (one copy unless the batch is one image).
+fn by_group(t: &Tensor, groups: usize) -> Result<Tensor> {
+    let s = t.shape();
+    let (n, c, l) = (s[0], s[1], s[2] * s[3]);
+    t.reshape([n, c, l])?
+        .transpose(0, 1)?
+        .contiguous()?
+        .reshape([groups, c / groups, n * l])
 }
 
 /// `y` (`[n, o, ..]`) plus the channels' `bias` (`[o]`), in place in a contiguous copy.

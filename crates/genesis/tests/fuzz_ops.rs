@@ -4834,6 +4834,25 @@ fn a_huge_pad_is_refused_up_front() {
         x.pad(&[i64::MAX, i64::MAX], PadMode::Constant, 0.0)
             .is_err()
     );
+    // A pad of i64::MIN whose pair sums to a valid size (found by the fuzzer: circular
+    // padding negated it while narrowing): refused where the pads must fit the dimension;
+    // replicate pads clamp every position into it (one element, the last). The other order
+    // overflows the size's sum on the way: refused in every mode.
+    for mode in [PadMode::Constant, PadMode::Circular, PadMode::Reflect] {
+        assert!(x.pad(&[i64::MIN, i64::MAX], mode, 0.0).is_err(), "{mode:?}");
+    }
+    let r = x
+        .pad(&[i64::MIN, i64::MAX], PadMode::Replicate, 0.0)
+        .unwrap();
+    assert_eq!(r.to_vec::<f32>().unwrap(), [2.0]);
+    for mode in [
+        PadMode::Constant,
+        PadMode::Circular,
+        PadMode::Reflect,
+        PadMode::Replicate,
+    ] {
+        assert!(x.pad(&[i64::MAX, i64::MIN], mode, 0.0).is_err(), "{mode:?}");
+    }
     let r = x.pad(&[2, 1], PadMode::Replicate, 0.0).unwrap();
     assert_eq!(r.to_vec::<f32>().unwrap(), [1.0, 1.0, 1.0, 2.0, 2.0]);
     // An empty input (a batch of 0) padded hugely is the empty result, at once: the index list

@@ -1,7 +1,7 @@
 //! Neural networks on [`genesis::Tensor`] and its autograd, with PyTorch's names and
 //! semantics: [`Module`]s with named parameters ([`Linear`], [`Conv1d`], [`Conv2d`],
-//! [`Embedding`], [`LayerNorm`], [`RMSNorm`], [`BatchNorm2d`], [`Dropout`], pooling, [`Flatten`], activations,
-//! [`Sequential`]), losses ([`loss`]), seeded
+//! [`Embedding`], [`LayerNorm`], [`RMSNorm`], [`BatchNorm2d`], [`MultiheadAttention`],
+//! [`Dropout`], pooling, [`Flatten`], activations, [`Sequential`]), losses ([`loss`]), seeded
 //! initialisers ([`init`]), optimisers and schedules ([`optim`]), mini-batches
 //! ([`data::DataLoader`]) and a small real data set ([`datasets::digits`]).
 //!
@@ -28,6 +28,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod attention;
 pub mod data;
 pub mod datasets;
 pub mod gpt2;
@@ -38,6 +39,7 @@ mod module;
 pub mod optim;
 pub mod train;
 
+pub use attention::MultiheadAttention;
 pub use layers::{
     AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv1d, Conv2d, ConvTranspose2d,
     Dropout, Elu, Embedding, Flatten, Gelu, GroupNorm, Hardsigmoid, Hardswish, LayerNorm,

@@ -307,6 +307,204 @@ fn data_loader_batches_as_pytorchs() {
     assert!(e.is_empty() && e.epoch().unwrap().next().is_none());
 }
 
+/// Multi-head attention against its definition by loops in float64 (every layout, biases or
+/// none, key padding and attention masks, bool and float), the weights averaged over the
+/// heads, the two paths (flash-style without weights, composed with them) giving one
+/// gradient, PyTorch's parameter names and the refusals.
+#[test]
+fn multihead_attention_as_pytorchs() {
+    use genesis_nn::MultiheadAttention;
+    use rand::rngs::SmallRng;
+    use rand::{Rng, SeedableRng};
+    let mut rng = SmallRng::seed_from_u64(9);
+    for case in 0..24 {
+        let (e, h) = ([4, 6, 8][case % 3], [1, 2][case / 3 % 2]);
+        let (n, l, s) = (
+            rng.random_range(1..3),
+            rng.random_range(1..4),
+            rng.random_range(1..5),
+        );
+        let (bias, batch_first, unbatched) = (case % 2 == 0, case / 6 % 2 == 0, case % 5 == 0);
+        let g = Generator::new(case as u64);
+        let mut mha = MultiheadAttention::new(e, h, bias, batch_first, &g, CPU).unwrap();
+        // float64 parameters, drawn afresh (the biases non-zero).
+        let p64 = |t: &Tensor, rng: &mut SmallRng| {
+            let v: Vec<f64> = (0..t.numel())
+                .map(|_| rng.random_range(-0.5..0.5))
+                .collect();
+            Tensor::from_slice(&v, t.shape(), CPU)
+                .unwrap()
+                .requires_grad_(true)
+                .unwrap()
+        };
+        mha.in_proj_weight = p64(&mha.in_proj_weight, &mut rng);
+        mha.in_proj_bias = mha.in_proj_bias.as_ref().map(|b| p64(b, &mut rng));
+        mha.out_proj.weight = p64(&mha.out_proj.weight, &mut rng);
+        mha.out_proj.bias = mha.out_proj.bias.as_ref().map(|b| p64(b, &mut rng));
+        let n_eff = if unbatched { 1 } else { n };
+        let draw = |len: usize, rng: &mut SmallRng| -> Vec<f64> {
+            (0..n_eff * len * e)
+                .map(|_| rng.random_range(-1.0..1.0))
+                .collect()
+        };
+        // Row-major [N, T, E] values; the tensors in the layer's layout.
+        let (qv, kv, vv) = (draw(l, &mut rng), draw(s, &mut rng), draw(s, &mut rng));
+        let as_input = |v: &[f64], len: usize| {
+            let t = Tensor::from_slice(v, [n_eff, len, e], CPU).unwrap();
+            if unbatched {
+                t.squeeze(0).unwrap()
+            } else if batch_first {
+                t
+            } else {
+                t.transpose(0, 1).unwrap().contiguous().unwrap()
+            }
+        };
+        let (qt, kt, vt) = (as_input(&qv, l), as_input(&kv, s), as_input(&vv, s));
+        // Masks: keys padded out (never all of a row's), and an additive float mask.
+        let pad: Vec<bool> = (0..n_eff * s)
+            .map(|i| i % s != 0 && rng.random_bool(0.3))
+            .collect();
+        let fmask: Vec<f64> = (0..l * s).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let pad_t = Tensor::from_bools(&pad, if unbatched { vec![s] } else { vec![n_eff, s] }, CPU)
+            .unwrap();
+        let fmask_t = Tensor::from_slice(&fmask, [l, s], CPU).unwrap();
+        let vals = |t: &Tensor| t.to_vec::<f64>().unwrap();
+        let (w_in, w_out) = (vals(&mha.in_proj_weight), vals(&mha.out_proj.weight));
+        let b_in = mha
+            .in_proj_bias
+            .as_ref()
+            .map(vals)
+            .unwrap_or(vec![0.0; 3 * e]);
+        let b_out = mha.out_proj.bias.as_ref().map(vals).unwrap_or(vec![0.0; e]);
+        let d = e / h;
+        let lin = |x: &[f64], w: &[f64], b: &[f64], rows: usize, off: usize| -> Vec<f64> {
+            (0..rows)
+                .flat_map(|r| {
+                    (0..e).map(move |o| {
+                        b[off + o]
+                            + (0..e)
+                                .map(|i| x[r * e + i] * w[(off + o) * e + i])
+                                .sum::<f64>()
+                    })
+                })
+                .collect()
+        };
+        for masked in [false, true] {
+            let mut want = vec![0.0; n_eff * l * e];
+            let mut want_w = vec![0.0; n_eff * l * s];
+            for b in 0..n_eff {
+                let q = lin(&qv[b * l * e..], &w_in, &b_in, l, 0);
+                let k = lin(&kv[b * s * e..], &w_in, &b_in, s, e);
+                let v = lin(&vv[b * s * e..], &w_in, &b_in, s, 2 * e);
+                let mut heads = vec![0.0; l * e];
+                for hh in 0..h {
+                    for i in 0..l {
+                        let mut sc: Vec<f64> = (0..s)
+                            .map(|j| {
+                                let dot: f64 = (0..d)
+                                    .map(|c| q[i * e + hh * d + c] * k[j * e + hh * d + c])
+                                    .sum();
+                                let mut v = dot / (d as f64).sqrt();
+                                if masked {
+                                    v += fmask[i * s + j];
+                                    if pad[b * s + j] {
+                                        v = f64::NEG_INFINITY;
+                                    }
+                                }
+                                v
+                            })
+                            .collect();
+                        let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                        let z: f64 = sc.iter().map(|v| (v - m).exp()).sum();
+                        sc.iter_mut().for_each(|v| *v = (*v - m).exp() / z);
+                        for j in 0..s {
+                            want_w[(b * l + i) * s + j] += sc[j] / h as f64;
+                            for c in 0..d {
+                                heads[i * e + hh * d + c] += sc[j] * v[j * e + hh * d + c];
+                            }
+                        }
+                    }
+                }
+                let y = lin(&heads, &w_out, &b_out, l, 0);
+                want[b * l * e..(b + 1) * l * e].copy_from_slice(&y);
+            }
+            let (kpm, am) = if masked {
+                (Some(&pad_t), Some(&fmask_t))
+            } else {
+                (None, None)
+            };
+            for need in [false, true] {
+                let (y, w) = mha.attend(&qt, &kt, &vt, kpm, am, need).unwrap();
+                let y = if unbatched || batch_first {
+                    y
+                } else {
+                    y.transpose(0, 1).unwrap()
+                };
+                let got = y.contiguous().unwrap().to_vec::<f64>().unwrap();
+                let what = format!(
+                    "case {case} e {e} h {h} n {n_eff} l {l} s {s} masked {masked} weights {need}"
+                );
+                for (a, b) in got.iter().zip(&want) {
+                    assert!((a - b).abs() < 1e-12, "{what}: {got:?} vs {want:?}");
+                }
+                match w {
+                    Some(w) => {
+                        let w = w.to_vec::<f64>().unwrap();
+                        for (a, b) in w.iter().zip(&want_w) {
+                            assert!((a - b).abs() < 1e-12, "{what} weights");
+                        }
+                    }
+                    None => assert!(!need, "{what}: no weights"),
+                }
+            }
+        }
+        // The two paths give one gradient.
+        let grads = |need: bool| -> Vec<f64> {
+            mha.in_proj_weight.zero_grad();
+            let (y, _) = mha.attend(&qt, &kt, &vt, None, None, need).unwrap();
+            y.sum().unwrap().backward().unwrap();
+            mha.in_proj_weight.grad().unwrap().to_vec::<f64>().unwrap()
+        };
+        let (a, b) = (grads(false), grads(true));
+        for (x, y) in a.iter().zip(&b) {
+            assert!((x - y).abs() < 1e-10, "case {case}: gradients {x} vs {y}");
+        }
+    }
+    // Names and refusals.
+    let g = Generator::new(0);
+    let mha = MultiheadAttention::new(8, 2, true, true, &g, CPU).unwrap();
+    let names: Vec<String> = mha.named_parameters().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(
+        names,
+        [
+            "in_proj_weight",
+            "in_proj_bias",
+            "out_proj.weight",
+            "out_proj.bias"
+        ]
+    );
+    assert!(MultiheadAttention::new(8, 3, true, true, &g, CPU).is_err());
+    assert!(MultiheadAttention::new(8, 0, true, true, &g, CPU).is_err());
+    let x = g.randn([2, 3, 8], DType::F32, CPU).unwrap();
+    assert!(
+        mha.forward(&g.randn([2, 3, 7], DType::F32, CPU).unwrap())
+            .is_err()
+    );
+    let bad_mask = Tensor::from_bools(&[false; 4], [2, 2], CPU).unwrap();
+    assert!(
+        mha.attend(&x, &x, &x, Some(&bad_mask), None, false)
+            .is_err()
+    );
+    assert!(
+        mha.attend(&x, &x, &x, None, Some(&bad_mask), false)
+            .is_err()
+    );
+    assert!(
+        mha.attend(&x, &x.narrow(1, 0, 2).unwrap(), &x, None, None, false)
+            .is_err()
+    );
+}
+
 #[test]
 fn modules_name_their_parameters_as_pytorch() {
     let g = Generator::new(0);

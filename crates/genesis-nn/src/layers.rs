@@ -1009,17 +1009,13 @@ impl BatchNorm {
     }
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let mut momentum = self.momentum.unwrap_or(0.0);
-        if self.training
-            && let Some(n) = &self.num_batches_tracked
-        {
-            n.add_(1i64)?;
-            if self.momentum.is_none() {
-                // PyTorch's cumulative moving average.
-                momentum = 1.0 / n.item::<i64>()? as f64;
-            }
-        }
-        x.batch_norm(
+        let counted = self.num_batches_tracked.as_ref().filter(|_| self.training);
+        let momentum = match (self.momentum, counted) {
+            // PyTorch's cumulative moving average: this batch is number `count + 1`.
+            (None, Some(n)) => 1.0 / (n.item::<i64>()? as f64 + 1.0),
+            (m, _) => m.unwrap_or(0.0),
+        };
+        let y = x.batch_norm(
             self.running_mean.as_ref(),
             self.running_var.as_ref(),
             self.weight.as_ref(),
@@ -1027,7 +1023,12 @@ impl BatchNorm {
             self.training || self.running_mean.is_none(),
             momentum,
             self.eps,
-        )
+        )?;
+        // Counted once the batch is in: a refused input leaves every buffer as it was.
+        if let Some(n) = counted {
+            n.add_(1i64)?;
+        }
+        Ok(y)
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {

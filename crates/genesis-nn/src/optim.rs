@@ -328,15 +328,19 @@ impl Optimizer for Adagrad {
     fn step(&mut self) -> Result<()> {
         self.check()?;
         no_grad(|| {
+            // Every new sum first (a starting value the dtype cannot hold is refused before
+            // any parameter moves).
+            for (p, state) in self.params.iter().zip(&mut self.state) {
+                if state.is_none() && p.grad().is_some() {
+                    *state = Some((0, p.full_like(self.initial_accumulator_value)?));
+                }
+            }
             for (p, state) in self.params.iter().zip(&mut self.state) {
                 let Some(mut g) = p.grad() else { continue };
                 if self.weight_decay != 0.0 {
                     g = g.add(&p.mul(self.weight_decay)?)?;
                 }
-                let (steps, sum) = match state {
-                    Some(s) => s,
-                    None => state.insert((0, p.full_like(self.initial_accumulator_value)?)),
-                };
+                let Some((steps, sum)) = state else { continue };
                 *steps += 1;
                 let clr = self.lr / (1.0 + (*steps - 1) as f64 * self.lr_decay);
                 sum.add_(&g.square()?)?;

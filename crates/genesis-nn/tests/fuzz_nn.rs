@@ -6,7 +6,9 @@
 //! elements; schedules at extreme steps; initialisers on every dtype and degenerate shapes;
 //! `load_state_dict` with missing, extra, mis-shaped and mis-typed keys; safetensors files
 //! that are truncated, corrupted or hand-written with bad headers; the GPT-2 config and model
-//! at degenerate sizes; the training helpers at extreme arguments.
+//! at degenerate sizes; the training helpers at extreme arguments; the convolution, pooling,
+//! normalisation, upsampling, attention and activation layers at random and extreme
+//! arguments (a refused forward pass changes no buffer).
 //!
 //! Every call runs under `catch_unwind`: `Ok` and `Err` are both accepted (some calls also
 //! check that a failure changed nothing), a panic is recorded with the seed, the iteration and
@@ -21,15 +23,18 @@
 
 use std::collections::BTreeMap;
 
+use genesis::{ConvOptions, Interpolation, PoolOptions};
 use genesis::{DType, Device, Generator, Tensor};
 use genesis_nn::gpt2::{Block, Gpt2, Gpt2Config};
 use genesis_nn::loss::{self, CrossEntropy, Reduction, Target};
 use genesis_nn::optim::{
-    Adam, CosineWithWarmup, Optimizer, Schedule, Sgd, StepLr, clip_grad_norm_,
+    Adagrad, Adam, CosineWithWarmup, Optimizer, RmsProp, Schedule, Sgd, StepLr, clip_grad_norm_,
 };
 use genesis_nn::{
-    Dropout, Embedding, Gelu, LayerNorm, Linear, Module, RMSNorm, Relu, Sequential, Silu, Tanh,
-    init,
+    AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d, Conv1d, Conv2d, ConvTranspose2d,
+    Dropout, Elu, Embedding, Flatten, Gelu, GroupNorm, Hardsigmoid, Hardswish, LayerNorm,
+    LeakyRelu, Linear, MaxPool2d, Mish, Module, MultiheadAttention, RMSNorm, Relu, Relu6, Selu,
+    Sequential, Sigmoid, Silu, Softmax, Tanh, Upsample, init,
 };
 use rand::Rng;
 
@@ -237,6 +242,13 @@ fn bits(t: &Tensor) -> Vec<u64> {
         .unwrap_or_default()
 }
 
+fn parameters(m: &dyn Module) -> Vec<(String, Vec<usize>, DType, Vec<u64>)> {
+    m.named_parameters()
+        .into_iter()
+        .map(|(n, t)| (n, t.shape().to_vec(), t.dtype(), bits(&t)))
+        .collect()
+}
+
 fn snapshot(m: &dyn Module) -> Vec<(String, Vec<usize>, DType, Vec<u64>)> {
     m.named_parameters()
         .into_iter()
@@ -267,10 +279,87 @@ enum LayerSpec {
     Silu,
     Tanh,
     Gelu(bool),
+    /// Transposed (0: no, 1: 2-d, 2: 1-d), in, out, kernel, stride, padding, dilation, groups,
+    /// output padding, bias.
+    Conv(
+        u8,
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        bool,
+    ),
+    /// 1-d or not, features, momentum (None: cumulative), affine, tracked, training.
+    BatchNorm(bool, usize, Option<f64>, bool, bool, bool),
+    GroupNorm(usize, usize, f64, bool),
+    /// Max or average, kernel, stride, padding, dilation, ceil mode.
+    Pool(bool, usize, usize, usize, usize, bool),
+    AdaptiveAvgPool(usize, usize),
+    Upsample(usize, bool),
+    Flatten(isize, isize),
+    Attention(usize, usize, bool, bool),
+    Activation(u8, f64),
 }
 
 fn random_layer(z: &mut Fuzz) -> LayerSpec {
-    match z.rng.random_range(0..9) {
+    // Arguments of the convolution and pooling layers: mostly small, sometimes 0 or huge.
+    let arg = |z: &mut Fuzz| {
+        if z.chance(0.85) {
+            z.rng.random_range(1..4)
+        } else {
+            z.size()
+        }
+    };
+    match z.rng.random_range(0..19) {
+        9 | 10 => {
+            let kind = z.rng.random_range(0..4) as u8 % 3;
+            let (i, o, k) = (arg(z), arg(z), arg(z));
+            let (s, p, d, g) = (arg(z), arg(z).saturating_sub(1), arg(z), arg(z));
+            LayerSpec::Conv(kind, i, o, k, s, p, d, g, z.small(), z.chance(0.5))
+        }
+        11 => {
+            let m = if z.chance(0.8) {
+                Some(z.float().abs().min(1.5))
+            } else {
+                None
+            };
+            LayerSpec::BatchNorm(
+                z.chance(0.5),
+                z.size(),
+                m,
+                z.chance(0.7),
+                z.chance(0.8),
+                z.chance(0.5),
+            )
+        }
+        12 => LayerSpec::GroupNorm(arg(z), z.size(), z.float().abs(), z.chance(0.7)),
+        13 => {
+            let (k, s, p, d) = (arg(z), arg(z), z.small(), arg(z));
+            LayerSpec::Pool(z.chance(0.5), k, s, p, d, z.chance(0.4))
+        }
+        14 => LayerSpec::AdaptiveAvgPool(z.size(), arg(z)),
+        15 => LayerSpec::Upsample(z.size(), z.chance(0.5)),
+        16 => LayerSpec::Flatten(
+            z.rng.random_range(-3i64..3) as isize,
+            z.rng.random_range(-3i64..3) as isize,
+        ),
+        17 => LayerSpec::Attention(
+            arg(z).saturating_mul(2),
+            arg(z),
+            z.chance(0.5),
+            z.chance(0.5),
+        ),
+        18 => LayerSpec::Activation(z.rng.random_range(0..10), z.float()),
+        r => random_basic_layer(z, r),
+    }
+}
+
+fn random_basic_layer(z: &mut Fuzz, which: u32) -> LayerSpec {
+    match which {
         0 => LayerSpec::Linear(z.size(), z.size(), z.chance(0.5)),
         1 => LayerSpec::Embedding(z.size(), z.size()),
         2 => {
@@ -316,6 +405,69 @@ fn build(spec: &LayerSpec, g: &Generator) -> Option<Box<dyn Module>> {
         LayerSpec::Silu => Some(boxed(Silu)),
         LayerSpec::Tanh => Some(boxed(Tanh)),
         LayerSpec::Gelu(tanh) => Some(boxed(Gelu { tanh })),
+        LayerSpec::Conv(kind, i, o, k, s, p, d, groups, op, bias) => {
+            let opts = ConvOptions::new()
+                .stride(s)
+                .padding(p)
+                .dilation(d)
+                .groups(groups)
+                .output_padding(op);
+            match kind {
+                0 => Conv2d::new(i, o, k, opts, bias, g, CPU).ok().map(boxed),
+                1 => ConvTranspose2d::new(i, o, k, opts, bias, g, CPU)
+                    .ok()
+                    .map(boxed),
+                _ => Conv1d::new(i, o, k, opts, bias, g, CPU).ok().map(boxed),
+            }
+        }
+        LayerSpec::BatchNorm(one_d, c, momentum, affine, tracked, training) => {
+            let mut m: Box<dyn Module> = if one_d {
+                boxed(BatchNorm1d::with(c, 1e-5, momentum, affine, tracked, CPU).ok()?)
+            } else {
+                boxed(BatchNorm2d::with(c, 1e-5, momentum, affine, tracked, CPU).ok()?)
+            };
+            m.set_training(training);
+            Some(m)
+        }
+        LayerSpec::GroupNorm(groups, c, eps, affine) => {
+            GroupNorm::new(groups, c, eps, affine, CPU).ok().map(boxed)
+        }
+        LayerSpec::Pool(max, k, s, p, d, ceil) => {
+            let o = PoolOptions::new().stride(s).padding(p).ceil_mode(ceil);
+            Some(if max {
+                boxed(MaxPool2d::new(k, o.dilation(d)))
+            } else {
+                boxed(AvgPool2d::new(k, o))
+            })
+        }
+        LayerSpec::AdaptiveAvgPool(h, w) => Some(boxed(AdaptiveAvgPool2d::new([h, w]))),
+        LayerSpec::Upsample(size, nearest) => {
+            let mode = if nearest {
+                Interpolation::Nearest
+            } else {
+                Interpolation::Linear {
+                    align_corners: false,
+                }
+            };
+            Some(boxed(Upsample::size(&[size, size], mode)))
+        }
+        LayerSpec::Flatten(start_dim, end_dim) => Some(boxed(Flatten { start_dim, end_dim })),
+        LayerSpec::Attention(e, h, bias, batch_first) => {
+            MultiheadAttention::new(e, h, bias, batch_first, g, CPU)
+                .ok()
+                .map(boxed)
+        }
+        LayerSpec::Activation(which, a) => Some(match which {
+            0 => boxed(LeakyRelu { negative_slope: a }),
+            1 => boxed(Elu { alpha: a }),
+            2 => boxed(Selu),
+            3 => boxed(Relu6),
+            4 => boxed(Hardsigmoid),
+            5 => boxed(Hardswish),
+            6 => boxed(Mish),
+            7 => boxed(Sigmoid),
+            _ => boxed(Softmax { dim: a as isize }),
+        }),
     }
 }
 
@@ -333,8 +485,25 @@ fn input_for(z: &mut Fuzz, layer: &dyn Module) -> (Option<Tensor>, String) {
             // An embedding takes indices; a linear layer [.., in].
             2 if dtype.is_float() => shape.push(w.shape()[1]),
             2 => {}
+            // A convolution [N, C, spatial...], C either of the weight's first two sizes.
+            3 | 4 => {
+                let c = w.shape()[usize::from(z.chance(0.5))];
+                shape = vec![z.small(), c];
+                for _ in 2..w.dim() {
+                    shape.push(z.rng.random_range(1..7));
+                }
+            }
             _ => shape.extend_from_slice(w.shape()),
         }
+        return z.tensor(&shape, dtype);
+    }
+    // Layers of no weight (pooling, norms without affine, ...): images half the time.
+    if z.chance(0.5) {
+        let mut shape = vec![z.small(), z.rng.random_range(1..4)];
+        for _ in 0..z.rng.random_range(1..3) {
+            shape.push(z.rng.random_range(1..7));
+        }
+        let dtype = if z.chance(0.8) { DType::F32 } else { z.dtype() };
         return z.tensor(&shape, dtype);
     }
     z.any_tensor()
@@ -358,11 +527,16 @@ fn layers() {
             let (x, shown) = input_for(&mut z, layer.as_ref());
             let Some(x) = x else { continue };
             let before = snapshot(layer.as_ref());
+            let params = parameters(layer.as_ref());
             z.call_named(&format!("{what}.forward({shown})"), || {
-                let _ = layer.forward(&x);
-                // A forward pass changes no parameter.
-                if snapshot(layer.as_ref()) != before {
+                let r = layer.forward(&x);
+                // A forward pass changes no parameter (a batch norm in training moves its
+                // running statistics), and a refused one nothing at all.
+                if parameters(layer.as_ref()) != params {
                     return Err("the forward pass changed the parameters".into());
+                }
+                if r.is_err() && snapshot(layer.as_ref()) != before {
+                    return Err("a refused forward pass changed the buffers".into());
                 }
                 Ok(())
             });
@@ -625,8 +799,25 @@ fn optimisers_schedules_init() {
         z.iteration = it;
         let (params, sp) = random_params(&mut z);
         let lr = z.float();
-        let kind = z.rng.random_range(0..3);
+        let kind = z.rng.random_range(0..5);
         let mut opt: Box<dyn Optimizer> = match kind {
+            3 => {
+                let mut o = RmsProp::new(params.clone(), lr);
+                o.alpha = if z.chance(0.5) { 0.99 } else { z.float() };
+                o.eps = if z.chance(0.5) { 1e-8 } else { z.float() };
+                o.momentum = if z.chance(0.5) { 0.0 } else { z.float() };
+                o.weight_decay = if z.chance(0.5) { 0.0 } else { z.float() };
+                o.centered = z.chance(0.5);
+                Box::new(o)
+            }
+            4 => {
+                let mut o = Adagrad::new(params.clone(), lr);
+                o.lr_decay = if z.chance(0.5) { 0.0 } else { z.float() };
+                o.eps = if z.chance(0.5) { 1e-10 } else { z.float() };
+                o.weight_decay = if z.chance(0.5) { 0.0 } else { z.float() };
+                o.initial_accumulator_value = if z.chance(0.5) { 0.0 } else { z.float() };
+                Box::new(o)
+            }
             0 => {
                 let mut o = Sgd::new(params.clone(), lr);
                 o.momentum = if z.chance(0.5) { 0.0 } else { z.float() };
@@ -778,7 +969,7 @@ struct OptName(usize, f64);
 
 impl std::fmt::Debug for OptName {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let n = ["Sgd", "Adam", "AdamW"][self.0];
+        let n = ["Sgd", "Adam", "AdamW", "RmsProp", "Adagrad"][self.0];
         write!(f, "{n}(lr {:?})", self.1)
     }
 }

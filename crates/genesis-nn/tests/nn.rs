@@ -1000,6 +1000,23 @@ fn rmsprop_and_adagrad_follow_pytorchs_updates() {
     assert!(a.step().is_err());
     a.initial_accumulator_value = f64::NAN;
     assert!(a.step().is_err());
+    // A starting value a parameter's dtype cannot hold (found by the fuzzer): refused before
+    // any parameter moves.
+    let p64 = Tensor::from_slice(&[1.0f64, 2.0], [2], CPU)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    let p32 = Tensor::from_slice(&[1.0f32], [1], CPU)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    p64.set_grad(Some(p64.ones_like().unwrap())).unwrap();
+    p32.set_grad(Some(p32.ones_like().unwrap())).unwrap();
+    let mut a = Adagrad::new(vec![p64.clone(), p32.clone()], 0.1);
+    a.initial_accumulator_value = 1e308;
+    assert!(a.step().is_err());
+    assert_eq!(p64.to_vec::<f64>().unwrap(), [1.0, 2.0]);
+    assert_eq!(p32.to_vec::<f32>().unwrap(), [1.0]);
 }
 
 #[test]

@@ -8,19 +8,11 @@
 
 use crate::autograd::Saved;
 use crate::compose::bad;
-use crate::{DType, Result, Tensor};
+use crate::{Result, Tensor};
 
 /// SELU's `alpha` and `scale` (PyTorch's constants).
 const SELU_ALPHA: f64 = 1.673_263_242_354_377_3;
 const SELU_SCALE: f64 = 1.050_700_987_355_480_5;
-
-/// `t` in float32 when it is float16 or bfloat16, the precision the activation computes in.
-fn wide(t: &Tensor) -> Result<Tensor> {
-    match t.dtype() {
-        DType::F16 | DType::BF16 => t.to_dtype(DType::F32),
-        _ => Ok(t.clone()),
-    }
-}
 
 impl Tensor {
     /// One activation: `forward` and `backward` (of the input and the output's gradient, in
@@ -41,10 +33,12 @@ impl Tensor {
         crate::autograd::op1(
             op,
             self,
-            || forward(&wide(self)?)?.to_dtype(dtype),
+            || forward(&self.in_opmath()?)?.to_dtype(dtype),
             || {
                 let xs = Saved::new(op, self);
-                move |g: &Tensor| backward(&wide(&xs.get()?)?, &wide(g)?)?.to_dtype(dtype)
+                move |g: &Tensor| {
+                    backward(&xs.get()?.in_opmath()?, &g.in_opmath()?)?.to_dtype(dtype)
+                }
             },
         )
     }

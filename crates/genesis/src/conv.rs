@@ -1155,22 +1155,18 @@ impl Tensor {
             pool_divisors(&geo, &opts)
         };
         // Float16 and bfloat16 in float32, rounded once.
-        let wide = |t: &Tensor| match t.dtype() {
-            DType::F16 | DType::BF16 => t.to_dtype(DType::F32),
-            _ => Ok(t.clone()),
-        };
         let y = crate::autograd::op(
             op,
             &[&x],
             || {
-                let xp = geo.pad_input(&wide(&x)?, 0.0)?;
+                let xp = geo.pad_input(&x.in_opmath()?, 0.0)?;
                 let sums = at(&xp, &geo.windows())?.sum_dim([2isize, 3], false)?;
                 divide(&sums, &divisor, geo.out)?.to_dtype(x.dtype())
             },
             |_| {
                 let (dtype, divisor) = (x.dtype(), divisor.clone());
                 Box::new(move |g, _| {
-                    let share = divide(&wide(g)?, &divisor, geo.out)?;
+                    let share = divide(&g.in_opmath()?, &divisor, geo.out)?;
                     let all = || {
                         share
                             .unsqueeze(2)?

@@ -97,10 +97,7 @@ impl Tensor {
             ));
         }
         // Float16 and bfloat16 in float32, rounded once (PyTorch's accumulation type).
-        let mut y = match self.dtype() {
-            DType::F16 | DType::BF16 => self.to_dtype(DType::F32)?,
-            _ => self.clone(),
-        };
+        let mut y = self.in_opmath()?;
         // The last dimension first: PyTorch's bilinear interpolates along the width, then
         // the height.
         for a in (0..spatial).rev() {

@@ -206,11 +206,7 @@ fn singular(op: &'static str, batched: bool, b: usize, k: usize) -> Error {
 /// `a` on the host, contiguous, in float32 if it is float16 or bfloat16 (then it has no
 /// elements: see [`check_float`]).
 fn host(a: &Tensor) -> Result<Tensor> {
-    let a = a.to(Device::Cpu)?.contiguous()?;
-    match a.dtype() {
-        DType::F16 | DType::BF16 => a.to_dtype(DType::F32),
-        _ => Ok(a),
-    }
+    a.to(Device::Cpu)?.contiguous()?.in_opmath()
 }
 
 /// A result computed on the host moved to `like`'s device and dtype.

@@ -265,10 +265,7 @@ impl Tensor {
                 });
             }
         }
-        let x = match self.dtype() {
-            crate::DType::F16 | crate::DType::BF16 => self.to_dtype(crate::DType::F32)?,
-            _ => self.clone(),
-        };
+        let x = self.in_opmath()?;
         // [N, G, rest]: each group of each sample a row.
         let rest = self.shape()[2..]
             .iter()
@@ -391,10 +388,7 @@ impl Tensor {
         let mut bshape = vec![1usize; self.dim()];
         bshape[1] = c;
         let dims: Vec<isize> = (0..self.dim() as isize).filter(|&d| d != 1).collect();
-        let x = match self.dtype() {
-            crate::DType::F16 | crate::DType::BF16 => self.to_dtype(crate::DType::F32)?,
-            _ => self.clone(),
-        };
+        let x = self.in_opmath()?;
         let (mean, var) = match running {
             Some((m, v)) if !training => (
                 m.detach().to_dtype(x.dtype())?.reshape(bshape.as_slice())?,

@@ -174,3 +174,14 @@ pub(crate) fn check_cast(op: &'static str, from: DType, to: DType) -> Result<()>
         reason: format!("result type {from} can't be cast to the desired output type {to}"),
     })
 }
+
+impl crate::Tensor {
+    /// `self` in float32 when it is float16 or bfloat16, else itself: the precision PyTorch's
+    /// kernels compute those two in (their "opmath" type), for ops that round once at the end.
+    pub(crate) fn in_opmath(&self) -> crate::Result<crate::Tensor> {
+        match self.dtype() {
+            DType::F16 | DType::BF16 => self.to_dtype(DType::F32),
+            _ => Ok(self.clone()),
+        }
+    }
+}

@@ -1719,3 +1719,61 @@ fn increment_version_marks_a_saved_tensor_as_modified() {
     let z = x.exp().unwrap();
     z.sum().unwrap().backward().unwrap();
 }
+
+/// Generated graphs that use intermediate tensors more than once (`a + a`, `a.sum() +
+/// a.sum()`, a tensor in two `stack`s, in a view and in a product, ...), against central
+/// differences: every use's gradient must reach the tensor. (Two uses whose gradients share a
+/// buffer, as the two inputs of an add, were once taken for one backward's in-place sum and
+/// one of them dropped.)
+#[test]
+fn intermediates_used_more_than_once() {
+    let mut rng = SmallRng::seed_from_u64(2024);
+    let g = Generator::new(5);
+    for case in 0..150 {
+        let x = input(&g, &[2, 3], false);
+        let y = input(&g, &[2, 3], false);
+        // A program: the pool starts with x, y and grows by ops on random members (reused).
+        let ops: Vec<(usize, usize, usize)> = (0..rng.random_range(2..7))
+            .map(|k| {
+                (
+                    rng.random_range(0..12),
+                    rng.random_range(0..k + 2),
+                    rng.random_range(0..k + 2),
+                )
+            })
+            .collect();
+        let program = ops.clone();
+        let f = move |xs: &[Tensor]| -> Result<Tensor> {
+            let mut pool: Vec<Tensor> = vec![xs[0].clone(), xs[1].clone()];
+            for &(op, a, b) in &program {
+                let (a, b) = (&pool[a].clone(), &pool[b].clone());
+                let t = match op {
+                    0 => a.add(b)?,
+                    1 => a.add(a)?,
+                    2 => a.mul(b)?,
+                    3 => a.sum()?.add(&a.sum()?)?.add(b)?,
+                    4 => Tensor::stack(&[a, b], 0)?.sum_dim([0isize], false)?,
+                    5 => Tensor::stack(&[a], 0)?
+                        .squeeze(0)?
+                        .add(&Tensor::stack(&[a, a], 0)?.mean_dim([0isize], false)?)?,
+                    6 => a
+                        .reshape([6])?
+                        .add(&a.reshape([3, 2])?.reshape([6])?)?
+                        .reshape([2, 3])?,
+                    7 => a.tanh()?.add(&a.mul(0.5)?)?,
+                    8 => a.t()?.t()?.sub(b)?,
+                    9 => Tensor::cat(&[a, a], 0)?.narrow(0, 1, 2)?.add(a)?,
+                    10 => a.mean()?.mul(b)?.add(&a.sum_dim([1isize], true)?)?,
+                    _ => a
+                        .unsqueeze(0)?
+                        .expand([2, 2, 3])?
+                        .sum_dim([0isize], false)?
+                        .sub(a)?,
+                };
+                pool.push(t);
+            }
+            Ok(pool.last().expect("ops made one").clone())
+        };
+        gradcheck(&format!("case {case} {ops:?}"), &[x, y], &f);
+    }
+}

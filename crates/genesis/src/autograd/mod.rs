@@ -453,6 +453,8 @@ fn run_backward(
         if let (Some(mut b), Some(g)) = (view_bases.remove(&key), grad.as_mut()) {
             b.complete(g)?;
         }
+        // The inputs whose pending gradients this node's backward was handed.
+        let mut handed: Vec<bool> = Vec::new();
         let grads: Vec<Option<Tensor>> = match grad {
             None => vec![None; node.edges.len()],
             Some(mut g) => {
@@ -512,9 +514,13 @@ fn run_backward(
                         _ => None,
                     })
                     .collect();
-                let out = profile::timed(node.name, "backward", Some(g.device()), || {
-                    with_backward_state(!retain_graph, gathered, || f(&g, &needs))
-                })?;
+                let (out, was_handed) =
+                    profile::timed(node.name, "backward", Some(g.device()), || {
+                        let (out, handed) =
+                            with_backward_state(!retain_graph, gathered, || f(&g, &needs));
+                        out.map(|o| (o, handed))
+                    })?;
+                handed = was_handed;
                 if out.len() != node.edges.len() {
                     return Err(Error::Autograd {
                         reason: format!(
@@ -528,7 +534,7 @@ fn run_backward(
                 out
             }
         };
-        for (edge, g) in node.edges.iter().zip(grads) {
+        for (i, (edge, g)) in node.edges.iter().zip(grads).enumerate() {
             match edge {
                 None => {}
                 Some(Edge::Leaf(meta)) => {
@@ -556,9 +562,12 @@ fn run_backward(
                             b.complete(p)?;
                         }
                         let sum = match pending.remove(&ck) {
-                            // The backward added its gradient into the pending one itself.
+                            // The backward added its gradient into the pending one it was
+                            // handed (only then: two gradients may share a buffer, as the
+                            // two inputs of `a + a` or two sums' broadcast ones do).
                             Some(acc)
-                                if Arc::ptr_eq(acc.view.storage(), g.view.storage())
+                                if handed.get(i).copied().unwrap_or(false)
+                                    && Arc::ptr_eq(acc.view.storage(), g.view.storage())
                                     && acc.layout() == g.layout() =>
                             {
                                 g
@@ -1010,6 +1019,9 @@ thread_local! {
     /// see [`pending_gradient`].
     static GATHERED: std::cell::RefCell<Vec<Option<Tensor>>> =
         const { std::cell::RefCell::new(Vec::new()) };
+    /// Which of those [`pending_gradient`] handed out to the backward now running: only for
+    /// these may the engine take a returned gradient as the pending one with its own added.
+    static HANDED: std::cell::RefCell<Vec<bool>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// The gradient gathered so far for input `i` of the backward now running, when nothing but
@@ -1025,6 +1037,15 @@ pub(crate) fn pending_gradient(i: usize) -> Option<Tensor> {
             && t.is_contiguous()
             && t.layout().offset() == 0
             && t.view.storage().len() == t.numel();
+        if alone {
+            HANDED.with(|h| {
+                let mut h = h.borrow_mut();
+                if h.len() <= i {
+                    h.resize(i + 1, false);
+                }
+                h[i] = true;
+            });
+        }
         alone.then_some(t)
     })
 }
@@ -1037,23 +1058,31 @@ pub(crate) fn backward_runs_once() -> bool {
 }
 
 /// Runs `f` with [`backward_runs_once`] answering `once` and [`pending_gradient`] reading
-/// `gathered`, then restores both (a backward may run a nested one: `checkpoint`).
-fn with_backward_state<R>(once: bool, gathered: Vec<Option<Tensor>>, f: impl FnOnce() -> R) -> R {
+/// `gathered`, then restores both (a backward may run a nested one: `checkpoint`). Also
+/// returns which inputs' pending gradients `f` was handed (see [`pending_gradient`]).
+fn with_backward_state<R>(
+    once: bool,
+    gathered: Vec<Option<Tensor>>,
+    f: impl FnOnce() -> R,
+) -> (R, Vec<bool>) {
     let before = (
         BACKWARD_ONCE.with(|c| c.replace(once)),
         GATHERED.with(|g| g.replace(gathered)),
+        HANDED.with(|h| h.replace(Vec::new())),
     );
-    struct Restore(Option<(bool, Vec<Option<Tensor>>)>);
+    struct Restore(Option<(bool, Vec<Option<Tensor>>, Vec<bool>)>);
     impl Drop for Restore {
         fn drop(&mut self) {
-            if let Some((once, gathered)) = self.0.take() {
+            if let Some((once, gathered, handed)) = self.0.take() {
                 BACKWARD_ONCE.with(|c| c.set(once));
                 GATHERED.with(|g| *g.borrow_mut() = gathered);
+                HANDED.with(|h| *h.borrow_mut() = handed);
             }
         }
     }
     let _restore = Restore(Some(before));
-    f()
+    let r = f();
+    (r, HANDED.with(|h| h.borrow().clone()))
 }
 
 /// The buffer a pending gradient reads (see [`view_into_pending`]): `z` holds the input's

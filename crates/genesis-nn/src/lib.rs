@@ -1,7 +1,7 @@
 //! Neural networks on [`genesis::Tensor`] and its autograd, with PyTorch's names and
 //! semantics: [`Module`]s with named parameters ([`Linear`], [`Conv1d`], [`Conv2d`],
 //! [`Embedding`], [`LayerNorm`], [`RMSNorm`], [`BatchNorm2d`], [`MultiheadAttention`],
-//! [`Dropout`], pooling, [`Flatten`], activations, [`Sequential`]), losses ([`loss`]), seeded
+//! [`Lstm`], [`Gru`], [`Dropout`], pooling, [`Flatten`], activations, [`Sequential`]), losses ([`loss`]), seeded
 //! initialisers ([`init`]), optimisers and schedules ([`optim`]), mini-batches
 //! ([`data::DataLoader`]) and a small real data set ([`datasets::digits`]).
 //!
@@ -37,6 +37,7 @@ mod layers;
 pub mod loss;
 mod module;
 pub mod optim;
+mod rnn;
 pub mod train;
 
 pub use attention::MultiheadAttention;
@@ -47,3 +48,4 @@ pub use layers::{
     Upsample,
 };
 pub use module::{Module, Sequential};
+pub use rnn::{Gru, Lstm, RnnOutput};

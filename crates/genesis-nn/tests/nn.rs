@@ -505,6 +505,237 @@ fn multihead_attention_as_pytorchs() {
     );
 }
 
+/// LSTM and GRU (float32) against their recurrences by loops in float64 (layers, biases,
+/// layouts, initial states), their gradients against central differences of the loops,
+/// PyTorch's parameter names and the refusals.
+#[test]
+fn recurrent_layers_as_pytorchs() {
+    use genesis_nn::{Gru, Lstm, RnnOutput};
+    use rand::rngs::SmallRng;
+    use rand::{Rng, SeedableRng};
+    enum Net {
+        L(Lstm),
+        G(Gru),
+    }
+    let sig = |v: f64| 1.0 / (1.0 + (-v).exp());
+    let mut rng = SmallRng::seed_from_u64(12);
+    for case in 0..16 {
+        let lstm = case % 2 == 0;
+        let (inp, h, layers) = (
+            rng.random_range(1..4),
+            rng.random_range(1..4),
+            1 + case / 2 % 2,
+        );
+        let (steps, n) = (rng.random_range(1..5), rng.random_range(1..3));
+        let (bias, batch_first, unbatched) = (case % 3 != 0, case / 4 % 2 == 0, case % 5 == 0);
+        let n_eff = if unbatched { 1 } else { n };
+        let g = Generator::new(case as u64);
+        let net = if lstm {
+            Net::L(Lstm::new(inp, h, layers, bias, batch_first, &g, CPU).unwrap())
+        } else {
+            Net::G(Gru::new(inp, h, layers, bias, batch_first, &g, CPU).unwrap())
+        };
+        let module: &dyn Module = match &net {
+            Net::L(l) => l,
+            Net::G(g) => g,
+        };
+        let names: Vec<String> = module
+            .named_parameters()
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        let mut want_names = Vec::new();
+        for k in 0..layers {
+            want_names.push(format!("weight_ih_l{k}"));
+            want_names.push(format!("weight_hh_l{k}"));
+            if bias {
+                want_names.push(format!("bias_ih_l{k}"));
+                want_names.push(format!("bias_hh_l{k}"));
+            }
+        }
+        assert_eq!(names, want_names);
+        // float32 values (the layer's dtype), computed on in float64 by the loops.
+        let mut draw = |len: usize| -> Vec<f64> {
+            (0..len)
+                .map(|_| rng.random_range(-1.0f32..1.0) as f64)
+                .collect()
+        };
+        let (x, h0, c0) = (
+            draw(steps * n_eff * inp),
+            draw(layers * n_eff * h),
+            draw(layers * n_eff * h),
+        );
+        let gates = if lstm { 4 } else { 3 };
+        // The recurrences by loops: x is [L, N, in] row-major.
+        let reference = |params: &BTreeMap<String, Vec<f64>>| -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+            let mut seq = x.clone();
+            let mut width = inp;
+            let (mut hn, mut cn) = (Vec::new(), Vec::new());
+            for k in 0..layers {
+                let w_ih = &params[&format!("weight_ih_l{k}")];
+                let w_hh = &params[&format!("weight_hh_l{k}")];
+                let zero = vec![0.0; gates * h];
+                let b_ih = params.get(&format!("bias_ih_l{k}")).unwrap_or(&zero);
+                let b_hh = params.get(&format!("bias_hh_l{k}")).unwrap_or(&zero);
+                let mut out = Vec::new();
+                let mut hs: Vec<Vec<f64>> = (0..n_eff)
+                    .map(|b| h0[(k * n_eff + b) * h..][..h].to_vec())
+                    .collect();
+                let mut cs: Vec<Vec<f64>> = (0..n_eff)
+                    .map(|b| c0[(k * n_eff + b) * h..][..h].to_vec())
+                    .collect();
+                for t in 0..steps {
+                    for b in 0..n_eff {
+                        let xt = &seq[(t * n_eff + b) * width..][..width];
+                        let pre = |w: &[f64], bb: &[f64], v: &[f64], cols: usize, row: usize| {
+                            bb[row] + (0..cols).map(|c| w[row * cols + c] * v[c]).sum::<f64>()
+                        };
+                        let xg: Vec<f64> = (0..gates * h)
+                            .map(|r| pre(w_ih, b_ih, xt, width, r))
+                            .collect();
+                        let hg: Vec<f64> = (0..gates * h)
+                            .map(|r| pre(w_hh, b_hh, &hs[b], h, r))
+                            .collect();
+                        let mut newh = vec![0.0; h];
+                        for j in 0..h {
+                            if lstm {
+                                let gi = sig(xg[j] + hg[j]);
+                                let gf = sig(xg[h + j] + hg[h + j]);
+                                let gg = (xg[2 * h + j] + hg[2 * h + j]).tanh();
+                                let go = sig(xg[3 * h + j] + hg[3 * h + j]);
+                                cs[b][j] = gf * cs[b][j] + gi * gg;
+                                newh[j] = go * cs[b][j].tanh();
+                            } else {
+                                let r = sig(xg[j] + hg[j]);
+                                let z = sig(xg[h + j] + hg[h + j]);
+                                let nn = (xg[2 * h + j] + r * hg[2 * h + j]).tanh();
+                                newh[j] = (1.0 - z) * nn + z * hs[b][j];
+                            }
+                        }
+                        hs[b] = newh;
+                    }
+                    for hb in &hs {
+                        out.extend_from_slice(hb);
+                    }
+                }
+                seq = out;
+                width = h;
+                hn.extend(hs.concat());
+                cn.extend(cs.concat());
+            }
+            (seq, hn, cn)
+        };
+        let values: BTreeMap<String, Vec<f64>> = module
+            .named_parameters()
+            .into_iter()
+            .map(|(k, t)| (k, t.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap()))
+            .collect();
+        let (want, want_h, want_c) = reference(&values);
+        // The layer's run, in its layout.
+        let f32s = |v: &[f64], shape: &[usize]| {
+            Tensor::from_slice(v, shape, CPU)
+                .unwrap()
+                .to_dtype(DType::F32)
+                .unwrap()
+        };
+        let xt = {
+            let t = f32s(&x, &[steps, n_eff, inp]);
+            if unbatched {
+                t.squeeze(1).unwrap()
+            } else if batch_first {
+                t.transpose(0, 1).unwrap().contiguous().unwrap()
+            } else {
+                t
+            }
+        };
+        let state = |v: &[f64]| {
+            let t = f32s(v, &[layers, n_eff, h]);
+            if unbatched { t.squeeze(1).unwrap() } else { t }
+        };
+        let (h0t, c0t) = (state(&h0), state(&c0));
+        let out: RnnOutput = match &net {
+            Net::L(l) => l.run(&xt, Some(&h0t), Some(&c0t)).unwrap(),
+            Net::G(g) => g.run(&xt, Some(&h0t)).unwrap(),
+        };
+        let y = if unbatched || !batch_first {
+            out.output.clone()
+        } else {
+            out.output.transpose(0, 1).unwrap()
+        };
+        let close32 = |t: &Tensor, b: &[f64], what: &str| {
+            let a = t
+                .contiguous()
+                .unwrap()
+                .to_dtype(DType::F64)
+                .unwrap()
+                .to_vec::<f64>()
+                .unwrap();
+            assert_eq!(a.len(), b.len(), "{what}");
+            for (x, y) in a.iter().zip(b) {
+                assert!((x - y).abs() < 1e-5, "case {case} {what}: {a:?} vs {b:?}");
+            }
+        };
+        close32(&y, &want, "output");
+        close32(&out.h_n, &want_h, "h_n");
+        match &out.c_n {
+            Some(c) => close32(c, &want_c, "c_n"),
+            None => assert!(!lstm),
+        }
+        // The gradient of sum(output) + sum(h_n) against central differences of the loops,
+        // for one element of every parameter.
+        out.output
+            .sum()
+            .unwrap()
+            .add(&out.h_n.sum().unwrap())
+            .unwrap()
+            .backward()
+            .unwrap();
+        for (name, t) in module.named_parameters() {
+            let grad = t
+                .grad()
+                .unwrap()
+                .to_dtype(DType::F64)
+                .unwrap()
+                .to_vec::<f64>()
+                .unwrap();
+            let i = rng.random_range(0..t.numel());
+            let eps = 1e-6;
+            let mut shifted = values.clone();
+            shifted.get_mut(&name).unwrap()[i] += eps;
+            let (up_y, up_h, _) = reference(&shifted);
+            shifted.get_mut(&name).unwrap()[i] -= 2.0 * eps;
+            let (dn_y, dn_h, _) = reference(&shifted);
+            let f = |y: &[f64], hh: &[f64]| y.iter().sum::<f64>() + hh.iter().sum::<f64>();
+            let numeric = (f(&up_y, &up_h) - f(&dn_y, &dn_h)) / (2.0 * eps);
+            let tol = 1e-4 * (1.0 + numeric.abs());
+            assert!(
+                (grad[i] - numeric).abs() < tol,
+                "case {case} d/d {name}[{i}]: {} vs {numeric}",
+                grad[i]
+            );
+        }
+    }
+    // Refused: no hidden units or layers, a wrong input width, a wrong state shape, h_0
+    // without c_0.
+    let g = Generator::new(0);
+    assert!(Lstm::new(3, 0, 1, true, false, &g, CPU).is_err());
+    assert!(Gru::new(3, 4, 0, true, false, &g, CPU).is_err());
+    let l = Lstm::new(3, 4, 1, true, false, &g, CPU).unwrap();
+    let x = Tensor::zeros([5usize, 2, 3], DType::F32, CPU).unwrap();
+    assert!(
+        l.forward(&Tensor::zeros([5usize, 2, 4], DType::F32, CPU).unwrap())
+            .is_err()
+    );
+    let bad = Tensor::zeros([1usize, 3, 4], DType::F32, CPU).unwrap();
+    assert!(l.run(&x, Some(&bad), Some(&bad)).is_err());
+    let good = Tensor::zeros([1usize, 2, 4], DType::F32, CPU).unwrap();
+    assert!(l.run(&x, Some(&good), None).is_err());
+    assert_eq!(
+        l.run(&x, Some(&good), Some(&good)).unwrap().output.shape(),
+        [5, 2, 4]
+    );
+}
+
 #[test]
 fn modules_name_their_parameters_as_pytorch() {
     let g = Generator::new(0);

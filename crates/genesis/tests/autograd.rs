@@ -1721,22 +1721,21 @@ fn increment_version_marks_a_saved_tensor_as_modified() {
 }
 
 /// Generated graphs that use intermediate tensors more than once (`a + a`, `a.sum() +
-/// a.sum()`, a tensor in two `stack`s, in a view and in a product, ...), against central
-/// differences: every use's gradient must reach the tensor. (Two uses whose gradients share a
-/// buffer, as the two inputs of an add, were once taken for one backward's in-place sum and
-/// one of them dropped.)
+/// a.sum()`, a tensor in two `stack`s, in views, splits and chunks, in a layer norm and a
+/// product, ...), against central differences: every use's gradient reaches the tensor, also
+/// when two uses' gradients share one buffer (the two inputs of an add).
 #[test]
 fn intermediates_used_more_than_once() {
     let mut rng = SmallRng::seed_from_u64(2024);
     let g = Generator::new(5);
-    for case in 0..150 {
+    for case in 0..300 {
         let x = input(&g, &[2, 3], false);
         let y = input(&g, &[2, 3], false);
         // A program: the pool starts with x, y and grows by ops on random members (reused).
         let ops: Vec<(usize, usize, usize)> = (0..rng.random_range(2..7))
             .map(|k| {
                 (
-                    rng.random_range(0..12),
+                    rng.random_range(0..16),
                     rng.random_range(0..k + 2),
                     rng.random_range(0..k + 2),
                 )
@@ -1764,11 +1763,22 @@ fn intermediates_used_more_than_once() {
                     8 => a.t()?.t()?.sub(b)?,
                     9 => Tensor::cat(&[a, a], 0)?.narrow(0, 1, 2)?.add(a)?,
                     10 => a.mean()?.mul(b)?.add(&a.sum_dim([1isize], true)?)?,
-                    _ => a
+                    11 => a
                         .unsqueeze(0)?
                         .expand([2, 2, 3])?
                         .sum_dim([0isize], false)?
                         .sub(a)?,
+                    12 => {
+                        let p = a.split_sizes(&[1, 1], 0)?;
+                        Tensor::cat(&[&p[1], &p[0]], 0)?.add(&p[0].sum()?)?
+                    }
+                    13 => {
+                        let c = a.chunk(3, 1)?;
+                        Tensor::cat(&[&c[0], &c[0], &c[2]], 1)?.add(&c[1].mean()?)?
+                    }
+                    14 => a.softmax(1)?.add(&a.mul(0.1)?)?,
+                    // Layer norm's backward adds into the pending gradient it is handed.
+                    _ => a.layer_norm(&[3], None, None, 1e-5)?.add(a)?.mul(b)?,
                 };
                 pool.push(t);
             }

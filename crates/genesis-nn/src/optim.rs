@@ -35,6 +35,18 @@ fn non_negative(x: f64) -> bool {
     x >= 0.0
 }
 
+/// PyTorch's `Invalid {what}: {value}` refusal of `op` for the first hyper-parameter that is
+/// negative (or NaN).
+fn all_non_negative(op: &'static str, values: &[(&str, f64)]) -> Result<()> {
+    match values.iter().find(|(_, v)| !non_negative(*v)) {
+        Some((what, v)) => Err(Error::InvalidArgument {
+            op,
+            reason: format!("Invalid {what}: {v}"),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Stochastic gradient descent (PyTorch's `optim.SGD`): with weight decay `g += wd p`,
 /// momentum `b = μ b + (1 - dampening) g` (`b = g` at the first step), Nesterov `g += μ b`
 /// (else `g = b`), then `p -= lr g`.
@@ -74,18 +86,19 @@ impl Sgd {
     /// PyTorch's checks of the hyper-parameters (its messages), made at each step since the
     /// fields are public.
     fn check(&self) -> Result<()> {
-        let bad = |reason: String| Err(Error::InvalidArgument { op: "SGD", reason });
-        if !non_negative(self.lr) {
-            return bad(format!("Invalid learning rate: {}", self.lr));
-        }
-        if !non_negative(self.momentum) {
-            return bad(format!("Invalid momentum value: {}", self.momentum));
-        }
-        if !non_negative(self.weight_decay) {
-            return bad(format!("Invalid weight_decay value: {}", self.weight_decay));
-        }
+        all_non_negative(
+            "SGD",
+            &[
+                ("learning rate", self.lr),
+                ("momentum value", self.momentum),
+                ("weight_decay value", self.weight_decay),
+            ],
+        )?;
         if self.nesterov && (self.momentum <= 0.0 || self.dampening != 0.0) {
-            return bad("Nesterov momentum requires a momentum and zero dampening".into());
+            return Err(Error::InvalidArgument {
+                op: "SGD",
+                reason: "Nesterov momentum requires a momentum and zero dampening".into(),
+            });
         }
         Ok(())
     }
@@ -177,28 +190,16 @@ impl RmsProp {
     }
 
     fn check(&self) -> Result<()> {
-        let bad = |reason: String| {
-            Err(Error::InvalidArgument {
-                op: "RMSprop",
-                reason,
-            })
-        };
-        if !non_negative(self.lr) {
-            return bad(format!("Invalid learning rate: {}", self.lr));
-        }
-        if !non_negative(self.eps) {
-            return bad(format!("Invalid epsilon value: {}", self.eps));
-        }
-        if !non_negative(self.momentum) {
-            return bad(format!("Invalid momentum value: {}", self.momentum));
-        }
-        if !non_negative(self.weight_decay) {
-            return bad(format!("Invalid weight_decay value: {}", self.weight_decay));
-        }
-        if !non_negative(self.alpha) {
-            return bad(format!("Invalid alpha value: {}", self.alpha));
-        }
-        Ok(())
+        all_non_negative(
+            "RMSprop",
+            &[
+                ("learning rate", self.lr),
+                ("epsilon value", self.eps),
+                ("momentum value", self.momentum),
+                ("weight_decay value", self.weight_decay),
+                ("alpha value", self.alpha),
+            ],
+        )
     }
 }
 
@@ -296,31 +297,19 @@ impl Adagrad {
     }
 
     fn check(&self) -> Result<()> {
-        let bad = |reason: String| {
-            Err(Error::InvalidArgument {
-                op: "Adagrad",
-                reason,
-            })
-        };
-        if !non_negative(self.lr) {
-            return bad(format!("Invalid learning rate: {}", self.lr));
-        }
-        if !non_negative(self.lr_decay) {
-            return bad(format!("Invalid lr_decay value: {}", self.lr_decay));
-        }
-        if !non_negative(self.weight_decay) {
-            return bad(format!("Invalid weight_decay value: {}", self.weight_decay));
-        }
-        if !non_negative(self.initial_accumulator_value) {
-            return bad(format!(
-                "Invalid initial_accumulator_value value: {}",
-                self.initial_accumulator_value
-            ));
-        }
-        if !non_negative(self.eps) {
-            return bad(format!("Invalid epsilon value: {}", self.eps));
-        }
-        Ok(())
+        all_non_negative(
+            "Adagrad",
+            &[
+                ("learning rate", self.lr),
+                ("lr_decay value", self.lr_decay),
+                ("weight_decay value", self.weight_decay),
+                (
+                    "initial_accumulator_value value",
+                    self.initial_accumulator_value,
+                ),
+                ("epsilon value", self.eps),
+            ],
+        )
     }
 }
 

@@ -29,6 +29,43 @@ fn normalized_dims(op: &'static str, x: &Tensor, shape: &[usize]) -> Result<Vec<
     Ok((x.dim() - k..x.dim()).map(|d| d as isize).collect())
 }
 
+/// The checks of a per-channel tensor (`[C]`, on `x`'s device) of batch and group norm.
+fn check_channel_tensor(op: &'static str, x: &Tensor, t: &Tensor, c: usize) -> Result<()> {
+    check_affine(op, Some(t), &[c])?;
+    if t.device() != x.device() {
+        return Err(Error::DeviceMismatch {
+            op,
+            lhs: x.device(),
+            rhs: t.device(),
+        });
+    }
+    Ok(())
+}
+
+/// `y` (`[N, C, ...]`, in the computing precision) `· weight + bias` per channel (each
+/// optional), in `dtype`: the end of batch and group norm.
+fn channel_affine(
+    y: Tensor,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    dtype: crate::DType,
+) -> Result<Tensor> {
+    let mut shape = vec![1usize; y.dim()];
+    shape[1] = y.shape()[1];
+    let mut y = y;
+    if let Some(w) = weight {
+        y = y.mul(&w.reshape(shape.as_slice())?)?;
+    }
+    if let Some(b) = bias {
+        y = y.add(&b.reshape(shape.as_slice())?)?;
+    }
+    if y.dtype() == dtype {
+        Ok(y)
+    } else {
+        y.to_dtype(dtype)
+    }
+}
+
 fn check_affine(op: &'static str, t: Option<&Tensor>, shape: &[usize]) -> Result<()> {
     match t {
         Some(t) if t.shape() != shape => Err(Error::ShapeMismatch {
@@ -256,14 +293,7 @@ impl Tensor {
             });
         }
         for t in [weight, bias].into_iter().flatten() {
-            check_affine(op, Some(t), &[c])?;
-            if t.device() != self.device() {
-                return Err(Error::DeviceMismatch {
-                    op,
-                    lhs: self.device(),
-                    rhs: t.device(),
-                });
-            }
+            check_channel_tensor(op, self, t, c)?;
         }
         let x = self.in_opmath()?;
         // [N, G, rest]: each group of each sample a row.
@@ -276,23 +306,11 @@ impl Tensor {
             })?;
         let rows = x.reshape([n, num_groups, rest])?;
         let (var, mean) = rows.var_mean([-1isize], 0.0, true)?;
-        let mut y = rows
+        let y = rows
             .sub(&mean)?
             .mul(&var.add(eps)?.rsqrt()?)?
             .reshape(self.shape())?;
-        let mut bshape = vec![1usize; self.dim()];
-        bshape[1] = c;
-        if let Some(w) = weight {
-            y = y.mul(&w.reshape(bshape.as_slice())?)?;
-        }
-        if let Some(b) = bias {
-            y = y.add(&b.reshape(bshape.as_slice())?)?;
-        }
-        if y.dtype() == self.dtype() {
-            Ok(y)
-        } else {
-            y.to_dtype(self.dtype())
-        }
+        channel_affine(y, weight, bias, self.dtype())
     }
 
     /// Batch normalisation (PyTorch's `F.batch_norm`) of `self` (`[N, C, ...]`, floating
@@ -350,14 +368,7 @@ impl Tensor {
             .into_iter()
             .flatten()
         {
-            check_affine(op, Some(t), &[c])?;
-            if t.device() != self.device() {
-                return Err(Error::DeviceMismatch {
-                    op,
-                    lhs: self.device(),
-                    rhs: t.device(),
-                });
-            }
+            check_channel_tensor(op, self, t, c)?;
             if !t.dtype().is_float() {
                 return Err(Error::InvalidArgument {
                     op,
@@ -412,18 +423,8 @@ impl Tensor {
                 (mean, var)
             }
         };
-        let mut y = x.sub(&mean)?.mul(&var.add(eps)?.rsqrt()?)?;
-        if let Some(w) = weight {
-            y = y.mul(&w.reshape(bshape.as_slice())?)?;
-        }
-        if let Some(b) = bias {
-            y = y.add(&b.reshape(bshape.as_slice())?)?;
-        }
-        if y.dtype() == self.dtype() {
-            Ok(y)
-        } else {
-            y.to_dtype(self.dtype())
-        }
+        let y = x.sub(&mean)?.mul(&var.add(eps)?.rsqrt()?)?;
+        channel_affine(y, weight, bias, self.dtype())
     }
 
     /// Layer normalisation over the trailing dimensions `normalized_shape` (PyTorch's

@@ -1082,7 +1082,7 @@ fn with_backward_state<R>(
     }
     let _restore = Restore(Some(before));
     let r = f();
-    (r, HANDED.with(|h| h.borrow().clone()))
+    (r, HANDED.with(|h| h.take()))
 }
 
 /// The buffer a pending gradient reads (see [`view_into_pending`]): `z` holds the input's

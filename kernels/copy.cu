@@ -8,7 +8,8 @@
 //   elements). Copies move bytes, so the kernels are per element size, not per dtype; the
 //   launcher widens elements to 16 bytes (e16) when rows are contiguous and aligned on both
 //   sides, so a copy into a slice of rows (`cat` along an inner dimension) moves 16 bytes an
-//   access. strided_copy_rev_e{1,2,4,8}: rows read backwards (`flip`) in 16-byte vectors,
+//   access. strided_copy32_rows_e{1,2,4,8}: the same copy, a thread a run of 16 bytes' worth of
+//   innermost elements. strided_copy_rev_e{1,2,4,8}: rows read backwards (`flip`) in 16-byte vectors,
 //   each vector's elements reversed.
 // * transpose_e{1,2,4,8}: out[c * rows + r] = in[r * ld_in + c] for a rows x cols matrix
 //   (batched over gridDim.z with batch strides), through 32 x 32 shared-memory tiles.
@@ -107,6 +108,62 @@ __device__ __forceinline__ void strided_copy32_impl(const T *src, T *dst, uint32
         dst[doff] = f(src[so]);
     }
 }
+
+// The same copy a run at a time: a thread copies V = 16 / sizeof(T) consecutive elements of the
+// innermost dimension (`chunks` runs a row, the last one possibly short), so the outer
+// dimensions are decomposed once per run rather than per element (a copy whose innermost
+// dimension is not contiguous on both sides, which `widened` cannot turn into 16-byte
+// elements: a permutation, the windows of an image). With `vec` (the destination's innermost
+// stride 1 and every whole run 16-byte aligned, checked by the launcher) a run is stored as one
+// 16-byte vector. Needs rows * chunks < 2^31 (the magic division of the run index).
+template <typename T>
+__device__ __forceinline__ void strided_copy32_rows_impl(const T *src, T *dst, uint32_t items, const GxStrided32 &d,
+                                                         uint32_t chunks, uint32_t cmagic, uint32_t cshift, int vec) {
+    constexpr int V = 16 / sizeof(T);
+    const int ik = d.rank - 1;
+    const uint32_t inner = d.size[ik];
+    const int64_t ss = d.src_strides[ik], ds = d.dst_strides[ik];
+    const uint32_t stride = gridDim.x * blockDim.x;
+    for (uint32_t it = blockIdx.x * blockDim.x + threadIdx.x; it < items; it += stride) {
+        uint32_t row = (__umulhi(it, cmagic) + it) >> cshift;
+        const uint32_t k0 = (it - row * chunks) * V;
+        int64_t so = d.src_offset, doff = d.dst_offset;
+        for (int k = ik - 1; k >= 0; --k) {
+            const uint32_t q = (__umulhi(row, d.magic[k]) + row) >> d.shift[k];
+            const uint32_t idx = row - q * d.size[k];
+            row = q;
+            so += (int64_t)idx * d.src_strides[k];
+            doff += (int64_t)idx * d.dst_strides[k];
+        }
+        so += (int64_t)k0 * ss;
+        doff += (int64_t)k0 * ds;
+        if (vec && k0 + V <= inner) {
+            union {
+                T e[V];
+                uint4 v;
+            } u;
+#pragma unroll
+            for (int e = 0; e < V; ++e) u.e[e] = src[so + e * ss];
+            *reinterpret_cast<uint4 *>(dst + doff) = u.v;
+        } else {
+#pragma unroll
+            for (int e = 0; e < V; ++e)
+                if (k0 + e < inner) dst[doff + e * ds] = src[so + e * ss];
+        }
+    }
+}
+
+#define GX_COPY_ROWS(E, T)                                                                        \
+    extern "C" __global__ void strided_copy32_rows_e##E(const T *src, T *dst, uint32_t items,      \
+                                                        GxStrided32 d, uint32_t chunks,            \
+                                                        uint32_t cmagic, uint32_t cshift, int vec) { \
+        strided_copy32_rows_impl<T>(src, dst, items, d, chunks, cmagic, cshift, vec);              \
+    }
+
+GX_COPY_ROWS(1, uint8_t)
+GX_COPY_ROWS(2, uint16_t)
+GX_COPY_ROWS(4, uint32_t)
+GX_COPY_ROWS(8, uint64_t)
 
 #define GX_TILE 32
 #define GX_ROWS 8

@@ -320,6 +320,60 @@ impl StridedCopy {
     }
 }
 
+/// How `strided_copy32_rows_e*` walks a copy: a thread a run of `16 / elem` consecutive
+/// elements of the innermost dimension, `chunks` runs a row, `items` runs in all (the last run
+/// of a row may be short); `magic` and `shift` divide a run's index by `chunks`. With `vec`
+/// every whole run is stored as one 16-byte vector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowRuns {
+    /// Runs in all (rows times `chunks`).
+    pub items: u32,
+    /// Runs a row.
+    pub chunks: u32,
+    /// Magic number dividing by `chunks`.
+    pub magic: u32,
+    /// Shift dividing by `chunks`.
+    pub shift: u32,
+    /// Whole runs stored as 16-byte vectors: the destination's innermost stride 1, its offset,
+    /// every outer stride and its base address aligned to the vector.
+    pub vec: bool,
+}
+
+impl StridedCopy {
+    /// The run-at-a-time walk of this copy for elements of `elem_bytes` (1, 2, 4 or 8) into a
+    /// destination at `dst_addr`: `None` when runs do not pay (an innermost dimension shorter
+    /// than one run) or the run count does not fit the 31-bit index.
+    pub fn row_runs(&self, elem_bytes: usize, dst_addr: u64) -> Option<RowRuns> {
+        if !matches!(elem_bytes, 1 | 2 | 4 | 8) || self.rank < 1 {
+            return None;
+        }
+        let v = (16 / elem_bytes) as i64;
+        let rank = self.rank as usize;
+        let inner = self.shape[rank - 1];
+        let n = self.numel() as i64;
+        if inner < v || n == 0 {
+            return None;
+        }
+        let chunks = (inner + v - 1) / v;
+        let items = (n / inner).checked_mul(chunks)?;
+        if items >= 1 << 31 {
+            return None;
+        }
+        let (magic, shift) = magic_divider(chunks as u32);
+        let vec = self.dst_strides[rank - 1] == 1
+            && dst_addr.is_multiple_of(16)
+            && self.dst_offset % v == 0
+            && self.dst_strides[..rank - 1].iter().all(|s| s % v == 0);
+        Some(RowRuns {
+            items: items as u32,
+            chunks: chunks as u32,
+            magic,
+            shift,
+            vec,
+        })
+    }
+}
+
 /// The CPU twin of `strided_copy_e*`: `dst[dst_index(i)] = src[src_index(i)]`.
 pub fn strided_copy<T: Copy>(src: &[T], dst: &mut [T], desc: &StridedCopy) -> Result<()> {
     let (se, de) = desc.extents();
@@ -529,6 +583,72 @@ pub fn cast(src_kind: DType, src: &[u8], dst_kind: DType, dst: &mut [u8], n: usi
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The (source, destination) pairs `strided_copy32_rows_e*` visits, walked as the kernel
+    /// walks them (magic divisions included).
+    fn run_pairs(d: &StridedCopy, elem: usize, runs: &RowRuns) -> Vec<(i64, i64)> {
+        let d32 = d.to_32().unwrap();
+        let v = (16 / elem) as u32;
+        let rank = d.rank as usize;
+        let inner = d.shape[rank - 1] as u32;
+        let div = |n: u32, m: u32, s: u32| ((((n as u64 * m as u64) >> 32) + n as u64) >> s) as u32;
+        let mut out = vec![];
+        for it in 0..runs.items {
+            let mut row = div(it, runs.magic, runs.shift);
+            let k0 = (it - row * runs.chunks) * v;
+            let (mut so, mut doff) = (d.src_offset, d.dst_offset);
+            for k in (0..rank - 1).rev() {
+                let q = div(row, d32.magic[k], d32.shift[k]);
+                let idx = (row - q * d32.size[k]) as i64;
+                row = q;
+                so += idx * d.src_strides[k];
+                doff += idx * d.dst_strides[k];
+            }
+            for e in 0..v {
+                if k0 + e < inner {
+                    let k = (k0 + e) as i64;
+                    out.push((
+                        so + k * d.src_strides[rank - 1],
+                        doff + k * d.dst_strides[rank - 1],
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn row_runs_visit_every_element_once() {
+        let cases = [
+            (
+                vec![2usize, 4, 3, 3, 56, 56],
+                vec![13_456isize, 3364, 58, 1, 58, 1],
+                0usize,
+            ),
+            (vec![4, 5, 6, 7], vec![1, 4, 20, 120], 3),
+            (vec![3, 17], vec![40, 2], 1),
+            (vec![2, 9, 33], vec![0, 33, 1], 0),
+            (vec![1000], vec![3], 0),
+        ];
+        for (shape, src_strides, off) in cases {
+            let mut dst_strides = vec![0isize; shape.len()];
+            let mut step = 1isize;
+            for k in (0..shape.len()).rev() {
+                dst_strides[k] = step;
+                step *= shape[k] as isize;
+            }
+            let d = StridedCopy::new(&shape, &src_strides, off, &dst_strides, 0).unwrap();
+            for elem in [1usize, 2, 4, 8] {
+                let (w, we) = d.widened(elem, 0, 0);
+                let Some(runs) = w.row_runs(we, 0) else {
+                    continue;
+                };
+                let mut want = vec![];
+                w.for_each(|s, t| want.push((s as i64, t as i64)));
+                assert_eq!(run_pairs(&w, we, &runs), want, "{shape:?} elem {elem}");
+            }
+        }
+    }
 
     fn cast1(s: DType, bytes: &[u8], d: DType) -> Vec<u8> {
         let mut out = vec![0u8; d.size()];

@@ -821,11 +821,61 @@ pub fn strided_copy(
         return launch_strided_copy(stream, &rev, names, src, dst);
     }
     let (desc, elem_bytes) = desc.widened(elem_bytes, src, dst);
+    if let (Some(d32), Some(runs)) = (desc.to_32(), desc.row_runs(elem_bytes, dst)) {
+        return launch_row_runs(stream, elem_bytes, d32, runs, src, dst);
+    }
     let names = (
         elem_suffix("strided_copy32", elem_bytes)?,
         elem_suffix("strided_copy", elem_bytes)?,
     );
     launch_strided_copy(stream, &desc, names, src, dst)
+}
+
+/// Launches `strided_copy32_rows_e<elem_bytes>` (see [`crate::copy::RowRuns`]) between device
+/// addresses `src` and `dst` (checked by the caller to hold every element `d` reaches).
+fn launch_row_runs(
+    stream: &Stream,
+    elem_bytes: usize,
+    mut d: crate::copy::StridedCopy32,
+    runs: crate::copy::RowRuns,
+    src: u64,
+    dst: u64,
+) -> Result<()> {
+    let name = match elem_bytes {
+        1 => "strided_copy32_rows_e1",
+        2 => "strided_copy32_rows_e2",
+        4 => "strided_copy32_rows_e4",
+        _ => "strided_copy32_rows_e8",
+    };
+    let kernel = Kernel::get(stream.context(), &images::COPY, name)?;
+    let threads = 256u64;
+    let cap = u64::from(stream.context().multiprocessors().max(1)) * 16;
+    let blocks = u64::from(runs.items).div_ceil(threads).clamp(1, cap);
+    let config = LaunchConfig::linear(blocks as u32, threads as u32);
+    let (mut src, mut dst) = (src, dst);
+    let (mut items, mut chunks, mut magic, mut shift, mut vec) = (
+        runs.items,
+        runs.chunks,
+        runs.magic,
+        runs.shift,
+        i32::from(runs.vec),
+    );
+    let mut params: [*mut c_void; 8] = [
+        (&raw mut src).cast(),
+        (&raw mut dst).cast(),
+        (&raw mut items).cast(),
+        (&raw mut d).cast(),
+        (&raw mut chunks).cast(),
+        (&raw mut magic).cast(),
+        (&raw mut shift).cast(),
+        (&raw mut vec).cast(),
+    ];
+    // SAFETY: the parameters match `strided_copy32_rows_eN(const T*, T*, uint32_t,
+    // GxStrided32, uint32_t, uint32_t, uint32_t, int)`; the runs cover exactly the
+    // descriptor's elements, every one of which lies in the spans (checked by the caller), and
+    // `vec` is set only where every whole run's destination is 16-byte aligned.
+    unsafe { kernel.launch(stream, config, &mut params)? };
+    Ok(())
 }
 
 /// Launches the strided copy `desc` between device addresses `src` and `dst` (checked by the

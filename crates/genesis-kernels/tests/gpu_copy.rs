@@ -266,3 +266,83 @@ fn strided_copies_and_transposes_match_the_twin() {
         }
     }
 }
+
+/// A random layout of `shape` inside a buffer: the dimensions stored in a random order, some
+/// stepped, some broadcast (stride 0) when `broadcast`, at a random offset. Returns the strides
+/// and offset; the buffer needs `extent` elements.
+fn random_layout(shape: &[usize], broadcast: bool, rng: &mut SmallRng) -> (Vec<isize>, usize) {
+    let rank = shape.len();
+    let mut order: Vec<usize> = (0..rank).collect();
+    for i in (1..rank).rev() {
+        order.swap(i, rng.random_range(0..=i));
+    }
+    let mut strides = vec![0isize; rank];
+    let mut step = 1isize;
+    for &k in order.iter().rev() {
+        if broadcast && rng.random_range(0..6) == 0 {
+            continue;
+        }
+        let skip = if rng.random_range(0..4) == 0 {
+            rng.random_range(2..4i64) as isize
+        } else {
+            1
+        };
+        strides[k] = step * skip;
+        step *= (shape[k] as isize * skip).max(1);
+    }
+    (strides, rng.random_range(0..9))
+}
+
+#[test]
+fn generated_strided_copies_match_the_twin() {
+    if skip_without_gpu("generated_strided_copies_match_the_twin") {
+        return;
+    }
+    let ctx = Context::get(0).unwrap();
+    let stream = Stream::new(&ctx).unwrap();
+    let mut rng = SmallRng::seed_from_u64(11);
+    for case in 0..1200 {
+        let elem = [1usize, 2, 4, 8][case % 4];
+        let rank = rng.random_range(1..=6);
+        let shape: Vec<usize> = (0..rank)
+            .map(|k| match rng.random_range(0..5) {
+                0 => 1,
+                1 if k + 1 == rank => rng.random_range(14..80),
+                _ => rng.random_range(2..9),
+            })
+            .collect();
+        let (ss, so) = random_layout(&shape, true, &mut rng);
+        // The destination: contiguous (what `contiguous()` writes) or a layout of its own.
+        let (ds, doff) = if rng.random_range(0..3) > 0 {
+            let mut st = vec![0isize; rank];
+            let mut step = 1isize;
+            for k in (0..rank).rev() {
+                st[k] = step;
+                step *= shape[k] as isize;
+            }
+            (st, rng.random_range(0..3) * 8)
+        } else {
+            random_layout(&shape, false, &mut rng)
+        };
+        let desc = StridedCopy::new(&shape, &ss, so, &ds, doff).unwrap();
+        let (se, de) = desc.extents();
+        let mut src = vec![0u8; se.max(1) * elem];
+        rng.fill_bytes(&mut src);
+        let src_el = words(&src, elem);
+        let mut want = vec![0u64; de.max(1)];
+        strided_copy(&src_el, &mut want, &desc).unwrap();
+        let dsrc = DeviceBuffer::from_host(&ctx, &src).unwrap();
+        let mut ddst = DeviceBuffer::from_host(&ctx, &vec![0u8; de.max(1) * elem]).unwrap();
+        gpu::strided_copy(
+            &stream,
+            elem,
+            dsrc.as_span().unwrap(),
+            ddst.as_span_mut().unwrap(),
+            &desc,
+        )
+        .unwrap();
+        stream.synchronize().unwrap();
+        let got = words(&ddst.to_host_vec().unwrap(), elem);
+        assert_eq!(got, want, "case {case}: elem {elem}, {desc:?}");
+    }
+}

@@ -285,7 +285,13 @@ def main():
             ("batch_norm_train_64c_56x56_n32_f32", 2 * n_img * 4,
              lambda: F.batch_norm(x, rm, rv, bn_w, bn_b, True, 0.1, 1e-5)),
             ("interpolate_bilinear_2x_64c_56x56_n32_f32", 5 * n_img * 4,
-             lambda: F.interpolate(x, size=(112, 112), mode="bilinear", align_corners=False))]:
+             lambda: F.interpolate(x, size=(112, 112), mode="bilinear", align_corners=False)),
+            ("permute_nhwc_contiguous_64c_56x56_n32_f32", 2 * n_img * 4,
+             lambda: x.permute(0, 2, 3, 1).contiguous()),
+            ("permute_nhwc_contiguous_64c_56x56_n32_bf16", 2 * n_img * 2,
+             lambda: xb.permute(0, 2, 3, 1).contiguous()),
+            ("pad_1_64c_56x56_n32_f32", n_img * 4 + 32 * 64 * 58 * 58 * 4,
+             lambda: F.pad(x, (1, 1, 1, 1)))]:
         med, mn = wall(fn, 10)
         rows.append({"name": name, "bytes": nbytes, "median_ms": med, "min_ms": mn})
     del x, xb, w, wb, wg

@@ -669,7 +669,7 @@ mod gpu {
         );
         let n_img = 32 * 64 * 56 * 56usize;
         let same = genesis::ConvOptions::new().padding(1);
-        let cases: [(&str, usize, &dyn Fn() -> BoxResult); 7] = [
+        let cases: [(&str, usize, &dyn Fn() -> BoxResult); 10] = [
             ("conv2d_3x3_64c_56x56_n32_f32", 0, &|| {
                 x.conv2d(&w, None, same)?;
                 Ok(())
@@ -721,6 +721,30 @@ mod gpu {
                             align_corners: false,
                         },
                     )?;
+                    Ok(())
+                },
+            ),
+            (
+                "permute_nhwc_contiguous_64c_56x56_n32_f32",
+                2 * n_img * 4,
+                &|| {
+                    x.permute([0usize, 2, 3, 1])?.contiguous()?;
+                    Ok(())
+                },
+            ),
+            (
+                "permute_nhwc_contiguous_64c_56x56_n32_bf16",
+                2 * n_img * 2,
+                &|| {
+                    xb.permute([0usize, 2, 3, 1])?.contiguous()?;
+                    Ok(())
+                },
+            ),
+            (
+                "pad_1_64c_56x56_n32_f32",
+                n_img * 4 + 32 * 64 * 58 * 58 * 4,
+                &|| {
+                    x.pad(&[1, 1, 1, 1], genesis::PadMode::Constant, 0.0)?;
                     Ok(())
                 },
             ),

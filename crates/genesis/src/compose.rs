@@ -1137,8 +1137,9 @@ impl Tensor {
     /// fill value: a fraction is dropped for integers) and pads any dimensions; the other
     /// modes take PyTorch's shapes: 1, 2 or 3 pairs for the last dimensions of a tensor of 2
     /// or 3, 3 or 4, 4 or 5 dimensions, with [`PadMode::Reflect`] pads smaller than the
-    /// dimension and [`PadMode::Circular`] pads no larger. Differentiable (cat, narrow and
-    /// index_select underneath).
+    /// dimension and [`PadMode::Circular`] pads no larger. The result is a new tensor (a
+    /// crop by negative pads too, as PyTorch's). Differentiable (the constant mode one
+    /// recorded op, the others `index_select` underneath).
     ///
     /// ```
     /// use genesis::{tensor, PadMode, Tensor};
@@ -1197,6 +1198,9 @@ impl Tensor {
             }
         }
         crate::tensor::check_result_size(&out, self.dtype())?;
+        if mode == PadMode::Constant {
+            return self.pad_constant_all(&pads[..2 * pairs], value);
+        }
         let mut x = self.clone();
         for k in 0..pairs {
             let d = rank - 1 - k;
@@ -1272,6 +1276,64 @@ impl Tensor {
             };
         }
         Ok(x)
+    }
+
+    /// [`Tensor::pad`]'s constant mode: a new tensor filled with `value`, the part of `self`
+    /// that negative pads keep copied into it in one strided copy. The gradient is the
+    /// output's gradient padded by the negated pads (PyTorch's rule).
+    fn pad_constant_all(&self, pads: &[i64], value: f64) -> Result<Tensor> {
+        let rank = self.dim();
+        let mut out_shape = self.shape().to_vec();
+        // Per dimension: (first kept element of `self`, first position in the output, count).
+        let mut spans: Vec<(usize, usize, usize)> =
+            self.shape().iter().map(|&n| (0, 0, n)).collect();
+        for k in 0..pads.len() / 2 {
+            let d = rank - 1 - k;
+            let (l, r) = (pads[2 * k], pads[2 * k + 1]);
+            let n = self.shape()[d] as i64;
+            let len = n
+                .checked_add(l)
+                .and_then(|v| v.checked_add(r))
+                .filter(|&v| v >= 0)
+                .ok_or_else(|| {
+                    bad(
+                        "pad",
+                        format!(
+                            "pads ({l}, {r}) of dimension {d} (size {n}) leave a negative size"
+                        ),
+                    )
+                })?;
+            // In i128: a pad of `i64::MIN` has no i64 negation.
+            let start = (-(l as i128)).max(0);
+            let kept = n as i128 - start - (-(r as i128)).max(0);
+            if kept < 0 {
+                return Err(bad(
+                    "pad",
+                    format!("pads ({l}, {r}) remove more than dimension {d}'s {n} elements"),
+                ));
+            }
+            out_shape[d] = len as usize;
+            spans[d] = (start as usize, l.max(0) as usize, kept as usize);
+        }
+        let neg: Vec<i64> = pads.iter().map(|&p| p.saturating_neg()).collect();
+        crate::autograd::op1(
+            "pad",
+            self,
+            || {
+                let fill = self.scalar_tensor_like("pad", crate::ScalarValue::Float(value))?;
+                let out = fill.expand(out_shape.as_slice())?.contiguous()?;
+                if spans.iter().all(|s| s.2 > 0) {
+                    let (mut dst, mut src) = (out.clone(), self.clone());
+                    for (d, &(from, to, count)) in spans.iter().enumerate() {
+                        dst = dst.narrow(d as isize, to, count)?;
+                        src = src.narrow(d as isize, from, count)?;
+                    }
+                    dst.copy_(&src)?;
+                }
+                Ok(out)
+            },
+            move || move |g| g.pad(&neg, PadMode::Constant, 0.0),
+        )
     }
 
     /// [`Tensor::pad`]'s constant mode along `d`: the kept part (narrowed by negative pads)

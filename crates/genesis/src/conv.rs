@@ -1083,50 +1083,30 @@ impl Tensor {
         let geo = Tensor::pool_geometry(op, &x, kernel, &opts)?;
         let taps = geo.taps();
         let (n, c, [oh, ow]) = (geo.n, geo.c, geo.out);
-        // `[n, c, oh, ow, kh·kw]`: each window's elements in a row.
-        let rows = move |x: &Tensor| -> Result<Tensor> {
+        // `[n, c, kh·kw, oh, ow]`: the windows' elements tap by tap, one contiguous copy whose
+        // rows are the output's rows (the copy runs a row at a time), reduced over the taps in
+        // place.
+        let taps_of = move |x: &Tensor| -> Result<Tensor> {
             let xp = geo.pad_input(x, f64::NEG_INFINITY)?;
             at(&xp, &geo.windows())?
-                .permute([0usize, 1, 4, 5, 2, 3])?
                 .contiguous()?
-                .reshape([n, c, oh, ow, taps])
+                .reshape([n, c, taps, oh, ow])
         };
         let y = crate::autograd::op(
             op,
             &[&x],
-            // The forward reads the windows in place; the backward lays them out to find
-            // each one's first maximum.
-            || at(&geo.pad_input(&x, f64::NEG_INFINITY)?, &geo.windows())?.amax([2isize, 3], false),
+            || taps_of(&x)?.amax(2isize, false),
             |_| {
                 let xs = Saved::new(op, &x);
                 Box::new(move |g, _| {
-                    let idx = rows(&xs.get()?)?.max_dim(-1, false)?.1;
-                    let slot = Tensor::arange(0.0, taps as f64, 1.0, DType::I64, g.device())?;
-                    // [n, c, oh, ow, kh·kw]: the gradient at each window's first maximum.
+                    let idx = taps_of(&xs.get()?)?.max_dim(2, false)?.1;
+                    let slot = Tensor::arange(0.0, taps as f64, 1.0, DType::I64, g.device())?
+                        .reshape([taps, 1, 1])?;
+                    // [n, c, kh·kw, oh, ow]: the gradient at each window's first maximum,
+                    // laid out as the columns `fold_columns` folds.
                     let spread =
-                        Tensor::where_cond(&idx.unsqueeze(-1)?.eq(&slot)?, &g.unsqueeze(-1)?, 0.0)?;
-                    let (kh, kw) = (geo.k[0], geo.k[1]);
-                    let tap = |i: usize, j: usize| {
-                        at(
-                            &spread,
-                            &Layout::new(
-                                &[n, c, oh, ow],
-                                &[
-                                    (c * oh * ow * taps) as isize,
-                                    (oh * ow * taps) as isize,
-                                    (ow * taps) as isize,
-                                    taps as isize,
-                                ],
-                                i * kw + j,
-                            ),
-                        )
-                    };
-                    let all = || {
-                        spread
-                            .reshape([n, c, oh, ow, kh, kw])?
-                            .permute([0usize, 1, 4, 5, 2, 3])
-                    };
-                    Ok(vec![Some(geo.fold(g, all, tap)?)])
+                        Tensor::where_cond(&idx.unsqueeze(2)?.eq(&slot)?, &g.unsqueeze(2)?, 0.0)?;
+                    Ok(vec![Some(geo.fold_columns(&spread)?)])
                 })
             },
         )?;
@@ -1160,7 +1140,11 @@ impl Tensor {
             &[&x],
             || {
                 let xp = geo.pad_input(&x.in_opmath()?, 0.0)?;
-                let sums = at(&xp, &geo.windows())?.sum_dim([2isize, 3], false)?;
+                // The windows laid out tap by tap (rows of the output innermost), summed over
+                // the taps in place.
+                let sums = at(&xp, &geo.windows())?
+                    .contiguous()?
+                    .sum_dim([2isize, 3], false)?;
                 divide(&sums, &divisor, geo.out)?.to_dtype(x.dtype())
             },
             |_| {

@@ -267,13 +267,24 @@ template <typename T> union Vec16 {
 };
 
 // inner == 1. Block mode (warp_mode == 0): block b reduces chunk b % splits of row b / splits.
-// Warp mode (splits == 1, short rows): each warp reduces one row. vec_ok: every chunk starts
-// 16-byte aligned.
+// Warp mode (warp_mode == 1, splits == 1, short rows): each warp reduces one row. Thread mode
+// (warp_mode == 2, splits == 1, rows of a few elements, which would leave most of a warp's lanes
+// idle): each thread reduces one row in order. vec_ok: every chunk starts 16-byte aligned.
 template <typename Op, typename T>
 __device__ __forceinline__ void rows_impl(const T *in, typename Tr<T>::A *pv, i64 *pi, uint64_t outer,
                                           uint64_t r, uint64_t splits, uint64_t chunk, int vec_ok,
                                           int warp_mode) {
     typedef typename Tr<T>::A A;
+    if (warp_mode == 2) {
+        const uint64_t row = (uint64_t)blockIdx.x * RD_THREADS + threadIdx.x;
+        if (row >= outer) return;
+        const T *p = in + row * r;
+        St<A> s = Op::template id<A>();
+        for (uint64_t k = 0; k < r; ++k) s = Op::combine(s, St<A>{Tr<T>::load(p[k]), (i64)k});
+        pv[row] = s.v;
+        if (Op::IDX) pi[row] = s.i;
+        return;
+    }
     if (warp_mode) {
         const uint64_t row = (uint64_t)blockIdx.x * RD_WARPS + (threadIdx.x >> 5);
         if (row >= outer) return;

@@ -435,6 +435,11 @@ pub struct ReducePlan {
     pub warp_rows: bool,
 }
 
+/// Longest rows (inner == 1) reduced a thread a row rather than a warp a row: a warp on a row
+/// this short leaves half its lanes or more idle and spends its time in the shuffles.
+#[cfg(feature = "cuda")]
+const THREAD_ROW_MAX: usize = 16;
+
 /// Elements per vector-aligned unit of a chunk (a multiple of every 16-byte vector).
 const CHUNK_ALIGN: usize = 64;
 
@@ -861,8 +866,16 @@ fn launch_reduce(
                 && (outer == 1 || (r * elem).is_multiple_of(16))
                 && (chunk * elem).is_multiple_of(16),
         );
-        let mut warp = i32::from(plan.warp_rows);
-        let blocks = if plan.warp_rows {
+        // Rows of at most THREAD_ROW_MAX elements a thread each, longer short rows a warp each.
+        let by_thread = plan.warp_rows && shape.r <= THREAD_ROW_MAX;
+        let mut warp = if by_thread {
+            2
+        } else {
+            i32::from(plan.warp_rows)
+        };
+        let blocks = if by_thread {
+            outer.div_ceil(256)
+        } else if plan.warp_rows {
             outer.div_ceil(8)
         } else {
             outer * splits

@@ -565,6 +565,15 @@ mod gpu {
                 x.var_dim(0, 1.0, false)?;
                 Ok(())
             }),
+            // Reductions of short rows (a thread a row).
+            ("sum_rows_of_8_8192x8192_f32", n2 * 4 + n2 / 2, &|| {
+                x.reshape([n2 / 8, 8])?.sum_dim(1isize, false)?;
+                Ok(())
+            }),
+            ("argmax_rows_of_4_8192x8192_f32", n2 * 4 + n2 * 2, &|| {
+                x.reshape([n2 / 4, 4])?.argmax_dim(1isize, false)?;
+                Ok(())
+            }),
             ("any_64Mi_bool", n2, &|| {
                 flags.any()?;
                 Ok(())

@@ -1206,18 +1206,7 @@ impl Tensor {
             let d = rank - 1 - k;
             let (l, r) = (pads[2 * k], pads[2 * k + 1]);
             let n = x.shape()[d] as i64;
-            let len = n
-                .checked_add(l)
-                .and_then(|v| v.checked_add(r))
-                .filter(|&v| v >= 0)
-                .ok_or_else(|| {
-                    bad(
-                        op,
-                        format!(
-                            "pads ({l}, {r}) of dimension {d} (size {n}) leave a negative size"
-                        ),
-                    )
-                })?;
+            let len = padded_len(d, n, l, r)?;
             if matches!(mode, PadMode::Reflect | PadMode::Replicate) && x.dtype() == DType::Bool {
                 return Err(unsupported(op, DType::Bool));
             }
@@ -1291,29 +1280,10 @@ impl Tensor {
             let d = rank - 1 - k;
             let (l, r) = (pads[2 * k], pads[2 * k + 1]);
             let n = self.shape()[d] as i64;
-            let len = n
-                .checked_add(l)
-                .and_then(|v| v.checked_add(r))
-                .filter(|&v| v >= 0)
-                .ok_or_else(|| {
-                    bad(
-                        "pad",
-                        format!(
-                            "pads ({l}, {r}) of dimension {d} (size {n}) leave a negative size"
-                        ),
-                    )
-                })?;
-            // In i128: a pad of `i64::MIN` has no i64 negation.
-            let start = (-(l as i128)).max(0);
-            let kept = n as i128 - start - (-(r as i128)).max(0);
-            if kept < 0 {
-                return Err(bad(
-                    "pad",
-                    format!("pads ({l}, {r}) remove more than dimension {d}'s {n} elements"),
-                ));
-            }
+            let len = padded_len(d, n, l, r)?;
+            let (start, kept) = kept_span(d, n, l, r)?;
             out_shape[d] = len as usize;
-            spans[d] = (start as usize, l.max(0) as usize, kept as usize);
+            spans[d] = (start, l.max(0) as usize, kept);
         }
         let neg: Vec<i64> = pads.iter().map(|&p| p.saturating_neg()).collect();
         crate::autograd::op1(
@@ -1339,17 +1309,8 @@ impl Tensor {
     /// [`Tensor::pad`]'s constant mode along `d`: the kept part (narrowed by negative pads)
     /// between blocks of `value`.
     fn pad_constant(&self, d: usize, l: i64, r: i64, len: i64, value: f64) -> Result<Tensor> {
-        let n = self.shape()[d] as i64;
-        // In i128: a pad of `i64::MIN` has no i64 negation.
-        let start = (-(l as i128)).max(0);
-        let kept = n as i128 - start - (-(r as i128)).max(0);
-        if kept < 0 {
-            return Err(bad(
-                "pad",
-                format!("pads ({l}, {r}) remove more than dimension {d}'s {n} elements"),
-            ));
-        }
-        let core = self.narrow(d as isize, start as usize, kept as usize)?;
+        let (start, kept) = kept_span(d, self.shape()[d] as i64, l, r)?;
+        let core = self.narrow(d as isize, start, kept)?;
         // The pads read one converted value through a broadcast (stride 0) view.
         let fill = self.scalar_tensor_like("pad", crate::ScalarValue::Float(value))?;
         let block = |size: i64| -> Result<Tensor> {
@@ -1572,6 +1533,35 @@ fn positions(t: &Tensor, d: usize) -> Result<Tensor> {
     let mut along = vec![1usize; t.dim()];
     along[d] = t.shape()[d];
     Tensor::arange(0.0, along[d] as f64, 1.0, DType::I64, t.device())?.reshape(along.as_slice())
+}
+
+/// The size of dimension `d` (size `n`) after pads `(l, r)`: an error when it would be negative
+/// or overflow.
+fn padded_len(d: usize, n: i64, l: i64, r: i64) -> Result<i64> {
+    n.checked_add(l)
+        .and_then(|v| v.checked_add(r))
+        .filter(|&v| v >= 0)
+        .ok_or_else(|| {
+            bad(
+                "pad",
+                format!("pads ({l}, {r}) of dimension {d} (size {n}) leave a negative size"),
+            )
+        })
+}
+
+/// The first element of dimension `d` (size `n`) that pads `(l, r)` keep, and how many: an
+/// error when the negative pads remove more than `n`.
+fn kept_span(d: usize, n: i64, l: i64, r: i64) -> Result<(usize, usize)> {
+    // In i128: a pad of `i64::MIN` has no i64 negation.
+    let start = (-(l as i128)).max(0);
+    let kept = n as i128 - start - (-(r as i128)).max(0);
+    if kept < 0 {
+        return Err(bad(
+            "pad",
+            format!("pads ({l}, {r}) remove more than dimension {d}'s {n} elements"),
+        ));
+    }
+    Ok((start as usize, kept as usize))
 }
 
 #[cfg(test)]

@@ -821,7 +821,11 @@ pub fn strided_copy(
         return launch_strided_copy(stream, &rev, names, src, dst);
     }
     let (desc, elem_bytes) = desc.widened(elem_bytes, src, dst);
-    if let (Some(d32), Some(runs)) = (desc.to_32(), desc.row_runs(elem_bytes, dst)) {
+    // Runs first: most copies widen to 16-byte elements, which have none, and the 32-bit form
+    // is built once, here or in `launch_strided_copy`.
+    if let Some(runs) = desc.row_runs(elem_bytes, dst)
+        && let Some(d32) = desc.to_32()
+    {
         return launch_row_runs(stream, elem_bytes, d32, runs, src, dst);
     }
     let names = (

@@ -47,6 +47,19 @@ fn all_non_negative(op: &'static str, values: &[(&str, f64)]) -> Result<()> {
     }
 }
 
+/// `g + wd p`, PyTorch's L2 weight decay (`g` itself when `wd` is 0).
+fn l2_decayed(g: Tensor, p: &Tensor, wd: f64) -> Result<Tensor> {
+    if wd == 0.0 { Ok(g) } else { g.add(&p.mul(wd)?) }
+}
+
+/// The state tensor in `slot`, made as zeros like `p` when it has none yet.
+fn zeros_state<'a>(slot: &'a mut Option<Tensor>, p: &Tensor) -> Result<&'a mut Tensor> {
+    match slot {
+        Some(t) => Ok(t),
+        None => Ok(slot.insert(p.zeros_like()?)),
+    }
+}
+
 /// Stochastic gradient descent (PyTorch's `optim.SGD`): with weight decay `g += wd p`,
 /// momentum `b = μ b + (1 - dampening) g` (`b = g` at the first step), Nesterov `g += μ b`
 /// (else `g = b`), then `p -= lr g`.
@@ -109,10 +122,8 @@ impl Optimizer for Sgd {
         self.check()?;
         no_grad(|| {
             for (p, buf) in self.params.iter().zip(&mut self.buffers) {
-                let Some(mut g) = p.grad() else { continue };
-                if self.weight_decay != 0.0 {
-                    g = g.add(&p.mul(self.weight_decay)?)?;
-                }
+                let Some(g) = p.grad() else { continue };
+                let mut g = l2_decayed(g, p, self.weight_decay)?;
                 if self.momentum != 0.0 {
                     let b = match buf.take() {
                         None => g.deep_clone()?,
@@ -209,22 +220,14 @@ impl Optimizer for RmsProp {
         let (alpha, eps, mu) = (self.alpha, self.eps, self.momentum);
         no_grad(|| {
             for (p, state) in self.params.iter().zip(&mut self.state) {
-                let Some(mut g) = p.grad() else { continue };
-                if self.weight_decay != 0.0 {
-                    g = g.add(&p.mul(self.weight_decay)?)?;
-                }
+                let Some(g) = p.grad() else { continue };
+                let g = l2_decayed(g, p, self.weight_decay)?;
                 let [v, avg_g, buf] = state.get_or_insert_with(|| [None, None, None]);
-                let v = match v {
-                    Some(v) => v,
-                    None => v.insert(p.zeros_like()?),
-                };
+                let v = zeros_state(v, p)?;
                 v.mul_(alpha)?;
                 v.add_(&g.square()?.mul(1.0 - alpha)?)?;
                 let avg = if self.centered {
-                    let a = match avg_g {
-                        Some(a) => a,
-                        None => avg_g.insert(p.zeros_like()?),
-                    };
+                    let a = zeros_state(avg_g, p)?;
                     a.mul_(alpha)?;
                     a.add_(&g.mul(1.0 - alpha)?)?;
                     v.sub(&a.square()?)?.sqrt()?.add(eps)?
@@ -232,10 +235,7 @@ impl Optimizer for RmsProp {
                     v.sqrt()?.add(eps)?
                 };
                 let step = if mu > 0.0 {
-                    let b = match buf {
-                        Some(b) => b,
-                        None => buf.insert(p.zeros_like()?),
-                    };
+                    let b = zeros_state(buf, p)?;
                     b.mul_(mu)?;
                     b.add_(&g.div(&avg)?)?;
                     b.clone()
@@ -325,10 +325,8 @@ impl Optimizer for Adagrad {
                 }
             }
             for (p, state) in self.params.iter().zip(&mut self.state) {
-                let Some(mut g) = p.grad() else { continue };
-                if self.weight_decay != 0.0 {
-                    g = g.add(&p.mul(self.weight_decay)?)?;
-                }
+                let Some(g) = p.grad() else { continue };
+                let g = l2_decayed(g, p, self.weight_decay)?;
                 let Some((steps, sum)) = state else { continue };
                 *steps += 1;
                 let clr = self.lr / (1.0 + (*steps - 1) as f64 * self.lr_decay);
@@ -524,12 +522,10 @@ fn adam_one(
     let t = i32::try_from(h.step).unwrap_or(i32::MAX);
     let step_size = h.lr / (1.0 - h.beta1.powi(t));
     let bc2_sqrt = (1.0 - h.beta2.powi(t)).sqrt();
-    if h.weight_decay != 0.0 {
-        if h.decoupled {
-            p.mul_(1.0 - h.lr * h.weight_decay)?;
-        } else {
-            g = g.add(&p.mul(h.weight_decay)?)?;
-        }
+    if h.decoupled && h.weight_decay != 0.0 {
+        p.mul_(1.0 - h.lr * h.weight_decay)?;
+    } else {
+        g = l2_decayed(g, p, h.weight_decay)?;
     }
     // m += (1 - β1) (g - m); v = β2 v + (1 - β2) g².
     s.m.add_(&g.sub(&s.m)?.mul(1.0 - h.beta1)?)?;

@@ -1119,6 +1119,37 @@ fn regression_and_probability_losses_as_pytorchs() {
     );
 }
 
+/// A float64 leaf that requires grad, holding `values`.
+fn leaf(values: &[f64]) -> Tensor {
+    Tensor::from_slice(values, [values.len()], CPU)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap()
+}
+
+/// Steps `opt` once per entry of `grads` with `p`'s gradient set to it (none for `None`),
+/// then checks `p` against `want` within 1e-12.
+fn step_through(
+    opt: &mut dyn Optimizer,
+    p: &Tensor,
+    grads: &[Option<Vec<f64>>],
+    want: &[f64],
+    what: &str,
+) {
+    for g in grads {
+        p.set_grad(
+            g.as_ref()
+                .map(|g| Tensor::from_slice(g, [g.len()], CPU).unwrap()),
+        )
+        .unwrap();
+        opt.step().unwrap();
+    }
+    let got = p.to_vec::<f64>().unwrap();
+    for (g, w) in got.iter().zip(want) {
+        assert!((g - w).abs() <= 1e-12, "{what}: {got:?} vs {want:?}");
+    }
+}
+
 /// RMSprop (plain, centred, with momentum and weight decay) and Adagrad (with learning-rate
 /// decay and a starting accumulator) against their PyTorch update rules in float64 over
 /// several steps of generated gradients, a step without a gradient among them; and their
@@ -1162,24 +1193,10 @@ fn rmsprop_and_adagrad_follow_pytorchs_updates() {
                 }
             }
         }
-        let p = Tensor::from_slice(&p0, [n], CPU)
-            .unwrap()
-            .requires_grad_(true)
-            .unwrap();
+        let p = leaf(&p0);
         let mut opt = RmsProp::new(vec![p.clone()], lr);
         (opt.alpha, opt.centered, opt.momentum, opt.weight_decay) = (alpha, centered, momentum, wd);
-        for g in &grads {
-            p.set_grad(g.as_ref().map(|g| Tensor::from_slice(g, [n], CPU).unwrap()))
-                .unwrap();
-            opt.step().unwrap();
-        }
-        let got = p.to_vec::<f64>().unwrap();
-        for i in 0..n {
-            assert!(
-                (got[i] - want[i]).abs() <= 1e-12,
-                "rmsprop case {case}: {got:?} vs {want:?}"
-            );
-        }
+        step_through(&mut opt, &p, &grads, &want, &format!("rmsprop case {case}"));
         // Adagrad by the formulas.
         let (lr, lr_decay, init) = (0.1, [0.0, 0.05][case % 2], [0.0, 0.3][case / 2 % 2]);
         let mut want = p0.clone();
@@ -1194,28 +1211,14 @@ fn rmsprop_and_adagrad_follow_pytorchs_updates() {
                 want[i] -= clr * gi / (sum[i].sqrt() + 1e-10);
             }
         }
-        let p = Tensor::from_slice(&p0, [n], CPU)
-            .unwrap()
-            .requires_grad_(true)
-            .unwrap();
+        let p = leaf(&p0);
         let mut opt = Adagrad::new(vec![p.clone()], lr);
         (
             opt.lr_decay,
             opt.initial_accumulator_value,
             opt.weight_decay,
         ) = (lr_decay, init, wd);
-        for g in &grads {
-            p.set_grad(g.as_ref().map(|g| Tensor::from_slice(g, [n], CPU).unwrap()))
-                .unwrap();
-            opt.step().unwrap();
-        }
-        let got = p.to_vec::<f64>().unwrap();
-        for i in 0..n {
-            assert!(
-                (got[i] - want[i]).abs() <= 1e-12,
-                "adagrad case {case}: {got:?} vs {want:?}"
-            );
-        }
+        step_through(&mut opt, &p, &grads, &want, &format!("adagrad case {case}"));
     }
     let p = Tensor::zeros([2usize], DType::F32, CPU)
         .unwrap()

@@ -66,6 +66,25 @@ fn channel_affine(
     }
 }
 
+/// The mean and biased variance of `x` (`[N, C, ...]`) per channel, shaped `bshape`. A
+/// contiguous input of more than two dimensions is reduced as `[N, C, S]` rows in place (no
+/// copy that moves the channel dimension), the rows' means and variances combined exactly:
+/// `var = mean_n(var_row + (mean_row − mean)²)`, every row holding `S` values.
+fn batch_stats(x: &Tensor, dims: &[isize], bshape: &[usize]) -> Result<(Tensor, Tensor)> {
+    let shape = x.shape();
+    if shape.len() > 2 && x.is_contiguous() {
+        let inner = shape[2..].iter().product::<usize>();
+        let rows = x.reshape([shape[0], shape[1], inner])?;
+        let (row_var, row_mean) = rows.var_mean([-1isize], 0.0, true)?;
+        let mean = row_mean.mean_dim([0isize], true)?;
+        let var = row_var
+            .add(&row_mean.sub(&mean)?.square()?)?
+            .mean_dim([0isize], true)?;
+        return Ok((mean.reshape(bshape)?, var.reshape(bshape)?));
+    }
+    Ok((x.mean_dim(dims, true)?, x.var_dim(dims, 0.0, true)?))
+}
+
 fn check_affine(op: &'static str, t: Option<&Tensor>, shape: &[usize]) -> Result<()> {
     match t {
         Some(t) if t.shape() != shape => Err(Error::ShapeMismatch {
@@ -406,8 +425,7 @@ impl Tensor {
                 v.detach().to_dtype(x.dtype())?.reshape(bshape.as_slice())?,
             ),
             _ => {
-                let mean = x.mean_dim(dims.as_slice(), true)?;
-                let var = x.var_dim(dims.as_slice(), 0.0, true)?;
+                let (mean, var) = batch_stats(&x, &dims, bshape.as_slice())?;
                 if let Some((m, v)) = running {
                     let n = per_channel as f64;
                     crate::autograd::no_grad(|| -> Result<()> {
@@ -423,8 +441,13 @@ impl Tensor {
                 (mean, var)
             }
         };
-        let y = x.sub(&mean)?.mul(&var.add(eps)?.rsqrt()?)?;
-        channel_affine(y, weight, bias, self.dtype())
+        // The weight joins the per-channel scale: one pass over the input fewer.
+        let mut scale = var.add(eps)?.rsqrt()?;
+        if let Some(w) = weight {
+            scale = scale.mul(&w.reshape(bshape.as_slice())?)?;
+        }
+        let y = x.sub(&mean)?.mul(&scale)?;
+        channel_affine(y, None, bias, self.dtype())
     }
 
     /// Layer normalisation over the trailing dimensions `normalized_shape` (PyTorch's

@@ -440,6 +440,13 @@ pub struct ReducePlan {
 #[cfg(feature = "cuda")]
 const THREAD_ROW_MAX: usize = 16;
 
+/// Threads a block of every reduction kernel, and the warps among them (`kernels/reduce.cu`'s
+/// `RD_THREADS` and `RD_WARPS`): warp mode reduces one row or output a warp.
+#[cfg(feature = "cuda")]
+const RD_THREADS: u64 = 256;
+#[cfg(feature = "cuda")]
+const RD_WARPS: u64 = RD_THREADS / 32;
+
 /// Elements per vector-aligned unit of a chunk (a multiple of every 16-byte vector).
 const CHUNK_ALIGN: usize = 64;
 
@@ -874,9 +881,9 @@ fn launch_reduce(
             i32::from(plan.warp_rows)
         };
         let blocks = if by_thread {
-            outer.div_ceil(256)
+            outer.div_ceil(RD_THREADS)
         } else if plan.warp_rows {
-            outer.div_ceil(8)
+            outer.div_ceil(RD_WARPS)
         } else {
             outer * splits
         };
@@ -896,7 +903,7 @@ fn launch_reduce(
         unsafe {
             kernel.launch(
                 stream,
-                LaunchConfig::linear(blocks as u32, 256),
+                LaunchConfig::linear(blocks as u32, RD_THREADS as u32),
                 &mut params,
             )?
         };
@@ -934,9 +941,9 @@ fn launch_reduce(
     let mut mean = i32::from(op == ReduceOp::Mean);
     let mut warp = i32::from(warp_final);
     let total = shape.output_len() as u64;
-    // Warp mode: 8 outputs a block of 256 threads; otherwise 32 (8 threads an output).
+    // Warp mode: an output a warp; otherwise 32 outputs a block (8 threads an output).
     let blocks = if warp_final {
-        total.div_ceil(8)
+        total.div_ceil(RD_WARPS)
     } else {
         total.div_ceil(32)
     };
@@ -960,7 +967,7 @@ fn launch_reduce(
     unsafe {
         kernel.launch_dependent(
             stream,
-            LaunchConfig::linear(blocks as u32, 256),
+            LaunchConfig::linear(blocks as u32, RD_THREADS as u32),
             &mut params,
         )?
     };
@@ -1063,7 +1070,7 @@ pub fn gpu_var<T: Element>(
             unsafe {
                 kernel.launch(
                     stream,
-                    LaunchConfig::linear(blocks as u32, 256),
+                    LaunchConfig::linear(blocks as u32, RD_THREADS as u32),
                     &mut params,
                 )?
             };
@@ -1114,13 +1121,13 @@ pub fn gpu_var<T: Element>(
         (&raw mut corr).cast(),
         (&raw mut root).cast(),
     ];
-    let blocks = (out_len as u64).div_ceil(256);
+    let blocks = (out_len as u64).div_ceil(RD_THREADS);
     // SAFETY: the parameters match `var_final_<T>`; the output holds the shape's results
     // (checked); the final pass waits for the first (`pdl_wait`) before reading its partials.
     unsafe {
         kernel.launch_dependent(
             stream,
-            LaunchConfig::linear(blocks as u32, 256),
+            LaunchConfig::linear(blocks as u32, RD_THREADS as u32),
             &mut params,
         )?
     };
